@@ -1,11 +1,208 @@
-"""Public entry points (placeholder while capture is being built)."""
-class FramejitError(Exception):
-    pass
-class Unsupported(FramejitError):
-    pass
-def compile(model=None, **kw): raise NotImplementedError
-def disable(fn): return fn
-def explain(fn): raise NotImplementedError
-def mark_dynamic(t, d): raise NotImplementedError
-def reset(): pass
-def stats(): return {}
+"""Public entry points: compile(), the wrapper types, explain(), reset(), disable(), stats().
+
+`compile` mirrors `torch.compile`'s signature and meaning where that makes sense, so that switching is
+a one-line change:
+
+    fast = framejit.compile(fn_or_module, backend="eager", fullgraph=False, dynamic=None, options=None)
+
+- A function (or any callable) becomes a `FrameHook` that captures it on first call.
+- A bound method compiles its function and stays bound.
+- An `nn.Module` becomes a module of a generated subclass of its own class that *shares the original's
+  `__dict__`* (NOTE [Compiled modules]): attributes, parameters, `state_dict()` keys, `train()`/`eval()`,
+  `to()` and hooks are the original's, and only calling it goes through capture. The original stays
+  reachable as `compiled._orig_mod`.
+
+Exceptions: `framejit.Unsupported` (a FramejitError) is raised only with `fullgraph=True`, at the first
+step that cannot be captured; it carries `.graph_break` (kind, explanation, hint, the user's file:line).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from typing import Any, Callable
+
+import torch
+
+from . import config
+from .backends import registry
+from .capture.breaks import FramejitError, GraphBreak, Unsupported
+from .capture.convert import STATS, CompileRequest
+from .capture.hook import FrameHook, reset_all
+from .capture.translator import DISABLED
+
+_UNSET = object()
+
+
+def compile(model: Callable | None = None, *, backend: str | Callable = "eager", fullgraph: bool = False,
+            dynamic: bool | None = None, options: dict | None = None, mode: str | None = None):
+    """Compile a function, bound method or nn.Module; usable directly or as a decorator."""
+    request = _make_request(backend, fullgraph, dynamic, options, mode)
+    if model is None:
+        return lambda m: _compile_one(m, request)
+    return _compile_one(model, request)
+
+
+def _make_request(backend, fullgraph, dynamic, options, mode) -> CompileRequest:
+    if not isinstance(fullgraph, bool):
+        raise TypeError(f"framejit.compile(fullgraph=...) must be a bool, got {type(fullgraph).__name__}")
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise TypeError(f"framejit.compile(dynamic=...) must be None, True or False, got {type(dynamic).__name__}")
+    if dynamic:
+        raise ValueError("framejit.compile(dynamic=True) is not supported yet; accepted: None or False "
+                         "(shapes are specialised and guarded; a new shape recompiles)")
+    if mode is not None:
+        raise ValueError(f"framejit.compile(mode=...) accepts only None, got {mode!r}; use options= for backend settings")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise TypeError(f"framejit.compile(options=...) must be a dict or None, got {type(options).__name__}")
+        bad = [k for k in options if not isinstance(k, str)]
+        if bad:
+            raise TypeError(f"framejit.compile(options=...) keys must be str, got {bad!r}")
+    backend_fn, _version_key = registry.resolve(backend)
+    if options and isinstance(backend, str) and backend == "eager":
+        raise ValueError(f"backend 'eager' accepts no options; got {sorted(options)}")
+    return CompileRequest(backend_fn, options or None, fullgraph)
+
+
+def _compile_one(model: Any, request: CompileRequest):
+    if isinstance(model, torch.nn.Module):
+        return _compile_module(model, request)
+    if isinstance(model, FrameHook):
+        model = model.fn
+    if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
+        return types.MethodType(_hook(model.__func__, request), model.__self__)
+    if isinstance(model, types.FunctionType):
+        return _hook(model, request)
+    if callable(model):
+        return _hook(_trampoline(model), request)
+    raise TypeError(f"framejit.compile(model): expected a function, a bound method, an nn.Module or another "
+                    f"callable, got {type(model).__name__}")
+
+
+def _hook(fn: types.FunctionType, request: CompileRequest) -> FrameHook:
+    hook = FrameHook(fn, request)
+    functools.update_wrapper(hook, fn)
+    return hook
+
+
+def _trampoline(target: Callable) -> types.FunctionType:
+    def call(*args, **kwargs):
+        return target(*args, **kwargs)
+    call.__name__ = getattr(target, "__name__", type(target).__name__)
+    call.__qualname__ = call.__name__
+    return call
+
+
+def _module_call(module, /, *args, **kwargs):
+    return module(*args, **kwargs)
+
+
+# NOTE [Compiled modules]: the compiled module is an instance of a subclass of the module's own class
+# whose instance dict IS the original's dict. Everything that reads or writes module state (parameters,
+# buffers, training flag, hooks, submodules) therefore acts on the original, and isinstance checks hold;
+# only __call__ differs: it enters capture with the original module as the frame's argument.
+def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.nn.Module:
+    original = getattr(type(module), "_orig_mod", None) if getattr(type(module), "_framejit_compiled", False) else None
+    module = original or module
+    hook = _hook(_module_call, request)
+    cls = type(module)
+
+    def __call__(self, *args, **kwargs):
+        return hook(type(self)._orig_mod, *args, **kwargs)
+
+    namespace = {"__call__": __call__, "_orig_mod": module, "_framejit_compiled": True,
+                 "_framejit_hook": hook, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    compiled_cls = type(cls.__name__, (cls,), namespace)
+    compiled = object.__new__(compiled_cls)
+    object.__setattr__(compiled, "__dict__", module.__dict__)
+    return compiled
+
+
+def disable(fn: Callable | None = None, recursive: bool = True):
+    """Never capture `fn`: it always runs as plain Python (usable as a decorator)."""
+    if fn is None:
+        return lambda f: disable(f, recursive)
+    target = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    if isinstance(target, FrameHook):
+        return target.fn
+    code = getattr(target, "__code__", None)
+    if code is None:
+        raise TypeError(f"framejit.disable(fn): expected a Python function or method, got {type(fn).__name__}")
+    DISABLED.add(code)
+    return fn
+
+
+def reset() -> None:
+    """Forget everything compiled in this process (compiled wrappers recompile on their next call)."""
+    reset_all()
+
+
+def stats() -> dict[str, float]:
+    """Process-wide counters: frames traced and compiled, graphs, backend compiles, compile time."""
+    return dict(STATS)
+
+
+@dataclasses.dataclass
+class ExplainOutput:
+    graphs: list[torch.fx.GraphModule]
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[GraphBreak]
+    ops_per_graph: list[list[str]]
+    guards: list[Any]
+
+    def __str__(self) -> str:
+        lines = [f"Graph count: {self.graph_count}", f"Graph break count: {self.graph_break_count}"]
+        for i, ops in enumerate(self.ops_per_graph):
+            lines.append(f"Graph {i}: {len(ops)} ops: {', '.join(ops)}")
+        for br in self.break_reasons:
+            lines.append("Break: " + str(br).replace("\n", "\n  "))
+        lines.append(f"Guards: {len(self.guards)}")
+        lines += [f"  {g.describe()}" for g in self.guards]
+        return "\n".join(lines)
+
+
+def explain(fn: Callable, *, backend: str | Callable = "eager"):
+    """`explain(fn)(*args, **kwargs)`: compile and run fn once, and report graphs, breaks and guards."""
+    if not callable(fn):
+        raise TypeError(f"framejit.explain(fn): expected a callable, got {type(fn).__name__}")
+
+    def run(*args, **kwargs) -> ExplainOutput:
+        compiled = _compile_one(fn, _make_request(backend, False, None, None, None))
+        compiled(*args, **kwargs)
+        hook = _find_hook(compiled)
+        entries = list(reversed(hook.entries))
+        graphs = [g for e in entries for g in e.graphs]
+        breaks = [e.graph_break for e in entries if e.graph_break is not None]
+        ops = [[_op_name(n) for n in g.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+               for g in graphs]
+        guards = [g for e in entries for g in e.guard.guards]
+        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards)
+
+    return run
+
+
+def _find_hook(compiled: Any) -> FrameHook:
+    if isinstance(compiled, FrameHook):
+        return compiled
+    if isinstance(compiled, types.MethodType):
+        return compiled.__func__
+    return type(compiled)._framejit_hook
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, str):
+        return target
+    return getattr(target, "__name__", str(target))
+
+
+def mark_dynamic(tensor: torch.Tensor, dim: int) -> None:
+    """Declared in DESIGN.md; dynamic shapes are not implemented yet, so this raises rather than pretend."""
+    raise NotImplementedError("framejit.mark_dynamic: dynamic shapes are not supported yet (shapes are "
+                              "specialised and guarded; a new shape recompiles)")
+
+
+__all__ = ["FramejitError", "Unsupported", "compile", "disable", "explain", "mark_dynamic", "reset", "stats",
+           "config", "_UNSET"]

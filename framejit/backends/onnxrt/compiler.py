@@ -1,0 +1,188 @@
+"""The callable the onnxrt backend returns: per-signature programs of ORT parts and eager torch.
+
+`OnnxrtCompiled(gm, example_inputs, opts)` is called as `compiled(*inputs)` and returns what
+`gm(*inputs)` returns. For each input signature (dtypes, shapes, strides, devices, Python scalars) it
+builds one `Program` — lower to aten (lowering.py), partition (partition.py), one ORT session per part
+(runtime.py) — and reuses it on every later call with that signature.
+
+Invariants (see NOTE [Correct before fast]):
+- a graph whose inputs or weights require grad while grad mode is on runs with the eager backend, so
+  results keep their grad_fn;
+- any failure while building a program, or the first failure while running one, makes that signature
+  run eagerly from then on; it is logged (`eager_fallback`) and never reaches the user;
+- what fell back inside a program, and why, is logged on `output_code` when the program is built.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from ... import logs
+from . import lowering, partition, runtime, translate
+from .options import OnnxrtOptions
+
+# NOTE [Correct before fast]
+# Building a program can fail in many places (tracing, a torchlib function, ORT rejecting a kernel);
+# the backend retries with the failing FX nodes left to eager (`_MAX_ATTEMPTS` times), then gives up
+# on ORT for that signature. A program that fails at run time is retired for good: the graph is
+# functional (input mutations are trailing `copy_` nodes in eager parts), so running it again eagerly
+# after a partial ORT run repeats no side effect.
+_MAX_ATTEMPTS = 8
+
+
+@dataclasses.dataclass
+class Program:
+    graph_module: torch.fx.GraphModule  # top graph: eager aten ops and OrtPart submodules
+    state: list[torch.Tensor]
+    out_spec: pytree.TreeSpec
+    num_parts: int
+    ort_nodes: int
+    eager_nodes: dict[str, str]  # node name -> reason it runs in eager torch
+    build_seconds: float
+
+    def __call__(self, inputs) -> object:
+        leaves = self.graph_module(*self.state, *pytree.tree_leaves(list(inputs)))
+        return pytree.tree_unflatten(leaves, self.out_spec)
+
+
+def _signature(inputs) -> tuple:
+    sig = []
+    for value in inputs:
+        if isinstance(value, torch.Tensor):
+            sig.append((value.dtype, value.shape, value.stride(), value.device))
+        elif isinstance(value, (int, float, bool, str, type(None))):
+            sig.append((type(value), value))
+        else:
+            sig.append((type(value), id(value)))
+    return tuple(sig)
+
+
+def _is_concrete(inputs) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for value in inputs:
+        if isinstance(value, FakeTensor) or isinstance(value, torch.SymInt):
+            return False
+        if isinstance(value, torch.Tensor) and (value.is_meta or any(isinstance(s, torch.SymInt) for s in value.shape)):
+            return False
+    return True
+
+
+def _device_of(inputs, state) -> torch.device:
+    for value in list(inputs) + list(state):
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            return value.device
+    return torch.device("cpu")
+
+
+class OnnxrtCompiled:
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, opts: OnnxrtOptions):
+        self.gm = gm
+        self.opts = opts
+        self.programs: dict[tuple, Program | None] = {}  # None: this signature runs eagerly
+        self._grad_logged = False
+        self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
+        if example_inputs is not None and _is_concrete(example_inputs):
+            self.programs[_signature(example_inputs)] = self._build(list(example_inputs))
+
+    def __call__(self, *inputs):
+        if torch.is_grad_enabled() and self._needs_grad(inputs):
+            if not self._grad_logged:
+                self._grad_logged = True
+                logs.log("eager_fallback", "onnxrt: an input or weight requires grad with grad mode on; "
+                         "this graph runs with the eager backend (ORT runs inference only)")
+            return self.gm(*inputs)
+        sig = _signature(inputs)
+        try:
+            program = self.programs[sig]
+        except KeyError:
+            program = self.programs[sig] = self._build(list(inputs))
+        if program is None:
+            return self.gm(*inputs)
+        try:
+            return program(inputs)
+        except Exception as exc:
+            logs.log("eager_fallback", "onnxrt: a run failed (%s: %s); this signature now runs eagerly",
+                     type(exc).__name__, exc)
+            self.programs[sig] = None
+            return self.gm(*inputs)
+
+    def _needs_grad(self, inputs) -> bool:
+        return any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or any(
+            t.requires_grad for t in self._weights)
+
+    def _build(self, inputs: list) -> Program | None:
+        start = time.perf_counter()
+        try:
+            lowered = lowering.lower(self.gm, inputs, translate.translated_op_names())
+            translate.insert_type_promotion(lowered.graph_module)
+        except Exception as exc:
+            logs.log("eager_fallback", "onnxrt: could not trace the graph to aten (%s: %s); it runs eagerly",
+                     type(exc).__name__, exc)
+            return None
+        device = _device_of(inputs, lowered.state)
+        blocked: set[str] = set()
+        for _ in range(_MAX_ATTEMPTS):
+            try:
+                parted = partition.partition(lowered.graph_module, blocked, self.opts.fallback_ops)
+                self._attach_sessions(parted, device)
+            except translate.NodeTranslationError as exc:
+                blocked.add(exc.node_name)
+                logs.log("output_code", "onnxrt: %s; retrying with it in eager torch", exc)
+                continue
+            except runtime.SessionLoadError as exc:
+                if not exc.node_names:
+                    return self._give_up(f"ONNX Runtime could not load a part: {exc}")
+                blocked.update(exc.node_names)
+                logs.log("output_code", "onnxrt: ORT rejected %s (%s); retrying", exc.node_names, exc)
+                continue
+            except Exception as exc:
+                return self._give_up(f"{type(exc).__name__}: {exc}")
+            program = self._program(parted, lowered, time.perf_counter() - start)
+            _log_program(program)
+            return program
+        return self._give_up(f"still failing after {_MAX_ATTEMPTS} attempts")
+
+    def _attach_sessions(self, parted: partition.Partitioned, device: torch.device) -> None:
+        for name, sub in parted.parts.items():
+            data = runtime.model_bytes(sub, self.opts, name)
+            session = runtime.make_session(data, self.opts, device, sub)
+            setattr(parted.graph_module, name, runtime.OrtPart(session, sub, device))
+        parted.graph_module.recompile()
+
+    def _program(self, parted, lowered, seconds: float) -> Program:
+        ort_nodes = sum(
+            1 for sub in parted.parts.values() for n in sub.graph.nodes if n.op == "call_function")
+        return Program(parted.graph_module, lowered.state, lowered.out_spec, len(parted.parts),
+                       ort_nodes, parted.eager_reasons, seconds)
+
+    def _give_up(self, why: str) -> None:
+        logs.log("eager_fallback", "onnxrt: this graph runs eagerly: %s", why)
+        return None
+
+    def summary(self) -> list[dict]:
+        """Per signature: parts, node counts, eager nodes with reasons (for tests and explain)."""
+        return [
+            {"signature": sig, "eager_graph": p is None, "parts": p.num_parts if p else 0,
+             "ort_nodes": p.ort_nodes if p else 0, "eager_nodes": dict(p.eager_nodes) if p else {},
+             "build_seconds": p.build_seconds if p else 0.0}
+            for sig, p in self.programs.items()
+        ]
+
+
+def _log_program(program: Program) -> None:
+    for name, reason in program.eager_nodes.items():
+        if reason != partition.FREE_OP_REASON:
+            logs.log("eager_fallback", "onnxrt: node %s runs in eager torch: %s", name, reason)
+    if not logs.enabled("output_code"):
+        return
+    logs.log("output_code", "onnxrt: %d ORT part(s) with %d aten node(s), %d node(s) in eager torch, "
+             "built in %.3f s", program.num_parts, program.ort_nodes, len(program.eager_nodes),
+             program.build_seconds)
+    for name, reason in program.eager_nodes.items():
+        logs.log("output_code", "onnxrt: eager %s: %s", name, reason)
+    logs.log("output_code", "onnxrt: top graph:\n%s", program.graph_module.code)

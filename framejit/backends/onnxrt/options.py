@@ -1,0 +1,167 @@
+"""Options of the onnxrt backend: validation of the user's `options=` dict and ORT session options.
+
+`parse_options(dict | None) -> OnnxrtOptions` is the only entry point; it raises TypeError/ValueError
+naming the key and the accepted values, so a typo never silently falls back to a default.
+`OnnxrtOptions` is frozen and hashable: its `cache_repr()` is part of the persistent-cache key of every
+model made under it (only the keys that change the model bytes are in it).
+
+Accepted keys (all optional):
+
+| key                       | type / values                                   | default                      |
+|---------------------------|-------------------------------------------------|------------------------------|
+| providers                 | list of ORT execution provider names            | CUDA first when inputs are on CUDA and it exists, else CPU |
+| intra_op_num_threads      | int >= 0 (0: ORT's choice)                      | torch.get_num_threads()      |
+| inter_op_num_threads      | int >= 0                                        | 1                            |
+| graph_optimization_level  | "disable", "basic", "extended", "all"           | "all"                        |
+| allow_spinning            | bool (ORT `session.intra_op.allow_spinning`)    | False, see NOTE [No spinning]|
+| opset                     | int, ONNX opset of the exported models, 18..23  | torchlib's default (18)      |
+| fallback_ops              | iterable of aten op names ("aten::gelu", ...)   | () : ops forced to run eagerly |
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import torch
+
+# NOTE [No spinning]
+# ORT's intra-op worker threads spin between runs by default. On the 2-core reference machine this
+# slowed the *next eager* torch measurement from ~1 ms to ~9 ms (NOTES.md), and it steals cores from
+# eager partitions that run between two ORT partitions of the same graph. framejit therefore sets
+# `session.intra_op.allow_spinning` to "0" unless the user explicitly asks for spinning.
+
+_OPT_LEVELS = ("disable", "basic", "extended", "all")
+_MIN_OPSET, _MAX_OPSET = 18, 23
+
+
+@dataclasses.dataclass(frozen=True)
+class OnnxrtOptions:
+    providers: tuple[str, ...] | None = None
+    intra_op_num_threads: int | None = None
+    inter_op_num_threads: int = 1
+    graph_optimization_level: str = "all"
+    allow_spinning: bool = False
+    opset: int | None = None
+    fallback_ops: frozenset[str] = frozenset()
+
+    def cache_repr(self) -> str:
+        """The options that change the exported model bytes (ORT session settings do not)."""
+        return f"opset={self.opset};fallback_ops={sorted(self.fallback_ops)}"
+
+
+ACCEPTED_KEYS = tuple(f.name for f in dataclasses.fields(OnnxrtOptions))
+
+
+def _check_int(key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"onnxrt option {key!r} must be an int >= {minimum}, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"onnxrt option {key!r} must be an int >= {minimum}, got {value}")
+    return value
+
+
+def _check_providers(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(
+            "onnxrt option 'providers' must be a list of provider names such as "
+            f"['CPUExecutionProvider'], got {type(value).__name__}"
+        )
+    import onnxruntime
+
+    available = onnxruntime.get_available_providers()
+    for name in value:
+        if name not in available:
+            raise ValueError(
+                f"onnxrt option 'providers': {name!r} is not available; accepted: {', '.join(available)}"
+            )
+    if not value:
+        raise ValueError("onnxrt option 'providers' must name at least one provider")
+    return tuple(value)
+
+
+def _check_fallback_ops(value: Any) -> frozenset[str]:
+    if isinstance(value, str) or not hasattr(value, "__iter__"):
+        raise TypeError(
+            "onnxrt option 'fallback_ops' must be a list of op names like ['aten::gelu'], "
+            f"got {type(value).__name__}"
+        )
+    names = []
+    for name in value:
+        if not isinstance(name, str) or "::" not in name:
+            raise ValueError(
+                f"onnxrt option 'fallback_ops': {name!r} is not an op name like 'aten::gelu' "
+                "or 'aten::add.Tensor'"
+            )
+        names.append(name)
+    return frozenset(names)
+
+
+def parse_options(options: Mapping[str, Any] | None) -> OnnxrtOptions:
+    """Validate the user's options; unknown keys and bad values raise naming the accepted ones."""
+    if options is None:
+        return OnnxrtOptions()
+    if isinstance(options, OnnxrtOptions):
+        return options
+    if not isinstance(options, Mapping):
+        raise TypeError(f"onnxrt options must be a dict or None, got {type(options).__name__}")
+    unknown = sorted(set(options) - set(ACCEPTED_KEYS))
+    if unknown:
+        raise ValueError(f"unknown onnxrt option(s) {unknown}; accepted: {', '.join(ACCEPTED_KEYS)}")
+    values: dict[str, Any] = {}
+    for key, value in options.items():
+        if key == "providers":
+            values[key] = None if value is None else _check_providers(value)
+        elif key in ("intra_op_num_threads", "inter_op_num_threads"):
+            values[key] = _check_int(key, value, 0)
+        elif key == "graph_optimization_level":
+            if value not in _OPT_LEVELS:
+                raise ValueError(
+                    f"onnxrt option 'graph_optimization_level' must be one of {', '.join(_OPT_LEVELS)}, "
+                    f"got {value!r}"
+                )
+            values[key] = value
+        elif key == "allow_spinning":
+            if not isinstance(value, bool):
+                raise TypeError(f"onnxrt option 'allow_spinning' must be a bool, got {type(value).__name__}")
+            values[key] = value
+        elif key == "opset":
+            values[key] = None if value is None else _check_int(key, value, _MIN_OPSET)
+            if value is not None and value > _MAX_OPSET:
+                raise ValueError(f"onnxrt option 'opset' must be in {_MIN_OPSET}..{_MAX_OPSET}, got {value}")
+        elif key == "fallback_ops":
+            values[key] = _check_fallback_ops(value)
+    return OnnxrtOptions(**values)
+
+
+def session_options(opts: OnnxrtOptions):
+    """An `onnxruntime.SessionOptions` for `opts` (spinning off unless asked, see NOTE [No spinning])."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    threads = opts.intra_op_num_threads
+    so.intra_op_num_threads = torch.get_num_threads() if threads is None else threads
+    so.inter_op_num_threads = opts.inter_op_num_threads
+    so.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[opts.graph_optimization_level]
+    spin = "1" if opts.allow_spinning else "0"
+    so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    so.add_session_config_entry("session.inter_op.allow_spinning", spin)
+    so.log_severity_level = 3  # errors only: ORT's warnings are about its own optimisations
+    return so
+
+
+def providers_for(opts: OnnxrtOptions, device: torch.device) -> list[str] | None:
+    """Execution providers for a graph whose inputs live on `device`; None when none can run it."""
+    import onnxruntime as ort
+
+    if opts.providers is not None:
+        return list(opts.providers)
+    if device.type == "cpu":
+        return ["CPUExecutionProvider"]
+    if device.type == "cuda" and "CUDAExecutionProvider" in ort.get_available_providers():
+        return [("CUDAExecutionProvider", {"device_id": device.index or 0}), "CPUExecutionProvider"]
+    return None

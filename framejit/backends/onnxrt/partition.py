@@ -1,0 +1,95 @@
+"""Capability-based partitioning of a lowered aten graph into ONNX-Runtime parts and eager parts.
+
+`partition(gm, blocked, fallback_ops) -> Partitioned` copies the lowered graph, asks
+`translate.unsupported_reason` about every node, and fuses maximal groups of supported nodes (with
+torch.fx's CapabilityBasedPartitioner, which keeps the fused graph acyclic) into `call_module` nodes
+named `ort_0`, `ort_1`, ... . Everything else stays in the top graph and runs as eager torch.
+
+Invariants: the input GraphModule is not modified; `blocked` node names (nodes that failed to
+translate or to load in ORT on an earlier attempt) are always left to eager; a partition made only of
+free ops (views, getitem) is dissolved, since eager runs those without copying; every placeholder of a
+fused submodule carries the `meta["val"]` of the value that feeds it.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import operator
+
+import torch
+import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from . import translate
+
+# Ops that eager torch runs as metadata changes (no kernel, no copy). A partition made only of these
+# would cost an ORT call and a copy for nothing.
+_FREE_OPS = frozenset({
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::t", "aten::transpose", "aten::permute",
+    "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::slice", "aten::select", "aten::alias",
+    "aten::detach", "aten::as_strided", "aten::split", "aten::split_with_sizes", "aten::unbind",
+})
+
+
+FREE_OP_REASON = "a free op (view/getitem) left outside ORT parts"
+
+
+@dataclasses.dataclass
+class Partitioned:
+    graph_module: torch.fx.GraphModule      # top graph; call_module "ort_<i>" nodes for ORT parts
+    parts: dict[str, torch.fx.GraphModule]  # submodule name -> its aten graph
+    eager_reasons: dict[str, str]           # eager call_function node name -> why it is not in ORT
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, blocked: set[str], fallback_ops: frozenset):
+        self.blocked = blocked
+        self.fallback_ops = fallback_ops
+        self.reasons: dict[str, str] = {}
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node.target is operator.getitem:
+            return self.is_node_supported(submodules, node.args[0])
+        if node.name in self.reasons:
+            return False
+        reason = "failed to translate or load on an earlier attempt" if node.name in self.blocked else None
+        reason = reason or translate.unsupported_reason(node, self.fallback_ops)
+        if reason is not None:
+            self.reasons[node.name] = reason
+            return False
+        return True
+
+
+def _is_free(node: torch.fx.Node) -> bool:
+    if node.target is operator.getitem:
+        return True
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.name() in _FREE_OPS
+
+
+def partition(gm: torch.fx.GraphModule, blocked: set[str], fallback_ops: frozenset) -> Partitioned:
+    graph = copy.deepcopy(gm.graph)
+    work = torch.fx.GraphModule(gm, graph)
+    support = _Support(blocked, fallback_ops)
+    partitioner = CapabilityBasedPartitioner(work, support, allows_single_node_partition=True)
+    proposed = [p for p in partitioner.propose_partitions() if not all(_is_free(n) for n in p.nodes)]
+    fused = partitioner.fuse_partitions(proposed, prefix="ort_")
+    parts: dict[str, torch.fx.GraphModule] = {}
+    for node in fused.graph.nodes:
+        if node.op == "call_module":
+            sub = fused.get_submodule(node.target)
+            _copy_input_meta(node, sub)
+            parts[node.target] = sub
+    eager_reasons = {
+        n.name: support.reasons.get(n.name, FREE_OP_REASON)
+        for n in fused.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+    }
+    return Partitioned(fused, parts, eager_reasons)
+
+
+def _copy_input_meta(call: torch.fx.Node, sub: torch.fx.GraphModule) -> None:
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    for placeholder, arg in zip(placeholders, call.args):
+        placeholder.meta["val"] = arg.meta["val"]

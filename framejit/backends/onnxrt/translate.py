@@ -1,0 +1,171 @@
+"""Translation of a core-aten FX graph (one partition) into ONNX model bytes, op by op, via torchlib.
+
+Each call_function node is handed to its torchlib function (onnxscript's maintained aten -> ONNX op
+library, as registered by torch's ONNX registry), which records ONNX nodes into an `onnx_ir` graph.
+No torch.export and no Dynamo are involved; see NOTE [Private torch.onnx pieces].
+
+Main entry points:
+- `registry()`: the torchlib registry (built once per process, ~0.5 s).
+- `unsupported_reason(node, fallback_ops)`: why a node cannot go to ONNX (None when it can); this is
+  the capability check the partitioner uses.
+- `to_onnx_bytes(gm, opset) -> bytes`: the serialized ModelProto; raises `NodeTranslationError`
+  naming the FX node that failed, so the caller can leave that node to eager torch and retry.
+
+Invariant: every ONNX node made for FX node `n` is named `node_<n>__<k>`, so an ONNX Runtime error message can be traced back to the FX node that caused it.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import operator
+
+import torch
+import torch.fx
+
+# NOTE [Private torch.onnx pieces]
+# The per-node translation reuses torch's dynamo-exporter internals (`torch.onnx._internal.exporter`:
+# ONNXRegistry, the OpRecorder evaluator and `_handle_call_function_node_with_lowering`), called on our
+# own make_fx graph, never on an ExportedProgram. They are private, so every use is in this module;
+# they were identical in torch 2.13 and 2.14. If an import or a call breaks in another torch version,
+# the failure is caught by the backend and the graph runs eagerly with an `eager_fallback` log line.
+
+# dtypes ONNX Runtime's CPU kernels cover broadly; others (bfloat16, complex, float8...) run eagerly.
+SUPPORTED_DTYPES = frozenset({
+    torch.float32, torch.float16, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
+    torch.uint8, torch.bool,
+})
+
+# Ops that the partitioner never sends to ORT whatever torchlib says: they mutate memory (left over
+# from functionalization) or produce values that only make sense to torch's runtime.
+_NEVER = frozenset({"aten::copy_", "aten::set_", "aten::resize_", "aten::_local_scalar_dense"})
+
+
+class NodeTranslationError(RuntimeError):
+    def __init__(self, node_name: str, message: str):
+        super().__init__(f"node {node_name}: {message}")
+        self.node_name = node_name
+
+
+@functools.lru_cache(maxsize=None)
+def registry():
+    from torch.onnx._internal.exporter import _registration
+
+    with _quiet():
+        return _registration.ONNXRegistry.from_torchlib()
+
+
+@functools.lru_cache(maxsize=None)
+def translated_op_names() -> frozenset:
+    return frozenset(k for k in registry().functions if isinstance(k, str))
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence torch.onnx's per-node warnings (missing nn_module_stack, torchvision) while we work."""
+    loggers = [logging.getLogger(n) for n in (
+        "torch.onnx._internal.exporter._core", "torch.onnx._internal.exporter._registration",
+        "torch.onnx._internal.exporter._building", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _tensor_vals(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _tensor_vals(item)]
+    return []
+
+
+def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | None:
+    """None if `node` can be translated to ONNX and run by ORT, else a short reason."""
+    if node.target is operator.getitem:
+        return None
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return f"{node.target} is not an aten op"
+    name = node.target.name()
+    overload = name if node.target._overloadname == "default" else f"{name}.{node.target._overloadname}"
+    if name in _NEVER or name in fallback_ops or overload in fallback_ops:
+        return f"{overload} is excluded from ONNX (mutation, runtime-only or fallback_ops)"
+    if node.target._schema.is_mutable:
+        return f"{overload} mutates its inputs"
+    if not registry().is_registered(node.target):
+        return f"no torchlib translation for {overload}"
+    vals = _tensor_vals(node.meta.get("val"))
+    for arg in node.all_input_nodes:
+        vals += _tensor_vals(arg.meta.get("val"))
+    if "val" not in node.meta:
+        return f"{overload} has no shape/dtype metadata"
+    for val in vals:
+        if val.dtype not in SUPPORTED_DTYPES:
+            return f"{overload} uses dtype {val.dtype}, which ONNX Runtime does not run here"
+        if val.layout != torch.strided:
+            return f"{overload} uses layout {val.layout}"
+    return None
+
+
+def insert_type_promotion(gm: torch.fx.GraphModule) -> None:
+    """Make aten's implicit type promotion explicit (ONNX ops need equal input dtypes), in place."""
+    from torch.onnx._internal.fx import passes
+
+    with _quiet():
+        passes.InsertTypePromotion(gm).run()
+
+
+def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
+    """Serialize the partition `gm` (placeholders and call_function nodes with meta['val'])."""
+    import onnx_ir as ir
+    from torch.onnx._internal.exporter import _core
+
+    reg = registry()
+    opset_version = opset or reg.opset_version
+    graph = ir.Graph([], [], nodes=[], opset_imports={"": opset_version}, name="framejit_partition")
+    model = ir.Model(graph, ir_version=10, producer_name="framejit")
+    values: dict = {}
+    onnx_opset = _core._get_onnxscript_opset(opset_version)
+    constant_farm: dict = {}
+    with _quiet():
+        for node in gm.graph.nodes:
+            try:
+                _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm)
+            except Exception as exc:  # torchlib raises many kinds; all mean "this node cannot go"
+                raise NodeTranslationError(node.name, f"{type(exc).__name__}: {exc}") from exc
+        _add_function_opsets(model)
+        return ir.serde.serialize_model(model).SerializeToString()
+
+
+def _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm) -> None:
+    from torch.onnx._internal.exporter import _core
+
+    if node.op == "placeholder":
+        _core._handle_placeholder_node(node, values, graph_like=graph, lower="at_conversion", opset=onnx_opset)
+    elif node.op == "call_function":
+        first = graph.num_nodes()
+        _core._handle_call_function_node_with_lowering(
+            model, node, values, graph_like=graph, constant_farm=constant_farm, registry=reg,
+            opset=onnx_opset, node_name_to_local_functions={},
+        )
+        for k in range(first, graph.num_nodes()):  # see the naming invariant in the docstring
+            graph.node(k).name = f"node_{node.name}__{k - first}"
+    elif node.op == "output":
+        _core._handle_output_node(node, values, graph_like=graph)
+    else:
+        raise NotImplementedError(f"unexpected {node.op} node in a partition")
+
+
+def _add_function_opsets(model) -> None:
+    """Declare every domain used by a node or a local function (torchlib helpers live in their own)."""
+    for func in model.functions.values():
+        model.opset_imports.setdefault(func.domain, 1)
+        for domain, version in func.opset_imports.items():
+            model.opset_imports.setdefault(domain, version)
+    for node in model.graph:
+        if node.domain not in model.opset_imports:
+            model.opset_imports[node.domain] = node.version or 1

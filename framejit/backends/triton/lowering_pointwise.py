@@ -1,0 +1,299 @@
+"""Lowerings of elementwise aten ops to PointwiseNodes (registered into lowering.LOWERINGS).
+
+Each lowering computes in `compute_dtype(result dtype)` (float32 for float16/bfloat16 results, as eager
+PyTorch does) and casts the result back, so every node rounds exactly once, like its eager op.
+Functions that Triton's core language lacks (tanh, log1p, expm1, trunc, pow, remainder) are built
+here from the primitives codegen knows (see codegen.OPS); the interpreter has no libdevice.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .ir import Op, Scalar, cast
+from .lowering import TensorRef, Unlowerable, compute_dtype, lowering
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+def _meta(node):
+    return node.meta["val"]
+
+
+def _arg_meta(a):
+    return a.meta["val"] if isinstance(a, torch.fx.Node) else a
+
+
+def _promoted(node) -> torch.dtype:
+    tensors = [_arg_meta(a) for a in node.args if isinstance(a, (torch.fx.Node, bool, int, float))]
+    return torch.result_type(*tensors[:2]) if len(tensors) >= 2 else tensors[0].dtype
+
+
+def _pointwise(lo, node, args, fn, compute=None):
+    out = _meta(node)
+    return lo.pointwise(args, out.shape, out.dtype, fn, compute or compute_dtype(out.dtype), str(node.target))
+
+
+def binop(name: str):
+    return lambda a, b: Op(name, (a, b), a.dtype)
+
+
+# -- value builders used by several lowerings (and by lowering_reductions) --------------------------
+
+
+def where(cond, a, b):
+    return Op("where", (cast(cond, torch.bool), a, b), a.dtype)
+
+
+def lit(value, like):
+    return Scalar(value, like.dtype)
+
+
+def tanh(x):
+    t = Op("exp", (Op("mul", (lit(-2.0, x), Op("abs", (x,), x.dtype)), x.dtype),), x.dtype)
+    y = Op("truediv", (Op("sub", (lit(1.0, x), t), x.dtype), Op("add", (lit(1.0, x), t), x.dtype)), x.dtype)
+    return where(Op("lt", (x, lit(0.0, x)), torch.bool), Op("neg", (y,), x.dtype), y)
+
+
+def trunc(x):
+    return where(Op("lt", (x, lit(0.0, x)), torch.bool), Op("ceil", (x,), x.dtype), Op("floor", (x,), x.dtype))
+
+
+def log1p(x):
+    # NOTE [Kahan's log1p/expm1]: log(u) * x / (u - 1) with u = 1 + x cancels the rounding error of
+    # 1 + x, giving a few-ulp result from plain log/exp, which the interpreter also supports.
+    u = Op("add", (lit(1.0, x), x), x.dtype)
+    um1 = Op("sub", (u, lit(1.0, x)), x.dtype)
+    ratio = Op("truediv", (Op("mul", (Op("log", (u,), x.dtype), x), x.dtype), um1), x.dtype)
+    return where(Op("eq", (u, lit(1.0, x)), torch.bool), x, where(Op("eq", (u, lit(math.inf, x)), torch.bool), u, ratio))
+
+
+def expm1(x):
+    u = Op("exp", (x,), x.dtype)
+    um1 = Op("sub", (u, lit(1.0, x)), x.dtype)
+    ratio = Op("truediv", (Op("mul", (um1, x), x.dtype), Op("log", (u,), x.dtype)), x.dtype)
+    big = Op("gt", (Op("abs", (x,), x.dtype), lit(40.0, x)), torch.bool)
+    return where(Op("eq", (u, lit(1.0, x)), torch.bool), x, where(big, um1, ratio))
+
+
+def power(x, exponent):
+    """x ** exponent for a Python number exponent."""
+    if float(exponent).is_integer() and abs(exponent) <= 8:
+        n = int(abs(exponent))
+        result = lit(1.0 if x.dtype.is_floating_point else 1, x)
+        base = x
+        while n:  # square and multiply
+            if n & 1:
+                result = base if isinstance(result, Scalar) else Op("mul", (result, base), x.dtype)
+            n >>= 1
+            if n:
+                base = Op("mul", (base, base), x.dtype)
+        if exponent < 0:
+            if not x.dtype.is_floating_point:
+                raise Unlowerable("negative integer power of an integer tensor")
+            result = Op("truediv", (lit(1.0, x), result), x.dtype)
+        return result
+    if not x.dtype.is_floating_point:
+        raise Unlowerable("fractional power of an integer tensor")
+    if exponent == 0.5:
+        return Op("sqrt", (x,), x.dtype)
+    if exponent == -0.5:
+        return Op("rsqrt", (x,), x.dtype)
+    # exp2(y * log2(x)): NaN for x < 0 and a non-integer y, like torch.pow
+    return Op("exp2", (Op("mul", (lit(float(exponent), x), Op("log2", (x,), x.dtype)), x.dtype),), x.dtype)
+
+
+def python_remainder(a, b):
+    r = Op("cmod", (a, b), a.dtype)
+    zero = lit(0, a)
+    fix = Op("and", (Op("ne", (r, zero), torch.bool),
+                     Op("ne", (Op("lt", (r, zero), torch.bool), Op("lt", (b, zero), torch.bool)), torch.bool)), torch.bool)
+    return where(fix, Op("add", (r, b), a.dtype), r)
+
+
+def floor_divide(a, b):
+    if a.dtype.is_floating_point:
+        return Op("floor", (Op("truediv", (a, b), a.dtype),), a.dtype)
+    q = Op("truncdiv", (a, b), a.dtype)
+    zero = lit(0, a)
+    fix = Op("and", (Op("ne", (Op("cmod", (a, b), a.dtype), zero), torch.bool),
+                     Op("ne", (Op("lt", (a, zero), torch.bool), Op("lt", (b, zero), torch.bool)), torch.bool)), torch.bool)
+    return where(fix, Op("sub", (q, lit(1, a)), a.dtype), q)
+
+
+# -- registrations ------------------------------------------------------------------------------------
+
+SIMPLE_UNARY = {
+    aten.neg: "neg", aten.abs: "abs", aten.exp: "exp", aten.exp2: "exp2", aten.log: "log", aten.log2: "log2",
+    aten.sqrt: "sqrt", aten.rsqrt: "rsqrt", aten.sin: "sin", aten.cos: "cos", aten.sigmoid: "sigmoid",
+    aten.erf: "erf", aten.floor: "floor", aten.ceil: "ceil", aten.bitwise_not: "bitnot",
+}
+BUILT_UNARY = {
+    aten.tanh: tanh, aten.trunc: trunc, aten.log1p: log1p, aten.expm1: expm1,
+    aten.reciprocal: lambda x: Op("truediv", (lit(1.0, x), x), x.dtype),
+    aten.relu: lambda x: where(Op("lt", (x, lit(0, x)), torch.bool), lit(0, x), x),
+    aten.sign: lambda x: where(Op("gt", (x, lit(0, x)), torch.bool), lit(1, x),
+                               where(Op("lt", (x, lit(0, x)), torch.bool), lit(-1, x), Op("mul", (x, lit(0, x)), x.dtype))),
+    aten.clone: lambda x: x,
+    aten.log10: lambda x: Op("mul", (Op("log2", (x,), x.dtype), lit(math.log10(2.0), x)), x.dtype),
+}
+ARITHMETIC = {
+    aten.mul: "mul", aten.maximum: "maximum", aten.minimum: "minimum",
+    aten.fmod: "cmod", aten.bitwise_and: "and", aten.bitwise_or: "or", aten.bitwise_xor: "xor",
+}
+COMPARISONS = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt", aten.ge: "ge"}
+LOGICAL = {aten.logical_and: "and", aten.logical_or: "or", aten.logical_xor: "ne"}
+
+
+def _float_only(x):
+    if not x.dtype.is_floating_point:
+        raise Unlowerable(f"float op on {x.dtype}")
+    return x
+
+
+def _register_unary(op, build):
+    @lowering(op)
+    def lower_unary(lo, node, x, *rest, **kw):
+        if rest or kw:
+            raise Unlowerable("extra arguments")
+        return _pointwise(lo, node, [x], build)
+
+
+for _op, _name in SIMPLE_UNARY.items():
+    _register_unary(_op, lambda x, n=_name: Op(n, (x,), x.dtype))
+for _op, _fn in BUILT_UNARY.items():
+    _register_unary(_op, _fn)
+
+
+def _register_binary(op, name, result_bool=False, operand_dtype=None):
+    @lowering(op)
+    def lower_binary(lo, node, a, b, **kw):
+        if kw:
+            raise Unlowerable("extra arguments")
+        compute = operand_dtype or (compute_dtype(_promoted(node)) if result_bool else None)
+        dtype = torch.bool if result_bool else None
+        return _pointwise(lo, node, [a, b], lambda x, y: Op(name, (x, y), dtype or x.dtype), compute)
+
+
+for _op, _name in ARITHMETIC.items():
+    _register_binary(_op, _name)
+for _op, _name in COMPARISONS.items():
+    _register_binary(_op, _name, result_bool=True)
+for _op, _name in LOGICAL.items():
+    _register_binary(_op, _name, result_bool=True, operand_dtype=torch.bool)
+
+
+@lowering(aten.logical_not)
+def _logical_not(lo, node, x):
+    return _pointwise(lo, node, [x], lambda v: Op("not", (v,), torch.bool), torch.bool)
+
+
+@lowering(aten.isnan)
+def _isnan(lo, node, x):
+    return _pointwise(lo, node, [x], lambda v: Op("ne", (v, v), torch.bool), compute_dtype(x.dtype))
+
+
+@lowering(aten.isinf)
+def _isinf(lo, node, x):
+    if not x.dtype.is_floating_point:
+        return _pointwise(lo, node, [x], lambda v: Op("ne", (v, v), torch.bool), compute_dtype(x.dtype))
+    return _pointwise(lo, node, [x], lambda v: Op("eq", (Op("abs", (v,), v.dtype), lit(math.inf, v)), torch.bool),
+                      compute_dtype(x.dtype))
+
+
+@lowering(aten.add, aten.sub)
+def _add_sub(lo, node, a, b, alpha=1):
+    name = "add" if node.target.overloadpacket is aten.add else "sub"
+
+    def fn(x, y):
+        if alpha != 1:
+            y = Op("mul", (y, lit(alpha, y)), y.dtype)
+        return Op(name, (x, y), x.dtype)
+
+    return _pointwise(lo, node, [a, b], fn)
+
+
+@lowering(aten.div)
+def _div(lo, node, a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return _pointwise(lo, node, [a, b], binop("truediv"))
+    if rounding_mode == "floor":
+        return _pointwise(lo, node, [a, b], floor_divide)
+    if _meta(node).dtype.is_floating_point:
+        return _pointwise(lo, node, [a, b], lambda x, y: trunc(Op("truediv", (x, y), x.dtype)))
+    return _pointwise(lo, node, [a, b], binop("truncdiv"))
+
+
+@lowering(aten.remainder)
+def _remainder(lo, node, a, b):
+    return _pointwise(lo, node, [a, b], python_remainder)
+
+
+@lowering(aten.pow.Tensor_Scalar)
+def _pow(lo, node, x, exponent):
+    if not isinstance(exponent, (int, float)) or isinstance(exponent, bool):
+        raise Unlowerable("non-number exponent")
+    compute = compute_dtype(_meta(node).dtype)
+    power(Scalar(1, compute), exponent)  # raises Unlowerable early for unsupported integer cases
+    return _pointwise(lo, node, [x], lambda v: power(v, exponent))
+
+
+@lowering(aten.clamp)
+def _clamp(lo, node, x, min=None, max=None):
+    if isinstance(min, TensorRef) or isinstance(max, TensorRef):
+        raise Unlowerable("tensor bounds")
+
+    def fn(v):
+        if min is not None:
+            v = Op("maximum", (v, lit(min, v)), v.dtype)
+        if max is not None:
+            v = Op("minimum", (v, lit(max, v)), v.dtype)
+        return v
+
+    return _pointwise(lo, node, [x], fn)
+
+
+@lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(lo, node, cond, a, b):
+    out = _meta(node)
+    compute = compute_dtype(out.dtype)
+
+    def fn(c, x, y):
+        return Op("where", (cast(c, torch.bool), cast(x, compute), cast(y, compute)), compute)
+
+    if not isinstance(cond, TensorRef):
+        raise Unlowerable("scalar condition")
+    return lo.pointwise([cond, a, b], out.shape, out.dtype, lambda c, x, y: fn(c, x, y), compute, "where")
+
+
+@lowering(aten._to_copy, prims.convert_element_type, aten.to.dtype)
+def _to_copy(lo, node, x, *args, **kwargs):
+    out = _meta(node)
+    device = kwargs.get("device")
+    if device is not None and torch.device(device) != out.device:
+        raise Unlowerable("device change")
+    if kwargs.get("memory_format") not in (None, torch.preserve_format, torch.contiguous_format):
+        raise Unlowerable("memory format")
+    # compute in the target dtype: the cast itself is the one rounding step
+    return lo.pointwise([x], out.shape, out.dtype, lambda v: v, x.dtype, "_to_copy")
+
+
+@lowering(aten.full, aten.scalar_tensor, aten.full_like, aten.zeros, aten.ones, aten.zeros_like,
+          aten.ones_like, aten.empty_like, aten.new_zeros, aten.new_ones, aten.new_full, aten.new_empty,
+          aten.empty, aten.fill.Scalar)
+def _constant_fill(lo, node, *args, **kwargs):
+    out = _meta(node)
+    packet = node.target.overloadpacket
+    if packet in (aten.full, aten.new_full):
+        value = args[-1] if packet is aten.full else args[2]
+    elif packet is aten.full_like or packet is aten.fill:
+        value = args[1]
+    elif packet is aten.scalar_tensor:
+        value = args[0]
+    else:
+        value = 1 if packet in (aten.ones, aten.ones_like, aten.new_ones) else 0
+    if isinstance(value, TensorRef):
+        raise Unlowerable("tensor fill value")
+    return lo.pointwise([], out.shape, out.dtype, lambda: Scalar(value, out.dtype), out.dtype, str(node.target))

@@ -1,0 +1,222 @@
+"""Attribute lookup over abstract values, following Python's order.
+
+For objects: data descriptors of the type (properties are inlined), then the instance `__dict__`
+(guarded through an AttrSource), then class attributes (functions become bound methods), then, for
+nn.Module, its parameter/buffer/child slots (NOTE [Module slots]). A missing attribute raises the same
+AttributeError CPython would (through UserException); a lookup framejit cannot model (a custom
+`__getattr__`, an unknown descriptor) is Unsupported.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from .breaks import BreakKind, Unsupported, UserException
+from .sources import AttrSource, DictSlotSource
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, NewObjectValue,
+                     NNModuleValue, ObjectValue, PyModuleValue, SequenceValue, TensorMethodValue, TensorValue,
+                     UserFunctionValue, Value)
+from .values.builder import is_library_module, wrap, wrap_unguarded
+
+# Tensor attributes that are metadata: constant for a traced tensor (inputs are guarded on them).
+TENSOR_METADATA = {
+    "shape": lambda t: torch.Size(t.shape), "dtype": lambda t: t.dtype, "device": lambda t: t.device,
+    "ndim": lambda t: t.ndim, "is_cuda": lambda t: t.is_cuda, "requires_grad": lambda t: t.requires_grad,
+    "layout": lambda t: t.layout, "is_sparse": lambda t: t.is_sparse, "is_quantized": lambda t: t.is_quantized,
+    "is_meta": lambda t: False, "itemsize": lambda t: t.itemsize, "is_complex": None,
+}
+TENSOR_VALUED_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
+TENSOR_UNSUPPORTED_ATTRS = {"grad", "data", "_version", "grad_fn", "_base", "is_leaf", "names"}
+
+CONTAINER_METHODS = {
+    list: ("append", "extend", "pop", "insert", "index", "count", "reverse", "sort", "copy", "clear", "remove"),
+    tuple: ("index", "count"),
+    dict: ("keys", "values", "items", "get", "update", "pop", "setdefault", "copy", "clear"),
+}
+
+
+def getattr_value(tx, obj: Value, name: str) -> Value:
+    if isinstance(obj, TensorValue):
+        return _tensor_attr(tx, obj, name)
+    if isinstance(obj, ConstantValue):
+        return _constant_attr(obj, name)
+    if isinstance(obj, SequenceValue):
+        return _sequence_attr(obj, name)
+    if isinstance(obj, DictValue):
+        return _container_method(obj, dict, name)
+    if isinstance(obj, PyModuleValue):
+        return _module_attr(tx, obj, name)
+    if isinstance(obj, ClassValue):
+        return _class_attr(tx, obj, name)
+    if isinstance(obj, (ObjectValue, NewObjectValue)):
+        return object_attr(tx, obj, name)
+    if isinstance(obj, UserFunctionValue) and name in ("__name__", "__qualname__", "__module__", "__doc__"):
+        return ConstantValue(getattr(obj.fn, name))
+    if isinstance(obj, BuiltinValue):
+        try:
+            return wrap_unguarded(getattr(obj.obj, name))
+        except AttributeError as e:
+            raise UserException(e) from None
+    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of {obj.describe()}")
+
+
+def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
+    if name in TENSOR_UNSUPPORTED_ATTRS:
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name} is state outside the graph")
+    getter = TENSOR_METADATA.get(name)
+    if getter is not None:
+        return ConstantValue(getter(t.fake))
+    if name in TENSOR_VALUED_ATTRS:
+        return tx.output.call("call_function", getattr, (t, ConstantValue(name)), {})
+    attr = getattr(torch.Tensor, name, None)
+    if attr is None:
+        raise UserException(AttributeError(f"'Tensor' object has no attribute '{name}'"))
+    if callable(attr):
+        return TensorMethodValue(t, name)
+    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name}")
+
+
+def _constant_attr(obj: ConstantValue, name: str) -> Value:
+    try:
+        value = getattr(obj.value, name)
+    except AttributeError as e:
+        raise UserException(e) from None
+    return wrap_unguarded(value)
+
+
+def _sequence_attr(obj: SequenceValue, name: str) -> Value:
+    fields = getattr(obj.cls, "_fields", None)
+    if fields and name in fields:
+        return obj.items[fields.index(name)]
+    if hasattr(obj.cls, "n_fields") and name in _structseq_fields(obj.cls):
+        return obj.items[_structseq_fields(obj.cls).index(name)]
+    base = list if obj.cls is list else tuple
+    return _container_method(obj, base, name)
+
+
+def _structseq_fields(cls: type) -> list[str]:
+    return [n for n in dir(cls) if isinstance(getattr(cls, n, None), types.MemberDescriptorType)
+            and not n.startswith("n_")]
+
+
+def _container_method(obj: Value, base: type, name: str) -> Value:
+    if name in CONTAINER_METHODS.get(base, ()):
+        return BoundMethodValue(BuiltinValue(getattr(base, name)), obj)
+    if hasattr(base, name):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{base.__name__}.{name}")
+    raise UserException(AttributeError(f"'{base.__name__}' object has no attribute '{name}'"))
+
+
+def _module_attr(tx, obj: PyModuleValue, name: str) -> Value:
+    try:
+        value = getattr(obj.obj, name)
+    except AttributeError as e:
+        raise UserException(e) from None
+    if is_library_module(obj.obj) or obj.source is None:
+        return wrap_unguarded(value)
+    return wrap(tx.output, value, AttrSource(obj.source, name))
+
+
+def _lookup_class(cls: type, name: str) -> tuple[bool, Any]:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return True, klass.__dict__[name]
+    return False, None
+
+
+def _class_attr(tx, obj: ClassValue, name: str) -> Value:
+    cls = obj.obj
+    found, attr = _lookup_class(cls, name)
+    if not found:
+        try:
+            value = getattr(cls, name)  # metaclass attributes (e.g. Enum members)
+        except AttributeError as e:
+            raise UserException(e) from None
+        return _guarded_or_plain(tx, obj, name, value)
+    if isinstance(attr, staticmethod):
+        return wrap_unguarded(attr.__func__)
+    if isinstance(attr, classmethod):
+        return BoundMethodValue(wrap_unguarded(attr.__func__), obj)
+    if isinstance(attr, types.FunctionType):
+        return UserFunctionValue(attr)
+    return _guarded_or_plain(tx, obj, name, getattr(cls, name))
+
+
+def _guarded_or_plain(tx, owner: Value, name: str, value: Any) -> Value:
+    if owner.source is not None:
+        return wrap(tx.output, value, AttrSource(owner.source, name))
+    return wrap_unguarded(value)
+
+
+def object_attr(tx, obj: Value, name: str) -> Value:
+    """Attribute of a user object or module, in Python's lookup order."""
+    real = obj.obj if isinstance(obj, ObjectValue) else None
+    cls = type(real) if real is not None else obj.cls
+    found, attr = _lookup_class(cls, name)
+    if found and _is_data_descriptor(attr):
+        return _descriptor_attr(tx, obj, name, attr)
+    if isinstance(obj, NewObjectValue):
+        if name in obj.attrs:
+            return obj.attrs[name]
+    elif name in getattr(real, "__dict__", {}):
+        if obj.source is None:
+            return wrap_unguarded(real.__dict__[name])
+        return wrap(tx.output, real.__dict__[name], AttrSource(obj.source, name))
+    if found:
+        return _class_level_attr(tx, obj, cls, name, attr)
+    if isinstance(real, torch.nn.Module):
+        return _module_slot(tx, obj, name)
+    if _lookup_class(cls, "__getattr__")[0]:
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.__getattr__ for {name!r}")
+    raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'"))
+
+
+def _is_data_descriptor(attr: Any) -> bool:
+    return hasattr(type(attr), "__get__") and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"))
+
+
+def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
+    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+        return tx.call(UserFunctionValue(attr.fget), [obj], {})
+    if isinstance(attr, (types.MemberDescriptorType, types.GetSetDescriptorType)) and isinstance(obj, ObjectValue):
+        value = getattr(obj.obj, name)
+        if obj.source is None:
+            return wrap_unguarded(value)
+        return wrap(tx.output, value, AttrSource(obj.source, name))
+    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+
+
+def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any) -> Value:
+    if isinstance(attr, types.FunctionType):
+        return BoundMethodValue(UserFunctionValue(attr), obj)
+    if isinstance(attr, staticmethod):
+        return wrap_unguarded(attr.__func__)
+    if isinstance(attr, classmethod):
+        return BoundMethodValue(wrap_unguarded(attr.__func__), ClassValue(cls))
+    if isinstance(attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return BoundMethodValue(BuiltinValue(attr), obj)
+    if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+    return wrap_unguarded(attr)
+
+
+def _module_slot(tx, obj: Value, name: str) -> Value:
+    mod = obj.obj
+    for slot in ("_parameters", "_buffers", "_modules"):
+        table = mod.__dict__.get(slot, {})
+        if name in table:
+            value = table[name]
+            if value is None:
+                if obj.source is not None:
+                    tx.output.guard_constant(DictSlotSource(obj.source, slot, name), None)
+                return ConstantValue(None)
+            if obj.source is None:
+                return NNModuleValue(value) if slot == "_modules" else _unsourced(name)
+            return wrap(tx.output, value, DictSlotSource(obj.source, slot, name))
+    raise UserException(AttributeError(f"'{type(mod).__name__}' object has no attribute '{name}'"))
+
+
+def _unsourced(name: str) -> Value:
+    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"parameter {name!r} of a module without a source")

@@ -1,0 +1,140 @@
+"""Graph breaks as data, and the exceptions that carry them.
+
+A `GraphBreak` records why tracing could not continue: a stable `BreakKind`, a human explanation, a hint
+that says what the user can change, and the user's stack (file:line:source, innermost last). Tests assert
+on the kind, never on the message text.
+
+`Unsupported` is raised inside the translator at an unsupported step; the frame hook catches it. With
+`fullgraph=True` it reaches the user (it is `framejit.Unsupported`, documented in api.py).
+`UserException` wraps an exception that the user's own code raised while being traced (a bad shape, a
+failing assert): the frame then runs eagerly, so the user sees the very exception eager raises.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class FramejitError(Exception):
+    """Base class of framejit's own exceptions."""
+
+
+class BreakKind(enum.Enum):
+    UNSUPPORTED_OPCODE = "unsupported_opcode"
+    UNSUPPORTED_CALL = "unsupported_call"
+    DATA_DEPENDENT = "data_dependent"
+    UNSUPPORTED_ATTRIBUTE = "unsupported_attribute"
+    UNSUPPORTED_VALUE = "unsupported_value"
+    SIDE_EFFECT = "side_effect"
+    EXCEPTION_RAISED = "exception_raised"
+    INLINE_LIMIT = "inline_limit"
+    MODULE_HOOKS = "module_hooks"
+    DYNAMIC_CONTROL_FLOW = "dynamic_control_flow"
+    INTERNAL_ERROR = "internal_error"
+
+
+# What causes each kind and what the user can do; docs/graph_breaks.md is generated from this table.
+KIND_DOCS: dict[BreakKind, tuple[str, str]] = {
+    BreakKind.UNSUPPORTED_OPCODE: (
+        "a Python bytecode instruction framejit cannot trace yet",
+        "move that statement out of the compiled function, or wrap its helper with framejit.disable"),
+    BreakKind.UNSUPPORTED_CALL: (
+        "a call into a function framejit cannot put in a graph or inline (C extensions, I/O, numpy, ...)",
+        "call it outside the compiled region, or mark the callee with framejit.disable"),
+    BreakKind.DATA_DEPENDENT: (
+        "Python control flow or a Python value that depends on tensor data (.item(), bool(t), if t.sum() > 0)",
+        "keep the computation in tensors (torch.where, masks), or move the decision out of the compiled code"),
+    BreakKind.UNSUPPORTED_ATTRIBUTE: (
+        "an attribute framejit cannot read safely (a descriptor, __getattr__ on a user class, ...)",
+        "read the attribute before calling the compiled function and pass the value in"),
+    BreakKind.UNSUPPORTED_VALUE: (
+        "an argument or global of a type framejit cannot model",
+        "pass tensors, Python scalars, containers, modules or plain objects"),
+    BreakKind.SIDE_EFFECT: (
+        "a mutation of state visible outside the function that cannot be replayed yet",
+        "return the new value instead of mutating inputs or globals"),
+    BreakKind.EXCEPTION_RAISED: (
+        "the traced code raised an exception (raise, a failing assert, a bad shape)",
+        "the function runs eagerly so that the same exception reaches you; fix the error or catch it outside"),
+    BreakKind.INLINE_LIMIT: (
+        "inlined calls nested deeper than config.inline_depth_limit (deep or unbounded recursion)",
+        "make the recursion bounded by a Python constant, or raise framejit.config.inline_depth_limit"),
+    BreakKind.MODULE_HOOKS: (
+        "an nn.Module with forward/backward hooks that framejit does not run inside a graph",
+        "remove the hooks while compiling, or compile the module's forward without them"),
+    BreakKind.DYNAMIC_CONTROL_FLOW: (
+        "control flow whose direction framejit cannot decide while tracing",
+        "decide the branch from Python values or tensor metadata (shape, dtype)"),
+    BreakKind.INTERNAL_ERROR: (
+        "framejit itself failed while tracing (a bug: please report it with the log)",
+        "the frame runs eagerly; FRAMEJIT_LOGS=graph_breaks shows where"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class UserFrame:
+    filename: str
+    lineno: int
+    function: str
+    line: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} in {self.function}: {self.line}"
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphBreak:
+    kind: BreakKind
+    explanation: str
+    user_stack: tuple[UserFrame, ...] = ()
+
+    @property
+    def hint(self) -> str:
+        return KIND_DOCS[self.kind][1]
+
+    @property
+    def location(self) -> str:
+        if not self.user_stack:
+            return "<unknown>"
+        top = self.user_stack[-1]
+        return f"{top.filename}:{top.lineno}"
+
+    def __str__(self) -> str:
+        lines = [f"[{self.kind.value}] {self.explanation}"]
+        lines += [f"  at {frame}" for frame in self.user_stack]
+        lines.append(f"  hint: {self.hint}")
+        return "\n".join(lines)
+
+
+class Unsupported(FramejitError):
+    """Raised where framejit cannot capture a step; the user sees it only with `fullgraph=True`.
+
+    `.graph_break` holds the GraphBreak (kind, explanation, hint, user file:line and source).
+    """
+
+    def __init__(self, kind: BreakKind, explanation: str, user_stack: tuple[UserFrame, ...] = ()):
+        self.graph_break = GraphBreak(kind, explanation, user_stack)
+        super().__init__(str(self.graph_break))
+
+    def with_stack(self, user_stack: tuple[UserFrame, ...]) -> "Unsupported":
+        if not self.graph_break.user_stack:
+            self.graph_break = dataclasses.replace(self.graph_break, user_stack=user_stack)
+            self.args = (str(self.graph_break),)
+        return self
+
+    @property
+    def kind(self) -> BreakKind:
+        return self.graph_break.kind
+
+
+class UserException(Exception):
+    """The user's code raised `exc` while being traced (internal signal; never reaches the user)."""
+
+    def __init__(self, exc: BaseException, user_stack: tuple[UserFrame, ...] = ()):
+        super().__init__(repr(exc))
+        self.exc = exc
+        self.user_stack = user_stack
+
+
+def unsupported(kind: BreakKind, explanation: str) -> Unsupported:
+    return Unsupported(kind, explanation)

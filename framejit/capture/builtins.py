@@ -1,0 +1,409 @@
+"""Python builtins and container methods over abstract values.
+
+Each handler `(tx, args, kwargs) -> Value` mirrors the builtin's CPython behaviour on abstract values;
+when every argument is a Python constant most simply evaluate the real builtin (constant folding).
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import operator
+from typing import Any, Callable
+
+import torch
+
+from .breaks import BreakKind, Unsupported, UserException
+from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, getitem, iterate,
+                       length, truth, unary)
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, IteratorValue,
+                     ListValue, NNModuleValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
+                     Value)
+
+Handler = Callable[..., Value]
+BUILTIN_HANDLERS: dict[Any, Handler] = {}
+
+
+def handles(*fns: Any):
+    def register(handler: Handler) -> Handler:
+        for fn in fns:
+            BUILTIN_HANDLERS[fn] = handler
+        return handler
+    return register
+
+
+def _consts(args: list[Value]) -> list[Any]:
+    return [a.as_constant() for a in args]
+
+
+def _all_const(args: list[Value], kwargs: dict[str, Value] | None = None) -> bool:
+    return all(a.is_constant() for a in args) and all(v.is_constant() for v in (kwargs or {}).values())
+
+
+def _fold(fn: Callable):
+    def handler(tx, args, kwargs):
+        if not _all_const(args, kwargs):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() of non-constant arguments")
+        return constant_fold(fn, *_consts(args), **{k: v.as_constant() for k, v in kwargs.items()})
+    return handler
+
+
+for _fn in (abs, round, divmod, pow, chr, ord, hash, repr, format, slice, range, complex, bin, hex, oct):
+    BUILTIN_HANDLERS[_fn] = _fold(_fn)
+
+
+@handles(len)
+def _len(tx, args, kwargs):
+    return ConstantValue(length(tx, args[0]))
+
+
+@handles(isinstance)
+def _isinstance(tx, args, kwargs):
+    obj, classes = args
+    cls = obj.python_type()
+    spec = classes.as_constant()
+    try:
+        return ConstantValue(issubclass(cls, spec))
+    except TypeError as e:
+        raise UserException(e) from None
+
+
+@handles(issubclass)
+def _issubclass(tx, args, kwargs):
+    return constant_fold(issubclass, *_consts(args))
+
+
+@handles(type)
+def _type(tx, args, kwargs):
+    if len(args) != 1:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "type() with three arguments")
+    return ClassValue(args[0].python_type())
+
+
+@handles(callable)
+def _callable(tx, args, kwargs):
+    v = args[0]
+    if v.is_constant():
+        return ConstantValue(callable(v.as_constant()))
+    if isinstance(v, ObjectValue):
+        return ConstantValue(callable(v.obj))
+    return ConstantValue(not isinstance(v, (TensorValue, SequenceValue, DictValue)))
+
+
+@handles(bool)
+def _bool(tx, args, kwargs):
+    return ConstantValue(truth(tx, args[0]) if args else False)
+
+
+def _convert(kind: type):
+    def handler(tx, args, kwargs):
+        if not args:
+            return ConstantValue(kind())
+        v = args[0]
+        if isinstance(v, TensorValue):
+            raise Unsupported(BreakKind.DATA_DEPENDENT, f"{kind.__name__}() of a tensor reads its data")
+        if _all_const(args, kwargs):
+            return constant_fold(kind, *_consts(args), **{k: x.as_constant() for k, x in kwargs.items()})
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{kind.__name__}() of {v.describe()}")
+    return handler
+
+
+BUILTIN_HANDLERS[int] = _convert(int)
+BUILTIN_HANDLERS[float] = _convert(float)
+BUILTIN_HANDLERS[str] = _convert(str)
+
+
+@handles(tuple)
+def _tuple(tx, args, kwargs):
+    return TupleValue(iterate(tx, args[0]) if args else [])
+
+
+@handles(list)
+def _list(tx, args, kwargs):
+    return ListValue(iterate(tx, args[0]) if args else [])
+
+
+@handles(dict)
+def _dict(tx, args, kwargs):
+    items: dict[Any, Value] = {}
+    if args:
+        src = args[0]
+        if isinstance(src, DictValue):
+            items.update(src.items)
+        else:
+            for pair in iterate(tx, src):
+                k, v = iterate(tx, pair)
+                items[k.as_constant()] = v
+    items.update(kwargs)
+    return DictValue(items)
+
+
+@handles(torch.Size)
+def _size(tx, args, kwargs):
+    return ConstantValue(torch.Size([i.as_constant() for i in iterate(tx, args[0])] if args else []))
+
+
+@handles(iter)
+def _iter(tx, args, kwargs):
+    return IteratorValue(iterate(tx, args[0]))
+
+
+@handles(next)
+def _next(tx, args, kwargs):
+    it = args[0]
+    if not isinstance(it, IteratorValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"next() of {it.describe()}")
+    item = it.next()
+    if item is None:
+        if len(args) > 1:
+            return args[1]
+        raise UserException(StopIteration())
+    return item
+
+
+@handles(enumerate)
+def _enumerate(tx, args, kwargs):
+    start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))).as_constant()
+    return IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(iterate(tx, args[0]))])
+
+
+@handles(zip)
+def _zip(tx, args, kwargs):
+    strict = kwargs.get("strict", ConstantValue(False)).as_constant()
+    columns = [iterate(tx, a) for a in args]
+    if strict and len({len(c) for c in columns}) > 1:
+        raise UserException(ValueError("zip() arguments have different lengths"))
+    return IteratorValue([TupleValue(list(row)) for row in zip(*columns)])
+
+
+@handles(reversed)
+def _reversed(tx, args, kwargs):
+    return IteratorValue(list(reversed(iterate(tx, args[0]))))
+
+
+@handles(map)
+def _map(tx, args, kwargs):
+    fn, *iterables = args
+    columns = [iterate(tx, a) for a in iterables]
+    return IteratorValue([tx.call(fn, list(row), {}) for row in zip(*columns)])
+
+
+@handles(filter)
+def _filter(tx, args, kwargs):
+    fn, seq = args
+    keep = []
+    for item in iterate(tx, seq):
+        test = item if fn.is_constant() and fn.as_constant() is None else tx.call(fn, [item], {})
+        if truth(tx, test):
+            keep.append(item)
+    return IteratorValue(keep)
+
+
+@handles(sorted)
+def _sorted(tx, args, kwargs):
+    items = iterate(tx, args[0])
+    if not all(i.is_constant() for i in items) or "key" in kwargs:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sorted() of non-constant items or with key=")
+    reverse = kwargs.get("reverse", ConstantValue(False)).as_constant()
+    return ListValue([ConstantValue(v) for v in sorted(_consts(items), reverse=reverse)])
+
+
+def _min_max(fn: Callable):
+    def handler(tx, args, kwargs):
+        items = iterate(tx, args[0]) if len(args) == 1 else list(args)
+        if kwargs.keys() - {"default"}:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() with key=")
+        if not items and "default" in kwargs:
+            return kwargs["default"]
+        if all(i.is_constant() for i in items):
+            return constant_fold(fn, _consts(items))
+        raise Unsupported(BreakKind.DATA_DEPENDENT, f"{fn.__name__}() of tensors compares tensor data")
+    return handler
+
+
+BUILTIN_HANDLERS[min] = _min_max(min)
+BUILTIN_HANDLERS[max] = _min_max(max)
+
+
+@handles(sum)
+def _sum(tx, args, kwargs):
+    total = args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))
+    for item in iterate(tx, args[0]):
+        total = binary(tx, operator.add, total, item)
+    return total
+
+
+@handles(any)
+def _any(tx, args, kwargs):
+    return ConstantValue(any(truth(tx, i) for i in iterate(tx, args[0])))
+
+
+@handles(all)
+def _all(tx, args, kwargs):
+    return ConstantValue(all(truth(tx, i) for i in iterate(tx, args[0])))
+
+
+@handles(getattr)
+def _getattr(tx, args, kwargs):
+    obj, name = args[0], args[1].as_constant()
+    if len(args) > 2:
+        try:
+            return tx.getattr(obj, name)
+        except UserException as e:
+            if isinstance(e.exc, AttributeError):
+                return args[2]
+            raise
+    return tx.getattr(obj, name)
+
+
+@handles(hasattr)
+def _hasattr(tx, args, kwargs):
+    try:
+        tx.getattr(args[0], args[1].as_constant())
+        return ConstantValue(True)
+    except UserException as e:
+        if isinstance(e.exc, AttributeError):
+            return ConstantValue(False)
+        raise
+
+
+@handles(setattr)
+def _setattr(tx, args, kwargs):
+    tx.store_attr(args[0], args[1].as_constant(), args[2])
+    return ConstantValue(None)
+
+
+@handles(print)
+def _print(tx, args, kwargs):
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, "print() writes output outside the graph")
+
+
+@handles(functools.partial)
+def _partial(tx, args, kwargs):
+    return PartialValue(args[0], list(args[1:]), dict(kwargs))
+
+
+@handles(functools.reduce)
+def _reduce(tx, args, kwargs):
+    fn, seq = args[0], iterate(tx, args[1])
+    acc = args[2] if len(args) > 2 else seq.pop(0)
+    for item in seq:
+        acc = tx.call(fn, [acc, item], {})
+    return acc
+
+
+@handles(torch.is_grad_enabled)
+def _is_grad_enabled(tx, args, kwargs):
+    return ConstantValue(tx.output.grad_enabled)
+
+
+@handles(torch.is_tensor)
+def _is_tensor(tx, args, kwargs):
+    return ConstantValue(isinstance(args[0], TensorValue))
+
+
+@handles(torch.get_default_dtype)
+def _default_dtype(tx, args, kwargs):
+    return ConstantValue(torch.get_default_dtype())  # guarded at entry (see translate.global_guards)
+
+
+for _name, _fn in BINARY_OPS.items():
+    BUILTIN_HANDLERS[_fn] = (lambda f: lambda tx, args, kwargs: binary(tx, f, *args))(_fn)
+for _name, _fn in COMPARE_OPS.items():
+    BUILTIN_HANDLERS[_fn] = (lambda f: lambda tx, args, kwargs: compare(tx, f, *args))(_fn)
+for _fn in (operator.neg, operator.pos, operator.invert, operator.not_, operator.abs):
+    BUILTIN_HANDLERS[_fn] = (lambda f: lambda tx, args, kwargs: unary(tx, f, args[0]))(_fn)
+BUILTIN_HANDLERS[operator.getitem] = lambda tx, args, kwargs: getitem(tx, args[0], args[1])
+BUILTIN_HANDLERS[operator.contains] = lambda tx, args, kwargs: ConstantValue(contains(tx, args[1], args[0]))
+BUILTIN_HANDLERS[operator.truth] = lambda tx, args, kwargs: ConstantValue(truth(tx, args[0]))
+
+
+# ---- container methods ---------------------------------------------------------------------------
+_CONTAINER_METHOD_OWNERS = (list, dict, tuple)
+
+
+def is_container_method(fn: Any) -> bool:
+    return getattr(fn, "__objclass__", None) in _CONTAINER_METHOD_OWNERS
+
+
+def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    owner, name = fn.__objclass__, fn.__name__
+    self_value, rest = args[0], args[1:]
+    if owner is dict:
+        return _dict_method(tx, self_value, name, rest, kwargs)
+    if isinstance(self_value, ListValue) and name not in ("index", "count", "copy"):
+        self_value.check_mutable()
+    return _sequence_method(tx, self_value, name, rest, kwargs)
+
+
+def _sequence_method(tx, seq: SequenceValue, name: str, args: list[Value], kwargs) -> Value:
+    items = seq.items
+    if name == "append":
+        items.append(args[0])
+    elif name == "extend":
+        items.extend(iterate(tx, args[0]))
+    elif name == "insert":
+        items.insert(args[0].as_constant(), args[1])
+    elif name == "pop":
+        if not items:
+            raise UserException(IndexError("pop from empty list"))
+        return items.pop(args[0].as_constant() if args else -1)
+    elif name == "reverse":
+        items.reverse()
+    elif name == "clear":
+        items.clear()
+    elif name == "copy":
+        return ListValue(list(items))
+    elif name in ("index", "count", "remove", "sort"):
+        return _constant_sequence_method(tx, seq, name, args, kwargs)
+    return ConstantValue(None)
+
+
+def _constant_sequence_method(tx, seq: SequenceValue, name: str, args, kwargs) -> Value:
+    if not seq.is_constant() or not _all_const(args, kwargs):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name}() over non-constant items")
+    values = list(seq.as_constant())
+    result = constant_fold(getattr(list, name), values, *_consts(args), **{k: v.as_constant() for k, v in kwargs.items()})
+    if name in ("remove", "sort"):
+        seq.items[:] = [ConstantValue(v) for v in values]
+    return result
+
+
+def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Value:
+    if not isinstance(d, DictValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name} on {d.describe()}")
+    if name in ("update", "pop", "setdefault", "clear"):
+        d.check_mutable()
+    if name == "keys":
+        return TupleValue([ConstantValue(k) for k in d.items])
+    if name == "values":
+        return TupleValue(list(d.items.values()))
+    if name == "items":
+        return TupleValue([TupleValue([ConstantValue(k), v]) for k, v in d.items.items()])
+    if name == "get":
+        key = args[0].as_constant()
+        return d.items.get(key, args[1] if len(args) > 1 else ConstantValue(None))
+    if name == "update":
+        if args:
+            d.items.update(_dict(tx, [args[0]], {}).items)
+        d.items.update(kwargs)
+        return ConstantValue(None)
+    if name == "pop":
+        key = args[0].as_constant()
+        if key in d.items:
+            return d.items.pop(key)
+        if len(args) > 1:
+            return args[1]
+        raise UserException(KeyError(key))
+    if name == "setdefault":
+        key = args[0].as_constant()
+        return d.items.setdefault(key, args[1] if len(args) > 1 else ConstantValue(None))
+    if name == "copy":
+        return DictValue(dict(d.items))
+    if name == "clear":
+        d.items.clear()
+        return ConstantValue(None)
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name}")
+
+
+__all__ = ["BUILTIN_HANDLERS", "call_container_method", "is_container_method", "builtins", "BoundMethodValue",
+           "BuiltinValue", "NNModuleValue"]

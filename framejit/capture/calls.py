@@ -1,0 +1,193 @@
+"""Calls over abstract values: what `f(*args, **kwargs)` means for each kind of callable.
+
+User functions and methods are inlined (Translator.inline); nn.Modules inline their forward after
+checking hooks; torch functions and Tensor methods become graph nodes; Python builtins and container
+methods are modelled in builtins.py; classes construct namedtuples, dataclasses and plain objects.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import types
+from typing import Any
+
+import torch
+
+from .breaks import BreakKind, Unsupported, UserException
+from .protocol import ModuleSliceValue, constant_fold
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
+                     ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
+                     Value)
+
+# Tensor methods that read data into Python or touch state outside the graph.
+TENSOR_METHODS_UNSUPPORTED = {
+    "item": BreakKind.DATA_DEPENDENT, "tolist": BreakKind.DATA_DEPENDENT, "numpy": BreakKind.DATA_DEPENDENT,
+    "__bool__": BreakKind.DATA_DEPENDENT, "__int__": BreakKind.DATA_DEPENDENT,
+    "__float__": BreakKind.DATA_DEPENDENT, "__index__": BreakKind.DATA_DEPENDENT,
+    "backward": BreakKind.UNSUPPORTED_CALL, "register_hook": BreakKind.UNSUPPORTED_CALL,
+    "retain_grad": BreakKind.UNSUPPORTED_CALL, "requires_grad_": BreakKind.SIDE_EFFECT,
+    "data_ptr": BreakKind.UNSUPPORTED_CALL, "storage": BreakKind.UNSUPPORTED_CALL,
+    "untyped_storage": BreakKind.UNSUPPORTED_CALL, "share_memory_": BreakKind.SIDE_EFFECT,
+    "set_": BreakKind.SIDE_EFFECT, "resize_": BreakKind.SIDE_EFFECT, "__setstate__": BreakKind.SIDE_EFFECT,
+}
+
+# torch functions with effects on global state, or that read data into Python: never graph nodes.
+TORCH_FUNCTIONS_UNSUPPORTED = {
+    torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_printoptions, torch.save, torch.load,
+    torch.set_num_threads, torch.use_deterministic_algorithms, torch.set_rng_state, torch.get_rng_state,
+    torch.is_nonzero, torch.equal, torch.allclose, torch.autograd.grad, torch.autograd.backward,
+}
+
+_PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.dtype, torch.device, complex,
+                        type(None), range, slice, frozenset)
+
+
+def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if isinstance(fn, UserFunctionValue):
+        return tx.inline(fn, args, kwargs)
+    if isinstance(fn, BoundMethodValue):
+        return call_value(tx, fn.func, [fn.self_value, *args], kwargs)
+    if isinstance(fn, PartialValue):
+        return call_value(tx, fn.func, [*fn.args, *args], {**fn.kwargs, **kwargs})
+    if isinstance(fn, TensorMethodValue):
+        return call_tensor_method(tx, fn.tensor, fn.name, args, kwargs)
+    if isinstance(fn, NNModuleValue):
+        return call_module(tx, fn, args, kwargs)
+    if isinstance(fn, ModuleSliceValue) and fn.sequential:
+        result = args[0] if len(args) == 1 and not kwargs else _raise_type("Sequential takes one input")
+        for child in fn.items:
+            result = call_value(tx, child, [result], {})
+        return result
+    if isinstance(fn, BuiltinValue):
+        return call_builtin(tx, fn.obj, args, kwargs)
+    if isinstance(fn, ClassValue):
+        return call_class(tx, fn, args, kwargs)
+    if isinstance(fn, ObjectValue) and callable(fn.obj):
+        return tx.call_method_of(fn, "__call__", args, kwargs)
+    if fn.is_constant() and not callable(fn.as_constant()):
+        raise UserException(TypeError(f"'{type(fn.as_constant()).__name__}' object is not callable"))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {fn.describe()}")
+
+
+def _raise_type(message: str):
+    raise UserException(TypeError(message))
+
+
+def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    kind = TENSOR_METHODS_UNSUPPORTED.get(name)
+    if kind is not None:
+        raise Unsupported(kind, f"Tensor.{name}() {'reads tensor data into Python' if kind is BreakKind.DATA_DEPENDENT else 'has effects outside the graph'}")
+    return tx.output.call("call_method", name, (tensor, *args), kwargs)
+
+
+def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    from .builtins import BUILTIN_HANDLERS, call_container_method, is_container_method
+
+    handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
+    if handler is not None:
+        return handler(tx, args, kwargs)
+    if is_container_method(fn):
+        return call_container_method(tx, fn, args, kwargs)
+    if _hashable(fn) and fn in TORCH_FUNCTIONS_UNSUPPORTED:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes or reads state outside the graph")
+    if _is_graph_op(fn):
+        return tx.output.call("call_function", fn, tuple(args), kwargs)
+    if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and _is_pure(fn):
+        return constant_fold(fn, *(a.as_constant() for a in args),
+                             **{k: v.as_constant() for k, v in kwargs.items()})
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {_name(fn)}")
+
+
+def _hashable(x: Any) -> bool:
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
+
+
+def _name(fn: Any) -> str:
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{module}.{name}" if module else name
+
+
+def _is_graph_op(fn: Any) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    if module == "torch" or module.startswith("torch.") or module.startswith("torch._C"):
+        return not module.startswith("torch.nn.modules")
+    if isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) and getattr(fn, "__objclass__", None) in (
+            torch.Tensor, torch._C.TensorBase):
+        return True
+    return isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+
+
+def _is_pure(fn: Any) -> bool:
+    """Library functions safe to evaluate at trace time on constants (math, operator, str methods...)."""
+    module = getattr(fn, "__module__", None)
+    if module in ("math", "operator", "_operator", "cmath"):
+        return True
+    owner = getattr(fn, "__self__", None)
+    return isinstance(owner, _PURE_CONSTANT_TYPES) or (isinstance(owner, type) and issubclass(owner, enum.Enum))
+
+
+def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`module(*args)`: nn.Module.__call__ without hooks is exactly `forward(*args)`."""
+    tx.guard_no_hooks(mod_value)
+    forward = tx.getattr(mod_value, "forward")
+    return call_value(tx, forward, args, kwargs)
+
+
+def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    from .builtins import BUILTIN_HANDLERS
+
+    cls = cls_value.obj
+    handler = BUILTIN_HANDLERS.get(cls)
+    if handler is not None:
+        return handler(tx, args, kwargs)
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return _make_namedtuple(tx, cls, args, kwargs)
+    if issubclass(cls, enum.Enum) or cls in (torch.device, torch.Size, slice, range, complex):
+        return constant_fold(cls, *(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
+    if issubclass(cls, torch.nn.Module):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating the module {cls.__name__} inside compiled code")
+    if cls.__new__ is object.__new__ and _is_plain_class(cls):
+        obj = NewObjectValue(cls)
+        init = getattr(cls, "__init__")
+        if isinstance(init, types.FunctionType):
+            tx.inline(UserFunctionValue(init), [obj, *args], kwargs)
+        elif args or kwargs:
+            raise UserException(TypeError(f"{cls.__name__}() takes no arguments"))
+        return obj
+    if issubclass(cls, torch.Tensor) or getattr(cls, "__module__", "").startswith("torch"):
+        return tx.output.call("call_function", cls, tuple(args), kwargs)
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating an instance of {cls.__qualname__}")
+
+
+def _is_plain_class(cls: type) -> bool:
+    return type(cls) is type and all(k.__module__ != "builtins" or k is object for k in cls.__mro__)
+
+
+def _make_namedtuple(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    fields = cls._fields
+    defaults = getattr(cls, "_field_defaults", {})
+    items = list(args)
+    for name in fields[len(args):]:
+        if name in kwargs:
+            items.append(kwargs.pop(name))
+        elif name in defaults:
+            from .values.builder import wrap_unguarded
+            items.append(wrap_unguarded(defaults[name]))
+        else:
+            raise UserException(TypeError(f"{cls.__name__}.__new__() missing required argument: '{name}'"))
+    if kwargs or len(items) != len(fields):
+        raise UserException(TypeError(f"{cls.__name__}() got unexpected arguments"))
+    return TupleValue(items, cls=cls)
+
+
+def is_dataclass_type(cls: type) -> bool:
+    return dataclasses.is_dataclass(cls) and isinstance(cls, type)
+
+
+__all__ = ["call_value", "call_builtin", "call_class", "call_module", "call_tensor_method", "functools"]

@@ -1,0 +1,213 @@
+"""The transformed function's bytecode, written with the `bytecode` library.
+
+`Codegen` emits version-correct instructions (CALL with or without PRECALL, LOAD_ATTR's 3.12 form, ...)
+so the rest of capture writes one sequence for every CPython. `make_function` turns the emitted body
+into a function with exactly the original's signature: CPython binds the call's arguments itself, and
+the body reloads graph inputs from their sources, calls the compiled graph, and rebuilds the return
+value (`Reconstructor`).
+
+NOTE [Constants in co_consts]: compiled graphs, globals dicts and closure cells are referenced with
+LOAD_CONST of the objects themselves: the fastest load there is, and nothing is added to the user's
+globals. These code objects are never marshalled.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+from typing import Any
+
+import bytecode
+from bytecode import Instr
+
+from .breaks import BreakKind, Unsupported
+from .values import (ConstantValue, DictValue, NewObjectValue, SequenceValue, TensorValue, TupleValue, Value,
+                     ListValue)
+
+PY312 = sys.version_info >= (3, 12)
+
+
+class Codegen:
+    def __init__(self) -> None:
+        self.insts: list[Instr] = []
+
+    def emit(self, name: str, arg: Any = bytecode.UNSET) -> None:
+        self.insts.append(Instr(name, arg) if arg is not bytecode.UNSET else Instr(name))
+
+    def load_const(self, value: Any) -> None:
+        self.emit("LOAD_CONST", value)
+
+    def load_fast(self, name: str) -> None:
+        self.emit("LOAD_FAST", name)
+
+    def store_fast(self, name: str) -> None:
+        self.emit("STORE_FAST", name)
+
+    def load_attr(self, name: str) -> None:
+        self.emit("LOAD_ATTR", (False, name) if PY312 else name)
+
+    def subscr(self) -> None:
+        self.emit("BINARY_SUBSCR")
+
+    def push_null(self) -> None:
+        self.emit("PUSH_NULL")
+
+    def call(self, nargs: int, kw_names: tuple[str, ...] = ()) -> None:
+        """Call [NULL, callable, args...] already on the stack."""
+        if kw_names:
+            self.emit("KW_NAMES", kw_names)
+        if not PY312:
+            self.emit("PRECALL", nargs)
+        self.emit("CALL", nargs)
+
+    def build(self, kind: str, n: int) -> None:
+        self.emit(kind, n)
+
+    def return_value(self) -> None:
+        self.emit("RETURN_VALUE")
+
+
+def new_object(cls: type, attrs: dict) -> Any:
+    """Rebuild an object created inside the compiled region: the instance with the attributes its
+    traced `__init__` set, without running `__init__` again."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(attrs)
+    return obj
+
+
+class Reconstructor:
+    """Emits code that rebuilds an abstract value at run time from graph outputs and sources."""
+
+    def __init__(self, cg: Codegen, output_index: dict[int, int], out_local: str) -> None:
+        self.cg = cg
+        self.output_index = output_index  # id(fx node) -> index in the graph's output tuple
+        self.out_local = out_local
+
+    def emit(self, value: Value) -> None:
+        cg = self.cg
+        if isinstance(value, TensorValue):
+            index = self.output_index.get(id(value.node))
+            if index is None:
+                value.source.reload(cg)
+            else:
+                cg.load_fast(self.out_local)
+                cg.load_const(index)
+                cg.subscr()
+        elif value.source is not None and not isinstance(value, (ListValue, DictValue)):
+            value.source.reload(cg)
+        elif isinstance(value, ConstantValue):
+            cg.load_const(value.value)
+        elif isinstance(value, SequenceValue):
+            self._sequence(value)
+        elif isinstance(value, DictValue):
+            self._dict(value)
+        elif isinstance(value, NewObjectValue):
+            self._new_object(value)
+        elif value.is_constant():
+            cg.load_const(value.as_constant())
+        else:
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"cannot rebuild {value.describe()} after the graph")
+
+    def _sequence(self, value: SequenceValue) -> None:
+        cg = self.cg
+        if value.source is not None and isinstance(value, ListValue):
+            value.source.reload(cg)  # the caller's own list object (never mutated: see ListValue)
+            return
+        if value.cls in (tuple, list):
+            for item in value.items:
+                self.emit(item)
+            cg.build("BUILD_TUPLE" if value.cls is tuple else "BUILD_LIST", len(value.items))
+            return
+        cg.push_null()
+        cg.load_const(value.cls)
+        for item in value.items:
+            self.emit(item)
+        if hasattr(value.cls, "_fields"):
+            cg.call(len(value.items))
+        else:
+            cg.build("BUILD_TUPLE", len(value.items))
+            cg.call(1)
+
+    def _dict(self, value: DictValue) -> None:
+        cg = self.cg
+        if value.source is not None:
+            value.source.reload(cg)
+            return
+        for key, item in value.items.items():
+            cg.load_const(key)
+            self.emit(item)
+        cg.build("BUILD_MAP", len(value.items))
+
+    def _new_object(self, value: NewObjectValue) -> None:
+        cg = self.cg
+        cg.push_null()
+        cg.load_const(new_object)
+        cg.load_const(value.cls)
+        self._dict(DictValue(value.attrs))
+        cg.call(2)
+
+
+@dataclasses.dataclass
+class FunctionShape:
+    """The signature-related parts of the original code object, copied onto generated code."""
+
+    argcount: int
+    posonlyargcount: int
+    kwonlyargcount: int
+    flags: int
+    argnames: tuple[str, ...]
+    name: str
+    qualname: str
+    filename: str
+    firstlineno: int
+
+    @classmethod
+    def of(cls, code: types.CodeType) -> "FunctionShape":
+        nargs = code.co_argcount + code.co_kwonlyargcount
+        nargs += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+        return cls(code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+                   code.co_flags & (0x04 | 0x08), code.co_varnames[:nargs], code.co_name,
+                   getattr(code, "co_qualname", code.co_name), code.co_filename, code.co_firstlineno)
+
+    def params_source(self) -> str:
+        """The parameter list as source text, e.g. `x, y, /, *args, k, **kw` (for guard functions)."""
+        names = list(self.argnames)
+        pos = names[:self.argcount]
+        parts = list(pos)
+        if self.posonlyargcount:
+            parts.insert(self.posonlyargcount, "/")
+        rest = names[self.argcount:]
+        kwonly = rest[:self.kwonlyargcount]
+        rest = rest[self.kwonlyargcount:]
+        if self.flags & 0x04:
+            parts.append("*" + rest.pop(0))
+        elif kwonly:
+            parts.append("*")
+        parts += kwonly
+        if self.flags & 0x08:
+            parts.append("**" + rest.pop(0))
+        return ", ".join(parts)
+
+
+def make_function(shape: FunctionShape, body: Codegen, f_globals: dict, defaults: tuple | None,
+                  kwdefaults: dict | None, suffix: str = "framejit") -> types.FunctionType:
+    bc = bytecode.Bytecode()
+    bc.argcount = shape.argcount
+    bc.posonlyargcount = shape.posonlyargcount
+    bc.kwonlyargcount = shape.kwonlyargcount
+    bc.argnames = list(shape.argnames)
+    bc.name = shape.name
+    if PY312 or sys.version_info >= (3, 11):
+        bc.qualname = f"{shape.qualname}.<{suffix}>" if hasattr(bc, "qualname") else shape.qualname
+    bc.filename = shape.filename
+    bc.first_lineno = shape.firstlineno
+    bc.flags = bytecode.CompilerFlags.OPTIMIZED | bytecode.CompilerFlags.NEWLOCALS | shape.flags
+    bc.append(Instr("RESUME", 0))
+    bc.extend(body.insts)
+    code = bc.to_code()
+    fn = types.FunctionType(code, f_globals, shape.name, defaults)
+    fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
+__all__ = ["Codegen", "FunctionShape", "Reconstructor", "make_function", "new_object", "TupleValue"]

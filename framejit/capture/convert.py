@@ -1,0 +1,196 @@
+"""Turn one call of a frame into a compiled Entry: trace, compile the graph, generate the function,
+compile the guards.
+
+`convert_frame` never raises for framejit's own reasons: an unsupported step yields an *eager entry*
+(the original function, guarded by the facts read up to that step, so the same path is never traced
+twice), and an error in the user's code yields an eager entry too, so that eager execution raises the
+user's real exception. Only `fullgraph=True` lets `Unsupported` reach the caller.
+"""
+from __future__ import annotations
+
+import dataclasses
+import dis
+import inspect
+import io
+import time
+import types
+from typing import Any, Callable
+
+import torch
+
+from .. import logs
+from ..guards import COST_ID, GuardFunction, compile_guards
+from .breaks import BreakKind, GraphBreak, Unsupported, UserException
+from .codegen import Codegen, FunctionShape, Reconstructor, make_function
+from .graph import OutputGraph
+from .translator import LazyArg, RealCell, Translator
+from .values import DictValue, NewObjectValue, SequenceValue, TensorValue, Value
+
+STATS: dict[str, float] = {"frames_traced": 0, "frames_compiled": 0, "graphs": 0, "backend_compiles": 0,
+                           "eager_entries": 0, "compile_time_s": 0.0}
+
+
+@dataclasses.dataclass
+class Entry:
+    guard: GuardFunction
+    fn: Callable
+    graphs: list[torch.fx.GraphModule]
+    graph_break: GraphBreak | None = None
+    user_error: BaseException | None = None
+
+    @property
+    def check(self) -> Callable:
+        return self.guard.check
+
+
+@dataclasses.dataclass
+class CompileRequest:
+    backend: Callable
+    options: dict | None
+    fullgraph: bool
+
+
+def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: CompileRequest) -> Entry:
+    start = time.perf_counter()
+    STATS["frames_traced"] += 1
+    code = fn.__code__
+    shape = FunctionShape.of(code)
+    output = OutputGraph()
+    _global_guards(output)
+    tx = _root_translator(fn, args, kwargs, output)
+    try:
+        ret = tx.run()
+        entry = _compile_entry(fn, shape, output, ret, request)
+        STATS["frames_compiled"] += 1
+    except Unsupported as e:
+        if request.fullgraph:
+            raise
+        entry = _eager_entry(fn, shape, output, graph_break=e.graph_break)
+        _log_break(fn, e.graph_break)
+    except UserException as e:
+        entry = _eager_entry(fn, shape, output, user_error=e.exc)
+        logs.log("eager_fallback", "%s runs eagerly: the traced code raised %s: %s", code.co_qualname,
+                 type(e.exc).__name__, e.exc)
+    STATS["compile_time_s"] += time.perf_counter() - start
+    return entry
+
+
+def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output: OutputGraph) -> Translator:
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    f_locals = {name: LazyArg(value, name) for name, value in bound.arguments.items()}
+    code = fn.__code__
+    cells = {name: RealCell(cell, name) for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
+    return Translator(output, code, fn.__globals__, f_locals, cells)
+
+
+def _global_guards(output: OutputGraph) -> None:
+    grad = output.name_of(torch.is_grad_enabled, "is_grad_enabled")
+    output.add_guard("GRAD_MODE", f"{grad}() is {output.grad_enabled}", None,
+                     expected=f"grad mode {output.grad_enabled}", actual=f"{grad}()", cost=COST_ID)
+    dtype = torch.get_default_dtype()
+    get_dtype = output.name_of(torch.get_default_dtype, "get_default_dtype")
+    output.add_guard("DEFAULT_DTYPE", f"{get_dtype}() is {output.name_of(dtype, 'default_dtype')}", None,
+                     expected=str(dtype), actual=f"{get_dtype}()", cost=COST_ID)
+
+
+def _guard_function(fn: types.FunctionType, shape: FunctionShape, output: OutputGraph) -> GuardFunction:
+    guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,
+                           fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
+    if logs.enabled("guards"):
+        logs.log("guards", "guards for %s (%s:%d):\n%s", fn.__code__.co_qualname, fn.__code__.co_filename,
+                 fn.__code__.co_firstlineno, guard.source)
+    return guard
+
+
+def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
+    STATS["eager_entries"] += 1
+    return Entry(_guard_function(fn, shape, output), fn, [], graph_break, user_error)
+
+
+def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, request: CompileRequest) -> Entry:
+    outputs = _graph_outputs(ret)
+    graphs = []
+    cg = Codegen()
+    output_index: dict[int, int] = {}
+    if outputs or output.op_count:
+        output.output(outputs)
+        gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
+        graphs.append(gm)
+        compiled = _backend_compile(gm, output, request)
+        cg.push_null()
+        cg.load_const(compiled)
+        for inp in output.inputs:
+            inp.source.reload(cg)
+        cg.call(len(output.inputs))
+        cg.store_fast("___graph_out")
+        output_index = {id(v.node): i for i, v in enumerate(outputs)}
+    Reconstructor(cg, output_index, "___graph_out").emit(ret)
+    cg.return_value()
+    transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
+    _log_bytecode(fn, transformed)
+    return Entry(_guard_function(fn, shape, output), transformed, graphs)
+
+
+def _graph_outputs(ret: Value) -> list[TensorValue]:
+    """Tensors the graph must return: those made inside it that the return value holds, in order."""
+    seen: dict[int, TensorValue] = {}
+
+    def visit(v: Value) -> None:
+        if isinstance(v, TensorValue):
+            if v.node.op != "placeholder" and id(v.node) not in seen:
+                seen[id(v.node)] = v
+        elif isinstance(v, SequenceValue):
+            for item in v.items:
+                visit(item)
+        elif isinstance(v, DictValue):
+            for item in v.items.values():
+                visit(item)
+        elif isinstance(v, NewObjectValue):
+            for item in v.attrs.values():
+                visit(item)
+
+    visit(ret)
+    return list(seen.values())
+
+
+def _backend_compile(gm: torch.fx.GraphModule, output: OutputGraph, request: CompileRequest) -> Callable:
+    example_inputs = [inp.tensor for inp in output.inputs]
+    STATS["graphs"] += 1
+    if logs.enabled("graph_code"):
+        logs.log("graph_code", "%s", gm.print_readable(print_output=False))
+    if logs.enabled("graph"):
+        logs.log("graph", "%s", gm.graph)
+    try:
+        if request.options:
+            compiled = request.backend(gm, example_inputs, options=request.options)
+        else:
+            compiled = request.backend(gm, example_inputs)
+        STATS["backend_compiles"] += 1
+    except Exception as e:  # never the user's crash: run the graph as Python instead
+        logs.log("eager_fallback", "backend %r failed on a graph (%s: %s); running it eagerly",
+                 getattr(request.backend, "__name__", request.backend), type(e).__name__, e)
+        compiled = gm.forward
+    if not callable(compiled):
+        raise TypeError(f"the backend returned {type(compiled).__name__}, not a callable")
+    return compiled
+
+
+def _log_break(fn: types.FunctionType, graph_break: GraphBreak) -> None:
+    if logs.enabled("graph_breaks"):
+        frame = graph_break.user_stack[-1] if graph_break.user_stack else None
+        where = f"{frame.filename}:{frame.lineno}\n    {frame.line}" if frame else "<unknown>"
+        logs.log("graph_breaks", "graph break in %s at %s\n  reason: [%s] %s\n  hint: %s",
+                 fn.__code__.co_qualname, where, graph_break.kind.value, graph_break.explanation, graph_break.hint)
+
+
+def _log_bytecode(fn: types.FunctionType, transformed: types.FunctionType) -> None:
+    if logs.enabled("bytecode"):
+        original, new = io.StringIO(), io.StringIO()
+        dis.dis(fn.__code__, file=original)
+        dis.dis(transformed.__code__, file=new)
+        logs.log("bytecode", "original bytecode of %s:\n%s\ntransformed:\n%s", fn.__code__.co_qualname,
+                 original.getvalue(), new.getvalue())
+
+
+__all__ = ["Entry", "CompileRequest", "convert_frame", "STATS", "BreakKind"]

@@ -1,0 +1,275 @@
+"""FX graph building with fake-tensor propagation (OutputGraph).
+
+The OutputGraph owns what one traced frame produces: the `torch.fx.Graph`, the graph inputs (each a
+real tensor reached through a Source, deduplicated by source and by identity), the guards, and the fake
+tensor mode. Every tensor operation runs once on fake tensors (metadata only, no real kernels) to learn
+its result's metadata; the op is then recorded as a node.
+
+NOTE [Input mutation]: after every op the version counters of the inputs' fake tensors are compared
+with their values before the op. An in-place change of an input (directly or through a view) is a
+side effect on the caller's data; until side-effect replay exists it raises Unsupported(SIDE_EFFECT),
+so the frame runs eagerly and the mutation happens exactly as in eager.
+"""
+from __future__ import annotations
+
+import operator
+import re
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
+                                           FakeTensorMode, UnsupportedOperatorException)
+from torch.utils._pytree import tree_map
+
+from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
+from .breaks import BreakKind, Unsupported, UserException
+from .sources import NameTable, Source
+from .values import ConstantValue, SequenceValue, TensorValue, TupleValue, Value
+from .values.containers import DictValue, SliceValue
+
+_DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
+
+
+class GraphInput:
+    __slots__ = ("source", "tensor", "value", "version")
+
+    def __init__(self, source: Source, tensor: torch.Tensor, value: TensorValue) -> None:
+        self.source = source
+        self.tensor = tensor
+        self.value = value
+        self.version = value.fake._version
+
+
+class OutputGraph:
+    def __init__(self) -> None:
+        self.graph = torch.fx.Graph()
+        self.fake_mode = FakeTensorMode()
+        self.inputs: list[GraphInput] = []
+        self._by_source: dict[Source, Value] = {}
+        self._by_id: dict[int, GraphInput] = {}
+        self.guards: list[Guard] = []
+        self.names = NameTable("___c")
+        self.tx_stack: list = []  # active translators, innermost last (for provenance)
+        self.grad_enabled = torch.is_grad_enabled()
+        self.op_count = 0
+
+    def location(self) -> str:
+        """The user's current `file:line: source`, innermost inlined frame first."""
+        if not self.tx_stack:
+            return ""
+        frame = self.tx_stack[-1].frame_info()
+        return f"{frame.filename}:{frame.lineno}: {frame.line}"
+
+    # ---- guards -------------------------------------------------------------------------------
+    def add_guard(self, kind: str, expr: str, source: Source | None, *, expected: str = "",
+                  actual: str | None = None, cost: int = COST_CONSTANT) -> None:
+        where = source.describe() if source is not None else "global state"
+        self.guards.append(Guard(expr, kind, where, self.location(), expected, actual, cost))
+
+    def name_of(self, obj: Any, hint: str = "") -> str:
+        return self.names.name_for(obj, hint)
+
+    def guard_type(self, source: Source, cls: type) -> None:
+        e = source.expr(self.names)
+        self.add_guard("TYPE_MATCH", f"___type({e}) is {self.name_of(cls, cls.__name__)}", source,
+                       expected=cls.__qualname__, actual=f"___type({e})", cost=COST_TYPE)
+
+    def guard_id(self, source: Source, obj: Any) -> None:
+        e = source.expr(self.names)
+        hint = getattr(obj, "__name__", type(obj).__name__)
+        self.add_guard("ID_MATCH", f"{e} is {self.name_of(obj, hint if isinstance(hint, str) else '')}",
+                       source, expected=f"the object {_short(obj)}", actual=e, cost=COST_ID)
+
+    def guard_constant(self, source: Source, value: Any) -> None:
+        e = source.expr(self.names)
+        if value is None or isinstance(value, bool):
+            self.add_guard("CONSTANT_MATCH", f"{e} is {value!r}", source, expected=repr(value),
+                           actual=e, cost=COST_ID)
+            return
+        self.guard_type(source, type(value))
+        literal = repr(value) if _literal_ok(value) else self.name_of(value, "const")
+        self.add_guard("CONSTANT_MATCH", f"{e} == {literal}", source, expected=repr(value), actual=e)
+
+    def guard_tensor(self, source: Source, t: torch.Tensor) -> None:
+        e = source.expr(self.names)
+        checks = [
+            ("TENSOR_TYPE", f"___type({e}) is {self.name_of(type(t), type(t).__name__)}",
+             type(t).__name__, f"___type({e})"),
+            ("TENSOR_DTYPE", f"{e}.dtype is {self.name_of(t.dtype, str(t.dtype).split('.')[-1])}",
+             str(t.dtype), f"{e}.dtype"),
+            ("TENSOR_DEVICE", f"{e}.device == {self.name_of(t.device, 'dev')}", str(t.device), f"{e}.device"),
+            ("TENSOR_SHAPE", f"{e}.shape == {tuple(t.shape)!r}", str(tuple(t.shape)), f"tuple({e}.shape)"),
+            ("TENSOR_STRIDE", f"{e}.stride() == {t.stride()!r}", str(t.stride()), f"{e}.stride()"),
+            ("TENSOR_REQUIRES_GRAD", f"{e}.requires_grad is {t.requires_grad}", str(t.requires_grad),
+             f"{e}.requires_grad"),
+        ]
+        for kind, expr, expected, actual in checks:
+            self.add_guard(kind, expr, source, expected=expected, actual=actual, cost=COST_TENSOR)
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def cached(self, source: Source) -> Value | None:
+        return self._by_source.get(source)
+
+    def remember(self, source: Source, value: Value) -> Value:
+        self._by_source[source] = value
+        return value
+
+    def add_input(self, tensor: torch.Tensor, source: Source) -> TensorValue:
+        if source in self._by_source:
+            return self._by_source[source]
+        same = self._by_id.get(id(tensor))
+        if same is not None:
+            # The same tensor reached through two sources: one graph input, and a guard that they alias.
+            self.add_guard("ALIAS", f"{source.expr(self.names)} is {same.source.expr(self.names)}", source,
+                           expected=f"the same tensor as {same.source.describe()}", cost=COST_ID)
+            return self.remember(source, same.value)
+        self.guard_tensor(source, tensor)
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"tensor subclass {type(tensor).__name__} at {source.describe()}")
+        fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
+        node = self.graph.placeholder(_node_name(source.describe()))
+        node.meta["val"] = fake
+        node.meta["source"] = source.describe()
+        value = TensorValue(node, fake, source, type(tensor))
+        entry = GraphInput(source, tensor, value)
+        self.inputs.append(entry)
+        self._by_id[id(tensor)] = entry
+        return self.remember(source, value)
+
+    # ---- operations ---------------------------------------------------------------------------
+    def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:
+        """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
+        fake_args, fake_kwargs = tree_map(_fake_of, (args, kwargs), is_leaf=_is_value)
+        result = self._run_fake(kind, target, fake_args, fake_kwargs)
+        self._check_input_mutation(target)
+        if not _contains_tensor(result):
+            return self._wrap_constant_result(target, result)
+        node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)
+        node = self.graph.create_node(kind, target, node_args, node_kwargs)
+        node.meta["val"] = result
+        node.meta["stack_trace"] = self.location()
+        self.op_count += 1
+        return self.wrap_result(node, result)
+
+    def _run_fake(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
+                if kind == "call_method":
+                    return getattr(args[0], target)(*args[1:], **kwargs)
+                return target(*args, **kwargs)
+        except _DATA_DEPENDENT as e:
+            raise Unsupported(BreakKind.DATA_DEPENDENT,
+                              f"{_target_name(target)} needs tensor data to decide ({type(e).__name__})") from None
+        except UnsupportedOperatorException as e:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_target_name(target)}: no fake-tensor rule for {e}") from None
+        except Unsupported:
+            raise
+        except Exception as e:  # the user's error (bad shapes, wrong dtypes): eager raises it for real
+            raise UserException(e) from None
+
+    def _check_input_mutation(self, target: Any) -> None:
+        for entry in self.inputs:
+            if entry.value.fake._version != entry.version:
+                raise Unsupported(BreakKind.SIDE_EFFECT,
+                                  f"in-place {_target_name(target)} mutates the input {entry.source.describe()}")
+
+    def _wrap_constant_result(self, target: Any, result: Any) -> Value:
+        if result is None or isinstance(result, (bool, int, float, torch.dtype, torch.device, torch.Size)) or (
+                isinstance(result, tuple) and all(isinstance(r, (int, float, bool)) for r in result)):
+            return ConstantValue(result)
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL,
+                          f"{_target_name(target)} returned {type(result).__name__}, which cannot live in a graph")
+
+    def wrap_result(self, node: torch.fx.Node, result: Any) -> Value:
+        if isinstance(result, torch.Tensor):
+            return TensorValue(node, result)
+        if isinstance(result, (tuple, list)):
+            items = []
+            for i, r in enumerate(result):
+                if isinstance(r, torch.Tensor):
+                    item = self.graph.call_function(operator.getitem, (node, i))
+                    item.meta["val"] = r
+                    items.append(TensorValue(item, r))
+                elif _contains_tensor(r):
+                    raise Unsupported(BreakKind.UNSUPPORTED_CALL, "nested tensor containers in an op result")
+                else:
+                    items.append(ConstantValue(r))
+            cls = type(result)
+            return (TupleValue if isinstance(result, tuple) else SequenceValue)(items, cls=cls)
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"op result of type {type(result).__name__}")
+
+    def output(self, values: list[TensorValue]) -> None:
+        self.graph.output(tuple(v.node for v in values))
+
+
+def _is_value(x: Any) -> bool:
+    return isinstance(x, Value)
+
+
+def _fake_of(x: Any) -> Any:
+    if isinstance(x, TensorValue):
+        return x.fake
+    if isinstance(x, Value):
+        return _python_of(x, _fake_of)
+    return x
+
+
+def _node_of(x: Any) -> Any:
+    if isinstance(x, TensorValue):
+        return x.node
+    if isinstance(x, Value):
+        return _python_of(x, _node_of)
+    return x
+
+
+def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
+    if isinstance(v, ConstantValue):
+        return v.value
+    if isinstance(v, SequenceValue):
+        items = [leaf(i) for i in v.items]
+        return tuple(items) if issubclass(v.cls, tuple) and not hasattr(v.cls, "_fields") else (
+            list(items) if v.cls is list else (v.cls(*items) if hasattr(v.cls, "_fields") else v.cls(items)))
+    if isinstance(v, DictValue):
+        return {k: leaf(i) for k, i in v.items.items()}
+    if isinstance(v, SliceValue):
+        return slice(*(leaf(p) for p in v.parts))
+    if v.is_constant():
+        return v.as_constant()
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{v.describe()} cannot be passed to a graph op")
+
+
+def _contains_tensor(x: Any) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    if isinstance(x, (tuple, list)):
+        return any(_contains_tensor(i) for i in x)
+    if isinstance(x, dict):
+        return any(_contains_tensor(i) for i in x.values())
+    return False
+
+
+def _target_name(target: Any) -> str:
+    if isinstance(target, str):
+        return f"Tensor.{target}"
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+    return f"{module}.{name}" if module else name
+
+
+def _node_name(description: str) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", description).strip("_").lower()
+    return name or "input"
+
+
+def _literal_ok(value: Any) -> bool:
+    if isinstance(value, (int, float, str, bytes)) and type(value) in (int, float, str, bytes):
+        return not (isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))))
+    if type(value) is tuple:
+        return all(_literal_ok(v) for v in value)
+    return False
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) < 60 else text[:57] + "..."

@@ -1,0 +1,118 @@
+"""Operators: binary, in-place, unary, comparisons, identity, containment, subscripts and slices."""
+from __future__ import annotations
+
+import operator
+
+from ..breaks import BreakKind, Unsupported
+from ..protocol import (BINARY_OPS, COMPARE_OPS, binary, build_slice, compare, contains, getitem, is_same,
+                        truth, unary)
+from ..values import ConstantValue, DictValue, ListValue, TensorValue
+from . import op
+
+
+@op("BINARY_OP")
+def binary_op(tx, inst):
+    b = tx.pop()
+    a = tx.pop()
+    tx.push(binary(tx, BINARY_OPS[inst.arg.name], a, b))
+
+
+@op("COMPARE_OP")
+def compare_op(tx, inst):
+    b = tx.pop()
+    a = tx.pop()
+    tx.push(compare(tx, COMPARE_OPS[inst.arg.name.replace("_CAST", "")], a, b))
+
+
+@op("UNARY_NEGATIVE")
+def unary_negative(tx, inst):
+    tx.push(unary(tx, operator.neg, tx.pop()))
+
+
+@op("UNARY_POSITIVE")
+def unary_positive(tx, inst):
+    tx.push(unary(tx, operator.pos, tx.pop()))
+
+
+@op("UNARY_INVERT")
+def unary_invert(tx, inst):
+    tx.push(unary(tx, operator.invert, tx.pop()))
+
+
+@op("UNARY_NOT")
+def unary_not(tx, inst):
+    tx.push(ConstantValue(not truth(tx, tx.pop())))
+
+
+@op("IS_OP")
+def is_op(tx, inst):
+    b = tx.pop()
+    a = tx.pop()
+    same = is_same(tx, a, b)
+    tx.push(ConstantValue(same != bool(inst.arg)))
+
+
+@op("CONTAINS_OP")
+def contains_op(tx, inst):
+    container = tx.pop()
+    item = tx.pop()
+    found = contains(tx, item, container)
+    tx.push(ConstantValue(found != bool(inst.arg)))
+
+
+@op("BINARY_SUBSCR")
+def binary_subscr(tx, inst):
+    key = tx.pop()
+    obj = tx.pop()
+    tx.push(getitem(tx, obj, key))
+
+
+@op("BINARY_SLICE")
+def binary_slice(tx, inst):
+    stop = tx.pop()
+    start = tx.pop()
+    obj = tx.pop()
+    tx.push(getitem(tx, obj, build_slice([start, stop])))
+
+
+@op("BUILD_SLICE")
+def build_slice_op(tx, inst):
+    tx.push(build_slice(tx.popn(inst.arg)))
+
+
+def _store_item(tx, obj, key, value):
+    if isinstance(obj, ListValue):
+        obj.check_mutable()
+        k = key.as_constant()
+        if isinstance(k, slice):
+            obj.items[k] = list(value.items) if hasattr(value, "items") and isinstance(value.items, list) else []
+        else:
+            obj.items[k] = value
+        return
+    if isinstance(obj, DictValue):
+        obj.check_mutable()
+        obj.items[key.as_constant()] = value
+        return
+    if isinstance(obj, TensorValue):
+        if obj.source is not None:
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"item assignment into the input {obj.source.describe()}")
+        tx.output.call("call_function", operator.setitem, (obj, key, value), {})
+        return
+    raise Unsupported(BreakKind.SIDE_EFFECT, f"item assignment into {obj.describe()}")
+
+
+@op("STORE_SUBSCR")
+def store_subscr(tx, inst):
+    key = tx.pop()
+    obj = tx.pop()
+    value = tx.pop()
+    _store_item(tx, obj, key, value)
+
+
+@op("STORE_SLICE")
+def store_slice(tx, inst):
+    stop = tx.pop()
+    start = tx.pop()
+    obj = tx.pop()
+    value = tx.pop()
+    _store_item(tx, obj, build_slice([start, stop]), value)

@@ -1,0 +1,127 @@
+"""Building containers and strings, and unpacking them."""
+from __future__ import annotations
+
+from ..breaks import BreakKind, Unsupported, UserException
+from ..protocol import iterate
+from ..values import ConstantValue, DictValue, ListValue, TupleValue
+from . import UNSUPPORTED_OPCODES, op
+
+
+@op("BUILD_TUPLE")
+def build_tuple(tx, inst):
+    tx.push(TupleValue(tx.popn(inst.arg)))
+
+
+@op("BUILD_LIST")
+def build_list(tx, inst):
+    tx.push(ListValue(tx.popn(inst.arg)))
+
+
+@op("LIST_TO_TUPLE")
+def list_to_tuple(tx, inst):
+    tx.push(TupleValue(list(tx.pop().items)))
+
+
+@op("LIST_APPEND")
+def list_append(tx, inst):
+    value = tx.pop()
+    tx.peek(inst.arg).items.append(value)
+
+
+@op("LIST_EXTEND")
+def list_extend(tx, inst):
+    iterable = tx.pop()
+    tx.peek(inst.arg).items.extend(iterate(tx, iterable))
+
+
+@op("BUILD_MAP")
+def build_map(tx, inst):
+    flat = tx.popn(2 * inst.arg)
+    tx.push(DictValue({flat[i].as_constant(): flat[i + 1] for i in range(0, len(flat), 2)}))
+
+
+@op("BUILD_CONST_KEY_MAP")
+def build_const_key_map(tx, inst):
+    keys = tx.pop().as_constant()
+    values = tx.popn(inst.arg)
+    tx.push(DictValue(dict(zip(keys, values))))
+
+
+@op("MAP_ADD")
+def map_add(tx, inst):
+    value = tx.pop()
+    key = tx.pop()
+    tx.peek(inst.arg).items[key.as_constant()] = value
+
+
+@op("DICT_UPDATE")
+def dict_update(tx, inst):
+    other = tx.pop()
+    target = tx.peek(inst.arg)
+    target.items.update(_as_items(tx, other))
+
+
+@op("DICT_MERGE")
+def dict_merge(tx, inst):
+    other = tx.pop()
+    target = tx.peek(inst.arg)
+    items = _as_items(tx, other)
+    duplicate = next((k for k in items if k in target.items), None)
+    if duplicate is not None:
+        raise UserException(TypeError(f"got multiple values for keyword argument '{duplicate}'"))
+    target.items.update(items)
+
+
+UNSUPPORTED_OPCODES.pop("DICT_MERGE", None)
+
+
+def _as_items(tx, value) -> dict:
+    if isinstance(value, DictValue):
+        return dict(value.items)
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"** of {value.describe()}")
+
+
+@op("BUILD_STRING")
+def build_string(tx, inst):
+    parts = tx.popn(inst.arg)
+    tx.push(ConstantValue("".join(p.as_constant() for p in parts)))
+
+
+@op("FORMAT_VALUE")
+def format_value(tx, inst):
+    flags = inst.arg if isinstance(inst.arg, int) else int(inst.arg[0]) | (4 if inst.arg[1] else 0)
+    spec = tx.pop().as_constant() if flags & 0x04 else ""
+    value = tx.pop()
+    if not value.is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"formatting {value.describe()} into a string")
+    v = value.as_constant()
+    conversion = flags & 0x03
+    v = {0: lambda x: x, 1: str, 2: repr, 3: ascii}[conversion](v)
+    try:
+        tx.push(ConstantValue(format(v, spec)))
+    except Exception as e:
+        raise UserException(e) from None
+
+
+@op("UNPACK_SEQUENCE")
+def unpack_sequence(tx, inst):
+    items = iterate(tx, tx.pop())
+    if len(items) != inst.arg:
+        raise UserException(ValueError(
+            f"{'too many' if len(items) > inst.arg else 'not enough'} values to unpack (expected {inst.arg}, got {len(items)})"))
+    for item in reversed(items):
+        tx.push(item)
+
+
+@op("UNPACK_EX")
+def unpack_ex(tx, inst):
+    before, after = inst.arg & 0xFF, inst.arg >> 8
+    items = iterate(tx, tx.pop())
+    if len(items) < before + after:
+        raise UserException(ValueError(f"not enough values to unpack (expected at least {before + after}, got {len(items)})"))
+    middle = ListValue(items[before:len(items) - after])
+    for item in reversed(items[len(items) - after:]):
+        tx.push(item)
+    tx.push(middle)
+    for item in reversed(items[:before]):
+        tx.push(item)

@@ -1,0 +1,66 @@
+"""Calls and function creation.
+
+Canonical call layout (3.11 and 3.12 alike): [callable-or-NULL, self-or-callable, arg1..argN]; KW_NAMES
+names the last len(kw_names) arguments as keywords. LOAD_METHOD is canonicalised to push NULL and a
+bound callable, so the first slot is NULL in most calls.
+"""
+from __future__ import annotations
+
+from ..breaks import BreakKind, Unsupported
+from ..protocol import iterate
+from ..values import NULL, CellValue, DictValue, UserFunctionValue
+from . import op
+
+
+@op("KW_NAMES")
+def kw_names(tx, inst):
+    tx.kw_names = inst.arg
+
+
+@op("CALL")
+def call(tx, inst):
+    args = tx.popn(inst.arg)
+    second = tx.pop()
+    first = tx.pop()
+    if first is NULL:
+        fn = second
+    else:
+        fn, args = first, [second, *args]
+    names, tx.kw_names = tx.kw_names, ()
+    kwargs = {}
+    if names:
+        kwargs = dict(zip(names, args[len(args) - len(names):]))
+        args = args[:len(args) - len(names)]
+    tx.push(tx.call(fn, args, kwargs))
+
+
+@op("CALL_FUNCTION_EX")
+def call_function_ex(tx, inst):
+    kwargs_value = tx.pop() if inst.arg & 1 else DictValue({})
+    args_value = tx.pop()
+    fn = tx.pop()
+    null = tx.pop()
+    if null is not NULL:  # 3.11/3.12 push NULL before the callable of CALL_FUNCTION_EX
+        raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, "CALL_FUNCTION_EX without NULL")
+    if not isinstance(kwargs_value, DictValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"** of {kwargs_value.describe()}")
+    tx.push(tx.call(fn, iterate(tx, args_value), dict(kwargs_value.items)))
+
+
+@op("MAKE_FUNCTION")
+def make_function(tx, inst):
+    code = tx.pop().as_constant()
+    flags = inst.arg if isinstance(inst.arg, int) else int(inst.arg)
+    closure = tuple(tx.pop().items) if flags & 0x08 else None
+    if flags & 0x04:
+        tx.pop()  # annotations
+    kwdefaults = dict(tx.pop().items) if flags & 0x02 else {}
+    defaults = tuple(tx.pop().items) if flags & 0x01 else ()
+    if closure is not None and not all(isinstance(c, CellValue) or hasattr(c, "cell") for c in closure):
+        raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, "closure over unknown cells")
+    import types
+    # A real function object for the code (name, flags, signature); its closure and defaults stay abstract.
+    dummy_closure = tuple(types.CellType() for _ in code.co_freevars) or None
+    fn = types.FunctionType(code, tx.f_globals, code.co_name, None, dummy_closure)
+    fn.__qualname__ = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
+    tx.push(UserFunctionValue(fn, None, closure or (), defaults, kwdefaults))

@@ -1,0 +1,71 @@
+"""Jumps, conditional branches and for-loops. Every condition is decided while tracing."""
+from __future__ import annotations
+
+from ..protocol import iterate, truth
+from ..values import ConstantValue, IteratorValue
+from . import op
+
+
+@op("JUMP")
+def jump(tx, inst):
+    tx.jump(inst.arg)
+
+
+@op("POP_JUMP_IF_FALSE")
+def pop_jump_if_false(tx, inst):
+    if not truth(tx, tx.pop()):
+        tx.jump(inst.arg)
+
+
+@op("POP_JUMP_IF_TRUE")
+def pop_jump_if_true(tx, inst):
+    if truth(tx, tx.pop()):
+        tx.jump(inst.arg)
+
+
+def _is_none(value) -> bool:
+    return isinstance(value, ConstantValue) and value.value is None
+
+
+@op("POP_JUMP_IF_NONE")
+def pop_jump_if_none(tx, inst):
+    if _is_none(tx.pop()):
+        tx.jump(inst.arg)
+
+
+@op("POP_JUMP_IF_NOT_NONE")
+def pop_jump_if_not_none(tx, inst):
+    if not _is_none(tx.pop()):
+        tx.jump(inst.arg)
+
+
+@op("JUMP_IF_FALSE_OR_POP")
+def jump_if_false_or_pop(tx, inst):
+    if not truth(tx, tx.peek()):
+        tx.jump(inst.arg)
+    else:
+        tx.pop()
+
+
+@op("JUMP_IF_TRUE_OR_POP")
+def jump_if_true_or_pop(tx, inst):
+    if truth(tx, tx.peek()):
+        tx.jump(inst.arg)
+    else:
+        tx.pop()
+
+
+@op("GET_ITER")
+def get_iter(tx, inst):
+    value = tx.pop()
+    tx.push(value if isinstance(value, IteratorValue) else IteratorValue(iterate(tx, value)))
+
+
+@op("FOR_ITER")
+def for_iter(tx, inst):
+    item = tx.peek().next()
+    if item is None:
+        tx.pop()  # canonical form: an exhausted iterator is popped and the loop exits (NOTE in normalize)
+        tx.jump(inst.arg)
+    else:
+        tx.push(item)

@@ -1,0 +1,123 @@
+"""Stack, locals, globals, cells, constants, attributes and return."""
+from __future__ import annotations
+
+from ..breaks import BreakKind, Unsupported
+from ..values import NULL, BoundMethodValue, CellValue, ConstantValue, TensorMethodValue
+from ..values.builder import wrap_unguarded
+from . import op
+
+
+@op("POP_TOP")
+def pop_top(tx, inst):
+    tx.pop()
+
+
+@op("PUSH_NULL")
+def push_null(tx, inst):
+    tx.push(NULL)
+
+
+@op("COPY")
+def copy(tx, inst):
+    tx.push(tx.peek(inst.arg))
+
+
+@op("SWAP")
+def swap(tx, inst):
+    i = inst.arg
+    tx.stack[-1], tx.stack[-i] = tx.stack[-i], tx.stack[-1]
+
+
+@op("LOAD_CONST")
+def load_const(tx, inst):
+    tx.push(wrap_unguarded(inst.arg))
+
+
+@op("LOAD_FAST")
+def load_fast(tx, inst):
+    tx.push(tx.load_local(inst.arg))
+
+
+@op("LOAD_FAST_AND_CLEAR")
+def load_fast_and_clear(tx, inst):
+    # 3.12 inlined comprehensions save the outer binding (or NULL when unbound) and restore it after.
+    value = tx.locals.pop(inst.arg, None)
+    tx.push(NULL if value is None else tx.load_local_value(inst.arg, value))
+
+
+@op("STORE_FAST")
+def store_fast(tx, inst):
+    value = tx.pop()
+    if value is NULL:
+        tx.locals.pop(inst.arg, None)
+    else:
+        tx.store_local(inst.arg, value)
+
+
+@op("DELETE_FAST")
+def delete_fast(tx, inst):
+    tx.load_local(inst.arg)  # raises UnboundLocalError like CPython when unbound
+    del tx.locals[inst.arg]
+
+
+@op("LOAD_GLOBAL")
+def load_global(tx, inst):
+    push_null_first, name = inst.arg
+    if push_null_first:
+        tx.push(NULL)
+    tx.push(tx.load_global(name))
+
+
+@op("MAKE_CELL")
+def make_cell(tx, inst):
+    name = inst.arg
+    initial = tx.locals.pop(name, None)
+    tx.cells[name] = CellValue(initial)
+
+
+@op("COPY_FREE_VARS")
+def copy_free_vars(tx, inst):
+    pass  # free variables are bound when the translator is created
+
+
+@op("LOAD_CLOSURE")
+def load_closure(tx, inst):
+    tx.push(tx.cells[inst.arg])
+
+
+@op("LOAD_DEREF")
+def load_deref(tx, inst):
+    tx.push(tx.load_cell(inst.arg))
+
+
+@op("STORE_DEREF")
+def store_deref(tx, inst):
+    tx.store_cell(inst.arg, tx.pop())
+
+
+@op("LOAD_ATTR")
+def load_attr(tx, inst):
+    tx.push(tx.getattr(tx.pop(), inst.arg))
+
+
+@op("LOAD_METHOD")
+def load_method(tx, inst):
+    # Canonical form: [NULL, bound callable]; CALL treats it like any callable.
+    obj = tx.pop()
+    tx.push(NULL)
+    tx.push(tx.getattr(obj, inst.arg))
+
+
+@op("STORE_ATTR")
+def store_attr(tx, inst):
+    obj = tx.pop()
+    value = tx.pop()
+    tx.store_attr(obj, inst.arg, value)
+
+
+@op("RETURN_VALUE")
+def return_value(tx, inst):
+    tx.return_value = tx.pop()
+
+
+__all__ = ["BoundMethodValue", "ConstantValue", "TensorMethodValue", "Unsupported", "BreakKind"]

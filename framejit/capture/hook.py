@@ -1,0 +1,84 @@
+"""The frame hook: the only way into capture.
+
+A `FrameHook` stands for one code object compiled with one set of compile options. On each call it runs
+the guard functions of its entries (newest first); a hit calls that entry's function, a miss converts
+the frame anew, unless the recompile limit is reached: then the frame runs eagerly, and one log line
+names the function and the guard that kept failing.
+
+The per-call path is deliberately small: a loop over entries, one generated guard call each, then one
+call of the transformed function. CPython itself binds the arguments, because guard and transformed
+functions share the frame's signature.
+"""
+from __future__ import annotations
+
+import types
+import weakref
+from typing import Any
+
+from .. import config, logs
+from .convert import CompileRequest, Entry, convert_frame
+
+_ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
+
+
+class FrameHook:
+    def __init__(self, fn: types.FunctionType, request: CompileRequest) -> None:
+        self.fn = fn
+        self.request = request
+        self.entries: list[Entry] = []
+        self.limit_logged = False
+        _ALL_HOOKS.add(self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if config.disable:
+            return self.fn(*args, **kwargs)
+        for entry in self.entries:
+            try:
+                hit = entry.guard.check(*args, **kwargs)
+            except Exception:
+                hit = False
+            if hit:
+                return entry.fn(*args, **kwargs)
+        return self.miss(args, kwargs)
+
+    def miss(self, args: tuple, kwargs: dict) -> Any:
+        if len(self.entries) >= config.recompile_limit:
+            self._log_limit(args, kwargs)
+            return self.fn(*args, **kwargs)
+        if self.entries:
+            self._log_recompile(args, kwargs)
+        entry = convert_frame(self.fn, args, kwargs, self.request)
+        self.entries.insert(0, entry)
+        return entry.fn(*args, **kwargs)
+
+    def reset(self) -> None:
+        self.entries.clear()
+        self.limit_logged = False
+
+    def _name(self) -> str:
+        code = self.fn.__code__
+        return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+    def _log_recompile(self, args: tuple, kwargs: dict) -> None:
+        if logs.enabled("recompiles"):
+            failure = self.entries[0].guard.first_failure(*args, **kwargs)
+            logs.log("recompiles", "recompiling %s: %s", self._name(), failure or "no guard failed")
+        if logs.enabled("recompiles_verbose"):
+            for i, entry in enumerate(self.entries):
+                for failure in entry.guard.all_failures(*args, **kwargs):
+                    logs.log("recompiles_verbose", "recompiling %s: entry %d: %s", self._name(), i, failure)
+
+    def _log_limit(self, args: tuple, kwargs: dict) -> None:
+        if self.limit_logged:
+            return
+        self.limit_logged = True
+        failure = self.entries[0].guard.first_failure(*args, **kwargs)
+        message = (f"{self._name()} hit the recompile limit ({config.recompile_limit}); it now runs eagerly. "
+                   f"Last failing guard: {failure}")
+        logs.log("recompiles", "%s", message)
+        logs.getLogger("recompiles").warning("%s", message) if not logs.enabled("recompiles") else None
+
+
+def reset_all() -> None:
+    for hook in list(_ALL_HOOKS):
+        hook.reset()

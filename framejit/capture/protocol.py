@@ -1,0 +1,307 @@
+"""Python semantics over abstract values: operators, truth, iteration, subscripts.
+
+One place for "what does Python do here", following CPython's own rules. Two outcomes are never
+confused: an operation Python itself rejects raises the same exception CPython would (wrapped in
+UserException so the frame runs eagerly and the user sees the real error), while an operation framejit
+cannot model raises Unsupported (a graph break).
+
+Attribute lookup lives in attributes.py and calls in calls.py; both build on this module.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+
+from .breaks import BreakKind, Unsupported, UserException
+from .values import (ConstantValue, DictValue, IteratorValue, ListValue, NNModuleValue, ObjectValue,
+                     SequenceValue, SliceValue, TensorValue, TupleValue, Value)
+from .values.builder import wrap
+from .sources import DictSlotSource
+
+BINARY_OPS: dict[str, Callable] = {
+    "ADD": operator.add, "SUBTRACT": operator.sub, "MULTIPLY": operator.mul, "TRUE_DIVIDE": operator.truediv,
+    "FLOOR_DIVIDE": operator.floordiv, "REMAINDER": operator.mod, "POWER": operator.pow,
+    "MATRIX_MULTIPLY": operator.matmul, "LSHIFT": operator.lshift, "RSHIFT": operator.rshift,
+    "AND": operator.and_, "OR": operator.or_, "XOR": operator.xor,
+    "INPLACE_ADD": operator.iadd, "INPLACE_SUBTRACT": operator.isub, "INPLACE_MULTIPLY": operator.imul,
+    "INPLACE_TRUE_DIVIDE": operator.itruediv, "INPLACE_FLOOR_DIVIDE": operator.ifloordiv,
+    "INPLACE_REMAINDER": operator.imod, "INPLACE_POWER": operator.ipow,
+    "INPLACE_MATRIX_MULTIPLY": operator.imatmul, "INPLACE_LSHIFT": operator.ilshift,
+    "INPLACE_RSHIFT": operator.irshift, "INPLACE_AND": operator.iand, "INPLACE_OR": operator.ior,
+    "INPLACE_XOR": operator.ixor,
+}
+INPLACE_TO_PLAIN = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+    operator.ipow: operator.pow, operator.imatmul: operator.matmul, operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift, operator.iand: operator.and_, operator.ior: operator.or_,
+    operator.ixor: operator.xor,
+}
+COMPARE_OPS: dict[str, Callable] = {
+    "LT": operator.lt, "LE": operator.le, "EQ": operator.eq, "NE": operator.ne, "GT": operator.gt,
+    "GE": operator.ge,
+}
+
+
+def constant_fold(fn: Callable, *values: Any, **kwargs: Any) -> Value:
+    """Apply `fn` to Python constants; an exception is the user's (CPython raises it too)."""
+    try:
+        return ConstantValue(fn(*values, **kwargs))
+    except Exception as e:
+        raise UserException(e) from None
+
+
+def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        if isinstance(a, TensorValue) and fn in INPLACE_TO_PLAIN and a.source is None:
+            return tx.output.call("call_function", fn, (a, b), {})
+        if fn in INPLACE_TO_PLAIN and not isinstance(a, TensorValue):
+            fn = INPLACE_TO_PLAIN[fn]
+        return tx.output.call("call_function", fn, (a, b), {})
+    if isinstance(a, ListValue) and fn is operator.iadd:
+        a.check_mutable()
+        a.items.extend(iterate(tx, b))
+        return a
+    if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and fn in (operator.add, operator.iadd):
+        if a.cls is not b.cls and not (issubclass(a.cls, tuple) and issubclass(b.cls, tuple)):
+            raise UserException(TypeError(f'can only concatenate {a.cls.__name__} (not "{b.cls.__name__}") '
+                                          f'to {a.cls.__name__}'))
+        cls = a.cls if a.cls in (list, tuple) else tuple
+        if a.cls is torch.Size and b.cls in (tuple, torch.Size):
+            return ConstantValue(torch.Size(a.as_constant() + b.as_constant()))
+        return (ListValue if cls is list else TupleValue)(a.items + b.items, cls=cls)
+    if isinstance(a, SequenceValue) and fn in (operator.mul, operator.imul) and b.is_constant():
+        n = b.as_constant()
+        return (ListValue if a.cls is list else TupleValue)(a.items * n, cls=a.cls if a.cls in (list, tuple) else tuple)
+    if a.is_constant() and b.is_constant():
+        return constant_fold(fn, a.as_constant(), b.as_constant())
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on {a.describe()} and {b.describe()}")
+
+
+def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        return tx.output.call("call_function", fn, (a, b), {})
+    if a.is_constant() and b.is_constant():
+        return constant_fold(fn, a.as_constant(), b.as_constant())
+    if fn in (operator.eq, operator.ne) and _identity_comparable(a, b):
+        same = _same_object(a, b)
+        return ConstantValue(same if fn is operator.eq else not same)
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"comparison {fn.__name__} of {a.describe()} and {b.describe()}")
+
+
+def _identity_comparable(a: Value, b: Value) -> bool:
+    return isinstance(a, ObjectValue) and isinstance(b, ObjectValue) and type(a.obj).__eq__ is object.__eq__
+
+
+def _same_object(a: Value, b: Value) -> bool:
+    return a is b or (isinstance(a, ObjectValue) and isinstance(b, ObjectValue) and a.obj is b.obj)
+
+
+def is_same(tx, a: Value, b: Value) -> bool:
+    """`a is b`."""
+    if a is b:
+        return True
+    if isinstance(a, ConstantValue) and isinstance(b, ConstantValue):
+        return a.value is b.value
+    if isinstance(a, TensorValue) and isinstance(b, TensorValue):
+        if a.node is b.node:
+            return True
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "identity comparison of two different tensor values")
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        return False
+    if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
+        return a.obj is b.obj
+    if a.is_constant() and b.is_constant():
+        return a.as_constant() is b.as_constant()
+    if type(a) is not type(b) and (isinstance(a, ConstantValue) or isinstance(b, ConstantValue)):
+        return False
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"identity comparison of {a.describe()} and {b.describe()}")
+
+
+def unary(tx, fn: Callable, a: Value) -> Value:
+    if isinstance(a, TensorValue):
+        return tx.output.call("call_function", fn, (a,), {})
+    if a.is_constant():
+        return constant_fold(fn, a.as_constant())
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} of {a.describe()}")
+
+
+def truth(tx, v: Value) -> bool:
+    if isinstance(v, TensorValue):
+        raise Unsupported(BreakKind.DATA_DEPENDENT, "the truth value of a tensor depends on its data")
+    if isinstance(v, ConstantValue):
+        try:
+            return bool(v.value)
+        except Exception as e:
+            raise UserException(e) from None
+    if isinstance(v, (SequenceValue,)):
+        return len(v.items) > 0
+    if isinstance(v, DictValue):
+        return len(v.items) > 0
+    if isinstance(v, NNModuleValue):
+        if isinstance(v.obj, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)):
+            return len(v.obj) > 0
+        return True
+    if isinstance(v, ObjectValue):
+        cls = type(v.obj)
+        if getattr(cls, "__bool__", None) is None and getattr(cls, "__len__", None) is None:
+            return True
+        result = tx.call_method_of(v, "__bool__" if hasattr(cls, "__bool__") else "__len__", [], {})
+        return truth(tx, result)
+    if v.is_constant():
+        return bool(v.as_constant())
+    return True  # functions, modules, classes and other objects without __bool__/__len__
+
+
+def iterate(tx, v: Value) -> list[Value]:
+    """The items that iterating over `v` yields, all at once (iterables here are finite and known)."""
+    if isinstance(v, IteratorValue):
+        return v.remaining()
+    if isinstance(v, SequenceValue):
+        return list(v.items)
+    if isinstance(v, DictValue):
+        return [ConstantValue(k) for k in v.items]
+    if isinstance(v, ConstantValue) and isinstance(v.value, (range, tuple, str, list, frozenset, bytes, torch.Size)):
+        return [ConstantValue(x) for x in v.value]
+    if isinstance(v, TensorValue):
+        if v.fake.dim() == 0:
+            raise UserException(TypeError("iteration over a 0-d tensor"))
+        return [getitem(tx, v, ConstantValue(i)) for i in range(v.fake.shape[0])]
+    if isinstance(v, NNModuleValue):
+        return _module_children(tx, v)
+    if isinstance(v, ObjectValue) and hasattr(type(v.obj), "__iter__"):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {type(v.obj).__name__}")
+    raise UserException(TypeError(f"'{v.python_type().__name__}' object is not iterable"))
+
+
+def _module_children(tx, v: NNModuleValue) -> list[Value]:
+    mod = v.obj
+    if isinstance(mod, torch.nn.ModuleDict):
+        return [ConstantValue(k) for k in mod._modules]
+    if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
+        tx.guard_module_keys(v)
+        return [wrap(tx.output, child, DictSlotSource(v.source, "_modules", name)) if v.source else
+                NNModuleValue(child) for name, child in mod._modules.items()]
+    if isinstance(mod, torch.nn.ParameterList):
+        return [tx.getattr(v, str(i)) for i in range(len(mod))]
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {type(mod).__name__}")
+
+
+def length(tx, v: Value) -> int:
+    if isinstance(v, (SequenceValue,)):
+        return len(v.items)
+    if isinstance(v, DictValue):
+        return len(v.items)
+    if isinstance(v, ConstantValue):
+        try:
+            return len(v.value)
+        except Exception as e:
+            raise UserException(e) from None
+    if isinstance(v, TensorValue):
+        if v.fake.dim() == 0:
+            raise UserException(TypeError("len() of a 0-d tensor"))
+        return v.fake.shape[0]
+    if isinstance(v, NNModuleValue) and isinstance(v.obj, (torch.nn.Sequential, torch.nn.ModuleList,
+                                                           torch.nn.ModuleDict, torch.nn.ParameterList)):
+        tx.guard_module_keys(v)
+        return len(v.obj)
+    if isinstance(v, ObjectValue) and hasattr(type(v.obj), "__len__"):
+        return tx.call_method_of(v, "__len__", [], {}).as_constant()
+    if isinstance(v, IteratorValue):
+        raise UserException(TypeError("object of type 'iterator' has no len()"))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"len() of {v.describe()}")
+
+
+def getitem(tx, obj: Value, key: Value) -> Value:
+    if isinstance(obj, TensorValue):
+        return tx.output.call("call_function", operator.getitem, (obj, key), {})
+    if isinstance(obj, SequenceValue):
+        k = key.as_constant()
+        if isinstance(k, slice):
+            items = obj.items[k]
+            if obj.cls is torch.Size:
+                return ConstantValue(torch.Size([i.as_constant() for i in items]))
+            cls = list if obj.cls is list else tuple
+            return (ListValue if cls is list else TupleValue)(items, cls=cls)
+        try:
+            return obj.items[operator.index(k)]
+        except Exception as e:
+            raise UserException(e) from None
+    if isinstance(obj, DictValue):
+        k = key.as_constant()
+        if k not in obj.items:
+            raise UserException(KeyError(k))
+        return obj.items[k]
+    if isinstance(obj, ConstantValue):
+        return constant_fold(operator.getitem, obj.value, key.as_constant())
+    if isinstance(obj, NNModuleValue):
+        return _module_getitem(tx, obj, key.as_constant())
+    if isinstance(obj, ObjectValue) and hasattr(type(obj.obj), "__getitem__"):
+        return tx.call_method_of(obj, "__getitem__", [key], {})
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"subscript of {obj.describe()}")
+
+
+def _module_getitem(tx, v: NNModuleValue, key: Any) -> Value:
+    mod = v.obj
+    if isinstance(mod, torch.nn.ModuleDict):
+        tx.guard_module_keys(v)
+        return tx.getattr(v, key) if key in mod._modules else _raise(KeyError(key))
+    if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
+        tx.guard_module_keys(v)
+        names = list(mod._modules)
+        if isinstance(key, slice):
+            children = [tx.getattr(v, n) for n in names[key]]
+            return ModuleSliceValue(children, isinstance(mod, torch.nn.Sequential))
+        try:
+            name = names[operator.index(key)]
+        except Exception as e:
+            raise UserException(e) from None
+        return tx.getattr(v, name)
+    if isinstance(mod, torch.nn.ParameterList):
+        return tx.getattr(v, str(operator.index(key) % len(mod)))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"subscript of a {type(mod).__name__}")
+
+
+def _raise(exc: Exception):
+    raise UserException(exc)
+
+
+class ModuleSliceValue(TupleValue):
+    """`seq[a:b]` of nn.Sequential/ModuleList: a fresh container of the same children, modelled as a
+    tuple of the children's values (it iterates and indexes like the slice, and calls them in order
+    when it was a Sequential)."""
+
+    def __init__(self, children: list[Value], sequential: bool) -> None:
+        super().__init__(children)
+        self.sequential = sequential
+
+
+def contains(tx, item: Value, container: Value) -> bool:
+    if isinstance(container, DictValue):
+        return item.as_constant() in container.items
+    if isinstance(container, SequenceValue):
+        for x in container.items:
+            if x is item:
+                return True
+            if isinstance(x, TensorValue) or isinstance(item, TensorValue):
+                raise Unsupported(BreakKind.DATA_DEPENDENT, "`in` over tensors compares tensor data")
+            if x.is_constant() and item.is_constant() and x.as_constant() == item.as_constant():
+                return True
+        return False
+    if isinstance(container, ConstantValue):
+        try:
+            return item.as_constant() in container.value
+        except Exception as e:
+            raise UserException(e) from None
+    if isinstance(container, NNModuleValue) and isinstance(container.obj, torch.nn.ModuleDict):
+        tx.guard_module_keys(container)
+        return item.as_constant() in container.obj._modules
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"`in` on {container.describe()}")
+
+
+def build_slice(parts: list[Value]) -> Value:
+    if all(p.is_constant() for p in parts):
+        return ConstantValue(slice(*(p.as_constant() for p in parts)))
+    return SliceValue(*parts)

@@ -1,0 +1,194 @@
+"""Sources: where a value read while tracing lives, so that it can be guarded and reloaded.
+
+A Source has two jobs only (DESIGN.md, section 4):
+- `expr(names)`: the Python expression that names it inside a generated guard function, whose
+  parameters are the frame's arguments and whose globals hold the objects in `names` (a `NameTable`
+  that hands out deterministic names such as `___g0` for objects the expression needs);
+- `reload(cg)`: the bytecode that pushes the value inside the transformed function.
+
+Sources are frozen dataclasses and hashable: two reads of the same place give equal sources, which is
+how graph inputs are deduplicated. Objects referenced by a source (a globals dict, a closure cell) are
+held by identity in `Ref`, compared by identity.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Ref:
+    """An object a source refers to, compared and hashed by identity."""
+
+    obj: Any
+    label: str
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ref) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+class NameTable:
+    """Deterministic names for objects used by generated code (guards or transformed functions)."""
+
+    def __init__(self, prefix: str = "___c") -> None:
+        self.prefix = prefix
+        self.by_id: dict[int, str] = {}
+        self.namespace: dict[str, Any] = {}
+
+    def name_for(self, obj: Any, hint: str = "") -> str:
+        key = id(obj)
+        if key not in self.by_id:
+            name = f"{self.prefix}{len(self.by_id)}"
+            if hint and hint.isidentifier():
+                name = f"{name}_{hint}"
+            self.by_id[key] = name
+            self.namespace[name] = obj
+        return self.by_id[key]
+
+
+class Source:
+    def expr(self, names: NameTable) -> str:
+        raise NotImplementedError
+
+    def reload(self, cg) -> None:
+        raise NotImplementedError
+
+    def root_local(self) -> str | None:
+        """The frame local this source starts from, if any."""
+        return None
+
+    def describe(self) -> str:
+        """A short, user-readable name, e.g. L['x'].weight."""
+        return self.expr(_DescribeNames())
+
+
+class _DescribeNames(NameTable):
+    def name_for(self, obj: Any, hint: str = "") -> str:
+        return hint or type(obj).__name__
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSource(Source):
+    name: str
+
+    def expr(self, names: NameTable) -> str:
+        return self.name
+
+    def reload(self, cg) -> None:
+        cg.load_fast(self.name)
+
+    def root_local(self) -> str | None:
+        return self.name
+
+    def describe(self) -> str:
+        return f"L[{self.name!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalSource(Source):
+    """`globals_ref.obj[name]`: a module global of the (possibly inlined) function that read it."""
+
+    globals_ref: Ref
+    name: str
+
+    def expr(self, names: NameTable) -> str:
+        return f"{names.name_for(self.globals_ref.obj, 'G')}[{self.name!r}]"
+
+    def reload(self, cg) -> None:
+        cg.load_const(self.globals_ref.obj)
+        cg.load_const(self.name)
+        cg.subscr()
+
+    def describe(self) -> str:
+        return f"G[{self.name!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosureSource(Source):
+    """The contents of a closure cell of a function (root or inlined)."""
+
+    cell_ref: Ref
+    name: str
+
+    def expr(self, names: NameTable) -> str:
+        return f"{names.name_for(self.cell_ref.obj, 'cell_' + self.name)}.cell_contents"
+
+    def reload(self, cg) -> None:
+        cg.load_const(self.cell_ref.obj)
+        cg.load_attr("cell_contents")
+
+    def describe(self) -> str:
+        return f"closure[{self.name!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class AttrSource(Source):
+    base: Source
+    attr: str
+
+    def expr(self, names: NameTable) -> str:
+        return f"{self.base.expr(names)}.{self.attr}"
+
+    def reload(self, cg) -> None:
+        self.base.reload(cg)
+        cg.load_attr(self.attr)
+
+    def root_local(self) -> str | None:
+        return self.base.root_local()
+
+    def describe(self) -> str:
+        return f"{self.base.describe()}.{self.attr}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemSource(Source):
+    """`base[key]` for a constant key (int, str, ...)."""
+
+    base: Source
+    key: Any
+
+    def expr(self, names: NameTable) -> str:
+        return f"{self.base.expr(names)}[{self.key!r}]"
+
+    def reload(self, cg) -> None:
+        self.base.reload(cg)
+        cg.load_const(self.key)
+        cg.subscr()
+
+    def root_local(self) -> str | None:
+        return self.base.root_local()
+
+    def describe(self) -> str:
+        return f"{self.base.describe()}[{self.key!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class DictSlotSource(Source):
+    """An entry of one of nn.Module's own dicts: `base.<slot>[key]` (slot: _modules, _parameters, _buffers).
+
+    NOTE [Module slots]: nn.Module keeps children, parameters and buffers out of `__dict__`, behind a
+    slow Python `__getattr__`. Sources read the slot dicts directly: faster to reload and to guard,
+    and a replaced parameter or child is seen on the next call.
+    """
+
+    base: Source
+    slot: str
+    key: str
+
+    def expr(self, names: NameTable) -> str:
+        return f"{self.base.expr(names)}.{self.slot}[{self.key!r}]"
+
+    def reload(self, cg) -> None:
+        self.base.reload(cg)
+        cg.load_attr(self.slot)
+        cg.load_const(self.key)
+        cg.subscr()
+
+    def root_local(self) -> str | None:
+        return self.base.root_local()
+
+    def describe(self) -> str:
+        return f"{self.base.describe()}.{self.key}"

@@ -1,0 +1,321 @@
+"""The instruction loop: symbolic execution of one code object over abstract values.
+
+A Translator walks the canonical instructions (normalize.py) of one code object with an abstract stack,
+abstract locals and cells, dispatching each instruction to its handler (handlers/). Calls into user
+Python code create a child Translator that shares the OutputGraph (inlining). Control flow is followed,
+not merged: every condition is decided while tracing, from Python values or tensor metadata that are
+guarded, so one trace is one straight path through the program (loops unroll).
+
+Invariants: handlers touch the translator only through push/pop/peek, locals, jump and the helpers
+below; anything a handler cannot model raises Unsupported, anything the user's code gets wrong raises
+UserException; the translator adds the user's stack to both on the way out.
+"""
+from __future__ import annotations
+
+import builtins
+import inspect
+import linecache
+import types
+from typing import Any
+
+import torch
+
+from .. import config
+from .attributes import getattr_value
+from .breaks import BreakKind, Unsupported, UserException, UserFrame
+from .calls import call_value
+from .graph import OutputGraph
+from .handlers import HANDLERS, UNSUPPORTED_OPCODES
+from .normalize import Inst, normalize
+from .sources import ClosureSource, DictSlotSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
+from .values import (CellValue, ConstantValue, DictValue, NewObjectValue, NNModuleValue, ObjectValue, TupleValue,
+                     UserFunctionValue, Value)
+from .values.builder import wrap, wrap_unguarded
+
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+# Functions marked with framejit.disable: never traced, never inlined.
+DISABLED: "set[types.CodeType]" = set()
+
+
+class LazyArg:
+    """A root-frame argument not yet read: wrapped (and guarded) on first use only."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj: Any, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+
+class RealCell:
+    """A closure cell that exists outside the trace (a free variable of a real function)."""
+
+    __slots__ = ("cell", "name")
+
+    def __init__(self, cell: types.CellType, name: str) -> None:
+        self.cell = cell
+        self.name = name
+
+
+class Translator:
+    def __init__(self, output: OutputGraph, code: types.CodeType, f_globals: dict, f_locals: dict[str, Any],
+                 cells: dict[str, Any], parent: "Translator | None" = None) -> None:
+        self.output = output
+        self.code = code
+        self.f_globals = f_globals
+        self.locals: dict[str, Any] = dict(f_locals)
+        self.cells = cells
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.program = normalize(code)
+        self.stack: list[Value] = []
+        self.pc = 0
+        self.current: Inst | None = None
+        self.kw_names: tuple[str, ...] = ()
+        self.return_value: Value | None = None
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def run(self) -> Value:
+        insts = self.program.insts
+        self.output.tx_stack.append(self)
+        try:
+            while self.return_value is None:
+                inst = insts[self.pc]
+                self.current = inst
+                self.pc += 1
+                self.step(inst)
+        except (Unsupported, UserException) as e:
+            _attach_stack(e, self.user_stack())
+            raise
+        finally:
+            self.output.tx_stack.pop()
+        return self.return_value
+
+    def step(self, inst: Inst) -> None:
+        handler = HANDLERS.get(inst.name)
+        if handler is None:
+            reason = UNSUPPORTED_OPCODES.get(inst.name, "no handler for this instruction yet")
+            raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, f"{inst.name}: {reason}")
+        handler(self, inst)
+
+    # ---- stack and locals ---------------------------------------------------------------------
+    def push(self, value: Value) -> None:
+        self.stack.append(value)
+
+    def pop(self) -> Value:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[Value]:
+        if n == 0:
+            return []
+        values = self.stack[-n:]
+        del self.stack[-n:]
+        return values
+
+    def peek(self, depth: int = 1) -> Value:
+        return self.stack[-depth]
+
+    def jump(self, target: int) -> None:
+        self.pc = target
+
+    def load_local(self, name: str) -> Value:
+        if name in self.cells and name not in self.locals:
+            return self.load_cell(name)
+        try:
+            value = self.locals[name]
+        except KeyError:
+            raise UserException(UnboundLocalError(
+                f"cannot access local variable '{name}' where it is not associated with a value")) from None
+        if isinstance(value, LazyArg):
+            value = self.locals[name] = wrap(self.output, value.obj, LocalSource(value.name))
+        return value
+
+    def load_local_value(self, name: str, value: Any) -> Value:
+        """`value` as read from local `name` (wrapping a root argument on its first use)."""
+        if isinstance(value, LazyArg):
+            value = wrap(self.output, value.obj, LocalSource(value.name))
+        return value
+
+    def store_local(self, name: str, value: Value) -> None:
+        self.locals[name] = value
+
+    def load_cell(self, name: str) -> Value:
+        cell = self.cells[name]
+        if isinstance(cell, RealCell):
+            try:
+                contents = cell.cell.cell_contents
+            except ValueError:
+                raise UserException(NameError(f"free variable '{name}' referenced before assignment")) from None
+            return wrap(self.output, contents, ClosureSource(Ref(cell.cell, name), name))
+        if cell.contents is None:
+            raise UserException(NameError(f"free variable '{name}' referenced before assignment"))
+        if isinstance(cell.contents, LazyArg):
+            cell.contents = wrap(self.output, cell.contents.obj, LocalSource(cell.contents.name))
+        return cell.contents
+
+    def store_cell(self, name: str, value: Value) -> None:
+        cell = self.cells[name]
+        if isinstance(cell, RealCell):
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the nonlocal variable {name!r}")
+        cell.contents = value
+
+    def load_global(self, name: str) -> Value:
+        if name in self.f_globals:
+            return wrap(self.output, self.f_globals[name], GlobalSource(Ref(self.f_globals, "G"), name))
+        builtins_dict = self.f_globals.get("__builtins__", builtins.__dict__)
+        if isinstance(builtins_dict, types.ModuleType):
+            builtins_dict = builtins_dict.__dict__
+        if name not in builtins_dict:
+            raise UserException(NameError(f"name '{name}' is not defined"))
+        g = self.output.name_of(self.f_globals, "G")
+        self.output.add_guard("BUILTIN_NOT_SHADOWED", f"{name!r} not in {g}", None, expected=f"{name} is the builtin")
+        return wrap_unguarded(builtins_dict[name])
+
+    # ---- Python semantics the handlers need ---------------------------------------------------
+    def getattr(self, obj: Value, name: str) -> Value:
+        return getattr_value(self, obj, name)
+
+    def call(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        return call_value(self, fn, args, kwargs)
+
+    def call_method_of(self, obj: Value, name: str, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        return self.call(self.getattr(obj, name), args, kwargs)
+
+    def store_attr(self, obj: Value, name: str, value: Value) -> None:
+        if isinstance(obj, NewObjectValue):
+            obj.attrs[name] = value
+            return
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {obj.describe()}")
+
+    def inline(self, fn: UserFunctionValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        f = fn.fn
+        code = f.__code__
+        if code in DISABLED:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked framejit.disable")
+        if self.depth + 1 > config.inline_depth_limit:
+            raise Unsupported(BreakKind.INLINE_LIMIT, f"inlining {f.__qualname__} exceeds depth {config.inline_depth_limit}")
+        if code.co_flags & _GENERATOR_FLAGS:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is a generator or coroutine")
+        defaults = fn.defaults if fn.defaults is not None else self._wrap_defaults(fn)
+        kwdefaults = fn.kwdefaults if fn.kwdefaults is not None else self._wrap_kwdefaults(fn)
+        bound = bind_arguments(code, f.__qualname__, args, kwargs, defaults, kwdefaults)
+        cells = self._cells_for(fn)
+        child = Translator(self.output, code, f.__globals__, bound, cells, parent=self)
+        return child.run()
+
+    def _wrap_defaults(self, fn: UserFunctionValue) -> tuple[Value, ...]:
+        defaults = fn.fn.__defaults__ or ()
+        if fn.source is None:
+            return tuple(wrap_unguarded(d) for d in defaults)
+        base = AttrSource(fn.source, "__defaults__")
+        return tuple(wrap(self.output, d, ItemSource(base, i)) for i, d in enumerate(defaults))
+
+    def _wrap_kwdefaults(self, fn: UserFunctionValue) -> dict[str, Value]:
+        kwdefaults = fn.fn.__kwdefaults__ or {}
+        if fn.source is None:
+            return {k: wrap_unguarded(v) for k, v in kwdefaults.items()}
+        base = AttrSource(fn.source, "__kwdefaults__")
+        return {k: wrap(self.output, v, ItemSource(base, k)) for k, v in kwdefaults.items()}
+
+    def _cells_for(self, fn: UserFunctionValue) -> dict[str, Any]:
+        code = fn.fn.__code__
+        if fn.closure is not None:
+            return dict(zip(code.co_freevars, fn.closure))
+        real = fn.fn.__closure__ or ()
+        return {name: RealCell(cell, name) for name, cell in zip(code.co_freevars, real)}
+
+    # ---- nn.Module support --------------------------------------------------------------------
+    def guard_no_hooks(self, mod: NNModuleValue) -> None:
+        m = mod.obj
+        hook_dicts = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                      "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs")
+        present = [d for d in hook_dicts if getattr(m, d, None)]
+        global_hooks = _global_module_hooks()
+        if present or global_hooks:
+            raise Unsupported(BreakKind.MODULE_HOOKS,
+                              f"{type(m).__name__} has hooks ({', '.join(present or global_hooks)})")
+        if mod.source is not None:
+            e = mod.source.expr(self.output.names)
+            for d in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+                self.output.add_guard("NO_HOOKS", f"not {e}.{d}", mod.source, expected="no hooks", actual=f"{e}.{d}")
+
+    def guard_module_keys(self, mod: NNModuleValue) -> None:
+        if mod.source is None:
+            return
+        e = mod.source.expr(self.output.names)
+        keys = list(mod.obj._modules)
+        self.output.add_guard("MODULE_KEYS", f"___list({e}._modules) == {keys!r}", mod.source,
+                              expected=repr(keys), actual=f"___list({e}._modules)")
+
+    # ---- provenance ---------------------------------------------------------------------------
+    def frame_info(self) -> UserFrame:
+        lineno = self.current.lineno if self.current is not None and self.current.lineno else self.code.co_firstlineno
+        line = linecache.getline(self.code.co_filename, lineno).strip()
+        return UserFrame(self.code.co_filename, lineno, self.code.co_name, line)
+
+    def user_stack(self) -> tuple[UserFrame, ...]:
+        frames = []
+        tx: Translator | None = self
+        while tx is not None:
+            frames.append(tx.frame_info())
+            tx = tx.parent
+        return tuple(reversed(frames))
+
+
+def _attach_stack(e: Exception, stack: tuple[UserFrame, ...]) -> None:
+    if isinstance(e, Unsupported):
+        e.with_stack(stack)
+    elif isinstance(e, UserException) and not e.user_stack:
+        e.user_stack = stack
+
+
+def _global_module_hooks() -> list[str]:
+    from torch.nn.modules import module as m
+    names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+             "_global_backward_pre_hooks")
+    return [n for n in names if getattr(m, n, None)]
+
+
+def bind_arguments(code: types.CodeType, fname: str, args: list[Value], kwargs: dict[str, Value],
+                   defaults: tuple[Value, ...], kwdefaults: dict[str, Value]) -> dict[str, Value]:
+    """Bind abstract arguments to the parameters of `code` exactly as CPython does (or raise its TypeError)."""
+    names = code.co_varnames
+    npos, nkw, nposonly = code.co_argcount, code.co_kwonlyargcount, code.co_posonlyargcount
+    pos_names, kw_names = names[:npos], names[npos:npos + nkw]
+    index = npos + nkw
+    varargs = names[index] if code.co_flags & inspect.CO_VARARGS else None
+    varkw = names[index + bool(varargs)] if code.co_flags & inspect.CO_VARKEYWORDS else None
+    bound: dict[str, Value] = dict(zip(pos_names, args))
+    if len(args) > npos and varargs is None:
+        raise UserException(TypeError(f"{fname}() takes {npos} positional arguments but {len(args)} were given"))
+    if varargs is not None:
+        bound[varargs] = TupleValue(list(args[npos:]))
+    extra: dict[str, Value] = {}
+    for key, value in kwargs.items():
+        if key in kw_names or key in pos_names[nposonly:]:
+            if key in bound:
+                raise UserException(TypeError(f"{fname}() got multiple values for argument '{key}'"))
+            bound[key] = value
+        elif varkw is not None:
+            extra[key] = value
+        else:
+            raise UserException(TypeError(f"{fname}() got an unexpected keyword argument '{key}'"))
+    first_default = npos - len(defaults)
+    for i, name in enumerate(pos_names):
+        if name not in bound:
+            if i < first_default:
+                raise UserException(TypeError(f"{fname}() missing required positional argument: '{name}'"))
+            bound[name] = defaults[i - first_default]
+    for name in kw_names:
+        if name not in bound:
+            if name not in kwdefaults:
+                raise UserException(TypeError(f"{fname}() missing required keyword-only argument: '{name}'"))
+            bound[name] = kwdefaults[name]
+    if varkw is not None:
+        bound[varkw] = DictValue(extra)
+    return bound
+
+
+__all__ = ["Translator", "LazyArg", "RealCell", "bind_arguments", "DISABLED", "CellValue", "ConstantValue",
+           "DictSlotSource", "ObjectValue", "torch"]

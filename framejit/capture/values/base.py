@@ -1,0 +1,65 @@
+"""The base of abstract values, and the simple ones: constants and NULL.
+
+A Value stands for a Python object during tracing. It may carry a Source (where the object lives, for
+guarding and reloading); values made while tracing have none. Values are immutable except mutable
+containers created while tracing (lists, dicts, iterators, cells), whose mutation is local to the trace.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..breaks import BreakKind, Unsupported
+from ..sources import Source
+
+
+class Value:
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"type of {self!r} is unknown")
+
+    def is_constant(self) -> bool:
+        return False
+
+    def as_constant(self) -> Any:
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{self.describe()} is not a Python constant here")
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
+class ConstantValue(Value):
+    """A Python constant (int, float, bool, str, None, Ellipsis, slice, dtype, device, Size, code, ...)."""
+
+    def __init__(self, value: Any, source: Source | None = None) -> None:
+        self.value = value
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.value
+
+    def describe(self) -> str:
+        return f"Constant({self.value!r})"
+
+
+class NullValue(Value):
+    """The NULL that CPython pushes below a callable (PUSH_NULL, LOAD_GLOBAL with the low bit)."""
+
+    def describe(self) -> str:
+        return "NULL"
+
+
+NULL = NullValue()
+
+
+def const(value: Any) -> ConstantValue:
+    return ConstantValue(value)

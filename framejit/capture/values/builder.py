@@ -1,0 +1,160 @@
+"""`wrap`: turn a real Python object read through a Source into an abstract value, adding the guards that
+make every later use of it sound.
+
+Each kind of object gets the cheapest guard that pins what tracing relies on: tensors their metadata,
+Python scalars their value, functions, classes and modules their identity, other objects their type
+(their attributes are guarded one by one when read), containers their type and length (or keys).
+Objects reached without a Source (e.g. attributes of `torch` itself, see NOTE [Library modules]) are
+wrapped unguarded.
+"""
+from __future__ import annotations
+
+import enum
+import functools
+import types
+from typing import Any
+
+import torch
+
+from ..breaks import BreakKind, Unsupported
+from ..sources import AttrSource, ItemSource, Source
+from .base import ConstantValue, Value
+from .callables import BoundMethodValue, BuiltinValue, PartialValue, UserFunctionValue
+from .containers import DictValue, ListValue, TupleValue
+from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
+
+_SCALARS = (bool, int, float, str, bytes, complex, type(None))
+_ID_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented))
+_BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
+                      types.MethodDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
+                      torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+
+# NOTE [Library modules]: attributes of these modules are treated as fixed for the life of the process
+# (as TorchDynamo does): reading `torch.relu` or `math.pi` adds no guard. Attributes of any other module
+# (the user's own) are guarded by identity or value like any global.
+LIBRARY_MODULE_PREFIXES = ("torch", "math", "operator", "functools", "itertools", "builtins", "typing",
+                           "collections", "dataclasses", "enum", "numbers", "abc", "types")
+
+
+def is_library_module(module: types.ModuleType) -> bool:
+    name = getattr(module, "__name__", "") or ""
+    return name.split(".")[0] in LIBRARY_MODULE_PREFIXES or name.startswith("torch.")
+
+
+def wrap(out, obj: Any, source: Source | None) -> Value:
+    """The abstract value of `obj`, guarded through `source` (unguarded when source is None)."""
+    if source is not None:
+        cached = out.cached(source)
+        if cached is not None:
+            return cached
+        value = _wrap_guarded(out, obj, source)
+        return out.remember(source, value)
+    return wrap_unguarded(obj)
+
+
+def _wrap_guarded(out, obj: Any, source: Source) -> Value:
+    if isinstance(obj, torch.Tensor):
+        return out.add_input(obj, source)
+    if type(obj) in _SCALARS:
+        out.guard_constant(source, obj)
+        return ConstantValue(obj, source)
+    if isinstance(obj, _ID_CONSTANTS) or isinstance(obj, enum.Enum):
+        out.guard_id(source, obj)
+        return ConstantValue(obj, source)
+    if isinstance(obj, torch.device):
+        out.guard_type(source, torch.device)
+        e = source.expr(out.names)
+        out.add_guard("CONSTANT_MATCH", f"{e} == {out.name_of(obj, 'dev')}", source, expected=str(obj), actual=e)
+        return ConstantValue(obj, source)
+    if isinstance(obj, torch.Size):
+        out.guard_constant(source, obj)
+        return ConstantValue(obj, source)
+    if isinstance(obj, (tuple, list)) and type(obj) in (tuple, list) or _is_namedtuple(obj):
+        return _wrap_sequence(out, obj, source)
+    if type(obj) is dict:
+        return _wrap_dict(out, obj, source)
+    if isinstance(obj, torch.nn.Module):
+        out.guard_type(source, type(obj))
+        return NNModuleValue(obj, source)
+    return _wrap_callable_or_object(out, obj, source)
+
+
+def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
+    if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
+        out.guard_id(source, obj)
+        return BuiltinValue(obj, source)
+    if isinstance(obj, types.FunctionType):
+        out.guard_id(source, obj)
+        return UserFunctionValue(obj, source)
+    if isinstance(obj, types.MethodType):
+        out.guard_type(source, types.MethodType)
+        func = wrap(out, obj.__func__, AttrSource(source, "__func__"))
+        self_value = wrap(out, obj.__self__, AttrSource(source, "__self__"))
+        return BoundMethodValue(func, self_value, source)
+    if isinstance(obj, types.ModuleType):
+        out.guard_id(source, obj)
+        return PyModuleValue(obj, source)
+    if isinstance(obj, type):
+        out.guard_id(source, obj)
+        return ClassValue(obj, source)
+    if isinstance(obj, functools.partial):
+        out.guard_type(source, functools.partial)
+        func = wrap(out, obj.func, AttrSource(source, "func"))
+        args = [wrap(out, a, ItemSource(AttrSource(source, "args"), i)) for i, a in enumerate(obj.args)]
+        keywords = AttrSource(source, "keywords")
+        kwargs = {k: wrap(out, v, ItemSource(keywords, k)) for k, v in obj.keywords.items()}
+        return PartialValue(func, args, kwargs, source)
+    if type(obj).__module__ == "builtins" and not hasattr(obj, "__dict__"):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{source.describe()} is a {type(obj).__name__}")
+    out.guard_type(source, type(obj))
+    return ObjectValue(obj, source)
+
+
+def _wrap_sequence(out, obj: Any, source: Source) -> Value:
+    out.guard_type(source, type(obj))
+    e = source.expr(out.names)
+    out.add_guard("LENGTH", f"___len({e}) == {len(obj)}", source, expected=str(len(obj)), actual=f"___len({e})")
+    items = [wrap(out, item, ItemSource(source, i)) for i, item in enumerate(obj)]
+    cls = type(obj)
+    return (ListValue if cls is list else TupleValue)(items, source, cls)
+
+
+def _wrap_dict(out, obj: dict, source: Source) -> Value:
+    keys = list(obj.keys())
+    if not all(type(k) in (str, int, bool) for k in keys):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"dict {source.describe()} has non-constant keys")
+    out.guard_type(source, dict)
+    e = source.expr(out.names)
+    out.add_guard("DICT_KEYS", f"___list({e}) == {keys!r}", source, expected=repr(keys), actual=f"___list({e})")
+    return DictValue({k: wrap(out, v, ItemSource(source, k)) for k, v in obj.items()}, source)
+
+
+def wrap_unguarded(obj: Any) -> Value:
+    """A value for an object that needs no guard (a library attribute, or a constant of the code)."""
+    if type(obj) in _SCALARS or isinstance(obj, (*_ID_CONSTANTS, torch.device, torch.Size, enum.Enum, slice,
+                                                 range, frozenset, types.CodeType)):
+        return ConstantValue(obj)
+    if type(obj) is tuple:
+        return TupleValue([wrap_unguarded(o) for o in obj])
+    if isinstance(obj, types.ModuleType):
+        return PyModuleValue(obj)
+    if isinstance(obj, type):
+        return ClassValue(obj)
+    if isinstance(obj, types.FunctionType) and not _is_torch_callable(obj):
+        return UserFunctionValue(obj)
+    if callable(obj):
+        return BuiltinValue(obj)
+    raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"cannot model the object {type(obj).__name__}")
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+
+
+def _is_torch_callable(obj: Any) -> bool:
+    """torch functions (C and Python, e.g. torch.add, F.relu) become graph ops rather than being inlined;
+    the Python code of nn.Module classes (torch.nn.modules.*) is inlined like user code."""
+    module = getattr(obj, "__module__", None) or ""
+    if isinstance(obj, type) or not callable(obj) or module.startswith("torch.nn.modules"):
+        return False
+    return module == "torch" or module.startswith("torch.") or module.startswith("torch._C")

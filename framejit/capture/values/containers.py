@@ -1,0 +1,115 @@
+"""Containers: tuples, lists, dicts, slices and iterators over abstract values.
+
+Lists, dicts and iterators created while tracing are mutated in place by the handlers. A container that
+came from outside (it has a Source) may not be mutated until side-effect replay exists: mutating it is an
+Unsupported(SIDE_EFFECT), never a silent divergence from eager.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..breaks import BreakKind, Unsupported
+from ..sources import Source
+from .base import Value
+
+
+class SequenceValue(Value):
+    kind: type = tuple
+
+    def __init__(self, items: list[Value], source: Source | None = None, cls: type | None = None) -> None:
+        self.items = list(items)
+        self.source = source
+        self.cls = cls or self.kind
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def is_constant(self) -> bool:
+        return all(i.is_constant() for i in self.items)
+
+    def as_constant(self) -> Any:
+        values = [i.as_constant() for i in self.items]
+        if self.cls in (tuple, list):
+            return self.cls(values)
+        if hasattr(self.cls, "_fields"):
+            return self.cls(*values)
+        return self.cls(values)
+
+    def describe(self) -> str:
+        return f"{self.cls.__name__}({', '.join(i.describe() for i in self.items)})"
+
+
+class TupleValue(SequenceValue):
+    kind = tuple
+
+
+class ListValue(SequenceValue):
+    kind = list
+
+    def check_mutable(self) -> None:
+        if self.source is not None:
+            raise Unsupported(BreakKind.SIDE_EFFECT,
+                              f"mutation of the list {self.source.describe()} that came from outside")
+
+
+class DictValue(Value):
+    """A dict with constant keys (str, int, ...), in insertion order."""
+
+    def __init__(self, items: dict[Any, Value], source: Source | None = None, cls: type = dict) -> None:
+        self.items = dict(items)
+        self.source = source
+        self.cls = cls
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def is_constant(self) -> bool:
+        return all(v.is_constant() for v in self.items.values())
+
+    def as_constant(self) -> Any:
+        return self.cls((k, v.as_constant()) for k, v in self.items.items())
+
+    def check_mutable(self) -> None:
+        if self.source is not None:
+            raise Unsupported(BreakKind.SIDE_EFFECT,
+                              f"mutation of the dict {self.source.describe()} that came from outside")
+
+    def describe(self) -> str:
+        return f"dict({', '.join(f'{k!r}: {v.describe()}' for k, v in self.items.items())})"
+
+
+class SliceValue(Value):
+    def __init__(self, start: Value, stop: Value, step: Value) -> None:
+        self.parts = (start, stop, step)
+
+    def python_type(self) -> type:
+        return slice
+
+    def is_constant(self) -> bool:
+        return all(p.is_constant() for p in self.parts)
+
+    def as_constant(self) -> Any:
+        return slice(*(p.as_constant() for p in self.parts))
+
+
+class IteratorValue(Value):
+    """An iterator over a known list of values (range, list, tuple, dict keys, zip, enumerate, ...)."""
+
+    def __init__(self, items: list[Value]) -> None:
+        self.items = list(items)
+        self.index = 0
+
+    def next(self) -> Value | None:
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def remaining(self) -> list[Value]:
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def python_type(self) -> type:
+        return type(iter([]))

@@ -1,0 +1,144 @@
+"""Guard functions: one generated Python function per compiled entry, and their explanation.
+
+`compile_guards` turns a list of `Guard`s into a `GuardFunction`:
+- `check(*args, **kwargs) -> bool`: the generated fast function. Its signature is the frame's own
+  (same parameter names, defaults and kw-defaults), so CPython binds the call's arguments exactly as it
+  binds them for the user's function. One check per line, each line commented with the user source that
+  caused it, cheapest checks first. Its source text is kept in `source` (dumps, logs, linecache).
+- `first_failure(*args, **kwargs)`: the slow path; the first failing guard and its actual value.
+- `reference_check(*args, **kwargs)`: the reference evaluator, which evaluates the guards one by one
+  with `eval`; a test compares it with `check` on randomised inputs.
+
+An exception raised while evaluating a guard (e.g. a missing dict key) means the guard failed.
+"""
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import linecache
+from typing import Any, Callable, Sequence
+
+from .guard import Guard
+
+# Helpers every guard function may use; names start with ___ so that no frame argument can shadow them.
+BASE_NAMESPACE: dict[str, Any] = {
+    "___type": type,
+    "___len": len,
+    "___isinstance": isinstance,
+    "___id": id,
+    "___list": list,
+    "__builtins__": builtins,
+}
+
+_counter = [0]
+
+
+@dataclasses.dataclass
+class Failure:
+    guard: Guard
+    actual: str
+
+    def __str__(self) -> str:
+        expected = f" expected {self.guard.expected}," if self.guard.expected else ""
+        where = f" (from {self.guard.origin})" if self.guard.origin else ""
+        return f"{self.guard.kind} on {self.guard.source}:{expected} got {self.actual}{where}"
+
+
+class GuardFunction:
+    def __init__(self, guards: Sequence[Guard], check: Callable, bind: Callable, source: str,
+                 namespace: dict[str, Any]) -> None:
+        self.guards = list(guards)
+        self.check = check
+        self._bind = bind
+        self.source = source
+        self.namespace = namespace
+
+    def __call__(self, *args: Any, **kwargs: Any) -> bool:
+        try:
+            return self.check(*args, **kwargs)
+        except Exception:
+            return False
+
+    def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self._bind(*args, **kwargs)
+
+    def reference_check(self, *args: Any, **kwargs: Any) -> bool:
+        return self.first_failure(*args, **kwargs) is None
+
+    def first_failure(self, *args: Any, **kwargs: Any) -> Failure | None:
+        try:
+            frame_locals = self._bind(*args, **kwargs)
+        except TypeError as e:
+            return Failure(Guard("<call>", "SIGNATURE", "arguments"), str(e))
+        for guard in self.guards:
+            if not _holds(guard.expr, self.namespace, frame_locals):
+                return Failure(guard, _actual(guard, self.namespace, frame_locals))
+        return None
+
+    def all_failures(self, *args: Any, **kwargs: Any) -> list[Failure]:
+        frame_locals = self._bind(*args, **kwargs)
+        return [Failure(g, _actual(g, self.namespace, frame_locals)) for g in self.guards
+                if not _holds(g.expr, self.namespace, frame_locals)]
+
+
+def _holds(expr: str, namespace: dict, frame_locals: dict) -> bool:
+    try:
+        return bool(eval(expr, namespace, dict(frame_locals)))
+    except Exception:
+        return False
+
+
+def _actual(guard: Guard, namespace: dict, frame_locals: dict) -> str:
+    if guard.actual is None:
+        return "a different value"
+    try:
+        return repr(eval(guard.actual, namespace, dict(frame_locals)))
+    except Exception as e:
+        return f"<{type(e).__name__}: {e}>"
+
+
+def _order(guards: Sequence[Guard]) -> list[Guard]:
+    # Stable sort by cost, de-duplicated: the same expression is checked once.
+    seen: set[str] = set()
+    unique = []
+    for g in guards:
+        if g.expr not in seen:
+            seen.add(g.expr)
+            unique.append(g)
+    return sorted(unique, key=lambda g: g.cost)
+
+
+def compile_guards(
+    guards: Sequence[Guard],
+    params: str,
+    namespace: dict[str, Any],
+    defaults: tuple | None = None,
+    kwdefaults: dict | None = None,
+    name: str = "guard",
+) -> GuardFunction:
+    """Generate the guard function. `params` is the frame's parameter list as source text."""
+    ordered = _order(guards)
+    _counter[0] += 1
+    fn_name = f"___{name}_{_counter[0]}"
+    lines = [f"def {fn_name}({params}):"]
+    for g in ordered:
+        comment = f"  # {g.source}" + (f" | {g.origin}" if g.origin else "")
+        lines.append(f"    if not ({g.expr}): return False{_one_line(comment)}")
+    lines.append("    return True")
+    lines.append(f"def ___bind_{_counter[0]}({params}):")
+    lines.append("    return locals()")
+    source = "\n".join(lines) + "\n"
+    ns = dict(BASE_NAMESPACE)
+    ns.update(namespace)
+    filename = f"<framejit guard {_counter[0]}>"
+    exec(compile(source, filename, "exec"), ns)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    check, bind = ns[fn_name], ns[f"___bind_{_counter[0]}"]
+    for fn in (check, bind):
+        fn.__defaults__ = defaults
+        fn.__kwdefaults__ = kwdefaults
+    return GuardFunction(ordered, check, bind, source, ns)
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\n", " ")

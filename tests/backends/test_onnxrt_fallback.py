@@ -1,0 +1,195 @@
+"""The onnxrt backend around what ONNX Runtime cannot run: partial graphs, training graphs, bad options.
+
+Differential like test_onnxrt_ops.py (tolerance 1e-4 relative / 1e-5 absolute, float32); each fallback
+test also checks that the fallback happened where expected and that it was logged.
+"""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framejit.backends.onnxrt as onnxrt_module
+from framejit import logs
+from framejit.backends import lookup_backend
+from framejit.backends.onnxrt import onnxrt
+
+F32 = dict(rtol=1e-4, atol=1e-5)
+
+
+@torch.library.custom_op("framejit_test::wobble", mutates_args=())
+def wobble(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sin(x) + 0.25
+
+
+@wobble.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@pytest.fixture
+def captured_logs(caplog):
+    logs.set_logs("output_code,eager_fallback")
+    caplog.set_level(logging.INFO, logger="framejit")
+    yield caplog
+    logs.set_logs("")
+
+
+def _check(fn, make_inputs, options=None):
+    gm = torch.fx.symbolic_trace(fn)
+    compiled = onnxrt(gm, make_inputs(0), options)
+    for seed in (1, 2):
+        inputs = make_inputs(seed)
+        torch.testing.assert_close(compiled(*inputs), fn(*inputs), **F32)
+    (info,) = compiled.summary()
+    return info
+
+
+def _x(seed, *shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _eager_reasons(info, needle):
+    return [name for name, reason in info["eager_nodes"].items() if needle in reason]
+
+
+@pytest.mark.parametrize("op", [torch.special.digamma, torch.erfinv, lambda t: torch.cummax(t, 1)[0]],
+                         ids=["digamma", "erfinv", "cummax"])
+def test_untranslatable_aten_op_in_the_middle(op, captured_logs):
+    def fn(x, w):
+        h = torch.tanh(x @ w) * 0.5
+        h = op(h)
+        return torch.softmax(h * 2 + 1, dim=-1)
+
+    info = _check(fn, lambda s: (_x(s, 4, 6), _x(s + 10, 6, 5)))
+    assert info["parts"] == 2 and _eager_reasons(info, "no torchlib translation"), info
+    assert "runs in eager torch: no torchlib translation" in captured_logs.text
+
+
+def test_custom_op_in_the_middle(captured_logs):
+    def fn(x):
+        return torch.relu(wobble(torch.exp(x) - 1)) + x
+
+    info = _check(fn, lambda s: (_x(s, 3, 7),))
+    assert info["parts"] >= 1 and _eager_reasons(info, "framejit_test::wobble"), info
+    assert "wobble" in captured_logs.text
+
+
+def test_bfloat16_part_runs_eagerly():
+    def fn(x):
+        y = (x * 3).to(torch.bfloat16) + 1
+        return y.to(torch.float32) * x
+
+    info = _check(fn, lambda s: (_x(s, 4, 4),))
+    assert _eager_reasons(info, "bfloat16"), info
+    assert info["parts"] >= 1
+
+
+def test_fallback_ops_option_forces_eager():
+    def fn(x):
+        return F.gelu(x * 2) + 1
+
+    info = _check(fn, lambda s: (_x(s, 5),), {"fallback_ops": ["aten::gelu"]})
+    assert _eager_reasons(info, "fallback_ops"), info
+
+
+def test_input_mutation_is_applied_like_eager():
+    def fn(x, y):
+        x.add_(1)
+        return torch.relu(x) * y
+
+    gm = torch.fx.symbolic_trace(fn)
+    compiled = onnxrt(gm, [_x(0, 4), _x(1, 4)])
+    for seed in (2, 3):
+        a, b = _x(seed, 4), _x(seed + 5, 4)
+        a_eager = a.clone()
+        expected = fn(a_eager, b)
+        torch.testing.assert_close(compiled(a, b), expected, **F32)
+        torch.testing.assert_close(a, a_eager, **F32)
+
+
+def test_training_graph_runs_eagerly_with_grad(captured_logs):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+    gm = torch.fx.symbolic_trace(model)
+    compiled = onnxrt(gm, [_x(0, 2, 4)])
+    for seed in (1, 2):
+        x = _x(seed, 2, 4)
+        out = compiled(x)
+        assert out.grad_fn is not None
+        torch.testing.assert_close(out, model(x), **F32)
+        out.sum().backward()
+    assert "requires grad" in captured_logs.text
+    with torch.no_grad():  # inference on the same graph goes to ORT
+        x = _x(3, 2, 4)
+        torch.testing.assert_close(compiled(x), model(x), **F32)
+    assert any(not info["eager_graph"] for info in compiled.summary())
+
+
+def test_weights_updated_in_place_are_seen():
+    model = torch.nn.Linear(4, 2).eval()
+    gm = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        compiled = onnxrt(gm, [_x(0, 3, 4)])
+        x = _x(1, 3, 4)
+        torch.testing.assert_close(compiled(x), model(x), **F32)
+        model.weight.mul_(-2)
+        torch.testing.assert_close(compiled(x), model(x), **F32)
+
+
+def test_data_dependent_shapes_and_mixed_dtypes():
+    def fn(x):
+        return torch.nonzero(x > 0).sum() + x.sum()
+
+    gm = torch.fx.symbolic_trace(fn)
+    compiled = onnxrt(gm, [_x(0, 6)])
+    for seed in (1, 2):
+        x = _x(seed, 6)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert not compiled.summary()[0]["eager_graph"]
+
+
+def test_module_is_callable_and_registered():
+    gm = torch.fx.symbolic_trace(lambda x: torch.cos(x) * 2)
+    for backend in (onnxrt_module, lookup_backend("onnxrt")):
+        compiled = backend(gm, [_x(0, 3)])
+        x = _x(1, 3)
+        torch.testing.assert_close(compiled(x), torch.cos(x) * 2, **F32)
+
+
+def test_session_options_are_applied():
+    gm = torch.fx.symbolic_trace(lambda x: torch.sigmoid(x) + 1)
+    options = {"intra_op_num_threads": 1, "graph_optimization_level": "basic",
+               "providers": ["CPUExecutionProvider"], "opset": 20}
+    compiled = onnxrt(gm, [_x(0, 8)], options)
+    x = _x(1, 8)
+    torch.testing.assert_close(compiled(x), torch.sigmoid(x) + 1, **F32)
+    (program,) = compiled.programs.values()
+    session = program.graph_module.ort_0.session
+    assert session.get_session_options().intra_op_num_threads == 1
+    entries = session.get_session_options()
+    assert entries.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+@pytest.mark.parametrize("options, error, needle", [
+    ({"threads": 2}, ValueError, "accepted"),
+    ({"intra_op_num_threads": -1}, ValueError, "intra_op_num_threads"),
+    ({"intra_op_num_threads": "2"}, TypeError, "intra_op_num_threads"),
+    ({"graph_optimization_level": "max"}, ValueError, "extended"),
+    ({"providers": ["NoSuchProvider"]}, ValueError, "CPUExecutionProvider"),
+    ({"providers": "CPUExecutionProvider"}, TypeError, "providers"),
+    ({"allow_spinning": 1}, TypeError, "allow_spinning"),
+    ({"opset": 7}, ValueError, "opset"),
+    ({"fallback_ops": ["gelu"]}, ValueError, "aten::gelu"),
+    ([("opset", 18)], TypeError, "dict"),
+])
+def test_bad_options_raise_clearly(options, error, needle):
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    with pytest.raises(error, match=needle):
+        onnxrt(gm, [torch.ones(2)], options)
+
+
+def test_not_a_graph_module_raises():
+    with pytest.raises(TypeError, match="GraphModule"):
+        onnxrt(lambda x: x, [torch.ones(2)])
