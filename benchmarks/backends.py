@@ -9,10 +9,10 @@ speedup of framejit over eager, framejit's latency relative to inductor (< 1.0: 
 (compile) times; then the geometric means. Everything runs under `torch.no_grad()`.
 
 Phases (NOTES.md: inductor's compile workers disturb measurements taken right after a cold compile):
-1. per model: eager timing, framejit compile + timing; 2. inductor compiles for all models;
-3. inductor timings. The framejit column uses `framejit.compile(model, backend=...)` when the frontend
-works, else the backend called directly on a torch.fx.symbolic_trace / make_fx graph of the model (the
-"via" column says which). To add a backend, add an entry to `BACKEND_SETUP` (options per backend) and,
+1. framejit compiles; 2. inductor compiles (compile_threads=1); 3. timings, with eager, framejit and
+inductor called round-robin so that load from other processes affects all columns alike. The framejit column uses `framejit.compile(model, backend=...)` when the frontend
+works on the model (`--via auto`, the default), else the backend called directly on a
+torch.fx.symbolic_trace / make_fx graph of the model (the "via" column says which; `--via fx` forces it). To add a backend, add an entry to `BACKEND_SETUP` (options per backend) and,
 if it needs one, a device check in `check_device`.
 """
 from __future__ import annotations
@@ -46,39 +46,49 @@ def check_device(backend: str, device: str) -> None:
         raise SystemExit(f"--backend {backend!r}: accepted: {', '.join(BACKEND_SETUP)}")
 
 
-def median_ms(fn, inputs, seconds: float, device: str) -> float:
+def interleaved_medians(fns: dict, inputs, seconds: float, device: str) -> dict:
+    """Median ms per callable, timing them round-robin so that load from other processes (this
+    machine's 2 cores are shared) hits every column alike."""
     def sync():
         if device == "cuda":
             torch.cuda.synchronize()
 
-    for _ in range(3):
-        fn(*inputs)
+    for fn in fns.values():
+        for _ in range(3):
+            fn(*inputs)
     sync()
-    times = []
-    deadline = time.perf_counter() + seconds
-    while len(times) < 10 or (time.perf_counter() < deadline and len(times) < 2000):
-        start = time.perf_counter()
-        fn(*inputs)
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    times: dict = {key: [] for key in fns}
+    deadline = time.perf_counter() + seconds * len(fns)
+    rounds = 0
+    while rounds < 10 or (time.perf_counter() < deadline and rounds < 2000):
+        for key, fn in fns.items():
+            start = time.perf_counter()
+            fn(*inputs)
+            sync()
+            times[key].append(time.perf_counter() - start)
+        rounds += 1
+    return {key: statistics.median(ts) * 1e3 for key, ts in times.items()}
 
 
 def to_device(values, device):
     return tuple(v.to(device) if isinstance(v, torch.Tensor) else v for v in values)
 
 
-def framejit_callable(case, backend: str, inputs):
-    """(callable, how) — framejit.compile when the frontend works, else the backend on an FX graph."""
+def framejit_callable(case, backend: str, inputs, via: str):
+    """(callable, how): framejit.compile when asked and it works, else the backend on an FX graph."""
     options = BACKEND_SETUP[backend]
-    try:
-        import framejit
+    if via in ("auto", "compile"):
+        try:
+            import framejit
 
-        compiled = framejit.compile(case.model, backend=backend, options=options)
-        compiled(*inputs)
-        return compiled, "framejit.compile"
-    except NotImplementedError:
-        pass
+            compiled = framejit.compile(case.model, backend=backend, options=options)
+            compiled(*inputs)
+            return compiled, "framejit.compile"
+        except Exception as exc:  # the frontend is young: say so and measure the backend alone
+            if via == "compile":
+                raise
+            print(f"  framejit.compile failed on {case.name} ({type(exc).__name__}: {exc}); "
+                  "timing the backend on an FX graph", file=sys.stderr)
     if case.fx_traceable:
         gm, how = torch.fx.symbolic_trace(case.model), "fx.symbolic_trace"
     else:
@@ -98,28 +108,26 @@ def run(args) -> None:
     names = args.models.split(",") if args.models else zoo.names()
     rows = {}
     with torch.no_grad():
-        for name in names:
+        for name in names:  # phase 1: framejit compiles
             case = zoo.get(name, size=args.size)
             case.model.to(args.device)
             inputs = to_device(case.make_inputs(0), args.device)
-            row = rows[name] = {"model": case.model, "inputs": inputs}
-            row["eager"] = median_ms(case.model, inputs, args.seconds, args.device)
+            row = rows[name] = {"fns": {"eager": case.model}, "inputs": inputs}
             start = time.perf_counter()
-            fj, row["via"] = framejit_callable(case, args.backend, inputs)
-            fj(*inputs)
+            row["fns"]["fj"], row["via"] = framejit_callable(case, args.backend, inputs, args.via)
+            row["fns"]["fj"](*inputs)
             row["fj_compile"] = time.perf_counter() - start
-            row["fj"] = median_ms(fj, inputs, args.seconds, args.device)
-            print(f"  measured {name}: eager {row['eager']:.3f} ms, framejit {row['fj']:.3f} ms", file=sys.stderr)
-        if not args.no_inductor:
+            print(f"  framejit+{args.backend} compiled {name} in {row['fj_compile']:.2f} s", file=sys.stderr)
+        if not args.no_inductor:  # phase 2: inductor compiles
             import torch._inductor.config as inductor_config
 
             inductor_config.compile_threads = 1
             for name, row in rows.items():
-                row["ind_fn"], row["ind_compile"] = first_call_seconds(
-                    lambda: torch.compile(row["model"]), row["inputs"])
-                print(f"  compiled {name} with inductor in {row['ind_compile']:.1f} s", file=sys.stderr)
-            for row in rows.values():
-                row["ind"] = median_ms(row["ind_fn"], row["inputs"], args.seconds, args.device)
+                row["fns"]["ind"], row["ind_compile"] = first_call_seconds(
+                    lambda: torch.compile(row["fns"]["eager"]), row["inputs"])
+                print(f"  inductor compiled {name} in {row['ind_compile']:.1f} s", file=sys.stderr)
+        for name, row in rows.items():  # phase 3: timings, interleaved
+            row.update(interleaved_medians(row["fns"], row["inputs"], args.seconds, args.device))
     print_table(rows, args)
 
 
@@ -152,6 +160,8 @@ def main(argv=None) -> None:
     parser.add_argument("--size", default="bench", choices=list(zoo.SIZES))
     parser.add_argument("--models", default="", help="comma list of zoo names (default: all)")
     parser.add_argument("--seconds", type=float, default=1.0, help="timing budget per measurement")
+    parser.add_argument("--via", default="auto", choices=["auto", "compile", "fx"],
+                        help="framejit column: framejit.compile, the backend on an FX graph, or auto")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column")
     args = parser.parse_args(argv)
     check_device(args.backend, args.device)

@@ -28,6 +28,7 @@ from . import config
 from .backends import registry
 from .capture.breaks import FramejitError, GraphBreak, Unsupported
 from .capture.convert import STATS, CompileRequest
+from .capture.graph import warm_up
 from .capture.hook import FrameHook, reset_all
 from .capture.translator import DISABLED
 
@@ -38,6 +39,7 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "eager",
             dynamic: bool | None = None, options: dict | None = None, mode: str | None = None):
     """Compile a function, bound method or nn.Module; usable directly or as a decorator."""
     request = _make_request(backend, fullgraph, dynamic, options, mode)
+    warm_up()
     if model is None:
         return lambda m: _compile_one(m, request)
     return _compile_one(model, request)

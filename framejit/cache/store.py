@@ -6,7 +6,7 @@ as methods here. The store imports neither capture nor backends: it never interp
 
 Layout under the cache directory (config.cache_dir, FRAMEJIT_CACHE_DIR):
 
-    <cache_dir>/              0o700, created on the first write
+    <cache_dir>/              0o700, created on first use (a get or a put)
       v1/                     LAYOUT; a future incompatible layout gets a sibling directory
         counters              persisted totals: hits, misses, writes, rejected, evicted (see fsutil)
         tmp/                  temp files of writes in progress
@@ -22,8 +22,8 @@ Invariants:
   and logged, but not loaded.
 - Concurrent writers of one key each publish a complete entry with one atomic rename; the last wins.
 
-Main types: `Store`; `Entry`, `Counters`, `counters` and `CacheError` come from common.py and are
-re-exported here.
+Main types: `Store` and `default_store()`; `Entry`, `Counters`, `counters` and `CacheError` live in
+common.py.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from typing import Iterator
 
 from .. import config, logs
 from . import admin, entry_format, fsutil, keys
-from .common import COUNTER_SLOTS, CacheError, Counters, Entry, counters  # noqa: F401 (re-exported)
+from .common import COUNTER_SLOTS, CacheError, Entry, counters
 
 LAYOUT = "v1"
 
@@ -244,7 +244,10 @@ class Store:
         counters.bytes_written += len(data)
         self.persist_counts(writes=1)
         logs.log("cache", "wrote %s (%s, %d bytes)", key[:16], meta.get("backend", "-"), len(data))
-        self.evict(keep=key)
+        try:
+            self.evict(keep=key)
+        except (OSError, CacheError) as exc:  # the entry is written; eviction is retried on the next put
+            logs.log("cache", "eviction skipped: %s", exc)
         return True
 
     # -- lock ----------------------------------------------------------------------------------

@@ -97,8 +97,8 @@ def _sequence_attr(obj: SequenceValue, name: str) -> Value:
 
 
 def _structseq_fields(cls: type) -> list[str]:
-    return [n for n in dir(cls) if isinstance(getattr(cls, n, None), types.MemberDescriptorType)
-            and not n.startswith("n_")]
+    """Field names of a struct sequence (e.g. torch.return_types.max) in positional order."""
+    return list(getattr(cls, "__match_args__", ()))
 
 
 def _container_method(obj: Value, base: type, name: str) -> Value:

@@ -47,8 +47,20 @@ def _fold(fn: Callable):
     return handler
 
 
-for _fn in (abs, round, divmod, pow, chr, ord, hash, repr, format, slice, range, complex, bin, hex, oct):
+for _fn in (round, divmod, chr, ord, hash, repr, format, slice, range, complex, bin, hex, oct):
     BUILTIN_HANDLERS[_fn] = _fold(_fn)
+
+
+@handles(abs)
+def _abs(tx, args, kwargs):
+    return unary(tx, operator.abs, args[0])
+
+
+@handles(pow)
+def _pow(tx, args, kwargs):
+    if len(args) == 2 and not kwargs:
+        return binary(tx, operator.pow, args[0], args[1])
+    return _fold(pow)(tx, args, kwargs)
 
 
 @handles(len)

@@ -20,7 +20,7 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
                                            FakeTensorMode, UnsupportedOperatorException)
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from .breaks import BreakKind, Unsupported, UserException
@@ -92,20 +92,33 @@ class OutputGraph:
         self.add_guard("CONSTANT_MATCH", f"{e} == {literal}", source, expected=repr(value), actual=e)
 
     def guard_tensor(self, source: Source, t: torch.Tensor) -> None:
+        """One combined guard per tensor: type, dtype, device, shape, strides, requires_grad."""
         e = source.expr(self.names)
         checks = [
             ("TENSOR_TYPE", f"___type({e}) is {self.name_of(type(t), type(t).__name__)}",
              type(t).__name__, f"___type({e})"),
             ("TENSOR_DTYPE", f"{e}.dtype is {self.name_of(t.dtype, str(t.dtype).split('.')[-1])}",
              str(t.dtype), f"{e}.dtype"),
-            ("TENSOR_DEVICE", f"{e}.device == {self.name_of(t.device, 'dev')}", str(t.device), f"{e}.device"),
+            ("TENSOR_DEVICE", self._device_check(e, t.device), str(t.device), f"{e}.device"),
             ("TENSOR_SHAPE", f"{e}.shape == {tuple(t.shape)!r}", str(tuple(t.shape)), f"tuple({e}.shape)"),
             ("TENSOR_STRIDE", f"{e}.stride() == {t.stride()!r}", str(t.stride()), f"{e}.stride()"),
             ("TENSOR_REQUIRES_GRAD", f"{e}.requires_grad is {t.requires_grad}", str(t.requires_grad),
              f"{e}.requires_grad"),
         ]
-        for kind, expr, expected, actual in checks:
-            self.add_guard(kind, expr, source, expected=expected, actual=actual, cost=COST_TENSOR)
+        where, origin = source.describe(), self.location()
+        parts = [Guard(expr, kind, where, origin, expected, actual, COST_TENSOR)
+                 for kind, expr, expected, actual in checks]
+        self.guards.append(Guard.combine("TENSOR_MATCH", parts))
+
+    def _device_check(self, e: str, device: torch.device) -> str:
+        # NOTE [Cheap device checks]: a new torch.device object is made on every `.device` read; `is_cpu`
+        # and `get_device()` (the CUDA index, -1 on CPU) are plain attribute reads and pin CPU and CUDA
+        # devices exactly.
+        if device.type == "cpu":
+            return f"{e}.is_cpu"
+        if device.type == "cuda":
+            return f"{e}.is_cuda and {e}.get_device() == {device.index or 0}"
+        return f"{e}.device == {self.name_of(device, 'dev')}"
 
     # ---- inputs -------------------------------------------------------------------------------
     def cached(self, source: Source) -> Value | None:
@@ -141,15 +154,20 @@ class OutputGraph:
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         fake_args, fake_kwargs = tree_map(_fake_of, (args, kwargs), is_leaf=_is_value)
+        fakes = [t for t in tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)]
+        versions = [t._version for t in fakes]
         result = self._run_fake(kind, target, fake_args, fake_kwargs)
         self._check_input_mutation(target)
-        if not _contains_tensor(result):
+        mutated = any(t._version != v for t, v in zip(fakes, versions))
+        if not mutated and not _contains_tensor(result):
             return self._wrap_constant_result(target, result)
         node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["val"] = result
         node.meta["stack_trace"] = self.location()
         self.op_count += 1
+        if result is None:
+            return ConstantValue(None)  # an in-place op kept for its effect (e.g. operator.setitem)
         return self.wrap_result(node, result)
 
     def _run_fake(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:
@@ -273,3 +291,10 @@ def _literal_ok(value: Any) -> bool:
 def _short(obj: Any) -> str:
     text = repr(obj)
     return text if len(text) < 60 else text[:57] + "..."
+
+
+def warm_up() -> None:
+    """Import what fake tensors need (FakeTensorMode reads torch._dynamo.config, whose package import
+    takes ~2 s once per process). `framejit.compile()` calls this, as torch.compile imports its own
+    machinery when called, so that a function's first call measures capture, not imports."""
+    FakeTensorMode()

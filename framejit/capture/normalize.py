@@ -107,6 +107,8 @@ def _canonical(instr: Instr) -> list[Inst]:
     if name in DROPPED:
         return []
     name = RENAMED.get(name, name)
+    if isinstance(arg, (bytecode.CellVar, bytecode.FreeVar)):
+        arg = arg.name
     if name == "LOAD_ATTR" and isinstance(arg, tuple):
         is_method, attr = arg
         return [Inst("LOAD_METHOD" if is_method else "LOAD_ATTR", attr, lineno)]

@@ -237,8 +237,10 @@ class Translator:
                               f"{type(m).__name__} has hooks ({', '.join(present or global_hooks)})")
         if mod.source is not None:
             e = mod.source.expr(self.output.names)
-            for d in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
-                self.output.add_guard("NO_HOOKS", f"not {e}.{d}", mod.source, expected="no hooks", actual=f"{e}.{d}")
+            hooks = " or ".join(f"{e}.{d}" for d in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                                     "_backward_pre_hooks"))
+            self.output.add_guard("NO_HOOKS", f"not ({hooks})", mod.source, expected="no hooks",
+                                  actual=f"[{hooks.replace(' or ', ', ')}]")
 
     def guard_module_keys(self, mod: NNModuleValue) -> None:
         if mod.source is None:

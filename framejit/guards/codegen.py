@@ -14,6 +14,7 @@ An exception raised while evaluating a guard (e.g. a missing dict key) means the
 from __future__ import annotations
 
 import builtins
+import re
 import dataclasses
 import linecache
 from typing import Any, Callable, Sequence
@@ -72,12 +73,18 @@ class GuardFunction:
             return Failure(Guard("<call>", "SIGNATURE", "arguments"), str(e))
         for guard in self.guards:
             if not _holds(guard.expr, self.namespace, frame_locals):
-                return Failure(guard, _actual(guard, self.namespace, frame_locals))
+                return self._failure(guard, frame_locals)
         return None
+
+    def _failure(self, guard: Guard, frame_locals: dict) -> Failure:
+        for part in guard.parts:
+            if not _holds(part.expr, self.namespace, frame_locals):
+                return Failure(part, _actual(part, self.namespace, frame_locals))
+        return Failure(guard, _actual(guard, self.namespace, frame_locals))
 
     def all_failures(self, *args: Any, **kwargs: Any) -> list[Failure]:
         frame_locals = self._bind(*args, **kwargs)
-        return [Failure(g, _actual(g, self.namespace, frame_locals)) for g in self.guards
+        return [self._failure(g, frame_locals) for g in self.guards
                 if not _holds(g.expr, self.namespace, frame_locals)]
 
 
@@ -119,7 +126,8 @@ def compile_guards(
     """Generate the guard function. `params` is the frame's parameter list as source text."""
     ordered = _order(guards)
     _counter[0] += 1
-    fn_name = f"___{name}_{_counter[0]}"
+    safe_name = re.sub(r"\W", "_", name)
+    fn_name = f"___{safe_name}_{_counter[0]}"
     lines = [f"def {fn_name}({params}):"]
     for g in ordered:
         comment = f"  # {g.source}" + (f" | {g.origin}" if g.origin else "")

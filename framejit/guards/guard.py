@@ -21,6 +21,15 @@ class Guard:
     expected: str = ""  # readable expected value
     actual: str | None = None  # expression evaluated on failure to show the actual value
     cost: int = 1
+    parts: tuple["Guard", ...] = ()  # a combined guard (e.g. all of one tensor's metadata): its checks
+
+    @classmethod
+    def combine(cls, kind: str, parts: list["Guard"]) -> "Guard":
+        """One guard checking all `parts` in one expression; failures still name the failing part."""
+        first = parts[0]
+        expr = " and ".join(f"({p.expr})" if " or " in p.expr else p.expr for p in parts)
+        return cls(expr, kind, first.source, first.origin, "; ".join(p.expected for p in parts), None,
+                   max(p.cost for p in parts), tuple(parts))
 
     def describe(self) -> str:
         text = f"{self.kind} {self.source}: {self.expr}"

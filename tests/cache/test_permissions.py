@@ -66,7 +66,8 @@ def test_entries_below_a_writable_directory_are_not_loaded(store, cache_log, whe
     assert store.get(key) is None
     assert counters.rejected == 1
     assert any("writable by group or others" in m and key[:16] in m for m in cache_log())
-    assert store.put(key_of("b"), {"x": b"2"}, {}) is (where == "shard")  # another shard may be fine
+    other = next(k for k in map(key_of, "bcdefgh") if k[:2] != key[:2])
+    assert store.put(other, {"x": b"2"}, {}) is (where == "shard")  # another shard is still fine
     if where != "shard":
         with pytest.raises(CacheError, match="writable by group or others"):
             store.ls()
@@ -92,7 +93,8 @@ def test_entry_owned_by_another_user_is_not_loaded(store, cache_log, monkeypatch
     assert store.get(key) is None
     assert counters.rejected == 1 and counters.hits == 0
     assert any("owned by uid" in m and key[:16] in m for m in cache_log())
-    assert any("owned by uid" in p for p in store.verify()) or os.geteuid() != 0
+    if os.geteuid() == 0:  # only the file is foreign (else the whole tree is, and verify raises)
+        assert any("owned by uid" in p for p in store.verify())
 
 
 def test_cache_directory_owned_by_another_user_is_refused(store, monkeypatch):

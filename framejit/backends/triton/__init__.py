@@ -1,0 +1,116 @@
+"""framejit's optimizing backend: FX graph -> aten -> loop-level IR -> fused Triton kernels.
+
+Pipeline (one module per stage, each small):
+    lowering.py (+ lowering_pointwise.py, lowering_reductions.py)  FX -> aten (make_fx) -> ir.Graph
+    scheduler.py                                                   fusion over a networkx DAG
+    codegen.py                                                     one @triton.jit kernel per group
+    wrapper.py                                                     the module: kernels + call()
+    runtime.py                                                     files, loading, the callables
+
+`triton(gm, example_inputs, options=None)` follows the torch.compile backend contract and never raises
+for graphs it cannot handle: it returns an `EagerGraph` (the FX graph run as Python) and logs why on
+`eager_fallback`. The returned callable exposes `kernel_count`, `extern_count` and `source_path`.
+
+Options: `autotune` (bool, default False): let Triton pick among a few block sizes per kernel;
+`persistent_reduction_limit` (int, default 1024): rows up to this many elements are reduced in
+registers in one pass, longer rows in a loop.
+
+Without a GPU: with CPU tensors and TRITON_INTERPRET=1 the kernels run in Triton's interpreter;
+with CPU tensors otherwise the graph runs eagerly (logged once).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from framejit import logs
+from framejit.backends import registry
+
+from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
+from .codegen import choose_config, generate_kernel
+from .lowering import lower, to_aten
+from .runtime import CompiledGraph, EagerGraph, load_module, log_once, needs_autograd, register_kernels
+from .scheduler import FusedGroup, describe, schedule
+from .wrapper import generate_module
+
+OPTIONS = {"autotune": bool, "persistent_reduction_limit": int}
+DEFAULTS = {"autotune": False, "persistent_reduction_limit": 1024}
+
+
+def _options(options) -> dict:
+    if options is None:
+        return dict(DEFAULTS)
+    if not isinstance(options, dict):
+        raise TypeError(f"triton backend: options must be a dict or None, got {type(options).__name__}")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"triton backend: unknown option(s) {', '.join(map(repr, unknown))}; "
+                         f"accepted: {', '.join(OPTIONS)}")
+    for key, value in options.items():
+        if not isinstance(value, OPTIONS[key]) or (OPTIONS[key] is int and isinstance(value, bool)):
+            raise TypeError(f"triton backend: option {key!r} must be {OPTIONS[key].__name__}, got {value!r}")
+    if options.get("persistent_reduction_limit", 1) < 1:
+        raise ValueError("triton backend: option 'persistent_reduction_limit' must be >= 1")
+    return {**DEFAULTS, **options}
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
+
+
+def _device_problem(example_inputs) -> tuple[str | None, torch.device | None]:
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if len(tensors) != len(example_inputs):
+        return "a graph input is not a tensor", None
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        return f"inputs live on several devices {sorted(map(str, devices))}", None
+    device = devices.pop() if devices else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cpu" and not interpreting():
+        return "CPU tensors and TRITON_INTERPRET is not set (Triton needs a GPU)", None
+    if device.type not in ("cpu", "cuda"):
+        return f"device {device} is not supported", None
+    return None, device
+
+
+def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
+    """Compile `gm` into fused Triton kernels; see the module docstring."""
+    opts = _options(options)
+    problem, device = _device_problem(example_inputs)
+    if problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters())):
+        problem = "inputs require grad (training graphs run eagerly until backward is lowered)"
+    if problem is not None:
+        log_once("eager_fallback", f"triton: running the graph eagerly: {problem}")
+        return EagerGraph(gm, problem)
+    try:
+        return compile_graph(gm, list(example_inputs), device, opts)
+    except Exception as error:  # NOTE: internal failures never reach the user; eager is always right
+        logs.log("eager_fallback", "triton: compiling failed (%s: %s); running the graph eagerly",
+                 type(error).__name__, error)
+        return EagerGraph(gm, f"internal error: {type(error).__name__}: {error}")
+
+
+def compile_graph(gm, example_inputs, device: torch.device, opts: dict) -> CompiledGraph:
+    with torch.no_grad():
+        aten_gm = to_aten(gm, example_inputs)
+    graph, fallbacks = lower(aten_gm)
+    sched = schedule(graph)
+    buffers = graph.buffers()
+    kernels = {}
+    for step in sched.steps:
+        if isinstance(step, FusedGroup):
+            config = choose_config(step, device.type == "cpu", opts["persistent_reduction_limit"])
+            kernels[step.name] = generate_kernel(step, buffers, config)
+    summary = describe(sched)
+    source, extra = generate_module(sched, kernels, device, opts["autotune"], summary)
+    module, path = load_module(source)
+    register_kernels(path, kernels.values())
+    logs.log("output_code", "triton: %s\n%s", path, source)
+    externs = sum(1 for s in sched.steps if not isinstance(s, FusedGroup))
+    constants = [graph.constants[name] for name in graph.constants]
+    return CompiledGraph(gm, module, path, example_inputs, constants, extra, graph.output_spec,
+                         len(kernels), externs, fallbacks)
+
+
+registry.make_module_callable(__name__, "triton")

@@ -1,0 +1,364 @@
+"""Triton kernel generation: one `@triton.jit` function per FusedGroup.
+
+A pointwise kernel is one block of `XBLOCK` elements per program. A reduction kernel handles `XBLOCK`
+rows per program: *persistent* when the whole row fits in one `RBLOCK` (values stay in registers and
+are computed once), *looped* otherwise (one loop over the row per reduction, then one loop that
+stores the row-shaped results; pointwise members are recomputed in each loop, never stored and
+reloaded). Values are emitted as `tmpN` variables with common-subexpression elimination per scope, so
+the source is deterministic for a given group and readable in dumps.
+
+Invariants: masked lanes never reach a reduction (they are replaced by the reduction's identity);
+every load of an index that depends on xindex/rindex is masked; loads of a constant index are
+scalar loads (always in bounds).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from . import ir
+from .ir import Load, Op, ReductionNode, Scalar
+from .scheduler import FusedGroup, natural_coords, node_env, space_of
+
+TL_DTYPES = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
+    torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+POINTER_TYPES = {
+    torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float64: "*fp64",
+    torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16", torch.int8: "*i8", torch.uint8: "*u8",
+    torch.bool: "*i1",
+}
+
+_FLOAT_MAX = "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"
+_FLOAT_MIN = "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"
+OPS = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
+    "truncdiv": "{0} // {1}", "cmod": "{0} % {1}", "neg": "-{0}", "abs": "tl.abs({0})",
+    "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "log": "tl.log({0})", "log2": "tl.log2({0})",
+    "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
+    "sigmoid": "tl.sigmoid({0})", "erf": "tl.erf({0})", "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
+    "eq": "{0} == {1}", "ne": "{0} != {1}", "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}",
+    "ge": "{0} >= {1}", "and": "{0} & {1}", "or": "{0} | {1}", "xor": "{0} ^ {1}", "not": "{0} == 0",
+    "bitnot": "~{0}", "where": "tl.where({0}, {1}, {2})",
+}
+
+# Combine functions used by tl.reduce; emitted into every kernel file that needs them.
+COMBINE_HELPERS = {
+    "_max_combine": "@triton.jit\ndef _max_combine(a, b):\n    return " + _FLOAT_MAX.format("a", "b") + "\n",
+    "_min_combine": "@triton.jit\ndef _min_combine(a, b):\n    return " + _FLOAT_MIN.format("a", "b") + "\n",
+    "_prod_combine": "@triton.jit\ndef _prod_combine(a, b):\n    return a * b\n",
+}
+
+
+@dataclasses.dataclass
+class LaunchConfig:
+    xblock: int
+    rblock: int = 1
+    persistent: bool = True
+
+
+@dataclasses.dataclass
+class KernelSource:
+    name: str
+    source: str
+    params: list  # (param name, buffer name) for pointers, in order
+    signature: dict  # param -> Triton type ("*fp32", "i32", "constexpr")
+    helpers: set
+    config: LaunchConfig
+    xnumel: int
+    rnumel: int
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def choose_config(group: FusedGroup, interpret: bool, persistent_limit: int) -> LaunchConfig:
+    """Simple launch heuristics. The interpreter pays per program, so it gets large blocks."""
+    if group.anchor is None:
+        cap = 16384 if interpret else 1024
+        return LaunchConfig(min(next_pow2(group.numel), cap))
+    rnumel = group.rnumel
+    if next_pow2(rnumel) <= persistent_limit:
+        rblock = next_pow2(rnumel)
+        budget = 65536 if interpret else 4096
+        return LaunchConfig(max(1, min(next_pow2(group.xnumel), budget // rblock)), rblock, True)
+    rblock = max(1, min(persistent_limit, 4096 if interpret else 1024))
+    xblock = max(1, min(next_pow2(group.xnumel), (16384 if interpret else 64) // rblock))
+    return LaunchConfig(xblock, rblock, False)
+
+
+def literal(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return f"({value!r})" if value < 0 else repr(value)
+    return f"({value})" if value < 0 else str(value)
+
+
+class Scope:
+    """A block of generated lines with its own CSE table; inner scopes see outer variables."""
+
+    def __init__(self, parent: "Scope | None" = None, indent: int = 1):
+        self.parent, self.indent = parent, indent
+        self.lines: list[str] = []
+        self.cache: dict = {}
+
+    def lookup(self, key):
+        scope = self
+        while scope is not None:
+            if key in scope.cache:
+                return scope.cache[key]
+            scope = scope.parent
+        return None
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+
+class KernelWriter:
+    def __init__(self, group: FusedGroup, buffers: dict, config: LaunchConfig, need_int64: bool):
+        self.group, self.buffers, self.config = group, buffers, config
+        self.members = group.members
+        self.need_int64 = need_int64
+        self.params: dict = {}  # buffer name -> param name (loads: in_ptrN)
+        self.store_params: dict = {}  # stored node -> param name (out_ptrN)
+        self.reduction_vars: dict = {}
+        self.helpers: set = set()
+        self._counter = 0
+        self.outer = Scope()
+
+    # -- values ---------------------------------------------------------------------------------
+
+    def new_var(self, scope: Scope, key, text: str) -> str:
+        """A variable holding `text`; reuses an equal one visible from `scope` (key None: never)."""
+        found = scope.lookup(key) if key is not None else None
+        if found is not None:
+            return found
+        name = f"tmp{self._counter}"
+        self._counter += 1
+        scope.line(f"{name} = {text}")
+        if key is not None:
+            scope.cache[key] = name
+        return name
+
+    def emit(self, value, env: dict, scope: Scope) -> str:
+        if isinstance(value, Scalar):
+            return literal(value.value)
+        if isinstance(value, Load):
+            return self.emit_load(value, env, scope)
+        args = [self.emit(a, env, scope) for a in value.args]
+        if value.name == "to":
+            if value.dtype == torch.bool:
+                text = f"{args[0]} != 0"
+            else:
+                text = f"{args[0]}.to({TL_DTYPES[value.dtype]})"
+        elif value.name in ("maximum", "minimum"):
+            floating = value.dtype.is_floating_point
+            text = (_FLOAT_MAX if value.name == "maximum" else _FLOAT_MIN) if floating else f"tl.{value.name}({{0}}, {{1}})"
+            text = text.format(*args)
+        else:
+            text = OPS[value.name].format(*args)
+        return self.new_var(scope, ("op", text), text)
+
+    def emit_load(self, load: Load, env: dict, scope: Scope) -> str:
+        index = [ir.substitute(e, env) for e in load.index]
+        member = self.members.get(load.buffer)
+        if isinstance(member, ReductionNode):
+            return self.reduction_vars[member.name]
+        if member is not None:  # inline the producer at this index
+            member_env = {f"i{k}": c for k, c in enumerate(index)}
+            target = self.outer if space_of(member, self.group.anchor) == "x" and self.group.anchor else scope
+            return self.emit(member.body, member_env, target)
+        buf = self.buffers[load.buffer]
+        offset = ir.add(*(ir.mul(i, s) for i, s in zip(index, buf.strides)))
+        ptr = self.params.setdefault(load.buffer, f"in_ptr{len(self.params)}")
+        text = f"tl.load({ptr} + ({ir.render(offset)}){self.mask_arg(offset)})"
+        return self.new_var(scope, ("load", text), text)
+
+    def mask_arg(self, offset) -> str:
+        names = ir.variables(offset)
+        if "rindex" in names:
+            return ", xmask & rmask, other=0"
+        if "xindex" in names:
+            return ", xmask, other=0"
+        return ""
+
+    # -- structure ------------------------------------------------------------------------------
+
+    def generate(self, name: str) -> KernelSource:
+        body = self.reduction_body() if self.group.anchor else self.pointwise_body()
+        return self.assemble(name, body)
+
+    def pointwise_body(self) -> list:
+        scope = self.outer
+        for node_name in self.group.stores:
+            self.store(self.members[node_name], scope, "[XBLOCK]")
+        return scope.lines
+
+    def reduction_body(self) -> list:
+        persistent = self.config.persistent
+        if persistent:
+            self.outer.line("rindex = rbase")
+            self.outer.line("rmask = rindex < rnumel")
+        for node in self.group.nodes:
+            if isinstance(node, ReductionNode):
+                self.reduction(node, persistent)
+        xr = [n for n in self.group.stores if space_of(self.members[n], self.group.anchor) == "xr"]
+        if xr:
+            scope = self.outer if persistent else self.open_loop()
+            for node_name in xr:
+                self.store(self.members[node_name], scope, "[XBLOCK, RBLOCK]")
+            if not persistent:
+                self.close_loop(scope)
+        for node_name in self.group.stores:
+            if space_of(self.members[node_name], self.group.anchor) != "xr":
+                self.store(self.members[node_name], self.outer, "[XBLOCK, 1]")
+        return self.outer.lines
+
+    def open_loop(self) -> Scope:
+        """A loop over the row; its lines join the outer scope in close_loop, after anything that
+        was hoisted to the outer scope while the loop body was generated."""
+        loop = Scope(self.outer, 2)
+        loop.line("rindex = roffset + rbase")
+        loop.line("rmask = rindex < rnumel")
+        return loop
+
+    def close_loop(self, loop: Scope) -> None:
+        self.outer.line("for roffset in range(0, rnumel, RBLOCK):")
+        self.outer.lines += loop.lines
+
+    def store(self, node, scope: Scope, block: str) -> None:
+        env = node_env(node, self.group)
+        if isinstance(node, ReductionNode):
+            value, coords = self.reduction_vars[node.name], natural_coords(node, self.group)
+        else:
+            value, coords = self.emit(node.body, env, scope), [env[f"i{k}"] for k in range(len(node.shape))]
+        if not value.startswith("tmp"):
+            value = f"tl.full({block}, {value}, {TL_DTYPES[node.dtype]})"
+        offset = ir.linearize(coords, node.shape)
+        target = self.group.inplace.get(node.name)
+        ptr = self.params.setdefault(target, f"in_ptr{len(self.params)}") if target else \
+            self.store_params.setdefault(node.name, f"out_ptr{len(self.store_params)}")
+        scope.line(f"tl.store({ptr} + ({ir.render(offset)}), {value}{self.mask_arg(offset).replace(', other=0', '')})")
+
+    def reduction(self, node: ReductionNode, persistent: bool) -> None:
+        acc_dtype = node.body.dtype
+        init = _identity(node.reduce_type, acc_dtype)
+        tl_dtype = TL_DTYPES[acc_dtype]
+        env = node_env(node, self.group)
+        if persistent:
+            value = self.emit(node.body, env, self.outer)
+            masked = self.new_var(self.outer, None, f"tl.where(xmask & rmask, {value}, {init})")
+            result = self.finish(node, masked, "rindex", init)
+        else:
+            acc = f"acc{len(self.reduction_vars)}"
+            self.outer.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {tl_dtype})")
+            arg = node.reduce_type.startswith("arg")
+            if arg:
+                self.outer.line(f"{acc}_index = tl.full([XBLOCK, RBLOCK], {_BIG_INDEX}, tl.int64)")
+            loop = self.open_loop()
+            value = self.emit(node.body, env, loop)
+            masked = self.new_var(loop, None, f"tl.where(xmask & rmask, {value}, {init})")
+            if arg:
+                better = ">" if node.reduce_type == "argmax" else "<"
+                loop.line(f"take = xmask & rmask & (({masked} {better} {acc}) | ({acc}_index == {_BIG_INDEX}))")
+                loop.line(f"{acc} = tl.where(take, {masked}, {acc})")
+                loop.line(f"{acc}_index = tl.where(take, rindex.to(tl.int64), {acc}_index)")
+            else:
+                loop.line(f"{acc} = {self.combine(node.reduce_type, acc_dtype, acc, masked)}")
+            self.close_loop(loop)
+            result = self.finish(node, acc, f"{acc}_index" if arg else "rindex", init)
+        if node.dtype != acc_dtype:
+            cast = f"{result} != 0" if node.dtype == torch.bool else f"{result}.to({TL_DTYPES[node.dtype]})"
+            result = self.new_var(self.outer, None, cast)
+        self.reduction_vars[node.name] = result
+
+    def combine(self, kind: str, dtype: torch.dtype, a: str, b: str) -> str:
+        if kind == "sum":
+            return f"{a} + {b}"
+        if kind == "prod":
+            return f"{a} * {b}"
+        if dtype.is_floating_point:
+            return (_FLOAT_MAX if kind == "max" else _FLOAT_MIN).format(a, b)
+        return f"tl.{'maximum' if kind == 'max' else 'minimum'}({a}, {b})"
+
+    def finish(self, node: ReductionNode, values: str, index: str, init: str) -> str:
+        """The per-row result of reducing `values` ([XBLOCK, RBLOCK]) along axis 1."""
+        kind, floating = node.reduce_type, node.body.dtype.is_floating_point
+        if kind == "sum":
+            text = f"tl.sum({values}, 1)[:, None]"
+        elif kind == "prod" or (kind in ("max", "min") and floating):
+            helper = {"prod": "_prod_combine", "max": "_max_combine", "min": "_min_combine"}[kind]
+            self.helpers.add(helper)
+            text = f"tl.reduce({values}, 1, {helper})[:, None]"
+        elif kind in ("max", "min"):
+            text = f"tl.{kind}({values}, 1)[:, None]"
+        else:
+            best = self.new_var(self.outer, None, f"tl.{'max' if kind == 'argmax' else 'min'}({values}, 1)[:, None]")
+            candidates = f"tl.where(xmask & rmask & ({values} == {best}), {index}, {_BIG_INDEX})" if index == "rindex" \
+                else f"tl.where({values} == {best}, {index}, {_BIG_INDEX})"
+            text = f"tl.min({candidates}, 1)[:, None]"
+        return self.new_var(self.outer, None, text)
+
+    def assemble(self, name: str, body: list) -> KernelSource:
+        pointers = [(p, b) for b, p in self.params.items()] + [(p, b) for b, p in self.store_params.items()]
+        reduction = self.group.anchor is not None
+        scalars = ["xnumel", "rnumel"] if reduction else ["xnumel"]
+        blocks = ["XBLOCK", "RBLOCK"] if reduction else ["XBLOCK"]
+        params = [p for p, _ in pointers] + scalars + [f"{b}: tl.constexpr" for b in blocks]
+        pid = "tl.program_id(0).to(tl.int64)" if self.need_int64 else "tl.program_id(0)"
+        head = [f"@triton.jit", f"def {name}({', '.join(params)}):",
+                f"    xoffset = {pid} * XBLOCK"]
+        if reduction:
+            head += ["    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "    xmask = xindex < xnumel",
+                     "    rbase = tl.arange(0, RBLOCK)[None, :]"]
+        else:
+            head += ["    xindex = xoffset + tl.arange(0, XBLOCK)", "    xmask = xindex < xnumel"]
+        index_type = "i64" if self.need_int64 else "i32"
+        signature = {p: POINTER_TYPES[self.buffers[b].dtype] for p, b in pointers}
+        signature.update({s: index_type for s in scalars})
+        signature.update({b: "constexpr" for b in blocks})
+        source = "\n".join(head + body) + "\n"
+        return KernelSource(name, source, pointers, signature, set(self.helpers), self.config,
+                            self.group.xnumel, self.group.rnumel)
+
+
+_BIG_INDEX = 2 ** 62
+
+
+def _identity(kind: str, dtype: torch.dtype) -> str:
+    if kind == "sum":
+        return "0"
+    if kind == "prod":
+        return "1"
+    is_max = kind in ("max", "argmax")
+    if dtype.is_floating_point:
+        return 'float("-inf")' if is_max else 'float("inf")'
+    info = torch.iinfo(dtype)
+    return literal(info.min if is_max else info.max)
+
+
+def needs_int64(group: FusedGroup, buffers: dict) -> bool:
+    """Whether offsets in this kernel can exceed int32."""
+    limit = 2 ** 31 - 1
+    sizes = [group.xnumel * group.rnumel]
+    for node in group.nodes:
+        for name in ir.reads(node) + [node.name]:
+            buf = buffers[name]
+            extent = 1 + sum((s - 1) * st for s, st in zip(buf.shape, buf.strides) if s > 0)
+            sizes.append(extent)
+    return max(sizes) >= limit
+
+
+def generate_kernel(group: FusedGroup, buffers: dict, config: LaunchConfig) -> KernelSource:
+    writer = KernelWriter(group, buffers, config, needs_int64(group, buffers))
+    return writer.generate(group.name)

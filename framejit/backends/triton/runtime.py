@@ -1,0 +1,129 @@
+"""Runtime of the triton backend: kernel files, module loading, and the callables it returns.
+
+Generated modules are written to real `.py` files (Triton refuses `@jit` functions defined from
+strings) named by the hash of their source, under `config.dump_dir/triton` when set, else under one
+temporary directory per process; then imported with importlib. A module is loaded once per process
+and source (`_MODULES`); Triton's own cache keeps compiled binaries across processes.
+
+`CompiledGraph` checks on each call that the inputs still have the shapes, strides and dtypes the
+kernels were specialized for, and that no autograd is needed; otherwise it runs the FX graph eagerly
+(logged once per reason). `EagerGraph` is what the backend returns when it cannot compile at all.
+`KERNELS` records every generated kernel (file, name, signature, block sizes) so tests can compile
+them all offline for a real GPU target.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+import torch.utils._pytree as pytree
+
+from framejit import config, logs
+
+_MODULES: dict = {}
+_TEMP_DIR: list = []
+KERNELS: dict = {}  # (path, kernel name) -> (signature, constexprs)
+_LOGGED: set = set()
+
+
+def log_once(artifact: str, message: str) -> None:
+    if message not in _LOGGED:
+        _LOGGED.add(message)
+        logs.log(artifact, "%s", message)
+
+
+def kernel_dir() -> str:
+    if config.dump_dir:
+        path = os.path.join(config.dump_dir, "triton")
+        os.makedirs(path, exist_ok=True)
+        return path
+    if not _TEMP_DIR:
+        path = tempfile.mkdtemp(prefix="framejit-triton-")
+        _TEMP_DIR.append(path)
+        atexit.register(shutil.rmtree, path, True)
+    return _TEMP_DIR[0]
+
+
+def load_module(source: str):
+    """Write `source` to `graph_<hash>.py` (atomically) and import it; cached per process."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    path = os.path.join(kernel_dir(), f"graph_{digest}.py")
+    cached = _MODULES.get(path)
+    if cached is not None:
+        return cached, path
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    name = f"framejit_triton_graph_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    _MODULES[path] = module
+    return module, path
+
+
+def register_kernels(path: str, kernels) -> None:
+    for kernel in kernels:
+        constexprs = {"XBLOCK": kernel.config.xblock}
+        if "RBLOCK" in kernel.signature:
+            constexprs["RBLOCK"] = kernel.config.rblock
+        KERNELS[(path, kernel.name)] = (dict(kernel.signature), constexprs)
+
+
+def _input_key(t) -> tuple:
+    return (tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t), t)
+
+
+def needs_autograd(args, params_require_grad: bool) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    return params_require_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
+class EagerGraph:
+    """Runs the FX graph as Python, with the reason it was not compiled."""
+
+    kernel_count = 0
+    extern_count = 0
+    source_path = None
+
+    def __init__(self, gm: torch.fx.GraphModule, reason: str):
+        self.gm, self.reason = gm, reason
+
+    def __call__(self, *args):
+        return self.gm(*args)
+
+
+class CompiledGraph:
+    """Generated kernels for one graph, specialized to the example inputs' shapes and strides."""
+
+    def __init__(self, gm, module, path: str, example_inputs, constants: list, extra: list, out_spec,
+                 kernel_count: int, extern_count: int, fallbacks: list):
+        self.gm, self.module, self.source_path = gm, module, path
+        self.expected = [_input_key(t) for t in example_inputs]
+        self.constants, self.extra, self.out_spec = constants, extra, out_spec
+        self.kernel_count, self.extern_count, self.fallbacks = kernel_count, extern_count, fallbacks
+        self.params_require_grad = any(p.requires_grad for p in gm.parameters()) or \
+            any(t.requires_grad for t in constants)
+        self.reason = None
+
+    def __call__(self, *args):
+        if needs_autograd(args, self.params_require_grad):
+            log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: its inputs "
+                                       "require grad (backward is not lowered yet)")
+            return self.gm(*args)
+        if len(args) != len(self.expected) or any(_input_key(a) != k for a, k in zip(args, self.expected)):
+            log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: inputs differ "
+                                       "from the shapes/strides/dtypes it was compiled for")
+            return self.gm(*args)
+        flat = self.module.call(*args, *self.constants, self.extra)
+        return pytree.tree_unflatten(list(flat), self.out_spec)
