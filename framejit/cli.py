@@ -25,6 +25,7 @@ Main names: `main(argv) -> int`, `build_parser()`, `resolve_target(target) -> Ta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import os
@@ -33,7 +34,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from . import config
 from .cache import CacheError, Store, counters
@@ -101,6 +102,21 @@ class Target:
     fn: Callable | None = None
 
 
+@contextlib.contextmanager
+def _process_state(argv: list[str], path_entry: str | None) -> Iterator[None]:
+    """Run the target with its own sys.argv (and sys.path entry); restore both afterwards, so that
+    `main()` can also be called in-process (tests, notebooks)."""
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = argv
+    if path_entry is not None:
+        sys.path.insert(0, path_entry)
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+
+
 def _script_target(path: str) -> Target:
     if not os.path.exists(path):
         raise TargetError(f"no such script: {path}")
@@ -109,18 +125,17 @@ def _script_target(path: str) -> Target:
     full = os.path.abspath(path)
 
     def run(args: Sequence[str]) -> object:
-        sys.argv = [path, *args]
-        sys.path.insert(0, os.path.dirname(full))
-        runpy.run_path(full, run_name="__main__")
+        with _process_state([path, *args], os.path.dirname(full)):
+            runpy.run_path(full, run_name="__main__")
         return None
 
     return Target(path, run)
 
 
 def _import_entry_module(module: str):
-    sys.path.insert(0, os.getcwd())
     try:
-        return importlib.import_module(module)
+        with _process_state(sys.argv, os.getcwd()):
+            return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
             raise TargetError(f"bad entry point: no module named {exc.name!r}") from None
@@ -142,8 +157,8 @@ def _entry_point_target(target: str) -> Target:
     fn = obj
 
     def run(args: Sequence[str]) -> object:
-        sys.argv = [target, *args]
-        return fn()
+        with _process_state([target, *args], os.getcwd()):
+            return fn()
 
     return Target(target, run, fn)
 
@@ -326,13 +341,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
         explained = framejit.explain(fn)
     except NotImplementedError:
         raise _CommandError("explain is not available yet", EXIT_UNAVAILABLE) from None
-    if target.fn is not None:
-        sys.argv = [target.description, *argv]
     report = None
 
     def run() -> None:
         nonlocal report
-        report = explained()
+        with _process_state([target.description, *argv], os.getcwd()):
+            report = explained()
 
     status = run_user_code(run)
     if report is not None:

@@ -11,6 +11,7 @@ functions share the frame's signature.
 """
 from __future__ import annotations
 
+import inspect
 import types
 import weakref
 from typing import Any
@@ -41,10 +42,16 @@ class FrameHook:
                 return entry.fn(*args, **kwargs)
         return self.miss(args, kwargs)
 
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        """A compiled function used as a method binds like the function it wraps."""
+        return self if obj is None else types.MethodType(self, obj)
+
     def miss(self, args: tuple, kwargs: dict) -> Any:
         if len(self.entries) >= config.recompile_limit:
             self._log_limit(args, kwargs)
             return self.fn(*args, **kwargs)
+        if not _binds(self.fn, args, kwargs):
+            return self.fn(*args, **kwargs)  # raises CPython's own TypeError for the bad call
         if self.entries:
             self._log_recompile(args, kwargs)
         entry = convert_frame(self.fn, args, kwargs, self.request)
@@ -77,6 +84,14 @@ class FrameHook:
                    f"Last failing guard: {failure}")
         logs.log("recompiles", "%s", message)
         logs.getLogger("recompiles").warning("%s", message) if not logs.enabled("recompiles") else None
+
+
+def _binds(fn: types.FunctionType, args: tuple, kwargs: dict) -> bool:
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+        return True
+    except TypeError:
+        return False
 
 
 def reset_all() -> None:

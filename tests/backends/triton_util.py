@@ -8,6 +8,8 @@ the generated kernels computed the values.
 """
 from __future__ import annotations
 
+import types
+
 import torch
 
 from framejit.backends.triton import triton as triton_backend
@@ -20,14 +22,22 @@ TOLERANCES = {
 }
 
 
-def trace(fn) -> torch.fx.GraphModule:
-    return fn if isinstance(fn, torch.fx.GraphModule) else torch.fx.symbolic_trace(fn)
+def trace(fn, arity: int) -> torch.fx.GraphModule:
+    """An FX graph of `fn`; builtins (torch.exp, F.gelu) become a one-call graph."""
+    if isinstance(fn, torch.fx.GraphModule):
+        return fn
+    if isinstance(fn, types.FunctionType):
+        return torch.fx.symbolic_trace(fn)
+    graph = torch.fx.Graph()
+    args = [graph.placeholder(f"x{k}") for k in range(arity)]
+    graph.output(graph.call_function(fn, tuple(args)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
 def compile_and_compare(fn, make_inputs, *, atol=None, rtol=None, options=None, seeds=(0, 1),
                         allow_fallbacks=False) -> CompiledGraph:
-    gm = trace(fn)
     example = make_inputs(0)
+    gm = trace(fn, len(example))
     compiled = triton_backend(gm, list(example), options)
     assert isinstance(compiled, CompiledGraph), f"ran eagerly: {getattr(compiled, 'reason', '?')}"
     if not allow_fallbacks:
@@ -50,7 +60,7 @@ def compile_and_compare(fn, make_inputs, *, atol=None, rtol=None, options=None, 
 
 def randn(*shape, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(dtype)
+    return torch.randn(shape, generator=g).to(dtype)
 
 
 def randint(low, high, *shape, dtype=torch.int64, seed=0):

@@ -13,8 +13,17 @@ import os
 import random
 import sys
 import time
+import types
 
-from framejit.cache import Store, keys
+if "framejit" not in sys.modules:
+    # Load framejit.cache without running framejit/__init__.py, which imports torch and the frontend
+    # (over a second per worker). The cache package needs neither (DESIGN.md, section 3), which this
+    # also checks: it must import with only framejit.config and framejit.logs beside it.
+    _package = types.ModuleType("framejit")
+    _package.__path__ = [os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "framejit")]
+    sys.modules["framejit"] = _package
+
+from framejit.cache import Store, keys  # noqa: E402
 
 # The store compares each entry's runtime versions with the reader's; fixing them in the workers (and
 # in the test that reads their entries) spares every worker an `import torch` (about a second each)

@@ -99,7 +99,7 @@ def compile_graph(gm, example_inputs, device: torch.device, opts: dict) -> Compi
     buffers = graph.buffers()
     kernels = {}
     for step in sched.steps:
-        if isinstance(step, FusedGroup):
+        if isinstance(step, FusedGroup) and step.xnumel * step.rnumel > 0:
             config = choose_config(step, device.type == "cpu", opts["persistent_reduction_limit"])
             kernels[step.name] = generate_kernel(step, buffers, config)
     summary = describe(sched)

@@ -245,10 +245,16 @@ class KernelWriter:
         if not value.startswith("tmp"):
             value = f"tl.full({block}, {value}, {TL_DTYPES[node.dtype]})"
         offset = ir.linearize(coords, node.shape)
+        rendered = ir.render(offset)
+        if not ir.variables(offset):  # one element: still store through a block of pointers
+            rendered = f"{rendered} + tl.zeros({block}, tl.int32)"
+            mask = ", xmask"
+        else:
+            mask = self.mask_arg(offset).replace(", other=0", "")
         target = self.group.inplace.get(node.name)
         ptr = self.params.setdefault(target, f"in_ptr{len(self.params)}") if target else \
             self.store_params.setdefault(node.name, f"out_ptr{len(self.store_params)}")
-        scope.line(f"tl.store({ptr} + ({ir.render(offset)}), {value}{self.mask_arg(offset).replace(', other=0', '')})")
+        scope.line(f"tl.store({ptr} + ({rendered}), {value}{mask})")
 
     def reduction(self, node: ReductionNode, persistent: bool) -> None:
         acc_dtype = node.body.dtype
@@ -332,7 +338,7 @@ class KernelWriter:
                             self.group.xnumel, self.group.rnumel)
 
 
-_BIG_INDEX = 2 ** 62
+_BIG_INDEX = 2 ** 31 - 1  # 'no index yet' marker; rows never have 2**31 elements
 
 
 def _identity(kind: str, dtype: torch.dtype) -> str:

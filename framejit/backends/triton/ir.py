@@ -244,7 +244,7 @@ def linearize(coords: Sequence[Index], shape: Sequence[int]) -> Index:
 def delinearize(flat: Index, shape: Sequence[int]) -> list[Index]:
     """Row-major coordinates of the element number `flat` of a tensor of `shape`."""
     strides = contiguous_strides(shape)
-    return [Const(0) if size == 1 else mod(floordiv(flat, stride), size) for size, stride in zip(shape, strides)]
+    return [Const(0) if size <= 1 else mod(floordiv(flat, stride), size) for size, stride in zip(shape, strides)]
 
 
 def loop_vars(shape: Sequence[int], prefix: str = "i") -> list[Var]:

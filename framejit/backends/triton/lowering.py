@@ -38,7 +38,7 @@ prims = torch.ops.prims
 DECOMPOSE = [
     aten.gelu, aten.silu, aten.hardswish, aten.hardsigmoid, aten.hardtanh, aten.mish, aten.elu,
     aten.leaky_relu, aten.softplus, aten.addcmul, aten.addcdiv, aten.lerp, aten.rsub,
-    aten._native_batch_norm_legit_no_training, aten.native_group_norm, aten.linear, aten.t,
+    aten._native_batch_norm_legit_no_training, aten.linear, aten.t,
     aten.masked_fill, aten.clamp_min, aten.clamp_max, aten.logsumexp, aten.sigmoid_backward,
     aten.squeeze_copy, aten.expand_copy, aten.transpose_copy, aten.permute_copy,
 ]

@@ -136,7 +136,6 @@ BUILT_UNARY = {
     aten.relu: lambda x: where(Op("lt", (x, lit(0, x)), torch.bool), lit(0, x), x),
     aten.sign: lambda x: where(Op("gt", (x, lit(0, x)), torch.bool), lit(1, x),
                                where(Op("lt", (x, lit(0, x)), torch.bool), lit(-1, x), Op("mul", (x, lit(0, x)), x.dtype))),
-    aten.clone: lambda x: x,
     aten.log10: lambda x: Op("mul", (Op("log2", (x,), x.dtype), lit(math.log10(2.0), x)), x.dtype),
 }
 ARITHMETIC = {
@@ -183,6 +182,11 @@ for _op, _name in COMPARISONS.items():
     _register_binary(_op, _name, result_bool=True)
 for _op, _name in LOGICAL.items():
     _register_binary(_op, _name, result_bool=True, operand_dtype=torch.bool)
+
+
+@lowering(aten.clone)
+def _clone(lo, node, x, memory_format=None):
+    return _pointwise(lo, node, [x], lambda v: v)
 
 
 @lowering(aten.logical_not)

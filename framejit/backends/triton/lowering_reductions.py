@@ -203,3 +203,39 @@ def _layer_norm(lo, node, x, normalized_shape, weight, bias, eps):
     affine = [t for t in (weight, bias) if t is not None]
     result = lo.pointwise([x, mu, rstd, *affine], x.shape, out.dtype, normalize, compute, origin)
     return (result, mu, rstd)
+
+
+@lowering(aten.native_group_norm)
+def _group_norm(lo, node, x, weight, bias, n, channels, hxw, groups, eps):
+    """Statistics over (channels // groups) * spatial elements per group, read back per channel."""
+    out = _out(node)[0]
+    compute = compute_dtype(out.dtype)
+    origin = str(node.target)
+    grouped = (n, groups, (channels // groups) * hxw)
+    # views that only kernels read (never replayed on real tensors): no aten op to record
+    xg = x.view(grouped, lambda c: ir.delinearize(ir.linearize(c, grouped), x.shape), None, ())
+    var, mu = variance(lo, xg, [2], True, 0.0, compute, origin)
+    rstd = lo.pointwise([var], var.shape, compute, lambda v: Op("rsqrt", (Op("add", (v, Scalar(float(eps), compute)), compute),), compute),
+                        compute, origin)
+    spatial = (1,) * (len(x.shape) - 2)
+    per_group = channels // groups
+
+    def per_channel(ref):
+        return ref.view((n, channels) + spatial, lambda c: [c[0], ir.floordiv(c[1], per_group), ir.Const(0)], None, ())
+
+    def per_channel_param(ref):
+        return ref.view((channels,) + spatial, lambda c: [c[0]], None, ())
+
+    affine = [per_channel_param(t) for t in (weight, bias) if t is not None]
+
+    def normalize(a, m, r, *params):
+        y = Op("mul", (Op("sub", (a, m), compute), r), compute)
+        if weight is not None:
+            y = Op("mul", (y, params[0]), compute)
+        if bias is not None:
+            y = Op("add", (y, params[-1]), compute)
+        return y
+
+    result = lo.pointwise([x, per_channel(mu), per_channel(rstd), *affine], x.shape, out.dtype, normalize, compute, origin)
+    flat = lambda ref: ref.view((n, groups), lambda c: [c[0], c[1], ir.Const(0)], None, ())  # noqa: E731
+    return (result, flat(mu), flat(rstd))

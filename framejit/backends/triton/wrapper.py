@@ -81,7 +81,7 @@ class WrapperWriter:
     # -- steps ---------------------------------------------------------------------------------
 
     def kernel_step(self, group: FusedGroup) -> list[str]:
-        kernel: KernelSource = self.kernels[group.name]
+        kernel: KernelSource | None = self.kernels.get(group.name)
         lines = []
         for name in group.stores:
             if name in group.inplace:
@@ -89,7 +89,7 @@ class WrapperWriter:
             node = group.members[name]
             lines.append(f"{name} = empty_strided({tuple(node.shape)}, {tuple(node.strides)}, "
                          f"dtype={node.dtype}, device=DEVICE)")
-        if group.xnumel > 0 and group.rnumel > 0:
+        if group.name in self.kernels:  # empty groups have no kernel: nothing to compute
             args = [b for _, b in kernel.params] + [str(group.xnumel)]
             if group.anchor is not None:
                 args.append(str(group.rnumel))
