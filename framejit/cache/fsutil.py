@@ -163,6 +163,8 @@ def add_counters(path: str, deltas: list[int]) -> None:
     """Add `deltas` to the little-endian int64 counters stored in `path`, under an exclusive lock."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
         values = _read_values(fd, len(deltas))
         new = b"".join(_COUNTER.pack(v + d) for v, d in zip(values, deltas))
         os.pwrite(fd, new, 0)

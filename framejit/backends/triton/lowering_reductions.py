@@ -158,9 +158,17 @@ def _var(lo, node, x, dims=None, *, correction=None, keepdim=False):
                            str(node.target))
     if packet in (aten.var, aten.std):
         return var
-    shape = _reduced_shape(x.shape, _dims(dims, len(x.shape)), keepdim)
-    mu = lo.pointwise([mu], shape, out_dtype, lambda m: m, compute_dtype(out_dtype), str(node.target)) \
-        if mu.shape != shape or mu.dtype != out_dtype else mu
+    reduced = _dims(dims, len(x.shape))
+    shape = _reduced_shape(x.shape, reduced, keepdim)
+    if not keepdim:  # mu was computed with keepdim: read it through a squeezing view
+
+        def unsqueeze(c):
+            it = iter(c)
+            return [ir.Const(0) if d in reduced else next(it) for d in range(len(x.shape))]
+
+        mu = mu.view(shape, unsqueeze, aten.squeeze.dims, (list(reduced),))
+    if mu.dtype != out_dtype:
+        mu = lo.pointwise([mu], shape, out_dtype, lambda m: m, compute_dtype(out_dtype), str(node.target))
     return var, mu
 
 

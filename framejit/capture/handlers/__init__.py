@@ -65,6 +65,11 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
     "DICT_MERGE": "**kwargs merging with duplicate checks is not modelled yet",
     "DELETE_SUBSCR": "deleting items is not modelled yet",
     "BINARY_SUBSCR_GETITEM": "specialized form",
+    "RESERVED": "never emitted by the compiler",
+    "LOAD_SUPER_METHOD": "pseudo-instruction (assembled into LOAD_SUPER_ATTR)",
+    "LOAD_ZERO_SUPER_METHOD": "pseudo-instruction (assembled into LOAD_SUPER_ATTR)",
+    "LOAD_ZERO_SUPER_ATTR": "pseudo-instruction (assembled into LOAD_SUPER_ATTR)",
+    "STORE_FAST_MAYBE_NULL": "pseudo-instruction (assembled into STORE_FAST)",
 }
 
 # Registration happens on import; keep these imports after HANDLERS and op are defined.
