@@ -205,15 +205,17 @@ def _strip_separator(args: Sequence[str]) -> list[str]:
 # -- warm -------------------------------------------------------------------------------------------
 # NOTE [warm stats keys]
 # `framejit.stats()` is the frontend's view of this process; `warm` shows these keys when present:
-#   frames_compiled, graphs, backend_compiles, traces, cache_hits, cache_misses, cache_bytes_written,
-#   compile_time_s (totals), and frames: a list of dicts with function, location ("file:line"),
-#   backend, graphs, compile_time_s and cache ("hit" or "miss"), one per compiled frame.
+#   totals: frames_traced, frames_compiled, graphs, backend_compiles, eager_entries, cache_hits,
+#   cache_misses, cache_bytes_written, compile_time_s;
+#   frames: a list with one dict per compiled frame: function, location ("file:line"), backend, graphs,
+#   compile_time_s and cache ("hit" or "miss").
 # Cache totals fall back to framejit.cache.counters, which this package fills itself.
 _TOTALS = (
     ("frames compiled", "frames_compiled"),
     ("graphs", "graphs"),
     ("backend compiles", "backend_compiles"),
-    ("traces", "traces"),
+    ("frames traced", "frames_traced"),
+    ("frames run eagerly", "eager_entries"),
     ("cache hits", "cache_hits"),
     ("cache misses", "cache_misses"),
     ("cache bytes written", "cache_bytes_written"),

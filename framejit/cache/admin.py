@@ -1,7 +1,8 @@
 """Maintenance of a store: listing, totals, clearing, integrity checks and LRU eviction.
 
 Role: the operations behind `framejit cache ls|stats|clear|verify` and the size limit. They take a
-`Store` (store.py) and use only its path helpers, so this module does not import store.py.
+`Store` (store.py) and use only its public path and directory helpers, so this module does not import
+store.py.
 
 Invariants:
 - Listing and clearing raise CacheError when the cache directory itself is unusable (not a
@@ -144,7 +145,9 @@ def _older_than_seconds(older_than) -> float | None:
     elif isinstance(older_than, (int, float)) and not isinstance(older_than, bool):
         seconds = float(older_than)
     else:
-        raise TypeError(f"clear(older_than=...) must be a datetime.timedelta or seconds, got {type(older_than).__name__}")
+        raise TypeError(
+            f"clear(older_than=...) must be a datetime.timedelta or seconds, got {type(older_than).__name__}"
+        )
     if not seconds >= 0:
         raise ValueError(f"clear(older_than=...) must not be negative, got {older_than!r}")
     return seconds
@@ -170,8 +173,22 @@ def clear(store, older_than=None, backend: str | None = None) -> int:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(store.counters_path)
     _remove_stale_temps(store, max_age_s=0.0 if seconds is None and backend is None else _STALE_TMP_S)
+    _remove_orphan_hits(store)
     logs.log("cache", "cleared %d entries from %s", removed, store.root)
     return removed
+
+
+def _remove_orphan_hits(store) -> None:
+    """Hit counters whose entry is gone (a hit raced with a removal): nothing else ever deletes them."""
+    for shard in os.listdir(store.base):
+        shard_path = os.path.join(store.base, shard)
+        if not _SHARD_RE.fullmatch(shard) or not os.path.isdir(shard_path):
+            continue
+        for name in os.listdir(shard_path):
+            key, ext = os.path.splitext(name)
+            if ext == ".hits" and not os.path.exists(os.path.join(shard_path, key + ".entry")):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(shard_path, name))
 
 
 def _remove_stale_temps(store, max_age_s: float) -> None:
@@ -241,8 +258,11 @@ def evict(store, keep: str | None = None, limit_bytes: int | None = None) -> int
     with fsutil.file_lock(os.path.join(store.locks_dir, "evict.lock"), timeout_s=0) as acquired:
         if not acquired:
             return 0  # another process is evicting right now
-        _remove_stale_temps(store, _STALE_TMP_S)
-        return _evict_locked(store, keep, limit)
+        removed = _evict_locked(store, keep, limit)
+        if removed:
+            _remove_stale_temps(store, _STALE_TMP_S)
+            _remove_orphan_hits(store)
+        return removed
 
 
 def _evict_locked(store, keep: str | None, limit: int) -> int:

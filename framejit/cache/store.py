@@ -47,8 +47,6 @@ LAYOUT = "v1"
 # another disk); everything below it must not be.
 
 
-
-
 def _check_key(key: object) -> str:
     if not isinstance(key, str):
         raise TypeError(f"cache key must be a str made by cache_key(), got {type(key).__name__}")
@@ -86,8 +84,10 @@ class Store:
     """A cache directory. Cheap to construct: nothing touches the disk until it is used."""
 
     def __init__(self, root: str | os.PathLike, size_limit_bytes: int | None = None):
-        if size_limit_bytes is not None and (not isinstance(size_limit_bytes, int) or size_limit_bytes < 0):
-            raise ValueError(f"size_limit_bytes must be a non-negative int or None, got {size_limit_bytes!r}")
+        if size_limit_bytes is not None and type(size_limit_bytes) is not int:
+            raise TypeError(f"size_limit_bytes must be an int or None, got {type(size_limit_bytes).__name__}")
+        if size_limit_bytes is not None and size_limit_bytes < 0:
+            raise ValueError(f"size_limit_bytes must not be negative, got {size_limit_bytes}")
         self.root = os.path.abspath(os.fspath(root))
         self.base = os.path.join(self.root, LAYOUT)
         self._size_limit_bytes = size_limit_bytes
@@ -188,6 +188,7 @@ class Store:
         now = time.time_ns()
         with contextlib.suppress(OSError):
             os.utime(path, ns=(now, now))  # NOTE [LRU by mtime]: a hit makes the entry the newest
+        with contextlib.suppress(OSError):
             fsutil.add_counters(self.hits_path(key), [1])
             fsutil.add_counters(self.counters_path, [1])
 

@@ -37,7 +37,37 @@ CONTAINER_METHODS = {
 }
 
 
+class SuperValue(Value):
+    """`super()` inside a method: attribute lookup starts after `cls` in the MRO of self's type."""
+
+    def __init__(self, cls: type, self_value: Value) -> None:
+        self.cls = cls
+        self.self_value = self_value
+
+
+def _super_attr(tx, sup: SuperValue, name: str) -> Value:
+    owner = sup.self_value.python_type()
+    mro = owner.__mro__
+    for klass in mro[mro.index(sup.cls) + 1:]:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            if isinstance(attr, types.FunctionType):
+                return BoundMethodValue(UserFunctionValue(attr), sup.self_value)
+            if isinstance(attr, (types.WrapperDescriptorType, types.MethodDescriptorType)):
+                return BoundMethodValue(BuiltinValue(attr), sup.self_value)
+            if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+                return tx.call(UserFunctionValue(attr.fget), [sup.self_value], {})
+            return _class_level_attr(tx, sup.self_value, owner, name, attr)
+    raise UserException(AttributeError(f"'super' object has no attribute '{name}'"))
+
+
 def getattr_value(tx, obj: Value, name: str) -> Value:
+    from .context import CloneValue, CtxValue
+
+    if isinstance(obj, SuperValue):
+        return _super_attr(tx, obj, name)
+    if isinstance(obj, CtxValue) and name == "clone":
+        return CloneValue(obj)
     if isinstance(obj, TensorValue):
         return _tensor_attr(tx, obj, name)
     if isinstance(obj, ConstantValue):

@@ -30,6 +30,7 @@ class BreakKind(enum.Enum):
     INLINE_LIMIT = "inline_limit"
     MODULE_HOOKS = "module_hooks"
     DYNAMIC_CONTROL_FLOW = "dynamic_control_flow"
+    TRACE_LIMIT = "trace_limit"
     INTERNAL_ERROR = "internal_error"
 
 
@@ -65,6 +66,9 @@ KIND_DOCS: dict[BreakKind, tuple[str, str]] = {
     BreakKind.DYNAMIC_CONTROL_FLOW: (
         "control flow whose direction framejit cannot decide while tracing",
         "decide the branch from Python values or tensor metadata (shape, dtype)"),
+    BreakKind.TRACE_LIMIT: (
+        "tracing ran for too many instructions (a very long or unbounded Python loop)",
+        "move the long loop out of the compiled function, or compile its body instead"),
     BreakKind.INTERNAL_ERROR: (
         "framejit itself failed while tracing (a bug: please report it with the log)",
         "the frame runs eagerly; FRAMEJIT_LOGS=graph_breaks shows where"),

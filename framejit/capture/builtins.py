@@ -284,6 +284,28 @@ def _setattr(tx, args, kwargs):
     return ConstantValue(None)
 
 
+@handles(super)
+def _super(tx, args, kwargs):
+    if len(args) == 2:
+        from .attributes import SuperValue
+        return SuperValue(args[0].as_constant(), args[1])
+    if args or "__class__" not in tx.cells or not tx.code.co_argcount:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "super() outside a method")
+    from .attributes import SuperValue
+    return SuperValue(tx.load_cell("__class__").as_constant(), tx.load_local(tx.code.co_varnames[0]))
+
+
+@handles(object.__init__)
+def _object_init(tx, args, kwargs):
+    return ConstantValue(None)
+
+
+@handles(object.__setattr__)
+def _object_setattr(tx, args, kwargs):
+    tx.store_attr(args[0], args[1].as_constant(), args[2])
+    return ConstantValue(None)
+
+
 @handles(print)
 def _print(tx, args, kwargs):
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, "print() writes output outside the graph")

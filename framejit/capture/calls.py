@@ -44,9 +44,14 @@ _PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.d
 
 
 def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    from .context import CloneValue, CtxValue, ExitValue, exit_
+
     if isinstance(fn, UserFunctionValue):
         return tx.inline(fn, args, kwargs)
     if isinstance(fn, BoundMethodValue):
+        if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
+            # a method of a torch context manager read from outside, e.g. `no_grad_instance.clone`
+            return call_value(tx, tx.getattr(fn.self_value, fn.func.obj.__name__), args, kwargs)
         return call_value(tx, fn.func, [fn.self_value, *args], kwargs)
     if isinstance(fn, PartialValue):
         return call_value(tx, fn.func, [*fn.args, *args], {**fn.kwargs, **kwargs})
@@ -61,6 +66,10 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return result
     if isinstance(fn, BuiltinValue):
         return call_builtin(tx, fn.obj, args, kwargs)
+    if isinstance(fn, ExitValue):
+        return exit_(tx, fn)
+    if isinstance(fn, CloneValue):
+        return fn.ctx.clone()
     if isinstance(fn, ClassValue):
         return call_class(tx, fn, args, kwargs)
     if isinstance(fn, ObjectValue) and callable(fn.obj):
@@ -142,10 +151,16 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
 def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .builtins import BUILTIN_HANDLERS
 
+    from .context import is_ctx_class, make_ctx
+
     cls = cls_value.obj
     handler = BUILTIN_HANDLERS.get(cls)
     if handler is not None:
         return handler(tx, args, kwargs)
+    if is_ctx_class(cls):
+        return make_ctx(tx, cls, args, kwargs)
+    if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
+        return constant_fold(cls, *(a.as_constant() for a in args))
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return _make_namedtuple(tx, cls, args, kwargs)
     if issubclass(cls, enum.Enum) or cls in (torch.device, torch.Size, slice, range, complex):

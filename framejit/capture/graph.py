@@ -12,6 +12,7 @@ so the frame runs eagerly and the mutation happens exactly as in eager.
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 from typing import Any, Callable
@@ -52,7 +53,9 @@ class OutputGraph:
         self.names = NameTable("___c")
         self.tx_stack: list = []  # active translators, innermost last (for provenance)
         self.grad_enabled = torch.is_grad_enabled()
+        self.autocast_stack: list[tuple[str, torch.dtype, bool]] = []  # entered inside the frame
         self.op_count = 0
+        self.steps = 0  # instructions traced, across inlined frames
 
     def location(self) -> str:
         """The user's current `file:line: source`, innermost inlined frame first."""
@@ -170,9 +173,26 @@ class OutputGraph:
             return ConstantValue(None)  # an in-place op kept for its effect (e.g. operator.setitem)
         return self.wrap_result(node, result)
 
+    def set_grad_enabled(self, mode: bool) -> None:
+        """Change grad mode at this point of the graph (and in the tracer's view of it)."""
+        if mode != self.grad_enabled:
+            self.record_effect(torch._C._set_grad_enabled, (mode,))
+            self.grad_enabled = mode
+
+    def record_effect(self, target: Any, args: tuple) -> torch.fx.Node:
+        """A node kept for its effect on global state (grad mode, autocast); returns the node."""
+        node = self.graph.call_function(target, args)
+        node.meta["effect"] = True
+        node.meta["stack_trace"] = self.location()
+        return node
+
     def _run_fake(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:
         try:
-            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(self.fake_mode)
+                stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
+                for device_type, dtype, enabled in self.autocast_stack:
+                    stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled))
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
                 return target(*args, **kwargs)
@@ -219,6 +239,15 @@ class OutputGraph:
 
     def output(self, values: list[TensorValue]) -> None:
         self.graph.output(tuple(v.node for v in values))
+        if not self._needs_grad_mode_nodes():
+            for node in [n for n in self.graph.nodes if n.target is torch._C._set_grad_enabled]:
+                self.graph.erase_node(node)
+
+    def _needs_grad_mode_nodes(self) -> bool:
+        """Grad mode only changes what autograd records: without any tensor that requires grad in the
+        graph, its grad-mode switches have no effect and are dropped (simpler graphs for backends)."""
+        return any(isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].requires_grad
+                   for n in self.graph.nodes)
 
 
 def _is_value(x: Any) -> bool:

@@ -28,11 +28,12 @@ from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .normalize import Inst, normalize
 from .sources import ClosureSource, DictSlotSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
-from .values import (CellValue, ConstantValue, DictValue, NewObjectValue, NNModuleValue, ObjectValue, TupleValue,
+from .values import (CellValue, ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue, TupleValue,
                      UserFunctionValue, Value)
 from .values.builder import wrap, wrap_unguarded
 
-_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+_ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+MAX_TRACE_STEPS = 500_000
 
 # Functions marked with framejit.disable: never traced, never inlined.
 DISABLED: "set[types.CodeType]" = set()
@@ -74,6 +75,7 @@ class Translator:
         self.current: Inst | None = None
         self.kw_names: tuple[str, ...] = ()
         self.return_value: Value | None = None
+        self.yielded: list[Value] | None = None  # set when this frame is a generator being run eagerly
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self) -> Value:
@@ -81,6 +83,10 @@ class Translator:
         self.output.tx_stack.append(self)
         try:
             while self.return_value is None:
+                self.output.steps += 1
+                if self.output.steps > MAX_TRACE_STEPS:
+                    raise Unsupported(BreakKind.TRACE_LIMIT,
+                                      f"tracing took more than {MAX_TRACE_STEPS} instructions (an unbounded loop?)")
                 inst = insts[self.pc]
                 self.current = inst
                 self.pc += 1
@@ -195,13 +201,22 @@ class Translator:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked framejit.disable")
         if self.depth + 1 > config.inline_depth_limit:
             raise Unsupported(BreakKind.INLINE_LIMIT, f"inlining {f.__qualname__} exceeds depth {config.inline_depth_limit}")
-        if code.co_flags & _GENERATOR_FLAGS:
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is a generator or coroutine")
+        if code.co_flags & _ASYNC_FLAGS:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is a coroutine or async generator")
         defaults = fn.defaults if fn.defaults is not None else self._wrap_defaults(fn)
         kwdefaults = fn.kwdefaults if fn.kwdefaults is not None else self._wrap_kwdefaults(fn)
         bound = bind_arguments(code, f.__qualname__, args, kwargs, defaults, kwdefaults)
         cells = self._cells_for(fn)
         child = Translator(self.output, code, f.__globals__, bound, cells, parent=self)
+        if code.co_flags & inspect.CO_GENERATOR:
+            # NOTE [Eager generators]: a generator called inside the compiled region is run to completion
+            # at once and stands for an iterator over what it yielded. Everything it can do while traced
+            # is pure (graph ops, local values), so the only observable difference from lazy evaluation
+            # is work a consumer would have skipped by stopping early; unbounded generators hit
+            # MAX_TRACE_STEPS and the frame runs eagerly.
+            child.yielded = []
+            child.run()
+            return IteratorValue(child.yielded)
         return child.run()
 
     def _wrap_defaults(self, fn: UserFunctionValue) -> tuple[Value, ...]:

@@ -67,6 +67,8 @@ def test_bad_arguments(store):
         store.put(key_of("a"), {"x": b""}, {"f": object()})
     with pytest.raises(ValueError, match="size_limit_bytes"):
         Store("x", size_limit_bytes=-1)
+    with pytest.raises(TypeError, match="size_limit_bytes"):
+        Store("x", size_limit_bytes=1.5)
     assert not os.path.exists(store.root)
 
 
@@ -184,8 +186,13 @@ def test_clear_by_age_and_backend(store):
     assert store.get(old) is None and store.get(new) is not None
     assert store.clear(backend="onnxrt") == 1
     assert [info.key for info in store.ls()] == [new]
+    orphan = store.hits_path(key_of("gone"))  # a hit that raced with the removal of its entry
+    os.makedirs(os.path.dirname(orphan), mode=0o700, exist_ok=True)
+    open(orphan, "wb").close()
+    store.get(new)
     assert store.clear() == 1
     assert store.ls() == [] and store.stats()["hits"] == 0
+    assert not os.path.exists(store.hits_path(new)) and not os.path.exists(orphan)
 
 
 def test_clear_rejects_bad_arguments(store):

@@ -29,7 +29,7 @@ from framejit.backends import registry
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
 from .codegen import choose_config, generate_kernel
-from .lowering import lower, to_aten
+from .lowering import GraphNotLowerable, lower, to_aten
 from .runtime import CompiledGraph, EagerGraph, load_module, log_once, needs_autograd, register_kernels
 from .scheduler import FusedGroup, describe, schedule
 from .wrapper import generate_module
@@ -85,6 +85,9 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
         return EagerGraph(gm, problem)
     try:
         return compile_graph(gm, list(example_inputs), device, opts)
+    except GraphNotLowerable as why:
+        log_once("eager_fallback", f"triton: running the graph eagerly: {why}")
+        return EagerGraph(gm, str(why))
     except Exception as error:  # NOTE: internal failures never reach the user; eager is always right
         logs.log("eager_fallback", "triton: compiling failed (%s: %s); running the graph eagerly",
                  type(error).__name__, error)

@@ -38,7 +38,7 @@ prims = torch.ops.prims
 DECOMPOSE = [
     aten.gelu, aten.silu, aten.hardswish, aten.hardsigmoid, aten.hardtanh, aten.mish, aten.elu,
     aten.leaky_relu, aten.softplus, aten.addcmul, aten.addcdiv, aten.lerp, aten.rsub,
-    aten._native_batch_norm_legit_no_training, aten.linear, aten.t,
+    aten.linear, aten.t,
     aten.masked_fill, aten.clamp_min, aten.clamp_max, aten.logsumexp, aten.sigmoid_backward,
     aten.squeeze_copy, aten.expand_copy, aten.transpose_copy, aten.permute_copy,
 ]
@@ -96,6 +96,10 @@ def lowering(*ops):
 
 class Unlowerable(Exception):
     """This op (with these arguments) has no lowering: it becomes an extern fallback."""
+
+
+class GraphNotLowerable(Exception):
+    """The graph as a whole cannot be compiled: the backend runs it eagerly."""
 
 
 class Lowerer:
@@ -174,6 +178,9 @@ class Lowerer:
         args, kwargs = self.map_args((node.args, node.kwargs))
         if node.target is operator.getitem:
             return args[0][args[1]]
+        if not isinstance(node.target, torch._ops.OpOverload):
+            # a Python callable (say, an output dataclass) has no tensor semantics we can check
+            raise GraphNotLowerable(f"graph calls {node.target!r}, which is not an aten op")
         fn = LOWERINGS.get(node.target) or LOWERINGS.get(getattr(node.target, "overloadpacket", None))
         if fn is not None:
             try:
@@ -337,7 +344,7 @@ def _alias(lo, node, x: TensorRef):
     return x
 
 
-@lowering(aten.split.Tensor, aten.split_with_sizes)
+@lowering(aten.split.Tensor, aten.split_with_sizes, aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes)
 def _split(lo, node, x: TensorRef, split, dim=0):
     dim = _dim(dim, len(x.shape))
     sizes = [int(v.shape[dim]) for v in node.meta["val"]]

@@ -247,3 +247,38 @@ def _group_norm(lo, node, x, weight, bias, n, channels, hxw, groups, eps):
     result = lo.pointwise([x, per_channel(mu), per_channel(rstd), *affine], x.shape, out.dtype, normalize, compute, origin)
     flat = lambda ref: ref.view((n, groups), lambda c: [c[0], c[1], ir.Const(0)], None, ())  # noqa: E731
     return (result, flat(mu), flat(rstd))
+
+
+@lowering(aten._native_batch_norm_legit_no_training, aten.native_batch_norm)
+def _batch_norm_eval(lo, node, x, weight, bias, running_mean, running_var, *rest):
+    """Inference batch norm: one pointwise node with per-channel statistics (dim 1)."""
+    if node.target.overloadpacket is aten.native_batch_norm:
+        training, eps = rest[0], rest[2]
+        if training:
+            raise Unlowerable("batch norm in training mode")
+    else:
+        eps = rest[1]
+    if running_mean is None or running_var is None:
+        raise Unlowerable("batch norm without running statistics")
+    out = _out(node)
+    compute = compute_dtype(out[0].dtype)
+    spatial = (1,) * (len(x.shape) - 2)
+
+    def per_channel(ref):
+        return ref.view((ref.shape[0],) + spatial, lambda c: [c[0]], None, ())
+
+    params = [per_channel(t) for t in (running_mean, running_var, weight, bias) if t is not None]
+
+    def normalize(a, mean, var, *affine):
+        y = Op("mul", (Op("sub", (a, mean), compute),
+                       Op("rsqrt", (Op("add", (var, Scalar(float(eps), compute)), compute),), compute)), compute)
+        if weight is not None:
+            y = Op("mul", (y, affine[0]), compute)
+        if bias is not None:
+            y = Op("add", (y, affine[-1]), compute)
+        return y
+
+    result = lo.pointwise([x, *params], x.shape, out[0].dtype, normalize, compute, str(node.target))
+    extras = [lo.pointwise([], tuple(v.shape), v.dtype, lambda v=v: Scalar(0, v.dtype), v.dtype, "empty")
+              for v in out[1:]]
+    return (result, *extras)

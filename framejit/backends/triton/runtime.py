@@ -28,7 +28,7 @@ from framejit import config, logs
 
 _MODULES: dict = {}
 _TEMP_DIR: list = []
-KERNELS: dict = {}  # (path, kernel name) -> (signature, constexprs)
+KERNELS: dict = {}  # (path, kernel name) -> (signature, constexprs, kernel source)
 _LOGGED: set = set()
 
 
@@ -76,7 +76,7 @@ def register_kernels(path: str, kernels) -> None:
         constexprs = {"XBLOCK": kernel.config.xblock}
         if "RBLOCK" in kernel.signature:
             constexprs["RBLOCK"] = kernel.config.rblock
-        KERNELS[(path, kernel.name)] = (dict(kernel.signature), constexprs)
+        KERNELS[(path, kernel.name)] = (dict(kernel.signature), constexprs, kernel.source)
 
 
 def _input_key(t) -> tuple:

@@ -73,4 +73,4 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
 }
 
 # Registration happens on import; keep these imports after HANDLERS and op are defined.
-from . import arith, build, calls, jumps, stack  # noqa: E402,F401
+from . import arith, blocks, build, calls, jumps, stack  # noqa: E402,F401

@@ -76,21 +76,24 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.nn.Module):
         out.guard_type(source, type(obj))
         return NNModuleValue(obj, source)
+    from ..context import GRAD_CLASSES, ctx_from_object
+    if isinstance(obj, GRAD_CLASSES):
+        return ctx_from_object(out, obj, source)
     return _wrap_callable_or_object(out, obj, source)
 
 
 def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
+    if isinstance(obj, types.MethodType):
+        out.guard_type(source, types.MethodType)
+        func = wrap(out, obj.__func__, AttrSource(source, "__func__"))
+        self_value = wrap(out, obj.__self__, AttrSource(source, "__self__"))
+        return BoundMethodValue(func, self_value, source)
     if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
         out.guard_id(source, obj)
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType):
         out.guard_id(source, obj)
         return UserFunctionValue(obj, source)
-    if isinstance(obj, types.MethodType):
-        out.guard_type(source, types.MethodType)
-        func = wrap(out, obj.__func__, AttrSource(source, "__func__"))
-        self_value = wrap(out, obj.__self__, AttrSource(source, "__self__"))
-        return BoundMethodValue(func, self_value, source)
     if isinstance(obj, types.ModuleType):
         out.guard_id(source, obj)
         return PyModuleValue(obj, source)
