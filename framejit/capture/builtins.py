@@ -325,6 +325,12 @@ def _reduce(tx, args, kwargs):
     return acc
 
 
+BUILTIN_HANDLERS[torch.finfo] = _fold(torch.finfo)
+BUILTIN_HANDLERS[torch.iinfo] = _fold(torch.iinfo)
+BUILTIN_HANDLERS[torch.promote_types] = _fold(torch.promote_types)
+BUILTIN_HANDLERS[torch.device] = _fold(torch.device)
+
+
 @handles(torch.is_grad_enabled)
 def _is_grad_enabled(tx, args, kwargs):
     return ConstantValue(tx.output.grad_enabled)

@@ -26,6 +26,7 @@ from .breaks import BreakKind, Unsupported, UserException, UserFrame
 from .calls import call_value
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
+from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
 from .normalize import Inst, normalize
 from .sources import ClosureSource, DictSlotSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
 from .values import (CellValue, ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue, TupleValue,
@@ -36,7 +37,7 @@ _ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_IT
 MAX_TRACE_STEPS = 500_000
 
 # Functions marked with framejit.disable: never traced, never inlined.
-DISABLED: "set[types.CodeType]" = set()
+DISABLED: "set[types.CodeType]" = {graph_break.__code__}
 
 
 class LazyArg:
@@ -196,6 +197,11 @@ class Translator:
 
     def inline(self, fn: UserFunctionValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
         f = fn.fn
+        if is_iteration_method(f):
+            return call_iteration_method(self, f, args, kwargs)
+        if f in SUBSTITUTES:
+            fn = UserFunctionValue(SUBSTITUTES[f])
+            f = fn.fn
         code = f.__code__
         if code in DISABLED:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked framejit.disable")

@@ -1,0 +1,135 @@
+"""nn.Module support beyond attribute reads: iteration methods and traced substitutes.
+
+- `parameters()`, `named_parameters()`, `buffers()`, `children()`, `modules()` and their named forms
+  are answered from the real module tree at trace time; each yielded tensor or module is wrapped with
+  its source (e.g. `L['self'].encoder.layer.0.weight`) and the structure walked is guarded (the key
+  lists of every `_parameters`, `_buffers` and `_modules` dict read), so adding or removing one
+  recompiles.
+- SUBSTITUTES maps a few library functions to replacements the translator inlines instead: they
+  compute the same thing in a form that can be traced (NOTE [RNN flat weights]).
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn.modules.rnn import RNNBase
+
+from .breaks import BreakKind, Unsupported
+from .sources import DictSlotSource
+from .values import ConstantValue, IteratorValue, NNModuleValue, TupleValue, Value
+from .values.builder import wrap
+
+_KINDS = {
+    torch.nn.Module.parameters: ("_parameters", False), torch.nn.Module.named_parameters: ("_parameters", True),
+    torch.nn.Module.buffers: ("_buffers", False), torch.nn.Module.named_buffers: ("_buffers", True),
+    torch.nn.Module.children: ("children", False), torch.nn.Module.named_children: ("children", True),
+    torch.nn.Module.modules: ("modules", False), torch.nn.Module.named_modules: ("modules", True),
+}
+
+
+def is_iteration_method(fn) -> bool:
+    return fn in _KINDS
+
+
+def call_iteration_method(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    mod_value, rest = args[0], args[1:]
+    if not isinstance(mod_value, NNModuleValue) or mod_value.source is None:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() of a module without a source")
+    options = _options(fn, rest, kwargs)
+    slot, named = _KINDS[fn]
+    items = []
+    for path, module_value, child_name in _walk(tx, mod_value, options, slot):
+        if slot in ("children", "modules"):
+            item = module_value
+        else:
+            item = wrap(tx.output, getattr(module_value.obj, slot)[child_name],
+                        DictSlotSource(module_value.source, slot, child_name))
+        name = ".".join(p for p in (path, child_name) if p)
+        items.append(TupleValue([ConstantValue(name), item]) if named else item)
+    return IteratorValue(items)
+
+
+def _options(fn, args: list[Value], kwargs: dict[str, Value]) -> dict:
+    names = {"parameters": ("recurse",), "buffers": ("recurse",),
+             "named_parameters": ("prefix", "recurse", "remove_duplicate"),
+             "named_buffers": ("prefix", "recurse", "remove_duplicate"),
+             "named_modules": ("memo", "prefix", "remove_duplicate")}.get(fn.__name__, ())
+    options = dict(zip(names, (a.as_constant() for a in args)))
+    options.update({k: v.as_constant() for k, v in kwargs.items()})
+    if options.get("prefix") or options.get("memo") or options.get("remove_duplicate") is False:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() with prefix/memo/remove_duplicate")
+    return options
+
+
+def _walk(tx, root: NNModuleValue, options: dict, slot: str):
+    """(path, module value, entry name) in torch's order, skipping None entries and duplicates."""
+    seen: set[int] = set()
+    recurse = options.get("recurse", True)
+    modules = [("", root)]
+    if slot == "children":
+        tx.guard_module_keys(root)
+        for name, child in root.obj._modules.items():
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                yield "", _child(tx, root, name), name
+        return
+    if recurse or slot == "modules":
+        modules = _all_modules(tx, root)
+    for path, module_value in modules:
+        if slot == "modules":
+            if id(module_value.obj) not in seen:
+                seen.add(id(module_value.obj))
+                yield "", module_value, path
+            continue
+        table = getattr(module_value.obj, slot)
+        _guard_keys(tx, module_value, slot)
+        for name, value in table.items():
+            if value is not None and id(value) not in seen:
+                seen.add(id(value))
+                yield path, module_value, name
+
+
+def _all_modules(tx, root: NNModuleValue) -> list[tuple[str, NNModuleValue]]:
+    result, seen = [], set()
+
+    def visit(path: str, value: NNModuleValue) -> None:
+        if id(value.obj) in seen:
+            return
+        seen.add(id(value.obj))
+        result.append((path, value))
+        tx.guard_module_keys(value)
+        for name, child in value.obj._modules.items():
+            if child is not None:
+                visit(f"{path}.{name}" if path else name, _child(tx, value, name))
+
+    visit("", root)
+    return result
+
+
+def _child(tx, parent: NNModuleValue, name: str) -> NNModuleValue:
+    return wrap(tx.output, parent.obj._modules[name], DictSlotSource(parent.source, "_modules", name))
+
+
+def _guard_keys(tx, module_value: NNModuleValue, slot: str) -> None:
+    e = module_value.source.expr(tx.output.names)
+    keys = list(getattr(module_value.obj, slot))
+    tx.output.add_guard("MODULE_KEYS", f"___list({e}.{slot}) == {keys!r}", module_value.source,
+                        expected=repr(keys), actual=f"___list({e}.{slot})")
+
+
+def graph_break(reason: str):
+    """Called from substitutes: a step that cannot be traced (the translator never inlines it)."""
+    raise RuntimeError(reason)
+
+
+# NOTE [RNN flat weights]: nn.LSTM/GRU/RNN keep their weights twice, as parameters and in the list
+# `_flat_weights`, and `_update_flat_weights()` resynchronises the list through weak references before
+# each forward. The substitute below instead checks, while tracing, that each list entry *is* the
+# parameter of the same name: both reads go through sources, so the check becomes an alias guard, and a
+# replaced weight recompiles instead of being missed. The rest of forward is inlined as written.
+def _rnn_update_flat_weights(self):
+    for index, name in enumerate(self._flat_weights_names):
+        if self._flat_weights[index] is not getattr(self, name):
+            graph_break("RNN flat weights are out of sync with its parameters")
+
+
+SUBSTITUTES = {RNNBase._update_flat_weights: _rnn_update_flat_weights}

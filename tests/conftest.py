@@ -1,0 +1,21 @@
+"""Session-wide test settings: the persistent cache lives in a temporary directory, never in the user's
+~/.cache, and every test starts with framejit's compiled state forgotten."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+_CACHE_DIR = tempfile.mkdtemp(prefix="framejit-test-cache-")
+os.environ["FRAMEJIT_CACHE_DIR"] = _CACHE_DIR
+
+import framejit  # noqa: E402  (after the environment is set)
+
+framejit.config.cache_dir = _CACHE_DIR
+
+
+@pytest.fixture(autouse=True)
+def _fresh_framejit():
+    framejit.reset()
+    yield
