@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import itertools
 import operator
 from typing import Any, Callable
 
@@ -329,6 +330,19 @@ BUILTIN_HANDLERS[torch.finfo] = _fold(torch.finfo)
 BUILTIN_HANDLERS[torch.iinfo] = _fold(torch.iinfo)
 BUILTIN_HANDLERS[torch.promote_types] = _fold(torch.promote_types)
 BUILTIN_HANDLERS[torch.device] = _fold(torch.device)
+
+
+@handles(itertools.chain)
+def _chain(tx, args, kwargs):
+    return IteratorValue([item for a in args for item in iterate(tx, a)])
+
+
+@handles(itertools.product)
+def _product(tx, args, kwargs):
+    if kwargs:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "itertools.product with repeat=")
+    pools = [iterate(tx, a) for a in args]
+    return IteratorValue([TupleValue(list(row)) for row in itertools.product(*pools)])
 
 
 @handles(torch.is_grad_enabled)

@@ -19,7 +19,7 @@ import math
 import torch
 
 from . import ir
-from .ir import Load, Op, ReductionNode, Scalar
+from .ir import Load, ReductionNode, Scalar
 from .scheduler import FusedGroup, natural_coords, node_env, space_of
 
 TL_DTYPES = {

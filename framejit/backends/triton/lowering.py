@@ -14,7 +14,6 @@ error. Invariant: every computed node's body only reads buffers created before i
 from __future__ import annotations
 
 import dataclasses
-import math
 import operator
 from typing import Callable, Sequence
 
@@ -26,10 +25,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from framejit import logs
 
 from . import ir
-from .ir import Const, Load, Op, Scalar, cast
+from .ir import Const, Load, Scalar, cast
 
 aten = torch.ops.aten
-prims = torch.ops.prims
 
 # NOTE [Decompositions]
 # Only composites whose pieces we lower well are decomposed by torch._decomp; softmax, log_softmax,
