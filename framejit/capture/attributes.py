@@ -25,7 +25,9 @@ TENSOR_METADATA = {
     "shape": lambda t: torch.Size(t.shape), "dtype": lambda t: t.dtype, "device": lambda t: t.device,
     "ndim": lambda t: t.ndim, "is_cuda": lambda t: t.is_cuda, "requires_grad": lambda t: t.requires_grad,
     "layout": lambda t: t.layout, "is_sparse": lambda t: t.is_sparse, "is_quantized": lambda t: t.is_quantized,
-    "is_meta": lambda t: False, "itemsize": lambda t: t.itemsize, "is_complex": None,
+    "is_meta": lambda t: False, "itemsize": lambda t: t.itemsize, "is_nested": lambda t: t.is_nested,
+    "is_sparse_csr": lambda t: t.is_sparse_csr, "is_mkldnn": lambda t: t.is_mkldnn, "is_cpu": lambda t: t.is_cpu,
+    "is_xpu": lambda t: t.is_xpu, "is_mps": lambda t: t.is_mps,
 }
 TENSOR_VALUED_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
 TENSOR_UNSUPPORTED_ATTRS = {"grad", "data", "_version", "grad_fn", "_base", "is_leaf", "names"}

@@ -133,10 +133,15 @@ class Reconstructor:
         if value.source is not None:
             value.source.reload(cg)
             return
+        if value.cls is not dict:
+            cg.push_null()
+            cg.load_const(value.cls)
         for key, item in value.items.items():
             cg.load_const(key)
             self.emit(item)
         cg.build("BUILD_MAP", len(value.items))
+        if value.cls is not dict:
+            cg.call(1)
 
     def _new_object(self, value: NewObjectValue) -> None:
         cg = self.cg

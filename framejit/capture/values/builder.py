@@ -9,6 +9,7 @@ wrapped unguarded.
 """
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import types
@@ -71,7 +72,7 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return ConstantValue(obj, source)
     if isinstance(obj, (tuple, list)) and type(obj) in (tuple, list) or _is_namedtuple(obj):
         return _wrap_sequence(out, obj, source)
-    if type(obj) is dict:
+    if type(obj) in (dict, collections.OrderedDict):
         return _wrap_dict(out, obj, source)
     if isinstance(obj, torch.nn.Module):
         out.guard_type(source, type(obj))
@@ -126,10 +127,10 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
     keys = list(obj.keys())
     if not all(type(k) in (str, int, bool) for k in keys):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"dict {source.describe()} has non-constant keys")
-    out.guard_type(source, dict)
+    out.guard_type(source, type(obj))
     e = source.expr(out.names)
     out.add_guard("DICT_KEYS", f"___list({e}) == {keys!r}", source, expected=repr(keys), actual=f"___list({e})")
-    return DictValue({k: wrap(out, v, ItemSource(source, k)) for k, v in obj.items()}, source)
+    return DictValue({k: wrap(out, v, ItemSource(source, k)) for k, v in obj.items()}, source, type(obj))
 
 
 def wrap_unguarded(obj: Any) -> Value:
