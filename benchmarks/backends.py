@@ -165,6 +165,9 @@ def main(argv=None) -> None:
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column")
     args = parser.parse_args(argv)
     check_device(args.backend, args.device)
+    if args.backend == "triton" and args.device == "cuda":
+        import _triton_bench  # the CUDA-event benchmark of the triton backend (benchmarks/_triton_bench.py)
+        return _triton_bench.run(args)
     run(args)
 
 

@@ -93,7 +93,8 @@ def test_subprocess_backends(cache_dir):
     result = run_cli("backends", cache_dir=cache_dir)
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
-    assert set(rows) == set(registry.list_backends())
+    # other tests of this process may register extra backends; a fresh process lists the built-ins
+    assert {"eager", "onnxrt", "triton"} <= set(rows) <= set(registry.list_backends())
     for name, line in rows.items():
         missing = registry.entry_for(name).missing_requirements()
         assert line.split()[1] == ("ok" if not missing else "missing:"), line

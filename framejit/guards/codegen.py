@@ -13,6 +13,7 @@ An exception raised while evaluating a guard (e.g. a missing dict key) means the
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import re
 import dataclasses
@@ -129,9 +130,11 @@ def compile_guards(
     safe_name = re.sub(r"\W", "_", name)
     fn_name = f"___{safe_name}_{_counter[0]}"
     lines = [f"def {fn_name}({params}):"]
+    shared, rewrite = _common_subexpressions([g.expr for g in ordered])
+    lines += [f"    {name} = {expr}" for name, expr in shared]
     for g in ordered:
         comment = f"  # {g.source}" + (f" | {g.origin}" if g.origin else "")
-        lines.append(f"    if not ({g.expr}): return False{_one_line(comment)}")
+        lines.append(f"    if not ({rewrite(g.expr)}): return False{_one_line(comment)}")
     lines.append("    return True")
     lines.append(f"def ___bind_{_counter[0]}({params}):")
     lines.append("    return locals()")
@@ -146,6 +149,52 @@ def compile_guards(
         fn.__defaults__ = defaults
         fn.__kwdefaults__ = kwdefaults
     return GuardFunction(ordered, check, bind, source, ns)
+
+
+# NOTE [Guard subexpressions]: guards on a module's parameters repeat long source paths
+# (`self._modules['0']._parameters['weight']` six times in one tensor check). Attribute/item chains
+# used more than once are computed once into locals at the top of the guard function, shortest first
+# so that longer chains build on shorter ones. Evaluating a chain early can only raise where a guard
+# using it would fail anyway, and any exception makes the whole guard fail.
+def _common_subexpressions(exprs: list[str]):
+    trees = [ast.parse(e, mode="eval") for e in exprs]
+    counts: dict[str, int] = {}
+    for tree in trees:
+        for node in _chains(tree):
+            text = ast.unparse(node)
+            counts[text] = counts.get(text, 0) + 1
+    chosen = sorted((t for t, n in counts.items() if n > 1), key=len)
+    names = {text: f"___s{i}" for i, text in enumerate(chosen)}
+
+    class Replace(ast.NodeTransformer):
+        def __init__(self, skip: str | None = None) -> None:
+            self.skip = skip
+
+        def visit(self, node):
+            if isinstance(node, (ast.Attribute, ast.Subscript)):
+                text = ast.unparse(node)
+                if text in names and text != self.skip:
+                    return ast.copy_location(ast.Name(names[text], ast.Load()), node)
+            return self.generic_visit(node)
+
+    shared = [(names[t], ast.unparse(Replace(skip=t).visit(ast.parse(t, mode="eval")))) for t in chosen]
+    return shared, lambda expr: ast.unparse(Replace().visit(ast.parse(expr, mode="eval"))) if names else expr
+
+
+def _chains(tree: ast.AST):
+    """Attribute/Subscript chains rooted at a name, that are read as values (not called as methods)."""
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Attribute, ast.Subscript)) and id(node) not in called and _rooted(node):
+            yield node
+
+
+def _rooted(node: ast.AST) -> bool:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _one_line(text: str) -> str:
