@@ -29,7 +29,7 @@ from .backends import registry
 from .capture.breaks import FramejitError, GraphBreak, Unsupported
 from .capture.convert import STATS, CompileRequest
 from .capture.graph import warm_up
-from .capture.hook import FrameHook, reset_all
+from .capture.hook import FrameHook, module_call, reset_all
 from .capture.translator import DISABLED
 
 _UNSET = object()
@@ -96,10 +96,6 @@ def _trampoline(target: Callable) -> types.FunctionType:
     return call
 
 
-def _module_call(module, /, *args, **kwargs):
-    return module(*args, **kwargs)
-
-
 # NOTE [Compiled modules]: the compiled module is an instance of a subclass of the module's own class
 # whose instance dict IS the original's dict. Everything that reads or writes module state (parameters,
 # buffers, training flag, hooks, submodules) therefore acts on the original, and isinstance checks hold;
@@ -107,7 +103,7 @@ def _module_call(module, /, *args, **kwargs):
 def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.nn.Module:
     original = getattr(type(module), "_orig_mod", None) if getattr(type(module), "_framejit_compiled", False) else None
     module = original or module
-    hook = _hook(_module_call, request)
+    hook = _hook(module_call, request)
     cls = type(module)
 
     def __call__(self, *args, **kwargs):
@@ -171,18 +167,31 @@ def explain(fn: Callable, *, backend: str | Callable = "eager"):
         raise TypeError(f"framejit.explain(fn): expected a callable, got {type(fn).__name__}")
 
     def run(*args, **kwargs) -> ExplainOutput:
-        compiled = _compile_one(fn, _make_request(backend, False, None, None, None))
+        request = _make_request(backend, False, None, None, None)
+        compiled = _compile_one(fn, request)
         compiled(*args, **kwargs)
-        hook = _find_hook(compiled)
-        entries = list(reversed(hook.entries))
+        hooks = [_find_hook(compiled), *request.hooks.all()]  # the frame, then callees and resume functions
+        entries = [e for h in hooks for e in reversed(h.entries)]
         graphs = [g for e in entries for g in e.graphs]
-        breaks = [e.graph_break for e in entries if e.graph_break is not None]
+        breaks = _distinct_breaks(e.graph_break for e in entries if e.graph_break is not None)
         ops = [[_op_name(n) for n in g.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
                for g in graphs]
         guards = [g for e in entries for g in e.guard.guards]
         return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards)
 
     return run
+
+
+def _distinct_breaks(breaks) -> list[GraphBreak]:
+    """One record per break site: a break inside a callee also ends each caller's graph, and those
+    frames report the same innermost user location."""
+    seen, result = set(), []
+    for br in breaks:
+        key = (br.kind, br.location, br.explanation)
+        if key not in seen:
+            seen.add(key)
+            result.append(br)
+    return result
 
 
 def _find_hook(compiled: Any) -> FrameHook:

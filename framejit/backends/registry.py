@@ -7,6 +7,12 @@ framejit never imports onnxruntime or triton.
 
 Invariants: names are unique; `lookup_backend` either returns a callable or raises ValueError naming the
 accepted names; a backend whose required modules are missing raises ImportError with an install hint.
+
+Persistence: a built-in backend module may define `save(compiled) -> bytes | None` and
+`load(data, gm, example_inputs) -> callable` (contract and format: backends/artifact.py). They are
+found lazily as `BackendEntry.save_artifact` / `BackendEntry.load_artifact` (None when the module has
+none, and always None for user callables), or through `artifact_functions(backend)` for a backend
+given by name or as the callable `resolve` returned.
 """
 from __future__ import annotations
 
@@ -18,6 +24,8 @@ import types
 from typing import Callable, Sequence
 
 BackendFn = Callable[..., Callable]
+SaveFn = Callable[[Callable], "bytes | None"]
+LoadFn = Callable[..., Callable]  # (data: bytes, gm: torch.fx.GraphModule, example_inputs) -> callable
 
 
 @dataclasses.dataclass
@@ -43,6 +51,24 @@ class BackendEntry:
             module_name, attr = self.target.split(":")
             self.fn = getattr(importlib.import_module(module_name), attr)
         return self.fn
+
+    @property
+    def save_artifact(self) -> SaveFn | None:
+        """The backend module's `save(compiled) -> bytes | None`; None if it has none (see artifact.py)."""
+        return self._module_function("save")
+
+    @property
+    def load_artifact(self) -> LoadFn | None:
+        """The backend module's `load(data, gm, example_inputs) -> callable`; None if it has none."""
+        return self._module_function("load")
+
+    def _module_function(self, attr: str) -> Callable | None:
+        if self.target is None:  # a user callable: framejit cannot know how to persist its results
+            return None
+        self.load()  # imports the module, or raises ImportError naming what is missing
+        module = importlib.import_module(self.target.split(":")[0])
+        fn = getattr(module, attr, None)
+        return fn if callable(fn) else None
 
     def version_key(self) -> str:
         """A string that changes whenever the backend's output for the same graph may change."""
@@ -137,6 +163,20 @@ def resolve(backend: str | BackendFn) -> tuple[BackendFn, str]:
         f"argument 'backend' must be a backend name ({', '.join(list_backends())}) or a callable "
         f"(gm, example_inputs) -> callable, got {type(backend).__name__}"
     )
+
+
+def artifact_functions(backend: str | BackendFn) -> tuple[SaveFn, LoadFn] | None:
+    """(save, load) of a built-in backend given by name, by its function or by its callable module;
+    None for backends that cannot persist what they compile (user callables)."""
+    if isinstance(backend, str):
+        entry = entry_for(backend)
+    else:
+        entry = next((e for e in _REGISTRY.values() if e.target is not None and (
+            e.fn is backend or sys.modules.get(e.target.split(":")[0]) is backend)), None)
+        if entry is None:
+            return None
+    save, load = entry.save_artifact, entry.load_artifact
+    return (save, load) if save is not None and load is not None else None
 
 
 class _CallableModule(types.ModuleType):

@@ -118,6 +118,7 @@ class Unsupported(FramejitError):
 
     def __init__(self, kind: BreakKind, explanation: str, user_stack: tuple[UserFrame, ...] = ()):
         self.graph_break = GraphBreak(kind, explanation, user_stack)
+        self.root_index: int | None = None  # the outermost frame's instruction where it happened
         super().__init__(str(self.graph_break))
 
     def with_stack(self, user_stack: tuple[UserFrame, ...]) -> "Unsupported":

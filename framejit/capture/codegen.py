@@ -21,8 +21,9 @@ import bytecode
 from bytecode import Instr
 
 from .breaks import BreakKind, Unsupported
-from .values import (ConstantValue, DictValue, NewObjectValue, SequenceValue, TensorValue, TupleValue, Value,
-                     ListValue)
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, IteratorValue,
+                     ListValue, NewObjectValue, ObjectValue, PyModuleValue, SequenceValue, TensorMethodValue,
+                     TensorValue, TupleValue, UserFunctionValue, Value)
 
 PY312 = sys.version_info >= (3, 12)
 
@@ -103,10 +104,28 @@ class Reconstructor:
             self._dict(value)
         elif isinstance(value, NewObjectValue):
             self._new_object(value)
+        elif isinstance(value, BoundMethodValue):
+            self._call_const(types.MethodType, [value.func, value.self_value])
+        elif isinstance(value, TensorMethodValue):
+            self.emit(value.tensor)
+            cg.load_attr(value.name)
+        elif isinstance(value, IteratorValue):
+            self._call_const(iter, [ListValue(value.items[value.index:])])
+        elif isinstance(value, (BuiltinValue, ClassValue, PyModuleValue, ObjectValue)):
+            cg.load_const(value.obj)
+        elif isinstance(value, UserFunctionValue) and value.closure is None and value.defaults is None:
+            cg.load_const(value.fn)
         elif value.is_constant():
             cg.load_const(value.as_constant())
         else:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"cannot rebuild {value.describe()} after the graph")
+
+    def _call_const(self, fn: Any, args: list[Value]) -> None:
+        self.cg.push_null()
+        self.cg.load_const(fn)
+        for arg in args:
+            self.emit(arg)
+        self.cg.call(len(args))
 
     def _sequence(self, value: SequenceValue) -> None:
         cg = self.cg

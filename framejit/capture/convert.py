@@ -23,6 +23,8 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import Codegen, FunctionShape, Reconstructor, make_function
 from .graph import OutputGraph
+from .graph_break import BreakCodegen, break_site, live_tensors
+from .resume import make_resume_code
 from .translator import LazyArg, RealCell, Translator
 from .values import DictValue, NewObjectValue, SequenceValue, TensorValue, Value
 
@@ -48,6 +50,45 @@ class CompileRequest:
     backend: Callable
     options: dict | None
     fullgraph: bool
+    hooks: "Hooks" = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.hooks is None:
+            self.hooks = Hooks(self)
+
+
+class Hooks:
+    """The FrameHooks a compiled function creates at graph breaks (callees and resume functions), one per
+    target, shared by all entries of the request so that recompiles reuse them."""
+
+    def __init__(self, request: CompileRequest) -> None:
+        self.request = request
+        self.by_key: dict[Any, Any] = {}
+
+    def _hook(self, key: Any, fn: types.FunctionType):
+        hook = self.by_key.get(key)
+        if hook is None:
+            from .hook import FrameHook
+            hook = self.by_key[key] = FrameHook(fn, self.request)
+        return hook
+
+    def function(self, fn: types.FunctionType):
+        return self._hook(("function", fn), fn)
+
+    def module_call(self):
+        from .hook import module_call
+        return self._hook(("function", module_call), module_call)
+
+    def resume(self, code: types.CodeType, index: int, layout: tuple[str, ...], names: tuple[str, ...], fn):
+        key = ("resume", code, index, layout, names)
+        if key not in self.by_key:
+            resume_code = make_resume_code(code, index, layout, names)
+            resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
+            self._hook(key, resume_fn)
+        return self.by_key[key]
+
+    def all(self) -> list:
+        return list(self.by_key.values())
 
 
 def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: CompileRequest) -> Entry:
@@ -65,7 +106,8 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     except Unsupported as e:
         if request.fullgraph:
             raise
-        entry = _eager_entry(fn, shape, output, graph_break=e.graph_break)
+        entry = _break_entry(fn, shape, args, kwargs, request, e) or _eager_entry(
+            fn, shape, output, graph_break=e.graph_break)
         _log_break(fn, e.graph_break)
     except UserException as e:
         entry = _eager_entry(fn, shape, output, user_error=e.exc)
@@ -130,6 +172,53 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     _log_bytecode(fn, transformed)
     return Entry(_guard_function(fn, shape, output), transformed, graphs)
+
+
+def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
+                 exc: Unsupported) -> Entry | None:
+    """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
+    site = break_site(fn.__code__, exc)
+    if site is None:
+        return None
+    output = OutputGraph()
+    _global_guards(output)
+    tx = _root_translator(fn, args, kwargs, output)
+    tx.stop_at = site.inst.index
+    try:
+        if tx.run() is not None:
+            return None
+        gen = BreakCodegen(fn, site, tx, request, _BoundHooks(request.hooks, fn))
+        outputs = live_tensors(gen.values())
+        compiled, output_index, graphs = None, {}, []
+        if outputs or output.op_count:
+            output.output(outputs)
+            gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
+            graphs.append(gm)
+            compiled = _backend_compile(gm, output, request)
+            output_index = {id(v.node): i for i, v in enumerate(outputs)}
+        cg = gen.emit(compiled, output_index, output.inputs)
+        transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
+    except (Unsupported, UserException):
+        return None
+    _log_bytecode(fn, transformed)
+    return Entry(_guard_function(fn, shape, output), transformed, graphs, graph_break=exc.graph_break)
+
+
+class _BoundHooks:
+    """Hooks as BreakCodegen needs them: resume functions bound to the frame's globals and closure."""
+
+    def __init__(self, hooks: Hooks, fn: types.FunctionType) -> None:
+        self.hooks = hooks
+        self.fn = fn
+
+    def function(self, fn: types.FunctionType):
+        return self.hooks.function(fn)
+
+    def module_call(self):
+        return self.hooks.module_call()
+
+    def resume(self, code, index, layout, names):
+        return self.hooks.resume(code, index, layout, names, self.fn)
 
 
 def _graph_outputs(ret: Value) -> list[TensorValue]:

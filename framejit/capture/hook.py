@@ -86,6 +86,11 @@ class FrameHook:
         logs.getLogger("recompiles").warning("%s", message) if not logs.enabled("recompiles") else None
 
 
+def module_call(module, /, *args, **kwargs):
+    """The frame compiled for `compiled_module(...)` (and for module calls after a graph break)."""
+    return module(*args, **kwargs)
+
+
 def _binds(fn: types.FunctionType, args: tuple, kwargs: dict) -> bool:
     try:
         inspect.signature(fn).bind(*args, **kwargs)

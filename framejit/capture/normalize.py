@@ -50,6 +50,8 @@ class Inst:
     lineno: int | None
     index: int = 0
     handler: int | None = None  # index of the exception handler covering this instruction, if any
+    position: int = 0  # index of the originating item in `bytecode.Bytecode.from_code(code)`
+    instr: Any = dataclasses.field(default=None, repr=False)  # the original bytecode Instr
 
     def __repr__(self) -> str:
         return f"{self.index}: {self.name} {self.arg!r}"
@@ -77,7 +79,7 @@ def _normalize(code: types.CodeType) -> Program:
     label_at: dict[Label, int] = {}
     pending: list[tuple[Inst, Label]] = []
     handler_stack: list[Label] = []
-    for item in bytecode.Bytecode.from_code(code):
+    for position, item in enumerate(bytecode.Bytecode.from_code(code)):
         if isinstance(item, Label):
             label_at[item] = len(insts)
         elif isinstance(item, TryBegin):
@@ -88,6 +90,8 @@ def _normalize(code: types.CodeType) -> Program:
         elif isinstance(item, Instr):
             for inst in _canonical(item):
                 inst.index = len(insts)
+                inst.position = position
+                inst.instr = item
                 if handler_stack:
                     pending.append((inst, handler_stack[-1]))
                 if isinstance(inst.arg, Label):

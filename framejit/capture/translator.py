@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import inspect
 import linecache
+import os
 import types
 from typing import Any
 
@@ -35,6 +36,7 @@ from .values.builder import wrap, wrap_unguarded
 
 _ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 MAX_TRACE_STEPS = 500_000
+_FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 # Functions marked with framejit.disable: never traced, never inlined.
 DISABLED: "set[types.CodeType]" = {graph_break.__code__}
@@ -77,6 +79,7 @@ class Translator:
         self.kw_names: tuple[str, ...] = ()
         self.return_value: Value | None = None
         self.yielded: list[Value] | None = None  # set when this frame is a generator being run eagerly
+        self.stop_at: int | None = None  # root frame only: stop before this instruction (a graph break)
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self) -> Value:
@@ -88,12 +91,16 @@ class Translator:
                 if self.output.steps > MAX_TRACE_STEPS:
                     raise Unsupported(BreakKind.TRACE_LIMIT,
                                       f"tracing took more than {MAX_TRACE_STEPS} instructions (an unbounded loop?)")
+                if self.pc == self.stop_at:
+                    return None
                 inst = insts[self.pc]
                 self.current = inst
                 self.pc += 1
                 self.step(inst)
         except (Unsupported, UserException) as e:
             _attach_stack(e, self.user_stack())
+            if isinstance(e, Unsupported) and self.parent is None and e.root_index is None:
+                e.root_index = self.current.index if self.current is not None else None
             raise
         finally:
             self.output.tx_stack.pop()
@@ -278,10 +285,12 @@ class Translator:
         return UserFrame(self.code.co_filename, lineno, self.code.co_name, line)
 
     def user_stack(self) -> tuple[UserFrame, ...]:
+        """The user's frames, outermost first (framejit's own trampolines are left out)."""
         frames = []
         tx: Translator | None = self
         while tx is not None:
-            frames.append(tx.frame_info())
+            if not tx.code.co_filename.startswith(_FRAMEJIT_DIR):
+                frames.append(tx.frame_info())
             tx = tx.parent
         return tuple(reversed(frames))
 

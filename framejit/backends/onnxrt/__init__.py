@@ -24,6 +24,9 @@ exporter (`dynamo=False`, deprecated) 0.08-0.28 s; this route: make_fx with fake
 one-time 0.55 s to build the torchlib registry. Translation reuses torchlib's op coverage (~500 aten
 ops) instead of hand-written ONNX patterns.
 
+Persistence (persist.py): `save(compiled) -> bytes | None` and `load(data, gm, example_inputs)` write
+and rebuild the per-signature programs (model bytes, plan of eager parts) without lowering again.
+
 Limits: inference only (graphs needing autograd run with the eager backend, logged); outputs that alias
 inputs in eager (views) are fresh tensors here; bfloat16 and complex ops run in eager torch; ops with
 data-dependent output shapes (nonzero) are traced with unbacked sizes, and where that tracing fails the
@@ -34,8 +37,9 @@ from __future__ import annotations
 from ..registry import make_module_callable
 from .compiler import OnnxrtCompiled
 from .options import ACCEPTED_KEYS, OnnxrtOptions, parse_options
+from .persist import load, save
 
-__all__ = ["onnxrt", "OnnxrtCompiled", "OnnxrtOptions", "ACCEPTED_KEYS"]
+__all__ = ["onnxrt", "OnnxrtCompiled", "OnnxrtOptions", "ACCEPTED_KEYS", "load", "save"]
 
 
 def onnxrt(gm, example_inputs, options=None):

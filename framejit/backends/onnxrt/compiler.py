@@ -36,8 +36,9 @@ _MAX_ATTEMPTS = 8
 
 @dataclasses.dataclass
 class Program:
-    graph_module: torch.fx.GraphModule  # top graph: eager aten ops and OrtPart submodules
+    graph_module: torch.nn.Module  # top graph (a GraphModule; persist.RestoredGraph when loaded)
     state: list[torch.Tensor]
+    state_names: list[str]  # where each state tensor lives in the backend's input GraphModule
     out_spec: pytree.TreeSpec
     num_parts: int
     ort_nodes: int
@@ -88,6 +89,13 @@ class OnnxrtCompiled:
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
         if example_inputs is not None and _is_concrete(example_inputs):
             self.programs[_signature(example_inputs)] = self._build(list(example_inputs))
+
+    @classmethod
+    def restored(cls, gm: torch.fx.GraphModule, opts: OnnxrtOptions, programs: dict) -> "OnnxrtCompiled":
+        """A compiled graph with programs loaded by persist.py: nothing is lowered or translated."""
+        compiled = cls(gm, None, opts)
+        compiled.programs.update(programs)
+        return compiled
 
     def __call__(self, *inputs):
         if torch.is_grad_enabled() and self._needs_grad(inputs):
@@ -151,14 +159,14 @@ class OnnxrtCompiled:
         for name, sub in parted.parts.items():
             data = runtime.model_bytes(sub, self.opts, name)
             session = runtime.make_session(data, self.opts, device, sub)
-            setattr(parted.graph_module, name, runtime.OrtPart(session, sub, device))
+            setattr(parted.graph_module, name, runtime.OrtPart.for_graph(session, data, sub, device))
         parted.graph_module.recompile()
 
     def _program(self, parted, lowered, seconds: float) -> Program:
         ort_nodes = sum(
             1 for sub in parted.parts.values() for n in sub.graph.nodes if n.op == "call_function")
-        return Program(parted.graph_module, lowered.state, lowered.out_spec, len(parted.parts),
-                       ort_nodes, parted.eager_reasons, seconds)
+        return Program(parted.graph_module, lowered.state, lowered.state_names, lowered.out_spec,
+                       len(parted.parts), ort_nodes, parted.eager_reasons, seconds)
 
     def _give_up(self, why: str) -> None:
         logs.log("eager_fallback", "onnxrt: this graph runs eagerly: %s", why)

@@ -6,8 +6,9 @@ and input signature and reused for every call with that signature.
 Main types and functions:
 - `model_bytes(sub, opts) -> bytes`: the ONNX model of a partition, from the cache when present
   (the cacheable artifact is exactly these bytes: no weights, see NOTE [Weights are inputs]).
-- `make_session(data, opts, device)`: an InferenceSession; raises `SessionLoadError` naming the FX
-  nodes ORT rejected (parsed from ORT's message, using translate's node-naming invariant).
+- `make_session(data, opts, device, sub=None)`: an InferenceSession; raises `SessionLoadError` naming
+  the FX nodes of `sub` ORT rejected (parsed from ORT's message, using translate's node-naming
+  invariant).
 - `OrtPart`: feeds torch tensors to the session and returns torch tensors; see NOTE [Zero-copy I/O].
 """
 from __future__ import annotations
@@ -79,17 +80,21 @@ def model_bytes(sub: torch.fx.GraphModule, opts: OnnxrtOptions, label: str) -> b
     data = translate.to_onnx_bytes(sub, opts.opset)
     if store is not None:
         try:
-            store.put(key, files={"model.onnx": data}, meta={"backend": "onnxrt", "part": label})
-            logs.log("cache", "onnxrt: stored %s (%s, %d bytes)", label, key[:16], len(data))
+            stored = store.put(key, files={"model.onnx": data}, meta={"backend": "onnxrt", "part": label})
         except Exception as exc:  # a cache that cannot write is not an error of the user's program
             logs.log("cache", "onnxrt: could not store %s: %s", label, exc)
+        else:
+            if stored:
+                logs.log("cache", "onnxrt: stored %s (%s, %d bytes)", label, key[:16], len(data))
+            else:  # the store logged why (read-only directory, entry too large, ...)
+                logs.log("cache", "onnxrt: %s was not stored (%s)", label, key[:16])
     return data
 
 
 _NODE_NAME = re.compile(r"node_([A-Za-z0-9_]+?)__\d+")
 
 
-def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: torch.fx.GraphModule):
+def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: torch.fx.GraphModule | None = None):
     import onnxruntime as ort
 
     providers = providers_for(opts, device)
@@ -99,23 +104,35 @@ def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: to
         return ort.InferenceSession(data, session_options(opts), providers=providers)
     except Exception as exc:  # ORT raises its own exception types (Fail, NotImplemented, ...)
         names = set(_NODE_NAME.findall(str(exc)))
-        fx_names = [n.name for n in sub.graph.nodes if n.name in names]
+        fx_names = [n.name for n in sub.graph.nodes if n.name in names] if sub is not None else []
         raise SessionLoadError(f"{type(exc).__name__}: {exc}", fx_names) from exc
 
 
 class OrtPart(torch.nn.Module):
-    """One ONNX Runtime session standing in for a fused partition; called like the submodule it replaces."""
+    """One ONNX Runtime session standing in for a fused partition; called like the submodule it replaces.
 
-    def __init__(self, session, sub: torch.fx.GraphModule, device: torch.device):
+    It keeps the model bytes it was made from (`model`), so that a compiled program can be persisted
+    (onnxrt/persist.py) without translating again. `output_meta` is (dtype, shape) per output.
+    """
+
+    def __init__(self, session, model: bytes, single_output: bool, output_meta: list, device: torch.device):
         super().__init__()
         self.session = session
+        self.model = model
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
-        out_node = next(n for n in sub.graph.nodes if n.op == "output")
-        self.single_output = not isinstance(out_node.args[0], (tuple, list))
-        outs = [out_node.args[0]] if self.single_output else list(out_node.args[0])
-        self.output_meta = [(o.meta["val"].dtype, tuple(o.meta["val"].shape)) for o in outs]
+        self.single_output = single_output
+        self.output_meta = output_meta
         self.device = device
+
+    @classmethod
+    def for_graph(cls, session, model: bytes, sub: torch.fx.GraphModule, device: torch.device) -> "OrtPart":
+        """The part standing in for the fused submodule `sub` (its output node gives the output metadata)."""
+        out_node = next(n for n in sub.graph.nodes if n.op == "output")
+        single_output = not isinstance(out_node.args[0], (tuple, list))
+        outs = [out_node.args[0]] if single_output else list(out_node.args[0])
+        output_meta = [(o.meta["val"].dtype, tuple(o.meta["val"].shape)) for o in outs]
+        return cls(session, model, single_output, output_meta, device)
 
     def forward(self, *args):
         if self.device.type == "cpu":

@@ -11,6 +11,9 @@ Pipeline (one module per stage, each small):
 for graphs it cannot handle: it returns an `EagerGraph` (the FX graph run as Python) and logs why on
 `eager_fallback`. The returned callable exposes `kernel_count`, `extern_count` and `source_path`.
 
+Persistence (persist.py): `save(compiled) -> bytes | None` keeps the generated module source;
+`load(data, gm, example_inputs)` imports it again, with no lowering, scheduling or code generation.
+
 Options: `autotune` (bool, default False): let Triton pick among a few block sizes per kernel;
 `persistent_reduction_limit` (int, default 1024): rows up to this many elements are reduced in
 registers in one pass, longer rows in a loop.
@@ -30,6 +33,7 @@ from framejit.backends import registry
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
 from .codegen import choose_config, generate_kernel
 from .lowering import GraphNotLowerable, lower, to_aten
+from .persist import load, save
 from .runtime import CompiledGraph, EagerGraph, load_module, log_once, needs_autograd, register_kernels
 from .scheduler import FusedGroup, describe, schedule
 from .wrapper import generate_module
@@ -113,7 +117,7 @@ def compile_graph(gm, example_inputs, device: torch.device, opts: dict) -> Compi
     externs = sum(1 for s in sched.steps if not isinstance(s, FusedGroup))
     constants = [graph.constants[name] for name in graph.constants]
     return CompiledGraph(gm, module, path, example_inputs, constants, extra, graph.output_spec,
-                         len(kernels), externs, fallbacks)
+                         len(kernels), externs, fallbacks, source)
 
 
 registry.make_module_callable(__name__, "triton")

@@ -107,8 +107,8 @@ class CompiledGraph:
     """Generated kernels for one graph, specialized to the example inputs' shapes and strides."""
 
     def __init__(self, gm, module, path: str, example_inputs, constants: list, extra: list, out_spec,
-                 kernel_count: int, extern_count: int, fallbacks: list):
-        self.gm, self.module, self.source_path = gm, module, path
+                 kernel_count: int, extern_count: int, fallbacks: list, source: str | None = None):
+        self.gm, self.module, self.source_path, self.source = gm, module, path, source
         self.expected = [_input_key(t) for t in example_inputs]
         self.constants, self.extra, self.out_spec = constants, extra, out_spec
         self.kernel_count, self.extern_count, self.fallbacks = kernel_count, extern_count, fallbacks

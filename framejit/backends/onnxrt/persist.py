@@ -1,0 +1,195 @@
+"""Persisting what the onnxrt backend compiled: `save(compiled) -> bytes | None` and
+`load(data, gm, example_inputs) -> OnnxrtCompiled` (the contract is in backends/artifact.py).
+
+What is saved, per input signature of an `OnnxrtCompiled` (compiler.py):
+- the signature itself (dtypes, shapes, strides, devices, Python scalars);
+- the program: the Python source FX generated for the partitioned top graph (eager aten ops and calls
+  of `ort_<i>` parts) with the imports it needs, the ONNX model bytes of every part with its output
+  metadata, the attribute paths in `gm` of the state tensors (weights are never saved: NOTE [Weights
+  are inputs]), tensor constants created while tracing, and the output structure (a pytree spec);
+- or the fact that this signature runs eagerly (tracing failed once; a new process need not retry).
+The options the programs were built under are saved too (session settings, fallback ops).
+
+`load` executes the saved top-graph source, creates one ORT session per part from the saved bytes and
+returns an `OnnxrtCompiled` that already holds those programs: no make_fx, no partitioning, no
+translation. A signature it does not hold is compiled on its first call, as always.
+
+Invariants: a signature that cannot be written as JSON (an input of an unusual type) is skipped; a
+compiled object with nothing worth saving gives None; loading checks every state tensor's dtype and
+shape against `gm` and raises ArtifactError on any mismatch or damage.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.fx
+
+from ..artifact import (ArtifactError, dtype_from_text, get_path, pack, resolve_tensor, spec_from_text,
+                        spec_to_text, tensor_from_bytes, tensor_meta, tensor_to_bytes, unpack)
+from .compiler import OnnxrtCompiled, Program
+from .options import OnnxrtOptions, parse_options
+from . import runtime
+
+KIND = "onnxrt"
+_SCALAR_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "NoneType": type(None)}
+
+
+class RestoredGraph(torch.nn.Module):
+    """A top graph rebuilt from FX's generated source: `forward` is that code, bound to this module,
+    whose attributes are the ORT parts (`ort_<i>`) and trace-time tensor constants it reads."""
+
+    def __init__(self, code: str, imports: str, attributes: dict):
+        super().__init__()
+        for name, value in attributes.items():
+            setattr(self, name, value)
+        self.code, self.imports, self.attribute_names = code, imports, list(attributes)
+        namespace: dict = {}
+        exec(compile(imports + "\n" + code, "<framejit onnxrt restored graph>", "exec"), namespace)
+        self._forward = namespace["forward"]
+
+    def forward(self, *args):
+        return self._forward(self, *args)
+
+
+# -- save -----------------------------------------------------------------------------------------
+def save(compiled) -> bytes | None:
+    """The artifact of an `OnnxrtCompiled`, or None when it holds nothing that can be persisted."""
+    if not isinstance(compiled, OnnxrtCompiled):
+        return None
+    blobs: dict[str, bytes] = {}
+    programs = []
+    for sig, program in compiled.programs.items():
+        encoded = _encode_signature(sig)
+        if encoded is None:
+            continue
+        if program is None:
+            programs.append({"signature": encoded, "eager": True})
+            continue
+        saved = _save_program(program, len(programs), blobs)
+        if saved is not None:
+            programs.append({"signature": encoded, "eager": False, **saved})
+    if not programs:
+        return None
+    return pack(KIND, {"options": _options_to_json(compiled.opts), "programs": programs}, blobs)
+
+
+def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict | None:
+    from torch.fx.graph_module import _format_import_block
+    from torch.package import sys_importer
+
+    top = program.graph_module
+    if not isinstance(top, (torch.fx.GraphModule, RestoredGraph)):
+        return None
+    try:
+        if isinstance(top, RestoredGraph):
+            code, imports = top.code, top.imports
+        else:
+            python_code = top.graph.python_code(root_module="self")
+            code, imports = python_code.src, _format_import_block(python_code.globals, sys_importer)
+        out_spec = spec_to_text(program.out_spec)
+    except Exception:  # a global FX cannot name as an import, a pytree type without serialisation
+        return None
+    parts, constants = [], []
+    for name, child in _attributes(top):
+        if "." in name:  # a nested attribute: not made by the partitioner, not worth supporting
+            return None
+        if isinstance(child, runtime.OrtPart):
+            blob = f"p{index}.{name}"
+            blobs[blob] = child.model
+            parts.append({"name": name, "blob": blob, "single_output": child.single_output,
+                          "outputs": [[str(dtype), list(shape)] for dtype, shape in child.output_meta]})
+        elif isinstance(child, torch.Tensor):
+            blob = f"p{index}.{name}"
+            blobs[blob] = tensor_to_bytes(child)
+            constants.append({"name": name, "blob": blob})
+        else:
+            return None
+    state = [[path, tensor_meta(t)] for path, t in zip(program.state_names, program.state)]
+    device = next((str(p.device) for _, p in _attributes(top) if isinstance(p, runtime.OrtPart)), "cpu")
+    return {"code": code, "imports": imports, "out_spec": out_spec, "parts": parts, "constants": constants,
+            "state": state, "device": device, "num_parts": program.num_parts, "ort_nodes": program.ort_nodes,
+            "eager_nodes": program.eager_nodes, "build_seconds": program.build_seconds}
+
+
+def _attributes(top: torch.nn.Module) -> list[tuple[str, object]]:
+    """The submodules and tensor attributes the top graph's code reads (`self.<name>`)."""
+    if isinstance(top, RestoredGraph):
+        return [(name, getattr(top, name)) for name in top.attribute_names]
+    targets = [node.target for node in top.graph.nodes if node.op in ("call_module", "get_attr")]
+    return [(target, get_path(top, target)) for target in dict.fromkeys(targets)]
+
+
+def _encode_signature(sig: tuple) -> list | None:
+    encoded = []
+    for item in sig:
+        if len(item) == 4 and isinstance(item[0], torch.dtype):
+            dtype, shape, stride, device = item
+            encoded.append(["tensor", str(dtype), list(shape), list(stride), str(device)])
+        elif len(item) == 2 and isinstance(item[0], type) and item[0].__name__ in _SCALAR_TYPES \
+                and item[0] is _SCALAR_TYPES[item[0].__name__]:
+            encoded.append(["scalar", item[0].__name__, item[1]])
+        else:  # keyed by object identity: meaningless in another process
+            return None
+    return encoded
+
+
+def _options_to_json(opts: OnnxrtOptions) -> dict:
+    values = dataclasses.asdict(opts)
+    values["providers"] = None if opts.providers is None else list(opts.providers)
+    values["fallback_ops"] = sorted(opts.fallback_ops)
+    return {key: value for key, value in values.items() if value is not None}  # None: the default
+
+
+# -- load -----------------------------------------------------------------------------------------
+def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> OnnxrtCompiled:
+    """Rebuild the compiled graph saved by `save` for `gm`, without lowering or translating.
+
+    `example_inputs` is accepted for the common signature of backend loaders and not needed here: the
+    programs are keyed by the input signatures they were built for."""
+    if not isinstance(gm, torch.fx.GraphModule):
+        raise TypeError(f"onnxrt load(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
+    meta, blobs = unpack(data, KIND)
+    try:
+        opts = parse_options(meta["options"])
+        programs = {}
+        for saved in meta["programs"]:
+            sig = _decode_signature(saved["signature"])
+            programs[sig] = None if saved["eager"] else _load_program(saved, blobs, gm, opts)
+    except ArtifactError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ArtifactError(f"corrupt or incompatible onnxrt artifact: {type(exc).__name__}: {exc}") from None
+    return OnnxrtCompiled.restored(gm, opts, programs)
+
+
+def _decode_signature(encoded: list) -> tuple:
+    sig = []
+    for item in encoded:
+        if item[0] == "tensor":
+            _, dtype, shape, stride, device = item
+            sig.append((dtype_from_text(dtype), torch.Size(shape), tuple(stride), torch.device(device)))
+        elif item[0] == "scalar":
+            sig.append((_SCALAR_TYPES[item[1]], item[2]))
+        else:
+            raise ArtifactError(f"unknown signature item {item[0]!r}")
+    return tuple(sig)
+
+
+def _load_program(saved: dict, blobs: dict[str, bytes], gm: torch.fx.GraphModule, opts: OnnxrtOptions) -> Program:
+    device = torch.device(saved["device"])
+    attributes: dict = {}
+    for part in saved["parts"]:
+        model = blobs[part["blob"]]
+        try:
+            session = runtime.make_session(model, opts, device)
+        except runtime.SessionLoadError as exc:
+            raise ArtifactError(f"ONNX Runtime cannot load part {part['name']}: {exc}") from None
+        output_meta = [(dtype_from_text(d), tuple(shape)) for d, shape in part["outputs"]]
+        attributes[part["name"]] = runtime.OrtPart(session, model, part["single_output"], output_meta, device)
+    for constant in saved["constants"]:
+        attributes[constant["name"]] = tensor_from_bytes(blobs[constant["blob"]])
+    top = RestoredGraph(saved["code"], saved["imports"], attributes)
+    state = [resolve_tensor(gm, path, meta) for path, meta in saved["state"]]
+    return Program(top, state, [path for path, _ in saved["state"]], spec_from_text(saved["out_spec"]),
+                   saved["num_parts"], saved["ort_nodes"], dict(saved["eager_nodes"]), saved["build_seconds"])

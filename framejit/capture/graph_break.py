@@ -1,0 +1,266 @@
+"""Graph breaks: compile the graph up to an unsupported instruction, run that instruction in plain Python,
+and continue in a resume function (resume.py) that enters through the frame hook.
+
+The first trace raises Unsupported at instruction `i` of the outermost frame (a break inside an inlined
+call surfaces at the outermost CALL). A second trace of the same frame stops right before `i`, with the
+stack and locals intact. The generated function then:
+1. calls the compiled graph (its outputs: every tensor made by the graph that is still live),
+2. rebuilds only the stack values that instruction `i` consumes and executes `i` itself (a call to a
+   user function or module goes through a FrameHook, so the callee is captured as its own frame),
+3. for each way control can leave `i` (fall through, or jump), calls the resume function with the rest of
+   the stack, the values `i` produced, and the live locals, and returns what it returns.
+
+NOTE [Module calls at breaks]: Python has no frame-evaluation hook, so code called from residual Python is
+captured only if the call goes through a FrameHook. A user function or method callee is replaced by its
+hook; a module callee `m(...)` becomes `hook(type(m).forward)(m, ...)`, which equals `m(...)` because the
+module's hooks are guarded absent.
+
+Breaks are not taken (the frame runs eagerly instead, still correct) inside try/with regions, in frames
+with cell variables or generators, and where a NULL would have to be moved (LOAD_METHOD forms).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+from typing import Any, Callable
+
+import torch
+from bytecode import Instr, Label
+
+from .breaks import BreakKind, Unsupported, UserException
+from .context import ExitValue
+from .codegen import Codegen, FunctionShape, Reconstructor, make_function
+from .normalize import Inst, normalize
+from .resume import STACK_PREFIX, origin
+from .translator import LazyArg
+from .values import (NULL, BoundMethodValue, CellValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
+                     SequenceValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue, Value)
+
+_CONDITIONAL = {"POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"}
+_OR_POP = {"JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP"}
+# instruction -> (values consumed, values produced) for breakable non-jump, non-call instructions
+_SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
+    "STORE_ATTR": lambda a: (2, 0), "STORE_SUBSCR": lambda a: (3, 0), "STORE_GLOBAL": lambda a: (1, 0),
+    "DELETE_SUBSCR": lambda a: (2, 0), "BINARY_SUBSCR": lambda a: (2, 1), "BINARY_OP": lambda a: (2, 1),
+    "COMPARE_OP": lambda a: (2, 1), "CONTAINS_OP": lambda a: (2, 1), "IS_OP": lambda a: (2, 1),
+    "UNARY_NEGATIVE": lambda a: (1, 1), "UNARY_NOT": lambda a: (1, 1), "UNARY_INVERT": lambda a: (1, 1),
+    "GET_ITER": lambda a: (1, 1), "BUILD_STRING": lambda a: (a, 1), "UNPACK_SEQUENCE": lambda a: (1, a),
+    "IMPORT_NAME": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "STORE_SLICE": lambda a: (4, 0),
+    "RAISE_VARARGS": lambda a: (a, 0),
+}
+
+
+@dataclasses.dataclass
+class BreakSite:
+    inst: Inst
+    consumed: int
+
+
+def break_site(code: types.CodeType, exc: Unsupported) -> BreakSite | None:
+    """Where the frame can break for `exc`, or None when it must run eagerly as a whole."""
+    if exc.root_index is None or code.co_cellvars or code.co_flags & inspect.CO_GENERATOR:
+        return None
+    inst = normalize(code).insts[exc.root_index]
+    if inst.handler is not None:
+        return None
+    if inst.name == "CALL":
+        return BreakSite(inst, inst.arg + 2)
+    if inst.name == "CALL_FUNCTION_EX":
+        return BreakSite(inst, 4 if inst.arg & 1 else 3)
+    if inst.name in _CONDITIONAL or inst.name in _OR_POP:
+        return BreakSite(inst, 1)
+    if inst.name in _SIMPLE:
+        return BreakSite(inst, _SIMPLE[inst.name](inst.arg)[0])
+    return None
+
+
+def live_tensors(values: list[Any]) -> list[TensorValue]:
+    """Tensors made by the graph that `values` hold (graph outputs), in first-seen order."""
+    seen: dict[int, TensorValue] = {}
+
+    def visit(v: Any) -> None:
+        if isinstance(v, TensorValue):
+            if v.node.op != "placeholder":
+                seen.setdefault(id(v.node), v)
+        elif isinstance(v, SequenceValue):
+            for item in v.items:
+                visit(item)
+        elif isinstance(v, DictValue):
+            for item in v.items.values():
+                visit(item)
+        elif isinstance(v, NewObjectValue):
+            for item in v.attrs.values():
+                visit(item)
+        elif isinstance(v, IteratorValue):
+            for item in v.items[v.index:]:
+                visit(item)
+        elif isinstance(v, BoundMethodValue):
+            visit(v.self_value)
+        elif isinstance(v, TensorMethodValue):
+            visit(v.tensor)
+
+    for value in values:
+        visit(value)
+    return list(seen.values())
+
+
+class BreakCodegen:
+    """Emits the transformed function of a frame that breaks at `site` (see the module docstring)."""
+
+    def __init__(self, fn: types.FunctionType, site: BreakSite, tx, request, hooks) -> None:
+        self.fn = fn
+        self.site = site
+        self.tx = tx
+        self.request = request
+        self.hooks = hooks  # callable(fn) -> FrameHook; and .resume(code, index, nulls, names) -> FrameHook
+        self.cg = Codegen()
+        self.stack = list(tx.stack)
+        self.below = self.stack[:len(self.stack) - site.consumed]
+        self.top = self.stack[len(self.stack) - site.consumed:]
+        # the stack arguments of a resume function are dead after its prologue
+        self.local_names = [n for n in tx.locals if not n.startswith(STACK_PREFIX)]
+        if any(isinstance(v, (CellValue, ExitValue)) for v in self.stack):
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a with-block or cell is live at the break")
+
+    def values(self) -> list[Any]:
+        return self.stack + [v for v in self.tx.locals.values() if not isinstance(v, LazyArg)]
+
+    def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
+        cg, rebuild = self.cg, Reconstructor(self.cg, output_index, "___graph_out")
+        if compiled is not None:
+            cg.push_null()
+            cg.load_const(compiled)
+            for inp in inputs:
+                inp.source.reload(cg)
+            cg.call(len(inputs))
+            cg.store_fast("___graph_out")
+        inst = self.site.inst
+        if inst.name == "CALL":
+            self._emit_call(rebuild)
+            self._resume(rebuild, inst.index + 1, produced=1)
+        elif inst.name == "CALL_FUNCTION_EX":
+            self._emit_call_ex(rebuild)
+            self._resume(rebuild, inst.index + 1, produced=1)
+        elif inst.name in _CONDITIONAL or inst.name in _OR_POP:
+            self._emit_branch(rebuild)
+        else:
+            for value in self.top:
+                rebuild.emit(value)
+            cg.insts.append(inst.instr.copy())
+            produced = _SIMPLE.get(inst.name, lambda a: (0, 0))(inst.arg)[1] if inst.name != "CALL_FUNCTION_EX" else 1
+            if inst.name == "RAISE_VARARGS":
+                return cg
+            self._resume(rebuild, inst.index + 1, produced=produced)
+        return cg
+
+    def _emit_call(self, rebuild: Reconstructor) -> None:
+        first, second, *args = self.top
+        cg = self.cg
+        callee = second if first is NULL else first
+        hooked = self._hooked(callee)
+        if hooked is not None and first is NULL:
+            hook, self_value = hooked
+            if self_value is None:
+                cg.push_null()  # [NULL, hook, args...]
+                cg.load_const(hook)
+            else:
+                cg.load_const(hook)  # [hook, self, args...]: CALL passes self as the first argument
+                rebuild.emit(self_value)
+        else:
+            for value in (first, second):
+                cg.push_null() if value is NULL else rebuild.emit(value)
+        for arg in args:
+            rebuild.emit(arg)
+        kw_names = self.tx.kw_names
+        cg.call(len(args), kw_names)
+
+    def _emit_call_ex(self, rebuild: Reconstructor) -> None:
+        """f(*args, **kwargs) at the break: the callee goes through the frame hook like in _emit_call."""
+        null, callee, args, *kwargs = self.top
+        cg = self.cg
+        hooked = self._hooked(callee)
+        cg.push_null()
+        if hooked is not None and isinstance(args, SequenceValue):
+            hook, self_value = hooked
+            cg.load_const(hook)
+            rebuild.emit(TupleValue(([self_value] if self_value is not None else []) + list(args.items)))
+        else:
+            rebuild.emit(callee)
+            rebuild.emit(args)
+        for value in kwargs:
+            rebuild.emit(value)
+        cg.emit("CALL_FUNCTION_EX", 1 if kwargs else 0)
+
+    def _hooked(self, callee: Value) -> tuple[Any, Value | None] | None:
+        """A callee that should run through the frame hook: (hook, bound self or None).
+
+        A module call becomes a call of its class's `forward` through a hook, with the module as self:
+        the same as `module(...)` because its hooks are guarded absent (NOTE [Module calls at breaks]).
+        """
+        if isinstance(callee, UserFunctionValue) and _plain(callee):
+            return self.hooks.function(callee.fn), None
+        if isinstance(callee, BoundMethodValue) and isinstance(callee.func, UserFunctionValue) and _plain(callee.func):
+            return self.hooks.function(callee.func.fn), callee.self_value
+        if isinstance(callee, NNModuleValue) and callee.source is not None:
+            forward = type(callee.obj).forward
+            if isinstance(forward, types.FunctionType):
+                self.tx.guard_no_hooks(callee)
+                return self.hooks.function(forward), callee
+        return None
+
+    def _emit_branch(self, rebuild: Reconstructor) -> None:
+        inst, cg = self.site.inst, self.cg
+        rebuild.emit(self.top[0])
+        taken = Label()
+        cg.insts.append(Instr(inst.name.replace("POP_JUMP_IF", "POP_JUMP_FORWARD_IF") if _needs_forward_name(inst.name)
+                              else inst.name, taken))
+        self._resume(rebuild, inst.index + 1, produced=0)
+        cg.insts.append(taken)
+        self._resume(rebuild, inst.arg, produced=1 if inst.name in _OR_POP else 0)
+
+    def _resume(self, rebuild: Reconstructor, index: int, produced: int) -> None:
+        cg = self.cg
+        temps = [f"___result{i}" for i in range(produced)]
+        for name in reversed(temps):
+            cg.store_fast(name)
+        layout = tuple(_slot_kind(v) for v in self.below) + ("value",) * produced
+        code, target = origin(self.fn.__code__, index)
+        hook = self.hooks.resume(code, target, layout, tuple(self.local_names))
+        cg.push_null()
+        cg.load_const(hook)
+        for value in self.below:
+            if isinstance(value, IteratorValue):
+                rebuild.emit(ListValue(value.items[value.index:]))
+            elif value is not NULL:
+                rebuild.emit(value)
+        for name in temps:
+            cg.load_fast(name)
+        for name in self.local_names:
+            value = self.tx.locals[name]
+            if isinstance(value, LazyArg):
+                cg.load_fast(value.name)
+            else:
+                rebuild.emit(value)
+        cg.call(sum(kind != "null" for kind in layout) + len(self.local_names))
+        cg.return_value()
+
+
+def _plain(fn: UserFunctionValue) -> bool:
+    """A real function object that can be called as it is (not a closure made while tracing)."""
+    return fn.closure is None and fn.defaults is None
+
+
+def _slot_kind(value: Value) -> str:
+    if value is NULL:
+        return "null"
+    return "iter" if isinstance(value, IteratorValue) else "value"
+
+
+def _needs_forward_name(name: str) -> bool:
+    import sys
+    return sys.version_info < (3, 12) and name.startswith("POP_JUMP_IF")
+
+
+__all__ = ["BreakCodegen", "BreakSite", "break_site", "live_tensors", "FunctionShape", "make_function", "torch",
+           "UserException"]

@@ -1,0 +1,94 @@
+"""Resume functions: the rest of a code object after a graph break, as a new function.
+
+`resume_function(code, index, stack_layout, live_locals, ...)` returns a FrameHook for a function whose
+code is the original code object with a prologue: it pushes the live stack values (its first arguments;
+NULLs are re-pushed in place) and jumps to the instruction at `index`. Its remaining arguments are the
+live locals. Because it enters through a FrameHook, the rest of the function is captured and guarded
+like any frame, and may break again.
+
+NOTE [Resume of a resume]: a resume function's code is a copy of the original code. A break inside it is
+mapped back to the original code and instruction (`origin`), so loops that break on every iteration
+reuse one resume function per (instruction, stack layout, live locals) instead of growing a chain.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import bytecode
+from bytecode import Instr, Label
+
+from .normalize import normalize
+
+# resume code object -> (original code, number of canonical instructions in its prologue)
+_ORIGIN: dict[types.CodeType, tuple[types.CodeType, int]] = {}
+STACK_PREFIX = "___stack"
+
+
+def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
+    """The original code object and instruction index that (code, index) stands for."""
+    if code in _ORIGIN:
+        original, shift = _ORIGIN[code]
+        return original, index - shift
+    return code, index
+
+
+def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
+                     live_locals: tuple[str, ...]) -> types.CodeType:
+    """Code for `code` resumed at canonical instruction `index` with the given stack and locals.
+
+    `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument), or
+    "iter" (an argument holding the remaining items of a for-loop's iterator as a list, turned back into
+    an iterator by GET_ITER, so the resumed trace can keep unrolling the loop).
+    """
+    target = normalize(code).insts[index]
+    items = list(bytecode.Bytecode.from_code(code))
+    bc = bytecode.Bytecode.from_code(code)
+    label = Label()
+    stack_args = [f"{STACK_PREFIX}{i}" for i, kind in enumerate(layout) if kind != "null"]
+    prologue = []
+    arg_iter = iter(stack_args)
+    for kind in layout:
+        if kind == "null":
+            prologue.append(Instr("PUSH_NULL"))
+        else:
+            prologue.append(Instr("LOAD_FAST", next(arg_iter)))
+            if kind == "iter":
+                prologue.append(Instr("GET_ITER"))
+    prologue.append(Instr("JUMP_FORWARD", label))
+    body = items[:target.position] + [label] + items[target.position:]
+    start = _prologue_position(body)
+    bc.clear()
+    bc.extend(body[:start] + prologue + body[start:])
+    bc.argnames = stack_args + list(live_locals)
+    bc.argcount = len(bc.argnames)
+    bc.posonlyargcount = 0
+    bc.kwonlyargcount = 0
+    bc.flags = bc.flags & ~(bytecode.CompilerFlags.VARARGS | bytecode.CompilerFlags.VARKEYWORDS)
+    bc.name = f"{code.co_name}_resume_at_{index}"
+    if hasattr(bc, "qualname"):
+        bc.qualname = f"{getattr(code, 'co_qualname', code.co_name)}.<resume at {index}>"
+    new_code = bc.to_code()
+    _ORIGIN[new_code] = (code, len(prologue))  # the prologue's loads, PUSH_NULLs and JUMP are canonical too
+    return new_code
+
+
+def _prologue_position(items: list) -> int:
+    """Insert the prologue right after the first RESUME (after COPY_FREE_VARS/MAKE_CELL set-up)."""
+    for i, item in enumerate(items):
+        if isinstance(item, Instr) and item.name == "RESUME":
+            return i + 1
+    return 0
+
+
+class ResumeCache:
+    """Resume functions made for one compile request, keyed by where they resume."""
+
+    def __init__(self) -> None:
+        self.functions: dict[tuple, Any] = {}
+
+    def get(self, key: tuple, build):
+        fn = self.functions.get(key)
+        if fn is None:
+            fn = self.functions[key] = build()
+        return fn
