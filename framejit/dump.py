@@ -271,8 +271,8 @@ class PseudoSource:
         if index is not None:
             base = f"graph_{index}"
         else:
-            name = getattr(value, "__name__", None)
-            base = f"___{sanitize(name)}" if isinstance(name, str) else "___const"
+            name = _callable_name(value)
+            base = f"___{sanitize(name)}" if name else "___const"
         taken = {n for n, _ in self.const_names.values()}
         candidate, k = base, 1
         while candidate in taken:
@@ -461,9 +461,21 @@ def _graph_index(value: Any, graphs: Sequence[torch.fx.GraphModule]) -> int | No
     return None
 
 
+def _is_frame_hook(value: Any) -> bool:
+    """A compiled function (framejit.capture.hook.FrameHook; duck-typed so dump never imports capture)."""
+    return type(value).__name__ == "FrameHook" and hasattr(value, "fn")
+
+
+def _callable_name(value: Any) -> str | None:
+    target = value.fn if _is_frame_hook(value) else value
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    return name if isinstance(name, str) else None
+
+
 def _describe_constant(obj: Any, graphs: Sequence[torch.fx.GraphModule]) -> str:
     index = _graph_index(obj, graphs)
-    text = strip_addresses(repr(obj)).replace("\n", " ")
+    text = f"compiled {obj.fn!r}" if _is_frame_hook(obj) else repr(obj)
+    text = strip_addresses(text).replace("\n", " ")
     if len(text) > 120:
         text = text[:117] + "..."
     return f"{text}  (see graph_{index}.py)" if index is not None else text

@@ -8,6 +8,11 @@ own logger `framejit.<artifact>`; it is emitted only when enabled, either by `FR
 Syntax of FRAMEJIT_LOGS: a comma-separated list of names; `+name` enables it at DEBUG level, `-name`
 silences it, `all` enables every artifact, `help` prints the list of names.
 
+Output: the first time any artifact is enabled, one stream handler (stderr, `[framejit.<artifact>]`
+prefix) is added to the `framejit` logger, unless that logger already has a handler of the user's.
+Records also propagate to the root logger, so `caplog` and handlers there see them; when a root
+handler will emit a record, framejit's own handler leaves it to that one (NOTE [One output per record]).
+
 Usage inside framejit:
 
     from framejit import logs
@@ -62,7 +67,8 @@ def _parse(spec: str) -> dict[str, int]:
         for n in names:
             if n not in ARTIFACTS:
                 raise UnknownLogName(
-                    f"unknown log name {n!r} in logs; accepted: all, help, {', '.join(ARTIFACTS)}"
+                    f"unknown log name {n!r} in FRAMEJIT_LOGS/set_logs; accepted: all, help, "
+                    f"{', '.join(ARTIFACTS)} (prefix + for debug, - to silence)"
                 )
             result[n] = level
     return {k: v for k, v in result.items() if v <= logging.CRITICAL}
@@ -92,8 +98,9 @@ def set_logs(spec: str | None = None, **flags: bool) -> None:
 
 def _configure(spec: str) -> None:
     global _handler
+    selection = _parse(spec)  # before touching the current selection: a bad spec changes nothing
     _enabled.clear()
-    _enabled.update(_parse(spec))
+    _enabled.update(selection)
     for name in ARTIFACTS:
         logger = _ROOT.getChild(name)
         logger.setLevel(_enabled.get(name, logging.WARNING))
@@ -105,10 +112,25 @@ def _configure(spec: str) -> None:
         _ROOT.propagate = True
 
 
+# NOTE [One output per record]: framejit's default handler sits on the `framejit` logger and records
+# propagate on to the root logger. Had the user configured logging (`logging.basicConfig()`), every
+# record would print twice; so the default handler drops a record that a root handler will emit. The
+# user's own handlers (on `framejit`, an artifact logger or the root) always see every record.
 class _ArtifactFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.artifact = record.name.rsplit(".", 1)[-1]
-        return True
+        return not _root_will_emit(record)
+
+
+def _root_will_emit(record: logging.LogRecord) -> bool:
+    logger: logging.Logger | None = _ROOT
+    while logger is not None:  # propagation from `framejit` upwards stops at propagate=False
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+        if logger is not None and any(record.levelno >= h.level for h in logger.handlers):
+            return True
+    return False
 
 
 def enabled(name: str) -> bool:

@@ -177,6 +177,25 @@ def test_transformed_pseudo_source_computes_what_the_entry_computes(fn, extra):
         torch.testing.assert_close(hook(*args), expected, rtol=0, atol=0)
 
 
+def breaking(x, n):
+    y = x * 2
+    print("n is", n)
+    return y + n
+
+
+def test_pseudo_source_of_a_graph_break_entry_runs_the_graph_the_break_and_the_resume(capsys):
+    hook, entry = _compiled_entry(breaking, torch.randn(4), 1)
+    rendered, source = _exec_pseudo_source(entry.fn.__code__, entry.graphs, breaking.__globals__)
+    assert "___print('n is', n)" in source and "compiled <function breaking.<resume" in source
+    capsys.readouterr()
+    for seed in (1, 2):
+        x = torch.randn(4, generator=torch.Generator().manual_seed(seed))
+        expected = breaking(x, seed)
+        eager_out = capsys.readouterr().out
+        torch.testing.assert_close(rendered(x, seed), expected, rtol=0, atol=0)
+        assert capsys.readouterr().out == eager_out == f"n is {seed}\n"
+
+
 def test_user_code_pseudo_source_computes_what_the_function_computes():
     def user(a, /, b, *rest, scale, **kw):
         a.t = b

@@ -65,14 +65,18 @@ def unpack(data: bytes, kind: str) -> tuple[dict, dict[str, bytes]]:
         found = header.get("kind") if isinstance(header, dict) else None
         raise ArtifactError(f"expected a {kind} artifact (format 1), found kind {found!r}")
     blobs, offset = {}, start + head_len
-    for name, length in header["blobs"]:
-        if offset + length > len(data):
-            raise ArtifactError(f"truncated {kind} artifact: blob {name!r} is incomplete")
-        blobs[name] = data[offset:offset + length]
-        offset += length
+    try:
+        for name, length in header["blobs"]:
+            if offset + length > len(data):
+                raise ArtifactError(f"truncated {kind} artifact: blob {name!r} is incomplete")
+            blobs[name] = data[offset:offset + length]
+            offset += length
+        meta = header["meta"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"corrupt {kind} artifact header: {type(exc).__name__}: {exc}") from None
     if offset != len(data):
         raise ArtifactError(f"corrupt {kind} artifact: {len(data) - offset} trailing bytes")
-    return header["meta"], blobs
+    return meta, blobs
 
 
 # -- values as JSON -------------------------------------------------------------------------------
@@ -112,7 +116,13 @@ def tensor_to_bytes(tensor) -> bytes:
 def tensor_from_bytes(data: bytes):
     import torch
 
-    return torch.load(io.BytesIO(data), weights_only=True)
+    try:
+        tensor = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as exc:  # torch.load reports damage as pickle, zip or runtime errors
+        raise ArtifactError(f"a saved tensor cannot be read: {type(exc).__name__}: {exc}") from None
+    if not isinstance(tensor, torch.Tensor):
+        raise ArtifactError(f"a saved tensor holds a {type(tensor).__name__}")
+    return tensor
 
 
 def tensor_meta(tensor) -> list:

@@ -30,7 +30,7 @@ TENSOR_METADATA = {
     "is_xpu": lambda t: t.is_xpu, "is_mps": lambda t: t.is_mps,
 }
 TENSOR_VALUED_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
-TENSOR_UNSUPPORTED_ATTRS = {"grad", "data", "_version", "grad_fn", "_base", "is_leaf", "names"}
+TENSOR_UNSUPPORTED_ATTRS = {"grad", "_version", "grad_fn", "_base", "is_leaf", "names"}
 
 CONTAINER_METHODS = {
     list: ("append", "extend", "pop", "insert", "index", "count", "reverse", "sort", "copy", "clear", "remove"),
@@ -102,6 +102,8 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         return ConstantValue(getter(t.fake))
     if name in TENSOR_VALUED_ATTRS:
         return tx.output.call("call_function", getattr, (t, ConstantValue(name)), {})
+    if name == "data":  # the same memory, outside autograd: what detach() gives
+        return tx.output.call("call_method", "detach", (t,), {})
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
         raise UserException(AttributeError(f"'Tensor' object has no attribute '{name}'"))
@@ -192,6 +194,8 @@ def object_attr(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, NewObjectValue):
         if name in obj.attrs:
             return obj.attrs[name]
+    elif tx.output.side_effects.attr(real, name) is not None:
+        return tx.output.side_effects.attr(real, name)
     elif name in getattr(real, "__dict__", {}):
         if obj.source is None:
             return wrap_unguarded(real.__dict__[name])

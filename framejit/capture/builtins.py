@@ -385,7 +385,7 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
     if owner is dict:
         return _dict_method(tx, self_value, name, rest, kwargs)
     if isinstance(self_value, ListValue) and name not in ("index", "count", "copy"):
-        self_value.check_mutable()
+        tx.output.side_effects.mutate_container(self_value)
     return _sequence_method(tx, self_value, name, rest, kwargs)
 
 
@@ -426,7 +426,7 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
     if not isinstance(d, DictValue):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name} on {d.describe()}")
     if name in ("update", "pop", "setdefault", "clear"):
-        d.check_mutable()
+        tx.output.side_effects.mutate_container(d)
     if name == "keys":
         return TupleValue([ConstantValue(k) for k in d.items])
     if name == "values":

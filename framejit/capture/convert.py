@@ -137,6 +137,7 @@ def _global_guards(output: OutputGraph) -> None:
 
 
 def _guard_function(fn: types.FunctionType, shape: FunctionShape, output: OutputGraph) -> GuardFunction:
+    output.alias_guard()
     guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,
                            fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
     if logs.enabled("guards"):
@@ -151,7 +152,7 @@ def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
 
 
 def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, request: CompileRequest) -> Entry:
-    outputs = _graph_outputs(ret)
+    outputs = live_tensors([ret, *output.side_effects.values()])
     graphs = []
     cg = Codegen()
     output_index: dict[int, int] = {}
@@ -167,7 +168,9 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
         cg.call(len(output.inputs))
         cg.store_fast("___graph_out")
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
-    Reconstructor(cg, output_index, "___graph_out").emit(ret)
+    rebuild = Reconstructor(cg, output_index, "___graph_out")
+    output.side_effects.emit(rebuild)
+    rebuild.emit(ret)
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     _log_bytecode(fn, transformed)
@@ -219,28 +222,6 @@ class _BoundHooks:
 
     def resume(self, code, index, layout, names):
         return self.hooks.resume(code, index, layout, names, self.fn)
-
-
-def _graph_outputs(ret: Value) -> list[TensorValue]:
-    """Tensors the graph must return: those made inside it that the return value holds, in order."""
-    seen: dict[int, TensorValue] = {}
-
-    def visit(v: Value) -> None:
-        if isinstance(v, TensorValue):
-            if v.node.op != "placeholder" and id(v.node) not in seen:
-                seen[id(v.node)] = v
-        elif isinstance(v, SequenceValue):
-            for item in v.items:
-                visit(item)
-        elif isinstance(v, DictValue):
-            for item in v.items.values():
-                visit(item)
-        elif isinstance(v, NewObjectValue):
-            for item in v.attrs.values():
-                visit(item)
-
-    visit(ret)
-    return list(seen.values())
 
 
 def _backend_compile(gm: torch.fx.GraphModule, output: OutputGraph, request: CompileRequest) -> Callable:

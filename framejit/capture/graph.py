@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from .breaks import BreakKind, Unsupported, UserException
+from .side_effects import SideEffects
 from .sources import NameTable, Source
 from .values import ConstantValue, SequenceValue, TensorValue, TupleValue, Value
 from .values.containers import DictValue, SliceValue
@@ -56,6 +57,8 @@ class OutputGraph:
         self.autocast_stack: list[tuple[str, torch.dtype, bool]] = []  # entered inside the frame
         self.op_count = 0
         self.steps = 0  # instructions traced, across inlined frames
+        self.side_effects = SideEffects()
+        self.mutated_inputs = False
 
     def location(self) -> str:
         """The user's current `file:line: source`, innermost inlined frame first."""
@@ -207,10 +210,27 @@ class OutputGraph:
             raise UserException(e) from None
 
     def _check_input_mutation(self, target: Any) -> None:
+        """NOTE [Input mutation]: an in-place op on an input stays in the graph (backends write input
+        mutations back). It is only sound if no other input shares the mutated input's memory: that is
+        checked now and guarded for later calls (`alias_guard`)."""
         for entry in self.inputs:
             if entry.value.fake._version != entry.version:
-                raise Unsupported(BreakKind.SIDE_EFFECT,
-                                  f"in-place {_target_name(target)} mutates the input {entry.source.describe()}")
+                entry.version = entry.value.fake._version
+                storage = entry.tensor.untyped_storage().data_ptr()
+                for other in self.inputs:
+                    if other is not entry and other.tensor.untyped_storage().data_ptr() == storage:
+                        raise Unsupported(BreakKind.SIDE_EFFECT,
+                                          f"in-place {_target_name(target)} mutates {entry.source.describe()}, "
+                                          f"which shares memory with {other.source.describe()}")
+                self.mutated_inputs = True
+
+    def alias_guard(self) -> None:
+        """After input mutations, the inputs must keep distinct memory on later calls."""
+        if self.mutated_inputs and len(self.inputs) > 1:
+            exprs = ", ".join(i.source.expr(self.names) for i in self.inputs)
+            self.add_guard("NO_ALIASING", f"___distinct_storages({exprs})", None,
+                           expected="inputs that do not share memory (an input is mutated in place)",
+                           cost=COST_TENSOR + 1)
 
     def _wrap_constant_result(self, target: Any, result: Any) -> Value:
         if result is None or isinstance(result, (bool, int, float, torch.dtype, torch.device, torch.Size)) or (

@@ -124,7 +124,8 @@ class BreakCodegen:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a with-block or cell is live at the break")
 
     def values(self) -> list[Any]:
-        return self.stack + [v for v in self.tx.locals.values() if not isinstance(v, LazyArg)]
+        live = self.stack + [v for v in self.tx.locals.values() if not isinstance(v, LazyArg)]
+        return live + self.tx.output.side_effects.values()
 
     def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
         cg, rebuild = self.cg, Reconstructor(self.cg, output_index, "___graph_out")
@@ -135,6 +136,7 @@ class BreakCodegen:
                 inp.source.reload(cg)
             cg.call(len(inputs))
             cg.store_fast("___graph_out")
+        self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
         inst = self.site.inst
         if inst.name == "CALL":
             self._emit_call(rebuild)

@@ -61,7 +61,7 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
             fn = INPLACE_TO_PLAIN[fn]
         return tx.output.call("call_function", fn, (a, b), {})
     if isinstance(a, ListValue) and fn is operator.iadd:
-        a.check_mutable()
+        tx.output.side_effects.mutate_container(a)
         a.items.extend(iterate(tx, b))
         return a
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and fn in (operator.add, operator.iadd):

@@ -157,6 +157,9 @@ class Translator:
     def load_cell(self, name: str) -> Value:
         cell = self.cells[name]
         if isinstance(cell, RealCell):
+            stored = self.output.side_effects.cell_value(cell.cell)
+            if stored is not None:
+                return stored
             try:
                 contents = cell.cell.cell_contents
             except ValueError:
@@ -171,10 +174,14 @@ class Translator:
     def store_cell(self, name: str, value: Value) -> None:
         cell = self.cells[name]
         if isinstance(cell, RealCell):
-            raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the nonlocal variable {name!r}")
+            self.output.side_effects.store_cell(cell.cell, value)
+            return
         cell.contents = value
 
     def load_global(self, name: str) -> Value:
+        stored = self.output.side_effects.global_value(self.f_globals, name)
+        if stored is not None:
+            return stored
         if name in self.f_globals:
             return wrap(self.output, self.f_globals[name], GlobalSource(Ref(self.f_globals, "G"), name))
         builtins_dict = self.f_globals.get("__builtins__", builtins.__dict__)
@@ -200,7 +207,10 @@ class Translator:
         if isinstance(obj, NewObjectValue):
             obj.attrs[name] = value
             return
-        raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {obj.describe()}")
+        self.output.side_effects.store_attr(obj, name, value)
+
+    def store_global(self, name: str, value: Value) -> None:
+        self.output.side_effects.store_global(self.f_globals, name, value)
 
     def inline(self, fn: UserFunctionValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
         f = fn.fn

@@ -23,7 +23,14 @@ from typing import Any, Callable, Sequence
 from .guard import Guard
 
 # Helpers every guard function may use; names start with ___ so that no frame argument can shadow them.
+def _distinct_storages(*tensors: Any) -> bool:
+    """No two of the tensors share memory (guards frames that mutate an input in place)."""
+    pointers = [t.untyped_storage().data_ptr() for t in tensors]
+    return len(set(pointers)) == len(pointers)
+
+
 BASE_NAMESPACE: dict[str, Any] = {
+    "___distinct_storages": _distinct_storages,
     "___type": type,
     "___len": len,
     "___isinstance": isinstance,

@@ -158,7 +158,7 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> OnnxrtCo
             programs[sig] = None if saved["eager"] else _load_program(saved, blobs, gm, opts)
     except ArtifactError:
         raise
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except Exception as exc:  # a damaged field, generated code that no longer compiles, ORT refusing
         raise ArtifactError(f"corrupt or incompatible onnxrt artifact: {type(exc).__name__}: {exc}") from None
     return OnnxrtCompiled.restored(gm, opts, programs)
 

@@ -77,17 +77,17 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> Compiled
         if problem is not None:
             runtime.log_once("eager_fallback", f"triton: running the graph eagerly: {problem}")
             return EagerGraph(gm, problem)
-        constants = [resolve_tensor(gm, c["path"], c["meta"]) if "path" in c else tensor_from_bytes(blobs[c["blob"]])
-                     for c in meta["constants"]]
+        constants = [resolve_tensor(gm, c["path"], c["meta"]) if "path" in c
+                     else tensor_from_bytes(blobs[c["blob"]]) for c in meta["constants"]]
         out_spec = spec_from_text(meta["out_spec"])
         source = blobs["module.py"].decode()
         kernels = meta["kernels"]
         counts = (meta["kernel_count"], meta["extern_count"], list(meta["fallbacks"]))
+        module, path = runtime.load_module(source)
     except ArtifactError:
         raise
-    except (KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
+    except Exception as exc:  # a damaged field, or saved source that no longer imports
         raise ArtifactError(f"corrupt or incompatible triton artifact: {type(exc).__name__}: {exc}") from None
-    module, path = runtime.load_module(source)
     for name, signature, constexprs, kernel_source in kernels:
         runtime.KERNELS[(path, name)] = (dict(signature), dict(constexprs), kernel_source)
     compiled = CompiledGraph(gm, module, path, [], constants, [], out_spec, *counts, source=source)

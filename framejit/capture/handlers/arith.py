@@ -82,7 +82,7 @@ def build_slice_op(tx, inst):
 
 def _store_item(tx, obj, key, value):
     if isinstance(obj, ListValue):
-        obj.check_mutable()
+        tx.output.side_effects.mutate_container(obj)
         k = key.as_constant()
         if isinstance(k, slice):
             obj.items[k] = list(value.items) if hasattr(value, "items") and isinstance(value.items, list) else []
@@ -90,7 +90,7 @@ def _store_item(tx, obj, key, value):
             obj.items[k] = value
         return
     if isinstance(obj, DictValue):
-        obj.check_mutable()
+        tx.output.side_effects.mutate_container(obj)
         obj.items[key.as_constant()] = value
         return
     if isinstance(obj, TensorValue):

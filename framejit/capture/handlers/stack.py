@@ -115,6 +115,11 @@ def store_attr(tx, inst):
     tx.store_attr(obj, inst.arg, value)
 
 
+@op("STORE_GLOBAL")
+def store_global(tx, inst):
+    tx.store_global(inst.arg, tx.pop())
+
+
 @op("RETURN_VALUE")
 def return_value(tx, inst):
     tx.return_value = tx.pop()

@@ -1,8 +1,8 @@
 """Containers: tuples, lists, dicts, slices and iterators over abstract values.
 
-Lists, dicts and iterators created while tracing are mutated in place by the handlers. A container that
-came from outside (it has a Source) may not be mutated until side-effect replay exists: mutating it is an
-Unsupported(SIDE_EFFECT), never a silent divergence from eager.
+Lists, dicts and iterators are mutated in place by the handlers. A list or dict that came from outside
+(it has a Source) is reported to SideEffects first (`tx.output.side_effects.mutate_container`), which
+replays its final contents after the graph.
 """
 from __future__ import annotations
 
@@ -46,11 +46,6 @@ class TupleValue(SequenceValue):
 class ListValue(SequenceValue):
     kind = list
 
-    def check_mutable(self) -> None:
-        if self.source is not None:
-            raise Unsupported(BreakKind.SIDE_EFFECT,
-                              f"mutation of the list {self.source.describe()} that came from outside")
-
 
 class DictValue(Value):
     """A dict with constant keys (str, int, ...), in insertion order."""
@@ -68,11 +63,6 @@ class DictValue(Value):
 
     def as_constant(self) -> Any:
         return self.cls((k, v.as_constant()) for k, v in self.items.items())
-
-    def check_mutable(self) -> None:
-        if self.source is not None:
-            raise Unsupported(BreakKind.SIDE_EFFECT,
-                              f"mutation of the dict {self.source.describe()} that came from outside")
 
     def describe(self) -> str:
         return f"dict({', '.join(f'{k!r}: {v.describe()}' for k, v in self.items.items())})"

@@ -1,0 +1,137 @@
+"""Side effects recorded while tracing and replayed after the graph.
+
+While tracing, a mutation of state that outlives the frame is applied to the abstract values (so later
+reads inside the trace see it) and recorded here; the transformed function replays the final state
+after the graph ran, so the program state after a compiled call equals the state after an eager call:
+- lists and dicts that came from outside (they have a Source): `lst[:] = [...]`, `d.clear(); d.update(...)`
+  (the caller's objects keep their identity);
+- attribute stores on objects and modules from outside: `setattr(obj, name, value)`;
+- global stores: `module_globals[name] = value`; stores to free variables: `cell.cell_contents = value`.
+In-place tensor ops on inputs are not recorded here: they stay in the graph, and every backend keeps
+input mutations (functionalisation writes them back).
+
+Invariant: the replay order is the order of the first mutation of each target, and each target is
+written once with its final value.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .breaks import BreakKind, Unsupported
+from .sources import Ref
+from .values import DictValue, ListValue, NNModuleValue, ObjectValue, Value
+
+
+class SideEffects:
+    def __init__(self) -> None:
+        self.containers: dict[int, Value] = {}
+        self.attrs: dict[tuple[int, str], tuple[Value, str, Value]] = {}
+        self.globals: dict[tuple[int, str], tuple[dict, str, Value]] = {}
+        self.cells: dict[int, tuple[Any, Value]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.containers or self.attrs or self.globals or self.cells)
+
+    # ---- recording ----------------------------------------------------------------------------
+    def mutate_container(self, value: Value) -> None:
+        """`value` (a list or dict) is about to be mutated in place."""
+        if value.source is not None:
+            self.containers.setdefault(id(value), value)
+
+    def store_attr(self, obj: Value, name: str, value: Value) -> None:
+        if not isinstance(obj, ObjectValue) or obj.source is None:
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {obj.describe()}")
+        _check_plain_setattr(obj, name, value)
+        self.attrs[(id(obj.obj), name)] = (obj, name, value)
+
+    def attr(self, obj: Any, name: str) -> Value | None:
+        entry = self.attrs.get((id(obj), name))
+        return entry[2] if entry is not None else None
+
+    def store_global(self, f_globals: dict, name: str, value: Value) -> None:
+        self.globals[(id(f_globals), name)] = (f_globals, name, value)
+
+    def global_value(self, f_globals: dict, name: str) -> Value | None:
+        entry = self.globals.get((id(f_globals), name))
+        return entry[2] if entry is not None else None
+
+    def store_cell(self, cell: Any, value: Value) -> None:
+        self.cells[id(cell)] = (cell, value)
+
+    def cell_value(self, cell: Any) -> Value | None:
+        entry = self.cells.get(id(cell))
+        return entry[1] if entry is not None else None
+
+    # ---- replay -------------------------------------------------------------------------------
+    def values(self) -> list[Value]:
+        """Every value the replay rebuilds (graph outputs must include the tensors among them)."""
+        result: list[Value] = [ListValue(list(c.items)) if isinstance(c, ListValue) else DictValue(dict(c.items))
+                               for c in self.containers.values()]
+        result += [v for _, _, v in self.attrs.values()]
+        result += [v for _, _, v in self.globals.values()]
+        result += [v for _, v in self.cells.values()]
+        return result
+
+    def emit(self, rebuild) -> None:
+        """Emit the replay with `rebuild` (a codegen.Reconstructor).
+
+        Every new value is computed into a temporary first, and only then are the targets written: a
+        value may be read from a container that the replay is about to change (e.g. `d["a"]` of a dict
+        that is cleared and refilled)."""
+        cg = rebuild.cg
+        temps = []
+        for value in self.values():
+            rebuild.emit(value)
+            temps.append(f"___effect{len(temps)}")
+            cg.store_fast(temps[-1])
+        pending = iter(temps)
+        for container in self.containers.values():
+            temp = next(pending)
+            if isinstance(container, ListValue):
+                cg.load_fast(temp)
+                container.source.reload(cg)
+                cg.load_const(slice(None))
+                cg.emit("STORE_SUBSCR")
+            else:
+                for method, args in (("clear", ()), ("update", (temp,))):
+                    cg.push_null()
+                    container.source.reload(cg)
+                    cg.load_attr(method)
+                    for arg in args:
+                        cg.load_fast(arg)
+                    cg.call(len(args))
+                    cg.emit("POP_TOP")
+        for obj, name, _ in self.attrs.values():
+            cg.load_fast(next(pending))
+            obj.source.reload(cg)
+            cg.emit("STORE_ATTR", name)
+        for f_globals, name, _ in self.globals.values():
+            cg.load_fast(next(pending))
+            cg.load_const(f_globals)
+            cg.load_const(name)
+            cg.emit("STORE_SUBSCR")
+        for cell, _ in self.cells.values():
+            cg.load_fast(next(pending))
+            cg.load_const(cell)
+            cg.emit("STORE_ATTR", "cell_contents")
+
+
+def _check_plain_setattr(obj: ObjectValue, name: str, value: Value) -> None:
+    """Only stores whose replay is a plain setattr with the same effect are recorded."""
+    cls = type(obj.obj)
+    setattr_impl = getattr(cls, "__setattr__", object.__setattr__)
+    if setattr_impl not in (object.__setattr__, torch.nn.Module.__setattr__):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"{cls.__name__} defines __setattr__")
+    for klass in cls.__mro__:
+        attr = klass.__dict__.get(name)
+        if attr is not None and hasattr(type(attr), "__set__"):
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"{cls.__name__}.{name} is a descriptor (property setter)")
+    if isinstance(obj, NNModuleValue):
+        mod = obj.obj
+        if name in mod._parameters or name in mod._modules:
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"replacing the parameter or submodule {name!r} inside the graph")
+
+
+__all__ = ["SideEffects", "Ref"]
