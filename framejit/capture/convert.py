@@ -137,7 +137,6 @@ def _global_guards(output: OutputGraph) -> None:
 
 
 def _guard_function(fn: types.FunctionType, shape: FunctionShape, output: OutputGraph) -> GuardFunction:
-    output.alias_guard()
     guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,
                            fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
     if logs.enabled("guards"):

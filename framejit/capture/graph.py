@@ -225,8 +225,11 @@ class OutputGraph:
                 self.mutated_inputs = True
 
     def alias_guard(self) -> None:
-        """After input mutations, the inputs must keep distinct memory on later calls."""
+        """After input mutations, the inputs must have distinct memory, now and on later calls."""
         if self.mutated_inputs and len(self.inputs) > 1:
+            storages = [i.tensor.untyped_storage().data_ptr() for i in self.inputs]
+            if len(set(storages)) != len(storages):
+                raise Unsupported(BreakKind.SIDE_EFFECT, "an input mutated in place shares memory with another input")
             exprs = ", ".join(i.source.expr(self.names) for i in self.inputs)
             self.add_guard("NO_ALIASING", f"___distinct_storages({exprs})", None,
                            expected="inputs that do not share memory (an input is mutated in place)",
@@ -258,6 +261,7 @@ class OutputGraph:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"op result of type {type(result).__name__}")
 
     def output(self, values: list[TensorValue]) -> None:
+        self.alias_guard()
         self.graph.output(tuple(v.node for v in values))
         if not self._needs_grad_mode_nodes():
             for node in [n for n in self.graph.nodes if n.target is torch._C._set_grad_enabled]:

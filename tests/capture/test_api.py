@@ -245,14 +245,25 @@ def test_user_errors_raise_the_eager_exception(fn, args, exc, fullgraph):
             compiled(*args)
 
 
-def test_input_mutation_falls_back_to_eager_with_same_effect():
+def test_input_mutation_is_captured_with_the_same_effect():
     def mutate(x):
         x.add_(1)
         return x * 2
 
-    run_differential(mutate, lambda s: (torch.randn(3),), fullgraph=False)
+    backend = run_differential(mutate, lambda s: (torch.randn(3),), fullgraph=True)
+    assert backend.graph_count == 1
+
+
+def test_input_mutation_with_aliased_inputs_is_not_captured():
+    def mutate_two(x, y):
+        x.add_(1)
+        return x + y
+
+    base = torch.randn(4)
+    run_differential(mutate_two, lambda s: (torch.randn(4), torch.randn(4)))
+    compiled = framejit.compile(mutate_two, fullgraph=True)
     with pytest.raises(framejit.Unsupported) as info:
-        framejit.compile(mutate, fullgraph=True)(torch.randn(3))
+        compiled(base[:2], base[1:3])
     assert info.value.kind is BreakKind.SIDE_EFFECT
 
 
