@@ -158,7 +158,7 @@ def graph_table(gm: torch.fx.GraphModule) -> str:
 
 # ---- pseudo-source ------------------------------------------------------------------------------------
 _NULL = object()  # the NULL that PUSH_NULL / LOAD_GLOBAL / LOAD_METHOD put below a callable
-_LITERAL_TYPES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), torch.dtype)
+_LITERAL_TYPES = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis))
 _BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floordiv", "%": "mod",
                  "**": "pow", "@": "matmul", "<<": "lshift", ">>": "rshift", "&": "and", "|": "or", "^": "xor"}
 _UNARY = {"UNARY_NEGATIVE": "-", "UNARY_INVERT": "~", "UNARY_NOT": "not ", "UNARY_POSITIVE": "+"}
@@ -190,7 +190,7 @@ class PseudoSource:
 
     Handles loads (LOAD_CONST/FAST/GLOBAL/DEREF/ATTR/METHOD), BINARY_SUBSCR and slices, calls (with
     KW_NAMES), BUILD_TUPLE/LIST/MAP/SET/CONST_KEY_MAP/SLICE, UNPACK_SEQUENCE, unary, binary and comparison
-    operators, stores (local, global, attribute, item), POP_TOP and returns. Constants that are not
+    operators, COPY/SWAP, stores (local, global, attribute, item), POP_TOP and returns. Constants that are not
     literals get names (`graph_<i>` for a captured graph, else from their `__name__`), listed in a
     header. Any other instruction (jumps, exception handling, ...) makes `render()` fall back to the
     dis listing, as comments. Values left on the stack when a statement runs are first saved in
@@ -248,13 +248,17 @@ class PseudoSource:
 
     def statement(self, text: str) -> None:
         """Emit a statement after saving stacked values it could otherwise reorder or change."""
+        self.spill()
+        self.lines.append(text)
+
+    def spill(self) -> None:
+        """Save every stacked value that is not a constant in a temporary, bottom first (= evaluation order)."""
         for i, value in enumerate(self.stack):
             if value is not _NULL and not value.pure:
                 name = f"___t{self.temps}"
                 self.temps += 1
                 self.lines.append(f"{name} = {value.text}")
-                self.stack[i] = _Expr(name, pure=False)
-        self.lines.append(text)
+                self.stack[i] = _Expr(name, pure=True)  # temporaries are assigned once
 
     def constant(self, value: Any) -> _Expr:
         if _is_literal(value):
@@ -365,6 +369,17 @@ class PseudoSource:
     def _op_BUILD_SLICE(self, inst) -> None:
         parts = self.popn(inst.arg)
         self.push(_Expr(f"slice({', '.join(p.text for p in parts)})", slice_parts=parts))
+
+    def _op_COPY(self, inst) -> None:
+        self.spill()  # a copied expression must not be evaluated twice
+        value = self.stack[-inst.arg]
+        if value is _NULL:
+            raise CannotRender("COPY of a NULL")
+        self.push(value)
+
+    def _op_SWAP(self, inst) -> None:
+        self.spill()  # swapped expressions must keep their evaluation order
+        self.stack[-1], self.stack[-inst.arg] = self.stack[-inst.arg], self.stack[-1]
 
     def _op_UNPACK_SEQUENCE(self, inst) -> None:
         value = self.pop()

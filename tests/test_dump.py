@@ -215,6 +215,18 @@ def test_user_code_pseudo_source_computes_what_the_function_computes():
         assert got[2] is True
 
 
+def test_pseudo_source_keeps_the_evaluation_order_of_effects():
+    def effects(a):
+        first = (a.pop(), (b := a.pop()), b, a.pop())
+        a.append(len(a))
+        return first, a
+
+    rendered, source = _exec_pseudo_source(effects.__code__, [], globals())
+    assert "___t0 = a.pop()" in source
+    for n in (5, 8):
+        assert rendered(list(range(n))) == effects(list(range(n)))
+
+
 def test_unrenderable_code_falls_back_to_commented_disassembly(dump_dir):
     source = dump.PseudoSource(looping.__code__).render()
     ast.parse(source)  # still a valid .py file: every line is a comment

@@ -61,6 +61,37 @@ class CloneValue(Value):
         self.ctx = ctx
 
 
+class GradModeExit:
+    """The `__exit__` a resume function receives for a grad-mode with-block left open by a graph break:
+    it restores the grad mode in force before the block (NOTE [Breaks inside with-blocks])."""
+
+    def __init__(self, prev: bool) -> None:
+        self.prev = prev
+
+    def __call__(self, *exc_info: Any) -> None:
+        torch._C._set_grad_enabled(self.prev)
+
+    def __repr__(self) -> str:
+        return f"GradModeExit(prev={self.prev})"
+
+
+def call_with_exits(exits: tuple, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a call left in plain Python inside open with-blocks: on an exception, exit the blocks
+    (innermost first) as CPython's exception table would, then re-raise."""
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as e:
+        for exit_fn in reversed(exits):
+            exit_fn(type(e), e, e.__traceback__)
+        raise
+
+
+def exit_value_from_object(out, obj: GradModeExit, source: Source) -> "ExitValue":
+    out.guard_type(source, GradModeExit)
+    out.guard_constant(AttrSource(source, "prev"), obj.prev)
+    return ExitValue(CtxValue("grad", not obj.prev, grad_mode.set_grad_enabled), obj.prev)
+
+
 def is_ctx_class(cls: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, GRAD_CLASSES + AUTOCAST_CLASSES)
 

@@ -23,7 +23,7 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import Codegen, FunctionShape, Reconstructor, make_function
 from .graph import OutputGraph
-from .graph_break import BreakCodegen, break_site, live_tensors
+from .graph_break import BreakCodegen, break_site, live_tensors, restore_grad_mode
 from .resume import make_resume_code
 from .translator import LazyArg, RealCell, Translator
 from .values import DictValue, NewObjectValue, SequenceValue, TensorValue, Value
@@ -134,6 +134,20 @@ def _global_guards(output: OutputGraph) -> None:
     get_dtype = output.name_of(torch.get_default_dtype, "get_default_dtype")
     output.add_guard("DEFAULT_DTYPE", f"{get_dtype}() is {output.name_of(dtype, 'default_dtype')}", None,
                      expected=str(dtype), actual=f"{get_dtype}()", cost=COST_ID)
+    # autocast entered by the caller changes op dtypes: trace under it and pin it
+    is_autocast = output.name_of(torch.is_autocast_enabled, "is_autocast_enabled")
+    for device_type in ("cpu", "cuda"):
+        enabled = torch.is_autocast_enabled(device_type)
+        output.add_guard("AUTOCAST", f"{is_autocast}({device_type!r}) is {enabled}", None,
+                         expected=f"autocast({device_type}) {'on' if enabled else 'off'}",
+                         actual=f"{is_autocast}({device_type!r})", cost=COST_ID)
+        if enabled:
+            autocast_dtype = torch.get_autocast_dtype(device_type)
+            get_autocast = output.name_of(torch.get_autocast_dtype, "get_autocast_dtype")
+            output.add_guard("AUTOCAST", f"{get_autocast}({device_type!r}) is {output.name_of(autocast_dtype)}",
+                             None, expected=str(autocast_dtype), cost=COST_ID)
+            output.autocast_stack.append((device_type, autocast_dtype, True))
+    output.ambient_autocast = len(output.autocast_stack)
 
 
 def _guard_function(fn: types.FunctionType, shape: FunctionShape, output: OutputGraph) -> GuardFunction:
@@ -169,6 +183,7 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
     rebuild = Reconstructor(cg, output_index, "___graph_out")
     output.side_effects.emit(rebuild)
+    restore_grad_mode(cg, output)
     rebuild.emit(ret)
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)

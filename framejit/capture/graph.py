@@ -54,7 +54,9 @@ class OutputGraph:
         self.names = NameTable("___c")
         self.tx_stack: list = []  # active translators, innermost last (for provenance)
         self.grad_enabled = torch.is_grad_enabled()
-        self.autocast_stack: list[tuple[str, torch.dtype, bool]] = []  # entered inside the frame
+        self.entry_grad_enabled = self.grad_enabled
+        self.autocast_stack: list[tuple[str, torch.dtype, bool]] = []  # in force while tracing
+        self.ambient_autocast = 0  # how many of them the caller entered (they are guarded, not recorded)
         self.op_count = 0
         self.steps = 0  # instructions traced, across inlined frames
         self.side_effects = SideEffects()
@@ -261,7 +263,10 @@ class OutputGraph:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"op result of type {type(result).__name__}")
 
     def output(self, values: list[TensorValue]) -> None:
+        """Finish the graph: it returns `values` and ends in the grad mode it started with."""
         self.alias_guard()
+        if self.grad_enabled != self.entry_grad_enabled:
+            self.record_effect(torch._C._set_grad_enabled, (self.entry_grad_enabled,))
         self.graph.output(tuple(v.node for v in values))
         if not self._needs_grad_mode_nodes():
             for node in [n for n in self.graph.nodes if n.target is torch._C._set_grad_enabled]:

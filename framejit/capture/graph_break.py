@@ -29,12 +29,12 @@ import torch
 from bytecode import Instr, Label
 
 from .breaks import BreakKind, Unsupported, UserException
-from .context import ExitValue
+from .context import ExitValue, GradModeExit, call_with_exits
 from .codegen import Codegen, FunctionShape, Reconstructor, make_function
 from .normalize import Inst, normalize
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
-from .values import (NULL, BoundMethodValue, CellValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
+from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
                      SequenceValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue, Value)
 
 _CONDITIONAL = {"POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"}
@@ -61,8 +61,9 @@ def break_site(code: types.CodeType, exc: Unsupported) -> BreakSite | None:
     """Where the frame can break for `exc`, or None when it must run eagerly as a whole."""
     if exc.root_index is None or code.co_cellvars or code.co_flags & inspect.CO_GENERATOR:
         return None
-    inst = normalize(code).insts[exc.root_index]
-    if inst.handler is not None:
+    insts = normalize(code).insts
+    inst = insts[exc.root_index]
+    if inst.handler is not None and not (inst.name in ("CALL", "CALL_FUNCTION_EX") and _only_with_blocks(insts, inst)):
         return None
     if inst.name == "CALL":
         return BreakSite(inst, inst.arg + 2)
@@ -73,6 +74,22 @@ def break_site(code: types.CodeType, exc: Unsupported) -> BreakSite | None:
     if inst.name in _SIMPLE:
         return BreakSite(inst, _SIMPLE[inst.name](inst.arg)[0])
     return None
+
+
+def _only_with_blocks(insts: list[Inst], inst: Inst) -> bool:
+    """The exception regions around `inst` are all with-blocks (no try/except or finally), judged from
+    the handlers' shapes: a with-block's handler is PUSH_EXC_INFO; WITH_EXCEPT_START, and its own
+    cleanup handler is COPY 3; POP_EXCEPT; RERAISE, whose handler is the next enclosing region."""
+    handler = inst.handler
+    while handler is not None:
+        block = insts[handler:handler + 2]
+        if [i.name for i in block] != ["PUSH_EXC_INFO", "WITH_EXCEPT_START"]:
+            return False
+        cleanup = block[1].handler
+        if cleanup is None or [i.name for i in insts[cleanup:cleanup + 3]] != ["COPY", "POP_EXCEPT", "RERAISE"]:
+            return False
+        handler = insts[cleanup].handler
+    return True
 
 
 def live_tensors(values: list[Any]) -> list[TensorValue]:
@@ -120,8 +137,13 @@ class BreakCodegen:
         self.top = self.stack[len(self.stack) - site.consumed:]
         # the stack arguments of a resume function are dead after its prologue
         self.local_names = [n for n in tx.locals if not n.startswith(STACK_PREFIX)]
-        if any(isinstance(v, (CellValue, ExitValue)) for v in self.stack):
-            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a with-block or cell is live at the break")
+        if any(isinstance(v, CellValue) for v in self.stack):
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a cell is live at the break")
+        # NOTE [Breaks inside with-blocks]: each open grad-mode block's __exit__ on the stack is rebuilt as
+        # a GradModeExit(prev) object, passed to the resume function in its stack slot, where the
+        # resumed code's own with-exit calls it; the call at the break is wrapped so that an exception
+        # also exits the blocks.
+        self.exits = tuple(GradModeExit(v.saved) for v in self.stack if isinstance(v, ExitValue))
 
     def values(self) -> list[Any]:
         live = self.stack + [v for v in self.tx.locals.values() if not isinstance(v, LazyArg)]
@@ -137,6 +159,7 @@ class BreakCodegen:
             cg.call(len(inputs))
             cg.store_fast("___graph_out")
         self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
+        restore_grad_mode(cg, self.tx.output)
         inst = self.site.inst
         if inst.name == "CALL":
             self._emit_call(rebuild)
@@ -157,39 +180,47 @@ class BreakCodegen:
         return cg
 
     def _emit_call(self, rebuild: Reconstructor) -> None:
+        """CALL at the break. The callee goes through its frame hook where it has one; inside open
+        with-blocks the call is wrapped by `call_with_exits` so an exception still exits them."""
         first, second, *args = self.top
-        cg = self.cg
-        callee = second if first is NULL else first
+        callee, leading = (second, []) if first is NULL else (first, [second])
         hooked = self._hooked(callee)
-        if hooked is not None and first is NULL:
-            hook, self_value = hooked
-            if self_value is None:
-                cg.push_null()  # [NULL, hook, args...]
-                cg.load_const(hook)
-            else:
-                cg.load_const(hook)  # [hook, self, args...]: CALL passes self as the first argument
-                rebuild.emit(self_value)
-        else:
-            for value in (first, second):
-                cg.push_null() if value is NULL else rebuild.emit(value)
-        for arg in args:
-            rebuild.emit(arg)
-        kw_names = self.tx.kw_names
-        cg.call(len(args), kw_names)
+        if hooked is not None:
+            callee, self_value = hooked
+            leading = ([] if self_value is None else [self_value]) + leading
+        cg = self.cg
+        cg.push_null()
+        if self.exits:
+            cg.load_const(call_with_exits)
+            cg.load_const(self.exits)
+        cg.load_const(callee) if hooked is not None else rebuild.emit(callee)
+        for value in leading + args:
+            rebuild.emit(value)
+        cg.call(len(leading) + len(args) + (2 if self.exits else 0), self.tx.kw_names)
 
     def _emit_call_ex(self, rebuild: Reconstructor) -> None:
-        """f(*args, **kwargs) at the break: the callee goes through the frame hook like in _emit_call."""
-        null, callee, args, *kwargs = self.top
-        cg = self.cg
+        """f(*args, **kwargs) at the break, hooked and wrapped like `_emit_call`."""
+        _null, callee, args, *kwargs = self.top
         hooked = self._hooked(callee)
+        cg = self.cg
         cg.push_null()
-        if hooked is not None and isinstance(args, SequenceValue):
-            hook, self_value = hooked
-            cg.load_const(hook)
-            rebuild.emit(TupleValue(([self_value] if self_value is not None else []) + list(args.items)))
-        else:
+        if hooked is None and not self.exits:
             rebuild.emit(callee)
             rebuild.emit(args)
+        else:
+            if not isinstance(args, SequenceValue):
+                raise Unsupported(BreakKind.UNSUPPORTED_CALL, "*args of unknown length at a break")
+            prefix: list[Value] = []
+            target = callee
+            if hooked is not None:
+                target, self_value = hooked
+                prefix = [] if self_value is None else [self_value]
+            if self.exits:
+                cg.load_const(call_with_exits)
+                prefix = [ConstantValue(self.exits), _Constant(target)] + prefix
+            else:
+                cg.load_const(target)
+            rebuild.emit(TupleValue(prefix + list(args.items)))
         for value in kwargs:
             rebuild.emit(value)
         cg.emit("CALL_FUNCTION_EX", 1 if kwargs else 0)
@@ -246,6 +277,30 @@ class BreakCodegen:
                 rebuild.emit(value)
         cg.call(sum(kind != "null" for kind in layout) + len(self.local_names))
         cg.return_value()
+
+
+class _Constant(Value):
+    """A Python object to be loaded as a constant (the hooked callee inside a rebuilt args tuple)."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.obj
+
+
+def restore_grad_mode(cg: Codegen, output) -> None:
+    """After the graph, set the grad mode the traced code had reached (the graph itself ends in the
+    mode it started with, so it does not depend on a backend keeping grad-mode nodes)."""
+    if output.grad_enabled != output.entry_grad_enabled:
+        cg.push_null()
+        cg.load_const(torch._C._set_grad_enabled)
+        cg.load_const(output.grad_enabled)
+        cg.call(1)
+        cg.emit("POP_TOP")
 
 
 def _plain(fn: UserFunctionValue) -> bool:
