@@ -61,6 +61,8 @@ def break_site(code: types.CodeType, exc: Unsupported) -> BreakSite | None:
     """Where the frame can break for `exc`, or None when it must run eagerly as a whole."""
     if exc.root_index is None or code.co_cellvars or code.co_flags & inspect.CO_GENERATOR:
         return None
+    if not all(name.isidentifier() for name in code.co_varnames):
+        return None  # e.g. pytest's assertion rewriting adds locals such as `@py_assert0`
     insts = normalize(code).insts
     inst = insts[exc.root_index]
     if inst.handler is not None and not (inst.name in ("CALL", "CALL_FUNCTION_EX") and _only_with_blocks(insts, inst)):

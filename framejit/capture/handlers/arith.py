@@ -93,9 +93,7 @@ def _store_item(tx, obj, key, value):
         tx.output.side_effects.mutate_container(obj)
         obj.items[key.as_constant()] = value
         return
-    if isinstance(obj, TensorValue):
-        if obj.source is not None:
-            raise Unsupported(BreakKind.SIDE_EFFECT, f"item assignment into the input {obj.source.describe()}")
+    if isinstance(obj, TensorValue):  # in-place, like any tensor op (NOTE [Input mutation] in graph.py)
         tx.output.call("call_function", operator.setitem, (obj, key, value), {})
         return
     raise Unsupported(BreakKind.SIDE_EFFECT, f"item assignment into {obj.describe()}")
