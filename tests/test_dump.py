@@ -138,8 +138,8 @@ def test_disabled_without_dump_dir(tmp_path, monkeypatch):
 def test_io_error_is_logged_never_raised(tmp_path, monkeypatch, fallback_logs, caplog):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    monkeypatch.setattr(config, "dump_dir", str(blocker))
     hook, entry = _compiled_entry(f, *_args(0), 3)
+    monkeypatch.setattr(config, "dump_dir", str(blocker))  # after compiling: the hook itself dumps too
     with caplog.at_level(logging.INFO, logger="framejit"):
         assert _dump(hook, entry) is None
     records = [r for r in caplog.records if r.name == "framejit.eager_fallback"]
@@ -247,3 +247,30 @@ def test_render_params_covers_every_parameter_kind():
     assert dump.render_params(sig.__code__) == "a, b, /, c, *args, d, e, **kw"
     assert dump.render_params(plain.__code__) == ""
     assert dump.render_params(star_only.__code__) == "*, k"
+
+
+def test_dump_written_for_every_frame_of_a_breaking_function(tmp_path, monkeypatch):
+    """End to end: FRAMEJIT_DUMP writes the frame and its resume function, deterministically named."""
+    import torch
+
+    import framejit
+    from framejit import config
+
+    monkeypatch.setattr(config, "dump_dir", str(tmp_path))
+
+    def breaking(x, k):
+        y = x * k
+        print("break here")
+        return y + 1
+
+    compiled = framejit.compile(breaking)
+    compiled(torch.randn(4), 1)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert any(n.endswith("_locals_breaking_" + n.rsplit("_", 1)[-1]) for n in names), names
+    assert any("resume_at" in n for n in names), names
+    for directory in tmp_path.iterdir():
+        entry = directory / "entry_0"
+        assert (entry / "guards.py").exists() and (entry / "transformed.py").exists()
+    graph_files = list(tmp_path.glob("*/entry_0/graph_0.py"))
+    assert len(graph_files) == 2
+    assert any("eager" in p.read_text() for p in tmp_path.glob("*/entry_0/backend_0.txt"))

@@ -39,6 +39,7 @@ class Entry:
     graphs: list[torch.fx.GraphModule]
     graph_break: GraphBreak | None = None
     user_error: BaseException | None = None
+    backend_outputs: list[str] = dataclasses.field(default_factory=list)  # what the backend made, as text
 
     @property
     def check(self) -> Callable:
@@ -188,7 +189,7 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     _log_bytecode(fn, transformed)
-    return Entry(_guard_function(fn, shape, output), transformed, graphs)
+    return Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs)
 
 
 def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
@@ -218,7 +219,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     except (Unsupported, UserException):
         return None
     _log_bytecode(fn, transformed)
-    return Entry(_guard_function(fn, shape, output), transformed, graphs, graph_break=exc.graph_break)
+    return Entry(_guard_function(fn, shape, output), transformed, graphs, graph_break=exc.graph_break,
+                 backend_outputs=output.backend_outputs)
 
 
 class _BoundHooks:
@@ -257,7 +259,26 @@ def _backend_compile(gm: torch.fx.GraphModule, output: OutputGraph, request: Com
         compiled = gm.forward
     if not callable(compiled):
         raise TypeError(f"the backend returned {type(compiled).__name__}, not a callable")
+    output.backend_outputs.append(describe_backend_output(gm, compiled))
+    if logs.enabled("output_code"):
+        logs.log("output_code", "%s", output.backend_outputs[-1])
     return compiled
+
+
+def describe_backend_output(gm: torch.fx.GraphModule, compiled: Callable) -> str:
+    """A readable account of what the backend made of `gm` (for dumps and the output_code log)."""
+    if getattr(compiled, "__self__", None) is gm:
+        return f"eager: the graph runs as its Python code\n{gm.code}"
+    source = getattr(compiled, "source", None)
+    if isinstance(source, str):
+        return f"{type(compiled).__name__} ({getattr(compiled, 'source_path', '')}):\n{source}"
+    summary = getattr(compiled, "summary", None)
+    if callable(summary):
+        try:
+            return f"{type(compiled).__name__}: {summary()}"
+        except Exception:  # a description must never fail compilation
+            pass
+    return f"{type(compiled).__module__}.{type(compiled).__qualname__}"
 
 
 def _log_break(fn: types.FunctionType, graph_break: GraphBreak) -> None:

@@ -61,6 +61,7 @@ class OutputGraph:
         self.steps = 0  # instructions traced, across inlined frames
         self.side_effects = SideEffects()
         self.mutated_inputs = False
+        self.backend_outputs: list[str] = []
 
     def location(self) -> str:
         """The user's current `file:line: source`, innermost inlined frame first."""

@@ -55,12 +55,20 @@ class FrameHook:
         if self.entries:
             self._log_recompile(args, kwargs)
         entry = convert_frame(self.fn, args, kwargs, self.request)
+        if config.dump_dir:
+            self._dump(entry)
         self.entries.insert(0, entry)
         return entry.fn(*args, **kwargs)
 
     def reset(self) -> None:
         self.entries.clear()
         self.limit_logged = False
+
+    def _dump(self, entry: Entry) -> None:
+        from ..dump import dump_entry
+        code = self.fn.__code__
+        dump_entry(code.co_qualname, code.co_filename, code.co_firstlineno, len(self.entries), entry.guard.source,
+                   entry.fn.__code__, entry.graphs, entry.backend_outputs, code)
 
     def _name(self) -> str:
         code = self.fn.__code__
