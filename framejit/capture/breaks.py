@@ -139,6 +139,7 @@ class UserException(Exception):
         super().__init__(repr(exc))
         self.exc = exc
         self.user_stack = user_stack
+        self.root_index: int | None = None  # the outermost frame's instruction that raised
 
 
 def unsupported(kind: BreakKind, explanation: str) -> Unsupported:

@@ -23,6 +23,7 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import Codegen, FunctionShape, Reconstructor, make_function
 from .graph import OutputGraph
+from .normalize import normalize
 from .graph_break import BreakCodegen, break_site, live_tensors, restore_grad_mode
 from .resume import make_resume_code
 from .translator import LazyArg, RealCell, Translator
@@ -80,16 +81,24 @@ class Hooks:
         from .hook import module_call
         return self._hook(("function", module_call), module_call)
 
-    def resume(self, code: types.CodeType, index: int, layout: tuple[str, ...], names: tuple[str, ...], fn):
-        key = ("resume", code, index, layout, names)
+    def resume(self, code: types.CodeType, index: int, layout: tuple[str, ...], names: tuple[str, ...], fn,
+               hooked: bool = True):
+        """The resume function for (code, index, stack layout, live locals): a FrameHook, or with
+        `hooked=False` the plain function (NOTE [Breaks inside try blocks])."""
+        key = ("resume" if hooked else "tail", code, index, layout, names)
         if key not in self.by_key:
             resume_code = make_resume_code(code, index, layout, names)
             resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
-            self._hook(key, resume_fn)
+            if hooked:
+                self._hook(key, resume_fn)
+            else:
+                self.by_key[key] = resume_fn
         return self.by_key[key]
 
     def all(self) -> list:
-        return list(self.by_key.values())
+        from .hook import FrameHook
+        return [h for h in self.by_key.values() if isinstance(h, FrameHook)]
+
 
 
 def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: CompileRequest) -> Entry:
@@ -111,7 +120,10 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
             fn, shape, output, graph_break=e.graph_break)
         _log_break(fn, e.graph_break)
     except UserException as e:
-        entry = _eager_entry(fn, shape, output, user_error=e.exc)
+        # an exception raised inside a try block may be caught there: break before the instruction and
+        # let plain Python raise it where the frame's exception table sees it
+        entry = (_break_entry(fn, shape, args, kwargs, request, e) if _in_try_block(fn, e) else None) or \
+            _eager_entry(fn, shape, output, user_error=e.exc)
         logs.log("eager_fallback", "%s runs eagerly: the traced code raised %s: %s", code.co_qualname,
                  type(e.exc).__name__, e.exc)
     STATS["compile_time_s"] += time.perf_counter() - start
@@ -193,7 +205,7 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
 
 
 def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
-                 exc: Unsupported) -> Entry | None:
+                 exc: Unsupported | UserException) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
     site = break_site(fn.__code__, exc)
     if site is None:
@@ -219,8 +231,12 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     except (Unsupported, UserException):
         return None
     _log_bytecode(fn, transformed)
-    return Entry(_guard_function(fn, shape, output), transformed, graphs, graph_break=exc.graph_break,
-                 backend_outputs=output.backend_outputs)
+    return Entry(_guard_function(fn, shape, output), transformed, graphs,
+                 graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs)
+
+
+def _in_try_block(fn: types.FunctionType, exc: UserException) -> bool:
+    return exc.root_index is not None and normalize(fn.__code__).insts[exc.root_index].handler is not None
 
 
 class _BoundHooks:
@@ -236,8 +252,8 @@ class _BoundHooks:
     def module_call(self):
         return self.hooks.module_call()
 
-    def resume(self, code, index, layout, names):
-        return self.hooks.resume(code, index, layout, names, self.fn)
+    def resume(self, code, index, layout, names, hooked=True):
+        return self.hooks.resume(code, index, layout, names, self.fn, hooked)
 
 
 def _backend_compile(gm: torch.fx.GraphModule, output: OutputGraph, request: CompileRequest) -> Callable:

@@ -55,9 +55,10 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
 class BreakSite:
     inst: Inst
     consumed: int
+    tail: bool = False  # inside try/except or finally: the rest of the frame runs as plain Python
 
 
-def break_site(code: types.CodeType, exc: Unsupported) -> BreakSite | None:
+def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakSite | None:
     """Where the frame can break for `exc`, or None when it must run eagerly as a whole."""
     if exc.root_index is None or code.co_cellvars or code.co_flags & inspect.CO_GENERATOR:
         return None
@@ -66,7 +67,10 @@ def break_site(code: types.CodeType, exc: Unsupported) -> BreakSite | None:
     insts = normalize(code).insts
     inst = insts[exc.root_index]
     if inst.handler is not None and not (inst.name in ("CALL", "CALL_FUNCTION_EX") and _only_with_blocks(insts, inst)):
-        return None
+        # NOTE [Breaks inside try blocks]: the instruction must run where the frame's own exception table
+        # covers it, so the rest of the frame, from the instruction on, runs as plain Python (a resume
+        # function that is not hooked); the graph captured before the break is kept.
+        return BreakSite(inst, 0, tail=True)
     if inst.name == "CALL":
         return BreakSite(inst, inst.arg + 2)
     if inst.name == "CALL_FUNCTION_EX":
@@ -163,7 +167,9 @@ class BreakCodegen:
         self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
         restore_grad_mode(cg, self.tx.output)
         inst = self.site.inst
-        if inst.name == "CALL":
+        if self.site.tail:
+            self._resume(rebuild, inst.index, produced=0, hooked=False)
+        elif inst.name == "CALL":
             self._emit_call(rebuild)
             self._resume(rebuild, inst.index + 1, produced=1)
         elif inst.name == "CALL_FUNCTION_EX":
@@ -254,14 +260,14 @@ class BreakCodegen:
         cg.insts.append(taken)
         self._resume(rebuild, inst.arg, produced=1 if inst.name in _OR_POP else 0)
 
-    def _resume(self, rebuild: Reconstructor, index: int, produced: int) -> None:
+    def _resume(self, rebuild: Reconstructor, index: int, produced: int, hooked: bool = True) -> None:
         cg = self.cg
         temps = [f"___result{i}" for i in range(produced)]
         for name in reversed(temps):
             cg.store_fast(name)
         layout = tuple(_slot_kind(v) for v in self.below) + ("value",) * produced
         code, target = origin(self.fn.__code__, index)
-        hook = self.hooks.resume(code, target, layout, tuple(self.local_names))
+        hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked)
         cg.push_null()
         cg.load_const(hook)
         for value in self.below:

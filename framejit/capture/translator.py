@@ -99,7 +99,7 @@ class Translator:
                 self.step(inst)
         except (Unsupported, UserException) as e:
             _attach_stack(e, self.user_stack())
-            if isinstance(e, Unsupported) and self.parent is None and e.root_index is None:
+            if self.parent is None and getattr(e, "root_index", None) is None:
                 e.root_index = self.current.index if self.current is not None else None
             raise
         finally:
