@@ -70,7 +70,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     fj = lambda f: framejit.compile(f, backend="eager")  # noqa: E731
     tc = lambda f: torch.compile(f, backend="eager")  # noqa: E731
-    fj(tiny())  # warm-up of each compiler's machinery (imports), outside the measurements
+    # warm-up of each compiler's machinery (imports: both load parts of torch._dynamo, framejit for fake
+    # tensors), outside the measurements
+    fj(tiny())(torch.randn(4), torch.randn(4))
     tc(tiny())(torch.randn(4), torch.randn(4))
 
     x, y = torch.randn(4), torch.randn(4)

@@ -28,7 +28,6 @@ from . import config
 from .backends import registry
 from .capture.breaks import FramejitError, GraphBreak, Unsupported
 from .capture.convert import STATS, CompileRequest
-from .capture.graph import warm_up
 from .capture.hook import FrameHook, module_call, reset_all
 from .capture.translator import DISABLED
 
@@ -39,7 +38,6 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "eager",
             dynamic: bool | None = None, options: dict | None = None, mode: str | None = None):
     """Compile a function, bound method or nn.Module; usable directly or as a decorator."""
     request = _make_request(backend, fullgraph, dynamic, options, mode)
-    warm_up()
     if model is None:
         return lambda m: _compile_one(m, request)
     return _compile_one(model, request)
@@ -61,10 +59,18 @@ def _make_request(backend, fullgraph, dynamic, options, mode) -> CompileRequest:
         bad = [k for k in options if not isinstance(k, str)]
         if bad:
             raise TypeError(f"framejit.compile(options=...) keys must be str, got {bad!r}")
-    backend_fn, _version_key = registry.resolve(backend)
+    backend_fn, version_key = registry.resolve(backend)
     if options and isinstance(backend, str) and backend == "eager":
         raise ValueError(f"backend 'eager' accepts no options; got {sorted(options)}")
-    return CompileRequest(backend_fn, options or None, fullgraph)
+    return CompileRequest(backend_fn, options or None, fullgraph, version_key=version_key,
+                          artifacts=_artifacts(backend))
+
+
+def _artifacts(backend) -> tuple | None:
+    try:
+        return registry.artifact_functions(backend)
+    except ImportError:
+        return None
 
 
 def _compile_one(model: Any, request: CompileRequest):

@@ -18,10 +18,11 @@ from typing import Any, Callable
 
 import torch
 
-from .. import logs
+from .. import config, logs
 from ..guards import COST_ID, GuardFunction, compile_guards
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import Codegen, FunctionShape, Reconstructor, make_function
+from . import frame_cache
 from .graph import OutputGraph
 from .normalize import normalize
 from .graph_break import BreakCodegen, break_site, live_tensors, restore_grad_mode
@@ -30,7 +31,7 @@ from .translator import LazyArg, RealCell, Translator
 from .values import DictValue, NewObjectValue, SequenceValue, TensorValue, Value
 
 STATS: dict[str, float] = {"frames_traced": 0, "frames_compiled": 0, "graphs": 0, "backend_compiles": 0,
-                           "eager_entries": 0, "compile_time_s": 0.0}
+                           "eager_entries": 0, "frames_loaded": 0, "compile_time_s": 0.0}
 
 
 @dataclasses.dataclass
@@ -41,6 +42,7 @@ class Entry:
     graph_break: GraphBreak | None = None
     user_error: BaseException | None = None
     backend_outputs: list[str] = dataclasses.field(default_factory=list)  # what the backend made, as text
+    persisted: Any = None  # frame_cache.Persisted when the entry can be saved for other processes
 
     @property
     def check(self) -> Callable:
@@ -53,6 +55,8 @@ class CompileRequest:
     options: dict | None
     fullgraph: bool
     hooks: "Hooks" = dataclasses.field(default=None, repr=False)
+    version_key: str = ""  # the backend's cache version key
+    artifacts: tuple | None = None  # the backend's (save, load) for the frame cache; None: not persistable
 
     def __post_init__(self) -> None:
         if self.hooks is None:
@@ -182,6 +186,7 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
     graphs = []
     cg = Codegen()
     output_index: dict[int, int] = {}
+    gm = compiled = None
     if outputs or output.op_count:
         output.output(outputs)
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
@@ -201,7 +206,13 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     _log_bytecode(fn, transformed)
-    return Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs)
+    entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs)
+    if request.artifacts is not None and config.cache_enabled:
+        try:
+            entry.persisted = frame_cache.persist(fn, output, ret, gm, compiled, output_index, request)
+        except frame_cache.NotPersistable as e:
+            logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
+    return entry
 
 
 def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,

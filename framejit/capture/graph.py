@@ -62,6 +62,7 @@ class OutputGraph:
         self.side_effects = SideEffects()
         self.mutated_inputs = False
         self.backend_outputs: list[str] = []
+        self.inlined: dict[Any, None] = {}  # real functions inlined while tracing (frame cache checks them)
 
     def location(self) -> str:
         """The user's current `file:line: source`, innermost inlined frame first."""
@@ -353,7 +354,7 @@ def _short(obj: Any) -> str:
 
 
 def warm_up() -> None:
-    """Import what fake tensors need (FakeTensorMode reads torch._dynamo.config, whose package import
-    takes ~2 s once per process). `framejit.compile()` calls this, as torch.compile imports its own
-    machinery when called, so that a function's first call measures capture, not imports."""
+    """Import what fake tensors need: FakeTensorMode reads torch._dynamo.config, whose package import
+    takes ~2 s once per process. The first trace pays it; a process whose frames all come from the frame
+    cache never does. Benchmarks call this before timing a first call."""
     FakeTensorMode()

@@ -17,7 +17,8 @@ import weakref
 from typing import Any
 
 from .. import config, logs
-from .convert import CompileRequest, Entry, convert_frame
+from . import frame_cache
+from .convert import STATS, CompileRequest, Entry, convert_frame
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
 
@@ -28,6 +29,7 @@ class FrameHook:
         self.request = request
         self.entries: list[Entry] = []
         self.limit_logged = False
+        self.loaded_owners: set = set()  # owners whose persisted entries were looked up (frame cache)
         _ALL_HOOKS.add(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -54,15 +56,41 @@ class FrameHook:
             return self.fn(*args, **kwargs)  # raises CPython's own TypeError for the bad call
         if self.entries:
             self._log_recompile(args, kwargs)
+        if self._load_persisted(args, kwargs):
+            return self(*args, **kwargs)
         entry = convert_frame(self.fn, args, kwargs, self.request)
         if config.dump_dir:
             self._dump(entry)
         self.entries.insert(0, entry)
+        if entry.persisted is not None:
+            frame_cache.save(self.fn, args, entry.persisted, self.request)
         return entry.fn(*args, **kwargs)
+
+    def _load_persisted(self, args: tuple, kwargs: dict) -> bool:
+        """Install the entries other processes persisted for this frame (once per frame and owner);
+        True when one of them accepts this call, so it runs with no tracing at all."""
+        if self.request.artifacts is None or not config.cache_enabled:
+            return False
+        owner = type(args[0]) if self.fn is module_call and args else None
+        if owner in self.loaded_owners:
+            return False
+        self.loaded_owners.add(owner)
+        loaded = []
+        for persisted in frame_cache.load(self.fn, args, kwargs, self.request):
+            try:
+                guard, fn, graphs = frame_cache.restore(self.fn, persisted, self.request, args, kwargs)
+            except Exception as e:  # a stale or unloadable entry is a miss, never an error
+                logs.log("cache", "persisted entry of %s not used: %s: %s", self._name(), type(e).__name__, e)
+                continue
+            loaded.append(Entry(guard, fn, graphs, persisted=persisted))
+        STATS["frames_loaded"] += len(loaded)
+        self.entries[:0] = loaded
+        return any(_accepts(e, args, kwargs) for e in loaded)
 
     def reset(self) -> None:
         self.entries.clear()
         self.limit_logged = False
+        self.loaded_owners.clear()
 
     def _dump(self, entry: Entry) -> None:
         from ..dump import dump_entry
@@ -97,6 +125,13 @@ class FrameHook:
 def module_call(module, /, *args, **kwargs):
     """The frame compiled for `compiled_module(...)` (and for module calls after a graph break)."""
     return module(*args, **kwargs)
+
+
+def _accepts(entry: Entry, args: tuple, kwargs: dict) -> bool:
+    try:
+        return bool(entry.guard.check(*args, **kwargs))
+    except Exception:
+        return False
 
 
 def _binds(fn: types.FunctionType, args: tuple, kwargs: dict) -> bool:

@@ -220,6 +220,8 @@ class Translator:
             fn = UserFunctionValue(SUBSTITUTES[f])
             f = fn.fn
         code = f.__code__
+        if fn.closure is None:
+            self.output.inlined[f] = None
         if code in DISABLED:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked framejit.disable")
         if self.depth + 1 > config.inline_depth_limit:

@@ -66,9 +66,11 @@ def save(compiled) -> bytes | None:
         if program is None:
             programs.append({"signature": encoded, "eager": True})
             continue
-        saved = _save_program(program, len(programs), blobs)
+        program_blobs: dict[str, bytes] = {}
+        saved = _save_program(program, len(programs), program_blobs)
         if saved is not None:
             programs.append({"signature": encoded, "eager": False, **saved})
+            blobs.update(program_blobs)
     if not programs:
         return None
     return pack(KIND, {"options": _options_to_json(compiled.opts), "programs": programs}, blobs)

@@ -1,0 +1,372 @@
+"""The frame cache: compiled frame entries persisted across processes (beyond Dynamo).
+
+A new process whose cache is warm runs the first call of a compiled function without tracing and without
+backend compilation: the hook finds the function's persisted entries, rebuilds each one's guard function
+and transformed function, and loads the backend's saved artifact.
+
+What is persisted for an entry (`save`), as plain data:
+- its guards (expressions) and, for each object the expressions name, a *locator* that finds the same
+  object in a new process: an importable `module.qualname`, a module's globals dict, a closure cell of
+  the frame's function, a dtype or device, or a plain value (NOTE [Locators]);
+- the graph (a pickled GraphModule) and the backend's artifact (`registry` save/load);
+- the plan of the transformed function: the graph inputs' sources and the return value's structure, from
+  which the same code generator rebuilds the function;
+- the code hashes of the function and of every function inlined while tracing: a source change of any
+  of them makes the entry a miss.
+
+An entry is persisted only when every part of it can be located soundly; otherwise it is kept in memory
+only, and the `cache` log says why. Entries of frames that broke, ran eagerly, or replay side effects
+are not persisted (a later issue may extend this).
+
+Storage: one store entry per (function, code hash, backend, options), holding the list of its persisted
+entries; writers take the store's lock for the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import importlib
+import pickle
+import sys
+import types
+from typing import Any
+
+import torch
+
+from .. import config, logs
+from ..guards import Guard, compile_guards
+from .codegen import Codegen, FunctionShape, Reconstructor, make_function, new_object
+from .sources import AttrSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource, Ref, Source
+from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
+                     Value)
+
+FORMAT = 1
+
+
+class NotPersistable(Exception):
+    """Some part of an entry cannot be found again in a new process."""
+
+
+# ---- code identity ---------------------------------------------------------------------------------
+def code_hash(code: types.CodeType) -> str:
+    """A hash of what a code object does (bytecode, constants, names), not of where it is."""
+    digest = hashlib.sha256()
+    _hash_code(code, digest)
+    return digest.hexdigest()
+
+
+def _hash_code(code: types.CodeType, digest) -> None:
+    for part in (code.co_code, repr(code.co_names), repr(code.co_varnames), repr(code.co_freevars),
+                 repr(code.co_cellvars), repr(code.co_flags), repr(code.co_argcount), repr(code.co_kwonlyargcount),
+                 code.co_qualname if hasattr(code, "co_qualname") else code.co_name):
+        digest.update(part if isinstance(part, bytes) else part.encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _hash_code(const, digest)
+        else:
+            digest.update(repr(const).encode())
+
+
+# ---- locators ----------------------------------------------------------------------------------------
+# NOTE [Locators]: an object named by a guard or by the transformed code is persisted as a small tuple
+# that finds it again: ("module", name), ("globals", module name), ("import", module, qualname),
+# ("cell", index of the frame function's closure), ("dtype", name), ("device", str), ("enum", module,
+# qualname, member) or ("value", picklable constant). Saving verifies that the locator finds the very
+# object; loading verifies the kind of what it finds.
+def locate(obj: Any, fn: types.FunctionType) -> tuple:
+    if isinstance(obj, types.ModuleType):
+        return ("module", obj.__name__)
+    if isinstance(obj, dict):
+        for name, module in list(sys.modules.items()):
+            if getattr(module, "__dict__", None) is obj:
+                return ("globals", name)
+        raise NotPersistable("a globals dict of no importable module")
+    if isinstance(obj, types.CellType):
+        for index, cell in enumerate(fn.__closure__ or ()):
+            if cell is obj:
+                return ("cell", index)
+        raise NotPersistable("a closure cell of an inlined function")
+    if isinstance(obj, torch.dtype):
+        return ("dtype", str(obj).split(".")[-1])
+    if isinstance(obj, torch.device):
+        return ("device", str(obj))
+    if isinstance(obj, enum.Enum):
+        return ("enum", type(obj).__module__, type(obj).__qualname__, obj.name)
+    if isinstance(obj, (bool, int, float, str, bytes, type(None), torch.Size)) or (
+            type(obj) is tuple and all(isinstance(o, (bool, int, float, str)) for o in obj)):
+        return ("value", obj)
+    return _import_locator(obj)
+
+
+def _import_locator(obj: Any) -> tuple:
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        raise NotPersistable(f"{type(obj).__name__} {qualname or obj!r} cannot be imported by name")
+    locator = ("import", module, qualname)
+    try:
+        found = resolve(locator, None)
+    except Exception:
+        found = None
+    if found is not obj:
+        raise NotPersistable(f"{module}.{qualname} does not import back to the same object")
+    return locator
+
+
+def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
+    kind = locator[0]
+    if kind == "module":
+        return importlib.import_module(locator[1])
+    if kind == "globals":
+        return importlib.import_module(locator[1]).__dict__
+    if kind == "cell":
+        return fn.__closure__[locator[1]]
+    if kind == "dtype":
+        return getattr(torch, locator[1])
+    if kind == "device":
+        return torch.device(locator[1])
+    if kind == "enum":
+        return getattr(_import(locator[1], locator[2]), locator[3])
+    if kind == "value":
+        return locator[1]
+    if kind == "import":
+        return _import(locator[1], locator[2])
+    raise NotPersistable(f"unknown locator {kind!r}")
+
+
+def _import(module: str, qualname: str) -> Any:
+    obj = importlib.import_module(module) if module != "__main__" else sys.modules["__main__"]
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# ---- sources and values -----------------------------------------------------------------------------
+def encode_source(source: Source, fn: types.FunctionType) -> tuple:
+    if isinstance(source, LocalSource):
+        return ("L", source.name)
+    if isinstance(source, GlobalSource):
+        return ("G", locate(source.globals_ref.obj, fn), source.name)
+    if isinstance(source, ClosureSource):
+        return ("C", locate(source.cell_ref.obj, fn), source.name)
+    if isinstance(source, AttrSource):
+        return ("A", encode_source(source.base, fn), source.attr)
+    if isinstance(source, ItemSource):
+        return ("I", encode_source(source.base, fn), source.key)
+    if isinstance(source, DictSlotSource):
+        return ("S", encode_source(source.base, fn), source.slot, source.key)
+    raise NotPersistable(f"source {type(source).__name__}")
+
+
+def decode_source(data: tuple, fn: types.FunctionType) -> Source:
+    tag = data[0]
+    if tag == "L":
+        return LocalSource(data[1])
+    if tag == "G":
+        return GlobalSource(Ref(resolve(data[1], fn), "G"), data[2])
+    if tag == "C":
+        return ClosureSource(Ref(resolve(data[1], fn), data[2]), data[2])
+    if tag == "A":
+        return AttrSource(decode_source(data[1], fn), data[2])
+    if tag == "I":
+        return ItemSource(decode_source(data[1], fn), data[2])
+    return DictSlotSource(decode_source(data[1], fn), data[2], data[3])
+
+
+def encode_value(value: Value, output_index: dict[int, int], fn: types.FunctionType) -> tuple:
+    if isinstance(value, TensorValue):
+        index = output_index.get(id(value.node))
+        return ("out", index) if index is not None else ("src", encode_source(value.source, fn))
+    if isinstance(value, (ListValue, DictValue)) and value.source is not None:
+        return ("src", encode_source(value.source, fn))
+    if value.source is not None:
+        return ("src", encode_source(value.source, fn))
+    if isinstance(value, ConstantValue):
+        return ("const", locate(value.value, fn))
+    if isinstance(value, SequenceValue):
+        return ("seq", locate(value.cls, fn), [encode_value(v, output_index, fn) for v in value.items])
+    if isinstance(value, DictValue):
+        return ("dict", locate(value.cls, fn), [(k, encode_value(v, output_index, fn)) for k, v in value.items.items()])
+    if isinstance(value, NewObjectValue):
+        return ("new", locate(value.cls, fn), [(k, encode_value(v, output_index, fn)) for k, v in value.attrs.items()])
+    raise NotPersistable(f"return value {value.describe()}")
+
+
+class _Output:
+    """Stands for graph output `index` when a return value is rebuilt (a node-like identity)."""
+
+    op = "call_function"
+
+
+def decode_value(data: tuple, outputs: dict[int, int], fn: types.FunctionType) -> Value:
+    tag = data[0]
+    if tag == "out":
+        node = _Output()
+        outputs[id(node)] = data[1]
+        return TensorValue(node, None)
+    if tag == "src":
+        return _Sourced(decode_source(data[1], fn))
+    if tag == "const":
+        return ConstantValue(resolve(data[1], fn))
+    if tag == "seq":
+        cls = resolve(data[1], fn)
+        items = [decode_value(d, outputs, fn) for d in data[2]]
+        return (ListValue if cls is list else TupleValue)(items, cls=cls)
+    items = {k: decode_value(d, outputs, fn) for k, d in data[2]}
+    if tag == "dict":
+        return DictValue(items, cls=resolve(data[1], fn))
+    return NewObjectValue(resolve(data[1], fn), items)
+
+
+class _Sourced(Value):
+    def __init__(self, source: Source) -> None:
+        self.source = source
+
+
+# ---- saving and loading -------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Persisted:
+    """One entry in persisted form (everything picklable)."""
+
+    guards: list[tuple]
+    namespace: dict[str, tuple]
+    callees: list[tuple[tuple, str]]
+    inputs: list[tuple]
+    ret: tuple
+    grad: tuple[bool, bool]
+    graph: bytes
+    artifact: bytes
+
+
+def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,
+            output_index: dict[int, int], request) -> Persisted:
+    """The persisted form of a just-compiled entry (raises NotPersistable when it has none)."""
+    if output.side_effects:
+        raise NotPersistable("the frame replays side effects")
+    if request.artifacts is None:
+        raise NotPersistable("the backend cannot save what it compiled (a user callable)")
+    artifact = request.artifacts[0](compiled) if gm is not None else b""
+    if artifact is None:
+        raise NotPersistable("the backend could not save this graph")
+    guards = [_guard_data(g) for g in output.guards]
+    namespace = {name: locate(obj, fn) for name, obj in output.names.namespace.items()}
+    callees = [(_import_locator(f), code_hash(f.__code__)) for f in output.inlined if f is not fn]
+    inputs = [encode_source(i.source, fn) for i in output.inputs]
+    ret_data = encode_value(ret, output_index, fn)
+    graph = pickle.dumps(gm) if gm is not None else b""
+    return Persisted(guards, namespace, callees, inputs, ret_data, (output.entry_grad_enabled, output.grad_enabled),
+                     graph, artifact)
+
+
+def _guard_data(g: Guard) -> tuple:
+    return (g.expr, g.kind, g.source, g.origin, g.expected, g.actual, g.cost, tuple(_guard_data(p) for p in g.parts))
+
+
+def _guard(data: tuple) -> Guard:
+    expr, kind, source, origin, expected, actual, cost, parts = data
+    return Guard(expr, kind, source, origin, expected, actual, cost, tuple(_guard(p) for p in parts))
+
+
+def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, kwargs: dict):
+    """Rebuild (guard function, transformed function, graphs) from a persisted entry, or raise."""
+    for locator, digest in persisted.callees:
+        if code_hash(resolve(locator, fn).__code__) != digest:
+            raise NotPersistable(f"{locator[1]}.{locator[2]} changed since it was cached")
+    namespace = {name: resolve(loc, fn) for name, loc in persisted.namespace.items()}
+    shape = FunctionShape.of(fn.__code__)
+    guard = compile_guards([_guard(g) for g in persisted.guards], shape.params_source(), namespace,
+                           fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
+    sources = [decode_source(s, fn) for s in persisted.inputs]
+    cg, graphs, outputs = Codegen(), [], {}
+    if persisted.graph:
+        gm = pickle.loads(persisted.graph)
+        graphs.append(gm)
+        example_inputs = _example_inputs(guard, sources, namespace, args, kwargs)
+        compiled = request.artifacts[1](persisted.artifact, gm, example_inputs)
+        cg.push_null()
+        cg.load_const(compiled)
+        for source in sources:
+            source.reload(cg)
+        cg.call(len(sources))
+        cg.store_fast("___graph_out")
+    ret = decode_value(persisted.ret, outputs, fn)
+    rebuild = Reconstructor(cg, outputs, "___graph_out")
+    entry_grad, final_grad = persisted.grad
+    if entry_grad != final_grad:
+        cg.push_null()
+        cg.load_const(torch._C._set_grad_enabled)
+        cg.load_const(final_grad)
+        cg.call(1)
+        cg.emit("POP_TOP")
+    rebuild.emit(ret)
+    cg.return_value()
+    transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
+    return guard, transformed, graphs
+
+
+def _example_inputs(guard, sources, namespace, args, kwargs) -> list:
+    frame_locals = guard.bind(*args, **kwargs)
+    from .sources import NameTable
+    names = NameTable()
+    names.by_id = {id(obj): name for name, obj in namespace.items()}
+    scope = dict(namespace)
+    return [eval(s.expr(names), scope, dict(frame_locals)) for s in sources]
+
+
+# ---- the store ---------------------------------------------------------------------------------------
+def store_key(fn: types.FunctionType, args: tuple, request) -> str | None:
+    from ..cache import cache_key
+    from .hook import module_call
+
+    if request.artifacts is None:
+        return None
+    owner = f"{fn.__module__}.{fn.__qualname__}"
+    if fn is module_call and args:
+        owner += f"[{type(args[0]).__module__}.{type(args[0]).__qualname__}]"
+    options = repr(sorted((request.options or {}).items()))
+    return cache_key(kind="frame", format=FORMAT, owner=owner, code=code_hash(fn.__code__),
+                     backend=request.version_key, options=options)
+
+
+def load(fn: types.FunctionType, args: tuple, kwargs: dict, request) -> list[Persisted]:
+    store = _store()
+    key = store_key(fn, args, request) if store is not None else None
+    if key is None:
+        return []
+    entry = store.get(key)
+    if entry is None:
+        return []
+    try:
+        return pickle.loads(entry.files["entries"])
+    except Exception as e:  # an unreadable entry is a miss, never an error
+        logs.log("cache", "frame cache entry for %s unreadable (%s); ignored", fn.__qualname__, e)
+        return []
+
+
+def save(fn: types.FunctionType, args: tuple, persisted: Persisted, request) -> None:
+    store = _store()
+    key = store_key(fn, args, request) if store is not None else None
+    if key is None:
+        return
+    with store.lock(key) as locked:
+        if not locked:
+            return
+        existing = store.get(key)
+        entries = pickle.loads(existing.files["entries"]) if existing is not None else []
+        entries = [e for e in entries if e.guards != persisted.guards] + [persisted]
+        ok = store.put(key, {"entries": pickle.dumps(entries)},
+                       {"backend": request.version_key, "function": fn.__qualname__,
+                        "location": f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}", "kind": "frame"})
+    logs.log("cache", "%s frame entry of %s (%d entries under this key)", "stored" if ok else "could not store",
+             fn.__qualname__, len(entries))
+
+
+def _store():
+    if not config.cache_enabled:
+        return None
+    from ..cache import default_store
+    return default_store()
+
+
+__all__ = ["NotPersistable", "Persisted", "code_hash", "load", "persist", "restore", "save", "new_object"]

@@ -1,0 +1,162 @@
+"""The frame cache across processes: a warm second process runs compiled frames with zero traces and zero
+backend compiles and returns identical results; source, global, dtype, shape, backend-option and version
+changes are misses; concurrent warmers leave a consistent cache; corrupt entries are rebuilt."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PROGRAM = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import framejit
+
+    if os.environ.get("FAKE_TORCH_VERSION"):  # stands for a torch upgrade between the two processes
+        torch.__version__ = os.environ["FAKE_TORCH_VERSION"]
+
+    SCALE = {scale}
+
+    def helper(x):
+        return x.cos() * SCALE
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return torch.relu(self.lin(x)) + helper(x)
+
+    def f(x, y):
+        return (x * y).sin() + helper(x){extra}
+
+    torch.manual_seed(0)
+    net = Net().to(getattr(torch, sys.argv[3]))
+    backend, options = sys.argv[1], json.loads(sys.argv[2])
+    compiled_net = framejit.compile(net, backend=backend, options=options or None)
+    compiled_f = framejit.compile(f, backend=backend, options=options or None)
+    x = torch.arange(8, dtype=getattr(torch, sys.argv[3])).reshape(2, 4) / 8 + {shift}
+    out = [compiled_net(x).tolist(), compiled_f(x, x).tolist()]
+    ref = [net(x).tolist(), f(x, x).tolist()]
+    stats = framejit.stats()
+    print(json.dumps({{"out": out, "ref": ref, "traced": stats["frames_traced"],
+                       "backend_compiles": stats["backend_compiles"], "loaded": stats["frames_loaded"]}}))
+''')
+
+
+def run(tmp_path, cache_dir, *, scale=2.0, extra="", dtype="float32", shift=0.0, backend="eager", options=None,
+        env=None, tag=""):
+    script = tmp_path / f"prog_{abs(hash((scale, extra, dtype, shift)))}{tag}.py"
+    script.write_text(PROGRAM.format(scale=scale, extra=extra, shift=shift))
+    full_env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1",
+                    FRAMEJIT_LOGS="cache")
+    full_env.update(env or {})
+    result = subprocess.run([sys.executable, str(script), backend, json.dumps(options or {}), dtype],
+                            capture_output=True, text=True, env=full_env, timeout=240)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    if backend == "eager":
+        assert data["out"] == data["ref"]  # bit-identical to eager, cold or warm
+    else:
+        import torch
+        for out, ref in zip(data["out"], data["ref"]):
+            torch.testing.assert_close(torch.tensor(out), torch.tensor(ref), rtol=1e-4, atol=1e-5)
+    data["log"] = result.stderr
+    return data
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    return tmp_path / "cache"
+
+
+def test_warm_process_does_not_trace_or_compile(tmp_path, cache_dir):
+    cold = run(tmp_path, cache_dir)
+    assert cold["traced"] == 2 and cold["backend_compiles"] == 2 and cold["loaded"] == 0
+    warm = run(tmp_path, cache_dir)
+    assert warm["traced"] == 0 and warm["backend_compiles"] == 0 and warm["loaded"] == 2
+    assert warm["out"] == cold["out"]
+
+
+@pytest.mark.parametrize("change", [
+    {"extra": " + 1"},            # the function's source changed
+    {"scale": 3.0},               # a global it reads changed (guarded value)
+    {"dtype": "float64"},         # input dtype
+    {"options": {"allow_spinning": False}, "backend": "onnxrt"},  # another backend / options
+])
+def test_changes_are_misses(tmp_path, cache_dir, change):
+    run(tmp_path, cache_dir)
+    changed = run(tmp_path, cache_dir, **change)
+    assert changed["traced"] >= 1
+
+
+def test_input_shape_change_traces_only_the_new_shape(tmp_path, cache_dir):
+    run(tmp_path, cache_dir)
+    program = PROGRAM.replace("reshape(2, 4)", "reshape(2, 4).repeat(2, 1)")
+    script = tmp_path / "shape.py"
+    script.write_text(program.format(scale=2.0, extra="", shift=0.0))
+    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1")
+    result = subprocess.run([sys.executable, str(script), "eager", "{}", "float32"], capture_output=True,
+                            text=True, env=env, timeout=240)
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert data["out"] == data["ref"] and data["traced"] == 2 and data["loaded"] == 2
+
+
+def test_callee_source_change_is_a_miss(tmp_path, cache_dir):
+    run(tmp_path, cache_dir)
+    program = PROGRAM.replace("return x.cos() * SCALE", "return x.cos() * SCALE - 1")
+    script = tmp_path / "callee.py"
+    script.write_text(program.format(scale=2.0, extra="", shift=0.0))
+    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1",
+               FRAMEJIT_LOGS="cache")
+    result = subprocess.run([sys.executable, str(script), "eager", "{}", "float32"], capture_output=True,
+                            text=True, env=env, timeout=240)
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert data["out"] == data["ref"] and data["traced"] == 2
+    assert "changed since it was cached" in result.stderr
+
+
+def test_torch_version_key_change_is_a_miss(tmp_path, cache_dir):
+    run(tmp_path, cache_dir)
+    # a different runtime (as a torch upgrade would give) changes every key
+    changed = run(tmp_path, cache_dir, env={"FAKE_TORCH_VERSION": "2.99.0+other"})
+    assert changed["traced"] == 2
+
+
+def test_disabled_cache_never_loads(tmp_path, cache_dir):
+    run(tmp_path, cache_dir)
+    off = run(tmp_path, cache_dir, env={"FRAMEJIT_CACHE": "0"})
+    assert off["traced"] == 2 and off["loaded"] == 0
+
+
+def test_corrupt_entries_are_rebuilt(tmp_path, cache_dir):
+    run(tmp_path, cache_dir)
+    entries = list(cache_dir.rglob("*.entry"))
+    assert entries
+    for path in entries:
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])  # truncated
+    rebuilt = run(tmp_path, cache_dir)
+    assert rebuilt["traced"] == 2
+    assert "rejected" in rebuilt["log"]
+    warm = run(tmp_path, cache_dir)
+    assert warm["traced"] == 0
+
+
+def test_eight_concurrent_warmers_leave_a_consistent_cache(tmp_path, cache_dir):
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda i: run(tmp_path, cache_dir, tag=f"_{i}"), range(8)))
+    assert all(r["out"] == results[0]["out"] for r in results)
+    verify = subprocess.run([sys.executable, "-m", "framejit", "cache", "verify"], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir)), timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    warm = run(tmp_path, cache_dir)
+    assert warm["traced"] == 0

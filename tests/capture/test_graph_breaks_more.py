@@ -1,0 +1,928 @@
+"""More graph-break differential tests (issue: graph breaks), beyond tests/capture/test_graph_breaks.py.
+
+Covered here: several breaks per function and breaks inside resume functions; breaks in nested for
+loops and in while loops with Python counters; breaks two and three inlined calls deep; methods and
+nn.Modules (a ModuleList loop with a break in a layer); lists, dicts, tuples, namedtuples and dataclass
+objects live on the stack and in locals at a break; comprehensions (3.11 nested functions, 3.12
+inlined); pending calls `f(a, g(b).item())`, keyword and `*args/**kwargs` calls; grad-mode with-blocks
+nested in loops; try/finally and try/except around breaks; side effects before and after a break
+(inputs, globals, module attributes, closures); in-place ops on inputs before a break; exceptions after
+a break (type and message); printed output; and backward gradients through compiled code with breaks.
+
+Every case runs eagerly and compiled (fullgraph=False) on at least two fresh input sets via
+tests/helpers.run_differential, which compares results, printed output, exception types and the state
+of the inputs afterwards.
+
+How graph counts arise (the reasoning behind each expected count):
+- A break compiles the graph traced so far *if it holds at least one tensor op*; an empty graph is not
+  compiled. The rest of the frame is a resume function entering through the frame hook, so it is
+  compiled (and counted) like any frame, once per guard-distinct set of live values.
+- A break inside an inlined call surfaces at the outermost frame's CALL: the ops traced inside the
+  callee are discarded, and the callee runs as its own frame through the hook (its own graphs).
+- Python scalars produced at a break (`.item()`) and Python ints in live locals are specialised and
+  guarded in the resume function, so a different value compiles a new resume graph. To keep counts
+  deterministic most cases use `(x - x).sum().item()`, which is +0.0 for any finite input.
+- A for loop's remaining items are passed to the resume function as a list: a shorter list fails the
+  guard, so each iteration of a loop that breaks on every iteration compiles its own resume graph
+  (one resume function, NOTE [Resume of a resume] in resume.py, several guarded entries).
+- Inside try/except or try/finally the rest of the frame runs as plain Python (not hooked): only the
+  graph before the break is compiled.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.utils._pytree as pytree
+
+import framejit
+from tests.helpers import CountingBackend, assert_same, call_capturing, clone_args, run_differential
+
+PY312 = sys.version_info >= (3, 12)
+
+
+def one(*shape, **kw):
+    return lambda seed: (torch.randn(*shape, **kw),)
+
+
+def signed(seed):
+    """Inputs whose sum is clearly positive for even seeds and clearly negative for odd ones."""
+    return (torch.randn(4) + (3.0 if seed % 2 == 0 else -3.0),)
+
+
+def signed_2d(seed):
+    return (torch.randn(2, 3) + (3.0 if seed % 2 == 0 else -3.0),)
+
+
+Point = collections.namedtuple("Point", ["x", "y"])
+
+
+@dataclasses.dataclass
+class Box:
+    t: torch.Tensor
+    n: int
+
+
+def noisy(x):
+    print("noisy", tuple(x.shape))
+    return x * 2
+
+
+def noisy_kw(x, scale, tag):
+    print("noisy_kw", tag, scale)
+    return x * scale
+
+
+def noisy_star(t, k, tag):
+    print("star", tag, k)
+    return t * k
+
+
+def gather(*ts, **opts):
+    print("gather", len(ts), sorted(opts))
+    return sum(ts) * opts["w"]
+
+
+def combine(a, s):
+    return a + s + 1
+
+
+def halve(x):
+    return x / 2
+
+
+def scale_by(t, s):
+    return t * s
+
+
+# ---- several breaks per function; breaks inside resume functions ------------------------------------
+def mb_three_prints(x):
+    y = x + 1
+    print("one")
+    y = y * 2
+    print("two", y.shape)
+    y = y - 3
+    print("three")
+    return y.sin()
+def mb_mixed(x):
+    a = x.cos()
+    print("a")
+    b = a * (a - a).sum().item()
+    print("b", b.shape)
+    return b + a
+def mb_item_then_branch(x):
+    z = (x - x).sum().item()
+    y = x * 2 + z
+    if y.sum() > 0:
+        return y + 1
+    return y - 1
+def mb_two_branches(x):
+    y = x * 2
+    if y.mean() > 0:
+        y = y + 1
+    else:
+        y = y - 1
+    if (y.abs() > 1000).any():
+        y = y * 0
+    return y.cos()
+def mb_tolist_then_print(x):
+    y = x.abs() + 1
+    n = len(y.tolist())
+    print("n", n)
+    return y * n
+
+
+# ---- loops --------------------------------------------------------------------------------------------
+def lp_nested_for(x):
+    for i in range(2):
+        for j in range(2):
+            x = x + (i * 2 + j)
+            print(i, j)
+    return x * 2
+def lp_while_counter(x):
+    i = 0
+    while i < 3:
+        x = x * 2 + i
+        print("step", i)
+        i += 1
+    return x
+def lp_while_two_parts(x):
+    i = 0
+    while i < 2:
+        x = x + 1
+        print("i", i)
+        x = x * 2
+        i += 1
+    return x
+def lp_for_tensor_list(xs):
+    acc = xs[0] * 0
+    for t in xs:
+        acc = acc + t.sin()
+        print("t")
+    return acc
+def lp_nested_python_break(x):
+    total = x * 0
+    for i in range(3):
+        for j in range(3):
+            if j > i:
+                break
+            total = total + x * (i + j)
+        print("row", i)
+    return total
+def lp_while_tensor_and_counter(x):
+    i = 0
+    while i < 5 and x.sum() > 0:
+        x = x - 1
+        i += 1
+    return x, i
+def lp_for_item_accumulate(x):
+    total = 0.0
+    for k in range(3):
+        total += (x * k).sum().item()
+        print("total", round(total, 3))
+    return x + total
+
+
+# ---- inlined functions two and three levels deep ---------------------------------------------------
+def lvl3(x):
+    y = x.sin()
+    print("lvl3")
+    return y + 3
+def lvl2(x):
+    return lvl3(x * 2) - 2
+def lvl1(x):
+    return lvl2(x + 1) * 5
+def il_two_deep(x):
+    return lvl2(x.cos()) + 1
+def il_three_deep(x):
+    return lvl1(x.cos()) + 1
+
+
+def two_prints(x):
+    a = x + 1
+    print("first")
+    b = a * 2
+    print("second")
+    return b - 1
+
+
+def il_callee_two_breaks(x):
+    return two_prints(x.sin()).cos()
+def il_same_callee_twice(x):
+    return noisy(x) + noisy(x * 3)
+
+
+class Scaler:
+    def __init__(self, k):
+        self.k = k
+
+    def apply(self, x):
+        y = x * self.k
+        print("scaler", self.k)
+        return y + 1
+
+
+SCALER = Scaler(3.0)
+
+
+def il_method(x):
+    return SCALER.apply(x.cos()) * 2
+
+
+# ---- live containers on the stack and in locals -------------------------------------------------------
+def lc_locals(x):
+    lst = [x * 2, x + 1]
+    d = {"a": x * 3, "n": 2}
+    t = (x - 1, "tag")
+    p = Point(x.sin(), x.cos())
+    print("live", len(lst), sorted(d), t[1], len(p))
+    return lst[0] + lst[1] + d["a"] * d["n"] + t[0] + p.y
+def lc_dataclass_local(x):
+    box = Box(x * 4, 5)
+    print("box", box.n)
+    return box.t * box.n
+def lc_return_containers(x):
+    print("building")
+    return {"l": [x * 2], "p": Point(x, x + 1), "t": (x * 3, 4)}
+def lc_stack_list(x):
+    return [x * 2, noisy(x), x + 1]
+def lc_stack_tuple(x):
+    return (x.sin(), noisy(x) * 2)
+def lc_stack_dict(x):
+    return {"a": x.sin(), "b": noisy(x)}
+def lc_stack_namedtuple(x):
+    return Point(x.sin(), noisy(x))
+def lc_stack_dataclass_kw(x):
+    return Box(t=noisy(x), n=3)
+def lc_dict_grows_across_break(x):
+    d = {}
+    d["a"] = x * 2
+    print("keys", list(d))
+    d["b"] = d["a"] + 1
+    return d
+
+
+# ---- comprehensions (3.11: nested functions; 3.12: inlined, PEP 709) --------------------------------
+def cp_listcomp_no_closure(x):
+    ys = [x.sin(), x.cos()]
+    out = [noisy(t) for t in ys]
+    return torch.stack(out) + 1
+def cp_listcomp_closure_item(x):
+    vals = [(x * k).sum().item() for k in range(3)]
+    return x * len(vals) + vals[0]
+def cp_dictcomp_print(x):
+    d = {k: print(k) or x * k for k in ("a", "bb")}
+    return d
+def cp_genexpr_item(x):
+    s = sum(t.sum().item() for t in (x, x * 2))
+    return x + s
+
+
+# ---- pending calls f(a, g(b).item()), keyword calls, *args/**kwargs -----------------------------------
+def pc_user_fn_item(x):
+    return combine(x * 2, (x - x).sum().item())
+def pc_torch_kw_item(x):
+    return torch.add(x.cos(), (x - x).sum().item() + 1, alpha=2)
+def pc_tensor_method_item(x):
+    return x.mul((x - x).sum().item() + 2)
+def pc_nested_inlined_item(x):
+    return scale_by(x.sin(), halve(x).sum().item())
+def kw_user_fn(x):
+    return noisy_kw(x.sin(), scale=3.0, tag="k")
+def kw_print_sep_end(x):
+    y = x * 2
+    print("a", y.shape[0], sep="-", end="|\n")
+    return y + 1
+def st_call(x):
+    args = (x.sin(), 2.0)
+    kwargs = {"tag": "s"}
+    return noisy_star(*args, **kwargs) + 1
+def st_varargs_callee(x):
+    return gather(x, x.cos(), w=2.0) - 1
+
+
+# ---- grad-mode with-blocks nested in loops --------------------------------------------------------------
+def gm_loop_no_grad(x):
+    outs = []
+    for i in range(2):
+        with torch.no_grad():
+            y = x * (i + 1)
+            print("no_grad", i, y.requires_grad)
+            z = y + 1
+        outs.append(z * x)
+    return outs
+def gm_enable_in_no_grad_loop(x):
+    with torch.no_grad():
+        a = x * 2
+        for i in range(2):
+            with torch.enable_grad():
+                b = x * a
+                print("inner", i, b.requires_grad)
+            a = a + b
+    return a, b
+def gm_set_grad_enabled_ctx(x):
+    with torch.set_grad_enabled(False):
+        y = x * 2
+        print("off", y.requires_grad)
+    return y, x * 3
+
+
+# ---- try/finally and try/except around breaks -------------------------------------------------------------
+def tb_except_raised_or_not(x):
+    try:
+        y = x * 2
+        print("in try")
+        if y.sum() > 0:
+            raise ValueError("positive")
+    except ValueError as e:
+        print("caught", e)
+        y = y - 1
+    return y
+def tb_finally_no_exception(x, log):
+    y = x.cos()
+    try:
+        y = y * 2
+        print("body")
+    finally:
+        log.append("finally")
+    return y + 1
+def tb_finally_exception_propagates(x, log):
+    try:
+        y = x * 2
+        print("before raise", y.shape)
+        raise KeyError("inner")
+    finally:
+        log.append(len(log))
+        print("cleanup")
+def tb_except_else_finally(x):
+    try:
+        v = x.sum().item()
+        if v < 0:
+            raise ArithmeticError("negative")
+    except ArithmeticError:
+        out = x * -1
+    else:
+        out = x * 2
+    finally:
+        print("done")
+    return out
+def tb_break_after_try(x):
+    try:
+        y = x * 2
+    except RuntimeError:
+        y = x
+    print("after")
+    return y + 1
+def tb_callee_raises_after_print(x):
+    try:
+        raise_after_print(x)
+    except ValueError as e:
+        print("caught", e)
+        return x * 2
+    return x
+
+
+def raise_after_print(x):
+    y = x + 1
+    print("about to raise", y.shape)
+    raise ValueError("from callee")
+
+
+def tb_loop_try_print(x):
+    for i in range(2):
+        try:
+            x = x + i
+            print("try", i)
+        finally:
+            x = x * 2
+    return x
+
+
+# ---- side effects before and after a break; in-place ops on inputs ---------------------------------------
+def se_append_around(x, items):
+    items.append(x.sin())
+    print("mid", len(items))
+    items.append(x * 2)
+    return x + 1
+def se_dict_input_around(x, d):
+    d["before"] = x + 1
+    print("dict", sorted(d))
+    d.update(after=x * 2)
+    del d["drop"]
+    return x
+def se_inplace_then_print(x):
+    x.add_(1)
+    print("mutated")
+    return x * 2
+def se_setitem_before_item(x):
+    x[0] = 5.0
+    n = (x - x).sum().item()
+    return x + n
+def se_inplace_view_before_branch(x):
+    x[:, 0].mul_(2)
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+def se_inplace_in_loop_with_print(x):
+    for i in range(2):
+        x.mul_(2)
+        print("loop", i)
+    return x.sum()
+def se_inplace_after_break(x):
+    print("before")
+    x.sub_(x.mean())
+    return x.abs()
+
+
+# ---- exceptions raised after a break ------------------------------------------------------------------------
+class MyError(Exception):
+    pass
+
+
+def ex_value_error_after_print(x):
+    print("checking")
+    if x.shape[0] == 3:
+        raise ValueError(f"bad size {x.shape[0]}")
+    return x
+def ex_assert_after_item(x):
+    s = x.abs().sum().item()
+    assert s < 0, f"sum {s:.2f} not negative"
+    return x
+def ex_runtime_error_after_print(x):
+    y = x * 2
+    print("mm next")
+    return torch.mm(y, y)
+def ex_custom_after_break(x):
+    y = x * 2
+    print("raising")
+    raise MyError("custom", y.shape[0])
+def ex_index_error_in_callee(x):
+    return index_after_print([x, x * 2])
+
+
+def index_after_print(items):
+    print("items", len(items))
+    return items[5]
+
+
+def ex_key_error_after_item(x):
+    key = "k%d" % int((x - x).sum().item())
+    return {"k1": x}[key]
+def ex_raise_in_loop(x):
+    for i in range(3):
+        x = x + 1
+        print("iter", i)
+        if i == 1:
+            raise RuntimeError(f"stop at {i}")
+    return x
+
+
+# ---- printed output ------------------------------------------------------------------------------------------
+def pr_tensor_values(x):
+    y = x * 2
+    print(y)
+    print(y.sum())
+    return y
+def pr_fstring_item(x):
+    print(f"mean={x.mean().item():.4f}")
+    return x - x.mean()
+def pr_containers(x):
+    y = x + 1
+    print([tuple(y.shape), {"n": y.numel(), "dtype": y.dtype}])
+    return y
+
+
+# Expected graph counts over seeds (0, 1). None: only results are compared (with the reason why).
+CASES = [
+    # x+1 | y*2 | y-3 | sin: four segments, each with a tensor op, separated by three prints.
+    (mb_three_prints, one(3), 4),
+    # cos | (a-a).sum() before .item() | a*0.0 before the second print | b+a after it.
+    (mb_mixed, one(3), 4),
+    # sub+sum before .item(); the resume (z=0.0) computes y and breaks on `if`: graph 2; each branch's
+    # resume (seed 0 positive, seed 1 negative) is one more graph.
+    (mb_item_then_branch, signed, 4),
+    # mul+mean before the first `if`; each first-branch resume (two seeds) adds/subtracts and breaks on the
+    # second `if` (2 graphs); the second `if` is always false and its resume (cos) is shared by both
+    # paths: same code, index, layout and locals, and the guards pass: 1 graph.
+    (mb_two_branches, signed, 4),
+    # abs+add before .tolist(); the resume (n=3) breaks at print with len() only: no op; then y*n: 1.
+    (mb_tolist_then_print, one(3), 2),
+    # One graph per inner iteration (x + c, four iterations, each ends at print); the last resume (both
+    # iterators exhausted) holds x*2: 5.
+    (lp_nested_for, one(3), 5),
+    # i = 0, 1, 2: each iteration's x*2+i ends at print, in the frame or in the resume function guarded
+    # on i; the resume for i=2 exits the loop and returns x without an op: 3.
+    (lp_while_counter, one(3), 3),
+    # x+1 (frame), then x*2; x+1 (resume with i=0), then x*2 (resume with i=1, loop exits): 3.
+    (lp_while_two_parts, one(3), 3),
+    # mul, sin, add (frame); sin, add per remaining item (2 resumes, their lists differ in length);
+    # the last resume (empty list) returns acc without an op: 3.
+    (lp_for_tensor_list, lambda s: ([torch.randn(3) for _ in range(3)],), 3),
+    # The only break is the print after each inner loop: rows i=0,1,2 each end in one graph; the
+    # final resume returns without an op: 3.
+    (lp_nested_python_break, one(3), 3),
+    # A data-dependent loop condition: graph structure depends on the data.
+    (lp_while_tensor_and_counter, lambda s: (torch.rand(3) * 3,), None),
+    # .item() values differ per seed and are specialised: the count depends on the data.
+    (lp_for_item_accumulate, one(3), None),
+    # cos (frame) | x*2 (lvl2) | sin, +3 (lvl3 and its resume) | -2 (lvl2 resume) | +1 (frame resume).
+    (il_two_deep, one(3), 6),
+    # As il_two_deep with one more level (lvl1: x+1 before, *5 after): 8.
+    (il_three_deep, one(3), 8),
+    # sin (frame) | x+1, a*2, b-1 (callee and its two resumes) | cos (frame resume): 5.
+    (il_callee_two_breaks, one(3), 5),
+    # Nothing before the first call; noisy's frame: x*2 (its second call hits that entry); the resume
+    # holds x*3 before the second call; its resume holds the add: 3.
+    (il_same_callee_twice, one(3), 3),
+    # cos | x*k (Scaler.apply through the hook) | y+1 (its resume) | *2 (frame resume): 4.
+    (il_method, one(3), 4),
+    # All ops before the print in one graph, all ops after it in another.
+    (lc_locals, one(3), 2),
+    # x*4 before the print, box.t*box.n after it.
+    (lc_dataclass_local, one(3), 2),
+    # Nothing before the print; the containers' ops after it: 1.
+    (lc_return_containers, one(3), 1),
+    # x*2 (pending in BUILD_LIST) | noisy's x*2 | x+1 after the call: 3.
+    (lc_stack_list, one(3), 3),
+    # sin | noisy's x*2 | *2: 3.
+    (lc_stack_tuple, one(3), 3),
+    # sin | noisy's x*2; building the dict afterwards is no op: 2.
+    (lc_stack_dict, one(3), 2),
+    # sin | noisy's x*2; calling the namedtuple is no op: 2.
+    (lc_stack_namedtuple, one(3), 2),
+    # Nothing before the call; noisy's x*2; constructing the dataclass is no op: 1.
+    (lc_stack_dataclass_kw, one(3), 1),
+    # x*2 before the print, d["a"]+1 after it.
+    (lc_dict_grows_across_break, one(3), 2),
+    # 3.11: sin, cos before the call of the <listcomp> function; the comprehension frame holds a local
+    # named `.0` and cannot break, so it runs eagerly (noisy unhooked); the resume holds stack, add: 2.
+    # 3.12: the comprehension is inlined in an exception-table region (its cleanup handler), so the
+    # break inside it runs the rest of the frame as plain Python: only the sin, cos graph: 1.
+    (cp_listcomp_no_closure, one(3), 1 if PY312 else 2),
+    # .item() values per seed: data-dependent counts.
+    (cp_listcomp_closure_item, one(3), None),
+    (cp_dictcomp_print, one(3), None),
+    (cp_genexpr_item, one(3), None),
+    # mul, sub, sum before .item(); the resume (s=0.0) inlines combine: add, add: 2.
+    (pc_user_fn_item, one(3), 2),
+    # cos, sub, sum before .item(); torch.add(alpha=2) in the resume: 2.
+    (pc_torch_kw_item, one(3), 2),
+    # sub, sum before .item(); x.mul(2.0) in the resume: 2.
+    (pc_tensor_method_item, one(3), 2),
+    # sin, div, sum before .item(); the value differs per seed, so one resume graph per seed: 1 + 2.
+    (pc_nested_inlined_item, one(3), 3),
+    # sin | noisy_kw's x*scale after its print; nothing after the call: 2.
+    (kw_user_fn, one(3), 2),
+    # y*2 before the print, y+1 after it.
+    (kw_print_sep_end, one(3), 2),
+    # sin | noisy_star's t*k | +1: 3.
+    (st_call, one(3), 3),
+    # cos | gather's sum and *w (after its print) | -1: 3.
+    (st_varargs_callee, one(3), 3),
+    # x*1 (no_grad) ends at the first print; the resume (i=0) does y+1, z*x and x*2 (no_grad) up to the
+    # second print; the resume for i=1 (guard on i / shorter iterator) does y+1, z*x: 3.
+    (gm_loop_no_grad, one(3, requires_grad=True), 3),
+    # x*2, x*a before the first print; a+b, x*a before the second; a+b after it: 3.
+    (gm_enable_in_no_grad_loop, one(3, requires_grad=True), 3),
+    # x*2 (grad off) before the print, x*3 after the block: 2.
+    (gm_set_grad_enabled_ctx, one(3, requires_grad=True), 2),
+    # A break inside try: the graph before it (y = x*2) is kept, the rest is plain Python: 1.
+    (tb_except_raised_or_not, signed, 1),
+    # The first break (.item()) is inside try: the graph before it (sum) is kept, the rest is plain
+    # Python: 1.
+    (tb_except_else_finally, signed, 1),
+    # y = x*2 inside try, but the break (print) is after the try: two ordinary graphs.
+    (tb_break_after_try, one(3), 2),
+    # The break surfaces at the call inside try, with nothing traced before it; from there the frame
+    # runs as plain Python (the tail is not hooked), so the callee is not captured either: 0.
+    (tb_callee_raises_after_print, one(3), 0),
+    # x+0 before the first print inside try/finally; the rest (both iterations) is plain Python: 1.
+    (tb_loop_try_print, one(3), 1),
+    # add_ before the print, mul after it.
+    (se_inplace_then_print, one(3), 2),
+    # setitem, sub, sum before .item(); x + 0.0 after: 2.
+    (se_setitem_before_item, one(3), 2),
+    # mul_ (on a view of the input), sum, gt before `if`; one graph per branch taken: 3.
+    (se_inplace_view_before_branch, signed_2d, 3),
+    # mul_ at i=0 | mul_ at i=1 (resume with one item left) | sum (resume with none left): 3.
+    (se_inplace_in_loop_with_print, one(3), 3),
+    # Nothing before the print; mean, sub_, abs after it: 1.
+    (se_inplace_after_break, one(3), 1),
+    # Exceptions after a break: the resume function raises, so its trace runs eagerly (0 graphs
+    # for the raising frame); only graphs before the raise count.
+    (ex_value_error_after_print, one(3), 0),
+    (ex_assert_after_item, one(3), None),
+    # y*2 before the print; the resume raises in torch.mm while tracing and runs eagerly: 1.
+    (ex_runtime_error_after_print, one(3), 1),
+    # y*2 before the print; the resume only raises: 1.
+    (ex_custom_after_break, one(3), 1),
+    (ex_index_error_in_callee, one(3), None),
+    (ex_key_error_after_item, one(3), None),
+    (ex_raise_in_loop, one(3), None),
+    # y*2 | sum (between the prints): 2; printing tensors shows their values.
+    (pr_tensor_values, one(3), 2),
+    # mean before .item(), then the resume per seed value: data-dependent.
+    (pr_fstring_item, one(3), None),
+    # x+1 before the print, nothing after.
+    (pr_containers, one(3), 1),
+]
+
+
+@pytest.mark.parametrize("fn,make_args,graphs", CASES, ids=[c[0].__name__ for c in CASES])
+def test_breaks_differential_more(fn, make_args, graphs):
+    backend = run_differential(fn, make_args, fullgraph=False, seeds=(0, 1))
+    if graphs is not None:
+        assert backend.graph_count == graphs
+
+
+# ---- cases with extra (non-tensor) inputs ---------------------------------------------------------------
+@pytest.mark.parametrize("fn,make_extra,graphs", [
+    # sin before the print (the list replayed before it, so print sees the new length); mul, add after: 2.
+    (se_append_around, lambda: [1.0], 2),
+    # x+1 before the print; x*2 after it: 2.
+    (se_dict_input_around, lambda: {"drop": 0, "keep": 1}, 2),
+    # cos, *2 before the print inside try/finally; the rest is plain Python: 1.
+    (tb_finally_no_exception, lambda: ["start"], 1),
+    # x*2 before the print inside try/finally; the raise and the finally run as plain Python: 1.
+    (tb_finally_exception_propagates, lambda: [], 1),
+], ids=["se_append_around", "se_dict_input_around", "tb_finally_no_exception", "tb_finally_exception_propagates"])
+def test_breaks_with_container_inputs(fn, make_extra, graphs):
+    backend = run_differential(fn, lambda s: (torch.randn(3), make_extra()), fullgraph=False)
+    assert backend.graph_count == graphs
+
+
+# ---- modules --------------------------------------------------------------------------------------------
+class Layer(nn.Module):
+    def __init__(self, noisy_layer: bool):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.noisy = noisy_layer
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.noisy:
+            print("layer", tuple(y.shape))
+        return y.relu()
+
+
+class Stack(nn.Module):
+    def __init__(self, noisy_flags):
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(f) for f in noisy_flags])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("flags,graphs", [
+    # layer 0 inlined (linear, relu): graph 1, ended by the call of layer 1 whose forward prints; layer
+    # 1's forward through the hook: linear | relu (2 graphs); the loop's resume: layer 2 inlined: 1.
+    ((False, True, False), 4),
+    # Nothing before layer 0's call; layer 0's forward: linear | relu; the resume inlines layer 1 until
+    # the call of layer 2: 1; layer 2's forward is Layer.forward again with another module, so its guards
+    # fail and it recompiles: linear; but the resume after its print takes only `y` (self is dead there),
+    # so layer 0's relu entry is reused; the last resume returns x without an op: 4.
+    ((True, False, True), 4),
+], ids=["middle_layer_prints", "first_and_last_layer_print"])
+def test_modulelist_loop_with_break_in_layer(flags, graphs):
+    torch.manual_seed(0)
+    model = Stack(flags)
+    backend = CountingBackend()
+    compiled = framejit.compile(model, backend=backend)
+    run_differential(model, one(2, 4), compiled=compiled, backend=backend, fullgraph=False)
+    assert backend.graph_count == graphs
+
+
+class Tracker(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.calls = 0
+        self.last = None
+
+    def forward(self, x):
+        self.calls += 1
+        y = self.lin(x)
+        self.last = y
+        print("tracker", self.calls)
+        self.calls += 1
+        self.last_out = y.relu()
+        return self.last_out
+
+
+def test_module_attribute_stores_around_break():
+    torch.manual_seed(0)
+    m1 = Tracker()
+    m2 = Tracker()
+    m2.load_state_dict(m1.state_dict())
+    compiled = framejit.compile(m1, backend=CountingBackend())
+
+    def snapshot(m):
+        return m.calls, m.last.detach().clone(), m.last_out.detach().clone()
+
+    run_differential(lambda x: (m2(x), snapshot(m2)), one(2, 3),
+                     compiled=lambda x: (compiled(x), snapshot(m1)), fullgraph=False)
+    assert m1.calls == m2.calls == 4
+
+
+# ---- globals and closures --------------------------------------------------------------------------------
+STATE: dict = {}
+COUNT = 0
+
+
+def se_global_dict(x):
+    STATE["before"] = x * 2
+    STATE.update(n=STATE.get("n", 0) + 1)
+    print("state", sorted(STATE))
+    STATE["after"] = x + 1
+    return x
+
+
+def se_global_counter(x):
+    global COUNT
+    COUNT += 1
+    print("count", COUNT)
+    COUNT += 10
+    return x * COUNT
+
+
+def _reset_globals():
+    global COUNT
+    STATE.clear()
+    COUNT = 0
+
+
+def _globals_snapshot():
+    return clone_args(dict(STATE)), COUNT
+
+
+@pytest.mark.parametrize("fn,graphs", [
+    # x*2 before the print (STATE replayed before it, so print sees the keys), x+1 after it: 2.
+    (se_global_dict, 2),
+    # No tensor op before the print (COUNT replayed before it); x*11 after it: 1 (COUNT is reset before
+    # each call, so the resume sees the same value and its guard passes on the second seed).
+    (se_global_counter, 1),
+], ids=["se_global_dict", "se_global_counter"])
+def test_global_side_effects_around_break(fn, graphs):
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+
+    def with_state(f):
+        def run(x):
+            _reset_globals()
+            return f(x), _globals_snapshot()
+        return run
+
+    try:
+        run_differential(with_state(fn), one(3), compiled=with_state(compiled), fullgraph=False)
+    finally:
+        _reset_globals()
+    assert backend.graph_count == graphs
+
+
+def make_acc():
+    total = 0
+
+    def acc(x):
+        nonlocal total
+        total += 1
+        print("acc", total)
+        total += 1
+        return x * total
+    return acc
+
+
+def test_nonlocal_stores_around_break():
+    backend = CountingBackend()
+    compiled = framejit.compile(make_acc(), backend=backend)
+    eager = make_acc()
+    run_differential(eager, one(3), compiled=compiled, backend=backend, fullgraph=False, seeds=(0, 1, 2))
+    # Nothing before the print; the resume holds x*total with total = 2, 4, 6 specialised from the cell:
+    # one graph per call.
+    assert backend.graph_count == 3
+
+
+# ---- exceptions: same type and message as eager ----------------------------------------------------------
+@pytest.mark.parametrize("fn,make_args", [
+    (ex_value_error_after_print, one(3)), (ex_assert_after_item, one(3)), (ex_runtime_error_after_print, one(3)),
+    (ex_custom_after_break, one(3)), (ex_index_error_in_callee, one(3)), (ex_key_error_after_item, one(3)),
+    (ex_raise_in_loop, one(3)), (tb_finally_exception_propagates, lambda s: (torch.randn(3), [])),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_exception_after_break_matches_eager(fn, make_args):
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        args = make_args(seed)
+        expected, expected_exc, expected_out = call_capturing(fn, clone_args(args), {})
+        actual, actual_exc, actual_out = call_capturing(compiled, clone_args(args), {})
+        assert expected_exc is not None
+        assert actual_exc is expected_exc
+        assert str(actual) == str(expected)
+        assert actual.args == expected.args
+        assert actual_out == expected_out
+
+
+# ---- backward gradients through compiled code with breaks ------------------------------------------------
+def gr_print_between(x):
+    y = x.sin() * 2
+    print("between")
+    return (y * x).sum()
+def gr_item_scale(x):
+    s = x.detach().abs().max().item()
+    return x * s
+def gr_no_grad_break(x):
+    with torch.no_grad():
+        c = x.mean()
+        print("c computed")
+    return x * c + x.pow(2)
+def gr_branch(x):
+    if x.sum() > 0:
+        return (x * 2).sum()
+    return (x ** 3).sum()
+def gr_loop_print(x):
+    y = x
+    for i in range(2):
+        y = y * x + i
+        print("step", i)
+    return y
+def gr_callee_break(x):
+    return noisy(x.exp()).sum()
+def gr_two_inputs(x, w):
+    h = x @ w
+    print("h", tuple(h.shape))
+    return h.tanh().sum(), w * 2
+def gr_enable_grad_in_no_grad(x):
+    with torch.no_grad():
+        a = x * 2
+        with torch.enable_grad():
+            b = x * x
+            print("grad on", b.requires_grad)
+            c = b.sum()
+    return a, c
+def gr_inplace_nonleaf_before_break(x):
+    y = x * 1.5
+    y.add_(1)
+    print("inplace done")
+    return y.pow(2)
+
+
+def _leaf_grads(args):
+    return [a.grad for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+
+
+def _backward(out):
+    tensors = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+    sum(t.sum() for t in tensors).backward()
+
+
+@pytest.mark.parametrize("fn,make_args", [
+    (gr_print_between, one(3, requires_grad=True)), (gr_item_scale, one(3, requires_grad=True)),
+    (gr_no_grad_break, one(3, requires_grad=True)),
+    (gr_branch, lambda s: (signed(s)[0].requires_grad_(),)),
+    (gr_loop_print, one(3, requires_grad=True)), (gr_callee_break, one(3, requires_grad=True)),
+    (gr_two_inputs, lambda s: (torch.randn(2, 3), torch.randn(3, 4, requires_grad=True))),
+    (gr_enable_grad_in_no_grad, one(3, requires_grad=True)),
+    (gr_inplace_nonleaf_before_break, one(3, requires_grad=True)),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_backward_through_breaks(fn, make_args):
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    for seed in (0, 1):
+        torch.manual_seed(100 + seed)
+        args = make_args(seed)
+        eager_args, compiled_args = clone_args(args), clone_args(args)
+        expected, _, expected_out = call_capturing(fn, eager_args, {})
+        actual, _, actual_out = call_capturing(compiled, compiled_args, {})
+        assert actual_out == expected_out
+        assert_same(actual, expected)
+        _backward(expected)
+        _backward(actual)
+        for g_actual, g_expected in zip(_leaf_grads(compiled_args), _leaf_grads(eager_args), strict=True):
+            torch.testing.assert_close(g_actual, g_expected, rtol=1e-5, atol=1e-6)
+    assert backend.graph_count >= 1  # every case has a graph before or after its break
+
+
+def test_backward_through_modulelist_with_break():
+    torch.manual_seed(0)
+    m1 = Stack((False, True, False))
+    m2 = Stack((False, True, False))
+    m2.load_state_dict(m1.state_dict())
+    compiled = framejit.compile(m1, backend=CountingBackend())
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        x = torch.randn(2, 4)
+        x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out1, out2 = compiled(x1), m2(x2)
+        assert_same(out1, out2)
+        (out1 * out1).sum().backward()
+        (out2 * out2).sum().backward()
+        torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-5, atol=1e-6)
+        for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters(), strict=True):
+            assert n1 == n2
+            torch.testing.assert_close(p1.grad, p2.grad, rtol=1e-5, atol=1e-6)
