@@ -64,7 +64,16 @@ def test_bare_decorator_and_decorator_with_arguments():
     assert g.__name__ == "g" and h.__wrapped__.__name__ == "h"
 
 
-def test_registered_backend_by_name():
+@pytest.fixture
+def clean_registry():
+    from framejit.backends import registry
+    before = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+
+
+def test_registered_backend_by_name(clean_registry):
     calls = []
 
     @framejit.register_backend("counting_test_backend")
