@@ -142,9 +142,12 @@ def reset() -> None:
     reset_all()
 
 
-def stats() -> dict[str, float]:
-    """Process-wide counters: frames traced and compiled, graphs, backend compiles, compile time."""
-    return dict(STATS)
+def stats() -> dict[str, Any]:
+    """Process-wide counters: frames traced, compiled and loaded from the frame cache, graphs, backend
+    compiles, compile time; `frames` lists each compiled or loaded entry (function, location, backend,
+    graphs, compile_time_s, cache "hit"/"miss")."""
+    from .capture.hook import FRAMES
+    return {**STATS, "frames": [dict(f) for f in FRAMES]}
 
 
 @dataclasses.dataclass

@@ -12,6 +12,7 @@ functions share the frame's signature.
 from __future__ import annotations
 
 import inspect
+import time
 import types
 import weakref
 from typing import Any
@@ -21,6 +22,7 @@ from . import frame_cache
 from .convert import STATS, CompileRequest, Entry, convert_frame
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
+FRAMES: list[dict] = []  # one row per compiled or loaded frame entry, for framejit.stats()
 
 
 class FrameHook:
@@ -58,7 +60,9 @@ class FrameHook:
             self._log_recompile(args, kwargs)
         if self._load_persisted(args, kwargs):
             return self(*args, **kwargs)
+        start = time.perf_counter()
         entry = convert_frame(self.fn, args, kwargs, self.request)
+        self._record(len(entry.graphs), time.perf_counter() - start, "miss")
         if config.dump_dir:
             self._dump(entry)
         self.entries.insert(0, entry)
@@ -84,6 +88,8 @@ class FrameHook:
                 continue
             loaded.append(Entry(guard, fn, graphs, persisted=persisted))
         STATS["frames_loaded"] += len(loaded)
+        for entry in loaded:
+            self._record(len(entry.graphs), 0.0, "hit")
         self.entries[:0] = loaded
         return any(_accepts(e, args, kwargs) for e in loaded)
 
@@ -91,6 +97,13 @@ class FrameHook:
         self.entries.clear()
         self.limit_logged = False
         self.loaded_owners.clear()
+
+    def _record(self, graphs: int, seconds: float, cache: str) -> None:
+        """One row of `framejit.stats()["frames"]` (the `framejit warm` table)."""
+        code = self.fn.__code__
+        FRAMES.append({"function": code.co_qualname, "location": f"{code.co_filename}:{code.co_firstlineno}",
+                       "backend": self.request.version_key.split("[")[0], "graphs": graphs,
+                       "compile_time_s": seconds, "cache": cache})
 
     def _dump(self, entry: Entry) -> None:
         from ..dump import dump_entry
