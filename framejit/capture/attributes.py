@@ -124,6 +124,8 @@ def _sequence_attr(obj: SequenceValue, name: str) -> Value:
     fields = getattr(obj.cls, "_fields", None)
     if fields and name in fields:
         return obj.items[fields.index(name)]
+    if fields and name in ("_fields", "_field_defaults"):
+        return wrap_unguarded(getattr(obj.cls, name))  # class data of the namedtuple (type is guarded)
     if hasattr(obj.cls, "n_fields") and name in _structseq_fields(obj.cls):
         return obj.items[_structseq_fields(obj.cls).index(name)]
     base = list if obj.cls is list else tuple

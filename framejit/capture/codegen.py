@@ -68,6 +68,17 @@ class Codegen:
         self.emit("RETURN_VALUE")
 
 
+def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: dict, cells: tuple) -> Any:
+    """Build a function made inside a compiled region. `cells` holds, per free variable, an existing cell
+    or a 1-tuple with the contents of a new one. Globals: the frame that called make_closure."""
+    import sys
+    closure = tuple(c if isinstance(c, types.CellType) else types.CellType(c[0]) for c in cells)
+    f_globals = sys._getframe(1).f_globals
+    fn = types.FunctionType(code, f_globals, name, defaults or None, closure or None)
+    fn.__kwdefaults__ = kwdefaults or None
+    return fn
+
+
 def new_object(cls: type, attrs: dict) -> Any:
     """Rebuild an object created inside the compiled region: the instance with the attributes its
     traced `__init__` set, without running `__init__` again."""
@@ -83,9 +94,33 @@ class Reconstructor:
         self.cg = cg
         self.output_index = output_index  # id(fx node) -> index in the graph's output tuple
         self.out_local = out_local
+        self.preloaded: dict[int, str] = {}  # id(value) -> local holding it (see preload)
+
+    def preload(self, values: list) -> None:
+        """Load every value that is rebuilt from a source into a local now.
+
+        NOTE [Reload before replay]: side-effect replay changes containers (`items[:] = ...`), and a value
+        whose source reads one of them (`items[0]`, popped while tracing) must be read before that."""
+        for value in values:
+            self._preload(value)
+
+    def _preload(self, value: Any) -> None:
+        if id(value) in self.preloaded or not isinstance(value, Value):
+            return
+        if value.source is not None and not (isinstance(value, TensorValue) and id(value.node) in self.output_index):
+            self.emit(value)
+            name = f"___pre{len(self.preloaded)}"
+            self.cg.store_fast(name)
+            self.preloaded[id(value)] = name
+            return
+        for child in _children(value):
+            self._preload(child)
 
     def emit(self, value: Value) -> None:
         cg = self.cg
+        if id(value) in self.preloaded:
+            cg.load_fast(self.preloaded[id(value)])
+            return
         if isinstance(value, TensorValue):
             index = self.output_index.get(id(value.node))
             if index is None:
@@ -118,10 +153,28 @@ class Reconstructor:
             cg.load_const(value.obj)
         elif isinstance(value, UserFunctionValue) and value.closure is None and value.defaults is None:
             cg.load_const(value.fn)
+        elif isinstance(value, UserFunctionValue):
+            self._new_function(value)
         elif value.is_constant():
             cg.load_const(value.as_constant())
         else:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"cannot rebuild {value.describe()} after the graph")
+
+    def _new_function(self, value: UserFunctionValue) -> None:
+        """A function made inside the compiled region (a closure escaping as a return value): rebuilt
+        with fresh cells holding the traced contents, sharing the cells that exist outside."""
+        cells = []
+        for cell in value.closure or ():
+            if hasattr(cell, "cell"):  # a real cell of an enclosing function (translator.RealCell)
+                cells.append(ConstantValue(cell.cell))
+            elif cell.contents is None:
+                raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a closure over a variable that is not set yet")
+            else:
+                cells.append(TupleValue([cell.contents]))  # (contents,) means: make a new cell
+        self._call_const(make_closure, [ConstantValue(value.fn.__code__), ConstantValue(value.fn.__name__),
+                                        TupleValue(list(value.defaults or ())),
+                                        DictValue(dict(value.kwdefaults or {})), TupleValue(cells)])
+        # the function's globals are the compiled function's own (LOAD_CONST of the dict would pin them too)
 
     def _call_const(self, fn: Any, args: list[Value]) -> None:
         self.cg.push_null()
@@ -172,6 +225,24 @@ class Reconstructor:
         cg.load_const(value.cls)
         self._dict(DictValue(value.attrs))
         cg.call(2)
+
+
+def _children(value: Value) -> list:
+    if isinstance(value, SequenceValue):
+        return list(value.items)
+    if isinstance(value, DictValue):
+        return list(value.items.values())
+    if isinstance(value, NewObjectValue):
+        return list(value.attrs.values())
+    if isinstance(value, BoundMethodValue):
+        return [value.func, value.self_value]
+    if isinstance(value, TensorMethodValue):
+        return [value.tensor]
+    if isinstance(value, IteratorValue):
+        return value.items[value.index:]
+    if isinstance(value, UserFunctionValue):
+        return [c.contents for c in value.closure or () if getattr(c, "contents", None) is not None]
+    return []
 
 
 @dataclasses.dataclass

@@ -13,6 +13,7 @@ import dis
 import inspect
 import io
 import time
+import traceback
 import types
 from typing import Any, Callable
 
@@ -106,11 +107,28 @@ class Hooks:
 
 
 def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: CompileRequest) -> Entry:
+    """Trace, compile and guard one call of `fn`. Never raises for framejit's own reasons: an internal
+    error is logged and the frame runs eagerly (with fullgraph=True it is an Unsupported)."""
     start = time.perf_counter()
     STATS["frames_traced"] += 1
-    code = fn.__code__
-    shape = FunctionShape.of(code)
+    shape = FunctionShape.of(fn.__code__)
     output = OutputGraph()
+    try:
+        entry = _convert(fn, shape, args, kwargs, request, output)
+    except Unsupported:
+        raise
+    except Exception as e:  # a framejit bug: the user's program must not see it
+        if request.fullgraph:
+            raise Unsupported(BreakKind.INTERNAL_ERROR, f"{type(e).__name__}: {e}") from e
+        logs.log("eager_fallback", "%s runs eagerly after an internal error: %s",
+                 fn.__code__.co_qualname, "".join(traceback.format_exception(e)[-3:]).strip())
+        entry = _eager_entry(fn, shape, output, graph_break=GraphBreak(BreakKind.INTERNAL_ERROR, f"{type(e).__name__}: {e}"))
+    STATS["compile_time_s"] += time.perf_counter() - start
+    return entry
+
+
+def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest, output: OutputGraph) -> Entry:
+    code = fn.__code__
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)
     try:
@@ -130,7 +148,6 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
             _eager_entry(fn, shape, output, user_error=e.exc)
         logs.log("eager_fallback", "%s runs eagerly: the traced code raised %s: %s", code.co_qualname,
                  type(e.exc).__name__, e.exc)
-    STATS["compile_time_s"] += time.perf_counter() - start
     return entry
 
 
@@ -200,6 +217,8 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
         cg.store_fast("___graph_out")
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
     rebuild = Reconstructor(cg, output_index, "___graph_out")
+    if output.side_effects:
+        rebuild.preload([ret])
     output.side_effects.emit(rebuild)
     restore_grad_mode(cg, output)
     rebuild.emit(ret)
@@ -239,7 +258,12 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
             output_index = {id(v.node): i for i, v in enumerate(outputs)}
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
-    except (Unsupported, UserException):
+    except (Unsupported, UserException) as e:
+        logs.log("eager_fallback", "%s: no graph break taken (%s); the frame runs eagerly", fn.__code__.co_qualname, e)
+        return None
+    except Exception as e:  # an internal error while generating the break: run the frame eagerly
+        logs.log("eager_fallback", "%s: graph break failed (%s: %s); the frame runs eagerly",
+                 fn.__code__.co_qualname, type(e).__name__, e)
         return None
     _log_bytecode(fn, transformed)
     return Entry(_guard_function(fn, shape, output), transformed, graphs,

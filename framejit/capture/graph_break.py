@@ -122,6 +122,11 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
             visit(v.self_value)
         elif isinstance(v, TensorMethodValue):
             visit(v.tensor)
+        elif isinstance(v, UserFunctionValue):
+            for cell in v.closure or ():
+                visit(getattr(cell, "contents", None))
+            for default in v.defaults or ():
+                visit(default)
 
     for value in values:
         visit(value)
@@ -164,6 +169,8 @@ class BreakCodegen:
                 inp.source.reload(cg)
             cg.call(len(inputs))
             cg.store_fast("___graph_out")
+        if self.tx.output.side_effects:
+            rebuild.preload(self.stack + [v for v in self.tx.locals.values() if not isinstance(v, LazyArg)])
         self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
         restore_grad_mode(cg, self.tx.output)
         inst = self.site.inst

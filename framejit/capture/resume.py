@@ -12,11 +12,12 @@ reuse one resume function per (instruction, stack layout, live locals) instead o
 """
 from __future__ import annotations
 
+import dis
 import types
 from typing import Any
 
 import bytecode
-from bytecode import Instr, Label
+from bytecode import Instr, Label, TryBegin
 
 from .normalize import normalize
 
@@ -68,9 +69,26 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     bc.name = f"{code.co_name}_resume_at_{index}"
     if hasattr(bc, "qualname"):
         bc.qualname = f"{getattr(code, 'co_qualname', code.co_name)}.<resume at {index}>"
-    new_code = bc.to_code()
+    # NOTE [Exception tables of resume code]: the prologue jumps into the middle of the code, so a try
+    # region that encloses the resume point is entered without passing its TryBegin, and the `bytecode`
+    # library's flow analysis (which starts at the entry) would leave its handler depth unset and
+    # undercount the stack. The stack at every instruction from the resume point on is the original's,
+    # so the original exception table's depths and the original stack size are the right ones.
+    _copy_handler_depths(code, items)
+    new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 1), compute_exception_stack_depths=False)
     _ORIGIN[new_code] = (code, len(prologue))  # the prologue's loads, PUSH_NULLs and JUMP are canonical too
     return new_code
+
+
+def _copy_handler_depths(code: types.CodeType, items: list) -> None:
+    """Set each TryBegin's depth and lasti from the code's exception table (same order: by start)."""
+    entries = sorted(dis.Bytecode(code).exception_entries, key=lambda e: (e.start, e.end))
+    begins = [item for item in items if isinstance(item, TryBegin)]
+    if len(entries) != len(begins):
+        raise ValueError("exception table and TryBegin markers do not correspond")
+    for begin, entry in zip(begins, entries):
+        begin.stack_depth = entry.depth
+        begin.push_lasti = entry.lasti
 
 
 def _prologue_position(items: list) -> int:

@@ -357,3 +357,22 @@ def _is_specialized(name: str) -> bool:
     # Adaptive specializations (BINARY_OP_ADD_INT, LOAD_ATTR_SLOT, ...) never appear in code objects.
     return name not in dis.opname or dis.opmap[name] in getattr(dis, "_specialized_instructions", ()) or \
         name in getattr(dis, "_specializations", {}).get(name.split("_")[0], ())
+
+
+def test_internal_error_falls_back_to_eager_and_logs(monkeypatch, caplog):
+    from framejit.capture import handlers
+
+    def broken(tx, inst):
+        raise KeyError("a framejit bug")
+
+    monkeypatch.setitem(handlers.HANDLERS, "BINARY_OP", broken)
+    framejit.set_logs("eager_fallback")
+    try:
+        with caplog.at_level(logging.INFO, logger="framejit"):
+            run_differential(f, lambda s: (torch.randn(3), torch.randn(3)), fullgraph=False)
+    finally:
+        framejit.set_logs("")
+    assert any("internal error" in r.getMessage() for r in caplog.records)
+    with pytest.raises(framejit.Unsupported) as info:
+        framejit.compile(f, fullgraph=True)(torch.randn(3), torch.randn(3))
+    assert info.value.kind is BreakKind.INTERNAL_ERROR

@@ -1098,7 +1098,7 @@ def test_breaks_differential_live_state(fn, make_args, graphs):
         assert backend.graph_count == graphs
 
 
-# ---- bugs found while writing these tests (xfail until fixed) -----------------------------------------------
+# ---- regressions: bugs these tests found (fixed) ---------------------------------------------------------
 def bug_pop_input_then_return(items):
     t = items.pop(0)
     return t
@@ -1120,7 +1120,6 @@ POP_BUG = ("a live value whose source is an element of an input list is reloaded
            "list mutation was replayed (items.pop(0) then `return t` returns the wrong element)")
 
 
-@pytest.mark.xfail(strict=True, reason=POP_BUG)
 @pytest.mark.parametrize("fn,make_args", [
     (bug_pop_input_then_return, lambda s: ([torch.randn(2), torch.randn(2)],)),
     (bug_pop_input_then_break, lambda s: (torch.randn(2), [torch.randn(2), torch.randn(2)])),
@@ -1146,9 +1145,6 @@ for _ in range(3):
 '''
 
 
-@pytest.mark.xfail(sys.version_info < (3, 12), strict=True,
-                   reason="resume code entering a try block past its TryBegin gets an unset exception-table depth "
-                          "and a too small co_stacksize: `except E as e: raise ...` segfaults on 3.11")
 def test_bug_raise_in_except_as_after_break_in_try():
     import os
     import subprocess
@@ -1160,18 +1156,13 @@ def test_bug_raise_in_except_as_after_break_in_try():
     assert proc.stdout == "raised wrapped\n" * 3
 
 
-# ---- capture gaps: results equal eager, but less is captured than the design allows (xfail) -------------
-@pytest.mark.xfail(strict=True, reason="a bound tensor method passed to a resume function on the stack is not "
-                                       "recognised as a tensor method, so its call breaks again")
+# ---- former capture gaps (fixed): results equal eager and the expected graphs are captured -----------
 def test_gap_bound_tensor_method_pending_at_break():
     backend = run_differential(pc_tensor_method_item, one(3), fullgraph=False)
     # sub, sum before .item(); x.mul(2.0) in the resume: 2.
     assert backend.graph_count == 2
 
 
-@pytest.mark.xfail(not PY312, strict=True,
-                   reason="3.11: the <listcomp> function made while tracing cannot be rebuilt at the break, so the "
-                          "frame runs eagerly after its graph was already compiled (and counted)")
 def test_gap_listcomp_function_at_break():
     backend = run_differential(cp_listcomp_no_closure, one(3), fullgraph=False)
     # 3.11: sin, cos before the call of the <listcomp> function; the comprehension frame holds a local
@@ -1187,8 +1178,6 @@ def gap_namedtuple_fields(x):
     return p.x + p.y
 
 
-@pytest.mark.xfail(strict=True, reason="namedtuple attributes other than the fields (`_fields`) raise "
-                                       "AttributeError while tracing, so the whole frame runs eagerly")
 def test_gap_namedtuple_attribute_at_break():
     backend = run_differential(gap_namedtuple_fields, one(3), fullgraph=False)
     # sin, cos before the print; add after it: 2.

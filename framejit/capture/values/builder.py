@@ -20,7 +20,7 @@ import torch
 from ..breaks import BreakKind, Unsupported
 from ..sources import AttrSource, ItemSource, Source
 from .base import ConstantValue, Value
-from .callables import BoundMethodValue, BuiltinValue, PartialValue, UserFunctionValue
+from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMethodValue, UserFunctionValue
 from .containers import DictValue, ListValue, TupleValue
 from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
 
@@ -91,6 +91,12 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         func = wrap(out, obj.__func__, AttrSource(source, "__func__"))
         self_value = wrap(out, obj.__self__, AttrSource(source, "__self__"))
         return BoundMethodValue(func, self_value, source)
+    if isinstance(obj, types.BuiltinMethodType) and isinstance(getattr(obj, "__self__", None), torch.Tensor):
+        # a bound tensor method, e.g. `x.mul` left on the stack at a graph break
+        out.guard_type(source, types.BuiltinMethodType)
+        out.guard_constant(AttrSource(source, "__name__"), obj.__name__)
+        tensor = wrap(out, obj.__self__, AttrSource(source, "__self__"))
+        return TensorMethodValue(tensor, obj.__name__)
     if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
         out.guard_id(source, obj)
         return BuiltinValue(obj, source)
