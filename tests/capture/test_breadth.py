@@ -528,3 +528,97 @@ CASES = [
 def test_breadth(fn, make_args, graphs):
     backend = run_differential(fn, make_args)
     assert backend.graph_count == graphs
+
+
+# ---- more: inputs of user types, closures escaping, typing, recursion ------------------------------
+from typing import Dict, List, Tuple  # noqa: E402
+
+
+def returns_closure(x):
+    k = x.sum()
+
+    def scale(y, bias=1.0):
+        return y * k + bias
+    return scale
+
+
+def dataclass_input(cfg, x):
+    return x * cfg.scale + cfg.hidden if cfg.act == "relu" else x
+
+
+def namedtuple_input(p):
+    return p.x + p.y, p[1] * 2
+
+
+def enum_input(x, color):
+    return x + color.value
+
+
+def nested_input(batch):
+    return batch["inputs"][0] * batch["scale"] + batch["inputs"][1]
+
+
+def annotated(x: torch.Tensor, n: int = 2) -> Tuple[torch.Tensor, List[int]]:
+    sizes: List[int] = [n, n + 1]
+    table: Dict[str, int] = {"a": 1}
+    return x * sizes[1] + table["a"], sizes
+
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def bounded_recursion(x):
+    return x * fib(6)
+
+
+def lambda_sort_key(x):
+    items = [(2, x), (1, x * 2), (3, x * 3)]
+    return [t for _, t in sorted(items, key=lambda p: p[0])] if False else [items[1][1], items[0][1]]
+
+
+def chained_comparisons(x):
+    lo, hi = 1, x.shape[0]
+    return x * (lo < 2 < hi <= 10) + (lo == 1 != hi)
+
+
+def string_keys_loop(x):
+    out = {}
+    for name in ("q", "k", "v"):
+        out[name.upper()] = x * len(name)
+    return out
+
+
+def tuple_of_shapes(x, y):
+    shapes = [t.shape for t in (x, y)]
+    return x.reshape(shapes[1]) + y if shapes[0].numel() == shapes[1].numel() else x
+
+
+# The Python values below differ between the two seeds (a config field, an enum member, a scale):
+# each is specialised and guarded, so each seed compiles its own graph.
+MORE = [
+    (returns_closure, one(3), 1, lambda f, a: f(*a)(torch.ones(3))),
+    (dataclass_input, lambda s: (Config(hidden=s + 1), torch.randn(3)), 2, None),
+    (namedtuple_input, lambda s: (Point(torch.randn(2), torch.randn(2)),), 1, None),
+    (enum_input, lambda s: (torch.randn(3), [Color.RED, Color.BLUE][s % 2]), 2, None),
+    (nested_input, lambda s: ({"inputs": [torch.randn(2), torch.randn(2)], "scale": 2.0 + s},), 2, None),
+    (annotated, one(3), 1, None), (bounded_recursion, one(3), 1, None), (lambda_sort_key, one(3), 1, None),
+    (chained_comparisons, one(4), 1, None), (string_keys_loop, one(3), 1, None),
+    (tuple_of_shapes, lambda s: (torch.randn(2, 3), torch.randn(3, 2)), 1, None),
+]
+
+
+@pytest.mark.parametrize("fn,make_args,graphs,use", MORE, ids=[c[0].__name__ for c in MORE])
+def test_breadth_more(fn, make_args, graphs, use):
+    if use is None:
+        backend = run_differential(fn, make_args)
+        assert backend.graph_count == graphs
+        return
+    from tests.helpers import CountingBackend, assert_same
+    import framejit
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    for seed in (0, 1):
+        args = make_args(seed)
+        assert_same(use(compiled, args), use(fn, args))
+    assert backend.graph_count == graphs
