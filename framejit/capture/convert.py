@@ -229,6 +229,7 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
     if request.artifacts is not None and config.cache_enabled:
         try:
             entry.persisted = frame_cache.persist(fn, output, ret, gm, compiled, output_index, request)
+            entry.persisted.guard_source = entry.guard.source
         except frame_cache.NotPersistable as e:
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
     return entry

@@ -104,14 +104,17 @@ def _import_locator(obj: Any) -> tuple:
     qualname = getattr(obj, "__qualname__", None)
     if not module or not qualname or "<" in qualname:
         raise NotPersistable(f"{type(obj).__name__} {qualname or obj!r} cannot be imported by name")
-    locator = ("import", module, qualname)
     try:
-        found = resolve(locator, None)
+        found = resolve(("import", module, qualname), None)
     except Exception:
         found = None
-    if found is not obj:
-        raise NotPersistable(f"{module}.{qualname} does not import back to the same object")
-    return locator
+    if found is obj:
+        return ("import", module, qualname)
+    # a function reached through a descriptor: a property's getter, a classmethod's function
+    for attr in ("fget", "__func__"):
+        if getattr(found, attr, None) is obj:
+            return ("import", module, qualname, attr)
+    raise NotPersistable(f"{module}.{qualname} does not import back to the same object")
 
 
 def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
@@ -131,7 +134,8 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
     if kind == "value":
         return locator[1]
     if kind == "import":
-        return _import(locator[1], locator[2])
+        obj = _import(locator[1], locator[2])
+        return getattr(obj, locator[3]) if len(locator) > 3 else obj
     raise NotPersistable(f"unknown locator {kind!r}")
 
 
@@ -237,6 +241,7 @@ class Persisted:
     grad: tuple[bool, bool]
     graph: bytes
     artifact: bytes
+    guard_source: str = ""  # the generated guard function, executed as it is on load
 
 
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,
@@ -276,7 +281,8 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
     namespace = {name: resolve(loc, fn) for name, loc in persisted.namespace.items()}
     shape = FunctionShape.of(fn.__code__)
     guard = compile_guards([_guard(g) for g in persisted.guards], shape.params_source(), namespace,
-                           fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
+                           fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}",
+                           source=persisted.guard_source or None)
     sources = [decode_source(s, fn) for s in persisted.inputs]
     cg, graphs, outputs = Codegen(), [], {}
     if persisted.graph:

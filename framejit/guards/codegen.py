@@ -130,32 +130,41 @@ def compile_guards(
     defaults: tuple | None = None,
     kwdefaults: dict | None = None,
     name: str = "guard",
+    source: str | None = None,
 ) -> GuardFunction:
-    """Generate the guard function. `params` is the frame's parameter list as source text."""
+    """Generate the guard function. `params` is the frame's parameter list as source text.
+
+    `source`, when given, is the text this function generated earlier for the same guards (the frame
+    cache keeps it), which is then only executed."""
     ordered = _order(guards)
     _counter[0] += 1
-    safe_name = re.sub(r"\W", "_", name)
-    fn_name = f"___{safe_name}_{_counter[0]}"
+    if source is None:
+        source = _guard_source(ordered, params, re.sub(r"\W", "_", name))
+    fn_name, bind_name = re.findall(r"^def (\w+)\(", source, re.M)[:2]
+    ns = dict(BASE_NAMESPACE)
+    ns.update(namespace)
+    filename = f"<framejit guard {_counter[0]}>"
+    exec(compile(source, filename, "exec"), ns)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    check, bind = ns[fn_name], ns[bind_name]
+    for fn in (check, bind):
+        fn.__defaults__ = defaults
+        fn.__kwdefaults__ = kwdefaults
+    return GuardFunction(ordered, check, bind, source, ns)
+
+
+def _guard_source(ordered: list[Guard], params: str, name: str) -> str:
+    fn_name = f"___{name}_{_counter[0]}"
     lines = [f"def {fn_name}({params}):"]
     shared, rewrite = _common_subexpressions([g.expr for g in ordered])
-    lines += [f"    {name} = {expr}" for name, expr in shared]
+    lines += [f"    {local} = {expr}" for local, expr in shared]
     for g in ordered:
         comment = f"  # {g.source}" + (f" | {g.origin}" if g.origin else "")
         lines.append(f"    if not ({rewrite(g.expr)}): return False{_one_line(comment)}")
     lines.append("    return True")
     lines.append(f"def ___bind_{_counter[0]}({params}):")
     lines.append("    return locals()")
-    source = "\n".join(lines) + "\n"
-    ns = dict(BASE_NAMESPACE)
-    ns.update(namespace)
-    filename = f"<framejit guard {_counter[0]}>"
-    exec(compile(source, filename, "exec"), ns)
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    check, bind = ns[fn_name], ns[f"___bind_{_counter[0]}"]
-    for fn in (check, bind):
-        fn.__defaults__ = defaults
-        fn.__kwdefaults__ = kwdefaults
-    return GuardFunction(ordered, check, bind, source, ns)
+    return "\n".join(lines) + "\n"
 
 
 # NOTE [Guard subexpressions]: guards on a module's parameters repeat long source paths
@@ -164,28 +173,37 @@ def compile_guards(
 # so that longer chains build on shorter ones. Evaluating a chain early can only raise where a guard
 # using it would fail anyway, and any exception makes the whole guard fail.
 def _common_subexpressions(exprs: list[str]):
-    trees = [ast.parse(e, mode="eval") for e in exprs]
+    """(shared definitions, expr -> rewritten expr). Works on text spans (ast offsets), no unparsing."""
+    spans_of: dict[str, list[tuple[int, int, str]]] = {}
     counts: dict[str, int] = {}
-    for tree in trees:
-        for node in _chains(tree):
-            text = ast.unparse(node)
+    for expr in exprs:
+        spans = _chain_spans(expr)
+        spans_of[expr] = spans
+        for _, _, text in spans:
             counts[text] = counts.get(text, 0) + 1
     chosen = sorted((t for t, n in counts.items() if n > 1), key=len)
     names = {text: f"___s{i}" for i, text in enumerate(chosen)}
+    shared = [(names[t], _replace_spans(t, _chain_spans(t), names, skip=t)) for t in chosen]
+    rewritten = {expr: _replace_spans(expr, spans, names) for expr, spans in spans_of.items()}
+    return shared, lambda expr: rewritten.get(expr, expr)
 
-    class Replace(ast.NodeTransformer):
-        def __init__(self, skip: str | None = None) -> None:
-            self.skip = skip
 
-        def visit(self, node):
-            if isinstance(node, (ast.Attribute, ast.Subscript)):
-                text = ast.unparse(node)
-                if text in names and text != self.skip:
-                    return ast.copy_location(ast.Name(names[text], ast.Load()), node)
-            return self.generic_visit(node)
+def _chain_spans(expr: str) -> list[tuple[int, int, str]]:
+    data = expr.encode()  # ast offsets are UTF-8 byte offsets
+    tree = ast.parse(expr, mode="eval")
+    return [(n.col_offset, n.end_col_offset, data[n.col_offset:n.end_col_offset].decode()) for n in _chains(tree)]
 
-    shared = [(names[t], ast.unparse(Replace(skip=t).visit(ast.parse(t, mode="eval")))) for t in chosen]
-    return shared, lambda expr: ast.unparse(Replace().visit(ast.parse(expr, mode="eval"))) if names else expr
+
+def _replace_spans(expr: str, spans: list[tuple[int, int, str]], names: dict[str, str], skip: str | None = None) -> str:
+    """Replace the outermost chosen chains (right to left, so offsets stay valid)."""
+    picked: list[tuple[int, int, str]] = []
+    for start, end, text in sorted(spans, key=lambda s: (s[0], -s[1])):
+        if text in names and text != skip and not any(a <= start and end <= b for a, b, _ in picked):
+            picked.append((start, end, text))
+    data = expr.encode()
+    for start, end, text in sorted(picked, reverse=True):
+        data = data[:start] + names[text].encode() + data[end:]
+    return data.decode()
 
 
 def _chains(tree: ast.AST):
