@@ -275,9 +275,13 @@ def _guard(data: tuple) -> Guard:
 
 def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, kwargs: dict):
     """Rebuild (guard function, transformed function, graphs) from a persisted entry, or raise."""
+    from .translator import DISABLED
     for locator, digest in persisted.callees:
-        if code_hash(resolve(locator, fn).__code__) != digest:
+        callee = resolve(locator, fn)
+        if code_hash(callee.__code__) != digest:
             raise NotPersistable(f"{locator[1]}.{locator[2]} changed since it was cached")
+        if callee.__code__ in DISABLED:
+            raise NotPersistable(f"{locator[1]}.{locator[2]} is now marked framejit.disable")
     namespace = {name: resolve(loc, fn) for name, loc in persisted.namespace.items()}
     shape = FunctionShape.of(fn.__code__)
     guard = compile_guards([_guard(g) for g in persisted.guards], shape.params_source(), namespace,
