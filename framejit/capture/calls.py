@@ -142,7 +142,13 @@ def _is_pure(fn: Any) -> bool:
 
 
 def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    """`module(*args)`: nn.Module.__call__ without hooks is exactly `forward(*args)`."""
+    """`module(*args)`: nn.Module.__call__ without hooks is exactly `forward(*args)`; a class that
+    overrides `__call__` has that method inlined instead (its type is guarded)."""
+    call = type(mod_value.obj).__call__
+    if call is not torch.nn.Module.__call__:
+        if not isinstance(call, types.FunctionType):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{type(mod_value.obj).__name__}.__call__")
+        return tx.inline(UserFunctionValue(call), [mod_value, *args], kwargs)
     tx.guard_no_hooks(mod_value)
     forward = tx.getattr(mod_value, "forward")
     return call_value(tx, forward, args, kwargs)

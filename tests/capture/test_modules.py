@@ -411,3 +411,31 @@ def test_gradients_flow_through_compiled_module():
     for g, p in zip(grads, model.parameters()):
         torch.testing.assert_close(g, p.grad)
     torch.testing.assert_close(x_grad, x.grad)
+
+
+class CustomCall(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def __call__(self, x, scale=2.0):
+        return super().__call__(x) * scale
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class UsesCustomCall(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = CustomCall()
+
+    def forward(self, x):
+        return self.inner(x, scale=3.0) + 1
+
+
+def test_module_with_overridden_call():
+    model = UsesCustomCall()
+    backend = run_differential(model, x6, compiled=framejit.compile(model, backend=(b := CountingBackend()),
+                                                                    fullgraph=True), backend=b)
+    assert backend.graph_count == 1
