@@ -179,16 +179,35 @@ def explain(fn: Callable, *, backend: str | Callable = "eager"):
         request = _make_request(backend, False, None, None, None)
         compiled = _compile_one(fn, request)
         compiled(*args, **kwargs)
-        hooks = [_find_hook(compiled), *request.hooks.all()]  # the frame, then callees and resume functions
-        entries = [e for h in hooks for e in reversed(h.entries)]
-        graphs = [g for e in entries for g in e.graphs]
-        breaks = _distinct_breaks(e.graph_break for e in entries if e.graph_break is not None)
-        ops = [[_op_name(n) for n in g.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
-               for g in graphs]
-        guards = [g for e in entries for g in e.guard.guards]
-        return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards)
+        return _report([_find_hook(compiled), *request.hooks.all()])  # the frame, its callees and resumes
 
     return run
+
+
+def _report(hooks: list[FrameHook]) -> ExplainOutput:
+    entries = [e for h in hooks for e in reversed(h.entries)]
+    graphs = [g for e in entries for g in e.graphs]
+    breaks = _distinct_breaks(e.graph_break for e in entries if e.graph_break is not None)
+    ops = [[_op_name(n) for n in g.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+           for g in graphs]
+    guards = [g for e in entries for g in e.guard.guards]
+    return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards)
+
+
+def explain_compiled() -> list[tuple[str, ExplainOutput]]:
+    """A report for every function compiled in this process so far (what `framejit explain SCRIPT`
+    prints): (function name with file:line, report), for the frames the user compiled."""
+    from .capture.hook import all_hooks
+    hooks = all_hooks()
+    owned = {id(h) for root in hooks for h in root.request.hooks.all()}
+    reports = []
+    for hook in hooks:
+        if id(hook) in owned or not hook.entries:
+            continue  # resume functions and callees are reported with the frame that made them
+        code = hook.fn.__code__
+        reports.append((f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})",
+                        _report([hook, *hook.request.hooks.all()])))
+    return reports
 
 
 def _distinct_breaks(breaks) -> list[GraphBreak]:

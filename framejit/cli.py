@@ -338,11 +338,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
     argv = _strip_separator(args.args)
     # For an entry point, explain its function; for a script, explain a function that runs it. The
     # frontend decides how a script's compiled functions are collected into the report.
-    fn = target.fn if target.fn is not None else (lambda: target.run(argv))
-    try:
-        explained = framejit.explain(fn)
-    except NotImplementedError:
-        raise _CommandError("explain is not available yet", EXIT_UNAVAILABLE) from None
+    if target.fn is None:  # a script: run it, then report every function it compiled
+        def run_script() -> None:
+            with _process_state([target.description, *argv], os.getcwd()):
+                target.run(argv)
+
+        status = run_user_code(run_script)
+        from framejit.api import explain_compiled
+        reports = explain_compiled()
+        if not reports:
+            print("no function was compiled by framejit.compile while the script ran")
+        for name, report in reports:
+            print(f"== {name}\n{report}\n")
+        return status
+    explained = framejit.explain(target.fn)
     report = None
 
     def run() -> None:

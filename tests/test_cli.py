@@ -245,15 +245,21 @@ def test_warm_report_shows_frames_and_totals():
 
 
 # -- explain ------------------------------------------------------------------------------------------
-def test_explain_not_available_is_one_line_exit_2(monkeypatch, call, tmp_path):
-    def unavailable(fn):
-        raise NotImplementedError
-
-    monkeypatch.setattr(framejit, "explain", unavailable)
-    script = tmp_path / "never_run.py"
-    script.write_text("raise SystemExit('the target must not run')\n")
-    status, _, err = call("explain", str(script))
-    assert status == 2 and err == "framejit: error: explain is not available yet\n"
+def test_explain_script_reports_each_compiled_function(call, tmp_path):
+    script = tmp_path / "breaks.py"
+    script.write_text(
+        "import torch, framejit\n"
+        "def f(x):\n"
+        "    y = x * 2\n"
+        "    print('inside f')\n"
+        "    return y + 1\n"
+        "framejit.compile(f)(torch.randn(3))\n"
+    )
+    status, out, _ = call("explain", str(script))
+    assert status == 0
+    assert f"== f ({script}:2)" in out
+    assert "Graph count: 2" in out and "Graph break count: 1" in out
+    assert f"at {script}:4 in f: print('inside f')" in out
 
 
 def test_explain_prints_the_report_of_an_entry_point(monkeypatch, call, tmp_path):

@@ -155,6 +155,10 @@ def _binds(fn: types.FunctionType, args: tuple, kwargs: dict) -> bool:
         return False
 
 
+def all_hooks() -> list[FrameHook]:
+    return list(_ALL_HOOKS)
+
+
 def reset_all() -> None:
     for hook in list(_ALL_HOOKS):
         hook.reset()

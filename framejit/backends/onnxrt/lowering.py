@@ -4,7 +4,8 @@
 - parameters, buffers and tensor constants of `gm` become leading placeholders (`Lowered.state`), so
   the ONNX models never embed weights (see NOTE [Weights are inputs]);
 - `torch.func.functionalize` removes in-place ops on intermediates, and turns mutations of inputs into
-  trailing `aten.copy_` nodes, which the partitioner leaves to eager torch;
+  trailing `aten.copy_` nodes, which the partitioner leaves to eager torch; in-place ops that appear
+  below functionalization (inside composite ops) are removed by a second pass (NOTE [Refunctionalize]);
 - aten ops without a torchlib translation are decomposed with `torch._decomp` tables (ops that torchlib
   translates directly are kept whole: one ONNX function beats a decomposed chain);
 - the graph returns a flat list of leaves; `Lowered.out_spec` rebuilds what `gm` returns.
@@ -66,12 +67,45 @@ def decomposition_table(translated_ops: frozenset) -> dict:
     candidates = list(torch._decomp.core_aten_decompositions().items())
     candidates += list(torch._decomp.decomposition_table.items())
     for op, fn in candidates:
-        if not hasattr(op, "_schema") or op in table:
-            continue
+        if not hasattr(op, "_schema") or op in table or op._schema.is_mutable:
+            continue  # in-place ops stay whole until the second pass (NOTE [Refunctionalize])
         if isinstance(op, torch._ops.OpOverload) and op.name() in translated_ops:
             continue
         table[op] = fn
     return table
+
+
+# NOTE [Refunctionalize]
+# Functionalization only sees the ops called at its own level. Composite ops whose C++ kernels
+# mutate their temporaries (aten::gru_cell: `hgates[0].add_(igates[0]).sigmoid_()`, ...) run below
+# it, so their in-place ops reached the trace as `copy_` nodes on intermediates; the partitioner must
+# leave every `copy_` to eager torch, and the zoo's gru_cell graph was cut into 199 ORT parts (24 s to
+# build, 4.6x slower than eager). When the first trace holds a mutation of anything but a graph input,
+# the traced aten graph is functionalized and traced again: now the in-place ops are called at the
+# functionalization level, which turns them into their functional forms (input mutations stay
+# trailing `copy_` nodes). In-place ops are kept out of the decomposition table so that the first trace
+# keeps them whole (`sigmoid_` -> one `sigmoid` later, not the prims chain `neg, exp, add, div, copy_`).
+
+
+def _mutates_intermediates(gm: torch.fx.GraphModule) -> bool:
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if not node.target._schema.is_mutable:
+            continue
+        is_input_write = node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder"
+        if not is_input_write:
+            return True
+    return False
+
+
+def _trace(fn, table: dict, args: list) -> torch.fx.GraphModule:
+    traced_fn = torch.func.functionalize(fn, remove="mutations")
+    with torch.no_grad():
+        traced = make_fx(traced_fn, decomposition_table=table, tracing_mode="fake")(*args)
+    traced.graph.eliminate_dead_code()  # keeps impure nodes (the trailing copy_ of input mutations)
+    traced.recompile()
+    return traced
 
 
 def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> Lowered:
@@ -86,13 +120,13 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
         spec_box.append(spec)
         return leaves
 
-    traced_fn = torch.func.functionalize(flat_fn, remove="mutations")
-    with torch.no_grad():
-        lowered = make_fx(traced_fn, decomposition_table=decomposition_table(translated_ops),
-                          tracing_mode="fake")(*state.values(), *inputs)
-    lowered.graph.eliminate_dead_code()  # keeps impure nodes (the trailing copy_ of input mutations)
-    lowered.recompile()
-    return Lowered(lowered, list(state.values()), names, spec_box[-1])
+    table = decomposition_table(translated_ops)
+    args = [*state.values(), *inputs]
+    lowered = _trace(flat_fn, table, args)
+    out_spec = spec_box[-1]
+    if _mutates_intermediates(lowered):
+        lowered = _trace(lowered, table, pytree.tree_leaves(args))
+    return Lowered(lowered, list(state.values()), names, out_spec)
 
 
 def node_val(node: Any) -> Any:
