@@ -194,11 +194,9 @@ def _report(hooks: list[FrameHook]) -> ExplainOutput:
     return ExplainOutput(graphs, len(graphs), len(breaks), breaks, ops, guards)
 
 
-def explain_compiled() -> list[tuple[str, ExplainOutput]]:
-    """A report for every function compiled in this process so far (what `framejit explain SCRIPT`
-    prints): (function name with file:line, report), for the frames the user compiled."""
-    from .capture.hook import all_hooks
-    hooks = all_hooks()
+def explain_compiled(hooks: list[FrameHook]) -> list[tuple[str, ExplainOutput]]:
+    """A report for each compiled function among `hooks` (what `framejit explain SCRIPT` prints):
+    (function name with file:line, report); resume functions and callees are part of their frame's."""
     owned = {id(h) for root in hooks for h in root.request.hooks.all()}
     reports = []
     for hook in hooks:

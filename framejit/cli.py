@@ -339,13 +339,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     # For an entry point, explain its function; for a script, explain a function that runs it. The
     # frontend decides how a script's compiled functions are collected into the report.
     if target.fn is None:  # a script: run it, then report every function it compiled
+        from framejit.api import explain_compiled
+        from framejit.capture.hook import keep_hooks
+
         def run_script() -> None:
             with _process_state([target.description, *argv], os.getcwd()):
                 target.run(argv)
 
-        status = run_user_code(run_script)
-        from framejit.api import explain_compiled
-        reports = explain_compiled()
+        with keep_hooks() as hooks:
+            status = run_user_code(run_script)
+        reports = explain_compiled(hooks)
         if not reports:
             print("no function was compiled by framejit.compile while the script ran")
         for name, report in reports:

@@ -11,6 +11,7 @@ functions share the frame's signature.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 import types
@@ -33,6 +34,8 @@ class FrameHook:
         self.limit_logged = False
         self.loaded_owners: set = set()  # owners whose persisted entries were looked up (frame cache)
         _ALL_HOOKS.add(self)
+        for kept in _KEEP:
+            kept.append(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if config.disable:
@@ -157,6 +160,20 @@ def _binds(fn: types.FunctionType, args: tuple, kwargs: dict) -> bool:
 
 def all_hooks() -> list[FrameHook]:
     return list(_ALL_HOOKS)
+
+
+_KEEP: list[list] = []
+
+
+@contextlib.contextmanager
+def keep_hooks():
+    """Keep every FrameHook created inside the block alive and list them (`framejit explain SCRIPT`)."""
+    kept: list = []
+    _KEEP.append(kept)
+    try:
+        yield kept
+    finally:
+        _KEEP.remove(kept)
 
 
 def reset_all() -> None:
