@@ -252,8 +252,11 @@ class BreakCodegen:
             return self.hooks.function(callee.func.fn), callee.self_value
         if isinstance(callee, NNModuleValue) and callee.source is not None:
             forward = type(callee.obj).forward
-            if isinstance(forward, types.FunctionType):
-                self.tx.guard_no_hooks(callee)
+            if isinstance(forward, types.FunctionType) and type(callee.obj).__call__ is torch.nn.Module.__call__:
+                try:
+                    self.tx.guard_no_hooks(callee)
+                except Unsupported:
+                    return None  # a module with hooks is called as it is: its hooks run, forward is not captured
                 return self.hooks.function(forward), callee
         return None
 

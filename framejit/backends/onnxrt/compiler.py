@@ -33,6 +33,15 @@ from .options import OnnxrtOptions
 # after a partial ORT run repeats no side effect.
 _MAX_ATTEMPTS = 8
 
+# NOTE [Revision]
+# framejit's version does not change while the backend does, and the cache keys of persisted programs
+# (frame cache) and of ONNX models (runtime.py) name only the versions of framejit, torch and the ONNX
+# packages. `REVISION` is therefore part of every ONNX model's key and written into every persisted
+# artifact, whose `load` refuses another revision (the frame cache then compiles again). Bump it whenever
+# lowering, partitioning or translation changes what a graph compiles to.
+# 2: in-place ops inside composite ops are functionalized (NOTE [Refunctionalize]).
+REVISION = 2
+
 
 @dataclasses.dataclass
 class Program:

@@ -8,7 +8,8 @@ What is saved, per input signature of an `OnnxrtCompiled` (compiler.py):
   metadata, the attribute paths in `gm` of the state tensors (weights are never saved: NOTE [Weights
   are inputs]), tensor constants created while tracing, and the output structure (a pytree spec);
 - or the fact that this signature runs eagerly (tracing failed once; a new process need not retry).
-The options the programs were built under are saved too (session settings, fallback ops).
+The options the programs were built under are saved too (session settings, fallback ops), and the
+backend's `REVISION` (compiler.py): an artifact of another revision is refused with ArtifactError.
 
 `load` executes the saved top-graph source, creates one ORT session per part from the saved bytes and
 returns an `OnnxrtCompiled` that already holds those programs: no make_fx, no partitioning, no
@@ -27,7 +28,7 @@ import torch.fx
 
 from ..artifact import (ArtifactError, dtype_from_text, get_path, pack, resolve_tensor, spec_from_text,
                         spec_to_text, tensor_from_bytes, tensor_meta, tensor_to_bytes, unpack)
-from .compiler import OnnxrtCompiled, Program
+from .compiler import REVISION, OnnxrtCompiled, Program
 from .options import OnnxrtOptions, parse_options
 from . import runtime
 
@@ -73,7 +74,8 @@ def save(compiled) -> bytes | None:
             blobs.update(program_blobs)
     if not programs:
         return None
-    return pack(KIND, {"options": _options_to_json(compiled.opts), "programs": programs}, blobs)
+    meta = {"revision": REVISION, "options": _options_to_json(compiled.opts), "programs": programs}
+    return pack(KIND, meta, blobs)
 
 
 def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict | None:
@@ -152,6 +154,8 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> OnnxrtCo
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"onnxrt load(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
     meta, blobs = unpack(data, KIND)
+    if meta.get("revision") != REVISION:  # made by an older lowering: compile again
+        raise ArtifactError(f"onnxrt artifact of revision {meta.get('revision')!r}, expected {REVISION}")
     try:
         opts = parse_options(meta["options"])
         programs = {}

@@ -59,12 +59,13 @@ def _cache_key_and_store(sub: torch.fx.GraphModule, opts: OnnxrtOptions):
     except ImportError:  # the persistent cache is optional
         return None, None
     from ..registry import entry_for
+    from .compiler import REVISION
 
     store = default_store()
     if store is None:
         return None, None
     key = cache_key(kind="onnx", graph=sub.code, inputs=_meta_str(sub),
-                    backend=f"{entry_for('onnxrt').version_key()};torch={torch.__version__}",
+                    backend=f"{entry_for('onnxrt').version_key()};torch={torch.__version__};rev={REVISION}",
                     options=opts.cache_repr())
     return key, store
 
