@@ -15,6 +15,7 @@ Invariants (see NOTE [Correct before fast]):
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import torch
@@ -40,7 +41,8 @@ _MAX_ATTEMPTS = 8
 # artifact, whose `load` refuses another revision (the frame cache then compiles again). Bump it whenever
 # lowering, partitioning or translation changes what a graph compiles to.
 # 2: in-place ops inside composite ops are functionalized (NOTE [Refunctionalize]).
-REVISION = 2
+# 3: transposes folded into Gemm (NOTE [Transposes folded into Gemm]).
+REVISION = 3
 
 
 @dataclasses.dataclass
@@ -80,6 +82,27 @@ def _is_concrete(inputs) -> bool:
         if isinstance(value, torch.Tensor) and (value.is_meta or any(isinstance(s, torch.SymInt) for s in value.shape)):
             return False
     return True
+
+
+_ATTRIBUTE_SOURCE = re.compile(r"^[LG]\[[^\]]+\](\.\w+)+$")  # L['module'].layer.0.weight
+
+
+def _weight_positions(gm: torch.fx.GraphModule, inputs, num_state: int) -> set[int]:
+    """Positions, among the lowered graph's placeholders (state, then input leaves), of the tensors
+    that hold weights: `gm`'s own state, parameters, and inputs whose capture source is a module
+    attribute (buffers such as BatchNorm statistics). See NOTE [Frozen weights]."""
+    positions = set(range(num_state))
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    offset = num_state
+    for index, value in enumerate(inputs):
+        count = len(pytree.tree_leaves(value))
+        source = placeholders[index].meta.get("source") if index < len(placeholders) else None
+        is_weight = isinstance(value, torch.nn.Parameter) or (
+            isinstance(value, torch.Tensor) and isinstance(source, str) and _ATTRIBUTE_SOURCE.match(source))
+        if is_weight and count == 1:
+            positions.add(offset)
+        offset += count
+    return positions
 
 
 def _device_of(inputs, state) -> torch.device:
@@ -142,11 +165,13 @@ class OnnxrtCompiled:
                      type(exc).__name__, exc)
             return None
         device = _device_of(inputs, lowered.state)
+        values = [*lowered.state, *pytree.tree_leaves(list(inputs))]
+        weights = _weight_positions(self.gm, inputs, len(lowered.state)) if self.opts.freeze_weights else set()
         blocked: set[str] = set()
         for _ in range(_MAX_ATTEMPTS):
             try:
                 parted = partition.partition(lowered.graph_module, blocked, self.opts.fallback_ops)
-                self._attach_sessions(parted, device)
+                self._attach_sessions(parted, device, values, weights)
             except translate.NodeTranslationError as exc:
                 blocked.add(exc.node_name)
                 logs.log("output_code", "onnxrt: %s; retrying with it in eager torch", exc)
@@ -164,12 +189,24 @@ class OnnxrtCompiled:
             return program
         return self._give_up(f"still failing after {_MAX_ATTEMPTS} attempts")
 
-    def _attach_sessions(self, parted: partition.Partitioned, device: torch.device) -> None:
-        for name, sub in parted.parts.items():
-            data = runtime.model_bytes(sub, self.opts, name)
-            session = runtime.make_session(data, self.opts, device, sub)
-            setattr(parted.graph_module, name, runtime.OrtPart.for_graph(session, data, sub, device))
-        parted.graph_module.recompile()
+    def _attach_sessions(self, parted: partition.Partitioned, device: torch.device, values: list,
+                         weights: set[int]) -> None:
+        """One OrtPart per fused part; `values[k]` is the example value of the k-th top placeholder and
+        `weights` the placeholder positions that hold weights (NOTE [Frozen weights])."""
+        top = parted.graph_module
+        position = {n: k for k, n in enumerate(n for n in top.graph.nodes if n.op == "placeholder")}
+        env = {n: values[k] for n, k in position.items()}
+        for node in top.graph.nodes:
+            if node.op != "call_module" or node.target not in parted.parts:
+                continue
+            sub = parted.parts[node.target]
+            args = [env.get(a) for a in node.args]
+            frozen = tuple(i for i, a in enumerate(node.args)
+                           if position.get(a) in weights and isinstance(args[i], torch.Tensor))
+            data = runtime.model_bytes(sub, self.opts, node.target)
+            part = runtime.OrtPart.for_graph(data, sub, device, self.opts, args, frozen)
+            setattr(top, node.target, part)
+        top.recompile()
 
     def _program(self, parted, lowered, seconds: float) -> Program:
         ort_nodes = sum(

@@ -29,8 +29,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 # (numpy views, no copy) instead of being baked into the model as initializers. Consequences: an
 # in-place weight update (optimizer step, load_state_dict) is seen by the next call exactly as in
 # eager; the model bytes (the cacheable artifact) are small and independent of weight values; and a
-# weight tensor is never duplicated in memory. ORT still fuses Transpose into Gemm/MatMul for
-# non-constant weights, so the cost measured on the benchmark models was within noise.
+# weight tensor is never duplicated in memory. Weights as inputs cost speed, though (no constant
+# folding, no prepacking): the sessions take them as constants after all (NOTE [Frozen weights] in
+# runtime.py), and the translator folds weight transposes into Gemm (NOTE [Transposes folded into Gemm]).
 
 
 @dataclasses.dataclass

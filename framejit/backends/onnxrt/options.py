@@ -16,6 +16,7 @@ Accepted keys (all optional):
 | allow_spinning            | bool (ORT `session.intra_op.allow_spinning`)    | False, see NOTE [No spinning]|
 | opset                     | int, ONNX opset of the exported models, 18..23  | torchlib's default (18)      |
 | fallback_ops              | iterable of aten op names ("aten::gelu", ...)   | () : ops forced to run eagerly |
+| freeze_weights            | bool: weights are ORT constants (NOTE [Frozen weights], runtime.py); off by default: writes through `param.data` are not seen | False |
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ class OnnxrtOptions:
     allow_spinning: bool = False
     opset: int | None = None
     fallback_ops: frozenset[str] = frozenset()
+    freeze_weights: bool = False
 
     def cache_repr(self) -> str:
         """The options that change the exported model bytes (ORT session settings do not)."""
@@ -120,9 +122,9 @@ def parse_options(options: Mapping[str, Any] | None) -> OnnxrtOptions:
                     f"got {value!r}"
                 )
             values[key] = value
-        elif key == "allow_spinning":
+        elif key in ("allow_spinning", "freeze_weights"):
             if not isinstance(value, bool):
-                raise TypeError(f"onnxrt option 'allow_spinning' must be a bool, got {type(value).__name__}")
+                raise TypeError(f"onnxrt option {key!r} must be a bool, got {type(value).__name__}")
             values[key] = value
         elif key == "opset":
             values[key] = None if value is None else _check_int(key, value, _MIN_OPSET)

@@ -11,7 +11,8 @@ What is saved, per input signature of an `OnnxrtCompiled` (compiler.py):
 The options the programs were built under are saved too (session settings, fallback ops), and the
 backend's `REVISION` (compiler.py): an artifact of another revision is refused with ArtifactError.
 
-`load` executes the saved top-graph source, creates one ORT session per part from the saved bytes and
+`load` executes the saved top-graph source, creates one ORT session per part from the saved bytes (a
+part with frozen weights, NOTE [Frozen weights], on its first call, when the weights are at hand) and
 returns an `OnnxrtCompiled` that already holds those programs: no make_fx, no partitioning, no
 translation. A signature it does not hold is compiled on its first call, as always.
 
@@ -102,7 +103,8 @@ def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict
             blob = f"p{index}.{name}"
             blobs[blob] = child.model
             parts.append({"name": name, "blob": blob, "single_output": child.single_output,
-                          "outputs": [[str(dtype), list(shape)] for dtype, shape in child.output_meta]})
+                          "outputs": [[str(dtype), list(shape)] for dtype, shape in child.output_meta],
+                          "inputs": child.input_names, "frozen": list(child.frozen_positions)})
         elif isinstance(child, torch.Tensor):
             blob = f"p{index}.{name}"
             blobs[blob] = tensor_to_bytes(child)
@@ -186,13 +188,15 @@ def _load_program(saved: dict, blobs: dict[str, bytes], gm: torch.fx.GraphModule
     device = torch.device(saved["device"])
     attributes: dict = {}
     for part in saved["parts"]:
-        model = blobs[part["blob"]]
-        try:
-            session = runtime.make_session(model, opts, device)
-        except runtime.SessionLoadError as exc:
-            raise ArtifactError(f"ONNX Runtime cannot load part {part['name']}: {exc}") from None
+        model, session = blobs[part["blob"]], None
+        if not part["frozen"]:  # a part with frozen weights makes its session on its first call
+            try:
+                session = runtime.make_session(model, opts, device)
+            except runtime.SessionLoadError as exc:
+                raise ArtifactError(f"ONNX Runtime cannot load part {part['name']}: {exc}") from None
         output_meta = [(dtype_from_text(d), tuple(shape)) for d, shape in part["outputs"]]
-        attributes[part["name"]] = runtime.OrtPart(session, model, part["single_output"], output_meta, device)
+        attributes[part["name"]] = runtime.OrtPart(session, model, part["single_output"], output_meta, device,
+                                                   part["inputs"], opts, tuple(part["frozen"]))
     for constant in saved["constants"]:
         attributes[constant["name"]] = tensor_from_bytes(blobs[constant["blob"]])
     top = RestoredGraph(saved["code"], saved["imports"], attributes)
