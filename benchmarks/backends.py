@@ -10,7 +10,8 @@ speedup of framejit over eager, framejit's latency relative to inductor (< 1.0: 
 
 Phases (NOTES.md: inductor's compile workers disturb measurements taken right after a cold compile):
 1. framejit compiles; 2. inductor compiles (compile_threads=1); 3. timings, with eager, framejit and
-inductor called round-robin so that load from other processes affects all columns alike. The framejit column uses `framejit.compile(model, backend=...)` when the frontend
+inductor called round-robin so that load from other processes affects all columns alike. framejit
+compiles into a fresh, empty persistent cache, so its compile column is a cold compile. The framejit column uses `framejit.compile(model, backend=...)` when the frontend
 works on the model (`--via auto`, the default), else the backend called directly on a
 torch.fx.symbolic_trace / make_fx graph of the model (the "via" column says which; `--via fx` forces it). To add a backend, add an entry to `BACKEND_SETUP` (options per backend) and,
 if it needs one, a device check in `check_device`.
@@ -164,6 +165,10 @@ def main(argv=None) -> None:
                         help="framejit column: framejit.compile, the backend on an FX graph, or auto")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column")
     args = parser.parse_args(argv)
+    # compile times are cold compile times: a fresh persistent cache, not what earlier runs stored
+    import tempfile
+    import framejit
+    framejit.config.cache_dir = tempfile.mkdtemp(prefix="framejit-bench-cache-")
     check_device(args.backend, args.device)
     if args.backend == "triton" and args.device == "cuda":
         import _triton_bench  # the CUDA-event benchmark of the triton backend (benchmarks/_triton_bench.py)
