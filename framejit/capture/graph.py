@@ -19,8 +19,6 @@ from typing import Any, Callable
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
-                                           FakeTensorMode, UnsupportedOperatorException)
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
@@ -30,7 +28,13 @@ from .sources import NameTable, Source
 from .values import ConstantValue, SequenceValue, TensorValue, TupleValue, Value
 from .values.containers import DictValue, SliceValue
 
-_DATA_DEPENDENT = (DataDependentOutputException, DynamicOutputShapeException)
+
+
+def _fake_tensor():
+    """torch._subclasses.fake_tensor, imported on the first trace: a process whose frames all come from
+    the frame cache never pays for it (about 20 ms, and ~1 s more on first use, see warm_up)."""
+    from torch._subclasses import fake_tensor
+    return fake_tensor
 
 
 class GraphInput:
@@ -46,7 +50,7 @@ class GraphInput:
 class OutputGraph:
     def __init__(self) -> None:
         self.graph = torch.fx.Graph()
-        self.fake_mode = FakeTensorMode()
+        self.fake_mode = _fake_tensor().FakeTensorMode()
         self.inputs: list[GraphInput] = []
         self._by_source: dict[Source, Value] = {}
         self._by_id: dict[int, GraphInput] = {}
@@ -203,10 +207,10 @@ class OutputGraph:
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
                 return target(*args, **kwargs)
-        except _DATA_DEPENDENT as e:
+        except (_fake_tensor().DataDependentOutputException, _fake_tensor().DynamicOutputShapeException) as e:
             raise Unsupported(BreakKind.DATA_DEPENDENT,
                               f"{_target_name(target)} needs tensor data to decide ({type(e).__name__})") from None
-        except UnsupportedOperatorException as e:
+        except _fake_tensor().UnsupportedOperatorException as e:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_target_name(target)}: no fake-tensor rule for {e}") from None
         except Unsupported:
             raise
@@ -357,4 +361,4 @@ def warm_up() -> None:
     """Import what fake tensors need: FakeTensorMode reads torch._dynamo.config, whose package import
     takes ~2 s once per process. The first trace pays it; a process whose frames all come from the frame
     cache never does. Benchmarks call this before timing a first call."""
-    FakeTensorMode()
+    _fake_tensor().FakeTensorMode()
