@@ -15,7 +15,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource, DictSlotSource
-from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, NewObjectValue,
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, NewObjectValue, SetValue,
                      NNModuleValue, ObjectValue, PyModuleValue, SequenceValue, TensorMethodValue, TensorValue,
                      UserFunctionValue, Value)
 from .values.builder import is_library_module, wrap, wrap_unguarded
@@ -36,6 +36,10 @@ CONTAINER_METHODS = {
     list: ("append", "extend", "pop", "insert", "index", "count", "reverse", "sort", "copy", "clear", "remove"),
     tuple: ("index", "count"),
     dict: ("keys", "values", "items", "get", "update", "pop", "setdefault", "copy", "clear"),
+    set: ("add", "update", "discard", "remove", "clear", "copy", "union", "intersection", "difference",
+          "symmetric_difference", "issubset", "issuperset", "isdisjoint"),
+    frozenset: ("copy", "union", "intersection", "difference", "symmetric_difference", "issubset",
+                "issuperset", "isdisjoint"),
 }
 
 
@@ -78,6 +82,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return _sequence_attr(obj, name)
     if isinstance(obj, DictValue):
         return _container_method(obj, dict, name)
+    if isinstance(obj, SetValue):
+        return _container_method(obj, obj.cls, name)
     if isinstance(obj, PyModuleValue):
         return _module_attr(tx, obj, name)
     if isinstance(obj, ClassValue):

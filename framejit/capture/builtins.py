@@ -16,7 +16,7 @@ import torch
 from .breaks import BreakKind, Unsupported, UserException
 from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, getitem, iterate,
                        length, truth, unary)
-from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, IteratorValue,
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, IteratorValue, SetValue,
                      ListValue, NNModuleValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
@@ -371,8 +371,19 @@ BUILTIN_HANDLERS[operator.contains] = lambda tx, args, kwargs: ConstantValue(con
 BUILTIN_HANDLERS[operator.truth] = lambda tx, args, kwargs: ConstantValue(truth(tx, args[0]))
 
 
+@handles(set)
+def _set(tx, args, kwargs):
+    from .handlers.build import _hashable_constant
+    return SetValue({_hashable_constant(v) for v in iterate(tx, args[0])} if args else set())
+
+
+@handles(frozenset)
+def _frozenset(tx, args, kwargs):
+    return SetValue(_set(tx, args, kwargs).items, cls=frozenset)
+
+
 # ---- container methods ---------------------------------------------------------------------------
-_CONTAINER_METHOD_OWNERS = (list, dict, tuple)
+_CONTAINER_METHOD_OWNERS = (list, dict, tuple, set, frozenset)
 
 
 def is_container_method(fn: Any) -> bool:
@@ -382,6 +393,8 @@ def is_container_method(fn: Any) -> bool:
 def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
     owner, name = fn.__objclass__, fn.__name__
     self_value, rest = args[0], args[1:]
+    if owner in (set, frozenset):
+        return _set_method(tx, self_value, name, rest, kwargs)
     if owner is dict:
         return _dict_method(tx, self_value, name, rest, kwargs)
     if isinstance(self_value, ListValue) and name not in ("index", "count", "copy"):
@@ -420,6 +433,28 @@ def _constant_sequence_method(tx, seq: SequenceValue, name: str, args, kwargs) -
     if name in ("remove", "sort"):
         seq.items[:] = [ConstantValue(v) for v in values]
     return result
+
+
+_SET_MUTATORS = {"add", "update", "discard", "remove", "clear"}
+
+
+def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
+    """Set methods over sets of constants: evaluated on the real Python set the value holds."""
+    from .handlers.build import _hashable_constant
+    from .protocol import _check_set_mutable
+    if not isinstance(s, SetValue) or kwargs:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on {s.describe()}")
+    if name in _SET_MUTATORS:
+        _check_set_mutable(s)
+    consts = [set(_hashable_constant(v) for v in iterate(tx, a)) if name not in ("add", "discard", "remove")
+              else _hashable_constant(a) for a in args]
+    try:
+        result = getattr(s.items, name)(*consts)
+    except Exception as e:
+        raise UserException(e) from None
+    if isinstance(result, (set, frozenset)):
+        return SetValue(result, cls=s.cls)
+    return ConstantValue(result)
 
 
 def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Value:

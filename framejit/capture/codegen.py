@@ -22,7 +22,7 @@ from bytecode import Instr
 
 from .breaks import BreakKind, Unsupported
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, IteratorValue,
-                     ListValue, NewObjectValue, ObjectValue, PyModuleValue, SequenceValue, TensorMethodValue,
+                     ListValue, NewObjectValue, ObjectValue, PyModuleValue, SequenceValue, SetValue, TensorMethodValue,
                      TensorValue, TupleValue, UserFunctionValue, Value)
 
 PY312 = sys.version_info >= (3, 12)
@@ -139,6 +139,8 @@ class Reconstructor:
             self._dict(value)
         elif isinstance(value, NewObjectValue):
             self._new_object(value)
+        elif isinstance(value, SetValue):
+            self._call_const(value.cls, [ConstantValue(tuple(value.items))])  # a new set each call
         elif isinstance(value, BoundMethodValue):
             self._call_const(types.MethodType, [value.func, value.self_value])
         elif isinstance(value, TensorMethodValue):

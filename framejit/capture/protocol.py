@@ -16,7 +16,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .values import (ConstantValue, DictValue, IteratorValue, ListValue, NNModuleValue, ObjectValue,
-                     SequenceValue, SliceValue, TensorValue, TupleValue, Value)
+                     SequenceValue, SetValue, SliceValue, TensorValue, TupleValue, Value)
 from .values.builder import wrap
 from .sources import DictSlotSource
 
@@ -64,6 +64,13 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         tx.output.side_effects.mutate_container(a)
         a.items.extend(iterate(tx, b))
         return a
+    if isinstance(a, SetValue) and isinstance(b, SetValue) and fn in _SET_OPS:
+        result = fn(set(a.items), set(b.items))
+        if fn in INPLACE_TO_PLAIN:  # |=, &=, -=, ^= mutate the left set
+            _check_set_mutable(a)
+            a.items = result
+            return a
+        return SetValue(result, cls=a.cls)
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and fn in (operator.add, operator.iadd):
         if a.cls is not b.cls and not (issubclass(a.cls, tuple) and issubclass(b.cls, tuple)):
             raise UserException(TypeError(f'can only concatenate {a.cls.__name__} (not "{b.cls.__name__}") '
@@ -78,6 +85,15 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on {a.describe()} and {b.describe()}")
+
+
+_SET_OPS = {operator.or_, operator.and_, operator.sub, operator.xor, operator.ior, operator.iand, operator.isub,
+            operator.ixor}
+
+
+def _check_set_mutable(s: "SetValue") -> None:
+    if s.source is not None:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"mutation of the set {s.source.describe()} that came from outside")
 
 
 def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
@@ -136,9 +152,7 @@ def truth(tx, v: Value) -> bool:
             return bool(v.value)
         except Exception as e:
             raise UserException(e) from None
-    if isinstance(v, (SequenceValue,)):
-        return len(v.items) > 0
-    if isinstance(v, DictValue):
+    if isinstance(v, (SequenceValue, SetValue, DictValue)):
         return len(v.items) > 0
     if isinstance(v, NNModuleValue):
         if isinstance(v.obj, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)):
@@ -163,6 +177,8 @@ def iterate(tx, v: Value) -> list[Value]:
         return list(v.items)
     if isinstance(v, DictValue):
         return [ConstantValue(k) for k in v.items]
+    if isinstance(v, SetValue):
+        return [ConstantValue(k) for k in v.items]  # CPython's order for this set of constants
     if isinstance(v, ConstantValue) and isinstance(v.value, (range, tuple, str, list, frozenset, bytes, torch.Size)):
         return [ConstantValue(x) for x in v.value]
     if isinstance(v, TensorValue):
@@ -192,7 +208,7 @@ def _module_children(tx, v: NNModuleValue) -> list[Value]:
 def length(tx, v: Value) -> int:
     if isinstance(v, (SequenceValue,)):
         return len(v.items)
-    if isinstance(v, DictValue):
+    if isinstance(v, (DictValue, SetValue)):
         return len(v.items)
     if isinstance(v, ConstantValue):
         try:
@@ -279,6 +295,13 @@ class ModuleSliceValue(TupleValue):
 
 
 def contains(tx, item: Value, container: Value) -> bool:
+    if isinstance(container, SetValue):
+        if not item.is_constant():
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"`in` of {item.describe()} in a set (hashed by identity)")
+        try:
+            return item.as_constant() in container.items
+        except TypeError as e:
+            raise UserException(e) from None
     if isinstance(container, DictValue):
         return item.as_constant() in container.items
     if isinstance(container, SequenceValue):

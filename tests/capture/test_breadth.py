@@ -14,6 +14,8 @@ from typing import NamedTuple, Optional
 
 import pytest
 import torch
+
+import framejit
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -622,3 +624,63 @@ def test_breadth_more(fn, make_args, graphs, use):
         args = make_args(seed)
         assert_same(use(compiled, args), use(fn, args))
     assert backend.graph_count == graphs
+
+
+# ---- sets of constants -----------------------------------------------------------------------------
+ALLOWED = {"relu", "gelu"}
+
+
+def set_literal_and_in(x):
+    names = {"a", "b", "a"}
+    names.add("c")
+    return x * len(names) + ("b" in names) + ("z" in names)
+
+
+def set_ops(x):
+    a, b = {1, 2, 3}, {2, 3, 4}
+    u, i, d = a | b, a & b, a - b
+    a |= {9}
+    return x * (len(u) + len(i) + len(d) + len(a)), sorted(a ^ b)
+
+
+def set_methods(x):
+    s = set([1, 2, 2, 3])
+    s.discard(1)
+    s.update([5, 6])
+    t = frozenset({2, 3})
+    return x * len(s) + s.issuperset(t) + len(s.union(t)) + len(s.difference(t))
+
+
+def set_global_membership(x, act):
+    return torch.relu(x) if act in ALLOWED else x
+
+
+def set_set_comprehension(x):
+    sizes = {n % 3 for n in range(10)}
+    return x * sum(sizes), sizes
+
+
+SETS = [
+    (set_literal_and_in, one(3), 1), (set_ops, one(3), 1), (set_methods, one(3), 1),
+    (set_set_comprehension, one(3), 1),
+]
+
+
+@pytest.mark.parametrize("fn,make_args,graphs", SETS, ids=[c[0].__name__ for c in SETS])
+def test_sets(fn, make_args, graphs):
+    backend = run_differential(fn, make_args)
+    assert backend.graph_count == graphs
+
+
+def test_set_global_membership_guards_the_set():
+    backend = run_differential(set_global_membership, lambda s: (torch.randn(3), ["relu", "tanh"][s]))
+    # two entries ("relu" in ALLOWED, "tanh" not); only the first runs a tensor op, so one graph
+    assert backend.graph_count == 1
+    compiled = framejit.compile(set_global_membership)
+    x = torch.randn(3)
+    assert torch.equal(compiled(x, "tanh"), x)
+    ALLOWED.add("tanh")  # the set is guarded by value: the entry for "tanh" must not be reused
+    try:
+        assert torch.equal(compiled(x, "tanh"), torch.relu(x))
+    finally:
+        ALLOWED.discard("tanh")

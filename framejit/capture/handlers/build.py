@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..breaks import BreakKind, Unsupported, UserException
 from ..protocol import iterate
-from ..values import ConstantValue, DictValue, ListValue, TupleValue
+from ..values import ConstantValue, DictValue, ListValue, SetValue, TupleValue
 from . import UNSUPPORTED_OPCODES, op
 
 
@@ -125,3 +125,35 @@ def unpack_ex(tx, inst):
     tx.push(middle)
     for item in reversed(items[:before]):
         tx.push(item)
+
+
+for _name in ("BUILD_SET", "SET_ADD", "SET_UPDATE"):
+    UNSUPPORTED_OPCODES.pop(_name, None)
+
+
+def _hashable_constant(value):
+    if not value.is_constant() or isinstance(value, SetValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a set of {value.describe()} (only constants are modelled)")
+    try:
+        constant = value.as_constant()
+        hash(constant)
+    except TypeError as e:
+        raise UserException(e) from None
+    return constant
+
+
+@op("BUILD_SET")
+def build_set(tx, inst):
+    tx.push(SetValue({_hashable_constant(v) for v in tx.popn(inst.arg)}))
+
+
+@op("SET_ADD")
+def set_add(tx, inst):
+    value = tx.pop()
+    tx.peek(inst.arg).items.add(_hashable_constant(value))
+
+
+@op("SET_UPDATE")
+def set_update(tx, inst):
+    iterable = tx.pop()
+    tx.peek(inst.arg).items.update(_hashable_constant(v) for v in iterate(tx, iterable))

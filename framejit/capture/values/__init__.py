@@ -2,13 +2,13 @@
 from .base import NULL, ConstantValue, NullValue, Value, const
 from .callables import (BoundMethodValue, BuiltinValue, CellValue, PartialValue, TensorMethodValue,
                         UserFunctionValue)
-from .containers import DictValue, IteratorValue, ListValue, SequenceValue, SliceValue, TupleValue
+from .containers import DictValue, IteratorValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue
 from .objects import ClassValue, NewObjectValue, NNModuleValue, ObjectValue, PyModuleValue
 from .tensor import TensorValue
 
 __all__ = [
     "NULL", "BoundMethodValue", "BuiltinValue", "CellValue", "ClassValue", "ConstantValue", "DictValue",
     "IteratorValue", "ListValue", "NewObjectValue", "NNModuleValue", "NullValue", "ObjectValue",
-    "PartialValue", "PyModuleValue", "SequenceValue", "SliceValue", "TensorMethodValue", "TensorValue",
+    "PartialValue", "PyModuleValue", "SequenceValue", "SetValue", "SliceValue", "TensorMethodValue", "TensorValue",
     "TupleValue", "UserFunctionValue", "Value", "const",
 ]

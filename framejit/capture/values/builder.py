@@ -21,7 +21,7 @@ from ..breaks import BreakKind, Unsupported
 from ..sources import AttrSource, ItemSource, Source
 from .base import ConstantValue, Value
 from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMethodValue, UserFunctionValue
-from .containers import DictValue, ListValue, TupleValue
+from .containers import DictValue, ListValue, SetValue, TupleValue
 from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
 
 _SCALARS = (bool, int, float, str, bytes, complex, type(None))
@@ -74,6 +74,12 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return _wrap_sequence(out, obj, source)
     if type(obj) in (dict, collections.OrderedDict):
         return _wrap_dict(out, obj, source)
+    if type(obj) in (set, frozenset) and all(type(i) in (int, str, bool, float, type(None)) for i in obj):
+        out.guard_type(source, type(obj))
+        e = source.expr(out.names)
+        out.add_guard("CONSTANT_MATCH", f"{e} == {out.name_of(frozenset(obj), 'set')}", source,
+                      expected=repr(sorted(map(repr, obj))), actual=e)
+        return SetValue(obj, source, type(obj))
     if isinstance(obj, torch.nn.Module):
         out.guard_type(source, type(obj))
         return NNModuleValue(obj, source)

@@ -68,6 +68,29 @@ class DictValue(Value):
         return f"dict({', '.join(f'{k!r}: {v.describe()}' for k, v in self.items.items())})"
 
 
+class SetValue(Value):
+    """A set of hashable Python constants (sets of tensors or objects are not modelled: identity
+    hashing would make their behaviour depend on object ids). Sets made while tracing are mutable;
+    a set from outside is guarded by value and may not be mutated (that is a graph break)."""
+
+    def __init__(self, items: set, source: Source | None = None, cls: type = set) -> None:
+        self.items = set(items)
+        self.source = source
+        self.cls = cls
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_constant(self) -> Any:
+        return self.cls(self.items)
+
+    def describe(self) -> str:
+        return f"{self.cls.__name__}({sorted(map(repr, self.items))})"
+
+
 class SliceValue(Value):
     def __init__(self, start: Value, stop: Value, step: Value) -> None:
         self.parts = (start, stop, step)
