@@ -19,16 +19,16 @@ def op(*names: str):
     return register
 
 
-_GENERATORS = "generators, coroutines and async code are not traced (the frame runs eagerly)"
-_EXCEPTIONS = "raising and handling exceptions inside a compiled region is not traced yet"
+_GENERATORS = "coroutines and async code are not traced; generators are run only as inlined callees"
+_EXCEPTIONS = "exception handlers only run when an exception is raised, which stops tracing first"
 UNSUPPORTED_OPCODES: dict[str, str] = {
     **{name: _GENERATORS for name in (
-        "RETURN_GENERATOR", "YIELD_VALUE", "SEND", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
+        "SEND", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
         "BEFORE_ASYNC_WITH", "ASYNC_GEN_WRAP", "GET_YIELD_FROM_ITER", "CLEANUP_THROW", "END_SEND",
         "INSTRUMENTED_YIELD_VALUE", "SETUP_ANNOTATIONS", "GEN_START")},
     **{name: _EXCEPTIONS for name in (
-        "RAISE_VARARGS", "RERAISE", "PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "CHECK_EG_MATCH",
-        "PREP_RERAISE_STAR", "WITH_EXCEPT_START", "LOAD_ASSERTION_ERROR", "STOPITERATION_ERROR")},
+        "RERAISE", "PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "CHECK_EG_MATCH",
+        "PREP_RERAISE_STAR", "WITH_EXCEPT_START", "STOPITERATION_ERROR")},
     "IMPORT_NAME": "imports inside compiled functions are not traced",
     "IMPORT_FROM": "imports inside compiled functions are not traced",
     "IMPORT_STAR": "star imports are not allowed in functions",
@@ -49,19 +49,13 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
     "MATCH_SEQUENCE": "structural pattern matching is not traced yet",
     "MATCH_KEYS": "structural pattern matching is not traced yet",
     "GET_LEN": "structural pattern matching is not traced yet",
-    "BEFORE_WITH": "with-blocks are not traced yet",
     "SETUP_FINALLY": "pseudo-instruction",
     "SETUP_CLEANUP": "pseudo-instruction",
     "SETUP_WITH": "pseudo-instruction",
     "POP_BLOCK": "pseudo-instruction",
     "JUMP_NO_INTERRUPT": "pseudo-instruction",
-    "LOAD_SUPER_ATTR": "super() is not traced yet",
     "INTERPRETER_EXIT": "never in user code",
     "CALL_INTRINSIC_2": "type parameters (PEP 695) are not traced",
-    "BUILD_SET": "sets are not modelled yet",
-    "SET_ADD": "sets are not modelled yet",
-    "SET_UPDATE": "sets are not modelled yet",
-    "DICT_MERGE": "**kwargs merging with duplicate checks is not modelled yet",
     "DELETE_SUBSCR": "deleting items is not modelled yet",
     "BINARY_SUBSCR_GETITEM": "specialized form",
     "RESERVED": "never emitted by the compiler",

@@ -4,11 +4,7 @@ from __future__ import annotations
 from ..breaks import BreakKind, Unsupported, UserException
 from ..context import enter
 from ..values import NULL, ClassValue, ConstantValue
-from . import UNSUPPORTED_OPCODES, op
-
-for _name in ("BEFORE_WITH", "LOAD_ASSERTION_ERROR", "RAISE_VARARGS", "LOAD_SUPER_ATTR", "RETURN_GENERATOR",
-              "YIELD_VALUE"):
-    UNSUPPORTED_OPCODES.pop(_name, None)
+from . import op
 
 
 @op("BEFORE_WITH")

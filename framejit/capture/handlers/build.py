@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..breaks import BreakKind, Unsupported, UserException
 from ..protocol import iterate
 from ..values import ConstantValue, DictValue, ListValue, SetValue, TupleValue
-from . import UNSUPPORTED_OPCODES, op
+from . import op
 
 
 @op("BUILD_TUPLE")
@@ -72,9 +72,6 @@ def dict_merge(tx, inst):
     target.items.update(items)
 
 
-UNSUPPORTED_OPCODES.pop("DICT_MERGE", None)
-
-
 def _as_items(tx, value) -> dict:
     if isinstance(value, DictValue):
         return dict(value.items)
@@ -125,10 +122,6 @@ def unpack_ex(tx, inst):
     tx.push(middle)
     for item in reversed(items[:before]):
         tx.push(item)
-
-
-for _name in ("BUILD_SET", "SET_ADD", "SET_UPDATE"):
-    UNSUPPORTED_OPCODES.pop(_name, None)
 
 
 def _hashable_constant(value):
