@@ -29,7 +29,7 @@ from .backends import registry
 from .capture.breaks import FramejitError, GraphBreak, Unsupported
 from .capture.convert import STATS, CompileRequest
 from .capture.hook import FrameHook, module_call, reset_all
-from .capture.translator import DISABLED
+from .capture.breaks import DISABLED
 
 _UNSET = object()
 

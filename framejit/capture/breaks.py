@@ -15,6 +15,10 @@ import dataclasses
 import enum
 
 
+# Code objects of functions marked with framejit.disable: never traced, never inlined.
+DISABLED: "set" = set()
+
+
 class FramejitError(Exception):
     """Base class of framejit's own exceptions."""
 

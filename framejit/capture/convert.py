@@ -24,12 +24,17 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import Codegen, FunctionShape, Reconstructor, make_function
 from . import frame_cache
-from .graph import OutputGraph
-from .normalize import normalize
-from .graph_break import BreakCodegen, break_site, live_tensors, restore_grad_mode
 from .resume import make_resume_code
-from .translator import LazyArg, RealCell, Translator
-from .values import DictValue, NewObjectValue, SequenceValue, TensorValue, Value
+from .values import Value
+
+# NOTE [Warm path imports]: the translator, its handlers and the graph builder are imported by the
+# functions that trace (`_tracing`), not by this module: a process whose frames all come from the frame
+# cache runs without ever importing them.
+
+
+def _tracing():
+    from . import graph, graph_break, normalize, translator
+    return graph, graph_break, normalize, translator
 
 STATS: dict[str, float] = {"frames_traced": 0, "frames_compiled": 0, "graphs": 0, "backend_compiles": 0,
                            "eager_entries": 0, "frames_loaded": 0, "compile_time_s": 0.0}
@@ -112,7 +117,7 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     start = time.perf_counter()
     STATS["frames_traced"] += 1
     shape = FunctionShape.of(fn.__code__)
-    output = OutputGraph()
+    output = _tracing()[0].OutputGraph()
     try:
         entry = _convert(fn, shape, args, kwargs, request, output)
     except Unsupported:
@@ -127,7 +132,7 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     return entry
 
 
-def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest, output: OutputGraph) -> Entry:
+def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest, output) -> Entry:
     code = fn.__code__
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)
@@ -151,16 +156,17 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
     return entry
 
 
-def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output: OutputGraph) -> Translator:
+def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output):
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
-    f_locals = {name: LazyArg(value, name) for name, value in bound.arguments.items()}
+    translator = _tracing()[3]
+    f_locals = {name: translator.LazyArg(value, name) for name, value in bound.arguments.items()}
     code = fn.__code__
-    cells = {name: RealCell(cell, name) for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
-    return Translator(output, code, fn.__globals__, f_locals, cells)
+    cells = {name: translator.RealCell(cell, name) for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
+    return translator.Translator(output, code, fn.__globals__, f_locals, cells)
 
 
-def _global_guards(output: OutputGraph) -> None:
+def _global_guards(output) -> None:
     grad = output.name_of(torch.is_grad_enabled, "is_grad_enabled")
     output.add_guard("GRAD_MODE", f"{grad}() is {output.grad_enabled}", None,
                      expected=f"grad mode {output.grad_enabled}", actual=f"{grad}()", cost=COST_ID)
@@ -184,7 +190,7 @@ def _global_guards(output: OutputGraph) -> None:
     output.ambient_autocast = len(output.autocast_stack)
 
 
-def _guard_function(fn: types.FunctionType, shape: FunctionShape, output: OutputGraph) -> GuardFunction:
+def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> GuardFunction:
     guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,
                            fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
     if logs.enabled("guards"):
@@ -198,8 +204,9 @@ def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
     return Entry(_guard_function(fn, shape, output), fn, [], graph_break, user_error)
 
 
-def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, request: CompileRequest) -> Entry:
-    outputs = live_tensors([ret, *output.side_effects.values()])
+def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest) -> Entry:
+    graph_break = _tracing()[1]
+    outputs = graph_break.live_tensors([ret, *output.side_effects.values()])
     graphs = []
     cg = Codegen()
     output_index: dict[int, int] = {}
@@ -220,7 +227,7 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
     if output.side_effects:
         rebuild.preload([ret])
     output.side_effects.emit(rebuild)
-    restore_grad_mode(cg, output)
+    graph_break.restore_grad_mode(cg, output)
     rebuild.emit(ret)
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
@@ -238,18 +245,19 @@ def _compile_entry(fn, shape: FunctionShape, output: OutputGraph, ret: Value, re
 def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
                  exc: Unsupported | UserException) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
-    site = break_site(fn.__code__, exc)
+    graph, graph_break, _, _ = _tracing()
+    site = graph_break.break_site(fn.__code__, exc)
     if site is None:
         return None
-    output = OutputGraph()
+    output = graph.OutputGraph()
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)
     tx.stop_at = site.inst.index
     try:
         if tx.run() is not None:
             return None
-        gen = BreakCodegen(fn, site, tx, request, _BoundHooks(request.hooks, fn))
-        outputs = live_tensors(gen.values())
+        gen = graph_break.BreakCodegen(fn, site, tx, request, _BoundHooks(request.hooks, fn))
+        outputs = graph_break.live_tensors(gen.values())
         compiled, output_index, graphs = None, {}, []
         if outputs or output.op_count:
             output.output(outputs)
@@ -272,6 +280,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
 
 
 def _in_try_block(fn: types.FunctionType, exc: UserException) -> bool:
+    normalize = _tracing()[2].normalize
     return exc.root_index is not None and normalize(fn.__code__).insts[exc.root_index].handler is not None
 
 
@@ -292,7 +301,7 @@ class _BoundHooks:
         return self.hooks.resume(code, index, layout, names, self.fn, hooked)
 
 
-def _backend_compile(gm: torch.fx.GraphModule, output: OutputGraph, request: CompileRequest) -> Callable:
+def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest) -> Callable:
     example_inputs = [inp.tensor for inp in output.inputs]
     STATS["graphs"] += 1
     if logs.enabled("graph_code"):

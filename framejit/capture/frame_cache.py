@@ -275,7 +275,7 @@ def _guard(data: tuple) -> Guard:
 
 def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, kwargs: dict):
     """Rebuild (guard function, transformed function, graphs) from a persisted entry, or raise."""
-    from .translator import DISABLED
+    from .breaks import DISABLED
     for locator, digest in persisted.callees:
         callee = resolve(locator, fn)
         if code_hash(callee.__code__) != digest:

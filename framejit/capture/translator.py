@@ -23,7 +23,7 @@ import torch
 
 from .. import config
 from .attributes import getattr_value
-from .breaks import BreakKind, Unsupported, UserException, UserFrame
+from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .calls import call_value
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
@@ -38,8 +38,7 @@ _ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_IT
 MAX_TRACE_STEPS = 500_000
 _FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
-# Functions marked with framejit.disable: never traced, never inlined.
-DISABLED: "set[types.CodeType]" = {graph_break.__code__}
+DISABLED.add(graph_break.__code__)  # the substitutes' way to break (modules.graph_break)
 
 
 class LazyArg:
