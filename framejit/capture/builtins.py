@@ -5,7 +5,6 @@ when every argument is a Python constant most simply evaluate the real builtin (
 """
 from __future__ import annotations
 
-import builtins
 import functools
 import itertools
 import operator
@@ -16,8 +15,8 @@ import torch
 from .breaks import BreakKind, Unsupported, UserException
 from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, getitem, iterate,
                        length, truth, unary)
-from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, IteratorValue, SetValue,
-                     ListValue, NNModuleValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
+from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, SetValue,
+                     ListValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
 Handler = Callable[..., Value]
@@ -494,5 +493,4 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name}")
 
 
-__all__ = ["BUILTIN_HANDLERS", "call_container_method", "is_container_method", "builtins", "BoundMethodValue",
-           "BuiltinValue", "NNModuleValue"]
+__all__ = ["BUILTIN_HANDLERS", "call_container_method", "is_container_method"]

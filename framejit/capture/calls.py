@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import types
 from typing import Any
 
@@ -16,7 +15,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .protocol import ModuleSliceValue, constant_fold
-from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, NewObjectValue, NNModuleValue,
                      ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
 
@@ -211,4 +210,4 @@ def is_dataclass_type(cls: type) -> bool:
     return dataclasses.is_dataclass(cls) and isinstance(cls, type)
 
 
-__all__ = ["call_value", "call_builtin", "call_class", "call_module", "call_tensor_method", "functools"]
+__all__ = ["call_value", "call_builtin", "call_class", "call_module", "call_tensor_method"]

@@ -310,4 +310,4 @@ def make_function(shape: FunctionShape, body: Codegen, f_globals: dict, defaults
     return fn
 
 
-__all__ = ["Codegen", "FunctionShape", "Reconstructor", "make_function", "new_object", "TupleValue"]
+__all__ = ["Codegen", "FunctionShape", "Reconstructor", "make_closure", "make_function", "new_object"]

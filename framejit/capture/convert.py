@@ -359,4 +359,4 @@ def _log_bytecode(fn: types.FunctionType, transformed: types.FunctionType) -> No
                  original.getvalue(), new.getvalue())
 
 
-__all__ = ["Entry", "CompileRequest", "convert_frame", "STATS", "BreakKind"]
+__all__ = ["CompileRequest", "Entry", "STATS", "convert_frame"]

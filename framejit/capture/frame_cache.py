@@ -36,7 +36,7 @@ import torch
 
 from .. import config, logs
 from ..guards import Guard, compile_guards
-from .codegen import Codegen, FunctionShape, Reconstructor, make_function, new_object
+from .codegen import Codegen, FunctionShape, Reconstructor, make_function
 from .sources import AttrSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource, Ref, Source
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
@@ -379,4 +379,4 @@ def _store():
     return default_store()
 
 
-__all__ = ["NotPersistable", "Persisted", "code_hash", "load", "persist", "restore", "save", "new_object"]
+__all__ = ["NotPersistable", "Persisted", "code_hash", "load", "persist", "restore", "save"]

@@ -32,7 +32,8 @@ from .values.containers import DictValue, SliceValue
 
 def _fake_tensor():
     """torch._subclasses.fake_tensor, imported on the first trace: a process whose frames all come from
-    the frame cache never pays for it (about 20 ms, and ~1 s more on first use, see warm_up)."""
+    the frame cache never pays for it (about 20 ms; FakeTensorMode's first use also
+    imports torch._dynamo.config, about 1 s)."""
     from torch._subclasses import fake_tensor
     return fake_tensor
 
@@ -356,9 +357,3 @@ def _short(obj: Any) -> str:
     text = repr(obj)
     return text if len(text) < 60 else text[:57] + "..."
 
-
-def warm_up() -> None:
-    """Import what fake tensors need: FakeTensorMode reads torch._dynamo.config, whose package import
-    takes ~2 s once per process. The first trace pays it; a process whose frames all come from the frame
-    cache never does. Benchmarks call this before timing a first call."""
-    _fake_tensor().FakeTensorMode()

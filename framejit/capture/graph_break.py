@@ -30,7 +30,7 @@ from bytecode import Instr, Label
 
 from .breaks import BreakKind, Unsupported, UserException
 from .context import ExitValue, GradModeExit, call_with_exits
-from .codegen import Codegen, FunctionShape, Reconstructor, make_function
+from .codegen import Codegen, Reconstructor
 from .normalize import Inst, normalize
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
@@ -337,5 +337,4 @@ def _needs_forward_name(name: str) -> bool:
     return sys.version_info < (3, 12) and name.startswith("POP_JUMP_IF")
 
 
-__all__ = ["BreakCodegen", "BreakSite", "break_site", "live_tensors", "FunctionShape", "make_function", "torch",
-           "UserException"]
+__all__ = ["BreakCodegen", "BreakSite", "break_site", "live_tensors", "restore_grad_mode"]

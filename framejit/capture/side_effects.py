@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from .breaks import BreakKind, Unsupported
-from .sources import Ref
 from .values import DictValue, ListValue, NNModuleValue, ObjectValue, Value
 
 
@@ -134,4 +133,4 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value) -> None:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"replacing the parameter or submodule {name!r} inside the graph")
 
 
-__all__ = ["SideEffects", "Ref"]
+__all__ = ["SideEffects"]

@@ -19,8 +19,6 @@ import os
 import types
 from typing import Any
 
-import torch
-
 from .. import config
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
@@ -29,8 +27,8 @@ from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
 from .normalize import Inst, normalize
-from .sources import ClosureSource, DictSlotSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
-from .values import (CellValue, ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue, TupleValue,
+from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
+from .values import (DictValue, IteratorValue, NewObjectValue, NNModuleValue, TupleValue,
                      UserFunctionValue, Value)
 from .values.builder import wrap, wrap_unguarded
 
@@ -360,5 +358,4 @@ def bind_arguments(code: types.CodeType, fname: str, args: list[Value], kwargs: 
     return bound
 
 
-__all__ = ["Translator", "LazyArg", "RealCell", "bind_arguments", "DISABLED", "CellValue", "ConstantValue",
-           "DictSlotSource", "ObjectValue", "torch"]
+__all__ = ["DISABLED", "LazyArg", "RealCell", "Translator", "bind_arguments"]

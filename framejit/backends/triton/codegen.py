@@ -322,7 +322,7 @@ class KernelWriter:
         blocks = ["XBLOCK", "RBLOCK"] if reduction else ["XBLOCK"]
         params = [p for p, _ in pointers] + scalars + [f"{b}: tl.constexpr" for b in blocks]
         pid = "tl.program_id(0).to(tl.int64)" if self.need_int64 else "tl.program_id(0)"
-        head = [f"@triton.jit", f"def {name}({', '.join(params)}):",
+        head = ["@triton.jit", f"def {name}({', '.join(params)}):",
                 f"    xoffset = {pid} * XBLOCK"]
         if reduction:
             head += ["    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "    xmask = xindex < xnumel",

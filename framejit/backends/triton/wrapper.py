@@ -131,7 +131,7 @@ class WrapperWriter:
     def generate(self, summary: str) -> tuple[str, list]:
         graph = self.sched.graph
         params = [n.name for n in graph.inputs] + list(graph.constants)
-        body, defined_at = [], []
+        body = []
         read_by_kernels = {b for k in self.kernels.values() for _, b in k.params}
         for step in self.sched.steps:
             if isinstance(step, FusedGroup):

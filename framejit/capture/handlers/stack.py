@@ -1,8 +1,7 @@
 """Stack, locals, globals, cells, constants, attributes and return."""
 from __future__ import annotations
 
-from ..breaks import BreakKind, Unsupported
-from ..values import NULL, BoundMethodValue, CellValue, ConstantValue, TensorMethodValue
+from ..values import NULL, CellValue
 from ..values.builder import wrap_unguarded
 from . import op
 
@@ -124,5 +123,3 @@ def store_global(tx, inst):
 def return_value(tx, inst):
     tx.return_value = tx.pop()
 
-
-__all__ = ["BoundMethodValue", "ConstantValue", "TensorMethodValue", "Unsupported", "BreakKind"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..breaks import BreakKind, Unsupported
 from ..sources import Source
 from .base import Value
 
