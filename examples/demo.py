@@ -1,6 +1,7 @@
 """framejit demo: compile a small model, show its graph and guards, and compare with eager."""
 from __future__ import annotations
 
+import tempfile
 import time
 
 import torch
@@ -23,6 +24,8 @@ class TinyNet(torch.nn.Module):
 
 
 def main() -> None:
+    # a fresh persistent cache, so every run of the demo shows a cold compile (see `framejit warm`)
+    framejit.config.cache_dir = tempfile.mkdtemp(prefix="framejit-demo-")
     torch.manual_seed(0)
     model = TinyNet().eval()
     compiled = framejit.compile(model, backend="eager")
@@ -42,8 +45,9 @@ def main() -> None:
     print(f"graphs: {report.graph_count}, graph breaks: {report.graph_break_count}, first call {first * 1e3:.1f} ms")
     x2 = torch.randn(1, 8)  # a new batch size: the shape guard fails and framejit recompiles
     out2, _ = compiled(x2)
-    print(f"new shape {tuple(x2.shape)}: matches eager: {torch.allclose(out2, model(x2)[0])}, "
-          f"stats: {framejit.stats()}")
+    stats = framejit.stats()
+    counters = {k: stats[k] for k in ("frames_traced", "graphs", "backend_compiles", "frames_loaded")}
+    print(f"new shape {tuple(x2.shape)}: matches eager: {torch.allclose(out2, model(x2)[0])}, stats: {counters}")
 
 
 if __name__ == "__main__":
