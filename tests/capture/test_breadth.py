@@ -214,7 +214,7 @@ def cls_setattr_new(x):
 def cls_type_of(x): return x * (type(SHAPE) is Shape)
 def cls_dataclass_fields(x):
     c = Config(hidden=8)
-    return x * c.hidden + dataclasses.asdict(c)["scale"] if False else x * c.hidden
+    return x * c.hidden
 def cls_output_dict_of_dataclass(x): return {"out": Output(x), "n": 1}
 
 
@@ -472,7 +472,7 @@ def gm_autocast_disabled(x, w):
 
 # ---- builtins and modules --------------------------------------------------------------------------
 def bi_math(x): return x * math.log(8, 2) + math.exp(0) + math.cos(0) + math.ceil(1.2) + math.gcd(12, 8)
-def bi_operator(x): return operator.mul(operator.add(x, 1), 2), operator.itemgetter(0)([3, 4]) * x if False else x
+def bi_operator(x): return operator.mul(operator.add(x, 1), 2), x
 def bi_reduce(x): return functools.reduce(operator.add, [x, x * 2, x * 3])
 def bi_chain(x): return [x * i for i in itertools.chain(range(2), [5])]
 def bi_product(x): return sum(x * (i + j) for i, j in itertools.product(range(2), range(3)))
@@ -574,9 +574,9 @@ def bounded_recursion(x):
     return x * fib(6)
 
 
-def lambda_sort_key(x):
+def tuple_items_index(x):
     items = [(2, x), (1, x * 2), (3, x * 3)]
-    return [t for _, t in sorted(items, key=lambda p: p[0])] if False else [items[1][1], items[0][1]]
+    return [items[1][1], items[0][1]]
 
 
 def chained_comparisons(x):
@@ -604,7 +604,7 @@ MORE = [
     (namedtuple_input, lambda s: (Point(torch.randn(2), torch.randn(2)),), 1, None),
     (enum_input, lambda s: (torch.randn(3), [Color.RED, Color.BLUE][s % 2]), 2, None),
     (nested_input, lambda s: ({"inputs": [torch.randn(2), torch.randn(2)], "scale": 2.0 + s},), 2, None),
-    (annotated, one(3), 1, None), (bounded_recursion, one(3), 1, None), (lambda_sort_key, one(3), 1, None),
+    (annotated, one(3), 1, None), (bounded_recursion, one(3), 1, None), (tuple_items_index, one(3), 1, None),
     (chained_comparisons, one(4), 1, None), (string_keys_loop, one(3), 1, None),
     (tuple_of_shapes, lambda s: (torch.randn(2, 3), torch.randn(3, 2)), 1, None),
 ]

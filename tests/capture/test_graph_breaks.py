@@ -60,7 +60,7 @@ def br_and_or_tensor(x):
     return x * 2 if flag else x
 def br_nonzero_len(x):
     idx = torch.nonzero(x > 0)
-    return x.sum() * len(idx) if False else x[x > 0].sum() + 0 * x.sum()
+    return x[x > 0].sum() + 0 * x.sum() + 0 * idx.numel()
 def br_numpy(x):
     arr = x.numpy()
     return torch.from_numpy(arr * 2) + x

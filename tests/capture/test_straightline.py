@@ -87,7 +87,7 @@ def dropout_eval(x): return F.dropout(x, p=0.5, training=False)
 def math_consts(x): return x * math.pi + math.sqrt(2.0) + math.floor(2.7)
 def math_on_shape(x): return x / math.sqrt(x.shape[-1])
 def index_int(x): return x[0], x[-1], x[1, 2]
-def index_slice(x): return x[1:], x[:, ::2], x[::-1] if False else x[1:3, 0:4:2]
+def index_slice(x): return x[1:], x[:, ::2], x[1:3, 0:4:2]
 def index_none_ellipsis(x): return x[None], x[..., 0], x[:, None, ...]
 def index_negative(x): return x[-2:], x[:, -1]
 def index_tensor(x): return x[torch.tensor([0, 2])]
@@ -232,7 +232,7 @@ def varargs(*xs): return sum(xs[1:], xs[0])
 def varkw(x, **kw): return x * kw.get("scale", 1.0) + kw.get("bias", 0.0)
 def default_args(x, n=3, flag=False): return x * n if not flag else x
 def slicing_list(x):
-    parts = [x[i] for i in range(3)] if False else [x[0], x[1], x[2]]
+    parts = [x[0], x[1], x[2]]
     return parts[1:], parts[::-1]
 def bool_constant_ops(x): return x * (True + True)
 def abs_builtin(x): return abs(x)
