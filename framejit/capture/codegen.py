@@ -146,9 +146,6 @@ class Reconstructor:
         elif isinstance(value, TensorMethodValue):
             self.emit(value.tensor)
             cg.load_attr(value.name)
-        elif type(value).__name__ == "ExitValue" and getattr(value.ctx, "kind", None) == "grad":
-            from .context import GradModeExit
-            cg.load_const(GradModeExit(value.saved))
         elif isinstance(value, IteratorValue):
             self._call_const(iter, [ListValue(value.items[value.index:])])
         elif isinstance(value, (BuiltinValue, ClassValue, PyModuleValue, ObjectValue)):

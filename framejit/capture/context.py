@@ -13,6 +13,7 @@ user code and its `ctx_factory()` yields one of these values.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -61,35 +62,86 @@ class CloneValue(Value):
         self.ctx = ctx
 
 
-class GradModeExit:
-    """The `__exit__` a resume function receives for a grad-mode with-block left open by a graph break:
-    it restores the grad mode in force before the block (NOTE [Breaks inside with-blocks])."""
+class GradBlock:
+    """An open grad-mode with-block carried across a graph break (NOTE [Breaks inside with-blocks]):
+    entering sets `mode`, exiting restores `prev`, the mode in force before the original block."""
 
-    def __init__(self, prev: bool) -> None:
+    def __init__(self, prev: bool, mode: bool) -> None:
         self.prev = prev
+        self.mode = mode
 
-    def __call__(self, *exc_info: Any) -> None:
+    def __enter__(self) -> None:
+        torch._C._set_grad_enabled(self.mode)
+
+    def __exit__(self, *exc_info: Any) -> None:
         torch._C._set_grad_enabled(self.prev)
 
     def __repr__(self) -> str:
-        return f"GradModeExit(prev={self.prev})"
+        return f"GradBlock(prev={self.prev}, mode={self.mode})"
 
 
-def call_with_exits(exits: tuple, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run a call left in plain Python inside open with-blocks: on an exception, exit the blocks
-    (innermost first) as CPython's exception table would, then re-raise."""
-    try:
-        return fn(*args, **kwargs)
-    except BaseException as e:
-        for exit_fn in reversed(exits):
-            exit_fn(type(e), e, e.__traceback__)
-        raise
+class InferenceBlock:
+    """An open `inference_mode(mode)` block carried across a graph break: entering first sets the grad
+    mode the original block was entered with (inference mode saves it and restores it on exit)."""
+
+    def __init__(self, mode: bool, grad_before: bool) -> None:
+        self.mode = mode
+        self.grad_before = grad_before
+        self._context = None
+
+    def __enter__(self) -> None:
+        torch._C._set_grad_enabled(self.grad_before)
+        self._context = grad_mode._enter_inference_mode(self.mode)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        context, self._context = self._context, None
+        context.__exit__(*exc_info)
+
+    def __repr__(self) -> str:
+        return f"InferenceBlock(mode={self.mode}, grad_before={self.grad_before})"
 
 
-def exit_value_from_object(out, obj: GradModeExit, source: Source) -> "ExitValue":
-    out.guard_type(source, GradModeExit)
-    out.guard_constant(AttrSource(source, "prev"), obj.prev)
-    return ExitValue(CtxValue("grad", not obj.prev, grad_mode.set_grad_enabled), obj.prev)
+BLOCK_CLASSES = (GradBlock, InferenceBlock)
+
+
+class ExitOnError:
+    """A user context manager's `__exit__` around a step at a graph break: the manager stays entered (its
+    exit runs later, in the resumed code), unless the step raises; then it exits as CPython would. Used
+    only for exits that never suppress an exception (graph_break._never_suppresses)."""
+
+    def __init__(self, exit_fn: Any) -> None:
+        self.exit_fn = exit_fn
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.exit_fn(exc_type, exc, tb)
+
+
+def run_in_blocks(blocks: tuple, grad: bool, fn: Any, /, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+    """Run a step left in plain Python inside re-entered with-blocks: enter them (outermost first), set
+    the grad mode the traced code had reached, run `fn`, then exit them (innermost first, also on an
+    exception, as CPython's exception table would). Returns (the grad mode `fn` left, its result): the
+    resume function re-enters the blocks and sets that grad mode (NOTE [Breaks inside with-blocks])."""
+    with contextlib.ExitStack() as stack:
+        for block in blocks:
+            stack.enter_context(block)
+        torch._C._set_grad_enabled(grad)
+        result = fn(*args, **kwargs)
+        return torch.is_grad_enabled(), result
+
+
+def block_for(exit_value: "ExitValue") -> tuple[Any, tuple]:
+    """(constructor, constant args) of the block object that re-enters `exit_value`'s with-block."""
+    ctx, saved = exit_value.ctx, exit_value.saved
+    if ctx.kind == "grad":
+        return GradBlock, (saved, ctx.mode)
+    if ctx.kind == "inference":
+        return InferenceBlock, (ctx.mode, saved[0])
+    device_type, dtype, enabled, cache = ctx.mode
+    return torch.autocast, (device_type, dtype, enabled, cache)
 
 
 def is_ctx_class(cls: Any) -> bool:
@@ -137,6 +189,23 @@ def ctx_from_object(out, obj: Any, source: Source) -> CtxValue:
         out.guard_constant(AttrSource(source, "mode"), obj.mode)
         kind = "grad" if isinstance(obj, grad_mode.set_grad_enabled) else "inference"
         return CtxValue(kind, obj.mode, type(obj), source)
+    if isinstance(obj, GradBlock):
+        ctx = CtxValue("grad", obj.mode, GradBlock, source)
+        ctx.mode_before_init = obj.prev
+        out.guard_constant(AttrSource(source, "mode"), obj.mode)
+        out.guard_constant(AttrSource(source, "prev"), obj.prev)
+        return ctx
+    if isinstance(obj, InferenceBlock):
+        ctx = CtxValue("inference", obj.mode, InferenceBlock, source)
+        ctx.grad_before = obj.grad_before
+        out.guard_constant(AttrSource(source, "mode"), obj.mode)
+        out.guard_constant(AttrSource(source, "grad_before"), obj.grad_before)
+        return ctx
+    if type(obj) in AUTOCAST_CLASSES:
+        names = ("device", "fast_dtype", "_enabled", "_cache_enabled")
+        for name in names:
+            out.guard_constant(AttrSource(source, name), getattr(obj, name))
+        return CtxValue("autocast", tuple(getattr(obj, name) for name in names), type(obj), source)
     raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"context manager object {type(obj).__name__}")
 
 
@@ -148,12 +217,18 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
             saved = getattr(ctx, "mode_before_init", out.grad_enabled)
             out.set_grad_enabled(ctx.mode)
         elif ctx.kind == "inference":
-            saved = (out.grad_enabled, out.record_effect(grad_mode._enter_inference_mode, (ctx.mode,)))
-            out.grad_enabled = out.grad_enabled and not ctx.mode
+            if hasattr(ctx, "grad_before"):  # an InferenceBlock sets the grad mode first
+                out.set_grad_enabled(ctx.grad_before)
+            saved = (out.grad_enabled, out.record_effect(grad_mode._enter_inference_mode, (ctx.mode,)),
+                     out.inference_mode)
+            out.open_regions.append(saved[1])
+            out.grad_enabled = not ctx.mode  # inference_mode(False) enables grad, as eager does
+            out.inference_mode = ctx.mode
         else:
             device_type, dtype, enabled, cache = ctx.mode
             node = out.record_effect(autocast_mode._enter_autocast, (device_type, dtype, enabled, cache))
             out.autocast_stack.append((device_type, dtype, enabled))
+            out.open_regions.append(node)
             saved = node
         return ExitValue(ctx, saved), ConstantValue(None)
     if isinstance(ctx, (ObjectValue, NewObjectValue)):
@@ -167,10 +242,13 @@ def exit_(tx, exit_value: ExitValue) -> Value:
     if ctx.kind == "grad":
         out.set_grad_enabled(saved)
     elif ctx.kind == "inference":
-        grad_before, node = saved
+        grad_before, node, inference_before = saved
         out.record_effect(grad_mode._exit_inference_mode, (node,))
+        out.open_regions.remove(node)
         out.grad_enabled = grad_before
+        out.inference_mode = inference_before
     else:
         out.record_effect(autocast_mode._exit_autocast, (saved,))
+        out.open_regions.remove(saved)
         out.autocast_stack.pop()
     return ConstantValue(None)

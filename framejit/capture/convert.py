@@ -170,6 +170,10 @@ def _global_guards(output) -> None:
     grad = output.name_of(torch.is_grad_enabled, "is_grad_enabled")
     output.add_guard("GRAD_MODE", f"{grad}() is {output.grad_enabled}", None,
                      expected=f"grad mode {output.grad_enabled}", actual=f"{grad}()", cost=COST_ID)
+    inference = output.name_of(torch.is_inference_mode_enabled, "is_inference_mode_enabled")
+    output.add_guard("INFERENCE_MODE", f"{inference}() is {output.inference_mode}", None,
+                     expected=f"inference mode {'on' if output.inference_mode else 'off'}", actual=f"{inference}()",
+                     cost=COST_ID)
     dtype = torch.get_default_dtype()
     get_dtype = output.name_of(torch.get_default_dtype, "get_default_dtype")
     output.add_guard("DEFAULT_DTYPE", f"{get_dtype}() is {output.name_of(dtype, 'default_dtype')}", None,

@@ -41,7 +41,7 @@ from .sources import AttrSource, ClosureSource, DictSlotSource, GlobalSource, It
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 1
+FORMAT = 2  # 2: graphs saved node by node (NOTE [Persisted graphs])
 
 
 class NotPersistable(Exception):
@@ -259,9 +259,48 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     callees = [(_import_locator(f), code_hash(f.__code__)) for f in output.inlined if f is not fn]
     inputs = [encode_source(i.source, fn) for i in output.inputs]
     ret_data = encode_value(ret, output_index, fn)
-    graph = pickle.dumps(gm) if gm is not None else b""
+    graph = dump_graph(gm) if gm is not None else b""
     return Persisted(guards, namespace, callees, inputs, ret_data, (output.entry_grad_enabled, output.grad_enabled),
                      graph, artifact)
+
+
+# NOTE [Persisted graphs]: a GraphModule's own pickling saves its generated code and rebuilds the graph
+# by symbolically tracing that code, which *runs* calls whose arguments are all constants instead of
+# recording them: grad-mode and autocast nodes (`torch._C._set_grad_enabled(False)`) would vanish, and
+# the loaded graph would compute under the wrong state. So the graph is saved node by node.
+@dataclasses.dataclass(frozen=True)
+class _NodeRef:
+    index: int
+
+
+def dump_graph(gm: torch.fx.GraphModule) -> bytes:
+    """Every node of `gm` as (op, name, target, args, kwargs), node arguments as _NodeRef."""
+    index: dict[torch.fx.Node, int] = {}
+    nodes = []
+    for node in gm.graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            raise NotPersistable(f"the graph reads module state ({node.op} {node.target})")
+        index[node] = len(nodes)
+        args = torch.fx.node.map_arg(node.args, lambda n: _NodeRef(index[n]))
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _NodeRef(index[n]))
+        nodes.append((node.op, node.name, node.target, args, kwargs))
+    try:
+        return pickle.dumps(nodes)
+    except Exception as e:  # a target or constant that has no importable name
+        raise NotPersistable(f"the graph cannot be pickled: {type(e).__name__}: {e}") from None
+
+
+def load_graph(data: bytes) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    made: list[torch.fx.Node] = []
+    for op, name, target, args, kwargs in pickle.loads(data):
+        args, kwargs = torch.fx.node.map_aggregate((args, kwargs), lambda a: made[a.index] if isinstance(a, _NodeRef) else a)
+        if op == "output":
+            node = graph.output(args[0])
+        else:
+            node = graph.create_node(op, target, args, kwargs, name=name)
+        made.append(node)
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
 def _guard_data(g: Guard) -> tuple:
@@ -290,7 +329,7 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
     sources = [decode_source(s, fn) for s in persisted.inputs]
     cg, graphs, outputs = Codegen(), [], {}
     if persisted.graph:
-        gm = pickle.loads(persisted.graph)
+        gm = load_graph(persisted.graph)
         graphs.append(gm)
         example_inputs = _example_inputs(guard, sources, namespace, args, kwargs)
         compiled = request.artifacts[1](persisted.artifact, gm, example_inputs)

@@ -45,7 +45,7 @@ class GraphInput:
         self.source = source
         self.tensor = tensor
         self.value = value
-        self.version = value.fake._version
+        self.version = _version(value.fake)
 
 
 class OutputGraph:
@@ -60,8 +60,10 @@ class OutputGraph:
         self.tx_stack: list = []  # active translators, innermost last (for provenance)
         self.grad_enabled = torch.is_grad_enabled()
         self.entry_grad_enabled = self.grad_enabled
+        self.inference_mode = torch.is_inference_mode_enabled()  # guarded at entry (convert._global_guards)
         self.autocast_stack: list[tuple[str, torch.dtype, bool]] = []  # in force while tracing
         self.ambient_autocast = 0  # how many of them the caller entered (they are guarded, not recorded)
+        self.open_regions: list[torch.fx.Node] = []  # _enter_autocast/_enter_inference_mode nodes not exited yet
         self.op_count = 0
         self.steps = 0  # instructions traced, across inlined frames
         self.side_effects = SideEffects()
@@ -170,10 +172,11 @@ class OutputGraph:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         fake_args, fake_kwargs = tree_map(_fake_of, (args, kwargs), is_leaf=_is_value)
         fakes = [t for t in tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)]
-        versions = [t._version for t in fakes]
+        versions = [_version(t) for t in fakes]
         result = self._run_fake(kind, target, fake_args, fake_kwargs)
-        self._check_input_mutation(target)
-        mutated = any(t._version != v for t, v in zip(fakes, versions))
+        self._check_input_mutation(target, fakes)
+        mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
+            result is None and None in versions)  # an inference tensor has no version: assume an effect
         if not mutated and not _contains_tensor(result):
             return self._wrap_constant_result(target, result)
         node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)
@@ -202,6 +205,8 @@ class OutputGraph:
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(self.fake_mode)
+                if self.inference_mode != torch.is_inference_mode_enabled():
+                    stack.enter_context(torch.inference_mode(self.inference_mode))
                 stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
                 for device_type, dtype, enabled in self.autocast_stack:
                     stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled))
@@ -218,13 +223,15 @@ class OutputGraph:
         except Exception as e:  # the user's error (bad shapes, wrong dtypes): eager raises it for real
             raise UserException(e) from None
 
-    def _check_input_mutation(self, target: Any) -> None:
+    def _check_input_mutation(self, target: Any, fakes: list) -> None:
         """NOTE [Input mutation]: an in-place op on an input stays in the graph (backends write input
         mutations back). It is only sound if no other input shares the mutated input's memory: that is
         checked now and guarded for later calls (`alias_guard`)."""
         for entry in self.inputs:
-            if entry.value.fake._version != entry.version:
-                entry.version = entry.value.fake._version
+            version = _version(entry.value.fake)
+            if version != entry.version or (version is None and _inplace(target)
+                                             and any(f is entry.value.fake for f in fakes)):
+                entry.version = version
                 storage = entry.tensor.untyped_storage().data_ptr()
                 for other in self.inputs:
                     if other is not entry and other.tensor.untyped_storage().data_ptr() == storage:
@@ -270,8 +277,14 @@ class OutputGraph:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"op result of type {type(result).__name__}")
 
     def output(self, values: list[TensorValue]) -> None:
-        """Finish the graph: it returns `values` and ends in the grad mode it started with."""
+        """Finish the graph: it returns `values` and ends in the global state it started with: autocast
+        and inference-mode blocks still open (a break inside them) are exited, innermost first, and the
+        grad mode is reset (the code after the graph re-enters them: NOTE [Breaks inside with-blocks])."""
         self.alias_guard()
+        for node in reversed(self.open_regions):
+            exit_fn = (torch.amp.autocast_mode._exit_autocast if node.target is torch.amp.autocast_mode._enter_autocast
+                       else torch.autograd.grad_mode._exit_inference_mode)
+            self.record_effect(exit_fn, (node,))
         if self.grad_enabled != self.entry_grad_enabled:
             self.record_effect(torch._C._set_grad_enabled, (self.entry_grad_enabled,))
         self.graph.output(tuple(v.node for v in values))
@@ -284,6 +297,19 @@ class OutputGraph:
         graph, its grad-mode switches have no effect and are dropped (simpler graphs for backends)."""
         return any(isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].requires_grad
                    for n in self.graph.nodes)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """The tensor's version counter; None for an inference tensor, which has none."""
+    return None if t.is_inference() else t._version
+
+
+def _inplace(target: Any) -> bool:
+    """By name: an in-place op (`add_`, `__setitem__`, `operator.setitem`, `__iadd__`), for tensors whose
+    mutations cannot be seen from a version counter."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or \
+        (name.startswith("__i") and name.endswith("__"))
 
 
 def _is_value(x: Any) -> bool:

@@ -15,13 +15,25 @@ captured only if the call goes through a FrameHook. A user function or method ca
 hook; a module callee `m(...)` becomes `hook(type(m).forward)(m, ...)`, which equals `m(...)` because the
 module's hooks are guarded absent.
 
-Breaks are not taken (the frame runs eagerly instead, still correct) inside try/with regions, in frames
-with cell variables or generators, and where a NULL would have to be moved (LOAD_METHOD forms).
+NOTE [Breaks inside with-blocks]: a graph ends in the global state it started with (open autocast and
+inference-mode blocks are exited at its end, the grad mode is reset). Each torch state block open at the
+break (grad mode, inference mode, autocast) is rebuilt as a block object (context.block_for). A call or a
+branch at the break runs through `run_in_blocks`, which enters the blocks around it (so an exception exits
+them as the frame's exception table would) and returns the grad mode the step left. The resume function's
+prologue re-enters the blocks with BEFORE_WITH, which leaves their `__exit__` in the stack slots where the
+original code expects them, and sets that grad mode; its trace records the entries like any with-block.
+Other instructions inside with-blocks, and with-blocks over user context managers, take the tail form of
+NOTE [Breaks inside try blocks].
+
+Breaks are not taken (the frame runs eagerly instead, still correct) in frames with cell variables or
+generators, and where a NULL would have to be moved (LOAD_METHOD forms).
 """
 from __future__ import annotations
 
 import dataclasses
+import dis
 import inspect
+import operator
 import types
 from typing import Any, Callable
 
@@ -29,7 +41,7 @@ import torch
 from bytecode import Instr, Label
 
 from .breaks import BreakKind, Unsupported, UserException
-from .context import ExitValue, GradModeExit, call_with_exits
+from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .codegen import Codegen, Reconstructor
 from .normalize import Inst, normalize
 from .resume import STACK_PREFIX, origin
@@ -49,6 +61,7 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "IMPORT_NAME": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "STORE_SLICE": lambda a: (4, 0),
     "RAISE_VARARGS": lambda a: (a, 0),
 }
+_IN_BLOCKS = {"CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"}  # breakable in with-blocks
 
 
 @dataclasses.dataclass
@@ -56,6 +69,7 @@ class BreakSite:
     inst: Inst
     consumed: int
     tail: bool = False  # inside try/except or finally: the rest of the frame runs as plain Python
+    with_depth: int = 0  # with-blocks around the instruction (none of them a try block)
 
 
 def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakSite | None:
@@ -66,36 +80,37 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
         return None  # e.g. pytest's assertion rewriting adds locals such as `@py_assert0`
     insts = normalize(code).insts
     inst = insts[exc.root_index]
-    if inst.handler is not None and not (inst.name in ("CALL", "CALL_FUNCTION_EX") and _only_with_blocks(insts, inst)):
+    depth = _with_depth(insts, inst)
+    if inst.handler is not None and (depth is None or inst.name not in _IN_BLOCKS):
         # NOTE [Breaks inside try blocks]: the instruction must run where the frame's own exception table
         # covers it, so the rest of the frame, from the instruction on, runs as plain Python (a resume
         # function that is not hooked); the graph captured before the break is kept.
         return BreakSite(inst, 0, tail=True)
     if inst.name == "CALL":
-        return BreakSite(inst, inst.arg + 2)
+        return BreakSite(inst, inst.arg + 2, with_depth=depth)
     if inst.name == "CALL_FUNCTION_EX":
-        return BreakSite(inst, 4 if inst.arg & 1 else 3)
+        return BreakSite(inst, 4 if inst.arg & 1 else 3, with_depth=depth)
     if inst.name in _CONDITIONAL or inst.name in _OR_POP:
-        return BreakSite(inst, 1)
+        return BreakSite(inst, 1, with_depth=depth)
     if inst.name in _SIMPLE:
         return BreakSite(inst, _SIMPLE[inst.name](inst.arg)[0])
     return None
 
 
-def _only_with_blocks(insts: list[Inst], inst: Inst) -> bool:
-    """The exception regions around `inst` are all with-blocks (no try/except or finally), judged from
-    the handlers' shapes: a with-block's handler is PUSH_EXC_INFO; WITH_EXCEPT_START, and its own
-    cleanup handler is COPY 3; POP_EXCEPT; RERAISE, whose handler is the next enclosing region."""
-    handler = inst.handler
+def _with_depth(insts: list[Inst], inst: Inst) -> int | None:
+    """How many with-blocks enclose `inst`, or None when a try/except or finally does, judged from the
+    handlers' shapes: a with-block's handler is PUSH_EXC_INFO; WITH_EXCEPT_START, and its own cleanup
+    handler is COPY 3; POP_EXCEPT; RERAISE, whose handler is the next enclosing region."""
+    handler, depth = inst.handler, 0
     while handler is not None:
         block = insts[handler:handler + 2]
         if [i.name for i in block] != ["PUSH_EXC_INFO", "WITH_EXCEPT_START"]:
-            return False
+            return None
         cleanup = block[1].handler
         if cleanup is None or [i.name for i in insts[cleanup:cleanup + 3]] != ["COPY", "POP_EXCEPT", "RERAISE"]:
-            return False
-        handler = insts[cleanup].handler
-    return True
+            return None
+        handler, depth = insts[cleanup].handler, depth + 1
+    return depth
 
 
 def live_tensors(values: list[Any]) -> list[TensorValue]:
@@ -144,17 +159,21 @@ class BreakCodegen:
         self.hooks = hooks  # callable(fn) -> FrameHook; and .resume(code, index, nulls, names) -> FrameHook
         self.cg = Codegen()
         self.stack = list(tx.stack)
+        # the torch state blocks open at the break (NOTE [Breaks inside with-blocks]); a with-block over
+        # a user context manager leaves its bound __exit__ instead, and the break takes the tail form
+        self.blocks = [v for v in self.stack if isinstance(v, ExitValue)]
+        # every with-block's exit, in stack order: a torch block's ExitValue, or a user context manager's
+        # bound __exit__ (it stays entered; `run_in_blocks` calls it on an exception)
+        self.exits = [v for v in self.stack if isinstance(v, ExitValue) or _user_exit(v)]
+        if not site.tail and (site.with_depth != len(self.exits) or not all(map(_never_suppresses, self.exits))):
+            self.site = site = BreakSite(site.inst, 0, tail=True)
+        self._blocks_tuple = TupleValue([])  # stands for the local holding run_in_blocks's tuple
         self.below = self.stack[:len(self.stack) - site.consumed]
         self.top = self.stack[len(self.stack) - site.consumed:]
         # the stack arguments of a resume function are dead after its prologue
         self.local_names = [n for n in tx.locals if not n.startswith(STACK_PREFIX)]
         if any(isinstance(v, CellValue) for v in self.stack):
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a cell is live at the break")
-        # NOTE [Breaks inside with-blocks]: each open grad-mode block's __exit__ on the stack is rebuilt as
-        # a GradModeExit(prev) object, passed to the resume function in its stack slot, where the
-        # resumed code's own with-exit calls it; the call at the break is wrapped so that an exception
-        # also exits the blocks.
-        self.exits = tuple(GradModeExit(v.saved) for v in self.stack if isinstance(v, ExitValue))
 
     def values(self) -> list[Any]:
         live = self.stack + [v for v in self.tx.locals.values() if not isinstance(v, LazyArg)]
@@ -173,6 +192,7 @@ class BreakCodegen:
             rebuild.preload(self.stack + [v for v in self.tx.locals.values() if not isinstance(v, LazyArg)])
         self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
         restore_grad_mode(cg, self.tx.output)
+        self._make_blocks(rebuild)
         inst = self.site.inst
         if self.site.tail:
             self._resume(rebuild, inst.index, produced=0, hooked=False)
@@ -194,9 +214,50 @@ class BreakCodegen:
             self._resume(rebuild, inst.index + 1, produced=produced)
         return cg
 
+    def _make_blocks(self, rebuild: Reconstructor) -> None:
+        """Build the block objects of the open with-blocks into locals (NOTE [Breaks inside with-blocks]);
+        rebuilding an open block's exit value then loads its block object. Then the tuple of blocks
+        `run_in_blocks` enters, user context managers' exits wrapped in ExitOnError."""
+        cg = self.cg
+        for i, value in enumerate(self.blocks):
+            ctor, args = block_for(value)
+            cg.push_null()
+            cg.load_const(ctor)
+            for arg in args:
+                cg.load_const(arg)
+            cg.call(len(args))
+            name = f"___block{i}"
+            cg.store_fast(name)
+            rebuild.preloaded[id(value)] = name
+        if self.exits and not self.site.tail:
+            for value in self.exits:
+                if isinstance(value, ExitValue):
+                    rebuild.emit(value)
+                else:
+                    cg.push_null()
+                    cg.load_const(ExitOnError)
+                    rebuild.emit(value)
+                    cg.call(1)
+            cg.build("BUILD_TUPLE", len(self.exits))
+            cg.store_fast("___blocks")
+            rebuild.preloaded[id(self._blocks_tuple)] = "___blocks"
+
+    def _in_blocks_prefix(self, rebuild: Reconstructor) -> list[Value]:
+        """Inside with-blocks, the step becomes `run_in_blocks(blocks, grad, fn, ...)`: the callable
+        is loaded and its leading arguments returned; `_unpack_in_blocks` follows the call."""
+        if not self.exits:
+            return []
+        self.cg.load_const(run_in_blocks)
+        return [self._blocks_tuple, ConstantValue(self.tx.output.grad_enabled)]
+
+    def _unpack_in_blocks(self) -> None:
+        if self.exits:
+            self.cg.emit("UNPACK_SEQUENCE", 2)  # (grad mode after the step, its result)
+            self.cg.store_fast("___grad")
+
     def _emit_call(self, rebuild: Reconstructor) -> None:
         """CALL at the break. The callee goes through its frame hook where it has one; inside open
-        with-blocks the call is wrapped by `call_with_exits` so an exception still exits them."""
+        with-blocks the call runs through `run_in_blocks`."""
         first, second, *args = self.top
         callee, leading = (second, []) if first is NULL else (first, [second])
         hooked = self._hooked(callee)
@@ -205,13 +266,15 @@ class BreakCodegen:
             leading = ([] if self_value is None else [self_value]) + leading
         cg = self.cg
         cg.push_null()
-        if self.exits:
-            cg.load_const(call_with_exits)
-            cg.load_const(self.exits)
+        prefix = self._in_blocks_prefix(rebuild)
+        for value in prefix:
+            rebuild.emit(value)
         cg.load_const(callee) if hooked is not None else rebuild.emit(callee)
         for value in leading + args:
             rebuild.emit(value)
-        cg.call(len(leading) + len(args) + (2 if self.exits else 0), self.tx.kw_names)
+        wrapped = len(prefix) + 1 if self.exits else 0  # run_in_blocks's own arguments, callee included
+        cg.call(wrapped + len(leading) + len(args), self.tx.kw_names)
+        self._unpack_in_blocks()
 
     def _emit_call_ex(self, rebuild: Reconstructor) -> None:
         """f(*args, **kwargs) at the break, hooked and wrapped like `_emit_call`."""
@@ -229,16 +292,17 @@ class BreakCodegen:
             target = callee
             if hooked is not None:
                 target, self_value = hooked
+                target = _Constant(target)
                 prefix = [] if self_value is None else [self_value]
             if self.exits:
-                cg.load_const(call_with_exits)
-                prefix = [ConstantValue(self.exits), _Constant(target)] + prefix
+                prefix = self._in_blocks_prefix(rebuild) + [target] + prefix
             else:
-                cg.load_const(target)
+                rebuild.emit(target)
             rebuild.emit(TupleValue(prefix + list(args.items)))
         for value in kwargs:
             rebuild.emit(value)
         cg.emit("CALL_FUNCTION_EX", 1 if kwargs else 0)
+        self._unpack_in_blocks()
 
     def _hooked(self, callee: Value) -> tuple[Any, Value | None] | None:
         """A callee that should run through the frame hook: (hook, bound self or None).
@@ -262,7 +326,16 @@ class BreakCodegen:
 
     def _emit_branch(self, rebuild: Reconstructor) -> None:
         inst, cg = self.site.inst, self.cg
-        rebuild.emit(self.top[0])
+        if self.exits:  # the truth test (Tensor.__bool__) runs inside the blocks
+            cg.push_null()
+            for value in self._in_blocks_prefix(rebuild):
+                rebuild.emit(value)
+            cg.load_const(operator.truth)
+            rebuild.emit(self.top[0])
+            cg.call(4)
+            self._unpack_in_blocks()
+        else:
+            rebuild.emit(self.top[0])
         taken = Label()
         cg.insts.append(Instr(inst.name.replace("POP_JUMP_IF", "POP_JUMP_FORWARD_IF") if _needs_forward_name(inst.name)
                               else inst.name, taken))
@@ -293,7 +366,9 @@ class BreakCodegen:
                 cg.load_fast(value.name)
             else:
                 rebuild.emit(value)
-        cg.call(sum(kind != "null" for kind in layout) + len(self.local_names))
+        if self.blocks:  # the grad mode the prologue sets after re-entering the blocks
+            cg.load_const(self.tx.output.grad_enabled) if not hooked else cg.load_fast("___grad")
+        cg.call(sum(kind != "null" for kind in layout) + len(self.local_names) + bool(self.blocks))
         cg.return_value()
 
 
@@ -326,9 +401,32 @@ def _plain(fn: UserFunctionValue) -> bool:
     return fn.closure is None and fn.defaults is None
 
 
+def _user_exit(value: Value) -> bool:
+    """A user context manager's bound `__exit__` (what BEFORE_WITH leaves on the stack for it)."""
+    return isinstance(value, BoundMethodValue) and isinstance(value.func, UserFunctionValue) and \
+        value.func.fn.__name__ == "__exit__"
+
+
+def _never_suppresses(value: Value) -> bool:
+    """A torch block, or a user `__exit__` whose every return is a falsy constant: an exception raised
+    in the block always propagates, so running the step through `run_in_blocks` is exact."""
+    if isinstance(value, ExitValue):
+        return True
+    insts = list(dis.get_instructions(value.func.fn.__code__))
+    for i, inst in enumerate(insts):
+        if inst.opname == "RETURN_CONST" and inst.argval:
+            return False
+        if inst.opname == "RETURN_VALUE" and (inst.is_jump_target or insts[i - 1].opname != "LOAD_CONST"
+                                              or insts[i - 1].argval):
+            return False
+    return not value.func.fn.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE)
+
+
 def _slot_kind(value: Value) -> str:
     if value is NULL:
         return "null"
+    if isinstance(value, ExitValue):
+        return "block"
     return "iter" if isinstance(value, IteratorValue) else "value"
 
 

@@ -13,10 +13,12 @@ reuse one resume function per (instruction, stack layout, live locals) instead o
 from __future__ import annotations
 
 import dis
+import sys
 import types
 from typing import Any
 
 import bytecode
+import torch
 from bytecode import Instr, Label, TryBegin
 
 from .normalize import normalize
@@ -38,9 +40,12 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
                      live_locals: tuple[str, ...]) -> types.CodeType:
     """Code for `code` resumed at canonical instruction `index` with the given stack and locals.
 
-    `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument), or
+    `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument),
     "iter" (an argument holding the remaining items of a for-loop's iterator as a list, turned back into
-    an iterator by GET_ITER, so the resumed trace can keep unrolling the loop).
+    an iterator by GET_ITER, so the resumed trace can keep unrolling the loop), or "block" (an argument
+    holding a with-block's block object, entered by BEFORE_WITH, which leaves its `__exit__` in the
+    slot; a last argument then holds the grad mode to set after entering the blocks: NOTE [Breaks
+    inside with-blocks] in graph_break.py).
     """
     target = normalize(code).insts[index]
     items = list(bytecode.Bytecode.from_code(code))
@@ -56,12 +61,21 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
             prologue.append(Instr("LOAD_FAST", next(arg_iter)))
             if kind == "iter":
                 prologue.append(Instr("GET_ITER"))
+            elif kind == "block":
+                prologue += [Instr("BEFORE_WITH"), Instr("POP_TOP")]
+    if "block" in layout:
+        grad_arg = f"{STACK_PREFIX}grad"
+        stack_args.append(grad_arg)
+        prologue += [Instr("PUSH_NULL"), Instr("LOAD_CONST", torch.set_grad_enabled), Instr("LOAD_FAST", grad_arg)]
+        prologue += [Instr("PRECALL", 1)] if sys.version_info < (3, 12) else []
+        prologue += [Instr("CALL", 1), Instr("POP_TOP")]
     prologue.append(Instr("JUMP_FORWARD", label))
     body = items[:target.position] + [label] + items[target.position:]
     start = _prologue_position(body)
     bc.clear()
     bc.extend(body[:start] + prologue + body[start:])
-    bc.argnames = stack_args + list(live_locals)
+    bc.argnames = stack_args[:-1] + list(live_locals) + stack_args[-1:] if "block" in layout else \
+        stack_args + list(live_locals)
     bc.argcount = len(bc.argnames)
     bc.posonlyargcount = 0
     bc.kwonlyargcount = 0
@@ -75,8 +89,9 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     # undercount the stack. The stack at every instruction from the resume point on is the original's,
     # so the original exception table's depths and the original stack size are the right ones.
     _copy_handler_depths(code, items)
-    new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 1), compute_exception_stack_depths=False)
-    _ORIGIN[new_code] = (code, len(prologue))  # the prologue's loads, PUSH_NULLs and JUMP are canonical too
+    new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 4), compute_exception_stack_depths=False)
+    # instructions the prologue adds, counted after normalisation (which may drop some, e.g. PRECALL)
+    _ORIGIN[new_code] = (code, len(normalize(new_code).insts) - len(normalize(code).insts))
     return new_code
 
 

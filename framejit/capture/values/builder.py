@@ -83,11 +83,9 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.nn.Module):
         out.guard_type(source, type(obj))
         return NNModuleValue(obj, source)
-    from ..context import GRAD_CLASSES, GradModeExit, ctx_from_object, exit_value_from_object
-    if isinstance(obj, GRAD_CLASSES):
+    from ..context import AUTOCAST_CLASSES, BLOCK_CLASSES, GRAD_CLASSES, ctx_from_object
+    if isinstance(obj, GRAD_CLASSES + BLOCK_CLASSES) or type(obj) in AUTOCAST_CLASSES:
         return ctx_from_object(out, obj, source)
-    if isinstance(obj, GradModeExit):
-        return exit_value_from_object(out, obj, source)
     return _wrap_callable_or_object(out, obj, source)
 
 
