@@ -1,9 +1,9 @@
 """Shared test helpers: a graph-counting backend and the differential runner.
 
 `run_differential(fn, make_args, ...)` runs `fn` eagerly and compiled on fresh inputs from
-`make_args(seed)` for several seeds, compares results (values, types, structure), raised exception types
-and the state of the (cloned) inputs after the call, and returns the counting backend so the caller can
-assert the number of graphs.
+`make_args(seed)` for several seeds, compares results (values, types, structure), raised exception types,
+printed output, the state of the (cloned) inputs and torch's global state (grad, inference and autocast
+modes) after the call, and returns the counting backend so the caller can assert the number of graphs.
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def assert_same(actual: Any, expected: Any, *, rtol: float | None = None, atol: 
         torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
         assert actual.requires_grad == expected.requires_grad
         assert actual.shape == expected.shape and actual.dtype == expected.dtype
+        assert actual.is_inference() == expected.is_inference()
     elif isinstance(expected, (list, tuple)):
         assert len(actual) == len(expected)
         for a, e in zip(actual, expected):
@@ -84,6 +85,12 @@ def call_capturing(fn: Callable, args: tuple, kwargs: dict) -> tuple[Any, type |
             return e, type(e), out.getvalue()
 
 
+def global_state() -> tuple:
+    """The torch global state a compiled call must leave as eager leaves it."""
+    return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.is_autocast_enabled("cpu"),
+            torch.get_autocast_dtype("cpu"), torch.get_default_dtype())
+
+
 def run_differential(fn: Callable, make_args: Callable[[int], tuple], *, seeds=(0, 1), fullgraph: bool = True,
                      backend: Any = None, kwargs_fn: Callable[[int], dict] | None = None,
                      rtol: float | None = None, atol: float | None = None, compiled: Callable | None = None):
@@ -95,8 +102,14 @@ def run_differential(fn: Callable, make_args: Callable[[int], tuple], *, seeds=(
         kwargs = kwargs_fn(seed) if kwargs_fn else {}
         eager_args, compiled_args = clone_args(args), clone_args(args)
         eager_kwargs, compiled_kwargs = clone_args(kwargs), clone_args(kwargs)
+        before = global_state()
         expected, expected_exc, expected_out = call_capturing(fn, eager_args, eager_kwargs)
+        expected_state = global_state()
+        torch.set_grad_enabled(before[0])
         actual, actual_exc, actual_out = call_capturing(compiled, compiled_args, compiled_kwargs)
+        actual_state = global_state()
+        torch.set_grad_enabled(before[0])
+        assert actual_state == expected_state, f"global state after the call: {actual_state} != {expected_state}"
         assert actual_exc is expected_exc, f"eager raised {expected_exc}, compiled raised {actual_exc}: {actual!r}"
         assert actual_out == expected_out
         if expected_exc is None:

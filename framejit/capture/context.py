@@ -227,7 +227,7 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
         else:
             device_type, dtype, enabled, cache = ctx.mode
             node = out.record_effect(autocast_mode._enter_autocast, (device_type, dtype, enabled, cache))
-            out.autocast_stack.append((device_type, dtype, enabled))
+            out.autocast_stack.append((device_type, dtype, enabled, cache))
             out.open_regions.append(node)
             saved = node
         return ExitValue(ctx, saved), ConstantValue(None)

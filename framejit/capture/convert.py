@@ -190,7 +190,7 @@ def _global_guards(output) -> None:
             get_autocast = output.name_of(torch.get_autocast_dtype, "get_autocast_dtype")
             output.add_guard("AUTOCAST", f"{get_autocast}({device_type!r}) is {output.name_of(autocast_dtype)}",
                              None, expected=str(autocast_dtype), cost=COST_ID)
-            output.autocast_stack.append((device_type, autocast_dtype, True))
+            output.autocast_stack.append((device_type, autocast_dtype, True, None))
     output.ambient_autocast = len(output.autocast_stack)
 
 

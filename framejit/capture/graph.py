@@ -61,7 +61,7 @@ class OutputGraph:
         self.grad_enabled = torch.is_grad_enabled()
         self.entry_grad_enabled = self.grad_enabled
         self.inference_mode = torch.is_inference_mode_enabled()  # guarded at entry (convert._global_guards)
-        self.autocast_stack: list[tuple[str, torch.dtype, bool]] = []  # in force while tracing
+        self.autocast_stack: list[tuple[str, torch.dtype, bool, bool | None]] = []  # in force while tracing
         self.ambient_autocast = 0  # how many of them the caller entered (they are guarded, not recorded)
         self.open_regions: list[torch.fx.Node] = []  # _enter_autocast/_enter_inference_mode nodes not exited yet
         self.op_count = 0
@@ -208,8 +208,8 @@ class OutputGraph:
                 if self.inference_mode != torch.is_inference_mode_enabled():
                     stack.enter_context(torch.inference_mode(self.inference_mode))
                 stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
-                for device_type, dtype, enabled in self.autocast_stack:
-                    stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled))
+                for device_type, dtype, enabled, cache in self.autocast_stack:
+                    stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache))
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
                 return target(*args, **kwargs)

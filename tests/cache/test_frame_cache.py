@@ -160,3 +160,43 @@ def test_eight_concurrent_warmers_leave_a_consistent_cache(tmp_path, cache_dir):
     assert verify.returncode == 0, verify.stdout + verify.stderr
     warm = run(tmp_path, cache_dir)
     assert warm["traced"] == 0
+
+
+STATE_PROGRAM = textwrap.dedent('''
+    import json, sys
+    import torch
+    import framejit
+
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            z = x @ x
+        return y, z, x * 3
+
+    compiled = framejit.compile(f, backend="eager")
+    x = torch.arange(16, dtype=torch.float32).reshape(4, 4).div(16).requires_grad_()
+    described = lambda outs: [[t.dtype.__repr__(), t.requires_grad, t.tolist()] for t in outs]
+    stats = framejit.stats()
+    print(json.dumps({"out": described(compiled(x)), "ref": described(f(x)), "traced": framejit.stats()["frames_traced"],
+                      "loaded": framejit.stats()["frames_loaded"]}))
+''')
+
+
+def test_state_changes_inside_a_graph_survive_the_cache(tmp_path, cache_dir):
+    """NOTE [Persisted graphs]: grad-mode and autocast nodes are kept when a graph is saved and loaded (a
+    GraphModule's own pickling would run them while re-tracing its code and drop them)."""
+    script = tmp_path / "state_prog.py"
+    script.write_text(STATE_PROGRAM)
+    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1")
+    runs = []
+    for _ in range(2):
+        result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=240)
+        assert result.returncode == 0, result.stderr
+        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["traced"] == 1 and cold["loaded"] == 0
+    assert warm["traced"] == 0 and warm["loaded"] == 1
+    for run_ in runs:
+        assert run_["out"] == run_["ref"]
+    assert [o[:2] for o in warm["out"]] == [["torch.float32", False], ["torch.bfloat16", True], ["torch.float32", True]]

@@ -23,6 +23,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from ... import logs
+from .. import state
 from . import lowering, partition, runtime, translate
 from .options import OnnxrtOptions
 
@@ -119,7 +120,12 @@ class OnnxrtCompiled:
         self.programs: dict[tuple, Program | None] = {}  # None: this signature runs eagerly
         self._grad_logged = False
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
-        if example_inputs is not None and _is_concrete(example_inputs):
+        self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
+        self._inference_inside = state.enters_inference_mode(gm)
+        if self._inference_inside:
+            logs.log("eager_fallback", "onnxrt: the graph enters torch.inference_mode(); it runs eagerly so that "
+                     "its outputs are inference tensors as in eager")
+        if example_inputs is not None and _is_concrete(example_inputs) and not self._inference_inside:
             self.programs[_signature(example_inputs)] = self._build(list(example_inputs))
 
     @classmethod
@@ -130,7 +136,9 @@ class OnnxrtCompiled:
         return compiled
 
     def __call__(self, *inputs):
-        if torch.is_grad_enabled() and self._needs_grad(inputs):
+        if self._inference_inside:
+            return self.gm(*inputs)
+        if (self._grad_inside or torch.is_grad_enabled()) and self._needs_grad(inputs):
             if not self._grad_logged:
                 self._grad_logged = True
                 logs.log("eager_fallback", "onnxrt: an input or weight requires grad with grad mode on; "

@@ -29,6 +29,7 @@ import torch
 
 from framejit import logs
 from framejit.backends import registry
+from framejit.backends.state import enters_inference_mode, switches_grad_on
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
 from .codegen import choose_config, generate_kernel
@@ -82,8 +83,11 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
     """Compile `gm` into fused Triton kernels; see the module docstring."""
     opts = _options(options)
     problem, device = _device_problem(example_inputs)
-    if problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters())):
+    if problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters()),
+                                          switches_grad_on(gm)):
         problem = "inputs require grad (training graphs run eagerly until backward is lowered)"
+    if problem is None and enters_inference_mode(gm):
+        problem = "the graph enters torch.inference_mode() (its outputs must be inference tensors, as in eager)"
     if problem is not None:
         log_once("eager_fallback", f"triton: running the graph eagerly: {problem}")
         return EagerGraph(gm, problem)

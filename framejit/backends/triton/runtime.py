@@ -25,6 +25,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from framejit import config, logs
+from framejit.backends.state import switches_grad_on
 
 _MODULES: dict = {}
 _TEMP_DIR: list = []
@@ -83,8 +84,10 @@ def _input_key(t) -> tuple:
     return (tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t), t)
 
 
-def needs_autograd(args, params_require_grad: bool) -> bool:
-    if not torch.is_grad_enabled():
+def needs_autograd(args, params_require_grad: bool, grad_inside: bool = False) -> bool:
+    """Autograd would record the call: grad mode is on (at the call, or switched on inside the graph:
+    backends/state.py) and an input or weight requires grad."""
+    if not (torch.is_grad_enabled() or grad_inside):
         return False
     return params_require_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
@@ -114,10 +117,11 @@ class CompiledGraph:
         self.kernel_count, self.extern_count, self.fallbacks = kernel_count, extern_count, fallbacks
         self.params_require_grad = any(p.requires_grad for p in gm.parameters()) or \
             any(t.requires_grad for t in constants)
+        self.grad_inside = switches_grad_on(gm)
         self.reason = None
 
     def __call__(self, *args):
-        if needs_autograd(args, self.params_require_grad):
+        if needs_autograd(args, self.params_require_grad, self.grad_inside):
             log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: its inputs "
                                        "require grad (backward is not lowered yet)")
             return self.gm(*args)
