@@ -92,12 +92,13 @@ class Hooks:
         return self._hook(("function", module_call), module_call)
 
     def resume(self, code: types.CodeType, index: int, layout: tuple[str, ...], names: tuple[str, ...], fn,
-               hooked: bool = True):
+               hooked: bool = True, successors: tuple = ()):
         """The resume function for (code, index, stack layout, live locals): a FrameHook, or with
-        `hooked=False` the plain function (NOTE [Breaks inside try blocks])."""
+        `hooked=False` the plain function, whose `successors` trampoline into hooked resume functions
+        (NOTE [Breaks inside try blocks])."""
         key = ("resume" if hooked else "tail", code, index, layout, names)
         if key not in self.by_key:
-            resume_code = make_resume_code(code, index, layout, names)
+            resume_code = make_resume_code(code, index, layout, names, successors)
             resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
             if hooked:
                 self._hook(key, resume_fn)
@@ -301,8 +302,8 @@ class _BoundHooks:
     def module_call(self):
         return self.hooks.module_call()
 
-    def resume(self, code, index, layout, names, hooked=True):
-        return self.hooks.resume(code, index, layout, names, self.fn, hooked)
+    def resume(self, code, index, layout, names, hooked=True, successors=()):
+        return self.hooks.resume(code, index, layout, names, self.fn, hooked, successors)
 
 
 def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest) -> Callable:

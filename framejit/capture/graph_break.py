@@ -22,8 +22,8 @@ branch at the break runs through `run_in_blocks`, which enters the blocks around
 them as the frame's exception table would) and returns the grad mode the step left. The resume function's
 prologue re-enters the blocks with BEFORE_WITH, which leaves their `__exit__` in the stack slots where the
 original code expects them, and sets that grad mode; its trace records the entries like any with-block.
-Other instructions inside with-blocks, and with-blocks over user context managers, take the tail form of
-NOTE [Breaks inside try blocks].
+Other instructions inside with-blocks, and with-blocks over user context managers whose `__exit__` may
+suppress an exception, take the tail form of NOTE [Breaks inside try blocks].
 
 Breaks are not taken (the frame runs eagerly instead, still correct) in frames with cell variables or
 generators, and where a NULL would have to be moved (LOAD_METHOD forms).
@@ -83,8 +83,13 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
     depth = _with_depth(insts, inst)
     if inst.handler is not None and (depth is None or inst.name not in _IN_BLOCKS):
         # NOTE [Breaks inside try blocks]: the instruction must run where the frame's own exception table
-        # covers it, so the rest of the frame, from the instruction on, runs as plain Python (a resume
-        # function that is not hooked); the graph captured before the break is kept.
+        # covers it, so it runs in a plain "tail" function: the frame's code resumed at the instruction,
+        # with its exception table. Each edge out of the instruction jumps to a trampoline appended after
+        # every exception region, which calls the hooked resume function for the rest of the frame and
+        # returns its result (resume._trampolines): the rest is captured, its exceptions are handled by
+        # the resume function's own copy of the handlers, once, and an exception of the instruction
+        # itself is handled in the tail function as plain Python. Without trampolines (a NULL or a
+        # re-entered block on the stack) the whole rest of the frame runs as plain Python.
         return BreakSite(inst, 0, tail=True)
     if inst.name == "CALL":
         return BreakSite(inst, inst.arg + 2, with_depth=depth)
@@ -350,7 +355,8 @@ class BreakCodegen:
             cg.store_fast(name)
         layout = tuple(_slot_kind(v) for v in self.below) + ("value",) * produced
         code, target = origin(self.fn.__code__, index)
-        hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked)
+        successors = () if hooked else self._tail_successors()
+        hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors)
         cg.push_null()
         cg.load_const(hook)
         for value in self.below:
@@ -370,6 +376,37 @@ class BreakCodegen:
             cg.load_const(self.tx.output.grad_enabled) if not hooked else cg.load_fast("___grad")
         cg.call(sum(kind != "null" for kind in layout) + len(self.local_names) + bool(self.blocks))
         cg.return_value()
+
+
+    def _tail_successors(self) -> tuple:
+        """For a tail function (NOTE [Breaks inside try blocks]): the edges out of the break instruction,
+        each with the hooked resume function it trampolines to and the stack layout there; () when the
+        rest of the frame must stay plain (a NULL or a re-entered block on the stack, or an instruction
+        whose stack effect is not known here)."""
+        inst = self.site.inst
+        names = tuple(self.local_names)
+        if inst.name == "CALL":
+            edges = [("next", inst.index + 1, inst.arg + 2, 1)]
+        elif inst.name == "CALL_FUNCTION_EX":
+            edges = [("next", inst.index + 1, 4 if inst.arg & 1 else 3, 1)]
+        elif inst.name in _CONDITIONAL:
+            edges = [("next", inst.index + 1, 1, 0), ("jump", inst.arg, 1, 0)]
+        elif inst.name in _OR_POP:
+            edges = [("next", inst.index + 1, 1, 0), ("jump", inst.arg, 0, 0)]
+        elif inst.name in _SIMPLE and inst.name != "RAISE_VARARGS":
+            consumed, produced = _SIMPLE[inst.name](inst.arg)
+            edges = [("next", inst.index + 1, consumed, produced)]
+        else:
+            return ()
+        successors = []
+        for edge, index, consumed, produced in edges:
+            after = self.stack[:len(self.stack) - consumed]
+            layout = tuple(_slot_kind(v) for v in after) + ("value",) * produced
+            if any(kind in ("null", "block") for kind in layout):
+                return ()
+            code, target = origin(self.fn.__code__, index)
+            successors.append((edge, self.hooks.resume(code, target, layout, names), layout))
+        return tuple(successors)
 
 
 class _Constant(Value):

@@ -19,9 +19,9 @@ from typing import Any
 
 import bytecode
 import torch
-from bytecode import Instr, Label, TryBegin
+from bytecode import Instr, Label, TryBegin, TryEnd
 
-from .normalize import normalize
+from .normalize import DROPPED, normalize
 
 # resume code object -> (original code, number of canonical instructions in its prologue)
 _ORIGIN: dict[types.CodeType, tuple[types.CodeType, int]] = {}
@@ -37,7 +37,7 @@ def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
 
 
 def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
-                     live_locals: tuple[str, ...]) -> types.CodeType:
+                     live_locals: tuple[str, ...], successors: tuple = ()) -> types.CodeType:
     """Code for `code` resumed at canonical instruction `index` with the given stack and locals.
 
     `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument),
@@ -46,6 +46,11 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     holding a with-block's block object, entered by BEFORE_WITH, which leaves its `__exit__` in the
     slot; a last argument then holds the grad mode to set after entering the blocks: NOTE [Breaks
     inside with-blocks] in graph_break.py).
+
+    `successors` (tail functions only, NOTE [Breaks inside try blocks] in graph_break.py): for each way
+    control leaves the instruction at `index`, ("next" or "jump", hook, stack layout there); that edge
+    then goes to a trampoline, outside every exception region, which calls the hooked resume function
+    with the stack and the live locals and returns its result.
     """
     target = normalize(code).insts[index]
     items = list(bytecode.Bytecode.from_code(code))
@@ -70,7 +75,13 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
         prologue += [Instr("PRECALL", 1)] if sys.version_info < (3, 12) else []
         prologue += [Instr("CALL", 1), Instr("POP_TOP")]
     prologue.append(Instr("JUMP_FORWARD", label))
-    body = items[:target.position] + [label] + items[target.position:]
+    start_at = target.position
+    while start_at > 0 and isinstance(items[start_at - 1], Instr) and items[start_at - 1].name in ("PRECALL", "KW_NAMES"):
+        start_at -= 1  # a call starts at its KW_NAMES (and 3.11's PRECALL)
+    trampolines: list = []
+    if successors:
+        trampolines = _trampolines(items, target.position, successors, live_locals)
+    body = items[:start_at] + [label] + items[start_at:] + trampolines
     start = _prologue_position(body)
     bc.clear()
     bc.extend(body[:start] + prologue + body[start:])
@@ -89,10 +100,46 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     # undercount the stack. The stack at every instruction from the resume point on is the original's,
     # so the original exception table's depths and the original stack size are the right ones.
     _copy_handler_depths(code, items)
-    new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 4), compute_exception_stack_depths=False)
-    # instructions the prologue adds, counted after normalisation (which may drop some, e.g. PRECALL)
-    _ORIGIN[new_code] = (code, len(normalize(new_code).insts) - len(normalize(code).insts))
+    calls = max((len(after) + len(live_locals) for _, _, after in successors), default=0)
+    new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 4, calls + 4),
+                          compute_exception_stack_depths=False)
+    # instructions the prologue adds, counted as normalisation counts them (it drops PRECALL)
+    _ORIGIN[new_code] = (code, sum(1 for i in prologue if i.name not in DROPPED))
     return new_code
+
+
+def _trampolines(items: list, position: int, successors: tuple, live_locals: tuple[str, ...]) -> list:
+    """Redirect the edges out of the instruction at `items[position]` to trampolines (appended after
+    every exception region: a resumed function's own exceptions must not reach this frame's handlers
+    a second time) that call the successors' hooked resume functions."""
+    depth = sum(1 if isinstance(i, TryBegin) else -1 if isinstance(i, TryEnd) else 0 for i in items)
+    if depth:
+        raise ValueError("the code ends inside an exception region: no place for trampolines")
+    instr = items[position]
+    out: list = []
+    for edge, hook, after in successors:
+        entry = Label()
+        if edge == "jump":
+            name = instr.name.replace("BACKWARD", "FORWARD")  # 3.11: the trampoline lies ahead
+            items[position] = Instr(name, entry, lineno=instr.lineno)
+        else:
+            items.insert(position + 1, Instr("JUMP_FORWARD", entry, lineno=instr.lineno))
+        temps = [f"___tramp{k}" for k in range(len(after))]
+        out.append(entry)
+        out += [Instr("STORE_FAST", t) for t in reversed(temps)]
+        out += [Instr("PUSH_NULL"), Instr("LOAD_CONST", hook)]
+        for temp, kind in zip(temps, after):
+            if kind == "iter":  # the remaining items of a for loop's iterator, as a list
+                out += [Instr("PUSH_NULL"), Instr("LOAD_CONST", list), Instr("LOAD_FAST", temp)] + _call(1)
+            else:
+                out.append(Instr("LOAD_FAST", temp))
+        out += [Instr("LOAD_FAST", name) for name in live_locals]
+        out += _call(len(after) + len(live_locals)) + [Instr("RETURN_VALUE")]
+    return out
+
+
+def _call(nargs: int) -> list:
+    return ([Instr("PRECALL", nargs)] if sys.version_info < (3, 12) else []) + [Instr("CALL", nargs)]
 
 
 def _copy_handler_depths(code: types.CodeType, items: list) -> None:

@@ -25,8 +25,9 @@ How graph counts arise (the reasoning behind each expected count):
 - A for loop's remaining items are passed to the resume function as a list: a shorter list fails the
   guard, so each iteration of a loop that breaks on every iteration compiles its own resume graph
   (one resume function, NOTE [Resume of a resume] in resume.py, several guarded entries).
-- Inside try/except or try/finally the rest of the frame runs as plain Python (not hooked): only the
-  graph before the break is compiled.
+- Inside try/except or try/finally the unsupported step runs in a plain "tail" function under the
+  frame's own exception table, which then trampolines into a hooked resume function for the rest (NOTE
+  [Breaks inside try blocks]); only when the step raises does the rest of that call run as plain Python.
 """
 from __future__ import annotations
 
@@ -587,18 +588,21 @@ CASES = [
     (gm_enable_in_no_grad_loop, one(3, requires_grad=True), 3),
     # x*2 (grad off) before the print, x*3 after the block: 2.
     (gm_set_grad_enabled_ctx, one(3, requires_grad=True), 2),
-    # A break inside try: the graph before it (y = x*2) is kept, the rest is plain Python: 1.
-    (tb_except_raised_or_not, signed, 1),
-    # The first break (.item()) is inside try: the graph before it (sum) is kept, the rest is plain
-    # Python: 1.
-    (tb_except_else_finally, signed, 1),
+    # x*2 before the print (inside try); the print runs in a plain tail function that trampolines to a
+    # hooked resume function: sum, gt before the data-dependent branch, a second break in the try: 2.
+    (tb_except_raised_or_not, signed, 2),
+    # sum before .item() (inside try); the resume function after it: for a positive value the else
+    # branch's x*2; a negative value raises inside the try, so that call's except branch runs as plain
+    # Python in a tail function: 2.
+    (tb_except_else_finally, signed, 2),
     # y = x*2 inside try, but the break (print) is after the try: two ordinary graphs.
     (tb_break_after_try, one(3), 2),
     # The break surfaces at the call inside try, with nothing traced before it; from there the frame
     # runs as plain Python (the tail is not hooked), so the callee is not captured either: 0.
     (tb_callee_raises_after_print, one(3), 0),
-    # x+0 before the first print inside try/finally; the rest (both iterations) is plain Python: 1.
-    (tb_loop_try_print, one(3), 1),
+    # x+0 before the first print inside try/finally; the resume after it: the finally's x*2 and the next
+    # iteration's x+1 up to the second print; the resume after that: the finally's x*2: 3.
+    (tb_loop_try_print, one(3), 3),
     # add_ before the print, mul after it.
     (se_inplace_then_print, one(3), 2),
     # setitem, sub, sum before .item(); x + 0.0 after: 2.
@@ -642,8 +646,9 @@ def test_breaks_differential_more(fn, make_args, graphs):
     (se_append_around, lambda: [1.0], 2),
     # x+1 before the print; x*2 after it: 2.
     (se_dict_input_around, lambda: {"drop": 0, "keep": 1}, 2),
-    # cos, *2 before the print inside try/finally; the rest is plain Python: 1.
-    (tb_finally_no_exception, lambda: ["start"], 1),
+    # cos, *2 before the print inside try/finally; the resume after it: the finally (log.append,
+    # replayed) and y + 1: 2.
+    (tb_finally_no_exception, lambda: ["start"], 2),
     # x*2 before the print inside try/finally; the raise and the finally run as plain Python: 1.
     (tb_finally_exception_propagates, lambda: [], 1),
 ], ids=["se_append_around", "se_dict_input_around", "tb_finally_no_exception", "tb_finally_exception_propagates"])
