@@ -49,10 +49,82 @@ class Entry:
     user_error: BaseException | None = None
     backend_outputs: list[str] = dataclasses.field(default_factory=list)  # what the backend made, as text
     persisted: Any = None  # frame_cache.Persisted when the entry can be saved for other processes
+    rerun: "RerunState | None" = None  # set when a failing graph call may rerun the frame eagerly
 
     @property
     def check(self) -> Callable:
         return self.guard.check
+
+
+# NOTE [Graph failures rerun eagerly]: a graph can raise at run time where fake tensors could not tell
+# (an index out of range, a singular matrix, out of memory). The graph call is the first thing a
+# transformed function does, and a graph that mutates no input and draws no random numbers has no
+# effect but the global state it switches (grad mode, autocast), which is put back to the state the
+# guards pinned at entry. So the hook reruns the original function eagerly: the exception is raised by
+# the user's own code, where the user's try/except (and with-blocks) see it exactly as in eager.
+@dataclasses.dataclass
+class RerunState:
+    grad_enabled: bool  # at entry (guarded)
+    autocast: tuple  # ((device_type, enabled, dtype), ...) at entry (guarded)
+    call_span: tuple[int, int] | None = None  # offsets of the graph's CALL and the next instruction (lazily)
+
+    def raised_in_graph(self, exc: BaseException, code: types.CodeType) -> bool:
+        """`exc` was raised by the graph call of `code` (the transformed function)."""
+        if self.call_span is None:
+            self.call_span = _graph_call_span(code)
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code is not code:
+            tb = tb.tb_next
+        # tb_lasti may point into the CALL's inline cache entries (3.11), so compare with its span
+        return tb is not None and self.call_span[0] <= tb.tb_lasti < self.call_span[1]
+
+    def restore(self) -> None:
+        torch._C._set_grad_enabled(self.grad_enabled)
+        for device_type, enabled, dtype in self.autocast:
+            torch.set_autocast_enabled(device_type, enabled)
+            torch.set_autocast_dtype(device_type, dtype)
+
+
+def _graph_call_span(code: types.CodeType) -> tuple[int, int]:
+    call = -1
+    for inst in dis.get_instructions(code):
+        if inst.opname == "CALL":
+            call = inst.offset
+        elif inst.opname == "STORE_FAST" and inst.argval == "___graph_out":
+            return call, inst.offset
+    return -1, -1
+
+
+_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "poisson", "uniform", "exponential",
+                 "geometric", "cauchy", "log_normal", "shuffle", "perm")
+
+
+def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool) -> RerunState | None:
+    """The state to restore before rerunning a frame whose graph failed, or None when a rerun would not
+    be exact (NOTE [Graph failures rerun eagerly])."""
+    if gm is None or mutates_inputs:
+        return None
+    for node in gm.graph.nodes:
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if node.op in ("call_function", "call_method") and any(w in name.lower() for w in _RANDOM_WORDS):
+            return None  # a rerun would draw other random numbers than eager draws
+        if node.target is torch.autograd.grad_mode._enter_inference_mode:
+            return None  # an aborted inference-mode block cannot be exited from outside
+    autocast = ()
+    if any(node.target is torch.amp.autocast_mode._enter_autocast for node in gm.graph.nodes):
+        autocast = tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
+    return RerunState(torch.is_grad_enabled(), autocast)
+
+
+def mutates_in_place(gm: torch.fx.GraphModule) -> bool:
+    """Some node of `gm` may write into a tensor, judged by name (for graphs whose inputs' mutations
+    were not recorded: those loaded from the frame cache)."""
+    for node in gm.graph.nodes:
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or \
+                (name.startswith("__i") and name.endswith("__")) or "out" in node.kwargs:
+            return True
+    return False
 
 
 @dataclasses.dataclass
@@ -237,7 +309,8 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     _log_bytecode(fn, transformed)
-    entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs)
+    entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
+                  rerun=rerun_state(gm, output.mutated_inputs))
     if request.artifacts is not None and config.cache_enabled:
         try:
             entry.persisted = frame_cache.persist(fn, output, ret, gm, compiled, output_index, request)
@@ -281,7 +354,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         return None
     _log_bytecode(fn, transformed)
     return Entry(_guard_function(fn, shape, output), transformed, graphs,
-                 graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs)
+                 graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
+                 rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs))
 
 
 def _in_try_block(fn: types.FunctionType, exc: UserException) -> bool:
@@ -364,4 +438,4 @@ def _log_bytecode(fn: types.FunctionType, transformed: types.FunctionType) -> No
                  original.getvalue(), new.getvalue())
 
 
-__all__ = ["CompileRequest", "Entry", "STATS", "convert_frame"]
+__all__ = ["CompileRequest", "Entry", "RerunState", "STATS", "convert_frame", "mutates_in_place", "rerun_state"]

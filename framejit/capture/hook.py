@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import config, logs
 from . import frame_cache
-from .convert import STATS, CompileRequest, Entry, convert_frame
+from .convert import STATS, CompileRequest, Entry, convert_frame, mutates_in_place, rerun_state
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
 FRAMES: list[dict] = []  # one row per compiled or loaded frame entry, for framejit.stats()
@@ -47,8 +47,21 @@ class FrameHook:
             except Exception:
                 hit = False
             if hit:
-                return entry.fn(*args, **kwargs)
+                try:
+                    return entry.fn(*args, **kwargs)
+                except Exception as e:
+                    if entry.rerun is None or not entry.rerun.raised_in_graph(e, entry.fn.__code__):
+                        raise
+                return self._rerun(entry)(*args, **kwargs)
         return self.miss(args, kwargs)
+
+    def _rerun(self, entry: Entry):
+        """After a graph raised at run time: the original function, to run eagerly (NOTE [Graph failures
+        rerun eagerly] in convert.py)."""
+        entry.rerun.restore()
+        logs.log("eager_fallback", "a graph of %s raised at run time; this call reruns eagerly, so the "
+                 "exception is raised (and handled) by the function's own code", self._name())
+        return self.fn
 
     def __get__(self, obj: Any, objtype: type | None = None) -> Any:
         """A compiled function used as a method binds like the function it wraps."""
@@ -73,7 +86,12 @@ class FrameHook:
         self.entries.insert(0, entry)
         if entry.persisted is not None:
             frame_cache.save(self.fn, args, entry.persisted, self.request)
-        return entry.fn(*args, **kwargs)
+        try:
+            return entry.fn(*args, **kwargs)
+        except Exception as e:
+            if entry.rerun is None or not entry.rerun.raised_in_graph(e, entry.fn.__code__):
+                raise
+        return self._rerun(entry)(*args, **kwargs)
 
     def _load_persisted(self, args: tuple, kwargs: dict) -> bool:
         """Install the entries other processes persisted for this frame (once per frame and owner);
@@ -100,7 +118,9 @@ class FrameHook:
             except Exception as e:  # a stale or unloadable entry is a miss, never an error
                 logs.log("cache", "persisted entry of %s not used: %s: %s", self._name(), type(e).__name__, e)
                 continue
-            loaded.append(Entry(guard, fn, graphs, persisted=persisted))
+            gm = graphs[0] if graphs else None
+            loaded.append(Entry(guard, fn, graphs, persisted=persisted,
+                                rerun=rerun_state(gm, gm is not None and mutates_in_place(gm))))
 
     def reset(self) -> None:
         self.entries.clear()
