@@ -14,6 +14,7 @@ need it, never copy it at import time, so that changes take effect.
 | cache_size_mb        | FRAMEJIT_CACHE_SIZE_MB   | size limit of the persistent cache (LRU eviction)             |
 | recompile_limit      | FRAMEJIT_RECOMPILE_LIMIT | compiled entries per code object before running eagerly       |
 | inline_depth_limit   | -                        | deepest chain of inlined user calls                           |
+| dynamic_floats       | FRAMEJIT_DYNAMIC_FLOATS=0| float arguments that changed value become graph inputs        |
 """
 from __future__ import annotations
 
@@ -50,3 +51,4 @@ cache_enabled: bool = _env_flag("FRAMEJIT_CACHE", True)
 cache_size_mb: int = _env_int("FRAMEJIT_CACHE_SIZE_MB", 1024)
 recompile_limit: int = _env_int("FRAMEJIT_RECOMPILE_LIMIT", 8)
 inline_depth_limit: int = 32
+dynamic_floats: bool = _env_flag("FRAMEJIT_DYNAMIC_FLOATS", True)

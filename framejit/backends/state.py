@@ -9,6 +9,10 @@ program cannot reproduce at run time is:
   produce outputs that require grad even when the call starts with grad off;
 - inference tensors: values computed inside `torch.inference_mode()` are inference tensors in eager.
 Backends run such graphs (or calls) eagerly.
+
+A placeholder with `meta["dynamic_float"]` is a Python float that framejit passes as a graph input because
+it changes between calls (NOTE [Dynamic floats]); a backend that would specialise on its value should
+run the graph eagerly instead of compiling once per value.
 """
 from __future__ import annotations
 
@@ -31,3 +35,7 @@ def enters_inference_mode(gm: torch.fx.GraphModule) -> bool:
     """The graph enters `torch.inference_mode()` (its outputs made inside are inference tensors)."""
     return any(node.op == "call_function" and node.target is _enter_inference_mode and node.args and node.args[0]
                for node in gm.graph.nodes)
+
+
+def has_dynamic_float_input(gm: torch.fx.GraphModule) -> bool:
+    return any(node.op == "placeholder" and node.meta.get("dynamic_float") for node in gm.graph.nodes)

@@ -184,13 +184,16 @@ class Hooks:
 
 
 
-def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: CompileRequest) -> Entry:
+def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: CompileRequest,
+                  dynamic_floats: frozenset = frozenset()) -> Entry:
     """Trace, compile and guard one call of `fn`. Never raises for framejit's own reasons: an internal
-    error is logged and the frame runs eagerly (with fullgraph=True it is an Unsupported)."""
+    error is logged and the frame runs eagerly (with fullgraph=True it is an Unsupported).
+    `dynamic_floats`: float arguments that become graph inputs (NOTE [Dynamic floats])."""
     start = time.perf_counter()
     STATS["frames_traced"] += 1
     shape = FunctionShape.of(fn.__code__)
     output = _tracing()[0].OutputGraph()
+    output.dynamic_floats = dynamic_floats
     try:
         entry = _convert(fn, shape, args, kwargs, request, output)
     except Unsupported:
@@ -216,13 +219,13 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
     except Unsupported as e:
         if request.fullgraph:
             raise
-        entry = _break_entry(fn, shape, args, kwargs, request, e) or _eager_entry(
+        entry = _break_entry(fn, shape, args, kwargs, request, e, output) or _eager_entry(
             fn, shape, output, graph_break=e.graph_break)
         _log_break(fn, e.graph_break)
     except UserException as e:
         # an exception raised inside a try block may be caught there: break before the instruction and
         # let plain Python raise it where the frame's exception table sees it
-        entry = (_break_entry(fn, shape, args, kwargs, request, e) if _in_try_block(fn, e) else None) or \
+        entry = (_break_entry(fn, shape, args, kwargs, request, e, output) if _in_try_block(fn, e) else None) or \
             _eager_entry(fn, shape, output, user_error=e.exc)
         logs.log("eager_fallback", "%s runs eagerly: the traced code raised %s: %s", code.co_qualname,
                  type(e.exc).__name__, e.exc)
@@ -321,13 +324,14 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
 
 
 def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
-                 exc: Unsupported | UserException) -> Entry | None:
+                 exc: Unsupported | UserException, first) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
     graph, graph_break, _, _ = _tracing()
     site = graph_break.break_site(fn.__code__, exc)
     if site is None:
         return None
     output = graph.OutputGraph()
+    output.dynamic_floats = first.dynamic_floats
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)
     tx.stop_at = site.inst.index

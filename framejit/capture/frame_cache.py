@@ -274,7 +274,8 @@ class _NodeRef:
 
 
 def dump_graph(gm: torch.fx.GraphModule) -> bytes:
-    """Every node of `gm` as (op, name, target, args, kwargs), node arguments as _NodeRef."""
+    """Every node of `gm` as (op, name, target, args, kwargs, dynamic float input), node arguments as
+    _NodeRef."""
     index: dict[torch.fx.Node, int] = {}
     nodes = []
     for node in gm.graph.nodes:
@@ -283,7 +284,7 @@ def dump_graph(gm: torch.fx.GraphModule) -> bytes:
         index[node] = len(nodes)
         args = torch.fx.node.map_arg(node.args, lambda n: _NodeRef(index[n]))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _NodeRef(index[n]))
-        nodes.append((node.op, node.name, node.target, args, kwargs))
+        nodes.append((node.op, node.name, node.target, args, kwargs, bool(node.meta.get("dynamic_float"))))
     try:
         return pickle.dumps(nodes)
     except Exception as e:  # a target or constant that has no importable name
@@ -293,12 +294,14 @@ def dump_graph(gm: torch.fx.GraphModule) -> bytes:
 def load_graph(data: bytes) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
     made: list[torch.fx.Node] = []
-    for op, name, target, args, kwargs in pickle.loads(data):
+    for op, name, target, args, kwargs, dynamic_float in pickle.loads(data):
         args, kwargs = torch.fx.node.map_aggregate((args, kwargs), lambda a: made[a.index] if isinstance(a, _NodeRef) else a)
         if op == "output":
             node = graph.output(args[0])
         else:
             node = graph.create_node(op, target, args, kwargs, name=name)
+        if dynamic_float:
+            node.meta["dynamic_float"] = True
         made.append(node)
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 

@@ -25,7 +25,7 @@ from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from .breaks import BreakKind, Unsupported, UserException
 from .side_effects import SideEffects
 from .sources import NameTable, Source
-from .values import ConstantValue, SequenceValue, TensorValue, TupleValue, Value
+from .values import ConstantValue, SequenceValue, SymFloatValue, TensorValue, TupleValue, Value
 from .values.containers import DictValue, SliceValue
 
 
@@ -41,11 +41,11 @@ def _fake_tensor():
 class GraphInput:
     __slots__ = ("source", "tensor", "value", "version")
 
-    def __init__(self, source: Source, tensor: torch.Tensor, value: TensorValue) -> None:
+    def __init__(self, source: Source, tensor: Any, value: Value) -> None:
         self.source = source
-        self.tensor = tensor
+        self.tensor = tensor  # a tensor, or a Python float (NOTE [Dynamic floats])
         self.value = value
-        self.version = _version(value.fake)
+        self.version = _version(value.fake) if isinstance(value, TensorValue) else None
 
 
 class OutputGraph:
@@ -63,6 +63,7 @@ class OutputGraph:
         self.inference_mode = torch.is_inference_mode_enabled()  # guarded at entry (convert._global_guards)
         self.autocast_stack: list[tuple[str, torch.dtype, bool, bool | None]] = []  # in force while tracing
         self.ambient_autocast = 0  # how many of them the caller entered (they are guarded, not recorded)
+        self.dynamic_floats: frozenset[str] = frozenset()  # float arguments made graph inputs (NOTE [Dynamic floats])
         self.open_regions: list[torch.fx.Node] = []  # _enter_autocast/_enter_inference_mode nodes not exited yet
         self.op_count = 0
         self.steps = 0  # instructions traced, across inlined frames
@@ -167,6 +168,39 @@ class OutputGraph:
         self._by_id[id(tensor)] = entry
         return self.remember(source, value)
 
+    def add_float_input(self, value: float, source: Source) -> "SymFloatValue":
+        """A float argument as a graph input (NOTE [Dynamic floats]): guarded by type only."""
+        self.guard_type(source, float)
+        node = self.graph.placeholder(_node_name(source.describe()))
+        node.meta["val"] = value
+        node.meta["source"] = source.describe()
+        node.meta["dynamic_float"] = True  # backends/state.py
+        sym = SymFloatValue(self, node, value, (), source)
+        sym.roots = (sym,)
+        self.inputs.append(GraphInput(source, value, sym))
+        return self.remember(source, sym)
+
+    def float_op(self, fn: Callable, args: tuple) -> Value:
+        """Float arithmetic with a dynamic float operand: a graph node, or a constant when the result is
+        not a float (then the operands are specialised)."""
+        examples = [a.example if isinstance(a, SymFloatValue) else a.as_constant() for a in args]
+        syms = [a for a in args if isinstance(a, SymFloatValue)]
+        try:
+            result = fn(*examples)
+        except Exception as e:  # the user's error for this value: specialise, eager raises it for real
+            for sym in syms:
+                sym.specialise()
+            raise UserException(e) from None
+        if type(result) is not float:
+            for sym in syms:
+                sym.specialise()
+            return ConstantValue(result)
+        node = self.graph.call_function(fn, tuple(_node_of(a) for a in args))
+        node.meta["val"] = result
+        node.meta["stack_trace"] = self.location()
+        roots = tuple(dict.fromkeys(r for sym in syms for r in sym.roots))
+        return SymFloatValue(self, node, result, roots)
+
     # ---- operations ---------------------------------------------------------------------------
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
@@ -228,6 +262,8 @@ class OutputGraph:
         mutations back). It is only sound if no other input shares the mutated input's memory: that is
         checked now and guarded for later calls (`alias_guard`)."""
         for entry in self.inputs:
+            if not isinstance(entry.value, TensorValue):
+                continue
             version = _version(entry.value.fake)
             if version != entry.version or (version is None and _inplace(target)
                                              and any(f is entry.value.fake for f in fakes)):
@@ -242,11 +278,12 @@ class OutputGraph:
 
     def alias_guard(self) -> None:
         """After input mutations, the inputs must have distinct memory, now and on later calls."""
-        if self.mutated_inputs and len(self.inputs) > 1:
-            storages = [i.tensor.untyped_storage().data_ptr() for i in self.inputs]
+        tensors = [i for i in self.inputs if isinstance(i.value, TensorValue)]
+        if self.mutated_inputs and len(tensors) > 1:
+            storages = [i.tensor.untyped_storage().data_ptr() for i in tensors]
             if len(set(storages)) != len(storages):
                 raise Unsupported(BreakKind.SIDE_EFFECT, "an input mutated in place shares memory with another input")
-            exprs = ", ".join(i.source.expr(self.names) for i in self.inputs)
+            exprs = ", ".join(i.source.expr(self.names) for i in tensors)
             self.add_guard("NO_ALIASING", f"___distinct_storages({exprs})", None,
                            expected="inputs that do not share memory (an input is mutated in place)",
                            cost=COST_TENSOR + 1)
@@ -319,13 +356,15 @@ def _is_value(x: Any) -> bool:
 def _fake_of(x: Any) -> Any:
     if isinstance(x, TensorValue):
         return x.fake
+    if isinstance(x, SymFloatValue):
+        return x.example
     if isinstance(x, Value):
         return _python_of(x, _fake_of)
     return x
 
 
 def _node_of(x: Any) -> Any:
-    if isinstance(x, TensorValue):
+    if isinstance(x, (TensorValue, SymFloatValue)):
         return x.node
     if isinstance(x, Value):
         return _python_of(x, _node_of)

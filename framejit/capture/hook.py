@@ -34,6 +34,7 @@ class FrameHook:
         self.entries: list[Entry] = []
         self.limit_logged = False
         self.loaded_owners: set = set()  # owners whose persisted entries were looked up (frame cache)
+        self.dynamic_floats: frozenset[str] = frozenset()  # NOTE [Dynamic floats] in values/scalars.py
         _ALL_HOOKS.add(self)
         for kept in _KEEP:
             kept.append(self)
@@ -75,11 +76,12 @@ class FrameHook:
             return self.fn(*args, **kwargs)  # raises CPython's own TypeError for the bad call
         if self.entries:
             self._log_recompile(args, kwargs)
+            self._mark_dynamic_float(args, kwargs)
         if self._load_persisted(args, kwargs):
             return self(*args, **kwargs)
         start = time.perf_counter()
         with _no_gc():  # tracing allocates many short-lived objects too (NOTE [No GC while restoring])
-            entry = convert_frame(self.fn, args, kwargs, self.request)
+            entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats)
         self._record(len(entry.graphs), time.perf_counter() - start, "miss")
         if config.dump_dir:
             self._dump(entry)
@@ -143,6 +145,21 @@ class FrameHook:
     def _name(self) -> str:
         code = self.fn.__code__
         return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+    def _mark_dynamic_float(self, args: tuple, kwargs: dict) -> None:
+        """A recompile because a float argument changed value makes that argument a graph input from now
+        on (NOTE [Dynamic floats] in values/scalars.py)."""
+        if not config.dynamic_floats:
+            return
+        failure = self.entries[0].guard.first_failure(*args, **kwargs)
+        if failure is None or failure.guard.kind != "CONSTANT_MATCH":
+            return
+        bound = inspect.signature(self.fn).bind(*args, **kwargs).arguments
+        for name, value in bound.items():
+            if type(value) is float and failure.guard.source == f"L[{name!r}]" and name not in self.dynamic_floats:
+                self.dynamic_floats = self.dynamic_floats | {name}
+                logs.log("recompiles", "%s: the float argument %r changed value; it is a graph input from now on",
+                         self._name(), name)
 
     def _log_recompile(self, args: tuple, kwargs: dict) -> None:
         if logs.enabled("recompiles"):

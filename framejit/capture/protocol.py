@@ -16,7 +16,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .values import (ConstantValue, DictValue, IteratorValue, ListValue, NNModuleValue, ObjectValue,
-                     SequenceValue, SetValue, SliceValue, TensorValue, TupleValue, Value)
+                     SequenceValue, SetValue, SliceValue, SymFloatValue, TensorValue, TupleValue, Value)
 from .values.builder import wrap
 from .sources import DictSlotSource
 
@@ -79,12 +79,24 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         if a.cls is torch.Size and b.cls in (tuple, torch.Size):
             return ConstantValue(torch.Size(a.as_constant() + b.as_constant()))
         return (ListValue if cls is list else TupleValue)(a.items + b.items, cls=cls)
+    if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and _is_number(a) and _is_number(b) \
+            and fn in _FLOAT_OPS:
+        return tx.output.float_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
     if isinstance(a, SequenceValue) and fn in (operator.mul, operator.imul) and b.is_constant():
         n = b.as_constant()
         return (ListValue if a.cls is list else TupleValue)(a.items * n, cls=a.cls if a.cls in (list, tuple) else tuple)
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on {a.describe()} and {b.describe()}")
+
+
+# arithmetic that keeps a dynamic float in the graph (NOTE [Dynamic floats])
+_FLOAT_OPS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow, operator.iadd, operator.isub,
+              operator.imul, operator.itruediv, operator.ipow}
+
+
+def _is_number(v: Value) -> bool:
+    return isinstance(v, SymFloatValue) or (isinstance(v, ConstantValue) and type(v.value) in (int, float))
 
 
 _SET_OPS = {operator.or_, operator.and_, operator.sub, operator.xor, operator.ior, operator.iand, operator.isub,
@@ -139,6 +151,8 @@ def is_same(tx, a: Value, b: Value) -> bool:
 def unary(tx, fn: Callable, a: Value) -> Value:
     if isinstance(a, TensorValue):
         return tx.output.call("call_function", fn, (a,), {})
+    if isinstance(a, SymFloatValue) and fn in (operator.neg, operator.pos):
+        return tx.output.float_op(fn, (a,))
     if a.is_constant():
         return constant_fold(fn, a.as_constant())
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} of {a.describe()}")

@@ -74,6 +74,15 @@ def _signature(inputs) -> tuple:
     return tuple(sig)
 
 
+def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
+    """Why `gm` runs eagerly whatever its inputs (backends/state.py), or None."""
+    if state.enters_inference_mode(gm):
+        return "it enters torch.inference_mode() (its outputs must be inference tensors, as in eager)"
+    if state.has_dynamic_float_input(gm):
+        return "a float input changes between calls (no ONNX program is built per value)"
+    return None
+
+
 def _is_concrete(inputs) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -121,11 +130,10 @@ class OnnxrtCompiled:
         self._grad_logged = False
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
         self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
-        self._inference_inside = state.enters_inference_mode(gm)
-        if self._inference_inside:
-            logs.log("eager_fallback", "onnxrt: the graph enters torch.inference_mode(); it runs eagerly so that "
-                     "its outputs are inference tensors as in eager")
-        if example_inputs is not None and _is_concrete(example_inputs) and not self._inference_inside:
+        self._run_eagerly = _eager_reason(gm)
+        if self._run_eagerly:
+            logs.log("eager_fallback", "onnxrt: the graph runs eagerly: %s", self._run_eagerly)
+        if example_inputs is not None and _is_concrete(example_inputs) and not self._run_eagerly:
             self.programs[_signature(example_inputs)] = self._build(list(example_inputs))
 
     @classmethod
@@ -136,7 +144,7 @@ class OnnxrtCompiled:
         return compiled
 
     def __call__(self, *inputs):
-        if self._inference_inside:
+        if self._run_eagerly:
             return self.gm(*inputs)
         if (self._grad_inside or torch.is_grad_enabled()) and self._needs_grad(inputs):
             if not self._grad_logged:

@@ -4,11 +4,12 @@ from .callables import (BoundMethodValue, BuiltinValue, CellValue, PartialValue,
                         UserFunctionValue)
 from .containers import DictValue, IteratorValue, ListValue, SequenceValue, SetValue, SliceValue, TupleValue
 from .objects import ClassValue, NewObjectValue, NNModuleValue, ObjectValue, PyModuleValue
+from .scalars import SymFloatValue
 from .tensor import TensorValue
 
 __all__ = [
     "NULL", "BoundMethodValue", "BuiltinValue", "CellValue", "ClassValue", "ConstantValue", "DictValue",
     "IteratorValue", "ListValue", "NewObjectValue", "NNModuleValue", "NullValue", "ObjectValue",
-    "PartialValue", "PyModuleValue", "SequenceValue", "SetValue", "SliceValue", "TensorMethodValue", "TensorValue",
+    "PartialValue", "PyModuleValue", "SequenceValue", "SetValue", "SliceValue", "SymFloatValue", "TensorMethodValue", "TensorValue",
     "TupleValue", "UserFunctionValue", "Value", "const",
 ]

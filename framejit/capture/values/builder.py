@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..breaks import BreakKind, Unsupported
-from ..sources import AttrSource, ItemSource, Source
+from ..sources import AttrSource, ItemSource, LocalSource, Source
 from .base import ConstantValue, Value
 from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMethodValue, UserFunctionValue
 from .containers import DictValue, ListValue, SetValue, TupleValue
@@ -56,6 +56,8 @@ def wrap(out, obj: Any, source: Source | None) -> Value:
 def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.Tensor):
         return out.add_input(obj, source)
+    if type(obj) is float and isinstance(source, LocalSource) and source.name in out.dynamic_floats:
+        return out.add_float_input(obj, source)
     if type(obj) in _SCALARS:
         out.guard_constant(source, obj)
         return ConstantValue(obj, source)

@@ -1,0 +1,47 @@
+"""Python floats that are graph inputs instead of guarded constants.
+
+NOTE [Dynamic floats]: a float argument is specialised (guarded by value) like any Python constant. When
+a frame recompiles because a float argument changed value (a `.item()` result passed to a resume
+function, a temperature, a learning rate), the hook marks that argument dynamic and later traces make it
+a graph input: a placeholder whose example value is the float (TorchDynamo's automatic dynamic, for
+floats). Its uses in tensor ops and float arithmetic become graph nodes, so the graph computes with the
+value of each call, with Python's own scalar semantics (the graph receives the Python float). Any other
+use (a comparison, `int()`, a shape, a Python call outside the graph) needs the concrete value: that
+specialises the float, guarding each input it derives from by value, and the trace continues with the
+constant, which is what it did before.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Value
+
+
+class SymFloatValue(Value):
+    """A float computed in the graph from float inputs: `node` yields it, `example` is its value now."""
+
+    def __init__(self, out, node, example: float, roots: tuple, source=None) -> None:
+        self.out = out  # the OutputGraph, for the guards of specialisation
+        self.node = node
+        self.example = example
+        self.roots = roots  # the input SymFloatValues it derives from
+        self.source = source
+
+    def python_type(self) -> type:
+        return float
+
+    def is_constant(self) -> bool:
+        return True  # as a constant it is specialised (as_constant)
+
+    def as_constant(self) -> Any:
+        self.specialise()
+        return self.example
+
+    def specialise(self) -> None:
+        for root in self.roots:
+            if not getattr(root, "specialised", False):
+                root.specialised = True
+                self.out.guard_constant(root.source, root.example)
+
+    def describe(self) -> str:
+        return f"SymFloat({self.example!r})"
