@@ -21,6 +21,7 @@ import bytecode
 from bytecode import Instr
 
 from .breaks import BreakKind, Unsupported
+from .values.base import LazyArg
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, IteratorValue,
                      ListValue, NewObjectValue, ObjectValue, PyModuleValue, SequenceValue, SetValue, TensorMethodValue,
                      TensorValue, TupleValue, UserFunctionValue, Value)
@@ -120,6 +121,9 @@ class Reconstructor:
         cg = self.cg
         if id(value) in self.preloaded:
             cg.load_fast(self.preloaded[id(value)])
+            return
+        if isinstance(value, LazyArg):  # an argument never read while tracing (e.g. a cell's contents)
+            cg.load_fast(value.name)
             return
         if isinstance(value, TensorValue):
             index = self.output_index.get(id(value.node))

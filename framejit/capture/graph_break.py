@@ -74,7 +74,7 @@ class BreakSite:
 
 def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakSite | None:
     """Where the frame can break for `exc`, or None when it must run eagerly as a whole."""
-    if exc.root_index is None or code.co_cellvars or code.co_flags & inspect.CO_GENERATOR:
+    if exc.root_index is None or code.co_flags & inspect.CO_GENERATOR:
         return None
     if not all(name.isidentifier() for name in code.co_varnames):
         return None  # e.g. pytest's assertion rewriting adds locals such as `@py_assert0`
@@ -175,13 +175,24 @@ class BreakCodegen:
         self._blocks_tuple = TupleValue([])  # stands for the local holding run_in_blocks's tuple
         self.below = self.stack[:len(self.stack) - site.consumed]
         self.top = self.stack[len(self.stack) - site.consumed:]
-        # the stack arguments of a resume function are dead after its prologue
-        self.local_names = [n for n in tx.locals if not n.startswith(STACK_PREFIX)]
         if any(isinstance(v, CellValue) for v in self.stack):
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a cell is live at the break")
+        # NOTE [Cells at breaks]: the frame's own cell variables that hold a value are passed to the resume
+        # function like locals; its MAKE_CELL puts each into a new cell. A closure made before the break
+        # keeps the old cell: exact as long as neither side assigns the variable again (checked here).
+        own = set(fn.__code__.co_cellvars)
+        cells = {n: c for n, c in tx.cells.items() if n in own and isinstance(c, CellValue)}
+        _check_shared_cells(cells, self.stack + list(tx.locals.values()) + [c.contents for c in cells.values()] +
+                            tx.output.side_effects.values(), normalize(fn.__code__).insts, site.inst.index)
+        self.cell_values = {n: c.contents for n, c in cells.items() if c.contents is not None}
+        # the stack arguments of a resume function are dead after its prologue
+        self.local_names = [n for n in tx.locals if not n.startswith(STACK_PREFIX)] + list(self.cell_values)
+
+    def _local(self, name: str) -> Any:
+        return self.cell_values[name] if name in self.cell_values else self.tx.locals[name]
 
     def values(self) -> list[Any]:
-        live = self.stack + [v for v in self.tx.locals.values() if not isinstance(v, LazyArg)]
+        live = self.stack + [v for v in map(self._local, self.local_names) if not isinstance(v, LazyArg)]
         return live + self.tx.output.side_effects.values()
 
     def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
@@ -194,7 +205,7 @@ class BreakCodegen:
             cg.call(len(inputs))
             cg.store_fast("___graph_out")
         if self.tx.output.side_effects:
-            rebuild.preload(self.stack + [v for v in self.tx.locals.values() if not isinstance(v, LazyArg)])
+            rebuild.preload(self.stack + [v for v in map(self._local, self.local_names) if not isinstance(v, LazyArg)])
         self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
         restore_grad_mode(cg, self.tx.output)
         self._make_blocks(rebuild)
@@ -367,7 +378,7 @@ class BreakCodegen:
         for name in temps:
             cg.load_fast(name)
         for name in self.local_names:
-            value = self.tx.locals[name]
+            value = self._local(name)
             if isinstance(value, LazyArg):
                 cg.load_fast(value.name)
             else:
@@ -434,8 +445,66 @@ def restore_grad_mode(cg: Codegen, output) -> None:
 
 
 def _plain(fn: UserFunctionValue) -> bool:
-    """A real function object that can be called as it is (not a closure made while tracing)."""
-    return fn.closure is None and fn.defaults is None
+    """A real function object that can be called through a hook made for it: not a closure made while
+    tracing, nor one guarded by its code only (a later call may bring another function object)."""
+    return fn.closure is None and fn.defaults is None and not fn.by_code
+
+
+def _check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> None:
+    """Raise Unsupported when a closure reachable from `values` shares one of the frame's `cells`
+    (name -> CellValue) and the cell may be written once the frame resumes: by the frame at or after
+    instruction `index` (or by a loop back over an earlier store), or by any closure's code (`nonlocal`).
+    Otherwise the old and the new cell always hold the same value (NOTE [Cells at breaks])."""
+    if not cells:
+        return
+    seen: set[int] = set()
+    todo = list(values)
+    while todo:
+        v = todo.pop()
+        if not isinstance(v, Value) or id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, UserFunctionValue):
+            for name, cell in zip(v.fn.__code__.co_freevars, v.closure or ()):
+                own = next((n for n, c in cells.items() if c is cell), None)
+                if own is not None and (_code_writes(v.fn.__code__, name) or _written_after(insts, own, index)):
+                    raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a closure made before the break shares the "
+                                      f"variable {own!r}, which is assigned again later (the frame runs eagerly)")
+                todo.append(getattr(cell, "contents", None))
+            todo.extend(v.defaults or ())
+        elif isinstance(v, SequenceValue):
+            todo.extend(v.items)
+        elif isinstance(v, DictValue):
+            todo.extend(v.items.values())
+        elif isinstance(v, NewObjectValue):
+            todo.extend(v.attrs.values())
+        elif isinstance(v, IteratorValue):
+            todo.extend(v.items)
+        elif isinstance(v, BoundMethodValue):
+            todo.extend([v.func, v.self_value])
+        elif isinstance(v, CellValue):
+            todo.append(v.contents)
+
+
+_WRITES = ("STORE_DEREF", "DELETE_DEREF")
+_JUMPS = {"JUMP", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE",
+          "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP"}
+
+
+def _written_after(insts: list[Inst], name: str, index: int) -> bool:
+    stores = [i.index for i in insts if i.name in _WRITES and i.arg == name]
+    if any(store >= index for store in stores):
+        return True
+    last = max(stores, default=-1)
+    return any(i.index >= index and i.name in _JUMPS and isinstance(i.arg, int) and i.arg <= last for i in insts)
+
+
+def _code_writes(code: types.CodeType, name: str) -> bool:
+    for inst in dis.get_instructions(code):
+        if inst.opname in _WRITES and inst.argval == name:
+            return True
+    return any(isinstance(c, types.CodeType) and name in c.co_freevars and _code_writes(c, name)
+               for c in code.co_consts)
 
 
 def _user_exit(value: Value) -> bool:

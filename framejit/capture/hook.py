@@ -11,6 +11,7 @@ functions share the frame's signature.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import gc
 import inspect
@@ -147,19 +148,21 @@ class FrameHook:
         return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
 
     def _mark_dynamic_float(self, args: tuple, kwargs: dict) -> None:
-        """A recompile because a float argument changed value makes that argument a graph input from now
-        on (NOTE [Dynamic floats] in values/scalars.py)."""
+        """A recompile because a float changed value (an argument, an attribute, a closure's variable)
+        makes that float a graph input from now on (NOTE [Dynamic floats] in values/scalars.py)."""
         if not config.dynamic_floats:
             return
         failure = self.entries[0].guard.first_failure(*args, **kwargs)
-        if failure is None or failure.guard.kind != "CONSTANT_MATCH":
+        if failure is None or failure.guard.kind != "CONSTANT_MATCH" or failure.guard.source in self.dynamic_floats:
             return
-        bound = inspect.signature(self.fn).bind(*args, **kwargs).arguments
-        for name, value in bound.items():
-            if type(value) is float and failure.guard.source == f"L[{name!r}]" and name not in self.dynamic_floats:
-                self.dynamic_floats = self.dynamic_floats | {name}
-                logs.log("recompiles", "%s: the float argument %r changed value; it is a graph input from now on",
-                         self._name(), name)
+        try:
+            expected = ast.literal_eval(failure.guard.expected)
+        except (ValueError, SyntaxError):
+            return
+        if type(expected) is float:
+            self.dynamic_floats = self.dynamic_floats | {failure.guard.source}
+            logs.log("recompiles", "%s: the float %s changed value; it is a graph input from now on",
+                     self._name(), failure.guard.source)
 
     def _log_recompile(self, args: tuple, kwargs: dict) -> None:
         if logs.enabled("recompiles"):

@@ -19,7 +19,7 @@ from typing import Any
 
 import bytecode
 import torch
-from bytecode import Instr, Label, TryBegin, TryEnd
+from bytecode import CellVar, Instr, Label, TryBegin, TryEnd
 
 from .normalize import DROPPED, normalize
 
@@ -80,7 +80,7 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
         start_at -= 1  # a call starts at its KW_NAMES (and 3.11's PRECALL)
     trampolines: list = []
     if successors:
-        trampolines = _trampolines(items, target.position, successors, live_locals)
+        trampolines = _trampolines(items, target.position, successors, live_locals, set(code.co_cellvars))
     body = items[:start_at] + [label] + items[start_at:] + trampolines
     start = _prologue_position(body)
     bc.clear()
@@ -108,7 +108,8 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     return new_code
 
 
-def _trampolines(items: list, position: int, successors: tuple, live_locals: tuple[str, ...]) -> list:
+def _trampolines(items: list, position: int, successors: tuple, live_locals: tuple[str, ...],
+                 cellvars: set[str]) -> list:
     """Redirect the edges out of the instruction at `items[position]` to trampolines (appended after
     every exception region: a resumed function's own exceptions must not reach this frame's handlers
     a second time) that call the successors' hooked resume functions."""
@@ -133,7 +134,8 @@ def _trampolines(items: list, position: int, successors: tuple, live_locals: tup
                 out += [Instr("PUSH_NULL"), Instr("LOAD_CONST", list), Instr("LOAD_FAST", temp)] + _call(1)
             else:
                 out.append(Instr("LOAD_FAST", temp))
-        out += [Instr("LOAD_FAST", name) for name in live_locals]
+        out += [Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
+                for name in live_locals]
         out += _call(len(after) + len(live_locals)) + [Instr("RETURN_VALUE")]
     return out
 

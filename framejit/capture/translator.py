@@ -30,6 +30,7 @@ from .normalize import Inst, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
 from .values import (DictValue, IteratorValue, NewObjectValue, NNModuleValue, TupleValue,
                      UserFunctionValue, Value)
+from .values.base import LazyArg
 from .values.builder import wrap, wrap_unguarded
 
 _ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
@@ -39,24 +40,16 @@ _FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os
 DISABLED.add(graph_break.__code__)  # the substitutes' way to break (modules.graph_break)
 
 
-class LazyArg:
-    """A root-frame argument not yet read: wrapped (and guarded) on first use only."""
-
-    __slots__ = ("obj", "name")
-
-    def __init__(self, obj: Any, name: str) -> None:
-        self.obj = obj
-        self.name = name
-
-
 class RealCell:
     """A closure cell that exists outside the trace (a free variable of a real function)."""
 
-    __slots__ = ("cell", "name")
+    __slots__ = ("cell", "name", "source")
 
-    def __init__(self, cell: types.CellType, name: str) -> None:
+    def __init__(self, cell: types.CellType, name: str, source=None) -> None:
         self.cell = cell
         self.name = name
+        self.source = source  # where the cell is found (`fn.__closure__[i]`) when the function came
+        # from a source guarded by its code, not its identity (NOTE [Closures guarded by code])
 
 
 class Translator:
@@ -161,6 +154,8 @@ class Translator:
                 contents = cell.cell.cell_contents
             except ValueError:
                 raise UserException(NameError(f"free variable '{name}' referenced before assignment")) from None
+            if cell.source is not None:
+                return wrap(self.output, contents, AttrSource(cell.source, "cell_contents"))
             return wrap(self.output, contents, ClosureSource(Ref(cell.cell, name), name))
         if cell.contents is None:
             raise UserException(NameError(f"free variable '{name}' referenced before assignment"))
@@ -171,6 +166,8 @@ class Translator:
     def store_cell(self, name: str, value: Value) -> None:
         cell = self.cells[name]
         if isinstance(cell, RealCell):
+            if cell.source is not None:
+                raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the nonlocal {name!r} of a closure passed in")
             self.output.side_effects.store_cell(cell.cell, value)
             return
         cell.contents = value
@@ -260,6 +257,10 @@ class Translator:
         if fn.closure is not None:
             return dict(zip(code.co_freevars, fn.closure))
         real = fn.fn.__closure__ or ()
+        if fn.source is not None and fn.by_code:
+            base = AttrSource(fn.source, "__closure__")
+            return {name: RealCell(cell, name, ItemSource(base, i)) for i, (name, cell) in
+                    enumerate(zip(code.co_freevars, real))}
         return {name: RealCell(cell, name) for name, cell in zip(code.co_freevars, real)}
 
     # ---- nn.Module support --------------------------------------------------------------------

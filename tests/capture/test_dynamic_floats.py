@@ -62,7 +62,7 @@ def test_float_argument_recompiles_once(caplog):
     finally:
         framejit.set_logs("")
     assert backend.graph_count == 2
-    assert any("the float argument 't' changed value" in r.getMessage() for r in caplog.records)
+    assert any("the float L['t'] changed value" in r.getMessage() for r in caplog.records)
 
 
 def test_comparison_specialises():

@@ -51,6 +51,17 @@ class ConstantValue(Value):
         return f"Constant({self.value!r})"
 
 
+class LazyArg:
+    """A root-frame argument not yet read: wrapped (and guarded) on first use only. Not a Value: code
+    that rebuilds one after a graph loads the argument itself."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj: Any, name: str) -> None:
+        self.obj = obj
+        self.name = name
+
+
 class NullValue(Value):
     """The NULL that CPython pushes below a callable (PUSH_NULL, LOAD_GLOBAL with the low bit)."""
 

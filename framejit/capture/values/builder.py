@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..breaks import BreakKind, Unsupported
-from ..sources import AttrSource, ItemSource, LocalSource, Source
+from ..sources import AttrSource, ItemSource, Source
 from .base import ConstantValue, Value
 from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMethodValue, UserFunctionValue
 from .containers import DictValue, ListValue, SetValue, TupleValue
@@ -56,7 +56,7 @@ def wrap(out, obj: Any, source: Source | None) -> Value:
 def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.Tensor):
         return out.add_input(obj, source)
-    if type(obj) is float and isinstance(source, LocalSource) and source.name in out.dynamic_floats:
+    if type(obj) is float and out.dynamic_floats and source.describe() in out.dynamic_floats:
         return out.add_float_input(obj, source)
     if type(obj) in _SCALARS:
         out.guard_constant(source, obj)
@@ -107,6 +107,18 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         out.guard_id(source, obj)
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType):
+        if obj.__closure__ and obj.__defaults__ is None and obj.__kwdefaults__ is None:
+            # NOTE [Closures guarded by code]: a closure is often made anew on every call (a lambda built
+            # by the caller, one rebuilt after a graph break); it is guarded by its code and globals, and
+            # its cells' contents are read (and guarded) through `source`, not through the cell objects.
+            out.guard_type(source, types.FunctionType)
+            out.guard_id(AttrSource(source, "__code__"), obj.__code__)
+            out.guard_id(AttrSource(source, "__globals__"), obj.__globals__)
+            out.guard_constant(AttrSource(source, "__defaults__"), None)
+            out.guard_constant(AttrSource(source, "__kwdefaults__"), None)
+            value = UserFunctionValue(obj, source)
+            value.by_code = True
+            return value
         out.guard_id(source, obj)
         return UserFunctionValue(obj, source)
     if isinstance(obj, types.ModuleType):

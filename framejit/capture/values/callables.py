@@ -23,6 +23,8 @@ class UserFunctionValue(Value):
     the real cell of `fn.__closure__`, guarded through its source).
     """
 
+    by_code = False  # guarded by its code, not its identity (NOTE [Closures guarded by code])
+
     def __init__(self, fn: types.FunctionType, source: Source | None = None,
                  closure: tuple[CellValue | None, ...] | None = None,
                  defaults: tuple[Value, ...] | None = None,
