@@ -138,6 +138,29 @@ How to find them:
 - `framejit.compile(fn, fullgraph=True)` raises `framejit.Unsupported` at the first break, with the same
   information in `.graph_break`.
 
+What a break keeps working:
+
+- The code after the break is a *resume function* that enters through the same frame hook: it is
+  captured, guarded and may break again. A function or module called at the break is captured as its
+  own frame.
+- Loops: each iteration's rest is resumed with the loop's remaining items.
+- `with torch.no_grad()/enable_grad()/set_grad_enabled()/inference_mode()/autocast(...)`: every graph
+  ends in the state it started with; the step runs inside the re-entered blocks and the resume function
+  re-enters them. A user context manager stays entered; its `__exit__` runs if the step raises.
+- `try`/`except`/`finally`: the step runs under the function's own exception handlers, then the rest
+  continues in a captured resume function whose handlers see its exceptions once. A graph that raises at
+  run time (an index out of range, a singular matrix) reruns the frame eagerly, so your handlers see the
+  exception as in eager.
+- Python values made at the break (`.item()`, `.tolist()`) are passed to the resume function. A float
+  is specialised until its value first changes, then becomes a graph input, so a loss value or a
+  threshold read with `.item()` on every call does not recompile every call.
+- Local variables captured by nested functions are passed on too, unless a closure made before the break
+  shares one that is assigned again later: then the function runs eagerly (still correct).
+
+Generators, and breaks at the few instructions framejit does not resume after (reading an argument or
+a closure variable of a type it cannot model, stepping an iterator it cannot model), run the whole
+function eagerly instead. `FRAMEJIT_LOGS=eager_fallback` says where.
+
 Each kind below says what causes it and what you can do. The examples are complete programs; each
 raises `framejit.Unsupported` of its kind (tests/test_docs.py runs them).
 

@@ -25,8 +25,10 @@ original code expects them, and sets that grad mode; its trace records the entri
 Other instructions inside with-blocks, and with-blocks over user context managers whose `__exit__` may
 suppress an exception, take the tail form of NOTE [Breaks inside try blocks].
 
-Breaks are not taken (the frame runs eagerly instead, still correct) in frames with cell variables or
-generators, and where a NULL would have to be moved (LOAD_METHOD forms).
+Breaks are not taken (the frame runs eagerly instead, still correct) in generators, at instructions
+without a break form here (a LOAD_FAST of an argument that cannot be modelled, FOR_ITER over an opaque
+iterator), and where a closure made before the break shares a cell that is assigned again later
+(NOTE [Cells at breaks]).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ import dataclasses
 import dis
 import inspect
 import operator
+import sys
 import types
 from typing import Any, Callable
 
@@ -61,6 +64,9 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "IMPORT_NAME": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "STORE_SLICE": lambda a: (4, 0),
     "RAISE_VARARGS": lambda a: (a, 0),
 }
+# reads that may break (an attribute framejit cannot model, a global of an unsupported type); a method
+# load becomes a plain attribute load: NULL + bound method, which CPython calls the same way
+_LOADS = {"LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL"}
 _IN_BLOCKS = {"CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"}  # breakable in with-blocks
 
 
@@ -99,6 +105,8 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
         return BreakSite(inst, 1, with_depth=depth)
     if inst.name in _SIMPLE:
         return BreakSite(inst, _SIMPLE[inst.name](inst.arg)[0])
+    if inst.name in _LOADS:
+        return BreakSite(inst, 0 if inst.name == "LOAD_GLOBAL" else 1)
     return None
 
 
@@ -220,6 +228,10 @@ class BreakCodegen:
             self._resume(rebuild, inst.index + 1, produced=1)
         elif inst.name in _CONDITIONAL or inst.name in _OR_POP:
             self._emit_branch(rebuild)
+        elif inst.name in _LOADS:
+            for value in self.top:
+                rebuild.emit(value)
+            self._resume(rebuild, inst.index + 1, produced=1, null_first=self._emit_load(inst))
         else:
             for value in self.top:
                 rebuild.emit(value)
@@ -359,12 +371,26 @@ class BreakCodegen:
         cg.insts.append(taken)
         self._resume(rebuild, inst.arg, produced=1 if inst.name in _OR_POP else 0)
 
-    def _resume(self, rebuild: Reconstructor, index: int, produced: int, hooked: bool = True) -> None:
+    def _emit_load(self, inst: Inst) -> bool:
+        """The load at the break, as a plain load of one value; True when CPython would have pushed a
+        NULL below it (a method load, or a global loaded for a call)."""
+        if inst.name == "LOAD_ATTR":
+            self.cg.insts.append(inst.instr.copy())
+            return False
+        if inst.name == "LOAD_METHOD":
+            self.cg.emit("LOAD_ATTR", (False, inst.arg) if sys.version_info >= (3, 12) else inst.arg)
+            return True
+        push_null, name = inst.arg
+        self.cg.emit("LOAD_GLOBAL", (False, name))
+        return push_null
+
+    def _resume(self, rebuild: Reconstructor, index: int, produced: int, hooked: bool = True,
+                null_first: bool = False) -> None:
         cg = self.cg
         temps = [f"___result{i}" for i in range(produced)]
         for name in reversed(temps):
             cg.store_fast(name)
-        layout = tuple(_slot_kind(v) for v in self.below) + ("value",) * produced
+        layout = tuple(_slot_kind(v) for v in self.below) + ("null",) * null_first + ("value",) * produced
         code, target = origin(self.fn.__code__, index)
         successors = () if hooked else self._tail_successors()
         hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors)
@@ -537,7 +563,6 @@ def _slot_kind(value: Value) -> str:
 
 
 def _needs_forward_name(name: str) -> bool:
-    import sys
     return sys.version_info < (3, 12) and name.startswith("POP_JUMP_IF")
 
 

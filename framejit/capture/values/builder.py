@@ -107,10 +107,12 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         out.guard_id(source, obj)
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType):
-        if obj.__closure__ and obj.__defaults__ is None and obj.__kwdefaults__ is None:
-            # NOTE [Closures guarded by code]: a closure is often made anew on every call (a lambda built
-            # by the caller, one rebuilt after a graph break); it is guarded by its code and globals, and
-            # its cells' contents are read (and guarded) through `source`, not through the cell objects.
+        if (obj.__closure__ or "<locals>" in obj.__qualname__) and obj.__defaults__ is None \
+                and obj.__kwdefaults__ is None:
+            # NOTE [Closures guarded by code]: a nested function is often made anew on every call (a
+            # lambda built by the caller, a closure rebuilt after a graph break); it is guarded by its code
+            # and globals, and its cells' contents are read (and guarded) through `source`, not through
+            # the cell objects. Module-level functions keep their one identity guard.
             out.guard_type(source, types.FunctionType)
             out.guard_id(AttrSource(source, "__code__"), obj.__code__)
             out.guard_id(AttrSource(source, "__globals__"), obj.__globals__)

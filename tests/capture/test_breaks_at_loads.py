@@ -1,0 +1,69 @@
+"""Graph breaks at loads: an attribute framejit cannot model (a user `__getattr__`), a method loaded that
+way, a global of a type it cannot model. The load runs in plain Python after the graph and the rest of
+the function continues in a captured resume function (a method load becomes NULL + bound method, which
+CPython calls the same way). Each case runs eagerly and compiled on three fresh input sets
+(tests/helpers.run_differential) and asserts the number of graphs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers import run_differential
+
+
+class Dynamic:
+    """Attributes come from __getattr__: a float, or a function for names starting with "fn_"."""
+
+    def __getattr__(self, name):
+        if name.startswith("fn_"):
+            return lambda t: t * 3 + 1
+        return 0.5
+
+
+DYN = Dynamic()
+TABLE = np.arange(3, dtype=np.float32)
+
+
+def one(*shape):
+    return lambda seed: (torch.randn(*shape),)
+
+
+def getattr_value(x):
+    y = x * 2
+    s = DYN.scale
+    return y * s
+def getattr_method(x):
+    y = x.cos()
+    z = DYN.fn_transform(y)
+    return z - 1
+def getattr_in_loop(x):
+    for i in range(2):
+        x = x + DYN.step * i
+    return x
+def numpy_global(x):
+    y = x.sin()
+    t = torch.from_numpy(TABLE.copy())
+    return y + t
+
+
+CASES = [
+    # x*2 before the load; y*s after it: 2
+    (getattr_value, one(3), 2),
+    # cos before the method load; the resume traces the call of the returned lambda (a new function
+    # object on every call, guarded by its code) and z - 1: 2
+    (getattr_method, one(3), 2),
+    # each iteration's read breaks; the first graph is empty (nothing before the first read), then one
+    # resume graph per remaining range: 2
+    (getattr_in_loop, one(3), 2),
+    # sin before the global numpy array is loaded; the resume breaks again at the array's copy() and
+    # from_numpy(), and its last resume adds: 2
+    (numpy_global, one(3), 2),
+]
+
+
+@pytest.mark.parametrize("fn,make_args,graphs", CASES, ids=[c[0].__name__ for c in CASES])
+def test_break_at_load(fn, make_args, graphs):
+    backend = run_differential(fn, make_args, fullgraph=False, seeds=(0, 1, 2))
+    assert backend.graph_count == graphs
