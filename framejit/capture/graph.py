@@ -204,6 +204,8 @@ class OutputGraph:
     # ---- operations ---------------------------------------------------------------------------
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
+        if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
+            args, kwargs = self._float_args(kind, target, args, kwargs)
         fake_args, fake_kwargs = tree_map(_fake_of, (args, kwargs), is_leaf=_is_value)
         fakes = [t for t in tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [_version(t) for t in fakes]
@@ -221,6 +223,28 @@ class OutputGraph:
         if result is None:
             return ConstantValue(None)  # an in-place op kept for its effect (e.g. operator.setitem)
         return self.wrap_result(node, result)
+
+    def _float_args(self, kind: str, target: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Dynamic floats stay graph inputs of an op only if its result's shapes, dtypes and Python values
+        do not depend on them (`torch.arange(0, t)`, `interpolate(scale_factor=t)` do): the op is run on
+        fake tensors with other float values to see. Otherwise they are specialised here."""
+        def probe(scale):
+            def leaf(v):
+                return v.example * scale + 0.37 if isinstance(v, SymFloatValue) else _fake_of(v)
+            fake_args, fake_kwargs = tree_map(leaf, (args, kwargs), is_leaf=_is_value)
+            out = self._run_fake(kind, target, fake_args, fake_kwargs)
+            return [(tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else x for x in tree_leaves(out)]
+        try:
+            same = probe(1.0) == probe(1.7)
+        except (Unsupported, UserException):
+            same = False
+        if same:
+            return args, kwargs
+        for v in tree_leaves((args, kwargs), is_leaf=_is_value):
+            if isinstance(v, SymFloatValue):
+                v.specialise()
+        return tree_map(lambda v: ConstantValue(v.example) if isinstance(v, SymFloatValue) else v, (args, kwargs),
+                        is_leaf=_is_value)
 
     def set_grad_enabled(self, mode: bool) -> None:
         """Change grad mode at this point of the graph (and in the tracer's view of it)."""

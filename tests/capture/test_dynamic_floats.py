@@ -95,3 +95,16 @@ def test_turned_off(monkeypatch):
 @pytest.mark.parametrize("backend", ["onnxrt", "eager"])
 def test_backends_with_a_dynamic_float(backend):
     run_values(temperature, [(torch.randn(4), 0.5 + i / 3) for i in range(4)], backend=backend)
+
+
+def shapes_from_float(x, t):
+    r = torch.arange(0.0, t)
+    y = torch.nn.functional.interpolate(x, scale_factor=t)
+    return r, y, y.shape[-1], x * t
+
+
+def test_ops_whose_shapes_depend_on_the_float_specialise_it():
+    """arange(0, t) and interpolate(scale_factor=t) have shapes that depend on t: t is specialised for
+    them (a fake-tensor probe with another value shows it), so shapes read later are right."""
+    backend, _ = run_values(shapes_from_float, [(torch.randn(1, 1, 4), t) for t in (2.0, 3.0, 2.0, 4.0, 3.0)])
+    assert backend.graph_count == 3  # one per distinct value: 2.0, 3.0, 4.0
