@@ -52,18 +52,20 @@ class FrameHook:
                 try:
                     return entry.fn(*args, **kwargs)
                 except Exception as e:
-                    if entry.rerun is None or not entry.rerun.raised_in_graph(e, entry.fn.__code__):
+                    if not self._reruns(entry, e):
                         raise
-                return self._rerun(entry)(*args, **kwargs)
+                return self.fn(*args, **kwargs)
         return self.miss(args, kwargs)
 
-    def _rerun(self, entry: Entry):
-        """After a graph raised at run time: the original function, to run eagerly (NOTE [Graph failures
-        rerun eagerly] in convert.py)."""
+    def _reruns(self, entry: Entry, exc: Exception) -> bool:
+        """True when `exc` was raised by the entry's graph and the call is to rerun eagerly, with the
+        global state restored (NOTE [Graph failures rerun eagerly] in convert.py)."""
+        if entry.rerun is None or not entry.rerun.raised_in_graph(exc, entry.fn.__code__):
+            return False
         entry.rerun.restore()
         logs.log("eager_fallback", "a graph of %s raised at run time; this call reruns eagerly, so the "
                  "exception is raised (and handled) by the function's own code", self._name())
-        return self.fn
+        return True
 
     def __get__(self, obj: Any, objtype: type | None = None) -> Any:
         """A compiled function used as a method binds like the function it wraps."""
@@ -92,9 +94,9 @@ class FrameHook:
         try:
             return entry.fn(*args, **kwargs)
         except Exception as e:
-            if entry.rerun is None or not entry.rerun.raised_in_graph(e, entry.fn.__code__):
+            if not self._reruns(entry, e):
                 raise
-        return self._rerun(entry)(*args, **kwargs)
+        return self.fn(*args, **kwargs)
 
     def _load_persisted(self, args: tuple, kwargs: dict) -> bool:
         """Install the entries other processes persisted for this frame (once per frame and owner);
