@@ -67,7 +67,8 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
 # reads that may break (an attribute framejit cannot model, a global of an unsupported type); a method
 # load becomes a plain attribute load: NULL + bound method, which CPython calls the same way
 _LOADS = {"LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL"}
-_IN_BLOCKS = {"CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"}  # breakable in with-blocks
+# breakable inside with-blocks
+_IN_BLOCKS = {"CALL", "CALL_FUNCTION_EX", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"} | _LOADS
 
 
 @dataclasses.dataclass
@@ -106,7 +107,7 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
     if inst.name in _SIMPLE:
         return BreakSite(inst, _SIMPLE[inst.name](inst.arg)[0])
     if inst.name in _LOADS:
-        return BreakSite(inst, 0 if inst.name == "LOAD_GLOBAL" else 1)
+        return BreakSite(inst, 0 if inst.name == "LOAD_GLOBAL" else 1, with_depth=depth)
     return None
 
 
@@ -228,6 +229,16 @@ class BreakCodegen:
             self._resume(rebuild, inst.index + 1, produced=1)
         elif inst.name in _CONDITIONAL or inst.name in _OR_POP:
             self._emit_branch(rebuild)
+        elif inst.name in _LOADS and self.exits and inst.name != "LOAD_GLOBAL":
+            cg.push_null()  # getattr(obj, name) inside the blocks: user attribute code runs there
+            for value in self._in_blocks_prefix(rebuild):
+                rebuild.emit(value)
+            cg.load_const(getattr)
+            rebuild.emit(self.top[0])
+            cg.load_const(inst.arg)
+            cg.call(5)
+            self._unpack_in_blocks()
+            self._resume(rebuild, inst.index + 1, produced=1, null_first=inst.name == "LOAD_METHOD")
         elif inst.name in _LOADS:
             for value in self.top:
                 rebuild.emit(value)

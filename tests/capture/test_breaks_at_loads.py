@@ -67,3 +67,31 @@ CASES = [
 def test_break_at_load(fn, make_args, graphs):
     backend = run_differential(fn, make_args, fullgraph=False, seeds=(0, 1, 2))
     assert backend.graph_count == graphs
+
+
+def getattr_in_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        s = DYN.scale
+        z = y * s
+    return z, x * 3
+def method_in_autocast(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ x
+        z = DYN.fn_apply(y)
+        w = z @ x
+    return w
+
+
+BLOCK_CASES = [
+    # x*2 before the attribute read (run by getattr inside the re-entered no_grad); y*s and x*3 after: 2
+    (getattr_in_no_grad, lambda s: (torch.randn(3, requires_grad=True),), 2),
+    # matmul before the method load; the lambda's ops and the second matmul in the resume: 2
+    (method_in_autocast, lambda s: (torch.randn(4, 4),), 2),
+]
+
+
+@pytest.mark.parametrize("fn,make_args,graphs", BLOCK_CASES, ids=[c[0].__name__ for c in BLOCK_CASES])
+def test_break_at_load_inside_blocks(fn, make_args, graphs):
+    backend = run_differential(fn, make_args, fullgraph=False, seeds=(0, 1, 2))
+    assert backend.graph_count == graphs
