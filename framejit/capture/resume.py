@@ -56,25 +56,7 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     items = list(bytecode.Bytecode.from_code(code))
     bc = bytecode.Bytecode.from_code(code)
     label = Label()
-    stack_args = [f"{STACK_PREFIX}{i}" for i, kind in enumerate(layout) if kind != "null"]
-    prologue = []
-    arg_iter = iter(stack_args)
-    for kind in layout:
-        if kind == "null":
-            prologue.append(Instr("PUSH_NULL"))
-        else:
-            prologue.append(Instr("LOAD_FAST", next(arg_iter)))
-            if kind == "iter":
-                prologue.append(Instr("GET_ITER"))
-            elif kind == "block":
-                prologue += [Instr("BEFORE_WITH"), Instr("POP_TOP")]
-    if "block" in layout:
-        grad_arg = f"{STACK_PREFIX}grad"
-        stack_args.append(grad_arg)
-        prologue += [Instr("PUSH_NULL"), Instr("LOAD_CONST", torch.set_grad_enabled), Instr("LOAD_FAST", grad_arg)]
-        prologue += [Instr("PRECALL", 1)] if sys.version_info < (3, 12) else []
-        prologue += [Instr("CALL", 1), Instr("POP_TOP")]
-    prologue.append(Instr("JUMP_FORWARD", label))
+    prologue, stack_args = _prologue(layout, label)
     start_at = target.position
     while start_at > 0 and isinstance(items[start_at - 1], Instr) and items[start_at - 1].name in ("PRECALL", "KW_NAMES"):
         start_at -= 1  # a call starts at its KW_NAMES (and 3.11's PRECALL)
@@ -106,6 +88,30 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     # instructions the prologue adds, counted as normalisation counts them (it drops PRECALL)
     _ORIGIN[new_code] = (code, sum(1 for i in prologue if i.name not in DROPPED))
     return new_code
+
+
+def _prologue(layout: tuple[str, ...], label: Label) -> tuple[list, list[str]]:
+    """The instructions that rebuild the stack described by `layout` and jump to `label`, and the names
+    of the arguments they read (see make_resume_code)."""
+    stack_args = [f"{STACK_PREFIX}{i}" for i, kind in enumerate(layout) if kind != "null"]
+    prologue = []
+    arg_iter = iter(stack_args)
+    for kind in layout:
+        if kind == "null":
+            prologue.append(Instr("PUSH_NULL"))
+        else:
+            prologue.append(Instr("LOAD_FAST", next(arg_iter)))
+            if kind == "iter":
+                prologue.append(Instr("GET_ITER"))
+            elif kind == "block":
+                prologue += [Instr("BEFORE_WITH"), Instr("POP_TOP")]
+    if "block" in layout:
+        grad_arg = f"{STACK_PREFIX}grad"
+        stack_args.append(grad_arg)
+        prologue += [Instr("PUSH_NULL"), Instr("LOAD_CONST", torch.set_grad_enabled), Instr("LOAD_FAST", grad_arg)]
+        prologue += _call(1) + [Instr("POP_TOP")]
+    prologue.append(Instr("JUMP_FORWARD", label))
+    return prologue, stack_args
 
 
 def _trampolines(items: list, position: int, successors: tuple, live_locals: tuple[str, ...],
