@@ -290,6 +290,19 @@ class FunctionShape:
         return ", ".join(parts)
 
 
+def frame_signature(fn: types.FunctionType):
+    """The signature CPython binds a call of `fn` with: its own code's parameters and defaults.
+
+    `inspect.signature(fn)` is not that: it follows `__wrapped__` (so a `functools.wraps` wrapper taking
+    `(*args, **kwargs)` would be described by the wrapped function's parameters) and honours a
+    `__signature__` attribute. Binding with either would make the generated code read locals the frame
+    does not have. A bare copy of the function carries neither."""
+    import inspect
+    bare = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    bare.__kwdefaults__ = fn.__kwdefaults__
+    return inspect.signature(bare, follow_wrapped=False)
+
+
 def make_function(shape: FunctionShape, body: Codegen, f_globals: dict, defaults: tuple | None,
                   kwdefaults: dict | None, suffix: str = "framejit") -> types.FunctionType:
     bc = bytecode.Bytecode()
@@ -311,4 +324,5 @@ def make_function(shape: FunctionShape, body: Codegen, f_globals: dict, defaults
     return fn
 
 
-__all__ = ["Codegen", "FunctionShape", "Reconstructor", "make_closure", "make_function", "new_object"]
+__all__ = ["Codegen", "FunctionShape", "Reconstructor", "frame_signature", "make_closure", "make_function",
+           "new_object"]

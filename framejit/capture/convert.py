@@ -22,7 +22,7 @@ import torch
 from .. import config, logs
 from ..guards import COST_ID, GuardFunction, compile_guards
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
-from .codegen import Codegen, FunctionShape, Reconstructor, make_function
+from .codegen import Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from . import frame_cache
 from .resume import make_resume_code
 from .values import Value
@@ -233,7 +233,7 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
 
 
 def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output):
-    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound = frame_signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     translator = _tracing()[3]
     f_locals = {name: translator.LazyArg(value, name) for name, value in bound.arguments.items()}

@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import config, logs
 from . import frame_cache
+from .codegen import frame_signature
 from .convert import STATS, CompileRequest, Entry, convert_frame, mutates_in_place, rerun_state
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
@@ -214,7 +215,7 @@ def _accepts(entry: Entry, args: tuple, kwargs: dict) -> bool:
 
 def _binds(fn: types.FunctionType, args: tuple, kwargs: dict) -> bool:
     try:
-        inspect.signature(fn).bind(*args, **kwargs)
+        frame_signature(fn).bind(*args, **kwargs)
         return True
     except TypeError:
         return False
