@@ -90,8 +90,9 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return _class_attr(tx, obj, name)
     if isinstance(obj, (ObjectValue, NewObjectValue)):
         return object_attr(tx, obj, name)
-    if isinstance(obj, UserFunctionValue) and name in ("__name__", "__qualname__", "__module__", "__doc__"):
-        return ConstantValue(getattr(obj.fn, name))
+    if isinstance(obj, (UserFunctionValue, BoundMethodValue)):
+        from .function_attrs import function_attr_value
+        return function_attr_value(tx, obj, name)
     if isinstance(obj, BuiltinValue):
         try:
             return wrap_unguarded(getattr(obj.obj, name))

@@ -390,8 +390,11 @@ def is_container_method(fn: Any) -> bool:
 
 
 def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    from .dict_objects import dict_contents, is_dict_object
     owner, name = fn.__objclass__, fn.__name__
     self_value, rest = args[0], args[1:]
+    if owner is dict and is_dict_object(self_value):
+        self_value = dict_contents(tx, self_value, name)  # NOTE [Dict subclasses]
     if owner in (set, frozenset):
         return _set_method(tx, self_value, name, rest, kwargs)
     if owner is dict:

@@ -91,8 +91,11 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
 
 def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .builtins import BUILTIN_HANDLERS, call_container_method, is_container_method
+    from .compile_state import state_query_handler
 
     handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
+    if handler is None:
+        handler = state_query_handler(fn)  # NOTE [Compile-aware library paths]
     if handler is not None:
         return handler(tx, args, kwargs)
     if is_container_method(fn):

@@ -16,7 +16,8 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .values import (ConstantValue, DictValue, IteratorValue, ListValue, NNModuleValue, ObjectValue,
-                     SequenceValue, SetValue, SliceValue, SymFloatValue, TensorValue, TupleValue, Value)
+                     SequenceValue, SetValue, SliceValue, SymFloatValue, TensorValue, TupleValue, UserFunctionValue,
+                     Value)
 from .values.builder import wrap
 from .sources import DictSlotSource
 
@@ -141,6 +142,9 @@ def is_same(tx, a: Value, b: Value) -> bool:
         return False
     if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
         return a.obj is b.obj
+    if isinstance(a, UserFunctionValue) and isinstance(b, UserFunctionValue):
+        from .function_attrs import same_function
+        return same_function(tx, a, b)
     if a.is_constant() and b.is_constant():
         return a.as_constant() is b.as_constant()
     if type(a) is not type(b) and (isinstance(a, ConstantValue) or isinstance(b, ConstantValue)):

@@ -192,3 +192,27 @@ class DictSlotSource(Source):
 
     def describe(self) -> str:
         return f"{self.base.describe()}.{self.key}"
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSource(Source):
+    """`fn(base)` for a pure library function of one argument, e.g. `dict.copy(registry)`: the raw
+    contents of a dict subclass instance, read past its overridden methods (NOTE [Dict subclasses])."""
+
+    fn_ref: Ref
+    base: Source
+
+    def expr(self, names: NameTable) -> str:
+        return f"{names.name_for(self.fn_ref.obj, self.fn_ref.label)}({self.base.expr(names)})"
+
+    def reload(self, cg) -> None:
+        cg.push_null()
+        cg.load_const(self.fn_ref.obj)
+        self.base.reload(cg)
+        cg.call(1)
+
+    def root_local(self) -> str | None:
+        return self.base.root_local()
+
+    def describe(self) -> str:
+        return f"{self.fn_ref.label}({self.base.describe()})"

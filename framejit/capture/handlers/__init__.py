@@ -29,8 +29,6 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
     **{name: _EXCEPTIONS for name in (
         "RERAISE", "PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "CHECK_EG_MATCH",
         "PREP_RERAISE_STAR", "WITH_EXCEPT_START", "STOPITERATION_ERROR")},
-    "IMPORT_NAME": "imports inside compiled functions are not traced",
-    "IMPORT_FROM": "imports inside compiled functions are not traced",
     "IMPORT_STAR": "star imports are not allowed in functions",
     "PRINT_EXPR": "interactive-mode printing",
     "DELETE_GLOBAL": "deleting a global is a side effect",
@@ -66,4 +64,4 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
 }
 
 # Registration happens on import; keep these imports after HANDLERS and op are defined.
-from . import arith, blocks, build, calls, jumps, stack  # noqa: E402,F401
+from . import arith, blocks, build, calls, imports, jumps, stack  # noqa: E402,F401

@@ -1,0 +1,98 @@
+"""Torch-internal state queries answered at trace time (compile-aware library paths).
+
+NOTE [Compile-aware library paths]: libraries switch to their compile-friendly code on
+`torch.compiler.is_compiling()` (transformers' `is_torchdynamo_compiling`, many others). While framejit
+traces, the code being traced runs compiled, so these answer True: `torch.compiler.is_compiling`,
+`torch.compiler.is_dynamo_compiling`, `torch._utils.is_compiling`, and, when torch._dynamo has been
+imported by someone else, `torch._dynamo.is_compiling` and `torch._dynamo.external_utils.is_compiling`
+(recognised by identity only: framejit never imports or calls torch._dynamo). `is_exporting` is False.
+
+Other state queries (`torch.jit.is_tracing`, `torch.fx._symbolic_trace.is_fx_tracing`, the dispatch-mode
+stack, the MHA fast-path flag, ...) are evaluated for real when traced and the answer is guarded (a
+line of the guard function calls the query again), so a change between calls recompiles instead of
+silently reusing a trace taken in another state. `torch.jit.is_scripting()` is False in Python code.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+import torch.fx._symbolic_trace
+import torch.utils._python_dispatch
+
+from .breaks import BreakKind, Unsupported
+from .values import ConstantValue, ListValue, Value
+
+_COMPILING_NAMES = (("torch._dynamo", "is_compiling"), ("torch._dynamo.external_utils", "is_compiling"),
+                    ("torch._dynamo.eval_frame", "is_compiling"))
+
+
+def _constant_queries() -> dict[Any, Any]:
+    table: dict[Any, Any] = {
+        torch.compiler.is_compiling: True,
+        torch.compiler.is_dynamo_compiling: True,
+        torch.compiler.is_exporting: False,
+        torch.jit.is_scripting: False,
+    }
+    if hasattr(torch._utils, "is_compiling"):
+        table[torch._utils.is_compiling] = True
+    return table
+
+
+_CONSTANT = _constant_queries()
+
+# Queries whose real answer (a constant) is read at trace time and guarded by calling them again.
+_GUARDED: tuple[Callable[[], Any], ...] = tuple(q for q in (
+    torch.jit.is_tracing, torch._C._get_tracing_state, torch.fx._symbolic_trace.is_fx_tracing,
+    getattr(torch.backends.mha, "get_fastpath_enabled", None), torch.are_deterministic_algorithms_enabled,
+    torch._C._is_torch_function_mode_enabled, torch._C._is_torch_function_enabled,
+    getattr(torch._C, "_is_any_autocast_enabled", None),
+) if q is not None)
+
+
+def state_query_handler(fn: Any) -> Callable | None:
+    """The trace-time handler of a state query `fn`, or None when `fn` is not one."""
+    try:
+        if fn in _CONSTANT:
+            value = _CONSTANT[fn]
+            return lambda tx, args, kwargs: _no_args(fn, args, kwargs, ConstantValue(value))
+        if fn in _GUARDED:
+            return lambda tx, args, kwargs: _guarded_query(tx, fn, args, kwargs)
+        if fn is torch.utils._python_dispatch._get_current_dispatch_mode_stack:
+            return _dispatch_mode_stack
+    except TypeError:  # unhashable callables
+        return None
+    for module_name, attr in _COMPILING_NAMES:
+        module = sys.modules.get(module_name)
+        if module is not None and getattr(module, attr, None) is fn:
+            return lambda tx, args, kwargs: _no_args(fn, args, kwargs, ConstantValue(True))
+    return None
+
+
+def _no_args(fn: Any, args: list, kwargs: dict, result: Value) -> Value:
+    if args or kwargs:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} called with arguments")
+    return result
+
+
+def _guarded_query(tx, fn: Callable, args: list, kwargs: dict) -> Value:
+    _no_args(fn, args, kwargs, ConstantValue(None))
+    value = fn()
+    if not isinstance(value, (bool, type(None), int)):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__}() returned a {type(value).__name__}")
+    name = tx.output.name_of(fn, fn.__name__.strip("_"))
+    tx.output.add_guard("GLOBAL_STATE", f"{name}() is {value!r}" if value in (None, True, False) else
+                        f"{name}() == {value!r}", None, expected=repr(value), actual=f"{name}()")
+    return ConstantValue(value)
+
+
+def _dispatch_mode_stack(tx, args: list, kwargs: dict) -> Value:
+    fn = torch.utils._python_dispatch._get_current_dispatch_mode_stack
+    _no_args(fn, args, kwargs, ConstantValue(None))
+    if fn():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a torch dispatch mode is active")
+    length = tx.output.name_of(torch._C._len_torch_dispatch_stack, "len_torch_dispatch_stack")
+    tx.output.add_guard("GLOBAL_STATE", f"{length}() == 0", None, expected="no dispatch mode",
+                        actual=f"{length}()")
+    return ListValue([])

@@ -1,0 +1,82 @@
+"""IMPORT_NAME / IMPORT_FROM for modules that are already imported.
+
+NOTE [Imports inside compiled functions]: `import torch` or `from .utils import helper` inside a
+function only binds names when every module involved is already in `sys.modules` (importing anew runs
+module code, a side effect framejit does not replay): the import is answered at trace time with the
+real `__import__`, and the module is read through `sys.modules[name]` (guarded by identity like any
+global, so a reload recompiles). A module not imported yet is a graph break: the residual code imports
+it and the rest of the frame resumes captured.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+from ..breaks import BreakKind, Unsupported, UserException
+from ..sources import GlobalSource, Ref
+from ..values import PyModuleValue
+from ..values.builder import wrap
+from . import op
+
+_MODULES_REF = Ref(sys.modules, "modules")
+
+
+@op("IMPORT_NAME")
+def import_name(tx, inst):
+    level_value, fromlist_value = tx.popn(2)
+    fromlist = fromlist_value.as_constant()
+    level = level_value.as_constant()
+    name = inst.arg
+    absolute = _resolve(tx, name, level)
+    _require_imported(absolute)
+    for item in fromlist or ():
+        if item != "*" and not hasattr(sys.modules[absolute], item):
+            _require_imported(f"{absolute}.{item}")
+    if fromlist:
+        bound = absolute
+    elif level == 0:
+        bound = absolute.partition(".")[0]
+    else:  # `from . import x` always has a fromlist; `import .x` is not valid syntax
+        bound = absolute
+    tx.push(_module_value(tx, bound))
+
+
+@op("IMPORT_FROM")
+def import_from(tx, inst):
+    module = tx.peek()
+    if not isinstance(module, PyModuleValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, f"from-import out of {module.describe()}")
+    name = inst.arg
+    real = module.obj
+    if hasattr(real, name):
+        tx.push(tx.getattr(module, name))
+        return
+    submodule = f"{real.__name__}.{name}"
+    if submodule in sys.modules:
+        tx.push(_module_value(tx, submodule))
+        return
+    raise UserException(ImportError(f"cannot import name {name!r} from {real.__name__!r}"))
+
+
+def _resolve(tx, name: str, level: int) -> str:
+    if level == 0:
+        return name
+    package = tx.f_globals.get("__package__") or tx.f_globals.get("__name__", "").rpartition(".")[0]
+    try:
+        return importlib.util.resolve_name("." * level + name, package)
+    except (ImportError, ValueError) as e:
+        raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, f"relative import: {e}") from None
+
+
+def _require_imported(name: str) -> None:
+    if not isinstance(sys.modules.get(name), types.ModuleType):
+        raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, f"import of {name!r}, which is not imported yet")
+    parts = name.split(".")
+    for i in range(1, len(parts)):
+        if not isinstance(sys.modules.get(".".join(parts[:i])), types.ModuleType):
+            raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, f"import of {name!r}, whose package is not imported")
+
+
+def _module_value(tx, name: str):
+    return wrap(tx.output, sys.modules[name], GlobalSource(_MODULES_REF, name))
