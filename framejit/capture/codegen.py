@@ -96,26 +96,41 @@ class Reconstructor:
         self.output_index = output_index  # id(fx node) -> index in the graph's output tuple
         self.out_local = out_local
         self.preloaded: dict[int, str] = {}  # id(value) -> local holding it (see preload)
+        self._kept: list = []  # the preloaded values, alive so that their ids are not reused
 
-    def preload(self, values: list) -> None:
-        """Load every value that is rebuilt from a source into a local now.
+    def preload(self, values: list, sourced: bool = True) -> None:
+        """Load every value that is rebuilt from a source (when `sourced`) and every mutable object made
+        while tracing into a local now.
 
         NOTE [Reload before replay]: side-effect replay changes containers (`items[:] = ...`), and a value
-        whose source reads one of them (`items[0]`, popped while tracing) must be read before that."""
-        for value in values:
-            self._preload(value)
+        whose source reads one of them (`items[0]`, popped while tracing) must be read before that.
 
-    def _preload(self, value: Any) -> None:
-        if id(value) in self.preloaded or not isinstance(value, Value):
+        NOTE [One object per value]: a list, dict, set or object made while tracing may be reachable
+        from several places (a local, a bound method `r.append` on the stack, an item of another
+        container, a side effect). It is built once, into a local, and every place loads that local, so
+        a mutation through one path (the call at a graph break, the resume function) is seen by all."""
+        for value in values:
+            self._preload(value, sourced, set())
+
+    def _preload(self, value: Any, sourced: bool, visiting: set[int]) -> None:
+        if id(value) in self.preloaded or id(value) in visiting or not isinstance(value, Value):
             return
         if value.source is not None and not (isinstance(value, TensorValue) and id(value.node) in self.output_index):
-            self.emit(value)
-            name = f"___pre{len(self.preloaded)}"
-            self.cg.store_fast(name)
-            self.preloaded[id(value)] = name
+            if sourced:
+                self._store_preloaded(value)
             return
+        visiting.add(id(value))
         for child in _children(value):
-            self._preload(child)
+            self._preload(child, sourced, visiting)
+        if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue)):
+            self._store_preloaded(value)
+
+    def _store_preloaded(self, value: Value) -> None:
+        self.emit(value)
+        name = f"___pre{len(self.preloaded)}"
+        self.cg.store_fast(name)
+        self.preloaded[id(value)] = name
+        self._kept.append(value)
 
     def emit(self, value: Value) -> None:
         cg = self.cg

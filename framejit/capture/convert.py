@@ -271,6 +271,7 @@ def _global_guards(output) -> None:
 
 
 def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> GuardFunction:
+    output.distinct_objects_guard()
     guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,
                            fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
     if logs.enabled("guards"):
@@ -304,8 +305,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         cg.store_fast("___graph_out")
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
     rebuild = Reconstructor(cg, output_index, "___graph_out")
-    if output.side_effects:
-        rebuild.preload([ret])
+    rebuild.preload([ret, *output.side_effects.values()], sourced=bool(output.side_effects))
     output.side_effects.emit(rebuild)
     graph_break.restore_grad_mode(cg, output)
     rebuild.emit(ret)

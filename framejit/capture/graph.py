@@ -55,6 +55,7 @@ class OutputGraph:
         self.inputs: list[GraphInput] = []
         self._by_source: dict[Source, Value] = {}
         self._by_id: dict[int, GraphInput] = {}
+        self._by_object: dict[int, tuple[Any, Source, Value]] = {}  # NOTE [Objects by identity]
         self.guards: list[Guard] = []
         self.names = NameTable("___c")
         self.tx_stack: list = []  # active translators, innermost last (for provenance)
@@ -145,6 +146,32 @@ class OutputGraph:
     def remember(self, source: Source, value: Value) -> Value:
         self._by_source[source] = value
         return value
+
+    # NOTE [Objects by identity]: a mutable object (list, dict, set, user object, module) reached through
+    # two sources (passed twice, held by an argument and by an attribute) is one abstract value, so a
+    # mutation through one path is seen through the other and replayed once; a guard pins that the two
+    # sources alias. When the trace mutates anything, a guard also pins that the distinct objects stay
+    # distinct (a later call with aliased arguments would see the mutations differently).
+    def alias_of(self, obj: Any, source: Source) -> Value | None:
+        seen = self._by_object.get(id(obj))
+        if seen is None or seen[0] is not obj:
+            return None
+        self.add_guard("ALIAS", f"{source.expr(self.names)} is {seen[1].expr(self.names)}", source,
+                       expected=f"the same object as {seen[1].describe()}", cost=COST_ID)
+        return seen[2]
+
+    def remember_object(self, obj: Any, source: Source, value: Value) -> Value:
+        self._by_object.setdefault(id(obj), (obj, source, value))
+        return value
+
+    def distinct_objects_guard(self) -> None:
+        """Called once the trace is done (NOTE [Objects by identity])."""
+        if not self.side_effects or len(self._by_object) < 2:
+            return
+        exprs = [src.expr(self.names) for _, src, _ in self._by_object.values()]
+        ids = ", ".join(f"___id({e})" for e in exprs)
+        self.add_guard("NO_ALIASING", f"___len({{{ids}}}) == {len(exprs)}", None,
+                       expected="distinct objects (the frame mutates one of them)", cost=COST_TENSOR + 1)
 
     def add_input(self, tensor: torch.Tensor, source: Source) -> TensorValue:
         if source in self._by_source:

@@ -213,8 +213,8 @@ class BreakCodegen:
                 inp.source.reload(cg)
             cg.call(len(inputs))
             cg.store_fast("___graph_out")
-        if self.tx.output.side_effects:
-            rebuild.preload(self.stack + [v for v in map(self._local, self.local_names) if not isinstance(v, LazyArg)])
+        live = self.stack + [v for v in map(self._local, self.local_names) if not isinstance(v, LazyArg)]
+        rebuild.preload(live + self.tx.output.side_effects.values(), sourced=bool(self.tx.output.side_effects))
         self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
         restore_grad_mode(cg, self.tx.output)
         self._make_blocks(rebuild)

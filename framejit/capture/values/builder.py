@@ -48,7 +48,12 @@ def wrap(out, obj: Any, source: Source | None) -> Value:
         cached = out.cached(source)
         if cached is not None:
             return cached
-        value = _wrap_guarded(out, obj, source)
+        mutable = _has_identity(obj)
+        value = out.alias_of(obj, source) if mutable else None
+        if value is None:
+            value = _wrap_guarded(out, obj, source)
+            if mutable:
+                out.remember_object(obj, source, value)
         return out.remember(source, value)
     return wrap_unguarded(obj)
 
@@ -159,6 +164,17 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
     e = source.expr(out.names)
     out.add_guard("DICT_KEYS", f"___list({e}) == {keys!r}", source, expected=repr(keys), actual=f"___list({e})")
     return DictValue({k: wrap(out, v, ItemSource(source, k)) for k, v in obj.items()}, source, type(obj))
+
+
+def _has_identity(obj: Any) -> bool:
+    """Objects whose identity matters because they can be mutated (NOTE [Objects by identity] in
+    graph.py): containers, modules and user objects; not tensors (graph inputs are deduplicated on their
+    own), scalars, functions, classes or Python modules."""
+    if type(obj) in (list, dict, set, collections.OrderedDict) or isinstance(obj, torch.nn.Module):
+        return True
+    return hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType,
+                                                             types.MethodType, torch.Tensor, functools.partial,
+                                                             enum.Enum))
 
 
 def wrap_unguarded(obj: Any) -> Value:
