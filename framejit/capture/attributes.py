@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
+from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
-from .sources import AttrSource, DictSlotSource
+from .sources import AttrSource, DictSlotSource, ObjectSource, Ref
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, NewObjectValue, SetValue,
                      NNModuleValue, ObjectValue, PyModuleValue, SequenceValue, TensorMethodValue, TensorValue,
                      UserFunctionValue, Value)
@@ -54,16 +55,23 @@ class SuperValue(Value):
 def _super_attr(tx, sup: SuperValue, name: str) -> Value:
     owner = sup.self_value.python_type()
     mro = owner.__mro__
-    for klass in mro[mro.index(sup.cls) + 1:]:
+    start = mro.index(sup.cls) + 1
+    for index in range(start, len(mro)):
+        klass = mro[index]
         if name in klass.__dict__:
             attr = klass.__dict__[name]
+            entry = lookup.guard_found_on_class(tx.output, owner, name, index, start)  # NOTE [Lookup facts]
             if isinstance(attr, types.FunctionType):
+                lookup.guard_entry_identity(tx.output, entry, attr)
                 return BoundMethodValue(UserFunctionValue(attr), sup.self_value)
             if isinstance(attr, (types.WrapperDescriptorType, types.MethodDescriptorType)):
+                lookup.guard_entry_identity(tx.output, entry, attr)
                 return BoundMethodValue(BuiltinValue(attr), sup.self_value)
             if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+                lookup.guard_entry_identity(tx.output, entry, attr)
                 return tx.call(UserFunctionValue(attr.fget), [sup.self_value], {})
-            return _class_level_attr(tx, sup.self_value, owner, name, attr)
+            return _class_level_attr(tx, sup.self_value, owner, name, attr, entry)
+    lookup.guard_class_absent(tx.output, mro[start:], name)
     raise UserException(AttributeError(f"'super' object has no attribute '{name}'"))
 
 
@@ -79,7 +87,7 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, ConstantValue):
         return _constant_attr(obj, name)
     if isinstance(obj, SequenceValue):
-        return _sequence_attr(obj, name)
+        return _sequence_attr(tx, obj, name)
     if isinstance(obj, DictValue):
         return _container_method(obj, dict, name)
     if isinstance(obj, SetValue):
@@ -113,10 +121,23 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         return tx.output.call("call_method", "detach", (t,), {})
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
-        raise UserException(AttributeError(f"'Tensor' object has no attribute '{name}'"))
+        return _tensor_python_attr(tx, t, name)
     if callable(attr):
         return TensorMethodValue(t, name)
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name}")
+
+
+def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
+    """A name torch.Tensor does not define: a Python attribute in the tensor's own `__dict__`, or absent
+    (guarded as absent: NOTE [Lookup facts]). Tensors made inside the graph have no such attributes."""
+    real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
+    if real is not None and t.source is not None:
+        if name in real.__dict__:
+            return wrap(tx.output, real.__dict__[name], AttrSource(t.source, name))
+        lookup.guard_not_in_instance(tx.output, t.source, real, name)
+    elif t.source is not None:
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Python attribute {name!r} of a tensor")
+    raise UserException(AttributeError(f"'Tensor' object has no attribute '{name}'"))
 
 
 def _constant_attr(obj: ConstantValue, name: str) -> Value:
@@ -127,7 +148,7 @@ def _constant_attr(obj: ConstantValue, name: str) -> Value:
     return wrap_unguarded(value)
 
 
-def _sequence_attr(obj: SequenceValue, name: str) -> Value:
+def _sequence_attr(tx, obj: SequenceValue, name: str) -> Value:
     fields = getattr(obj.cls, "_fields", None)
     if fields and name in fields:
         return obj.items[fields.index(name)]
@@ -136,6 +157,19 @@ def _sequence_attr(obj: SequenceValue, name: str) -> Value:
     if hasattr(obj.cls, "n_fields") and name in _structseq_fields(obj.cls):
         return obj.items[_structseq_fields(obj.cls).index(name)]
     base = list if obj.cls is list else tuple
+    if obj.cls not in (list, tuple):
+        return _sequence_class_attr(tx, obj, base, name)
+    return _container_method(obj, base, name)
+
+
+def _sequence_class_attr(tx, obj: SequenceValue, base: type, name: str) -> Value:
+    """An attribute of a namedtuple (or other tuple subclass) instance that is not a field: looked up on
+    its class first (methods, class constants), with the lookup facts guarded (NOTE [Lookup facts])."""
+    index, attr = lookup.mro_lookup(obj.cls, name)
+    if index is not None and not lookup.is_fixed_class(obj.cls.__mro__[index]):
+        entry = lookup.guard_found_on_class(tx.output, obj.cls, name, index)
+        return _class_level_attr(tx, obj, obj.cls, name, attr, entry)
+    lookup.guard_class_absent(tx.output, obj.cls.__mro__[:index], name)
     return _container_method(obj, base, name)
 
 
@@ -158,8 +192,23 @@ def _module_attr(tx, obj: PyModuleValue, name: str) -> Value:
     except AttributeError as e:
         raise UserException(e) from None
     if is_library_module(obj.obj) or obj.source is None:
+        _guard_library_attr(tx, obj.obj, name, value)
         return wrap_unguarded(value)
     return wrap(tx.output, value, AttrSource(obj.source, name))
+
+
+def _guard_library_attr(tx, module: types.ModuleType, name: str, value: Any) -> None:
+    """NOTE [Library modules] takes library functions as fixed while tracing, but a user may still
+    monkeypatch one (`F.gelu = my_gelu`): the attribute read is pinned by identity (by value for
+    scalars) on the module object itself. Submodules (`torch.nn`) are not guarded."""
+    if isinstance(value, types.ModuleType):
+        return
+    label = (getattr(module, "__name__", "") or "module").replace(".", "_")
+    source = AttrSource(ObjectSource(Ref(module, label)), name)
+    if type(value) in (bool, int, float, str, type(None)):
+        tx.output.guard_constant(source, value)
+    else:
+        tx.output.guard_id(source, value)
 
 
 def _lookup_class(cls: type, name: str) -> tuple[bool, Any]:
@@ -171,19 +220,27 @@ def _lookup_class(cls: type, name: str) -> tuple[bool, Any]:
 
 def _class_attr(tx, obj: ClassValue, name: str) -> Value:
     cls = obj.obj
-    found, attr = _lookup_class(cls, name)
-    if not found:
+    index, attr = lookup.mro_lookup(cls, name)
+    if index is None:
+        lookup.guard_class_absent(tx.output, cls.__mro__, name)  # NOTE [Lookup facts]
         try:
             value = getattr(cls, name)  # metaclass attributes (e.g. Enum members)
         except AttributeError as e:
+            lookup.guard_class_absent(tx.output, type(cls).__mro__, name)
+            lookup.guard_class_absent(tx.output, type(cls).__mro__, "__getattr__")
             raise UserException(e) from None
         return _guarded_or_plain(tx, obj, name, value)
+    entry = lookup.guard_found_on_class(tx.output, cls, name, index)
+    if isinstance(attr, (staticmethod, classmethod, types.FunctionType)):
+        lookup.guard_entry_identity(tx.output, entry, attr)
     if isinstance(attr, staticmethod):
         return wrap_unguarded(attr.__func__)
     if isinstance(attr, classmethod):
         return BoundMethodValue(wrap_unguarded(attr.__func__), obj)
     if isinstance(attr, types.FunctionType):
         return UserFunctionValue(attr)
+    if entry is not None and not hasattr(type(attr), "__get__"):
+        return wrap(tx.output, attr, entry)  # plain class data, read raw from the owner's dict
     return _guarded_or_plain(tx, obj, name, getattr(cls, name))
 
 
@@ -197,8 +254,12 @@ def object_attr(tx, obj: Value, name: str) -> Value:
     """Attribute of a user object or module, in Python's lookup order."""
     real = obj.obj if isinstance(obj, ObjectValue) else None
     cls = type(real) if real is not None else obj.cls
-    found, attr = _lookup_class(cls, name)
+    index, attr = lookup.mro_lookup(cls, name)
+    found = index is not None
+    guarded = isinstance(obj, ObjectValue) and obj.source is not None
     if found and _is_data_descriptor(attr):
+        entry = lookup.guard_found_on_class(tx.output, cls, name, index)
+        lookup.guard_entry_identity(tx.output, entry, attr)
         return _descriptor_attr(tx, obj, name, attr)
     if isinstance(obj, NewObjectValue):
         if name in obj.attrs:
@@ -210,11 +271,19 @@ def object_attr(tx, obj: Value, name: str) -> Value:
             return wrap_unguarded(real.__dict__[name])
         return wrap(tx.output, real.__dict__[name], AttrSource(obj.source, name))
     if found:
-        return _class_level_attr(tx, obj, cls, name, attr)
-    if isinstance(real, torch.nn.Module):
+        if guarded and tx.output.side_effects.attr(real, name) is None:
+            lookup.guard_not_in_instance(tx.output, obj.source, real, name)
+        entry = lookup.guard_found_on_class(tx.output, cls, name, index)
+        return _class_level_attr(tx, obj, cls, name, attr, entry)
+    getattr_index, getattr_impl = lookup.mro_lookup(cls, "__getattr__")
+    if isinstance(real, torch.nn.Module) and getattr_impl is torch.nn.Module.__getattr__:
+        lookup.guard_class_absent(tx.output, cls.__mro__, name)
+        lookup.guard_class_absent(tx.output, cls.__mro__[:getattr_index], "__getattr__")
         return _module_slot(tx, obj, name)
-    if _lookup_class(cls, "__getattr__")[0]:
+    if getattr_index is not None:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.__getattr__ for {name!r}")
+    if isinstance(obj, NewObjectValue) or tx.output.side_effects.attr(real, name) is None:
+        lookup.guard_absent(tx.output, obj.source if guarded else None, real, cls, name)
     raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'"))
 
 
@@ -233,7 +302,12 @@ def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
 
 
-def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any) -> Value:
+def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None) -> Value:
+    """A non-data class attribute; `entry` is the source of the owner's raw dict entry (None for fixed
+    classes), guarded here by identity, or by value for plain data (NOTE [Lookup facts])."""
+    if isinstance(attr, (types.FunctionType, staticmethod, classmethod, types.BuiltinFunctionType,
+                         types.MethodDescriptorType, types.WrapperDescriptorType)):
+        lookup.guard_entry_identity(tx.output, entry, attr)
     if isinstance(attr, types.FunctionType):
         return BoundMethodValue(UserFunctionValue(attr), obj)
     if isinstance(attr, staticmethod):
@@ -244,6 +318,8 @@ def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any) -> Value:
         return BoundMethodValue(BuiltinValue(attr), obj)
     if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+    if entry is not None:
+        return wrap(tx.output, attr, entry)
     return wrap_unguarded(attr)
 
 

@@ -37,11 +37,12 @@ import torch
 from .. import config, logs
 from ..guards import Guard, compile_guards
 from .codegen import Codegen, FunctionShape, Reconstructor, make_function
-from .sources import AttrSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource, Ref, Source
+from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource, ObjectSource,
+                      Ref, Source)
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 2  # 2: graphs saved node by node (NOTE [Persisted graphs])
+FORMAT = 3  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts])
 
 
 class NotPersistable(Exception):
@@ -160,6 +161,8 @@ def encode_source(source: Source, fn: types.FunctionType) -> tuple:
         return ("I", encode_source(source.base, fn), source.key)
     if isinstance(source, DictSlotSource):
         return ("S", encode_source(source.base, fn), source.slot, source.key)
+    if isinstance(source, ObjectSource):
+        return ("O", locate(source.ref.obj, fn), source.ref.label)
     raise NotPersistable(f"source {type(source).__name__}")
 
 
@@ -175,6 +178,8 @@ def decode_source(data: tuple, fn: types.FunctionType) -> Source:
         return AttrSource(decode_source(data[1], fn), data[2])
     if tag == "I":
         return ItemSource(decode_source(data[1], fn), data[2])
+    if tag == "O":
+        return ObjectSource(Ref(resolve(data[1], fn), data[2]))
     return DictSlotSource(decode_source(data[1], fn), data[2], data[3])
 
 

@@ -13,6 +13,7 @@ so the frame runs eagerly and the mutation happens exactly as in eager.
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 import re
 from typing import Any, Callable
@@ -108,7 +109,8 @@ class OutputGraph:
             return
         self.guard_type(source, type(value))
         literal = repr(value) if _literal_ok(value) else self.name_of(value, "const")
-        self.add_guard("CONSTANT_MATCH", f"{e} == {literal}", source, expected=repr(value), actual=e)
+        check = _float_check(e, value, self.names) if type(value) is float else f"{e} == {literal}"
+        self.add_guard("CONSTANT_MATCH", check, source, expected=repr(value), actual=e)
 
     def guard_tensor(self, source: Source, t: torch.Tensor) -> None:
         """One combined guard per tensor: type, dtype, device, shape, strides, requires_grad."""
@@ -121,6 +123,8 @@ class OutputGraph:
             ("TENSOR_DEVICE", self._device_check(e, t.device), str(t.device), f"{e}.device"),
             ("TENSOR_SHAPE", f"{e}.shape == {tuple(t.shape)!r}", str(tuple(t.shape)), f"tuple({e}.shape)"),
             ("TENSOR_STRIDE", f"{e}.stride() == {t.stride()!r}", str(t.stride()), f"{e}.stride()"),
+            ("TENSOR_STORAGE_OFFSET", f"{e}.storage_offset() == {t.storage_offset()}", str(t.storage_offset()),
+             f"{e}.storage_offset()"),
             ("TENSOR_REQUIRES_GRAD", f"{e}.requires_grad is {t.requires_grad}", str(t.requires_grad),
              f"{e}.requires_grad"),
         ]
@@ -459,6 +463,20 @@ def _target_name(target: Any) -> str:
 def _node_name(description: str) -> str:
     name = re.sub(r"[^0-9a-zA-Z_]+", "_", description).strip("_").lower()
     return name or "input"
+
+
+# NOTE [Float guards are bitwise]: `==` says -0.0 == 0.0 (yet `math.copysign`, `1 / x` and `atan2`
+# tell them apart) and NaN != NaN (a NaN argument would miss its own entry on every call). A float
+# guard therefore pins the value bit for bit: NaN by `e != e`, zeros with their sign, any other float
+# by `==` (for those equal values have equal bits; NaN payloads are not distinguished).
+def _float_check(e: str, value: float, names) -> str:
+    if value != value:
+        return f"{e} != {e}"
+    if value == 0.0:
+        copysign = names.name_for(math.copysign, "copysign")
+        return f"{e} == 0.0 and {copysign}(1.0, {e}) == {math.copysign(1.0, value)!r}"
+    literal = repr(value) if _literal_ok(value) else names.name_for(value, "const")
+    return f"{e} == {literal}"
 
 
 def _literal_ok(value: Any) -> bool:

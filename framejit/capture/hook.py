@@ -8,6 +8,11 @@ names the function and the guard that kept failing.
 The per-call path is deliberately small: a loop over entries, one generated guard call each, then one
 call of the transformed function. CPython itself binds the arguments, because guard and transformed
 functions share the frame's signature.
+
+NOTE [Live defaults]: guard and transformed functions carry the frame function's `__defaults__` and
+`__kwdefaults__` (so CPython binds a call as it binds the user's function). A user who assigns new
+defaults after the first call must see them: the hook compares their identities on each call and, when
+they changed, installs the new ones on every entry's functions, so the guards then judge the new values.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ class FrameHook:
         self.limit_logged = False
         self.loaded_owners: set = set()  # owners whose persisted entries were looked up (frame cache)
         self.dynamic_floats: frozenset[str] = frozenset()  # NOTE [Dynamic floats] in values/scalars.py
+        self.defaults = (fn.__defaults__, fn.__kwdefaults__)  # NOTE [Live defaults]
         _ALL_HOOKS.add(self)
         for kept in _KEEP:
             kept.append(self)
@@ -44,6 +50,9 @@ class FrameHook:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if config.disable:
             return self.fn(*args, **kwargs)
+        fn = self.fn
+        if fn.__defaults__ is not self.defaults[0] or fn.__kwdefaults__ is not self.defaults[1]:
+            self._install_defaults()
         for entry in self.entries:
             try:
                 hit = entry.guard.check(*args, **kwargs)
@@ -57,6 +66,15 @@ class FrameHook:
                         raise
                 return self.fn(*args, **kwargs)
         return self.miss(args, kwargs)
+
+    def _install_defaults(self) -> None:
+        """The function's defaults were reassigned: every entry binds calls with the new ones."""
+        self.defaults = defaults, kwdefaults = self.fn.__defaults__, self.fn.__kwdefaults__
+        for entry in self.entries:
+            for function in (entry.guard.check, getattr(entry.guard, "_bind", None), entry.fn):
+                if isinstance(function, types.FunctionType) and function.__code__.co_argcount == \
+                        self.fn.__code__.co_argcount:
+                    function.__defaults__, function.__kwdefaults__ = defaults, kwdefaults
 
     def _reruns(self, entry: Entry, exc: Exception) -> bool:
         """True when `exc` was raised by the entry's graph and the call is to rerun eagerly, with the

@@ -216,3 +216,20 @@ class CallSource(Source):
 
     def describe(self) -> str:
         return f"{self.fn_ref.label}({self.base.describe()})"
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectSource(Source):
+    """A fixed object named directly (a class whose `__dict__` a guard reads, a library module): the
+    guards that make it the right object are elsewhere (e.g. the TYPE_MATCH of an instance)."""
+
+    ref: Ref
+
+    def expr(self, names: NameTable) -> str:
+        return names.name_for(self.ref.obj, self.ref.label)
+
+    def reload(self, cg) -> None:
+        cg.load_const(self.ref.obj)
+
+    def describe(self) -> str:
+        return self.ref.label
