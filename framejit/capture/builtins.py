@@ -399,9 +399,26 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
         return _set_method(tx, self_value, name, rest, kwargs)
     if owner is dict:
         return _dict_method(tx, self_value, name, rest, kwargs)
-    if isinstance(self_value, ListValue) and name not in ("index", "count", "copy"):
-        tx.output.side_effects.mutate_container(self_value)
-    return _sequence_method(tx, self_value, name, rest, kwargs)
+    if not isinstance(self_value, ListValue) or name in ("index", "count", "copy"):
+        return _sequence_method(tx, self_value, name, rest, kwargs)
+    tx.output.side_effects.mutate_container(self_value)
+    before = len(self_value.items)
+    result = _sequence_method(tx, self_value, name, rest, kwargs)
+    _record_list_op(tx, self_value, name, rest, before)
+    return result
+
+
+def _record_list_op(tx, lst: ListValue, name: str, args: list[Value], before: int) -> None:
+    """Name the list mutation just traced for the replay (NOTE [Mutation log] in side_effects.py)."""
+    if name == "extend":
+        args = [TupleValue(lst.items[before:])]  # the items it added, as they were iterated
+    elif name == "pop":
+        args = [ConstantValue(args[0].as_constant() if args else -1)]
+    elif name == "insert":
+        args = [ConstantValue(args[0].as_constant()), args[1]]
+    elif name not in ("append", "remove", "clear", "reverse"):
+        return  # sort: its final contents are assigned
+    tx.output.side_effects.record_op(lst, name, tuple(args))
 
 
 def _sequence_method(tx, seq: SequenceValue, name: str, args: list[Value], kwargs) -> Value:
@@ -473,25 +490,32 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
     if name == "get":
         key = args[0].as_constant()
         return d.items.get(key, args[1] if len(args) > 1 else ConstantValue(None))
+    log = tx.output.side_effects.record_op  # NOTE [Mutation log] in side_effects.py
     if name == "update":
-        if args:
-            d.items.update(_dict(tx, [args[0]], {}).items)
-        d.items.update(kwargs)
+        added = dict(_dict(tx, [args[0]], {}).items) if args else {}
+        added.update(kwargs)
+        d.items.update(added)
+        log(d, "update", (DictValue(added),))
         return ConstantValue(None)
     if name == "pop":
         key = args[0].as_constant()
         if key in d.items:
+            log(d, "pop", (ConstantValue(key),))
             return d.items.pop(key)
         if len(args) > 1:
+            log(d, "pop", (ConstantValue(key), args[1]))
             return args[1]
         raise UserException(KeyError(key))
     if name == "setdefault":
         key = args[0].as_constant()
-        return d.items.setdefault(key, args[1] if len(args) > 1 else ConstantValue(None))
+        default = args[1] if len(args) > 1 else ConstantValue(None)
+        log(d, "setdefault", (ConstantValue(key), default))
+        return d.items.setdefault(key, default)
     if name == "copy":
         return DictValue(dict(d.items))
     if name == "clear":
         d.items.clear()
+        log(d, "clear")
         return ConstantValue(None)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name}")
 

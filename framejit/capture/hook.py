@@ -7,7 +7,8 @@ names the function and the guard that kept failing.
 
 The per-call path is deliberately small: a loop over entries, one generated guard call each, then one
 call of the transformed function. CPython itself binds the arguments, because guard and transformed
-functions share the frame's signature.
+functions share the frame's signature. The per-call path takes no lock; misses compile under one lock
+(NOTE [Threads]).
 
 NOTE [Live defaults]: guard and transformed functions carry the frame function's `__defaults__` and
 `__kwdefaults__` (so CPython binds a call as it binds the user's function). A user who assigns new
@@ -20,6 +21,7 @@ import ast
 import contextlib
 import gc
 import inspect
+import threading
 import time
 import types
 import weakref
@@ -31,6 +33,7 @@ from .codegen import frame_signature
 from .convert import STATS, CompileRequest, Entry, convert_frame, mutates_in_place, rerun_state
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
+COMPILE_LOCK = threading.RLock()  # NOTE [Threads]
 FRAMES: list[dict] = []  # one row per compiled or loaded frame entry, for framejit.stats()
 
 
@@ -91,25 +94,9 @@ class FrameHook:
         return self if obj is None else types.MethodType(self, obj)
 
     def miss(self, args: tuple, kwargs: dict) -> Any:
-        if len(self.entries) >= config.recompile_limit:
-            self._log_limit(args, kwargs)
+        entry = self._find_or_compile(args, kwargs)
+        if entry is None:
             return self.fn(*args, **kwargs)
-        if not _binds(self.fn, args, kwargs):
-            return self.fn(*args, **kwargs)  # raises CPython's own TypeError for the bad call
-        if self.entries:
-            self._log_recompile(args, kwargs)
-            self._mark_dynamic_float(args, kwargs)
-        if self._load_persisted(args, kwargs):
-            return self(*args, **kwargs)
-        start = time.perf_counter()
-        with _no_gc():  # tracing allocates many short-lived objects too (NOTE [No GC while restoring])
-            entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats)
-        self._record(len(entry.graphs), time.perf_counter() - start, "miss")
-        if config.dump_dir:
-            self._dump(entry)
-        self.entries.insert(0, entry)
-        if entry.persisted is not None:
-            frame_cache.save(self.fn, args, entry.persisted, self.request)
         try:
             return entry.fn(*args, **kwargs)
         except Exception as e:
@@ -117,14 +104,50 @@ class FrameHook:
                 raise
         return self.fn(*args, **kwargs)
 
-    def _load_persisted(self, args: tuple, kwargs: dict) -> bool:
+    # NOTE [Threads]: tracing, backend compilation and the installation of entries happen under one
+    # process-wide lock (COMPILE_LOCK); the call itself runs outside it. Under the lock a miss first looks
+    # again for an entry that accepts the call (another thread may have installed one while this one
+    # waited), so concurrent first calls compile once. Entries are published copy-on-write
+    # (`self.entries = [new, *old]`): the hit path reads `self.entries` once and iterates a list that no
+    # thread changes, without taking any lock. Side effects are replayed as the method calls the code
+    # made (NOTE [Mutation log] in side_effects.py), each as atomic as in eager, so a concurrent call's
+    # append is never overwritten by a replay of a stale final state.
+    def _find_or_compile(self, args: tuple, kwargs: dict) -> Entry | None:
+        """The entry to run this call with, compiled if needed; None: run the function eagerly."""
+        with COMPILE_LOCK:
+            for entry in self.entries:
+                if _accepts(entry, args, kwargs):
+                    return entry
+            if len(self.entries) >= config.recompile_limit:
+                self._log_limit(args, kwargs)
+                return None
+            if not _binds(self.fn, args, kwargs):
+                return None  # eager raises CPython's own TypeError for the bad call
+            if self.entries:
+                self._log_recompile(args, kwargs)
+                self._mark_dynamic_float(args, kwargs)
+            loaded = self._load_persisted(args, kwargs)
+            if loaded is not None:
+                return loaded
+            start = time.perf_counter()
+            with _no_gc():  # tracing allocates many short-lived objects too (NOTE [No GC while restoring])
+                entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats)
+            self._record(len(entry.graphs), time.perf_counter() - start, "miss")
+            if config.dump_dir:
+                self._dump(entry)
+            self.entries = [entry, *self.entries]
+            if entry.persisted is not None:
+                frame_cache.save(self.fn, args, entry.persisted, self.request)
+            return entry
+
+    def _load_persisted(self, args: tuple, kwargs: dict) -> Entry | None:
         """Install the entries other processes persisted for this frame (once per frame and owner);
-        True when one of them accepts this call, so it runs with no tracing at all."""
+        the one that accepts this call, if any, so it runs with no tracing at all."""
         if self.request.artifacts is None or not config.cache_enabled:
-            return False
+            return None
         owner = type(args[0]) if self.fn is module_call and args else None
         if owner in self.loaded_owners:
-            return False
+            return None
         self.loaded_owners.add(owner)
         loaded = []
         with _no_gc():  # NOTE [No GC while restoring]
@@ -132,8 +155,8 @@ class FrameHook:
         STATS["frames_loaded"] += len(loaded)
         for entry in loaded:
             self._record(len(entry.graphs), 0.0, "hit")
-        self.entries[:0] = loaded
-        return any(_accepts(e, args, kwargs) for e in loaded)
+        self.entries = [*loaded, *self.entries]
+        return next((e for e in loaded if _accepts(e, args, kwargs)), None)
 
     def _restore_into(self, loaded: list, args: tuple, kwargs: dict) -> None:
         for persisted in frame_cache.load(self.fn, args, kwargs, self.request):
@@ -147,7 +170,7 @@ class FrameHook:
                                 rerun=rerun_state(gm, gm is not None and mutates_in_place(gm))))
 
     def reset(self) -> None:
-        self.entries.clear()
+        self.entries = []
         self.limit_logged = False
         self.loaded_owners.clear()
 

@@ -63,7 +63,9 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         return tx.output.call("call_function", fn, (a, b), {})
     if isinstance(a, ListValue) and fn is operator.iadd:
         tx.output.side_effects.mutate_container(a)
-        a.items.extend(iterate(tx, b))
+        added = iterate(tx, b)
+        a.items.extend(added)
+        tx.output.side_effects.record_op(a, "extend", (TupleValue(added),))  # NOTE [Mutation log]
         return a
     if isinstance(a, SetValue) and isinstance(b, SetValue) and fn in _SET_OPS:
         result = fn(set(a.items), set(b.items))

@@ -10,8 +10,17 @@ after the graph ran, so the program state after a compiled call equals the state
 In-place tensor ops on inputs are not recorded here: they stay in the graph, and every backend keeps
 input mutations (functionalisation writes them back).
 
-Invariant: the replay order is the order of the first mutation of each target, and each target is
-written once with its final value.
+NOTE [Mutation log]: a container from outside is replayed as the method calls the traced code made on
+it (`lst.append(v)`, `d[k] = v`, `d.pop(k)`, ...), in program order, when every mutation of it is such a
+call (`record_op` names each one); otherwise its final contents are assigned as above. Replaying the calls
+is what eager does, step for step: another thread's append made while the graph ran is kept (assigning a
+final state computed from an earlier read would overwrite it). Mutations are keyed by the abstract value,
+and an object reached through two sources is one value (NOTE [Objects by identity] in graph.py), so each
+object's mutations are recorded and replayed once.
+
+Invariant: containers are replayed in the order of their first mutation (their calls in program order),
+then attributes, globals and cells, each written once with its final value. Every value the replay needs
+is computed before the first write.
 """
 from __future__ import annotations
 
@@ -29,15 +38,22 @@ class SideEffects:
         self.attrs: dict[tuple[int, str], tuple[Value, str, Value]] = {}
         self.globals: dict[tuple[int, str], tuple[dict, str, Value]] = {}
         self.cells: dict[int, tuple[Any, Value]] = {}
+        self.ops: list[list] = []  # [container, (method, args) or None], in program order (NOTE [Mutation log])
 
     def __bool__(self) -> bool:
         return bool(self.containers or self.attrs or self.globals or self.cells)
 
     # ---- recording ----------------------------------------------------------------------------
     def mutate_container(self, value: Value) -> None:
-        """`value` (a list or dict) is about to be mutated in place."""
+        """`value` (a list or dict) is about to be mutated in place; `record_op` may then name the call."""
         if value.source is not None:
             self.containers.setdefault(id(value), value)
+            self.ops.append([value, None])
+
+    def record_op(self, value: Value, method: str, args: tuple = ()) -> None:
+        """The mutation just announced by `mutate_container(value)` is `value.method(*args)`."""
+        if value.source is not None and self.ops and self.ops[-1][0] is value and self.ops[-1][1] is None:
+            self.ops[-1][1] = (method, tuple(args))
 
     def store_attr(self, obj: Value, name: str, value: Value) -> None:
         if not isinstance(obj, ObjectValue) or obj.source is None:
@@ -64,10 +80,23 @@ class SideEffects:
         return entry[1] if entry is not None else None
 
     # ---- replay -------------------------------------------------------------------------------
+    def _container_writes(self) -> list[tuple[Value, str | None, list[Value]]]:
+        """(container, method, argument values) per replayed call, or (container, None, [final contents])
+        for a container with a mutation that is not a known call (NOTE [Mutation log])."""
+        logged = {id(c) for c in self.containers.values()}
+        logged -= {id(c) for c, op in self.ops if op is None}
+        writes = []
+        for c in self.containers.values():
+            if id(c) in logged:
+                writes += [(c, op[0], list(op[1])) for value, op in self.ops if value is c]
+            else:
+                final = ListValue(list(c.items)) if isinstance(c, ListValue) else DictValue(dict(c.items))
+                writes.append((c, None, [final]))
+        return writes
+
     def values(self) -> list[Value]:
         """Every value the replay rebuilds (graph outputs must include the tensors among them)."""
-        result: list[Value] = [ListValue(list(c.items)) if isinstance(c, ListValue) else DictValue(dict(c.items))
-                               for c in self.containers.values()]
+        result: list[Value] = [v for _, _, args in self._container_writes() for v in args]
         result += [v for _, _, v in self.attrs.values()]
         result += [v for _, _, v in self.globals.values()]
         result += [v for _, v in self.cells.values()]
@@ -86,22 +115,18 @@ class SideEffects:
             temps.append(f"___effect{len(temps)}")
             cg.store_fast(temps[-1])
         pending = iter(temps)
-        for container in self.containers.values():
-            temp = next(pending)
-            if isinstance(container, ListValue):
-                cg.load_fast(temp)
+        for container, method, args in self._container_writes():
+            arg_temps = [next(pending) for _ in args]
+            if method is not None:
+                _call_method(cg, container, method, arg_temps)
+            elif isinstance(container, ListValue):
+                cg.load_fast(arg_temps[0])
                 container.source.reload(cg)
                 cg.load_const(slice(None))
                 cg.emit("STORE_SUBSCR")
             else:
-                for method, args in (("clear", ()), ("update", (temp,))):
-                    cg.push_null()
-                    container.source.reload(cg)
-                    cg.load_attr(method)
-                    for arg in args:
-                        cg.load_fast(arg)
-                    cg.call(len(args))
-                    cg.emit("POP_TOP")
+                _call_method(cg, container, "clear", [])
+                _call_method(cg, container, "update", arg_temps)
         for obj, name, _ in self.attrs.values():
             cg.load_fast(next(pending))
             obj.source.reload(cg)
@@ -115,6 +140,17 @@ class SideEffects:
             cg.load_fast(next(pending))
             cg.load_const(cell)
             cg.emit("STORE_ATTR", "cell_contents")
+
+
+def _call_method(cg, container: Value, method: str, arg_temps: list[str]) -> None:
+    """`container.method(*args)`, its result dropped."""
+    cg.push_null()
+    container.source.reload(cg)
+    cg.load_attr(method)
+    for temp in arg_temps:
+        cg.load_fast(temp)
+    cg.call(len(arg_temps))
+    cg.emit("POP_TOP")
 
 
 def _check_plain_setattr(obj: ObjectValue, name: str, value: Value) -> None:

@@ -88,10 +88,12 @@ def _store_item(tx, obj, key, value):
             obj.items[k] = list(value.items) if hasattr(value, "items") and isinstance(value.items, list) else []
         else:
             obj.items[k] = value
+            tx.output.side_effects.record_op(obj, "__setitem__", (ConstantValue(k), value))
         return
     if isinstance(obj, DictValue):
         tx.output.side_effects.mutate_container(obj)
         obj.items[key.as_constant()] = value
+        tx.output.side_effects.record_op(obj, "__setitem__", (ConstantValue(key.as_constant()), value))
         return
     if isinstance(obj, TensorValue):  # in-place, like any tensor op (NOTE [Input mutation] in graph.py)
         tx.output.call("call_function", operator.setitem, (obj, key, value), {})
