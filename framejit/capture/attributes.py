@@ -20,6 +20,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      NNModuleValue, ObjectValue, PyModuleValue, SequenceValue, TensorMethodValue, TensorValue,
                      UserFunctionValue, Value)
 from .values.builder import is_library_module, wrap, wrap_unguarded
+from .getattribute import custom_getattribute, inline_getattribute
 
 # Tensor attributes that are metadata: constant for a traced tensor (inputs are guarded on them).
 TENSOR_METADATA = {
@@ -89,6 +90,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, SequenceValue):
         return _sequence_attr(tx, obj, name)
     if isinstance(obj, DictValue):
+        if obj.cls is types.MappingProxyType and name not in ("keys", "values", "items", "get", "copy"):
+            raise UserException(AttributeError(f"'mappingproxy' object has no attribute '{name}'"))
         return _container_method(obj, dict, name)
     if isinstance(obj, SetValue):
         return _container_method(obj, obj.cls, name)
@@ -250,10 +253,15 @@ def _guarded_or_plain(tx, owner: Value, name: str, value: Any) -> Value:
     return wrap_unguarded(value)
 
 
-def object_attr(tx, obj: Value, name: str) -> Value:
-    """Attribute of a user object or module, in Python's lookup order."""
+def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Value:
+    """Attribute of a user object or module, in Python's lookup order. `default_lookup`:
+    object.__getattribute__ itself (NOTE [Custom __getattribute__])."""
     real = obj.obj if isinstance(obj, ObjectValue) else None
     cls = type(real) if real is not None else obj.cls
+    if not default_lookup:
+        impl = custom_getattribute(tx, cls)
+        if impl is not None:
+            return inline_getattribute(tx, impl, obj, name)
     index, attr = lookup.mro_lookup(cls, name)
     found = index is not None
     guarded = isinstance(obj, ObjectValue) and obj.source is not None

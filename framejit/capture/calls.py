@@ -1,8 +1,8 @@
 """Calls over abstract values: what `f(*args, **kwargs)` means for each kind of callable.
 
-User functions and methods are inlined (Translator.inline); nn.Modules inline their forward after
-checking hooks; torch functions and Tensor methods become graph nodes; Python builtins and container
-methods are modelled in builtins.py; classes construct namedtuples, dataclasses and plain objects.
+User functions and methods are inlined (Translator.inline); nn.Modules inline their forward, with their
+forward hooks around it (module_hooks.py); torch functions and Tensor methods become graph nodes; Python
+builtins and container methods are modelled in builtins.py; classes construct namedtuples, dataclasses and plain objects.
 """
 from __future__ import annotations
 
@@ -44,8 +44,11 @@ _PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.d
 
 def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .context import CloneValue, CtxValue, ExitValue, exit_
+    from .introspection import introspection_handler
 
     if isinstance(fn, UserFunctionValue):
+        if fn.fn.__module__ in ("inspect", "dataclasses") and introspection_handler(fn.fn) is not None:
+            return introspection_handler(fn.fn)(tx, args, kwargs)  # NOTE [Introspection at trace time]
         return tx.inline(fn, args, kwargs)
     if isinstance(fn, BoundMethodValue):
         if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
@@ -92,10 +95,14 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
 def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .builtins import BUILTIN_HANDLERS, call_container_method, is_container_method
     from .compile_state import state_query_handler
+    from .dict_objects import call_base_method, is_base_method_call
+    from .getattribute import HANDLERS as GETATTRIBUTE_HANDLERS
 
+    if is_base_method_call(fn, args):  # NOTE [Dict-subclass objects made while tracing]
+        return call_base_method(tx, fn, args, kwargs)
     handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
     if handler is None:
-        handler = state_query_handler(fn)  # NOTE [Compile-aware library paths]
+        handler = state_query_handler(fn) or GETATTRIBUTE_HANDLERS.get(fn)  # NOTE [Compile-aware library paths]
     if handler is not None:
         return handler(tx, args, kwargs)
     if is_container_method(fn):
@@ -144,14 +151,17 @@ def _is_pure(fn: Any) -> bool:
 
 
 def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    """`module(*args)`: nn.Module.__call__ without hooks is exactly `forward(*args)`; a class that
-    overrides `__call__` has that method inlined instead (its type is guarded)."""
+    """`module(*args)`: nn.Module.__call__ without hooks is exactly `forward(*args)`, with forward hooks it
+    is module_hooks.call_with_hooks; a class that overrides `__call__` has that method inlined instead (its
+    type is guarded)."""
     call = type(mod_value.obj).__call__
     if call is not torch.nn.Module.__call__:
         if not isinstance(call, types.FunctionType):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{type(mod_value.obj).__name__}.__call__")
         return tx.inline(UserFunctionValue(call), [mod_value, *args], kwargs)
-    tx.guard_no_hooks(mod_value)
+    if tx.plan_module_call(mod_value):  # NOTE [Module hooks]
+        from .module_hooks import call_with_hooks
+        return tx.inline(UserFunctionValue(call_with_hooks), [mod_value, *args], kwargs)
     forward = tx.getattr(mod_value, "forward")
     return call_value(tx, forward, args, kwargs)
 
@@ -160,6 +170,7 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     from .builtins import BUILTIN_HANDLERS
 
     from .context import is_ctx_class, make_ctx
+    from .dict_objects import can_create as can_create_dict_object, create as create_dict_object
 
     cls = cls_value.obj
     handler = BUILTIN_HANDLERS.get(cls)
@@ -175,6 +186,8 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
         return constant_fold(cls, *(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
     if issubclass(cls, torch.nn.Module):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating the module {cls.__name__} inside compiled code")
+    if can_create_dict_object(cls):  # NOTE [Dict-subclass objects made while tracing]
+        return create_dict_object(tx, cls, args, kwargs)
     if cls.__new__ is object.__new__ and _is_plain_class(cls):
         obj = NewObjectValue(cls)
         init = getattr(cls, "__init__")

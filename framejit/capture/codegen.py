@@ -12,6 +12,7 @@ globals. These code objects are never marshalled.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import sys
 import types
@@ -21,6 +22,7 @@ import bytecode
 from bytecode import Instr
 
 from .breaks import BreakKind, Unsupported
+from .dict_objects import STORAGE as DICT_STORAGE
 from .values.base import LazyArg
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, IteratorValue,
                      ListValue, NewObjectValue, ObjectValue, PyModuleValue, SequenceValue, SetValue, TensorMethodValue,
@@ -82,8 +84,16 @@ def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: d
 
 def new_object(cls: type, attrs: dict) -> Any:
     """Rebuild an object created inside the compiled region: the instance with the attributes its
-    traced `__init__` set, without running `__init__` again."""
-    obj = object.__new__(cls)
+    traced `__init__` set, without running `__init__` again. A dict subclass also gets its items back
+    (NOTE [Dict-subclass objects made while tracing])."""
+    items = attrs.pop(DICT_STORAGE, None)
+    if items is None:
+        obj = object.__new__(cls)
+    else:
+        obj = dict.__new__(cls)
+        setitem = collections.OrderedDict.__setitem__ if issubclass(cls, collections.OrderedDict) else dict.__setitem__
+        for key, item in items.items():
+            setitem(obj, key, item)
     obj.__dict__.update(attrs)
     return obj
 

@@ -9,9 +9,14 @@ guarded. Mutating dict methods on such an object stay graph breaks.
 """
 from __future__ import annotations
 
+import collections
+import types
+from typing import Any
+
 from .breaks import BreakKind, Unsupported
 from .sources import CallSource, Ref
-from .values import DictValue, ObjectValue, Value
+from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, ObjectValue, UserFunctionValue,
+                     Value)
 from .values.builder import wrap
 
 READ_ONLY_DICT_METHODS = frozenset({"get", "__getitem__", "__contains__", "keys", "values", "items", "__len__",
@@ -30,3 +35,101 @@ def dict_contents(tx, obj: ObjectValue, method: str) -> DictValue:
     if obj.source is None:
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"contents of a {type(obj.obj).__name__} without a source")
     return wrap(tx.output, dict.copy(obj.obj), CallSource(_DICT_COPY, obj.source))
+
+
+# NOTE [Dict-subclass objects made while tracing]: an instance of a dict subclass created inside the
+# compiled region (transformers' `ModelOutput`: an OrderedDict subclass that is a dataclass, whose
+# `__setattr__`/`__setitem__` keep fields and items in step) is a NewObjectValue whose attrs hold, under
+# the key STORAGE (not an identifier, so no attribute read can reach it), a DictValue with the dict's own
+# items. The class's Python methods (`__init__`, `__post_init__`, `__setattr__`, `__getitem__`,
+# `to_tuple`) are inlined; dict's and OrderedDict's C methods reached from them (`super().__setitem__`,
+# `self.keys()`) and the operators the class does not override work on the storage. Graph breaks and
+# return values see the storage as one more attribute (a DictValue), and `codegen.new_object` rebuilds
+# the real object: its items through `OrderedDict.__setitem__`/`dict.__setitem__`, then its `__dict__`.
+STORAGE = "<dict items>"
+_DICT_BASES = (dict, collections.OrderedDict)
+
+
+def is_new_dict_object(value: Value) -> bool:
+    return isinstance(value, NewObjectValue) and STORAGE in value.attrs
+
+
+def can_create(cls: type) -> bool:
+    """A Python subclass of dict/OrderedDict with no other C base, no slots and the default `__new__`."""
+    heap = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+    return (issubclass(cls, dict) and type(cls).__call__ is type.__call__ and cls.__new__ is dict.__new__
+            and bool(cls.__flags__ & heap)
+            and all(k in (object, *_DICT_BASES) or k.__flags__ & heap for k in cls.__mro__)
+            and all(k in _DICT_BASES or "__slots__" not in k.__dict__ for k in cls.__mro__[:-1]))
+
+
+def create(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    obj = NewObjectValue(cls, {STORAGE: DictValue({})})
+    init = cls.__init__
+    if isinstance(init, types.FunctionType):
+        tx.inline(UserFunctionValue(init), [obj, *args], kwargs)
+    else:
+        _update(tx, obj, args, kwargs)
+    return obj
+
+
+def storage(obj: NewObjectValue) -> DictValue:
+    return obj.attrs[STORAGE]
+
+
+def _update(tx, obj: NewObjectValue, args: list[Value], kwargs: dict[str, Value]) -> None:
+    from .builtins import call_container_method
+    call_container_method(tx, dict.update, [storage(obj), *args], kwargs)
+
+
+def _overrides(obj: NewObjectValue, name: str) -> bool:
+    """The class defines `name` in Python before reaching dict/OrderedDict in its MRO."""
+    for klass in obj.cls.__mro__:
+        if klass in _DICT_BASES or klass is object:
+            return False
+        if name in klass.__dict__:
+            return True
+    return False
+
+
+def dunder(tx, obj: NewObjectValue, name: str, args: list[Value]) -> Value | None:
+    """`obj.<name>(*args)` for an operator dunder: the class's own Python method inlined, or None to let
+    the caller apply dict's behaviour to `storage(obj)`."""
+    if _overrides(obj, name):
+        return tx.call_method_of(obj, name, args, {})
+    return None
+
+
+def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """A C method of dict/OrderedDict/object called on a dict object made while tracing."""
+    from .builtins import call_container_method
+    from .protocol import contains, getitem, iterate, length
+
+    obj, rest = args[0], args[1:]
+    name = fn.__name__
+    if fn is object.__setattr__:
+        obj.attrs[rest[0].as_constant()] = rest[1]
+        return ConstantValue(None)
+    items = storage(obj)
+    if name == "__init__":
+        _update(tx, obj, rest, kwargs)
+        return ConstantValue(None)
+    if name == "__setitem__":
+        items.items[rest[0].as_constant()] = rest[1]
+        return ConstantValue(None)
+    simple = {"__getitem__": lambda: getitem(tx, items, rest[0]), "__len__": lambda: ConstantValue(length(tx, items)),
+              "__contains__": lambda: ConstantValue(contains(tx, rest[0], items)),
+              "__iter__": lambda: IteratorValue(iterate(tx, items))}
+    if name in simple:
+        return simple[name]()
+    if name in ("keys", "values", "items", "get", "update", "pop", "setdefault", "copy", "clear"):
+        return call_container_method(tx, getattr(dict, name), [items, *rest], kwargs)
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} on a {obj.cls.__name__} made while tracing")
+
+
+def is_base_method_call(fn: Any, args: list[Value]) -> bool:
+    if not args or not isinstance(args[0], NewObjectValue):
+        return False
+    if fn is object.__setattr__:
+        return True
+    return is_new_dict_object(args[0]) and getattr(fn, "__objclass__", None) in _DICT_BASES

@@ -13,7 +13,8 @@ stack and locals intact. The generated function then:
 NOTE [Module calls at breaks]: Python has no frame-evaluation hook, so code called from residual Python is
 captured only if the call goes through a FrameHook. A user function or method callee is replaced by its
 hook; a module callee `m(...)` becomes `hook(type(m).forward)(m, ...)`, which equals `m(...)` because the
-module's hooks are guarded absent.
+module's hooks are guarded absent, or `hook(module_hooks.call_with_hooks)(m, ...)` when it has forward hooks
+(NOTE [Module hooks]).
 
 NOTE [Breaks inside with-blocks]: a graph ends in the global state it started with (open autocast and
 inference-mode blocks are exited at its end, the grad mode is reset). Each torch state block open at the
@@ -347,7 +348,8 @@ class BreakCodegen:
         """A callee that should run through the frame hook: (hook, bound self or None).
 
         A module call becomes a call of its class's `forward` through a hook, with the module as self:
-        the same as `module(...)` because its hooks are guarded absent (NOTE [Module calls at breaks]).
+        the same as `module(...)` because its hooks are guarded absent (NOTE [Module calls at breaks]); a
+        module with forward hooks, of `call_with_hooks` (NOTE [Module hooks]).
         """
         if isinstance(callee, UserFunctionValue) and _plain(callee):
             return self.hooks.function(callee.fn), None
@@ -357,9 +359,12 @@ class BreakCodegen:
             forward = type(callee.obj).forward
             if isinstance(forward, types.FunctionType) and type(callee.obj).__call__ is torch.nn.Module.__call__:
                 try:
-                    self.tx.guard_no_hooks(callee)
+                    with_hooks = self.tx.plan_module_call(callee)
                 except Unsupported:
-                    return None  # a module with hooks is called as it is: its hooks run, forward is not captured
+                    return None  # backward hooks or a lazy module's first call: called as it is
+                if with_hooks:
+                    from .module_hooks import call_with_hooks
+                    return self.hooks.function(call_with_hooks), callee
                 return self.hooks.function(forward), callee
         return None
 

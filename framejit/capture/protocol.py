@@ -10,16 +10,18 @@ Attribute lookup lives in attributes.py and calls in calls.py; both build on thi
 from __future__ import annotations
 
 import operator
+import types
 from typing import Any, Callable
 
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
-from .values import (ConstantValue, DictValue, IteratorValue, ListValue, NNModuleValue, ObjectValue,
+from .values import (ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue, ObjectValue,
                      SequenceValue, SetValue, SliceValue, SymFloatValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
 from .values.builder import wrap
 from .sources import DictSlotSource
+from .dict_objects import dunder, is_new_dict_object, storage
 
 BINARY_OPS: dict[str, Callable] = {
     "ADD": operator.add, "SUBTRACT": operator.sub, "MULTIPLY": operator.mul, "TRUE_DIVIDE": operator.truediv,
@@ -165,6 +167,8 @@ def unary(tx, fn: Callable, a: Value) -> Value:
 
 
 def truth(tx, v: Value) -> bool:
+    if is_new_dict_object(v) and not hasattr(v.cls, "__bool__"):
+        return length(tx, v) > 0
     if isinstance(v, TensorValue):
         raise Unsupported(BreakKind.DATA_DEPENDENT, "the truth value of a tensor depends on its data")
     if isinstance(v, ConstantValue):
@@ -191,6 +195,9 @@ def truth(tx, v: Value) -> bool:
 
 def iterate(tx, v: Value) -> list[Value]:
     """The items that iterating over `v` yields, all at once (iterables here are finite and known)."""
+    if is_new_dict_object(v):
+        result = dunder(tx, v, "__iter__", [])
+        return iterate(tx, result if result is not None else storage(v))
     if isinstance(v, IteratorValue):
         return v.remaining()
     if isinstance(v, SequenceValue):
@@ -226,6 +233,9 @@ def _module_children(tx, v: NNModuleValue) -> list[Value]:
 
 
 def length(tx, v: Value) -> int:
+    if is_new_dict_object(v):
+        result = dunder(tx, v, "__len__", [])
+        return result.as_constant() if result is not None else len(storage(v).items)
     if isinstance(v, (SequenceValue,)):
         return len(v.items)
     if isinstance(v, (DictValue, SetValue)):
@@ -251,6 +261,11 @@ def length(tx, v: Value) -> int:
 
 
 def getitem(tx, obj: Value, key: Value) -> Value:
+    if is_new_dict_object(obj):  # NOTE [Dict-subclass objects made while tracing]
+        result = dunder(tx, obj, "__getitem__", [key])
+        if result is not None:
+            return result
+        obj = storage(obj)
     if isinstance(obj, TensorValue):
         return tx.output.call("call_function", operator.getitem, (obj, key), {})
     if isinstance(obj, SequenceValue):
@@ -315,6 +330,9 @@ class ModuleSliceValue(TupleValue):
 
 
 def contains(tx, item: Value, container: Value) -> bool:
+    if is_new_dict_object(container):
+        result = dunder(tx, container, "__contains__", [item])
+        return truth(tx, result) if result is not None else contains(tx, item, storage(container))
     if isinstance(container, SetValue):
         if not item.is_constant():
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"`in` of {item.describe()} in a set (hashed by identity)")
@@ -341,6 +359,10 @@ def contains(tx, item: Value, container: Value) -> bool:
     if isinstance(container, NNModuleValue) and isinstance(container.obj, torch.nn.ModuleDict):
         tx.guard_module_keys(container)
         return item.as_constant() in container.obj._modules
+    if isinstance(container, (ObjectValue, NewObjectValue)) and not isinstance(container, NNModuleValue):
+        cls = container.python_type()
+        if isinstance(getattr(cls, "__contains__", None), types.FunctionType):  # e.g. Mapping.__contains__
+            return truth(tx, tx.call_method_of(container, "__contains__", [item], {}))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"`in` on {container.describe()}")
 
 

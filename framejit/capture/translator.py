@@ -25,10 +25,12 @@ from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .calls import call_value
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
+from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
+from .module_hooks import TRACE_TIME, plan_module_call
 from .normalize import Inst, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
-from .values import (DictValue, IteratorValue, NewObjectValue, NNModuleValue, TupleValue,
+from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, TupleValue,
                      UserFunctionValue, Value)
 from .values.base import LazyArg
 from .values.builder import wrap, wrap_unguarded
@@ -199,6 +201,10 @@ class Translator:
 
     def store_attr(self, obj: Value, name: str, value: Value) -> None:
         if isinstance(obj, NewObjectValue):
+            setattr_impl = getattr(obj.cls, "__setattr__", object.__setattr__)
+            if isinstance(setattr_impl, types.FunctionType):  # e.g. ModelOutput.__setattr__: inlined
+                self.inline(UserFunctionValue(setattr_impl), [obj, ConstantValue(name), value], {})
+                return
             obj.attrs[name] = value
             return
         self.output.side_effects.store_attr(obj, name, value)
@@ -210,8 +216,13 @@ class Translator:
         f = fn.fn
         if is_iteration_method(f):
             return call_iteration_method(self, f, args, kwargs)
+        if f in TRACE_TIME:
+            return TRACE_TIME[f](self, args, kwargs)
         if f in SUBSTITUTES:
             fn = UserFunctionValue(SUBSTITUTES[f])
+            f = fn.fn
+        elif library_substitute(f) is not None:  # NOTE [ModelOutput.__post_init__]
+            fn = UserFunctionValue(library_substitute(f))
             f = fn.fn
         code = f.__code__
         if fn.closure is None:
@@ -264,21 +275,10 @@ class Translator:
         return {name: RealCell(cell, name) for name, cell in zip(code.co_freevars, real)}
 
     # ---- nn.Module support --------------------------------------------------------------------
-    def guard_no_hooks(self, mod: NNModuleValue) -> None:
-        m = mod.obj
-        hook_dicts = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-                      "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs")
-        present = [d for d in hook_dicts if getattr(m, d, None)]
-        global_hooks = _global_module_hooks()
-        if present or global_hooks:
-            raise Unsupported(BreakKind.MODULE_HOOKS,
-                              f"{type(m).__name__} has hooks ({', '.join(present or global_hooks)})")
-        if mod.source is not None:
-            e = mod.source.expr(self.output.names)
-            hooks = " or ".join(f"{e}.{d}" for d in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-                                                     "_backward_pre_hooks"))
-            self.output.add_guard("NO_HOOKS", f"not ({hooks})", mod.source, expected="no hooks",
-                                  actual=f"[{hooks.replace(' or ', ', ')}]")
+    def plan_module_call(self, mod: NNModuleValue) -> bool:
+        """True when `mod(...)` runs hooks (inline module_hooks.call_with_hooks), False when it is exactly
+        `forward(...)`; guarded either way (NOTE [Module hooks])."""
+        return plan_module_call(self, mod)
 
     def guard_module_keys(self, mod: NNModuleValue) -> None:
         if mod.source is None:
@@ -310,13 +310,6 @@ def _attach_stack(e: Exception, stack: tuple[UserFrame, ...]) -> None:
         e.with_stack(stack)
     elif isinstance(e, UserException) and not e.user_stack:
         e.user_stack = stack
-
-
-def _global_module_hooks() -> list[str]:
-    from torch.nn.modules import module as m
-    names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-             "_global_backward_pre_hooks")
-    return [n for n in names if getattr(m, n, None)]
 
 
 def bind_arguments(code: types.CodeType, fname: str, args: list[Value], kwargs: dict[str, Value],

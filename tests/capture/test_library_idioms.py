@@ -8,7 +8,11 @@ several calls, with the state the code reads changed between calls, and asserts 
 """
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
+import inspect
+from collections.abc import MutableMapping
 
 import torch
 
@@ -223,3 +227,160 @@ def test_dict_subclass_read_through_super():
     run_differential(fn, _x, backend=backend, compiled=framejit.compile(fn, backend=backend))
     REGISTRY["Linear"] = {"scale": 2}
     assert backend.graph_count == 2
+
+
+# ---- dict-subclass outputs made while tracing (ModelOutput) ------------------------------------------------
+@dataclasses.dataclass
+class Output(collections.OrderedDict):
+    """A reduced transformers ModelOutput: fields kept in step with the dict's items."""
+    hidden: torch.Tensor | None = None
+    extra: torch.Tensor | None = None
+    count: int | None = None
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                self[field.name] = value
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def __setattr__(self, name, value):
+        if name in self.keys() and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return self.to_tuple()[k]
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+def test_ordered_dict_dataclass_output_built_and_returned():
+    def fn(x):
+        out = Output(hidden=x * 2, count=3)
+        out.extra = x + 1  # not a key yet: an attribute only
+        out.hidden = out.hidden - 1  # a key: item and attribute
+        first = out[0] + out["hidden"] + out.hidden
+        return out, first, len(out), list(out.keys()), "extra" in out, out.to_tuple()[1:]
+
+    backend = run_differential(fn, _x)
+    assert backend.graph_count == 1
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    out = compiled(torch.ones(2))[0]
+    assert type(out) is Output and list(out.items())[0][0] == "hidden" and out.extra.equal(torch.ones(2) + 1)
+
+
+def test_transformers_model_output():
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    def fn(x):
+        out = BaseModelOutputWithPooling(last_hidden_state=x.relu(), pooler_output=x.sum(0))
+        return out, out[0] * 2, out.to_tuple(), out.get("pooler_output"), "hidden_states" in out
+
+    backend = run_differential(fn, _x)
+    assert backend.graph_count == 1
+
+
+def test_model_output_with_lone_non_tensor_field_breaks_and_matches():
+    from transformers.modeling_outputs import BaseModelOutput
+
+    def fn(x):
+        y = x + 1
+        out = BaseModelOutput(last_hidden_state=[("last_hidden_state", y)])
+        return out, y
+
+    backend = run_differential(fn, _x, fullgraph=False)
+    assert backend.graph_count == 1
+
+
+# ---- inspect, __getattribute__, Mapping -------------------------------------------------------------------
+def chunked(fn, x):
+    """transformers' apply_chunking_to_forward, reduced: the arity of the callback decides the call."""
+    if len(inspect.signature(fn).parameters) == 2:
+        return fn(x, x)
+    return fn(x)
+
+
+def test_inspect_signature_parameters():
+    class Layer(torch.nn.Module):
+        def one(self, a):
+            return a * 2
+
+        def two(self, a, b=3):
+            return a + b
+
+        def forward(self, x):
+            params = inspect.signature(self.two).parameters
+            default = params["b"].default
+            kinds = [p.kind.name for p in params.values()]
+            return chunked(self.one, x) + chunked(self.two, x) * default, kinds, list(params)
+
+    backend = run_differential(Layer(), _x)
+    assert backend.graph_count == 1
+
+
+class AliasedConfig:
+    attribute_map = {"hidden_size": "n_embd"}
+
+    def __init__(self):
+        self.n_embd = 4
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+def test_custom_getattribute_is_inlined_and_guarded():
+    config = AliasedConfig()
+
+    def fn(x):
+        return x * config.hidden_size + getattr(config, "missing", 1)
+
+    backend = run_differential(fn, _x)
+    config.n_embd = 7
+    run_differential(fn, _x, backend=backend, compiled=framejit.compile(fn, backend=backend))
+    assert backend.graph_count == 2
+
+
+class Interface(MutableMapping):
+    _global_mapping = {"sdpa": torch.nn.functional.relu}
+
+    def __init__(self):
+        self._local_mapping = {}
+
+    def __getitem__(self, key):
+        if key in self._local_mapping:
+            return self._local_mapping[key]
+        return self._global_mapping[key]
+
+    def __setitem__(self, key, value):
+        self._local_mapping.update({key: value})
+
+    def __delitem__(self, key):
+        del self._local_mapping[key]
+
+    def __iter__(self):
+        return iter({**self._global_mapping, **self._local_mapping})
+
+    def __len__(self):
+        return len(self._global_mapping.keys() | self._local_mapping.keys())
+
+
+INTERFACE = Interface()
+
+
+def test_mapping_contains_through_getitem():
+    def fn(x):
+        if "sdpa" in INTERFACE:
+            return INTERFACE["sdpa"](x)
+        return x
+
+    backend = run_differential(fn, _x)
+    assert backend.graph_count == 1

@@ -6,6 +6,7 @@ import operator
 from ..breaks import BreakKind, Unsupported
 from ..protocol import (BINARY_OPS, COMPARE_OPS, binary, build_slice, compare, contains, getitem, is_same,
                         truth, unary)
+from ..dict_objects import dunder, is_new_dict_object, storage
 from ..values import ConstantValue, DictValue, ListValue, TensorValue
 from . import op
 
@@ -81,6 +82,10 @@ def build_slice_op(tx, inst):
 
 
 def _store_item(tx, obj, key, value):
+    if is_new_dict_object(obj):  # NOTE [Dict-subclass objects made while tracing]
+        if dunder(tx, obj, "__setitem__", [key, value]) is None:
+            storage(obj).items[key.as_constant()] = value
+        return
     if isinstance(obj, ListValue):
         tx.output.side_effects.mutate_container(obj)
         k = key.as_constant()

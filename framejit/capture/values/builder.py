@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import enum
 import functools
+import inspect
 import types
 from typing import Any
 
@@ -184,6 +185,10 @@ def wrap_unguarded(obj: Any) -> Value:
         return ConstantValue(obj)
     if type(obj) is tuple:
         return TupleValue([wrap_unguarded(o) for o in obj])
+    if isinstance(obj, (inspect.Signature, inspect.Parameter)):  # immutable (NOTE [Introspection at trace time])
+        return ConstantValue(obj)
+    if type(obj) is types.MappingProxyType and all(type(k) is str for k in obj):
+        return DictValue({k: wrap_unguarded(v) for k, v in obj.items()}, cls=types.MappingProxyType)
     if isinstance(obj, types.ModuleType):
         return PyModuleValue(obj)
     if isinstance(obj, type):

@@ -1,0 +1,54 @@
+"""Classes with their own `__getattribute__` (transformers' PretrainedConfig maps attribute aliases).
+
+NOTE [Custom __getattribute__]: `obj.name` on an instance whose class defines `__getattribute__` in
+Python is exactly `type(obj).__getattribute__(obj, "name")`: that function is inlined (the class entry
+holding it is guarded by identity, and a class without one is guarded to stay without one). Inside it,
+`super().__getattribute__(key)` or `object.__getattribute__(self, key)` is the default lookup, which
+attributes.object_attr performs without looking for the custom hook again. A class that also defines
+`__getattr__` (the fallback after an AttributeError) is not modelled: a graph break.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from . import lookup
+from .breaks import BreakKind, Unsupported
+from .values import ConstantValue, NewObjectValue, ObjectValue, UserFunctionValue, Value
+
+
+def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
+    """The Python `__getattribute__` of `cls` to inline, or None for the default lookup (guarded)."""
+    index, impl = lookup.mro_lookup(cls, "__getattribute__")
+    mro = cls.__mro__
+    if lookup.is_fixed_class(mro[index]):
+        lookup.guard_class_absent(tx.output, mro[:index], "__getattribute__")
+        return None
+    if not isinstance(impl, types.FunctionType):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.__getattribute__ is not a function")
+    getattr_index, _ = lookup.mro_lookup(cls, "__getattr__")
+    if getattr_index is not None and not lookup.is_fixed_class(mro[getattr_index]):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__} defines __getattribute__ and __getattr__")
+    entry = lookup.guard_found_on_class(tx.output, cls, "__getattribute__", index)
+    lookup.guard_entry_identity(tx.output, entry, impl)
+    lookup.guard_class_absent(tx.output, mro, "__getattr__")
+    return impl
+
+
+def inline_getattribute(tx, impl: types.FunctionType, obj: Value, name: str) -> Value:
+    return tx.inline(UserFunctionValue(impl), [obj, ConstantValue(name)], {})
+
+
+def _object_getattribute(tx, args: list[Value], kwargs: dict) -> Value:
+    from .attributes import getattr_value, object_attr
+
+    if kwargs or len(args) != 2 or not args[1].is_constant() or not isinstance(args[1].as_constant(), str):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "object.__getattribute__ with these arguments")
+    obj, name = args[0], args[1].as_constant()
+    if isinstance(obj, (ObjectValue, NewObjectValue)) and not isinstance(obj.obj if isinstance(obj, ObjectValue)
+                                                                       else None, type):
+        return object_attr(tx, obj, name, default_lookup=True)
+    return getattr_value(tx, obj, name)
+
+
+HANDLERS: dict[Any, Any] = {object.__getattribute__: _object_getattribute}

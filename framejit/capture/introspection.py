@@ -1,0 +1,127 @@
+"""`inspect` on functions, methods and classes, answered at trace time.
+
+NOTE [Introspection at trace time]: library code asks `inspect.signature(fn).parameters` (e.g.
+transformers' `apply_chunking_to_forward`), `inspect.unwrap`, `inspect.isfunction`, ... about callables
+it was given. Inlining `inspect` itself would walk through `id()`, memo dicts and descriptor machinery;
+instead the question is answered on the real object and the facts it rests on are guarded: the
+callable's identity (already guarded when it was read) or, for a function, its `__code__`,
+`__defaults__`, `__kwdefaults__` and `__wrapped__` chain (NOTE [Function attributes are guarded through
+the function's source]). A Signature or Parameter is an immutable constant; `signature.parameters` is a
+read-only mapping of them. Functions made while tracing with defaults, and objects created while tracing,
+are not real objects yet: asking about them is a graph break.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+from typing import Any, Callable
+
+from .breaks import BreakKind, Unsupported, UserException
+from .function_attrs import function_attr
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NNModuleValue, ObjectValue,
+                     TupleValue, UserFunctionValue, Value)
+
+
+class _AnySelf:
+    """Stands for the `self` of a bound method whose object was created while tracing: a signature does
+    not depend on it."""
+
+
+def real_callable(value: Value) -> Any:
+    """The real object an introspection question is asked about."""
+    if isinstance(value, UserFunctionValue):
+        if value.source is None and value.closure is not None and (value.defaults or value.kwdefaults):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "introspecting a function made inside the compiled region")
+        return value.fn
+    if isinstance(value, BoundMethodValue):
+        func = real_callable(value.func)
+        owner = value.self_value.obj if isinstance(value.self_value, ObjectValue) else _AnySelf()
+        return types.MethodType(func, owner)
+    if isinstance(value, (ClassValue, NNModuleValue, ObjectValue, BuiltinValue)):
+        return value.obj
+    if isinstance(value, ConstantValue):
+        return value.value
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"introspecting {value.describe()}")
+
+
+def guard_callable(tx, value: Value, follow_wrapped: bool) -> None:
+    """Guard what a signature of `value` is computed from (see the NOTE)."""
+    if isinstance(value, BoundMethodValue):
+        guard_callable(tx, value.func, follow_wrapped)
+        return
+    if not isinstance(value, UserFunctionValue) or value.source is None:
+        return
+    for name in ("__code__", "__defaults__", "__kwdefaults__"):
+        function_attr(tx, value, name)
+    if "__signature__" in value.fn.__dict__:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{value.describe()} has a __signature__")
+    function_attr_absent(tx, value, "__signature__")
+    if follow_wrapped:
+        try:
+            wrapped = function_attr(tx, value, "__wrapped__")
+        except UserException:
+            return
+        guard_callable(tx, wrapped, follow_wrapped)
+
+
+def function_attr_absent(tx, value: UserFunctionValue, name: str) -> None:
+    try:
+        function_attr(tx, value, name)
+    except UserException:
+        return
+
+
+def _signature(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    options = {k: v.as_constant() for k, v in kwargs.items()}
+    if len(args) != 1 or set(options) - {"follow_wrapped", "eval_str"} or options.get("eval_str"):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "inspect.signature with these arguments")
+    follow = options.get("follow_wrapped", True)
+    guard_callable(tx, args[0], follow)
+    try:
+        return ConstantValue(inspect.signature(real_callable(args[0]), follow_wrapped=follow))
+    except (TypeError, ValueError) as e:
+        raise UserException(e) from None
+
+
+def _unwrap(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if len(args) != 1 or kwargs:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "inspect.unwrap with a stop callback")
+    value = args[0]
+    while isinstance(value, UserFunctionValue):
+        try:
+            value = function_attr(tx, value, "__wrapped__")
+        except UserException:
+            break
+    return value
+
+
+def _predicate(fn: Callable) -> Callable:
+    def handler(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        if len(args) != 1 or kwargs:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"inspect.{fn.__name__} with these arguments")
+        guard_callable(tx, args[0], follow_wrapped=True)
+        return ConstantValue(bool(fn(real_callable(args[0]))))
+    return handler
+
+
+def _fields(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """dataclasses.fields of a dataclass instance or class whose class is known (guarded or made here)."""
+    if len(args) != 1 or kwargs:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "dataclasses.fields with these arguments")
+    value = args[0]
+    cls = value.obj if isinstance(value, ClassValue) else value.python_type()
+    try:
+        return TupleValue([ConstantValue(f) for f in dataclasses.fields(cls)])
+    except TypeError as e:
+        raise UserException(e) from None
+
+
+HANDLERS: dict[Any, Callable] = {inspect.signature: _signature, inspect.unwrap: _unwrap, dataclasses.fields: _fields}
+# (isfunction, isclass, ... are isinstance checks: they are inlined like any code)
+for _name in ("iscoroutinefunction", "isgeneratorfunction", "isasyncgenfunction", "isabstract"):
+    HANDLERS[getattr(inspect, _name)] = _predicate(getattr(inspect, _name))
+
+
+def introspection_handler(fn: Any) -> Callable | None:
+    return HANDLERS.get(fn)
