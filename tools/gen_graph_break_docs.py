@@ -94,7 +94,7 @@ framejit.compile(fn, fullgraph=True)(torch.randn(3))
 """,
     BreakKind.MODULE_HOOKS: _PRELUDE + """\
 layer = torch.nn.Linear(3, 3)
-layer.register_forward_hook(lambda module, args, out: out * 2)
+layer.register_full_backward_hook(lambda module, grad_in, grad_out: None)  # forward hooks are captured
 
 def fn(x):
     return layer(x)

@@ -65,8 +65,9 @@ KIND_DOCS: dict[BreakKind, tuple[str, str]] = {
         "inlined calls nested deeper than config.inline_depth_limit (deep or unbounded recursion)",
         "make the recursion bounded by a Python constant, or raise framejit.config.inline_depth_limit"),
     BreakKind.MODULE_HOOKS: (
-        "an nn.Module with forward/backward hooks that framejit does not run inside a graph",
-        "remove the hooks while compiling, or compile the module's forward without them"),
+        "an nn.Module with backward hooks, or a lazy module's first call (forward hooks are captured)",
+        "the module call runs as it is and the code around it is captured; a lazy module is captured from "
+        "its second call on"),
     BreakKind.DYNAMIC_CONTROL_FLOW: (
         "control flow whose direction framejit cannot decide while tracing",
         "decide the branch from Python values or tensor metadata (shape, dtype)"),

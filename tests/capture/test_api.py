@@ -170,9 +170,9 @@ def test_module_with_hooks_runs_correctly():
     assert len(seen) == 2
 
 
-def test_module_with_hooks_fullgraph_raises_module_hooks():
+def test_module_with_backward_hooks_fullgraph_raises_module_hooks():
     model = Block()
-    model.register_forward_pre_hook(lambda m, i: None)
+    model.register_full_backward_hook(lambda m, grad_in, grad_out: None)  # forward hooks are captured
     compiled = framejit.compile(model, fullgraph=True)
     with pytest.raises(framejit.Unsupported) as info:
         compiled(torch.randn(2, 4))
