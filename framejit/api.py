@@ -17,6 +17,7 @@ step that cannot be captured; it carries `.graph_break` (kind, explanation, hint
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import types
@@ -105,7 +106,9 @@ def _trampoline(target: Callable) -> types.FunctionType:
 # NOTE [Compiled modules]: the compiled module is an instance of a subclass of the module's own class
 # whose instance dict IS the original's dict. Everything that reads or writes module state (parameters,
 # buffers, training flag, hooks, submodules) therefore acts on the original, and isinstance checks hold;
-# only __call__ differs: it enters capture with the original module as the frame's argument.
+# only __call__ differs: it enters capture with the original module as the frame's argument. A copy
+# (`copy.deepcopy`, `copy.copy`) of a compiled module is the compiled form of a copy of the original, so
+# it runs with its own parameters and entries, not those of the module it was copied from.
 def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.nn.Module:
     original = getattr(type(module), "_orig_mod", None) if getattr(type(module), "_framejit_compiled", False) else None
     module = original or module
@@ -115,8 +118,19 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
     def __call__(self, *args, **kwargs):
         return hook(type(self)._orig_mod, *args, **kwargs)
 
-    namespace = {"__call__": __call__, "_orig_mod": module, "_framejit_compiled": True,
-                 "_framejit_hook": hook, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    def __deepcopy__(self, memo):
+        # A copy is a compiled copy of the original (its own parameters), never the original itself:
+        # the class attribute _orig_mod must not carry over to it.
+        copied = copy.deepcopy(type(self)._orig_mod, memo)
+        memo[id(self)] = result = _compile_module(copied, request)
+        return result
+
+    def __copy__(self):
+        return _compile_module(copy.copy(type(self)._orig_mod), request)
+
+    namespace = {"__call__": __call__, "__deepcopy__": __deepcopy__, "__copy__": __copy__, "_orig_mod": module,
+                 "_framejit_compiled": True, "_framejit_hook": hook, "__module__": cls.__module__,
+                 "__qualname__": cls.__qualname__}
     compiled_cls = type(cls.__name__, (cls,), namespace)
     compiled = object.__new__(compiled_cls)
     object.__setattr__(compiled, "__dict__", module.__dict__)

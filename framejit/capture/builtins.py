@@ -73,6 +73,8 @@ def _isinstance(tx, args, kwargs):
     obj, classes = args
     cls = obj.python_type()
     spec = classes.as_constant()
+    _check_plain_metaclasses(tx, spec, "__instancecheck__")
+    _check_plain_metaclasses(tx, spec, "__subclasscheck__")
     try:
         return ConstantValue(issubclass(cls, spec))
     except TypeError as e:
@@ -81,7 +83,24 @@ def _isinstance(tx, args, kwargs):
 
 @handles(issubclass)
 def _issubclass(tx, args, kwargs):
+    if len(args) == 2 and args[1].is_constant():
+        _check_plain_metaclasses(tx, args[1].as_constant(), "__subclasscheck__")
     return constant_fold(issubclass, *_consts(args))
+
+
+def _check_plain_metaclasses(tx, spec: Any, hook: str) -> None:
+    """`isinstance`/`issubclass` are folded from the (guarded) type, which is what CPython computes
+    unless a user metaclass defines `__instancecheck__`/`__subclasscheck__`: then the answer is its code's
+    (a graph break); without one, it is guarded to stay without one (NOTE [Lookup facts])."""
+    from . import lookup
+    for klass in spec if isinstance(spec, tuple) else (spec,):
+        meta = type(klass)
+        if not isinstance(klass, type) or lookup.is_fixed_class(meta):
+            continue
+        index, _ = lookup.mro_lookup(meta, hook)
+        if index is None or not lookup.is_fixed_class(meta.__mro__[index]):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"the metaclass {meta.__name__} defines {hook}")
+        lookup.guard_class_absent(tx.output, meta.__mro__[:index], hook)
 
 
 @handles(type)

@@ -8,9 +8,9 @@ imported by someone else, `torch._dynamo.is_compiling` and `torch._dynamo.extern
 (recognised by identity only: framejit never imports or calls torch._dynamo). `is_exporting` is False.
 
 Other state queries (`torch.jit.is_tracing`, `torch.fx._symbolic_trace.is_fx_tracing`, the dispatch-mode
-stack, the MHA fast-path flag, ...) are evaluated for real when traced and the answer is guarded (a
-line of the guard function calls the query again), so a change between calls recompiles instead of
-silently reusing a trace taken in another state. `torch.jit.is_scripting()` is False in Python code.
+stack, the MHA fast-path flag, the autograd profiler and anomaly-mode state, ...) are evaluated for real
+when traced and the answer is guarded (a line of the guard function calls the query again), so a change
+between calls recompiles instead of silently reusing a trace taken in another state. `torch.jit.is_scripting()` is False in Python code.
 """
 from __future__ import annotations
 
@@ -48,6 +48,9 @@ _GUARDED: tuple[Callable[[], Any], ...] = tuple(q for q in (
     getattr(torch.backends.mha, "get_fastpath_enabled", None), torch.are_deterministic_algorithms_enabled,
     torch._C._is_torch_function_mode_enabled, torch._C._is_torch_function_enabled,
     getattr(torch._C, "_is_any_autocast_enabled", None),
+    torch.autograd._profiler_enabled,
+    torch.is_anomaly_enabled, torch.is_anomaly_check_nan_enabled,
+    torch.is_deterministic_algorithms_warn_only_enabled,
 ) if q is not None)
 
 

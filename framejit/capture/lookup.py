@@ -13,7 +13,8 @@ these happened, so it guards the facts that decided it, each as one cheap line o
 - absent (a failed `hasattr`, a `getattr` default): absent from the instance dict and from every class
   of the MRO, and no class defines `__getattr__`;
 - the same for classes (`K.name`: the MRO of K, then its metaclass) and for `super()` (the MRO after
-  the current class).
+  the current class);
+- a store `o.name = v` recorded as a plain write: no class gains `__setattr__` or a descriptor `name`.
 The type itself is pinned by the object's TYPE_MATCH guard, so the MRO is known. Classes whose dict
 cannot change (built-in static types such as `object`, `tuple`) or that belong to library modules
 (torch, ... : NOTE [Library modules] in values/builder.py) get no class-dict guards. `o.__dict__` and
@@ -100,10 +101,17 @@ def guard_absent(out, obj_source: Source | None, real: Any, cls: type, name: str
     guard_class_absent(out, cls.__mro__, "__getattr__")
 
 
-def guard_plain_setattr(out, cls: type) -> None:
-    """A store traced as a plain `object.__setattr__` stays one: no class defines `__setattr__` later."""
+def guard_plain_store(out, cls: type, name: str) -> None:
+    """A store `o.name = v` traced as a plain instance-dict write stays one: no class gains a
+    `__setattr__` before the (fixed) one that does the write, and the class attribute `name`, if any,
+    stays the same object (a data descriptor added later would take the store)."""
     index, _ = mro_lookup(cls, "__setattr__")
     guard_class_absent(out, cls.__mro__[:index], "__setattr__")
+    index, attr = mro_lookup(cls, name)
+    if index is None:
+        guard_class_absent(out, cls.__mro__, name)
+    else:
+        guard_entry_identity(out, guard_found_on_class(out, cls, name, index), attr)
 
 
 def _instance_dict(real: Any) -> Any:

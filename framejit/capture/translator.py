@@ -20,6 +20,7 @@ import types
 from typing import Any
 
 from .. import config
+from . import lookup
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .calls import call_value
@@ -30,8 +31,8 @@ from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iterati
 from .module_hooks import TRACE_TIME, plan_module_call
 from .normalize import Inst, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
-from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, TupleValue,
-                     UserFunctionValue, Value)
+from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
+                     TupleValue, UserFunctionValue, Value)
 from .values.base import LazyArg
 from .values.builder import wrap, wrap_unguarded
 
@@ -205,8 +206,11 @@ class Translator:
             if isinstance(setattr_impl, types.FunctionType):  # e.g. ModelOutput.__setattr__: inlined
                 self.inline(UserFunctionValue(setattr_impl), [obj, ConstantValue(name), value], {})
                 return
+            lookup.guard_plain_store(self.output, obj.cls, name)  # NOTE [Lookup facts]
             obj.attrs[name] = value
             return
+        if isinstance(obj, ObjectValue):
+            lookup.guard_plain_store(self.output, type(obj.obj), name)
         self.output.side_effects.store_attr(obj, name, value)
 
     def store_global(self, name: str, value: Value) -> None:

@@ -1,0 +1,489 @@
+"""Every fact a compiled entry relies on is guarded (issue 12, "facts used but not guarded").
+
+Each test runs a function eagerly and compiled, changes the Python state the function reads between
+calls (attributes, classes, defaults, monkeypatched torch functions, global torch state, the tensor's
+view offset, float signs), and compares results after every change. Before NOTE [Lookup facts],
+NOTE [Live defaults], NOTE [Float guards are bitwise] and the storage-offset guard, each of these
+returned a stale result silently. The cross-process cases live in test_soundness_facts_cache.py.
+"""
+from __future__ import annotations
+
+import collections
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framejit
+from tests.helpers import CountingBackend, assert_same, call_capturing
+
+
+class OnnxCounting(CountingBackend):
+    """Counts graphs and runs them with the onnxrt backend."""
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        self.example_inputs.append(example_inputs)
+        return framejit.lookup_backend("onnxrt")(gm, example_inputs)
+
+
+def _backend(name: str) -> CountingBackend:
+    return CountingBackend() if name == "eager" else OnnxCounting()
+
+
+def run_steps(fn, make_args, steps, *, backend="eager", fullgraph=False, compiled=None):
+    """Before call i, apply steps[i] (None: change nothing); then call fn eagerly and compiled on the same
+    arguments and compare values, exception types and printed output."""
+    counting = _backend(backend)
+    compiled = compiled or framejit.compile(fn, backend=counting, fullgraph=fullgraph)
+    for step in steps:
+        if step is not None:
+            step()
+        args = make_args()
+        expected, expected_exc, expected_out = call_capturing(fn, args, {})
+        actual, actual_exc, actual_out = call_capturing(compiled, args, {})
+        assert actual_exc is expected_exc, f"eager raised {expected_exc}, compiled {actual_exc}: {actual!r}"
+        assert actual_out == expected_out
+        assert expected_exc is None, f"the program itself raised {expected!r}"
+        assert_same(actual, expected, rtol=1e-5, atol=1e-5)
+    return counting
+
+
+def _x():
+    return (torch.arange(4.0),)
+
+
+BACKENDS = ["eager", "onnxrt"]
+
+
+# ---- absence: hasattr, getattr with a default --------------------------------------------------------
+def test_hasattr_false_then_instance_attribute_set():
+    class Obj:
+        pass
+    obj = Obj()
+
+    def fn(x):
+        return x + (obj.b if hasattr(obj, "b") else 2)
+
+    counting = run_steps(fn, _x, [None, None, lambda: setattr(obj, "b", 3), None, lambda: delattr(obj, "b"), None])
+    assert counting.graph_count == 2  # one entry per lookup outcome, reused when it holds again
+
+
+def test_getattr_default_then_class_attribute_set():
+    class K:
+        pass
+    k = K()
+
+    def fn(x):
+        return x * getattr(k, "w", 1)
+
+    run_steps(fn, _x, [None, lambda: setattr(K, "w", 3), None, lambda: setattr(K, "w", 5), None])
+
+
+def test_getattr_default_then_class_gains___getattr__():
+    class K:
+        pass
+    k = K()
+
+    def fn(x):
+        return x * getattr(k, "w", 1)
+
+    run_steps(fn, _x, [None, lambda: setattr(K, "__getattr__", lambda self, name: 7), None])
+
+
+def test_config_attribute_read_with_default_then_set():
+    class Config:
+        hidden = 4
+    config = Config()
+
+    def fn(x):
+        scale = getattr(config, "scale", None)
+        return x * (scale if scale is not None else 1.0) + config.hidden
+
+    run_steps(fn, _x, [None, lambda: setattr(config, "scale", 0.5), None, lambda: setattr(Config, "hidden", 9), None])
+
+
+def test_hasattr_on_a_tensor_then_python_attribute_set():
+    x = torch.arange(3.0)
+
+    def fn(t):
+        return t + (1 if hasattr(t, "tag") else 2)
+
+    run_steps(fn, lambda: (x,), [None, lambda: setattr(x, "tag", "seen"), None])
+
+
+def test_tensor_python_attribute_is_read_and_guarded():
+    x = torch.arange(3.0)
+    x.scale = 2
+
+    def fn(t):
+        return t * t.scale
+
+    run_steps(fn, lambda: (x,), [None, lambda: setattr(x, "scale", 5), None])
+
+
+def test_hasattr_on_a_namedtuple_then_class_attribute_set():
+    Pair = collections.namedtuple("Pair", "a b")
+    pair = Pair(torch.ones(2), torch.zeros(2))
+
+    def fn(p):
+        return p.a + (10 if hasattr(p, "extra") else 1)
+
+    run_steps(fn, lambda: (pair,), [None, lambda: setattr(Pair, "extra", 1), None])
+
+
+def test_namedtuple_method_replaced_on_class():
+    class Pair(collections.namedtuple("PairBase", "a b")):
+        def total(self):
+            return self.a + self.b
+    pair = Pair(torch.ones(2), torch.ones(2))
+
+    def fn(p):
+        return p.total() * 2
+
+    run_steps(fn, lambda: (pair,), [None, lambda: setattr(Pair, "total", lambda self: self.a - self.b), None])
+
+
+# ---- lookup order and shadowing --------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_instance_attribute_shadows_class_attribute(backend):
+    class Cfg:
+        k = 2
+    cfg = Cfg()
+
+    def fn(x):
+        return x * cfg.k
+
+    run_steps(fn, _x, [None, None, lambda: setattr(cfg, "k", 100), None, lambda: delattr(cfg, "k"), None],
+              backend=backend)
+
+
+def test_class_attribute_changed_on_the_class():
+    class Cfg:
+        k = 2
+    cfg = Cfg()
+
+    def fn(x):
+        return x * cfg.k + Cfg.k
+
+    run_steps(fn, _x, [None, lambda: setattr(Cfg, "k", 7), None])
+
+
+def test_instance_attribute_shadows_method():
+    class M:
+        def scale(self):
+            return 1
+    m = M()
+
+    def fn(x):
+        return x * m.scale()
+
+    run_steps(fn, _x, [None, lambda: setattr(m, "scale", lambda: 5), None, lambda: delattr(m, "scale"), None])
+
+
+def test_method_replaced_on_class():
+    class M:
+        def scale(self):
+            return 1
+    m = M()
+
+    def fn(x):
+        return x * m.scale()
+
+    run_steps(fn, _x, [None, lambda: setattr(M, "scale", lambda self: 5), None])
+
+
+def test_inherited_method_overridden_in_subclass_later():
+    class Base:
+        def scale(self):
+            return 1
+
+    class Child(Base):
+        pass
+    child = Child()
+
+    def fn(x):
+        return x * child.scale()
+
+    run_steps(fn, _x, [None, lambda: setattr(Child, "scale", lambda self: 3), None])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_forward_replaced_on_instance(backend):
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 4)
+
+    def fn(x):
+        return lin(x).relu()
+
+    run_steps(fn, _x, [None, lambda: setattr(lin, "forward", lambda inp: inp * 9), None,
+                       lambda: delattr(lin, "forward"), None], backend=backend)
+
+
+def test_compiled_module_forward_replaced_on_instance():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 4)
+    compiled = framejit.compile(lin, backend=CountingBackend())
+    x = torch.arange(4.0)
+    assert_same(compiled(x), lin(x))
+    lin.forward = lambda inp: inp * 9
+    assert_same(compiled(x), x * 9)
+
+
+def test_class_attribute_through_super_changes():
+    class Base:
+        scale = 1
+
+        def factor(self):
+            return 2
+
+    class Child(Base):
+        scale = 10
+
+        def get(self):
+            return super().scale + super().factor()
+    child = Child()
+
+    def fn(x):
+        return x * child.get()
+
+    run_steps(fn, _x, [None, lambda: setattr(Base, "scale", 5), None, lambda: setattr(Base, "factor", lambda s: 7),
+                       None])
+
+
+def test_metaclass___instancecheck__():
+    class Meta(type):
+        answer = True
+
+        def __instancecheck__(cls, inst):
+            return Meta.answer
+
+    class Anything(metaclass=Meta):
+        pass
+
+    def fn(x):
+        return x + (1 if isinstance(x, Anything) else 2)
+
+    run_steps(fn, _x, [None, lambda: setattr(Meta, "answer", False), None])
+
+
+def test_metaclass_gains___instancecheck___after_first_call():
+    class Meta(type):
+        pass
+
+    class Thing(metaclass=Meta):
+        pass
+
+    def fn(x):
+        return x + (1 if isinstance(x, Thing) else 2)
+
+    run_steps(fn, _x, [None, lambda: setattr(Meta, "__instancecheck__", lambda cls, inst: True), None])
+
+
+def test_assigning___class__():
+    class A:
+        def value(self):
+            return 1
+
+    class B:
+        def value(self):
+            return 2
+    obj = A()
+
+    def fn(x):
+        return x * obj.value()
+
+    run_steps(fn, _x, [None, lambda: setattr(obj, "__class__", B), None])
+
+
+def test_custom___setattr___added_after_first_call():
+    class P:
+        pass
+    p = P()
+    p.a = 1
+
+    def fn(x):
+        p.a = 5
+        return x + p.a
+
+    def add_setattr():
+        P.__setattr__ = lambda self, name, value: object.__setattr__(self, name, value * 2)
+
+    run_steps(fn, _x, [None, add_setattr, None])
+
+
+def test_custom___setattr___of_an_object_made_inside():
+    class Doubling:
+        def __setattr__(self, name, value):
+            object.__setattr__(self, name, value * 2)
+
+    def fn(x):
+        d = Doubling()
+        d.a = 5
+        return x + d.a
+
+    run_steps(fn, _x, [None, None])
+
+
+def test_data_descriptor_added_to_the_class_of_an_instance_attribute():
+    class Holder:
+        pass
+    h = Holder()
+    h.v = 3
+
+    def fn(x):
+        return x * h.v
+
+    run_steps(fn, _x, [None, lambda: setattr(Holder, "v", property(lambda self: 11)), None])
+
+
+# ---- the compiled function's own defaults -----------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_defaults_reassigned_after_first_call(backend):
+    def fn(x, a=1, *, b=2):
+        return x * a + b
+
+    def set_defaults():
+        fn.__defaults__ = (10,)
+
+    def set_kwdefaults():
+        fn.__kwdefaults__ = {"b": 20}
+
+    def mutate_kwdefaults():
+        fn.__kwdefaults__["b"] = 30
+
+    run_steps(fn, _x, [None, set_defaults, None, set_kwdefaults, None, mutate_kwdefaults, None],
+              backend=backend)
+
+
+def test_tensor_default_reassigned():
+    def fn(x, bias=torch.ones(4)):
+        return x + bias
+
+    def set_defaults():
+        fn.__defaults__ = (torch.full((4,), 5.0),)
+
+    run_steps(fn, _x, [None, set_defaults, None])
+
+
+# ---- tensors and floats -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_storage_offset_is_guarded(backend):
+    base = torch.arange(10.0)
+    views = iter([base[1:4], base[1:4], base[2:5], base[0:3]])
+
+    def fn(x):
+        return x * x.storage_offset()
+
+    run_steps(fn, lambda: (next(views),), [None] * 4, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_negative_zero_does_not_hit_the_entry_for_zero(backend):
+    import math
+    values = iter([0.0, -0.0, -0.0, 0.0])
+
+    def fn(x, a):
+        return x * math.copysign(1.0, a)
+
+    run_steps(fn, lambda: (torch.arange(4.0), next(values)), [None] * 4, backend=backend)
+
+
+def test_nan_argument_hits_its_own_entry():
+    def fn(x, a):
+        return x + (1 if a != a else 2)
+
+    counting = run_steps(fn, lambda: (torch.arange(4.0), float("nan")), [None] * 5)
+    assert counting.graph_count == 1
+
+
+def test_zero_constant_attribute_sign_changes():
+    class Cfg:
+        pass
+    cfg = Cfg()
+    cfg.eps = 0.0
+
+    def fn(x):
+        return x / (1.0 / cfg.eps if cfg.eps != 0.0 else 1.0) if False else x * (1.0 if str(cfg.eps)[0] != "-" else -1.0)
+
+    run_steps(fn, _x, [None, lambda: setattr(cfg, "eps", -0.0), None])
+
+
+# ---- library functions and global torch state -------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_monkeypatched_torch_function(backend, monkeypatch):
+    def fn(x):
+        return F.gelu(x) + 1
+
+    run_steps(fn, _x, [None, lambda: monkeypatch.setattr(F, "gelu", lambda t: t * 100), None,
+                       lambda: monkeypatch.undo(), None], backend=backend)
+
+
+def test_monkeypatched_torch_function_through_torch_module(monkeypatch):
+    def fn(x):
+        return torch.nn.functional.relu(x - 1)
+
+    run_steps(fn, _x, [None, lambda: monkeypatch.setattr(torch.nn.functional, "relu", torch.sigmoid), None])
+
+
+def test_autograd_profiler_state():
+    def fn(x):
+        return x + (1 if torch.autograd._profiler_enabled() else 2)
+
+    counting = CountingBackend()
+    compiled = framejit.compile(fn, backend=counting)
+    x = torch.arange(4.0)
+    assert_same(compiled(x), fn(x))
+    with torch.autograd.profiler.profile():
+        assert_same(compiled(x), fn(x))
+    assert_same(compiled(x), fn(x))
+    assert counting.graph_count == 2
+
+
+class _NoGrad:
+    def __enter__(self):
+        self.prev = torch.is_grad_enabled()
+        torch.set_grad_enabled(False)
+
+    def __exit__(self, *exc):
+        torch.set_grad_enabled(self.prev)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_grad_mode_set_by_a_user_context_manager(fullgraph):
+    def fn(x):
+        with _NoGrad():
+            y = x * 2 if not torch.is_grad_enabled() else x * 3
+        return y + 1, torch.is_grad_enabled()
+
+    x = torch.ones(3, requires_grad=True)
+    compiled = framejit.compile(fn, backend=CountingBackend(), fullgraph=fullgraph)
+    for _ in range(3):
+        expected, actual = fn(x), compiled(x)
+        assert_same(actual, expected)
+
+
+# ---- copies of compiled modules -----------------------------------------------------------------------------
+@pytest.mark.parametrize("copier", [copy.deepcopy, copy.copy])
+def test_copy_of_a_compiled_module_runs_with_its_own_parameters(copier):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    compiled = framejit.compile(net, backend=CountingBackend())
+    x = torch.randn(3, 4)
+    assert_same(compiled(x), net(x))
+    twin = copier(compiled)
+    if copier is copy.deepcopy:
+        with torch.no_grad():
+            twin[0].weight.mul_(3)
+        assert twin[0].weight is not net[0].weight
+    reference = copier(net) if copier is copy.copy else copy.deepcopy(net)
+    if copier is copy.deepcopy:
+        with torch.no_grad():
+            reference[0].weight.copy_(twin[0].weight)
+    assert_same(twin(x), reference(x))
+    twin(x).sum().backward()
+    if copier is copy.deepcopy:
+        assert net[0].weight.grad is None  # gradients land on the copy, not on the original
+        assert twin[0].weight.grad is not None
+    assert_same(compiled(x), net(x))
