@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 
 from ... import logs
 from .. import state
-from . import lowering, partition, runtime, translate
+from . import lowering, partition, runtime, semantics, translate
 from .options import OnnxrtOptions
 
 # NOTE [Correct before fast]
@@ -43,7 +43,9 @@ _MAX_ATTEMPTS = 8
 # lowering, partitioning or translation changes what a graph compiles to.
 # 2: in-place ops inside composite ops are functionalized (NOTE [Refunctionalize]).
 # 3: transposes folded into Gemm (NOTE [Transposes folded into Gemm]).
-REVISION = 3
+# 4: NaN-propagating reductions, copy broadcasting, empty tensors in torch, returned views kept as views
+#    (NOTE [Eager semantics in ONNX], NOTE [Returned views stay views]).
+REVISION = 4
 
 
 @dataclasses.dataclass
@@ -175,6 +177,7 @@ class OnnxrtCompiled:
         start = time.perf_counter()
         try:
             lowered = lowering.lower(self.gm, inputs, translate.translated_op_names())
+            semantics.match_eager(lowered.graph_module)  # NOTE [Eager semantics in ONNX]
             translate.insert_type_promotion(lowered.graph_module)
         except Exception as exc:
             logs.log("eager_fallback", "onnxrt: could not trace the graph to aten (%s: %s); it runs eagerly",

@@ -8,7 +8,8 @@ named `ort_0`, `ort_1`, ... . Everything else stays in the top graph and runs as
 Invariants: the input GraphModule is not modified; `blocked` node names (nodes that failed to
 translate or to load in ORT on an earlier attempt) are always left to eager; a partition made only of
 free ops (views, getitem) is dissolved, since eager runs those without copying; every placeholder of a
-fused submodule carries the `meta["val"]` of the value that feeds it.
+fused submodule carries the `meta["val"]` of the value that feeds it; a view that the graph returns and
+that aliases an input or another output stays in torch (NOTE [Returned views stay views]).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import operator
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -42,11 +44,44 @@ class Partitioned:
     eager_reasons: dict[str, str]           # eager call_function node name -> why it is not in ORT
 
 
+ALIAS_REASON = "a view returned by the graph: it runs in torch so that it aliases as in eager"
+
+
+# NOTE [Returned views stay views]
+# ORT outputs are fresh tensors. When the graph returns a view of one of its inputs (`x[1:]`, `x.mT`)
+# or of another output, eager's result shares memory with it: a write through the returned view reaches
+# the input (and a graph break hands such views to the resume function, which may update them in place).
+# So the chain of view ops from that input or output to the returned value stays in the top graph and
+# runs in torch, where it makes a real view; the ops that compute the base may still run in ORT.
+def aliased_output_views(graph: torch.fx.Graph) -> set[str]:
+    """Names of the view nodes that must run in torch for the graph's outputs to alias as in eager."""
+    output = next(n for n in graph.nodes if n.op == "output")
+    leaves = [a for a in pytree.tree_leaves(output.args[0]) if isinstance(a, torch.fx.Node)]
+    observable = {n for n in graph.nodes if n.op == "placeholder"} | set(leaves)
+    names: set[str] = set()
+    for leaf in leaves:
+        chain, node = [], leaf
+        while _is_view(node):
+            chain.append(node)
+            node = node.args[0]
+        if chain and node in observable:
+            names.update(n.name for n in chain)
+    return names
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    if node.target is operator.getitem:
+        return _is_view(node.args[0])
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+
+
 class _Support(OperatorSupportBase):
-    def __init__(self, blocked: set[str], fallback_ops: frozenset):
+    def __init__(self, blocked: set[str], fallback_ops: frozenset, forced: dict[str, str] | None = None):
         self.blocked = blocked
         self.fallback_ops = fallback_ops
-        self.reasons: dict[str, str] = {}
+        self.reasons: dict[str, str] = dict(forced or {})
 
     def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
         if node.op != "call_function":
@@ -72,7 +107,7 @@ def _is_free(node: torch.fx.Node) -> bool:
 def partition(gm: torch.fx.GraphModule, blocked: set[str], fallback_ops: frozenset) -> Partitioned:
     graph = copy.deepcopy(gm.graph)
     work = torch.fx.GraphModule(gm, graph)
-    support = _Support(blocked, fallback_ops)
+    support = _Support(blocked, fallback_ops, dict.fromkeys(aliased_output_views(graph), ALIAS_REASON))
     partitioner = CapabilityBasedPartitioner(work, support, allows_single_node_partition=True)
     proposed = [p for p in partitioner.propose_partitions() if not all(_is_free(n) for n in p.nodes)]
     fused = partitioner.fuse_partitions(proposed, prefix="ort_")

@@ -84,6 +84,19 @@ def _tensor_vals(value) -> list:
     return []
 
 
+def _is_empty(val: torch.Tensor) -> bool:
+    numel = val.numel()
+    return isinstance(numel, int) and numel == 0  # an unbacked size is not known to be empty
+
+
+def _reduces_nothing(node: torch.fx.Node) -> bool:
+    """`node` reads an empty tensor and yields a non-empty one: a reduction over nothing (mean and var of
+    nothing are NaN in eager, 0 in ORT), so it runs in eager torch (NOTE [Eager semantics in ONNX])."""
+    if not any(_is_empty(v) for arg in node.all_input_nodes for v in _tensor_vals(arg.meta.get("val"))):
+        return False
+    return any(not _is_empty(v) for v in _tensor_vals(node.meta.get("val")))
+
+
 def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | None:
     """None if `node` can be translated to ONNX and run by ORT, else a short reason."""
     if node.target is operator.getitem:
@@ -103,6 +116,8 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
         vals += _tensor_vals(arg.meta.get("val"))
     if "val" not in node.meta:
         return f"{overload} has no shape/dtype metadata"
+    if _reduces_nothing(node):
+        return f"{overload} makes values out of an empty tensor (ORT's reductions of nothing differ from eager's)"
     for val in vals:
         if val.dtype not in SUPPORTED_DTYPES:
             return f"{overload} uses dtype {val.dtype}, which ONNX Runtime does not run here"

@@ -276,7 +276,9 @@ class KernelWriter:
             masked = self.new_var(loop, None, f"tl.where(xmask & rmask, {value}, {init})")
             if arg:
                 better = ">" if node.reduce_type == "argmax" else "<"
-                loop.line(f"take = xmask & rmask & (({masked} {better} {acc}) | ({acc}_index == {_BIG_INDEX}))")
+                # NOTE [NaN in arg reductions]: the first NaN wins, as in eager
+                first_nan = f" | (({masked} != {masked}) & ({acc} == {acc}))" if acc_dtype.is_floating_point else ""
+                loop.line(f"take = xmask & rmask & (({masked} {better} {acc}) | ({acc}_index == {_BIG_INDEX}){first_nan})")
                 loop.line(f"{acc} = tl.where(take, {masked}, {acc})")
                 loop.line(f"{acc}_index = tl.where(take, rindex.to(tl.int64), {acc}_index)")
             else:
@@ -309,11 +311,23 @@ class KernelWriter:
         elif kind in ("max", "min"):
             text = f"tl.{kind}({values}, 1)[:, None]"
         else:
-            best = self.new_var(self.outer, None, f"tl.{'max' if kind == 'argmax' else 'min'}({values}, 1)[:, None]")
-            candidates = f"tl.where(xmask & rmask & ({values} == {best}), {index}, {_BIG_INDEX})" if index == "rindex" \
-                else f"tl.where({values} == {best}, {index}, {_BIG_INDEX})"
+            best, matches = self._arg_best(kind, values, floating)
+            candidates = f"tl.where(xmask & rmask & ({matches}), {index}, {_BIG_INDEX})" if index == "rindex" \
+                else f"tl.where({matches}, {index}, {_BIG_INDEX})"
             text = f"tl.min({candidates}, 1)[:, None]"
         return self.new_var(self.outer, None, text)
+
+    def _arg_best(self, kind: str, values: str, floating: bool) -> tuple[str, str]:
+        """The row's best value and the lanes that hold it. NOTE [NaN in arg reductions]: eager's
+        argmax/argmin return the first NaN's index, so for floats the best is NaN-propagating and a NaN
+        lane matches a NaN best (tl.max ignores NaN, and NaN == NaN is false)."""
+        if not floating:
+            best = self.new_var(self.outer, None, f"tl.{'max' if kind == 'argmax' else 'min'}({values}, 1)[:, None]")
+            return best, f"{values} == {best}"
+        helper = "_max_combine" if kind == "argmax" else "_min_combine"
+        self.helpers.add(helper)
+        best = self.new_var(self.outer, None, f"tl.reduce({values}, 1, {helper})[:, None]")
+        return best, f"({values} == {best}) | (({values} != {values}) & ({best} != {best}))"
 
     def assemble(self, name: str, body: list) -> KernelSource:
         pointers = [(p, b) for b, p in self.params.items()] + [(p, b) for b, p in self.store_params.items()]
