@@ -202,7 +202,12 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
 
 
 def _is_plain_class(cls: type) -> bool:
-    return type(cls) is type and all(k.__module__ != "builtins" or k is object for k in cls.__mro__)
+    """Instances are made by type.__call__ (a plain metaclass or ABCMeta) and the class is not abstract."""
+    if type(cls) is not type and type(cls).__call__ is not type.__call__:
+        return False
+    if getattr(cls, "__abstractmethods__", None):
+        return False
+    return all(k.__module__ != "builtins" or k is object for k in cls.__mro__)
 
 
 def _make_namedtuple(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value:

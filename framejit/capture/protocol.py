@@ -9,6 +9,8 @@ Attribute lookup lives in attributes.py and calls in calls.py; both build on thi
 """
 from __future__ import annotations
 
+import collections.abc
+import inspect
 import operator
 import types
 from typing import Any, Callable
@@ -214,9 +216,33 @@ def iterate(tx, v: Value) -> list[Value]:
         return [getitem(tx, v, ConstantValue(i)) for i in range(v.fake.shape[0])]
     if isinstance(v, NNModuleValue):
         return _module_children(tx, v)
-    if isinstance(v, ObjectValue) and hasattr(type(v.obj), "__iter__"):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {type(v.obj).__name__}")
+    if isinstance(v, (ObjectValue, NewObjectValue)) and not isinstance(v, NNModuleValue):
+        return _iterate_object(tx, v)
     raise UserException(TypeError(f"'{v.python_type().__name__}' object is not iterable"))
+
+
+def _iterate_object(tx, v: Value) -> list[Value]:
+    """NOTE [Iterating user sequences]: a class whose `__iter__` is `collections.abc.Sequence.__iter__`
+    yields `self[0], self[1], ...` until `self[i]` raises IndexError; it is traced as `len(self)` reads
+    and then checked: `self[len(self)]` must raise IndexError while tracing, otherwise the iteration is
+    not modelled (a graph break). A generator `__iter__` is inlined (NOTE [Eager generators])."""
+    cls = v.python_type()
+    impl = getattr(cls, "__iter__", None)
+    if impl is None:
+        raise UserException(TypeError(f"'{cls.__name__}' object is not iterable"))
+    if impl is collections.abc.Sequence.__iter__:
+        n = length(tx, v)
+        items = [getitem(tx, v, ConstantValue(i)) for i in range(n)]
+        try:
+            getitem(tx, v, ConstantValue(n))
+        except UserException as e:
+            if isinstance(e.exc, IndexError):
+                return items
+            raise
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a {cls.__name__} with items beyond its len()")
+    if isinstance(impl, types.FunctionType) and impl.__code__.co_flags & inspect.CO_GENERATOR:
+        return iterate(tx, tx.call_method_of(v, "__iter__", [], {}))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {cls.__name__}")
 
 
 def _module_children(tx, v: NNModuleValue) -> list[Value]:
@@ -253,7 +279,7 @@ def length(tx, v: Value) -> int:
                                                            torch.nn.ModuleDict, torch.nn.ParameterList)):
         tx.guard_module_keys(v)
         return len(v.obj)
-    if isinstance(v, ObjectValue) and hasattr(type(v.obj), "__len__"):
+    if isinstance(v, (ObjectValue, NewObjectValue)) and hasattr(v.python_type(), "__len__"):
         return tx.call_method_of(v, "__len__", [], {}).as_constant()
     if isinstance(v, IteratorValue):
         raise UserException(TypeError("object of type 'iterator' has no len()"))
@@ -289,7 +315,7 @@ def getitem(tx, obj: Value, key: Value) -> Value:
         return constant_fold(operator.getitem, obj.value, key.as_constant())
     if isinstance(obj, NNModuleValue):
         return _module_getitem(tx, obj, key.as_constant())
-    if isinstance(obj, ObjectValue) and hasattr(type(obj.obj), "__getitem__"):
+    if isinstance(obj, (ObjectValue, NewObjectValue)) and hasattr(obj.python_type(), "__getitem__"):
         return tx.call_method_of(obj, "__getitem__", [key], {})
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"subscript of {obj.describe()}")
 

@@ -12,7 +12,7 @@ import collections
 import dataclasses
 import functools
 import inspect
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 
 import torch
 
@@ -384,3 +384,38 @@ def test_mapping_contains_through_getitem():
 
     backend = run_differential(fn, _x)
     assert backend.graph_count == 1
+
+
+class LayerView(Sequence):
+    """transformers' _PerLayerConfigView, reduced: an ABC-derived sequence made inside the forward."""
+
+    def __init__(self, sizes):
+        self._sizes = sizes
+
+    def __len__(self):
+        return len(self._sizes)
+
+    def __getitem__(self, index):
+        if index >= len(self):
+            raise IndexError("layer index out of range")
+        return self._sizes[index]
+
+
+SIZES = [1, 2, 3]
+
+
+def test_abc_sequence_made_and_iterated():
+    def fn(x):
+        view = LayerView(SIZES)
+        total = x
+        for size in view:
+            total = total * size
+        return total, len(view), list(view)
+
+    backend = run_differential(fn, _x)
+    SIZES.append(4)
+    try:
+        run_differential(fn, _x, backend=backend, compiled=framejit.compile(fn, backend=backend))
+    finally:
+        SIZES.pop()
+    assert backend.graph_count == 2
