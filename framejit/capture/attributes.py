@@ -16,9 +16,10 @@ import torch
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource, DictSlotSource, ObjectSource, Ref
-from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, NewObjectValue, SetValue,
-                     NNModuleValue, ObjectValue, PyModuleValue, SequenceValue, TensorMethodValue, TensorValue,
-                     UserFunctionValue, Value)
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, DictViewValue,
+                     NewObjectValue, SetValue,
+                     NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, TensorMethodValue,
+                     TensorValue, UserFunctionValue, Value)
 from .values.builder import is_library_module, wrap, wrap_unguarded
 from .getattribute import custom_getattribute, inline_getattribute
 
@@ -87,12 +88,15 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return _tensor_attr(tx, obj, name)
     if isinstance(obj, ConstantValue):
         return _constant_attr(obj, name)
+    if isinstance(obj, DictViewValue):  # NOTE [Live dict views]: `mapping` (3.10+) and isdisjoint are rare
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a dict view")
     if isinstance(obj, SequenceValue):
         return _sequence_attr(tx, obj, name)
     if isinstance(obj, DictValue):
         if obj.cls is types.MappingProxyType and name not in ("keys", "values", "items", "get", "copy"):
             raise UserException(AttributeError(f"'mappingproxy' object has no attribute '{name}'"))
-        return _container_method(obj, dict, name)
+        from .mappings import mapping_attr
+        return mapping_attr(obj, name) or _container_method(obj, dict, name)
     if isinstance(obj, SetValue):
         return _container_method(obj, obj.cls, name)
     if isinstance(obj, PyModuleValue):
@@ -104,6 +108,12 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, (UserFunctionValue, BoundMethodValue)):
         from .function_attrs import function_attr_value
         return function_attr_value(tx, obj, name)
+    if isinstance(obj, PartialValue):
+        from .partials import partial_attr
+        return partial_attr(tx, obj, name)
+    from .generator_ctx import GenCtxValue, gen_attr
+    if isinstance(obj, GenCtxValue):
+        return gen_attr(obj, name)
     if isinstance(obj, BuiltinValue):
         try:
             return wrap_unguarded(getattr(obj.obj, name))

@@ -15,7 +15,7 @@ import torch
 from .breaks import BreakKind, Unsupported, UserException
 from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, getitem, iterate,
                        length, truth, unary)
-from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, SetValue,
+from .values import (ClassValue, ConstantValue, DictValue, DictViewValue, IteratorValue, SetValue,
                      ListValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
@@ -371,6 +371,16 @@ def _is_grad_enabled(tx, args, kwargs):
 @handles(torch.is_tensor)
 def _is_tensor(tx, args, kwargs):
     return ConstantValue(isinstance(args[0], TensorValue))
+@handles(torch._C._set_grad_enabled)
+def _set_grad_enabled(tx, args, kwargs):
+    """The raw grad-mode switch (what context managers written by hand call): a state change in the
+    graph, like `with torch.set_grad_enabled(b)`."""
+    if len(args) != 1 or kwargs or not args[0].is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch._C._set_grad_enabled of a non-constant mode")
+    tx.output.set_grad_enabled(bool(args[0].as_constant()))
+    return ConstantValue(None)
+
+
 
 
 @handles(torch.get_default_dtype)
@@ -500,12 +510,8 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name} on {d.describe()}")
     if name in ("update", "pop", "setdefault", "clear"):
         tx.output.side_effects.mutate_container(d)
-    if name == "keys":
-        return TupleValue([ConstantValue(k) for k in d.items])
-    if name == "values":
-        return TupleValue(list(d.items.values()))
-    if name == "items":
-        return TupleValue([TupleValue([ConstantValue(k), v]) for k, v in d.items.items()])
+    if name in ("keys", "values", "items"):
+        return DictViewValue(d, name)  # NOTE [Live dict views]
     if name == "get":
         key = args[0].as_constant()
         return d.items.get(key, args[1] if len(args) > 1 else ConstantValue(None))
@@ -531,7 +537,8 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
         log(d, "setdefault", (ConstantValue(key), default))
         return d.items.setdefault(key, default)
     if name == "copy":
-        return DictValue(dict(d.items))
+        from .mappings import copy_mapping
+        return copy_mapping(d)
     if name == "clear":
         d.items.clear()
         log(d, "clear")
@@ -540,3 +547,5 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
 
 
 __all__ = ["BUILTIN_HANDLERS", "call_container_method", "is_container_method"]
+
+from . import mappings  # noqa: E402,F401  (registers the collections mappings' handlers)

@@ -6,6 +6,7 @@ builtins and container methods are modelled in builtins.py; classes construct na
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import types
@@ -44,6 +45,7 @@ _PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.d
 
 def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .context import CloneValue, CtxValue, ExitValue, exit_
+    from .generator_ctx import GenMethodValue, call_gen_method
     from .introspection import introspection_handler
 
     if isinstance(fn, UserFunctionValue):
@@ -70,6 +72,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return call_builtin(tx, fn.obj, args, kwargs)
     if isinstance(fn, ExitValue):
         return exit_(tx, fn)
+    if isinstance(fn, GenMethodValue):  # NOTE [Generator context managers]
+        return call_gen_method(tx, fn, args, kwargs)
     if isinstance(fn, CloneValue):
         return fn.ctx.clone()
     if isinstance(fn, ClassValue):
@@ -178,6 +182,15 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
         return handler(tx, args, kwargs)
     if is_ctx_class(cls):
         return make_ctx(tx, cls, args, kwargs)
+    if cls is contextlib._GeneratorContextManager and len(args) == 3 and not kwargs:
+        from .generator_ctx import new_generator_cm
+        return new_generator_cm(args)
+    if cls is contextlib.nullcontext:
+        from .generator_ctx import new_nullcontext
+        return new_nullcontext(args, kwargs)
+    from .mappings import is_plain_dict_subclass, make_dict_subclass
+    if is_plain_dict_subclass(cls):
+        return make_dict_subclass(tx, cls, args, kwargs)
     if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
         return constant_fold(cls, *(a.as_constant() for a in args))
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):

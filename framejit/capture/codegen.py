@@ -24,9 +24,12 @@ from bytecode import Instr
 from .breaks import BreakKind, Unsupported
 from .dict_objects import STORAGE as DICT_STORAGE
 from .values.base import LazyArg
-from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, IteratorValue,
-                     ListValue, NewObjectValue, ObjectValue, PyModuleValue, SequenceValue, SetValue, TensorMethodValue,
-                     TensorValue, TupleValue, UserFunctionValue, Value)
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DefaultDictValue, DictValue,
+                     DictViewValue, IteratorValue, ListValue, NewObjectValue, ObjectValue, PartialValue,
+                     PyModuleValue, SequenceValue, SetValue, TensorMethodValue, TensorValue, TupleValue,
+                     UserFunctionValue, Value)
+from .mappings_runtime import make_defaultdict, view_of
+from .partials import make_partial, partial_parts
 
 PY312 = sys.version_info >= (3, 12)
 
@@ -132,7 +135,7 @@ class Reconstructor:
         visiting.add(id(value))
         for child in _children(value):
             self._preload(child, sourced, visiting)
-        if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue)):
+        if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)):
             self._store_preloaded(value)
 
     def _store_preloaded(self, value: Value) -> None:
@@ -181,6 +184,8 @@ class Reconstructor:
             cg.load_const(value.obj)
         elif isinstance(value, UserFunctionValue) and value.closure is None and value.defaults is None:
             cg.load_const(value.fn)
+        elif isinstance(value, DictViewValue):  # NOTE [Live dict views]
+            self._call_const(view_of, [value.mapping, ConstantValue(value.kind)])
         elif isinstance(value, UserFunctionValue):
             self._new_function(value)
         elif value.is_constant():
@@ -204,6 +209,8 @@ class Reconstructor:
                                         DictValue(dict(value.kwdefaults or {})), TupleValue(cells)])
         # the function's globals are the compiled function's own (LOAD_CONST of the dict would pin them too)
 
+        elif isinstance(value, PartialValue):  # NOTE [Partials across breaks]
+            self._call_const(make_partial, [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
     def _call_const(self, fn: Any, args: list[Value]) -> None:
         self.cg.push_null()
         self.cg.load_const(fn)
@@ -257,6 +264,10 @@ class Reconstructor:
 
 def _children(value: Value) -> list:
     if isinstance(value, SequenceValue):
+        if isinstance(value, DefaultDictValue):
+            factory = value.factory if value.factory is not None else ConstantValue(None)
+            self._call_const(make_defaultdict, [factory, DictValue(value.items)])
+            return
         return list(value.items)
     if isinstance(value, DictValue):
         return list(value.items.values())
@@ -277,6 +288,10 @@ def _children(value: Value) -> list:
 class FunctionShape:
     """The signature-related parts of the original code object, copied onto generated code."""
 
+    if isinstance(value, DictViewValue):
+        return [value.mapping]
+    if isinstance(value, DefaultDictValue) and value.factory is not None:
+        return [*value.items.values(), value.factory]
     argcount: int
     posonlyargcount: int
     kwonlyargcount: int
@@ -291,6 +306,8 @@ class FunctionShape:
     def of(cls, code: types.CodeType) -> "FunctionShape":
         nargs = code.co_argcount + code.co_kwonlyargcount
         nargs += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+    if isinstance(value, PartialValue):
+        return partial_parts(value)
         return cls(code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
                    code.co_flags & (0x04 | 0x08), code.co_varnames[:nargs], code.co_name,
                    getattr(code, "co_qualname", code.co_name), code.co_filename, code.co_firstlineno)

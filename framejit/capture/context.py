@@ -234,6 +234,10 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
     if isinstance(ctx, (ObjectValue, NewObjectValue)):
         exit_fn = tx.getattr(ctx, "__exit__")
         return exit_fn, tx.call_method_of(ctx, "__enter__", [], {})
+    from .generator_ctx import GenCtxValue, GenMethodValue, gen_enter
+    if isinstance(ctx, GenCtxValue):  # NOTE [Generator context managers]
+        entered = gen_enter(tx, ctx)
+        return GenMethodValue(ctx, "__exit__"), entered
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"with-block over {ctx.describe()}")
 
 

@@ -51,7 +51,9 @@ from .normalize import Inst, normalize
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
 from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
-                     SequenceValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue, Value)
+                     PartialValue, SequenceValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
+                     Value)
+from .partials import partial_parts
 
 _CONDITIONAL = {"POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"}
 _OR_POP = {"JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP"}
@@ -150,6 +152,9 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
                 visit(item)
         elif isinstance(v, BoundMethodValue):
             visit(v.self_value)
+        elif isinstance(v, PartialValue):
+            for item in partial_parts(v):
+                visit(item)
         elif isinstance(v, TensorMethodValue):
             visit(v.tensor)
         elif isinstance(v, UserFunctionValue):
@@ -526,6 +531,8 @@ def _check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int
             todo.extend([v.func, v.self_value])
         elif isinstance(v, CellValue):
             todo.append(v.contents)
+        elif isinstance(v, PartialValue):
+            todo.extend(partial_parts(v))
 
 
 _WRITES = ("STORE_DEREF", "DELETE_DEREF")

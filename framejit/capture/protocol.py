@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
-from .values import (ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue, ObjectValue,
+from .values import (ConstantValue, DictValue, DictViewValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue, ObjectValue,
                      SequenceValue, SetValue, SliceValue, SymFloatValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
 from .values.builder import wrap
@@ -294,6 +294,8 @@ def getitem(tx, obj: Value, key: Value) -> Value:
         obj = storage(obj)
     if isinstance(obj, TensorValue):
         return tx.output.call("call_function", operator.getitem, (obj, key), {})
+    if isinstance(obj, DictViewValue):
+        raise UserException(TypeError(f"'{obj.cls.__name__}' object is not subscriptable"))
     if isinstance(obj, SequenceValue):
         k = key.as_constant()
         if isinstance(k, slice):
@@ -309,7 +311,8 @@ def getitem(tx, obj: Value, key: Value) -> Value:
     if isinstance(obj, DictValue):
         k = key.as_constant()
         if k not in obj.items:
-            raise UserException(KeyError(k))
+            from .mappings import missing_item
+            return missing_item(tx, obj, k)
         return obj.items[k]
     if isinstance(obj, ConstantValue):
         return constant_fold(operator.getitem, obj.value, key.as_constant())

@@ -29,6 +29,7 @@ from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
 from .module_hooks import TRACE_TIME, plan_module_call
+from . import generator_ctx  # noqa: F401  (answers contextlib.contextmanager at trace time)
 from .normalize import Inst, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
@@ -72,6 +73,8 @@ class Translator:
         self.kw_names: tuple[str, ...] = ()
         self.return_value: Value | None = None
         self.yielded: list[Value] | None = None  # set when this frame is a generator being run eagerly
+        self.suspend_at_yield = False  # a generator-based context manager's frame (generator_ctx.py)
+        self.suspended = False  # ... stopped at a yield, to be resumed by run() again
         self.stop_at: int | None = None  # root frame only: stop before this instruction (a graph break)
 
     # ---- the loop -----------------------------------------------------------------------------
@@ -79,7 +82,7 @@ class Translator:
         insts = self.program.insts
         self.output.tx_stack.append(self)
         try:
-            while self.return_value is None:
+            while self.return_value is None and not self.suspended:
                 self.output.steps += 1
                 if self.output.steps > MAX_TRACE_STEPS:
                     raise Unsupported(BreakKind.TRACE_LIMIT,
@@ -228,6 +231,21 @@ class Translator:
         elif library_substitute(f) is not None:  # NOTE [ModelOutput.__post_init__]
             fn = UserFunctionValue(library_substitute(f))
             f = fn.fn
+        child = self.child_frame(fn, args, kwargs)
+        if child.code.co_flags & inspect.CO_GENERATOR:
+            # NOTE [Eager generators]: a generator called inside the compiled region is run to completion
+            # at once and stands for an iterator over what it yielded. Everything it can do while traced
+            # is pure (graph ops, local values), so the only observable difference from lazy evaluation
+            # is work a consumer would have skipped by stopping early; unbounded generators hit
+            # MAX_TRACE_STEPS and the frame runs eagerly.
+            child.yielded = []
+            child.run()
+            return IteratorValue(child.yielded)
+        return child.run()
+
+    def child_frame(self, fn: UserFunctionValue, args: list[Value], kwargs: dict[str, Value]) -> "Translator":
+        """A translator for a call of `fn` from this frame, its arguments bound, not yet run."""
+        f = fn.fn
         code = f.__code__
         if fn.closure is None:
             self.output.inlined[f] = None
@@ -241,17 +259,7 @@ class Translator:
         kwdefaults = fn.kwdefaults if fn.kwdefaults is not None else self._wrap_kwdefaults(fn)
         bound = bind_arguments(code, f.__qualname__, args, kwargs, defaults, kwdefaults)
         cells = self._cells_for(fn)
-        child = Translator(self.output, code, f.__globals__, bound, cells, parent=self)
-        if code.co_flags & inspect.CO_GENERATOR:
-            # NOTE [Eager generators]: a generator called inside the compiled region is run to completion
-            # at once and stands for an iterator over what it yielded. Everything it can do while traced
-            # is pure (graph ops, local values), so the only observable difference from lazy evaluation
-            # is work a consumer would have skipped by stopping early; unbounded generators hit
-            # MAX_TRACE_STEPS and the frame runs eagerly.
-            child.yielded = []
-            child.run()
-            return IteratorValue(child.yielded)
-        return child.run()
+        return Translator(self.output, code, f.__globals__, bound, cells, parent=self)
 
     def _wrap_defaults(self, fn: UserFunctionValue) -> tuple[Value, ...]:
         defaults = fn.fn.__defaults__ or ()

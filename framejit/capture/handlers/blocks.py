@@ -60,3 +60,4 @@ def yield_value(tx, inst):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "yield outside a generator being inlined")
     tx.yielded.append(tx.pop())
     tx.push(ConstantValue(None))
+    tx.suspended = tx.suspend_at_yield  # NOTE [Generator context managers]

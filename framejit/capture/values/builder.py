@@ -91,6 +91,12 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.nn.Module):
         out.guard_type(source, type(obj))
         return NNModuleValue(obj, source)
+    from ..mappings_runtime import VIEW_KINDS
+    if type(obj) in VIEW_KINDS:  # NOTE [Live dict views]
+        from ..mappings import wrap_view
+        return wrap_view(out, obj, source)
+    if type(obj) is _LIST_ITERATOR:
+        return _wrap_list_iterator(out, obj, source)
     from ..context import AUTOCAST_CLASSES, BLOCK_CLASSES, GRAD_CLASSES, ctx_from_object
     if isinstance(obj, GRAD_CLASSES + BLOCK_CLASSES) or type(obj) in AUTOCAST_CLASSES:
         return ctx_from_object(out, obj, source)

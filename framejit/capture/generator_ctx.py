@@ -1,0 +1,130 @@
+"""Context managers from `contextlib`: `@contextmanager` generators and `nullcontext`, traced.
+
+NOTE [Generator context managers]: `contextlib.contextmanager(func)` made or called inside the compiled
+region stands for a factory (a partial of `make_generator_cm`, which is what contextlib's `helper`
+does); calling it gives a GenCtxValue holding `func` and its arguments, nothing run yet (creating the
+generator runs none of its code). `with cm:` (or `cm.__enter__()`) starts a translator for `func` that
+stops at its first `yield` (Translator.suspend_at_yield) and binds the yielded value; the normal exit
+(`__exit__(None, None, None)`) resumes that translator with None until the generator returns, so its
+`finally:` code is traced in order with the block. A second `yield` raises contextlib's RuntimeError.
+An exception leaving the block, or a graph break while such a manager is open or live, is not
+modelled: the suspended generator cannot be rebuilt in Python, so the frame runs eagerly as under
+stock Dynamo (Reconstructor raises Unsupported for these values).
+
+`contextlib.nullcontext(x)` is an instance of that class made directly (its `__init__` only stores
+`enter_result`), so its `__enter__`/`__exit__` are inlined like any user context manager's and it is
+rebuilt like any object made while tracing, also across a graph break inside its block.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from .breaks import BreakKind, Unsupported, UserException
+from .module_hooks import TRACE_TIME
+from .values import ConstantValue, NewObjectValue, PartialValue, TupleValue, UserFunctionValue, Value
+
+
+def make_generator_cm(func, *args, **kwds):
+    """What `contextlib.contextmanager(func)(*args, **kwds)` returns (contextlib's `helper`)."""
+    return contextlib._GeneratorContextManager(func, args, kwds)
+
+
+class GenCtxValue(Value):
+    """A `contextlib._GeneratorContextManager` made while tracing (NOTE [Generator context managers])."""
+
+    def __init__(self, func: Value, args: list[Value], kwargs: dict[str, Value]) -> None:
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+        self.frame = None  # the generator's translator once entered
+        self.done = False
+
+    def python_type(self) -> type:
+        return contextlib._GeneratorContextManager
+
+    def describe(self) -> str:
+        return f"GeneratorContextManager({self.func.describe()})"
+
+
+class GenMethodValue(Value):
+    """`cm.__enter__` or `cm.__exit__` of a GenCtxValue (BEFORE_WITH pushes the `__exit__` one)."""
+
+    def __init__(self, ctx: GenCtxValue, name: str) -> None:
+        self.ctx = ctx
+        self.name = name
+
+    def describe(self) -> str:
+        return f"{self.name} of {self.ctx.describe()}"
+
+
+def contextmanager_factory(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`contextlib.contextmanager(func)` inside the compiled region."""
+    if len(args) != 1 or kwargs:
+        raise UserException(TypeError("contextmanager() takes exactly one argument"))
+    return PartialValue(UserFunctionValue(make_generator_cm), [args[0]], {})
+
+
+def new_generator_cm(args: list[Value]) -> GenCtxValue:
+    """`_GeneratorContextManager(func, args, kwds)` (called by make_generator_cm or contextlib's helper)."""
+    func, pos, kw = args
+    if not isinstance(pos, TupleValue) or not hasattr(kw, "items") or not isinstance(kw.items, dict):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a _GeneratorContextManager of unknown arguments")
+    return GenCtxValue(func, list(pos.items), dict(kw.items))
+
+
+def gen_enter(tx, ctx: GenCtxValue) -> Value:
+    if ctx.frame is not None:
+        raise UserException(AttributeError("'_GeneratorContextManager' object has no attribute 'args'"))
+    if not isinstance(ctx.func, UserFunctionValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a context manager over {ctx.func.describe()}")
+    frame = tx.child_frame(ctx.func, ctx.args, ctx.kwargs)
+    frame.yielded, frame.suspend_at_yield = [], True
+    ctx.frame = frame
+    frame.run()
+    if not frame.suspended:
+        ctx.done = True
+        raise UserException(RuntimeError("generator didn't yield"))
+    return frame.yielded[-1]
+
+
+def gen_exit(tx, ctx: GenCtxValue, args: list[Value]) -> Value:
+    if not all(a.is_constant() and a.as_constant() is None for a in args) or len(args) != 3:
+        raise Unsupported(BreakKind.EXCEPTION_RAISED, "an exception leaving a generator context manager")
+    if ctx.frame is None or ctx.done:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "__exit__ of a generator context manager not entered")
+    frame = ctx.frame
+    frame.suspended = False
+    frame.run()
+    ctx.done = True
+    if frame.suspended:
+        raise UserException(RuntimeError("generator didn't stop"))
+    return ConstantValue(False)
+
+
+def call_gen_method(tx, method: GenMethodValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if kwargs:
+        raise UserException(TypeError(f"{method.name}() takes no keyword arguments"))
+    if method.name == "__enter__":
+        return gen_enter(tx, method.ctx)
+    return gen_exit(tx, method.ctx, args)
+
+
+def gen_attr(ctx: GenCtxValue, name: str) -> Value:
+    if name in ("__enter__", "__exit__"):
+        return GenMethodValue(ctx, name)
+    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a generator context manager")
+
+
+def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectValue:
+    if len(args) + len(kwargs) > 1 or kwargs.keys() - {"enter_result"}:
+        raise UserException(TypeError("nullcontext() takes at most one argument"))
+    obj = NewObjectValue(contextlib.nullcontext)
+    obj.attrs["enter_result"] = args[0] if args else kwargs.get("enter_result", ConstantValue(None))
+    return obj
+
+
+TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
+
+
+__all__ = ["GenCtxValue", "GenMethodValue", "call_gen_method", "contextmanager_factory", "gen_attr",
+           "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

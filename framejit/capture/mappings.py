@@ -1,0 +1,172 @@
+"""`collections` mappings over abstract values: OrderedDict, defaultdict, plain dict subclasses.
+
+Constructors take dict's arguments (a mapping or an iterable of pairs, then keywords); `fromkeys` of
+dict, OrderedDict and defaultdict shares one value among all keys, as CPython does. OrderedDict adds
+`move_to_end` and `popitem(last=)`; `dict.popitem` takes the last item. A defaultdict read at a missing
+key calls its factory and stores the result (a mutation like any other: NOTE [Live dict views] sees it).
+A subclass of dict or OrderedDict that defines nothing of its own (no methods, no `__init__`) is a
+DictValue of that class, rebuilt as `cls({...})`; any other subclass stays an object (dict_objects.py).
+Handlers register themselves in builtins.BUILTIN_HANDLERS when this module is imported (by builtins).
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from .breaks import BreakKind, Unsupported, UserException
+from .builtins import BUILTIN_HANDLERS, _dict, handles
+from .protocol import iterate
+from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictValue, DictValue, TupleValue,
+                     Value)
+
+from .mappings_runtime import dict_of_view as _dict_of_view
+from .sources import Ref as _Ref
+
+_DICT_OF_VIEW = _Ref(_dict_of_view, "dict_of_view")
+_OD = collections.OrderedDict
+_DD = collections.defaultdict
+# methods a DictValue of `cls` has beyond CONTAINER_METHODS[dict] (attributes.py)
+_EXTRA_METHODS = {dict: ("popitem", "fromkeys"), _OD: ("popitem", "move_to_end", "fromkeys"),
+                  _DD: ("popitem", "fromkeys")}
+# names a plain subclass may define without changing how its instances behave
+_BENIGN = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__",
+           "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__"}
+
+
+@handles(_OD)
+def _ordered_dict(tx, args, kwargs):
+    return DictValue(_dict(tx, args, kwargs).items, cls=_OD)
+
+
+@handles(_DD)
+def _defaultdict(tx, args, kwargs):
+    factory = args[0] if args else None
+    if factory is not None and factory.is_constant() and factory.as_constant() is None:
+        factory = None
+    if factory is not None and factory.is_constant() and not callable(factory.as_constant()):
+        raise UserException(TypeError("first argument must be callable or None"))
+    return DefaultDictValue(_dict(tx, args[1:], kwargs).items, factory)
+
+
+def _fromkeys(cls: type):
+    def handler(tx, args, kwargs):
+        if not args or len(args) > 2 or kwargs.keys() - {"value"}:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.fromkeys with these arguments")
+        value = args[1] if len(args) > 1 else kwargs.get("value", ConstantValue(None))
+        items = {_key(k): value for k in iterate(tx, args[0])}
+        return DefaultDictValue(items, None) if cls is _DD else DictValue(items, cls=cls)
+    return handler
+
+
+for _cls in (dict, _OD, _DD):
+    BUILTIN_HANDLERS[_cls.fromkeys] = _fromkeys(_cls)
+
+
+def _key(v: Value) -> Any:
+    if not v.is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{v.describe()} as a dict key")
+    key = v.as_constant()
+    try:
+        hash(key)
+    except TypeError as e:
+        raise UserException(e) from None
+    return key
+
+
+def _mutable(tx, d: Value) -> DictValue:
+    if not isinstance(d, DictValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a dict method on {d.describe()}")
+    tx.output.side_effects.mutate_container(d)
+    return d
+
+
+@handles(dict.popitem)
+def _dict_popitem(tx, args, kwargs):
+    d = _mutable(tx, args[0])
+    return _popitem(d, last=True)
+
+
+@handles(_OD.popitem)
+def _od_popitem(tx, args, kwargs):
+    d = _mutable(tx, args[0])
+    last = (args[1] if len(args) > 1 else kwargs.get("last", ConstantValue(True))).as_constant()
+    return _popitem(d, last=bool(last))
+
+
+def _popitem(d: DictValue, last: bool) -> Value:
+    if not d.items:
+        raise UserException(KeyError("popitem(): dictionary is empty"))
+    key = next(reversed(d.items)) if last else next(iter(d.items))
+    return TupleValue([ConstantValue(key), d.items.pop(key)])
+
+
+@handles(_OD.move_to_end)
+def _move_to_end(tx, args, kwargs):
+    d = _mutable(tx, args[0])
+    key = _key(args[1])
+    last = (args[2] if len(args) > 2 else kwargs.get("last", ConstantValue(True))).as_constant()
+    if key not in d.items:
+        raise UserException(KeyError(key))
+    value = d.items.pop(key)
+    d.items = {key: value, **d.items} if not last else {**d.items, key: value}
+    return ConstantValue(None)
+
+
+def missing_item(tx, d: DictValue, key: Any) -> Value:
+    """`d[key]` for a key `d` lacks: a defaultdict with a factory stores and returns `factory()`."""
+    if not isinstance(d, DefaultDictValue) or d.factory is None:
+        raise UserException(KeyError(key))
+    value = tx.call(d.factory, [], {})
+    _mutable(tx, d).items[key] = value
+    return value
+
+
+def wrap_view(out, view: Any, source) -> Value:
+    """A real dict view read from outside (e.g. passed to a resume function): a live view of its dict,
+    which is wrapped (and deduplicated by identity) like any dict read through a source."""
+    from .mappings_runtime import VIEW_KINDS
+    from .sources import CallSource
+    from .values import DictViewValue
+    from .values.builder import wrap
+    out.guard_type(source, type(view))
+    mapping = wrap(out, _dict_of_view(view), CallSource(_DICT_OF_VIEW, source))
+    if not isinstance(mapping, DictValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a view of {mapping.describe()}")
+    return DictViewValue(mapping, VIEW_KINDS[type(view)])
+
+
+def copy_mapping(d: DictValue) -> DictValue:
+    """`d.copy()`: an OrderedDict (subclass) copies as its own class, a defaultdict with its factory,
+    anything else (dict subclasses, mappingproxy) as a plain dict, as CPython does."""
+    if isinstance(d, DefaultDictValue):
+        return DefaultDictValue(dict(d.items), d.factory)
+    return DictValue(dict(d.items), cls=d.cls if issubclass(d.cls, _OD) else dict)
+
+
+def mapping_attr(d: DictValue, name: str) -> Value | None:
+    """Attributes of a DictValue that dict itself lacks (None: look it up as a dict's)."""
+    if name == "default_factory" and isinstance(d, DefaultDictValue):
+        return d.factory if d.factory is not None else ConstantValue(None)
+    base = _OD if issubclass(d.cls, _OD) else _DD if issubclass(d.cls, _DD) else dict
+    if name in _EXTRA_METHODS[base]:
+        attr = getattr(base, name)
+        return BuiltinValue(attr) if name == "fromkeys" else BoundMethodValue(BuiltinValue(attr), d)
+    return None
+
+
+def is_plain_dict_subclass(cls: type) -> bool:
+    if type(cls) is not type or not issubclass(cls, dict) or cls in (dict, _OD, _DD):
+        return False
+    for klass in cls.__mro__:
+        if klass in (dict, _OD):
+            return True
+        if klass is _DD or set(vars(klass)) - _BENIGN:
+            return False
+    return False
+
+
+def make_dict_subclass(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> DictValue:
+    return DictValue(_dict(tx, args, kwargs).items, cls=cls)
+
+
+__all__ = ["wrap_view", "copy_mapping", "is_plain_dict_subclass", "make_dict_subclass", "mapping_attr", "missing_item"]

@@ -1,0 +1,61 @@
+"""`functools.partial` objects made while tracing: their attributes, and how they are rebuilt.
+
+A PartialValue holds the abstract `func`, positional `args` and `keywords`. Attribute reads answer
+what a real partial answers: `func`, `args` (a tuple), `keywords` (a dict), the type's own attributes
+(`__class__`, `__module__`, `__doc__`, slot methods bound to the partial), and AttributeError for a
+name the type does not have. A partial made while tracing has an empty instance `__dict__`, so absence
+needs no guard; one read from outside (it has a source) is an ObjectValue, not a PartialValue.
+
+NOTE [Partials across breaks]: a partial that is live at a graph break (a local, or on the stack) is
+rebuilt at run time as `functools.partial(func, *args, **keywords)` from its rebuilt parts
+(codegen.Reconstructor); tensors among its arguments are graph outputs like any other live tensor.
+"""
+from __future__ import annotations
+
+import functools
+import types
+
+from .breaks import BreakKind, Unsupported, UserException
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, PartialValue,
+                     TupleValue, Value)
+
+_PARTIAL = functools.partial
+
+
+def partial_attr(tx, p: PartialValue, name: str) -> Value:
+    if name == "func":
+        return p.func
+    if name == "args":
+        return TupleValue(list(p.args))
+    if name == "keywords":
+        d = DictValue({})
+        d.items = p.kwargs  # the partial's own dict: a change through it is seen by later calls
+        return d
+    if name == "__class__":
+        return ClassValue(_PARTIAL)
+    if name == "__dict__":
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, "the __dict__ of a functools.partial")
+    owner = next((k for k in _PARTIAL.__mro__ if name in vars(k)), None)
+    if owner is None:  # instances see their type's MRO only (not the metaclass: no `__name__`)
+        raise UserException(AttributeError(f"'functools.partial' object has no attribute '{name}'"))
+    raw = vars(owner)[name]
+    if raw is None or isinstance(raw, str):  # __module__, __doc__: constants of the type
+        return ConstantValue(raw)
+    if isinstance(raw, (types.WrapperDescriptorType, types.MethodDescriptorType)):
+        return BoundMethodValue(BuiltinValue(raw), p)  # e.g. p.__eq__, p.__repr__
+    if isinstance(raw, (types.BuiltinFunctionType, types.ClassMethodDescriptorType)):
+        return BuiltinValue(getattr(_PARTIAL, name))  # static and class methods (__new__, __init_subclass__)
+    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a functools.partial")
+
+
+def make_partial(func, args: tuple, keywords: dict) -> functools.partial:
+    """Run time: the partial a PartialValue stands for (NOTE [Partials across breaks])."""
+    return functools.partial(func, *args, **keywords)
+
+
+def partial_parts(p: PartialValue) -> list[Value]:
+    """The values a partial holds (for traversals over live values)."""
+    return [p.func, *p.args, *p.kwargs.values()]
+
+
+__all__ = ["make_partial", "partial_attr", "partial_parts"]

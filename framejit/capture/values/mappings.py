@@ -1,0 +1,73 @@
+"""Mapping values beyond the plain dict: `collections.defaultdict` and live dict views.
+
+- DefaultDictValue: a DictValue that also holds its `default_factory` (a Value, or None); reading a
+  missing key calls the factory and stores the result (mappings.missing_item).
+- DictViewValue: `d.keys()`, `d.values()`, `d.items()`. NOTE [Live dict views]: a view holds its dict
+  value, not a copy, so a view taken before `d[k] = v` sees the new key, as in CPython. It behaves as a
+  read-only tuple of its current items for iteration, `len`, `in` and truth; `==` folds on the real
+  view types (keys and items views compare as sets). Rebuilt after a graph as `d.keys()` etc. of the
+  rebuilt dict, so it stays live in the code that runs on.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from .base import ConstantValue, Value
+from .containers import DictValue, TupleValue
+
+
+class DefaultDictValue(DictValue):
+    def __init__(self, items: dict, factory: Value | None, source=None) -> None:
+        super().__init__(items, source, collections.defaultdict)
+        self.factory = factory
+
+    def is_constant(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return f"defaultdict({', '.join(f'{k!r}: {v.describe()}' for k, v in self.items.items())})"
+
+
+class DictViewValue(TupleValue):
+    """A live view (`kind` is "keys", "values" or "items") of the dict value `mapping`."""
+
+    def __init__(self, mapping: DictValue, kind: str) -> None:  # no super().__init__: items are computed
+        self.mapping = mapping
+        self.kind = kind
+        self.source = None
+
+    @property
+    def items(self) -> list[Value]:
+        d = self.mapping.items
+        if self.kind == "keys":
+            return [ConstantValue(k) for k in d]
+        if self.kind == "values":
+            return list(d.values())
+        return [TupleValue([ConstantValue(k), v]) for k, v in d.items()]
+
+    @property
+    def cls(self) -> type:
+        return view_type(self.mapping.cls, self.kind)
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def is_constant(self) -> bool:
+        return self.kind == "keys" or all(v.is_constant() for v in self.mapping.items.values())
+
+    def as_constant(self) -> Any:
+        values = {k: (None if self.kind == "keys" else v.as_constant()) for k, v in self.mapping.items.items()}
+        return getattr(values, self.kind)()
+
+    def describe(self) -> str:
+        return f"{self.kind}-view of {self.mapping.describe()}"
+
+
+def view_type(cls: type, kind: str) -> type:
+    """The type of `cls().kind()` (odict_keys for an OrderedDict, dict_keys for dict and defaultdict)."""
+    base = collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict
+    return type(getattr(base(), kind)())
+
+
+__all__ = ["DefaultDictValue", "DictViewValue", "view_type"]

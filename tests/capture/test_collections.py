@@ -1,0 +1,216 @@
+"""collections mappings, dict views and functools.partial objects made inside the compiled region.
+
+Differential: each program runs eagerly and compiled on fresh inputs (several seeds); results, printed
+output and the state of the inputs must match, and the graph count is asserted.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, run_differential
+
+
+def _one(seed):
+    return (torch.randn(3),)
+
+
+def _two(seed):
+    return (torch.randn(3), torch.randn(3))
+
+
+class PlainOrdered(collections.OrderedDict):
+    pass
+
+
+class PlainDict(dict):
+    pass
+
+
+class Overriding(dict):
+    def __getitem__(self, key):
+        return 0
+
+
+# ---- OrderedDict / defaultdict / fromkeys --------------------------------------------------------------
+def test_ordered_dict_construction_and_update():
+    def fn(x, y):
+        pairs = [("a", x), ("b", x + 1)]
+        od = collections.OrderedDict(pairs, c=y)
+        od["a"] = x * 3
+        od.update({"b": y - 1}, d=y * 2)
+        od.update(zip("ce", [x + 3, y + 4]))
+        copy = od.copy()
+        copy["a"] = y
+        return od, copy, list(od), isinstance(od, collections.OrderedDict), isinstance(copy, dict)
+    assert run_differential(fn, _two).graph_count == 1
+
+
+def test_ordered_dict_move_to_end_and_popitem():
+    def fn(x):
+        od = collections.OrderedDict(a=x, b=x + 1, c=x + 2)
+        od.move_to_end("a")
+        od.move_to_end("c", last=False)
+        k1, v1 = od.popitem()
+        k2, v2 = od.popitem(last=False)
+        d = {"p": x, "q": x * 2}
+        k3, v3 = d.popitem()
+        return od, (k1, k2, k3), v1 + v2 + v3, list(od.keys())
+    assert run_differential(fn, _one).graph_count == 1
+
+
+def test_popitem_and_move_to_end_errors_match_eager():
+    def empty(x):
+        return collections.OrderedDict().popitem(), x
+
+    def missing(x):
+        od = collections.OrderedDict(a=x)
+        od.move_to_end("zz")
+        return od
+
+    run_differential(empty, _one, fullgraph=False)
+    run_differential(missing, _one, fullgraph=False)
+
+
+def test_defaultdict_factories():
+    def fn(x):
+        lists = collections.defaultdict(list)
+        lists["a"].append(x)
+        lists["a"].append(x + 1)
+        lists["b"].append(x * 2)
+        counts = collections.defaultdict(int)
+        for key in ("u", "v", "u"):
+            counts[key] += 1
+        made = collections.defaultdict(lambda: x.sin())
+        first = made["k"]
+        return lists, counts, first, made, lists.default_factory is list, "zz" in lists
+    assert run_differential(fn, _one).graph_count == 1
+
+
+def test_defaultdict_without_factory_raises_key_error():
+    def fn(x):
+        d = collections.defaultdict(None, a=x)
+        return d["missing"]
+    run_differential(fn, _one, fullgraph=False)
+
+
+def test_fromkeys_of_each_mapping():
+    def fn(x, y):
+        names = ["a", "b"]
+        d = dict.fromkeys(names)
+        d1 = dict.fromkeys(d, x + 1)
+        d2 = collections.defaultdict.fromkeys(iter(d1), x - 2)
+        d3 = collections.OrderedDict.fromkeys(tuple(names), value=y)
+        d2.setdefault("c", 10)
+        return d1["a"] * d2["b"] + d2["a"] + d3["a"] + d3["b"], d, d2, d3, d1["a"] is d1["b"]
+    assert run_differential(fn, _two).graph_count == 1
+
+
+def test_plain_dict_subclasses_are_dicts():
+    def fn(x):
+        a = PlainOrdered(sample=x + 1)
+        b = PlainDict([("k", x)], z=2)
+        b["w"] = x * 3
+        return a, b, type(a).__name__, list(b.items())[0][0]
+    assert run_differential(fn, _one).graph_count == 1
+
+
+def test_overriding_dict_subclass_is_not_modelled_as_a_dict():
+    def fn(x):
+        d = Overriding(a=1)
+        return x + d["a"]
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))  # 0 added, as eager
+
+
+# ---- dict views are live ---------------------------------------------------------------------------
+def test_views_see_later_mutation():
+    def fn(x):
+        d = {3: x}
+        keys, values, items = d.keys(), d.values(), d.items()
+        d[4] = x + 1
+        d[3] = x * 2
+        other = {3: 2, 4: "aa"}
+        return (3 in keys, 4 in keys, 5 in keys, other.keys() == keys, len(values), list(values),
+                [k for k, _ in items], bool(keys))
+    assert run_differential(fn, _one).graph_count == 1
+
+
+def test_view_is_not_subscriptable():
+    def fn(x):
+        return {"a": x}.keys()[0]
+    run_differential(fn, _one, fullgraph=False)
+
+
+def test_view_stays_live_across_a_graph_break():
+    def fn(x, n):
+        d = {"a": x}
+        keys = d.keys()
+        print("break")
+        d["b"] = x + n
+        return len(keys), sorted(keys), d
+    backend = run_differential(fn, lambda seed: (torch.randn(3), 2), fullgraph=False)
+    assert backend.graph_count == 1
+
+
+def test_defaultdict_across_a_graph_break():
+    def fn(x):
+        d = collections.defaultdict(list)
+        d["a"].append(x.sin())
+        print("break")
+        d["b"].append(x.cos())
+        return d, d.default_factory
+    backend = run_differential(fn, _one, fullgraph=False)
+    assert backend.graph_count == 2
+
+
+# ---- functools.partial made inside ---------------------------------------------------------------------
+def _mul(x, y):
+    return x * y
+
+
+def _add(x, y):
+    return x + y
+
+
+def test_partial_rebuilt_after_a_break():
+    def fn(f, g, x):
+        p0 = functools.partial(f, y=x)
+        p1 = functools.partial(g, x)
+        print("break")
+        return torch.mul(p0(x), p1(x))
+    backend = run_differential(fn, lambda seed: (_mul, _add, torch.randn(2, 2)), fullgraph=False)
+    assert backend.graph_count == 1
+
+
+def test_partial_of_graph_tensor_rebuilt_after_a_break():
+    def fn(x):
+        p = functools.partial(_mul, x.sin())
+        print("break")
+        return p(x), p.args[0].shape, sorted(p.keywords)
+    backend = run_differential(fn, _one, fullgraph=False)
+    assert backend.graph_count == 2
+
+
+@pytest.mark.parametrize("attr", ["func", "args", "keywords", "__call__", "__class__", "__module__", "__doc__",
+                                  "__eq__", "__new__", "__code__", "__name__", "__defaults__", "__globals__"])
+def test_partial_hasattr(attr):
+    def fn(t):
+        p = functools.partial(lambda x, y: torch.sin(x) + torch.cos(y), y=t)
+        if hasattr(p, attr):
+            return p(t)
+        return torch.zeros_like(t)
+    assert run_differential(fn, _one).graph_count == 1
+
+
+def test_partial_attributes():
+    def fn(x):
+        p = functools.partial(_mul, x, y=2)
+        return p.func is _mul, p.args[0] + 1, p.keywords["y"], p.__class__ is functools.partial, p.__module__
+    assert run_differential(fn, _one).graph_count == 1
