@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..protocol import iterate, truth
 from ..values import ConstantValue, IteratorValue
+from ..values.containers import iterator_over
 from . import op
 
 
@@ -58,7 +59,7 @@ def jump_if_true_or_pop(tx, inst):
 @op("GET_ITER")
 def get_iter(tx, inst):
     value = tx.pop()
-    tx.push(value if isinstance(value, IteratorValue) else IteratorValue(iterate(tx, value)))
+    tx.push(value if isinstance(value, IteratorValue) else iterator_over(value, iterate(tx, value)))
 
 
 @op("FOR_ITER")

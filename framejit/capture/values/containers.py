@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..breaks import BreakKind, Unsupported, UserException
 from ..sources import Source
 from .base import Value
 
@@ -105,18 +106,37 @@ class SliceValue(Value):
 
 
 class IteratorValue(Value):
-    """An iterator over a known list of values (range, list, tuple, dict keys, zip, enumerate, ...)."""
+    """An iterator over a known list of values (range, list, tuple, dict keys, zip, enumerate, ...).
 
-    def __init__(self, items: list[Value]) -> None:
-        self.items = list(items)
+    NOTE [Live iteration]: an iterator over a list, dict or set made by `iter()`/GET_ITER keeps its
+    container as `owner`, as CPython's iterators do. Over a list it shares the list's items, so items
+    appended or removed by the loop body are seen (or skipped) exactly as CPython sees them; over a dict
+    or a set, a change of size raises CPython's RuntimeError at the next step, and other key changes are
+    a graph break."""
+
+    def __init__(self, items: list[Value], owner: Value | None = None) -> None:
+        self.owner = owner
+        self.items = owner.items if isinstance(owner, ListValue) else list(items)
         self.index = 0
+        if owner is not None and not isinstance(owner, ListValue):
+            self.keys = list(owner.items)
 
     def next(self) -> Value | None:
+        if self.owner is not None and not isinstance(self.owner, ListValue):
+            self._check_unchanged()
         if self.index >= len(self.items):
             return None
         item = self.items[self.index]
         self.index += 1
         return item
+
+    def _check_unchanged(self) -> None:
+        keys = self.owner.items
+        if len(keys) != len(self.keys):
+            kind = "dictionary" if isinstance(self.owner, DictValue) else "Set"
+            raise UserException(RuntimeError(f"{kind} changed size during iteration"))
+        if list(keys) != self.keys:
+            raise Unsupported(BreakKind.SIDE_EFFECT, "the keys of a dict or set changed while iterating over it")
 
     def remaining(self) -> list[Value]:
         rest = self.items[self.index:]
@@ -125,3 +145,10 @@ class IteratorValue(Value):
 
     def python_type(self) -> type:
         return type(iter([]))
+
+
+def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
+    """The iterator `iter(value)` gives, `items` being what it yields (NOTE [Live iteration])."""
+    if type(value) in (ListValue, DictValue, SetValue) and value.python_type() in (list, dict, set, frozenset):
+        return IteratorValue(items, owner=value)
+    return IteratorValue(items)
