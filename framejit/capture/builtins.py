@@ -175,10 +175,7 @@ def _size(tx, args, kwargs):
 
 @handles(iter)
 def _iter(tx, args, kwargs):
-    from .values.containers import iterator_over
-    if isinstance(args[0], IteratorValue):
-        return args[0]
-    return iterator_over(args[0], iterate(tx, args[0]))  # NOTE [Live iteration]
+    return IteratorValue(iterate(tx, args[0]))
 
 
 @handles(next)
@@ -371,9 +368,6 @@ def _is_grad_enabled(tx, args, kwargs):
     return ConstantValue(tx.output.grad_enabled)
 
 
-@handles(torch.is_tensor)
-def _is_tensor(tx, args, kwargs):
-    return ConstantValue(isinstance(args[0], TensorValue))
 @handles(torch._C._set_grad_enabled)
 def _set_grad_enabled(tx, args, kwargs):
     """The raw grad-mode switch (what context managers written by hand call): a state change in the
@@ -384,6 +378,9 @@ def _set_grad_enabled(tx, args, kwargs):
     return ConstantValue(None)
 
 
+@handles(torch.is_tensor)
+def _is_tensor(tx, args, kwargs):
+    return ConstantValue(isinstance(args[0], TensorValue))
 
 
 @handles(torch.get_default_dtype)

@@ -85,25 +85,6 @@ def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: d
     return fn
 
 
-def list_iterator_at(items: list, index: int) -> Any:
-    """CPython's iterator over the list `items`, advanced to `index` (a for loop over a list that is live
-    at a graph break: the resumed loop sees the list's later changes, NOTE [Live iteration])."""
-    iterator = iter(items)
-    iterator.__setstate__(index)
-    return iterator
-
-
-def iterated_list(iterator: Any) -> Any:
-    """The list a list iterator walks (`()` once it is exhausted)."""
-    return iterator.__reduce__()[1][0]
-
-
-def iterator_index(iterator: Any) -> int:
-    """The position of a list iterator (-1 once it is exhausted)."""
-    state = iterator.__reduce__()
-    return state[2] if len(state) > 2 else -1
-
-
 def new_object(cls: type, attrs: dict) -> Any:
     """Rebuild an object created inside the compiled region: the instance with the attributes its
     traced `__init__` set, without running `__init__` again. A dict subclass also gets its items back
@@ -184,6 +165,8 @@ class Reconstructor:
             value.source.reload(cg)
         elif isinstance(value, ConstantValue):
             cg.load_const(value.value)
+        elif isinstance(value, DictViewValue):  # NOTE [Live dict views]
+            self._call_const(view_of, [value.mapping, ConstantValue(value.kind)])
         elif isinstance(value, SequenceValue):
             self._sequence(value)
         elif isinstance(value, DictValue):
@@ -197,18 +180,16 @@ class Reconstructor:
         elif isinstance(value, TensorMethodValue):
             self.emit(value.tensor)
             cg.load_attr(value.name)
-        elif isinstance(value, IteratorValue) and isinstance(value.owner, ListValue):
-            self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
         elif isinstance(value, IteratorValue):
             self._call_const(iter, [ListValue(value.items[value.index:])])
         elif isinstance(value, (BuiltinValue, ClassValue, PyModuleValue, ObjectValue)):
             cg.load_const(value.obj)
         elif isinstance(value, UserFunctionValue) and value.closure is None and value.defaults is None:
             cg.load_const(value.fn)
-        elif isinstance(value, DictViewValue):  # NOTE [Live dict views]
-            self._call_const(view_of, [value.mapping, ConstantValue(value.kind)])
         elif isinstance(value, UserFunctionValue):
             self._new_function(value)
+        elif isinstance(value, PartialValue):  # NOTE [Partials across breaks]
+            self._call_const(make_partial, [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
         elif value.is_constant():
             cg.load_const(value.as_constant())
         else:
@@ -230,8 +211,6 @@ class Reconstructor:
                                         DictValue(dict(value.kwdefaults or {})), TupleValue(cells)])
         # the function's globals are the compiled function's own (LOAD_CONST of the dict would pin them too)
 
-        elif isinstance(value, PartialValue):  # NOTE [Partials across breaks]
-            self._call_const(make_partial, [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
     def _call_const(self, fn: Any, args: list[Value]) -> None:
         self.cg.push_null()
         self.cg.load_const(fn)
@@ -264,6 +243,10 @@ class Reconstructor:
         if value.source is not None:
             value.source.reload(cg)
             return
+        if isinstance(value, DefaultDictValue):
+            factory = value.factory if value.factory is not None else ConstantValue(None)
+            self._call_const(make_defaultdict, [factory, DictValue(value.items)])
+            return
         if value.cls is not dict:
             cg.push_null()
             cg.load_const(value.cls)
@@ -284,11 +267,11 @@ class Reconstructor:
 
 
 def _children(value: Value) -> list:
+    if isinstance(value, DictViewValue):
+        return [value.mapping]
+    if isinstance(value, DefaultDictValue) and value.factory is not None:
+        return [*value.items.values(), value.factory]
     if isinstance(value, SequenceValue):
-        if isinstance(value, DefaultDictValue):
-            factory = value.factory if value.factory is not None else ConstantValue(None)
-            self._call_const(make_defaultdict, [factory, DictValue(value.items)])
-            return
         return list(value.items)
     if isinstance(value, DictValue):
         return list(value.items.values())
@@ -299,9 +282,11 @@ def _children(value: Value) -> list:
     if isinstance(value, TensorMethodValue):
         return [value.tensor]
     if isinstance(value, IteratorValue):
-        return [value.owner] if isinstance(value.owner, ListValue) else value.items[value.index:]
+        return value.items[value.index:]
     if isinstance(value, UserFunctionValue):
         return [c.contents for c in value.closure or () if getattr(c, "contents", None) is not None]
+    if isinstance(value, PartialValue):
+        return partial_parts(value)
     return []
 
 
@@ -309,10 +294,6 @@ def _children(value: Value) -> list:
 class FunctionShape:
     """The signature-related parts of the original code object, copied onto generated code."""
 
-    if isinstance(value, DictViewValue):
-        return [value.mapping]
-    if isinstance(value, DefaultDictValue) and value.factory is not None:
-        return [*value.items.values(), value.factory]
     argcount: int
     posonlyargcount: int
     kwonlyargcount: int
@@ -327,8 +308,6 @@ class FunctionShape:
     def of(cls, code: types.CodeType) -> "FunctionShape":
         nargs = code.co_argcount + code.co_kwonlyargcount
         nargs += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
-    if isinstance(value, PartialValue):
-        return partial_parts(value)
         return cls(code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
                    code.co_flags & (0x04 | 0x08), code.co_varnames[:nargs], code.co_name,
                    getattr(code, "co_qualname", code.co_name), code.co_filename, code.co_firstlineno)
