@@ -17,13 +17,13 @@ from . import config, logs  # torch-free; `framejit.config.x = ...` works right 
 __version__ = "0.1.0"
 
 __all__ = [
-    "FramejitError", "Unsupported", "compile", "disable", "explain", "list_backends", "lookup_backend",
+    "BackendCompilerFailed", "FramejitError", "Unsupported", "compile", "disable", "explain", "list_backends", "lookup_backend",
     "mark_dynamic", "register_backend", "reset", "set_logs", "stats", "__version__",
 ]
 
 # public name -> the submodule (relative to this package) that defines it
 _LAZY = {
-    "FramejitError": ".api", "Unsupported": ".api", "compile": ".api", "disable": ".api",
+    "BackendCompilerFailed": ".api", "FramejitError": ".api", "Unsupported": ".api", "compile": ".api", "disable": ".api",
     "explain": ".api", "mark_dynamic": ".api", "reset": ".api", "stats": ".api",
     "list_backends": ".backends.registry", "lookup_backend": ".backends.registry",
     "register_backend": ".backends.registry",

@@ -14,6 +14,9 @@ a one-line change:
 
 Exceptions: `framejit.Unsupported` (a FramejitError) is raised only with `fullgraph=True`, at the first
 step that cannot be captured; it carries `.graph_break` (kind, explanation, hint, the user's file:line).
+`framejit.BackendCompilerFailed` (a FramejitError) is raised by a call whose graph the backend failed to
+compile (it raised or returned a non-callable), whatever `fullgraph` says (NOTE [Backend failures raise]
+in capture/backend_call.py); bad options of a built-in backend raise at `compile()` itself.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import torch
 
 from . import config
 from .backends import registry
+from .capture.backend_call import BackendCompilerFailed
 from .capture.breaks import FramejitError, GraphBreak, Unsupported
 from .capture.convert import STATS, CompileRequest
 from .capture.hook import FrameHook, module_call, reset_all
@@ -63,6 +67,8 @@ def _make_request(backend, fullgraph, dynamic, options, mode) -> CompileRequest:
     backend_fn, version_key = registry.resolve(backend)
     if options and isinstance(backend, str) and backend == "eager":
         raise ValueError(f"backend 'eager' accepts no options; got {sorted(options)}")
+    if options and isinstance(backend, str):
+        registry.check_options(backend, options)  # raises naming the backend and the accepted keys
     return CompileRequest(backend_fn, options or None, fullgraph, version_key=version_key,
                           artifacts=_artifacts(backend))
 
@@ -159,9 +165,12 @@ def reset() -> None:
 def stats() -> dict[str, Any]:
     """Process-wide counters: frames traced, compiled and loaded from the frame cache, graphs, backend
     compiles, compile time; `frames` lists each compiled or loaded entry (function, location, backend,
-    graphs, compile_time_s, cache "hit"/"miss")."""
+    graphs, compile_time_s, cache "hit"/"miss"); `eager_frames` counts the frames framejit decided to run
+    wholly eagerly and `eager_frame_reasons` lists them ({function, location, reason}; NOTE [Eager frames])."""
+    from .capture import eager_frames
     from .capture.hook import FRAMES
-    return {**STATS, "frames": [dict(f) for f in FRAMES]}
+    return {**STATS, "frames": [dict(f) for f in FRAMES], "eager_frames": eager_frames.count(),
+            "eager_frame_reasons": eager_frames.snapshot()}
 
 
 @dataclasses.dataclass
@@ -172,9 +181,13 @@ class ExplainOutput:
     break_reasons: list[GraphBreak]
     ops_per_graph: list[list[str]]
     guards: list[Any]
+    eager_frames: list[dict] = dataclasses.field(default_factory=list)  # NOTE [Eager frames]
 
     def __str__(self) -> str:
         lines = [f"Graph count: {self.graph_count}", f"Graph break count: {self.graph_break_count}"]
+        if self.eager_frames:
+            lines.append(f"Eager frames: {len(self.eager_frames)}")
+            lines += [f"  {e['function']} ({e['location']}): {e['reason']}" for e in self.eager_frames]
         for i, ops in enumerate(self.ops_per_graph):
             lines.append(f"Graph {i}: {len(ops)} ops: {', '.join(ops)}")
         for br in self.break_reasons:
@@ -191,9 +204,13 @@ def explain(fn: Callable, *, backend: str | Callable = "eager"):
 
     def run(*args, **kwargs) -> ExplainOutput:
         request = _make_request(backend, False, None, None, None)
+        from .capture import eager_frames
         compiled = _compile_one(fn, request)
+        before = eager_frames.count()
         compiled(*args, **kwargs)
-        return _report([_find_hook(compiled), *request.hooks.all()])  # the frame, its callees and resumes
+        report = _report([_find_hook(compiled), *request.hooks.all()])  # the frame, its callees and resumes
+        report.eager_frames = eager_frames.snapshot()[before:]
+        return report
 
     return run
 
@@ -255,5 +272,5 @@ def mark_dynamic(tensor: torch.Tensor, dim: int) -> None:
                               "specialised and guarded; a new shape recompiles)")
 
 
-__all__ = ["FramejitError", "Unsupported", "compile", "disable", "explain", "mark_dynamic", "reset", "stats",
+__all__ = ["BackendCompilerFailed", "FramejitError", "Unsupported", "compile", "disable", "explain", "mark_dynamic", "reset", "stats",
            "config", "_UNSET"]

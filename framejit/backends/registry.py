@@ -12,7 +12,8 @@ Persistence: a built-in backend module may define `save(compiled) -> bytes | Non
 `load(data, gm, example_inputs) -> callable` (contract and format: backends/artifact.py). They are
 found lazily as `BackendEntry.save_artifact` / `BackendEntry.load_artifact` (None when the module has
 none, and always None for user callables), or through `artifact_functions(backend)` for a backend
-given by name or as the callable `resolve` returned.
+given by name or as the callable `resolve` returned. A module may also define `check_options(options)`,
+which `check_options(name, options)` calls so that `framejit.compile` rejects bad options at once.
 """
 from __future__ import annotations
 
@@ -166,6 +167,15 @@ def resolve(backend: str | BackendFn) -> tuple[BackendFn, str]:
         f"argument 'backend' must be a backend name ({', '.join(list_backends())}) or a callable "
         f"(gm, example_inputs) -> callable, got {type(backend).__name__}"
     )
+
+
+def check_options(name: str, options: dict) -> None:
+    """Validate `options` for the built-in backend `name` with its module's `check_options(options)`
+    (onnxrt, triton); raises TypeError/ValueError naming the backend and the accepted keys."""
+    entry = entry_for(name)
+    check = entry._module_function("check_options")
+    if check is not None:
+        check(options)
 
 
 def artifact_functions(backend: str | BackendFn) -> tuple[SaveFn, LoadFn] | None:

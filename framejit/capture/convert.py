@@ -8,10 +8,12 @@ user's real exception. Only `fullgraph=True` lets `Unsupported` reach the caller
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import dis
 import inspect
 import io
+import logging
 import time
 import traceback
 import types
@@ -21,7 +23,8 @@ import torch
 
 from .. import config, logs
 from ..guards import COST_ID, GuardFunction, compile_guards
-from .breaks import BreakKind, GraphBreak, Unsupported, UserException
+from .backend_call import BackendCompilerFailed, backend_name, call_backend
+from .breaks import DISABLED, BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from . import frame_cache
 from .resume import make_resume_code
@@ -157,6 +160,8 @@ class Hooks:
         return hook
 
     def function(self, fn: types.FunctionType):
+        if fn.__code__ in DISABLED:  # framejit.disable: called as plain Python, never through a hook
+            return fn
         return self._hook(("function", fn), fn)
 
     def module_call(self):
@@ -195,8 +200,9 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     output = _tracing()[0].OutputGraph()
     output.dynamic_floats = dynamic_floats
     try:
-        entry = _convert(fn, shape, args, kwargs, request, output)
-    except Unsupported:
+        with _quiet_fake_tensor_errors():
+            entry = _convert(fn, shape, args, kwargs, request, output)
+    except (Unsupported, BackendCompilerFailed):  # NOTE [Backend failures raise] in backend_call.py
         raise
     except Exception as e:  # a framejit bug: the user's program must not see it
         if request.fullgraph:
@@ -206,6 +212,26 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
         entry = _eager_entry(fn, shape, output, graph_break=GraphBreak(BreakKind.INTERNAL_ERROR, f"{type(e).__name__}: {e}"))
     STATS["compile_time_s"] += time.perf_counter() - start
     return entry
+
+
+# NOTE [Quiet fake-tensor errors]: when an op fails on fake tensors (a shape mismatch in the user's code),
+# torch's fake-tensor module logs the meta kernel's whole traceback at ERROR level before raising. While
+# tracing, that failure is the user's exception, which the frame then raises (or catches) eagerly, where
+# eager prints nothing: so those records are dropped while a frame is traced.
+class _DropErrors(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_errors():
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    drop = _DropErrors()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest, output) -> Entry:
@@ -296,7 +322,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         output.output(outputs)
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
         graphs.append(gm)
-        compiled = _backend_compile(gm, output, request)
+        compiled = _backend_compile(gm, output, request, fn)
         cg.push_null()
         cg.load_const(compiled)
         for inp in output.inputs:
@@ -345,13 +371,15 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
             output.output(outputs)
             gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
             graphs.append(gm)
-            compiled = _backend_compile(gm, output, request)
+            compiled = _backend_compile(gm, output, request, fn)
             output_index = {id(v.node): i for i, v in enumerate(outputs)}
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     except (Unsupported, UserException) as e:
         logs.log("eager_fallback", "%s: no graph break taken (%s); the frame runs eagerly", fn.__code__.co_qualname, e)
         return None
+    except BackendCompilerFailed:
+        raise
     except Exception as e:  # an internal error while generating the break: run the frame eagerly
         logs.log("eager_fallback", "%s: graph break failed (%s: %s); the frame runs eagerly",
                  fn.__code__.co_qualname, type(e).__name__, e)
@@ -384,25 +412,18 @@ class _BoundHooks:
         return self.hooks.resume(code, index, layout, names, self.fn, hooked, successors)
 
 
-def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest) -> Callable:
+def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, fn: types.FunctionType) -> Callable:
     example_inputs = [inp.tensor for inp in output.inputs]
     STATS["graphs"] += 1
     if logs.enabled("graph_code"):
         logs.log("graph_code", "%s", gm.print_readable(print_output=False))
     if logs.enabled("graph"):
         logs.log("graph", "%s", gm.graph)
-    try:
-        if request.options:
-            compiled = request.backend(gm, example_inputs, options=request.options)
-        else:
-            compiled = request.backend(gm, example_inputs)
-        STATS["backend_compiles"] += 1
-    except Exception as e:  # never the user's crash: run the graph as Python instead
-        logs.log("eager_fallback", "backend %r failed on a graph (%s: %s); running it eagerly",
-                 getattr(request.backend, "__name__", request.backend), type(e).__name__, e)
-        compiled = gm.forward
-    if not callable(compiled):
-        raise TypeError(f"the backend returned {type(compiled).__name__}, not a callable")
+    code = fn.__code__
+    compiled = call_backend(gm, example_inputs, request.backend, request.options,
+                            backend_name(request.backend, request.version_key),
+                            f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})")
+    STATS["backend_compiles"] += 1
     output.backend_outputs.append(describe_backend_output(gm, compiled))
     if logs.enabled("output_code"):
         logs.log("output_code", "%s", output.backend_outputs[-1])

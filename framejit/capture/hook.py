@@ -221,9 +221,12 @@ class FrameHook:
         if self.limit_logged:
             return
         self.limit_logged = True
-        failure = self.entries[0].guard.first_failure(*args, **kwargs)
-        message = (f"{self._name()} hit the recompile limit ({config.recompile_limit}); it now runs eagerly. "
-                   f"Last failing guard: {failure}")
+        if not self.entries:  # a limit of 0: never compile
+            message = f"{self._name()} runs eagerly: the recompile limit is {config.recompile_limit}"
+        else:
+            failure = self.entries[0].guard.first_failure(*args, **kwargs)
+            message = (f"{self._name()} hit the recompile limit ({config.recompile_limit}); it now runs "
+                       f"eagerly. Last failing guard: {failure}")
         logs.log("recompiles", "%s", message)
         logs.getLogger("recompiles").warning("%s", message) if not logs.enabled("recompiles") else None
 

@@ -57,12 +57,15 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     bc = bytecode.Bytecode.from_code(code)
     label = Label()
     prologue, stack_args = _prologue(layout, label)
+    line = _line_of(items, target.position, code)
+    _set_line(prologue, line)
     start_at = target.position
     while start_at > 0 and isinstance(items[start_at - 1], Instr) and items[start_at - 1].name in ("PRECALL", "KW_NAMES"):
         start_at -= 1  # a call starts at its KW_NAMES (and 3.11's PRECALL)
     trampolines: list = []
     if successors:
         trampolines = _trampolines(items, target.position, successors, live_locals, set(code.co_cellvars))
+        _set_line(trampolines, line)
     body = items[:start_at] + [label] + items[start_at:] + trampolines
     start = _prologue_position(body)
     bc.clear()
@@ -144,6 +147,23 @@ def _trampolines(items: list, position: int, successors: tuple, live_locals: tup
                 for name in live_locals]
         out += _call(len(after) + len(live_locals)) + [Instr("RETURN_VALUE")]
     return out
+
+
+# NOTE [Resume code has line numbers]: the instructions a resume function adds (prologue, trampolines)
+# carry the line of the instruction it resumes at. Without one, a frame stopped there (a trampoline's
+# call of the next resume function that raises) has line None, and formatting the user's traceback fails
+# (measured: pytest's INTERNALERROR on 3.12; `linecache` compares None with an int).
+def _line_of(items: list, position: int, code: types.CodeType) -> int:
+    for item in reversed(items[: position + 1]):
+        if isinstance(item, Instr) and isinstance(item.lineno, int) and item.lineno > 0:
+            return item.lineno
+    return code.co_firstlineno
+
+
+def _set_line(instrs: list, line: int) -> None:
+    for item in instrs:
+        if isinstance(item, Instr):
+            item.lineno = line
 
 
 def _call(nargs: int) -> list:

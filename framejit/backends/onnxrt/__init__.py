@@ -28,8 +28,14 @@ ops) instead of hand-written ONNX patterns.
 Persistence (persist.py): `save(compiled) -> bytes | None` and `load(data, gm, example_inputs)` write
 and rebuild the per-signature programs (model bytes, plan of eager parts) without lowering again.
 
-Limits: inference only (graphs needing autograd run with the eager backend, logged); outputs that alias
-inputs in eager (views) are fresh tensors here; bfloat16 and complex ops run in eager torch; ops with
+Eager semantics: where ORT's operators differ from torch (NaN in max/argmax, sign(nan), broadcasting
+copies), the lowered graph is rewritten first (semantics.py, NOTE [Eager semantics in ONNX]); reductions
+of empty tensors run in torch; returned views of inputs or outputs are made in torch, so they alias as
+in eager (partition.py, NOTE [Returned views stay views]). Bad `options` raise (`check_options` runs
+at `framejit.compile`).
+
+Limits: inference only (graphs needing autograd run with the eager backend, logged); bfloat16 and
+complex ops run in eager torch; ops with
 data-dependent output shapes (nonzero) are traced with unbacked sizes, and where that tracing fails the
 whole graph runs eagerly (logged).
 """
@@ -40,7 +46,12 @@ from .compiler import OnnxrtCompiled
 from .options import ACCEPTED_KEYS, OnnxrtOptions, parse_options
 from .persist import load, save
 
-__all__ = ["onnxrt", "OnnxrtCompiled", "OnnxrtOptions", "ACCEPTED_KEYS", "load", "save"]
+__all__ = ["onnxrt", "OnnxrtCompiled", "OnnxrtOptions", "ACCEPTED_KEYS", "check_options", "load", "save"]
+
+
+def check_options(options) -> None:
+    """Raise TypeError/ValueError naming the bad key and the accepted ones (registry.check_options)."""
+    parse_options(options)
 
 
 def onnxrt(gm, example_inputs, options=None):

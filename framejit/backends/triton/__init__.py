@@ -60,6 +60,11 @@ def _options(options) -> dict:
     return {**DEFAULTS, **options}
 
 
+def check_options(options) -> None:
+    """Raise TypeError/ValueError naming the bad key and the accepted ones (registry.check_options)."""
+    _options(options)
+
+
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes")
 
