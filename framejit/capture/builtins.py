@@ -175,7 +175,10 @@ def _size(tx, args, kwargs):
 
 @handles(iter)
 def _iter(tx, args, kwargs):
-    return IteratorValue(iterate(tx, args[0]))
+    from .values.containers import iterator_over
+    if isinstance(args[0], IteratorValue):
+        return args[0]
+    return iterator_over(args[0], iterate(tx, args[0]))  # NOTE [Live iteration]
 
 
 @handles(next)

@@ -85,6 +85,25 @@ def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: d
     return fn
 
 
+def list_iterator_at(items: list, index: int) -> Any:
+    """CPython's iterator over the list `items`, advanced to `index` (a for loop over a list that is live
+    at a graph break: the resumed loop sees the list's later changes, NOTE [Live iteration])."""
+    iterator = iter(items)
+    iterator.__setstate__(index)
+    return iterator
+
+
+def iterated_list(iterator: Any) -> Any:
+    """The list a list iterator walks (`()` once it is exhausted)."""
+    return iterator.__reduce__()[1][0]
+
+
+def iterator_index(iterator: Any) -> int:
+    """The position of a list iterator (-1 once it is exhausted)."""
+    state = iterator.__reduce__()
+    return state[2] if len(state) > 2 else -1
+
+
 def new_object(cls: type, attrs: dict) -> Any:
     """Rebuild an object created inside the compiled region: the instance with the attributes its
     traced `__init__` set, without running `__init__` again. A dict subclass also gets its items back
@@ -180,6 +199,8 @@ class Reconstructor:
         elif isinstance(value, TensorMethodValue):
             self.emit(value.tensor)
             cg.load_attr(value.name)
+        elif isinstance(value, IteratorValue) and isinstance(value.owner, ListValue):
+            self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
         elif isinstance(value, IteratorValue):
             self._call_const(iter, [ListValue(value.items[value.index:])])
         elif isinstance(value, (BuiltinValue, ClassValue, PyModuleValue, ObjectValue)):
@@ -282,7 +303,7 @@ def _children(value: Value) -> list:
     if isinstance(value, TensorMethodValue):
         return [value.tensor]
     if isinstance(value, IteratorValue):
-        return value.items[value.index:]
+        return [value.owner] if isinstance(value.owner, ListValue) else value.items[value.index:]
     if isinstance(value, UserFunctionValue):
         return [c.contents for c in value.closure or () if getattr(c, "contents", None) is not None]
     if isinstance(value, PartialValue):

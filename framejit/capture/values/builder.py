@@ -22,7 +22,7 @@ from ..breaks import BreakKind, Unsupported
 from ..sources import AttrSource, ItemSource, Source
 from .base import ConstantValue, Value
 from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMethodValue, UserFunctionValue
-from .containers import DictValue, ListValue, SetValue, TupleValue
+from .containers import DictValue, IteratorValue, ListValue, SetValue, TupleValue
 from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
 
 _SCALARS = (bool, int, float, str, bytes, complex, type(None))
@@ -95,6 +95,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if type(obj) in VIEW_KINDS:  # NOTE [Live dict views]
         from ..mappings import wrap_view
         return wrap_view(out, obj, source)
+    if type(obj) is _LIST_ITERATOR:
+        return _wrap_list_iterator(out, obj, source)
     if type(obj) is _LIST_ITERATOR:
         return _wrap_list_iterator(out, obj, source)
     from ..context import AUTOCAST_CLASSES, BLOCK_CLASSES, GRAD_CLASSES, ctx_from_object
@@ -171,6 +173,26 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
     e = source.expr(out.names)
     out.add_guard("DICT_KEYS", f"___list({e}) == {keys!r}", source, expected=repr(keys), actual=f"___list({e})")
     return DictValue({k: wrap(out, v, ItemSource(source, k)) for k, v in obj.items()}, source, type(obj))
+
+
+_LIST_ITERATOR = type(iter([]))
+
+
+def _wrap_list_iterator(out, obj: Any, source: Source) -> Value:
+    """A for loop's iterator over a list, passed to a resume function (NOTE [Live iteration]): the list
+    (guarded and deduplicated like any list) and the position, read through the iterator's state."""
+    from ..codegen import iterated_list, iterator_index
+    from ..sources import CallSource, Ref
+    out.guard_type(source, _LIST_ITERATOR)
+    index_source = CallSource(Ref(iterator_index, "iterator_index"), source)
+    index = iterator_index(obj)
+    out.guard_constant(index_source, index)
+    if index < 0:
+        return IteratorValue([])
+    items = wrap(out, iterated_list(obj), CallSource(Ref(iterated_list, "iterated_list"), source))
+    iterator = IteratorValue([], owner=items)
+    iterator.index = index
+    return iterator
 
 
 def _has_identity(obj: Any) -> bool:
