@@ -97,8 +97,6 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return wrap_view(out, obj, source)
     if type(obj) is _LIST_ITERATOR:
         return _wrap_list_iterator(out, obj, source)
-    if type(obj) is _LIST_ITERATOR:
-        return _wrap_list_iterator(out, obj, source)
     from ..context import AUTOCAST_CLASSES, BLOCK_CLASSES, GRAD_CLASSES, ctx_from_object
     if isinstance(obj, GRAD_CLASSES + BLOCK_CLASSES) or type(obj) in AUTOCAST_CLASSES:
         return ctx_from_object(out, obj, source)
