@@ -1,0 +1,16 @@
+"""Families of fuzzer blocks excluded from the CI run because of a known, not yet fixed, finding.
+
+Keys are block family names (all backends) or "family@backend" (one backend only); values name the
+finding in /tmp/soundness_findings.md (copied into the closing note of issue 12). When a fix lands,
+delete the entry: the CI test then runs the family again. `tools/soundness_fuzz.py --all-families`
+runs excluded families too, `--only FAMILY --all-families` one of them.
+"""
+from __future__ import annotations
+
+EXCLUDED: dict[str, str] = {
+    "dict_iter_mutation": "finding #2: adding to a dict while iterating it does not raise RuntimeError",
+}
+
+
+def is_excluded(family: str, backend: str) -> bool:
+    return family in EXCLUDED or f"{family}@{backend}" in EXCLUDED

@@ -1,0 +1,53 @@
+"""The fuzzer's entry points: the block catalogue, program generation per seed and backend (excluded
+families filtered out, tiny programs for triton), and a campaign over a range of seeds."""
+from __future__ import annotations
+
+import dataclasses
+
+from . import blocks_protocol, blocks_python, blocks_torch
+from .excluded import is_excluded
+from .program import Program, generate
+from .runner import Difference, run_program
+
+ALL_FACTORIES = blocks_python.FACTORIES + blocks_torch.FACTORIES + blocks_protocol.FACTORIES
+
+
+def family_of(factory) -> str:
+    import random
+    return factory(random.Random(0)).family
+
+
+def factories_for(backend: str, *, all_families: bool = False, only: set[str] | None = None) -> list:
+    chosen = []
+    for factory in ALL_FACTORIES:
+        family = family_of(factory)
+        if only is not None and family not in only:
+            continue
+        if all_families or not is_excluded(family, backend):
+            chosen.append(factory)
+    return chosen
+
+
+def program_for(seed: int, backend: str, factories: list) -> Program:
+    tiny = backend == "triton"
+    return generate(seed, factories, max_blocks=2 if tiny else 4, tiny=tiny)
+
+
+@dataclasses.dataclass
+class Campaign:
+    backend: str
+    programs: int = 0
+    differences: list[Difference] = dataclasses.field(default_factory=list)
+
+
+def campaign(backend, seeds, *, all_families: bool = False, only: set[str] | None = None,
+             compile_fn=None) -> Campaign:
+    name = backend if isinstance(backend, str) else "eager"
+    factories = factories_for(name, all_families=all_families, only=only)
+    result = Campaign(name)
+    for seed in seeds:
+        result.programs += 1
+        found = run_program(program_for(seed, name, factories), backend, compile_fn=compile_fn)
+        if found is not None:
+            result.differences.append(found)
+    return result

@@ -1,0 +1,251 @@
+"""Runs a fuzzer program eagerly and compiled, call by call, with the same mutations between calls, and
+reports the first difference; shrinks a failing program; renders a standalone reproducer.
+
+# NOTE [Two namespaces]
+The program's source is executed twice, into an eager namespace and a compiled namespace, so each side
+has its own objects (config instances, lists, modules with identical parameters: the source seeds torch
+before building them) and the side effects of one side never leak into the other. `f` of the compiled
+namespace is compiled; mutations of scope "ns" run in both namespaces, global ones once (see
+NOTE [Mutation scopes] in program.py). Before each call both sides build fresh arguments with
+`make_args(i)`; after it they are compared on: exception type, printed output, return value, arguments
+(mutated in place), `state()`, storage shared between the result and the arguments, and torch's global
+state. A mutation that raises must raise on both sides.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import tempfile
+import traceback
+from typing import Any
+
+import torch
+
+import framejit
+
+from .compare import diff, global_state, storage_links
+from .program import Program, render
+
+TOLERANCE = {"eager": (1e-6, 1e-7), "onnxrt": (1e-4, 1e-5), "triton": (1e-4, 1e-5)}
+_SOURCE_DIR = tempfile.mkdtemp(prefix="framejit-soundness-")
+
+
+@dataclasses.dataclass
+class Difference:
+    program: Program
+    backend: str
+    call: int
+    what: str                      # value / exception / stdout / args / state / aliasing / global_state / mutation
+    message: str
+    compile_fn: Any = None         # the planted compiler, if any (shrink reruns with it)
+
+    def headline(self) -> str:
+        return f"seed {self.program.seed} [{self.backend}] {','.join(self.program.families)}: " \
+               f"call {self.call}: {self.what}: {self.message}"
+
+
+def _load(program: Program, src: str) -> tuple[dict, dict]:
+    path = os.path.join(_SOURCE_DIR, f"prog_{program.seed}_{abs(hash(src)) % 10**10}.py")
+    with open(path, "w") as fh:
+        fh.write(src)
+    code = compile(src, path, "exec")
+    spaces = []
+    for _ in range(2):
+        ns = {"__name__": f"soundness_prog_{program.seed}", "__file__": path}
+        exec(code, ns)
+        spaces.append(ns)
+    return spaces[0], spaces[1]
+
+
+def _call(fn, args) -> tuple[Any, type | None, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            return fn(*args), None, out.getvalue()
+        except Exception as e:  # noqa: BLE001 - the exception type is what we compare
+            return e, type(e), out.getvalue()
+
+
+def _exec(code: str, ns: dict) -> str | None:
+    try:
+        exec(code, ns)
+        return None
+    except Exception as e:  # noqa: BLE001
+        return type(e).__name__
+
+
+def _snapshot(ns: dict) -> Any:
+    try:
+        return ns["state"]()
+    except Exception as e:  # noqa: BLE001
+        return f"state() raised {type(e).__name__}"
+
+
+def run_program(program: Program, backend, *, compile_fn=None) -> Difference | None:
+    """The first difference between eager and compiled runs of `program` on `backend`, or None.
+
+    `compile_fn(f, backend)` replaces framejit.compile (the fuzzer's own tests plant broken compilers)."""
+    eager_ns, compiled_ns = _load(program, render(program))
+    scratch: dict = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
+    scratch["G"] = scratch
+    framejit.reset()
+    compiled = (compile_fn or _framejit_compile)(compiled_ns["f"], backend)
+    rtol, atol = TOLERANCE.get(backend, TOLERANCE["onnxrt"])
+    start_state = global_state()
+    try:
+        for call in range(len(program.steps) + 1):
+            if call:
+                found = _mutate(program, call, eager_ns, compiled_ns, scratch)
+                if found:
+                    return Difference(program, backend, call, "mutation", found, compile_fn)
+            found = _compare_call(eager_ns, compiled_ns, compiled, call, rtol, atol)
+            if found:
+                return Difference(program, backend, call, *found, compile_fn)
+        return None
+    finally:
+        for block in program.blocks:
+            if block.teardown:
+                exec(block.teardown, scratch)
+        _restore(start_state)
+        framejit.reset()
+
+
+def _framejit_compile(fn, backend):
+    return framejit.compile(fn, backend=backend)
+
+
+def _mutate(program, call, eager_ns, compiled_ns, scratch) -> str | None:
+    mutation = program.mutation(program.steps[call - 1])
+    if mutation is None:
+        return None
+    if mutation.scope == "global":
+        _exec(mutation.code, scratch)
+        return None
+    expected, actual = _exec(mutation.code, eager_ns), _exec(mutation.code, compiled_ns)
+    if expected != actual:
+        return f"mutation {mutation.code!r}: eager raised {expected}, compiled namespace raised {actual}"
+    return None
+
+
+def _compare_call(eager_ns, compiled_ns, compiled, call, rtol, atol) -> tuple[str, str] | None:
+    torch.manual_seed(call)
+    eager_args = eager_ns["make_args"](call)
+    compiled_args = compiled_ns["make_args"](call)
+    before = global_state()
+    expected, expected_exc, expected_out = _call(eager_ns["f"], eager_args)
+    expected_state = global_state()
+    _restore(before)
+    torch.manual_seed(call)
+    actual, actual_exc, actual_out = _call(compiled, compiled_args)
+    actual_state = global_state()
+    _restore(expected_state)
+    if actual_exc is not expected_exc:
+        detail = "".join(traceback.format_exception_only(actual)).strip() if actual_exc else repr(actual)[:300]
+        return "exception", f"eager raised {expected_exc and expected_exc.__name__}, compiled: {detail}"
+    if actual_out != expected_out:
+        return "stdout", f"printed {actual_out!r} != {expected_out!r}"
+    if actual_state != expected_state:
+        return "global_state", f"{actual_state} != {expected_state}"
+    checks = [("value", lambda: None if expected_exc else diff(actual, expected, rtol=rtol, atol=atol, path="result")),
+              ("args", lambda: diff(compiled_args, eager_args, rtol=rtol, atol=atol, path="args")),
+              ("state", lambda: diff(_snapshot(compiled_ns), _snapshot(eager_ns), rtol=rtol, atol=atol,
+                                     path="state()")),
+              ("aliasing", lambda: None if expected_exc else diff(
+                  storage_links(actual, compiled_args), storage_links(expected, eager_args), rtol=0, atol=0,
+                  path="storage shared with args"))]
+    for what, check in checks:
+        found = check()
+        if found:
+            return what, found
+    return None
+
+
+def _restore(state: tuple) -> None:
+    grad, _inference, autocast, autocast_dtype, dtype = state
+    torch.set_grad_enabled(grad)
+    torch.set_autocast_enabled("cpu", autocast)
+    torch.set_autocast_dtype("cpu", autocast_dtype)
+    torch.set_default_dtype(dtype)
+
+
+def shrink(found: Difference, *, budget: int = 40) -> Difference:
+    """A smaller program with a difference of the same kind: drop later calls, then blocks, then steps."""
+    best = found
+    candidate = dataclasses.replace(best.program, steps=best.program.steps[:best.call])
+    tries = 0
+
+    def attempt(program):
+        nonlocal best, tries
+        tries += 1
+        again = run_program(program, best.backend, compile_fn=best.compile_fn)
+        if again is not None and again.what == best.what:
+            best = again
+            return True
+        return False
+
+    attempt(candidate)
+    while tries < budget and _shrink_once(best.program, attempt):
+        pass
+    return best
+
+
+def _shrink_once(program: Program, attempt) -> bool:
+    """One successful simplification (a block dropped, placed plainly, a step dropped), or False."""
+    for index in range(len(program.blocks)):
+        if len(program.blocks) > 1 and attempt(program.without_block(index)):
+            return True
+    for index in range(len(program.blocks)):
+        plainer = program.plainer(index)
+        if plainer is not None and attempt(plainer):
+            return True
+    return any(attempt(program.without_step(index)) for index in range(len(program.steps)))
+
+
+_DRIVER = '''
+import contextlib, io, torch, framejit
+
+G = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
+G["G"] = G
+eager_ns, compiled_ns = {}, {}
+exec(compile(SRC, "prog.py", "exec"), eager_ns)
+exec(compile(SRC, "prog.py", "exec"), compiled_ns)
+compiled = framejit.compile(compiled_ns["f"], backend=BACKEND)
+
+
+def call(fn, ns, i):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            result = fn(*ns["make_args"](i))
+        except Exception as e:
+            result = f"raised {type(e).__name__}"
+    return result, out.getvalue(), ns["state"]()
+
+
+for i in range(len(STEPS) + 1):
+    if i:
+        scope, code = STEPS[i - 1]
+        for ns in ([G] if scope == "global" else [eager_ns, compiled_ns]):
+            try:
+                exec(code, ns)
+            except Exception as e:
+                print("mutation raised", type(e).__name__)
+    grad = torch.is_grad_enabled()
+    print(f"call {i} eager:   ", call(eager_ns["f"], eager_ns, i))
+    torch.set_grad_enabled(grad)
+    print(f"call {i} compiled:", call(compiled, compiled_ns, i))
+'''
+
+
+def reproducer(found: Difference) -> str:
+    """A standalone script: the program's source, its mutations, and a driver printing both sides."""
+    program = found.program
+    steps = []
+    for step in program.steps:
+        mutation = program.mutation(step)
+        steps.append(("ns", "pass") if mutation is None else (mutation.scope, mutation.code))
+    head = f"# soundness fuzzer: {found.headline()}\n"
+    return (head + f"SRC = '''\n{render(program)}'''\nSTEPS = {steps!r}\nBACKEND = {found.backend!r}\n"
+            + _DRIVER)
