@@ -308,6 +308,14 @@ def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> Gua
 
 def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
     STATS["eager_entries"] += 1
+    from .eager_frames import record  # NOTE [Eager frames]
+    if graph_break is not None:
+        why_not = getattr(output, "no_break_reason", None)
+        record(fn.__code__, f"[{graph_break.kind.value}] {graph_break.explanation}" +
+               (f"; no graph break could be taken there: {why_not}" if why_not else ""), graph_break.location)
+    else:
+        record(fn.__code__, f"the traced code raised {type(user_error).__name__}: {user_error}" if user_error
+               is not None else "no graph could be built")
     return Entry(_guard_function(fn, shape, output), fn, [], graph_break, user_error)
 
 
@@ -355,6 +363,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     graph, graph_break, _, _ = _tracing()
     site = graph_break.break_site(fn.__code__, exc)
     if site is None:
+        first.no_break_reason = "the instruction is not one a frame can resume after"  # NOTE [Eager frames]
         return None
     output = graph.OutputGraph()
     output.dynamic_floats = first.dynamic_floats
@@ -377,6 +386,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     except (Unsupported, UserException) as e:
         logs.log("eager_fallback", "%s: no graph break taken (%s); the frame runs eagerly", fn.__code__.co_qualname, e)
+        first.no_break_reason = str(getattr(e, "graph_break", None) or e).split("\n")[0]  # NOTE [Eager frames]
         return None
     except BackendCompilerFailed:
         raise

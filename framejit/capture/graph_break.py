@@ -360,7 +360,7 @@ class BreakCodegen:
             return self.hooks.function(callee.fn), None
         if isinstance(callee, BoundMethodValue) and isinstance(callee.func, UserFunctionValue) and _plain(callee.func):
             return self.hooks.function(callee.func.fn), callee.self_value
-        if isinstance(callee, NNModuleValue) and callee.source is not None:
+        if isinstance(callee, NNModuleValue) and callee.source is not None and not _forward_on_instance(self.tx, callee):
             forward = type(callee.obj).forward
             if isinstance(forward, types.FunctionType) and type(callee.obj).__call__ is torch.nn.Module.__call__:
                 try:
@@ -590,5 +590,19 @@ def _slot_kind(value: Value) -> str:
 def _needs_forward_name(name: str) -> bool:
     return sys.version_info < (3, 12) and name.startswith("POP_JUMP_IF")
 
+
+
+def _forward_on_instance(tx, callee: NNModuleValue) -> bool:
+    """True when the module instance has its own `forward` (then it is called as it is); otherwise that
+    absence, and the class's `forward`, are guarded (NOTE [Lookup facts])."""
+    from . import lookup
+    module, out = callee.obj, tx.output
+    if "forward" in module.__dict__:
+        return True
+    index, forward = lookup.mro_lookup(type(module), "forward")
+    lookup.guard_not_in_instance(out, callee.source, module, "forward")
+    if index is not None:
+        lookup.guard_entry_identity(out, lookup.guard_found_on_class(out, type(module), "forward", index), forward)
+    return False
 
 __all__ = ["BreakCodegen", "BreakSite", "break_site", "live_tensors", "restore_grad_mode"]

@@ -221,6 +221,8 @@ class FrameHook:
         if self.limit_logged:
             return
         self.limit_logged = True
+        from .eager_frames import record  # NOTE [Eager frames]
+        record(self.fn.__code__, f"the recompile limit ({config.recompile_limit}) is reached")
         if not self.entries:  # a limit of 0: never compile
             message = f"{self._name()} runs eagerly: the recompile limit is {config.recompile_limit}"
         else:

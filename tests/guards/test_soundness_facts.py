@@ -221,6 +221,20 @@ def test_module_forward_replaced_on_instance(backend):
                        lambda: delattr(lin, "forward"), None], backend=backend)
 
 
+def test_module_forward_replaced_on_instance_when_the_call_is_a_graph_break():
+    class Printer(torch.nn.Module):
+        def forward(self, x):
+            print("in forward")  # a graph break: the call of the module is made by the residual code
+            return x + 1
+    printer = Printer()
+
+    def fn(x):
+        return printer(x * 2) - 1
+
+    run_steps(fn, _x, [None, lambda: setattr(printer, "forward", lambda t: t * 100), None,
+                       lambda: delattr(printer, "forward"), None])
+
+
 def test_compiled_module_forward_replaced_on_instance():
     torch.manual_seed(0)
     lin = torch.nn.Linear(4, 4)
