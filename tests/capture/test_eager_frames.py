@@ -1,0 +1,79 @@
+"""Frames framejit runs wholly eagerly are counted, listed with their reason, logged and explained
+(NOTE [Eager frames]): stats()["eager_frames"], stats()["eager_frame_reasons"], explain(), graph_breaks."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import framejit
+from framejit import config, logs
+from tests.helpers import CountingBackend, run_differential
+
+
+def _eager_delta(call):
+    before = framejit.stats()["eager_frames"]
+    result = call()
+    stats = framejit.stats()
+    return result, stats["eager_frames"] - before, stats["eager_frame_reasons"][before:]
+
+
+def shared_cell_after_break(x):
+    k = 1
+    get = lambda: k  # noqa: E731
+    print("break here")
+    k = 2
+    return x * get()
+
+
+def test_unresumable_break_is_an_eager_frame_with_its_reason(caplog):
+    backend = CountingBackend()
+    compiled = framejit.compile(shared_cell_after_break, backend=backend)
+    x = torch.randn(3)
+    logs.set_logs("graph_breaks")
+    try:
+        with caplog.at_level(logging.INFO, logger="framejit"):
+            out, delta, reasons = _eager_delta(lambda: compiled(x))
+    finally:
+        logs.set_logs(config.logs)
+    assert any("runs wholly eagerly" in r.getMessage() and "shared_cell_after_break" in r.getMessage()
+               for r in caplog.records)
+    torch.testing.assert_close(out, shared_cell_after_break(x))
+    assert delta == 1 and backend.graph_count == 0
+    assert reasons[0]["function"] == "shared_cell_after_break"
+    assert reasons[0]["location"].endswith(f"test_eager_frames.py:{shared_cell_after_break.__code__.co_firstlineno + 3}")
+    assert "print()" in reasons[0]["reason"] and "assigned again" in reasons[0]["reason"]
+    _, delta, _ = _eager_delta(lambda: compiled(x))  # the same entry again: no new decision
+    assert delta == 0
+
+
+def test_frame_that_raises_is_an_eager_frame():
+    def fn(x):
+        return {}["missing"] + x
+
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    with pytest.raises(KeyError):
+        _eager_delta(lambda: compiled(torch.randn(2)))
+    reasons = framejit.stats()["eager_frame_reasons"]
+    assert reasons[-1]["function"].endswith("fn") and "KeyError" in reasons[-1]["reason"]
+
+
+def test_recompile_limit_is_an_eager_frame(monkeypatch):
+    monkeypatch.setattr(config, "recompile_limit", 1)
+
+    def fn(x):
+        return x + 1
+
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    compiled(torch.randn(2))
+    _, delta, reasons = _eager_delta(lambda: compiled(torch.randn(3)))
+    assert delta == 1 and "recompile limit" in reasons[0]["reason"]
+
+
+def test_explain_lists_eager_frames_and_captured_frames_have_none():
+    report = framejit.explain(shared_cell_after_break)(torch.randn(2))
+    assert report.graph_count == 0 and len(report.eager_frames) == 1
+    assert "Eager frames: 1" in str(report)
+    _, delta, _ = _eager_delta(lambda: run_differential(lambda x: x * 2, lambda s: (torch.randn(2),)))
+    assert delta == 0
