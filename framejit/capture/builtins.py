@@ -551,4 +551,4 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
 
 __all__ = ["BUILTIN_HANDLERS", "call_container_method", "is_container_method"]
 
-from . import mappings  # noqa: E402,F401  (registers the collections mappings' handlers)
+from . import mappings, stdlib  # noqa: E402,F401  (register their handlers)

@@ -90,6 +90,9 @@ def _raise_type(message: str):
 
 
 def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if name == "type":
+        from .stdlib import tensor_type
+        return tensor_type(tx, tensor, args, kwargs)
     kind = TENSOR_METHODS_UNSUPPORTED.get(name)
     if kind is not None:
         raise Unsupported(kind, f"Tensor.{name}() {'reads tensor data into Python' if kind is BreakKind.DATA_DEPENDENT else 'has effects outside the graph'}")

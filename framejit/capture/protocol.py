@@ -155,7 +155,14 @@ def is_same(tx, a: Value, b: Value) -> bool:
         return a.as_constant() is b.as_constant()
     if type(a) is not type(b) and (isinstance(a, ConstantValue) or isinstance(b, ConstantValue)):
         return False
+    if _fresh(a) or _fresh(b):  # a list, dict, set or object made while tracing is no other object
+        return False
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"identity comparison of {a.describe()} and {b.describe()}")
+
+
+def _fresh(v: Value) -> bool:
+    return v.source is None and isinstance(v, (ListValue, DictValue, SetValue, NewObjectValue)) and \
+        not isinstance(v, DictViewValue)
 
 
 def unary(tx, fn: Callable, a: Value) -> Value:

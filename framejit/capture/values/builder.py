@@ -10,6 +10,7 @@ wrapped unguarded.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import functools
 import inspect
@@ -26,7 +27,8 @@ from .containers import DictValue, IteratorValue, ListValue, SetValue, TupleValu
 from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
 
 _SCALARS = (bool, int, float, str, bytes, complex, type(None))
-_ID_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented))
+_ID_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented),
+                 type(dataclasses.MISSING), type(dataclasses._HAS_DEFAULT_FACTORY))  # dataclass __init__ sentinels
 _BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
                       types.MethodDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
                       torch._ops.OpOverload, torch._ops.OpOverloadPacket)

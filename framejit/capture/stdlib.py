@@ -1,0 +1,43 @@
+"""Small library calls answered at trace time: `sys.intern`, and `Tensor.type()` (the type name of a
+tensor, or a conversion to the dtype that a type name, tensor class or dtype names).
+
+`collections.namedtuple(...)` called inside the region is not answered here: eager makes a new class on
+every call, and a class made once while tracing would be observably another type.
+
+`Tensor.type()` without arguments is metadata (from the fake tensor: dtype and device, which inputs are
+guarded on). `t.type(T)` is `t.to(dtype)` for the dtype `T` stands for on the tensor's own device (the
+same tensor when it already has that type, as eager returns `t` itself); a type naming another device
+(`torch.cuda.HalfTensor`) or any keyword argument is a graph break.
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from .breaks import BreakKind, Unsupported, UserException
+from .builtins import _fold, BUILTIN_HANDLERS
+from .values import ConstantValue, TensorValue, Value
+
+BUILTIN_HANDLERS[sys.intern] = _fold(sys.intern)
+
+
+
+def tensor_type(tx, t: TensorValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if not args and not kwargs:
+        return ConstantValue(t.fake.type())
+    if kwargs or len(args) != 1 or not args[0].is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "Tensor.type() with these arguments")
+    target = args[0].as_constant()
+    if t.fake.device.type != "cpu":
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"Tensor.type() of a {t.fake.device.type} tensor")
+    try:
+        converted = torch.empty(0, dtype=t.fake.dtype).type(target)  # what eager makes of `target`
+    except Exception as e:
+        raise UserException(e) from None
+    if converted.device.type != "cpu":
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"Tensor.type({target!r}) moves the tensor to another device")
+    return tx.output.call("call_method", "to", (t, ConstantValue(converted.dtype)), {})
+
+
+__all__ = ["tensor_type"]

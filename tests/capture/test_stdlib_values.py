@@ -1,0 +1,84 @@
+"""Small library values read or made inside the compiled region: `Tensor.type()`, `sys.intern`,
+dataclasses with `field(default_factory=...)`, identity of containers made while tracing.
+
+Differential (eager vs compiled on fresh inputs, several calls), graph counts asserted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Dict, List
+
+import torch
+
+from tests.helpers import run_differential
+
+
+def _two(seed):
+    return (torch.randn(3), torch.randn(3))
+
+
+def test_tensor_type_names_and_conversions():
+    def fn(a, b):
+        m = a.to(torch.float16)
+        return (b.type(m.type()), a.type(torch.HalfTensor), b.type("torch.DoubleTensor"), a.type(torch.float64),
+                a.type(), m.type())
+    assert run_differential(fn, _two).graph_count == 1
+
+
+def test_tensor_type_of_unknown_name_raises_like_eager():
+    def fn(a, b):
+        return a.type("torch.NoSuchTensor")
+    run_differential(fn, _two, fullgraph=False)
+
+
+def test_sys_intern():
+    def fn(a, b):
+        name = sys.intern("lay" + "er")
+        return a + len(name), name
+    assert run_differential(fn, _two).graph_count == 1
+
+
+@dataclasses.dataclass
+class Output:
+    scalar: int = 2
+    named: Dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    items: List[torch.Tensor] = dataclasses.field(default_factory=list)
+
+    def scale(self):
+        return self.scalar * 2
+
+
+@dataclasses.dataclass
+class Base:
+    outer: int
+
+
+@dataclasses.dataclass
+class Derived(Base):
+    inner: list = dataclasses.field(default_factory=list)
+
+
+def test_dataclass_default_factories():
+    def fn(x, y):
+        a = Output(1)
+        b = Output(5, named={"x": x})
+        c = Output()
+        c.scalar = 6
+        c.named["x"] = y
+        c.items.append(x)
+        d = Derived(3)
+        return c, torch.cos(x) * a.scale() + b.named["x"] + c.scalar, a.named is c.named, d.inner, d.outer * x
+    assert run_differential(fn, _two).graph_count == 1
+
+
+def test_identity_of_containers_made_while_tracing():
+    class Plain:
+        pass
+
+    def fn(x, outside):
+        made, other = [x], {"k": x}
+        obj = Plain()
+        return (made is outside, other is outside, obj is Plain(), made is made, obj is obj,
+                outside is outside, x + 1)
+    assert run_differential(fn, lambda seed: (torch.randn(3), [1, 2])).graph_count == 1
