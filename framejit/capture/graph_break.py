@@ -13,7 +13,7 @@ stack and locals intact. The generated function then:
 NOTE [Module calls at breaks]: Python has no frame-evaluation hook, so code called from residual Python is
 captured only if the call goes through a FrameHook. A user function or method callee is replaced by its
 hook; a module callee `m(...)` becomes `hook(type(m).forward)(m, ...)`, which equals `m(...)` because the
-module's hooks are guarded absent, or `hook(module_hooks.call_with_hooks)(m, ...)` when it has forward hooks
+module's hooks are guarded absent, or `hook(module_hooks.call_with_hooks)(m, ...)` when it has hooks
 (NOTE [Module hooks]).
 
 NOTE [Breaks inside with-blocks]: a graph ends in the global state it started with (open autocast and
@@ -354,7 +354,7 @@ class BreakCodegen:
 
         A module call becomes a call of its class's `forward` through a hook, with the module as self:
         the same as `module(...)` because its hooks are guarded absent (NOTE [Module calls at breaks]); a
-        module with forward hooks, of `call_with_hooks` (NOTE [Module hooks]).
+        module with hooks, of `call_with_hooks` or `call_with_backward_hooks` (NOTE [Module hooks]).
         """
         if isinstance(callee, UserFunctionValue) and _plain(callee):
             return self.hooks.function(callee.fn), None
@@ -363,14 +363,9 @@ class BreakCodegen:
         if isinstance(callee, NNModuleValue) and callee.source is not None and not _forward_on_instance(self.tx, callee):
             forward = type(callee.obj).forward
             if isinstance(forward, types.FunctionType) and type(callee.obj).__call__ is torch.nn.Module.__call__:
-                try:
-                    with_hooks = self.tx.plan_module_call(callee)
-                except Unsupported:
-                    return None  # backward hooks or a lazy module's first call: called as it is
-                if with_hooks:
-                    from .module_hooks import call_with_hooks
-                    return self.hooks.function(call_with_hooks), callee
-                return self.hooks.function(forward), callee
+                from .module_hooks import callee_at_break
+                target = callee_at_break(self.tx, callee)  # NOTE [Module hooks]
+                return None if target is None else (self.hooks.function(target), callee)
         return None
 
     def _emit_branch(self, rebuild: Reconstructor) -> None:

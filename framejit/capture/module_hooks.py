@@ -13,13 +13,19 @@ called bookkeeping), a module call is planned here:
   the key lists of every hook dict read are guarded, so adding, removing or reordering a hook, or a global
   hook registered later (also in a new process over a warm frame cache), recompiles;
 - backward hooks (per-module or global), or a lazy module whose parameters are not initialised yet:
-  Unsupported(MODULE_HOOKS). At the graph break the module is called as it is (`module(*args)`), so
-  torch runs the hooks and the lazy initialisation; the next call sees the initialised module (its class
-  changes, or its initialising pre-hook is gone: both are guarded) and captures it.
+  Unsupported(MODULE_HOOKS), so the module call is a graph break (`fullgraph=True` raises).
 
-At a graph break a module with forward hooks is called as `hook(call_with_hooks)(module, *args)`
-(NOTE [Module calls at breaks]): run as Python, `call_with_hooks` behaves as `module(*args)` (it reads the
-hook dicts live), and traced, it captures the hooks and `forward` as a frame of its own.
+At a graph break (`callee_at_break`, NOTE [Module calls at breaks]) the module call becomes a call of a
+function through a frame hook, with the module as its first argument: `call_with_hooks` for forward hooks,
+`call_with_backward_hooks` for backward hooks, in which torch's own BackwardHook wraps the inputs and
+outputs in helpers framejit never traces (DISABLED: each is a break) while the forward-pre hooks, `forward`
+and the forward hooks are captured between them. Run as Python, both behave as `module(*args)` (they read
+the hook dicts as they are at each call). A lazy module's first call runs as it is (torch initialises it);
+the next call sees the initialised module (its class changes, or its initialising pre-hook is gone: both
+are guarded) and captures it.
+
+Known difference: the forward hooks are read when the call starts, so a hook registered by a forward-pre
+hook or by forward itself runs from the next call on (torch reads them after forward).
 
 `always_call` hooks differ from the others only when forward raises; a traced call that raises runs the
 frame eagerly, and `call_with_hooks` run as Python takes torch's exception path (`_call_catching`).
@@ -32,7 +38,9 @@ import torch
 from torch.nn.modules import lazy as _lazy
 from torch.nn.modules import module as _torch_module
 
-from .breaks import BreakKind, Unsupported
+from torch.utils.hooks import BackwardHook
+
+from .breaks import DISABLED, BreakKind, Unsupported
 from .sources import AttrSource, GlobalSource, ItemSource, Ref, Source
 from .values import ConstantValue, NNModuleValue, TupleValue, Value
 from .values.builder import wrap
@@ -89,6 +97,90 @@ def call_with_hooks(module, /, *args, **kwargs):
         if new is not None:
             result = new
     return result
+
+
+def call_with_backward_hooks(module, /, *args, **kwargs):
+    """`module(*args, **kwargs)` for a module with backward hooks, called at a graph break: torch's own
+    BackwardHook wraps the inputs and the outputs in helpers framejit never traces (each call is a break),
+    and the forward-pre hooks, `forward` and the forward hooks between them are captured."""
+    pre_hooks, forward_hooks, always = hooks_of(module)
+    if always:
+        return _call_as_is(module, args, kwargs)
+    backward = _backward_hooks(module)
+    args, kwargs = _run_pre_hooks(module, pre_hooks, args, kwargs)
+    bw_hook, args = _setup_backward_inputs(module, backward, args)
+    result = module.forward(*args, **kwargs)
+    for _, hook, with_kwargs, _ in forward_hooks:
+        new = hook(module, args, kwargs, result) if with_kwargs else hook(module, args, result)
+        if new is not None:
+            result = new
+    return _setup_backward_outputs(module, backward, bw_hook, args, result)
+
+
+def _run_pre_hooks(module, pre_hooks, args, kwargs):
+    for _, hook, with_kwargs, _ in pre_hooks:
+        if with_kwargs:
+            new = hook(module, args, kwargs)
+            if new is not None:
+                if isinstance(new, tuple) and len(new) == 2:
+                    args, kwargs = new
+                else:
+                    _bad_pre_hook_result(new)
+        else:
+            new = hook(module, args)
+            if new is not None:
+                args = new if isinstance(new, tuple) else (new,)
+    return args, kwargs
+
+
+# The parts of Module._call_impl that framejit does not trace (DISABLED below): run as they are.
+def _call_as_is(module, args, kwargs):
+    return module(*args, **kwargs)
+
+
+def _backward_hooks(module):
+    """(full backward hooks, non-full backward hooks, backward pre-hooks), read before the forward-pre hooks
+    run, as torch reads them."""
+    full, non_full, pre = [], [], []
+    if module._backward_pre_hooks or _torch_module._global_backward_pre_hooks:
+        pre = module._get_backward_pre_hooks()
+    if module._backward_hooks or _torch_module._global_backward_hooks:
+        full, non_full = module._get_backward_hooks()
+    return full, non_full, pre
+
+
+def _setup_backward_inputs(module, backward, args):
+    full, _, pre = backward
+    if not (full or pre):
+        return None, args
+    bw_hook = BackwardHook(module, full, pre)
+    return bw_hook, bw_hook.setup_input_hook(args)
+
+
+def _setup_backward_outputs(module, backward, bw_hook, args, result):
+    if bw_hook:
+        if not isinstance(result, (torch.Tensor, tuple)):
+            warnings.warn("For backward hooks to be called, module output should be a Tensor or a tuple of Tensors"
+                          f" but received {type(result)}", stacklevel=2)
+        result = bw_hook.setup_output_hook(result)
+    non_full = backward[1]
+    if non_full:
+        var = result
+        while not isinstance(var, torch.Tensor):
+            if isinstance(var, dict):
+                var = next(v for v in var.values() if isinstance(v, torch.Tensor))
+            else:
+                var = var[0]
+        grad_fn = var.grad_fn
+        if grad_fn is not None:
+            for hook in non_full:
+                grad_fn.register_hook(_torch_module._WrappedHook(hook, module))
+            module._maybe_warn_non_full_backward_hook(args, result, grad_fn)
+    return result
+
+
+for _helper in (_call_as_is, _backward_hooks, _setup_backward_inputs, _setup_backward_outputs):
+    DISABLED.add(_helper.__code__)
 
 
 def _bad_pre_hook_result(result):
@@ -158,7 +250,7 @@ def plan_module_call(tx, mod_value: NNModuleValue) -> bool:
     exactly `forward(...)`, True when `call_with_hooks` is to be inlined; Unsupported(MODULE_HOOKS) for
     backward hooks and uninitialised lazy modules (NOTE [Module hooks])."""
     m = mod_value.obj
-    if isinstance(m, _lazy.LazyModuleMixin) and m.has_uninitialized_params():
+    if _uninitialised_lazy(m):
         _guard_keys(tx, _module_dict_source(mod_value, "_forward_pre_hooks"), m._forward_pre_hooks)
         raise Unsupported(BreakKind.MODULE_HOOKS, f"the first call of the lazy module {type(m).__name__} "
                           "initialises its parameters (it runs as it is; later calls are captured)")
@@ -179,6 +271,23 @@ def plan_module_call(tx, mod_value: NNModuleValue) -> bool:
         tx.output.add_guard("NO_HOOKS", f"not ({hooks})", mod_value.source, expected="no hooks",
                             actual=f"[{hooks.replace(' or ', ', ')}]")
     return False
+
+
+def callee_at_break(tx, mod_value: NNModuleValue):
+    """The function a graph break calls in place of `module(...)`, with the module as its first argument
+    (NOTE [Module calls at breaks]), or None to call the module as it is."""
+    m = mod_value.obj
+    try:
+        with_hooks = plan_module_call(tx, mod_value)
+    except Unsupported:
+        if _uninitialised_lazy(m) or mod_value.source is None:
+            return None
+        return call_with_backward_hooks  # it reads the hooks as they are at each call
+    return call_with_hooks if with_hooks else type(m).forward
+
+
+def _uninitialised_lazy(m: torch.nn.Module) -> bool:
+    return isinstance(m, _lazy.LazyModuleMixin) and m.has_uninitialized_params()
 
 
 def _guard_no_global_hooks(tx) -> None:

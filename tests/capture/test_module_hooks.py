@@ -342,13 +342,25 @@ class BackwardNet(Net):
         return self.outer(torch.relu(self.inner(x * 2 + 1)) * 2).sum()
 
 
-def test_backward_hook_breaks_cleanly_around_the_module():
+BACKWARD_KINDS = {
+    "full": lambda m, log: m.register_full_backward_hook(lambda mod, gin, gout: log.append(gout[0].clone())),
+    "pre": lambda m, log: m.register_full_backward_pre_hook(lambda mod, gout: log.append(gout[0].clone())),
+    "legacy": lambda m, log: m.register_backward_hook(lambda mod, gin, gout: log.append(gout[0].clone())),
+}
+
+
+@pytest.mark.parametrize("kind", BACKWARD_KINDS)
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # register_backward_hook is deprecated
+def test_backward_hook_breaks_cleanly_around_the_module(kind):
+    """The module call is a break: torch's BackwardHook wraps its inputs and outputs as they are, while the
+    code before it, its forward (with a forward hook) and the code after it are captured."""
     grads = {"eager": [], "compiled": []}
     results = []
     for mode in ("eager", "compiled"):
         torch.manual_seed(0)
         net = BackwardNet()
-        net.inner.register_full_backward_hook(lambda m, gin, gout, mode=mode: grads[mode].append(gout[0].clone()))
+        BACKWARD_KINDS[kind](net.inner, grads[mode])
+        net.inner.register_forward_hook(lambda m, args, out: out * 3)
         backend = CountingBackend()
         fn = framejit.compile(net, backend=backend) if mode == "compiled" else net
         for seed in range(3):
@@ -363,7 +375,34 @@ def test_backward_hook_breaks_cleanly_around_the_module():
         assert_same(c, e)
     assert len(grads["compiled"]) == 3
     assert_same(grads["compiled"], grads["eager"])
-    assert backend.graph_count == 2  # x * 2 + 1 before inner, the rest after it
+    assert backend.graph_count == 3  # x * 2 + 1; inner's forward and forward hook; the rest
+
+
+def test_global_backward_hooks_break_around_every_module(global_hooks):
+    seen = {"eager": [], "compiled": []}
+    mode = ["eager"]
+    global_hooks.append(torch_module.register_module_full_backward_hook(
+        lambda m, gin, gout: seen[mode[0]].append((type(m).__name__, gout[0].clone()))))
+    global_hooks.append(torch_module.register_module_full_backward_pre_hook(
+        lambda m, gout: seen[mode[0]].append(("pre", gout[0].clone()))))
+    torch.manual_seed(0)
+    net = BackwardNet()
+    compiled = framejit.compile(net, backend=(backend := CountingBackend()))
+    for seed in range(3):
+        x = torch.randn(2, 4, requires_grad=True)
+        results = []
+        for mode[0], fn in (("eager", net), ("compiled", compiled)):
+            x.grad = None
+            net.zero_grad()
+            out = fn(x)
+            out.backward()
+            results.append((out.detach(), x.grad.clone(), net.inner.weight.grad.clone()))
+        assert_same(results[1], results[0])
+    assert [name for name, _ in seen["compiled"]] == [name for name, _ in seen["eager"]]
+    assert_same([g for _, g in seen["compiled"]], [g for _, g in seen["eager"]])
+    # every module call is a break (torch wraps its inputs and outputs), every forward is captured:
+    # x * 2 + 1; inner's linear; relu * 2; outer's linear; sum
+    assert backend.graph_count == 5
 
 
 def test_backward_hook_with_fullgraph_raises_module_hooks():
