@@ -66,8 +66,9 @@ KIND_DOCS: dict[BreakKind, tuple[str, str]] = {
         "make the recursion bounded by a Python constant, or raise framejit.config.inline_depth_limit"),
     BreakKind.MODULE_HOOKS: (
         "an nn.Module with backward hooks, or a lazy module's first call (forward hooks are captured)",
-        "the module call runs as it is and the code around it is captured; a lazy module is captured from "
-        "its second call on"),
+        "nothing to do without fullgraph: the module call is a break where torch wraps its inputs and "
+        "outputs for the backward hooks, and its forward and the code around it are captured; a lazy "
+        "module is captured from its second call on"),
     BreakKind.DYNAMIC_CONTROL_FLOW: (
         "control flow whose direction framejit cannot decide while tracing",
         "decide the branch from Python values or tensor metadata (shape, dtype)"),
