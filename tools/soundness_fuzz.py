@@ -46,6 +46,7 @@ def main(argv=None) -> int:
         print(f"excluded families: {', '.join(sorted(EXCLUDED))}")
     print(f"backend {args.backend}: {result.programs} programs run in {elapsed:.1f} s, "
           f"{len(result.differences)} with a difference")
+    print(f"framejit: {result.counters}")
     groups = collections.OrderedDict()
     for found in result.differences:
         small = found if args.no_shrink else shrink(found)

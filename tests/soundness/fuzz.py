@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import blocks_protocol, blocks_python, blocks_torch
+from . import blocks_more, blocks_protocol, blocks_python, blocks_torch
 from .excluded import is_excluded
 from .program import Program, generate
 from .runner import Difference, run_program
 
-ALL_FACTORIES = blocks_python.FACTORIES + blocks_torch.FACTORIES + blocks_protocol.FACTORIES
+ALL_FACTORIES = (blocks_python.FACTORIES + blocks_torch.FACTORIES + blocks_protocol.FACTORIES
+                 + blocks_more.FACTORIES)
 
 
 def family_of(factory) -> str:
@@ -38,6 +39,7 @@ class Campaign:
     backend: str
     programs: int = 0
     differences: list[Difference] = dataclasses.field(default_factory=list)
+    counters: dict = dataclasses.field(default_factory=dict)   # framejit.stats() summed over programs
 
 
 def campaign(backend, seeds, *, all_families: bool = False, only: set[str] | None = None,
@@ -47,7 +49,8 @@ def campaign(backend, seeds, *, all_families: bool = False, only: set[str] | Non
     result = Campaign(name)
     for seed in seeds:
         result.programs += 1
-        found = run_program(program_for(seed, name, factories), backend, compile_fn=compile_fn)
+        found = run_program(program_for(seed, name, factories), backend, compile_fn=compile_fn,
+                            counters=result.counters)
         if found is not None:
             result.differences.append(found)
     return result

@@ -50,7 +50,7 @@ def _load(program: Program, src: str) -> tuple[dict, dict]:
     path = os.path.join(_SOURCE_DIR, f"prog_{program.seed}_{abs(hash(src)) % 10**10}.py")
     with open(path, "w") as fh:
         fh.write(src)
-    code = compile(src, path, "exec")
+    code = compile(src, path, "exec", dont_inherit=True)
     spaces = []
     for _ in range(2):
         ns = {"__name__": f"soundness_prog_{program.seed}", "__file__": path}
@@ -83,14 +83,16 @@ def _snapshot(ns: dict) -> Any:
         return f"state() raised {type(e).__name__}"
 
 
-def run_program(program: Program, backend, *, compile_fn=None) -> Difference | None:
+def run_program(program: Program, backend, *, compile_fn=None, counters: dict | None = None) -> Difference | None:
     """The first difference between eager and compiled runs of `program` on `backend`, or None.
 
-    `compile_fn(f, backend)` replaces framejit.compile (the fuzzer's own tests plant broken compilers)."""
+    `compile_fn(f, backend)` replaces framejit.compile (the fuzzer's own tests plant broken compilers);
+    `counters` accumulates framejit.stats() numbers (graphs, frames traced, eager entries)."""
     eager_ns, compiled_ns = _load(program, render(program))
     scratch: dict = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
     scratch["G"] = scratch
     framejit.reset()
+    stats_before = framejit.stats()
     compiled = (compile_fn or _framejit_compile)(compiled_ns["f"], backend)
     rtol, atol = TOLERANCE.get(backend, TOLERANCE["onnxrt"])
     start_state = global_state()
@@ -109,7 +111,17 @@ def run_program(program: Program, backend, *, compile_fn=None) -> Difference | N
             if block.teardown:
                 exec(block.teardown, scratch)
         _restore(start_state)
+        if counters is not None:
+            _count(counters, stats_before)
         framejit.reset()
+
+
+def _count(counters: dict, before: dict) -> None:
+    stats = framejit.stats()
+    for key in ("frames_traced", "graphs", "eager_entries", "eager_frames"):
+        counters[key] = counters.get(key, 0) + stats.get(key, 0) - before.get(key, 0)
+    counters["programs without a graph"] = counters.get("programs without a graph", 0) + (
+        stats.get("graphs", 0) == before.get("graphs", 0))
 
 
 def _framejit_compile(fn, backend):
@@ -123,7 +135,10 @@ def _mutate(program, call, eager_ns, compiled_ns, scratch) -> str | None:
     if mutation.scope == "global":
         _exec(mutation.code, scratch)
         return None
-    expected, actual = _exec(mutation.code, eager_ns), _exec(mutation.code, compiled_ns)
+    torch.manual_seed(1000 + call)  # a mutation that builds a module draws the same parameters on both sides
+    expected = _exec(mutation.code, eager_ns)
+    torch.manual_seed(1000 + call)
+    actual = _exec(mutation.code, compiled_ns)
     if expected != actual:
         return f"mutation {mutation.code!r}: eager raised {expected}, compiled namespace raised {actual}"
     return None
@@ -228,13 +243,16 @@ for i in range(len(STEPS) + 1):
     if i:
         scope, code = STEPS[i - 1]
         for ns in ([G] if scope == "global" else [eager_ns, compiled_ns]):
+            torch.manual_seed(1000 + i)
             try:
                 exec(code, ns)
             except Exception as e:
                 print("mutation raised", type(e).__name__)
     grad = torch.is_grad_enabled()
+    torch.manual_seed(i)
     print(f"call {i} eager:   ", call(eager_ns["f"], eager_ns, i))
     torch.set_grad_enabled(grad)
+    torch.manual_seed(i)
     print(f"call {i} compiled:", call(compiled, compiled_ns, i))
 '''
 
