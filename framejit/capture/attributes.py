@@ -128,6 +128,8 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
     getter = TENSOR_METADATA.get(name)
     if getter is not None:
         return ConstantValue(getter(t.fake))
+    if name == "__class__":
+        return ClassValue(t.python_type())
     if name in TENSOR_VALUED_ATTRS:
         return tx.output.call("call_function", getattr, (t, ConstantValue(name)), {})
     if name == "data":  # the same memory, outside autograd: what detach() gives

@@ -235,9 +235,16 @@ def _filter(tx, args, kwargs):
 @handles(sorted)
 def _sorted(tx, args, kwargs):
     items = iterate(tx, args[0])
-    if not all(i.is_constant() for i in items) or "key" in kwargs:
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sorted() of non-constant items or with key=")
     reverse = kwargs.get("reverse", ConstantValue(False)).as_constant()
+    key = kwargs.get("key")
+    if key is not None and not (key.is_constant() and key.as_constant() is None):
+        keys = [tx.call(key, [i], {}) for i in items]  # called once per item, in order, as CPython does
+        if not all(k.is_constant() for k in keys):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sorted() with keys that are not constants")
+        order = sorted(range(len(items)), key=lambda i: keys[i].as_constant(), reverse=reverse)
+        return ListValue([items[i] for i in order])
+    if not all(i.is_constant() for i in items):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sorted() of non-constant items")
     return ListValue([ConstantValue(v) for v in sorted(_consts(items), reverse=reverse)])
 
 
@@ -551,4 +558,4 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
 
 __all__ = ["BUILTIN_HANDLERS", "call_container_method", "is_container_method"]
 
-from . import mappings, stdlib  # noqa: E402,F401  (register their handlers)
+from . import itertools_support, mappings, stdlib  # noqa: E402,F401  (register their handlers)

@@ -107,6 +107,8 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
 
     if is_base_method_call(fn, args):  # NOTE [Dict-subclass objects made while tracing]
         return call_base_method(tx, fn, args, kwargs)
+    from .stdlib import forced_break
+    forced_break(fn)
     handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
     if handler is None:
         handler = state_query_handler(fn) or GETATTRIBUTE_HANDLERS.get(fn)  # NOTE [Compile-aware library paths]

@@ -92,6 +92,10 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
     if isinstance(a, SequenceValue) and fn in (operator.mul, operator.imul) and b.is_constant():
         n = b.as_constant()
         return (ListValue if a.cls is list else TupleValue)(a.items * n, cls=a.cls if a.cls in (list, tuple) else tuple)
+    if isinstance(b, SequenceValue) and fn is operator.mul and a.is_constant() and type(a.as_constant()) is int \
+            and not isinstance(b, DictViewValue):  # `n * [x]`
+        return (ListValue if b.cls is list else TupleValue)(b.items * a.as_constant(),
+                                                           cls=b.cls if b.cls in (list, tuple) else tuple)
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on {a.describe()} and {b.describe()}")
@@ -123,7 +127,15 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
     if fn in (operator.eq, operator.ne) and _identity_comparable(a, b):
         same = _same_object(a, b)
         return ConstantValue(same if fn is operator.eq else not same)
+    if fn in (operator.eq, operator.ne) and _default_eq(a) and _default_eq(b):
+        same = is_same(tx, a, b)  # neither type defines __eq__: CPython falls back to identity
+        return ConstantValue(same if fn is operator.eq else not same)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"comparison {fn.__name__} of {a.describe()} and {b.describe()}")
+
+
+def _default_eq(v: Value) -> bool:
+    return isinstance(v, (ObjectValue, NewObjectValue, ConstantValue)) and \
+        getattr(v.python_type(), "__eq__", None) is object.__eq__
 
 
 def _identity_comparable(a: Value, b: Value) -> bool:

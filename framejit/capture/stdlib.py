@@ -1,5 +1,6 @@
-"""Small library calls answered at trace time: `sys.intern`, and `Tensor.type()` (the type name of a
-tensor, or a conversion to the dtype that a type name, tensor class or dtype names).
+"""Small library calls answered at trace time: `sys.intern`, `Tensor.type()` (the type name of a
+tensor, or a conversion to the dtype that a type name, tensor class or dtype names), and
+`torch._dynamo.graph_break()`, which breaks the graph as it asks.
 
 `collections.namedtuple(...)` called inside the region is not answered here: eager makes a new class on
 every call, and a class made once while tracing would be observably another type.
@@ -22,6 +23,14 @@ from .values import ConstantValue, TensorValue, Value
 BUILTIN_HANDLERS[sys.intern] = _fold(sys.intern)
 
 
+def forced_break(f) -> None:
+    """`torch._dynamo.graph_break()` asks for a graph break at the call (its body is empty, so inlining
+    it would silently capture through). Recognised by name, never imported (NOTE [Compile-aware library
+    paths])."""
+    if getattr(f, "__name__", None) == "graph_break" and getattr(f, "__module__", None) == "torch._dynamo.decorators":
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch._dynamo.graph_break() asks for a graph break")
+
+
 
 def tensor_type(tx, t: TensorValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     if not args and not kwargs:
@@ -40,4 +49,4 @@ def tensor_type(tx, t: TensorValue, args: list[Value], kwargs: dict[str, Value])
     return tx.output.call("call_method", "to", (t, ConstantValue(converted.dtype)), {})
 
 
-__all__ = ["tensor_type"]
+__all__ = ["forced_break", "tensor_type"]

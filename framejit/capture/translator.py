@@ -30,6 +30,7 @@ from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
 from .module_hooks import TRACE_TIME, plan_module_call
 from . import generator_ctx  # noqa: F401  (answers contextlib.contextmanager at trace time)
+from .stdlib import forced_break
 from .normalize import Inst, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
@@ -231,6 +232,7 @@ class Translator:
         elif library_substitute(f) is not None:  # NOTE [ModelOutput.__post_init__]
             fn = UserFunctionValue(library_substitute(f))
             f = fn.fn
+        forced_break(f)
         child = self.child_frame(fn, args, kwargs)
         if child.code.co_flags & inspect.CO_GENERATOR:
             # NOTE [Eager generators]: a generator called inside the compiled region is run to completion

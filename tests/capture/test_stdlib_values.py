@@ -82,3 +82,13 @@ def test_identity_of_containers_made_while_tracing():
         return (made is outside, other is outside, obj is Plain(), made is made, obj is obj,
                 outside is outside, x + 1)
     assert run_differential(fn, lambda seed: (torch.randn(3), [1, 2])).graph_count == 1
+
+
+def test_dynamo_graph_break_call_breaks_the_graph():
+    def fn(x):
+        x = x + 1
+        torch._dynamo.graph_break()
+        return x * 2
+
+    import torch._dynamo  # noqa: F401  (the user's code imports it; framejit only recognises the call)
+    assert run_differential(fn, lambda seed: (torch.randn(3),), fullgraph=False).graph_count == 2

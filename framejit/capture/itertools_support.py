@@ -1,0 +1,68 @@
+"""`itertools` building blocks over abstract values, evaluated at once into an iterator of known items
+(the same model as zip/map/enumerate in builtins.py): `chain.from_iterable`, `islice`, `combinations`,
+`permutations`, `zip_longest`, `accumulate` of constants. Arguments that would make the iterable
+unbounded (`islice` without a stop over an iterator that never ends) cannot occur: the items being
+sliced are already a finite list. Handlers register in builtins.BUILTIN_HANDLERS on import.
+"""
+from __future__ import annotations
+
+import itertools
+
+from .breaks import BreakKind, Unsupported, UserException
+from .builtins import handles
+from .protocol import iterate
+from .values import ConstantValue, IteratorValue, TupleValue, Value
+
+
+def _const(v: Value, what: str):
+    if not v.is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{what} of a non-constant argument")
+    return v.as_constant()
+
+
+@handles(itertools.chain.from_iterable)
+def _chain_from_iterable(tx, args, kwargs):
+    return IteratorValue([item for group in iterate(tx, args[0]) for item in iterate(tx, group)])
+
+
+@handles(itertools.islice)
+def _islice(tx, args, kwargs):
+    if kwargs or not 2 <= len(args) <= 4:
+        raise UserException(TypeError("islice expected 2 to 4 arguments"))
+    bounds = [_const(a, "islice") for a in args[1:]]
+    items = iterate(tx, args[0])
+    try:
+        chosen = list(itertools.islice(range(len(items)), *bounds))
+    except (ValueError, TypeError) as e:
+        raise UserException(e) from None
+    return IteratorValue([items[i] for i in chosen])
+
+
+def _index_tuples(fn):
+    def handler(tx, args, kwargs):
+        items = iterate(tx, args[0])
+        rest = [_const(a, fn.__name__) for a in args[1:]]
+        extra = {k: _const(v, fn.__name__) for k, v in kwargs.items()}
+        try:
+            rows = list(fn(range(len(items)), *rest, **extra))
+        except (ValueError, TypeError) as e:
+            raise UserException(e) from None
+        return IteratorValue([TupleValue([items[i] for i in row]) for row in rows])
+    return handler
+
+
+handles(itertools.combinations)(_index_tuples(itertools.combinations))
+handles(itertools.permutations)(_index_tuples(itertools.permutations))
+
+
+@handles(itertools.zip_longest)
+def _zip_longest(tx, args, kwargs):
+    if kwargs.keys() - {"fillvalue"}:
+        raise UserException(TypeError("zip_longest() got an unexpected keyword argument"))
+    fill = kwargs.get("fillvalue", ConstantValue(None))
+    columns = [iterate(tx, a) for a in args]
+    width = max((len(c) for c in columns), default=0)
+    return IteratorValue([TupleValue([c[i] if i < len(c) else fill for c in columns]) for i in range(width)])
+
+
+__all__: list[str] = []
