@@ -46,6 +46,8 @@ _PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.d
 def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .context import CloneValue, CtxValue, ExitValue, exit_
     from .generator_ctx import GenMethodValue, call_gen_method
+    from .cached_calls import call_cached, is_cached_function
+    from .environ import call_environ, is_environ_read
     from .introspection import introspection_handler
 
     if isinstance(fn, UserFunctionValue):
@@ -53,6 +55,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
             return introspection_handler(fn.fn)(tx, args, kwargs)  # NOTE [Introspection at trace time]
         return tx.inline(fn, args, kwargs)
     if isinstance(fn, BoundMethodValue):
+        if is_environ_read(fn):  # NOTE [Environment reads]
+            return call_environ(tx, fn, args, kwargs)
         if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
             # a method of a torch context manager read from outside, e.g. `no_grad_instance.clone`
             return call_value(tx, tx.getattr(fn.self_value, fn.func.obj.__name__), args, kwargs)
@@ -78,6 +82,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return fn.ctx.clone()
     if isinstance(fn, ClassValue):
         return call_class(tx, fn, args, kwargs)
+    if is_cached_function(fn):  # NOTE [Cached functions]
+        return call_cached(tx, fn, args, kwargs)
     if isinstance(fn, ObjectValue) and callable(fn.obj):
         return tx.call_method_of(fn, "__call__", args, kwargs)
     if fn.is_constant() and not callable(fn.as_constant()):

@@ -419,3 +419,57 @@ def test_abc_sequence_made_and_iterated():
     finally:
         SIZES.pop()
     assert backend.graph_count == 2
+
+
+# ---- environment variables and cached helpers ---------------------------------------------------------------
+def test_environ_reads_are_guarded_per_key(monkeypatch):
+    import os
+
+    def fn(x):
+        if os.environ.get("FRAMEJIT_TEST_FLAG", "0") == "1" or "FRAMEJIT_TEST_OTHER" in os.environ:
+            return x + 1
+        return x * (2 if os.getenv("FRAMEJIT_TEST_MISSING") is None else 3)
+
+    monkeypatch.delenv("FRAMEJIT_TEST_FLAG", raising=False)
+    monkeypatch.delenv("FRAMEJIT_TEST_OTHER", raising=False)
+    monkeypatch.delenv("FRAMEJIT_TEST_MISSING", raising=False)
+    backend = run_differential(fn, _x)
+    compiled = framejit.compile(fn, backend=backend)
+    monkeypatch.setenv("FRAMEJIT_TEST_FLAG", "1")
+    run_differential(fn, _x, backend=backend, compiled=compiled)
+    monkeypatch.setenv("FRAMEJIT_TEST_FLAG", "0")
+    monkeypatch.setenv("FRAMEJIT_TEST_OTHER", "")
+    run_differential(fn, _x, backend=backend, compiled=compiled)
+    assert backend.graph_count == 3
+
+
+@functools.lru_cache
+def available() -> bool:
+    return True
+
+
+@functools.cache
+def scales(n):
+    return [float(i) for i in range(n)]
+
+
+def test_lru_cache_functions():
+    def fn(x):
+        if available():
+            x = x + 1
+        return x * scales(3)[2]
+
+    backend = run_differential(fn, _x)
+    assert backend.graph_count == 1
+
+
+def test_lru_cache_with_tensor_argument_breaks_and_matches():
+    @functools.lru_cache
+    def double(t):
+        return t * 2
+
+    def fn(x):
+        return double(x) + 1
+
+    backend = run_differential(fn, _x, fullgraph=False)
+    assert backend.graph_count == 1
