@@ -93,6 +93,21 @@ def list_iterator_at(items: list, index: int) -> Any:
     return iterator
 
 
+def keys_iterator_at(container: Any, index: int) -> Any:
+    """CPython's iterator over a dict or set, advanced past `index` keys (NOTE [Live iteration])."""
+    iterator = iter(container)
+    for _ in range(index):
+        next(iterator)
+    return iterator
+
+
+def failing_iterator(message: str) -> Any:
+    """An iterator whose next step raises CPython's RuntimeError `message`: its dict or set changed size
+    before a graph break (NOTE [Live iteration])."""
+    raise RuntimeError(message)
+    yield  # a generator function
+
+
 def iterated_list(iterator: Any) -> Any:
     """The list a list iterator walks (`()` once it is exhausted)."""
     return iterator.__reduce__()[1][0]
@@ -201,6 +216,10 @@ class Reconstructor:
             cg.load_attr(value.name)
         elif isinstance(value, IteratorValue) and isinstance(value.owner, ListValue):
             self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
+        elif isinstance(value, IteratorValue) and value.owner is not None:
+            changed = value.changed()  # a dict or set iterator: CPython's own, or one that raises
+            self._call_const(failing_iterator if changed else keys_iterator_at,
+                             [ConstantValue(changed)] if changed else [value.owner, ConstantValue(value.index)])
         elif isinstance(value, IteratorValue):
             self._call_const(iter, [ListValue(value.items[value.index:])])
         elif isinstance(value, (BuiltinValue, ClassValue, PyModuleValue, ObjectValue)):
@@ -303,7 +322,7 @@ def _children(value: Value) -> list:
     if isinstance(value, TensorMethodValue):
         return [value.tensor]
     if isinstance(value, IteratorValue):
-        return [value.owner] if isinstance(value.owner, ListValue) else value.items[value.index:]
+        return [value.owner] if value.owner is not None else value.items[value.index:]
     if isinstance(value, UserFunctionValue):
         return [c.contents for c in value.closure or () if getattr(c, "contents", None) is not None]
     if isinstance(value, PartialValue):

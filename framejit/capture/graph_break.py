@@ -148,7 +148,7 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
             for item in v.attrs.values():
                 visit(item)
         elif isinstance(v, IteratorValue):
-            for item in [v.owner] if isinstance(v.owner, ListValue) else v.items[v.index:]:
+            for item in [v.owner] if v.owner is not None else v.items[v.index:]:
                 visit(item)
         elif isinstance(v, BoundMethodValue):
             visit(v.self_value)
@@ -415,6 +415,8 @@ class BreakCodegen:
         for value in self.below:
             if isinstance(value, IteratorValue) and isinstance(value.owner, ListValue):
                 rebuild.emit(value)  # the list's own iterator (NOTE [Live iteration])
+            elif isinstance(value, IteratorValue) and value.owner is not None:
+                rebuild.emit(value)  # CPython's dict or set iterator (NOTE [Live iteration])
             elif isinstance(value, IteratorValue):
                 rebuild.emit(ListValue(value.items[value.index:]))
             elif value is not NULL:

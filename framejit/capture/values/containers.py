@@ -130,12 +130,16 @@ class IteratorValue(Value):
         self.index += 1
         return item
 
+    def changed(self) -> str:
+        """CPython's error message when the dict or set this iterates over changed size, else ""."""
+        if len(self.owner.items) == len(self.keys):
+            return ""
+        return f"{'dictionary' if isinstance(self.owner, DictValue) else 'Set'} changed size during iteration"
+
     def _check_unchanged(self) -> None:
-        keys = self.owner.items
-        if len(keys) != len(self.keys):
-            kind = "dictionary" if isinstance(self.owner, DictValue) else "Set"
-            raise UserException(RuntimeError(f"{kind} changed size during iteration"))
-        if list(keys) != self.keys:
+        if self.changed():
+            raise UserException(RuntimeError(self.changed()))
+        if list(self.owner.items) != self.keys:
             raise Unsupported(BreakKind.SIDE_EFFECT, "the keys of a dict or set changed while iterating over it")
 
     def remaining(self) -> list[Value]:
