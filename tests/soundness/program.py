@@ -164,13 +164,16 @@ def render(program: Program) -> str:
 
 
 def generate(seed: int, factories: list, *, max_blocks: int = 4, tiny: bool = False) -> Program:
-    """A program of 1..max_blocks blocks drawn from `factories`, with a random mutation schedule."""
+    """A program of 1..max_blocks blocks drawn from `factories`, with a random mutation schedule.
+
+    The first block comes from factory `seed % len(factories)`, so consecutive seeds cover every family."""
     rng = random.Random(seed)
     count = rng.randint(1, max_blocks)
     blocks = []
     for n in range(count):
-        for _ in range(20):
-            block = rng.choice(factories)(rng).numbered(n)
+        for attempt in range(20):
+            factory = factories[seed % len(factories)] if n == 0 and attempt == 0 else rng.choice(factories)
+            block = factory(rng).numbered(n)
             if block.tiny or not tiny:
                 blocks.append(block)
                 break
