@@ -45,7 +45,8 @@ _MAX_ATTEMPTS = 8
 # 3: transposes folded into Gemm (NOTE [Transposes folded into Gemm]).
 # 4: NaN-propagating reductions, copy broadcasting, empty tensors in torch, returned views kept as views
 #    (NOTE [Eager semantics in ONNX], NOTE [Returned views stay views]).
-REVISION = 4
+# 5: one-sided clamps; atan2, floor_divide, remainder and rounding div of floats run in torch.
+REVISION = 5
 
 
 @dataclasses.dataclass

@@ -15,7 +15,15 @@ into ops whose ONNX meaning is eager's:
 - `argmax/argmin`, and the indices of `max.dim/min.dim` (float): where(any(isnan(x)), argmax(isnan(x)), r)
   (torch returns the first NaN's index; ArgMax returns the first maximum's index)
 - `sign` (float): where(isnan(x), 0, r);  `cumsum` (float): r + 0.0 (turns -0.0 into +0.0 only)
+- `clamp_min`, `clamp_max`, `clamp` with one bound: where(x < lo, lo, x) / where(x > hi, hi, x) (ORT's
+  Clip without an upper bound turned inf into the largest float; the comparison keeps NaN and -0.0)
 - `copy(dst, src)`: clone(expand(src cast to dst's dtype, dst's shape))
+- `max_pool2d/3d_with_indices` values (float): where(max_pool(isnan(x) as float) > 0, nan, r) (MaxPool
+  skips NaN); the indices of a window holding NaN are left as ORT gives them
+Ops whose translation is wrong on special values in ways not worth rewriting (atan2, floor_divide,
+remainder and rounding division of floats) run in eager torch (translate.unsupported_reason).
+Known and left: ORT turns a -0.0 into +0.0 in `trunc(-0.0)`, `expm1(-0.0)` and in some `Where` selections
+(measured; a rewrite through `where(x == 0, x, r)` did not keep the sign either).
 Reductions over empty tensors (mean or var of nothing is NaN in eager, 0 in ORT) are not rewritten:
 nodes that touch an empty tensor run in eager torch (translate.unsupported_reason).
 """
@@ -131,6 +139,42 @@ def _rewrite_cumsum(b: _Builder, node: torch.fx.Node) -> None:
     _replace_uses(node, new, set())
 
 
+def _rewrite_one_sided_clamp(b: _Builder, node: torch.fx.Node) -> bool:
+    x = node.args[0]
+    if node.target is aten.clamp_min.default:
+        low, high = _args(node, ("self", "min"), (None, None))[1], None
+    elif node.target is aten.clamp_max.default:
+        low, high = None, _args(node, ("self", "max"), (None, None))[1]
+    else:
+        _, low, high = _args(node, ("self", "min", "max"), (None, None, None))
+        if low is not None and high is not None:
+            return False  # Clip with both bounds matches eager
+    if isinstance(low, torch.fx.Node) or isinstance(high, torch.fx.Node):
+        return False
+    value = x
+    if low is not None:
+        bound = b.nan_like(x, float(low))
+        value = b(aten.where.self, b(aten.lt.Tensor, value, bound), bound, value)
+    if high is not None:
+        bound = b.nan_like(x, float(high))
+        value = b(aten.where.self, b(aten.gt.Tensor, value, bound), bound, value)
+    _replace_uses(node, value, set())
+    return True
+
+
+def _rewrite_max_pool(b: _Builder, node: torch.fx.Node) -> bool:
+    values = next((u for u in node.users if u.target is operator.getitem and u.args[1] == 0), None)
+    if values is None:
+        return False
+    x = node.args[0]
+    b.last = values
+    mask = b(aten._to_copy.default, b(aten.isnan.default, x), dtype=_val(x).dtype)
+    pooled = b(operator.getitem, b(node.target, mask, *node.args[1:], **node.kwargs), 0)
+    new = b(aten.where.self, b(aten.gt.Scalar, pooled, 0), b.nan_like(x), values)
+    _replace_uses(values, new, set())
+    return True
+
+
 def _rewrite_copy(b: _Builder, node: torch.fx.Node) -> bool:
     dst, src = node.args[0], node.args[1]
     dst_val, src_val = _val(dst), _val(src)
@@ -173,6 +217,10 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         _rewrite_sign(b, node)
     elif target is aten.cumsum.default:
         _rewrite_cumsum(b, node)
+    elif target in (aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default):
+        return _rewrite_max_pool(b, node)
+    elif target in (aten.clamp_min.default, aten.clamp_max.default, aten.clamp.default):
+        return _rewrite_one_sided_clamp(b, node)
     else:
         return False
     return True

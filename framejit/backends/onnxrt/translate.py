@@ -84,6 +84,12 @@ def _tensor_vals(value) -> list:
     return []
 
 
+# measured on special values: atan2(nan, 1) gave 0 and atan2(-2.5, -0.0) +pi/2; floor_divide(inf, 0.7)
+# gave inf (eager: nan); remainder(-0.0, 1.5) gave +0.0 (NOTE [Eager semantics in ONNX] in semantics.py)
+_WRONG_ON_SPECIAL_FLOATS = frozenset({"aten::atan2", "aten::floor_divide", "aten::remainder",
+                                      "aten::div.Tensor_mode", "aten::div.Scalar_mode"})
+
+
 def _is_empty(val: torch.Tensor) -> bool:
     numel = val.numel()
     return isinstance(numel, int) and numel == 0  # an unbacked size is not known to be empty
@@ -116,6 +122,10 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
         vals += _tensor_vals(arg.meta.get("val"))
     if "val" not in node.meta:
         return f"{overload} has no shape/dtype metadata"
+    schema_name = node.target._schema.name
+    if {schema_name, f"{schema_name}.{node.target._overloadname}"} & _WRONG_ON_SPECIAL_FLOATS and any(
+            isinstance(v, torch.Tensor) and v.is_floating_point() for v in vals):
+        return f"{overload} differs from eager on NaN, inf or -0.0 in ONNX (NOTE [Eager semantics in ONNX])"
     if _reduces_nothing(node):
         return f"{overload} makes values out of an empty tensor (ORT's reductions of nothing differ from eager's)"
     for val in vals:

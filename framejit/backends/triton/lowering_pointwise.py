@@ -249,11 +249,13 @@ def _clamp(lo, node, x, min=None, max=None):
     if isinstance(min, TensorRef) or isinstance(max, TensorRef):
         raise Unlowerable("tensor bounds")
 
-    def fn(v):
+    def fn(v):  # eager's clamp is `x < lo ? lo : x`: it keeps NaN and the sign of clamp_min(-0.0, 0.0)
         if min is not None:
-            v = Op("maximum", (v, lit(min, v)), v.dtype)
+            bound = lit(min, v)
+            v = Op("where", (Op("lt", (v, bound), torch.bool), bound, v), v.dtype)
         if max is not None:
-            v = Op("minimum", (v, lit(max, v)), v.dtype)
+            bound = lit(max, v)
+            v = Op("where", (Op("gt", (v, bound), torch.bool), bound, v), v.dtype)
         return v
 
     return _pointwise(lo, node, [x], fn)

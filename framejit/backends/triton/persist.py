@@ -27,6 +27,10 @@ from . import runtime
 from .runtime import CompiledGraph, EagerGraph
 
 KIND = "triton"
+# Bump whenever lowering or code generation changes what a graph compiles to: `load` refuses an artifact
+# of another revision (the frame cache then compiles again), as onnxrt's REVISION does.
+# 1: argmax/argmin take the first NaN, clamp keeps NaN and -0.0 as eager (NOTE [NaN in arg reductions]).
+REVISION = 1
 
 
 def save(compiled) -> bytes | None:
@@ -56,7 +60,7 @@ def save(compiled) -> bytes | None:
     kernels = [[name, signature, constexprs, source]
                for (path, name), (signature, constexprs, source) in runtime.KERNELS.items()
                if path == compiled.source_path]
-    meta = {"expected": expected, "out_spec": out_spec, "constants": constants, "kernels": kernels,
+    meta = {"revision": REVISION, "expected": expected, "out_spec": out_spec, "constants": constants, "kernels": kernels,
             "kernel_count": compiled.kernel_count, "extern_count": compiled.extern_count,
             "fallbacks": list(compiled.fallbacks)}
     return pack(KIND, meta, blobs)
@@ -70,6 +74,8 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> Compiled
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"triton load(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
     meta, blobs = unpack(data, KIND)
+    if meta.get("revision") != REVISION:  # made by an older code generator: compile again
+        raise ArtifactError(f"triton artifact of revision {meta.get('revision')!r}, expected {REVISION}")
     try:
         expected = [(tuple(shape), tuple(stride), dtype_from_text(dtype), torch.device(device))
                     for shape, stride, dtype, device in meta["expected"]]
