@@ -153,9 +153,7 @@ def is_same(tx, a: Value, b: Value) -> bool:
     if isinstance(a, ConstantValue) and isinstance(b, ConstantValue):
         return a.value is b.value
     if isinstance(a, TensorValue) and isinstance(b, TensorValue):
-        if a.node is b.node:
-            return True
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "identity comparison of two different tensor values")
+        return _same_tensor(tx, a, b)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return False
     if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
@@ -175,6 +173,23 @@ def is_same(tx, a: Value, b: Value) -> bool:
 def _fresh(v: Value) -> bool:
     return v.source is None and isinstance(v, (ListValue, DictValue, SetValue, NewObjectValue)) and \
         not isinstance(v, DictViewValue)
+
+
+def _same_tensor(tx, a: TensorValue, b: TensorValue) -> bool:
+    """NOTE [Tensor identity]: `a is b` for two tensor values. The fake tensors mirror object identity:
+    an op that returns its input object in eager (`F.dropout` in eval, an in-place method, `contiguous()` of
+    a contiguous tensor) returns the input's fake tensor object too, and one real input tensor reached
+    through two sources has one fake (and an ALIAS guard). So equal fakes mean the same object, and
+    different fakes different objects; when both are graph inputs read from sources, that they are
+    distinct is guarded (`a is not b`), so a later call passing one tensor twice recompiles."""
+    if a.node is b.node or (a.fake is not None and a.fake is b.fake):
+        return True
+    if a.fake is None or b.fake is None:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "identity comparison of tensor values without metadata")
+    if a.source is not None and b.source is not None:
+        ea, eb = a.source.expr(tx.output.names), b.source.expr(tx.output.names)
+        tx.output.add_guard("DISTINCT", f"{ea} is not {eb}", a.source, expected=f"not the same tensor as {b.source.describe()}")
+    return False
 
 
 def unary(tx, fn: Callable, a: Value) -> Value:

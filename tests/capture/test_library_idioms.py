@@ -473,3 +473,39 @@ def test_lru_cache_with_tensor_argument_breaks_and_matches():
 
     backend = run_differential(fn, _x, fullgraph=False)
     assert backend.graph_count == 1
+
+
+# ---- tensor identity -----------------------------------------------------------------------------------------
+def test_tensor_identity_of_inputs_is_guarded():
+    def fn(q, k):
+        if q is k:
+            return q * 2
+        return q + k
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    q, k = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(compiled(q, k), q + k)
+    torch.testing.assert_close(compiled(q, q), q * 2)  # eager: q * 2; the DISTINCT guard recompiles
+    torch.testing.assert_close(compiled(k, q), k + q)
+    assert backend.graph_count == 2
+
+
+def test_tensor_identity_of_intermediates_follows_eager():
+    def fn(x):
+        y = torch.nn.functional.dropout(x, p=0.5, training=False)  # returns x itself
+        z = x.relu()
+        return (y is x), (z is x), (z is not y), x.contiguous() is x
+
+    backend = run_differential(fn, _x)
+    assert backend.graph_count <= 1
+
+
+def test_multihead_attention_self_and_cross():
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+
+    def fn(q, k):
+        return mha(q, k, k)[0] + mha(q, q, q)[0]
+
+    backend = run_differential(fn, lambda s: (torch.randn(2, 3, 8), torch.randn(2, 3, 8)), atol=1e-5, rtol=1e-5)
+    assert backend.graph_count == 1
