@@ -411,8 +411,8 @@ BUILTIN_HANDLERS[operator.truth] = lambda tx, args, kwargs: ConstantValue(truth(
 
 @handles(set)
 def _set(tx, args, kwargs):
-    from .handlers.build import _hashable_constant
-    return SetValue({_hashable_constant(v) for v in iterate(tx, args[0])} if args else set())
+    from .identity_keys import set_element
+    return SetValue({set_element(tx, v) for v in iterate(tx, args[0])} if args else set())
 
 
 @handles(frozenset)
@@ -498,14 +498,16 @@ _SET_MUTATORS = {"add", "update", "discard", "remove", "clear"}
 
 def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     """Set methods over sets of constants: evaluated on the real Python set the value holds."""
-    from .handlers.build import _hashable_constant
+    from .identity_keys import set_element
     from .protocol import _check_set_mutable
     if not isinstance(s, SetValue) or kwargs:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on {s.describe()}")
     if name in _SET_MUTATORS:
         _check_set_mutable(s)
-    consts = [set(_hashable_constant(v) for v in iterate(tx, a)) if name not in ("add", "discard", "remove")
-              else _hashable_constant(a) for a in args]
+    consts = [set(set_element(tx, v) for v in iterate(tx, a)) if name not in ("add", "discard", "remove")
+              else set_element(tx, a) for a in args]
+    if name == "pop" and len(s.items) > 1 and not s.is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "set.pop() of a set of tensors (its order follows addresses)")
     try:
         result = getattr(s.items, name)(*consts)
     except Exception as e:

@@ -29,6 +29,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      PyModuleValue, SequenceValue, SetValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
 from .mappings_runtime import make_defaultdict, view_of
+from .values.mappings import key_value
 from .partials import make_partial, partial_parts
 
 PY312 = sys.version_info >= (3, 12)
@@ -207,8 +208,10 @@ class Reconstructor:
             self._dict(value)
         elif isinstance(value, NewObjectValue):
             self._new_object(value)
-        elif isinstance(value, SetValue):
+        elif isinstance(value, SetValue) and value.is_constant():
             self._call_const(value.cls, [ConstantValue(tuple(value.items))])  # a new set each call
+        elif isinstance(value, SetValue):  # NOTE [Sets of tensors]
+            self._call_const(value.cls, [TupleValue([key_value(k) for k in value.items])])
         elif isinstance(value, BoundMethodValue):
             self._call_const(types.MethodType, [value.func, value.self_value])
         elif isinstance(value, TensorMethodValue):
@@ -327,6 +330,8 @@ def _children(value: Value) -> list:
         return [c.contents for c in value.closure or () if getattr(c, "contents", None) is not None]
     if isinstance(value, PartialValue):
         return partial_parts(value)
+    if isinstance(value, SetValue):
+        return [key_value(k) for k in value.items if not isinstance(key_value(k), ConstantValue)]
     return []
 
 

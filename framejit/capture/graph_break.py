@@ -51,9 +51,10 @@ from .normalize import Inst, normalize
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
 from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
-                     PartialValue, SequenceValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
+                     PartialValue, SequenceValue, SetValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
 from .partials import partial_parts
+from .values.mappings import key_value
 
 _CONDITIONAL = {"POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"}
 _OR_POP = {"JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP"}
@@ -155,6 +156,9 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
         elif isinstance(v, PartialValue):
             for item in partial_parts(v):
                 visit(item)
+        elif isinstance(v, SetValue):  # NOTE [Sets of tensors]
+            for key in v.items:
+                visit(key_value(key))
         elif isinstance(v, TensorMethodValue):
             visit(v.tensor)
         elif isinstance(v, UserFunctionValue):

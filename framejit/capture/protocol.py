@@ -241,7 +241,8 @@ def iterate(tx, v: Value) -> list[Value]:
     if isinstance(v, DictValue):
         return [ConstantValue(k) for k in v.items]
     if isinstance(v, SetValue):
-        return [ConstantValue(k) for k in v.items]  # CPython's order for this set of constants
+        from .identity_keys import set_items
+        return set_items(v)  # CPython's order for this set of constants (NOTE [Sets of tensors])
     if isinstance(v, ConstantValue) and isinstance(v.value, (range, tuple, str, list, frozenset, bytes, torch.Size)):
         return [ConstantValue(x) for x in v.value]
     if isinstance(v, TensorValue):
@@ -397,12 +398,8 @@ def contains(tx, item: Value, container: Value) -> bool:
         result = dunder(tx, container, "__contains__", [item])
         return truth(tx, result) if result is not None else contains(tx, item, storage(container))
     if isinstance(container, SetValue):
-        if not item.is_constant():
-            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"`in` of {item.describe()} in a set (hashed by identity)")
-        try:
-            return item.as_constant() in container.items
-        except TypeError as e:
-            raise UserException(e) from None
+        from .identity_keys import set_element
+        return set_element(tx, item) in container.items  # NOTE [Sets of tensors]
     if isinstance(container, DictValue):
         return item.as_constant() in container.items
     if isinstance(container, SequenceValue):

@@ -124,29 +124,21 @@ def unpack_ex(tx, inst):
         tx.push(item)
 
 
-def _hashable_constant(value):
-    if not value.is_constant() or isinstance(value, SetValue):
-        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a set of {value.describe()} (only constants are modelled)")
-    try:
-        constant = value.as_constant()
-        hash(constant)
-    except TypeError as e:
-        raise UserException(e) from None
-    return constant
-
-
 @op("BUILD_SET")
 def build_set(tx, inst):
-    tx.push(SetValue({_hashable_constant(v) for v in tx.popn(inst.arg)}))
+    from ..identity_keys import set_element
+    tx.push(SetValue({set_element(tx, v) for v in tx.popn(inst.arg)}))
 
 
 @op("SET_ADD")
 def set_add(tx, inst):
+    from ..identity_keys import set_element
     value = tx.pop()
-    tx.peek(inst.arg).items.add(_hashable_constant(value))
+    tx.peek(inst.arg).items.add(set_element(tx, value))
 
 
 @op("SET_UPDATE")
 def set_update(tx, inst):
+    from ..identity_keys import set_element
     iterable = tx.pop()
-    tx.peek(inst.arg).items.update(_hashable_constant(v) for v in iterate(tx, iterable))
+    tx.peek(inst.arg).items.update(set_element(tx, v) for v in iterate(tx, iterable))

@@ -82,7 +82,8 @@ class SetValue(Value):
         return self.cls
 
     def is_constant(self) -> bool:
-        return True
+        from .mappings import IdentityKey
+        return not any(isinstance(k, IdentityKey) for k in self.items)  # NOTE [Sets of tensors]
 
     def as_constant(self) -> Any:
         return self.cls(self.items)

@@ -70,4 +70,33 @@ def view_type(cls: type, kind: str) -> type:
     return type(getattr(base(), kind)())
 
 
-__all__ = ["DefaultDictValue", "DictViewValue", "view_type"]
+
+
+class IdentityKey:
+    """A set element (or dict key) that is a tensor: hashed and compared by the identity of the object it
+    stands for, as CPython hashes tensors by `id`. Two tensor values are one object exactly when they share
+    a fake tensor (in-place ops and ops that return their input give back the same fake), so the token
+    is the fake's identity (NOTE [Sets of tensors] in capture/identity_keys.py)."""
+
+    __slots__ = ("value", "token")
+
+    def __init__(self, value: Value, token: Any) -> None:
+        self.value = value
+        self.token = token
+
+    def __hash__(self) -> int:
+        return hash(self.token)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IdentityKey) and other.token == self.token
+
+    def __repr__(self) -> str:
+        return f"<{self.value.describe()}>"
+
+
+def key_value(key: Any) -> Value:
+    """The value a set element or dict key stands for."""
+    return key.value if isinstance(key, IdentityKey) else ConstantValue(key)
+
+
+__all__ = ["DefaultDictValue", "DictViewValue", "IdentityKey", "key_value", "view_type"]
