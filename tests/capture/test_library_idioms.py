@@ -509,3 +509,21 @@ def test_multihead_attention_self_and_cross():
 
     backend = run_differential(fn, lambda s: (torch.randn(2, 3, 8), torch.randn(2, 3, 8)), atol=1e-5, rtol=1e-5)
     assert backend.graph_count == 1
+
+
+# ---- objects crossing a graph break ------------------------------------------------------------------------
+def test_code_and_signature_cross_a_graph_break():
+    def helper(a, b):
+        return a + b
+
+    def fn(x):
+        code = helper.__code__
+        sig = inspect.signature(helper)
+        y = x + 1
+        print("break")
+        return y * len(code.co_varnames) + len(sig.parameters), code.co_name
+
+    backend = run_differential(fn, _x, fullgraph=False)
+    assert backend.graph_count == 2
+    assert framejit.stats()["eager_frame_reasons"] == [] or all(
+        e["function"] != fn.__code__.co_qualname for e in framejit.stats()["eager_frame_reasons"])

@@ -29,6 +29,7 @@ from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
 _SCALARS = (bool, int, float, str, bytes, complex, type(None))
 _ID_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented),
                  type(dataclasses.MISSING), type(dataclasses._HAS_DEFAULT_FACTORY))  # dataclass __init__ sentinels
+_IMMUTABLE_OBJECTS = (types.CodeType, inspect.Signature, inspect.Parameter)
 _BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
                       types.MethodDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
                       torch._ops.OpOverload, torch._ops.OpOverloadPacket)
@@ -69,8 +70,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if type(obj) in _SCALARS:
         out.guard_constant(source, obj)
         return ConstantValue(obj, source)
-    if isinstance(obj, _ID_CONSTANTS) or isinstance(obj, enum.Enum):
-        out.guard_id(source, obj)
+    if isinstance(obj, _ID_CONSTANTS) or isinstance(obj, enum.Enum) or type(obj) in _IMMUTABLE_OBJECTS:
+        out.guard_id(source, obj)  # immutable objects, e.g. a code object carried across a graph break
         return ConstantValue(obj, source)
     if isinstance(obj, torch.device):
         out.guard_type(source, torch.device)
