@@ -32,6 +32,8 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", default="eager", choices=["eager", "onnxrt", "triton"])
     parser.add_argument("--all-families", action="store_true", help="also run excluded families")
     parser.add_argument("--only", default=None, help="comma list of families to run")
+    parser.add_argument("--warm", action="store_true",
+                        help="run each program against a persistent cache filled by a first copy of it")
     parser.add_argument("--no-shrink", action="store_true", help="print reproducers of unshrunk programs")
     parser.add_argument("--max-reproducers", type=int, default=20)
     args = parser.parse_args(argv)
@@ -40,7 +42,7 @@ def main(argv=None) -> int:
     only = set(args.only.split(",")) if args.only else None
     started = time.time()
     result = fuzz.campaign(args.backend, range(args.start, args.start + args.seeds),
-                           all_families=args.all_families, only=only)
+                           all_families=args.all_families, only=only, warm=args.warm)
     elapsed = time.time() - started
     if not args.all_families and EXCLUDED:
         print(f"excluded families: {', '.join(sorted(EXCLUDED))}")
@@ -49,7 +51,8 @@ def main(argv=None) -> int:
     print(f"framejit: {result.counters}")
     groups = collections.OrderedDict()
     for found in result.differences:
-        small = found if args.no_shrink else shrink(found)
+        with fuzz.persistent_cache(args.warm):
+            small = found if args.no_shrink else shrink(found)
         key = (small.program.families, small.what)
         print(f"  {found.headline()[:240]}\n    shrunk: {','.join(small.program.families)} {small.what}")
         groups.setdefault(key, small)

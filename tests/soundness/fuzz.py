@@ -2,7 +2,9 @@
 families filtered out, tiny programs for triton), and a campaign over a range of seeds."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import tempfile
 
 from . import blocks_more, blocks_protocol, blocks_python, blocks_torch
 from .excluded import is_excluded
@@ -43,14 +45,30 @@ class Campaign:
 
 
 def campaign(backend, seeds, *, all_families: bool = False, only: set[str] | None = None,
-             compile_fn=None) -> Campaign:
+             compile_fn=None, warm: bool = False) -> Campaign:
+    """Run the programs of `seeds`; `warm` runs each against a persistent cache filled by a first copy
+    (a temporary cache directory for the campaign, see NOTE [Warm runs] in runner.py)."""
     name = backend if isinstance(backend, str) else "eager"
     factories = factories_for(name, all_families=all_families, only=only)
     result = Campaign(name)
-    for seed in seeds:
-        result.programs += 1
-        found = run_program(program_for(seed, name, factories), backend, compile_fn=compile_fn,
-                            counters=result.counters)
-        if found is not None:
-            result.differences.append(found)
+    with persistent_cache(warm):
+        for seed in seeds:
+            result.programs += 1
+            found = run_program(program_for(seed, name, factories), backend, compile_fn=compile_fn,
+                                counters=result.counters, warm=warm)
+            if found is not None:
+                result.differences.append(found)
     return result
+
+
+@contextlib.contextmanager
+def persistent_cache(enabled: bool):
+    """framejit's persistent cache on, in a temporary directory, while the block runs (if `enabled`)."""
+    import framejit
+    saved = framejit.config.cache_enabled, framejit.config.cache_dir
+    if enabled:
+        framejit.config.cache_enabled, framejit.config.cache_dir = True, tempfile.mkdtemp(prefix="framejit-warm-")
+    try:
+        yield
+    finally:
+        framejit.config.cache_enabled, framejit.config.cache_dir = saved

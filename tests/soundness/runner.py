@@ -2,8 +2,8 @@
 reports the first difference; shrinks a failing program; renders a standalone reproducer.
 
 # NOTE [Two namespaces]
-The program's source is executed twice, into an eager namespace and a compiled namespace, so each side
-has its own objects (config instances, lists, modules with identical parameters: the source seeds torch
+The program's source file is imported twice, as an eager module and a compiled module (both registered
+in sys.modules, as user code is), so each side has its own objects (config instances, lists, modules with identical parameters: the source seeds torch
 before building them) and the side effects of one side never leak into the other. `f` of the compiled
 namespace is compiled; mutations of scope "ns" run in both namespaces, global ones once (see
 NOTE [Mutation scopes] in program.py). Before each call both sides build fresh arguments with
@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import importlib.util
 import io
 import os
+import sys
 import tempfile
 import traceback
 from typing import Any
@@ -40,6 +43,7 @@ class Difference:
     what: str                      # value / exception / stdout / args / state / aliasing / global_state / mutation
     message: str
     compile_fn: Any = None         # the planted compiler, if any (shrink reruns with it)
+    warm: bool = False             # found in a warm run (NOTE [Warm runs])
 
     def headline(self) -> str:
         return f"seed {self.program.seed} [{self.backend}] {','.join(self.program.families)}: " \
@@ -47,16 +51,37 @@ class Difference:
 
 
 def _load(program: Program, src: str) -> tuple[dict, dict]:
-    path = os.path.join(_SOURCE_DIR, f"prog_{program.seed}_{abs(hash(src)) % 10**10}.py")
+    """The program imported twice from one file, as two modules (NOTE [Two namespaces])."""
+    key = f"{program.seed}_{hashlib.sha256(src.encode()).hexdigest()[:12]}"
+    path = os.path.join(_SOURCE_DIR, f"prog_{key}.py")
     with open(path, "w") as fh:
         fh.write(src)
-    code = compile(src, path, "exec", dont_inherit=True)
-    spaces = []
-    for _ in range(2):
-        ns = {"__name__": f"soundness_prog_{program.seed}", "__file__": path}
-        exec(code, ns)
-        spaces.append(ns)
-    return spaces[0], spaces[1]
+    return _import(f"soundness_eager_{key}", path), _import(f"soundness_compiled_{key}", path)
+
+
+def _import(name: str, path: str) -> dict:
+    """A fresh module `name` from `path` (registered in sys.modules, as user code is)."""
+    sys.modules.pop(name, None)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module.__dict__
+
+
+def _prime(compiled_ns: dict, backend) -> dict:
+    """NOTE [Warm runs]: one compiled call in a first copy of the module fills the persistent cache;
+    then the module is imported again, fresh, as a new process would, and only that copy is compared."""
+    framejit.reset()
+    state = global_state()
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            framejit.compile(compiled_ns["f"], backend=backend)(*compiled_ns["make_args"](0))
+        except Exception:  # noqa: BLE001 - the compared run reports what matters
+            pass
+    _restore(state)
+    framejit.reset()
+    return _import(compiled_ns["__name__"], compiled_ns["__file__"])
 
 
 def _call(fn, args) -> tuple[Any, type | None, str]:
@@ -83,12 +108,17 @@ def _snapshot(ns: dict) -> Any:
         return f"state() raised {type(e).__name__}"
 
 
-def run_program(program: Program, backend, *, compile_fn=None, counters: dict | None = None) -> Difference | None:
+def run_program(program: Program, backend, *, compile_fn=None, counters: dict | None = None,
+                warm: bool = False) -> Difference | None:
     """The first difference between eager and compiled runs of `program` on `backend`, or None.
 
     `compile_fn(f, backend)` replaces framejit.compile (the fuzzer's own tests plant broken compilers);
-    `counters` accumulates framejit.stats() numbers (graphs, frames traced, eager entries)."""
+    `counters` accumulates framejit.stats() numbers (graphs, frames traced, eager entries); `warm` runs
+    against a persistent cache filled by a first copy of the program (NOTE [Warm runs]): the compared
+    calls start after the first mutation, so the first one loads an entry made for other state."""
     eager_ns, compiled_ns = _load(program, render(program))
+    if warm:
+        compiled_ns = _prime(compiled_ns, backend)
     scratch: dict = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
     scratch["G"] = scratch
     framejit.reset()
@@ -101,10 +131,10 @@ def run_program(program: Program, backend, *, compile_fn=None, counters: dict | 
             if call:
                 found = _mutate(program, call, eager_ns, compiled_ns, scratch)
                 if found:
-                    return Difference(program, backend, call, "mutation", found, compile_fn)
-            found = _compare_call(eager_ns, compiled_ns, compiled, call, rtol, atol)
+                    return Difference(program, backend, call, "mutation", found, compile_fn, warm)
+            found = None if warm and call == 0 else _compare_call(eager_ns, compiled_ns, compiled, call, rtol, atol)
             if found:
-                return Difference(program, backend, call, *found, compile_fn)
+                return Difference(program, backend, call, *found, compile_fn, warm)
         return None
     finally:
         for block in program.blocks:
@@ -114,11 +144,13 @@ def run_program(program: Program, backend, *, compile_fn=None, counters: dict | 
         if counters is not None:
             _count(counters, stats_before)
         framejit.reset()
+        sys.modules.pop(eager_ns["__name__"], None)
+        sys.modules.pop(compiled_ns["__name__"], None)
 
 
 def _count(counters: dict, before: dict) -> None:
     stats = framejit.stats()
-    for key in ("frames_traced", "graphs", "eager_entries", "eager_frames"):
+    for key in ("frames_traced", "frames_loaded", "graphs", "eager_entries", "eager_frames"):
         counters[key] = counters.get(key, 0) + stats.get(key, 0) - before.get(key, 0)
     counters["programs without a graph"] = counters.get("programs without a graph", 0) + (
         stats.get("graphs", 0) == before.get("graphs", 0))
@@ -194,7 +226,7 @@ def shrink(found: Difference, *, budget: int = 40) -> Difference:
     def attempt(program):
         nonlocal best, tries
         tries += 1
-        again = run_program(program, best.backend, compile_fn=best.compile_fn)
+        again = run_program(program, best.backend, compile_fn=best.compile_fn, warm=best.warm)
         if again is not None and again.what == best.what:
             best = again
             return True
@@ -219,13 +251,28 @@ def _shrink_once(program: Program, attempt) -> bool:
 
 
 _DRIVER = '''
-import contextlib, io, torch, framejit
+import contextlib, importlib.util, io, os, sys, tempfile, torch, framejit
 
 G = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
 G["G"] = G
-eager_ns, compiled_ns = {}, {}
-exec(compile(SRC, "prog.py", "exec"), eager_ns)
-exec(compile(SRC, "prog.py", "exec"), compiled_ns)
+folder = tempfile.mkdtemp()
+with open(os.path.join(folder, "prog.py"), "w") as fh:
+    fh.write(SRC)
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(folder, "prog.py"))
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.__dict__
+
+
+eager_ns, compiled_ns = load("prog_eager"), load("prog_compiled")
+if WARM:  # a first copy fills the persistent cache; the compared copy is imported fresh, as in a new process
+    framejit.config.cache_enabled, framejit.config.cache_dir = True, tempfile.mkdtemp()
+    framejit.compile(compiled_ns["f"], backend=BACKEND)(*compiled_ns["make_args"](0))
+    framejit.reset()
+    compiled_ns = load("prog_compiled")
 compiled = framejit.compile(compiled_ns["f"], backend=BACKEND)
 
 
@@ -248,6 +295,8 @@ for i in range(len(STEPS) + 1):
                 exec(code, ns)
             except Exception as e:
                 print("mutation raised", type(e).__name__)
+    if WARM and i == 0:
+        continue
     grad = torch.is_grad_enabled()
     torch.manual_seed(i)
     print(f"call {i} eager:   ", call(eager_ns["f"], eager_ns, i))
@@ -266,4 +315,4 @@ def reproducer(found: Difference) -> str:
         steps.append(("ns", "pass") if mutation is None else (mutation.scope, mutation.code))
     head = f"# soundness fuzzer: {found.headline()}\n"
     return (head + f"SRC = '''\n{render(program)}'''\nSTEPS = {steps!r}\nBACKEND = {found.backend!r}\n"
-            + _DRIVER)
+            f"WARM = {found.warm!r}\n" + _DRIVER)
