@@ -80,6 +80,9 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return call_gen_method(tx, fn, args, kwargs)
     if isinstance(fn, CloneValue):
         return fn.ctx.clone()
+    if isinstance(fn, CtxValue) and fn.kind == "grad":  # NOTE [Context managers as decorators]
+        from .generator_ctx import decorate_with_ctx
+        return decorate_with_ctx(tx, fn, args, kwargs)
     if isinstance(fn, ClassValue):
         return call_class(tx, fn, args, kwargs)
     if is_cached_function(fn):  # NOTE [Cached functions]
@@ -191,6 +194,9 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     handler = BUILTIN_HANDLERS.get(cls)
     if handler is not None:
         return handler(tx, args, kwargs)
+    if cls in (torch.no_grad, torch.enable_grad) and len(args) == 1 and isinstance(args[0], UserFunctionValue):
+        from .generator_ctx import decorate_with_ctx  # `torch.no_grad(fn)`
+        return decorate_with_ctx(tx, make_ctx(tx, cls, [], {}), args, kwargs)
     if is_ctx_class(cls):
         return make_ctx(tx, cls, args, kwargs)
     if cls is contextlib._GeneratorContextManager and len(args) == 3 and not kwargs:

@@ -14,6 +14,12 @@ stock Dynamo (Reconstructor raises Unsupported for these values).
 `contextlib.nullcontext(x)` is an instance of that class made directly (its `__init__` only stores
 `enter_result`), so its `__enter__`/`__exit__` are inlined like any user context manager's and it is
 rebuilt like any object made while tracing, also across a graph break inside its block.
+
+NOTE [Context managers as decorators]: `torch.no_grad()(f)`, `@torch.enable_grad()`, `torch.no_grad(f)`
+and `@torch.set_grad_enabled(b)` inside the region give a partial of `call_in_ctx`, which runs `f` in a
+clone of the manager, as torch's `context_decorator` does; `set_grad_enabled` first restores the mode its
+construction changed, as its `__call__` does. A generator function is not wrapped here (torch wraps it
+differently): that is a graph break.
 """
 from __future__ import annotations
 
@@ -22,6 +28,23 @@ import contextlib
 from .breaks import BreakKind, Unsupported, UserException
 from .module_hooks import TRACE_TIME
 from .values import ConstantValue, NewObjectValue, PartialValue, TupleValue, UserFunctionValue, Value
+
+
+def call_in_ctx(ctx, fn, /, *args, **kwargs):
+    """What a torch context manager used as a decorator runs (NOTE [Context managers as decorators])."""
+    with ctx.clone():
+        return fn(*args, **kwargs)
+
+
+def decorate_with_ctx(tx, ctx: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`ctx(fn)` for a torch grad-mode context manager value `ctx`."""
+    import inspect
+    fn = args[0] if len(args) == 1 and not kwargs else None
+    if not isinstance(fn, UserFunctionValue) or fn.fn.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {ctx.describe()}")
+    if hasattr(ctx, "mode_before_init"):  # set_grad_enabled.__call__ undoes what its construction did
+        tx.output.set_grad_enabled(ctx.mode_before_init)
+    return PartialValue(UserFunctionValue(call_in_ctx), [ctx, fn], {})
 
 
 def make_generator_cm(func, *args, **kwds):
@@ -126,5 +149,6 @@ def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectVal
 TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
 
 
-__all__ = ["GenCtxValue", "GenMethodValue", "call_gen_method", "contextmanager_factory", "gen_attr",
+__all__ = ["GenCtxValue", "GenMethodValue", "call_gen_method", "call_in_ctx", "contextmanager_factory",
+           "decorate_with_ctx", "gen_attr",
            "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

@@ -188,3 +188,36 @@ def test_nullcontext_created_before_a_break():
             x = x + 1
         return x
     assert run_differential(fn, lambda seed: (torch.randn(3),), fullgraph=False).graph_count == 2
+
+
+# ---- torch grad-mode managers used as decorators (NOTE [Context managers as decorators]) ---------------
+def _requires_grad_x(seed):
+    return (torch.zeros(4, requires_grad=True) + seed,)
+
+
+def test_grad_mode_decorators_made_inside():
+    def fn(x):
+        @torch.no_grad()
+        def no_grad_fn(v):
+            return (v + 1) * 2
+
+        def plain(v):
+            return v.sin()
+
+        with torch.no_grad():
+            enabled = torch.enable_grad()(plain)
+            disabled = torch.no_grad(plain)
+            outside = torch.is_grad_enabled()
+        return no_grad_fn(x), enabled(x), disabled(x), outside, torch.is_grad_enabled()
+    assert run_differential(fn, _requires_grad_x).graph_count == 1
+
+
+def test_set_grad_enabled_decorator_restores_the_mode_at_decoration():
+    def fn(x):
+        with torch.set_grad_enabled(True):
+            @torch.set_grad_enabled(False)
+            def inner(v):
+                return v.cos(), torch.is_grad_enabled()
+            during = torch.is_grad_enabled()
+        return inner(x), during, torch.is_grad_enabled()
+    assert run_differential(fn, _requires_grad_x).graph_count == 1
