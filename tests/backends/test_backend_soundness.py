@@ -191,8 +191,19 @@ def _returns_output_and_its_view(x):
     return y, y[0]
 
 
+def _mutates_then_returns_view(x):
+    x.add_(1)
+    return x[1:]
+
+
+def _mutates_then_returns_view_and_input(x):
+    x.mul_(2)
+    return x.mT, x
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fn", [_returns_slice, _returns_transpose_and_sum, _returns_output_and_its_view],
+@pytest.mark.parametrize("fn", [_returns_slice, _returns_transpose_and_sum, _returns_output_and_its_view,
+                                _mutates_then_returns_view, _mutates_then_returns_view_and_input],
                          ids=lambda f: f.__name__)
 def test_returned_views_alias_as_in_eager(backend, fn):
     compiled = framejit.compile(fn, backend=backend, fullgraph=True)

@@ -23,7 +23,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from ... import logs
-from .. import state
+from .. import aliasing, state
 from . import lowering, partition, runtime, semantics, translate
 from .options import OnnxrtOptions
 
@@ -46,7 +46,8 @@ _MAX_ATTEMPTS = 8
 # 4: NaN-propagating reductions, copy broadcasting, empty tensors in torch, returned views kept as views
 #    (NOTE [Eager semantics in ONNX], NOTE [Returned views stay views]).
 # 5: one-sided clamps; atan2, floor_divide, remainder and rounding div of floats run in torch.
-REVISION = 5
+# 6: returned views of inputs mutated by the graph are views of the inputs (backends/aliasing.py).
+REVISION = 6
 
 
 @dataclasses.dataclass
@@ -178,6 +179,7 @@ class OnnxrtCompiled:
         start = time.perf_counter()
         try:
             lowered = lowering.lower(self.gm, inputs, translate.translated_op_names())
+            aliasing.alias_mutated_inputs(lowered.graph_module)  # views of mutated inputs stay views
             semantics.match_eager(lowered.graph_module)  # NOTE [Eager semantics in ONNX]
             translate.insert_type_promotion(lowered.graph_module)
         except Exception as exc:

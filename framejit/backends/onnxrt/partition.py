@@ -23,6 +23,7 @@ import torch.utils._pytree as pytree
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from ..aliasing import is_view
 from . import translate
 
 # Ops that eager torch runs as metadata changes (no kernel, no copy). A partition made only of these
@@ -54,27 +55,21 @@ ALIAS_REASON = "a view returned by the graph: it runs in torch so that it aliase
 # So the chain of view ops from that input or output to the returned value stays in the top graph and
 # runs in torch, where it makes a real view; the ops that compute the base may still run in ORT.
 def aliased_output_views(graph: torch.fx.Graph) -> set[str]:
-    """Names of the view nodes that must run in torch for the graph's outputs to alias as in eager."""
+    """Names of the view nodes that must run in torch for the graph's outputs to alias as in eager.
+    A `copy_` into an input counts as that input (backends/aliasing.py)."""
     output = next(n for n in graph.nodes if n.op == "output")
     leaves = [a for a in pytree.tree_leaves(output.args[0]) if isinstance(a, torch.fx.Node)]
-    observable = {n for n in graph.nodes if n.op == "placeholder"} | set(leaves)
+    observable = {n for n in graph.nodes if n.op == "placeholder" or (
+        n.target is torch.ops.aten.copy_.default and n.args[0].op == "placeholder")} | set(leaves)
     names: set[str] = set()
     for leaf in leaves:
         chain, node = [], leaf
-        while _is_view(node):
+        while is_view(node):
             chain.append(node)
             node = node.args[0]
         if chain and node in observable:
             names.update(n.name for n in chain)
     return names
-
-
-def _is_view(node: torch.fx.Node) -> bool:
-    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
-        return False
-    if node.target is operator.getitem:
-        return _is_view(node.args[0])
-    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
 
 
 class _Support(OperatorSupportBase):

@@ -29,6 +29,7 @@ import torch
 
 from framejit import logs
 from framejit.backends import registry
+from framejit.backends.aliasing import alias_mutated_inputs
 from framejit.backends.state import enters_inference_mode, switches_grad_on
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
@@ -110,6 +111,7 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
 def compile_graph(gm, example_inputs, device: torch.device, opts: dict) -> CompiledGraph:
     with torch.no_grad():
         aten_gm = to_aten(gm, example_inputs)
+    alias_mutated_inputs(aten_gm)  # returned views of mutated inputs stay views of the inputs
     graph, fallbacks = lower(aten_gm)
     sched = schedule(graph)
     buffers = graph.buffers()

@@ -30,7 +30,8 @@ KIND = "triton"
 # Bump whenever lowering or code generation changes what a graph compiles to: `load` refuses an artifact
 # of another revision (the frame cache then compiles again), as onnxrt's REVISION does.
 # 1: argmax/argmin take the first NaN, clamp keeps NaN and -0.0 as eager (NOTE [NaN in arg reductions]).
-REVISION = 1
+# 2: returned views of inputs mutated by the graph are views of the inputs (backends/aliasing.py).
+REVISION = 2
 
 
 def save(compiled) -> bytes | None:

@@ -1,0 +1,69 @@
+"""Outputs of a functionalized aten graph that must alias the graph's inputs, as they do in eager.
+
+Lowered backends (onnxrt, triton) trace the captured graph with `torch.func.functionalize`, which turns
+`x.add_(1); return x[1:]` into `add = x + 1; out = add[1:]; copy_(x, add); return out`: the returned
+view is now a view of a fresh tensor. In eager it is a view of `x`, so a write through it reaches `x`
+(and a graph break hands such views to the resume function, which may update them in place).
+
+`alias_mutated_inputs(gm)` rewrites, in place, every output that is `v` or a chain of view ops over `v`,
+where the graph ends with `copy_(x, v)` for an input `x`, into the same chain over that `copy_` node
+(whose value is `x` itself, after the write), placed after it. The backends then build the chain from the
+real input tensor: triton replays views of inputs, onnxrt keeps views of inputs in torch (NOTE [Returned
+views stay views] in onnxrt/partition.py). Returns the number of outputs rewritten.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+_COPY = torch.ops.aten.copy_.default
+
+
+def is_view(node: torch.fx.Node) -> bool:
+    """`node` returns a view of its first argument (an aten view op, or an item of one)."""
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    if node.target is operator.getitem:
+        return is_view(node.args[0])
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
+
+
+def _view_chain(leaf: torch.fx.Node) -> tuple[list[torch.fx.Node], torch.fx.Node]:
+    """The view nodes from `leaf` down to its base (leaf first), and the base."""
+    chain, node = [], leaf
+    while is_view(node):
+        chain.append(node)
+        node = node.args[0]
+    return chain, node
+
+
+def alias_mutated_inputs(gm: torch.fx.GraphModule) -> int:
+    graph = gm.graph
+    copies = {n.args[1]: n for n in graph.nodes if n.op == "call_function" and n.target is _COPY
+              and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
+    if not copies:
+        return 0
+    output = next(n for n in graph.nodes if n.op == "output")
+    last_copy = [n for n in graph.nodes if n in copies.values()][-1]
+    replaced: dict[torch.fx.Node, torch.fx.Node] = {}
+    for leaf in [a for a in pytree.tree_leaves(output.args[0]) if isinstance(a, torch.fx.Node)]:
+        chain, base = _view_chain(leaf)
+        if base not in copies or leaf in replaced:
+            continue
+        new: torch.fx.Node = copies[base]
+        anchor = last_copy
+        for view in reversed(chain):  # from the base up to the leaf
+            with graph.inserting_after(anchor):
+                new = graph.node_copy(view, lambda arg, v=view, n=new: n if arg is v.args[0] else arg)
+            anchor = new
+        replaced[leaf] = new
+    if not replaced:
+        return 0
+    output.args = pytree.tree_map(lambda a: replaced.get(a, a) if isinstance(a, torch.fx.Node) else a, output.args)
+    graph.eliminate_dead_code()
+    graph.lint()
+    gm.recompile()
+    return len(replaced)
