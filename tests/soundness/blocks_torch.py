@@ -116,5 +116,42 @@ def tensor_attr(rng):
                  state=())
 
 
-FACTORIES = [module_hooks, module_attrs, global_module_hooks, monkeypatch_torch, grad_mode, default_dtype,
+def compiled_module(rng):
+    """The compiled object is an nn.Module whose forward calls f (the runner compiles `model` when the
+    program defines it); its attributes, hooks and forward change on the original module between calls."""
+    return Block("compiled_module", setup="""
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = 1.0
+            def forward(self, x, *rest):
+                out, aux = f(x, *rest)
+                return out * self.scale, aux
+        model = Model()
+        MODEL_HOOKS = []
+        """, mutations=(M("model.scale = 2.0"),
+                        M("MODEL_HOOKS.append(model.register_forward_hook(lambda m, i, o: (o[0] + 1, o[1])))"),
+                        M("MODEL_HOOKS.append(model.register_forward_pre_hook(lambda m, a: (a[0] * 2,) + a[1:]))"),
+                        M("MODEL_HOOKS.pop().remove() if MODEL_HOOKS else None"),
+                        M("model.forward = types.MethodType(lambda self, x, *rest: (x * 0 - 1, ['patched']), model)"),
+                        M("del model.forward"), M("model.eval()")),
+        state=("model.training",))
+
+
+def module_absent_attr(rng):
+    """A module attribute that is absent at first (hasattr / getattr default), then registered as a buffer,
+    a parameter or a submodule (found through nn.Module.__getattr__), and deleted again."""
+    return Block("module_absent_attr", setup=_NET, body="""
+        if hasattr(net$, 'extra'):
+            out = out + net$.extra
+        if getattr(net$, 'gate', None) is not None:
+            out = net$.gate(out)
+        out = net$(out)
+        """, mutations=(M("net$.register_buffer('extra', torch.ones(4))"),
+                        M("net$.extra = nn.Parameter(torch.full((4,), 2.0))"),
+                        M("net$.gate = nn.Sigmoid()"), M("del net$.extra"), M("del net$.gate")),
+        state=())
+
+
+FACTORIES = [compiled_module, module_absent_attr, module_hooks, module_attrs, global_module_hooks, monkeypatch_torch, grad_mode, default_dtype,
              autocast_state, tensor_layout, tensor_attr]

@@ -114,6 +114,8 @@ def _indent(code: str, prefix: str = "    ") -> str:
 def _placed(block: Block, wrap: str, n: int) -> tuple[str, str]:
     """(module-level code, lines of f) for a block's body under `wrap`."""
     body = textwrap.dedent(block.body).strip("\n")
+    if not body.strip():
+        return "", ""
     names = [p for p in block.params] + [k.split("=")[0] for k in block.kwonly]
     if wrap in ("helper", "method"):
         sig = ", ".join(["out", "aux"] + names)

@@ -76,7 +76,7 @@ def _prime(compiled_ns: dict, backend) -> dict:
     state = global_state()
     with contextlib.redirect_stdout(io.StringIO()):
         try:
-            framejit.compile(compiled_ns["f"], backend=backend)(*compiled_ns["make_args"](0))
+            framejit.compile(_target(compiled_ns), backend=backend)(*compiled_ns["make_args"](0))
         except Exception:  # noqa: BLE001 - the compared run reports what matters
             pass
     _restore(state)
@@ -123,7 +123,7 @@ def run_program(program: Program, backend, *, compile_fn=None, counters: dict | 
     scratch["G"] = scratch
     framejit.reset()
     stats_before = framejit.stats()
-    compiled = (compile_fn or _framejit_compile)(compiled_ns["f"], backend)
+    compiled = (compile_fn or _framejit_compile)(_target(compiled_ns), backend)
     rtol, atol = TOLERANCE.get(backend, TOLERANCE["onnxrt"])
     start_state = global_state()
     try:
@@ -156,6 +156,11 @@ def _count(counters: dict, before: dict) -> None:
         stats.get("graphs", 0) == before.get("graphs", 0))
 
 
+def _target(ns: dict):
+    """What the program compiles: `model` if it defines one (the compiled_module family), else `f`."""
+    return ns.get("model", ns["f"])
+
+
 def _framejit_compile(fn, backend):
     return framejit.compile(fn, backend=backend)
 
@@ -181,7 +186,7 @@ def _compare_call(eager_ns, compiled_ns, compiled, call, rtol, atol) -> tuple[st
     eager_args = eager_ns["make_args"](call)
     compiled_args = compiled_ns["make_args"](call)
     before = global_state()
-    expected, expected_exc, expected_out = _call(eager_ns["f"], eager_args)
+    expected, expected_exc, expected_out = _call(_target(eager_ns), eager_args)
     expected_state = global_state()
     _restore(before)
     torch.manual_seed(call)
@@ -270,10 +275,10 @@ def load(name):
 eager_ns, compiled_ns = load("prog_eager"), load("prog_compiled")
 if WARM:  # a first copy fills the persistent cache; the compared copy is imported fresh, as in a new process
     framejit.config.cache_enabled, framejit.config.cache_dir = True, tempfile.mkdtemp()
-    framejit.compile(compiled_ns["f"], backend=BACKEND)(*compiled_ns["make_args"](0))
+    framejit.compile(compiled_ns.get("model", compiled_ns["f"]), backend=BACKEND)(*compiled_ns["make_args"](0))
     framejit.reset()
     compiled_ns = load("prog_compiled")
-compiled = framejit.compile(compiled_ns["f"], backend=BACKEND)
+compiled = framejit.compile(compiled_ns.get("model", compiled_ns["f"]), backend=BACKEND)
 
 
 def call(fn, ns, i):
@@ -299,7 +304,7 @@ for i in range(len(STEPS) + 1):
         continue
     grad = torch.is_grad_enabled()
     torch.manual_seed(i)
-    print(f"call {i} eager:   ", call(eager_ns["f"], eager_ns, i))
+    print(f"call {i} eager:   ", call(eager_ns.get("model", eager_ns["f"]), eager_ns, i))
     torch.set_grad_enabled(grad)
     torch.manual_seed(i)
     print(f"call {i} compiled:", call(compiled, compiled_ns, i))
