@@ -8,6 +8,7 @@ AttributeError CPython would (through UserException); a lookup framejit cannot m
 """
 from __future__ import annotations
 
+import collections
 import types
 from typing import Any
 
@@ -90,6 +91,9 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return _constant_attr(obj, name)
     if isinstance(obj, DictViewValue):  # NOTE [Live dict views]: `mapping` (3.10+) and isdisjoint are rare
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a dict view")
+    if isinstance(obj, SequenceValue) and obj.cls is collections.deque:
+        from .mappings import deque_attr
+        return deque_attr(obj, name)
     if isinstance(obj, SequenceValue):
         return _sequence_attr(tx, obj, name)
     if isinstance(obj, DictValue):

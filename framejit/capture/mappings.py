@@ -1,4 +1,4 @@
-"""`collections` mappings over abstract values: OrderedDict, defaultdict, plain dict subclasses.
+"""`collections` containers over abstract values: OrderedDict, defaultdict, plain dict subclasses, deque.
 
 Constructors take dict's arguments (a mapping or an iterable of pairs, then keywords); `fromkeys` of
 dict, OrderedDict and defaultdict shares one value among all keys, as CPython does. OrderedDict adds
@@ -6,6 +6,8 @@ dict, OrderedDict and defaultdict shares one value among all keys, as CPython do
 key calls its factory and stores the result (a mutation like any other: NOTE [Live dict views] sees it).
 A subclass of dict or OrderedDict that defines nothing of its own (no methods, no `__init__`) is a
 DictValue of that class, rebuilt as `cls({...})`; any other subclass stays an object (dict_objects.py).
+A deque without maxlen is a ListValue of class deque (its methods below; indexing, len, iteration and
+`d[i] = v` are a list's); with a maxlen it is a graph break.
 Handlers register themselves in builtins.BUILTIN_HANDLERS when this module is imported (by builtins).
 """
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import Any
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import BUILTIN_HANDLERS, _dict, handles
 from .protocol import iterate
-from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictValue, DictValue, TupleValue,
-                     Value)
+from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictValue, DictValue, ListValue,
+                     TupleValue, Value)
 
 from .mappings_runtime import dict_of_view as _dict_of_view
 from .sources import Ref as _Ref
@@ -169,4 +171,87 @@ def make_dict_subclass(tx, cls: type, args: list[Value], kwargs: dict[str, Value
     return DictValue(_dict(tx, args, kwargs).items, cls=cls)
 
 
-__all__ = ["wrap_view", "copy_mapping", "is_plain_dict_subclass", "make_dict_subclass", "mapping_attr", "missing_item"]
+__all__ = ["deque_attr", "wrap_view", "copy_mapping", "is_plain_dict_subclass", "make_dict_subclass", "mapping_attr", "missing_item"]
+
+
+# ---- collections.deque: a list value of class deque (no maxlen) -------------------------------------
+_DEQUE = collections.deque
+_DEQUE_METHODS = ("append", "appendleft", "extend", "extendleft", "pop", "popleft", "insert", "clear", "copy",
+                  "rotate", "reverse", "index", "count", "remove")
+
+
+@handles(_DEQUE)
+def _deque(tx, args, kwargs):
+    maxlen = args[1] if len(args) > 1 else kwargs.get("maxlen", ConstantValue(None))
+    if not (maxlen.is_constant() and maxlen.as_constant() is None) or len(args) > 2 or kwargs.keys() - {"maxlen", "iterable"}:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "deque with a maxlen")
+    source = args[0] if args else kwargs.get("iterable")
+    return ListValue(iterate(tx, source) if source is not None else [], cls=_DEQUE)
+
+
+def deque_attr(d: ListValue, name: str) -> Value:
+    if name in _DEQUE_METHODS:
+        return BoundMethodValue(BuiltinValue(getattr(_DEQUE, name)), d)
+    if name == "maxlen":
+        return ConstantValue(None)
+    if hasattr(_DEQUE, name):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"deque.{name}")
+    raise UserException(AttributeError(f"'collections.deque' object has no attribute '{name}'"))
+
+
+def _deque_method(name: str):
+    def handler(tx, args, kwargs):
+        d, rest = args[0], args[1:]
+        if not isinstance(d, ListValue) or d.cls is not _DEQUE or kwargs:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"deque.{name} on {d.describe()}")
+        items = d.items
+        if name == "copy":
+            return ListValue(list(items), cls=_DEQUE)
+        if name in ("index", "count", "remove", "rotate", "reverse"):
+            return _constant_deque_method(d, name, rest)
+        tx.output.side_effects.mutate_container(d)
+        if name in ("pop", "popleft"):
+            if rest:
+                raise UserException(TypeError(f"deque.{name}() takes no arguments ({len(rest)} given)"))
+            if not items:
+                raise UserException(IndexError(f"{name} from an empty deque"))
+            return items.pop() if name == "pop" else items.pop(0)
+        if name == "append":
+            items.append(rest[0])
+        elif name == "appendleft":
+            items.insert(0, rest[0])
+        elif name == "extend":
+            items.extend(iterate(tx, rest[0]))
+        elif name == "extendleft":
+            for item in iterate(tx, rest[0]):
+                items.insert(0, item)
+        elif name == "insert":
+            items.insert(rest[0].as_constant(), rest[1])
+        elif name == "clear":
+            items.clear()
+        return ConstantValue(None)
+    return handler
+
+
+def _constant_deque_method(d: ListValue, name: str, args: list[Value]) -> Value:
+    if name in ("rotate", "reverse"):
+        real = _DEQUE(range(len(d.items)))  # permute positions, keep the values
+        try:
+            getattr(real, name)(*(a.as_constant() for a in args))
+        except Exception as e:
+            raise UserException(e) from None
+        d.items[:] = [d.items[i] for i in real]
+        return ConstantValue(None)
+    if not all(i.is_constant() for i in d.items) or not all(a.is_constant() for a in args):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"deque.{name} over non-constant items")
+    real = _DEQUE(i.as_constant() for i in d.items)
+    try:
+        result = getattr(real, name)(*(a.as_constant() for a in args))
+    except Exception as e:
+        raise UserException(e) from None
+    d.items[:] = [ConstantValue(v) for v in real]
+    return ConstantValue(result)
+
+
+for _name in _DEQUE_METHODS:
+    BUILTIN_HANDLERS[getattr(_DEQUE, _name)] = _deque_method(_name)

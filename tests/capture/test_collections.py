@@ -257,3 +257,36 @@ def test_set_of_a_tensor_made_in_the_graph_across_a_break():
     # the set is rebuilt with the graph's tensor; the resume function, which receives a real set of
     # tensors, still runs eagerly (known gap: sets of tensors are not read back through a source)
     assert run_differential(fn, _one, fullgraph=False).graph_count == 1
+
+
+# ---- collections.deque ---------------------------------------------------------------------------------
+def test_deque_methods():
+    def fn(x, y):
+        d = collections.deque([x, y])
+        d.append(x + 1)
+        d.extend([x, y])
+        d.insert(0, "foo")
+        last = d.pop()
+        other = collections.deque([last])
+        d.extendleft(other)
+        other.clear()
+        d.extend(other)
+        d[2] = "setitem"
+        d = d.copy()
+        d.append(d.popleft())
+        d.rotate(2)
+        d.appendleft(3)
+        return list(d), len(d), type(d).__name__, d.maxlen, d[0]
+    assert run_differential(fn, _two).graph_count == 1
+
+
+def test_deque_errors_and_maxlen():
+    def empty(x):
+        return collections.deque().popleft(), x
+
+    def bounded(x):
+        d = collections.deque([x, x + 1, x + 2], maxlen=2)
+        return list(d)
+
+    run_differential(empty, _one, fullgraph=False)
+    run_differential(bounded, _one, fullgraph=False)
