@@ -161,9 +161,10 @@ def _dict(tx, args, kwargs):
         if isinstance(src, DictValue):
             items.update(src.items)
         else:
+            from .identity_keys import dict_key
             for pair in iterate(tx, src):
                 k, v = iterate(tx, pair)
-                items[k.as_constant()] = v
+                items[dict_key(tx, k)] = v
     items.update(kwargs)
     return DictValue(items)
 
@@ -524,8 +525,9 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
         tx.output.side_effects.mutate_container(d)
     if name in ("keys", "values", "items"):
         return DictViewValue(d, name)  # NOTE [Live dict views]
+    from .identity_keys import dict_key
     if name == "get":
-        key = args[0].as_constant()
+        key = dict_key(tx, args[0])
         return d.items.get(key, args[1] if len(args) > 1 else ConstantValue(None))
     log = tx.output.side_effects.record_op  # NOTE [Mutation log] in side_effects.py
     if name == "update":
@@ -535,7 +537,7 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
         log(d, "update", (DictValue(added),))
         return ConstantValue(None)
     if name == "pop":
-        key = args[0].as_constant()
+        key = dict_key(tx, args[0])
         if key in d.items:
             log(d, "pop", (ConstantValue(key),))
             return d.items.pop(key)
@@ -544,7 +546,7 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
             return args[1]
         raise UserException(KeyError(key))
     if name == "setdefault":
-        key = args[0].as_constant()
+        key = dict_key(tx, args[0])
         default = args[1] if len(args) > 1 else ConstantValue(None)
         log(d, "setdefault", (ConstantValue(key), default))
         return d.items.setdefault(key, default)

@@ -29,7 +29,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      PyModuleValue, SequenceValue, SetValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
 from .mappings_runtime import make_defaultdict, view_of
-from .values.mappings import key_value
+from .values.mappings import IdentityKey, key_value
 from .partials import make_partial, partial_parts
 
 PY312 = sys.version_info >= (3, 12)
@@ -294,7 +294,7 @@ class Reconstructor:
             cg.push_null()
             cg.load_const(value.cls)
         for key, item in value.items.items():
-            cg.load_const(key)
+            self.emit(key_value(key))  # a constant, or the tensor an IdentityKey stands for
             self.emit(item)
         cg.build("BUILD_MAP", len(value.items))
         if value.cls is not dict:
@@ -317,7 +317,7 @@ def _children(value: Value) -> list:
     if isinstance(value, SequenceValue):
         return list(value.items)
     if isinstance(value, DictValue):
-        return list(value.items.values())
+        return [key_value(k) for k in value.items if isinstance(k, IdentityKey)] + list(value.items.values())
     if isinstance(value, NewObjectValue):
         return list(value.attrs.values())
     if isinstance(value, BoundMethodValue):

@@ -143,7 +143,7 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
             for item in v.items:
                 visit(item)
         elif isinstance(v, DictValue):
-            for item in v.items.values():
+            for item in [*map(key_value, v.items), *v.items.values()]:
                 visit(item)
         elif isinstance(v, NewObjectValue):
             for item in v.attrs.values():

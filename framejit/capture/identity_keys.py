@@ -7,7 +7,8 @@ input's fake, as the real results are the input object. Two different graph inpu
 objects when traced; that is guarded (`a is not b`) as soon as both are used as elements, so a later
 call that passes one tensor twice recompiles. A set holding tensors iterates in an order CPython
 derives from addresses: iterating or popping one with more than one element is a graph break, and it
-is never folded as a constant.
+is never folded as a constant. Dict keys use the same elements (`state[param]`); a dict keeps insertion
+order, so iterating one keyed by tensors is exact.
 """
 from __future__ import annotations
 
@@ -23,15 +24,18 @@ def set_element(tx, value: Value) -> Any:
     if isinstance(value, TensorValue):
         _guard_distinct_inputs(tx, value)
         return IdentityKey(value, ("tensor", id(value.fake)))
-    if not value.is_constant() or isinstance(value, SetValue):
-        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a set of {value.describe()} (only constants and tensors "
-                                                       "are modelled)")
+    if not value.is_constant() or (isinstance(value, SetValue) and value.cls is set):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{value.describe()} as a set element or dict key (only "
+                                                       "constants and tensors are modelled)")
     try:
         constant = value.as_constant()
         hash(constant)
     except TypeError as e:
         raise UserException(e) from None
     return constant
+
+
+dict_key = set_element  # a dict key hashes as a set element does; dicts keep insertion order
 
 
 def set_items(s: SetValue) -> list[Value]:
@@ -62,4 +66,4 @@ def _input_of(out, value: TensorValue):
     return next((i for i in out.inputs if isinstance(i.value, TensorValue) and i.value.fake is value.fake), None)
 
 
-__all__ = ["set_element", "set_items"]
+__all__ = ["dict_key", "set_element", "set_items"]

@@ -239,7 +239,8 @@ def iterate(tx, v: Value) -> list[Value]:
     if isinstance(v, SequenceValue):
         return list(v.items)
     if isinstance(v, DictValue):
-        return [ConstantValue(k) for k in v.items]
+        from .values.mappings import key_value
+        return [key_value(k) for k in v.items]
     if isinstance(v, SetValue):
         from .identity_keys import set_items
         return set_items(v)  # CPython's order for this set of constants (NOTE [Sets of tensors])
@@ -344,7 +345,8 @@ def getitem(tx, obj: Value, key: Value) -> Value:
         except Exception as e:
             raise UserException(e) from None
     if isinstance(obj, DictValue):
-        k = key.as_constant()
+        from .identity_keys import dict_key
+        k = dict_key(tx, key)
         if k not in obj.items:
             from .mappings import missing_item
             return missing_item(tx, obj, k)
@@ -401,7 +403,8 @@ def contains(tx, item: Value, container: Value) -> bool:
         from .identity_keys import set_element
         return set_element(tx, item) in container.items  # NOTE [Sets of tensors]
     if isinstance(container, DictValue):
-        return item.as_constant() in container.items
+        from .identity_keys import dict_key
+        return dict_key(tx, item) in container.items
     if isinstance(container, SequenceValue):
         for x in container.items:
             if x is item:

@@ -290,3 +290,30 @@ def test_deque_errors_and_maxlen():
 
     run_differential(empty, _one, fullgraph=False)
     run_differential(bounded, _one, fullgraph=False)
+
+
+# ---- dicts keyed by tensors (parameters as keys, as optimizers keep their state) ------------------------
+_PARAM = torch.nn.Parameter(torch.ones(3))
+
+
+def test_dict_keyed_by_tensors():
+    def fn(x):
+        state = {"a": x, _PARAM: 3}
+        by_input = {}
+        for p in (x, _PARAM):
+            by_input[p] = p * 2
+        dd = collections.defaultdict(dict)
+        dd[_PARAM]["step"] = 1
+        comp = {t: i for i, t in enumerate((x, _PARAM))}
+        return (state["a"] + state[_PARAM], by_input[x], by_input.get(_PARAM), _PARAM in by_input,
+                (x + 1) in by_input, len(by_input), list(by_input.values()), dd[_PARAM], comp[_PARAM],
+                by_input.pop(x), len(by_input))
+    assert run_differential(fn, _one).graph_count == 1
+
+
+def test_dict_keyed_by_tensors_returned_and_live_at_a_break():
+    def fn(x):
+        state = {x: x.sin()}
+        print("break")
+        return list(state.items()), len(state), x in state
+    run_differential(fn, _one, fullgraph=False)  # the resume function runs eagerly (tensor keys from outside)

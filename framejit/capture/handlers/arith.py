@@ -96,9 +96,12 @@ def _store_item(tx, obj, key, value):
             tx.output.side_effects.record_op(obj, "__setitem__", (ConstantValue(k), value))
         return
     if isinstance(obj, DictValue):
+        from ..identity_keys import dict_key
+        from ..values.mappings import key_value
+        k = dict_key(tx, key)  # NOTE [Sets of tensors]: tensors are keys by identity
         tx.output.side_effects.mutate_container(obj)
-        obj.items[key.as_constant()] = value
-        tx.output.side_effects.record_op(obj, "__setitem__", (ConstantValue(key.as_constant()), value))
+        obj.items[k] = value
+        tx.output.side_effects.record_op(obj, "__setitem__", (key_value(k), value))
         return
     if isinstance(obj, TensorValue):  # in-place, like any tensor op (NOTE [Input mutation] in graph.py)
         tx.output.call("call_function", operator.setitem, (obj, key, value), {})

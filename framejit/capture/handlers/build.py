@@ -36,8 +36,9 @@ def list_extend(tx, inst):
 
 @op("BUILD_MAP")
 def build_map(tx, inst):
+    from ..identity_keys import dict_key
     flat = tx.popn(2 * inst.arg)
-    tx.push(DictValue({flat[i].as_constant(): flat[i + 1] for i in range(0, len(flat), 2)}))
+    tx.push(DictValue({dict_key(tx, flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
 
 
 @op("BUILD_CONST_KEY_MAP")
@@ -49,9 +50,10 @@ def build_const_key_map(tx, inst):
 
 @op("MAP_ADD")
 def map_add(tx, inst):
+    from ..identity_keys import dict_key
     value = tx.pop()
     key = tx.pop()
-    tx.peek(inst.arg).items[key.as_constant()] = value
+    tx.peek(inst.arg).items[dict_key(tx, key)] = value
 
 
 @op("DICT_UPDATE")

@@ -59,7 +59,9 @@ class DictValue(Value):
         return self.cls
 
     def is_constant(self) -> bool:
-        return all(v.is_constant() for v in self.items.values())
+        from .mappings import IdentityKey
+        return all(v.is_constant() for v in self.items.values()) and \
+            not any(isinstance(k, IdentityKey) for k in self.items)  # NOTE [Sets of tensors]
 
     def as_constant(self) -> Any:
         return self.cls((k, v.as_constant()) for k, v in self.items.items())

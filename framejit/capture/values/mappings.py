@@ -41,10 +41,10 @@ class DictViewValue(TupleValue):
     def items(self) -> list[Value]:
         d = self.mapping.items
         if self.kind == "keys":
-            return [ConstantValue(k) for k in d]
+            return [key_value(k) for k in d]
         if self.kind == "values":
             return list(d.values())
-        return [TupleValue([ConstantValue(k), v]) for k, v in d.items()]
+        return [TupleValue([key_value(k), v]) for k, v in d.items()]
 
     @property
     def cls(self) -> type:
@@ -54,7 +54,8 @@ class DictViewValue(TupleValue):
         return self.cls
 
     def is_constant(self) -> bool:
-        return self.kind == "keys" or all(v.is_constant() for v in self.mapping.items.values())
+        keys = not any(isinstance(k, IdentityKey) for k in self.mapping.items)
+        return keys and (self.kind == "keys" or all(v.is_constant() for v in self.mapping.items.values()))
 
     def as_constant(self) -> Any:
         values = {k: (None if self.kind == "keys" else v.as_constant()) for k, v in self.mapping.items.items()}
