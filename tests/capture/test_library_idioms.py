@@ -527,3 +527,13 @@ def test_code_and_signature_cross_a_graph_break():
     assert backend.graph_count == 2
     assert framejit.stats()["eager_frame_reasons"] == [] or all(
         e["function"] != fn.__code__.co_qualname for e in framejit.stats()["eager_frame_reasons"])
+
+
+def test_mapping_get_and_contains_with_missing_keys():
+    def fn(x):
+        relu = INTERFACE.get("sdpa", None)
+        missing = INTERFACE.get("eager", torch.tanh)
+        return missing(relu(x)), "eager" in INTERFACE, INTERFACE.get("flash") is None
+
+    backend = run_differential(fn, _x)
+    assert backend.graph_count == 1
