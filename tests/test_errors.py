@@ -134,8 +134,9 @@ def _matmul_or_sum(x, y):
         return x.sum()
 
 
-def test_caught_shape_error_prints_nothing(capfd):
-    compiled = framejit.compile(_matmul_or_sum)
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])  # triton: tests/backends (TRITON_INTERPRET)
+def test_caught_shape_error_prints_nothing(capfd, backend):
+    compiled = framejit.compile(_matmul_or_sum, backend=backend)
     for shape in [(2, 3), (3, 3), (2, 3)]:
         x, y = torch.ones(2, 3), torch.ones(*shape)
         torch.testing.assert_close(compiled(x, y), _matmul_or_sum(x, y))
@@ -160,11 +161,25 @@ def _breaks_then_calls_disabled(x):
     return z.cos()
 
 
-def test_disabled_function_called_at_a_break_runs_as_python():
+class _Recording(CountingBackend):
+    """Records each graph and hands it to a real backend."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.real = framejit.lookup_backend(name)
+
+    def __call__(self, gm, example_inputs):
+        super().__call__(gm, example_inputs)
+        return self.real(gm, example_inputs)
+
+
+@pytest.mark.parametrize("backend_name", ["eager", "onnxrt"])
+def test_disabled_function_called_at_a_break_runs_as_python(backend_name, capsys):
     SEEN.clear()
     backend = run_differential(_breaks_then_calls_disabled, lambda seed: (torch.randn(4),), seeds=(0, 1, 2),
-                               fullgraph=False)
+                               fullgraph=False, backend=_Recording(backend_name), atol=1e-5, rtol=1e-5)
     assert SEEN == ["Tensor"] * 6  # 3 eager + 3 compiled calls, each a real call with a real tensor
+    assert backend.graph_count == 2  # sin before the break, cos after the helper
     for gm in backend.graphs:  # no graph holds the helper's ops (x * 3 + 1)
         targets = [str(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
         assert not any("mul" in t or "add" in t for t in targets), targets
