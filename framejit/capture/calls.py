@@ -204,7 +204,7 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
         return make_ctx(tx, cls, args, kwargs)
     if cls is contextlib._GeneratorContextManager and len(args) == 3 and not kwargs:
         from .generator_ctx import new_generator_cm
-        return new_generator_cm(args)
+        return new_generator_cm(tx, args)
     if cls is contextlib.nullcontext:
         from .generator_ctx import new_nullcontext
         return new_nullcontext(args, kwargs)

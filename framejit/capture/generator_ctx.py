@@ -7,9 +7,11 @@ generator runs none of its code). `with cm:` (or `cm.__enter__()`) starts a tran
 stops at its first `yield` (Translator.suspend_at_yield) and binds the yielded value; the normal exit
 (`__exit__(None, None, None)`) resumes that translator with None until the generator returns, so its
 `finally:` code is traced in order with the block. A second `yield` raises contextlib's RuntimeError.
-An exception leaving the block, or a graph break while such a manager is open or live, is not
-modelled: the suspended generator cannot be rebuilt in Python, so the frame runs eagerly as under
-stock Dynamo (Reconstructor raises Unsupported for these values).
+An exception leaving the block is not modelled (the frame runs eagerly). A suspended generator cannot
+be rebuilt in Python, so a graph break while such a manager is live (inside the generator, in the
+block, or anywhere before its exit) moves to the root frame's instruction that created the manager:
+the trace stops there, that call runs as plain Python and makes the real manager, and the resume
+function goes on from it (break_before_generator_cms).
 
 `contextlib.nullcontext(x)` is an instance of that class made directly (its `__init__` only stores
 `enter_result`), so its `__enter__`/`__exit__` are inlined like any user context manager's and it is
@@ -55,12 +57,13 @@ def make_generator_cm(func, *args, **kwds):
 class GenCtxValue(Value):
     """A `contextlib._GeneratorContextManager` made while tracing (NOTE [Generator context managers])."""
 
-    def __init__(self, func: Value, args: list[Value], kwargs: dict[str, Value]) -> None:
+    def __init__(self, func: Value, args: list[Value], kwargs: dict[str, Value], root_index: int | None) -> None:
         self.func = func
         self.args = args
         self.kwargs = kwargs
         self.frame = None  # the generator's translator once entered
         self.done = False
+        self.root_index = root_index  # the root frame's instruction that made it
 
     def python_type(self) -> type:
         return contextlib._GeneratorContextManager
@@ -87,12 +90,22 @@ def contextmanager_factory(tx, args: list[Value], kwargs: dict[str, Value]) -> V
     return PartialValue(UserFunctionValue(make_generator_cm), [args[0]], {})
 
 
-def new_generator_cm(args: list[Value]) -> GenCtxValue:
+def new_generator_cm(tx, args: list[Value]) -> GenCtxValue:
     """`_GeneratorContextManager(func, args, kwds)` (called by make_generator_cm or contextlib's helper)."""
     func, pos, kw = args
     if not isinstance(pos, TupleValue) or not hasattr(kw, "items") or not isinstance(kw.items, dict):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a _GeneratorContextManager of unknown arguments")
-    return GenCtxValue(func, list(pos.items), dict(kw.items))
+    root = tx.output.tx_stack[0] if tx.output.tx_stack else None
+    ctx = GenCtxValue(func, list(pos.items), dict(kw.items), root.current.index if root and root.current else None)
+    tx.output.__dict__.setdefault("live_generator_cms", []).append(ctx)
+    return ctx
+
+
+def break_before_generator_cms(out, index: int | None) -> int | None:
+    """Where the root frame breaks for an Unsupported at `index`: before the first generator context
+    manager still live (not exited) then, if it was made earlier (NOTE [Generator context managers])."""
+    live = [c.root_index for c in out.__dict__.get("live_generator_cms", ()) if not c.done and c.root_index is not None]
+    return min([index, *live]) if index is not None and live else index
 
 
 def gen_enter(tx, ctx: GenCtxValue) -> Value:
@@ -121,7 +134,7 @@ def gen_exit(tx, ctx: GenCtxValue, args: list[Value]) -> Value:
     ctx.done = True
     if frame.suspended:
         raise UserException(RuntimeError("generator didn't stop"))
-    return ConstantValue(False)
+    return ConstantValue(False)  # NOTE: a manager exited is no longer live (break_before_generator_cms)
 
 
 def call_gen_method(tx, method: GenMethodValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -149,6 +162,6 @@ def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectVal
 TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
 
 
-__all__ = ["GenCtxValue", "GenMethodValue", "call_gen_method", "call_in_ctx", "contextmanager_factory",
+__all__ = ["GenCtxValue", "GenMethodValue", "break_before_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
            "decorate_with_ctx", "gen_attr",
            "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

@@ -29,7 +29,7 @@ from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
 from .module_hooks import TRACE_TIME, plan_module_call
-from . import generator_ctx  # noqa: F401  (answers contextlib.contextmanager at trace time)
+from .generator_ctx import break_before_generator_cms
 from .stdlib import forced_break
 from .normalize import Inst, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
@@ -98,6 +98,8 @@ class Translator:
             _attach_stack(e, self.user_stack())
             if self.parent is None and getattr(e, "root_index", None) is None:
                 e.root_index = self.current.index if self.current is not None else None
+                if isinstance(e, Unsupported):
+                    e.root_index = break_before_generator_cms(self.output, e.root_index)
             raise
         finally:
             self.output.tx_stack.pop()

@@ -141,7 +141,7 @@ def test_manager_setting_default_dtype_is_not_traced_but_correct():
     run_differential(fn, lambda seed: (torch.randn(2),), fullgraph=False)  # set_default_dtype breaks
 
 
-def test_break_inside_a_generator_manager_runs_eagerly_and_correctly():
+def test_break_inside_a_generator_manager_block():
     def fn(x, log):
         @contextlib.contextmanager
         def logged():
@@ -156,7 +156,26 @@ def test_break_inside_a_generator_manager_runs_eagerly_and_correctly():
             print("inside")
             y = y + z
         return y + x.cos()
-    run_differential(fn, lambda seed: (torch.randn(2), []), fullgraph=False)
+    # the break moves before the call that makes the manager: `y = x.sin()` is captured, the rest runs
+    # with the real manager (its resume function runs eagerly: contextlib's __enter__ is not traced)
+    assert run_differential(fn, lambda seed: (torch.randn(2), []), fullgraph=False).graph_count == 1
+
+
+def test_break_inside_the_generator_itself():
+    def fn(x):
+        @contextlib.contextmanager
+        def breaking(v):
+            try:
+                print("in the generator")
+                yield v.cos()
+            finally:
+                pass
+
+        y = x.sin()
+        with breaking(x) as z:
+            y = y + z.neg()
+        return y + y.tan()
+    assert run_differential(fn, lambda seed: (torch.rand(2),), fullgraph=False).graph_count == 1
 
 
 def test_nullcontext_captured_whole():
