@@ -28,7 +28,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      DictViewValue, IteratorValue, ListValue, NewObjectValue, ObjectValue, PartialValue,
                      PyModuleValue, SequenceValue, SetValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
-from .mappings_runtime import make_defaultdict, view_of
+from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of
 from .values.mappings import IdentityKey, key_value
 from .partials import make_partial, partial_parts
 
@@ -231,6 +231,9 @@ class Reconstructor:
             cg.load_const(value.fn)
         elif isinstance(value, UserFunctionValue):
             self._new_function(value)
+        elif _is_grad_manager(value):  # a torch grad-mode manager made but not entered before a break
+            self._call_const(grad_mode_manager, [ConstantValue(value.cls), ConstantValue(value.mode),
+                                                 ConstantValue(getattr(value, "mode_before_init", None))])
         elif isinstance(value, PartialValue):  # NOTE [Partials across breaks]
             self._call_const(make_partial, [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
         elif value.is_constant():
@@ -307,6 +310,13 @@ class Reconstructor:
         cg.load_const(value.cls)
         self._dict(DictValue(value.attrs))
         cg.call(2)
+
+
+def _is_grad_manager(value: Value) -> bool:
+    import torch
+    from .context import CtxValue
+    return isinstance(value, CtxValue) and value.kind in ("grad", "inference") and value.source is None and \
+        issubclass(value.cls, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode))
 
 
 def _children(value: Value) -> list:

@@ -240,3 +240,19 @@ def test_set_grad_enabled_decorator_restores_the_mode_at_decoration():
             during = torch.is_grad_enabled()
         return inner(x), during, torch.is_grad_enabled()
     assert run_differential(fn, _requires_grad_x).graph_count == 1
+
+
+def test_grad_mode_manager_made_before_a_break_and_entered_after():
+    def fn(x):
+        x = x * 2
+        torch.set_grad_enabled(False)
+        ctx = torch.set_grad_enabled(True)
+        off = torch.no_grad()
+        print("break")
+        with ctx:
+            y = x + 1
+        with off:
+            z = x + 2
+        torch.set_grad_enabled(True)
+        return y, z, torch.is_grad_enabled()
+    assert run_differential(fn, _grad_x, fullgraph=False).graph_count == 2
