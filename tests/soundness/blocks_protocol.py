@@ -155,5 +155,13 @@ def broadcast_copy(rng):
                  body="t1 = out.clone()\nt1.copy_(w$)\nout = out + t1 + w$.expand(2, 4).clone()")
 
 
-FACTORIES = [dict_views, dict_iter_mutation, user_context, generator_use, hasattr_special, metaclass_isinstance,
+def metadata_inplace(rng):
+    """In-place metadata ops on an argument (`t_`, `unsqueeze_`, `squeeze_`, `transpose_`): the caller's
+    tensor changes shape and strides."""
+    op = rng.choice(["v$.t_()", "v$.unsqueeze_(0)", "v$.transpose_(0, 1)", "v$.unsqueeze_(1).squeeze_(1)"])
+    return Block("metadata_inplace", params=("v$",), args=("torch.arange(8.).view(2, 4) + i",),
+                 body=f"{op}\naux.append(tuple(v$.shape))\nout = out + v$.sum() + v$.reshape(-1)[:4].sum()")
+
+
+FACTORIES = [metadata_inplace, dict_views, dict_iter_mutation, user_context, generator_use, hasattr_special, metaclass_isinstance,
              class_reassign, nan_reduce, empty_reduce, view_return, inplace_view, broadcast_copy]
