@@ -111,6 +111,13 @@ def _import_locator(obj: Any) -> tuple:
         found = None
     if found is obj:
         return ("import", module, qualname)
+    name = getattr(obj, "__name__", None)
+    if isinstance(name, str) and name != qualname:  # torch.relu: qualname _VariableFunctionsClass.relu
+        try:
+            if resolve(("import", module, name), None) is obj:
+                return ("import", module, name)
+        except Exception:
+            pass
     # a function reached through a descriptor: a property's getter, a classmethod's function
     for attr in ("fget", "__func__"):
         if getattr(found, attr, None) is obj:
