@@ -94,6 +94,14 @@ def list_iterator_at(items: list, index: int) -> Any:
     return iterator
 
 
+def escaped_generator(value: IteratorValue) -> Unsupported:
+    """A generator's iterator that outlives the graph (returned, stored, live at a break) must be the
+    lazy generator eager code makes: a break at the call that made it (NOTE [Eager generators])."""
+    e = Unsupported(BreakKind.SIDE_EFFECT, "a generator made in the compiled region escapes it: it runs as Python")
+    e.root_index = value.made_at
+    return e
+
+
 def keys_iterator_at(container: Any, index: int) -> Any:
     """CPython's iterator over a dict or set, advanced past `index` keys (NOTE [Live iteration])."""
     iterator = iter(container)
@@ -217,6 +225,8 @@ class Reconstructor:
         elif isinstance(value, TensorMethodValue):
             self.emit(value.tensor)
             cg.load_attr(value.name)
+        elif isinstance(value, IteratorValue) and value.made_at is not None:
+            raise escaped_generator(value)
         elif isinstance(value, IteratorValue) and isinstance(value.owner, ListValue):
             self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
         elif isinstance(value, IteratorValue) and value.owner is not None:

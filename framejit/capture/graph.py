@@ -244,6 +244,8 @@ class OutputGraph:
         self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
             result is None and None in versions)  # an inference tensor has no version: assume an effect
+        if mutated:
+            self.side_effects.bump()  # NOTE [Eager generators] in translator.py
         if not mutated and not _contains_tensor(result):
             return self._wrap_constant_result(target, result)
         node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)

@@ -421,8 +421,10 @@ class BreakCodegen:
                 rebuild.emit(value)  # the list's own iterator (NOTE [Live iteration])
             elif isinstance(value, IteratorValue) and value.owner is not None:
                 rebuild.emit(value)  # CPython's dict or set iterator (NOTE [Live iteration])
-            elif isinstance(value, IteratorValue):
+            elif isinstance(value, IteratorValue) and value.made_at is None:
                 rebuild.emit(ListValue(value.items[value.index:]))
+            elif isinstance(value, IteratorValue):
+                rebuild.emit(value)  # a generator's: NOTE [Eager generators]
             elif value is not NULL:
                 rebuild.emit(value)
         for name in temps:

@@ -39,6 +39,11 @@ class SideEffects:
         self.globals: dict[tuple[int, str], tuple[dict, str, Value]] = {}
         self.cells: dict[int, tuple[Any, Value]] = {}
         self.ops: list[list] = []  # [container, (method, args) or None], in program order (NOTE [Mutation log])
+        # NOTE [Eager generators] (translator.py): `version` counts mutations of state any code may see
+        # (outside containers and objects, globals, cells, in-place tensor ops); `touched` lists the
+        # values made while tracing that were mutated, in order
+        self.version = 0
+        self.touched: list[Value] = []
 
     def __bool__(self) -> bool:
         return bool(self.containers or self.attrs or self.globals or self.cells)
@@ -46,6 +51,10 @@ class SideEffects:
     # ---- recording ----------------------------------------------------------------------------
     def mutate_container(self, value: Value) -> None:
         """`value` (a list or dict) is about to be mutated in place; `record_op` may then name the call."""
+        if value.source is None:
+            self.touched.append(value)
+            return
+        self.version += 1
         if value.source is not None:
             self.containers.setdefault(id(value), value)
             self.ops.append([value, None])
@@ -55,7 +64,16 @@ class SideEffects:
         if value.source is not None and self.ops and self.ops[-1][0] is value and self.ops[-1][1] is None:
             self.ops[-1][1] = (method, tuple(args))
 
+    def bump(self, value: Value | None = None) -> None:
+        """A mutation that is not replayed from here happened: an in-place tensor op, or a store into
+        `value`, an object made while tracing (NOTE [Eager generators])."""
+        if value is None:
+            self.version += 1
+        else:
+            self.touched.append(value)
+
     def store_attr(self, obj: Value, name: str, value: Value) -> None:
+        self.version += 1
         if not isinstance(obj, ObjectValue) or obj.source is None:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {obj.describe()}")
         _check_plain_setattr(obj, name, value)
@@ -66,6 +84,7 @@ class SideEffects:
         return entry[2] if entry is not None else None
 
     def store_global(self, f_globals: dict, name: str, value: Value) -> None:
+        self.version += 1
         self.globals[(id(f_globals), name)] = (f_globals, name, value)
 
     def global_value(self, f_globals: dict, name: str) -> Value | None:
@@ -73,6 +92,7 @@ class SideEffects:
         return entry[2] if entry is not None else None
 
     def store_cell(self, cell: Any, value: Value) -> None:
+        self.version += 1
         self.cells[id(cell)] = (cell, value)
 
     def cell_value(self, cell: Any) -> Value | None:

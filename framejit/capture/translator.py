@@ -30,6 +30,7 @@ from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
 from .module_hooks import TRACE_TIME, plan_module_call
 from .generator_ctx import break_before_generator_cms
+from .generator_reach import closure_contents as _closure_contents, reachable_values
 from .stdlib import forced_break
 from .normalize import Inst, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
@@ -214,6 +215,7 @@ class Translator:
                 return
             lookup.guard_plain_store(self.output, obj.cls, name)  # NOTE [Lookup facts]
             obj.attrs[name] = value
+            self.output.side_effects.bump(obj)  # NOTE [Eager generators]
             return
         if isinstance(obj, ObjectValue):
             lookup.guard_plain_store(self.output, type(obj.obj), name)
@@ -237,15 +239,45 @@ class Translator:
         forced_break(f)
         child = self.child_frame(fn, args, kwargs)
         if child.code.co_flags & inspect.CO_GENERATOR:
-            # NOTE [Eager generators]: a generator called inside the compiled region is run to completion
-            # at once and stands for an iterator over what it yielded. Everything it can do while traced
-            # is pure (graph ops, local values), so the only observable difference from lazy evaluation
-            # is work a consumer would have skipped by stopping early; unbounded generators hit
-            # MAX_TRACE_STEPS and the frame runs eagerly.
-            child.yielded = []
-            child.run()
-            return IteratorValue(child.yielded)
+            return self._run_generator(child, f, reachable_values([*args, *kwargs.values(), *_closure_contents(fn)]))
         return child.run()
+
+    def _run_generator(self, child: "Translator", f: Any, reachable: set[int]) -> IteratorValue:
+        """NOTE [Eager generators]: a generator called inside the compiled region is run to completion at
+        once and stands for an iterator over what it yielded. That equals lazy evaluation only when
+        nothing can tell the order apart: the generator's body mutates nothing its caller could see (no
+        outside container or object, global, cell or tensor written in place: `SideEffects.version` is
+        unchanged, and no value made while tracing that its arguments or closure reach), and nothing it
+        can see is mutated while the consumer still draws from it (checked at each step). It must not
+        escape either (returned, stored, or live at a graph break): eager code would hold a lazy generator
+        object. Any of these is a graph break at the call that made the generator, which then runs in
+        Python. Work a consumer skips by stopping early is pure; unbounded generators hit MAX_TRACE_STEPS."""
+        side_effects = self.output.side_effects
+
+        def mutated_since(version: int, touched: int) -> bool:
+            return side_effects.version != version or any(
+                id(v) in reachable for v in side_effects.touched[touched:])
+        start = (side_effects.version, len(side_effects.touched))
+        child.yielded = []
+        child.run()
+        if mutated_since(*start):
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
+                              "lazily, as Python")
+        iterator = IteratorValue(child.yielded)
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        iterator.made_at = root.current.index if root.current is not None else None
+        made = (side_effects.version, len(side_effects.touched))
+
+        def check() -> None:
+            if mutated_since(*made):
+                e = Unsupported(BreakKind.SIDE_EFFECT, f"state mutated while the generator {f.__qualname__} is "
+                                "consumed: it runs lazily, as Python")
+                e.root_index = iterator.made_at  # break where the generator is made
+                raise e
+        iterator.check = check
+        return iterator
 
     def child_frame(self, fn: UserFunctionValue, args: list[Value], kwargs: dict[str, Value]) -> "Translator":
         """A translator for a call of `fn` from this frame, its arguments bound, not yet run."""

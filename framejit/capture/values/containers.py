@@ -124,9 +124,14 @@ class IteratorValue(Value):
         if owner is not None and not isinstance(owner, ListValue):
             self.keys = list(owner.items)
 
+    made_at: int | None = None  # made by a generator function: the root instruction that called it
+    check: Any = None  # a generator's iterator: called before each step (NOTE [Eager generators])
+
     def next(self) -> Value | None:
         if self.owner is not None and not isinstance(self.owner, ListValue):
             self._check_unchanged()
+        if self.check is not None:
+            self.check()
         if self.index >= len(self.items):
             return None
         item = self.items[self.index]

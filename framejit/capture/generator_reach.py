@@ -1,0 +1,50 @@
+"""What a generator run ahead of its consumer can see (NOTE [Eager generators] in translator.py).
+
+`reachable_values` walks the abstract values a generator is called with (its arguments and closure
+contents) through containers, objects made while tracing, bound methods, iterators and closures, and
+returns their ids: a mutation of one of them by the consumer could change what the generator yields.
+Values read from outside are not followed: mutations of outside state are counted on their own
+(`SideEffects.version`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .values import (BoundMethodValue, CellValue, DictValue, IteratorValue, NewObjectValue, SequenceValue,
+                     SetValue, UserFunctionValue, Value)
+
+
+def closure_contents(fn: Any) -> list[Value]:
+    """The contents of a function value's cells made while tracing (real cells are outside state)."""
+    return [c.contents for c in getattr(fn, "closure", None) or () if isinstance(c, CellValue)]
+
+
+def reachable_values(roots: list[Any]) -> set[int]:
+    seen: dict[int, Value] = {}
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        if not isinstance(v, Value) or id(v) in seen:
+            continue
+        seen[id(v)] = v
+        if isinstance(v, SequenceValue):
+            todo.extend(v.items)
+        elif isinstance(v, DictValue):
+            todo.extend(v.items.values())
+        elif isinstance(v, SetValue):
+            continue
+        elif isinstance(v, NewObjectValue):
+            todo.extend(v.attrs.values())
+        elif isinstance(v, BoundMethodValue):
+            todo.extend([v.func, v.self_value])
+        elif isinstance(v, IteratorValue):
+            todo.extend([v.owner] if v.owner is not None else v.items)
+        elif isinstance(v, UserFunctionValue):
+            todo.extend(closure_contents(v))
+            todo.extend(v.defaults or ())
+        elif isinstance(v, CellValue):
+            todo.append(v.contents)
+    return set(seen)
+
+
+__all__ = ["closure_contents", "reachable_values"]
