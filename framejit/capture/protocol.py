@@ -134,6 +134,10 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
 
 
 def _default_eq(v: Value) -> bool:
+    """Comparing `v` with `==` ends in identity (its type keeps object's __eq__; None's own __eq__, which
+    CPython 3.12 has, answers NotImplemented for any other object)."""
+    if isinstance(v, ConstantValue) and v.value is None:
+        return True
     return isinstance(v, (ObjectValue, NewObjectValue, ConstantValue)) and \
         getattr(v.python_type(), "__eq__", None) is object.__eq__
 
