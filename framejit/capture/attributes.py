@@ -22,7 +22,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, TensorMethodValue,
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import is_library_module, wrap, wrap_unguarded
-from .getattribute import custom_getattribute, inline_getattribute
+from .getattribute import custom_getattribute, inline_getattribute, instance_dict
 
 # Tensor attributes that are metadata: constant for a traced tensor (inputs are guarded on them).
 TENSOR_METADATA = {
@@ -278,6 +278,8 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
         impl = custom_getattribute(tx, cls)
         if impl is not None:
             return inline_getattribute(tx, impl, obj, name)
+    if name in ("__dict__", "__class__") and isinstance(obj, NewObjectValue):
+        return instance_dict(obj) if name == "__dict__" else ClassValue(obj.cls)
     index, attr = lookup.mro_lookup(cls, name)
     found = index is not None
     guarded = isinstance(obj, ObjectValue) and obj.source is not None

@@ -52,7 +52,7 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
     from .introspection import introspection_handler
 
     if isinstance(fn, UserFunctionValue):
-        if fn.fn.__module__ in ("inspect", "dataclasses") and introspection_handler(fn.fn) is not None:
+        if fn.fn.__module__ in ("inspect", "dataclasses", "copy") and introspection_handler(fn.fn) is not None:
             return introspection_handler(fn.fn)(tx, args, kwargs)  # NOTE [Introspection at trace time]
         return tx.inline(fn, args, kwargs)
     if isinstance(fn, BoundMethodValue):

@@ -13,8 +13,8 @@ import types
 from typing import Any
 
 from . import lookup
-from .breaks import BreakKind, Unsupported
-from .values import ConstantValue, NewObjectValue, ObjectValue, UserFunctionValue, Value
+from .breaks import BreakKind, Unsupported, UserException
+from .values import ConstantValue, DictValue, NewObjectValue, ObjectValue, UserFunctionValue, Value
 
 
 def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
@@ -35,6 +35,40 @@ def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
     return impl
 
 
+def instance_dict(obj: NewObjectValue) -> Value:
+    """`obj.__dict__` of an object made while tracing: a dict value sharing its attributes, so writes
+    through it are attribute writes (NOTE [Dict-subclass objects made while tracing] keeps items apart)."""
+    from .dict_objects import STORAGE
+    if STORAGE in obj.attrs or _overrides_dict(obj.cls):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"__dict__ of a {obj.cls.__name__} made while tracing")
+    view = DictValue({})
+    view.items = obj.attrs
+    return view
+
+
+def _overrides_dict(cls: type) -> bool:
+    return any("__dict__" in k.__dict__ and not isinstance(k.__dict__["__dict__"], types.GetSetDescriptorType)
+               for k in cls.__mro__)
+
+
+def _delattr(tx, args: list[Value], kwargs: dict) -> Value:
+    """`delattr(obj, name)` for an object made while tracing whose class keeps object.__delattr__."""
+    if kwargs or len(args) != 2 or not isinstance(args[0], NewObjectValue) or not args[1].is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "delattr of an object from outside")
+    obj, name = args[0], args[1].as_constant()
+    if getattr(obj.cls, "__delattr__", object.__delattr__) is not object.__delattr__ or name == STORAGE_NAME():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"delattr on a {obj.cls.__name__}")
+    if name not in obj.attrs:
+        raise UserException(AttributeError(name))
+    del obj.attrs[name]
+    return ConstantValue(None)
+
+
+def STORAGE_NAME() -> str:
+    from .dict_objects import STORAGE
+    return STORAGE
+
+
 def inline_getattribute(tx, impl: types.FunctionType, obj: Value, name: str) -> Value:
     return tx.inline(UserFunctionValue(impl), [obj, ConstantValue(name)], {})
 
@@ -45,10 +79,12 @@ def _object_getattribute(tx, args: list[Value], kwargs: dict) -> Value:
     if kwargs or len(args) != 2 or not args[1].is_constant() or not isinstance(args[1].as_constant(), str):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "object.__getattribute__ with these arguments")
     obj, name = args[0], args[1].as_constant()
+    if name == "__dict__" and isinstance(obj, NewObjectValue):
+        return instance_dict(obj)
     if isinstance(obj, (ObjectValue, NewObjectValue)) and not isinstance(obj.obj if isinstance(obj, ObjectValue)
                                                                        else None, type):
         return object_attr(tx, obj, name, default_lookup=True)
     return getattr_value(tx, obj, name)
 
 
-HANDLERS: dict[Any, Any] = {object.__getattribute__: _object_getattribute}
+HANDLERS: dict[Any, Any] = {object.__getattribute__: _object_getattribute, delattr: _delattr}

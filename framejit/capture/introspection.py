@@ -124,4 +124,5 @@ for _name in ("iscoroutinefunction", "isgeneratorfunction", "isasyncgenfunction"
 
 
 def introspection_handler(fn: Any) -> Callable | None:
-    return HANDLERS.get(fn)
+    from .copies import HANDLERS as COPY_HANDLERS  # NOTE [Copies of plain objects]
+    return HANDLERS.get(fn) or COPY_HANDLERS.get(fn)

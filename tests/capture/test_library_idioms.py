@@ -537,3 +537,45 @@ def test_mapping_get_and_contains_with_missing_keys():
 
     backend = run_differential(fn, _x)
     assert backend.graph_count == 1
+
+
+# ---- copies of plain objects ---------------------------------------------------------------------------------
+class Config:
+    def __init__(self):
+        self.decoder_layers = 2
+        self.hidden = 4
+        self.names = ["a", "b"]
+        self.sub = SubConfig()
+
+
+class SubConfig:
+    def __init__(self):
+        self.scale = 3.0
+
+
+CONFIG = Config()
+
+
+def test_deepcopy_and_copy_of_plain_config():
+    import copy
+
+    def fn(x):
+        cfg = copy.deepcopy(CONFIG)
+        for key in list(cfg.__dict__):
+            if key.startswith("decoder_"):
+                value = getattr(cfg, key)
+                delattr(cfg, key)
+                setattr(cfg, "num_" + key[len("decoder_"):], value)
+        cfg.names.append("c")
+        cfg.sub.scale = 5.0
+        shallow = copy.copy(CONFIG)
+        return x * cfg.num_layers * cfg.sub.scale + shallow.hidden, cfg.names, CONFIG.names, CONFIG.sub.scale, \
+            hasattr(cfg, "decoder_layers"), cfg.__class__ is Config
+
+    backend = run_differential(fn, _x)
+    CONFIG.hidden = 6
+    try:
+        run_differential(fn, _x, backend=backend, compiled=framejit.compile(fn, backend=backend))
+    finally:
+        CONFIG.hidden = 4
+    assert backend.graph_count == 2 and CONFIG.names == ["a", "b"] and CONFIG.sub.scale == 3.0

@@ -153,5 +153,22 @@ def module_absent_attr(rng):
         state=())
 
 
-FACTORIES = [compiled_module, module_absent_attr, module_hooks, module_attrs, global_module_hooks, monkeypatch_torch, grad_mode, default_dtype,
+def torch_queries(rng):
+    """Answers of torch's global-state queries used as Python values (threads, autocast dtype, warn-always,
+    deterministic algorithms), changed between calls."""
+    return Block("torch_queries", body="""
+        aux.append(torch.get_num_threads())
+        aux.append(str(torch.get_autocast_dtype('cpu')))
+        aux.append(torch.is_warn_always_enabled())
+        if torch.are_deterministic_algorithms_enabled():
+            out = out * 2
+        """, mutations=(M("G.setdefault('threads', torch.get_num_threads()); torch.set_num_threads(1)", G),
+                        M("torch.set_autocast_dtype('cpu', torch.float16)", G),
+                        M("torch.set_warn_always(True)", G), M("torch.use_deterministic_algorithms(True)", G)),
+        teardown="torch.set_num_threads(G.get('threads', torch.get_num_threads())); "
+                 "torch.set_autocast_dtype('cpu', torch.bfloat16); torch.set_warn_always(False); "
+                 "torch.use_deterministic_algorithms(False)")
+
+
+FACTORIES = [torch_queries, compiled_module, module_absent_attr, module_hooks, module_attrs, global_module_hooks, monkeypatch_torch, grad_mode, default_dtype,
              autocast_state, tensor_layout, tensor_attr]

@@ -1,0 +1,102 @@
+"""`copy.deepcopy` / `copy.copy` of plain Python data, made while tracing.
+
+NOTE [Copies of plain objects]: library code copies configuration objects on the forward path
+(transformers' `get_text_config` deep-copies an encoder-decoder config). For a plain object (a Python
+class with the default `__new__`, `__reduce_ex__`, no `__deepcopy__`/`__copy__`/`__getstate__`/
+`__setstate__` and no slots), `copy.deepcopy` is `cls.__new__(cls)` plus a deep copy of its `__dict__`:
+so the copy is a NewObjectValue whose attributes are copies of the original's, read through
+`obj.__dict__` (its keys and each value read are guarded). Containers are copied into new containers,
+immutable constants, functions and classes are shared (as deepcopy does); tensors, modules and any
+other object are not modelled (a graph break). Copies share what the original shares only per value
+object (the memo is keyed by abstract value).
+"""
+from __future__ import annotations
+
+import collections
+import copy
+from typing import Any, Callable
+
+from .breaks import BreakKind, Unsupported
+from .sources import AttrSource
+from .values import (BuiltinValue, ClassValue, ConstantValue, DictValue, ListValue, NewObjectValue, NNModuleValue,
+                     ObjectValue, PyModuleValue, SetValue, TupleValue, UserFunctionValue, Value)
+from .values.builder import wrap
+
+_ATOMIC = (ConstantValue, BuiltinValue, UserFunctionValue, ClassValue, PyModuleValue)
+
+
+def _plain_copyable(cls: type) -> bool:
+    heap = 1 << 9
+    return (bool(cls.__flags__ & heap) and cls.__new__ is object.__new__
+            and cls.__reduce_ex__ is object.__reduce_ex__ and cls.__reduce__ is object.__reduce__
+            and getattr(cls, "__getstate__", object.__getstate__) is object.__getstate__
+            and not hasattr(cls, "__setstate__") and not hasattr(cls, "__deepcopy__") and not hasattr(cls, "__copy__")
+            and all(k is object or (k.__flags__ & heap and "__slots__" not in k.__dict__) for k in cls.__mro__))
+
+
+def _instance_attrs(tx, obj: Value) -> dict[str, Value]:
+    if isinstance(obj, NewObjectValue):
+        from .dict_objects import STORAGE
+        if STORAGE in obj.attrs:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"copying a {obj.cls.__name__} (a dict subclass)")
+        return dict(obj.attrs)
+    real = obj.obj
+    if obj.source is None or any(key[0] == id(real) for key in tx.output.side_effects.attrs):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"copying a {type(real).__name__} changed or unsourced here")
+    contents = wrap(tx.output, real.__dict__, AttrSource(obj.source, "__dict__"))
+    if not isinstance(contents, DictValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"copying a {type(real).__name__}")
+    return dict(contents.items)
+
+
+def deep(tx, value: Value, memo: dict[int, Value]) -> Value:
+    if isinstance(value, _ATOMIC) and not isinstance(value, ObjectValue) or isinstance(value, ClassValue):
+        return value
+    if id(value) in memo:
+        return memo[id(value)]
+    if isinstance(value, TupleValue):
+        result: Value = TupleValue([deep(tx, i, memo) for i in value.items], cls=value.cls)
+    elif isinstance(value, ListValue) and value.cls is list:
+        result = ListValue([])
+        memo[id(value)] = result
+        result.items = [deep(tx, i, memo) for i in value.items]
+    elif isinstance(value, DictValue) and value.cls in (dict, collections.OrderedDict):
+        result = DictValue({}, cls=value.cls)
+        memo[id(value)] = result
+        result.items = {k: deep(tx, v, memo) for k, v in value.items.items()}
+    elif isinstance(value, SetValue):
+        result = SetValue(value.items, cls=value.cls)
+    elif isinstance(value, (ObjectValue, NewObjectValue)) and not isinstance(value, NNModuleValue) \
+            and _plain_copyable(value.python_type()):
+        result = NewObjectValue(value.python_type())
+        memo[id(value)] = result
+        result.attrs = {k: deep(tx, v, memo) for k, v in _instance_attrs(tx, value).items()}
+    else:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"copy.deepcopy of {value.describe()}")
+    memo[id(value)] = result
+    return result
+
+
+def _deepcopy(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if len(args) != 1 or kwargs:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "copy.deepcopy with a memo")
+    return deep(tx, args[0], {})
+
+
+def _copy(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if len(args) != 1 or kwargs:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "copy.copy with these arguments")
+    value = args[0]
+    if isinstance(value, _ATOMIC) or isinstance(value, TupleValue):
+        return value
+    if isinstance(value, ListValue) and value.cls is list:
+        return ListValue(list(value.items))
+    if isinstance(value, DictValue) and value.cls in (dict, collections.OrderedDict):
+        return DictValue(dict(value.items), cls=value.cls)
+    if isinstance(value, (ObjectValue, NewObjectValue)) and not isinstance(value, NNModuleValue) \
+            and _plain_copyable(value.python_type()):
+        return NewObjectValue(value.python_type(), _instance_attrs(tx, value))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"copy.copy of {value.describe()}")
+
+
+HANDLERS: dict[Any, Callable] = {copy.deepcopy: _deepcopy, copy.copy: _copy}
