@@ -1,0 +1,117 @@
+"""Generators and laziness (issue 12, NOTE [Eager generators] in capture/translator.py): a generator may
+be run ahead of its consumer only where nothing can tell; a returned or stored generator is a real,
+lazy generator; side effects of a generator interleave with its consumer's as in eager."""
+from __future__ import annotations
+
+import torch
+
+import framejit
+from tests.capture.test_side_effects_aliasing import run_aliased
+from tests.helpers import CountingBackend, assert_same
+
+LOG: list = []
+
+
+def reset_log(seed):
+    if seed is not None:
+        LOG[:] = [seed]
+    return LOG
+
+
+def returns_generator(x, log):
+    y = x.sin() + 1
+
+    def gen():
+        log.append("start")
+        yield y * 2
+        log.append("end")
+    return gen()
+
+
+def test_returned_generator_is_lazy():
+    backend = CountingBackend()
+    compiled = framejit.compile(returns_generator, backend=backend)
+    for seed in range(3):
+        x = torch.randn(3) + seed
+        runs = []
+        for call in (returns_generator, compiled):
+            log = []
+            gen = call(x, log)
+            before = list(log)
+            items = list(gen)
+            runs.append((type(gen).__name__, before, items, list(log)))
+        assert_same(runs[1], runs[0])
+        assert runs[1][1] == []  # nothing ran before the consumer asked
+    assert backend.graph_count >= 1  # the work before the generator is still captured
+
+
+def interleaved(x):
+    def gen():
+        for i in range(3):
+            LOG.append(("gen", i))
+            yield x * i
+    total = x
+    for v in gen():
+        LOG.append(("use", len(LOG)))
+        total = total + v
+    return total
+
+
+def reads_what_the_consumer_appends(x):
+    seen = []
+
+    def gen():
+        for _ in range(3):
+            yield x * len(seen)
+    for v in gen():
+        seen.append(v)
+    return seen
+
+
+def genexpr_with_effect(x):
+    it = (LOG.append(i) or x * i for i in range(3))
+    first = next(it)
+    LOG.append("between")
+    return first, list(it)
+
+
+def stored_generator(holder, x):
+    holder.gen = (x * i for i in range(2))
+    return x + 1
+
+
+class Holder:
+    pass
+
+
+def test_generator_effects_interleave_with_the_consumer():
+    for fn in (interleaved, genexpr_with_effect):
+        run_aliased(fn, lambda seed: (torch.randn(2),), reset=reset_log, min_graphs=0)
+
+
+def test_generator_reading_state_the_consumer_mutates():
+    run_aliased(reads_what_the_consumer_appends, lambda seed: (torch.randn(2) + seed,), min_graphs=0)
+
+
+def test_generator_stored_on_an_object_stays_lazy():
+    compiled = framejit.compile(stored_generator, backend="eager")
+    for seed in range(2):
+        x = torch.randn(2)
+        runs = []
+        for call in (stored_generator, compiled):
+            holder = Holder()
+            out = call(holder, x)
+            runs.append((out, type(holder.gen).__name__, list(holder.gen)))
+        assert_same(runs[1], runs[0])
+
+
+def pure_generator_consumed(x):
+    out = []
+    for v in (x * i for i in range(3)):
+        out.append(v + 1)
+    return out, sum(x * i for i in range(4))
+
+
+def test_pure_generator_is_still_captured_in_one_graph():
+    backend = run_aliased(pure_generator_consumed, lambda seed: (torch.randn(3),))
+    assert backend.graph_count == 1  # run ahead: no break
