@@ -196,6 +196,8 @@ def _compare_call(eager_ns, compiled_ns, compiled, call, rtol, atol) -> tuple[st
     if actual_exc is not expected_exc:
         detail = "".join(traceback.format_exception_only(actual)).strip() if actual_exc else repr(actual)[:300]
         return "exception", f"eager raised {expected_exc and expected_exc.__name__}, compiled: {detail}"
+    if expected_exc is not None and str(actual) != str(expected):
+        return "exception", f"{expected_exc.__name__} message {str(actual)!r} != {str(expected)!r}"
     if actual_out != expected_out:
         return "stdout", f"printed {actual_out!r} != {expected_out!r}"
     if actual_state != expected_state:
