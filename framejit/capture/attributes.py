@@ -209,6 +209,10 @@ def _module_attr(tx, obj: PyModuleValue, name: str) -> Value:
     try:
         value = getattr(obj.obj, name)
     except AttributeError as e:
+        # absent (a failed hasattr, a getattr default): guarded absent, with no module __getattr__ (PEP 562)
+        module = ObjectSource(Ref(obj.obj, (getattr(obj.obj, "__name__", "") or "module").replace(".", "_")))
+        lookup.guard_not_in_instance(tx.output, module, obj.obj, name)
+        lookup.guard_not_in_instance(tx.output, module, obj.obj, "__getattr__")
         raise UserException(e) from None
     if is_library_module(obj.obj) or obj.source is None:
         _guard_library_attr(tx, obj.obj, name, value)
@@ -270,8 +274,8 @@ def _guarded_or_plain(tx, owner: Value, name: str, value: Any) -> Value:
 
 
 def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Value:
-    """Attribute of a user object or module, in Python's lookup order. `default_lookup`:
-    object.__getattribute__ itself (NOTE [Custom __getattribute__])."""
+    """Attribute of a user object or module, in Python's lookup order; how it was found is guarded
+    (NOTE [Lookup facts]). `default_lookup`: object.__getattribute__ itself (NOTE [Custom __getattribute__])."""
     real = obj.obj if isinstance(obj, ObjectValue) else None
     cls = type(real) if real is not None else obj.cls
     if not default_lookup:

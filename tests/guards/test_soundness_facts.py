@@ -145,6 +145,17 @@ def test_namedtuple_method_replaced_on_class():
     run_steps(fn, lambda: (pair,), [None, lambda: setattr(Pair, "total", lambda self: self.a - self.b), None])
 
 
+def test_hasattr_on_a_module_then_attribute_set(monkeypatch):
+    import types
+    plugins = types.ModuleType("plugins_for_test")
+
+    def fn(x):
+        return x + (plugins.OFFSET if hasattr(plugins, "OFFSET") else 0) + getattr(torch, "_fj_test_offset", 1)
+
+    run_steps(fn, _x, [None, lambda: setattr(plugins, "OFFSET", 5), None,
+                       lambda: monkeypatch.setattr(torch, "_fj_test_offset", 3, raising=False), None])
+
+
 # ---- lookup order and shadowing --------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_instance_attribute_shadows_class_attribute(backend):
