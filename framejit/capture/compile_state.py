@@ -51,6 +51,8 @@ _GUARDED: tuple[Callable[[], Any], ...] = tuple(q for q in (
     torch.autograd._profiler_enabled,
     torch.is_anomaly_enabled, torch.is_anomaly_check_nan_enabled,
     torch.is_deterministic_algorithms_warn_only_enabled,
+    torch.get_num_threads, torch.get_num_interop_threads, torch.is_warn_always_enabled, torch.get_autocast_dtype,
+    torch.get_float32_matmul_precision, getattr(torch, "get_default_device", None),
 ) if q is not None)
 
 
@@ -80,13 +82,21 @@ def _no_args(fn: Any, args: list, kwargs: dict, result: Value) -> Value:
 
 
 def _guarded_query(tx, fn: Callable, args: list, kwargs: dict) -> Value:
-    _no_args(fn, args, kwargs, ConstantValue(None))
-    value = fn()
-    if not isinstance(value, (bool, type(None), int)):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__}() returned a {type(value).__name__}")
+    """Call the query now (constant arguments only) and guard its answer by calling it again."""
+    if kwargs or not all(a.is_constant() and type(a.as_constant()) in (str, int, bool) for a in args):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} with non-constant arguments")
+    consts = [a.as_constant() for a in args]
+    value = fn(*consts)
     name = tx.output.name_of(fn, fn.__name__.strip("_"))
-    tx.output.add_guard("GLOBAL_STATE", f"{name}() is {value!r}" if value in (None, True, False) else
-                        f"{name}() == {value!r}", None, expected=repr(value), actual=f"{name}()")
+    call = f"{name}({', '.join(map(repr, consts))})"
+    if type(value) in (bool, type(None)) or isinstance(value, (torch.dtype, torch.device)):
+        literal = repr(value) if type(value) in (bool, type(None)) else tx.output.name_of(value, "state")
+        expr = f"{call} is {literal}" if not isinstance(value, torch.device) else f"{call} == {literal}"
+    elif type(value) in (int, str):
+        expr = f"{call} == {value!r}"
+    else:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__}() returned a {type(value).__name__}")
+    tx.output.add_guard("GLOBAL_STATE", expr, None, expected=repr(value), actual=call)
     return ConstantValue(value)
 
 

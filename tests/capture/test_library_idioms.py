@@ -579,3 +579,27 @@ def test_deepcopy_and_copy_of_plain_config():
     finally:
         CONFIG.hidden = 4
     assert backend.graph_count == 2 and CONFIG.names == ["a", "b"] and CONFIG.sub.scale == 3.0
+
+
+def test_torch_state_query_answers_are_guarded():
+    def fn(x):
+        threads = torch.get_num_threads()
+        if torch.is_warn_always_enabled():
+            x = x + 1
+        return x * (2 if torch.get_autocast_dtype("cpu") is torch.bfloat16 else 3), threads
+
+    backend = run_differential(fn, _x)
+    compiled = framejit.compile(fn, backend=backend)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_warn_always(True)
+        run_differential(fn, _x, backend=backend, compiled=compiled)
+        torch.set_autocast_dtype("cpu", torch.float16)
+        run_differential(fn, _x, backend=backend, compiled=compiled)
+        torch.set_num_threads(max(1, threads - 1) if threads > 1 else 2)
+        run_differential(fn, _x, backend=backend, compiled=compiled)
+    finally:
+        torch.set_warn_always(False)
+        torch.set_autocast_dtype("cpu", torch.bfloat16)
+        torch.set_num_threads(threads)
+    assert backend.graph_count == 4
