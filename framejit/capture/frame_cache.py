@@ -198,6 +198,8 @@ def encode_value(value: Value, output_index: dict[int, int], fn: types.FunctionT
         return ("src", encode_source(value.source, fn))
     if value.source is not None:
         return ("src", encode_source(value.source, fn))
+    if _not_plain_data(value):
+        raise NotPersistable(f"return value {value.describe()}")
     if isinstance(value, ConstantValue):
         return ("const", locate(value.value, fn))
     if isinstance(value, SequenceValue):
@@ -207,6 +209,14 @@ def encode_value(value: Value, output_index: dict[int, int], fn: types.FunctionT
     if isinstance(value, NewObjectValue):
         return ("new", locate(value.cls, fn), [(k, encode_value(v, output_index, fn)) for k, v in value.attrs.items()])
     raise NotPersistable(f"return value {value.describe()}")
+
+
+def _not_plain_data(value: Value) -> bool:
+    """defaultdicts (their factory), live dict views and dicts keyed by tensors (capture/mappings.py,
+    identity_keys.py) are rebuilt by code this format does not describe."""
+    from .values.mappings import DefaultDictValue, DictViewValue, IdentityKey
+    return isinstance(value, (DefaultDictValue, DictViewValue)) or (
+        isinstance(value, DictValue) and any(isinstance(k, IdentityKey) for k in value.items))
 
 
 class _Output:

@@ -317,3 +317,23 @@ def test_dict_keyed_by_tensors_returned_and_live_at_a_break():
         print("break")
         return list(state.items()), len(state), x in state
     run_differential(fn, _one, fullgraph=False)  # the resume function runs eagerly (tensor keys from outside)
+
+
+def test_mapping_returns_with_a_persisting_backend():
+    """backend="eager" persists frames in the cache: returns it cannot describe are simply not persisted."""
+    def fn(x):
+        dd = collections.defaultdict(list)
+        dd["a"].append(x + 1)
+        keyed = {_PARAM: x * 2}
+        plain = {"k": x}
+        return dd, list(keyed.items()), plain.keys(), plain
+    compiled = framejit.compile(fn, backend="eager")
+    for _ in range(2):
+        x = torch.randn(3)
+        dd, keyed, keys, plain = compiled(x)
+        assert type(dd) is collections.defaultdict and dd.default_factory is list
+        torch.testing.assert_close(dd["a"][0], x + 1)
+        assert keyed[0][0] is _PARAM
+        torch.testing.assert_close(keyed[0][1], x * 2)
+        plain["new"] = 1
+        assert list(keys) == ["k", "new"]  # the view is live on the returned dict
