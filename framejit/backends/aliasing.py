@@ -10,6 +10,10 @@ where the graph ends with `copy_(x, v)` for an input `x`, into the same chain ov
 (whose value is `x` itself, after the write), placed after it. The backends then build the chain from the
 real input tensor: triton replays views of inputs, onnxrt keeps views of inputs in torch (NOTE [Returned
 views stay views] in onnxrt/partition.py). Returns the number of outputs rewritten.
+
+`changes_metadata_in_place(gm)`: the captured graph changes a tensor's shape or strides in place
+(`x.t_()`, `x.unsqueeze_(0)`). Functionalization cannot express that (it wrote `copy_(x, x.permute(...))`,
+which torch refuses: the copy overlaps its own source), so lowered backends run such graphs eagerly.
 """
 from __future__ import annotations
 
@@ -20,6 +24,17 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 _COPY = torch.ops.aten.copy_.default
+_METADATA_IN_PLACE = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_",
+                                "resize_", "resize_as_", "as_strided_", "set_"})
+
+
+def changes_metadata_in_place(gm: torch.fx.GraphModule) -> bool:
+    for node in gm.graph.nodes:
+        if node.op == "call_method" and node.target in _METADATA_IN_PLACE:
+            return True
+        if node.op == "call_function" and getattr(node.target, "__name__", None) in _METADATA_IN_PLACE:
+            return True
+    return False
 
 
 def is_view(node: torch.fx.Node) -> bool:

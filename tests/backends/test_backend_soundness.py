@@ -258,6 +258,24 @@ def test_inplace_update_through_view_across_a_mask_break(backend):
         torch.testing.assert_close(actual, expected)
 
 
+def _transpose_in_place(x):
+    x.t_()
+    x.unsqueeze_(0)
+    return x + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_place_shape_change_of_an_input(backend):
+    """Soundness finding #4: `x.t_()` crashed the triton graph (the functionalized copy-back overlaps)."""
+    compiled = framejit.compile(_transpose_in_place, backend=backend)
+    for rows in (2, 2, 3):
+        x = torch.arange(rows * 3.0).view(rows, 3)
+        xe, xc = x.clone(), x.clone()
+        torch.testing.assert_close(compiled(xc), _transpose_in_place(xe))
+        assert xc.shape == xe.shape and xc.stride() == xe.stride()
+        torch.testing.assert_close(xc, xe)
+
+
 def _copy_into_clone(x, w):
     t1 = x.clone()
     t1.copy_(w)

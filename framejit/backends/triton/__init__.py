@@ -29,7 +29,7 @@ import torch
 
 from framejit import logs
 from framejit.backends import registry
-from framejit.backends.aliasing import alias_mutated_inputs
+from framejit.backends.aliasing import alias_mutated_inputs, changes_metadata_in_place
 from framejit.backends.state import enters_inference_mode, switches_grad_on
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
@@ -92,6 +92,8 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
     if problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters()),
                                           switches_grad_on(gm)):
         problem = "inputs require grad (training graphs run eagerly until backward is lowered)"
+    if problem is None and changes_metadata_in_place(gm):
+        problem = "the graph changes a tensor's shape or strides in place (x.t_()); eager does that exactly"
     if problem is None and enters_inference_mode(gm):
         problem = "the graph enters torch.inference_mode() (its outputs must be inference tensors, as in eager)"
     if problem is not None:

@@ -31,7 +31,8 @@ KIND = "triton"
 # of another revision (the frame cache then compiles again), as onnxrt's REVISION does.
 # 1: argmax/argmin take the first NaN, clamp keeps NaN and -0.0 as eager (NOTE [NaN in arg reductions]).
 # 2: returned views of inputs mutated by the graph are views of the inputs (backends/aliasing.py).
-REVISION = 2
+# 3: graphs that change an input's shape or strides in place run eagerly (backends/aliasing.py).
+REVISION = 3
 
 
 def save(compiled) -> bytes | None:
