@@ -160,8 +160,8 @@ class Hooks:
         return hook
 
     def function(self, fn: types.FunctionType):
-        if fn.__code__ in DISABLED:  # framejit.disable: called as plain Python, never through a hook
-            return fn
+        if fn.__code__ in DISABLED or getattr(fn, "_torchdynamo_disable", False):
+            return fn  # framejit.disable (or torch.compiler.disable): called as plain Python, never hooked
         return self._hook(("function", fn), fn)
 
     def module_call(self):

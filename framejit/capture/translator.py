@@ -287,6 +287,8 @@ class Translator:
             self.output.inlined[f] = None
         if code in DISABLED:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked framejit.disable")
+        if getattr(f, "_torchdynamo_disable", False):  # torch.compiler.disable / torch._dynamo.disable
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked torch.compiler.disable")
         if self.depth + 1 > config.inline_depth_limit:
             raise Unsupported(BreakKind.INLINE_LIMIT, f"inlining {f.__qualname__} exceeds depth {config.inline_depth_limit}")
         if code.co_flags & _ASYNC_FLAGS:

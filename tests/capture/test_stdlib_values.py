@@ -92,3 +92,17 @@ def test_dynamo_graph_break_call_breaks_the_graph():
 
     import torch._dynamo  # noqa: F401  (the user's code imports it; framejit only recognises the call)
     assert run_differential(fn, lambda seed: (torch.randn(3),), fullgraph=False).graph_count == 2
+
+
+@torch.compiler.disable
+def _not_compiled(x):
+    return x.sin() + 1
+
+
+def test_torch_compiler_disable_is_honoured():
+    def fn(x):
+        return _not_compiled(x * 2) * 3
+    backend = run_differential(fn, lambda seed: (torch.randn(3),), fullgraph=False)
+    assert backend.graph_count == 2  # x * 2 and * 3; the disabled function runs as plain Python
+    for gm in backend.graphs:
+        assert not any(n.target in (torch.sin, "sin") for n in gm.graph.nodes)
