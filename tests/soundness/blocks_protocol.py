@@ -163,5 +163,12 @@ def metadata_inplace(rng):
                  body=f"{op}\naux.append(tuple(v$.shape))\nout = out + v$.sum() + v$.reshape(-1)[:4].sum()")
 
 
-FACTORIES = [metadata_inplace, dict_views, dict_iter_mutation, user_context, generator_use, hasattr_special, metaclass_isinstance,
+def int64_reduce(rng):
+    """Reductions of int64 tensors holding values above 2**53 (exact in eager): ids, hashes, counters."""
+    op = rng.choice(["n$.sum()", "n$.sum(0)", "n$.prod(0)", "n$.cumsum(0)[-1]", "n$.amax()"])
+    return Block("int64_reduce", params=("n$",), args=("torch.tensor([2**60 + 1 + i, 3, 2**55 + 7])",),
+                 body=f"r = {op}\naux.append(r.tolist())\nout = out + (r % 1000).float()")
+
+
+FACTORIES = [int64_reduce, metadata_inplace, dict_views, dict_iter_mutation, user_context, generator_use, hasattr_special, metaclass_isinstance,
              class_reassign, nan_reduce, empty_reduce, view_return, inplace_view, broadcast_copy]
