@@ -106,3 +106,20 @@ def test_torch_compiler_disable_is_honoured():
     assert backend.graph_count == 2  # x * 2 and * 3; the disabled function runs as plain Python
     for gm in backend.graphs:
         assert not any(n.target in (torch.sin, "sin") for n in gm.graph.nodes)
+
+
+class _WithClassAttr:
+    x = 4
+
+    def __init__(self):
+        self.a = 6
+
+
+_INSTANCE = _WithClassAttr()
+
+
+def test_class_dict_with_c_descriptors():
+    def fn(x):
+        d = type(_INSTANCE).__dict__  # holds getset descriptors (__dict__, __weakref__)
+        return (x + 1 if "x" in d else x + 2), "a" in d, "__weakref__" in d
+    assert run_differential(fn, lambda seed: (torch.randn(3),)).graph_count == 1
