@@ -64,13 +64,35 @@ class _Capture(logging.Handler):
         super().__init__(logging.DEBUG)
         self.breaks: list[str] = []
         self.eager: list[str] = []
+        self.callers: list[str] = []  # per break about to be logged: its innermost transformers frame
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.name.endswith("graph_breaks") and len(record.args or ()) >= 4:
             _fn, where, kind, explanation = record.args[:4]
-            self.breaks.append(f"break {_short(str(where).splitlines()[0])} [{kind}] {_clean(explanation)}")
+            caller = self.callers.pop(0) if self.callers else ""
+            where = _short(str(where).splitlines()[0]) + (f" <- {caller}" if caller else "")
+            self.breaks.append(f"break {where} [{kind}] {_clean(explanation)}")
+        elif record.name.endswith("graph_breaks") and str(record.msg).startswith("frame "):
+            self.eager.append("eager frame: " + _clean(record.getMessage()[len("frame "):]))  # NOTE [Eager frames]
         elif record.name.endswith("eager_fallback"):
             self.eager.append("eager: " + _clean(record.getMessage()))
+
+    def watch_breaks(self):
+        """Also note each break's innermost transformers frame (the log names only the innermost frame,
+        often in os or inspect); returns the undo. Reads framejit's break logger, if it is still there."""
+        from framejit.capture import convert
+        original = getattr(convert, "_log_break", None)
+        if original is None:
+            return lambda: None
+
+        def log_break(fn, graph_break):
+            frames = [f"{_short(f.filename)}:{f.lineno}" for f in getattr(graph_break, "user_stack", ())]
+            library = [f for f in frames if f.startswith("transformers/")]
+            self.callers.append(library[-1] if library and library[-1] != frames[-1] else "")
+            return original(fn, graph_break)
+
+        convert._log_break = log_break
+        return lambda: setattr(convert, "_log_break", original)
 
 
 def _short(path: str) -> str:
@@ -96,6 +118,7 @@ def _framejit_calls(row: Row, model, inputs: list[dict], expected: list, method:
     capture = _Capture()
     logger = logging.getLogger("framejit")
     logger.addHandler(capture)
+    undo = capture.watch_breaks()
     framejit.set_logs("graph_breaks,eager_fallback")
     framejit.reset()
     backend = CountingBackend()
@@ -121,6 +144,7 @@ def _framejit_calls(row: Row, model, inputs: list[dict], expected: list, method:
                 return
     finally:
         logger.removeHandler(capture)
+        undo()
         framejit.set_logs("")
         row.graphs, row.ops = two_calls or (backend.graph_count, harness.op_count(backend))
         row.eager = harness.eager_frame_count() - eager_before
@@ -139,8 +163,7 @@ def triage(name: str, method: str | None = None) -> Row:
     try:
         model = arch.build()
         if method:
-            inputs = [dict(catalog.generate_inputs(s), max_new_tokens=catalog.GENERATE_TOKENS, do_sample=False)
-                      for s in (0, 1)]
+            inputs = [catalog.generate_kwargs(seed) for seed in (0, 1)]
         else:
             inputs = harness.calls(arch)
         expected = [harness.run(getattr(model, method) if method else model, kw) for kw in inputs]
@@ -158,11 +181,11 @@ def triage(name: str, method: str | None = None) -> Row:
             if row.eager:
                 row.verdict = "eager frames"
             elif isinstance(row.stock, int) and row.graphs > row.stock:
-                row.verdict = "graphs > stock"
+                row.verdict = f"graphs {row.graphs} > stock {row.stock}"
             elif row.graphs == 0:
                 row.verdict = "no graph"
             elif row.ops < harness.OP_SHARE * row.stock_ops:
-                row.verdict = "ops < 0.9 stock"
+                row.verdict = f"ops {row.ops} < {harness.OP_SHARE} * stock {row.stock_ops}"
     except Exception as e:  # noqa: BLE001 - a timeout or a failure outside framejit's call
         row.verdict = f"error: {type(e).__name__}"
         row.reasons.insert(0, f"error: {type(e).__name__}: {_clean(e)}")
@@ -175,7 +198,7 @@ def triage(name: str, method: str | None = None) -> Row:
 def _general(reason: str) -> tuple[str, str]:
     """(reason without its location and per-model names, the location): what the summary groups by."""
     location = ""
-    match = re.match(r"break (\S+) (\[.*)$", reason)
+    match = re.match(r"break (.+?) (\[\w+\] .*)$", reason)
     if match:
         location, reason = match.group(1), "break " + match.group(2)
     reason = re.sub(r"\b(Function|BoundMethod|NNModuleValue)\([^()]*(\([^()]*\))?[^()]*\)", r"\1(..)", reason)
@@ -203,12 +226,17 @@ def summary(rows: list[Row]) -> list[str]:
 
 
 def known_gaps(rows: list[Row]) -> list[str]:
-    """KNOWN_GAPS entries for tests/models/hf/test_hf_models.py (forward rows only)."""
+    """The KNOWN_GAPS and GENERATE_KNOWN_GAPS tables of tests/models/hf/test_hf_models.py, as source."""
     lines = []
-    for row in rows:
-        if row.verdict != "ok":
-            first = row.reasons[0] if row.reasons else row.verdict
-            lines.append(f"    {row.name!r}: {(row.verdict + '; ' + first)[:230]!r},")
+    for table, suffix in (("KNOWN_GAPS", ""), ("GENERATE_KNOWN_GAPS", ".generate")):
+        lines.append(f"{table}: dict[str, str] = {{")
+        for row in rows:
+            name, _, method = row.name.partition(".")
+            if row.verdict != "ok" and (method == suffix[1:]):
+                first = row.reasons[0] if row.reasons else row.verdict
+                reason = first if first.startswith(("crash", "error")) else f"{row.verdict}; {first}"
+                lines.append(f"    {name!r}: {reason[:200]!r},")
+        lines.append("}")
     return lines
 
 
@@ -237,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(["", *tail]))
     gaps = known_gaps(rows) if args.gaps else []
     if gaps:
-        print("\n".join(["", "KNOWN_GAPS = {", *gaps, "}"]))
+        print("\n".join(["", *gaps]))
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join([header, *(r.line() for r in rows), "", *tail, ""]))

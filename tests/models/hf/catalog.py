@@ -217,10 +217,12 @@ def get(name: str) -> Arch:
     return ARCHS[name]
 
 
-def generate_inputs(seed: int) -> dict:
-    """A prompt for greedy generate(): one row, no padding (left padding is a separate concern)."""
-    return inputs.text(seed, 1, 6)
+def generate_kwargs(seed: int) -> dict:
+    """Greedy generate() of exactly GENERATE_TOKENS new tokens after a 6-token prompt (one row, no
+    padding: left padding is a separate concern)."""
+    return dict(inputs.text(seed, 1, 6), max_new_tokens=GENERATE_TOKENS, min_new_tokens=GENERATE_TOKENS,
+                do_sample=False)
 
 
 __all__ = ["ARCHS", "Arch", "BATCH", "GENERATE", "GENERATE_TOKENS", "SEQ", "SEQ_ALT", "WEIGHT_SEED", "get",
-           "generate_inputs", "names"]
+           "generate_kwargs", "names"]

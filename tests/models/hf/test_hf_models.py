@@ -23,24 +23,48 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-pytest.importorskip("transformers", reason="transformers is part of the test extra (pip install -e .[test])")
 
 import framejit  # noqa: E402
 from tests.helpers import CountingBackend  # noqa: E402
 from tests.models.hf import catalog, harness  # noqa: E402
 
+# the reference compiler's and transformers' own warnings are not what these tests check
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning:torch._dynamo"),
+              pytest.mark.filterwarnings("ignore::FutureWarning:transformers"),
+              pytest.mark.filterwarnings("ignore::UserWarning:transformers")]
+
 KNOWN_GAPS: dict[str, str] = {
+    'bloom': "eager frames; eager: module_call runs eagerly after an internal error: generated graph code "
+             "'torch.autograd.function.apply(<class ...GeLUFunction>, linear_2)' is a SyntaxError",
+    'bart': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] call of builtins.id',
+    'mbart': 'ops 2 < 0.9 * stock 219; break copy.py:137 <- transformers/configuration_utils.py:1568 '
+             '[unsupported_call] call of builtins.id',
+    'pegasus': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] call of builtins.id',
+    'marian': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] call of builtins.id',
+    'blenderbot_small': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] '
+                        'call of builtins.id',
+    'whisper': 'no graph; break copy.py:137 <- transformers/models/whisper/modeling_whisper.py:747 [unsupported_call] '
+               'call of builtins.id',
 }
 
 GENERATE_KNOWN_GAPS: dict[str, str] = {
+    'gpt2': 'graphs 5 > stock 3 over two greedy generate() calls (no breaks, no eager frames)',
+    'llama': 'graphs 5 > stock 3 over two greedy generate() calls (no breaks, no eager frames)',
+    'qwen2': 'graphs 5 > stock 3 over two greedy generate() calls (no breaks, no eager frames)',
 }
 
 
 def _params(names, gaps: dict[str, str]) -> list:
+    """Test ids; a known gap is a strict xfail. A gap whose reason does not start with "crash" or "error"
+    is a check that fails (AssertionError), so a model that starts crashing instead turns the test red."""
     unknown = set(gaps) - set(names)
     assert not unknown, f"known gaps for unknown architectures: {sorted(unknown)}"
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=gaps[n])) if n in gaps else n
-            for n in names]
+
+    def mark(reason: str):
+        raises = None if reason.startswith(("crash", "error")) else AssertionError
+        return pytest.mark.xfail(strict=True, reason=reason, raises=raises)
+
+    return [pytest.param(n, marks=mark(gaps[n])) if n in gaps else n for n in names]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -86,8 +110,7 @@ def test_forward(name):
 
 
 def _prompts() -> list[dict]:
-    return [dict(catalog.generate_inputs(seed), max_new_tokens=catalog.GENERATE_TOKENS, do_sample=False)
-            for seed in (0, 1)]
+    return [catalog.generate_kwargs(seed) for seed in (0, 1)]
 
 
 @pytest.mark.parametrize("name", _params(list(catalog.GENERATE), GENERATE_KNOWN_GAPS))
