@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..guards import COST_ID
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource, DictSlotSource, ObjectSource, Ref
@@ -366,6 +367,12 @@ def _module_slot(tx, obj: Value, name: str) -> Value:
             if obj.source is None:
                 return NNModuleValue(value) if slot == "_modules" else _unsourced(name)
             return wrap(tx.output, value, DictSlotSource(obj.source, slot, name))
+    if obj.source is not None:  # absent (hasattr, getattr default): in no slot, not in __dict__ (NOTE [Lookup facts])
+        lookup.guard_not_in_instance(tx.output, obj.source, mod, name)
+        for slot in ("_parameters", "_buffers", "_modules"):
+            e = f"{obj.source.expr(tx.output.names)}.{slot}"
+            tx.output.add_guard("MODULE_ATTR_ABSENT", f"{name!r} not in {e}", obj.source,
+                                expected=f"no {slot[1:-1]} {name!r}", actual=f"{e}.get({name!r})", cost=COST_ID)
     raise UserException(AttributeError(f"'{type(mod).__name__}' object has no attribute '{name}'"))
 
 

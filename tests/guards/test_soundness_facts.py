@@ -156,6 +156,29 @@ def test_hasattr_on_a_module_then_attribute_set(monkeypatch):
                        lambda: monkeypatch.setattr(torch, "_fj_test_offset", 3, raising=False), None])
 
 
+@pytest.mark.parametrize("compile_module", [False, True])
+def test_absent_module_buffer_parameter_or_attribute_then_added(compile_module):
+    # soundness finding #3: absence through nn.Module.__getattr__ (its _parameters/_buffers/_modules)
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            if hasattr(self, "extra"):
+                x = x + self.extra
+            shift = getattr(self, "shift", None)
+            return self.lin(x) + (shift if shift is not None else 0)
+
+    torch.manual_seed(0)
+    net = Net()
+    fn = net if compile_module else (lambda x: net(x))
+    compiled = framejit.compile(net, backend=CountingBackend()) if compile_module else None
+    run_steps(fn, _x, [None, lambda: net.register_buffer("extra", torch.ones(4)), None,
+                       lambda: setattr(net, "shift", torch.nn.Parameter(torch.ones(1))), None,
+                       lambda: setattr(net.lin, "extra", torch.nn.Linear(4, 4)), None], compiled=compiled)
+
+
 # ---- lookup order and shadowing --------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_instance_attribute_shadows_class_attribute(backend):
