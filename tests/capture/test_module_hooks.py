@@ -533,3 +533,26 @@ def test_global_hook_in_a_new_process_is_not_skipped_by_a_warm_frame_cache(tmp_p
     assert hooked_warm["out"] == hooked["ref"] and hooked_warm["traced"] == 0
     plain = _run_cache_program(tmp_path, "plain")
     assert plain["out"] == cold["ref"] and plain["traced"] == 0
+
+
+# ---- a module class with its own __call__ --------------------------------------------------------------
+class CallsSuper(nn.Linear):
+    def __call__(self, x):
+        return super().__call__(x * 2) + 1
+
+
+def test_own_call_reaching_module_call_runs_hooks_and_guards_them(global_hooks):
+    torch.manual_seed(0)
+    layer = CallsSuper(4, 4)
+
+    def f(x):
+        return layer(x).relu()
+    compiled = framejit.compile(f, backend=(backend := CountingBackend()), fullgraph=True)
+    x = torch.randn(2, 4)
+    assert_same(compiled(x), f(x))
+    handle = layer.register_forward_hook(lambda m, args, out: out * -1)
+    assert_same(compiled(x), f(x))
+    handle.remove()
+    global_hooks.append(torch_module.register_module_forward_pre_hook(lambda m, args: (args[0] + 3,)))
+    assert_same(compiled(x), f(x))
+    assert backend.graph_count == 3
