@@ -122,6 +122,8 @@ def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -
               "__iter__": lambda: IteratorValue(iterate(tx, items))}
     if name in simple:
         return simple[name]()
+    if name == "copy" and getattr(fn, "__objclass__", None) is not dict:  # OrderedDict.copy: type(self)(self)
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} on a {obj.cls.__name__} made while tracing")
     if name in ("keys", "values", "items", "get", "update", "pop", "setdefault", "copy", "clear"):
         return call_container_method(tx, getattr(dict, name), [items, *rest], kwargs)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} on a {obj.cls.__name__} made while tracing")
