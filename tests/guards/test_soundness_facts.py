@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import collections
 import copy
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # triton kernels run on CPU (as in tests/backends/conftest.py)
 
 import pytest
 import torch
@@ -19,17 +22,21 @@ import framejit
 from tests.helpers import CountingBackend, assert_same, call_capturing
 
 
-class OnnxCounting(CountingBackend):
-    """Counts graphs and runs them with the onnxrt backend."""
+class NamedCounting(CountingBackend):
+    """Counts graphs and runs them with a registered backend (onnxrt, triton)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
 
     def __call__(self, gm, example_inputs):
         self.graphs.append(gm)
         self.example_inputs.append(example_inputs)
-        return framejit.lookup_backend("onnxrt")(gm, example_inputs)
+        return framejit.lookup_backend(self.name)(gm, example_inputs)
 
 
 def _backend(name: str) -> CountingBackend:
-    return CountingBackend() if name == "eager" else OnnxCounting()
+    return CountingBackend() if name == "eager" else NamedCounting(name)
 
 
 def run_steps(fn, make_args, steps, *, backend="eager", fullgraph=False, compiled=None):
@@ -55,6 +62,7 @@ def _x():
 
 
 BACKENDS = ["eager", "onnxrt"]
+ALL_BACKENDS = ["eager", "onnxrt", "triton"]
 
 
 # ---- absence: hasattr, getattr with a default --------------------------------------------------------
@@ -180,7 +188,7 @@ def test_absent_module_buffer_parameter_or_attribute_then_added(compile_module):
 
 
 # ---- lookup order and shadowing --------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_instance_attribute_shadows_class_attribute(backend):
     class Cfg:
         k = 2
@@ -387,7 +395,7 @@ def test_data_descriptor_added_to_the_class_of_an_instance_attribute():
 
 
 # ---- the compiled function's own defaults -----------------------------------------------------------------
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_defaults_reassigned_after_first_call(backend):
     def fn(x, a=1, *, b=2):
         return x * a + b
@@ -416,7 +424,7 @@ def test_tensor_default_reassigned():
 
 
 # ---- tensors and floats -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_storage_offset_is_guarded(backend):
     base = torch.arange(10.0)
     views = iter([base[1:4], base[1:4], base[2:5], base[0:3]])
