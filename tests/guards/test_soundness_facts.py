@@ -543,3 +543,40 @@ def test_copy_of_a_compiled_module_runs_with_its_own_parameters(copier):
         assert net[0].weight.grad is None  # gradients land on the copy, not on the original
         assert twin[0].weight.grad is not None
     assert_same(compiled(x), net(x))
+
+
+# ---- readable failures ------------------------------------------------------------------------------------
+def test_lookup_fact_failures_name_the_fact():
+    class Cfg:
+        k = 2
+
+        def scale(self):
+            return 3
+    cfg = Cfg()
+    scale = Cfg.__dict__["scale"]
+
+    def fn(x):
+        return x * cfg.k * cfg.scale() + (1 if hasattr(cfg, "extra") else 0)
+
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    x = torch.ones(2)
+    compiled(x)
+    guard = compiled.entries[0].guard
+    assert guard.first_failure(x) is None
+    cases = [
+        ("INSTANCE_ATTR_ABSENT", "no instance attribute 'k', got 100",
+         lambda: setattr(cfg, "k", 100), lambda: delattr(cfg, "k")),
+        ("INSTANCE_ATTR_ABSENT", "no instance attribute 'extra', got 1",
+         lambda: setattr(cfg, "extra", 1), lambda: delattr(cfg, "extra")),
+        ("ID_MATCH", "Cfg.__dict__['scale']",
+         lambda: setattr(Cfg, "scale", lambda self: 4), lambda: setattr(Cfg, "scale", scale)),
+        ("CLASS_ATTR_ABSENT", "no attribute '__getattr__' on",
+         lambda: setattr(Cfg, "__getattr__", lambda self, n: 0), lambda: delattr(Cfg, "__getattr__")),
+    ]
+    for kind, text, change, undo in cases:
+        change()
+        failure = guard.first_failure(x)
+        assert failure is not None and failure.guard.kind == kind, (kind, failure)
+        assert text in str(failure), str(failure)
+        undo()
+        assert guard.first_failure(x) is None
