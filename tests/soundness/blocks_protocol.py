@@ -170,5 +170,16 @@ def int64_reduce(rng):
                  body=f"r = {op}\naux.append(r.tolist())\nout = out + (r % 1000).float()")
 
 
-FACTORIES = [int64_reduce, metadata_inplace, dict_views, dict_iter_mutation, user_context, generator_use, hasattr_special, metaclass_isinstance,
+def special_values(rng):
+    """Pointwise ops on special values (NaN, +-0.0, +-inf, tiny, bool): sign, maximum, trunc, pow, expm1,
+    log1p, bool add. Compared with the sign of zero (compare.py)."""
+    op = rng.choice(["torch.sign(s$)", "torch.maximum(s$, torch.zeros(6))", "torch.trunc(s$)", "s$.abs() ** 0.5",
+                     "torch.expm1(s$ * 1e-9)", "torch.log1p(s$.abs() * 1e-9)", "(s$ > 0) + (s$ >= 0)",
+                     "torch.minimum(s$, torch.zeros(6))", "torch.where(s$ == 0, s$, 1 / s$)", "s$ * 0"])
+    return Block("special_values", params=("s$",),
+                 args=("torch.tensor([float('nan'), -0.0, 0.0, float('inf'), -1.5, 2.0])[[(k + i) % 6 for k in range(6)]]",),
+                 body=f"r = {op}\naux.append(r)\nout = out + torch.nan_to_num(r.float()).sum()")
+
+
+FACTORIES = [special_values, int64_reduce, metadata_inplace, dict_views, dict_iter_mutation, user_context, generator_use, hasattr_special, metaclass_isinstance,
              class_reassign, nan_reduce, empty_reduce, view_return, inplace_view, broadcast_copy]

@@ -2,8 +2,8 @@
 
 Values: same types and structure; tensors with the same dtype, shape, requires_grad and values (NaN equal
 to NaN, a tolerance for lowered backends); floats bitwise equal in sign and NaN-ness (`-0.0` is not
-`0.0` here); a returned tensor that shares storage with an argument in eager must share it with the
-same argument in compiled (views stay views).
+`0.0` here, in tensors too; the sign bit of NaN is not compared); a returned tensor that shares storage
+with an argument in eager must share it with the same argument in compiled (views stay views).
 """
 from __future__ import annotations
 
@@ -52,6 +52,11 @@ def _diff_tensor(actual: torch.Tensor, expected: torch.Tensor, *, rtol, atol, pa
         a, e = getattr(actual, what), getattr(expected, what)
         if a != e:
             return f"{path}: {what} {a} != {e}"
+    if expected.is_floating_point() and not torch.equal(torch.signbit(actual.detach()), torch.signbit(expected.detach())):
+        zeros = expected.detach() == 0
+        if not torch.equal(torch.signbit(actual.detach())[zeros], torch.signbit(expected.detach())[zeros]):
+            return f"{path}: sign of zero differs: compiled={actual.detach().flatten()[:6].tolist()} " \
+                   f"eager={expected.detach().flatten()[:6].tolist()}"
     try:
         torch.testing.assert_close(actual.detach(), expected.detach(), rtol=rtol, atol=atol, equal_nan=True)
     except AssertionError as e:
