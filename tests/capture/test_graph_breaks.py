@@ -366,7 +366,7 @@ CASES = [
     (br_print, one(3), 2), (br_two_prints, one(3), 3), (br_item, one(3), 1 + 2), (br_tolist, one(3), 3),
     (br_int_of_tensor, one(4), None), (br_bool_of_tensor, one(4), 2), (br_data_dependent_if, signed, 3),
     (br_data_dependent_ternary, signed, 3), (br_and_or_tensor, signed, None), (br_nonzero_len, one(5), None),
-    (br_numpy, one(3), None), (br_disabled_helper, one(3), 3), (br_unsupported_builtin, one(3), None),
+    (br_numpy, one(3), None), (br_disabled_helper, one(3), 2), (br_unsupported_builtin, one(3), None),
     (br_in_return_expression, one(3), 1 + 2), (br_call_args_nested, one(3), 1 + 2), (br_kwargs_call, one(3), 1),
     (br_star_call, one(3), 1),
     (lp_print_each, one(3), None), (lp_item_accumulate, one(3, 2), None), (lp_while_tensor, lambda s: (torch.rand(3) * 3,), None),
