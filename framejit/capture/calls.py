@@ -47,6 +47,7 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
     from .context import CloneValue, CtxValue, ExitValue, exit_
     from .generator_ctx import GenMethodValue, call_gen_method
     from .abc_methods import abc_method_handler
+    from .autograd_function import call_apply, is_function_apply
     from .cached_calls import call_cached, is_cached_function
     from .environ import call_environ, is_environ_read
     from .introspection import introspection_handler
@@ -60,6 +61,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
             return call_environ(tx, fn, args, kwargs)
         if abc_method_handler(fn) is not None:  # NOTE [Mapping mixins]
             return abc_method_handler(fn)(tx, args, kwargs)
+        if is_function_apply(fn):  # NOTE [Custom autograd functions without grad]
+            return call_apply(tx, fn, args, kwargs)
         if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
             # a method of a torch context manager read from outside, e.g. `no_grad_instance.clone`
             return call_value(tx, tx.getattr(fn.self_value, fn.func.obj.__name__), args, kwargs)

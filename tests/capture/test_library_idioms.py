@@ -603,3 +603,40 @@ def test_torch_state_query_answers_are_guarded():
         torch.set_autocast_dtype("cpu", torch.bfloat16)
         torch.set_num_threads(threads)
     assert backend.graph_count == 4
+
+
+# ---- custom autograd functions without grad ---------------------------------------------------------------
+class ScaledGelu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.gelu(x) * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 3
+
+
+def test_autograd_function_apply_under_no_grad():
+    def fn(x):
+        with torch.no_grad():
+            y = ScaledGelu.apply(x) + 1
+        return y
+
+    backend = run_differential(fn, _x)
+    assert backend.graph_count == 1
+
+
+def test_autograd_function_apply_with_grad_breaks_and_keeps_the_custom_backward():
+    def fn(x):
+        return ScaledGelu.apply(x * 2).sum()
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    x1 = torch.randn(3, requires_grad=True)
+    x2 = x1.detach().clone().requires_grad_(True)
+    fn(x1).backward()
+    compiled(x2).backward()
+    torch.testing.assert_close(x2.grad, x1.grad)  # 3 * 2 everywhere: the custom backward ran
+    assert backend.graph_count >= 1

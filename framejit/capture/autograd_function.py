@@ -1,0 +1,50 @@
+"""`MyFunction.apply(...)` of a custom torch.autograd.Function while gradients are off.
+
+NOTE [Custom autograd functions without grad]: with grad mode off (the tracer's grad mode at the call:
+the frame's GRAD_MODE guard plus the with-blocks traced so far), `Function.apply(*args)` records no backward: it runs `forward(ctx, *args)` and returns its
+outputs. That is traced by inlining `forward` with a stand-in `ctx` (save_for_backward and the
+non-differentiable/materialize markers are accepted and kept; `needs_input_grad` is all False).
+Functions using `setup_context` or `mark_dirty`, and any call with grad mode on (where the backward
+matters), are graph breaks: the call then runs as Python at the break, with the rest captured.
+"""
+from __future__ import annotations
+
+from torch.autograd.function import Function, _SingleLevelFunction
+
+from .breaks import BreakKind, Unsupported
+from .values import BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, TupleValue, Value
+from .values.builder import wrap_unguarded
+
+_APPLY = Function.apply.__func__
+
+
+class TracedCtx:
+    """The `ctx` a traced forward sees (never built at run time: it does not escape the forward)."""
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def set_materialize_grads(self, value):
+        pass
+
+
+def is_function_apply(fn: Value) -> bool:
+    return (isinstance(fn, BoundMethodValue) and isinstance(fn.func, BuiltinValue) and fn.func.obj is _APPLY
+            and isinstance(fn.self_value, ClassValue) and issubclass(fn.self_value.obj, Function))
+
+
+def call_apply(tx, fn: BoundMethodValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    cls = fn.self_value.obj
+    if tx.output.grad_enabled:  # the grad mode at this point of the trace (with-blocks included)
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.apply with grad mode on (a custom backward)")
+    if kwargs or cls.setup_context is not _SingleLevelFunction.setup_context:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.apply with setup_context or keywords")
+    ctx = NewObjectValue(TracedCtx, {"needs_input_grad": TupleValue([ConstantValue(False) for _ in args])})
+    forward = wrap_unguarded(cls.__dict__["forward"].__func__) if isinstance(cls.__dict__.get("forward"), staticmethod) \
+        else None
+    if forward is None:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.forward is not a staticmethod of the class")
+    return tx.call(forward, [ctx, *args], {})
