@@ -30,7 +30,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      UserFunctionValue, Value)
 from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of
 from .values.mappings import IdentityKey, key_value
-from .partials import make_partial, partial_parts
+from .partials import check_rebuildable, make_partial, partial_parts
 
 PY312 = sys.version_info >= (3, 12)
 
@@ -245,6 +245,7 @@ class Reconstructor:
             self._call_const(grad_mode_manager, [ConstantValue(value.cls), ConstantValue(value.mode),
                                                  ConstantValue(getattr(value, "mode_before_init", None))])
         elif isinstance(value, PartialValue):  # NOTE [Partials across breaks]
+            check_rebuildable(value)
             self._call_const(make_partial, [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
         elif value.is_constant():
             cg.load_const(value.as_constant())

@@ -33,8 +33,12 @@ def partial_attr(tx, p: PartialValue, name: str) -> Value:
         return d
     if name == "__class__":
         return ClassValue(_PARTIAL)
-    if name == "__dict__":
-        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, "the __dict__ of a functools.partial")
+    if name == "__dict__":  # the partial's own (empty when made) instance dict, one object per partial
+        if p.source is not None:
+            raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, "the __dict__ of a functools.partial from outside")
+        if getattr(p, "instance_dict", None) is None:
+            p.instance_dict = DictValue({})
+        return p.instance_dict
     owner = next((k for k in _PARTIAL.__mro__ if name in vars(k)), None)
     if owner is None:  # instances see their type's MRO only (not the metaclass: no `__name__`)
         raise UserException(AttributeError(f"'functools.partial' object has no attribute '{name}'"))
@@ -48,6 +52,12 @@ def partial_attr(tx, p: PartialValue, name: str) -> Value:
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a functools.partial")
 
 
+def check_rebuildable(p: PartialValue) -> None:
+    """A partial whose `__dict__` got entries while traced is not rebuilt by make_partial."""
+    if getattr(p, "instance_dict", None) is not None and p.instance_dict.items:
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a functools.partial whose __dict__ was changed")
+
+
 def make_partial(func, args: tuple, keywords: dict) -> functools.partial:
     """Run time: the partial a PartialValue stands for (NOTE [Partials across breaks])."""
     return functools.partial(func, *args, **keywords)
@@ -58,4 +68,4 @@ def partial_parts(p: PartialValue) -> list[Value]:
     return [p.func, *p.args, *p.kwargs.values()]
 
 
-__all__ = ["make_partial", "partial_attr", "partial_parts"]
+__all__ = ["check_rebuildable", "make_partial", "partial_attr", "partial_parts"]

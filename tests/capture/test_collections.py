@@ -337,3 +337,19 @@ def test_mapping_returns_with_a_persisting_backend():
         torch.testing.assert_close(keyed[0][1], x * 2)
         plain["new"] = 1
         assert list(keys) == ["k", "new"]  # the view is live on the returned dict
+
+
+def test_partial_instance_dict():
+    def fn(t):
+        p = functools.partial(_add, t)
+        d = p.__dict__
+        return (p(t) if hasattr(p, "__dict__") else t), len(d), d is p.__dict__
+    assert run_differential(fn, _one).graph_count == 1
+
+
+def test_partial_with_a_changed_instance_dict_is_not_rebuilt_wrongly():
+    def fn(t):
+        p = functools.partial(_add, t)
+        p.__dict__["k"] = 1
+        return p(t), p.__dict__["k"], sorted(p.__dict__)
+    run_differential(fn, _one, fullgraph=False)
