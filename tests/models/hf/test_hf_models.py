@@ -34,8 +34,6 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning:torch._dynamo"),
               pytest.mark.filterwarnings("ignore::UserWarning:transformers")]
 
 KNOWN_GAPS: dict[str, str] = {
-    'bloom': "eager frames; eager: module_call runs eagerly after an internal error: generated graph code "
-             "'torch.autograd.function.apply(<class ...GeLUFunction>, linear_2)' is a SyntaxError",
     'bart': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] call of builtins.id',
     'mbart': 'ops 2 < 0.9 * stock 219; break copy.py:137 <- transformers/configuration_utils.py:1568 '
              '[unsupported_call] call of builtins.id',
