@@ -304,10 +304,8 @@ def trace_hooks_of(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
     if kwargs or len(args) != 1 or not isinstance(mod_value, NNModuleValue) or mod_value.source is None:
         raise Unsupported(BreakKind.MODULE_HOOKS, "hooks of a module without a source")
     m = mod_value.obj
-    for name in _MODULE_KEYED:
-        _guard_keys(tx, _module_dict_source(mod_value, name), getattr(m, name))
-    for name in _GLOBAL_KEYED:
-        _guard_keys(tx, GlobalSource(Ref(_GLOBALS, "G"), name), _GLOBALS[name])
+    _guard_tables(tx, [(_module_dict_source(mod_value, name), getattr(m, name)) for name in _MODULE_KEYED])
+    _guard_tables(tx, [(GlobalSource(Ref(_GLOBALS, "G"), name), _GLOBALS[name]) for name in _GLOBAL_KEYED])
     pre, post, always = hooks_of(m)
     g_pre, g_post = _torch_module._global_forward_pre_hooks, _torch_module._global_forward_hooks
     pre_values = [_entry(tx, entry, "_global_forward_pre_hooks" if entry[0] in g_pre else None,
@@ -326,6 +324,18 @@ def _entry(tx, entry: tuple, global_dict: str | None, mod_value: NNModuleValue, 
 
 def _module_dict_source(mod_value: NNModuleValue, name: str) -> Source:
     return AttrSource(mod_value.source, name)
+
+
+def _guard_tables(tx, tables: list[tuple[Source, dict]]) -> None:
+    """Key-list guards for hook dicts: one line for all the empty ones, one per non-empty dict."""
+    empty = [source for source, table in tables if not table]
+    if empty:
+        exprs = [source.expr(tx.output.names) for source in empty]
+        tx.output.add_guard("HOOK_KEYS", f"not ({' or '.join(exprs)})", empty[0], expected="no hooks",
+                            actual=f"[{', '.join(exprs)}]")
+    for source, table in tables:
+        if table:
+            _guard_keys(tx, source, table)
 
 
 def _guard_keys(tx, source: Source, table: dict) -> None:
