@@ -276,6 +276,28 @@ def test_in_place_shape_change_of_an_input(backend):
         torch.testing.assert_close(xc, xe)
 
 
+def _int64_reductions(x):
+    return x.sum(), x.prod(), x.sum(0), x.cumprod(0)
+
+
+def _near_zero(x):
+    return torch.expm1(x), torch.log1p(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exact_where_eager_is_exact(backend):
+    """Soundness findings #6 and #9: int64 sums above 2**53 and expm1/log1p near 0 (onnxrt computed them
+    through a float, and as exp(x) - 1)."""
+    big = framejit.compile(_int64_reductions, backend=backend, fullgraph=True)
+    for x in (torch.tensor([2**60 + 1, 3]), torch.tensor([2**55 + 7, 1])):
+        for actual, expected in zip(big(x.clone()), _int64_reductions(x.clone())):
+            assert torch.equal(actual, expected), (actual, expected)
+    small = framejit.compile(_near_zero, backend=backend, fullgraph=True)
+    for x in (torch.tensor([1e-10, -1e-7, 1e-4]), torch.tensor([3e-9, 0.5, -2e-8])):
+        for actual, expected in zip(small(x.clone()), _near_zero(x.clone())):
+            torch.testing.assert_close(actual, expected, rtol=1e-6, atol=0)
+
+
 def _copy_into_clone(x, w):
     t1 = x.clone()
     t1.copy_(w)

@@ -21,7 +21,8 @@ into ops whose ONNX meaning is eager's:
 - `max_pool2d/3d_with_indices` values (float): where(max_pool(isnan(x) as float) > 0, nan, r) (MaxPool
   skips NaN); the indices of a window holding NaN are left as ORT gives them
 Ops whose translation is wrong on special values in ways not worth rewriting (atan2, floor_divide,
-remainder and rounding division of floats) run in eager torch (translate.unsupported_reason).
+remainder and rounding division of floats), imprecise (expm1, log1p) or inexact on int64 (sum, prod,
+cumprod) run in eager torch (translate.unsupported_reason).
 Known and left: ORT turns a -0.0 into +0.0 in `trunc(-0.0)`, `expm1(-0.0)` and in some `Where` selections
 (measured; a rewrite through `where(x == 0, x, r)` did not keep the sign either).
 Reductions over empty tensors (mean or var of nothing is NaN in eager, 0 in ORT) are not rewritten:

@@ -88,6 +88,10 @@ def _tensor_vals(value) -> list:
 # gave inf (eager: nan); remainder(-0.0, 1.5) gave +0.0 (NOTE [Eager semantics in ONNX] in semantics.py)
 _WRONG_ON_SPECIAL_FLOATS = frozenset({"aten::atan2", "aten::floor_divide", "aten::remainder",
                                       "aten::div.Tensor_mode", "aten::div.Scalar_mode"})
+# torchlib writes these as exp(x) - 1 and log(1 + x): expm1(1e-10) gave 0 (soundness finding #9)
+_IMPRECISE = frozenset({"aten::expm1", "aten::log1p"})
+# int64 sums and products went through a float: sum([2**60 + 1, 3]) lost its low bits (finding #6)
+_INEXACT_ON_INT64 = frozenset({"aten::sum", "aten::prod", "aten::cumprod"})
 
 
 def _is_empty(val: torch.Tensor) -> bool:
@@ -126,6 +130,11 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
     if {schema_name, f"{schema_name}.{node.target._overloadname}"} & _WRONG_ON_SPECIAL_FLOATS and any(
             isinstance(v, torch.Tensor) and v.is_floating_point() for v in vals):
         return f"{overload} differs from eager on NaN, inf or -0.0 in ONNX (NOTE [Eager semantics in ONNX])"
+    if schema_name in _IMPRECISE:
+        return f"{overload} loses precision near 0 in ONNX (written as exp(x) - 1 / log(1 + x))"
+    if schema_name in _INEXACT_ON_INT64 and any(
+            isinstance(v, torch.Tensor) and v.dtype == torch.int64 for v in vals):
+        return f"{overload} of int64 is not exact in ONNX Runtime beyond 2**53"
     if _reduces_nothing(node):
         return f"{overload} makes values out of an empty tensor (ORT's reductions of nothing differ from eager's)"
     for val in vals:
