@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default=None, help="comma list of families to run")
     parser.add_argument("--warm", action="store_true",
                         help="run each program against a persistent cache filled by a first copy of it")
+    parser.add_argument("--max-blocks", type=int, default=None, help="blocks per program (default 4, triton 2)")
     parser.add_argument("--no-shrink", action="store_true", help="print reproducers of unshrunk programs")
     parser.add_argument("--max-reproducers", type=int, default=20)
     args = parser.parse_args(argv)
@@ -42,7 +43,8 @@ def main(argv=None) -> int:
     only = set(args.only.split(",")) if args.only else None
     started = time.time()
     result = fuzz.campaign(args.backend, range(args.start, args.start + args.seeds),
-                           all_families=args.all_families, only=only, warm=args.warm)
+                           all_families=args.all_families, only=only, warm=args.warm,
+                           max_blocks=args.max_blocks)
     elapsed = time.time() - started
     if not args.all_families and EXCLUDED:
         print(f"excluded families: {', '.join(sorted(EXCLUDED))}")

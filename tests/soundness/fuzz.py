@@ -31,9 +31,9 @@ def factories_for(backend: str, *, all_families: bool = False, only: set[str] | 
     return chosen
 
 
-def program_for(seed: int, backend: str, factories: list) -> Program:
+def program_for(seed: int, backend: str, factories: list, max_blocks: int | None = None) -> Program:
     tiny = backend == "triton"
-    return generate(seed, factories, max_blocks=2 if tiny else 4, tiny=tiny)
+    return generate(seed, factories, max_blocks=max_blocks or (2 if tiny else 4), tiny=tiny)
 
 
 @dataclasses.dataclass
@@ -45,7 +45,7 @@ class Campaign:
 
 
 def campaign(backend, seeds, *, all_families: bool = False, only: set[str] | None = None,
-             compile_fn=None, warm: bool = False) -> Campaign:
+             compile_fn=None, warm: bool = False, max_blocks: int | None = None) -> Campaign:
     """Run the programs of `seeds`; `warm` runs each against a persistent cache filled by a first copy
     (a temporary cache directory for the campaign, see NOTE [Warm runs] in runner.py)."""
     name = backend if isinstance(backend, str) else "eager"
@@ -54,7 +54,7 @@ def campaign(backend, seeds, *, all_families: bool = False, only: set[str] | Non
     with persistent_cache(warm):
         for seed in seeds:
             result.programs += 1
-            found = run_program(program_for(seed, name, factories), backend, compile_fn=compile_fn,
+            found = run_program(program_for(seed, name, factories, max_blocks), backend, compile_fn=compile_fn,
                                 counters=result.counters, warm=warm)
             if found is not None:
                 result.differences.append(found)
