@@ -8,8 +8,11 @@ Usage (from the repository root):
 Each model (tests/models/hf/catalog.py) runs the same calls as tests/models/hf/test_hf_models.py: eager,
 stock `torch.compile` with a counting eager backend (the reference graph count), and framejit with a
 counting backend, with the `graph_breaks` and `eager_fallback` logs captured. A row shows: stock graphs
-and framejit graphs over the two same-shape calls, their tensor ops (framejit/stock), graph breaks (log records), frames run wholly eagerly, the verdict (ok, or the first of
-crash / mismatch / eager / graphs>stock), and the FIRST break or eager reason with its file:line.
+and framejit graphs over the two same-shape calls, their tensor ops (framejit/stock), graph breaks (log
+records), frames run wholly eagerly, the verdict (ok, or the first of crash / mismatch / eager frames /
+graphs > stock / no graph / ops < OP_SHARE * stock, as the tests check), the time, and the FIRST break or
+eager reason with its file:line (`<- transformers/...:N`: the innermost transformers frame of a break
+deeper down). With --gaps it also prints the KNOWN_GAPS tables of the tests for the failing rows.
 The decoders in catalog.GENERATE also get a `<name>.generate` row (greedy generate()).
 At the end: each distinct reason (break or eager fallback, normalised) with the number of models it hits.
 """

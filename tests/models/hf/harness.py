@@ -8,8 +8,8 @@ share, so that all three measure the same thing:
 - `stock_reference(model, calls)`: the graphs stock `torch.compile(backend=<counting eager>)` captures
   over the same calls (torch._dynamo is reset around it; only tests, tools and benchmarks may use it);
   `op_count(backend)`: the tensor operations in a counting backend's graphs (how much work they hold).
-- `eager_frame_count()`: how many frames framejit has run wholly eagerly so far in this process (the one
-  place to switch when framejit grows its `eager_frames` stat).
+- `eager_frame_count()`, `eager_frame_reasons()`: the frames framejit has run wholly eagerly so far in
+  this process, from `framejit.stats()` (the one place that reads that stat).
 - `calls(arch)`: the keyword inputs of the two calls every check makes (two seeds, the same shapes), and
   `resized_call(arch)`: a third call at another batch and sequence size for the few marked `resize`.
 
@@ -66,9 +66,15 @@ def run(model: Callable, kwargs: dict) -> Any:
 
 
 def eager_frame_count() -> int:
-    """Frames framejit ran wholly eagerly so far (switch to stats()["eager_frames"] once it exists)."""
+    """Frames framejit decided to run wholly eagerly so far: stats()["eager_frames"] (NOTE [Eager frames]);
+    before that stat existed, the eager entries made (stats()["eager_entries"])."""
     stats = framejit.stats()
     return int(stats["eager_frames"] if "eager_frames" in stats else stats["eager_entries"])
+
+
+def eager_frame_reasons() -> list:
+    """framejit's records of the frames it ran wholly eagerly (function, location, reason), if it keeps them."""
+    return list(framejit.stats().get("eager_frame_reasons", []))
 
 
 def stock_reference(model: torch.nn.Module, inputs: list[dict], method: str | None = None) -> CountingBackend:
@@ -122,5 +128,5 @@ def assert_outputs_close(actual: Any, expected: Any, path: str = "out", *, atol:
         raise TypeError(f"{path}: cannot compare a {type(expected).__module__}.{type(expected).__qualname__}")
 
 
-__all__ = ["ATOL", "OP_SHARE", "RTOL", "assert_outputs_close", "calls", "eager_frame_count", "resized_call", "run",
-           "op_count", "silence_transformers", "stock_reference"]
+__all__ = ["ATOL", "OP_SHARE", "RTOL", "assert_outputs_close", "calls", "eager_frame_count", "eager_frame_reasons",
+           "op_count", "resized_call", "run", "silence_transformers", "stock_reference"]

@@ -34,11 +34,14 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning:torch._dynamo"),
               pytest.mark.filterwarnings("ignore::UserWarning:transformers")]
 
 KNOWN_GAPS: dict[str, str] = {
-    'bart': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] call of builtins.id',
+    'bart': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] '
+            'call of builtins.id',
     'mbart': 'ops 2 < 0.9 * stock 219; break copy.py:137 <- transformers/configuration_utils.py:1568 '
              '[unsupported_call] call of builtins.id',
-    'pegasus': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] call of builtins.id',
-    'marian': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] call of builtins.id',
+    'pegasus': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] '
+               'call of builtins.id',
+    'marian': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] '
+              'call of builtins.id',
     'blenderbot_small': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] '
                         'call of builtins.id',
     'whisper': 'no graph; break copy.py:137 <- transformers/models/whisper/modeling_whisper.py:747 [unsupported_call] '
@@ -81,7 +84,7 @@ def _check_calls(target, inputs: list[dict], expected: list) -> None:
     for i, (kwargs, want) in enumerate(zip(inputs, expected)):
         got, eager = eager_frames_during(lambda: harness.run(target, kwargs))
         harness.assert_outputs_close(got, want, f"call {i}")
-        assert eager == 0, f"call {i}: {eager} frame(s) ran wholly eagerly (FRAMEJIT_LOGS=eager_fallback says why)"
+        assert eager == 0, f"call {i}: {eager} frame(s) ran wholly eagerly: {harness.eager_frame_reasons()[-eager:]}"
 
 
 def _check_graphs(backend: CountingBackend, stock: CountingBackend) -> None:
