@@ -32,6 +32,8 @@ frame eagerly, and `call_with_hooks` run as Python takes torch's exception path 
 """
 from __future__ import annotations
 
+import functools
+import types
 import warnings
 
 import torch
@@ -42,7 +44,7 @@ from torch.utils.hooks import BackwardHook
 
 from .breaks import DISABLED, BreakKind, Unsupported
 from .sources import AttrSource, GlobalSource, ItemSource, Ref, Source
-from .values import ConstantValue, NNModuleValue, TupleValue, Value
+from .values import ConstantValue, NNModuleValue, ObjectValue, TupleValue, Value
 from .values.builder import wrap
 
 _GLOBALS = vars(_torch_module)  # torch.nn.modules.module's globals: the global hook dicts live here
@@ -318,8 +320,22 @@ def trace_hooks_of(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
 def _entry(tx, entry: tuple, global_dict: str | None, mod_value: NNModuleValue, module_dict: str) -> Value:
     hook_id, hook, with_kwargs, always_called = entry
     table = GlobalSource(Ref(_GLOBALS, "G"), global_dict) if global_dict else _module_dict_source(mod_value, module_dict)
-    hook_value = wrap(tx.output, hook, ItemSource(table, hook_id))
+    source = ItemSource(table, hook_id)
+    if _python_callable_object(hook):  # e.g. torch.nn.utils.prune's methods: their __call__ is inlined
+        hook_value = tx.output.cached(source)
+        if hook_value is None:
+            tx.output.guard_type(source, type(hook))
+            hook_value = tx.output.remember(source, ObjectValue(hook, source))
+    else:
+        hook_value = wrap(tx.output, hook, source)
     return TupleValue([ConstantValue(hook_id), hook_value, ConstantValue(with_kwargs), ConstantValue(always_called)])
+
+
+def _python_callable_object(hook) -> bool:
+    """An instance (not a function, method or partial) whose class defines `__call__` in Python."""
+    call = getattr(type(hook), "__call__", None)
+    return not isinstance(hook, (types.FunctionType, types.MethodType, functools.partial, type)) and \
+        isinstance(call, types.FunctionType)
 
 
 def _module_dict_source(mod_value: NNModuleValue, name: str) -> Source:

@@ -19,6 +19,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.utils.prune as prune
 from torch.nn.modules import module as torch_module
 
 import framejit
@@ -556,3 +557,35 @@ def test_own_call_reaching_module_call_runs_hooks_and_guards_them(global_hooks):
     global_hooks.append(torch_module.register_module_forward_pre_hook(lambda m, args: (args[0] + 3,)))
     assert_same(compiled(x), f(x))
     assert backend.graph_count == 3
+
+
+# ---- torch's own hook users: pruning, spectral_norm, weight_norm ------------------------------------------
+def _pruned():
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    prune.l1_unstructured(net[0], "weight", amount=0.5)
+    return net
+
+
+TORCH_HOOK_USERS = {
+    "prune": _pruned,  # a forward-pre hook object that sets module.weight = weight_orig * weight_mask
+    "spectral_norm": lambda: nn.Sequential(torch.nn.utils.spectral_norm(nn.Linear(4, 4)), nn.Tanh()).train(),
+    "weight_norm": lambda: nn.Sequential(torch.nn.utils.weight_norm(nn.Linear(4, 4)), nn.Tanh()),
+}
+
+
+@pytest.mark.parametrize("kind", TORCH_HOOK_USERS)
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # weight_norm is deprecated
+def test_torch_hook_objects_are_inlined(kind):
+    """Their hooks are callable objects defined in torch: __call__ is inlined, the attribute it sets on the
+    module and the buffers it updates (spectral_norm's power iteration in training mode) match eager."""
+    torch.manual_seed(0)
+    eager = TORCH_HOOK_USERS[kind]()
+    torch.manual_seed(0)
+    model = TORCH_HOOK_USERS[kind]()
+    compiled = framejit.compile(model, backend=(backend := CountingBackend()), fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        assert_same(compiled(x), eager(x))
+        assert_same(dict(model.state_dict()), dict(eager.state_dict()))
+        assert_same(model[0].__dict__["weight"], eager[0].__dict__["weight"])  # set by the hook
+    assert backend.graph_count == 1
