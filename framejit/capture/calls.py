@@ -51,10 +51,15 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
     from .cached_calls import call_cached, is_cached_function
     from .environ import call_environ, is_environ_read
     from .introspection import introspection_handler
+    from .library_substitutes import call_pure, is_pure_on_constants
 
     if isinstance(fn, UserFunctionValue):
         if fn.fn.__module__ in ("inspect", "dataclasses", "copy") and introspection_handler(fn.fn) is not None:
             return introspection_handler(fn.fn)(tx, args, kwargs)  # NOTE [Introspection at trace time]
+        if is_pure_on_constants(fn.fn):  # NOTE [Pure library checks on constants]
+            result = call_pure(tx, fn.fn, args, kwargs)
+            if result is not None:
+                return result
         return tx.inline(fn, args, kwargs)
     if isinstance(fn, BoundMethodValue):
         if is_environ_read(fn):  # NOTE [Environment reads]

@@ -47,3 +47,42 @@ _BY_NAME: dict[tuple[str, str], Any] = {
 
 def library_substitute(fn: types.FunctionType) -> types.FunctionType | None:
     return _BY_NAME.get((fn.__module__, fn.__qualname__))
+
+
+# NOTE [Pure library checks on constants]: a few library functions are pure checks of constant data
+# (huggingface_hub's strict-dataclass `type_validator(name, value, expected_type)`, run by every
+# `config.x = v` on transformers configs). Called with constant arguments (or objects from outside,
+# then guarded by identity) while tracing, they are
+# evaluated for real at trace time: the same answer, or the same exception, eager gets; with any
+# non-constant argument they are inlined as usual.
+_PURE_ON_CONSTANTS = {("huggingface_hub.dataclasses", "type_validator")}
+
+
+def is_pure_on_constants(fn: types.FunctionType) -> bool:
+    return (getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)) in _PURE_ON_CONSTANTS
+
+
+def call_pure(tx, fn: types.FunctionType, args: list, kwargs: dict):
+    """The Value of `fn(*args, **kwargs)` evaluated now, or None when an argument is not constant."""
+    from .breaks import UserException
+    from .values import ObjectValue
+    from .values.builder import wrap_unguarded
+
+    def real(value):  # a constant, or an object from outside pinned by identity
+        if value.is_constant():
+            return value.as_constant()
+        if isinstance(value, ObjectValue) and value.source is not None:
+            tx.output.guard_id(value.source, value.obj)
+            return value.obj
+        raise LookupError
+
+    try:
+        real_args = [real(a) for a in args]
+        real_kwargs = {k: real(v) for k, v in kwargs.items()}
+    except LookupError:
+        return None
+    try:
+        result = fn(*real_args, **real_kwargs)
+    except Exception as e:  # noqa: BLE001 - raised as the eager call raises it
+        raise UserException(e) from None
+    return wrap_unguarded(result)

@@ -640,3 +640,43 @@ def test_autograd_function_apply_with_grad_breaks_and_keeps_the_custom_backward(
     compiled(x2).backward()
     torch.testing.assert_close(x2.grad, x1.grad)  # 3 * 2 everywhere: the custom backward ran
     assert backend.graph_count >= 1
+
+
+# ---- strict dataclass configs (huggingface_hub) ----------------------------------------------------------------
+def _strict_config():
+    from huggingface_hub.dataclasses import strict
+
+    @strict
+    @dataclasses.dataclass
+    class StrictConfig:
+        hidden: int = 4
+        scale: float | None = None
+
+    return StrictConfig()
+
+
+STRICT = _strict_config()
+
+
+def test_strict_dataclass_copy_validated_on_assignment():
+    import copy
+
+    def fn(x):
+        cfg = copy.deepcopy(STRICT)
+        cfg.hidden = STRICT.hidden * 2
+        cfg.scale = 0.5
+        return x * cfg.hidden * cfg.scale
+
+    backend = run_differential(fn, _x)
+    assert backend.graph_count == 1
+
+
+def test_strict_dataclass_rejects_wrong_type_like_eager():
+    import copy
+
+    def fn(x):
+        cfg = copy.deepcopy(STRICT)
+        cfg.hidden = "wide"
+        return x * 2
+
+    run_differential(fn, _x, fullgraph=False)

@@ -215,7 +215,7 @@ def wrap_unguarded(obj: Any) -> Value:
         return ConstantValue(obj)
     if type(obj) is tuple:
         return TupleValue([wrap_unguarded(o) for o in obj])
-    if isinstance(obj, (inspect.Signature, inspect.Parameter)):  # immutable (NOTE [Introspection at trace time])
+    if isinstance(obj, (inspect.Signature, inspect.Parameter, types.UnionType, types.GenericAlias)):  # immutable
         return ConstantValue(obj)
     if type(obj) is types.MappingProxyType and all(type(k) is str for k in obj):
         return DictValue({k: wrap_unguarded(v) for k, v in obj.items()}, cls=types.MappingProxyType)
