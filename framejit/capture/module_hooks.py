@@ -9,9 +9,10 @@ called bookkeeping), a module call is planned here:
 - forward/forward-pre hooks only (per-module or global, with or without kwargs, `prepend`, `always_call`):
   `call_with_hooks`, a plain-Python copy of `_call_impl`'s forward part, is inlined. It asks `hooks_of`,
   which the translator answers at trace time (`trace_hooks_of`): each hook is wrapped through its source
-  (`L['m']._forward_hooks[7]`, guarded like any function, bound method, partial or callable object) and
-  the key lists of every hook dict read are guarded, so adding, removing or reordering a hook, or a global
-  hook registered later (also in a new process over a warm frame cache), recompiles;
+  (`L['m']._forward_hooks[7]`, guarded like any function, bound method, partial or callable object; the
+  callable objects of torch's own classes, such as prune's and spectral_norm's, have their `__call__`
+  inlined) and the key lists of every hook dict read are guarded, so adding, removing or reordering a
+  hook, or a global hook registered later (also in a new process over a warm frame cache), recompiles;
 - backward hooks (per-module or global), or a lazy module whose parameters are not initialised yet:
   Unsupported(MODULE_HOOKS), so the module call is a graph break (`fullgraph=True` raises).
 
@@ -27,6 +28,10 @@ are guarded) and captures it.
 Known difference: the forward hooks are read when the call starts, so a hook registered by a forward-pre
 hook or by forward itself runs from the next call on (torch reads them after forward).
 
+torch's other global hooks (`register_module_buffer/parameter/module_registration_hook`) run when a
+module registers a tensor or child (inside Module.__setattr__, through which attribute stores recorded
+while tracing are replayed), not as part of a call.
+
 `always_call` hooks differ from the others only when forward raises; a traced call that raises runs the
 frame eagerly, and `call_with_hooks` run as Python takes torch's exception path (`_call_catching`).
 """
@@ -39,7 +44,6 @@ import warnings
 import torch
 from torch.nn.modules import lazy as _lazy
 from torch.nn.modules import module as _torch_module
-
 from torch.utils.hooks import BackwardHook
 
 from .breaks import DISABLED, BreakKind, Unsupported
