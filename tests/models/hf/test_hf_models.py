@@ -34,18 +34,6 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning:torch._dynamo"),
               pytest.mark.filterwarnings("ignore::UserWarning:transformers")]
 
 KNOWN_GAPS: dict[str, str] = {
-    'bart': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] '
-            'call of builtins.id',
-    'mbart': 'ops 2 < 0.9 * stock 219; break copy.py:137 <- transformers/configuration_utils.py:1568 '
-             '[unsupported_call] call of builtins.id',
-    'pegasus': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] '
-               'call of builtins.id',
-    'marian': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] '
-              'call of builtins.id',
-    'blenderbot_small': 'no graph; break copy.py:137 <- transformers/configuration_utils.py:1568 [unsupported_call] '
-                        'call of builtins.id',
-    'whisper': 'no graph; break copy.py:137 <- transformers/models/whisper/modeling_whisper.py:747 [unsupported_call] '
-               'call of builtins.id',
 }
 
 GENERATE_KNOWN_GAPS: dict[str, str] = {
