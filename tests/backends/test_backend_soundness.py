@@ -104,7 +104,7 @@ CASES = {
 # live in framejit's own code generation, and a few pointwise ops
 TRITON_CASES = ["amax", "amin", "max_all", "max_dim", "min_dim_keepdim", "argmax", "argmin", "sum", "mean",
                 "var", "softmax", "add_broadcast", "relu", "maximum_minimum", "clamp", "clamp_one_side", "copy_broadcast",
-                "where", "neg_abs"]
+                "where", "neg_abs", "sign_floor_round"]
 
 
 def assert_identical(actual, expected, where: str) -> None:
@@ -296,6 +296,21 @@ def test_exact_where_eager_is_exact(backend):
     for x in (torch.tensor([1e-10, -1e-7, 1e-4]), torch.tensor([3e-9, 0.5, -2e-8])):
         for actual, expected in zip(small(x.clone()), _near_zero(x.clone())):
             torch.testing.assert_close(actual, expected, rtol=1e-6, atol=0)
+
+
+def _bool_arithmetic(a, b):
+    return a + a, a + b, a * b + a, (a + b).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bool_arithmetic(backend):
+    """Soundness finding #7: triton added bools as 1-bit integers (True + True gave False)."""
+    compiled = framejit.compile(_bool_arithmetic, backend=backend, fullgraph=True)
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        a, b = torch.rand(6, generator=g) > 0.5, torch.rand(6, generator=g) > 0.3
+        for actual, expected in zip(compiled(a, b), _bool_arithmetic(a, b)):
+            assert actual.dtype == expected.dtype and torch.equal(actual, expected), (actual, expected)
 
 
 def _copy_into_clone(x, w):

@@ -134,8 +134,9 @@ BUILT_UNARY = {
     aten.tanh: tanh, aten.trunc: trunc, aten.log1p: log1p, aten.expm1: expm1,
     aten.reciprocal: lambda x: Op("truediv", (lit(1.0, x), x), x.dtype),
     aten.relu: lambda x: where(Op("lt", (x, lit(0, x)), torch.bool), lit(0, x), x),
+    # eager: sign(nan) and sign(-0.0) are 0.0 (soundness finding #8)
     aten.sign: lambda x: where(Op("gt", (x, lit(0, x)), torch.bool), lit(1, x),
-                               where(Op("lt", (x, lit(0, x)), torch.bool), lit(-1, x), Op("mul", (x, lit(0, x)), x.dtype))),
+                               where(Op("lt", (x, lit(0, x)), torch.bool), lit(-1, x), lit(0, x))),
     aten.log10: lambda x: Op("mul", (Op("log2", (x,), x.dtype), lit(math.log10(2.0), x)), x.dtype),
 }
 ARITHMETIC = {
@@ -216,7 +217,8 @@ def _add_sub(lo, node, a, b, alpha=1):
             y = Op("mul", (y, lit(alpha, y)), y.dtype)
         return Op(name, (x, y), x.dtype)
 
-    return _pointwise(lo, node, [a, b], fn)
+    # bool + bool is a logical or in eager (True + True is True): add in int32, store `!= 0` (finding #7)
+    return _pointwise(lo, node, [a, b], fn, torch.int32 if _meta(node).dtype == torch.bool else None)
 
 
 @lowering(aten.div)

@@ -32,7 +32,8 @@ KIND = "triton"
 # 1: argmax/argmin take the first NaN, clamp keeps NaN and -0.0 as eager (NOTE [NaN in arg reductions]).
 # 2: returned views of inputs mutated by the graph are views of the inputs (backends/aliasing.py).
 # 3: graphs that change an input's shape or strides in place run eagerly (backends/aliasing.py).
-REVISION = 3
+# 4: bool addition is a logical or; sign(nan) and sign(-0.0) are 0.0 (soundness findings #7, #8).
+REVISION = 4
 
 
 def save(compiled) -> bytes | None:
