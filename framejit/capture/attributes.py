@@ -4,7 +4,8 @@ For objects: data descriptors of the type (properties are inlined), then the ins
 (guarded through an AttrSource), then class attributes (functions become bound methods), then, for
 nn.Module, its parameter/buffer/child slots (NOTE [Module slots]). A missing attribute raises the same
 AttributeError CPython would (through UserException); a lookup framejit cannot model (a custom
-`__getattr__`, an unknown descriptor) is Unsupported.
+`__getattr__`, an unknown descriptor) is Unsupported. How each attribute was found (or not found) is
+guarded: NOTE [Lookup facts] in lookup.py.
 """
 from __future__ import annotations
 

@@ -5,9 +5,10 @@ class of the MRO holding `name`), an entry of `o.__dict__`, another class attrib
 class's `__getattr__`, or not at all (AttributeError). A trace that read `o.name` relies on *which* of
 these happened, so it guards the facts that decided it, each as one cheap line of the guard function:
 - found on a class (method, class constant, descriptor): `name` is absent from the `__dict__` of every
-  class of the MRO before the owner (CLASS_ATTR_ABSENT), the owner's entry is the same object or value
-  (CLASS_ATTR_MATCH, through `Owner.__dict__[name]`), and, unless it is a data descriptor, the instance
-  does not shadow it: `name not in o.__dict__` (INSTANCE_ATTR_ABSENT);
+  class of the MRO before the owner (CLASS_ATTR_ABSENT), the owner's raw entry `Owner.__dict__[name]` is
+  the same object (ID_MATCH) or, for plain data, the same value (TYPE_MATCH and CONSTANT_MATCH), and,
+  unless it is a data descriptor, the instance does not shadow it: `name not in o.__dict__`
+  (INSTANCE_ATTR_ABSENT);
 - found in the instance `__dict__`: the value guard of the read itself (`o.name`, read through the
   normal lookup, so a later shadowing data descriptor is seen by the guard as by the program);
 - absent (a failed `hasattr`, a `getattr` default): absent from the instance dict and from every class
@@ -20,7 +21,10 @@ cannot change (built-in static types such as `object`, `tuple`) or that belong t
 (torch, ... : NOTE [Library modules] in values/builder.py) get no class-dict guards. `o.__dict__` and
 `K.__dict__` repeated by several guards are computed once (NOTE [Guard subexpressions]).
 nn.Module keeps parameters, buffers and children out of `__dict__` (NOTE [Module slots]) and its
-`__setattr__` keeps the two disjoint, so slot reads guard the slot entry and the class-dict facts only.
+`__setattr__` keeps the two disjoint, so slot reads guard the slot entry and the class-dict facts only;
+a name found in no slot is guarded absent from all three slots and `__dict__` (MODULE_ATTR_ABSENT).
+Python modules: an attribute found absent is guarded absent from the module's `__dict__`, with no module
+`__getattr__`; attributes of library modules are pinned by identity (attributes.py, `F.gelu` patched).
 """
 from __future__ import annotations
 
