@@ -15,7 +15,7 @@ from .breaks import BreakKind, Unsupported
 from .values import BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, TupleValue, Value
 from .values.builder import wrap_unguarded
 
-_APPLY = Function.apply.__func__
+_APPLY = getattr(Function.__dict__.get("apply"), "__func__", None)  # a Python classmethod in torch 2.13; C in 2.14
 
 
 class TracedCtx:
@@ -31,13 +31,24 @@ class TracedCtx:
         pass
 
 
+def function_class(fn: Value) -> type | None:
+    """The Function subclass whose `apply` `fn` is, or None."""
+    if (isinstance(fn, BoundMethodValue) and isinstance(fn.func, BuiltinValue) and _APPLY is not None
+            and fn.func.obj is _APPLY and isinstance(fn.self_value, ClassValue)):
+        cls = fn.self_value.obj
+    elif isinstance(fn, BuiltinValue) and getattr(fn.obj, "__name__", None) == "apply":
+        cls = getattr(fn.obj, "__self__", None)  # torch 2.14: a C classmethod bound to the class
+    else:
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, Function) and cls is not Function else None
+
+
 def is_function_apply(fn: Value) -> bool:
-    return (isinstance(fn, BoundMethodValue) and isinstance(fn.func, BuiltinValue) and fn.func.obj is _APPLY
-            and isinstance(fn.self_value, ClassValue) and issubclass(fn.self_value.obj, Function))
+    return function_class(fn) is not None
 
 
-def call_apply(tx, fn: BoundMethodValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    cls = fn.self_value.obj
+def call_apply(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    cls = function_class(fn)
     if tx.output.grad_enabled:  # the grad mode at this point of the trace (with-blocks included)
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.apply with grad mode on (a custom backward)")
     if kwargs or cls.setup_context is not _SingleLevelFunction.setup_context:

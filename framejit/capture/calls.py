@@ -61,13 +61,13 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
             if result is not None:
                 return result
         return tx.inline(fn, args, kwargs)
+    if is_function_apply(fn):  # NOTE [Custom autograd functions without grad]
+        return call_apply(tx, fn, args, kwargs)
     if isinstance(fn, BoundMethodValue):
         if is_environ_read(fn):  # NOTE [Environment reads]
             return call_environ(tx, fn, args, kwargs)
         if abc_method_handler(fn) is not None:  # NOTE [Mapping mixins]
             return abc_method_handler(fn)(tx, args, kwargs)
-        if is_function_apply(fn):  # NOTE [Custom autograd functions without grad]
-            return call_apply(tx, fn, args, kwargs)
         if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
             # a method of a torch context manager read from outside, e.g. `no_grad_instance.clone`
             return call_value(tx, tx.getattr(fn.self_value, fn.func.obj.__name__), args, kwargs)
