@@ -108,6 +108,11 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, PyModuleValue):
         return _module_attr(tx, obj, name)
     if isinstance(obj, ClassValue):
+        if name == "apply":
+            from .autograd_function import apply_attr
+            found = apply_attr(tx, obj)  # NOTE [Custom autograd functions without grad]
+            if found is not None:
+                return found
         return _class_attr(tx, obj, name)
     if isinstance(obj, (ObjectValue, NewObjectValue)):
         return object_attr(tx, obj, name)

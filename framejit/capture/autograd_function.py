@@ -31,6 +31,20 @@ class TracedCtx:
         pass
 
 
+def apply_attr(tx, cls_value: ClassValue) -> Value | None:
+    """`MyFunction.apply` read from a (guarded) Function subclass: a fresh bound method on every read, so
+    it is not guarded by identity; that no class before torch's own defines `apply` is."""
+    from . import lookup
+    cls = cls_value.obj
+    if not (isinstance(cls, type) and issubclass(cls, Function) and cls is not Function):
+        return None
+    index, _ = lookup.mro_lookup(cls, "apply")
+    if index is None or not lookup.is_fixed_class(cls.__mro__[index]):
+        return None
+    lookup.guard_found_on_class(tx.output, cls, "apply", index)
+    return BuiltinValue(cls.apply)
+
+
 def function_class(fn: Value) -> type | None:
     """The Function subclass whose `apply` `fn` is, or None."""
     if (isinstance(fn, BoundMethodValue) and isinstance(fn.func, BuiltinValue) and _APPLY is not None
