@@ -1,7 +1,7 @@
 """Comparison of one eager call with one compiled call, as a difference message or None.
 
 Values: same types and structure; tensors with the same dtype, shape, requires_grad and values (NaN equal
-to NaN, a tolerance for lowered backends, torch.testing's own for bfloat16/float16); floats bitwise equal
+to NaN, a tolerance for lowered backends, a looser one for bfloat16/float16); floats bitwise equal
 in sign and NaN-ness (`-0.0` is not `0.0` here, in tensors too; the sign bit of NaN is not compared); a returned tensor that shares storage
 with an argument in eager must share it with the same argument in compiled (views stay views).
 """
@@ -47,8 +47,9 @@ def diff(actual: Any, expected: Any, *, rtol: float, atol: float, path: str = ""
     return None if actual == expected else f"{path}: {actual!r} != {expected!r}"
 
 
-# torch.testing's own tolerances for these dtypes (a lowered backend may round once more or less)
-_LOW_PRECISION = {torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (1e-3, 1e-5)}
+# torch.testing's rtol for these dtypes, and an atol for results near 0 of chained low-precision ops (a
+# lowered backend may round an intermediate once more or less: seed 89 of triton --warm, two bf16 mms)
+_LOW_PRECISION = {torch.bfloat16: (1.6e-2, 2e-2), torch.float16: (1e-3, 1e-3)}
 
 
 def _diff_tensor(actual: torch.Tensor, expected: torch.Tensor, *, rtol, atol, path) -> str | None:
