@@ -2,7 +2,8 @@
 managers (grad mode set in `__enter__`, appends in `__exit__`), generators, `hasattr` on tensors and
 namedtuples, `isinstance` with a metaclass, `obj.__class__` reassigned, and tensor ops whose edge cases
 lowered backends get wrong (NaN in reductions, empty reductions, returned views, in-place through views,
-broadcasting copies).
+broadcasting copies, in-place metadata ops on arguments, int64 values above 2**53, special values
+through pointwise ops).
 
 Same contract as `blocks_python.py`.
 """

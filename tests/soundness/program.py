@@ -5,7 +5,7 @@ changes between calls: module-level setup (classes, config objects, modules, glo
 per-call arguments of the compiled function `f`, lines of `f`'s body (which update the running tensor
 `out` and may append Python values to `aux`), mutations run between calls, and expressions whose values
 are compared after every call (the state `f` may have mutated). Block factories live in
-`blocks_python.py` and `blocks_torch.py`; each takes a `random.Random` and a unique number `n` that
+`blocks_python.py`, `blocks_torch.py`, `blocks_protocol.py` and `blocks_more.py`; each takes a `random.Random` and a unique number `n` that
 replaces every `$` in the block's code, so two blocks of one family never share names.
 
 `Program` is a list of blocks plus a schedule: which mutation runs before which call. `render()` gives
