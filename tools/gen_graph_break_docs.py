@@ -33,8 +33,10 @@ _PRELUDE = "import torch\nimport framejit\n\n"
 EXAMPLES: dict[BreakKind, str] = {
     BreakKind.UNSUPPORTED_OPCODE: _PRELUDE + """\
 def fn(x):
-    import math  # IMPORT_NAME is not traced
-    return x * math.pi
+    match x.shape:  # MATCH_SEQUENCE: structural pattern matching is not traced
+        case (n,):
+            return x * n
+    return x
 
 framejit.compile(fn, fullgraph=True)(torch.randn(3))
 """,
