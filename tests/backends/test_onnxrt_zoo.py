@@ -38,4 +38,6 @@ def test_zoo_model_matches_eager(name):
     (info,) = compiled.summary()
     assert not info["eager_graph"] and info["parts"] >= 1, info
     left = [r for r in info["eager_nodes"].values() if "free op" not in r and "is not an aten op" not in r]
-    assert all("no torchlib translation" in r for r in left), left
+    # nodes left to torch: untranslatable ones, and int64 reductions ORT does not compute exactly
+    # (translate.py, soundness finding #6)
+    assert all("no torchlib translation" in r or "is not exact in ONNX Runtime" in r for r in left), left
