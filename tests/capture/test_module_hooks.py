@@ -82,6 +82,7 @@ def global_hooks():
     yield handles
     for handle in handles:
         handle.remove()
+        torch_module._global_forward_hooks_with_kwargs.pop(handle.id, None)  # torch's handle leaves it behind
 
 
 # ---- per-module forward and forward-pre hooks: one graph --------------------------------------------
