@@ -342,3 +342,23 @@ def test_triton_looped_arg_reductions_take_the_first_nan(op):
     x[1, 0] = INF
     for inputs in (x, x.flip(1).contiguous(), torch.randn(3, 40)):
         assert_identical(compiled(inputs.clone()), fn(inputs.clone()), f"{op} looped (triton)")
+
+
+def _random_draws(x):
+    noise = torch.randn_like(x) * 2 + torch.rand(x.shape[0])
+    return x + noise, F.dropout(x, 0.5, training=True), torch.randint(0, 10, (3,))
+
+
+def test_onnxrt_random_ops_follow_torch_manual_seed():
+    """Soundness finding #11: ORT's random ops drew from ORT's own generator, so the same torch.manual_seed
+    gave other numbers than eager and torch's generator did not advance. They run in torch now."""
+    compiled = framejit.compile(_random_draws, backend="onnxrt", fullgraph=True)
+    for seed in range(3):
+        x = torch.randn(5)
+        torch.manual_seed(seed)
+        expected, after_eager = _random_draws(x), torch.rand(2)
+        torch.manual_seed(seed)
+        actual, after_compiled = compiled(x), torch.rand(2)
+        for a, e in zip(actual, expected):
+            assert torch.equal(a, e), (a, e)
+        assert torch.equal(after_compiled, after_eager)  # the generator advanced as in eager

@@ -48,7 +48,8 @@ _MAX_ATTEMPTS = 8
 # 5: one-sided clamps; atan2, floor_divide, remainder and rounding div of floats run in torch.
 # 6: returned views of inputs mutated by the graph are views of the inputs (backends/aliasing.py).
 # 7: expm1/log1p and int64 sum/prod/cumprod run in torch (soundness findings #6, #9).
-REVISION = 7
+# 8: random ops run in torch, drawing from torch's generator (soundness finding #11).
+REVISION = 8
 
 
 @dataclasses.dataclass

@@ -107,6 +107,18 @@ def _reduces_nothing(node: torch.fx.Node) -> bool:
     return any(not _is_empty(v) for v in _tensor_vals(node.meta.get("val")))
 
 
+def _draws_random_numbers(node: torch.fx.Node) -> bool:
+    """A seeded random op (rand, randn, bernoulli, native_dropout, ...); attention ops carry the same tag
+    but draw nothing when their `dropout_p` is 0."""
+    if torch.Tag.nondeterministic_seeded not in node.target.tags:
+        return False
+    for i, arg in enumerate(node.target._schema.arguments):
+        if arg.name == "dropout_p":
+            value = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", arg.default_value)
+            return value not in (0, 0.0, None)
+    return True
+
+
 def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | None:
     """None if `node` can be translated to ONNX and run by ORT, else a short reason."""
     if node.target is operator.getitem:
@@ -119,6 +131,9 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
         return f"{overload} is excluded from ONNX (mutation, runtime-only or fallback_ops)"
     if node.target._schema.is_mutable:
         return f"{overload} mutates its inputs"
+    if _draws_random_numbers(node):
+        # ORT's random ops have their own generator: in torch, the same torch.manual_seed gives eager's numbers
+        return f"{overload} draws random numbers, which come from torch's generator as in eager"
     if not registry().is_registered(node.target):
         return f"no torchlib translation for {overload}"
     vals = _tensor_vals(node.meta.get("val"))
