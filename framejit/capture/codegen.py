@@ -225,16 +225,8 @@ class Reconstructor:
         elif isinstance(value, TensorMethodValue):
             self.emit(value.tensor)
             cg.load_attr(value.name)
-        elif isinstance(value, IteratorValue) and value.made_at is not None:
-            raise escaped_generator(value)
-        elif isinstance(value, IteratorValue) and isinstance(value.owner, ListValue):
-            self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
-        elif isinstance(value, IteratorValue) and value.owner is not None:
-            changed = value.changed()  # a dict or set iterator: CPython's own, or one that raises
-            self._call_const(failing_iterator if changed else keys_iterator_at,
-                             [ConstantValue(changed)] if changed else [value.owner, ConstantValue(value.index)])
         elif isinstance(value, IteratorValue):
-            self._call_const(iter, [ListValue(value.items[value.index:])])
+            self._iterator(value)
         elif isinstance(value, (BuiltinValue, ClassValue, PyModuleValue, ObjectValue)):
             cg.load_const(value.obj)
         elif isinstance(value, UserFunctionValue) and value.closure is None and value.defaults is None:
@@ -251,6 +243,18 @@ class Reconstructor:
             cg.load_const(value.as_constant())
         else:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"cannot rebuild {value.describe()} after the graph")
+
+    def _iterator(self, value: IteratorValue) -> None:
+        if value.made_at is not None:
+            raise escaped_generator(value)
+        if isinstance(value.owner, ListValue):
+            self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
+        elif value.owner is not None:
+            changed = value.changed()  # a dict or set iterator: CPython's own, or one that raises
+            self._call_const(failing_iterator if changed else keys_iterator_at,
+                             [ConstantValue(changed)] if changed else [value.owner, ConstantValue(value.index)])
+        else:
+            self._call_const(iter, [ListValue(value.items[value.index:])])
 
     def _new_function(self, value: UserFunctionValue) -> None:
         """A function made inside the compiled region (a closure escaping as a return value): rebuilt
