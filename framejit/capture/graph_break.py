@@ -87,8 +87,6 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
     """Where the frame can break for `exc`, or None when it must run eagerly as a whole."""
     if exc.root_index is None or code.co_flags & inspect.CO_GENERATOR:
         return None
-    if not all(name.isidentifier() for name in code.co_varnames):
-        return None  # e.g. pytest's assertion rewriting adds locals such as `@py_assert0`
     insts = normalize(code).insts
     inst = insts[exc.root_index]
     depth = _with_depth(insts, inst)
@@ -498,8 +496,12 @@ def restore_grad_mode(cg: Codegen, output) -> None:
 
 def _plain(fn: UserFunctionValue) -> bool:
     """A real function object that can be called through a hook made for it: not a closure made while
-    tracing, nor one guarded by its code only (a later call may bring another function object)."""
-    return fn.closure is None and fn.defaults is None and not fn.by_code
+    tracing, nor one guarded by its code only (a later call may bring another function object), unless
+    that code has no free variables: then every object that passes its guards (the same code and globals,
+    no defaults; NOTE [Closures guarded by code]) runs exactly as the traced one, so its hook serves them."""
+    if fn.closure is not None or fn.defaults is not None:
+        return False
+    return not fn.by_code or not fn.fn.__code__.co_freevars
 
 
 def _check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> None:

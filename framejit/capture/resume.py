@@ -54,6 +54,8 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     """
     target = normalize(code).insts[index]
     items = list(bytecode.Bytecode.from_code(code))
+    _rename_locals(items)
+    live_locals = tuple(map(safe_local, live_locals))
     bc = bytecode.Bytecode.from_code(code)
     label = Label()
     prologue, stack_args = _prologue(layout, label)
@@ -91,6 +93,26 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     # instructions the prologue adds, counted as normalisation counts them (it drops PRECALL)
     _ORIGIN[new_code] = (code, sum(1 for i in prologue if i.name not in DROPPED))
     return new_code
+
+
+def safe_local(name: str) -> str:
+    """NOTE [Locals that are not identifiers]: pytest's assertion rewriting adds locals such as
+    `@py_assert1`. A resume function takes the live locals as parameters, and its guard function is
+    Python source with that signature, so in resume code such a local is renamed to an identifier
+    (deterministically: a resume of a resume renames nothing more)."""
+    if name.isidentifier():
+        return name
+    return "___local_" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def _rename_locals(items: list) -> None:
+    for item in items:
+        if isinstance(item, Instr) and "_FAST" in item.name:
+            arg = item.arg
+            if isinstance(arg, str) and not arg.isidentifier():
+                item.arg = safe_local(arg)
+            elif isinstance(arg, tuple) and any(isinstance(a, str) and not a.isidentifier() for a in arg):
+                item.arg = tuple(safe_local(a) if isinstance(a, str) else a for a in arg)
 
 
 def _prologue(layout: tuple[str, ...], label: Label) -> tuple[list, list[str]]:
