@@ -562,4 +562,4 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
 
 __all__ = ["BUILTIN_HANDLERS", "call_container_method", "is_container_method"]
 
-from . import itertools_support, mappings, stdlib  # noqa: E402,F401  (register their handlers)
+from . import itertools_support, mappings, state_blocks, stdlib  # noqa: E402,F401  (register their handlers)

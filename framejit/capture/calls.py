@@ -91,7 +91,7 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return call_gen_method(tx, fn, args, kwargs)
     if isinstance(fn, CloneValue):
         return fn.ctx.clone()
-    if isinstance(fn, CtxValue) and fn.kind == "grad":  # NOTE [Context managers as decorators]
+    if isinstance(fn, CtxValue) and fn.kind in ("grad", "saved_hooks"):  # NOTE [Context managers as decorators]
         from .generator_ctx import decorate_with_ctx
         return decorate_with_ctx(tx, fn, args, kwargs)
     if isinstance(fn, ClassValue):

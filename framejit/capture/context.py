@@ -101,7 +101,9 @@ class InferenceBlock:
         return f"InferenceBlock(mode={self.mode}, grad_before={self.grad_before})"
 
 
-BLOCK_CLASSES = (GradBlock, InferenceBlock)
+from .state_blocks import SavedHooksBlock, is_profiler_class  # noqa: E402  (NOTE [Profiler blocks])
+
+BLOCK_CLASSES = (GradBlock, InferenceBlock, SavedHooksBlock)
 
 
 class ExitOnError:
@@ -140,17 +142,24 @@ def block_for(exit_value: "ExitValue") -> tuple[Any, tuple]:
         return GradBlock, (saved, ctx.mode)
     if ctx.kind == "inference":
         return InferenceBlock, (ctx.mode, saved[0])
+    if ctx.kind == "null":  # NOTE [Profiler blocks]
+        return contextlib.nullcontext, ()
+    if ctx.kind == "saved_hooks":  # NOTE [Saved-tensors-hooks blocks]
+        return SavedHooksBlock, (ctx.mode,)
     device_type, dtype, enabled, cache = ctx.mode
     return torch.autocast, (device_type, dtype, enabled, cache)
 
 
 def is_ctx_class(cls: Any) -> bool:
-    return isinstance(cls, type) and issubclass(cls, GRAD_CLASSES + AUTOCAST_CLASSES)
+    return isinstance(cls, type) and (issubclass(cls, GRAD_CLASSES + AUTOCAST_CLASSES) or is_profiler_class(cls))
 
 
 def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxValue:
     """`no_grad()`, `set_grad_enabled(b)`, `inference_mode(b)`, `autocast(...)` called inside the region."""
     consts = [a.as_constant() for a in args]
+    if is_profiler_class(cls):  # NOTE [Profiler blocks]
+        from .state_blocks import make_profiler_ctx
+        return make_profiler_ctx(cls, args, kwargs)
     kw = {k: v.as_constant() for k, v in kwargs.items()}
     if issubclass(cls, grad_mode.no_grad):
         return CtxValue("grad", False, cls)
@@ -201,6 +210,9 @@ def ctx_from_object(out, obj: Any, source: Source) -> CtxValue:
         out.guard_constant(AttrSource(source, "mode"), obj.mode)
         out.guard_constant(AttrSource(source, "grad_before"), obj.grad_before)
         return ctx
+    if isinstance(obj, SavedHooksBlock):
+        from .state_blocks import ctx_from_block
+        return ctx_from_block(out, obj, source)
     if type(obj) in AUTOCAST_CLASSES:
         names = ("device", "fast_dtype", "_enabled", "_cache_enabled")
         for name in names:
@@ -224,6 +236,12 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
             out.open_regions.append(saved[1])
             out.grad_enabled = not ctx.mode  # inference_mode(False) enables grad, as eager does
             out.inference_mode = ctx.mode
+        elif ctx.kind == "null":  # NOTE [Profiler blocks]
+            from .state_blocks import OpaqueProfilerValue
+            return ExitValue(ctx, None), OpaqueProfilerValue(ctx.cls)
+        elif ctx.kind == "saved_hooks":  # NOTE [Saved-tensors-hooks blocks]
+            from .state_blocks import enter_saved_hooks
+            saved = enter_saved_hooks(out, ctx.mode)
         else:
             device_type, dtype, enabled, cache = ctx.mode
             node = out.record_effect(autocast_mode._enter_autocast, (device_type, dtype, enabled, cache))
@@ -251,6 +269,11 @@ def exit_(tx, exit_value: ExitValue) -> Value:
         out.open_regions.remove(node)
         out.grad_enabled = grad_before
         out.inference_mode = inference_before
+    elif ctx.kind == "null":
+        pass
+    elif ctx.kind == "saved_hooks":
+        from .state_blocks import exit_saved_hooks
+        exit_saved_hooks(out, saved)
     else:
         out.record_effect(autocast_mode._exit_autocast, (saved,))
         out.open_regions.remove(saved)

@@ -385,6 +385,9 @@ class OutputGraph:
         if not self._needs_grad_mode_nodes():
             for node in [n for n in self.graph.nodes if n.target is torch._C._set_grad_enabled]:
                 self.graph.erase_node(node)
+            if "restore" in node.meta:  # a block that names its restoring call (NOTE [Saved-tensors-hooks blocks])
+                self.record_effect(*node.meta["restore"])
+                continue
 
     def _needs_grad_mode_nodes(self) -> bool:
         """Grad mode only changes what autograd records: without any tensor that requires grad in the

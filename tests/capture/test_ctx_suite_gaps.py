@@ -64,3 +64,113 @@ def test_breaks_after_rewritten_asserts_are_taken():
     framejit.disable(pause)
     backend = run_differential(fn, lambda seed: (torch.randn(3, 4 + seed),), fullgraph=False)
     assert backend.graph_count == 6  # per call: add, mul, sqrt
+
+
+# ---- profiler ranges are null blocks (NOTE [Profiler blocks]) ----
+
+def test_profiler_blocks_are_captured_with_a_break_inside():
+    def fn(x):
+        y = x ** 2
+        with torch.profiler.profile():
+            y = y + 2
+            with torch.autograd.profiler.record_function("range"):
+                z = y ** 3
+                z = pause(z)
+                z = z + 1
+        with torch.autograd.profiler.profile():
+            z = z * 2
+        return z
+
+    framejit.disable(pause)
+    backend = run_differential(fn, lambda seed: (torch.randn(2, 2 + seed, requires_grad=True),), fullgraph=False)
+    assert backend.graph_count == 4  # per call: before and after the pause
+
+
+def test_profiler_object_used_runs_eagerly():
+    def fn(x):
+        with torch.profiler.profile() as p:
+            y = x + 1
+        print(type(p).__name__)
+        return y
+
+    run_differential(fn, lambda seed: (torch.randn(3 + seed),), fullgraph=False)
+    explained = framejit.explain(fn)(torch.randn(3))
+    # the profiler object cannot be modelled: the frame runs eagerly, with a real profiler
+    assert explained.graph_count == 0 and len(explained.eager_frames) == 1
+
+
+def test_profiler_with_a_callback_is_not_a_null_block():
+    seen = []
+
+    def fn(x):
+        with torch.profiler.profile(on_trace_ready=seen.append):
+            y = x + 1
+        return y
+
+    run_differential(fn, lambda seed: (torch.randn(3 + seed),), fullgraph=False)
+    assert len(seen) == 4  # eager and compiled both ran the profiler, twice each
+
+
+# ---- disable_saved_tensors_hooks (NOTE [Saved-tensors-hooks blocks]) ----
+
+_message = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message
+
+
+def test_saved_hooks_block_whole_graph_and_restored_state():
+    def fn(x):
+        with torch.autograd.graph.disable_saved_tensors_hooks("no hooks"):
+            y = x.sin()
+            inside = _message()
+        return y * 2, inside, _message()
+
+    backend = run_differential(fn, lambda seed: (torch.randn(3, requires_grad=True),))
+    assert backend.graph_count == 1
+    with torch.autograd.graph.disable_saved_tensors_hooks("outer message"):
+        compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+        x = torch.randn(3)
+        result = compiled(x)
+        assert result[1:] == ("no hooks", "outer message") == fn(x)[1:]
+        assert _message() == "outer message"
+    assert backend.graph_count == 2  # the message in force at entry is guarded
+    assert _message() is None
+
+
+def test_saved_hooks_decorator_nested():
+    def fn(x):
+        @torch.autograd.graph.disable_saved_tensors_hooks("outer")
+        def f(a):
+            @torch.autograd.graph.disable_saved_tensors_hooks("inner")
+            def g(b):
+                return b + 1, _message()
+            return g(a)[0] * 2, g(a)[1], _message()
+        out = f(x)
+        return out, _message()
+
+    backend = run_differential(fn, lambda seed: (torch.randn(2 + seed),))
+    assert backend.graph_count == 2
+
+
+def test_saved_hooks_block_with_a_break_inside():
+    def fn(x):
+        with torch.autograd.graph.disable_saved_tensors_hooks("msg"):
+            y = x + 1
+            print("inside", _message())
+            z = y * 2
+        print("after", _message())
+        return z
+
+    backend = run_differential(fn, lambda seed: (torch.randn(2 + seed),), fullgraph=False)
+    assert backend.graph_count == 4
+    for gm in backend.graphs:  # each graph ends in the state it started with
+        targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+        assert targets[0] is torch._C._autograd._saved_tensors_hooks_disable
+        assert targets[-1] is torch._C._autograd._saved_tensors_hooks_enable
+
+
+def test_saved_hooks_really_disabled_in_graph():
+    def fn(x):
+        with torch.autograd.graph.disable_saved_tensors_hooks("hooks are off here"):
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                return x * 2
+
+    run_differential(fn, lambda seed: (torch.randn(2 + seed, requires_grad=True),), fullgraph=False)
