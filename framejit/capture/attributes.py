@@ -43,7 +43,8 @@ CONTAINER_METHODS = {
     tuple: ("index", "count"),
     dict: ("keys", "values", "items", "get", "update", "pop", "setdefault", "copy", "clear"),
     set: ("add", "update", "discard", "remove", "clear", "copy", "union", "intersection", "difference",
-          "symmetric_difference", "issubset", "issuperset", "isdisjoint"),
+          "symmetric_difference", "issubset", "issuperset", "isdisjoint", "pop", "difference_update",
+          "intersection_update", "symmetric_difference_update"),
     frozenset: ("copy", "union", "intersection", "difference", "symmetric_difference", "issubset",
                 "issuperset", "isdisjoint"),
 }

@@ -13,8 +13,9 @@ from typing import Any, Callable
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
-from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, getitem, iterate,
+from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, extend_list, getitem, iterate,
                        length, truth, unary)
+from .values.outside import OutsideDictValue
 from .values import (ClassValue, ConstantValue, DictValue, DictViewValue, IteratorValue, SetValue,
                      ListValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
                      Value)
@@ -441,6 +442,12 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
         return _dict_method(tx, self_value, name, rest, kwargs)
     if not isinstance(self_value, ListValue) or name in ("index", "count", "copy"):
         return _sequence_method(tx, self_value, name, rest, kwargs)
+    if name in ("append", "extend") and not kwargs and len(rest) == 1:
+        added = [rest[0]] if name == "append" else iterate(tx, rest[0])
+        tx.output.side_effects.mutate_container(self_value)
+        extend_list(self_value, added)  # NOTE [Lists from outside]: the list itself is not read
+        tx.output.side_effects.record_op(self_value, name, (rest[0],) if name == "append" else (TupleValue(added),))
+        return ConstantValue(None)
     tx.output.side_effects.mutate_container(self_value)
     before = len(self_value.items)
     result = _sequence_method(tx, self_value, name, rest, kwargs)
@@ -456,8 +463,10 @@ def _record_list_op(tx, lst: ListValue, name: str, args: list[Value], before: in
         args = [ConstantValue(args[0].as_constant() if args else -1)]
     elif name == "insert":
         args = [ConstantValue(args[0].as_constant()), args[1]]
+    elif name == "sort":  # replayed as the list it made, in program order: `lst[:] = [...]`
+        name, args = "__setitem__", [ConstantValue(slice(None)), ListValue(list(lst.items))]
     elif name not in ("append", "remove", "clear", "reverse"):
-        return  # sort: its final contents are assigned
+        return
     tx.output.side_effects.record_op(lst, name, tuple(args))
 
 
@@ -494,21 +503,21 @@ def _constant_sequence_method(tx, seq: SequenceValue, name: str, args, kwargs) -
     return result
 
 
-_SET_MUTATORS = {"add", "update", "discard", "remove", "clear"}
+_SET_MUTATORS = {"add", "update", "discard", "remove", "clear", "pop", "difference_update", "intersection_update",
+                 "symmetric_difference_update"}
 
 
 def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     """Set methods over sets of constants: evaluated on the real Python set the value holds."""
     from .identity_keys import set_element
-    from .protocol import _check_set_mutable
     if not isinstance(s, SetValue) or kwargs:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on {s.describe()}")
-    if name in _SET_MUTATORS:
-        _check_set_mutable(s)
     consts = [set(set_element(tx, v) for v in iterate(tx, a)) if name not in ("add", "discard", "remove")
               else set_element(tx, a) for a in args]
     if name == "pop" and len(s.items) > 1 and not s.is_constant():
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "set.pop() of a set of tensors (its order follows addresses)")
+    if name in _SET_MUTATORS:
+        return _mutate_set(tx, s, name, consts)
     try:
         result = getattr(s.items, name)(*consts)
     except Exception as e:
@@ -516,6 +525,24 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     if isinstance(result, (set, frozenset)):
         return SetValue(result, cls=s.cls)
     return ConstantValue(result)
+
+
+def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
+    """`s.name(*consts)` in place, logged for the replay when `s` came from outside (NOTE [Mutation log])."""
+    from .values.mappings import key_value
+    if s.cls is not set:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on a {s.cls.__name__}")
+    if name == "pop" and s.source is not None and len(s.items) > 1:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"set.pop() of {s.source.describe()} (the element it removes "
+                                                 "follows the layout of the real set)")
+    if name == "remove" and consts[0] not in s.items or name == "pop" and not s.items:
+        raise UserException(KeyError(consts[0]) if name == "remove" else KeyError("pop from an empty set"))
+    tx.output.side_effects.mutate_container(s)
+    result = getattr(s.items, name)(*consts)
+    replay = tuple(key_value(c) if name in ("add", "discard", "remove") else TupleValue([key_value(k) for k in c])
+                   for c in consts)
+    tx.output.side_effects.record_op(s, name, replay)
+    return key_value(result) if name == "pop" else ConstantValue(None)
 
 
 def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Value:
@@ -528,7 +555,11 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
     from .identity_keys import dict_key
     if name == "get":
         key = dict_key(tx, args[0])
-        return d.items.get(key, args[1] if len(args) > 1 else ConstantValue(None))
+        default = args[1] if len(args) > 1 else ConstantValue(None)
+        if isinstance(d, OutsideDictValue):  # NOTE [Dicts from outside]
+            found = d.lookup(key)
+            return default if found is None else found
+        return d.items.get(key, default)
     log = tx.output.side_effects.record_op  # NOTE [Mutation log] in side_effects.py
     if name == "update":
         added = dict(_dict(tx, [args[0]], {}).items) if args else {}

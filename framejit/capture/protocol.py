@@ -22,6 +22,7 @@ from .values import (ConstantValue, DictValue, DictViewValue, IteratorValue, Lis
                      SequenceValue, SetValue, SliceValue, SymFloatValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
 from .values.builder import wrap
+from .values.outside import OutsideDictValue, OutsideListValue
 from .sources import DictSlotSource
 from .dict_objects import dunder, is_new_dict_object, storage
 
@@ -66,16 +67,26 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
             fn = INPLACE_TO_PLAIN[fn]
         return tx.output.call("call_function", fn, (a, b), {})
     if isinstance(a, ListValue) and fn is operator.iadd:
-        tx.output.side_effects.mutate_container(a)
         added = iterate(tx, b)
-        a.items.extend(added)
+        tx.output.side_effects.mutate_container(a)
+        extend_list(a, added)
         tx.output.side_effects.record_op(a, "extend", (TupleValue(added),))  # NOTE [Mutation log]
+        return a
+    if isinstance(a, ListValue) and fn is operator.imul and b.is_constant() and type(b.as_constant()) is int:
+        tx.output.side_effects.mutate_container(a)  # `lst *= n` repeats the list in place
+        a.items[:] = a.items * b.as_constant()
+        tx.output.side_effects.record_op(a, "__imul__", (ConstantValue(b.as_constant()),))
+        return a
+    if isinstance(a, DictValue) and fn is operator.ior and isinstance(b, DictValue):
+        from .builtins import call_container_method  # `d |= other` is `d.update(other)` in place
+        call_container_method(tx, dict.update, [a, b], {})
         return a
     if isinstance(a, SetValue) and isinstance(b, SetValue) and fn in _SET_OPS:
         result = fn(set(a.items), set(b.items))
-        if fn in INPLACE_TO_PLAIN:  # |=, &=, -=, ^= mutate the left set
-            _check_set_mutable(a)
+        if fn in INPLACE_TO_PLAIN and a.cls is not frozenset:  # |=, &=, -=, ^= mutate the left set
+            tx.output.side_effects.mutate_container(a)
             a.items = result
+            tx.output.side_effects.record_op(a, _SET_UPDATES[fn], (_set_items(b),))
             return a
         return SetValue(result, cls=a.cls)
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and fn in (operator.add, operator.iadd):
@@ -106,6 +117,15 @@ _FLOAT_OPS = {operator.add, operator.sub, operator.mul, operator.truediv, operat
               operator.imul, operator.itruediv, operator.ipow}
 
 
+def extend_list(lst: ListValue, added: list[Value]) -> None:
+    """`lst.extend(added)` on the abstract list (without reading a list from outside: NOTE [Lists from
+    outside])."""
+    if isinstance(lst, OutsideListValue):
+        lst.add(added)
+    else:
+        lst.items.extend(added)
+
+
 def _is_number(v: Value) -> bool:
     return isinstance(v, SymFloatValue) or (isinstance(v, ConstantValue) and type(v.value) in (int, float))
 
@@ -114,9 +134,15 @@ _SET_OPS = {operator.or_, operator.and_, operator.sub, operator.xor, operator.io
             operator.ixor}
 
 
-def _check_set_mutable(s: "SetValue") -> None:
-    if s.source is not None:
-        raise Unsupported(BreakKind.SIDE_EFFECT, f"mutation of the set {s.source.describe()} that came from outside")
+# the method each in-place set operator is replayed as (NOTE [Mutation log] in side_effects.py)
+_SET_UPDATES = {operator.ior: "update", operator.iand: "intersection_update", operator.isub: "difference_update",
+                operator.ixor: "symmetric_difference_update"}
+
+
+def _set_items(s: "SetValue") -> TupleValue:
+    """The elements of `s` as a tuple value (the argument of a replayed set method)."""
+    from .values.mappings import key_value
+    return TupleValue([key_value(k) for k in s.items])
 
 
 def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
@@ -216,6 +242,8 @@ def truth(tx, v: Value) -> bool:
             return bool(v.value)
         except Exception as e:
             raise UserException(e) from None
+    if isinstance(v, OutsideListValue):
+        return v.truth()  # NOTE [Lists from outside]
     if isinstance(v, (SequenceValue, SetValue, DictValue)):
         return len(v.items) > 0
     if isinstance(v, NNModuleValue):
@@ -302,6 +330,8 @@ def length(tx, v: Value) -> int:
     if is_new_dict_object(v):
         result = dunder(tx, v, "__len__", [])
         return result.as_constant() if result is not None else len(storage(v).items)
+    if isinstance(v, OutsideListValue):
+        return v.length()  # NOTE [Lists from outside]
     if isinstance(v, (SequenceValue,)):
         return len(v.items)
     if isinstance(v, (DictValue, SetValue)):
@@ -345,9 +375,18 @@ def getitem(tx, obj: Value, key: Value) -> Value:
             cls = list if obj.cls is list else tuple
             return (ListValue if cls is list else TupleValue)(items, cls=cls)
         try:
+            if isinstance(obj, OutsideListValue):
+                return obj.item(operator.index(k))  # NOTE [Lists from outside]
             return obj.items[operator.index(k)]
         except Exception as e:
             raise UserException(e) from None
+    if isinstance(obj, OutsideDictValue) and not obj.materialized:
+        from .identity_keys import dict_key
+        k = dict_key(tx, key)
+        found = obj.lookup(k)  # NOTE [Dicts from outside]
+        if found is None:
+            raise UserException(KeyError(k))
+        return found
     if isinstance(obj, DictValue):
         from .identity_keys import dict_key
         k = dict_key(tx, key)
@@ -406,6 +445,9 @@ def contains(tx, item: Value, container: Value) -> bool:
     if isinstance(container, SetValue):
         from .identity_keys import set_element
         return set_element(tx, item) in container.items  # NOTE [Sets of tensors]
+    if isinstance(container, OutsideDictValue):
+        from .identity_keys import dict_key
+        return container.has(dict_key(tx, item))  # NOTE [Dicts from outside]
     if isinstance(container, DictValue):
         from .identity_keys import dict_key
         return dict_key(tx, item) in container.items

@@ -3,8 +3,8 @@
 While tracing, a mutation of state that outlives the frame is applied to the abstract values (so later
 reads inside the trace see it) and recorded here; the transformed function replays the final state
 after the graph ran, so the program state after a compiled call equals the state after an eager call:
-- lists and dicts that came from outside (they have a Source): `lst[:] = [...]`, `d.clear(); d.update(...)`
-  (the caller's objects keep their identity);
+- lists, dicts and sets that came from outside (they have a Source): `lst[:] = [...]`,
+  `d.clear(); d.update(...)`, `s.clear(); s.update(...)` (the caller's objects keep their identity);
 - attribute stores on objects and modules from outside: `setattr(obj, name, value)`;
 - global stores: `module_globals[name] = value`; stores to free variables: `cell.cell_contents = value`.
 In-place tensor ops on inputs are not recorded here: they stay in the graph, and every backend keeps
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from .breaks import BreakKind, Unsupported
-from .values import DictValue, ListValue, NNModuleValue, ObjectValue, Value
+from .values import DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, TupleValue, Value
 
 
 class SideEffects:
@@ -38,6 +38,7 @@ class SideEffects:
         self.attrs: dict[tuple[int, str], tuple[Value, str, Value]] = {}
         self.globals: dict[tuple[int, str], tuple[dict, str, Value]] = {}
         self.cells: dict[int, tuple[Any, Value]] = {}
+        self.cell_sources: dict[int, Any] = {}  # where a cell is found at run time, when not by identity
         self.ops: list[list] = []  # [container, (method, args) or None], in program order (NOTE [Mutation log])
         # NOTE [Eager generators] (translator.py): `version` counts mutations of state any code may see
         # (outside containers and objects, globals, cells, in-place tensor ops); `touched` lists the
@@ -91,9 +92,13 @@ class SideEffects:
         entry = self.globals.get((id(f_globals), name))
         return entry[2] if entry is not None else None
 
-    def store_cell(self, cell: Any, value: Value) -> None:
+    def store_cell(self, cell: Any, value: Value, source: Any = None) -> None:
+        """`cell.cell_contents = value`; with a `source`, the replay writes the cell that source names
+        then (the cell of a closure guarded by its code: a later call may bring another closure)."""
         self.version += 1
         self.cells[id(cell)] = (cell, value)
+        if source is not None:
+            self.cell_sources[id(cell)] = source
 
     def cell_value(self, cell: Any) -> Value | None:
         entry = self.cells.get(id(cell))
@@ -110,8 +115,7 @@ class SideEffects:
             if id(c) in logged:
                 writes += [(c, op[0], list(op[1])) for value, op in self.ops if value is c]
             else:
-                final = ListValue(list(c.items)) if isinstance(c, ListValue) else DictValue(dict(c.items))
-                writes.append((c, None, [final]))
+                writes.append((c, None, [_final_contents(c)]))
         return writes
 
     def values(self) -> list[Value]:
@@ -158,8 +162,21 @@ class SideEffects:
             cg.emit("STORE_SUBSCR")
         for cell, _ in self.cells.values():
             cg.load_fast(next(pending))
-            cg.load_const(cell)
+            if id(cell) in self.cell_sources:
+                self.cell_sources[id(cell)].reload(cg)
+            else:
+                cg.load_const(cell)
             cg.emit("STORE_ATTR", "cell_contents")
+
+
+def _final_contents(c: Value) -> Value:
+    """What a container's final state is assigned from (`lst[:] = ...`, `d.update(...)`, `s.update(...)`)."""
+    if isinstance(c, ListValue):
+        return ListValue(list(c.items))
+    if isinstance(c, SetValue):
+        from .values.mappings import key_value
+        return TupleValue([key_value(k) for k in c.items])
+    return DictValue(dict(c.items))
 
 
 def _call_method(cg, container: Value, method: str, arg_temps: list[str]) -> None:

@@ -54,7 +54,6 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
     "JUMP_NO_INTERRUPT": "pseudo-instruction",
     "INTERPRETER_EXIT": "never in user code",
     "CALL_INTRINSIC_2": "type parameters (PEP 695) are not traced",
-    "DELETE_SUBSCR": "deleting items is not modelled yet",
     "BINARY_SUBSCR_GETITEM": "specialized form",
     "RESERVED": "never emitted by the compiler",
     "LOAD_SUPER_METHOD": "pseudo-instruction (assembled into LOAD_SUPER_ATTR)",

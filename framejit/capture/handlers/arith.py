@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import operator
 
-from ..breaks import BreakKind, Unsupported
+from ..breaks import BreakKind, Unsupported, UserException
 from ..protocol import (BINARY_OPS, COMPARE_OPS, binary, build_slice, compare, contains, getitem, is_same,
-                        truth, unary)
+                        iterate, truth, unary)
 from ..dict_objects import dunder, is_new_dict_object, storage
 from ..values import ConstantValue, DictValue, ListValue, TensorValue
+from ..values.outside import OutsideDictValue
 from . import op
 
 
@@ -87,26 +88,74 @@ def _store_item(tx, obj, key, value):
             storage(obj).items[key.as_constant()] = value
         return
     if isinstance(obj, ListValue):
-        tx.output.side_effects.mutate_container(obj)
         k = key.as_constant()
-        if isinstance(k, slice):
-            obj.items[k] = list(value.items) if hasattr(value, "items") and isinstance(value.items, list) else []
-        else:
-            obj.items[k] = value
-            tx.output.side_effects.record_op(obj, "__setitem__", (ConstantValue(k), value))
+        if isinstance(k, slice) and obj.cls is list:
+            _store_slice(tx, obj, k, value)
+            return
+        if type(k) not in (int, bool):
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"item assignment into {obj.describe()} at {k!r}")
+        if not -len(obj.items) <= k < len(obj.items):
+            raise UserException(IndexError("list assignment index out of range"))
+        tx.output.side_effects.mutate_container(obj)
+        obj.items[k] = value
+        tx.output.side_effects.record_op(obj, "__setitem__", (ConstantValue(k), value))
         return
     if isinstance(obj, DictValue):
         from ..identity_keys import dict_key
         from ..values.mappings import key_value
         k = dict_key(tx, key)  # NOTE [Sets of tensors]: tensors are keys by identity
         tx.output.side_effects.mutate_container(obj)
-        obj.items[k] = value
+        if isinstance(obj, OutsideDictValue):
+            obj.store(k, value)  # NOTE [Dicts from outside]
+        else:
+            obj.items[k] = value
         tx.output.side_effects.record_op(obj, "__setitem__", (key_value(k), value))
         return
     if isinstance(obj, TensorValue):  # in-place, like any tensor op (NOTE [Input mutation] in graph.py)
         tx.output.call("call_function", operator.setitem, (obj, key, value), {})
         return
     raise Unsupported(BreakKind.SIDE_EFFECT, f"item assignment into {obj.describe()}")
+
+
+def _store_slice(tx, lst: ListValue, k: slice, value) -> None:
+    """`lst[k] = value`, logged as that call (NOTE [Mutation log] in side_effects.py)."""
+    new = iterate(tx, value)
+    changed = list(lst.items)
+    try:
+        changed[k] = new
+    except (ValueError, TypeError) as e:  # an extended slice of another length, a zero step
+        raise UserException(e) from None
+    tx.output.side_effects.mutate_container(lst)
+    lst.items[:] = changed
+    tx.output.side_effects.record_op(lst, "__setitem__", (ConstantValue(k), ListValue(new)))
+
+
+@op("DELETE_SUBSCR")
+def delete_subscr(tx, inst):
+    key = tx.pop()
+    obj = tx.pop()
+    if isinstance(obj, ListValue) and obj.cls is list:
+        k = key.as_constant()
+        changed = list(obj.items)
+        try:
+            del changed[k]
+        except (IndexError, TypeError, ValueError) as e:
+            raise UserException(e) from None
+    elif isinstance(obj, DictValue) and not is_new_dict_object(obj):
+        from ..identity_keys import dict_key
+        from ..values.mappings import key_value
+        k = dict_key(tx, key)
+        if k not in obj.items:
+            raise UserException(KeyError(key_value(k).as_constant() if key_value(k).is_constant() else k))
+    else:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"deleting an item of {obj.describe()}")
+    tx.output.side_effects.mutate_container(obj)
+    if isinstance(obj, ListValue):
+        obj.items[:] = changed
+        tx.output.side_effects.record_op(obj, "__delitem__", (ConstantValue(k),))
+    else:
+        del obj.items[k]
+        tx.output.side_effects.record_op(obj, "__delitem__", (key_value(k),))
 
 
 @op("STORE_SUBSCR")

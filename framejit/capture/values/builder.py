@@ -84,6 +84,9 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return ConstantValue(obj, source)
     if isinstance(obj, (tuple, list)) and type(obj) in (tuple, list) or _is_namedtuple(obj):
         return _wrap_sequence(out, obj, source)
+    from .outside import lazy_dict, outside_dict
+    if lazy_dict(obj):
+        return outside_dict(out, obj, source)  # NOTE [Dicts from outside]
     if type(obj) in (dict, collections.OrderedDict):
         return _wrap_dict(out, obj, source)
     if type(obj) in (set, frozenset) and all(type(i) in (int, str, bool, float, type(None)) for i in obj):
@@ -159,6 +162,9 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
 
 
 def _wrap_sequence(out, obj: Any, source: Source) -> Value:
+    if type(obj) is list:
+        from .outside import outside_list  # NOTE [Lists from outside]
+        return outside_list(out, obj, source)
     out.guard_type(source, type(obj))
     e = source.expr(out.names)
     out.add_guard("LENGTH", f"___len({e}) == {len(obj)}", source, expected=str(len(obj)), actual=f"___len({e})")

@@ -161,6 +161,6 @@ class IteratorValue(Value):
 
 def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     """The iterator `iter(value)` gives, `items` being what it yields (NOTE [Live iteration])."""
-    if type(value) in (ListValue, DictValue, SetValue) and value.python_type() in (list, dict, set, frozenset):
+    if isinstance(value, (ListValue, DictValue, SetValue)) and value.python_type() in (list, dict, set, frozenset):
         return IteratorValue(items, owner=value)
     return IteratorValue(items)
