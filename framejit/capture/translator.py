@@ -176,9 +176,8 @@ class Translator:
     def store_cell(self, name: str, value: Value) -> None:
         cell = self.cells[name]
         if isinstance(cell, RealCell):
-            if cell.source is not None:
-                raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the nonlocal {name!r} of a closure passed in")
-            self.output.side_effects.store_cell(cell.cell, value)
+            # a cell found through a source (a closure guarded by its code) is written back through it
+            self.output.side_effects.store_cell(cell.cell, value, cell.source)
             return
         cell.contents = value
 

@@ -174,3 +174,72 @@ def test_saved_hooks_really_disabled_in_graph():
                 return x * 2
 
     run_differential(fn, lambda seed: (torch.randn(2 + seed, requires_grad=True),), fullgraph=False)
+
+
+# ---- nonlocal stores into cells of closures guarded by their code ----
+
+def make_counter_pair(start):
+    total = start
+
+    def bump(x):
+        nonlocal total
+        total = total + 1
+        return x + total
+
+    def read():
+        return total
+
+    return bump, read
+
+
+def test_nonlocal_store_into_a_closure_passed_in_writes_that_closure():
+    def fn(bump, x):
+        return bump(x) * 2
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    for start in (5, 5, 5):  # a new closure (new cells) each time, guarded by code: one trace
+        bump_e, read_e = make_counter_pair(start)
+        bump_c, read_c = make_counter_pair(start)
+        x = torch.randn(3)
+        expected = fn(bump_e, x)
+        actual = compiled(bump_c, x)
+        torch.testing.assert_close(actual, expected)
+        assert read_c() == read_e() == start + 1
+    assert backend.graph_count == 1
+
+
+def test_nonlocal_store_in_a_generator_context_manager_made_by_a_factory():
+    def test_like():
+        z, k = 0, 0
+
+        def create_ctx():
+            import contextlib
+
+            @contextlib.contextmanager
+            def ctx(x):
+                nonlocal k
+                try:
+                    k = 100 + x.shape[0]
+                    yield x.sin()
+                finally:
+                    pass
+            return ctx
+
+        def run_ctx(ctx, x):
+            nonlocal z
+            with ctx(x) as y:
+                z = k
+                return y.cos()
+
+        def fn(x):
+            return run_ctx(create_ctx(), x)
+        return fn, lambda: (z, k)
+
+    fn_e, state_e = test_like()
+    fn_c, state_c = test_like()
+    compiled = framejit.compile(fn_c, fullgraph=True)
+    for n in (2, 3):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), fn_e(x))
+        assert state_c() == state_e() == (100 + n, 100 + n)
