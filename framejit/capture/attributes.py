@@ -90,6 +90,9 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return CloneValue(obj)
     if isinstance(obj, TensorValue):
         return _tensor_attr(tx, obj, name)
+    from .numpy_support import NdarrayValue, ndarray_attr
+    if isinstance(obj, NdarrayValue):  # NOTE [NumPy as torch]
+        return ndarray_attr(tx, obj, name)
     if isinstance(obj, ConstantValue):
         return _constant_attr(obj, name)
     if isinstance(obj, DictViewValue):  # NOTE [Live dict views]: `mapping` (3.10+) and isdisjoint are rare

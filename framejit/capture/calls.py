@@ -53,6 +53,15 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
     from .introspection import introspection_handler
     from .library_substitutes import call_pure, is_pure_on_constants
 
+    from .numpy_support import NdarrayMethodValue, call_method, call_numpy, involves_ndarray, numpy_callable
+    if isinstance(fn, NdarrayMethodValue):  # NOTE [NumPy as torch]
+        return call_method(tx, fn, args, kwargs)
+    real_numpy = numpy_callable(fn)
+    if real_numpy is not None:
+        return call_numpy(tx, real_numpy, args, kwargs)
+    if isinstance(fn, BuiltinValue) and _is_graph_op(fn.obj) and involves_ndarray(*args, *kwargs.values()):
+        from .numpy_support import torch_call_on_arrays
+        return torch_call_on_arrays(tx, fn.obj, args, kwargs)
     if isinstance(fn, UserFunctionValue):
         if fn.fn.__module__ in ("inspect", "dataclasses", "copy") and introspection_handler(fn.fn) is not None:
             return introspection_handler(fn.fn)(tx, args, kwargs)  # NOTE [Introspection at trace time]
@@ -113,6 +122,9 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
     if name == "type":
         from .stdlib import tensor_type
         return tensor_type(tx, tensor, args, kwargs)
+    if name == "numpy":  # NOTE [NumPy as torch]
+        from .numpy_support import tensor_to_ndarray
+        return tensor_to_ndarray(tx, tensor, args, kwargs)
     kind = TENSOR_METHODS_UNSUPPORTED.get(name)
     if kind is not None:
         raise Unsupported(kind, f"Tensor.{name}() {'reads tensor data into Python' if kind is BreakKind.DATA_DEPENDENT else 'has effects outside the graph'}")

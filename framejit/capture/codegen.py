@@ -225,6 +225,8 @@ class Reconstructor:
         elif isinstance(value, TensorMethodValue):
             self.emit(value.tensor)
             cg.load_attr(value.name)
+        elif _numpy_value(value):  # NOTE [NumPy as torch]
+            sys.modules[_NUMPY_SUPPORT].rebuild(self, value)
         elif isinstance(value, IteratorValue):
             self._iterator(value)
         elif isinstance(value, (BuiltinValue, ClassValue, PyModuleValue, ObjectValue)):
@@ -327,6 +329,15 @@ class Reconstructor:
         cg.call(2)
 
 
+_NUMPY_SUPPORT = "framejit.capture.numpy_support"
+
+
+def _numpy_value(value: Value) -> bool:
+    """An ndarray value (NOTE [NumPy as torch]); numpy_support is imported once such values exist."""
+    module = sys.modules.get(_NUMPY_SUPPORT)
+    return module is not None and isinstance(value, (module.NdarrayValue, module.NdarrayMethodValue))
+
+
 def _is_grad_manager(value: Value) -> bool:
     import torch
     from .context import CtxValue
@@ -349,6 +360,8 @@ def _children(value: Value) -> list:
         return [value.func, value.self_value]
     if isinstance(value, TensorMethodValue):
         return [value.tensor]
+    if _numpy_value(value):  # NOTE [NumPy as torch]
+        return sys.modules[_NUMPY_SUPPORT].children(value)
     if isinstance(value, IteratorValue):
         return [value.owner] if value.owner is not None else value.items[value.index:]
     if isinstance(value, UserFunctionValue):

@@ -433,6 +433,9 @@ def _node_of(x: Any) -> Any:
 
 def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(v, ConstantValue):
+        if type(v.value).__module__ == "numpy":  # a NumPy scalar (NOTE [NumPy as torch])
+            from .numpy_support import scalar_for_torch
+            return scalar_for_torch(v.value)
         return v.value
     if isinstance(v, SequenceValue):
         items = [leaf(i) for i in v.items]

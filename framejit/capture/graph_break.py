@@ -53,6 +53,7 @@ from .translator import LazyArg
 from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
                      PartialValue, SequenceValue, SetValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
+from .numpy_support import NdarrayMethodValue, NdarrayValue, children as numpy_children
 from .partials import partial_parts
 from .values.mappings import key_value
 
@@ -159,6 +160,9 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
                 visit(key_value(key))
         elif isinstance(v, TensorMethodValue):
             visit(v.tensor)
+        elif isinstance(v, (NdarrayValue, NdarrayMethodValue)):  # NOTE [NumPy as torch]
+            for item in numpy_children(v):
+                visit(item)
         elif isinstance(v, UserFunctionValue):
             for cell in v.closure or ():
                 visit(getattr(cell, "contents", None))

@@ -60,6 +60,9 @@ def constant_fold(fn: Callable, *values: Any, **kwargs: Any) -> Value:
 
 
 def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
+    from . import numpy_support as nps
+    if nps.involves_ndarray(a, b):  # NOTE [NumPy as torch]
+        return nps.binary(tx, fn, a, b)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         if isinstance(a, TensorValue) and fn in INPLACE_TO_PLAIN and a.source is None:
             return tx.output.call("call_function", fn, (a, b), {})
@@ -146,6 +149,9 @@ def _set_items(s: "SetValue") -> TupleValue:
 
 
 def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
+    from . import numpy_support as nps
+    if nps.involves_ndarray(a, b) and fn not in (operator.is_, operator.is_not):  # NOTE [NumPy as torch]
+        return nps.binary(tx, fn, a, b)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return tx.output.call("call_function", fn, (a, b), {})
     if a.is_constant() and b.is_constant():
@@ -223,6 +229,9 @@ def _same_tensor(tx, a: TensorValue, b: TensorValue) -> bool:
 
 
 def unary(tx, fn: Callable, a: Value) -> Value:
+    from . import numpy_support as nps
+    if isinstance(a, nps.NdarrayValue) and fn is not operator.not_:  # NOTE [NumPy as torch]
+        return nps.unary(tx, fn, a)
     if isinstance(a, TensorValue):
         return tx.output.call("call_function", fn, (a,), {})
     if isinstance(a, SymFloatValue) and fn in (operator.neg, operator.pos):
@@ -237,6 +246,9 @@ def truth(tx, v: Value) -> bool:
         return length(tx, v) > 0
     if isinstance(v, TensorValue):
         raise Unsupported(BreakKind.DATA_DEPENDENT, "the truth value of a tensor depends on its data")
+    from .numpy_support import NdarrayValue
+    if isinstance(v, NdarrayValue):
+        raise Unsupported(BreakKind.DATA_DEPENDENT, "the truth value of an ndarray depends on its data")
     if isinstance(v, ConstantValue):
         try:
             return bool(v.value)
@@ -278,6 +290,9 @@ def iterate(tx, v: Value) -> list[Value]:
         return set_items(v)  # CPython's order for this set of constants (NOTE [Sets of tensors])
     if isinstance(v, ConstantValue) and isinstance(v.value, (range, tuple, str, list, frozenset, bytes, torch.Size)):
         return [ConstantValue(x) for x in v.value]
+    from . import numpy_support as nps
+    if isinstance(v, nps.NdarrayValue):  # NOTE [NumPy as torch]
+        return nps.iterate(tx, v)
     if isinstance(v, TensorValue):
         if v.fake.dim() == 0:
             raise UserException(TypeError("iteration over a 0-d tensor"))
@@ -341,6 +356,9 @@ def length(tx, v: Value) -> int:
             return len(v.value)
         except Exception as e:
             raise UserException(e) from None
+    from . import numpy_support as nps
+    if isinstance(v, nps.NdarrayValue):  # NOTE [NumPy as torch]
+        return nps.length(v)
     if isinstance(v, TensorValue):
         if v.fake.dim() == 0:
             raise UserException(TypeError("len() of a 0-d tensor"))
@@ -364,6 +382,9 @@ def getitem(tx, obj: Value, key: Value) -> Value:
         obj = storage(obj)
     if isinstance(obj, TensorValue):
         return tx.output.call("call_function", operator.getitem, (obj, key), {})
+    from . import numpy_support as nps
+    if isinstance(obj, nps.NdarrayValue):  # NOTE [NumPy as torch]
+        return nps.getitem(tx, obj, key)
     if isinstance(obj, DictViewValue):
         raise UserException(TypeError(f"'{obj.cls.__name__}' object is not subscriptable"))
     if isinstance(obj, SequenceValue):

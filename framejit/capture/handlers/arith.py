@@ -114,6 +114,10 @@ def _store_item(tx, obj, key, value):
     if isinstance(obj, TensorValue):  # in-place, like any tensor op (NOTE [Input mutation] in graph.py)
         tx.output.call("call_function", operator.setitem, (obj, key, value), {})
         return
+    from ..numpy_support import NdarrayValue, setitem
+    if isinstance(obj, NdarrayValue):  # NOTE [NumPy as torch]
+        setitem(tx, obj, key, value)
+        return
     raise Unsupported(BreakKind.SIDE_EFFECT, f"item assignment into {obj.describe()}")
 
 

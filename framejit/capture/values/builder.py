@@ -39,7 +39,7 @@ _BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.
 # (as TorchDynamo does): reading `torch.relu` or `math.pi` adds no guard. Attributes of any other module
 # (the user's own) are guarded by identity or value like any global.
 LIBRARY_MODULE_PREFIXES = ("torch", "math", "operator", "functools", "itertools", "builtins", "typing",
-                           "collections", "dataclasses", "enum", "numbers", "abc", "types")
+                           "collections", "dataclasses", "enum", "numbers", "abc", "types", "numpy")
 
 
 def is_library_module(module: types.ModuleType) -> bool:
@@ -66,6 +66,11 @@ def wrap(out, obj: Any, source: Source | None) -> Value:
 def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.Tensor):
         return out.add_input(obj, source)
+    if type(obj).__module__.startswith("numpy"):
+        from ..numpy_support import wrap_numpy
+        value = wrap_numpy(out, obj, source)  # NOTE [NumPy as torch]
+        if value is not None:
+            return value
     if type(obj) is float and out.dynamic_floats and source.describe() in out.dynamic_floats:
         return out.add_float_input(obj, source)
     if type(obj) in _SCALARS:
@@ -233,6 +238,9 @@ def wrap_unguarded(obj: Any) -> Value:
         return UserFunctionValue(obj)
     if callable(obj):
         return BuiltinValue(obj)
+    from ..numpy_support import is_numpy_constant
+    if is_numpy_constant(obj):  # NumPy scalars, dtypes, finfo/iinfo (NOTE [NumPy as torch])
+        return ConstantValue(obj)
     raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"cannot model the object {type(obj).__name__}")
 
 
