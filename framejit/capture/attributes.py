@@ -21,7 +21,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource, DictSlotSource, ObjectSource, Ref
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, DictViewValue,
                      NewObjectValue, SetValue,
-                     NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, TensorMethodValue,
+                     NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, SymFloatValue, TensorMethodValue,
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import is_library_module, wrap, wrap_unguarded
 from .getattribute import custom_getattribute, inline_getattribute, instance_dict
@@ -95,6 +95,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return ndarray_attr(tx, obj, name)
     if isinstance(obj, ConstantValue):
         return _constant_attr(obj, name)
+    if isinstance(obj, SymFloatValue):  # a float method or attribute needs the value: specialised
+        return _constant_attr(ConstantValue(obj.as_constant()), name)
     if isinstance(obj, DictViewValue):  # NOTE [Live dict views]: `mapping` (3.10+) and isdisjoint are rare
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a dict view")
     if isinstance(obj, SequenceValue) and obj.cls is collections.deque:
@@ -111,6 +113,9 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return _container_method(obj, obj.cls, name)
     if isinstance(obj, PyModuleValue):
         return _module_attr(tx, obj, name)
+    from .compile_state import BackendFlagsValue, flag_attr
+    if isinstance(obj, BackendFlagsValue):
+        return flag_attr(tx, obj, name)
     if isinstance(obj, ClassValue):
         if name == "apply":
             from .autograd_function import apply_attr
@@ -239,6 +244,9 @@ def _guard_library_attr(tx, module: types.ModuleType, name: str, value: Any) -> 
         return
     label = (getattr(module, "__name__", "") or "module").replace(".", "_")
     source = AttrSource(ObjectSource(Ref(module, label)), name)
+        from .compile_state import BackendFlagsValue, is_flag_object
+        if is_flag_object(value):  # NOTE [Backend flag objects]
+            return BackendFlagsValue(value, f"{getattr(obj.obj, '__name__', 'module')}.{name}".replace(".", "_"))
     if type(value) in (bool, int, float, str, type(None)):
         tx.output.guard_constant(source, value)
     else:
@@ -358,6 +366,10 @@ def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=Non
     if isinstance(attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
         return BoundMethodValue(BuiltinValue(attr), obj)
     if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
+    if isinstance(attr, types.MemberDescriptorType) and isinstance(obj, NewObjectValue):
+        if name in obj.attrs:  # a __slots__ entry of an object made while tracing: stored in `attrs`
+            return obj.attrs[name]
+        raise UserException(AttributeError(f"'{obj.cls.__name__}' object has no attribute '{name}'"))
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
     if entry is not None:
         return wrap(tx.output, attr, entry)

@@ -143,6 +143,8 @@ BUILTIN_HANDLERS[int] = _convert(int)
 BUILTIN_HANDLERS[float] = _convert(float)
 BUILTIN_HANDLERS[str] = _convert(str)
 
+        if isinstance(v, TensorValue) and v.known_data() is not None and len(args) == 1 and not kwargs:
+            return constant_fold(kind, v.known_data())  # a tensor made from constants: its data is known
 
 @handles(tuple)
 def _tuple(tx, args, kwargs):
@@ -171,8 +173,12 @@ def _dict(tx, args, kwargs):
 
 
 @handles(torch.Size)
+        from .mappings import object_mapping_items
+        mapping = None if isinstance(src, DictValue) else object_mapping_items(tx, src)
 def _size(tx, args, kwargs):
     return ConstantValue(torch.Size([i.as_constant() for i in iterate(tx, args[0])] if args else []))
+        elif mapping is not None:  # NOTE [Mappings that are objects]
+            items.update(mapping)
 
 
 @handles(iter)

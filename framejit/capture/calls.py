@@ -238,7 +238,8 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     if issubclass(cls, enum.Enum) or cls in (torch.device, torch.Size, slice, range, complex):
         return constant_fold(cls, *(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
     if issubclass(cls, torch.nn.Module):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating the module {cls.__name__} inside compiled code")
+        from .modules import construct_module
+        return construct_module(tx, cls, args, kwargs)  # NOTE [Modules made while tracing]
     if can_create_dict_object(cls):  # NOTE [Dict-subclass objects made while tracing]
         return create_dict_object(tx, cls, args, kwargs)
     if cls.__new__ is object.__new__ and _is_plain_class(cls):

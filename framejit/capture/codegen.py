@@ -140,7 +140,12 @@ def new_object(cls: type, attrs: dict) -> Any:
         setitem = collections.OrderedDict.__setitem__ if issubclass(cls, collections.OrderedDict) else dict.__setitem__
         for key, item in items.items():
             setitem(obj, key, item)
-    obj.__dict__.update(attrs)
+    for name, attr in attrs.items():
+        slot = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
+        if isinstance(slot, types.MemberDescriptorType):  # a __slots__ entry
+            slot.__set__(obj, attr)
+        else:
+            obj.__dict__[name] = attr
     return obj
 
 
@@ -229,6 +234,9 @@ class Reconstructor:
             sys.modules[_NUMPY_SUPPORT].rebuild(self, value)
         elif isinstance(value, IteratorValue):
             self._iterator(value)
+        elif getattr(value, "made_in_trace", False):  # NOTE [Modules made while tracing]
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a module made in the compiled region ({value.describe()}) "
+                                                           "escapes it")
         elif isinstance(value, (BuiltinValue, ClassValue, PyModuleValue, ObjectValue)):
             cg.load_const(value.obj)
         elif isinstance(value, UserFunctionValue) and value.closure is None and value.defaults is None:

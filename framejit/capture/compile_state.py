@@ -53,6 +53,7 @@ _GUARDED: tuple[Callable[[], Any], ...] = tuple(q for q in (
     torch.is_deterministic_algorithms_warn_only_enabled,
     torch.get_num_threads, torch.get_num_interop_threads, torch.is_warn_always_enabled, torch.get_autocast_dtype,
     torch.get_float32_matmul_precision, getattr(torch, "get_default_device", None),
+    torch._C._get_privateuse1_backend_name,
 ) if q is not None)
 
 
@@ -109,3 +110,42 @@ def _dispatch_mode_stack(tx, args: list, kwargs: dict) -> Value:
     tx.output.add_guard("GLOBAL_STATE", f"{length}() == 0", None, expected="no dispatch mode",
                         actual=f"{length}()")
     return ListValue([])
+
+
+# NOTE [Backend flag objects]: `torch.backends.cuda.matmul` is an object whose attributes (`allow_tf32`,
+# `allow_fp16_reduced_precision_reduction`, ...) read process-wide flags through a `__getattr__`. A read
+# while tracing is answered for real and guarded by reading the same attribute again in the guard
+# function; anything else (a store, a method) is a graph break.
+_FLAG_OBJECT_TYPES = tuple(t for t in (getattr(getattr(torch.backends, "cuda", None), "cuBLASModule", None),)
+                           if t is not None)
+
+
+class BackendFlagsValue(Value):
+    """A torch.backends flags object (NOTE [Backend flag objects]); `label` names it in guards."""
+
+    def __init__(self, obj: Any, label: str) -> None:
+        self.obj = obj
+        self.label = label
+
+    def python_type(self) -> type:
+        return type(self.obj)
+
+    def describe(self) -> str:
+        return f"BackendFlags({self.label})"
+
+
+def is_flag_object(obj: Any) -> bool:
+    return isinstance(obj, _FLAG_OBJECT_TYPES)
+
+
+def flag_attr(tx, flags: BackendFlagsValue, name: str) -> Value:
+    from .breaks import UserException
+    from .sources import AttrSource, ObjectSource, Ref
+    try:
+        value = getattr(flags.obj, name)
+    except AttributeError as e:
+        raise UserException(e) from None
+    if type(value) not in (bool, int, float, str):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{flags.label}.{name} is a {type(value).__name__}")
+    tx.output.guard_constant(AttrSource(ObjectSource(Ref(flags.obj, flags.label)), name), value)
+    return ConstantValue(value)

@@ -82,6 +82,14 @@ class OutputGraph:
         return f"{frame.filename}:{frame.lineno}: {frame.line}"
 
     # ---- guards -------------------------------------------------------------------------------
+    def stack_trace(self) -> str:
+        """The user's stack for a node's meta, outermost first, in `traceback`'s format (what FX's
+        print_readable parses and TorchDynamo records)."""
+        if not self.tx_stack:
+            return ""
+        return "".join(f'  File "{f.filename}", line {f.lineno}, in {f.function}\n    {f.line}\n'
+                       for f in self.tx_stack[-1].user_stack())
+
     def add_guard(self, kind: str, expr: str, source: Source | None, *, expected: str = "",
                   actual: str | None = None, cost: int = COST_CONSTANT) -> None:
         where = source.describe() if source is not None else "global state"
@@ -190,7 +198,7 @@ class OutputGraph:
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"tensor subclass {type(tensor).__name__} at {source.describe()}")
         fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
-        node = self.graph.placeholder(_node_name(source.describe()))
+        node = _placeholder(self.graph, source.describe())
         node.meta["val"] = fake
         node.meta["source"] = source.describe()
         value = TensorValue(node, fake, source, type(tensor))
@@ -202,7 +210,7 @@ class OutputGraph:
     def add_float_input(self, value: float, source: Source) -> "SymFloatValue":
         """A float argument as a graph input (NOTE [Dynamic floats]): guarded by type only."""
         self.guard_type(source, float)
-        node = self.graph.placeholder(_node_name(source.describe()))
+        node = _placeholder(self.graph, source.describe())
         node.meta["val"] = value
         node.meta["source"] = source.describe()
         node.meta["dynamic_float"] = True  # backends/state.py
@@ -228,7 +236,7 @@ class OutputGraph:
             return ConstantValue(result)
         node = self.graph.call_function(fn, tuple(_node_of(a) for a in args))
         node.meta["val"] = result
-        node.meta["stack_trace"] = self.location()
+        node.meta["stack_trace"] = self.stack_trace()
         roots = tuple(dict.fromkeys(r for sym in syms for r in sym.roots))
         return SymFloatValue(self, node, result, roots)
 
@@ -251,7 +259,7 @@ class OutputGraph:
         node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["val"] = result
-        node.meta["stack_trace"] = self.location()
+        node.meta["stack_trace"] = self.stack_trace()
         self.op_count += 1
         if result is None:
             return ConstantValue(None)  # an in-place op kept for its effect (e.g. operator.setitem)
@@ -289,7 +297,7 @@ class OutputGraph:
         """A node kept for its effect on global state (grad mode, autocast); returns the node."""
         node = self.graph.call_function(target, args)
         node.meta["effect"] = True
-        node.meta["stack_trace"] = self.location()
+        node.meta["stack_trace"] = self.stack_trace()
         return node
 
     def _run_fake(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:
@@ -468,9 +476,17 @@ def _target_name(target: Any) -> str:
     return f"{module}.{name}" if module else name
 
 
-def _node_name(description: str) -> str:
-    name = re.sub(r"[^0-9a-zA-Z_]+", "_", description).strip("_").lower()
-    return name or "input"
+def _placeholder(graph: torch.fx.Graph, description: str) -> torch.fx.Node:
+    """A graph input named as TorchDynamo names it: the parameter is the source with every run of other
+    characters made one `_` (`L['x']` -> `L_x_`), the node that uses it its lower-case form (`l_x_`)."""
+    target = re.sub(r"[^0-9a-zA-Z]+", "_", description) or "input"
+    if not target[0].isalpha():
+        target = f"input_{target}"
+    taken = {n.target for n in graph.nodes if n.op == "placeholder"}
+    base, n = target, 1
+    while target in taken:
+        target, n = f"{base}_{n}", n + 1
+    return graph.create_node("placeholder", target, name=target.lower())
 
 
 # NOTE [Float guards are bitwise]: `==` says -0.0 == 0.0 (yet `math.copysign`, `1 / x` and `atan2`

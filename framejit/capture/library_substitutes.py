@@ -12,6 +12,7 @@ Substitutes are found by module and qualified name, so transformers is never imp
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import types
 from typing import Any
@@ -55,7 +56,9 @@ def library_substitute(fn: types.FunctionType) -> types.FunctionType | None:
 # then guarded by identity) while tracing, they are
 # evaluated for real at trace time: the same answer, or the same exception, eager gets; with any
 # non-constant argument they are inlined as usual.
-_PURE_ON_CONSTANTS = {("huggingface_hub.dataclasses", "type_validator")}
+# `collections.namedtuple(name, fields, ...)` is one too: with constant arguments the class is made at
+# trace time (as TorchDynamo does); its `__module__` is the traced frame's module, as eager's would be.
+_PURE_ON_CONSTANTS = {("huggingface_hub.dataclasses", "type_validator"), ("collections", "namedtuple")}
 
 
 def is_pure_on_constants(fn: types.FunctionType) -> bool:
@@ -81,6 +84,8 @@ def call_pure(tx, fn: types.FunctionType, args: list, kwargs: dict):
         real_kwargs = {k: real(v) for k, v in kwargs.items()}
     except LookupError:
         return None
+    if fn is collections.namedtuple and "module" not in real_kwargs:
+        real_kwargs["module"] = tx.f_globals.get("__name__")
     try:
         result = fn(*real_args, **real_kwargs)
     except Exception as e:  # noqa: BLE001 - raised as the eager call raises it

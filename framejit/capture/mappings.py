@@ -255,3 +255,27 @@ def _constant_deque_method(d: ListValue, name: str, args: list[Value]) -> Value:
 
 for _name in _DEQUE_METHODS:
     BUILTIN_HANDLERS[getattr(_DEQUE, _name)] = _deque_method(_name)
+
+
+def object_mapping_items(tx, value: Value) -> dict[Any, Value] | None:
+    """NOTE [Mappings that are objects]: `dict(m)`, `f(**m)` and `{**m}` for a user object `m` (e.g. a
+    `collections.abc.MutableMapping` subclass) do what CPython's dict merge does for a non-dict: if `m`
+    has a `keys` attribute, iterate `m.keys()` and read `m[k]` for each key, all traced through the
+    class's own methods. None when `value` is not such an object (no `keys`: dict() then takes pairs)."""
+    from .dict_objects import is_dict_object, is_new_dict_object
+    from .identity_keys import dict_key
+    from .protocol import getitem
+    from .values import NewObjectValue, NNModuleValue, ObjectValue
+    if not isinstance(value, (ObjectValue, NewObjectValue)) or isinstance(value, NNModuleValue) \
+            or is_dict_object(value) or is_new_dict_object(value):
+        return None
+    try:
+        keys = tx.getattr(value, "keys")
+    except UserException as e:
+        if isinstance(e.exc, AttributeError):
+            return None
+        raise
+    items: dict[Any, Value] = {}
+    for key in iterate(tx, tx.call(keys, [], {})):
+        items[dict_key(tx, key)] = getitem(tx, value, key)
+    return items

@@ -133,3 +133,43 @@ def _rnn_update_flat_weights(self):
 
 
 SUBSTITUTES = {RNNBase._update_flat_weights: _rnn_update_flat_weights}
+
+
+# NOTE [Modules made while tracing]: `torch.nn.Softmax(dim=-1)(x)` or `SmallNN()(x, y)` inside the
+# compiled code builds a module and calls it. When every constructor argument is a constant and every
+# `__init__` the class runs is torch's own (the class is from torch.nn, or a subclass that defines no
+# `__init__`), the module is built for real at trace time: what it holds follows from the guarded class
+# and the constant arguments alone. A module that then owns parameters or buffers (their values come from
+# the RNG, and each eager call makes fresh ones) is a graph break, with the RNG state put back. The
+# module has no source: its forward is inlined like any module's; storing into it, or letting it escape
+# the frame, is a graph break (it is not rebuilt).
+def construct_module(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    name = cls.__name__
+    if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating the module {name} from non-constant arguments")
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass) and not _torch_module_class(klass):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL,
+                              f"creating the module {name} inside compiled code ({klass.__name__}.__init__)")
+        if klass is torch.nn.Module:
+            break
+    rng = torch.random.get_rng_state()
+    try:
+        module = cls(*(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
+    except Exception as e:  # noqa: BLE001 - the constructor's own error, as eager raises it
+        from .breaks import UserException
+        raise UserException(e) from None
+    finally:
+        made_tensors = not torch.equal(rng, torch.random.get_rng_state())
+        if made_tensors:
+            torch.random.set_rng_state(rng)
+    if made_tensors or any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating the module {name} (it owns parameters or buffers)")
+    value = NNModuleValue(module)
+    value.made_in_trace = True  # never rebuilt after the graph (codegen.Reconstructor)
+    return value
+
+
+def _torch_module_class(klass: type) -> bool:
+    module = getattr(klass, "__module__", "") or ""
+    return module.startswith("torch.nn.") or klass is torch.nn.Module

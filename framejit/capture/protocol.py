@@ -245,6 +245,8 @@ def truth(tx, v: Value) -> bool:
     if is_new_dict_object(v) and not hasattr(v.cls, "__bool__"):
         return length(tx, v) > 0
     if isinstance(v, TensorValue):
+        if v.known_data() is not None:  # a tensor made from constants: its data is known
+            return bool(constant_fold(bool, v.known_data()).as_constant())
         raise Unsupported(BreakKind.DATA_DEPENDENT, "the truth value of a tensor depends on its data")
     from .numpy_support import NdarrayValue
     if isinstance(v, NdarrayValue):
@@ -325,6 +327,10 @@ def _iterate_object(tx, v: Value) -> list[Value]:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a {cls.__name__} with items beyond its len()")
     if isinstance(impl, types.FunctionType) and impl.__code__.co_flags & inspect.CO_GENERATOR:
         return iterate(tx, tx.call_method_of(v, "__iter__", [], {}))
+    if isinstance(impl, types.FunctionType):  # `return iter(self._items)`: an iterator made while tracing
+        result = tx.call_method_of(v, "__iter__", [], {})
+        if isinstance(result, IteratorValue):
+            return iterate(tx, result)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {cls.__name__}")
 
 
@@ -388,7 +394,7 @@ def getitem(tx, obj: Value, key: Value) -> Value:
     if isinstance(obj, DictViewValue):
         raise UserException(TypeError(f"'{obj.cls.__name__}' object is not subscriptable"))
     if isinstance(obj, SequenceValue):
-        k = key.as_constant()
+        k = key.known_data() if isinstance(key, TensorValue) and key.known_data() is not None else key.as_constant()
         if isinstance(k, slice):
             items = obj.items[k]
             if obj.cls is torch.Size:

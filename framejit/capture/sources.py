@@ -151,7 +151,9 @@ class ItemSource(Source):
     key: Any
 
     def expr(self, names: NameTable) -> str:
-        return f"{self.base.expr(names)}[{self.key!r}]"
+        literal = type(self.key) in (str, int, bool, bytes, type(None)) or (
+            type(self.key) is tuple and all(type(k) in (str, int, bool, bytes, type(None)) for k in self.key))
+        return f"{self.base.expr(names)}[{repr(self.key) if literal else names.name_for(self.key, 'key')}]"
 
     def reload(self, cg) -> None:
         self.base.reload(cg)

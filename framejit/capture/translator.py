@@ -258,11 +258,12 @@ class Translator:
                 id(v) in reachable for v in side_effects.touched[touched:])
         start = (side_effects.version, len(side_effects.touched))
         child.yielded = []
-        child.run()
+        returned = child.run()
         if mutated_since(*start):
             raise Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
                               "lazily, as Python")
         iterator = IteratorValue(child.yielded)
+        iterator.return_value = returned  # what `yield from` this generator evaluates to
         root = self
         while root.parent is not None:
             root = root.parent

@@ -23,8 +23,8 @@ _GENERATORS = "coroutines and async code are not traced; generators are run only
 _EXCEPTIONS = "exception handlers only run when an exception is raised, which stops tracing first"
 UNSUPPORTED_OPCODES: dict[str, str] = {
     **{name: _GENERATORS for name in (
-        "SEND", "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
-        "BEFORE_ASYNC_WITH", "ASYNC_GEN_WRAP", "GET_YIELD_FROM_ITER", "CLEANUP_THROW", "END_SEND",
+        "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
+        "BEFORE_ASYNC_WITH", "ASYNC_GEN_WRAP", "CLEANUP_THROW",
         "INSTRUMENTED_YIELD_VALUE", "SETUP_ANNOTATIONS", "GEN_START")},
     **{name: _EXCEPTIONS for name in (
         "RERAISE", "PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "CHECK_EG_MATCH",

@@ -1,6 +1,8 @@
 """with-blocks, assert and raise, super(), and generator frames."""
 from __future__ import annotations
 
+import sys
+
 from ..breaks import BreakKind, Unsupported, UserException
 from ..context import enter
 from ..values import NULL, ClassValue, ConstantValue
@@ -61,3 +63,45 @@ def yield_value(tx, inst):
     tx.yielded.append(tx.pop())
     tx.push(ConstantValue(None))
     tx.suspended = tx.suspend_at_yield  # NOTE [Generator context managers]
+
+
+# NOTE [yield from in run-ahead generators]: inside a generator being run to completion (NOTE [Eager
+# generators]), `yield from it` is GET_YIELD_FROM_ITER, then a SEND / YIELD_VALUE loop. The delegate is
+# turned into its iterator once; SEND passes each item on to YIELD_VALUE (which records it) and, when the
+# iterator is exhausted, leaves the delegate's return value (that of a run-ahead generator, else None)
+# and jumps past the loop (3.12: to END_SEND, which drops the iterator). Values sent in are always None:
+# nothing drives a run-ahead generator with send() or throw().
+@op("GET_YIELD_FROM_ITER")
+def get_yield_from_iter(tx, inst):
+    if tx.yielded is None:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "yield from outside a generator being inlined")
+    from ..protocol import iterate
+    from ..values import IteratorValue
+    from ..values.containers import iterator_over
+    source = tx.pop()
+    tx.push(source if isinstance(source, IteratorValue) else iterator_over(source, iterate(tx, source)))
+
+
+@op("SEND")
+def send(tx, inst):
+    from ..values import IteratorValue
+    sent, iterator = tx.pop(), tx.peek()
+    if not isinstance(iterator, IteratorValue) or not (sent.is_constant() and sent.as_constant() is None):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "send() into a delegated iterator")
+    item = iterator.next()
+    if item is not None:
+        tx.push(item)
+        return
+    result = getattr(iterator, "return_value", None)
+    result = ConstantValue(None) if result is None else result
+    if sys.version_info < (3, 12):
+        tx.pop()
+    tx.push(result)
+    tx.jump(inst.arg)
+
+
+@op("END_SEND")
+def end_send(tx, inst):
+    result = tx.pop()
+    tx.pop()
+    tx.push(result)

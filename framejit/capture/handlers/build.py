@@ -77,6 +77,10 @@ def dict_merge(tx, inst):
 def _as_items(tx, value) -> dict:
     if isinstance(value, DictValue):
         return dict(value.items)
+    from ..mappings import object_mapping_items
+    items = object_mapping_items(tx, value)  # NOTE [Mappings that are objects]
+    if items is not None:
+        return items
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"** of {value.describe()}")
 
 

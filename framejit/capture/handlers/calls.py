@@ -6,7 +6,7 @@ bound callable, so the first slot is NULL in most calls.
 """
 from __future__ import annotations
 
-from ..breaks import BreakKind, Unsupported
+from ..breaks import BreakKind, Unsupported, UserException
 from ..protocol import iterate
 from ..values import NULL, CellValue, DictValue, UserFunctionValue
 from . import op
@@ -43,7 +43,13 @@ def call_function_ex(tx, inst):
     if null is not NULL:  # 3.11/3.12 push NULL before the callable of CALL_FUNCTION_EX
         raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, "CALL_FUNCTION_EX without NULL")
     if not isinstance(kwargs_value, DictValue):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"** of {kwargs_value.describe()}")
+        from ..mappings import object_mapping_items
+        items = object_mapping_items(tx, kwargs_value)  # NOTE [Mappings that are objects]
+        if items is None:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"** of {kwargs_value.describe()}")
+        if not all(type(k) is str for k in items):
+            raise UserException(TypeError("keywords must be strings"))
+        kwargs_value = DictValue(items)
     tx.push(tx.call(fn, iterate(tx, args_value), dict(kwargs_value.items)))
 
 

@@ -92,7 +92,7 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     from .outside import lazy_dict, outside_dict
     if lazy_dict(obj):
         return outside_dict(out, obj, source)  # NOTE [Dicts from outside]
-    if type(obj) in (dict, collections.OrderedDict):
+    if type(obj) in (dict, collections.OrderedDict, collections.defaultdict):
         return _wrap_dict(out, obj, source)
     if type(obj) in (set, frozenset) and all(type(i) in (int, str, bool, float, type(None)) for i in obj):
         out.guard_type(source, type(obj))
@@ -178,14 +178,69 @@ def _wrap_sequence(out, obj: Any, source: Source) -> Value:
     return (ListValue if cls is list else TupleValue)(items, source, cls)
 
 
+_KEY_SCALARS = (str, int, bool, float, bytes, type(None), torch.Size)
+
+
+def _constant_key(key: Any) -> bool:
+    """Keys modelled as constants: scalars (not NaN, which equals no copy of itself), torch.Size, enum
+    members and tuples of these."""
+    if type(key) is tuple:
+        return all(_constant_key(k) for k in key)
+    if type(key) is float:
+        return key == key
+    return type(key) in _KEY_SCALARS or isinstance(key, enum.Enum)
+
+
+def _key_types(d: dict) -> tuple:
+    return tuple(type(k) for k in d)
+
+
+def _same_keys(d: dict, expected: tuple) -> bool:
+    """The keys of `d`, in order, are `expected`: tensors the same objects, other keys equal and of the
+    same type."""
+    return len(d) == len(expected) and all(
+        type(a) is type(b) and (a is b if isinstance(b, torch.Tensor) else a == b) for a, b in zip(d, expected))
+
+
 def _wrap_dict(out, obj: dict, source: Source) -> Value:
+    """A dict, OrderedDict or defaultdict: its type and its keys (in order) are guarded; keys that are
+    not all strings also have their types guarded (`1 == True == 1.0`, `torch.Size([2]) == (2,)`).
+    Tensor keys (a dict keyed by parameters) are guarded by identity and become graph inputs, read as
+    `list(d)[i]` (NOTE [Sets of tensors])."""
     keys = list(obj.keys())
-    if not all(type(k) in (str, int, bool) for k in keys):
+    if not all(_constant_key(k) or type(k) in (torch.Tensor, torch.nn.Parameter) for k in keys):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"dict {source.describe()} has non-constant keys")
     out.guard_type(source, type(obj))
     e = source.expr(out.names)
-    out.add_guard("DICT_KEYS", f"___list({e}) == {keys!r}", source, expected=repr(keys), actual=f"___list({e})")
-    return DictValue({k: wrap(out, v, ItemSource(source, k)) for k, v in obj.items()}, source, type(obj))
+    if all(_literal_key(k) for k in keys):
+        out.add_guard("DICT_KEYS", f"___list({e}) == {keys!r}", source, expected=repr(keys), actual=f"___list({e})")
+    if any(type(k) is not str for k in keys):
+        check = (f"{out.name_of(_key_types, 'key_types')}({e}) == {out.name_of(_key_types(obj), 'types')}"
+                 if all(_literal_key(k) for k in keys) else
+                 f"{out.name_of(_same_keys, 'same_keys')}({e}, {out.name_of(tuple(keys), 'keys')})")
+        out.add_guard("DICT_KEYS", check, source, expected=repr(keys))
+    items = {_dict_key(out, k, source, i): wrap(out, v, ItemSource(source, k)) for i, (k, v) in enumerate(obj.items())}
+    if type(obj) is collections.defaultdict:
+        from .mappings import DefaultDictValue
+        factory = obj.default_factory
+        factory_value = None if factory is None else wrap(out, factory, AttrSource(source, "default_factory"))
+        if factory is None:
+            out.guard_constant(AttrSource(source, "default_factory"), None)
+        return DefaultDictValue(items, factory_value, source)
+    return DictValue(items, source, type(obj))
+
+
+def _dict_key(out, key: Any, source: Source, index: int) -> Any:
+    if not isinstance(key, torch.Tensor):
+        return key
+    from ..identity_keys import set_element
+    from ..sources import CallSource, Ref
+    value = wrap(out, key, ItemSource(CallSource(Ref(list, "list"), source), index))
+    return set_element(types.SimpleNamespace(output=out), value)
+
+
+def _literal_key(key: Any) -> bool:
+    return type(key) in (str, int, bool, bytes, type(None)) or (type(key) is tuple and all(map(_literal_key, key)))
 
 
 _LIST_ITERATOR = type(iter([]))

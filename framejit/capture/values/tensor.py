@@ -18,5 +18,11 @@ class TensorValue(Value):
     def python_type(self) -> type:
         return self.cls
 
+    def known_data(self) -> torch.Tensor | None:
+        """The real contents when tracing knows them: fake tensors made from Python constants
+        (`torch.tensor(2)`, `torch.as_tensor(2)`) carry them, through ops on such constants, as long as
+        nothing writes to them (FakeTensorMode's constant propagation). Never for graph inputs."""
+        return getattr(self.fake, "constant", None)
+
     def describe(self) -> str:
         return f"Tensor({self.node.name}, {tuple(self.fake.shape)}, {self.fake.dtype})"
