@@ -81,7 +81,6 @@ class OutputGraph:
         frame = self.tx_stack[-1].frame_info()
         return f"{frame.filename}:{frame.lineno}: {frame.line}"
 
-    # ---- guards -------------------------------------------------------------------------------
     def stack_trace(self) -> str:
         """The user's stack for a node's meta, outermost first, in `traceback`'s format (what FX's
         print_readable parses and TorchDynamo records)."""
@@ -90,6 +89,7 @@ class OutputGraph:
         return "".join(f'  File "{f.filename}", line {f.lineno}, in {f.function}\n    {f.line}\n'
                        for f in self.tx_stack[-1].user_stack())
 
+    # ---- guards -------------------------------------------------------------------------------
     def add_guard(self, kind: str, expr: str, source: Source | None, *, expected: str = "",
                   actual: str | None = None, cost: int = COST_CONSTANT) -> None:
         where = source.describe() if source is not None else "global state"
@@ -384,6 +384,9 @@ class OutputGraph:
         grad mode is reset (the code after the graph re-enters them: NOTE [Breaks inside with-blocks])."""
         self.alias_guard()
         for node in reversed(self.open_regions):
+            if "restore" in node.meta:  # a block that names its restoring call (NOTE [Saved-tensors-hooks blocks])
+                self.record_effect(*node.meta["restore"])
+                continue
             exit_fn = (torch.amp.autocast_mode._exit_autocast if node.target is torch.amp.autocast_mode._enter_autocast
                        else torch.autograd.grad_mode._exit_inference_mode)
             self.record_effect(exit_fn, (node,))
@@ -393,9 +396,6 @@ class OutputGraph:
         if not self._needs_grad_mode_nodes():
             for node in [n for n in self.graph.nodes if n.target is torch._C._set_grad_enabled]:
                 self.graph.erase_node(node)
-            if "restore" in node.meta:  # a block that names its restoring call (NOTE [Saved-tensors-hooks blocks])
-                self.record_effect(*node.meta["restore"])
-                continue
 
     def _needs_grad_mode_nodes(self) -> bool:
         """Grad mode only changes what autograd records: without any tensor that requires grad in the
