@@ -232,6 +232,9 @@ def _module_attr(tx, obj: PyModuleValue, name: str) -> Value:
         raise UserException(e) from None
     if is_library_module(obj.obj) or obj.source is None:
         _guard_library_attr(tx, obj.obj, name, value)
+        from .compile_state import BackendFlagsValue, is_flag_object
+        if is_flag_object(value):  # NOTE [Backend flag objects]
+            return BackendFlagsValue(value, f"{getattr(obj.obj, '__name__', 'module')}.{name}".replace(".", "_"))
         return wrap_unguarded(value)
     return wrap(tx.output, value, AttrSource(obj.source, name))
 
@@ -244,9 +247,6 @@ def _guard_library_attr(tx, module: types.ModuleType, name: str, value: Any) -> 
         return
     label = (getattr(module, "__name__", "") or "module").replace(".", "_")
     source = AttrSource(ObjectSource(Ref(module, label)), name)
-        from .compile_state import BackendFlagsValue, is_flag_object
-        if is_flag_object(value):  # NOTE [Backend flag objects]
-            return BackendFlagsValue(value, f"{getattr(obj.obj, '__name__', 'module')}.{name}".replace(".", "_"))
     if type(value) in (bool, int, float, str, type(None)):
         tx.output.guard_constant(source, value)
     else:
@@ -348,6 +348,10 @@ def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
         if obj.source is None:
             return wrap_unguarded(value)
         return wrap(tx.output, value, AttrSource(obj.source, name))
+    if isinstance(attr, types.MemberDescriptorType) and isinstance(obj, NewObjectValue):
+        if name in obj.attrs:  # a __slots__ entry of an object made while tracing: stored in `attrs`
+            return obj.attrs[name]
+        raise UserException(AttributeError(f"'{obj.cls.__name__}' object has no attribute '{name}'"))
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
 
 
@@ -366,10 +370,6 @@ def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=Non
     if isinstance(attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
         return BoundMethodValue(BuiltinValue(attr), obj)
     if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
-    if isinstance(attr, types.MemberDescriptorType) and isinstance(obj, NewObjectValue):
-        if name in obj.attrs:  # a __slots__ entry of an object made while tracing: stored in `attrs`
-            return obj.attrs[name]
-        raise UserException(AttributeError(f"'{obj.cls.__name__}' object has no attribute '{name}'"))
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
     if entry is not None:
         return wrap(tx.output, attr, entry)

@@ -131,6 +131,8 @@ def _convert(kind: type):
         if not args:
             return ConstantValue(kind())
         v = args[0]
+        if isinstance(v, TensorValue) and v.known_data() is not None and len(args) == 1 and not kwargs:
+            return constant_fold(kind, v.known_data())  # a tensor made from constants: its data is known
         if isinstance(v, TensorValue):
             raise Unsupported(BreakKind.DATA_DEPENDENT, f"{kind.__name__}() of a tensor reads its data")
         if _all_const(args, kwargs):
@@ -143,8 +145,6 @@ BUILTIN_HANDLERS[int] = _convert(int)
 BUILTIN_HANDLERS[float] = _convert(float)
 BUILTIN_HANDLERS[str] = _convert(str)
 
-        if isinstance(v, TensorValue) and v.known_data() is not None and len(args) == 1 and not kwargs:
-            return constant_fold(kind, v.known_data())  # a tensor made from constants: its data is known
 
 @handles(tuple)
 def _tuple(tx, args, kwargs):
@@ -161,8 +161,12 @@ def _dict(tx, args, kwargs):
     items: dict[Any, Value] = {}
     if args:
         src = args[0]
+        from .mappings import object_mapping_items
+        mapping = None if isinstance(src, DictValue) else object_mapping_items(tx, src)
         if isinstance(src, DictValue):
             items.update(src.items)
+        elif mapping is not None:  # NOTE [Mappings that are objects]
+            items.update(mapping)
         else:
             from .identity_keys import dict_key
             for pair in iterate(tx, src):
@@ -173,12 +177,8 @@ def _dict(tx, args, kwargs):
 
 
 @handles(torch.Size)
-        from .mappings import object_mapping_items
-        mapping = None if isinstance(src, DictValue) else object_mapping_items(tx, src)
 def _size(tx, args, kwargs):
     return ConstantValue(torch.Size([i.as_constant() for i in iterate(tx, args[0])] if args else []))
-        elif mapping is not None:  # NOTE [Mappings that are objects]
-            items.update(mapping)
 
 
 @handles(iter)
