@@ -340,6 +340,11 @@ def _is_data_descriptor(attr: Any) -> bool:
     return hasattr(type(attr), "__get__") and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"))
 
 
+def _pybind_field(obj: Value, attr: Any) -> bool:
+    return (isinstance(obj, ObjectValue) and obj.source is not None and isinstance(attr, property)
+            and type(type(obj.obj)).__name__ == "pybind11_type" and (type(attr.fget).__name__ == "instancemethod" or isinstance(attr.fget, types.BuiltinFunctionType)))
+
+
 def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
         return tx.call(UserFunctionValue(attr.fget), [obj], {})
@@ -348,6 +353,12 @@ def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
         if obj.source is None:
             return wrap_unguarded(value)
         return wrap(tx.output, value, AttrSource(obj.source, name))
+    if _pybind_field(obj, attr):
+        # NOTE [pybind11 fields]: a property of a pybind11 class whose getter is C++ (def_readonly /
+        # def_readwrite and the like) runs no Python code: read now and guarded by reading it again
+        value = getattr(obj.obj, name)
+        if type(value) in (bool, int, float, str, type(None)) or isinstance(value, torch.Tensor):
+            return wrap(tx.output, value, AttrSource(obj.source, name))
     if isinstance(attr, types.MemberDescriptorType) and isinstance(obj, NewObjectValue):
         if name in obj.attrs:  # a __slots__ entry of an object made while tracing: stored in `attrs`
             return obj.attrs[name]

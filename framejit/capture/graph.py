@@ -248,7 +248,14 @@ class OutputGraph:
         fake_args, fake_kwargs = tree_map(_fake_of, (args, kwargs), is_leaf=_is_value)
         fakes = [t for t in tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [_version(t) for t in fakes]
-        result = self._run_fake(kind, target, fake_args, fake_kwargs)
+        try:
+            result = self._run_fake(kind, target, fake_args, fake_kwargs)
+        except Unsupported as e:
+            from .scalar_args import scalar_probe  # NOTE [Scalar arguments given as tensors]
+            probe = scalar_probe(kind, target, fake_args, fake_kwargs)
+            if e.graph_break.kind is not BreakKind.DATA_DEPENDENT or probe is None:
+                raise
+            result = self._run_fake(kind, target, *probe)
         self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
             result is None and None in versions)  # an inference tensor has no version: assume an effect

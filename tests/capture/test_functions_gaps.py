@@ -295,3 +295,83 @@ def test_placeholders_named_as_dynamo_names_them():
     assert [(n.target, n.name) for n in placeholders] == [("L_x_", "l_x_"), ("L_y_", "l_y_")]
     code = backend.graphs[0].print_readable(print_output=False)
     assert 'File "' not in code and "test_functions_gaps.py" in code  # FX parsed the stack trace
+
+
+@pytest.mark.parametrize("op", [torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor, torch.ops.aten.mul.Tensor])
+def test_pybind_readonly_property_read_and_guarded(op):
+    def fn(x, schema):
+        if schema.is_mutable:
+            return x.cos(), schema.name
+        return x.sin(), schema.name
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    for schema in (torch.ops.aten.add.Tensor._schema, op._schema):
+        x = torch.randn(3)
+        result, expected = compiled(x, schema), fn(x, schema)
+        torch.testing.assert_close(result[0], expected[0])
+        assert result[1] == expected[1]
+
+
+def test_tensors_made_from_constants_have_known_data():
+    def fn(a, b):
+        items = [a, b, a + 1, b + 1]
+        i = torch.as_tensor(2)
+        j = torch.tensor(1) + 2
+        k = torch.tensor(0)
+        k.add_(1)  # in place: the known value follows
+        flag = bool(torch.tensor(0.0))
+        return items[i] + items[j] + items[k], float(torch.tensor(1.5) * 2), flag, int(j)
+
+    backend = run_differential(fn, lambda seed: (torch.randn(2 + seed), torch.randn(2 + seed)))
+    assert backend.graph_count == 2
+
+
+def test_tensor_index_errors_as_eager():
+    def float_index(a):
+        return [a, a][torch.tensor(1.0)]
+
+    def two_elements(a):  # no known data: a graph break, then eager's TypeError
+        return [a, a][torch.tensor([0, 1])]
+
+    run_differential(float_index, lambda seed: (torch.randn(2),))
+    run_differential(two_elements, lambda seed: (torch.randn(2),), fullgraph=False)
+
+
+@pytest.mark.parametrize("value_dtype", [torch.float32, torch.float64, torch.int64])
+def test_addcmul_with_a_tensor_value(value_dtype):
+    def fn(x, y, z, s):
+        out = x.addcmul_(y, z, value=s)
+        return out, torch.addcdiv(x, y, z + 2, value=s)
+
+    def make(seed):
+        return (torch.ones(2, 3 + seed), torch.ones(2, 3 + seed) + 1, torch.rand(2, 3 + seed),
+                torch.tensor(3, dtype=value_dtype) if value_dtype is torch.int64 else
+                torch.tensor(0.3 + seed, dtype=value_dtype))
+
+    backend = run_differential(fn, make)
+    assert backend.graph_count == 2
+
+
+@pytest.mark.parametrize("base_dtype", [torch.float32, torch.float64])
+def test_foreach_pow_and_lerp_with_tensor_scalars(base_dtype):
+    def pow_fn(base, exps):
+        return torch._foreach_pow(base, exps)
+
+    def lerp_fn(xs, ys, weight):
+        torch._foreach_lerp_(xs, ys, weight)
+        return [x * 2 for x in xs]
+
+    run_differential(pow_fn, lambda seed: (torch.tensor(0.8 + seed, dtype=base_dtype),
+                                           [torch.tensor(3.4), torch.rand(2, 2)]))
+    run_differential(lerp_fn, lambda seed: ([torch.ones(2, 2) * 4.26, torch.ones(3) * 3.14],
+                                            [torch.ones(2, 2), torch.randn(3)],
+                                            torch.tensor(0.5 + seed / 4, dtype=base_dtype)))
+
+
+def test_addcmul_with_a_tensor_value_on_onnxrt():
+    def fn(x, y, z, s):
+        return x.addcmul(y, z, value=s) * 2
+
+    run_differential(fn, lambda seed: (torch.ones(2, 2), torch.rand(2, 2), torch.rand(2, 2), torch.tensor(0.3)),
+                     backend="onnxrt")
