@@ -67,7 +67,7 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "UNARY_NEGATIVE": lambda a: (1, 1), "UNARY_NOT": lambda a: (1, 1), "UNARY_INVERT": lambda a: (1, 1),
     "GET_ITER": lambda a: (1, 1), "BUILD_STRING": lambda a: (a, 1), "UNPACK_SEQUENCE": lambda a: (1, a),
     "IMPORT_NAME": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "STORE_SLICE": lambda a: (4, 0),
-    "RAISE_VARARGS": lambda a: (a, 0),
+    "RAISE_VARARGS": lambda a: (a, 0), "DELETE_ATTR": lambda a: (1, 0),
 }
 # reads that may break (an attribute framejit cannot model, a global of an unsupported type); a method
 # load becomes a plain attribute load: NULL + bound method, which CPython calls the same way

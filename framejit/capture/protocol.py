@@ -75,12 +75,13 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         extend_list(a, added)
         tx.output.side_effects.record_op(a, "extend", (TupleValue(added),))  # NOTE [Mutation log]
         return a
-    if isinstance(a, ListValue) and fn is operator.imul and b.is_constant() and type(b.as_constant()) is int:
+    if isinstance(a, ListValue) and a.cls is list and fn is operator.imul and b.is_constant() \
+            and isinstance(b.as_constant(), int):
         tx.output.side_effects.mutate_container(a)  # `lst *= n` repeats the list in place
         a.items[:] = a.items * b.as_constant()
         tx.output.side_effects.record_op(a, "__imul__", (ConstantValue(b.as_constant()),))
         return a
-    if isinstance(a, DictValue) and fn is operator.ior and isinstance(b, DictValue):
+    if isinstance(a, DictValue) and fn is operator.ior and a.cls in (dict, collections.OrderedDict, collections.defaultdict):
         from .builtins import call_container_method  # `d |= other` is `d.update(other)` in place
         call_container_method(tx, dict.update, [a, b], {})
         return a

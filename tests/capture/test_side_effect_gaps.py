@@ -423,6 +423,20 @@ def local_alias_in_place(x):
     return x + len(b) + len(e) + len(g) + len(f)
 
 
+def in_place_with_other_iterables(x):
+    d = {"k": 1}
+    e = d
+    d |= [("j", 2)]
+    g = CACHE
+    g |= (("z", 3),)
+    o = collections.OrderedDict(a=1)
+    p = o
+    o |= {"b": 2}
+    lst = ITEMS
+    lst *= True
+    return x + len(e) + len(p) + len(ITEMS)
+
+
 def deletions(x):
     del ITEMS[0]
     del ITEMS[-2:]
@@ -483,7 +497,8 @@ def dict_methods(x):
     return x + v + w + u + len(CACHE)
 
 
-@pytest.mark.parametrize("fn", [list_imul_and_dict_ior, local_alias_in_place, deletions, delete_missing_key,
+@pytest.mark.parametrize("fn", [list_imul_and_dict_ior, local_alias_in_place, in_place_with_other_iterables,
+                                deletions, delete_missing_key,
                                 delete_out_of_range, slice_assignments, extended_slice_length_mismatch,
                                 item_assignment_out_of_range, sort_between_appends, dict_methods])
 def test_in_place_operations_on_outside_containers(fn):
@@ -495,7 +510,8 @@ def test_in_place_operations_on_outside_containers(fn):
     run_sequence(fn, reset, x_arg, calls=3)
 
 
-@pytest.mark.parametrize("fn", [list_imul_and_dict_ior, local_alias_in_place, deletions, slice_assignments,
+@pytest.mark.parametrize("fn", [list_imul_and_dict_ior, local_alias_in_place, in_place_with_other_iterables,
+                                deletions, slice_assignments,
                                 sort_between_appends, dict_methods])
 def test_in_place_operations_capture_without_a_break(fn):
     def reset():
@@ -646,3 +662,35 @@ def test_library_containers_from_outside():
         CTR["a"] = 1
         STATE.update(dq=DQ, od=OD, dd=DD, ctr=CTR)
     run_sequence(library_containers, reset, x_arg, calls=3)
+
+
+class Plain:
+    pass
+
+
+def delete_attributes(x, obj):
+    obj.a = x.sum()
+    y = x + 1
+    del obj.b
+    y = y * 2
+    if hasattr(obj, "b"):
+        return y
+    name = "c" + str(y.shape[0])
+    setattr(obj, name, 3)
+    return y + obj.a
+
+
+def delete_missing_attribute(x, obj):
+    obj.a = 1
+    del obj.missing
+    return x
+
+
+def test_del_attribute_breaks_and_captures_around_it():
+    def make(i):
+        obj = Plain()
+        obj.b = i
+        return (torch.randn(2), obj)
+    backend = run_sequence(delete_attributes, lambda: None, make, calls=3)
+    assert backend.graph_count == 2  # before and after the deletion, not an eager frame
+    run_sequence(delete_missing_attribute, lambda: None, make, calls=2)

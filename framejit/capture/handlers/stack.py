@@ -114,6 +114,13 @@ def store_attr(tx, inst):
     tx.store_attr(obj, inst.arg, value)
 
 
+@op("DELETE_ATTR")
+def delete_attr(tx, inst):
+    """`del obj.name` runs as plain Python at a graph break (its rest is captured by a resume function)."""
+    from ..breaks import BreakKind, Unsupported
+    raise Unsupported(BreakKind.SIDE_EFFECT, f"deleting the attribute {inst.arg!r} of {tx.peek().describe()}")
+
+
 @op("STORE_GLOBAL")
 def store_global(tx, inst):
     tx.store_global(inst.arg, tx.pop())
