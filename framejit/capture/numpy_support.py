@@ -178,7 +178,7 @@ def _is_numpy_object(obj: Any) -> bool:
         return False
     if isinstance(obj, np.ufunc):
         return True
-    if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):  # never a user __getattr__
+    if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):  # no user __getattr__
         module = obj.__module__
         if not isinstance(module, str):  # a builtin method: its owner's class decides
             module = type(getattr(obj, "__self__", None)).__module__
@@ -307,7 +307,7 @@ def call_numpy(tx, real: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
                                                              (np.random.RandomState, np.random.Generator)):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL,
                           f"np.random.{getattr(real, '__name__', '?')} (NumPy's generator is not torch's: run eagerly)")
-    if _all_constant(args, kwargs) and _foldable(real):
+    if _all_constant(args, kwargs) and _foldable(real, args):
         try:
             result = real(*(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
         except Exception as e:
@@ -323,10 +323,12 @@ def call_numpy(tx, real: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
     return _record(tx, NumpyOp("func", path), args, kwargs, keeps_array=keeps, real=real)
 
 
-def _foldable(real: Any) -> bool:
+def _foldable(real: Any, args: list[Value]) -> bool:
     np = _np()
     if isinstance(real, type):
         return real in (np.dtype, np.finfo, np.iinfo) or issubclass(real, np.generic)
+    if isinstance(real, np.ufunc):  # `np.sqrt(d_model)` on scalars: a NumPy scalar, as eager computes it
+        return all(isinstance(a.as_constant(), (int, float, complex, np.generic)) for a in args)
     return real in (np.result_type, np.promote_types, np.can_cast, np.issubdtype, np.isscalar)
 
 
