@@ -403,7 +403,8 @@ def _is_tensor(tx, args, kwargs):
 
 @handles(torch.get_default_dtype)
 def _default_dtype(tx, args, kwargs):
-    return ConstantValue(torch.get_default_dtype())  # guarded at entry (see translate.global_guards)
+    from .state_blocks import current_default_dtype  # NOTE [Default dtype changes]
+    return ConstantValue(current_default_dtype(tx.output))  # guarded at entry (see convert._global_guards)
 
 
 for _name, _fn in BINARY_OPS.items():

@@ -34,7 +34,7 @@ TENSOR_METHODS_UNSUPPORTED = {
 
 # torch functions with effects on global state, or that read data into Python: never graph nodes.
 TORCH_FUNCTIONS_UNSUPPORTED = {
-    torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_printoptions, torch.save, torch.load,
+    torch.manual_seed, torch.seed, torch.set_printoptions, torch.save, torch.load,
     torch.set_num_threads, torch.use_deterministic_algorithms, torch.set_rng_state, torch.get_rng_state,
     torch.is_nonzero, torch.equal, torch.allclose, torch.autograd.grad, torch.autograd.backward,
 }

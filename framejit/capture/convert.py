@@ -70,6 +70,7 @@ class RerunState:
     grad_enabled: bool  # at entry (guarded)
     autocast: tuple  # ((device_type, enabled, dtype), ...) at entry (guarded)
     call_span: tuple[int, int] | None = None  # offsets of the graph's CALL and the next instruction (lazily)
+    restores: tuple = ()  # further (function, args) calls that put state back (state_blocks.restores_for)
 
     def raised_in_graph(self, exc: BaseException, code: types.CodeType) -> bool:
         """`exc` was raised by the graph call of `code` (the transformed function)."""
@@ -86,6 +87,8 @@ class RerunState:
         for device_type, enabled, dtype in self.autocast:
             torch.set_autocast_enabled(device_type, enabled)
             torch.set_autocast_dtype(device_type, dtype)
+        for fn, args in self.restores:
+            fn(*args)
 
 
 def _graph_call_span(code: types.CodeType) -> tuple[int, int]:
@@ -116,7 +119,8 @@ def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool) -> RerunS
     autocast = ()
     if any(node.target is torch.amp.autocast_mode._enter_autocast for node in gm.graph.nodes):
         autocast = tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
-    return RerunState(torch.is_grad_enabled(), autocast)
+    from .state_blocks import restores_for
+    return RerunState(torch.is_grad_enabled(), autocast, restores=restores_for(gm))
 
 
 def mutates_in_place(gm: torch.fx.GraphModule) -> bool:

@@ -272,6 +272,9 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     if output.side_effects:
         raise NotPersistable("the frame replays side effects")
     if request.artifacts is None:
+    from .state_blocks import default_dtype_changed
+    if default_dtype_changed(output):
+        raise NotPersistable("the frame changes the default dtype")  # NOTE [Default dtype changes]
         raise NotPersistable("the backend cannot save what it compiled (a user callable)")
     artifact = request.artifacts[0](compiled) if gm is not None else b""
     if artifact is None:

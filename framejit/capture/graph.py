@@ -312,6 +312,10 @@ class OutputGraph:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(self.fake_mode)
                 if self.inference_mode != torch.is_inference_mode_enabled():
+                dtype = self.__dict__.get("default_dtype")  # NOTE [Default dtype changes]
+                if dtype is not None and dtype is not torch.get_default_dtype():
+                    stack.callback(torch.set_default_dtype, torch.get_default_dtype())
+                    torch.set_default_dtype(dtype)
                     stack.enter_context(torch.inference_mode(self.inference_mode))
                 stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
                 for device_type, dtype, enabled, cache in self.autocast_stack:
@@ -400,6 +404,8 @@ class OutputGraph:
         if self.grad_enabled != self.entry_grad_enabled:
             self.record_effect(torch._C._set_grad_enabled, (self.entry_grad_enabled,))
         self.graph.output(tuple(v.node for v in values))
+        from .state_blocks import end_default_dtype
+        end_default_dtype(self)  # NOTE [Default dtype changes]
         if not self._needs_grad_mode_nodes():
             for node in [n for n in self.graph.nodes if n.target is torch._C._set_grad_enabled]:
                 self.graph.erase_node(node)
@@ -493,7 +499,13 @@ def _placeholder(graph: torch.fx.Graph, description: str) -> torch.fx.Node:
     base, n = target, 1
     while target in taken:
         target, n = f"{base}_{n}", n + 1
-    return graph.create_node("placeholder", target, name=target.lower())
+    # inputs found mid-trace still go before every other node (after the earlier inputs), as in any
+    # traced graph: the printed code then binds all of them first
+    first_op = next((node for node in graph.nodes if node.op != "placeholder"), None)
+    if first_op is None:
+        return graph.create_node("placeholder", target, name=target.lower())
+    with graph.inserting_before(first_op):
+        return graph.create_node("placeholder", target, name=target.lower())
 
 
 # NOTE [Float guards are bitwise]: `==` says -0.0 == 0.0 (yet `math.copysign`, `1 / x` and `atan2`

@@ -1,5 +1,5 @@
-"""More torch state context managers traced as CtxValues (context.py): profiler ranges and
-`torch.autograd.graph.disable_saved_tensors_hooks`.
+"""More torch state traced at its place in the graph: profiler ranges and
+`torch.autograd.graph.disable_saved_tensors_hooks` as CtxValues (context.py), `torch.set_default_dtype`.
 
 NOTE [Profiler blocks]: `torch.profiler.profile()`, `torch.autograd.profiler.profile()` and
 `record_function(name)` made inside the region with constant arguments only (no `on_trace_ready`
@@ -20,6 +20,13 @@ does: `_saved_tensors_hooks_enable()` when no message was in force before, else
 carries its restoring call in `meta["restore"]`, which graph.output records for blocks still open), and
 a break inside the block re-enters it through a SavedHooksBlock. The decorator form is a clone of the
 manager around the call (NOTE [Context managers as decorators]).
+
+NOTE [Default dtype changes]: `torch.set_default_dtype(d)` (a constant float dtype) inside the region
+changes the tracer's default dtype (fake propagation and `torch.get_default_dtype()` see it; the dtype at
+entry is guarded by convert._global_guards) and records a `torch.set_default_dtype(d)` node, so the ops
+after it in the graph run under it. As with grad mode, a graph ends in the dtype of its entry (a last
+node sets it back) and the code after the graph sets the dtype the traced code reached, so a backend that
+runs state nodes only while lowering still leaves eager's state. Such entries are not persisted.
 """
 from __future__ import annotations
 
@@ -143,12 +150,65 @@ def ctx_from_block(out, obj: SavedHooksBlock, source) -> Value:
 
 __all__ = ["OpaqueProfilerValue", "PROFILER_CLASSES", "SavedHooksBlock", "ctx_from_block", "enter_saved_hooks",
            "exit_saved_hooks", "is_profiler_class", "make_profiler_ctx", "make_saved_hooks_ctx",
-           "query_message"]
+           "query_message", "current_default_dtype", "default_dtype_changed", "end_default_dtype",
+           "restore_default_dtype", "restores_for", "set_default_dtype"]
+
+def current_default_dtype(out) -> torch.dtype:
+    """The default dtype at this point of the trace (NOTE [Default dtype changes])."""
+    return out.__dict__.get("default_dtype") or torch.get_default_dtype()
+
+
+def set_default_dtype(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`torch.set_default_dtype(d)` inside the region (NOTE [Default dtype changes])."""
+    value = args[0] if len(args) == 1 and not kwargs else kwargs.get("d")
+    if value is None or len(args) + len(kwargs) != 1 or not value.is_constant() \
+            or not isinstance(value.as_constant(), torch.dtype) or not value.as_constant().is_floating_point:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.set_default_dtype of anything but a constant float dtype")
+    out, dtype = tx.output, value.as_constant()
+    if dtype is not current_default_dtype(out):
+        out.record_effect(torch.set_default_dtype, (dtype,))
+        out.default_dtype = dtype
+    return ConstantValue(None)
+
+
+def end_default_dtype(out) -> None:
+    """At the end of a graph: back to the dtype of its entry (the code after the graph sets the final one)."""
+    if current_default_dtype(out) is not torch.get_default_dtype():
+        out.record_effect(torch.set_default_dtype, (torch.get_default_dtype(),))
+
+
+def restore_default_dtype(cg, out) -> None:
+    """After the graph: `torch.set_default_dtype(final)` where the traced code changed it."""
+    if current_default_dtype(out) is not torch.get_default_dtype():
+        cg.push_null()
+        cg.load_const(torch.set_default_dtype)
+        cg.load_const(current_default_dtype(out))
+        cg.call(1)
+        cg.emit("POP_TOP")
+
+
+def restores_for(gm: torch.fx.GraphModule) -> tuple:
+    """(function, args) calls that put back the default dtype and saved-tensors-hooks state `gm` may
+    change, as they are now (at compile time, the guarded state at entry), for a rerun after the graph
+    raised (NOTE [Graph failures rerun eagerly] in convert.py)."""
+    targets = {node.target for node in gm.graph.nodes if node.op == "call_function"}
+    restores: tuple = ()
+    if torch.set_default_dtype in targets:
+        restores += ((torch.set_default_dtype, (torch.get_default_dtype(),)),)
+    if _disable in targets:
+        restores += (_restore_call(_get_message()),)
+    return restores
+
+
+def default_dtype_changed(out) -> bool:
+    return "default_dtype" in out.__dict__
+
 
 from .builtins import BUILTIN_HANDLERS  # noqa: E402  (builtins imports this module to register it)
 
 BUILTIN_HANDLERS[torch.autograd.graph.disable_saved_tensors_hooks] = make_saved_hooks_ctx
 BUILTIN_HANDLERS[_get_message] = query_message
+BUILTIN_HANDLERS[torch.set_default_dtype] = set_default_dtype
 
 
 def _direct_change(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -243,3 +243,92 @@ def test_nonlocal_store_in_a_generator_context_manager_made_by_a_factory():
         x = torch.randn(n)
         torch.testing.assert_close(compiled(x), fn_e(x))
         assert state_c() == state_e() == (100 + n, 100 + n)
+
+
+# ---- torch.set_default_dtype inside the region (NOTE [Default dtype changes]) ----
+
+import contextlib  # noqa: E402
+
+
+@contextlib.contextmanager
+def default_dtype(dtype):
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(dtype)
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def _run_both(fn, make_args, backend, fullgraph=True, calls=2):
+    """Eager and compiled calls, each from float32; returns the results with the dtype each left."""
+    compiled = framejit.compile(fn, backend=backend, fullgraph=fullgraph)
+    try:
+        for seed in range(calls):
+            torch.set_default_dtype(torch.float32)
+            args = make_args(seed)
+            expected = fn(*args), torch.get_default_dtype()
+            torch.set_default_dtype(torch.float32)
+            actual = compiled(*args), torch.get_default_dtype()
+            assert actual[1] is expected[1]
+            torch.testing.assert_close(actual[0], expected[0])
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
+def test_default_dtype_block_in_a_generator_context_manager():
+    def fn(x):
+        with default_dtype(torch.float64):
+            y = torch.tensor([3.0, 3.0 + 5.0j])
+            z = x + torch.ones(x.shape) + 0.5
+            inside = torch.get_default_dtype()
+        return y, z, torch.full((2,), 1.5), inside is torch.float64
+
+    backend = CountingBackend()
+    _run_both(fn, lambda seed: (torch.arange(3 + seed),), backend)
+    assert backend.graph_count == 2  # two shapes, no break (assert_close compared the dtypes too)
+
+
+def test_default_dtype_left_changed_and_across_a_break():
+    def fn(x):
+        torch.set_default_dtype(torch.float64)
+        y = x + torch.ones(2)
+        y = pause(y)
+        return y + torch.tensor([1.5]), torch.get_default_dtype() is torch.float64
+
+    framejit.disable(pause)
+    backend = CountingBackend()
+    _run_both(fn, lambda seed: (torch.randn(2),), backend, fullgraph=False)
+    assert backend.graph_count == 2
+
+
+def test_default_dtype_change_is_guarded_at_entry():
+    def fn(x):
+        return x + torch.tensor([0.25]) * 3
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    try:
+        x = torch.randn(1, dtype=torch.float64)
+        for dtype in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(dtype)
+            assert compiled(x).dtype == fn(x).dtype == torch.float64
+            assert compiled(torch.arange(2)).dtype == fn(torch.arange(2)).dtype == dtype
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert backend.graph_count == 4
+
+
+def test_inputs_found_mid_trace_are_placeholders_before_every_op():
+    scale = torch.tensor([2.0])
+
+    def fn(x, y):
+        a = x.sin()
+        b = a + y  # y becomes an input after the sin
+        return b * scale  # a tensor from the closure, later still
+
+    backend = run_differential(fn, lambda seed: (torch.randn(3), torch.randn(3)))
+    ops = [n.op for n in backend.graphs[0].graph.nodes]
+    assert ops.count("placeholder") == 3
+    assert ops[:3] == ["placeholder"] * 3
+    assert [n.target for n in backend.graphs[0].graph.nodes][:3] == ["L_x_", "L_y_", "closure_scale_"]
