@@ -400,7 +400,9 @@ def _record(tx, target: NumpyOp, args: list[Value], kwargs: dict[str, Value], *,
 # is also run by NumPy itself on one-element arrays of the same dtypes and ranks; where the result
 # dtypes differ, the op is a graph break (NumPy runs it eagerly), never a result of another dtype. When
 # that probe raises (an argument that only fits the real shapes), there is nothing to compare; for an
-# in-place operator it means NumPy refuses the cast, so it is a break too.
+# in-place operator it means NumPy refuses the cast, so it is a break too. torch.Tensor arguments are
+# probed as real tensors: np.sum(t), np.reshape(t, s) call the tensor's own methods (raising, or
+# returning a tensor), which a break leaves to eager; np.ones_like(t) converts it and is traced.
 def _check_dtypes(target: NumpyOp, real: Any, args: list[Value], kwargs: dict[str, Value], result: Value) -> None:
     import warnings
     np = _np()
@@ -425,6 +427,9 @@ def _check_dtypes(target: NumpyOp, real: Any, args: list[Value], kwargs: dict[st
     except Exception:
         if target.kind == "operator" and target.name.startswith("i"):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"in-place {target.name} that NumPy may refuse") from None
+        if any(isinstance(a, TensorValue) for a in [*args, *kwargs.values()]):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{target.__name__} given a torch.Tensor: NumPy calls "
+                              "its methods or refuses it") from None
         return
     traced, real_dtypes = _dtypes_of(result), _dtypes_of(expected)
     if traced is not None and real_dtypes is not None and traced != real_dtypes:
@@ -441,8 +446,8 @@ def _probe(v: Value) -> Any:
     if isinstance(v, NdarrayValue):
         dtype = v.np_dtype()
         return dtype.type(1) if v.scalar else np.ones((1,) * v.fake.dim(), dtype=dtype)
-    if isinstance(v, TensorValue):
-        return np.ones((1,) * v.fake.dim(), dtype=numpy_dtype(v.fake.dtype))
+    if isinstance(v, TensorValue):  # a real tensor: NumPy may call its methods instead of converting it
+        return torch.ones((1,) * v.fake.dim(), dtype=v.fake.dtype)
     if isinstance(v, SequenceValue):
         items = [_probe(i) for i in v.items]
         return list(items) if v.cls is list else tuple(items)
@@ -468,6 +473,8 @@ def _dtypes_of(x: Any) -> list | None:
         return _dtypes_of(x.as_constant()) if isinstance(x.as_constant(), (np.ndarray, np.generic)) else []
     if isinstance(x, (int, float, bool, complex, type(None))):
         return []
+    if isinstance(x, torch.Tensor):
+        return ["a torch.Tensor"]  # NumPy handed the work to the tensor's own method
     return None
 
 

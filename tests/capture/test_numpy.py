@@ -328,3 +328,33 @@ def test_numpy_scalars_in_torch_ops_act_as_python_numbers():
     # torch takes np.bool_ for a float (int + np.bool_ is float32): not modelled, a break
     differential(tensor_with_numpy_bool, ints)
     assert breaks(tensor_with_numpy_bool, ints[0][0]).graph_break_count == 1
+
+
+def numpy_reduction_of_tensor(x):
+    return np.sum(x)  # NumPy calls x.sum(axis=None, out=None): a TypeError, as in eager
+
+
+def numpy_reshape_of_tensor(x):
+    return np.reshape(x, (-1,)) * 2  # NumPy calls x.reshape: a torch.Tensor comes back
+
+
+def numpy_like_of_tensor(x):
+    return np.ones_like(x, dtype=np.float64) + np.full_like(x, 2.0)  # converted to arrays: traced
+
+
+def numpy_ufunc_of_tensor(x):
+    return np.cos(x) * 2  # a ufunc hands a torch.Tensor back (the tensor's __array_wrap__)
+
+
+def test_numpy_functions_given_torch_tensors_follow_eager():
+    compiled = framejit.compile(numpy_reduction_of_tensor, backend="eager")
+    with pytest.raises(TypeError):
+        numpy_reduction_of_tensor(torch.randn(3))
+    with pytest.raises(TypeError):
+        compiled(torch.randn(3))
+    differential(numpy_reshape_of_tensor, tensors())
+    assert breaks(numpy_reshape_of_tensor, torch.randn(3, 4)).graph_break_count == 1
+    backend = differential(numpy_like_of_tensor, tensors(), fullgraph=True)
+    assert backend.graph_count == len(SHAPES)
+    differential(numpy_ufunc_of_tensor, tensors())
+    assert breaks(numpy_ufunc_of_tensor, torch.randn(3, 4)).graph_break_count == 1
