@@ -49,7 +49,9 @@ _MAX_ATTEMPTS = 8
 # 6: returned views of inputs mutated by the graph are views of the inputs (backends/aliasing.py).
 # 7: expm1/log1p and int64 sum/prod/cumprod run in torch (soundness findings #6, #9).
 # 8: random ops run in torch, drawing from torch's generator (soundness finding #11).
-REVISION = 8
+# 9: the sign of zero as eager (NOTE [Where keeps -0.0]: where, masked_fill, trunc, frac, x ** 0.5,
+#    maximum/minimum, tensor clamps); signbit, xlogy, heaviside, topk and max_pool indices run in torch.
+REVISION = 9
 
 
 @dataclasses.dataclass

@@ -11,10 +11,11 @@ gives nan; `argmax` gave the index of 3, eager the index of the NaN), `Sign(nan)
 gives 0, a cumulative sum may start a row with -0.0 where eager's starts from +0.0, and torchlib writes
 `aten.copy(dst, src)` as src itself (a broadcasting `src` came back in its own shape). Each is rewritten
 into ops whose ONNX meaning is eager's:
-- `amax/amin/max/min` (float):  where(any(isnan(x), dims), nan, r)
+- `amax/amin/max/min` (float):  where(any(isnan(x), dims), nan, r); max()/min() reduce flip(x) (eager keeps
+  the last of tied +-0.0 there, the first in amax/amin)
 - `argmax/argmin`, and the indices of `max.dim/min.dim` (float): where(any(isnan(x)), argmax(isnan(x)), r)
   (torch returns the first NaN's index; ArgMax returns the first maximum's index)
-- `sign` (float): where(isnan(x), 0, r);  `cumsum` (float): r + 0.0 (turns -0.0 into +0.0 only)
+- `sign` (float): where(isnan(x), 0, r);  `cumsum` (float): where(r == 0, +0.0, r) (-0.0 into +0.0 only)
 - `clamp_min`, `clamp_max`, `clamp` with one bound: where(x < lo, lo, x) / where(x > hi, hi, x) (ORT's
   Clip without an upper bound turned inf into the largest float; the comparison keeps NaN and -0.0)
 - `copy(dst, src)`: clone(expand(src cast to dst's dtype, dst's shape))
@@ -23,13 +24,21 @@ into ops whose ONNX meaning is eager's:
 Ops whose translation is wrong on special values in ways not worth rewriting (atan2, floor_divide,
 remainder and rounding division of floats), imprecise (expm1, log1p) or inexact on int64 (sum, prod,
 cumprod) run in eager torch (translate.unsupported_reason).
-Known and left: ORT turns a -0.0 into +0.0 in `trunc(-0.0)`, `expm1(-0.0)` and in some `Where` selections
-(measured; a rewrite through `where(x == 0, x, r)` did not keep the sign either).
+The sign of zero (soundness finding #10): every float `where` (and masked_fill with a -0.0 or tensor
+value) becomes an exact select (NOTE [Where keeps -0.0]); `trunc` is `x > 0 ? floor(x) : ceil(x)` and
+`frac` x - that (torchlib's Floor(Abs(x)) * Sign(x) gave +0.0 for -0.0); `x ** 0.5` / `x ** -0.5` are
+sqrt / rsqrt as in eager; `maximum/minimum` and tensor-bound clamps keep the first argument on ties as
+eager's scalar loop does (ORT's Max/Min gave the other zero); two-bound clamps with a zero bound, and
+scalar clamps with a NaN bound (NaN everywhere in eager) are rewritten like the one-sided ones; `celu` is
+elu with input_scale (ORT's Celu gave +0.0 for -0.0); avg_pool reads its input with -0.0 turned into +0.0
+(eager's window sums start from +0.0); `logit(x, eps)` clamps with Clip (torchlib's clamp lost NaN).
+translate.py also keeps -0.0 and 0.0 apart in the exporter's constant farm.
 Reductions over empty tensors (mean or var of nothing is NaN in eager, 0 in ORT) are not rewritten:
 nodes that touch an empty tensor run in eager torch (translate.unsupported_reason).
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Callable
 
@@ -42,6 +51,35 @@ aten = torch.ops.aten
 _NAN_VALUE_REDUCTIONS = {aten.amax.default, aten.amin.default, aten.max.default, aten.min.default}
 _NAN_INDEX_REDUCTIONS = {aten.argmax.default, aten.argmin.default}
 _NAN_PAIR_REDUCTIONS = {aten.max.dim, aten.min.dim}
+
+
+# NOTE [Where keeps -0.0]
+# ORT's Where (CPU) computes `X_sel = cond ? X : 0`, `Y_sel = cond ? 0 : Y` and merges them with
+# `X_sel != 0 ? X_sel : Y_sel`: a -0.0 selected from X comes out as +0.0 (a -0.0 from Y is kept, NaN and
+# infinities are kept). So a float `where` keeps eager's meaning as it is only when its X is a constant
+# other than -0.0 (NaN, 0.0, -inf: `where(has_nan, nan, r)`, masked_fill(mask, -inf)); with a Y constant
+# the condition is negated and the two swapped; otherwise it becomes
+#     neg(where(!cond, 0, neg(x))) - where(cond, 0, neg(y))
+# (the first term is `cond ? x : -0.0`, the second `cond ? +0.0 : -y`; every Where there has a constant
+# +0.0 as X), which is exact for every value: x - (+0.0) is x, and -0.0 - (-y) is y, -0.0 included.
+# Nodes marked `_KEEPS_SIGN` are known exact and left alone by the final pass over where nodes.
+_KEEPS_SIGN = "_framejit_keeps_sign"
+
+
+def _constant_number(arg: Any) -> float | None:
+    """The value of a scalar constant made in the graph (full, scalar_tensor), else None."""
+    if isinstance(arg, torch.fx.Node) and arg.op == "call_function":
+        if arg.target is aten.full.default and isinstance(arg.args[1], (int, float)):
+            return float(arg.args[1])
+        if arg.target is aten.scalar_tensor.default and isinstance(arg.args[0], (int, float)):
+            return float(arg.args[0])
+    return None
+
+
+def _safe_first_value(arg: Any) -> bool:
+    """`arg` may be Where's X: a constant that is not -0.0 (NOTE [Where keeps -0.0])."""
+    value = _constant_number(arg)
+    return value is not None and not (value == 0 and math.copysign(1.0, value) < 0)
 
 
 def _val(arg: Any) -> Any:
@@ -58,11 +96,13 @@ class _Builder:
 
     def __init__(self, graph: torch.fx.Graph, anchor: torch.fx.Node, fake_mode) -> None:
         self.graph, self.last, self.fake_mode = graph, anchor, fake_mode
+        self.made: set[torch.fx.Node] = set()
 
     def __call__(self, op: Callable, *args: Any, **kwargs: Any) -> torch.fx.Node:
         with self.graph.inserting_after(self.last):
             node = self.graph.call_function(op, args, kwargs)
         self.last = node
+        self.made.add(node)
         fake_args, fake_kwargs = pytree.tree_map(_val, (args, kwargs))
         with self.fake_mode:
             node.meta["val"] = op(*fake_args, **fake_kwargs)
@@ -86,6 +126,52 @@ class _Builder:
         as_float = self(aten._to_copy.default, isnan, dtype=_val(x).dtype)
         return self(aten.argmax.default, as_float, dim, keepdim)
 
+    def where(self, cond: torch.fx.Node, x: Any, y: Any) -> torch.fx.Node:
+        """cond ? x : y for a float result, with the sign of a selected -0.0 kept (NOTE [Where keeps -0.0]).
+        `x` and `y` are nodes or Python floats."""
+        dtype = torch.result_type(*[_val(a) if isinstance(a, torch.fx.Node) else a for a in (x, y)])
+        device = _val(cond).device
+        x, y = (self._as_tensor(a, dtype, device) for a in (x, y))
+        if _safe_first_value(x):
+            return self._exact(aten.where.self, cond, x, y)
+        if _safe_first_value(y):
+            return self._exact(aten.where.self, self.negate(cond), y, x)
+        zero = self.nan_like(x, 0.0)
+        x_or_minus_zero = self(aten.neg.default, self._exact(
+            aten.where.self, self.negate(cond), zero, self(aten.neg.default, x)))
+        zero_or_minus_y = self._exact(aten.where.self, cond, zero, self(aten.neg.default, y))
+        return self(aten.sub.Tensor, x_or_minus_zero, zero_or_minus_y)
+
+    def plus_zero(self, x: torch.fx.Node) -> torch.fx.Node:
+        """x with -0.0 turned into +0.0, as `x == 0 ? +0.0 : x` (ORT's optimizer removes `x + 0.0`)."""
+        return self(aten.where.self, self(aten.eq.Scalar, x, 0), self.nan_like(x, 0.0), x)
+
+    def negate(self, cond: torch.fx.Node) -> torch.fx.Node:
+        """not cond, as Xor(cond, true): ORT's NotWhereFusion swaps the values of a Where fed by Not,
+        which would move a tensor back into X (measured: where(x > 0, y, x) lost -0.0 again)."""
+        true = self(aten.full.default, [], True, dtype=torch.bool, device=_val(cond).device, pin_memory=False)
+        return self(aten.logical_xor.default, cond, true)
+
+    def _as_tensor(self, value: Any, dtype: torch.dtype, device: torch.device) -> torch.fx.Node:
+        if not isinstance(value, torch.fx.Node):
+            return self(aten.full.default, [], float(value), dtype=dtype, device=device, pin_memory=False)
+        if _val(value).dtype != dtype:
+            return self(aten._to_copy.default, value, dtype=dtype)
+        return value
+
+    def _exact(self, op: Callable, *args: Any) -> torch.fx.Node:
+        node = self(op, *args)
+        node.meta[_KEEPS_SIGN] = True
+        return node
+
+    def eager_max(self, a: Any, b: Any, larger: bool) -> torch.fx.Node:
+        """Eager's maximum(a, b) (`larger`) or minimum(a, b): NaN if either is NaN, else the other value
+        only where it is strictly larger (smaller), so `a` wins ties (maximum(-0.0, 0.0) is -0.0)."""
+        b_ref = b if isinstance(b, torch.fx.Node) else self._as_tensor(b, _val(a).dtype, _val(a).device)
+        beats = self(aten.gt.Tensor if larger else aten.lt.Tensor, b_ref, a)
+        takes_b = self(aten.logical_or.default, beats, self(aten.isnan.default, b_ref))
+        return self.where(takes_b, b_ref, a)
+
 
 def _replace_uses(node: torch.fx.Node, new: torch.fx.Node, keep: set) -> None:
     for user in list(node.users):
@@ -104,6 +190,12 @@ def _args(node: torch.fx.Node, names: tuple[str, ...], defaults: tuple) -> list:
 
 def _rewrite_value_reduction(b: _Builder, node: torch.fx.Node) -> None:
     x, dims, keepdim = _args(node, ("self", "dim", "keepdim"), (None, [], False))
+    if node.target in (aten.max.default, aten.min.default) and _val(x).dim() > 0:
+        # eager's max()/min() of a whole tensor keep the last of tied +-0.0 (amax and ORT's ReduceMax the
+        # first): reduce the tensor read backwards (NOTE [Eager's maximum on ties] in triton/codegen.py)
+        b.last = node.prev
+        node.replace_input_with(x, b(aten.flip.default, x, list(range(_val(x).dim()))))
+        b.last = node
     has_nan = b.has_nan(x, dims, bool(keepdim))
     new = b(aten.where.self, has_nan, b.nan_like(x), node)
     _replace_uses(node, new, set())
@@ -136,8 +228,7 @@ def _rewrite_sign(b: _Builder, node: torch.fx.Node) -> None:
 
 
 def _rewrite_cumsum(b: _Builder, node: torch.fx.Node) -> None:
-    new = b(aten.add.Tensor, node, b.nan_like(node, 0.0))
-    _replace_uses(node, new, set())
+    _replace_uses(node, b.plus_zero(node), b.made)
 
 
 def _rewrite_one_sided_clamp(b: _Builder, node: torch.fx.Node) -> bool:
@@ -148,10 +239,13 @@ def _rewrite_one_sided_clamp(b: _Builder, node: torch.fx.Node) -> bool:
         low, high = None, _args(node, ("self", "max"), (None, None))[1]
     else:
         _, low, high = _args(node, ("self", "min", "max"), (None, None, None))
-        if low is not None and high is not None:
-            return False  # Clip with both bounds matches eager
     if isinstance(low, torch.fx.Node) or isinstance(high, torch.fx.Node):
         return False
+    if any(bound is not None and math.isnan(bound) for bound in (low, high)):  # eager: NaN everywhere
+        _replace_uses(node, b(aten.add.Tensor, x, b.nan_like(x)), set())
+        return True
+    if low is not None and high is not None and low != 0 and high != 0:
+        return False  # Clip with both bounds matches eager, but for the sign of zero on ties with +-0.0
     value = x
     if low is not None:
         bound = b.nan_like(x, float(low))
@@ -160,6 +254,101 @@ def _rewrite_one_sided_clamp(b: _Builder, node: torch.fx.Node) -> bool:
         bound = b.nan_like(x, float(high))
         value = b(aten.where.self, b(aten.gt.Tensor, value, bound), bound, value)
     _replace_uses(node, value, set())
+    return True
+
+
+def _rewrite_where(b: _Builder, node: torch.fx.Node) -> bool:
+    cond, x, y = node.args[:3]
+    if node.meta.get(_KEEPS_SIGN) or _safe_first_value(x) or not _is_float_tensor_node(node):
+        return False
+    _replace_uses(node, b.where(cond, x, y), set())
+    return True
+
+
+def _rewrite_masked_fill(b: _Builder, node: torch.fx.Node) -> bool:
+    x, mask, value = node.args[:3]
+    if _safe_first_value(value) or (not isinstance(value, torch.fx.Node) and not (
+            value == 0 and math.copysign(1.0, value) < 0)):
+        return False  # a constant other than -0.0 is an exact X for ORT's Where (torchlib's masked_fill)
+    if isinstance(value, torch.fx.Node):
+        value = b._as_tensor(value, _val(x).dtype, _val(x).device)
+    _replace_uses(node, b.where(mask, value, x), set())
+    return True
+
+
+def _exact_trunc(b: _Builder, x: torch.fx.Node) -> torch.fx.Node:
+    """trunc(x) as `x > 0 ? floor(x) : ceil(x)`: Floor of a positive x is never -0.0, and Ceil keeps -0.0
+    (torchlib's Floor(Abs(x)) * Sign(x) gave +0.0 for -0.0)."""
+    return b._exact(aten.where.self, b(aten.gt.Scalar, x, 0), b(aten.floor.default, x), b(aten.ceil.default, x))
+
+
+def _rewrite_rounding(b: _Builder, node: torch.fx.Node) -> None:
+    x = node.args[0]
+    new = _exact_trunc(b, x)
+    if node.target is aten.frac.default:
+        new = b(aten.sub.Tensor, x, new)
+    _replace_uses(node, new, set())
+
+
+def _rewrite_root_power(b: _Builder, node: torch.fx.Node) -> bool:
+    """Eager computes x ** 0.5 as sqrt(x) and x ** -0.5 as rsqrt(x) (sqrt(-0.0) is -0.0, sqrt(-inf) NaN);
+    ONNX Pow is C's pow (pow(-0.0, 0.5) is +0.0, pow(-inf, 0.5) inf)."""
+    exponent = node.args[1]
+    if exponent not in (0.5, -0.5) or isinstance(exponent, bool):
+        return False
+    new = b(aten.sqrt.default if exponent == 0.5 else aten.rsqrt.default, node.args[0])
+    _replace_uses(node, new, set())
+    return True
+
+
+def _rewrite_min_max(b: _Builder, node: torch.fx.Node) -> bool:
+    """maximum/minimum and clamp with tensor bounds as eager's scalar loop computes them (`b` replaces `a`
+    only where strictly larger/smaller or NaN): ORT's Max/Min returned the other zero on +-0.0 ties."""
+    target = node.target
+    if target in (aten.maximum.default, aten.minimum.default):
+        if not isinstance(node.args[1], torch.fx.Node):
+            return False
+        new = b.eager_max(node.args[0], node.args[1], larger=target is aten.maximum.default)
+    else:
+        if target is aten.clamp_min.Tensor:
+            low, high = node.args[1], None
+        elif target is aten.clamp_max.Tensor:
+            low, high = None, node.args[1]
+        else:
+            _, low, high = _args(node, ("self", "min", "max"), (None, None, None))
+        new = node.args[0]
+        for bound, larger in ((low, True), (high, False)):
+            if bound is not None:
+                new = b.eager_max(new, bound, larger)
+        if new is node.args[0]:
+            return False
+    _replace_uses(node, new, set())
+    return True
+
+
+def _rewrite_celu(b: _Builder, node: torch.fx.Node) -> None:
+    """celu(x, a) is elu(x, a, input_scale=1/a) in eager (celu(-0.0) is -0.0); ORT's Celu gave +0.0."""
+    x, alpha = _args(node, ("self", "alpha"), (None, 1.0))
+    _replace_uses(node, b(aten.elu.default, x, alpha, 1.0, 1.0 / alpha), set())
+
+
+def _rewrite_avg_pool(b: _Builder, node: torch.fx.Node) -> None:
+    """Eager's window sums start from +0.0 (a window of -0.0 averages to +0.0), ORT's from the first
+    element: the input's -0.0 become +0.0 first."""
+    x = node.args[0]
+    b.last = node.prev  # the new nodes go before the pool, which reads them
+    node.replace_input_with(x, b.plus_zero(x))
+
+
+def _rewrite_logit(b: _Builder, node: torch.fx.Node) -> bool:
+    """logit(x, eps) = log(z / (1 - z)) with z = clamp(x, eps, 1 - eps) as eager (torchlib's version
+    turned NaN into 1 - eps)."""
+    x, eps = _args(node, ("self", "eps"), (None, None))
+    if eps is None:
+        return False
+    clamped = b(aten.clamp.default, x, eps, 1.0 - eps)
+    new = b(aten.log.default, b(aten.div.Tensor, clamped, b(aten.rsub.Scalar, clamped, 1.0)))
+    _replace_uses(node, new, set())
     return True
 
 
@@ -222,9 +411,33 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         return _rewrite_max_pool(b, node)
     elif target in (aten.clamp_min.default, aten.clamp_max.default, aten.clamp.default):
         return _rewrite_one_sided_clamp(b, node)
+    elif target in _MIN_MAX:
+        return _rewrite_min_max(b, node)
+    elif target in (aten.trunc.default, aten.frac.default):
+        _rewrite_rounding(b, node)
+    elif target is aten.pow.Tensor_Scalar:
+        return _rewrite_root_power(b, node)
+    elif target in (aten.masked_fill.Scalar, aten.masked_fill.Tensor):
+        return _rewrite_masked_fill(b, node)
+    elif target is aten.celu.default:
+        _rewrite_celu(b, node)
+    elif target in (aten.avg_pool1d.default, aten.avg_pool2d.default, aten.avg_pool3d.default):
+        _rewrite_avg_pool(b, node)
+    elif target is aten.logit.default:
+        return _rewrite_logit(b, node)
     else:
         return False
     return True
+
+
+_MIN_MAX = {aten.maximum.default, aten.minimum.default, aten.clamp.Tensor, aten.clamp_min.Tensor,
+            aten.clamp_max.Tensor}
+_WHERE = {aten.where.self, torch.ops.prims.where.default}
+
+
+def _erase_if_unused(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
+    if not node.users:
+        gm.graph.erase_node(node)
 
 
 def match_eager(gm: torch.fx.GraphModule) -> int:
@@ -238,6 +451,12 @@ def match_eager(gm: torch.fx.GraphModule) -> int:
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and _rewrite(_Builder(gm.graph, node, fake_mode), node):
             rewritten += 1
+            _erase_if_unused(gm, node)
+    for node in list(gm.graph.nodes):  # last: every float where, the ones made above included
+        if node.op == "call_function" and node.target in _WHERE and _rewrite_where(
+                _Builder(gm.graph, node, fake_mode), node):
+            rewritten += 1
+            _erase_if_unused(gm, node)
     for node in gm.graph.nodes:
         node.meta.pop("_semantics_order", None)
     if rewritten:

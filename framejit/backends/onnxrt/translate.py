@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import operator
 
 import torch
@@ -85,9 +86,17 @@ def _tensor_vals(value) -> list:
 
 
 # measured on special values: atan2(nan, 1) gave 0 and atan2(-2.5, -0.0) +pi/2; floor_divide(inf, 0.7)
-# gave inf (eager: nan); remainder(-0.0, 1.5) gave +0.0 (NOTE [Eager semantics in ONNX] in semantics.py)
+# gave inf (eager: nan); remainder(-0.0, 1.5) gave +0.0; signbit is `x < 0` (false for -0.0, and the
+# sign of NaN cannot be read in ONNX); xlogy(0, nan) gave 0 (eager: nan); heaviside(nan, v) gave 1
+# (eager: 0) (NOTE [Eager semantics in ONNX] in semantics.py)
 _WRONG_ON_SPECIAL_FLOATS = frozenset({"aten::atan2", "aten::floor_divide", "aten::remainder",
-                                      "aten::div.Tensor_mode", "aten::div.Scalar_mode"})
+                                      "aten::div.Tensor_mode", "aten::div.Scalar_mode", "aten::signbit",
+                                      "aten::xlogy", "aten::special_xlogy", "aten::heaviside"})
+# eager's topk orders tied values (NaN included) as its partial sort leaves them ([2, 2, 2, 1, 2], k=2
+# gave indices [2, 4]); ORT's TopK puts the lower index first. max_pool's index in a window holding NaN
+# is eager's last NaN (`val > max || isnan(val)`); ORT's MaxPool skips NaN.
+_TIE_ORDER = frozenset({"aten::topk"})
+_POOL_WITH_INDICES = frozenset({"aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices"})
 # torchlib writes these as exp(x) - 1 and log(1 + x): expm1(1e-10) gave 0 (soundness finding #9)
 _IMPRECISE = frozenset({"aten::expm1", "aten::log1p"})
 # int64 sums and products went through a float: sum([2**60 + 1, 3]) lost its low bits (finding #6)
@@ -145,6 +154,11 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
     if {schema_name, f"{schema_name}.{node.target._overloadname}"} & _WRONG_ON_SPECIAL_FLOATS and any(
             isinstance(v, torch.Tensor) and v.is_floating_point() for v in vals):
         return f"{overload} differs from eager on NaN, inf or -0.0 in ONNX (NOTE [Eager semantics in ONNX])"
+    if schema_name in _TIE_ORDER:
+        return f"{overload}: the order of tied values' indices is eager's own partial sort, not ORT's"
+    if schema_name in _POOL_WITH_INDICES and any(v.is_floating_point() for v in vals) and any(
+            u.target is operator.getitem and u.args[1] == 1 for u in node.users):
+        return f"{overload}: its indices in windows holding NaN differ from eager's in ONNX"
     if schema_name in _IMPRECISE:
         return f"{overload} loses precision near 0 in ONNX (written as exp(x) - 1 / log(1 + x))"
     if schema_name in _INEXACT_ON_INT64 and any(
@@ -179,7 +193,7 @@ def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
     model = ir.Model(graph, ir_version=10, producer_name="framejit")
     values: dict = {}
     onnx_opset = _core._get_onnxscript_opset(opset_version)
-    constant_farm: dict = {}
+    constant_farm = _SignedConstants()
     with _quiet():
         for node in gm.graph.nodes:
             try:
@@ -189,6 +203,32 @@ def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
         _add_function_opsets(model)
         fold_transposes_into_gemm(graph)
         return ir.serde.serialize_model(model).SerializeToString()
+
+
+class _SignedConstants(dict):
+    """The exporter's constant farm (one ONNX Constant per `(python value, dtype)` key), with -0.0 and 0.0
+    as different keys: as dict keys they are equal, so `scalar_tensor(-0.0)` reused the Constant made for
+    `x <= 0.0` and became +0.0 (threshold(x, 0.0, -0.0) returned +0.0)."""
+
+    @staticmethod
+    def _key(key):
+        if isinstance(key, float):
+            return (key, math.copysign(1.0, key))
+        if isinstance(key, (tuple, list)):
+            return (type(key).__name__, *map(_SignedConstants._key, key))
+        return key
+
+    def get(self, key, default=None):
+        return super().get(self._key(key), default)
+
+    def __getitem__(self, key):
+        return super().__getitem__(self._key(key))
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(self._key(key), value)
+
+    def __contains__(self, key) -> bool:
+        return super().__contains__(self._key(key))
 
 
 # NOTE [Transposes folded into Gemm]

@@ -33,8 +33,18 @@ POINTER_TYPES = {
     torch.bool: "*i1",
 }
 
-_FLOAT_MAX = "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"
-_FLOAT_MIN = "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)"
+# NOTE [Eager's maximum on ties]
+# torch.maximum(a, b) / minimum(a, b) on floats, as eager's scalar loop computes them: NaN if either is
+# NaN, else b only where it is strictly larger (smaller), so a wins ties: maximum(-0.0, 0.0) is -0.0 and
+# maximum(0.0, -0.0) is 0.0. (tl.maximum gave one zero for both orders.) Eager's AVX loop returns b on
+# +-0.0 ties instead, so for tensors long enough to be vectorised eager itself has no single answer;
+# the scalar loop's is taken, which is also what onnxrt computes (semantics.py, NOTE [Where keeps -0.0]).
+# Float max/min reductions combine the same way, in index order (tl.reduce pairs its operands in order;
+# a looped reduction combines its accumulator with the later block): amax, amin and max.dim keep the
+# first of tied values as eager does, max()/min() of a whole tensor the last one as eager does
+# (reduce types "max_last"/"min_last"; measured on rows shorter than eager's vector loop, 32 floats).
+_EAGER_MAX = "tl.where(({1} > {0}) | ({1} != {1}), {1}, {0})"
+_EAGER_MIN = "tl.where(({1} < {0}) | ({1} != {1}), {1}, {0})"
 OPS = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
     "truncdiv": "{0} // {1}", "cmod": "{0} % {1}", "neg": "-{0}", "abs": "tl.abs({0})",
@@ -48,8 +58,10 @@ OPS = {
 
 # Combine functions used by tl.reduce; emitted into every kernel file that needs them.
 COMBINE_HELPERS = {
-    "_max_combine": "@triton.jit\ndef _max_combine(a, b):\n    return " + _FLOAT_MAX.format("a", "b") + "\n",
-    "_min_combine": "@triton.jit\ndef _min_combine(a, b):\n    return " + _FLOAT_MIN.format("a", "b") + "\n",
+    "_max_combine": "@triton.jit\ndef _max_combine(a, b):\n    return " + _EAGER_MAX.format("a", "b") + "\n",
+    "_min_combine": "@triton.jit\ndef _min_combine(a, b):\n    return " + _EAGER_MIN.format("a", "b") + "\n",
+    "_max_last_combine": "@triton.jit\ndef _max_last_combine(a, b):\n    return " + _EAGER_MAX.format("b", "a") + "\n",
+    "_min_last_combine": "@triton.jit\ndef _min_last_combine(a, b):\n    return " + _EAGER_MIN.format("b", "a") + "\n",
     "_prod_combine": "@triton.jit\ndef _prod_combine(a, b):\n    return a * b\n",
 }
 
@@ -163,7 +175,7 @@ class KernelWriter:
                 text = f"{args[0]}.to({TL_DTYPES[value.dtype]})"
         elif value.name in ("maximum", "minimum"):
             floating = value.dtype.is_floating_point
-            text = (_FLOAT_MAX if value.name == "maximum" else _FLOAT_MIN) if floating else f"tl.{value.name}({{0}}, {{1}})"
+            text = (_EAGER_MAX if value.name == "maximum" else _EAGER_MIN) if floating else f"tl.{value.name}({{0}}, {{1}})"
             text = text.format(*args)
         else:
             text = OPS[value.name].format(*args)
@@ -295,21 +307,23 @@ class KernelWriter:
             return f"{a} + {b}"
         if kind == "prod":
             return f"{a} * {b}"
+        base = kind.split("_")[0]
         if dtype.is_floating_point:
-            return (_FLOAT_MAX if kind == "max" else _FLOAT_MIN).format(a, b)
-        return f"tl.{'maximum' if kind == 'max' else 'minimum'}({a}, {b})"
+            text = _EAGER_MAX if base == "max" else _EAGER_MIN
+            return text.format(b, a) if kind.endswith("_last") else text.format(a, b)
+        return f"tl.{'maximum' if base == 'max' else 'minimum'}({a}, {b})"
 
     def finish(self, node: ReductionNode, values: str, index: str, init: str) -> str:
         """The per-row result of reducing `values` ([XBLOCK, RBLOCK]) along axis 1."""
         kind, floating = node.reduce_type, node.body.dtype.is_floating_point
         if kind == "sum":
             text = f"tl.sum({values}, 1)[:, None]"
-        elif kind == "prod" or (kind in ("max", "min") and floating):
-            helper = {"prod": "_prod_combine", "max": "_max_combine", "min": "_min_combine"}[kind]
+        elif kind == "prod" or (kind in _MAX_MIN and floating):
+            helper = f"_{kind}_combine"
             self.helpers.add(helper)
             text = f"tl.reduce({values}, 1, {helper})[:, None]"
-        elif kind in ("max", "min"):
-            text = f"tl.{kind}({values}, 1)[:, None]"
+        elif kind in _MAX_MIN:
+            text = f"tl.{kind.split('_')[0]}({values}, 1)[:, None]"
         else:
             best, matches = self._arg_best(kind, values, floating)
             candidates = f"tl.where(xmask & rmask & ({matches}), {index}, {_BIG_INDEX})" if index == "rindex" \
@@ -353,6 +367,7 @@ class KernelWriter:
 
 
 _BIG_INDEX = 2 ** 31 - 1  # 'no index yet' marker; rows never have 2**31 elements
+_MAX_MIN = ("max", "min", "max_last", "min_last")
 
 
 def _identity(kind: str, dtype: torch.dtype) -> str:
@@ -360,7 +375,7 @@ def _identity(kind: str, dtype: torch.dtype) -> str:
         return "0"
     if kind == "prod":
         return "1"
-    is_max = kind in ("max", "argmax")
+    is_max = kind in ("max", "argmax", "max_last")
     if dtype.is_floating_point:
         return 'float("-inf")' if is_max else 'float("inf")'
     info = torch.iinfo(dtype)

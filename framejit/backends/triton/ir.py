@@ -338,7 +338,7 @@ class PointwiseNode:
         return contiguous_strides(self.shape)
 
 
-REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin")
+REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "max_last", "min_last")  # NOTE [Eager's maximum on ties]
 
 
 @dataclasses.dataclass

@@ -54,7 +54,8 @@ def lit(value, like):
 def tanh(x):
     t = Op("exp", (Op("mul", (lit(-2.0, x), Op("abs", (x,), x.dtype)), x.dtype),), x.dtype)
     y = Op("truediv", (Op("sub", (lit(1.0, x), t), x.dtype), Op("add", (lit(1.0, x), t), x.dtype)), x.dtype)
-    return where(Op("lt", (x, lit(0.0, x)), torch.bool), Op("neg", (y,), x.dtype), y)
+    signed = where(Op("lt", (x, lit(0.0, x)), torch.bool), Op("neg", (y,), x.dtype), y)
+    return where(Op("eq", (x, lit(0.0, x)), torch.bool), x, signed)  # tanh(-0.0) is -0.0
 
 
 def trunc(x):
@@ -252,6 +253,8 @@ def _clamp(lo, node, x, min=None, max=None):
         raise Unlowerable("tensor bounds")
 
     def fn(v):  # eager's clamp is `x < lo ? lo : x`: it keeps NaN and the sign of clamp_min(-0.0, 0.0)
+        if any(isinstance(bound, float) and bound != bound for bound in (min, max)):
+            return Op("add", (v, lit(float("nan"), v)), v.dtype)  # a NaN bound: NaN everywhere, as eager
         if min is not None:
             bound = lit(min, v)
             v = Op("where", (Op("lt", (v, bound), torch.bool), bound, v), v.dtype)

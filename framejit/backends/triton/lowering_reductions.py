@@ -102,6 +102,8 @@ def _max_dim(lo, node, x, dim, keepdim=False):
 @lowering(aten.max.default, aten.min.default)
 def _max_all(lo, node, x):
     kind = "max" if node.target.overloadpacket is aten.max else "min"
+    if x.dtype.is_floating_point:  # eager's max() keeps the last of tied +-0.0 (NOTE [Eager's maximum on ties])
+        kind += "_last"
     compute = torch.int32 if x.dtype == torch.bool else compute_dtype(x.dtype)
     return reduce(lo, x, None, False, kind, x.dtype, compute, str(node.target))
 

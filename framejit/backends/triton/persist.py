@@ -33,7 +33,8 @@ KIND = "triton"
 # 2: returned views of inputs mutated by the graph are views of the inputs (backends/aliasing.py).
 # 3: graphs that change an input's shape or strides in place run eagerly (backends/aliasing.py).
 # 4: bool addition is a logical or; sign(nan) and sign(-0.0) are 0.0 (soundness findings #7, #8).
-REVISION = 4
+# 5: float maximum/minimum keep the first argument on ties (NOTE [Eager's maximum on ties]).
+REVISION = 5
 
 
 def save(compiled) -> bytes | None:
