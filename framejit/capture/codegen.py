@@ -183,8 +183,8 @@ class Reconstructor:
         visiting.add(id(value))
         for child in _children(value):
             self._preload(child, sourced, visiting)
-        if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)):
-            self._store_preloaded(value)
+        if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value):
+            self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
 
     def _store_preloaded(self, value: Value) -> None:
         self.emit(value)

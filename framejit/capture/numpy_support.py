@@ -399,7 +399,8 @@ def _record(tx, target: NumpyOp, args: list[Value], kwargs: dict[str, Value], *,
 # (cumsum of int8 stays int8 where NumPy gives int64, there is no uint64, ...). So every traced NumPy op
 # is also run by NumPy itself on one-element arrays of the same dtypes and ranks; where the result
 # dtypes differ, the op is a graph break (NumPy runs it eagerly), never a result of another dtype. When
-# that probe raises (an argument that only fits the real shapes), there is nothing to compare; for an
+# that probe raises (an argument that only fits the real shapes), there is nothing to compare (nor for a
+# big array made from constants, np.zeros((10**5, 10**5)), which is not probed); for an
 # in-place operator it means NumPy refuses the cast, so it is a break too. torch.Tensor arguments are
 # probed as real tensors: np.sum(t), np.reshape(t, s) call the tensor's own methods (raising, or
 # returning a tensor), which a break leaves to eager; np.ones_like(t) converts it and is traced.
@@ -408,6 +409,8 @@ def _check_dtypes(target: NumpyOp, real: Any, args: list[Value], kwargs: dict[st
     np = _np()
     if target.kind == "operator" and target.name == "setitem":
         return
+    if _all_constant(args, kwargs) and _numel(result) > _PROBE_LIMIT:
+        return  # np.zeros((10**5, 10**5)): the probe would be that big; creation dtypes come from arguments
     try:
         probe_args = [_probe(a) for a in args]
         probe_kwargs = {k: _probe(v) for k, v in kwargs.items()}
@@ -439,6 +442,17 @@ def _check_dtypes(target: NumpyOp, real: Any, args: list[Value], kwargs: dict[st
 
 class _NoProbe(Exception):
     pass
+
+
+_PROBE_LIMIT = 1 << 16
+
+
+def _numel(result: Value) -> int:
+    if isinstance(result, NdarrayValue):
+        return result.fake.numel()
+    if isinstance(result, SequenceValue):
+        return sum(_numel(i) for i in result.items)
+    return 0
 
 
 def _probe(v: Value) -> Any:

@@ -358,3 +358,20 @@ def test_numpy_functions_given_torch_tensors_follow_eager():
     assert backend.graph_count == len(SHAPES)
     differential(numpy_ufunc_of_tensor, tensors())
     assert breaks(numpy_ufunc_of_tensor, torch.randn(3, 4)).graph_break_count == 1
+
+
+def same_array_twice(x):
+    a = x.numpy()
+    b = a * 2
+    return a, b, b, [b]
+
+
+def test_returned_arrays_keep_identity_and_memory_sharing():
+    compiled = framejit.compile(same_array_twice, backend="eager")
+    for n in (3, 5):
+        x = torch.randn(n)
+        a, b, b2, [b3] = compiled(x)
+        assert b is b2 and b is b3
+        a[0] = 42.0  # `x.numpy()` shares x's memory in eager: so does the rebuilt array
+        assert x[0].item() == 42.0
+    differential(same_array_twice, tensors(), fullgraph=True)
