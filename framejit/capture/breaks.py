@@ -44,7 +44,7 @@ KIND_DOCS: dict[BreakKind, tuple[str, str]] = {
         "a Python bytecode instruction framejit cannot trace yet",
         "move that statement out of the compiled function, or wrap its helper with framejit.disable"),
     BreakKind.UNSUPPORTED_CALL: (
-        "a call into a function framejit cannot put in a graph or inline (C extensions, I/O, numpy, ...)",
+        "a call into a function framejit cannot put in a graph or inline (C extensions, I/O, np.random, ...)",
         "call it outside the compiled region, or mark the callee with framejit.disable"),
     BreakKind.DATA_DEPENDENT: (
         "Python control flow or a Python value that depends on tensor data (.item(), bool(t), if t.sum() > 0)",
