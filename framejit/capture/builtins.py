@@ -15,7 +15,7 @@ import torch
 from .breaks import BreakKind, Unsupported, UserException
 from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, extend_list, getitem, iterate,
                        length, truth, unary)
-from .values.outside import OutsideDictValue
+from .values.outside import OutsideDictValue, OutsideSetValue, set_has
 from .values import (ClassValue, ConstantValue, DictValue, DictViewValue, IteratorValue, SetValue,
                      ListValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
                      Value)
@@ -542,10 +542,14 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
     if name == "pop" and s.source is not None and len(s.items) > 1:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"set.pop() of {s.source.describe()} (the element it removes "
                                                  "follows the layout of the real set)")
-    if name == "remove" and consts[0] not in s.items or name == "pop" and not s.items:
+    if name == "remove" and not set_has(s, consts[0]) or name == "pop" and not s.items:
         raise UserException(KeyError(consts[0]) if name == "remove" else KeyError("pop from an empty set"))
     tx.output.side_effects.mutate_container(s)
-    result = getattr(s.items, name)(*consts)
+    if isinstance(s, OutsideSetValue) and name in ("add", "discard", "remove"):
+        s.change(consts[0], name == "add")  # NOTE [Sets from outside]: the set itself is not read
+        result = None
+    else:
+        result = getattr(s.items, name)(*consts)
     replay = tuple(key_value(c) if name in ("add", "discard", "remove") else TupleValue([key_value(k) for k in c])
                    for c in consts)
     tx.output.side_effects.record_op(s, name, replay)

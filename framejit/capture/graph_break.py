@@ -131,6 +131,7 @@ def _with_depth(insts: list[Inst], inst: Inst) -> int | None:
 
 
 def live_tensors(values: list[Any]) -> list[TensorValue]:
+    from .values.outside import OutsideDictValue, OutsideListValue, OutsideSetValue
     """Tensors made by the graph that `values` hold (graph outputs), in first-seen order."""
     seen: dict[int, TensorValue] = {}
 
@@ -138,6 +139,9 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
         if isinstance(v, TensorValue):
             if v.node.op != "placeholder":
                 seen.setdefault(id(v.node), v)
+        elif isinstance(v, (OutsideListValue, OutsideDictValue, OutsideSetValue)) and not v.materialized:
+            for item in v.pending():  # NOTE [Lists from outside]: the rest is the caller's, unread
+                visit(item)
         elif isinstance(v, SequenceValue):
             for item in v.items:
                 visit(item)

@@ -472,7 +472,8 @@ def contains(tx, item: Value, container: Value) -> bool:
         return truth(tx, result) if result is not None else contains(tx, item, storage(container))
     if isinstance(container, SetValue):
         from .identity_keys import set_element
-        return set_element(tx, item) in container.items  # NOTE [Sets of tensors]
+        from .values.outside import set_has
+        return set_has(container, set_element(tx, item))  # NOTE [Sets of tensors], [Sets from outside]
     if isinstance(container, OutsideDictValue):
         from .identity_keys import dict_key
         return container.has(dict_key(tx, item))  # NOTE [Dicts from outside]

@@ -18,6 +18,9 @@ final state computed from an earlier read would overwrite it). Mutations are key
 and an object reached through two sources is one value (NOTE [Objects by identity] in graph.py), so each
 object's mutations are recorded and replayed once.
 
+A list, dict or set from outside is read only as far as the trace uses it (NOTE [Lists from outside] in
+values/outside.py): its logged calls are replayed on the live object without the trace having read it.
+
 Invariant: containers are replayed in the order of their first mutation (their calls in program order),
 then attributes, globals and cells, each written once with its final value. Every value the replay needs
 is computed before the first write.
@@ -202,6 +205,8 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value) -> None:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"{cls.__name__}.{name} is a descriptor (property setter)")
     if isinstance(obj, NNModuleValue):
         mod = obj.obj
+        if name in mod._modules and isinstance(value, NNModuleValue) and value.obj is mod._modules[name]:
+            return  # `self.sub = self.sub.to(dtype)` (NOTE [Module.to without a change]): replayed, a no-op
         if name in mod._parameters or name in mod._modules:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"replacing the parameter or submodule {name!r} inside the graph")
 

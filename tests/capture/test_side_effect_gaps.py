@@ -694,3 +694,113 @@ def test_del_attribute_breaks_and_captures_around_it():
     backend = run_sequence(delete_attributes, lambda: None, make, calls=3)
     assert backend.graph_count == 2  # before and after the deletion, not an eager frame
     run_sequence(delete_missing_attribute, lambda: None, make, calls=2)
+
+
+def loop_over_log_with_break(x):
+    for v in ITEMS:
+        print(v)
+        if len(ITEMS) < 5:
+            ITEMS.append(v + 1)
+        x = x + v
+    return x
+
+
+def test_loop_over_an_outside_list_that_grows_across_breaks():
+    def reset():
+        ITEMS[:] = [1, 2]
+        STATE["items"] = ITEMS
+    run_sequence(loop_over_log_with_break, reset, x_arg, calls=3)
+
+
+def make_closure_log():
+    acc = []
+
+    def fn(x):
+        acc.append(x.sum())
+        acc.extend([1])
+        return x * 2
+    return fn, acc
+
+
+def test_closure_list_appended_to_compiles_once():
+    fn, acc = make_closure_log()
+    eager = [fn(torch.full((2,), float(i))) for i in range(6)]
+    fn2, acc2 = make_closure_log()
+    backend = CountingBackend()
+    compiled = framejit.compile(fn2, backend=backend, fullgraph=True)
+    for i in range(6):
+        assert_same(compiled(torch.full((2,), float(i))), eager[i])
+    assert backend.graph_count == 1
+    same(snapshot(acc2), snapshot(acc))
+
+
+class Recorder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.log = []
+        self.seen = set()
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.log.append(y.detach().sum())
+        self.seen.add("forward")
+        return y
+
+
+def test_module_attribute_log_compiles_once():
+    torch.manual_seed(0)
+    eager_mod = Recorder()
+    compiled_mod = Recorder()
+    compiled_mod.load_state_dict(eager_mod.state_dict())
+    backend = CountingBackend()
+    compiled = framejit.compile(compiled_mod, backend=backend, fullgraph=True)
+    for i in range(5):
+        x = torch.randn(2, 3)
+        assert_same(compiled(x), eager_mod(x))
+    assert backend.graph_count == 1
+    assert len(compiled_mod.log) == 5 and compiled_mod.seen == eager_mod.seen
+    for a, b in zip(compiled_mod.log, eager_mod.log):
+        torch.testing.assert_close(a, b)
+
+
+def append_to_argument_and_return_it(x, out):
+    out.append(x * 2)
+    return out
+
+
+def test_list_argument_returned_is_the_same_object():
+    backend = CountingBackend()
+    compiled = framejit.compile(append_to_argument_and_return_it, backend=backend, fullgraph=True)
+    out = []
+    for i in range(4):
+        result = compiled(torch.ones(1) * i, out)
+        assert result is out and len(out) == i + 1
+        torch.testing.assert_close(out[-1], torch.ones(1) * i * 2)
+    assert backend.graph_count == 1
+
+
+def mark_seen(x):
+    SEEN.add("called")
+    if "stop" in SEEN:
+        return x - 1
+    SEEN.discard("tmp")
+    return x + 1
+
+
+def test_set_read_by_membership_ignores_other_elements_added_between_calls():
+    changes = [None, "other", "other", "stop", None]
+
+    def args_for(i):
+        if changes[i] == "other":
+            SEEN.add(f"other{i}")
+        elif changes[i] == "stop":
+            SEEN.add("stop")
+        return x_arg(i)
+
+    def reset():
+        SEEN.clear()
+        SEEN.update({"tmp", 3})
+        STATE["seen"] = SEEN
+    backend = run_sequence(mark_seen, reset, args_for, calls=len(changes), fullgraph=True)
+    assert backend.graph_count == 2  # the first call, and "stop" appearing

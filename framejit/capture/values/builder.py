@@ -95,10 +95,10 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if type(obj) in (dict, collections.OrderedDict, collections.defaultdict):
         return _wrap_dict(out, obj, source)
     if type(obj) in (set, frozenset) and all(type(i) in (int, str, bool, float, type(None)) for i in obj):
-        out.guard_type(source, type(obj))
-        e = source.expr(out.names)
-        out.add_guard("CONSTANT_MATCH", f"{e} == {out.name_of(frozenset(obj), 'set')}", source,
-                      expected=repr(sorted(map(repr, obj))), actual=e)
+        if type(obj) is set:
+            from .outside import outside_set  # NOTE [Sets from outside]
+            return outside_set(out, obj, source)
+        guard_set(out, obj, source)
         return SetValue(obj, source, type(obj))
     if isinstance(obj, torch.nn.Module):
         out.guard_type(source, type(obj))
@@ -113,6 +113,14 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if isinstance(obj, GRAD_CLASSES + BLOCK_CLASSES) or type(obj) in AUTOCAST_CLASSES:
         return ctx_from_object(out, obj, source)
     return _wrap_callable_or_object(out, obj, source)
+
+
+def guard_set(out, obj: Any, source: Source) -> None:
+    """A set (or frozenset) of constants, guarded by its type and value."""
+    out.guard_type(source, type(obj))
+    e = source.expr(out.names)
+    out.add_guard("CONSTANT_MATCH", f"{e} == {out.name_of(frozenset(obj), 'set')}", source,
+                  expected=repr(sorted(map(repr, obj))), actual=e)
 
 
 def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..sources import ItemSource, Source
 from .base import Value
-from .containers import DictValue, ListValue
+from .containers import DictValue, ListValue, SetValue
 
 
 class OutsideListValue(ListValue):
@@ -112,6 +112,10 @@ class OutsideListValue(ListValue):
         else:
             self.tail.extend(values)
 
+    def pending(self) -> list[Value]:
+        """The values made while tracing that this (unread) list holds: the appended ones."""
+        return list(self.tail)
+
     def describe(self) -> str:
         if self._items is not None:
             return super().describe()
@@ -179,10 +183,91 @@ class OutsideDictValue(DictValue):
         else:
             self.items[key] = value
 
+    def pending(self) -> list[Value]:
+        """The values made while tracing that this (unread) dict holds: the stored ones."""
+        return list(self.written.values())
+
     def describe(self) -> str:
         if self._items is not None:
             return super().describe()
         return f"dict {self.source.describe()}"
+
+
+class OutsideSetValue(SetValue):
+    """NOTE [Sets from outside]: a plain set of constants: `s.add(c)`, `s.discard(c)` are kept in `changes`
+    (replayed as the same calls) without reading the set; `c in s` and `s.remove(c)` guard only whether
+    `c` is in it; anything else guards the whole set by value, the changes then applied in order."""
+
+    def __init__(self, out, obj: set, source: Source) -> None:  # no super().__init__: items are read lazily
+        self.source = source
+        self.cls = set
+        self._out = out
+        self._obj = obj
+        self._items: set | None = None
+        self._present: dict = {}  # element -> whether it was in the set at entry, once guarded
+        self.changes: dict = {}  # element -> whether it is in the set after the trace's add/discard calls
+
+    @property
+    def items(self) -> set:
+        if self._items is None:
+            from .builder import guard_set
+            guard_set(self._out, self._obj, self.source)
+            self._items = set(self._obj)
+            for element, present in self.changes.items():
+                (self._items.add if present else self._items.discard)(element)
+            self.changes = {}
+        return self._items
+
+    @items.setter
+    def items(self, items: set) -> None:
+        self._items = items
+
+    @property
+    def materialized(self) -> bool:
+        return self._items is not None
+
+    @staticmethod
+    def lazy_element(element: Any) -> bool:
+        return type(element) in (str, int, bool, type(None))
+
+    def has(self, element: Any) -> bool:
+        if self._items is not None or not self.lazy_element(element):
+            return element in self.items
+        if element in self.changes:
+            return self.changes[element]
+        if element not in self._present:
+            self._present[element] = element in self._obj
+            e = self.source.expr(self._out.names)
+            self._out.add_guard("SET_CONTAINS", f"({element!r} in {e}) is {self._present[element]}", self.source,
+                                expected=f"{element!r} {'present' if self._present[element] else 'absent'}",
+                                actual=e)
+        return self._present[element]
+
+    def change(self, element: Any, present: bool) -> None:
+        """`s.add(element)` (present) or `s.discard(element)` while tracing."""
+        if self._items is None and self.lazy_element(element):
+            self.changes.pop(element, None)
+            self.changes[element] = present
+        else:
+            (self.items.add if present else self.items.discard)(element)
+
+    def pending(self) -> list[Value]:
+        return []  # only constants are kept unread
+
+    def describe(self) -> str:
+        if self._items is not None:
+            return super().describe()
+        return f"set {self.source.describe()}"
+
+
+def set_has(s: SetValue, element: Any) -> bool:
+    """`element in s` (an element as identity_keys.set_element gives it)."""
+    return s.has(element) if isinstance(s, OutsideSetValue) else element in s.items
+
+
+def outside_set(out, obj: set, source: Source) -> OutsideSetValue:
+    out.guard_type(source, set)
+    return OutsideSetValue(out, obj, source)
 
 
 def lazy_dict(obj: Any) -> bool:
@@ -200,4 +285,5 @@ def outside_list(out, obj: Any, source: Source) -> OutsideListValue:
     return OutsideListValue(out, obj, source)
 
 
-__all__ = ["OutsideDictValue", "OutsideListValue", "lazy_dict", "outside_dict", "outside_list"]
+__all__ = ["OutsideDictValue", "OutsideListValue", "OutsideSetValue", "lazy_dict", "outside_dict", "outside_list",
+           "outside_set", "set_has"]
