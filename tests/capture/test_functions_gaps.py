@@ -375,3 +375,13 @@ def test_addcmul_with_a_tensor_value_on_onnxrt():
 
     run_differential(fn, lambda seed: (torch.ones(2, 2), torch.rand(2, 2), torch.rand(2, 2), torch.tensor(0.3)),
                      backend="onnxrt")
+
+
+def test_dict_keyed_by_tensors_with_tensor_values():
+    weight, bias = torch.nn.Parameter(torch.ones(2)), torch.zeros(2)
+
+    def fn(state, x):
+        return state[weight] * x + state[bias], len(state)
+
+    backend = run_differential(fn, lambda seed: ({weight: torch.randn(2), bias: torch.randn(2)}, torch.randn(2)))
+    assert backend.graph_count == 1  # new values under the same keys: the same entry
