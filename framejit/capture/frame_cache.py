@@ -271,10 +271,10 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     """The persisted form of a just-compiled entry (raises NotPersistable when it has none)."""
     if output.side_effects:
         raise NotPersistable("the frame replays side effects")
-    if request.artifacts is None:
     from .state_blocks import default_dtype_changed
     if default_dtype_changed(output):
         raise NotPersistable("the frame changes the default dtype")  # NOTE [Default dtype changes]
+    if request.artifacts is None:
         raise NotPersistable("the backend cannot save what it compiled (a user callable)")
     artifact = request.artifacts[0](compiled) if gm is not None else b""
     if artifact is None:

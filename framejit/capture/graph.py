@@ -311,11 +311,11 @@ class OutputGraph:
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(self.fake_mode)
-                if self.inference_mode != torch.is_inference_mode_enabled():
                 dtype = self.__dict__.get("default_dtype")  # NOTE [Default dtype changes]
                 if dtype is not None and dtype is not torch.get_default_dtype():
                     stack.callback(torch.set_default_dtype, torch.get_default_dtype())
                     torch.set_default_dtype(dtype)
+                if self.inference_mode != torch.is_inference_mode_enabled():
                     stack.enter_context(torch.inference_mode(self.inference_mode))
                 stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
                 for device_type, dtype, enabled, cache in self.autocast_stack:
@@ -403,9 +403,9 @@ class OutputGraph:
             self.record_effect(exit_fn, (node,))
         if self.grad_enabled != self.entry_grad_enabled:
             self.record_effect(torch._C._set_grad_enabled, (self.entry_grad_enabled,))
-        self.graph.output(tuple(v.node for v in values))
         from .state_blocks import end_default_dtype
         end_default_dtype(self)  # NOTE [Default dtype changes]
+        self.graph.output(tuple(v.node for v in values))
         if not self._needs_grad_mode_nodes():
             for node in [n for n in self.graph.nodes if n.target is torch._C._set_grad_enabled]:
                 self.graph.erase_node(node)
