@@ -15,7 +15,17 @@ ndarrays passed in are graph inputs through `torch.from_numpy` (same memory, so 
 the caller's array), guarded on type, dtype, shape and strides. NumPy constants (np.pi, dtypes, scalar
 types, finfo/iinfo) are answered at trace time; np.dtype/np.finfo/np.iinfo/np.float32(...) calls on
 constants are evaluated with NumPy itself. np.random stays eager (its generator is not torch's), and any
-NumPy function torch._numpy does not implement is a graph break, never an approximation.
+NumPy function torch._numpy does not implement is a graph break, never an approximation; where
+torch._numpy's dtype would differ from NumPy's, NOTE [NumPy dtype oracle] turns the op into a break.
+
+Main types: NdarrayValue (an array or NumPy scalar), NdarrayMethodValue (`a.reshape` before the call),
+NumpyOp (the picklable FX target; it runs torch._numpy with torch's default dtype set to float64, so
+`int / int` is float64 as in NumPy). Invariants: no NdarrayValue reaches a torch op (torch functions
+given arrays break, except from_numpy/as_tensor/asarray/tensor); NumPy ints and floats given to torch
+ops are Python numbers (`scalar_for_torch`). Known limits: a 0-d result is a NumPy scalar unless the op
+is one of _KEEP_ARRAY (NumPy's own rule is per function); `.strides` only of arrays whose layout is the
+tensor's (inputs, `Tensor.numpy()`); a NumPy scalar carried into a resume function is a constant there
+(guarded by value).
 """
 from __future__ import annotations
 
@@ -357,7 +367,7 @@ _KEEP_ARRAY = {"array", "asarray", "asanyarray", "ascontiguousarray", "asfortran
                "transpose", "swapaxes", "squeeze", "ravel", "flatten", "atleast_1d", "atleast_2d", "atleast_3d",
                "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "astype",
                "view", "T", "real", "imag", "conj", "conjugate", "expand_dims", "broadcast_to", "moveaxis",
-               "flip", "fliplr", "flipud", "roll", "rot90", "diagonal", "squeeze", "meshgrid", "copyto",
+               "flip", "fliplr", "flipud", "roll", "rot90", "diagonal", "meshgrid", "copyto",
                "__getitem__"}
 
 _UNSUPPORTED_METHODS = {"item": BreakKind.DATA_DEPENDENT, "tolist": BreakKind.DATA_DEPENDENT,
