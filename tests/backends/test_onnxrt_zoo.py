@@ -38,6 +38,7 @@ def test_zoo_model_matches_eager(name):
     (info,) = compiled.summary()
     assert not info["eager_graph"] and info["parts"] >= 1, info
     left = [r for r in info["eager_nodes"].values() if "free op" not in r and "is not an aten op" not in r]
-    # nodes left to torch: untranslatable ones, and int64 reductions ORT does not compute exactly
-    # (translate.py, soundness finding #6)
-    assert all("no torchlib translation" in r or "is not exact in ONNX Runtime" in r for r in left), left
+    # nodes left to torch: untranslatable ones, int64 reductions ORT does not compute exactly (translate.py,
+    # soundness finding #6) and topk, whose order of tied values is eager's own (the MoE router)
+    allowed = ("no torchlib translation", "is not exact in ONNX Runtime", "the order of tied values")
+    assert all(any(a in r for a in allowed) for r in left), left

@@ -104,6 +104,10 @@ def choose_config(group: FusedGroup, interpret: bool, persistent_limit: int) -> 
     return LaunchConfig(xblock, rblock, False)
 
 
+def _is_minus_zero(value) -> bool:
+    return isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0
+
+
 def literal(value) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -164,6 +168,9 @@ class KernelWriter:
 
     def emit(self, value, env: dict, scope: Scope) -> str:
         if isinstance(value, Scalar):
+            if _is_minus_zero(value.value) and value.dtype is not None and value.dtype.is_floating_point:
+                # a -0.0 made at run time: Triton 3.8's interpreter turned the literal -0.0 into +0.0
+                return f"(-tl.full([1], 0.0, {TL_DTYPES[value.dtype]}))"
             return literal(value.value)
         if isinstance(value, Load):
             return self.emit_load(value, env, scope)
