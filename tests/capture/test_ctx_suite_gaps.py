@@ -332,3 +332,16 @@ def test_inputs_found_mid_trace_are_placeholders_before_every_op():
     assert ops.count("placeholder") == 3
     assert ops[:3] == ["placeholder"] * 3
     assert [n.target for n in backend.graphs[0].graph.nodes][:3] == ["L_x_", "L_y_", "closure_scale_"]
+
+
+def test_nodes_named_after_the_first_local_they_are_stored_to():
+    def fn(x):
+        y = x + 1
+        z = y
+        w = torch.sin(z) * 2
+        return w + y, x * 3
+
+    backend = run_differential(fn, lambda seed: (torch.randn(3),))
+    names = [n.name for n in backend.graphs[0].graph.nodes if n.op == "call_function"]
+    # y names the add (z is its second name), w the mul; unnamed results keep their op names
+    assert names == ["y", "sin", "w", "add_1", "mul_1"]

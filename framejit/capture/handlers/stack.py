@@ -1,7 +1,7 @@
 """Stack, locals, globals, cells, constants, attributes and return."""
 from __future__ import annotations
 
-from ..values import NULL, CellValue
+from ..values import NULL, CellValue, TensorValue
 from ..values.builder import wrap_unguarded
 from . import op
 
@@ -50,7 +50,19 @@ def store_fast(tx, inst):
     if value is NULL:
         tx.locals.pop(inst.arg, None)
     else:
+        _name_node(value, inst.arg)
         tx.store_local(inst.arg, value)
+
+
+def _name_node(value, name: str) -> None:
+    """NOTE [Node names from locals]: the first local a tensor made by the graph is stored to names its
+    node, as TorchDynamo names them (`y = x + 1` prints as `y = l_x_ + 1`), so printed graphs read like
+    the user's code. Names only: FX keeps them unique; inputs and framejit's own `___` locals keep theirs."""
+    node = getattr(value, "node", None)
+    if isinstance(value, TensorValue) and node is not None and node.op in ("call_function", "call_method") \
+            and not node.meta.get("named_from_local") and name.isidentifier() and not name.startswith("___"):
+        node.meta["named_from_local"] = True
+        node._rename(name)
 
 
 @op("DELETE_FAST")
