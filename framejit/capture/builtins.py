@@ -495,9 +495,35 @@ def _sequence_method(tx, seq: SequenceValue, name: str, args: list[Value], kwarg
         items.clear()
     elif name == "copy":
         return ListValue(list(items))
+    elif name == "sort" and isinstance(seq, ListValue) and not (kwargs.get("key") or ConstantValue(None)).is_constant():
+        _sort_with_key(tx, seq, args, kwargs)
     elif name in ("index", "count", "remove", "sort"):
         return _constant_sequence_method(tx, seq, name, args, kwargs)
     return ConstantValue(None)
+
+
+def _sort_with_key(tx, lst: ListValue, args: list[Value], kwargs: dict[str, Value]) -> None:
+    """`lst.sort(key=f)` as CPython does it: the list is empty while `f` is called on each item in order
+    (code in `f` sees `[]`), then it holds the items ordered by their (constant) keys, stably."""
+    if args or kwargs.keys() - {"key", "reverse"}:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "list.sort() with positional or unknown arguments")
+    saved = list(lst.items)
+    lst.items.clear()
+    try:
+        keys = [tx.call(kwargs["key"], [item], {}) for item in saved]
+    finally:
+        modified = bool(lst.items)
+        lst.items[:] = saved  # as CPython leaves it when a key call raises
+    if modified:
+        raise Unsupported(BreakKind.SIDE_EFFECT, "the list was modified by its sort() key function")
+    if not all(k.is_constant() for k in keys):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "list.sort() with keys that are not constants")
+    reverse = bool(kwargs.get("reverse", ConstantValue(False)).as_constant())
+    try:
+        order = sorted(range(len(saved)), key=lambda i: keys[i].as_constant(), reverse=reverse)
+    except TypeError as e:
+        raise UserException(e) from None
+    lst.items[:] = [saved[i] for i in order]
 
 
 def _constant_sequence_method(tx, seq: SequenceValue, name: str, args, kwargs) -> Value:

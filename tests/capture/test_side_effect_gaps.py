@@ -804,3 +804,37 @@ def test_set_read_by_membership_ignores_other_elements_added_between_calls():
         STATE["seen"] = SEEN
     backend = run_sequence(mark_seen, reset, args_for, calls=len(changes), fullgraph=True)
     assert backend.graph_count == 2  # the first call, and "stop" appearing
+
+
+class Item:
+    def __init__(self, v):
+        self.v = v
+
+
+def sort_objects_by_key(x):
+    ITEMS.append(Item(int(x.shape[0])))
+    ITEMS.sort(key=lambda o: -o.v)
+    ITEMS.sort(key=lambda o: o.v % 2, reverse=True)
+    return x + ITEMS[0].v
+
+
+def sort_key_sees_an_empty_list(x):
+    ITEMS.sort(key=lambda o: len(ITEMS) + o.v)
+    return x + ITEMS[0].v
+
+
+def sort_key_raises(x):
+    ITEMS.append(Item(0))
+    ITEMS.sort(key=lambda o: 1 // (o.v - 3))
+    return x
+
+
+@pytest.mark.parametrize("fn", [sort_objects_by_key, sort_key_sees_an_empty_list, sort_key_raises])
+def test_sort_with_a_key_function(fn):
+    def reset():
+        ITEMS[:] = [Item(3), Item(1), Item(2), Item(5)]
+        STATE["items"] = ITEMS
+
+    def args_for(i):
+        return (torch.randn(2 + i % 2),)
+    run_sequence(fn, reset, args_for, calls=3, fullgraph=fn is sort_objects_by_key)  # traced without a break
