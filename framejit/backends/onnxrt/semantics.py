@@ -20,10 +20,12 @@ into ops whose ONNX meaning is eager's:
   Clip without an upper bound turned inf into the largest float; the comparison keeps NaN and -0.0)
 - `copy(dst, src)`: clone(expand(src cast to dst's dtype, dst's shape))
 - `max_pool2d/3d_with_indices` values (float): where(max_pool(isnan(x) as float) > 0, nan, r) (MaxPool
-  skips NaN); the indices of a window holding NaN are left as ORT gives them
+  skips NaN); a pool whose indices are used runs in torch (eager's index in a window holding NaN is its
+  last NaN's)
 Ops whose translation is wrong on special values in ways not worth rewriting (atan2, floor_divide,
-remainder and rounding division of floats), imprecise (expm1, log1p) or inexact on int64 (sum, prod,
-cumprod) run in eager torch (translate.unsupported_reason).
+remainder and rounding division of floats, signbit, xlogy, heaviside), imprecise (expm1, log1p), inexact
+on int64 (sum, prod, cumprod) or ordering ties otherwise than eager (topk) run in eager torch
+(translate.unsupported_reason).
 The sign of zero (soundness finding #10): every float `where` (and masked_fill with a -0.0 or tensor
 value) becomes an exact select (NOTE [Where keeps -0.0]); `trunc` is `x > 0 ? floor(x) : ceil(x)` and
 `frac` x - that (torchlib's Floor(Abs(x)) * Sign(x) gave +0.0 for -0.0); `x ** 0.5` / `x ** -0.5` are

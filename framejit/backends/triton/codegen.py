@@ -170,7 +170,7 @@ class KernelWriter:
         if isinstance(value, Scalar):
             if _is_minus_zero(value.value) and value.dtype is not None and value.dtype.is_floating_point:
                 # a -0.0 made at run time: Triton 3.8's interpreter turned the literal -0.0 into +0.0
-                return f"(-tl.full([1], 0.0, {TL_DTYPES[value.dtype]}))"
+                return f"(-tl.full([], 0.0, {TL_DTYPES[value.dtype]}))"
             return literal(value.value)
         if isinstance(value, Load):
             return self.emit_load(value, env, scope)
