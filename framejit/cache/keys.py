@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import platform
 import re
 import sys
@@ -43,10 +44,37 @@ def runtime_versions() -> dict[str, str]:
 
     return {
         "framejit": framejit_version,
+        "framejit_source": source_digest(),
         "python": f"{sys.implementation.name}-{'.'.join(map(str, sys.version_info[:3]))}",
         "torch": torch.__version__,
         "machine": platform.machine(),
     }
+
+
+@functools.lru_cache(maxsize=None)
+def source_digest() -> str:
+    """A sha256 over framejit's own Python sources (paths and contents).
+
+    NOTE [Source digest in keys]
+    What a persisted entry means (guards, graphs, lowered code) depends on framejit's code, not only on
+    its version string: an edited checkout, a development install or a patched release with the same
+    `__version__` must not load entries another framejit wrote. The FORMAT/REVISION constants cover the
+    changes someone remembered to bump; this digest covers the rest. It is content-based, so identical
+    installs on different machines (a shared Redis cache) still share entries. Computed once per
+    process, the first time a key is made (a few milliseconds for the whole package)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(names):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            digest.update(rel.encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(hashlib.sha256(f.read()).digest())
+    return digest.hexdigest()
 
 
 def _check_part(name: str, value: object, path: str = "") -> None:

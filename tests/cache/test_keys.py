@@ -41,7 +41,7 @@ def test_part_names_and_structure_matter():
     assert cache_key(a={"x": 1, "y": [1, 2]}) == cache_key(a={"y": [1, 2], "x": 1})
 
 
-@pytest.mark.parametrize("field", ["framejit", "python", "torch", "machine"])
+@pytest.mark.parametrize("field", ["framejit", "framejit_source", "python", "torch", "machine"])
 def test_runtime_versions_are_part_of_the_key(monkeypatch, field):
     before = cache_key(**PARTS)
     versions = dict(keys.runtime_versions(), **{field: "other"})
@@ -75,3 +75,32 @@ def test_is_valid_key():
     assert not keys.is_valid_key("../" + "a" * 61)
     assert not keys.is_valid_key("A" * 64)
     assert not keys.is_valid_key(123)
+
+
+def _digest_of_copy(package_root):
+    import subprocess
+    code = "from framejit.cache import keys; print(keys.source_digest())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=package_root, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(package_root)}, check=True)
+    return out.stdout.strip()
+
+
+def test_source_digest_follows_framejit_code_not_its_location(tmp_path):
+    """NOTE [Source digest in keys]: an edited framejit (same __version__) makes other keys; a copy of the
+    same code elsewhere makes the same keys."""
+    import shutil
+
+    import framejit
+
+    src = os.path.dirname(framejit.__file__)
+    copy = tmp_path / "a"
+    shutil.copytree(src, copy / "framejit", ignore=shutil.ignore_patterns("__pycache__"))
+    same = _digest_of_copy(copy)
+    assert same == keys.source_digest()
+    target = copy / "framejit" / "capture" / "guards_note.py"
+    target.write_text("# an edit\n")
+    edited = _digest_of_copy(copy)
+    assert edited != same
+    target.unlink()
+    (copy / "framejit" / "cache" / "keys.py").write_text((copy / "framejit" / "cache" / "keys.py").read_text() + "\n")
+    assert _digest_of_copy(copy) not in (same, edited)
