@@ -154,6 +154,8 @@ def disable(fn: Callable | None = None, recursive: bool = True):
     if code is None:
         raise TypeError(f"framejit.disable(fn): expected a Python function or method, got {type(fn).__name__}")
     DISABLED.add(code)
+    from .capture.hook import forget_disabled
+    forget_disabled(code)  # NOTE [Disable after compiling]
     return fn
 
 

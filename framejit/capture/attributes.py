@@ -158,8 +158,20 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
     if attr is None:
         return _tensor_python_attr(tx, t, name)
     if callable(attr):
+        _guard_tensor_method(tx, t, name)
         return TensorMethodValue(t, name)
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name}")
+
+
+def _guard_tensor_method(tx, t: TensorValue, name: str) -> None:
+    """`t.name` is the Tensor method the graph op stands for: not replaced on the class (a monkeypatched
+    `torch.Tensor.add`, NOTE [Library class attributes]) nor shadowed by a Python attribute of an input
+    tensor (`x.size = f` sets an instance attribute: methods are non-data descriptors)."""
+    lookup.guard_lookup(tx.output, t.python_type(), name)
+    if t.source is not None:
+        real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
+        if real is not None:
+            lookup.guard_not_in_instance(tx.output, t.source, real, name)
 
 
 def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
@@ -318,6 +330,9 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
     elif name in getattr(real, "__dict__", {}):
         if obj.source is None:
             return wrap_unguarded(real.__dict__[name])
+        # no class gains a data descriptor `name`: checked before the value guards read `o.name`, so a
+        # property added later is never run by a guard (NOTE [Guards run no user code] in guards/codegen.py)
+        lookup.guard_lookup(tx.output, cls, name)
         return wrap(tx.output, real.__dict__[name], AttrSource(obj.source, name))
     if found:
         if guarded and tx.output.side_effects.attr(real, name) is None:
@@ -327,7 +342,10 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
     getattr_index, getattr_impl = lookup.mro_lookup(cls, "__getattr__")
     if isinstance(real, torch.nn.Module) and getattr_impl is torch.nn.Module.__getattr__:
         lookup.guard_class_absent(tx.output, cls.__mro__, name)
-        lookup.guard_class_absent(tx.output, cls.__mro__[:getattr_index], "__getattr__")
+        lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, "__getattr__",
+                                                                           getattr_index), getattr_impl)
+        if guarded:  # `object.__setattr__(m, name, v)` puts v in __dict__, where it shadows the slots
+            lookup.guard_not_in_instance(tx.output, obj.source, real, name)
         return _module_slot(tx, obj, name)
     if getattr_index is not None:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.__getattr__ for {name!r}")

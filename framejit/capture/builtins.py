@@ -5,6 +5,7 @@ when every argument is a Python constant most simply evaluate the real builtin (
 """
 from __future__ import annotations
 
+import abc
 import functools
 import itertools
 import operator
@@ -12,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..guards import COST_ID
 from .breaks import BreakKind, Unsupported, UserException
 from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, extend_list, getitem, iterate,
                        length, truth, unary)
@@ -96,12 +98,22 @@ def _check_plain_metaclasses(tx, spec: Any, hook: str) -> None:
     from . import lookup
     for klass in spec if isinstance(spec, tuple) else (spec,):
         meta = type(klass)
+        if isinstance(klass, abc.ABCMeta):
+            _guard_abc_registry(tx)
         if not isinstance(klass, type) or lookup.is_fixed_class(meta):
             continue
         index, _ = lookup.mro_lookup(meta, hook)
         if index is None or not lookup.is_fixed_class(meta.__mro__[index]):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"the metaclass {meta.__name__} defines {hook}")
         lookup.guard_class_absent(tx.output, meta.__mro__[:index], hook)
+
+
+def _guard_abc_registry(tx) -> None:
+    """An ABC answers `isinstance`/`issubclass` from its registry (`A.register(K)`), which the trace read:
+    guarded by ABCMeta's cache token, which every `register` anywhere changes (one line per entry)."""
+    token, call = abc.get_cache_token(), f"{tx.output.name_of(abc.get_cache_token, 'abc_token')}()"
+    tx.output.add_guard("ABC_REGISTRY", f"{call} == {token!r}", None, expected=f"ABC cache token {token}",
+                        actual=call, cost=COST_ID)
 
 
 @handles(type)

@@ -196,7 +196,8 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
     is module_hooks.call_with_hooks; a class that overrides `__call__` has that method inlined instead (its
     type is guarded)."""
     call = type(mod_value.obj).__call__
-    if call is not torch.nn.Module.__call__:
+    _guard_call_path(tx, type(mod_value.obj))
+    if call is not _MODULE_CALL or type(mod_value.obj)._call_impl is not _MODULE_CALL_IMPL:
         if not isinstance(call, types.FunctionType):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{type(mod_value.obj).__name__}.__call__")
         return tx.inline(UserFunctionValue(call), [mod_value, *args], kwargs)
@@ -205,6 +206,19 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
         return tx.inline(UserFunctionValue(call_with_hooks), [mod_value, *args], kwargs)
     forward = tx.getattr(mod_value, "forward")
     return call_value(tx, forward, args, kwargs)
+
+
+_MODULE_CALL, _MODULE_CALL_IMPL = torch.nn.Module.__call__, torch.nn.Module._call_impl  # torch's own (unpatched)
+
+
+def _guard_call_path(tx, cls: type) -> None:
+    """`module(*args)` runs `type(module).__call__`, which for nn.Module is `_wrapped_call_impl` calling
+    `_call_impl`: all three class attributes are guarded, so a patched `nn.Module.__call__` (or a
+    subclass's new `__call__`) is seen (NOTE [Library class attributes] in lookup.py)."""
+    from . import lookup
+    for name in ("__call__", "_wrapped_call_impl", "_call_impl"):
+        if lookup.mro_lookup(cls, name)[0] is not None:
+            lookup.guard_lookup(tx.output, cls, name)
 
 
 def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, Value]) -> Value:

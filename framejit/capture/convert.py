@@ -304,6 +304,7 @@ def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> Gua
     output.distinct_objects_guard()
     guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,
                            fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
+    guard.inlined_codes = frozenset(output.inlined_codes)  # NOTE [Disable after compiling] in hook.py
     if logs.enabled("guards"):
         logs.log("guards", "guards for %s (%s:%d):\n%s", fn.__code__.co_qualname, fn.__code__.co_filename,
                  fn.__code__.co_firstlineno, guard.source)

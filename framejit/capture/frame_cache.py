@@ -42,7 +42,8 @@ from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, I
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 3  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts])
+FORMAT = 4  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+# 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code])
 
 
 class NotPersistable(Exception):

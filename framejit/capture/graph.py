@@ -73,6 +73,7 @@ class OutputGraph:
         self.mutated_inputs = False
         self.backend_outputs: list[str] = []
         self.inlined: dict[Any, None] = {}  # real functions inlined while tracing (frame cache checks them)
+        self.inlined_codes: set = set()  # code objects of every function inlined (framejit.disable drops the entry)
 
     def location(self) -> str:
         """The user's current `file:line: source`, innermost inlined frame first."""

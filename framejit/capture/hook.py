@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import config, logs
 from . import frame_cache
+from .breaks import DISABLED
 from .codegen import frame_signature
 from .convert import STATS, CompileRequest, Entry, convert_frame, mutates_in_place, rerun_state
 
@@ -94,6 +95,8 @@ class FrameHook:
         return self if obj is None else types.MethodType(self, obj)
 
     def miss(self, args: tuple, kwargs: dict) -> Any:
+        if self.fn.__code__ in DISABLED:  # NOTE [Disable after compiling]
+            return self.fn(*args, **kwargs)
         entry = self._find_or_compile(args, kwargs)
         if entry is None:
             return self.fn(*args, **kwargs)
@@ -283,6 +286,23 @@ def keep_hooks():
         yield kept
     finally:
         _KEEP.remove(kept)
+
+
+# NOTE [Disable after compiling]: `framejit.disable(fn)` adds fn's code to DISABLED, which tracing reads:
+# fn is never inlined, and the hook that a graph break put around a call of fn (a resume path) would
+# trace it. A disable that comes after entries were compiled drops the entries that relied on fn not being
+# disabled: fn's own (its hook then runs fn as plain Python on every miss) and every entry that inlined fn
+# (GuardFunction.inlined_codes; a restored entry, which does not know, is dropped too). They recompile on
+# their next call, without fn. The hit path is unchanged: no guard line pays for this.
+def forget_disabled(code: types.CodeType) -> None:
+    with COMPILE_LOCK:
+        for hook in all_hooks():
+            if hook.fn.__code__ is code:
+                hook.entries = []
+                continue
+            kept = [e for e in hook.entries if code not in getattr(e.guard, "inlined_codes", (code,))]
+            if len(kept) != len(hook.entries):
+                hook.entries = kept
 
 
 def reset_all() -> None:

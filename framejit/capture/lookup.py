@@ -9,17 +9,23 @@ these happened, so it guards the facts that decided it, each as one cheap line o
   the same object (ID_MATCH) or, for plain data, the same value (TYPE_MATCH and CONSTANT_MATCH), and,
   unless it is a data descriptor, the instance does not shadow it: `name not in o.__dict__`
   (INSTANCE_ATTR_ABSENT);
-- found in the instance `__dict__`: the value guard of the read itself (`o.name`, read through the
-  normal lookup, so a later shadowing data descriptor is seen by the guard as by the program);
+- found in the instance `__dict__`: `name` still resolves on the classes as it did (absent, or the same
+  non-data entry: `guard_lookup`), checked before the value guard of the read itself (`o.name`), so a data
+  descriptor added later fails a class-dict guard instead of being run by the value guard (NOTE [Guards
+  run no user code] in guards/codegen.py);
 - absent (a failed `hasattr`, a `getattr` default): absent from the instance dict and from every class
   of the MRO, and no class defines `__getattr__`;
 - the same for classes (`K.name`: the MRO of K, then its metaclass) and for `super()` (the MRO after
   the current class);
 - a store `o.name = v` recorded as a plain write: no class gains `__setattr__` or a descriptor `name`.
 The type itself is pinned by the object's TYPE_MATCH guard, so the MRO is known. Classes whose dict
-cannot change (built-in static types such as `object`, `tuple`) or that belong to library modules
-(torch, ... : NOTE [Library modules] in values/builder.py) get no class-dict guards. `o.__dict__` and
-`K.__dict__` repeated by several guards are computed once (NOTE [Guard subexpressions]).
+cannot change (built-in static types such as `object`, `tuple`, torch._C.TensorBase) get no class-dict
+guards; classes of library modules (torch, ...: NOTE [Library modules] in values/builder.py) get the same
+ones as user classes, the owner's entry pinned by identity (NOTE [Library class attributes]). `o.__dict__`
+and `K.__dict__` repeated by several guards are computed once (NOTE [Guard subexpressions]).
+A module slot read also guards `name not in m.__dict__` (`object.__setattr__` can put a value there, past
+`nn.Module.__setattr__`); a Tensor method read guards the method's lookup on the tensor's class and, for an
+input tensor, that no Python attribute of the tensor shadows it (`x.size = f`).
 nn.Module keeps parameters, buffers and children out of `__dict__` (NOTE [Module slots]) and its
 `__setattr__` keeps the two disjoint, so slot reads guard the slot entry and the class-dict facts only;
 a name found in no slot is guarded absent from all three slots and `__dict__` (MODULE_ATTR_ABSENT).
@@ -38,11 +44,18 @@ _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a built-in type whose dict
 
 
 def is_fixed_class(cls: type) -> bool:
-    """A class whose attributes are taken as fixed: immutable built-in types and library classes."""
-    if cls.__flags__ & _IMMUTABLE_TYPE:
+    """A class whose attributes are taken as fixed while tracing: immutable built-in types and library
+    classes. Only the former cannot change: lookups on library classes are still guarded (NOTE [Library
+    class attributes])."""
+    if is_immutable_class(cls):
         return True
     module = getattr(cls, "__module__", "") or ""
     return module.split(".")[0] in LIBRARY_MODULE_PREFIXES
+
+
+def is_immutable_class(cls: type) -> bool:
+    """A built-in type whose dict cannot be changed (`object`, `tuple`, torch._C.TensorBase): no guard."""
+    return bool(cls.__flags__ & _IMMUTABLE_TYPE)
 
 
 def mro_lookup(cls: type, name: str) -> tuple[int | None, Any]:
@@ -64,9 +77,9 @@ def entry_source(klass: type, name: str) -> Source:
 
 
 def guard_class_absent(out, classes, name: str) -> None:
-    """`name` is in none of these classes' own dicts (fixed classes skipped)."""
+    """`name` is in none of these classes' own dicts (immutable built-in types skipped)."""
     for klass in classes:
-        if is_fixed_class(klass):
+        if is_immutable_class(klass):
             continue
         source = class_dict_source(klass)
         out.add_guard("CLASS_ATTR_ABSENT", f"{name!r} not in {source.expr(out.names)}", source,
@@ -76,11 +89,43 @@ def guard_class_absent(out, classes, name: str) -> None:
 
 def guard_found_on_class(out, cls: type, name: str, index: int, start: int = 0) -> Source | None:
     """`name` is found on `cls.__mro__[index]` searching from `start`: absent before it. Returns the
-    source of the owner's raw entry, or None when the owner is a fixed class (nothing to guard)."""
+    source of the owner's raw entry, or None when the owner is a fixed class (an immutable type: nothing
+    to guard; a library class: its entry is pinned here, NOTE [Library class attributes])."""
     mro = cls.__mro__
     guard_class_absent(out, mro[start:index], name)
     owner = mro[index]
-    return None if is_fixed_class(owner) else entry_source(owner, name)
+    if is_immutable_class(owner):
+        return None
+    if is_fixed_class(owner):
+        pin_library_entry(out, owner, name)
+        return None
+    return entry_source(owner, name)
+
+
+# NOTE [Library class attributes]: the trace takes library classes (torch.nn.Linear, nn.Module, ...) as
+# fixed: their methods are inlined, their class data read unguarded. A user may still monkeypatch one on
+# the class (`nn.Linear.forward = f`, `nn.Module.__call__ = g`), so every library-class attribute the trace
+# resolved is pinned: the owner's raw entry `Owner.__dict__[name]` is the same object (by value for
+# scalars), and the library classes before the owner in the MRO do not define `name`. Each is one line
+# per distinct (class, name), shared by all instances (guards are de-duplicated by expression); the
+# class dicts are read raw, so no descriptor runs. Immutable built-in types get none.
+def pin_library_entry(out, owner: type, name: str) -> None:
+    """`owner.__dict__[name]` (a library class) stays what it is now."""
+    value = owner.__dict__[name]
+    source = entry_source(owner, name)
+    if type(value) in (bool, int, float, str, type(None)):
+        out.guard_constant(source, value)
+    else:
+        out.guard_id(source, value)
+
+
+def guard_lookup(out, cls: type, name: str) -> None:
+    """Every class of the MRO keeps resolving `name` as it does now (absent, or the same entry)."""
+    index, attr = mro_lookup(cls, name)
+    if index is None:
+        guard_class_absent(out, cls.__mro__, name)
+    else:
+        guard_entry_identity(out, guard_found_on_class(out, cls, name, index), attr)
 
 
 def guard_entry_identity(out, source: Source | None, attr: Any) -> None:

@@ -287,6 +287,7 @@ class Translator:
             self.output.inlined[f] = None
         if code in DISABLED:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked framejit.disable")
+        self.output.inlined_codes.add(code)  # NOTE [Disable after compiling] in hook.py
         if getattr(f, "_torchdynamo_disable", False):  # torch.compiler.disable / torch._dynamo.disable
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked torch.compiler.disable")
         if self.depth + 1 > config.inline_depth_limit:

@@ -91,9 +91,28 @@ class GuardFunction:
         return Failure(guard, _actual(guard, self.namespace, frame_locals))
 
     def all_failures(self, *args: Any, **kwargs: Any) -> list[Failure]:
+        """Every failing guard, except those past a failed one that would read through an object no
+        longer known safe to read (NOTE [Guards run no user code]): after a failed lookup fact, only
+        guards reading nothing but class dicts; after a failed pin of `P`, none reading through `P`."""
         frame_locals = self._bind(*args, **kwargs)
-        return [self._failure(g, frame_locals) for g in self.guards
-                if not _holds(g.expr, self.namespace, frame_locals)]
+        failures: list[Failure] = []
+        unsafe: set[str] = set()
+        fact_failed = False
+        for g in self.guards:
+            bases = _read_bases(g.expr)
+            if any(b in unsafe for b in bases) or fact_failed and not all(_NAMED_OR_CLASS_DICT.match(b) for b in bases):
+                continue
+            if not _holds(g.expr, self.namespace, frame_locals):
+                failures.append(self._failure(g, frame_locals))
+                subject = _subject(g.expr)
+                if subject is not None:
+                    unsafe.add(subject)
+                fact_failed = fact_failed or g.kind in _LOOKUP_FACTS or ".__dict__[" in g.expr
+        return failures
+
+
+_LOOKUP_FACTS = ("CLASS_ATTR_ABSENT", "INSTANCE_ATTR_ABSENT", "MODULE_ATTR_ABSENT")
+_NAMED_OR_CLASS_DICT = re.compile(r"^___\w+(\.__dict__)?$")  # an object of the namespace, or its __dict__
 
 
 def _holds(expr: str, namespace: dict, frame_locals: dict) -> bool:
@@ -112,15 +131,62 @@ def _actual(guard: Guard, namespace: dict, frame_locals: dict) -> str:
         return f"<{type(e).__name__}: {e}>"
 
 
+# NOTE [Guards run no user code]: a guard reading `o.name` runs whatever `type(o)` resolves `name` to: a
+# property added to the class later, a `__getattr__`, a `__getattribute__`. The trace guards the facts that
+# make such a read a plain dict read (the type of `o`, and NOTE [Lookup facts] for `name`), so the read is
+# safe once those hold, and only then. Guards are therefore checked cheapest first (a stable sort by cost),
+# except that a guard reading an attribute or item of `P` comes after every earlier guard pinning `P`
+# itself (`___type(P) is K`, `P is obj`): those are pulled forward. The lookup facts are identity-cost
+# guards on class dicts, added before the value they justify is guarded, so they precede it already.
+# Shared subexpressions (NOTE [Guard subexpressions]) are computed right before their first use.
 def _order(guards: Sequence[Guard]) -> list[Guard]:
-    # Stable sort by cost, de-duplicated: the same expression is checked once.
+    """De-duplicated (the same expression is checked once), cheapest first, and every guard after the
+    guards that pin the objects it reads through."""
     seen: set[str] = set()
     unique = []
     for g in guards:
         if g.expr not in seen:
             seen.add(g.expr)
             unique.append(g)
-    return sorted(unique, key=lambda g: g.cost)
+    pinned: dict[str, list[int]] = {}
+    for i, g in enumerate(unique):
+        subject = _subject(g.expr)
+        if subject is not None:
+            pinned.setdefault(subject, []).append(i)
+    ordered: list[Guard] = []
+    done: set[int] = set()
+
+    def emit(i: int) -> None:
+        if i in done:
+            return
+        done.add(i)
+        for base in _read_bases(unique[i].expr):
+            for j in pinned.get(base, ()):
+                if j < i:
+                    emit(j)
+        ordered.append(unique[i])
+
+    for i in sorted(range(len(unique)), key=lambda i: unique[i].cost):
+        emit(i)
+    return ordered
+
+
+def _subject(expr: str) -> str | None:
+    """`P` for a guard that pins an object: `___type(P) is K` or `P is obj`."""
+    tree = ast.parse(expr, mode="eval").body
+    if not (isinstance(tree, ast.Compare) and len(tree.ops) == 1 and isinstance(tree.ops[0], ast.Is)):
+        return None
+    left = tree.left
+    if isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "___type" \
+            and len(left.args) == 1:
+        left = left.args[0]
+    return ast.unparse(left) if _rooted(left) else None
+
+
+def _read_bases(expr: str) -> set[str]:
+    """The objects whose attributes or items the expression reads (`P` for `P.name`, `P[key]`)."""
+    return {ast.unparse(node.value) for node in ast.walk(ast.parse(expr, mode="eval"))
+            if isinstance(node, (ast.Attribute, ast.Subscript)) and _rooted(node.value)}
 
 
 def compile_guards(
@@ -157,10 +223,21 @@ def _guard_source(ordered: list[Guard], params: str, name: str) -> str:
     fn_name = f"___{name}_{_counter[0]}"
     lines = [f"def {fn_name}({params}):"]
     shared, rewrite = _common_subexpressions([g.expr for g in ordered])
-    lines += [f"    {local} = {expr}" for local, expr in shared]
+    definitions = dict(shared)
+    defined: set[str] = set()
+
+    def define(text: str) -> None:  # NOTE [Guards run no user code]: each shared chain before its first use
+        for local in re.findall(r"___s\d+\b", text):
+            if local in definitions and local not in defined:
+                defined.add(local)
+                define(definitions[local])
+                lines.append(f"    {local} = {definitions[local]}")
+
     for g in ordered:
         comment = f"  # {g.source}" + (f" | {g.origin}" if g.origin else "")
-        lines.append(f"    if not ({rewrite(g.expr)}): return False{_one_line(comment)}")
+        check = rewrite(g.expr)
+        define(check)
+        lines.append(f"    if not ({check}): return False{_one_line(comment)}")
     lines.append("    return True")
     lines.append(f"def ___bind_{_counter[0]}({params}):")
     lines.append("    return locals()")
@@ -169,9 +246,9 @@ def _guard_source(ordered: list[Guard], params: str, name: str) -> str:
 
 # NOTE [Guard subexpressions]: guards on a module's parameters repeat long source paths
 # (`self._modules['0']._parameters['weight']` six times in one tensor check). Attribute/item chains
-# used more than once are computed once into locals at the top of the guard function, shortest first
-# so that longer chains build on shorter ones. Evaluating a chain early can only raise where a guard
-# using it would fail anyway, and any exception makes the whole guard fail.
+# used more than once are computed once into locals, shortest first so that longer chains build on
+# shorter ones, each right before the first guard that uses it (not earlier: NOTE [Guards run no user
+# code]). Any exception makes the whole guard fail.
 def _common_subexpressions(exprs: list[str]):
     """(shared definitions, expr -> rewritten expr). Works on text spans (ast offsets), no unparsing."""
     spans_of: dict[str, list[tuple[int, int, str]]] = {}
