@@ -468,3 +468,19 @@ def test_indices_of_tied_values_and_nan_windows(backend):
         x = torch.tensor(row)
         img = torch.tensor(row * 6).reshape(1, 1, 6, 6)
         assert_bitwise(compiled(x.clone(), img.clone()), _topk_and_pool(x.clone(), img.clone()), f"{row} ({backend})")
+
+
+def _as_strided_input(x, v):
+    return x + v.as_strided((2, 4), (4, 1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_as_strided_reads_the_input_storage(backend):
+    """Fuzzer seed 1011: as_strided of a transposed input reads its storage in eager's order (onnxrt read
+    the dense transposed copy it hands to ORT)."""
+    compiled = framejit.compile(_as_strided_input, backend=backend)
+    views = [torch.arange(16.)[0:8].view(2, 4), torch.arange(8.).view(4, 2).t(), torch.arange(16.)[3:11].view(2, 4),
+             torch.arange(8.).view(4, 2).t()]
+    for k, v in enumerate(views):
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(k))
+        assert torch.equal(compiled(x, v), _as_strided_input(x, v)), (k, v.stride())

@@ -173,10 +173,13 @@ def int64_reduce(rng):
 
 def special_values(rng):
     """Pointwise ops on special values (NaN, +-0.0, +-inf, tiny, bool): sign, maximum, trunc, pow, expm1,
-    log1p, bool add. Compared with the sign of zero (compare.py)."""
+    log1p, bool add, clamps and selects of -0.0. Compared with the sign of zero (compare.py)."""
     op = rng.choice(["torch.sign(s$)", "torch.maximum(s$, torch.zeros(6))", "torch.trunc(s$)", "s$.abs() ** 0.5",
                      "torch.expm1(s$ * 1e-9)", "torch.log1p(s$.abs() * 1e-9)", "(s$ > 0) + (s$ >= 0)",
-                     "torch.minimum(s$, torch.zeros(6))", "torch.where(s$ == 0, s$, 1 / s$)", "s$ * 0"])
+                     "torch.minimum(s$, torch.zeros(6))", "torch.where(s$ == 0, s$, 1 / s$)", "s$ * 0",
+                     "torch.maximum(torch.zeros(6), s$)", "s$ ** 0.5", "torch.frac(s$)", "s$.clamp(min=-0.0)",
+                     "s$.clamp(-0.0, 0.0)", "s$.masked_fill(s$ > 0, -0.0)", "torch.where(s$ > 0, -0.0, s$)",
+                     "torch.where(s$ < 1, s$ * -0.0, s$)", "torch.clamp(s$, min=s$.flip(0))"])
     return Block("special_values", params=("s$",),
                  args=("torch.tensor([float('nan'), -0.0, 0.0, float('inf'), -1.5, 2.0])[[(k + i) % 6 for k in range(6)]]",),
                  body=f"r = {op}\naux.append(r)\nout = out + torch.nan_to_num(r.float()).sum()")

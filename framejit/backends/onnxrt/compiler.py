@@ -51,7 +51,8 @@ _MAX_ATTEMPTS = 8
 # 8: random ops run in torch, drawing from torch's generator (soundness finding #11).
 # 9: the sign of zero as eager (NOTE [Where keeps -0.0]: where, masked_fill, trunc, frac, x ** 0.5,
 #    maximum/minimum, tensor clamps); signbit, xlogy, heaviside, topk and max_pool indices run in torch.
-REVISION = 9
+# 10: as_strided of a graph input runs in torch (it reads the input's storage).
+REVISION = 10
 
 
 @dataclasses.dataclass
