@@ -99,7 +99,10 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
             from .outside import outside_set  # NOTE [Sets from outside]
             return outside_set(out, obj, source)
         guard_set(out, obj, source)
-        return SetValue(obj, source, type(obj))
+        value = SetValue(obj, source, type(obj))
+        value.order = list(obj)  # NOTE [Set order]
+        value.frozen = obj if type(obj) is frozenset else None
+        return value
     if isinstance(obj, torch.nn.Module):
         out.guard_type(source, type(obj))
         return NNModuleValue(obj, source)
@@ -116,11 +119,14 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
 
 
 def guard_set(out, obj: Any, source: Source) -> None:
-    """A set (or frozenset) of constants, guarded by its type and value."""
+    """A set (or frozenset) of constants, guarded by its type, its elements and their types in its
+    iteration order (NOTE [Set order]: equal sets may iterate differently; `{1} == {True}`)."""
     out.guard_type(source, type(obj))
     e = source.expr(out.names)
-    out.add_guard("CONSTANT_MATCH", f"{e} == {out.name_of(frozenset(obj), 'set')}", source,
-                  expected=repr(sorted(map(repr, obj))), actual=e)
+    out.add_guard("CONSTANT_MATCH", f"___list({e}) == {out.name_of(list(obj), 'set')}", source,
+                  expected=repr(list(obj)), actual=f"___list({e})")
+    out.add_guard("CONSTANT_MATCH", f"___list(map(___type, {e})) == {out.name_of([type(v) for v in obj], 'types')}",
+                  source, expected=repr([type(v).__name__ for v in obj]), actual=f"___list(map(___type, {e}))")
 
 
 def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
@@ -227,7 +233,15 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
                  if all(_literal_key(k) for k in keys) else
                  f"{out.name_of(_same_keys, 'same_keys')}({e}, {out.name_of(tuple(keys), 'keys')})")
         out.add_guard("DICT_KEYS", check, source, expected=repr(keys))
-    items = {_dict_key(out, k, source, i): wrap(out, v, ItemSource(source, k)) for i, (k, v) in enumerate(obj.items())}
+    # NOTE [defaultdict items in guards]: `d[k]` on a defaultdict inserts a missing key, so a guard (or a
+    # reload) of an item read through `d[k]` would change the user's dict when the key is gone (a cleared
+    # dict got the keys of an older entry's guards); its items are read from a plain copy instead.
+    base = source
+    if type(obj) is collections.defaultdict:
+        from ..dict_objects import _RAW_ITEMS
+        from ..sources import CallSource
+        base = CallSource(_RAW_ITEMS, source)
+    items = {_dict_key(out, k, source, i): wrap(out, v, ItemSource(base, k)) for i, (k, v) in enumerate(obj.items())}
     if type(obj) is collections.defaultdict:
         from .mappings import DefaultDictValue
         factory = obj.default_factory
