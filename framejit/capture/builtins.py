@@ -6,6 +6,7 @@ when every argument is a Python constant most simply evaluate the real builtin (
 from __future__ import annotations
 
 import abc
+import collections
 import functools
 import itertools
 import operator
@@ -442,7 +443,7 @@ def _frozenset(tx, args, kwargs):
 
 
 # ---- container methods ---------------------------------------------------------------------------
-_CONTAINER_METHOD_OWNERS = (list, dict, tuple, set, frozenset)
+_CONTAINER_METHOD_OWNERS = (list, dict, tuple, set, frozenset, collections.OrderedDict)
 
 
 def is_container_method(fn: Any) -> bool:
@@ -453,11 +454,11 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
     from .dict_objects import dict_contents, is_dict_object
     owner, name = fn.__objclass__, fn.__name__
     self_value, rest = args[0], args[1:]
-    if owner is dict and is_dict_object(self_value):
-        self_value = dict_contents(tx, self_value, name)  # NOTE [Dict subclasses]
+    if owner in (dict, collections.OrderedDict) and is_dict_object(self_value):
+        self_value = dict_contents(tx, self_value, name, owner)  # NOTE [Dict subclasses]
     if owner in (set, frozenset):
         return _set_method(tx, self_value, name, rest, kwargs)
-    if owner is dict:
+    if owner in (dict, collections.OrderedDict):
         return _dict_method(tx, self_value, name, rest, kwargs)
     if not isinstance(self_value, ListValue) or name in ("index", "count", "copy"):
         return _sequence_method(tx, self_value, name, rest, kwargs)
@@ -637,6 +638,14 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
         d.items.clear()
         log(d, "clear")
         return ConstantValue(None)
+    if name == "__getitem__" and len(args) == 1:  # `dict.__getitem__(d, k)`, `super().__getitem__(k)`
+        return getitem(tx, d, args[0])
+    if name == "__contains__" and len(args) == 1:
+        return ConstantValue(contains(tx, args[0], d))
+    if name == "__len__" and not args:
+        return ConstantValue(length(tx, d))
+    if name == "__iter__" and not args:
+        return _iter(tx, [d], {})
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name}")
 
 

@@ -155,6 +155,7 @@ class Hooks:
     def __init__(self, request: CompileRequest) -> None:
         self.request = request
         self.by_key: dict[Any, Any] = {}
+        self.objects_per_code: dict[types.CodeType, int] = {}  # NOTE [Closures called at breaks]
 
     def _hook(self, key: Any, fn: types.FunctionType):
         hook = self.by_key.get(key)
@@ -171,6 +172,33 @@ class Hooks:
     def module_call(self):
         from .hook import module_call
         return self._hook(("function", module_call), module_call)
+
+    # NOTE [Closures called at breaks]: a callee at a break that is a closure from outside guarded by its
+    # code (NOTE [Closures guarded by code]: typically a decorator's wrapper, `deprecate_kwarg` around a
+    # model's forward) may be another function object on a later call, so no hook can be fixed in the
+    # residual code. It calls `call_through_hook(target, ...)` instead, which finds the hook of the function
+    # object it is given (one per object, at most OBJECTS_PER_CODE per code object; past that the object
+    # runs as plain Python and the `recompiles` log says so), so the callee is still captured.
+    OBJECTS_PER_CODE = 8
+
+    def for_object(self, fn: types.FunctionType):
+        if ("function", fn) in self.by_key:
+            return self.by_key[("function", fn)]
+        counts = self.objects_per_code
+        if counts.get(fn.__code__, 0) >= self.OBJECTS_PER_CODE:
+            logs.log("recompiles", "%s: more than %d function objects of this code were called at breaks; "
+                     "this one runs as plain Python", fn.__code__.co_qualname, self.OBJECTS_PER_CODE)
+            return fn
+        counts[fn.__code__] = counts.get(fn.__code__, 0) + 1
+        return self.function(fn)
+
+    def call_through_hook(self, target, *args, **kwargs):
+        """`target(*args, **kwargs)` for a function or bound method, through the hook of its function."""
+        if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
+            return self.for_object(target.__func__)(target.__self__, *args, **kwargs)
+        if isinstance(target, types.FunctionType):
+            return self.for_object(target)(*args, **kwargs)
+        return target(*args, **kwargs)
 
     def resume(self, code: types.CodeType, index: int, layout: tuple[str, ...], names: tuple[str, ...], fn,
                hooked: bool = True, successors: tuple = ()):
@@ -422,6 +450,9 @@ class _BoundHooks:
 
     def module_call(self):
         return self.hooks.module_call()
+
+    def call_through_hook(self):
+        return self.hooks.call_through_hook  # NOTE [Closures called at breaks]
 
     def resume(self, code, index, layout, names, hooked=True, successors=()):
         return self.hooks.resume(code, index, layout, names, self.fn, hooked, successors)

@@ -3,9 +3,11 @@
 NOTE [Dict subclasses]: library code often subclasses dict and calls `super().get(key)` or
 `dict.__getitem__(self, key)` (transformers' registries, `ModelOutput`). Such an object is an
 ObjectValue (its type is guarded; its own methods are inlined). When one of dict's read-only methods
-is called on it, the call is answered from its raw contents: `dict.copy(obj)` (which bypasses every
-override) is wrapped like a plain dict through a CallSource, so its keys and the values read are
-guarded. Mutating dict methods on such an object stay graph breaks.
+is called on it, the call is answered from its raw contents: `raw_dict_items(obj)` (a plain dict of the
+dict's own storage, read through `dict.items`, which bypasses every override; `dict.copy` does not: for a
+class with its own `__iter__`, an OrderedDict subclass among them, it merges through `keys()` and the
+overridden `__getitem__`) is wrapped like a plain dict through a CallSource, so its keys and the values
+read are guarded. Mutating dict methods on such an object stay graph breaks.
 """
 from __future__ import annotations
 
@@ -21,20 +23,40 @@ from .values.builder import wrap
 
 READ_ONLY_DICT_METHODS = frozenset({"get", "__getitem__", "__contains__", "keys", "values", "items", "__len__",
                                     "__iter__", "copy"})
-_DICT_COPY = Ref(dict.copy, "dict_copy")
+
+
+def raw_dict_items(obj: dict) -> dict:
+    """The items a dict subclass instance holds in dict's own storage, whatever it overrides."""
+    return dict(dict.items(obj))
+
+
+def raw_odict_items(obj: collections.OrderedDict) -> dict:
+    """The same for an OrderedDict subclass, in the OrderedDict's own order (what OrderedDict's methods see;
+    dict's storage order differs after `move_to_end`)."""
+    return dict(collections.OrderedDict.items(obj))
+
+
+_RAW_ITEMS = Ref(raw_dict_items, "raw_dict_items")
+_RAW_ODICT_ITEMS = Ref(raw_odict_items, "raw_odict_items")
 
 
 def is_dict_object(value: Value) -> bool:
     return isinstance(value, ObjectValue) and isinstance(value.obj, dict)
 
 
-def dict_contents(tx, obj: ObjectValue, method: str) -> DictValue:
-    """The raw contents of a dict-subclass instance, for a read-only dict method `method`."""
+def dict_contents(tx, obj: ObjectValue, method: str, owner: type = dict) -> DictValue:
+    """The raw contents of a dict-subclass instance, for a read-only method `method` of `owner` (dict, or
+    OrderedDict for an OrderedDict subclass: its order)."""
     if method not in READ_ONLY_DICT_METHODS:
-        raise Unsupported(BreakKind.SIDE_EFFECT, f"dict.{method} on a {type(obj.obj).__name__} from outside")
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"{owner.__name__}.{method} on a {type(obj.obj).__name__} from outside")
+    if method == "copy" and (owner is not dict or type(obj.obj).__iter__ is not dict.__iter__):
+        # OrderedDict.copy is `type(self)(self)`; dict.copy merges through `keys()` and `__getitem__` then
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{owner.__name__}.copy of a {type(obj.obj).__name__}")
     if obj.source is None:
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"contents of a {type(obj.obj).__name__} without a source")
-    return wrap(tx.output, dict.copy(obj.obj), CallSource(_DICT_COPY, obj.source))
+    if owner is dict:
+        return wrap(tx.output, raw_dict_items(obj.obj), CallSource(_RAW_ITEMS, obj.source))
+    return wrap(tx.output, raw_odict_items(obj.obj), CallSource(_RAW_ODICT_ITEMS, obj.source))
 
 
 # NOTE [Dict-subclass objects made while tracing]: an instance of a dict subclass created inside the

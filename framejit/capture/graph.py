@@ -71,6 +71,7 @@ class OutputGraph:
         self.steps = 0  # instructions traced, across inlined frames
         self.side_effects = SideEffects()
         self.mutated_inputs = False
+        self.mutated_entries: list = []  # the inputs mutated in place (NOTE [Input mutation])
         self.backend_outputs: list[str] = []
         self.inlined: dict[Any, None] = {}  # real functions inlined while tracing (frame cache checks them)
         self.inlined_codes: set = set()  # code objects of every function inlined (framejit.disable drops the entry)
@@ -352,18 +353,24 @@ class OutputGraph:
                                           f"in-place {_target_name(target)} mutates {entry.source.describe()}, "
                                           f"which shares memory with {other.source.describe()}")
                 self.mutated_inputs = True
+                if entry not in self.mutated_entries:
+                    self.mutated_entries.append(entry)
 
     def alias_guard(self) -> None:
-        """After input mutations, the inputs must have distinct memory, now and on later calls."""
+        """After input mutations, each mutated input must share no memory with any other input, now and on
+        later calls (inputs that alias each other but are only read are fine: a view and its base)."""
         tensors = [i for i in self.inputs if isinstance(i.value, TensorValue)]
-        if self.mutated_inputs and len(tensors) > 1:
-            storages = [i.tensor.untyped_storage().data_ptr() for i in tensors]
-            if len(set(storages)) != len(storages):
+        for mutated in self.mutated_entries:
+            others = [i for i in tensors if i is not mutated]
+            if not others:
+                continue
+            storage = mutated.tensor.untyped_storage().data_ptr()
+            if any(i.tensor.untyped_storage().data_ptr() == storage for i in others):
                 raise Unsupported(BreakKind.SIDE_EFFECT, "an input mutated in place shares memory with another input")
-            exprs = ", ".join(i.source.expr(self.names) for i in tensors)
-            self.add_guard("NO_ALIASING", f"___distinct_storages({exprs})", None,
-                           expected="inputs that do not share memory (an input is mutated in place)",
-                           cost=COST_TENSOR + 1)
+            exprs = ", ".join(i.source.expr(self.names) for i in [mutated, *others])
+            self.add_guard("NO_ALIASING", f"___storage_apart({exprs})", None,
+                           expected=f"{mutated.source.describe()} shares no memory with another input (it is "
+                                    "mutated in place)", cost=COST_TENSOR + 1)
 
     def _wrap_constant_result(self, target: Any, result: Any) -> Value:
         if result is None or isinstance(result, (bool, int, float, torch.dtype, torch.device, torch.Size)) or (

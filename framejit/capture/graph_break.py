@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import dis
+import functools
 import inspect
 import operator
 import sys
@@ -68,6 +69,8 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "GET_ITER": lambda a: (1, 1), "BUILD_STRING": lambda a: (a, 1), "UNPACK_SEQUENCE": lambda a: (1, a),
     "IMPORT_NAME": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "STORE_SLICE": lambda a: (4, 0),
     "RAISE_VARARGS": lambda a: (a, 0), "DELETE_ATTR": lambda a: (1, 0),
+    # f"{tensor}": the value, and its format spec when flag 0x04 says there is one (handlers/build.py)
+    "FORMAT_VALUE": lambda a: (2 if (a & 0x04 if isinstance(a, int) else a[1]) else 1, 1),
 }
 # reads that may break (an attribute framejit cannot model, a global of an unsupported type); a method
 # load becomes a plain attribute load: NULL + bound method, which CPython calls the same way
@@ -370,6 +373,10 @@ class BreakCodegen:
             return self.hooks.function(callee.fn), None
         if isinstance(callee, BoundMethodValue) and isinstance(callee.func, UserFunctionValue) and _plain(callee.func):
             return self.hooks.function(callee.func.fn), callee.self_value
+        function = callee.func if isinstance(callee, BoundMethodValue) else callee
+        if isinstance(function, UserFunctionValue) and _closure_from_outside(function) \
+                and (function is callee or callee.source is not None):
+            return self.hooks.call_through_hook(), callee  # NOTE [Closures called at breaks] in convert.py
         if isinstance(callee, NNModuleValue) and callee.source is not None and not _forward_on_instance(self.tx, callee):
             forward = type(callee.obj).forward
             if isinstance(forward, types.FunctionType) and type(callee.obj).__call__ is torch.nn.Module.__call__:
@@ -422,8 +429,11 @@ class BreakCodegen:
         hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors)
         cg.push_null()
         cg.load_const(hook)
-        for value in self.below:
-            if isinstance(value, IteratorValue) and isinstance(value.owner, ListValue):
+        callee_slot = self._tail_callee() if not hooked else None
+        for position, value in enumerate(self.below):
+            if callee_slot is not None and position == callee_slot[0]:
+                self._emit_hooked_callee(rebuild, *callee_slot[1:])
+            elif isinstance(value, IteratorValue) and isinstance(value.owner, ListValue):
                 rebuild.emit(value)  # the list's own iterator (NOTE [Live iteration])
             elif isinstance(value, IteratorValue) and value.owner is not None:
                 rebuild.emit(value)  # CPython's dict or set iterator (NOTE [Live iteration])
@@ -446,6 +456,37 @@ class BreakCodegen:
         cg.call(sum(kind != "null" for kind in layout) + len(self.local_names) + bool(self.blocks))
         cg.return_value()
 
+
+    def _tail_callee(self) -> tuple[int, Any, Value | None] | None:
+        """For a tail function whose instruction is a call: (stack position of the callee, its hook, the
+        bound self or None) when the callee goes through a frame hook (NOTE [Calls in tail functions])."""
+        inst = self.site.inst
+        if inst.name == "CALL":
+            position = len(self.stack) - inst.arg - 2
+            first, second = self.stack[position], self.stack[position + 1]
+            position, callee = (position + 1, second) if first is NULL else (position, first)
+        elif inst.name == "CALL_FUNCTION_EX":
+            position = len(self.stack) - (4 if inst.arg & 1 else 3) + 1
+            callee = self.stack[position]
+        else:
+            return None
+        hooked = self._hooked(callee)
+        return None if hooked is None else (position, *hooked)
+
+    def _emit_hooked_callee(self, rebuild: Reconstructor, hook: Any, self_value: Value | None) -> None:
+        """NOTE [Calls in tail functions]: the call at a break inside a try block runs in the plain tail
+        function, where no hook can be put around it; the callee's stack slot is given its hook instead
+        (`functools.partial(hook, self)` when the hook takes the callee's self, a module or a function
+        object: NOTE [Module calls at breaks], [Closures called at breaks]), so the callee is captured as
+        its own frame, as at a break outside try blocks."""
+        if self_value is None:
+            self.cg.load_const(hook)
+            return
+        self.cg.push_null()
+        self.cg.load_const(functools.partial)
+        self.cg.load_const(hook)
+        rebuild.emit(self_value)
+        self.cg.call(2)
 
     def _tail_successors(self) -> tuple:
         """For a tail function (NOTE [Breaks inside try blocks]): the edges out of the break instruction,
@@ -512,6 +553,13 @@ def _plain(fn: UserFunctionValue) -> bool:
     if fn.closure is not None or fn.defaults is not None:
         return False
     return not fn.by_code or not fn.fn.__code__.co_freevars
+
+
+def _closure_from_outside(fn: UserFunctionValue) -> bool:
+    """A function object read through a source and guarded by its code, with free variables: the object
+    at run time is reloaded from that source and may be another one (NOTE [Closures called at breaks])."""
+    return fn.closure is None and fn.defaults is None and fn.by_code and fn.source is not None \
+        and bool(fn.fn.__code__.co_freevars)
 
 
 def _check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> None:

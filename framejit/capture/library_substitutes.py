@@ -4,10 +4,11 @@ NOTE [ModelOutput.__post_init__]: transformers' `ModelOutput` (an OrderedDict su
 dataclass) fills its dict in `__post_init__` from the fields that are not None, after a framework probe
 (`is_tensor`, which reads `repr(type(x))`) and an iterator protocol for a first field holding key/value
 pairs. The stand-in below computes the same dict for the case models use: when the first field is a
-tensor or another field is set, every non-None field is stored, in field order, through `self[...] =`
-(so the class's own `__setitem__` runs). Anything else (a lone non-tensor first field, which the
-original may unpack as pairs; a field name shadowed by a class property) calls `graph_break`, so the
-original runs. Its pytree registration is skipped, as the original skips it while compiling.
+tensor, a non-empty tuple or list whose first element is not a (str, value) pair, or another field is set,
+every non-None field is stored, in field order, through `self[...] =` (so the class's own `__setitem__`
+runs). Anything else (another lone non-tensor first field, which the original may unpack as pairs; a
+field name shadowed by a class property) calls `graph_break`, so the original runs. Its pytree
+registration is skipped, as the original skips it while compiling.
 Substitutes are found by module and qualified name, so transformers is never imported by framejit.
 """
 from __future__ import annotations
@@ -33,12 +34,19 @@ def model_output_post_init(self):
             graph_break("a ModelOutput field shadowed by a property")
     first_field = getattr(self, class_fields[0].name)
     other_fields_are_none = all(getattr(self, field.name) is None for field in class_fields[1:])
-    if other_fields_are_none and not isinstance(first_field, torch.Tensor):
-        graph_break("a ModelOutput whose only field is not a tensor")
+    if other_fields_are_none and not isinstance(first_field, torch.Tensor) and first_field is not None:
+        # the original iterates it as (key, value) pairs unless its first element is not one; a tuple or
+        # list of tensors (`BackboneOutput(feature_maps=(...))`) is then stored as the field
+        if type(first_field) not in (tuple, list) or not first_field or _key_value_pair(first_field[0]):
+            graph_break("a ModelOutput whose only field is not a tensor")
     for field in class_fields:
         value = getattr(self, field.name)
         if value is not None:
             self[field.name] = value
+
+
+def _key_value_pair(element) -> bool:
+    return isinstance(element, (list, tuple)) and len(element) == 2 and isinstance(element[0], str)
 
 
 _BY_NAME: dict[tuple[str, str], Any] = {

@@ -132,7 +132,58 @@ def _rnn_update_flat_weights(self):
             graph_break("RNN flat weights are out of sync with its parameters")
 
 
-SUBSTITUTES = {RNNBase._update_flat_weights: _rnn_update_flat_weights}
+# NOTE [Module.to without a change]: `module.to(dtype)` inside forward (switch_transformers' router casts
+# its classifier on every call) converts each floating parameter and buffer (and their grads, which torch
+# keeps in their parameter's dtype and device); in eager
+# `Tensor.to` returns the very same tensor when it already has that dtype and device, so the module is
+# left as it was. The substitute checks exactly that over the module tree (the tree, the dtypes and the
+# devices it reads are guarded like any read of them) and returns the module; a conversion that would
+# change a tensor, a memory format or complex dtype, or a module with its own `_apply` is a graph break,
+# and the original runs. `torch._C._nn._parse_to` of constants is evaluated at trace time.
+def _module_to(self, *args, **kwargs):
+    device, dtype, non_blocking, convert_to_format = torch._C._nn._parse_to(*args, **kwargs)
+    if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+        raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}")
+    if convert_to_format is not None or (dtype is not None and dtype.is_complex):
+        graph_break("Module.to with a memory format or a complex dtype")
+    for module in self.modules():
+        if type(module)._apply is not torch.nn.Module._apply:
+            graph_break("Module.to of a module with its own _apply")
+        for tensor in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+            if _converts(tensor, device, dtype):  # (a grad has its parameter's dtype and device)
+                graph_break("Module.to that converts a parameter or buffer")
+    return self
+
+
+def _converts(t, device, dtype) -> bool:
+    if dtype is not None and (t.is_floating_point() or t.is_complex()) and t.dtype != dtype:
+        return True
+    return device is not None and t.device != device
+
+
+SUBSTITUTES = {RNNBase._update_flat_weights: _rnn_update_flat_weights, torch.nn.Module.to: _module_to}
+
+
+def _parse_to(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`torch._C._nn._parse_to(*args)` on constants: (device, dtype, non_blocking, memory_format)."""
+    from .breaks import UserException
+    if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch._C._nn._parse_to of non-constant arguments")
+    try:
+        parsed = torch._C._nn._parse_to(*(a.as_constant() for a in args),
+                                        **{k: v.as_constant() for k, v in kwargs.items()})
+    except Exception as e:  # noqa: BLE001 - the parse error eager raises
+        raise UserException(e) from None
+    return TupleValue([ConstantValue(x) for x in parsed])
+
+
+def _register_handlers() -> None:
+    from . import higher_order  # noqa: F401  (registers its handlers: NOTE [Associative scan])
+    from .builtins import BUILTIN_HANDLERS
+    BUILTIN_HANDLERS[torch._C._nn._parse_to] = _parse_to
+
+
+_register_handlers()
 
 
 # NOTE [Modules made while tracing]: `torch.nn.Softmax(dim=-1)(x)` or `SmallNN()(x, y)` inside the

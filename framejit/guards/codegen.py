@@ -29,8 +29,15 @@ def _distinct_storages(*tensors: Any) -> bool:
     return len(set(pointers)) == len(pointers)
 
 
+def _storage_apart(tensor: Any, *others: Any) -> bool:
+    """`tensor` shares memory with none of `others` (guards frames that mutate `tensor` in place)."""
+    pointer = tensor.untyped_storage().data_ptr()
+    return all(t.untyped_storage().data_ptr() != pointer for t in others)
+
+
 BASE_NAMESPACE: dict[str, Any] = {
     "___distinct_storages": _distinct_storages,
+    "___storage_apart": _storage_apart,
     "___type": type,
     "___len": len,
     "___isinstance": isinstance,

@@ -597,9 +597,10 @@ CASES = [
     (tb_except_else_finally, signed, 2),
     # y = x*2 inside try, but the break (print) is after the try: two ordinary graphs.
     (tb_break_after_try, one(3), 2),
-    # The break surfaces at the call inside try, with nothing traced before it; from there the frame
-    # runs as plain Python (the tail is not hooked), so the callee is not captured either: 0.
-    (tb_callee_raises_after_print, one(3), 0),
+    # The break surfaces at the call inside try, with nothing traced before it; the call runs in the
+    # plain tail function, but through the callee's hook (NOTE [Calls in tail functions]), so the
+    # callee's x + 1 before its print is a graph: 1.
+    (tb_callee_raises_after_print, one(3), 1),
     # x+0 before the first print inside try/finally; the resume after it: the finally's x*2 and the next
     # iteration's x+1 up to the second print; the resume after that: the finally's x*2: 3.
     (tb_loop_try_print, one(3), 3),

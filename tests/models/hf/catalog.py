@@ -139,6 +139,13 @@ _DECODERS = [
     _a("starcoder2", "decoder", "Starcoder2Config", "Starcoder2ForCausalLM", _DECODER),
     _a("cohere", "decoder", "CohereConfig", "CohereForCausalLM", _DECODER),
     _a("granite", "decoder", "GraniteConfig", "GraniteForCausalLM", _DECODER),
+    # `inputs_embeds *= np.sqrt(d_model)`: a NumPy ufunc of a Python int, folded to a NumPy scalar
+    _a("ctrl", "decoder", "CTRLConfig", "CTRLLMHeadModel",
+       dict(vocab_size=100, n_embd=32, n_layer=2, n_head=2, dff=64, n_positions=64)),
+    # ACT2FN[...] inside forward: an OrderedDict subclass's `super().__getitem__` (its raw entry)
+    _a("mamba2", "decoder", "Mamba2Config", "Mamba2ForCausalLM",
+       dict(vocab_size=100, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4, n_groups=1,
+            num_heads=4, head_dim=16, chunk_size=4)),
 ]
 
 _SEQ2SEQ_MODELS = [
@@ -168,6 +175,13 @@ _VISION = [
        dict(num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], image_size=32), inputs.pixels),
     _a("resnet", "vision", "ResNetConfig", "ResNetModel",
        dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"), inputs.pixels),
+    # a ResNet backbone (BackboneOutput(feature_maps=(...)): a tuple as the only field) and a transformer
+    _a("detr", "vision", "DetrConfig", "DetrModel",
+       dict(use_timm_backbone=False, use_pretrained_backbone=False, backbone=None,
+            backbone_config=dict(model_type="resnet", embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                 layer_type="basic", out_features=["stage2"]),
+            d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=4), inputs.pixels),
 ]
 
 _AUDIO_MODELS = [

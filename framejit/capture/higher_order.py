@@ -1,0 +1,64 @@
+"""torch's higher-order functions that take Python callables, traced as the Python they stand for.
+
+NOTE [Associative scan]: `torch._higher_order_ops.associative_scan(combine_fn, xs, dim, reverse,
+combine_mode)` is what libraries call on their compile path (transformers' Mamba and FalconMamba
+selective scan, when `is_torchdynamo_compiling()`). Its result is defined elementwise along `dim`:
+out[0] = x[0], out[i] = combine_fn(out[i - 1], x[i]) (from the end when `reverse`), with combine_fn
+applied to the slices at one position (the "generic" mode vmaps it over the scan dimension; the
+"pointwise" mode, CUDA only, applies it elementwise). The substitute below computes exactly that, one
+position after another: combine_fn is inlined per step on `x.select(dim, i)` and the results are
+stacked along `dim`, so the scan becomes ordinary graph ops (as many steps as the dimension is long,
+like the sequential loop such libraries run eagerly; the length is specialised). An associative
+combine_fn gives the real op's values up to floating-point reassociation, which the real op leaves
+unspecified too. Anything else (a pytree other than a tensor, tuple or list of tensors, arguments the
+real op rejects) is a graph break, so the real function runs and raises its own errors.
+"""
+from __future__ import annotations
+
+import torch
+
+from .modules import graph_break
+
+
+def associative_scan(combine_fn, xs, dim, reverse=False, combine_mode="pointwise"):
+    single = isinstance(xs, torch.Tensor)
+    leaves = [xs] if single else list(xs) if type(xs) in (tuple, list) else []
+    if not leaves or not all(isinstance(x, torch.Tensor) for x in leaves):
+        graph_break("associative_scan over something other than a tensor, tuple or list of tensors")
+    if not callable(combine_fn) or type(dim) is not int or type(reverse) is not bool \
+            or combine_mode not in ("generic", "pointwise"):
+        graph_break("associative_scan with arguments it rejects")
+    ndim = leaves[0].ndim
+    if not -ndim <= dim < ndim:
+        graph_break("associative_scan with a dimension out of range")
+    dim = dim + ndim if dim < 0 else dim
+    length = leaves[0].shape[dim]
+    for x in leaves:
+        if x.ndim <= dim or x.shape[dim] != length or length == 0 or x.is_sparse:
+            graph_break("associative_scan over leaves it rejects")
+        if combine_mode == "pointwise" and x.device.type not in ("cuda", "xpu"):
+            graph_break("associative_scan in pointwise mode off CUDA (the real op raises)")
+    positions = range(length - 1, -1, -1) if reverse else range(length)
+    steps = []
+    for i in positions:
+        parts = [x.select(dim, i) for x in leaves]
+        current = parts[0] if single else type(xs)(parts)
+        steps.append(current if not steps else combine_fn(steps[-1], current))
+    if reverse:
+        steps.reverse()
+    if single:
+        return torch.stack(steps, dim)
+    return type(xs)([torch.stack([step[k] for step in steps], dim) for k in range(len(leaves))])
+
+
+def _register_handlers() -> None:
+    from .builtins import BUILTIN_HANDLERS
+    from .values import UserFunctionValue
+    try:
+        from torch._higher_order_ops.associative_scan import associative_scan as real  # imported by torch
+    except ImportError:
+        return
+    BUILTIN_HANDLERS[real] = lambda tx, args, kwargs: tx.inline(UserFunctionValue(associative_scan), args, kwargs)
+
+
+_register_handlers()
