@@ -182,7 +182,7 @@ def special_values(rng):
                      "torch.where(s$ < 1, s$ * -0.0, s$)", "torch.clamp(s$, min=s$.flip(0))"])
     return Block("special_values", params=("s$",),
                  args=("torch.tensor([float('nan'), -0.0, 0.0, float('inf'), -1.5, 2.0])[[(k + i) % 6 for k in range(6)]]",),
-                 body=f"r = {op}\naux.append(r)\nout = out + torch.nan_to_num(r.float()).sum()")
+                 body=f"r = {op}\naux.append(r)\nout = out + torch.nan_to_num(r.float(), posinf=1e4, neginf=-1e4).sum()")
 
 
 FACTORIES = [special_values, int64_reduce, metadata_inplace, dict_views, dict_iter_mutation, user_context, generator_use, hasattr_special, metaclass_isinstance,

@@ -48,8 +48,9 @@ def diff(actual: Any, expected: Any, *, rtol: float, atol: float, path: str = ""
 
 
 # torch.testing's rtol for these dtypes, and an atol for results near 0 of chained low-precision ops (a
-# lowered backend may round an intermediate once more or less: seed 89 of triton --warm, two bf16 mms)
-_LOW_PRECISION = {torch.bfloat16: (1.6e-2, 2e-2), torch.float16: (1e-3, 1e-3)}
+# lowered backend may round an intermediate once more or less: seed 89 of triton --warm, two bf16 mms;
+# seed 22 of onnxrt, two float16 mms under autocast: ORT's result is as close to an exact reference as eager's)
+_LOW_PRECISION = {torch.bfloat16: (1.6e-2, 2e-2), torch.float16: (1e-3, 4e-3)}
 
 
 def _diff_tensor(actual: torch.Tensor, expected: torch.Tensor, *, rtol, atol, path) -> str | None:
