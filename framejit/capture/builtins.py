@@ -433,13 +433,23 @@ BUILTIN_HANDLERS[operator.truth] = lambda tx, args, kwargs: ConstantValue(truth(
 
 @handles(set)
 def _set(tx, args, kwargs):
-    from .identity_keys import set_element
-    return SetValue({set_element(tx, v) for v in iterate(tx, args[0])} if args else set())
+    from .identity_keys import set_operand
+    return SetValue(set(set_operand(tx, args[0])) if args else set(), exact=True)  # NOTE [Set order]
 
 
 @handles(frozenset)
 def _frozenset(tx, args, kwargs):
-    return SetValue(_set(tx, args, kwargs).items, cls=frozenset)
+    from .identity_keys import set_operand
+    return frozen_set_value(frozenset(set_operand(tx, args[0])) if args else frozenset())
+
+
+def frozen_set_value(real: frozenset) -> SetValue:
+    """A frozenset made in the frame: the real one, made as CPython makes it (NOTE [Set order])."""
+    from .values.mappings import IdentityKey
+    value = SetValue(set(real), cls=frozenset, exact=len(real) < 2)
+    if not any(isinstance(e, IdentityKey) for e in real):
+        value.frozen = real
+    return value
 
 
 # ---- container methods ---------------------------------------------------------------------------
@@ -555,21 +565,28 @@ _SET_MUTATORS = {"add", "update", "discard", "remove", "clear", "pop", "differen
 
 def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     """Set methods over sets of constants: evaluated on the real Python set the value holds."""
-    from .identity_keys import set_element
+    from .identity_keys import known_layout, set_element, set_operand
     if not isinstance(s, SetValue) or kwargs:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on {s.describe()}")
-    consts = [set(set_element(tx, v) for v in iterate(tx, a)) if name not in ("add", "discard", "remove")
-              else set_element(tx, a) for a in args]
+    mutates = name in _SET_MUTATORS
+    consts = [set_operand(tx, a, strict=not mutates) if name not in ("add", "discard", "remove")
+              else set_element(tx, a) for a in args]  # NOTE [Set order]: as CPython gets them
+    if mutates and not all(known_layout(a) for a in args if isinstance(a, SetValue)):
+        s.exact = False  # its elements are right, its order is not known any more
     if name == "pop" and len(s.items) > 1 and not s.is_constant():
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "set.pop() of a set of tensors (its order follows addresses)")
     if name in _SET_MUTATORS:
         return _mutate_set(tx, s, name, consts)
+    receiver = s.frozen if s.frozen is not None else s.items
     try:
-        result = getattr(s.items, name)(*consts)
+        result = getattr(receiver, name)(*consts)
     except Exception as e:
         raise UserException(e) from None
     if isinstance(result, (set, frozenset)):
-        return SetValue(result, cls=s.cls)
+        if not known_layout(s) and len(result) > 1:  # NOTE [Set order]: the result's order would be a guess
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"set.{name} on {s.describe()}, whose hash-table layout "
+                                                           "the trace cannot reproduce")
+        return frozen_set_value(result) if type(result) is frozenset else SetValue(result, cls=s.cls, exact=True)
     return ConstantValue(result)
 
 
@@ -581,6 +598,9 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
     if name == "pop" and s.source is not None and len(s.items) > 1:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"set.pop() of {s.source.describe()} (the element it removes "
                                                  "follows the layout of the real set)")
+    if name == "pop" and len(s.items) > 1 and not s.exact:
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"set.pop() of {s.describe()}, whose hash-table layout the "
+                                                       "trace cannot reproduce")  # NOTE [Set order]
     if name == "remove" and not set_has(s, consts[0]) or name == "pop" and not s.items:
         raise UserException(KeyError(consts[0]) if name == "remove" else KeyError("pop from an empty set"))
     tx.output.side_effects.mutate_container(s)
@@ -588,7 +608,7 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
         s.change(consts[0], name == "add")  # NOTE [Sets from outside]: the set itself is not read
         result = None
     else:
-        result = getattr(s.items, name)(*consts)
+        result = getattr(s.items, name)(*consts)  # NOTE [Set order]: the same call on the same layout
     replay = tuple(key_value(c) if name in ("add", "discard", "remove") else TupleValue([key_value(k) for k in c])
                    for c in consts)
     tx.output.side_effects.record_op(s, name, replay)

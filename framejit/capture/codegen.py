@@ -221,8 +221,10 @@ class Reconstructor:
             self._dict(value)
         elif isinstance(value, NewObjectValue):
             self._new_object(value)
+        elif isinstance(value, SetValue) and value.frozen is not None:
+            cg.load_const(value.frozen)  # NOTE [Set order]: immutable, with the program's layout
         elif isinstance(value, SetValue) and value.is_constant():
-            self._call_const(value.cls, [ConstantValue(tuple(value.items))])  # a new set each call
+            self._call_const(value.cls, [ConstantValue(_set_template(value))])  # a new set each call
         elif isinstance(value, SetValue):  # NOTE [Sets of tensors]
             self._call_const(value.cls, [TupleValue([key_value(k) for k in value.items])])
         elif isinstance(value, BoundMethodValue):
@@ -379,6 +381,17 @@ def _children(value: Value) -> list:
     if isinstance(value, SetValue):
         return [key_value(k) for k in value.items if not isinstance(key_value(k), ConstantValue)]
     return []
+
+
+def _set_template(value: SetValue) -> Any:
+    """What `set(...)` rebuilds `value` from, iterating in its order (NOTE [Set order]): its elements one
+    by one, or, where that order differs, a frozenset whose table the set copies."""
+    order = list(value.items)
+    if list(set(order)) != order:
+        template = frozenset(value.items)
+        if list(set(template)) == order:
+            return template
+    return tuple(order)
 
 
 @dataclasses.dataclass

@@ -65,7 +65,7 @@ def deep(tx, value: Value, memo: dict[int, Value]) -> Value:
         memo[id(value)] = result
         result.items = {k: deep(tx, v, memo) for k, v in value.items.items()}
     elif isinstance(value, SetValue):
-        result = SetValue(value.items, cls=value.cls)
+        result = SetValue(set(value.items), cls=value.cls, exact=value.exact)  # NOTE [Set order]
     elif isinstance(value, (ObjectValue, NewObjectValue)) and not isinstance(value, NNModuleValue) \
             and _plain_copyable(value.python_type()):
         result = NewObjectValue(value.python_type())

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
-from .values import SetValue, TensorValue, Value
+from .values import ConstantValue, SetValue, TensorValue, Value
 from .values.mappings import IdentityKey, key_value
 
 
@@ -42,7 +42,43 @@ def set_items(s: SetValue) -> list[Value]:
     """The elements of a set, in iteration order (NOTE [Sets of tensors] for sets holding tensors)."""
     if len(s.items) > 1 and any(isinstance(k, IdentityKey) for k in s.items):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "iteration over a set of tensors (its order follows addresses)")
+    if s.frozen is not None:  # NOTE [Set order]
+        return [key_value(k) for k in s.frozen]
+    if len(s.items) > 1 and not s.exact:
+        if s.order is None:
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"iteration over {s.describe()}, whose order (CPython's "
+                                                           "hash-table layout) the trace cannot reproduce")
+        return [key_value(k) for k in s.order]
     return [key_value(k) for k in s.items]
+
+
+def known_layout(s: SetValue) -> bool:
+    """Whether the trace holds a real set laid out as the program's (NOTE [Set order])."""
+    return len(s.items) < 2 or s.exact or s.frozen is not None
+
+
+def set_operand(tx, v: Value, *, strict: bool = True) -> Any:
+    """What a set method or operator gets from `v` as CPython sees it, so that the real operation on it
+    gives the program's layout (NOTE [Set order]): a set's real object, a dict's keys as a real dict, the
+    elements of any other iterable as a list, in order. Not `strict`: a set whose layout is unknown gives
+    its elements (for a mutation that only needs them; the caller then forgets its target's layout)."""
+    if isinstance(v, SetValue):
+        if not known_layout(v) and not strict:
+            return v.items
+        if not known_layout(v):
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a set operation on {v.describe()}, whose hash-table "
+                                                           "layout the trace cannot reproduce")
+        return v.frozen if v.frozen is not None else v.items
+    if isinstance(v, ConstantValue) and type(v.value) in (set, frozenset):
+        return v.value
+    elements = [set_element(tx, e) for e in _iterate(tx, v)]
+    from .values import DictValue
+    return dict.fromkeys(elements) if isinstance(v, DictValue) else elements
+
+
+def _iterate(tx, v: Value) -> list[Value]:
+    from .protocol import iterate
+    return iterate(tx, v)
 
 
 def _guard_distinct_inputs(tx, value: TensorValue) -> None:

@@ -86,13 +86,20 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         call_container_method(tx, dict.update, [a, b], {})
         return a
     if isinstance(a, SetValue) and isinstance(b, SetValue) and fn in _SET_OPS:
-        result = fn(set(a.items), set(b.items))
+        # NOTE [Set order]: the same CPython operation on sets laid out as the program's gives its layout
+        from .identity_keys import known_layout, set_operand
         if fn in INPLACE_TO_PLAIN and a.cls is not frozenset:  # |=, &=, -=, ^= mutate the left set
+            right = set_operand(tx, b, strict=False)
             tx.output.side_effects.mutate_container(a)
-            a.items = result
+            a.items = fn(a.items, set(right) if right is a.items else right)
+            a.exact = a.exact and known_layout(b)
             tx.output.side_effects.record_op(a, _SET_UPDATES[fn], (_set_items(b),))
             return a
-        return SetValue(result, cls=a.cls)
+        result = INPLACE_TO_PLAIN.get(fn, fn)(set_operand(tx, a), set_operand(tx, b))
+        if type(result) is frozenset:
+            from .builtins import frozen_set_value
+            return frozen_set_value(result)
+        return SetValue(result, cls=a.cls, exact=True)
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and fn in (operator.add, operator.iadd):
         if a.cls is not b.cls and not (issubclass(a.cls, tuple) and issubclass(b.cls, tuple)):
             raise UserException(TypeError(f'can only concatenate {a.cls.__name__} (not "{b.cls.__name__}") '

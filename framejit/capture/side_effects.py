@@ -58,6 +58,8 @@ class SideEffects:
         if value.source is None:
             self.touched.append(value)
             return
+        if isinstance(value, SetValue):
+            value.order = None  # NOTE [Set order]: the order read at entry no longer holds
         self.version += 1
         if value.source is not None:
             self.containers.setdefault(id(value), value)

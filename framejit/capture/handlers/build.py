@@ -133,7 +133,7 @@ def unpack_ex(tx, inst):
 @op("BUILD_SET")
 def build_set(tx, inst):
     from ..identity_keys import set_element
-    tx.push(SetValue({set_element(tx, v) for v in tx.popn(inst.arg)}))
+    tx.push(SetValue({set_element(tx, v) for v in tx.popn(inst.arg)}, exact=True))  # NOTE [Set order]
 
 
 @op("SET_ADD")
@@ -147,4 +147,15 @@ def set_add(tx, inst):
 def set_update(tx, inst):
     from ..identity_keys import set_element
     iterable = tx.pop()
-    tx.peek(inst.arg).items.update(set_element(tx, v) for v in iterate(tx, iterable))
+    target = tx.peek(inst.arg)
+    # NOTE [Set order]: CPython merges a set's table (`{"a", "b", "c"}` is BUILD_SET 0 and SET_UPDATE of a
+    # frozenset constant): the same merge from the same layout keeps the program's order
+    if isinstance(iterable, ConstantValue) and type(iterable.value) in (set, frozenset):
+        target.items.update(iterable.value)
+        return
+    if isinstance(iterable, SetValue):
+        target.exact = target.exact and iterable.exact
+        target.items.update(iterable.items)
+        return
+    target.exact = target.exact and not isinstance(iterable, DictValue)
+    target.items.update(set_element(tx, v) for v in iterate(tx, iterable))

@@ -73,22 +73,39 @@ class DictValue(Value):
 class SetValue(Value):
     """A set of hashable Python constants (sets of tensors or objects are not modelled: identity
     hashing would make their behaviour depend on object ids). Sets made while tracing are mutable;
-    a set from outside is guarded by value and may not be mutated (that is a graph break)."""
+    a set from outside is guarded by value and may not be mutated (that is a graph break).
 
-    def __init__(self, items: set, source: Source | None = None, cls: type = set) -> None:
-        self.items = set(items)
+    NOTE [Set order]: CPython iterates a set in the order of its hash table, which depends on the set's
+    history (table size, insertions, deletions), not only on its elements: `set(s)` may iterate
+    differently from `s`. `exact` means `items` is a set the trace built by the same CPython operations,
+    in the same order, as the program does (BUILD_SET, SET_ADD, set(iterable), operators and copies of
+    exact sets), so its order is the program's; such a set is kept, not copied. Otherwise `order` is the
+    order the real set had when it was read (a set from outside, guarded by that order), valid until the
+    trace changes it; with neither, iterating a set of more than one element is a graph break
+    (identity_keys.set_items)."""
+
+    def __init__(self, items: set, source: Source | None = None, cls: type = set, *, exact: bool = False) -> None:
+        self.items = items if exact and type(items) is set else set(items)
         self.source = source
         self.cls = cls
+        self.exact = exact
+        self.order: list | None = None  # NOTE [Set order]
+        self.frozen: frozenset | None = None  # the real frozenset from outside, when it is one
 
     def python_type(self) -> type:
         return self.cls
 
     def is_constant(self) -> bool:
         from .mappings import IdentityKey
+        if len(self.items) > 1 and self.frozen is None and not (self.exact and self.cls is set):
+            return False  # NOTE [Set order]: no real set with the program's order to fold with
         return not any(isinstance(k, IdentityKey) for k in self.items)  # NOTE [Sets of tensors]
 
     def as_constant(self) -> Any:
-        return self.cls(self.items)
+        if self.frozen is not None:
+            return self.frozen
+        return self.items.copy() if self.exact and self.cls is set and len(self.items) < 2 else \
+            self.items if self.exact and self.cls is set else self.cls(self.items)
 
     def describe(self) -> str:
         return f"{self.cls.__name__}({sorted(map(repr, self.items))})"

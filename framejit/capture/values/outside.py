@@ -206,6 +206,9 @@ class OutsideSetValue(SetValue):
         self._items: set | None = None
         self._present: dict = {}  # element -> whether it was in the set at entry, once guarded
         self.changes: dict = {}  # element -> whether it is in the set after the trace's add/discard calls
+        self.exact = False  # NOTE [Set order]: `items` is a copy; `order` is the real set's, once read
+        self.order: list | None = None
+        self.frozen = None
 
     @property
     def items(self) -> set:
@@ -213,6 +216,7 @@ class OutsideSetValue(SetValue):
             from .builder import guard_set
             guard_set(self._out, self._obj, self.source)
             self._items = set(self._obj)
+            self.order = None if self.changes else list(self._obj)  # NOTE [Set order]
             for element, present in self.changes.items():
                 (self._items.add if present else self._items.discard)(element)
             self.changes = {}
