@@ -60,6 +60,7 @@ class SideEffects:
             return
         if isinstance(value, SetValue):
             value.order = None  # NOTE [Set order]: the order read at entry no longer holds
+            value.reordered = True  # an OutsideSetValue read after this does not take the entry order either
         self.version += 1
         if value.source is not None:
             self.containers.setdefault(id(value), value)

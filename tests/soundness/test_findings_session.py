@@ -68,3 +68,36 @@ def test_defaultdict_of_lists_cleared_between_calls():
         expected, actual = f(x), compiled(x)
         assert torch.equal(actual[0], expected[0]) and actual[1] == expected[1], (i, actual, expected)
         assert dict(compiled_w) == dict(eager_w), (i, dict(compiled_w), dict(eager_w))
+
+
+SEEN = {1, 2}
+
+
+def _seen_updater(op):
+    def f(x):
+        global SEEN
+        if op == "ior":
+            SEEN |= {7, 8}
+        else:
+            SEEN.update({10, 3})
+        return x + len(SEEN), sorted(SEEN), list(SEEN)
+    return f
+
+
+def test_outside_set_updated_then_iterated():
+    # Fuzzer seeds 35 (onnxrt) and 719 (eager), outside_set, shrunk: `s |= t` / `s.update(t)` on a global
+    # set announced the mutation before the set's first read, which then took the entry order: sorted(s)
+    # and list(s) gave the entry elements [1, 2].
+    for op in ("ior", "update"):
+        f = _seen_updater(op)
+        compiled = framejit.compile(f, backend="eager")
+        for start in ({1, 2}, {2, 5}, set()):
+            SEEN.clear()
+            SEEN.update(start)
+            expected = f(torch.ones(2))
+            after_eager = list(SEEN)
+            SEEN.clear()
+            SEEN.update(start)
+            actual = compiled(torch.ones(2))
+            assert torch.equal(actual[0], expected[0]) and actual[1:] == expected[1:], (op, start, actual, expected)
+            assert list(SEEN) == after_eager

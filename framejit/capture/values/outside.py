@@ -216,7 +216,9 @@ class OutsideSetValue(SetValue):
             from .builder import guard_set
             guard_set(self._out, self._obj, self.source)
             self._items = set(self._obj)
-            self.order = None if self.changes else list(self._obj)  # NOTE [Set order]
+            # NOTE [Set order]: the entry order only while nothing changed the set (a mutation such as
+            # `s |= t` announced before its first read would otherwise iterate the entry elements)
+            self.order = None if self.changes or getattr(self, "reordered", False) else list(self._obj)
             for element, present in self.changes.items():
                 (self._items.add if present else self._items.discard)(element)
             self.changes = {}
