@@ -541,12 +541,12 @@ def restore_grad_mode(cg: Codegen, output) -> None:
         cg.load_const(output.grad_enabled)
         cg.call(1)
         cg.emit("POP_TOP")
+    from .state_blocks import restore_default_dtype
+    restore_default_dtype(cg, output)  # NOTE [Default dtype changes]
 
 
 def _plain(fn: UserFunctionValue) -> bool:
     """A real function object that can be called through a hook made for it: not a closure made while
-    from .state_blocks import restore_default_dtype
-    restore_default_dtype(cg, output)  # NOTE [Default dtype changes]
     tracing, nor one guarded by its code only (a later call may bring another function object), unless
     that code has no free variables: then every object that passes its guards (the same code and globals,
     no defaults; NOTE [Closures guarded by code]) runs exactly as the traced one, so its hook serves them."""
