@@ -233,7 +233,12 @@ class BreakCodegen:
             cg.call(len(inputs))
             cg.store_fast("___graph_out")
         live = self.stack + [v for v in map(self._local, self.local_names) if not isinstance(v, LazyArg)]
-        rebuild.preload(live + self.tx.output.side_effects.values(), sourced=bool(self.tx.output.side_effects))
+        # NOTE [Reload before the break's call]: a value read while tracing from a source (`a = L[0]`,
+        # `g = D.get(k)`, the first item of a list read lazily: NOTE [Lists from outside]) is loaded now,
+        # before side-effect replay and before the unsupported call, which may change that container
+        # (a framejit.disable'd function, a print hook, user code at an attribute load); read after it,
+        # the resume function would get the changed value where eager kept the one read before.
+        rebuild.preload(live + self.tx.output.side_effects.values(), sourced=True)
         self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
         restore_grad_mode(cg, self.tx.output)
         self._make_blocks(rebuild)
