@@ -75,7 +75,7 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         extend_list(a, added)
         tx.output.side_effects.record_op(a, "extend", (TupleValue(added),))  # NOTE [Mutation log]
         return a
-    if isinstance(a, ListValue) and a.cls is list and fn is operator.imul and b.is_constant() \
+    if isinstance(a, ListValue) and a.cls in (list, collections.deque) and fn is operator.imul and b.is_constant() \
             and isinstance(b.as_constant(), int):
         tx.output.side_effects.mutate_container(a)  # `lst *= n` repeats the list in place
         a.items[:] = a.items * b.as_constant()
@@ -104,20 +104,21 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         if a.cls is not b.cls and not (issubclass(a.cls, tuple) and issubclass(b.cls, tuple)):
             raise UserException(TypeError(f'can only concatenate {a.cls.__name__} (not "{b.cls.__name__}") '
                                           f'to {a.cls.__name__}'))
-        cls = a.cls if a.cls in (list, tuple) else tuple
+        cls = a.cls if a.cls in (list, tuple, collections.deque) else tuple  # deque + deque is a deque
         if a.cls is torch.Size and b.cls in (tuple, torch.Size):
             return ConstantValue(torch.Size(a.as_constant() + b.as_constant()))
-        return (ListValue if cls is list else TupleValue)(a.items + b.items, cls=cls)
+        return (TupleValue if cls is tuple else ListValue)(a.items + b.items, cls=cls)
     if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and _is_number(a) and _is_number(b) \
             and fn in _FLOAT_OPS:
         return tx.output.float_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
     if isinstance(a, SequenceValue) and fn in (operator.mul, operator.imul) and b.is_constant():
         n = b.as_constant()
-        return (ListValue if a.cls is list else TupleValue)(a.items * n, cls=a.cls if a.cls in (list, tuple) else tuple)
+        cls = a.cls if a.cls in (list, tuple, collections.deque) else tuple  # deque * n is a deque
+        return (TupleValue if cls is tuple else ListValue)(a.items * n, cls=cls)
     if isinstance(b, SequenceValue) and fn is operator.mul and a.is_constant() and type(a.as_constant()) is int \
             and not isinstance(b, DictViewValue):  # `n * [x]`
-        return (ListValue if b.cls is list else TupleValue)(b.items * a.as_constant(),
-                                                           cls=b.cls if b.cls in (list, tuple) else tuple)
+        cls = b.cls if b.cls in (list, tuple, collections.deque) else tuple
+        return (TupleValue if cls is tuple else ListValue)(b.items * a.as_constant(), cls=cls)
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on {a.describe()} and {b.describe()}")
