@@ -569,7 +569,9 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     if not isinstance(s, SetValue) or kwargs:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on {s.describe()}")
     mutates = name in _SET_MUTATORS
-    consts = [set_operand(tx, a, strict=not mutates) if name not in ("add", "discard", "remove")
+    # isdisjoint/issubset/issuperset answer a bool: the operands' elements suffice, not their layout
+    ordered = not mutates and name not in ("isdisjoint", "issubset", "issuperset")
+    consts = [set_operand(tx, a, strict=ordered) if name not in ("add", "discard", "remove")
               else set_element(tx, a) for a in args]  # NOTE [Set order]: as CPython gets them
     if mutates and not all(known_layout(a) for a in args if isinstance(a, SetValue)):
         s.exact = False  # its elements are right, its order is not known any more
