@@ -116,3 +116,20 @@ def run_differential(fn: Callable, make_args: Callable[[int], tuple], *, seeds=(
             assert_same(actual, expected, rtol=rtol, atol=atol)
         assert_same(compiled_args, eager_args, rtol=rtol, atol=atol)
     return backend
+
+
+def run_cache_program(tmp_path, name: str, program: str, *argv: str) -> dict:
+    """Runs `program` (a script that prints one JSON line last) in a new process with the frame cache on,
+    in a cache folder under `tmp_path` shared by every run of one test; returns that JSON."""
+    import json
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / name
+    script.write_text(program)
+    env = dict(os.environ, PYTHONPATH=repo, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1")
+    result = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])

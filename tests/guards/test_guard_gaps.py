@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import abc
 import functools
-import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -25,7 +21,7 @@ import torch.nn.functional as F
 
 import framejit
 from tests.guards.test_soundness_facts import run_steps
-from tests.helpers import CountingBackend
+from tests.helpers import CountingBackend, run_cache_program
 
 BACKENDS = ["eager", "onnxrt"]
 
@@ -440,7 +436,6 @@ def test_functools_partial_arguments_mutated():
 
 
 # ---- across processes ----------------------------------------------------------------------------------------
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROGRAM = textwrap.dedent('''
     import json, sys
@@ -469,13 +464,7 @@ PROGRAM = textwrap.dedent('''
 
 
 def _run(tmp_path, mode: str, backend: str) -> dict:
-    script = tmp_path / "gaps_program.py"
-    script.write_text(PROGRAM)
-    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1")
-    result = subprocess.run([sys.executable, str(script), mode, backend], capture_output=True, text=True, env=env,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_cache_program(tmp_path, "gaps_program.py", PROGRAM, mode, backend)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -4,15 +4,11 @@ attribute that was absent, a class attribute, the function's defaults, the sign 
 view's storage offset). Each mode runs in a fresh process against the same warm cache directory."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers import run_cache_program
 
 PROGRAM = textwrap.dedent('''
     import json, math, sys
@@ -52,13 +48,7 @@ PROGRAM = textwrap.dedent('''
 
 
 def _run(tmp_path, mode: str, backend: str) -> dict:
-    script = tmp_path / "facts_program.py"
-    script.write_text(PROGRAM)
-    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1")
-    result = subprocess.run([sys.executable, str(script), mode, backend], capture_output=True, text=True, env=env,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_cache_program(tmp_path, "facts_program.py", PROGRAM, mode, backend)
 
 
 @pytest.mark.parametrize("backend", ["eager", "onnxrt"])
