@@ -31,6 +31,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of
 from .values.mappings import IdentityKey, key_value
 from .partials import check_rebuildable, make_partial, partial_parts
+from .sources import LocalSource, ObjectSource
 
 PY312 = sys.version_info >= (3, 12)
 
@@ -177,8 +178,8 @@ class Reconstructor:
         if id(value) in self.preloaded or id(value) in visiting or not isinstance(value, Value):
             return
         if value.source is not None and not (isinstance(value, TensorValue) and id(value.node) in self.output_index):
-            if sourced:
-                self._store_preloaded(value)
+            if sourced and not isinstance(value.source, (LocalSource, ObjectSource)):
+                self._store_preloaded(value)  # a frame local or a fixed object cannot change meanwhile
             return
         visiting.add(id(value))
         for child in _children(value):
