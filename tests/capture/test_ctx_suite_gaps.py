@@ -247,17 +247,7 @@ def test_nonlocal_store_in_a_generator_context_manager_made_by_a_factory():
 
 # ---- torch.set_default_dtype inside the region (NOTE [Default dtype changes]) ----
 
-import contextlib  # noqa: E402
-
-
-@contextlib.contextmanager
-def default_dtype(dtype):
-    old = torch.get_default_dtype()
-    try:
-        torch.set_default_dtype(dtype)
-        yield
-    finally:
-        torch.set_default_dtype(old)
+from tests.capture.test_contextlib import default_dtype  # noqa: E402  (a user context manager, traced)
 
 
 def _run_both(fn, make_args, backend, fullgraph=True, calls=2):
