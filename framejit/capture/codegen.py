@@ -95,6 +95,21 @@ def list_iterator_at(items: list, index: int) -> Any:
     return iterator
 
 
+def move_list_iterator(iterator: Any, index: int, exhausted: bool) -> None:
+    """Replay how far a compiled frame advanced a list iterator from outside (NOTE [Iterators from
+    outside]): to `index`, or past its end (CPython's exhausted iterator, which later appends do not revive)."""
+    iterator.__setstate__(sys.maxsize if exhausted else index)
+    if exhausted:
+        next(iterator, None)
+
+
+def exhausted_list_iterator() -> Any:
+    """A list iterator that has stopped (it stays stopped)."""
+    iterator = iter([])
+    next(iterator, None)
+    return iterator
+
+
 def escaped_generator(value: IteratorValue) -> Unsupported:
     """A generator's iterator that outlives the graph (returned, stored, live at a break) must be the
     lazy generator eager code makes: a break at the call that made it (NOTE [Eager generators])."""
@@ -260,7 +275,9 @@ class Reconstructor:
     def _iterator(self, value: IteratorValue) -> None:
         if value.made_at is not None:
             raise escaped_generator(value)
-        if isinstance(value.owner, ListValue):
+        if value.exhausted:
+            self._call_const(exhausted_list_iterator, [])
+        elif isinstance(value.owner, ListValue):
             self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
         elif value.owner is not None:
             changed = value.changed()  # a dict or set iterator: CPython's own, or one that raises

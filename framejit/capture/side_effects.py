@@ -42,6 +42,7 @@ class SideEffects:
         self.globals: dict[tuple[int, str], tuple[dict, str, Value]] = {}
         self.cells: dict[int, tuple[Any, Value]] = {}
         self.cell_sources: dict[int, Any] = {}  # where a cell is found at run time, when not by identity
+        self.iterators: dict[int, Value] = {}  # list iterators from outside (NOTE [Iterators from outside])
         self.ops: list[list] = []  # [container, (method, args) or None], in program order (NOTE [Mutation log])
         # NOTE [Eager generators] (translator.py): `version` counts mutations of state any code may see
         # (outside containers and objects, globals, cells, in-place tensor ops); `touched` lists the
@@ -50,7 +51,11 @@ class SideEffects:
         self.touched: list[Value] = []
 
     def __bool__(self) -> bool:
-        return bool(self.containers or self.attrs or self.globals or self.cells)
+        return bool(self.containers or self.attrs or self.globals or self.cells or self._moved_iterators())
+
+    def _moved_iterators(self) -> list[Value]:
+        """Outside list iterators the trace advanced or exhausted (NOTE [Iterators from outside])."""
+        return [it for it in self.iterators.values() if it.index != it.start or it.exhausted]
 
     # ---- recording ----------------------------------------------------------------------------
     def mutate_container(self, value: Value) -> None:
@@ -173,6 +178,15 @@ class SideEffects:
             else:
                 cg.load_const(cell)
             cg.emit("STORE_ATTR", "cell_contents")
+        from .codegen import move_list_iterator
+        for iterator in self._moved_iterators():  # after the lists' own replay: the end is the final one
+            cg.push_null()
+            cg.load_const(move_list_iterator)
+            iterator.source.reload(cg)
+            cg.load_const(iterator.index)
+            cg.load_const(iterator.exhausted)
+            cg.call(3)
+            cg.emit("POP_TOP")
 
 
 def _final_contents(c: Value) -> Value:

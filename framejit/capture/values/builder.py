@@ -269,8 +269,13 @@ _LIST_ITERATOR = type(iter([]))
 
 
 def _wrap_list_iterator(out, obj: Any, source: Source) -> Value:
-    """A for loop's iterator over a list, passed to a resume function (NOTE [Live iteration]): the list
-    (guarded and deduplicated like any list) and the position, read through the iterator's state."""
+    """A list iterator from outside: an argument, or a for loop's iterator passed to a resume function
+    (NOTE [Live iteration]): the list (guarded and deduplicated like any list) and the position, read
+    through the iterator's state.
+
+    NOTE [Iterators from outside]: the iterator is the caller's object (its source is reloaded when it is
+    rebuilt), and how far the trace advanced it is a side effect, replayed on it after the graph
+    (`SideEffects.iterators`): `next(it)` in compiled code moves the caller's iterator as in eager."""
     from ..codegen import iterated_list, iterator_index
     from ..sources import CallSource, Ref
     out.guard_type(source, _LIST_ITERATOR)
@@ -278,10 +283,14 @@ def _wrap_list_iterator(out, obj: Any, source: Source) -> Value:
     index = iterator_index(obj)
     out.guard_constant(index_source, index)
     if index < 0:
-        return IteratorValue([])
-    items = wrap(out, iterated_list(obj), CallSource(Ref(iterated_list, "iterated_list"), source))
-    iterator = IteratorValue([], owner=items)
-    iterator.index = index
+        iterator = IteratorValue([])
+        iterator.exhausted = True
+    else:
+        items = wrap(out, iterated_list(obj), CallSource(Ref(iterated_list, "iterated_list"), source))
+        iterator = IteratorValue([], owner=items)
+        iterator.index = iterator.start = index
+        out.side_effects.iterators[id(iterator)] = iterator
+    iterator.source = source
     return iterator
 
 
@@ -289,7 +298,7 @@ def _has_identity(obj: Any) -> bool:
     """Objects whose identity matters because they can be mutated (NOTE [Objects by identity] in
     graph.py): containers, modules and user objects; not tensors (graph inputs are deduplicated on their
     own), scalars, functions, classes or Python modules."""
-    if type(obj) in (list, dict, set, collections.OrderedDict) or isinstance(obj, torch.nn.Module):
+    if type(obj) in (list, dict, set, collections.OrderedDict, _LIST_ITERATOR) or isinstance(obj, torch.nn.Module):
         return True
     return hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType,
                                                              types.MethodType, torch.Tensor, functools.partial,

@@ -143,13 +143,18 @@ class IteratorValue(Value):
 
     made_at: int | None = None  # made by a generator function: the root instruction that called it
     check: Any = None  # a generator's iterator: called before each step (NOTE [Eager generators])
+    exhausted = False  # CPython's iterators stay exhausted once they stop (items appended later are not seen)
+    start: int | None = None  # a list iterator from outside: its position at entry (NOTE [Iterators from outside])
 
     def next(self) -> Value | None:
+        if self.exhausted:
+            return None
         if self.owner is not None and not isinstance(self.owner, ListValue):
             self._check_unchanged()
         if self.check is not None:
             self.check()
         if self.index >= len(self.items):
+            self.exhausted = True
             return None
         item = self.items[self.index]
         self.index += 1
@@ -168,8 +173,11 @@ class IteratorValue(Value):
             raise Unsupported(BreakKind.SIDE_EFFECT, "the keys of a dict or set changed while iterating over it")
 
     def remaining(self) -> list[Value]:
+        if self.exhausted:
+            return []
         rest = self.items[self.index:]
         self.index = len(self.items)
+        self.exhausted = True
         return rest
 
     def python_type(self) -> type:
