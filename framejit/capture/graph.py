@@ -250,6 +250,8 @@ class OutputGraph:
         fake_args, fake_kwargs = tree_map(_fake_of, (args, kwargs), is_leaf=_is_value)
         fakes = [t for t in tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [_version(t) for t in fakes]
+        _check_overlapping_write(target, fake_args, fake_kwargs)
+        _check_bool_subtraction(target, fake_args, fake_kwargs)
         try:
             result = self._run_fake(kind, target, fake_args, fake_kwargs)
         except Unsupported as e:
@@ -436,6 +438,45 @@ def _inplace(target: Any) -> bool:
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     return (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or \
         (name.startswith("__i") and name.endswith("__"))
+
+
+def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
+    """NOTE [Overlapping writes]: eager refuses most in-place writes into a tensor whose elements share
+    memory (an expanded tensor: `x.add_(1)` raises "unsupported operation: more than one element of the
+    written-to tensor refers to a single memory location"), a check in the kernels that fake tensors do not
+    make. In a graph that error would surface at run time outside the user's try/except, after side effects
+    were dropped; so such a write is a graph break and runs in Python, where eager's own check decides
+    (some writes, `fill_`, `zero_`, are allowed)."""
+    name = getattr(target, "__name__", "")
+    inplace = _inplace(target) or fake_kwargs.get("inplace") is True or (
+        target is getattr(operator, name, None) and name.startswith("i") and name != "index")  # operator.iadd
+    written = fake_kwargs.get("out") if "out" in fake_kwargs else fake_args[0] if fake_args and inplace else None
+    if isinstance(written, torch.Tensor) and torch._debug_has_internal_overlap(written) == 1:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes into a tensor whose elements "
+                                                 "share memory (an expanded tensor): eager's kernel decides")
+
+
+_SUBTRACTIONS = frozenset({"sub", "rsub", "sub_", "__sub__", "__rsub__", "__isub__", "isub", "subtract", "subtract_"})
+
+
+def _check_bool_subtraction(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
+    """Eager's subtraction refuses bool operands (a bool tensor, or a Python bool next to a tensor) in its
+    kernel, a check fake tensors make only for two bool tensors: a lowering backend would subtract
+    silently. The user's RuntimeError is raised while tracing, as eager raises it."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name not in _SUBTRACTIONS:
+        return
+    operands = list(fake_args[:2]) + [fake_kwargs[k] for k in ("other",) if k in fake_kwargs]
+    if len(operands) < 2 or not any(isinstance(o, torch.Tensor) for o in operands):
+        return
+    bools = [type(o) is bool or isinstance(o, torch.Tensor) and o.dtype == torch.bool for o in operands]
+    if all(bools):
+        raise UserException(RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                                         "Use the `^` or `logical_xor()` operator instead."))
+    if any(bools):
+        raise UserException(RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If "
+                                         "you are trying to invert a mask, use the `~` or `logical_not()` operator "
+                                         "instead."))
 
 
 def _is_value(x: Any) -> bool:
