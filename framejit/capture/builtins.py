@@ -405,7 +405,7 @@ def _set_grad_enabled(tx, args, kwargs):
     graph, like `with torch.set_grad_enabled(b)`."""
     if len(args) != 1 or kwargs or not args[0].is_constant():
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch._C._set_grad_enabled of a non-constant mode")
-    tx.output.set_grad_enabled(bool(args[0].as_constant()))
+    tx.output.set_grad_enabled(bool(args[0].as_constant()), always=True)  # NOTE [Grad-mode nodes]
     return ConstantValue(None)
 
 

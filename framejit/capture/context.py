@@ -233,6 +233,7 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
                 out.set_grad_enabled(ctx.grad_before)
             saved = (out.grad_enabled, out.record_effect(grad_mode._enter_inference_mode, (ctx.mode,)),
                      out.inference_mode)
+            saved[1].meta["grad_before"] = saved[0]  # what exiting restores (graph.output)
             out.open_regions.append(saved[1])
             out.grad_enabled = not ctx.mode  # inference_mode(False) enables grad, as eager does
             out.inference_mode = ctx.mode

@@ -298,9 +298,11 @@ class OutputGraph:
         return tree_map(lambda v: ConstantValue(v.example) if isinstance(v, SymFloatValue) else v, (args, kwargs),
                         is_leaf=_is_value)
 
-    def set_grad_enabled(self, mode: bool) -> None:
-        """Change grad mode at this point of the graph (and in the tracer's view of it)."""
-        if mode != self.grad_enabled:
+    def set_grad_enabled(self, mode: bool, always: bool = False) -> None:
+        """Change grad mode at this point of the graph (and in the tracer's view of it). A context manager
+        records a node only where the mode changes; a raw `torch._C._set_grad_enabled(b)` call (`always`)
+        records one where eager makes the call (NOTE [Grad-mode nodes])."""
+        if mode != self.grad_enabled or always:
             self.record_effect(torch._C._set_grad_enabled, (mode,))
             self.grad_enabled = mode
 
@@ -404,6 +406,7 @@ class OutputGraph:
         and inference-mode blocks still open (a break inside them) are exited, innermost first, and the
         grad mode is reset (the code after the graph re-enters them: NOTE [Breaks inside with-blocks])."""
         self.alias_guard()
+        grad_mode = self.grad_enabled  # the tracer's view stays the mode the code reached (restore_grad_mode)
         for node in reversed(self.open_regions):
             if "restore" in node.meta:  # a block that names its restoring call (NOTE [Saved-tensors-hooks blocks])
                 self.record_effect(*node.meta["restore"])
@@ -411,20 +414,30 @@ class OutputGraph:
             exit_fn = (torch.amp.autocast_mode._exit_autocast if node.target is torch.amp.autocast_mode._enter_autocast
                        else torch.autograd.grad_mode._exit_inference_mode)
             self.record_effect(exit_fn, (node,))
-        if self.grad_enabled != self.entry_grad_enabled:
+            grad_mode = node.meta.get("grad_before", grad_mode)  # exiting inference mode restores it
+        if grad_mode != self.entry_grad_enabled:
             self.record_effect(torch._C._set_grad_enabled, (self.entry_grad_enabled,))
         from .state_blocks import end_default_dtype
         end_default_dtype(self)  # NOTE [Default dtype changes]
         self.graph.output(tuple(v.node for v in values))
-        if not self._needs_grad_mode_nodes():
-            for node in [n for n in self.graph.nodes if n.target is torch._C._set_grad_enabled]:
-                self.graph.erase_node(node)
+        self._drop_undone_grad_switches()
 
-    def _needs_grad_mode_nodes(self) -> bool:
-        """Grad mode only changes what autograd records: without any tensor that requires grad in the
-        graph, its grad-mode switches have no effect and are dropped (simpler graphs for backends)."""
-        return any(isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].requires_grad
-                   for n in self.graph.nodes)
+    def _drop_undone_grad_switches(self) -> None:
+        """NOTE [Grad-mode nodes]: grad-mode switches stay in the graph where the traced code switches
+        (the graph states its own grad mode, also when nothing in it requires grad; backends decide from
+        the inputs whether autograd matters: backends/state.py). Only a switch away from the mode in
+        force that the very next node switches back (`with torch.no_grad(): pass`) is dropped, as a pair:
+        together they do nothing."""
+        mode, erased = self.entry_grad_enabled, set()
+        nodes = list(self.graph.nodes)
+        for first, second in zip(nodes, nodes[1:]):
+            if first.target is torch._C._set_grad_enabled and first.args == (not mode,) and first not in erased:
+                mode = first.args[0]
+                if second.target is torch._C._set_grad_enabled and second.args == (not mode,):
+                    mode = second.args[0]
+                    erased.update((first, second))
+                    self.graph.erase_node(first)
+                    self.graph.erase_node(second)
 
 
 def _version(t: torch.Tensor) -> int | None:

@@ -1,0 +1,120 @@
+"""More context-manager cases from PyTorch's test_ctx_manager.py (issue 11), differential (eager vs
+compiled on fresh inputs, tests/helpers.run_differential) with graph counts.
+
+- NOTE [Grad-mode nodes]: grad-mode switches stay in the graph where the traced code switches, also when
+  nothing in the graph requires grad; a context manager records one only where the mode changes, a raw
+  `torch._C._set_grad_enabled(b)` where eager calls it.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, run_differential
+
+
+def grad_switches(gm: torch.fx.GraphModule) -> list[bool]:
+    return [n.args[0] for n in gm.graph.nodes if n.op == "call_function" and n.target is torch._C._set_grad_enabled]
+
+
+class RawGradSwitch:
+    """A hand-written grad-mode manager: raw switches, as user code writes them."""
+
+    def __init__(self, mode):
+        self.prev = torch.is_grad_enabled()
+        self.mode = mode
+
+    def __enter__(self):
+        torch._C._set_grad_enabled(self.mode)
+
+    def __exit__(self, *exc):
+        torch._C._set_grad_enabled(self.prev)
+
+
+@contextlib.contextmanager
+def raw_grad_switch(mode):
+    prev = torch.is_grad_enabled()
+    try:
+        yield torch._C._set_grad_enabled(mode)
+    finally:
+        torch._C._set_grad_enabled(prev)
+
+
+def _switching(ctx):
+    def fn(x):
+        with ctx(True):
+            y = x * 2
+            if torch.is_grad_enabled():
+                y = y + 1
+            with ctx(False):
+                z = y * 3
+            y = torch.relu(y)
+        return y - 1, z, torch.is_grad_enabled()
+    return fn
+
+
+def test_raw_grad_switches_stay_in_inference_graphs():
+    for ctx in (RawGradSwitch, raw_grad_switch):
+        fn = _switching(ctx)
+        for requires_grad in (False, True):
+            with torch.no_grad():
+                backend = run_differential(fn, lambda seed: (torch.randn(3, 2, requires_grad=requires_grad),))
+            # each raw call is a node where eager makes it: on, off (inner), on (inner exit), off (outer exit)
+            assert backend.graph_count == 1
+            assert grad_switches(backend.graphs[0]) == [True, False, True, False]
+            with torch.enable_grad():
+                backend = run_differential(fn, lambda seed: (torch.randn(3, 2, requires_grad=requires_grad),))
+            assert backend.graph_count == 1
+            assert grad_switches(backend.graphs[0]) == [True, False, True, True]
+
+
+def test_with_block_grad_switches_only_where_the_mode_changes():
+    def fn(x):
+        y = x + 1
+        with torch.enable_grad():
+            y = y * 2
+        with torch.no_grad():
+            y = y - 3
+        return y, y.requires_grad
+
+    make = lambda seed: (torch.randn(4, requires_grad=True),)  # noqa: E731
+    with torch.no_grad():
+        backend = run_differential(fn, make)
+    assert backend.graph_count == 1 and grad_switches(backend.graphs[0]) == [True, False]
+    with torch.enable_grad():
+        backend = run_differential(fn, make)
+    assert backend.graph_count == 1 and grad_switches(backend.graphs[0]) == [False, True]
+
+
+def test_switch_undone_at_once_is_dropped():
+    def fn(x):
+        with torch.no_grad():
+            pass
+        y = x.sin()
+        with torch.no_grad():
+            y = y * 2
+        return y
+
+    backend = run_differential(fn, lambda seed: (torch.randn(3),))
+    assert backend.graph_count == 1 and grad_switches(backend.graphs[0]) == [False, True]
+    assert [n.target for n in backend.graphs[0].graph.nodes if n.op.startswith("call")][0] == "sin"
+
+
+def test_inference_graph_ending_inside_inference_mode_does_not_switch_grad():
+    def pause(x):
+        print("pause", torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        return x
+
+    framejit.disable(pause)
+
+    def fn(x):
+        with torch.inference_mode():
+            y = pause(x * 2)
+            z = y + 1
+        return z
+
+    backend = run_differential(fn, lambda seed: (torch.randn(2 + seed),), fullgraph=False)
+    assert backend.graph_count == 4  # two calls of different shapes, two graphs each
+    assert all(grad_switches(gm) == [] for gm in backend.graphs)
