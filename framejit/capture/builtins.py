@@ -19,6 +19,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, extend_list, getitem, iterate,
                        length, truth, unary)
 from .values.outside import OutsideDictValue, OutsideSetValue, set_has
+from .values.containers import drain_lent
 from .values import (ClassValue, ConstantValue, DictValue, DictViewValue, IteratorValue, SetValue,
                      ListValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
                      Value)
@@ -218,13 +219,14 @@ def _next(tx, args, kwargs):
 @handles(enumerate)
 def _enumerate(tx, args, kwargs):
     start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))).as_constant()
-    return IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(iterate(tx, args[0]))])
+    column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
+    return IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(column)])
 
 
 @handles(zip)
 def _zip(tx, args, kwargs):
     strict = kwargs.get("strict", ConstantValue(False)).as_constant()
-    columns = [iterate(tx, a) for a in args]
+    columns = drain_lent(tx, list(args))  # NOTE [Lent iterators]
     if strict and len({len(c) for c in columns}) > 1:
         raise UserException(ValueError("zip() arguments have different lengths"))
     return IteratorValue([TupleValue(list(row)) for row in zip(*columns)])
@@ -238,19 +240,39 @@ def _reversed(tx, args, kwargs):
 @handles(map)
 def _map(tx, args, kwargs):
     fn, *iterables = args
-    columns = [iterate(tx, a) for a in iterables]
-    return IteratorValue([tx.call(fn, list(row), {}) for row in zip(*columns)])
+    columns = drain_lent(tx, iterables)  # NOTE [Lent iterators]
+    return IteratorValue(_calls_made_early(tx, "map", lambda: [tx.call(fn, list(row), {}) for row in zip(*columns)]))
+
+
+def _calls_made_early(tx, what: str, run):
+    """`run()`: the calls of map's function or filter's predicate for every item, made when the combinator is
+    made, where CPython makes them one by one as it is consumed. Only calls without effect may run early:
+    one that mutates anything or raises is a graph break here (the combinator then runs in Python)."""
+    side_effects = tx.output.side_effects
+    before = (side_effects.version, len(side_effects.touched))
+    try:
+        result = run()
+    except UserException as e:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"the function of {what}() raises {type(e.exc).__name__} for some "
+                          "item: it runs lazily, as Python") from None
+    if (side_effects.version, len(side_effects.touched)) != before:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"the function of {what}() has side effects: it runs lazily, as Python")
+    return result
 
 
 @handles(filter)
 def _filter(tx, args, kwargs):
     fn, seq = args
-    keep = []
-    for item in iterate(tx, seq):
-        test = item if fn.is_constant() and fn.as_constant() is None else tx.call(fn, [item], {})
-        if truth(tx, test):
-            keep.append(item)
-    return IteratorValue(keep)
+    column, = drain_lent(tx, [seq])  # NOTE [Lent iterators]
+
+    def run():
+        keep = []
+        for item in column:
+            test = item if fn.is_constant() and fn.as_constant() is None else tx.call(fn, [item], {})
+            if truth(tx, test):
+                keep.append(item)
+        return keep
+    return IteratorValue(_calls_made_early(tx, "filter", run))
 
 
 @handles(sorted)

@@ -110,6 +110,9 @@ def exhausted_list_iterator() -> Any:
     return iterator
 
 
+from .values.containers import lent_error  # noqa: E402
+
+
 def escaped_generator(value: IteratorValue) -> Unsupported:
     """A generator's iterator that outlives the graph (returned, stored, live at a break) must be the
     lazy generator eager code makes: a break at the call that made it (NOTE [Eager generators])."""
@@ -201,6 +204,8 @@ class Reconstructor:
             self._preload(child, sourced, visiting)
         if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value):
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
+        elif isinstance(value, IteratorValue) and value.made_at is None:
+            self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
 
     def _store_preloaded(self, value: Value) -> None:
         self.emit(value)
@@ -275,6 +280,8 @@ class Reconstructor:
     def _iterator(self, value: IteratorValue) -> None:
         if value.made_at is not None:
             raise escaped_generator(value)
+        if value.lent_at is not None:
+            raise lent_error(value)  # NOTE [Lent iterators]
         if value.exhausted:
             self._call_const(exhausted_list_iterator, [])
         elif isinstance(value.owner, ListValue):

@@ -12,6 +12,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .builtins import handles
 from .protocol import iterate
 from .values import ConstantValue, IteratorValue, TupleValue, Value
+from .values.containers import drain_lent
 
 
 def _const(v: Value, what: str):
@@ -22,7 +23,8 @@ def _const(v: Value, what: str):
 
 @handles(itertools.chain.from_iterable)
 def _chain_from_iterable(tx, args, kwargs):
-    return IteratorValue([item for group in iterate(tx, args[0]) for item in iterate(tx, group)])
+    groups, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
+    return IteratorValue([item for group in groups for item in drain_lent(tx, [group])[0]])
 
 
 @handles(itertools.islice)
@@ -30,7 +32,7 @@ def _islice(tx, args, kwargs):
     if kwargs or not 2 <= len(args) <= 4:
         raise UserException(TypeError("islice expected 2 to 4 arguments"))
     bounds = [_const(a, "islice") for a in args[1:]]
-    items = iterate(tx, args[0])
+    items, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     try:
         chosen = list(itertools.islice(range(len(items)), *bounds))
     except (ValueError, TypeError) as e:
@@ -60,7 +62,7 @@ def _zip_longest(tx, args, kwargs):
     if kwargs.keys() - {"fillvalue"}:
         raise UserException(TypeError("zip_longest() got an unexpected keyword argument"))
     fill = kwargs.get("fillvalue", ConstantValue(None))
-    columns = [iterate(tx, a) for a in args]
+    columns = drain_lent(tx, list(args))  # NOTE [Lent iterators]
     width = max((len(c) for c in columns), default=0)
     return IteratorValue([TupleValue([c[i] if i < len(c) else fill for c in columns]) for i in range(width)])
 

@@ -179,7 +179,10 @@ class SideEffects:
                 cg.load_const(cell)
             cg.emit("STORE_ATTR", "cell_contents")
         from .codegen import move_list_iterator
+        from .values.containers import lent_error
         for iterator in self._moved_iterators():  # after the lists' own replay: the end is the final one
+            if iterator.lent_at is not None:
+                raise lent_error(iterator)  # NOTE [Lent iterators]: where eager leaves it is unknown
             cg.push_null()
             cg.load_const(move_list_iterator)
             iterator.source.reload(cg)

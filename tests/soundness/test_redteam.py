@@ -152,3 +152,121 @@ def test_subtraction_with_a_bool_tensor_raises_on_onnxrt(op):
         with pytest.raises(RuntimeError) as compiled_error:
             compiled(x, b)
         assert str(compiled_error.value) == str(eager_error.value)
+
+
+# ---- iterators drawn by combinators, and one iterator object per value (NOTE [Lent iterators]) ---------
+
+def _pairs_of_one_iterator(x, items):
+    it = iter(items)
+    pairs = list(zip(it, it))  # CPython alternates: (1, 2), (3, 4)
+    return x * len(pairs), pairs
+
+
+def _zip_then_rest(x, items):
+    it = iter(items)
+    head = list(zip([10, 20], it))  # draws two items of `it` (and no more: the list stops first)
+    return x + len(head), head, list(it)
+
+
+def _enumerate_break_rest(x, items):
+    it = iter(items)
+    for n, v in enumerate(it):
+        if v > 2:
+            break
+        x = x + v * n
+    return x, list(it)
+
+
+def _islice_rest(x, items):
+    import itertools
+    it = iter(items)
+    head = list(itertools.islice(it, 2))
+    return x * sum(head), list(it)
+
+
+def _loop_with_break_then_rest(x, items):
+    it = iter(items)
+    for v in it:
+        print("v", v)  # a graph break inside the loop: the local `it` and the loop's iterator are one object
+        if v == 3:
+            break
+        x = x + v
+    return x, list(it)
+
+
+def _two_names_one_iterator(x, items):
+    it = iter(items)
+    alias = it
+    a = next(it)
+    print("a", a)
+    b = next(alias)
+    return x + a, b, list(it)
+
+
+@pytest.mark.parametrize("fn", [_pairs_of_one_iterator, _zip_then_rest, _enumerate_break_rest, _islice_rest,
+                                _loop_with_break_then_rest, _two_names_one_iterator], ids=lambda f: f.__name__)
+def test_iterator_drawn_by_two_readers(fn, capsys):
+    compiled = framejit.compile(fn, backend="eager")
+    for i in range(4):
+        x, items = torch.randn(i + 1), [1, 2, 3, 4, 5, 6][i % 3:]
+        expected = fn(x, list(items))
+        printed = capsys.readouterr().out
+        assert_same(compiled(x, list(items)), expected)
+        assert capsys.readouterr().out == printed
+
+
+def test_zip_and_enumerate_over_an_argument_iterator():
+    def f(x, it):
+        for n, (a, b) in enumerate(zip(it, [1, 2])):
+            x = x + a * b + n
+        return x
+
+    compiled = framejit.compile(f, backend="eager")
+    for i in range(3):
+        items = [5, 6, 7, 8][i:]
+        it_e, it_c = iter(items), iter(list(items))
+        x = torch.randn(2)
+        assert_same(compiled(x, it_c), f(x, it_e))
+        assert list(it_c) == list(it_e), i  # zip drew one item more than it yielded from `it` (eager's order)
+
+
+_SEEN: list = []
+
+
+def _logged_double(v):
+    _SEEN.append(v)
+    return v * 2
+
+
+def _keep_odd(v):
+    _SEEN.append(v)
+    return v % 2
+
+
+def _map_first(x, items):
+    m = map(_logged_double, items)
+    return x * next(m), list(_SEEN)
+
+
+def _filter_first(x, items):
+    it = filter(_keep_odd, items)
+    return x * next(it), list(_SEEN)
+
+
+def _map_raises_later(x, items):
+    m = map(int, items)
+    return x * next(m)
+
+
+@pytest.mark.parametrize("fn", [_map_first, _filter_first, _map_raises_later], ids=lambda f: f.__name__)
+def test_map_and_filter_call_their_function_lazily(fn):
+    # map/filter were evaluated when made: the function ran for every item (its appends all seen at once,
+    # or int('x') raising for an item eager never reaches).
+    compiled = framejit.compile(fn, backend="eager")
+    for i, items in enumerate([[2, 4, 5, 6], [1, "x", "y"] if fn is _map_raises_later else [3, 8], [6, 7, 9]]):
+        _SEEN.clear()
+        x = torch.randn(i + 1)
+        expected, seen = fn(x, list(items)), list(_SEEN)
+        _SEEN.clear()
+        assert_same(compiled(x, list(items)), expected)
+        assert _SEEN == seen, i

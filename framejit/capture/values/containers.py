@@ -145,8 +145,11 @@ class IteratorValue(Value):
     check: Any = None  # a generator's iterator: called before each step (NOTE [Eager generators])
     exhausted = False  # CPython's iterators stay exhausted once they stop (items appended later are not seen)
     start: int | None = None  # a list iterator from outside: its position at entry (NOTE [Iterators from outside])
+    lent_at: int | None = None  # drained by a combinator made at this root instruction (NOTE [Lent iterators])
 
     def next(self) -> Value | None:
+        if self.lent_at is not None:
+            raise lent_error(self)
         if self.exhausted:
             return None
         if self.owner is not None and not isinstance(self.owner, ListValue):
@@ -173,6 +176,8 @@ class IteratorValue(Value):
             raise Unsupported(BreakKind.SIDE_EFFECT, "the keys of a dict or set changed while iterating over it")
 
     def remaining(self) -> list[Value]:
+        if self.lent_at is not None:
+            raise lent_error(self)
         if self.exhausted:
             return []
         rest = self.items[self.index:]
@@ -182,6 +187,37 @@ class IteratorValue(Value):
 
     def python_type(self) -> type:
         return type(iter([]))
+
+
+def lent_error(iterator: IteratorValue) -> Unsupported:
+    """NOTE [Lent iterators]: zip, map, filter, enumerate and the itertools combinators are evaluated at once
+    (builtins.py): an iterator given to one is drained when the combinator is made, where CPython draws
+    from it only as the combinator is consumed. That is the same only while nothing else reads the
+    iterator: the same iterator twice (`zip(it, it)`), reading it after a loop over the combinator stopped
+    early, its position at a graph break, or an iterator from outside (the caller sees its position). Any
+    such read is a graph break at the instruction that made the combinator, which then runs in Python."""
+    e = Unsupported(BreakKind.SIDE_EFFECT, "an iterator drawn by zip/map/filter/enumerate/itertools is read "
+                    "elsewhere too: the combinator runs lazily, as Python")
+    e.root_index = iterator.lent_at
+    return e
+
+
+def drain_lent(tx, iterables: list[Value]) -> list[list[Value]]:
+    """The items of each argument of a lazy combinator, all at once; iterator arguments are marked lent
+    to it (NOTE [Lent iterators]). A combinator made where no root instruction is known breaks now."""
+    from ..protocol import iterate
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    made_at = root.current.index if root.current is not None else None
+    columns = []
+    for value in iterables:
+        columns.append(iterate(tx, value))
+        if isinstance(value, IteratorValue):
+            if made_at is None:
+                raise Unsupported(BreakKind.SIDE_EFFECT, "an iterator drawn by a combinator: it runs as Python")
+            value.lent_at = made_at
+    return columns
 
 
 def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
