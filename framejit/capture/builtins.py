@@ -374,7 +374,9 @@ def _object_init(tx, args, kwargs):
 
 @handles(object.__setattr__)
 def _object_setattr(tx, args, kwargs):
-    tx.store_attr(args[0], args[1].as_constant(), args[2])
+    from .getattribute import object_setattr
+    if not object_setattr(tx, args[0], args[1].as_constant(), args[2]):  # NOTE [Custom __setattr__]
+        tx.store_attr(args[0], args[1].as_constant(), args[2])
     return ConstantValue(None)
 
 

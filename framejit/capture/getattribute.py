@@ -6,11 +6,23 @@ holding it is guarded by identity, and a class without one is guarded to stay wi
 `super().__getattribute__(key)` or `object.__getattribute__(self, key)` is the default lookup, which
 attributes.object_attr performs without looking for the custom hook again. A class that also defines
 `__getattr__` (the fallback after an AttributeError) is not modelled: a graph break.
+
+NOTE [Custom __setattr__]: `obj.name = v` on an object from outside whose class defines `__setattr__`
+in Python (PretrainedConfig maps aliases: `config.problem_type = "regression"` in every
+...ForSequenceClassification head with labels) is `type(obj).__setattr__(obj, "name", v)`: that function
+is inlined, its class entry guarded by identity (a class without one keeps the plain store's guards).
+Inside it, `super().__setattr__(key, v)` or `object.__setattr__(self, key, v)` is the default store: it is
+recorded as a side effect replayed as `object.__setattr__(obj, key, v)` after the graph (not `obj.key = v`,
+which would run the custom hook a second time), guarded like a plain store (the class attribute `key`
+stays absent or the same object; a data descriptor there breaks). Reads later in the trace see the stored
+value. Modules keep nn.Module.__setattr__'s own path.
 """
 from __future__ import annotations
 
 import types
 from typing import Any
+
+import torch
 
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
@@ -33,6 +45,34 @@ def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
     lookup.guard_entry_identity(tx.output, entry, impl)
     lookup.guard_class_absent(tx.output, mro, "__getattr__")
     return impl
+
+
+def custom_setattr(tx, obj: Value) -> types.FunctionType | None:
+    """The Python `__setattr__` to inline for a store into `obj`, an object from outside that is not a
+    module (NOTE [Custom __setattr__]); None where the plain store's own checks decide."""
+    if not isinstance(obj, ObjectValue) or obj.source is None or isinstance(obj.obj, (type, torch.nn.Module)):
+        return None
+    cls = type(obj.obj)
+    index, impl = lookup.mro_lookup(cls, "__setattr__")
+    if index is None or lookup.is_fixed_class(cls.__mro__[index]) or not isinstance(impl, types.FunctionType):
+        return None
+    entry = lookup.guard_found_on_class(tx.output, cls, "__setattr__", index)
+    lookup.guard_entry_identity(tx.output, entry, impl)
+    return impl
+
+
+def object_setattr(tx, obj: Value, name: str, value: Value) -> bool:
+    """`object.__setattr__(obj, name, value)` for an object from outside whose class has its own
+    `__setattr__`: a raw store (NOTE [Custom __setattr__]). False where the plain store path applies."""
+    if not isinstance(obj, ObjectValue) or obj.source is None or isinstance(obj.obj, (type, torch.nn.Module)):
+        return False
+    cls = type(obj.obj)
+    if getattr(cls, "__setattr__", object.__setattr__) is object.__setattr__:
+        return False
+    # the class attribute `name` stays absent or the same object (a data descriptor added would take it)
+    lookup.guard_plain_store(tx.output, cls, name)
+    tx.output.side_effects.store_attr(obj, name, value, raw=True)
+    return True
 
 
 def instance_dict(obj: NewObjectValue) -> Value:

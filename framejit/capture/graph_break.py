@@ -104,6 +104,13 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
         # itself is handled in the tail function as plain Python. Without trampolines (a NULL or a
         # re-entered block on the stack) the whole rest of the frame runs as plain Python.
         return BreakSite(inst, 0, tail=True)
+    if inst.name == "BEFORE_WITH":
+        # NOTE [Breaks at BEFORE_WITH]: a context manager whose `__enter__` cannot be traced (a
+        # contextlib manager made by plain Python, e.g. `torch.backends.cudnn.flags(...)` called at an
+        # earlier break: its generator already exists) is entered as plain Python; its block needs the
+        # manager's `__exit__` on every path out, so the rest of the frame runs in the tail form. The code
+        # before the `with` stays captured, and the frame is not one run wholly eagerly.
+        return BreakSite(inst, 0, tail=True)
     if inst.name == "CALL":
         return BreakSite(inst, inst.arg + 2, with_depth=depth)
     if inst.name == "CALL_FUNCTION_EX":

@@ -39,6 +39,7 @@ class SideEffects:
     def __init__(self) -> None:
         self.containers: dict[int, Value] = {}
         self.attrs: dict[tuple[int, str], tuple[Value, str, Value]] = {}
+        self.raw_attrs: set[tuple[int, str]] = set()  # stores made by object.__setattr__ (NOTE [Custom __setattr__])
         self.globals: dict[tuple[int, str], tuple[dict, str, Value]] = {}
         self.cells: dict[int, tuple[Any, Value]] = {}
         self.cell_sources: dict[int, Any] = {}  # where a cell is found at run time, when not by identity
@@ -84,12 +85,16 @@ class SideEffects:
         else:
             self.touched.append(value)
 
-    def store_attr(self, obj: Value, name: str, value: Value) -> None:
+    def store_attr(self, obj: Value, name: str, value: Value, raw: bool = False) -> None:
+        """`obj.name = value`; `raw`: `object.__setattr__(obj, name, value)`, past the class's own
+        `__setattr__` (NOTE [Custom __setattr__] in getattribute.py), replayed the same way."""
         self.version += 1
         if not isinstance(obj, ObjectValue) or obj.source is None:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {obj.describe()}")
-        _check_plain_setattr(obj, name, value)
+        _check_plain_setattr(obj, name, value, raw)
         self.attrs[(id(obj.obj), name)] = (obj, name, value)
+        (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
+
 
     def attr(self, obj: Any, name: str) -> Value | None:
         entry = self.attrs.get((id(obj), name))
@@ -162,7 +167,16 @@ class SideEffects:
             else:
                 _call_method(cg, container, "clear", [])
                 _call_method(cg, container, "update", arg_temps)
-        for obj, name, _ in self.attrs.values():
+        for key, (obj, name, _) in self.attrs.items():
+            if key in self.raw_attrs:  # object.__setattr__(obj, name, value)
+                cg.push_null()
+                cg.load_const(object.__setattr__)
+                obj.source.reload(cg)
+                cg.load_const(name)
+                cg.load_fast(next(pending))
+                cg.call(3)
+                cg.emit("POP_TOP")
+                continue
             cg.load_fast(next(pending))
             obj.source.reload(cg)
             cg.emit("STORE_ATTR", name)
@@ -213,11 +227,11 @@ def _call_method(cg, container: Value, method: str, arg_temps: list[str]) -> Non
     cg.emit("POP_TOP")
 
 
-def _check_plain_setattr(obj: ObjectValue, name: str, value: Value) -> None:
+def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = False) -> None:
     """Only stores whose replay is a plain setattr with the same effect are recorded."""
     cls = type(obj.obj)
     setattr_impl = getattr(cls, "__setattr__", object.__setattr__)
-    if setattr_impl not in (object.__setattr__, torch.nn.Module.__setattr__):
+    if not raw and setattr_impl not in (object.__setattr__, torch.nn.Module.__setattr__):
         raise Unsupported(BreakKind.SIDE_EFFECT, f"{cls.__name__} defines __setattr__")
     for klass in cls.__mro__:
         attr = klass.__dict__.get(name)

@@ -30,6 +30,7 @@ from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
 from .module_hooks import TRACE_TIME, plan_module_call
 from .generator_ctx import break_before_generator_cms
+from .getattribute import custom_setattr
 from .generator_reach import closure_contents as _closure_contents, reachable_values
 from .stdlib import forced_break
 from .normalize import Inst, normalize
@@ -215,6 +216,10 @@ class Translator:
             lookup.guard_plain_store(self.output, obj.cls, name)  # NOTE [Lookup facts]
             obj.attrs[name] = value
             self.output.side_effects.bump(obj)  # NOTE [Eager generators]
+            return
+        impl = custom_setattr(self, obj)  # NOTE [Custom __setattr__]: inlined
+        if impl is not None:
+            self.inline(UserFunctionValue(impl), [obj, ConstantValue(name), value], {})
             return
         if isinstance(obj, ObjectValue):
             lookup.guard_plain_store(self.output, type(obj.obj), name)

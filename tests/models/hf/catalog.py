@@ -195,6 +195,8 @@ _AUDIO_MODELS = [
        inputs.mel_seq2seq),
     _a("wav2vec2", "audio", "Wav2Vec2Config", "Wav2Vec2Model", _AUDIO, inputs.waveform),
     _a("hubert", "audio", "HubertConfig", "HubertModel", _AUDIO, inputs.waveform, resize=True),
+    # the CTC head with labels: `with torch.backends.cudnn.flags(enabled=False):` around ctc_loss
+    _a("wav2vec2_ctc", "audio", "Wav2Vec2Config", "Wav2Vec2ForCTC", _AUDIO, inputs.waveform_with_labels),
 ]
 
 _MOE = [

@@ -83,3 +83,13 @@ def mel_seq2seq(seed: int, batch: int, seq: int) -> dict:
 def waveform(seed: int, batch: int, seq: int) -> dict:
     """Raw audio: `seq` * 40 samples per row (the tiny feature encoder strides by 5 * 2)."""
     return {"input_values": torch.randn(batch, seq * 40, generator=_gen(seed))}
+
+
+def waveform_with_labels(seed: int, batch: int, seq: int) -> dict:
+    """Raw audio and CTC labels: `seq` // 2 token ids per row, the second row's last one padded (-100)."""
+    inputs = waveform(seed, batch, seq)
+    labels = _ids(_gen(seed + 104729), batch, max(2, seq // 2))
+    if batch > 1:
+        labels[1, -1] = -100
+    inputs["labels"] = labels
+    return inputs
