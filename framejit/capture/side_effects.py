@@ -95,7 +95,6 @@ class SideEffects:
         self.attrs[(id(obj.obj), name)] = (obj, name, value)
         (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
 
-
     def attr(self, obj: Any, name: str) -> Value | None:
         entry = self.attrs.get((id(obj), name))
         return entry[2] if entry is not None else None
