@@ -95,8 +95,13 @@ def new_generator_cm(tx, args: list[Value]) -> GenCtxValue:
     func, pos, kw = args
     if not isinstance(pos, TupleValue) or not hasattr(kw, "items") or not isinstance(kw.items, dict):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a _GeneratorContextManager of unknown arguments")
+    return generator_cm(tx, func, list(pos.items), dict(kw.items))
+
+
+def generator_cm(tx, func: Value, args: list[Value], kwargs: dict[str, Value]) -> GenCtxValue:
+    """A GenCtxValue for the generator function `func` called with `args` and `kwargs`."""
     root = tx.output.tx_stack[0] if tx.output.tx_stack else None
-    ctx = GenCtxValue(func, list(pos.items), dict(kw.items), root.current.index if root and root.current else None)
+    ctx = GenCtxValue(func, args, kwargs, root.current.index if root and root.current else None)
     tx.output.__dict__.setdefault("live_generator_cms", []).append(ctx)
     return ctx
 
@@ -163,5 +168,5 @@ TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
 
 
 __all__ = ["GenCtxValue", "GenMethodValue", "break_before_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
-           "decorate_with_ctx", "gen_attr",
+           "decorate_with_ctx", "gen_attr", "generator_cm",
            "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

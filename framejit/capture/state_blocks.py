@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.autograd.profiler as autograd_profiler
 
+from . import sdp_state
 from .breaks import BreakKind, Unsupported
 from .values import ConstantValue, Value
 
@@ -175,6 +176,7 @@ def end_default_dtype(out) -> None:
     """At the end of a graph: back to the dtype of its entry (the code after the graph sets the final one)."""
     if current_default_dtype(out) is not torch.get_default_dtype():
         out.record_effect(torch.set_default_dtype, (torch.get_default_dtype(),))
+    sdp_state.end_flags(out)  # NOTE [SDPA backend flags]
 
 
 def restore_default_dtype(cg, out) -> None:
@@ -185,6 +187,7 @@ def restore_default_dtype(cg, out) -> None:
         cg.load_const(current_default_dtype(out))
         cg.call(1)
         cg.emit("POP_TOP")
+    sdp_state.restore_flags(cg, out)  # NOTE [SDPA backend flags]
 
 
 def restores_for(gm: torch.fx.GraphModule) -> tuple:
@@ -197,11 +200,11 @@ def restores_for(gm: torch.fx.GraphModule) -> tuple:
         restores += ((torch.set_default_dtype, (torch.get_default_dtype(),)),)
     if _disable in targets:
         restores += (_restore_call(_get_message()),)
-    return restores
+    return restores + sdp_state.restores_for(targets)
 
 
 def default_dtype_changed(out) -> bool:
-    return "default_dtype" in out.__dict__
+    return "default_dtype" in out.__dict__ or sdp_state.touched(out)  # NOTE [SDPA backend flags]
 
 
 from .builtins import BUILTIN_HANDLERS  # noqa: E402  (builtins imports this module to register it)
@@ -209,6 +212,7 @@ from .builtins import BUILTIN_HANDLERS  # noqa: E402  (builtins imports this mod
 BUILTIN_HANDLERS[torch.autograd.graph.disable_saved_tensors_hooks] = make_saved_hooks_ctx
 BUILTIN_HANDLERS[_get_message] = query_message
 BUILTIN_HANDLERS[torch.set_default_dtype] = set_default_dtype
+sdp_state.register(BUILTIN_HANDLERS)
 
 
 def _direct_change(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -118,3 +118,71 @@ def test_inference_graph_ending_inside_inference_mode_does_not_switch_grad():
     backend = run_differential(fn, lambda seed: (torch.randn(2 + seed),), fullgraph=False)
     assert backend.graph_count == 4  # two calls of different shapes, two graphs each
     assert all(grad_switches(gm) == [] for gm in backend.graphs)
+
+
+# ---- NOTE [SDPA backend flags] -------------------------------------------------------------------------
+from torch.nn.attention import SDPBackend, _cur_sdpa_kernel_backends, sdpa_kernel  # noqa: E402
+
+
+def sdp_flags() -> tuple:
+    return tuple(_cur_sdpa_kernel_backends())
+
+
+@contextlib.contextmanager
+def all_sdp_backends_afterwards():
+    try:
+        yield
+    finally:
+        for name in ("cudnn", "flash", "mem_efficient", "math"):
+            getattr(torch.backends.cuda, f"enable_{name}_sdp")(True)
+
+
+def _attention(x):
+    with sdpa_kernel([SDPBackend.MATH, SDPBackend.MATH]):
+        out = torch.nn.functional.scaled_dot_product_attention(x, x, x).to(torch.float32)
+        inside = _cur_sdpa_kernel_backends()
+    return out * 2, inside, _cur_sdpa_kernel_backends(), torch.backends.cuda.math_sdp_enabled()
+
+
+def test_sdpa_kernel_is_a_traced_state_block():
+    with all_sdp_backends_afterwards():
+        backend = run_differential(_attention, lambda seed: (torch.randn(2, 2, 3, 4).to(torch.float16),))
+        assert backend.graph_count == 1
+        targets = [n.target for n in backend.graphs[0].graph.nodes if n.op == "call_function"]
+        assert targets.count(torch._C._set_sdp_use_math) == 2  # entering, and the generator's finally
+        assert sdp_flags() == tuple(_cur_sdpa_kernel_backends())
+        # the flags at entry are guarded: a change between calls recompiles, and the answers follow it
+        compiled = framejit.compile(_attention, backend=backend)
+        x = torch.randn(2, 2, 3, 4).to(torch.float16)
+        compiled(x)
+        torch.backends.cuda.enable_flash_sdp(False)
+        before = sdp_flags()
+        expected = _attention(x)
+        assert sdp_flags() == before
+        actual = compiled(x)
+        assert actual[1:] == expected[1:] and sdp_flags() == before
+        torch.testing.assert_close(actual[0], expected[0])
+        assert backend.graph_count == 3
+
+
+def test_sdp_flags_with_a_break_inside_the_block_and_a_flag_left_changed():
+    def pause():
+        print("inside", [int(b) for b in _cur_sdpa_kernel_backends()])
+
+    framejit.disable(pause)
+
+    def fn(x, keep):
+        with sdpa_kernel(SDPBackend.MATH):
+            y = x.sin()
+            pause()
+            y = y + torch.backends.cuda.flash_sdp_enabled()
+        torch.backends.cuda.enable_mem_efficient_sdp(keep)
+        return y * 2, torch.backends.cuda.mem_efficient_sdp_enabled(), sdp_flags()
+
+    for keep in (True, False):
+        with all_sdp_backends_afterwards():
+            run_differential(fn, lambda seed: (torch.randn(3), keep), fullgraph=False)
+            after = sdp_flags()
+            torch.backends.cuda.enable_mem_efficient_sdp(True)
+            fn(torch.randn(3), keep)
+            assert sdp_flags() == after  # the compiled call left eager's flags

@@ -29,7 +29,8 @@ from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
 _SCALARS = (bool, int, float, str, bytes, complex, type(None))
 _ID_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented),
                  type(dataclasses.MISSING), type(dataclasses._HAS_DEFAULT_FACTORY),  # dataclass __init__ sentinels
-                 types.GetSetDescriptorType, types.MemberDescriptorType)  # C-level descriptors (a class __dict__)
+                 types.GetSetDescriptorType, types.MemberDescriptorType,  # C-level descriptors (a class __dict__)
+                 torch.nn.attention.SDPBackend)  # NOTE [SDPA backend flags] (pybind enum members are singletons)
 _IMMUTABLE_OBJECTS = (types.CodeType, inspect.Signature, inspect.Parameter)
 _BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
                       types.MethodDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
