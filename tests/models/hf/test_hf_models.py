@@ -34,6 +34,9 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning:torch._dynamo"),
               pytest.mark.filterwarnings("ignore::UserWarning:transformers")]
 
 KNOWN_GAPS: dict[str, str] = {
+    'switch_transformers': 'eager frame: SwitchTransformersExperts.forward.<resume at 37> hits the recompile limit '
+                           '(the expert loop resumes after torch.where and the f-string expert name are guarded on '
+                           'the remaining rows and the name); graphs 55 > stock 21 (stock runs that loop eagerly)',
 }
 
 GENERATE_KNOWN_GAPS: dict[str, str] = {
