@@ -122,6 +122,8 @@ def _sdpa_kernel_cm(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
 
 def register(handlers: dict) -> None:
     handlers[attention.sdpa_kernel] = _sdpa_kernel_cm
+    from .module_hooks import TRACE_TIME  # also where contextlib's helper is inlined as code
+    TRACE_TIME[attention.sdpa_kernel] = _sdpa_kernel_cm
     handlers[attention._cur_sdpa_kernel_backends] = _inline(attention._cur_sdpa_kernel_backends)
     handlers[attention._sdpa_kernel] = _inline(attention._sdpa_kernel)
     import torch.backends.cuda as cuda_backend  # enable_math_sdp(b), math_sdp_enabled(), ...: their Python

@@ -210,6 +210,8 @@ def default_dtype_changed(out) -> bool:
 from .builtins import BUILTIN_HANDLERS  # noqa: E402  (builtins imports this module to register it)
 
 BUILTIN_HANDLERS[torch.autograd.graph.disable_saved_tensors_hooks] = make_saved_hooks_ctx
+from .module_hooks import TRACE_TIME  # noqa: E402  (also where the contextmanager helper is inlined as code)
+TRACE_TIME[torch.autograd.graph.disable_saved_tensors_hooks] = make_saved_hooks_ctx
 BUILTIN_HANDLERS[_get_message] = query_message
 BUILTIN_HANDLERS[torch.set_default_dtype] = set_default_dtype
 sdp_state.register(BUILTIN_HANDLERS)
