@@ -162,13 +162,24 @@ def _trampolines(items: list, position: int, successors: tuple, live_locals: tup
         out += [Instr("PUSH_NULL"), Instr("LOAD_CONST", hook)]
         for temp, kind in zip(temps, after):
             if kind == "iter":  # the remaining items of a for loop's iterator, as a list
-                out += [Instr("PUSH_NULL"), Instr("LOAD_CONST", list), Instr("LOAD_FAST", temp)] + _call(1)
+                out += [Instr("PUSH_NULL"), Instr("LOAD_CONST", loop_iterator_arg), Instr("LOAD_FAST", temp)] + _call(1)
             else:
                 out.append(Instr("LOAD_FAST", temp))
         out += [Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
                 for name in live_locals]
         out += _call(len(after) + len(live_locals)) + [Instr("RETURN_VALUE")]
     return out
+
+
+_LIST_ITERATOR = type(iter([]))
+
+
+def loop_iterator_arg(iterator: Any) -> Any:
+    """What a trampoline passes for a for loop's iterator: a list iterator itself (the resumed trace reads
+    its list and position, NOTE [Live iteration]; it may be reachable elsewhere too, as a local `it` or a
+    global, and must keep advancing as one object: `list(it)` exhausted the caller's iterator), any other
+    iterator as the list of its remaining items."""
+    return iterator if type(iterator) is _LIST_ITERATOR else list(iterator)
 
 
 # NOTE [Resume code has line numbers]: the instructions a resume function adds (prologue, trampolines)

@@ -80,4 +80,30 @@ def profiler_range(rng):
         """, mutations=(M("NAME$ = 'longer'"),), state=())
 
 
-FACTORIES = [outside_list_grow, outside_set, outside_defaultdict, numpy_roundtrip, made_module, profiler_range]
+def outside_iterator(rng):
+    """A global list iterator f draws from (next, a for loop that stops early, zip/enumerate/islice/map over
+    it, the same iterator twice in zip) while its list grows; between calls it is advanced, exhausted or
+    replaced. The iterator's position is compared after each call (its `__reduce__`, which reads it
+    without advancing it). Red team findings of issue 12: compiled code advanced a copy, drained iterators
+    given to zip/enumerate/islice, ran map's function for every item at once, rebuilt `it` and the for
+    loop's iterator as two objects at a break (NOTE [Iterators from outside], NOTE [Lent iterators])."""
+    draw = rng.choice(["out = out * next(IT$, 0.5)",
+                       "for v in IT$:\n    out = out + v\n    if v > 2:\n        break",
+                       "for n, v in enumerate(IT$):\n    out = out + v * n\n    if n >= 1:\n        break",
+                       "aux.append(list(zip(IT$, IT$)))",
+                       "aux.append(list(zip([1, 2], IT$)))",
+                       "aux.append(list(itertools.islice(IT$, 2)))",
+                       "out = out + next(map(abs, IT$), 0.0)",
+                       "aux.append(next(IT$, 'end'))\nITEMS$.append(9.0)",
+                       "for v in IT$:\n    print('item', v)\n    out = out - v\n    if v >= 2:\n        break"])
+    rest = rng.choice(["", "aux.append(next(IT$, None))", "aux.append(len(ITEMS$))"])
+    return Block("outside_iterator", setup="import itertools\nITEMS$ = [1.0, 2.0, 3.0, 4.0, 5.0]\nIT$ = iter(ITEMS$)\n",
+                 body=f"{draw}\n{rest}",
+                 mutations=(M("IT$ = iter(ITEMS$)"), M("next(IT$, None)"), M("ITEMS$.append(6.0)"),
+                            M("IT$ = iter([7.0, -1.0, 2.5])"), M("for _ in IT$:\n    pass"),
+                            M("ITEMS$[:] = [0.5, 1.5, 2.5]")),
+                 state=("IT$.__reduce__()[1:]", "list(ITEMS$)"))
+
+
+FACTORIES = [outside_list_grow, outside_set, outside_defaultdict, numpy_roundtrip, made_module, profiler_range,
+             outside_iterator]

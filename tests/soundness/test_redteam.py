@@ -270,3 +270,37 @@ def test_map_and_filter_call_their_function_lazily(fn):
         _SEEN.clear()
         assert_same(compiled(x, list(items)), expected)
         assert _SEEN == seen, i
+
+
+_ITEMS = [1.0, 2.0, 3.0, 4.0, 5.0]
+_GLOBAL_IT = iter(_ITEMS)
+
+
+def _loop_in_try_over_a_global_iterator(x):
+    aux = []
+    try:
+        for v in _GLOBAL_IT:
+            print("item", v)  # a break inside a try block: the rest runs in a tail function's trampoline
+            x = x - v
+            if v >= 2:
+                break
+        aux.append(next(_GLOBAL_IT, None))
+    except KeyError:
+        aux.append("KeyError")
+    return x, aux
+
+
+def test_break_inside_try_keeps_the_loops_list_iterator(capsys):
+    # The trampoline of a tail function passed the loop's iterator on as list(it): that drained the global
+    # iterator (next(_GLOBAL_IT, None) gave None; eager: 3.0) and later calls saw it exhausted.
+    global _GLOBAL_IT
+    compiled = framejit.compile(_loop_in_try_over_a_global_iterator, backend="eager")
+    for i in range(4):
+        x = torch.randn(i + 1)
+        _GLOBAL_IT = iter(_ITEMS[i % 2:])
+        expected, position = _loop_in_try_over_a_global_iterator(x), _GLOBAL_IT.__reduce__()[1:]
+        printed = capsys.readouterr().out
+        _GLOBAL_IT = iter(_ITEMS[i % 2:])
+        assert_same(compiled(x), expected)
+        assert _GLOBAL_IT.__reduce__()[1:] == position, i
+        assert capsys.readouterr().out == printed
