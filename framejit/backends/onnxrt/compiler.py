@@ -23,7 +23,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from ... import logs
-from .. import aliasing, state
+from .. import aliasing, state, symbolic
 from . import lowering, partition, runtime, semantics, translate
 from .options import OnnxrtOptions
 
@@ -65,6 +65,7 @@ class Program:
     ort_nodes: int
     eager_nodes: dict[str, str]  # node name -> reason it runs in eager torch
     build_seconds: float
+    bind_source: str = ""  # symbolic programs: the size check (NOTE [One program for every size])
 
     def __call__(self, inputs) -> object:
         leaves = self.graph_module(*self.state, *pytree.tree_leaves(list(inputs)))
@@ -133,11 +134,29 @@ def _device_of(inputs, state) -> torch.device:
     return torch.device("cpu")
 
 
+# NOTE [One program for every size]
+# A graph whose placeholders have symbolic sizes (backends/symbolic.py) is lowered once over fake inputs
+# with fresh symbols; the ONNX models then have dynamic axes named after the symbols (two inputs that
+# share a symbol share an axis) and symbolic int inputs become scalar model inputs, so one ORT session
+# serves every size. Such programs are kept per layout (dtypes, ranks, devices, contiguity) as a list of
+# (bind, Program): `bind` (the generated size check) accepts the sizes the program was traced for (sizes
+# of 2 and more, relations tracing relied on). A call no dynamic program accepts builds another one over
+# its own sizes (size 1 specialises there), at most `_MAX_DYNAMIC` per layout; after that, and where the
+# graph cannot be served symbolically (non-contiguous inputs, symbolic floats, a device other than CPU),
+# calls fall back to the per-signature static programs, with a log line saying why.
+_MAX_DYNAMIC = 4
+
+
 class OnnxrtCompiled:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, opts: OnnxrtOptions):
         self.gm = gm
         self.opts = opts
         self.programs: dict[tuple, Program | None] = {}  # None: this signature runs eagerly
+        # NOTE [One program for every size]: layout -> [(bind, Program)]
+        self.dynamic_programs: dict[tuple, list] = {}
+        self._symbolic = symbolic.is_symbolic(gm)
+        self._symbolic_ints = symbolic.symbolic_int_positions(gm)
+        self._static_logged: set = set()
         self._grad_logged = False
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
         self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
@@ -145,13 +164,17 @@ class OnnxrtCompiled:
         if self._run_eagerly:
             logs.log("eager_fallback", "onnxrt: the graph runs eagerly: %s", self._run_eagerly)
         if example_inputs is not None and _is_concrete(example_inputs) and not self._run_eagerly:
-            self.programs[_signature(example_inputs)] = self._build(list(example_inputs))
+            if not (self._symbolic and self._build_dynamic(list(example_inputs)) is not None):
+                self.programs[_signature(example_inputs)] = self._build(list(example_inputs))
 
     @classmethod
-    def restored(cls, gm: torch.fx.GraphModule, opts: OnnxrtOptions, programs: dict) -> "OnnxrtCompiled":
+    def restored(cls, gm: torch.fx.GraphModule, opts: OnnxrtOptions, programs: dict,
+                 dynamic: dict | None = None) -> "OnnxrtCompiled":
         """A compiled graph with programs loaded by persist.py: nothing is lowered or translated."""
         compiled = cls(gm, None, opts)
         compiled.programs.update(programs)
+        for layout, entries in (dynamic or {}).items():
+            compiled.dynamic_programs.setdefault(layout, []).extend(entries)
         return compiled
 
     def __call__(self, *inputs):
@@ -163,6 +186,13 @@ class OnnxrtCompiled:
                 logs.log("eager_fallback", "onnxrt: an input or weight requires grad with grad mode on; "
                          "this graph runs with the eager backend (ORT runs inference only)")
             return self.gm(*inputs)
+        if self._symbolic:
+            for bind, program in self.dynamic_programs.get(symbolic.layout_signature(inputs, self._symbolic_ints), ()):
+                if bind(inputs) is not None:
+                    return self._run_dynamic(program, inputs)
+            program = self._build_dynamic(list(inputs))
+            if program is not None:
+                return self._run_dynamic(program, inputs)
         sig = _signature(inputs)
         try:
             program = self.programs[sig]
@@ -178,18 +208,66 @@ class OnnxrtCompiled:
             self.programs[sig] = None
             return self.gm(*inputs)
 
+    def _run_dynamic(self, program: Program, inputs):
+        try:
+            return program(inputs)
+        except Exception as exc:
+            logs.log("eager_fallback", "onnxrt: a run of the symbolic program failed (%s: %s); "
+                     "this graph now compiles per input signature", type(exc).__name__, exc)
+            self._symbolic = False
+            self.dynamic_programs.clear()
+            return self(*inputs)
+
+    def _build_dynamic(self, inputs: list) -> Program | None:
+        """Build one program over symbolic sizes for `inputs`' layout (NOTE [One program for every size]);
+        None (and a log line) where the graph is compiled per signature instead."""
+        layout = symbolic.layout_signature(inputs, self._symbolic_ints)
+        known = self.dynamic_programs.setdefault(layout, [])
+        why = None
+        if len(known) >= _MAX_DYNAMIC:
+            why = f"{_MAX_DYNAMIC} symbolic programs for this layout already"
+        elif _device_of(inputs, []).type != "cpu":
+            why = "symbolic sizes are served on CPU only"
+        if why is None:
+            try:
+                sym = symbolic.SymbolicInputs(self.gm, inputs)
+                program = self._build(sym.fake_inputs, on_traced=sym.finish)
+            except symbolic.NotSymbolic as exc:
+                why, program = str(exc), None
+            if program is None and why is None:
+                why = "building the symbolic program failed (logged above)"
+        if why is not None:
+            if layout not in self._static_logged:
+                self._static_logged.add(layout)
+                logs.log("recompiles", "onnxrt: this graph compiles per input size for layout %s: %s", layout, why)
+            return None
+        program.bind_source = sym.bind_source
+        known.append((sym.bind, program))
+        logs.log("output_code", "onnxrt: one program for every size (symbols %s), size check:\n%s",
+                 ", ".join(map(str, sym.symbols)), sym.bind_source)
+        return program
+
     def _needs_grad(self, inputs) -> bool:
         return any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or any(
             t.requires_grad for t in self._weights)
 
-    def _build(self, inputs: list) -> Program | None:
+    def _build(self, inputs: list, on_traced=None) -> Program | None:
+        """`on_traced` (symbolic programs) runs after lowering; it may raise symbolic.NotSymbolic."""
         start = time.perf_counter()
         try:
             lowered = lowering.lower(self.gm, inputs, translate.translated_op_names())
+            if on_traced is not None:
+                on_traced(lowered.graph_module)
             aliasing.alias_mutated_inputs(lowered.graph_module)  # views of mutated inputs stay views
             semantics.match_eager(lowered.graph_module)  # NOTE [Eager semantics in ONNX]
             translate.insert_type_promotion(lowered.graph_module)
+        except symbolic.NotSymbolic:
+            raise
         except Exception as exc:
+            if on_traced is not None:
+                logs.log("recompiles", "onnxrt: could not trace the graph with symbolic sizes (%s: %s)",
+                         type(exc).__name__, exc)
+                return None
             logs.log("eager_fallback", "onnxrt: could not trace the graph to aten (%s: %s); it runs eagerly",
                      type(exc).__name__, exc)
             return None
@@ -248,18 +326,31 @@ class OnnxrtCompiled:
         return None
 
     def summary(self) -> list[dict]:
-        """Per signature: parts, node counts, eager nodes with reasons (for tests and explain)."""
-        return [
+        """Per signature: parts, node counts, eager nodes with reasons (for tests and explain); symbolic
+        programs (NOTE [One program for every size]) have `symbolic: True`, their layout as `signature`
+        and their size check as `bind`."""
+        rows = [
             {"signature": sig, "eager_graph": p is None, "parts": p.num_parts if p else 0,
              "ort_nodes": p.ort_nodes if p else 0, "eager_nodes": dict(p.eager_nodes) if p else {},
-             "build_seconds": p.build_seconds if p else 0.0}
+             "build_seconds": p.build_seconds if p else 0.0, "symbolic": False}
             for sig, p in self.programs.items()
         ]
+        for layout, programs in self.dynamic_programs.items():
+            rows += [{"signature": layout, "eager_graph": False, "parts": p.num_parts, "ort_nodes": p.ort_nodes,
+                      "eager_nodes": dict(p.eager_nodes), "build_seconds": p.build_seconds, "symbolic": True,
+                      "bind": p.bind_source} for _, p in programs]
+        return rows
+
+    def session_count(self) -> int:
+        """ONNX Runtime parts (one session each) over every program built or loaded."""
+        programs = [p for p in self.programs.values() if p is not None]
+        programs += [p for entries in self.dynamic_programs.values() for _, p in entries]
+        return sum(p.num_parts for p in programs)
 
 
 def _log_program(program: Program) -> None:
     for name, reason in program.eager_nodes.items():
-        if reason != partition.FREE_OP_REASON:
+        if reason not in (partition.FREE_OP_REASON, partition.SIZE_REASON):
             logs.log("eager_fallback", "onnxrt: node %s runs in eager torch: %s", name, reason)
     if not logs.enabled("output_code"):
         return

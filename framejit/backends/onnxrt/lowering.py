@@ -100,10 +100,27 @@ def _mutates_intermediates(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
-def _trace(fn, table: dict, args: list) -> torch.fx.GraphModule:
-    traced_fn = torch.func.functionalize(fn, remove="mutations")
+def _has_symbolic_sizes(args: list) -> bool:
+    for value in args:
+        if isinstance(value, torch.SymInt):
+            return True
+        if isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape):
+            return True
+    return False
+
+
+# NOTE [Symbolic lowering]
+# Inputs with symbolic sizes (backends/symbolic.py) are traced with make_fx's symbolic mode, so sizes stay
+# SymInts (sym_size nodes) instead of the hints' ints. Under functorch's functionalize, some composite C++
+# kernels read plain sizes (linear with a bias on a 3-d input dispatched aten.size.default, which
+# specialised batch and sequence to their example values); so a symbolic graph is first traced to aten
+# WITHOUT functionalization (composites decompose with their SymInt-aware C++ code), and that aten graph
+# is then functionalized and traced again, as NOTE [Refunctionalize] does.
+def _trace(fn, table: dict, args: list, functionalize: bool = True) -> torch.fx.GraphModule:
+    mode = "symbolic" if _has_symbolic_sizes(args) else "fake"
+    traced_fn = torch.func.functionalize(fn, remove="mutations") if functionalize else fn
     with torch.no_grad():
-        traced = make_fx(traced_fn, decomposition_table=table, tracing_mode="fake")(*args)
+        traced = make_fx(traced_fn, decomposition_table=table, tracing_mode=mode)(*args)
     traced.graph.eliminate_dead_code()  # keeps impure nodes (the trailing copy_ of input mutations)
     traced.recompile()
     return traced
@@ -123,9 +140,10 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
 
     table = decomposition_table(translated_ops)
     args = [*state.values(), *inputs]
-    lowered = _trace(flat_fn, table, args)
+    symbolic = _has_symbolic_sizes(args)
+    lowered = _trace(flat_fn, table, args, functionalize=not symbolic)  # NOTE [Symbolic lowering]
     out_spec = spec_box[-1]
-    if _mutates_intermediates(lowered):
+    if symbolic or _mutates_intermediates(lowered):
         lowered = _trace(lowered, table, pytree.tree_leaves(args))
     return Lowered(lowered, list(state.values()), names, out_spec)
 

@@ -36,6 +36,7 @@ _FREE_OPS = frozenset({
 
 
 FREE_OP_REASON = "a free op (view/getitem) left outside ORT parts"
+SIZE_REASON = translate.SIZE_REASON  # sizes computed in torch (NOTE [One program for every size])
 
 
 @dataclasses.dataclass

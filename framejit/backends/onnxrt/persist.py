@@ -7,7 +7,10 @@ What is saved, per input signature of an `OnnxrtCompiled` (compiler.py):
   of `ort_<i>` parts) with the imports it needs, the ONNX model bytes of every part with its output
   metadata, the attribute paths in `gm` of the state tensors (weights are never saved: NOTE [Weights
   are inputs]), tensor constants created while tracing, and the output structure (a pytree spec);
-- or the fact that this signature runs eagerly (tracing failed once; a new process need not retry).
+- or the fact that this signature runs eagerly (tracing failed once; a new process need not retry);
+- symbolic programs (NOTE [One program for every size] in compiler.py) under their layout (dtypes,
+  ranks, devices, contiguity) with the source of their size check (`bind`), which is compiled again on
+  load: a warm process serves every size the check accepts without lowering.
 The options the programs were built under are saved too (session settings, fallback ops), and the
 backend's `REVISION` (compiler.py): an artifact of another revision is refused with ArtifactError.
 
@@ -29,6 +32,7 @@ import torch.fx
 
 from ..artifact import (ArtifactError, dtype_from_text, get_path, pack, resolve_tensor, spec_from_text,
                         spec_to_text, tensor_from_bytes, tensor_meta, tensor_to_bytes, unpack)
+from .. import symbolic
 from .compiler import REVISION, OnnxrtCompiled, Program
 from .options import OnnxrtOptions, parse_options
 from . import runtime
@@ -73,9 +77,19 @@ def save(compiled) -> bytes | None:
         if saved is not None:
             programs.append({"signature": encoded, "eager": False, **saved})
             blobs.update(program_blobs)
-    if not programs:
+    dynamic = []
+    for layout, entries in compiled.dynamic_programs.items():
+        encoded = symbolic.encode_layout(layout)
+        for _, program in entries if encoded is not None else ():
+            program_blobs = {}
+            saved = _save_program(program, len(programs) + len(dynamic), program_blobs)
+            if saved is not None:
+                dynamic.append({"layout": encoded, "bind": program.bind_source, **saved})
+                blobs.update(program_blobs)
+    if not programs and not dynamic:
         return None
-    meta = {"revision": REVISION, "options": _options_to_json(compiled.opts), "programs": programs}
+    meta = {"revision": REVISION, "options": _options_to_json(compiled.opts), "programs": programs,
+            "dynamic": dynamic}
     return pack(KIND, meta, blobs)
 
 
@@ -103,7 +117,8 @@ def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict
             blob = f"p{index}.{name}"
             blobs[blob] = child.model
             parts.append({"name": name, "blob": blob, "single_output": child.single_output,
-                          "outputs": [[str(dtype), list(shape)] for dtype, shape in child.output_meta],
+                          "outputs": [[str(dtype), [s if isinstance(s, int) else str(s) for s in shape]]
+                                      for dtype, shape in child.output_meta],
                           "inputs": child.input_names, "frozen": list(child.frozen_positions)})
         elif isinstance(child, torch.Tensor):
             blob = f"p{index}.{name}"
@@ -164,11 +179,17 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> OnnxrtCo
         for saved in meta["programs"]:
             sig = _decode_signature(saved["signature"])
             programs[sig] = None if saved["eager"] else _load_program(saved, blobs, gm, opts)
+        dynamic: dict = {}
+        for saved in meta.get("dynamic", ()):
+            program = _load_program(saved, blobs, gm, opts)
+            program.bind_source = saved["bind"]
+            layout = symbolic.decode_layout(saved["layout"])
+            dynamic.setdefault(layout, []).append((symbolic.compile_bind(saved["bind"]), program))
     except ArtifactError:
         raise
     except Exception as exc:  # a damaged field, generated code that no longer compiles, ORT refusing
         raise ArtifactError(f"corrupt or incompatible onnxrt artifact: {type(exc).__name__}: {exc}") from None
-    return OnnxrtCompiled.restored(gm, opts, programs)
+    return OnnxrtCompiled.restored(gm, opts, programs, dynamic)
 
 
 def _decode_signature(encoded: list) -> tuple:

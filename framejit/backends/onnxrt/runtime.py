@@ -68,6 +68,9 @@ def _meta_str(sub: torch.fx.GraphModule) -> str:
     for node in sub.graph.nodes:
         if node.op == "placeholder":
             val = node.meta["val"]
+            if not isinstance(val, torch.Tensor):  # a symbolic int input (NOTE [One program for every size])
+                parts.append(f"{node.name}:{type(val).__name__}")
+                continue
             parts.append(f"{node.name}:{val.dtype}{list(val.shape)}{list(val.stride())}:{val.device.type}")
     return ";".join(parts)
 
@@ -233,6 +236,9 @@ class OrtPart(torch.nn.Module):
         feeds = {}
         for name, position in self._fed:
             arg = args[position]
+            if not isinstance(arg, torch.Tensor):  # a symbolic int: a scalar input (NOTE [One program for every size])
+                feeds[name] = np.array(arg, dtype=np.int64)
+                continue
             if arg.requires_grad:
                 arg = arg.detach()
             feeds[name] = arg.contiguous().numpy()

@@ -42,6 +42,9 @@ SUPPORTED_DTYPES = frozenset({
 _NEVER = frozenset({"aten::copy_", "aten::set_", "aten::resize_", "aten::_local_scalar_dense"})
 
 
+SIZE_REASON = "computes a size, which torch reads from the tensors and passes to ORT parts"
+
+
 class NodeTranslationError(RuntimeError):
     def __init__(self, node_name: str, message: str):
         super().__init__(f"node {node_name}: {message}")
@@ -136,6 +139,9 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
     """None if `node` can be translated to ONNX and run by ORT, else a short reason."""
     if node.target is operator.getitem:
         return None
+    if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        # NOTE [One program for every size] (compiler.py): ORT parts take sizes as scalar inputs
+        return SIZE_REASON
     if not isinstance(node.target, torch._ops.OpOverload):
         return f"{node.target} is not an aten op"
     name = node.target.name()

@@ -28,11 +28,12 @@ import os
 import torch
 
 from framejit import logs
-from framejit.backends import registry
+from framejit.backends import registry, symbolic
 from framejit.backends.aliasing import alias_mutated_inputs, changes_metadata_in_place
 from framejit.backends.state import enters_inference_mode, switches_grad_on
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
+from . import dynamic
 from .codegen import choose_config, generate_kernel
 from .lowering import GraphNotLowerable, lower, to_aten
 from .persist import load, save
@@ -88,7 +89,8 @@ def _device_problem(example_inputs) -> tuple[str | None, torch.device | None]:
 def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
     """Compile `gm` into fused Triton kernels; see the module docstring."""
     opts = _options(options)
-    problem, device = _device_problem(example_inputs)
+    size_inputs = symbolic.symbolic_int_positions(gm)  # ints that are sizes (NOTE [Size-generic modules])
+    problem, device = _device_problem([v for i, v in enumerate(example_inputs) if i not in size_inputs])
     if problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters()),
                                           switches_grad_on(gm)):
         problem = "inputs require grad (training graphs run eagerly until backward is lowered)"
@@ -99,6 +101,16 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
     if problem is not None:
         log_once("eager_fallback", f"triton: running the graph eagerly: {problem}")
         return EagerGraph(gm, problem)
+    if symbolic.is_symbolic(gm):
+        try:
+            return dynamic.compile_dynamic(gm, list(example_inputs), device, opts)
+        except dynamic.NotGeneric as why:
+            logs.log("recompiles", "triton: no size-generic module; the graph compiles per shape: %s", why)
+            return dynamic.SpecialisingGraph(gm, device, opts, str(why), size_inputs)
+        except Exception as error:  # internal failures never reach the user
+            logs.log("eager_fallback", "triton: compiling failed (%s: %s); running the graph eagerly",
+                     type(error).__name__, error)
+            return EagerGraph(gm, f"internal error: {type(error).__name__}: {error}")
     try:
         return compile_graph(gm, list(example_inputs), device, opts)
     except GraphNotLowerable as why:

@@ -105,7 +105,9 @@ class WrapperWriter:
             if self.autotune:
                 grid = f"lambda meta: (triton.cdiv({group.xnumel}, meta['XBLOCK']),)"
             else:
-                grid = f"({-(-group.xnumel // kernel.config.xblock)},)"
+                # written as arithmetic (CPython folds it) so that a size-generic module can make
+                # xnumel symbolic (NOTE [Size-generic modules] in dynamic.py)
+                grid = f"(({group.xnumel} + {kernel.config.xblock - 1}) // {kernel.config.xblock},)"
                 args.append(f"XBLOCK={kernel.config.xblock}")
                 if group.anchor is not None:
                     args.append(f"RBLOCK={kernel.config.rblock}")

@@ -1,0 +1,330 @@
+"""Graphs with symbolic shapes, as backends see them: one compilation for every size.
+
+The capture frontend hands a backend a GraphModule whose placeholders carry `meta["val"]`: fake tensors
+whose sizes may be `SymInt`s of the frontend's `ShapeEnv`, and `SymInt` placeholders for sizes passed as
+ints. `example_inputs` are the real values of the call that compiled. A backend that wants one program for
+every size asks this module for `SymbolicInputs.build(gm, example_inputs)`:
+
+- a FRESH `ShapeEnv` and `FakeTensorMode` (never the frontend's: guards a backend adds while tracing
+  must not leak into the frontend's guard function, and backends never import `capture`);
+- one fresh symbol per frontend symbol (named after it: `s0` stays `s0`), so two inputs that share a
+  symbol share a size in the backend too (the same ONNX axis name, the same kernel argument);
+- fake example inputs over those symbols (`fake_inputs`), to trace with make_fx(tracing_mode="symbolic");
+- after tracing, `finish()` turns everything the backend's tracing assumed (the ShapeEnv's guards, the
+  symbols' ranges, which sizes are equal or static) into one generated Python function, `bind(inputs)`,
+  that returns the symbols' values for a call (a tuple in `symbols` order) or None when the program
+  traced for these symbols does not apply to the call (the caller then builds another program: a size
+  of 0 or 1, a relation the tracing specialised on). Its source is kept in `bind_source` for logs.
+
+Invariant: a program traced over `fake_inputs` is correct for every call `bind` accepts; nothing else
+is assumed (the frontend's own guards are not relied on, so the backend also works when called directly
+under the torch.compile contract).
+
+`is_symbolic(gm)` says whether a graph has symbolic sizes at all; graphs without them keep the
+per-signature static path of each backend.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import torch
+import torch.fx
+from torch._guards import GuardSource, Source
+
+
+def _symbolic_value(value) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return not _is_constant(value)
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) and not _is_constant(s) for s in value.shape)
+    return False
+
+
+def _is_constant(value) -> bool:
+    import sympy
+
+    return isinstance(value.node.expr, (sympy.Integer, sympy.Float, sympy.logic.boolalg.BooleanAtom))
+
+
+def placeholder_vals(gm: torch.fx.GraphModule) -> list:
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether some placeholder of `gm` has a symbolic size or is a symbolic scalar."""
+    return any(_symbolic_value(v) for v in placeholder_vals(gm))
+
+
+def symbolic_int_positions(gm: torch.fx.GraphModule) -> frozenset:
+    """Positions of the placeholders that are symbolic ints (their values are sizes, not constants)."""
+    return frozenset(i for i, v in enumerate(placeholder_vals(gm))
+                     if isinstance(v, torch.SymInt) and not _is_constant(v))
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputSize(Source):
+    """Where a backend symbol is read: input `index`, dimension `dim` (None: the input is the int)."""
+    index: int
+    dim: int | None
+
+    @property
+    def _name_template(self) -> str:
+        return f"a{self.index}" if self.dim is None else f"a{self.index}.size({self.dim})"
+
+    @functools.cached_property
+    def name(self) -> str:  # noqa: D401 - torch's Source API
+        return self._name_template
+
+    @functools.cached_property
+    def guard_source(self) -> GuardSource:
+        return GuardSource.LOCAL
+
+
+class NotSymbolic(Exception):
+    """The graph's symbolic sizes cannot be served by one program (reason in the message)."""
+
+
+def _layout_key(value) -> tuple:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, value.dim(), value.device, value.is_contiguous(), value.requires_grad)
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("int",)
+    if isinstance(value, float):
+        return ("float", value)
+    if isinstance(value, (str, type(None))):
+        return (type(value), value)
+    return (type(value), id(value))
+
+
+def layout_signature(inputs, symbolic_ints: frozenset = frozenset()) -> tuple:
+    """What a symbolic program is specialised on besides sizes: dtypes, ranks, devices, contiguity;
+    ints at `symbolic_ints` positions by type only, other scalars by value."""
+    sig = []
+    for index, value in enumerate(inputs):
+        if isinstance(value, int) and not isinstance(value, bool) and index not in symbolic_ints:
+            sig.append(("int", value))
+        else:
+            sig.append(_layout_key(value))
+    return tuple(sig)
+
+
+class SymbolicInputs:
+    """Fake inputs over fresh symbols for one graph, and, after tracing, the `bind` check (module doc)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        self.shape_env = ShapeEnv()
+        self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True, static_shapes=True)
+        self.symbols: list = []          # backend symbols, in order of first appearance
+        self._mapping: dict = {}         # frontend symbol -> backend symbol expr
+        self._reads: list = []           # (index, dim or None, frontend expr or int)
+        self.symbolic_ints: frozenset = frozenset()
+        self.example_inputs = list(example_inputs)
+        self.fake_inputs = self._make_fakes(placeholder_vals(gm), list(example_inputs))
+        self.bind = None
+        self.bind_source = ""
+
+    # -- fake inputs ----------------------------------------------------------------------------
+    def _make_fakes(self, vals: list, inputs: list) -> list:
+        if len(vals) != len(inputs):
+            raise NotSymbolic(f"{len(vals)} placeholders but {len(inputs)} inputs")
+        ints = set()
+        fakes = []
+        for index, (val, real) in enumerate(zip(vals, inputs)):
+            if isinstance(real, torch.Tensor):
+                fakes.append(self._fake_tensor(index, val, real))
+            elif isinstance(val, torch.SymInt) and not _is_constant(val) and type(real) is int:
+                ints.add(index)
+                fakes.append(self._symint(index, None, val.node.expr, real))
+            elif isinstance(val, (torch.SymFloat, torch.SymBool)) and not _is_constant(val):
+                raise NotSymbolic(f"input {index} is a symbolic {type(val).__name__}")
+            else:
+                fakes.append(real)
+        self.symbolic_ints = frozenset(ints)
+        return fakes
+
+    def _fake_tensor(self, index: int, val, real: torch.Tensor):
+        if not isinstance(val, torch.Tensor) or val.dim() != real.dim():
+            sizes = [int(s) for s in real.shape]
+            self._reads.extend((index, d, s) for d, s in enumerate(sizes))
+        else:
+            sizes = []
+            for d, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt) and not _is_constant(size):
+                    sizes.append(self._symint(index, d, size.node.expr, int(real.shape[d])))
+                else:
+                    self._reads.append((index, d, int(size)))
+                    sizes.append(int(size))
+        if not real.is_contiguous():
+            raise NotSymbolic(f"input {index} is not contiguous")
+        with self.fake_mode:
+            fake = torch.empty(sizes, dtype=real.dtype, device=real.device)
+        if real.requires_grad:
+            fake.requires_grad_(True)
+        return fake
+
+    def _symint(self, index: int, dim: int | None, expr, hint: int):
+        """The backend SymInt for frontend `expr` (a plain symbol: a new backend symbol the first time)."""
+        import sympy
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+        self._reads.append((index, dim, expr))
+        if isinstance(expr, sympy.Symbol):
+            if expr not in self._mapping:
+                sym = self.shape_env.create_symbol(hint, _InputSize(index, dim), dynamic_dim=DimDynamic.DYNAMIC,
+                                                   positive=dim is not None)
+                self._mapping[expr] = sym
+                if isinstance(sym, sympy.Symbol):
+                    self.symbols.append(sym)
+            backend = self._mapping[expr]
+        else:
+            missing = expr.free_symbols - set(self._mapping)
+            if missing:
+                raise NotSymbolic(f"size {expr} of input {index} uses symbols no input introduces: {missing}")
+            backend = expr.xreplace(self._mapping)
+        if isinstance(backend, sympy.Integer):
+            return int(backend)
+        return self.shape_env.create_symintnode(backend, hint=hint)
+
+    # -- after tracing --------------------------------------------------------------------------
+    def finish(self, traced: torch.fx.GraphModule | None = None) -> None:
+        """Build `bind` from what tracing assumed (call after the backend traced `fake_inputs`); sizes
+        of intermediates in `traced` are read from its inputs instead (`rebase_sizes`)."""
+        import sympy
+
+        if traced is not None:
+            rebase_sizes(traced, self.shape_env)
+        from torch.utils._sympy.printers import PythonPrinter
+
+        env = self.shape_env
+        printer = PythonPrinter()
+        lines = ["def bind(inputs):"]
+        names: dict = {}
+        checks: list[str] = []
+        for index, dim, expr in self._reads:
+            read = f"inputs[{index}]" if dim is None else f"inputs[{index}].shape[{dim}]"
+            if isinstance(expr, int):
+                checks.append(f"{read} == {expr}")
+                continue
+            backend = env.simplify(expr.xreplace(self._mapping))
+            free = sorted(backend.free_symbols, key=str)
+            if len(free) == 1 and backend == free[0] and free[0] not in names:
+                names[free[0]] = read
+                lines.append(f"    {free[0]} = {read}")
+            else:
+                pending = [s for s in free if s not in names]
+                if pending:
+                    raise NotSymbolic(f"size {expr} is read before its symbols")
+                checks.append(f"{read} == {printer.doprint(backend)}")
+        for sym in self.symbols:
+            value_range = env.var_to_range.get(sym)
+            if sym in env.replacements:  # tracing found it equal to something: the guard says what
+                continue
+            if value_range is not None:
+                if isinstance(value_range.lower, sympy.Integer):
+                    checks.append(f"{sym} >= {int(value_range.lower)}")
+                if isinstance(value_range.upper, sympy.Integer):
+                    checks.append(f"{sym} <= {int(value_range.upper)}")
+        for guard in env.guards:
+            expr = env.simplify(guard.expr)
+            unknown = [s for s in expr.free_symbols if s not in names]
+            if unknown:  # tracing made a symbol of something the check cannot read (a constant int input)
+                raise NotSymbolic(f"tracing relied on {expr}, over symbols no input size gives")
+            checks.append(printer.doprint(expr))
+        for check in checks:
+            lines.append(f"    if not ({check}):")
+            lines.append("        return None")
+        bound = [s for s in self.symbols if s in names]
+        lines.append(f"    return ({', '.join(str(s) for s in bound)}{',' if bound else ''})")
+        self.symbols = bound
+        self.bind_source = "\n".join(lines)
+        self.bind = compile_bind(self.bind_source)
+
+
+# NOTE [Sizes read from inputs]
+# A traced graph reads sizes where its Python read them: `sym_size(view_3, 0)` of an intermediate. A
+# backend that splits the graph (onnxrt's ORT parts, triton's kernels) then has to compute that size
+# between parts, which cuts one ORT part in three. Every size equal to a size of an input is read from
+# that input instead, right after the placeholders, so size nodes depend on inputs only.
+def rebase_sizes(traced: torch.fx.GraphModule, shape_env) -> int:
+    """Read sizes of intermediates from the inputs (NOTE [Sizes read from inputs]); returns how many."""
+    graph = traced.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if not placeholders:
+        return 0
+    reads: dict = {}
+    for node in placeholders:
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            reads.setdefault(shape_env.simplify(val.node.expr), (node, None))
+        elif isinstance(val, torch.Tensor):
+            for dim, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt):
+                    reads.setdefault(shape_env.simplify(size.node.expr), (node, dim))
+    made: dict = {}
+    count = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.sym_size.int:
+            continue
+        if node.args[0].op == "placeholder" or not isinstance(node.meta.get("val"), torch.SymInt):
+            continue
+        key = shape_env.simplify(node.meta["val"].node.expr)
+        if key not in reads:
+            continue
+        if key not in made:
+            source, dim = reads[key]
+            if dim is None:
+                made[key] = source
+            else:
+                with graph.inserting_after(placeholders[-1]):
+                    read = graph.call_function(torch.ops.aten.sym_size.int, (source, dim))
+                read.meta["val"] = source.meta["val"].shape[dim]
+                made[key] = read
+        node.replace_all_uses_with(made[key])
+        graph.erase_node(node)
+        count += 1
+    if count:
+        traced.recompile()
+    return count
+
+
+def compile_bind(source: str):
+    """The `bind` function of a size check's source (`SymbolicInputs.finish`; persisted programs)."""
+    namespace = {"math": math, "torch": torch}
+    exec(compile(source, "<framejit backend size check>", "exec"), namespace)
+    return namespace["bind"]
+
+
+def encode_layout(layout: tuple) -> list | None:
+    """`layout_signature`'s tuple as JSON data, or None when it holds something only this process knows."""
+    encoded = []
+    for item in layout:
+        if item[0] == "tensor":
+            encoded.append(["tensor", str(item[1]), item[2], str(item[3]), item[4], item[5]])
+        elif item[0] in ("int", "bool", "float") and all(isinstance(v, (int, float)) for v in item[1:]):
+            encoded.append(list(item))
+        elif item[0] in (str, type(None)):
+            encoded.append(["const", item[1]])
+        else:
+            return None
+    return encoded
+
+
+def decode_layout(encoded: list) -> tuple:
+    from .artifact import dtype_from_text
+
+    layout = []
+    for item in encoded:
+        if item[0] == "tensor":
+            layout.append(("tensor", dtype_from_text(item[1]), item[2], torch.device(item[3]), item[4], item[5]))
+        elif item[0] == "const":
+            layout.append((type(item[1]), item[1]))
+        else:
+            layout.append(tuple(item))
+    return tuple(layout)

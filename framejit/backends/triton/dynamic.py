@@ -1,0 +1,385 @@
+"""Graphs with symbolic shapes on the triton backend: one generated module for every size where possible.
+
+NOTE [Size-generic modules]
+The triton pipeline (lowering, the loop-level IR, fusion, codegen) works on concrete sizes: index
+arithmetic is simplified with the known range of every loop variable. Kernels already take `xnumel` and
+`rnumel` as runtime arguments; what else depends on sizes is either in the kernel bodies (strides and
+moduli of index expressions, the divisor of a mean) or in the wrapper's Python (buffer shapes and
+strides, numels, grids, sizes of extern calls). So for a graph whose placeholders have symbolic sizes
+(backends/symbolic.py) the module is generated at four probe assignments of the symbols, all with the
+same launch configuration and 64-bit indexing: the example inputs' sizes, and three of distinct primes
+times 16 (products of sizes can be told apart; views such as view(s0, 2, -1) stay valid) whose orders
+differ (increasing, decreasing, interleaved), so a simplification of index arithmetic that holds only for
+one order of the symbols (`i % s1` dropped because s0 <= s1) shows up as a difference between probes.
+Then:
+- the kernel sources must be identical across the probes except for integer literals (strides and
+  moduli of index expressions: `xindex % 80` for a bias broadcast over a symbolic last dimension); each
+  literal that changes is fitted as below and becomes a runtime argument of its kernel (`ks0, ks1, ...`,
+  passed by the wrapper), so the same kernel serves every size. A float literal that changes (the divisor
+  of a mean over a symbolic dimension) or a different kernel structure makes the graph specialise;
+- the wrapper's text must be identical except for integer literals; every literal that changes is fitted
+  as `c * s0**e0 * s1**e1 ...` (exponents 0..2) over the three probes, and the fit is checked on all of
+  them. The wrapper's `call` then starts by binding the symbols from its inputs and uses the fitted
+  expressions, so grids, numels, shapes and strides are computed per call;
+- reductions whose `rnumel` changes with the probes use looped reductions (a persistent block sized for
+  one probe would leave elements out for larger rows).
+A call whose sizes the size check (`bind`, backends/symbolic.py) rejects (a size of 0 or 1, inconsistent
+sizes), and every call of a graph that is not size-generic, is compiled for its concrete shapes
+(`SpecialisingGraph`), each time with a `recompiles` log line naming the reason.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+from framejit import logs
+from framejit.backends import symbolic
+from framejit.backends.aliasing import alias_mutated_inputs
+from framejit.backends.state import switches_grad_on
+
+from . import codegen
+from .lowering import lower, to_aten
+from .runtime import load_module, needs_autograd, register_kernels
+from .scheduler import FusedGroup, describe, schedule
+from .wrapper import generate_module
+
+# NOTE [Size-generic modules]: increasing, decreasing (reversed after taking n), interleaved
+_PROBES = ((3, 5, 7, 11, 13, 17), (29, 31, 37, 41, 43, 47), (61, 97, 67, 89, 71, 83))
+
+
+def _probes(n: int, example: list[int]) -> list[list[int]]:
+    increasing, decreasing, interleaved = (list(p[:n]) for p in _PROBES)
+    return [list(example)] + [[16 * v for v in p] for p in (increasing, decreasing[::-1], interleaved)]
+_MAX_SYMBOLS = 6  # 3**6 candidate monomials per literal
+_MAX_SPECIALISED = 16
+
+
+class _IntsBaked(torch.nn.Module):
+    """`gm` with its size-int inputs fixed (the triton pipeline lowers tensor inputs only); called with
+    the remaining tensors. `graph` is gm's (backends/state.py reads it)."""
+
+    def __init__(self, gm, inputs: list, positions: frozenset):
+        super().__init__()
+        self.gm = gm
+        self.graph = gm.graph
+        self.ints = {i: inputs[i] for i in positions}
+        self.count = len(inputs)
+
+    def forward(self, *tensors):
+        rest = iter(tensors)
+        return self.gm(*[self.ints[i] if i in self.ints else next(rest) for i in range(self.count)])
+
+
+def _tensors(args, positions: frozenset) -> list:
+    return [a for i, a in enumerate(args) if i not in positions]
+
+
+class NotGeneric(Exception):
+    """The graph cannot be served by one size-generic module (the reason is the message)."""
+
+
+def _generate(gm, inputs: list, device: torch.device, opts: dict, configs: dict | None, ints: frozenset):
+    """compile_graph's pipeline up to the module source (no loading); `configs` forces launch configs;
+    the ints at positions `ints` are fixed into the graph (their values reach the source as literals)."""
+    with torch.no_grad():
+        aten_gm = to_aten(_IntsBaked(gm, inputs, ints) if ints else gm, _tensors(inputs, ints))
+    alias_mutated_inputs(aten_gm)
+    graph, fallbacks = lower(aten_gm)
+    sched = schedule(graph)
+    buffers = graph.buffers()
+    kernels, used = {}, {}
+    for step in sched.steps:
+        if isinstance(step, FusedGroup) and step.xnumel * step.rnumel > 0:
+            config = (configs or {}).get(step.name) or codegen.choose_config(
+                step, device.type == "cpu", opts["persistent_reduction_limit"])
+            used[step.name] = (config, step.rnumel)
+            kernels[step.name] = codegen.KernelWriter(step, buffers, config, True).generate(step.name)
+    source, extra = generate_module(sched, kernels, device, False, describe(sched))
+    return source, kernels, sched, graph, extra, fallbacks, used
+
+
+# integer literals, and integer-valued float literals (`* 6.0` for `* s0`, `/ 12.0` for a mean): group 2
+# is ".0" for the floats; digits after a sign or an exponent are not literals of their own
+_INT = re.compile(r"(?<![\w.+\-])(\d+)(\.0)?(?![\w.])")
+
+
+def _split(source: str) -> tuple[str, str]:
+    head, sep, call = source.partition("\ndef call(")
+    if not sep:
+        raise NotGeneric("the generated module has no call function")
+    return head, sep + call
+
+
+def _fit(values: list[int], probes: list[list[int]], names: list[str]) -> str | None:
+    """A Python expression `c * s0**e0 * ...` (c a fraction with denominator up to 16: `s1 // 2` after
+    view(s0, 2, -1)) over `names` giving `values[k]` at `probes[k]`, or None."""
+    from fractions import Fraction
+
+    if len(set(values)) == 1:
+        return str(values[0])
+    for exponents in itertools.product(range(3), repeat=len(names)):
+        if not any(exponents):
+            continue
+        products = [1] * len(probes)
+        for k, probe in enumerate(probes):
+            for e, value in zip(exponents, probe):
+                products[k] *= value ** e
+        c = Fraction(values[0], products[0])
+        if c.denominator > 16 or not all(c * d == v for d, v in zip(products, values)):
+            continue
+        terms = "*".join(n if e == 1 else f"{n}**{e}" for n, e in zip(names, exponents) if e)
+        if c.denominator == 1:
+            return terms if c == 1 else f"{c.numerator}*{terms}"
+        return f"{c.numerator}*{terms}//{c.denominator}"
+    return None
+
+
+def _literals(text: str) -> tuple[list, list, list]:
+    """(the text between literals, the literals' int values, whether each is a float)."""
+    pieces, values, floats, last = [], [], [], 0
+    for m in _INT.finditer(text):
+        pieces.append(text[last:m.start()])
+        values.append(int(m.group(1)))
+        floats.append(m.group(2) is not None)
+        last = m.end()
+    pieces.append(text[last:])
+    return pieces, values, floats
+
+
+def _same_skeleton(texts: list[str]) -> bool:
+    return len({_INT.sub(lambda m: "#" + (m.group(2) or ""), t) for t in texts}) == 1
+
+
+def _generic_call(calls: list[str], probes: list[list[int]], names: list[str], bind_lines: list[str]) -> str:
+    if not _same_skeleton(calls):
+        raise NotGeneric("the wrappers generated at different sizes differ beyond their integer literals "
+                         "(fusion or extern choices depend on sizes)")
+    literals = [_literals(c)[1] for c in calls]
+    pieces, _, floats = _literals(calls[0])
+    out = [pieces[0]]
+    for position, piece in enumerate(pieces[1:]):
+        values = [lits[position] for lits in literals]
+        expr = _fit(values, probes, names)
+        if expr is None:
+            raise NotGeneric(f"a size in the wrapper is not a product of symbols ({values} at the probes)")
+        if expr.isdigit():
+            out.append(expr + (".0" if floats[position] else ""))
+        else:
+            out.append(f"float({expr})" if floats[position] else f"({expr})")
+        out.append(piece)
+    text = "".join(out)
+    header, _, body = text.partition("):\n")
+    return f"{header.replace('def call(', 'def call(_sizes, ', 1)}):\n" + "".join(bind_lines) + body
+
+
+_KERNEL_DEF = re.compile(r"\ndef (\w+)\(")
+
+
+def _generic_kernels(heads: list[str], probes: list, names: list[str]) -> tuple[str, dict]:
+    """The kernels' text with every size-dependent integer literal replaced by a kernel argument; returns
+    (text, {kernel: {expression: argument name}})."""
+    if not _same_skeleton(heads):
+        raise NotGeneric("a kernel body depends on a symbolic size beyond integer literals (a float that is "
+                         "not a whole number, or a different kernel structure)")
+    literals = [_literals(h)[1] for h in heads]
+    pieces, _, floats = _literals(heads[0])
+    out = [pieces[0]]
+    kernel_args: dict = {}
+    for position, piece in enumerate(pieces[1:]):
+        values = [lits[position] for lits in literals]
+        expr = _fit(values, probes, names)
+        if expr is None:
+            raise NotGeneric(f"a size in a kernel is not a product of symbols ({values} at the probes)")
+        if expr.isdigit():
+            out.append(expr + (".0" if floats[position] else ""))
+        else:
+            kernel = _KERNEL_DEF.findall("".join(out))[-1]
+            args = kernel_args.setdefault(kernel, {})
+            arg = args.setdefault(expr, f"ks{len(args)}")
+            out.append(f"{arg}.to(tl.float32)" if floats[position] else arg)
+        out.append(piece)
+    text = "".join(out)
+    for kernel, args in kernel_args.items():
+        text = re.sub(rf"(\ndef {kernel}\([^)]*?)(, XBLOCK: tl\.constexpr)",
+                      lambda m: m.group(1) + "".join(f", {a}" for a in args.values()) + m.group(2), text, count=1)
+    return text, kernel_args
+
+
+def _with_kernel_args(call: str, kernel_args: dict) -> str:
+    for kernel, args in kernel_args.items():
+        values = "".join(f", ({expr})" for expr in args)
+        call = re.sub(rf"(\n\s*{kernel}\[.*?)(, XBLOCK=)", lambda m: m.group(1) + values + m.group(2), call, count=1)
+    return call
+
+
+def _with_params(kernel, args: dict):
+    """The KernelSource with its size arguments in its signature (runtime.KERNELS, offline compiles)."""
+    import dataclasses
+
+    if not args:
+        return kernel
+    signature = {}
+    for key, value in kernel.signature.items():
+        if key == "XBLOCK":
+            signature.update({a: "i64" for a in args.values()})
+        signature[key] = value
+    return dataclasses.replace(kernel, signature=signature)
+
+
+def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) -> "DynamicGraph":
+    """One size-generic module for `gm` (NOTE [Size-generic modules]); raises NotGeneric."""
+    try:
+        sym = symbolic.SymbolicInputs(gm, example_inputs)
+        sym.finish()
+    except symbolic.NotSymbolic as why:
+        raise NotGeneric(str(why)) from None
+    names = [str(s) for s in sym.symbols]
+    if not names or len(names) > _MAX_SYMBOLS:
+        raise NotGeneric(f"{len(names)} symbols (1 to {_MAX_SYMBOLS} are made size-generic)")
+    example_sizes = sym.bind(example_inputs)
+    if example_sizes is None:
+        raise NotGeneric("the example inputs fail their own size check")
+    probes = _probes(len(names), list(example_sizes))
+
+    def generate_all(configs):
+        runs = []
+        for probe in probes:
+            inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
+            try:
+                runs.append(_generate(gm, inputs, device, opts, configs, sym.symbolic_ints))
+            except Exception as exc:
+                raise NotGeneric(f"generating at probe sizes {probe} failed ({type(exc).__name__}: {exc})") from None
+            if configs is None:
+                configs = {name: config for name, (config, _) in runs[0][6].items()}
+        return runs, configs
+
+    runs, configs = generate_all(None)
+    if _loop_varying_reductions(runs, configs):
+        runs, _ = generate_all(configs)
+    heads, calls = zip(*(_split(r[0]) for r in runs))
+    if any(r[4] for r in runs):
+        raise NotGeneric("the wrapper passes values it cannot spell (extra)")
+    head, kernel_args = _generic_kernels(list(heads), probes, names)
+    bind_lines = [f"    {', '.join(names)}, = _sizes\n"]
+    call = _with_kernel_args(_generic_call(list(calls), probes, names, bind_lines), kernel_args)
+    source = head + call
+    kernels = {name: _with_params(k, kernel_args.get(name, {})) for name, k in runs[0][1].items()}
+    sched, graph, fallbacks = runs[0][2], runs[0][3], runs[0][5]
+    module, path = load_module(source)
+    register_kernels(path, kernels.values())
+    logs.log("output_code", "triton: one module for every size (symbols %s): %s\n%s", ", ".join(names), path, source)
+    externs = sum(1 for s in sched.steps if not isinstance(s, FusedGroup))
+    constants = [graph.constants[name] for name in graph.constants]
+    return DynamicGraph(gm, module, path, sym, constants, graph.output_spec, len(kernels), externs, fallbacks,
+                        source, device, opts)
+
+
+def _loop_varying_reductions(runs: list, configs: dict) -> bool:
+    """Reductions whose rnumel changes with the probes get a looped config (see the NOTE); True if any."""
+    changed = False
+    for name, (config, rnumel) in runs[0][6].items():
+        varies = any(r[6].get(name, (None, rnumel))[1] != rnumel for r in runs)
+        if varies and config.persistent:
+            rblock = max(1, min(64, config.rblock))
+            configs[name] = codegen.LaunchConfig(max(1, min(config.xblock, 16384 // rblock)), rblock, False)
+            changed = True
+    return changed
+
+
+def _probe_inputs(sym: symbolic.SymbolicInputs, values: dict, example_inputs: list) -> list:
+    """Inputs like `example_inputs` whose symbolic sizes take `values` (zeros: lowering reads no data)."""
+    sizes: dict = {}
+    scalars: dict = {}
+    for index, dim, expr in sym._reads:
+        value = expr if isinstance(expr, int) else int(expr.xreplace(sym._mapping).xreplace(values))
+        if dim is None:
+            scalars[index] = value
+        else:
+            sizes.setdefault(index, {})[dim] = value
+    inputs = []
+    for index, real in enumerate(example_inputs):
+        if isinstance(real, torch.Tensor):
+            shape = [sizes.get(index, {}).get(d, s) for d, s in enumerate(real.shape)]
+            inputs.append(torch.zeros(shape, dtype=real.dtype, device=real.device))
+        else:
+            inputs.append(scalars.get(index, real))
+    return inputs
+
+
+def sym_example(sym: symbolic.SymbolicInputs) -> list:
+    return sym.example_inputs
+
+
+class DynamicGraph:
+    """A size-generic module (NOTE [Size-generic modules]); calls its size check rejects are compiled for
+    their concrete shapes (`specialised`, one CompiledGraph per shape signature, logged)."""
+
+    def __init__(self, gm, module, path, sym, constants, out_spec, kernel_count, extern_count, fallbacks,
+                 source, device, opts):
+        self.gm, self.module, self.source_path, self.source = gm, module, path, source
+        self.bind, self.bind_source = sym.bind, sym.bind_source
+        self.symbolic_ints = sym.symbolic_ints
+        self.constants, self.out_spec = constants, out_spec
+        self.kernel_count, self.extern_count, self.fallbacks = kernel_count, extern_count, fallbacks
+        self.device, self.opts = device, opts
+        self.params_require_grad = any(p.requires_grad for p in gm.parameters()) or \
+            any(t.requires_grad for t in constants)
+        self.grad_inside = switches_grad_on(gm)
+        self.layout = symbolic.layout_signature(sym_example(sym), self.symbolic_ints)
+        self.specialised = SpecialisingGraph(gm, device, opts, "the sizes fail the size check of the generic module",
+                                             self.symbolic_ints)
+        self.reason = None
+        self.modules = 1  # generated modules loaded for this graph (specialisations count in `specialised`)
+
+    def __call__(self, *args):
+        if needs_autograd(args, self.params_require_grad, self.grad_inside):
+            return self.specialised(*args)
+        layout = symbolic.layout_signature(args, self.symbolic_ints)
+        sizes = self.bind(args) if layout == self.layout else None
+        if sizes is None:
+            return self.specialised(*args)
+        tensors = _tensors(args, self.symbolic_ints) if self.symbolic_ints else args
+        flat = self.module.call(sizes, *tensors, *self.constants, [])
+        return pytree.tree_unflatten(list(flat), self.out_spec)
+
+
+class SpecialisingGraph:
+    """Compiles the graph for each concrete shape signature it is called with (logged each time)."""
+
+    kernel_count = extern_count = 0
+    source_path = None
+
+    def __init__(self, gm, device, opts, reason: str, ints: frozenset = frozenset()):
+        self.gm, self.device, self.opts, self.reason = gm, device, opts, reason
+        self.ints = ints  # size-int inputs: fixed into each specialisation (`_IntsBaked`)
+        self.compiled: dict = {}
+
+    def __call__(self, *args):
+        from . import compile_graph
+
+        key = tuple((tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a)
+                    for a in args)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            if len(self.compiled) >= _MAX_SPECIALISED:
+                return self.gm(*args)
+            logs.log("recompiles", "triton: compiling the graph for shapes %s: %s",
+                     [k[0] if isinstance(k[0], tuple) else k[1] for k in key], self.reason)
+            try:
+                if self.ints:
+                    compiled = compile_graph(_IntsBaked(self.gm, list(args), self.ints), _tensors(args, self.ints),
+                                             self.device, self.opts)
+                else:
+                    compiled = compile_graph(self.gm, list(args), self.device, self.opts)
+            except Exception as exc:
+                logs.log("eager_fallback", "triton: specialising failed (%s: %s); these shapes run eagerly",
+                         type(exc).__name__, exc)
+                compiled = None
+            self.compiled[key] = compiled
+        if compiled is None:
+            return self.gm(*args)
+        return compiled(*(_tensors(args, self.ints) if self.ints else args))

@@ -1,0 +1,151 @@
+"""Symbolic shapes on the onnxrt backend: one compilation serves every size (NOTE [One program for every
+size] in onnxrt/compiler.py), and on the eager backend (graphs with SymInt placeholders run as is).
+
+Graphs come from tests/backends/symbolic_graphs.py (placeholders with fake values over a ShapeEnv, as the
+capture frontend makes them). Every test calls the compiled graph with fresh inputs of many sizes and
+compares with eager; the number of ORT programs and sessions is asserted.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from framejit.backends import eager as eager_backend
+from framejit.backends.onnxrt import OnnxrtCompiled, lowering, load, onnxrt, save
+from tests.backends.symbolic_graphs import sizes_graph, symbolic_graph
+
+BATCHES = (2, 3, 5, 8, 13)
+SEQS = (4, 7, 16)
+D = 12
+
+
+class Block(torch.nn.Module):
+    """A small attention block whose views read the batch and sequence sizes."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = torch.nn.Linear(D, 3 * D)
+        self.out = torch.nn.Linear(D, D)
+        self.norm = torch.nn.LayerNorm(D)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(b, s, 3, 2, D // 2).unbind(2)
+        scores = torch.einsum("bshd,bthd->bhst", q, k) / (D // 2) ** 0.5
+        att = torch.einsum("bhst,bthd->bshd", scores.softmax(-1), v).reshape(b, s, D)
+        return x + F.gelu(self.out(att)), att.sum(1)
+
+
+def _sizes_seen(compiled: OnnxrtCompiled) -> tuple[int, int]:
+    """(symbolic programs, per-signature programs)."""
+    return sum(len(v) for v in compiled.dynamic_programs.values()), len(compiled.programs)
+
+
+def test_block_one_session_for_every_batch_and_sequence():
+    model = Block().eval()
+    example = torch.randn(3, 5, D)
+    gm = symbolic_graph(model, [example], static={0: [2]})
+    compiled = onnxrt(gm, [example])
+    sessions = compiled.session_count()
+    assert sessions == 1
+    with torch.no_grad():
+        for b in BATCHES:
+            for s in SEQS:
+                x = torch.randn(b, s, D)
+                torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert _sizes_seen(compiled) == (1, 0)
+    assert compiled.session_count() == sessions
+    (row,) = compiled.summary()
+    assert row["symbolic"] and "inputs[0].shape[2] == 12" in row["bind"]
+
+
+def test_symbolic_int_input_is_a_scalar_input():
+    def fn(x, n):
+        return (x * n).view(x.shape[0] * x.shape[1], 1).sum(0) + x.new_ones(n, 2).sum(0) + x.shape[1]
+
+    gm = symbolic_graph(fn, [torch.randn(3, 4), 5])
+    compiled = onnxrt(gm, [torch.randn(3, 4), 5])
+    for rows, cols, n in [(3, 4, 5), (6, 2, 2), (2, 9, 7), (10, 3, 3), (4, 4, 4)]:
+        x = torch.randn(rows, cols)
+        torch.testing.assert_close(compiled(x, n), fn(x, n))
+    assert _sizes_seen(compiled) == (1, 0)
+    assert compiled.session_count() == 1
+
+
+def test_size_placeholder_derived_from_a_tensor():
+    gm = sizes_graph(lambda s0, x: (x.view(s0, 2, -1).sum(1) * s0, x.new_ones(s0) * 2), torch.randn(6, 4))
+    compiled = onnxrt(gm, [6, torch.randn(6, 4)])
+    for rows in (6, 3, 11, 2, 40):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(compiled(rows, x), gm(rows, x))
+    assert _sizes_seen(compiled) == (1, 0)
+
+
+def test_inputs_sharing_a_symbol_share_an_onnx_axis():
+    def fn(x, y, z):
+        return torch.cat([x + y, z], dim=1).tanh()
+
+    example = [torch.randn(5, 3), torch.randn(5, 3), torch.randn(5, 2)]
+    gm = symbolic_graph(fn, example)
+    compiled = onnxrt(gm, example)
+    ((_, program),) = compiled.dynamic_programs[next(iter(compiled.dynamic_programs))]
+    (part,) = [m for m in program.graph_module.children()]
+    shapes = [i.shape for i in part.session.get_inputs()]
+    assert shapes[0] == shapes[1] and isinstance(shapes[0][0], str) and isinstance(shapes[0][1], str)
+    assert shapes[2][0] == shapes[0][0] and shapes[2][1] != shapes[0][1]
+    for rows, a, c in [(5, 3, 2), (8, 4, 6), (2, 2, 2), (17, 5, 3)]:
+        args = [torch.randn(rows, a), torch.randn(rows, a), torch.randn(rows, c)]
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    assert compiled.session_count() == 1
+
+
+def test_size_one_specialises_once_and_stays_correct():
+    def fn(x, y):
+        return (x + y).relu().sum(-1)
+
+    example = [torch.randn(4, 6), torch.randn(4, 6)]
+    compiled = onnxrt(symbolic_graph(fn, example), example)
+    for rows in (4, 1, 9, 1, 2, 1):
+        args = [torch.randn(rows, 6), torch.randn(rows, 6)]
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    assert _sizes_seen(compiled) == (2, 0)  # sizes >= 2, and size 1 (broadcasting differs there)
+    with pytest.raises(RuntimeError):  # mismatched sizes raise as in eager, not a wrong answer
+        compiled(torch.randn(3, 6), torch.randn(5, 6))
+
+
+def test_non_contiguous_input_compiles_per_signature():
+    def fn(x):
+        return x.exp() + 1
+
+    example = [torch.randn(4, 5)]
+    compiled = onnxrt(symbolic_graph(fn, example), example)
+    for x in (torch.randn(5, 3).t(), torch.randn(6, 8), torch.randn(7, 2).t()):
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert _sizes_seen(compiled) == (1, 2)  # contiguous inputs share one program; the transposed: per shape
+
+
+def test_persisted_symbolic_program_serves_new_sizes_without_lowering(monkeypatch):
+    model = Block().eval()
+    example = torch.randn(2, 6, D)
+    gm = symbolic_graph(model, [example], static={0: [2]})
+    data = save(onnxrt(gm, [example]))
+    assert data is not None
+
+    def no_lowering(*args, **kwargs):
+        raise AssertionError("a loaded symbolic program lowered again")
+
+    monkeypatch.setattr(lowering, "lower", no_lowering)
+    restored = load(data, gm)
+    with torch.no_grad():
+        for b, s in [(2, 6), (7, 3), (4, 10)]:
+            x = torch.randn(b, s, D)
+            torch.testing.assert_close(restored(x), model(x), atol=1e-5, rtol=1e-5)
+    assert _sizes_seen(restored) == (1, 0)
+
+
+def test_eager_backend_runs_size_placeholders_as_is():
+    gm = sizes_graph(lambda s0, x: x.reshape(s0, -1).cumsum(0) + s0, torch.randn(5, 3))
+    run = eager_backend.eager(gm, [5, torch.randn(5, 3)])
+    for rows in (5, 2, 9):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(run(rows, x), x.cumsum(0) + rows)
