@@ -64,6 +64,9 @@ class SideEffects:
         if value.source is None:
             self.touched.append(value)
             return
+        if getattr(value, "instance_dict_of", None) is not None:  # NOTE [Instance dicts as dicts] (builder.py)
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"a write into the instance dict of "
+                                                     f"{value.instance_dict_of.describe()} through the dict")
         if isinstance(value, SetValue):
             value.order = None  # NOTE [Set order]: the order read at entry no longer holds
             value.reordered = True  # an OutsideSetValue read after this does not take the entry order either

@@ -304,3 +304,57 @@ def test_break_inside_try_keeps_the_loops_list_iterator(capsys):
         assert_same(compiled(x), expected)
         assert _GLOBAL_IT.__reduce__()[1:] == position, i
         assert capsys.readouterr().out == printed
+
+
+# ---- an object's __dict__ written as a dict (NOTE [Instance dicts as dicts]) ---------------------------
+
+class _Cfg:
+    pass
+
+
+def _through_vars(x, o):
+    vars(o)["a"] = x.shape[0]  # vars() is a break; the resumed trace writes the dict, then reads o.a
+    return x * o.a
+
+
+def _through_dunder_dict(x, o):
+    o.__dict__["a"] = x.shape[0]
+    return x * o.a
+
+
+def _through_update(x, o):
+    o.__dict__.update(a=x.shape[0], b=2)
+    return x * o.a, getattr(o, "b", None)
+
+
+def _through_del(x, o):
+    del o.__dict__["a"]
+    return x, hasattr(o, "a")
+
+
+@pytest.mark.parametrize("fn", [_through_vars, _through_dunder_dict, _through_update, _through_del],
+                         ids=lambda f: f.__name__)
+def test_writes_through_an_instance_dict_are_seen_by_attribute_reads(fn):
+    compiled = framejit.compile(fn, backend="eager")
+    for i in range(4):
+        o_e, o_c = _Cfg(), _Cfg()
+        o_e.a = o_c.a = 10 * i + 1
+        x = torch.randn(i + 1)
+        assert_same(compiled(x, o_c), fn(x, o_e))
+        assert vars(o_c) == vars(o_e), i
+
+
+def test_a_dict_argument_that_is_sometimes_an_instance_dict():
+    def f(x, d, o):
+        d["a"] = x.shape[0]
+        return x * o.a
+
+    compiled = framejit.compile(f, backend="eager")
+    for i in range(5):
+        o_e, o_c = _Cfg(), _Cfg()
+        o_e.a = o_c.a = 7
+        x = torch.randn(2 + i % 2)
+        same = i in (1, 3)  # the dict is the object's own __dict__ on these calls only
+        d_e, d_c = (vars(o_e), vars(o_c)) if same else ({}, {})
+        assert_same(compiled(x, d_c, o_c), f(x, d_e, o_e))
+        assert vars(o_c) == vars(o_e) and d_c == d_e, i

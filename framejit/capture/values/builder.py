@@ -60,8 +60,43 @@ def wrap(out, obj: Any, source: Source | None) -> Value:
             value = _wrap_guarded(out, obj, source)
             if mutable:
                 out.remember_object(obj, source, value)
+                _link_instance_dict(out, obj, source, value)
         return out.remember(source, value)
     return wrap_unguarded(obj)
+
+
+def instance_dict(obj: Any) -> dict | None:
+    """The object's own `__dict__` (read past any `__getattr__` or property), if it is a plain dict."""
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    return d if type(d) is dict else None
+
+
+def _link_instance_dict(out, obj: Any, source: Source, value: Value) -> None:
+    """NOTE [Instance dicts as dicts]: an object's `__dict__` reached as a dict (`o.__dict__`, `vars(o)`
+    before a break, a dict passed in that is some object's `__dict__`) and the object's attributes are two
+    abstract values over one storage: a write through the dict would not be seen by `o.a`. The dict value
+    is marked (`instance_dict_of`) so that a write through it is a graph break (it runs in Python, and
+    later reads come after it); `OutputGraph.distinct_objects_guard` also pins on later calls that the
+    outside dicts of the trace are not instance dicts of its objects."""
+    owners = out.__dict__.setdefault("instance_dict_owners", {})
+    if type(obj) is dict:
+        owner = owners.get(id(obj))
+        if owner is not None and owner[0] is obj:
+            value.instance_dict_of = owner[1]
+        return
+    d = instance_dict(obj)
+    if d is None:
+        return
+    owners[id(d)] = (d, source)
+    seen = out._by_object.get(id(d))
+    if seen is not None and seen[0] is d:
+        if id(seen[2]) in out.side_effects.containers:
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {source.describe()} was written "
+                                                     "through a dict before its attributes were read")
+        seen[2].instance_dict_of = source
 
 
 def _wrap_guarded(out, obj: Any, source: Source) -> Value:
