@@ -402,7 +402,22 @@ def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=Non
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
     if entry is not None:
         return wrap(tx.output, attr, entry)
+    index, _ = lookup.mro_lookup(cls, name)
+    if index is not None and (type(attr) in (dict, list) or _plain_object(attr)):
+        # NOTE [Library class data]: a library class's dict or plain object (torch.distributions'
+        # `Normal.arg_constraints`, `support = constraints.real`): its entry is pinned by identity
+        # (NOTE [Library class attributes]); its contents are read through that entry like any
+        # object from outside, so a later change to them is guarded too
+        owner = cls.__mro__[index]
+        if not lookup.is_immutable_class(owner):
+            return wrap(tx.output, attr, lookup.entry_source(owner, name))
     return wrap_unguarded(attr)
+
+
+def _plain_object(attr: Any) -> bool:
+    """An instance of a plain Python class (not a type, function, module, tensor or callable)."""
+    return (type(attr).__module__ not in ("builtins",) and not callable(attr) and hasattr(attr, "__dict__")
+            and not isinstance(attr, (type, types.ModuleType, torch.Tensor, torch.nn.Module)))
 
 
 def _module_slot(tx, obj: Value, name: str) -> Value:

@@ -131,6 +131,15 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
     return tx.output.call("call_method", name, (tensor, *args), kwargs)
 
 
+def _sets_backend_state(fn: Any) -> bool:
+    """`torch.backends.<x>.set_*` (cudnn/mkldnn `set_flags`) and `torch._C._set_*` not handled elsewhere:
+    global backend state. Called like a graph op they would run at trace time, changing that state for
+    real (measured: `torch.backends.cudnn.flags()` traced left cudnn disabled after the call)."""
+    name, module = getattr(fn, "__name__", None) or "", getattr(fn, "__module__", None) or ""
+    return (module.startswith("torch.backends") and name.startswith("set_")) or \
+        (module == "torch._C" and name.startswith("_set_"))
+
+
 def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .builtins import BUILTIN_HANDLERS, call_container_method, is_container_method
     from .compile_state import state_query_handler
@@ -150,6 +159,8 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         return call_container_method(tx, fn, args, kwargs)
     if _hashable(fn) and fn in TORCH_FUNCTIONS_UNSUPPORTED:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes or reads state outside the graph")
+    if _sets_backend_state(fn):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes state outside the graph")
     if _is_graph_op(fn):
         return tx.output.call("call_function", fn, tuple(args), kwargs)
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and _is_pure(fn):

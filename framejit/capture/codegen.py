@@ -13,6 +13,7 @@ globals. These code objects are never marshalled.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import sys
 import types
@@ -269,6 +270,9 @@ class Reconstructor:
         elif _is_grad_manager(value):  # a torch grad-mode manager made but not entered before a break
             self._call_const(grad_mode_manager, [ConstantValue(value.cls), ConstantValue(value.mode),
                                                  ConstantValue(getattr(value, "mode_before_init", None))])
+        elif _unentered_generator_cm(value):  # returned by a frame (contextlib's `helper`), not entered
+            self._call_const(contextlib._GeneratorContextManager,
+                             [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
         elif isinstance(value, PartialValue):  # NOTE [Partials across breaks]
             check_rebuildable(value)
             self._call_const(make_partial, [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
@@ -371,6 +375,13 @@ def _numpy_value(value: Value) -> bool:
     """An ndarray value (NOTE [NumPy as torch]); numpy_support is imported once such values exist."""
     module = sys.modules.get(_NUMPY_SUPPORT)
     return module is not None and isinstance(value, (module.NdarrayValue, module.NdarrayMethodValue))
+
+
+def _unentered_generator_cm(value: Any) -> bool:
+    """A contextlib manager made while tracing whose generator has not started (NOTE [Generator context
+    managers]): rebuilt as `_GeneratorContextManager(func, args, kwds)`, which runs none of its code."""
+    from .generator_ctx import GenCtxValue
+    return isinstance(value, GenCtxValue) and value.frame is None and not value.done
 
 
 def _is_grad_manager(value: Value) -> bool:

@@ -227,3 +227,62 @@ def test_setattr_onto_property_breaks_but_matches():
         compiled = framejit.compile(f, backend=CountingBackend())
         assert_same(compiled(x, b), f(x, a))
         assert vars(a) == vars(b) == {"_v": 105}
+
+
+# ---- torch.distributions: library class data and helper functions -------------------------------------------
+def _normal_log_prob(x, loc, scale):
+    normal = torch.distributions.Normal(loc, scale, validate_args=False)
+    independent = torch.distributions.Independent(normal, 1, validate_args=False)
+    return independent.log_prob(x), normal.entropy(), normal.mean, normal.stddev
+
+
+def test_distributions_without_validation_one_graph():
+    """Normal/Independent read class-level data (`arg_constraints`, `support`) and call module helpers
+    (`broadcast_all`, `constraints.is_dependent`): all traced, one graph, fresh values each call."""
+    def make(seed):
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(3, generator=g), torch.randn(3, generator=g), torch.rand(3, generator=g) + 0.5
+
+    backend = run_differential(_normal_log_prob, make, seeds=(0, 1, 2), fullgraph=True)
+    assert backend.graph_count == 1
+
+
+def test_distributions_with_validation_break_but_match():
+    """With validation (the default), each `if not torch._is_all_true(valid)` is a data-dependent break;
+    both sides stay captured (no frame runs wholly eagerly), and an invalid scale raises as eagerly."""
+    def f(x, scale):
+        d = torch.distributions.Independent(torch.distributions.Normal(x * 0.5, scale), 1)
+        return d.log_prob(x) + 1
+
+    def make(seed):
+        g = torch.Generator().manual_seed(seed)
+        scale = torch.rand(3, generator=g) + 0.1
+        return torch.randn(3, generator=g), scale if seed != 2 else -scale  # seed 2: ValueError
+
+    before = _eager_frames()
+    backend = run_differential(f, make, seeds=(0, 1, 2), fullgraph=False)
+    assert backend.graph_count >= 1
+    assert _eager_frames() == before
+
+
+def test_distributions_class_data_changed_between_calls():
+    """`Normal.arg_constraints` is read through its class entry: a changed constraint (the scale may be
+    any real) is seen by the next call, as eagerly (where the validation then passes)."""
+    def f(scale):
+        return torch.distributions.Normal(torch.zeros(3), scale).scale * 2
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    scale = torch.tensor([1.0, -1.0, 2.0])
+    with pytest.raises(ValueError):
+        f(scale)
+    with pytest.raises(ValueError):
+        compiled(scale)
+    constraints = torch.distributions.Normal.arg_constraints
+    saved = constraints["scale"]
+    try:
+        constraints["scale"] = torch.distributions.constraints.real
+        assert_same(compiled(scale), f(scale))
+    finally:
+        constraints["scale"] = saved
+    with pytest.raises(ValueError):
+        compiled(scale)

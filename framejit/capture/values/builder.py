@@ -374,6 +374,6 @@ def _is_torch_callable(obj: Any) -> bool:
     """torch functions (C and Python, e.g. torch.add, F.relu) become graph ops rather than being inlined;
     the Python code of nn.Module classes (torch.nn.modules.*) is inlined like user code."""
     module = getattr(obj, "__module__", None) or ""
-    if isinstance(obj, type) or not callable(obj) or module.startswith("torch.nn.modules"):
-        return False
+    if isinstance(obj, type) or not callable(obj) or module.startswith(("torch.nn.modules", "torch.distributions")):
+        return False  # Python code over tensors and plain objects: inlined (torch.distributions' helpers too)
     return module == "torch" or module.startswith("torch.") or module.startswith("torch._C")
