@@ -77,6 +77,7 @@ def _super_attr(tx, sup: SuperValue, name: str) -> Value:
                 lookup.guard_entry_identity(tx.output, entry, attr)
                 return tx.call(UserFunctionValue(attr.fget), [sup.self_value], {})
             return _class_level_attr(tx, sup.self_value, owner, name, attr, entry)
+    lookup.guard_mro(tx.output, owner)  # NOTE [MRO guarded]
     lookup.guard_class_absent(tx.output, mro[start:], name)
     raise UserException(AttributeError(f"'super' object has no attribute '{name}'"))
 
@@ -216,6 +217,7 @@ def _sequence_class_attr(tx, obj: SequenceValue, base: type, name: str) -> Value
     if index is not None and not lookup.is_fixed_class(obj.cls.__mro__[index]):
         entry = lookup.guard_found_on_class(tx.output, obj.cls, name, index)
         return _class_level_attr(tx, obj, obj.cls, name, attr, entry)
+    lookup.guard_mro(tx.output, obj.cls)  # NOTE [MRO guarded]
     lookup.guard_class_absent(tx.output, obj.cls.__mro__[:index], name)
     return _container_method(obj, base, name)
 
@@ -276,10 +278,12 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
     cls = obj.obj
     index, attr = lookup.mro_lookup(cls, name)
     if index is None:
+        lookup.guard_mro(tx.output, cls)  # NOTE [MRO guarded]
         lookup.guard_class_absent(tx.output, cls.__mro__, name)  # NOTE [Lookup facts]
         try:
             value = getattr(cls, name)  # metaclass attributes (e.g. Enum members)
         except AttributeError as e:
+            lookup.guard_mro(tx.output, type(cls))
             lookup.guard_class_absent(tx.output, type(cls).__mro__, name)
             lookup.guard_class_absent(tx.output, type(cls).__mro__, "__getattr__")
             raise UserException(e) from None

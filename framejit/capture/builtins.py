@@ -78,8 +78,8 @@ def _isinstance(tx, args, kwargs):
     obj, classes = args
     cls = obj.python_type()
     spec = classes.as_constant()
-    _check_plain_metaclasses(tx, spec, "__instancecheck__")
-    _check_plain_metaclasses(tx, spec, "__subclasscheck__")
+    _check_plain_metaclasses(tx, spec, "__instancecheck__", cls)
+    _check_plain_metaclasses(tx, spec, "__subclasscheck__", cls)
     try:
         return ConstantValue(issubclass(cls, spec))
     except TypeError as e:
@@ -89,33 +89,48 @@ def _isinstance(tx, args, kwargs):
 @handles(issubclass)
 def _issubclass(tx, args, kwargs):
     if len(args) == 2 and args[1].is_constant():
-        _check_plain_metaclasses(tx, args[1].as_constant(), "__subclasscheck__")
+        subject = args[0].as_constant() if args[0].is_constant() else None
+        _check_plain_metaclasses(tx, args[1].as_constant(), "__subclasscheck__", subject)
     return constant_fold(issubclass, *_consts(args))
 
 
-def _check_plain_metaclasses(tx, spec: Any, hook: str) -> None:
+def _check_plain_metaclasses(tx, spec: Any, hook: str, subject: Any) -> None:
     """`isinstance`/`issubclass` are folded from the (guarded) type, which is what CPython computes
     unless a user metaclass defines `__instancecheck__`/`__subclasscheck__`: then the answer is its code's
-    (a graph break); without one, it is guarded to stay without one (NOTE [Lookup facts])."""
+    (a graph break); without one, it is guarded to stay without one (NOTE [Lookup facts]). The answer
+    also depends on the subject's MRO (NOTE [MRO guarded]) and, for an ABC, on its registry."""
     from . import lookup
+    lookup.guard_mro(tx.output, subject)
     for klass in spec if isinstance(spec, tuple) else (spec,):
         meta = type(klass)
-        if isinstance(klass, abc.ABCMeta):
-            _guard_abc_registry(tx)
+        if isinstance(klass, abc.ABCMeta) and isinstance(subject, type):
+            _guard_abc_answer(tx, subject, klass)
         if not isinstance(klass, type) or lookup.is_fixed_class(meta):
             continue
         index, _ = lookup.mro_lookup(meta, hook)
         if index is None or not lookup.is_fixed_class(meta.__mro__[index]):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"the metaclass {meta.__name__} defines {hook}")
+        lookup.guard_mro(tx.output, meta)  # NOTE [MRO guarded] in lookup.py
         lookup.guard_class_absent(tx.output, meta.__mro__[:index], hook)
 
 
-def _guard_abc_registry(tx) -> None:
-    """An ABC answers `isinstance`/`issubclass` from its registry (`A.register(K)`), which the trace read:
-    guarded by ABCMeta's cache token, which every `register` anywhere changes (one line per entry)."""
-    token, call = abc.get_cache_token(), f"{tx.output.name_of(abc.get_cache_token, 'abc_token')}()"
-    tx.output.add_guard("ABC_REGISTRY", f"{call} == {token!r}", None, expected=f"ABC cache token {token}",
-                        actual=call, cost=COST_ID)
+# NOTE [ABC answers]: an ABC answers `isinstance`/`issubclass` from its registry (`A.register(K)`) and its
+# `__subclasshook__`, which the trace consulted when it folded the answer. The guard is the answer itself,
+# `issubclass(K, A) is <answer>`, one line per (class, ABC) pair: ABCMeta caches answers per class and
+# drops its negative cache when any registration happens (the process-wide cache token), so the check is
+# a cache hit on most calls and recomputes exactly when CPython would. It holds in a new process whenever
+# the answer does (ABCMeta's cache token is a per-process counter, so a token guard never loaded from the
+# frame cache), and a registration that does not change this answer costs no recompile. Recomputing may
+# call a `__subclasshook__` (abc's own protocol, run by eager's `isinstance` at the same moments).
+def _guard_abc_answer(tx, subject: type, klass: type) -> None:
+    """`issubclass(subject, klass)` keeps the answer the trace folded."""
+    answer = issubclass(subject, klass)
+    out = tx.output
+    call = (f"{out.name_of(issubclass, 'issubclass')}({out.name_of(subject, subject.__name__)}, "
+            f"{out.name_of(klass, klass.__name__)})")
+    out.add_guard("ABC_ANSWER", f"{call} is {answer}", None,
+                  expected=f"issubclass({subject.__qualname__}, {klass.__qualname__}) is {answer}", actual=call,
+                  cost=COST_ID)
 
 
 @handles(type)
@@ -598,6 +613,8 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     consts = [set_operand(tx, a, strict=ordered) if name not in ("add", "discard", "remove")
               else set_element(tx, a) for a in args]  # NOTE [Set order]: as CPython gets them
     if mutates and not all(known_layout(a) for a in args if isinstance(a, SetValue)):
+        from .set_replay import unknown_operand_layout  # NOTE [Set operands in the replay]
+        unknown_operand_layout(s, args)
         s.exact = False  # its elements are right, its order is not known any more
     if name == "pop" and len(s.items) > 1 and not s.is_constant():
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "set.pop() of a set of tensors (its order follows addresses)")
@@ -629,14 +646,15 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
                                                        "trace cannot reproduce")  # NOTE [Set order]
     if name == "remove" and not set_has(s, consts[0]) or name == "pop" and not s.items:
         raise UserException(KeyError(consts[0]) if name == "remove" else KeyError("pop from an empty set"))
+    from .set_replay import replay_operand  # NOTE [Set operands in the replay]
+    replay = tuple(key_value(c) if name in ("add", "discard", "remove") else replay_operand(s, c, not s.items)
+                   for c in consts)
     tx.output.side_effects.mutate_container(s)
     if isinstance(s, OutsideSetValue) and name in ("add", "discard", "remove"):
         s.change(consts[0], name == "add")  # NOTE [Sets from outside]: the set itself is not read
         result = None
     else:
         result = getattr(s.items, name)(*consts)  # NOTE [Set order]: the same call on the same layout
-    replay = tuple(key_value(c) if name in ("add", "discard", "remove") else TupleValue([key_value(k) for k in c])
-                   for c in consts)
     tx.output.side_effects.record_op(s, name, replay)
     return key_value(result) if name == "pop" else ConstantValue(None)
 

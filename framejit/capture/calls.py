@@ -212,6 +212,7 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
         if not isinstance(call, types.FunctionType):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{type(mod_value.obj).__name__}.__call__")
         return tx.inline(UserFunctionValue(call), [mod_value, *args], kwargs)
+    _guard_no_instance_call_impl(tx, mod_value)
     if tx.plan_module_call(mod_value):  # NOTE [Module hooks]
         from .module_hooks import call_with_hooks
         return tx.inline(UserFunctionValue(call_with_hooks), [mod_value, *args], kwargs)
@@ -220,6 +221,19 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
 
 
 _MODULE_CALL, _MODULE_CALL_IMPL = torch.nn.Module.__call__, torch.nn.Module._call_impl  # torch's own (unpatched)
+
+
+def _guard_no_instance_call_impl(tx, mod_value: NNModuleValue) -> None:
+    """torch's `_wrapped_call_impl` reads `self._compiled_call_impl` and `self._call_impl` on the instance,
+    so a function stored on the instance (`m._call_impl = f`; `m.compile()` sets the other) replaces the
+    call: not modelled (a graph break calls the module as Python), and guarded absent otherwise."""
+    from . import lookup
+    real = mod_value.obj
+    for name in ("_call_impl", "_compiled_call_impl"):
+        if name in real.__dict__:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{type(real).__name__} has {name} set on the instance")
+        if mod_value.source is not None:
+            lookup.guard_not_in_instance(tx.output, mod_value.source, real, name)
 
 
 def _guard_call_path(tx, cls: type) -> None:

@@ -42,8 +42,9 @@ from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, I
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 4  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
-# 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code])
+FORMAT = 5  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+# 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
+# 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers])
 
 
 class NotPersistable(Exception):
@@ -142,6 +143,10 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
         return getattr(_import(locator[1], locator[2]), locator[3])
     if kind == "value":
         return locator[1]
+    if kind == "mro":
+        return _live_mro(locator[1], fn)
+    if kind == "code":  # NOTE [Code replaced] in lookup.py
+        return resolve(locator[1], fn).__code__
     if kind == "import":
         obj = _import(locator[1], locator[2])
         return getattr(obj, locator[3]) if len(locator) > 3 else obj
@@ -281,13 +286,35 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     if artifact is None:
         raise NotPersistable("the backend could not save this graph")
     guards = [_guard_data(g) for g in output.guards]
-    namespace = {name: locate(obj, fn) for name, obj in output.names.namespace.items()}
+    namespace = {name: _locate_in_entry(obj, fn, output) for name, obj in output.names.namespace.items()}
     callees = [(_import_locator(f), code_hash(f.__code__)) for f in output.inlined if f is not fn]
     inputs = [encode_source(i.source, fn) for i in output.inputs]
     ret_data = encode_value(ret, output_index, fn)
     graph = dump_graph(gm) if gm is not None else b""
     return Persisted(guards, namespace, callees, inputs, ret_data, (output.entry_grad_enabled, output.grad_enabled),
                      graph, artifact)
+
+
+def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
+    """A locator for an object the entry's guards name; a code object is the live code of the inlined
+    function that has it (NOTE [Code replaced] in lookup.py; `restore` checks that code's hash)."""
+    if isinstance(obj, types.CodeType):
+        for f in output.inlined:
+            if f is not fn and f.__code__ is obj:
+                return ("code", _import_locator(f))
+        raise NotPersistable(f"the code object {obj.co_qualname} of no importable inlined function")
+    if type(obj) is tuple and obj and isinstance(obj[0], type) and obj[0].__mro__ is obj:
+        return ("mro", [locate(k, fn) for k in obj])  # NOTE [MRO guarded] in lookup.py
+    return locate(obj, fn)
+
+
+def _live_mro(locators: list, fn: types.FunctionType) -> tuple:
+    """The live MRO of the class `locators[0]` finds, when it is still the classes the locators find."""
+    classes = [resolve(loc, fn) for loc in locators]
+    mro = classes[0].__mro__
+    if len(mro) != len(classes) or any(a is not b for a, b in zip(mro, classes)):
+        raise NotPersistable(f"the MRO of {classes[0].__qualname__} changed since it was cached")
+    return mro
 
 
 # NOTE [Persisted graphs]: a GraphModule's own pickling saves its generated code and rebuilds the graph

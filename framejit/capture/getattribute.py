@@ -34,6 +34,7 @@ def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
     index, impl = lookup.mro_lookup(cls, "__getattribute__")
     mro = cls.__mro__
     if lookup.is_fixed_class(mro[index]):
+        lookup.guard_mro(tx.output, cls)  # NOTE [MRO guarded] in lookup.py
         lookup.guard_class_absent(tx.output, mro[:index], "__getattribute__")
         return None
     if not isinstance(impl, types.FunctionType):

@@ -669,14 +669,17 @@ def _needs_forward_name(name: str) -> bool:
 
 
 def _forward_on_instance(tx, callee: NNModuleValue) -> bool:
-    """True when the module instance has its own `forward` (then it is called as it is); otherwise that
-    absence, and the class's `forward`, are guarded (NOTE [Lookup facts])."""
+    """True when the module instance has its own `forward`, `_call_impl` or `_compiled_call_impl` (then it
+    is called as it is); otherwise those absences, and the class's `forward`, are guarded (NOTE [Lookup
+    facts])."""
     from . import lookup
     module, out = callee.obj, tx.output
-    if "forward" in module.__dict__:
+    own = ("forward", "_call_impl", "_compiled_call_impl")  # the last two replace the call (calls.py)
+    if any(name in module.__dict__ for name in own):
         return True
     index, forward = lookup.mro_lookup(type(module), "forward")
-    lookup.guard_not_in_instance(out, callee.source, module, "forward")
+    for name in own:
+        lookup.guard_not_in_instance(out, callee.source, module, name)
     if index is not None:
         lookup.guard_entry_identity(out, lookup.guard_found_on_class(out, type(module), "forward", index), forward)
     return False

@@ -14,6 +14,12 @@ NOTE [Live defaults]: guard and transformed functions carry the frame function's
 `__kwdefaults__` (so CPython binds a call as it binds the user's function). A user who assigns new
 defaults after the first call must see them: the hook compares their identities on each call and, when
 they changed, installs the new ones on every entry's functions, so the guards then judge the new values.
+
+NOTE [Code replaced]: entries are compiled for one code object of the function. A user who assigns
+`fn.__code__ = other` after the first call must run `other`: the hook compares the code's identity on each
+call (the same check as the defaults') and, when it changed, puts the current entries aside under their
+code and takes up the entries of the new code (none yet: the next call traces it). Assigning the old code
+back finds its entries again. Inlined callees' codes are guards of the entries (translator.child_frame).
 """
 from __future__ import annotations
 
@@ -47,6 +53,8 @@ class FrameHook:
         self.loaded_owners: set = set()  # owners whose persisted entries were looked up (frame cache)
         self.dynamic_floats: frozenset[str] = frozenset()  # NOTE [Dynamic floats] in values/scalars.py
         self.defaults = (fn.__defaults__, fn.__kwdefaults__)  # NOTE [Live defaults]
+        self.code = fn.__code__  # NOTE [Code replaced]
+        self.other_codes: dict[types.CodeType, tuple] = {}
         _ALL_HOOKS.add(self)
         for kept in _KEEP:
             kept.append(self)
@@ -55,6 +63,8 @@ class FrameHook:
         if config.disable:
             return self.fn(*args, **kwargs)
         fn = self.fn
+        if fn.__code__ is not self.code:
+            self._switch_code()
         if fn.__defaults__ is not self.defaults[0] or fn.__kwdefaults__ is not self.defaults[1]:
             self._install_defaults()
         for entry in self.entries:
@@ -70,6 +80,17 @@ class FrameHook:
                         raise
                 return self.fn(*args, **kwargs)
         return self.miss(args, kwargs)
+
+    def _switch_code(self) -> None:
+        """`fn.__code__` was reassigned: the entries of the new code (NOTE [Code replaced])."""
+        with COMPILE_LOCK:
+            code = self.fn.__code__
+            if code is self.code:
+                return
+            self.other_codes[self.code] = (self.entries, self.loaded_owners, self.limit_logged)
+            self.entries, self.loaded_owners, self.limit_logged = self.other_codes.pop(code, ([], set(), False))
+            self.code = code
+            self._install_defaults()  # the entries taken up bind calls with the defaults of now
 
     def _install_defaults(self) -> None:
         """The function's defaults were reassigned: every entry binds calls with the new ones."""
@@ -174,6 +195,7 @@ class FrameHook:
 
     def reset(self) -> None:
         self.entries = []
+        self.other_codes.clear()
         self.limit_logged = False
         self.loaded_owners.clear()
 

@@ -76,6 +76,26 @@ def entry_source(klass: type, name: str) -> Source:
     return ItemSource(class_dict_source(klass), name)
 
 
+# NOTE [MRO guarded]: every lookup fact above walks `cls.__mro__`, and the TYPE_MATCH of an object pins
+# `cls` but not its MRO: `C.__bases__ = (B,)` (on C or on any base of C) makes CPython compute a new MRO,
+# so an inherited method or class attribute now comes from elsewhere, an absent one may appear, and
+# isinstance/issubclass answer differently, while every class-dict guard still holds. So a class whose
+# MRO a fact relied on guards its MRO tuple by identity (CPython makes a new tuple whenever it recomputes
+# one): one line per class, `C.__mro__ is <the tuple>`, read through type's own descriptor when C has a
+# user metaclass (which could define `__mro__`; NOTE [Guards run no user code]). Immutable built-in types
+# and library classes (NOTE [Library class attributes]: their bases are not reassigned in practice) get
+# none; a user subclass of a library class is guarded, and its tuple changes when any base's MRO does.
+# The frame cache persists the tuple as the class's live MRO, checked class by class on load.
+def guard_mro(out, cls: Any) -> None:
+    """`cls.__mro__` stays the tuple the trace walked."""
+    if not isinstance(cls, type) or is_fixed_class(cls):
+        return
+    name = out.name_of(cls, cls.__name__)
+    read = f"{name}.__mro__" if type(cls) is type else f"___type.__dict__['__mro__'].__get__({name})"
+    out.add_guard("MRO_MATCH", f"{read} is {out.name_of(cls.__mro__, 'mro')}", None,
+                  expected=f"the MRO {[k.__qualname__ for k in cls.__mro__]}", actual=read, cost=COST_ID)
+
+
 def guard_class_absent(out, classes, name: str) -> None:
     """`name` is in none of these classes' own dicts (immutable built-in types skipped)."""
     for klass in classes:
@@ -92,6 +112,7 @@ def guard_found_on_class(out, cls: type, name: str, index: int, start: int = 0) 
     source of the owner's raw entry, or None when the owner is a fixed class (an immutable type: nothing
     to guard; a library class: its entry is pinned here, NOTE [Library class attributes])."""
     mro = cls.__mro__
+    guard_mro(out, cls)
     guard_class_absent(out, mro[start:index], name)
     owner = mro[index]
     if is_immutable_class(owner):
@@ -123,6 +144,7 @@ def guard_lookup(out, cls: type, name: str) -> None:
     """Every class of the MRO keeps resolving `name` as it does now (absent, or the same entry)."""
     index, attr = mro_lookup(cls, name)
     if index is None:
+        guard_mro(out, cls)
         guard_class_absent(out, cls.__mro__, name)
     else:
         guard_entry_identity(out, guard_found_on_class(out, cls, name, index), attr)
@@ -146,6 +168,7 @@ def guard_not_in_instance(out, obj_source: Source | None, real: Any, name: str) 
 def guard_absent(out, obj_source: Source | None, real: Any, cls: type, name: str) -> None:
     """`getattr(o, name)` raises AttributeError: absent from the instance, the MRO, no `__getattr__`."""
     guard_not_in_instance(out, obj_source, real, name)
+    guard_mro(out, cls)
     guard_class_absent(out, cls.__mro__, name)
     guard_class_absent(out, cls.__mro__, "__getattr__")
 
@@ -155,12 +178,29 @@ def guard_plain_store(out, cls: type, name: str) -> None:
     `__setattr__` before the (fixed) one that does the write, and the class attribute `name`, if any,
     stays the same object (a data descriptor added later would take the store)."""
     index, _ = mro_lookup(cls, "__setattr__")
+    guard_mro(out, cls)
     guard_class_absent(out, cls.__mro__[:index], "__setattr__")
     index, attr = mro_lookup(cls, name)
     if index is None:
         guard_class_absent(out, cls.__mro__, name)
     else:
         guard_entry_identity(out, guard_found_on_class(out, cls, name, index), attr)
+
+
+# NOTE [Code replaced] (inlined callees): a function inlined while tracing is pinned by identity through
+# whatever path found it, but `f.__code__ = other` keeps the identity and changes what a call runs. So
+# each user function the trace inlined also guards `f.__code__ is <the code traced>`, one line per
+# function, naming the function object itself (its identity is guarded where it was read). Functions
+# guarded by their code already (NOTE [Closures guarded by code]) and functions of library modules
+# (NOTE [Library modules]) are not. The frame cache persists the code as the callee's live code, whose
+# hash it checks on load (frame_cache.persist, `callees`).
+def guard_code(out, f: Any) -> None:
+    """`f.__code__` stays the code object the trace inlined."""
+    module = getattr(f, "__module__", None) or ""
+    if module.split(".")[0] in LIBRARY_MODULE_PREFIXES:
+        return
+    name = f.__name__ if isinstance(f.__name__, str) and f.__name__.isidentifier() else "fn"
+    out.guard_id(AttrSource(ObjectSource(Ref(f, name)), "__code__"), f.__code__)
 
 
 def _instance_dict(real: Any) -> Any:

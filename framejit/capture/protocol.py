@@ -90,10 +90,13 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         from .identity_keys import known_layout, set_operand
         if fn in INPLACE_TO_PLAIN and a.cls is not frozenset:  # |=, &=, -=, ^= mutate the left set
             right = set_operand(tx, b, strict=False)
+            from .set_replay import replay_operand, unknown_operand_layout  # NOTE [Set operands in the replay]
+            unknown_operand_layout(a, [b])
+            replayed = replay_operand(a, right, not a.items)
             tx.output.side_effects.mutate_container(a)
             a.items = fn(a.items, set(right) if right is a.items else right)
             a.exact = a.exact and known_layout(b)
-            tx.output.side_effects.record_op(a, _SET_UPDATES[fn], (_set_items(b),))
+            tx.output.side_effects.record_op(a, _SET_UPDATES[fn], (replayed,))
             return a
         result = INPLACE_TO_PLAIN.get(fn, fn)(set_operand(tx, a), set_operand(tx, b))
         if type(result) is frozenset:
@@ -270,9 +273,8 @@ def truth(tx, v: Value) -> bool:
     if isinstance(v, (SequenceValue, SetValue, DictValue)):
         return len(v.items) > 0
     if isinstance(v, NNModuleValue):
-        if isinstance(v.obj, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)):
-            return len(v.obj) > 0
-        return True
+        from .module_protocol import module_truth  # NOTE [Module container protocol]
+        return module_truth(tx, v)
     if isinstance(v, ObjectValue):
         cls = type(v.obj)
         if getattr(cls, "__bool__", None) is None and getattr(cls, "__len__", None) is None:
@@ -309,6 +311,9 @@ def iterate(tx, v: Value) -> list[Value]:
             raise UserException(TypeError("iteration over a 0-d tensor"))
         return [getitem(tx, v, ConstantValue(i)) for i in range(v.fake.shape[0])]
     if isinstance(v, NNModuleValue):
+        from .module_protocol import replaced  # NOTE [Module container protocol]
+        if replaced(tx, v.obj, "__iter__"):
+            return iterate(tx, tx.call_method_of(v, "__iter__", [], {}))
         return _module_children(tx, v)
     if isinstance(v, (ObjectValue, NewObjectValue)) and not isinstance(v, NNModuleValue):
         return _iterate_object(tx, v)
@@ -378,6 +383,9 @@ def length(tx, v: Value) -> int:
         if v.fake.dim() == 0:
             raise UserException(TypeError("len() of a 0-d tensor"))
         return v.fake.shape[0]
+    from .module_protocol import replaced  # NOTE [Module container protocol]
+    if isinstance(v, NNModuleValue) and replaced(tx, v.obj, "__len__"):
+        return tx.call_method_of(v, "__len__", [], {}).as_constant()
     if isinstance(v, NNModuleValue) and isinstance(v.obj, (torch.nn.Sequential, torch.nn.ModuleList,
                                                            torch.nn.ModuleDict, torch.nn.ParameterList)):
         tx.guard_module_keys(v)
@@ -433,6 +441,9 @@ def getitem(tx, obj: Value, key: Value) -> Value:
     if isinstance(obj, ConstantValue):
         return constant_fold(operator.getitem, obj.value, key.as_constant())
     if isinstance(obj, NNModuleValue):
+        from .module_protocol import replaced  # NOTE [Module container protocol]
+        if replaced(tx, obj.obj, "__getitem__"):
+            return tx.call_method_of(obj, "__getitem__", [key], {})
         return _module_getitem(tx, obj, key.as_constant())
     if isinstance(obj, (ObjectValue, NewObjectValue)) and hasattr(obj.python_type(), "__getitem__"):
         return tx.call_method_of(obj, "__getitem__", [key], {})
@@ -503,6 +514,9 @@ def contains(tx, item: Value, container: Value) -> bool:
         except Exception as e:
             raise UserException(e) from None
     if isinstance(container, NNModuleValue) and isinstance(container.obj, torch.nn.ModuleDict):
+        from .module_protocol import replaced  # NOTE [Module container protocol]
+        if replaced(tx, container.obj, "__contains__"):
+            return truth(tx, tx.call_method_of(container, "__contains__", [item], {}))
         tx.guard_module_keys(container)
         return item.as_constant() in container.obj._modules
     if isinstance(container, (ObjectValue, NewObjectValue)) and not isinstance(container, NNModuleValue):

@@ -290,6 +290,8 @@ class Translator:
         code = f.__code__
         if fn.closure is None:
             self.output.inlined[f] = None
+            if not fn.by_code:
+                lookup.guard_code(self.output, f)  # NOTE [Code replaced] in lookup.py
         if code in DISABLED:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked framejit.disable")
         self.output.inlined_codes.add(code)  # NOTE [Disable after compiling] in hook.py

@@ -1,0 +1,58 @@
+"""The container protocol of torch's module containers (nn.Sequential, nn.ModuleList, nn.ModuleDict,
+nn.ParameterList): modelled from `_modules`, or the class's own methods when they are replaced.
+
+NOTE [Module container protocol]: `for m in seq`, `len(seq)`, `seq[i]`, `bool(seq)` and `k in mdict` are
+traced from the container's `_modules` (protocol.iterate, length, getitem, truth, contains), which is
+what torch's own `__iter__`/`__len__`/`__getitem__`/`__contains__` compute. That holds only while
+`type(seq).__iter__` (and so on) *is* torch's own function: a user subclass may override one, or a user
+may patch it on the class (`nn.ModuleList.__iter__ = f`), before or after the first call. So each use
+checks that the method resolved on the instance's class is the one torch defined (snapshotted when this
+module is imported) and guards that lookup (NOTE [Lookup facts]: absent from the subclasses before the
+owner, the owner's entry pinned, the subclass's MRO). When it is not torch's own, the method is called
+as the program calls it (inlined like any method); `bool(seq)` also needs `__bool__` to stay absent.
+Instance attributes do not matter here: CPython looks these special methods up on the type.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import lookup
+
+CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.ParameterList)
+_METHODS = ("__iter__", "__len__", "__getitem__", "__contains__", "__bool__")
+_TORCH_OWN = {(cls, name): cls.__dict__[name] for cls in CONTAINERS for name in _METHODS if name in cls.__dict__}
+
+
+def replaced(tx, module: Any, name: str) -> bool:
+    """True when `type(module).<name>` is not torch's own method of a module container (a subclass's
+    override or a patch): the program's method is to be called. Either way the lookup is guarded."""
+    cls = type(module)
+    if not isinstance(module, CONTAINERS):
+        return False
+    index, impl = lookup.mro_lookup(cls, name)
+    lookup.guard_lookup(tx.output, cls, name)
+    if index is None:
+        return False
+    return _TORCH_OWN.get((cls.__mro__[index], name)) is not impl
+
+
+def has_bool(tx, module: Any) -> bool:
+    """`type(module).__bool__` exists (guarded either way): truth is then its answer, not `len() > 0`."""
+    lookup.guard_lookup(tx.output, type(module), "__bool__")
+    return lookup.mro_lookup(type(module), "__bool__")[0] is not None
+
+
+def module_truth(tx, v) -> bool:
+    """`bool(m)` of a module: its class's `__bool__`, else its `__len__`, else True, as CPython decides."""
+    from .protocol import length, truth
+    cls = type(v.obj)
+    for name in ("__bool__", "__len__"):
+        lookup.guard_lookup(tx.output, cls, name)
+        if lookup.mro_lookup(cls, name)[0] is None:
+            continue
+        if name == "__len__" and not replaced(tx, v.obj, name):
+            return length(tx, v) > 0
+        return truth(tx, tx.call_method_of(v, name, [], {}))
+    return True

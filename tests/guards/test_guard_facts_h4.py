@@ -1,0 +1,289 @@
+"""More facts a compiled entry relies on (issue 12, "every fact is guarded"), each changed between calls.
+
+Code objects replaced on functions (the compiled function itself, an inlined callee, a method),
+`__bases__` reassigned, nn.Module call machinery patched per instance or per class, container protocol
+methods of nn.Sequential/nn.ModuleList subclasses, ABC answers across processes, and the iteration order
+of a set mutated in the compiled region.
+"""
+from __future__ import annotations
+
+import abc
+import textwrap
+
+import pytest
+import torch
+
+import framejit
+from tests.guards.test_soundness_facts import run_steps
+from tests.helpers import run_cache_program
+
+BACKENDS = ["eager", "onnxrt"]
+
+
+def _x():
+    return (torch.arange(8.0).reshape(2, 4) - 3,)
+
+
+# ---- 1. __code__ replaced ----------------------------------------------------------------------------------
+def _other_code():
+    def other(x):
+        return x * 100 - 1
+    return other.__code__
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_code_of_the_compiled_function_replaced(backend):
+    def fn(x):
+        return x + 1
+
+    original = fn.__code__
+    counting = run_steps(fn, _x, [None, None, lambda: setattr(fn, "__code__", _other_code()), None,
+                                  lambda: setattr(fn, "__code__", original), None], backend=backend)
+    assert counting.graph_count == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_code_of_an_inlined_callee_replaced(backend):
+    def callee(x):
+        return x.sin()
+
+    def fn(x):
+        return callee(x) + 1
+
+    run_steps(fn, _x, [None, None, lambda: setattr(callee, "__code__", _other_code()), None], backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_code_of_a_method_replaced(backend):
+    class K:
+        def m(self, x):
+            return x.cos()
+    k = K()
+
+    def fn(x):
+        return k.m(x) * 2
+
+    run_steps(fn, _x, [None, None, lambda: setattr(K.m, "__code__", (lambda self, x: x - 5).__code__), None],
+              backend=backend)
+
+
+def test_code_of_a_closure_callee_replaced():
+    scale = 3
+
+    def callee(x):
+        return x * scale
+
+    def fn(x):
+        return callee(x) + 1
+
+    def replace():
+        def other(x):
+            return x - scale
+        callee.__code__ = other.__code__
+
+    run_steps(fn, _x, [None, replace, None])
+
+
+def test_code_of_a_module_forward_replaced():
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return x.relu()
+    net = Net()
+
+    def fn(x):
+        return net(x) + 1
+
+    run_steps(fn, _x, [None, lambda: setattr(Net.forward, "__code__", (lambda self, x: x.exp()).__code__), None])
+
+
+# ---- 2. __bases__ reassigned -------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bases_reassigned_changes_an_inherited_method(backend):
+    class A:
+        def m(self, x):
+            return x + 1
+
+    class B:
+        def m(self, x):
+            return x * 3
+
+    class C(A):
+        pass
+    c = C()
+
+    def fn(x):
+        return c.m(x)
+
+    counting = run_steps(fn, _x, [None, None, lambda: setattr(C, "__bases__", (B,)), None,
+                                  lambda: setattr(C, "__bases__", (A,)), None], backend=backend)
+    assert counting.graph_count == 3  # a reassigned MRO is a new tuple, even when equal to an older one
+
+
+def test_bases_reassigned_changes_an_inherited_class_attribute():
+    class A:
+        k = 2
+
+    class B:
+        k = 5
+
+    class C(A):
+        pass
+    c = C()
+
+    def fn(x):
+        return x * c.k + C.k
+
+    run_steps(fn, _x, [None, lambda: setattr(C, "__bases__", (B,)), None])
+
+
+def test_bases_of_a_base_reassigned():
+    class A:
+        k = 2
+
+    class B:
+        k = 5
+
+    class Mid(A):
+        pass
+
+    class C(Mid):
+        pass
+    c = C()
+
+    def fn(x):
+        return x * c.k
+
+    run_steps(fn, _x, [None, lambda: setattr(Mid, "__bases__", (B,)), None])
+
+
+def test_bases_reassigned_makes_an_absent_attribute_present():
+    class A:
+        pass
+
+    class B:
+        w = 4
+
+    class C(A):
+        pass
+    c = C()
+
+    def fn(x):
+        return x * getattr(c, "w", 1) + (1 if hasattr(C, "w") else 0)
+
+    run_steps(fn, _x, [None, lambda: setattr(C, "__bases__", (B,)), None])
+
+
+def test_bases_reassigned_on_a_module_subclass():
+    class Base1(torch.nn.Module):
+        def act(self, x):
+            return x.relu()
+
+    class Base2(torch.nn.Module):
+        def act(self, x):
+            return x.tanh()
+
+    class Net(Base1):
+        def forward(self, x):
+            return self.act(x) * 2
+    net = Net()
+
+    def fn(x):
+        return net(x)
+
+    run_steps(fn, _x, [None, lambda: setattr(Net, "__bases__", (Base2,)), None])
+
+
+# ---- 4. ABC answers ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_abc_answer_changed_by_a_register_and_unchanged_by_another(backend):
+    class Shape(abc.ABC):
+        pass
+
+    class Other(abc.ABC):
+        pass
+
+    class Box:
+        pass
+    box = Box()
+
+    def fn(x):
+        return x + (10 if isinstance(box, Shape) else 1)
+
+    counting = run_steps(fn, _x, [None, None, lambda: Other.register(int), None, lambda: Shape.register(Box), None,
+                                  None], backend=backend)
+    assert counting.graph_count == 2  # the unrelated registration keeps the answer: no recompile
+
+
+# ---- across processes ----------------------------------------------------------------------------------------
+PROGRAM = textwrap.dedent('''
+    import abc, json, sys
+    import torch
+    import framejit
+
+    class Shape(abc.ABC):
+        pass
+
+    class Unrelated(abc.ABC):
+        pass
+
+    class Box:
+        pass
+
+    class A:
+        def m(self, x):
+            return x + 1
+
+    class B:
+        def m(self, x):
+            return x * 3
+
+    class C(A):
+        pass
+
+    def callee(x):
+        return x.sin()
+
+    def other(x):
+        return x * 100
+
+    CHANGES = {"register": lambda: Shape.register(Box), "unrelated": lambda: Unrelated.register(Box),
+               "bases": lambda: setattr(C, "__bases__", (B,)),
+               "code": lambda: setattr(callee, "__code__", other.__code__), "none": lambda: None}
+    box, c = Box(), C()
+
+    def f(x):
+        return callee(x) + c.m(x) + (10 if isinstance(box, Shape) else 1)
+
+    before, after, backend = sys.argv[1:4]
+    CHANGES[before]()
+    compiled = framejit.compile(f, backend=backend)
+    x = torch.arange(8.0).reshape(2, 4)
+    out, ref = compiled(x).tolist(), f(x).tolist()
+    loaded = framejit.stats()["frames_loaded"]
+    CHANGES[after]()
+    out2, ref2 = compiled(x).tolist(), f(x).tolist()
+    stats = framejit.stats()
+    print(json.dumps({"out": out, "ref": ref, "out2": out2, "ref2": ref2, "traced": stats["frames_traced"],
+                      "loaded": loaded}))
+''')
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_warm_cache_guards_abc_answers_mros_and_codes(tmp_path, backend):
+    def run(before, after):
+        result = run_cache_program(tmp_path, "facts_program.py", PROGRAM, before, after, backend)
+        assert result["out"] == result["ref"] and result["out2"] == result["ref2"], (before, after)
+        return result
+
+    cold = run("none", "none")
+    assert cold["traced"] >= 1
+    for before in ("none", "unrelated"):  # the facts hold: loaded, nothing traced
+        warm = run(before, "none")
+        assert warm["traced"] == 0 and warm["loaded"] >= 1, before
+    for after in ("register", "bases", "code"):  # loaded, then the fact changes in the same process
+        changed = run("none", after)
+        assert changed["ref2"] != changed["ref"], after  # the change matters to the program
+        assert changed["loaded"] >= 1 and changed["traced"] >= 1, after
+    for before in ("register", "bases", "code"):  # changed before the first call: not loaded wrong
+        changed = run(before, "none")
+        assert changed["ref"] != cold["ref"], before

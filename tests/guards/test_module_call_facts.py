@@ -1,0 +1,138 @@
+"""nn.Module call machinery and container protocol changed between calls (issue 12, "every fact is
+guarded"): `_call_impl`/`_compiled_call_impl`/`__call__` set on an instance, `forward` or `_call_impl`
+patched on a class, and `__iter__`/`__len__`/`__getitem__`/`__contains__`/`__bool__` of nn.Sequential,
+nn.ModuleList and nn.ModuleDict (on a subclass or patched on torch's class); NOTE [Module container
+protocol] in capture/module_protocol.py.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.guards.test_soundness_facts import run_steps
+
+BACKENDS = ["eager", "onnxrt"]
+
+
+def _x():
+    return (torch.arange(8.0).reshape(2, 4) - 3,)
+
+
+# ---- nn.Module call machinery patched ----------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_patched_on_the_user_class_after_the_first_call(backend):
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+    net = Net()
+
+    def fn(x):
+        return net(x) * 2
+
+    run_steps(fn, _x, [None, None, lambda: setattr(Net, "forward", lambda self, x: x - 7), None],
+              backend=backend)
+
+
+@pytest.mark.parametrize("name", ["_call_impl", "__call__"])
+def test_call_machinery_patched_on_the_instance(name):
+    relu = torch.nn.ReLU()
+
+    def fn(x):
+        return relu(x) + 1
+
+    def patch():
+        original = type(relu)._call_impl
+        setattr(relu, name, lambda *a, **k: original(relu, *a, **k) * 10)
+
+    run_steps(fn, _x, [None, None, patch, None])
+
+
+def test_call_impl_patched_on_a_user_class():
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+    net = Net()
+
+    def fn(x):
+        return net(x)
+
+    run_steps(fn, _x, [None, lambda: setattr(Net, "_call_impl", lambda self, x: x * 9), None])
+
+
+@pytest.mark.parametrize("method", ["__iter__", "__len__", "__getitem__"])
+def test_sequential_subclass_protocol_patched(method):
+    class Seq(torch.nn.Sequential):
+        pass
+    seq = Seq(torch.nn.ReLU(), torch.nn.Tanh())
+    impl = {"__iter__": lambda self: iter([torch.nn.Sigmoid()]),
+            "__len__": lambda self: 1,
+            "__getitem__": lambda self, i: torch.nn.Sigmoid()}[method]
+
+    def fn(x):
+        y = seq(x)
+        for m in seq:
+            y = y + m(x)
+        return y + len(seq) + seq[0](x)
+
+    run_steps(fn, _x, [None, None, lambda: setattr(Seq, method, impl), None])
+
+
+@pytest.mark.parametrize("method", ["__iter__", "__len__", "__getitem__"])
+def test_module_list_protocol_patched_on_the_class(method, monkeypatch):
+    layers = torch.nn.ModuleList([torch.nn.ReLU(), torch.nn.Tanh()])
+    impl = {"__iter__": lambda self: iter([torch.nn.Sigmoid()]),
+            "__len__": lambda self: 1,
+            "__getitem__": lambda self, i: torch.nn.Sigmoid()}[method]
+
+    def fn(x):
+        y = x
+        for m in layers:
+            y = y + m(x)
+        return y + len(layers) + layers[0](x)
+
+    run_steps(fn, _x, [None, None, lambda: monkeypatch.setattr(torch.nn.ModuleList, method, impl), None])
+
+
+def test_call_impl_set_on_the_instance_before_the_first_call():
+    relu = torch.nn.ReLU()
+    original = type(relu)._call_impl
+    relu._call_impl = lambda *a, **k: original(relu, *a, **k) * 10
+
+    def fn(x):
+        return relu(x) + 1
+
+    run_steps(fn, _x, [None, None, lambda: relu.__dict__.pop("_call_impl"), None])
+
+
+@pytest.mark.parametrize("method", ["__contains__", "__iter__", "__len__", "__getitem__"])
+def test_module_dict_subclass_protocol_overridden_after_the_first_call(method):
+    class Dict(torch.nn.ModuleDict):
+        pass
+    layers = Dict({"a": torch.nn.ReLU(), "b": torch.nn.Tanh()})
+    impl = {"__contains__": lambda self, k: False, "__iter__": lambda self: iter(["b"]),
+            "__len__": lambda self: 7, "__getitem__": lambda self, k: torch.nn.Identity()}[method]
+
+    def fn(x):
+        y = x + ("a" in layers) + len(layers)
+        for k in layers:
+            y = y * 2 + layers[k](x)
+        return y
+
+    run_steps(fn, _x, [None, None, lambda: setattr(Dict, method, impl), None])
+
+
+def test_truth_of_a_module_list_that_grows_and_of_a_module_with___len__():
+    layers = torch.nn.ModuleList()
+
+    class Counted(torch.nn.Module):
+        n = 0
+
+        def __len__(self):
+            return self.n
+    counted = Counted()
+
+    def fn(x):
+        return x * (2 if layers else 3) + (1 if counted else 0)
+
+    run_steps(fn, _x, [None, lambda: layers.append(torch.nn.ReLU()), None, lambda: setattr(counted, "n", 4), None,
+                       lambda: setattr(Counted, "__bool__", lambda self: False), None])
