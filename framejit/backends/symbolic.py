@@ -7,7 +7,7 @@ every size asks this module for `SymbolicInputs.build(gm, example_inputs)`:
 
 - a FRESH `ShapeEnv` and `FakeTensorMode` (never the frontend's: guards a backend adds while tracing
   must not leak into the frontend's guard function, and backends never import `capture`);
-- one fresh symbol per frontend symbol (named after it: `s0` stays `s0`), so two inputs that share a
+- one fresh symbol per frontend symbol (the backend's ShapeEnv names it), so two inputs that share a
   symbol share a size in the backend too (the same ONNX axis name, the same kernel argument);
 - fake example inputs over those symbols (`fake_inputs`), to trace with make_fx(tracing_mode="symbolic");
 - after tracing, `finish()` turns everything the backend's tracing assumed (the ShapeEnv's guards, the
@@ -199,6 +199,7 @@ class SymbolicInputs:
         import sympy
 
         if traced is not None:
+            drop_noop_views(traced)
             rebase_sizes(traced, self.shape_env)
         from torch.utils._sympy.printers import PythonPrinter
 
@@ -288,6 +289,49 @@ def rebase_sizes(traced: torch.fx.GraphModule, shape_env) -> int:
                 made[key] = read
         node.replace_all_uses_with(made[key])
         graph.erase_node(node)
+        count += 1
+    if count:
+        traced.recompile()
+    return count
+
+
+# NOTE [No-op views of symbolic sizes]
+# With static sizes ONNX Runtime folds a Reshape or Expand to the shape its input already has; with
+# symbolic sizes their target shapes are computed at run time (Concat of size inputs), so they run, and
+# Expand copies. The bmm decomposition of a 4-d matmul expands q, k and v to their own shapes: in the
+# attention block of benchmarks/dynamic.py that was 4 copies and 9 Reshapes per call. A view, reshape or
+# expand whose output has its input's shape (the same size expressions) is replaced by its input, unless
+# the graph returns it (a returned view is a new tensor object in eager).
+_SAME_SHAPE_VIEWS = ("aten::view", "aten::_unsafe_view", "aten::reshape", "aten::expand", "aten::alias")
+
+
+def _same_sizes(a, b) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        x = x.node.expr if isinstance(x, torch.SymInt) else x
+        y = y.node.expr if isinstance(y, torch.SymInt) else y
+        if x != y:  # structural comparison of expressions: adds no guard
+            return False
+    return True
+
+
+def drop_noop_views(traced: torch.fx.GraphModule) -> int:
+    """Remove views to the shape their input already has (NOTE [No-op views of symbolic sizes])."""
+    count = 0
+    for node in list(traced.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target.name() not in _SAME_SHAPE_VIEWS or not node.args:
+            continue
+        source = node.args[0]
+        val, src = node.meta.get("val"), getattr(source, "meta", {}).get("val")
+        if not (isinstance(val, torch.Tensor) and isinstance(src, torch.Tensor)) or val.dtype != src.dtype:
+            continue
+        if any(user.op == "output" for user in node.users) or not _same_sizes(val.shape, src.shape):
+            continue
+        node.replace_all_uses_with(source)
+        traced.graph.erase_node(node)
         count += 1
     if count:
         traced.recompile()

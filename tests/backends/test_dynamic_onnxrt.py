@@ -149,3 +149,20 @@ def test_eager_backend_runs_size_placeholders_as_is():
     for rows in (5, 2, 9):
         x = torch.randn(rows, 3)
         torch.testing.assert_close(run(rows, x), x.cumsum(0) + rows)
+
+
+def test_views_to_the_same_symbolic_shape_are_not_run():
+    import onnx
+
+    def fn(q, k):  # the bmm decomposition expands q and k to their own shapes
+        return (q @ k.transpose(-1, -2)).softmax(-1)
+
+    example = [torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)]
+    compiled = onnxrt(symbolic_graph(fn, example, static={0: [3], 1: [3]}), example)
+    ((_, program),) = compiled.dynamic_programs[next(iter(compiled.dynamic_programs))]
+    (part,) = list(program.graph_module.children())
+    assert "Expand" not in {n.op_type for n in onnx.load_from_string(part.model).graph.node}
+    for b, h, s in [(2, 3, 5), (4, 2, 9), (3, 5, 2)]:
+        args = [torch.randn(b, h, s, 4), torch.randn(b, h, s, 4)]
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    assert compiled.session_count() == 1

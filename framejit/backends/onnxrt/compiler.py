@@ -156,7 +156,7 @@ class OnnxrtCompiled:
         self.dynamic_programs: dict[tuple, list] = {}
         self._symbolic = symbolic.is_symbolic(gm)
         self._symbolic_ints = symbolic.symbolic_int_positions(gm)
-        self._static_logged: set = set()
+        self._static_layouts: set = set()  # layouts that compile per signature (logged once each)
         self._grad_logged = False
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
         self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
@@ -222,6 +222,8 @@ class OnnxrtCompiled:
         """Build one program over symbolic sizes for `inputs`' layout (NOTE [One program for every size]);
         None (and a log line) where the graph is compiled per signature instead."""
         layout = symbolic.layout_signature(inputs, self._symbolic_ints)
+        if layout in self._static_layouts:
+            return None
         known = self.dynamic_programs.setdefault(layout, [])
         why = None
         if len(known) >= _MAX_DYNAMIC:
@@ -236,10 +238,9 @@ class OnnxrtCompiled:
                 why, program = str(exc), None
             if program is None and why is None:
                 why = "building the symbolic program failed (logged above)"
-        if why is not None:
-            if layout not in self._static_logged:
-                self._static_logged.add(layout)
-                logs.log("recompiles", "onnxrt: this graph compiles per input size for layout %s: %s", layout, why)
+        if why is not None:  # this layout now compiles per signature, for good
+            self._static_layouts.add(layout)
+            logs.log("recompiles", "onnxrt: this graph compiles per input size for layout %s: %s", layout, why)
             return None
         program.bind_source = sym.bind_source
         known.append((sym.bind, program))
