@@ -16,6 +16,7 @@ import torch
 
 from ..guards import COST_ID
 from .breaks import BreakKind, Unsupported, UserException
+from .object_str import is_user_object, user_repr, user_str
 from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, extend_list, getitem, iterate,
                        length, truth, unary)
 from .values.outside import OutsideDictValue, OutsideSetValue, set_has
@@ -54,6 +55,13 @@ def _fold(fn: Callable):
 
 for _fn in (round, divmod, chr, ord, hash, repr, format, slice, range, complex, bin, hex, oct):
     BUILTIN_HANDLERS[_fn] = _fold(_fn)
+
+
+@handles(repr)
+def _repr(tx, args, kwargs):
+    if len(args) == 1 and not kwargs and is_user_object(args[0]):
+        return user_repr(tx, args[0])  # NOTE [Strings of user objects]
+    return _fold(repr)(tx, args, kwargs)
 
 
 @handles(abs)
@@ -164,6 +172,8 @@ def _convert(kind: type):
             return constant_fold(kind, v.known_data())  # a tensor made from constants: its data is known
         if isinstance(v, TensorValue):
             raise Unsupported(BreakKind.DATA_DEPENDENT, f"{kind.__name__}() of a tensor reads its data")
+        if kind is str and len(args) == 1 and not kwargs and is_user_object(v):
+            return user_str(tx, v)  # NOTE [Strings of user objects]
         if _all_const(args, kwargs):
             return constant_fold(kind, *_consts(args), **{k: x.as_constant() for k, x in kwargs.items()})
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{kind.__name__}() of {v.describe()}")

@@ -286,3 +286,71 @@ def test_distributions_class_data_changed_between_calls():
         constraints["scale"] = saved
     with pytest.raises(ValueError):
         compiled(scale)
+
+
+# ---- str(), repr() and f-strings of user objects -------------------------------------------------------------
+class Tagged:
+    def __init__(self, name, n):
+        self.name, self.n = name, n
+
+    def __str__(self):
+        return f"{self.name}:{self.n}"
+
+    def __eq__(self, other):  # for the differential runner's comparison of the arguments after the call
+        return type(other) is Tagged and vars(other) == vars(self)
+
+
+class OnlyRepr:
+    def __init__(self, k):
+        self.k = k
+
+    def __repr__(self):
+        return f"OnlyRepr({self.k!r})"
+
+
+def test_str_of_objects_made_and_passed_in():
+    """`str`, `repr` and f-strings of objects made in the region and passed in run their own
+    __str__/__repr__ at trace time (one graph, no break); an attribute changed between calls is seen."""
+    def f(x, outside):
+        made = Tagged("made", 3)
+        text = f"{made}|{outside}|{OnlyRepr(2)}|{OnlyRepr('a')!s:>12}|{OnlyRepr(1)!r}"
+        return x * len(text), text, str(outside), repr(OnlyRepr(x.dim()))
+
+    names = ["a", "bb", "a"]
+    backend = run_differential(f, lambda seed: (torch.randn(2), Tagged(names[seed], seed)), seeds=(0, 1, 2))
+    assert backend.graph_count == 3  # the outside object's name and n are guarded: each new pair recompiles
+
+
+def test_str_method_replaced_and_bad_results():
+    """The inlined __str__ is guarded by identity; a __str__ returning a non-string raises eager's
+    TypeError; the default repr (an address) is a break, not a made-up string."""
+    class C:
+        def __str__(self):
+            return "one"
+
+    def f(x, c):
+        return x + 1, str(c)
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    x = torch.randn(2)
+    assert_same(compiled(x, C()), f(x, C()))
+    C.__str__ = lambda self: "two"
+    assert_same(compiled(x, C()), f(x, C()))
+    assert compiled(x, C())[1] == "two" and backend.graph_count == 2
+    C.__str__ = lambda self: 5
+    with pytest.raises(TypeError, match="non-string"):
+        f(x, C())
+    with pytest.raises(TypeError, match="non-string"):
+        compiled(x, C())
+
+    class Plain:
+        pass
+
+    def g(x):
+        p = Plain()
+        return x * 2, str(p).split(" object at")[0]
+
+    assert_same(framejit.compile(g, backend=CountingBackend())(x), g(x))
+    with pytest.raises(Exception, match="address"):
+        framejit.compile(g, backend=CountingBackend(), fullgraph=True)(x)

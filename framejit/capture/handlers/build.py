@@ -95,6 +95,10 @@ def format_value(tx, inst):
     flags = inst.arg if isinstance(inst.arg, int) else int(inst.arg[0]) | (4 if inst.arg[1] else 0)
     spec = tx.pop().as_constant() if flags & 0x04 else ""
     value = tx.pop()
+    from ..object_str import is_user_object, user_format
+    if is_user_object(value):  # NOTE [Strings of user objects]
+        tx.push(user_format(tx, value, flags & 0x03, spec))
+        return
     if not value.is_constant():
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"formatting {value.describe()} into a string")
     v = value.as_constant()
