@@ -53,9 +53,6 @@ def _make_request(backend, fullgraph, dynamic, options, mode) -> CompileRequest:
         raise TypeError(f"framejit.compile(fullgraph=...) must be a bool, got {type(fullgraph).__name__}")
     if dynamic is not None and not isinstance(dynamic, bool):
         raise TypeError(f"framejit.compile(dynamic=...) must be None, True or False, got {type(dynamic).__name__}")
-    if dynamic:
-        raise ValueError("framejit.compile(dynamic=True) is not supported yet; accepted: None or False "
-                         "(shapes are specialised and guarded; a new shape recompiles)")
     if mode is not None:
         raise ValueError(f"framejit.compile(mode=...) accepts only None, got {mode!r}; use options= for backend settings")
     if options is not None:
@@ -70,7 +67,7 @@ def _make_request(backend, fullgraph, dynamic, options, mode) -> CompileRequest:
     if options and isinstance(backend, str):
         registry.check_options(backend, options)  # raises naming the backend and the accepted keys
     return CompileRequest(backend_fn, options or None, fullgraph, version_key=version_key,
-                          artifacts=_artifacts(backend))
+                          artifacts=_artifacts(backend), dynamic=dynamic)
 
 
 def _artifacts(backend) -> tuple | None:
@@ -268,11 +265,39 @@ def _op_name(node: torch.fx.Node) -> str:
     return getattr(target, "__name__", str(target))
 
 
-def mark_dynamic(tensor: torch.Tensor, dim: int) -> None:
-    """Declared in DESIGN.md; dynamic shapes are not implemented yet, so this raises rather than pretend."""
-    raise NotImplementedError("framejit.mark_dynamic: dynamic shapes are not supported yet (shapes are "
-                              "specialised and guarded; a new shape recompiles)")
+def mark_dynamic(tensor: torch.Tensor, dim: int | list | tuple, *, min: int | None = None,
+                 max: int | None = None) -> None:
+    """Dimension `dim` (or each of a list) of `tensor` is symbolic when a compiled function first sees the
+    tensor, so other sizes reuse the compilation (NOTE [Symbolic shapes] in capture/shapes.py). Sets the
+    attributes torch's own `torch._dynamo.mark_dynamic` sets, so torch.compile honours it too."""
+    _mark(tensor, dim, "_dynamo_dynamic_indices")
+    if min is not None or max is not None:
+        from .capture.shapes import DimRange
+        ranges = set(getattr(tensor, "_dynamo_dynamic_range", ()) or ())
+        for d in ([dim] if isinstance(dim, int) else dim):
+            ranges.add(DimRange(d, min, max))
+        tensor._dynamo_dynamic_range = ranges
+
+
+def maybe_mark_dynamic(tensor: torch.Tensor, dim: int | list | tuple) -> None:
+    """Like mark_dynamic, but the dimension may still be specialised by the code (torch's weak marker)."""
+    _mark(tensor, dim, "_dynamo_weak_dynamic_indices")
+
+
+def mark_static(tensor: torch.Tensor, dim: int | list | tuple | None = None) -> None:
+    """Dimension `dim` (all with None) of `tensor` is never symbolic, even under dynamic=True."""
+    _mark(tensor, list(range(tensor.dim())) if dim is None else dim, "_dynamo_static_indices")
+
+
+def _mark(tensor: torch.Tensor, dim, attr: str) -> None:
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    for d in dims:
+        if not isinstance(d, int) or not -tensor.dim() <= d < max(tensor.dim(), 1):
+            raise IndexError(f"dimension {d!r} out of range for a tensor of {tensor.dim()} dimensions")
+    marked = set(getattr(tensor, attr, ()) or ())
+    marked.update(d % tensor.dim() for d in dims)
+    setattr(tensor, attr, marked)
 
 
 __all__ = ["BackendCompilerFailed", "FramejitError", "Unsupported", "compile", "disable", "explain", "mark_dynamic", "reset", "stats",
-           "config", "_UNSET"]
+           "config", "_UNSET", "mark_static", "maybe_mark_dynamic"]

@@ -17,6 +17,7 @@ values]).
 | recompile_limit      | FRAMEJIT_RECOMPILE_LIMIT | compiled entries per code object before running eagerly (0: never compile, run eagerly) |
 | inline_depth_limit   | -                        | deepest chain of inlined user calls                           |
 | dynamic_floats       | FRAMEJIT_DYNAMIC_FLOATS=0| float arguments that changed value become graph inputs        |
+| automatic_dynamic    | FRAMEJIT_AUTOMATIC_DYNAMIC=0 | with dynamic=None: tensor dims whose size changed, and int arguments that changed, become symbolic |
 """
 from __future__ import annotations
 
@@ -68,3 +69,4 @@ cache_size_mb: int = _env_int("FRAMEJIT_CACHE_SIZE_MB", 1024, 0, "megabytes")
 recompile_limit: int = _env_int("FRAMEJIT_RECOMPILE_LIMIT", 8, 0, "compiled entries per function; 0: never compile")
 inline_depth_limit: int = 32
 dynamic_floats: bool = _env_flag("FRAMEJIT_DYNAMIC_FLOATS", True)
+automatic_dynamic: bool = _env_flag("FRAMEJIT_AUTOMATIC_DYNAMIC", True)  # NOTE [Automatic dynamic] in capture/hook.py

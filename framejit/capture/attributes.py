@@ -147,6 +147,8 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
     if name in TENSOR_UNSUPPORTED_ATTRS:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name} is state outside the graph")
     getter = TENSOR_METADATA.get(name)
+    if name == "shape" and any(isinstance(s, torch.SymInt) for s in t.fake.shape):
+        return tx.output.call("call_method", "size", (t,), {})  # NOTE [Symbolic shapes] in shapes.py
     if getter is not None:
         return ConstantValue(getter(t.fake))
     if name == "__class__":

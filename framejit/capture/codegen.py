@@ -27,7 +27,7 @@ from .dict_objects import STORAGE as DICT_STORAGE
 from .values.base import LazyArg
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DefaultDictValue, DictValue,
                      DictViewValue, IteratorValue, ListValue, NewObjectValue, ObjectValue, PartialValue,
-                     PyModuleValue, SequenceValue, SetValue, TensorMethodValue, TensorValue, TupleValue,
+                     PyModuleValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
 from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of
 from .values.mappings import IdentityKey, key_value
@@ -223,7 +223,11 @@ class Reconstructor:
         if isinstance(value, LazyArg):  # an argument never read while tracing (e.g. a cell's contents)
             cg.load_fast(value.name)
             return
-        if isinstance(value, TensorValue):
+        if isinstance(value, SymNodeValue) and id(value.node) in self.output_index:  # NOTE [Symbolic shapes]
+            cg.load_fast(self.out_local)
+            cg.load_const(self.output_index[id(value.node)])
+            cg.subscr()
+        elif isinstance(value, TensorValue):
             index = self.output_index.get(id(value.node))
             if index is None:
                 value.source.reload(cg)
@@ -234,7 +238,8 @@ class Reconstructor:
         elif value.source is not None and not isinstance(value, (ListValue, DictValue)):
             value.source.reload(cg)
         elif isinstance(value, ConstantValue):
-            cg.load_const(value.value)
+            from .shapes import concrete  # a size the trace kept symbolic is specialised here (guarded)
+            cg.load_const(concrete(value.value))
         elif isinstance(value, DictViewValue):  # NOTE [Live dict views]
             self._call_const(view_of, [value.mapping, ConstantValue(value.kind)])
         elif isinstance(value, SequenceValue):

@@ -142,6 +142,7 @@ class CompileRequest:
     hooks: "Hooks" = dataclasses.field(default=None, repr=False)
     version_key: str = ""  # the backend's cache version key
     artifacts: tuple | None = None  # the backend's (save, load) for the frame cache; None: not persistable
+    dynamic: bool | None = None  # compile(dynamic=...) (NOTE [Symbolic shapes] in shapes.py)
 
     def __post_init__(self) -> None:
         if self.hooks is None:
@@ -222,7 +223,8 @@ class Hooks:
 
 
 def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: CompileRequest,
-                  dynamic_floats: frozenset = frozenset()) -> Entry:
+                  dynamic_floats: frozenset = frozenset(), dynamic_dims: dict | None = None,
+                  dynamic_ints: frozenset = frozenset()) -> Entry:
     """Trace, compile and guard one call of `fn`. Never raises for framejit's own reasons: an internal
     error is logged and the frame runs eagerly (with fullgraph=True it is an Unsupported).
     `dynamic_floats`: float arguments that become graph inputs (NOTE [Dynamic floats])."""
@@ -231,6 +233,7 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     shape = FunctionShape.of(fn.__code__)
     output = _tracing()[0].OutputGraph()
     output.dynamic_floats = dynamic_floats
+    output.dynamic, output.dynamic_dims, output.dynamic_ints = request.dynamic, dynamic_dims or {}, dynamic_ints
     try:
         with _quiet_fake_tensor_errors():
             entry = _convert(fn, shape, args, kwargs, request, output)
@@ -330,6 +333,8 @@ def _global_guards(output) -> None:
 
 def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> GuardFunction:
     output.distinct_objects_guard()
+    from .shapes import shape_guards  # NOTE [Symbolic shapes]
+    output.guards.extend(shape_guards(output))
     guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,
                            fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
     guard.inlined_codes = frozenset(output.inlined_codes)  # NOTE [Disable after compiling] in hook.py
@@ -400,6 +405,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         return None
     output = graph.OutputGraph()
     output.dynamic_floats = first.dynamic_floats
+    output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)
     tx.stop_at = site.inst.index

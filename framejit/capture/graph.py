@@ -26,7 +26,7 @@ from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from .breaks import BreakKind, Unsupported, UserException
 from .side_effects import SideEffects
 from .sources import NameTable, Source
-from .values import ConstantValue, SequenceValue, SymFloatValue, TensorValue, TupleValue, Value
+from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
 from .values.containers import DictValue, SliceValue
 
 
@@ -52,7 +52,11 @@ class GraphInput:
 class OutputGraph:
     def __init__(self) -> None:
         self.graph = torch.fx.Graph()
-        self.fake_mode = _fake_tensor().FakeTensorMode()
+        from .shapes import new_shape_env  # NOTE [Symbolic shapes]
+        self.fake_mode = _fake_tensor().FakeTensorMode(shape_env=new_shape_env())
+        self.dynamic: bool | None = None  # compile(dynamic=...): True all dims, False none, None automatic
+        self.dynamic_dims: dict[str, frozenset[int]] = {}  # dims whose size changed (NOTE [Automatic dynamic])
+        self.dynamic_ints: frozenset[str] = frozenset()  # int arguments made symbolic (NOTE [Dynamic ints])
         self.inputs: list[GraphInput] = []
         self._by_source: dict[Source, Value] = {}
         self._by_id: dict[int, GraphInput] = {}
@@ -122,17 +126,26 @@ class OutputGraph:
         check = _float_check(e, value, self.names) if type(value) is float else f"{e} == {literal}"
         self.add_guard("CONSTANT_MATCH", check, source, expected=repr(value), actual=e)
 
-    def guard_tensor(self, source: Source, t: torch.Tensor) -> None:
-        """One combined guard per tensor: type, dtype, device, shape, strides, requires_grad."""
+    def guard_tensor(self, source: Source, t: torch.Tensor, fake: torch.Tensor | None = None) -> None:
+        """One combined guard per tensor: type, dtype, device, shape, strides, requires_grad. With a
+        symbolic `fake`, only its static sizes and strides (shapes.shape_guards checks the others)."""
         e = source.expr(self.names)
+        shape_check = (f"{e}.shape == {tuple(t.shape)!r}", str(tuple(t.shape)))
+        stride_check = f"{e}.stride() == {t.stride()!r}"
+        if fake is not None:
+            shape_check = (" and ".join([f"{e}.dim() == {t.dim()}"] + [
+                f"{e}.size({d}) == {s}" for d, s in enumerate(fake.shape) if not isinstance(s, torch.SymInt)]),
+                str(tuple(fake.shape)))
+            stride_check = " and ".join([f"{e}.stride({d}) == {s}" for d, s in enumerate(fake.stride())
+                                         if not isinstance(s, torch.SymInt)]) or "True"
         checks = [
             ("TENSOR_TYPE", f"___type({e}) is {self.name_of(type(t), type(t).__name__)}",
              type(t).__name__, f"___type({e})"),
             ("TENSOR_DTYPE", f"{e}.dtype is {self.name_of(t.dtype, str(t.dtype).split('.')[-1])}",
              str(t.dtype), f"{e}.dtype"),
             ("TENSOR_DEVICE", self._device_check(e, t.device), str(t.device), f"{e}.device"),
-            ("TENSOR_SHAPE", f"{e}.shape == {tuple(t.shape)!r}", str(tuple(t.shape)), f"tuple({e}.shape)"),
-            ("TENSOR_STRIDE", f"{e}.stride() == {t.stride()!r}", str(t.stride()), f"{e}.stride()"),
+            ("TENSOR_SHAPE", *shape_check, f"tuple({e}.shape)"),
+            ("TENSOR_STRIDE", stride_check, str(t.stride()), f"{e}.stride()"),
             ("TENSOR_STORAGE_OFFSET", f"{e}.storage_offset() == {t.storage_offset()}", str(t.storage_offset()),
              f"{e}.storage_offset()"),
             ("TENSOR_REQUIRES_GRAD", f"{e}.requires_grad is {t.requires_grad}", str(t.requires_grad),
@@ -202,10 +215,17 @@ class OutputGraph:
             self.add_guard("ALIAS", f"{source.expr(self.names)} is {same.source.expr(self.names)}", source,
                            expected=f"the same tensor as {same.source.describe()}", cost=COST_ID)
             return self.remember(source, same.value)
-        self.guard_tensor(source, tensor)
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+            self.guard_tensor(source, tensor)
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"tensor subclass {type(tensor).__name__} at {source.describe()}")
-        fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
+        from .shapes import dynamic_dims, is_symbolic, symbolic_fake  # NOTE [Symbolic shapes]
+        dims = dynamic_dims(self, tensor, source.describe()) if tensor.dim() and not tensor.is_sparse else {}
+        fake = symbolic_fake(self, tensor, source.expr(self.names), dims) if dims else None
+        if fake is None or not is_symbolic(fake):
+            fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
+            self.guard_tensor(source, tensor)
+        else:
+            self.guard_tensor(source, tensor, fake)
         node = _placeholder(self.graph, source.describe())
         node.meta["val"] = fake
         node.meta["source"] = source.describe()
@@ -226,6 +246,38 @@ class OutputGraph:
         sym.roots = (sym,)
         self.inputs.append(GraphInput(source, value, sym))
         return self.remember(source, sym)
+
+    def add_int_input(self, value: int, source: Source) -> Value:
+        """An int argument as a graph input (NOTE [Dynamic ints]): a symbol of the ShapeEnv, guarded by
+        type and by the relations the trace relies on; 0 and 1 stay specialised."""
+        from .shapes import symbolic_int
+        sym = symbolic_int(self, value, source.expr(self.names))
+        if not isinstance(sym, torch.SymInt):
+            self.guard_constant(source, value)
+            return ConstantValue(value, source)
+        self.guard_type(source, int)
+        node = _placeholder(self.graph, source.describe())
+        node.meta["val"] = sym
+        node.meta["source"] = source.describe()
+        result = SymNodeValue(node, sym, source)
+        self.inputs.append(GraphInput(source, value, result))
+        return self.remember(source, result)
+
+    def sym_op(self, fn: Callable, args: tuple) -> Value:
+        """`fn(*args)` (arithmetic, a comparison) with a symbolic size operand: a graph node and its SymInt
+        or SymBool, or a constant when the env knows the result (NOTE [Symbolic shapes])."""
+        from .shapes import sym_or_int
+        examples = [a.sym if isinstance(a, SymNodeValue) else a.as_constant() for a in args]
+        try:
+            result = sym_or_int(fn(*examples))
+        except Exception as e:  # the user's error for these values (e.g. a division by zero)
+            raise UserException(e) from None
+        if not isinstance(result, (torch.SymInt, torch.SymBool)):
+            return ConstantValue(result)
+        node = self.graph.call_function(fn, tuple(_node_of(a) for a in args))
+        node.meta["val"] = result
+        node.meta["stack_trace"] = self.stack_trace()
+        return SymNodeValue(node, result)
 
     def float_op(self, fn: Callable, args: tuple) -> Value:
         """Float arithmetic with a dynamic float operand: a graph node, or a constant when the result is
@@ -271,8 +323,10 @@ class OutputGraph:
             result is None and None in versions)  # an inference tensor has no version: assume an effect
         if mutated:
             self.side_effects.bump()  # NOTE [Eager generators] in translator.py
+        from .shapes import has_sym, sym_or_int
         if not mutated and not _contains_tensor(result):
-            return self._wrap_constant_result(target, result)
+            if not has_sym(result) or not has_sym(sym_or_int(result)):
+                return self._wrap_constant_result(target, sym_or_int(result))
         node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["val"] = result
@@ -392,13 +446,17 @@ class OutputGraph:
     def wrap_result(self, node: torch.fx.Node, result: Any) -> Value:
         if isinstance(result, torch.Tensor):
             return TensorValue(node, result)
+        if isinstance(result, (torch.SymInt, torch.SymBool)):  # NOTE [Symbolic shapes]
+            return SymNodeValue(node, result)
         if isinstance(result, (tuple, list)):
             items = []
             for i, r in enumerate(result):
-                if isinstance(r, torch.Tensor):
+                from .shapes import sym_or_int
+                r = sym_or_int(r)
+                if isinstance(r, (torch.Tensor, torch.SymInt, torch.SymBool)):
                     item = self.graph.call_function(operator.getitem, (node, i))
                     item.meta["val"] = r
-                    items.append(TensorValue(item, r))
+                    items.append(TensorValue(item, r) if isinstance(r, torch.Tensor) else SymNodeValue(item, r))
                 elif _contains_tensor(r):
                     raise Unsupported(BreakKind.UNSUPPORTED_CALL, "nested tensor containers in an op result")
                 else:
@@ -426,6 +484,7 @@ class OutputGraph:
         from .state_blocks import end_default_dtype
         end_default_dtype(self)  # NOTE [Default dtype changes]
         self.graph.output(tuple(v.node for v in values))
+        _drop_unused_sizes(self.graph)
         self._drop_undone_grad_switches()
 
     def _drop_undone_grad_switches(self) -> None:
@@ -444,6 +503,15 @@ class OutputGraph:
                     erased.update((first, second))
                     self.graph.erase_node(first)
                     self.graph.erase_node(second)
+
+
+def _drop_unused_sizes(graph: torch.fx.Graph) -> None:
+    """Size nodes the graph computed for Python code that then specialised them (NOTE [Symbolic shapes])
+    are dropped: they have no effect."""
+    for node in reversed(list(graph.nodes)):
+        if not node.users and node.op in ("call_function", "call_method") and \
+                isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool)):
+            graph.erase_node(node)
 
 
 def _version(t: torch.Tensor) -> int | None:
@@ -505,6 +573,8 @@ def _is_value(x: Any) -> bool:
 def _fake_of(x: Any) -> Any:
     if isinstance(x, TensorValue):
         return x.fake
+    if isinstance(x, SymNodeValue):
+        return x.sym
     if isinstance(x, SymFloatValue):
         return x.example
     if isinstance(x, Value):
@@ -513,7 +583,7 @@ def _fake_of(x: Any) -> Any:
 
 
 def _node_of(x: Any) -> Any:
-    if isinstance(x, (TensorValue, SymFloatValue)):
+    if isinstance(x, (TensorValue, SymFloatValue, SymNodeValue)):
         return x.node
     if isinstance(x, Value):
         return _python_of(x, _node_of)

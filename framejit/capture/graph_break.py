@@ -52,8 +52,8 @@ from .normalize import Inst, normalize
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
 from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
-                     PartialValue, SequenceValue, SetValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
-                     Value)
+                     PartialValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
+                     UserFunctionValue, Value)
 from .numpy_support import NdarrayMethodValue, NdarrayValue, children as numpy_children
 from .partials import partial_parts
 from .values.mappings import key_value
@@ -146,7 +146,7 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
     seen: dict[int, TensorValue] = {}
 
     def visit(v: Any) -> None:
-        if isinstance(v, TensorValue):
+        if isinstance(v, (TensorValue, SymNodeValue)):  # a size computed by the graph is an output too
             if v.node.op != "placeholder":
                 seen.setdefault(id(v.node), v)
         elif isinstance(v, (OutsideListValue, OutsideDictValue, OutsideSetValue)) and not v.materialized:

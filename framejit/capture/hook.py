@@ -27,6 +27,7 @@ import ast
 import contextlib
 import gc
 import inspect
+import re
 import threading
 import time
 import types
@@ -52,6 +53,8 @@ class FrameHook:
         self.limit_logged = False
         self.loaded_owners: set = set()  # owners whose persisted entries were looked up (frame cache)
         self.dynamic_floats: frozenset[str] = frozenset()  # NOTE [Dynamic floats] in values/scalars.py
+        self.dynamic_dims: dict[str, frozenset[int]] = {}  # NOTE [Automatic dynamic]
+        self.dynamic_ints: frozenset[str] = frozenset()  # NOTE [Dynamic ints]
         self.defaults = (fn.__defaults__, fn.__kwdefaults__)  # NOTE [Live defaults]
         self.code = fn.__code__  # NOTE [Code replaced]
         self.other_codes: dict[types.CodeType, tuple] = {}
@@ -150,12 +153,14 @@ class FrameHook:
             if self.entries:
                 self._log_recompile(args, kwargs)
                 self._mark_dynamic_float(args, kwargs)
+                self._mark_automatic_dynamic(args, kwargs)
             loaded = self._load_persisted(args, kwargs)
             if loaded is not None:
                 return loaded
             start = time.perf_counter()
             with _no_gc():  # tracing allocates many short-lived objects too (NOTE [No GC while restoring])
-                entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats)
+                entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
+                                      self.dynamic_ints)
             self._record(len(entry.graphs), time.perf_counter() - start, "miss")
             if config.dump_dir:
                 self._dump(entry)
@@ -233,6 +238,54 @@ class FrameHook:
             logs.log("recompiles", "%s: the float %s changed value; it is a graph input from now on",
                      self._name(), failure.guard.source)
 
+    # NOTE [Automatic dynamic]: with compile(dynamic=None) a frame is first compiled with static shapes.
+    # When a later call misses because a tensor dimension has another size (the newest entry's first
+    # failing guard is that tensor's shape check), that dimension is made symbolic for every later trace
+    # of the frame (NOTE [Symbolic shapes] in shapes.py): the new entry serves all sizes its relations
+    # allow, so a function called with 6 batch sizes compiles twice, plus once more if size 1 comes (1 is
+    # specialised: broadcasting differs). The same for an int argument or attribute that changed value
+    # (NOTE [Dynamic ints]): it becomes a symbol like a size. The `recompiles` log names the dimension.
+    def _mark_automatic_dynamic(self, args: tuple, kwargs: dict) -> None:
+        if self.request.dynamic is not None or not config.automatic_dynamic:
+            return
+        failure = self.entries[0].guard.first_failure(*args, **kwargs)
+        if failure is None:
+            return
+        if failure.guard.kind == "CONSTANT_MATCH" and failure.guard.source not in self.dynamic_ints:
+            try:
+                expected = ast.literal_eval(failure.guard.expected)
+            except (ValueError, SyntaxError):
+                return
+            if type(expected) is int:
+                # every int of the frame's state that changed, not only the first (as Dynamo compares the
+                # whole frame state): `sizes = t.tolist()` at a break gives the resume function a list of
+                # ints that change together (JetMoE's expert sizes: one recompile, not one per item)
+                changed = [failure.guard.source] + [
+                    f.guard.source for f in self.entries[0].guard.all_failures(*args, **kwargs)
+                    if f.guard.kind == "CONSTANT_MATCH" and f.guard.source not in self.dynamic_ints
+                    and f.guard.source != failure.guard.source and _int_text(f.guard.expected)]
+                self.dynamic_ints = self.dynamic_ints | set(changed)
+                for source in changed:
+                    logs.log("recompiles", "%s: the int %s changed value; it is symbolic from now on", self._name(),
+                             source)
+            return
+        if failure.guard.kind != "TENSOR_SHAPE":
+            return
+        for failure in self.entries[0].guard.all_failures(*args, **kwargs):  # every tensor whose size changed
+            if failure.guard.kind != "TENSOR_SHAPE":
+                continue
+            expected, actual = _dims(failure.guard.expected), _dims(failure.actual)
+            if len(expected) != len(actual):
+                continue  # another rank: a new static entry
+            changed = {d for d, (a, b) in enumerate(zip(expected, actual)) if a.isdigit() and a != b}
+            source = failure.guard.source
+            new = changed - self.dynamic_dims.get(source, frozenset())
+            if new:
+                self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | new}
+                logs.log("recompiles", "%s: size of dim %s of %s changed (%s -> %s); symbolic from now on",
+                         self._name(), ", ".join(map(str, sorted(new))), source, failure.guard.expected,
+                         failure.actual)
+
     def _log_recompile(self, args: tuple, kwargs: dict) -> None:
         if logs.enabled("recompiles"):
             failure = self.entries[0].guard.first_failure(*args, **kwargs)
@@ -275,6 +328,19 @@ def _no_gc():
     finally:
         if enabled:
             gc.enable()
+
+
+def _int_text(text: str) -> bool:
+    """`text` (a guard's expected value) is an int literal (not a bool)."""
+    try:
+        return type(ast.literal_eval(text)) is int
+    except (ValueError, SyntaxError):
+        return False
+
+
+def _dims(shape_text: str) -> list[str]:
+    """The dimensions of a shape as text, `(s0, 3)` -> ['s0', '3']."""
+    return re.findall(r"[^(),\s]+", shape_text.replace("torch.Size", ""))
 
 
 def _accepts(entry: Entry, args: tuple, kwargs: dict) -> bool:

@@ -19,7 +19,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .values import (ConstantValue, DictValue, DictViewValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue, ObjectValue,
-                     SequenceValue, SetValue, SliceValue, SymFloatValue, TensorValue, TupleValue, UserFunctionValue,
+                     SequenceValue, SetValue, SliceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
 from .values.builder import wrap
 from .values.outside import OutsideDictValue, OutsideListValue
@@ -111,6 +111,9 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         if a.cls is torch.Size and b.cls in (tuple, torch.Size):
             return ConstantValue(torch.Size(a.as_constant() + b.as_constant()))
         return (TupleValue if cls is tuple else ListValue)(a.items + b.items, cls=cls)
+    if (isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue)) and _is_int(a) and _is_int(b) \
+            and fn in _INT_OPS:  # NOTE [Symbolic shapes] in shapes.py
+        return tx.output.sym_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
     if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and _is_number(a) and _is_number(b) \
             and fn in _FLOAT_OPS:
         return tx.output.float_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
@@ -141,6 +144,17 @@ def extend_list(lst: ListValue, added: list[Value]) -> None:
         lst.items.extend(added)
 
 
+# arithmetic that keeps a symbolic size in the graph (NOTE [Symbolic shapes] in shapes.py); others specialise
+_INT_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.iadd, operator.isub,
+            operator.imul, operator.ifloordiv, operator.imod}
+_SYM_COMPARE_OPS = {operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge}
+
+
+def _is_int(v: Value) -> bool:
+    return (isinstance(v, SymNodeValue) and v.python_type() is int) or (
+        isinstance(v, ConstantValue) and type(v.value) is int)
+
+
 def _is_number(v: Value) -> bool:
     return isinstance(v, SymFloatValue) or (isinstance(v, ConstantValue) and type(v.value) in (int, float))
 
@@ -166,6 +180,9 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
         return nps.binary(tx, fn, a, b)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return tx.output.call("call_function", fn, (a, b), {})
+    if (isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue)) and _is_int(a) and _is_int(b) \
+            and fn in _SYM_COMPARE_OPS:  # a relation, guarded only if the code branches on it
+        return tx.output.sym_op(fn, (a, b))
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
     if fn in (operator.eq, operator.ne) and _identity_comparable(a, b):
@@ -527,6 +544,6 @@ def contains(tx, item: Value, container: Value) -> bool:
 
 
 def build_slice(parts: list[Value]) -> Value:
-    if all(p.is_constant() for p in parts):
+    if all(p.is_constant() and not isinstance(p, SymNodeValue) for p in parts):
         return ConstantValue(slice(*(p.as_constant() for p in parts)))
-    return SliceValue(*parts)
+    return SliceValue(*parts) if len(parts) == 3 else SliceValue(*parts, ConstantValue(None))

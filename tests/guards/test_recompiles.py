@@ -73,6 +73,7 @@ def test_global_change_recompiles():
 
 def test_recompile_limit_runs_eagerly_and_logs(caplog):
     framejit.config.recompile_limit, old = 3, framejit.config.recompile_limit
+    framejit.config.automatic_dynamic = False  # each value of the int k is its own entry (no symbolic int)
     try:
         compiled, backend = compiled_pair(scaled)
         framejit.set_logs("recompiles")
@@ -87,6 +88,7 @@ def test_recompile_limit_runs_eagerly_and_logs(caplog):
         assert recompiles and "L['k']" in recompiles[0] and "expected" in recompiles[0]
     finally:
         framejit.config.recompile_limit = old
+        framejit.config.automatic_dynamic = True
         framejit.set_logs("")
 
 

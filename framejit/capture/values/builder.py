@@ -109,6 +109,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
             return value
     if type(obj) is float and out.dynamic_floats and source.describe() in out.dynamic_floats:
         return out.add_float_input(obj, source)
+    if type(obj) is int and out.dynamic_ints and source.describe() in out.dynamic_ints:
+        return out.add_int_input(obj, source)  # NOTE [Dynamic ints] in capture/shapes.py
     if type(obj) in _SCALARS:
         out.guard_constant(source, obj)
         return ConstantValue(obj, source)

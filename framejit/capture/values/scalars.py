@@ -45,3 +45,29 @@ class SymFloatValue(Value):
 
     def describe(self) -> str:
         return f"SymFloat({self.example!r})"
+
+
+class SymNodeValue(Value):
+    """A size or size relation that is symbolic in the graph (NOTE [Symbolic shapes] in capture/shapes.py):
+    `sym` is a torch.SymInt or SymBool of the trace's ShapeEnv, `node` the graph node that computes it.
+    As a constant (any use the trace cannot keep symbolic: `range(n)`, an `if`, a Python call outside the
+    graph) it is specialised: the ShapeEnv records a guard on its value or relation, which becomes a
+    line of the guard function, and the trace continues with the concrete value."""
+
+    def __init__(self, node, sym, source=None) -> None:
+        self.node = node
+        self.sym = sym
+        self.source = source
+
+    def python_type(self) -> type:
+        import torch
+        return bool if isinstance(self.sym, torch.SymBool) else int
+
+    def is_constant(self) -> bool:
+        return True  # as a constant it is specialised (as_constant)
+
+    def as_constant(self) -> Any:
+        return self.python_type()(self.sym)
+
+    def describe(self) -> str:
+        return f"SymInt({self.sym})" if self.python_type() is int else f"SymBool({self.sym})"

@@ -1,0 +1,296 @@
+"""Symbolic shapes: which tensor dimensions are symbolic, their fake tensors, and their guards.
+
+NOTE [Symbolic shapes]: every trace has one `ShapeEnv` (torch.fx.experimental.symbolic_shapes) in its
+FakeTensorMode. A tensor input whose dimensions are dynamic (`dynamic_dims`) gets a fake tensor whose
+sizes are symbols of that env (`s0`, ...; sizes 0 and 1 stay specialised, as torch does: broadcasting
+and contiguity differ for them); every other input is static, exactly as before. Ops on fake tensors then
+compute symbolic sizes, and whatever the trace decides from a symbol (a broadcast, `if n > 1`, `int(n)`,
+`range(n)`) is recorded by the env as a guard on a relation, or as a replacement (`s1 -> s0`, `s0 -> 5`).
+
+Sizes read by the Python code (`x.shape`, `x.size(1)`, `x.numel()`) are `SymNodeValue`s: the graph node
+that computes them (a `size` call on the input, arithmetic on those) plus the SymInt. Arithmetic and
+comparisons on them stay symbolic (protocol.py); any other use specialises them (`as_constant`), which
+goes through the env and is guarded. So graphs see sizes as values computed from their inputs (torch's
+`sym_size` pattern): their placeholders are the same tensors as before (example inputs stay real tensors),
+with `meta["val"]` fake tensors carrying the symbols.
+
+Guards (`shape_guards`) are produced after the trace from the env's state, as lines of the same guard
+function: for each symbolic input, each size, stride and storage offset either defines its symbol (its
+first occurrence: `x.size(0)` *is* s0) or is checked against the simplified expression the trace relied
+on (`y.size(0) == x.size(0)` after a broadcast unified them, `x.size(1) == 4` after a specialisation,
+`x.stride(0) == x.size(1)`); then every relation the env recorded (`(x.size(0) % 2) == 0`), then the
+range of every symbol (`x.size(0) >= 2`: the entry never serves size 0 or 1). If a guard would need a
+symbol that no input defines, the trace's inputs are instead pinned to their concrete sizes (always
+sound: the graph is valid for them).
+
+Which dimensions are dynamic: `compile(dynamic=True)` all of them; `dynamic=False` none except those
+marked; `dynamic=None` (NOTE [Automatic dynamic] in hook.py) those whose size changed between calls of the
+frame, plus those marked on the tensor itself: `framejit.mark_dynamic` / `maybe_mark_dynamic` /
+`mark_static` set the same attributes as torch's `torch._dynamo.mark_dynamic` (`_dynamo_dynamic_indices`,
+`_dynamo_weak_dynamic_indices`, `_dynamo_static_indices`, `_dynamo_dynamic_range`), so markers set by
+library code for torch.compile are honoured too. They are only read, never guarded (as in torch).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+import torch
+
+from ..guards import COST_TENSOR, Guard
+
+
+def _shape_source_class():
+    from torch._guards import Source  # torch's base class of sources (not TorchDynamo's machinery)
+
+    @dataclasses.dataclass(frozen=True)
+    class ShapeSource(Source):
+        """What torch's ShapeEnv needs of a source: a name for its logs and symbol table. `text` is the
+        guard expression of the input (a parameter name, `x.weight`, ...). framejit prints its own guards
+        from these names (shape_guards); the env's own guard production is never used."""
+        text: str
+
+        @property
+        def _name_template(self) -> str:  # torch's Source.name (a cached property) is this text
+            return self.text
+
+        def is_ephemeral(self) -> bool:
+            return False
+
+        def guard_source(self):
+            from torch._guards import GuardSource
+            return GuardSource.LOCAL
+
+    return ShapeSource
+
+
+_SOURCE_CLASS: list = []
+
+
+def ShapeSource(text: str):
+    if not _SOURCE_CLASS:
+        _SOURCE_CLASS.append(_shape_source_class())
+    return _SOURCE_CLASS[0](text)
+
+
+@dataclasses.dataclass(frozen=True)
+class DimRange:
+    """A range set by `framejit.mark_dynamic(t, dim, min=, max=)`, read like torch's own markers."""
+    dim: int
+    min: int | None
+    max: int | None
+
+
+def new_shape_env():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    # no duck shaping: equal sizes get distinct symbols, unified only where an op needs them equal (fewer
+    # recompiles); no unbacked symbols (`.item()`, `nonzero` stay data-dependent breaks, as before)
+    return ShapeEnv(duck_shape=False, allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+
+
+def dynamic_dims(out, tensor: torch.Tensor, description: str) -> dict[int, tuple[int | None, int | None]]:
+    """The dimensions of `tensor` (reached as `description`) that are symbolic in this trace, with the
+    (min, max) a marker gave them."""
+    policy = out.dynamic
+    static = set(getattr(tensor, "_dynamo_static_indices", ()) or ())
+    dims: dict[int, tuple[int | None, int | None]] = {}
+    if policy is True:
+        dims.update((d, (None, None)) for d in range(tensor.dim()))
+    elif policy is None:
+        dims.update((d, (None, None)) for d in out.dynamic_dims.get(description, ()) if d < tensor.dim())
+    for attr in ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices"):
+        dims.update((d, (None, None)) for d in (getattr(tensor, attr, ()) or ()) if d < tensor.dim())
+    for r in getattr(tensor, "_dynamo_dynamic_range", ()) or ():
+        if getattr(r, "dim", None) in dims:
+            dims[r.dim] = (getattr(r, "min", None), getattr(r, "max", None))
+    return {d: r for d, r in dims.items() if d not in static}
+
+
+def symbolic_fake(out, tensor: torch.Tensor, expr: str, dims: dict) -> torch.Tensor:
+    """A fake tensor for `tensor` whose dimensions `dims` are symbols of the trace's ShapeEnv."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+    dims = {d: (low, high) for d, (low, high) in dims.items()  # a size outside a marked range is static
+            if (low is None or tensor.size(d) >= low) and (high is None or tensor.size(d) <= high)}
+    context = StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(tensor.dim())])
+    fake = out.fake_mode.from_tensor(tensor, symbolic_context=context, source=ShapeSource(expr))
+    env = out.fake_mode.shape_env
+    for d, (low, high) in dims.items():
+        size = fake.size(d)
+        if isinstance(size, torch.SymInt) and (low is not None or high is not None):
+            from torch.utils._sympy.value_ranges import ValueRanges
+            current = env.var_to_range[size.node.expr]
+            lower = max(current.lower, low) if low is not None else current.lower
+            upper = min(current.upper, high) if high is not None else current.upper
+            env._update_var_to_range(size.node.expr, ValueRanges(lower, upper))
+    return fake
+
+
+def is_symbolic(fake: torch.Tensor) -> bool:
+    return any(isinstance(s, torch.SymInt) for s in fake.shape)
+
+
+def symbolic_int(out, value: int, expr: str):
+    """A SymInt of the trace's env standing for a Python int input (NOTE [Dynamic ints]); 0 and 1 stay
+    specialised (returned as ints)."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+    env = out.fake_mode.shape_env
+    symbol = env.create_symbol(value, ShapeSource(expr), dynamic_dim=DimDynamic.DYNAMIC, positive=None)
+    if not hasattr(symbol, "name"):  # specialised (an Integer)
+        return int(symbol)
+    return env.create_symintnode(symbol, hint=value, source=ShapeSource(expr))
+
+
+def concrete(value: Any) -> Any:
+    """`value` with SymInts/SymBools (in tuples, torch.Size) specialised (guarded by the env)."""
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    if isinstance(value, torch.SymBool):
+        return bool(value)
+    if isinstance(value, torch.SymFloat):
+        return float(value)
+    if type(value) in (tuple, list, torch.Size) and any(has_sym(v) for v in value):
+        return type(value)(concrete(v) for v in value)
+    return value
+
+
+def has_sym(value: Any) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        return True
+    return type(value) in (tuple, list, torch.Size) and any(has_sym(v) for v in value)
+
+
+def sym_or_int(sym: Any) -> Any:
+    """A SymInt/SymBool whose expression is a constant, as a Python int/bool."""
+    if isinstance(sym, (torch.SymInt, torch.SymBool)):
+        value = sym.node.maybe_as_bool() if isinstance(sym, torch.SymBool) else sym.node.maybe_as_int()
+        if value is not None:
+            return value
+    return sym
+
+
+# ---- guards -----------------------------------------------------------------------------------------
+class _Unbound(Exception):
+    pass
+
+
+def shape_guards(out) -> list[Guard]:
+    """The guard lines for the symbolic inputs of `out` (NOTE [Symbolic shapes])."""
+    env = out.fake_mode.shape_env
+    inputs = [(i, _occurrences(out, i)) for i in out.inputs]
+    inputs = [(i, occ) for i, occ in inputs if occ]
+    if env is None or not inputs:
+        return []
+    try:
+        return _relation_guards(out, env, inputs)
+    except _Unbound:
+        return _pinned_guards(out, inputs)
+
+
+def _occurrences(out, inp) -> list[tuple[str, Any, str]]:
+    """(expression, SymInt or int, what) for each size, stride and the storage offset of a symbolic input."""
+    e = inp.source.expr(out.names)
+    value = inp.value
+    fake = getattr(value, "fake", None)
+    if isinstance(fake, torch.Tensor):
+        if not is_symbolic(fake):
+            return []
+        occ = [(f"{e}.size({d})", s, f"size of dim {d}") for d, s in enumerate(fake.shape)]
+        occ += [(f"{e}.stride({d})", s, f"stride of dim {d}") for d, s in enumerate(fake.stride())]
+        occ.append((f"{e}.storage_offset()", fake.storage_offset(), "storage offset"))
+        return occ
+    sym = getattr(value, "sym", None)
+    if isinstance(sym, torch.SymInt):
+        return [(e, sym, "value")]
+    return []
+
+
+def _relation_guards(out, env, inputs) -> list[Guard]:
+    bound: dict[Any, str] = {}
+    for _, occ in inputs:  # first pass: each symbol the env kept is defined by its first occurrence
+        for text, sym, _ in occ:
+            if isinstance(sym, torch.SymInt):
+                raw = sym.node.expr
+                if getattr(raw, "is_Symbol", False) and env.simplify(raw) == raw and raw not in bound:
+                    bound[raw] = text
+    guards: list[Guard] = []
+    for inp, occ in inputs:
+        where = inp.source.describe()
+        for text, sym, what in occ:
+            if not isinstance(sym, torch.SymInt):
+                continue  # static: the tensor guard checks it
+            expr = env.simplify(sym.node.expr)
+            if bound.get(expr) == text:
+                continue
+            guards.append(_guard(out, f"{text} == {_print(out, expr, bound)}", where,
+                                 f"{what} of {where} == {_readable(expr, bound, out)}", text))
+    for g in env.guards:
+        expr = env.simplify(g.expr)
+        if expr == True:  # noqa: E712 (sympy true)
+            continue
+        printed = _print(out, expr, bound)
+        guards.append(_guard(out, printed, _sources_of(expr, bound), _readable(expr, bound, out), None))
+    for symbol, text in bound.items():
+        vr = env.var_to_range.get(symbol)
+        if vr is None:
+            continue
+        low, high = vr.lower, vr.upper
+        is_size = "." in text and ("size(" in text or "stride(" in text)
+        if _finite(low) and (not is_size or int(low) > 0):
+            guards.append(_guard(out, f"{text} >= {int(low)}", text, f"{text} >= {int(low)}", text))
+        if _finite(high):
+            guards.append(_guard(out, f"{text} <= {int(high)}", text, f"{text} <= {int(high)}", text))
+    return guards
+
+
+def _pinned_guards(out, inputs) -> list[Guard]:
+    guards = []
+    for inp, occ in inputs:
+        for text, sym, what in occ:
+            if isinstance(sym, torch.SymInt):
+                value = sym.node.hint if sym.node.hint is not None else int(sym)
+                guards.append(_guard(out, f"{text} == {int(value)}", inp.source.describe(),
+                                     f"{what} == {int(value)}", text))
+    return guards
+
+
+def _guard(out, expr: str, where: str, expected: str, actual: str | None) -> Guard:
+    return Guard(expr, "SHAPE_ENV", where, out.location() if out.tx_stack else "", expected, actual,
+                 COST_TENSOR + 1)
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+_SYMBOL = re.compile(r"\b[a-z]+\d+\b")
+
+
+def _print(out, expr, bound: dict) -> str:
+    from torch.utils._sympy.printers import PythonPrinter
+    text = PythonPrinter().doprint(expr)
+    names = {str(s): t for s, t in bound.items()}
+    if "math." in text:
+        text = re.sub(r"\bmath\.", out.name_of(math, "math") + ".", text)
+
+    def name(m: re.Match) -> str:
+        if m.group(0) not in names:
+            raise _Unbound(m.group(0))
+        return names[m.group(0)]  # an attribute chain or call: an atom wherever it is printed
+    return _SYMBOL.sub(name, text)
+
+
+def _readable(expr, bound: dict, out) -> str:
+    try:
+        return _print(out, expr, bound)
+    except _Unbound:
+        return str(expr)
+
+
+def _sources_of(expr, bound: dict) -> str:
+    return ", ".join(bound[s] for s in getattr(expr, "free_symbols", ()) if s in bound) or "sizes"
