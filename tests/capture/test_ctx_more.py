@@ -186,3 +186,41 @@ def test_sdp_flags_with_a_break_inside_the_block_and_a_flag_left_changed():
             torch.backends.cuda.enable_mem_efficient_sdp(True)
             fn(torch.randn(3), keep)
             assert sdp_flags() == after  # the compiled call left eager's flags
+
+
+# ---- contextlib.redirect_stdout / redirect_stderr ------------------------------------------------------
+class Sink:
+    """A text stream whose contents compare equal (the eager and compiled runs each get a copy)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.parts.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Sink and self.parts == other.parts
+
+
+def test_redirected_output_and_sys_stream_reads_match_eager():
+    import sys
+
+    def fn(t, sink):
+        y = t.sin()
+        with contextlib.redirect_stdout(sink):
+            y = y + t.cos()
+            print("inside", sys.stdout is sink)
+        redirected_after = sys.stdout is sink
+        print("after", redirected_after)
+        with contextlib.redirect_stderr(sink):
+            print("to stderr", file=sys.stderr)
+        return y.tan(), redirected_after, list(sink.parts)
+
+    backend = run_differential(fn, lambda seed: (torch.randn(3 + seed), Sink()), fullgraph=False)
+    # the code before the first redirect is captured (sys's attributes are set as plain Python from there)
+    assert backend.graph_count == 2
+    assert all([n.target for n in gm.graph.nodes if n.op.startswith("call")] == ["sin"] for gm in backend.graphs)
