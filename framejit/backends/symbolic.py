@@ -192,6 +192,18 @@ class SymbolicInputs:
             return int(backend)
         return self.shape_env.create_symintnode(backend, hint=hint)
 
+    def sizes_at(self, values: dict) -> tuple[dict, dict]:
+        """The inputs' sizes when the backend symbols take `values`: ({input: {dim: size}}, {input: int})."""
+        sizes: dict = {}
+        scalars: dict = {}
+        for index, dim, expr in self._reads:
+            value = expr if isinstance(expr, int) else int(expr.xreplace(self._mapping).xreplace(values))
+            if dim is None:
+                scalars[index] = value
+            else:
+                sizes.setdefault(index, {})[dim] = value
+        return sizes, scalars
+
     # -- after tracing --------------------------------------------------------------------------
     def finish(self, traced: torch.fx.GraphModule | None = None) -> None:
         """Build `bind` from what tracing assumed (call after the backend traced `fake_inputs`); sizes

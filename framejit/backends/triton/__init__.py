@@ -37,7 +37,7 @@ from . import dynamic
 from .codegen import choose_config, generate_kernel
 from .lowering import GraphNotLowerable, lower, to_aten
 from .persist import load, save
-from .runtime import CompiledGraph, EagerGraph, load_module, log_once, needs_autograd, register_kernels
+from .runtime import CompiledGraph, EagerGraph, load_module, needs_autograd, register_kernels
 from .scheduler import FusedGroup, describe, schedule
 from .wrapper import generate_module
 
@@ -99,7 +99,8 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
     if problem is None and enters_inference_mode(gm):
         problem = "the graph enters torch.inference_mode() (its outputs must be inference tensors, as in eager)"
     if problem is not None:
-        log_once("eager_fallback", f"triton: running the graph eagerly: {problem}")
+        # once per compiled graph (log_once would hide it for every later graph with the same reason)
+        logs.log("eager_fallback", "triton: running the graph eagerly: %s", problem)
         return EagerGraph(gm, problem)
     if symbolic.is_symbolic(gm):
         try:
@@ -114,7 +115,7 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
     try:
         return compile_graph(gm, list(example_inputs), device, opts)
     except GraphNotLowerable as why:
-        log_once("eager_fallback", f"triton: running the graph eagerly: {why}")
+        logs.log("eager_fallback", "triton: running the graph eagerly: %s", why)
         return EagerGraph(gm, str(why))
     except Exception as error:  # NOTE: internal failures never reach the user; eager is always right
         logs.log("eager_fallback", "triton: compiling failed (%s: %s); running the graph eagerly",

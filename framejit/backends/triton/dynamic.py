@@ -32,7 +32,6 @@ from __future__ import annotations
 import itertools
 import re
 
-import sympy
 import torch
 import torch.utils._pytree as pytree
 
@@ -292,14 +291,7 @@ def _loop_varying_reductions(runs: list, configs: dict) -> bool:
 
 def _probe_inputs(sym: symbolic.SymbolicInputs, values: dict, example_inputs: list) -> list:
     """Inputs like `example_inputs` whose symbolic sizes take `values` (zeros: lowering reads no data)."""
-    sizes: dict = {}
-    scalars: dict = {}
-    for index, dim, expr in sym._reads:
-        value = expr if isinstance(expr, int) else int(expr.xreplace(sym._mapping).xreplace(values))
-        if dim is None:
-            scalars[index] = value
-        else:
-            sizes.setdefault(index, {})[dim] = value
+    sizes, scalars = sym.sizes_at(values)
     inputs = []
     for index, real in enumerate(example_inputs):
         if isinstance(real, torch.Tensor):
@@ -308,10 +300,6 @@ def _probe_inputs(sym: symbolic.SymbolicInputs, values: dict, example_inputs: li
         else:
             inputs.append(scalars.get(index, real))
     return inputs
-
-
-def sym_example(sym: symbolic.SymbolicInputs) -> list:
-    return sym.example_inputs
 
 
 class DynamicGraph:
@@ -329,7 +317,7 @@ class DynamicGraph:
         self.params_require_grad = any(p.requires_grad for p in gm.parameters()) or \
             any(t.requires_grad for t in constants)
         self.grad_inside = switches_grad_on(gm)
-        self.layout = symbolic.layout_signature(sym_example(sym), self.symbolic_ints)
+        self.layout = symbolic.layout_signature(sym.example_inputs, self.symbolic_ints)
         self.specialised = SpecialisingGraph(gm, device, opts, "the sizes fail the size check of the generic module",
                                              self.symbolic_ints)
         self.reason = None
