@@ -39,11 +39,7 @@ KNOWN_GAPS: dict[str, str] = {
                            'the remaining rows and the name); graphs 55 > stock 21 (stock runs that loop eagerly)',
 }
 
-GENERATE_KNOWN_GAPS: dict[str, str] = {
-    'gpt2': 'graphs 5 > stock 3 over two greedy generate() calls (no breaks, no eager frames)',
-    'llama': 'graphs 5 > stock 3 over two greedy generate() calls (no breaks, no eager frames)',
-    'qwen2': 'graphs 5 > stock 3 over two greedy generate() calls (no breaks, no eager frames)',
-}
+GENERATE_KNOWN_GAPS: dict[str, str] = {}  # gpt2/llama/qwen2 had 5 graphs (a recompile per sequence length) before dynamic shapes
 
 
 def _params(names, gaps: dict[str, str]) -> list:
