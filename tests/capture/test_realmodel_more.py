@@ -5,6 +5,8 @@
   generator already exists; its `__enter__` cannot be traced (NOTE [Breaks at BEFORE_WITH]).
 - Every ...ForSequenceClassification head with labels: `self.config.problem_type = "..."` on a config
   whose class defines `__setattr__` (NOTE [Custom __setattr__]).
+- JetMoE's `expert_size = expert_size.tolist()` then `inputs.split(expert_size)`: a list of ints that
+  change together between calls (one recompile makes all the changed ones symbolic).
 
 Each runs eagerly and compiled on fresh inputs over several calls, with the state the code reads changed
 between calls, and asserts graph counts and that no frame ran wholly eagerly.
@@ -227,6 +229,23 @@ def test_setattr_onto_property_breaks_but_matches():
         compiled = framejit.compile(f, backend=CountingBackend())
         assert_same(compiled(x, b), f(x, a))
         assert vars(a) == vars(b) == {"_v": 105}
+
+
+# ---- ints read from a tensor at a break ---------------------------------------------------------------------
+def test_tolist_sizes_change_together():
+    """`sizes = counts.tolist()` breaks; the resume function gets a list of ints. When they change, one
+    recompile makes every changed int symbolic (not one recompile per int)."""
+    def f(x, counts):
+        x = x * 2
+        sizes = counts.tolist()
+        parts = x.split(sizes, dim=0)
+        return [p.sum(0) * (i + 1) for i, p in enumerate(parts)]
+
+    sequence = [[2, 3, 2, 3], [3, 2, 3, 2], [4, 2, 2, 2], [2, 2, 4, 2], [3, 3, 2, 2]]
+    backend = run_differential(f, lambda seed: (torch.randn(10, 3), torch.tensor(sequence[seed])),
+                               seeds=range(len(sequence)), fullgraph=False)
+    # f's graph (x * 2), the resume function's static entry, then one symbolic entry for the rest
+    assert backend.graph_count == 3
 
 
 # ---- torch.distributions: library class data and helper functions -------------------------------------------

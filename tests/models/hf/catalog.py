@@ -212,6 +212,10 @@ _MOE = [
        dict(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2,
             num_experts=4, encoder_sparse_step=1, decoder_sparse_step=1, expert_capacity=8,
             relative_attention_num_buckets=8, decoder_start_token_id=0), inputs.seq2seq),
+    # `expert_size.tolist()` then `split(expert_size)`: a list of ints that changes between calls
+    _a("jetmoe", "moe", "JetMoeConfig", "JetMoeForCausalLM",
+       dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_key_value_heads=2, kv_channels=16,
+            intermediate_size=64, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2)),
 ]
 
 _MULTIMODAL_TEXT = [
