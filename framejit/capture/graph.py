@@ -412,7 +412,8 @@ class OutputGraph:
                 entry.version = version
                 storage = entry.tensor.untyped_storage().data_ptr()
                 for other in self.inputs:
-                    if other is not entry and other.tensor.untyped_storage().data_ptr() == storage:
+                    if other is not entry and isinstance(other.value, TensorValue) and \
+                            other.tensor.untyped_storage().data_ptr() == storage:
                         raise Unsupported(BreakKind.SIDE_EFFECT,
                                           f"in-place {_target_name(target)} mutates {entry.source.describe()}, "
                                           f"which shares memory with {other.source.describe()}")
@@ -595,7 +596,8 @@ def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
         if type(v.value).__module__ == "numpy":  # a NumPy scalar (NOTE [NumPy as torch])
             from .numpy_support import scalar_for_torch
             return scalar_for_torch(v.value)
-        return v.value
+        from .shapes import concrete  # a SymInt held as a constant (a NumPy shape): specialised, guarded
+        return concrete(v.value)
     if isinstance(v, SequenceValue):
         items = [leaf(i) for i in v.items]
         return tuple(items) if issubclass(v.cls, tuple) and not hasattr(v.cls, "_fields") else (

@@ -249,36 +249,26 @@ class FrameHook:
         if self.request.dynamic is not None or not config.automatic_dynamic:
             return
         failure = self.entries[0].guard.first_failure(*args, **kwargs)
-        if failure is None:
-            return
-        if failure.guard.kind == "CONSTANT_MATCH" and failure.guard.source not in self.dynamic_ints:
-            try:
-                expected = ast.literal_eval(failure.guard.expected)
-            except (ValueError, SyntaxError):
-                return
-            if type(expected) is int:
-                # every int of the frame's state that changed, not only the first (as Dynamo compares the
-                # whole frame state): `sizes = t.tolist()` at a break gives the resume function a list of
-                # ints that change together (JetMoE's expert sizes: one recompile, not one per item)
-                changed = [failure.guard.source] + [
-                    f.guard.source for f in self.entries[0].guard.all_failures(*args, **kwargs)
-                    if f.guard.kind == "CONSTANT_MATCH" and f.guard.source not in self.dynamic_ints
-                    and f.guard.source != failure.guard.source and _int_text(f.guard.expected)]
-                self.dynamic_ints = self.dynamic_ints | set(changed)
-                for source in changed:
-                    logs.log("recompiles", "%s: the int %s changed value; it is symbolic from now on", self._name(),
-                             source)
-            return
-        if failure.guard.kind != "TENSOR_SHAPE":
-            return
-        for failure in self.entries[0].guard.all_failures(*args, **kwargs):  # every tensor whose size changed
+        if failure is None or not (failure.guard.kind == "TENSOR_SHAPE" or (
+                failure.guard.kind == "CONSTANT_MATCH" and _int_text(failure.guard.expected))):
+            return  # the miss is not (first of all) a size or an int that changed
+        # every int and every size of the frame's state that changed, not only the first (as Dynamo compares
+        # the whole frame state): `sizes = t.tolist()` at a break gives the resume function a list of ints
+        # that change together (JetMoE's expert sizes: one recompile, not one per item); a batch size and
+        # a step counter that change together recompile once
+        for failure in self.entries[0].guard.all_failures(*args, **kwargs):
+            source = failure.guard.source
+            if failure.guard.kind == "CONSTANT_MATCH" and _int_text(failure.guard.expected) and \
+                    source not in self.dynamic_ints:
+                self.dynamic_ints = self.dynamic_ints | {source}
+                logs.log("recompiles", "%s: the int %s changed value; it is symbolic from now on", self._name(),
+                         source)
             if failure.guard.kind != "TENSOR_SHAPE":
                 continue
             expected, actual = _dims(failure.guard.expected), _dims(failure.actual)
             if len(expected) != len(actual):
                 continue  # another rank: a new static entry
             changed = {d for d, (a, b) in enumerate(zip(expected, actual)) if a.isdigit() and a != b}
-            source = failure.guard.source
             new = changed - self.dynamic_dims.get(source, frozenset())
             if new:
                 self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | new}

@@ -399,7 +399,7 @@ def length(tx, v: Value) -> int:
     if isinstance(v, TensorValue):
         if v.fake.dim() == 0:
             raise UserException(TypeError("len() of a 0-d tensor"))
-        return v.fake.shape[0]
+        return int(v.fake.shape[0])  # a symbolic size is specialised (guarded: NOTE [Symbolic shapes])
     from .module_protocol import replaced  # NOTE [Module container protocol]
     if isinstance(v, NNModuleValue) and replaced(tx, v.obj, "__len__"):
         return tx.call_method_of(v, "__len__", [], {}).as_constant()

@@ -23,7 +23,10 @@ def run_sizes(fn, make_args, sizes, **compile_kwargs):
     for i, n in enumerate(sizes):
         torch.manual_seed(i)
         args = make_args(n)
-        assert_same(compiled(*args), fn(*args))
+        torch.manual_seed(i)
+        compiled_args = make_args(n)  # the same values, made anew (markers set on tensors are kept)
+        assert_same(compiled(*compiled_args), fn(*args))
+        assert_same(compiled_args, args)  # the same in-place updates
     return backend
 
 
@@ -269,3 +272,35 @@ def test_frame_cache_serves_new_sizes_without_tracing(tmp_path):
     assert cold["ok"] and cold["traced"] == 2
     warm = run_cache_program(tmp_path, "dynamic_program.py", PROGRAM, "7,9,12")
     assert warm["ok"] and warm["traced"] == 0 and warm["loaded"] >= 1
+
+
+def test_len_and_numpy_shape_of_a_symbolic_tensor():
+    def fn(x):
+        a = x.numpy()
+        return x * len(x) + torch.from_numpy(a.reshape(a.shape[0], -1) * 2).sum(1, keepdim=True)
+
+    backend = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 4, 3], dynamic=True)
+    assert backend.graph_count <= 3  # len() and a NumPy shape need the value: specialised, guarded
+
+
+def test_in_place_update_with_a_symbolic_int():
+    def fn(x, n):
+        x.add_(n)
+        return x * x.shape[0]
+
+    backend = run_sizes(fn, lambda n: (torch.randn(n, 2), n), SIZES)
+    assert backend.graph_count == 2
+
+
+def test_batch_and_sequence_vary_and_meet_size_one():
+    def fn(x, mask):
+        scores = x @ x.transpose(-1, -2) + mask[:, None, :]
+        return scores.softmax(-1) @ x
+
+    calls = [(2, 3), (4, 5), (3, 7), (5, 2), (6, 9), (1, 4), (1, 8), (2, 6)]
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    for b, s in calls:
+        x, mask = torch.randn(b, s, 4), torch.randn(b, s)
+        torch.testing.assert_close(compiled(x, mask), fn(x, mask))
+    assert backend.graph_count == 3  # static, batch and sequence symbolic, batch 1
