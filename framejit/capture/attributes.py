@@ -10,6 +10,7 @@ guarded: NOTE [Lookup facts] in lookup.py.
 from __future__ import annotations
 
 import collections
+import functools
 import types
 from typing import Any
 
@@ -390,6 +391,9 @@ def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
 
 
+_LRU_WRAPPER = functools._lru_cache_wrapper
+
+
 def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None) -> Value:
     """A non-data class attribute; `entry` is the source of the owner's raw dict entry (None for fixed
     classes), guarded here by identity, or by value for plain data (NOTE [Lookup facts])."""
@@ -404,6 +408,9 @@ def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=Non
         return BoundMethodValue(wrap_unguarded(attr.__func__), ClassValue(cls))
     if isinstance(attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
         return BoundMethodValue(BuiltinValue(attr), obj)
+    if type(attr) is _LRU_WRAPPER and entry is not None:  # a cached method, e.g. transformers'
+        lookup.guard_entry_identity(tx.output, entry, attr)  # `Logger.warning_once` (NOTE [Cached functions])
+        return BoundMethodValue(wrap(tx.output, attr, entry), obj)
     if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
     if entry is not None:

@@ -7,7 +7,12 @@ str, tuples of those) is answered by calling the real wrapper at trace time: exa
 returns now (the cached value, or the value computed and cached now, as eager's first call would), and
 what later eager calls return for as long as the cache is not cleared. Any other call with constant
 arguments inlines `__wrapped__` (guarded by identity through the wrapper's source); a call with
-non-constant arguments (tensors) is a graph break, since eager would hash them into the cache.
+non-constant arguments (tensors) is a graph break, since eager would hash them into the cache. An
+argument that is an object from outside hashed by identity (object's own __hash__ and __eq__, e.g. a
+logging.Logger) counts as a constant: it is guarded by identity and the real object goes into the real
+call. This is how transformers' `logger.warning_once(msg)` (an lru_cache function stored on
+logging.Logger, read as a bound method) runs: the first call warns at trace time, during the call that
+eager would warn in, and later calls find the cache filled, as eager does.
 """
 from __future__ import annotations
 
@@ -32,14 +37,35 @@ def _immutable(value) -> bool:
     return type(value) in _IMMUTABLE
 
 
+def _identity_hashed(tx, value: Value) -> bool:
+    """An object from outside that the cache keys by identity: guarded by identity, passed as itself."""
+    if not (isinstance(value, ObjectValue) and value.source is not None):
+        return False
+    cls = type(value.obj)
+    if cls.__hash__ is not object.__hash__ or cls.__eq__ is not object.__eq__:
+        return False
+    if any(key[0] == id(value.obj) for key in tx.output.side_effects.attrs):
+        return False  # the real call would see it without the trace's pending stores
+    tx.output.guard_id(value.source, value.obj)
+    return True
+
+
+def _key_part(tx, value: Value):
+    if value.is_constant():
+        return value.as_constant()
+    if _identity_hashed(tx, value):
+        return value.obj
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, "an lru_cache function called with non-constant arguments")
+
+
 def call_cached(tx, fn: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "an lru_cache function called with non-constant arguments")
     if fn.source is None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "an lru_cache function without a source")
+    real_args = [_key_part(tx, a) for a in args]
+    real_kwargs = {k: _key_part(tx, v) for k, v in kwargs.items()}
     wrapped = wrap(tx.output, fn.obj.__wrapped__, AttrSource(fn.source, "__wrapped__"))
     try:
-        result = fn.obj(*(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
+        result = fn.obj(*real_args, **real_kwargs)
     except Exception as e:  # noqa: BLE001 - the call raised: eager raises the same (nothing is cached)
         raise UserException(e) from None
     if _immutable(result):

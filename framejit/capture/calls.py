@@ -16,7 +16,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .protocol import ModuleSliceValue, constant_fold
-from .values import (BoundMethodValue, BuiltinValue, ClassValue, NewObjectValue, NNModuleValue,
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
                      ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
 
@@ -37,6 +37,7 @@ TORCH_FUNCTIONS_UNSUPPORTED = {
     torch.manual_seed, torch.seed, torch.set_printoptions, torch.save, torch.load,
     torch.set_num_threads, torch.use_deterministic_algorithms, torch.set_rng_state, torch.get_rng_state,
     torch.is_nonzero, torch.equal, torch.allclose, torch.autograd.grad, torch.autograd.backward,
+    torch._nested_tensor_from_mask_left_aligned,  # a bool from the mask's data (fake tensors answer True)
 }
 
 _PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.dtype, torch.device, complex,
@@ -125,6 +126,8 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
     if name == "numpy":  # NOTE [NumPy as torch]
         from .numpy_support import tensor_to_ndarray
         return tensor_to_ndarray(tx, tensor, args, kwargs)
+    if name == "requires_grad_" and _requires_grad_unchanged(tensor, args, kwargs):
+        return tensor  # already in that state: no effect (transformers' enable_input_require_grads hook)
     kind = TENSOR_METHODS_UNSUPPORTED.get(name)
     if kind is not None:
         raise Unsupported(kind, f"Tensor.{name}() {'reads tensor data into Python' if kind is BreakKind.DATA_DEPENDENT else 'has effects outside the graph'}")
@@ -138,6 +141,22 @@ def _sets_backend_state(fn: Any) -> bool:
     name, module = getattr(fn, "__name__", None) or "", getattr(fn, "__module__", None) or ""
     return (module.startswith("torch.backends") and name.startswith("set_")) or \
         (module == "torch._C" and name.startswith("_set_"))
+
+
+def _not_a_graph_arg(value: Value) -> bool:
+    """A module, an iterator (`m.parameters()`) or a Python callable: a torch Python function given one is
+    inlined (it cannot be a graph op)."""
+    from .values.containers import IteratorValue
+    return isinstance(value, (NNModuleValue, IteratorValue, UserFunctionValue, BoundMethodValue, PartialValue))
+
+
+def _requires_grad_unchanged(tensor: TensorValue, args: list[Value], kwargs: dict[str, Value]) -> bool:
+    """`t.requires_grad_(flag)` where t.requires_grad is already `flag`: eager changes nothing (and raises
+    nothing, also for a non-leaf), so the call is the tensor itself."""
+    flag = args[0] if len(args) == 1 and not kwargs else kwargs.get("requires_grad") if not args and len(kwargs) == 1 \
+        else ConstantValue(True) if not args and not kwargs else None
+    return flag is not None and flag.is_constant() and type(flag.as_constant()) is bool \
+        and tensor.fake.requires_grad == flag.as_constant()
 
 
 def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -161,6 +180,8 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes or reads state outside the graph")
     if _sets_backend_state(fn):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes state outside the graph")
+    if isinstance(fn, types.FunctionType) and any(_not_a_graph_arg(v) for v in (*args, *kwargs.values())):
+        return tx.inline(UserFunctionValue(fn), args, kwargs)  # NOTE [Decorated torch functions] in builder.py
     if _is_graph_op(fn):
         return tx.output.call("call_function", fn, tuple(args), kwargs)
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and _is_pure(fn):

@@ -49,6 +49,11 @@ class GraphInput:
         self.version = _version(value.fake) if isinstance(value, TensorValue) else None
 
 
+# Errors only a fake (or symbolic) tensor raises: a C++ kernel that reads the data of an input, such as
+# the packed-sequence LSTM/GRU reading `batch_sizes`. Eager runs such a call, so it is a graph break.
+_FAKE_ONLY_ERRORS = ("but its data is not allocated yet", "on tensor with symbolic sizes/strides")
+
+
 class OutputGraph:
     def __init__(self) -> None:
         self.graph = torch.fx.Graph()
@@ -396,6 +401,11 @@ class OutputGraph:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_target_name(target)}: no fake-tensor rule for {e}") from None
         except Unsupported:
             raise
+        except RuntimeError as e:
+            if any(m in str(e) for m in _FAKE_ONLY_ERRORS):  # a kernel that reads data (packed RNNs): eager runs it
+                raise Unsupported(BreakKind.DATA_DEPENDENT,
+                                  f"{_target_name(target)} reads tensor data that fake tensors do not have") from None
+            raise UserException(e) from None
         except Exception as e:  # the user's error (bad shapes, wrong dtypes): eager raises it for real
             raise UserException(e) from None
 

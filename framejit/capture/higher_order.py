@@ -12,6 +12,18 @@ like the sequential loop such libraries run eagerly; the length is specialised).
 combine_fn gives the real op's values up to floating-point reassociation, which the real op leaves
 unspecified too. Anything else (a pytree other than a tensor, tuple or list of tensors, arguments the
 real op rejects) is a graph break, so the real function runs and raises its own errors.
+
+NOTE [Activation checkpointing]: `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False,
+**kwargs)` returns `fn(*args, **kwargs)` and gives the same gradients: the non-reentrant variant only
+changes *when* the activations are computed (again, during backward, under the RNG state of the first
+run, so dropout masks are equal). transformers' gradient checkpointing (`gradient_checkpointing_enable()`,
+whose default is `use_reentrant=False`) calls it for every layer in train mode. The substitute below
+inlines `fn` into the graph, so the graph keeps every layer; what it gives up is the memory saving (the
+graph's autograd keeps the activations, as it does for any layer). `checkpoint_sequential(...,
+use_reentrant=False)` is inlined as written (it calls `checkpoint` per segment). Anything else stays a
+graph break, so torch's own code runs: the reentrant variant (whose outputs do not require grad when no
+input does), a missing `use_reentrant` (torch warns and picks the reentrant one), a `context_fn`, and
+`debug=True`.
 """
 from __future__ import annotations
 
@@ -51,9 +63,35 @@ def associative_scan(combine_fn, xs, dim, reverse=False, combine_mode="pointwise
     return type(xs)([torch.stack([step[k] for step in steps], dim) for k in range(len(leaves))])
 
 
+def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism_check="default", debug=False,
+               early_stop=True, **kwargs):
+    """torch.utils.checkpoint.checkpoint, non-reentrant, traced (NOTE [Activation checkpointing])."""
+    from torch.utils.checkpoint import noop_context_fn
+    if use_reentrant is not False or context_fn not in (None, noop_context_fn) or debug is not False:
+        graph_break("torch.utils.checkpoint.checkpoint other than use_reentrant=False without context_fn or debug")
+    kwargs.pop("preserve_rng_state", None)
+    return function(*args, **kwargs)
+
+
+def _checkpoint_sequential_handler(real):
+    def handler(tx, args, kwargs):
+        from .breaks import BreakKind, Unsupported
+        from .values import UserFunctionValue
+        reentrant = kwargs.get("use_reentrant", args[3] if len(args) > 3 else None)
+        if reentrant is None or not reentrant.is_constant() or reentrant.as_constant() is not False:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "checkpoint_sequential other than use_reentrant=False")
+        return tx.inline(UserFunctionValue(real), args, kwargs)  # calls `checkpoint` per segment
+    return handler
+
+
 def _register_handlers() -> None:
     from .builtins import BUILTIN_HANDLERS
     from .values import UserFunctionValue
+    import torch.utils.checkpoint as torch_checkpoint
+    BUILTIN_HANDLERS[torch_checkpoint.checkpoint] = \
+        lambda tx, args, kwargs: tx.inline(UserFunctionValue(checkpoint), args, kwargs)
+    BUILTIN_HANDLERS[torch_checkpoint.checkpoint_sequential] = \
+        _checkpoint_sequential_handler(torch_checkpoint.checkpoint_sequential)
     try:
         from torch._higher_order_ops.associative_scan import associative_scan as real  # imported by torch
     except ImportError:

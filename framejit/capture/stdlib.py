@@ -1,4 +1,4 @@
-"""Small library calls answered at trace time: `sys.intern`, `Tensor.type()` (the type name of a
+"""Small library calls answered at trace time: `sys.intern`, `id()` of objects from outside, `Tensor.type()` (the type name of a
 tensor, or a conversion to the dtype that a type name, tensor class or dtype names), and
 `torch._dynamo.graph_break()`, which breaks the graph as it asks.
 
@@ -21,6 +21,27 @@ from .builtins import _fold, BUILTIN_HANDLERS
 from .values import ConstantValue, TensorValue, Value
 
 BUILTIN_HANDLERS[sys.intern] = _fold(sys.intern)
+
+
+def _id(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`id(obj)` of an object from outside (a module, a user object, a class, a function): the real id,
+    with the object guarded by identity, so a call with another object recompiles (torch's parametrize
+    caches by `id(module)`). Anything else (tensors, objects made while tracing, constants whose
+    identity CPython does not promise) is a graph break."""
+    from .values import ObjectValue, UserFunctionValue
+    if len(args) != 1 or kwargs:
+        raise UserException(TypeError(f"id() takes exactly one argument ({len(args) + len(kwargs)} given)"))
+    value = args[0]
+    if isinstance(value, ObjectValue) and value.source is not None and type(value.obj) not in (int, float, str, bytes):
+        tx.output.guard_id(value.source, value.obj)
+        return ConstantValue(id(value.obj))
+    if isinstance(value, UserFunctionValue) and value.source is not None:
+        tx.output.guard_id(value.source, value.fn)
+        return ConstantValue(id(value.fn))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"id() of {value.describe()}")
+
+
+BUILTIN_HANDLERS[id] = _id
 
 
 def forced_break(f) -> None:

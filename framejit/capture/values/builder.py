@@ -10,6 +10,7 @@ wrapped unguarded.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -378,4 +379,18 @@ def _is_torch_callable(obj: Any) -> bool:
     module = getattr(obj, "__module__", None) or ""
     if isinstance(obj, type) or not callable(obj) or module.startswith(("torch.nn.modules", "torch.distributions")):
         return False  # Python code over tensors and plain objects: inlined (torch.distributions' helpers too)
+    code = getattr(obj, "__code__", None)
+    if code in _DECORATOR_WRAPPER_CODES or (isinstance(code, types.CodeType) and code.co_flags & inspect.CO_GENERATOR):
+        return False  # NOTE [Decorated torch functions]
     return module == "torch" or module.startswith("torch.") or module.startswith("torch._C")
+
+
+# NOTE [Decorated torch functions]: a torch function decorated with a grad-mode manager
+# (`@torch.no_grad()`, e.g. spectral_norm's `_power_method`) or made by `@contextlib.contextmanager`
+# (e.g. `torch.nn.utils.parametrize.cached`) is a Python wrapper that functools.wraps gave the torch
+# module's name; it takes modules and returns context managers, so it is no graph op. Its code is the
+# decorator's (shared by every function so decorated): such wrappers are inlined like user code, and so
+# are generator functions (a generator is never a graph op). A torch Python function called with a
+# module argument is inlined too (calls.call_builtin).
+_DECORATOR_WRAPPER_CODES = (torch.no_grad()(lambda: None).__code__,
+                            contextlib.contextmanager(lambda: (yield)).__code__)
