@@ -223,8 +223,37 @@ _MULTIMODAL_TEXT = [
        dict(_TEXT, max_position_embeddings=32, eos_token_id=2), inputs.text_with_eos),
 ]
 
+# Found by breadth probing (tests/capture/test_breadth_probe.py): each passed on first try; kept for coverage.
+_BREADTH = [
+    _a("layoutlm", "encoder", "LayoutLMConfig", "LayoutLMModel", _TEXT, inputs.text_with_types),
+    _a("squeezebert", "encoder", "SqueezeBertConfig", "SqueezeBertModel",
+       dict(_TEXT, embedding_size=32, q_groups=2, k_groups=2, v_groups=2, post_attention_groups=2,
+            intermediate_groups=2, output_groups=2), inputs.text_with_types),
+    # character hashing, a strided local transformer and upsampling back to characters
+    _a("canine", "encoder", "CanineConfig", "CanineModel",
+       dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, num_hash_functions=2,
+            num_hash_buckets=64, downsampling_rate=2, local_transformer_stride=4, max_position_embeddings=64)),
+    _a("owlvit_text", "encoder", "OwlViTTextConfig", "OwlViTTextModel",
+       dict(_TEXT, max_position_embeddings=16)),
+    _a("gpt_bigcode", "decoder", "GPTBigCodeConfig", "GPTBigCodeForCausalLM",
+       dict(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64)),
+    _a("codegen", "decoder", "CodeGenConfig", "CodeGenForCausalLM",
+       dict(vocab_size=100, n_embd=32, n_layer=2, n_head=2, rotary_dim=8, n_positions=64, n_ctx=64)),
+    _a("persimmon", "decoder", "PersimmonConfig", "PersimmonForCausalLM", _TEXT),
+    _a("mpt", "decoder", "MptConfig", "MptForCausalLM",
+       dict(vocab_size=100, d_model=32, n_layers=2, n_heads=2, max_seq_len=64)),
+    _a("regnet", "vision", "RegNetConfig", "RegNetModel",
+       dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=4), inputs.pixels),
+    _a("segformer", "vision", "SegformerConfig", "SegformerModel",
+       dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], num_attention_heads=[1, 2],
+            patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2]), inputs.pixels),
+    _a("wavlm", "audio", "WavLMConfig", "WavLMModel", dict(_AUDIO, num_buckets=16, max_bucket_distance=32),
+       inputs.waveform),
+]
+
 ARCHS: dict[str, Arch] = {a.name: a for a in
-                          _ENCODERS + _DECODERS + _SEQ2SEQ_MODELS + _VISION + _AUDIO_MODELS + _MOE + _MULTIMODAL_TEXT}
+                          _ENCODERS + _DECODERS + _SEQ2SEQ_MODELS + _VISION + _AUDIO_MODELS + _MOE + _MULTIMODAL_TEXT
+                          + _BREADTH}
 
 # Decoders whose greedy generate() the tests and triage also run.
 GENERATE = ("gpt2", "llama", "qwen2")
