@@ -132,6 +132,12 @@ def is_symbolic(fake: torch.Tensor) -> bool:
     return any(isinstance(s, torch.SymInt) for s in fake.shape)
 
 
+# NOTE [Dynamic ints]: an int argument or attribute is specialised (guarded by value) until a call misses
+# because it changed (NOTE [Automatic dynamic] in hook.py); later traces make it a graph input whose
+# placeholder's `meta["val"]` is a SymInt of the env (the backend's example input is the int itself). Its
+# arithmetic and comparisons stay symbolic like sizes; a use that needs the value (`range(n)`, `[x] * n`, a
+# dict key) specialises it through the env, which guards it (`n == 3`), so such a frame still compiles
+# once per value, as before. 0 and 1 are specialised as for sizes.
 def symbolic_int(out, value: int, expr: str):
     """A SymInt of the trace's env standing for a Python int input (NOTE [Dynamic ints]); 0 and 1 stay
     specialised (returned as ints)."""
