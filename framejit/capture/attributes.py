@@ -291,6 +291,7 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
             lookup.guard_class_absent(tx.output, type(cls).__mro__, "__getattr__")
             raise UserException(e) from None
         return _guarded_or_plain(tx, obj, name, value)
+    _guard_no_metaclass_descriptor(tx, type(cls), name)
     entry = lookup.guard_found_on_class(tx.output, cls, name, index)
     if isinstance(attr, (staticmethod, classmethod, types.FunctionType)):
         lookup.guard_entry_identity(tx.output, entry, attr)
@@ -303,6 +304,19 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
     if entry is not None and not hasattr(type(attr), "__get__"):
         return wrap(tx.output, attr, entry)  # plain class data, read raw from the owner's dict
     return _guarded_or_plain(tx, obj, name, getattr(cls, name))
+
+
+def _guard_no_metaclass_descriptor(tx, meta: type, name: str) -> None:
+    """`K.name` found in K's MRO is what CPython returns unless the metaclass's MRO has a data descriptor
+    `name`, which takes precedence (`type.__getattribute__`): a user metaclass's one is not modelled (a
+    break); otherwise the metaclass lookup is guarded to stay as it is (NOTE [Lookup facts]). `type`'s own
+    getsets (`__doc__`, `__module__`, ...) return the class's entry and cannot change."""
+    index, attr = lookup.mro_lookup(meta, name)
+    if index is not None and _is_data_descriptor(attr) and not lookup.is_immutable_class(meta.__mro__[index]):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name!r} is a data descriptor of the metaclass "
+                                                           f"{meta.__name__}")
+    if index is None or not lookup.is_immutable_class(meta.__mro__[index]):
+        lookup.guard_lookup(tx.output, meta, name)
 
 
 def _guarded_or_plain(tx, owner: Value, name: str, value: Any) -> Value:

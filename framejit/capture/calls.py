@@ -303,6 +303,7 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     if can_create_dict_object(cls):  # NOTE [Dict-subclass objects made while tracing]
         return create_dict_object(tx, cls, args, kwargs)
     if cls.__new__ is object.__new__ and _is_plain_class(cls):
+        _guard_plain_construction(tx, cls)
         obj = NewObjectValue(cls)
         init = getattr(cls, "__init__")
         if isinstance(init, types.FunctionType):
@@ -313,6 +314,15 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     if issubclass(cls, torch.Tensor) or getattr(cls, "__module__", "").startswith("torch"):
         return tx.output.call("call_function", cls, tuple(args), kwargs)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating an instance of {cls.__qualname__}")
+
+
+def _guard_plain_construction(tx, cls: type) -> None:
+    """`cls(...)` traced as object.__new__ then `__init__`: the metaclass's `__call__` (type's), `__new__`
+    (object's) and `__init__` stay what the lookups found (NOTE [Lookup facts])."""
+    from . import lookup
+    lookup.guard_lookup(tx.output, type(cls), "__call__")
+    for name in ("__new__", "__init__"):
+        lookup.guard_lookup(tx.output, cls, name)
 
 
 def _is_plain_class(cls: type) -> bool:

@@ -294,6 +294,10 @@ def truth(tx, v: Value) -> bool:
         return module_truth(tx, v)
     if isinstance(v, ObjectValue):
         cls = type(v.obj)
+        from . import lookup  # NOTE [Lookup facts]: `__bool__`, else `__len__`, else True, as found now
+        lookup.guard_lookup(tx.output, cls, "__bool__")
+        if getattr(cls, "__bool__", None) is None:
+            lookup.guard_lookup(tx.output, cls, "__len__")
         if getattr(cls, "__bool__", None) is None and getattr(cls, "__len__", None) is None:
             return True
         result = tx.call_method_of(v, "__bool__" if hasattr(cls, "__bool__") else "__len__", [], {})

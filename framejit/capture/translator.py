@@ -34,11 +34,11 @@ from .getattribute import custom_setattr
 from .generator_reach import closure_contents as _closure_contents, reachable_values
 from .stdlib import forced_break
 from .normalize import Inst, normalize
-from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, Ref
+from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, ObjectSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
                      TupleValue, UserFunctionValue, Value)
 from .values.base import LazyArg
-from .values.builder import wrap, wrap_unguarded
+from .values.builder import LIBRARY_MODULE_PREFIXES, wrap, wrap_unguarded
 
 _ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 MAX_TRACE_STEPS = 500_000
@@ -195,6 +195,8 @@ class Translator:
             raise UserException(NameError(f"name '{name}' is not defined"))
         g = self.output.name_of(self.f_globals, "G")
         self.output.add_guard("BUILTIN_NOT_SHADOWED", f"{name!r} not in {g}", None, expected=f"{name} is the builtin")
+        # the builtin itself may be monkeypatched (`builtins.print = f`): pinned by identity (NOTE [Lookup facts])
+        self.output.guard_id(ItemSource(ObjectSource(Ref(builtins_dict, "B")), name), builtins_dict[name])
         return wrap_unguarded(builtins_dict[name])
 
     # ---- Python semantics the handlers need ---------------------------------------------------
@@ -309,16 +311,18 @@ class Translator:
 
     def _wrap_defaults(self, fn: UserFunctionValue) -> tuple[Value, ...]:
         defaults = fn.fn.__defaults__ or ()
-        if fn.source is None:
+        base = _function_source(fn)
+        if base is None:
             return tuple(wrap_unguarded(d) for d in defaults)
-        base = AttrSource(fn.source, "__defaults__")
+        base = AttrSource(base, "__defaults__")
         return tuple(wrap(self.output, d, ItemSource(base, i)) for i, d in enumerate(defaults))
 
     def _wrap_kwdefaults(self, fn: UserFunctionValue) -> dict[str, Value]:
         kwdefaults = fn.fn.__kwdefaults__ or {}
-        if fn.source is None:
+        base = _function_source(fn)
+        if base is None:
             return {k: wrap_unguarded(v) for k, v in kwdefaults.items()}
-        base = AttrSource(fn.source, "__kwdefaults__")
+        base = AttrSource(base, "__kwdefaults__")
         return {k: wrap(self.output, v, ItemSource(base, k)) for k, v in kwdefaults.items()}
 
     def _cells_for(self, fn: UserFunctionValue) -> dict[str, Any]:
@@ -411,3 +415,16 @@ def bind_arguments(code: types.CodeType, fname: str, args: list[Value], kwargs: 
 
 
 __all__ = ["DISABLED", "LazyArg", "RealCell", "Translator", "bind_arguments"]
+
+
+def _function_source(fn: UserFunctionValue):
+    """Where an inlined function's defaults are read and guarded from: its source, or, for a function
+    found without one (a method read from its class's dict, whose identity that lookup guards), the
+    function object itself; None for library functions (NOTE [Library modules]) and functions made in
+    the frame (their defaults are values of the trace)."""
+    if fn.source is not None:
+        return fn.source
+    module = getattr(fn.fn, "__module__", None) or ""
+    if fn.closure is not None or module.split(".")[0] in LIBRARY_MODULE_PREFIXES:
+        return None
+    return ObjectSource(Ref(fn.fn, fn.fn.__name__ if fn.fn.__name__.isidentifier() else "fn"))

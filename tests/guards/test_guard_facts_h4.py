@@ -287,3 +287,102 @@ def test_warm_cache_guards_abc_answers_mros_and_codes(tmp_path, backend):
     for before in ("register", "bases", "code"):  # changed before the first call: not loaded wrong
         changed = run(before, "none")
         assert changed["ref"] != cold["ref"], before
+
+
+# ---- more facts of the same families -----------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_builtin_monkeypatched_in_builtins_after_the_first_call(backend, monkeypatch):
+    import builtins
+    namespace = {}
+    exec("def fn(x):\n    return x * abs(-2) + divmod(7, 2)[0]\n", namespace)
+    fn = namespace["fn"]
+
+    run_steps(fn, _x, [None, None, lambda: monkeypatch.setattr(builtins, "abs", lambda v: 10), None,
+                       lambda: monkeypatch.setattr(builtins, "divmod", lambda a, b: (-4, 0)), None,
+                       lambda: monkeypatch.undo(), None], backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_method_defaults_and_kwdefaults_changed(backend):
+    class K:
+        def m(self, x, s=2):
+            return x * s
+
+        def n(self, x, *, t=3):
+            return x + t
+    k = K()
+
+    def fn(x):
+        return k.m(x) + k.n(x)
+
+    run_steps(fn, _x, [None, None, lambda: setattr(K.m, "__defaults__", (9,)), None,
+                       lambda: setattr(K.n, "__kwdefaults__", {"t": -5}), None], backend=backend)
+
+
+def test_dataclass_init_default_changed():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        s: int = 2
+
+    def fn(x):
+        return x * Cfg().s
+
+    run_steps(fn, _x, [None, lambda: setattr(Cfg.__init__, "__defaults__", (6,)), None])
+
+
+def test_metaclass_gains_a_data_descriptor_over_a_class_attribute():
+    class Meta(type):
+        pass
+
+    class K(metaclass=Meta):
+        a = 2
+
+    def fn(x):
+        return x * K.a
+
+    run_steps(fn, _x, [None, lambda: setattr(Meta, "a", property(lambda cls: 11)), None,
+                       lambda: delattr(Meta, "a"), None])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_truth_of_an_object_whose_class_gains___bool___or___len__(backend):
+    class Plain:
+        pass
+
+    class Sized:
+        def __len__(self):
+            return 1
+    plain, sized = Plain(), Sized()
+
+    def fn(x):
+        return x * (2 if plain else 3) + (1 if sized else 0)
+
+    run_steps(fn, _x, [None, None, lambda: setattr(Plain, "__bool__", lambda self: False), None,
+                       lambda: delattr(Plain, "__bool__"), None, lambda: setattr(Plain, "__len__", lambda self: 0),
+                       None, lambda: setattr(Sized, "__bool__", lambda self: False), None], backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_instance_creation_facts_changed(backend):
+    class Meta(type):
+        pass
+
+    class K(metaclass=Meta):
+        def __init__(self):
+            self.v = 2
+
+    class Alt:
+        v = 13
+
+    def other_init(self):
+        self.v = 9
+
+    def fn(x):
+        return x * K().v
+
+    run_steps(fn, _x, [None, None, lambda: setattr(K, "__init__", other_init), None,
+                       lambda: setattr(K, "__new__", staticmethod(lambda cls: Alt())), None,
+                       lambda: delattr(K, "__new__"), None,
+                       lambda: setattr(Meta, "__call__", lambda cls: Alt()), None], backend=backend)
