@@ -12,25 +12,12 @@ import contextlib
 import torch
 
 import framejit
+from tests.capture.test_contextlib import HandWritten as RawGradSwitch  # raw switches, as user code writes them
 from tests.helpers import CountingBackend, run_differential
 
 
 def grad_switches(gm: torch.fx.GraphModule) -> list[bool]:
     return [n.args[0] for n in gm.graph.nodes if n.op == "call_function" and n.target is torch._C._set_grad_enabled]
-
-
-class RawGradSwitch:
-    """A hand-written grad-mode manager: raw switches, as user code writes them."""
-
-    def __init__(self, mode):
-        self.prev = torch.is_grad_enabled()
-        self.mode = mode
-
-    def __enter__(self):
-        torch._C._set_grad_enabled(self.mode)
-
-    def __exit__(self, *exc):
-        torch._C._set_grad_enabled(self.prev)
 
 
 @contextlib.contextmanager
