@@ -99,6 +99,9 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return _constant_attr(obj, name)
     if isinstance(obj, SymFloatValue):  # a float method or attribute needs the value: specialised
         return _constant_attr(ConstantValue(obj.as_constant()), name)
+    from .values.scalars import SymNodeValue
+    if isinstance(obj, SymNodeValue):  # int methods (bit_length, as_integer_ratio): the value, guarded
+        return _constant_attr(ConstantValue(obj.as_constant()), name)
     if isinstance(obj, DictViewValue):  # NOTE [Live dict views]: `mapping` (3.10+) and isdisjoint are rare
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a dict view")
     if isinstance(obj, SequenceValue) and obj.cls is collections.deque:

@@ -219,6 +219,20 @@ def test_int_used_for_its_value_specialises():
     assert backend.graph_count == 2  # each value needs its own graph (the list length); entries reused
 
 
+def test_int_methods_of_a_symbolic_int_specialise_under_fullgraph():
+    """bit_length/as_integer_ratio/real of an int that became symbolic need its value: specialised and
+    guarded, not a break (fullgraph raised Unsupported: "attribute 'bit_length' of SymInt(s2)")."""
+    def fn(x, n):
+        return x + n.bit_length() + n.as_integer_ratio()[0] + n.real * 2
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    for n in [3, 5, 9, 5, 3, 1000]:
+        x = torch.randn(3)
+        assert_same(compiled(x, n), fn(x, n))
+    assert backend.graph_count == 4  # one per value (3, 5, 9, 1000); repeated values hit their entry
+
+
 def test_recompile_log_names_dimension_and_relation(caplog):
     backend = CountingBackend()
     compiled = framejit.compile(lambda x: x * 2, backend=backend)
