@@ -27,6 +27,7 @@ from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .breaks import DISABLED, BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from . import frame_cache
+from .higher_order import checkpoint_regions
 from .resume import make_resume_code
 from .values import Value
 
@@ -367,6 +368,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     if outputs or output.op_count:
         output.output(outputs)
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
+        checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
         compiled = _backend_compile(gm, output, request, fn)
         cg.push_null()
@@ -418,6 +420,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         if outputs or output.op_count:
             output.output(outputs)
             gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
+            checkpoint_regions(gm)  # NOTE [Checkpointed regions]
             graphs.append(gm)
             compiled = _backend_compile(gm, output, request, fn)
             output_index = {id(v.node): i for i, v in enumerate(outputs)}

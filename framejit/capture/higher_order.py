@@ -24,6 +24,18 @@ use_reentrant=False)` is inlined as written (it calls `checkpoint` per segment).
 graph break, so torch's own code runs: the reentrant variant (whose outputs do not require grad when no
 input does), a missing `use_reentrant` (torch warns and picks the reentrant one), a `context_fn`, and
 `debug=True`.
+
+NOTE [Checkpointed regions]: inlining alone would give up the memory saving the user asked for (the
+graph's autograd would keep every activation of every layer, and a model that fits only with gradient
+checkpointing would run out of memory). So the nodes that the inlined `fn` added are tagged with a region
+number (`meta["fj_checkpoint"]`), and when the GraphModule is built, `checkpoint_regions(gm)` moves each
+region whose outputs require grad into a submodule called through `torch.utils.checkpoint.checkpoint(...,
+use_reentrant=False)`: its inputs are the values the region reads from before it, its outputs the values
+used after it. Autograd then saves only the region's inputs and recomputes the rest during backward, as
+eager does (RNG state preserved, so dropout masks are equal). A region that does not need grad stays
+inlined (checkpoint changes nothing there, and backends lower it as usual); a region whose nodes are not
+contiguous (something else was inserted among them) stays inlined too, which is correct but keeps the
+activations. Such graphs read a submodule, so their frame entries stay in memory (not persisted).
 """
 from __future__ import annotations
 
@@ -84,12 +96,92 @@ def _checkpoint_sequential_handler(real):
     return handler
 
 
+_REGIONS = [0]
+
+
+def _checkpoint_handler(tx, args, kwargs):
+    """Inline `checkpoint` and tag the nodes `fn` added (NOTE [Checkpointed regions])."""
+    from .values import UserFunctionValue
+    graph = tx.output.graph
+    before = set(graph.nodes)
+    result = tx.inline(UserFunctionValue(checkpoint), args, kwargs)
+    _REGIONS[0] += 1
+    for node in graph.nodes:
+        if node not in before and node.op in ("call_function", "call_method", "call_module"):
+            node.meta["fj_checkpoint"] = _REGIONS[0]  # an enclosing checkpoint retags its inner ones
+    return result
+
+
+class _Checkpointed(torch.nn.Module):
+    """A region of a graph run under non-reentrant activation checkpointing."""
+
+    def __init__(self, region: torch.fx.GraphModule) -> None:
+        super().__init__()
+        self.region = region
+
+    def forward(self, *args):
+        from torch.utils.checkpoint import checkpoint as torch_checkpoint
+        return torch_checkpoint(self.region, *args, use_reentrant=False)
+
+
+def _requires_grad(node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.requires_grad
+
+
+def checkpoint_regions(gm: torch.fx.GraphModule) -> None:
+    """Move each tagged region whose outputs need grad into a checkpointed submodule
+    (NOTE [Checkpointed regions])."""
+    import operator
+    regions: dict[int, list] = {}
+    for node in gm.graph.nodes:
+        if "fj_checkpoint" in node.meta:
+            regions.setdefault(node.meta["fj_checkpoint"], []).append(node)
+    if not regions:
+        return
+    changed = False
+    for number, nodes in regions.items():
+        members = set(nodes)
+        order = list(gm.graph.nodes)
+        start = order.index(nodes[0])
+        if order[start:start + len(nodes)] != nodes:
+            continue  # not contiguous: stays inlined
+        inputs = []
+        for node in nodes:
+            for arg in node.all_input_nodes:
+                if arg not in members and arg not in inputs:
+                    inputs.append(arg)
+        outputs = [n for n in nodes if any(user not in members for user in n.users)]
+        if not outputs or not any(_requires_grad(n) for n in outputs):
+            continue
+        sub = torch.fx.Graph()
+        env = {}
+        for arg in inputs:
+            env[arg] = sub.placeholder(arg.name)
+            env[arg].meta = dict(arg.meta)
+        for node in nodes:
+            env[node] = sub.node_copy(node, lambda n: env[n])
+        sub.output(tuple(env[n] for n in outputs))
+        name = f"fj_checkpoint_{number}"
+        gm.add_submodule(name, _Checkpointed(torch.fx.GraphModule(torch.nn.Module(), sub)))
+        with gm.graph.inserting_before(nodes[0]):
+            call = gm.graph.call_module(name, tuple(inputs))
+            for index, node in enumerate(outputs):
+                item = gm.graph.call_function(operator.getitem, (call, index))
+                item.meta = {k: v for k, v in node.meta.items() if k != "fj_checkpoint"}
+                node.replace_all_uses_with(item, delete_user_cb=lambda user: user not in members)
+        for node in reversed(nodes):
+            gm.graph.erase_node(node)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
 def _register_handlers() -> None:
     from .builtins import BUILTIN_HANDLERS
     from .values import UserFunctionValue
     import torch.utils.checkpoint as torch_checkpoint
-    BUILTIN_HANDLERS[torch_checkpoint.checkpoint] = \
-        lambda tx, args, kwargs: tx.inline(UserFunctionValue(checkpoint), args, kwargs)
+    BUILTIN_HANDLERS[torch_checkpoint.checkpoint] = _checkpoint_handler
     BUILTIN_HANDLERS[torch_checkpoint.checkpoint_sequential] = \
         _checkpoint_sequential_handler(torch_checkpoint.checkpoint_sequential)
     try:
