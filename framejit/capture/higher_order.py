@@ -32,7 +32,11 @@ number (`meta["fj_checkpoint"]`), and when the GraphModule is built, `checkpoint
 region whose outputs require grad into a submodule called through `torch.utils.checkpoint.checkpoint(...,
 use_reentrant=False)`: its inputs are the values the region reads from before it, its outputs the values
 used after it. Autograd then saves only the region's inputs and recomputes the rest during backward, as
-eager does (RNG state preserved, so dropout masks are equal). A region that does not need grad stays
+eager does (RNG state preserved, so dropout masks are equal). Only the inputs that require grad are
+checkpoint's arguments; the others (buffers such as BatchNorm's running statistics, masks) reach the region
+through the wrapper's closure, as a layer's buffers reach `fn` in eager: checkpoint saves its arguments with
+their versions, and a buffer the region updates in place (`num_batches_tracked.add_(1)`) would fail that
+check on recomputation, where eager reads it as module state. A region that does not need grad stays
 inlined (checkpoint changes nothing there, and backends lower it as usual); a region whose nodes are not
 contiguous (something else was inserted among them) stays inlined too, which is correct but keeps the
 activations. Such graphs read a submodule, so their frame entries stay in memory (not persisted).
@@ -115,13 +119,20 @@ def _checkpoint_handler(tx, args, kwargs):
 class _Checkpointed(torch.nn.Module):
     """A region of a graph run under non-reentrant activation checkpointing."""
 
-    def __init__(self, region: torch.fx.GraphModule) -> None:
+    def __init__(self, region: torch.fx.GraphModule, grad_positions: tuple) -> None:
         super().__init__()
         self.region = region
+        self.grad_positions = grad_positions  # the inputs that require grad: checkpoint's own arguments
 
     def forward(self, *args):
         from torch.utils.checkpoint import checkpoint as torch_checkpoint
-        return torch_checkpoint(self.region, *args, use_reentrant=False)
+
+        def run(*grad_args):
+            full = list(args)
+            for position, arg in zip(self.grad_positions, grad_args):
+                full[position] = arg
+            return self.region(*full)
+        return torch_checkpoint(run, *[args[i] for i in self.grad_positions], use_reentrant=False)
 
 
 def _requires_grad(node) -> bool:
@@ -163,7 +174,8 @@ def checkpoint_regions(gm: torch.fx.GraphModule) -> None:
             env[node] = sub.node_copy(node, lambda n: env[n])
         sub.output(tuple(env[n] for n in outputs))
         name = f"fj_checkpoint_{number}"
-        gm.add_submodule(name, _Checkpointed(torch.fx.GraphModule(torch.nn.Module(), sub)))
+        grad_positions = tuple(i for i, arg in enumerate(inputs) if _requires_grad(arg))
+        gm.add_submodule(name, _Checkpointed(torch.fx.GraphModule(torch.nn.Module(), sub), grad_positions))
         with gm.graph.inserting_before(nodes[0]):
             call = gm.graph.call_module(name, tuple(inputs))
             for index, node in enumerate(outputs):

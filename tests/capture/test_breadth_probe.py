@@ -180,7 +180,7 @@ def test_checkpointed_regions_save_only_their_inputs_as_eager_does():
     for fn in (with_checkpoint, without):
         compiled = framejit.compile(fn, backend=CountingBackend())
         for seed, rows in ((0, 4), (1, 4)):
-            x = _x(rows, 16, seed=seed)
+            x = _x(rows, 16, seed=seed, grad=True)  # every region input is then one of checkpoint's arguments
             compiled(x)  # compiles outside the hooks (tracing runs fake tensors through them)
             (got_saved, got), (want_saved, want) = saved_elements(compiled, x), saved_elements(fn, x)
             assert got_saved == want_saved
@@ -189,6 +189,29 @@ def test_checkpointed_regions_save_only_their_inputs_as_eager_does():
             for a, b in zip(*grads):
                 torch.testing.assert_close(a, b)
     assert saved_elements(with_checkpoint, x)[0] < saved_elements(without, x)[0] / 4  # the test can tell them apart
+
+
+def test_checkpointed_region_that_updates_buffers_in_place():
+    """BatchNorm in train mode inside checkpoint: its buffers (updated in place, again on recomputation, as
+    in eager) must not be checkpoint's saved arguments (the version check raised in backward)."""
+    def make():
+        torch.manual_seed(3)
+        return Fn(lambda self, x: ckpt.checkpoint(lambda t: self.bn(self.l(t)).relu(), x, use_reentrant=False).sum(),
+                  l=nn.Linear(8, 8), bn=nn.BatchNorm1d(8))
+    model, reference = make(), make()
+    backend = CountingBackend()
+    compiled = framejit.compile(model, backend=backend)
+    for seed in range(3):
+        x = _x(4, 8, seed=seed)
+        got, want = compiled(x), reference(x)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(got, want)
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            torch.testing.assert_close(getattr(model.bn, name), getattr(reference.bn, name))
+        for a, b in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(a.grad, b.grad)
+    assert backend.graph_count == 1 and _regions(backend.graphs[0]) == 1
 
 
 def test_checkpoint_reentrant_still_matches_eager():
