@@ -153,22 +153,32 @@ def _same_skeleton(texts: list[str]) -> bool:
     return len({_INT.sub(lambda m: "#" + (m.group(2) or ""), t) for t in texts}) == 1
 
 
+def _fitted(texts: list[str], probes: list, names: list[str], where: str) -> tuple[list[str], list[tuple]]:
+    """The pieces of texts[0] between its integer literals, and for each literal (expression over the symbols
+    fitted at the probes, whether it was a float); raises NotGeneric for a literal no product of symbols fits."""
+    literals = [_literals(t)[1] for t in texts]
+    pieces, _, floats = _literals(texts[0])
+    fits = []
+    for position in range(len(pieces) - 1):
+        values = [lits[position] for lits in literals]
+        expr = _fit(values, probes, names)
+        if expr is None:
+            raise NotGeneric(f"a size in {where} is not a product of symbols ({values} at the probes)")
+        fits.append((expr, floats[position]))
+    return pieces, fits
+
+
 def _generic_call(calls: list[str], probes: list[list[int]], names: list[str], bind_lines: list[str]) -> str:
     if not _same_skeleton(calls):
         raise NotGeneric("the wrappers generated at different sizes differ beyond their integer literals "
                          "(fusion or extern choices depend on sizes)")
-    literals = [_literals(c)[1] for c in calls]
-    pieces, _, floats = _literals(calls[0])
+    pieces, fits = _fitted(calls, probes, names, "the wrapper")
     out = [pieces[0]]
-    for position, piece in enumerate(pieces[1:]):
-        values = [lits[position] for lits in literals]
-        expr = _fit(values, probes, names)
-        if expr is None:
-            raise NotGeneric(f"a size in the wrapper is not a product of symbols ({values} at the probes)")
+    for (expr, is_float), piece in zip(fits, pieces[1:]):
         if expr.isdigit():
-            out.append(expr + (".0" if floats[position] else ""))
+            out.append(expr + (".0" if is_float else ""))
         else:
-            out.append(f"float({expr})" if floats[position] else f"({expr})")
+            out.append(f"float({expr})" if is_float else f"({expr})")
         out.append(piece)
     text = "".join(out)
     header, _, body = text.partition("):\n")
@@ -184,22 +194,17 @@ def _generic_kernels(heads: list[str], probes: list, names: list[str]) -> tuple[
     if not _same_skeleton(heads):
         raise NotGeneric("a kernel body depends on a symbolic size beyond integer literals (a float that is "
                          "not a whole number, or a different kernel structure)")
-    literals = [_literals(h)[1] for h in heads]
-    pieces, _, floats = _literals(heads[0])
+    pieces, fits = _fitted(heads, probes, names, "a kernel")
     out = [pieces[0]]
     kernel_args: dict = {}
-    for position, piece in enumerate(pieces[1:]):
-        values = [lits[position] for lits in literals]
-        expr = _fit(values, probes, names)
-        if expr is None:
-            raise NotGeneric(f"a size in a kernel is not a product of symbols ({values} at the probes)")
+    for (expr, is_float), piece in zip(fits, pieces[1:]):
         if expr.isdigit():
-            out.append(expr + (".0" if floats[position] else ""))
+            out.append(expr + (".0" if is_float else ""))
         else:
             kernel = _KERNEL_DEF.findall("".join(out))[-1]
             args = kernel_args.setdefault(kernel, {})
             arg = args.setdefault(expr, f"ks{len(args)}")
-            out.append(f"{arg}.to(tl.float32)" if floats[position] else arg)
+            out.append(f"{arg}.to(tl.float32)" if is_float else arg)
         out.append(piece)
     text = "".join(out)
     for kernel, args in kernel_args.items():
