@@ -178,7 +178,8 @@ def test_checkpointed_regions_save_only_their_inputs_as_eager_does():
         return count[0], loss
 
     for fn in (with_checkpoint, without):
-        compiled = framejit.compile(fn, backend=CountingBackend())
+        backend = CountingBackend()
+        compiled = framejit.compile(fn, backend=backend)
         for seed, rows in ((0, 4), (1, 4)):
             x = _x(rows, 16, seed=seed, grad=True)  # every region input is then one of checkpoint's arguments
             compiled(x)  # compiles outside the hooks (tracing runs fake tensors through them)
@@ -188,6 +189,8 @@ def test_checkpointed_regions_save_only_their_inputs_as_eager_does():
             grads = [torch.autograd.grad(loss, list(blocks.parameters())) for loss in (got, want)]
             for a, b in zip(*grads):
                 torch.testing.assert_close(a, b)
+        assert backend.graph_count == 1  # captured, not run eagerly (equal counts would hold then too)
+        assert _regions(backend.graphs[0]) == (3 if fn is with_checkpoint else 0)
     assert saved_elements(with_checkpoint, x)[0] < saved_elements(without, x)[0] / 4  # the test can tell them apart
 
 
