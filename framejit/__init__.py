@@ -37,6 +37,10 @@ _SUBMODULES = ("api", "backends", "cache", "capture", "cli", "guards")
 def __getattr__(name: str):
     if name in _SUBMODULES:  # `import framejit; framejit.cache.default_store()` as with eager imports
         return importlib.import_module(f".{name}", __name__)
+    if name == "compile":  # on a CPython framejit does not support, the API (and torch) is not imported
+        from . import versions
+        if versions.unsupported_reason() is not None:
+            return versions.eager_compile
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'framejit' has no attribute {name!r}")

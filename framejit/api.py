@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import config
+from . import config, versions
 from .backends import registry
 from .capture.backend_call import BackendCompilerFailed
 from .capture.breaks import FramejitError, GraphBreak, Unsupported
@@ -42,6 +42,8 @@ _UNSET = object()
 def compile(model: Callable | None = None, *, backend: str | Callable = "eager", fullgraph: bool = False,
             dynamic: bool | None = None, options: dict | None = None, mode: str | None = None):
     """Compile a function, bound method or nn.Module; usable directly or as a decorator."""
+    if versions.unsupported_reason() is not None:  # another CPython: the model runs eagerly (versions.py)
+        return versions.eager_compile(model, stacklevel=4)
     request = _make_request(backend, fullgraph, dynamic, options, mode)
     if model is None:
         return lambda m: _compile_one(m, request)
