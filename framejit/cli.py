@@ -3,7 +3,9 @@
 Subcommands:
     framejit warm TARGET [-- ARGS]       run TARGET with the persistent cache on; print what was compiled
     framejit explain TARGET [-- ARGS]    run TARGET under framejit.explain and print the report
-    framejit cache ls|stats|clear|verify inspect and maintain the cache directory (FRAMEJIT_CACHE_DIR)
+    framejit cache ls|stats|clear|verify inspect and maintain the cache directory (FRAMEJIT_CACHE_DIR);
+                                         with --remote, the Redis tier (FRAMEJIT_REMOTE_CACHE)
+    framejit warm --remote TARGET        also copy every entry the run used into the Redis tier
     framejit backends                    list backends and whether their requirements are installed
 
 TARGET is a script path (run as `__main__`, with sys.argv = [path, *ARGS] and its directory first on
@@ -314,6 +316,9 @@ def _prepare_cache_for_warm() -> str:
 
 def cmd_warm(args: argparse.Namespace) -> int:
     cache_dir = _prepare_cache_for_warm()
+    tier = _remote_tier(need_key=True) if getattr(args, "remote", False) else None
+    if tier is not None:
+        tier.publish_local_hits = True  # entries found locally are copied up too (SET NX)
     target = resolve_target(args.target)
     before = counters.as_dict()
     start = time.perf_counter()
@@ -327,6 +332,9 @@ def cmd_warm(args: argparse.Namespace) -> int:
     delta = {k: v - before.get(k, 0) for k, v in counters.as_dict().items()}
     sys.stdout.flush()
     print(warm_report(_framejit_stats(), delta, target.description, status, wall_s, cache_dir))
+    if tier is not None:
+        print(f"remote: {delta.get('remote_writes', 0)} entries written to {tier.display} "
+              f"({delta.get('remote_errors', 0)} faults)")
     return status
 
 
@@ -373,6 +381,35 @@ def _store() -> Store:
     return Store(config.cache_dir)
 
 
+def _remote_tier(need_key: bool):
+    """The Redis tier FRAMEJIT_REMOTE_CACHE names, or a command error saying why there is none."""
+    from .cache import remote
+
+    if not config.remote_cache:
+        raise _CommandError("--remote: set FRAMEJIT_REMOTE_CACHE=redis://[user:password@]host:port/db", EXIT_UNAVAILABLE)
+    if need_key:
+        _, why = remote.read_secret()
+        if why:
+            raise _CommandError(f"--remote: {why}", EXIT_UNAVAILABLE)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tier = remote.default_remote(admin=not need_key)
+    if tier is None:
+        raise _CommandError("--remote: the remote cache is off (FRAMEJIT_LOGS=cache says why; is `redis` installed?)",
+                            EXIT_UNAVAILABLE)
+    return tier
+
+
+def _remote_call(fn):
+    from .cache.remote import RemoteUnavailable
+
+    try:
+        return fn()
+    except RemoteUnavailable as exc:
+        raise _CommandError(f"remote cache: {exc}") from None
+
+
 def _ls_row(info: EntryInfo, now: float) -> list[str]:
     if info.problem:
         return [info.key[:12], "?", f"(unreadable: {info.problem})", "-", human_bytes(info.size), "-",
@@ -386,6 +423,9 @@ def _ls_row(info: EntryInfo, now: float) -> list[str]:
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
     store = _store()
+    if args.remote:
+        tier = _remote_tier(need_key=False)
+        store = argparse.Namespace(root=tier.display, ls=lambda: _remote_call(tier.ls))
     infos = store.ls()
     if not infos:
         print(f"no entries in {store.root}")
@@ -398,6 +438,8 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_stats(args: argparse.Namespace) -> int:
+    if args.remote:
+        return _remote_stats(_remote_tier(need_key=False))
     stats = _store().stats()
     rate = stats["hit_rate"]
     rows = [
@@ -417,22 +459,52 @@ def cmd_cache_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _remote_stats(tier) -> int:
+    stats = _remote_call(tier.stats)
+    limit = stats["maxmemory"]
+    rows = [
+        ("remote cache", stats["root"]),
+        ("entries", stats["entries"]),
+        ("size", human_bytes(stats["bytes"])),
+        ("server memory", f"{human_bytes(stats['used_memory'])} of "
+                          f"{human_bytes(limit) if limit else 'no limit'} ({stats['maxmemory_policy']})"),
+        ("evicted keys", stats["evicted_keys"]),
+        ("server hits / misses", f"{stats['keyspace_hits']} / {stats['keyspace_misses']}"),
+    ]
+    print(format_table(None, rows))
+    if stats["by_backend"]:
+        by = [(name, row["entries"], human_bytes(row["bytes"])) for name, row in sorted(stats["by_backend"].items())]
+        print()
+        print(format_table(("backend", "entries", "size"), by, right=(1, 2)))
+    return 0
+
+
 def cmd_cache_clear(args: argparse.Namespace) -> int:
     if args.all and (args.older_than is not None or args.backend is not None):
         raise _CommandError("cache clear: --all cannot be combined with --older-than or --backend", 2)
     if not args.all and args.older_than is None and args.backend is None:
         raise _CommandError("cache clear: say what to remove: --all, --older-than DAYS or --backend NAME", 2)
-    store = _store()
     older_than = args.older_than * 86400.0 if args.older_than is not None else None
+    if args.remote:
+        tier = _remote_tier(need_key=False)
+        removed = _remote_call(lambda: tier.clear(older_than_s=older_than, backend=args.backend))
+        print(f"removed {removed} entries from {tier.display}")
+        return 0
+    store = _store()
     removed = store.clear(older_than=older_than, backend=args.backend)
     print(f"removed {removed} entries from {store.root}")
     return 0
 
 
 def cmd_cache_verify(args: argparse.Namespace) -> int:
-    store = _store()
-    problems = store.verify()
-    count = len(store.ls())
+    if args.remote:
+        tier = _remote_tier(need_key=True)
+        count, problems = _remote_call(tier.verify)
+        store = argparse.Namespace(root=tier.display)
+    else:
+        store = _store()
+        problems = store.verify()
+        count = len(store.ls())
     for problem in problems:
         print(problem)
     if problems:
@@ -467,24 +539,34 @@ def _days(text: str) -> float:
     return days
 
 
-def _add_target_command(sub, name: str, help_text: str, handler) -> None:
+def _add_target_command(sub, name: str, help_text: str, handler) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help_text, description=help_text)
     parser.add_argument("target", metavar="TARGET", help="a script path or a module:function entry point")
     parser.add_argument("args", metavar="-- ARGS", nargs=argparse.REMAINDER, help="arguments for the target")
     parser.set_defaults(handler=handler)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="framejit", description="framejit: a JIT compiler frontend for PyTorch.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add_target_command(sub, "warm", "run TARGET with the persistent cache on and report what was compiled", cmd_warm)
+    warm = _add_target_command(sub, "warm", "run TARGET with the persistent cache on and report what was compiled",
+                               cmd_warm)
+    warm.add_argument("--remote", action="store_true",
+                      help="also fill the Redis tier (FRAMEJIT_REMOTE_CACHE) with every entry the run used")
     _add_target_command(sub, "explain", "run TARGET under framejit.explain and print the report", cmd_explain)
     cache = sub.add_parser("cache", help="inspect and maintain the persistent cache (FRAMEJIT_CACHE_DIR)")
     cache_sub = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
-    cache_sub.add_parser("ls", help="list entries").set_defaults(handler=cmd_cache_ls)
-    cache_sub.add_parser("stats", help="totals and hit rate").set_defaults(handler=cmd_cache_stats)
-    cache_sub.add_parser("verify", help="check every entry's integrity").set_defaults(handler=cmd_cache_verify)
+    remote_help = "the Redis tier FRAMEJIT_REMOTE_CACHE names instead of the cache directory"
+    for action, help_text, handler in (("ls", "list entries", cmd_cache_ls), ("stats", "totals and hit rate",
+                                                                              cmd_cache_stats),
+                                       ("verify", "check every entry's integrity (--remote: and signature)",
+                                        cmd_cache_verify)):
+        action_parser = cache_sub.add_parser(action, help=help_text)
+        action_parser.add_argument("--remote", action="store_true", help=remote_help)
+        action_parser.set_defaults(handler=handler)
     clear = cache_sub.add_parser("clear", help="delete entries")
+    clear.add_argument("--remote", action="store_true", help=remote_help)
     clear.add_argument("--all", action="store_true", help="delete every entry")
     clear.add_argument("--older-than", type=_days, metavar="DAYS", help="delete entries not used for DAYS days")
     clear.add_argument("--backend", metavar="NAME", help="delete the entries of one backend")

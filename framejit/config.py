@@ -14,6 +14,10 @@ values]).
 | cache_dir            | FRAMEJIT_CACHE_DIR       | persistent cache directory                                    |
 | cache_enabled        | FRAMEJIT_CACHE=0         | turn the persistent cache off                                 |
 | cache_size_mb        | FRAMEJIT_CACHE_SIZE_MB   | size limit of the persistent cache (LRU eviction)             |
+| remote_cache         | FRAMEJIT_REMOTE_CACHE    | redis://[user:password@]host:port/db (or rediss://): a shared cache tier (cache/remote.py) |
+| cache_key_file       | FRAMEJIT_CACHE_KEY_FILE  | file holding the key that signs remote entries (or FRAMEJIT_CACHE_KEY, read when needed) |
+| remote_cache_timeout_ms | FRAMEJIT_REMOTE_CACHE_TIMEOUT_MS | bound on one Redis call (default 250)             |
+| remote_cache_max_mb  | FRAMEJIT_REMOTE_CACHE_MAX_MB | largest remote entry read or written (default 64)         |
 | recompile_limit      | FRAMEJIT_RECOMPILE_LIMIT | compiled entries per code object before running eagerly (0: never compile, run eagerly) |
 | inline_depth_limit   | -                        | deepest chain of inlined user calls                           |
 | dynamic_floats       | FRAMEJIT_DYNAMIC_FLOATS=0| float arguments that changed value become graph inputs        |
@@ -66,6 +70,10 @@ dump_dir: str | None = os.environ.get("FRAMEJIT_DUMP") or None
 cache_dir: str = os.environ.get("FRAMEJIT_CACHE_DIR") or _default_cache_dir()
 cache_enabled: bool = _env_flag("FRAMEJIT_CACHE", True)
 cache_size_mb: int = _env_int("FRAMEJIT_CACHE_SIZE_MB", 1024, 0, "megabytes")
+remote_cache: str | None = os.environ.get("FRAMEJIT_REMOTE_CACHE") or None
+cache_key_file: str | None = os.environ.get("FRAMEJIT_CACHE_KEY_FILE") or None
+remote_cache_timeout_ms: int = _env_int("FRAMEJIT_REMOTE_CACHE_TIMEOUT_MS", 250, 1, "milliseconds per Redis call")
+remote_cache_max_mb: int = _env_int("FRAMEJIT_REMOTE_CACHE_MAX_MB", 64, 1, "megabytes")
 recompile_limit: int = _env_int("FRAMEJIT_RECOMPILE_LIMIT", 8, 0, "compiled entries per function; 0: never compile")
 inline_depth_limit: int = 32
 dynamic_floats: bool = _env_flag("FRAMEJIT_DYNAMIC_FLOATS", True)

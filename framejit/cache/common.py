@@ -36,6 +36,11 @@ class Counters:
     rejected: int = 0  # corrupt, foreign-version or untrusted entries
     evicted: int = 0
     bytes_written: int = 0
+    remote_hits: int = 0  # the remote tier (remote.py): entries it supplied after a local miss
+    remote_misses: int = 0  # includes refused values
+    remote_writes: int = 0
+    remote_rejected: int = 0  # unsigned, wrongly signed, truncated, oversized or foreign-version values
+    remote_errors: int = 0  # faults that turned the tier off for a while
 
     def reset(self) -> None:
         for field in dataclasses.fields(self):

@@ -83,7 +83,7 @@ def _check_meta(meta: object) -> dict:
 class Store:
     """A cache directory. Cheap to construct: nothing touches the disk until it is used."""
 
-    def __init__(self, root: str | os.PathLike, size_limit_bytes: int | None = None):
+    def __init__(self, root: str | os.PathLike, size_limit_bytes: int | None = None, remote=None):
         if size_limit_bytes is not None and type(size_limit_bytes) is not int:
             raise TypeError(f"size_limit_bytes must be an int or None, got {type(size_limit_bytes).__name__}")
         if size_limit_bytes is not None and size_limit_bytes < 0:
@@ -91,6 +91,7 @@ class Store:
         self.root = os.path.abspath(os.fspath(root))
         self.base = os.path.join(self.root, LAYOUT)
         self._size_limit_bytes = size_limit_bytes
+        self.remote = remote  # a remote.RemoteTier or None (NOTE [Remote tier])
 
     def __repr__(self) -> str:
         return f"Store({self.root!r})"
@@ -152,7 +153,7 @@ class Store:
         _check_key(key)
         path = self.entry_path(key)
         if not os.path.exists(path):
-            return self._miss(key)
+            return self._from_remote(key) or self._miss(key)
         problem = self.tree_problem(key)
         if problem:
             return self._reject(key, problem)
@@ -182,7 +183,32 @@ class Store:
         counters.hits += 1
         self._persist_hit(key, path)
         logs.log("cache", "hit %s (%s, %d bytes)", key[:16], header.meta.get("backend", "-"), len(data))
+        if self.remote is not None and self.remote.publish_local_hits:
+            self.remote.put(key, data, only_if_absent=True)
         return Entry(files, header.meta, key, header.created)
+
+    # NOTE [Remote tier]
+    # With a remote tier (remote.py; default_store() attaches the one FRAMEJIT_REMOTE_CACHE names), a key
+    # missing from the local directory is asked of Redis; a trusted answer is written to the local
+    # directory (the same entry bytes, so its created time and versions are kept) and returned as a hit.
+    # put() writes the local entry, then the same bytes, signed, to Redis; either write may fail alone.
+    # The remote tier never raises: its faults make it answer None for a while, and the store is local-only.
+    def _from_remote(self, key: str) -> Entry | None:
+        if self.remote is None:
+            return None
+        got = self.remote.get(key)
+        if got is None:
+            return None
+        data, header, files = got
+        if self.prepare_dirs(self.tmp_dir, self.shard_dir(key)) is None:
+            with contextlib.suppress(OSError):
+                fsutil.write_atomic(self.tmp_dir, self.entry_path(key), data)
+                self._persist_hit(key, self.entry_path(key))
+        counters.hits += 1
+        return Entry(files, header.meta, key, header.created)
+
+    def _put_remote(self, key: str, data: bytes) -> bool:
+        return self.remote is not None and self.remote.put(key, data)
 
     def _persist_hit(self, key: str, path: str) -> None:
         now = time.time_ns()
@@ -232,7 +258,7 @@ class Store:
         problem = self.prepare_dirs(self.tmp_dir, self.shard_dir(key))
         if problem:
             logs.log("cache", "not writing %s: %s", key[:16], problem)
-            return False
+            return self._put_remote(key, data)
         path = self.entry_path(key)
         try:
             fsutil.write_atomic(self.tmp_dir, path, data)
@@ -240,11 +266,12 @@ class Store:
             os.utime(path, ns=(now, now))
         except OSError as exc:
             logs.log("cache", "could not write %s: %s", key[:16], exc)
-            return False
+            return self._put_remote(key, data)
         counters.writes += 1
         counters.bytes_written += len(data)
         self.persist_counts(writes=1)
         logs.log("cache", "wrote %s (%s, %d bytes)", key[:16], meta.get("backend", "-"), len(data))
+        self._put_remote(key, data)
         try:
             self.evict(keep=key)
         except (OSError, CacheError) as exc:  # the entry is written; eviction is retried on the next put
@@ -294,7 +321,9 @@ class Store:
 
 
 def default_store() -> Store | None:
-    """The store at config.cache_dir (read now), or None when config.cache_enabled is False."""
+    """The store at config.cache_dir (read now), or None when config.cache_enabled is False; with the
+    remote tier config.remote_cache names, if any (NOTE [Remote tier])."""
     if not config.cache_enabled:
         return None
-    return Store(config.cache_dir)
+    from .remote import default_remote
+    return Store(config.cache_dir, remote=default_remote())

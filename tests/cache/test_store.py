@@ -33,7 +33,8 @@ def test_round_trip(store):
     assert entry.meta == meta
     assert entry.key == key and abs(entry.created - time.time()) < 60
     assert counters.as_dict() == dict(hits=1, misses=1, writes=1, rejected=0, evicted=0,
-                                      bytes_written=os.path.getsize(store.entry_path(key)))
+                                      bytes_written=os.path.getsize(store.entry_path(key)), remote_hits=0,
+                                      remote_misses=0, remote_writes=0, remote_rejected=0, remote_errors=0)
 
 
 def test_a_second_store_object_and_overwrite(store):
