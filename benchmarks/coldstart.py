@@ -2,7 +2,7 @@
 
 Usage:
     .venv/bin/python benchmarks/coldstart.py [--backend eager|onnxrt] [--size small|bench]
-        [--models mlp,cnn] [--repeats 3] [--no-torch-compile]
+        [--models mlp,cnn] [--repeats 3] [--no-torch-compile] [--remote]
 
 For every zoo model, each measurement is a new Python process (this script with `--child`) that
 imports torch, builds the model and its inputs, then times one step: create the compiled callable and
@@ -15,6 +15,16 @@ call it once ("first result"). Columns (medians over `--repeats`, milliseconds):
 | fj warm | the same, a second process on the cache directory the cold process filled           |
 | tc cold | `torch.compile(model, backend=T)`, empty TORCHINDUCTOR_CACHE_DIR (and Triton cache) |
 | tc warm | the same, a second process on the cache directories the cold process filled         |
+
+| fj remote | `--remote`: the same, a process with an EMPTY cache directory whose FRAMEJIT_REMOTE_CACHE is  |
+|           | the Redis server the cold process also wrote to (a fresh machine of a fleet)             |
+
+With `--remote` the parent starts a private redis-server (/usr/bin/redis-server, a free loopback port,
+flushed before each repeat) and every framejit process gets FRAMEJIT_REMOTE_CACHE and a signing key;
+the columns then include "fj remote", "remote/cold" (the issue-16 target is <= 0.15) and "remote
+tr/bc" (frames traced / backend compiles in the remote-warm process, 0/0 when it started warm).
+Besides the zoo, `--models` accepts models with graph breaks (BREAK_MODELS below: a data-dependent
+branch, and an nn.MultiheadAttention block with such a branch).
 
 Backend pairing (as in benchmarks/backends.py): `--backend eager` compares framejit's eager backend
 with `torch.compile(backend="eager")`; `--backend onnxrt` compares framejit's onnxrt backend with
@@ -46,7 +56,62 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCH_BACKEND = {"eager": "eager", "onnxrt": "inductor"}
-MODES = ("eager", "fj_cold", "fj_warm", "tc_cold", "tc_warm")
+MODES = ("eager", "fj_cold", "fj_warm", "fj_remote", "tc_cold", "tc_warm")
+REMOTE_KEY = "coldstart-benchmark-signing-key"
+
+
+# -- models with graph breaks (beside the zoo) -----------------------------------------------------
+def _break_case(name: str, size: str):
+    import torch
+    from torch import nn
+
+    from tests.models._case import Case
+
+    width = 32 if size == "small" else 256
+
+    class Branchy(nn.Module):  # one data-dependent branch: a graph break in forward
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(width, width), nn.Linear(width, width)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            if h.sum() > 0:
+                h = h * 2
+            return self.b(h).softmax(-1)
+
+    class AttnBranch(nn.Module):  # nn.MultiheadAttention plus a data-dependent branch
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(width, 4, batch_first=True)
+            self.norm = nn.LayerNorm(width)
+            self.out = nn.Linear(width, width)
+
+        def forward(self, x):
+            y, _ = self.attn(x, x, x, need_weights=False)
+            y = self.norm(x + y)
+            if y.mean() > 0:
+                y = y + 1
+            return self.out(y)
+
+    torch.manual_seed(1234)
+    model = (Branchy() if name == "brk_branch" else AttnBranch()).eval()
+    shape = (4, width) if name == "brk_branch" else (2, 8, width)
+
+    def make_inputs(seed: int):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(*shape, generator=g),)
+
+    return Case(name, size, model, make_inputs, False, False, {"atol": 1e-5, "rtol": 1e-4})
+
+
+BREAK_MODELS = ("brk_branch", "brk_mha")
+
+
+def get_case(name: str, size: str):
+    from tests.models import zoo
+
+    return _break_case(name, size) if name in BREAK_MODELS else zoo.get(name, size=size)
 
 
 # -- the child process -----------------------------------------------------------------------------
@@ -55,9 +120,7 @@ def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, REPO)
     import torch
 
-    from tests.models import zoo
-
-    case = zoo.get(args.model, size=args.size)
+    case = get_case(args.model, args.size)
     inputs = case.make_inputs(0)
     with torch.no_grad():
         start = time.perf_counter()
@@ -115,13 +178,17 @@ def _matches(out, case, inputs) -> bool:
 
 # -- the parent: one process per measurement --------------------------------------------------------
 def run_child(model: str, mode: str, args: argparse.Namespace, cache_root: str) -> dict:
+    local = "framejit_remote_machine" if mode == "fj_remote" else "framejit"  # fj_remote: an empty directory
     env = dict(os.environ, PYTHONPATH=REPO, COLDSTART_LAUNCHED=repr(time.time()),
-               FRAMEJIT_CACHE_DIR=os.path.join(cache_root, "framejit"),
+               FRAMEJIT_CACHE_DIR=os.path.join(cache_root, local),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_root, "inductor"),
                TRITON_CACHE_DIR=os.path.join(cache_root, "triton"),
                TORCHINDUCTOR_COMPILE_THREADS="1")
-    for name in ("FRAMEJIT_LOGS", "TORCH_LOGS", "FRAMEJIT_CACHE", "FRAMEJIT_DISABLE"):
+    for name in ("FRAMEJIT_LOGS", "TORCH_LOGS", "FRAMEJIT_CACHE", "FRAMEJIT_DISABLE", "FRAMEJIT_REMOTE_CACHE",
+                 "FRAMEJIT_CACHE_KEY", "FRAMEJIT_CACHE_KEY_FILE"):
         env.pop(name, None)
+    if args.redis is not None and mode.startswith("fj"):
+        env.update(FRAMEJIT_REMOTE_CACHE=args.redis.url, FRAMEJIT_CACHE_KEY=REMOTE_KEY)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--mode", mode, "--model", model,
            "--size", args.size, "--backend", args.backend]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -133,9 +200,12 @@ def run_child(model: str, mode: str, args: argparse.Namespace, cache_root: str) 
 
 
 def measure_model(model: str, args: argparse.Namespace) -> dict[str, list[dict]]:
-    modes = [m for m in MODES if not (args.no_torch_compile and m.startswith("tc"))]
+    modes = [m for m in MODES if not (args.no_torch_compile and m.startswith("tc"))
+             and (m != "fj_remote" or args.redis is not None)]
     results: dict[str, list[dict]] = {m: [] for m in modes}
     for _ in range(args.repeats):
+        if args.redis is not None:
+            args.redis.flush()
         with tempfile.TemporaryDirectory(prefix="framejit-coldstart-") as root:
             for mode in modes:  # cold before warm, on the same directories
                 results[mode].append(run_child(model, mode, args, root))
@@ -155,6 +225,40 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
 
 
+class RedisServer:
+    """A private redis-server for `--remote` (free loopback port, no persistence)."""
+
+    def __init__(self, workdir: str):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+                                      workdir, "--save", "", "--appendonly", "no"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.flush()
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise
+                time.sleep(0.05)
+
+    def flush(self) -> None:
+        import redis
+
+        redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5).flushall()
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
 def _warm_counts(runs: list[dict]) -> str:
     stats = [r.get("stats", {}) for r in runs if "stats" in r]
     if not stats:
@@ -167,17 +271,27 @@ def _warm_counts(runs: list[dict]) -> str:
 def table_rows(model: str, results: dict[str, list[dict]], key: str) -> list[str]:
     med = {mode: _median(runs, key) for mode, runs in results.items()}
     oks = [r.get("ok") for mode, runs in results.items() if mode != "eager" for r in runs]
-    cells = [model] + [_ms(med.get(m)) for m in MODES]
+    remote = "fj_remote" in results
+    cells = [model] + [_ms(med.get(m)) for m in MODES if remote or m != "fj_remote"]
     cells += [_ratio(med.get("fj_warm"), med.get("fj_cold")), _ratio(med.get("fj_warm"), med.get("tc_warm"))]
-    cells += [_warm_counts(results.get("fj_warm", [])), "yes" if all(oks) else "NO"]
+    if remote:
+        cells += [_ratio(med.get("fj_remote"), med.get("fj_cold"))]
+    cells += [_warm_counts(results.get("fj_warm", []))]
+    if remote:
+        cells += [_warm_counts(results["fj_remote"])]
+    cells += ["yes" if all(oks) else "NO"]
     if key == "first_s":
         cells += [_ms(_median(results.get(mode, []), "import_s")) for mode in ("fj_warm", "tc_warm")]
     return [cells]
 
 
-def print_table(title: str, rows: list[list[str]]) -> None:
-    head = ["model", "eager", "fj cold", "fj warm", "tc cold", "tc warm", "warm/cold", "fj/tc warm",
-            "warm tr/bc", "ok", "fj imp", "tc imp"][:len(rows[0])]
+def print_table(title: str, rows: list[list[str]], remote: bool = False) -> None:
+    if remote:
+        head = ["model", "eager", "fj cold", "fj warm", "fj remote", "tc cold", "tc warm", "warm/cold", "fj/tc warm",
+                "remote/cold", "warm tr/bc", "remote tr/bc", "ok", "fj imp", "tc imp"][:len(rows[0])]
+    else:
+        head = ["model", "eager", "fj cold", "fj warm", "tc cold", "tc warm", "warm/cold", "fj/tc warm",
+                "warm tr/bc", "ok", "fj imp", "tc imp"][:len(rows[0])]
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     print(f"\n{title}")
     print("  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(head, widths))))
@@ -193,10 +307,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per child process")
     parser.add_argument("--no-torch-compile", action="store_true", help="skip the torch.compile columns")
+    parser.add_argument("--remote", action="store_true",
+                        help="add the remote-warm column (a private redis-server shared through FRAMEJIT_REMOTE_CACHE)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.redis = None  # the RedisServer of --remote, started by main
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     return args
@@ -211,9 +328,20 @@ def main(argv=None) -> int:
     from tests.models import zoo
 
     names = [n for n in args.models.split(",") if n] or zoo.names()
-    unknown = sorted(set(names) - set(zoo.names()))
+    unknown = sorted(set(names) - set(zoo.names()) - set(BREAK_MODELS))
     if unknown:
-        raise SystemExit(f"--models: unknown {unknown}; accepted: {', '.join(zoo.names())}")
+        raise SystemExit(f"--models: unknown {unknown}; accepted: {', '.join(zoo.names() + list(BREAK_MODELS))}")
+    redis_dir = tempfile.TemporaryDirectory(prefix="framejit-coldstart-redis-") if args.remote else None
+    args.redis = RedisServer(redis_dir.name) if redis_dir is not None else None
+    try:
+        return _measure_all(names, args)
+    finally:
+        if args.redis is not None:
+            args.redis.stop()
+            redis_dir.cleanup()
+
+
+def _measure_all(names: list[str], args: argparse.Namespace) -> int:
     print(f"cold start, size={args.size}, framejit backend={args.backend} vs torch.compile "
           f"backend={TORCH_BACKEND[args.backend]}, medians of {args.repeats} fresh processes per cell (ms)")
     first_rows, launch_rows, errors = [], [], []
@@ -224,8 +352,8 @@ def main(argv=None) -> int:
         launch_rows += table_rows(name, results, "since_launch_s")
         print(f"  {name}: done", file=sys.stderr, flush=True)
     print_table("time to first result: compile + first call, after import torch and model build (ms)",
-                first_rows)
-    print_table("time from process launch to first result (ms)", launch_rows)
+                first_rows, args.remote)
+    print_table("time from process launch to first result (ms)", launch_rows, args.remote)
     for line in errors:
         print(f"error: {line}")
     return 1 if errors else 0
