@@ -148,6 +148,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
 
 
 def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
+    if name == "grad" and _input_leaf(tx, t) is not None:
+        return wrap(tx.output, _input_leaf(tx, t).grad, AttrSource(t.source, "grad"))  # NOTE [Gradients of inputs]
     if name in TENSOR_UNSUPPORTED_ATTRS:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name} is state outside the graph")
     getter = TENSOR_METADATA.get(name)
@@ -168,6 +170,19 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         _guard_tensor_method(tx, t, name)
         return TensorMethodValue(t, name)
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name}")
+
+
+# NOTE [Gradients of inputs]: `p.grad` of a leaf tensor that came in from a source (a parameter read from
+# an optimizer's param_groups, a module's weight) is that source's `.grad`: None (guarded `is None`) or a
+# tensor that becomes a graph input of its own (guarded like any input, deduplicated by identity). While
+# tracing nothing else can change it: a store to a tensor attribute (`p.grad = g`) is a graph break, and
+# `backward()` is one too; in-place updates of the grad tensor are ops on that input. A tensor made in the
+# graph, or a non-leaf (whose `.grad` warns), still breaks.
+def _input_leaf(tx, t: TensorValue) -> torch.Tensor | None:
+    if t.source is None:
+        return None
+    real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
+    return real if real is not None and real.is_leaf else None
 
 
 def _guard_tensor_method(tx, t: TensorValue, name: str) -> None:

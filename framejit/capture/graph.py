@@ -317,10 +317,11 @@ class OutputGraph:
         _check_bool_subtraction(target, fake_args, fake_kwargs)
         try:
             result = self._run_fake(kind, target, fake_args, fake_kwargs)
-        except Unsupported as e:
-            from .scalar_args import scalar_probe  # NOTE [Scalar arguments given as tensors]
+        except (Unsupported, UserException) as e:
+            from .scalar_args import SCALAR_LIST_META_ERROR, scalar_probe  # NOTE [Scalar arguments given as tensors]
             probe = scalar_probe(kind, target, fake_args, fake_kwargs)
-            if e.graph_break.kind is not BreakKind.DATA_DEPENDENT or probe is None:
+            if probe is None or (e.graph_break.kind is not BreakKind.DATA_DEPENDENT if isinstance(e, Unsupported)
+                                 else SCALAR_LIST_META_ERROR not in str(e.exc)):
                 raise
             result = self._run_fake(kind, target, *probe)
         self._check_input_mutation(target, fakes)

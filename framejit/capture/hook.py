@@ -226,17 +226,20 @@ class FrameHook:
         makes that float a graph input from now on (NOTE [Dynamic floats] in values/scalars.py)."""
         if not config.dynamic_floats:
             return
-        failure = self.entries[0].guard.first_failure(*args, **kwargs)
-        if failure is None or failure.guard.kind != "CONSTANT_MATCH" or failure.guard.source in self.dynamic_floats:
-            return
-        try:
-            expected = ast.literal_eval(failure.guard.expected)
-        except (ValueError, SyntaxError):
-            return
-        if type(expected) is float:
-            self.dynamic_floats = self.dynamic_floats | {failure.guard.source}
-            logs.log("recompiles", "%s: the float %s changed value; it is a graph input from now on",
-                     self._name(), failure.guard.source)
+        # every float that changed, not only the first failing guard's (as for ints, NOTE [Automatic
+        # dynamic]): an optimizer's first step creates its state and the scheduler has changed `lr` by the
+        # second, so the state's guard fails first; `lr` still becomes an input then, not one call later
+        for failure in self.entries[0].guard.all_failures(*args, **kwargs):
+            if failure.guard.kind != "CONSTANT_MATCH" or failure.guard.source in self.dynamic_floats:
+                continue
+            try:
+                expected = ast.literal_eval(failure.guard.expected)
+            except (ValueError, SyntaxError):
+                continue
+            if type(expected) is float:
+                self.dynamic_floats = self.dynamic_floats | {failure.guard.source}
+                logs.log("recompiles", "%s: the float %s changed value; it is a graph input from now on",
+                         self._name(), failure.guard.source)
 
     # NOTE [Automatic dynamic]: with compile(dynamic=None) a frame is first compiled with static shapes.
     # When a later call misses because a tensor dimension has another size (the newest entry's first

@@ -466,9 +466,18 @@ def getitem(tx, obj: Value, key: Value) -> Value:
         if replaced(tx, obj.obj, "__getitem__"):
             return tx.call_method_of(obj, "__getitem__", [key], {})
         return _module_getitem(tx, obj, key.as_constant())
+    if _builtin_generic_alias(obj, key):  # `list[Tensor]`, `dict[str, int]` in annotations and casts
+        return constant_fold(operator.getitem, obj.as_constant(), key.as_constant())
     if isinstance(obj, (ObjectValue, NewObjectValue)) and hasattr(obj.python_type(), "__getitem__"):
         return tx.call_method_of(obj, "__getitem__", [key], {})
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"subscript of {obj.describe()}")
+
+
+def _builtin_generic_alias(obj: Value, key: Value) -> bool:
+    """A builtin class (immutable, so unguarded) subscripted with constants makes a types.GenericAlias."""
+    from .values import ClassValue
+    return isinstance(obj, ClassValue) and isinstance(obj.obj, type) and obj.obj.__module__ == "builtins" and \
+        "__class_getitem__" in vars(obj.obj) and key.is_constant()
 
 
 def _module_getitem(tx, v: NNModuleValue, key: Any) -> Value:

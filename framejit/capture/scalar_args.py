@@ -27,6 +27,15 @@ _SCALAR_PARAMS: dict[tuple[str, Any], tuple] = {
 }
 
 
+# (kind, target) -> position and keyword of a `scalars` ScalarList parameter that also takes a 1-d CPU
+# tensor (one value per list element): its fake kernel runs on meta and refuses the (meta) tensor ("Expected
+# scalars to be on CPU"), though eager reads it on the CPU. Probed with a list of numbers of its length.
+_SCALAR_LIST_PARAMS: dict[tuple[str, Any], tuple[int, str]] = {
+    ("call_function", op): (3, "scalars") for op in (torch._foreach_addcdiv, torch._foreach_addcdiv_,
+                                                     torch._foreach_addcmul, torch._foreach_addcmul_)}
+SCALAR_LIST_META_ERROR = "Expected scalars to be on CPU, got meta instead"
+
+
 def _number_like(t: torch.Tensor) -> Any:
     if t.dtype.is_complex:
         return 1 + 0j
@@ -40,8 +49,11 @@ def scalar_probe(kind: str, target: Any, args: tuple, kwargs: dict) -> tuple[tup
     its kind, or None when there is none to replace (NOTE [Scalar arguments given as tensors])."""
     try:
         params = _SCALAR_PARAMS.get((kind, target))
+        scalar_list = _SCALAR_LIST_PARAMS.get((kind, target))
     except TypeError:  # an unhashable target
         return None
+    if scalar_list is not None:
+        return _scalar_list_probe(scalar_list, args, kwargs)
     if params is None:
         return None
     args, kwargs, replaced = list(args), dict(kwargs), False
@@ -55,4 +67,15 @@ def scalar_probe(kind: str, target: Any, args: tuple, kwargs: dict) -> tuple[tup
         return None
     if kind == "call_function" and target is torch._foreach_pow and not isinstance(args[1], (list, tuple)):
         return None  # a Tensor base and a Tensor exponent is another overload
+    return tuple(args), kwargs
+
+
+def _scalar_list_probe(param: tuple[int, str], args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """A 1-d CPU tensor given for a `scalars` list replaced by as many Python numbers of its kind."""
+    args, kwargs = list(args), dict(kwargs)
+    holder, key = (args, param[0]) if param[0] < len(args) else (kwargs, param[1])
+    t = holder[key] if holder is args or key in kwargs else None
+    if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.device.type != "cpu":
+        return None
+    holder[key] = [_number_like(t)] * t.shape[0]
     return tuple(args), kwargs

@@ -373,11 +373,18 @@ def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
 
 
+# NOTE [Compiled optimizer steps]: torch.optim's functions and methods are Python over lists of tensors,
+# dicts and the optimizer object (state created lazily, foreach ops, `_get_value`): inlined like module
+# code, so `framejit.compile(opt.step)` records the update's tensor ops, not one opaque call that neither
+# the guards nor the lowering backends could see into. tests/capture/test_compiled_optimizers.py.
+_INLINED_TORCH_PACKAGES = ("torch.nn.modules", "torch.distributions", "torch.optim")
+
+
 def _is_torch_callable(obj: Any) -> bool:
     """torch functions (C and Python, e.g. torch.add, F.relu) become graph ops rather than being inlined;
     the Python code of nn.Module classes (torch.nn.modules.*) is inlined like user code."""
     module = getattr(obj, "__module__", None) or ""
-    if isinstance(obj, type) or not callable(obj) or module.startswith(("torch.nn.modules", "torch.distributions")):
+    if isinstance(obj, type) or not callable(obj) or module.startswith(_INLINED_TORCH_PACKAGES):
         return False  # Python code over tensors and plain objects: inlined (torch.distributions' helpers too)
     code = getattr(obj, "__code__", None)
     if code in _DECORATOR_WRAPPER_CODES or (isinstance(code, types.CodeType) and code.co_flags & inspect.CO_GENERATOR):

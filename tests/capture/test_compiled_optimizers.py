@@ -1,0 +1,178 @@
+"""Compiled optimizer steps (issue 14): `framejit.compile(opt.step)` over torch.optim's own code.
+
+NOTE [Compiled optimizer steps]: torch.optim is Python over lists of tensors, dicts and the optimizer
+object, so it is inlined like nn.Module code (values/builder.py), not called as one opaque graph op. The
+pieces that make a step one graph: `p.grad` of a parameter read from `param_groups` is a graph input
+(NOTE [Gradients of inputs] in attributes.py); `cast(list[Tensor], x)` folds (`list[Tensor]` is a
+constant); the `scalars` tensor of `_foreach_addcdiv_` gets its fake metadata from numbers (NOTE [Scalar
+arguments given as tensors]); `torch._dynamo.graph_break()` in `_use_grad_for_differentiable` breaks, so
+the update itself lands in the resume function of `_use_grad`, under no_grad, as one graph for all
+parameter groups. The first step creates the state lazily (graph 1); on the second the state exists and
+the scheduler has changed `lr`, which becomes a graph input (NOTE [Dynamic floats]) in graph 2, which
+every later step reuses.
+
+Each test runs the same optimizer eagerly and compiled from the same parameters and gradients and compares
+parameters and state after every step. SGD matches exactly. Adam and AdamW match to 1e-5: while compiling,
+torch.optim's `_get_value(step)` keeps the step a float32 tensor (as under torch.compile), so the bias
+corrections are float32 tensor math where eager computes them as Python doubles.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import framejit
+from framejit.capture import eager_frames
+from tests.helpers import CountingBackend
+
+OPTIMIZERS = {
+    "sgd_momentum": lambda ps, fe: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, foreach=fe),
+    "sgd_nesterov": lambda ps, fe: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, foreach=fe),
+    "adam": lambda ps, fe: torch.optim.Adam(ps, lr=0.01, foreach=fe),
+    "adamw": lambda ps, fe: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, foreach=fe),
+}
+TOLERANCE = {"sgd_momentum": 0.0, "sgd_nesterov": 0.0, "adam": 1e-5, "adamw": 1e-5}
+
+
+def make_params(seed: int, shapes=((4, 3), (3,), (2, 5))) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g).requires_grad_() for s in shapes]
+
+
+def clone_params(params):
+    return [p.detach().clone().requires_grad_() for p in params]
+
+
+def assert_close(actual, expected, tol: float) -> None:
+    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol)
+
+
+def assert_same_state(compiled_opt, eager_opt, compiled_params, eager_params, tol: float) -> None:
+    for pc, pe in zip(compiled_params, eager_params):
+        assert_close(pc, pe, tol)
+        sc, se = compiled_opt.state[pc], eager_opt.state[pe]
+        assert sorted(sc) == sorted(se)
+        for key in se:
+            if isinstance(se[key], torch.Tensor):
+                assert sc[key].shape == se[key].shape and sc[key].dtype == se[key].dtype, key
+                assert_close(sc[key], se[key], tol)
+            else:
+                assert sc[key] == se[key], key
+    for gc, ge in zip(compiled_opt.param_groups, eager_opt.param_groups):
+        assert gc["lr"] == ge["lr"]
+
+
+def set_grads(step: int, *param_lists) -> None:
+    g = torch.Generator().manual_seed(100 + step)
+    grads = [torch.randn(p.shape, generator=g) for p in param_lists[0]]
+    for params in param_lists:
+        for p, grad in zip(params, grads):
+            p.grad = grad.clone()
+
+
+def run_steps(name: str, foreach: bool, backend, steps: int = 5, groups: int = 1, schedule: str = "lambda"):
+    """`steps` optimizer steps eagerly and through `framejit.compile(opt.step)`, lr changed after each
+    (by LambdaLR, or by writing param_group['lr']); compares after every step. Returns the graph count
+    after each step."""
+    params = make_params(len(name) + foreach)
+    eager_params, compiled_params = clone_params(params), clone_params(params)
+
+    def param_groups(ps):
+        return [{"params": ps[i::groups]} for i in range(groups)] if groups > 1 else ps
+    eager_opt = OPTIMIZERS[name](param_groups(eager_params), foreach)
+    compiled_opt = OPTIMIZERS[name](param_groups(compiled_params), foreach)
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lambda i: 0.7 ** i) for o in (eager_opt, compiled_opt)] \
+        if schedule == "lambda" else []
+    step = framejit.compile(compiled_opt.step, backend=backend)
+    counts = []
+    for i in range(steps):
+        set_grads(i, eager_params, compiled_params)
+        assert step() == eager_opt.step()  # None from both
+        for s in schedulers:
+            s.step()
+        if schedule == "manual":
+            for o in (eager_opt, compiled_opt):
+                for group in o.param_groups:
+                    group["lr"] = 0.05 / (i + 2)
+        assert_same_state(compiled_opt, eager_opt, compiled_params, eager_params, TOLERANCE[name])
+        counts.append(backend.graph_count)
+    return counts
+
+
+@pytest.mark.parametrize("foreach", [False, True], ids=["single_tensor", "foreach"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_step_matches_eager(name, foreach):
+    before = eager_frames.count()
+    backend = CountingBackend()
+    counts = run_steps(name, foreach, backend)
+    # step 1 creates the state (graph 1); step 2 finds it and a changed lr, now a graph input (graph 2);
+    # the scheduler changes lr on every later step without a recompile
+    assert counts == [1, 2, 2, 2, 2]
+    assert eager_frames.count() == before
+    update = backend.graphs[-1]
+    lr_inputs = [n for n in update.graph.nodes if n.op == "placeholder" and n.meta.get("dynamic_float")]
+    assert len(lr_inputs) == 1
+
+
+@pytest.mark.parametrize("name", ["adamw", "sgd_momentum"])
+def test_two_param_groups_one_graph(name):
+    backend = CountingBackend()
+    counts = run_steps(name, True, backend, groups=2, schedule="manual")
+    assert counts == [1, 2, 2, 2, 2]  # both groups in one graph; both lrs become inputs together
+    lr_inputs = [n for n in backend.graphs[-1].graph.nodes if n.op == "placeholder" and n.meta.get("dynamic_float")]
+    assert len(lr_inputs) == 2
+
+
+def test_state_is_updated_in_place():
+    """The state tensors the optimizer holds are the ones the graph writes (not replaced by copies)."""
+    params = make_params(3)
+    opt = torch.optim.Adam(params, lr=0.01, foreach=True)
+    step = framejit.compile(opt.step, backend=CountingBackend())
+    set_grads(0, params)
+    step()
+    held = {id(p): (opt.state[p]["exp_avg"], opt.state[p]["step"]) for p in params}
+    before = [(a.clone(), s.clone()) for a, s in held.values()]
+    set_grads(1, params)
+    step()
+    for p, (old_avg, old_step) in zip(params, before):
+        assert opt.state[p]["exp_avg"] is held[id(p)][0] and opt.state[p]["step"] is held[id(p)][1]
+        assert not torch.equal(opt.state[p]["exp_avg"], old_avg)
+        assert opt.state[p]["step"].item() == old_step.item() + 1 == 2.0
+
+
+def test_function_calling_step():
+    """A compiled function that calls opt.step() (the step's graph comes from the step's own frames)."""
+    params = make_params(5)
+    eager_params, compiled_params = clone_params(params), clone_params(params)
+    eager_opt = torch.optim.AdamW(eager_params, lr=0.02, foreach=True)
+    compiled_opt = torch.optim.AdamW(compiled_params, lr=0.02, foreach=True)
+
+    def update(opt, scale):
+        for group in opt.param_groups:
+            group["lr"] = 0.02 * scale
+        opt.step()
+        return scale * 2
+
+    backend = CountingBackend()
+    compiled = framejit.compile(update, backend=backend)
+    for i in range(4):
+        set_grads(i, eager_params, compiled_params)
+        assert compiled(compiled_opt, 1.0 / (i + 1)) == update(eager_opt, 1.0 / (i + 1))
+        assert_same_state(compiled_opt, eager_opt, compiled_params, eager_params, 1e-5)
+    assert backend.graph_count == 2
+
+
+def test_no_grad_param_skipped_and_appearing():
+    """A parameter without a grad is skipped; when it gets one later the step recompiles (guarded)."""
+    params = make_params(7)
+    eager_params, compiled_params = clone_params(params), clone_params(params)
+    eager_opt = torch.optim.SGD(eager_params, lr=0.1, momentum=0.9, foreach=True)
+    compiled_opt = torch.optim.SGD(compiled_params, lr=0.1, momentum=0.9, foreach=True)
+    step = framejit.compile(compiled_opt.step, backend=CountingBackend())
+    for i in range(4):
+        set_grads(i, eager_params, compiled_params)
+        if i < 2:
+            eager_params[1].grad = compiled_params[1].grad = None
+        step()
+        eager_opt.step()
+        assert_same_state(compiled_opt, eager_opt, compiled_params, eager_params, 0.0)
