@@ -13,11 +13,16 @@ logging.Logger) counts as a constant: it is guarded by identity and the real obj
 call. This is how transformers' `logger.warning_once(msg)` (an lru_cache function stored on
 logging.Logger, read as a bound method) runs: the first call warns at trace time, during the call that
 eager would warn in, and later calls find the cache filled, as eager does.
+
+The answer is guarded by calling the wrapper again in the guard function (`_still_answers`): a cleared
+cache (`fn.cache_clear()`) recomputes there, as the eager call would, and a different answer recompiles
+(the entry's constant was the answer before the clear; red team, test_redteam2.py).
 """
 from __future__ import annotations
 
 import functools
 
+from ..guards.guard import COST_CONTAINER
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource
 from .values import ConstantValue, ObjectValue, Value
@@ -69,5 +74,42 @@ def call_cached(tx, fn: ObjectValue, args: list[Value], kwargs: dict[str, Value]
     except Exception as e:  # noqa: BLE001 - the call raised: eager raises the same (nothing is cached)
         raise UserException(e) from None
     if _immutable(result):
+        _guard_answer(tx, fn, real_args, real_kwargs, result)
         return ConstantValue(result)
     return tx.call(wrapped, args, kwargs)
+
+
+def _same_constant(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(_same_constant(x, y) for x, y in zip(a, b))
+    if type(a) is float:
+        return repr(a) == repr(b)  # bitwise enough: -0.0 and nan spelled apart
+    return a == b
+
+
+def _still_answers(fn, args, kwargs, value) -> bool:
+    try:
+        return _same_constant(fn(*args, **kwargs), value)
+    except Exception:  # noqa: BLE001 - raises now: recompile, the trace raises it as eager does
+        return False
+
+
+def _guard_answer(tx, fn: ObjectValue, args: list, kwargs: dict, result) -> None:
+    out = tx.output
+    part = lambda v: repr(v) if _literal(v) else out.name_of(v, "arg")  # noqa: E731
+    call_args = "(" + "".join(f"{part(a)}, " for a in args) + ")"
+    call_kwargs = "{" + ", ".join(f"{k!r}: {part(v)}" for k, v in kwargs.items()) + "}"
+    expr = (f"{out.name_of(_still_answers, 'still_answers')}({fn.source.expr(out.names)}, {call_args}, "
+            f"{call_kwargs}, {part(result)})")
+    out.add_guard("CACHED_CALL", expr, fn.source, expected=f"the cached answer {result!r}", actual=expr,
+                  cost=COST_CONTAINER)
+
+
+def _literal(value) -> bool:
+    if type(value) is tuple:
+        return all(_literal(v) for v in value)
+    if type(value) is float:
+        return value == value and value not in (float("inf"), float("-inf"))
+    return type(value) in _IMMUTABLE

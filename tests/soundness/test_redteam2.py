@@ -1,0 +1,134 @@
+"""Adversarial differential programs, second round (issue 12, red team): ordinary state changed between
+calls (class dunders, cached helpers, ...), eager vs compiled on separate but equal state over several
+calls, on the eager and onnxrt backends."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, assert_same
+
+BACKENDS = ["eager", "onnxrt"]
+
+
+def _pair(make):
+    """Two equal worlds: make() -> (f, mutate); one is called eagerly, the other compiled."""
+    return make(), make()
+
+
+def _run(make, backend, calls=4):
+    (f_e, mutate_e), (f_c, mutate_c) = _pair(make)
+    compiled = framejit.compile(f_c, backend=CountingBackend() if backend == "eager" else backend)
+    for i in range(calls):
+        mutate_e(i), mutate_c(i)
+        x = torch.randn(3)
+        assert_same(compiled(x), f_e(x)), i
+
+
+# ---- functools.lru_cache answers (NOTE [Cached functions]) ---------------------------------------------
+
+def _lru_world():
+    state = {"g": 2.0}
+
+    @functools.lru_cache(maxsize=None)
+    def scale(k):
+        return state["g"] * k
+
+    def f(x):
+        return x * scale(3)
+
+    def mutate(i):
+        if i == 1:
+            state["g"] = 5.0  # the cache still answers 6.0, in eager too
+        if i == 3:
+            scale.cache_clear()  # eager recomputes 15.0; compiled kept the answer 6.0
+    return f, mutate
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lru_cache_cleared_between_calls(backend):
+    _run(_lru_world, backend)
+
+
+# ---- `in` over a list of user objects, and `==` falling back to identity ------------------------------
+
+def _contains_world(expr):
+    class K:
+        def __eq__(self, other):
+            return False
+        __hash__ = object.__hash__
+
+    class N:
+        pass
+    k, k2, n, n2 = K(), K(), N(), N()
+    items = [k]
+    check = {"K() in items": lambda: K() in items, "k2 in items": lambda: k2 in items,
+             "n2 in [n]": lambda: n2 in [n], "None in [n]": lambda: None in [n],
+             "n2 == n": lambda: n2 == n, "n == k2": lambda: n == k2, "n != n2": lambda: n != n2}[expr]
+
+    def f(x):
+        if check():
+            return x * 2
+        return x
+
+    def mutate(i):
+        if i == 2:  # the element's class now says equal: eager's `in` finds it
+            K.__eq__ = lambda self, other: True
+            N.__eq__ = lambda self, other: True
+        if i == 3:
+            N.__ne__ = lambda self, other: False
+    return f, mutate
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("expr", ["K() in items", "k2 in items", "n2 in [n]", "None in [n]", "n2 == n"])
+def test_user_eq_changed_between_calls(expr, backend):
+    # `in` over a list compared only constants and Value identity: an object's __eq__ never ran (a K()
+    # whose class answers True was "not in"); `==` of two objects without __eq__ was answered by identity
+    # without guarding that their classes still have no __eq__.
+    _run(lambda: _contains_world(expr), backend)
+
+
+def test_eq_of_an_object_with_a_user_eq_on_the_right():
+    # n == k2: N has no __eq__, so CPython asks K.__eq__ (reflected), which answers False then True
+    class K:
+        answer = False
+
+        def __eq__(self, other):
+            return K.answer
+        __hash__ = object.__hash__
+
+    class N:
+        pass
+    n, k = N(), K()
+
+    def f(x):
+        return x * 2 if n == k else x
+    compiled = framejit.compile(f, backend="eager")
+    for answer in (False, True, False):
+        K.answer = answer
+        x = torch.randn(2)
+        assert_same(compiled(x), f(x))
+
+
+def test_in_over_lists_keeps_its_graph():
+    # the per-element comparison does not cost breaks where the answer is known
+    class N:
+        pass
+    n, outside = N(), [N()]
+
+    def f(x):
+        a = torch.float32 in (x.dtype, torch.float16)
+        b = "a" in [outside, (1, 2)]
+        c = n in [outside[0], n]
+        return x * (a + b + c)
+    counting = CountingBackend()
+    compiled = framejit.compile(f, backend=counting)
+    for _ in range(2):
+        x = torch.randn(2)
+        assert_same(compiled(x), f(x))
+    assert counting.graph_count == 1
+    assert framejit.explain(f)(torch.randn(2)).graph_break_count == 0
