@@ -64,6 +64,9 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         from .numpy_support import torch_call_on_arrays
         return torch_call_on_arrays(tx, fn.obj, args, kwargs)
     if isinstance(fn, UserFunctionValue):
+        from .allowed_calls import call_allowed, is_allowed_in_graph
+        if is_allowed_in_graph(tx, fn):  # NOTE [Allowed in graph]
+            return call_allowed(tx, fn, args, kwargs)
         if fn.fn.__module__ in ("inspect", "dataclasses", "copy") and introspection_handler(fn.fn) is not None:
             return introspection_handler(fn.fn)(tx, args, kwargs)  # NOTE [Introspection at trace time]
         if is_pure_on_constants(fn.fn):  # NOTE [Pure library checks on constants]

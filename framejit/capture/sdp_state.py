@@ -15,6 +15,7 @@ Entries that change flags are not persisted (state_blocks.default_dtype_changed)
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -94,6 +95,22 @@ def restore_flags(cg, out) -> None:
 def restores_for(targets: set) -> tuple:
     """(setter, (current value,)) for each flag a graph with call targets `targets` may set."""
     return tuple((setter, (bool(_GETTER_OF[name]()),)) for setter, name in SETTERS.items() if setter in targets)
+
+
+@contextlib.contextmanager
+def trace_flags(out):
+    """The real flags set to the trace's view of them for a while (a function run at trace time on fake
+    tensors, NOTE [Allowed in graph]), then set back."""
+    saved = {n: bool(_GETTER_OF[n]()) for n in _flags(out)}
+    try:
+        for name, value in _flags(out).items():
+            if saved[name] != value:
+                _SETTER_OF[name](value)
+        yield
+    finally:
+        for name, value in saved.items():
+            if bool(_GETTER_OF[name]()) != value:
+                _SETTER_OF[name](value)
 
 
 def touched(out) -> bool:

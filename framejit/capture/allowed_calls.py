@@ -1,0 +1,114 @@
+"""Functions marked with torch's `allow_in_graph`: one graph node each, not inlined.
+
+NOTE [Allowed in graph]: `torch.compiler.allow_in_graph(fn)` (and `torch._dynamo.allow_in_graph`) records
+`id(fn)` in `torch._dynamo.trace_rules._allowed_callable_ids`. framejit reads that set, read-only: it never
+imports or calls torch._dynamo (the module is looked up in `sys.modules`, and the set's lazy initialiser is
+never run; a set never initialised holds no marks). A call of a marked function from traced code is not
+inlined: it becomes one `call_function` node whose target is the function itself, so it runs when the
+graph runs, after the nodes before it (state nodes included: grad mode, SDPA flags). To learn its result
+it is also run once at trace time on fake tensors, under the trace's view of the state (grad, inference
+and autocast modes, default dtype as for any op; the SDPA backend flags, `sdp_state.trace_flags`).
+Like torch.compile, this is the user's promise that the function is safe to run that way (no Python
+side effects the program relies on; output printed by the function also appears at trace time).
+
+Arguments must be tensors, symbolic sizes or constants (in tuples, lists, dicts); the result must be a
+tensor, a tuple/list of tensors and constants, or None. Anything else is a graph break. The node is
+kept even when its result is unused. The function object is guarded by identity (a closure is otherwise
+guarded by its code only, NOTE [Closures guarded by code]), and every trace that considers a user
+function guards the whole set of marks (one guard line: `allowed_ids_are(snapshot)`), so marking or
+unmarking a function later recompiles instead of reusing a trace that inlined or called it. Entries
+whose snapshot is not empty are not persisted: ids are per process.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves, tree_map
+
+from .breaks import BreakKind, Unsupported
+from .values import ConstantValue, SequenceValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue, Value
+from .values.containers import DictValue
+
+
+def allowed_ids() -> frozenset[int]:
+    """The ids torch's allow_in_graph has marked (empty when torch._dynamo was never imported)."""
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    ids = getattr(getattr(rules, "_allowed_callable_ids", None), "function_ids", None)
+    return frozenset(ids) if ids else frozenset()
+
+
+def allowed_ids_are(snapshot: frozenset[int]) -> bool:
+    """Guard helper: the marks are those the trace saw."""
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    ids = getattr(getattr(rules, "_allowed_callable_ids", None), "function_ids", None)
+    return ids == snapshot if ids else not snapshot
+
+
+def _snapshot(out) -> frozenset[int]:
+    """The marks at trace time, guarded once per trace."""
+    snap = out.__dict__.get("allowed_ids_snapshot")
+    if snap is None:
+        snap = out.__dict__["allowed_ids_snapshot"] = allowed_ids()
+        arg = "frozenset()" if not snap else out.name_of(snap, "allowed_ids")
+        out.add_guard("GLOBAL_STATE", f"{out.name_of(allowed_ids_are, 'allowed_ids_are')}({arg})", None,
+                      expected="the functions marked allow_in_graph are those seen while tracing",
+                      actual=f"{out.name_of(allowed_ids, 'allowed_ids')}()")
+    return snap
+
+
+def is_allowed_in_graph(tx, fn: UserFunctionValue) -> bool:
+    return id(fn.fn) in _snapshot(tx.output)
+
+
+def persistable(out) -> bool:
+    """An entry whose trace saw marks names process-local ids in a guard."""
+    return not out.__dict__.get("allowed_ids_snapshot")
+
+
+def _graph_arg(v: Any) -> bool:
+    return isinstance(v, (TensorValue, SymNodeValue)) or (isinstance(v, Value) and v.is_constant())
+
+
+def _plain(v: Value) -> Any:
+    """Arguments as Python containers of graph values and constants (or a graph break)."""
+    if isinstance(v, (TupleValue, SequenceValue)) and type(v) in (TupleValue, SequenceValue):
+        items = [_plain(i) for i in v.items]
+        return tuple(items) if isinstance(v, TupleValue) else items
+    if isinstance(v, DictValue) and all(isinstance(k, (str, int)) for k in v.items):
+        return {k: _plain(i) for k, i in v.items.items()}
+    if _graph_arg(v):
+        return v
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"an allow_in_graph function given {v.describe()}")
+
+
+def call_allowed(tx, fn: UserFunctionValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`fn(*args, **kwargs)` as one node (NOTE [Allowed in graph])."""
+    from .graph import _fake_of, _is_value, _node_of
+    from .sdp_state import trace_flags
+    out = tx.output
+    if fn.source is None:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"an allow_in_graph function {fn.fn.__qualname__} without a source")
+    out.guard_id(fn.source, fn.fn)
+    pargs, pkwargs = tuple(_plain(a) for a in args), {k: _plain(v) for k, v in kwargs.items()}
+    fake_args, fake_kwargs = tree_map(lambda v: _fake_of(v) if _is_value(v) else v, (pargs, pkwargs))
+    with trace_flags(out):
+        result = out._run_fake("call_function", fn.fn, fake_args, fake_kwargs)
+    if not all(isinstance(r, (torch.Tensor, int, float, bool, type(None))) for r in tree_leaves(result)) or \
+            not (result is None or isinstance(result, (torch.Tensor, tuple, list))):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL,
+                          f"the allow_in_graph function {fn.fn.__qualname__} returned {type(result).__name__}")
+    out.side_effects.bump()  # it may have written its tensor arguments in place (NOTE [Eager generators])
+    node_args, node_kwargs = tree_map(lambda v: _node_of(v) if _is_value(v) else v, (pargs, pkwargs))
+    node = out.graph.create_node("call_function", fn.fn, node_args, node_kwargs)
+    node.meta["val"] = result
+    node.meta["effect"] = True  # kept even if its result is unused
+    node.meta["stack_trace"] = out.stack_trace()
+    out.op_count += 1
+    if result is None:
+        return ConstantValue(None)
+    return out.wrap_result(node, result)
+
+
+__all__ = ["allowed_ids", "allowed_ids_are", "call_allowed", "is_allowed_in_graph", "persistable"]
