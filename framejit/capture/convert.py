@@ -26,7 +26,7 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .breaks import DISABLED, BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import Codegen, FunctionShape, Reconstructor, frame_signature, make_function
-from . import frame_cache
+from . import frame_cache, persisted_code
 from .higher_order import checkpoint_regions
 from .resume import make_resume_code
 from .values import Value
@@ -390,7 +390,9 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
                   rerun=rerun_state(gm, output.mutated_inputs))
     if request.artifacts is not None and config.cache_enabled:
         try:
-            entry.persisted = frame_cache.persist(fn, output, ret, gm, compiled, output_index, request)
+            # side-effect replay is code no plan describes: persisted as it is (NOTE [Persisted break code])
+            code = persisted_code.dump_code(fn, cg, compiled, None) if output.side_effects else None
+            entry.persisted = frame_cache.persist(fn, output, ret, gm, compiled, output_index, request, code=code)
             entry.persisted.guard_source = entry.guard.source
         except frame_cache.NotPersistable as e:
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
@@ -414,7 +416,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     try:
         if tx.run() is not None:
             return None
-        gen = graph_break.BreakCodegen(fn, site, tx, request, _BoundHooks(request.hooks, fn))
+        recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
+        gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
         outputs = graph_break.live_tensors(gen.values())
         compiled, output_index, graphs = None, {}, []
         if outputs or output.op_count:
@@ -437,9 +440,18 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
                  fn.__code__.co_qualname, type(e).__name__, e)
         return None
     _log_bytecode(fn, transformed)
-    return Entry(_guard_function(fn, shape, output), transformed, graphs,
-                 graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
-                 rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs))
+    entry = Entry(_guard_function(fn, shape, output), transformed, graphs,
+                  graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
+                  rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs))
+    if request.artifacts is not None and config.cache_enabled:  # NOTE [Persisted break code]
+        try:
+            code = persisted_code.dump_code(fn, cg, compiled, recorder)
+            entry.persisted = frame_cache.persist(fn, output, None, graphs[0] if graphs else None, compiled,
+                                                  output_index, request, code=code)
+            entry.persisted.guard_source = entry.guard.source
+        except frame_cache.NotPersistable as e:
+            logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
+    return entry
 
 
 def _in_try_block(fn: types.FunctionType, exc: UserException) -> bool:

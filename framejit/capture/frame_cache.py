@@ -270,12 +270,13 @@ class Persisted:
     graph: bytes
     artifact: bytes
     guard_source: str = ""  # the generated guard function, executed as it is on load
+    code: bytes = b""  # a break's transformed code, instruction by instruction (NOTE [Persisted break code])
 
 
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,
-            output_index: dict[int, int], request) -> Persisted:
+            output_index: dict[int, int], request, code: bytes | None = None) -> Persisted:
     """The persisted form of a just-compiled entry (raises NotPersistable when it has none)."""
-    if output.side_effects:
+    if output.side_effects and code is None:
         raise NotPersistable("the frame replays side effects")
     from .state_blocks import default_dtype_changed
     if default_dtype_changed(output):
@@ -292,10 +293,10 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     namespace = {name: _locate_in_entry(obj, fn, output) for name, obj in output.names.namespace.items()}
     callees = [(_import_locator(f), code_hash(f.__code__)) for f in output.inlined if f is not fn]
     inputs = [encode_source(i.source, fn) for i in output.inputs]
-    ret_data = encode_value(ret, output_index, fn)
+    ret_data = encode_value(ret, output_index, fn) if code is None else ("code",)
     graph = dump_graph(gm) if gm is not None else b""
     return Persisted(guards, namespace, callees, inputs, ret_data, (output.entry_grad_enabled, output.grad_enabled),
-                     graph, artifact)
+                     graph, artifact, code=code or b"")
 
 
 def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
@@ -398,6 +399,10 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
             source.reload(cg)
         cg.call(len(sources))
         cg.store_fast("___graph_out")
+    if persisted.code:  # NOTE [Persisted break code]
+        from .persisted_code import load_code
+        body = load_code(fn, persisted.code, compiled if persisted.graph else None, request.hooks)
+        return guard, make_function(shape, body, fn.__globals__, fn.__defaults__, fn.__kwdefaults__), graphs
     ret = decode_value(persisted.ret, outputs, fn)
     rebuild = Reconstructor(cg, outputs, "___graph_out")
     entry_grad, final_grad = persisted.grad

@@ -1,0 +1,172 @@
+"""Transformed code persisted instruction by instruction: warm starts for frames that break.
+
+Role: the frame cache (frame_cache.py) rebuilds an ordinary entry's transformed function from a small
+plan (graph inputs, return value). A frame that graph-breaks has a transformed function no plan
+describes: it calls the graph, replays side effects, runs the breaking instruction and calls a resume
+function through its frame hook. This module saves that function's instruction list as it was
+generated, with every constant it loads replaced by a description that finds the same object in a new
+process, and rebuilds it there.
+
+# NOTE [Persisted break code]
+# The constants of generated code are (a) the compiled graph, (b) objects framejit made for this frame:
+# the frame hook of a resume function (Hooks.resume: rebuilt from (index, stack layout, live names,
+# hooked), which regenerates the same resume code, whose own entries the frame cache finds by its code
+# hash), the frame hook of a user function called at the break (Hooks.function), the module-call and
+# call-through-hook helpers, and (c) plain values and importable objects (`frame_cache.locate`). A
+# `Recorder` wraps the hooks BreakCodegen uses and remembers what each call returned, so that (b) is
+# recognised by identity. Anything else (a resume of another code object, try-block successors, an
+# object with no importable name) makes the entry NotPersistable: it is then kept in memory only, as
+# before. Guards, graph and artifact are persisted as for any entry.
+
+Main names: `Recorder`, `dump_code(fn, cg, compiled, recorder) -> bytes`,
+`load_code(fn, data, compiled, hooks) -> Codegen`.
+"""
+from __future__ import annotations
+
+import enum
+import pickle
+import types
+from typing import Any
+
+import bytecode
+from bytecode import CellVar, FreeVar, Instr, Label
+
+from .codegen import Codegen
+
+
+class Recorder:
+    """The hooks BreakCodegen uses (convert._BoundHooks), remembering what each call made."""
+
+    def __init__(self, hooks) -> None:
+        self.hooks = hooks
+        self.made: dict[int, tuple] = {}
+        self._keep: list = []  # the made objects stay alive, so their ids stay theirs
+
+    def _note(self, obj: Any, description: tuple) -> Any:
+        self.made[id(obj)] = description
+        self._keep.append(obj)
+        return obj
+
+    def function(self, fn: types.FunctionType):
+        return self._note(self.hooks.function(fn), ("hook", fn))
+
+    def module_call(self):
+        return self._note(self.hooks.module_call(), ("module_call",))
+
+    def call_through_hook(self):
+        return self._note(self.hooks.call_through_hook(), ("call_through_hook",))
+
+    def resume(self, code, index, layout, names, hooked=True, successors=()):
+        return self._note(self.hooks.resume(code, index, layout, names, hooked, successors),
+                          ("resume", code, index, layout, names, hooked, successors))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.hooks, name)
+
+
+class _NoArg:
+    """Stands for bytecode.UNSET (a singleton that does not unpickle)."""
+
+
+def _instr(name: str, arg: Any, lineno: Any) -> tuple:
+    """An Instr as a plain (name, operand, lineno) tuple (labels stay Label objects)."""
+    return (name, arg, lineno if type(lineno) is int else None)
+
+
+class _Const:
+    """Stands for a LOAD_CONST operand in the persisted instruction list."""
+
+    def __init__(self, description: tuple) -> None:
+        self.description = description
+
+
+def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recorder | None) -> tuple:
+    from .frame_cache import NotPersistable, _import_locator, locate
+
+    if compiled is not None and value is compiled:
+        return ("graph",)
+    made = recorder.made.get(id(value)) if recorder is not None else None
+    if made is not None:
+        kind = made[0]
+        if kind == "hook":
+            return ("hook", _import_locator(made[1]))
+        if kind == "resume":
+            _, code, index, layout, names, hooked, successors = made
+            if code is not fn.__code__ or successors:
+                raise NotPersistable("the break resumes in another code object or has try-block successors")
+            return ("resume", index, layout, names, hooked)
+        return (kind,)
+    if type(value) is tuple and all(isinstance(v, (bool, int, float, str, bytes, type(None))) for v in value):
+        return ("value", value)
+    return ("locate", locate(value, fn))
+
+
+def _plain_arg(arg: Any) -> bool:
+    """Operands other than constants: names, numbers, jump targets, cells, enums (no live objects)."""
+    if arg is bytecode.UNSET or isinstance(arg, (str, int, Label, CellVar, FreeVar, enum.Enum)):
+        return True
+    return type(arg) is tuple and all(isinstance(a, (bool, int, str)) for a in arg)
+
+
+def dump_code(fn: types.FunctionType, cg: Codegen, compiled: Any, recorder: Recorder | None) -> bytes:
+    """The persisted form of the instructions `cg` holds (raises NotPersistable)."""
+    from .frame_cache import NotPersistable
+
+    insts, graph_call, call = [], None, getattr(cg, "graph_call", None)
+    for inst in cg.insts:
+        if call is not None and inst is call:
+            graph_call = len(insts)
+        if not isinstance(inst, Instr):
+            insts.append(inst)  # labels, try-block markers
+        elif inst.name == "LOAD_CONST":
+            insts.append(_instr(inst.name, _Const(_describe(inst.arg, fn, compiled, recorder)), inst.lineno))
+        elif not _plain_arg(inst.arg):
+            raise NotPersistable(f"{inst.name} has an operand of type {type(inst.arg).__name__}")
+        else:
+            insts.append(_instr(inst.name, _NoArg if inst.arg is bytecode.UNSET else inst.arg, inst.lineno))
+    try:
+        return pickle.dumps((insts, graph_call))
+    except Exception as e:
+        raise NotPersistable(f"the transformed code cannot be pickled: {type(e).__name__}: {e}") from None
+
+
+def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Codegen:
+    """A Codegen holding the persisted instructions with their constants found again (raises on failure);
+    `hooks` is the request's Hooks."""
+    from .frame_cache import NotPersistable, resolve
+
+    insts, graph_call = pickle.loads(data)
+    cg = Codegen()
+    for item in insts:
+        if not isinstance(item, tuple):
+            cg.insts.append(item)
+            continue
+        name, arg, lineno = item
+        if isinstance(arg, _Const):
+            d = arg.description
+            kind = d[0]
+            if kind == "graph":
+                if compiled is None:
+                    raise NotPersistable("the code calls a graph the entry does not have")
+                value = compiled
+            elif kind == "hook":
+                value = hooks.function(resolve(d[1], fn))
+            elif kind == "module_call":
+                value = hooks.module_call()
+            elif kind == "call_through_hook":
+                value = hooks.call_through_hook
+            elif kind == "resume":
+                value = hooks.resume(fn.__code__, d[1], d[2], d[3], fn, d[4], ())
+            elif kind == "value":
+                value = d[1]
+            else:
+                value = resolve(d[1], fn)
+            arg = value
+        inst = Instr(name, lineno=lineno) if arg is _NoArg else Instr(name, arg, lineno=lineno)
+        cg.insts.append(inst)
+    if graph_call is not None:
+        cg.graph_call = cg.insts[graph_call]
+    return cg
+
+
+__all__ = ["Recorder", "dump_code", "load_code"]

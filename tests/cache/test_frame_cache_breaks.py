@@ -1,0 +1,108 @@
+"""Warm starts for real code (NOTE [Persisted break code]): frames that graph-break (a data-dependent branch,
+a print between tensor ops, nn.MultiheadAttention's module call) and frames that replay side effects are
+persisted with their transformed code, so a second process traces nothing and returns what eager returns.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PROGRAM = textwrap.dedent('''
+    import json, sys
+    import torch
+    import framejit
+    from torch import nn
+
+    LOG = []
+
+    class Block(nn.Module):
+        def __init__(self, d=16):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
+            self.norm = nn.LayerNorm(d)
+            self.ff = nn.Linear(d, d)
+
+        def forward(self, x):
+            y, _ = self.attn(x, x, x, need_weights=False)
+            x = self.norm(x + y)
+            if x.mean() > 0:          # data-dependent branch: a graph break
+                x = x * 2
+            else:
+                x = x - 1
+            return x + self.ff(x)
+
+    def noisy(x):
+        y = x.sin()
+        print("between", y.shape[0])  # a break at a call framejit does not trace
+        LOG.append(y.shape[0])        # a side effect after the break
+        return y.cos() + 1
+
+    def branchy(x, t):
+        h = x * t
+        if h.sum() > 0:
+            return h.relu()
+        return -h
+
+    torch.manual_seed(0)
+    block = Block().eval()
+    cb = framejit.compile(block, backend="eager")
+    cn = framejit.compile(noisy, backend="eager")
+    cbr = framejit.compile(branchy, backend="eager")
+    results = []
+    with torch.no_grad():
+        for seed, shift in ((1, 3.0), (2, -3.0), (3, 3.0)):   # both directions of every branch
+            g = torch.Generator().manual_seed(seed)
+            x = torch.randn(2, 5, 16, generator=g) + shift
+            v = torch.randn(4, generator=g) + shift
+            got = [cb(x), cn(v), cbr(v, 2.0), cbr(v, -2.0)]
+            want = [block(x), noisy(v), branchy(v, 2.0), branchy(v, -2.0)]
+            results.append(all(torch.equal(a, b) for a, b in zip(got, want)))
+    stats = framejit.stats()
+    print(json.dumps({"equal": results, "log": LOG, "traced": stats["frames_traced"],
+                      "loaded": stats["frames_loaded"], "compiles": stats["backend_compiles"]}))
+''')
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory) -> str:
+    """A copy of framejit for the child processes (a shared checkout may change between two processes,
+    and framejit's source digest is part of every key)."""
+    root = tmp_path_factory.mktemp("framejit_install")
+    shutil.copytree(os.path.join(REPO, "framejit"), root / "framejit", ignore=shutil.ignore_patterns("__pycache__"))
+    return str(root)
+
+
+def run(tmp_path, snapshot) -> dict:
+    script = tmp_path / "real_code.py"
+    script.write_text(PROGRAM)
+    env = dict(os.environ, PYTHONPATH=snapshot, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1",
+               FRAMEJIT_LOGS="cache")
+    env.pop("FRAMEJIT_REMOTE_CACHE", None)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    data = json.loads(lines[-1])
+    data["printed"] = lines[:-1]
+    data["stderr"] = result.stderr
+    assert all(data["equal"]), data  # every compiled result equals eager's, cold or warm
+    return data
+
+
+def test_real_code_with_breaks_starts_warm_with_zero_traces(tmp_path, snapshot):
+    cold = run(tmp_path, snapshot)
+    assert cold["traced"] > 0 and cold["loaded"] == 0
+    assert "kept in memory only" not in cold["stderr"], cold["stderr"]
+    warm = run(tmp_path, snapshot)
+    assert warm["traced"] == 0 and warm["compiles"] == 0, warm["stderr"]
+    assert warm["loaded"] == cold["traced"]
+    # side effects and prints happen in eager's order and number, compiled and eager calls alike
+    assert warm["printed"] == cold["printed"] and warm["log"] == cold["log"]
+    assert warm["printed"] == ["between 4"] * 6 and warm["log"] == [4] * 6
