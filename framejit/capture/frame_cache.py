@@ -15,8 +15,9 @@ What is persisted for an entry (`save`), as plain data:
   of them makes the entry a miss.
 
 An entry is persisted only when every part of it can be located soundly; otherwise it is kept in memory
-only, and the `cache` log says why. Entries of frames that broke, ran eagerly, or replay side effects
-are not persisted (a later issue may extend this).
+only, and the `cache` log says why. Entries of frames that broke or replay side effects persist their
+transformed code itself (NOTE [Persisted break code] in persisted_code.py); frames that ran eagerly are
+not persisted.
 
 Storage: one store entry per (function, code hash, backend, options), holding the list of its persisted
 entries; writers take the store's lock for the key.

@@ -26,7 +26,7 @@ from .values.builder import wrap, wrap_unguarded
 _PLAIN = ("__name__", "__qualname__", "__module__", "__doc__")
 # Attributes whose real value is a Python object we can model (wrapped and guarded through the source).
 _WRAPPED = ("__defaults__", "__kwdefaults__", "__dict__", "__annotations__")
-_UNSUPPORTED = ("__globals__", "__closure__", "__builtins__", "__get__", "__call__", "__type_params__")
+_UNSUPPORTED = ("__globals__", "__closure__", "__builtins__", "__call__", "__type_params__")
 
 
 def function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
@@ -34,6 +34,8 @@ def function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
     real = fn.fn
     if name in _UNSUPPORTED:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of {fn.describe()}")
+    if name == "__get__":  # the descriptor protocol by hand (`func.__get__(obj, cls)`, lr_scheduler's wrapper)
+        return BoundMethodValue(BuiltinValue(_function_get), fn)
     if fn.source is None and fn.closure is not None:
         return _traced_function_attr(fn, name)
     if name == "__code__":
@@ -48,6 +50,31 @@ def function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of {fn.describe()}")
     _guard_absent(tx, fn, name)
     raise UserException(AttributeError(f"'function' object has no attribute '{name}'"))
+
+
+def _function_get(func, obj, cls=None):
+    """Stands for `func.__get__` (a method-wrapper) in the graph builder's tables; never called."""
+    raise AssertionError("handled while tracing")
+
+
+def _bind(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`func.__get__(obj[, cls])`: a method bound to obj, or func itself when obj is None (CPython 3)."""
+    if kwargs or not 2 <= len(args) <= 3:
+        raise UserException(TypeError(f"expected 1 or 2 arguments, got {len(args) - 1}"))
+    func, obj = args[0], args[1]
+    if obj.is_constant() and obj.as_constant() is None:
+        if len(args) == 2 or args[2].is_constant() and args[2].as_constant() is None:
+            raise UserException(TypeError("__get__(None, None) is invalid"))
+        return func
+    return BoundMethodValue(func, obj)
+
+
+def _register_bind() -> None:
+    from .builtins import BUILTIN_HANDLERS
+    BUILTIN_HANDLERS[_function_get] = _bind
+
+
+_register_bind()
 
 
 def _read(tx, fn: UserFunctionValue, name: str, value: Any) -> Value:

@@ -387,7 +387,9 @@ class BreakCodegen:
             return self.hooks.function(callee.func.fn), callee.self_value
         function = callee.func if isinstance(callee, BoundMethodValue) else callee
         if isinstance(function, UserFunctionValue) and _closure_from_outside(function) \
-                and (function is callee or callee.source is not None):
+                and (function is callee or callee.source is not None or isinstance(callee, BoundMethodValue)):
+            # a bound method made while tracing (`func.__get__(obj, cls)`) is rebuilt from its function's
+            # source and its self, so the run-time function object reaches call_through_hook too
             return self.hooks.call_through_hook(), callee  # NOTE [Closures called at breaks] in convert.py
         if isinstance(callee, NNModuleValue) and callee.source is not None and not _forward_on_instance(self.tx, callee):
             forward = type(callee.obj).forward
