@@ -305,3 +305,26 @@ def test_train_step_explained():
     assert len(backward) == 1 and backward[0].kind is BreakKind.UNSUPPORTED_CALL
     assert report.graph_count == 2
     assert report.eager_frames == [] and eager_frames.count() == before
+
+
+@pytest.mark.parametrize("name,foreach", [("adam", True), ("sgd_momentum", False)])
+def test_graph_count_against_torch_compile(name, foreach):
+    """Reference only: stock torch.compile's graphs for the same 5 scheduled steps, counted with the same
+    kind of backend. framejit compiles no more graphs than it (measured: both [1, 2, 2, 2, 2])."""
+    params = make_params(11)
+    opt = OPTIMIZERS[name](params, foreach)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.7 ** i)
+    reference = CountingBackend()
+    step = torch.compile(opt.step, backend=reference)
+    reference_counts = []
+    try:
+        for i in range(5):
+            set_grads(i, params)
+            step()
+            scheduler.step()
+            reference_counts.append(reference.graph_count)
+    finally:
+        torch._dynamo.reset()
+    counts = run_steps(name, foreach, CountingBackend())
+    assert counts[-1] <= reference_counts[-1]
+    assert counts[2:] == [counts[1]] * 3 and reference_counts[2:] == [reference_counts[1]] * 3
