@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import types
 from typing import Any
 
@@ -146,6 +147,23 @@ def _sets_backend_state(fn: Any) -> bool:
         (module == "torch._C" and name.startswith("_set_"))
 
 
+def _disabled_by_torch(fn: Any) -> bool:
+    """torch.compiler.disable'd, or torch's own lazy `torch._disable_dynamo` wrapper (Optimizer.zero_grad):
+    plain Python by request. Called like a graph op it would run at trace time on fake tensors, and its
+    effects (a list append, `p.grad = None`) with it, once, instead of on every call."""
+    if getattr(fn, "_torchdynamo_disable", False) is True:
+        return True
+    code = getattr(fn, "__code__", None)
+    return code is not None and code is _lazy_disable_code()
+
+
+@functools.lru_cache(maxsize=1)
+def _lazy_disable_code() -> types.CodeType | None:
+    import torch._compile  # torch's decorator module, not torch._dynamo (which it imports only when called)
+    wrapper = getattr(torch._compile, "_disable_dynamo", None)
+    return wrapper(lambda: None).__code__ if wrapper is not None else None
+
+
 def _not_a_graph_arg(value: Value) -> bool:
     """A module, an iterator (`m.parameters()`) or a Python callable: a torch Python function given one is
     inlined (it cannot be a graph op)."""
@@ -183,6 +201,8 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes or reads state outside the graph")
     if _sets_backend_state(fn):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes state outside the graph")
+    if _disabled_by_torch(fn):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} is marked torch.compiler.disable")
     if isinstance(fn, types.FunctionType) and any(_not_a_graph_arg(v) for v in (*args, *kwargs.values())):
         return tx.inline(UserFunctionValue(fn), args, kwargs)  # NOTE [Decorated torch functions] in builder.py
     if _is_graph_op(fn):

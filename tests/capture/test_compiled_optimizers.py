@@ -328,3 +328,31 @@ def test_graph_count_against_torch_compile(name, foreach):
     counts = run_steps(name, foreach, CountingBackend())
     assert counts[-1] <= reference_counts[-1]
     assert counts[2:] == [counts[1]] * 3 and reference_counts[2:] == [reference_counts[1]] * 3
+
+
+def test_torch_disabled_function_runs_once_per_call():
+    """A torch function wrapped by torch's lazy `_disable_dynamo` (as Optimizer.zero_grad is) is a break
+    and runs as plain Python on every call: never at trace time, never as a graph op."""
+    seen = []
+
+    def record(x):
+        seen.append(tuple(x.shape))
+        return x * 2
+    record.__module__ = "torch.h4_probe"  # looks like torch's own code, as zero_grad does
+    marked = torch._disable_dynamo(record)
+
+    def f(x):
+        return marked(x + 1) - 1
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    for n in (3, 3, 4):
+        x = torch.randn(n)
+        expected_seen = len(seen)
+        expected = f(x)
+        assert len(seen) == expected_seen + 1
+        torch.testing.assert_close(compiled(x), expected)
+        assert len(seen) == expected_seen + 2 and seen[-1] == (n,)
+    report = framejit.explain(f)(torch.randn(2))
+    assert [b.kind.name for b in report.break_reasons] == ["UNSUPPORTED_CALL"]
+    assert "torch.compiler.disable" in report.break_reasons[0].explanation
