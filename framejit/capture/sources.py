@@ -164,7 +164,14 @@ class ItemSource(Source):
         return self.base.root_local()
 
     def describe(self) -> str:
-        return f"{self.base.describe()}[{self.key!r}]"
+        # a tensor key (an optimizer's `state[p]`) by its class, not its repr: the repr prints the values,
+        # and the description names graph inputs, whose names are part of the persistent cache key
+        key = f"<{type(self.key).__name__}>" if _is_tensor(self.key) else repr(self.key)
+        return f"{self.base.describe()}[{key}]"
+
+
+def _is_tensor(obj: Any) -> bool:
+    return any(c.__module__ == "torch" and c.__name__ == "Tensor" for c in type(obj).__mro__)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,8 +34,13 @@ OPTIMIZERS = {
     "sgd_nesterov": lambda ps, fe: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, foreach=fe),
     "adam": lambda ps, fe: torch.optim.Adam(ps, lr=0.01, foreach=fe),
     "adamw": lambda ps, fe: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, foreach=fe),
+    "adam_amsgrad_maximize": lambda ps, fe: torch.optim.Adam(ps, lr=0.01, amsgrad=True, maximize=True,
+                                                             weight_decay=0.1, foreach=fe),
+    "sgd_dampening_maximize": lambda ps, fe: torch.optim.SGD(ps, lr=0.1, momentum=0.5, dampening=0.3,
+                                                             maximize=True, foreach=fe),
 }
-TOLERANCE = {"sgd_momentum": 0.0, "sgd_nesterov": 0.0, "adam": 1e-5, "adamw": 1e-5}
+TOLERANCE = {"sgd_momentum": 0.0, "sgd_nesterov": 0.0, "adam": 1e-5, "adamw": 1e-5, "adam_amsgrad_maximize": 1e-5,
+             "sgd_dampening_maximize": 0.0}
 
 
 def make_params(seed: int, shapes=((4, 3), (3,), (2, 5))) -> list[torch.Tensor]:
@@ -356,3 +361,21 @@ def test_torch_disabled_function_runs_once_per_call():
     report = framejit.explain(f)(torch.randn(2))
     assert [b.kind.name for b in report.break_reasons] == ["UNSUPPORTED_CALL"]
     assert "torch.compiler.disable" in report.break_reasons[0].explanation
+
+
+def test_graph_input_names_do_not_depend_on_values():
+    """The state is keyed by parameter tensors; graph inputs named after `state[p]` use the key's class,
+    not its printed values, so the same step on other values makes the same graph code (cache keys)."""
+    codes = []
+    for seed in (1, 2):
+        params = make_params(seed)
+        opt = torch.optim.Adam(params, lr=0.01, foreach=True)
+        backend = CountingBackend()
+        step = framejit.compile(opt.step, backend=backend)
+        for i in range(2):
+            set_grads(i + seed, params)
+            step()
+        codes.append(backend.graphs[-1].code)
+        framejit.reset()
+    assert codes[0] == codes[1]
+    assert "state_Tensor_exp_avg" in codes[0]
