@@ -132,3 +132,38 @@ def test_in_over_lists_keeps_its_graph():
         assert_same(compiled(x), f(x))
     assert counting.graph_count == 1
     assert framejit.explain(f)(torch.randn(2)).graph_break_count == 0
+
+
+# ---- onnxrt: signed zeros of sums, warnings of variances without degrees of freedom --------------------
+
+@pytest.mark.parametrize("reduce", [lambda x: x.sum(), lambda x: x.mean(), lambda x: x.sum(1),
+                                    lambda x: x.mean((0, 1), keepdim=True), lambda x: (x * 2).sum(0)])
+def test_onnxrt_sum_of_negative_zeros_is_positive_zero(reduce):
+    # ORT's ReduceSum/ReduceMean of -0.0s gave -0.0; eager's sums start from +0.0
+    compiled = framejit.compile(reduce, backend="onnxrt")
+    for rows in (2, 3, 1):
+        x = torch.full((rows, 2), -0.0)
+        got, want = compiled(x), reduce(x)
+        assert torch.equal(got.signbit(), want.signbit()), (rows, got, want)
+        y = torch.randn(rows, 2)
+        torch.testing.assert_close(compiled(y), reduce(y))
+
+
+@pytest.mark.parametrize("op", [lambda x: x.std(0), lambda x: x.var(0), lambda x: torch.var_mean(x, 0),
+                                lambda x: torch.std_mean(x, dim=1, correction=3)])
+def test_onnxrt_variance_without_degrees_of_freedom_warns_as_eager(op):
+    import warnings
+    compiled = framejit.compile(op, backend="onnxrt")
+    for call in range(3):
+        x = torch.randn(1, 3)
+        with warnings.catch_warnings(record=True) as eager_w:
+            warnings.simplefilter("always")
+            want = op(x)
+        with warnings.catch_warnings(record=True) as compiled_w:
+            warnings.simplefilter("always")
+            got = compiled(x)
+        assert_same(got, want)
+        # std is lowered as sqrt(var): the message names var() where eager's names std()
+        said = lambda ws: [(w.category, str(w.message).split("(): ")[1]) for w in ws]  # noqa: E731
+        assert said(compiled_w) == said(eager_w), call
+        assert eager_w

@@ -52,7 +52,8 @@ _MAX_ATTEMPTS = 8
 # 9: the sign of zero as eager (NOTE [Where keeps -0.0]: where, masked_fill, trunc, frac, x ** 0.5,
 #    maximum/minimum, tensor clamps); signbit, xlogy, heaviside, topk and max_pool indices run in torch.
 # 10: as_strided of a graph input runs in torch (it reads the input's storage).
-REVISION = 10
+# 12: sums and means of -0.0s are +0.0, as eager's (NOTE [Eager semantics in ONNX]).
+REVISION = 12
 
 
 @dataclasses.dataclass

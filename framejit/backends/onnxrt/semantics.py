@@ -15,7 +15,8 @@ into ops whose ONNX meaning is eager's:
   the last of tied +-0.0 there, the first in amax/amin)
 - `argmax/argmin`, and the indices of `max.dim/min.dim` (float): where(any(isnan(x)), argmax(isnan(x)), r)
   (torch returns the first NaN's index; ArgMax returns the first maximum's index)
-- `sign` (float): where(isnan(x), 0, r);  `cumsum` (float): where(r == 0, +0.0, r) (-0.0 into +0.0 only)
+- `sign` (float): where(isnan(x), 0, r);  `cumsum`, `sum`, `mean` (float): where(r == 0, +0.0, r) (-0.0 into
+  +0.0 only: ORT's ReduceSum/ReduceMean of -0.0s gave -0.0, eager's sums start from +0.0)
 - `clamp_min`, `clamp_max`, `clamp` with one bound: where(x < lo, lo, x) / where(x > hi, hi, x) (ORT's
   Clip without an upper bound turned inf into the largest float; the comparison keeps NaN and -0.0)
 - `copy(dst, src)`: clone(expand(src cast to dst's dtype, dst's shape))
@@ -407,8 +408,8 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         _rewrite_pair_reduction(b, node)
     elif target is aten.sign.default:
         _rewrite_sign(b, node)
-    elif target is aten.cumsum.default:
-        _rewrite_cumsum(b, node)
+    elif target is aten.cumsum.default or target in _SUMS:
+        _rewrite_cumsum(b, node)  # eager's sums start from +0.0: a sum or mean of -0.0s is +0.0
     elif target in (aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default):
         return _rewrite_max_pool(b, node)
     elif target in (aten.clamp_min.default, aten.clamp_max.default, aten.clamp.default):
@@ -432,6 +433,7 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
     return True
 
 
+_SUMS = {aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim}
 _MIN_MAX = {aten.maximum.default, aten.minimum.default, aten.clamp.Tensor, aten.clamp_min.Tensor,
             aten.clamp_max.Tensor}
 _WHERE = {aten.where.self, torch.ops.prims.where.default}

@@ -123,6 +123,30 @@ def _reduces_nothing(node: torch.fx.Node) -> bool:
     return any(not _is_empty(v) for v in _tensor_vals(node.meta.get("val")))
 
 
+_VARIANCES = {"aten::var", "aten::std", "aten::var_mean", "aten::std_mean", "prims::var"}
+
+
+def _no_degrees_of_freedom(node: torch.fx.Node) -> bool:
+    """A variance whose reduction factor is at most its correction (x.std(0) of one row): eager warns
+    "degrees of freedom is <= 0" on every call (and gives inf/NaN), so it runs in eager torch."""
+    if node.target._schema.name not in _VARIANCES:
+        return False
+    bound = {}
+    for i, arg in enumerate(node.target._schema.arguments):
+        bound[arg.name] = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name, arg.default_value)
+    correction = bound.get("correction")
+    if correction is None:  # prims.var's correction is required; aten's default is unbiased (1)
+        correction = 1 if bound.get("unbiased", True) else 0
+    vals = _tensor_vals(node.args[0].meta.get("val")) if isinstance(node.args[0], torch.fx.Node) else []
+    outs = _tensor_vals(node.meta.get("val"))
+    if not vals or not outs:
+        return False
+    numel, out_numel = vals[0].numel(), outs[0].numel()
+    if not isinstance(numel, int) or not isinstance(out_numel, int) or numel == 0:
+        return False  # symbolic sizes: not decided here; empty inputs: _reduces_nothing
+    return numel // max(out_numel, 1) <= correction
+
+
 def _draws_random_numbers(node: torch.fx.Node) -> bool:
     """A seeded random op (rand, randn, bernoulli, native_dropout, ...); attention ops carry the same tag
     but draw nothing when their `dropout_p` is 0."""
@@ -176,6 +200,8 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
     if schema_name in _INEXACT_ON_INT64 and any(
             isinstance(v, torch.Tensor) and v.dtype == torch.int64 for v in vals):
         return f"{overload} of int64 is not exact in ONNX Runtime beyond 2**53"
+    if _no_degrees_of_freedom(node):
+        return f"{overload} has no degrees of freedom left: eager warns on every call"
     if _reduces_nothing(node):
         return f"{overload} makes values out of an empty tensor (ORT's reductions of nothing differ from eager's)"
     for val in vals:
