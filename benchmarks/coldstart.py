@@ -63,39 +63,14 @@ REMOTE_KEY = "coldstart-benchmark-signing-key"
 # -- models with graph breaks (beside the zoo) -----------------------------------------------------
 def _break_case(name: str, size: str):
     import torch
-    from torch import nn
 
     from tests.models._case import Case
 
+    from benchmarks.break_models import AttnBranch, Branchy
+
     width = 32 if size == "small" else 256
-
-    class Branchy(nn.Module):  # one data-dependent branch: a graph break in forward
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = nn.Linear(width, width), nn.Linear(width, width)
-
-        def forward(self, x):
-            h = torch.relu(self.a(x))
-            if h.sum() > 0:
-                h = h * 2
-            return self.b(h).softmax(-1)
-
-    class AttnBranch(nn.Module):  # nn.MultiheadAttention plus a data-dependent branch
-        def __init__(self):
-            super().__init__()
-            self.attn = nn.MultiheadAttention(width, 4, batch_first=True)
-            self.norm = nn.LayerNorm(width)
-            self.out = nn.Linear(width, width)
-
-        def forward(self, x):
-            y, _ = self.attn(x, x, x, need_weights=False)
-            y = self.norm(x + y)
-            if y.mean() > 0:
-                y = y + 1
-            return self.out(y)
-
     torch.manual_seed(1234)
-    model = (Branchy() if name == "brk_branch" else AttnBranch()).eval()
+    model = (Branchy(width) if name == "brk_branch" else AttnBranch(width)).eval()
     shape = (4, width) if name == "brk_branch" else (2, 8, width)
 
     def make_inputs(seed: int):
