@@ -349,7 +349,7 @@ def iterate(tx, v: Value) -> list[Value]:
     if isinstance(v, NNModuleValue):
         from .module_protocol import replaced  # NOTE [Module container protocol]
         if replaced(tx, v.obj, "__iter__"):
-            return iterate(tx, tx.call_method_of(v, "__iter__", [], {}))
+            return iterate(tx, tx.call_special_of(v, "__iter__", [], {}))
         return _module_children(tx, v)
     if isinstance(v, (ObjectValue, NewObjectValue)) and not isinstance(v, NNModuleValue):
         return _iterate_object(tx, v)
@@ -376,9 +376,9 @@ def _iterate_object(tx, v: Value) -> list[Value]:
             raise
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a {cls.__name__} with items beyond its len()")
     if isinstance(impl, types.FunctionType) and impl.__code__.co_flags & inspect.CO_GENERATOR:
-        return iterate(tx, tx.call_method_of(v, "__iter__", [], {}))
+        return iterate(tx, tx.call_special_of(v, "__iter__", [], {}))
     if isinstance(impl, types.FunctionType):  # `return iter(self._items)`: an iterator made while tracing
-        result = tx.call_method_of(v, "__iter__", [], {})
+        result = tx.call_special_of(v, "__iter__", [], {})
         if isinstance(result, IteratorValue):
             return iterate(tx, result)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {cls.__name__}")
@@ -421,13 +421,13 @@ def length(tx, v: Value) -> int:
         return int(v.fake.shape[0])  # a symbolic size is specialised (guarded: NOTE [Symbolic shapes])
     from .module_protocol import replaced  # NOTE [Module container protocol]
     if isinstance(v, NNModuleValue) and replaced(tx, v.obj, "__len__"):
-        return tx.call_method_of(v, "__len__", [], {}).as_constant()
+        return tx.call_special_of(v, "__len__", [], {}).as_constant()
     if isinstance(v, NNModuleValue) and isinstance(v.obj, (torch.nn.Sequential, torch.nn.ModuleList,
                                                            torch.nn.ModuleDict, torch.nn.ParameterList)):
         tx.guard_module_keys(v)
         return len(v.obj)
     if isinstance(v, (ObjectValue, NewObjectValue)) and hasattr(v.python_type(), "__len__"):
-        return tx.call_method_of(v, "__len__", [], {}).as_constant()
+        return tx.call_special_of(v, "__len__", [], {}).as_constant()
     if isinstance(v, IteratorValue):
         raise UserException(TypeError("object of type 'iterator' has no len()"))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"len() of {v.describe()}")
@@ -479,12 +479,12 @@ def getitem(tx, obj: Value, key: Value) -> Value:
     if isinstance(obj, NNModuleValue):
         from .module_protocol import replaced  # NOTE [Module container protocol]
         if replaced(tx, obj.obj, "__getitem__"):
-            return tx.call_method_of(obj, "__getitem__", [key], {})
+            return tx.call_special_of(obj, "__getitem__", [key], {})
         return _module_getitem(tx, obj, key.as_constant())
     if _builtin_generic_alias(obj, key):  # `list[Tensor]`, `dict[str, int]` in annotations and casts
         return constant_fold(operator.getitem, obj.as_constant(), key.as_constant())
     if isinstance(obj, (ObjectValue, NewObjectValue)) and hasattr(obj.python_type(), "__getitem__"):
-        return tx.call_method_of(obj, "__getitem__", [key], {})
+        return tx.call_special_of(obj, "__getitem__", [key], {})
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"subscript of {obj.describe()}")
 
 
@@ -567,13 +567,13 @@ def contains(tx, item: Value, container: Value) -> bool:
     if isinstance(container, NNModuleValue) and isinstance(container.obj, torch.nn.ModuleDict):
         from .module_protocol import replaced  # NOTE [Module container protocol]
         if replaced(tx, container.obj, "__contains__"):
-            return truth(tx, tx.call_method_of(container, "__contains__", [item], {}))
+            return truth(tx, tx.call_special_of(container, "__contains__", [item], {}))
         tx.guard_module_keys(container)
         return item.as_constant() in container.obj._modules
     if isinstance(container, (ObjectValue, NewObjectValue)) and not isinstance(container, NNModuleValue):
         cls = container.python_type()
         if isinstance(getattr(cls, "__contains__", None), types.FunctionType):  # e.g. Mapping.__contains__
-            return truth(tx, tx.call_method_of(container, "__contains__", [item], {}))
+            return truth(tx, tx.call_special_of(container, "__contains__", [item], {}))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"`in` on {container.describe()}")
 
 

@@ -209,6 +209,18 @@ class Translator:
     def call_method_of(self, obj: Value, name: str, args: list[Value], kwargs: dict[str, Value]) -> Value:
         return self.call(self.getattr(obj, name), args, kwargs)
 
+    def call_special_of(self, obj: Value, name: str, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        """`len(o)`, `o[k]`, `k in o`, ...: CPython looks the dunder up on type(o) only, so an instance
+        attribute `o.__len__ = f` is ignored (NOTE [Special method lookup]). A plain function found on
+        the class is read from the class (class-dict guards only) and called with `o`; other entries
+        (staticmethod, descriptors) and modules go through the attribute read."""
+        if isinstance(obj, (ObjectValue, NewObjectValue)) and not isinstance(obj, NNModuleValue):
+            cls = obj.python_type()
+            if isinstance(lookup.mro_lookup(cls, name)[1], types.FunctionType):
+                from .values import ClassValue
+                return self.call(self.getattr(ClassValue(cls), name), [obj, *args], kwargs)
+        return self.call_method_of(obj, name, args, kwargs)
+
     def store_attr(self, obj: Value, name: str, value: Value) -> None:
         if isinstance(obj, NewObjectValue):
             setattr_impl = getattr(obj.cls, "__setattr__", object.__setattr__)

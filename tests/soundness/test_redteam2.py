@@ -167,3 +167,48 @@ def test_onnxrt_variance_without_degrees_of_freedom_warns_as_eager(op):
         said = lambda ws: [(w.category, str(w.message).split("(): ")[1]) for w in ws]  # noqa: E731
         assert said(compiled_w) == said(eager_w), call
         assert eager_w
+
+
+# ---- special methods are looked up on the class (NOTE [Special method lookup]) -------------------------
+
+def _box_world(body):
+    class Box:
+        def __init__(self):
+            self.items = [1.0, 2.0]
+
+        def __len__(self):
+            return len(self.items)
+
+        def __getitem__(self, i):
+            return self.items[i]
+
+        def __contains__(self, v):
+            return v in self.items
+
+        def __iter__(self):
+            return iter(self.items)
+    box = Box()
+
+    def f(x):
+        return x * body(box)
+
+    def mutate(i):
+        if i == 2:  # instance attributes: CPython's len(), [], in, iter() ignore them
+            box.__len__ = lambda: 99
+            box.__getitem__ = lambda i: 99.0
+            box.__contains__ = lambda v: False
+            box.__iter__ = lambda: iter([99.0])
+        if i == 3:  # the class's own: these count
+            Box.__len__ = lambda self: 5
+            Box.__getitem__ = lambda self, i: 7.0
+            Box.__contains__ = lambda self, v: False
+            Box.__iter__ = lambda self: iter([4.0])
+    return f, mutate
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["len", "getitem", "contains", "iter", "bool"])
+def test_instance_dunder_attributes_are_ignored_by_the_protocol(name, backend):
+    body = {"len": len, "getitem": lambda b: b[0], "contains": lambda b: 2.0 in b, "iter": sum,
+            "bool": lambda b: 2 if b else 3}[name]
+    _run(lambda: _box_world(body), backend)
