@@ -128,6 +128,8 @@ def _trace(fn, table: dict, args: list, functionalize: bool = True) -> torch.fx.
 
 def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> Lowered:
     """Trace `gm(*inputs)` to a functional aten graph over (state..., inputs...); see module docstring."""
+    from ..foreach import expand_foreach  # NOTE [Foreach expansion]
+    gm = expand_foreach(gm)
     state = _state_of(gm)
     names = list(state)
     spec_box: list[pytree.TreeSpec] = []

@@ -49,6 +49,8 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence) -> torch.fx.GraphModule:
     """Functional aten graph of `gm`, traced with fake tensors (module tensors become get_attr)."""
+    from ..foreach import expand_foreach  # NOTE [Foreach expansion]
+    gm = expand_foreach(gm)
     decompositions = get_decompositions(DECOMPOSE)
     functional = torch.func.functionalize(gm, remove="mutations")
     traced = make_fx(functional, decomposition_table=decompositions, tracing_mode="fake",
