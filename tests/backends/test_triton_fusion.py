@@ -109,13 +109,17 @@ def test_cpu_without_interpreter_runs_eagerly(monkeypatch):
     torch.testing.assert_close(compiled(x), x * 2)
 
 
-def test_training_graph_runs_eagerly_and_backward_works():
+def test_training_graph_runs_forward_and_backward_kernels():
+    from framejit.backends.joint import JointGraph
+
     gm = torch.fx.symbolic_trace(lambda x, w: (x * w).sum())
     x, w = randn(5), randn(5).requires_grad_()
     compiled = triton_backend(gm, [x, w])
-    assert isinstance(compiled, EagerGraph) and "grad" in compiled.reason
+    assert isinstance(compiled, JointGraph)  # backends/joint.py: forward and backward compiled
     compiled(x, w).backward()
     torch.testing.assert_close(w.grad, x)
+    (backward,) = compiled.compiled_backwards
+    assert isinstance(backward, CompiledGraph) and backward.runs == 1
 
 
 def test_compiled_graph_called_with_grad_inputs_keeps_autograd():

@@ -6,8 +6,8 @@ builds one `Program` — lower to aten (lowering.py), partition (partition.py), 
 (runtime.py) — and reuses it on every later call with that signature.
 
 Invariants (see NOTE [Correct before fast]):
-- a graph whose inputs or weights require grad while grad mode is on runs with the eager backend, so
-  results keep their grad_fn;
+- a call whose inputs or weights require grad while grad mode is on runs through the graph's joint
+  (backends/joint.py): a forward and a backward ORT program glued by one autograd.Function;
 - any failure while building a program, or the first failure while running one, makes that signature
   run eagerly from then on; it is logged (`eager_fallback`) and never reaches the user;
 - what fell back inside a program, and why, is logged on `output_code` when the program is built.
@@ -23,7 +23,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from ... import logs
-from .. import aliasing, state, symbolic
+from .. import aliasing, joint, state, symbolic
 from . import lowering, partition, runtime, semantics, translate
 from .options import OnnxrtOptions
 
@@ -158,7 +158,7 @@ class OnnxrtCompiled:
         self._symbolic = symbolic.is_symbolic(gm)
         self._symbolic_ints = symbolic.symbolic_int_positions(gm)
         self._static_layouts: set = set()  # layouts that compile per signature (logged once each)
-        self._grad_logged = False
+        self._joint: joint.JointGraph | None = None  # NOTE: training (backends/joint.py)
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
         self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
         self._run_eagerly = _eager_reason(gm)
@@ -182,11 +182,7 @@ class OnnxrtCompiled:
         if self._run_eagerly:
             return self.gm(*inputs)
         if (self._grad_inside or torch.is_grad_enabled()) and self._needs_grad(inputs):
-            if not self._grad_logged:
-                self._grad_logged = True
-                logs.log("eager_fallback", "onnxrt: an input or weight requires grad with grad mode on; "
-                         "this graph runs with the eager backend (ORT runs inference only)")
-            return self.gm(*inputs)
+            return self.training_graph()(*inputs)
         if self._symbolic:
             for bind, program in self.dynamic_programs.get(symbolic.layout_signature(inputs, self._symbolic_ints), ()):
                 if bind(inputs) is not None:
@@ -248,6 +244,14 @@ class OnnxrtCompiled:
         logs.log("output_code", "onnxrt: one program for every size (symbols %s), size check:\n%s",
                  ", ".join(map(str, sym.symbols)), sym.bind_source)
         return program
+
+    def training_graph(self) -> joint.JointGraph:
+        """The forward and backward ORT programs of this graph (backends/joint.py), made on first use."""
+        if self._joint is None:
+            self._joint = joint.JointGraph(
+                self.gm, lambda graph, example: OnnxrtCompiled(graph, example, self.opts), "onnxrt",
+                decompositions=joint.training_decompositions())
+        return self._joint
 
     def _needs_grad(self, inputs) -> bool:
         return any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or any(

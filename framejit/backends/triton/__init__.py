@@ -10,6 +10,8 @@ Pipeline (one module per stage, each small):
 `triton(gm, example_inputs, options=None)` follows the torch.compile backend contract and never raises
 for graphs it cannot handle: it returns an `EagerGraph` (the FX graph run as Python) and logs why on
 `eager_fallback`. The returned callable exposes `kernel_count`, `extern_count` and `source_path`.
+A graph that needs autograd (grad mode on, an input or weight requires grad) becomes a `JointGraph`
+(backends/joint.py, `training_graph`): its forward and backward halves are each compiled as above.
 
 Persistence (persist.py): `save(compiled) -> bytes | None` keeps the generated module source;
 `load(data, gm, example_inputs)` imports it again, with no lowering, scheduling or code generation.
@@ -91,9 +93,8 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
     opts = _options(options)
     size_inputs = symbolic.symbolic_int_positions(gm)  # ints that are sizes (NOTE [Size-generic modules])
     problem, device = _device_problem([v for i, v in enumerate(example_inputs) if i not in size_inputs])
-    if problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters()),
-                                          switches_grad_on(gm)):
-        problem = "inputs require grad (training graphs run eagerly until backward is lowered)"
+    training = problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters()),
+                                                  switches_grad_on(gm))
     if problem is None and changes_metadata_in_place(gm):
         problem = "the graph changes a tensor's shape or strides in place (x.t_()); eager does that exactly"
     if problem is None and enters_inference_mode(gm):
@@ -102,6 +103,8 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
         # once per compiled graph (log_once would hide it for every later graph with the same reason)
         logs.log("eager_fallback", "triton: running the graph eagerly: %s", problem)
         return EagerGraph(gm, problem)
+    if training:  # forward and backward kernels, inference kernels compiled on first use (backends/joint.py)
+        return training_graph(gm, options)
     if symbolic.is_symbolic(gm):
         try:
             return dynamic.compile_dynamic(gm, list(example_inputs), device, opts)
@@ -121,6 +124,38 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
         logs.log("eager_fallback", "triton: compiling failed (%s: %s); running the graph eagerly",
                  type(error).__name__, error)
         return EagerGraph(gm, f"internal error: {type(error).__name__}: {error}")
+
+
+def _materialized(example_inputs) -> list:
+    """Real tensors with the examples' sizes, strides, dtypes and devices (AOT autograd hands its compilers
+    fake tensors of its own fake mode; lowering traces with a fake mode of its own)."""
+    return [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) if isinstance(t, torch.Tensor)
+            else t for t in example_inputs]
+
+
+class _InferenceOnFirstUse:
+    """The inference kernels of a training graph, compiled on the first call made without autograd."""
+
+    def __init__(self, gm, options):
+        self.gm, self.options, self.compiled = gm, options, None
+
+    def __call__(self, *args):
+        if self.compiled is None:
+            with torch.no_grad():
+                self.compiled = triton(self.gm, [a.detach() if isinstance(a, torch.Tensor) else a for a in args],
+                                       self.options)
+        return self.compiled(*args)
+
+
+def training_graph(gm, options=None):
+    """`gm` as a JointGraph (backends/joint.py): calls that need autograd run forward and backward kernels
+    lowered from the joint graph's two halves; other calls run inference kernels."""
+    from framejit.backends import joint
+
+    def compile_part(graph, examples):
+        return triton(graph, _materialized(examples), options)
+    return joint.JointGraph(gm, compile_part, "triton", inference=_InferenceOnFirstUse(gm, options),
+                            decompositions=joint.training_decompositions(with_backward_ops=True))
 
 
 def compile_graph(gm, example_inputs, device: torch.device, opts: dict) -> CompiledGraph:

@@ -119,15 +119,19 @@ class CompiledGraph:
             any(t.requires_grad for t in constants)
         self.grad_inside = switches_grad_on(gm)
         self.reason = None
+        self.runs = 0  # calls that ran the kernels (tests: proof a graph ran compiled)
+        self._training = None  # backends/joint.py JointGraph, made when a call needs autograd
 
     def __call__(self, *args):
         if needs_autograd(args, self.params_require_grad, self.grad_inside):
-            log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: its inputs "
-                                       "require grad (backward is not lowered yet)")
-            return self.gm(*args)
+            if self._training is None:  # compiled for inference, now trained: forward and backward kernels
+                from . import training_graph
+                self._training = training_graph(self.gm)
+            return self._training(*args)
         if len(args) != len(self.expected) or any(_input_key(a) != k for a, k in zip(args, self.expected)):
             log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: inputs differ "
                                        "from the shapes/strides/dtypes it was compiled for")
             return self.gm(*args)
+        self.runs += 1
         flat = self.module.call(*args, *self.constants, self.extra)
         return pytree.tree_unflatten(list(flat), self.out_spec)

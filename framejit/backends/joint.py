@@ -1,0 +1,222 @@
+"""Training through compiled graphs: one graph that needs gradients becomes a forward and a backward graph.
+
+`JointGraph(gm, compile_fn, backend_name)` is called like `gm`. On a call where autograd would record
+the graph (grad mode on, an input or a weight of `gm` requires grad; see `needs_autograd`) it runs the
+graph through a joint built for the call's input signature; otherwise it runs `inference(*args)` (the
+backend's inference callable, given by the caller). Per signature, the joint is built once:
+
+1. torch's AOT autograd (`torch._functorch.aot_autograd.aot_module_simplified`) traces `gm` with fake
+   tensors and functionalisation into one joint forward+backward aten graph, with `gm`'s parameters and
+   buffers lifted to inputs;
+2. the joint is partitioned (NOTE [Partition]) into a forward graph (user outputs + the tensors the
+   backward needs) and a backward graph (saved tensors + output gradients -> input gradients);
+3. each graph is handed to `compile_fn(graph, fake_example_inputs)` (the backend's own compiler: an
+   ONNX Runtime program, or Triton kernels) and AOT autograd glues the two compiled callables into one
+   `torch.autograd.Function`.
+
+Eager semantics come from AOT autograd's runtime wrappers: mutated inputs (BatchNorm running statistics
+in train mode) are written back with `copy_` after the forward, outputs that alias inputs are regenerated
+as views of the inputs, `torch.no_grad()` regions and `detach` inside the graph produce no gradient,
+parameters with `requires_grad=False` get none, and `retain_graph=True` keeps the saved tensors for a
+second backward. Double backward (`create_graph=True` through the graph, then a gradient of a gradient)
+raises a RuntimeError naming the limitation (NOTE [Double backward]).
+
+A signature whose joint cannot be built (tracing fails, a backend compiler raises) runs `gm` eagerly
+from then on, logged once on `eager_fallback`. Nothing here imports torch._dynamo or calls torch.compile
+(AOT autograd may use torch._dynamo utilities internally; framejit does not).
+
+`stats` counts forward and backward runs of compiled graphs (for tests: proof the backward ran in the
+backend, with the backend's own counters); `compiled_forwards`/`compiled_backwards` keep what
+`compile_fn` returned, per signature.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Callable
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from .. import logs
+
+# NOTE [Partition]
+# The joint graph is partitioned with torch's min-cut rematerialisation partitioner: it starts from
+# "save what the backward needs" and then recomputes cheap pointwise ops in the backward instead of
+# saving their results where that lowers the bytes saved between the two graphs (a min cut over the
+# joint graph, weighted by tensor sizes, with non-recomputable ops such as matmuls and random ops
+# always saved). Where the min-cut partitioner fails on a graph, the default partitioner (save every
+# forward value the backward reads) is used instead and that is logged.
+#
+# NOTE [Grad switched on inside]
+# A graph that turns grad mode on inside (`torch.enable_grad()` in a function called under no_grad) has
+# outputs that need grad although the call starts with grad off; AOT autograd decides between its
+# inference and its autograd path from the grad mode at the call, so such calls run eagerly (logged).
+# With grad on at the call, the switches are `torch.no_grad()` regions (off, then back on), which AOT
+# autograd traces as such: those calls run through the joint.
+#
+# NOTE [Double backward]
+# The backward graph is traced once, ahead of time, as a graph of aten ops run with grad mode off; it
+# has no autograd history of its own. A gradient of a gradient therefore cannot flow through it: AOT
+# autograd raises "torch.compile with aot_autograd does not currently support double backward" when the
+# second backward reaches the graph. `create_graph=True` on a first backward alone is allowed (the
+# first-order gradients are correct, they just carry no history through this graph).
+
+
+def needs_autograd(args, weights_require_grad: bool, grad_inside: bool = False) -> bool:
+    """Autograd would record the call: grad mode is on (at the call, or switched on inside the graph)
+    and an input or weight requires grad."""
+    if not (torch.is_grad_enabled() or grad_inside):
+        return False
+    return weights_require_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
+def _partition(joint_module, joint_inputs, *, num_fwd_outputs, **kwargs):
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+
+    try:
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                                                   **kwargs)
+    except Exception as exc:  # NOTE [Partition]
+        logs.log("output_code", "joint: min-cut partition failed (%s: %s); saving every value the backward "
+                 "reads", type(exc).__name__, exc)
+        return default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+
+
+def _signature(args, weights: list[torch.Tensor]) -> tuple:
+    sig = [torch.is_grad_enabled()]
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            sig.append((value.dtype, tuple(value.shape), value.stride(), value.device, value.requires_grad,
+                        value.is_leaf))
+        else:
+            sig.append((type(value), value))
+    sig.append(tuple(w.requires_grad for w in weights))
+    return tuple(sig)
+
+
+_FAILED = object()
+
+
+class _Counted:
+    """A compiled graph whose runs are counted in `stats[key]`, called with AOT autograd's boxed
+    convention (one list of arguments, which the callee clears so the inputs can be freed early)."""
+
+    _boxed_call = True
+
+    def __init__(self, compiled, stats: collections.Counter, key: str):
+        self.compiled, self.stats, self.key = compiled, stats, key
+
+    def __call__(self, args: list):
+        self.stats[self.key] += 1
+        values = list(args)
+        args.clear()
+        return self.compiled(*values)
+
+
+class JointGraph:
+    def __init__(self, gm: torch.fx.GraphModule, compile_fn: Callable, backend_name: str,
+                 inference: Callable | None = None, decompositions: dict | None = None):
+        from .state import switches_grad_on
+
+        self.gm, self.compile_fn, self.backend_name = gm, compile_fn, backend_name
+        self.inference = inference if inference is not None else gm.forward
+        self.decompositions = decompositions
+        self.grad_inside = switches_grad_on(gm)
+        self.weights = list(gm.parameters()) + list(gm.buffers())
+        self.joints: dict[tuple, object] = {}
+        self.stats: collections.Counter = collections.Counter()
+        self.compiled_forwards: list = []
+        self.compiled_backwards: list = []
+
+    def needs_autograd(self, args) -> bool:
+        return needs_autograd(args, any(w.requires_grad for w in self.weights), self.grad_inside)
+
+    def __call__(self, *args):
+        if not self.needs_autograd(args):
+            return self.inference(*args)
+        if self.grad_inside and not torch.is_grad_enabled():  # NOTE [Grad switched on inside]
+            if not self.stats["grad_inside_logged"]:
+                self.stats["grad_inside_logged"] = 1
+                logs.log("eager_fallback", "%s: the graph turns grad mode on inside a call made with grad off; "
+                         "it runs eagerly so that autograd records it", self.backend_name)
+            return self.gm(*args)
+        sig = _signature(args, self.weights)
+        joint = self.joints.get(sig)
+        if joint is None:
+            joint = self.joints[sig] = self._build(list(args))
+        if joint is _FAILED:
+            return self.gm(*args)
+        self.stats["joint_calls"] += 1
+        return joint(*args)
+
+    def _compiler(self, kind: str):
+        def compile_graph(graph: torch.fx.GraphModule, example_inputs):
+            with torch.no_grad():
+                compiled = self.compile_fn(graph, list(example_inputs))
+            (self.compiled_forwards if kind == "forward" else self.compiled_backwards).append(compiled)
+            logs.log("output_code", "joint (%s): %s graph with %d inputs:\n%s", self.backend_name, kind,
+                     len(example_inputs), graph.code)
+            return _Counted(compiled, self.stats, kind)
+        return compile_graph
+
+    def _build(self, args: list):
+        from torch._functorch.aot_autograd import aot_module_simplified
+
+        try:
+            flat_gm, rebuild = _flat_outputs(self.gm)
+            joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward"),
+                                          bw_compiler=self._compiler("backward"), partition_fn=_partition,
+                                          decompositions=self.decompositions)
+        except Exception as exc:
+            logs.log("eager_fallback", "%s: the training graph runs eagerly: building its forward and backward "
+                     "graphs failed (%s: %s)", self.backend_name, type(exc).__name__, exc)
+            return _FAILED
+        return lambda *call_args: rebuild(joint(*call_args))
+
+
+def _flat_outputs(gm: torch.fx.GraphModule):
+    """A GraphModule sharing `gm`'s modules and weights whose output is the flat tuple of the tensors (and
+    symbolic ints) `gm` returns, and a function that rebuilds `gm`'s output structure from it (constants
+    such as None stay in the structure: AOT autograd wants a flat tuple of traced values)."""
+    graph = torch.fx.Graph()
+    value_map: dict = {}
+    result = graph.graph_copy(gm.graph, value_map)
+    leaves, spec = pytree.tree_flatten(result)
+    traced = [k for k, leaf in enumerate(leaves) if isinstance(leaf, torch.fx.Node)]
+    graph.output(tuple(leaves[k] for k in traced))
+    flat = torch.fx.GraphModule(gm, graph)
+
+    def rebuild(outputs):
+        values = list(leaves)
+        for k, value in zip(traced, outputs):
+            values[k] = value
+        return pytree.tree_unflatten(values, spec)
+    return flat, rebuild
+
+
+# NOTE [Batch norm in training graphs]
+# Batch norm in train mode is traced as `_native_batch_norm_legit_functional` (output, batch mean, rstd,
+# new running mean and var). ONNX Runtime's BatchNormalization in training mode gave outputs off by more
+# than 1.0 on a Linear+BatchNorm1d graph (torch 2.13, onnxscript's torchlib), so training graphs decompose
+# it into mean/var/pointwise ops for every backend; the backward of the decomposition is plain aten too.
+# Likewise `nll_loss_forward`: torchlib's translation returns a wrong `total_weight` (its second output,
+# unused in inference but saved for `nll_loss_backward`, which divides by it), so the loss and its
+# backward are decomposed as well (cross-entropy gradients were 15x eager's on the zoo's gpt_loss).
+
+
+@functools.lru_cache(maxsize=None)
+def training_decompositions(with_backward_ops: bool = False) -> dict:
+    """Decompositions applied while tracing joint graphs: batch norm in train mode (NOTE [Batch norm in
+    training graphs]) and, with `with_backward_ops`, torch._decomp's decompositions of the aten backward
+    ops into plain aten ops (for backends that lower pointwise ops and reductions themselves: triton)."""
+    from torch._decomp import decomposition_table, get_decompositions
+
+    aten = torch.ops.aten
+    table = get_decompositions([aten._native_batch_norm_legit_functional, aten._native_batch_norm_legit,
+                                aten.native_batch_norm, aten.native_batch_norm_backward,
+                                aten.nll_loss_forward, aten.nll_loss_backward])
+    if with_backward_ops:
+        table.update({op: fn for op, fn in decomposition_table.items() if "backward" in op.name()})
+    return table

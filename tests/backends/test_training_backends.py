@@ -1,0 +1,304 @@
+"""Training through the onnxrt and triton backends (issue 14): forward and backward both run compiled.
+
+Each case trains two copies of one model from the same weights on the same data for 3 steps (forward,
+loss, backward, AdamW): one eagerly, one under `framejit.compile(model, backend=...)`. Losses and every
+parameter and buffer must match eager within the stated tolerances, and the test proves the backward
+ran in the backend: every joint graph (framejit/backends/joint.py) that ran a backward ran it as ORT
+sessions (OrtPart.runs) or generated Triton kernels (CompiledGraph.runs), once per backward call.
+
+Tolerances: float32 losses and parameters after 3 AdamW steps (lr 1e-2), atol 2e-4 / rtol 2e-3 (the
+backends reorder reductions and fuse ops; AdamW divides by the square root of the second moment, so
+gradient differences of 1e-6 become parameter differences of about 1e-5 per step). AdamW's eps is 1e-6
+rather than 1e-8: a bias followed by BatchNorm has a gradient that is zero up to rounding (1e-9), which
+AdamW with eps 1e-8 would turn into a full-size step in a direction set by rounding noise.
+Triton kernels run in Triton's interpreter here (tests/backends/conftest.py), so triton cases use the
+smallest zoo models only.
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framejit
+from framejit.backends import joint as joint_mod
+from framejit.backends.onnxrt.runtime import OrtPart
+from framejit.backends.triton.runtime import CompiledGraph
+from tests.models import zoo
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+TOL = dict(atol=2e-4, rtol=2e-3)
+STEPS = 3
+
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+
+class Recording:
+    """The named backend, keeping what it returned for each graph."""
+
+    def __init__(self, name: str):
+        self.name, self.compiled = name, []
+
+    def __call__(self, gm, example_inputs):
+        compiled = framejit.lookup_backend(self.name)(gm, example_inputs)
+        self.compiled.append(compiled)
+        return compiled
+
+    def joints(self) -> list:
+        found = []
+        for compiled in self.compiled:
+            candidate = compiled if isinstance(compiled, joint_mod.JointGraph) else (
+                getattr(compiled, "_joint", None) or getattr(compiled, "_training", None))
+            if candidate is not None:
+                found.append(candidate)
+        return found
+
+
+@pytest.fixture(autouse=True)
+def _count_ort_runs(monkeypatch):
+    """Each OrtPart counts its session runs in `runs` (proof that a program ran in ONNX Runtime)."""
+    original = OrtPart.forward
+
+    def counted(self, *args):
+        self.runs = getattr(self, "runs", 0) + 1
+        return original(self, *args)
+    monkeypatch.setattr(OrtPart, "forward", counted)
+
+
+def _backend_runs(compiled) -> int:
+    """How many times `compiled` (a forward or backward half) ran in its backend, not eagerly."""
+    if isinstance(compiled, CompiledGraph):
+        return compiled.runs
+    programs = [p for p in getattr(compiled, "programs", {}).values() if p is not None]
+    programs += [p for entries in getattr(compiled, "dynamic_programs", {}).values() for _, p in entries]
+    runs = [max((getattr(m, 'runs', 0) for m in p.graph_module.modules() if isinstance(m, OrtPart)), default=0)
+            for p in programs]
+    return sum(runs)
+
+
+def assert_backward_in_backend(recording: Recording, steps: int = STEPS) -> None:
+    joints = recording.joints()
+    assert joints, "no graph was compiled for training"
+    backward_calls = 0
+    for graph in joints:
+        calls = graph.stats["backward"]
+        backward_calls += calls
+        ran = sum(_backend_runs(c) for c in graph.compiled_backwards)
+        assert ran == calls, f"{recording.name}: {calls} backward call(s), {ran} ran in the backend"
+        ran_forward = sum(_backend_runs(c) for c in graph.compiled_forwards)
+        assert ran_forward == graph.stats["forward"]
+    assert backward_calls >= steps
+
+
+def _loss(out) -> torch.Tensor:
+    tensors = [t for t in zoo.output_tensors(out) if t.is_floating_point() and t.requires_grad]
+    return sum(t.square().mean() for t in tensors)
+
+
+def train(model, batches, step_fn=None) -> tuple[list, torch.nn.Module]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=1e-6)
+    losses = []
+    for args, kwargs in batches:
+        loss = (step_fn or (lambda m, a, k: _loss(m(*a, **k))))(model, args, kwargs)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+    return losses, model
+
+
+def without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Randomness off (dropout, stochastic depth, router jitter: their draws would differ between two
+    runs), everything else in train mode."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for attr in ("dropout", "dropout_prob", "drop_prob", "jitter"):
+            if isinstance(getattr(module, attr, None), float):
+                setattr(module, attr, 0.0)
+    return model
+
+
+def compare_training(model: torch.nn.Module, batches, backend: str, loss_fn=None, tol=TOL) -> Recording:
+    without_dropout(model.train())
+    compiled_model = copy.deepcopy(model)
+    recording = Recording(backend)
+    fast = framejit.compile(compiled_model, backend=recording)
+    eager_losses, _ = train(model, batches, loss_fn)
+    losses, _ = train(fast, batches, loss_fn)
+    torch.testing.assert_close(torch.stack(losses), torch.stack(eager_losses), **tol)
+    for (name, expected), (_, actual) in zip(model.state_dict().items(), compiled_model.state_dict().items()):
+        torch.testing.assert_close(actual, expected, **tol, msg=lambda m: f"{name}: {m}")
+    assert_backward_in_backend(recording)
+    return recording
+
+
+def _zoo_batches(case) -> list:
+    return [(case.make_inputs(seed), {}) for seed in range(STEPS)]
+
+
+ONNXRT_ZOO = zoo.names()
+TRITON_ZOO = ["mlp", "gpt", "gru_cell"]
+
+
+@pytest.mark.parametrize("name", ONNXRT_ZOO)
+def test_zoo_training_onnxrt(name):
+    case = zoo.get(name, "small")
+    compare_training(case.model, _zoo_batches(case), "onnxrt")
+
+
+@pytest.mark.parametrize("name", TRITON_ZOO)
+def test_zoo_training_triton(name):
+    case = zoo.get(name, "small")
+    compare_training(case.model, _zoo_batches(case), "triton")
+
+
+# ---- autograd semantics through joint graphs (both backends) -------------------------------------------
+BACKENDS = ["onnxrt", "triton"]
+
+
+def _leaves(seed: int, *shapes) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=gen).requires_grad_() for shape in shapes]
+
+
+def _grads_match(fn, backend: str, shapes, seeds=(0, 1), **backward_kwargs) -> Recording:
+    """fn(*leaves) eagerly and compiled on fresh leaves per seed: outputs and the leaves' grads match."""
+    recording = Recording(backend)
+    fast = framejit.compile(fn, backend=recording)
+    for seed in seeds:
+        eager_in, compiled_in = _leaves(seed, *shapes), _leaves(seed, *shapes)
+        expected, actual = fn(*eager_in), fast(*compiled_in)
+        torch.testing.assert_close(actual, expected, **TOL)
+        _loss(expected).backward(**backward_kwargs)
+        _loss(actual).backward(**backward_kwargs)
+        for e, a in zip(eager_in, compiled_in):
+            torch.testing.assert_close(a.grad, e.grad, **TOL)
+    return recording
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_grad_region_and_detach_inside_the_graph(backend):
+    def fn(x, w):
+        with torch.no_grad():
+            scale = (x @ w.t()).sum()  # no gradient flows through scale
+        y = torch.tanh(x @ w.t())
+        return y * scale + (y * 2).detach() * w.sum()
+    recording = _grads_match(fn, backend, [(3, 4), (5, 4)])
+    assert_backward_in_backend(recording, steps=2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_output_aliasing_an_input_stays_a_view(backend):
+    def fn(x, w):
+        return torch.relu(x @ w), x.view(-1), w.t()
+    recording = Recording(backend)
+    fast = framejit.compile(fn, backend=recording)
+    for seed in (0, 1):
+        x, w = _leaves(seed, (3, 4), (4, 2))
+        out, flat, wt = fast(x, w)
+        assert flat._base is x and wt._base is w  # views of the inputs, as in eager
+        (out.sum() + (flat * 3).sum() + wt.square().sum()).backward()
+        ex, ew = _leaves(seed, (3, 4), (4, 2))
+        eo, ef, ewt = fn(ex, ew)
+        (eo.sum() + (ef * 3).sum() + ewt.square().sum()).backward()
+        torch.testing.assert_close(x.grad, ex.grad, **TOL)
+        torch.testing.assert_close(w.grad, ew.grad, **TOL)
+    assert_backward_in_backend(recording, steps=2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_retain_graph_backward_twice(backend):
+    def fn(x, w):
+        return torch.sigmoid(x @ w).square()
+    recording = Recording(backend)
+    fast = framejit.compile(fn, backend=recording)
+    x, w = _leaves(0, (3, 4), (4, 2))
+    ex, ew = _leaves(0, (3, 4), (4, 2))
+    out, expected = fast(x, w).sum(), fn(ex, ew).sum()
+    for _ in range(2):  # the second backward reuses the saved tensors; grads accumulate
+        out.backward(retain_graph=True)
+        expected.backward(retain_graph=True)
+        torch.testing.assert_close(w.grad, ew.grad, **TOL)
+        torch.testing.assert_close(x.grad, ex.grad, **TOL)
+    assert_backward_in_backend(recording, steps=2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_double_backward_raises_a_clear_error(backend):
+    def fn(x, w):
+        return torch.tanh(x @ w).sum()
+    fast = framejit.compile(fn, backend=backend)
+    x, w = _leaves(0, (3, 4), (4, 2))
+    ex, ew = _leaves(0, (3, 4), (4, 2))
+    (eager_grad,) = torch.autograd.grad(fn(ex, ew), ew, create_graph=True)
+    eager_grad.sum().backward()  # eager supports a gradient of a gradient
+    (grad,) = torch.autograd.grad(fast(x, w), w, create_graph=True)
+    torch.testing.assert_close(grad, eager_grad, **TOL)  # first order: as eager
+    with pytest.raises(RuntimeError, match="double backward"):
+        grad.sum().backward()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_frozen_parameters_and_batchnorm_running_stats(backend):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8, bias=False), torch.nn.BatchNorm1d(8), torch.nn.GELU(),
+                                torch.nn.Linear(8, 3))
+    model[3].bias.requires_grad_(False)  # a frozen parameter gets no grad, as in eager
+    batches = [((torch.randn(5, 6, generator=torch.Generator().manual_seed(s)),), {}) for s in range(STEPS)]
+    recording = compare_training(model, batches, backend)
+    assert recording.compiled[0] is not None
+    assert model[3].bias.grad is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_split_by_a_graph_break_trains(backend, capsys):
+    class TwoGraphs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            h = torch.tanh(self.a(x))
+            print("between graphs")  # a graph break: each half is its own joint graph
+            return self.b(h).square()
+
+    torch.manual_seed(0)
+    batches = [((torch.randn(3, 4, generator=torch.Generator().manual_seed(s)),), {}) for s in range(STEPS)]
+    recording = compare_training(TwoGraphs(), batches, backend)
+    assert len(recording.joints()) == 2
+    assert all(graph.stats["backward"] == STEPS for graph in recording.joints())
+    assert capsys.readouterr().out.count("between graphs") == 2 * STEPS
+
+
+# ---- transformers models from tiny configs (tests/models/hf/catalog.py) ---------------------------------
+HF_ONNXRT = ["bert", "gpt2", "llama", "t5", "vit"]
+HF_TRITON = ["gpt2"]
+
+
+def _hf_case(name: str):
+    from tests.models.hf import catalog, harness
+    harness.silence_transformers()
+    arch = catalog.get(name)
+    model = arch.build()
+    model.config.use_cache = False  # outputs are tensors only (no cache objects)
+    batches = [((), arch.make_inputs(seed)) for seed in range(STEPS)]
+    return model, batches
+
+
+@pytest.mark.parametrize("name", HF_ONNXRT)
+def test_transformers_training_onnxrt(name):
+    model, batches = _hf_case(name)
+    compare_training(model, batches, "onnxrt")
+
+
+@pytest.mark.parametrize("name", HF_TRITON)
+def test_transformers_training_triton(name):
+    model, batches = _hf_case(name)
+    compare_training(model, batches, "triton")
