@@ -164,6 +164,7 @@ _BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floo
 _UNARY = {"UNARY_NEGATIVE": "-", "UNARY_INVERT": "~", "UNARY_NOT": "not ", "UNARY_POSITIVE": "+"}
 _IGNORED = {"RESUME", "NOP", "PRECALL", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS", "MAKE_CELL"}
 _PY312 = sys.version_info >= (3, 12)
+_PY313 = sys.version_info >= (3, 13)  # a call's NULL above its callable (NOTE [Call layouts] in capture/emit.py)
 _NO_CONST = object()
 
 
@@ -295,23 +296,42 @@ class PseudoSource:
     _op_LOAD_CLOSURE = _op_LOAD_FAST
 
     def _op_LOAD_GLOBAL(self, inst) -> None:
-        if inst.arg & 1:
+        self._push_callable(_Expr(inst.argval), bool(inst.arg & 1))
+
+    def _push_callable(self, value: _Expr, null: bool) -> None:
+        """A loaded value, with the NULL of a call below it (3.11, 3.12) or above it (3.13)."""
+        if null and not _PY313:
             self.push(_NULL)
-        self.push(_Expr(inst.argval))
+        self.push(value)
+        if null and _PY313:
+            self.push(_NULL)
+
+    def _op_LOAD_FAST_LOAD_FAST(self, inst) -> None:
+        for name in inst.argval:
+            self.push(_Expr(name))
+
+    def _op_STORE_FAST_STORE_FAST(self, inst) -> None:
+        for name in inst.argval:
+            self.statement(f"{name} = {self.pop().text}")
+
+    def _op_STORE_FAST_LOAD_FAST(self, inst) -> None:
+        store, load = inst.argval
+        self.statement(f"{store} = {self.pop().text}")
+        self.push(_Expr(load))
+
+    def _op_TO_BOOL(self, inst) -> None:
+        self.push(_Expr(f"bool({self.pop().text})"))
 
     def _op_PUSH_NULL(self, inst) -> None:
         self.push(_NULL)
 
     def _op_LOAD_ATTR(self, inst) -> None:
         obj = self.pop()
-        if _PY312 and inst.arg & 1:
-            self.push(_NULL)
-        self.push(_Expr(f"{obj.wrapped()}.{inst.argval}"))
+        self._push_callable(_Expr(f"{obj.wrapped()}.{inst.argval}"), _PY312 and bool(inst.arg & 1))
 
     def _op_LOAD_METHOD(self, inst) -> None:
         obj = self.pop()
-        self.push(_NULL)
-        self.push(_Expr(f"{obj.wrapped()}.{inst.argval}"))
+        self._push_callable(_Expr(f"{obj.wrapped()}.{inst.argval}"), True)
 
     def _op_BINARY_SUBSCR(self, inst) -> None:
         key = self.pop()
@@ -327,13 +347,22 @@ class PseudoSource:
     def _op_KW_NAMES(self, inst) -> None:
         self.kw_names = tuple(self.code.co_consts[inst.arg])
 
+    def _op_CALL_KW(self, inst) -> None:
+        names = self.pop()
+        if not isinstance(names.const, tuple):
+            raise CannotRender("CALL_KW without a literal tuple of names")
+        self.kw_names = names.const
+        self._op_CALL(inst)
+
     def _op_CALL(self, inst) -> None:
         args = self.popn(inst.arg)
-        top = self.stack.pop() if self.stack else None
-        if top is _NULL:  # 3.13 order: callable, NULL, args
-            top = self.stack.pop() if self.stack else None
-        elif self.stack and self.stack[-1] is _NULL:
-            self.stack.pop()
+        if len(self.stack) < 2:
+            raise CannotRender("CALL without a callable")
+        first, second = self.stack.pop(-2), self.stack.pop()
+        # [NULL, f] (3.11, 3.12), [f, NULL] (3.13) or [f, first argument] (NOTE [Call layouts] in capture/emit.py)
+        top = second if first is _NULL else first
+        if first is not _NULL and second is not _NULL:
+            args = [second, *args]
         if not isinstance(top, _Expr):
             raise CannotRender("CALL without a callable")
         kw = self.kw_names

@@ -1,7 +1,8 @@
 """The transformed function's bytecode, written with the `bytecode` library.
 
-`Codegen` emits version-correct instructions (CALL with or without PRECALL, LOAD_ATTR's 3.12 form, ...)
-so the rest of capture writes one sequence for every CPython. `make_function` turns the emitted body
+`Codegen` writes instructions through emit.py, which spells them for the running CPython (PRECALL, KW_NAMES
+or CALL_KW, the NULL of a call, LOAD_ATTR's forms, ...), so the rest of capture writes one sequence for
+every CPython. `make_function` turns the emitted body
 into a function with exactly the original's signature: CPython binds the call's arguments itself, and
 the body reloads graph inputs from their sources, calls the compiled graph, and rebuilds the return
 value (`Reconstructor`).
@@ -17,11 +18,13 @@ import contextlib
 import dataclasses
 import sys
 import types
+import weakref
 from typing import Any
 
 import bytecode
 from bytecode import Instr
 
+from . import emit
 from .breaks import BreakKind, Unsupported
 from .dict_objects import STORAGE as DICT_STORAGE
 from .values.base import LazyArg
@@ -34,12 +37,16 @@ from .values.mappings import IdentityKey, key_value
 from .partials import check_rebuildable, make_partial, partial_parts
 from .sources import LocalSource, ObjectSource
 
-PY312 = sys.version_info >= (3, 12)
+GRAPH_OUT = "___graph_out"  # the local holding the graph's outputs
 
 
 class Codegen:
+    """A list of instructions written through emit.py's version-specific spellings. A call is written
+    `push_null()`, the callable, the arguments, `call(n)` on every CPython (NOTE [Call layouts])."""
+
     def __init__(self) -> None:
         self.insts: list[Instr] = []
+        self.graph_call: Instr | None = None  # the CALL of the compiled graph (NOTE [Graph call span])
 
     def emit(self, name: str, arg: Any = bytecode.UNSET) -> None:
         self.insts.append(Instr(name, arg) if arg is not bytecode.UNSET else Instr(name))
@@ -54,21 +61,36 @@ class Codegen:
         self.emit("STORE_FAST", name)
 
     def load_attr(self, name: str) -> None:
-        self.emit("LOAD_ATTR", (False, name) if PY312 else name)
+        self.insts.append(emit.load_attr(name))
 
     def subscr(self) -> None:
         self.emit("BINARY_SUBSCR")
 
     def push_null(self) -> None:
-        self.emit("PUSH_NULL")
+        """Start a call: the NULL below the callable (nothing on 3.13, NOTE [Call layouts])."""
+        self.insts += emit.null_before_callable()
+
+    def null_after_callable(self) -> None:
+        """After the callable of a CALL_FUNCTION_EX: its NULL on 3.13."""
+        self.insts += emit.null_after_callable()
 
     def call(self, nargs: int, kw_names: tuple[str, ...] = ()) -> None:
-        """Call [NULL, callable, args...] already on the stack."""
-        if kw_names:
-            self.emit("KW_NAMES", kw_names)
-        if not PY312:
-            self.emit("PRECALL", nargs)
-        self.emit("CALL", nargs)
+        """Call the callable (after `push_null()`) with the `nargs` arguments above it on the stack."""
+        self.insts += emit.call(nargs, kw_names)
+
+    def call_ex(self, has_kwargs: bool) -> None:
+        self.insts += emit.call_ex(has_kwargs)
+
+    def call_graph(self, compiled: Any, sources: list) -> None:
+        """`___graph_out = compiled(*inputs)`, each input reloaded from its source; the CALL is remembered
+        so that make_function records where it lies (NOTE [Graph call span])."""
+        self.push_null()
+        self.load_const(compiled)
+        for source in sources:
+            source.reload(self)
+        self.call(len(sources))
+        self.graph_call = self.insts[-1]
+        self.store_fast(GRAPH_OUT)
 
     def build(self, kind: str, n: int) -> None:
         self.emit(kind, n)
@@ -498,18 +520,54 @@ def make_function(shape: FunctionShape, body: Codegen, f_globals: dict, defaults
     bc.kwonlyargcount = shape.kwonlyargcount
     bc.argnames = list(shape.argnames)
     bc.name = shape.name
-    if PY312 or sys.version_info >= (3, 11):
-        bc.qualname = f"{shape.qualname}.<{suffix}>" if hasattr(bc, "qualname") else shape.qualname
+    bc.qualname = f"{shape.qualname}.<{suffix}>"
     bc.filename = shape.filename
     bc.first_lineno = shape.firstlineno
     bc.flags = bytecode.CompilerFlags.OPTIMIZED | bytecode.CompilerFlags.NEWLOCALS | shape.flags
     bc.append(Instr("RESUME", 0))
     bc.extend(body.insts)
-    code = bc.to_code()
+    code = _assemble(bc, body.graph_call)
     fn = types.FunctionType(code, f_globals, shape.name, defaults)
     fn.__kwdefaults__ = kwdefaults
     return fn
 
 
-__all__ = ["Codegen", "FunctionShape", "Reconstructor", "frame_signature", "make_closure", "make_function",
-           "new_object"]
+# NOTE [Graph call span]: a graph that raises at run time may rerun its frame eagerly (NOTE [Graph failures
+# rerun eagerly] in convert.py) when the exception came from the graph's own CALL. Codegen.call_graph
+# remembers that instruction when it writes it; make_function assembles the code itself and records the
+# byte offsets [CALL, next instruction) (a traceback's tb_lasti may point into the CALL's inline caches),
+# keyed by the code object's id while it lives (its constants, a globals dict, make it unhashable).
+_GRAPH_CALL_SPANS: dict[int, tuple[int, int]] = {}
+
+
+def graph_call_span(code: types.CodeType) -> tuple[int, int]:
+    """The offsets of the graph call in a transformed function's code ((-1, -1): none)."""
+    return _GRAPH_CALL_SPANS.get(id(code), (-1, -1))
+
+
+def _assemble(bc: bytecode.Bytecode, graph_call: Instr | None) -> types.CodeType:
+    if graph_call is None:
+        return bc.to_code()
+    stacksize = bc.compute_stacksize()
+    concrete = bc.to_concrete_bytecode()
+    code = concrete.to_code(stacksize=stacksize)
+    # the concrete list holds one instruction per abstract one, in order, plus CACHE entries after some
+    ordinal = next(k for k, i in enumerate(i for i in bc if isinstance(i, Instr)) if i is graph_call)
+    offset, seen, start = 0, -1, None
+    for instr in concrete:
+        if not isinstance(instr, bytecode.ConcreteInstr):
+            continue
+        if instr.name != "CACHE":
+            seen += 1
+            if seen == ordinal:
+                start = offset
+            elif seen == ordinal + 1:
+                break
+        offset += instr.size
+    _GRAPH_CALL_SPANS[id(code)] = (start, offset)
+    weakref.finalize(code, _GRAPH_CALL_SPANS.pop, id(code), None)
+    return code
+
+
+__all__ = ["Codegen", "FunctionShape", "Reconstructor", "frame_signature", "graph_call_span", "make_closure",
+           "make_function", "new_object"]

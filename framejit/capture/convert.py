@@ -25,7 +25,7 @@ from .. import config, logs
 from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .breaks import DISABLED, BreakKind, GraphBreak, Unsupported, UserException
-from .codegen import Codegen, FunctionShape, Reconstructor, frame_signature, make_function
+from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, graph_call_span, make_function
 from . import frame_cache, persisted_code
 from .higher_order import checkpoint_regions
 from .resume import make_resume_code
@@ -70,18 +70,15 @@ class Entry:
 class RerunState:
     grad_enabled: bool  # at entry (guarded)
     autocast: tuple  # ((device_type, enabled, dtype), ...) at entry (guarded)
-    call_span: tuple[int, int] | None = None  # offsets of the graph's CALL and the next instruction (lazily)
     restores: tuple = ()  # further (function, args) calls that put state back (state_blocks.restores_for)
 
     def raised_in_graph(self, exc: BaseException, code: types.CodeType) -> bool:
         """`exc` was raised by the graph call of `code` (the transformed function)."""
-        if self.call_span is None:
-            self.call_span = _graph_call_span(code)
+        start, end = graph_call_span(code)  # NOTE [Graph call span]
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code is not code:
             tb = tb.tb_next
-        # tb_lasti may point into the CALL's inline cache entries (3.11), so compare with its span
-        return tb is not None and self.call_span[0] <= tb.tb_lasti < self.call_span[1]
+        return tb is not None and start <= tb.tb_lasti < end
 
     def restore(self) -> None:
         torch._C._set_grad_enabled(self.grad_enabled)
@@ -90,16 +87,6 @@ class RerunState:
             torch.set_autocast_dtype(device_type, dtype)
         for fn, args in self.restores:
             fn(*args)
-
-
-def _graph_call_span(code: types.CodeType) -> tuple[int, int]:
-    call = -1
-    for inst in dis.get_instructions(code):
-        if inst.opname == "CALL":
-            call = inst.offset
-        elif inst.opname == "STORE_FAST" and inst.argval == "___graph_out":
-            return call, inst.offset
-    return -1, -1
 
 
 _RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "poisson", "uniform", "exponential",
@@ -371,14 +358,9 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
         compiled = _backend_compile(gm, output, request, fn)
-        cg.push_null()
-        cg.load_const(compiled)
-        for inp in output.inputs:
-            inp.source.reload(cg)
-        cg.call(len(output.inputs))
-        cg.store_fast("___graph_out")
+        cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
-    rebuild = Reconstructor(cg, output_index, "___graph_out")
+    rebuild = Reconstructor(cg, output_index, GRAPH_OUT)
     rebuild.preload([ret, *output.side_effects.values()], sourced=bool(output.side_effects))
     output.side_effects.emit(rebuild)
     graph_break.restore_grad_mode(cg, output)

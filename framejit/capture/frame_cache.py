@@ -37,7 +37,7 @@ import torch
 
 from .. import config, logs
 from ..guards import Guard, compile_guards
-from .codegen import Codegen, FunctionShape, Reconstructor, make_function
+from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, make_function
 from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource, ObjectSource,
                       Ref, Source)
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
@@ -394,18 +394,13 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
         graphs.append(gm)
         example_inputs = _example_inputs(guard, sources, namespace, args, kwargs)
         compiled = request.artifacts[1](persisted.artifact, gm, example_inputs)
-        cg.push_null()
-        cg.load_const(compiled)
-        for source in sources:
-            source.reload(cg)
-        cg.call(len(sources))
-        cg.store_fast("___graph_out")
+        cg.call_graph(compiled, sources)
     if persisted.code:  # NOTE [Persisted break code]
         from .persisted_code import load_code
         body = load_code(fn, persisted.code, compiled if persisted.graph else None, request.hooks)
         return guard, make_function(shape, body, fn.__globals__, fn.__defaults__, fn.__kwdefaults__), graphs
     ret = decode_value(persisted.ret, outputs, fn)
-    rebuild = Reconstructor(cg, outputs, "___graph_out")
+    rebuild = Reconstructor(cg, outputs, GRAPH_OUT)
     entry_grad, final_grad = persisted.grad
     if entry_grad != final_grad:
         cg.push_null()

@@ -38,16 +38,16 @@ import dis
 import functools
 import inspect
 import operator
-import sys
 import types
 from typing import Any, Callable
 
 import torch
-from bytecode import Instr, Label
+from bytecode import Label
 
 from .breaks import BreakKind, Unsupported, UserException
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
-from .codegen import Codegen, Reconstructor
+from . import emit
+from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .normalize import Inst, normalize
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
@@ -68,7 +68,7 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "UNARY_NEGATIVE": lambda a: (1, 1), "UNARY_NOT": lambda a: (1, 1), "UNARY_INVERT": lambda a: (1, 1),
     "GET_ITER": lambda a: (1, 1), "BUILD_STRING": lambda a: (a, 1), "UNPACK_SEQUENCE": lambda a: (1, a),
     "IMPORT_NAME": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "STORE_SLICE": lambda a: (4, 0),
-    "RAISE_VARARGS": lambda a: (a, 0), "DELETE_ATTR": lambda a: (1, 0),
+    "RAISE_VARARGS": lambda a: (a, 0), "DELETE_ATTR": lambda a: (1, 0), "TO_BOOL": lambda a: (1, 1),
     # f"{tensor}": the value, and its format spec when flag 0x04 says there is one (handlers/build.py)
     "FORMAT_VALUE": lambda a: (2 if (a & 0x04 if isinstance(a, int) else a[1]) else 1, 1),
 }
@@ -210,7 +210,8 @@ class BreakCodegen:
         self._blocks_tuple = TupleValue([])  # stands for the local holding run_in_blocks's tuple
         self.below = self.stack[:len(self.stack) - site.consumed]
         self.top = self.stack[len(self.stack) - site.consumed:]
-        if any(isinstance(v, CellValue) for v in self.stack):
+        if any(isinstance(v, CellValue) or isinstance(v, TupleValue) and any(isinstance(i, CellValue) for i in v.items)
+               for v in self.stack):  # a cell, or a closure's tuple of cells (LOAD_CLOSURE; BUILD_TUPLE)
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a cell is live at the break")
         # NOTE [Cells at breaks]: the frame's own cell variables that hold a value are passed to the resume
         # function like locals; its MAKE_CELL puts each into a new cell. A closure made before the break
@@ -231,14 +232,9 @@ class BreakCodegen:
         return live + self.tx.output.side_effects.values()
 
     def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
-        cg, rebuild = self.cg, Reconstructor(self.cg, output_index, "___graph_out")
+        cg, rebuild = self.cg, Reconstructor(self.cg, output_index, GRAPH_OUT)
         if compiled is not None:
-            cg.push_null()
-            cg.load_const(compiled)
-            for inp in inputs:
-                inp.source.reload(cg)
-            cg.call(len(inputs))
-            cg.store_fast("___graph_out")
+            cg.call_graph(compiled, [inp.source for inp in inputs])
         live = self.stack + [v for v in map(self._local, self.local_names) if not isinstance(v, LazyArg)]
         # NOTE [Reload before the break's call]: a value read while tracing from a source (`a = L[0]`,
         # `g = D.get(k)`, the first item of a list read lazily: NOTE [Lists from outside]) is loaded now,
@@ -269,15 +265,16 @@ class BreakCodegen:
             cg.load_const(inst.arg)
             cg.call(5)
             self._unpack_in_blocks()
-            self._resume(rebuild, inst.index + 1, produced=1, null_first=inst.name == "LOAD_METHOD")
+            self._resume(rebuild, inst.index + 1, produced=1, with_null=inst.name == "LOAD_METHOD")
         elif inst.name in _LOADS:
             for value in self.top:
                 rebuild.emit(value)
-            self._resume(rebuild, inst.index + 1, produced=1, null_first=self._emit_load(inst))
+            self._resume(rebuild, inst.index + 1, produced=1, with_null=self._emit_load(inst))
         else:
             for value in self.top:
                 rebuild.emit(value)
-            cg.insts.append(inst.instr.copy())
+            cg.insts += emit.truth_test_prefix(inst)  # NOTE [Canonical instructions and raw ones]
+            cg.insts += [raw.copy() for raw in (*inst.merged, inst.instr)]
             produced = _SIMPLE.get(inst.name, lambda a: (0, 0))(inst.arg)[1] if inst.name != "CALL_FUNCTION_EX" else 1
             if inst.name == "RAISE_VARARGS":
                 return cg
@@ -329,7 +326,7 @@ class BreakCodegen:
         """CALL at the break. The callee goes through its frame hook where it has one; inside open
         with-blocks the call runs through `run_in_blocks`."""
         first, second, *args = self.top
-        callee, leading = (second, []) if first is NULL else (first, [second])
+        callee, leading = emit.callee_and_self(first, second, NULL)
         hooked = self._hooked(callee)
         if hooked is not None:
             callee, self_value = hooked
@@ -348,12 +345,14 @@ class BreakCodegen:
 
     def _emit_call_ex(self, rebuild: Reconstructor) -> None:
         """f(*args, **kwargs) at the break, hooked and wrapped like `_emit_call`."""
-        _null, callee, args, *kwargs = self.top
+        first, second, args, *kwargs = self.top
+        callee, _ = emit.callee_and_self(first, second, NULL)
         hooked = self._hooked(callee)
         cg = self.cg
         cg.push_null()
         if hooked is None and not self.exits:
             rebuild.emit(callee)
+            cg.null_after_callable()
             rebuild.emit(args)
         else:
             if not isinstance(args, SequenceValue):
@@ -365,13 +364,14 @@ class BreakCodegen:
                 target = _Constant(target)
                 prefix = [] if self_value is None else [self_value]
             if self.exits:
-                prefix = self._in_blocks_prefix(rebuild) + [target] + prefix
+                prefix = self._in_blocks_prefix(rebuild) + [target] + prefix  # loads run_in_blocks
             else:
                 rebuild.emit(target)
+            cg.null_after_callable()
             rebuild.emit(TupleValue(prefix + list(args.items)))
         for value in kwargs:
             rebuild.emit(value)
-        cg.emit("CALL_FUNCTION_EX", 1 if kwargs else 0)
+        cg.call_ex(bool(kwargs))
         self._unpack_in_blocks()
 
     def _hooked(self, callee: Value) -> tuple[Any, Value | None] | None:
@@ -412,8 +412,7 @@ class BreakCodegen:
         else:
             rebuild.emit(self.top[0])
         taken = Label()
-        cg.insts.append(Instr(inst.name.replace("POP_JUMP_IF", "POP_JUMP_FORWARD_IF") if _needs_forward_name(inst.name)
-                              else inst.name, taken))
+        cg.insts += emit.conditional_jump(inst.name, taken)
         self._resume(rebuild, inst.index + 1, produced=0)
         cg.insts.append(taken)
         self._resume(rebuild, inst.arg, produced=1 if inst.name in _OR_POP else 0)
@@ -425,19 +424,22 @@ class BreakCodegen:
             self.cg.insts.append(inst.instr.copy())
             return False
         if inst.name == "LOAD_METHOD":
-            self.cg.emit("LOAD_ATTR", (False, inst.arg) if sys.version_info >= (3, 12) else inst.arg)
+            self.cg.load_attr(inst.arg)
             return True
         push_null, name = inst.arg
-        self.cg.emit("LOAD_GLOBAL", (False, name))
+        self.cg.insts.append(emit.load_global(name))
         return push_null
 
     def _resume(self, rebuild: Reconstructor, index: int, produced: int, hooked: bool = True,
-                null_first: bool = False) -> None:
+                with_null: bool = False) -> None:
+        """Call the resume function at `index` with the stack below the instruction, the `produced` values
+        it left (with the NULL of a method or global load for a call when `with_null`) and the locals."""
         cg = self.cg
         temps = [f"___result{i}" for i in range(produced)]
         for name in reversed(temps):
             cg.store_fast(name)
-        layout = tuple(_slot_kind(v) for v in self.below) + ("null",) * null_first + ("value",) * produced
+        made = ("value",) * produced
+        layout = tuple(_slot_kind(v) for v in self.below) + (emit.with_null(made) if with_null else made)
         code, target = origin(self.fn.__code__, index)
         successors = () if hooked else self._tail_successors()
         hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors)
@@ -478,13 +480,12 @@ class BreakCodegen:
         inst = self.site.inst
         if inst.name == "CALL":
             position = len(self.stack) - inst.arg - 2
-            first, second = self.stack[position], self.stack[position + 1]
-            position, callee = (position + 1, second) if first is NULL else (position, first)
         elif inst.name == "CALL_FUNCTION_EX":
-            position = len(self.stack) - (4 if inst.arg & 1 else 3) + 1
-            callee = self.stack[position]
+            position = len(self.stack) - (4 if inst.arg & 1 else 3)
         else:
             return None
+        first, second = self.stack[position], self.stack[position + 1]
+        position, callee = (position + 1, second) if first is NULL else (position, first)
         hooked = self._hooked(callee)
         return None if hooked is None else (position, *hooked)
 
@@ -663,10 +664,6 @@ def _slot_kind(value: Value) -> str:
     if isinstance(value, ExitValue):
         return "block"
     return "iter" if isinstance(value, IteratorValue) else "value"
-
-
-def _needs_forward_name(name: str) -> bool:
-    return sys.version_info < (3, 12) and name.startswith("POP_JUMP_IF")
 
 
 

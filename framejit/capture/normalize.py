@@ -13,6 +13,25 @@ arguments are instruction indices, so handlers never see version differences (NO
   it in CPython too.
 - RESUME, NOP, CACHE, EXTENDED_ARG and the exception-table markers carry no meaning for tracing and are
   dropped (exception handling regions are tracked separately, see translator).
+3.13:
+- TO_BOOL right before POP_JUMP_IF_TRUE/FALSE or UNARY_NOT is merged into that instruction (which tests
+  truth itself); a TO_BOOL elsewhere has its own handler.
+- `LOAD_CONST names; CALL_KW n` becomes `KW_NAMES names; CALL n`, as in 3.12.
+- LOAD_FAST_LOAD_FAST, STORE_FAST_LOAD_FAST and STORE_FAST_STORE_FAST become their two halves.
+- MAKE_FUNCTION followed by SET_FUNCTION_ATTRIBUTE flags becomes 3.12's MAKE_FUNCTION flags.
+- CONVERT_VALUE c, FORMAT_SIMPLE and FORMAT_WITH_SPEC become FORMAT_VALUE c, FORMAT_VALUE 0 and
+  FORMAT_VALUE 4 (a conversion yields a str, which formats to itself with an empty spec).
+- LOAD_FAST of a cell or free variable (LOAD_CLOSURE is a pseudo-instruction there) becomes LOAD_CLOSURE.
+- END_FOR is followed by POP_TOP (the iterator): an exhausted FOR_ITER jumps past both, so both go.
+- A call's stack is [callable, self-or-NULL, args] (3.11/3.12: [NULL-or-callable, callable-or-self, args]);
+  LOAD_GLOBAL and the method form of LOAD_ATTR push their NULL after the value. Handlers take the NULL
+  position from `emit.NULL_AFTER_CALLABLE` (emit.py writes code the same way).
+
+NOTE [Canonical instructions and raw ones]: each canonical `Inst` remembers the raw instruction it comes
+from (`instr`, at `position`), the raw instructions merged into it before that one (`merged`: a TO_BOOL, a
+3.13 MAKE_FUNCTION), and `start`, the position where code that resumes at it must begin: a merged
+instruction's, or, for a CALL, that of its KW_NAMES (the 3.13 LOAD_CONST of the names) and of 3.11's
+PRECALL. The second half of a split instruction has `part` 1; no code can resume there.
 """
 from __future__ import annotations
 
@@ -25,6 +44,7 @@ import bytecode
 from bytecode import Instr, Label, TryBegin, TryEnd
 
 PY312 = sys.version_info >= (3, 12)
+PY313 = sys.version_info >= (3, 13)
 
 DROPPED = {"RESUME", "NOP", "CACHE", "EXTENDED_ARG", "PRECALL", "END_FOR"}
 RENAMED = {
@@ -36,6 +56,15 @@ RENAMED = {
     "JUMP_FORWARD": "JUMP", "JUMP_BACKWARD": "JUMP", "JUMP_BACKWARD_NO_INTERRUPT": "JUMP",
     "LOAD_FAST_CHECK": "LOAD_FAST",
 }
+# 3.13 superinstructions -> their halves
+SPLIT = {"LOAD_FAST_LOAD_FAST": ("LOAD_FAST", "LOAD_FAST"), "STORE_FAST_LOAD_FAST": ("STORE_FAST", "LOAD_FAST"),
+         "STORE_FAST_STORE_FAST": ("STORE_FAST", "STORE_FAST")}
+# 3.13 formatting -> FORMAT_VALUE with these flags (None: the conversion is the instruction's argument)
+FORMATS = {"CONVERT_VALUE": None, "FORMAT_SIMPLE": 0, "FORMAT_WITH_SPEC": 0x04}
+# rewritten into other canonical instructions (the opcode coverage test counts them as covered)
+REWRITTEN = {"LOAD_ATTR", "LOAD_METHOD", "CALL_INTRINSIC_1", "RETURN_CONST", "CALL_KW", "SET_FUNCTION_ATTRIBUTE",
+             *SPLIT, *FORMATS}
+_TRUTH_TESTS = {"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "UNARY_NOT"}  # test truth themselves (TO_BOOL merged)
 INTRINSIC_1 = {
     1: "PRINT_EXPR", 2: "IMPORT_STAR", 3: "STOPITERATION_ERROR", 4: "ASYNC_GEN_WRAP", 5: "UNARY_POSITIVE",
     6: "LIST_TO_TUPLE", 7: "TYPEVAR", 8: "PARAMSPEC", 9: "TYPEVARTUPLE", 10: "SUBSCRIPT_GENERIC",
@@ -52,6 +81,10 @@ class Inst:
     handler: int | None = None  # index of the exception handler covering this instruction, if any
     position: int = 0  # index of the originating item in `bytecode.Bytecode.from_code(code)`
     instr: Any = dataclasses.field(default=None, repr=False)  # the original bytecode Instr
+    # NOTE [Canonical instructions and raw ones]
+    start: int = 0  # where code resuming at this instruction begins (<= position)
+    merged: tuple = dataclasses.field(default=(), repr=False)  # raw Instrs run before `instr` as part of it
+    part: int = 0  # 1 for the second half of a split superinstruction
 
     def __repr__(self) -> str:
         return f"{self.index}: {self.name} {self.arg!r}"
@@ -79,7 +112,12 @@ def _normalize(code: types.CodeType) -> Program:
     label_at: dict[Label, int] = {}
     pending: list[tuple[Inst, Label]] = []
     handler_stack: list[Label] = []
-    for position, item in enumerate(bytecode.Bytecode.from_code(code)):
+    items = list(bytecode.Bytecode.from_code(code))
+    cells = frozenset(code.co_cellvars) | frozenset(code.co_freevars)
+    position = 0
+    while position < len(items):
+        item = items[position]
+        taken = 1
         if isinstance(item, Label):
             label_at[item] = len(insts)
         elif isinstance(item, TryBegin):
@@ -88,28 +126,77 @@ def _normalize(code: types.CodeType) -> Program:
             if handler_stack:
                 handler_stack.pop()
         elif isinstance(item, Instr):
-            for inst in _canonical(item):
-                inst.index = len(insts)
-                inst.position = position
-                inst.instr = item
+            taken, merged = _group(items, position)
+            last = position + taken - 1
+            for part, inst in enumerate(_canonical(items[last], merged, _name_at(items, last + 1), cells)):
+                inst.index, inst.position, inst.start, inst.part = len(insts), last, position, part
+                inst.instr, inst.merged = items[last], tuple(merged)
                 if handler_stack:
                     pending.append((inst, handler_stack[-1]))
                 if isinstance(inst.arg, Label):
                     pending.append((inst, inst.arg))
                 insts.append(inst)
+        position += taken
     for inst, label in pending:
         if inst.arg is label:
             inst.arg = label_at[label]
         else:
             inst.handler = label_at[label]
+    for before, inst in zip(insts, insts[1:]):
+        if inst.name == "CALL" and before.name == "KW_NAMES":
+            inst.start = before.start  # a call starts at its names (NOTE [Canonical instructions and raw ones])
     return Program(code, insts)
 
 
-def _canonical(instr: Instr) -> list[Inst]:
+def _group(items: list, position: int) -> tuple[int, list[Instr]]:
+    """How many raw items from `position` form one canonical instruction, and those of them (all but the
+    last) merged into the last one's canonical form. Glue (3.11's PRECALL, a TO_BOOL before a truth test,
+    3.13's MAKE_FUNCTION before SET_FUNCTION_ATTRIBUTE) joins the instruction that follows it directly."""
+    end = position
+    while _glue(items, end):
+        end += 1
+    if PY313 and items[end].name == "END_FOR" and _name_at(items, end + 1) == "POP_TOP":
+        end += 1  # the iterator's POP_TOP: an exhausted FOR_ITER jumps past it
+    return end - position + 1, [i for i in items[position:end] if i.name != "PRECALL"]
+
+
+def _glue(items: list, position: int) -> bool:
+    name, following = items[position].name, _name_at(items, position + 1)
+    if name == "PRECALL":
+        return following == "CALL"
+    if name == "TO_BOOL":
+        return following in _TRUTH_TESTS
+    if name in ("MAKE_FUNCTION", "SET_FUNCTION_ATTRIBUTE"):
+        return following == "SET_FUNCTION_ATTRIBUTE"
+    return False
+
+
+def _name_at(items: list, position: int) -> str | None:
+    item = items[position] if position < len(items) else None
+    return item.name if isinstance(item, Instr) else None
+
+
+def _canonical(instr: Instr, merged: list[Instr], following: str | None, cells: frozenset[str]) -> list[Inst]:
     name, arg = instr.name, instr.arg
     lineno = instr.lineno if isinstance(instr.lineno, int) else None
-    if name in DROPPED:
+    if name in DROPPED or (name == "POP_TOP" and merged and merged[-1].name == "END_FOR"):
         return []
+    if name == "SET_FUNCTION_ATTRIBUTE":  # 3.13: MAKE_FUNCTION, then one of these per flag
+        flags = int(arg)
+        for other in merged:
+            flags |= int(other.arg) if other.name == "SET_FUNCTION_ATTRIBUTE" else 0
+        return [Inst("MAKE_FUNCTION", flags, lineno)]
+    if name in SPLIT:
+        first, second = SPLIT[name]
+        return [Inst(first, _local_name(arg[0]), lineno), Inst(second, _local_name(arg[1]), lineno)]
+    if name in FORMATS:
+        return [Inst("FORMAT_VALUE", int(arg) if FORMATS[name] is None else FORMATS[name], lineno)]
+    if name == "LOAD_FAST" and PY313 and _local_name(arg) in cells:
+        return [Inst("LOAD_CLOSURE", _local_name(arg), lineno)]  # 3.13: LOAD_CLOSURE is assembled into LOAD_FAST
+    if name == "LOAD_CONST" and following == "CALL_KW":
+        return [Inst("KW_NAMES", arg, lineno)]
+    if name == "CALL_KW":
+        return [Inst("CALL", arg, lineno)]
     name = RENAMED.get(name, name)
     if isinstance(arg, (bytecode.CellVar, bytecode.FreeVar)):
         arg = arg.name
@@ -123,3 +210,7 @@ def _canonical(instr: Instr) -> list[Inst]:
     if name == "LOAD_SUPER_ATTR":
         return [Inst("LOAD_SUPER_ATTR", arg, lineno)]
     return [Inst(name, arg, lineno)]
+
+
+def _local_name(arg: Any) -> Any:
+    return arg.name if isinstance(arg, (bytecode.CellVar, bytecode.FreeVar)) else arg

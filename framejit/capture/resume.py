@@ -13,7 +13,6 @@ reuse one resume function per (instruction, stack layout, live locals) instead o
 from __future__ import annotations
 
 import dis
-import sys
 import types
 from typing import Any
 
@@ -21,7 +20,8 @@ import bytecode
 import torch
 from bytecode import CellVar, Instr, Label, TryBegin, TryEnd
 
-from .normalize import DROPPED, normalize
+from . import emit
+from .normalize import normalize
 
 # resume code object -> (original code, number of canonical instructions in its prologue)
 _ORIGIN: dict[types.CodeType, tuple[types.CodeType, int]] = {}
@@ -59,11 +59,12 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     bc = bytecode.Bytecode.from_code(code)
     label = Label()
     prologue, stack_args = _prologue(layout, label)
+    prologue[-1:-1] = emit.truth_test_prefix(target)  # 3.13: the value a truth test reads is a bool
     line = _line_of(items, target.position, code)
     _set_line(prologue, line)
-    start_at = target.position
-    while start_at > 0 and isinstance(items[start_at - 1], Instr) and items[start_at - 1].name in ("PRECALL", "KW_NAMES"):
-        start_at -= 1  # a call starts at its KW_NAMES (and 3.11's PRECALL)
+    if target.part:
+        raise ValueError("cannot resume inside a split superinstruction")
+    start_at = target.start  # a call starts at its KW_NAMES, a truth test at its TO_BOOL, ... (normalize.py)
     trampolines: list = []
     if successors:
         trampolines = _trampolines(items, target.position, successors, live_locals, set(code.co_cellvars))
@@ -90,8 +91,10 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     calls = max((len(after) + len(live_locals) for _, _, after in successors), default=0)
     new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 4, calls + 4),
                           compute_exception_stack_depths=False)
-    # instructions the prologue adds, counted as normalisation counts them (it drops PRECALL)
-    _ORIGIN[new_code] = (code, sum(1 for i in prologue if i.name not in DROPPED))
+    # the canonical index of the resume point in the new code, minus the original's: the instructions the
+    # prologue adds, counted as normalisation counts them (its JUMP, the first, goes to the resume point)
+    jump = next(i for i in normalize(new_code).insts if i.name == "JUMP")
+    _ORIGIN[new_code] = (code, jump.arg - index)
     return new_code
 
 
@@ -133,9 +136,8 @@ def _prologue(layout: tuple[str, ...], label: Label) -> tuple[list, list[str]]:
     if "block" in layout:
         grad_arg = f"{STACK_PREFIX}grad"
         stack_args.append(grad_arg)
-        prologue += [Instr("PUSH_NULL"), Instr("LOAD_CONST", torch.set_grad_enabled), Instr("LOAD_FAST", grad_arg)]
-        prologue += _call(1) + [Instr("POP_TOP")]
-    prologue.append(Instr("JUMP_FORWARD", label))
+        prologue += emit.call_const(torch.set_grad_enabled, [Instr("LOAD_FAST", grad_arg)]) + [Instr("POP_TOP")]
+    prologue.append(emit.jump_forward(label))
     return prologue, stack_args
 
 
@@ -155,19 +157,21 @@ def _trampolines(items: list, position: int, successors: tuple, live_locals: tup
             name = instr.name.replace("BACKWARD", "FORWARD")  # 3.11: the trampoline lies ahead
             items[position] = Instr(name, entry, lineno=instr.lineno)
         else:
-            items.insert(position + 1, Instr("JUMP_FORWARD", entry, lineno=instr.lineno))
+            items.insert(position + 1, emit.jump_forward(entry))
+            items[position + 1].lineno = instr.lineno
         temps = [f"___tramp{k}" for k in range(len(after))]
         out.append(entry)
         out += [Instr("STORE_FAST", t) for t in reversed(temps)]
-        out += [Instr("PUSH_NULL"), Instr("LOAD_CONST", hook)]
+        args = []
         for temp, kind in zip(temps, after):
             if kind == "iter":  # the remaining items of a for loop's iterator, as a list
-                out += [Instr("PUSH_NULL"), Instr("LOAD_CONST", loop_iterator_arg), Instr("LOAD_FAST", temp)] + _call(1)
+                args += emit.call_const(loop_iterator_arg, [Instr("LOAD_FAST", temp)])
             else:
-                out.append(Instr("LOAD_FAST", temp))
-        out += [Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
-                for name in live_locals]
-        out += _call(len(after) + len(live_locals)) + [Instr("RETURN_VALUE")]
+                args.append(Instr("LOAD_FAST", temp))
+        args += [Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
+                 for name in live_locals]
+        out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + args
+        out += emit.call(len(after) + len(live_locals)) + [Instr("RETURN_VALUE")]
     return out
 
 
@@ -199,10 +203,6 @@ def _set_line(instrs: list, line: int) -> None:
             item.lineno = line
 
 
-def _call(nargs: int) -> list:
-    return ([Instr("PRECALL", nargs)] if sys.version_info < (3, 12) else []) + [Instr("CALL", nargs)]
-
-
 def _copy_handler_depths(code: types.CodeType, items: list) -> None:
     """Set each TryBegin's depth and lasti from the code's exception table (same order: by start)."""
     entries = sorted(dis.Bytecode(code).exception_entries, key=lambda e: (e.start, e.end))
@@ -221,15 +221,3 @@ def _prologue_position(items: list) -> int:
             return i + 1
     return 0
 
-
-class ResumeCache:
-    """Resume functions made for one compile request, keyed by where they resume."""
-
-    def __init__(self) -> None:
-        self.functions: dict[tuple, Any] = {}
-
-    def get(self, key: tuple, build):
-        fn = self.functions.get(key)
-        if fn is None:
-            fn = self.functions[key] = build()
-        return fn

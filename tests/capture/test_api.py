@@ -11,7 +11,7 @@ import torch
 import framejit
 from framejit.capture.breaks import BreakKind
 from framejit.capture.handlers import HANDLERS, UNSUPPORTED_OPCODES
-from framejit.capture.normalize import DROPPED, RENAMED
+from framejit.capture.normalize import DROPPED, RENAMED, REWRITTEN
 from tests.helpers import CountingBackend, assert_same, run_differential
 
 
@@ -343,7 +343,7 @@ def test_every_opcode_is_handled_normalized_or_declared_unsupported():
             continue
         if name in HANDLERS or name in UNSUPPORTED_OPCODES:
             continue
-        if name in ("LOAD_ATTR", "CALL_INTRINSIC_1", "RETURN_CONST", "LOAD_METHOD"):
+        if name in REWRITTEN:
             continue  # rewritten by normalize.py into handled instructions
         if _is_specialized(name):
             continue

@@ -59,6 +59,8 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
     "LOAD_ZERO_SUPER_METHOD": "pseudo-instruction (assembled into LOAD_SUPER_ATTR)",
     "LOAD_ZERO_SUPER_ATTR": "pseudo-instruction (assembled into LOAD_SUPER_ATTR)",
     "STORE_FAST_MAYBE_NULL": "pseudo-instruction (assembled into STORE_FAST)",
+    "EXIT_INIT_CHECK": "only in the interpreter's own shim frames (3.13)",
+    "ENTER_EXECUTOR": "written by the tier-2 optimizer over running code, never by the compiler (3.13)",
 }
 
 # Registration happens on import; keep these imports after HANDLERS and op are defined.

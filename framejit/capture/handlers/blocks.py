@@ -5,7 +5,7 @@ import sys
 
 from ..breaks import BreakKind, Unsupported, UserException
 from ..context import enter
-from ..values import NULL, ClassValue, ConstantValue
+from ..values import ClassValue, ConstantValue
 from . import op
 
 
@@ -43,9 +43,8 @@ def load_super_attr(tx, inst):
     tx.pop()  # the global `super`
     from ..attributes import SuperValue
     attr = tx.getattr(SuperValue(cls_value.as_constant(), self_value), name)
-    if is_method:
-        tx.push(NULL)
-    tx.push(attr)
+    from .stack import push_with_null
+    push_with_null(tx, attr, is_method)
 
 
 @op("RETURN_GENERATOR")

@@ -1,12 +1,14 @@
 """Calls and function creation.
 
-Canonical call layout (3.11 and 3.12 alike): [callable-or-NULL, self-or-callable, arg1..argN]; KW_NAMES
-names the last len(kw_names) arguments as keywords. LOAD_METHOD is canonicalised to push NULL and a
-bound callable, so the first slot is NULL in most calls.
+Canonical call layout: [NULL, callable, arg1..argN] (3.11, 3.12), [callable, NULL, arg1..argN] (3.13), or
+[method, self, arg1..argN]; KW_NAMES names the last len(kw_names) arguments as keywords (3.13's CALL_KW
+becomes KW_NAMES + CALL). LOAD_METHOD is canonicalised to push a bound callable and NULL, in the order the
+running CPython puts a NULL (NOTE [Call layouts] in emit.py).
 """
 from __future__ import annotations
 
 from ..breaks import BreakKind, Unsupported, UserException
+from ..emit import callee_and_self
 from ..protocol import iterate
 from ..values import NULL, CellValue, DictValue, UserFunctionValue
 from . import op
@@ -22,10 +24,8 @@ def call(tx, inst):
     args = tx.popn(inst.arg)
     second = tx.pop()
     first = tx.pop()
-    if first is NULL:
-        fn = second
-    else:
-        fn, args = first, [second, *args]
+    fn, leading = callee_and_self(first, second, NULL)
+    args = [*leading, *args]
     names, tx.kw_names = tx.kw_names, ()
     kwargs = {}
     if names:
@@ -38,9 +38,10 @@ def call(tx, inst):
 def call_function_ex(tx, inst):
     kwargs_value = tx.pop() if inst.arg & 1 else DictValue({})
     args_value = tx.pop()
-    fn = tx.pop()
-    null = tx.pop()
-    if null is not NULL:  # 3.11/3.12 push NULL before the callable of CALL_FUNCTION_EX
+    second = tx.pop()
+    first = tx.pop()
+    fn, leading = callee_and_self(first, second, NULL)
+    if leading:  # the compiler always puts a NULL next to CALL_FUNCTION_EX's callable
         raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, "CALL_FUNCTION_EX without NULL")
     if not isinstance(kwargs_value, DictValue):
         from ..mappings import object_mapping_items

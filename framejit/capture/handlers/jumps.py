@@ -24,6 +24,12 @@ def pop_jump_if_true(tx, inst):
         tx.jump(inst.arg)
 
 
+@op("TO_BOOL")
+def to_bool(tx, inst):
+    """3.13: the truth of the value, as a bool (before a truth test normalize.py merges it into the test)."""
+    tx.push(ConstantValue(truth(tx, tx.pop())))
+
+
 def _is_none(value) -> bool:
     return isinstance(value, ConstantValue) and value.value is None
 

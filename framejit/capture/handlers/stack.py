@@ -1,6 +1,7 @@
 """Stack, locals, globals, cells, constants, attributes and return."""
 from __future__ import annotations
 
+from ..emit import NULL_AFTER_CALLABLE
 from ..values import NULL, CellValue, TensorValue
 from ..values.builder import wrap_unguarded
 from . import op
@@ -73,10 +74,18 @@ def delete_fast(tx, inst):
 
 @op("LOAD_GLOBAL")
 def load_global(tx, inst):
-    push_null_first, name = inst.arg
-    if push_null_first:
+    push_null, name = inst.arg
+    push_with_null(tx, tx.load_global(name), push_null)
+
+
+def push_with_null(tx, value, null: bool = True) -> None:
+    """Push a loaded callable, with the NULL of a call below (3.11, 3.12) or above it (3.13) when `null`
+    (NOTE [Call layouts] in emit.py)."""
+    if null and not NULL_AFTER_CALLABLE:
         tx.push(NULL)
-    tx.push(tx.load_global(name))
+    tx.push(value)
+    if null and NULL_AFTER_CALLABLE:
+        tx.push(NULL)
 
 
 @op("MAKE_CELL")
@@ -113,10 +122,9 @@ def load_attr(tx, inst):
 
 @op("LOAD_METHOD")
 def load_method(tx, inst):
-    # Canonical form: [NULL, bound callable]; CALL treats it like any callable.
+    # Canonical form: the bound callable with a NULL; CALL treats it like any callable.
     obj = tx.pop()
-    tx.push(NULL)
-    tx.push(tx.getattr(obj, inst.arg))
+    push_with_null(tx, tx.getattr(obj, inst.arg))
 
 
 @op("STORE_ATTR")
