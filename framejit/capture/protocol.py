@@ -185,11 +185,11 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
         return tx.output.sym_op(fn, (a, b))
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
-    if fn in (operator.eq, operator.ne) and _identity_comparable(a, b):
+    if fn in (operator.eq, operator.ne) and _identity_comparable(a, b) and _plain_ne(fn, a, b):
         _guard_default_eq(tx, a, b, fn)
         same = _same_object(a, b)
         return ConstantValue(same if fn is operator.eq else not same)
-    if fn in (operator.eq, operator.ne) and _default_eq(a) and _default_eq(b):
+    if fn in (operator.eq, operator.ne) and _default_eq(a) and _default_eq(b) and _plain_ne(fn, a, b):
         _guard_default_eq(tx, a, b, fn)
         same = is_same(tx, a, b)  # neither type defines __eq__: CPython falls back to identity
         return ConstantValue(same if fn is operator.eq else not same)
@@ -208,6 +208,12 @@ def _default_eq(v: Value) -> bool:
 def _identity_comparable(a: Value, b: Value) -> bool:
     return isinstance(a, ObjectValue) and isinstance(b, ObjectValue) and type(a.obj).__eq__ is object.__eq__ \
         and type(b.obj).__eq__ is object.__eq__  # b's own __eq__ runs when a's answers NotImplemented
+
+
+def _plain_ne(fn: Callable, a: Value, b: Value) -> bool:
+    """For `!=`: neither class defines its own __ne__ (object's negates __eq__)."""
+    return fn is not operator.ne or all(getattr(v.python_type(), "__ne__", object.__ne__) is object.__ne__
+                                        for v in (a, b) if isinstance(v, (ObjectValue, NewObjectValue)))
 
 
 def _guard_default_eq(tx, a: Value, b: Value, fn: Callable) -> None:

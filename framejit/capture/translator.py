@@ -209,6 +209,10 @@ class Translator:
     def call_method_of(self, obj: Value, name: str, args: list[Value], kwargs: dict[str, Value]) -> Value:
         return self.call(self.getattr(obj, name), args, kwargs)
 
+    # NOTE [Special method lookup]: CPython's protocol calls (len, [], in, iter, truth) find the dunder with
+    # _PyType_Lookup on type(o), never in o.__dict__. Reading it as `o.__len__` guarded, and on a retrace
+    # used, an instance attribute of that name. call_special_of reads a plain function from the class
+    # (its lookup facts guard the class dicts, not the instance) and passes `o` itself.
     def call_special_of(self, obj: Value, name: str, args: list[Value], kwargs: dict[str, Value]) -> Value:
         """`len(o)`, `o[k]`, `k in o`, ...: CPython looks the dunder up on type(o) only, so an instance
         attribute `o.__len__ = f` is ignored (NOTE [Special method lookup]). A plain function found on

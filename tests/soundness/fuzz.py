@@ -6,13 +6,13 @@ import contextlib
 import dataclasses
 import tempfile
 
-from . import blocks_more, blocks_outside, blocks_protocol, blocks_python, blocks_torch
+from . import blocks_dunders, blocks_more, blocks_outside, blocks_protocol, blocks_python, blocks_torch
 from .excluded import is_excluded
 from .program import Program, generate
 from .runner import Difference, run_program
 
 ALL_FACTORIES = (blocks_python.FACTORIES + blocks_torch.FACTORIES + blocks_protocol.FACTORIES
-                 + blocks_more.FACTORIES + blocks_outside.FACTORIES)
+                 + blocks_more.FACTORIES + blocks_outside.FACTORIES + blocks_dunders.FACTORIES)
 
 
 def family_of(factory) -> str:

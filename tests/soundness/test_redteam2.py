@@ -212,3 +212,24 @@ def test_instance_dunder_attributes_are_ignored_by_the_protocol(name, backend):
     body = {"len": len, "getitem": lambda b: b[0], "contains": lambda b: 2.0 in b, "iter": sum,
             "bool": lambda b: 2 if b else 3}[name]
     _run(lambda: _box_world(body), backend)
+
+
+def test_ne_of_objects_whose_class_gains_ne():
+    # found by the fuzzer's class_equality family: `key != Key()` kept the identity answer after Key got
+    # its own __ne__ (the retrace checked only __eq__)
+    class Key:
+        pass
+    key = Key()
+
+    def f(x):
+        if key != Key():
+            return x + 0.5
+        return x
+    compiled = framejit.compile(f, backend="eager")
+    for i in range(4):
+        if i == 2:
+            Key.__ne__ = lambda self, other: False
+        if i == 3:
+            del Key.__ne__
+        x = torch.randn(2)
+        assert_same(compiled(x), f(x)), i
