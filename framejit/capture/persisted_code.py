@@ -92,9 +92,21 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
             return ("hook", _import_locator(made[1]))
         if kind == "resume":
             _, code, index, layout, names, hooked, successors = made
-            if code is not fn.__code__ or successors:
-                raise NotPersistable("the break resumes in another code object or has try-block successors")
-            return ("resume", index, layout, names, hooked)
+            if successors:
+                raise NotPersistable("the break has try-block successors")
+            if code is fn.__code__:
+                return ("resume", index, layout, names, hooked)
+            # a break inside a resume function resumes in the original function's code: found by name, and
+            # its hash checked on load (a change before the break leaves this resume code as it was)
+            from .frame_cache import code_hash, resolve
+            locator = ("import", fn.__module__, code.co_qualname)
+            try:
+                found = resolve(locator, fn)
+            except Exception:
+                found = None
+            if getattr(found, "__code__", None) is not code:
+                raise NotPersistable(f"the break resumes in {code.co_qualname}, which cannot be found by name")
+            return ("resume_in", locator, code_hash(code), index, layout, names, hooked)
         return (kind,)
     if type(value) is tuple and all(isinstance(v, (bool, int, float, str, bytes, type(None))) for v in value):
         return ("value", value)
@@ -157,6 +169,12 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
                 value = hooks.call_through_hook
             elif kind == "resume":
                 value = hooks.resume(fn.__code__, d[1], d[2], d[3], fn, d[4], ())
+            elif kind == "resume_in":
+                from .frame_cache import code_hash
+                code = resolve(d[1], fn).__code__
+                if code_hash(code) != d[2]:
+                    raise NotPersistable(f"{code.co_qualname} changed since it was cached")
+                value = hooks.resume(code, d[3], d[4], d[5], fn, d[6], ())
             elif kind == "value":
                 value = d[1]
             else:

@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -106,3 +107,79 @@ def test_real_code_with_breaks_starts_warm_with_zero_traces(tmp_path, snapshot):
     # side effects and prints happen in eager's order and number, compiled and eager calls alike
     assert warm["printed"] == cold["printed"] and warm["log"] == cold["log"]
     assert warm["printed"] == ["between 4"] * 6 and warm["log"] == [4] * 6
+
+
+# ---- one process: persist, forget everything compiled (framejit.reset), load ------------------------------
+CALLS = []
+
+
+def helper_called_at_break(y):
+    CALLS.append(int(y.shape[0]))
+    return y * 3
+
+
+def break_in_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        if y.sum() > 0:
+            y = y + 1
+    return y.cos()
+
+
+def break_in_loop(x):
+    for i in range(3):
+        x = x + i
+        if x.mean() > 1:
+            x = x / 2
+    return x
+
+
+def break_at_user_call(x):
+    y = x.sin()
+    print("at the call")
+    return helper_called_at_break(y) + 1
+
+
+def break_with_closure(x):
+    scale = x.shape[0]
+
+    def inner(t):
+        return t * scale
+
+    if x.max() > 0:
+        x = inner(x)
+    return inner(x) - 1
+
+
+# warm_traced: frames traced on a warm cache. Not yet persisted (kept in memory, traced again, still correct): a
+# resume function whose loop iterator is a constant (break_in_loop's resume functions), a function made while
+# tracing (break_with_closure's `inner`).
+@pytest.mark.parametrize("fn, warm_traced", [(break_in_no_grad, 0), (break_at_user_call, 0), (break_in_loop, None),
+                                             (break_with_closure, None)])
+def test_break_entries_restored_in_process_match_eager(fn, warm_traced, tmp_path, monkeypatch, capsys):
+    import framejit
+    from framejit import config
+    from framejit.capture.convert import STATS
+
+    monkeypatch.setattr(config, "cache_enabled", True)
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
+    inputs = [torch.randn(4, 3) + 2, torch.randn(4, 3) - 2, torch.randn(6, 3) + 2]
+    CALLS.clear()
+    expected = [fn(x.clone()) for x in inputs]
+    eager_calls = list(CALLS)
+    for round_ in ("cold", "warm"):
+        framejit.reset()  # forget every compiled entry: the warm round can only load from the cache
+        traced_before = STATS["frames_traced"]
+        CALLS.clear()
+        compiled = framejit.compile(fn, backend="eager")
+        got = [compiled(x.clone()) for x in inputs]
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert CALLS == eager_calls
+        traced = STATS["frames_traced"] - traced_before
+        if round_ == "cold":
+            assert traced > 0
+        elif warm_traced is not None:
+            assert traced == warm_traced, f"{fn.__name__}: {traced} frames traced on a warm cache"
+    out = capsys.readouterr().out
+    assert out.count("at the call") == (9 if fn is break_at_user_call else 0)
