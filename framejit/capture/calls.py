@@ -31,6 +31,8 @@ TENSOR_METHODS_UNSUPPORTED = {
     "data_ptr": BreakKind.UNSUPPORTED_CALL, "storage": BreakKind.UNSUPPORTED_CALL,
     "untyped_storage": BreakKind.UNSUPPORTED_CALL, "share_memory_": BreakKind.SIDE_EFFECT,
     "set_": BreakKind.SIDE_EFFECT, "resize_": BreakKind.SIDE_EFFECT, "__setstate__": BreakKind.SIDE_EFFECT,
+    # facts of the real tensor that fake tensors do not carry (fakes answered False: red team, test_redteam2.py)
+    "is_set_to": BreakKind.UNSUPPORTED_CALL, "is_inference": BreakKind.UNSUPPORTED_CALL,
 }
 
 # torch functions with effects on global state, or that read data into Python: never graph nodes.
@@ -39,6 +41,7 @@ TORCH_FUNCTIONS_UNSUPPORTED = {
     torch.set_num_threads, torch.use_deterministic_algorithms, torch.set_rng_state, torch.get_rng_state,
     torch.is_nonzero, torch.equal, torch.allclose, torch.autograd.grad, torch.autograd.backward,
     torch._nested_tensor_from_mask_left_aligned,  # a bool from the mask's data (fake tensors answer True)
+    torch.is_inference,  # the real tensor's inference flag, which fakes do not carry
 }
 
 _PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.dtype, torch.device, complex,

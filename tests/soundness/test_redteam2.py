@@ -233,3 +233,37 @@ def test_ne_of_objects_whose_class_gains_ne():
             del Key.__ne__
         x = torch.randn(2)
         assert_same(compiled(x), f(x)), i
+
+
+# ---- facts of the real tensor that fake tensors do not carry --------------------------------------------
+
+def _inference_or_not(i):
+    if i % 2:
+        with torch.inference_mode():
+            return torch.ones(3)
+    return torch.ones(3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("query", ["method", "function"])
+def test_is_inference_of_an_argument(query, backend):
+    # an inference tensor passed in: x.is_inference() answered False (its fake is a normal tensor)
+    def f(x):
+        flag = x.is_inference() if query == "method" else torch.is_inference(x)
+        return x * 2, flag
+    compiled = framejit.compile(f, backend=backend)
+    for i in range(4):
+        x = _inference_or_not(i)
+        assert_same(compiled(x), f(x)), i
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_is_set_to_of_one_tensor_passed_twice(backend):
+    # a.is_set_to(a) answered False on fake tensors
+    def f(a, b):
+        return a * (2 if a.is_set_to(b) else 3)
+    compiled = framejit.compile(f, backend=backend)
+    for i in range(4):
+        t = torch.ones(3)
+        other = t if i % 2 == 0 else t.clone()
+        assert_same(compiled(t, other), f(t, other)), i
