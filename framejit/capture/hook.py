@@ -253,8 +253,9 @@ class FrameHook:
             return
         failure = self.entries[0].guard.first_failure(*args, **kwargs)
         if failure is None or not (failure.guard.kind == "TENSOR_SHAPE" or (
-                failure.guard.kind == "CONSTANT_MATCH" and _int_text(failure.guard.expected))):
-            return  # the miss is not (first of all) a size or an int that changed
+                failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected)
+                                                            or failure.guard.source in self.dynamic_floats))):
+            return  # the miss is not (first of all) a size, an int or a float (made an input above) that changed
         # every int and every size of the frame's state that changed, not only the first (as Dynamo compares
         # the whole frame state): `sizes = t.tolist()` at a break gives the resume function a list of ints
         # that change together (JetMoE's expert sizes: one recompile, not one per item); a batch size and

@@ -96,7 +96,7 @@ def dynamic_dims(out, tensor: torch.Tensor, description: str) -> dict[int, tuple
     policy = out.dynamic
     static = set(getattr(tensor, "_dynamo_static_indices", ()) or ())
     dims: dict[int, tuple[int | None, int | None]] = {}
-    if policy is True:
+    if policy is True and not isinstance(tensor, torch.nn.Parameter):  # parameters stay static, as in torch
         dims.update((d, (None, None)) for d in range(tensor.dim()))
     elif policy is None:
         dims.update((d, (None, None)) for d in out.dynamic_dims.get(description, ()) if d < tensor.dim())

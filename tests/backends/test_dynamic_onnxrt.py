@@ -166,3 +166,62 @@ def test_views_to_the_same_symbolic_shape_are_not_run():
         args = [torch.randn(b, h, s, 4), torch.randn(b, h, s, 4)]
         torch.testing.assert_close(compiled(*args), fn(*args))
     assert compiled.session_count() == 1
+
+
+def _scalar_inputs_and_size_nodes(program) -> tuple[list, list]:
+    """(0-d ONNX model inputs over every part, size computations left in the top graph)."""
+    import onnx
+
+    scalars = []
+    for part in program.graph_module.children():
+        for value in onnx.load_from_string(part.model).graph.input:
+            if not value.type.tensor_type.shape.dim:
+                scalars.append(value.name)
+    sizes = [n.name for n in program.graph_module.graph.nodes
+             if n.op == "call_function" and isinstance(n.meta.get("val"), torch.SymInt)]
+    return scalars, sizes
+
+
+def test_view_shapes_are_read_inside_the_onnx_part():
+    # NOTE [Shapes from the graph's inputs]: no size is computed in torch and fed per call
+    model = Block().eval()
+    example = torch.randn(3, 5, D)
+    compiled = onnxrt(symbolic_graph(model, [example], static={0: [2]}), [example])
+    ((_, program),) = compiled.dynamic_programs[next(iter(compiled.dynamic_programs))]
+    assert _scalar_inputs_and_size_nodes(program) == ([], [])
+    with torch.no_grad():
+        for b, s in [(3, 5), (2, 2), (13, 4), (2, 31), (6, 6), (9, 2)]:
+            x = torch.randn(b, s, D)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert _sizes_seen(compiled) == (1, 0)
+
+
+def test_views_mixing_static_and_symbolic_sizes_of_two_inputs():
+    def fn(x, y):
+        a, b, _ = x.shape
+        rows = x.reshape(a * b, 4).sum(1).view(a, b)               # [a*b] -> [a, b]: one size read from x
+        cols = (y * 2).view(y.shape[0] * 2, 4).view(2, y.shape[0], 4)  # [c, 8] -> [2c, 4] -> [2, c, 4]
+        return rows.unsqueeze(0).expand(2, a, b).reshape(2 * a, b), cols.flatten(1).view(y.shape[0], 8)
+
+    example = [torch.randn(3, 5, 4), torch.randn(6, 8)]
+    compiled = onnxrt(symbolic_graph(fn, example, static={0: [2], 1: [1]}), example)
+    ((_, program),) = compiled.dynamic_programs[next(iter(compiled.dynamic_programs))]
+    assert _scalar_inputs_and_size_nodes(program) == ([], [])
+    for a, b, c in [(3, 5, 6), (2, 2, 5), (7, 3, 10), (4, 9, 3)]:  # c == 2: tracing guarded c != 2
+        args = [torch.randn(a, b, 4), torch.randn(c, 8)]
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    assert _sizes_seen(compiled) == (1, 0)
+
+
+def test_size_inputs_read_by_other_ops_come_from_the_tensors():
+    # arange(n) takes the size itself: the part reads it from x (NOTE [Shapes from the graph's inputs])
+    def fn(x):
+        return x.view(x.shape[0], 2, -1).sum(2) + torch.arange(x.shape[0] * 2).view(-1, 2) * x.shape[1]
+
+    compiled = onnxrt(symbolic_graph(fn, [torch.randn(6, 4)]), [torch.randn(6, 4)])
+    ((_, program),) = compiled.dynamic_programs[next(iter(compiled.dynamic_programs))]
+    assert _scalar_inputs_and_size_nodes(program) == ([], [])
+    for rows, cols in [(6, 4), (3, 8), (11, 6), (2, 6), (40, 4)]:
+        x = torch.randn(rows, cols)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert _sizes_seen(compiled) == (1, 0)

@@ -53,7 +53,8 @@ _MAX_ATTEMPTS = 8
 #    maximum/minimum, tensor clamps); signbit, xlogy, heaviside, topk and max_pool indices run in torch.
 # 10: as_strided of a graph input runs in torch (it reads the input's storage).
 # 12: sums and means of -0.0s are +0.0, as eager's (NOTE [Eager semantics in ONNX]).
-REVISION = 12
+# 13: shapes of symbolic views from the parts' own inputs (NOTE [Shapes from the graph's inputs]).
+REVISION = 13
 
 
 @dataclasses.dataclass
@@ -309,14 +310,15 @@ class OnnxrtCompiled:
         top = parted.graph_module
         position = {n: k for k, n in enumerate(n for n in top.graph.nodes if n.op == "placeholder")}
         env = {n: values[k] for n, k in position.items()}
-        for node in top.graph.nodes:
+        for node in list(top.graph.nodes):
             if node.op != "call_module" or node.target not in parted.parts:
                 continue
             sub = parted.parts[node.target]
+            data = runtime.model_bytes(sub, self.opts, node.target)
+            runtime.drop_unread_args(data, node, sub, parted.eager_reasons)  # NOTE [Shapes from the graph's inputs]
             args = [env.get(a) for a in node.args]
             frozen = tuple(i for i, a in enumerate(node.args)
                            if position.get(a) in weights and isinstance(args[i], torch.Tensor))
-            data = runtime.model_bytes(sub, self.opts, node.target)
             part = runtime.OrtPart.for_graph(data, sub, device, self.opts, args, frozen)
             setattr(top, node.target, part)
         top.recompile()

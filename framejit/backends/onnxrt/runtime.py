@@ -158,6 +158,30 @@ def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: to
         raise SessionLoadError(f"{type(exc).__name__}: {exc}", fx_names) from exc
 
 
+def drop_unread_args(data: bytes, call: torch.fx.Node, sub: torch.fx.GraphModule, eager_nodes: dict) -> None:
+    """Remove from the top graph's `call` of part `sub` the arguments whose placeholders the model `data`
+    does not take (sizes the part reads from its tensor inputs, NOTE [Shapes from the graph's inputs] in
+    shapes.py), and then the size computations nothing else uses (and their `eager_nodes` entries)."""
+    taken = set(model_input_names(data, sub))
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    if len(taken) == len(placeholders):
+        return
+    call.args = tuple(a for a, p in zip(call.args, placeholders) if p.name in taken)
+    graph = call.graph
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and not node.users and isinstance(node.meta.get("val"), torch.SymInt):
+            eager_nodes.pop(node.name, None)
+            graph.erase_node(node)
+
+
+def model_input_names(data: bytes, sub: torch.fx.GraphModule) -> list[str]:
+    """`sub`'s placeholder names that the model `data` takes as inputs, in order."""
+    import onnx
+
+    taken = {value.name for value in onnx.ModelProto.FromString(data).graph.input}
+    return [n.name for n in sub.graph.nodes if n.op == "placeholder" and n.name in taken]
+
+
 class OrtPart(torch.nn.Module):
     """One ONNX Runtime session standing in for a fused partition; called like the submodule it replaces.
 
@@ -194,7 +218,7 @@ class OrtPart(torch.nn.Module):
         single_output = not isinstance(out_node.args[0], (tuple, list))
         outs = [out_node.args[0]] if single_output else list(out_node.args[0])
         output_meta = [(o.meta["val"].dtype, tuple(o.meta["val"].shape)) for o in outs]
-        names = [n.name for n in sub.graph.nodes if n.op == "placeholder"]
+        names = model_input_names(model, sub)  # the arguments drop_unread_args left
         part = cls(None, model, single_output, output_meta, device, names, opts, frozen_positions)
         part._make_session(example_args, sub)
         return part

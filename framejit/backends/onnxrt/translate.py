@@ -24,6 +24,8 @@ import operator
 import torch
 import torch.fx
 
+from . import shapes
+
 # NOTE [Private torch.onnx pieces]
 # The per-node translation reuses torch's dynamo-exporter internals (`torch.onnx._internal.exporter`:
 # ONNXRegistry, the OpRecorder evaluator and `_handle_call_function_node_with_lowering`), called on our
@@ -240,6 +242,7 @@ def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
                 raise NodeTranslationError(node.name, f"{type(exc).__name__}: {exc}") from exc
         _add_function_opsets(model)
         fold_transposes_into_gemm(graph)
+        shapes.fold_reshape_shapes(graph, gm)  # NOTE [Shapes from the graph's inputs]
         return ir.serde.serialize_model(model).SerializeToString()
 
 

@@ -1,0 +1,261 @@
+"""Shape tensors of symbolic ONNX parts, computed inside the graph from its inputs' shapes.
+
+`fold_reshape_shapes(graph, gm) -> int` rewrites, in an `onnx_ir` graph translated from the FX partition
+`gm` (translate.py), the shape operand of every Reshape or Expand that stands for an FX view: instead of torchlib's
+`Concat(Reshape(size_input, [-1]), ..., Constant)` over scalar size inputs, the shape is a constant
+wherever ONNX's Reshape can say it without runtime values (0: copy the input's dimension, -1: infer one
+dimension; Expand: 1 keeps the input's dimension), and the remaining dimensions are read from the graph's tensor inputs with `Shape(x, start, end)`.
+Scalar size inputs that other ops read (`arange(x.size(1))`) are read from the tensor inputs too. Nodes
+and scalar graph inputs left without uses are removed; `drop_unread_args` (runtime.py) then stops
+torch from computing and feeding those sizes on every call. See NOTE [Shapes from the graph's inputs].
+
+Invariant: a Reshape (Expand) is rewritten only when every symbolic dimension of its target and of the dimensions it
+copies is a product of size symbols (times a positive constant) that are at least 1 for every call the
+program's size check (`bind`, backends/symbolic.py) accepts; the new shape then names the same sizes as
+the FX node's `meta["val"]` for every such call. Anything else keeps torchlib's translation.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy
+import torch
+import torch.fx
+
+# NOTE [Shapes from the graph's inputs]
+# A symbolic program's views need their target shapes at run time. torchlib builds each one from scalar
+# model inputs (`Reshape(s0, [-1])` per dimension, then Concat) that torch computes per call in the top
+# graph (`sym_size`, products of sizes) and feeds as numpy scalars. In the attention block of
+# benchmarks/dynamic.py that was 9 Python size ops and 9 extra feeds per call plus 24 Reshape and 15
+# Concat nodes in ORT (static programs have constant shapes, which ORT folds away): dynamic per-call
+# latency was 1.6x static at small sizes. Most target shapes need no runtime value at all in ONNX's
+# Reshape language: `view(b*s, 64)` of (b, s, 64) is [-1, 64], `view(b, s, 3, 4, 16)` of (b, s, 192) is
+# [0, 0, 3, 4, 16]. The others need one or two sizes, which `Shape(x, start=d, end=d+1)` reads from a
+# graph input (one node per symbol, shared by every view of the part).
+
+
+def _expr(size):
+    if isinstance(size, torch.SymInt):
+        return size.node.shape_env.simplify(size.node.expr)
+    return int(size)
+
+
+def _dims(val) -> list | None:
+    if not isinstance(val, torch.Tensor):
+        return None
+    return [_expr(s) for s in val.shape]
+
+
+def _lower_bound(symbol, gm_env) -> int:
+    value_range = gm_env.var_to_range.get(symbol) if gm_env is not None else None
+    lower = getattr(value_range, "lower", None)
+    return int(lower) if isinstance(lower, sympy.Integer) else -1
+
+
+def _monomial(expr, env) -> tuple[int, dict] | None:
+    """(c, {symbol: power}) when `expr` is c * prod(symbol ** power) with c >= 1 and every symbol >= 1
+    (so the size is >= 1), else None."""
+    coeff, rest = expr.as_coeff_Mul()
+    if not (isinstance(coeff, sympy.Integer) and coeff >= 1):
+        return None
+    powers = {}
+    for base, power in rest.as_powers_dict().items():
+        if base == 1:
+            continue
+        if not (isinstance(base, sympy.Symbol) and isinstance(power, sympy.Integer) and power >= 1):
+            return None
+        if _lower_bound(base, env) < 1:
+            return None
+        powers[base] = int(power)
+    return int(coeff), powers
+
+
+class _ShapeBuilder:
+    """Makes the ONNX values of shape operands, reading symbols from graph inputs (cached per symbol)."""
+
+    def __init__(self, graph, gm: torch.fx.GraphModule):
+        self.graph = graph
+        self.env = None
+        self.readable: dict = {}  # symbol -> (graph input value, dim)
+        by_name = {v.name: v for v in graph.inputs}
+        for node in gm.graph.nodes:
+            if node.op != "placeholder" or node.name not in by_name:
+                continue
+            val = node.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                continue
+            for dim, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt):
+                    self.env = self.env or size.node.shape_env
+                    expr = _expr(size)
+                    if isinstance(expr, sympy.Symbol):
+                        self.readable.setdefault(expr, (by_name[node.name], dim))
+        self.made: dict = {}  # expr -> ONNX value holding [expr]; ("shape", *spec) -> shape value
+        self.count = 0
+
+    def _node(self, op_type: str, inputs: list, attributes: dict, label: str, before):
+        import onnx_ir as ir
+
+        node = ir.node(op_type, inputs, attributes, name=f"node_{label}__{900 + self.count}")
+        node.outputs[0].name = f"framejit_shape_{self.count}"
+        self.count += 1
+        self.graph.insert_before(before, node)
+        return node.outputs[0]
+
+    def constant(self, ints: list[int], label: str, before):
+        import onnx_ir as ir
+
+        return self._node("Constant", [], {"value": ir.tensor(np.array(ints, dtype=np.int64))}, label, before)
+
+    def can_read(self, expr) -> bool:
+        mono = _monomial(expr, self.env)
+        return mono is not None and all(s in self.readable for s in mono[1])
+
+    def read(self, expr, label: str, before):
+        """The 1-element int64 value [expr] (`can_read(expr)` must hold)."""
+        if expr in self.made:
+            return self.made[expr]
+        coeff, powers = _monomial(expr, self.env)
+        value = None
+        for symbol, power in sorted(powers.items(), key=lambda item: str(item[0])):
+            if symbol not in self.made:
+                source, dim = self.readable[symbol]
+                self.made[symbol] = self._node("Shape", [source], {"start": dim, "end": dim + 1}, label, before)
+            for _ in range(power):
+                value = self.made[symbol] if value is None else self._node(
+                    "Mul", [value, self.made[symbol]], {}, label, before)
+        if coeff != 1:
+            value = self._node("Mul", [value, self.constant([coeff], label, before)], {}, label, before)
+        self.made[expr] = value
+        return value
+
+
+def _spec(target: list, source: list, builder: _ShapeBuilder) -> list | None:
+    """Reshape's shape for `source` -> `target`: ints (0 copies, -1 infers) and exprs to read at run
+    time; None when the invariant of the module doc does not hold."""
+    if any(isinstance(t, int) and t <= 0 for t in target):
+        return None
+    spec: list = []
+    for index, size in enumerate(target):
+        if isinstance(size, int):
+            spec.append(size)
+        elif _monomial(size, builder.env) is None:
+            return None
+        elif index < len(source) and source[index] == size:
+            spec.append(0)
+        else:
+            spec.append(size)
+    symbolic = [i for i, s in enumerate(spec) if not isinstance(s, int)]
+    if symbolic:  # infer the one that costs the most to read
+        worst = max(symbolic, key=lambda i: (not builder.can_read(spec[i]), len(spec[i].free_symbols), -i))
+        spec[worst] = -1
+    if any(not isinstance(s, int) and not builder.can_read(s) for s in spec):
+        return None
+    return spec
+
+
+def _expand_spec(target: list, source: list, builder: _ShapeBuilder) -> list | None:
+    """Expand's shape for `source` -> `target` (right-aligned broadcasting: 1 keeps the input's size)."""
+    offset = len(target) - len(source)
+    if offset < 0:
+        return None
+    spec: list = []
+    for index, size in enumerate(target):
+        if isinstance(size, int):
+            spec.append(size)
+        elif index >= offset and source[index - offset] == size:
+            spec.append(1)
+        elif builder.can_read(size):
+            spec.append(size)
+        else:
+            return None
+    return spec
+
+
+def _shape_value(spec: list, builder: _ShapeBuilder, label: str, before):
+    key = ("shape", *spec)
+    if key not in builder.made:  # views to the same shape share one shape value
+        builder.made[key] = _new_shape_value(spec, builder, label, before)
+    return builder.made[key]
+
+
+def _new_shape_value(spec: list, builder: _ShapeBuilder, label: str, before):
+    pieces, run = [], []
+    for size in spec:
+        if isinstance(size, int):
+            run.append(size)
+            continue
+        if run:
+            pieces.append(builder.constant(run, label, before))
+            run = []
+        pieces.append(builder.read(size, label, before))
+    if run:
+        pieces.append(builder.constant(run, label, before))
+    if len(pieces) == 1:
+        return pieces[0]
+    return builder._node("Concat", pieces, {"axis": 0}, label, before)
+
+
+def fold_reshape_shapes(graph, gm: torch.fx.GraphModule) -> int:
+    """Rewrite the shape operands of Reshapes standing for FX views (module doc); returns how many."""
+    import onnx_ir as ir
+
+    if not any(isinstance(n.meta.get("val"), torch.SymInt) or (
+            isinstance(n.meta.get("val"), torch.Tensor) and any(isinstance(s, torch.SymInt) for s in n.meta["val"].shape))
+            for n in gm.graph.nodes if n.op == "placeholder"):
+        return 0
+    fx_nodes = {n.name: n for n in gm.graph.nodes if n.op != "output"}
+    builder = _ShapeBuilder(graph, gm)
+    folded = _read_scalar_inputs(graph, fx_nodes, builder)
+    for node in list(graph):
+        if node.op_type not in ("Reshape", "Expand") or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+            continue
+        fx_node = fx_nodes.get(node.outputs[0].name)
+        if fx_node is None or fx_node.op != "call_function" or not fx_node.args:
+            continue
+        source_node = fx_node.args[0]
+        if not isinstance(source_node, torch.fx.Node) or node.inputs[0] is None \
+                or node.inputs[0].name != source_node.name:
+            continue
+        target, source = _dims(fx_node.meta.get("val")), _dims(source_node.meta.get("val"))
+        if target is None or source is None or all(isinstance(t, int) for t in target):
+            continue
+        reshape = node.op_type == "Reshape"
+        spec = _spec(target, source, builder) if reshape else _expand_spec(target, source, builder)
+        if spec is None:
+            continue
+        node.replace_input_with(1, _shape_value(spec, builder, fx_node.name, node))
+        if reshape:
+            node.attributes["allowzero"] = ir.AttrInt64("allowzero", 0)  # 0 copies (no target size is 0)
+        folded += 1
+    if folded:
+        _remove_unused(graph)
+    return folded
+
+
+def _read_scalar_inputs(graph, fx_nodes: dict, builder: _ShapeBuilder) -> int:
+    """Replace scalar size inputs (`arange(x.size(1))`'s end, ...) by the size read from a tensor input, at
+    the top of the graph (so that later shape operands may reuse the reads); returns how many."""
+    first = next(iter(graph), None)
+    count = 0
+    for value in list(graph.inputs) if first is not None else ():
+        fx_node = fx_nodes.get(value.name)
+        if fx_node is None or fx_node.op != "placeholder" or not isinstance(fx_node.meta.get("val"), torch.SymInt):
+            continue
+        expr = _expr(fx_node.meta["val"])
+        if isinstance(expr, int) or not builder.can_read(expr):
+            continue
+        scalar = builder._node("Squeeze", [builder.read(expr, fx_node.name, first)], {}, fx_node.name, first)
+        value.replace_all_uses_with(scalar)
+        count += 1
+    return count
+
+
+def _remove_unused(graph) -> None:
+    """Drop nodes whose outputs nothing reads, then scalar graph inputs nothing reads."""
+    for node in reversed(list(graph)):
+        if all(not v.uses() and not v.is_graph_output() for v in node.outputs):
+            graph.remove(node, safe=True)
+    for value in list(graph.inputs):
+        shape = value.shape
+        if not value.uses() and not value.is_graph_output() and shape is not None and len(shape) == 0:
+            graph.inputs.remove(value)
