@@ -257,6 +257,11 @@ def _container_method(obj: Value, base: type, name: str) -> Value:
 
 
 def _module_attr(tx, obj: PyModuleValue, name: str) -> Value:
+    stored = tx.output.side_effects.global_value(_module_dict(obj.obj), name)
+    if stored is not None:  # NOTE [Module attribute stores]
+        return stored
+    if name == "__dict__" and any(key[0] == id(_module_dict(obj.obj)) for key in tx.output.side_effects.globals):
+        raise Unsupported(BreakKind.SIDE_EFFECT, "the __dict__ of a module with stores not yet replayed")
     try:
         value = getattr(obj.obj, name)
     except AttributeError as e:
@@ -272,6 +277,30 @@ def _module_attr(tx, obj: PyModuleValue, name: str) -> Value:
             return BackendFlagsValue(value, f"{getattr(obj.obj, '__name__', 'module')}.{name}".replace(".", "_"))
         return wrap_unguarded(value)
     return wrap(tx.output, value, AttrSource(obj.source, name))
+
+
+def _module_dict(module: types.ModuleType) -> Any:
+    try:
+        return object.__getattribute__(module, "__dict__")
+    except AttributeError:
+        return None
+
+
+def store_module_attr(tx, obj: PyModuleValue, name: str, value: Value) -> None:
+    """NOTE [Module attribute stores]: `setattr(sys, "stdout", s)` / `mod.x = v` on a plain module (its class
+    is ModuleType, guarded: a module's class can be reassigned) writes the module's `__dict__`, exactly
+    as a global store of a function defined in that module does; it is recorded and replayed as one
+    (side_effects.store_global), and reads of the attribute later in the trace see it (`_module_attr`,
+    as LOAD_GLOBAL does). A name that is a data descriptor of the module's class (`__dict__`,
+    `__annotations__`, `__class__`) is a graph break."""
+    module = obj.obj
+    if type(module) is not types.ModuleType or _module_dict(module) is None or not isinstance(name, str):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"an attribute store on a module of class {type(module).__name__}")
+    if any(hasattr(type(k.__dict__.get(name)), "__set__") for k in type(module).__mro__ if name in k.__dict__):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"a store to the module attribute {name!r} (a descriptor)")
+    label = (getattr(module, "__name__", "") or "module").replace(".", "_")
+    tx.output.guard_type(ObjectSource(Ref(module, label)), types.ModuleType)
+    tx.output.side_effects.store_global(_module_dict(module), name, value)
 
 
 def _guard_library_attr(tx, module: types.ModuleType, name: str, value: Any) -> None:

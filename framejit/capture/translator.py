@@ -239,6 +239,11 @@ class Translator:
         if impl is not None:
             self.inline(UserFunctionValue(impl), [obj, ConstantValue(name), value], {})
             return
+        from .values import PyModuleValue
+        if isinstance(obj, PyModuleValue):  # NOTE [Module attribute stores]
+            from .attributes import store_module_attr
+            store_module_attr(self, obj, name, value)
+            return
         if isinstance(obj, ObjectValue):
             lookup.guard_plain_store(self.output, type(obj.obj), name)
         self.output.side_effects.store_attr(obj, name, value)

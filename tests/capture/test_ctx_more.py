@@ -208,6 +208,8 @@ def test_redirected_output_and_sys_stream_reads_match_eager():
         return y.tan(), redirected_after, list(sink.parts)
 
     backend = run_differential(fn, lambda seed: (torch.randn(3 + seed), Sink()), fullgraph=False)
-    # the code before the first redirect is captured (sys's attributes are set as plain Python from there)
-    assert backend.graph_count == 2
-    assert all([n.target for n in gm.graph.nodes if n.op.startswith("call")] == ["sin"] for gm in backend.graphs)
+    # per input size: the code up to the first print (the redirect's stores into sys are replayed before
+    # it, NOTE [Module attribute stores]) and the code after the last print are captured
+    assert backend.graph_count == 4
+    ops = [[str(n.target) for n in gm.graph.nodes if n.op.startswith("call")] for gm in backend.graphs]
+    assert ops == [["sin", "cos", "<built-in function add>"], ["tan"]] * 2

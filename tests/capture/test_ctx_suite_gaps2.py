@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -97,3 +99,91 @@ def test_marking_allow_in_graph_after_compiling_recompiles(allow_in_graph):
     x = torch.randn(4)
     torch.testing.assert_close(compiled(x), fn(x))
     assert backend.graph_count == 2
+
+
+# ---- attribute stores on modules (NOTE [Module attribute stores]) ---------------------------------------
+STATE = types.ModuleType("framejit_test_state")
+
+
+class LoggingModule(types.ModuleType):
+    def __setattr__(self, name, value):
+        LOG.append(name)
+        super().__setattr__(name, value)
+
+
+LOG: list = []
+LOGGED = LoggingModule("framejit_test_logged")
+
+
+def _run_both(fn, reset, make_arg, state, calls=3, fullgraph=False):
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=fullgraph)
+    for seed in range(calls):
+        x = make_arg(seed)
+        reset(seed)
+        expected = fn(x.clone())
+        expected_state = state()
+        reset(seed)
+        actual = compiled(x.clone())
+        assert state() == expected_state
+        torch.testing.assert_close(actual, expected)
+    return backend
+
+
+def test_module_attribute_store_is_seen_by_later_reads_and_replayed():
+    def fn(x):
+        STATE.scale = STATE.scale * 2
+        y = x * STATE.scale
+        STATE.last = y.shape[0]
+        return y + STATE.last
+
+    def reset(seed):
+        STATE.scale = 1.5 + seed
+        if hasattr(STATE, "last"):
+            del STATE.last
+
+    backend = _run_both(fn, reset, lambda seed: torch.randn(4), lambda: (STATE.scale, STATE.last), fullgraph=True)
+    assert backend.graph_count >= 1
+
+
+def test_module_attribute_store_before_a_break_is_replayed_before_it():
+    def report():
+        print("scale", STATE.scale)  # plain Python at the break must see the store
+
+    framejit.disable(report)
+
+    def fn(x):
+        STATE.scale = STATE.scale + 1
+        report()
+        return x * STATE.scale
+
+    def reset(seed):
+        STATE.scale = float(seed)
+
+    import contextlib
+    import io
+    out_eager, out_compiled = io.StringIO(), io.StringIO()
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    for seed in range(2):
+        x = torch.randn(3)
+        reset(seed)
+        with contextlib.redirect_stdout(out_eager):
+            expected = fn(x)
+        reset(seed)
+        with contextlib.redirect_stdout(out_compiled):
+            actual = compiled(x)
+        torch.testing.assert_close(actual, expected)
+        assert out_compiled.getvalue() == out_eager.getvalue()
+    assert backend.graph_count >= 1
+
+
+def test_store_on_a_module_with_its_own_setattr_runs_it():
+    def fn(x):
+        LOGGED.flag = x.shape[0]
+        return x + LOGGED.flag
+
+    def reset(seed):
+        LOG.clear()
+
+    _run_both(fn, reset, lambda seed: torch.randn(2 + seed), lambda: (list(LOG), LOGGED.flag))
