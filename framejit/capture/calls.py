@@ -362,7 +362,7 @@ def _is_plain_class(cls: type) -> bool:
 
 def _make_namedtuple(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value:
     fields = cls._fields
-    defaults = getattr(cls, "_field_defaults", {})
+    defaults = _namedtuple_defaults(tx, cls)
     items = list(args)
     for name in fields[len(args):]:
         if name in kwargs:
@@ -375,6 +375,23 @@ def _make_namedtuple(tx, cls: type, args: list[Value], kwargs: dict[str, Value])
     if kwargs or len(items) != len(fields):
         raise UserException(TypeError(f"{cls.__name__}() got unexpected arguments"))
     return TupleValue(items, cls=cls)
+
+
+def _namedtuple_defaults(tx, cls: type) -> dict:
+    """The defaults `cls(...)` fills in: those of `cls.__new__` (what CPython uses; `_field_defaults` is
+    only a record of them), guarded by value (`NT.__new__.__defaults__ = (5.0,)` after the first call
+    kept the old default; red team, test_redteam2.py)."""
+    values = getattr(cls.__new__, "__defaults__", None)
+    klass = tx.output.name_of(cls, cls.__name__)
+    expr = f"{klass}.__new__.__defaults__"
+    plain = values is not None and all(type(v) in (int, str, bool, type(None)) or (
+        type(v) is float and v == v and v not in (float("inf"), float("-inf")) and v != 0.0) for v in values)
+    check = (f"{expr} is None" if values is None else f"{expr} == {values!r}" if plain
+             else f"{expr} is {tx.output.name_of(values, 'defaults')}")
+    tx.output.add_guard("ID_MATCH", check, None, expected=f"the defaults {values!r}", actual=expr)
+    if not values:
+        return {}
+    return dict(zip(cls._fields[len(cls._fields) - len(values):], values))
 
 
 def is_dataclass_type(cls: type) -> bool:

@@ -267,3 +267,24 @@ def test_is_set_to_of_one_tensor_passed_twice(backend):
         t = torch.ones(3)
         other = t if i % 2 == 0 else t.clone()
         assert_same(compiled(t, other), f(t, other)), i
+
+
+# ---- namedtuple defaults are __new__'s ------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_namedtuple_defaults_changed_between_calls(backend):
+    import collections
+
+    def world():
+        Pair = collections.namedtuple("Pair", ["a", "b"], defaults=[2.0])
+
+        def f(x):
+            return x * Pair(1.0).b
+
+        def mutate(i):
+            if i == 2:
+                Pair.__new__.__defaults__ = (5.0,)  # what CPython's Pair(1.0) fills in from now on
+            if i == 3:
+                Pair.__new__.__defaults__ = (-1.0, 3)
+        return f, mutate
+    _run(world, backend)
