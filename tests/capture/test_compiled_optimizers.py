@@ -1,15 +1,15 @@
 """Compiled optimizer steps (issue 14): `framejit.compile(opt.step)` over torch.optim's own code.
 
-NOTE [Compiled optimizer steps]: torch.optim is Python over lists of tensors, dicts and the optimizer
-object, so it is inlined like nn.Module code (values/builder.py), not called as one opaque graph op. The
-pieces that make a step one graph: `p.grad` of a parameter read from `param_groups` is a graph input
-(NOTE [Gradients of inputs] in attributes.py); `cast(list[Tensor], x)` folds (`list[Tensor]` is a
-constant); the `scalars` tensor of `_foreach_addcdiv_` gets its fake metadata from numbers (NOTE [Scalar
+How a step becomes graphs: torch.optim is inlined like nn.Module code (NOTE [Compiled optimizer steps]
+in values/builder.py), not called as one opaque graph op. The pieces that make a step one graph:
+`p.grad` of a parameter read from `param_groups` is a graph input (NOTE [Gradients of inputs] in
+attributes.py); `cast(list[Tensor], x)` folds (`list[Tensor]` is a constant); the `scalars` tensor of `_foreach_addcdiv_` gets its fake metadata from numbers (NOTE [Scalar
 arguments given as tensors]); `torch._dynamo.graph_break()` in `_use_grad_for_differentiable` breaks, so
 the update itself lands in the resume function of `_use_grad`, under no_grad, as one graph for all
 parameter groups. The first step creates the state lazily (graph 1); on the second the state exists and
 the scheduler has changed `lr`, which becomes a graph input (NOTE [Dynamic floats]) in graph 2, which
-every later step reuses.
+every later step reuses. The lowering backends expand the `_foreach_*` calls per element first
+(NOTE [Foreach expansion] in backends/foreach.py).
 
 Each test runs the same optimizer eagerly and compiled from the same parameters and gradients and compares
 parameters and state after every step. SGD matches exactly. Adam and AdamW match to 1e-5: while compiling,
