@@ -2,7 +2,10 @@
 
 - functions marked with torch's allow_in_graph are one graph node (NOTE [Allowed in graph]): they run when
   the graph runs, under the state the nodes before them set (SDPA backend flags of an `sdpa_kernel` block),
-  and marking one after a compile recompiles.
+  and marking one after a compile recompiles;
+- attribute stores on plain modules (`setattr(sys, "stdout", s)` in contextlib.redirect_stdout) are replayed
+  stores that later reads in the trace see (NOTE [Module attribute stores]); a module class with its own
+  `__setattr__` runs it.
 """
 from __future__ import annotations
 
