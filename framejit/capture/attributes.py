@@ -226,6 +226,8 @@ def _sequence_attr(tx, obj: SequenceValue, name: str) -> Value:
     if hasattr(obj.cls, "n_fields") and name in _structseq_fields(obj.cls):
         return obj.items[_structseq_fields(obj.cls).index(name)]
     base = list if obj.cls is list else tuple
+    if obj.cls is torch.Size and name == "numel":  # NOTE [Size arithmetic stays symbolic] in sym_arith.py
+        return BoundMethodValue(BuiltinValue(torch.Size.numel), obj)
     if obj.cls not in (list, tuple):
         return _sequence_class_attr(tx, obj, base, name)
     return _container_method(obj, base, name)

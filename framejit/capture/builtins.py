@@ -9,6 +9,7 @@ import abc
 import collections
 import functools
 import itertools
+import math
 import operator
 from typing import Any, Callable
 
@@ -57,11 +58,39 @@ for _fn in (round, divmod, chr, ord, hash, repr, format, slice, range, complex, 
     BUILTIN_HANDLERS[_fn] = _fold(_fn)
 
 
+@handles(range)
+def _range(tx, args, kwargs):
+    from .sym_arith import make_range  # NOTE [Size arithmetic stays symbolic]
+    return make_range(args, kwargs) or _fold(range)(tx, args, kwargs)
+
+
 @handles(repr)
 def _repr(tx, args, kwargs):
     if len(args) == 1 and not kwargs and is_user_object(args[0]):
         return user_repr(tx, args[0])  # NOTE [Strings of user objects]
     return _fold(repr)(tx, args, kwargs)
+
+
+def _sym_math(fn: Callable):
+    """round() and math.ceil/floor/trunc/sqrt: kept symbolic on a symbolic number, else folded."""
+    def handler(tx, args, kwargs):
+        from .sym_arith import math_call  # NOTE [Size arithmetic stays symbolic]
+        kept = math_call(tx, fn, args, kwargs)
+        if kept is not None:
+            return kept
+        return _fold(fn)(tx, args, kwargs)
+    return handler
+
+
+BUILTIN_HANDLERS[round] = _sym_math(round)
+for _fn in (math.ceil, math.floor, math.trunc, math.sqrt):
+    BUILTIN_HANDLERS[_fn] = _sym_math(_fn)
+
+
+@handles(torch.Size.numel)
+def _size_numel(tx, args, kwargs):
+    from .sym_arith import size_numel  # NOTE [Size arithmetic stays symbolic]
+    return size_numel(tx, args, kwargs)
 
 
 @handles(abs)
@@ -78,7 +107,8 @@ def _pow(tx, args, kwargs):
 
 @handles(len)
 def _len(tx, args, kwargs):
-    return ConstantValue(length(tx, args[0]))
+    from .sym_arith import length as sym_length  # NOTE [Size arithmetic stays symbolic]
+    return (sym_length(tx, args[0]) if len(args) == 1 else None) or ConstantValue(length(tx, args[0]))
 
 
 @handles(isinstance)
@@ -174,6 +204,10 @@ def _convert(kind: type):
             raise Unsupported(BreakKind.DATA_DEPENDENT, f"{kind.__name__}() of a tensor reads its data")
         if kind is str and len(args) == 1 and not kwargs and is_user_object(v):
             return user_str(tx, v)  # NOTE [Strings of user objects]
+        from .sym_arith import convert  # NOTE [Size arithmetic stays symbolic]
+        kept = convert(tx, kind, args, kwargs)
+        if kept is not None:
+            return kept
         if _all_const(args, kwargs):
             return constant_fold(kind, *_consts(args), **{k: x.as_constant() for k, x in kwargs.items()})
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{kind.__name__}() of {v.describe()}")
@@ -323,6 +357,10 @@ def _min_max(fn: Callable):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() with key=")
         if not items and "default" in kwargs:
             return kwargs["default"]
+        from .sym_arith import min_max  # NOTE [Size arithmetic stays symbolic]
+        kept = min_max(tx, fn, items)
+        if kept is not None:
+            return kept
         if all(i.is_constant() for i in items):
             return constant_fold(fn, _consts(items))
         raise Unsupported(BreakKind.DATA_DEPENDENT, f"{fn.__name__}() of tensors compares tensor data")

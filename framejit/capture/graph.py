@@ -383,6 +383,10 @@ class OutputGraph:
         try:
             with contextlib.ExitStack() as stack:
                 stack.enter_context(self.fake_mode)
+                from .shapes import has_symbols
+                if has_symbols(self.fake_mode.shape_env):  # composite ops (gru_cell, ...) decompose with
+                    from torch._dispatch.python import enable_python_dispatcher  # SymInts, not `int(size)`
+                    stack.enter_context(enable_python_dispatcher())
                 dtype = self.__dict__.get("default_dtype")  # NOTE [Default dtype changes]
                 if dtype is not None and dtype is not torch.get_default_dtype():
                     stack.callback(torch.set_default_dtype, torch.get_default_dtype())

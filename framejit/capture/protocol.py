@@ -109,11 +109,17 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
                                           f'to {a.cls.__name__}'))
         cls = a.cls if a.cls in (list, tuple, collections.deque) else tuple  # deque + deque is a deque
         if a.cls is torch.Size and b.cls in (tuple, torch.Size):
-            return ConstantValue(torch.Size(a.as_constant() + b.as_constant()))
+            from .sym_arith import size_concat  # NOTE [Size arithmetic stays symbolic]
+            return size_concat(a, b) or ConstantValue(torch.Size(a.as_constant() + b.as_constant()))
         return (TupleValue if cls is tuple else ListValue)(a.items + b.items, cls=cls)
     if (isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue)) and _is_int(a) and _is_int(b) \
             and fn in _INT_OPS:  # NOTE [Symbolic shapes] in shapes.py
         return tx.output.sym_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
+    if isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue):
+        from . import sym_arith  # NOTE [Size arithmetic stays symbolic]
+        kept = sym_arith.binary(tx, fn, a, b)
+        if kept is not None:
+            return kept
     if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and _is_number(a) and _is_number(b) \
             and fn in _FLOAT_OPS:
         return tx.output.float_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
@@ -183,6 +189,11 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
     if (isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue)) and _is_int(a) and _is_int(b) \
             and fn in _SYM_COMPARE_OPS:  # a relation, guarded only if the code branches on it
         return tx.output.sym_op(fn, (a, b))
+    if isinstance(a, (SymNodeValue, SequenceValue)) or isinstance(b, (SymNodeValue, SequenceValue)):
+        from . import sym_arith  # NOTE [Size arithmetic stays symbolic]
+        kept = sym_arith.compare(tx, fn, a, b) or sym_arith.compare_sequences(tx, fn, a, b)
+        if kept is not None:
+            return kept
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
     if fn in (operator.eq, operator.ne) and _identity_comparable(a, b) and _plain_ne(fn, a, b):
@@ -286,6 +297,11 @@ def unary(tx, fn: Callable, a: Value) -> Value:
         return tx.output.call("call_function", fn, (a,), {})
     if isinstance(a, SymFloatValue) and fn in (operator.neg, operator.pos):
         return tx.output.float_op(fn, (a,))
+    if isinstance(a, SymNodeValue):
+        from . import sym_arith  # NOTE [Size arithmetic stays symbolic]
+        kept = sym_arith.unary(tx, fn, a)
+        if kept is not None:
+            return kept
     if a.is_constant():
         return constant_fold(fn, a.as_constant())
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} of {a.describe()}")
@@ -440,6 +456,11 @@ def length(tx, v: Value) -> int:
 
 
 def getitem(tx, obj: Value, key: Value) -> Value:
+    from .sym_arith import SymRangeValue, range_getitem  # NOTE [Size arithmetic stays symbolic]
+    if isinstance(obj, SymRangeValue):
+        kept = range_getitem(tx, obj, key)
+        if kept is not None:
+            return kept
     if is_new_dict_object(obj):  # NOTE [Dict-subclass objects made while tracing]
         result = dunder(tx, obj, "__getitem__", [key])
         if result is not None:
@@ -456,6 +477,8 @@ def getitem(tx, obj: Value, key: Value) -> Value:
         k = key.known_data() if isinstance(key, TensorValue) and key.known_data() is not None else key.as_constant()
         if isinstance(k, slice):
             items = obj.items[k]
+            if obj.cls is torch.Size and any(isinstance(i, SymNodeValue) for i in items):
+                return TupleValue(items, cls=torch.Size)  # NOTE [Size arithmetic stays symbolic] in sym_arith.py
             if obj.cls is torch.Size:
                 return ConstantValue(torch.Size([i.as_constant() for i in items]))
             cls = list if obj.cls is list else tuple
@@ -537,6 +560,11 @@ class ModuleSliceValue(TupleValue):
 
 
 def contains(tx, item: Value, container: Value) -> bool:
+    from .sym_arith import SymRangeValue, range_contains  # NOTE [Size arithmetic stays symbolic]
+    if isinstance(container, SymRangeValue):
+        kept = range_contains(tx, item, container)
+        if kept is not None:
+            return kept
     if is_new_dict_object(container):
         result = dunder(tx, container, "__contains__", [item])
         return truth(tx, result) if result is not None else contains(tx, item, storage(container))

@@ -128,6 +128,15 @@ def symbolic_fake(out, tensor: torch.Tensor, expr: str, dims: dict) -> torch.Ten
     return fake
 
 
+def has_symbols(env) -> bool:
+    """The trace's env has made a symbol (a symbolic input): its fake ops then run under torch's Python
+    dispatcher, so composite ops decompose with SymInts (in C++ some read `int(size)`, a specialisation)."""
+    if env is None:
+        return False
+    values = env.__dict__.get("backed_var_to_val")  # torch >= 2.13 (var_to_val is its deprecated alias)
+    return bool(values if values is not None else env.__dict__.get("var_to_val"))
+
+
 def is_symbolic(fake: torch.Tensor) -> bool:
     return any(isinstance(s, torch.SymInt) for s in fake.shape)
 

@@ -5,6 +5,7 @@ number of compilations is asserted."""
 from __future__ import annotations
 
 import logging
+import math
 import textwrap
 
 import pytest
@@ -318,3 +319,122 @@ def test_batch_and_sequence_vary_and_meet_size_one():
         x, mask = torch.randn(b, s, 4), torch.randn(b, s)
         torch.testing.assert_close(compiled(x, mask), fn(x, mask))
     assert backend.graph_count == 3  # static, batch and sequence symbolic, batch 1
+
+
+# ---- size arithmetic that stays symbolic (NOTE [Size arithmetic stays symbolic] in sym_arith.py) ----------
+def _len_of_tensor(x, y):
+    return x * len(x) + len(y)
+
+
+def _negated_size(x, y):
+    return x + (-x.size(0)) + (+y.shape[0])
+
+
+def _true_division(x, y):
+    half = x.size(0) / 2  # a SymFloat in torch
+    return x * half + y / (y.shape[0] * 0.5), half
+
+
+def _whole_shape_comparisons(x, y):
+    out = x + 1 if x.shape == y.shape else x - 1
+    if x.shape[1:] == (3,) and x.shape != (1, 3) and list(y.shape) == [y.size(0), 3]:
+        out = out * 2
+    if x.shape < y.shape or x.shape[1:] >= (4,):
+        out = out + 100
+    return out
+
+
+def _size_concatenation(x, y):
+    return x.new_zeros(x.shape[:-1] + (4,)).view(x.shape[0], 2, 2) + y.reshape(y.shape[:1] + (3,))[:, :1, None]
+
+
+def _size_numel(x, y):
+    return x * x.shape.numel() - y.shape[1:].numel()
+
+
+def _max_min_abs_pow(x, y):
+    return x * max(x.size(0), 3) + min(x.size(0), y.size(0), 7) + abs(5 - x.size(0)) + x.size(0) ** 2
+
+
+def _ceil_floor_round(x, y):
+    n = x.size(0)
+    return x * math.ceil(n / 2) + math.floor(n / 3) + math.trunc(n / 4) + round(n / 3) + int(n / 2) + float(n) \
+        + x.size(0) // 2 + x.size(0) % 3, math.ceil(n / 2)
+
+
+def _sqrt_scale(x, y):
+    return x / math.sqrt(x.size(-1)) + y / math.sqrt(y.size(0))
+
+
+def _range_without_unrolling(x, y):
+    r = range(1, x.size(0), 2)
+    inside = 4 in range(x.size(0)) and y.size(0) - 1 in range(0, 2 * y.size(0), 1)
+    return x * len(r) + range(x.size(0))[-1] + range(0, x.size(0) + 4, 3)[1], inside
+
+
+SYMBOLIC_ARITHMETIC = [_len_of_tensor, _negated_size, _true_division, _whole_shape_comparisons,
+                       _size_concatenation, _size_numel, _max_min_abs_pow, _ceil_floor_round, _sqrt_scale]
+
+
+def pair_args(n):
+    return torch.randn(n, 3), torch.randn(n, 3)
+
+
+@pytest.mark.parametrize("fn", SYMBOLIC_ARITHMETIC, ids=lambda f: f.__name__)
+def test_size_arithmetic_compiles_once_with_dynamic_true(fn):
+    backend = run_sizes(fn, pair_args, SIZES, dynamic=True)
+    assert backend.graph_count == 1  # no value of a size was specialised
+
+
+@pytest.mark.parametrize("fn", SYMBOLIC_ARITHMETIC, ids=lambda f: f.__name__)
+def test_size_arithmetic_compiles_twice_with_automatic_dynamic(fn):
+    backend = run_sizes(fn, pair_args, SIZES)
+    assert backend.graph_count == 2
+
+
+def test_range_of_a_size_without_unrolling_guards_relations():
+    backend = run_sizes(_range_without_unrolling, pair_args, SIZES, dynamic=True)
+    assert backend.graph_count == 2  # `4 in range(n)` flips once (n > 4): one entry per answer
+
+
+def test_shape_comparison_guards_the_relation_not_the_sizes():
+    backend = CountingBackend()
+    compiled = framejit.compile(_whole_shape_comparisons, backend=backend, dynamic=True)
+    for n, m in [(3, 3), (5, 5), (8, 8), (4, 6), (7, 2), (9, 9)]:
+        x, y = torch.randn(n, 3), torch.randn(m, 3)
+        assert_same(compiled(x, y), _whole_shape_comparisons(x, y))
+    assert backend.graph_count == 3  # equal (x < y false); different and x smaller; different and x larger
+    guards = "\n".join(e.guard.source for e in compiled.entries)
+    assert "y.size(0) == x.size(0)" in guards and "x.size(0) != y.size(0)" in guards
+    assert "x.size(0) == 3" not in guards and "y.size(0) == 5" not in guards
+
+
+def test_symbolic_true_division_result_is_a_float_from_the_graph():
+    backend = CountingBackend()
+    compiled = framejit.compile(lambda x: (x.shape[0] / 4, -x.shape[0], x.shape[0] / 4 > 1.5), backend=backend,
+                                dynamic=True)
+    for n in (3, 6, 10):
+        result = compiled(torch.randn(n))
+        assert result[:2] == (n / 4, -n) and type(result[0]) is float and type(result[1]) is int
+        assert result[2] is (n / 4 > 1.5)
+    assert backend.graph_count == 1  # the returned comparison is computed by the graph too
+
+
+@pytest.mark.parametrize("kind", ["gru_cell", "lstm"])
+def test_composite_ops_keep_a_symbolic_batch(kind):
+    """nn.GRUCell / nn.LSTM run composite aten ops whose C++ decomposition read `int(size)` of the fake
+    input (a specialisation: one compilation per batch size until the recompile limit); under torch's Python
+    dispatcher they decompose with SymInts."""
+    torch.manual_seed(0)
+    module = torch.nn.GRUCell(4, 6) if kind == "gru_cell" else torch.nn.LSTM(4, 6, batch_first=True)
+
+    def make(n):
+        return (torch.randn(n, 4), torch.randn(n, 6)) if kind == "gru_cell" else (torch.randn(n, 3, 4),)
+
+    backend = CountingBackend()
+    compiled = framejit.compile(module, backend=backend)
+    with torch.no_grad():
+        for n in SIZES:
+            args = make(n)
+            assert_same(compiled(*args), module(*args))
+    assert backend.graph_count == 2

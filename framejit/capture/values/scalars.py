@@ -61,7 +61,7 @@ class SymNodeValue(Value):
 
     def python_type(self) -> type:
         import torch
-        return bool if isinstance(self.sym, torch.SymBool) else int
+        return bool if isinstance(self.sym, torch.SymBool) else float if isinstance(self.sym, torch.SymFloat) else int
 
     def is_constant(self) -> bool:
         return True  # as a constant it is specialised (as_constant)
@@ -70,4 +70,4 @@ class SymNodeValue(Value):
         return self.python_type()(self.sym)
 
     def describe(self) -> str:
-        return f"SymInt({self.sym})" if self.python_type() is int else f"SymBool({self.sym})"
+        return f"{type(self.sym).__name__}({self.sym})"
