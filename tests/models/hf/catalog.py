@@ -209,7 +209,7 @@ _MOE = [
        dict(_DECODER, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)),
     # an expert loop over `nonzero()` rows, `torch.where(mask)` and `self[f"expert_{expert_idx[0]}"]` in it
     _a("switch_transformers", "moe", "SwitchTransformersConfig", "SwitchTransformersForConditionalGeneration",
-       dict(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2,
+       dict(vocab_size=100, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=2,
             num_experts=4, encoder_sparse_step=1, decoder_sparse_step=1, expert_capacity=8,
             relative_attention_num_buckets=8, decoder_start_token_id=0), inputs.seq2seq),
     # `expert_size.tolist()` then `split(expert_size)`: a list of ints that changes between calls
