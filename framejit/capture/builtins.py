@@ -116,6 +116,7 @@ def _isinstance(tx, args, kwargs):
     obj, classes = args
     cls = obj.python_type()
     spec = classes.as_constant()
+    _check_no_class_override(tx, obj, cls)
     _check_plain_metaclasses(tx, spec, "__instancecheck__", cls)
     _check_plain_metaclasses(tx, spec, "__subclasscheck__", cls)
     try:
@@ -130,6 +131,21 @@ def _issubclass(tx, args, kwargs):
         subject = args[0].as_constant() if args[0].is_constant() else None
         _check_plain_metaclasses(tx, args[1].as_constant(), "__subclasscheck__", subject)
     return constant_fold(issubclass, *_consts(args))
+
+
+def _check_no_class_override(tx, obj, cls: type) -> None:
+    """isinstance(o, K) also asks `o.__class__` (and ABCs ask only that) when type(o) is no subclass: a
+    class defining its own `__class__` (a property answering `list`) makes that the answer, so it is a
+    graph break; without one, user classes are guarded to stay without one (red team, test_redteam2.py:
+    the answer came from type(o) alone, wrong from the first call)."""
+    from . import lookup
+    from .values import NewObjectValue, ObjectValue
+    if not isinstance(obj, (ObjectValue, NewObjectValue)) or not isinstance(cls, type):
+        return
+    index, _ = lookup.mro_lookup(cls, "__class__")
+    if index is not None and cls.__mro__[index] is not object:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__} defines __class__, which isinstance reads")
+    lookup.guard_class_absent(tx.output, [k for k in cls.__mro__[:-1] if not lookup.is_fixed_class(k)], "__class__")
 
 
 def _check_plain_metaclasses(tx, spec: Any, hook: str, subject: Any) -> None:

@@ -288,3 +288,38 @@ def test_namedtuple_defaults_changed_between_calls(backend):
                 Pair.__new__.__defaults__ = (-1.0, 3)
         return f, mutate
     _run(world, backend)
+
+
+# ---- isinstance reads an instance's __class__ -----------------------------------------------------------
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", ["list", "Sequence", "registered_abc", "tuple_of"])
+def test_isinstance_of_an_object_whose_class_overrides_class(spec, backend):
+    import abc
+    import collections.abc
+
+    def world():
+        class Base(abc.ABC):
+            pass
+        Base.register(list)
+        target = {"list": list, "Sequence": collections.abc.Sequence, "registered_abc": Base,
+                  "tuple_of": (int, list)}[spec]
+
+        state = {"cls": list}
+
+        class Fake:
+            @property
+            def __class__(self):
+                return state["cls"]
+        o = Fake()
+
+        def f(x):
+            return x * (2 if isinstance(o, target) else 3)
+
+        def mutate(i):
+            if i == 2:
+                state["cls"] = Fake
+            if i == 3:
+                state["cls"] = tuple
+        return f, mutate
+    _run(world, backend)
