@@ -45,8 +45,8 @@ def _number_type(v: Value) -> type | None:
     """int or float for a symbolic or constant number (bools and other types: None)."""
     if is_sym(v):
         return int if isinstance(v.sym, torch.SymInt) else float
-    if isinstance(v, ConstantValue) and type(v.value) in (int, float):
-        return type(v.value)
+    if isinstance(v, ConstantValue) and (type(v.value) is int or type(v.value) is float and math.isfinite(v.value)):
+        return type(v.value)  # an infinite or NaN float specialises (sympy's oo is no Python float)
     return None
 
 
