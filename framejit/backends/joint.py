@@ -204,6 +204,11 @@ def _flat_outputs(gm: torch.fx.GraphModule):
 # Likewise `nll_loss_forward`: torchlib's translation returns a wrong `total_weight` (its second output,
 # unused in inference but saved for `nll_loss_backward`, which divides by it), so the loss and its
 # backward are decomposed as well (cross-entropy gradients were 15x eager's on the zoo's gpt_loss).
+# Only ops whose decomposition returns every output with its original meaning may be listed: the
+# decompositions apply below autograd, so the backward formula of the original op consumes them.
+# `_scaled_dot_product_flash_attention_for_cpu`'s decomposition returns the attention weights where the op
+# returns the logsumexp its backward needs (GPT-2's losses drifted by 1e-3 per step), so backends that
+# cannot run that op exactly keep it in torch instead (onnxrt: NOTE [Flash attention in training]).
 
 
 @functools.lru_cache(maxsize=None)

@@ -249,8 +249,13 @@ class OnnxrtCompiled:
     def training_graph(self) -> joint.JointGraph:
         """The forward and backward ORT programs of this graph (backends/joint.py), made on first use."""
         if self._joint is None:
+            # NOTE [Flash attention in training]: ORT's translation of this op returns its second output
+            # (the logsumexp saved for the backward) with another shape than torch ([2, 8, 32] for
+            # [2, 2, 8] on transformers' GPT-2); training programs run it in torch.
+            opts = dataclasses.replace(self.opts, fallback_ops=self.opts.fallback_ops | {
+                "aten::_scaled_dot_product_flash_attention_for_cpu"})
             self._joint = joint.JointGraph(
-                self.gm, lambda graph, example: OnnxrtCompiled(graph, example, self.opts), "onnxrt",
+                self.gm, lambda graph, example: OnnxrtCompiled(graph, example, opts), "onnxrt",
                 decompositions=joint.training_decompositions())
         return self._joint
 
