@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from .values import ConstantValue, SequenceValue, SymNodeValue, TensorValue, TupleValue, Value
+from .values import ConstantValue, ListValue, SequenceValue, SymNodeValue, TensorValue, TupleValue, Value
 
 _INT_BINARY = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.truediv,
                operator.pow}
@@ -110,7 +110,9 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value | None:
 
 
 def _int_items(v: Value) -> bool:
-    return isinstance(v, SequenceValue) and all(_number_type(i) is int for i in v.items)
+    """A tuple or list made or read while tracing whose items are all ints (a list from outside is not
+    read here: its items are read lazily, with guards, NOTE [Lists from outside])."""
+    return type(v) in (TupleValue, ListValue) and all(_number_type(i) is int for i in v.items)
 
 
 def _tuple_like(v: SequenceValue) -> bool:
