@@ -2,7 +2,7 @@
 
 Usage:
     .venv/bin/python benchmarks/dynamic.py [--backend onnxrt|triton] [--device cpu|cuda]
-        [--batches 2,3,5,8,13] [--seqs 8,32,64] [--seconds 0.2] [--no-inductor]
+        [--batches 2,3,5,8,13] [--seqs 8,32,64] [--seconds 0.2] [--no-inductor] [--clock cpu|wall]
 
 Workload: a small attention block (LayerNorm, QKV Linear, softmax attention through views that read the
 batch and sequence sizes, GELU MLP; hidden 64) for onnxrt, a LayerNorm/GELU/softmax row block for triton,
@@ -13,7 +13,8 @@ called with every (batch, sequence) pair. Columns, measured round-robin at each 
 - static: the backend on the same graph without symbolic sizes, compiled once per size (what a
   specialised entry costs per call);
 - inductor: stock torch.compile(dynamic=True) (counted compilations: unique graphs).
-Prints per size the medians (ms) and ratios, then compilations and total compile seconds per column and
+Prints per size the medians (ms; CPU time of the calling thread by default on CPU, see NOTE [CPU clock] in
+recompiles.py) and ratios, then compilations and total compile seconds per column and
 geometric means. Everything runs under torch.no_grad().
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from benchmarks.backends import interleaved_medians  # noqa: E402
+from benchmarks.recompiles import CLOCKS, STATS, median_ms  # noqa: E402
 from framejit.backends import lookup_backend  # noqa: E402
 from tests.backends.symbolic_graphs import symbolic_graph  # noqa: E402
 
@@ -91,7 +93,8 @@ def run(args) -> None:
             inductor = torch.compile(model, dynamic=True)
         header = (f"{'size':>8} {'eager':>8} {'dyn':>8} {'static':>8} {'inductor':>9} "
                   f"{'dyn/eager':>9} {'dyn/static':>10} {'dyn/ind':>8}")
-        print(f"backend={args.backend} device={args.device} hidden={D} threads={torch.get_num_threads()}")
+        print(f"backend={args.backend} device={args.device} hidden={D} threads={torch.get_num_threads()} "
+              f"clock={args.clock} stat={args.stat if args.clock == 'cpu' else 'median'}")
         print(header)
         ratios = {"dyn/eager": [], "dyn/static": [], "dyn/ind": [], "static/eager": [], "ind/eager": []}
         for b, s in sizes:
@@ -107,7 +110,10 @@ def run(args) -> None:
                 compile_s["inductor"] += time.perf_counter() - start
                 fns["inductor"] = inductor
             torch.testing.assert_close(dyn(x), model(x), atol=1e-4, rtol=1e-4)
-            med = interleaved_medians(fns, (x,), args.seconds, args.device)
+            if args.clock == "cpu":  # NOTE [CPU clock] in recompiles.py
+                med = median_ms(fns, (x,), args.seconds, CLOCKS["cpu"], STATS[args.stat])
+            else:
+                med = interleaved_medians(fns, (x,), args.seconds, args.device)
             ind = med.get("inductor", float("nan"))
             ratios["dyn/eager"].append(med["dyn"] / med["eager"])
             ratios["dyn/static"].append(med["dyn"] / med["static"])
@@ -148,7 +154,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.2)
     parser.add_argument("--no-inductor", action="store_true")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the machine is shared)")
+    parser.add_argument("--clock", choices=["cpu", "wall"], default=None,
+                        help="cpu: the calling thread's CPU time (default on CPU; NOTE [CPU clock] in "
+                             "recompiles.py), wall: wall time (default on CUDA)")
+    parser.add_argument("--stat", choices=sorted(STATS), default="median",
+                        help="per-column statistic of the CPU-clock timings (min: least noisy on a loaded machine)")
     args = parser.parse_args()
+    args.clock = args.clock or ("cpu" if args.device == "cpu" else "wall")
     torch.set_num_threads(args.threads)
     if args.backend == "triton" and args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("--backend triton needs --device cuda (or TRITON_INTERPRET=1, very slow)")

@@ -251,7 +251,13 @@ def _read_scalar_inputs(graph, fx_nodes: dict, builder: _ShapeBuilder) -> int:
 
 
 def _remove_unused(graph) -> None:
-    """Drop nodes whose outputs nothing reads, then scalar graph inputs nothing reads."""
+    """Drop nodes whose outputs nothing reads, then scalar graph inputs nothing reads (not in graphs with
+    subgraphs, If/Loop bodies, whose reads of outer values this does not look into)."""
+    import onnx_ir as ir
+
+    if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+           for node in graph for attr in node.attributes.values()):
+        return
     for node in reversed(list(graph)):
         if all(not v.uses() and not v.is_graph_output() for v in node.outputs):
             graph.remove(node, safe=True)
