@@ -184,7 +184,8 @@ def test_graph_break_and_recompile_records_name_the_user_code(handler, capsys):
 def _run(code: str, logs_spec: str, tmp_path: Path, timeout: int = 120) -> subprocess.CompletedProcess:
     script = tmp_path / "user_script.py"
     script.write_text(textwrap.dedent(code), encoding="utf-8")
-    env = dict(os.environ, FRAMEJIT_LOGS=logs_spec, PYTHONPATH=str(ROOT))
+    # a cold cache of its own: a frame loaded from another test's warm cache is not traced, so it logs nothing
+    env = dict(os.environ, FRAMEJIT_LOGS=logs_spec, PYTHONPATH=str(ROOT), FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"))
     return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

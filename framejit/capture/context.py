@@ -131,8 +131,31 @@ def run_in_blocks(blocks: tuple, grad: bool, fn: Any, /, *args: Any, **kwargs: A
         for block in blocks:
             stack.enter_context(block)
         torch._C._set_grad_enabled(grad)
+        args, kwargs = _past_this_frame(fn, args, kwargs)
         result = fn(*args, **kwargs)
         return torch.is_grad_enabled(), result
+
+
+# NOTE [Caller frames at breaks in blocks]: a step run through run_in_blocks has one more frame between it
+# and the user's code (this module's) than in eager. Functions that name their caller's file and line take
+# a stacklevel: warnings.warn and logging's calls get one more level, so the warning or record names the
+# user's line (the frame of the transformed function), as in eager.
+_LOGGER_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log"})
+
+
+def _past_this_frame(fn: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    import logging
+    import warnings
+    if fn is warnings.warn:
+        if len(args) >= 3:  # warn(message, category, stacklevel, ...)
+            return args[:2] + (args[2] + 1,) + args[3:], kwargs
+        return args, {**kwargs, "stacklevel": kwargs.get("stacklevel", 1) + 1}
+    owner = getattr(fn, "__self__", None)
+    if getattr(fn, "__name__", None) in _LOGGER_METHODS and (
+            isinstance(owner, (logging.Logger, logging.LoggerAdapter))
+            or (owner is None and getattr(logging, fn.__name__, None) is fn)):
+        return args, {**kwargs, "stacklevel": kwargs.get("stacklevel", 1) + 1}
+    return args, kwargs
 
 
 def block_for(exit_value: "ExitValue") -> tuple[Any, tuple]:

@@ -42,7 +42,8 @@ import types
 from typing import Any, Callable
 
 import torch
-from bytecode import Label
+import bytecode
+from bytecode import Instr, Label
 
 from .breaks import BreakKind, Unsupported, UserException
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
@@ -246,6 +247,7 @@ class BreakCodegen:
         restore_grad_mode(cg, self.tx.output)
         self._make_blocks(rebuild)
         inst = self.site.inst
+        step_start = len(cg.insts)
         if self.site.tail:
             self._resume(rebuild, inst.index, produced=0, hooked=False)
         elif inst.name == "CALL":
@@ -277,9 +279,9 @@ class BreakCodegen:
             cg.insts += [raw.copy() for raw in (*inst.merged, inst.instr)]
             produced = _SIMPLE.get(inst.name, lambda a: (0, 0))(inst.arg)[1] if inst.name != "CALL_FUNCTION_EX" else 1
             if inst.name == "RAISE_VARARGS":
-                return cg
+                return _at_line(cg, step_start, inst)
             self._resume(rebuild, inst.index + 1, produced=produced)
-        return cg
+        return _at_line(cg, step_start, inst)
 
     def _make_blocks(self, rebuild: Reconstructor) -> None:
         """Build the block objects of the open with-blocks into locals (NOTE [Breaks inside with-blocks]);
@@ -381,6 +383,9 @@ class BreakCodegen:
         the same as `module(...)` because its hooks are guarded absent (NOTE [Module calls at breaks]); a
         module with hooks, of `call_with_hooks` or `call_with_backward_hooks` (NOTE [Module hooks]).
         """
+        function = callee.func if isinstance(callee, BoundMethodValue) else callee
+        if isinstance(function, UserFunctionValue) and _names_its_caller(function.fn):
+            return None
         if isinstance(callee, UserFunctionValue) and _plain(callee):
             return self.hooks.function(callee.fn), None
         if isinstance(callee, BoundMethodValue) and isinstance(callee.func, UserFunctionValue) and _plain(callee.func):
@@ -571,6 +576,14 @@ def _plain(fn: UserFunctionValue) -> bool:
     return not fn.by_code or not fn.fn.__code__.co_freevars
 
 
+def _names_its_caller(fn: Any) -> bool:
+    """logging's calls record their caller's file, line and function (Logger.findCaller): called through a
+    frame hook, the record would name framejit's hook. They run directly (NOTE [The break's line])."""
+    import logging
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename == logging.__file__
+
+
 def _closure_from_outside(fn: UserFunctionValue) -> bool:
     """A function object read through a source and guarded by its code, with free variables: the object
     at run time is reloaded from that source and may be another one (NOTE [Closures called at breaks])."""
@@ -684,3 +697,16 @@ def _forward_on_instance(tx, callee: NNModuleValue) -> bool:
     return False
 
 __all__ = ["BreakCodegen", "BreakSite", "break_site", "live_tensors", "restore_grad_mode"]
+
+
+def _at_line(cg: Codegen, start: int, inst: Inst) -> Codegen:
+    """NOTE [The break's line]: the step written at a break (and the resume call after it) carries the
+    line of the instruction it stands for, so what reads its caller's line sees the user's line, as in
+    eager: a warning's location (`warnings.warn` at a break), logging records, `sys._getframe(1).f_lineno`,
+    tracebacks of an exception the step raises. The code before it (graph call, replayed effects) keeps
+    the function's first line."""
+    if inst.lineno is not None:
+        for instr in cg.insts[start:]:
+            if isinstance(instr, Instr) and instr.lineno in (None, bytecode.UNSET):
+                instr.lineno = inst.lineno
+    return cg
