@@ -146,13 +146,14 @@ def is_symbolic(fake: torch.Tensor) -> bool:
 # placeholder's `meta["val"]` is a SymInt of the env (the backend's example input is the int itself). Its
 # arithmetic and comparisons stay symbolic like sizes; a use that needs the value (`range(n)`, `[x] * n`, a
 # dict key) specialises it through the env, which guards it (`n == 3`), so such a frame still compiles
-# once per value, as before. 0 and 1 are specialised as for sizes.
+# once per value, as before. 0 and 1 are not specialised (unlike sizes; as torch's unspecialised ints): a
+# step counter 0, 1, 2, ... compiles twice, not three times.
 def symbolic_int(out, value: int, expr: str):
-    """A SymInt of the trace's env standing for a Python int input (NOTE [Dynamic ints]); 0 and 1 stay
-    specialised (returned as ints)."""
+    """A SymInt of the trace's env standing for a Python int input (NOTE [Dynamic ints]), 0 and 1 included."""
     from torch.fx.experimental.symbolic_shapes import DimDynamic
     env = out.fake_mode.shape_env
-    symbol = env.create_symbol(value, ShapeSource(expr), dynamic_dim=DimDynamic.DYNAMIC, positive=None)
+    symbol = env.create_symbol(value, ShapeSource(expr), dynamic_dim=DimDynamic.DYNAMIC, positive=None,
+                               do_not_specialize_zero_one=True)  # as torch's unspecialised ints
     if not hasattr(symbol, "name"):  # specialised (an Integer)
         return int(symbol)
     return env.create_symintnode(symbol, hint=value, source=ShapeSource(expr))

@@ -33,3 +33,17 @@ def test_float_change_alone_keeps_static_sizes():
     assert backend.graph_count == 2
     vals = [n.meta["val"] for n in backend.graphs[1].graph.find_nodes(op="placeholder")]
     assert all(isinstance(d, int) for v in vals if isinstance(v, torch.Tensor) for d in v.shape)
+
+
+def test_int_passing_through_one_stays_symbolic():
+    # a step counter 0, 1, 2, ...: once it changed (0 -> 1) it is symbolic, 1 included (as torch's
+    # unspecialised ints), so 2, 3, ... reuse that entry instead of compiling again for 2
+    def fn(x, step):
+        return x * step + step
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    x = torch.randn(3)
+    for step in range(6):
+        torch.testing.assert_close(compiled(x, step), fn(x, step))
+    assert backend.graph_count == 2
