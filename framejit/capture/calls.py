@@ -77,6 +77,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
             result = call_pure(tx, fn.fn, args, kwargs)
             if result is not None:
                 return result
+        if args and abc_method_handler(BoundMethodValue(fn, args[0])) is not None:  # NOTE [Mapping mixins]
+            return abc_method_handler(BoundMethodValue(fn, args[0]))(tx, args[1:], kwargs)  # `k in o`
         return tx.inline(fn, args, kwargs)
     if is_function_apply(fn):  # NOTE [Custom autograd functions without grad]
         return call_apply(tx, fn, args, kwargs)
