@@ -10,6 +10,7 @@ eager DDP's. Ranks report results through a queue; the parent asserts.
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 import socket
 import traceback
@@ -49,6 +50,11 @@ def _recording_hook(calls: list):
 def _train(rank: int, init: torch.nn.Module, mode: str, backend, opt_name: str):
     import framejit
     module = copy.deepcopy(init)
+    if mode == "fsdp2":  # FSDP2 shards the parameters; gradients are reduce-scattered in its hooks
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(module)
+        return _steps(rank, module, framejit.compile(module, backend=backend), module.parameters(), None,
+                      opt_name)
     if mode == "eager":
         ddp = DDP(module, bucket_cap_mb=0.001)
         step_fn = ddp
@@ -60,7 +66,11 @@ def _train(rank: int, init: torch.nn.Module, mode: str, backend, opt_name: str):
         step_fn = ddp
     all_calls: list[bool] = []
     ddp.register_comm_hook(None, _recording_hook(all_calls))
-    params = list(ddp.parameters())
+    return _steps(rank, module, step_fn, ddp.parameters(), all_calls, opt_name)
+
+
+def _steps(rank: int, module, step_fn, params, all_calls, opt_name: str):
+    params = list(params)
     opt = (torch.optim.SGD(params, lr=0.1, momentum=0.9) if opt_name == "sgd"
            else torch.optim.AdamW(params, lr=0.01))
     gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own shard
@@ -68,25 +78,53 @@ def _train(rank: int, init: torch.nn.Module, mode: str, backend, opt_name: str):
     for step in range(STEPS):
         x = torch.randn(4 + step, 6, generator=gen)  # the batch size changes between steps
         target = torch.randn(4 + step, 3, generator=gen)
-        before = len(all_calls)
+        before = len(all_calls) if all_calls is not None else 0
         loss = torch.nn.functional.mse_loss(step_fn(x), target)
-        assert len(all_calls) == before, "an all-reduce ran during the forward"
+        if all_calls is not None:
+            assert len(all_calls) == before, "an all-reduce ran during the forward"
         loss.backward()
-        per_step.append(all_calls[before:])
+        if all_calls is not None:
+            per_step.append(all_calls[before:])
         opt.step()
         opt.zero_grad()
     # plain lists: tensors sent through the queue would share memory with a rank that has exited
-    return [p.detach().tolist() for p in module.parameters()], per_step
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in module.parameters()]  # FSDP2: DTensor
+    return [p.detach().tolist() for p in full], per_step
+
+
+class _Recording:
+    """The named training backend (onnxrt, triton), keeping what it compiled to count backward runs."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.compiled = name, []
+
+    def __call__(self, gm, example_inputs):
+        import framejit
+        compiled = framejit.lookup_backend(self.name)(gm, example_inputs)
+        self.compiled.append(compiled)
+        return compiled
+
+    def compiled_backward_runs(self) -> int:
+        """Backward runs through compiled joint graphs (backends/joint.py); 0 if every graph ran eagerly."""
+        from framejit.backends.joint import JointGraph
+        runs = 0
+        for compiled in self.compiled:
+            joint = compiled if isinstance(compiled, JointGraph) else (
+                getattr(compiled, "_joint", None) or getattr(compiled, "_training", None))
+            if joint is not None:
+                runs += joint.stats["backward"]
+        return runs
 
 
 def _worker(rank: int, world: int, port: int, configs, queue) -> None:
     try:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(port)
+        torch.set_num_threads(1)  # several ranks share few cores
         import framejit
         framejit.config.cache_enabled = False
         from tests.helpers import CountingBackend
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
         torch.manual_seed(0)
         init = _model()  # the same initial weights on every rank (DDP also broadcasts rank 0's)
         results = {}
@@ -95,11 +133,12 @@ def _worker(rank: int, world: int, port: int, configs, queue) -> None:
         for mode, backend_name, opt_name in configs:
             framejit.reset()
             before = framejit.stats()["graphs"]
-            backend = CountingBackend() if backend_name == "counting" else backend_name
+            backend = CountingBackend() if backend_name == "counting" else _Recording(backend_name)
             params, calls = _train(rank, init, mode, backend, opt_name)
             graphs = (backend.graph_count if backend_name == "counting"
                       else framejit.stats()["graphs"] - before)
-            results[(mode, backend_name, opt_name)] = (params, calls, graphs)
+            backwards = None if backend_name == "counting" else backend.compiled_backward_runs()
+            results[(mode, backend_name, opt_name)] = (params, calls, graphs, backwards)
         dist.destroy_process_group()
         queue.put((rank, results, None))
     except BaseException:  # reported to the parent, which fails the test with the traceback
@@ -122,22 +161,29 @@ def _check_ranks(out: dict, configs, expected_graphs: dict) -> None:
     for rank, results in out.items():
         for mode, backend_name, opt_name in configs:
             eager_params, eager_calls = results[("eager", None, opt_name)]
-            params, calls, graphs = results[(mode, backend_name, opt_name)]
+            params, calls, graphs, backwards = results[(mode, backend_name, opt_name)]
             assert len(params) == len(eager_params)
+            tol = dict(rtol=1e-5, atol=1e-6) if backend_name == "counting" else dict(rtol=2e-3, atol=2e-4)
             for p, e in zip(params, eager_params):
-                torch.testing.assert_close(torch.tensor(p), torch.tensor(e), rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(torch.tensor(p), torch.tensor(e), **tol)
+            assert graphs == expected_graphs[mode], (rank, mode, backend_name, graphs)
+            if backend_name != "counting":  # every step's backward ran through the compiled joint graph
+                assert backwards == STEPS, (rank, mode, backend_name, backwards)
+            if mode == "fsdp2":
+                continue
             # the same bucket all-reduces per step as eager DDP, each launched from inside the backward
             assert [len(c) for c in calls] == [len(c) for c in eager_calls], (rank, mode)
             # DDP's first step runs with one bucket, then rebuilds the buckets in gradient-ready order
             assert all(len(c) > 1 for c in calls[1:]), "expected several buckets"
             assert all(all(c) for c in calls), (rank, mode, calls)
-            assert graphs == expected_graphs[mode], (rank, mode, backend_name, graphs)
     # the parameters agree across ranks (DDP averaged the gradients of different shards)
     for rank in out:
         for key, value in out[rank].items():
             for p, q in zip(value[0], out[0][key][0]):
-                torch.testing.assert_close(torch.tensor(p), torch.tensor(q), rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(torch.tensor(p), torch.tensor(q), rtol=2e-3, atol=2e-4)
 
+
+FSDP2_GRAPHS = 2  # measured; see NOTE [Graphs per rank under DDP]
 
 # NOTE [Graphs per rank under DDP]
 # DDP(framejit.compile(m)): DDP's forward (its Python logic: _pre_forward, the reducer, buckets) runs
@@ -151,7 +197,17 @@ def _check_ranks(out: dict, configs, expected_graphs: dict) -> None:
 #   eager DDP's, which is what this asserts; the graph count is asserted so a change is noticed.
 
 
-def test_ddp_two_ranks_sgd_both_wrappings():
-    configs = [("outer", "counting", "sgd"), ("inner", "counting", "sgd")]
+def test_ddp_two_ranks_sgd_both_wrappings_onnxrt_and_fsdp2():
+    # onnxrt: forward and backward compiled (backends/joint.py); the reducer's autograd hooks still fire
+    # per parameter as the joint's backward returns the gradients, so the same buckets all-reduce.
+    # fsdp2: `framejit.compile(fully_shard(m))` matches eager DDP (both average the shards' gradients).
+    configs = [("outer", "counting", "sgd"), ("inner", "counting", "sgd"), ("inner", "onnxrt", "sgd"),
+               ("fsdp2", "counting", "sgd")]
     out = _run(2, configs)
+    _check_ranks(out, configs, {"outer": 0, "inner": 2, "fsdp2": FSDP2_GRAPHS})
+
+
+def test_ddp_four_ranks_adamw_both_wrappings():
+    configs = [("outer", "counting", "adamw"), ("inner", "counting", "adamw")]
+    out = _run(4, configs)
     _check_ranks(out, configs, {"outer": 0, "inner": 2})
