@@ -79,7 +79,10 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     bc.posonlyargcount = 0
     bc.kwonlyargcount = 0
     bc.flags = bc.flags & ~(bytecode.CompilerFlags.VARARGS | bytecode.CompilerFlags.VARKEYWORDS)
-    bc.name = f"{code.co_name}_resume_at_{index}"
+    # NOTE [Resume function names]: co_name stays the original's, as CPython names the frame in tracebacks
+    # and logging records' funcName (eager shows `f`, not a generated name); co_qualname says which
+    # resume function it is (`f.<resume at 18>`: dumps, eager-frame reasons, the frame cache)
+    bc.name = code.co_name
     if hasattr(bc, "qualname"):
         bc.qualname = f"{getattr(code, 'co_qualname', code.co_name)}.<resume at {index}>"
     # NOTE [Exception tables of resume code]: the prologue jumps into the middle of the code, so a try

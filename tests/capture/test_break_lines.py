@@ -34,7 +34,7 @@ def _where_called(fn, x):
     """(warnings' (file, line), logging records' 'file:line') of one call of fn."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(pathname)s:%(lineno)d"))
+    handler.setFormatter(logging.Formatter("%(pathname)s:%(lineno)d %(funcName)s"))
     root = logging.getLogger()
     root.addHandler(handler)
     try:
