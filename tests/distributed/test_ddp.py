@@ -195,6 +195,8 @@ FSDP2_GRAPHS = 2  # measured; see NOTE [Graphs per rank under DDP]
 #   `with self._inside_ddp_forward():`, a @contextmanager that capture does not enter (the break on it
 #   runs the whole with-block eagerly), so the model's forward runs uncompiled. Training is still exactly
 #   eager DDP's, which is what this asserts; the graph count is asserted so a change is noticed.
+# framejit.compile(fully_shard(m)) (FSDP2): 2 graphs per rank, measured (the same count and batch-size
+#   pattern as the inner wrapping; FSDP2's unshard/reshard run in its module hooks).
 
 
 def test_ddp_two_ranks_sgd_both_wrappings_onnxrt_and_fsdp2():
