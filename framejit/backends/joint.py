@@ -166,9 +166,11 @@ class JointGraph:
 
         try:
             flat_gm, rebuild = _flat_outputs(self.gm)
-            joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward"),
-                                          bw_compiler=self._compiler("backward"), partition_fn=_partition,
-                                          decompositions=self.decompositions)
+            from .torch_methods import original_tensor_methods
+            with original_tensor_methods():  # NOTE [Patched Tensor methods while lowering]
+                joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward"),
+                                              bw_compiler=self._compiler("backward"), partition_fn=_partition,
+                                              decompositions=self.decompositions)
         except Exception as exc:
             logs.log("eager_fallback", "%s: the training graph runs eagerly: building its forward and backward "
                      "graphs failed (%s: %s)", self.backend_name, type(exc).__name__, exc)

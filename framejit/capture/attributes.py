@@ -168,8 +168,18 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         return _tensor_python_attr(tx, t, name)
     if callable(attr):
         _guard_tensor_method(tx, t, name)
+        if _patched_tensor_method(attr):
+            return BoundMethodValue(UserFunctionValue(attr), t)
         return TensorMethodValue(t, name)
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name}")
+
+
+def _patched_tensor_method(attr) -> bool:
+    """NOTE [Patched tensor methods]: `torch.Tensor.add = f` (a Python function from outside torch) is
+    inlined as the user's function, as eager calls it (its identity is guarded by _guard_tensor_method).
+    Recorded as the graph op `x.add(...)`, it ran f only where the graph runs as Python (the eager backend)
+    and the real op where a backend lowers the graph (onnxrt gave x + 1 for a patched `x.add(1) = x - 1`)."""
+    return isinstance(attr, types.FunctionType) and not (attr.__module__ or "").startswith("torch")
 
 
 # NOTE [Gradients of inputs]: `p.grad` of a leaf tensor that came in from a source (a parameter read from

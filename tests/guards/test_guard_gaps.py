@@ -467,13 +467,18 @@ def _run(tmp_path, mode: str, backend: str) -> dict:
     return run_cache_program(tmp_path, "gaps_program.py", PROGRAM, mode, backend)
 
 
+def _close(got: list, want: list) -> bool:
+    """Equal up to float rounding (ONNX Runtime's Gemm may round a Linear differently from torch's addmm)."""
+    return torch.allclose(torch.tensor(got), torch.tensor(want), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_warm_cache_rechecks_library_class_attributes(tmp_path, backend):
     cold = _run(tmp_path, "plain", backend)
-    assert cold["out"] == cold["ref"] and cold["traced"] >= 1
+    assert _close(cold["out"], cold["ref"]) and cold["traced"] >= 1
     warm = _run(tmp_path, "plain", backend)
-    assert warm["out"] == warm["ref"] and warm["traced"] == 0 and warm["loaded"] >= 1  # the cache is used
+    assert _close(warm["out"], warm["ref"]) and warm["traced"] == 0 and warm["loaded"] >= 1  # the cache is used
     for mode in ("forward", "tensor_add", "setattr"):
         changed = _run(tmp_path, mode, backend)
-        assert changed["ref"] != cold["ref"], mode  # the change matters to the program
-        assert changed["out"] == changed["ref"], mode
+        assert not _close(changed["ref"], cold["ref"]), mode  # the change matters to the program
+        assert _close(changed["out"], changed["ref"]), mode

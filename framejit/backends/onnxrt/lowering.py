@@ -119,7 +119,8 @@ def _has_symbolic_sizes(args: list) -> bool:
 def _trace(fn, table: dict, args: list, functionalize: bool = True) -> torch.fx.GraphModule:
     mode = "symbolic" if _has_symbolic_sizes(args) else "fake"
     traced_fn = torch.func.functionalize(fn, remove="mutations") if functionalize else fn
-    with torch.no_grad():
+    from ..torch_methods import original_tensor_methods
+    with torch.no_grad(), original_tensor_methods():  # NOTE [Patched Tensor methods while lowering]
         traced = make_fx(traced_fn, decomposition_table=table, tracing_mode=mode)(*args)
     traced.graph.eliminate_dead_code()  # keeps impure nodes (the trailing copy_ of input mutations)
     traced.recompile()

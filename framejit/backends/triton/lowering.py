@@ -53,8 +53,10 @@ def to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence) -> torch.fx.Grap
     gm = expand_foreach(gm)
     decompositions = get_decompositions(DECOMPOSE)
     functional = torch.func.functionalize(gm, remove="mutations")
-    traced = make_fx(functional, decomposition_table=decompositions, tracing_mode="fake",
-                     _allow_non_fake_inputs=True)(*example_inputs)
+    from ..torch_methods import original_tensor_methods
+    with original_tensor_methods():  # NOTE [Patched Tensor methods while lowering]
+        traced = make_fx(functional, decomposition_table=decompositions, tracing_mode="fake",
+                         _allow_non_fake_inputs=True)(*example_inputs)
     traced.graph.eliminate_dead_code()
     traced.recompile()
     return traced
