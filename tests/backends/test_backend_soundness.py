@@ -484,3 +484,22 @@ def test_as_strided_reads_the_input_storage(backend):
     for k, v in enumerate(views):
         x = torch.randn(2, 4, generator=torch.Generator().manual_seed(k))
         assert torch.equal(compiled(x, v), _as_strided_input(x, v)), (k, v.stride())
+
+
+@pytest.mark.parametrize("layers,shape", [
+    (lambda: [torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6)], (8, 4)),
+    (lambda: [torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4, momentum=None)], (2, 3, 6, 6)),
+], ids=["linear_bn1d", "conv_bn2d_cumulative"])
+def test_onnxrt_batch_norm_in_train_mode_without_grad(layers, shape):
+    """NOTE [Batch norm in train mode on ORT]: outputs and running statistics as eager's, 3 calls."""
+    import copy
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*layers()).train()
+    reference = copy.deepcopy(model)
+    compiled = framejit.compile(model, backend="onnxrt")
+    for _ in range(3):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), reference(x), rtol=1e-5, atol=1e-5)
+        for name, buffer in reference.named_buffers():
+            torch.testing.assert_close(dict(model.named_buffers())[name], buffer, rtol=1e-5, atol=1e-6)

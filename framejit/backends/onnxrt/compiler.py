@@ -54,7 +54,9 @@ _MAX_ATTEMPTS = 8
 # 10: as_strided of a graph input runs in torch (it reads the input's storage).
 # 12: sums and means of -0.0s are +0.0, as eager's (NOTE [Eager semantics in ONNX]).
 # 13: shapes of symbolic views from the parts' own inputs (NOTE [Shapes from the graph's inputs]).
-REVISION = 13
+# 14: batch norm in train mode decomposed (NOTE [Batch norm in train mode on ORT]; programs of 13 and
+#     before computed it wrongly).
+REVISION = 14
 
 
 @dataclasses.dataclass

@@ -70,10 +70,22 @@ def decomposition_table(translated_ops: frozenset) -> dict:
     for op, fn in candidates:
         if not hasattr(op, "_schema") or op in table or op._schema.is_mutable:
             continue  # in-place ops stay whole until the second pass (NOTE [Refunctionalize])
-        if isinstance(op, torch._ops.OpOverload) and op.name() in translated_ops:
+        if isinstance(op, torch._ops.OpOverload) and op.name() in translated_ops \
+                and op.name() not in _ALWAYS_DECOMPOSED:
             continue
         table[op] = fn
     return table
+
+
+# NOTE [Batch norm in train mode on ORT]: torchlib's translation of batch norm in training mode (batch
+# statistics, updated running stats) gave outputs off by up to 1.9 and wrong running statistics on
+# Linear+BatchNorm1d and Conv2d+BatchNorm2d in train() under no_grad (a silent wrong result since the
+# backend's start). The train-mode ops are decomposed into mean/var/pointwise aten ops, which ORT runs
+# exactly; eval-mode batch norm (`_native_batch_norm_legit_no_training`) stays one BatchNormalization.
+# Training graphs do the same (NOTE [Batch norm in training graphs] in backends/joint.py).
+_ALWAYS_DECOMPOSED = frozenset({"aten::_native_batch_norm_legit_functional", "aten::_native_batch_norm_legit",
+                                "aten::_native_batch_norm_legit.no_stats",
+                                "aten::native_batch_norm"})
 
 
 # NOTE [Refunctionalize]
