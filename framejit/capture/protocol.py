@@ -337,7 +337,7 @@ def truth(tx, v: Value) -> bool:
             lookup.guard_lookup(tx.output, cls, "__len__")
         if getattr(cls, "__bool__", None) is None and getattr(cls, "__len__", None) is None:
             return True
-        result = tx.call_method_of(v, "__bool__" if hasattr(cls, "__bool__") else "__len__", [], {})
+        result = tx.call_special_of(v, "__bool__" if hasattr(cls, "__bool__") else "__len__", [], {})
         return truth(tx, result)
     if v.is_constant():
         return bool(v.as_constant())

@@ -323,3 +323,23 @@ def test_isinstance_of_an_object_whose_class_overrides_class(spec, backend):
                 state["cls"] = tuple
         return f, mutate
     _run(world, backend)
+
+
+def test_truth_of_an_object_ignores_instance_dunders():
+    """`if o:` looks __bool__/__len__ up on type(o) (NOTE [Special method lookup]): instance attributes of
+    those names set between calls change nothing, in eager and compiled."""
+    class Sized:
+        def __len__(self):
+            return 0
+
+    o = Sized()
+
+    def fn(x):
+        return x + 1 if o else x - 1
+
+    compiled = framejit.compile(fn)
+    for step in range(3):
+        x = torch.randn(3)
+        assert torch.equal(compiled(x), fn(x)), step
+        o.__len__ = lambda: 5
+        o.__bool__ = lambda: True
