@@ -1,12 +1,22 @@
 # framejit developer commands. `make demo` and `make test` work on a fresh machine:
-# they create the virtual environments they need (CPython 3.11 in .venv, 3.12 in .venv312).
+# they create the virtual environments they need (CPython 3.11 in .venv, 3.12 in .venv312, 3.13 in
+# .venv313) and install the system packages the tests use (redis-server).
 PY311 ?= 3.11.7
 PY312 ?= 3.12.1
+PY313 ?= 3.13.0
 VENV := .venv
 VENV312 := .venv312
+VENV313 := .venv313
 STAMP := .installed
+# The per-version test runs go in parallel (each prints its output when it ends); TEST_JOBS=1 runs them
+# one after another.
+TEST_JOBS ?= 3
+TEST_VERSIONS ?= 311 312
+ENV_311 := $(VENV)/$(STAMP)
+ENV_312 := $(VENV312)/$(STAMP)
+ENV_313 := $(VENV313)/$(STAMP)
 
-.PHONY: demo test test311 test312 bench clean
+.PHONY: demo test test311 test312 test313 sysdeps bench clean
 
 $(VENV)/$(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || PYENV_VERSION=$(PY311) python -m venv $(VENV)
@@ -23,16 +33,35 @@ $(VENV312)/$(STAMP): pyproject.toml
 demo: $(VENV)/$(STAMP)
 	$(VENV)/bin/python examples/demo.py
 
-test311: $(VENV)/$(STAMP)
+$(VENV313)/$(STAMP): pyproject.toml
+	test -x $(VENV313)/bin/python || PYENV_VERSION=$(PY313) python -m venv $(VENV313)
+	$(VENV313)/bin/pip install -q "torch>=2.11,<2.15"
+	$(VENV313)/bin/pip install -q -e ".[test]"
+	touch $@
+
+# redis-server: the remote cache tier's tests start their own server on a free loopback port.
+sysdeps:
+	@command -v redis-server >/dev/null || { \
+	  SUDO=$$(command -v sudo || true); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@command -v redis-server >/dev/null
+
+test311: sysdeps $(VENV)/$(STAMP)
 	$(VENV)/bin/python -m pytest tests
 
-test312: $(VENV312)/$(STAMP)
+test312: sysdeps $(VENV312)/$(STAMP)
 	$(VENV312)/bin/python -m pytest tests
 
-test: test311 test312
+test313: sysdeps $(VENV313)/$(STAMP)
+	$(VENV313)/bin/python -m pytest tests
+
+# Installs run one after another (editable installs write into this directory), then the tests in parallel.
+test: sysdeps
+	$(MAKE) --no-print-directory -j1 $(foreach v,$(TEST_VERSIONS),$(ENV_$(v)))
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(addprefix test,$(TEST_VERSIONS))
 
 bench: $(VENV)/$(STAMP)
 	$(VENV)/bin/python benchmarks/overhead.py
 
 clean:
-	rm -rf $(VENV) $(VENV312) *.egg-info
+	rm -rf $(VENV) $(VENV312) $(VENV313) *.egg-info
