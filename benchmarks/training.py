@@ -28,17 +28,10 @@ import torch  # noqa: E402
 
 import framejit  # noqa: E402
 from benchmarks.backends import interleaved_medians  # noqa: E402
+from tests.helpers import without_dropout  # noqa: E402
 from tests.models import zoo  # noqa: E402
 
 
-def _no_dropout(model: torch.nn.Module) -> torch.nn.Module:
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        for attr in ("dropout", "dropout_prob", "drop_prob", "jitter"):
-            if isinstance(getattr(module, attr, None), float):
-                setattr(module, attr, 0.0)
-    return model
 
 
 def _loss(out) -> torch.Tensor:
@@ -57,7 +50,7 @@ def training_step(model: torch.nn.Module, run):
 
 
 def columns(case, device: str, backends: list[str], inductor: bool) -> dict:
-    base = _no_dropout(case.model.train()).to(device)
+    base = without_dropout(case.model.train()).to(device)
     steps = {"eager": training_step(base, base)}
     for backend in backends:
         model = copy.deepcopy(base)

@@ -133,3 +133,15 @@ def run_cache_program(tmp_path, name: str, program: str, *argv: str) -> dict:
                             timeout=300)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Randomness off (dropout, stochastic depth, router jitter: their draws would differ between two
+    runs), everything else in train mode. Used by training tests and benchmarks/training.py."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for attr in ("dropout", "dropout_prob", "drop_prob", "jitter"):
+            if isinstance(getattr(module, attr, None), float):
+                setattr(module, attr, 0.0)
+    return model

@@ -27,6 +27,7 @@ import framejit
 from framejit.backends import joint as joint_mod
 from framejit.backends.onnxrt.runtime import OrtPart
 from framejit.backends.triton.runtime import CompiledGraph
+from tests.helpers import without_dropout
 from tests.models import zoo
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -111,18 +112,6 @@ def train(model, batches, step_fn=None) -> tuple[list, torch.nn.Module]:
         opt.zero_grad()
         losses.append(loss.detach())
     return losses, model
-
-
-def without_dropout(model: torch.nn.Module) -> torch.nn.Module:
-    """Randomness off (dropout, stochastic depth, router jitter: their draws would differ between two
-    runs), everything else in train mode."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        for attr in ("dropout", "dropout_prob", "drop_prob", "jitter"):
-            if isinstance(getattr(module, attr, None), float):
-                setattr(module, attr, 0.0)
-    return model
 
 
 def compare_training(model: torch.nn.Module, batches, backend: str, loss_fn=None, tol=TOL) -> Recording:
