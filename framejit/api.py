@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import sys
 import types
 from typing import Any, Callable
 
@@ -123,6 +124,12 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
     def __call__(self, *args, **kwargs):
         return hook(type(self)._orig_mod, *args, **kwargs)
 
+    if _is_ddp(module):  # NOTE [Compiling a DistributedDataParallel module]
+        inner = {}
+
+        def __call__(self, *args, **kwargs):  # noqa: F811
+            return _ddp_call(type(self)._orig_mod, inner, request, args, kwargs)
+
     def __deepcopy__(self, memo):
         # A copy is a compiled copy of the original (its own parameters), never the original itself:
         # the class attribute _orig_mod must not carry over to it.
@@ -140,6 +147,37 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
     compiled = object.__new__(compiled_cls)
     object.__setattr__(compiled, "__dict__", module.__dict__)
     return compiled
+
+
+# NOTE [Compiling a DistributedDataParallel module]
+# `framejit.compile(DDP(m))` compiles what DDP runs, not DDP itself. DDP.forward is bookkeeping around the
+# user's module: the C++ Logger and Reducer (prepare_for_forward, _rebuild_buckets, prepare_for_backward:
+# opaque pybind calls, each a graph break) and `with self._inside_ddp_forward():`, a torch-disabled
+# @contextmanager around `self.module(...)`; traced, that with-block ran eagerly as a whole and the model
+# was never captured (0 graphs). Stock torch.compile does not trace DDP.forward either: its file is skipped
+# and the frame hook captures the inner module's frame. framejit has no frame-evaluation hook, so the
+# compiled DDP module runs DDP's own __call__/forward as plain Python (its hooks, reducer and buckets
+# exactly as eager DDP) with `self.module` resolving, for the duration of the call, to the compiled form
+# of the inner module (NOTE [Compiled modules]: same __dict__, parameters and state_dict keys): the model's
+# forward is captured like `DDP(framejit.compile(m))`, and the reducer's per-parameter autograd hooks fire
+# as the graphs' backward produces the gradients. The swap is undone in `finally` and nests; like DDP's
+# own forward (reducer state) it is not meant for concurrent calls from several threads.
+def _is_ddp(module: torch.nn.Module) -> bool:
+    distributed = sys.modules.get("torch.nn.parallel.distributed")  # never imported for this check
+    return distributed is not None and isinstance(module, distributed.DistributedDataParallel)
+
+
+def _ddp_call(ddp: torch.nn.Module, inner: dict, request: CompileRequest, args: tuple, kwargs: dict):
+    modules = ddp._modules
+    original = modules["module"]
+    if inner.get("for") is not original:  # first call, or ddp.module replaced since
+        inner.update(compiled=_compile_module(original, request), **{"for": original})
+    compiled = inner["compiled"]
+    modules["module"] = compiled
+    try:
+        return ddp(*args, **kwargs)
+    finally:
+        modules["module"] = original
 
 
 def disable(fn: Callable | None = None, recursive: bool = True):
