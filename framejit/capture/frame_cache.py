@@ -19,8 +19,8 @@ only, and the `cache` log says why. Entries of frames that broke or replay side 
 transformed code itself (NOTE [Persisted break code] in persisted_code.py); frames that ran eagerly are
 not persisted.
 
-Storage: one store entry per (function, code hash, backend, options), holding the list of its persisted
-entries; writers take the store's lock for the key.
+Storage: one store entry per (function, code hash, backend, options, dynamic mode: NOTE [Dynamic mode in
+the key]), holding the list of its persisted entries; writers take the store's lock for the key.
 """
 from __future__ import annotations
 
@@ -435,7 +435,21 @@ def store_key(fn: types.FunctionType, args: tuple, request) -> str | None:
         owner += f"[{type(args[0]).__module__}.{type(args[0]).__qualname__}]"
     options = repr(sorted((request.options or {}).items()))
     return cache_key(kind="frame", format=FORMAT, owner=owner, code=code_hash(fn.__code__),
-                     backend=request.version_key, options=options)
+                     backend=request.version_key, options=options, dynamic=dynamic_mode(request))
+
+
+# NOTE [Dynamic mode in the key]: what may become symbolic depends on compile(dynamic=...) and on two knobs
+# (automatic dynamic, dynamic floats), and an entry's guards only check what its graph needs: a symbolic
+# entry accepts every size its relations allow. A process compiled with dynamic=False loading an entry that
+# another process compiled with dynamic=None or True would serve new sizes from a symbolic graph (and new
+# floats from a graph that takes them as inputs), against what it asked for; a process with dynamic=True
+# loading a static entry would compile once more for the next size. So the mode is part of the key: each
+# mode reads and writes its own entries. (Markers such as mark_dynamic are read, never guarded, in one
+# process as in torch, so entries made for marked tensors share the key of their mode.)
+def dynamic_mode(request) -> str:
+    """The part of the frame cache key that says what the process makes symbolic."""
+    automatic = config.automatic_dynamic if request.dynamic is None else None
+    return f"dynamic={request.dynamic};automatic={automatic};floats={config.dynamic_floats}"
 
 
 def load(fn: types.FunctionType, args: tuple, kwargs: dict, request) -> list[Persisted]:
