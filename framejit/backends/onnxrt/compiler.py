@@ -254,7 +254,8 @@ class OnnxrtCompiled:
             # NOTE [Flash attention in training]: ORT's translation of this op returns its second output
             # (the logsumexp saved for the backward) with another shape than torch ([2, 8, 32] for
             # [2, 2, 8] on transformers' GPT-2); training programs run it in torch.
-            opts = dataclasses.replace(self.opts, fallback_ops=self.opts.fallback_ops | {
+            # Weights change at every optimizer step: training programs feed them (NOTE [Frozen weights]).
+            opts = dataclasses.replace(self.opts, freeze_weights=False, fallback_ops=self.opts.fallback_ops | {
                 "aten::_scaled_dot_product_flash_attention_for_cpu"})
             self._joint = joint.JointGraph(
                 self.gm, lambda graph, example: OnnxrtCompiled(graph, example, opts), "onnxrt",

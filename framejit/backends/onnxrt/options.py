@@ -16,7 +16,7 @@ Accepted keys (all optional):
 | allow_spinning            | bool (ORT `session.intra_op.allow_spinning`)    | False, see NOTE [No spinning]|
 | opset                     | int, ONNX opset of the exported models, 18..23  | torchlib's default (18)      |
 | fallback_ops              | iterable of aten op names ("aten::gelu", ...)   | () : ops forced to run eagerly |
-| freeze_weights            | bool: weights are ORT constants (NOTE [Frozen weights], runtime.py); off by default: writes through `param.data` are not seen | False |
+| freeze_weights            | bool: weights are ORT constants in inference programs, rebuilt when they change (NOTE [Frozen weights], runtime.py; not seen: writes into a weight's memory from outside torch, such as `w.detach().numpy()[i] = v`, see watch.py) | True |
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class OnnxrtOptions:
     allow_spinning: bool = False
     opset: int | None = None
     fallback_ops: frozenset[str] = frozenset()
-    freeze_weights: bool = False
+    freeze_weights: bool = True
 
     def cache_repr(self) -> str:
         """The options that change the exported model bytes (ORT session settings do not)."""

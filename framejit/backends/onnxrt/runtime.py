@@ -22,7 +22,7 @@ import torch.fx
 
 from ... import logs
 from .options import OnnxrtOptions, providers_for, session_options
-from . import translate
+from . import translate, watch
 
 # NOTE [Zero-copy I/O]
 # On CPU, `session.run` with numpy views of the torch tensors (`tensor.numpy()` shares memory) and
@@ -48,12 +48,12 @@ _NUMPY_DTYPES = {
 # external data, handed to ORT as OrtValues over the live tensors (`add_external_initializers`;
 # the model bytes, the cacheable artifact, are unchanged). ORT may copy or repack them, so the part
 # checks on every call that each frozen position still receives the same tensor object at the same
-# `_version`; in-place updates (optimizer steps, load_state_dict, `with no_grad(): w.mul_(2)`) bump
-# the version and the session is rebuilt from the new values. After `_MAX_REFREEZE` rebuilds the part
-# stops freezing and feeds every input (a "weight" that changes every call). Not detected: writes
-# through `weight.data` (a tensor with its own version counter). Because that would be a silently wrong
-# answer, freezing is off by default (correctness first): `options={"freeze_weights": True}` opts in
-# for models whose weights are only changed in the detected ways.
+# `_version`, and that no `.data` of a frozen tensor was used since (watch.py, NOTE [Writes through
+# .data]): in-place updates (optimizer steps, load_state_dict, `with no_grad(): w.mul_(2)`, copy_),
+# assignments of new tensors and writes through `w.data` make the part rebuild its session from the
+# new values. After `_MAX_REFREEZE` rebuilds the part stops freezing and feeds every input (a
+# "weight" that changes every call). Freezing is on by default for inference programs; training
+# programs (backends/joint.py) never freeze (compiler.py). Not seen: see watch.py.
 _MAX_REFREEZE = 2
 
 
@@ -204,7 +204,8 @@ class OrtPart(torch.nn.Module):
         self.frozen_positions = tuple(frozen_positions) if device.type == "cpu" else ()
         self.refreezes = 0
         self.session = session
-        self._frozen: list = []  # (position, tensor, version) the session was made with
+        self._frozen: list = []  # (position, tensor, version, `.data` uses) the session was made with
+        self._epoch = -1  # watch.EPOCH when the session was made
         self._fed: list = [(n, i) for i, n in enumerate(self.input_names) if i not in self.frozen_positions]
         if session is not None:
             self.output_names = [o.name for o in session.get_outputs()]
@@ -224,19 +225,27 @@ class OrtPart(torch.nn.Module):
         return part
 
     def _make_session(self, args, sub: torch.fx.GraphModule | None = None) -> None:
-        self._frozen = [(i, args[i], args[i]._version) for i in self.frozen_positions]
-        frozen = {self.input_names[i]: t for i, t, _ in self._frozen}
+        self._frozen = [(i, args[i], args[i]._version, watch.watch(args[i])) for i in self.frozen_positions]
+        self._epoch = watch.EPOCH[0]
+        frozen = {self.input_names[i]: t for i, t, _, _ in self._frozen}
         self.session = make_session(self.model, self.opts, self.device, sub, frozen)
         self.output_names = [o.name for o in self.session.get_outputs()]
 
-    def _check_frozen(self, args) -> None:
-        for position, tensor, version in self._frozen:
+    def _frozen_current(self, args) -> bool:
+        """The session's constants are still what the frozen positions hold (NOTE [Frozen weights])."""
+        for position, tensor, version, _ in self._frozen:
             arg = args[position]
             if arg is not tensor or arg._version != version:
-                break
-        else:
-            if self.session is not None:
-                return
+                return False
+        if watch.EPOCH[0] != self._epoch:  # some watched tensor's `.data` was used: one of ours?
+            if any(watch.uses(tensor) != count for _, tensor, _, count in self._frozen):
+                return False
+            self._epoch = watch.EPOCH[0]
+        return True
+
+    def _check_frozen(self, args) -> None:
+        if self.session is not None and self._frozen_current(args):
+            return
         self.refreezes += self.session is not None
         if self.refreezes > _MAX_REFREEZE:
             logs.log("output_code", "onnxrt: weights of a part changed %d times; it stops freezing them",
