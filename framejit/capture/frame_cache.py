@@ -104,8 +104,9 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
 
 
 def _import_locator(obj: Any) -> tuple:
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
+    named = obj.fget if isinstance(obj, property) and obj.fget is not None else obj  # NOTE [Properties by name]
+    module = getattr(named, "__module__", None)
+    qualname = getattr(named, "__qualname__", None)
     if not module or not qualname or "<" in qualname:
         raise NotPersistable(f"{type(obj).__name__} {qualname or obj!r} cannot be imported by name")
     try:
@@ -128,6 +129,11 @@ def _import_locator(obj: Any) -> tuple:
     raise NotPersistable(f"{module}.{qualname} does not import back to the same object")
 
 
+# NOTE [Properties by name]: a property object has no __module__ or __qualname__, but `@property def name`
+# in class C leaves its getter named `C.name`, and reading `C.name` on the class gives the property back:
+# the getter's names locate it (verified like every locator: the import must find the very object). The
+# zoo's bert reads `self.dtype`, a property of its model class, and the guard pinning that property made
+# its entry unpersistable ("kept in memory only"): every warm process traced bert again.
 def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
     kind = locator[0]
     if kind == "module":

@@ -200,3 +200,51 @@ def test_state_changes_inside_a_graph_survive_the_cache(tmp_path, cache_dir):
     for run_ in runs:
         assert run_["out"] == run_["ref"]
     assert [o[:2] for o in warm["out"]] == [["torch.float32", False], ["torch.bfloat16", True], ["torch.float32", True]]
+
+
+PROPERTY_PROGRAM = textwrap.dedent('''
+    import json
+    import torch
+    import framejit
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        @property
+        def dtype(self):  # as the zoo's bert (and transformers' models) read their parameters' dtype
+            return self.lin.weight.dtype
+
+        def forward(self, x):
+            return self.lin(x.to(self.dtype)).relu()
+
+    torch.manual_seed(0)
+    net = Net()
+    compiled = framejit.compile(net)
+    xs = [torch.arange(8, dtype=torch.float64).reshape(2, 4) / 8, torch.linspace(-1, 1, 12).reshape(3, 4)]
+    out = [compiled(x).tolist() for x in xs]
+    ref = [net(x).tolist() for x in xs]
+    print(json.dumps({"out": out, "ref": ref, "traced": framejit.stats()["frames_traced"],
+                      "loaded": framejit.stats()["frames_loaded"]}))
+''')
+
+
+def test_entry_guarding_a_class_property_is_persisted(tmp_path, cache_dir):
+    """NOTE [Properties by name]: an entry whose guards pin a property of the module's class is stored and
+    loaded (it was kept in memory only, so every warm process traced again)."""
+    script = tmp_path / "property_prog.py"
+    script.write_text(PROPERTY_PROGRAM)
+    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1",
+               FRAMEJIT_LOGS="cache")
+    runs = []
+    for _ in range(2):
+        result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=240)
+        assert result.returncode == 0, result.stderr
+        assert "kept in memory only" not in result.stderr, result.stderr
+        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["traced"] >= 1 and cold["loaded"] == 0
+    assert warm["traced"] == 0 and warm["loaded"] == cold["traced"]
+    for run_ in runs:
+        assert run_["out"] == run_["ref"]
