@@ -108,3 +108,69 @@ def test_size_sums_specialise_per_shape_with_a_log_line(recompile_logs):
     assert len(compiled.compiled) == 2
     assert any("no size-generic module" in r.getMessage() for r in recompile_logs.records)
     assert sum("compiling the graph for shapes" in r.getMessage() for r in recompile_logs.records) == 2
+
+
+def test_persisted_size_generic_module_serves_new_sizes_without_generating(monkeypatch):
+    """NOTE [Persisted size-generic modules]: the saved module is loaded and serves every size its check
+    accepts; nothing is lowered, probed or generated again (a size of 1 still specialises, on first use)."""
+    from framejit.backends.triton import dynamic, persist
+
+    w, b = torch.randn(D), torch.randn(D)
+    example = [torch.randn(3, 5, D), w, b]
+    gm = symbolic_graph(_norm_block, example, static={0: [2], 1: [0], 2: [0]})
+    compiled = triton(gm, example)
+    assert isinstance(compiled, DynamicGraph)
+    data = persist.save(compiled)
+    assert data is not None
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("a loaded size-generic module was generated again")
+
+    monkeypatch.setattr(dynamic, "_generate", no_generation)
+    restored = persist.load(data, gm)
+    assert isinstance(restored, DynamicGraph) and restored.source == compiled.source
+    for batch, seq in [(2, 4), (13, 7), (5, 16)]:
+        x = torch.randn(batch, seq, D)
+        torch.testing.assert_close(restored(x, w, b), _norm_block(x, w, b), atol=1e-5, rtol=1e-5)
+    assert restored.specialised.compiled == {}
+    x = torch.randn(1, 4, D)  # rejected by the size check: compiled for its shape, still right
+    torch.testing.assert_close(restored(x, w, b), _norm_block(x, w, b), atol=1e-5, rtol=1e-5)
+    assert len(restored.specialised.compiled) == 1
+
+
+WARM_PROGRAM = '''
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+import torch.nn.functional as F
+import framejit
+from framejit.backends.triton import dynamic
+
+generated = []
+_generate = dynamic._generate
+dynamic._generate = lambda *args, **kwargs: generated.append(1) or _generate(*args, **kwargs)
+
+
+def f(x, w):
+    return F.layer_norm(x, (8,), w) * 2 + x.softmax(-1)
+
+
+compiled = framejit.compile(f, backend="triton", dynamic=True)
+w = torch.randn(8)
+ok = True
+for n in (int(s) for s in sys.argv[1].split(",")):
+    x = torch.randn(n, 5, 8)
+    ok = ok and torch.allclose(compiled(x, w), f(x, w), atol=1e-5, rtol=1e-5)
+stats = framejit.stats()
+print(json.dumps({"ok": ok, "traced": stats["frames_traced"], "loaded": stats["frames_loaded"],
+                  "generated": len(generated)}))
+'''
+
+
+def test_warm_process_serves_new_sizes_from_the_persisted_module(tmp_path):
+    from tests.helpers import run_cache_program
+
+    cold = run_cache_program(tmp_path, "triton_dynamic.py", WARM_PROGRAM, "3,6")
+    assert cold["ok"] and cold["traced"] == 1 and cold["generated"] == 4  # one module: four probes
+    warm = run_cache_program(tmp_path, "triton_dynamic.py", WARM_PROGRAM, "4,9,2")
+    assert warm["ok"] and warm["traced"] == 0 and warm["loaded"] == 1 and warm["generated"] == 0

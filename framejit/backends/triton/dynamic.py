@@ -278,8 +278,9 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
     logs.log("output_code", "triton: one module for every size (symbols %s): %s\n%s", ", ".join(names), path, source)
     externs = sum(1 for s in sched.steps if not isinstance(s, FusedGroup))
     constants = [graph.constants[name] for name in graph.constants]
-    return DynamicGraph(gm, module, path, sym, constants, graph.output_spec, len(kernels), externs, fallbacks,
-                        source, device, opts)
+    return DynamicGraph(gm, module, path, source, sym.bind, sym.bind_source,
+                        symbolic.layout_signature(sym.example_inputs, sym.symbolic_ints), sym.symbolic_ints,
+                        constants, graph.output_spec, (len(kernels), externs, fallbacks), device, opts)
 
 
 def _loop_varying_reductions(runs: list, configs: dict) -> bool:
@@ -311,18 +312,20 @@ class DynamicGraph:
     """A size-generic module (NOTE [Size-generic modules]); calls its size check rejects are compiled for
     their concrete shapes (`specialised`, one CompiledGraph per shape signature, logged)."""
 
-    def __init__(self, gm, module, path, sym, constants, out_spec, kernel_count, extern_count, fallbacks,
-                 source, device, opts):
+    def __init__(self, gm, module, path, source, bind, bind_source: str, layout: tuple, symbolic_ints: frozenset,
+                 constants, out_spec, counts: tuple, device, opts):
+        """`bind`: the size check (its source `bind_source`); `layout`: the layout signature served;
+        `counts`: (kernels, extern calls, fallback ops) for `explain`. Also rebuilt by persist.py."""
         self.gm, self.module, self.source_path, self.source = gm, module, path, source
-        self.bind, self.bind_source = sym.bind, sym.bind_source
-        self.symbolic_ints = sym.symbolic_ints
+        self.bind, self.bind_source = bind, bind_source
+        self.symbolic_ints = symbolic_ints
         self.constants, self.out_spec = constants, out_spec
-        self.kernel_count, self.extern_count, self.fallbacks = kernel_count, extern_count, fallbacks
+        self.kernel_count, self.extern_count, self.fallbacks = counts
         self.device, self.opts = device, opts
         self.params_require_grad = any(p.requires_grad for p in gm.parameters()) or \
             any(t.requires_grad for t in constants)
         self.grad_inside = switches_grad_on(gm)
-        self.layout = symbolic.layout_signature(sym.example_inputs, self.symbolic_ints)
+        self.layout = layout
         self.specialised = SpecialisingGraph(gm, device, opts, "the sizes fail the size check of the generic module",
                                              self.symbolic_ints)
         self.reason = None

@@ -19,11 +19,15 @@ dtype and shape and raises ArtifactError on a mismatch or damage.
 """
 from __future__ import annotations
 
+import json
+
 import torch
 
 from ..artifact import (ArtifactError, dtype_from_text, pack, resolve_tensor, spec_from_text, spec_to_text,
                         tensor_from_bytes, tensor_meta, tensor_paths, tensor_to_bytes, unpack)
+from .. import symbolic
 from . import runtime
+from .dynamic import DynamicGraph
 from .runtime import CompiledGraph, EagerGraph
 
 KIND = "triton"
@@ -34,11 +38,14 @@ KIND = "triton"
 # 3: graphs that change an input's shape or strides in place run eagerly (backends/aliasing.py).
 # 4: bool addition is a logical or; sign(nan) and sign(-0.0) are 0.0 (soundness findings #7, #8).
 # 5: float maximum/minimum keep the first argument on ties (NOTE [Eager's maximum on ties]).
-REVISION = 5
+REVISION = 5  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:
-    """The artifact of a `CompiledGraph`, or None when `compiled` cannot be persisted."""
+    """The artifact of a `CompiledGraph` or a size-generic `DynamicGraph`, or None when `compiled` cannot
+    be persisted."""
+    if isinstance(compiled, DynamicGraph):
+        return _save_dynamic(compiled)
     if not isinstance(compiled, CompiledGraph) or compiled.extra or compiled.source is None:
         return None
     expected = []
@@ -51,8 +58,15 @@ def save(compiled) -> bytes | None:
         out_spec = spec_to_text(compiled.out_spec)
     except Exception:  # a pytree type without serialisation
         return None
-    paths = tensor_paths(compiled.gm)
     blobs: dict[str, bytes] = {"module.py": compiled.source.encode()}
+    meta = {"revision": REVISION, "expected": expected, "out_spec": out_spec, **_module_meta(compiled, blobs)}
+    return pack(KIND, meta, blobs)
+
+
+def _module_meta(compiled, blobs: dict[str, bytes]) -> dict:
+    """What a generated module needs besides its source: constants (by path in gm, else by value, into
+    `blobs`), the kernel table entries of its file, the counts `explain` shows."""
+    paths = tensor_paths(compiled.gm)
     constants = []
     for index, tensor in enumerate(compiled.constants):
         path = paths.get(id(tensor))
@@ -64,10 +78,40 @@ def save(compiled) -> bytes | None:
     kernels = [[name, signature, constexprs, source]
                for (path, name), (signature, constexprs, source) in runtime.KERNELS.items()
                if path == compiled.source_path]
-    meta = {"revision": REVISION, "expected": expected, "out_spec": out_spec, "constants": constants, "kernels": kernels,
-            "kernel_count": compiled.kernel_count, "extern_count": compiled.extern_count,
-            "fallbacks": list(compiled.fallbacks)}
+    return {"constants": constants, "kernels": kernels, "kernel_count": compiled.kernel_count,
+            "extern_count": compiled.extern_count, "fallbacks": list(compiled.fallbacks)}
+
+
+# NOTE [Persisted size-generic modules]: a `DynamicGraph` (NOTE [Size-generic modules] in dynamic.py) is
+# saved as its generated source, its size check (`bind`'s source, which needs no shape environment to be
+# rebuilt), the layout signature it serves (dtypes, ranks, devices, contiguity), the positions of its
+# size-int inputs and the same constants and kernel table as a static module. A warm process then serves
+# every size the size check accepts without lowering or probing again. Its per-shape specialisations
+# (sizes the check rejects: 0, 1, a relation) are compiled on first use in each process, as before: they
+# are a cache of their own, keyed by concrete shapes, not part of the generic module.
+def _save_dynamic(compiled: DynamicGraph) -> bytes | None:
+    layout = symbolic.encode_layout(compiled.layout)
+    if layout is None or not compiled.bind_source:
+        return None
+    try:
+        out_spec = spec_to_text(compiled.out_spec)
+    except Exception:  # a pytree type without serialisation
+        return None
+    blobs: dict[str, bytes] = {"module.py": compiled.source.encode()}
+    meta = {"revision": REVISION, "dynamic": {"bind": compiled.bind_source, "layout": layout,
+                                              "ints": sorted(compiled.symbolic_ints), "device": str(compiled.device),
+                                              "opts": _plain_options(compiled.opts)},
+            "out_spec": out_spec, **_module_meta(compiled, blobs)}
     return pack(KIND, meta, blobs)
+
+
+def _plain_options(opts: dict) -> dict | None:
+    """The backend options as JSON data (they are part of the frame cache key already)."""
+    try:
+        json.dumps(opts)
+        return dict(opts)
+    except (TypeError, ValueError):
+        return None
 
 
 def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> CompiledGraph | EagerGraph:
@@ -80,6 +124,8 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> Compiled
     meta, blobs = unpack(data, KIND)
     if meta.get("revision") != REVISION:  # made by an older code generator: compile again
         raise ArtifactError(f"triton artifact of revision {meta.get('revision')!r}, expected {REVISION}")
+    if "dynamic" in meta:
+        return _load_dynamic(meta, blobs, gm)
     try:
         expected = [(tuple(shape), tuple(stride), dtype_from_text(dtype), torch.device(device))
                     for shape, stride, dtype, device in meta["expected"]]
@@ -98,11 +144,43 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> Compiled
         raise
     except Exception as exc:  # a damaged field, or saved source that no longer imports
         raise ArtifactError(f"corrupt or incompatible triton artifact: {type(exc).__name__}: {exc}") from None
-    for name, signature, constexprs, kernel_source in kernels:
-        runtime.KERNELS[(path, name)] = (dict(signature), dict(constexprs), kernel_source)
+    _register(path, kernels)
     compiled = CompiledGraph(gm, module, path, [], constants, [], out_spec, *counts, source=source)
     compiled.expected = expected
     return compiled
+
+
+def _register(path: str, kernels: list) -> None:
+    for name, signature, constexprs, kernel_source in kernels:
+        runtime.KERNELS[(path, name)] = (dict(signature), dict(constexprs), kernel_source)
+
+
+def _load_dynamic(meta: dict, blobs: dict, gm: torch.fx.GraphModule):
+    """A `DynamicGraph` from a saved size-generic module (NOTE [Persisted size-generic modules])."""
+    try:
+        saved = meta["dynamic"]
+        device = torch.device(saved["device"])
+        problem = _device_problem({device})
+        if problem is not None:
+            runtime.log_once("eager_fallback", f"triton: running the graph eagerly: {problem}")
+            return EagerGraph(gm, problem)
+        if saved["opts"] is None:
+            raise ArtifactError("the size-generic module was saved without its options")
+        constants = [resolve_tensor(gm, c["path"], c["meta"]) if "path" in c
+                     else tensor_from_bytes(blobs[c["blob"]]) for c in meta["constants"]]
+        out_spec = spec_from_text(meta["out_spec"])
+        source = blobs["module.py"].decode()
+        bind = symbolic.compile_bind(saved["bind"])
+        layout = symbolic.decode_layout(saved["layout"])
+        module, path = runtime.load_module(source)
+    except ArtifactError:
+        raise
+    except Exception as exc:  # a damaged field, or saved source that no longer imports
+        raise ArtifactError(f"corrupt or incompatible triton artifact: {type(exc).__name__}: {exc}") from None
+    _register(path, meta["kernels"])
+    counts = (meta["kernel_count"], meta["extern_count"], list(meta["fallbacks"]))
+    return DynamicGraph(gm, module, path, source, bind, saved["bind"], layout, frozenset(saved["ints"]), constants,
+                        out_spec, counts, device, saved["opts"])
 
 
 def _device_problem(devices: set) -> str | None:
