@@ -21,6 +21,7 @@ from .object_str import is_user_object, user_repr, user_str
 from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, extend_list, getitem, iterate,
                        length, truth, unary)
 from .values.outside import OutsideDictValue, OutsideSetValue, set_has
+from . import lazy_combinators
 from .values.containers import drain_lent
 from .values import (ClassValue, ConstantValue, DictValue, DictViewValue, IteratorValue, SetValue,
                      ListValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
@@ -294,29 +295,35 @@ def _next(tx, args, kwargs):
 @handles(enumerate)
 def _enumerate(tx, args, kwargs):
     start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))).as_constant()
+    watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
-    return IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(column)])
+    rows = IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(column)])
+    return watch.finish(rows, "enumerate", per_row=True)
 
 
 @handles(zip)
 def _zip(tx, args, kwargs):
     strict = kwargs.get("strict", ConstantValue(False)).as_constant()
+    watch = lazy_combinators.watch(tx, args)  # NOTE [Lazy combinators]
     columns = drain_lent(tx, list(args))  # NOTE [Lent iterators]
     if strict and len({len(c) for c in columns}) > 1:
         raise UserException(ValueError("zip() arguments have different lengths"))
-    return IteratorValue([TupleValue(list(row)) for row in zip(*columns)])
+    return watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True)
 
 
 @handles(reversed)
 def _reversed(tx, args, kwargs):
-    return IteratorValue(list(reversed(iterate(tx, args[0]))))
+    watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
+    return watch.finish(IteratorValue(list(reversed(iterate(tx, args[0])))), "reversed", per_row=False)
 
 
 @handles(map)
 def _map(tx, args, kwargs):
     fn, *iterables = args
+    watch = lazy_combinators.watch(tx, iterables)  # NOTE [Lazy combinators]
     columns = drain_lent(tx, iterables)  # NOTE [Lent iterators]
-    return IteratorValue(_calls_made_early(tx, "map", lambda: [tx.call(fn, list(row), {}) for row in zip(*columns)]))
+    rows = _calls_made_early(tx, "map", lambda: [tx.call(fn, list(row), {}) for row in zip(*columns)])
+    return watch.finish(IteratorValue(rows), "map", per_row=True, fn=fn, columns=columns)
 
 
 def _calls_made_early(tx, what: str, run):
@@ -338,6 +345,7 @@ def _calls_made_early(tx, what: str, run):
 @handles(filter)
 def _filter(tx, args, kwargs):
     fn, seq = args
+    watch = lazy_combinators.watch(tx, [seq])  # NOTE [Lazy combinators]
     column, = drain_lent(tx, [seq])  # NOTE [Lent iterators]
 
     def run():
@@ -347,7 +355,9 @@ def _filter(tx, args, kwargs):
             if truth(tx, test):
                 keep.append(item)
         return keep
-    return IteratorValue(_calls_made_early(tx, "filter", run))
+    predicate = None if fn.is_constant() and fn.as_constant() is None else fn
+    return watch.finish(IteratorValue(_calls_made_early(tx, "filter", run)), "filter", per_row=False,
+                        fn=predicate, columns=[column])
 
 
 @handles(sorted)
@@ -486,7 +496,8 @@ BUILTIN_HANDLERS[torch.device] = _fold(torch.device)
 
 @handles(itertools.chain)
 def _chain(tx, args, kwargs):
-    return IteratorValue([item for a in args for item in iterate(tx, a)])
+    watch = lazy_combinators.watch(tx, args)  # NOTE [Lazy combinators]
+    return watch.finish(IteratorValue([item for a in args for item in iterate(tx, a)]), "chain", per_row=False)
 
 
 @handles(itertools.product)

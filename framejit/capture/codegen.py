@@ -141,6 +141,7 @@ def escaped_generator(value: IteratorValue) -> Unsupported:
     lazy generator eager code makes: a break at the call that made it (NOTE [Eager generators])."""
     e = Unsupported(BreakKind.SIDE_EFFECT, "a generator made in the compiled region escapes it: it runs as Python")
     e.root_index = value.made_at
+    e.frame_eager = getattr(value, "frame_eager", False)  # NOTE [Generators with finalizers] in translator.py
     return e
 
 

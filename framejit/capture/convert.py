@@ -268,7 +268,9 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
     except Unsupported as e:
         if request.fullgraph:
             raise
-        entry = _break_entry(fn, shape, args, kwargs, request, e, output) or _eager_entry(
+        entry = None if getattr(e, "frame_eager", False) else _break_entry(  # NOTE [Generators with finalizers]
+            fn, shape, args, kwargs, request, e, output)
+        entry = entry or _eager_entry(
             fn, shape, output, graph_break=e.graph_break)
         _log_break(fn, e.graph_break)
     except UserException as e:

@@ -12,6 +12,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .builtins import handles
 from .protocol import iterate
 from .values import ConstantValue, IteratorValue, TupleValue, Value
+from . import lazy_combinators
 from .values.containers import drain_lent
 
 
@@ -24,7 +25,9 @@ def _const(v: Value, what: str):
 @handles(itertools.chain.from_iterable)
 def _chain_from_iterable(tx, args, kwargs):
     groups, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
-    return IteratorValue([item for group in groups for item in drain_lent(tx, [group])[0]])
+    watch = lazy_combinators.watch(tx, [*args[:1], *groups])  # NOTE [Lazy combinators]
+    rows = IteratorValue([item for group in groups for item in drain_lent(tx, [group])[0]])
+    return watch.finish(rows, "chain.from_iterable", per_row=False)
 
 
 @handles(itertools.islice)
@@ -32,12 +35,13 @@ def _islice(tx, args, kwargs):
     if kwargs or not 2 <= len(args) <= 4:
         raise UserException(TypeError("islice expected 2 to 4 arguments"))
     bounds = [_const(a, "islice") for a in args[1:]]
+    watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     items, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     try:
         chosen = list(itertools.islice(range(len(items)), *bounds))
     except (ValueError, TypeError) as e:
         raise UserException(e) from None
-    return IteratorValue([items[i] for i in chosen])
+    return watch.finish(IteratorValue([items[i] for i in chosen]), "islice", per_row=False)
 
 
 def _index_tuples(fn):
@@ -62,9 +66,11 @@ def _zip_longest(tx, args, kwargs):
     if kwargs.keys() - {"fillvalue"}:
         raise UserException(TypeError("zip_longest() got an unexpected keyword argument"))
     fill = kwargs.get("fillvalue", ConstantValue(None))
+    watch = lazy_combinators.watch(tx, args)  # NOTE [Lazy combinators]
     columns = drain_lent(tx, list(args))  # NOTE [Lent iterators]
     width = max((len(c) for c in columns), default=0)
-    return IteratorValue([TupleValue([c[i] if i < len(c) else fill for c in columns]) for i in range(width)])
+    rows = IteratorValue([TupleValue([c[i] if i < len(c) else fill for c in columns]) for i in range(width)])
+    return watch.finish(rows, "zip_longest", per_row=True)
 
 
 __all__: list[str] = []

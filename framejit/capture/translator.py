@@ -33,7 +33,7 @@ from .generator_ctx import break_before_generator_cms
 from .getattribute import custom_setattr
 from .generator_reach import closure_contents as _closure_contents, reachable_values
 from .stdlib import forced_break
-from .normalize import Inst, normalize
+from .normalize import Inst, has_handlers, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, ObjectSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
                      TupleValue, UserFunctionValue, Value)
@@ -287,10 +287,19 @@ class Translator:
         start = (side_effects.version, len(side_effects.touched))
         child.yielded = []
         returned = child.run()
+        # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
+        # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
+        # resume function it stays referenced by the call's arguments until that function returns, so
+        # `finally` ran after code eager runs after it. Such a generator makes the frame being compiled run
+        # eagerly (also when an inlined callee made it: the callee may return it to this frame).
+        frame_eager = has_handlers(f.__code__)
         if mutated_since(*start):
-            raise Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
-                              "lazily, as Python")
+            e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
+                            "lazily, as Python")
+            e.frame_eager = frame_eager
+            raise e
         iterator = IteratorValue(child.yielded)
+        iterator.frame_eager = frame_eager
         iterator.return_value = returned  # what `yield from` this generator evaluates to
         root = self
         while root.parent is not None:
@@ -303,6 +312,7 @@ class Translator:
                 e = Unsupported(BreakKind.SIDE_EFFECT, f"state mutated while the generator {f.__qualname__} is "
                                 "consumed: it runs lazily, as Python")
                 e.root_index = iterator.made_at  # break where the generator is made
+                e.frame_eager = frame_eager  # NOTE [Generators with finalizers]
                 raise e
         iterator.check = check
         return iterator

@@ -180,6 +180,8 @@ class IteratorValue(Value):
             raise lent_error(self)
         if self.exhausted:
             return []
+        if self.check is not None:  # NOTE [Eager generators], [Lazy combinators]: drawn now, checked now
+            self.check()
         rest = self.items[self.index:]
         self.index = len(self.items)
         self.exhausted = True
