@@ -14,10 +14,16 @@ side effects the program relies on; output printed by the function also appears 
 Arguments must be tensors, symbolic sizes or constants (in tuples, lists, dicts); the result must be a
 tensor, a tuple/list of tensors and constants, or None. Anything else is a graph break. The node is
 kept even when its result is unused. The function object is guarded by identity (a closure is otherwise
-guarded by its code only, NOTE [Closures guarded by code]), and every trace that considers a user
-function guards the whole set of marks (one guard line: `allowed_ids_are(snapshot)`), so marking or
-unmarking a function later recompiles instead of reusing a trace that inlined or called it. Entries
-whose snapshot is not empty are not persisted: ids are per process.
+guarded by its code only, NOTE [Closures guarded by code]). Marking or unmarking a function later
+recompiles instead of reusing a trace that inlined or called it (NOTE [Guarding the marks]).
+
+NOTE [Guarding the marks]: while no function is marked (the common case), a trace that considers a user
+function guards that the set stays empty (one line, `allowed_ids_are(frozenset())`). Once some are marked
+(importing transformers marks several), each user function the trace considers is guarded on its own mark,
+`allowed_mark(<its source>) is True/False`: a guard that names no process-local id, so the entry can still be
+persisted (measured: with transformers imported, no frame calling a user function was persisted while the
+guard was the set of ids). A function considered without a source falls back to the set of ids, and such an
+entry is not persisted: ids are per process.
 """
 from __future__ import annotations
 
@@ -46,25 +52,50 @@ def allowed_ids_are(snapshot: frozenset[int]) -> bool:
     return ids == snapshot if ids else not snapshot
 
 
-def _snapshot(out) -> frozenset[int]:
-    """The marks at trace time, guarded once per trace."""
-    snap = out.__dict__.get("allowed_ids_snapshot")
-    if snap is None:
-        snap = out.__dict__["allowed_ids_snapshot"] = allowed_ids()
-        arg = "frozenset()" if not snap else out.name_of(snap, "allowed_ids")
-        out.add_guard("GLOBAL_STATE", f"{out.name_of(allowed_ids_are, 'allowed_ids_are')}({arg})", None,
-                      expected="the functions marked allow_in_graph are those seen while tracing",
-                      actual=f"{out.name_of(allowed_ids, 'allowed_ids')}()")
-    return snap
+def allowed_mark(fn: Any) -> bool:
+    """Guard helper: whether `fn` is marked now (NOTE [Guarding the marks])."""
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    ids = getattr(getattr(rules, "_allowed_callable_ids", None), "function_ids", None)
+    return bool(ids) and id(fn) in ids
+
+
+def _guard_set(out, snap: frozenset[int]) -> None:
+    """One guard line: the marks are exactly `snap` (once per trace)."""
+    if out.__dict__.get("allowed_ids_set_guarded"):
+        return
+    out.__dict__["allowed_ids_set_guarded"] = True
+    arg = "frozenset()" if not snap else out.name_of(snap, "allowed_ids")
+    out.add_guard("GLOBAL_STATE", f"{out.name_of(allowed_ids_are, 'allowed_ids_are')}({arg})", None,
+                  expected="the functions marked allow_in_graph are those seen while tracing",
+                  actual=f"{out.name_of(allowed_ids, 'allowed_ids')}()")
 
 
 def is_allowed_in_graph(tx, fn: UserFunctionValue) -> bool:
-    return id(fn.fn) in _snapshot(tx.output)
+    out = tx.output
+    snap = out.__dict__.get("allowed_ids_snapshot")
+    if snap is None:
+        snap = out.__dict__["allowed_ids_snapshot"] = allowed_ids()  # one view of the marks per trace
+    marked = id(fn.fn) in snap
+    if not snap:
+        _guard_set(out, snap)
+        return False
+    if fn.source is None:
+        out.__dict__["allowed_ids_process_local"] = True
+        _guard_set(out, snap)
+        return marked
+    seen = out.__dict__.setdefault("allowed_marks_guarded", set())
+    e = fn.source.expr(out.names)
+    if e not in seen:
+        seen.add(e)
+        out.add_guard("GLOBAL_STATE", f"{out.name_of(allowed_mark, 'allowed_mark')}({e}) is {marked}", fn.source,
+                      expected=f"{fn.fn.__qualname__} {'is' if marked else 'is not'} marked allow_in_graph",
+                      actual=f"{out.name_of(allowed_mark, 'allowed_mark')}({e})")
+    return marked
 
 
 def persistable(out) -> bool:
-    """An entry whose trace saw marks names process-local ids in a guard."""
-    return not out.__dict__.get("allowed_ids_snapshot")
+    """An entry whose guards name process-local ids (NOTE [Guarding the marks]) is not persisted."""
+    return not out.__dict__.get("allowed_ids_process_local")
 
 
 def _graph_arg(v: Any) -> bool:
@@ -111,4 +142,4 @@ def call_allowed(tx, fn: UserFunctionValue, args: list[Value], kwargs: dict[str,
     return out.wrap_result(node, result)
 
 
-__all__ = ["allowed_ids", "allowed_ids_are", "call_allowed", "is_allowed_in_graph", "persistable"]
+__all__ = ["allowed_ids", "allowed_ids_are", "allowed_mark", "call_allowed", "is_allowed_in_graph", "persistable"]

@@ -183,3 +183,34 @@ def test_break_entries_restored_in_process_match_eager(fn, warm_traced, tmp_path
             assert traced == warm_traced, f"{fn.__name__}: {traced} frames traced on a warm cache"
     out = capsys.readouterr().out
     assert out.count("at the call") == (9 if fn is break_at_user_call else 0)
+
+
+def test_entries_persist_while_unrelated_functions_are_marked_allow_in_graph(tmp_path, monkeypatch):
+    """Importing transformers marks functions allow_in_graph; frames that call user functions must still be
+    persisted (NOTE [Guarding the marks]): measured, every such frame was "kept in memory only"."""
+    import torch._dynamo.trace_rules as rules
+
+    import framejit
+    from framejit import config
+    from framejit.capture.convert import STATS
+
+    def unrelated(t):
+        return t
+
+    torch.compiler.allow_in_graph(unrelated)
+    try:
+        monkeypatch.setattr(config, "cache_enabled", True)
+        monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
+        inputs = [torch.randn(4, 3) + 2, torch.randn(5, 3) - 2]
+        CALLS.clear()
+        expected = [break_at_user_call(x.clone()) for x in inputs]
+        for round_ in ("cold", "warm"):
+            framejit.reset()
+            before = STATS["frames_traced"]
+            compiled = framejit.compile(break_at_user_call, backend="eager")
+            for x, want in zip(inputs, expected):
+                torch.testing.assert_close(compiled(x.clone()), want, rtol=0, atol=0)
+            traced = STATS["frames_traced"] - before
+            assert traced > 0 if round_ == "cold" else traced == 0, (round_, traced)
+    finally:
+        rules._allowed_callable_ids.remove(id(unrelated))

@@ -104,6 +104,44 @@ def test_marking_allow_in_graph_after_compiling_recompiles(allow_in_graph):
     assert backend.graph_count == 2
 
 
+def test_marks_guarded_per_function_once_some_are_marked(allow_in_graph):
+    """NOTE [Guarding the marks]: with other functions marked (as importing transformers does), each
+    function the trace considers is guarded on its own mark: marking it recompiles, unmarking it reuses
+    the first entry, marking an unrelated function changes nothing."""
+    def unrelated(t):
+        return t
+
+    def helper(t):
+        return t.cos() + 2
+
+    def fn(x):
+        return helper(x * 3) - 1
+
+    allow_in_graph(unrelated)
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(5)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert backend.graph_count == 1 and helper not in _targets(backend.graphs[0])
+    allow_in_graph(helper)
+    x = torch.randn(5)
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert backend.graph_count == 2 and helper in _targets(backend.graphs[-1])
+    import torch._dynamo.trace_rules as rules
+    rules._allowed_callable_ids.remove(id(helper))
+    x = torch.randn(5)
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert backend.graph_count == 2  # the first entry's guards hold again
+
+    def unrelated2(t):
+        return t
+    allow_in_graph(unrelated2)
+    x = torch.randn(5)
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert backend.graph_count == 2
+
+
 # ---- attribute stores on modules (NOTE [Module attribute stores]) ---------------------------------------
 STATE = types.ModuleType("framejit_test_state")
 
