@@ -121,8 +121,10 @@ def normalize_guard_source(source: str, entry_index: int) -> str:
 
 
 def disassemble(code: types.CodeType) -> str:
+    """`dis.dis(code)` with the instruction offsets on every CPython (3.13 leaves them out by default):
+    graph-break reasons, resume functions (`<resume at 18>`) and tracebacks name offsets."""
     out = io.StringIO()
-    dis.dis(code, file=out)
+    dis.dis(code, file=out, **({"show_offsets": True} if sys.version_info >= (3, 13) else {}))
     return strip_addresses(out.getvalue())
 
 

@@ -257,7 +257,7 @@ def test_env_logs_end_to_end_name_the_user_file_and_line(tmp_path):
     plain_bytecode = [b for b in records["bytecode"] if b.startswith("original bytecode of plain:")]
     assert len(plain_bytecode) == 2
     original, transformed = plain_bytecode[0].split("\ntransformed:\n")
-    assert re.search(rf"^\s*{LINE_SIN}\s+\d+ LOAD_FAST\s+\d+ \(x\)", original, re.MULTILINE)  # the user's line
+    assert re.search(rf"^\s*{LINE_SIN}\s+\d+\s+LOAD_FAST\s+\d+ \(x\)", original, re.MULTILINE)  # line, offset
     assert "LOAD_CONST" in transformed and "CALL" in transformed
 
 

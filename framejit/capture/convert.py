@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import dis
 import inspect
-import io
 import logging
 import time
 import traceback
@@ -507,11 +505,9 @@ def _log_break(fn: types.FunctionType, graph_break: GraphBreak) -> None:
 
 def _log_bytecode(fn: types.FunctionType, transformed: types.FunctionType) -> None:
     if logs.enabled("bytecode"):
-        original, new = io.StringIO(), io.StringIO()
-        dis.dis(fn.__code__, file=original)
-        dis.dis(transformed.__code__, file=new)
+        from ..dump import disassemble
         logs.log("bytecode", "original bytecode of %s:\n%s\ntransformed:\n%s", fn.__code__.co_qualname,
-                 original.getvalue(), new.getvalue())
+                 disassemble(fn.__code__), disassemble(transformed.__code__))
 
 
 __all__ = ["CompileRequest", "Entry", "RerunState", "STATS", "convert_frame", "mutates_in_place", "rerun_state"]
