@@ -273,6 +273,8 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
             out.open_regions.append(node)
             saved = node
         return ExitValue(ctx, saved), ConstantValue(None)
+    from .generator_ctx import adopt_outside_generator_cm
+    ctx = adopt_outside_generator_cm(tx, ctx) or ctx  # NOTE [Generator context managers from outside]
     if isinstance(ctx, (ObjectValue, NewObjectValue)):
         exit_fn = tx.getattr(ctx, "__exit__")
         return exit_fn, tx.call_method_of(ctx, "__enter__", [], {})

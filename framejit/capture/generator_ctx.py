@@ -13,6 +13,19 @@ block, or anywhere before its exit) moves to the root frame's instruction that c
 the trace stops there, that call runs as plain Python and makes the real manager, and the resume
 function goes on from it (break_before_generator_cms).
 
+NOTE [Generator context managers from outside]: `with cm:` over a `contextlib._GeneratorContextManager`
+that came from outside (an argument, a global, an attribute: it has a Source) and was never entered (its
+generator has not started: `inspect.getgeneratorstate(cm.gen) == 'GEN_CREATED'`, guarded) is traced as
+if it were made here from `cm.func`, `cm.args` and `cm.kwds` (the values contextlib's `__init__` made the
+generator from; read through their sources and guarded like any input). Creating a generator runs none
+of its code, so tracing a fresh one from its start is what running `cm.gen` would do. What eager leaves
+behind on the object is replayed after the graph by `finish_outside_generator_cm` (NOTE [Finishing
+calls] in side_effects.py): `__enter__` deleted `args`, `kwds` and `func`, and the generator ended
+(closing a generator that never started runs none of its code and leaves it in the state an exhausted
+one is in). Only the `with` statement is adopted: it exits the manager within the frame (a break while
+it is live moves before the `with`, as for managers made here), whereas a bare `cm.__enter__()` may
+leave the outside object entered for the caller to exit, which a traced generator cannot hand back.
+
 `contextlib.nullcontext(x)` is an instance of that class made directly (its `__init__` only stores
 `enter_result`), so its `__enter__`/`__exit__` are inlined like any user context manager's and it is
 rebuilt like any object made while tracing, also across a graph break inside its block.
@@ -29,6 +42,7 @@ import contextlib
 
 from .breaks import BreakKind, Unsupported, UserException
 from .module_hooks import TRACE_TIME
+from .sources import ItemSource
 from .values import ConstantValue, NewObjectValue, PartialValue, TupleValue, UserFunctionValue, Value
 
 
@@ -156,6 +170,51 @@ def gen_attr(ctx: GenCtxValue, name: str) -> Value:
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a generator context manager")
 
 
+def finish_outside_generator_cm(cm) -> None:
+    """What entering and leaving `cm` left on it (NOTE [Generator context managers from outside])."""
+    del cm.args, cm.kwds, cm.func
+    cm.gen.close()
+
+
+def adopt_outside_generator_cm(tx, value: Value) -> GenCtxValue | None:
+    """The GenCtxValue `with value:` traces, for an outside generator context manager never entered
+    (NOTE [Generator context managers from outside]); None for any other value."""
+    import inspect
+
+    from .sources import AttrSource
+    from .values import ObjectValue
+    from .values.builder import wrap
+    if type(value) is not ObjectValue or value.source is None or \
+            type(value.obj) is not contextlib._GeneratorContextManager:
+        return None
+    out, cm = tx.output, value.obj
+    adopted = out.__dict__.setdefault("adopted_generator_cms", {})
+    if id(cm) in adopted:  # a second `with` over it: eager's __enter__ finds `args` gone
+        raise UserException(AttributeError("'_GeneratorContextManager' object has no attribute 'args'"))
+    gen = getattr(cm, "gen", None)
+    if not inspect.isgenerator(gen) or inspect.getgeneratorstate(gen) != inspect.GEN_CREATED or \
+            not all(hasattr(cm, name) for name in ("func", "args", "kwds")) or \
+            type(cm.args) is not tuple or type(cm.kwds) is not dict:
+        return None
+    gen_source = AttrSource(value.source, "gen")
+    state = out.name_of(inspect.getgeneratorstate, "getgeneratorstate")
+    out.add_guard("GENERATOR_STATE", f"{state}({gen_source.expr(out.names)}) == 'GEN_CREATED'", gen_source,
+                  expected="a generator not started", actual=f"{state}({gen_source.expr(out.names)})")
+    func = wrap(out, cm.func, AttrSource(value.source, "func"))
+    args = [wrap(out, a, ItemSource(AttrSource(value.source, "args"), i)) for i, a in enumerate(cm.args)]
+    kwds_source = AttrSource(value.source, "kwds")
+    out.add_guard("DICT_KEYS", f"___len({kwds_source.expr(out.names)}) == {len(cm.kwds)}", kwds_source)
+    kwargs = {k: wrap(out, v, ItemSource(kwds_source, k)) for k, v in cm.kwds.items() if type(k) is str}
+    if len(kwargs) != len(cm.kwds):
+        return None
+    out.add_guard("LEN_MATCH", f"___len({AttrSource(value.source, 'args').expr(out.names)}) == {len(cm.args)}",
+                  AttrSource(value.source, "args"))
+    ctx = generator_cm(tx, func, args, kwargs)
+    adopted[id(cm)] = ctx
+    out.side_effects.record_finishing_call(finish_outside_generator_cm, [value])
+    return ctx
+
+
 def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectValue:
     if len(args) + len(kwargs) > 1 or kwargs.keys() - {"enter_result"}:
         raise UserException(TypeError("nullcontext() takes at most one argument"))
@@ -167,6 +226,6 @@ def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectVal
 TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
 
 
-__all__ = ["GenCtxValue", "GenMethodValue", "break_before_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
+__all__ = ["adopt_outside_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
            "decorate_with_ctx", "gen_attr", "generator_cm",
            "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

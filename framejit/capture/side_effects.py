@@ -50,9 +50,14 @@ class SideEffects:
         # values made while tracing that were mutated, in order
         self.version = 0
         self.touched: list[Value] = []
+        # NOTE [Finishing calls]: `(function, [objects from outside])` run after every other replayed
+        # write, in the order recorded: a state change of an outside object that no store expresses
+        # (an outside generator context manager the trace entered and left, generator_ctx.py)
+        self.finishing_calls: list[tuple[Any, list[Value]]] = []
 
     def __bool__(self) -> bool:
-        return bool(self.containers or self.attrs or self.globals or self.cells or self._moved_iterators())
+        return bool(self.containers or self.attrs or self.globals or self.cells or self.finishing_calls or
+                    self._moved_iterators())
 
     def _moved_iterators(self) -> list[Value]:
         """Outside list iterators the trace advanced or exhausted (NOTE [Iterators from outside])."""
@@ -101,6 +106,14 @@ class SideEffects:
     def attr(self, obj: Any, name: str) -> Value | None:
         entry = self.attrs.get((id(obj), name))
         return entry[2] if entry is not None else None
+
+    def record_finishing_call(self, function: Any, objects: list[Value]) -> None:
+        """Run `function(*objects)` after the replayed writes (NOTE [Finishing calls]); every object
+        must have a Source (the replay reloads it from there)."""
+        if any(getattr(o, "source", None) is None for o in objects):
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"a finishing call of {getattr(function, '__name__', function)}")
+        self.version += 1
+        self.finishing_calls.append((function, list(objects)))
 
     def store_global(self, f_globals: dict, name: str, value: Value) -> None:
         self.version += 1
@@ -205,6 +218,13 @@ class SideEffects:
             cg.load_const(iterator.index)
             cg.load_const(iterator.exhausted)
             cg.call(3)
+            cg.emit("POP_TOP")
+        for function, objects in self.finishing_calls:  # NOTE [Finishing calls]
+            cg.push_null()
+            cg.load_const(function)
+            for obj in objects:
+                obj.source.reload(cg)
+            cg.call(len(objects))
             cg.emit("POP_TOP")
 
 
