@@ -225,3 +225,29 @@ def test_size_inputs_read_by_other_ops_come_from_the_tensors():
         x = torch.randn(rows, cols)
         torch.testing.assert_close(compiled(x), fn(x))
     assert _sizes_seen(compiled) == (1, 0)
+
+
+def test_symbolic_program_freezes_weights_passed_as_inputs(monkeypatch):
+    """NOTE [Frozen weights of symbolic programs]: a module's weights reach the graph as inputs; the symbolic
+    program (lowered over fake inputs) holds them as ORT constants like a static program, and follows an
+    in-place update of one."""
+    import framejit
+    from framejit.backends.onnxrt import runtime
+
+    parts = []
+    for_graph = runtime.OrtPart.for_graph.__func__
+    monkeypatch.setattr(runtime.OrtPart, "for_graph",
+                        classmethod(lambda cls, *a, **k: parts.append(for_graph(cls, *a, **k)) or parts[-1]))
+    model = Block().eval()
+    compiled = framejit.compile(model, backend="onnxrt", dynamic=True, options={"freeze_weights": True})
+    with torch.no_grad():
+        for i, (b, s) in enumerate([(2, 5), (3, 7), (6, 4), (4, 9)]):
+            x = torch.randn(b, s, D)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+            made = made if i else len(parts)
+        assert made == len(parts) >= 1  # one symbolic program for every size
+        assert all(len(p.frozen_positions) >= 6 and len(p._fed) < len(p.input_names) for p in parts)
+        model.out.weight.mul_(-2)  # a new version of a frozen weight: the session is rebuilt
+        x = torch.randn(5, 3, D)
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    framejit.reset()

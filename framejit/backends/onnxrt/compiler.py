@@ -131,6 +131,23 @@ def _weight_positions(gm: torch.fx.GraphModule, inputs, num_state: int) -> set[i
     return positions
 
 
+# NOTE [Frozen weights of symbolic programs]: a symbolic program is lowered over fake inputs, which say
+# neither which inputs are parameters nor what they hold. Its weight positions are found from the call's
+# real inputs, and its sessions are made with those real tensors at the weight positions (weights keep
+# their sizes: parameters stay static under dynamic=True), so the symbolic program holds the same ORT
+# constants as a static one (NOTE [Frozen weights] in runtime.py: each part still checks on every call
+# that the frozen positions receive the same tensors, unchanged). Before, its parts fed every weight on
+# every call: 1.3x the static program's per-call time on the zoo's gpt.
+def _real_weights(values: list, weights: set[int], num_state: int, real_inputs: list) -> list:
+    """`values` (state, then fake input leaves) with the real tensors at the input weight positions."""
+    real = pytree.tree_leaves(list(real_inputs))
+    values = list(values)
+    for position in weights:
+        if position >= num_state and position - num_state < len(real):
+            values[position] = real[position - num_state]
+    return values
+
+
 def _device_of(inputs, state) -> torch.device:
     for value in list(inputs) + list(state):
         if isinstance(value, torch.Tensor) and value.device.type != "cpu":
@@ -233,7 +250,7 @@ class OnnxrtCompiled:
         if why is None:
             try:
                 sym = symbolic.SymbolicInputs(self.gm, inputs)
-                program = self._build(sym.fake_inputs, on_traced=sym.finish)
+                program = self._build(sym.fake_inputs, on_traced=sym.finish, real_inputs=inputs)
             except symbolic.NotSymbolic as exc:
                 why, program = str(exc), None
             if program is None and why is None:
@@ -266,8 +283,9 @@ class OnnxrtCompiled:
         return any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) or any(
             t.requires_grad for t in self._weights)
 
-    def _build(self, inputs: list, on_traced=None) -> Program | None:
-        """`on_traced` (symbolic programs) runs after lowering; it may raise symbolic.NotSymbolic."""
+    def _build(self, inputs: list, on_traced=None, real_inputs: list | None = None) -> Program | None:
+        """`on_traced` (symbolic programs) runs after lowering; it may raise symbolic.NotSymbolic.
+        `real_inputs`: the call's values when `inputs` are fake (NOTE [Frozen weights of symbolic programs])."""
         start = time.perf_counter()
         try:
             lowered = lowering.lower(self.gm, inputs, translate.translated_op_names())
@@ -288,7 +306,11 @@ class OnnxrtCompiled:
             return None
         device = _device_of(inputs, lowered.state)
         values = [*lowered.state, *pytree.tree_leaves(list(inputs))]
-        weights = _weight_positions(self.gm, inputs, len(lowered.state)) if self.opts.freeze_weights else set()
+        weights = set()
+        if self.opts.freeze_weights:
+            weights = _weight_positions(self.gm, real_inputs or inputs, len(lowered.state))
+            if real_inputs is not None:
+                values = _real_weights(values, weights, len(lowered.state), real_inputs)
         blocked: set[str] = set()
         for _ in range(_MAX_ATTEMPTS):
             try:
