@@ -28,6 +28,29 @@ _METADATA_IN_PLACE = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "s
                                 "resize_", "resize_as_", "as_strided_", "set_"})
 
 
+def dense_layout(val) -> bool:
+    """`val` (a node's fake value) lies in its storage exactly as a fresh dense buffer would: contiguous,
+    offset 0, a storage of its own size (NOTE [Storage read by as_strided] in onnxrt/translate.py)."""
+    if not isinstance(val, torch.Tensor):
+        return False
+    try:
+        return bool(val.is_contiguous() and val.storage_offset() == 0
+                    and val.untyped_storage().nbytes() == val.numel() * val.element_size())
+    except Exception:  # symbolic sizes or strides: not known to be dense
+        return False
+
+
+def reads_computed_layout(node: torch.fx.Node) -> torch.fx.Node | None:
+    """For an as_strided `node` that reads, through views, the storage of a tensor computed in the graph
+    whose eager layout is not dense: that tensor's node (a lowered kernel would write it densely)."""
+    if dense_layout(node.args[0].meta.get("val")):
+        return None
+    base = node.args[0]
+    while is_view(base):
+        base = base.args[0]
+    return None if base.op == "placeholder" or dense_layout(base.meta.get("val")) else base
+
+
 def changes_metadata_in_place(gm: torch.fx.GraphModule) -> bool:
     for node in gm.graph.nodes:
         if node.op == "call_method" and node.target in _METADATA_IN_PLACE:

@@ -20,6 +20,7 @@ import functools
 import logging
 import math
 import operator
+import weakref
 
 import torch
 import torch.fx
@@ -104,12 +105,56 @@ _TIE_ORDER = frozenset({"aten::topk"})
 _POOL_WITH_INDICES = frozenset({"aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices"})
 # as_strided reads its input's storage (a transposed graph input: its original layout); ORT's tensors are
 # dense copies in their logical order (seed 1011 of the fuzzer: v.t().as_strided((2, 4), (4, 1)) differed).
-# Of a graph input it runs in torch on the input itself; of a view made inside the graph it is left as is.
+# Over anything but a dense buffer it runs in torch (NOTE [Storage read by as_strided]).
 _READS_STORAGE = frozenset({"aten::as_strided"})
+
 # torchlib writes these as exp(x) - 1 and log(1 + x): expm1(1e-10) gave 0 (soundness finding #9)
 _IMPRECISE = frozenset({"aten::expm1", "aten::log1p"})
 # int64 sums and products went through a float: sum([2**60 + 1, 3]) lost its low bits (finding #6)
 _INEXACT_ON_INT64 = frozenset({"aten::sum", "aten::prod", "aten::cumprod"})
+
+
+# NOTE [Storage read by as_strided]
+# as_strided indexes its input's *storage*: eager's layout of that tensor, not its logical order. An ORT
+# output is a dense buffer in logical order, so as_strided may run in ORT only over an input whose eager
+# layout is exactly that (contiguous, offset 0, a storage of its own size: fake strides tell). Otherwise
+# it runs in torch, over the chain of views (free ops, in torch) from its base; the base itself, when its
+# eager layout is not dense (a kernel that kept a transposed input's strides), and every node it is
+# computed from then run in torch too, so the storage as_strided reads is eager's own. Measured: (x + 1)
+# .t().as_strided((2, 2), (1, 2)), permute then as_strided with an offset, as_strided of as_strided and
+# (x.t() * 2).as_strided gave ORT's dense order.
+def _dense_input(node: torch.fx.Node) -> bool:
+    from ..aliasing import dense_layout
+    return dense_layout(node.args[0].meta.get("val"))
+
+
+_LAYOUT_NODES: "weakref.WeakKeyDictionary[torch.fx.Graph, frozenset[str]]" = weakref.WeakKeyDictionary()
+
+
+def _eager_layout_nodes(graph: torch.fx.Graph) -> frozenset[str]:
+    """Nodes that run in torch because an as_strided reads their layout (NOTE [Storage read by as_strided])."""
+    known = _LAYOUT_NODES.get(graph)
+    if known is not None:
+        return known
+    from ..aliasing import is_view, reads_computed_layout
+    names: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or \
+                node.target._schema.name not in _READS_STORAGE or _dense_input(node):
+            continue
+        view = node.args[0]
+        while is_view(view):
+            names.add(view.name)
+            view = view.args[0]
+        todo = [reads_computed_layout(node)]
+        while todo:
+            n = todo.pop()
+            if n is None or n.op == "placeholder" or n.name in names:
+                continue
+            names.add(n.name)
+            todo.extend(n.all_input_nodes)
+    known = _LAYOUT_NODES[graph] = frozenset(names)
+    return known
 
 
 def _is_empty(val: torch.Tensor) -> bool:
@@ -190,8 +235,10 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
     if {schema_name, f"{schema_name}.{node.target._overloadname}"} & _WRONG_ON_SPECIAL_FLOATS and any(
             isinstance(v, torch.Tensor) and v.is_floating_point() for v in vals):
         return f"{overload} differs from eager on NaN, inf or -0.0 in ONNX (NOTE [Eager semantics in ONNX])"
-    if schema_name in _READS_STORAGE and node.args[0].op == "placeholder":
+    if schema_name in _READS_STORAGE and not _dense_input(node):
         return f"{overload} reads its input's storage, which ONNX tensors do not have"
+    if node.name in _eager_layout_nodes(node.graph):
+        return "its result's memory layout is read by an as_strided (NOTE [Storage read by as_strided])"
     if schema_name in _TIE_ORDER:
         return f"{overload}: the order of tied values' indices is eager's own partial sort, not ORT's"
     if schema_name in _POOL_WITH_INDICES and any(v.is_floating_point() for v in vals) and any(

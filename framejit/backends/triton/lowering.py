@@ -24,6 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from framejit import logs
 
+from ..aliasing import reads_computed_layout
 from . import ir
 from .ir import Const, Load, Scalar, cast
 
@@ -183,6 +184,9 @@ class Lowerer:
         if not isinstance(node.target, torch._ops.OpOverload):
             # a Python callable (say, an output dataclass) has no tensor semantics we can check
             raise GraphNotLowerable(f"graph calls {node.target!r}, which is not an aten op")
+        if node.target is torch.ops.aten.as_strided.default and reads_computed_layout(node) is not None:
+            raise GraphNotLowerable("as_strided reads the storage of a tensor whose eager layout is not dense "
+                                    "(NOTE [Storage read by as_strided] in onnxrt/translate.py)")
         fn = LOWERINGS.get(node.target) or LOWERINGS.get(getattr(node.target, "overloadpacket", None))
         if fn is not None:
             try:
