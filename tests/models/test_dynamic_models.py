@@ -5,6 +5,8 @@ with 10 batch sizes and sequence lengths (then size 1) match eager, with the com
   entry with the varying dimensions symbolic); calls with batch 1 add at most one compilation, calls with
   sequence length 1 at most one more (broadcasting differs for size 1: specialised, as torch does).
 - `dynamic=True` compiles exactly once over the same 10 calls; `mark_dynamic` too.
+- Transformers models: 10 sizes then batch 1 (and sequence length 1 for a decoder) with automatic
+  dynamic; exactly once with `dynamic=True` or `mark_dynamic`; a float and an int varying with the sizes.
 - HF decoders over varying sequence lengths, and `generate()` whose sequence grows each step, compile no
   more often than stock torch.compile over the same calls (counted with a counting backend; torch.compile
   is the reference here, in tests only).
@@ -160,6 +162,10 @@ def test_hf_decoder_varying_sequence_no_more_compiles_than_stock():
     assert backend.graph_count == 2
     _check_hf(compiled, model, calls[len(CALLS):])
     assert backend.graph_count <= min(3, stock.graph_count), f"stock compiled {stock.graph_count} graphs"
+    # then single-token calls (sequence length 1: broadcasting and the causal mask differ): at most one more
+    after_batch_one = backend.graph_count
+    _check_hf(compiled, model, _hf_calls(arch, SEQ_ONE, seed=30))
+    assert backend.graph_count <= after_batch_one + 1
     assert framejit.stats()["eager_frames"] == eager_before
 
 
@@ -201,3 +207,48 @@ def test_hf_generate_no_more_compiles_than_stock():
     for kwargs, want in zip(prompts, expected):
         assert torch.equal(harness.run(compiled.generate, kwargs), want)
     assert 1 <= backend.graph_count <= stock.graph_count, f"framejit {backend.graph_count}, stock {stock.graph_count}"
+
+
+def _marked(kwargs: dict) -> dict:
+    for value in kwargs.values():
+        if isinstance(value, torch.Tensor):
+            framejit.mark_dynamic(value, [0, 1])
+    return kwargs
+
+
+def test_hf_mark_dynamic_compiles_once():
+    arch = catalog.get("gpt2")
+    model = arch.build()
+    backend = CountingBackend()
+    compiled = framejit.compile(model, backend=backend)
+    for i, (b, s) in enumerate(CALLS):
+        kwargs = arch.make_inputs(i, batch=b, seq=s)
+        harness.assert_outputs_close(harness.run(compiled, _marked(dict(kwargs))), harness.run(model, kwargs), f"call {i}")
+    assert backend.graph_count == 1
+
+
+def test_hf_dynamic_true_compiles_once_encoder():
+    arch = catalog.get("bert")
+    model = arch.build()
+    backend = CountingBackend()
+    _check_hf(framejit.compile(model, backend=backend, dynamic=True), model, _hf_calls(arch, CALLS))
+    assert backend.graph_count == 1
+
+
+def test_hf_varying_sizes_float_and_int_compile_twice():
+    """Sizes, a Python float and a Python int change on every call (a scale and a position offset, as in
+    benchmarks/recompiles.py): the second call makes all of them symbolic or graph inputs at once."""
+    arch = catalog.get("qwen2")
+    model = arch.build()
+
+    def step(inputs, scale, offset):
+        out = model(**inputs)
+        return out.logits * scale + offset
+
+    backend = CountingBackend()
+    compiled = framejit.compile(step, backend=backend)
+    for i, (b, s) in enumerate(CALLS):
+        kwargs, scale, offset = arch.make_inputs(i, batch=b, seq=s), 0.5 + i / 4, 3 + 2 * i
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(kwargs, scale, offset), step(kwargs, scale, offset), atol=1e-5, rtol=1e-5)
+    assert backend.graph_count == 2
