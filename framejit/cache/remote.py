@@ -163,6 +163,26 @@ def connect(url: str, timeout_s: float):
                                 client_name="framejit")
 
 
+class _RedisPyData:
+    """The data path through redis-py, for URLs resp.Connection declines (TLS, query options)."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def get_bounded(self, name: str, limit: int) -> tuple[int, bytes]:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.strlen(name)
+        pipe.getrange(name, 0, limit)
+        size, value = pipe.execute()
+        return size, value
+
+    def set(self, name: str, value: bytes, nx: bool = False) -> bool:
+        return bool(self.client.set(name, value, nx=nx))
+
+    def close(self) -> None:
+        self.client.close()
+
+
 class RemoteTier:
     """One Redis server as a cache tier. `secret` None: admin listing and clearing only."""
 
@@ -173,7 +193,8 @@ class RemoteTier:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.publish_local_hits = False  # `framejit warm --remote`: copy local hits up (SET NX)
-        self._client = None
+        self._client = None  # redis-py, for the admin operations
+        self._data = None  # resp.Connection or _RedisPyData (NOTE [Why not redis-py on the data path])
         self._down_until = 0.0
         self._lock = threading.Lock()
 
@@ -184,6 +205,13 @@ class RemoteTier:
         if self._client is None:
             self._client = connect(self.url, self.timeout_s)
         return self._client
+
+    def _data_path(self):
+        if self._data is None:
+            from .resp import Connection
+            self._data = Connection.from_url(self.url, self.timeout_s, self.max_bytes + 1) or \
+                _RedisPyData(connect(self.url, self.timeout_s))
+        return self._data
 
     # -- faults ------------------------------------------------------------------------------------
     def available(self) -> bool:
@@ -197,12 +225,13 @@ class RemoteTier:
         counters.remote_errors += 1
         logs.log("cache", "remote cache %s unavailable (%s: %s: %s); local-only for %.0f s", self.display, what,
                  type(exc).__name__, exc, _RETRY_S)
-        client, self._client = self._client, None  # a fresh connection after the pause
-        if client is not None:
-            try:
-                client.close()
-            except Exception:
-                pass
+        for client in (self._client, self._data):  # fresh connections after the pause
+            if client is not None:
+                try:
+                    client.close()
+                except Exception:
+                    pass
+        self._client = self._data = None
 
     # -- data path ---------------------------------------------------------------------------------
     def get(self, key: str) -> tuple[bytes, object, dict] | None:
@@ -211,10 +240,7 @@ class RemoteTier:
             return None
         redis_key = PREFIX + key
         try:
-            pipe = self._redis().pipeline(transaction=True)
-            pipe.strlen(redis_key)
-            pipe.getrange(redis_key, 0, self.max_bytes)  # at most max_bytes + 1 bytes
-            size, value = pipe.execute()
+            size, value = self._data_path().get_bounded(redis_key, self.max_bytes)  # at most max_bytes + 1 bytes
             if not isinstance(size, int) or not isinstance(value, (bytes, bytearray)):
                 raise TypeError(f"unexpected reply types {type(size).__name__}, {type(value).__name__}")
         except Exception as exc:  # NOTE: every fault, including the client's own bugs, stays here
@@ -248,7 +274,7 @@ class RemoteTier:
             logs.log("cache", "remote: not writing %s: %d bytes, the limit is %d", key[:16], len(value), self.max_bytes)
             return False
         try:
-            done = self._redis().set(redis_key, value, nx=only_if_absent)
+            done = self._data_path().set(redis_key, value, nx=only_if_absent)
         except Exception as exc:
             self._fault("put", exc)
             return False
@@ -389,9 +415,7 @@ def default_remote(admin: bool = False) -> RemoteTier | None:
     if secret is None and not admin:
         _off(url, why + "; entries from a shared store are never trusted unsigned")
     else:
-        try:
-            import redis  # noqa: F401
-        except ImportError:
+        if not _client_installed():
             _off(url, "the redis client is not installed (pip install redis)")
         else:
             if not url.startswith(("redis://", "rediss://")):
@@ -401,3 +425,12 @@ def default_remote(admin: bool = False) -> RemoteTier | None:
                                   config.remote_cache_max_mb * 1024 * 1024)
     _tiers[setting] = tier
     return tier
+
+
+def _client_installed() -> bool:
+    """Whether redis-py can be imported, without importing it (NOTE [Why not redis-py on the data path])."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("redis") is not None
+    except (ImportError, ValueError):
+        return False
