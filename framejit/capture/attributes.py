@@ -349,6 +349,10 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
             lookup.guard_class_absent(tx.output, type(cls).__mro__, name)
             lookup.guard_class_absent(tx.output, type(cls).__mro__, "__getattr__")
             raise UserException(e) from None
+        if obj.source is None and name in _TYPE_NAMES and not lookup.is_immutable_class(cls):
+            # NOTE [Class names guarded]: `type(o).__name__` of a class reached without a source (type(),
+            # __class__) was folded unguarded; `K.__name__ = "Z"` after the first call was not seen
+            return wrap(tx.output, value, AttrSource(ObjectSource(Ref(cls, cls.__name__)), name))
         return _guarded_or_plain(tx, obj, name, value)
     _guard_no_metaclass_descriptor(tx, type(cls), name)
     entry = lookup.guard_found_on_class(tx.output, cls, name, index)
@@ -363,6 +367,9 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
     if entry is not None and not hasattr(type(attr), "__get__"):
         return wrap(tx.output, attr, entry)  # plain class data, read raw from the owner's dict
     return _guarded_or_plain(tx, obj, name, getattr(cls, name))
+
+
+_TYPE_NAMES = frozenset({"__name__", "__qualname__", "__doc__"})  # type's getsets a user may assign
 
 
 def _guard_no_metaclass_descriptor(tx, meta: type, name: str) -> None:

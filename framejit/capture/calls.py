@@ -117,8 +117,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return call_class(tx, fn, args, kwargs)
     if is_cached_function(fn):  # NOTE [Cached functions]
         return call_cached(tx, fn, args, kwargs)
-    if isinstance(fn, ObjectValue) and callable(fn.obj):
-        return tx.call_method_of(fn, "__call__", args, kwargs)
+    if isinstance(fn, ObjectValue) and callable(fn.obj):  # `o(...)` finds __call__ on type(o) only
+        return tx.call_special_of(fn, "__call__", args, kwargs)  # NOTE [Special method lookup]
     if fn.is_constant() and not callable(fn.as_constant()):
         raise UserException(TypeError(f"'{type(fn.as_constant()).__name__}' object is not callable"))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {fn.describe()}")

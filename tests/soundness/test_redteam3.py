@@ -193,3 +193,56 @@ def test_as_strided_reads_eager_storage(kind, backend):
     for n in (3, 3, 4):
         x = torch.randn(n, n)
         assert_same(compiled(x.clone()), fn(x.clone()))
+
+
+# ---- ordinary state changed between calls ------------------------------------------------------------
+
+def _instance_call_world():
+    class C:
+        def __call__(self, x):
+            return x + 1
+    o = C()
+
+    def f(x):
+        return o(x)
+
+    def mutate(i):
+        if i == 1:
+            C.__call__ = lambda self, x: x * 5  # seen by eager's o(x)
+        if i == 2:
+            o.__call__ = lambda x: x * 0  # ignored by eager: o(x) finds __call__ on type(o)
+    return f, mutate, None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_call_syntax_ignores_an_instance_dunder_call(backend):
+    # before: from the third call the compiled o(x) called the instance's __call__ (zeros; eager x * 5)
+    _run(_instance_call_world, backend)
+
+
+def _class_name_world():
+    class A:
+        pass
+
+    class B:
+        pass
+    holder = types.SimpleNamespace(v=A())
+
+    def f(x):
+        return x * 2 if type(holder.v).__name__ == "A" else x - 1
+
+    def mutate(i):
+        if i == 1:
+            A.__name__ = "Z"
+        if i == 2:
+            A.__qualname__ = "A"
+            A.__name__ = "A"
+        if i == 3:
+            holder.v = B()
+    return f, mutate, None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_class_name_read_through_type_is_guarded(backend):
+    # before: type(o).__name__ was folded without a guard: after A.__name__ = "Z" compiled still took x * 2
+    _run(_class_name_world, backend)
