@@ -148,3 +148,19 @@ def test_a_weight_changing_every_call_stops_being_frozen():
 def test_freeze_weights_option_is_checked():
     with pytest.raises(TypeError, match="freeze_weights"):
         onnxrt(torch.fx.symbolic_trace(torch.nn.ReLU()), [_x(0, 2)], {"freeze_weights": "yes"})
+
+
+@pytest.mark.parametrize("approximate,op", [("none", "Gelu"), ("tanh", "FastGelu")])
+def test_gelu_is_one_contrib_op(approximate, op):
+    """NOTE [Fused ops in the lowering]: one com.microsoft node instead of torchlib's five-op formula."""
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(approximate=approximate),
+                                torch.nn.Linear(8, 3)).eval()
+    gm = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        compiled = onnxrt(gm, [_x(0, 4, 6)])
+        for seed in (1, 2):
+            x = _x(seed, 4, 6) * 3
+            torch.testing.assert_close(compiled(x), model(x), **F32)
+    ops = _ort_ops(compiled)
+    assert ops.count(op) == 1 and "Erf" not in ops and "Tanh" not in ops, ops

@@ -56,7 +56,8 @@ _MAX_ATTEMPTS = 8
 # 13: shapes of symbolic views from the parts' own inputs (NOTE [Shapes from the graph's inputs]).
 # 14: batch norm in train mode decomposed (NOTE [Batch norm in train mode on ORT]; programs of 13 and
 #     before computed it wrongly).
-REVISION = 14
+# 15: gelu as ORT's contrib Gelu/FastGelu (NOTE [Fused ops in the lowering]).
+REVISION = 15
 
 
 @dataclasses.dataclass

@@ -359,6 +359,8 @@ def _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm) 
 
     if node.op == "placeholder":
         _core._handle_placeholder_node(node, values, graph_like=graph, lower="at_conversion", opset=onnx_opset)
+    elif node.op == "call_function" and _fused_op(node) is not None:
+        _emit_fused(graph, node, values, _fused_op(node))
     elif node.op == "call_function":
         first = graph.num_nodes()
         _core._handle_call_function_node_with_lowering(
@@ -371,6 +373,39 @@ def _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm) 
         _core._handle_output_node(node, values, graph_like=graph)
     else:
         raise NotImplementedError(f"unexpected {node.op} node in a partition")
+
+
+# NOTE [Fused ops in the lowering]
+# torchlib writes aten.gelu as its formula (Div, Erf, Add, Mul, Mul: five ORT kernels, each a pass over
+# memory), in a form ORT's own GeluFusion does not match (the 0.5 multiplies 1 + erf before x does).
+# The translator emits ONNX Runtime's contrib op instead: com.microsoft Gelu (erf) or FastGelu (tanh
+# approximation), one vectorised kernel, for float32 inputs (the CPU kernels' type). LayerNorm needs no
+# such help: torchlib emits LayerNormalization, which ORT fuses with residual adds into
+# SkipLayerNormalization.
+_MSFT = "com.microsoft"
+
+
+def _fused_op(node: torch.fx.Node) -> str | None:
+    """The contrib op standing for `node`, or None (NOTE [Fused ops in the lowering])."""
+    if node.target is not torch.ops.aten.gelu.default:
+        return None
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype != torch.float32:
+        return None
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    return {"none": "Gelu", "tanh": "FastGelu"}.get(approximate)
+
+
+def _emit_fused(graph, node: torch.fx.Node, values: dict, op_type: str) -> None:
+    import onnx_ir as ir
+    from torch.onnx._internal.exporter import _core
+
+    onnx_node = ir.Node(_MSFT, op_type, [values[node.args[0].name]], name=f"node_{node.name}__0")
+    graph.append(onnx_node)
+    out = onnx_node.outputs[0]
+    _core._set_shape_type(out, node.meta["val"], complex_to_float=True)
+    out.name = node.name
+    values[node.name] = out
 
 
 def _add_function_opsets(model) -> None:
