@@ -2,11 +2,20 @@
 
 Usage:
     .venv/bin/python benchmarks/backends.py --backend onnxrt [--device cpu] [--size bench]
-        [--models mlp,cnn] [--no-inductor] [--seconds 1.0]
+        [--models mlp,cnn] [--no-inductor] [--seconds 1.0] [--threads N] [--repeats 5]
 
 Prints one table row per model: median latency of eager, framejit+backend and inductor (ms), the
 speedup of framejit over eager, framejit's latency relative to inductor (< 1.0: faster), and first-call
 (compile) times; then the geometric means. Everything runs under `torch.no_grad()`.
+
+NOTE [Honest timings]
+All three columns run with the same thread count (`--threads`, default: torch's default for this
+machine), set with `torch.set_num_threads` before anything compiles: ORT sessions take their intra-op
+thread count from it (onnxrt options.py) and inductor's OpenMP code reads it. The timing phase is
+repeated `--repeats` times; each repeat times the columns round-robin, call by call, and keeps the
+median per column. The table shows the median over repeats of those medians and, for the ratios, the
+lowest and highest per-repeat ratio (the spread). The machine load (`os.getloadavg()`) is printed
+before and after: on a shared machine the ratios of interleaved runs are what can be compared.
 
 Phases (NOTES.md: inductor's compile workers disturb measurements taken right after a cold compile):
 1. framejit compiles; 2. inductor compiles (compile_threads=1); 3. timings, with eager, framejit and
@@ -45,6 +54,12 @@ def check_device(backend: str, device: str) -> None:
         raise SystemExit("--device cuda: no CUDA device here")
     if backend not in BACKEND_SETUP:
         raise SystemExit(f"--backend {backend!r}: accepted: {', '.join(BACKEND_SETUP)}")
+
+
+def interleaved_repeats(fns: dict, inputs, seconds: float, device: str, repeats: int) -> dict:
+    """Per callable, the list of per-repeat medians (ms): NOTE [Honest timings]."""
+    runs = [interleaved_medians(fns, inputs, seconds / repeats, device) for _ in range(repeats)]
+    return {key: [run[key] for run in runs] for key in fns}
 
 
 def interleaved_medians(fns: dict, inputs, seconds: float, device: str) -> dict:
@@ -128,28 +143,39 @@ def run(args) -> None:
                     lambda: torch.compile(row["fns"]["eager"]), row["inputs"])
                 print(f"  inductor compiled {name} in {row['ind_compile']:.1f} s", file=sys.stderr)
         for name, row in rows.items():  # phase 3: timings, interleaved
-            row.update(interleaved_medians(row["fns"], row["inputs"], args.seconds, args.device))
+            row["runs"] = interleaved_repeats(row["fns"], row["inputs"], args.seconds, args.device, args.repeats)
+            row.update({key: statistics.median(ms) for key, ms in row["runs"].items()})
     print_table(rows, args)
 
 
+def _ratio_spread(row, top: str, bottom: str) -> str:
+    """'lo-hi' of the per-repeat ratios top/bottom (NOTE [Honest timings])."""
+    ratios = [a / b for a, b in zip(row["runs"][top], row["runs"][bottom])]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}"
+
+
 def print_table(rows, args) -> None:
+    load = os.getloadavg()
     print(f"\nbackend={args.backend} device={args.device} size={args.size} torch={torch.__version__} "
-          f"threads={torch.get_num_threads()}")
-    header = (f"{'model':10s} {'via':18s} {'eager ms':>9s} {'fj ms':>9s} {'ind ms':>9s} "
-              f"{'eager/fj':>9s} {'fj/ind':>8s} {'fj comp s':>10s} {'ind comp s':>10s}")
+          f"threads={torch.get_num_threads()} repeats={args.repeats} "
+          f"load avg before={args.load_before[0]:.2f} after={load[0]:.2f} (1 min; {os.cpu_count()} CPUs)")
+    header = (f"{'model':10s} {'via':16s} {'eager ms':>9s} {'fj ms':>9s} {'ind ms':>9s} "
+              f"{'eager/fj':>8s} {'(spread)':>11s} {'fj/ind':>7s} {'(spread)':>11s} {'fj comp s':>9s} "
+              f"{'ind comp s':>10s}")
     print(header)
     print("-" * len(header))
     speedups, vs_inductor = [], []
+    nan = float("nan")
     for name, r in rows.items():
         ind = r.get("ind")
         speedups.append(r["eager"] / r["fj"])
         if ind:
             vs_inductor.append(r["fj"] / ind)
-        print(f"{name:10s} {r['via']:18s} {r['eager']:9.3f} {r['fj']:9.3f} "
-              f"{ind if ind else float('nan'):9.3f} {r['eager'] / r['fj']:9.2f} "
-              f"{r['fj'] / ind if ind else float('nan'):8.2f} {r['fj_compile']:10.2f} "
-              f"{r.get('ind_compile', float('nan')):10.2f}")
-    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")  # noqa: E731
+        print(f"{name:10s} {r['via']:16s} {r['eager']:9.3f} {r['fj']:9.3f} "
+              f"{ind if ind else nan:9.3f} {r['eager'] / r['fj']:8.2f} {_ratio_spread(r, 'eager', 'fj'):>11s} "
+              f"{r['fj'] / ind if ind else nan:7.2f} {_ratio_spread(r, 'fj', 'ind') if ind else '':>11s} "
+              f"{r['fj_compile']:9.2f} {r.get('ind_compile', nan):10.2f}")
+    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else nan  # noqa: E731
     print(f"geomean speedup eager/framejit: {geo(speedups):.2f}x; "
           f"framejit/inductor latency: {geo(vs_inductor):.2f}")
 
@@ -164,7 +190,13 @@ def main(argv=None) -> None:
     parser.add_argument("--via", default="auto", choices=["auto", "compile", "fx"],
                         help="framejit column: framejit.compile, the backend on an FX graph, or auto")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch (and so ORT and inductor) threads for every column; 0: the machine's default")
+    parser.add_argument("--repeats", type=int, default=5, help="timing repeats (the spread columns)")
     args = parser.parse_args(argv)
+    args.load_before = os.getloadavg()
+    if args.threads:
+        torch.set_num_threads(args.threads)  # NOTE [Honest timings]: before anything compiles
     # compile times are cold compile times: a fresh persistent cache, not what earlier runs stored
     import tempfile
     import framejit
