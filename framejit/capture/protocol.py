@@ -409,14 +409,26 @@ def _iterate_object(tx, v: Value) -> list[Value]:
 def _module_children(tx, v: NNModuleValue) -> list[Value]:
     mod = v.obj
     if isinstance(mod, torch.nn.ModuleDict):
+        tx.guard_module_keys(v)  # a key added or removed after the first call (red team, issue 12)
         return [ConstantValue(k) for k in mod._modules]
     if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
         tx.guard_module_keys(v)
         return [wrap(tx.output, child, DictSlotSource(v.source, "_modules", name)) if v.source else
                 NNModuleValue(child) for name, child in mod._modules.items()]
     if isinstance(mod, torch.nn.ParameterList):
+        _guard_parameter_list_length(tx, v)
         return [tx.getattr(v, str(i)) for i in range(len(mod))]
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {type(mod).__name__}")
+
+
+def _guard_parameter_list_length(tx, v: NNModuleValue) -> None:
+    """ParameterList's length is its `_size`, which `append` grows: an appended parameter was not seen by
+    an entry that iterated the list before (red team, issue 12)."""
+    if v.source is None:
+        return
+    e = v.source.expr(tx.output.names)
+    n = len(v.obj)
+    tx.output.add_guard("LENGTH", f"{e}._size == {n}", v.source, expected=str(n), actual=f"{e}._size")
 
 
 def length(tx, v: Value) -> int:
@@ -447,6 +459,8 @@ def length(tx, v: Value) -> int:
     if isinstance(v, NNModuleValue) and isinstance(v.obj, (torch.nn.Sequential, torch.nn.ModuleList,
                                                            torch.nn.ModuleDict, torch.nn.ParameterList)):
         tx.guard_module_keys(v)
+        if isinstance(v.obj, torch.nn.ParameterList):
+            _guard_parameter_list_length(tx, v)
         return len(v.obj)
     if isinstance(v, (ObjectValue, NewObjectValue)) and hasattr(v.python_type(), "__len__"):
         return tx.call_special_of(v, "__len__", [], {}).as_constant()
@@ -541,6 +555,7 @@ def _module_getitem(tx, v: NNModuleValue, key: Any) -> Value:
             raise UserException(e) from None
         return tx.getattr(v, name)
     if isinstance(mod, torch.nn.ParameterList):
+        _guard_parameter_list_length(tx, v)
         return tx.getattr(v, str(operator.index(key) % len(mod)))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"subscript of a {type(mod).__name__}")
 

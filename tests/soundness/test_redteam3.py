@@ -246,3 +246,37 @@ def _class_name_world():
 def test_class_name_read_through_type_is_guarded(backend):
     # before: type(o).__name__ was folded without a guard: after A.__name__ = "Z" compiled still took x * 2
     _run(_class_name_world, backend)
+
+
+_CONTAINER_READS = {
+    "iterate_parameter_list": lambda pl, md: (lambda x: functools_reduce_mul(x, pl)),
+    "len_parameter_list": lambda pl, md: (lambda x: x * len(pl)),
+    "last_parameter": lambda pl, md: (lambda x: (x * pl[-1]).detach()),
+    "iterate_module_dict": lambda pl, md: (lambda x: x * len([k for k in md])),
+}
+
+
+def functools_reduce_mul(x, params):
+    for p in params:
+        x = x * p
+    return x.detach()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", sorted(_CONTAINER_READS))
+def test_parameter_list_and_module_dict_grown_between_calls(kind, backend):
+    # before: ParameterList's length (its _size) and ModuleDict's keys were read unguarded: a parameter
+    # appended or a module added after the first call was not seen (x * p0 where eager gave x * p0 * p1)
+    def make():
+        pl = torch.nn.ParameterList([torch.nn.Parameter(torch.ones(3))])
+        md = torch.nn.ModuleDict({"a": torch.nn.Identity()})
+        return pl, md
+    (pl_e, md_e), (pl_c, md_c) = make(), make()
+    eager, compiled = _CONTAINER_READS[kind](pl_e, md_e), _CONTAINER_READS[kind](pl_c, md_c)
+    compiled = framejit.compile(compiled, backend=_backend(backend))
+    for i in range(3):
+        x = torch.randn(3)
+        assert_same(compiled(x), eager(x))
+        for pl, md in ((pl_e, md_e), (pl_c, md_c)):
+            pl.append(torch.nn.Parameter(torch.full((3,), 2.0 + i)))
+            md[f"k{i}"] = torch.nn.Tanh()
