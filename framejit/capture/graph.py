@@ -137,7 +137,11 @@ class OutputGraph:
         e = source.expr(self.names)
         shape_check = (f"{e}.shape == {tuple(t.shape)!r}", str(tuple(t.shape)))
         stride_check = f"{e}.stride() == {t.stride()!r}"
+        offset_check = f"{e}.storage_offset() == {t.storage_offset()}"
         if fake is not None:
+            # a symbolic offset (a view into a buffer of varying size) is checked by the shape env's guards
+            offset = fake.storage_offset()
+            offset_check = "True" if isinstance(offset, torch.SymInt) else f"{e}.storage_offset() == {offset}"
             shape_check = (" and ".join([f"{e}.dim() == {t.dim()}"] + [
                 f"{e}.size({d}) == {s}" for d, s in enumerate(fake.shape) if not isinstance(s, torch.SymInt)]),
                 str(tuple(fake.shape)))
@@ -151,7 +155,7 @@ class OutputGraph:
             ("TENSOR_DEVICE", self._device_check(e, t.device), str(t.device), f"{e}.device"),
             ("TENSOR_SHAPE", *shape_check, f"tuple({e}.shape)"),
             ("TENSOR_STRIDE", stride_check, str(t.stride()), f"{e}.stride()"),
-            ("TENSOR_STORAGE_OFFSET", f"{e}.storage_offset() == {t.storage_offset()}", str(t.storage_offset()),
+            ("TENSOR_STORAGE_OFFSET", offset_check, str(t.storage_offset()),
              f"{e}.storage_offset()"),
             ("TENSOR_REQUIRES_GRAD", f"{e}.requires_grad is {t.requires_grad}", str(t.requires_grad),
              f"{e}.requires_grad"),

@@ -27,8 +27,9 @@ Other instructions inside with-blocks, and with-blocks over user context manager
 suppress an exception, take the tail form of NOTE [Breaks inside try blocks].
 
 Breaks are not taken (the frame runs eagerly instead, still correct) in generators, at instructions
-without a break form here (a LOAD_FAST of an argument that cannot be modelled, FOR_ITER over an opaque
-iterator), and where a closure made before the break shares a cell that is assigned again later
+without a break form here (a LOAD_FAST of an argument that cannot be modelled, FOR_ITER other than a
+carried loop's step: NOTE [Loops carried across breaks] in carried_loops.py), and where a closure made
+before the break shares a cell that is assigned again later
 (NOTE [Cells at breaks]).
 """
 from __future__ import annotations
@@ -47,7 +48,7 @@ from bytecode import Instr, Label
 
 from .breaks import BreakKind, Unsupported, UserException
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
-from . import emit
+from . import carried_loops, emit
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .normalize import Inst, normalize
 from .resume import STACK_PREFIX, origin
@@ -120,6 +121,8 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
         return BreakSite(inst, 1, with_depth=depth)
     if inst.name in _SIMPLE:
         return BreakSite(inst, _SIMPLE[inst.name](inst.arg)[0])
+    if inst.name == "FOR_ITER" and getattr(exc, "loop_step", False):  # NOTE [Loops carried across breaks]
+        return BreakSite(inst, 0, with_depth=depth)
     if inst.name in _LOADS:
         return BreakSite(inst, 0 if inst.name == "LOAD_GLOBAL" else 1, with_depth=depth)
     return None
@@ -258,6 +261,8 @@ class BreakCodegen:
             self._resume(rebuild, inst.index + 1, produced=1)
         elif inst.name in _CONDITIONAL or inst.name in _OR_POP:
             self._emit_branch(rebuild)
+        elif inst.name == "FOR_ITER":
+            self._emit_for_iter(rebuild)
         elif inst.name in _LOADS and self.exits and inst.name != "LOAD_GLOBAL":
             cg.push_null()  # getattr(obj, name) inside the blocks: user attribute code runs there
             for value in self._in_blocks_prefix(rebuild):
@@ -421,6 +426,34 @@ class BreakCodegen:
         self._resume(rebuild, inst.index + 1, produced=0)
         cg.insts.append(taken)
         self._resume(rebuild, inst.arg, produced=1 if inst.name in _OR_POP else 0)
+
+    def _emit_for_iter(self, rebuild: Reconstructor) -> None:
+        """A carried loop's step in Python (NOTE [Loops carried across breaks]): the resume function of the
+        body with the iterator and the item, or the one after the loop once the iterator is exhausted."""
+        inst, cg, iterator = self.site.inst, self.cg, self.stack[-1]
+        cg.push_null()
+        cg.load_const(carried_loops.loop_iterator)
+        rebuild.emit(iterator)
+        cg.call(1)
+        cg.store_fast("___loop")
+        rebuild.preloaded[id(iterator)] = "___loop"  # the body's resume function gets this same iterator
+        rebuild._kept.append(iterator)
+        cg.push_null()
+        cg.load_const(carried_loops.loop_next)
+        cg.load_fast("___loop")
+        cg.call(1)
+        cg.store_fast("___item")
+        cg.push_null()
+        cg.load_const(carried_loops.loop_done)
+        cg.load_fast("___item")
+        cg.call(1)
+        done = Label()
+        cg.insts += emit.conditional_jump("POP_JUMP_IF_TRUE", done)
+        cg.load_fast("___item")
+        self._resume(rebuild, inst.index + 1, produced=1)
+        cg.insts.append(done)
+        self.below = self.stack[:-1]
+        self._resume(rebuild, inst.arg, produced=0)
 
     def _emit_load(self, inst: Inst) -> bool:
         """The load at the break, as a plain load of one value; True when CPython would have pushed a
@@ -676,7 +709,7 @@ def _slot_kind(value: Value) -> str:
         return "null"
     if isinstance(value, ExitValue):
         return "block"
-    return "iter" if isinstance(value, IteratorValue) else "value"
+    return "iter" if isinstance(value, (IteratorValue, carried_loops.CarriedIteratorValue)) else "value"
 
 
 

@@ -39,6 +39,8 @@ from . import frame_cache
 from .breaks import DISABLED
 from .codegen import frame_signature
 from .convert import STATS, CompileRequest, Entry, convert_frame, mutates_in_place, rerun_state
+from .resume import _ORIGIN
+from .shapes import LAYOUT
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
 COMPILE_LOCK = threading.RLock()  # NOTE [Threads]
@@ -55,6 +57,7 @@ class FrameHook:
         self.dynamic_floats: frozenset[str] = frozenset()  # NOTE [Dynamic floats] in values/scalars.py
         self.dynamic_dims: dict[str, frozenset[int]] = {}  # NOTE [Automatic dynamic]
         self.dynamic_ints: frozenset[str] = frozenset()  # NOTE [Dynamic ints]
+        self.loop_positions: dict[str, frozenset] = {}  # NOTE [Loops carried across breaks] in carried_loops.py
         self.defaults = (fn.__defaults__, fn.__kwdefaults__)  # NOTE [Live defaults]
         self.code = fn.__code__  # NOTE [Code replaced]
         self.other_codes: dict[types.CodeType, tuple] = {}
@@ -154,6 +157,7 @@ class FrameHook:
                 self._log_recompile(args, kwargs)
                 self._mark_dynamic_float(args, kwargs)
                 self._mark_automatic_dynamic(args, kwargs)
+                self._mark_carried_values(args, kwargs)
             loaded = self._load_persisted(args, kwargs)
             if loaded is not None:
                 return loaded
@@ -252,7 +256,8 @@ class FrameHook:
         if self.request.dynamic is not None or not config.automatic_dynamic:
             return
         failure = self.entries[0].guard.first_failure(*args, **kwargs)
-        if failure is None or not (failure.guard.kind == "TENSOR_SHAPE" or (
+        layout = ("TENSOR_STRIDE", "TENSOR_STORAGE_OFFSET") if self.fn.__code__ in _ORIGIN else ()
+        if failure is None or not (failure.guard.kind in ("TENSOR_SHAPE", *layout) or (
                 failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected)
                                                             or failure.guard.source in self.dynamic_floats))):
             return  # the miss is not (first of all) a size, an int or a float (made an input above) that changed
@@ -267,6 +272,10 @@ class FrameHook:
                 self.dynamic_ints = self.dynamic_ints | {source}
                 logs.log("recompiles", "%s: the int %s changed value; it is symbolic from now on", self._name(),
                          source)
+            if failure.guard.kind in layout and LAYOUT not in self.dynamic_dims.get(source, frozenset()):
+                self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | {LAYOUT}}
+                logs.log("recompiles", "%s: the layout of %s changed (%s -> %s); symbolic from now on (NOTE "
+                         "[Dynamic layouts])", self._name(), source, failure.guard.expected, failure.actual)
             if failure.guard.kind != "TENSOR_SHAPE":
                 continue
             expected, actual = _dims(failure.guard.expected), _dims(failure.actual)
@@ -279,6 +288,25 @@ class FrameHook:
                 logs.log("recompiles", "%s: size of dim %s of %s changed (%s -> %s); symbolic from now on",
                          self._name(), ", ".join(map(str, sorted(new))), source, failure.guard.expected,
                          failure.actual)
+
+    def _mark_carried_values(self, args: tuple, kwargs: dict) -> None:
+        """A resume function that recompiles on guards of the for loop carried into it breaks at that loop's
+        steps from now on, and a str argument that changed is opaque from now on (NOTE [Loops carried
+        across breaks], [Strings carried across breaks] in carried_loops.py)."""
+        code = self.fn.__code__
+        if kwargs or code not in _ORIGIN:  # resume functions take positional arguments
+            return
+        from .carried_loops import changed_strings, dynamic_loops
+        failures = list(self.entries[0].guard.all_failures(*args))
+        loops = dynamic_loops(code, args, failures, self.loop_positions) - self.dynamic_ints
+        strings = changed_strings(code, args, failures) - self.dynamic_ints  # NOTE [Strings carried across breaks]
+        self.dynamic_ints = self.dynamic_ints | loops | strings
+        if loops:
+            logs.log("recompiles", "%s: the for loop at %s came back at another position; its steps run as "
+                     "Python from now on", self._name(), ", ".join(sorted(loops)))
+        if strings:
+            logs.log("recompiles", "%s: the string %s changed; it is opaque from now on", self._name(),
+                     ", ".join(sorted(strings)))
 
     def _log_recompile(self, args: tuple, kwargs: dict) -> None:
         if logs.enabled("recompiles"):

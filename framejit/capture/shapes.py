@@ -99,7 +99,10 @@ def dynamic_dims(out, tensor: torch.Tensor, description: str) -> dict[int, tuple
     if policy is True and not isinstance(tensor, torch.nn.Parameter):  # parameters stay static, as in torch
         dims.update((d, (None, None)) for d in range(tensor.dim()))
     elif policy is None:
-        dims.update((d, (None, None)) for d in out.dynamic_dims.get(description, ()) if d < tensor.dim())
+        marked = out.dynamic_dims.get(description, ())
+        if LAYOUT in marked:  # NOTE [Dynamic layouts]: every dim, so that strides and offset get symbols
+            marked = range(tensor.dim())
+        dims.update((d, (None, None)) for d in marked if d < tensor.dim())
     for attr in ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices"):
         dims.update((d, (None, None)) for d in (getattr(tensor, attr, ()) or ()) if d < tensor.dim())
     for r in getattr(tensor, "_dynamo_dynamic_range", ()) or ():
@@ -138,7 +141,16 @@ def has_symbols(env) -> bool:
 
 
 def is_symbolic(fake: torch.Tensor) -> bool:
-    return any(isinstance(s, torch.SymInt) for s in fake.shape)
+    """Any size, stride or the storage offset is a symbol (a size-1 row of a buffer: only its layout)."""
+    return any(isinstance(s, torch.SymInt) for s in (*fake.shape, *fake.stride(), fake.storage_offset()))
+
+
+# NOTE [Dynamic layouts]: a tensor carried into a resume function may keep its sizes and change its strides
+# or storage offset on every call: a row `e` of `nonzero()`'s (k, 1) result, stride (k,) and offset i, in a
+# loop that breaks on every iteration. When a resume function recompiles on such a guard, the hook marks
+# the tensor LAYOUT in the frame's dynamic dims; later traces give it symbolic sizes (a size 1 stays 1),
+# strides and offset, which the shape env's guards check instead of the exact values.
+LAYOUT = -1
 
 
 # NOTE [Dynamic ints]: an int argument or attribute is specialised (guarded by value) until a call misses

@@ -1,6 +1,7 @@
 """Jumps, conditional branches and for-loops. Every condition is decided while tracing."""
 from __future__ import annotations
 
+from ..carried_loops import CarriedIteratorValue, step_value
 from ..protocol import iterate, truth
 from ..values import ConstantValue, IteratorValue
 from ..values.containers import iterator_over
@@ -65,11 +66,16 @@ def jump_if_true_or_pop(tx, inst):
 @op("GET_ITER")
 def get_iter(tx, inst):
     value = tx.pop()
-    tx.push(value if isinstance(value, IteratorValue) else iterator_over(value, iterate(tx, value)))
+    if isinstance(value, (IteratorValue, CarriedIteratorValue)):
+        tx.push(value)
+    else:
+        tx.push(iterator_over(value, iterate(tx, value)))
 
 
 @op("FOR_ITER")
 def for_iter(tx, inst):
+    if isinstance(tx.peek(), CarriedIteratorValue):  # NOTE [Loops carried across breaks]
+        tx.stack[-1] = step_value(tx, tx.peek())
     item = tx.peek().next()
     if item is None:
         tx.pop()  # canonical form: an exhausted iterator is popped and the loop exits (NOTE in normalize)

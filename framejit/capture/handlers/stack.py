@@ -1,6 +1,7 @@
 """Stack, locals, globals, cells, constants, attributes and return."""
 from __future__ import annotations
 
+from ..carried_loops import carried_argument
 from ..emit import NULL_AFTER_CALLABLE
 from ..values import NULL, CellValue, TensorValue
 from ..values.builder import wrap_unguarded
@@ -35,7 +36,8 @@ def load_const(tx, inst):
 
 @op("LOAD_FAST")
 def load_fast(tx, inst):
-    tx.push(tx.load_local(inst.arg))
+    carried = carried_argument(tx, inst)  # NOTE [Loops carried across breaks]
+    tx.push(carried if carried is not None else tx.load_local(inst.arg))
 
 
 @op("LOAD_FAST_AND_CLEAR")

@@ -112,6 +112,9 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return out.add_float_input(obj, source)
     if type(obj) is int and out.dynamic_ints and source.describe() in out.dynamic_ints:
         return out.add_int_input(obj, source)  # NOTE [Dynamic ints] in capture/shapes.py
+    if type(obj) is str and out.dynamic_ints and source.describe() in out.dynamic_ints:
+        from ..carried_loops import opaque_string
+        return opaque_string(out, obj, source)  # NOTE [Strings carried across breaks]
     if type(obj) in _SCALARS:
         out.guard_constant(source, obj)
         return ConstantValue(obj, source)

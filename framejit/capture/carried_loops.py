@@ -1,0 +1,184 @@
+"""For loops carried across graph breaks: the loop's iterator given to a resume function.
+
+NOTE [Loops carried across breaks]: a break inside a for loop's body passes the loop's iterator to the
+resume function (a list iterator, or the list of the remaining items: the "iter" stack slot of
+resume.make_resume_code, iterated by its prologue's GET_ITER). Read like any argument, it is guarded on
+its position and on its list (length, and each item: a tensor item that is also the loop variable adds an
+aliasing guard on `iterated_list(it)[k]`). Those guards differ on every iteration, so a loop whose body
+breaks on every iteration (MoE expert loops: `for e in hit: idx, top = torch.where(mask[e])`) recompiled
+the resume functions once per iteration, until the recompile limit ran the frame eagerly.
+
+Two rules make such a loop compile a bounded number of times:
+1. The iterator argument is a `CarriedIteratorValue`: unread, so unguarded, and rebuilt after a graph by
+   reloading the argument (it has not moved). A resume function that breaks again before the loop's next
+   step (the rest of the body) does not depend on the loop's position at all.
+2. Its first step (FOR_ITER) reads it as usual (`step_value`: the position guarded, the rest of the loop
+   unrolled), which is best for a break taken once (`if i == 0: print(...)`) and for short loops. When a
+   resume function recompiles because such a guard failed and the loop has come back at LOOP_POSITIONS
+   different positions (a long loop that breaks on every step: one entry per step would reach the
+   recompile limit and run the frame eagerly), the hook marks the loop (`loop_marker` among the frame's
+   dynamic ints: FrameHook._mark_carried_values); later traces then break AT the FOR_ITER: the compiled code takes the step in
+   Python (`loop_next`) and calls the resume function of the body with the iterator and the item, or
+   the one after the loop once it is exhausted (graph_break.BreakCodegen._emit_for_iter). The body's
+   resume function takes the item as a plain argument, so every iteration reuses it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .breaks import BreakKind, Unsupported
+from .resume import STACK_PREFIX
+from .sources import CallSource, LocalSource, Ref, Source
+from .values.base import LazyArg, Value
+
+_LIST_ITERATOR = type(iter([]))
+_CARRIED_TYPES = (list, _LIST_ITERATOR)
+_STACK_ARG = re.compile(r"L\['(" + STACK_PREFIX + r"\d+)'\]")
+
+
+class CarriedIteratorValue(Value):
+    """A for loop's iterator passed to a resume function, not read yet: no guard on it (NOTE [Loops carried
+    across breaks]). `obj` is a list iterator, or a list whose iterator the prologue's GET_ITER made."""
+
+    def __init__(self, obj: Any, source: Source) -> None:
+        self.obj = obj
+        self.source = source
+
+    def python_type(self) -> type:
+        return _LIST_ITERATOR
+
+    def describe(self) -> str:
+        return f"CarriedIterator({self.source.describe()})"
+
+
+def position_source(source: Source) -> Source:
+    """The source of a carried loop's position: the one `_wrap_list_iterator` guards (values/builder.py)."""
+    from .codegen import iterator_index
+    return CallSource(Ref(iterator_index, "iterator_index"), source)
+
+
+def loop_marker(source: Source) -> str:
+    """What the frame's dynamic values hold for a loop that breaks at its steps."""
+    return "steps of " + position_source(source).describe()
+
+
+def carried_argument(tx, inst) -> CarriedIteratorValue | None:
+    """The value of LOAD_FAST `inst` when it loads a resume function's loop iterator in its prologue (a
+    stack argument not read yet, iterated by the next instruction), else None."""
+    name = inst.arg
+    if tx.parent is not None or not isinstance(name, str) or not name.startswith(STACK_PREFIX):
+        return None
+    lazy = tx.locals.get(name)
+    if not isinstance(lazy, LazyArg) or type(lazy.obj) not in _CARRIED_TYPES:
+        return None
+    insts = tx.program.insts
+    if tx.pc >= len(insts) or insts[tx.pc].name != "GET_ITER":
+        return None
+    return CarriedIteratorValue(lazy.obj, LocalSource(lazy.name))
+
+
+def step_value(tx, value: CarriedIteratorValue) -> Value:
+    """What FOR_ITER steps: the iterator read and guarded (its position a constant), or, once the loop's
+    position is dynamic for this frame, a break at this FOR_ITER (NOTE [Loops carried across breaks])."""
+    out = tx.output
+    if loop_marker(value.source) in (out.dynamic_ints or ()):
+        e = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "the loop's body broke at another position of the loop "
+                        "before: each step of the loop runs as Python, its body as a resume function")
+        e.loop_step = True
+        raise e
+    from .protocol import iterate
+    from .values.builder import wrap
+    from .values.containers import IteratorValue, iterator_over
+    realized = wrap(out, value.obj, value.source)
+    if isinstance(realized, IteratorValue):
+        return realized
+    return iterator_over(realized, iterate(tx, realized))
+
+
+# a loop is broken at its steps once its resume function has been entered at this many positions: a loop
+# of up to three steps stays unrolled (breaking at its steps would not make fewer graphs)
+LOOP_POSITIONS = 4
+
+
+def dynamic_loops(fn_code, args: tuple, failures, seen: dict) -> set[str]:
+    """The position sources of the carried loops (list or list-iterator stack arguments of a resume
+    function) that the failing guards of a recompile read, once `seen` (source -> positions met so far,
+    updated here) holds LOOP_POSITIONS of them (NOTE [Loops carried across breaks])."""
+    names = fn_code.co_varnames[:fn_code.co_argcount]
+    by_name = dict(zip(names, args))
+    found = set()
+    for failure in failures:
+        for name in _STACK_ARG.findall(str(failure.guard.source)):
+            obj = by_name.get(name)
+            if type(obj) not in _CARRIED_TYPES:
+                continue
+            from .codegen import iterator_index
+            source = loop_marker(LocalSource(name))
+            position = iterator_index(obj) if type(obj) is _LIST_ITERATOR else -len(obj) - 2
+            seen[source] = seen.get(source, frozenset()) | {position}
+            if len(seen[source]) >= LOOP_POSITIONS:
+                found.add(source)
+    return found
+
+
+class OpaqueStringValue(Value):
+    """A str argument of a resume function that changed between calls (NOTE [Strings carried across
+    breaks]): guarded by type only; any use of its value is a graph break, run in Python."""
+
+    def __init__(self, obj: str, source: Source) -> None:
+        self.obj = obj
+        self.source = source
+
+    def python_type(self) -> type:
+        return str
+
+    def describe(self) -> str:
+        return f"str({self.source.describe()})"
+
+
+# NOTE [Strings carried across breaks]: a string made by plain Python at a break and passed to the resume
+# function (`self[f"expert_{i}"]`: the formatted piece, then the name) is guarded by value, so a loop
+# whose body breaks there recompiled the resume function for every name. When a resume function
+# recompiles because such a string argument changed, the hook marks it (its source among the frame's
+# dynamic values, like an int: NOTE [Dynamic ints]); later traces wrap it as an OpaqueStringValue, which
+# only its type pins: building on it (BUILD_STRING), a subscript by it (`self[name]`: a module of the
+# ModuleDict, reached as an argument of the next resume function, guarded by type and by its attributes'
+# sources like any argument) and any other use break, and run in Python.
+def opaque_string(out, obj: str, source: Source) -> OpaqueStringValue:
+    out.guard_type(source, str)
+    return OpaqueStringValue(obj, source)
+
+
+def changed_strings(fn_code, args: tuple, failures) -> set[str]:
+    """The str arguments of a resume function whose value guards failed in a recompile."""
+    names = fn_code.co_varnames[:fn_code.co_argcount]
+    by_name = dict(zip(names, args))
+    found = set()
+    for failure in failures:
+        source = str(failure.guard.source)
+        match = re.fullmatch(r"L\['(\w+)'\]", source)
+        if failure.guard.kind == "CONSTANT_MATCH" and match and type(by_name.get(match.group(1))) is str:
+            found.add(source)
+    return found
+
+
+_DONE = object()
+
+
+def loop_iterator(obj: Any) -> Any:
+    """The iterator a carried loop argument stands for (a list's own iterator at its start)."""
+    return obj if type(obj) is _LIST_ITERATOR else iter(obj)
+
+
+def loop_next(iterator: Any) -> Any:
+    """One FOR_ITER step taken in Python: the next item, or a marker once the iterator is exhausted."""
+    return next(iterator, _DONE)
+
+
+def loop_done(item: Any) -> bool:
+    return item is _DONE
+
+
+__all__ = ["CarriedIteratorValue", "OpaqueStringValue", "carried_argument", "changed_strings", "dynamic_loops", "loop_done", "loop_iterator", "loop_next",
+           "opaque_string", "loop_marker", "position_source", "step_value"]

@@ -1,0 +1,147 @@
+"""Loops whose body breaks on every iteration (NOTE [Loops carried across breaks], [Strings carried across
+breaks] in capture/carried_loops.py, NOTE [Dynamic layouts] in capture/shapes.py): the resume functions of
+such a loop must not recompile once per iteration (which ended, at the recompile limit, in a frame run
+wholly eagerly). Differential: eager and compiled on fresh inputs over several calls, printed output
+compared, no frame run eagerly by framejit."""
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+import torch
+import torch.nn as nn
+
+import framejit
+from framejit.capture import carried_loops
+from tests.helpers import CountingBackend
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    framejit.reset()
+    yield
+    framejit.reset()
+
+
+def _eager_frames() -> int:
+    """Frames run wholly eagerly so far in this process (a cumulative stat: tests compare before and after)."""
+    return int(framejit.stats()["eager_frames"])
+
+
+def _run(fn, compiled, make_args, calls):
+    for seed in range(calls):
+        args = make_args(seed)
+        expected_out, got_out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(expected_out):
+            expected = fn(*args)
+        with contextlib.redirect_stdout(got_out):
+            got = compiled(*make_args(seed))
+        torch.testing.assert_close(got, expected)
+        assert got_out.getvalue() == expected_out.getvalue()
+
+
+def rows_with_print(x, rows):
+    for r in rows:
+        x = x * 2 + r
+        print("step", r.shape[0])
+    return x.sum()
+
+
+def _rows_args(seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(4, generator=g), torch.randn(12, 4, generator=g)
+
+
+def test_long_loop_over_tensor_rows_breaking_every_step():
+    backend = CountingBackend()
+    compiled = framejit.compile(rows_with_print, backend=backend)
+    before = _eager_frames()
+    _run(rows_with_print, compiled, _rows_args, calls=3)
+    assert _eager_frames() == before
+    assert backend.graph_count <= 10  # 12 steps a call: one entry per step would pass the recompile limit
+
+
+def test_long_loop_without_step_breaks_hits_the_limit(monkeypatch):
+    """The same program with the loop never broken at its steps: what the rule above prevents."""
+    monkeypatch.setattr(carried_loops, "LOOP_POSITIONS", 10 ** 6)
+    compiled = framejit.compile(rows_with_print, backend=CountingBackend())
+    before = _eager_frames()
+    _run(rows_with_print, compiled, _rows_args, calls=2)
+    assert _eager_frames() > before
+
+
+class Dense(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wi, self.wo = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.wo(torch.relu(self.wi(x)))
+
+
+class Experts(nn.ModuleDict):
+    """transformers' SwitchTransformersExperts loop: nonzero(), torch.where and an f-string module name
+    per expert hit (three breaks in each iteration)."""
+
+    def __init__(self, n=4):
+        super().__init__()
+        for idx in range(n):
+            self[f"expert_{idx}"] = Dense()
+
+    def forward(self, hidden_states, selected_experts, routing_weights):
+        final_hidden_states = torch.zeros_like(hidden_states)
+        expert_mask = selected_experts.permute(2, 1, 0)
+        expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in expert_hit:
+            idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0))
+            current_state = hidden_states[None, top_x].reshape(-1, hidden_states.shape[-1])
+            current = self[f"expert_{expert_idx[0]}"](current_state) * routing_weights[top_x, idx, None]
+            final_hidden_states.index_add_(0, top_x, current.to(hidden_states.dtype))
+        return final_hidden_states
+
+
+def _routing(seed, n=4, tokens=10):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(tokens, 8, generator=g)
+    chosen = torch.randint(0, n, (tokens,), generator=g)
+    return hidden, nn.functional.one_hot(chosen, n).view(tokens, 1, n), torch.rand(tokens, 1, generator=g)
+
+
+def test_moe_expert_loop_runs_no_frame_eagerly():
+    torch.manual_seed(0)
+    model = Experts().eval()
+    compiled = framejit.compile(model, backend=CountingBackend())
+    before = _eager_frames()
+    with torch.no_grad():
+        _run(model, compiled, _routing, calls=6)
+    assert _eager_frames() == before
+
+
+class NamedLayers(nn.ModuleDict):
+    """A module picked by a name built from tensor data on each step (the name reaches the resume function
+    as a string that changes every iteration)."""
+
+    def __init__(self, n=6):
+        super().__init__({f"layer_{i}": nn.Linear(4, 4) for i in range(n)})
+
+    def forward(self, x, order):
+        for k in order:
+            x = torch.tanh(self[f"layer_{k}"](x))  # formatting a 0-d tensor: a break, then a str
+        return x
+
+
+def test_module_names_from_tensor_data_become_opaque():
+    torch.manual_seed(0)
+    model = NamedLayers()
+    backend = CountingBackend()
+    compiled = framejit.compile(model, backend=backend)
+
+    def args(seed):
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(2, 4, generator=g), torch.randperm(6, generator=g)
+
+    before = _eager_frames()
+    with torch.no_grad():
+        _run(model, compiled, args, calls=4)
+    assert _eager_frames() == before
