@@ -148,6 +148,14 @@ def _normalize(code: types.CodeType) -> Program:
     return Program(code, insts)
 
 
+def has_handlers(code: types.CodeType) -> bool:
+    """`code` has exception handlers of its own (try, with): on 3.12+ every generator's body is covered by
+    one implicit handler (CALL_INTRINSIC_1 STOPITERATION_ERROR: a StopIteration escaping the body becomes
+    a RuntimeError), which is not one of them."""
+    insts = normalize(code).insts
+    return any(inst.handler is not None and insts[inst.handler].name != "STOPITERATION_ERROR" for inst in insts)
+
+
 def _group(items: list, position: int) -> tuple[int, list[Instr]]:
     """How many raw items from `position` form one canonical instruction, and those of them (all but the
     last) merged into the last one's canonical form. Glue (3.11's PRECALL, a TO_BOOL before a truth test,
