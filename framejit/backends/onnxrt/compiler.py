@@ -57,7 +57,9 @@ _MAX_ATTEMPTS = 8
 # 14: batch norm in train mode decomposed (NOTE [Batch norm in train mode on ORT]; programs of 13 and
 #     before computed it wrongly).
 # 15: gelu as ORT's contrib Gelu/FastGelu (NOTE [Fused ops in the lowering]).
-REVISION = 15
+# 16: ops reading float16 run in torch (ORT's CPU provider skipped float16 rounding); as_strided over
+#     anything but a dense buffer runs in torch (NOTE [Storage read by as_strided]).
+REVISION = 16
 
 
 @dataclasses.dataclass
