@@ -56,7 +56,7 @@ def test_block_one_session_for_every_batch_and_sequence():
     assert _sizes_seen(compiled) == (1, 0)
     assert compiled.session_count() == sessions
     (row,) = compiled.summary()
-    assert row["symbolic"] and "inputs[0].shape[2] == 12" in row["bind"]
+    assert row["symbolic"] and "shape0 = inputs[0].shape" in row["bind"] and "shape0[2] == 12" in row["bind"]
 
 
 def test_symbolic_int_input_is_a_scalar_input():
@@ -251,3 +251,16 @@ def test_symbolic_program_freezes_weights_passed_as_inputs(monkeypatch):
         x = torch.randn(5, 3, D)
         torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
     framejit.reset()
+
+
+def test_size_check_compares_whole_static_shapes():
+    """NOTE [Size checks per call]: weights (all sizes static) are checked with one shape comparison each,
+    and the check still rejects a weight of another shape."""
+    model = Block().eval()
+    gm = symbolic_graph(lambda x, w: F.linear(x, w), [torch.randn(3, 5, D), model.out.weight], static={0: [2], 1: [0, 1]})
+    compiled = onnxrt(gm, [torch.randn(3, 5, D), model.out.weight])
+    (row,) = compiled.summary()
+    assert f"inputs[1].shape == ({D}, {D})" in row["bind"]
+    (bind, _), = compiled.dynamic_programs[next(iter(compiled.dynamic_programs))]
+    assert bind([torch.randn(4, 6, D), torch.randn(D, D)]) == (4, 6)
+    assert bind([torch.randn(4, 6, D), torch.randn(D, D + 1)]) is None
