@@ -8,6 +8,8 @@ kernel table entries (`runtime.KERNELS`, for offline compilation), the counts sh
 the graph's constants: by attribute path in `gm` when they are `gm`'s own tensors (weights are never
 copied), by value (`torch.save`) when tracing created them. Triton's own cache keeps compiled
 binaries across processes; what this module saves spares lowering, scheduling and code generation.
+A size-generic `DynamicGraph` (dynamic.py) is saved the same way plus its size check and layout (NOTE
+[Persisted size-generic modules]).
 
 `load` writes the source to a kernel file and imports it (runtime.load_module). Like the backend
 itself, it returns an `EagerGraph` (logged) when the kernels cannot run here: CPU tensors without
