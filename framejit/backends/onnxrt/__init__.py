@@ -34,8 +34,11 @@ of empty tensors run in torch; returned views of inputs or outputs are made in t
 in eager (partition.py, NOTE [Returned views stay views]). Bad `options` raise (`check_options` runs
 at `framejit.compile`).
 
-Limits: inference only (graphs needing autograd run with the eager backend, logged); bfloat16 and
-complex ops run in eager torch; ops with
+Training: a graph that needs gradients runs through its joint (backends/joint.py): a forward and a
+backward graph, each compiled as above into its own ORT program (training.py: the halves AOT autograd
+calls; NOTE [Direct calls of training halves]), glued by one autograd.Function.
+
+Limits: bfloat16 and complex ops run in eager torch; ops with
 data-dependent output shapes (nonzero) are traced with unbacked sizes, and where that tracing fails the
 whole graph runs eagerly (logged).
 """
