@@ -192,7 +192,14 @@ class Hooks:
         """The resume function for (code, index, stack layout, live locals): a FrameHook, or with
         `hooked=False` the plain function, whose `successors` trampoline into hooked resume functions
         (NOTE [Breaks inside try blocks])."""
-        key = ("resume" if hooked else "tail", code, index, layout, names)
+        # NOTE [Resume functions of closures]: a resume function is made with the closure of the function
+        # whose frame broke, so it reads that function's free variables. Two function objects of one code
+        # (a decorator's wrapper made anew per call, each hooked on its own: NOTE [Closures called at
+        # breaks]) have different cells, so the cells are part of the key (by identity; the function
+        # made here keeps them alive): keyed by code alone, the second object's break resumed in the
+        # first object's closure, read its stale variables and replayed side effects on its objects.
+        cells = tuple(id(cell) for cell in fn.__closure__ or ())
+        key = ("resume" if hooked else "tail", code, index, layout, names, cells)
         if key not in self.by_key:
             resume_code = make_resume_code(code, index, layout, names, successors)
             resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
