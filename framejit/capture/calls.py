@@ -50,7 +50,7 @@ _PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.d
 
 def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .context import CloneValue, CtxValue, ExitValue, exit_
-    from .generator_ctx import GenMethodValue, call_gen_method
+    from .generator_ctx import GenCtxValue, GenMethodValue, call_gen_method, decorate_with_generator_cm
     from .abc_methods import abc_method_handler
     from .autograd_function import call_apply, is_function_apply
     from .cached_calls import call_cached, is_cached_function
@@ -108,6 +108,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return exit_(tx, fn)
     if isinstance(fn, GenMethodValue):  # NOTE [Generator context managers]
         return call_gen_method(tx, fn, args, kwargs)
+    if isinstance(fn, GenCtxValue):  # `@cm(...)` over a function (NOTE [Context managers as decorators])
+        return decorate_with_generator_cm(tx, fn, args, kwargs)
     if isinstance(fn, CloneValue):
         return fn.ctx.clone()
     if isinstance(fn, CtxValue) and fn.kind in ("grad", "saved_hooks"):  # NOTE [Context managers as decorators]

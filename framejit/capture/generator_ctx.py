@@ -34,7 +34,10 @@ NOTE [Context managers as decorators]: `torch.no_grad()(f)`, `@torch.enable_grad
 and `@torch.set_grad_enabled(b)` inside the region give a partial of `call_in_ctx`, which runs `f` in a
 clone of the manager, as torch's `context_decorator` does; `set_grad_enabled` first restores the mode its
 construction changed, as its `__call__` does. A generator function is not wrapped here (torch wraps it
-differently): that is a graph break.
+differently): that is a graph break. A `@contextmanager` manager made here and called on a function
+(`@cm(args)` over a nested def) gives a partial of `call_in_generator_cm`, which makes a fresh manager from
+the same func/args/kwds around each call, as contextlib's `ContextDecorator.__call__` does with
+`_recreate_cm()` (the manager that decorated is never entered itself).
 """
 from __future__ import annotations
 
@@ -50,6 +53,22 @@ def call_in_ctx(ctx, fn, /, *args, **kwargs):
     """What a torch context manager used as a decorator runs (NOTE [Context managers as decorators])."""
     with ctx.clone():
         return fn(*args, **kwargs)
+
+
+def call_in_generator_cm(func, args, kwds, fn, /, *call_args, **call_kwargs):
+    """What a `@contextmanager` manager used as a decorator runs (NOTE [Context managers as decorators])."""
+    with contextlib._GeneratorContextManager(func, args, kwds):
+        return fn(*call_args, **call_kwargs)
+
+
+def decorate_with_generator_cm(tx, ctx: "GenCtxValue", args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`cm(fn)` for a generator context manager value `cm` made here."""
+    from .values import DictValue
+    fn = args[0] if len(args) == 1 and not kwargs else None
+    if not isinstance(fn, UserFunctionValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {ctx.describe()}")
+    return PartialValue(UserFunctionValue(call_in_generator_cm),
+                        [ctx.func, TupleValue(list(ctx.args)), DictValue(dict(ctx.kwargs)), fn], {})
 
 
 def decorate_with_ctx(tx, ctx: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -226,6 +245,6 @@ def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectVal
 TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
 
 
-__all__ = ["adopt_outside_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
+__all__ = ["adopt_outside_generator_cm", "call_in_generator_cm", "decorate_with_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
            "decorate_with_ctx", "gen_attr", "generator_cm",
            "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

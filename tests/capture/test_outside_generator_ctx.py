@@ -144,3 +144,49 @@ def test_graph_break_inside_the_block_keeps_order_of_effects():
         return (x, cm, log), cm
 
     _compare(fn, make_call, seeds=(0, 1))
+
+
+# ---- a @contextmanager manager made in the frame, used as a decorator (ContextDecorator) ----------
+
+
+def test_manager_as_decorator_wraps_each_call_in_a_fresh_manager():
+    def fn(x, log):
+        cm = logged(x, log)
+
+        @cm
+        def g(v):
+            log.append("call")
+            return v * 2
+
+        a = g(x)
+        b = g(a)
+        with cm as z:  # the manager that decorated was never entered itself
+            c = b + z
+        return c
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    for seed in range(2):
+        x = torch.randn(3)
+        eager_log, compiled_log = [], []
+        assert_same(compiled(x, compiled_log), fn(x, eager_log))
+        assert compiled_log == eager_log == ["enter", "call", "exit", "enter", "call", "exit", "enter", "exit"]
+    assert backend.graph_count == 1
+
+
+def test_decorated_function_with_a_graph_break_inside():
+    def fn(x, log):
+        @logged(x, log, scale=2.0)
+        def g(v):
+            log.append("call")
+            torch._dynamo.graph_break()
+            return v + 1
+
+        return g(x).relu()
+
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    for seed in range(2):
+        x = torch.randn(4)
+        eager_log, compiled_log = [], []
+        assert_same(compiled(x, compiled_log), fn(x, eager_log))
+        assert compiled_log == eager_log
