@@ -325,3 +325,31 @@ def test_float16_rounding_as_eager_on_onnxrt(kind):
         x = torch.randn(n) * 3
         actual, expected = compiled(x), fn(x)
         assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+
+
+# ---- combinators live across a graph break whose callee changes what they read -------------------------
+
+_ACROSS_BREAK = {
+    "zip_in_loop": "out = x\n    for a, b in zip(L, L):\n        out = out + a * b\n        if len(L) < 6:\n"
+                   "            poke()\n    return out",
+    "map_reads_attribute": "m = map(lambda v: v * o.k, L)\n    poke()\n    return x + sum(m)",
+    "enumerate_with_print": "out = x\n    for i, v in enumerate(L):\n        print(i)\n        out = out * v\n"
+                            "    return out",
+}
+
+
+def _across_break_world(kind):
+    def make():
+        o = types.SimpleNamespace(k=2.0)
+        lst = [1.0, 2.0, 3.0]
+        g = {"torch": torch, "o": o, "L": lst, "framejit": framejit}
+        exec("@framejit.disable\ndef poke():\n    o.k = o.k + 10\n    L.append(5.0)\n"
+             f"def f(x):\n    {_ACROSS_BREAK[kind]}\n", g)
+        return g["f"], lambda i: None, (o, lst)
+    return make
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", sorted(_ACROSS_BREAK))
+def test_combinators_across_graph_breaks(kind, backend, capsys):
+    _run(_across_break_world(kind), backend, state=lambda w: (w[0].k, list(w[1])))
