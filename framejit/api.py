@@ -29,15 +29,10 @@ from typing import Any, Callable
 
 import torch
 
-from . import config, versions
+from . import capture, config, versions
 from .backends import registry
-from .capture.backend_call import BackendCompilerFailed
-from .capture.breaks import FramejitError, GraphBreak, Unsupported
-from .capture.convert import STATS, CompileRequest
-from .capture.hook import FrameHook, module_call, reset_all
-from .capture.breaks import DISABLED
-
-_UNSET = object()
+from .capture import (BackendCompilerFailed, CompileRequest, FrameHook, FramejitError, GraphBreak, Unsupported,
+                      module_call)
 
 
 def compile(model: Callable | None = None, *, backend: str | Callable = "eager", fullgraph: bool = False,
@@ -190,15 +185,13 @@ def disable(fn: Callable | None = None, recursive: bool = True):
     code = getattr(target, "__code__", None)
     if code is None:
         raise TypeError(f"framejit.disable(fn): expected a Python function or method, got {type(fn).__name__}")
-    DISABLED.add(code)
-    from .capture.hook import forget_disabled
-    forget_disabled(code)  # NOTE [Disable after compiling]
+    capture.disable_code(code)  # NOTE [Disable after compiling] in capture/hook.py
     return fn
 
 
 def reset() -> None:
     """Forget everything compiled in this process (compiled wrappers recompile on their next call)."""
-    reset_all()
+    capture.reset()
 
 
 def stats() -> dict[str, Any]:
@@ -206,10 +199,7 @@ def stats() -> dict[str, Any]:
     compiles, compile time; `frames` lists each compiled or loaded entry (function, location, backend,
     graphs, compile_time_s, cache "hit"/"miss"); `eager_frames` counts the frames framejit decided to run
     wholly eagerly and `eager_frame_reasons` lists them ({function, location, reason}; NOTE [Eager frames])."""
-    from .capture import eager_frames
-    from .capture.hook import FRAMES
-    return {**STATS, "frames": [dict(f) for f in FRAMES], "eager_frames": eager_frames.count(),
-            "eager_frame_reasons": eager_frames.snapshot()}
+    return capture.stats()
 
 
 @dataclasses.dataclass
@@ -243,12 +233,11 @@ def explain(fn: Callable, *, backend: str | Callable = "eager"):
 
     def run(*args, **kwargs) -> ExplainOutput:
         request = _make_request(backend, False, None, None, None)
-        from .capture import eager_frames
         compiled = _compile_one(fn, request)
-        before = eager_frames.count()
+        before = capture.eager_frame_count()
         compiled(*args, **kwargs)
         report = _report([_find_hook(compiled), *request.hooks.all()])  # the frame, its callees and resumes
-        report.eager_frames = eager_frames.snapshot()[before:]
+        report.eager_frames = capture.eager_frames_since(before)
         return report
 
     return run
@@ -312,10 +301,9 @@ def mark_dynamic(tensor: torch.Tensor, dim: int | list | tuple, *, min: int | No
     attributes torch's own `torch._dynamo.mark_dynamic` sets, so torch.compile honours it too."""
     _mark(tensor, dim, "_dynamo_dynamic_indices")
     if min is not None or max is not None:
-        from .capture.shapes import DimRange
         ranges = set(getattr(tensor, "_dynamo_dynamic_range", ()) or ())
         for d in ([dim] if isinstance(dim, int) else dim):
-            ranges.add(DimRange(d, min, max))
+            ranges.add(capture.DimRange(d, min, max))
         tensor._dynamo_dynamic_range = ranges
 
 
@@ -340,4 +328,4 @@ def _mark(tensor: torch.Tensor, dim, attr: str) -> None:
 
 
 __all__ = ["BackendCompilerFailed", "FramejitError", "Unsupported", "compile", "disable", "explain", "mark_dynamic", "reset", "stats",
-           "config", "_UNSET", "mark_static", "maybe_mark_dynamic"]
+           "config", "mark_static", "maybe_mark_dynamic"]

@@ -348,7 +348,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     # frontend decides how a script's compiled functions are collected into the report.
     if target.fn is None:  # a script: run it, then report every function it compiled
         from framejit.api import explain_compiled
-        from framejit.capture.hook import keep_hooks
+        from framejit.capture import keep_hooks
 
         def run_script() -> None:
             with _process_state([target.description, *argv], os.getcwd()):

@@ -7,7 +7,6 @@ builtins and container methods are modelled in builtins.py; classes construct na
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import functools
 import types
@@ -396,10 +395,6 @@ def _namedtuple_defaults(tx, cls: type) -> dict:
     if not values:
         return {}
     return dict(zip(cls._fields[len(cls._fields) - len(values):], values))
-
-
-def is_dataclass_type(cls: type) -> bool:
-    return dataclasses.is_dataclass(cls) and isinstance(cls, type)
 
 
 __all__ = ["call_value", "call_builtin", "call_class", "call_module", "call_tensor_method"]

@@ -9,24 +9,23 @@ user's real exception. Only `fullgraph=True` lets `Unsupported` reach the caller
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import logging
 import time
 import traceback
 import types
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
 from .. import config, logs
 from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
-from .breaks import DISABLED, BreakKind, GraphBreak, Unsupported, UserException
-from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, graph_call_span, make_function
+from .breaks import BreakKind, GraphBreak, Unsupported, UserException
+from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from . import frame_cache, persisted_code
 from .higher_order import checkpoint_regions
-from .resume import make_resume_code
+from .requests import STATS, CompileRequest, Entry, rerun_state
 from .values import Value
 
 # NOTE [Warm path imports]: the translator, its handlers and the graph builder are imported by the
@@ -37,183 +36,6 @@ from .values import Value
 def _tracing():
     from . import graph, graph_break, normalize, translator
     return graph, graph_break, normalize, translator
-
-STATS: dict[str, float] = {"frames_traced": 0, "frames_compiled": 0, "graphs": 0, "backend_compiles": 0,
-                           "eager_entries": 0, "frames_loaded": 0, "compile_time_s": 0.0}
-
-
-@dataclasses.dataclass
-class Entry:
-    guard: GuardFunction
-    fn: Callable
-    graphs: list[torch.fx.GraphModule]
-    graph_break: GraphBreak | None = None
-    user_error: BaseException | None = None
-    backend_outputs: list[str] = dataclasses.field(default_factory=list)  # what the backend made, as text
-    persisted: Any = None  # frame_cache.Persisted when the entry can be saved for other processes
-    rerun: "RerunState | None" = None  # set when a failing graph call may rerun the frame eagerly
-
-    @property
-    def check(self) -> Callable:
-        return self.guard.check
-
-
-# NOTE [Graph failures rerun eagerly]: a graph can raise at run time where fake tensors could not tell
-# (an index out of range, a singular matrix, out of memory). The graph call is the first thing a
-# transformed function does, and a graph that mutates no input and draws no random numbers has no
-# effect but the global state it switches (grad mode, autocast), which is put back to the state the
-# guards pinned at entry. So the hook reruns the original function eagerly: the exception is raised by
-# the user's own code, where the user's try/except (and with-blocks) see it exactly as in eager.
-@dataclasses.dataclass
-class RerunState:
-    grad_enabled: bool  # at entry (guarded)
-    autocast: tuple  # ((device_type, enabled, dtype), ...) at entry (guarded)
-    restores: tuple = ()  # further (function, args) calls that put state back (state_blocks.restores_for)
-
-    def raised_in_graph(self, exc: BaseException, code: types.CodeType) -> bool:
-        """`exc` was raised by the graph call of `code` (the transformed function)."""
-        start, end = graph_call_span(code)  # NOTE [Graph call span]
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_frame.f_code is not code:
-            tb = tb.tb_next
-        return tb is not None and start <= tb.tb_lasti < end
-
-    def restore(self) -> None:
-        torch._C._set_grad_enabled(self.grad_enabled)
-        for device_type, enabled, dtype in self.autocast:
-            torch.set_autocast_enabled(device_type, enabled)
-            torch.set_autocast_dtype(device_type, dtype)
-        for fn, args in self.restores:
-            fn(*args)
-
-
-_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "poisson", "uniform", "exponential",
-                 "geometric", "cauchy", "log_normal", "shuffle", "perm")
-
-
-def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool) -> RerunState | None:
-    """The state to restore before rerunning a frame whose graph failed, or None when a rerun would not
-    be exact (NOTE [Graph failures rerun eagerly])."""
-    if gm is None or mutates_inputs:
-        return None
-    for node in gm.graph.nodes:
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if node.op in ("call_function", "call_method") and any(w in name.lower() for w in _RANDOM_WORDS):
-            return None  # a rerun would draw other random numbers than eager draws
-        if node.target is torch.autograd.grad_mode._enter_inference_mode:
-            return None  # an aborted inference-mode block cannot be exited from outside
-    autocast = ()
-    if any(node.target is torch.amp.autocast_mode._enter_autocast for node in gm.graph.nodes):
-        autocast = tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
-    from .state_blocks import restores_for
-    return RerunState(torch.is_grad_enabled(), autocast, restores=restores_for(gm))
-
-
-def mutates_in_place(gm: torch.fx.GraphModule) -> bool:
-    """Some node of `gm` may write into a tensor, judged by name (for graphs whose inputs' mutations
-    were not recorded: those loaded from the frame cache)."""
-    for node in gm.graph.nodes:
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or \
-                (name.startswith("__i") and name.endswith("__")) or "out" in node.kwargs:
-            return True
-    return False
-
-
-@dataclasses.dataclass
-class CompileRequest:
-    backend: Callable
-    options: dict | None
-    fullgraph: bool
-    hooks: "Hooks" = dataclasses.field(default=None, repr=False)
-    version_key: str = ""  # the backend's cache version key
-    artifacts: tuple | None = None  # the backend's (save, load) for the frame cache; None: not persistable
-    dynamic: bool | None = None  # compile(dynamic=...) (NOTE [Symbolic shapes] in shapes.py)
-
-    def __post_init__(self) -> None:
-        if self.hooks is None:
-            self.hooks = Hooks(self)
-
-
-class Hooks:
-    """The FrameHooks a compiled function creates at graph breaks (callees and resume functions), one per
-    target, shared by all entries of the request so that recompiles reuse them."""
-
-    def __init__(self, request: CompileRequest) -> None:
-        self.request = request
-        self.by_key: dict[Any, Any] = {}
-        self.objects_per_code: dict[types.CodeType, int] = {}  # NOTE [Closures called at breaks]
-
-    def _hook(self, key: Any, fn: types.FunctionType):
-        hook = self.by_key.get(key)
-        if hook is None:
-            from .hook import FrameHook
-            hook = self.by_key[key] = FrameHook(fn, self.request)
-        return hook
-
-    def function(self, fn: types.FunctionType):
-        if fn.__code__ in DISABLED or getattr(fn, "_torchdynamo_disable", False):
-            return fn  # framejit.disable (or torch.compiler.disable): called as plain Python, never hooked
-        return self._hook(("function", fn), fn)
-
-    def module_call(self):
-        from .hook import module_call
-        return self._hook(("function", module_call), module_call)
-
-    # NOTE [Closures called at breaks]: a callee at a break that is a closure from outside guarded by its
-    # code (NOTE [Closures guarded by code]: typically a decorator's wrapper, `deprecate_kwarg` around a
-    # model's forward) may be another function object on a later call, so no hook can be fixed in the
-    # residual code. It calls `call_through_hook(target, ...)` instead, which finds the hook of the function
-    # object it is given (one per object, at most OBJECTS_PER_CODE per code object; past that the object
-    # runs as plain Python and the `recompiles` log says so), so the callee is still captured.
-    OBJECTS_PER_CODE = 8
-
-    def for_object(self, fn: types.FunctionType):
-        if ("function", fn) in self.by_key:
-            return self.by_key[("function", fn)]
-        counts = self.objects_per_code
-        if counts.get(fn.__code__, 0) >= self.OBJECTS_PER_CODE:
-            logs.log("recompiles", "%s: more than %d function objects of this code were called at breaks; "
-                     "this one runs as plain Python", fn.__code__.co_qualname, self.OBJECTS_PER_CODE)
-            return fn
-        counts[fn.__code__] = counts.get(fn.__code__, 0) + 1
-        return self.function(fn)
-
-    def call_through_hook(self, target, *args, **kwargs):
-        """`target(*args, **kwargs)` for a function or bound method, through the hook of its function."""
-        if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
-            return self.for_object(target.__func__)(target.__self__, *args, **kwargs)
-        if isinstance(target, types.FunctionType):
-            return self.for_object(target)(*args, **kwargs)
-        return target(*args, **kwargs)
-
-    def resume(self, code: types.CodeType, index: int, layout: tuple[str, ...], names: tuple[str, ...], fn,
-               hooked: bool = True, successors: tuple = ()):
-        """The resume function for (code, index, stack layout, live locals): a FrameHook, or with
-        `hooked=False` the plain function, whose `successors` trampoline into hooked resume functions
-        (NOTE [Breaks inside try blocks])."""
-        # NOTE [Resume functions of closures]: a resume function is made with the closure of the function
-        # whose frame broke, so it reads that function's free variables. Two function objects of one code
-        # (a decorator's wrapper made anew per call, each hooked on its own: NOTE [Closures called at
-        # breaks]) have different cells, so the cells are part of the key (by identity; the function
-        # made here keeps them alive): keyed by code alone, the second object's break resumed in the
-        # first object's closure, read its stale variables and replayed side effects on its objects.
-        cells = tuple(id(cell) for cell in fn.__closure__ or ())
-        key = ("resume" if hooked else "tail", code, index, layout, names, cells)
-        if key not in self.by_key:
-            resume_code = make_resume_code(code, index, layout, names, successors)
-            resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
-            if hooked:
-                self._hook(key, resume_fn)
-            else:
-                self.by_key[key] = resume_fn
-        return self.by_key[key]
-
-    def all(self) -> list:
-        from .hook import FrameHook
-        return [h for h in self.by_key.values() if isinstance(h, FrameHook)]
-
-
 
 def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: CompileRequest,
                   dynamic_floats: frozenset = frozenset(), dynamic_dims: dict | None = None,
@@ -451,7 +273,7 @@ def _in_try_block(fn: types.FunctionType, exc: UserException) -> bool:
 class _BoundHooks:
     """Hooks as BreakCodegen needs them: resume functions bound to the frame's globals and closure."""
 
-    def __init__(self, hooks: Hooks, fn: types.FunctionType) -> None:
+    def __init__(self, hooks, fn: types.FunctionType) -> None:  # hook.Hooks
         self.hooks = hooks
         self.fn = fn
 
@@ -517,4 +339,4 @@ def _log_bytecode(fn: types.FunctionType, transformed: types.FunctionType) -> No
                  disassemble(fn.__code__), disassemble(transformed.__code__))
 
 
-__all__ = ["CompileRequest", "Entry", "RerunState", "STATS", "convert_frame", "mutates_in_place", "rerun_state"]
+__all__ = ["convert_frame", "describe_backend_output"]

@@ -432,7 +432,7 @@ def _example_inputs(guard, sources, namespace, args, kwargs) -> list:
 # ---- the store ---------------------------------------------------------------------------------------
 def store_key(fn: types.FunctionType, args: tuple, request) -> str | None:
     from ..cache import cache_key
-    from .hook import module_call
+    from .module_frame import module_call
 
     if request.artifacts is None:
         return None

@@ -38,7 +38,10 @@ from .. import config, logs
 from . import frame_cache
 from .breaks import DISABLED
 from .codegen import frame_signature
-from .convert import STATS, CompileRequest, Entry, convert_frame, mutates_in_place, rerun_state
+from .convert import convert_frame
+from .module_frame import module_call
+from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
+from .resume import make_resume_code
 from .resume import _ORIGIN
 from .shapes import LAYOUT
 
@@ -51,6 +54,8 @@ class FrameHook:
     def __init__(self, fn: types.FunctionType, request: CompileRequest) -> None:
         self.fn = fn
         self.request = request
+        if request.hooks is None:
+            request.hooks = Hooks(request)
         self.entries: list[Entry] = []
         self.limit_logged = False
         self.loaded_owners: set = set()  # owners whose persisted entries were looked up (frame cache)
@@ -333,9 +338,80 @@ class FrameHook:
         logs.getLogger("recompiles").warning("%s", message) if not logs.enabled("recompiles") else None
 
 
-def module_call(module, /, *args, **kwargs):
-    """The frame compiled for `compiled_module(...)` (and for module calls after a graph break)."""
-    return module(*args, **kwargs)
+class Hooks:
+    """The FrameHooks a compiled function creates at graph breaks (callees and resume functions), one per
+    target, shared by all entries of the request so that recompiles reuse them."""
+
+    def __init__(self, request: CompileRequest) -> None:
+        self.request = request
+        self.by_key: dict[Any, Any] = {}
+        self.objects_per_code: dict[types.CodeType, int] = {}  # NOTE [Closures called at breaks]
+
+    def _hook(self, key: Any, fn: types.FunctionType):
+        hook = self.by_key.get(key)
+        if hook is None:
+            hook = self.by_key[key] = FrameHook(fn, self.request)
+        return hook
+
+    def function(self, fn: types.FunctionType):
+        if fn.__code__ in DISABLED or getattr(fn, "_torchdynamo_disable", False):
+            return fn  # framejit.disable (or torch.compiler.disable): called as plain Python, never hooked
+        return self._hook(("function", fn), fn)
+
+    def module_call(self):
+        return self._hook(("function", module_call), module_call)
+
+    # NOTE [Closures called at breaks]: a callee at a break that is a closure from outside guarded by its
+    # code (NOTE [Closures guarded by code]: typically a decorator's wrapper, `deprecate_kwarg` around a
+    # model's forward) may be another function object on a later call, so no hook can be fixed in the
+    # residual code. It calls `call_through_hook(target, ...)` instead, which finds the hook of the function
+    # object it is given (one per object, at most OBJECTS_PER_CODE per code object; past that the object
+    # runs as plain Python and the `recompiles` log says so), so the callee is still captured.
+    OBJECTS_PER_CODE = 8
+
+    def for_object(self, fn: types.FunctionType):
+        if ("function", fn) in self.by_key:
+            return self.by_key[("function", fn)]
+        counts = self.objects_per_code
+        if counts.get(fn.__code__, 0) >= self.OBJECTS_PER_CODE:
+            logs.log("recompiles", "%s: more than %d function objects of this code were called at breaks; "
+                     "this one runs as plain Python", fn.__code__.co_qualname, self.OBJECTS_PER_CODE)
+            return fn
+        counts[fn.__code__] = counts.get(fn.__code__, 0) + 1
+        return self.function(fn)
+
+    def call_through_hook(self, target, *args, **kwargs):
+        """`target(*args, **kwargs)` for a function or bound method, through the hook of its function."""
+        if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
+            return self.for_object(target.__func__)(target.__self__, *args, **kwargs)
+        if isinstance(target, types.FunctionType):
+            return self.for_object(target)(*args, **kwargs)
+        return target(*args, **kwargs)
+
+    def resume(self, code: types.CodeType, index: int, layout: tuple[str, ...], names: tuple[str, ...], fn,
+               hooked: bool = True, successors: tuple = ()):
+        """The resume function for (code, index, stack layout, live locals): a FrameHook, or with
+        `hooked=False` the plain function, whose `successors` trampoline into hooked resume functions
+        (NOTE [Breaks inside try blocks])."""
+        # NOTE [Resume functions of closures]: a resume function is made with the closure of the function
+        # whose frame broke, so it reads that function's free variables. Two function objects of one code
+        # (a decorator's wrapper made anew per call, each hooked on its own: NOTE [Closures called at
+        # breaks]) have different cells, so the cells are part of the key (by identity; the function
+        # made here keeps them alive): keyed by code alone, the second object's break resumed in the
+        # first object's closure, read its stale variables and replayed side effects on its objects.
+        cells = tuple(id(cell) for cell in fn.__closure__ or ())
+        key = ("resume" if hooked else "tail", code, index, layout, names, cells)
+        if key not in self.by_key:
+            resume_code = make_resume_code(code, index, layout, names, successors)
+            resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
+            if hooked:
+                self._hook(key, resume_fn)
+            else:
+                self.by_key[key] = resume_fn
+        return self.by_key[key]
+
+    def all(self) -> list:
+        return [h for h in self.by_key.values() if isinstance(h, FrameHook)]
 
 
 # NOTE [No GC while restoring]: restoring entries (and tracing) allocates thousands of small objects; in a
@@ -380,10 +456,6 @@ def _binds(fn: types.FunctionType, args: tuple, kwargs: dict) -> bool:
         return False
 
 
-def all_hooks() -> list[FrameHook]:
-    return list(_ALL_HOOKS)
-
-
 _KEEP: list[list] = []
 
 
@@ -406,7 +478,7 @@ def keep_hooks():
 # their next call, without fn. The hit path is unchanged: no guard line pays for this.
 def forget_disabled(code: types.CodeType) -> None:
     with COMPILE_LOCK:
-        for hook in all_hooks():
+        for hook in list(_ALL_HOOKS):
             if hook.fn.__code__ is code:
                 hook.entries = []
                 continue

@@ -159,7 +159,7 @@ def break_with_closure(x):
 def test_break_entries_restored_in_process_match_eager(fn, warm_traced, tmp_path, monkeypatch, capsys):
     import framejit
     from framejit import config
-    from framejit.capture.convert import STATS
+    from framejit.capture.requests import STATS
 
     monkeypatch.setattr(config, "cache_enabled", True)
     monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
@@ -192,7 +192,7 @@ def test_entries_persist_while_unrelated_functions_are_marked_allow_in_graph(tmp
 
     import framejit
     from framejit import config
-    from framejit.capture.convert import STATS
+    from framejit.capture.requests import STATS
 
     def unrelated(t):
         return t

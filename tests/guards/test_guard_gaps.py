@@ -293,8 +293,7 @@ def test_failure_explanations_do_not_run_a_property_either():
 
     compiled = framejit.compile(fn, backend="eager")
     compiled(*_x())
-    from framejit.capture.hook import all_hooks
-    guard = next(h for h in all_hooks() if h.fn is fn).entries[0].guard
+    guard = compiled.entries[0].guard  # the compiled function is its FrameHook
     Cfg.k = property(lambda self: calls.append(1) or 5)
     assert not guard(*_x())
     assert guard.first_failure(*_x()).guard.kind == "CLASS_ATTR_ABSENT"  # the recompiles log's reason
@@ -313,8 +312,7 @@ def test_guard_functions_define_shared_reads_after_the_facts_they_rely_on():
 
     compiled = framejit.compile(fn, backend="eager")
     compiled(*_x())
-    from framejit.capture.hook import all_hooks
-    source = next(h for h in all_hooks() if h.fn is fn).entries[0].guard.source
+    source = compiled.entries[0].guard.source  # the compiled function is its FrameHook
     lines = [line.split("#")[0] for line in source.splitlines()]  # code without the origin comments
     absent = next(i for i, line in enumerate(lines) if "'k' not in" in line)
     reads = [i for i, line in enumerate(lines) if re.search(r"\.k\b", line)]

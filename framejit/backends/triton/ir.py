@@ -387,7 +387,6 @@ class ExternNode:
 
 
 Node = Union[InputNode, PointwiseNode, ReductionNode, ExternNode]
-ComputedNode = Union[PointwiseNode, ReductionNode]
 
 
 def reads(node: Node) -> list[str]:

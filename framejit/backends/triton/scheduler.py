@@ -38,7 +38,7 @@ MATMUL_LIKE = ("mm", "bmm", "addmm", "baddbmm", "convolution")
 @dataclasses.dataclass
 class FusedGroup:
     id: int
-    nodes: list  # ComputedNodes in graph order
+    nodes: list  # PointwiseNodes and ReductionNodes in graph order
     anchor: ReductionNode | None
     numel: int  # pointwise: elements; reduction group: rows (xnumel)
     stores: list = dataclasses.field(default_factory=list)

@@ -1,0 +1,16 @@
+"""`module_call`: the frame a compiled nn.Module's call runs through.
+
+`framejit.compile(module)` compiles this function (its first argument is the original module), and code
+at graph breaks calls a module through its hook. The frame cache names it in its keys (with the module's
+class) and locators, so it lives in a module of its own that hook.py, convert.py and frame_cache.py can
+all import.
+"""
+from __future__ import annotations
+
+
+def module_call(module, /, *args, **kwargs):
+    """The frame compiled for `compiled_module(...)` (and for module calls after a graph break)."""
+    return module(*args, **kwargs)
+
+
+__all__ = ["module_call"]

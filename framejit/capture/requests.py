@@ -1,0 +1,119 @@
+"""What a compilation is asked for and what it yields: the types capture's modules share.
+
+- `CompileRequest`: one `framejit.compile(...)` call's backend, options, fullgraph and dynamic mode, and
+  the registry of FrameHooks its graph breaks create (`hooks`, a `hook.Hooks`, attached by the first
+  FrameHook made for the request).
+- `Entry`: one compiled entry of a frame (guard function, transformed function, graphs, the break it
+  stopped at), and its `RerunState` (NOTE [Graph failures rerun eagerly]).
+- `STATS`: the process-wide counters behind `framejit.stats()`.
+
+The hook (hook.py), the conversion of a frame (convert.py) and the frame cache (frame_cache.py) all use
+these types; keeping them here (and `module_call` in module_frame.py) lets those three modules import in
+one direction: hook -> convert -> frame_cache.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any, Callable
+
+import torch
+
+from ..guards import GuardFunction
+from .breaks import GraphBreak
+from .codegen import graph_call_span
+
+STATS: dict[str, float] = {"frames_traced": 0, "frames_compiled": 0, "graphs": 0, "backend_compiles": 0,
+                           "eager_entries": 0, "frames_loaded": 0, "compile_time_s": 0.0}
+
+
+@dataclasses.dataclass
+class Entry:
+    guard: GuardFunction
+    fn: Callable
+    graphs: list[torch.fx.GraphModule]
+    graph_break: GraphBreak | None = None
+    user_error: BaseException | None = None
+    backend_outputs: list[str] = dataclasses.field(default_factory=list)  # what the backend made, as text
+    persisted: Any = None  # frame_cache.Persisted when the entry can be saved for other processes
+    rerun: "RerunState | None" = None  # set when a failing graph call may rerun the frame eagerly
+
+    @property
+    def check(self) -> Callable:
+        return self.guard.check
+
+
+# NOTE [Graph failures rerun eagerly]: a graph can raise at run time where fake tensors could not tell
+# (an index out of range, a singular matrix, out of memory). The graph call is the first thing a
+# transformed function does, and a graph that mutates no input and draws no random numbers has no
+# effect but the global state it switches (grad mode, autocast), which is put back to the state the
+# guards pinned at entry. So the hook reruns the original function eagerly: the exception is raised by
+# the user's own code, where the user's try/except (and with-blocks) see it exactly as in eager.
+@dataclasses.dataclass
+class RerunState:
+    grad_enabled: bool  # at entry (guarded)
+    autocast: tuple  # ((device_type, enabled, dtype), ...) at entry (guarded)
+    restores: tuple = ()  # further (function, args) calls that put state back (state_blocks.restores_for)
+
+    def raised_in_graph(self, exc: BaseException, code: types.CodeType) -> bool:
+        """`exc` was raised by the graph call of `code` (the transformed function)."""
+        start, end = graph_call_span(code)  # NOTE [Graph call span]
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code is not code:
+            tb = tb.tb_next
+        return tb is not None and start <= tb.tb_lasti < end
+
+    def restore(self) -> None:
+        torch._C._set_grad_enabled(self.grad_enabled)
+        for device_type, enabled, dtype in self.autocast:
+            torch.set_autocast_enabled(device_type, enabled)
+            torch.set_autocast_dtype(device_type, dtype)
+        for fn, args in self.restores:
+            fn(*args)
+
+
+_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "poisson", "uniform", "exponential",
+                 "geometric", "cauchy", "log_normal", "shuffle", "perm")
+
+
+def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool) -> RerunState | None:
+    """The state to restore before rerunning a frame whose graph failed, or None when a rerun would not
+    be exact (NOTE [Graph failures rerun eagerly])."""
+    if gm is None or mutates_inputs:
+        return None
+    for node in gm.graph.nodes:
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if node.op in ("call_function", "call_method") and any(w in name.lower() for w in _RANDOM_WORDS):
+            return None  # a rerun would draw other random numbers than eager draws
+        if node.target is torch.autograd.grad_mode._enter_inference_mode:
+            return None  # an aborted inference-mode block cannot be exited from outside
+    autocast = ()
+    if any(node.target is torch.amp.autocast_mode._enter_autocast for node in gm.graph.nodes):
+        autocast = tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
+    from .state_blocks import restores_for
+    return RerunState(torch.is_grad_enabled(), autocast, restores=restores_for(gm))
+
+
+def mutates_in_place(gm: torch.fx.GraphModule) -> bool:
+    """Some node of `gm` may write into a tensor, judged by name (for graphs whose inputs' mutations
+    were not recorded: those loaded from the frame cache)."""
+    for node in gm.graph.nodes:
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or \
+                (name.startswith("__i") and name.endswith("__")) or "out" in node.kwargs:
+            return True
+    return False
+
+
+@dataclasses.dataclass
+class CompileRequest:
+    backend: Callable
+    options: dict | None
+    fullgraph: bool
+    hooks: Any = dataclasses.field(default=None, repr=False)  # hook.Hooks, set by the first FrameHook
+    version_key: str = ""  # the backend's cache version key
+    artifacts: tuple | None = None  # the backend's (save, load) for the frame cache; None: not persistable
+    dynamic: bool | None = None  # compile(dynamic=...) (NOTE [Symbolic shapes] in shapes.py)
+
+
+__all__ = ["CompileRequest", "Entry", "RerunState", "STATS", "mutates_in_place", "rerun_state"]
