@@ -153,7 +153,10 @@ def training_graph(gm, options=None):
     from framejit.backends import joint
 
     def compile_part(graph, examples):
-        return triton(graph, _materialized(examples), options)
+        compiled = triton(graph, _materialized(examples), options)
+        if isinstance(compiled, CompiledGraph):
+            compiled.restride_inputs = True  # NOTE [Restrided inputs of training halves] (runtime.py)
+        return compiled
     return joint.JointGraph(gm, compile_part, "triton", inference=_InferenceOnFirstUse(gm, options),
                             decompositions=joint.training_decompositions(with_backward_ops=True))
 

@@ -84,6 +84,30 @@ def _input_key(t) -> tuple:
     return (tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t), t)
 
 
+# NOTE [Restrided inputs of training halves]
+# The halves of a joint (backends/joint.py) are compiled for the strides AOT autograd traced, but the
+# forward half's kernels may return a tensor with other strides than the trace said (transformers' llama:
+# the attention output saved for the backward was traced as (256, 16, 32, 1) and came back contiguous),
+# and the backward half then ran eagerly on every call. A half's inputs are read-only values (parameters,
+# inputs, saved tensors, output gradients) whose aliasing nobody observes through the half, so an input of
+# the right shape, dtype and device with other strides is copied into a tensor with the compiled strides
+# (`restride_inputs`, set for joint halves only: an inference graph may return views of its inputs).
+# Expected strides with overlaps (a 0 stride) are not made: such calls run eagerly, logged, as before.
+def _restrided(args, expected: list) -> list | None:
+    """`args` with each tensor whose strides differ from `expected` copied into the expected strides; None
+    when anything else differs."""
+    restrided = []
+    for arg, key in zip(args, expected):
+        actual = _input_key(arg)
+        if actual == key:
+            restrided.append(arg)
+            continue
+        if not isinstance(arg, torch.Tensor) or actual[0] != key[0] or actual[2:] != key[2:] or 0 in key[1]:
+            return None
+        restrided.append(torch.empty_strided(key[0], key[1], dtype=key[2], device=key[3]).copy_(arg))
+    return restrided
+
+
 def needs_autograd(args, params_require_grad: bool, grad_inside: bool = False) -> bool:
     """Autograd would record the call: grad mode is on (at the call, or switched on inside the graph:
     backends/state.py) and an input or weight requires grad."""
@@ -121,6 +145,7 @@ class CompiledGraph:
         self.reason = None
         self.runs = 0  # calls that ran the kernels (tests: proof a graph ran compiled)
         self._training = None  # backends/joint.py JointGraph, made when a call needs autograd
+        self.restride_inputs = False  # NOTE [Restrided inputs of training halves]
 
     def __call__(self, *args):
         if needs_autograd(args, self.params_require_grad, self.grad_inside):
@@ -129,9 +154,12 @@ class CompiledGraph:
                 self._training = training_graph(self.gm)
             return self._training(*args)
         if len(args) != len(self.expected) or any(_input_key(a) != k for a, k in zip(args, self.expected)):
-            log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: inputs differ "
-                                       "from the shapes/strides/dtypes it was compiled for")
-            return self.gm(*args)
+            restrided = _restrided(args, self.expected) if self.restride_inputs else None
+            if restrided is None:
+                log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: inputs differ "
+                                           "from the shapes/strides/dtypes it was compiled for")
+                return self.gm(*args)
+            args = restrided
         self.runs += 1
         flat = self.module.call(*args, *self.constants, self.extra)
         return pytree.tree_unflatten(list(flat), self.out_spec)
