@@ -63,13 +63,15 @@ class Recording:
 
 @pytest.fixture(autouse=True)
 def _count_ort_runs(monkeypatch):
-    """Each OrtPart counts its session runs in `runs` (proof that a program ran in ONNX Runtime)."""
-    original = OrtPart.forward
+    """Each OrtPart counts its session runs in `runs` (proof that a program ran in ONNX Runtime). Its
+    `__call__` is wrapped: programs call parts through it, and it is `forward` itself (NOTE [Per-call path]
+    in onnxrt/compiler.py), so a wrapped `forward` alone would count nothing."""
+    original = OrtPart.__call__
 
     def counted(self, *args):
         self.runs = getattr(self, "runs", 0) + 1
         return original(self, *args)
-    monkeypatch.setattr(OrtPart, "forward", counted)
+    monkeypatch.setattr(OrtPart, "__call__", counted)
 
 
 def _backend_runs(compiled) -> int:
@@ -271,7 +273,10 @@ HF_ONNXRT = ["gpt2", "llama", "vit"]
 # bert and distilbert: after 3 AdamW steps a few word-embedding elements (4 and 15 of 3200) differ from
 # eager by 3e-4 and 1.7e-3 (not yet explained); their first step's loss and gradients are compared instead.
 HF_ONNXRT_GRADIENTS = ["bert", "distilbert"]
-HF_TRITON = ["gpt2"]
+# five transformers models per backend (issue 14): the same split for triton, whose kernels run in
+# Triton's interpreter here (the slowest cases of this file; gradients-only cases are the cheaper ones)
+HF_TRITON = ["gpt2", "llama", "vit"]
+HF_TRITON_GRADIENTS = ["bert", "distilbert"]
 
 
 def _hf_case(name: str):
@@ -296,12 +301,13 @@ def test_transformers_training_triton(name):
     compare_training(model, batches, "triton")
 
 
-@pytest.mark.parametrize("name", HF_ONNXRT_GRADIENTS)
-def test_transformers_gradients_onnxrt(name):
+@pytest.mark.parametrize("backend,name", [("onnxrt", n) for n in HF_ONNXRT_GRADIENTS]
+                         + [("triton", n) for n in HF_TRITON_GRADIENTS])
+def test_transformers_gradients(backend, name):
     model, batches = _hf_case(name)
     without_dropout(model.train())
     compiled_model = copy.deepcopy(model)
-    recording = Recording("onnxrt")
+    recording = Recording(backend)
     fast = framejit.compile(compiled_model, backend=recording)
     for (_, kwargs) in batches[:2]:  # gradients accumulate over two calls
         expected, actual = _loss(model(**kwargs)), _loss(fast(**kwargs))
