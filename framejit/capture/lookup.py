@@ -150,9 +150,18 @@ def guard_lookup(out, cls: type, name: str) -> None:
         guard_entry_identity(out, guard_found_on_class(out, cls, name, index), attr)
 
 
+# NOTE [Scalar class entries by value]: a class constant that is a plain scalar (`aux_loss_coef = 0.01` in
+# a dataclass, a flag) is pinned by value, as on library classes: the trace used its value, and a float
+# or a long string is another object in every process, so an identity pin made each persisted entry that
+# read one fail its guard in the next process (the zoo's moe traced again on a warm cache). NaN keeps the
+# identity pin (it equals nothing).
 def guard_entry_identity(out, source: Source | None, attr: Any) -> None:
-    """The owner's raw entry is still the same object (a method, a descriptor)."""
-    if source is not None:
+    """The owner's raw entry is still the same object (a method, a descriptor), or the same scalar value."""
+    if source is None:
+        return
+    if type(attr) in (bool, int, float, str, type(None)) and attr == attr:
+        out.guard_constant(source, attr)
+    else:
         out.guard_id(source, attr)
 
 

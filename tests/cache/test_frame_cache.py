@@ -248,3 +248,53 @@ def test_entry_guarding_a_class_property_is_persisted(tmp_path, cache_dir):
     assert warm["traced"] == 0 and warm["loaded"] == cold["traced"]
     for run_ in runs:
         assert run_["out"] == run_["ref"]
+
+
+CLASS_SCALAR_PROGRAM = textwrap.dedent('''
+    import dataclasses, json, sys
+    import torch
+    import framejit
+
+    @dataclasses.dataclass
+    class Config:  # as the zoo's moe: instance fields whose class defaults the lookup facts pin
+        scale: float = 0.01  # a float: another object in every process
+        name: str = "a-string-class-constant-longer-than-an-interned-one"
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = Config()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x) * self.config.scale + len(self.config.name)
+
+    torch.manual_seed(0)
+    net = Net()
+    if sys.argv[1] == "changed":
+        net.config.scale = 0.5
+    compiled = framejit.compile(net)
+    x = torch.linspace(-1, 1, 8).reshape(2, 4)
+    print(json.dumps({"out": compiled(x).tolist(), "ref": net(x).tolist(), "traced": framejit.stats()["frames_traced"],
+                      "loaded": framejit.stats()["frames_loaded"]}))
+''')
+
+
+def test_entry_reading_a_scalar_class_constant_is_used_warm(tmp_path, cache_dir):
+    """NOTE [Scalar class entries by value]: an entry whose trace read a dataclass field (the class default a
+    float) is used by the next process (the default pinned by identity failed there: a float is another
+    object in each process), and a changed value is still a miss."""
+    script = tmp_path / "class_scalar_prog.py"
+    script.write_text(CLASS_SCALAR_PROGRAM)
+    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1")
+    runs = []
+    for mode in ("same", "same", "changed"):
+        result = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env,
+                                timeout=240)
+        assert result.returncode == 0, result.stderr
+        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    cold, warm, changed = runs
+    for run_ in runs:
+        assert run_["out"] == run_["ref"]
+    assert cold["traced"] == 1 and warm["traced"] == 0 and warm["loaded"] == 1
+    assert changed["traced"] == 1 and changed["out"] != cold["out"]
