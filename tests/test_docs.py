@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import framejit
 from framejit.capture.breaks import KIND_DOCS, BreakKind
@@ -18,8 +19,8 @@ GENERATOR = ROOT / "tools" / "gen_graph_break_docs.py"
 
 # Kinds that have no example, and why. Each must be documented as such by the generator (NO_EXAMPLE).
 NOT_TRIGGERABLE = {
-    BreakKind.DYNAMIC_CONTROL_FLOW: "no code in framejit raises it yet (data-dependent branches are "
-                                    "DATA_DEPENDENT); give it an example once something does",
+    BreakKind.DYNAMIC_CONTROL_FLOW: "raised only in resume functions (a loop whose body broke at several "
+                                    "steps), and fullgraph=True allows no break: shown by explain() below",
     BreakKind.INTERNAL_ERROR: "raised only when framejit itself is broken; no correct user program can "
                               "trigger it on purpose",
 }
@@ -75,10 +76,22 @@ def test_kinds_without_an_example_are_exactly_the_allow_list():
     assert set(gen.NO_EXAMPLE) == set(NOT_TRIGGERABLE)
 
 
-def test_dynamic_control_flow_is_not_raised_anywhere_yet():
-    """Keeps the allow-list honest: once framejit raises this kind, it needs an example."""
-    sources = [p for p in (ROOT / "framejit").rglob("*.py") if p.name != "breaks.py"]
-    assert not [p for p in sources if "BreakKind.DYNAMIC_CONTROL_FLOW" in p.read_text(encoding="utf-8")]
+def test_dynamic_control_flow_is_reported_for_a_loop_breaking_at_every_step(capsys):
+    """The kind without an example is real: explain() names it for a loop whose body breaks at each step."""
+    def rows_with_print(x, rows):
+        for r in rows:
+            x = x * 2 + r
+            print("step", r.shape[0])
+        return x.sum()
+
+    framejit.reset()
+    compiled = framejit.compile(rows_with_print, backend="eager")
+    for seed in range(2):
+        x, rows = torch.randn(4), torch.randn(12, 4)
+        assert torch.equal(compiled(x, rows), rows_with_print(x, rows))
+    out = framejit.explain(rows_with_print)(torch.randn(4), torch.randn(12, 4))
+    assert BreakKind.DYNAMIC_CONTROL_FLOW in [b.kind for b in out.break_reasons]
+    framejit.reset()
 
 
 def test_markdown_puts_code_like_words_in_backticks():

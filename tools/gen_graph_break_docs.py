@@ -115,8 +115,9 @@ framejit.compile(fn, fullgraph=True)(torch.randn(3))
 
 # Kinds without an example, and why.
 NO_EXAMPLE: dict[BreakKind, str] = {
-    BreakKind.DYNAMIC_CONTROL_FLOW: "reserved: framejit does not raise this kind yet (data-dependent branches "
-                                    "are reported as `data_dependent`)",
+    BreakKind.DYNAMIC_CONTROL_FLOW: "raised only in the resume functions of a loop whose body graph-broke at "
+                                    "several steps; fullgraph=True allows no graph break, so no example can "
+                                    "raise it there (tests/test_docs.py shows it in explain())",
     BreakKind.INTERNAL_ERROR: "only a bug in framejit raises it, so no correct program triggers it on purpose",
 }
 

@@ -70,8 +70,10 @@ KIND_DOCS: dict[BreakKind, tuple[str, str]] = {
         "outputs for the backward hooks, and its forward and the code around it are captured; a lazy "
         "module is captured from its second call on"),
     BreakKind.DYNAMIC_CONTROL_FLOW: (
-        "control flow whose direction framejit cannot decide while tracing",
-        "decide the branch from Python values or tensor metadata (shape, dtype)"),
+        "control flow whose direction framejit does not decide while tracing: a loop whose body broke at "
+        "several of its steps has a dynamic position, so each step runs as Python and the body as a resume "
+        "function (NOTE [Loops carried across breaks])",
+        "remove the graph break inside the loop body (then the loop is unrolled into the graph)"),
     BreakKind.TRACE_LIMIT: (
         "tracing ran for too many instructions (a very long or unbounded Python loop)",
         "move the long loop out of the compiled function, or compile its body instead"),
