@@ -187,8 +187,9 @@ def test_hf_models_over_ten_sizes(name):
     assert backend.graph_count <= 3
 
 
-def test_hf_dynamic_true_compiles_once():
-    arch = catalog.get("gpt2")
+@pytest.mark.parametrize("name", ["gpt2", "bert"])  # a decoder and an encoder
+def test_hf_dynamic_true_compiles_once(name):
+    arch = catalog.get(name)
     model = arch.build()
     backend = CountingBackend()
     _check_hf(framejit.compile(model, backend=backend, dynamic=True), model, _hf_calls(arch, CALLS))
@@ -224,14 +225,6 @@ def test_hf_mark_dynamic_compiles_once():
     for i, (b, s) in enumerate(CALLS):
         kwargs = arch.make_inputs(i, batch=b, seq=s)
         harness.assert_outputs_close(harness.run(compiled, _marked(dict(kwargs))), harness.run(model, kwargs), f"call {i}")
-    assert backend.graph_count == 1
-
-
-def test_hf_dynamic_true_compiles_once_encoder():
-    arch = catalog.get("bert")
-    model = arch.build()
-    backend = CountingBackend()
-    _check_hf(framejit.compile(model, backend=backend, dynamic=True), model, _hf_calls(arch, CALLS))
     assert backend.graph_count == 1
 
 
