@@ -11,10 +11,6 @@ STAMP := .installed
 # The per-version test runs go in parallel (each prints its output when it ends); TEST_JOBS=1 runs them
 # one after another.
 TEST_JOBS ?= 3
-# Threads per test process: the per-version runs share the machine's cores, and two processes with a pool
-# of threads each oversubscribe a 2-core machine (torch's OpenMP pool, ORT's, OpenBLAS under numpy).
-TEST_THREADS ?= 1
-TEST_ENV = OMP_NUM_THREADS=$(TEST_THREADS) MKL_NUM_THREADS=$(TEST_THREADS) OPENBLAS_NUM_THREADS=$(TEST_THREADS)
 TEST_VERSIONS ?= 311 312
 ENV_311 := $(VENV)/$(STAMP)
 ENV_312 := $(VENV312)/$(STAMP)
@@ -51,13 +47,13 @@ sysdeps:
 	@command -v redis-server >/dev/null
 
 test311: sysdeps $(VENV)/$(STAMP)
-	$(TEST_ENV) $(VENV)/bin/python -m pytest tests
+	$(VENV)/bin/python -m pytest tests
 
 test312: sysdeps $(VENV312)/$(STAMP)
-	$(TEST_ENV) $(VENV312)/bin/python -m pytest tests
+	$(VENV312)/bin/python -m pytest tests
 
 test313: sysdeps $(VENV313)/$(STAMP)
-	$(TEST_ENV) $(VENV313)/bin/python -m pytest tests
+	$(VENV313)/bin/python -m pytest tests
 
 # Installs run one after another (editable installs write into this directory), then the tests in parallel.
 test: sysdeps
