@@ -101,6 +101,12 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             fn, shape, output, graph_break=e.graph_break)
         _log_break(fn, e.graph_break)
     except UserException as e:
+        moved = None if request.fullgraph else getattr(e, "generator_cm_break", None)
+        if moved is not None:  # NOTE [Exceptions in generator context manager blocks] in generator_ctx.py
+            entry = _break_entry(fn, shape, args, kwargs, request, moved, output)
+            if entry is not None:
+                _log_break(fn, moved.graph_break)
+                return entry
         # an exception raised inside a try block may be caught there: break before the instruction and
         # let plain Python raise it where the frame's exception table sees it
         entry = (_break_entry(fn, shape, args, kwargs, request, e, output) if _in_try_block(fn, e) else None) or \

@@ -7,7 +7,8 @@ generator runs none of its code). `with cm:` (or `cm.__enter__()`) starts a tran
 stops at its first `yield` (Translator.suspend_at_yield) and binds the yielded value; the normal exit
 (`__exit__(None, None, None)`) resumes that translator with None until the generator returns, so its
 `finally:` code is traced in order with the block. A second `yield` raises contextlib's RuntimeError.
-An exception leaving the block is not modelled (the frame runs eagerly). A suspended generator cannot
+An exception leaving the block is not modelled: the frame breaks before the manager is made
+(NOTE [Exceptions in generator context manager blocks]). A suspended generator cannot
 be rebuilt in Python, so a graph break while such a manager is live (inside the generator, in the
 block, or anywhere before its exit) moves to the root frame's instruction that created the manager:
 the trace stops there, that call runs as plain Python and makes the real manager, and the resume
@@ -146,6 +147,25 @@ def break_before_generator_cms(out, index: int | None) -> int | None:
     return min([index, *live]) if index is not None and live else index
 
 
+def exception_in_generator_cms(out, exc: UserException) -> Unsupported | None:
+    """NOTE [Exceptions in generator context manager blocks]: an exception raised while a generator
+    context manager made (or adopted) by the trace is live (in its block, in its generator, or between
+    its creation and its exit) would reach that generator's `except`/`finally` through `__exit__`, which
+    the trace does not model. Rather than running the whole frame eagerly (still so with fullgraph=True,
+    where the user's exception must be raised, not a graph break), the frame breaks before the
+    root instruction that made the manager (as for a graph break there, break_before_generator_cms): the
+    code before it stays captured, and plain Python makes the real manager and raises the exception where
+    the real generator handles it. None when no such manager is live (the exception is the frame's)."""
+    index = exc.root_index
+    moved = break_before_generator_cms(out, index)
+    if moved is None or moved == index:
+        return None
+    e = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(exc.exc).__name__} raised while a generator context "
+                    "manager is live: it is handled as Python", exc.user_stack)
+    e.root_index = moved
+    return e
+
+
 def gen_enter(tx, ctx: GenCtxValue) -> Value:
     if ctx.frame is not None:
         raise UserException(AttributeError("'_GeneratorContextManager' object has no attribute 'args'"))
@@ -245,6 +265,6 @@ def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectVal
 TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
 
 
-__all__ = ["adopt_outside_generator_cm", "call_in_generator_cm", "decorate_with_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
+__all__ = ["adopt_outside_generator_cm", "call_in_generator_cm", "decorate_with_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "exception_in_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
            "decorate_with_ctx", "gen_attr", "generator_cm",
            "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

@@ -29,7 +29,7 @@ from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
 from .module_hooks import TRACE_TIME, plan_module_call
-from .generator_ctx import break_before_generator_cms
+from .generator_ctx import break_before_generator_cms, exception_in_generator_cms
 from .getattribute import custom_setattr
 from .generator_reach import closure_contents as _closure_contents, reachable_values
 from .stdlib import forced_break
@@ -102,6 +102,8 @@ class Translator:
                 e.root_index = self.current.index if self.current is not None else None
                 if isinstance(e, Unsupported):
                     e.root_index = break_before_generator_cms(self.output, e.root_index)
+                else:  # NOTE [Exceptions in generator context manager blocks]
+                    e.generator_cm_break = exception_in_generator_cms(self.output, e)
             raise
         finally:
             self.output.tx_stack.pop()

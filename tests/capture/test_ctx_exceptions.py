@@ -1,0 +1,104 @@
+"""Exceptions raised inside the block of a `@contextmanager` manager the trace made (issue 11).
+
+NOTE [Exceptions in generator context manager blocks] (generator_ctx.py): the trace does not carry an
+exception into a traced generator's `except`/`finally`, so the frame breaks before the instruction that made
+the manager instead of running wholly eagerly: the code before it is one graph, and the real manager sees
+the real exception. Each case runs eagerly and compiled over several seeds (values, the manager's log, the
+exception type), and counts graphs and frames run eagerly.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+import framejit
+from tests.helpers import run_differential
+
+
+@contextlib.contextmanager
+def _swallowing(log: list, x: torch.Tensor):
+    """Logs, yields x.sin(), swallows ValueError, always logs its exit."""
+    log.append("enter")
+    try:
+        yield x.sin()
+    except ValueError as e:
+        log.append(f"caught {e}")
+    finally:
+        log.append("exit")
+
+
+def _args(seed: int):
+    return torch.randn(3, generator=torch.Generator().manual_seed(seed)) + seed, [], seed % 2 == 0
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+def test_raise_swallowed_by_the_manager_breaks_before_it():
+    def f(x, log, raising):
+        y = x.cos() * 2
+        with _swallowing(log, x) as z:
+            y = y + z
+            if raising:
+                raise ValueError("big")
+            y = y * 3
+        log.append("after")
+        return y.tan()
+
+    before = _eager_frames()
+    backend = run_differential(f, _args, seeds=(0, 1, 2, 3), fullgraph=False)
+    # the first call (raising) breaks before the manager, having read nothing of `raising`: that entry and
+    # its graph (cos, mul) serve every seed; its resume function enters the real manager at its `with` and
+    # runs the rest as Python (NOTE [Breaks at BEFORE_WITH] in graph_break.py)
+    assert backend.graph_count == 1 and backend.op_count(0) == 2
+    assert _eager_frames() == before  # the frame ran wholly eagerly before
+
+
+def test_raise_leaving_the_manager_is_caught_by_the_frame():
+    def f(x, log, raising):
+        y = x.exp() - 1
+        try:
+            with _swallowing(log, x) as z:
+                y = y + z
+                if raising:
+                    raise KeyError("k")  # not swallowed: the frame's own handler catches it
+        except KeyError:
+            log.append("frame caught")
+            y = y - 1
+        return y * 2
+
+    before = _eager_frames()
+    backend = run_differential(f, _args, seeds=(0, 1, 2), fullgraph=False)
+    assert backend.graph_count >= 1 and backend.op_count(0) == 2  # exp, sub: captured before the manager
+    assert _eager_frames() == before
+
+
+def test_raise_leaving_the_frame_raises_as_eager():
+    def f(x, log):
+        y = x.sin() + 1
+        with _swallowing(log, x):
+            log.append(y.shape[0])
+            raise TypeError("out")
+        return y
+
+    before = _eager_frames()
+    backend = run_differential(f, lambda seed: _args(seed)[:2], seeds=(0, 1), fullgraph=False)
+    assert backend.graph_count == 1 and backend.op_count(0) == 2  # sin, add
+    assert _eager_frames() == before
+
+
+def test_fullgraph_still_raises_nothing_the_user_did_not():
+    """With fullgraph=True no break may be taken: the frame runs eagerly, as before, and gives eager's result
+    (not framejit.Unsupported: the exception is the user's, and the manager swallows it)."""
+    def f(x, log, raising):
+        with _swallowing(log, x) as z:
+            if raising:
+                raise ValueError("v")
+            x = x + z
+        return x * 2
+
+    before = _eager_frames()
+    run_differential(f, _args, seeds=(0, 2), fullgraph=True)  # raising on both seeds
+    assert _eager_frames() == before + 1
