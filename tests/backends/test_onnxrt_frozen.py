@@ -38,9 +38,9 @@ def sessions(monkeypatch):
     made = []
     original = runtime.make_session
 
-    def counting(data, opts, device, sub=None, frozen=None):
+    def counting(data, opts, device, sub=None, frozen=None, frozen_model=None):
         made.append(sorted(frozen or ()))
-        return original(data, opts, device, sub, frozen)
+        return original(data, opts, device, sub, frozen, frozen_model)
 
     monkeypatch.setattr(runtime, "make_session", counting)
     return made

@@ -1,5 +1,6 @@
 """A warm process running an onnxrt program imports only what running it needs (NOTE [sympy imported when
-used] in backends/onnxrt/shapes.py): no sympy (0.5-1 s of import), no tracing, eager's results."""
+used] in backends/onnxrt/shapes.py, NOTE [Frozen models are cached] in backends/onnxrt/runtime.py): no
+sympy (0.5-1 s of import), no onnx or onnxscript (0.6-0.7 s), no tracing, eager's results."""
 from __future__ import annotations
 
 import json
@@ -24,11 +25,12 @@ PROGRAM = textwrap.dedent('''
         out, ref = compiled(x), net(x)
     stats = framejit.stats()
     print(json.dumps({"close": torch.allclose(out, ref, rtol=1e-4, atol=1e-5), "traced": stats["frames_traced"],
-                      "loaded": stats["frames_loaded"], "sympy": "sympy" in sys.modules}))
+                      "loaded": stats["frames_loaded"], "sympy": "sympy" in sys.modules,
+                      "onnx": sorted(m for m in ("onnx", "onnxscript") if m in sys.modules)}))
 ''')
 
 
-def test_warm_onnxrt_process_does_not_import_sympy(tmp_path):
+def test_warm_onnxrt_process_does_not_import_sympy_or_onnx(tmp_path):
     install = tmp_path / "install"  # a copy: a source file changing between the two processes is a miss
     shutil.copytree(os.path.join(REPO, "framejit"), install / "framejit", ignore=shutil.ignore_patterns("__pycache__"))
     script = tmp_path / "prog.py"
@@ -44,5 +46,7 @@ def test_warm_onnxrt_process_does_not_import_sympy(tmp_path):
     cold, warm = runs
     assert cold["close"] and warm["close"]
     assert cold["traced"] == 1 and cold["sympy"]  # tracing made a ShapeEnv, which imports sympy
+    assert "onnx" in cold["onnx"]  # translating and freezing the weights use the onnx package
     assert warm["traced"] == 0 and warm["loaded"] == 1
     assert not warm["sympy"]
+    assert warm["onnx"] == []  # the frozen model was persisted: ORT loads it without the onnx package

@@ -5,8 +5,10 @@ What is saved, per input signature of an `OnnxrtCompiled` (compiler.py):
 - the signature itself (dtypes, shapes, strides, devices, Python scalars);
 - the program: the Python source FX generated for the partitioned top graph (eager aten ops and calls
   of `ort_<i>` parts) with the imports it needs, the ONNX model bytes of every part with its output
-  metadata, the attribute paths in `gm` of the state tensors (weights are never saved: NOTE [Weights
-  are inputs]), tensor constants created while tracing, and the output structure (a pytree spec);
+  metadata (and, for a part with frozen weights, the model rewritten with them as initializers, so that
+  a warm process never imports `onnx`: NOTE [Frozen models are cached] in runtime.py), the attribute
+  paths in `gm` of the state tensors (weights are never saved: NOTE [Weights are inputs]), tensor
+  constants created while tracing, and the output structure (a pytree spec);
 - or the fact that this signature runs eagerly (tracing failed once; a new process need not retry);
 - symbolic programs (NOTE [One program for every size] in compiler.py) under their layout (dtypes,
   ranks, devices, contiguity) with the source of their size check (`bind`), which is compiled again on
@@ -116,10 +118,15 @@ def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict
         if isinstance(child, runtime.OrtPart):
             blob = f"p{index}.{name}"
             blobs[blob] = child.model
-            parts.append({"name": name, "blob": blob, "single_output": child.single_output,
-                          "outputs": [[str(dtype), [s if isinstance(s, int) else str(s) for s in shape]]
-                                      for dtype, shape in child.output_meta],
-                          "inputs": child.input_names, "frozen": list(child.frozen_positions)})
+            part = {"name": name, "blob": blob, "single_output": child.single_output,
+                    "outputs": [[str(dtype), [s if isinstance(s, int) else str(s) for s in shape]]
+                                for dtype, shape in child.output_meta],
+                    "inputs": child.input_names, "frozen": list(child.frozen_positions)}
+            frozen_model = _frozen_model(child)
+            if frozen_model is not None:  # NOTE [Frozen models are cached] in runtime.py
+                part["frozen_blob"] = blob + ".frozen"
+                blobs[blob + ".frozen"] = frozen_model
+            parts.append(part)
         elif isinstance(child, torch.Tensor):
             blob = f"p{index}.{name}"
             blobs[blob] = tensor_to_bytes(child)
@@ -131,6 +138,15 @@ def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict
     return {"code": code, "imports": imports, "out_spec": out_spec, "parts": parts, "constants": constants,
             "state": state, "device": device, "num_parts": program.num_parts, "ort_nodes": program.ort_nodes,
             "eager_nodes": program.eager_nodes, "build_seconds": program.build_seconds}
+
+
+def _frozen_model(part: "runtime.OrtPart") -> bytes | None:
+    """The part's model with its frozen inputs as initializers (made now if its session was not)."""
+    if not part.frozen_positions:
+        return None
+    if part.frozen_model is None:
+        part.frozen_model = runtime.freeze_model(part.model, [part.input_names[i] for i in part.frozen_positions])
+    return part.frozen_model
 
 
 def _attributes(top: torch.nn.Module) -> list[tuple[str, object]]:
@@ -216,8 +232,9 @@ def _load_program(saved: dict, blobs: dict[str, bytes], gm: torch.fx.GraphModule
             except runtime.SessionLoadError as exc:
                 raise ArtifactError(f"ONNX Runtime cannot load part {part['name']}: {exc}") from None
         output_meta = [(dtype_from_text(d), tuple(shape)) for d, shape in part["outputs"]]
+        frozen_model = blobs[part["frozen_blob"]] if part.get("frozen_blob") else None
         attributes[part["name"]] = runtime.OrtPart(session, model, part["single_output"], output_meta, device,
-                                                   part["inputs"], opts, tuple(part["frozen"]))
+                                                   part["inputs"], opts, tuple(part["frozen"]), frozen_model)
     for constant in saved["constants"]:
         attributes[constant["name"]] = tensor_from_bytes(blobs[constant["blob"]])
     top = RestoredGraph(saved["code"], saved["imports"], attributes)

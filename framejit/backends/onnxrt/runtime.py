@@ -6,10 +6,11 @@ and input signature and reused for every call with that signature.
 Main types and functions:
 - `model_bytes(sub, opts) -> bytes`: the ONNX model of a partition, from the cache when present
   (the cacheable artifact is exactly these bytes: no weights, see NOTE [Weights are inputs]).
-- `make_session(data, opts, device, sub=None, frozen=None)`: an InferenceSession; raises
+- `make_session(data, opts, device, sub=None, frozen=None, frozen_model=None)`: an InferenceSession; raises
   `SessionLoadError` naming the FX nodes of `sub` ORT rejected (parsed from ORT's message, using
   translate's node-naming invariant). `frozen` maps model input names to weight tensors that the
-  session treats as constants (NOTE [Frozen weights]).
+  session treats as constants (NOTE [Frozen weights]); `frozen_model` is `freeze_model(data, frozen)`
+  when the caller has it (NOTE [Frozen models are cached]).
 - `OrtPart`: feeds torch tensors to the session and returns torch tensors; see NOTE [Zero-copy I/O].
 """
 from __future__ import annotations
@@ -124,15 +125,22 @@ def model_bytes(sub: torch.fx.GraphModule, opts: OnnxrtOptions, label: str) -> b
 _NODE_NAME = re.compile(r"node_([A-Za-z0-9_]+?)__\d+")
 
 
-def _with_frozen_inputs(data: bytes, frozen: dict, so) -> bytes:
-    """`data` with the inputs named in `frozen` turned into external initializers fed from the tensors."""
+# NOTE [Frozen models are cached]
+# Turning the frozen inputs into external initializers rewrites the model protobuf, which needs the `onnx`
+# package (0.6-0.7 s to import: it loads ml_dtypes), while running a model needs only onnxruntime. The
+# rewritten bytes depend only on the model and the frozen names, so a part keeps them (`frozen_model`) and
+# onnxrt/persist.py saves them beside the model: a warm process hands them to ORT as they are and never
+# imports `onnx` (tests/backends/test_onnxrt_warm_imports.py). The weights themselves are still fed at
+# session creation from the live tensors (`add_external_initializers`), never stored.
+def freeze_model(data: bytes, names) -> bytes:
+    """`data` with the inputs named in `names` turned into external initializers (fed at session creation)."""
     import onnx
-    import onnxruntime as ort
 
+    names = set(names)
     model = onnx.load_from_string(data)
-    kept = [i for i in model.graph.input if i.name not in frozen]
+    kept = [i for i in model.graph.input if i.name not in names]
     for value in model.graph.input:
-        if value.name in frozen:
+        if value.name in names:
             init = model.graph.initializer.add()
             init.name = value.name
             init.data_type = value.type.tensor_type.elem_type
@@ -142,14 +150,22 @@ def _with_frozen_inputs(data: bytes, frozen: dict, so) -> bytes:
             entry.key, entry.value = "location", "framejit-frozen-weight"
     del model.graph.input[:]
     model.graph.input.extend(kept)
-    names = list(frozen)
-    values = [ort.OrtValue.ortvalue_from_numpy(frozen[n].detach().contiguous().numpy()) for n in names]
-    so.add_external_initializers(names, values)
     return model.SerializeToString()
 
 
+def _feed_frozen(frozen: dict, so) -> None:
+    """Hand the frozen weights to the session options as OrtValues over the tensors' memory."""
+    import onnxruntime as ort
+
+    names = list(frozen)
+    values = [ort.OrtValue.ortvalue_from_numpy(frozen[n].detach().contiguous().numpy()) for n in names]
+    so.add_external_initializers(names, values)
+
+
 def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: torch.fx.GraphModule | None = None,
-                 frozen: dict | None = None):
+                 frozen: dict | None = None, frozen_model: bytes | None = None):
+    """An InferenceSession for `data`; with `frozen`, for `frozen_model` (freeze_model(data, frozen),
+    made here when not given) with the frozen weights fed as initializers."""
     import onnxruntime as ort
 
     providers = providers_for(opts, device)
@@ -157,7 +173,10 @@ def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: to
         raise RuntimeError(f"no ONNX Runtime execution provider for device {device}")
     so = session_options(opts)
     try:
-        model = _with_frozen_inputs(data, frozen, so) if frozen else data
+        model = data
+        if frozen:
+            model = frozen_model if frozen_model is not None else freeze_model(data, frozen)
+            _feed_frozen(frozen, so)
         return ort.InferenceSession(model, so, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS)
     except Exception as exc:  # ORT raises its own exception types (Fail, NotImplemented, ...)
         names = set(_NODE_NAME.findall(str(exc)))
@@ -192,16 +211,19 @@ def model_input_names(data: bytes, sub: torch.fx.GraphModule) -> list[str]:
 class OrtPart(torch.nn.Module):
     """One ONNX Runtime session standing in for a fused partition; called like the submodule it replaces.
 
-    It keeps the model bytes it was made from (`model`), so that a compiled program can be persisted
-    (onnxrt/persist.py) without translating again. `output_meta` is (dtype, shape) per output.
+    It keeps the model bytes it was made from (`model`), and the frozen rewrite of them (`frozen_model`, NOTE
+    [Frozen models are cached]), so that a compiled program can be persisted (onnxrt/persist.py) without
+    translating again. `output_meta` is (dtype, shape) per output.
     `frozen_positions` are the argument positions whose tensors the session holds as constants (NOTE
     [Frozen weights]); a part made with `session=None` creates its session on its first call.
     """
 
     def __init__(self, session, model: bytes, single_output: bool, output_meta: list, device: torch.device,
-                 input_names: list[str], opts: OnnxrtOptions, frozen_positions: tuple = ()):
+                 input_names: list[str], opts: OnnxrtOptions, frozen_positions: tuple = (),
+                 frozen_model: bytes | None = None):
         super().__init__()
         self.model = model
+        self.frozen_model = frozen_model  # freeze_model(model, frozen names) (NOTE [Frozen models are cached])
         self.input_names = list(input_names)
         self.output_names = [f"out{i}" for i in range(len(output_meta))]
         self.single_output = single_output
@@ -235,7 +257,9 @@ class OrtPart(torch.nn.Module):
         self._frozen = [(i, args[i], args[i]._version, watch.watch(args[i])) for i in self.frozen_positions]
         self._epoch = watch.EPOCH[0]
         frozen = {self.input_names[i]: t for i, t, _, _ in self._frozen}
-        self.session = make_session(self.model, self.opts, self.device, sub, frozen)
+        if frozen and self.frozen_model is None:
+            self.frozen_model = freeze_model(self.model, frozen)
+        self.session = make_session(self.model, self.opts, self.device, sub, frozen, self.frozen_model)
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def _frozen_current(self, args) -> bool:
