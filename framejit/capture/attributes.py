@@ -144,6 +144,9 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
             return wrap_unguarded(getattr(obj.obj, name))
         except AttributeError as e:
             raise UserException(e) from None
+    from .state_blocks import OpaqueProfilerValue
+    if isinstance(obj, OpaqueProfilerValue):  # NOTE [Profiler objects used]
+        raise obj.used(f"attribute {name!r} of {obj.describe()}")
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of {obj.describe()}")
 
 

@@ -182,7 +182,7 @@ def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxV
     consts = [a.as_constant() for a in args]
     if is_profiler_class(cls):  # NOTE [Profiler blocks]
         from .state_blocks import make_profiler_ctx
-        return make_profiler_ctx(cls, args, kwargs)
+        return make_profiler_ctx(cls, args, kwargs, tx)
     kw = {k: v.as_constant() for k, v in kwargs.items()}
     if issubclass(cls, grad_mode.no_grad):
         return CtxValue("grad", False, cls)
@@ -262,7 +262,7 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
             out.inference_mode = ctx.mode
         elif ctx.kind == "null":  # NOTE [Profiler blocks]
             from .state_blocks import OpaqueProfilerValue
-            return ExitValue(ctx, None), OpaqueProfilerValue(ctx.cls)
+            return ExitValue(ctx, None), OpaqueProfilerValue(ctx.cls, getattr(ctx, "made_at", None))
         elif ctx.kind == "saved_hooks":  # NOTE [Saved-tensors-hooks blocks]
             from .state_blocks import enter_saved_hooks
             saved = enter_saved_hooks(out, ctx.mode)

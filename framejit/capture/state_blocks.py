@@ -5,9 +5,12 @@ NOTE [Profiler blocks]: `torch.profiler.profile()`, `torch.autograd.profiler.pro
 `record_function(name)` made inside the region with constant arguments only (no `on_trace_ready`
 callback, no schedule object) are null blocks, as TorchDynamo treats them: nothing is recorded in the
 graph and the profiler does not run around the captured ops. What such a profiler would record is only
-observable through the profiler object itself, so the value `with ... as p` binds is opaque: any use of
-it (attribute, call, a graph break while it is live) cannot be modelled, and the frame then runs that
-code, or all of it, eagerly with a real profiler. A graph break inside the block re-enters it as a
+observable through the profiler object itself, so the value `with ... as p` binds is opaque.
+NOTE [Profiler objects used]: a use of it that needs the real object (its type, an attribute, a call)
+is a graph break moved to the root frame's instruction that made the profiler: that call runs as plain
+Python and makes a real profiler, and the resume function goes on from it, so the code before stays
+captured (before, the whole frame ran eagerly). A graph break elsewhere while it is live cannot rebuild
+it, and the frame then runs eagerly with a real profiler. A graph break inside the block re-enters it as a
 `contextlib.nullcontext()` (context.block_for).
 
 NOTE [Saved-tensors-hooks blocks]: `disable_saved_tensors_hooks(message)` (a constant string) is kind
@@ -50,11 +53,18 @@ _enable = torch._C._autograd._saved_tensors_hooks_enable
 class OpaqueProfilerValue(Value):
     """What `with torch.profiler.profile() as p` binds inside the region (NOTE [Profiler blocks])."""
 
-    def __init__(self, cls: type) -> None:
+    def __init__(self, cls: type, made_at: int | None = None) -> None:
         self.cls = cls
+        self.made_at = made_at  # the root frame's instruction that made the profiler, when known
 
     def python_type(self) -> type:
-        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a {self.cls.__name__} profiler object")
+        raise self.used(f"a {self.cls.__name__} profiler object")
+
+    def used(self, what: str) -> Unsupported:
+        """The break for a use of the real profiler, moved to where it was made (NOTE [Profiler objects used])."""
+        e = Unsupported(BreakKind.UNSUPPORTED_VALUE, what)
+        e.root_index = self.made_at
+        return e
 
     def describe(self) -> str:
         return f"{self.cls.__name__} profiler object"
@@ -86,11 +96,14 @@ def is_profiler_class(cls: Any) -> bool:
     return cls in PROFILER_CLASSES
 
 
-def make_profiler_ctx(cls: type, args: list[Value], kwargs: dict[str, Value]):
+def make_profiler_ctx(cls: type, args: list[Value], kwargs: dict[str, Value], tx=None):
     from .context import CtxValue
     if not all(a.is_constant() for a in [*args, *kwargs.values()]):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__} with non-constant arguments")
-    return CtxValue("null", None, cls)
+    ctx = CtxValue("null", None, cls)
+    root = tx.output.tx_stack[0] if tx is not None and tx.output.tx_stack else None
+    ctx.made_at = root.current.index if root is not None and root.current is not None else None
+    return ctx
 
 
 def make_saved_hooks_ctx(tx, args: list[Value], kwargs: dict[str, Value]):

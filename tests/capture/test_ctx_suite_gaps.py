@@ -86,17 +86,34 @@ def test_profiler_blocks_are_captured_with_a_break_inside():
     assert backend.graph_count == 4  # per call: before and after the pause
 
 
-def test_profiler_object_used_runs_eagerly():
+def test_profiler_object_used_breaks_where_it_is_made():
     def fn(x):
+        x = x.sin() * 2
         with torch.profiler.profile() as p:
             y = x + 1
         print(type(p).__name__)
         return y
 
-    run_differential(fn, lambda seed: (torch.randn(3 + seed),), fullgraph=False)
+    backend = run_differential(fn, lambda seed: (torch.randn(3 + seed),), fullgraph=False)
+    # NOTE [Profiler objects used]: the profiler object cannot be modelled; the break moves to the call that
+    # makes it, so the code before it is one graph per shape (sin, mul) and a real profiler runs the block
+    assert [backend.op_count(i) for i in range(backend.graph_count)] == [2, 2]
     explained = framejit.explain(fn)(torch.randn(3))
-    # the profiler object cannot be modelled: the frame runs eagerly, with a real profiler
-    assert explained.graph_count == 0 and len(explained.eager_frames) == 1
+    assert explained.graph_count == 1 and not explained.eager_frames  # the whole frame ran eagerly before
+
+
+def test_profiler_attribute_read_after_the_block_breaks_where_it_is_made():
+    def fn(x):
+        y = x.cos() - 1
+        with torch.profiler.profile() as p:
+            y = y * 3
+        events = p.profiler.kineto_results.experimental_event_tree()  # the real profiler's results
+        return y + len(events) * 0
+
+    before = framejit.stats()["eager_frames"]
+    backend = run_differential(fn, lambda seed: (torch.randn(4),), seeds=(0, 1, 2), fullgraph=False)
+    assert backend.graph_count == 1 and backend.op_count(0) == 2  # cos, sub; the rest runs with the profiler
+    assert framejit.stats()["eager_frames"] == before
 
 
 def test_profiler_with_a_callback_is_not_a_null_block():
