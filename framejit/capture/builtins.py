@@ -298,7 +298,7 @@ def _enumerate(tx, args, kwargs):
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     rows = IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(column)])
-    return watch.finish(rows, "enumerate", per_row=True)
+    return watch.finish(rows, "enumerate", per_row=True, extra=start)  # NOTE [Combinators rebuilt at breaks]
 
 
 @handles(zip)
@@ -308,7 +308,8 @@ def _zip(tx, args, kwargs):
     columns = drain_lent(tx, list(args))  # NOTE [Lent iterators]
     if strict and len({len(c) for c in columns}) > 1:
         raise UserException(ValueError("zip() arguments have different lengths"))
-    return watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True)
+    return watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True,
+                        extra=bool(strict))  # NOTE [Combinators rebuilt at breaks]
 
 
 @handles(reversed)

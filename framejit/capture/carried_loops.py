@@ -25,6 +25,7 @@ Two rules make such a loop compile a bounded number of times:
 from __future__ import annotations
 
 import re
+import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported
@@ -34,6 +35,15 @@ from .values.base import LazyArg, Value
 
 _LIST_ITERATOR = type(iter([]))
 _CARRIED_TYPES = (list, _LIST_ITERATOR)
+# NOTE [Iterators stepped as Python]: a loop's enumerate or zip object rebuilt at a break (NOTE
+# [Combinators rebuilt at breaks] in lazy_combinators.py), or a lazy iterator made by plain Python at an
+# earlier break (a generator, map, filter, reversed: the break moved to where it was made): reading its
+# position or items would consume it, so it is wrapped unread (`opaque_iterator`, guarded by type only)
+# and a for loop over it takes each step in Python from the start (step_value), its body a resume
+# function. Any other use of it (a call with it) is a graph break there, run in Python. Not a generator
+# whose code has try/finally or with-blocks: held by the resume functions' arguments, it would be
+# finalized later than eager does (NOTE [Generators with finalizers] in translator.py).
+_STEPPED_TYPES = (enumerate, zip, map, filter, reversed, types.GeneratorType)
 _STACK_ARG = re.compile(r"L\['(" + STACK_PREFIX + r"\d+)'\]")
 
 
@@ -46,10 +56,26 @@ class CarriedIteratorValue(Value):
         self.source = source
 
     def python_type(self) -> type:
-        return _LIST_ITERATOR
+        return type(self.obj) if type(self.obj) in _STEPPED_TYPES else _LIST_ITERATOR
 
     def describe(self) -> str:
         return f"CarriedIterator({self.source.describe()})"
+
+
+def opaque_iterator(out, obj: Any, source: Source) -> CarriedIteratorValue | None:
+    """`obj` unread, when it is a lazy iterator a for loop steps in Python (NOTE [Iterators stepped as
+    Python]), else None."""
+    if type(obj) not in _STEPPED_TYPES or not _finalized_like_eager(obj):
+        return None
+    out.guard_type(source, type(obj))
+    return CarriedIteratorValue(obj, source)
+
+
+def _finalized_like_eager(obj: Any) -> bool:
+    if type(obj) is not types.GeneratorType:
+        return True
+    from .normalize import has_handlers
+    return not has_handlers(obj.gi_code)
 
 
 def position_source(source: Source) -> Source:
@@ -70,7 +96,8 @@ def carried_argument(tx, inst) -> CarriedIteratorValue | None:
     if tx.parent is not None or not isinstance(name, str) or not name.startswith(STACK_PREFIX):
         return None
     lazy = tx.locals.get(name)
-    if not isinstance(lazy, LazyArg) or type(lazy.obj) not in _CARRIED_TYPES:
+    if not isinstance(lazy, LazyArg) or type(lazy.obj) not in _CARRIED_TYPES + _STEPPED_TYPES \
+            or not _finalized_like_eager(lazy.obj):
         return None
     insts = tx.program.insts
     if tx.pc >= len(insts) or insts[tx.pc].name != "GET_ITER":
@@ -82,6 +109,12 @@ def step_value(tx, value: CarriedIteratorValue) -> Value:
     """What FOR_ITER steps: the iterator read and guarded (its position a constant), or, once the loop's
     position is dynamic for this frame, a break at this FOR_ITER (NOTE [Loops carried across breaks])."""
     out = tx.output
+    if type(value.obj) in _STEPPED_TYPES:  # NOTE [Combinators rebuilt at breaks] in lazy_combinators.py
+        e = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, f"the loop's {type(value.obj).__name__} object was "
+                        "made by Python: each step of the loop runs as Python, its body as a resume function "
+                        "(NOTE [Iterators stepped as Python])")
+        e.loop_step = True
+        raise e
     if loop_marker(value.source) in (out.dynamic_ints or ()):
         e = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "the loop's body broke at another position of the loop "
                         "before: each step of the loop runs as Python, its body as a resume function")
@@ -180,5 +213,5 @@ def loop_done(item: Any) -> bool:
     return item is _DONE
 
 
-__all__ = ["CarriedIteratorValue", "OpaqueStringValue", "carried_argument", "changed_strings", "dynamic_loops", "loop_done", "loop_iterator", "loop_next",
+__all__ = ["CarriedIteratorValue", "OpaqueStringValue", "carried_argument", "opaque_iterator", "changed_strings", "dynamic_loops", "loop_done", "loop_iterator", "loop_next",
            "opaque_string", "loop_marker", "position_source", "step_value"]

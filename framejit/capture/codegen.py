@@ -35,6 +35,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of
 from .values.mappings import IdentityKey, key_value
 from .partials import check_rebuildable, make_partial, partial_parts
+from .lazy_combinators import combinator_at, rebuild_spec, spec_children
 from .sources import LocalSource, ObjectSource
 
 GRAPH_OUT = "___graph_out"  # the local holding the graph's outputs
@@ -228,7 +229,7 @@ class Reconstructor:
             self._preload(child, sourced, visiting)
         if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value):
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
-        elif isinstance(value, IteratorValue) and value.made_at is None:
+        elif isinstance(value, IteratorValue) and (value.made_at is None or rebuild_spec(value) is not None):
             self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
 
     def _store_preloaded(self, value: Value) -> None:
@@ -311,7 +312,11 @@ class Reconstructor:
 
     def _iterator(self, value: IteratorValue) -> None:
         if value.made_at is not None:
-            raise escaped_generator(value)
+            spec = rebuild_spec(value)  # NOTE [Combinators rebuilt at breaks]
+            if spec is None:
+                raise escaped_generator(value)
+            self._call_const(combinator_at, [spec])
+            return
         if value.lent_at is not None:
             raise lent_error(value)  # NOTE [Lent iterators]
         if value.exhausted:
@@ -436,6 +441,8 @@ def _children(value: Value) -> list:
         return [value.tensor]
     if _numpy_value(value):  # NOTE [NumPy as torch]
         return sys.modules[_NUMPY_SUPPORT].children(value)
+    if isinstance(value, IteratorValue) and spec_children(value):
+        return spec_children(value)  # NOTE [Combinators rebuilt at breaks]
     if isinstance(value, IteratorValue):
         return [value.owner] if value.owner is not None else value.items[value.index:]
     if isinstance(value, UserFunctionValue):

@@ -247,6 +247,12 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     except (Unsupported, UserException) as e:
+        earlier = getattr(e, "root_index", None)
+        if isinstance(e, Unsupported) and earlier is not None and earlier < site.inst.index:
+            # NOTE [Breaks moved earlier]: the break could not be taken here because a value live at it
+            # must break where it was made (a generator or a lazy combinator escaping: NOTE [Eager
+            # generators]): break there instead, an earlier instruction, so the trace ends sooner each time
+            return _break_entry(fn, shape, args, kwargs, request, e, first)
         logs.log("eager_fallback", "%s: no graph break taken (%s); the frame runs eagerly", fn.__code__.co_qualname, e)
         first.no_break_reason = str(getattr(e, "graph_break", None) or e).split("\n")[0]  # NOTE [Eager frames]
         return None

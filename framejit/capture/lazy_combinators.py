@@ -17,11 +17,28 @@ combinator was made (it then runs lazily, as Python), when:
   constant items reads nothing else;
 - a generator or lazy combinator among its arguments fails its own check.
 `made_at` also makes a combinator that outlives the graph (returned, stored, live at a graph break) a
-break where it was made: eager code holds a lazy object there (codegen.escaped_generator).
+break where it was made: eager code holds a lazy object there (codegen.escaped_generator), unless it can
+be rebuilt lazily (NOTE [Combinators rebuilt at breaks]).
+
+NOTE [Combinators rebuilt at breaks]: a for loop over `enumerate(...)` or `zip(...)` of a list whose body
+breaks (a print, a data-dependent `if`) has the combinator live at the break. Breaking where it was made
+instead ran the whole loop, and through it the rest of the frame, as Python (the break inside the loop
+could not be taken, so the frame ran eagerly). Both combinators hold nothing but iterators over their
+arguments and a count, so after `r` rows CPython's object is `enumerate(<argument's iterator advanced r
+times>, start + r)` or `zip(<each argument's iterator advanced r times>, strict=...)`. `Recipe` keeps the
+arguments and the positions the combinator started them at; `rebuild_spec` turns it into the plain data
+`combinator_at` rebuilds a real, lazy CPython object from after the graph (an iterator over a list is the
+list's own iterator at that index: it sees what the rest of the loop does to the list, as CPython's does).
+Arguments it rebuilds: builtin lists, tuples, ranges, strings, dicts and dict views (only while the dict
+was not mutated since the combinator was made: a changed dict breaks where it was made, as before),
+tensors, nn.ModuleList/Sequential, list iterators, iterators over fixed items and nested enumerate/zip;
+anything else (a generator, a user iterable) keeps the break where the combinator was made. The resume
+function gets that object as its loop iterator and steps it in Python (carried_loops.step_value).
 """
 from __future__ import annotations
 
 import types
+from typing import Any
 
 from .breaks import BreakKind, Unsupported
 from .generator_reach import closure_contents, reachable_values
@@ -57,6 +74,9 @@ def _reads_nothing_else(fn: Value | None, items: list[list[Value]]) -> bool:
     return builtin and all(isinstance(v, ConstantValue) for column in items for v in column)
 
 
+_NO_RECIPE = object()
+
+
 class Watch:
     """The state before draining a combinator's arguments (see `watch`)."""
 
@@ -73,12 +93,14 @@ class Watch:
                 self.mappings.append(container)
         side_effects = tx.output.side_effects
         self.made = (side_effects.version, len(side_effects.ops), len(side_effects.touched))
+        # each argument and the position its iterator starts at (NOTE [Combinators rebuilt at breaks])
+        self.parts = [(v, v.index if isinstance(v, IteratorValue) else 0) for v in iterables]
 
     def needed(self, fn_reads_state: bool) -> bool:
         return bool(self.lists or self.mappings or self.checks or fn_reads_state)
 
     def finish(self, result: IteratorValue, what: str, per_row: bool, fn: Value | None = None,
-               columns: list[list[Value]] = ()) -> IteratorValue:
+               columns: list[list[Value]] = (), extra: Any = _NO_RECIPE) -> IteratorValue:
         """`result` (the rows, already computed) checked as NOTE [Lazy combinators] says."""
         reads_state = not _reads_nothing_else(fn, list(columns))
         if not self.needed(reads_state):
@@ -92,14 +114,17 @@ class Watch:
         reachable = reachable_values([*closure_contents(fn), *(v for c in columns for v in c)]) if reads_state \
             else set()
 
+        def mappings_changed() -> bool:
+            return bool(mapping_ids) and (any(id(op[0]) in mapping_ids for op in side_effects.ops[n_ops:])
+                                          or any(id(v) in mapping_ids for v in side_effects.touched[n_touched:]))
+
         def changed() -> bool:
             for container, items, start in self.lists:
                 now = container.items
                 low = start + result.index if per_row else 0
                 if len(now) != len(items) or any(now[i] is not items[i] for i in range(low, len(now))):
                     return True
-            if mapping_ids and (any(id(op[0]) in mapping_ids for op in side_effects.ops[n_ops:])
-                                or any(id(v) in mapping_ids for v in side_effects.touched[n_touched:])):
+            if mappings_changed():
                 return True
             return reads_state and (side_effects.version != version or any(
                 id(v) in reachable for v in side_effects.touched[n_touched:]))
@@ -114,7 +139,108 @@ class Watch:
                 raise e
         result.check = check
         result.made_at = made_at
+        if extra is not _NO_RECIPE and not reads_state:
+            result.lazy = Recipe(what, extra, self.parts, mappings_changed)
         return result
+
+
+class Recipe:
+    """How to rebuild a combinator lazily (NOTE [Combinators rebuilt at breaks]): `kind` ("enumerate" or
+    "zip"), `extra` (enumerate's start, zip's strict), the arguments with the positions their iterators
+    started at, and whether a dict it reads was mutated since it was made."""
+
+    def __init__(self, kind: str, extra: Any, parts: list[tuple[Value, int]], mappings_changed) -> None:
+        self.kind, self.extra, self.parts, self.mappings_changed = kind, extra, parts, mappings_changed
+
+
+_REBUILT_TYPES = (list, tuple, range, str, dict, type({}.keys()), type({}.values()), type({}.items()))
+
+
+def _plain_iterable(value: Value) -> bool:
+    """An argument whose `iter()` is its builtin one, made anew without effect (NOTE [Combinators rebuilt
+    at breaks])."""
+    import torch
+    from .values import TensorValue
+    if isinstance(value, TensorValue):
+        return True
+    cls = value.python_type()
+    if cls in _REBUILT_TYPES:
+        return True
+    return cls in (torch.nn.ModuleList, torch.nn.Sequential) and getattr(value, "source", None) is not None
+
+
+def _part_spec(value: Value, position: int) -> Value | None:
+    from .values import TupleValue
+    if isinstance(value, IteratorValue):
+        if value.source is not None:
+            return None  # an iterator from outside: its own position is the caller's (NOTE [Lent iterators])
+        if getattr(value, "lazy", None) is not None:
+            return _spec(value, position, exhausted=False)
+        if value.made_at is not None:
+            return None  # a generator's
+        if isinstance(value.owner, ListValue) and value.owner.python_type() is list:
+            return TupleValue([ConstantValue("at"), value.owner, ConstantValue(position)])
+        if value.owner is None:  # fixed items (a tuple's, a range's iterator)
+            return TupleValue([ConstantValue("at"), TupleValue(list(value.items[position:])), ConstantValue(0)])
+        return None
+    if not _plain_iterable(value):
+        return None
+    return TupleValue([ConstantValue("at"), value, ConstantValue(position)])
+
+
+def _spec(value: IteratorValue, rows: int, exhausted: bool) -> Value | None:
+    from .values import TupleValue
+    recipe = value.lazy
+    if recipe.mappings_changed():
+        return None
+    extra = recipe.extra + rows if recipe.kind == "enumerate" else recipe.extra
+    parts = []
+    for arg, start in recipe.parts if not exhausted else ():
+        part = _part_spec(arg, start + rows)
+        if part is None:
+            return None
+        parts.append(part)
+    return TupleValue([ConstantValue("combinator"), ConstantValue(recipe.kind), ConstantValue(extra),
+                       ConstantValue(exhausted), TupleValue(parts)])
+
+
+def rebuild_spec(value: IteratorValue) -> Value | None:
+    """What `combinator_at` rebuilds `value` from after the graph, or None when it cannot be rebuilt
+    lazily (then it breaks where it was made: NOTE [Combinators rebuilt at breaks])."""
+    if getattr(value, "lazy", None) is None:
+        return None
+    return _spec(value, value.index, value.exhausted)
+
+
+def spec_children(value: IteratorValue) -> list[Value]:
+    """The arguments a rebuildable combinator reads (loaded before it: NOTE [One object per value])."""
+    recipe = getattr(value, "lazy", None)
+    return [arg for arg, _ in recipe.parts] if recipe is not None else []
+
+
+_END = object()
+_SETSTATE_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))), type(iter("")))
+
+
+def combinator_at(spec: tuple) -> Any:
+    """Runtime: the lazy CPython object `spec` (from rebuild_spec) describes."""
+    tag = spec[0]
+    if tag == "at":
+        _, iterable, position = spec
+        iterator = iter(iterable)
+        if position and type(iterator) in _SETSTATE_ITERATORS:
+            iterator.__setstate__(position)
+        else:
+            for _ in range(position):
+                if next(iterator, _END) is _END:
+                    break
+        return iterator
+    _, kind, extra, exhausted, parts = spec
+    # an exhausted one stays exhausted whatever its arguments do later, as CPython's does
+    iterators = [combinator_at(part) for part in parts] if not exhausted else [iter(())]
+    if kind == "enumerate":
+        return enumerate(iterators[0], extra)
+    return zip(*iterators, strict=extra)
 
 
 def watch(tx, iterables: list[Value]) -> Watch:
@@ -122,4 +248,4 @@ def watch(tx, iterables: list[Value]) -> Watch:
     return Watch(tx, list(iterables))
 
 
-__all__ = ["Watch", "watch"]
+__all__ = ["Recipe", "Watch", "combinator_at", "rebuild_spec", "spec_children", "watch"]

@@ -375,6 +375,10 @@ def iterate(tx, v: Value) -> list[Value]:
         return _module_children(tx, v)
     if isinstance(v, (ObjectValue, NewObjectValue)) and not isinstance(v, NNModuleValue):
         return _iterate_object(tx, v)
+    from .carried_loops import CarriedIteratorValue
+    if isinstance(v, CarriedIteratorValue):  # NOTE [Iterators stepped as Python]: drawn in Python only
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{v.describe()} is drawn from outside a for loop: it "
+                          "runs as Python")
     raise UserException(TypeError(f"'{v.python_type().__name__}' object is not iterable"))
 
 

@@ -216,6 +216,10 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         keywords = AttrSource(source, "keywords")
         kwargs = {k: wrap(out, v, ItemSource(keywords, k)) for k, v in obj.keywords.items()}
         return PartialValue(func, args, kwargs, source)
+    from ..carried_loops import opaque_iterator
+    stepped = opaque_iterator(out, obj, source)  # NOTE [Iterators stepped as Python]
+    if stepped is not None:
+        return stepped
     if type(obj).__module__ == "builtins" and not hasattr(obj, "__dict__"):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{source.describe()} is a {type(obj).__name__}")
     out.guard_type(source, type(obj))
