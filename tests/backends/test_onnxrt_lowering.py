@@ -164,3 +164,32 @@ def test_gelu_is_one_contrib_op(approximate, op):
             torch.testing.assert_close(compiled(x), model(x), **F32)
     ops = _ort_ops(compiled)
     assert ops.count(op) == 1 and "Erf" not in ops and "Tanh" not in ops, ops
+
+
+def _cat_onto_literal(dtype) -> torch.fx.GraphModule:
+    """`torch.cat([torch.tensor([], dtype=dtype), x], dim=-2) * 2`: transformers' DynamicCache concatenates
+    each layer's keys and values onto such a literal (gpt2, llama, qwen2)."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    empty = graph.call_function(torch.tensor, ([],), {"dtype": dtype})
+    cat = graph.call_function(torch.cat, ([empty, x],), {"dim": -2})
+    graph.output(graph.call_function(torch.mul, (cat, 2.0)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cat_onto_an_empty_tensor_literal_runs_in_ort(dtype):
+    """NOTE [Tensor literals in graphs] (the graph ran wholly eagerly: lowering failed on the literal) and
+    NOTE [Cat skips empty vectors] (the cat ran in eager torch, cutting the graph); float64 checks that
+    the empty vector still takes part in type promotion."""
+    gm = _cat_onto_literal(dtype)
+    with torch.no_grad():
+        compiled = onnxrt(gm, [_x(0, 2, 3, 4)])
+        for seed in (1, 2):
+            x = _x(seed, 2, 3, 4)
+            got, want = compiled(x), gm(x)
+            assert got.dtype == want.dtype == dtype
+            torch.testing.assert_close(got, want, **F32)
+    (row,) = compiled.summary()
+    assert not row["eager_graph"] and row["parts"] == 1 and "cat" not in row["eager_nodes"], row
+    assert "Concat" not in _ort_ops(compiled)

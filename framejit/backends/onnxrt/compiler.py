@@ -59,7 +59,9 @@ _MAX_ATTEMPTS = 8
 # 15: gelu as ORT's contrib Gelu/FastGelu (NOTE [Fused ops in the lowering]).
 # 16: ops reading float16 run in torch (ORT's CPU provider skipped float16 rounding); as_strided over
 #     anything but a dense buffer runs in torch (NOTE [Storage read by as_strided]).
-REVISION = 16
+# 17: tensor literals in graphs (lift_fresh kept whole, NOTE [Tensor literals in graphs]) and cats that
+#     skip empty vectors run in ORT (NOTE [Cat skips empty vectors]).
+REVISION = 17
 
 
 @dataclasses.dataclass

@@ -70,6 +70,8 @@ def decomposition_table(translated_ops: frozenset) -> dict:
     for op, fn in candidates:
         if not hasattr(op, "_schema") or op in table or op._schema.is_mutable:
             continue  # in-place ops stay whole until the second pass (NOTE [Refunctionalize])
+        if op.name() in _NEVER_DECOMPOSED:
+            continue
         if isinstance(op, torch._ops.OpOverload) and op.name() in translated_ops \
                 and op.name() not in _ALWAYS_DECOMPOSED:
             continue
@@ -86,6 +88,16 @@ def decomposition_table(translated_ops: frozenset) -> dict:
 _ALWAYS_DECOMPOSED = frozenset({"aten::_native_batch_norm_legit_functional", "aten::_native_batch_norm_legit",
                                 "aten::_native_batch_norm_legit.no_stats",
                                 "aten::native_batch_norm"})
+
+
+# NOTE [Tensor literals in graphs]
+# A graph may make a tensor from a literal (`torch.tensor([], dtype=...)`: transformers' DynamicCache
+# starts every layer's keys and values so, and gpt2, llama and qwen2 concatenate onto them). make_fx
+# records the literal as a constant and calls `aten.lift_fresh` on it, which the fake mode turns into
+# a fake tensor. torch._decomp's table decomposes `lift_fresh` (and `lift`) into `alias`, which then
+# reached the fake mode with the real constant ("Please convert all Tensors to FakeTensors first"), so
+# these graphs ran wholly eagerly. They are kept out of the table.
+_NEVER_DECOMPOSED = frozenset({"aten::lift", "aten::lift_fresh"})
 
 
 # NOTE [Refunctionalize]

@@ -383,6 +383,29 @@ def _rewrite_copy(b: _Builder, node: torch.fx.Node) -> bool:
     return True
 
 
+# NOTE [Cat skips empty vectors]
+# Eager's cat skips 1-d inputs of size 0 whatever the other inputs' ranks (a legacy rule), and
+# transformers' DynamicCache starts each layer's keys and values as `torch.tensor([])` that it
+# concatenates onto: ONNX's Concat needs equal ranks, so those cats ran in eager torch and cut decoder
+# graphs (gpt2, llama, qwen2) into several ORT parts. The skipped inputs are dropped here; the empty
+# vectors still take part in type promotion, so the result is cast to the cat's dtype when it differs.
+def _skipped_by_cat(arg: Any) -> bool:
+    val = _val(arg)
+    return isinstance(val, torch.Tensor) and val.dim() == 1 and isinstance(val.shape[0], int) and val.shape[0] == 0
+
+
+def _rewrite_cat(b: _Builder, node: torch.fx.Node) -> bool:
+    tensors, dim = _args(node, ("tensors", "dim"), (None, 0))
+    kept = [t for t in tensors if not _skipped_by_cat(t)]
+    if not kept or len(kept) == len(tensors):
+        return False
+    new = b(aten.cat.default, kept, dim) if len(kept) > 1 else b(aten.clone.default, kept[0])
+    if _val(new).dtype != _val(node).dtype:
+        new = b(aten._to_copy.default, new, dtype=_val(node).dtype)
+    _replace_uses(node, new, set())
+    return True
+
+
 def _position(node: torch.fx.Node) -> int:
     return node.meta.setdefault("_semantics_order", 0)
 
@@ -398,6 +421,8 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
     target = node.target
     if target is aten.copy.default:
         return _rewrite_copy(b, node)
+    if target is aten.cat.default:
+        return _rewrite_cat(b, node)  # NOTE [Cat skips empty vectors]
     if not node.args or not _is_float_tensor_node(node.args[0]):
         return False
     if target in _NAN_VALUE_REDUCTIONS:
