@@ -101,8 +101,10 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             fn, shape, output, graph_break=e.graph_break)
         _log_break(fn, e.graph_break)
     except UserException as e:
-        moved = None if request.fullgraph else getattr(e, "generator_cm_break", None)
-        if moved is not None:  # NOTE [Exceptions in generator context manager blocks] in generator_ctx.py
+        moved = None if request.fullgraph else \
+            getattr(e, "generator_cm_break", None) or getattr(e, "callee_break", None)
+        if moved is not None:  # NOTE [Exceptions in generator context manager blocks] in generator_ctx.py,
+            # NOTE [Exceptions caught in callees] in translator.py
             entry = _break_entry(fn, shape, args, kwargs, request, moved, output)
             if entry is not None:
                 _log_break(fn, moved.graph_break)

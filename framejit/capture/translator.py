@@ -97,6 +97,11 @@ class Translator:
                 self.pc += 1
                 self.step(inst)
         except (Unsupported, UserException) as e:
+            if self.parent is not None and isinstance(e, UserException) and self._handles(e) and \
+                    getattr(e, "callee_break", None) is None:  # NOTE [Exceptions caught in callees]
+                e.callee_break = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(e.exc).__name__} raised where "
+                                             f"{self.code.co_qualname} has a try or with block around it")
+                _attach_stack(e.callee_break, self.user_stack())
             _attach_stack(e, self.user_stack())
             if self.parent is None and getattr(e, "root_index", None) is None:
                 e.root_index = self.current.index if self.current is not None else None
@@ -104,10 +109,24 @@ class Translator:
                     e.root_index = break_before_generator_cms(self.output, e.root_index)
                 else:  # NOTE [Exceptions in generator context manager blocks]
                     e.generator_cm_break = exception_in_generator_cms(self.output, e)
+                    if getattr(e, "callee_break", None) is not None:  # NOTE [Exceptions caught in callees]
+                        e.callee_break.root_index = break_before_generator_cms(self.output, e.root_index)
             raise
         finally:
             self.output.tx_stack.pop()
         return self.return_value
+
+    def _handles(self, e: UserException) -> bool:
+        """NOTE [Exceptions caught in callees]: the trace does not follow exception handlers. An exception
+        raised in an inlined callee where that callee's own try/except, try/finally or with-block covers
+        the instruction (its handler starts with PUSH_EXC_INFO; 3.12's comprehension cleanups do not) may
+        be handled there. It still leaves the callee as a UserException, so the places that model a
+        caught exception (hasattr, getattr and next with a default, Mapping.get over `self[key]`, ...)
+        see what they did before; it carries `callee_break`, and if it reaches the root frame (which ran
+        wholly eagerly before), convert takes that graph break instead: at the root frame's call into
+        the callee, which then runs through its frame hook and is captured as its own frame."""
+        handler = self.current.handler if self.current is not None else None
+        return handler is not None and self.program.insts[handler].name == "PUSH_EXC_INFO"
 
     def step(self, inst: Inst) -> None:
         handler = HANDLERS.get(inst.name)

@@ -1,4 +1,5 @@
-"""Exceptions raised inside the block of a `@contextmanager` manager the trace made (issue 11).
+"""Exceptions raised where the trace does not follow them: inside the block of a `@contextmanager` manager
+the trace made, and inside an inlined callee's own try or with block (issue 11).
 
 NOTE [Exceptions in generator context manager blocks] (generator_ctx.py): the trace does not carry an
 exception into a traced generator's `except`/`finally`, so the frame breaks before the instruction that made
@@ -102,3 +103,42 @@ def test_fullgraph_still_raises_nothing_the_user_did_not():
     before = _eager_frames()
     run_differential(f, _args, seeds=(0, 2), fullgraph=True)  # raising on both seeds
     assert _eager_frames() == before + 1
+
+
+def _lookup(d: dict, key: str, log: list):
+    try:
+        return d[key]
+    except KeyError:
+        log.append(f"missing {key}")
+        return 0.5
+    finally:
+        log.append("looked up")
+
+
+def test_exception_caught_in_a_callee_breaks_at_the_call():
+    """NOTE [Exceptions caught in callees]: the KeyError the callee catches made the whole frame run eagerly;
+    now the frame breaks at the call (the callee runs as its own frame) and both sides are graphs."""
+    def f(x, d, log):
+        y = x.sin() * 2
+        scale = _lookup(d, "scale", log)
+        return y * scale + 1
+
+    before = _eager_frames()
+    backend = run_differential(f, lambda seed: (torch.randn(3) + seed, {} if seed % 2 else {"scale": 3.0}, []),
+                               seeds=(1, 3, 0), fullgraph=False)
+    # the first call (key missing) breaks at the call having read nothing of `d`: its entry (sin, mul) serves
+    # every seed; the resume function (mul, add) is compiled once per value of the float `scale` (0.5, 3.0)
+    assert [backend.op_count(i) for i in range(backend.graph_count)] == [2, 2, 2]
+    assert _eager_frames() == before
+
+
+def test_exception_leaving_a_callee_through_its_finally_raises_as_eager():
+    def f(x, log):
+        y = x.cos() + 1
+        _lookup([], "k", log)  # a list indexed by a str: TypeError, not caught; `finally` logs
+        return y
+
+    before = _eager_frames()
+    backend = run_differential(f, lambda seed: (torch.randn(2), []), seeds=(0, 1), fullgraph=False)
+    assert backend.graph_count == 1 and backend.op_count(0) == 2  # cos, add before the call
+    assert _eager_frames() == before
