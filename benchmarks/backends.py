@@ -2,7 +2,7 @@
 
 Usage:
     .venv/bin/python benchmarks/backends.py --backend onnxrt [--device cpu] [--size bench]
-        [--models mlp,cnn] [--no-inductor] [--seconds 1.0] [--threads N] [--repeats 5]
+        [--models mlp,cnn] [--no-inductor] [--seconds 1.0] [--threads N] [--repeats 5] [--clock cpu]
 
 Prints one table row per model: median latency of eager, framejit+backend and inductor (ms), the
 speedup of framejit over eager, framejit's latency relative to inductor (< 1.0: faster), and first-call
@@ -16,6 +16,10 @@ repeated `--repeats` times; each repeat times the columns round-robin, call by c
 median per column. The table shows the median over repeats of those medians and, for the ratios, the
 lowest and highest per-repeat ratio (the spread). The machine load (`os.getloadavg()`) is printed
 before and after: on a shared machine the ratios of interleaved runs are what can be compared.
+`--clock cpu` (only with `--threads 1`) times the calling thread's CPU time instead of wall time: with 1
+thread torch, ORT (no intra-op pool) and inductor's code all run on the calling thread, and on a machine
+whose load average is many times its core count the wall-clock medians mostly measure waiting for a
+core (NOTE [CPU clock] in benchmarks/recompiles.py).
 
 Phases (NOTES.md: inductor's compile workers disturb measurements taken right after a cold compile):
 1. framejit compiles; 2. inductor compiles (compile_threads=1); 3. timings, with eager, framejit and
@@ -56,13 +60,16 @@ def check_device(backend: str, device: str) -> None:
         raise SystemExit(f"--backend {backend!r}: accepted: {', '.join(BACKEND_SETUP)}")
 
 
-def interleaved_repeats(fns: dict, inputs, seconds: float, device: str, repeats: int) -> dict:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def interleaved_repeats(fns: dict, inputs, seconds: float, device: str, repeats: int, clock=time.perf_counter) -> dict:
     """Per callable, the list of per-repeat medians (ms): NOTE [Honest timings]."""
-    runs = [interleaved_medians(fns, inputs, seconds / repeats, device) for _ in range(repeats)]
+    runs = [interleaved_medians(fns, inputs, seconds / repeats, device, clock) for _ in range(repeats)]
     return {key: [run[key] for run in runs] for key in fns}
 
 
-def interleaved_medians(fns: dict, inputs, seconds: float, device: str) -> dict:
+def interleaved_medians(fns: dict, inputs, seconds: float, device: str, clock=time.perf_counter) -> dict:
     """Median ms per callable, timing them round-robin so that load from other processes (this
     machine's 2 cores are shared) hits every column alike."""
     def sync():
@@ -78,10 +85,10 @@ def interleaved_medians(fns: dict, inputs, seconds: float, device: str) -> dict:
     rounds = 0
     while rounds < 10 or (time.perf_counter() < deadline and rounds < 2000):
         for key, fn in fns.items():
-            start = time.perf_counter()
+            start = clock()
             fn(*inputs)
             sync()
-            times[key].append(time.perf_counter() - start)
+            times[key].append(clock() - start)
         rounds += 1
     return {key: statistics.median(ts) * 1e3 for key, ts in times.items()}
 
@@ -143,7 +150,8 @@ def run(args) -> None:
                     lambda: torch.compile(row["fns"]["eager"]), row["inputs"])
                 print(f"  inductor compiled {name} in {row['ind_compile']:.1f} s", file=sys.stderr)
         for name, row in rows.items():  # phase 3: timings, interleaved
-            row["runs"] = interleaved_repeats(row["fns"], row["inputs"], args.seconds, args.device, args.repeats)
+            row["runs"] = interleaved_repeats(row["fns"], row["inputs"], args.seconds, args.device, args.repeats,
+                                              CLOCKS[args.clock])
             row.update({key: statistics.median(ms) for key, ms in row["runs"].items()})
     print_table(rows, args)
 
@@ -157,7 +165,7 @@ def _ratio_spread(row, top: str, bottom: str) -> str:
 def print_table(rows, args) -> None:
     load = os.getloadavg()
     print(f"\nbackend={args.backend} device={args.device} size={args.size} torch={torch.__version__} "
-          f"threads={torch.get_num_threads()} repeats={args.repeats} "
+          f"threads={torch.get_num_threads()} repeats={args.repeats} clock={args.clock} "
           f"load avg before={args.load_before[0]:.2f} after={load[0]:.2f} (1 min; {os.cpu_count()} CPUs)")
     header = (f"{'model':10s} {'via':16s} {'eager ms':>9s} {'fj ms':>9s} {'ind ms':>9s} "
               f"{'eager/fj':>8s} {'(spread)':>11s} {'fj/ind':>7s} {'(spread)':>11s} {'fj comp s':>9s} "
@@ -193,7 +201,11 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="torch (and so ORT and inductor) threads for every column; 0: the machine's default")
     parser.add_argument("--repeats", type=int, default=5, help="timing repeats (the spread columns)")
+    parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
+                        help="wall time, or the calling thread's CPU time (only with --threads 1; NOTE [Honest timings])")
     args = parser.parse_args(argv)
+    if args.clock == "cpu" and (args.threads != 1 or args.device != "cpu"):
+        raise SystemExit("--clock cpu needs --threads 1 and --device cpu (other threads' work would not be counted)")
     args.load_before = os.getloadavg()
     if args.threads:
         torch.set_num_threads(args.threads)  # NOTE [Honest timings]: before anything compiles
