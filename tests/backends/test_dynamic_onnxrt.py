@@ -264,3 +264,35 @@ def test_size_check_compares_whole_static_shapes():
     (bind, _), = compiled.dynamic_programs[next(iter(compiled.dynamic_programs))]
     assert bind([torch.randn(4, 6, D), torch.randn(D, D)]) == (4, 6)
     assert bind([torch.randn(4, 6, D), torch.randn(D, D + 1)]) is None
+
+
+class Patches(torch.nn.Module):
+    """A ViT stem: the patch grid's size is (h // 2) * (w // 2), read from the conv's output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 2, stride=2)
+        self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        grid = self.conv(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), grid], 1)
+        return self.proj(tokens).view(x.shape[0], -1, 2, 4).sum(2)
+
+
+def test_sizes_of_intermediates_are_expressions_of_input_sizes():
+    # NOTE [Sizes read from inputs] and [Size expressions read in the graph]: (h // 2) * (w // 2) and
+    # 1 + that are computed inside the one ORT part from x's sizes (before: 2 parts, sizes computed in torch)
+    model = Patches().eval()
+    example = torch.randn(2, 3, 6, 8)
+    compiled = onnxrt(symbolic_graph(model, [example], static={0: [1]}), [example])
+    ((_, program),) = compiled.dynamic_programs[next(iter(compiled.dynamic_programs))]
+    assert program.num_parts == 1
+    assert _scalar_inputs_and_size_nodes(program) == ([], [])
+    with torch.no_grad():
+        for b, h, w in [(2, 6, 8), (3, 4, 4), (5, 9, 6), (2, 16, 5), (4, 7, 11)]:
+            x = torch.randn(b, 3, h, w)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert _sizes_seen(compiled) == (1, 0)

@@ -9,10 +9,11 @@ Scalar size inputs that other ops read (`arange(x.size(1))`) are read from the t
 and scalar graph inputs left without uses are removed; `drop_unread_args` (runtime.py) then stops
 torch from computing and feeding those sizes on every call. See NOTE [Shapes from the graph's inputs].
 
-Invariant: a Reshape (Expand) is rewritten only when every symbolic dimension of its target and of the dimensions it
-copies is a product of size symbols (times a positive constant) that are at least 1 for every call the
-program's size check (`bind`, backends/symbolic.py) accepts; the new shape then names the same sizes as
-the FX node's `meta["val"]` for every such call. Anything else keeps torchlib's translation.
+Invariant: a Reshape (Expand) is rewritten only when every symbolic dimension of its target is at least 1
+for every call the program's size check (`bind`, backends/symbolic.py) accepts (torch's range analysis
+over the symbols' ranges), and every size it reads is built exactly (NOTE [Size expressions read in the
+graph]); the new shape then names the same sizes as the FX node's `meta["val"]` for every such call.
+Anything else keeps torchlib's translation.
 """
 from __future__ import annotations
 
@@ -47,30 +48,47 @@ def _dims(val) -> list | None:
 # NOTE [sympy imported when used]: sympy is needed only for graphs with symbolic sizes, whose tracing has
 # imported it already (torch's ShapeEnv); imported here at module level, it cost every warm process that
 # loads an ORT program 0.5-1 s (measured under load: 4.3 s of a 7.7 s remote-warm first call of gpt).
-def _lower_bound(symbol, gm_env) -> int:
-    import sympy
-    value_range = gm_env.var_to_range.get(symbol) if gm_env is not None else None
-    lower = getattr(value_range, "lower", None)
-    return int(lower) if isinstance(lower, sympy.Integer) else -1
+def _lower_bound(expr, env):
+    """The least value `expr` takes over the symbols' ranges (a number, possibly -inf)."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    if env is None:
+        return float("-inf")
+    try:
+        lower = bound_sympy(expr, env.var_to_range).lower
+    except Exception:  # an expression the range analysis does not know
+        return float("-inf")
+    return int(lower) if getattr(lower, "is_integer", False) and lower.is_finite else float("-inf")
 
 
-def _monomial(expr, env) -> tuple[int, dict] | None:
-    """(c, {symbol: power}) when `expr` is c * prod(symbol ** power) with c >= 1 and every symbol >= 1
-    (so the size is >= 1), else None."""
+# NOTE [Size expressions read in the graph]
+# Sizes are not only products of input sizes: a patch embedding's grid is `(h // 2) * (w // 2)`, a
+# class token adds 1 (`1 + (h // 2) * (w // 2)`). Such an expression is built in ONNX from the symbols'
+# `Shape` reads with integer Add, Mul, Div and Mod, where ONNX's integer ops agree with Python's on every
+# call `bind` accepts: Div truncates toward zero, so a floor division is built only where the range
+# analysis (torch's `bound_sympy` over the symbols' ranges) says its dividend is >= 0 and its divisor >= 1;
+# Mod (fmod=0) takes the divisor's sign as Python's % does, built for a divisor >= 1. A target size of a
+# Reshape or Expand must moreover be >= 1 on every accepted call (0 and -1 mean something else there).
+# Before, only products of symbols were read here: the zoo's ViT under dynamic=True fed 3 sizes that
+# torch computed per call, and its views kept torchlib's Concat of scalar inputs (14 Concats in ORT).
+def _computable(expr, builder) -> bool:
+    """Whether `expr` can be built from the readable symbols with ONNX integer ops (NOTE above)."""
     import sympy
-    coeff, rest = expr.as_coeff_Mul()
-    if not (isinstance(coeff, sympy.Integer) and coeff >= 1):
-        return None
-    powers = {}
-    for base, power in rest.as_powers_dict().items():
-        if base == 1:
-            continue
-        if not (isinstance(base, sympy.Symbol) and isinstance(power, sympy.Integer) and power >= 1):
-            return None
-        if _lower_bound(base, env) < 1:
-            return None
-        powers[base] = int(power)
-    return int(coeff), powers
+    from torch.utils._sympy.functions import CleanDiv, FloorDiv, Mod, PythonMod
+
+    if isinstance(expr, sympy.Integer):
+        return True
+    if isinstance(expr, sympy.Symbol):
+        return expr in builder.readable
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        return all(_computable(arg, builder) for arg in expr.args)
+    if isinstance(expr, sympy.Pow):
+        return isinstance(expr.exp, sympy.Integer) and 1 <= expr.exp <= 8 and _computable(expr.base, builder)
+    if isinstance(expr, (FloorDiv, CleanDiv, Mod, PythonMod, sympy.Mod)):
+        dividend, divisor = expr.args
+        return (_computable(dividend, builder) and _computable(divisor, builder)
+                and _lower_bound(dividend, builder.env) >= 0 and _lower_bound(divisor, builder.env) >= 1)
+    return False
 
 
 class _ShapeBuilder:
@@ -111,26 +129,48 @@ class _ShapeBuilder:
 
         return self._node("Constant", [], {"value": ir.tensor(np.array(ints, dtype=np.int64))}, label, before)
 
+    def positive(self, expr) -> bool:
+        return _lower_bound(expr, self.env) >= 1
+
+    def can_compute(self, expr) -> bool:
+        """Whether `read(expr)` can build the exact value of `expr` (NOTE [Size expressions read in the graph])."""
+        return _computable(expr, self)
+
     def can_read(self, expr) -> bool:
-        mono = _monomial(expr, self.env)
-        return mono is not None and all(s in self.readable for s in mono[1])
+        """`can_compute`, for a size that is >= 1 on every accepted call (a Reshape's or Expand's target)."""
+        return self.positive(expr) and _computable(expr, self)
 
     def read(self, expr, label: str, before):
-        """The 1-element int64 value [expr] (`can_read(expr)` must hold)."""
+        """The 1-element int64 value [expr] (`can_compute(expr)` must hold)."""
+        import sympy
+        from torch.utils._sympy.functions import CleanDiv, FloorDiv
+
         if expr in self.made:
             return self.made[expr]
-        coeff, powers = _monomial(expr, self.env)
-        value = None
-        for symbol, power in sorted(powers.items(), key=lambda item: str(item[0])):
-            if symbol not in self.made:
-                source, dim = self.readable[symbol]
-                self.made[symbol] = self._node("Shape", [source], {"start": dim, "end": dim + 1}, label, before)
-            for _ in range(power):
-                value = self.made[symbol] if value is None else self._node(
-                    "Mul", [value, self.made[symbol]], {}, label, before)
-        if coeff != 1:
-            value = self._node("Mul", [value, self.constant([coeff], label, before)], {}, label, before)
+        if isinstance(expr, sympy.Integer):
+            value = self.constant([int(expr)], label, before)
+        elif isinstance(expr, sympy.Symbol):
+            source, dim = self.readable[expr]
+            value = self._node("Shape", [source], {"start": dim, "end": dim + 1}, label, before)
+        elif isinstance(expr, sympy.Pow):
+            value = self._fold("Mul", [expr.base] * int(expr.exp), label, before)
+        elif isinstance(expr, (sympy.Add, sympy.Mul)):
+            value = self._fold("Add" if isinstance(expr, sympy.Add) else "Mul", list(expr.args), label, before)
+        else:  # a floor division or a modulo whose operands `_computable` checked
+            op_type = "Div" if isinstance(expr, (FloorDiv, CleanDiv)) else "Mod"
+            value = self._fold(op_type, list(expr.args), label, before)
         self.made[expr] = value
+        return value
+
+    def _fold(self, op_type: str, args: list, label: str, before):
+        """`args` combined left to right; Add/Mul operands sorted (symbols first, constants last)."""
+        import sympy
+
+        if op_type in ("Add", "Mul"):  # (Div and Mod keep their dividend, divisor order)
+            args = sorted(args, key=lambda a: (isinstance(a, sympy.Integer), str(a)))
+        value = self.read(args[0], label, before)
+        for arg in args[1:]:
+            value = self._node(op_type, [value, self.read(arg, label, before)], {}, label, before)
         return value
 
 
@@ -143,7 +183,7 @@ def _spec(target: list, source: list, builder: _ShapeBuilder) -> list | None:
     for index, size in enumerate(target):
         if isinstance(size, int):
             spec.append(size)
-        elif _monomial(size, builder.env) is None:
+        elif not builder.positive(size):
             return None
         elif index < len(source) and source[index] == size:
             spec.append(0)
@@ -247,7 +287,7 @@ def _read_scalar_inputs(graph, fx_nodes: dict, builder: _ShapeBuilder) -> int:
         if fx_node is None or fx_node.op != "placeholder" or not isinstance(fx_node.meta.get("val"), torch.SymInt):
             continue
         expr = _expr(fx_node.meta["val"])
-        if isinstance(expr, int) or not builder.can_read(expr):
+        if isinstance(expr, int) or not builder.can_compute(expr):
             continue
         scalar = builder._node("Squeeze", [builder.read(expr, fx_node.name, first)], {}, fx_node.name, first)
         value.replace_all_uses_with(scalar)
