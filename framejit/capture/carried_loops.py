@@ -43,7 +43,8 @@ _CARRIED_TYPES = (list, _LIST_ITERATOR)
 # function. Any other use of it (a call with it) is a graph break there, run in Python. Not a generator
 # whose code has try/finally or with-blocks: held by the resume functions' arguments, it would be
 # finalized later than eager does (NOTE [Generators with finalizers] in translator.py).
-_STEPPED_TYPES = (enumerate, zip, map, filter, reversed, types.GeneratorType)
+_STEPPED_TYPES = (enumerate, zip, map, filter, reversed, types.GeneratorType,
+                  type(iter(())))  # a tuple's: a tensor's rows (NOTE [Loops over symbolic rows] in handlers/jumps.py)
 _STACK_ARG = re.compile(r"L\['(" + STACK_PREFIX + r"\d+)'\]")
 
 

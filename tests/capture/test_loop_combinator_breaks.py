@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import run_differential
+from tests.helpers import CountingBackend, run_differential
 
 
 def _rows(n):
@@ -188,3 +188,30 @@ def test_module_list_zip_with_a_data_dependent_branch():
                                fullgraph=False, compiled=None)
     assert _eager_frames() == before, framejit.stats().get("eager_frame_reasons", [])[before:]
     assert 1 <= backend.graph_count <= 8, backend.graph_count
+
+
+def _expert_rows(x, mask):
+    out = torch.zeros_like(x)
+    hit = mask.sum(0).nonzero()  # a graph break: its length changes from call to call
+    for e in hit:
+        rows = torch.where(mask[:, e[0]])[0]
+        out = out.index_add(0, rows, x[rows] * 2)
+    return out
+
+
+def test_loop_over_rows_of_a_symbolic_length_steps_in_python():
+    """NOTE [Loops over symbolic rows]: once the rows' count is symbolic the loop is not unrolled again
+    for every new count (19 graphs over these 6 calls before, one more recompile per new count)."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_expert_rows, backend=backend)
+    before = _eager_frames()
+    g = torch.Generator().manual_seed(0)
+    for k, cols in enumerate([[0, 2], [1, 2, 3], [0], [0, 1, 2, 3], [3, 1], [2, 0, 1]]):
+        x = torch.randn(6, 4, generator=g)
+        mask = torch.zeros(6, 4, dtype=torch.bool)
+        for j, col in enumerate(cols):
+            mask[(j + k) % 6, col] = True
+            mask[(j + k + 2) % 6, col] = j % 2 == 0
+        torch.testing.assert_close(compiled(x, mask), _expert_rows(x, mask))
+    assert _eager_frames() == before
+    assert backend.graph_count <= 15, backend.graph_count

@@ -1,6 +1,7 @@
 """Jumps, conditional branches and for-loops. Every condition is decided while tracing."""
 from __future__ import annotations
 
+from ..breaks import BreakKind, Unsupported
 from ..carried_loops import CarriedIteratorValue, step_value
 from ..protocol import iterate, truth
 from ..values import ConstantValue, IteratorValue
@@ -65,11 +66,26 @@ def jump_if_true_or_pop(tx, inst):
 
 @op("GET_ITER")
 def get_iter(tx, inst):
+    if _symbolic_rows(tx.peek()):
+        raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop over the rows of a tensor whose length is "
+                          "symbolic: it steps in Python instead of specialising the length (NOTE [Loops over "
+                          "symbolic rows])")
     value = tx.pop()
     if isinstance(value, (IteratorValue, CarriedIteratorValue)):
         tx.push(value)
     else:
         tx.push(iterator_over(value, iterate(tx, value)))
+
+
+# NOTE [Loops over symbolic rows]: `for row in t` unrolls one step per row, which needs t's length: for a
+# length that is symbolic (it changed between calls, e.g. the rows of nonzero() in an MoE expert loop) that
+# specialised it again (a guard `size == k`), so the frame compiled once per length. Instead the iterator is
+# made in Python at a break (GET_ITER) and the loop steps in Python (NOTE [Iterators stepped as Python] in
+# carried_loops.py), its body a resume function that takes the row.
+def _symbolic_rows(value) -> bool:
+    import torch
+    from ..values import TensorValue
+    return isinstance(value, TensorValue) and value.fake.dim() > 0 and isinstance(value.fake.shape[0], torch.SymInt)
 
 
 @op("FOR_ITER")
