@@ -115,10 +115,20 @@ def layout_signature(inputs, symbolic_ints: frozenset = frozenset()) -> tuple:
     return tuple(sig)
 
 
+def reads_storage_offset(gm: torch.fx.GraphModule) -> bool:
+    """Whether `gm` reads an input's storage offset (`x.storage_offset()`): NOTE [Storage offsets read
+    by the graph] in backends/onnxrt/compiler.py. The fake inputs here are dense, of offset 0, so such a
+    graph is not served symbolically (a program traced over them returned 0 for every call's offset)."""
+    return any(node.target in ("storage_offset", torch.ops.aten.storage_offset.default)
+               for node in gm.graph.nodes if node.op in ("call_method", "call_function"))
+
+
 class SymbolicInputs:
     """Fake inputs over fresh symbols for one graph, and, after tracing, the `bind` check (module doc)."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list):
+        if reads_storage_offset(gm):
+            raise NotSymbolic("the graph reads an input's storage offset")
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 

@@ -117,6 +117,18 @@ def _signature(inputs) -> tuple:
     return tuple(sig)
 
 
+# NOTE [Storage offsets read by the graph]: a graph may read an input's storage offset
+# (`x.storage_offset()`; framejit makes it symbolic once it changed between calls, NOTE [Dynamic layouts]).
+# Lowering over real inputs bakes the example's offset in as a constant, and offsets were not part of a
+# static program's signature: a program built for offset 3 was reused for offset 5 and added 3 (fuzzer
+# seed 30222). Graphs that read offsets key their programs by the inputs' offsets too (an extra trailing
+# item, which persist.py does not encode: such programs are not persisted), and are never served by a
+# symbolic program (symbolic.reads_storage_offset: its fake inputs have offset 0).
+def _offsets(inputs) -> tuple:
+    return ("storage_offsets",) + tuple(value.storage_offset() if isinstance(value, torch.Tensor) else None
+                                        for value in inputs)
+
+
 def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
     """Why `gm` runs eagerly whatever its inputs (backends/state.py), or None."""
     if state.enters_inference_mode(gm):
@@ -211,11 +223,16 @@ class OnnxrtCompiled:
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
         self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
         self._run_eagerly = _eager_reason(gm)
+        self._reads_offsets = symbolic.reads_storage_offset(gm)  # NOTE [Storage offsets read by the graph]
         if self._run_eagerly:
             logs.log("eager_fallback", "onnxrt: the graph runs eagerly: %s", self._run_eagerly)
         if example_inputs is not None and _is_concrete(example_inputs) and not self._run_eagerly:
             if not (self._symbolic and self._build_dynamic(list(example_inputs)) is not None):
-                self.programs[_signature(example_inputs)] = self._build(list(example_inputs))
+                self.programs[self._signature(example_inputs)] = self._build(list(example_inputs))
+
+    def _signature(self, inputs) -> tuple:
+        sig = _signature(inputs)
+        return sig + (_offsets(inputs),) if self._reads_offsets else sig
 
     @classmethod
     def restored(cls, gm: torch.fx.GraphModule, opts: OnnxrtOptions, programs: dict,
@@ -223,6 +240,8 @@ class OnnxrtCompiled:
         """A compiled graph with programs loaded by persist.py: nothing is lowered or translated."""
         compiled = cls(gm, None, opts)
         compiled.programs.update(programs)
+        if compiled._reads_offsets:  # persisted before NOTE [Storage offsets read by the graph]: offset 0 baked in
+            dynamic = None
         for layout, entries in (dynamic or {}).items():
             compiled.dynamic_programs.setdefault(layout, []).extend(entries)
         return compiled
@@ -239,7 +258,7 @@ class OnnxrtCompiled:
             program = self._build_dynamic(list(inputs))
             if program is not None:
                 return self._run_dynamic(program, inputs)
-        sig = _signature(inputs)
+        sig = self._signature(inputs)
         try:
             program = self.programs[sig]
         except KeyError:
@@ -303,10 +322,11 @@ class OnnxrtCompiled:
             # Weights change at every optimizer step: training programs feed them (NOTE [Frozen weights]).
             opts = dataclasses.replace(self.opts, freeze_weights=False, fallback_ops=self.opts.fallback_ops | {
                 "aten::_scaled_dot_product_flash_attention_for_cpu"})
-            from .training import TrainingHalf  # NOTE [Direct calls of training halves]
+            from .training import PARTITION_CONFIG, TrainingHalf  # NOTE [Direct calls of training halves]
             self._joint = joint.JointGraph(
                 self.gm, lambda graph, example: TrainingHalf(graph, example, opts), "onnxrt",
-                decompositions=joint.training_decompositions())
+                decompositions=joint.training_decompositions(),
+                partition_config=PARTITION_CONFIG)  # NOTE [Recomputation for ORT programs]
         return self._joint
 
     def _needs_grad(self, inputs) -> bool:

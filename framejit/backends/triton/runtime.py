@@ -80,6 +80,10 @@ def register_kernels(path: str, kernels) -> None:
         KERNELS[(path, kernel.name)] = (dict(kernel.signature), constexprs, kernel.source)
 
 
+def _offset(t) -> int | None:
+    return t.storage_offset() if isinstance(t, torch.Tensor) else None
+
+
 def _input_key(t) -> tuple:
     return (tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t), t)
 
@@ -146,6 +150,10 @@ class CompiledGraph:
         self.runs = 0  # calls that ran the kernels (tests: proof a graph ran compiled)
         self._training = None  # backends/joint.py JointGraph, made when a call needs autograd
         self.restride_inputs = False  # NOTE [Restrided inputs of training halves]
+        # NOTE [Storage offsets read by the graph] (backends/onnxrt/compiler.py): kernels bake the example's
+        # offsets in; a graph that reads them runs eagerly for other offsets
+        from ..symbolic import reads_storage_offset
+        self.offsets = [_offset(t) for t in example_inputs] if reads_storage_offset(gm) else None
 
     def __call__(self, *args):
         if needs_autograd(args, self.params_require_grad, self.grad_inside):
@@ -153,6 +161,10 @@ class CompiledGraph:
                 from . import training_graph
                 self._training = training_graph(self.gm)
             return self._training(*args)
+        if self.offsets is not None and [_offset(a) for a in args] != self.offsets:
+            log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: it reads storage "
+                                       "offsets, which differ from those it was compiled for")
+            return self.gm(*args)
         if len(args) != len(self.expected) or any(_input_key(a) != k for a, k in zip(args, self.expected)):
             restrided = _restrided(args, self.expected) if self.restride_inputs else None
             if restrided is None:

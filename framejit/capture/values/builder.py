@@ -101,6 +101,9 @@ def _link_instance_dict(out, obj: Any, source: Source, value: Value) -> None:
 
 
 def _wrap_guarded(out, obj: Any, source: Source) -> Value:
+    if _lookup_runs_user_code(obj) and not issubclass(type(obj), (torch.Tensor, torch.nn.Module)):
+        out.guard_type(source, type(obj))
+        return ObjectValue(obj, source)
     if isinstance(obj, torch.Tensor):
         return out.add_input(obj, source)
     if type(obj).__module__.startswith("numpy"):
@@ -344,11 +347,27 @@ def _has_identity(obj: Any) -> bool:
     """Objects whose identity matters because they can be mutated (NOTE [Objects by identity] in
     graph.py): containers, modules and user objects; not tensors (graph inputs are deduplicated on their
     own), scalars, functions, classes or Python modules."""
+    if _lookup_runs_user_code(obj):
+        return not issubclass(type(obj), torch.Tensor)
     if type(obj) in (list, dict, set, collections.OrderedDict, _LIST_ITERATOR) or isinstance(obj, torch.nn.Module):
         return True
     return hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType,
                                                              types.MethodType, torch.Tensor, functools.partial,
                                                              enum.Enum))
+
+
+def _lookup_runs_user_code(obj: Any) -> bool:
+    """NOTE [Wrapping without running user code]: `isinstance(obj, T)` with a `T` that `type(obj)` does not
+    derive from reads `obj.__class__`, and `hasattr(obj, "__dict__")` reads `obj.__dict__`, both through
+    `type(obj).__getattribute__` (and a `__class__` property, if the class defines one). For an object
+    whose class has a Python `__getattribute__` (or such a property), wrapping it through the usual chain
+    of type tests called that user code dozens of times while tracing (a counting `__getattribute__` gave
+    51 on the first call where eager gives 1). Such an object is wrapped as a plain object, guarded by its
+    exact type, after only the tests that look at `type(obj)`."""
+    cls = type(obj)
+    if isinstance(cls.__getattribute__, types.FunctionType):
+        return True
+    return any("__class__" in vars(k) for k in cls.__mro__[:-1])
 
 
 def wrap_unguarded(obj: Any) -> Value:
