@@ -48,6 +48,8 @@ from .. import logs
 # joint graph, weighted by tensor sizes, with non-recomputable ops such as matmuls and random ops
 # always saved). Where the min-cut partitioner fails on a graph, the default partitioner (save every
 # forward value the backward reads) is used instead and that is logged.
+# A backend may pass `partition_config`: torch._functorch.config values set while its joints are
+# partitioned (onnxrt: NOTE [Recomputation for ORT programs] in onnxrt/training.py).
 #
 # NOTE [Grad switched on inside]
 # A graph that turns grad mode on inside (`torch.enable_grad()` in a function called under no_grad) has
@@ -72,12 +74,13 @@ def needs_autograd(args, weights_require_grad: bool, grad_inside: bool = False) 
     return weights_require_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
 
-def _partition(joint_module, joint_inputs, *, num_fwd_outputs, **kwargs):
+def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | None = None, **kwargs):
     from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
     try:
-        return min_cut_rematerialization_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs,
-                                                   **kwargs)
+        with torch._functorch.config.patch(**(config or {})):
+            return min_cut_rematerialization_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                                                       **kwargs)
     except Exception as exc:  # NOTE [Partition]
         logs.log("output_code", "joint: min-cut partition failed (%s: %s); saving every value the backward "
                  "reads", type(exc).__name__, exc)
@@ -117,10 +120,12 @@ class _Counted:
 
 class JointGraph:
     def __init__(self, gm: torch.fx.GraphModule, compile_fn: Callable, backend_name: str,
-                 inference: Callable | None = None, decompositions: dict | None = None):
+                 inference: Callable | None = None, decompositions: dict | None = None,
+                 partition_config: dict | None = None):
         from .state import switches_grad_on
 
         self.gm, self.compile_fn, self.backend_name = gm, compile_fn, backend_name
+        self.partition_config = partition_config  # NOTE [Partition]
         self.inference = inference if inference is not None else gm.forward
         self.decompositions = decompositions
         self.grad_inside = switches_grad_on(gm)
@@ -169,7 +174,8 @@ class JointGraph:
             from .torch_methods import original_tensor_methods
             with original_tensor_methods():  # NOTE [Patched Tensor methods while lowering]
                 joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward"),
-                                              bw_compiler=self._compiler("backward"), partition_fn=_partition,
+                                              bw_compiler=self._compiler("backward"),
+                                              partition_fn=functools.partial(_partition, config=self.partition_config),
                                               decompositions=self.decompositions)
         except Exception as exc:
             logs.log("eager_fallback", "%s: the training graph runs eagerly: building its forward and backward "

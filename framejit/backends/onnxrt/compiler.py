@@ -322,10 +322,11 @@ class OnnxrtCompiled:
             # Weights change at every optimizer step: training programs feed them (NOTE [Frozen weights]).
             opts = dataclasses.replace(self.opts, freeze_weights=False, fallback_ops=self.opts.fallback_ops | {
                 "aten::_scaled_dot_product_flash_attention_for_cpu"})
-            from .training import TrainingHalf  # NOTE [Direct calls of training halves]
+            from .training import PARTITION_CONFIG, TrainingHalf  # NOTE [Direct calls of training halves]
             self._joint = joint.JointGraph(
                 self.gm, lambda graph, example: TrainingHalf(graph, example, opts), "onnxrt",
-                decompositions=joint.training_decompositions())
+                decompositions=joint.training_decompositions(),
+                partition_config=PARTITION_CONFIG)  # NOTE [Recomputation for ORT programs]
         return self._joint
 
     def _needs_grad(self, inputs) -> bool:
