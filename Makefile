@@ -16,7 +16,7 @@ ENV_311 := $(VENV)/$(STAMP)
 ENV_312 := $(VENV312)/$(STAMP)
 ENV_313 := $(VENV313)/$(STAMP)
 
-.PHONY: demo test test311 test312 test313 sysdeps bench clean
+.PHONY: demo test test-rest test311 test312 test313 sysdeps bench clean
 
 $(VENV)/$(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || PYENV_VERSION=$(PY311) python -m venv $(VENV)
@@ -55,10 +55,18 @@ test312: sysdeps $(VENV312)/$(STAMP)
 test313: sysdeps $(VENV313)/$(STAMP)
 	$(VENV313)/bin/python -m pytest tests
 
-# Installs run one after another (editable installs write into this directory), then the tests in parallel.
+# The slowest suite (TEST_FIRST) gets its environment first and starts at once; the other environments are
+# installed one after another while it runs (never two pip installs at a time: editable installs write into
+# this directory), each suite starting as soon as its own environment is ready.
+TEST_FIRST ?= $(lastword $(TEST_VERSIONS))
+TEST_REST := $(filter-out $(TEST_FIRST),$(TEST_VERSIONS))
 test: sysdeps
-	$(MAKE) --no-print-directory -j1 $(foreach v,$(TEST_VERSIONS),$(ENV_$(v)))
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(addprefix test,$(TEST_VERSIONS))
+	$(MAKE) --no-print-directory $(ENV_$(TEST_FIRST))
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test$(TEST_FIRST) test-rest
+
+test-rest:
+	$(foreach v,$(TEST_REST),$(MAKE) --no-print-directory $(ENV_$(v)) &&) true
+	$(if $(TEST_REST),$(MAKE) --no-print-directory --output-sync=target $(addprefix test,$(TEST_REST)))
 
 bench: $(VENV)/$(STAMP)
 	$(VENV)/bin/python benchmarks/overhead.py

@@ -14,8 +14,8 @@ from framejit.backends.triton import triton
 from framejit.backends.triton.dynamic import DynamicGraph, SpecialisingGraph
 from tests.backends.symbolic_graphs import sizes_graph, symbolic_graph
 
-BATCHES = (2, 3, 5, 8, 13)
-SEQS = (4, 7, 16)
+BATCHES = (2, 5, 13)  # the interpreter runs one program per row: few sizes, not few kinds of size
+SEQS = (4, 7)
 D = 12
 
 

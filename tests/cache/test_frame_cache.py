@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -78,10 +79,30 @@ def cache_dir(tmp_path):
     return tmp_path / "cache"
 
 
-def test_warm_process_does_not_trace_or_compile(tmp_path, cache_dir):
-    cold = run(tmp_path, cache_dir)
+# NOTE [One cold process per module]: most tests below start from the cache a cold process of the base
+# program leaves. That process runs once per module (each process pays ~3 s of CPU importing torch, and CI
+# runs the suite on several CPython versions on 2 cores); each test gets its own copy of the cache, and the
+# scripts live in one folder so every test runs the same script paths as the cold process did.
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    root = tmp_path_factory.mktemp("frame_cache_programs")
+    data = run(root, root / "cold_cache")
+    return root, root / "cold_cache", data
+
+
+@pytest.fixture
+def after_cold(cold, tmp_path):
+    """(script folder, a copy of the cold process's cache)."""
+    root, cold_cache, _ = cold
+    cache_copy = tmp_path / "cache"
+    shutil.copytree(cold_cache, cache_copy)
+    return root, cache_copy
+
+
+def test_warm_process_does_not_trace_or_compile(cold, after_cold):
+    cold = cold[2]
     assert cold["traced"] == 2 and cold["backend_compiles"] == 2 and cold["loaded"] == 0
-    warm = run(tmp_path, cache_dir)
+    warm = run(*after_cold)
     assert warm["traced"] == 0 and warm["backend_compiles"] == 0 and warm["loaded"] == 2
     assert warm["out"] == cold["out"]
 
@@ -92,14 +113,13 @@ def test_warm_process_does_not_trace_or_compile(tmp_path, cache_dir):
     {"dtype": "float64"},         # input dtype
     {"options": {"allow_spinning": False}, "backend": "onnxrt"},  # another backend / options
 ])
-def test_changes_are_misses(tmp_path, cache_dir, change):
-    run(tmp_path, cache_dir)
-    changed = run(tmp_path, cache_dir, **change)
+def test_changes_are_misses(after_cold, change):
+    changed = run(*after_cold, **change)
     assert changed["traced"] >= 1
 
 
-def test_input_shape_change_traces_only_the_new_shape(tmp_path, cache_dir):
-    run(tmp_path, cache_dir)
+def test_input_shape_change_traces_only_the_new_shape(after_cold):
+    tmp_path, cache_dir = after_cold
     program = PROGRAM.replace("reshape(2, 4)", "reshape(2, 4).repeat(2, 1)")
     script = tmp_path / "shape.py"
     script.write_text(program.format(scale=2.0, extra="", shift=0.0))
@@ -110,8 +130,8 @@ def test_input_shape_change_traces_only_the_new_shape(tmp_path, cache_dir):
     assert data["out"] == data["ref"] and data["traced"] == 2 and data["loaded"] == 2
 
 
-def test_callee_source_change_is_a_miss(tmp_path, cache_dir):
-    run(tmp_path, cache_dir)
+def test_callee_source_change_is_a_miss(after_cold):
+    tmp_path, cache_dir = after_cold
     program = PROGRAM.replace("return x.cos() * SCALE", "return x.cos() * SCALE - 1")
     script = tmp_path / "callee.py"
     script.write_text(program.format(scale=2.0, extra="", shift=0.0))
@@ -124,21 +144,19 @@ def test_callee_source_change_is_a_miss(tmp_path, cache_dir):
     assert "changed since it was cached" in result.stderr
 
 
-def test_torch_version_key_change_is_a_miss(tmp_path, cache_dir):
-    run(tmp_path, cache_dir)
+def test_torch_version_key_change_is_a_miss(after_cold):
     # a different runtime (as a torch upgrade would give) changes every key
-    changed = run(tmp_path, cache_dir, env={"FAKE_TORCH_VERSION": "2.99.0+other"})
+    changed = run(*after_cold, env={"FAKE_TORCH_VERSION": "2.99.0+other"})
     assert changed["traced"] == 2
 
 
-def test_disabled_cache_never_loads(tmp_path, cache_dir):
-    run(tmp_path, cache_dir)
-    off = run(tmp_path, cache_dir, env={"FRAMEJIT_CACHE": "0"})
+def test_disabled_cache_never_loads(after_cold):
+    off = run(*after_cold, env={"FRAMEJIT_CACHE": "0"})
     assert off["traced"] == 2 and off["loaded"] == 0
 
 
-def test_corrupt_entries_are_rebuilt(tmp_path, cache_dir):
-    run(tmp_path, cache_dir)
+def test_corrupt_entries_are_rebuilt(after_cold):
+    tmp_path, cache_dir = after_cold
     entries = list(cache_dir.rglob("*.entry"))
     assert entries
     for path in entries:
