@@ -146,13 +146,13 @@ class JointGraph:
                 self.stats["grad_inside_logged"] = 1
                 logs.log("eager_fallback", "%s: the graph turns grad mode on inside a call made with grad off; "
                          "it runs eagerly so that autograd records it", self.backend_name)
-            return self.gm(*args)
+            return self.gm.forward(*args)
         sig = _signature(args, self.weights)
         joint = self.joints.get(sig)
         if joint is None:
             joint = self.joints[sig] = self._build(list(args))
         if joint is _FAILED:
-            return self.gm(*args)
+            return self.gm.forward(*args)
         self.stats["joint_calls"] += 1
         return joint(*args)
 

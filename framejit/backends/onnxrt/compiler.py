@@ -248,7 +248,7 @@ class OnnxrtCompiled:
 
     def __call__(self, *inputs):
         if self._run_eagerly:
-            return self.gm(*inputs)
+            return self.gm.forward(*inputs)
         if (self._grad_inside or torch.is_grad_enabled()) and self._needs_grad(inputs):
             return self.training_graph()(*inputs)
         if self._symbolic:
@@ -264,14 +264,14 @@ class OnnxrtCompiled:
         except KeyError:
             program = self.programs[sig] = self._build(list(inputs))
         if program is None:
-            return self.gm(*inputs)
+            return self.gm.forward(*inputs)
         try:
             return program(inputs)
         except Exception as exc:
             logs.log("eager_fallback", "onnxrt: a run failed (%s: %s); this signature now runs eagerly",
                      type(exc).__name__, exc)
             self.programs[sig] = None
-            return self.gm(*inputs)
+            return self.gm.forward(*inputs)
 
     def _run_dynamic(self, program: Program, inputs):
         try:

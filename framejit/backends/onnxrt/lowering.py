@@ -160,7 +160,13 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
     spec_box: list[pytree.TreeSpec] = []
 
     def flat_fn(*flat):
-        result = torch.func.functional_call(gm, dict(zip(names, flat[: len(names)])), tuple(flat[len(names):]))
+        # NOTE [Graph modules called through forward]: GraphModule.__call__ prints a traceback of its generated
+        # code to stderr whenever that code raises (e.g. `1 / n` with n a graph input that became 0), output
+        # eager never prints; backends call `gm.forward`, and this reparametrises the module the way
+        # torch.func.functional_call does, then calls forward.
+        from torch.nn.utils.stateless import _reparametrize_module
+        with _reparametrize_module(gm, dict(zip(names, flat[: len(names)])), tie_weights=True):
+            result = gm.forward(*flat[len(names):])
         leaves, spec = pytree.tree_flatten(result)
         spec_box.append(spec)
         return leaves

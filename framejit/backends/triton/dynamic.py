@@ -70,7 +70,7 @@ class _IntsBaked(torch.nn.Module):
 
     def forward(self, *tensors):
         rest = iter(tensors)
-        return self.gm(*[self.ints[i] if i in self.ints else next(rest) for i in range(self.count)])
+        return self.gm.forward(*[self.ints[i] if i in self.ints else next(rest) for i in range(self.count)])
 
 
 def _tensors(args, positions: frozenset) -> list:
@@ -362,7 +362,7 @@ class SpecialisingGraph:
         compiled = self.compiled.get(key)
         if compiled is None:
             if len(self.compiled) >= _MAX_SPECIALISED:
-                return self.gm(*args)
+                return self.gm.forward(*args)
             logs.log("recompiles", "triton: compiling the graph for shapes %s: %s",
                      [k[0] if isinstance(k[0], tuple) else k[1] for k in key], self.reason)
             try:
@@ -377,5 +377,5 @@ class SpecialisingGraph:
                 compiled = None
             self.compiled[key] = compiled
         if compiled is None:
-            return self.gm(*args)
+            return self.gm.forward(*args)
         return compiled(*(_tensors(args, self.ints) if self.ints else args))

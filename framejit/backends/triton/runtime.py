@@ -131,7 +131,7 @@ class EagerGraph:
         self.gm, self.reason = gm, reason
 
     def __call__(self, *args):
-        return self.gm(*args)
+        return self.gm.forward(*args)
 
 
 class CompiledGraph:
@@ -164,13 +164,13 @@ class CompiledGraph:
         if self.offsets is not None and [_offset(a) for a in args] != self.offsets:
             log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: it reads storage "
                                        "offsets, which differ from those it was compiled for")
-            return self.gm(*args)
+            return self.gm.forward(*args)
         if len(args) != len(self.expected) or any(_input_key(a) != k for a, k in zip(args, self.expected)):
             restrided = _restrided(args, self.expected) if self.restride_inputs else None
             if restrided is None:
                 log_once("eager_fallback", f"triton: graph at {self.source_path} runs eagerly: inputs differ "
                                            "from the shapes/strides/dtypes it was compiled for")
-                return self.gm(*args)
+                return self.gm.forward(*args)
             args = restrided
         self.runs += 1
         flat = self.module.call(*args, *self.constants, self.extra)

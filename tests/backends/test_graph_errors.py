@@ -1,0 +1,32 @@
+"""An exception raised inside a compiled graph reaches the caller as eager's does, and nothing else is printed
+(NOTE [Graph modules called through forward] in backends/onnxrt/lowering.py): torch.fx's GraphModule.__call__
+printed the generated code's traceback to stderr, once per backend layer that called it."""
+import pytest
+import torch
+
+import framejit
+
+
+def scale(x, n):
+    return x * (1 / n) + 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
+def test_division_by_a_graph_input_raises_like_eager_and_prints_nothing(backend, capfd):
+    framejit.reset()
+    compiled = framejit.compile(scale, backend=backend)
+    for n in (2, 3, 4):  # the int changes: it becomes an input of the graph
+        x = torch.randn(5)
+        torch.testing.assert_close(compiled(x, n), scale(x, n))
+    capfd.readouterr()
+    outcomes = []
+    for fn in (scale, compiled):
+        with pytest.raises(ZeroDivisionError) as info:
+            fn(torch.randn(5), 0)
+        outcomes.append((str(info.value), capfd.readouterr()))
+    (eager_msg, eager_out), (compiled_msg, compiled_out) = outcomes
+    assert compiled_msg == eager_msg
+    assert compiled_out.err == eager_out.err == ""
+    assert compiled_out.out == eager_out.out
+    x = torch.randn(5)
+    torch.testing.assert_close(compiled(x, 5), scale(x, 5))  # still compiled and correct afterwards
