@@ -60,7 +60,8 @@ KIND_DOCS: dict[BreakKind, tuple[str, str]] = {
         "return the new value instead of mutating inputs or globals"),
     BreakKind.EXCEPTION_RAISED: (
         "the traced code raised an exception (raise, a failing assert, a bad shape)",
-        "the function runs eagerly so that the same exception reaches you; fix the error or catch it outside"),
+        "the code from the break on runs as Python so that the same exception reaches you where eager raises it "
+        "(where no break can be placed, the whole function runs eagerly); fix the error or catch it outside"),
     BreakKind.INLINE_LIMIT: (
         "inlined calls nested deeper than config.inline_depth_limit (deep or unbounded recursion)",
         "make the recursion bounded by a Python constant, or raise framejit.config.inline_depth_limit"),
