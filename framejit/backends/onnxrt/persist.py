@@ -122,7 +122,7 @@ def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict
                     "outputs": [[str(dtype), [s if isinstance(s, int) else str(s) for s in shape]]
                                 for dtype, shape in child.output_meta],
                     "inputs": child.input_names, "frozen": list(child.frozen_positions)}
-            frozen_model = _frozen_model(child)
+            frozen_model = child.frozen_bytes()
             if frozen_model is not None:  # NOTE [Frozen models are cached] in runtime.py
                 part["frozen_blob"] = blob + ".frozen"
                 blobs[blob + ".frozen"] = frozen_model
@@ -138,15 +138,6 @@ def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict
     return {"code": code, "imports": imports, "out_spec": out_spec, "parts": parts, "constants": constants,
             "state": state, "device": device, "num_parts": program.num_parts, "ort_nodes": program.ort_nodes,
             "eager_nodes": program.eager_nodes, "build_seconds": program.build_seconds}
-
-
-def _frozen_model(part: "runtime.OrtPart") -> bytes | None:
-    """The part's model with its frozen inputs as initializers (made now if its session was not)."""
-    if not part.frozen_positions:
-        return None
-    if part.frozen_model is None:
-        part.frozen_model = runtime.freeze_model(part.model, [part.input_names[i] for i in part.frozen_positions])
-    return part.frozen_model
 
 
 def _attributes(top: torch.nn.Module) -> list[tuple[str, object]]:

@@ -9,8 +9,8 @@ Main types and functions:
 - `make_session(data, opts, device, sub=None, frozen=None, frozen_model=None)`: an InferenceSession; raises
   `SessionLoadError` naming the FX nodes of `sub` ORT rejected (parsed from ORT's message, using
   translate's node-naming invariant). `frozen` maps model input names to weight tensors that the
-  session treats as constants (NOTE [Frozen weights]); `frozen_model` is `freeze_model(data, frozen)`
-  when the caller has it (NOTE [Frozen models are cached]).
+  session treats as constants (NOTE [Frozen weights]); `frozen_model` is then `freeze_model(data, frozen)`
+  (NOTE [Frozen models are cached]).
 - `OrtPart`: feeds torch tensors to the session and returns torch tensors; see NOTE [Zero-copy I/O].
 """
 from __future__ import annotations
@@ -164,8 +164,8 @@ def _feed_frozen(frozen: dict, so) -> None:
 
 def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: torch.fx.GraphModule | None = None,
                  frozen: dict | None = None, frozen_model: bytes | None = None):
-    """An InferenceSession for `data`; with `frozen`, for `frozen_model` (freeze_model(data, frozen),
-    made here when not given) with the frozen weights fed as initializers."""
+    """An InferenceSession for `data`; with `frozen`, for `frozen_model` (freeze_model(data, frozen)) with
+    the frozen weights fed as initializers."""
     import onnxruntime as ort
 
     providers = providers_for(opts, device)
@@ -175,7 +175,7 @@ def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: to
     try:
         model = data
         if frozen:
-            model = frozen_model if frozen_model is not None else freeze_model(data, frozen)
+            model = frozen_model
             _feed_frozen(frozen, so)
         return ort.InferenceSession(model, so, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS)
     except Exception as exc:  # ORT raises its own exception types (Fail, NotImplemented, ...)
@@ -257,10 +257,15 @@ class OrtPart(torch.nn.Module):
         self._frozen = [(i, args[i], args[i]._version, watch.watch(args[i])) for i in self.frozen_positions]
         self._epoch = watch.EPOCH[0]
         frozen = {self.input_names[i]: t for i, t, _, _ in self._frozen}
-        if frozen and self.frozen_model is None:
-            self.frozen_model = freeze_model(self.model, frozen)
-        self.session = make_session(self.model, self.opts, self.device, sub, frozen, self.frozen_model)
+        self.session = make_session(self.model, self.opts, self.device, sub, frozen,
+                                    self.frozen_bytes() if frozen else None)
         self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def frozen_bytes(self) -> bytes | None:
+        """The model with the frozen inputs as initializers, made once (NOTE [Frozen models are cached])."""
+        if self.frozen_model is None and self.frozen_positions:
+            self.frozen_model = freeze_model(self.model, [self.input_names[i] for i in self.frozen_positions])
+        return self.frozen_model
 
     def _frozen_current(self, args) -> bool:
         """The session's constants are still what the frozen positions hold (NOTE [Frozen weights])."""
