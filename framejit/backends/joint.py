@@ -32,6 +32,7 @@ backend, with the backend's own counters); `compiled_forwards`/`compiled_backwar
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 from typing import Callable
 
@@ -121,11 +122,12 @@ class _Counted:
 class JointGraph:
     def __init__(self, gm: torch.fx.GraphModule, compile_fn: Callable, backend_name: str,
                  inference: Callable | None = None, decompositions: dict | None = None,
-                 partition_config: dict | None = None):
+                 partition_config: dict | None = None, lstm_layers: bool = False):
         from .state import switches_grad_on
 
         self.gm, self.compile_fn, self.backend_name = gm, compile_fn, backend_name
         self.partition_config = partition_config  # NOTE [Partition]
+        self.lstm_layers = lstm_layers  # NOTE [LSTM layers in training graphs] in recurrent.py
         self.inference = inference if inference is not None else gm.forward
         self.decompositions = decompositions
         self.grad_inside = switches_grad_on(gm)
@@ -158,6 +160,9 @@ class JointGraph:
 
     def _compiler(self, kind: str):
         def compile_graph(graph: torch.fx.GraphModule, example_inputs):
+            if self.lstm_layers and kind == "forward":
+                from .recurrent import keep_workspace
+                keep_workspace(graph)  # NOTE [LSTM layers in training graphs]
             with torch.no_grad():
                 compiled = self.compile_fn(graph, list(example_inputs))
             (self.compiled_forwards if kind == "forward" else self.compiled_backwards).append(compiled)
@@ -171,8 +176,10 @@ class JointGraph:
 
         try:
             flat_gm, rebuild = _flat_outputs(self.gm)
+            from .recurrent import keep_lstm_layers
             from .torch_methods import original_tensor_methods
-            with original_tensor_methods():  # NOTE [Patched Tensor methods while lowering]
+            layers = keep_lstm_layers() if self.lstm_layers else contextlib.nullcontext()
+            with original_tensor_methods(), layers:  # NOTE [Patched Tensor methods while lowering]
                 joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward"),
                                               bw_compiler=self._compiler("backward"),
                                               partition_fn=functools.partial(_partition, config=self.partition_config),

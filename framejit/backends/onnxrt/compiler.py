@@ -61,7 +61,8 @@ _MAX_ATTEMPTS = 8
 #     anything but a dense buffer runs in torch (NOTE [Storage read by as_strided]).
 # 17: tensor literals in graphs (lift_fresh kept whole, NOTE [Tensor literals in graphs]) and cats that
 #     skip empty vectors run in ORT (NOTE [Cat skips empty vectors]).
-REVISION = 17
+# 19: symbolic parts multiply batched operands without flattening views (NOTE [Batched matmuls without views]).
+REVISION = 19
 
 
 @dataclasses.dataclass
@@ -326,7 +327,8 @@ class OnnxrtCompiled:
             self._joint = joint.JointGraph(
                 self.gm, lambda graph, example: TrainingHalf(graph, example, opts), "onnxrt",
                 decompositions=joint.training_decompositions(),
-                partition_config=PARTITION_CONFIG)  # NOTE [Recomputation for ORT programs]
+                partition_config=PARTITION_CONFIG,  # NOTE [Recomputation for ORT programs]
+                lstm_layers=True)  # NOTE [LSTM layers in training graphs] in backends/recurrent.py
         return self._joint
 
     def _needs_grad(self, inputs) -> bool:

@@ -1,0 +1,128 @@
+"""Recurrent ops kept whole in joint graphs: `nn.LSTM` layers stay one torch op each in forward and backward.
+
+`keep_lstm_layers()` is a context manager, entered while AOT autograd traces a joint graph
+(backends/joint.py): inside it, torch's decomposition of `aten.lstm` emits one `aten.mkldnn_rnn_layer`
+per layer and direction (whose autograd formula is one `aten.mkldnn_rnn_layer_backward`) instead of
+unrolling the recurrence into per-time-step cell ops. `keep_workspace(forward_graph)` then makes the
+forward graph call those layers through `framejit::mkldnn_rnn_layer_train`, which returns the
+workspace the backward op reads (NOTE [LSTM layers in training graphs]).
+
+Invariant: outside the context nothing of torch's is changed; where torch's decomposition module lacks
+what is patched, the context changes nothing (the recurrence is unrolled, as before).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+# NOTE [LSTM layers in training graphs]
+# torch's decomposition of `aten.lstm` (torch/_decomp/decompositions.py, `lstm_impl`, which AOT autograd's
+# joint trace runs at the Autograd key) uses one `mkldnn_rnn_layer` per layer and direction only when the
+# input does not require grad; otherwise it unrolls every time step into matmuls and pointwise cell ops
+# (the zoo's lstm: a 665-node forward and a 2027-node backward graph). For ORT those are hundreds of tiny
+# nodes whose backward ran at 0.45x eager, while eager itself runs the layers with oneDNN kernels
+# (`mkldnn_rnn_layer` forward, `mkldnn_rnn_layer_backward`). Inside `keep_lstm_layers()` the layer
+# function torch's decomposition selects is oneDNN's whenever its other conditions hold (CPU, float32,
+# no projections, mkldnn enabled), traced with `train=True`: autograd records its derivative, one
+# `mkldnn_rnn_layer_backward` per layer, and both ops run in torch between ORT parts (torchlib has no
+# translation for them). The backward reads the forward's `workspace` output, which the op only fills
+# when grad mode is on, and compiled forward graphs run with grad off: so the forward graph calls
+# `framejit::mkldnn_rnn_layer_train` instead (the same op, run with grad on over detached inputs: no
+# autograd history is recorded). Its fake kernel is the op's meta kernel (an empty workspace; the real
+# one's size is known at run time only, and the backward graph is lowered from the real saved tensors).
+# The same selection also covers an LSTM whose input does not require grad but whose weights do: torch's
+# decomposition then picked the oneDNN layer with `train=False`, whose backward has no workspace to read.
+
+
+def _decompositions_module():
+    try:
+        import torch._decomp.decompositions as decompositions
+    except ImportError:  # pragma: no cover - torch without the module
+        return None
+    needed = ("select_one_layer_lstm_function", "mkldnn_one_layer_lstm")
+    return decompositions if all(hasattr(decompositions, name) for name in needed) else None
+
+
+def _fits_onednn(input, hx, params) -> bool:
+    """torch's own conditions for the oneDNN layer, without `input.requires_grad`."""
+    if not torch._C._get_mkldnn_enabled():
+        return False
+    tensors = [input, *hx, *(t for layer in params for t in layer)]
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+        return False
+    return hx[0].size(2) == hx[1].size(2)
+
+
+def _onednn_training_layer(inp, hidden, params, has_biases, reverse=False):
+    """One LSTM layer and direction as `aten.mkldnn_rnn_layer` with `train=True` (time-major input)."""
+    w_ih, w_hh = params[0], params[1]
+    b_ih, b_hh = (params[2], params[3]) if has_biases else (w_ih.new_zeros(w_ih.size(0)),
+                                                           w_hh.new_zeros(w_hh.size(0)))
+    hx = hidden[0].unsqueeze(0).contiguous()
+    cx = hidden[1].unsqueeze(0).contiguous()
+    y, hy, cy, _ = torch.ops.aten.mkldnn_rnn_layer.default(
+        inp.contiguous(), w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, [], 2,  # mode 2: ideep's LSTM
+        hx.size(2), 1, has_biases, False, False, True)
+    return y, (hy.squeeze(0), cy.squeeze(0))
+
+
+@contextlib.contextmanager
+def keep_lstm_layers():
+    """While tracing a joint graph: LSTM layers stay `mkldnn_rnn_layer` ops (NOTE [LSTM layers in training graphs])."""
+    module = _decompositions_module()
+    if module is None:
+        yield
+        return
+    original = module.select_one_layer_lstm_function
+
+    def select(input, hx, params):
+        if _fits_onednn(input, hx, params):
+            return _onednn_training_layer
+        return original(input, hx, params)
+
+    module.select_one_layer_lstm_function = select
+    try:
+        yield
+    finally:
+        module.select_one_layer_lstm_function = original
+
+
+@functools.lru_cache(maxsize=None)
+def _workspace_op():
+    """`framejit::mkldnn_rnn_layer_train`, defined on first use (NOTE [LSTM layers in training graphs])."""
+    lib = torch.library.Library("framejit", "FRAGMENT")
+    lib.define("mkldnn_rnn_layer_train(Tensor input, Tensor w0, Tensor w1, Tensor w2, Tensor w3, Tensor hx, "
+               "Tensor cx, bool reverse, int[] batch_sizes, int mode, int hidden_size, int num_layers, "
+               "bool has_biases, bool bidirectional, bool batch_first, bool train) "
+               "-> (Tensor, Tensor, Tensor, Tensor)")
+
+    def run(*args):
+        tensors = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        with torch.enable_grad():
+            return tuple(torch.ops.aten.mkldnn_rnn_layer.default(*tensors))
+
+    def fake(*args):
+        return tuple(torch.ops.aten.mkldnn_rnn_layer.default(*args))
+
+    lib.impl("mkldnn_rnn_layer_train", run, "CPU")
+    torch.library.register_fake("framejit::mkldnn_rnn_layer_train", fake, lib=lib)
+    _LIBRARIES.append(lib)  # a Library deregisters its ops when collected
+    return torch.ops.framejit.mkldnn_rnn_layer_train.default
+
+
+_LIBRARIES: list = []
+
+
+def keep_workspace(graph_module: torch.fx.GraphModule) -> int:
+    """Make the forward graph's training `mkldnn_rnn_layer` calls return their workspace; returns how many."""
+    layer = torch.ops.aten.mkldnn_rnn_layer.default
+    count = 0
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.target is layer and node.args[-1] is True:
+            node.target = _workspace_op()
+            count += 1
+    if count:
+        graph_module.recompile()
+    return count
