@@ -296,3 +296,39 @@ def test_sizes_of_intermediates_are_expressions_of_input_sizes():
             x = torch.randn(b, 3, h, w)
             torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
     assert _sizes_seen(compiled) == (1, 0)
+
+
+class Products(torch.nn.Module):
+    """Linears on 3-d inputs (with and without bias) and 4-d matmuls: aten flattens the batch dimensions
+    around each product (view, addmm/mm/bmm, view back); every product is read by another op of the part
+    (a product returned as it is leaves the part flattened, and its view back runs in torch)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.inner = torch.nn.Linear(D, 8)
+        self.outer = torch.nn.Linear(8, 4, bias=False)
+
+    def forward(self, x, q, k):
+        return self.outer(torch.relu(self.inner(x))) * 2, ((q @ k.transpose(-1, -2)).softmax(-1) @ k).tanh()
+
+
+def test_batched_products_need_no_views_or_shape_tensors():
+    # NOTE [Batched matmuls without views]: ONNX's MatMul broadcasts over the batch dimensions, so the
+    # symbolic part flattens nothing: no Reshape (the only views are those around products), hence no shape
+    # tensor built per call (no Shape, no Concat), and every product is one MatMul
+    import onnx
+
+    model = Products().eval()
+    example = [torch.randn(5, 7, D), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)]  # distinct sizes
+    compiled = onnxrt(symbolic_graph(model, example, static={0: [2], 1: [1, 3], 2: [1, 3]}), example)
+    ((_, program),) = compiled.dynamic_programs[next(iter(compiled.dynamic_programs))]
+    (part,) = list(program.graph_module.children())
+    ops = [n.op_type for n in onnx.load_from_string(part.model).graph.node]
+    assert not {"Reshape", "Concat", "Shape", "Gemm"} & set(ops), ops
+    assert ops.count("MatMul") == 4
+    with torch.no_grad():
+        for b, s, t, u in [(5, 7, 2, 6), (2, 3, 7, 2), (6, 9, 3, 11), (4, 2, 5, 3)]:
+            args = [torch.randn(b, s, D), torch.randn(t, 3, u, 4), torch.randn(t, 3, u, 4)]
+            torch.testing.assert_close(compiled(*args), model(*args), atol=1e-5, rtol=1e-5)
+    assert _sizes_seen(compiled) == (1, 0)
