@@ -332,3 +332,34 @@ def test_batched_products_need_no_views_or_shape_tensors():
             args = [torch.randn(b, s, D), torch.randn(t, 3, u, 4), torch.randn(t, 3, u, 4)]
             torch.testing.assert_close(compiled(*args), model(*args), atol=1e-5, rtol=1e-5)
     assert _sizes_seen(compiled) == (1, 0)
+
+
+class Tagger(torch.nn.Module):
+    """Embedding + bidirectional LSTM: torch makes the time-major input contiguous for its oneDNN layers."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(20, 6)
+        self.lstm = torch.nn.LSTM(6, 5, batch_first=True, bidirectional=True)
+
+    def forward(self, tokens):
+        return self.lstm(self.embed(tokens))[0]
+
+
+def test_symbolic_program_copies_the_lstm_input_once(monkeypatch):
+    # NOTE [Copies of the symbolic trace]: both directions read one contiguous copy of the transposed
+    # embeddings (as in the static program); the embedding's fresh result needs no copy of its own
+    lowered = []
+    lower = lowering.lower
+    monkeypatch.setattr(lowering, "lower", lambda *args: lowered.append(lower(*args)) or lowered[-1])
+    model = Tagger().eval()
+    example = torch.randint(0, 20, (3, 5))
+    compiled = onnxrt(symbolic_graph(model, [example]), [example])
+    (graph,) = [result.graph_module.graph for result in lowered]
+    assert sum(1 for n in graph.nodes if n.target is torch.ops.aten.clone.default) == 1  # before: 2
+    with torch.no_grad():
+        for b, s in [(3, 5), (2, 9), (7, 2), (4, 4)]:
+            tokens = torch.randint(0, 20, (b, s))
+            torch.testing.assert_close(compiled(tokens), model(tokens), atol=1e-5, rtol=1e-5)
+    assert _sizes_seen(compiled) == (1, 0)

@@ -178,7 +178,66 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
     out_spec = spec_box[-1]
     if symbolic or _mutates_intermediates(lowered):
         lowered = _trace(lowered, table, pytree.tree_leaves(args))
+    if symbolic:
+        drop_redundant_clones(lowered)  # NOTE [Copies of the symbolic trace]
     return Lowered(lowered, list(state.values()), names, out_spec)
+
+
+# NOTE [Copies of the symbolic trace]
+# The symbolic trace (NOTE [Symbolic lowering]) runs composite kernels without functionalization, and
+# they copy more than the functionalized trace of static sizes does: the zoo's lstm got a clone of its
+# embedding's result and two contiguous copies of the same transposed input (one per direction), which
+# the static program makes once, in torch, on every call. In a functional graph a copy is observable only
+# through aliasing, so (1) `clone(x)` of an op's fresh (non-aliasing) result read by nothing else, with
+# the same strides, is `x` itself; (2) two clones of the same value with the same arguments are one,
+# unless a result of either reaches the graph's output (the caller would get one tensor twice) or is
+# read by an op whose result aliases it.
+_CLONE = torch.ops.aten.clone.default
+
+
+def _returns_fresh(node: torch.fx.Node) -> bool:
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+
+
+def _same_strides(a, b) -> bool:
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+        [str(s) for s in a.stride()] == [str(s) for s in b.stride()]
+
+
+def _only_fresh_readers(node: torch.fx.Node) -> bool:
+    return all(user.op == "call_function" and _returns_fresh(user) for user in node.users)
+
+
+def drop_redundant_clones(gm: torch.fx.GraphModule) -> int:
+    """Remove the copies NOTE [Copies of the symbolic trace] shows are not observable; returns how many."""
+    removed = 0
+    seen: dict = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not _CLONE or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        source = node.args[0]
+        if len(source.users) == 1 and _returns_fresh(source) and _same_strides(
+                source.meta.get("val"), node.meta.get("val")):
+            node.replace_all_uses_with(source)
+            gm.graph.erase_node(node)
+            removed += 1
+            continue
+        if not _only_fresh_readers(node):
+            continue
+        key = (source, tuple(sorted(node.kwargs.items())))
+        if key in seen:
+            node.replace_all_uses_with(seen[key])
+            gm.graph.erase_node(node)
+            removed += 1
+        else:
+            seen[key] = node
+    if removed:
+        gm.recompile()
+    return removed
 
 
 def node_val(node: Any) -> Any:
