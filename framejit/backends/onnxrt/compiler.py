@@ -62,7 +62,8 @@ _MAX_ATTEMPTS = 8
 # 17: tensor literals in graphs (lift_fresh kept whole, NOTE [Tensor literals in graphs]) and cats that
 #     skip empty vectors run in ORT (NOTE [Cat skips empty vectors]).
 # 19: symbolic parts multiply batched operands without flattening views (NOTE [Batched matmuls without views]).
-REVISION = 19
+# 20: symbolic lowering drops copies the static trace does not make (NOTE [Copies of the symbolic trace]).
+REVISION = 20
 
 
 @dataclasses.dataclass
