@@ -12,7 +12,7 @@ process, and rebuilds it there.
 # the frame hook of a resume function (Hooks.resume: rebuilt from (index, stack layout, live names,
 # hooked), which regenerates the same resume code, whose own entries the frame cache finds by its code
 # hash), the frame hook of a user function called at the break (Hooks.function), the module-call and
-# call-through-hook helpers, and (c) plain values and importable objects (`frame_cache.locate`). A
+# call-through-hook helpers, and (c) plain values and importable objects (`locators.locate`). A
 # `Recorder` wraps the hooks BreakCodegen uses and remembers what each call returned, so that (b) is
 # recognised by identity. Anything else (a resume of another code object, try-block successors, an
 # object with no importable name) makes the entry NotPersistable: it is then kept in memory only, as
@@ -32,6 +32,7 @@ import bytecode
 from bytecode import CellVar, FreeVar, Instr, Label
 
 from .codegen import Codegen
+from .locators import NotPersistable, _import_locator, code_hash, locate, resolve
 
 
 class Recorder:
@@ -81,8 +82,6 @@ class _Const:
 
 
 def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recorder | None) -> tuple:
-    from .frame_cache import NotPersistable, _import_locator, locate
-
     if compiled is not None and value is compiled:
         return ("graph",)
     made = recorder.made.get(id(value)) if recorder is not None else None
@@ -98,7 +97,6 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
                 return ("resume", index, layout, names, hooked)
             # a break inside a resume function resumes in the original function's code: found by name, and
             # its hash checked on load (a change before the break leaves this resume code as it was)
-            from .frame_cache import code_hash, resolve
             locator = ("import", fn.__module__, code.co_qualname)
             try:
                 found = resolve(locator, fn)
@@ -122,7 +120,6 @@ def _plain_arg(arg: Any) -> bool:
 
 def dump_code(fn: types.FunctionType, cg: Codegen, compiled: Any, recorder: Recorder | None) -> bytes:
     """The persisted form of the instructions `cg` holds (raises NotPersistable)."""
-    from .frame_cache import NotPersistable
 
     insts, graph_call, call = [], None, getattr(cg, "graph_call", None)
     for inst in cg.insts:
@@ -145,7 +142,6 @@ def dump_code(fn: types.FunctionType, cg: Codegen, compiled: Any, recorder: Reco
 def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Codegen:
     """A Codegen holding the persisted instructions with their constants found again (raises on failure);
     `hooks` is the request's Hooks."""
-    from .frame_cache import NotPersistable, resolve
 
     insts, graph_call = pickle.loads(data)
     cg = Codegen()
@@ -170,7 +166,6 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
             elif kind == "resume":
                 value = hooks.resume(fn.__code__, d[1], d[2], d[3], fn, d[4], ())
             elif kind == "resume_in":
-                from .frame_cache import code_hash
                 code = resolve(d[1], fn).__code__
                 if code_hash(code) != d[2]:
                     raise NotPersistable(f"{code.co_qualname} changed since it was cached")
