@@ -29,7 +29,7 @@ import torch
 # `mkldnn_rnn_layer_backward` per layer, and both ops run in torch between ORT parts (torchlib has no
 # translation for them). The backward reads the forward's `workspace` output, which the op only fills
 # when grad mode is on, and compiled forward graphs run with grad off: so the forward graph calls
-# `framejit::mkldnn_rnn_layer_train` instead (the same op, run with grad on over detached inputs: no
+# `framejit::mkldnn_rnn_layer_train` instead (the same op, run with grad on below the autograd key: no
 # autograd history is recorded). Its fake kernel is the op's meta kernel (an empty workspace; the real
 # one's size is known at run time only, and the backward graph is lowered from the real saved tensors).
 # The same selection also covers an LSTM whose input does not require grad but whose weights do: torch's
@@ -99,9 +99,8 @@ def _workspace_op():
                "-> (Tensor, Tensor, Tensor, Tensor)")
 
     def run(*args):
-        tensors = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-        with torch.enable_grad():
-            return tuple(torch.ops.aten.mkldnn_rnn_layer.default(*tensors))
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():  # grad on, nothing recorded
+            return tuple(torch.ops.aten.mkldnn_rnn_layer.default(*args))
 
     def fake(*args):
         return tuple(torch.ops.aten.mkldnn_rnn_layer.default(*args))
@@ -124,5 +123,19 @@ def keep_workspace(graph_module: torch.fx.GraphModule) -> int:
             node.target = _workspace_op()
             count += 1
     if count:
+        _drop_saved_detaches(graph_module)
         graph_module.recompile()
     return count
+
+
+def _drop_saved_detaches(graph_module: torch.fx.GraphModule) -> None:
+    """Chains of `detach` that only feed the forward graph's output (AOT autograd saves a layer's outputs
+    for its backward as `detach(detach(y))`): the output takes the tensor itself. Compiled forward graphs
+    run with grad off, so a detach there only costs a Python call and an alias (3 per layer, twice)."""
+    detach = torch.ops.aten.detach.default
+    for node in reversed(list(graph_module.graph.nodes)):
+        if node.op != "call_function" or node.target is not detach:
+            continue
+        if all(user.op == "output" or user.target is detach for user in node.users):
+            node.replace_all_uses_with(node.args[0])
+            graph_module.graph.erase_node(node)
