@@ -77,6 +77,35 @@ def test_custom_op_in_the_middle(captured_logs):
     assert "wobble" in captured_logs.text
 
 
+def test_copies_around_a_torch_op_are_not_given_to_ort():
+    """The zoo's lstm pattern: a cat, zeros and a transposed clone that only feed an op ORT cannot run
+    make no ORT part (NOTE [Copies stay in torch]); the op after it still runs in ORT."""
+    def fn(x, y):
+        state = torch.zeros(4, 6)
+        h = torch.special.digamma(torch.cat([x, y], 1).t().contiguous() + 0 * state.sum())
+        return h, torch.stack([x, y]).transpose(0, 1)
+
+    def fn_copies_only(x, y):
+        return torch.special.digamma(torch.cat([x, y], 1).t().contiguous())
+
+    info = _check(fn_copies_only, lambda s: (_x(s, 4, 3) + 3, _x(s + 10, 4, 3) + 3))
+    assert info["parts"] == 0 and not info["eager_graph"], info
+    assert {"cat", "clone"} <= set(_eager_reasons(info, "data movement")), info
+    info = _check(fn, lambda s: (_x(s, 4, 3) + 3, _x(s + 10, 4, 3) + 3))
+    assert "stack" in _eager_reasons(info, "data movement"), info  # returned: torch makes it (a view after)
+    assert "zeros" not in info["eager_nodes"] and info["parts"] >= 1, info  # it feeds an ORT sum
+
+
+def test_copies_that_feed_ort_arithmetic_stay_in_the_part():
+    def fn(x, y):
+        both = torch.cat([x.sin(), y], 1)
+        return torch.cat([both, both]) * 2, torch.cat([x.cos(), y])
+
+    info = _check(fn, lambda s: (_x(s, 3, 4), _x(s + 10, 3, 4)))
+    assert info["parts"] == 1, info
+    assert _eager_reasons(info, "data movement") == ["cat_2"], info  # the returned cat of ORT results
+
+
 def test_bfloat16_part_runs_eagerly():
     def fn(x):
         y = (x * 3).to(torch.bfloat16) + 1

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from framejit.backends.onnxrt import onnxrt
+from framejit.backends.onnxrt import onnxrt, partition
 
 F32 = dict(rtol=1e-4, atol=1e-5)
 
@@ -118,12 +118,12 @@ CASES = {
         lambda q, k, v, m: torch.softmax((q @ k.transpose(-1, -2)) / 2.0 + m.masked_fill(m > 0, -1e9), -1) @ v,
         [_randn(2, 4, 8), _randn(2, 4, 8), _randn(2, 4, 8), _randn(4, 4)], F32),
     # indexing
-    "index_select": (lambda x, i: torch.index_select(x, 1, i), [X, _randint(0, 5, 4)], F32),
+    "index_select": (lambda x, i: torch.index_select(x, 1, i) * 2, [X, _randint(0, 5, 4)], F32),
     "gather": (lambda x, i: torch.gather(x, 1, i), [X, _randint(0, 5, 3, 2)], F32),
     "slice": (lambda x: x[:, 1:4] * 2, [X], F32),
     "advanced_index": (lambda x, i: x[i] + 1, [X, _randint(0, 3, 4)], F32),
     "masked_fill": (lambda x, m: x.masked_fill(m, 0.0), [X, _rand_bool(3, 5)], F32),
-    "embedding": (lambda i, w: F.embedding(i, w), [_randint(0, 10, 2, 3), _randn(10, 4)], F32),
+    "embedding": (lambda i, w: F.embedding(i, w) * 2, [_randint(0, 10, 2, 3), _randn(10, 4)], F32),
     "flip_roll": (lambda x: torch.flip(x, [0]) + torch.roll(x, 1, 1), [X], F32),
     "tril_triu": (lambda x: torch.tril(x) - torch.triu(x, 1), [_randn(4, 4)], F32),
     # shape ops
@@ -133,7 +133,7 @@ CASES = {
     "chunk_sum": (lambda x: torch.chunk(x, 3, dim=0)[0] + torch.chunk(x, 3, dim=0)[2], [_randn(6, 4)], F32),
     "permute_reshape": (lambda x: (x.permute(0, 2, 1).reshape(2, -1) + 1), [_randn(2, 3, 4)], F32),
     "expand_repeat": (lambda x: x.expand(3, 4, 5) + x.repeat(3, 1, 1), [_randn(1, 4, 5)], F32),
-    "pad": (lambda x: F.pad(x, (1, 2, 0, 1), value=0.5), [X], F32),
+    "pad": (lambda x: F.pad(x, (1, 2, 0, 1), value=0.5) - 1, [X], F32),
     # dtype casts
     "cast_int_to_float": (lambda a: a.float() / 2, [_randint(-9, 9, 6)], F32),
     "cast_float_to_int": (lambda x: (x * 10).to(torch.int64), [X], F32),
@@ -167,7 +167,9 @@ def test_op_matches_eager(name):
         torch.testing.assert_close(compiled(*inputs), fn(*inputs), **tol)
     (info,) = compiled.summary()
     assert not info["eager_graph"] and info["parts"] >= 1 and info["ort_nodes"] >= 1, info
-    assert all("free op" in reason for reason in info["eager_nodes"].values()), info["eager_nodes"]
+    # views, and copies whose results no ORT computation reads (NOTE [Copies stay in torch]), run in torch
+    left = (partition.FREE_OP_REASON, partition.MOVEMENT_REASON)
+    assert all(reason in left for reason in info["eager_nodes"].values()), info["eager_nodes"]
 
 
 def test_case_count_covers_the_issue():

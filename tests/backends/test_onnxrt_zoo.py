@@ -39,6 +39,8 @@ def test_zoo_model_matches_eager(name):
     assert not info["eager_graph"] and info["parts"] >= 1, info
     left = [r for r in info["eager_nodes"].values() if "free op" not in r and "is not an aten op" not in r]
     # nodes left to torch: untranslatable ones, int64 reductions ORT does not compute exactly (translate.py,
-    # soundness finding #6) and topk, whose order of tied values is eager's own (the MoE router)
-    allowed = ("no torchlib translation", "is not exact in ONNX Runtime", "the order of tied values")
+    # soundness finding #6), topk, whose order of tied values is eager's own (the MoE router), and copies
+    # whose results no ORT computation reads (NOTE [Copies stay in torch])
+    allowed = ("no torchlib translation", "is not exact in ONNX Runtime", "the order of tied values",
+               "data movement that feeds no computation in ORT")
     assert all(any(a in r for a in allowed) for r in left), left

@@ -63,7 +63,8 @@ _MAX_ATTEMPTS = 8
 #     skip empty vectors run in ORT (NOTE [Cat skips empty vectors]).
 # 19: symbolic parts multiply batched operands without flattening views (NOTE [Batched matmuls without views]).
 # 20: symbolic lowering drops copies the static trace does not make (NOTE [Copies of the symbolic trace]).
-REVISION = 20
+# 21: data movement that feeds no ORT computation runs in torch (NOTE [Copies stay in torch]).
+REVISION = 21
 
 
 @dataclasses.dataclass
@@ -441,7 +442,7 @@ class OnnxrtCompiled:
 
 def _log_program(program: Program) -> None:
     for name, reason in program.eager_nodes.items():
-        if reason not in (partition.FREE_OP_REASON, partition.SIZE_REASON):
+        if reason not in (partition.FREE_OP_REASON, partition.SIZE_REASON, partition.MOVEMENT_REASON):
             logs.log("eager_fallback", "onnxrt: node %s runs in eager torch: %s", name, reason)
     if not logs.enabled("output_code"):
         return

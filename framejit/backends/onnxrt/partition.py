@@ -36,6 +36,26 @@ _FREE_OPS = frozenset({
 
 
 FREE_OP_REASON = "a free op (view/getitem) left outside ORT parts"
+MOVEMENT_REASON = "data movement that feeds no computation in ORT: runs in torch (NOTE [Copies stay in torch])"
+
+# NOTE [Copies stay in torch]
+# An ORT part that only moves data (cat, stack, clone, zeros, transposes made contiguous, embedding
+# lookups) costs a session run, a fresh output allocation per result, and ORT's copies (its Concat was
+# slower than torch's cat), and gains nothing: there is no arithmetic to fuse or optimise. The zoo's lstm
+# had three such parts around torch's mkldnn_rnn_layer calls (0.96x eager). So, decided from the graph's
+# structure before partitioning: a data-movement node runs in torch unless its result reaches, through
+# data-movement nodes only, a node that computes in ORT. Such nodes are never *between* two ORT
+# computations, so this never splits a part in two; a part of data movement only disappears, and a part
+# no longer materialises a returned transpose or cat of its results (torch makes the view, or the cat).
+# Not in symbolic programs (NOTE [One program for every size]): views and copies there take sizes that
+# the part reads from its inputs, and in torch those sizes would be computed on every call.
+_MOVEMENT_OPS = _FREE_OPS | frozenset({
+    "aten::clone", "aten::cat", "aten::stack", "aten::zeros", "aten::ones", "aten::full", "aten::empty",
+    "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::empty_like", "aten::new_zeros",
+    "aten::new_ones", "aten::new_full", "aten::new_empty", "aten::scalar_tensor", "aten::lift_fresh",
+    "aten::lift_fresh_copy", "aten::embedding", "aten::index_select", "aten::_to_copy", "aten::repeat",
+    "aten::constant_pad_nd", "aten::narrow", "aten::flip", "aten::roll", "aten::_unsafe_view",
+})
 SIZE_REASON = translate.SIZE_REASON  # sizes computed in torch (NOTE [One program for every size])
 
 
@@ -97,13 +117,49 @@ class _Support(OperatorSupportBase):
 def _is_free(node: torch.fx.Node) -> bool:
     if node.target is operator.getitem:
         return True
-    return isinstance(node.target, torch._ops.OpOverload) and node.target.name() in _FREE_OPS
+    return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.name in _FREE_OPS
+
+
+def _is_movement(node: torch.fx.Node) -> bool:
+    if node.target is operator.getitem:
+        return True
+    return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.name in _MOVEMENT_OPS
+
+
+def _is_symbolic(val) -> bool:
+    if isinstance(val, torch.Tensor):
+        return any(isinstance(size, torch.SymInt) for size in val.shape)
+    return isinstance(val, torch.SymInt)
+
+
+def copies_outside_computation(graph: torch.fx.Graph, supported) -> set[str]:
+    """Names of the data-movement nodes whose results reach no ORT computation (`supported(node)`: the
+    node may run in ORT) through data-movement nodes only (NOTE [Copies stay in torch])."""
+    feeds: dict[torch.fx.Node, bool] = {}
+    names: set[str] = set()
+    if any(_is_symbolic(node.meta.get("val")) for node in graph.nodes):
+        return names  # symbolic program: its views and copies need sizes, which torch would compute per call
+    for node in reversed(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if not _is_movement(node):
+            feeds[node] = True
+            continue
+        feeds[node] = any(feeds.get(user, False) and supported(user) for user in node.users)
+        if not feeds[node] and node.target is not operator.getitem:
+            names.add(node.name)
+    return names
 
 
 def partition(gm: torch.fx.GraphModule, blocked: set[str], fallback_ops: frozenset) -> Partitioned:
     graph = copy.deepcopy(gm.graph)
     work = torch.fx.GraphModule(gm, graph)
     support = _Support(blocked, fallback_ops, dict.fromkeys(aliased_output_views(graph), ALIAS_REASON))
+    supported = {n: support.is_node_supported(None, n) for n in graph.nodes}
+    copies = copies_outside_computation(graph, supported.get)
+    for node in graph.nodes:
+        if node.name in copies:
+            support.reasons[node.name] = FREE_OP_REASON if _is_free(node) else MOVEMENT_REASON
     partitioner = CapabilityBasedPartitioner(work, support, allows_single_node_partition=True)
     proposed = [p for p in partitioner.propose_partitions() if not all(_is_free(n) for n in p.nodes)]
     fused = partitioner.fuse_partitions(proposed, prefix="ort_")
