@@ -23,7 +23,7 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
-from . import frame_cache, persisted_code
+from . import frame_cache, persisted_code, python_loops
 from .higher_order import checkpoint_regions
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .values import Value
@@ -222,6 +222,9 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
                  exc: Unsupported | UserException, first) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
     graph, graph_break, _, _ = _tracing()
+    loop_exc = python_loops.moved_break(fn.__code__, exc)  # NOTE [Loops run as Python]
+    if loop_exc is not None:
+        return _break_entry(fn, shape, args, kwargs, request, loop_exc, first)
     site = graph_break.break_site(fn.__code__, exc)
     if site is None:
         first.no_break_reason = "the instruction is not one a frame can resume after"  # NOTE [Eager frames]
@@ -235,6 +238,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     try:
         if tx.run() is not None:
             return None
+        if site.loop is not None and not python_loops.iterates_rows_at(tx.stack, site.inst):
+            return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
         outputs = graph_break.live_tensors(gen.values())
@@ -249,6 +254,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     except (Unsupported, UserException) as e:
+        if site.loop is not None:  # the loop cannot run as Python here: break where the trace did
+            return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
         earlier = getattr(e, "root_index", None)
         if isinstance(e, Unsupported) and earlier is not None and earlier < site.inst.index:
             # NOTE [Breaks moved earlier]: the break could not be taken here because a value live at it
@@ -261,6 +268,10 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     except BackendCompilerFailed:
         raise
     except Exception as e:  # an internal error while generating the break: run the frame eagerly
+        if site.loop is not None:  # NOTE [Loops run as Python]: break where the trace did instead
+            logs.log("graph_breaks", "%s: the loop cannot run as Python (%s: %s)", fn.__code__.co_qualname,
+                     type(e).__name__, e)
+            return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
         logs.log("eager_fallback", "%s: graph break failed (%s: %s); the frame runs eagerly",
                  fn.__code__.co_qualname, type(e).__name__, e)
         return None
@@ -300,8 +311,8 @@ class _BoundHooks:
     def call_through_hook(self):
         return self.hooks.call_through_hook  # NOTE [Closures called at breaks]
 
-    def resume(self, code, index, layout, names, hooked=True, successors=()):
-        return self.hooks.resume(code, index, layout, names, self.fn, hooked, successors)
+    def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None):
+        return self.hooks.resume(code, index, layout, names, self.fn, hooked, successors, python_loop)
 
 
 def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, fn: types.FunctionType) -> Callable:

@@ -87,6 +87,7 @@ class BreakSite:
     consumed: int
     tail: bool = False  # inside try/except or finally: the rest of the frame runs as plain Python
     with_depth: int = 0  # with-blocks around the instruction (none of them a try block)
+    loop: Inst | None = None  # the FOR_ITER of a loop run as Python from here (NOTE [Loops run as Python])
 
 
 def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakSite | None:
@@ -95,6 +96,8 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
         return None
     insts = normalize(code).insts
     inst = insts[exc.root_index]
+    if getattr(exc, "python_loop", None) is not None:  # NOTE [Loops run as Python] in python_loops.py
+        return BreakSite(inst, 0, tail=True, loop=insts[exc.python_loop])
     depth = _with_depth(insts, inst)
     if inst.handler is not None and (depth is None or inst.name not in _IN_BLOCKS):
         # NOTE [Breaks inside try blocks]: the instruction must run where the frame's own exception table
@@ -479,8 +482,9 @@ class BreakCodegen:
         made = ("value",) * produced
         layout = tuple(_slot_kind(v) for v in self.below) + (emit.with_null(made) if with_null else made)
         code, target = origin(self.fn.__code__, index)
-        successors = () if hooked else self._tail_successors()
-        hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors)
+        successors = () if hooked or self.site.loop else self._tail_successors()
+        loop = self._python_loop() if not hooked and self.site.loop else None
+        hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors, loop)
         cg.push_null()
         cg.load_const(hook)
         callee_slot = self._tail_callee() if not hooked else None
@@ -511,6 +515,22 @@ class BreakCodegen:
         cg.call(sum(kind != "null" for kind in layout) + len(self.local_names) + bool(self.blocks))
         cg.return_value()
 
+
+    def _python_loop(self) -> tuple:
+        """(FOR_ITER index, hook after the loop, stack layout there) of a loop run as Python (NOTE [Loops
+        run as Python] in python_loops.py): the stack below the loop's iterable or iterator."""
+        loop = self.site.loop
+        if self.site.inst.name in ("GET_ITER", "FOR_ITER"):
+            slot = len(self.stack) - 1
+        else:  # the resume point inside the body: the loop's iterator is the last one on the stack
+            slot = max(i for i, v in enumerate(self.stack) if _slot_kind(v) == "iter")
+        layout = tuple(_slot_kind(v) for v in self.stack[:slot])
+        if any(kind in ("null", "block") for kind in layout):
+            raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop run as Python with a NULL or a block "
+                              "under it")
+        code, exit_index = origin(self.fn.__code__, loop.arg)
+        names = tuple(self.local_names)
+        return origin(self.fn.__code__, loop.index)[1], self.hooks.resume(code, exit_index, layout, names), layout
 
     def _tail_callee(self) -> tuple[int, Any, Value | None] | None:
         """For a tail function whose instruction is a call: (stack position of the callee, its hook, the

@@ -388,8 +388,15 @@ class Hooks:
             return self.for_object(target)(*args, **kwargs)
         return target(*args, **kwargs)
 
+    def call_hooked(self):
+        """The call helper of loops run as Python (NOTE [Loops run as Python] in python_loops.py)."""
+        if getattr(self, "_call_hooked", None) is None:
+            from .python_loops import make_call_hooked
+            self._call_hooked = make_call_hooked(self)
+        return self._call_hooked
+
     def resume(self, code: types.CodeType, index: int, layout: tuple[str, ...], names: tuple[str, ...], fn,
-               hooked: bool = True, successors: tuple = ()):
+               hooked: bool = True, successors: tuple = (), python_loop: tuple | None = None):
         """The resume function for (code, index, stack layout, live locals): a FrameHook, or with
         `hooked=False` the plain function, whose `successors` trampoline into hooked resume functions
         (NOTE [Breaks inside try blocks])."""
@@ -400,9 +407,11 @@ class Hooks:
         # made here keeps them alive): keyed by code alone, the second object's break resumed in the
         # first object's closure, read its stale variables and replayed side effects on its objects.
         cells = tuple(id(cell) for cell in fn.__closure__ or ())
-        key = ("resume" if hooked else "tail", code, index, layout, names, cells)
+        key = ("resume" if hooked else "tail", code, index, layout, names, cells, python_loop)
         if key not in self.by_key:
-            resume_code = make_resume_code(code, index, layout, names, successors)
+            if python_loop:  # NOTE [Loops run as Python]: (FOR_ITER index, hook after the loop, its layout)
+                python_loop = (python_loop[0], self.call_hooked(), *python_loop[1:])
+            resume_code = make_resume_code(code, index, layout, names, successors, python_loop)
             resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
             if hooked:
                 self._hook(key, resume_fn)

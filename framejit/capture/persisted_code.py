@@ -57,9 +57,10 @@ class Recorder:
     def call_through_hook(self):
         return self._note(self.hooks.call_through_hook(), ("call_through_hook",))
 
-    def resume(self, code, index, layout, names, hooked=True, successors=()):
-        return self._note(self.hooks.resume(code, index, layout, names, hooked, successors),
-                          ("resume", code, index, layout, names, hooked, successors))
+    def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None):
+        # a loop run as Python (NOTE [Loops run as Python]) is not persisted: noted as try-block successors are
+        return self._note(self.hooks.resume(code, index, layout, names, hooked, successors, python_loop),
+                          ("resume", code, index, layout, names, hooked, successors or bool(python_loop)))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.hooks, name)
@@ -92,7 +93,7 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
         if kind == "resume":
             _, code, index, layout, names, hooked, successors = made
             if successors:
-                raise NotPersistable("the break has try-block successors")
+                raise NotPersistable("the break has try-block successors or runs a loop as Python")
             if code is fn.__code__:
                 return ("resume", index, layout, names, hooked)
             # a break inside a resume function resumes in the original function's code: found by name, and

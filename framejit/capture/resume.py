@@ -37,7 +37,8 @@ def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
 
 
 def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
-                     live_locals: tuple[str, ...], successors: tuple = ()) -> types.CodeType:
+                     live_locals: tuple[str, ...], successors: tuple = (),
+                     python_loop: tuple | None = None) -> types.CodeType:
     """Code for `code` resumed at canonical instruction `index` with the given stack and locals.
 
     `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument),
@@ -51,6 +52,10 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     control leaves the instruction at `index`, ("next" or "jump", hook, stack layout there); that edge
     then goes to a trampoline, outside every exception region, which calls the hooked resume function
     with the stack and the live locals and returns its result.
+
+    `python_loop` (tail functions only, NOTE [Loops run as Python] in python_loops.py): (index of a
+    FOR_ITER, call helper, hook after the loop, stack layout there): the loop's calls go through the
+    helper, and its exhausted edge through a trampoline to that hook.
     """
     target = normalize(code).insts[index]
     items = list(bytecode.Bytecode.from_code(code))
@@ -69,7 +74,12 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     if successors:
         trampolines = _trampolines(items, target.position, successors, live_locals, set(code.co_cellvars))
         _set_line(trampolines, line)
-    body = items[:start_at] + [label] + items[start_at:] + trampolines
+    if python_loop:
+        items.insert(start_at, label)
+        trampolines = _loop_trampoline(items, start_at, python_loop, code, live_locals)
+        body = items + trampolines
+    else:
+        body = items[:start_at] + [label] + items[start_at:] + trampolines
     start = _prologue_position(body)
     bc.clear()
     bc.extend(body[:start] + prologue + body[start:])
@@ -92,6 +102,8 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     # so the original exception table's depths and the original stack size are the right ones.
     _copy_handler_depths(code, items)
     calls = max((len(after) + len(live_locals) for _, _, after in successors), default=0)
+    if python_loop:  # a rewritten call holds its helper and keyword names too
+        calls = max(calls, len(python_loop[3]) + len(live_locals), code.co_stacksize + 3)
     new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 4, calls + 4),
                           compute_exception_stack_depths=False)
     # the canonical index of the resume point in the new code, minus the original's: the instructions the
@@ -144,6 +156,39 @@ def _prologue(layout: tuple[str, ...], label: Label) -> tuple[list, list[str]]:
     return prologue, stack_args
 
 
+def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types.CodeType,
+                     live_locals: tuple[str, ...]) -> list:
+    """NOTE [Loops run as Python]: rewrite the loop's calls and point its exit at a trampoline (returned)."""
+    from . import python_loops
+    loop_index, helper, hook, after = python_loop
+    position = normalize(code).insts[loop_index].position
+    position += position >= label_at  # the resume label was inserted before it
+    python_loops.hook_loop_calls(items, position, helper)
+    entry = python_loops.exit_trampoline_entry(items, position)
+    depth = sum(1 if isinstance(i, TryBegin) else -1 if isinstance(i, TryEnd) else 0 for i in items)
+    if depth:
+        raise ValueError("the code ends inside an exception region: no place for trampolines")
+    out = entry + _trampoline_call(hook, after, live_locals, set(code.co_cellvars))
+    _set_line(out, items[position].lineno if isinstance(items[position].lineno, int) else code.co_firstlineno)
+    return out
+
+
+def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cellvars: set[str]) -> list:
+    """Store the stack `after` into temporaries and return hook(*stack, *live locals)."""
+    temps = [f"___tramp{k}" for k in range(len(after))]
+    out: list = [Instr("STORE_FAST", t) for t in reversed(temps)]
+    args = []
+    for temp, kind in zip(temps, after):
+        if kind == "iter":  # the remaining items of a for loop's iterator, as a list
+            args += emit.call_const(loop_iterator_arg, [Instr("LOAD_FAST", temp)])
+        else:
+            args.append(Instr("LOAD_FAST", temp))
+    args += [Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
+             for name in live_locals]
+    out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + args
+    return out + emit.call(len(after) + len(live_locals)) + [Instr("RETURN_VALUE")]
+
+
 def _trampolines(items: list, position: int, successors: tuple, live_locals: tuple[str, ...],
                  cellvars: set[str]) -> list:
     """Redirect the edges out of the instruction at `items[position]` to trampolines (appended after
@@ -162,19 +207,8 @@ def _trampolines(items: list, position: int, successors: tuple, live_locals: tup
         else:
             items.insert(position + 1, emit.jump_forward(entry))
             items[position + 1].lineno = instr.lineno
-        temps = [f"___tramp{k}" for k in range(len(after))]
         out.append(entry)
-        out += [Instr("STORE_FAST", t) for t in reversed(temps)]
-        args = []
-        for temp, kind in zip(temps, after):
-            if kind == "iter":  # the remaining items of a for loop's iterator, as a list
-                args += emit.call_const(loop_iterator_arg, [Instr("LOAD_FAST", temp)])
-            else:
-                args.append(Instr("LOAD_FAST", temp))
-        args += [Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
-                 for name in live_locals]
-        out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + args
-        out += emit.call(len(after) + len(live_locals)) + [Instr("RETURN_VALUE")]
+        out += _trampoline_call(hook, after, live_locals, cellvars)
     return out
 
 

@@ -33,14 +33,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning:torch._dynamo"),
               pytest.mark.filterwarnings("ignore::FutureWarning:transformers"),
               pytest.mark.filterwarnings("ignore::UserWarning:transformers")]
 
-KNOWN_GAPS: dict[str, str] = {
-    'switch_transformers': 'graphs 38 > stock 20, no eager frame (one encoder and one decoder layer, two calls): the '
-                           'frames around the expert loop split at its nonzero() break, and the loop body\'s resume '
-                           'functions (three breaks per expert: nonzero, torch.where, the f-string name) compiled '
-                           'static, then dynamic, then for 0/1-specialised sizes and layouts; the loop over '
-                           'nonzero()\'s rows steps in Python once their count is symbolic (NOTE [Loops over '
-                           'symbolic rows]; 40 before) (stock runs that loop eagerly and compiles only the experts)',
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 GENERATE_KNOWN_GAPS: dict[str, str] = {}  # gpt2/llama/qwen2 had 5 graphs (a recompile per sequence length) before dynamic shapes
 

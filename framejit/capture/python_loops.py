@@ -1,0 +1,296 @@
+"""For loops over a tensor's rows whose body breaks on data: the whole loop runs as Python.
+
+NOTE [Loops run as Python]: an MoE expert loop (`for e in mask.nonzero(): idx, top = torch.where(mask[e]);
+out = self[f"expert_{e[0]}"](x[top]) ...`) breaks inside its body on every step (nonzero/where need the
+data, the f-string formats a tensor). Unrolled, or stepped with its body as resume functions (NOTE [Loops
+carried across breaks]), every piece between two breaks became a graph compiled again for each expert,
+row count and layout: 38 graphs for HF switch_transformers where stock torch.compile makes 20. Stock runs
+such a loop eagerly (a break inside a loop skips the frame) and captures only the frames its calls enter.
+framejit does the same, but keeps the rest of the frame captured: when a DATA_DEPENDENT break happens
+inside a for loop over the rows of a tensor, the break moves to the loop's GET_ITER (or FOR_ITER, or the
+resume point of a resume function that starts inside the body), and from there the code runs in a plain
+"tail" function (NOTE [Breaks inside try blocks] in graph_break.py) in which
+- every call inside the loop whose callable can be told from the bytecode goes through `call_hooked`: a
+  module with a forward of its own (not torch's) and no hooks runs `type(m).forward` through its frame
+  hook, a function or method outside torch and the standard library through its hook
+  (Hooks.call_through_hook), so those callees are captured as frames, as stock captures them;
+- the loop's exit edge goes to a trampoline that calls the hooked resume function after the loop, so the
+  code after the loop is captured again.
+A call whose callable slot cannot be traced back within its basic block (a NULL or self pushed by another
+instruction, a jump in between) stays a plain call: correct, only not captured. Breaks of other kinds in
+loops keep the unrolled/stepped forms (a `print` at `i == 0` breaks once).
+"""
+from __future__ import annotations
+
+import functools
+import sysconfig
+import types
+from typing import Any
+
+from bytecode import Instr, Label
+
+from . import emit
+
+_CALLS = ("CALL", "CALL_KW")
+
+
+def enclosing_loop(insts: list, index: int):
+    """The innermost canonical FOR_ITER whose body holds instruction `index`, or None."""
+    best = None
+    for inst in insts[:index]:
+        if inst.name == "FOR_ITER" and isinstance(inst.arg, int) and inst.index < index < inst.arg:
+            best = inst
+    return best
+
+
+def iterates_rows(value: Any) -> bool:
+    """A loop iterator over the rows of a tensor: an unrolled iterator whose items are tensors taken
+    from one tensor, or a tensor's tuple iterator made in Python (NOTE [Loops over symbolic rows])."""
+    from .carried_loops import CarriedIteratorValue
+    from .values import IteratorValue, TensorValue
+    if isinstance(value, CarriedIteratorValue):
+        return type(value.obj) is type(iter(()))
+    if isinstance(value, IteratorValue):
+        return value.owner is None and value.made_at is None and bool(value.items) and \
+            all(isinstance(i, TensorValue) for i in value.items)
+    return isinstance(value, TensorValue) and value.fake.dim() > 0
+
+
+def moved_break(code: types.CodeType, exc: Any) -> Any:
+    """The break `exc` moved to where its enclosing loop runs as Python, or None (module docstring)."""
+    from .breaks import BreakKind, Unsupported
+    from .normalize import normalize
+    from .resume import _ORIGIN
+    if not isinstance(exc, Unsupported) or exc.kind is not BreakKind.DATA_DEPENDENT or exc.root_index is None \
+            or getattr(exc, "python_loop", None) is not None or getattr(exc, "loop_tried", False):
+        return None
+    exc.loop_tried = True  # when the loop cannot run as Python, the break is taken where it happened
+    insts = normalize(code).insts
+    loop = enclosing_loop(insts, exc.root_index)
+    if loop is None or loop.handler is not None or insts[exc.root_index].handler is not None:
+        return None
+    stop = loop.index - 1 if insts[loop.index - 1].name == "GET_ITER" else loop.index
+    if code in _ORIGIN:  # a resume function that starts inside the body never reaches the loop's head
+        point = next(i for i in insts if i.name == "JUMP").arg
+        if loop.index < point < loop.arg:
+            stop = point
+    moved = Unsupported(exc.kind, exc.graph_break.explanation, exc.graph_break.user_stack)
+    moved.graph_break = exc.graph_break
+    moved.root_index, moved.python_loop, moved.moved_from = stop, loop.index, exc
+    return moved
+
+
+def iterates_rows_at(stack: list, inst: Any) -> bool:
+    """At the moved break, the loop's iterable (GET_ITER) or iterator is over a tensor's rows."""
+    if not stack:
+        return False
+    if inst.name in ("GET_ITER", "FOR_ITER"):
+        return iterates_rows(stack[-1])
+    from .graph_break import _slot_kind
+    iterators = [v for v in stack if _slot_kind(v) == "iter"]
+    return bool(iterators) and iterates_rows(iterators[-1])
+
+
+# ---- the tail function's code: calls through call_hooked, a trampoline at the loop's exit ----
+
+def _effect(instr: Instr) -> tuple[int, int] | None:
+    """(items popped, items pushed) of a non-jump instruction, or None when unknown."""
+    name = instr.name
+    if name == "LOAD_METHOD" or name in ("LOAD_ATTR", "LOAD_SUPER_ATTR") and isinstance(instr.arg, tuple) \
+            and instr.arg[0]:
+        return (3 if name == "LOAD_SUPER_ATTR" else 1), 2
+    if name == "LOAD_GLOBAL":
+        return 0, 1 + bool(instr.arg[0])
+    if name == "PRECALL":
+        return instr.arg, 0
+    if name == "CALL":
+        return (2, 1) if not emit.PY312 else (instr.arg + 2, 1)
+    if name == "CALL_KW":
+        return instr.arg + 3, 1
+    if name == "CALL_FUNCTION_EX":
+        return 3 + (instr.arg & 1), 1
+    if name == "KW_NAMES":
+        return 0, 0
+    try:
+        pre, post = instr.pre_and_post_stack_effect()
+    except Exception:
+        return None
+    if post == 0:
+        return (0, pre) if pre > 0 else (-pre, 0)
+    return -pre, post
+
+
+def _producers(items: list, end: int, lo: int, depth: int, wanted: int):
+    """Walk back from items[end-1] (not past `lo`) and return, for the stack slots `depth`..`depth+wanted-1`
+    counted from the top at `end`, (position of the instruction that pushed it, its index among that
+    instruction's pushes from the top); None when a label, jump or unknown instruction is in the way."""
+    found = []
+    d = depth
+    q = end - 1
+    while len(found) < wanted:
+        if q <= lo:
+            return None
+        item = items[q]
+        if not isinstance(item, Instr):
+            if type(item).__name__ == "SetLineno":
+                q -= 1
+                continue
+            return None
+        if item.has_jump() or item.is_final():
+            return None
+        effect = _effect(item)
+        if effect is None:
+            return None
+        pops, pushes = effect
+        while d < pushes and len(found) < wanted:
+            found.append((q, d))
+            d += 1
+        d = d - pushes + pops
+        q -= 1
+    return found
+
+
+def _method_load_as_attr(instr: Instr) -> list[Instr]:
+    """A method load rewritten to a plain attribute load with its NULL (NOTE [Call layouts])."""
+    name = instr.arg if instr.name == "LOAD_METHOD" else instr.arg[1]
+    load = emit.load_attr(name)
+    out = [load, Instr("PUSH_NULL")] + ([] if emit.NULL_AFTER_CALLABLE else [Instr("SWAP", 2)])
+    for i in out:
+        i.lineno = instr.lineno
+    return out
+
+
+def _call_group(items: list, p: int) -> tuple[int, int, tuple] | None:
+    """For the CALL/CALL_KW at p: (first position of the call's instructions, argument count, keyword names)."""
+    call = items[p]
+    n, start, names = call.arg, p, ()
+    if emit.PY313:
+        if call.name == "CALL_KW":
+            prev = items[p - 1]
+            if not (isinstance(prev, Instr) and prev.name == "LOAD_CONST" and isinstance(prev.arg, tuple)):
+                return None
+            names, start = prev.arg, p - 1
+        return start, n, names
+    if call.name != "CALL":
+        return None
+    if not emit.PY312:
+        if not (isinstance(items[p - 1], Instr) and items[p - 1].name == "PRECALL"):
+            return None
+        start = p - 1
+    prev = items[start - 1]
+    if isinstance(prev, Instr) and prev.name == "KW_NAMES":
+        names, start = prev.arg, start - 1
+    return start, n, names
+
+
+def _rewrite_call(items: list, p: int, lo: int, helper: Any) -> bool:
+    group = _call_group(items, p)
+    if group is None:
+        return False
+    start, n, names = group
+    slots = _producers(items, start, lo, n, 2)  # the slot under the arguments, then the one below it
+    if slots is None:
+        return False
+    (upper_pos, _), (lower_pos, _) = slots
+    null_pos = upper_pos if emit.NULL_AFTER_CALLABLE else lower_pos
+    callable_pos = lower_pos if emit.NULL_AFTER_CALLABLE else upper_pos
+    null_item = items[null_pos]
+    if upper_pos == lower_pos:  # one load pushed both: a global loaded with its NULL, or a method load
+        if null_item.name == "LOAD_GLOBAL":
+            method = None
+        elif null_item.name == "LOAD_METHOD" or null_item.name == "LOAD_ATTR":
+            method = null_pos
+        else:
+            return False
+    elif null_item.name == "PUSH_NULL" and callable_pos != null_pos:
+        method = None
+    else:
+        return False
+    line = items[p].lineno
+    rotate = [Instr("SWAP", 5 if emit.NULL_AFTER_CALLABLE else 4), Instr("SWAP", 3), Instr("SWAP", 2)]
+    new = [Instr("BUILD_TUPLE", n), Instr("LOAD_CONST", tuple(names)), Instr("LOAD_CONST", helper)] + rotate
+    new += ([] if emit.PY312 else [Instr("PRECALL", 3)]) + [Instr("CALL", 3)]  # [NULL, helper] or [helper, NULL]
+    for i in new:
+        i.lineno = line
+    items[start:p + 1] = new
+    if method is not None:
+        items[method:method + 1] = _method_load_as_attr(items[method])
+    return True
+
+
+def hook_loop_calls(items: list, for_iter_pos: int, helper: Any) -> None:
+    """Rewrite the calls in the loop body that starts at items[for_iter_pos] (a FOR_ITER) to go through
+    `helper(callable, args, kw_names)`, where their callable can be traced back (module docstring)."""
+    exit_label = items[for_iter_pos].arg
+    end = items.index(exit_label)
+    for p in range(end - 1, for_iter_pos, -1):  # from the end: rewrites shift only later positions
+        item = items[p]
+        if isinstance(item, Instr) and item.name in _CALLS:
+            _rewrite_call(items, p, for_iter_pos, helper)
+
+
+def exit_trampoline_entry(items: list, for_iter_pos: int) -> list:
+    """Point the FOR_ITER's exhausted edge at a new label and return [label, what CPython skips there]:
+    the END_FOR (3.12) or END_FOR; POP_TOP (3.13) a FOR_ITER jumps over when its iterator is exhausted."""
+    entry = Label()
+    instr = items[for_iter_pos]
+    items[for_iter_pos] = Instr("FOR_ITER", entry, lineno=instr.lineno)
+    skipped = ([Instr("END_FOR", lineno=instr.lineno)] if emit.PY312 else []) + \
+        ([Instr("POP_TOP", lineno=instr.lineno)] if emit.PY313 else [])
+    return [entry] + skipped
+
+
+# ---- run time: which callees go through a hook ----
+
+_SKIPPED_DIRS: list[str] = []
+
+
+def _skipped(code: types.CodeType) -> bool:
+    """Code of torch itself or of the standard library: called as it is (stock Dynamo skips those files
+    too); user and third-party code (site-packages) goes through a hook."""
+    if not _SKIPPED_DIRS:
+        import os
+        import torch
+        paths = sysconfig.get_paths()
+        _SKIPPED_DIRS.append(os.path.join(os.path.dirname(torch.__file__), ""))
+        _SKIPPED_DIRS.extend(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib"))
+    name = code.co_filename
+    if name.startswith(_SKIPPED_DIRS[0]):
+        return True
+    return "site-packages" not in name and name.startswith(tuple(_SKIPPED_DIRS[1:]))
+
+
+def _module_target(hooks, module) -> Any:
+    import torch
+    from .module_hooks import _GLOBAL_DICTS
+    cls = type(module)
+    forward = getattr(cls, "forward", None)
+    if cls.__call__ is not torch.nn.Module.__call__ or not isinstance(forward, types.FunctionType) \
+            or _skipped(forward.__code__) or "forward" in module.__dict__:
+        return None
+    if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or \
+            module._backward_pre_hooks or any(getattr(torch.nn.modules.module, d) for d in _GLOBAL_DICTS):
+        return None
+    return functools.partial(hooks.function(forward), module)
+
+
+def make_call_hooked(hooks) -> Any:
+    """The `helper(callable, args, kw_names)` of a loop run as Python (module docstring)."""
+    import torch
+
+    def call_hooked(target, args, names):
+        if names:
+            kwargs = dict(zip(names, args[len(args) - len(names):]))
+            args = args[:len(args) - len(names)]
+        else:
+            kwargs = {}
+        hooked = None
+        if isinstance(target, torch.nn.Module):
+            hooked = _module_target(hooks, target)
+        elif isinstance(target, (types.FunctionType, types.MethodType)):
+            fn = target.__func__ if isinstance(target, types.MethodType) else target
+            if isinstance(fn, types.FunctionType) and not _skipped(fn.__code__):
+                return hooks.call_through_hook(target, *args, **kwargs)
+        return (hooked or target)(*args, **kwargs)
+
+    return call_hooked

@@ -1,0 +1,112 @@
+"""Loops over a tensor's rows whose body breaks on data run as Python (NOTE [Loops run as Python] in
+framejit/capture/python_loops.py): the code before the loop and after it stays captured, the loop's module
+and user-function calls are captured as their own frames, and the loop's own pieces make no graphs.
+Differential: every call is compared with eager on fresh values; graph counts are deltas of one backend."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import framejit
+from tests.helpers import CountingBackend
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+class Dense(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wi = nn.Linear(8, 16, bias=False)
+        self.wo = nn.Linear(16, 8, bias=False)
+
+    def forward(self, h):
+        return self.wo(torch.relu(self.wi(h)))
+
+
+class Experts(nn.ModuleDict):
+    """The HF switch_transformers expert loop: nonzero, single-argument torch.where, an f-string of a row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for i in range(4):
+            self[f"expert_{i}"] = Dense()
+
+    def forward(self, h, sel, weight):
+        out = torch.zeros_like(h)
+        hit = torch.greater(sel.sum(0), 0).nonzero()
+        for e in hit:
+            (rows,) = torch.where(sel[:, e[0]])
+            y = self[f"expert_{e[0]}"](h[rows]) * weight[rows, None]
+            out.index_add_(0, rows, y.to(h.dtype))
+        return out * 2
+
+
+def _routing(assign: list[int]) -> torch.Tensor:
+    return nn.functional.one_hot(torch.tensor(assign), 4)
+
+
+def test_expert_loop_runs_as_python_and_captures_the_experts():
+    torch.manual_seed(0)
+    model = Experts().eval()
+    backend = CountingBackend()
+    compiled = framejit.compile(model, backend=backend)
+    eager_before = _eager_frames()
+    # experts hit with 3, 2, 3 rows; then all four with 2 rows each (no expert gets 0 < rows < 2)
+    for assign in ([0, 0, 0, 1, 1, 3, 3, 3], [2, 2, 1, 1, 0, 0, 3, 3], [1, 1, 1, 1, 2, 2, 0, 0]):
+        h, w = torch.randn(8, 8), torch.rand(8)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(h, _routing(assign), w), model(h, _routing(assign), w))
+    # 1: zeros_like, sum, greater (before nonzero); the loop makes none; Dense.forward: 2 (3 rows static,
+    # then 2 rows: dynamic, which serves every later row count >= 2); `out * 2` after the loop: 1
+    assert backend.graph_count == 4, [g.code for g in backend.graphs]
+    assert _eager_frames() == eager_before
+    ops = [sorted(str(n.target) for n in g.graph.nodes if n.op == "call_function") for g in backend.graphs]
+    assert sum("<built-in function linear>" in o for o in ops) == 2  # only Dense graphs hold the experts
+
+
+def _scale(t, k=1):
+    return t * k + 1
+
+
+def test_boolean_mask_loop_calls_user_function_through_its_hook():
+    def f(x, groups):
+        out = x.clone()
+        for g in groups:
+            out[g] = _scale(x[g], k=3)  # boolean mask: data-dependent rows; a keyword call
+        return out.sum(0)
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    masks = ([[1, 1, 1, 0, 0], [0, 0, 0, 1, 1]], [[1, 1, 0, 0, 0], [0, 0, 1, 1, 1]], [[1, 0, 1, 0, 1], [0, 1, 1, 0, 1]])
+    for m in masks:
+        x, groups = torch.randn(5, 3), torch.tensor(m, dtype=torch.bool)
+        torch.testing.assert_close(compiled(x, groups), f(x, groups))
+    # clone before the loop: 1; _scale: 2 (3 rows static, then 2 rows dynamic); sum after the loop: 1
+    assert backend.graph_count == 4, [g.code for g in backend.graphs]
+    assert _eager_frames() == eager_before
+
+
+class Stack(nn.ModuleDict):
+    def __init__(self) -> None:
+        super().__init__()
+        for i in range(3):
+            self[f"layer_{i}"] = nn.Linear(4, 4)
+
+    def forward(self, x):
+        for i in range(3):
+            x = torch.tanh(self[f"layer_{i}"](x))
+        return x
+
+
+def test_fstring_of_a_python_int_selects_modules_without_a_break():
+    torch.manual_seed(0)
+    model = Stack()
+    backend = CountingBackend()
+    compiled = framejit.compile(model, backend=backend)
+    for batch in (2, 2):
+        x = torch.randn(batch, 4)
+        torch.testing.assert_close(compiled(x), model(x))
+    assert backend.graph_count == 1  # the f-string of a Python int is a constant: one graph, no break
