@@ -43,8 +43,13 @@ _CARRIED_TYPES = (list, _LIST_ITERATOR)
 # function. Any other use of it (a call with it) is a graph break there, run in Python. Not a generator
 # whose code has try/finally or with-blocks: held by the resume functions' arguments, it would be
 # finalized later than eager does (NOTE [Generators with finalizers] in translator.py).
+# The iterators of dicts (keys, values, items, and reversed), sets and strings are such iterators too: a
+# for loop over a ParameterDict or `it = iter(d)` before a print() handed one to a resume function, which
+# ran wholly eagerly ("L['it'] is a dict_keyiterator").
 _STEPPED_TYPES = (enumerate, zip, map, filter, reversed, types.GeneratorType,
-                  type(iter(())))  # a tuple's: a tensor's rows (NOTE [Loops over symbolic rows] in handlers/jumps.py)
+                  type(iter(())),  # a tuple's: a tensor's rows (NOTE [Loops over symbolic rows] in handlers/jumps.py)
+                  type(iter({})), type(iter({}.values())), type(iter({}.items())), type(reversed({})),
+                  type(reversed({}.values())), type(reversed({}.items())), type(iter(set())), type(iter("")))
 _STACK_ARG = re.compile(r"L\['(" + STACK_PREFIX + r"\d+)'\]")
 
 

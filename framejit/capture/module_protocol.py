@@ -14,6 +14,7 @@ Instance attributes do not matter here: CPython looks these special methods up o
 """
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -27,15 +28,31 @@ _TORCH_OWN = {(cls, name): cls.__dict__[name] for cls in CONTAINERS for name in 
 
 def replaced(tx, module: Any, name: str) -> bool:
     """True when `type(module).<name>` is not torch's own method of a module container (a subclass's
-    override or a patch): the program's method is to be called. Either way the lookup is guarded."""
+    override or a patch), or when a module of any other class defines it as a Python function (NOTE
+    [Other modules' container methods]): the program's method is to be called. The lookup is guarded."""
     cls = type(module)
     if not isinstance(module, CONTAINERS):
-        return False
+        return _python_method(tx, cls, name)
     index, impl = lookup.mro_lookup(cls, name)
     lookup.guard_lookup(tx.output, cls, name)
     if index is None:
         return False
     return _TORCH_OWN.get((cls.__mro__[index], name)) is not impl
+
+
+# NOTE [Other modules' container methods]: a module class that is not one of the containers modelled
+# from `_modules` may still define `__iter__`, `__getitem__`, `__contains__` or `__len__` in Python:
+# nn.ParameterDict (`iter(self._keys)`, `getattr(self, key)`, `key in self._keys`), or a user's registry
+# module. Those methods are inlined like any method; `for k in pdict`, `pdict[k]`, `k in pdict`,
+# `pdict.items()` were graph breaks ("iteration over a ParameterDict"), and the iterator the break made
+# could not cross into the resume function, so the rest of the frame ran eagerly. The lookup is guarded
+# either way (a method added to the class later recompiles); a method written in C is not inlined.
+def _python_method(tx, cls: type, name: str) -> bool:
+    index, impl = lookup.mro_lookup(cls, name)
+    if index is None or not isinstance(impl, types.FunctionType):
+        return False
+    lookup.guard_lookup(tx.output, cls, name)
+    return True
 
 
 def has_bool(tx, module: Any) -> bool:

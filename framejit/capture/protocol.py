@@ -617,12 +617,13 @@ def contains(tx, item: Value, container: Value) -> bool:
             return item.as_constant() in container.value
         except Exception as e:
             raise UserException(e) from None
-    if isinstance(container, NNModuleValue) and isinstance(container.obj, torch.nn.ModuleDict):
+    if isinstance(container, NNModuleValue):
         from .module_protocol import replaced  # NOTE [Module container protocol]
-        if replaced(tx, container.obj, "__contains__"):
+        if replaced(tx, container.obj, "__contains__"):  # NOTE [Other modules' container methods]
             return truth(tx, tx.call_special_of(container, "__contains__", [item], {}))
-        tx.guard_module_keys(container)
-        return item.as_constant() in container.obj._modules
+        if isinstance(container.obj, torch.nn.ModuleDict):
+            tx.guard_module_keys(container)
+            return item.as_constant() in container.obj._modules
     if isinstance(container, (ObjectValue, NewObjectValue)) and not isinstance(container, NNModuleValue):
         cls = container.python_type()
         if isinstance(getattr(cls, "__contains__", None), types.FunctionType):  # e.g. Mapping.__contains__

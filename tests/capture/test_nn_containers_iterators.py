@@ -1,0 +1,118 @@
+"""nn.ParameterDict in a forward, and dict/set iterators that cross a graph break (issue 11, new-user probe).
+
+NOTE [Other modules' container methods] (capture/module_protocol.py): `for k in pdict`, `pdict[k]`,
+`k in pdict`, `pdict.items()/values()/get()` were graph breaks, and the dict_keyiterator the break made
+could not be passed to the resume function, so the rest of the forward ran wholly eagerly.
+NOTE [Iterators stepped as Python] (capture/carried_loops.py): an iterator of a dict or set made before a
+break (`it = iter(d)`; print(); `for k in it`) is stepped in Python by the resume function.
+Each test compares with eager on fresh inputs over several calls and asserts no frame ran eagerly
+(counts read as deltas: framejit.stats() is process-wide).
+"""
+from __future__ import annotations
+
+import torch
+
+import framejit
+from tests.helpers import CountingBackend
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+class Heads(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scales = torch.nn.ParameterDict({"s": torch.nn.Parameter(torch.ones(1) * 2),
+                                              "t": torch.nn.Parameter(torch.arange(4.0))})
+
+    def forward(self, x):
+        for name in self.scales:
+            x = x + self.scales[name]
+        total = sum(v.sum() for v in self.scales.values())
+        pairs = [k + str(v.shape[0]) for k, v in self.scales.items()]
+        bias = self.scales.get("t") if "t" in self.scales else None
+        missing = self.scales.get("zz", None) is None
+        return x * len(self.scales) + total + (bias if bias is not None else 0) + missing, pairs
+
+
+def test_parameter_dict_protocol_is_captured_and_tracks_new_keys():
+    framejit.reset()
+    model, backend, eager = Heads(), CountingBackend(), _eager_frames()
+    compiled = framejit.compile(model, backend=backend)
+    for step in range(4):
+        if step == 2:  # a key added after the first calls: the guards on its keys recompile
+            model.scales["u"] = torch.nn.Parameter(torch.full((4,), 3.0))
+        if step == 3:  # a parameter replaced by another of the same shape: read again, no stale value
+            model.scales["s"] = torch.nn.Parameter(torch.full((1,), -1.0))
+        x = torch.randn(4)
+        out, pairs = compiled(x)
+        want, want_pairs = model(x)
+        torch.testing.assert_close(out, want)
+        assert pairs == want_pairs
+    assert _eager_frames() == eager
+    assert backend.graph_count == 2  # one per key set, no break
+
+
+def test_parameter_dict_subscript_with_a_missing_key_raises_as_eager():
+    framejit.reset()
+    model = Heads()
+
+    def read(x, key):
+        return x + model.scales[key]
+
+    compiled = framejit.compile(read, backend=CountingBackend())
+    torch.testing.assert_close(compiled(torch.ones(4), "t"), torch.ones(4) + model.scales["t"])
+    errors = []
+    for call in (read, compiled):  # eager raises AttributeError (ParameterDict reads getattr(self, key))
+        try:
+            call(torch.ones(4), "nope")
+        except Exception as e:  # noqa: BLE001 - compared below
+            errors.append((type(e), str(e)))
+    assert len(errors) == 2 and errors[0] == errors[1], errors
+
+
+TABLE = {"a": 1.0, "bb": 2.0, "ccc": 4.0}
+NAMES = {"x", "yy"}
+
+
+def keys_then_print(x):
+    it = iter(TABLE)
+    print("step")
+    for k in it:
+        x = x + TABLE[k] * len(k)
+    return x
+
+
+def values_reversed_then_print(x):
+    it = reversed(TABLE.values())
+    print("step")
+    return x + sum(v for v in it)
+
+
+def items_partly_drawn(x):
+    it = iter(TABLE.items())
+    first = next(it)
+    print("step")
+    for k, v in it:
+        x = x * v + len(k)
+    return x + first[1]
+
+
+def set_iterator_sorted(x):
+    it = iter(NAMES)
+    print("step")
+    return x + len("".join(sorted(it)))
+
+
+def test_dict_and_set_iterators_cross_a_break(capsys):
+    for fn in (keys_then_print, values_reversed_then_print, items_partly_drawn, set_iterator_sorted):
+        framejit.reset()
+        backend, eager = CountingBackend(), _eager_frames()
+        compiled = framejit.compile(fn, backend=backend)
+        for _ in range(2):
+            x = torch.randn(3)
+            torch.testing.assert_close(compiled(x), fn(x))
+        assert _eager_frames() == eager, fn.__name__
+        assert backend.graph_count >= 1, fn.__name__
+    assert capsys.readouterr().out == "step\n" * 16
