@@ -116,3 +116,38 @@ def test_dict_and_set_iterators_cross_a_break(capsys):
         assert _eager_frames() == eager, fn.__name__
         assert backend.graph_count >= 1, fn.__name__
     assert capsys.readouterr().out == "step\n" * 16
+
+
+class Gauss:
+    pass
+
+
+class Laplace:
+    pass
+
+
+SCALE_OF = {Gauss: 1.0, Laplace: 2.0}
+PAIR_RULE = {(Gauss, Gauss): 3.0, (Gauss, Laplace): 5.0}
+
+
+def by_class(x, dist):
+    return x * SCALE_OF[type(dist)] + PAIR_RULE.get((Gauss, type(dist)), -1.0) + (type(dist) in SCALE_OF)
+
+
+def test_dicts_keyed_by_classes_are_read_in_the_graph():
+    """NOTE [Classes as dict keys]: a registry keyed by classes (torch.distributions.kl's _KL_MEMOIZE) was
+    'non-constant keys'; the resume function after that break ran wholly eagerly."""
+    framejit.reset()
+    backend, eager = CountingBackend(), _eager_frames()
+    compiled = framejit.compile(by_class, backend=backend)
+    try:
+        for step, dist in enumerate([Gauss(), Gauss(), Laplace(), Gauss(), Laplace()]):
+            if step == 3:  # the registry changes: read again, not a stale constant
+                PAIR_RULE[(Gauss, Laplace)] = 7.0
+                SCALE_OF[Gauss] = 0.5
+            x = torch.randn(3)
+            torch.testing.assert_close(compiled(x, dist), by_class(x, dist))
+    finally:
+        PAIR_RULE[(Gauss, Laplace)], SCALE_OF[Gauss] = 5.0, 1.0
+    assert _eager_frames() == eager
+    assert 1 <= backend.graph_count <= 4

@@ -246,12 +246,22 @@ _KEY_SCALARS = (str, int, bool, float, bytes, type(None), torch.Size)
 
 def _constant_key(key: Any) -> bool:
     """Keys modelled as constants: scalars (not NaN, which equals no copy of itself), torch.Size, enum
-    members and tuples of these."""
+    members, classes (NOTE [Classes as dict keys]) and tuples of these."""
     if type(key) is tuple:
         return all(_constant_key(k) for k in key)
     if type(key) is float:
         return key == key
-    return type(key) in _KEY_SCALARS or isinstance(key, enum.Enum)
+    return type(key) in _KEY_SCALARS or isinstance(key, enum.Enum) or _class_key(key)
+
+
+# NOTE [Classes as dict keys]: registries keyed by classes or tuples of classes are common library code
+# (torch.distributions.kl's `_KL_MEMOIZE[type(p), type(q)]`, dispatch tables keyed by config or module
+# classes); such a dict was "non-constant keys", and when it was on the stack at the break the resume
+# function ran wholly eagerly. A class whose metaclass keeps type's identity equality and hash is a
+# constant key: the keys guard (`_same_keys`) compares it by `==`, which is identity for it.
+def _class_key(key: Any) -> bool:
+    meta = type(key)
+    return isinstance(key, type) and meta.__eq__ is type.__eq__ and meta.__hash__ is type.__hash__
 
 
 def _key_types(d: dict) -> tuple:
