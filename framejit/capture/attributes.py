@@ -345,6 +345,7 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
     if index is None:
         lookup.guard_mro(tx.output, cls)  # NOTE [MRO guarded]
         lookup.guard_class_absent(tx.output, cls.__mro__, name)  # NOTE [Lookup facts]
+        _refuse_user_metaclass_code(type(cls), name)
         try:
             value = getattr(cls, name)  # metaclass attributes (e.g. Enum members)
         except AttributeError as e:
@@ -373,6 +374,25 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
 
 
 _TYPE_NAMES = frozenset({"__name__", "__qualname__", "__doc__"})  # type's getsets a user may assign
+
+
+def _refuse_user_metaclass_code(meta: type, name: str) -> None:
+    """NOTE [Metaclass code]: `K.name` absent from K's MRO is looked up on the metaclass. A descriptor there
+    (a `@property` of a user metaclass) or a user metaclass's `__getattr__` is user code that may answer
+    differently on each call: reading it while tracing and again as a value guard ran it twice per call
+    (a counting property returned 14 on the second call where eager returns 2). Functions, class and static
+    methods of the metaclass are plain lookups; library metaclasses (EnumType, ABCMeta) are fixed code."""
+    index, attr = lookup.mro_lookup(meta, name)
+    if index is not None:
+        owner = meta.__mro__[index]
+        user_code = hasattr(type(attr), "__get__") and \
+            not isinstance(attr, (types.FunctionType, staticmethod, classmethod))
+    else:
+        index = lookup.mro_lookup(meta, "__getattr__")[0]
+        owner, user_code = (meta.__mro__[index], True) if index is not None else (meta, False)
+    if user_code and not lookup.is_fixed_class(owner):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name!r} of a class is computed by its metaclass "
+                                                           f"{meta.__name__} (user code)")
 
 
 def _guard_no_metaclass_descriptor(tx, meta: type, name: str) -> None:

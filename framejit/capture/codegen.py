@@ -100,12 +100,15 @@ class Codegen:
         self.emit("RETURN_VALUE")
 
 
-def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: dict, cells: tuple) -> Any:
+def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: dict, cells: tuple,
+                 f_globals: dict | None = None) -> Any:
     """Build a function made inside a compiled region. `cells` holds, per free variable, an existing cell
-    or a 1-tuple with the contents of a new one. Globals: the frame that called make_closure."""
+    or a 1-tuple with the contents of a new one. Globals: `f_globals`, the globals of the function whose
+    MAKE_FUNCTION made it (NOTE [Globals of a rebuilt closure]); None: the frame that called make_closure."""
     import sys
     closure = tuple(c if isinstance(c, types.CellType) else types.CellType(c[0]) for c in cells)
-    f_globals = sys._getframe(1).f_globals
+    if f_globals is None:
+        f_globals = sys._getframe(1).f_globals
     fn = types.FunctionType(code, f_globals, name, defaults or None, closure or None)
     fn.__kwdefaults__ = kwdefaults or None
     return fn
@@ -196,8 +199,10 @@ def new_object(cls: type, attrs: dict) -> Any:
 class Reconstructor:
     """Emits code that rebuilds an abstract value at run time from graph outputs and sources."""
 
-    def __init__(self, cg: Codegen, output_index: dict[int, int], out_local: str) -> None:
+    def __init__(self, cg: Codegen, output_index: dict[int, int], out_local: str,
+                 frame_globals: dict | None = None) -> None:
         self.cg = cg
+        self.frame_globals = frame_globals  # the globals the emitted code runs with (NOTE [Globals of a rebuilt closure])
         self.output_index = output_index  # id(fx node) -> index in the graph's output tuple
         self.out_local = out_local
         self.preloaded: dict[int, str] = {}  # id(value) -> local holding it (see preload)
@@ -341,10 +346,16 @@ class Reconstructor:
                 raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a closure over a variable that is not set yet")
             else:
                 cells.append(TupleValue([cell.contents]))  # (contents,) means: make a new cell
+        # NOTE [Globals of a rebuilt closure]: a function made by an *inlined* callee from another module
+        # (`torch.vmap`'s `wrapped`, a user factory `moda.make(k)` returning `inner`) must see that module's
+        # globals, not the compiled frame's: rebuilt with the caller's, `inner` raised NameError for every
+        # global it reads. The dict is passed as a constant (persisted by a ("globals", module) locator)
+        # when it is not the globals of the function the code runs in.
+        f_globals = value.fn.__globals__
+        extra = [] if f_globals is self.frame_globals else [ConstantValue(f_globals)]
         self._call_const(make_closure, [ConstantValue(value.fn.__code__), ConstantValue(value.fn.__name__),
                                         TupleValue(list(value.defaults or ())),
-                                        DictValue(dict(value.kwdefaults or {})), TupleValue(cells)])
-        # the function's globals are the compiled function's own (LOAD_CONST of the dict would pin them too)
+                                        DictValue(dict(value.kwdefaults or {})), TupleValue(cells)] + extra)
 
     def _call_const(self, fn: Any, args: list[Value]) -> None:
         self.cg.push_null()

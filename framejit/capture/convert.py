@@ -89,6 +89,11 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)
     try:
+        modes = _active_modes()
+        if modes is not None:  # NOTE [Torch function and dispatch modes]
+            mode_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"called under {modes}: runs eagerly")
+            mode_break.frame_eager = True
+            raise mode_break
         ret = tx.run()
         entry = _compile_entry(fn, shape, output, ret, request)
         STATS["frames_compiled"] += 1
@@ -154,6 +159,28 @@ def _global_guards(output) -> None:
                              None, expected=str(autocast_dtype), cost=COST_ID)
             output.autocast_stack.append((device_type, autocast_dtype, True, None))
     output.ambient_autocast = len(output.autocast_stack)
+    _mode_guards(output)
+
+
+# NOTE [Torch function and dispatch modes]: a TorchFunctionMode or TorchDispatchMode the caller entered
+# (`with M(): compiled(x)`) may change what every torch call returns, and a compiled graph run by a backend
+# (onnxrt, triton) never calls the mode: an entry traced without a mode, reused under one, returned
+# `sin(x)` where the mode made eager return `cos(x)`. Every entry guards that the number of modes is the
+# one it was made with, and a frame called under a mode runs eagerly (its own, guarded, eager entry).
+MODE_STACKS = (("function", torch._C._len_torch_function_stack), ("dispatch", torch._C._len_torch_dispatch_stack))
+
+
+def _mode_guards(output) -> None:
+    for kind, length_fn in MODE_STACKS:
+        length = output.name_of(length_fn, f"len_torch_{kind}_stack")
+        depth = length_fn()
+        output.add_guard("TORCH_MODES", f"{length}() == {depth}", None,
+                         expected=f"{depth} torch {kind} modes", actual=f"{length}()", cost=COST_ID)
+
+
+def _active_modes() -> str | None:
+    active = [kind for kind, length_fn in MODE_STACKS if length_fn()]
+    return " and ".join(f"a Torch{kind.capitalize()}Mode" for kind in active) or None
 
 
 def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> GuardFunction:
@@ -197,7 +224,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         compiled = _backend_compile(gm, output, request, fn)
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
-    rebuild = Reconstructor(cg, output_index, GRAPH_OUT)
+    rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)
     rebuild.preload([ret, *output.side_effects.values()], sourced=bool(output.side_effects))
     output.side_effects.emit(rebuild)
     graph_break.restore_grad_mode(cg, output)
