@@ -5,6 +5,7 @@ forgotten."""
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import pytest
@@ -22,3 +23,6 @@ framejit.config.cache_enabled = False
 def _fresh_framejit():
     framejit.reset()
     yield
+    helpers = sys.modules.get("tests.helpers")
+    if helpers is not None:
+        helpers.close_program_server()  # NOTE [Programs in forked children]

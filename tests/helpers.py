@@ -118,21 +118,92 @@ def run_differential(fn: Callable, make_args: Callable[[int], tuple], *, seeds=(
     return backend
 
 
-def run_cache_program(tmp_path, name: str, program: str, *argv: str) -> dict:
+# NOTE [Programs in forked children]: the cache tests run each step of a program in a new process (the frame
+# cache is read from disk, nothing is left in memory from the run before). A new interpreter pays ~1.2 s of
+# CPU importing torch and ~1.2 s more importing torch._dynamo on its first trace (FakeTensorMode() imports
+# torch._dynamo.config), more than the step itself; a test runs up to nine of them. So the runs of one test go
+# to one server process (tests/program_server.py) that imports torch, torch._dynamo.config, framejit (and the
+# backend modules the test names) once and forks a child per run: the child has framejit's state as fresh as
+# a new interpreter's (nothing compiled, nothing loaded), runs the script as `python script argv` would, and
+# exits normally. Tests about what a cold process imports must use their own interpreter (subprocess.run).
+class ProgramServer:
+    """One tests/program_server.py process for the runs of one test (one cache folder)."""
+
+    def __init__(self, tmp_path, preload: tuple[str, ...]) -> None:
+        import os
+        import subprocess
+        import sys
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ, PYTHONPATH=repo, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1")
+        self.key = (str(tmp_path), preload)
+        self.tmp_path = tmp_path
+        self.process = subprocess.Popen([sys.executable, os.path.join(repo, "tests", "program_server.py"),
+                                         *preload], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        self._answer()
+
+    def _answer(self, timeout: float = 300) -> dict:
+        import json
+        import select
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            raise AssertionError(f"program server: no answer in {timeout} s: {self.process.stderr.read()}")
+        return json.loads(line)
+
+    def run(self, script, argv: tuple[str, ...]) -> tuple[int, str, str]:
+        import json
+        n = len(list(self.tmp_path.glob("run*.out")))
+        out, err = self.tmp_path / f"run{n}.out", self.tmp_path / f"run{n}.err"
+        request = {"script": str(script), "argv": list(argv), "stdout": str(out), "stderr": str(err)}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        rc = self._answer()["rc"]
+        return rc, out.read_text(), err.read_text()
+
+    def close(self) -> None:
+        import os
+        import signal
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            stream.close()
+
+
+_server: ProgramServer | None = None
+
+# What a backend's cold compile imports, for `preload` (a warm process of these backends imports less; the
+# tests that check that run their own interpreter: tests/backends/test_onnxrt_warm_imports.py). Not
+# onnxruntime: a child forked after importing it aborts in its first session ("terminate called after
+# throwing an instance of 'std::system_error'").
+BACKEND_MODULES = {"eager": (), "onnxrt": ("framejit.backends.onnxrt", "onnx", "onnxscript")}
+
+
+def close_program_server() -> None:
+    """Ends the server of the last test that ran cache programs (tests/conftest.py calls it after each test)."""
+    global _server
+    if _server is not None:
+        _server.close()
+        _server = None
+
+
+def run_cache_program(tmp_path, name: str, program: str, *argv: str, preload: tuple[str, ...] = ()) -> dict:
     """Runs `program` (a script that prints one JSON line last) in a new process with the frame cache on,
-    in a cache folder under `tmp_path` shared by every run of one test; returns that JSON."""
+    in a cache folder under `tmp_path` shared by every run of one test; returns that JSON. The process is a
+    forked child of a server that imported torch, framejit and the modules in `preload` (NOTE [Programs in
+    forked children])."""
     import json
-    import os
-    import subprocess
-    import sys
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    global _server
+    if _server is None or _server.key != (str(tmp_path), preload):
+        close_program_server()
+        _server = ProgramServer(tmp_path, preload)
     script = tmp_path / name
     script.write_text(program)
-    env = dict(os.environ, PYTHONPATH=repo, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1")
-    result = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, env=env,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    rc, out, err = _server.run(script, argv)
+    assert rc == 0, err
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def without_dropout(model: torch.nn.Module) -> torch.nn.Module:

@@ -15,7 +15,7 @@ import torch
 
 import framejit
 from tests.guards.test_soundness_facts import run_steps
-from tests.helpers import run_cache_program
+from tests.helpers import BACKEND_MODULES, run_cache_program
 
 BACKENDS = ["eager", "onnxrt"]
 
@@ -271,7 +271,8 @@ PROGRAM = textwrap.dedent('''
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_warm_cache_guards_abc_answers_mros_and_codes(tmp_path, backend):
     def run(before, after):
-        result = run_cache_program(tmp_path, "facts_program.py", PROGRAM, before, after, backend)
+        result = run_cache_program(tmp_path, "facts_program.py", PROGRAM, before, after, backend,
+                                   preload=BACKEND_MODULES[backend])
         assert result["out"] == result["ref"] and result["out2"] == result["ref2"], (before, after)
         return result
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 import framejit
 from tests.guards.test_soundness_facts import run_steps
-from tests.helpers import CountingBackend, run_cache_program
+from tests.helpers import BACKEND_MODULES, CountingBackend, run_cache_program
 
 BACKENDS = ["eager", "onnxrt"]
 
@@ -462,7 +462,8 @@ PROGRAM = textwrap.dedent('''
 
 
 def _run(tmp_path, mode: str, backend: str) -> dict:
-    return run_cache_program(tmp_path, "gaps_program.py", PROGRAM, mode, backend)
+    return run_cache_program(tmp_path, "gaps_program.py", PROGRAM, mode, backend,
+                             preload=BACKEND_MODULES[backend])
 
 
 def _close(got: list, want: list) -> bool:

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.helpers import run_cache_program
+from tests.helpers import BACKEND_MODULES, run_cache_program
 
 PROGRAM = textwrap.dedent('''
     import json, math, sys
@@ -48,7 +48,8 @@ PROGRAM = textwrap.dedent('''
 
 
 def _run(tmp_path, mode: str, backend: str) -> dict:
-    return run_cache_program(tmp_path, "facts_program.py", PROGRAM, mode, backend)
+    return run_cache_program(tmp_path, "facts_program.py", PROGRAM, mode, backend,
+                             preload=BACKEND_MODULES[backend])
 
 
 @pytest.mark.parametrize("backend", ["eager", "onnxrt"])
