@@ -497,6 +497,23 @@ def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
 _LRU_WRAPPER = functools._lru_cache_wrapper
 
 
+# NOTE [Non-data descriptors written in Python]: a class attribute whose type defines `__get__` in Python
+# and no `__set__`/`__delete__` (torch.distributions.utils.lazy_property: compute, setattr on the instance,
+# return) is read as CPython reads it: `type(attr).__get__(attr, obj, cls)`, inlined. The entry and the
+# descriptor type's `__get__` are guarded by identity. It was a graph break ("descriptor lazy_property for
+# 'probs'") inside Categorical.entropy and friends.
+def _python_descriptor_get(tx, obj: Value, cls: type, name: str, attr: Any, entry) -> Value:
+    get = lookup.mro_lookup(type(attr), "__get__")[1]
+    if not isinstance(get, types.FunctionType) or _is_data_descriptor(attr) \
+            or not isinstance(obj, (ObjectValue, NewObjectValue)):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+    if entry is not None:  # None: a library class, fixed (NOTE [Lookup facts])
+        lookup.guard_entry_identity(tx.output, entry, attr)
+        lookup.guard_lookup(tx.output, type(attr), "__get__")
+    descriptor = wrap(tx.output, attr, entry if entry is not None else ObjectSource(Ref(attr, type(attr).__name__)))
+    return tx.call(UserFunctionValue(get), [descriptor, obj, ClassValue(cls)], {})
+
+
 def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None) -> Value:
     """A non-data class attribute; `entry` is the source of the owner's raw dict entry (None for fixed
     classes), guarded here by identity, or by value for plain data (NOTE [Lookup facts])."""
@@ -515,7 +532,7 @@ def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=Non
         lookup.guard_entry_identity(tx.output, entry, attr)  # `Logger.warning_once` (NOTE [Cached functions])
         return BoundMethodValue(wrap(tx.output, attr, entry), obj)
     if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
-        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+        return _python_descriptor_get(tx, obj, cls, name, attr, entry)
     if entry is not None:
         return wrap(tx.output, attr, entry)
     index, _ = lookup.mro_lookup(cls, name)

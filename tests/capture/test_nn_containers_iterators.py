@@ -151,3 +151,57 @@ def test_dicts_keyed_by_classes_are_read_in_the_graph():
         PAIR_RULE[(Gauss, Laplace)], SCALE_OF[Gauss] = 5.0, 1.0
     assert _eager_frames() == eager
     assert 1 <= backend.graph_count <= 4
+
+
+class cached_once:  # a non-data descriptor written in Python, like torch.distributions.utils.lazy_property
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        value = self.fn(instance)
+        setattr(instance, self.fn.__name__, value)
+        return value
+
+
+class Holder:
+    def __init__(self, t):
+        self.t = t
+
+    @cached_once
+    def doubled(self):
+        return self.t * 2
+
+
+def entropy_and_probs(logits):
+    c = torch.distributions.Categorical(logits=logits, validate_args=False)
+    return c.entropy(), c.probs * 2
+
+
+def read_twice(h, x):
+    return h.doubled + h.doubled + x
+
+
+def test_non_data_descriptors_written_in_python_are_inlined():
+    """NOTE [Non-data descriptors written in Python]: lazy_property's `probs` (Categorical.entropy) was a
+    graph break; a user's caching descriptor reads, stores on the instance, and is read back from it."""
+    framejit.reset()
+    backend, eager = CountingBackend(), _eager_frames()
+    compiled = framejit.compile(entropy_and_probs, backend=backend)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(compiled(x), entropy_and_probs(x))
+    assert backend.graph_count == 1
+    compiled = framejit.compile(read_twice, backend=CountingBackend())
+    kept = Holder(torch.ones(2))
+    for h in (Holder(torch.randn(2)), kept, kept, Holder(torch.randn(2))):
+        had = "doubled" in vars(h)
+        x = torch.randn(2)
+        got = compiled(h, x)
+        assert "doubled" in vars(h)  # stored on the instance, as eager does
+        want = read_twice(Holder(h.t), x) if not had else h.doubled * 2 + x
+        torch.testing.assert_close(got, want)
+    kept.doubled = torch.zeros(2)  # the instance's value is read, not the first call's
+    torch.testing.assert_close(compiled(kept, torch.ones(2)), torch.ones(2))
+    assert _eager_frames() == eager
