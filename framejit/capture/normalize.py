@@ -9,6 +9,8 @@ arguments are instruction indices, so handlers never see version differences (NO
   carries the name only.
 - RETURN_CONST c (3.12) becomes LOAD_CONST c; RETURN_VALUE.
 - CALL_INTRINSIC_1 (3.12) becomes the instruction it stands for (UNARY_POSITIVE, LIST_TO_TUPLE, ...).
+- SEND (3.11), which drops the iterator when it is exhausted, becomes SEND_THEN_END (3.12 leaves that to
+  END_SEND at the jump target).
 - LOAD_FAST_CHECK (3.12) becomes LOAD_FAST. END_FOR (3.12) is dropped: an exhausted FOR_ITER jumps past
   it in CPython too.
 - RESUME, NOP, CACHE, EXTENDED_ARG and the exception-table markers carry no meaning for tracing and are
@@ -205,6 +207,8 @@ def _canonical(instr: Instr, merged: list[Instr], following: str | None, cells: 
         return [Inst("KW_NAMES", arg, lineno)]
     if name == "CALL_KW":
         return [Inst("CALL", arg, lineno)]
+    if name == "SEND" and not PY312:  # 3.11: an exhausted SEND drops the iterator itself (3.12: END_SEND does)
+        return [Inst("SEND_THEN_END", arg, lineno)]
     name = RENAMED.get(name, name)
     if isinstance(arg, (bytecode.CellVar, bytecode.FreeVar)):
         arg = arg.name
