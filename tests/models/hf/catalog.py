@@ -249,6 +249,14 @@ _BREADTH = [
             patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2]), inputs.pixels),
     _a("wavlm", "audio", "WavLMConfig", "WavLMModel", dict(_AUDIO, num_buckets=16, max_bucket_distance=32),
        inputs.waveform),
+    # found by the new-user probe of issue 11 (each passed first try; ~1-1.5 s CPU per test)
+    _a("biogpt", "decoder", "BioGptConfig", "BioGptForCausalLM", _TEXT),
+    _a("convnextv2", "vision", "ConvNextV2Config", "ConvNextV2Model",
+       dict(num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], image_size=32), inputs.pixels),
+    # Fourier token mixing (torch.fft.fftn); FNet takes no attention mask
+    _a("fnet", "encoder", "FNetConfig", "FNetModel",
+       dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=64),
+       inputs.ids_only),
 ]
 
 ARCHS: dict[str, Arch] = {a.name: a for a in

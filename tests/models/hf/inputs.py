@@ -34,6 +34,11 @@ def text(seed: int, batch: int, seq: int) -> dict:
     return {"input_ids": _ids(gen, batch, seq), "attention_mask": _padded_mask(batch, seq)}
 
 
+def ids_only(seed: int, batch: int, seq: int) -> dict:
+    """Token ids alone, for models that take no attention mask (FNet)."""
+    return {"input_ids": _ids(_gen(seed), batch, seq)}
+
+
 def text_with_types(seed: int, batch: int, seq: int) -> dict:
     inputs = text(seed, batch, seq)
     types = torch.zeros(batch, seq, dtype=torch.long)
