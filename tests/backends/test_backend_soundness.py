@@ -144,7 +144,8 @@ def _calls(makers) -> list[tuple[str, list]]:
 
 
 # cases whose ops run in torch by design on onnxrt (wrong on special values in ONNX: translate.py)
-ONNXRT_IN_TORCH = {"atan2", "floor_divide_remainder", "div_rounding"}
+# copy_broadcast is data movement only: it stays in torch since NOTE [Copies stay in torch] (584d6b6)
+ONNXRT_IN_TORCH = {"atan2", "floor_divide_remainder", "div_rounding", "copy_broadcast"}
 
 
 class _OnnxrtRecorder:
@@ -503,3 +504,57 @@ def test_onnxrt_batch_norm_in_train_mode_without_grad(layers, shape):
             torch.testing.assert_close(compiled(x), reference(x), rtol=1e-5, atol=1e-5)
         for name, buffer in reference.named_buffers():
             torch.testing.assert_close(dict(model.named_buffers())[name], buffer, rtol=1e-5, atol=1e-6)
+
+
+def _layout_facts(t: torch.Tensor) -> tuple:
+    """What a caller can observe of `t`'s layout: strides, contiguity, whether `.view(-1)` works."""
+    try:
+        t.view(-1)
+        views = True
+    except RuntimeError:
+        views = False
+    return tuple(t.stride()), t.is_contiguous(), t.is_contiguous(memory_format=torch.channels_last), views
+
+
+def _channels_last(*shape):
+    return torch.randn(*shape).to(memory_format=torch.channels_last)
+
+
+def _permuted(*shape):
+    return torch.randn(*shape).permute(2, 0, 1)
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+@pytest.mark.parametrize("fn,make,shapes", [
+    (lambda x: x.relu() * 2, _channels_last, [(2, 3, 4, 5), (2, 3, 4, 5)]),
+    (lambda x: (x + 1, x.sum(1), x[:, :1]), _channels_last, [(2, 3, 4, 5), (3, 2, 5, 4)]),
+    (lambda x: x + x, _permuted, [(3, 4, 5), (4, 5, 6), (2, 3, 7)]),
+    (lambda x: (x.t() + 1, x.view(-1)[1:], x[1:].t()), torch.randn, [(3, 4), (5, 6), (2, 8)]),
+], ids=["channels_last", "channels_last_and_views", "permuted_dynamic", "transposed_results_dynamic"])
+def test_pointwise_results_keep_eager_layout(backend, fn, make, shapes):
+    """NOTE [Output strides follow eager] (backends/layout.py): eager keeps a pointwise op's input layout
+    (channels_last, permuted); the lowered kernels wrote row-major results, so `.stride()`,
+    `.is_contiguous()` and `.view(-1)` afterwards differed. Returned views of the input stay views."""
+    compiled = framejit.compile(fn, backend=backend)
+    for shape in shapes:
+        torch.manual_seed(len(shape) + shape[0])
+        x = make(*shape)
+        expected, actual = fn(x), compiled(x)
+        for k, (a, e) in enumerate(zip(torch.utils._pytree.tree_leaves(actual),
+                                       torch.utils._pytree.tree_leaves(expected))):
+            assert _layout_facts(a) == _layout_facts(e), f"output {k} on {shape} ({backend})"
+            assert (a.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()) == \
+                (e.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()), f"aliasing of output {k}"
+            torch.testing.assert_close(a, e)
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_reductions_over_an_empty_dim_after_a_shape_change(backend):
+    """NOTE [Empty inputs compile per signature] (onnxrt/compiler.py): a symbolic program traced over a
+    (3, 0) input returned 0 for mean/var of the empty dim on every later empty input (eager: NaN)."""
+    fn = lambda x: (x.mean(1), x.var(1), x.sum(1))  # noqa: E731
+    compiled = framejit.compile(fn, backend=backend)
+    with pytest.warns(UserWarning):  # eager's and the compiled var() warn about 0 degrees of freedom
+        for shape in [(0, 4), (3, 0), (2, 0), (3, 5), (4, 0)]:
+            x = torch.randn(*shape)
+            assert_identical(compiled(x), fn(x), f"{shape} ({backend})")

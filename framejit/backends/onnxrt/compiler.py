@@ -24,6 +24,7 @@ import torch.utils._pytree as pytree
 
 from ... import logs
 from .. import aliasing, joint, state, symbolic
+from ..layout import output_layouts, restore as restore_layouts
 from . import lowering, partition, runtime, semantics, translate
 from .options import OnnxrtOptions
 
@@ -143,6 +144,15 @@ def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
+# NOTE [Empty inputs compile per signature]
+# ORT's reductions of nothing differ from eager's (mean, var of an empty dim: 0 in ORT, NaN in eager), so
+# nodes that reduce an empty tensor run in torch (translate.unsupported_reason). That is decided from the
+# trace's sizes, which a symbolic program does not know: one traced over a (3, 0) input returned 0 for
+# `x.mean(1)` on every later empty input. Calls with an empty tensor input use the per-signature programs.
+def _has_empty(inputs) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in inputs)
+
+
 def _is_concrete(inputs) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -227,6 +237,7 @@ class OnnxrtCompiled:
         self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
         self._run_eagerly = _eager_reason(gm)
         self._reads_offsets = symbolic.reads_storage_offset(gm)  # NOTE [Storage offsets read by the graph]
+        self._out_layouts = output_layouts(gm)  # NOTE [Output strides follow eager] (backends/layout.py)
         if self._run_eagerly:
             logs.log("eager_fallback", "onnxrt: the graph runs eagerly: %s", self._run_eagerly)
         if example_inputs is not None and _is_concrete(example_inputs) and not self._run_eagerly:
@@ -254,7 +265,7 @@ class OnnxrtCompiled:
             return self.gm.forward(*inputs)
         if (self._grad_inside or torch.is_grad_enabled()) and self._needs_grad(inputs):
             return self.training_graph()(*inputs)
-        if self._symbolic:
+        if self._symbolic and not _has_empty(inputs):  # NOTE [Empty inputs compile per signature]
             for bind, program in self.dynamic_programs.get(symbolic.layout_signature(inputs, self._symbolic_ints), ()):
                 if bind(inputs) is not None:
                     return self._run_dynamic(program, inputs)
@@ -269,7 +280,7 @@ class OnnxrtCompiled:
         if program is None:
             return self.gm.forward(*inputs)
         try:
-            return program(inputs)
+            return restore_layouts(program(inputs), self._out_layouts, inputs)
         except Exception as exc:
             logs.log("eager_fallback", "onnxrt: a run failed (%s: %s); this signature now runs eagerly",
                      type(exc).__name__, exc)
@@ -278,7 +289,7 @@ class OnnxrtCompiled:
 
     def _run_dynamic(self, program: Program, inputs):
         try:
-            return program(inputs)
+            return restore_layouts(program(inputs), self._out_layouts, inputs)
         except Exception as exc:
             logs.log("eager_fallback", "onnxrt: a run of the symbolic program failed (%s: %s); "
                      "this graph now compiles per input signature", type(exc).__name__, exc)

@@ -38,6 +38,7 @@ import torch.utils._pytree as pytree
 from framejit import logs
 from framejit.backends import symbolic
 from framejit.backends.aliasing import alias_mutated_inputs
+from framejit.backends.layout import output_layouts, restore as restore_layouts
 from framejit.backends.state import switches_grad_on
 
 from . import codegen
@@ -330,6 +331,7 @@ class DynamicGraph:
                                              self.symbolic_ints)
         self.reason = None
         self.modules = 1  # generated modules loaded for this graph (specialisations count in `specialised`)
+        self.out_layouts = output_layouts(gm)  # NOTE [Output strides follow eager] (backends/layout.py)
 
     def __call__(self, *args):
         if needs_autograd(args, self.params_require_grad, self.grad_inside):
@@ -340,7 +342,7 @@ class DynamicGraph:
             return self.specialised(*args)
         tensors = _tensors(args, self.symbolic_ints) if self.symbolic_ints else args
         flat = self.module.call(sizes, *tensors, *self.constants, [])
-        return pytree.tree_unflatten(list(flat), self.out_spec)
+        return restore_layouts(pytree.tree_unflatten(list(flat), self.out_spec), self.out_layouts, args)
 
 
 class SpecialisingGraph:

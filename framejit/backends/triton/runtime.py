@@ -25,6 +25,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from framejit import config, logs
+from framejit.backends.layout import output_layouts, restore as restore_layouts
 from framejit.backends.state import switches_grad_on
 
 _MODULES: dict = {}
@@ -154,6 +155,7 @@ class CompiledGraph:
         # offsets in; a graph that reads them runs eagerly for other offsets
         from ..symbolic import reads_storage_offset
         self.offsets = [_offset(t) for t in example_inputs] if reads_storage_offset(gm) else None
+        self.out_layouts = output_layouts(gm)  # NOTE [Output strides follow eager] (backends/layout.py)
 
     def __call__(self, *args):
         if needs_autograd(args, self.params_require_grad, self.grad_inside):
@@ -174,4 +176,4 @@ class CompiledGraph:
             args = restrided
         self.runs += 1
         flat = self.module.call(*args, *self.constants, self.extra)
-        return pytree.tree_unflatten(list(flat), self.out_spec)
+        return restore_layouts(pytree.tree_unflatten(list(flat), self.out_spec), self.out_layouts, args)
