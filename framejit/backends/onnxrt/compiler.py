@@ -65,7 +65,9 @@ _MAX_ATTEMPTS = 8
 # 19: symbolic parts multiply batched operands without flattening views (NOTE [Batched matmuls without views]).
 # 20: symbolic lowering drops copies the static trace does not make (NOTE [Copies of the symbolic trace]).
 # 21: data movement that feeds no ORT computation runs in torch (NOTE [Copies stay in torch]).
-REVISION = 21
+# 22: half-precision arithmetic with an inexact float scalar runs in float32 (NOTE [Scalars of half-precision
+#     arithmetic]).
+REVISION = 22
 
 
 @dataclasses.dataclass
