@@ -126,6 +126,15 @@ def run_differential(fn: Callable, make_args: Callable[[int], tuple], *, seeds=(
 # backend modules the test names) once and forks a child per run: the child has framejit's state as fresh as
 # a new interpreter's (nothing compiled, nothing loaded), runs the script as `python script argv` would, and
 # exits normally. Tests about what a cold process imports must use their own interpreter (subprocess.run).
+def server_key(tmp_path, preload: tuple[str, ...]) -> tuple:
+    """What a program server's children inherit: a run needs a server started with the same cache folder,
+    preloaded modules and environment. framejit reads its FRAMEJIT_* variables when it is imported, which the
+    server did before forking: a test that changes the environment between runs (monkeypatch.setenv) gets a
+    new server, as a new interpreter would have read the new value."""
+    import os
+    return str(tmp_path), preload, tuple(sorted(os.environ.items()))
+
+
 class ProgramServer:
     """One tests/program_server.py process for the runs of one test (one cache folder)."""
 
@@ -135,7 +144,7 @@ class ProgramServer:
         import sys
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ, PYTHONPATH=repo, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1")
-        self.key = (str(tmp_path), preload)
+        self.key = server_key(tmp_path, preload)
         self.tmp_path = tmp_path
         self.process = subprocess.Popen([sys.executable, os.path.join(repo, "tests", "program_server.py"),
                                          *preload], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -196,7 +205,7 @@ def run_cache_program(tmp_path, name: str, program: str, *argv: str, preload: tu
     forked children])."""
     import json
     global _server
-    if _server is None or _server.key != (str(tmp_path), preload):
+    if _server is None or _server.key != server_key(tmp_path, preload):
         close_program_server()
         _server = ProgramServer(tmp_path, preload)
     script = tmp_path / name
