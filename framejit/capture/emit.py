@@ -63,6 +63,29 @@ def call(nargs: int, kw_names: tuple[str, ...] = ()) -> list[Instr]:
     return out + [Instr("CALL", nargs)]
 
 
+def call_over_slots(nargs: int) -> list[Instr]:
+    """CALL of `nargs` arguments over the two slots a raw call has below them ([NULL, f] or, on 3.13,
+    [f, NULL]), where the running CPython's own code already pushed the NULL (python_loops.py)."""
+    return ([] if PY312 else [Instr("PRECALL", nargs)]) + [Instr("CALL", nargs)]
+
+
+def below_three() -> list[Instr]:
+    """SWAPs that move the item on top under the next three and the two call slots below them: the
+    callable `helper` pushed last becomes the call's callable for [slot, slot, a, b, c] (NOTE [Call
+    layouts]: the NULL stays below the callable before 3.13 and above it on 3.13)."""
+    return [Instr("SWAP", 5 if NULL_AFTER_CALLABLE else 4), Instr("SWAP", 3), Instr("SWAP", 2)]
+
+
+def null_beside_attribute() -> list[Instr]:
+    """After a plain attribute load: its NULL pushed and put where a method load's NULL goes."""
+    return [Instr("PUSH_NULL")] + ([] if NULL_AFTER_CALLABLE else [Instr("SWAP", 2)])
+
+
+def skipped_by_exhausted_for_iter() -> list[Instr]:
+    """What an exhausted FOR_ITER jumps over at its target: END_FOR (3.12), END_FOR; POP_TOP (3.13)."""
+    return ([Instr("END_FOR")] if PY312 else []) + ([Instr("POP_TOP")] if PY313 else [])
+
+
 def call_ex(has_kwargs: bool) -> list[Instr]:
     """`f(*args, **kwargs)` of [NULL, f, args(, kwargs)] (3.13: [f, NULL, ...])."""
     return [Instr("CALL_FUNCTION_EX", int(has_kwargs))]
@@ -124,6 +147,7 @@ def callee_and_self(first: Any, second: Any, null: Any) -> tuple[Any, list]:
     return first, [second]
 
 
-__all__ = ["NULL_AFTER_CALLABLE", "PY312", "PY313", "call", "call_const", "call_ex", "callee_and_self",
+__all__ = ["NULL_AFTER_CALLABLE", "PY312", "PY313", "below_three", "call", "call_const", "call_ex",
+           "call_over_slots", "callee_and_self", "null_beside_attribute", "skipped_by_exhausted_for_iter",
            "conditional_jump", "jump_forward", "load_attr", "load_global", "null_after_callable",
            "null_before_callable", "truth_test_prefix", "with_null"]

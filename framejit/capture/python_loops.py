@@ -154,7 +154,7 @@ def _method_load_as_attr(instr: Instr) -> list[Instr]:
     """A method load rewritten to a plain attribute load with its NULL (NOTE [Call layouts])."""
     name = instr.arg if instr.name == "LOAD_METHOD" else instr.arg[1]
     load = emit.load_attr(name)
-    out = [load, Instr("PUSH_NULL")] + ([] if emit.NULL_AFTER_CALLABLE else [Instr("SWAP", 2)])
+    out = [load] + emit.null_beside_attribute()
     for i in out:
         i.lineno = instr.lineno
     return out
@@ -207,9 +207,8 @@ def _rewrite_call(items: list, p: int, lo: int, helper: Any) -> bool:
     else:
         return False
     line = items[p].lineno
-    rotate = [Instr("SWAP", 5 if emit.NULL_AFTER_CALLABLE else 4), Instr("SWAP", 3), Instr("SWAP", 2)]
-    new = [Instr("BUILD_TUPLE", n), Instr("LOAD_CONST", tuple(names)), Instr("LOAD_CONST", helper)] + rotate
-    new += ([] if emit.PY312 else [Instr("PRECALL", 3)]) + [Instr("CALL", 3)]  # [NULL, helper] or [helper, NULL]
+    new = [Instr("BUILD_TUPLE", n), Instr("LOAD_CONST", tuple(names)), Instr("LOAD_CONST", helper)]
+    new += emit.below_three() + emit.call_over_slots(3)  # [NULL, helper] or [helper, NULL], then 3 arguments
     for i in new:
         i.lineno = line
     items[start:p + 1] = new
@@ -235,8 +234,9 @@ def exit_trampoline_entry(items: list, for_iter_pos: int) -> list:
     entry = Label()
     instr = items[for_iter_pos]
     items[for_iter_pos] = Instr("FOR_ITER", entry, lineno=instr.lineno)
-    skipped = ([Instr("END_FOR", lineno=instr.lineno)] if emit.PY312 else []) + \
-        ([Instr("POP_TOP", lineno=instr.lineno)] if emit.PY313 else [])
+    skipped = emit.skipped_by_exhausted_for_iter()
+    for i in skipped:
+        i.lineno = instr.lineno
     return [entry] + skipped
 
 
