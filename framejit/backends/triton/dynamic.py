@@ -297,13 +297,15 @@ def _loop_varying_reductions(runs: list, configs: dict) -> bool:
 
 
 def _probe_inputs(sym: symbolic.SymbolicInputs, values: dict, example_inputs: list) -> list:
-    """Inputs like `example_inputs` whose symbolic sizes take `values` (zeros: lowering reads no data)."""
+    """Inputs like `example_inputs` whose symbolic sizes take `values`. Uninitialised (`empty`): lowering
+    traces with fake tensors and reads no data, and the probe sizes are large (16 x the primes in _PROBES:
+    three symbols make a 976 x 1552 x 1072 probe, 6.5 GB of float32 that `zeros` would write, ~10 s each)."""
     sizes, scalars = sym.sizes_at(values)
     inputs = []
     for index, real in enumerate(example_inputs):
         if isinstance(real, torch.Tensor):
             shape = [sizes.get(index, {}).get(d, s) for d, s in enumerate(real.shape)]
-            inputs.append(torch.zeros(shape, dtype=real.dtype, device=real.device))
+            inputs.append(torch.empty(shape, dtype=real.dtype, device=real.device))
         else:
             inputs.append(scalars.get(index, real))
     return inputs
