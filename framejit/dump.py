@@ -31,13 +31,13 @@ import inspect
 import io
 import os
 import re
-import sys
 import types
 from typing import Any, Sequence
 
 import torch
 
 from . import config, logs
+from .capture import emit, normalize
 
 # NOTE [Deterministic dumps]: reprs of functions, bound methods and plain objects carry memory
 # addresses ("<function f at 0x7f...>"); they are stripped. Hex numbers shorter than 6 digits are kept:
@@ -124,7 +124,7 @@ def disassemble(code: types.CodeType) -> str:
     """`dis.dis(code)` with the instruction offsets on every CPython (3.13 leaves them out by default):
     graph-break reasons, resume functions (`<resume at 18>`) and tracebacks name offsets."""
     out = io.StringIO()
-    dis.dis(code, file=out, **({"show_offsets": True} if sys.version_info >= (3, 13) else {}))
+    dis.dis(code, file=out, **normalize.DIS_WITH_OFFSETS)
     return strip_addresses(out.getvalue())
 
 
@@ -165,8 +165,6 @@ _BINARY_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "truediv", "//": "floo
                  "**": "pow", "@": "matmul", "<<": "lshift", ">>": "rshift", "&": "and", "|": "or", "^": "xor"}
 _UNARY = {"UNARY_NEGATIVE": "-", "UNARY_INVERT": "~", "UNARY_NOT": "not ", "UNARY_POSITIVE": "+"}
 _IGNORED = {"RESUME", "NOP", "PRECALL", "CACHE", "EXTENDED_ARG", "COPY_FREE_VARS", "MAKE_CELL"}
-_PY312 = sys.version_info >= (3, 12)
-_PY313 = sys.version_info >= (3, 13)  # a call's NULL above its callable (NOTE [Call layouts] in capture/emit.py)
 _NO_CONST = object()
 
 
@@ -298,14 +296,17 @@ class PseudoSource:
     _op_LOAD_CLOSURE = _op_LOAD_FAST
 
     def _op_LOAD_GLOBAL(self, inst) -> None:
-        self._push_callable(_Expr(inst.argval), bool(inst.arg & 1))
+        self._push_loaded(_Expr(inst.argval), inst)
 
-    def _push_callable(self, value: _Expr, null: bool) -> None:
-        """A loaded value, with the NULL of a call below it (3.11, 3.12) or above it (3.13)."""
-        if null and not _PY313:
+    def _push_loaded(self, value: _Expr, inst) -> None:
+        """The value a load pushed, with the NULL of a call beside it where the load pushes one (LOAD_GLOBAL's
+        and LOAD_ATTR's low bit, LOAD_METHOD), below it or above it as the running CPython does
+        (NOTE [Call layouts] in capture/emit.py)."""
+        null = normalize.raw_load_pushes_null(inst.opname, inst.arg)
+        if null and not emit.NULL_AFTER_CALLABLE:
             self.push(_NULL)
         self.push(value)
-        if null and _PY313:
+        if null and emit.NULL_AFTER_CALLABLE:
             self.push(_NULL)
 
     def _op_LOAD_FAST_LOAD_FAST(self, inst) -> None:
@@ -329,11 +330,9 @@ class PseudoSource:
 
     def _op_LOAD_ATTR(self, inst) -> None:
         obj = self.pop()
-        self._push_callable(_Expr(f"{obj.wrapped()}.{inst.argval}"), _PY312 and bool(inst.arg & 1))
+        self._push_loaded(_Expr(f"{obj.wrapped()}.{inst.argval}"), inst)
 
-    def _op_LOAD_METHOD(self, inst) -> None:
-        obj = self.pop()
-        self._push_callable(_Expr(f"{obj.wrapped()}.{inst.argval}"), True)
+    _op_LOAD_METHOD = _op_LOAD_ATTR
 
     def _op_BINARY_SUBSCR(self, inst) -> None:
         key = self.pop()

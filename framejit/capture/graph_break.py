@@ -50,7 +50,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from . import carried_loops, emit
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
-from .normalize import Inst, normalize
+from .normalize import Inst, jump_targets, normalize
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
 from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
@@ -714,12 +714,11 @@ def _never_suppresses(value: Value) -> bool:
     in the block always propagates, so running the step through `run_in_blocks` is exact."""
     if isinstance(value, ExitValue):
         return True
-    insts = list(dis.get_instructions(value.func.fn.__code__))
-    for i, inst in enumerate(insts):
-        if inst.opname == "RETURN_CONST" and inst.argval:
-            return False
-        if inst.opname == "RETURN_VALUE" and (inst.is_jump_target or insts[i - 1].opname != "LOAD_CONST"
-                                              or insts[i - 1].argval):
+    insts = normalize(value.func.fn.__code__).insts  # 3.12's RETURN_CONST c reads as LOAD_CONST c; RETURN_VALUE
+    targets = jump_targets(insts)
+    for inst in insts:
+        if inst.name == "RETURN_VALUE" and (inst.index in targets or inst.index == 0 or
+                                            insts[inst.index - 1].name != "LOAD_CONST" or insts[inst.index - 1].arg):
             return False
     return not value.func.fn.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE)
 

@@ -29,6 +29,10 @@ arguments are instruction indices, so handlers never see version differences (NO
   LOAD_GLOBAL and the method form of LOAD_ATTR push their NULL after the value. Handlers take the NULL
   position from `emit.NULL_AFTER_CALLABLE` (emit.py writes code the same way).
 
+Raw instructions, read where code is rewritten in place or listed as CPython spells it (python_loops.py,
+dump.py): `raw_call`, `raw_stack_effect`, `raw_method_name`, `raw_load_pushes_null`, `DIS_WITH_OFFSETS`
+(NOTE [Reading raw instructions]). `jump_targets` lists where a program's jumps and handlers go.
+
 NOTE [Canonical instructions and raw ones]: each canonical `Inst` remembers the raw instruction it comes
 from (`instr`, at `position`), the raw instructions merged into it before that one (`merged`: a TO_BOOL, a
 3.13 MAKE_FUNCTION), and `start`, the position where code that resumes at it must begin: a merged
@@ -150,6 +154,12 @@ def _normalize(code: types.CodeType) -> Program:
     return Program(code, insts)
 
 
+def jump_targets(insts: list[Inst]) -> frozenset[int]:
+    """The indices of the canonical instructions that a jump or an exception handler goes to."""
+    jumps = frozenset(i.arg for i in insts if isinstance(i.instr, Instr) and i.instr.has_jump())
+    return jumps | frozenset(i.handler for i in insts if i.handler is not None)
+
+
 def has_handlers(code: types.CodeType) -> bool:
     """`code` has exception handlers of its own (try, with): on 3.12+ every generator's body is covered by
     one implicit handler (CALL_INTRINSIC_1 STOPITERATION_ERROR: a StopIteration escaping the body becomes
@@ -226,3 +236,90 @@ def _canonical(instr: Instr, merged: list[Instr], following: str | None, cells: 
 
 def _local_name(arg: Any) -> Any:
     return arg.name if isinstance(arg, (bytecode.CellVar, bytecode.FreeVar)) else arg
+
+
+# ---- raw instructions, for code rewritten in place (python_loops.py) -------------------------------------
+# NOTE [Reading raw instructions]: python_loops.py rewrites the calls of a loop body in the code's own
+# `bytecode` items, where the running CPython's spelling shows: 3.11's PRECALL, KW_NAMES or 3.13's
+# LOAD_CONST of the names before CALL_KW, LOAD_ATTR's method bit. These functions read that spelling, so
+# the rewriter has no version checks (emit.py writes its replacement).
+
+def raw_call(items: list, position: int) -> tuple[int, int, tuple] | None:
+    """For the raw call instruction at items[position]: (position of the call's first instruction: its
+    KW_NAMES, 3.13's LOAD_CONST of the names, or 3.11's PRECALL; its argument count, keywords included; its
+    keyword names), or None when items[position] is no call, or one whose parts are not where CPython puts
+    them."""
+    call = items[position]
+    if not isinstance(call, Instr) or call.name not in ("CALL", "CALL_KW"):
+        return None
+    n, start, names = call.arg, position, ()
+    if PY313:
+        if call.name == "CALL_KW":
+            prev = items[position - 1]
+            if not (isinstance(prev, Instr) and prev.name == "LOAD_CONST" and isinstance(prev.arg, tuple)):
+                return None
+            names, start = prev.arg, position - 1
+        return start, n, names
+    if call.name != "CALL":
+        return None
+    if not PY312:
+        if not (isinstance(items[position - 1], Instr) and items[position - 1].name == "PRECALL"):
+            return None
+        start = position - 1
+    prev = items[start - 1]
+    if isinstance(prev, Instr) and prev.name == "KW_NAMES":
+        names, start = prev.arg, start - 1
+    return start, n, names
+
+
+def raw_stack_effect(instr: Instr) -> tuple[int, int] | None:
+    """(items popped, items pushed) of a raw non-jump instruction, or None when unknown. A call's count
+    spans its parts: 3.11's PRECALL pops the arguments and CALL the two slots below them."""
+    name = instr.name
+    if raw_method_name(instr) is not None or \
+            name == "LOAD_SUPER_ATTR" and isinstance(instr.arg, tuple) and instr.arg[0]:
+        return (3 if name == "LOAD_SUPER_ATTR" else 1), 2
+    if name == "LOAD_GLOBAL":
+        return 0, 1 + bool(instr.arg[0])
+    if name == "PRECALL":
+        return instr.arg, 0
+    if name == "CALL":
+        return (instr.arg + 2, 1) if PY312 else (2, 1)
+    if name == "CALL_KW":
+        return instr.arg + 3, 1
+    if name == "CALL_FUNCTION_EX":
+        return 3 + (instr.arg & 1), 1
+    if name == "KW_NAMES":
+        return 0, 0
+    try:
+        pre, post = instr.pre_and_post_stack_effect()
+    except Exception:
+        return None
+    if post == 0:
+        return (0, pre) if pre > 0 else (-pre, 0)
+    return -pre, post
+
+
+def raw_method_name(instr: Instr) -> str | None:
+    """The attribute a raw method load reads (3.11's LOAD_METHOD, LOAD_ATTR with its method bit on 3.12+),
+    or None for any other instruction (LOAD_SUPER_ATTR included)."""
+    if instr.name == "LOAD_METHOD":
+        return instr.arg
+    if instr.name == "LOAD_ATTR" and isinstance(instr.arg, tuple) and instr.arg[0]:
+        return instr.arg[1]
+    return None
+
+
+def raw_load_pushes_null(opname: str, oparg: int | None) -> bool:
+    """Whether a raw load with this opcode and (integer) oparg, as `dis` lists it, pushes a call's NULL beside
+    its value: LOAD_GLOBAL and LOAD_SUPER_ATTR with their low bit, 3.11's LOAD_METHOD, LOAD_ATTR with its
+    low bit on 3.12+ (3.11's LOAD_ATTR has no method bit). Where the NULL goes: emit.NULL_AFTER_CALLABLE."""
+    if opname == "LOAD_METHOD":
+        return True
+    if opname in ("LOAD_GLOBAL", "LOAD_SUPER_ATTR") or opname == "LOAD_ATTR" and PY312:
+        return bool((oparg or 0) & 1)
+    return False
+
+
+# `dis.dis` keyword arguments that list every instruction's offset (3.13 leaves them out by default).
+DIS_WITH_OFFSETS: dict[str, Any] = {"show_offsets": True} if PY313 else {}

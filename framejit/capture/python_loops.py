@@ -29,9 +29,7 @@ from typing import Any
 
 from bytecode import Instr, Label
 
-from . import emit
-
-_CALLS = ("CALL", "CALL_KW")
+from . import emit, normalize
 
 
 def enclosing_loop(insts: list, index: int):
@@ -92,33 +90,8 @@ def iterates_rows_at(stack: list, inst: Any) -> bool:
 
 
 # ---- the tail function's code: calls through call_hooked, a trampoline at the loop's exit ----
-
-def _effect(instr: Instr) -> tuple[int, int] | None:
-    """(items popped, items pushed) of a non-jump instruction, or None when unknown."""
-    name = instr.name
-    if name == "LOAD_METHOD" or name in ("LOAD_ATTR", "LOAD_SUPER_ATTR") and isinstance(instr.arg, tuple) \
-            and instr.arg[0]:
-        return (3 if name == "LOAD_SUPER_ATTR" else 1), 2
-    if name == "LOAD_GLOBAL":
-        return 0, 1 + bool(instr.arg[0])
-    if name == "PRECALL":
-        return instr.arg, 0
-    if name == "CALL":
-        return (2, 1) if not emit.PY312 else (instr.arg + 2, 1)
-    if name == "CALL_KW":
-        return instr.arg + 3, 1
-    if name == "CALL_FUNCTION_EX":
-        return 3 + (instr.arg & 1), 1
-    if name == "KW_NAMES":
-        return 0, 0
-    try:
-        pre, post = instr.pre_and_post_stack_effect()
-    except Exception:
-        return None
-    if post == 0:
-        return (0, pre) if pre > 0 else (-pre, 0)
-    return -pre, post
-
+# The running CPython's spelling of calls and method loads is read through normalize.py (NOTE [Reading raw
+# instructions]) and the replacement written through emit.py: no version checks here.
 
 def _producers(items: list, end: int, lo: int, depth: int, wanted: int):
     """Walk back from items[end-1] (not past `lo`) and return, for the stack slots `depth`..`depth+wanted-1`
@@ -138,7 +111,7 @@ def _producers(items: list, end: int, lo: int, depth: int, wanted: int):
             return None
         if item.has_jump() or item.is_final():
             return None
-        effect = _effect(item)
+        effect = normalize.raw_stack_effect(item)
         if effect is None:
             return None
         pops, pushes = effect
@@ -152,39 +125,15 @@ def _producers(items: list, end: int, lo: int, depth: int, wanted: int):
 
 def _method_load_as_attr(instr: Instr) -> list[Instr]:
     """A method load rewritten to a plain attribute load with its NULL (NOTE [Call layouts])."""
-    name = instr.arg if instr.name == "LOAD_METHOD" else instr.arg[1]
-    load = emit.load_attr(name)
+    load = emit.load_attr(normalize.raw_method_name(instr))
     out = [load] + emit.null_beside_attribute()
     for i in out:
         i.lineno = instr.lineno
     return out
 
 
-def _call_group(items: list, p: int) -> tuple[int, int, tuple] | None:
-    """For the CALL/CALL_KW at p: (first position of the call's instructions, argument count, keyword names)."""
-    call = items[p]
-    n, start, names = call.arg, p, ()
-    if emit.PY313:
-        if call.name == "CALL_KW":
-            prev = items[p - 1]
-            if not (isinstance(prev, Instr) and prev.name == "LOAD_CONST" and isinstance(prev.arg, tuple)):
-                return None
-            names, start = prev.arg, p - 1
-        return start, n, names
-    if call.name != "CALL":
-        return None
-    if not emit.PY312:
-        if not (isinstance(items[p - 1], Instr) and items[p - 1].name == "PRECALL"):
-            return None
-        start = p - 1
-    prev = items[start - 1]
-    if isinstance(prev, Instr) and prev.name == "KW_NAMES":
-        names, start = prev.arg, start - 1
-    return start, n, names
-
-
 def _rewrite_call(items: list, p: int, lo: int, helper: Any) -> bool:
-    group = _call_group(items, p)
+    group = normalize.raw_call(items, p)
     if group is None:
         return False
     start, n, names = group
@@ -198,7 +147,7 @@ def _rewrite_call(items: list, p: int, lo: int, helper: Any) -> bool:
     if upper_pos == lower_pos:  # one load pushed both: a global loaded with its NULL, or a method load
         if null_item.name == "LOAD_GLOBAL":
             method = None
-        elif null_item.name == "LOAD_METHOD" or null_item.name == "LOAD_ATTR":
+        elif normalize.raw_method_name(null_item) is not None:
             method = null_pos
         else:
             return False
@@ -223,9 +172,7 @@ def hook_loop_calls(items: list, for_iter_pos: int, helper: Any) -> None:
     exit_label = items[for_iter_pos].arg
     end = items.index(exit_label)
     for p in range(end - 1, for_iter_pos, -1):  # from the end: rewrites shift only later positions
-        item = items[p]
-        if isinstance(item, Instr) and item.name in _CALLS:
-            _rewrite_call(items, p, for_iter_pos, helper)
+        _rewrite_call(items, p, for_iter_pos, helper)  # a no-op where items[p] is no call
 
 
 def exit_trampoline_entry(items: list, for_iter_pos: int) -> list:
