@@ -12,7 +12,7 @@ What differs (3.11 / 3.12 / 3.13):
   3.12) or above it (3.13): NOTE [Call layouts].
 - LOAD_ATTR's argument: a name (3.11) or (method bit, name) (3.12+); LOAD_GLOBAL: (push NULL, name).
 - conditional jumps: POP_JUMP_FORWARD_IF_* (3.11) or POP_JUMP_IF_* (3.12+), which on 3.13 need an exact
-  bool (TO_BOOL first).
+  bool (TO_BOOL first); a backward jump sent forward changes its name (`retargeted_forward`).
 
 NOTE [Call layouts]: the two slots under a call's arguments are [NULL, callable] or [method, self] on 3.11
 and 3.12, and [callable, NULL] or [method, self] on 3.13 (CALL's documented stack: callable, self or NULL,
@@ -131,6 +131,13 @@ def jump_forward(target: Label) -> Instr:
     return Instr("JUMP_FORWARD", target)
 
 
+def retargeted_forward(jump: Instr, target: Label) -> Instr:
+    """The raw jump instruction `jump` (as the code has it) sent to `target` further down: a backward jump
+    becomes its forward form (JUMP_BACKWARD, and 3.11's POP_JUMP_BACKWARD_IF_*, whose jump direction is
+    part of the name)."""
+    return Instr(jump.name.replace("BACKWARD", "FORWARD"), target, lineno=jump.lineno)
+
+
 def with_null(kinds: tuple[str, ...]) -> tuple[str, ...]:
     """A stack layout (resume.py) of values that a load pushed together with a NULL, in the order the
     running CPython pushes them (NOTE [Call layouts])."""
@@ -147,7 +154,7 @@ def callee_and_self(first: Any, second: Any, null: Any) -> tuple[Any, list]:
     return first, [second]
 
 
-__all__ = ["NULL_AFTER_CALLABLE", "PY312", "PY313", "below_three", "call", "call_const", "call_ex",
-           "call_over_slots", "callee_and_self", "null_beside_attribute", "skipped_by_exhausted_for_iter",
-           "conditional_jump", "jump_forward", "load_attr", "load_global", "null_after_callable",
-           "null_before_callable", "truth_test_prefix", "with_null"]
+__all__ = ["NULL_AFTER_CALLABLE", "PY312", "PY313", "below_three", "call", "call_const", "call_ex", "call_over_slots",
+           "callee_and_self", "conditional_jump", "jump_forward", "load_attr", "load_global", "null_after_callable",
+           "null_before_callable", "null_beside_attribute", "retargeted_forward", "skipped_by_exhausted_for_iter",
+           "truth_test_prefix", "with_null"]

@@ -202,8 +202,7 @@ def _trampolines(items: list, position: int, successors: tuple, live_locals: tup
     for edge, hook, after in successors:
         entry = Label()
         if edge == "jump":
-            name = instr.name.replace("BACKWARD", "FORWARD")  # 3.11: the trampoline lies ahead
-            items[position] = Instr(name, entry, lineno=instr.lineno)
+            items[position] = emit.retargeted_forward(instr, entry)  # the trampoline lies ahead
         else:
             items.insert(position + 1, emit.jump_forward(entry))
             items[position + 1].lineno = instr.lineno
