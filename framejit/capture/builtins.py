@@ -218,6 +218,11 @@ def _convert(kind: type):
         if isinstance(v, TensorValue) and v.known_data() is not None and len(args) == 1 and not kwargs:
             return constant_fold(kind, v.known_data())  # a tensor made from constants: its data is known
         if isinstance(v, TensorValue):
+            if kind is int and len(args) == 1 and not kwargs:
+                from .packed_sequences import element_as_int  # NOTE [Packed sequences]
+                element = element_as_int(tx.output, v)
+                if element is not None:
+                    return element
             raise Unsupported(BreakKind.DATA_DEPENDENT, f"{kind.__name__}() of a tensor reads its data")
         if kind is str and len(args) == 1 and not kwargs and is_user_object(v):
             return user_str(tx, v)  # NOTE [Strings of user objects]

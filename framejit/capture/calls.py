@@ -139,6 +139,11 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
     if name == "requires_grad_" and _requires_grad_unchanged(tensor, args, kwargs):
         return tensor  # already in that state: no effect (transformers' enable_input_require_grads hook)
     kind = TENSOR_METHODS_UNSUPPORTED.get(name)
+    if name in ("item", "__int__", "__index__") and not args and not kwargs:
+        from .packed_sequences import element_as_int  # NOTE [Packed sequences]
+        element = element_as_int(tx.output, tensor)
+        if element is not None:
+            return element
     if kind is not None:
         raise Unsupported(kind, f"Tensor.{name}() {'reads tensor data into Python' if kind is BreakKind.DATA_DEPENDENT else 'has effects outside the graph'}")
     return tx.output.call("call_method", name, (tensor, *args), kwargs)

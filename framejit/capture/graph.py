@@ -323,11 +323,16 @@ class OutputGraph:
             result = self._run_fake(kind, target, fake_args, fake_kwargs)
         except (Unsupported, UserException) as e:
             from .scalar_args import SCALAR_LIST_META_ERROR, scalar_probe  # NOTE [Scalar arguments given as tensors]
-            probe = scalar_probe(kind, target, fake_args, fake_kwargs)
-            if probe is None or (e.graph_break.kind is not BreakKind.DATA_DEPENDENT if isinstance(e, Unsupported)
-                                 else SCALAR_LIST_META_ERROR not in str(e.exc)):
-                raise
-            result = self._run_fake(kind, target, *probe)
+            data_dependent = isinstance(e, Unsupported) and e.graph_break.kind is BreakKind.DATA_DEPENDENT
+            packed = self._packed_sequence_call(kind, target, args, kwargs, fake_args) if data_dependent else None
+            if packed is not None:
+                args, result = packed
+            else:
+                probe = scalar_probe(kind, target, fake_args, fake_kwargs)
+                if probe is None or (not data_dependent if isinstance(e, Unsupported)
+                                     else SCALAR_LIST_META_ERROR not in str(e.exc)):
+                    raise
+                result = self._run_fake(kind, target, *probe)
         self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
             result is None and None in versions)  # an inference tensor has no version: assume an effect
@@ -345,6 +350,22 @@ class OutputGraph:
         if result is None:
             return ConstantValue(None)  # an in-place op kept for its effect (e.g. operator.setitem)
         return self.wrap_result(node, result)
+
+    def _packed_sequence_call(self, kind: str, target: Any, args: tuple, kwargs: dict, fake_args: tuple):
+        """`(args, fake result)` of a data-dependent call that NOTE [Packed sequences] captures (sizes read
+        from an input's element, packed RNN kernels), or None; a failed retry leaves the break as it was."""
+        from . import packed_sequences
+        sized = packed_sequences.size_args(self, kind, target, args)
+        try:
+            if sized is not None:
+                fake_sized = tree_map(_fake_of, sized, is_leaf=_is_value)
+                return sized, self._run_fake(kind, target, fake_sized, tree_map(_fake_of, kwargs, is_leaf=_is_value))
+            rule = packed_sequences.fake_rule(self, kind, target, args, kwargs, fake_args)
+            if rule is not None:
+                return args, self._run_fake("call_function", rule, fake_args, {})
+        except (Unsupported, UserException):
+            return None
+        return None
 
     def _float_args(self, kind: str, target: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """Dynamic floats stay graph inputs of an op only if its result's shapes, dtypes and Python values

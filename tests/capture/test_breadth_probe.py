@@ -423,8 +423,45 @@ def test_packed_lstm_runs_no_frame_eagerly():
     def make():
         return Fn(fn, rnn=nn.LSTM(4, 6, batch_first=True))
     calls = [[_x(3, 5, 4, seed=0), torch.tensor([5, 3, 2])], [_x(3, 5, 4, seed=1, grad=True), torch.tensor([2, 5, 4])]]
-    # stock torch.compile captures no graph for RNN modules at all; framejit breaks at the packed kernels
-    check(make, calls, max_graphs=8)
+    # stock torch.compile captures no graph for RNN modules at all (measured: 0 graphs; it breaks at
+    # pack_padded_sequence, then runs the rest of the frame eagerly); framejit breaks at packing only
+    # (NOTE [Packed sequences]): one graph per call here (the second call needs grad: a recompile)
+    backend, _, _ = check(make, calls, max_graphs=2)
+    targets = {n.target for gm in backend.graphs for n in gm.graph.nodes}
+    assert torch._C._VariableFunctions.lstm in targets and torch._C._VariableFunctions._pad_packed_sequence in targets
+
+
+def _packed_gru(self, x, lengths, h0):
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    x = x * 2
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    out, h = self.rnn(packed, h0)
+    out, sizes = pad_packed_sequence(out, padding_value=-1.0, total_length=7)
+    return out.relu() + 1, h, sizes
+
+
+def test_packed_gru_is_one_graph_after_packing():
+    """Bidirectional 2-layer GRU on packed sequences: its packed kernel, the zero state sized by
+    `batch_sizes[0]` and the padding back are one graph after the break at packing; sum(lengths) and the
+    batch size change without a recompile once dynamic, and `h0` given reads `int(batch_sizes[0])`."""
+    def make():
+        return Fn(_packed_gru, rnn=nn.GRU(4, 6, num_layers=2, bidirectional=True))
+    graphs, eager = framejit.stats()["graphs"], _eager_frames()
+    calls = [[_x(6, 3, 4, seed=0), torch.tensor([5, 3, 2]), None],
+             [_x(6, 3, 4, seed=1), torch.tensor([4, 6, 1]), None],   # sum(lengths) changes: dynamic
+             [_x(6, 4, 4, seed=2), torch.tensor([2, 6, 6, 1]), None],  # batch size changes: dynamic
+             [_x(6, 2, 4, seed=3), torch.tensor([3, 1]), None]]
+    backend, _, _ = check(make, calls, max_graphs=5)
+    # before NOTE [Packed sequences]: 13 graphs of 1-2 ops (zeros sized by batch_sizes[0], the packed kernel
+    # and pad_packed_sequence each broke); now the x * 2 graph and the one after packing, each recompiled
+    # as sum(lengths) and then the batch size become dynamic (the graph after packing twice)
+    assert backend.graph_count == 5, backend.graph_count
+    assert framejit.stats()["graphs"] - graphs == backend.graph_count and _eager_frames() == eager
+    with_h0 = [[_x(6, 3, 4, seed=4), torch.tensor([5, 6, 2]), _x(4, 3, 6, seed=5)],
+               [_x(6, 2, 4, seed=6), torch.tensor([1, 6]), _x(4, 2, 6, seed=7)]]
+    backend, _, _ = check(make, with_h0, max_graphs=4)
+    assert not any(gm.graph.find_nodes(op="call_function", target=torch._C._VariableFunctions._pack_padded_sequence)
+                   for gm in backend.graphs)
 
 
 # ---- ops whose Python result depends on tensor data -----------------------------------------------------------

@@ -413,13 +413,21 @@ def _is_namedtuple(obj: Any) -> bool:
 # dicts and the optimizer object (state created lazily, foreach ops, `_get_value`): inlined like module
 # code, so `framejit.compile(opt.step)` records the update's tensor ops, not one opaque call that neither
 # the guards nor the lowering backends could see into. tests/capture/test_compiled_optimizers.py.
-_INLINED_TORCH_PACKAGES = ("torch.nn.modules", "torch.distributions", "torch.optim")
+_INLINED_TORCH_PACKAGES = ("torch.nn.modules", "torch.distributions", "torch.optim",
+                           "torch.nn.utils.rnn")  # NOTE [Packed sequences] in packed_sequences.py
+
+
+def _packing_functions() -> frozenset:
+    from ..packed_sequences import PACKING_FUNCTIONS
+    return PACKING_FUNCTIONS
 
 
 def _is_torch_callable(obj: Any) -> bool:
     """torch functions (C and Python, e.g. torch.add, F.relu) become graph ops rather than being inlined;
     the Python code of nn.Module classes (torch.nn.modules.*) is inlined like user code."""
     module = getattr(obj, "__module__", None) or ""
+    if module == "torch.nn.utils.rnn" and getattr(obj, "__name__", None) in _packing_functions():
+        return True  # one call, a break: NOTE [Packed sequences]
     if isinstance(obj, type) or not callable(obj) or module.startswith(_INLINED_TORCH_PACKAGES):
         return False  # Python code over tensors and plain objects: inlined (torch.distributions' helpers too)
     code = getattr(obj, "__code__", None)
