@@ -50,7 +50,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from . import carried_loops, emit
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
-from .normalize import Inst, jump_targets, normalize
+from .normalize import Inst, jump_targets, normalize, with_depth
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
 from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
@@ -98,7 +98,7 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
     inst = insts[exc.root_index]
     if getattr(exc, "python_loop", None) is not None:  # NOTE [Loops run as Python] in python_loops.py
         return BreakSite(inst, 0, tail=True, loop=insts[exc.python_loop])
-    depth = _with_depth(insts, inst)
+    depth = with_depth(insts, inst)
     if inst.handler is not None and (depth is None or inst.name not in _IN_BLOCKS):
         # NOTE [Breaks inside try blocks]: the instruction must run where the frame's own exception table
         # covers it, so it runs in a plain "tail" function: the frame's code resumed at the instruction,
@@ -129,22 +129,6 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
     if inst.name in _LOADS:
         return BreakSite(inst, 0 if inst.name == "LOAD_GLOBAL" else 1, with_depth=depth)
     return None
-
-
-def _with_depth(insts: list[Inst], inst: Inst) -> int | None:
-    """How many with-blocks enclose `inst`, or None when a try/except or finally does, judged from the
-    handlers' shapes: a with-block's handler is PUSH_EXC_INFO; WITH_EXCEPT_START, and its own cleanup
-    handler is COPY 3; POP_EXCEPT; RERAISE, whose handler is the next enclosing region."""
-    handler, depth = inst.handler, 0
-    while handler is not None:
-        block = insts[handler:handler + 2]
-        if [i.name for i in block] != ["PUSH_EXC_INFO", "WITH_EXCEPT_START"]:
-            return None
-        cleanup = block[1].handler
-        if cleanup is None or [i.name for i in insts[cleanup:cleanup + 3]] != ["COPY", "POP_EXCEPT", "RERAISE"]:
-            return None
-        handler, depth = insts[cleanup].handler, depth + 1
-    return depth
 
 
 def live_tensors(values: list[Any]) -> list[TensorValue]:

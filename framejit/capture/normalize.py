@@ -31,7 +31,8 @@ arguments are instruction indices, so handlers never see version differences (NO
 
 Raw instructions, read where code is rewritten in place or listed as CPython spells it (python_loops.py,
 dump.py): `raw_call`, `raw_stack_effect`, `raw_method_name`, `raw_load_pushes_null`, `DIS_WITH_OFFSETS`
-(NOTE [Reading raw instructions]). `jump_targets` lists where a program's jumps and handlers go.
+(NOTE [Reading raw instructions]). Shapes of the canonical list: `jump_targets` (where jumps and handlers
+go), `with_depth` (the with-blocks around an instruction), `is_user_handler`, `has_handlers`.
 
 NOTE [Canonical instructions and raw ones]: each canonical `Inst` remembers the raw instruction it comes
 from (`instr`, at `position`), the raw instructions merged into it before that one (`merged`: a TO_BOOL, a
@@ -158,6 +159,29 @@ def jump_targets(insts: list[Inst]) -> frozenset[int]:
     """The indices of the canonical instructions that a jump or an exception handler goes to."""
     jumps = frozenset(i.arg for i in insts if isinstance(i.instr, Instr) and i.instr.has_jump())
     return jumps | frozenset(i.handler for i in insts if i.handler is not None)
+
+
+def with_depth(insts: list[Inst], inst: Inst) -> int | None:
+    """How many with-blocks enclose `inst`, or None when a try/except or finally does, judged from the
+    handlers' shapes as CPython 3.11-3.13 compile them: a with-block's handler is PUSH_EXC_INFO;
+    WITH_EXCEPT_START, and its own cleanup handler is COPY 3; POP_EXCEPT; RERAISE, whose handler is the
+    next enclosing region."""
+    handler, depth = inst.handler, 0
+    while handler is not None:
+        block = insts[handler:handler + 2]
+        if [i.name for i in block] != ["PUSH_EXC_INFO", "WITH_EXCEPT_START"]:
+            return None
+        cleanup = block[1].handler
+        if cleanup is None or [i.name for i in insts[cleanup:cleanup + 3]] != ["COPY", "POP_EXCEPT", "RERAISE"]:
+            return None
+        handler, depth = insts[cleanup].handler, depth + 1
+    return depth
+
+
+def is_user_handler(insts: list[Inst], handler: int) -> bool:
+    """The handler at index `handler` is one of a try/except, try/finally or with-block the code's source
+    wrote: it starts with PUSH_EXC_INFO (3.12's cleanup of an inlined comprehension does not)."""
+    return insts[handler].name == "PUSH_EXC_INFO"
 
 
 def has_handlers(code: types.CodeType) -> bool:

@@ -33,7 +33,7 @@ from .generator_ctx import break_before_generator_cms, exception_in_generator_cm
 from .getattribute import custom_setattr
 from .generator_reach import closure_contents as _closure_contents, reachable_values
 from .stdlib import forced_break
-from .normalize import Inst, has_handlers, normalize
+from .normalize import Inst, has_handlers, is_user_handler, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, ObjectSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
                      TupleValue, UserFunctionValue, Value)
@@ -126,7 +126,7 @@ class Translator:
         wholly eagerly before), convert takes that graph break instead: at the root frame's call into
         the callee, which then runs through its frame hook and is captured as its own frame."""
         handler = self.current.handler if self.current is not None else None
-        return handler is not None and self.program.insts[handler].name == "PUSH_EXC_INFO"
+        return handler is not None and is_user_handler(self.program.insts, handler)
 
     def step(self, inst: Inst) -> None:
         handler = HANDLERS.get(inst.name)
