@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import functools
 import inspect
+import types
 from collections.abc import MutableMapping, Sequence
 
 import torch
@@ -680,3 +681,51 @@ def test_strict_dataclass_rejects_wrong_type_like_eager():
         return x * 2
 
     run_differential(fn, _x, fullgraph=False)
+
+
+# ---- mappingproxy (NOTE [Mappingproxies] in values/builder.py) -------------------------------------------------
+_PROXIED = {"a": 1.5, "b": 2, "c": -1}
+_PROXY = types.MappingProxyType(_PROXIED)
+
+
+def _read_proxy(x, arg):
+    for key in ("a", "b"):  # a global mappingproxy read in a loop sent the frame to eager (0 graphs)
+        x = x * _PROXY[key]
+    for _, v in _PROXY.items():
+        x = x + v
+    if "c" in _PROXY and len(_PROXY) >= 3:
+        x = x - _PROXY.get("c", 0) + _PROXY.get("missing", 4)
+    x = x + sum(arg.values()) + len(dict(arg))
+    return x, list(_PROXY), _PROXY | {"d": 5}, _PROXY.copy(), arg, _PROXY, _PROXY == _PROXIED
+
+
+def _write_proxy(x):
+    try:
+        _PROXY["a"] = 3
+    except TypeError:
+        x = x + 1
+    return x
+
+
+def test_mappingproxy_global_read_in_a_loop(monkeypatch):
+    monkeypatch.setitem(_PROXIED, "b", 2)
+    backend = CountingBackend()
+    compiled = framejit.compile(_read_proxy, backend=backend)
+    writes = framejit.compile(_write_proxy, backend=CountingBackend())
+    eager, graphs = framejit.stats()["eager_frames"], framejit.stats()["graphs"]
+    arg = types.MappingProxyType(collections.OrderedDict(p=1, q=2))
+    for step in range(4):
+        x = torch.randn(3)
+        got, want = compiled(x, arg), _read_proxy(x, arg)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:4] == want[1:4] and got[6] == want[6] and type(got[3]) is dict
+        assert got[4] is arg and got[5] is _PROXY  # the proxies themselves, not copies
+        torch.testing.assert_close(writes(x), _write_proxy(x))
+        if step == 1:
+            monkeypatch.setitem(_PROXIED, "b", 3)  # a change made through the proxied dict fails a guard
+        if step == 2:
+            monkeypatch.setitem(_PROXIED, "z", 0.5)
+            arg = types.MappingProxyType({"p": 3})
+    assert framejit.stats()["eager_frames"] == eager
+    assert backend.graph_count == 3 and framejit.stats()["graphs"] - graphs >= 3
+    assert _PROXIED == {"a": 1.5, "b": 3, "c": -1, "z": 0.5}  # nothing written through the proxy

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+import types
 
 from ..breaks import BreakKind, Unsupported, UserException
 from ..protocol import (BINARY_OPS, COMPARE_OPS, binary, build_slice, compare, contains, getitem, is_same,
@@ -82,7 +83,14 @@ def build_slice_op(tx, inst):
     tx.push(build_slice(tx.popn(inst.arg)))
 
 
+def _read_only_mapping(obj, what: str) -> None:
+    """A mappingproxy refuses writes as CPython does (NOTE [Mappingproxies] in values/builder.py)."""
+    if isinstance(obj, DictValue) and obj.cls is types.MappingProxyType:
+        raise UserException(TypeError(f"'mappingproxy' object does not support item {what}"))
+
+
 def _store_item(tx, obj, key, value):
+    _read_only_mapping(obj, "assignment")
     if is_new_dict_object(obj):  # NOTE [Dict-subclass objects made while tracing]
         if dunder(tx, obj, "__setitem__", [key, value]) is None:
             storage(obj).items[key.as_constant()] = value
@@ -138,6 +146,7 @@ def _store_slice(tx, lst: ListValue, k: slice, value) -> None:
 def delete_subscr(tx, inst):
     key = tx.pop()
     obj = tx.pop()
+    _read_only_mapping(obj, "deletion")
     if isinstance(obj, ListValue) and obj.cls is list:
         k = key.as_constant()
         changed = list(obj.items)

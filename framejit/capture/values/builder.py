@@ -137,7 +137,7 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     from .outside import lazy_dict, outside_dict
     if lazy_dict(obj):
         return outside_dict(out, obj, source)  # NOTE [Dicts from outside]
-    if type(obj) in (dict, collections.OrderedDict, collections.defaultdict):
+    if type(obj) in (dict, collections.OrderedDict, collections.defaultdict) or _plain_mappingproxy(obj):
         return _wrap_dict(out, obj, source)
     if type(obj) in (set, frozenset) and all(type(i) in (int, str, bool, float, type(None)) for i in obj):
         if type(obj) is set:
@@ -309,6 +309,18 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
             out.guard_constant(AttrSource(source, "default_factory"), None)
         return DefaultDictValue(items, factory_value, source)
     return DictValue(items, source, type(obj))
+
+
+# NOTE [Mappingproxies]: `types.MappingProxyType(d)` (a module's read-only table, a class `__dict__`) is a
+# live read-only view of `d`: modelled as a dict of its type, guarded like a dict through the proxy (its type,
+# its keys in order, each item read), so a change made through `d` between calls fails a guard. Writes raise
+# TypeError as CPython's do (the DictValue's class is mappingproxy). Only over a plain dict or OrderedDict:
+# an item read of a proxied defaultdict would insert the key (NOTE [defaultdict items in guards]).
+def _plain_mappingproxy(obj: Any) -> bool:
+    if type(obj) is not types.MappingProxyType:
+        return False
+    import gc
+    return any(type(r) in (dict, collections.OrderedDict) and len(r) == len(obj) for r in gc.get_referents(obj))
 
 
 def _dict_key(out, key: Any, source: Source, index: int) -> Any:

@@ -6,6 +6,7 @@ replays its final contents after the graph.
 """
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from ..breaks import BreakKind, Unsupported, UserException
@@ -64,7 +65,8 @@ class DictValue(Value):
             not any(isinstance(k, IdentityKey) for k in self.items)  # NOTE [Sets of tensors]
 
     def as_constant(self) -> Any:
-        return self.cls((k, v.as_constant()) for k, v in self.items.items())
+        items = ((k, v.as_constant()) for k, v in self.items.items())
+        return self.cls(dict(items)) if self.cls is types.MappingProxyType else self.cls(items)
 
     def describe(self) -> str:
         return f"dict({', '.join(f'{k!r}: {v.describe()}' for k, v in self.items.items())})"
