@@ -496,7 +496,7 @@ class FunctionShape:
         nargs += bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
         return cls(code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
                    code.co_flags & (0x04 | 0x08), code.co_varnames[:nargs], code.co_name,
-                   getattr(code, "co_qualname", code.co_name), code.co_filename, code.co_firstlineno)
+                   code.co_qualname, code.co_filename, code.co_firstlineno)
 
     def params_source(self) -> str:
         """The parameter list as source text, e.g. `x, y, /, *args, k, **kw` (for guard functions)."""

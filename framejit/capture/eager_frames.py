@@ -21,7 +21,7 @@ _LOCK = threading.Lock()
 
 def record(code: types.CodeType, reason: str, location: str | None = None) -> dict[str, str]:
     """Note that the frame of `code` runs eagerly because of `reason`; returns the record."""
-    entry = {"function": code.co_qualname if hasattr(code, "co_qualname") else code.co_name,
+    entry = {"function": code.co_qualname,
              "location": location if location and location != "<unknown>" else
              f"{code.co_filename}:{code.co_firstlineno}",
              "reason": reason}

@@ -29,7 +29,7 @@ def code_hash(code: types.CodeType) -> str:
 def _hash_code(code: types.CodeType, digest) -> None:
     for part in (code.co_code, repr(code.co_names), repr(code.co_varnames), repr(code.co_freevars),
                  repr(code.co_cellvars), repr(code.co_flags), repr(code.co_argcount), repr(code.co_kwonlyargcount),
-                 code.co_qualname if hasattr(code, "co_qualname") else code.co_name):
+                 code.co_qualname):
         digest.update(part if isinstance(part, bytes) else part.encode())
     for const in code.co_consts:
         if isinstance(const, types.CodeType):

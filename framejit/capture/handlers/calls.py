@@ -69,5 +69,5 @@ def make_function(tx, inst):
     # A real function object for the code (name, flags, signature); its closure and defaults stay abstract.
     dummy_closure = tuple(types.CellType() for _ in code.co_freevars) or None
     fn = types.FunctionType(code, tx.f_globals, code.co_name, None, dummy_closure)
-    fn.__qualname__ = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
+    fn.__qualname__ = code.co_qualname
     tx.push(UserFunctionValue(fn, None, closure or (), defaults, kwdefaults))
