@@ -507,7 +507,8 @@ def _graph_index(value: Any, graphs: Sequence[torch.fx.GraphModule]) -> int | No
 
 
 def _is_frame_hook(value: Any) -> bool:
-    """A compiled function (framejit.capture.hook.FrameHook; duck-typed so dump never imports capture)."""
+    """A compiled function (framejit.capture.hook.FrameHook; duck-typed: of capture, dump imports only the
+    version modules normalize.py and emit.py, which import nothing of framejit)."""
     return type(value).__name__ == "FrameHook" and hasattr(value, "fn")
 
 

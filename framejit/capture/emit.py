@@ -27,12 +27,13 @@ resume prologues rebuilt from them) are the real ones.
 """
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from bytecode import Instr, Label
 
-VERSION = sys.version_info[:2]
+from ..versions import python_version
+
+VERSION = python_version()
 PY312 = VERSION >= (3, 12)
 PY313 = VERSION >= (3, 13)
 NULL_AFTER_CALLABLE = PY313  # NOTE [Call layouts]

@@ -43,15 +43,16 @@ PRECALL. The second half of a split instruction has `part` 1; no code can resume
 from __future__ import annotations
 
 import dataclasses
-import sys
 import types
 from typing import Any
 
 import bytecode
 from bytecode import Instr, Label, TryBegin, TryEnd
 
-PY312 = sys.version_info >= (3, 12)
-PY313 = sys.version_info >= (3, 13)
+from ..versions import python_version
+
+PY312 = python_version() >= (3, 12)
+PY313 = python_version() >= (3, 13)
 
 DROPPED = {"RESUME", "NOP", "CACHE", "EXTENDED_ARG", "PRECALL", "END_FOR"}
 RENAMED = {
