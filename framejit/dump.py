@@ -508,7 +508,7 @@ def _graph_index(value: Any, graphs: Sequence[torch.fx.GraphModule]) -> int | No
 
 def _is_frame_hook(value: Any) -> bool:
     """A compiled function (framejit.capture.hook.FrameHook; duck-typed: of capture, dump imports only the
-    version modules normalize.py and emit.py, which import nothing of framejit)."""
+    version modules normalize.py and emit.py, which import only framejit.versions)."""
     return type(value).__name__ == "FrameHook" and hasattr(value, "fn")
 
 

@@ -1,7 +1,8 @@
 """Which CPython versions framejit captures, and what `compile` does on any other.
 
 framejit reads and writes CPython bytecode, whose instruction set changes with every minor version
-(normalize.py reads it, capture/emit.py writes it). On a version outside SUPPORTED, `framejit.compile`
+(capture/normalize.py reads it, capture/emit.py writes it; both take the running version from
+`python_version()`; cache keys name the full version). On a version outside SUPPORTED, `framejit.compile`
 returns the function or module unchanged, so it runs eagerly, and warns once per process; nothing of the
 capture machinery is imported, so an instruction set framejit has never seen cannot crash the process.
 
