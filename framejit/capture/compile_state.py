@@ -87,7 +87,9 @@ def _guarded_query(tx, fn: Callable, args: list, kwargs: dict) -> Value:
     if kwargs or not all(a.is_constant() and type(a.as_constant()) in (str, int, bool) for a in args):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} with non-constant arguments")
     consts = [a.as_constant() for a in args]
-    value = fn(*consts)
+    from .default_device import query_under_mode  # NOTE [Default device mode]
+    known, value = query_under_mode(tx.output, fn, consts)
+    value = value if known else fn(*consts)
     name = tx.output.name_of(fn, fn.__name__.strip("_"))
     call = f"{name}({', '.join(map(repr, consts))})"
     if type(value) in (bool, type(None)) or isinstance(value, (torch.dtype, torch.device)):

@@ -49,8 +49,10 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     output = _tracing()[0].OutputGraph()
     output.dynamic_floats = dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = request.dynamic, dynamic_dims or {}, dynamic_ints
+    from .default_device import sole_device_mode_device, traced_without_mode  # NOTE [Default device mode]
+    output.default_device = sole_device_mode_device()
     try:
-        with _quiet_fake_tensor_errors():
+        with _quiet_fake_tensor_errors(), traced_without_mode(output.default_device):
             entry = _convert(fn, shape, args, kwargs, request, output)
     except (Unsupported, BackendCompilerFailed):  # NOTE [Backend failures raise] in backend_call.py
         raise
@@ -166,20 +168,27 @@ def _global_guards(output) -> None:
 # (`with M(): compiled(x)`) may change what every torch call returns, and a compiled graph run by a backend
 # (onnxrt, triton) never calls the mode: an entry traced without a mode, reused under one, returned
 # `sin(x)` where the mode made eager return `cos(x)`. Every entry guards that the number of modes is the
-# one it was made with, and a frame called under a mode runs eagerly (its own, guarded, eager entry).
+# one it was made with, and a frame called under a mode runs eagerly (its own, guarded, eager entry), except
+# under `torch.set_default_device` alone (NOTE [Default device mode] in default_device.py).
 MODE_STACKS = (("function", torch._C._len_torch_function_stack), ("dispatch", torch._C._len_torch_dispatch_stack))
 
 
 def _mode_guards(output) -> None:
+    device = getattr(output, "default_device", None)  # NOTE [Default device mode]: the stack is popped now
     for kind, length_fn in MODE_STACKS:
         length = output.name_of(length_fn, f"len_torch_{kind}_stack")
-        depth = length_fn()
+        depth = length_fn() + (kind == "function" and device is not None)
         output.add_guard("TORCH_MODES", f"{length}() == {depth}", None,
                          expected=f"{depth} torch {kind} modes", actual=f"{length}()", cost=COST_ID)
+    if device is not None:
+        from .default_device import sole_device_mode_device
+        query = output.name_of(sole_device_mode_device, "sole_device_mode_device")
+        output.add_guard("TORCH_MODES", f"{query}() == {output.name_of(device, 'device')}", None,
+                         expected=f"torch.set_default_device({str(device)!r})", actual=f"{query}()", cost=COST_ID)
 
 
 def _active_modes() -> str | None:
-    active = [kind for kind, length_fn in MODE_STACKS if length_fn()]
+    active = [kind for kind, length_fn in MODE_STACKS if length_fn()]  # a sole DeviceContext is popped by now
     return " and ".join(f"a Torch{kind.capitalize()}Mode" for kind in active) or None
 
 

@@ -314,6 +314,9 @@ class OutputGraph:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
             args, kwargs = self._float_args(kind, target, args, kwargs)
+        if self.__dict__.get("default_device") is not None and kind == "call_function":
+            from .default_device import with_device  # NOTE [Default device mode]
+            kwargs = with_device(self.default_device, target, kwargs)
         fake_args, fake_kwargs = tree_map(_fake_of, (args, kwargs), is_leaf=_is_value)
         fakes = [t for t in tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [_version(t) for t in fakes]
@@ -423,7 +426,7 @@ class OutputGraph:
                     stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache))
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
-                return target(*args, **kwargs)
+                return self._fake_meta(target(*args, **kwargs))
         except (_fake_tensor().DataDependentOutputException, _fake_tensor().DynamicOutputShapeException) as e:
             raise Unsupported(BreakKind.DATA_DEPENDENT,
                               f"{_target_name(target)} needs tensor data to decide ({type(e).__name__})") from None
@@ -438,6 +441,16 @@ class OutputGraph:
             raise UserException(e) from None
         except Exception as e:  # the user's error (bad shapes, wrong dtypes): eager raises it for real
             raise UserException(e) from None
+
+    def _fake_meta(self, result: Any) -> Any:
+        """FakeTensorMode returns `torch.tensor(data, device="meta")` as a real meta tensor, which the next
+        fake op refuses: such results are made fake (with `torch.set_default_device("meta")` every
+        `torch.tensor(...)` is one, NOTE [Default device mode])."""
+        def fake(t):
+            if isinstance(t, torch.Tensor) and t.is_meta and not isinstance(t, _fake_tensor().FakeTensor):
+                return self.fake_mode.from_tensor(t, static_shapes=True)
+            return t
+        return tree_map(fake, result) if isinstance(result, (torch.Tensor, tuple, list)) else result
 
     def _check_input_mutation(self, target: Any, fakes: list) -> None:
         """NOTE [Input mutation]: an in-place op on an input stays in the graph (backends write input

@@ -729,3 +729,61 @@ def test_mappingproxy_global_read_in_a_loop(monkeypatch):
     assert framejit.stats()["eager_frames"] == eager
     assert backend.graph_count == 3 and framejit.stats()["graphs"] - graphs >= 3
     assert _PROXIED == {"a": 1.5, "b": 3, "c": -1, "z": 0.5}  # nothing written through the proxy
+
+
+# ---- torch.set_default_device (NOTE [Default device mode] in capture/default_device.py) -------------------------
+def _factories(x):
+    a = torch.zeros(x.shape[0], 2)
+    b = torch.arange(2, dtype=torch.float32, device=None)
+    c = torch.tensor([1.0, 2.0])
+    return (a + b + c) * x.shape[1], torch.get_default_device(), torch.empty(2).device
+
+
+def _at_default_device(device, fn, *args):
+    torch.set_default_device(device)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_default_device(None)
+
+
+def test_default_device_mode_is_traced_through():
+    """Frames called under torch.set_default_device(d) ran eagerly (1 eager frame per call site); now their
+    factories get `device=d` in the graph, guarded on the mode, and the result matches eager's."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_factories, backend=backend)
+    eager = framejit.stats()["eager_frames"]
+    for device in ("cpu", None, "meta", "cpu", "meta", None):
+        x = torch.randn(3, len(device or "") + 1)
+        got = _at_default_device(device, compiled, x)
+        want = _at_default_device(device, _factories, x)
+        assert got[1:] == want[1:] and got[0].device == want[0].device and got[0].shape == want[0].shape
+        if want[0].device.type == "cpu":
+            torch.testing.assert_close(got[0], want[0])
+    assert framejit.stats()["eager_frames"] == eager
+    assert backend.graph_count == 3  # one entry per mode state, each reused when it comes back
+    devices = [{str(n.kwargs.get("device")) for n in gm.graph.nodes if n.target in (torch.zeros, torch.arange, torch.tensor)}
+               for gm in backend.graphs]
+    assert devices == [{"cpu"}, {"None"}, {"meta"}]  # the device each mode gives, written into its graph
+    with torch.device("meta"):  # the context-manager form is the same mode
+        got, want = compiled(torch.randn(3, 2)), _factories(torch.randn(3, 2))
+    assert got[0].device == want[0].device and got[1:] == want[1:]
+
+
+class _SinIsCos(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return (torch.cos if func is torch.sin else func)(*args, **(kwargs or {}))
+
+
+def test_default_device_under_another_mode_still_runs_eagerly():
+    compiled = framejit.compile(lambda x: torch.sin(x) + torch.ones(3), backend=CountingBackend())
+    eager = framejit.stats()["eager_frames"]
+    x = torch.randn(3)
+    torch.set_default_device("cpu")
+    try:
+        with _SinIsCos():
+            got = compiled(x)
+    finally:
+        torch.set_default_device(None)
+    torch.testing.assert_close(got, torch.cos(x) + 1)
+    assert framejit.stats()["eager_frames"] == eager + 1
