@@ -4,6 +4,7 @@ logs, cache and CLI import without torch, and the public API still resolves on f
 Each check runs in a fresh interpreter (this test process has imported torch long ago)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -88,3 +89,43 @@ def test_unknown_attribute_raises_attribute_error():
     else:
         raise AssertionError("framejit.no_such_name did not raise AttributeError")
     assert set(framejit.__all__) <= set(dir(framejit))
+
+
+# ---- import direction inside capture/ (issue 15) --------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _capture_imports(name: str) -> frozenset[str]:
+    """The capture modules `framejit.capture.<name>` imports anywhere in its body (function-level imports
+    included: a lazy import hides a loop, it does not break it)."""
+    import ast
+    import pathlib
+    path = pathlib.Path(REPO, "framejit", "capture", *name.split(".")).with_suffix(".py")
+    package = name.split(".")[:-1]  # relative to capture/
+    if not path.exists():
+        path, package = path.with_suffix("") / "__init__.py", name.split(".")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[:len(package) - (node.level - 1)] if node.level > 1 else package
+            if node.level - 1 > len(package):
+                continue  # above capture/
+            module = ".".join(base + ([node.module] if node.module else []))
+            found |= {m for m in [module] + [f"{module}.{a.name}".lstrip(".") for a in node.names] if m}
+    return frozenset(m for m in found if pathlib.Path(REPO, "framejit", "capture", *m.split(".")).with_suffix(".py")
+                     .exists() or pathlib.Path(REPO, "framejit", "capture", *m.split("."), "__init__.py").exists())
+
+
+def _reach(start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for module in _capture_imports(todo.pop()) - seen:
+            seen.add(module)
+            todo.append(module)
+    return seen
+
+
+def test_capture_imports_go_one_way_hook_convert_frame_cache():
+    """hook -> convert -> frame_cache: neither convert.py nor frame_cache.py reaches hook.py, and
+    frame_cache.py does not reach convert.py, through any import, lazy ones included."""
+    assert "hook" not in _reach("convert")
+    assert not {"hook", "convert"} & _reach("frame_cache")
+    assert {"convert", "frame_cache"} <= _reach("hook")  # the walk sees real imports
