@@ -84,6 +84,7 @@ def _sym_math(fn: Callable):
 
 
 BUILTIN_HANDLERS[round] = _sym_math(round)
+BUILTIN_HANDLERS[divmod] = _sym_math(divmod)
 for _fn in (math.ceil, math.floor, math.trunc, math.sqrt):
     BUILTIN_HANDLERS[_fn] = _sym_math(_fn)
 

@@ -66,6 +66,11 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
     if isinstance(fn, BuiltinValue) and _is_graph_op(fn.obj) and involves_ndarray(*args, *kwargs.values()):
         from .numpy_support import torch_call_on_arrays
         return torch_call_on_arrays(tx, fn.obj, args, kwargs)
+    if isinstance(fn, BuiltinValue) and fn.obj in (torch.tensor, torch.as_tensor) and args:
+        from .sym_arith import tensor_of_ints  # NOTE [Tensors of symbolic ints]
+        made = tensor_of_ints(tx, args, kwargs)
+        if made is not None:
+            return made
     if isinstance(fn, UserFunctionValue):
         from .allowed_calls import call_allowed, is_allowed_in_graph
         if is_allowed_in_graph(tx, fn):  # NOTE [Allowed in graph]

@@ -152,9 +152,13 @@ def dynamic_loops(fn_code, args: tuple, failures, seen: dict) -> set[str]:
             obj = by_name.get(name)
             if type(obj) not in _CARRIED_TYPES:
                 continue
-            from .codegen import iterator_index
+            from .codegen import iterated_list, iterator_index
             source = loop_marker(LocalSource(name))
-            position = iterator_index(obj) if type(obj) is _LIST_ITERATOR else -len(obj) - 2
+            # a position in a list of another length is another entry too: a loop over `range(x.size(0))`
+            # whose size changes between calls came back at positions 0, 1, 2 of lists of 3, 4, 5, ...
+            # items, one entry each, until the recompile limit (redteam, issue 13)
+            position = (iterator_index(obj), len(iterated_list(obj))) if type(obj) is _LIST_ITERATOR \
+                else -len(obj) - 2
             seen[source] = seen.get(source, frozenset()) | {position}
             if len(seen[source]) >= LOOP_POSITIONS:
                 found.add(source)

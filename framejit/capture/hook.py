@@ -258,8 +258,8 @@ class FrameHook:
     # specialised: broadcasting differs). The same for an int argument or attribute that changed value
     # (NOTE [Dynamic ints]): it becomes a symbol like a size. The `recompiles` log names the dimension.
     def _mark_automatic_dynamic(self, args: tuple, kwargs: dict) -> None:
-        if self.request.dynamic is not None or not config.automatic_dynamic:
-            return
+        if self.request.dynamic is False or not config.automatic_dynamic:
+            return  # dynamic=True: every size is symbolic already; an int attribute that changed becomes one
         failure = self.entries[0].guard.first_failure(*args, **kwargs)
         layout = ("TENSOR_STRIDE", "TENSOR_STORAGE_OFFSET") if self.fn.__code__ in _ORIGIN else ()
         if failure is None or not (failure.guard.kind in ("TENSOR_SHAPE", *layout) or (
@@ -277,6 +277,8 @@ class FrameHook:
                 self.dynamic_ints = self.dynamic_ints | {source}
                 logs.log("recompiles", "%s: the int %s changed value; it is symbolic from now on", self._name(),
                          source)
+            if self.request.dynamic is True:
+                continue  # sizes and layouts: all symbolic already (a size 1, a mark_static dim stay static)
             if failure.guard.kind in layout and LAYOUT not in self.dynamic_dims.get(source, frozenset()):
                 self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | {LAYOUT}}
                 logs.log("recompiles", "%s: the layout of %s changed (%s -> %s); symbolic from now on (NOTE "

@@ -339,6 +339,8 @@ def truth(tx, v: Value) -> bool:
             return True
         result = tx.call_special_of(v, "__bool__" if hasattr(cls, "__bool__") else "__len__", [], {})
         return truth(tx, result)
+    if isinstance(v, SymNodeValue) and type(v.sym) in (torch.SymInt, torch.SymFloat):
+        return bool(v.sym != 0)  # `if n:` guards the relation n != 0 (often known: a size >= 2), not n's value
     if v.is_constant():
         return bool(v.as_constant())
     return True  # functions, modules, classes and other objects without __bool__/__len__
@@ -485,6 +487,10 @@ def getitem(tx, obj: Value, key: Value) -> Value:
             return result
         obj = storage(obj)
     if isinstance(obj, TensorValue):
+        from .sym_arith import select  # NOTE [Symbolic int indices]
+        selected = select(tx, obj, key)
+        if selected is not None:
+            return selected
         return tx.output.call("call_function", operator.getitem, (obj, key), {})
     from . import numpy_support as nps
     if isinstance(obj, nps.NdarrayValue):  # NOTE [NumPy as torch]
@@ -603,6 +609,10 @@ def contains(tx, item: Value, container: Value) -> bool:
                 return True
             if isinstance(x, TensorValue) or isinstance(item, TensorValue):
                 raise Unsupported(BreakKind.DATA_DEPENDENT, "`in` over tensors compares tensor data")
+            if (isinstance(x, SymNodeValue) or isinstance(item, SymNodeValue)) and _is_int(x) and _is_int(item):
+                if truth(tx, compare(tx, operator.eq, x, item)):  # `n in (3, 4)`: relations guarded, not n
+                    return True
+                continue
             if x.is_constant() and item.is_constant():
                 if x.as_constant() == item.as_constant():
                     return True

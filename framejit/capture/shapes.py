@@ -159,7 +159,9 @@ LAYOUT = -1
 # arithmetic and comparisons stay symbolic like sizes; a use that needs the value (`range(n)`, `[x] * n`, a
 # dict key) specialises it through the env, which guards it (`n == 3`), so such a frame still compiles
 # once per value, as before. 0 and 1 are not specialised (unlike sizes; as torch's unspecialised ints): a
-# step counter 0, 1, 2, ... compiles twice, not three times.
+# step counter 0, 1, 2, ... compiles twice, not three times. Under compile(dynamic=True) the frame's int
+# arguments are symbolic from the first call (torch.compile's unspecialised ints: one compilation for a
+# step counter), and an int attribute or global becomes symbolic when it changes, as under dynamic=None.
 def symbolic_int(out, value: int, expr: str):
     """A SymInt of the trace's env standing for a Python int input (NOTE [Dynamic ints]), 0 and 1 included."""
     from torch.fx.experimental.symbolic_shapes import DimDynamic

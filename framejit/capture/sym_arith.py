@@ -29,11 +29,13 @@ import torch
 from .values import ConstantValue, ListValue, SequenceValue, SymNodeValue, TensorValue, TupleValue, Value
 
 _INT_BINARY = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.truediv,
-               operator.pow}
+               operator.pow, operator.and_, operator.or_, operator.xor, operator.lshift, operator.rshift}
+_NATURAL_RIGHT = {operator.pow, operator.lshift, operator.rshift}  # a negative right operand: a float or an error
 _FLOAT_BINARY = {operator.add, operator.sub, operator.mul, operator.truediv}
 _INPLACE = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
             operator.ifloordiv: operator.floordiv, operator.imod: operator.mod, operator.itruediv: operator.truediv,
-            operator.ipow: operator.pow}
+            operator.ipow: operator.pow, operator.iand: operator.and_, operator.ior: operator.or_,
+            operator.ixor: operator.xor, operator.ilshift: operator.lshift, operator.irshift: operator.rshift}
 _COMPARE = {operator.lt, operator.le, operator.eq, operator.ne, operator.gt, operator.ge}
 
 
@@ -89,11 +91,23 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
     if ta is int and tb is int:
         if fn not in _INT_BINARY:
             return None
-        if fn is operator.pow and not (isinstance(b, ConstantValue) and b.value >= 0):
-            return None  # a negative or symbolic exponent: the result type depends on the value
+        if fn in _NATURAL_RIGHT and not _known_natural(tx, b):
+            return None  # a negative exponent or shift: a float or a ValueError, depending on the value
     elif fn not in _FLOAT_BINARY:
         return None
     return _keep(tx, fn, (a, b))
+
+
+def _known_natural(tx, v: Value) -> bool:
+    """`v` is an int that is >= 0 on every call the entry serves: a constant, or a symbol whose range (a
+    size's, as the env knows it) excludes negatives, so `2 ** n`, `1 << n` stay ints with no guard."""
+    if isinstance(v, ConstantValue):
+        return v.value >= 0
+    env = tx.output.fake_mode.shape_env
+    try:
+        return bool(env.bound_sympy(v.sym.node.expr).lower >= 0)
+    except Exception:  # noqa: BLE001 - an expression the env cannot bound: specialise
+        return False
 
 
 def unary(tx, fn: Callable, a: Value) -> Value | None:
@@ -198,12 +212,68 @@ _MATH = {math.ceil: math.ceil, math.floor: math.floor, math.trunc: math.trunc, m
 
 
 def math_call(tx, fn: Callable, args: list[Value], kwargs: dict) -> Value | None:
-    """`math.ceil/floor/trunc/sqrt(n)` and one-argument `round(n)` of a symbolic number."""
+    """`math.ceil/floor/trunc/sqrt(n)`, one-argument `round(n)` of a symbolic number; `divmod` of ints."""
+    if fn is divmod:
+        return _divmod(tx, args, kwargs)
     if len(args) != 1 or kwargs or not is_sym(args[0]):
         return None
     target = round if fn is round else _MATH.get(fn)
     return _keep(tx, target, (args[0],)) if target is not None else None
 
+
+def _divmod(tx, args: list[Value], kwargs: dict) -> Value | None:
+    """`divmod(a, b)` of ints, one symbolic: the tuple `(a // b, a % b)`, each kept symbolic."""
+    from .protocol import binary as binary_op
+    if len(args) != 2 or kwargs or not any(is_sym(a) for a in args) or \
+            any(_number_type(a) is not int for a in args):
+        return None
+    if isinstance(args[1], ConstantValue) and args[1].value == 0:
+        return None  # folding raises the user's ZeroDivisionError
+    return TupleValue([binary_op(tx, operator.floordiv, *args), binary_op(tx, operator.mod, *args)])
+
+
+# ---- symbolic int indices of tensors ----------------------------------------------------------------
+# NOTE [Symbolic int indices]: `x[n - 1]` with a symbolic int `n` is `torch.select(x, 0, n - 1)`: Python
+# indexing of a fake tensor with a SymInt specialises it (torch's C++ indexing reads the int), select keeps it
+# symbolic (as torch.compile translates it). An index out of range raises IndexError at run time, as eager
+# does. `x[:, :, i]` (full slices, then the int) is a select of that dimension; other tuples specialise.
+def select(tx, obj: TensorValue, key: Value) -> Value | None:
+    """`obj[key]` for a key holding a symbolic int as a select, or None (the caller indexes as before)."""
+    from .values import SliceValue
+    items = key.items if type(key) is TupleValue else [key]
+    if not items or not is_sym(items[-1]) or _number_type(items[-1]) is not int:
+        return None
+    def full_slice(i: Value) -> bool:
+        if isinstance(i, SliceValue):
+            return all(isinstance(p, ConstantValue) and p.value is None for p in i.parts)
+        return isinstance(i, ConstantValue) and i.value == slice(None)
+    if not all(full_slice(i) for i in items[:-1]) or len(items) > obj.fake.dim():
+        return None
+    return tx.output.call("call_function", torch.select, (obj, ConstantValue(len(items) - 1), items[-1]), {})
+
+
+# NOTE [Tensors of symbolic ints]: `torch.tensor(n)`, `torch.tensor([b, s])`, `torch.tensor(x.shape)` with a
+# symbolic int read the ints in C++ (a specialisation per value); as torch.compile does, they are built from
+# `torch.scalar_tensor` of each int (stacked for a flat list or tuple), which keeps them symbolic. int64 as
+# torch.tensor of ints makes, unless `dtype=` says otherwise; anything else (floats, nesting, other keywords)
+# is left to the call as before.
+def tensor_of_ints(tx, args: list[Value], kwargs: dict) -> Value | None:
+    """`torch.tensor(data)` / `torch.as_tensor(data)` for an int or a flat sequence of ints, some symbolic."""
+    if len(args) != 1 or set(kwargs) - {"dtype", "device"} or \
+            not all(isinstance(v, ConstantValue) for v in kwargs.values()):
+        return None
+    data = args[0]
+    items = data.items if type(data) in (TupleValue, ListValue) else [data]
+    if not items or not any(is_sym(i) for i in items) or any(_number_type(i) is not int for i in items):
+        return None
+    options = {"dtype": ConstantValue(kwargs["dtype"].value if "dtype" in kwargs and kwargs["dtype"].value
+                                      is not None else torch.int64)}
+    if "device" in kwargs:
+        options["device"] = kwargs["device"]
+    scalars = [tx.output.call("call_function", torch.scalar_tensor, (i,), options) for i in items]
+    if data is items[0] and not isinstance(data, SequenceValue):
+        return scalars[0]
+    return tx.output.call("call_function", torch.stack, (ListValue(scalars),), {})
 
 
 # ---- range over symbolic ints -------------------------------------------------------------------------

@@ -174,3 +174,30 @@ def test_warm_process_serves_new_sizes_from_the_persisted_module(tmp_path):
     assert cold["ok"] and cold["traced"] == 1 and cold["generated"] == 4  # one module: four probes
     warm = run_cache_program(tmp_path, "triton_dynamic.py", WARM_PROGRAM, "4,9,2")
     assert warm["ok"] and warm["traced"] == 0 and warm["loaded"] == 1 and warm["generated"] == 0
+
+
+def _compiled_sizes(fn, sizes):
+    import framejit
+    compiled = framejit.compile(fn, backend="triton", dynamic=True)
+    for n in sizes:
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_halves_of_odd_sizes_are_floored_before_scaling():
+    def fn(x):  # the second slice starts at (s0 // 2) * 4: no fraction of s0 * 4 (NOTE [Odd probes])
+        h = x.shape[0] // 2
+        return x[:h] - x[h:2 * h]
+
+    _compiled_sizes(fn, (4, 5, 7, 6))  # before: wrong values for 5 and 7 (the module used s0 * 4 // 2)
+
+
+@pytest.mark.parametrize("fn", [lambda x: x * (x.shape[0] > 3), lambda x: (x * 2, x.shape[0] > 3),
+                                lambda x: x * (x.shape[0] % 2)], ids=["scale_by_relation", "relation", "parity"])
+def test_size_relations_in_the_graph_are_not_fixed_at_the_probes(fn):
+    import framejit
+    compiled = framejit.compile(fn, backend="triton", dynamic=True)
+    for n in (4, 3, 5):  # every probe size is > 3 and even: the module held True and 0 for every size
+        x = torch.randn(n, 4)
+        out, expected = compiled(x), fn(x)
+        torch.testing.assert_close(out, expected)

@@ -30,6 +30,8 @@ sizes), and every call of a graph that is not size-generic, is compiled for its 
 from __future__ import annotations
 
 import itertools
+import math
+import operator
 import re
 
 import torch
@@ -243,6 +245,9 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
     except symbolic.NotSymbolic as why:
         raise NotGeneric(str(why)) from None
     names = [str(s) for s in sym.symbols]
+    relation = _size_relation(gm)
+    if relation is not None:
+        raise NotGeneric(f"the graph computes a relation of sizes ({relation}), which the probe sizes would fix")
     if not names or len(names) > _MAX_SYMBOLS:
         raise NotGeneric(f"{len(names)} symbols (1 to {_MAX_SYMBOLS} are made size-generic)")
     example_sizes = sym.bind(example_inputs)
@@ -266,6 +271,15 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
     if _loop_varying_reductions(runs, configs):
         runs, _ = generate_all(configs)
     heads, calls = zip(*(_split(r[0]) for r in runs))
+    if _has_fraction(list(heads), list(calls), probes, names) or _rounds_sizes(gm):  # NOTE [Odd probes]
+        for probe in _odd_probes(sym, probes, example_inputs):
+            inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
+            try:
+                run = _generate(gm, inputs, device, opts, configs, sym.symbolic_ints)
+            except Exception:  # noqa: BLE001 - sizes the graph cannot take (a view needs them even): no probe
+                continue
+            runs, probes = [*runs, run], [*probes, probe]
+        heads, calls = zip(*(_split(r[0]) for r in runs))
     if any(r[4] for r in runs):
         raise NotGeneric("the wrapper passes values it cannot spell (extra)")
     head, kernel_args = _generic_kernels(list(heads), probes, names)
@@ -282,6 +296,55 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
     return DynamicGraph(gm, module, path, source, sym.bind, sym.bind_source,
                         symbolic.layout_signature(sym.example_inputs, sym.symbolic_ints), sym.symbolic_ints,
                         constants, graph.output_spec, (len(kernels), externs, fallbacks), device, opts)
+
+
+# NOTE [Odd probes]: the fitted probes are multiples of 16 (views such as view(s0, 2, -1) stay valid), so a
+# fraction fitted over them cannot tell `(s1 * s28) // 2` from `(s1 // 2) * s28` (`x[h:2 * h]` with
+# `h = x.size(0) // 2`: the second slice's offset): both agree on every even s1, and the module computed
+# the wrong offset for odd sizes (red team, issue 13: wrong values for sizes 5 and 7); `x * (s0 % 2)` held
+# 0 the same way. When a fit has a denominator or the graph rounds sizes (%, //, floor, ...), the module is
+# also generated at probes where some sizes are odd (all at once, then each symbol alone) that the graph's
+# size check accepts (a probe the graph cannot take, a view needing even sizes, is skipped: eager fails for
+# such sizes too), and the fits must hold there too, else the graph is compiled per shape.
+def _has_fraction(heads: list[str], calls: list[str], probes: list, names: list[str]) -> bool:
+    try:
+        fits = _fitted(heads, probes, names, "a kernel")[1] + _fitted(calls, probes, names, "the wrapper")[1]
+    except NotGeneric:
+        return False  # reported by the fitting proper
+    return any("//" in expr for expr, _ in fits)
+
+
+# sizes rounded, truncated or compared in the graph: their values at the probes (multiples of 16 in the
+# same order) are not those of every size
+_ROUNDING = {operator.mod, operator.floordiv, operator.truediv, operator.and_, operator.or_, operator.xor,
+             operator.rshift, math.floor, math.ceil, math.trunc, round, divmod, torch.sym_int, torch.sym_float}
+
+
+def _rounds_sizes(gm) -> bool:
+    return any(n.op == "call_function" and n.target in _ROUNDING for n in gm.graph.nodes)
+
+
+def _size_relation(gm) -> str | None:
+    """A node that computes a SymBool of sizes (`x.size(0) > 3` used by an op or returned): the module
+    would hold its value at the probes, where every size is large and the sizes ordered (red team, issue
+    13: `x * (x.size(0) > 3)` was wrong for size 3). Such graphs are compiled per shape."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "call_function" and isinstance(val, torch.SymBool) and val.node.maybe_as_bool() is None:
+            return node.format_node()
+    return None
+
+
+def _odd_probes(sym: symbolic.SymbolicInputs, probes: list, example_inputs: list) -> list[list[int]]:
+    base = probes[1]
+    candidates = [[v + 1 for v in base]] + [[v + 1 if i == k else v for i, v in enumerate(base)]
+                                            for k in range(len(base))]
+    accepted = []
+    for probe in candidates[: 1 if len(base) == 1 else None]:
+        inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
+        if sym.bind(inputs) is not None:
+            accepted.append(probe)
+    return accepted
 
 
 def _loop_varying_reductions(runs: list, configs: dict) -> bool:

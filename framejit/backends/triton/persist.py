@@ -40,7 +40,8 @@ KIND = "triton"
 # 3: graphs that change an input's shape or strides in place run eagerly (backends/aliasing.py).
 # 4: bool addition is a logical or; sign(nan) and sign(-0.0) are 0.0 (soundness findings #7, #8).
 # 5: float maximum/minimum keep the first argument on ties (NOTE [Eager's maximum on ties]).
-REVISION = 5  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+# 6: size-generic modules whose sizes are fractions of symbols are checked at odd sizes (NOTE [Odd probes]).
+REVISION = 6  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:

@@ -100,6 +100,13 @@ def _link_instance_dict(out, obj: Any, source: Source, value: Value) -> None:
         seen[2].instance_dict_of = source
 
 
+def _is_argument(source: Source) -> bool:
+    """An int argument of the frame (NOTE [Dynamic ints]: symbolic from the first call under dynamic=True,
+    as torch.compile's unspecialised ints; attributes and globals become symbolic when they change)."""
+    from ..sources import LocalSource
+    return type(source) is LocalSource
+
+
 def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if _lookup_runs_user_code(obj) and not issubclass(type(obj), (torch.Tensor, torch.nn.Module)):
         out.guard_type(source, type(obj))
@@ -113,7 +120,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
             return value
     if type(obj) is float and out.dynamic_floats and source.describe() in out.dynamic_floats:
         return out.add_float_input(obj, source)
-    if type(obj) is int and out.dynamic_ints and source.describe() in out.dynamic_ints:
+    if type(obj) is int and (out.dynamic_ints and source.describe() in out.dynamic_ints or (
+            out.dynamic is True and _is_argument(source))):
         return out.add_int_input(obj, source)  # NOTE [Dynamic ints] in capture/shapes.py
     if type(obj) is str and out.dynamic_ints and source.describe() in out.dynamic_ints:
         from ..carried_loops import opaque_string
