@@ -32,7 +32,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      DictViewValue, IteratorValue, ListValue, NewObjectValue, ObjectValue, PartialValue,
                      PyModuleValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
-from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of
+from .mappings_runtime import fresh_exception, grad_mode_manager, make_defaultdict, view_of
 from .values.mappings import IdentityKey, key_value
 from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
@@ -232,7 +232,8 @@ class Reconstructor:
         visiting.add(id(value))
         for child in _children(value):
             self._preload(child, sourced, visiting)
-        if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value):
+        if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value) \
+                or isinstance(value, ConstantValue) and isinstance(value.value, BaseException):
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
         elif isinstance(value, IteratorValue) and (value.made_at is None or rebuild_spec(value) is not None):
             self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
@@ -266,6 +267,11 @@ class Reconstructor:
                 cg.subscr()
         elif value.source is not None and not isinstance(value, (ListValue, DictValue)):
             value.source.reload(cg)
+        elif isinstance(value, ConstantValue) and isinstance(value.value, BaseException):
+            cg.push_null()  # NOTE [Exceptions made while tracing]
+            cg.load_const(fresh_exception)
+            cg.load_const(value.value)
+            cg.call(1)
         elif isinstance(value, ConstantValue):
             from .shapes import concrete  # a size the trace kept symbolic is specialised here (guarded)
             cg.load_const(concrete(value.value))

@@ -23,6 +23,7 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
+from .frame_locals import reads_own_locals
 from . import frame_cache, persisted_code, python_loops
 from .higher_order import checkpoint_regions
 from .requests import STATS, CompileRequest, Entry, rerun_state
@@ -96,6 +97,11 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             mode_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"called under {modes}: runs eagerly")
             mode_break.frame_eager = True
             raise mode_break
+        reader = reads_own_locals(fn)
+        if reader is not None:  # NOTE [Frames that read their locals]
+            locals_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{reader}() reads the frame's locals: runs eagerly")
+            locals_break.frame_eager = True
+            raise locals_break
         ret = tx.run()
         entry = _compile_entry(fn, shape, output, ret, request)
         STATS["frames_compiled"] += 1

@@ -24,6 +24,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from .breaks import BreakKind, Unsupported, UserException
+from .mixed_dtype import check_mixed_norm
 from .side_effects import SideEffects
 from .sources import NameTable, Source
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
@@ -322,6 +323,7 @@ class OutputGraph:
         versions = [_version(t) for t in fakes]
         _check_overlapping_write(target, fake_args, fake_kwargs)
         _check_bool_subtraction(target, fake_args, fake_kwargs)
+        check_mixed_norm(target, fake_args, fake_kwargs)  # NOTE [Mixed dtypes of CPU norms]
         try:
             result = self._run_fake(kind, target, fake_args, fake_kwargs)
         except (Unsupported, UserException) as e:

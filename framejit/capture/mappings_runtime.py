@@ -1,5 +1,5 @@
 """Run-time helpers that generated code calls to rebuild values made while tracing: mappings
-(capture/mappings.py) and torch grad-mode context managers not yet entered at a graph break.
+(capture/mappings.py), torch grad-mode context managers not yet entered at a graph break, and exceptions.
 
 Kept apart from mappings.py so that the code emitted for a compiled frame imports nothing of the
 translator when it runs.
@@ -20,6 +20,19 @@ def view_of(d: dict, kind: str) -> Any:
     return getattr(d, kind)()
 
 
+
+
+# NOTE [Exceptions made while tracing]: `ValueError("v")` with constant arguments is folded to a real
+# exception object while tracing, but an exception is mutable (`add_note`, `__traceback__`, attributes the
+# user sets): loading that one object as a constant handed every call the same exception, whose notes
+# piled up from call to call (red team 6). The generated code makes a new one per call from the traced
+# object's type, args and instance dict.
+def fresh_exception(template: BaseException) -> BaseException:
+    """A new exception equal to `template` (NOTE [Exceptions made while tracing])."""
+    exc = type(template)(*template.args)
+    for name, value in getattr(template, "__dict__", {}).items():
+        setattr(exc, name, value.copy() if type(value) is list else value)
+    return exc
 
 
 def grad_mode_manager(cls: type, mode: Any, prev: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import operator
+import sys
 import types
 from typing import Any, Callable
 
@@ -329,21 +330,52 @@ def truth(tx, v: Value) -> bool:
     if isinstance(v, NNModuleValue):
         from .module_protocol import module_truth  # NOTE [Module container protocol]
         return module_truth(tx, v)
-    if isinstance(v, ObjectValue):
-        cls = type(v.obj)
+    if isinstance(v, (ObjectValue, NewObjectValue)):
+        cls = v.python_type()
         from . import lookup  # NOTE [Lookup facts]: `__bool__`, else `__len__`, else True, as found now
         lookup.guard_lookup(tx.output, cls, "__bool__")
         if getattr(cls, "__bool__", None) is None:
             lookup.guard_lookup(tx.output, cls, "__len__")
         if getattr(cls, "__bool__", None) is None and getattr(cls, "__len__", None) is None:
             return True
-        result = tx.call_special_of(v, "__bool__" if hasattr(cls, "__bool__") else "__len__", [], {})
-        return truth(tx, result)
+        if getattr(cls, "__bool__", None) is not None:
+            return _checked_bool(tx, tx.call_special_of(v, "__bool__", [], {}))
+        return _checked_len(tx.call_special_of(v, "__len__", [], {})) > 0
     if isinstance(v, SymNodeValue) and type(v.sym) in (torch.SymInt, torch.SymFloat):
         return bool(v.sym != 0)  # `if n:` guards the relation n != 0 (often known: a size >= 2), not n's value
     if v.is_constant():
         return bool(v.as_constant())
     return True  # functions, modules, classes and other objects without __bool__/__len__
+
+
+# NOTE [Results of __bool__ and __len__]: CPython checks what a user's `__bool__` and `__len__` return:
+# `__bool__` must return a bool (TypeError otherwise, even for 1), `__len__` an integer (through __index__)
+# that is >= 0 (ValueError) and fits a Py_ssize_t (OverflowError). The traced call's result is checked the
+# same way; a result whose value is not known while tracing (a tensor) keeps the old behaviour (a break).
+def _checked_bool(tx, result: Value) -> bool:
+    if result.is_constant():
+        value = result.as_constant()
+        if type(value) is not bool:
+            raise UserException(TypeError(f"__bool__ should return bool, returned {type(value).__name__}"))
+        return value
+    if result.python_type() is not bool:
+        raise UserException(TypeError(f"__bool__ should return bool, returned {result.python_type().__name__}"))
+    return truth(tx, result)
+
+
+def _checked_len(result: Value) -> int:
+    value = result.as_constant()
+    if not isinstance(value, int):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise UserException(TypeError(f"'{type(value).__name__}' object cannot be interpreted as an integer")) \
+                from None
+    if value < 0:
+        raise UserException(ValueError("__len__() should return >= 0"))
+    if value > sys.maxsize:
+        raise UserException(OverflowError("cannot fit 'int' into an index-sized integer"))
+    return int(value)
 
 
 def iterate(tx, v: Value) -> list[Value]:
@@ -469,7 +501,7 @@ def length(tx, v: Value) -> int:
             _guard_parameter_list_length(tx, v)
         return len(v.obj)
     if isinstance(v, (ObjectValue, NewObjectValue)) and hasattr(v.python_type(), "__len__"):
-        return tx.call_special_of(v, "__len__", [], {}).as_constant()
+        return _checked_len(tx.call_special_of(v, "__len__", [], {}))
     if isinstance(v, IteratorValue):
         raise UserException(TypeError("object of type 'iterator' has no len()"))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"len() of {v.describe()}")

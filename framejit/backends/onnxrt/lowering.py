@@ -175,12 +175,36 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
     args = [*state.values(), *inputs]
     symbolic = _has_symbolic_sizes(args)
     lowered = _trace(flat_fn, table, args, functionalize=not symbolic)  # NOTE [Symbolic lowering]
+    if any(n.op == "call_function" and n.target is torch.set_default_dtype for n in gm.graph.nodes):
+        pin_default_dtypes(lowered)  # NOTE [Default dtype in the lowered graph]: before a second trace
     out_spec = spec_box[-1]
     if symbolic or _mutates_intermediates(lowered):
         lowered = _trace(lowered, table, pytree.tree_leaves(args))
     if symbolic:
         drop_redundant_clones(lowered)  # NOTE [Copies of the symbolic trace]
     return Lowered(lowered, list(state.values()), names, out_spec)
+
+
+# NOTE [Default dtype in the lowered graph]: `torch.set_default_dtype(d)` inside a traced region is a node
+# of the graph (NOTE [Default dtype changes], capture/state_blocks.py) that make_fx runs while tracing: it
+# leaves no node in the aten graph, and an aten factory traced after it (`aten.ones([2])`, `aten.full`,
+# `aten.arange` with float bounds) has `dtype=None`, which means the default dtype *when the node runs*.
+# Nodes that run in torch (a factory whose result feeds no ORT computation: NOTE [Copies stay in torch])
+# then ran under the caller's default dtype (red team 6: float32 where eager made float64). In a graph that
+# changes the default dtype, every op with a `dtype` argument left unset gets its traced result's dtype,
+# right after the first trace (a second one, of the aten graph, no longer runs the set_default_dtype calls).
+def pin_default_dtypes(gm: torch.fx.GraphModule) -> int:
+    pinned = 0
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        val = node.meta.get("val")
+        if schema is None or not isinstance(val, torch.Tensor) or node.kwargs.get("dtype") is not None:
+            continue
+        if any(a.name == "dtype" and a.kwarg_only for a in schema.arguments):  # ScalarType? (shown as int?)
+            node.kwargs = {**node.kwargs, "dtype": val.dtype}
+            pinned += 1
+    gm.recompile()
+    return pinned
 
 
 # NOTE [Copies of the symbolic trace]

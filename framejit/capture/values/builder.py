@@ -225,6 +225,13 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         func = wrap(out, obj.func, AttrSource(source, "func"))
         args = [wrap(out, a, ItemSource(AttrSource(source, "args"), i)) for i, a in enumerate(obj.args)]
         keywords = AttrSource(source, "keywords")
+        # the partial's args and keywords can change after the call (`p.keywords["b"] = 2`, __setstate__):
+        # their length and key list are facts of the trace like their items
+        a, k = AttrSource(source, "args").expr(out.names), keywords.expr(out.names)
+        out.add_guard("LENGTH", f"___len({a}) == {len(obj.args)}", source, expected=str(len(obj.args)),
+                      actual=f"___len({a})")
+        out.add_guard("DICT_KEYS", f"___list({k}) == {list(obj.keywords)!r}", source,
+                      expected=repr(list(obj.keywords)), actual=f"___list({k})")
         kwargs = {k: wrap(out, v, ItemSource(keywords, k)) for k, v in obj.keywords.items()}
         return PartialValue(func, args, kwargs, source)
     from ..carried_loops import opaque_iterator

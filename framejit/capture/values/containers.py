@@ -6,6 +6,8 @@ replays its final contents after the graph.
 """
 from __future__ import annotations
 
+import collections
+
 import types
 from typing import Any
 
@@ -172,6 +174,9 @@ class IteratorValue(Value):
         return f"{'dictionary' if isinstance(self.owner, DictValue) else 'Set'} changed size during iteration"
 
     def _check_unchanged(self) -> None:
+        if self.owner.python_type() is collections.OrderedDict and list(self.owner.items) != self.keys:
+            # CPython's odict iterator checks the dict's state (any insertion, deletion or move_to_end)
+            raise UserException(RuntimeError("OrderedDict mutated during iteration"))
         if self.changed():
             raise UserException(RuntimeError(self.changed()))
         if list(self.owner.items) != self.keys:
@@ -226,6 +231,7 @@ def drain_lent(tx, iterables: list[Value]) -> list[list[Value]]:
 
 def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     """The iterator `iter(value)` gives, `items` being what it yields (NOTE [Live iteration])."""
-    if isinstance(value, (ListValue, DictValue, SetValue)) and value.python_type() in (list, dict, set, frozenset):
+    if isinstance(value, (ListValue, DictValue, SetValue)) and \
+            value.python_type() in (list, dict, set, frozenset, collections.OrderedDict):
         return IteratorValue(items, owner=value)
     return IteratorValue(items)
