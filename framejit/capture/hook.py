@@ -263,7 +263,7 @@ class FrameHook:
         failure = self.entries[0].guard.first_failure(*args, **kwargs)
         layout = ("TENSOR_STRIDE", "TENSOR_STORAGE_OFFSET") if self.fn.__code__ in _ORIGIN else ()
         if failure is None or not (failure.guard.kind in ("TENSOR_SHAPE", *layout) or (
-                failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected)
+                failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected, sizes=True)
                                                             or failure.guard.source in self.dynamic_floats))):
             return  # the miss is not (first of all) a size, an int or a float (made an input above) that changed
         # every int and every size of the frame's state that changed, not only the first (as Dynamo compares
@@ -272,11 +272,11 @@ class FrameHook:
         # a step counter that change together recompile once
         for failure in self.entries[0].guard.all_failures(*args, **kwargs):
             source = failure.guard.source
-            if failure.guard.kind == "CONSTANT_MATCH" and _int_text(failure.guard.expected) and \
+            if failure.guard.kind == "CONSTANT_MATCH" and _int_text(failure.guard.expected, sizes=True) and \
                     source not in self.dynamic_ints:
                 self.dynamic_ints = self.dynamic_ints | {source}
-                logs.log("recompiles", "%s: the int %s changed value; it is symbolic from now on", self._name(),
-                         source)
+                logs.log("recompiles", "%s: the %s %s changed value; it is symbolic from now on", self._name(),
+                         "int" if _int_text(failure.guard.expected) else "torch.Size", source)
             if self.request.dynamic is True:
                 continue  # sizes and layouts: all symbolic already (a size 1, a mark_static dim stay static)
             if failure.guard.kind in layout and LAYOUT not in self.dynamic_dims.get(source, frozenset()):
@@ -439,8 +439,15 @@ def _no_gc():
             gc.enable()
 
 
-def _int_text(text: str) -> bool:
-    """`text` (a guard's expected value) is an int literal (not a bool)."""
+def _int_text(text: str, sizes: bool = False) -> bool:
+    """`text` (a guard's expected value) is an int literal (not a bool), or with `sizes` a torch.Size (a
+    shape carried into a resume function: NOTE [Dynamic ints] in shapes.py)."""
+    if sizes and text.startswith("torch.Size(["):
+        text = text[len("torch.Size("):-1]
+        try:
+            return all(type(v) is int for v in ast.literal_eval(text))
+        except (ValueError, SyntaxError, TypeError):
+            return False
     try:
         return type(ast.literal_eval(text)) is int
     except (ValueError, SyntaxError):

@@ -162,6 +162,8 @@ LAYOUT = -1
 # step counter 0, 1, 2, ... compiles twice, not three times. Under compile(dynamic=True) the frame's int
 # arguments are symbolic from the first call (torch.compile's unspecialised ints: one compilation for a
 # step counter), and an int attribute or global becomes symbolic when it changes, as under dynamic=None.
+# A torch.Size argument that changed (`shape = x.shape` carried into a resume function) becomes a tuple of
+# such symbolic ints (values/builder.py `_symbolic_size`), not one entry per shape.
 def symbolic_int(out, value: int, expr: str):
     """A SymInt of the trace's env standing for a Python int input (NOTE [Dynamic ints]), 0 and 1 included."""
     from torch.fx.experimental.symbolic_shapes import DimDynamic

@@ -135,3 +135,17 @@ def test_math_of_sizes_compiles_once():
         return x[: math.ceil(n / 2)] * (n % 2), -(-n // 2), bool(n), round(n / 4)
 
     assert _run(fn, _rows, dynamic=True).graph_count == 1
+
+
+def test_shape_carried_across_a_break_becomes_symbolic():
+    def fn(x):
+        shape = x.shape
+        y = x.relu()
+        if y.sum() > 1e9:  # data-dependent: a break; `shape` is an argument of the resume function
+            y = -y
+        return y.reshape(shape[0] * shape[1]), torch.zeros(shape[0] // 2), shape
+
+    backend = _run(fn, _rows)
+    # the frame and its resume function: static, then symbolic (the torch.Size too); before: the resume
+    # function compiled once per size (its torch.Size was a constant), until the recompile limit
+    assert backend.graph_count == 4

@@ -100,6 +100,16 @@ def _link_instance_dict(out, obj: Any, source: Source, value: Value) -> None:
         seen[2].instance_dict_of = source
 
 
+def _symbolic_size(out, obj: torch.Size, source: Source) -> Value:
+    """A torch.Size that changed between calls (`shape = x.shape` carried into a resume function): its
+    items are symbolic ints (NOTE [Dynamic ints]), guarded by type and length, as the tensor's sizes were in
+    the frame that read them."""
+    e = source.expr(out.names)
+    out.guard_type(source, torch.Size)
+    out.add_guard("LENGTH", f"___len({e}) == {len(obj)}", source, expected=str(len(obj)), actual=f"___len({e})")
+    return TupleValue([out.add_int_input(v, ItemSource(source, i)) for i, v in enumerate(obj)], cls=torch.Size)
+
+
 def _is_argument(source: Source) -> bool:
     """An int argument of the frame (NOTE [Dynamic ints]: symbolic from the first call under dynamic=True,
     as torch.compile's unspecialised ints; attributes and globals become symbolic when they change)."""
@@ -138,6 +148,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         out.add_guard("CONSTANT_MATCH", f"{e} == {out.name_of(obj, 'dev')}", source, expected=str(obj), actual=e)
         return ConstantValue(obj, source)
     if isinstance(obj, torch.Size):
+        if out.dynamic_ints and source.describe() in out.dynamic_ints:
+            return _symbolic_size(out, obj, source)
         out.guard_constant(source, obj)
         return ConstantValue(obj, source)
     if isinstance(obj, (tuple, list)) and type(obj) in (tuple, list) or _is_namedtuple(obj):
