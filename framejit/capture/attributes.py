@@ -165,6 +165,9 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
     if name in TENSOR_VALUED_ATTRS:
         return tx.output.call("call_function", getattr, (t, ConstantValue(name)), {})
     if name == "data":  # the same memory, outside autograd: what detach() gives
+        data = _input_data(tx, t)
+        if data is not None:
+            return data
         return tx.output.call("call_method", "detach", (t,), {})
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
@@ -191,6 +194,22 @@ def _patched_tensor_method(attr) -> bool:
 # tracing nothing else can change it: a store to a tensor attribute (`p.grad = g`) is a graph break, and
 # `backward()` is one too; in-place updates of the grad tensor are ops on that input. A tensor made in the
 # graph, or a non-leaf (whose `.grad` warns), still breaks.
+# NOTE [Data of inputs]: `t.data` is t's memory outside autograd like `t.detach()`, but with a version
+# counter of its own: an in-place write through `.data` does not bump t's version (eager's manual SGD
+# `p.data.add_(...)`), where one through a detach() alias does. Traced as detach(), such a write made a later
+# backward through a graph that saved `p` raise "modified by an inplace operation" where eager does not (red
+# team 6). The `.data` of an input, while the graph wrote no input yet, is therefore read as eager reads it, from
+# its source (`x.data`): a graph input of its own, sharing t's memory, so an in-place op on either is a break
+# (NOTE [Input mutation] in graph.py) and runs as Python on the real `x.data`.
+def _input_data(tx, t: TensorValue) -> Value | None:
+    if t.source is None:
+        return None
+    entry = next((i for i in tx.output.inputs if i.value is t), None)
+    if entry is None or getattr(tx.output, "mutated_inputs", False):
+        return None  # an input written by the graph already: its memory is the graph's value (detach() below)
+    return wrap(tx.output, entry.tensor.data, AttrSource(t.source, "data"))
+
+
 def _input_leaf(tx, t: TensorValue) -> torch.Tensor | None:
     if t.source is None:
         return None

@@ -228,3 +228,41 @@ def test_cpu_norms_with_mixed_dtypes_raise_as_eager(norm, backend):
         assert actual_exc == expected_exc, (x_dtype, w_dtype)
         if expected_exc is None:
             assert_same(actual, expected, rtol=2e-2, atol=2e-2)
+
+
+# ---- writes through `.data` keep the tensor's version (NOTE [Data of inputs]) ----------------------------
+
+def _loss_then_data_update(x, w):
+    loss = (w * x).sum()
+    w.data.add_(1)
+    return loss
+
+
+def _data_scaled(w):
+    w.data.mul_(2)
+    return w * 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_write_through_data_does_not_break_a_later_backward(backend):
+    # before: `.data` was traced as detach(), whose in-place write bumps w's version: the backward after it
+    # raised "one of the variables needed for gradient computation has been modified by an inplace operation"
+    compiled = framejit.compile(_loss_then_data_update, backend=_backend(backend))
+    for n in (3, 3, 4):
+        results = []
+        for fn in (_loss_then_data_update, compiled):
+            w, x = torch.ones(n, requires_grad=True), torch.full((n,), 2.0, requires_grad=True)
+            loss = fn(x, w)
+            loss.backward()
+            results.append((loss.detach(), x.grad, w.grad, w.detach().clone(), w._version))
+        assert_same(results[1], results[0])
+    compiled = framejit.compile(_data_scaled, backend=_backend(backend))
+    for _ in range(2):
+        grads = []
+        for fn in (_data_scaled, compiled):
+            w = torch.ones(3, requires_grad=True)
+            z = w * w  # saves w
+            out = fn(w)
+            z.sum().backward()
+            grads.append((out.detach(), w.grad, w._version))
+        assert_same(grads[1], grads[0])
