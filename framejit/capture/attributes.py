@@ -389,7 +389,14 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
         return UserFunctionValue(attr)
     if entry is not None and not hasattr(type(attr), "__get__"):
         return wrap(tx.output, attr, entry)  # plain class data, read raw from the owner's dict
-    return _guarded_or_plain(tx, obj, name, getattr(cls, name))
+    value = getattr(cls, name)
+    if isinstance(value, type(attr)) and not callable(value) and not isinstance(attr, type) and obj.source is None:
+        # a descriptor read from a class reached without a source (`type(self)`) that answers with a descriptor
+        # of its own kind: itself (a property) or a new one (torch.distributions' lazy_property, read by its
+        # argument validation, `isinstance(getattr(type(self), p), lazy_property)`). The entry is guarded or,
+        # on a library class, pinned; the answer is an object only asked about its type here.
+        return wrap(tx.output, attr, entry) if value is attr and entry is not None else ObjectValue(value)
+    return _guarded_or_plain(tx, obj, name, value)
 
 
 _TYPE_NAMES = frozenset({"__name__", "__qualname__", "__doc__"})  # type's getsets a user may assign

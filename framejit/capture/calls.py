@@ -125,9 +125,16 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return call_cached(tx, fn, args, kwargs)
     if isinstance(fn, ObjectValue) and callable(fn.obj):  # `o(...)` finds __call__ on type(o) only
         return tx.call_special_of(fn, "__call__", args, kwargs)  # NOTE [Special method lookup]
+    if isinstance(fn, NewObjectValue) and _python_call(fn.cls):
+        return tx.call_special_of(fn, "__call__", args, kwargs)  # an object made in the trace (a Transform)
     if fn.is_constant() and not callable(fn.as_constant()):
         raise UserException(TypeError(f"'{type(fn.as_constant()).__name__}' object is not callable"))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {fn.describe()}")
+
+
+def _python_call(cls: type) -> bool:
+    from . import lookup
+    return isinstance(lookup.mro_lookup(cls, "__call__")[1], types.FunctionType)
 
 
 def _raise_type(message: str):

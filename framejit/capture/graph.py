@@ -315,6 +315,9 @@ class OutputGraph:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
             args, kwargs = self._float_args(kind, target, args, kwargs)
+        if self.__dict__.get("speculated_checks"):
+            from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
+            check_after_speculation(self, kind, target)
         if self.__dict__.get("default_device") is not None and kind == "call_function":
             from .default_device import with_device  # NOTE [Default device mode]
             kwargs = with_device(self.default_device, target, kwargs)
@@ -472,6 +475,9 @@ class OutputGraph:
                         raise Unsupported(BreakKind.SIDE_EFFECT,
                                           f"in-place {_target_name(target)} mutates {entry.source.describe()}, "
                                           f"which shares memory with {other.source.describe()}")
+                if self.__dict__.get("speculated_checks"):  # NOTE [Speculated checks]: a rerun must be exact
+                    raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes an input "
+                                      "after a speculated check")
                 self.mutated_inputs = True
                 if entry not in self.mutated_entries:
                     self.mutated_entries.append(entry)

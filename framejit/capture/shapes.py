@@ -163,7 +163,8 @@ LAYOUT = -1
 # arguments are symbolic from the first call (torch.compile's unspecialised ints: one compilation for a
 # step counter), and an int attribute or global becomes symbolic when it changes, as under dynamic=None.
 # A torch.Size argument that changed (`shape = x.shape` carried into a resume function) becomes a tuple of
-# such symbolic ints (values/builder.py `_symbolic_size`), not one entry per shape.
+# such symbolic ints (values/builder.py `_symbolic_size`), not one entry per shape (under dynamic=True a
+# torch.Size argument is symbolic from the first call, like an int argument).
 def symbolic_int(out, value: int, expr: str):
     """A SymInt of the trace's env standing for a Python int input (NOTE [Dynamic ints]), 0 and 1 included."""
     from torch.fx.experimental.symbolic_shapes import DimDynamic

@@ -787,3 +787,74 @@ def test_default_device_under_another_mode_still_runs_eagerly():
         torch.set_default_device(None)
     torch.testing.assert_close(got, torch.cos(x) + 1)
     assert framejit.stats()["eager_frames"] == eager + 1
+
+
+# ---- checks that raise on tensor data (NOTE [Speculated checks]) -------------------------------------------
+def _log_likelihood(h, y, scale):
+    import torch.distributions as D
+    d = D.Normal(h, scale, validate_args=True)
+    c = D.Categorical(logits=h, validate_args=True)
+    ind = D.Independent(D.Normal(h, torch.ones_like(h), validate_args=True), 1)
+    td = D.TransformedDistribution(D.Normal(h, 1.0), [D.transforms.TanhTransform(cache_size=1)], validate_args=True)
+    return d.log_prob(y).sum() + c.log_prob(torch.tensor([0, 1, 2])).sum() + ind.log_prob(y).sum() \
+        + td.log_prob(y.tanh() * 0.5).sum() + c.entropy().sum(), d.mean
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except ValueError as e:
+        return str(e)
+
+
+def test_distribution_validation_is_one_graph(monkeypatch):
+    """Argument and support validation (on by default in eager) broke at every check: 11 graphs for a
+    Normal + Categorical + Independent log-likelihood (stock torch.compile, which turns validation off: 3);
+    now the checks are speculated in one graph, and a failing one reruns the call eagerly, which raises the
+    same ValueError."""
+    monkeypatch.setattr(torch.distributions.Distribution, "_validate_args", True)
+    backend = CountingBackend()
+    compiled = framejit.compile(_log_likelihood, backend=backend)
+    eager, graphs = framejit.stats()["eager_frames"], framejit.stats()["graphs"]
+    for seed, scale, y in ((0, 1.0, 0.5), (1, 2.0, -0.3), (2, -1.0, 0.5), (3, 1.0, float("nan")), (4, 0.5, 0.1)):
+        g = torch.Generator().manual_seed(seed)
+        h, ys, scales = torch.randn(3, 4, generator=g), torch.full((3, 4), y), torch.full((3, 4), scale)
+        want, got = _outcome(_log_likelihood, h, ys, scales), _outcome(compiled, h, ys, scales)
+        if isinstance(want, str):
+            assert got == want and "Expected" in want  # the eager rerun raised it, with its message
+        else:
+            torch.testing.assert_close(got, want)
+    assert backend.graph_count == 1 and framejit.stats()["graphs"] - graphs == 1
+    assert framejit.stats()["eager_frames"] == eager
+    gm = backend.graphs[0]
+    assert len(gm.graph.find_nodes(op="call_function", target=torch._assert_async)) >= 5
+
+
+def _checked_then_random(x, w):
+    if (x < 0).any():
+        raise ValueError("negative input")
+    y = x * 2
+    w.add_(1)  # an input written after a speculated check: a break before it (a rerun must be exact)
+    return y + torch.rand(3) + w
+
+
+def test_speculated_check_before_random_ops_and_input_writes():
+    backend = CountingBackend()
+    compiled = framejit.compile(_checked_then_random, backend=backend)
+    for seed, sign in ((0, 1), (1, -1), (2, 1)):
+        x = torch.rand(3, generator=torch.Generator().manual_seed(seed)) * sign
+        w_eager, w_compiled = torch.zeros(3), torch.zeros(3)
+        torch.manual_seed(seed)
+        want = _outcome(_checked_then_random, x, w_eager)
+        torch.manual_seed(seed)
+        got = _outcome(compiled, x, w_compiled)
+        after = torch.rand(1)
+        torch.manual_seed(seed)
+        _outcome(_checked_then_random, x, torch.zeros(3))
+        assert torch.equal(after, torch.rand(1))  # the same random numbers drawn as eagerly
+        assert torch.equal(w_compiled, w_eager)
+        if isinstance(want, str):
+            assert got == want
+        else:
+            torch.testing.assert_close(got, want)
+    assert any(gm.graph.find_nodes(op="call_function", target=torch._assert_async) for gm in backend.graphs)

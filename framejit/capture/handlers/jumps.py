@@ -14,15 +14,30 @@ def jump(tx, inst):
     tx.jump(inst.arg)
 
 
+def _truth_at_jump(tx, value, inst, jumps_if: bool) -> bool:
+    """The value's truth; for a tensor whose data decides it, the side of a check that does not raise
+    (NOTE [Speculated checks]), else a data-dependent break."""
+    try:
+        return truth(tx, value)
+    except Unsupported as e:
+        if e.graph_break.kind is not BreakKind.DATA_DEPENDENT:
+            raise
+        from ..speculated_checks import assumed_truth
+        assumed = assumed_truth(tx, value, inst.arg, jumps_if)
+        if assumed is None:
+            raise
+        return assumed
+
+
 @op("POP_JUMP_IF_FALSE")
 def pop_jump_if_false(tx, inst):
-    if not truth(tx, tx.pop()):
+    if not _truth_at_jump(tx, tx.pop(), inst, False):
         tx.jump(inst.arg)
 
 
 @op("POP_JUMP_IF_TRUE")
 def pop_jump_if_true(tx, inst):
-    if truth(tx, tx.pop()):
+    if _truth_at_jump(tx, tx.pop(), inst, True):
         tx.jump(inst.arg)
 
 

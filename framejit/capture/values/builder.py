@@ -148,7 +148,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         out.add_guard("CONSTANT_MATCH", f"{e} == {out.name_of(obj, 'dev')}", source, expected=str(obj), actual=e)
         return ConstantValue(obj, source)
     if isinstance(obj, torch.Size):
-        if out.dynamic_ints and source.describe() in out.dynamic_ints:
+        if out.dynamic_ints and source.describe() in out.dynamic_ints or (
+                out.dynamic is True and _is_argument(source) and all(type(v) is int for v in obj)):
             return _symbolic_size(out, obj, source)
         out.guard_constant(source, obj)
         return ConstantValue(obj, source)
