@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import operator
 from typing import Callable
 
 import torch
@@ -80,12 +81,74 @@ def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | No
 
     try:
         with torch._functorch.config.patch(**(config or {})):
-            return min_cut_rematerialization_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs,
-                                                       **kwargs)
+            forward, backward = min_cut_rematerialization_partition(joint_module, joint_inputs,
+                                                                    num_fwd_outputs=num_fwd_outputs, **kwargs)
     except Exception as exc:  # NOTE [Partition]
         logs.log("output_code", "joint: min-cut partition failed (%s: %s); saving every value the backward "
                  "reads", type(exc).__name__, exc)
-        return default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+        forward, backward = default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+    fold_identity_views(forward, first=num_fwd_outputs)  # NOTE [Identity views between the halves]
+    fold_identity_views(backward)
+    return forward, backward
+
+
+# NOTE [Identity views between the halves]
+# Linear layers leave chains of views that end where they started: the forward saves `t(t(w))` for the
+# backward (the partitioner saves the transposed weight's transpose) and the backward returns each weight
+# gradient as `t(t(mm))`. In a backend that runs views in torch between its programs (onnxrt), each is two
+# Python op calls per step (52 in the zoo's moe backward). A returned chain of views whose result has its
+# base's shape, strides and offset is the base itself: the forward's saved tensors (outputs from
+# `num_fwd_outputs` on: only the backward reads them) and the backward's gradients return the base, when
+# the base has its traced strides at run time (a graph input, or a contiguous value: see _keeps_its_layout).
+# User outputs of the forward are left as they are (AOT autograd regenerates outputs that alias inputs).
+def fold_identity_views(graph_module: torch.fx.GraphModule, first: int = 0) -> int:
+    """Outputs from index `first` on that are view chains equal to their base return the base; returns
+    how many (NOTE [Identity views between the halves])."""
+    from .aliasing import is_view
+
+    output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
+    values = list(output.args[0])
+    folded = 0
+    for k in range(first, len(values)):
+        node = values[k]
+        if not isinstance(node, torch.fx.Node) or not is_view(node) or node.target is operator.getitem:
+            continue
+        base = node
+        while is_view(base) and base.target is not operator.getitem:
+            base = base.args[0]
+        if _same_layout(node.meta.get("val"), base.meta.get("val")) and _keeps_its_layout(base):
+            values[k] = base
+            folded += 1
+    if folded:
+        output.args = (type(output.args[0])(values), *output.args[1:])
+        graph_module.graph.eliminate_dead_code()
+        graph_module.recompile()
+    return folded
+
+
+def _keeps_its_layout(base: torch.fx.Node) -> bool:
+    """`base`'s value at run time has its traced strides: a graph input (joints are built per input
+    signature), or a contiguous value. A backend may return other values with other strides (ORT's
+    outputs are contiguous; a torch op may not lay out its result as its meta kernel does), and other
+    views the graph takes of an output then run on those strides (a transformers llama forward failed
+    with `view` of a flash-attention output that had become an output)."""
+    if base.op == "placeholder":
+        return True
+    val = base.meta.get("val")
+    try:
+        return isinstance(val, torch.Tensor) and val.is_contiguous()
+    except Exception:
+        return False
+
+
+def _same_layout(a, b) -> bool:
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    try:
+        return (a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape) and tuple(a.stride()) == tuple(b.stride())
+                and a.storage_offset() == b.storage_offset())
+    except Exception:  # symbolic sizes that cannot be compared here
+        return False
 
 
 def _signature(args, weights: list[torch.Tensor]) -> tuple:

@@ -67,7 +67,10 @@ _MAX_ATTEMPTS = 8
 # 21: data movement that feeds no ORT computation runs in torch (NOTE [Copies stay in torch]).
 # 22: half-precision arithmetic with an inexact float scalar runs in float32 (NOTE [Scalars of half-precision
 #     arithmetic]).
-REVISION = 22
+# 23: returned views read by ORT get their own copy of the view chain (NOTE [Returned views read by ORT]);
+#     training graphs: convolution_backward as convolutions (NOTE [Convolution gradients as convolutions]),
+#     identity view chains between the halves folded (NOTE [Identity views between the halves]).
+REVISION = 23
 
 
 @dataclasses.dataclass
@@ -338,10 +341,11 @@ class OnnxrtCompiled:
             # Weights change at every optimizer step: training programs feed them (NOTE [Frozen weights]).
             opts = dataclasses.replace(self.opts, freeze_weights=False, fallback_ops=self.opts.fallback_ops | {
                 "aten::_scaled_dot_product_flash_attention_for_cpu"})
-            from .training import PARTITION_CONFIG, TrainingHalf  # NOTE [Direct calls of training halves]
+            # NOTE [Direct calls of training halves]
+            from .training import PARTITION_CONFIG, TrainingHalf, decompositions
             self._joint = joint.JointGraph(
                 self.gm, lambda graph, example: TrainingHalf(graph, example, opts), "onnxrt",
-                decompositions=joint.training_decompositions(),
+                decompositions=decompositions(),  # NOTE [Convolution gradients as convolutions]
                 partition_config=PARTITION_CONFIG,  # NOTE [Recomputation for ORT programs]
                 lstm_layers=True)  # NOTE [LSTM layers in training graphs] in backends/recurrent.py
         return self._joint

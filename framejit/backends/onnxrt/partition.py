@@ -9,7 +9,8 @@ Invariants: the input GraphModule is not modified; `blocked` node names (nodes t
 translate or to load in ORT on an earlier attempt) are always left to eager; a partition made only of
 free ops (views, getitem) is dissolved, since eager runs those without copying; every placeholder of a
 fused submodule carries the `meta["val"]` of the value that feeds it; a view that the graph returns and
-that aliases an input or another output stays in torch (NOTE [Returned views stay views]).
+that aliases an input or another output stays in torch (NOTE [Returned views stay views]), and ops that may
+run in ORT read their own copy of it (NOTE [Returned views read by ORT]).
 """
 from __future__ import annotations
 
@@ -93,6 +94,38 @@ def aliased_output_views(graph: torch.fx.Graph) -> set[str]:
     return names
 
 
+# NOTE [Returned views read by ORT]
+# A view chain that stays in torch for aliasing (NOTE [Returned views stay views]) may also feed ops that
+# run in ORT: a training forward returns `t(w)` (saved for the backward) and multiplies by it. The ORT
+# part then took the torch view as an input, and a transposed input is copied contiguous before every run
+# (the zoo's moe: 26 copies per forward step). Such readers get their own copy of the chain instead,
+# which the partitioner may put inside the part (a Transpose that is folded into Gemm, NOTE [Transposes
+# folded into Gemm]); the returned chain still runs in torch and aliases as in eager.
+def _computed_copies_of_views(graph: torch.fx.Graph, aliased: set[str], supported) -> int:
+    """Give the readers (that may run in ORT) of aliased view nodes their own copies of the view chain;
+    returns how many readers were rewired."""
+    copies: dict[torch.fx.Node, torch.fx.Node] = {}
+
+    def copy_of(node: torch.fx.Node) -> torch.fx.Node:
+        if node.name not in aliased:
+            return node
+        if node not in copies:
+            base = copy_of(node.args[0])
+            with graph.inserting_after(node):
+                copies[node] = graph.call_function(node.target, (base, *node.args[1:]), dict(node.kwargs))
+            copies[node].meta = dict(node.meta)
+        return copies[node]
+
+    rewired = 0
+    for node in [n for n in graph.nodes if n.name in aliased]:
+        for user in list(node.users):
+            if user.op == "call_function" and user.name not in aliased and user not in copies.values() \
+                    and supported(user):
+                user.replace_input_with(node, copy_of(node))
+                rewired += 1
+    return rewired
+
+
 class _Support(OperatorSupportBase):
     def __init__(self, blocked: set[str], fallback_ops: frozenset, forced: dict[str, str] | None = None):
         self.blocked = blocked
@@ -154,7 +187,9 @@ def copies_outside_computation(graph: torch.fx.Graph, supported) -> set[str]:
 def partition(gm: torch.fx.GraphModule, blocked: set[str], fallback_ops: frozenset) -> Partitioned:
     graph = copy.deepcopy(gm.graph)
     work = torch.fx.GraphModule(gm, graph)
-    support = _Support(blocked, fallback_ops, dict.fromkeys(aliased_output_views(graph), ALIAS_REASON))
+    aliased = aliased_output_views(graph)
+    support = _Support(blocked, fallback_ops, dict.fromkeys(aliased, ALIAS_REASON))
+    _computed_copies_of_views(graph, aliased, lambda n: support.is_node_supported(None, n))
     supported = {n: support.is_node_supported(None, n) for n in graph.nodes}
     copies = copies_outside_computation(graph, supported.get)
     for node in graph.nodes:

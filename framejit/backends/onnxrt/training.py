@@ -6,9 +6,12 @@ for the backward) and that returns a flat tuple. Its first call goes through `On
 (lowering, partitioning, ORT sessions, every check); then it serves later calls straight from that
 program (NOTE [Direct calls of training halves]), whose ORT parts are `TrainingPart`s: OrtParts fed and
 read through OrtValue vectors (NOTE [OrtValue vectors in training parts]). `PARTITION_CONFIG` is what
-onnxrt joints are partitioned with (NOTE [Recomputation for ORT programs]).
+onnxrt joints are partitioned with (NOTE [Recomputation for ORT programs]); `decompositions()` what they
+are traced with (convolution gradients as convolutions: conv_backward.py).
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -41,8 +44,21 @@ from .runtime import _NUMPY_DTYPES, OrtPart
 # and ORT returns every output contiguous, so transformers' GPT-2 backward failed to build (`view` of a
 # transposed saved tensor: "view size is not compatible with input tensor's size and stride"). Using it
 # needs the saved tensors' traced strides restored (or reshape instead of view) first. The plumbing stays:
-# `PARTITION_CONFIG` is what onnxrt joints are partitioned with (empty: torch's defaults).
+# `PARTITION_CONFIG` is what onnxrt joints are partitioned with (empty: torch's defaults). The saved views'
+# costs are cut elsewhere instead: ORT parts read their own copy of a returned `t(w)` (NOTE [Returned views
+# read by ORT] in partition.py) and `t(t(w))` chains between the halves are their base (NOTE [Identity views
+# between the halves] in backends/joint.py).
 PARTITION_CONFIG: dict = {}
+
+
+@functools.lru_cache(maxsize=None)
+def decompositions() -> dict:
+    """What onnxrt joints are traced with: joint.training_decompositions() and convolution_backward as
+    forward convolutions (NOTE [Convolution gradients as convolutions] in conv_backward.py)."""
+    from .. import joint
+    from . import conv_backward
+
+    return {**joint.training_decompositions(), **conv_backward.decomposition()}
 
 
 class TrainingHalf(OnnxrtCompiled):
