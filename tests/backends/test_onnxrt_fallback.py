@@ -209,6 +209,32 @@ def test_session_options_are_applied():
     assert entries.get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
+def test_idle_workers_spin_a_bounded_time_by_default(monkeypatch):
+    """NOTE [Bounded spinning]: with 2 threads, workers spin at most 200 us unless told otherwise."""
+    from framejit.backends.onnxrt.options import parse_options, session_options
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # the default intra-op count follows torch
+    gm = torch.fx.symbolic_trace(lambda x: torch.sigmoid(x) + 1)
+    compiled = onnxrt(gm, [_x(0, 8)])
+    x = _x(1, 8)
+    torch.testing.assert_close(compiled(x), torch.sigmoid(x) + 1, **F32)
+    (program,) = compiled.programs.values()
+    made = program.graph_module.ort_0.session.get_session_options()
+    assert made.intra_op_num_threads == 2
+    assert made.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert made.get_session_config_entry("session.intra_op.spin_duration_us") == "200"
+    never = session_options(parse_options({"spin_duration_us": 0}))
+    assert never.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert session_options(parse_options({"spin_duration_us": 50})).get_session_config_entry(
+        "session.intra_op.spin_duration_us") == "50"
+    unbounded = session_options(parse_options({"allow_spinning": True}))  # ORT's own policy, no bound
+    assert unbounded.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    with pytest.raises(RuntimeError, match="spin_duration_us"):  # ORT: no such entry
+        unbounded.get_session_config_entry("session.intra_op.spin_duration_us")
+    one = session_options(parse_options({"intra_op_num_threads": 1}))  # no worker: nothing to spin
+    assert one.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 @pytest.mark.parametrize("options, error, needle", [
     ({"threads": 2}, ValueError, "accepted"),
     ({"intra_op_num_threads": -1}, ValueError, "intra_op_num_threads"),
@@ -217,6 +243,8 @@ def test_session_options_are_applied():
     ({"providers": ["NoSuchProvider"]}, ValueError, "CPUExecutionProvider"),
     ({"providers": "CPUExecutionProvider"}, TypeError, "providers"),
     ({"allow_spinning": 1}, TypeError, "allow_spinning"),
+    ({"spin_duration_us": -1}, ValueError, "spin_duration_us"),
+    ({"spin_duration_us": 0.5}, TypeError, "spin_duration_us"),
     ({"opset": 7}, ValueError, "opset"),
     ({"fallback_ops": ["gelu"]}, ValueError, "aten::gelu"),
     ([("opset", 18)], TypeError, "dict"),

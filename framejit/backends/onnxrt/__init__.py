@@ -12,7 +12,7 @@ How a graph is compiled (per input signature, see compiler.py):
 3. translate.py: each part is translated node by node with onnxscript's torchlib functions into an
    ONNX model (bytes: the artifact stored in framejit's persistent cache).
 4. runtime.py: one InferenceSession per part, created once and reused; numpy views in and out
-   (NOTE [Zero-copy I/O]); `session.intra_op.allow_spinning` is "0" (NOTE [No spinning]); weights
+   (NOTE [Zero-copy I/O]); idle ORT workers spin at most `spin_duration_us` (NOTE [Bounded spinning]); weights
    are session constants, rebuilt when they change (NOTE [Frozen weights]).
 
 NOTE [Export route]

@@ -13,7 +13,8 @@ Accepted keys (all optional):
 | intra_op_num_threads      | int >= 0 (0: ORT's choice)                      | torch.get_num_threads()      |
 | inter_op_num_threads      | int >= 0                                        | 1                            |
 | graph_optimization_level  | "disable", "basic", "extended", "all"           | "all"                        |
-| allow_spinning            | bool (ORT `session.intra_op.allow_spinning`)    | False, see NOTE [No spinning]|
+| allow_spinning            | bool: ORT's own spinning policy (`session.intra_op.allow_spinning`, unbounded) | False, see NOTE [No spinning]|
+| spin_duration_us          | int >= 0: without `allow_spinning`, idle intra-op workers spin at most this long, then sleep (0: never spin) | 200, see NOTE [Bounded spinning] |
 | opset                     | int, ONNX opset of the exported models, 18..23  | torchlib's default (18)      |
 | fallback_ops              | iterable of aten op names ("aten::gelu", ...)   | () : ops forced to run eagerly |
 | freeze_weights            | bool: weights are ORT constants in inference programs, rebuilt when they change (NOTE [Frozen weights], runtime.py; not seen: writes into a weight's memory from outside torch, such as `w.detach().numpy()[i] = v`, see watch.py) | True |
@@ -31,6 +32,26 @@ import torch
 # eager partitions that run between two ORT partitions of the same graph. framejit therefore sets
 # `session.intra_op.allow_spinning` to "0" unless the user explicitly asks for spinning.
 
+# NOTE [Bounded spinning]
+# Without spinning, every operator ORT splits over its 2 threads wakes a sleeping worker, which costs more
+# than small operators take; torch's OpenMP workers spin a while after each parallel region and never
+# pay it. Measured (zoo, size bench, torch and ORT at 2 threads, each configuration timed in blocks of
+# consecutive calls, blocks interleaved, run as SCHED_FIFO so that the shared machine's load of ~9 did
+# not reach it): eager/framejit went from 0.79 to 1.18 (mlp), 1.26 -> 1.48 (cnn), 0.86 -> 0.93 (gpt),
+# 0.84 -> 0.93 (bert), 0.79 -> 0.93 (vit), 0.75 -> 1.39 (gru_cell), 0.91 -> 0.98 (moe) when idle workers
+# spin at most 200 us (ORT >= 1.27's `session.intra_op.spin_duration_us`) before they sleep. 50 us was
+# slower (mlp 1.01, vit 1.23 vs 1.18, 1.27), 1000 us no faster than 200 us; ORT's own
+# `session.force_spinning_stop` (spin during a run only) matched 200 us on the larger models but not on
+# mlp (1.01: a loop of calls sleeps between them). Unlike ORT's unbounded spinning (NOTE [No spinning]),
+# the eager call timed right after a compiled one was not slower than after a non-spinning one (mlp 0.91
+# vs 0.89 ms, vit 11.1 vs 11.1 ms): a worker gives its core back 200 us after its last work. One thread per
+# session (intra_op_num_threads=1) has no worker and does not spin. ORT before 1.27 may not know the duration and
+# would spin unbounded, so there the workers do not spin. Per-session thread pools are kept: ORT's
+# global pool (`use_per_session_threads = False`) takes its spinning policy from the environment, which
+# the Python API does not expose (it would spin unbounded).
+_DEFAULT_SPIN_US = 200
+_BOUNDED_SPIN_ORT = (1, 27)
+
 _OPT_LEVELS = ("disable", "basic", "extended", "all")
 _MIN_OPSET, _MAX_OPSET = 18, 23
 
@@ -42,6 +63,7 @@ class OnnxrtOptions:
     inter_op_num_threads: int = 1
     graph_optimization_level: str = "all"
     allow_spinning: bool = False
+    spin_duration_us: int = _DEFAULT_SPIN_US
     opset: int | None = None
     fallback_ops: frozenset[str] = frozenset()
     freeze_weights: bool = True
@@ -113,7 +135,7 @@ def parse_options(options: Mapping[str, Any] | None) -> OnnxrtOptions:
     for key, value in options.items():
         if key == "providers":
             values[key] = None if value is None else _check_providers(value)
-        elif key in ("intra_op_num_threads", "inter_op_num_threads"):
+        elif key in ("intra_op_num_threads", "inter_op_num_threads", "spin_duration_us"):
             values[key] = _check_int(key, value, 0)
         elif key == "graph_optimization_level":
             if value not in _OPT_LEVELS:
@@ -150,10 +172,22 @@ def session_options(opts: OnnxrtOptions):
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[opts.graph_optimization_level]
     spin = "1" if opts.allow_spinning else "0"
-    so.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    bounded = not opts.allow_spinning and opts.spin_duration_us > 0 and so.intra_op_num_threads != 1 \
+        and _ort_version(ort.__version__) >= _BOUNDED_SPIN_ORT  # NOTE [Bounded spinning]
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if bounded else spin)
+    if bounded:
+        so.add_session_config_entry("session.intra_op.spin_duration_us", str(opts.spin_duration_us))
     so.add_session_config_entry("session.inter_op.allow_spinning", spin)
     so.log_severity_level = 3  # errors only: ORT's warnings are about its own optimisations
     return so
+
+
+def _ort_version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
 
 
 def providers_for(opts: OnnxrtOptions, device: torch.device) -> list[str] | None:
