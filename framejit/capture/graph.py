@@ -317,7 +317,7 @@ class OutputGraph:
             args, kwargs = self._float_args(kind, target, args, kwargs)
         if self.__dict__.get("speculated_checks"):
             from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
-            check_after_speculation(self, kind, target)
+            check_after_speculation(self, kind, target, args, kwargs)
         if self.__dict__.get("default_device") is not None and kind == "call_function":
             from .default_device import with_device  # NOTE [Default device mode]
             kwargs = with_device(self.default_device, target, kwargs)

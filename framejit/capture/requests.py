@@ -76,14 +76,26 @@ _RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "poiss
                  "geometric", "cauchy", "log_normal", "shuffle", "perm")
 
 
+def draws_random(target: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
+    """A call that may draw random numbers, judged by name; a dropout given `training=False` (a module in
+    eval mode: it returns its input) draws none. `args`/`kwargs` hold plain values (FX node arguments)."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if not any(w in name.lower() for w in _RANDOM_WORDS):
+        return False
+    if "dropout" in name.lower():
+        kwargs = kwargs or {}
+        training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+        return training is not False
+    return True
+
+
 def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool) -> RerunState | None:
     """The state to restore before rerunning a frame whose graph failed, or None when a rerun would not
     be exact (NOTE [Graph failures rerun eagerly])."""
     if gm is None or mutates_inputs:
         return None
     for node in gm.graph.nodes:
-        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if node.op in ("call_function", "call_method") and any(w in name.lower() for w in _RANDOM_WORDS):
+        if node.op in ("call_function", "call_method") and draws_random(node.target, node.args, node.kwargs):
             return None  # a rerun would draw other random numbers than eager draws
         if node.target is torch.autograd.grad_mode._enter_inference_mode:
             return None  # an aborted inference-mode block cannot be exited from outside

@@ -39,22 +39,28 @@ def _raises_straight_away(insts: list, start: int) -> bool:
     return False
 
 
-def _random(target: Any) -> bool:
-    from .requests import _RANDOM_WORDS
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    return any(word in name.lower() for word in _RANDOM_WORDS)
+def _plain(v: Any) -> Any:
+    from .values import Value
+    return v.as_constant() if isinstance(v, Value) and v.is_constant() else v
+
+
+def _random(target: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
+    """As NOTE [Graph failures rerun eagerly] judges it (requests.draws_random): the two must agree."""
+    from .requests import draws_random
+    return draws_random(target, tuple(_plain(a) for a in args), {k: _plain(v) for k, v in (kwargs or {}).items()})
 
 
 def rerun_would_be_exact(out) -> bool:
     """No op of the graph so far draws random numbers or writes an input (NOTE [Speculated checks])."""
     if getattr(out, "mutated_inputs", False):
         return False
-    return not any(node.op in ("call_function", "call_method") and _random(node.target) for node in out.graph.nodes)
+    return not any(node.op in ("call_function", "call_method") and _random(node.target, node.args, node.kwargs)
+                   for node in out.graph.nodes)
 
 
-def check_after_speculation(out, kind: str, target: Any) -> None:
+def check_after_speculation(out, kind: str, target: Any, args: tuple, kwargs: dict) -> None:
     """A random op after a speculated check would make the rerun inexact: a graph break before it."""
-    if getattr(out, "speculated_checks", 0) and _random(target):
+    if getattr(out, "speculated_checks", 0) and _random(target, args, kwargs):
         raise Unsupported(BreakKind.DATA_DEPENDENT, f"{getattr(target, '__name__', target)} draws random numbers "
                           "after a speculated check (NOTE [Speculated checks])")
 

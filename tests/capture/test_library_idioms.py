@@ -858,3 +858,26 @@ def test_speculated_check_before_random_ops_and_input_writes():
         else:
             torch.testing.assert_close(got, want)
     assert any(gm.graph.find_nodes(op="call_function", target=torch._assert_async) for gm in backend.graphs)
+
+
+def _checked_then_dropout(x, training):
+    if not torch._is_all_true(x > -10):
+        raise ValueError("out of range")
+    return torch.nn.functional.dropout(x * 2, 0.5, training) + 1
+
+
+def test_speculated_check_then_eval_dropout_is_one_graph():
+    """A dropout given training=False draws nothing: no break after a speculated check (wav2vec2's CTC
+    head was 5 graphs > stock's 4 for it); in training it is one."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_checked_then_dropout, backend=backend)
+    for seed in (0, 1):
+        x = torch.randn(4, generator=torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(compiled(x, False), _checked_then_dropout(x, False))
+        assert _outcome(compiled, x - 20, False) == "out of range"
+    assert backend.graph_count == 1
+    torch.manual_seed(0)
+    got = compiled(torch.ones(4), True)
+    torch.manual_seed(0)
+    torch.testing.assert_close(got, _checked_then_dropout(torch.ones(4), True))
+    assert backend.graph_count == 3  # training: the check's graph, a break, the dropout's graph
