@@ -24,18 +24,32 @@ def _hint(n):
     return n if type(n) is int else n.node.hint
 
 
+def _contiguous(sizes: list[int], strides: list[int]) -> bool:
+    """Row-major contiguity from the hints. NOTE [Layouts read from hints]: `val.is_contiguous()` on a fake
+    value with symbolic sizes asks the frontend's ShapeEnv, which guards (`x[1:n - 1]`: `n - 2 == 1`?) and
+    even specialises the symbol (`n == 3`): the frame's entry then served one size only, on onnxrt and
+    triton but not eager (red team, issue 13). A backend only reads the hints; sizes 0 and 1 are static in
+    the frontend, so the layout of the hints is that of every size the entry serves."""
+    if 0 in sizes:
+        return True
+    expected = 1
+    for size, stride in zip(reversed(sizes), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _layout(val) -> Layout | None:
     if not isinstance(val, torch.Tensor) or val.dim() < 2:
         return None
     try:
-        if val.is_contiguous():
-            return None
         strides = tuple(val.stride())
         hints = [_hint(s) for s in strides]
         sizes = [_hint(s) for s in val.shape]
     except Exception:  # symbolic sizes or strides without a hint, other fake-tensor trouble: leave it
         return None
-    if any(h is None for h in hints + sizes):
+    if any(h is None for h in hints + sizes) or _contiguous(sizes, hints):
         return None
     order = tuple(sorted(range(val.dim()), key=lambda d: (-hints[d], -sizes[d], d)))
     expected = 1  # dense and not overlapping: the stride order is a permutation of a contiguous layout

@@ -151,3 +151,21 @@ def test_shape_carried_across_a_break_becomes_symbolic(dynamic, compiles):
     # under dynamic=True (as torch.compile: 4 and 2); before: the resume function compiled once per size
     # (its torch.Size was a constant: 7 and 6 compilations over 5 sizes)
     assert backend.graph_count == compiles
+
+
+def test_backends_read_output_layouts_without_guarding_sizes():
+    from framejit.backends.layout import output_layouts
+
+    def fn(x):
+        middle = x[1:x.shape[0] - 1]
+        return middle * 2, middle.t() * 3  # contiguous, and transposed (eager keeps the stride order)
+
+    backend = _run(fn, _rows, sizes=[5], dynamic=True)
+    gm = backend.graphs[0]
+    env = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["val"].shape[0].node.shape_env
+    before = (len(env.guards), dict(env.replacements))
+    layouts = output_layouts(gm)
+    # before: is_contiguous() asked the frontend's env, which specialised x.size(0) == 5, so on onnxrt and
+    # triton the entry served one size (NOTE [Layouts read from hints] in backends/layout.py)
+    assert (len(env.guards), dict(env.replacements)) == before
+    assert layouts is not None and list(layouts) == [1] and layouts[1][0] == (1, 0)
