@@ -46,9 +46,11 @@ import torch
 # the eager call timed right after a compiled one was not slower than after a non-spinning one (mlp 0.91
 # vs 0.89 ms, vit 11.1 vs 11.1 ms): a worker gives its core back 200 us after its last work. One thread per
 # session (intra_op_num_threads=1) has no worker and does not spin. ORT before 1.27 may not know the duration and
-# would spin unbounded, so there the workers do not spin. Per-session thread pools are kept: ORT's
-# global pool (`use_per_session_threads = False`) takes its spinning policy from the environment, which
-# the Python API does not expose (it would spin unbounded).
+# would spin unbounded, so there the workers do not spin. Per-session thread pools are kept: ORT's global
+# pool (`set_global_thread_pool_sizes` + `use_per_session_threads = False`) measured the same (mlp 1.17 vs
+# 1.19-1.20, vit 1.25-1.30 vs 1.06-1.31, bert 0.98-1.06 vs 0.98; separate processes, eager's own 2-thread
+# time varied 13-16 ms for vit between processes), and once it exists ORT refuses every per-session
+# pool of the process, the user's own sessions included, for good.
 _DEFAULT_SPIN_US = 200
 _BOUNDED_SPIN_ORT = (1, 27)
 
