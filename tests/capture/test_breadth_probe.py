@@ -452,9 +452,9 @@ def test_packed_gru_is_one_graph_after_packing():
              [_x(6, 4, 4, seed=2), torch.tensor([2, 6, 6, 1]), None],  # batch size changes: dynamic
              [_x(6, 2, 4, seed=3), torch.tensor([3, 1]), None]]
     backend, _, _ = check(make, calls, max_graphs=5)
-    # before NOTE [Packed sequences] (measured with 2 layers): 13 graphs of 1-2 ops (zeros sized by batch_sizes[0], the packed kernel
-    # and pad_packed_sequence each broke); now the x * 2 graph and the one after packing, each recompiled
-    # as sum(lengths) and then the batch size become dynamic (the graph after packing twice)
+    # before NOTE [Packed sequences] (measured with 2 layers): 13 graphs of 1-2 ops (zeros sized by
+    # batch_sizes[0], the packed kernel and pad_packed_sequence each broke); now the x * 2 graph and the one
+    # after packing, each recompiled as sum(lengths) and then the batch size become dynamic (the second twice)
     assert backend.graph_count == 5, backend.graph_count
     assert framejit.stats()["graphs"] - graphs == backend.graph_count and _eager_frames() == eager
     with_h0 = [[_x(6, 3, 4, seed=4), torch.tensor([5, 6, 2]), _x(2, 3, 6, seed=5)]]

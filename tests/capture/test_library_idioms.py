@@ -762,8 +762,8 @@ def test_default_device_mode_is_traced_through():
             torch.testing.assert_close(got[0], want[0])
     assert framejit.stats()["eager_frames"] == eager
     assert backend.graph_count == 3  # one entry per mode state, each reused when it comes back
-    devices = [{str(n.kwargs.get("device")) for n in gm.graph.nodes if n.target in (torch.zeros, torch.arange, torch.tensor)}
-               for gm in backend.graphs]
+    factories = (torch.zeros, torch.arange, torch.tensor)
+    devices = [{str(n.kwargs.get("device")) for n in gm.graph.nodes if n.target in factories} for gm in backend.graphs]
     assert devices == [{"cpu"}, {"None"}, {"meta"}]  # the device each mode gives, written into its graph
     with torch.device("meta"):  # the context-manager form is the same mode
         got, want = compiled(torch.randn(3, 2)), _factories(torch.randn(3, 2))
