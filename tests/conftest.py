@@ -23,6 +23,9 @@ framejit.config.cache_enabled = False
 def _fresh_framejit():
     framejit.reset()
     yield
+
+
+def pytest_sessionfinish(session, exitstatus):
     helpers = sys.modules.get("tests.helpers")
     if helpers is not None:
-        helpers.close_program_server()  # NOTE [Programs in forked children]
+        helpers.close_program_servers()  # NOTE [Programs in forked children]

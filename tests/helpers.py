@@ -11,6 +11,13 @@ import copy
 import dataclasses
 import io
 import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -121,39 +128,41 @@ def run_differential(fn: Callable, make_args: Callable[[int], tuple], *, seeds=(
 # NOTE [Programs in forked children]: the cache tests run each step of a program in a new process (the frame
 # cache is read from disk, nothing is left in memory from the run before). A new interpreter pays ~1.2 s of
 # CPU importing torch and ~1.2 s more importing torch._dynamo on its first trace (FakeTensorMode() imports
-# torch._dynamo.config), more than the step itself; a test runs up to nine of them. So the runs of one test go
-# to one server process (tests/program_server.py) that imports torch, torch._dynamo.config, framejit (and the
-# backend modules the test names) once and forks a child per run: the child has framejit's state as fresh as
-# a new interpreter's (nothing compiled, nothing loaded), runs the script as `python script argv` would, and
-# exits normally. Tests about what a cold process imports must use their own interpreter (subprocess.run).
-def server_key(tmp_path, preload: tuple[str, ...]) -> tuple:
-    """What a program server's children inherit: a run needs a server started with the same cache folder,
-    preloaded modules and environment. framejit reads its FRAMEJIT_* variables when it is imported, which the
-    server did before forking: a test that changes the environment between runs (monkeypatch.setenv) gets a
-    new server, as a new interpreter would have read the new value."""
-    import os
-    return str(tmp_path), preload, tuple(sorted(os.environ.items()))
+# torch._dynamo.config), more than the step itself; the suite runs ~100 of them. So the runs go to a server
+# process (tests/program_server.py) that imports torch, torch._dynamo.config (and the third-party modules a
+# test names) once and forks a child per run: the child takes the run's environment, then runs the script as
+# `python script argv` would, importing framejit itself (framejit reads FRAMEJIT_* when imported), so its
+# framejit state is as fresh as a new interpreter's (nothing compiled, nothing loaded), its object addresses
+# differ from its siblings' (NOTE [Addresses in forked children]), and it exits normally. One server per
+# preload list and non-FRAMEJIT environment serves the whole session (torch read its own variables when the
+# server imported it: another environment gets another server). Tests about what a cold process imports
+# must use their own interpreter (subprocess.run).
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def server_key(preload: tuple[str, ...], env: dict) -> tuple:
+    """What a program server's children inherit from it: the modules it imported and the environment it
+    imported them in (FRAMEJIT_* aside: each child takes its own before importing framejit)."""
+    return preload, tuple(sorted((k, v) for k, v in _inherited(env).items()))
+
+
+def _inherited(env: dict) -> dict:
+    """The part of `env` a server's imports may have read (not FRAMEJIT_*, not pytest's per-test variable)."""
+    return {k: v for k, v in env.items() if not k.startswith("FRAMEJIT_") and k != "PYTEST_CURRENT_TEST"}
 
 
 class ProgramServer:
-    """One tests/program_server.py process for the runs of one test (one cache folder)."""
+    """One tests/program_server.py process (see NOTE [Programs in forked children])."""
 
-    def __init__(self, tmp_path, preload: tuple[str, ...]) -> None:
-        import os
-        import subprocess
-        import sys
-        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=repo, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1")
-        self.key = server_key(tmp_path, preload)
-        self.tmp_path = tmp_path
-        self.process = subprocess.Popen([sys.executable, os.path.join(repo, "tests", "program_server.py"),
+    def __init__(self, preload: tuple[str, ...], env: dict) -> None:
+        self.key = server_key(preload, env)
+        base = _inherited(env)
+        self.process = subprocess.Popen([sys.executable, os.path.join(REPO, "tests", "program_server.py"),
                                          *preload], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                                        stderr=subprocess.PIPE, text=True, env=base, start_new_session=True)
         self._answer()
 
     def _answer(self, timeout: float = 300) -> dict:
-        import json
-        import select
         ready, _, _ = select.select([self.process.stdout], [], [], timeout)
         line = self.process.stdout.readline() if ready else ""
         if not line:
@@ -161,19 +170,13 @@ class ProgramServer:
             raise AssertionError(f"program server: no answer in {timeout} s: {self.process.stderr.read()}")
         return json.loads(line)
 
-    def run(self, script, argv: tuple[str, ...]) -> tuple[int, str, str]:
-        import json
-        n = len(list(self.tmp_path.glob("run*.out")))
-        out, err = self.tmp_path / f"run{n}.out", self.tmp_path / f"run{n}.err"
-        request = {"script": str(script), "argv": list(argv), "stdout": str(out), "stderr": str(err)}
-        self.process.stdin.write(json.dumps(request) + "\n")
+    def run(self, runs: list[dict]) -> list[int]:
+        """Runs (script, argv, stdout, stderr, env each) concurrently in forked children; their exit codes."""
+        self.process.stdin.write(json.dumps({"runs": runs}) + "\n")
         self.process.stdin.flush()
-        rc = self._answer()["rc"]
-        return rc, out.read_text(), err.read_text()
+        return self._answer()["rcs"]
 
     def close(self) -> None:
-        import os
-        import signal
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
@@ -181,36 +184,60 @@ class ProgramServer:
             stream.close()
 
 
-_server: ProgramServer | None = None
+_servers: dict[tuple, ProgramServer] = {}
+_MAX_SERVERS = 2  # ~0.5 GB each
 
 # What a backend's cold compile imports, for `preload` (a warm process of these backends imports less; the
 # tests that check that run their own interpreter: tests/backends/test_onnxrt_warm_imports.py). Not
 # onnxruntime: a child forked after importing it aborts in its first session ("terminate called after
-# throwing an instance of 'std::system_error'").
-BACKEND_MODULES = {"eager": (), "onnxrt": ("framejit.backends.onnxrt", "onnx", "onnxscript")}
+# throwing an instance of 'std::system_error'"). Not framejit.backends.onnxrt: framejit is imported by the
+# child (NOTE [Programs in forked children]).
+BACKEND_MODULES = {"eager": (), "onnxrt": ("onnx", "onnxscript")}
 
 
-def close_program_server() -> None:
-    """Ends the server of the last test that ran cache programs (tests/conftest.py calls it after each test)."""
-    global _server
-    if _server is not None:
-        _server.close()
-        _server = None
+def close_program_servers() -> None:
+    """Ends every program server (tests/conftest.py calls it when the session ends)."""
+    while _servers:
+        _servers.popitem()[1].close()
+
+
+def _server(preload: tuple[str, ...], env: dict) -> ProgramServer:
+    key = server_key(preload, env)
+    server = _servers.pop(key, None)
+    if server is None or server.process.poll() is not None:
+        while len(_servers) >= _MAX_SERVERS:
+            _servers.pop(next(iter(_servers))).close()  # the least recently used
+        server = ProgramServer(preload, env)
+    _servers[key] = server
+    return server
+
+
+def run_programs(tmp_path, runs: list[tuple], *, env: dict | None = None, preload: tuple[str, ...] = ()) -> list:
+    """Runs `(script path, argv tuple)` pairs concurrently, each in a new process (a forked child of a
+    program server, NOTE [Programs in forked children]) with environment `env` (default: this process's)
+    plus PYTHONPATH=the repository; returns (rc, stdout, stderr) for each."""
+    env = dict(os.environ if env is None else env, PYTHONPATH=REPO)
+    n = len(list(tmp_path.glob("run*.out")))
+    requests = [{"script": str(script), "argv": [str(a) for a in argv], "stdout": str(tmp_path / f"run{n + i}.out"),
+                 "stderr": str(tmp_path / f"run{n + i}.err"), "env": env} for i, (script, argv) in enumerate(runs)]
+    rcs = _server(preload, env).run(requests)
+    return [(rc, Path(r["stdout"]).read_text(), Path(r["stderr"]).read_text()) for rc, r in zip(rcs, requests)]
+
+
+def run_program(tmp_path, script, *argv, env: dict | None = None, preload: tuple[str, ...] = ()) -> tuple:
+    """One run of run_programs: (rc, stdout, stderr)."""
+    return run_programs(tmp_path, [(script, argv)], env=env, preload=preload)[0]
 
 
 def run_cache_program(tmp_path, name: str, program: str, *argv: str, preload: tuple[str, ...] = ()) -> dict:
     """Runs `program` (a script that prints one JSON line last) in a new process with the frame cache on,
     in a cache folder under `tmp_path` shared by every run of one test; returns that JSON. The process is a
-    forked child of a server that imported torch, framejit and the modules in `preload` (NOTE [Programs in
-    forked children])."""
-    import json
-    global _server
-    if _server is None or _server.key != server_key(tmp_path, preload):
-        close_program_server()
-        _server = ProgramServer(tmp_path, preload)
+    forked child of a server that imported torch and the modules in `preload` (NOTE [Programs in forked
+    children])."""
     script = tmp_path / name
     script.write_text(program)
-    rc, out, err = _server.run(script, argv)
+    env = dict(os.environ, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1")
+    rc, out, err = run_program(tmp_path, script, *argv, env=env, preload=preload)
     assert rc == 0, err
     return json.loads(out.strip().splitlines()[-1])
 

@@ -1,10 +1,12 @@
-"""A process that imports torch and framejit once and runs each test program in a forked child of itself
-(tests.helpers.run_cache_program's server; see NOTE [Programs in forked children] there).
+"""A process that imports torch once and runs each test program in a forked child of itself
+(tests.helpers.run_program's server; see NOTE [Programs in forked children] there).
 
-Protocol, one JSON line each way: the test writes {"script", "argv", "stdout", "stderr"}; the server forks,
-the child runs the script as `python script argv...` would (`__main__`, sys.argv, sys.path[0], normal
-interpreter exit with atexit handlers), its output going to the two files; the server answers {"rc": exit
-status} once the child has ended. Extra modules to import up front come as arguments.
+Protocol, one JSON line each way: the test writes {"runs": [{"script", "argv", "stdout", "stderr", "env"},
+...]}; the server forks one child per run, all at once (they run concurrently), each child takes `env` as
+its whole environment and runs the script as `python script argv...` would (`__main__`, sys.argv,
+sys.path[0], normal interpreter exit with atexit handlers), its output going to the two files; the server
+answers {"rcs": [exit status, ...]} once every child has ended. Extra modules to import up front come as
+arguments; never framejit's own (it reads FRAMEJIT_* when imported: a child imports it after taking `env`).
 """
 from __future__ import annotations
 
@@ -19,11 +21,12 @@ import traceback
 import torch  # noqa: F401  (imported once, before any fork)
 import torch._dynamo.config  # noqa: F401  (what a cold trace imports: FakeTensorMode() imports it)
 
-import framejit  # noqa: F401
-
 
 def _child(request: dict) -> None:
     """Runs one program in this (forked) process; never returns (SystemExit ends the process normally)."""
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _shift_addresses()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
@@ -43,20 +46,44 @@ def _child(request: dict) -> None:
     sys.exit(0)
 
 
+# NOTE [Addresses in forked children]: children forked from one server state would allocate the script's
+# objects at the same addresses (same heap, same allocation sequence), so an id() persisted by one run could
+# match by accident in the next, which new interpreters (address-space randomisation) never allow. Each child
+# first keeps a random number of objects of every small size class and a random-sized block alive.
+_KEPT: list = []
+
+
+def _shift_addresses() -> None:
+    noise = os.urandom(90)
+    for size, count in zip(range(0, 640, 8), noise):
+        _KEPT.extend(bytes(size) + bytes([i]) for i in range(count % 24))
+    kinds = (lambda i: object(), lambda i: i + 0.5, lambda i: [i], lambda i: (i, i), lambda i: {i: i},
+             lambda i: {i}, str)  # the smallest sizes, and the types with free lists of their own
+    for make, count in zip(kinds, noise[80:]):
+        _KEPT.extend(make(i) for i in range(count % 64))
+    _KEPT.append(bytearray(4096 * (1 + noise[0] % 64)))
+
+
+def _fork(request: dict) -> int:
+    pid = os.fork()
+    if pid == 0:
+        _child(request)
+    return pid
+
+
 def main() -> None:
     for name in sys.argv[1:]:
+        assert not name.startswith("framejit"), name  # read FRAMEJIT_* only in the child, from its env
         importlib.import_module(name)
+    assert "framejit" not in sys.modules
     # fork copies only the calling thread: a second thread here (a pool started by an import) could hold a
     # lock the child then waits on forever
     assert threading.active_count() == 1, threading.enumerate()
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            _child(request)
-        _, status = os.waitpid(pid, 0)
-        print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+        pids = [_fork(run) for run in json.loads(line)["runs"]]
+        rcs = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+        print(json.dumps({"rcs": rcs}), flush=True)
 
 
 if __name__ == "__main__":

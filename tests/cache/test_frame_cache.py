@@ -1,6 +1,7 @@
 """The frame cache across processes: a warm second process runs compiled frames with zero traces and zero
 backend compiles and returns identical results; source, global, dtype, shape, backend-option and version
-changes are misses; concurrent warmers leave a consistent cache; corrupt entries are rebuilt."""
+changes are misses; concurrent warmers leave a consistent cache; corrupt entries are rebuilt. Each process is a
+forked child of a clean program server (NOTE [Programs in forked children] in tests/helpers.py)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +10,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
+from tests.helpers import BACKEND_MODULES, run_program, run_programs
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -55,23 +57,40 @@ PROGRAM = textwrap.dedent('''
 
 def run(tmp_path, cache_dir, *, scale=2.0, extra="", dtype="float32", shift=0.0, backend="eager", options=None,
         env=None, tag=""):
-    script = tmp_path / f"prog_{abs(hash((scale, extra, dtype, shift)))}{tag}.py"
-    script.write_text(PROGRAM.format(scale=scale, extra=extra, shift=shift))
-    full_env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1",
-                    FRAMEJIT_LOGS="cache")
+    return runs(tmp_path, cache_dir, [tag], scale=scale, extra=extra, dtype=dtype, shift=shift, backend=backend,
+                options=options, env=env)[0]
+
+
+def runs(tmp_path, cache_dir, tags, *, scale=2.0, extra="", dtype="float32", shift=0.0, backend="eager",
+         options=None, env=None) -> list[dict]:
+    """The program run once per tag, all at once, each in a new process (NOTE [Programs in forked children])."""
+    scripts = []
+    for tag in tags:
+        script = tmp_path / f"prog_{abs(hash((scale, extra, dtype, shift)))}{tag}.py"
+        script.write_text(PROGRAM.format(scale=scale, extra=extra, shift=shift))
+        scripts.append((script, (backend, json.dumps(options or {}), dtype)))
+    full_env = dict(os.environ, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1", FRAMEJIT_LOGS="cache")
     full_env.update(env or {})
-    result = subprocess.run([sys.executable, str(script), backend, json.dumps(options or {}), dtype],
-                            capture_output=True, text=True, env=full_env, timeout=240)
-    assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout.strip().splitlines()[-1])
-    if backend == "eager":
-        assert data["out"] == data["ref"]  # bit-identical to eager, cold or warm
-    else:
-        import torch
-        for out, ref in zip(data["out"], data["ref"]):
-            torch.testing.assert_close(torch.tensor(out), torch.tensor(ref), rtol=1e-4, atol=1e-5)
-    data["log"] = result.stderr
-    return data
+    results = []
+    for rc, out, err in run_programs(tmp_path, scripts, env=full_env, preload=BACKEND_MODULES[backend]):
+        assert rc == 0, err
+        data = json.loads(out.strip().splitlines()[-1])
+        if backend == "eager":
+            assert data["out"] == data["ref"]  # bit-identical to eager, cold or warm
+        else:
+            import torch
+            for got, ref in zip(data["out"], data["ref"]):
+                torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-4, atol=1e-5)
+        data["log"] = err
+        results.append(data)
+    return results
+
+
+def run_script(tmp_path, script, *argv, **env) -> tuple[dict, str]:
+    """(the JSON line `script` prints last, its stderr), run in a new process with the frame cache on."""
+    rc, out, err = run_program(tmp_path, script, *argv, env=dict(os.environ, FRAMEJIT_CACHE="1", **env))
+    assert rc == 0, err
+    return json.loads(out.strip().splitlines()[-1]), err
 
 
 @pytest.fixture
@@ -123,10 +142,7 @@ def test_input_shape_change_traces_only_the_new_shape(after_cold):
     program = PROGRAM.replace("reshape(2, 4)", "reshape(2, 4).repeat(2, 1)")
     script = tmp_path / "shape.py"
     script.write_text(program.format(scale=2.0, extra="", shift=0.0))
-    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1")
-    result = subprocess.run([sys.executable, str(script), "eager", "{}", "float32"], capture_output=True,
-                            text=True, env=env, timeout=240)
-    data = json.loads(result.stdout.strip().splitlines()[-1])
+    data, _ = run_script(tmp_path, script, "eager", "{}", "float32", FRAMEJIT_CACHE_DIR=str(cache_dir))
     assert data["out"] == data["ref"] and data["traced"] == 2 and data["loaded"] == 2
 
 
@@ -135,13 +151,10 @@ def test_callee_source_change_is_a_miss(after_cold):
     program = PROGRAM.replace("return x.cos() * SCALE", "return x.cos() * SCALE - 1")
     script = tmp_path / "callee.py"
     script.write_text(program.format(scale=2.0, extra="", shift=0.0))
-    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1",
-               FRAMEJIT_LOGS="cache")
-    result = subprocess.run([sys.executable, str(script), "eager", "{}", "float32"], capture_output=True,
-                            text=True, env=env, timeout=240)
-    data = json.loads(result.stdout.strip().splitlines()[-1])
+    data, log = run_script(tmp_path, script, "eager", "{}", "float32", FRAMEJIT_CACHE_DIR=str(cache_dir),
+                           FRAMEJIT_LOGS="cache")
     assert data["out"] == data["ref"] and data["traced"] == 2
-    assert "changed since it was cached" in result.stderr
+    assert "changed since it was cached" in log
 
 
 def test_torch_version_key_change_is_a_miss(after_cold):
@@ -170,8 +183,7 @@ def test_corrupt_entries_are_rebuilt(after_cold):
 
 
 def test_eight_concurrent_warmers_leave_a_consistent_cache(tmp_path, cache_dir):
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(lambda i: run(tmp_path, cache_dir, tag=f"_{i}"), range(8)))
+    results = runs(tmp_path, cache_dir, [f"_{i}" for i in range(8)])  # eight processes at once
     assert all(r["out"] == results[0]["out"] for r in results)
     verify = subprocess.run([sys.executable, "-m", "framejit", "cache", "verify"], capture_output=True, text=True,
                             env=dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir)), timeout=120)
@@ -206,16 +218,11 @@ def test_state_changes_inside_a_graph_survive_the_cache(tmp_path, cache_dir):
     GraphModule's own pickling would run them while re-tracing its code and drop them)."""
     script = tmp_path / "state_prog.py"
     script.write_text(STATE_PROGRAM)
-    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1")
-    runs = []
-    for _ in range(2):
-        result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=240)
-        assert result.returncode == 0, result.stderr
-        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
+    runs_ = [run_script(tmp_path, script, FRAMEJIT_CACHE_DIR=str(cache_dir))[0] for _ in range(2)]
+    cold, warm = runs_
     assert cold["traced"] == 1 and cold["loaded"] == 0
     assert warm["traced"] == 0 and warm["loaded"] == 1
-    for run_ in runs:
+    for run_ in runs_:
         assert run_["out"] == run_["ref"]
     assert [o[:2] for o in warm["out"]] == [["torch.float32", False], ["torch.bfloat16", True], ["torch.float32", True]]
 
@@ -253,18 +260,15 @@ def test_entry_guarding_a_class_property_is_persisted(tmp_path, cache_dir):
     loaded (it was kept in memory only, so every warm process traced again)."""
     script = tmp_path / "property_prog.py"
     script.write_text(PROPERTY_PROGRAM)
-    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1",
-               FRAMEJIT_LOGS="cache")
-    runs = []
+    runs_ = []
     for _ in range(2):
-        result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=240)
-        assert result.returncode == 0, result.stderr
-        assert "kept in memory only" not in result.stderr, result.stderr
-        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
-    cold, warm = runs
+        data, log = run_script(tmp_path, script, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_LOGS="cache")
+        assert "kept in memory only" not in log, log
+        runs_.append(data)
+    cold, warm = runs_
     assert cold["traced"] >= 1 and cold["loaded"] == 0
     assert warm["traced"] == 0 and warm["loaded"] == cold["traced"]
-    for run_ in runs:
+    for run_ in runs_:
         assert run_["out"] == run_["ref"]
 
 
@@ -304,15 +308,10 @@ def test_entry_reading_a_scalar_class_constant_is_used_warm(tmp_path, cache_dir)
     object in each process), and a changed value is still a miss."""
     script = tmp_path / "class_scalar_prog.py"
     script.write_text(CLASS_SCALAR_PROGRAM)
-    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(cache_dir), FRAMEJIT_CACHE="1")
-    runs = []
-    for mode in ("same", "same", "changed"):
-        result = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env,
-                                timeout=240)
-        assert result.returncode == 0, result.stderr
-        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
-    cold, warm, changed = runs
-    for run_ in runs:
+    runs_ = [run_script(tmp_path, script, mode, FRAMEJIT_CACHE_DIR=str(cache_dir))[0]
+             for mode in ("same", "same", "changed")]
+    cold, warm, changed = runs_
+    for run_ in runs_:
         assert run_["out"] == run_["ref"]
     assert cold["traced"] == 1 and warm["traced"] == 0 and warm["loaded"] == 1
     assert changed["traced"] == 1 and changed["out"] != cold["out"]

@@ -10,10 +10,6 @@ checks that a global hook registered in a new process is not skipped by a warm f
 from __future__ import annotations
 
 import functools
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -24,9 +20,7 @@ from torch.nn.modules import module as torch_module
 
 import framejit
 from framejit.capture.breaks import BreakKind
-from tests.helpers import CountingBackend, assert_same, run_differential
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers import CountingBackend, assert_same, run_cache_program, run_differential
 
 
 class Net(nn.Module):
@@ -514,13 +508,8 @@ CACHE_PROGRAM = textwrap.dedent('''
 
 
 def _run_cache_program(tmp_path, mode):
-    script = tmp_path / "hooked_program.py"
-    script.write_text(CACHE_PROGRAM)
-    env = dict(os.environ, PYTHONPATH=REPO, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1")
-    result = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env,
-                            timeout=240)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    """A new process (a forked child of a clean server: NOTE [Programs in forked children])."""
+    return run_cache_program(tmp_path, "hooked_program.py", CACHE_PROGRAM, mode)
 
 
 def test_global_hook_in_a_new_process_is_not_skipped_by_a_warm_frame_cache(tmp_path):
