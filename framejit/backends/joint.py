@@ -101,16 +101,25 @@ def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | No
 # `num_fwd_outputs` on: only the backward reads them) and the backward's gradients return the base, when
 # the base has its traced strides at run time (a graph input, or a contiguous value: see _keeps_its_layout).
 # User outputs of the forward are left as they are (AOT autograd regenerates outputs that alias inputs).
+# Likewise a returned `clone(y)` of a fresh intermediate y that nothing else returns is y (the zoo's gru_cell
+# forward saved 32 clones, each a torch copy of an ORT output: 16 are of such y): the graphs are functional, so only
+# aliasing could tell them apart, and y is seen by nobody else.
 def fold_identity_views(graph_module: torch.fx.GraphModule, first: int = 0) -> int:
-    """Outputs from index `first` on that are view chains equal to their base return the base; returns
-    how many (NOTE [Identity views between the halves])."""
+    """Outputs from index `first` on that are view chains equal to their base return the base, and needless
+    clones their source; returns how many (NOTE [Identity views between the halves])."""
     from .aliasing import is_view
 
     output = next(n for n in reversed(graph_module.graph.nodes) if n.op == "output")
     values = list(output.args[0])
     folded = 0
+    returned = {v for v in values if isinstance(v, torch.fx.Node)}
     for k in range(first, len(values)):
         node = values[k]
+        if _needless_clone(node, returned):
+            returned.add(node.args[0])
+            values[k] = node.args[0]
+            folded += 1
+            continue
         if not isinstance(node, torch.fx.Node) or not is_view(node) or node.target is operator.getitem:
             continue
         base = node
@@ -124,6 +133,21 @@ def fold_identity_views(graph_module: torch.fx.GraphModule, first: int = 0) -> i
         graph_module.graph.eliminate_dead_code()
         graph_module.recompile()
     return folded
+
+
+def _needless_clone(node, returned: set) -> bool:
+    """`node` is `clone(y)` of a fresh intermediate `y` (computed by a non-view op, returned by nothing
+    else) with the clone's layout: in a functional graph nobody outside can tell y from its copy."""
+    from .aliasing import is_view
+
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or \
+            node.target is not torch.ops.aten.clone.default or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    source = node.args[0]
+    if source.op != "call_function" or source in returned or is_view(source) or \
+            (source.target is operator.getitem and is_view(source.args[0])):
+        return False
+    return _same_layout(node.meta.get("val"), source.meta.get("val")) and _keeps_its_layout(source)
 
 
 def _keeps_its_layout(base: torch.fx.Node) -> bool:

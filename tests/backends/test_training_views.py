@@ -99,3 +99,21 @@ def test_fold_identity_views_keeps_user_outputs_and_real_views():
     assert joint_mod.fold_identity_views(gm, first=1) == 1  # t2 as a user output (index 0) stays
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     assert out[0] is t2 and out[1] is w and out[2] is t1  # t1 alone is a real view: kept
+
+
+def test_fold_drops_clones_of_fresh_intermediates_only():
+    graph = torch.fx.Graph()
+    w = graph.placeholder("w")
+    w.meta["val"] = torch.empty(3, 4)
+    nodes = {}
+    for name, target, arg in (("a", torch.ops.aten.relu.default, w), ("b", torch.ops.aten.tanh.default, w),
+                              ("ca", torch.ops.aten.clone.default, "a"), ("cb", torch.ops.aten.clone.default, "b"),
+                              ("cw", torch.ops.aten.clone.default, w)):
+        nodes[name] = graph.call_function(target, (nodes.get(arg, arg),))
+        nodes[name].meta["val"] = torch.empty(3, 4)
+    graph.output((nodes["b"], nodes["ca"], nodes["cb"], nodes["cw"]))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert joint_mod.fold_identity_views(gm, first=1) == 1
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    # clone(a) is a; clone(b) stays (b is returned too: two distinct tensors); clone of an input stays
+    assert out[1] is nodes["a"] and out[2] is nodes["cb"] and out[3] is nodes["cw"]
