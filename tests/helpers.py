@@ -140,6 +140,21 @@ def run_differential(fn: Callable, make_args: Callable[[int], tuple], *, seeds=(
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def run_sizes(fn: Callable, make_args: Callable[[int], tuple], sizes, **compile_kwargs) -> CountingBackend:
+    """Calls `fn` compiled and eagerly for each size (fresh inputs each time, the same values on both sides),
+    comparing results and in-place updates of the arguments; returns the counting backend."""
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, **compile_kwargs)
+    for i, n in enumerate(sizes):
+        torch.manual_seed(i)
+        args = make_args(n)
+        torch.manual_seed(i)
+        compiled_args = make_args(n)  # the same values, made anew (markers set on tensors are kept)
+        assert_same(compiled(*compiled_args), fn(*args))
+        assert_same(compiled_args, args)  # the same in-place updates
+    return backend
+
+
 def server_key(preload: tuple[str, ...], env: dict) -> tuple:
     """What a program server's children inherit from it: the modules it imported and the environment it
     imported them in (FRAMEJIT_* aside: each child takes its own before importing framejit)."""

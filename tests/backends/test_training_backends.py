@@ -124,10 +124,15 @@ def compare_training(model: torch.nn.Module, batches, backend: str, loss_fn=None
     eager_losses, _ = train(model, batches, loss_fn)
     losses, _ = train(fast, batches, loss_fn)
     torch.testing.assert_close(torch.stack(losses), torch.stack(eager_losses), **tol)
-    for (name, expected), (_, actual) in zip(model.state_dict().items(), compiled_model.state_dict().items()):
-        torch.testing.assert_close(actual, expected, **tol, msg=lambda m: f"{name}: {m}")
+    assert_same_state(compiled_model, model, tol)
     assert_backward_in_backend(recording)
     return recording
+
+
+def assert_same_state(compiled_model: torch.nn.Module, model: torch.nn.Module, tol=TOL) -> None:
+    """Parameters and buffers of the compiled copy equal the eager model's, entry by entry."""
+    for (name, expected), (_, actual) in zip(model.state_dict().items(), compiled_model.state_dict().items()):
+        torch.testing.assert_close(actual, expected, **tol, msg=lambda m: f"{name}: {m}")
 
 
 def _zoo_batches(case) -> list:

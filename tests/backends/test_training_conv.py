@@ -17,7 +17,7 @@ from torch import nn
 import framejit
 from framejit.backends.onnxrt.conv_backward import convolution_backward
 from tests.backends.test_training_backends import (  # noqa: F401 (_count_ort_runs: the autouse fixture)
-    TOL, Recording, _count_ort_runs, assert_backward_in_backend)
+    TOL, Recording, _count_ort_runs, assert_backward_in_backend, assert_same_state)
 
 aten = torch.ops.aten
 
@@ -91,8 +91,7 @@ def test_conv_net_trains_on_onnxrt_with_the_backward_in_one_part():
         torch.testing.assert_close(inputs[1].grad, inputs[0].grad, **TOL)
         for opt in opts:
             opt.zero_grad()
-    for (name, expected), (_, actual) in zip(model.state_dict().items(), fast_model.state_dict().items()):
-        torch.testing.assert_close(actual, expected, **TOL, msg=lambda m: f"{name}: {m}")
+    assert_same_state(fast_model, model)
     assert_backward_in_backend(recording)
     (joint,) = recording.joints()
     (backward,) = joint.compiled_backwards

@@ -18,7 +18,7 @@ import framejit
 from framejit.backends import joint as joint_mod
 from framejit.backends.onnxrt.partition import ALIAS_REASON
 from tests.backends.test_training_backends import (  # noqa: F401 (_count_ort_runs: the autouse fixture)
-    TOL, Recording, _count_ort_runs, assert_backward_in_backend)
+    TOL, Recording, _count_ort_runs, assert_backward_in_backend, assert_same_state)
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -67,8 +67,7 @@ def test_linear_training_runs_no_views_between_programs():
         torch.testing.assert_close(inputs[1].grad, inputs[0].grad, **TOL)
         for opt in opts:
             opt.zero_grad()
-    for (name, expected), (_, actual) in zip(model.state_dict().items(), fast_model.state_dict().items()):
-        torch.testing.assert_close(actual, expected, **TOL, msg=lambda m: f"{name}: {m}")
+    assert_same_state(fast_model, model)
     assert_backward_in_backend(recording)
     (joint,) = recording.joints()
     (forward,), (backward,) = joint.compiled_forwards, joint.compiled_backwards

@@ -10,21 +10,13 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same
+from tests.helpers import CountingBackend, assert_same, run_sizes
 
 SIZES = [3, 4, 5, 6, 7]
 
 
 def _run(fn, make, sizes=SIZES, **kwargs) -> CountingBackend:
-    backend = CountingBackend()
-    compiled = framejit.compile(fn, backend=backend, **kwargs)
-    for i, n in enumerate(sizes):
-        torch.manual_seed(i)
-        args = make(n)
-        torch.manual_seed(i)
-        assert_same(compiled(*make(n)), fn(*args))
-    return backend
-
+    return run_sizes(fn, make, sizes, **kwargs)
 
 def _rows(n):
     return (torch.randn(n, 4),)

@@ -12,23 +12,9 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, run_cache_program
+from tests.helpers import CountingBackend, assert_same, run_cache_program, run_sizes
 
 SIZES = [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
-
-
-def run_sizes(fn, make_args, sizes, **compile_kwargs):
-    """Calls `fn` compiled and eagerly for each size (fresh inputs each time); returns the backend."""
-    backend = CountingBackend()
-    compiled = framejit.compile(fn, backend=backend, **compile_kwargs)
-    for i, n in enumerate(sizes):
-        torch.manual_seed(i)
-        args = make_args(n)
-        torch.manual_seed(i)
-        compiled_args = make_args(n)  # the same values, made anew (markers set on tensors are kept)
-        assert_same(compiled(*compiled_args), fn(*args))
-        assert_same(compiled_args, args)  # the same in-place updates
-    return backend
 
 
 def heads(x, w):
