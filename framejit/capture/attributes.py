@@ -205,7 +205,7 @@ def _input_data(tx, t: TensorValue) -> Value | None:
     if t.source is None:
         return None
     entry = next((i for i in tx.output.inputs if i.value is t), None)
-    if entry is None or getattr(tx.output, "mutated_inputs", False):
+    if entry is None or tx.output.mutated_inputs:
         return None  # an input written by the graph already: its memory is the graph's value (detach() below)
     return wrap(tx.output, entry.tensor.data, AttrSource(t.source, "data"))
 

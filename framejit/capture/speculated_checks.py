@@ -52,7 +52,7 @@ def _random(target: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
 
 def rerun_would_be_exact(out) -> bool:
     """No op of the graph so far draws random numbers or writes an input (NOTE [Speculated checks])."""
-    if getattr(out, "mutated_inputs", False):
+    if out.mutated_inputs:
         return False
     return not any(node.op in ("call_function", "call_method") and _random(node.target, node.args, node.kwargs)
                    for node in out.graph.nodes)
