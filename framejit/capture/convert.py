@@ -180,7 +180,7 @@ MODE_STACKS = (("function", torch._C._len_torch_function_stack), ("dispatch", to
 
 
 def _mode_guards(output) -> None:
-    device = getattr(output, "default_device", None)  # NOTE [Default device mode]: the stack is popped now
+    device = output.default_device  # NOTE [Default device mode]: the stack is popped now
     for kind, length_fn in MODE_STACKS:
         length = output.name_of(length_fn, f"len_torch_{kind}_stack")
         depth = length_fn() + (kind == "function" and device is not None)

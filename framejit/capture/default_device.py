@@ -75,7 +75,7 @@ def default_device(device: torch.device) -> torch.device:
 def query_under_mode(out, fn: Any, args: list) -> tuple[bool, Any]:
     """`(True, answer)` for a state query whose answer under the popped mode is not the caller's:
     `torch.get_default_device()` and whether a function mode is enabled; `(False, None)` otherwise."""
-    device = getattr(out, "default_device", None)
+    device = out.default_device
     if device is None or args:
         return False, None
     if fn is getattr(torch, "get_default_device", None):

@@ -81,6 +81,7 @@ class OutputGraph:
         self.steps = 0  # instructions traced, across inlined frames
         self.side_effects = SideEffects()
         self.mutated_inputs = False
+        self.default_device: torch.device | None = None  # set under a DeviceContext (NOTE [Default device mode])
         self.mutated_entries: list = []  # the inputs mutated in place (NOTE [Input mutation])
         self.backend_outputs: list[str] = []
         self.inlined: dict[Any, None] = {}  # real functions inlined while tracing (frame cache checks them)
@@ -318,7 +319,7 @@ class OutputGraph:
         if self.__dict__.get("speculated_checks"):
             from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
             check_after_speculation(self, kind, target, args, kwargs)
-        if self.__dict__.get("default_device") is not None and kind == "call_function":
+        if self.default_device is not None and kind == "call_function":
             from .default_device import with_device  # NOTE [Default device mode]
             kwargs = with_device(self.default_device, target, kwargs)
         fake_args, fake_kwargs = tree_map(_fake_of, (args, kwargs), is_leaf=_is_value)
