@@ -37,6 +37,7 @@ from .values.mappings import IdentityKey, key_value
 from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
 from .sources import LocalSource, ObjectSource
+from .sym_arith import SymRangeValue
 
 GRAPH_OUT = "___graph_out"  # the local holding the graph's outputs
 
@@ -232,6 +233,8 @@ class Reconstructor:
         visiting.add(id(value))
         for child in _children(value):
             self._preload(child, sourced, visiting)
+        if isinstance(value, SymRangeValue):
+            return  # rebuilt from its bounds; reading its value would specialise them
         if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value) \
                 or isinstance(value, ConstantValue) and isinstance(value.value, BaseException):
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
@@ -267,6 +270,8 @@ class Reconstructor:
                 cg.subscr()
         elif value.source is not None and not isinstance(value, (ListValue, DictValue)):
             value.source.reload(cg)
+        elif isinstance(value, SymRangeValue):  # NOTE [Loops over symbolic ranges] in python_loops.py
+            self._call_const(range, [*value.bounds, ConstantValue(value.step)])
         elif isinstance(value, ConstantValue) and isinstance(value.value, BaseException):
             cg.push_null()  # NOTE [Exceptions made while tracing]
             cg.load_const(fresh_exception)
@@ -468,6 +473,8 @@ def _children(value: Value) -> list:
         return partial_parts(value)
     if isinstance(value, SetValue):
         return [key_value(k) for k in value.items if not isinstance(key_value(k), ConstantValue)]
+    if isinstance(value, SymRangeValue):
+        return list(value.bounds)
     return []
 
 

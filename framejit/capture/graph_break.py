@@ -58,6 +58,7 @@ from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, DictValue
                      UserFunctionValue, Value)
 from .numpy_support import NdarrayMethodValue, NdarrayValue, children as numpy_children
 from .partials import partial_parts
+from .sym_arith import SymRangeValue
 from .values.mappings import key_value
 
 _CONDITIONAL = {"POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"}
@@ -155,6 +156,9 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
         elif isinstance(v, IteratorValue):
             for item in [v.owner] if v.owner is not None else v.items[v.index:]:
                 visit(item)
+        elif isinstance(v, SymRangeValue):  # NOTE [Loops over symbolic ranges] in python_loops.py
+            for bound in v.bounds:
+                visit(bound)
         elif isinstance(v, BoundMethodValue):
             visit(v.self_value)
         elif isinstance(v, PartialValue):

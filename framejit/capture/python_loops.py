@@ -41,11 +41,20 @@ def enclosing_loop(insts: list, index: int):
     return best
 
 
+# NOTE [Loops over symbolic ranges]: `for i in range(1, x.size(0))` whose body breaks on data, traced with a
+# symbolic size: unrolled, the range specialises the size (`x.size(0) == 5`), so the frame that owns the loop
+# recompiled for every size until the recompile limit sent it to eager (stock runs it eagerly from the
+# start). Such a loop runs as Python too: the break moves to its GET_ITER, the range is rebuilt there from
+# its symbolic bounds (graph outputs, codegen.py), and the owner frame keeps serving every size.
 def iterates_rows(value: Any) -> bool:
     """A loop iterator over the rows of a tensor: an unrolled iterator whose items are tensors taken
-    from one tensor, or a tensor's tuple iterator made in Python (NOTE [Loops over symbolic rows])."""
+    from one tensor, or a tensor's tuple iterator made in Python (NOTE [Loops over symbolic rows]); or a
+    range with a symbolic bound (NOTE [Loops over symbolic ranges])."""
     from .carried_loops import CarriedIteratorValue
+    from .sym_arith import SymRangeValue
     from .values import IteratorValue, TensorValue
+    if isinstance(value, SymRangeValue):
+        return True
     if isinstance(value, CarriedIteratorValue):
         return type(value.obj) is type(iter(()))
     if isinstance(value, IteratorValue):
