@@ -365,14 +365,19 @@ def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, 
     if logs.enabled("graph"):
         logs.log("graph", "%s", gm.graph)
     code = fn.__code__
-    compiled = call_backend(gm, example_inputs, request.backend, request.options,
-                            backend_name(request.backend, request.version_key),
-                            f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})")
-    STATS["backend_compiles"] += 1
-    output.backend_outputs.append(describe_backend_output(gm, compiled))
-    if logs.enabled("output_code"):
-        logs.log("output_code", "%s", output.backend_outputs[-1])
-    return compiled
+    name = backend_name(request.backend, request.version_key)
+    where = f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+    def compile_part(part: torch.fx.GraphModule, part_inputs: list) -> Callable:
+        compiled = call_backend(part, part_inputs, request.backend, request.options, name, where)
+        STATS["backend_compiles"] += 1
+        output.backend_outputs.append(describe_backend_output(part, compiled))
+        if logs.enabled("output_code"):
+            logs.log("output_code", "%s", output.backend_outputs[-1])
+        return compiled
+
+    from .ddp_buckets import compile_in_buckets  # NOTE [Graphs split at DDP's buckets]
+    return compile_in_buckets(gm, example_inputs, compile_part) or compile_part(gm, example_inputs)
 
 
 def describe_backend_output(gm: torch.fx.GraphModule, compiled: Callable) -> str:

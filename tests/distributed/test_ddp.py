@@ -1,11 +1,14 @@
 """Compiled modules under torch.nn.parallel.DistributedDataParallel (gloo, CPU, spawned ranks).
 
-Each configuration is one spawn: every rank trains the same initial model for 3 steps on its own data
-shard (a rank-seeded generator), eagerly under DDP and compiled both ways
-(`framejit.compile(DDP(m))` and `DDP(framejit.compile(m))`), then compares parameters with the eager
-run. A recording DDP comm hook counts the bucket all-reduces of each step and checks each one was launched
-from inside the autograd engine (during backward, as eager DDP's reducer does), and that the count equals
-eager DDP's. Ranks report results through a queue; the parent asserts.
+Each test is one spawn: every rank trains the same initial model for 3 steps on its own data shard (a
+rank-seeded generator), eagerly under DDP and compiled both ways (`framejit.compile(DDP(m))` and
+`DDP(framejit.compile(m))`), for each configuration (wrapping, backend, optimizer, bucket_cap_mb), then
+compares parameters with the eager DDP run of the same bucket cap. A recording DDP comm hook counts the
+bucket all-reduces of each step and checks each one was launched from inside the autograd engine (during
+backward, as eager DDP's reducer does), and that the count equals eager DDP's; with a backend that compiles
+the backward it also records how many compiled backward parts had run when each all-reduce was launched
+(NOTE [Graphs split at DDP's buckets]: an all-reduce launched before the last part's backward overlaps it).
+Ranks report results through a queue; the parent asserts.
 """
 from __future__ import annotations
 
@@ -35,44 +38,46 @@ def _model() -> torch.nn.Module:
                                torch.nn.Tanh(), torch.nn.Linear(16, 3))
 
 
-def _recording_hook(calls: list):
-    """A DDP comm hook: records each bucket's all-reduce and whether it ran inside a backward pass."""
+def _recording_hook(calls: list, progress):
+    """A DDP comm hook: records for each bucket's all-reduce whether it ran inside a backward pass, and
+    `progress()` (compiled backward runs so far; None for a backend that compiles no backward)."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     def hook(state, bucket):
-        calls.append(torch._C._current_graph_task_id() != -1)  # -1: not inside the autograd engine
+        calls.append((torch._C._current_graph_task_id() != -1, progress()))  # -1: not inside the autograd engine
         return allreduce_hook(state, bucket)
     # DDP checks the annotations themselves (strings under `from __future__ import annotations`)
     hook.__annotations__ = {"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
     return hook
 
 
-def _train(rank: int, init: torch.nn.Module, mode: str, backend, opt_name: str):
+def _train(rank: int, init: torch.nn.Module, mode: str, backend, opt_name: str, cap_mb: float):
     import framejit
     module = copy.deepcopy(init)
+    progress = getattr(backend, "compiled_backward_runs", lambda: None)
     if mode == "fsdp2":  # FSDP2 shards the parameters; gradients are reduce-scattered in its hooks
         from torch.distributed.fsdp import fully_shard
         fully_shard(module)
         return _steps(rank, module, framejit.compile(module, backend=backend), module.parameters(), None,
-                      opt_name)
+                      opt_name, progress)
     if mode == "eager":
-        ddp = DDP(module, bucket_cap_mb=0.001)
+        ddp = DDP(module, bucket_cap_mb=cap_mb)
         step_fn = ddp
     elif mode == "outer":
-        ddp = DDP(module, bucket_cap_mb=0.001)
+        ddp = DDP(module, bucket_cap_mb=cap_mb)
         step_fn = framejit.compile(ddp, backend=backend)
     else:
-        ddp = DDP(framejit.compile(module, backend=backend), bucket_cap_mb=0.001)
+        ddp = DDP(framejit.compile(module, backend=backend), bucket_cap_mb=cap_mb)
         step_fn = ddp
-    all_calls: list[bool] = []
-    ddp.register_comm_hook(None, _recording_hook(all_calls))
-    result = _steps(rank, module, step_fn, ddp.parameters(), all_calls, opt_name)
+    all_calls: list[tuple] = []
+    ddp.register_comm_hook(None, _recording_hook(all_calls, progress))
+    result = _steps(rank, module, step_fn, ddp.parameters(), all_calls, opt_name, progress)
     if mode == "outer":  # NOTE [Compiling a DistributedDataParallel module]: the swap is undone after each call
         assert ddp.module is module and not getattr(type(ddp.module), "_framejit_compiled", False)
     return result
 
 
-def _steps(rank: int, module, step_fn, params, all_calls, opt_name: str):
+def _steps(rank: int, module, step_fn, params, all_calls, opt_name: str, progress):
     params = list(params)
     opt = (torch.optim.SGD(params, lr=0.1, momentum=0.9) if opt_name == "sgd"
            else torch.optim.AdamW(params, lr=0.01))
@@ -85,9 +90,10 @@ def _steps(rank: int, module, step_fn, params, all_calls, opt_name: str):
         loss = torch.nn.functional.mse_loss(step_fn(x), target)
         if all_calls is not None:
             assert len(all_calls) == before, "an all-reduce ran during the forward"
+        start = progress()
         loss.backward()
-        if all_calls is not None:
-            per_step.append(all_calls[before:])
+        if all_calls is not None:  # (inside the backward, compiled backward parts run before it in this step)
+            per_step.append([(inside, None if start is None else runs - start) for inside, runs in all_calls[before:]])
         opt.step()
         opt.zero_grad()
     # plain lists: tensors sent through the queue would share memory with a rank that has exited
@@ -132,17 +138,17 @@ def _worker(rank: int, world: int, port: int, configs, queue) -> None:
         torch.manual_seed(0)
         init = _model()  # the same initial weights on every rank (DDP also broadcasts rank 0's)
         results = {}
-        for opt_name in sorted({c[2] for c in configs}):
-            results[("eager", None, opt_name)] = _train(rank, init, "eager", None, opt_name)
-        for mode, backend_name, opt_name in configs:
+        for opt_name, cap_mb in sorted({(c[2], c[3]) for c in configs}):
+            results[("eager", None, opt_name, cap_mb)] = _train(rank, init, "eager", None, opt_name, cap_mb)
+        for mode, backend_name, opt_name, cap_mb in configs:
             framejit.reset()
-            before = framejit.stats()["graphs"]
+            before = framejit.stats()
             backend = CountingBackend() if backend_name == "counting" else _Recording(backend_name)
-            params, calls = _train(rank, init, mode, backend, opt_name)
-            graphs = (backend.graph_count if backend_name == "counting"
-                      else framejit.stats()["graphs"] - before)
+            params, calls = _train(rank, init, mode, backend, opt_name, cap_mb)
+            after = framejit.stats()
+            graphs = (after["graphs"] - before["graphs"], after["backend_compiles"] - before["backend_compiles"])
             backwards = None if backend_name == "counting" else backend.compiled_backward_runs()
-            results[(mode, backend_name, opt_name)] = (params, calls, graphs, backwards)
+            results[(mode, backend_name, opt_name, cap_mb)] = (params, calls, graphs, backwards)
         dist.barrier()  # no rank tears its gloo group down while another still talks to it (CI at c19c2d4: one
         dist.destroy_process_group()  # rank of 4 died with SIGABRT, 'terminate called without an active exception')
         queue.put((rank, results, None))
@@ -162,26 +168,31 @@ def _run(world: int, configs) -> dict:
     return out
 
 
-def _check_ranks(out: dict, configs, expected_graphs: dict) -> None:
+def _check_ranks(out: dict, configs) -> None:
     for rank, results in out.items():
-        for mode, backend_name, opt_name in configs:
-            eager_params, eager_calls = results[("eager", None, opt_name)]
-            params, calls, graphs, backwards = results[(mode, backend_name, opt_name)]
+        for mode, backend_name, opt_name, cap_mb in configs:
+            eager_params, eager_calls = results[("eager", None, opt_name, cap_mb)]
+            params, calls, graphs, backwards = results[(mode, backend_name, opt_name, cap_mb)]
             assert len(params) == len(eager_params)
             # the eager backend runs the same aten ops in the same order: bit for bit eager DDP's parameters
             tol = dict(rtol=0, atol=0) if backend_name == "counting" else dict(rtol=2e-3, atol=2e-4)
             for p, e in zip(params, eager_params):
                 torch.testing.assert_close(torch.tensor(p), torch.tensor(e), **tol)
-            assert graphs == expected_graphs[mode], (rank, mode, backend_name, graphs)
-            if backend_name != "counting":  # every step's backward ran through the compiled joint graph
-                assert backwards == STEPS, (rank, mode, backend_name, backwards)
+            parts = 1 if mode == "fsdp2" else PARTS[cap_mb]
+            # captured graphs, and backend compiles: each captured graph in parts
+            assert graphs == (GRAPHS, GRAPHS * parts), (rank, mode, backend_name, cap_mb, graphs)
+            if backend_name != "counting":  # every step's backward ran through the compiled joint graphs
+                assert backwards == STEPS * parts, (rank, mode, backend_name, backwards)
             if mode == "fsdp2":
                 continue
             # the same bucket all-reduces per step as eager DDP, each launched from inside the backward
             assert [len(c) for c in calls] == [len(c) for c in eager_calls], (rank, mode)
             # DDP's first step runs with one bucket, then rebuilds the buckets in gradient-ready order
-            assert all(len(c) > 1 for c in calls[1:]), "expected several buckets"
-            assert all(all(c) for c in calls), (rank, mode, calls)
+            # (with a 25 MiB cap, one bucket holds every parameter)
+            assert len(calls[0]) == 1 and all((len(c) > 1) == (cap_mb < 1) for c in calls[1:]), (rank, mode, calls)
+            assert all(inside for c in calls for inside, _ in c), (rank, mode, calls)
+            if backend_name != "counting":  # NOTE [Graphs split at DDP's buckets]: compiled backward parts
+                _check_overlap(calls, parts)
     # the parameters agree across ranks (DDP averaged the gradients of different shards)
     for rank in out:
         for key, value in out[rank].items():
@@ -189,8 +200,23 @@ def _check_ranks(out: dict, configs, expected_graphs: dict) -> None:
                 torch.testing.assert_close(torch.tensor(p), torch.tensor(q), rtol=2e-3, atol=2e-4)
 
 
-FSDP2_GRAPHS = 2  # measured; see NOTE [Graphs per rank under DDP]
-GRAPHS = {"outer": 2, "inner": 2, "fsdp2": FSDP2_GRAPHS}
+def _check_overlap(calls: list, parts: int) -> None:
+    """Each step's all-reduces, as (inside backward, compiled backward parts run before it): the first step
+    has one bucket, reduced after every part; later steps launch their first all-reduce while a part's
+    backward is still to run (it overlaps that part), unless the graph is one part."""
+    assert [runs for _, runs in calls[0]] == [parts], calls
+    for step in calls[1:]:
+        runs = [r for _, r in step]
+        assert runs == sorted(runs) and runs[-1] == parts, calls
+        assert runs[0] < parts if parts > 1 else runs[0] == 1, calls
+
+
+GRAPHS = 2  # captured graphs per configuration and rank; see NOTE [Graphs per rank under DDP]
+# Parts per captured graph for each bucket_cap_mb (NOTE [Graphs split at DDP's buckets]), from the model's
+# parameter bytes: Linear(6, 16) 448, Linear(16, 16) 1088, Linear(16, 3) 204 (float32). A bucket closes once
+# it reaches the cap: 25 MiB holds them all (1 part); 0.001 MiB (1048 bytes) closes after the last two
+# layers (204 + 1088), leaving the first (2 parts); 1e-6 MiB (1 byte) closes after each layer (3 parts).
+PARTS = {25: 1, 0.001: 2, 1e-6: 3}
 
 # NOTE [Graphs per rank under DDP]
 # Both wrappings capture the same graphs: DDP's forward (its Python logic: _pre_forward, the C++ reducer,
@@ -199,28 +225,40 @@ GRAPHS = {"outer": 2, "inner": 2, "fsdp2": FSDP2_GRAPHS}
 #   module runs DDP's forward with `self.module` resolving to the compiled inner module (NOTE [Compiling a
 #   DistributedDataParallel module] in api.py); before that, DDP.forward was traced, every reducer call was
 #   a graph break and the `with self._inside_ddp_forward():` block holding the model call ran eagerly: 0 graphs.
-# Either way 2 graphs per rank, each the whole model: the first for the step-0 batch size, the second the
-#   dynamic-batch recompile after step 1 changes it (step 2 reuses it). On onnxrt and triton each graph is a
-#   joint (forward and backward compiled, backends/joint.py); the reducer's per-parameter autograd hooks
-#   fire as the joint's backward hands the gradients back, so the same buckets all-reduce, inside the
-#   backward, as in eager DDP (not yet split at bucket boundaries as Dynamo's DDPOptimizer does: the
-#   all-reduces start when the graph's whole backward has run).
+# Either way 2 captured graphs per rank, each the whole model: the first for the step-0 batch size, the
+#   second the dynamic-batch recompile after step 1 changes it (step 2 reuses it). Each is split at DDP's
+#   buckets into PARTS[bucket_cap_mb] parts, each compiled by the backend as its own graph (NOTE [Graphs
+#   split at DDP's buckets] in capture/ddp_buckets.py): 2 * parts backend compiles per rank. On onnxrt and
+#   triton each part is a joint (forward and backward compiled, backends/joint.py); the reducer's
+#   per-parameter autograd hooks fire as each part's backward hands its gradients back, so a bucket
+#   all-reduces while earlier parts' backward still runs, as in eager DDP.
 # framejit.compile(fully_shard(m)) (FSDP2): 2 graphs per rank, measured (the same count and batch-size
-#   pattern; FSDP2's unshard/reshard run in its module hooks).
+#   pattern; FSDP2's unshard/reshard run in its module hooks; no DDP forward runs, so no split).
 
 
 def test_ddp_two_ranks_sgd_both_wrappings_training_backends_and_fsdp2():
-    # onnxrt and triton: forward and backward compiled (backends/joint.py). Run through the outer wrapping
-    # only: it calls the very compiled inner module DDP(framejit.compile(m)) calls (NOTE [Compiling a
-    # DistributedDataParallel module]), and each backend costs seconds per rank here.
+    # onnxrt and triton: forward and backward compiled (backends/joint.py), split at the buckets, their
+    # all-reduces overlapping the backward. Run through the outer wrapping only: it calls the very
+    # compiled inner module DDP(framejit.compile(m)) calls (NOTE [Compiling a DistributedDataParallel
+    # module]), and each backend costs seconds per rank here.
     # fsdp2: `framejit.compile(fully_shard(m))` matches eager DDP (both average the shards' gradients).
-    configs = [("outer", "counting", "sgd"), ("inner", "counting", "sgd"), ("outer", "onnxrt", "sgd"),
-               ("outer", "triton", "sgd"), ("fsdp2", "counting", "sgd")]
+    configs = [("outer", "counting", "sgd", 0.001), ("inner", "counting", "sgd", 0.001),
+               ("outer", "onnxrt", "sgd", 0.001), ("outer", "triton", "sgd", 0.001),
+               ("fsdp2", "counting", "sgd", 0.001)]
     out = _run(2, configs)
-    _check_ranks(out, configs, GRAPHS)
+    _check_ranks(out, configs)
+
+
+def test_ddp_parts_follow_bucket_cap():
+    # one part (not split), two, three: PARTS; onnxrt compiles each part's backward, and the smallest cap
+    # shows an all-reduce launched while two parts' backward are still to run
+    configs = [("outer", "counting", "sgd", 25), ("inner", "counting", "sgd", 1e-6), ("outer", "onnxrt", "sgd", 25),
+               ("outer", "onnxrt", "sgd", 1e-6)]
+    out = _run(2, configs)
+    _check_ranks(out, configs)
 
 
 def test_ddp_four_ranks_adamw_both_wrappings():
-    configs = [("outer", "counting", "adamw"), ("inner", "counting", "adamw")]
+    configs = [("outer", "counting", "adamw", 0.001), ("inner", "counting", "adamw", 0.001)]
     out = _run(4, configs)
-    _check_ranks(out, configs, GRAPHS)
+    _check_ranks(out, configs)

@@ -1,0 +1,192 @@
+"""Graphs captured inside DistributedDataParallel's forward, split at DDP's gradient bucket boundaries.
+
+`compile_in_buckets(gm, example_inputs, compile_part)` returns a `BucketedGraph` (called like `gm`) whose
+parts were each compiled by `compile_part(part_gm, part_example_inputs)`, or None when `gm` is not split
+(no DDP forward is running, the parameters fill one bucket, or the graph is one the split does not handle).
+Nothing here calls torch._dynamo: the split is framejit's own (NOTE [Graphs split at DDP's buckets]).
+
+NOTE [Graphs split at DDP's buckets]
+DDP all-reduces gradients bucket by bucket: its reducer's autograd hooks mark a parameter ready when its
+gradient is accumulated, and a bucket's all-reduce starts as soon as its last parameter is ready, while
+the rest of the backward still runs: communication overlaps computation. A graph whose backward a backend
+compiles (onnxrt, triton: one autograd Function per joint, backends/joint.py) hands back all its
+gradients at once, when its whole backward has run, so every bucket became ready at the end and no
+all-reduce overlapped the backward. A graph captured while a DDP module's forward runs (DDP sets
+`DistributedDataParallel._active_ddp_module` around the inner module's call, in both
+`framejit.compile(DDP(m))` and `DDP(framejit.compile(m))`) is therefore split before it reaches the
+backend into consecutive parts whose parameters fill DDP's buckets, and each part is compiled as its own
+graph (its own joint): a part's gradients are ready when its own backward has run, and DDP's hooks fire
+bucket by bucket during the backward.
+- Buckets as DDP fills them: DDP assigns parameters in reverse order (the order the backward produces
+  gradients) to buckets closed once their bytes reach the cap, the first with its own cap
+  (`_DEFAULT_FIRST_BUCKET_BYTES` when `bucket_cap_mb` is left at its default, else `bucket_cap_mb`), or
+  with the per-bucket caps of `bucket_cap_mb_list`. Here nodes are walked from the output backwards;
+  each DDP parameter (`ddp._module_parameters` that require grad: not the ignored ones) counts its bytes
+  toward the part of its last use, and a part is closed before the next node once its bytes reached its
+  cap and one of its values is used after it (a part that hands nothing on is extended, as Dynamo's
+  DDPOptimizer does). Leading nodes without parameters join the part after them.
+- The parts run in order from one FX module made by `torch.fx.passes.split_module` (tuple returns),
+  its submodules replaced by the compiled parts. A part's placeholders carry the original nodes'
+  `meta["val"]` (symbolic sizes stay symbolic); its example inputs are the whole graph's real example
+  inputs where it reads them, and uninitialised tensors with the traced sizes (hints), strides, dtype and
+  requires_grad for values an earlier part makes: the graph is not run at compile time (that would draw
+  random numbers and update running statistics).
+- Not split (compiled whole, logged under `output_code`): graphs with grad-mode or autocast switches
+  (split_module would repeat them in each part; not checked with framejit's backends), with submodule
+  calls (checkpointed regions), or whose values between parts are not tensors or ints or have sizes
+  without a hint (data-dependent).
+- An entry is not guarded on running inside DDP: one compiled outside DDP runs unsplit inside it (the
+  same values; the all-reduces start at the end of its backward) and the other way round. A split entry
+  is kept in memory only (the frame cache persists one backend artifact per graph; frame_cache.persist).
+- DDP rebuilds its buckets after the first step in the order the gradients arrived; within a part that
+  order is the autograd engine's, so a rebuilt bucket may straddle two parts: it is reduced when the
+  earlier part's backward has run (still before the backward ends, unless it holds the first part).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import torch
+import torch.fx
+
+from .. import logs
+
+_STATE_SWITCHES = ("_set_grad_enabled", "_enter_autocast", "_exit_autocast")
+
+
+def active_ddp():
+    """The DistributedDataParallel module whose forward is running, or None (never imports DDP)."""
+    distributed = sys.modules.get("torch.nn.parallel.distributed")
+    return None if distributed is None else distributed.DistributedDataParallel._get_active_ddp_module()
+
+
+def bucket_caps(ddp) -> list[int]:
+    """Byte caps of DDP's buckets in the order it fills them (the last repeats)."""
+    if ddp.bucket_bytes_cap_list:
+        return list(ddp.bucket_bytes_cap_list)
+    first = torch.distributed._DEFAULT_FIRST_BUCKET_BYTES if ddp.bucket_bytes_cap_default else ddp.bucket_bytes_cap
+    return [first, ddp.bucket_bytes_cap]
+
+
+def bucket_parts(gm: torch.fx.GraphModule, example_inputs: list, params: set[int], caps: list[int]) -> list[list]:
+    """The nodes of `gm` (placeholders and output excluded) in parts, in graph order, whose parameters (the
+    inputs whose ids are in `params`) fill buckets of `caps` (NOTE [Graphs split at DDP's buckets])."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    param_bytes = {node: value.numel() * value.element_size()
+                   for node, value in zip(placeholders, example_inputs) if id(value) in params}
+    parts: list[list] = [[]]  # reversed: parts[0] is the last part of the graph
+    sizes = [0]
+    counted: set = set()
+    for node in reversed(gm.graph.nodes):
+        if node.op in ("placeholder", "output"):
+            continue
+        if sizes[-1] >= caps[min(len(parts) - 1, len(caps) - 1)] and _hands_on(parts[-1]):
+            parts.append([])
+            sizes.append(0)
+        for arg in node.all_input_nodes:
+            if arg in param_bytes and arg not in counted:
+                counted.add(arg)
+                sizes[-1] += param_bytes[arg]
+        parts[-1].append(node)
+    if len(parts) > 1 and sizes[-1] == 0:  # leading nodes without parameters join the part after them
+        parts[-2].extend(parts.pop())
+    return [list(reversed(part)) for part in reversed(parts)]
+
+
+def _hands_on(part: list) -> bool:
+    """Some value of `part` is used outside it (a part must return something)."""
+    members = set(part)
+    return any(user not in members for node in part for user in node.users)
+
+
+def _unsplittable(gm: torch.fx.GraphModule) -> str | None:
+    for node in gm.graph.nodes:
+        if node.op in ("call_module", "get_attr"):
+            return f"it reads module state ({node.op} {node.target})"
+        if node.op == "call_function" and getattr(node.target, "__name__", None) in _STATE_SWITCHES:
+            return f"it switches grad mode or autocast ({node.target.__name__})"
+    return None
+
+
+class BucketedGraph:
+    """A graph split at DDP's buckets: `split` (the FX module running the compiled parts in order)."""
+
+    def __init__(self, split: torch.fx.GraphModule, parts: list) -> None:
+        self.split, self.parts = split, parts
+
+    def __call__(self, *args):
+        return self.split(*args)
+
+
+def compile_in_buckets(gm: torch.fx.GraphModule, example_inputs: list,
+                       compile_part: Callable) -> BucketedGraph | None:
+    """`gm` split at the running DDP module's buckets, each part compiled by `compile_part`; None when
+    there is no DDP forward running or `gm` is not split (NOTE [Graphs split at DDP's buckets])."""
+    ddp = active_ddp()
+    if ddp is None:
+        return None
+    params = {id(p) for p in ddp._module_parameters if p.requires_grad}
+    parts = bucket_parts(gm, example_inputs, params, bucket_caps(ddp))
+    if len(parts) == 1:
+        return None
+    why = _unsplittable(gm)
+    if why is None:
+        from torch.fx.passes.split_module import split_module
+
+        index = {node: k for k, part in enumerate(parts) for node in part}
+        split = split_module(gm, None, index.__getitem__, tuple_return=True)
+        examples = _part_examples(gm, example_inputs, split)
+        why = examples if isinstance(examples, str) else None
+    if why is not None:
+        logs.log("output_code", "DDP: the graph is compiled whole, not split at its %d buckets: %s", len(parts), why)
+        return None
+    compiled_parts = []
+    for name, part_examples in examples:
+        compiled = compile_part(getattr(split, name), part_examples)
+        del split._modules[name]  # the generated code calls self.<name>(...): now the compiled part
+        setattr(split, name, compiled)
+        compiled_parts.append(compiled)
+    logs.log("output_code", "DDP: the graph is split at its buckets into %d parts of %s nodes", len(parts),
+             "/".join(str(len(part)) for part in parts))
+    return BucketedGraph(split, compiled_parts)
+
+
+def _part_examples(gm: torch.fx.GraphModule, example_inputs: list, split: torch.fx.GraphModule):
+    """[(submodule name, example inputs)] in call order, or a reason why there are none."""
+    real = {n.name: value for n, value in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs)}
+    out = []
+    for node in split.graph.nodes:
+        if node.op != "call_module":
+            continue
+        examples = []
+        for placeholder in (n for n in getattr(split, node.target).graph.nodes if n.op == "placeholder"):
+            if placeholder.name in real:
+                examples.append(real[placeholder.name])
+                continue
+            value = _materialized(placeholder.meta.get("val"))
+            if value is None:
+                return f"the value {placeholder.name} passed between parts is not a tensor or int with known sizes"
+            examples.append(value)
+        out.append((node.target, examples))
+    return out
+
+
+def _materialized(val):
+    """A real value like the traced `val` (a fake tensor or a SymInt): None if there is none."""
+    from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw
+
+    try:
+        if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+            return guarding_hint_or_throw(val)
+        if isinstance(val, torch.Tensor):
+            size = [guarding_hint_or_throw(s) for s in val.shape]
+            stride = [guarding_hint_or_throw(s) for s in val.stride()]
+            value = torch.empty_strided(size, stride, dtype=val.dtype, device=val.device)
+            return value.requires_grad_(val.requires_grad)
+    except Exception:  # an unbacked (data-dependent) size has no hint
+        return None
+    return None
+
+
+__all__ = ["BucketedGraph", "active_ddp", "bucket_caps", "bucket_parts", "compile_in_buckets"]
