@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import copy
 import os
+import types
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # triton kernels run on CPU (as in tests/backends/conftest.py)
 
@@ -39,7 +40,29 @@ def _backend(name: str) -> CountingBackend:
     return CountingBackend() if name == "eager" else NamedCounting(name)
 
 
-def run_steps(fn, make_args, steps, *, backend="eager", fullgraph=False, compiled=None):
+def fresh_copy(fn):
+    """fn with a new copy of its code object (so no specialization state of earlier calls), reading fn's
+    current globals, defaults, closure and attributes. See NOTE [Stale __getitem__ on CPython 3.13.0]."""
+    copy_ = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy_.__kwdefaults__ = fn.__kwdefaults__
+    copy_.__dict__.update(fn.__dict__)
+    return copy_
+
+
+# NOTE [Stale __getitem__ on CPython 3.13.0]
+# CPython 3.13.0 specialises `o[i]` on a class with a Python `__getitem__` (BINARY_SUBSCR_GETITEM) by caching
+# the function on the class; a class change clears that cache only while the class still has a valid
+# version tag. A class gets at most 1000 version tags (MAX_VERSIONS_PER_CLASS), and every change to it or to
+# a base class uses one up: torch.fx's tracer patches `nn.Module.__getattr__`/`__call__` for every make_fx
+# trace (4 changes per onnxrt/triton compile through AOT autograd), so after ~250 such compiles in one process
+# every nn.Module class is out of tags. From then on, on 3.13.0 only, an already specialised `layers[0]` keeps
+# calling the old `ModuleList.__getitem__` after `nn.ModuleList.__getitem__` is patched: the EAGER reference
+# is wrong, not framejit (reproducer: patch a class 1000 times, specialise `o[0]`, patch `__getitem__` again;
+# 3.12.1 sees the new method, 3.13.0 the old). The full 3.13 suite hit this in
+# test_module_list_protocol_patched_on_the_class[__getitem__] after the backend tests. Tests that patch a
+# library class's `__getitem__` compute their eager reference with a fresh copy of fn's code per call
+# (`fresh_eager=True`), which has no specialised site; the compiled side is unchanged.
+def run_steps(fn, make_args, steps, *, backend="eager", fullgraph=False, compiled=None, fresh_eager=False):
     """Before call i, apply steps[i] (None: change nothing); then call fn eagerly and compiled on the same
     arguments and compare values, exception types and printed output."""
     counting = _backend(backend)
@@ -48,7 +71,8 @@ def run_steps(fn, make_args, steps, *, backend="eager", fullgraph=False, compile
         if step is not None:
             step()
         args = make_args()
-        expected, expected_exc, expected_out = call_capturing(fn, args, {})
+        eager = fresh_copy(fn) if fresh_eager else fn
+        expected, expected_exc, expected_out = call_capturing(eager, args, {})
         actual, actual_exc, actual_out = call_capturing(compiled, args, {})
         assert actual_exc is expected_exc, f"eager raised {expected_exc}, compiled {actual_exc}: {actual!r}"
         assert actual_out == expected_out
