@@ -24,7 +24,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      NewObjectValue, SetValue,
                      NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, SymFloatValue, TensorMethodValue,
                      TensorValue, UserFunctionValue, Value)
-from .values.builder import is_library_module, wrap, wrap_unguarded
+from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
 from .getattribute import custom_getattribute, inline_getattribute, instance_dict
 
 # Tensor attributes that are metadata: constant for a traced tensor (inputs are guarded on them).
@@ -463,20 +463,20 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
             return obj.attrs[name]
     elif tx.output.side_effects.attr(real, name) is not None:
         return tx.output.side_effects.attr(real, name)
-    elif name in getattr(real, "__dict__", {}):
+    elif name in (raw_dict := instance_dict_of(real) or {}):  # read past a Python __getattribute__
         if obj.source is None:
-            return wrap_unguarded(real.__dict__[name])
+            return wrap_unguarded(raw_dict[name])
         # no class gains a data descriptor `name`: checked before the value guards read `o.name`, so a
         # property added later is never run by a guard (NOTE [Guards run no user code] in guards/codegen.py)
         lookup.guard_lookup(tx.output, cls, name)
-        return wrap(tx.output, real.__dict__[name], AttrSource(obj.source, name))
+        return wrap(tx.output, raw_dict[name], lookup.attr_source(obj.source, real, name))
     if found:
         if guarded and tx.output.side_effects.attr(real, name) is None:
             lookup.guard_not_in_instance(tx.output, obj.source, real, name)
         entry = lookup.guard_found_on_class(tx.output, cls, name, index)
         return _class_level_attr(tx, obj, cls, name, attr, entry)
     getattr_index, getattr_impl = lookup.mro_lookup(cls, "__getattr__")
-    if isinstance(real, torch.nn.Module) and getattr_impl is torch.nn.Module.__getattr__:
+    if issubclass(cls, torch.nn.Module) and getattr_impl is torch.nn.Module.__getattr__:
         lookup.guard_class_absent(tx.output, cls.__mro__, name)
         lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, "__getattr__",
                                                                            getattr_index), getattr_impl)
@@ -503,10 +503,10 @@ def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
         return tx.call(UserFunctionValue(attr.fget), [obj], {})
     if isinstance(attr, (types.MemberDescriptorType, types.GetSetDescriptorType)) and isinstance(obj, ObjectValue):
-        value = getattr(obj.obj, name)
+        value = attr.__get__(obj.obj, type(obj.obj))
         if obj.source is None:
             return wrap_unguarded(value)
-        return wrap(tx.output, value, AttrSource(obj.source, name))
+        return wrap(tx.output, value, lookup.attr_source(obj.source, obj.obj, name))
     if _pybind_field(obj, attr):
         # NOTE [pybind11 fields]: a property of a pybind11 class whose getter is C++ (def_readonly /
         # def_readwrite and the like) runs no Python code: read now and guarded by reading it again

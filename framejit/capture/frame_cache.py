@@ -41,9 +41,10 @@ from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, I
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 5  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+FORMAT = 6  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
-# 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers])
+# 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
+# 6: raw attribute sources (NOTE [Raw attribute reads])
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -55,7 +56,7 @@ def encode_source(source: Source, fn: types.FunctionType) -> tuple:
     if isinstance(source, ClosureSource):
         return ("C", locate(source.cell_ref.obj, fn), source.name)
     if isinstance(source, AttrSource):
-        return ("A", encode_source(source.base, fn), source.attr)
+        return ("A", encode_source(source.base, fn), source.attr, source.raw)
     if isinstance(source, ItemSource):
         return ("I", encode_source(source.base, fn), source.key)
     if isinstance(source, DictSlotSource):
@@ -74,7 +75,7 @@ def decode_source(data: tuple, fn: types.FunctionType) -> Source:
     if tag == "C":
         return ClosureSource(Ref(resolve(data[1], fn), data[2]), data[2])
     if tag == "A":
-        return AttrSource(decode_source(data[1], fn), data[2])
+        return AttrSource(decode_source(data[1], fn), data[2], data[3])
     if tag == "I":
         return ItemSource(decode_source(data[1], fn), data[2])
     if tag == "O":

@@ -122,8 +122,7 @@ def _object_getattribute(tx, args: list[Value], kwargs: dict) -> Value:
     obj, name = args[0], args[1].as_constant()
     if name == "__dict__" and isinstance(obj, NewObjectValue):
         return instance_dict(obj)
-    if isinstance(obj, (ObjectValue, NewObjectValue)) and not isinstance(obj.obj if isinstance(obj, ObjectValue)
-                                                                       else None, type):
+    if isinstance(obj, NewObjectValue) or isinstance(obj, ObjectValue) and not issubclass(type(obj.obj), type):
         return object_attr(tx, obj, name, default_lookup=True)
     return getattr_value(tx, obj, name)
 

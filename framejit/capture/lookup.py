@@ -34,6 +34,7 @@ Python modules: an attribute found absent is guarded absent from the module's `_
 """
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from ..guards import COST_ID
@@ -169,9 +170,20 @@ def guard_not_in_instance(out, obj_source: Source | None, real: Any, name: str) 
     """The instance does not shadow a class attribute (or does not have it at all)."""
     if obj_source is None or not isinstance(_instance_dict(real), dict):
         return
-    e = obj_source.expr(out.names)
-    out.add_guard("INSTANCE_ATTR_ABSENT", f"{name!r} not in {e}.__dict__", obj_source,
-                  expected=f"no instance attribute {name!r}", actual=f"{e}.__dict__.get({name!r})", cost=COST_ID)
+    e = attr_source(obj_source, real, "__dict__").expr(out.names)
+    out.add_guard("INSTANCE_ATTR_ABSENT", f"{name!r} not in {e}", obj_source,
+                  expected=f"no instance attribute {name!r}", actual=f"{e}.get({name!r})", cost=COST_ID)
+
+
+def attr_source(obj_source: Source, real: Any, name: str) -> AttrSource:
+    """`o.name` as the default lookup reads it: raw past a Python `__getattribute__` of the class (NOTE
+    [Raw attribute reads] in sources.py)."""
+    return AttrSource(obj_source, name, raw=has_custom_getattribute(type(real)))
+
+
+def has_custom_getattribute(cls: type) -> bool:
+    """The class (or a base) defines `__getattribute__` in Python."""
+    return isinstance(mro_lookup(cls, "__getattribute__")[1], types.FunctionType)
 
 
 def guard_absent(out, obj_source: Source | None, real: Any, cls: type, name: str) -> None:

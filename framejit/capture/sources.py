@@ -124,15 +124,36 @@ class ClosureSource(Source):
         return f"closure[{self.name!r}]"
 
 
+# NOTE [Raw attribute reads]: on an object whose class defines `__getattribute__` in Python, `o.name` runs
+# that function (NOTE [Custom __getattribute__]): the trace inlines it, and the reads it makes through
+# `object.__getattribute__(o, key)` (or `super().__getattribute__`) are the default lookup, which is what
+# the trace relies on. Guards and reloads of those values must read the same way: written as `o.key`, each
+# guard line and each reload ran the user's hook again (14 runs of a counting hook over 2 calls where eager
+# ran 2). So such reads (the instance `__dict__` included) are raw sources, `object.__getattribute__(o, key)`,
+# named `___raw_attr` in guard functions, where guards/codegen.py treats them as one link of a chain
+# (shared subexpressions, guard order). `lookup.attr_source` decides which kind a read gets.
 @dataclasses.dataclass(frozen=True)
 class AttrSource(Source):
+    """`base.attr`; `raw`: `object.__getattribute__(base, attr)`, past the class's own Python
+    `__getattribute__` (NOTE [Raw attribute reads])."""
+
     base: Source
     attr: str
+    raw: bool = False
 
     def expr(self, names: NameTable) -> str:
+        if self.raw:
+            return f"___raw_attr({self.base.expr(names)}, {self.attr!r})"
         return f"{self.base.expr(names)}.{self.attr}"
 
     def reload(self, cg) -> None:
+        if self.raw:
+            cg.push_null()
+            cg.load_const(object.__getattribute__)
+            self.base.reload(cg)
+            cg.load_const(self.attr)
+            cg.call(2)
+            return
         self.base.reload(cg)
         cg.load_attr(self.attr)
 

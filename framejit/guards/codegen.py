@@ -42,6 +42,7 @@ BASE_NAMESPACE: dict[str, Any] = {
     "___len": len,
     "___isinstance": isinstance,
     "___id": id,
+    "___raw_attr": object.__getattribute__,  # NOTE [Raw attribute reads] in capture/sources.py
     "___list": list,
     "__builtins__": builtins,
 }
@@ -199,8 +200,8 @@ def _subject(expr: str) -> str | None:
 
 def _read_bases(expr: str) -> set[str]:
     """The objects whose attributes or items the expression reads (`P` for `P.name`, `P[key]`)."""
-    return {ast.unparse(node.value) for node in ast.walk(ast.parse(expr, mode="eval"))
-            if isinstance(node, (ast.Attribute, ast.Subscript)) and _rooted(node.value)}
+    bases = (_link_base(node) for node in ast.walk(ast.parse(expr, mode="eval")))
+    return {ast.unparse(base) for base in bases if base is not None and _rooted(base)}
 
 
 def compile_guards(
@@ -308,16 +309,28 @@ def _chains(tree: ast.AST):
     """Attribute/Subscript chains rooted at a name, that are read as values (not called as methods)."""
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Attribute, ast.Subscript)) and id(node) not in called and _rooted(node):
+        if _link_base(node) is not None and id(node) not in called and _rooted(node):
             yield node
 
 
 def _rooted(node: ast.AST) -> bool:
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
+    """A chain of attribute reads (plain or raw) and constant subscripts starting at a name."""
+    while (base := _link_base(node)) is not None:
         if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Constant):
             return False
-        node = node.value
+        node = base
     return isinstance(node, ast.Name)
+
+
+def _link_base(node: ast.AST) -> ast.AST | None:
+    """`P` for one link of a chain: `P.name`, `P[key]`, or `___raw_attr(P, 'name')` (NOTE [Raw attribute
+    reads] in capture/sources.py); None for anything else."""
+    if isinstance(node, (ast.Attribute, ast.Subscript)):
+        return node.value
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "___raw_attr"
+            and len(node.args) == 2 and isinstance(node.args[1], ast.Constant) and not node.keywords):
+        return node.args[0]
+    return None
 
 
 def _one_line(text: str) -> str:
