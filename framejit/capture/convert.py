@@ -102,6 +102,11 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             locals_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{reader}() reads the frame's locals: runs eagerly")
             locals_break.frame_eager = True
             raise locals_break
+        if fn.__builtins__ is not _tracing()[3].builtins_of(fn.__globals__):  # NOTE [Builtins of a function]
+            builtins_break = Unsupported(BreakKind.UNSUPPORTED_VALUE, "its module's __builtins__ was swapped after "
+                                         "it was defined (functions made from the globals now would differ)")
+            builtins_break.frame_eager = True
+            raise builtins_break
         ret = tx.run()
         entry = _compile_entry(fn, shape, output, ret, request)
         STATS["frames_compiled"] += 1
@@ -138,7 +143,7 @@ def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output):
     f_locals = {name: translator.LazyArg(value, name) for name, value in bound.arguments.items()}
     code = fn.__code__
     cells = {name: translator.RealCell(cell, name) for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
-    return translator.Translator(output, code, fn.__globals__, f_locals, cells)
+    return translator.Translator(output, code, fn.__globals__, fn.__builtins__, f_locals, cells)
 
 
 def _global_guards(output) -> None:

@@ -20,6 +20,7 @@ import types
 from typing import Any
 
 from .. import config
+from ..guards import COST_ID
 from . import lookup
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
@@ -60,11 +61,12 @@ class RealCell:
 
 
 class Translator:
-    def __init__(self, output: OutputGraph, code: types.CodeType, f_globals: dict, f_locals: dict[str, Any],
-                 cells: dict[str, Any], parent: "Translator | None" = None) -> None:
+    def __init__(self, output: OutputGraph, code: types.CodeType, f_globals: dict, f_builtins: Any,
+                 f_locals: dict[str, Any], cells: dict[str, Any], parent: "Translator | None" = None) -> None:
         self.output = output
         self.code = code
         self.f_globals = f_globals
+        self.f_builtins = f_builtins  # the function's own `__builtins__` (NOTE [Builtins of a function])
         self.locals: dict[str, Any] = dict(f_locals)
         self.cells = cells
         self.parent = parent
@@ -209,9 +211,7 @@ class Translator:
             return stored
         if name in self.f_globals:
             return wrap(self.output, self.f_globals[name], GlobalSource(Ref(self.f_globals, "G"), name))
-        builtins_dict = self.f_globals.get("__builtins__", builtins.__dict__)
-        if isinstance(builtins_dict, types.ModuleType):
-            builtins_dict = builtins_dict.__dict__
+        builtins_dict = self._builtins()
         if name not in builtins_dict:
             raise UserException(NameError(f"name '{name}' is not defined"))
         g = self.output.name_of(self.f_globals, "G")
@@ -219,6 +219,25 @@ class Translator:
         # the builtin itself may be monkeypatched (`builtins.print = f`): pinned by identity (NOTE [Lookup facts])
         self.output.guard_id(ItemSource(ObjectSource(Ref(builtins_dict, "B")), name), builtins_dict[name])
         return wrap_unguarded(builtins_dict[name])
+
+    # NOTE [Builtins of a function]: CPython fixes a function's builtins when the function is made, from its
+    # globals' `__builtins__` at that moment (a module's dict, or the dict itself: builtins_of), and its frames
+    # look names up there, not in whatever `__builtins__` the globals hold when it runs. A module whose
+    # `__builtins__` is swapped after a function was defined keeps that function on the old builtins, while
+    # functions made later (closures made on each call) get the new ones. So the trace reads the frame's own
+    # builtins, and only while they are still the ones a function made now would get (else a graph break: the
+    # call runs as Python; a root frame runs wholly eagerly, convert.py, since its transformed and resume
+    # functions are made from the globals now); and guards that the globals keep that `__builtins__` object.
+    def _builtins(self) -> dict:
+        if self.f_builtins is not builtins_of(self.f_globals):
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{self.code.co_qualname} keeps builtins its module's "
+                              "globals no longer hold (__builtins__ swapped after it was defined)")
+        g = self.output.name_of(self.f_globals, "G")
+        current = self.f_globals.get("__builtins__")
+        held = "None" if current is None else self.output.name_of(current, "builtins")
+        self.output.add_guard("BUILTINS_MATCH", f"{g}.get('__builtins__') is {held}", None,
+                              expected="the module keeps its __builtins__", cost=COST_ID)
+        return self.f_builtins
 
     # ---- Python semantics the handlers need ---------------------------------------------------
     def getattr(self, obj: Value, name: str) -> Value:
@@ -359,7 +378,7 @@ class Translator:
         kwdefaults = fn.kwdefaults if fn.kwdefaults is not None else self._wrap_kwdefaults(fn)
         bound = bind_arguments(code, f.__qualname__, args, kwargs, defaults, kwdefaults)
         cells = self._cells_for(fn)
-        return Translator(self.output, code, f.__globals__, bound, cells, parent=self)
+        return Translator(self.output, code, f.__globals__, f.__builtins__, bound, cells, parent=self)
 
     def _wrap_defaults(self, fn: UserFunctionValue) -> tuple[Value, ...]:
         defaults = fn.fn.__defaults__ or ()
@@ -466,7 +485,17 @@ def bind_arguments(code: types.CodeType, fname: str, args: list[Value], kwargs: 
     return bound
 
 
-__all__ = ["DISABLED", "LazyArg", "RealCell", "Translator", "bind_arguments"]
+def builtins_of(f_globals: dict) -> Any:
+    """The builtins a function made now with these globals gets (CPython's _PyEval_BuiltinsFromGlobals; NOTE
+    [Builtins of a function]): the `__builtins__` entry (a module's dict), else the
+    builtins module's (CPython takes the running frame's: the same unless that frame's were swapped too)."""
+    held = f_globals.get("__builtins__")
+    if held is None:
+        return builtins.__dict__
+    return held.__dict__ if isinstance(held, types.ModuleType) else held
+
+
+__all__ = ["DISABLED", "LazyArg", "RealCell", "Translator", "bind_arguments", "builtins_of"]
 
 
 def _function_source(fn: UserFunctionValue):
@@ -480,3 +509,4 @@ def _function_source(fn: UserFunctionValue):
     if fn.closure is not None or module.split(".")[0] in LIBRARY_MODULE_PREFIXES:
         return None
     return ObjectSource(Ref(fn.fn, fn.fn.__name__ if fn.fn.__name__.isidentifier() else "fn"))
+

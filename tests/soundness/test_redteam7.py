@@ -59,3 +59,54 @@ def test_guards_read_past_a_custom_getattribute():
             c.w = float(i)
             if i == 1:
                 c.extra = 5
+
+
+# ---- a module's __builtins__ swapped after its functions were defined (NOTE [Builtins of a function]) ------
+
+_MODULE = '''
+def helper(x):
+    return x * len([1, 2, 3])
+
+def outer(x):
+    return helper(x) + len([1, 2])
+
+def nested(x):
+    def inner(y):
+        return y * len([1])
+    return inner(x) + len([1, 2])
+'''
+
+_LATER = '''
+def later(x):
+    return helper(x) - len([1])
+'''
+
+
+def _module_with_swappable_builtins():
+    import builtins
+    import types
+    module = types.ModuleType("redteam7_builtins")
+    exec(compile(_MODULE, "<redteam7 builtins>", "exec"), module.__dict__)
+    patched = dict(builtins.__dict__, len=lambda s: 10 * builtins.len(s))
+    return module, builtins.__dict__, patched
+
+
+@pytest.mark.parametrize("name", ["outer", "nested", "later"])
+def test_functions_keep_the_builtins_they_were_made_with(name):
+    # before: the trace read the globals' __builtins__ at trace time: `outer` (defined before the swap) used
+    # the patched len where eager keeps the original; `nested` ignored a swap after its first call (its inner
+    # function, made on each call, takes the globals' builtins then)
+    module, original, patched = _module_with_swappable_builtins()
+    if name == "outer":
+        module.__dict__["__builtins__"] = patched
+    if name == "later":
+        module.__dict__["__builtins__"] = patched
+        exec(compile(_LATER, "<redteam7 builtins later>", "exec"), module.__dict__)
+        module.__dict__["__builtins__"] = original  # `later` keeps patched, `helper` the original
+    fn = getattr(module, name)
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    for i, held in enumerate((None, patched, original, patched)):
+        if i and name == "nested":
+            module.__dict__["__builtins__"] = held
+        x = torch.randn(3)
+        assert_same(compiled(x), fn(x))
