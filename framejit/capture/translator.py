@@ -509,4 +509,3 @@ def _function_source(fn: UserFunctionValue):
     if fn.closure is not None or module.split(".")[0] in LIBRARY_MODULE_PREFIXES:
         return None
     return ObjectSource(Ref(fn.fn, fn.fn.__name__ if fn.fn.__name__.isidentifier() else "fn"))
-
