@@ -3,6 +3,8 @@
 `_compute_bucket_assignment_by_size`, the function DDP's reducer assigns (and rebuilds) buckets with."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -43,3 +45,38 @@ def test_parts_hold_ddp_buckets(caps):
     assert sorted(held, key=sorted) == _ddp_buckets(params, caps)
     # the parts cover every computing node once, in graph order
     assert [n for part in parts for n in part] == [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+
+
+def test_one_rank_ddp_split_matches_eager_and_is_kept_in_memory_only(tmp_path, monkeypatch, caplog):
+    # in-process, world size 1 (no spawn): a split graph computes eager DDP's gradients bit for bit, and its
+    # entry is not persisted (NOTE [Graphs split at DDP's buckets]), saying so on the `cache` log
+    import logging
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from framejit import config, logs
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
+    monkeypatch.setattr(config, "cache_enabled", True)
+    logs.set_logs("cache")
+    caplog.set_level(logging.INFO, logger="framejit.cache")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'group'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+        reference = DDP(copy.deepcopy(model), bucket_cap_mb=1e-6)
+        framejit.reset()
+        before = framejit.stats()["backend_compiles"]
+        compiled = framejit.compile(DDP(model, bucket_cap_mb=1e-6), backend="eager")
+        for batch in (4, 7):
+            x = torch.randn(batch, 6)
+            compiled(x).square().sum().backward()
+            reference(x).square().sum().backward()
+        for p, q in zip(model.parameters(), reference.module.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+        # one part per Linear layer (1-byte buckets), for each of the two captured graphs (batch 4, then dynamic)
+        assert framejit.stats()["backend_compiles"] - before == 4
+        messages = [r.getMessage() for r in caplog.records if r.name == "framejit.cache"]
+        assert sum("split at DDP's buckets" in m for m in messages) == 2, messages
+    finally:
+        dist.destroy_process_group()
+        logs.set_logs(config.logs)
