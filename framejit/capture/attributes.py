@@ -390,7 +390,8 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
     if entry is not None and not hasattr(type(attr), "__get__"):
         return wrap(tx.output, attr, entry)  # plain class data, read raw from the owner's dict
     value = getattr(cls, name)
-    if isinstance(value, type(attr)) and not callable(value) and not isinstance(attr, type) and obj.source is None:
+    if isinstance(value, type(attr)) and hasattr(type(attr), "__get__") and not callable(value) and \
+            not isinstance(attr, type) and obj.source is None:
         # a descriptor read from a class reached without a source (`type(self)`) that answers with a descriptor
         # of its own kind: itself (a property) or a new one (torch.distributions' lazy_property, read by its
         # argument validation, `isinstance(getattr(type(self), p), lazy_property)`). The entry is guarded or,

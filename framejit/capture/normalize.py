@@ -87,6 +87,8 @@ class Inst:
     lineno: int | None
     index: int = 0
     handler: int | None = None  # index of the exception handler covering this instruction, if any
+    handler_depth: int = 0  # the stack depth the handler starts from (CPython's exception table)
+    handler_lasti: bool = False  # ... and whether it pushes the raising instruction's offset first
     position: int = 0  # index of the originating item in `bytecode.Bytecode.from_code(code)`
     instr: Any = dataclasses.field(default=None, repr=False)  # the original bytecode Instr
     # NOTE [Canonical instructions and raw ones]
@@ -119,8 +121,8 @@ def _normalize(code: types.CodeType) -> Program:
     insts: list[Inst] = []
     label_at: dict[Label, int] = {}
     pending: list[tuple[Inst, Label]] = []
-    handler_stack: list[Label] = []
-    items = list(bytecode.Bytecode.from_code(code))
+    handler_stack: list[TryBegin] = []
+    items = list(bytecode.Bytecode.from_code(code, conserve_exception_block_stackdepth=True))
     cells = frozenset(code.co_cellvars) | frozenset(code.co_freevars)
     position = 0
     while position < len(items):
@@ -129,7 +131,7 @@ def _normalize(code: types.CodeType) -> Program:
         if isinstance(item, Label):
             label_at[item] = len(insts)
         elif isinstance(item, TryBegin):
-            handler_stack.append(item.target)
+            handler_stack.append(item)
         elif isinstance(item, TryEnd):
             if handler_stack:
                 handler_stack.pop()
@@ -140,7 +142,9 @@ def _normalize(code: types.CodeType) -> Program:
                 inst.index, inst.position, inst.start, inst.part = len(insts), last, position, part
                 inst.instr, inst.merged = items[last], tuple(merged)
                 if handler_stack:
-                    pending.append((inst, handler_stack[-1]))
+                    block = handler_stack[-1]
+                    inst.handler_depth, inst.handler_lasti = block.stack_depth, block.push_lasti
+                    pending.append((inst, block.target))
                 if isinstance(inst.arg, Label):
                     pending.append((inst, inst.arg))
                 insts.append(inst)

@@ -25,6 +25,7 @@ from . import lookup
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .calls import call_value
+from .caught_exceptions import Handling, follow_handler, give_up_handlers
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .library_substitutes import library_substitute
@@ -81,6 +82,7 @@ class Translator:
         self.suspend_at_yield = False  # a generator-based context manager's frame (generator_ctx.py)
         self.suspended = False  # ... stopped at a yield, to be resumed by run() again
         self.stop_at: int | None = None  # root frame only: stop before this instruction (a graph break)
+        self.handling: list[Handling] = []  # NOTE [Exceptions caught while tracing]
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self) -> Value:
@@ -97,8 +99,13 @@ class Translator:
                 inst = insts[self.pc]
                 self.current = inst
                 self.pc += 1
-                self.step(inst)
-        except (Unsupported, UserException) as e:
+                try:
+                    self.step(inst)
+                except UserException as e:
+                    if not follow_handler(self, inst, e):  # NOTE [Exceptions caught while tracing]
+                        raise
+        except (Unsupported, UserException) as raised:
+            e = give_up_handlers(self, raised) if self.handling else raised
             if self.parent is not None and isinstance(e, UserException) and self._handles(e) and \
                     getattr(e, "callee_break", None) is None:  # NOTE [Exceptions caught in callees]
                 e.callee_break = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(e.exc).__name__} raised where "
@@ -113,13 +120,14 @@ class Translator:
                     e.generator_cm_break = exception_in_generator_cms(self.output, e)
                     if getattr(e, "callee_break", None) is not None:  # NOTE [Exceptions caught in callees]
                         e.callee_break.root_index = break_before_generator_cms(self.output, e.root_index)
-            raise
+            raise e
         finally:
             self.output.tx_stack.pop()
         return self.return_value
 
     def _handles(self, e: UserException) -> bool:
-        """NOTE [Exceptions caught in callees]: the trace does not follow exception handlers. An exception
+        """NOTE [Exceptions caught in callees]: the trace follows a try's handler (NOTE [Exceptions caught
+        while tracing]) but not a with-block's, and gives up on a handler it cannot trace. An exception
         raised in an inlined callee where that callee's own try/except, try/finally or with-block covers
         the instruction (its handler starts with PUSH_EXC_INFO; 3.12's comprehension cleanups do not) may
         be handled there. It still leaves the callee as a UserException, so the places that model a

@@ -115,9 +115,10 @@ def _lookup(d: dict, key: str, log: list):
         log.append("looked up")
 
 
-def test_exception_caught_in_a_callee_breaks_at_the_call():
-    """NOTE [Exceptions caught in callees]: the KeyError the callee catches made the whole frame run eagerly;
-    now the frame breaks at the call (the callee runs as its own frame) and both sides are graphs."""
+def test_exception_caught_in_a_callee_is_traced_through_its_handler():
+    """NOTE [Exceptions caught while tracing]: the KeyError the callee catches made the whole frame run
+    eagerly, then broke at the call (NOTE [Exceptions caught in callees]); now the trace follows the
+    callee's except and finally clauses: one graph per kind of `d`, no break."""
     def f(x, d, log):
         y = x.sin() * 2
         scale = _lookup(d, "scale", log)
@@ -125,10 +126,9 @@ def test_exception_caught_in_a_callee_breaks_at_the_call():
 
     before = _eager_frames()
     backend = run_differential(f, lambda seed: (torch.randn(3) + seed, {} if seed % 2 else {"scale": 3.0}, []),
-                               seeds=(1, 3, 0), fullgraph=False)
-    # the first call (key missing) breaks at the call having read nothing of `d`: its entry (sin, mul) serves
-    # every seed; the resume function (mul, add) is compiled once per value of the float `scale` (0.5, 3.0)
-    assert [backend.op_count(i) for i in range(backend.graph_count)] == [2, 2, 2]
+                               seeds=(1, 3, 0), fullgraph=True)
+    # seeds 1 and 3 (key missing) share an entry; seed 0 (scale 3.0) recompiles: sin, mul, mul, add each
+    assert [backend.op_count(i) for i in range(backend.graph_count)] == [4, 4]
     assert _eager_frames() == before
 
 

@@ -592,9 +592,9 @@ CASES = [
     # hooked resume function: sum, gt before the data-dependent branch, a second break in the try: 2.
     (tb_except_raised_or_not, signed, 2),
     # sum before .item() (inside try); the resume function after it: for a positive value the else
-    # branch's x*2; a negative value raises inside the try, so that call's except branch runs as plain
-    # Python in a tail function: 2.
-    (tb_except_else_finally, signed, 2),
+    # branch's x*2; a negative value raises inside the try and the trace follows the except clause
+    # (NOTE [Exceptions caught while tracing]): x*-1 up to the finally's print: 3.
+    (tb_except_else_finally, signed, 3),
     # y = x*2 inside try, but the break (print) is after the try: two ordinary graphs.
     (tb_break_after_try, one(3), 2),
     # The break surfaces at the call inside try, with nothing traced before it; the call runs in the

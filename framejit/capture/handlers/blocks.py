@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 from ..breaks import BreakKind, Unsupported, UserException
+from ..caught_exceptions import exception_types
 from ..context import enter
 from ..values import ClassValue, ConstantValue
 from . import op
@@ -22,7 +23,8 @@ def load_assertion_error(tx, inst):
 
 @op("RAISE_VARARGS")
 def raise_varargs(tx, inst):
-    """Raising is the user's exception: the frame runs eagerly, where CPython raises it for real."""
+    """Raising is the user's exception: a try around it in the trace catches it (NOTE [Exceptions caught
+    while tracing]); otherwise the frame lets CPython raise it for real."""
     if inst.arg == 0:
         raise Unsupported(BreakKind.EXCEPTION_RAISED, "bare `raise` re-raises an exception being handled")
     values = tx.popn(inst.arg)
@@ -32,6 +34,31 @@ def raise_varargs(tx, inst):
     if isinstance(exc, ConstantValue) and isinstance(exc.value, BaseException):
         raise UserException(exc.value)
     raise Unsupported(BreakKind.EXCEPTION_RAISED, f"raise of {exc.describe()}")
+
+
+# NOTE [Exceptions caught while tracing]: these run only in a handler the trace followed.
+@op("PUSH_EXC_INFO")
+def push_exc_info(tx, inst):
+    exc = tx.pop()
+    tx.push(ConstantValue(None))  # the exception being handled before (only POP_EXCEPT reads it back)
+    tx.push(exc)
+
+
+@op("CHECK_EXC_MATCH")
+def check_exc_match(tx, inst):
+    types = exception_types(tx.pop())
+    tx.push(ConstantValue(isinstance(tx.peek().value, types)))
+
+
+@op("POP_EXCEPT")
+def pop_except(tx, inst):
+    tx.pop()
+    tx.handling.pop()
+
+
+@op("RERAISE")
+def reraise(tx, inst):
+    raise UserException(tx.pop().value)
 
 
 @op("LOAD_SUPER_ATTR")

@@ -1,0 +1,80 @@
+"""Exceptions caught by the traced code's own try/except: the trace follows the handler.
+
+NOTE [Exceptions caught while tracing]: when an instruction raises the user's exception (a UserException:
+`{}["a"]`, `next(it)` at the end, `raise KeyError`, a callee that raises) and CPython's exception table
+sends it to a try/except or try/finally handler of the same code object (the handler starts with
+PUSH_EXC_INFO and is not a with-block's WITH_EXCEPT_START), the trace does what CPython does: drop the
+stack to the handler's depth, push the exception (after the raising offset when the entry says `lasti`)
+and continue at the handler. CHECK_EXC_MATCH decides `except T` from the exception's type, which the
+trace knows (the raising operation was guarded as for any other result); the exception itself is a
+constant (NOTE [Exceptions made while tracing] rebuilds it per call).
+
+A followed handler is speculative until its POP_EXCEPT. If anything escapes the frame from inside it (the
+handler re-raises, raises another exception, breaks the graph, or the except clause does not match), the
+trace gives up on it and raises the original exception from the raising instruction, so everything
+behaves as before handlers were followed: the root frame breaks before that instruction and plain Python
+raises and handles it (convert.py), an inlined callee's exception takes NOTE [Exceptions caught in
+callees]. A callee's handler that already mutated visible state before giving up cannot be undone inside
+this trace (places that model a caught exception, such as `hasattr`, would keep the trace going), so that
+case is a graph break instead, which retraces the frame from scratch.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .breaks import BreakKind, Unsupported, UserException
+from .normalize import Inst, is_user_handler
+from .values import ClassValue, ConstantValue, TupleValue, Value
+
+
+@dataclasses.dataclass
+class Handling:
+    """One followed handler: the exception it caught, where it was raised, and the side-effect state then."""
+    exception: UserException
+    index: int
+    version: int
+    touched: int
+
+
+def follow_handler(tx, inst: Inst, e: UserException) -> bool:
+    """Continue the trace at the handler that catches `e` raised by `inst`, if it is a try's handler."""
+    insts = tx.program.insts
+    handler = inst.handler
+    if handler is None or not is_user_handler(insts, handler) or not isinstance(e.exc, Exception):
+        return False
+    if insts[handler + 1].name == "WITH_EXCEPT_START":
+        return False
+    effects = tx.output.side_effects
+    tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched)))
+    del tx.stack[inst.handler_depth:]
+    tx.kw_names = ()
+    if inst.handler_lasti:
+        tx.push(ConstantValue(inst.position))
+    tx.push(ConstantValue(e.exc))
+    tx.jump(handler)
+    return True
+
+
+def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | UserException:
+    """What escapes a frame from inside followed handlers: the first handler's own exception, raised again
+    from its instruction (or a graph break when a callee's handler already mutated state)."""
+    first = tx.handling[0]
+    tx.handling.clear()
+    effects = tx.output.side_effects
+    if tx.parent is not None and (effects.version != first.version or len(effects.touched) != first.touched):
+        return Unsupported(BreakKind.EXCEPTION_RAISED,
+                           f"the except clause of {tx.code.co_qualname} that caught {type(first.exception.exc).__name__} "
+                           f"could not be traced ({raised})")
+    tx.current = tx.program.insts[first.index]
+    return first.exception
+
+
+def exception_types(value: Value) -> type | tuple:
+    """The class (or tuple of classes) of an `except` clause."""
+    if isinstance(value, ClassValue):
+        return value.obj
+    if isinstance(value, TupleValue):
+        return tuple(exception_types(item) for item in value.items)
+    if isinstance(value, ConstantValue):
+        return value.value
+    raise Unsupported(BreakKind.EXCEPTION_RAISED, f"`except` over {value.describe()}")

@@ -1,0 +1,132 @@
+"""Exceptions the traced code catches itself: the trace follows its except clause
+(NOTE [Exceptions caught while tracing] in capture/caught_exceptions.py)."""
+
+import torch
+
+import framejit
+from tests.helpers import run_differential
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+def _lookup_or_count(x, d):
+    try:
+        v = d["a"]
+    except KeyError:
+        x = x + 1
+        v = 2
+    return x * v
+
+
+def _unmatched(x, d, log):
+    try:
+        y = x * d["a"]
+    except IndexError:
+        y = x
+    finally:
+        log.append("finally")
+    return y + 1
+
+
+def _handler_prints(x, d):
+    y = x.cos()
+    try:
+        s = d["scale"]
+    except KeyError:
+        print("no scale")
+        s = 0.5
+    return y * s
+
+
+def test_key_error_caught_in_the_frame_is_one_graph():
+    """`try: d[k] except KeyError:` in the compiled frame: 0 graphs and no eager frame counted before (the
+    lookup ran as Python in an unhooked tail); now one graph per kind of `d`, no break."""
+    before = _eager_frames()
+    backend = run_differential(_lookup_or_count, lambda seed: (torch.randn(3) + seed, {} if seed % 2 else {"a": seed}),
+                               seeds=(1, 3, 0, 2), fullgraph=True)
+    assert backend.graph_count == 3  # missing key (add, mul); a=0 and a=2 are specialised ints (mul each)
+    assert _eager_frames() == before
+    # where the trace gives up on a handler it falls back to breaking before the raising instruction:
+    # an except clause that does not match (the exception leaves after `finally`), a break inside one
+    run_differential(_unmatched, lambda seed: (torch.randn(2), {} if seed % 2 else {"a": 3.0}, []),
+                     seeds=(1, 0, 3), fullgraph=False)
+    run_differential(_handler_prints, lambda seed: (torch.randn(3), {} if seed % 2 else {"scale": 2.0}),
+                     seeds=(1, 0, 3), fullgraph=False)
+
+
+def _tuple_clause_and_name(x, items, i):
+    try:
+        v = items[i]
+    except (KeyError, IndexError) as e:
+        v = len(e.args) + len(str(e))
+    return x + v
+
+
+def test_except_tuple_binds_the_exception():
+    """`except (A, B) as e`: the match is decided from the raised type and `e` is the exception."""
+    backend = run_differential(_tuple_clause_and_name, lambda seed: (torch.randn(2), [1.5, 2.5], seed + 1),
+                               seeds=(0, 1, 2), fullgraph=True)
+    assert backend.graph_count == 3  # one per index (ints are specialised); 2 and 3 take the except clause
+
+
+def _drain(x, xs):
+    it = iter(xs)
+    while True:
+        try:
+            v = next(it)
+        except StopIteration:
+            break
+        x = x * v
+    return x
+
+
+def test_stop_iteration_ends_a_while_loop_in_one_graph():
+    backend = run_differential(_drain, lambda seed: (torch.randn(2), [1.5] * (seed + 1)), seeds=(0, 2, 1),
+                               fullgraph=True)
+    assert backend.graph_count == 3  # one per list length
+
+
+_SEEN: list = []
+
+
+def _parse(d):
+    try:
+        return float(d["v"])
+    except (KeyError, ValueError):
+        _SEEN.append(sorted(d))
+        return -1.0
+
+
+def _uses_parse(x, d):
+    return x + _parse(d)
+
+
+def test_callee_catches_with_side_effect_in_its_handler():
+    """The callee's except clause appends to a global list: replayed once per call, as eager does."""
+    _SEEN.clear()
+    args = [(torch.randn(2), {}), (torch.randn(2), {"v": "2.5"}), (torch.randn(2), {"v": "x"}),
+            (torch.randn(2), {})]
+    compiled = framejit.compile(_uses_parse, fullgraph=True)
+    expected = [_uses_parse(*a) for a in args]
+    eager_seen = list(_SEEN)
+    _SEEN.clear()
+    actual = [compiled(*a) for a in args]
+    for e, a in zip(expected, actual):
+        torch.testing.assert_close(a, e)
+    assert _SEEN == eager_seen == [[], ["v"], []]
+    # the callee's except clause is traced: no break at the call into it (there was one before)
+    assert framejit.explain(_uses_parse)(torch.randn(2), {}).graph_break_count == 0
+
+
+def test_sdpa_kernel_backends_named_through_the_module():
+    """`sdpa_kernel([torch.nn.attention.SDPBackend.MATH])`: the backend member read through the library
+    class is the pybind enum constant (was an opaque object that `dict.fromkeys` could not key on)."""
+    def f(q):
+        with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+            out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        return out * 2
+
+    backend = run_differential(f, lambda seed: (torch.randn(1, 2, 3 + seed, 4),), seeds=(0, 1), fullgraph=True)
+    assert backend.graph_count == 2
