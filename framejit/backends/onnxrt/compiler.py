@@ -70,7 +70,9 @@ _MAX_ATTEMPTS = 8
 # 23: returned views read by ORT get their own copy of the view chain (NOTE [Returned views read by ORT]);
 #     training graphs: convolution_backward as convolutions (NOTE [Convolution gradients as convolutions]),
 #     identity view chains between the halves folded (NOTE [Identity views between the halves]).
-REVISION = 23
+# 24: attention (written out, or scaled_dot_product_attention) as one MultiHeadAttention (NOTE [Attention as one
+#     ORT op]).
+REVISION = 24
 
 
 @dataclasses.dataclass

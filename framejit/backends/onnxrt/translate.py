@@ -25,7 +25,7 @@ import weakref
 import torch
 import torch.fx
 
-from . import shapes
+from . import attention, shapes
 
 # NOTE [Private torch.onnx pieces]
 # The per-node translation reuses torch's dynamo-exporter internals (`torch.onnx._internal.exporter`:
@@ -288,12 +288,18 @@ def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
     values: dict = {}
     onnx_opset = _core._get_onnxscript_opset(opset_version)
     constant_farm = _SignedConstants()
+    fused = attention.find(gm)  # NOTE [Attention as one ORT op]
     with _quiet():
         for node in gm.graph.nodes:
             try:
-                _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm)
+                if node.name in fused:
+                    attention.emit(graph, node, fused[node.name], values)
+                else:
+                    _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm)
             except Exception as exc:  # torchlib raises many kinds; all mean "this node cannot go"
                 raise NodeTranslationError(node.name, f"{type(exc).__name__}: {exc}") from exc
+        if fused:  # the aten nodes the fused ones replace
+            ir.passes.common.RemoveUnusedNodesPass()(model)
         _add_function_opsets(model)
         fold_transposes_into_gemm(graph)
         shapes.fold_reshape_shapes(graph, gm)  # NOTE [Shapes from the graph's inputs]

@@ -1,0 +1,353 @@
+"""Attention written out in aten (bmm, scale, mask, softmax, bmm) as one ORT MultiHeadAttention node.
+
+`find(gm) -> dict[str, Match]`: the attention blocks of a partition, keyed by the name of the FX node
+whose value the fused node stands for. translate.py emits `emit(graph, match, values)` for that node;
+the aten nodes the match replaces are still translated and then removed as unused.
+
+NOTE [Attention as one ORT op]
+Model code writes attention as `softmax(q @ k.transpose(-2, -1) * scale + mask) @ v` between head
+reshapes and permutes; make_fx lowers it to expand/clone/_unsafe_view around two bmm's. Translated op
+by op, that is 4 Transposes per layer (q, k, v into heads, the context back), and ORT's Transpose split
+over 2 threads was slower than on one: the zoo vit's k transpose took 190 us per call at 2 threads
+against 36 us at 1 (ORT's profile, 1.32), 13% of vit's ORT time. ORT's python fusions
+(onnxruntime.transformers) match none of it: they expect 4-D MatMuls, not the 3-D bmm's between
+reshapes. ORT's contrib MultiHeadAttention takes q, k and v as (batch, sequence, heads * head_size)
+and does the head split, both products, the scale, an additive bias and the softmax in one kernel:
+bert's attention block (QKV Gemms + attention, 8x128x256, 4 heads) 2.96 -> 2.66 ms per call at 2
+threads (SCHED_FIFO, interleaved). The match is decided on values, not on op spelling: each chain of
+data-movement ops between a tensor and a bmm operand is run on an index tensor (`arange` of the base's
+size) and must give exactly the head layout of a (batch, sequence, heads * head_size) slice of that
+base (`_bsd_slice`). Only float32, static sizes, a softmax over the last dimension without dtype change,
+scalar scales (folded into the op's `scale`: (q * s) @ k and (q @ k) * s round differently, within
+float32 tolerance) and an additive float32 mask broadcastable to (batch, heads, query, key), expanded
+to the op's `attention_bias`. The scores, the probabilities and the context must have no other user
+(a training forward that saves the softmax keeps the aten ops).
+
+NOTE [Fully masked rows of SDPA]
+A query row whose additive mask is -inf for every key: softmax of it is NaN, which written-out attention
+returns in eager and MultiHeadAttention returns too; but torch's CPU flash kernel behind
+`scaled_dot_product_attention` returns 0 for such a row (measured, torch 2.13). For SDPA with a mask,
+the fused output is therefore set to 0 where the mask's row maximum is -inf (ReduceMax, IsInf, Where).
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+_MOVES = frozenset({
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.clone.default,
+    aten.expand.default, aten.permute.default, aten.transpose.int, aten.t.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.select.int, aten.slice.Tensor,
+    aten.alias.default,
+})
+_SCALES = frozenset({aten.mul.Tensor, aten.div.Tensor})
+
+
+@dataclasses.dataclass
+class Operand:
+    base: torch.fx.Node  # a (batch, sequence, width) reading of it holds the operand at `offset`
+    width: int
+    offset: int
+
+
+@dataclasses.dataclass
+class Match:
+    q: Operand
+    k: Operand
+    v: Operand
+    mask: torch.fx.Node | None
+    scale: float
+    batch: int
+    heads: int
+    query_len: int
+    key_len: int
+    head_size: int
+    out: torch.fx.Node  # the node whose value the fused op gives (a reading of (batch, query, heads * head_size))
+    zero_masked_rows: bool = False  # SDPA: a query row whose mask is all -inf gives 0, not NaN
+
+
+def _val(node) -> torch.Tensor | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.dtype != torch.float32 or val.device.type != "cpu":
+        return None
+    return val if all(isinstance(s, int) for s in val.shape) else None
+
+
+def _step(node: torch.fx.Node):
+    """(input node, function of the input's value) if `node` only moves its input's data, else None."""
+    if node.op != "call_function":
+        return None
+    if node.target in _MOVES and isinstance(node.args[0], torch.fx.Node):
+        rest, kwargs = node.args[1:], node.kwargs
+        return node.args[0], lambda x: node.target(x, *rest, **kwargs)
+    if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) and \
+            node.args[0].target is aten.unbind.int:
+        unbind, index = node.args[0], node.args[1]
+        rest = unbind.args[1:]
+        return unbind.args[0], lambda x: aten.unbind.int(x, *rest)[index]
+    return None
+
+
+def _scalar(node: torch.fx.Node) -> float | None:
+    """The factor of `x * c` or `x / c` with a Python number c, else None."""
+    if node.op != "call_function" or node.target not in _SCALES or len(node.args) != 2 or node.kwargs:
+        return None
+    c = node.args[1]
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    if node.target is aten.div.Tensor:
+        return None if c == 0 else 1.0 / c
+    return float(c)
+
+
+def _walk(node: torch.fx.Node):
+    """Back from `node` through data movement and scalar scales: (base, moves from base, scale)."""
+    moves, scale = [], 1.0
+    while True:
+        step = _step(node)
+        if step is not None:
+            node, fn = step
+            moves.append(fn)
+            continue
+        factor = _scalar(node)
+        if factor is None:
+            return node, moves[::-1], scale
+        scale *= factor
+        node = node.args[0]
+
+
+def _index_map(base: torch.fx.Node, moves) -> torch.Tensor | None:
+    val = _val(base)
+    if val is None:
+        return None
+    index = torch.arange(val.numel(), dtype=torch.int64).reshape(val.shape)
+    try:
+        for fn in moves:
+            index = fn(index)
+    except Exception:  # a move that does not apply to the index tensor: no match
+        return None
+    return index
+
+
+def _bsd_slice(index: torch.Tensor, base: torch.fx.Node) -> Operand | None:
+    """`index` (batch, sequence, d) of positions in `base`: the Operand if it is a contiguous slice of
+    a (batch, sequence, width) reading of `base`."""
+    batch, seq, d = index.shape
+    numel = _val(base).numel()
+    if numel % (batch * seq):
+        return None
+    width, offset = numel // (batch * seq), int(index[0, 0, 0])
+    if offset + d > width:
+        return None
+    expected = torch.arange(batch * seq).reshape(batch, seq, 1) * width + offset + torch.arange(d)
+    return Operand(base, width, offset) if torch.equal(index, expected) else None
+
+
+def _operand(node, batch: int, heads: int, seq: int, head_size: int, transposed: bool):
+    """A bmm operand (batch * heads, seq, head_size), or an SDPA one (batch, heads, seq, head_size); with
+    `transposed`, seq and head_size swapped. As (Operand, scale), or None."""
+    base, moves, scale = _walk(node)
+    index = _index_map(base, moves)
+    if index is None:
+        return None
+    inner = (head_size, seq) if transposed else (seq, head_size)
+    if tuple(index.shape) not in ((batch * heads, *inner), (batch, heads, *inner)):
+        return None
+    index = index.reshape(batch, heads, *inner)
+    index = index.permute(0, 3, 1, 2) if transposed else index.permute(0, 2, 1, 3)
+    operand = _bsd_slice(index.reshape(batch, seq, heads * head_size), base)
+    return None if operand is None else (operand, scale)
+
+
+def _single_use(*nodes) -> bool:
+    return all(len(n.users) == 1 for n in nodes)
+
+
+def _is_identity(index: torch.Tensor | None, shape) -> bool:
+    return index is not None and tuple(index.shape) == tuple(shape) and torch.equal(
+        index.flatten(), torch.arange(index.numel()))
+
+
+def _match(bmm_out: torch.fx.Node) -> Match | None:
+    """The attention block whose second bmm is `bmm_out`, or None."""
+    probs3, values3 = bmm_out.args
+    out_val = _val(bmm_out)
+    if out_val is None or out_val.dim() != 3:
+        return None
+    softmax, moves, scale = _walk(probs3)
+    if softmax.op != "call_function" or softmax.target is not aten._softmax.default or scale != 1.0:
+        return None
+    p_val = _val(softmax)
+    if p_val is None or p_val.dim() != 4 or softmax.args[2] or softmax.args[1] not in (-1, 3):
+        return None
+    batch, heads, query_len, key_len = p_val.shape
+    head_size = out_val.shape[2]
+    if not _is_identity(_index_map(softmax, moves), (batch * heads, query_len, key_len)):
+        return None
+    scores, mask = softmax.args[0], None
+    if scores.op == "call_function" and scores.target is aten.add.Tensor and len(scores.args) == 2 \
+            and not scores.kwargs and all(isinstance(a, torch.fx.Node) for a in scores.args):
+        for this, other in (scores.args, scores.args[::-1]):
+            if _walk(this)[0].target is aten.bmm.default:
+                if _val(scores) is None or tuple(_val(scores).shape) != tuple(p_val.shape) or \
+                        not _is_mask(other, batch, heads, query_len, key_len):
+                    return None
+                scores, mask = this, other
+                break
+        else:
+            return None
+    bmm, moves, score_scale = _walk(scores)
+    if bmm.op != "call_function" or bmm.target is not aten.bmm.default:
+        return None
+    if not _is_identity(_index_map(bmm, moves), p_val.shape):
+        return None
+    if not _single_use(bmm, softmax, bmm_out) or (mask is not None and not _single_use(scores)):
+        return None
+    return _fused(bmm_out, bmm.args[0], bmm.args[1], values3, True, mask, score_scale,
+                  (batch, heads, query_len, key_len, head_size))
+
+
+def _is_mask(node, batch: int, heads: int, query_len: int, key_len: int) -> bool:
+    """`node` is a float32 tensor that broadcasts to (batch, heads, query_len, key_len) without growing it."""
+    val = _val(node)
+    if val is None or val.dim() > 4:
+        return False
+    sizes = (1,) * (4 - val.dim()) + tuple(val.shape)
+    return all(s in (1, full) for s, full in zip(sizes, (batch, heads, query_len, key_len)))
+
+
+def _fused(out_start, q, k, v, k_transposed: bool, mask, scale: float, sizes) -> Match | None:
+    """The Match once the core is found: q, k, v as head layouts of (batch, seq, heads * head_size)
+    slices, and the moves after `out_start` that give the context in that layout."""
+    batch, heads, query_len, key_len, head_size = sizes
+    q = _operand(q, batch, heads, query_len, head_size, transposed=False)
+    k = _operand(k, batch, heads, key_len, head_size, transposed=k_transposed)
+    v = _operand(v, batch, heads, key_len, head_size, transposed=False)
+    if q is None or k is None or v is None or v[1] != 1.0:
+        return None
+    out = _output(out_start, batch, heads, query_len, head_size)
+    if out is None:
+        return None
+    return Match(q[0], k[0], v[0], mask, scale * q[1] * k[1], batch, heads, query_len, key_len, head_size, out)
+
+
+_SDPA = aten._scaled_dot_product_flash_attention_for_cpu.default
+
+
+def _match_sdpa(node: torch.fx.Node) -> Match | None:
+    """`scaled_dot_product_attention` as make_fx lowers it on CPU (the flash kernel), without dropout,
+    causal masking or a boolean mask; only its output (not the logsumexp) read."""
+    bound = _SDPA._schema
+    args = {a.name: (node.args[i] if i < len(node.args) else node.kwargs.get(a.name, a.default_value))
+            for i, a in enumerate(bound.arguments)}
+    if args["dropout_p"] or args["is_causal"] or not all(
+            u.target is operator.getitem and u.args[1] == 0 for u in node.users) or len(node.users) != 1:
+        return None
+    q_val, k_val = _val(args["query"]), _val(args["key"])
+    if q_val is None or k_val is None or q_val.dim() != 4:
+        return None
+    batch, heads, query_len, head_size = q_val.shape
+    key_len = k_val.shape[2]
+    mask = args["attn_mask"]
+    if mask is not None and not _is_mask(mask, batch, heads, query_len, key_len):
+        return None
+    scale = args["scale"] if args["scale"] is not None else head_size ** -0.5
+    match = _fused(next(iter(node.users)), args["query"], args["key"], args["value"], False, mask, scale,
+                   (batch, heads, query_len, key_len, head_size))
+    if match is not None:
+        match.zero_masked_rows = mask is not None
+    return match
+
+
+def _output(bmm_out: torch.fx.Node, batch: int, heads: int, query_len: int, head_size: int):
+    """The last single-use move after `bmm_out` whose value is the context as (batch, query, heads *
+    head_size) in row-major order (in any shape), or None."""
+    expected = torch.arange(batch * heads * query_len * head_size).reshape(
+        batch, heads, query_len, head_size).permute(0, 2, 1, 3).flatten()
+    node, moves, found = bmm_out, [], None
+    while len(node.users) == 1:
+        user = next(iter(node.users))
+        step = _step(user)
+        if step is None or step[0] is not node or _val(user) is None:
+            break
+        moves.append(step[1])
+        node = user
+        index = _index_map(bmm_out, moves)
+        if index is None:
+            break
+        if torch.equal(index.flatten(), expected):
+            found = node
+    return found
+
+
+def find(gm: torch.fx.GraphModule) -> dict[str, Match]:
+    """The attention blocks of `gm` (NOTE [Attention as one ORT op]), by the name of their `out` node."""
+    matches = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        match = _match(node) if node.target is aten.bmm.default else _match_sdpa(node) if node.target is _SDPA \
+            else None
+        if match is not None:
+            matches[match.out.name] = match
+    return matches
+
+
+def emit(graph, node: torch.fx.Node, match: Match, values: dict) -> None:
+    """Append the com.microsoft MultiHeadAttention standing for `match` to the onnx_ir `graph`; its result
+    (reshaped to `node`'s shape) becomes `values[node.name]`."""
+    import numpy as np
+    import onnx_ir as ir
+    from torch.onnx._internal.exporter import _core
+
+    count = [0]
+
+    def add(op_type, inputs, domain="", **attributes):  # attributes: list -> INTS, int -> INT, float -> FLOAT
+        onnx_node = ir.Node(domain, op_type, inputs, attributes=[
+            ir.AttrInt64s(k, v) if isinstance(v, list) else ir.AttrInt64(k, v) if isinstance(v, int)
+            else ir.AttrFloat32(k, v) for k, v in attributes.items()],
+            name=f"node_{node.name}__attention{count[0]}")
+        count[0] += 1
+        graph.append(onnx_node)
+        return onnx_node.outputs[0]
+
+    def const(numbers):
+        onnx_node = ir.Node("", "Constant", [], attributes=[
+            ir.AttrTensor("value", ir.tensor(np.array(numbers, dtype=np.int64)))],
+            name=f"node_{node.name}__attention{count[0]}")
+        count[0] += 1
+        graph.append(onnx_node)
+        return onnx_node.outputs[0]
+
+    def operand(op: Operand, seq: int):
+        value = add("Reshape", [values[op.base.name], const([match.batch, seq, op.width])])
+        if op.width == match.heads * match.head_size:
+            return value
+        return add("Slice", [value, const([op.offset]), const([op.offset + match.heads * match.head_size]),
+                             const([2])])
+
+    inputs = [operand(match.q, match.query_len), operand(match.k, match.key_len), operand(match.v, match.key_len),
+              None, None]
+    if match.mask is not None:
+        mask_val = _val(match.mask)
+        sizes = (1,) * (4 - mask_val.dim()) + tuple(mask_val.shape)
+        mask = add("Reshape", [values[match.mask.name], const(list(sizes))])
+        inputs.append(add("Expand", [mask, const([sizes[0], sizes[1], match.query_len, match.key_len])]))
+    context = add("MultiHeadAttention", inputs, domain="com.microsoft", num_heads=match.heads, scale=match.scale)
+    if match.zero_masked_rows:  # NOTE [Fully masked rows of SDPA]
+        masked = add("IsInf", [add("ReduceMax", [mask, const([3])], keepdims=1)], detect_positive=0)
+        # (batch | 1, heads | 1, query | 1, 1) -> (batch | 1, query | 1, heads | 1, 1), as the context's heads
+        seen = add("Reshape", [masked, const([sizes[0], sizes[2], 1, 1])]) if sizes[1] == 1 else \
+            add("Transpose", [masked], perm=[0, 2, 1, 3])
+        heads = add("Reshape", [context, const([match.batch, match.query_len, match.heads, match.head_size])])
+        zero = add("Constant", [], value_float=0.0)
+        context = add("Where", [seen, zero, heads])
+    out = add("Reshape", [context, const(list(node.meta["val"].shape))])
+    _core._set_shape_type(out, node.meta["val"], complex_to_float=True)
+    out.name = node.name
+    values[node.name] = out
