@@ -17,14 +17,14 @@ from . import config, logs  # torch-free; `framejit.config.x = ...` works right 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendCompilerFailed", "FramejitError", "Unsupported", "compile", "disable", "explain", "list_backends", "lookup_backend",
+    "BackendCompilerFailed", "ConstraintViolationError", "FramejitError", "Unsupported", "compile", "disable", "explain", "list_backends", "lookup_backend",
     "mark_dynamic", "mark_static", "maybe_mark_dynamic", "register_backend", "reset", "set_logs", "stats",
     "__version__",
 ]
 
 # public name -> the submodule (relative to this package) that defines it
 _LAZY = {
-    "BackendCompilerFailed": ".api", "FramejitError": ".api", "Unsupported": ".api", "compile": ".api", "disable": ".api",
+    "BackendCompilerFailed": ".api", "ConstraintViolationError": ".api", "FramejitError": ".api", "Unsupported": ".api", "compile": ".api", "disable": ".api",
     "explain": ".api", "mark_dynamic": ".api", "mark_static": ".api", "maybe_mark_dynamic": ".api",
     "reset": ".api", "stats": ".api",
     "list_backends": ".backends.registry", "lookup_backend": ".backends.registry",

@@ -17,6 +17,9 @@ step that cannot be captured; it carries `.graph_break` (kind, explanation, hint
 `framejit.BackendCompilerFailed` (a FramejitError) is raised by a call whose graph the backend failed to
 compile (it raised or returned a non-callable), whatever `fullgraph` says (NOTE [Backend failures raise]
 in capture/backend_call.py); bad options of a built-in backend raise at `compile()` itself.
+`framejit.ConstraintViolationError` (a FramejitError, and a torch ConstraintViolationError) is raised by the
+call whose trace specialised a dimension marked with `mark_dynamic`, or met a size outside its min/max
+(NOTE [Broken mark_dynamic contracts] in capture/shapes.py), as torch.compile raises it.
 """
 from __future__ import annotations
 
@@ -31,8 +34,8 @@ import torch
 
 from . import capture, config, versions
 from .backends import registry
-from .capture import (BackendCompilerFailed, CompileRequest, FrameHook, FramejitError, GraphBreak, Unsupported,
-                      module_call)
+from .capture import (BackendCompilerFailed, CompileRequest, ConstraintViolationError, FrameHook, FramejitError,
+                      GraphBreak, Unsupported, module_call)
 
 
 def compile(model: Callable | None = None, *, backend: str | Callable = "eager", fullgraph: bool = False,
@@ -298,7 +301,9 @@ def mark_dynamic(tensor: torch.Tensor, dim: int | list | tuple, *, min: int | No
                  max: int | None = None) -> None:
     """Dimension `dim` (or each of a list) of `tensor` is symbolic when a compiled function first sees the
     tensor, so other sizes reuse the compilation (NOTE [Symbolic shapes] in capture/shapes.py). Sets the
-    attributes torch's own `torch._dynamo.mark_dynamic` sets, so torch.compile honours it too."""
+    attributes torch's own `torch._dynamo.mark_dynamic` sets, so torch.compile honours it too. A trace that
+    specialises the dimension, or a size outside [min, max], raises ConstraintViolationError (NOTE [Broken
+    mark_dynamic contracts]); `maybe_mark_dynamic` is the marker the code may specialise."""
     _mark(tensor, dim, "_dynamo_dynamic_indices")
     if min is not None or max is not None:
         ranges = set(getattr(tensor, "_dynamo_dynamic_range", ()) or ())
@@ -327,5 +332,5 @@ def _mark(tensor: torch.Tensor, dim, attr: str) -> None:
     setattr(tensor, attr, marked)
 
 
-__all__ = ["BackendCompilerFailed", "FramejitError", "Unsupported", "compile", "disable", "explain", "mark_dynamic", "reset", "stats",
+__all__ = ["BackendCompilerFailed", "ConstraintViolationError", "FramejitError", "Unsupported", "compile", "disable", "explain", "mark_dynamic", "reset", "stats",
            "config", "mark_static", "maybe_mark_dynamic"]

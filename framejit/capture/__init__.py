@@ -4,7 +4,8 @@ here, and nothing else of capture's internals or module-level state is theirs to
 - `FrameHook(fn, request)`: the compiled form of a function (hook.py); `CompileRequest`: what one
   `framejit.compile(...)` asks for (requests.py); `module_call`: the function a compiled nn.Module's call
   runs through (module_frame.py).
-- Errors: `FramejitError`, `Unsupported`, `GraphBreak` (breaks.py), `BackendCompilerFailed` (backend_call.py).
+- Errors: `FramejitError`, `Unsupported`, `GraphBreak` (breaks.py), `BackendCompilerFailed` (backend_call.py),
+  `ConstraintViolationError` (shapes.py).
 - `reset()`: forget every compiled entry; `disable_code(code)`: never capture that code, and drop the
   entries that relied on it (NOTE [Disable after compiling] in hook.py); `stats()`: the counters and rows
   behind `framejit.stats()`; `eager_frame_count()` / `eager_frames_since(n)`: the frames run wholly
@@ -25,7 +26,7 @@ from typing import Any
 _LAZY = {
     "FrameHook": ".hook", "keep_hooks": ".hook", "CompileRequest": ".requests", "module_call": ".module_frame",
     "FramejitError": ".breaks", "GraphBreak": ".breaks", "Unsupported": ".breaks",
-    "BackendCompilerFailed": ".backend_call", "DimRange": ".shapes",
+    "BackendCompilerFailed": ".backend_call", "DimRange": ".shapes", "ConstraintViolationError": ".shapes",
 }
 
 

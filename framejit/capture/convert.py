@@ -27,6 +27,7 @@ from .frame_locals import reads_own_locals
 from . import frame_cache, persisted_code, python_loops
 from .higher_order import checkpoint_regions
 from .requests import STATS, CompileRequest, Entry, rerun_state
+from .shapes import ConstraintViolationError, check_marked_dims
 from .values import Value
 
 # NOTE [Warm path imports]: the translator, its handlers and the graph builder are imported by the
@@ -55,8 +56,8 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     try:
         with _quiet_fake_tensor_errors(), traced_without_mode(output.default_device):
             entry = _convert(fn, shape, args, kwargs, request, output)
-    except (Unsupported, BackendCompilerFailed):  # NOTE [Backend failures raise] in backend_call.py
-        raise
+    except (Unsupported, BackendCompilerFailed, ConstraintViolationError):  # NOTE [Backend failures raise] in
+        raise  # backend_call.py, NOTE [Broken mark_dynamic contracts] in shapes.py
     except Exception as e:  # a framejit bug: the user's program must not see it
         if request.fullgraph:
             raise Unsupported(BreakKind.INTERNAL_ERROR, f"{type(e).__name__}: {e}") from e
@@ -205,8 +206,9 @@ def _active_modes() -> str | None:
 
 def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> GuardFunction:
     output.distinct_objects_guard()
-    from .shapes import shape_guards  # NOTE [Symbolic shapes]
+    from .shapes import marker_guards, shape_guards  # NOTE [Symbolic shapes]
     output.guards.extend(shape_guards(output))
+    output.guards.extend(marker_guards(output))  # NOTE [Broken mark_dynamic contracts]
     guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,
                            fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}")
     guard.inlined_codes = frozenset(output.inlined_codes)  # NOTE [Disable after compiling] in hook.py
@@ -252,6 +254,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     _log_bytecode(fn, transformed)
+    check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
                   rerun=rerun_state(gm, output.mutated_inputs))
     if request.artifacts is not None and config.cache_enabled:
@@ -323,6 +326,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
                  fn.__code__.co_qualname, type(e).__name__, e)
         return None
     _log_bytecode(fn, transformed)
+    check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs,
                   graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
                   rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs))

@@ -59,7 +59,7 @@ class OutputGraph:
     def __init__(self) -> None:
         self.graph = torch.fx.Graph()
         from .shapes import new_shape_env  # NOTE [Symbolic shapes]
-        self.fake_mode = _fake_tensor().FakeTensorMode(shape_env=new_shape_env())
+        self.fake_mode = _fake_tensor().FakeTensorMode(shape_env=new_shape_env(self))
         self.dynamic: bool | None = None  # compile(dynamic=...): True all dims, False none, None automatic
         self.dynamic_dims: dict[str, frozenset[int]] = {}  # dims whose size changed (NOTE [Automatic dynamic])
         self.dynamic_ints: frozenset[str] = frozenset()  # int arguments made symbolic (NOTE [Dynamic ints])

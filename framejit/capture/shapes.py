@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import weakref
 from typing import Any
 
 import torch
@@ -83,11 +84,43 @@ class DimRange:
     max: int | None
 
 
-def new_shape_env():
+# NOTE [Where a size was specialised]: torch's ShapeEnv records with each guard, replacement and narrowed
+# range the place that caused it (an `SLoc`); its user half comes from TorchDynamo's tracing context, which
+# framejit does not have. The env framejit makes asks the trace instead (`out.location()`: the user's
+# `file:line: source` of the instruction being traced), so a guard on a relation or a size specialised to
+# a constant names the user line in the guard function, the `recompiles` log and a broken mark_dynamic.
+_ENV_CLASS: list = []
+
+
+def _shape_env_class():
+    from torch._guards import SLoc
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    class TracingShapeEnv(ShapeEnv):
+        location = staticmethod(lambda: "")  # set to the trace's OutputGraph.location
+
+        def _get_sloc(self, framework_loc: str | None = None) -> SLoc:
+            return SLoc(framework_loc, self.location() or None)
+
+    return TracingShapeEnv
+
+
+def new_shape_env(out):
+    """The ShapeEnv of the trace `out` (NOTE [Where a size was specialised]: it asks `out.location()`,
+    through a weak reference: an env copied with the graph's metadata must not copy the trace)."""
+    if not _ENV_CLASS:
+        _ENV_CLASS.append(_shape_env_class())
     # no duck shaping: equal sizes get distinct symbols, unified only where an op needs them equal (fewer
     # recompiles); no unbacked symbols (`.item()`, `nonzero` stay data-dependent breaks, as before)
-    return ShapeEnv(duck_shape=False, allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+    env = _ENV_CLASS[0](duck_shape=False, allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+    trace = weakref.ref(out)
+    env.location = lambda: trace().location() if trace() is not None else ""
+    return env
+
+
+def user_location(sloc) -> str:
+    """The user's `file:line: source` an env's SLoc names (NOTE [Where a size was specialised]), or ""."""
+    return (sloc.maybe_user_loc or "") if sloc is not None else ""
 
 
 def dynamic_dims(out, tensor: torch.Tensor, description: str) -> dict[int, tuple[int | None, int | None]]:
@@ -204,6 +237,124 @@ def sym_or_int(sym: Any) -> Any:
     return sym
 
 
+# ---- broken mark_dynamic contracts ------------------------------------------------------------------
+# NOTE [Broken mark_dynamic contracts]: `mark_dynamic(t, d)` (framejit's or torch._dynamo's: the strict
+# marker, `_dynamo_dynamic_indices`) is a promise that the code serves every size of that dimension. As
+# torch.compile does (its ConstraintViolationError), a trace that breaks the promise raises at compile
+# time instead of recompiling quietly (`check_marked_dims`, after the trace, before the entry is made):
+# - the dimension was specialised to a constant (`if x.size(0) == 4`, `x.view(2, 2, 3)`, a broadcast
+#   against a static size), with the user line that did it (NOTE [Where a size was specialised]);
+# - its size is outside the `min`/`max` given to mark_dynamic (on the first call, or on a later call that
+#   fails the range guard and retraces: torch raises "32 not in range [4, 16]"); a size below 2 is one too
+#   (torch 2.13 fails there with an internal AssertionError: framejit raises the same error as above);
+# - with a range given, the trace narrowed it (`if x.size(0) > 10` leaves [4, 10] of [4, 16]) or relied
+#   on a relation of that size alone that some size in the range breaks (`x.size(0) % 2 == 0`).
+# Not violations, as in torch: the weak marker (maybe_mark_dynamic), dynamic=True and automatic dynamic
+# dims; sizes 0 and 1 (specialised by rule, not by the code); two marked sizes unified by an op; without a
+# range, relations (`x.size(0) > 10`, evenness: a guard, so the entry serves those sizes only).
+# The exception is raised by the call that traced (it reaches the user even with fullgraph=False: a
+# compile error of the user's contract, not a graph break); nothing is installed, so a later call with the
+# contract kept compiles normally.
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
+
+from .breaks import FramejitError
+
+
+class ConstraintViolationError(FramejitError, _TorchConstraintViolation):
+    """A dimension marked with `mark_dynamic` was specialised or left its range (NOTE [Broken
+    mark_dynamic contracts]); also a torch ConstraintViolationError, so code written for torch.compile
+    catches it."""
+
+
+def check_marked_dims(out) -> None:
+    """Raise ConstraintViolationError for each strictly marked dimension of a graph input that the trace
+    did not keep dynamic over its whole declared range (NOTE [Broken mark_dynamic contracts])."""
+    env = out.fake_mode.shape_env
+    problems: list[str] = []
+    for inp in out.inputs:
+        fake = getattr(inp.value, "fake", None)
+        if not isinstance(fake, torch.Tensor) or not isinstance(inp.tensor, torch.Tensor):
+            continue
+        marked = set(getattr(inp.tensor, "_dynamo_dynamic_indices", ()) or ()) - \
+            set(getattr(inp.tensor, "_dynamo_static_indices", ()) or ())
+        ranges = {getattr(r, "dim", None): (getattr(r, "min", None), getattr(r, "max", None))
+                  for r in getattr(inp.tensor, "_dynamo_dynamic_range", ()) or ()}
+        where = inp.source.describe()
+        for d in sorted(d for d in marked if d < fake.dim()):
+            problems += _dim_problems(env, f"{where}.size({d})", inp.tensor.size(d), fake.size(d),
+                                      ranges.get(d, (None, None)))
+    if problems:
+        raise ConstraintViolationError(
+            "Constraints violated! A dimension marked with mark_dynamic must stay dynamic:\n" +
+            "\n".join(f"  - {p}" for p in problems) +
+            "\nIf the code may specialise it, use maybe_mark_dynamic instead of mark_dynamic, or remove the "
+            "marker (or widen its min/max).")
+
+
+def marker_guards(out) -> list[Guard]:
+    """For each tensor input: its strictly marked dimensions are ones this entry keeps symbolic, so a
+    tensor marked after an entry was made for it retraces (and is checked) instead of being served by a
+    graph that specialised the dimension (torch's DYNAMIC_INDICES guard; NOTE [Broken mark_dynamic
+    contracts]). An unmarked tensor passes at the cost of one attribute lookup."""
+    env = out.fake_mode.shape_env
+    guards = []
+    for inp in out.inputs:
+        fake = getattr(inp.value, "fake", None)
+        if not isinstance(fake, torch.Tensor) or not isinstance(inp.tensor, torch.Tensor):
+            continue
+        kept = {d for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt)
+                and not getattr(env.simplify(size.node.expr), "is_number", False)}
+        e = inp.source.expr(out.names)
+        allowed = "{" + ", ".join(map(str, sorted(kept))) + "}"
+        check = f"getattr({e}, '_dynamo_dynamic_indices', {allowed}) <= {allowed}" if kept else \
+            f"not getattr({e}, '_dynamo_dynamic_indices', None)"  # literals only: the frame cache keeps the text
+        guards.append(Guard(check, "DYNAMIC_INDICES",
+                            inp.source.describe(), "", f"marked dynamic dims within {sorted(kept)}",
+                            f"getattr({e}, '_dynamo_dynamic_indices', None)", COST_TENSOR + 1))
+    return guards
+
+
+def _dim_problems(env, name: str, size: int, sym: Any, bounds: tuple) -> list[str]:
+    low, high = bounds
+    if (low is not None and size < low) or (high is not None and size > high):
+        return [f"{name} is {size}, not in the range [{low}, {'inf' if high is None else high}] given to "
+                f"mark_dynamic"]
+    if not isinstance(sym, torch.SymInt) or env is None:
+        return []  # a size 0 or 1: specialised by rule (broadcasting), as torch does with a marked 0 or 1
+    raw = sym.node._expr  # the input's own symbol (`expr` already applies the env's replacements)
+    expr = env.simplify(raw)
+    if getattr(expr, "is_number", False):
+        at = user_location(env.replacements_slocs.get(raw))
+        return [f"{name} was marked dynamic but the code specialised it to the constant {int(expr)}" +
+                (f" at {at}" if at else "")]
+    if low is None and high is None or not getattr(expr, "is_Symbol", False):
+        return []
+    return _range_problems(env, name, expr, low, high)
+
+
+def _range_problems(env, name: str, symbol, low: int | None, high: int | None) -> list[str]:
+    """The guards that some size in [low, high] breaks, for a symbol with a declared range."""
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+    import sympy
+    declared = ValueRanges(max(low if low is not None else 2, 2), high if high is not None else sympy.oo)
+    text = f"{declared.lower} <= {name} <= {'inf' if high is None else high}"
+    problems = []  # the narrowed range first: the guard that narrowed it is then implied
+    vr, slocs = env.var_to_range[symbol], env.var_to_range_sloc.get(symbol)
+    if vr.lower > declared.lower or vr.upper < declared.upper:
+        at = "" if slocs is None else user_location(slocs.lower if vr.lower > declared.lower else slocs.upper)
+        return [f"not all values of {name} in the range {text} given to mark_dynamic satisfy the guard "
+                f"{vr.lower} <= {name} <= {vr.upper}" + (f" (from {at})" if at else "")]
+    for g in env.guards:
+        expr = env.simplify(g.expr)
+        if expr.free_symbols != {symbol}:
+            continue
+        if bound_sympy(expr, {symbol: declared}) != ValueRanges(sympy.true, sympy.true):
+            at = user_location(g.sloc)
+            problems.append(f"not all values of {name} in the range {text} given to mark_dynamic satisfy the "
+                            f"guard {str(expr).replace(str(symbol), name)}" + (f" (from {at})" if at else ""))
+    return problems
+
+
 # ---- guards -----------------------------------------------------------------------------------------
 class _Unbound(Exception):
     pass
@@ -258,23 +409,28 @@ def _relation_guards(out, env, inputs) -> list[Guard]:
             if bound.get(expr) == text:
                 continue
             guards.append(_guard(out, f"{text} == {_print(out, expr, bound)}", where,
-                                 f"{what} of {where} == {_readable(expr, bound, out)}", text))
+                                 f"{what} of {where} == {_readable(expr, bound, out)}", text,
+                                 user_location(env.replacements_slocs.get(sym.node._expr))))
     for g in env.guards:
         expr = env.simplify(g.expr)
         if expr == True:  # noqa: E712 (sympy true)
             continue
         printed = _print(out, expr, bound)
-        guards.append(_guard(out, printed, _sources_of(expr, bound), _readable(expr, bound, out), None))
+        guards.append(_guard(out, printed, _sources_of(expr, bound), _readable(expr, bound, out), None,
+                             user_location(g.sloc)))
     for symbol, text in bound.items():
         vr = env.var_to_range.get(symbol)
         if vr is None:
             continue
         low, high = vr.lower, vr.upper
+        slocs = env.var_to_range_sloc.get(symbol)
         is_size = "." in text and ("size(" in text or "stride(" in text)
         if _finite(low) and (not is_size or int(low) > 0):
-            guards.append(_guard(out, f"{text} >= {int(low)}", text, f"{text} >= {int(low)}", text))
+            guards.append(_guard(out, f"{text} >= {int(low)}", text, f"{text} >= {int(low)}", text,
+                                 user_location(slocs and slocs.lower)))
         if _finite(high):
-            guards.append(_guard(out, f"{text} <= {int(high)}", text, f"{text} <= {int(high)}", text))
+            guards.append(_guard(out, f"{text} <= {int(high)}", text, f"{text} <= {int(high)}", text,
+                                 user_location(slocs and slocs.upper)))
     return guards
 
 
@@ -285,13 +441,13 @@ def _pinned_guards(out, inputs) -> list[Guard]:
             if isinstance(sym, torch.SymInt):
                 value = sym.node.hint if sym.node.hint is not None else int(sym)
                 guards.append(_guard(out, f"{text} == {int(value)}", inp.source.describe(),
-                                     f"{what} == {int(value)}", text))
+                                     f"{what} == {int(value)}", text, ""))
     return guards
 
 
-def _guard(out, expr: str, where: str, expected: str, actual: str | None) -> Guard:
-    return Guard(expr, "SHAPE_ENV", where, out.location() if out.tx_stack else "", expected, actual,
-                 COST_TENSOR + 1)
+def _guard(out, expr: str, where: str, expected: str, actual: str | None, origin: str) -> Guard:
+    """`origin`: the user line that made the env record it (NOTE [Where a size was specialised])."""
+    return Guard(expr, "SHAPE_ENV", where, origin, expected, actual, COST_TENSOR + 1)
 
 
 def _finite(x: Any) -> bool:

@@ -4,10 +4,14 @@ contracts the code breaks (a ConstraintViolationError at compile time, as torch.
 Differential: eager vs compiled on fresh inputs of changing sizes; compile counts asserted."""
 from __future__ import annotations
 
+import logging
+
+import pytest
 import torch
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 import framejit
-from tests.helpers import assert_same
+from tests.helpers import CountingBackend, assert_same
 
 SIZES = [3, 5, 7, 4, 9, 6, 11, 12, 13, 14]  # more sizes than the recompile limit (8)
 
@@ -47,3 +51,122 @@ def test_loop_over_a_symbolic_range_that_breaks_does_not_recompile_per_size():
         # until the recompile limit sent it to eager (8 entries, 1 eager frame); stock runs it eagerly
         assert _frames(before, fn.__qualname__) == 2  # static, then symbolic: the loop runs as Python
         assert framejit.stats()["eager_frames"] == eager
+
+
+# ---- mark_dynamic contracts (stock torch.compile 2.13 raises ConstraintViolationError in each case) ----
+def _marked(n, low=None, high=None, dims=(0,)):
+    x = torch.randn(n, 3)
+    framejit.mark_dynamic(x, list(dims), min=low, max=high)
+    return x
+
+
+def _equal_to_four(x):
+    if x.size(0) == 4:  # the line named by the error
+        return x + 1
+    return x - 1
+
+
+def _view_as_four(x):
+    return x.view(2, 2, 3)
+
+
+def _broadcast_with_four(x):
+    return x + torch.ones(4, 3)
+
+
+@pytest.mark.parametrize("fn", [_equal_to_four, _view_as_four, _broadcast_with_four], ids=lambda f: f.__name__)
+def test_specialising_a_marked_dimension_raises_naming_the_line(fn):
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    line = fn.__code__.co_firstlineno + 1
+    with pytest.raises(framejit.ConstraintViolationError,
+                       match=rf"L\['x'\]\.size\(0\) was marked dynamic but the code specialised it to the constant "
+                             rf"4 at .*test_dynamic_specialisation\.py:{line}:") as info:
+        compiled(_marked(4))
+    assert isinstance(info.value, ConstraintViolationError)  # torch's type: code written for torch.compile
+    for n in (4, 5, 6):  # the weak marker lets the code specialise: no error, as in torch
+        x = torch.randn(n, 3)
+        framejit.maybe_mark_dynamic(x, 0)
+        if fn is _equal_to_four or n == 4:
+            assert_same(compiled(x), fn(x))
+
+
+def test_a_marked_tensor_does_not_hit_an_entry_that_specialised_its_dimension():
+    backend = CountingBackend()
+    compiled = framejit.compile(_equal_to_four, backend=backend)
+    assert_same(compiled(torch.ones(4, 3)), _equal_to_four(torch.ones(4, 3)))  # static: 4 is a constant
+    # stock: the marked tensor fails the entry's DYNAMIC_INDICES guard, retraces and raises
+    with pytest.raises(framejit.ConstraintViolationError, match="specialised it to the constant 4"):
+        compiled(_marked(4))
+    twice = framejit.compile(lambda x: x * 2, backend=backend)
+    before = backend.graph_count
+    for x in (torch.randn(4, 3), _marked(4), _marked(6), _marked(7), _marked(9)):
+        assert_same(twice(x), x * 2)
+    assert backend.graph_count - before == 2  # static for 4, then one for the marked sizes (stock: 2 as well)
+
+
+def test_sizes_outside_the_declared_range_raise():
+    backend = CountingBackend()
+    compiled = framejit.compile(lambda x: x * 2, backend=backend)
+    for n in (8, 4, 16, 11):
+        x = _marked(n, 4, 16)
+        assert_same(compiled(x), x * 2)
+    assert backend.graph_count == 1
+    for n in (32, 3, 1):  # as torch: "32 not in range [4, 16]" (for 1 torch 2.13 fails with an AssertionError)
+        with pytest.raises(framejit.ConstraintViolationError, match=rf"size\(0\) is {n}, not in the range \[4, 16\]"):
+            compiled(_marked(n, 4, 16))
+    with pytest.raises(framejit.ConstraintViolationError, match=r"is 32, not in the range"):
+        framejit.compile(lambda x: x + 1, backend=backend)(_marked(32, 4, 16))  # on the first call too
+
+
+def test_a_relation_that_narrows_the_declared_range_raises():
+    def fn(x):
+        if x.size(0) > 10:
+            return x + 1
+        return x - 1
+
+    with pytest.raises(framejit.ConstraintViolationError,
+                       match=r"not all values of L\['x'\]\.size\(0\) in the range 4 <= L\['x'\]\.size\(0\) <= 16 .* "
+                             r"satisfy the guard 4 <= L\['x'\]\.size\(0\) <= 10 \(from .*: if x\.size\(0\) > 10:"):
+        framejit.compile(fn, backend="eager")(_marked(8, 4, 16))
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    for n in (8, 6, 9):  # without a range a relation is a guard, not a violation (as torch)
+        x = _marked(n)
+        assert_same(compiled(x), fn(x))
+    assert backend.graph_count == 1
+
+
+def test_what_torch_does_not_count_as_a_violation():
+    def fn(x, y):
+        return (x + y).view(-1, 2, 3)  # unifies two marked sizes; needs an even size (a guard)
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    for n in (4, 6, 8, 10):
+        x, y = _marked(n), _marked(n)
+        assert_same(compiled(x, y), fn(x, y))
+    assert backend.graph_count == 1
+    x = _marked(1)  # a marked size 1 is specialised by rule, not by the code
+    assert_same(framejit.compile(lambda t: t * 2, backend="eager")(x), x * 2)
+
+
+def test_recompile_log_names_the_line_that_specialised(caplog):
+    def fn(x):
+        acc = x[0] * 0
+        for i in range(x.size(0)):  # unrolled: specialises the size
+            acc = acc + x[i]
+        return acc
+
+    compiled = framejit.compile(fn, backend="eager")
+    framejit.set_logs("recompiles")
+    try:
+        with caplog.at_level(logging.INFO, logger="framejit"):
+            for n in (3, 4, 5, 6):
+                x = torch.randn(n, 2)
+                assert_same(compiled(x), fn(x))
+    finally:
+        framejit.set_logs("")
+    messages = [r.getMessage() for r in caplog.records if "SHAPE_ENV" in r.getMessage()]
+    line = fn.__code__.co_firstlineno + 2
+    assert messages and all(f"test_dynamic_specialisation.py:{line}: for i in range(x.size(0)):" in m
+                            for m in messages), messages
