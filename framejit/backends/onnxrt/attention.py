@@ -311,7 +311,7 @@ def emit(graph, node: torch.fx.Node, match: Match, values: dict) -> None:
         onnx_node = ir.Node(domain, op_type, inputs, attributes=[
             ir.AttrInt64s(k, v) if isinstance(v, list) else ir.AttrInt64(k, v) if isinstance(v, int)
             else ir.AttrFloat32(k, v) for k, v in attributes.items()],
-            name=f"node_{node.name}__attention{count[0]}")
+            name=f"node_{node.name}__{count[0]}")
         count[0] += 1
         graph.append(onnx_node)
         return onnx_node.outputs[0]
@@ -319,7 +319,7 @@ def emit(graph, node: torch.fx.Node, match: Match, values: dict) -> None:
     def const(numbers):
         onnx_node = ir.Node("", "Constant", [], attributes=[
             ir.AttrTensor("value", ir.tensor(np.array(numbers, dtype=np.int64)))],
-            name=f"node_{node.name}__attention{count[0]}")
+            name=f"node_{node.name}__{count[0]}")
         count[0] += 1
         graph.append(onnx_node)
         return onnx_node.outputs[0]
