@@ -52,7 +52,7 @@ import torch.fx
 
 from .. import logs
 
-_STATE_SWITCHES = ("_set_grad_enabled", "_enter_autocast", "_exit_autocast")
+_STATE_SWITCHES = (torch._C._set_grad_enabled, torch.amp._enter_autocast, torch.amp._exit_autocast)
 
 
 def active_ddp():
@@ -104,19 +104,19 @@ def _unsplittable(gm: torch.fx.GraphModule) -> str | None:
     for node in gm.graph.nodes:
         if node.op in ("call_module", "get_attr"):
             return f"it reads module state ({node.op} {node.target})"
-        if node.op == "call_function" and getattr(node.target, "__name__", None) in _STATE_SWITCHES:
+        if node.op == "call_function" and node.target in _STATE_SWITCHES:
             return f"it switches grad mode or autocast ({node.target.__name__})"
     return None
 
 
 class BucketedGraph:
-    """A graph split at DDP's buckets: `split` (the FX module running the compiled parts in order)."""
+    """A graph split at DDP's buckets: `split` is the FX module running the compiled parts in order."""
 
-    def __init__(self, split: torch.fx.GraphModule, parts: list) -> None:
-        self.split, self.parts = split, parts
+    def __init__(self, split: torch.fx.GraphModule) -> None:
+        self.split = split
 
     def __call__(self, *args):
-        return self.split(*args)
+        return self.split.forward(*args)  # no hooks on it: nn.Module.__call__ is skipped
 
 
 def compile_in_buckets(gm: torch.fx.GraphModule, example_inputs: list,
@@ -141,15 +141,13 @@ def compile_in_buckets(gm: torch.fx.GraphModule, example_inputs: list,
     if why is not None:
         logs.log("output_code", "DDP: the graph is compiled whole, not split at its %d buckets: %s", len(parts), why)
         return None
-    compiled_parts = []
     for name, part_examples in examples:
         compiled = compile_part(getattr(split, name), part_examples)
         del split._modules[name]  # the generated code calls self.<name>(...): now the compiled part
         setattr(split, name, compiled)
-        compiled_parts.append(compiled)
     logs.log("output_code", "DDP: the graph is split at its buckets into %d parts of %s nodes", len(parts),
              "/".join(str(len(part)) for part in parts))
-    return BucketedGraph(split, compiled_parts)
+    return BucketedGraph(split)
 
 
 def _part_examples(gm: torch.fx.GraphModule, example_inputs: list, split: torch.fx.GraphModule):
