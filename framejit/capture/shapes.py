@@ -306,8 +306,9 @@ def marker_guards(out) -> list[Guard]:
                 and not getattr(env.simplify(size.node.expr), "is_number", False)}
         e = inp.source.expr(out.names)
         allowed = "{" + ", ".join(map(str, sorted(kept))) + "}"
-        check = f"getattr({e}, '_dynamo_dynamic_indices', {allowed}) <= {allowed}" if kept else \
-            f"not getattr({e}, '_dynamo_dynamic_indices', None)"  # literals only: the frame cache keeps the text
+        check = f"not getattr({e}, '_dynamo_dynamic_indices', None)"  # literals only: the frame cache keeps
+        if kept:  # the text; an unmarked tensor (the usual case) stops at the first test
+            check += f" or {e}._dynamo_dynamic_indices <= {allowed}"
         guards.append(Guard(check, "DYNAMIC_INDICES",
                             inp.source.describe(), "", f"marked dynamic dims within {sorted(kept)}",
                             f"getattr({e}, '_dynamo_dynamic_indices', None)", COST_TENSOR + 1))
