@@ -131,6 +131,14 @@ def move_list_iterator(iterator: Any, index: int, exhausted: bool) -> None:
         next(iterator, None)
 
 
+def move_reverse_iterator(iterator: Any, index: int, exhausted: bool) -> None:
+    """Replay how far a compiled frame advanced a reversed list iterator from outside (NOTE [Reversed
+    iterators from outside]): to CPython's `index`, or exhausted (it then drops its list, as CPython's does)."""
+    iterator.__setstate__(-1 if exhausted else index)
+    if exhausted:
+        next(iterator, None)
+
+
 def exhausted_list_iterator() -> Any:
     """A list iterator that has stopped (it stays stopped)."""
     iterator = iter([])

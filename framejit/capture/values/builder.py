@@ -178,6 +178,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return wrap_view(out, obj, source)
     if type(obj) is _LIST_ITERATOR:
         return _wrap_list_iterator(out, obj, source)
+    if type(obj) is _LIST_REVERSE_ITERATOR:
+        return _wrap_list_reverse_iterator(out, obj, source)
     from ..context import AUTOCAST_CLASSES, BLOCK_CLASSES, GRAD_CLASSES, ctx_from_object
     if isinstance(obj, GRAD_CLASSES + BLOCK_CLASSES) or type(obj) in AUTOCAST_CLASSES:
         return ctx_from_object(out, obj, source)
@@ -393,13 +395,47 @@ def _wrap_list_iterator(out, obj: Any, source: Source) -> Value:
     return iterator
 
 
+_LIST_REVERSE_ITERATOR = type(reversed([]))
+
+
+def _wrap_list_reverse_iterator(out, obj: Any, source: Source) -> Value:
+    """`reversed(a_list)` from outside (a resume function's input when a frame broke while holding one).
+
+    NOTE [Reversed iterators from outside]: like a list iterator from outside (NOTE [Iterators from
+    outside]): the list and the position (CPython's index, counting down; -1 once exhausted) are guarded
+    and how far the trace advanced it is replayed on the caller's object (`move_reverse_iterator`). The
+    trace walks a copy of the items from the position down to 0, which holds while nothing is mutated:
+    each step checks that no side effect was recorded since the iterator was read, else it breaks."""
+    from ..codegen import iterated_list, iterator_index
+    from ..sources import CallSource, Ref
+    out.guard_type(source, _LIST_REVERSE_ITERATOR)
+    index = iterator_index(obj)
+    out.guard_constant(CallSource(Ref(iterator_index, "iterator_index"), source), index)
+    if index < 0:
+        iterator = IteratorValue([])
+        iterator.exhausted = True
+    else:
+        items = wrap(out, iterated_list(obj), CallSource(Ref(iterated_list, "iterated_list"), source))
+        iterator = IteratorValue(items.items[index::-1] if index < len(items.items) else [])
+        iterator.start, iterator.reverse_from = 0, index
+        version = out.side_effects.version
+
+        def unchanged() -> None:
+            if out.side_effects.version != version:
+                raise Unsupported(BreakKind.SIDE_EFFECT, "a reversed list iterator from outside after a mutation")
+        iterator.check = unchanged
+        out.side_effects.iterators[id(iterator)] = iterator
+    iterator.source = source
+    return iterator
+
+
 def _has_identity(obj: Any) -> bool:
     """Objects whose identity matters because they can be mutated (NOTE [Objects by identity] in
     graph.py): containers, modules and user objects; not tensors (graph inputs are deduplicated on their
     own), scalars, functions, classes or Python modules."""
     if _lookup_runs_user_code(obj):
         return not issubclass(type(obj), torch.Tensor)
-    if type(obj) in (list, dict, set, collections.OrderedDict, _LIST_ITERATOR) or isinstance(obj, torch.nn.Module):
+    if type(obj) in (list, dict, set, collections.OrderedDict, _LIST_ITERATOR, _LIST_REVERSE_ITERATOR) or isinstance(obj, torch.nn.Module):
         return True
     return hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType,
                                                              types.MethodType, torch.Tensor, functools.partial,
