@@ -299,7 +299,8 @@ def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
             except Exception as exc:  # torchlib raises many kinds; all mean "this node cannot go"
                 raise NodeTranslationError(node.name, f"{type(exc).__name__}: {exc}") from exc
         if fused:  # the aten nodes the fused ones replace
-            ir.passes.common.RemoveUnusedNodesPass()(model)
+            from onnx_ir.passes.common import RemoveUnusedNodesPass
+            RemoveUnusedNodesPass()(model)
         _add_function_opsets(model)
         fold_transposes_into_gemm(graph)
         shapes.fold_reshape_shapes(graph, gm)  # NOTE [Shapes from the graph's inputs]
