@@ -7,7 +7,10 @@ PUSH_EXC_INFO and is not a with-block's WITH_EXCEPT_START), the trace does what 
 stack to the handler's depth, push the exception (after the raising offset when the entry says `lasti`)
 and continue at the handler. CHECK_EXC_MATCH decides `except T` from the exception's type, which the
 trace knows (the raising operation was guarded as for any other result); the exception itself is a
-constant (NOTE [Exceptions made while tracing] rebuilds it per call).
+constant (NOTE [Exceptions made while tracing] rebuilds it per call). A RuntimeError (NotImplementedError
+included) is not followed: fake tensors and the shape environment raise their own ones (a guard on
+data-dependent sizes, a kernel the fake mode cannot run) where eager raises nothing, and an `except
+RuntimeError` would then take a branch eager does not; those keep the path below.
 
 A followed handler is speculative until its POP_EXCEPT. If anything escapes the frame from inside it (the
 handler re-raises, raises another exception, breaks the graph, or the except clause does not match), the
@@ -40,7 +43,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     """Continue the trace at the handler that catches `e` raised by `inst`, if it is a try's handler."""
     insts = tx.program.insts
     handler = inst.handler
-    if handler is None or not is_user_handler(insts, handler) or not isinstance(e.exc, Exception):
+    if handler is None or not is_user_handler(insts, handler) or not isinstance(e.exc, Exception) or \
+            isinstance(e.exc, RuntimeError):
         return False
     if insts[handler + 1].name == "WITH_EXCEPT_START":
         return False

@@ -40,6 +40,14 @@ def _handler_prints(x, d):
     return y * s
 
 
+def _op_error_caught(x):
+    try:
+        y = x.view(5, -1)
+    except RuntimeError:
+        y = x * 2
+    return y + 1
+
+
 def test_key_error_caught_in_the_frame_is_one_graph():
     """`try: d[k] except KeyError:` in the compiled frame: 0 graphs and no eager frame counted before (the
     lookup ran as Python in an unhooked tail); now one graph per kind of `d`, no break."""
@@ -54,6 +62,8 @@ def test_key_error_caught_in_the_frame_is_one_graph():
                      seeds=(1, 0, 3), fullgraph=False)
     run_differential(_handler_prints, lambda seed: (torch.randn(3), {} if seed % 2 else {"scale": 2.0}),
                      seeds=(1, 0, 3), fullgraph=False)
+    # a RuntimeError from a tensor op is not followed (fake tensors raise their own ones): as before
+    run_differential(_op_error_caught, lambda seed: (torch.randn(10 if seed else 4),), seeds=(0, 1), fullgraph=False)
 
 
 def _tuple_clause_and_name(x, items, i):
