@@ -26,6 +26,7 @@ from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_sig
 from .frame_locals import reads_own_locals
 from . import frame_cache, persisted_code, python_loops
 from .higher_order import checkpoint_regions
+from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .shapes import ConstraintViolationError, check_marked_dims
 from .values import Value
@@ -243,7 +244,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
-        compiled = _backend_compile(gm, output, request, fn)
+        compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output))
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
     rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)
@@ -299,7 +300,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
             gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
             checkpoint_regions(gm)  # NOTE [Checkpointed regions]
             graphs.append(gm)
-            compiled = _backend_compile(gm, output, request, fn)
+            compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output))
             output_index = {id(v.node): i for i, v in enumerate(outputs)}
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)

@@ -35,6 +35,7 @@ from .. import config, logs
 from ..guards import Guard, compile_guards
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, make_function
 from .locators import NotPersistable, _import_locator, code_hash, locate, resolve  # noqa: F401 (NotPersistable: convert.py)
+from .input_versions import input_writes, keep_versions, unwrapped
 from .persisted_code import load_code
 from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource, ObjectSource,
                       Ref, Source)
@@ -44,7 +45,8 @@ from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, Sequen
 FORMAT = 6  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
 # 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
-# 6: raw attribute sources (NOTE [Raw attribute reads])
+# 6: raw attribute sources (NOTE [Raw attribute reads]), version counts of written inputs (NOTE [Version counts
+# of written inputs])
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -158,11 +160,13 @@ class Persisted:
     artifact: bytes
     guard_source: str = ""  # the generated guard function, executed as it is on load
     code: bytes = b""  # a break's transformed code, instruction by instruction (NOTE [Persisted break code])
+    writes: tuple = ()  # NOTE [Version counts of written inputs] (input_versions.py)
 
 
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,
             output_index: dict[int, int], request, code: bytes | None = None) -> Persisted:
     """The persisted form of a just-compiled entry (raises NotPersistable when it has none)."""
+    compiled = unwrapped(compiled)  # NOTE [Version counts of written inputs]: the counts are persisted apart
     if output.side_effects and code is None:
         raise NotPersistable("the frame replays side effects")
     from .state_blocks import default_dtype_changed
@@ -186,7 +190,7 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     ret_data = encode_value(ret, output_index, fn) if code is None else ("code",)
     graph = dump_graph(gm) if gm is not None else b""
     return Persisted(guards, namespace, callees, inputs, ret_data, (output.entry_grad_enabled, output.grad_enabled),
-                     graph, artifact, code=code or b"")
+                     graph, artifact, code=code or b"", writes=input_writes(output))
 
 
 def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
@@ -273,7 +277,7 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
         gm = load_graph(persisted.graph)
         graphs.append(gm)
         example_inputs = _example_inputs(guard, sources, namespace, args, kwargs)
-        compiled = request.artifacts[1](persisted.artifact, gm, example_inputs)
+        compiled = keep_versions(request.artifacts[1](persisted.artifact, gm, example_inputs), gm, persisted.writes)
         cg.call_graph(compiled, sources)
     if persisted.code:  # NOTE [Persisted break code]
         body = load_code(fn, persisted.code, compiled if persisted.graph else None, request.hooks)

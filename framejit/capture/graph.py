@@ -41,13 +41,21 @@ def _fake_tensor():
 
 
 class GraphInput:
-    __slots__ = ("source", "tensor", "value", "version")
+    __slots__ = ("source", "tensor", "value", "version", "first_version")
 
     def __init__(self, source: Source, tensor: Any, value: Value) -> None:
         self.source = source
         self.tensor = tensor  # a tensor, or a Python float (NOTE [Dynamic floats])
         self.value = value
         self.version = _version(value.fake) if isinstance(value, TensorValue) else None
+        self.first_version = self.version
+
+    def writes(self) -> int:
+        """How many times the traced ops bumped this input's version counter (NOTE [Version counts of written
+        inputs] in input_versions.py); 0 for a non-tensor or an inference tensor (which has no counter)."""
+        if self.first_version is None:
+            return 0
+        return _version(self.value.fake) - self.first_version
 
 
 # Errors only a fake (or symbolic) tensor raises: a C++ kernel that reads the data of an input, such as

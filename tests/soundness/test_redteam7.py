@@ -110,3 +110,47 @@ def test_functions_keep_the_builtins_they_were_made_with(name):
             module.__dict__["__builtins__"] = held
         x = torch.randn(3)
         assert_same(compiled(x), fn(x))
+
+
+# ---- version counters of inputs written in place (NOTE [Version counts of written inputs]) ------------------
+
+def _writes_twice(x, y):
+    x.add_(1)
+    x[0].mul_(2)  # through a view: the same counter
+    y.clamp_(min=0)
+    return x.sum() + y.sum()
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "triton"])
+def test_inputs_written_twice_bump_their_versions_twice(backend):
+    # before (onnxrt, triton): one write-back copy per input, `x._version` 1 where eager gives 2
+    compiled = framejit.compile(_writes_twice, backend=_backend(backend))
+    for n in (3, 4, 3):
+        x_e, y_e = torch.randn(n), torch.randn(n)
+        x_c, y_c = x_e.clone(), y_e.clone()
+        base_e, base_c = x_e[1:], x_c[1:]  # a view made before: it shares the counter
+        assert_same(compiled(x_c, y_c), _writes_twice(x_e, y_e))
+        assert_same((x_c, y_c), (x_e, y_e))
+        assert (x_c._version, y_c._version, base_c._version) == (x_e._version, y_e._version, base_e._version)
+
+
+_VERSIONS_PROGRAM = '''
+import json, sys, torch, framejit
+
+def f(x):
+    x.add_(1)
+    x.mul_(2)
+    return x * 3
+
+compiled = framejit.compile(f, backend=sys.argv[1])
+x = torch.ones(3)
+compiled(x)
+print(json.dumps({"version": x._version, "loaded": framejit.stats()["frames_loaded"]}))
+'''
+
+
+def test_written_input_versions_from_a_warm_cache(tmp_path):
+    from tests.helpers import run_cache_program
+    cold = run_cache_program(tmp_path, "versions.py", _VERSIONS_PROGRAM, "onnxrt", preload=("onnx", "onnxscript"))
+    warm = run_cache_program(tmp_path, "versions.py", _VERSIONS_PROGRAM, "onnxrt", preload=("onnx", "onnxscript"))
+    assert (cold, warm) == ({"version": 2, "loaded": 0}, {"version": 2, "loaded": 1})
