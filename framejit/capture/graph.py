@@ -261,7 +261,8 @@ class OutputGraph:
         node.meta["val"] = value
         node.meta["source"] = source.describe()
         node.meta["dynamic_float"] = True  # backends/state.py
-        sym = SymFloatValue(self, node, value, (), source)
+        from .shapes import symbolic_float  # NOTE [Float relations]
+        sym = SymFloatValue(self, node, value, (), source, symbolic_float(self, value, source.expr(self.names)))
         sym.roots = (sym,)
         self.inputs.append(GraphInput(source, value, sym))
         return self.remember(source, sym)
@@ -318,6 +319,26 @@ class OutputGraph:
         node.meta["stack_trace"] = self.stack_trace()
         roots = tuple(dict.fromkeys(r for sym in syms for r in sym.roots))
         return SymFloatValue(self, node, result, roots)
+
+    def float_compare(self, fn: Callable, a: Value, b: Value) -> Value | None:
+        """A comparison of float inputs (with symbols) and numbers, kept as a relation (NOTE [Float
+        relations]); None when an operand is computed (the env may rewrite its arithmetic, which would round
+        differently from the code's) or has no symbol."""
+        operands = []
+        for v in (a, b):
+            if isinstance(v, SymFloatValue) and v.sym is not None and v.roots == (v,):
+                operands.append(v.sym)
+            elif isinstance(v, ConstantValue) and type(v.value) in (int, float):
+                operands.append(v.value)
+            else:
+                return None
+        result = fn(*operands)
+        if not isinstance(result, torch.SymBool):
+            return ConstantValue(result)  # the env knows it (from relations already guarded)
+        node = self.graph.call_function(fn, (_node_of(a), _node_of(b)))
+        node.meta["val"] = result
+        node.meta["stack_trace"] = self.stack_trace()
+        return SymNodeValue(node, result)
 
     # ---- operations ---------------------------------------------------------------------------
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:

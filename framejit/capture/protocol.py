@@ -187,6 +187,10 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
         return nps.binary(tx, fn, a, b)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return tx.output.call("call_function", fn, (a, b), {})
+    if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and fn in _SYM_COMPARE_OPS:
+        kept = tx.output.float_compare(fn, a, b)  # NOTE [Float relations] in values/scalars.py
+        if kept is not None:
+            return kept
     if (isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue)) and _is_int(a) and _is_int(b) \
             and fn in _SYM_COMPARE_OPS:  # a relation, guarded only if the code branches on it
         return tx.output.sym_op(fn, (a, b))

@@ -209,6 +209,17 @@ def symbolic_int(out, value: int, expr: str):
     return env.create_symintnode(symbol, hint=value, source=ShapeSource(expr))
 
 
+def symbolic_float(out, value: float, expr: str):
+    """A SymFloat of the trace's env standing for a float input (NOTE [Float relations] in values/scalars.py),
+    or None for a value that is not finite (kept exact: guarded by value)."""
+    if not math.isfinite(value):
+        return None
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+    env = out.fake_mode.shape_env
+    symbol = env.create_unspecified_symbol(value, source=ShapeSource(expr), dynamic_dim=DimDynamic.DYNAMIC)
+    return env.create_symfloatnode(symbol, hint=value, source=ShapeSource(expr))
+
+
 def concrete(value: Any) -> Any:
     """`value` with SymInts/SymBools (in tuples, torch.Size) specialised (guarded by the env)."""
     if isinstance(value, torch.SymInt):
@@ -387,7 +398,7 @@ def _occurrences(out, inp) -> list[tuple[str, Any, str]]:
         occ.append((f"{e}.storage_offset()", fake.storage_offset(), "storage offset"))
         return occ
     sym = getattr(value, "sym", None)
-    if isinstance(sym, torch.SymInt):
+    if isinstance(sym, (torch.SymInt, torch.SymFloat)):
         return [(e, sym, "value")]
     return []
 
@@ -396,7 +407,7 @@ def _relation_guards(out, env, inputs) -> list[Guard]:
     bound: dict[Any, str] = {}
     for _, occ in inputs:  # first pass: each symbol the env kept is defined by its first occurrence
         for text, sym, _ in occ:
-            if isinstance(sym, torch.SymInt):
+            if isinstance(sym, (torch.SymInt, torch.SymFloat)):
                 raw = sym.node.expr
                 if getattr(raw, "is_Symbol", False) and env.simplify(raw) == raw and raw not in bound:
                     bound[raw] = text
@@ -404,7 +415,7 @@ def _relation_guards(out, env, inputs) -> list[Guard]:
     for inp, occ in inputs:
         where = inp.source.describe()
         for text, sym, what in occ:
-            if not isinstance(sym, torch.SymInt):
+            if not isinstance(sym, (torch.SymInt, torch.SymFloat)):
                 continue  # static: the tensor guard checks it
             expr = env.simplify(sym.node.expr)
             if bound.get(expr) == text:
@@ -421,8 +432,8 @@ def _relation_guards(out, env, inputs) -> list[Guard]:
                              user_location(g.sloc)))
     for symbol, text in bound.items():
         vr = env.var_to_range.get(symbol)
-        if vr is None:
-            continue
+        if vr is None or not symbol.is_integer:
+            continue  # a float input's relations are guards of their own (NOTE [Float relations])
         low, high = vr.lower, vr.upper
         slocs = env.var_to_range_sloc.get(symbol)
         is_size = "." in text and ("size(" in text or "stride(" in text)
@@ -439,7 +450,11 @@ def _pinned_guards(out, inputs) -> list[Guard]:
     guards = []
     for inp, occ in inputs:
         for text, sym, what in occ:
-            if isinstance(sym, torch.SymInt):
+            if isinstance(sym, torch.SymFloat):  # a float input (NOTE [Float relations]): exact, repr round-trips
+                value = float(sym.node.hint)
+                guards.append(_guard(out, f"{text} == {value!r}", inp.source.describe(), f"{what} == {value!r}",
+                                     text, ""))
+            elif isinstance(sym, torch.SymInt):
                 value = sym.node.hint if sym.node.hint is not None else int(sym)
                 guards.append(_guard(out, f"{text} == {int(value)}", inp.source.describe(),
                                      f"{what} == {int(value)}", text, ""))

@@ -170,3 +170,48 @@ def test_recompile_log_names_the_line_that_specialised(caplog):
     line = fn.__code__.co_firstlineno + 2
     assert messages and all(f"test_dynamic_specialisation.py:{line}: for i in range(x.size(0)):" in m
                             for m in messages), messages
+
+
+# ---- dynamic floats in comparisons (NOTE [Float relations]) --------------------------------------------
+def _threshold(x, t):
+    if t > 0.5:
+        return x * t
+    return x - t
+
+
+def _two_floats(x, t, u):
+    y = x * t - u
+    return y + 1 if t < u else y - 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_a_float_compared_with_a_constant_is_a_guarded_relation(backend):
+    counting = CountingBackend() if backend == "eager" else None
+    compiled = framejit.compile(_threshold, backend=counting or backend)
+    before = len(framejit.stats()["frames"])
+    for t in (0.3, 0.7, 1.2, 2.5, 3.9, 1.7, 0.9):
+        x = torch.randn(4)
+        assert_same(compiled(x, t), _threshold(x, t))
+    # before: 7 (each value guarded by value after the comparison specialised it); stock torch.compile: 2
+    assert len(framejit.stats()["frames"]) - before == 2
+    source = compiled.entries[0].guard.source
+    assert "t > 0.5" in source or "0.5 < t" in source
+
+
+def test_two_float_inputs_compared():
+    backend = CountingBackend()
+    compiled = framejit.compile(_two_floats, backend=backend)
+    for t, u in ((0.5, 1.0), (0.25, 2.0), (1.5, 3.0), (3.0, 1.0), (2.0, 0.5), (1.0, 1.0)):
+        x = torch.randn(4)
+        assert_same(compiled(x, t, u), _two_floats(x, t, u))
+    assert backend.graph_count == 3  # the first values; then t < u; then t >= u (before: 6)
+
+
+def test_a_computed_float_compared_still_specialises():
+    def fn(x, t):
+        return x + 1 if t * 3 > 0.9 else x - 1  # 0.3 * 3 == 0.8999999999999999: eager takes the else branch
+
+    compiled = framejit.compile(fn, backend="eager")
+    for t in (0.5, 0.25, 0.3, 0.30000000000000004, 0.7):
+        x = torch.randn(4)
+        assert_same(compiled(x, t), fn(x, t))

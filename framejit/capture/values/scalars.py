@@ -9,6 +9,16 @@ value of each call, with Python's own scalar semantics (the graph receives the P
 use (a comparison, `int()`, a shape, a Python call outside the graph) needs the concrete value: that
 specialises the float, guarding each input it derives from by value, and the trace continues with the
 constant, which is what it did before.
+
+NOTE [Float relations]: a float input is also a symbol of the trace's ShapeEnv (`sym`, a SymFloat). A
+comparison of float inputs with each other or with numbers (`if t > 0.5`, `t < u`) is then a SymBool (a
+SymNodeValue), not a specialisation: branching on it records the relation in the env, which becomes a
+guard line (`t > 0.5`, constants printed with 17 digits: exact), so other values on the same side reuse
+the entry (stock torch.compile's symbolic floats do the same). Only inputs themselves: a computed float
+(`t * 2 + 1 > 3`) would be guarded through the env's rewritten arithmetic (`2.0*t + 1.0`, or worse
+reassociated), which can round differently from the code's at the boundary, so it still specialises by
+value. `math.floor(t)`, `int(t)` and every other use specialise by value, as above. NaN and infinities
+get no symbol (guarded by value).
 """
 from __future__ import annotations
 
@@ -20,12 +30,13 @@ from .base import Value
 class SymFloatValue(Value):
     """A float computed in the graph from float inputs: `node` yields it, `example` is its value now."""
 
-    def __init__(self, out, node, example: float, roots: tuple, source=None) -> None:
+    def __init__(self, out, node, example: float, roots: tuple, source=None, sym=None) -> None:
         self.out = out  # the OutputGraph, for the guards of specialisation
         self.node = node
         self.example = example
         self.roots = roots  # the input SymFloatValues it derives from
         self.source = source
+        self.sym = sym  # its SymFloat in the trace's ShapeEnv, or None (NOTE [Float relations])
 
     def python_type(self) -> type:
         return float
