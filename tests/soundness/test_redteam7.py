@@ -154,3 +154,42 @@ def test_written_input_versions_from_a_warm_cache(tmp_path):
     cold = run_cache_program(tmp_path, "versions.py", _VERSIONS_PROGRAM, "onnxrt", preload=("onnx", "onnxscript"))
     warm = run_cache_program(tmp_path, "versions.py", _VERSIONS_PROGRAM, "onnxrt", preload=("onnx", "onnxscript"))
     assert (cold, warm) == ({"version": 2, "loaded": 0}, {"version": 2, "loaded": 1})
+
+
+# ---- a graph that fails at run time, loaded from a warm cache (NOTE [Graph failures rerun eagerly]) ---------
+
+_CHECKED_PROGRAM = '''
+import json, torch, framejit
+
+def f(x, log):
+    try:
+        log.append("start")
+        if x.sum() > 0:  # a speculated check (NOTE [Speculated checks]): fails for positive sums
+            raise KeyError("pos")
+        log.append("neg")
+    except KeyError as e:
+        log.append(f"caught {e}")
+    return x + 1
+
+compiled = framejit.compile(f, backend="eager")
+logs = []
+for sign in (-1, 1, -1, 1):
+    x, log = torch.full((3,), 2.0 * sign), []
+    try:
+        out = compiled(x, log).tolist()
+    except Exception as e:
+        out = f"{type(e).__name__}: {e}"
+    logs.append([out, log])
+print(json.dumps({"logs": logs, "loaded": framejit.stats()["frames_loaded"]}))
+'''
+
+
+def test_warm_entry_whose_graph_fails_reruns_eagerly(tmp_path):
+    # before: an entry restored from the frame cache judged its graph as writing inputs (its placeholders,
+    # `L_x_`, end with "_" like in-place ops), so it never reran eagerly: the failing check raised
+    # "RuntimeError: Expected Tensor with single nonzero value" where eager catches its KeyError
+    from tests.helpers import run_cache_program
+    expected = [[[-1.0] * 3, ["start", "neg"]], [[3.0] * 3, ["start", "caught 'pos'"]]] * 2
+    cold = run_cache_program(tmp_path, "checked.py", _CHECKED_PROGRAM)
+    warm = run_cache_program(tmp_path, "checked.py", _CHECKED_PROGRAM)
+    assert (cold, warm) == ({"logs": expected, "loaded": 0}, {"logs": expected, "loaded": 1})
