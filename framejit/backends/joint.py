@@ -289,11 +289,11 @@ class JointGraph:
                                               bw_compiler=self._compiler("backward", made),
                                               partition_fn=functools.partial(_partition, config=self.partition_config),
                                               decompositions=self.decompositions)
+            lean = self._lean(context.fw_metadata, context.params_flat, made, len(args), autocast)
         except Exception as exc:
             logs.log("eager_fallback", "%s: the training graph runs eagerly: building its forward and backward "
                      "graphs failed (%s: %s)", self.backend_name, type(exc).__name__, exc)
             return _FAILED
-        lean = self._lean(context.fw_metadata, context.params_flat, made, len(args), autocast)
         run = lean if lean is not None else joint
         return lambda *call_args: rebuild(run(*call_args))
 
