@@ -11,14 +11,10 @@ backend's inference callable, given by the caller). Per signature, the joint is 
 2. the joint is partitioned (NOTE [Partition]) into a forward graph (user outputs + the tensors the
    backward needs) and a backward graph (saved tensors + output gradients -> input gradients);
 3. each graph is handed to `compile_fn(graph, fake_example_inputs)` (the backend's own compiler: an
-   ONNX Runtime program, or Triton kernels), both when the joint is built;
-4. a joint without input mutations, aliased outputs and the other cases AOT autograd's runtime wrappers
-   exist for calls the two compiled callables from one lean `torch.autograd.Function` (joint_runtime.py,
-   NOTE [Lean joint runtime]); the others go through AOT autograd's own runtime. `stats["lean_runtime"]`
-   and `stats["aot_runtime"]` count the joints built each way.
+   ONNX Runtime program, or Triton kernels) and AOT autograd glues the two compiled callables into one
+   `torch.autograd.Function`.
 
-Eager semantics come from AOT autograd's runtime wrappers (and the lean runtime, which keeps them for the
-joints it runs): mutated inputs (BatchNorm running statistics
+Eager semantics come from AOT autograd's runtime wrappers: mutated inputs (BatchNorm running statistics
 in train mode) are written back with `copy_` after the forward, outputs that alias inputs are regenerated
 as views of the inputs, `torch.no_grad()` regions and `detach` inside the graph produce no gradient,
 parameters with `requires_grad=False` get none, and `retain_graph=True` keeps the saved tensors for a
@@ -249,8 +245,7 @@ class JointGraph:
         self.stats["joint_calls"] += 1
         return joint(*args)
 
-    def _compiler(self, kind: str, made: dict):
-        """The compiler of one half; what it made (and the graph) lands in `made[kind]`."""
+    def _compiler(self, kind: str):
         def compile_graph(graph: torch.fx.GraphModule, example_inputs):
             if self.lstm_layers and kind == "forward":
                 from .recurrent import keep_workspace
@@ -260,61 +255,27 @@ class JointGraph:
             (self.compiled_forwards if kind == "forward" else self.compiled_backwards).append(compiled)
             logs.log("output_code", "joint (%s): %s graph with %d inputs:\n%s", self.backend_name, kind,
                      len(example_inputs), graph.code)
-            made[kind] = (_Counted(compiled, self.stats, kind), graph)
-            return made[kind][0]
+            return _Counted(compiled, self.stats, kind)
         return compile_graph
 
     def _build(self, args: list):
         from torch._functorch.aot_autograd import aot_module_simplified
-        from torch._guards import TracingContext, tracing
-        from torch._subclasses.fake_tensor import FakeTensorMode
 
-        made: dict = {}
-        # NOTE [Lean joint runtime] in joint_runtime.py: AOT autograd leaves the compiled forward's metadata
-        # on the tracing context; its fake mode is the one AOT autograd would make for real inputs.
-        context = TracingContext(FakeTensorMode())
-        autocast = torch._C._is_any_autocast_enabled()
         try:
             flat_gm, rebuild = _flat_outputs(self.gm)
             from .recurrent import keep_lstm_layers
             from .torch_methods import original_tensor_methods
             layers = keep_lstm_layers() if self.lstm_layers else contextlib.nullcontext()
-            # Both halves are compiled now (a backward that cannot be built runs the graph eagerly rather
-            # than failing in the first backward); no buffer donation (only inductor reads it, and it would
-            # forbid retain_graph on later calls).
-            aot_config = torch._functorch.config.patch(force_non_lazy_backward_lowering=True, donated_buffer=False)
-            # NOTE [Patched Tensor methods while lowering]
-            with original_tensor_methods(), layers, tracing(context), aot_config:
-                joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", made),
-                                              bw_compiler=self._compiler("backward", made),
+            with original_tensor_methods(), layers:  # NOTE [Patched Tensor methods while lowering]
+                joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward"),
+                                              bw_compiler=self._compiler("backward"),
                                               partition_fn=functools.partial(_partition, config=self.partition_config),
                                               decompositions=self.decompositions)
-            lean = self._lean(context.fw_metadata, context.params_flat, made, len(args), autocast)
         except Exception as exc:
             logs.log("eager_fallback", "%s: the training graph runs eagerly: building its forward and backward "
                      "graphs failed (%s: %s)", self.backend_name, type(exc).__name__, exc)
             return _FAILED
-        run = lean if lean is not None else joint
-        return lambda *call_args: rebuild(run(*call_args))
-
-    def _lean(self, meta, weights, made: dict, num_args: int, autocast: bool):
-        """The lean runtime of a joint (NOTE [Lean joint runtime]), or None (logged) where it needs AOT
-        autograd's."""
-        from .joint_runtime import ineligible, lean_runtime
-
-        if meta is None or "forward" not in made or "backward" not in made:
-            reason = "no forward and backward were compiled"
-        else:
-            (forward, fw_graph), (backward, bw_graph) = made["forward"], made["backward"]
-            reason = ineligible(meta, len(weights) + num_args, len(fw_graph.graph.find_nodes(op="placeholder")),
-                                autocast)
-        if reason is not None:
-            self.stats["aot_runtime"] += 1
-            logs.log("output_code", "joint (%s): AOT autograd's runtime wrappers: %s", self.backend_name, reason)
-            return None
-        self.stats["lean_runtime"] += 1
-        output = next(iter(reversed(bw_graph.graph.find_nodes(op="output"))))
-        return lean_runtime(meta, list(weights), forward, backward, [g is None for g in output.args[0]])
+        return lambda *call_args: rebuild(joint(*call_args))
 
 
 def _flat_outputs(gm: torch.fx.GraphModule):
