@@ -327,8 +327,9 @@ def store_key(fn: types.FunctionType, args: tuple, request) -> str | None:
 # another process compiled with dynamic=None or True would serve new sizes from a symbolic graph (and new
 # floats from a graph that takes them as inputs), against what it asked for; a process with dynamic=True
 # loading a static entry would compile once more for the next size. So the mode is part of the key: each
-# mode reads and writes its own entries. (Markers such as mark_dynamic are read, never guarded, in one
-# process as in torch, so entries made for marked tensors share the key of their mode.)
+# mode reads and writes its own entries. (Markers such as mark_dynamic are not part of the key: each entry
+# guards the dimensions a tensor marks, as torch's DYNAMIC_INDICES guard, so entries made for marked tensors
+# share the key of their mode.)
 def dynamic_mode(request) -> str:
     """The part of the frame cache key that says what the process makes symbolic."""
     automatic = config.automatic_dynamic if request.dynamic is None else None

@@ -28,7 +28,8 @@ marked; `dynamic=None` (NOTE [Automatic dynamic] in hook.py) those whose size ch
 frame, plus those marked on the tensor itself: `framejit.mark_dynamic` / `maybe_mark_dynamic` /
 `mark_static` set the same attributes as torch's `torch._dynamo.mark_dynamic` (`_dynamo_dynamic_indices`,
 `_dynamo_weak_dynamic_indices`, `_dynamo_static_indices`, `_dynamo_dynamic_range`), so markers set by
-library code for torch.compile are honoured too. They are only read, never guarded (as in torch).
+library code for torch.compile are honoured too. Each entry guards which dimensions a tensor marks strictly
+(torch's DYNAMIC_INDICES guard) and a trace that breaks a marker raises (NOTE [Broken mark_dynamic contracts]).
 """
 from __future__ import annotations
 
