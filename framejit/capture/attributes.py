@@ -242,6 +242,10 @@ def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
 
 
 def _constant_attr(obj: ConstantValue, name: str) -> Value:
+    if isinstance(obj.value, BaseException) and name in ("__traceback__", "__context__"):
+        # NOTE [Exceptions caught while tracing]: an exception the trace made or caught was never raised
+        # by CPython, so it has no traceback and no context where eager's has them
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of {type(obj.value).__name__}")
     try:
         value = getattr(obj.value, name)
     except AttributeError as e:

@@ -582,11 +582,18 @@ def is_container_method(fn: Any) -> bool:
 
 
 def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    from .dict_objects import dict_contents, is_dict_object
+    from .dict_objects import dict_contents, is_dict_object, own_missing
     owner, name = fn.__objclass__, fn.__name__
     self_value, rest = args[0], args[1:]
     if owner in (dict, collections.OrderedDict) and is_dict_object(self_value):
+        missing = name == "__getitem__" and own_missing(tx, self_value)
         self_value = dict_contents(tx, self_value, name, owner)  # NOTE [Dict subclasses]
+        if missing:
+            try:
+                return _dict_method(tx, self_value, name, rest, kwargs)
+            except UserException:
+                raise Unsupported(BreakKind.UNSUPPORTED_CALL,
+                                  f"__missing__ of a {type(args[0].obj).__name__}") from None
     if owner in (set, frozenset):
         return _set_method(tx, self_value, name, rest, kwargs)
     if owner in (dict, collections.OrderedDict):

@@ -337,7 +337,7 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     from .mappings import is_plain_dict_subclass, make_dict_subclass
     if is_plain_dict_subclass(cls):
         return make_dict_subclass(tx, cls, args, kwargs)
-    if issubclass(cls, BaseException) and all(a.is_constant() for a in args) and not kwargs:
+    if issubclass(cls, BaseException) and builtin_made(cls) and all(a.is_constant() for a in args) and not kwargs:
         return constant_fold(cls, *(a.as_constant() for a in args))
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return _make_namedtuple(tx, cls, args, kwargs)
@@ -369,6 +369,14 @@ def _guard_plain_construction(tx, cls: type) -> None:
     lookup.guard_lookup(tx.output, type(cls), "__call__")
     for name in ("__new__", "__init__"):
         lookup.guard_lookup(tx.output, cls, name)
+
+
+def builtin_made(cls: type) -> bool:
+    """NOTE [Exceptions made while tracing]: an exception class whose instances are made by CPython's own
+    type.__call__, __new__ and __init__ (no Python method on the way), so making one while tracing runs no
+    user code and can be folded to a constant."""
+    return type(cls).__call__ is type.__call__ and all(
+        k.__module__ == "builtins" or ("__new__" not in vars(k) and "__init__" not in vars(k)) for k in cls.__mro__)
 
 
 def _is_plain_class(cls: type) -> bool:

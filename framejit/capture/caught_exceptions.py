@@ -46,8 +46,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     if handler is None or not is_user_handler(insts, handler) or not isinstance(e.exc, Exception) or \
             isinstance(e.exc, RuntimeError):
         return False
-    if insts[handler + 1].name == "WITH_EXCEPT_START":
-        return False
+    if insts[handler + 1].name == "WITH_EXCEPT_START" or inst.name == "RAISE_VARARGS" and inst.arg == 2:
+        return False  # a with-block's exit; `raise X from Y`, whose cause the exception constant lacks
     effects = tx.output.side_effects
     tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched)))
     del tx.stack[inst.handler_depth:]

@@ -7,7 +7,8 @@ is called on it, the call is answered from its raw contents: `raw_dict_items(obj
 dict's own storage, read through `dict.items`, which bypasses every override; `dict.copy` does not: for a
 class with its own `__iter__`, an OrderedDict subclass among them, it merges through `keys()` and the
 overridden `__getitem__`) is wrapped like a plain dict through a CallSource, so its keys and the values
-read are guarded. Mutating dict methods on such an object stay graph breaks.
+read are guarded. Mutating dict methods on such an object stay graph breaks, as does `d[k]` for an absent
+key when the class defines __missing__ (own_missing).
 """
 from __future__ import annotations
 
@@ -57,6 +58,15 @@ def dict_contents(tx, obj: ObjectValue, method: str, owner: type = dict) -> Dict
     if owner is dict:
         return wrap(tx.output, raw_dict_items(obj.obj), CallSource(_RAW_ITEMS, obj.source))
     return wrap(tx.output, raw_odict_items(obj.obj), CallSource(_RAW_ODICT_ITEMS, obj.source))
+
+
+def own_missing(tx, obj: ObjectValue) -> bool:
+    """The object's class defines __missing__, which dict.__getitem__ calls for an absent key: the user's
+    code (another exception, a side effect, a value) that the raw contents do not answer, so such a
+    lookup is a graph break. The lookup of __missing__ is guarded (it keeps finding it, or none)."""
+    from . import lookup
+    lookup.guard_lookup(tx.output, type(obj.obj), "__missing__")
+    return lookup.mro_lookup(type(obj.obj), "__missing__")[0] is not None
 
 
 # NOTE [Dict-subclass objects made while tracing]: an instance of a dict subclass created inside the

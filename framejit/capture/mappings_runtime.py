@@ -26,7 +26,9 @@ def view_of(d: dict, kind: str) -> Any:
 # exception object while tracing, but an exception is mutable (`add_note`, `__traceback__`, attributes the
 # user sets): loading that one object as a constant handed every call the same exception, whose notes
 # piled up from call to call (red team 6). The generated code makes a new one per call from the traced
-# object's type, args and instance dict.
+# object's type, args and instance dict. Only classes CPython makes without running Python code are folded
+# (calls.builtin_made): a Python __init__ or __new__ is the user's code (a side effect, attributes computed
+# from other arguments that type(e)(*e.args) would not rebuild), so making such an exception is a graph break.
 def fresh_exception(template: BaseException) -> BaseException:
     """A new exception equal to `template` (NOTE [Exceptions made while tracing])."""
     exc = type(template)(*template.args)

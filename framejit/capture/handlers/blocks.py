@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 from ..breaks import BreakKind, Unsupported, UserException
+from ..calls import builtin_made
 from ..caught_exceptions import exception_types
 from ..context import enter
 from ..values import ClassValue, ConstantValue
@@ -29,7 +30,7 @@ def raise_varargs(tx, inst):
         raise Unsupported(BreakKind.EXCEPTION_RAISED, "bare `raise` re-raises an exception being handled")
     values = tx.popn(inst.arg)
     exc = values[0]
-    if isinstance(exc, ClassValue) and issubclass(exc.obj, BaseException):
+    if isinstance(exc, ClassValue) and issubclass(exc.obj, BaseException) and builtin_made(exc.obj):
         raise UserException(exc.obj())
     if isinstance(exc, ConstantValue) and isinstance(exc.value, BaseException):
         raise UserException(exc.value)

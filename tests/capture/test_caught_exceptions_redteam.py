@@ -1,0 +1,110 @@
+"""Red team of the handlers the trace follows (NOTE [Exceptions caught while tracing]): what an except clause
+sees of the caught exception, and the user code that runs on the way to raising it."""
+
+import torch
+
+import framejit
+from tests.helpers import run_differential
+
+MADE = []
+
+
+class LoggingError(Exception):
+    def __init__(self, msg):
+        MADE.append(msg)  # the user's __init__: runs on every raise in eager
+        super().__init__(msg)
+        self.extra = len(msg)
+
+
+def _raise_custom(x, d):
+    made = len(MADE)
+    try:
+        if "a" not in d:
+            raise LoggingError("missing")
+        v = d["a"]
+    except LoggingError as e:
+        v = e.extra
+    return x * v, len(MADE) - made
+
+
+def test_exception_class_with_python_init_runs_it_per_call():
+    """Folding `LoggingError("missing")` to a constant ran its __init__ once while tracing: the followed
+    handler then used that constant and later calls appended nothing (eager: one append per raise)."""
+    MADE.clear()
+    run_differential(_raise_custom, lambda seed: (torch.randn(3), {} if seed % 2 else {"a": seed}),
+                     seeds=(1, 0, 3, 5), fullgraph=False)
+
+
+class Missing(KeyError):
+    pass
+
+
+SEEN = []
+
+
+class MissingDict(dict):
+    def __missing__(self, key):
+        SEEN.append(key)
+        raise Missing(key)
+
+
+def _lookup(x, d):
+    seen = len(SEEN)
+    try:
+        v = d["a"]
+    except Missing:
+        v = 7
+    except KeyError:
+        v = 9
+    return x * v, len(SEEN) - seen
+
+
+def test_dict_subclass_missing_is_called():
+    """`d[k]` on a dict subclass was answered from its raw items, raising a plain KeyError: the trace took
+    `except KeyError` (9) where eager's __missing__ raised Missing (7), and its append was lost."""
+    SEEN.clear()
+    run_differential(_lookup, lambda seed: (torch.randn(3), MissingDict() if seed % 2 else MissingDict(a=seed)),
+                     seeds=(1, 2, 3), fullgraph=False)
+    assert SEEN == ["a", "a", "a", "a"]  # eager and compiled, seeds 1 and 3
+
+
+def _traceback_line(x, d):
+    try:
+        v = d["a"]
+    except KeyError as e:
+        return x, e.__traceback__ is None
+    return x * v, None
+
+
+def _context_of_nested(x, d, items):
+    try:
+        v = d["a"]
+    except KeyError:
+        try:
+            v = items[3]
+        except IndexError as e:
+            return x, repr(e.__context__)
+    return x * v, None
+
+
+def _raise_from(x, n):
+    try:
+        if n > 1:
+            raise ValueError("a") from KeyError("b")
+        y = x
+    except ValueError as e:
+        return x, repr(e.__cause__), e.__suppress_context__
+    return y, None, None
+
+
+def test_what_a_followed_handler_sees_of_its_exception():
+    """The caught exception is a constant the trace made: it had no __traceback__ (eager: a traceback), no
+    __context__ inside a nested handler (eager: the KeyError being handled) and no __cause__ after
+    `raise ... from` (eager: the KeyError). Each now keeps the old path and matches eager."""
+    before = framejit.stats()["eager_frames"]
+    run_differential(_traceback_line, lambda seed: (torch.randn(3), {} if seed % 2 else {"a": seed}),
+                     seeds=(1, 2, 3), fullgraph=False)
+    run_differential(_context_of_nested, lambda seed: (torch.randn(3), {}, [1] * seed), seeds=(1, 2, 5),
+                     fullgraph=False)
+    run_differential(_raise_from, lambda seed: (torch.randn(3), seed), seeds=(0, 2, 3), fullgraph=False)
+    assert framejit.stats()["eager_frames"] == before
