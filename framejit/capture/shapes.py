@@ -40,8 +40,10 @@ import weakref
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
 
 from ..guards import COST_TENSOR, Guard
+from .breaks import FramejitError
 
 
 def _shape_source_class():
@@ -267,11 +269,6 @@ def sym_or_int(sym: Any) -> Any:
 # The exception is raised by the call that traced (it reaches the user even with fullgraph=False: a
 # compile error of the user's contract, not a graph break); nothing is installed, so a later call with the
 # contract kept compiles normally.
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
-
-from .breaks import FramejitError
-
-
 class ConstraintViolationError(FramejitError, _TorchConstraintViolation):
     """A dimension marked with `mark_dynamic` was specialised or left its range (NOTE [Broken
     mark_dynamic contracts]); also a torch ConstraintViolationError, so code written for torch.compile
