@@ -193,3 +193,28 @@ def test_warm_entry_whose_graph_fails_reruns_eagerly(tmp_path):
     cold = run_cache_program(tmp_path, "checked.py", _CHECKED_PROGRAM)
     warm = run_cache_program(tmp_path, "checked.py", _CHECKED_PROGRAM)
     assert (cold, warm) == ({"logs": expected, "loaded": 0}, {"logs": expected, "loaded": 1})
+
+
+# ---- run-time checks on lowered backends (NOTE [Run-time checks run eagerly]) ---------------------------
+
+def _caught_check(x, log):
+    try:
+        log.append("start")
+        if x.sum() > 0:  # a speculated check (NOTE [Speculated checks])
+            raise KeyError("pos")
+        log.append("neg")
+    except KeyError as e:
+        log.append(f"caught {e}")
+    return x + 1
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "triton"])
+def test_speculated_checks_are_kept_by_every_backend(backend):
+    # before (onnxrt, triton): the lowering dropped the graph's _assert_async (no users), so positive sums took
+    # the "neg" branch silently
+    compiled = framejit.compile(_caught_check, backend=_backend(backend))
+    for sign in (-1, 1, -1, 1):
+        x = torch.full((3,), 2.0 * sign)
+        log_e, log_c = [], []
+        assert_same(compiled(x, log_c), _caught_check(x, log_e))
+        assert log_c == log_e

@@ -148,6 +148,8 @@ def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
         return "it changes a tensor's shape or strides in place (x.t_()), which functionalization cannot express"
     if state.has_dynamic_float_input(gm):
         return "a float input changes between calls (no ONNX program is built per value)"
+    if state.checks_at_run_time(gm):  # NOTE [Run-time checks run eagerly]
+        return "it checks tensor values at run time (torch._assert_async), which the lowering would drop"
     return None
 
 

@@ -32,7 +32,7 @@ import torch
 from framejit import logs
 from framejit.backends import registry, symbolic
 from framejit.backends.aliasing import alias_mutated_inputs, changes_metadata_in_place
-from framejit.backends.state import enters_inference_mode, switches_grad_on
+from framejit.backends.state import checks_at_run_time, enters_inference_mode, switches_grad_on
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
 from . import dynamic
@@ -99,6 +99,8 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
         problem = "the graph changes a tensor's shape or strides in place (x.t_()); eager does that exactly"
     if problem is None and enters_inference_mode(gm):
         problem = "the graph enters torch.inference_mode() (its outputs must be inference tensors, as in eager)"
+    if problem is None and checks_at_run_time(gm):  # NOTE [Run-time checks run eagerly] in backends/state.py
+        problem = "the graph checks tensor values at run time (torch._assert_async), which the lowering would drop"
     if problem is not None:
         # once per compiled graph (log_once would hide it for every later graph with the same reason)
         logs.log("eager_fallback", "triton: running the graph eagerly: %s", problem)

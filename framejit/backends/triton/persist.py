@@ -41,7 +41,8 @@ KIND = "triton"
 # 4: bool addition is a logical or; sign(nan) and sign(-0.0) are 0.0 (soundness findings #7, #8).
 # 5: float maximum/minimum keep the first argument on ties (NOTE [Eager's maximum on ties]).
 # 6: size-generic modules whose sizes are fractions of symbols are checked at odd sizes (NOTE [Odd probes]).
-REVISION = 6  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+REVISION = 7  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+# 7: graphs with run-time checks run eagerly (NOTE [Run-time checks run eagerly]); earlier artifacts dropped them
 
 
 def save(compiled) -> bytes | None:
