@@ -312,8 +312,9 @@ def _zip(tx, args, kwargs):
     strict = kwargs.get("strict", ConstantValue(False)).as_constant()
     watch = lazy_combinators.watch(tx, args)  # NOTE [Lazy combinators]
     columns = drain_lent(tx, list(args))  # NOTE [Lent iterators]
-    if strict and len({len(c) for c in columns}) > 1:
-        raise UserException(ValueError("zip() arguments have different lengths"))
+    if strict and len({len(c) for c in columns}) > 1:  # CPython raises once the shortest runs out, after the
+        # rows before it were used, naming the argument: the loop runs as Python
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "zip(strict=True) over iterables of different lengths")
     return watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True,
                         extra=bool(strict))  # NOTE [Combinators rebuilt at breaks]
 

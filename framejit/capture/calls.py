@@ -373,10 +373,12 @@ def _guard_plain_construction(tx, cls: type) -> None:
 
 def builtin_made(cls: type) -> bool:
     """NOTE [Exceptions made while tracing]: an exception class whose instances are made by CPython's own
-    type.__call__, __new__ and __init__ (no Python method on the way), so making one while tracing runs no
-    user code and can be folded to a constant."""
+    type.__call__, __new__ and __init__ and whose classes define no method or other descriptor (`__str__`
+    runs for str(e) on the folded constant), so making and using one while tracing runs no user code."""
     return type(cls).__call__ is type.__call__ and all(
-        k.__module__ == "builtins" or ("__new__" not in vars(k) and "__init__" not in vars(k)) for k in cls.__mro__)
+        k.__module__ == "builtins" or not any(hasattr(type(v), "__get__") for name, v in vars(k).items()
+                                              if name not in ("__dict__", "__weakref__"))
+        for k in cls.__mro__)
 
 
 def _is_plain_class(cls: type) -> bool:

@@ -108,3 +108,46 @@ def test_what_a_followed_handler_sees_of_its_exception():
                      fullgraph=False)
     run_differential(_raise_from, lambda seed: (torch.randn(3), seed), seeds=(0, 2, 3), fullgraph=False)
     assert framejit.stats()["eager_frames"] == before
+
+
+STRS = []
+
+
+class Shouting(Exception):
+    def __str__(self):
+        STRS.append(1)  # a method of the class: user code on every str(e)
+        return "loud"
+
+
+def _str_of_caught(x, n):
+    strs = len(STRS)
+    try:
+        if n % 2:
+            raise Shouting()
+        m = "none"
+    except Shouting as e:
+        m = str(e)
+    return x, m, len(STRS) - strs
+
+
+def test_exception_class_with_python_methods_runs_them_per_call():
+    """A class without __init__ but with its own __str__ was folded too: str(e) ran __str__ once while
+    tracing, and the calls after it appended nothing."""
+    run_differential(_str_of_caught, lambda seed: (torch.randn(3), seed), seeds=(1, 2, 3, 5), fullgraph=False)
+
+
+def _zip_strict(x, a, b):
+    out = []
+    try:
+        for p, q in zip(a, b, strict=True):
+            out.append(p + q)
+    except ValueError as e:
+        return x, str(e), out
+    return x + sum(out), None, out
+
+
+def test_zip_strict_raises_when_the_shorter_runs_out():
+    """zip(strict=True) over lists of different lengths raised at zip() while tracing, with another message:
+    the followed handler then saw no rows appended ([] where eager has [2, 3])."""
+    run_differential(_zip_strict, lambda seed: (torch.randn(3), [1, 2, 3], [1] * (2 + seed % 2)),
+                     seeds=(0, 1, 2), fullgraph=False)
