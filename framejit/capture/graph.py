@@ -41,21 +41,17 @@ def _fake_tensor():
 
 
 class GraphInput:
-    __slots__ = ("source", "tensor", "value", "version", "first_version")
+    __slots__ = ("source", "tensor", "value", "version", "writes")
 
     def __init__(self, source: Source, tensor: Any, value: Value) -> None:
         self.source = source
         self.tensor = tensor  # a tensor, or a Python float (NOTE [Dynamic floats])
         self.value = value
         self.version = _version(value.fake) if isinstance(value, TensorValue) else None
-        self.first_version = self.version
-
-    def writes(self) -> int:
-        """How many times the traced ops bumped this input's version counter (NOTE [Version counts of written
-        inputs] in input_versions.py); 0 for a non-tensor or an inference tensor (which has no counter)."""
-        if self.first_version is None:
-            return 0
-        return _version(self.value.fake) - self.first_version
+        # ops that bumped its version counter, one bump each as in eager (one fake op may bump the fake's counter
+        # several times: SGD's `p.add_(g, alpha=-lr)` with lr a float graph input bumped it 3 times): NOTE
+        # [Version counts of written inputs] in input_versions.py; inference tensors have no counter
+        self.writes = 0
 
 
 # Errors only a fake (or symbolic) tensor raises: a C++ kernel that reads the data of an input, such as
@@ -498,6 +494,7 @@ class OutputGraph:
             if version != entry.version or (version is None and _inplace(target)
                                              and any(f is entry.value.fake for f in fakes)):
                 entry.version = version
+                entry.writes += version is not None
                 storage = entry.tensor.untyped_storage().data_ptr()
                 for other in self.inputs:
                     if other is not entry and isinstance(other.value, TensorValue) and \

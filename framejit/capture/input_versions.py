@@ -2,8 +2,8 @@
 
 NOTE [Version counts of written inputs]: every in-place write bumps a tensor's version counter (`x._version`,
 shared by its views), which autograd compares to detect a saved tensor modified since, and which user code may
-read (caches keyed on `(id(t), t._version)`). While tracing, the inputs' fake tensors count the writes the
-frame makes (NOTE [Input mutation] in graph.py). A backend that runs the graph as its Python code (the eager
+read (caches keyed on `(id(t), t._version)`). While tracing, each op that changed an input's fake counter counts
+one write of that input, as one eager op bumps once (NOTE [Input mutation] in graph.py; a fake op may bump more). A backend that runs the graph as its Python code (the eager
 backend: `gm.forward`) makes the same writes; one that functionalizes it (onnxrt, triton) writes each input
 back once, so two writes to an input left `_version` 1 where eager gives 2 (red team 6). The graph's callable
 is then wrapped: after each call, every written input's counter is advanced to what eager's writes would have
@@ -37,7 +37,7 @@ class KeptVersions:
 
 def input_writes(output) -> tuple[tuple[int, int], ...]:
     """(position, number of version bumps) of each graph input the traced graph wrote."""
-    return tuple((i, n) for i, n in enumerate(inp.writes() for inp in output.inputs) if n)
+    return tuple((i, inp.writes) for i, inp in enumerate(output.inputs) if inp.writes)
 
 
 def keep_versions(compiled: Callable, gm, writes: tuple[tuple[int, int], ...]) -> Callable:

@@ -134,6 +134,26 @@ def test_inputs_written_twice_bump_their_versions_twice(backend):
         assert (x_c._version, y_c._version, base_c._version) == (x_e._version, y_e._version, base_e._version)
 
 
+def _sgd_step(x, p, opt):
+    opt.zero_grad()
+    (p * x).sum().backward()
+    opt.step()
+    return p.detach().clone()
+
+
+def test_parameter_versions_after_steps_with_a_changing_learning_rate():
+    # before (onnxrt, since b238f05): with lr a float graph input, the fake `p.add_(g, alpha=-lr)` bumped the fake
+    # parameter's counter 3 times, which was taken as eager's count: p._version advanced by 3 per step, eager's by 1
+    p_e, p_c = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    opt_e, opt_c = torch.optim.SGD([p_e], lr=0.1), torch.optim.SGD([p_c], lr=0.1)
+    compiled = framejit.compile(_sgd_step, backend="onnxrt")
+    for lr in (0.5, 0.01, 1.0):
+        x = torch.randn(3)
+        assert_same(compiled(x, p_c, opt_c), _sgd_step(x, p_e, opt_e))
+        assert p_c._version == p_e._version
+        opt_e.param_groups[0]["lr"] = opt_c.param_groups[0]["lr"] = lr
+
+
 _VERSIONS_PROGRAM = '''
 import json, sys, torch, framejit
 
