@@ -326,7 +326,8 @@ class Translator:
         can see is mutated while the consumer still draws from it (checked at each step). It must not
         escape either (returned, stored, or live at a graph break): eager code would hold a lazy generator
         object. Any of these is a graph break at the call that made the generator, which then runs in
-        Python. Work a consumer skips by stopping early is pure; unbounded generators hit MAX_TRACE_STEPS."""
+        Python, as is an exception the generator raises. Work a consumer skips by stopping early is pure;
+        unbounded generators hit MAX_TRACE_STEPS."""
         side_effects = self.output.side_effects
 
         def mutated_since(version: int, touched: int) -> bool:
@@ -334,7 +335,16 @@ class Translator:
                 id(v) in reachable for v in side_effects.touched[touched:])
         start = (side_effects.version, len(side_effects.touched))
         child.yielded = []
-        returned = child.run()
+        try:
+            returned = child.run()
+        except UserException as raised:
+            # eager raises it only once the consumer reaches it, after using the items before it (and a
+            # StopIteration leaving a generator is a RuntimeError, PEP 479): a handler around the call must
+            # not see it here (NOTE [Exceptions caught while tracing])
+            e = Unsupported(BreakKind.EXCEPTION_RAISED, f"the generator {f.__qualname__} raises "
+                            f"{type(raised.exc).__name__}: it runs lazily, as Python")
+            e.frame_eager = has_handlers(f.__code__)
+            raise e from None
         # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
         # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
         # resume function it stays referenced by the call's arguments until that function returns, so

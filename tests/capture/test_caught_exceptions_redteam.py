@@ -151,3 +151,64 @@ def test_zip_strict_raises_when_the_shorter_runs_out():
     the followed handler then saw no rows appended ([] where eager has [2, 3])."""
     run_differential(_zip_strict, lambda seed: (torch.randn(3), [1, 2, 3], [1] * (2 + seed % 2)),
                      seeds=(0, 1, 2), fullgraph=False)
+
+
+def _items_then_error(n):
+    yield 1
+    if n:
+        raise ValueError("late")
+    yield 2
+
+
+def _consume_until_error(x, n, out):
+    s = 0
+    try:
+        for v in _items_then_error(n):
+            s += v
+            out.append(v)
+    except ValueError:
+        return x + s, list(out)
+    return x - s, list(out)
+
+
+def _next_of(it):
+    while True:
+        yield next(it)  # PEP 479: the StopIteration leaves the generator as a RuntimeError
+
+
+def _consume_pep479(x, items):
+    s = 0
+    try:
+        for v in _next_of(iter(items)):
+            s += v
+    except StopIteration:
+        s = -100
+    except RuntimeError:
+        s = -200
+    return x + s
+
+
+def test_exception_from_a_generator_is_raised_where_it_is_consumed():
+    """A generator called in the frame runs to completion while tracing (NOTE [Eager generators]); an
+    exception it raised reached the handler around the call before any item was used (s == 0, out == []
+    where eager has 1 and [1]), and a StopIteration leaving it was caught as StopIteration where eager has
+    PEP 479's RuntimeError."""
+    run_differential(_consume_until_error, lambda seed: (torch.randn(3), seed % 2, []), seeds=(1, 2, 3),
+                     fullgraph=False)
+    run_differential(_consume_pep479, lambda seed: (torch.randn(3), list(range(seed))), seeds=(0, 2, 3),
+                     fullgraph=False)
+
+
+def _unpack(x, t):
+    try:
+        a, b = t
+    except ValueError as e:
+        a, b = 0, len(str(e))
+    return x + a + b
+
+
+def test_unpack_error_has_cpythons_message():
+    """`a, b = (1, 2, 3)` raised 'too many values to unpack (expected 2, got 3)' while tracing (3.13's
+    message) where 3.11 says '(expected 2)': the followed handler used the wrong message."""
+    run_differential(_unpack, lambda seed: (torch.randn(3), [(1, 2), (1, 2, 3), (4,), (5, 6, 7, 8)][seed]),
+                     seeds=(0, 1, 2, 3), fullgraph=False)

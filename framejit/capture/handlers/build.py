@@ -113,9 +113,9 @@ def format_value(tx, inst):
 @op("UNPACK_SEQUENCE")
 def unpack_sequence(tx, inst):
     items = iterate(tx, tx.pop())
-    if len(items) != inst.arg:
-        raise UserException(ValueError(
-            f"{'too many' if len(items) > inst.arg else 'not enough'} values to unpack (expected {inst.arg}, got {len(items)})"))
+    if len(items) != inst.arg:  # CPython's message differs by version and kind of iterable, and it stops
+        # reading an iterator at the first item too many: it raises for real, as Python
+        raise Unsupported(BreakKind.EXCEPTION_RAISED, f"unpacking {len(items)} values into {inst.arg}")
     for item in reversed(items):
         tx.push(item)
 
