@@ -11,10 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import framejit
 import framejit.backends.onnxrt as onnxrt_module
 from framejit import logs
 from framejit.backends import lookup_backend
 from framejit.backends.onnxrt import onnxrt
+from tests.helpers import assert_same
 
 F32 = dict(rtol=1e-4, atol=1e-5)
 
@@ -258,3 +260,22 @@ def test_bad_options_raise_clearly(options, error, needle):
 def test_not_a_graph_module_raises():
     with pytest.raises(TypeError, match="GraphModule"):
         onnxrt(lambda x: x, [torch.ones(2)])
+
+
+def test_tensors_an_onnxrt_program_read_stay_resizable():
+    """NOTE [Arrays over tensors leave storages resizable]: inputs of an inference program (and of a training
+    one) can be grown with resize_ after a compiled call, as after an eager one; later calls match eager."""
+    def fn(x, w):
+        return (x * 2 + 1).sum(0) * w
+
+    compiled = framejit.compile(fn, backend="onnxrt")
+    for rows, grad in ((4, False), (6, False), (4, True), (5, True)):
+        outs = []
+        for f in (fn, compiled):
+            x, w = torch.arange(rows * 3.0).reshape(rows, 3), torch.full((3,), 0.5, requires_grad=grad)
+            with torch.set_grad_enabled(grad):
+                outs.append(f(x, w))
+            x.resize_(rows * 5)  # raised "Trying to resize storage that is not resizable" before
+            w.untyped_storage().resize_(7 * 4)  # as FSDP2 frees and refills parameter storages
+            assert x.shape == (rows * 5,) and w.untyped_storage().nbytes() == 28
+        assert_same(outs[1], outs[0])

@@ -153,8 +153,42 @@ def freeze_model(data: bytes, names) -> bytes:
     return model.SerializeToString()
 
 
+# NOTE [Arrays over tensors leave storages resizable]
+# `Tensor.numpy()` marks the tensor's storage as not resizable for good (the array would dangle if it
+# moved), so feeding ORT `x.numpy()` left every tensor an onnxrt program read unresizable afterwards:
+# `x.resize_(n)` on an input the program had read raised "Trying to resize storage that is not resizable"
+# where eager does not. ORT is handed a numpy array over the same memory made from `__array_interface__`
+# instead (no copy; the array keeps the tensor alive through its base): about 1 us more per fed tensor than
+# `.numpy()`, and kept per position for parameters (NOTE [Leaf views]). Frozen weights (NOTE [Frozen
+# weights]) keep `.numpy()` on purpose: the session reads their memory on every later call, so their
+# storages must not move or be freed while it lives, and resizing one raises instead of leaving ORT a
+# dangling pointer (so FSDP2's `fully_shard`, which frees the unsharded parameters' storages with
+# `untyped_storage().resize_(0)`, raises that error on onnxrt). Outputs are still `torch.from_numpy` of
+# ORT's buffers: growing a returned tensor with `resize_` raises where eager's would grow (a tensor over
+# memory torch did not allocate cannot be resized).
+class _Memory:
+    """A tensor's memory as numpy sees it (NOTE [Arrays over tensors leave storages resizable])."""
+    __slots__ = ("tensor", "__array_interface__")
+
+
+_TYPESTRS = {dtype: np.dtype(np_dtype).str for dtype, np_dtype in _NUMPY_DTYPES.items()}
+
+
+def array_over(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy array over a contiguous CPU tensor's memory that leaves its storage resizable."""
+    typestr = _TYPESTRS.get(tensor.dtype)
+    if typestr is None:  # a dtype ORT parts are not given (complex): numpy's own conversion
+        return tensor.numpy()
+    memory = _Memory()
+    memory.tensor = tensor
+    memory.__array_interface__ = {"data": (tensor.data_ptr(), False), "shape": tuple(tensor.shape),
+                                  "typestr": typestr, "version": 3}
+    return np.asarray(memory)
+
+
 def _feed_frozen(frozen: dict, so) -> None:
-    """Hand the frozen weights to the session options as OrtValues over the tensors' memory."""
+    """Hand the frozen weights to the session options as OrtValues over the tensors' memory (`.numpy()`
+    pins their storages: NOTE [Arrays over tensors leave storages resizable])."""
     import onnxruntime as ort
 
     names = list(frozen)
@@ -315,11 +349,11 @@ class OrtPart(torch.nn.Module):
     _leaf_views: dict | None = None
 
     def _feed(self, position: int, arg: torch.Tensor):
-        if not arg.requires_grad:
-            return arg.contiguous().numpy()
-        view = arg.detach().numpy() if arg.is_leaf and arg.is_contiguous() else None
+        if not arg.requires_grad:  # NOTE [Arrays over tensors leave storages resizable]
+            return array_over(arg.contiguous())
+        view = array_over(arg.detach()) if arg.is_leaf and arg.is_contiguous() else None
         if view is None:
-            return arg.detach().contiguous().numpy()
+            return array_over(arg.detach().contiguous())
         if self._leaf_views is None:
             self._leaf_views = {}
         self._leaf_views[position] = (arg, arg.data_ptr(), arg.shape, view)
