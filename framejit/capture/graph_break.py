@@ -483,6 +483,8 @@ class BreakCodegen:
                 rebuild.emit(value)  # the list's own iterator (NOTE [Live iteration])
             elif isinstance(value, IteratorValue) and value.owner is not None:
                 rebuild.emit(value)  # CPython's dict or set iterator (NOTE [Live iteration])
+            elif isinstance(value, IteratorValue) and value.reverse_from is not None:
+                rebuild.emit(value)  # the caller's reversed list iterator (NOTE [Reversed iterators from outside])
             elif isinstance(value, IteratorValue) and value.made_at is None and value.lent_at is None \
                     and id(value) not in rebuild.preloaded:
                 rebuild.emit(ListValue(value.items[value.index:]))
