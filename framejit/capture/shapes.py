@@ -40,7 +40,6 @@ import weakref
 from typing import Any
 
 import torch
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as _TorchConstraintViolation
 
 from ..guards import COST_TENSOR, Guard
 from .breaks import FramejitError
@@ -269,10 +268,24 @@ def sym_or_int(sym: Any) -> Any:
 # The exception is raised by the call that traced (it reaches the user even with fullgraph=False: a
 # compile error of the user's contract, not a graph break); nothing is installed, so a later call with the
 # contract kept compiles normally.
-class ConstraintViolationError(FramejitError, _TorchConstraintViolation):
+# The error raised is also torch's ConstraintViolationError, so code written for torch.compile catches it; that
+# class lives in torch.fx.experimental.symbolic_shapes, which imports sympy, and a warm process must not
+# (tests/backends/test_onnxrt_warm_imports.py). So the class raised, a subclass of both, is made on the first
+# violation, when the trace's ShapeEnv has loaded that module anyway.
+class ConstraintViolationError(FramejitError):
     """A dimension marked with `mark_dynamic` was specialised or left its range (NOTE [Broken
-    mark_dynamic contracts]); also a torch ConstraintViolationError, so code written for torch.compile
-    catches it."""
+    mark_dynamic contracts]); what is raised is also a torch ConstraintViolationError."""
+
+
+_raised_class: list = []
+
+
+def _violation(message: str) -> ConstraintViolationError:
+    if not _raised_class:
+        from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as torch_error
+        _raised_class.append(type("ConstraintViolationError", (ConstraintViolationError, torch_error),
+                                  {"__module__": __name__, "__doc__": ConstraintViolationError.__doc__}))
+    return _raised_class[0](message)
 
 
 def check_marked_dims(out) -> None:
@@ -293,7 +306,7 @@ def check_marked_dims(out) -> None:
             problems += _dim_problems(env, f"{where}.size({d})", inp.tensor.size(d), fake.size(d),
                                       ranges.get(d, (None, None)))
     if problems:
-        raise ConstraintViolationError(
+        raise _violation(
             "Constraints violated! A dimension marked with mark_dynamic must stay dynamic:\n" +
             "\n".join(f"  - {p}" for p in problems) +
             "\nIf the code may specialise it, use maybe_mark_dynamic instead of mark_dynamic, or remove the "
