@@ -172,14 +172,14 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     from .state_blocks import default_dtype_changed
     if default_dtype_changed(output):
         raise NotPersistable("the frame changes the default dtype")  # NOTE [Default dtype changes]
+    from .ddp_buckets import BucketedGraph
+    if isinstance(compiled, BucketedGraph):  # NOTE [Graphs split at DDP's buckets]
+        raise NotPersistable("the graph was split at DDP's buckets (one artifact per graph is persisted)")
     from .allowed_calls import persistable
     if not persistable(output):
         raise NotPersistable("the trace saw functions marked allow_in_graph (ids are per process)")
     if request.artifacts is None:
         raise NotPersistable("the backend cannot save what it compiled (a user callable)")
-    from .ddp_buckets import BucketedGraph
-    if isinstance(compiled, BucketedGraph):  # NOTE [Graphs split at DDP's buckets]
-        raise NotPersistable("the graph was split at DDP's buckets (one artifact per graph is persisted)")
     artifact = request.artifacts[0](compiled) if gm is not None else b""
     if artifact is None:
         raise NotPersistable("the backend could not save this graph")
