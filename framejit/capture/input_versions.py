@@ -3,8 +3,9 @@
 NOTE [Version counts of written inputs]: every in-place write bumps a tensor's version counter (`x._version`,
 shared by its views), which autograd compares to detect a saved tensor modified since, and which user code may
 read (caches keyed on `(id(t), t._version)`). While tracing, each op that changed an input's fake counter counts
-one write of that input, as one eager op bumps once (NOTE [Input mutation] in graph.py; a fake op may bump more). A backend that runs the graph as its Python code (the eager
-backend: `gm.forward`) makes the same writes; one that functionalizes it (onnxrt, triton) writes each input
+one write of that input, as one eager op bumps once (NOTE [Input mutation] in graph.py; a fake op may bump
+more). A backend that runs the graph as its Python code (the eager backend: `gm.forward`) makes the same
+writes; one that functionalizes it (onnxrt, triton) writes each input
 back once, so two writes to an input left `_version` 1 where eager gives 2 (red team 6). The graph's callable
 is then wrapped: after each call, every written input's counter is advanced to what eager's writes would have
 made it (`torch.autograd.graph.increment_version`), counting what the backend bumped itself. The frame cache

@@ -34,6 +34,7 @@ library code for torch.compile are honoured too. Each entry guards which dimensi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import weakref
@@ -277,15 +278,11 @@ class ConstraintViolationError(FramejitError):
     mark_dynamic contracts]); what is raised is also a torch ConstraintViolationError."""
 
 
-_raised_class: list = []
-
-
-def _violation(message: str) -> ConstraintViolationError:
-    if not _raised_class:
-        from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as torch_error
-        _raised_class.append(type("ConstraintViolationError", (ConstraintViolationError, torch_error),
-                                  {"__module__": __name__, "__doc__": ConstraintViolationError.__doc__}))
-    return _raised_class[0](message)
+@functools.cache
+def _raised_class() -> type:
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError as torch_error
+    return type("ConstraintViolationError", (ConstraintViolationError, torch_error),
+                {"__module__": __name__, "__doc__": ConstraintViolationError.__doc__})
 
 
 def check_marked_dims(out) -> None:
@@ -306,7 +303,7 @@ def check_marked_dims(out) -> None:
             problems += _dim_problems(env, f"{where}.size({d})", inp.tensor.size(d), fake.size(d),
                                       ranges.get(d, (None, None)))
     if problems:
-        raise _violation(
+        raise _raised_class()(
             "Constraints violated! A dimension marked with mark_dynamic must stay dynamic:\n" +
             "\n".join(f"  - {p}" for p in problems) +
             "\nIf the code may specialise it, use maybe_mark_dynamic instead of mark_dynamic, or remove the "
