@@ -40,7 +40,8 @@ def _contiguous(sizes: list[int], strides: list[int]) -> bool:
     return True
 
 
-def _layout(val) -> Layout | None:
+def eager_layout(val) -> Layout | None:
+    """The layout of the fake value `val` when it is dense but not contiguous, else None."""
     if not isinstance(val, torch.Tensor) or val.dim() < 2:
         return None
     try:
@@ -69,7 +70,7 @@ def output_layouts(gm: torch.fx.GraphModule) -> dict[int, Layout] | None:
     leaves = pytree.tree_leaves(output.args[0])
     layouts = {}
     for k, leaf in enumerate(leaves):
-        layout = _layout(leaf.meta.get("val")) if isinstance(leaf, torch.fx.Node) else None
+        layout = eager_layout(leaf.meta.get("val")) if isinstance(leaf, torch.fx.Node) else None
         if layout is not None:
             layouts[k] = layout
     return layouts or None

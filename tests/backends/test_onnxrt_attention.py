@@ -185,3 +185,42 @@ def test_zoo_bert_and_vit_attention_layers_are_fused(tmp_path):
                 for got, want in zip(zoo.output_tensors(compiled(*inputs)), zoo.output_tensors(case.model(*inputs))):
                     torch.testing.assert_close(got, want, **case.tolerance)
         assert _emitted(compiled)[MHA] == layers and _optimized(compiled, tmp_path)[MHA] == layers, name
+
+
+class SdpaHeadsMergedInTorch(torch.nn.Module):
+    """SDPA at the end of the graph: the head merge (transpose, then a view that is only valid on the CPU
+    flash kernel's strides) stays in torch (NOTE [ORT outputs in eager's layout]); also returned as is."""
+
+    def forward(self, q, k, v, mask):
+        b, s, d = q.shape
+        split = lambda t: t.view(b, s, 4, d // 4).transpose(1, 2)  # noqa: E731
+        out = F.scaled_dot_product_attention(split(q), split(k), split(v), attn_mask=mask)
+        return out.transpose(1, 2).view(b, s, d), out
+
+
+class PermutedPointwise(torch.nn.Module):
+    """A pointwise op keeps its permuted input's memory order in eager, so the view after it is valid."""
+
+    def forward(self, x):
+        y = torch.tanh(x.permute(0, 2, 1)) * 2
+        return y.permute(0, 2, 1).view(-1), y
+
+
+def test_ort_outputs_read_by_torch_views_have_eager_strides():
+    """Both graphs raised "view size is not compatible with input tensor's size and stride" on the
+    contiguous ORT output, and that signature then ran eagerly; now every call runs its ORT program."""
+    cases = [
+        (SdpaHeadsMergedInTorch(), lambda seed, b, s: (*(_x(seed + k, b, s, 32) for k in range(3)),
+                                                        _x(seed + 3, b, 1, s, s)), [(0, 2, 8), (4, 2, 8), (8, 3, 5)]),
+        (PermutedPointwise(), lambda seed, b, s: (_x(seed, b, s, 6),), [(0, 2, 5), (1, 2, 5), (2, 3, 4)]),
+    ]
+    for model, make_args, calls in cases:
+        compiled = _run(model, make_args, calls)
+        assert len(compiled.programs) == 2 and all(p is not None for p in compiled.programs.values()), \
+            compiled.summary()
+        assert all(row["parts"] == 1 for row in compiled.summary())
+        args = make_args(9, 2, 8 if isinstance(model, SdpaHeadsMergedInTorch) else 5)
+        with torch.no_grad():
+            for got, want in zip(compiled(*args), model(*args)):
+                torch.testing.assert_close(got, want, **F32)
+                assert got.stride() == want.stride()

@@ -72,7 +72,8 @@ _MAX_ATTEMPTS = 8
 #     identity view chains between the halves folded (NOTE [Identity views between the halves]).
 # 24: attention (written out, or scaled_dot_product_attention) as one MultiHeadAttention (NOTE [Attention as one
 #     ORT op]).
-REVISION = 24
+# 25: part outputs that torch reads are returned in eager's layout (NOTE [ORT outputs in eager's layout]).
+REVISION = 25
 
 
 @dataclasses.dataclass

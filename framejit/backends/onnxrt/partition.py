@@ -25,6 +25,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from ..aliasing import is_view
+from ..layout import eager_layout
 from . import translate
 
 # Ops that eager torch runs as metadata changes (no kernel, no copy). A partition made only of these
@@ -199,16 +200,58 @@ def partition(gm: torch.fx.GraphModule, blocked: set[str], fallback_ops: frozens
     proposed = [p for p in partitioner.propose_partitions() if not all(_is_free(n) for n in p.nodes)]
     fused = partitioner.fuse_partitions(proposed, prefix="ort_")
     parts: dict[str, torch.fx.GraphModule] = {}
-    for node in fused.graph.nodes:
+    for node in list(fused.graph.nodes):
         if node.op == "call_module":
             sub = fused.get_submodule(node.target)
             _copy_input_meta(node, sub)
+            _outputs_in_eager_layout(node, sub)
             parts[node.target] = sub
     eager_reasons = {
         n.name: support.reasons.get(n.name, FREE_OP_REASON)
         for n in fused.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
     }
     return Partitioned(fused, parts, eager_reasons)
+
+
+# NOTE [ORT outputs in eager's layout]
+# ORT writes every output densely in row-major order, but eager lays some results out otherwise: the CPU
+# flash kernel behind `scaled_dot_product_attention` returns (batch, heads, seq, d) with the strides of
+# (batch, seq, heads, d), a pointwise op keeps a permuted input's order. The lowered graph's torch ops
+# after a part were traced with eager's strides: `sdpa(...).transpose(1, 2).view(b, s, h * d)` is a
+# valid view there and raised "view size is not compatible with input tensor's size and stride" on the
+# contiguous ORT output (the signature then ran eagerly). So a part output that is dense but not
+# contiguous in eager (backends/layout.py) and that torch reads (a torch op or the graph's output) is
+# returned by ORT in its memory order (a Transpose, which ORT often cancels against the one before it)
+# and permuted back in torch: a free view with eager's strides, no copy. An ORT part that also reads it
+# gets a non-contiguous input (a copy before its run), as it would from any torch view.
+def _outputs_in_eager_layout(call: torch.fx.Node, sub: torch.fx.GraphModule) -> None:
+    output = next(n for n in sub.graph.nodes if n.op == "output")
+    single = not isinstance(output.args[0], (tuple, list))
+    leaves = [output.args[0]] if single else list(output.args[0])
+    results = {0: call} if single else {
+        user.args[1]: user for user in call.users if user.target is operator.getitem}
+    changed = False
+    for k, leaf in enumerate(leaves):
+        result = results.get(k)
+        layout = eager_layout(leaf.meta.get("val"))
+        if layout is None or result is None or not any(
+                user.op != "call_module" for user in result.users):
+            continue
+        order = list(layout[0])
+        inverse = sorted(range(len(order)), key=order.__getitem__)
+        with sub.graph.inserting_before(output):
+            stored = sub.graph.call_function(torch.ops.aten.permute.default, (leaf, order))
+        stored.meta["val"] = leaf.meta["val"].permute(order)
+        leaves[k] = stored
+        with call.graph.inserting_after(result):
+            view = call.graph.call_function(torch.ops.aten.permute.default, (result, inverse))
+        view.meta["val"] = result.meta["val"]
+        result.replace_all_uses_with(view, delete_user_cb=lambda user: user is not view)
+        result.meta["val"] = stored.meta["val"]
+        changed = True
+    if changed:
+        output.args = (leaves[0] if single else type(output.args[0])(leaves),)
+        sub.recompile()
 
 
 def _copy_input_meta(call: torch.fx.Node, sub: torch.fx.GraphModule) -> None:
