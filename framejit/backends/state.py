@@ -37,21 +37,5 @@ def enters_inference_mode(gm: torch.fx.GraphModule) -> bool:
                for node in gm.graph.nodes)
 
 
-# NOTE [Run-time checks run eagerly]: a graph may check a tensor's value at run time, `torch._assert_async(c)`
-# (the frontend speculates on a branch that would raise: NOTE [Speculated checks] in capture/speculated_checks.py;
-# a failing check makes the call rerun eagerly). The node has no users, and the lowered backends dropped it
-# (ORT translation and triton's scheduler keep only what feeds an output): a failing check passed silently, and
-# the call took the branch eager does not (red team 7). Lowered backends run such graphs as their Python code.
-# Only the frontend's own checks count (the `torch._assert_async` function in a captured graph, decided before
-# any joint is built): the `aten._assert_async.msg` nodes that decompositions add to the halves of a training
-# graph (the zoo's moe) are torch's internal asserts, which the lowering dropped before as well.
-_CHECKS = (torch._assert_async,)
-
-
-def checks_at_run_time(gm: torch.fx.GraphModule) -> bool:
-    """The graph checks a tensor's value with `_assert_async` (NOTE [Run-time checks run eagerly])."""
-    return any(node.op == "call_function" and node.target in _CHECKS for node in gm.graph.nodes)
-
-
 def has_dynamic_float_input(gm: torch.fx.GraphModule) -> bool:
     return any(node.op == "placeholder" and node.meta.get("dynamic_float") for node in gm.graph.nodes)

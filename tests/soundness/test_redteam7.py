@@ -215,7 +215,7 @@ def test_warm_entry_whose_graph_fails_reruns_eagerly(tmp_path):
     assert (cold, warm) == ({"logs": expected, "loaded": 0}, {"logs": expected, "loaded": 1})
 
 
-# ---- run-time checks on lowered backends (NOTE [Run-time checks run eagerly]) ---------------------------
+# ---- run-time checks on lowered backends (NOTE [Run-time checks as outputs]) ----------------------------
 
 def _caught_check(x, log):
     try:

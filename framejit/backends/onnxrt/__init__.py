@@ -44,6 +44,7 @@ whole graph runs eagerly (logged).
 """
 from __future__ import annotations
 
+from ..checks import compile_checked
 from ..registry import make_module_callable
 from .compiler import OnnxrtCompiled
 from .options import ACCEPTED_KEYS, OnnxrtOptions, parse_options
@@ -64,7 +65,8 @@ def onnxrt(gm, example_inputs, options=None):
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"onnxrt(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
     opts = parse_options(options)
-    return OnnxrtCompiled(gm, example_inputs, opts)
+    # NOTE [Run-time checks as outputs] (backends/checks.py)
+    return compile_checked(gm, lambda graph: OnnxrtCompiled(graph, example_inputs, opts))
 
 
 make_module_callable(__name__, "onnxrt")

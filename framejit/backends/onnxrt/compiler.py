@@ -73,7 +73,8 @@ _MAX_ATTEMPTS = 8
 # 24: attention (written out, or scaled_dot_product_attention) as one MultiHeadAttention (NOTE [Attention as one
 #     ORT op]).
 # 25: part outputs that torch reads are returned in eager's layout (NOTE [ORT outputs in eager's layout]).
-REVISION = 25
+# 26: run-time checks are trailing outputs of the program (NOTE [Run-time checks as outputs] in backends/checks.py).
+REVISION = 26
 
 
 @dataclasses.dataclass
@@ -149,8 +150,6 @@ def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
         return "it changes a tensor's shape or strides in place (x.t_()), which functionalization cannot express"
     if state.has_dynamic_float_input(gm):
         return "a float input changes between calls (no ONNX program is built per value)"
-    if state.checks_at_run_time(gm):  # NOTE [Run-time checks run eagerly]
-        return "it checks tensor values at run time (torch._assert_async), which the lowering would drop"
     return None
 
 

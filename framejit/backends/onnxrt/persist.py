@@ -1,5 +1,6 @@
 """Persisting what the onnxrt backend compiled: `save(compiled) -> bytes | None` and
-`load(data, gm, example_inputs) -> OnnxrtCompiled` (the contract is in backends/artifact.py).
+`load(data, gm, example_inputs) -> OnnxrtCompiled` (the contract is in backends/artifact.py; a `CheckedGraph`
+over one when `gm` has run-time checks: NOTE [Run-time checks as outputs] in backends/checks.py).
 
 What is saved, per input signature of an `OnnxrtCompiled` (compiler.py):
 - the signature itself (dtypes, shapes, strides, devices, Python scalars);
@@ -35,6 +36,7 @@ import torch.fx
 from ..artifact import (ArtifactError, dtype_from_text, get_path, pack, resolve_tensor, spec_from_text,
                         spec_to_text, tensor_from_bytes, tensor_meta, tensor_to_bytes, unpack)
 from .. import symbolic
+from ..checks import CheckedGraph, compile_checked, unchecked
 from .compiler import REVISION, OnnxrtCompiled, Program
 from .options import OnnxrtOptions, parse_options
 from . import runtime
@@ -63,6 +65,7 @@ class RestoredGraph(torch.nn.Module):
 # -- save -----------------------------------------------------------------------------------------
 def save(compiled) -> bytes | None:
     """The artifact of an `OnnxrtCompiled`, or None when it holds nothing that can be persisted."""
+    compiled = unchecked(compiled)  # NOTE [Run-time checks as outputs]: `load` wraps it again
     if not isinstance(compiled, OnnxrtCompiled):
         return None
     blobs: dict[str, bytes] = {}
@@ -170,13 +173,17 @@ def _options_to_json(opts: OnnxrtOptions) -> dict:
 
 
 # -- load -----------------------------------------------------------------------------------------
-def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> OnnxrtCompiled:
+def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> OnnxrtCompiled | CheckedGraph:
     """Rebuild the compiled graph saved by `save` for `gm`, without lowering or translating.
 
     `example_inputs` is accepted for the common signature of backend loaders and not needed here: the
     programs are keyed by the input signatures they were built for."""
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"onnxrt load(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
+    return compile_checked(gm, lambda graph: _restore(data, graph))  # NOTE [Run-time checks as outputs]
+
+
+def _restore(data: bytes, gm: torch.fx.GraphModule) -> OnnxrtCompiled:
     meta, blobs = unpack(data, KIND)
     if meta.get("revision") != REVISION:  # made by an older lowering: compile again
         raise ArtifactError(f"onnxrt artifact of revision {meta.get('revision')!r}, expected {REVISION}")

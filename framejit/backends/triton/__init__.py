@@ -32,7 +32,8 @@ import torch
 from framejit import logs
 from framejit.backends import registry, symbolic
 from framejit.backends.aliasing import alias_mutated_inputs, changes_metadata_in_place
-from framejit.backends.state import checks_at_run_time, enters_inference_mode, switches_grad_on
+from framejit.backends.checks import compile_checked
+from framejit.backends.state import enters_inference_mode, switches_grad_on
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
 from . import dynamic
@@ -91,6 +92,11 @@ def _device_problem(example_inputs) -> tuple[str | None, torch.device | None]:
 def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
     """Compile `gm` into fused Triton kernels; see the module docstring."""
     opts = _options(options)
+    # NOTE [Run-time checks as outputs] (backends/checks.py)
+    return compile_checked(gm, lambda graph: _compile(graph, example_inputs, opts, options))
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict | None):
     size_inputs = symbolic.symbolic_int_positions(gm)  # ints that are sizes (NOTE [Size-generic modules])
     problem, device = _device_problem([v for i, v in enumerate(example_inputs) if i not in size_inputs])
     training = problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters()),
@@ -99,8 +105,6 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
         problem = "the graph changes a tensor's shape or strides in place (x.t_()); eager does that exactly"
     if problem is None and enters_inference_mode(gm):
         problem = "the graph enters torch.inference_mode() (its outputs must be inference tensors, as in eager)"
-    if problem is None and checks_at_run_time(gm):  # NOTE [Run-time checks run eagerly] in backends/state.py
-        problem = "the graph checks tensor values at run time (torch._assert_async), which the lowering would drop"
     if problem is not None:
         # once per compiled graph (log_once would hide it for every later graph with the same reason)
         logs.log("eager_fallback", "triton: running the graph eagerly: %s", problem)

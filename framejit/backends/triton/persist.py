@@ -28,6 +28,7 @@ import torch
 from ..artifact import (ArtifactError, dtype_from_text, pack, resolve_tensor, spec_from_text, spec_to_text,
                         tensor_from_bytes, tensor_meta, tensor_paths, tensor_to_bytes, unpack)
 from .. import symbolic
+from ..checks import CheckedGraph, compile_checked, unchecked
 from . import runtime
 from .dynamic import DynamicGraph
 from .runtime import CompiledGraph, EagerGraph
@@ -41,13 +42,15 @@ KIND = "triton"
 # 4: bool addition is a logical or; sign(nan) and sign(-0.0) are 0.0 (soundness findings #7, #8).
 # 5: float maximum/minimum keep the first argument on ties (NOTE [Eager's maximum on ties]).
 # 6: size-generic modules whose sizes are fractions of symbols are checked at odd sizes (NOTE [Odd probes]).
-REVISION = 7  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
-# 7: graphs with run-time checks run eagerly (NOTE [Run-time checks run eagerly]); earlier artifacts dropped them
+# 7: graphs with run-time checks run eagerly; earlier artifacts dropped them
+# 8: run-time checks are trailing outputs of the kernels (NOTE [Run-time checks as outputs] in backends/checks.py)
+REVISION = 8  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:
     """The artifact of a `CompiledGraph` or a size-generic `DynamicGraph`, or None when `compiled` cannot
     be persisted."""
+    compiled = unchecked(compiled)  # NOTE [Run-time checks as outputs]: `load` wraps it again
     if isinstance(compiled, DynamicGraph):
         return _save_dynamic(compiled)
     if not isinstance(compiled, CompiledGraph) or compiled.extra or compiled.source is None:
@@ -118,13 +121,18 @@ def _plain_options(opts: dict) -> dict | None:
         return None
 
 
-def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> CompiledGraph | EagerGraph:
+def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> CompiledGraph | EagerGraph | DynamicGraph | \
+        CheckedGraph:
     """Rebuild the compiled graph saved by `save` for `gm`, importing its saved source.
 
     `example_inputs` is accepted for the common signature of backend loaders and not needed: the input
     layouts the kernels were specialised for are part of the artifact (other inputs run `gm` eagerly)."""
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"triton load(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
+    return compile_checked(gm, lambda graph: _restore(data, graph))  # NOTE [Run-time checks as outputs]
+
+
+def _restore(data: bytes, gm: torch.fx.GraphModule) -> CompiledGraph | EagerGraph | DynamicGraph:
     meta, blobs = unpack(data, KIND)
     if meta.get("revision") != REVISION:  # made by an older code generator: compile again
         raise ArtifactError(f"triton artifact of revision {meta.get('revision')!r}, expected {REVISION}")
