@@ -80,6 +80,7 @@ class OutputGraph:
         self.autocast_stack: list[tuple[str, torch.dtype, bool, bool | None]] = []  # in force while tracing
         self.ambient_autocast = 0  # how many of them the caller entered (they are guarded, not recorded)
         self.dynamic_floats: frozenset[str] = frozenset()  # float arguments made graph inputs (NOTE [Dynamic floats])
+        self.computed_floats: list = []  # (a root GraphInput, exact text, SymFloat): NOTE [Ints of dynamic floats]
         self.open_regions: list[torch.fx.Node] = []  # _enter_autocast/_enter_inference_mode nodes not exited yet
         self.op_count = 0
         self.steps = 0  # instructions traced, across inlined frames

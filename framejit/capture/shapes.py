@@ -385,6 +385,8 @@ def shape_guards(out) -> list[Guard]:
     env = out.fake_mode.shape_env
     inputs = [(i, _occurrences(out, i)) for i in out.inputs]
     inputs = [(i, occ) for i, occ in inputs if occ]
+    inputs += [(root, [(text, sym, "value")]) for root, text, sym in out.computed_floats]  # NOTE [Ints of
+    # dynamic floats]: a computed float's symbol, printed as the code's own computation of it
     if env is None or not inputs:
         return []
     try:

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-from .values import ConstantValue, ListValue, SequenceValue, SymNodeValue, TensorValue, TupleValue, Value
+from .values import ConstantValue, ListValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
 
 _INT_BINARY = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.truediv,
                operator.pow, operator.and_, operator.or_, operator.xor, operator.lshift, operator.rshift}
@@ -200,6 +200,8 @@ def min_max(tx, fn: Callable, items: list[Value]) -> Value | None:
 def convert(tx, kind: type, args: list[Value], kwargs: dict) -> Value | None:
     """`int(n)` and `float(n)` of a symbolic number: itself, or torch.sym_int/sym_float (truncation and
     conversion, as the builtins do)."""
+    if kind is int and len(args) == 1 and not kwargs and isinstance(args[0], SymFloatValue):
+        return float_to_int(tx, torch.sym_int, args[0])
     if len(args) != 1 or kwargs or not is_sym(args[0]) or kind not in (int, float):
         return None
     v = args[0]
@@ -211,14 +213,78 @@ def convert(tx, kind: type, args: list[Value], kwargs: dict) -> Value | None:
 _MATH = {math.ceil: math.ceil, math.floor: math.floor, math.trunc: math.trunc, math.sqrt: torch._sym_sqrt}
 
 
+# NOTE [Ints of dynamic floats]: `math.floor(t)`, `math.ceil(t)`, `math.trunc(t)`, `round(t)` and `int(t)` of a
+# dynamic float (NOTE [Dynamic floats] in values/scalars.py) no longer specialise the float by value: they are
+# SymInts of the env (`FloorToInt(t)`, ...), kept symbolic like a dynamic int: a graph node (`math.floor(t)`,
+# `torch.sym_int(t)` for int()) whose uses in tensor ops and size arithmetic stay symbolic, and whose
+# specialisations (`range(n)`, a slice end the env must place) guard the int, never the float
+# (`math.floor(t) == 2`, `math.floor(t) <= 8`): a new float with the same int hits the entry.
+# - A float input uses its own symbol (NOTE [Float relations]).
+# - A float computed in the graph (`math.floor(t * 2 + 0.5)`) gets a fresh symbol of its own, not the env's
+#   arithmetic on the input's (`2.0*t + 0.5`, which sympy may reassociate and so round differently from the
+#   code at a boundary). Its guard text recomputes it exactly as the code did, the graph's own operations on
+#   the call's floats (`math.floor(operator.add(operator.mul(t, 2), 0.5)) == 3`; `exact_expr`), registered in
+#   `out.computed_floats` so that shape_guards prints it for the symbol. A computation that cannot be written
+#   so (another op, a non-float operand) specialises the floats by value, as before.
+# A value for which the call raises (NaN, inf) specialises as before, and the fold raises the user's error; on
+# a later call such a value fails the guards or raises in the graph as eager does.
+_TO_INT = (math.ceil, math.floor, math.trunc, round)
+
+
+def float_to_int(tx, fn: Callable, v: SymFloatValue) -> Value | None:
+    """`fn(v)` (an int) of a dynamic float (NOTE [Ints of dynamic floats]), or None (the caller specialises)."""
+    try:
+        (int if fn is torch.sym_int else fn)(v.example)
+    except (ValueError, OverflowError):
+        return None  # NaN or inf: folding raises the user's error
+    sym = v.sym if v.roots == (v,) else None
+    if sym is None:
+        text = exact_expr(tx.output, v.node, {root.node: root.source for root in v.roots})
+        if text is None:
+            return None
+        from .shapes import symbolic_float
+        sym = symbolic_float(tx.output, v.example, text)
+        root = next(i for i in tx.output.inputs if i.value is v.roots[0])
+        tx.output.computed_floats.append((root, text, sym))
+    return _keep(tx, fn, (SymNodeValue(v.node, sym, v.source),))
+
+
+_EXACT_OPS = (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+              operator.pow, operator.neg, operator.pos, operator.abs)
+
+
+def exact_expr(out, node, roots: dict) -> str | None:
+    """A guard expression computing `node`'s float from the call's inputs exactly as the graph does (the same
+    Python operations on the same operands, in order), or None when a node or operand cannot be written so."""
+    from torch.fx import Node
+    if node in roots:
+        return roots[node].expr(out.names)
+    if node.op != "call_function" or node.kwargs or node.target not in _EXACT_OPS:
+        return None
+    parts = []
+    for arg in node.args:
+        if isinstance(arg, Node):
+            part = exact_expr(out, arg, roots)
+        elif type(arg) in (int, float) and math.isfinite(arg):
+            part = repr(arg)
+        else:
+            part = None
+        if part is None:
+            return None
+        parts.append(part)
+    return f"{out.name_of(node.target, node.target.__name__)}({', '.join(parts)})"
+
+
 def math_call(tx, fn: Callable, args: list[Value], kwargs: dict) -> Value | None:
     """`math.ceil/floor/trunc/sqrt(n)`, one-argument `round(n)` of a symbolic number; `divmod` of ints."""
     if fn is divmod:
         return _divmod(tx, args, kwargs)
-    if len(args) != 1 or kwargs or not is_sym(args[0]):
+    if len(args) != 1 or kwargs:
         return None
+    if fn in _TO_INT and isinstance(args[0], SymFloatValue):
+        return float_to_int(tx, fn, args[0])
     target = round if fn is round else _MATH.get(fn)
-    return _keep(tx, target, (args[0],)) if target is not None else None
+    return _keep(tx, target, (args[0],)) if target is not None and is_sym(args[0]) else None
 
 
 def _divmod(tx, args: list[Value], kwargs: dict) -> Value | None:
