@@ -273,7 +273,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
                  exc: Unsupported | UserException, first) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
     graph, graph_break, _, _ = _tracing()
-    loop_exc = python_loops.moved_break(fn.__code__, exc)  # NOTE [Loops run as Python]
+    symbolic = bool(first.dynamic or first.dynamic_dims or first.dynamic_ints)
+    loop_exc = python_loops.moved_break(fn.__code__, exc, symbolic)  # NOTE [Loops run as Python]
     if loop_exc is not None:
         return _break_entry(fn, shape, args, kwargs, request, loop_exc, first)
     site = graph_break.break_site(fn.__code__, exc)
@@ -289,7 +290,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     try:
         if tx.run() is not None:
             return None
-        if site.loop is not None and not python_loops.iterates_rows_at(tx.stack, site.inst):
+        if site.loop is not None and not python_loops.iterates_rows_at(tx.stack, site.inst, exc.moved_from):
             return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)

@@ -18,7 +18,8 @@ resume point of a resume function that starts inside the body), and from there t
   code after the loop is captured again.
 A call whose callable slot cannot be traced back within its basic block (a NULL or self pushed by another
 instruction, a jump in between) stays a plain call: correct, only not captured. Breaks of other kinds in
-loops keep the unrolled/stepped forms (a `print` at `i == 0` breaks once).
+loops keep the unrolled/stepped forms (a `print` at `i == 0` breaks once), except in loops over a symbolic
+range (NOTE [Loops over symbolic ranges]).
 """
 from __future__ import annotations
 
@@ -45,7 +46,11 @@ def enclosing_loop(insts: list, index: int):
 # symbolic size: unrolled, the range specialises the size (`x.size(0) == 5`), so the frame that owns the loop
 # recompiled for every size until the recompile limit sent it to eager (stock runs it eagerly from the
 # start). Such a loop runs as Python too: the break moves to its GET_ITER, the range is rebuilt there from
-# its symbolic bounds (graph outputs, codegen.py), and the owner frame keeps serving every size.
+# its symbolic bounds (graph outputs, codegen.py), and the owner frame keeps serving every size. The same
+# for a break of any other kind in the body (a `print(i)`, an unsupported call): its stepped form (NOTE
+# [Loops carried across breaks]) unrolled the range in the owner frame, which then recompiled per size too.
+# Only in frames with symbolic sizes or ints (no symbolic range otherwise), and only at GET_ITER on a
+# symbolic range: other loops keep the unrolled/stepped forms for such breaks (module docstring).
 def iterates_rows(value: Any) -> bool:
     """A loop iterator over the rows of a tensor: an unrolled iterator whose items are tensors taken
     from one tensor, or a tensor's tuple iterator made in Python (NOTE [Loops over symbolic rows]); or a
@@ -63,13 +68,15 @@ def iterates_rows(value: Any) -> bool:
     return isinstance(value, TensorValue) and value.fake.dim() > 0
 
 
-def moved_break(code: types.CodeType, exc: Any) -> Any:
-    """The break `exc` moved to where its enclosing loop runs as Python, or None (module docstring)."""
+def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:
+    """The break `exc` moved to where its enclosing loop runs as Python, or None (module docstring). A break
+    of another kind than DATA_DEPENDENT moves only in a frame with symbolic sizes or ints (`symbolic`), for a
+    loop over a symbolic range (NOTE [Loops over symbolic ranges])."""
     from .breaks import BreakKind, Unsupported
     from .normalize import normalize
     from .resume import _ORIGIN
-    if not isinstance(exc, Unsupported) or exc.kind is not BreakKind.DATA_DEPENDENT or exc.root_index is None \
-            or getattr(exc, "python_loop", None) is not None or getattr(exc, "loop_tried", False):
+    if not isinstance(exc, Unsupported) or exc.root_index is None or getattr(exc, "python_loop", None) is not None \
+            or getattr(exc, "loop_tried", False) or (exc.kind is not BreakKind.DATA_DEPENDENT and not symbolic):
         return None
     exc.loop_tried = True  # when the loop cannot run as Python, the break is taken where it happened
     insts = normalize(code).insts
@@ -87,10 +94,15 @@ def moved_break(code: types.CodeType, exc: Any) -> Any:
     return moved
 
 
-def iterates_rows_at(stack: list, inst: Any) -> bool:
-    """At the moved break, the loop's iterable (GET_ITER) or iterator is over a tensor's rows."""
+def iterates_rows_at(stack: list, inst: Any, moved_from: Any) -> bool:
+    """At the break moved from `moved_from`, the loop's iterable (GET_ITER) or iterator is over a tensor's
+    rows; for a break of another kind than DATA_DEPENDENT, the iterable is a symbolic range (GET_ITER)."""
+    from .breaks import BreakKind
+    from .sym_arith import SymRangeValue
     if not stack:
         return False
+    if moved_from.kind is not BreakKind.DATA_DEPENDENT:
+        return inst.name == "GET_ITER" and isinstance(stack[-1], SymRangeValue)
     if inst.name in ("GET_ITER", "FOR_ITER"):
         return iterates_rows(stack[-1])
     from .graph_break import _slot_kind

@@ -53,6 +53,48 @@ def test_loop_over_a_symbolic_range_that_breaks_does_not_recompile_per_size():
         assert framejit.stats()["eager_frames"] == eager
 
 
+def _loop_that_prints(x):
+    acc = x.sum(0)
+    for i in range(x.size(0)):
+        acc = acc + x[i]
+        print("step", i)  # a graph break of another kind than data in the body
+        acc = acc * 0.5
+    return acc + 1
+
+
+@framejit.disable
+def _record(log, i):
+    log.append(i)
+
+
+def _loop_that_calls_a_disabled_function(x, log):
+    acc = x[0]
+    for i in range(1, x.shape[0]):
+        _record(log, i)
+        acc = acc + x[i] * i
+    return acc * 2
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_a_loop_over_a_symbolic_range_with_any_break_does_not_recompile_per_size(dynamic, capsys):
+    for fn in (_loop_that_prints, _loop_that_calls_a_disabled_function):
+        before, eager = len(framejit.stats()["frames"]), framejit.stats()["eager_frames"]
+        compiled = framejit.compile(fn, backend="eager", dynamic=dynamic)
+        for i, n in enumerate(SIZES + [1, 2]):
+            torch.manual_seed(i)
+            x = torch.randn(n, 3)
+            args, eager_args = ((x, []), (x, [])) if fn is _loop_that_calls_a_disabled_function else ((x,), (x,))
+            expected = fn(*eager_args)
+            printed = capsys.readouterr().out
+            assert_same(compiled(*args), expected)
+            assert capsys.readouterr().out == printed and args[1:] == eager_args[1:]
+        # before: the owner frame unrolled the range (the size guarded by value: the stepped loop's iterator
+        # is rebuilt from a constant range) and recompiled per size until the recompile limit sent it to
+        # eager (8 entries, 1 eager frame). Now: static, symbolic, then size 1 (dynamic=True: no static)
+        assert _frames(before, fn.__qualname__) == (3 if dynamic is None else 2)
+        assert framejit.stats()["eager_frames"] == eager
+
+
 # ---- mark_dynamic contracts (stock torch.compile 2.13 raises ConstraintViolationError in each case) ----
 def _marked(n, low=None, high=None, dims=(0,)):
     x = torch.randn(n, 3)
