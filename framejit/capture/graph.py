@@ -218,8 +218,7 @@ class OutputGraph:
             exprs += [f"{of}({src.expr(self.names)})" for obj, src, _ in list(self._by_object.values())
                       if type(obj) is not dict and instance_dict(obj) is not None
                       and id(instance_dict(obj)) not in self._by_object]  # not one of the trace's dicts now
-        ids = ", ".join(f"___id({e})" for e in exprs)
-        self.add_guard("NO_ALIASING", f"___len({{{ids}}}) == {len(exprs)}", None,
+        self.add_guard("NO_ALIASING", f"___distinct_objects({', '.join(exprs)})", None,
                        expected="distinct objects (the frame mutates one of them)", cost=COST_TENSOR + 1)
 
     def add_input(self, tensor: torch.Tensor, source: Source) -> TensorValue:

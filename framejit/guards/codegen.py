@@ -35,8 +35,17 @@ def _storage_apart(tensor: Any, *others: Any) -> bool:
     return all(t.untyped_storage().data_ptr() != pointer for t in others)
 
 
+def _distinct_objects(*objects: Any) -> bool:
+    """No two of the objects are one object. They are all alive while their ids are compared: a guard
+    expression may make a fresh object (`raw_dict_items(d)`, NOTE [Dict subclasses]), and a temporary freed
+    after its `id()` was taken can hand its address to the next one, so `len({id(a), id(b)})` may count
+    two distinct objects as one."""
+    return len(set(map(id, objects))) == len(objects)
+
+
 BASE_NAMESPACE: dict[str, Any] = {
     "___distinct_storages": _distinct_storages,
+    "___distinct_objects": _distinct_objects,
     "___storage_apart": _storage_apart,
     "___type": type,
     "___len": len,
