@@ -322,3 +322,28 @@ def test_transformers_gradients(backend, name):
     for (name_, p), (_, q) in zip(model.named_parameters(), compiled_model.named_parameters()):
         torch.testing.assert_close(q.grad, p.grad, **TOL, msg=lambda m: f"{name_}: {m}")
     assert_backward_in_backend(recording, steps=2)
+
+
+def test_onnxrt_joints_recompute_pointwise_ops_instead_of_saving_them():
+    """NOTE [Recomputation for ORT programs]: the forward of Linear-GELU-Linear saves the first Linear's
+    result, not the GELU of it (the backward recomputes it); gradients equal eager's on two batches."""
+    from framejit.backends.onnxrt import onnxrt
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    reference = copy.deepcopy(model)
+    compiled = onnxrt(torch.fx.symbolic_trace(model), [torch.randn(5, 8)])
+    for seed in (1, 2):
+        x = torch.randn(5, 8, generator=torch.Generator().manual_seed(seed))
+        got, want = compiled(x), reference(x)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        got.square().mean().backward()
+        want.square().mean().backward()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    joint = compiled.training_graph()
+    forward, backward = joint.compiled_forwards[0].gm, joint.compiled_backwards[0].gm
+    saved = next(n for n in forward.graph.nodes if n.op == "output").args[0][1:]
+    assert [n.target for n in saved if n.op == "call_function"] == [torch.ops.aten.addmm.default], forward.code
+    assert any(n.target is torch.ops.aten.gelu.default for n in backward.graph.nodes), backward.code
+    assert joint.stats["backward"] == 2 and joint.compiled_backwards[0].session_count() >= 1, joint.stats

@@ -39,16 +39,18 @@ from .runtime import _NUMPY_DTYPES, OrtPart
 # output, an autograd save, an ORT input of the backward; a saved view also runs as a torch op). Measured
 # (interleaved, thread CPU time, shared machine at load 16-28): `recompute_views` plus
 # `aggressive_recomputation` gave mlp 0.71 -> 0.78x eager, cnn 0.68 -> 0.69x, gpt 0.86 -> 0.91x, moe 0.89 ->
-# 0.95x, lstm 0.49 -> 0.54x (against this path with the default config). But it is NOT used: with
+# 0.95x, lstm 0.49 -> 0.54x (against this path with the default config). It was first left off: with
 # `recompute_views` the backward recomputes views of saved tensors with the strides they had when traced,
-# and ORT returns every output contiguous, so transformers' GPT-2 backward failed to build (`view` of a
-# transposed saved tensor: "view size is not compatible with input tensor's size and stride"). Using it
-# needs the saved tensors' traced strides restored (or reshape instead of view) first. The plumbing stays:
-# `PARTITION_CONFIG` is what onnxrt joints are partitioned with (empty: torch's defaults). The saved views'
-# costs are cut elsewhere instead: ORT parts read their own copy of a returned `t(w)` (NOTE [Returned views
-# read by ORT] in partition.py) and `t(t(w))` chains between the halves are their base (NOTE [Identity views
-# between the halves] in backends/joint.py).
-PARTITION_CONFIG: dict = {}
+# and ORT returned every output contiguous (transformers' GPT-2 backward failed to build: `view` of a
+# transposed saved tensor). ORT parts now return what torch reads in eager's layout (NOTE [ORT outputs in
+# eager's layout] in partition.py), and both are on (transformers' gpt2, llama and vit train as eager with
+# them, test_training_backends.py; gpt2 did so even without that layout change, at c9c34af). Measured again (interleaved in one process, thread CPU
+# time, 1 thread, zoo small, 3 rounds of 50-60 steps, load 9-11), eager/framejit without -> with: mlp
+# 0.73 -> 0.72x, gpt 0.84 -> 0.92x, moe 0.79 -> 0.80x, cnn 0.86 -> 0.90x, bert 0.83 -> 0.88x, vit 0.86 ->
+# 0.91x, gru_cell 0.75 -> 0.88x. Saved views' costs are also cut elsewhere: ORT parts read their own copy
+# of a returned `t(w)` (NOTE [Returned views read by ORT] in partition.py) and `t(t(w))` chains between the
+# halves are their base (NOTE [Identity views between the halves] in backends/joint.py).
+PARTITION_CONFIG: dict = {"recompute_views": True, "aggressive_recomputation": True}
 
 
 @functools.lru_cache(maxsize=None)
