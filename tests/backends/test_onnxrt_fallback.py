@@ -279,3 +279,23 @@ def test_tensors_an_onnxrt_program_read_stay_resizable():
             w.untyped_storage().resize_(7 * 4)  # as FSDP2 frees and refills parameter storages
             assert x.shape == (rows * 5,) and w.untyped_storage().nbytes() == 28
         assert_same(outs[1], outs[0])
+
+
+def test_frozen_weights_stay_resizable_and_moved_memory_makes_a_new_session():
+    """NOTE [Arrays over tensors leave storages resizable]: an inference program's frozen weights (module
+    parameters) leave their storages resizable; freed and allocated again elsewhere with new values written
+    through the storage (no version bump), as FSDP2 frees and all-gathers parameters between steps, the
+    next call computes with the new values, as eager (the session's data pointer no longer matches)."""
+    model = torch.nn.Linear(3, 2)
+    compiled = framejit.compile(model, backend="onnxrt")
+    storage = model.weight.untyped_storage()
+    for step in range(3):
+        x = torch.randn(4, 3)
+        with torch.no_grad():
+            assert_same(compiled(x), model(x))
+        pointer, nbytes = model.weight.data_ptr(), storage.nbytes()
+        storage.resize_(0)  # raised "Trying to resize storage that is not resizable" before
+        blocker = torch.empty(nbytes, dtype=torch.uint8)  # noqa: F841 (takes the freed memory)
+        storage.resize_(nbytes)
+        storage.copy_(torch.randn(2, 3).untyped_storage())
+        assert model.weight.data_ptr() != pointer

@@ -160,12 +160,15 @@ def freeze_model(data: bytes, names) -> bytes:
 # where eager does not. ORT is handed a numpy array over the same memory made from `__array_interface__`
 # instead (no copy; the array keeps the tensor alive through its base): about 1 us more per fed tensor than
 # `.numpy()`, and kept per position for parameters (NOTE [Leaf views]). Frozen weights (NOTE [Frozen
-# weights]) keep `.numpy()` on purpose: the session reads their memory on every later call, so their
-# storages must not move or be freed while it lives, and resizing one raises instead of leaving ORT a
-# dangling pointer (so FSDP2's `fully_shard`, which frees the unsharded parameters' storages with
-# `untyped_storage().resize_(0)`, raises that error on onnxrt). Outputs are still `torch.from_numpy` of
-# ORT's buffers: growing a returned tensor with `resize_` raises where eager's would grow (a tensor over
-# memory torch did not allocate cannot be resized).
+# weights]) are handed over the same way: FSDP2's `fully_shard` frees the unsharded parameters' storages
+# after each forward and backward (`untyped_storage().resize_(0)`) and allocates them again for the next
+# all-gather, which raised "Trying to resize storage that is not resizable" when the session had pinned
+# them with `.numpy()`. The session may then hold the address of freed memory, so a part checks on every
+# call, with the tensor and its version, that each frozen tensor's data pointer is the one the session
+# was made with (a changed pointer rebuilds the session; a storage given back at the same address was
+# written again, which bumps the version) and never runs the old session on moved memory. Outputs are
+# still `torch.from_numpy` of ORT's buffers: growing a returned tensor with `resize_` raises where eager's
+# would grow (a tensor over memory torch did not allocate cannot be resized).
 class _Memory:
     """A tensor's memory as numpy sees it (NOTE [Arrays over tensors leave storages resizable])."""
     __slots__ = ("tensor", "__array_interface__")
@@ -187,12 +190,12 @@ def array_over(tensor: torch.Tensor) -> np.ndarray:
 
 
 def _feed_frozen(frozen: dict, so) -> None:
-    """Hand the frozen weights to the session options as OrtValues over the tensors' memory (`.numpy()`
-    pins their storages: NOTE [Arrays over tensors leave storages resizable])."""
+    """Hand the frozen weights to the session options as OrtValues over the tensors' memory, leaving their
+    storages resizable (NOTE [Arrays over tensors leave storages resizable])."""
     import onnxruntime as ort
 
     names = list(frozen)
-    values = [ort.OrtValue.ortvalue_from_numpy(frozen[n].detach().contiguous().numpy()) for n in names]
+    values = [ort.OrtValue.ortvalue_from_numpy(array_over(frozen[n].detach().contiguous())) for n in names]
     so.add_external_initializers(names, values)
 
 
@@ -267,7 +270,7 @@ class OrtPart(torch.nn.Module):
         self.frozen_positions = tuple(frozen_positions) if device.type == "cpu" else ()
         self.refreezes = 0
         self.session = session
-        self._frozen: list = []  # (position, tensor, version, `.data` uses) the session was made with
+        self._frozen: list = []  # (position, tensor, version, `.data` uses, data pointer) the session was made with
         self._epoch = -1  # watch.EPOCH when the session was made
         self._fed: list = [(n, i) for i, n in enumerate(self.input_names) if i not in self.frozen_positions]
         if session is not None:
@@ -288,9 +291,10 @@ class OrtPart(torch.nn.Module):
         return part
 
     def _make_session(self, args, sub: torch.fx.GraphModule | None = None) -> None:
-        self._frozen = [(i, args[i], args[i]._version, watch.watch(args[i])) for i in self.frozen_positions]
+        self._frozen = [(i, args[i], args[i]._version, watch.watch(args[i]), args[i].data_ptr())
+                        for i in self.frozen_positions]
         self._epoch = watch.EPOCH[0]
-        frozen = {self.input_names[i]: t for i, t, _, _ in self._frozen}
+        frozen = {self.input_names[i]: t for i, t, _, _, _ in self._frozen}
         self.session = make_session(self.model, self.opts, self.device, sub, frozen,
                                     self.frozen_bytes() if frozen else None)
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -303,12 +307,12 @@ class OrtPart(torch.nn.Module):
 
     def _frozen_current(self, args) -> bool:
         """The session's constants are still what the frozen positions hold (NOTE [Frozen weights])."""
-        for position, tensor, version, _ in self._frozen:
-            arg = args[position]
-            if arg is not tensor or arg._version != version:
+        for position, tensor, version, _, pointer in self._frozen:
+            arg = args[position]  # NOTE [Arrays over tensors leave storages resizable]: the memory may move
+            if arg is not tensor or arg._version != version or arg.data_ptr() != pointer:
                 return False
         if watch.EPOCH[0] != self._epoch:  # some watched tensor's `.data` was used: one of ours?
-            if any(watch.uses(tensor) != count for _, tensor, _, count in self._frozen):
+            if any(watch.uses(tensor) != count for _, tensor, _, count, _ in self._frozen):
                 return False
             self._epoch = watch.EPOCH[0]
         return True
