@@ -387,7 +387,8 @@ def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, 
             logs.log("output_code", "%s", output.backend_outputs[-1])
         return compiled
 
-    from .ddp_buckets import compile_in_buckets  # NOTE [Graphs split at DDP's buckets]
+    from .ddp_buckets import compile_in_buckets, guard_ddp  # NOTE [Graphs split at DDP's buckets]
+    guard_ddp(output, example_inputs)  # NOTE [Entries guarded on DDP]
     return compile_in_buckets(gm, example_inputs, compile_part) or compile_part(gm, example_inputs)
 
 

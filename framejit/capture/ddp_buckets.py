@@ -35,12 +35,22 @@ bucket by bucket during the backward.
   (split_module would repeat them in each part; not checked with framejit's backends), with submodule
   calls (checkpointed regions), or whose values between parts are not tensors or ints or have sizes
   without a hint (data-dependent).
-- An entry is not guarded on running inside DDP: one compiled outside DDP runs unsplit inside it (the
-  same values; the all-reduces start at the end of its backward) and the other way round. A split entry
-  is kept in memory only (the frame cache persists one backend artifact per graph; frame_cache.persist).
+- Entries are guarded on DDP (NOTE [Entries guarded on DDP]) and a split entry is persisted with its
+  parts (frame_cache.persist: the whole graph, which part each node is in, and each part's artifact);
+  restoring it splits the loaded graph the same way and loads each part's artifact: a warm rank runs
+  the same parts without tracing.
 - DDP rebuilds its buckets after the first step in the order the gradients arrived; within a part that
   order is the autograd engine's, so a rebuilt bucket may straddle two parts: it is reduced when the
   earlier part's backward has run (still before the backward ends, unless it holds the first part).
+
+NOTE [Entries guarded on DDP]
+Whether a graph is split, and where, depends on the DDP forward running when it is compiled: an entry
+compiled outside DDP served inside it would run whole (no all-reduce overlaps its backward), and a split
+entry served outside DDP would run in parts for nothing. So an entry whose graph reads a parameter that
+requires grad (the only graphs a split can concern) is guarded on `ddp_caps()`: None outside a DDP
+forward, else the running DDP's bucket caps, which with the graph (guarded otherwise) fix the split.
+Such a frame called both inside and outside DDP (DDP's forward and `ddp.module(x)`) has one entry for
+each. The guard runs `ddp_caps()` (about 0.3 us) on each call of these entries.
 """
 from __future__ import annotations
 
@@ -109,11 +119,31 @@ def _unsplittable(gm: torch.fx.GraphModule) -> str | None:
     return None
 
 
-class BucketedGraph:
-    """A graph split at DDP's buckets: `split` is the FX module running the compiled parts in order."""
+def ddp_caps() -> tuple[int, ...] | None:
+    """The bucket caps of the DDP module whose forward is running; None outside a DDP forward."""
+    ddp = active_ddp()
+    return None if ddp is None else tuple(bucket_caps(ddp))
 
-    def __init__(self, split: torch.fx.GraphModule) -> None:
+
+def guard_ddp(output, example_inputs: list) -> None:
+    """Guard the entry being compiled on `ddp_caps()` if its graph reads a parameter that requires grad
+    (NOTE [Entries guarded on DDP])."""
+    if not any(isinstance(value, torch.nn.Parameter) and value.requires_grad for value in example_inputs):
+        return
+    caps = ddp_caps()
+    call = f"{output.name_of(ddp_caps, 'ddp_caps')}()"
+    output.add_guard("GLOBAL_STATE", f"{call} is None" if caps is None else f"{call} == {caps!r}", None,
+                     expected="outside DDP" if caps is None else f"inside DDP with bucket caps {caps}", actual=call)
+
+
+class BucketedGraph:
+    """A graph split at DDP's buckets: `split` is the FX module running the compiled `parts` in order;
+    `assignment` holds the part of each computing node of the whole graph, in graph order."""
+
+    def __init__(self, split: torch.fx.GraphModule, assignment: tuple[int, ...], parts: list) -> None:
         self.split = split
+        self.assignment = assignment
+        self.parts = parts
 
     def __call__(self, *args):
         return self.split.forward(*args)  # no hooks on it: nn.Module.__call__ is skipped
@@ -132,33 +162,64 @@ def compile_in_buckets(gm: torch.fx.GraphModule, example_inputs: list,
         return None
     why = _unsplittable(gm)
     if why is None:
-        from torch.fx.passes.split_module import split_module
-
         index = {node: k for k, part in enumerate(parts) for node in part}
-        split = split_module(gm, None, index.__getitem__, tuple_return=True)
+        assignment = tuple(index[node] for node in _computing(gm))
+        split = _split(gm, assignment)
         examples = _part_examples(gm, example_inputs, split)
         why = examples if isinstance(examples, str) else None
     if why is not None:
         logs.log("output_code", "DDP: the graph is compiled whole, not split at its %d buckets: %s", len(parts), why)
         return None
-    for name, part_examples in examples:
-        compiled = compile_part(getattr(split, name), part_examples)
-        del split._modules[name]  # the generated code calls self.<name>(...): now the compiled part
-        setattr(split, name, compiled)
+    compiled = [compile_part(getattr(split, name), part_examples) for name, part_examples in examples]
     logs.log("output_code", "DDP: the graph is split at its buckets into %d parts of %s nodes", len(parts),
              "/".join(str(len(part)) for part in parts))
-    return BucketedGraph(split)
+    return _bucketed(split, assignment, compiled)
+
+
+def restore_split(gm: torch.fx.GraphModule, assignment: tuple[int, ...], artifacts: tuple[bytes, ...],
+                  load: Callable) -> BucketedGraph:
+    """A persisted split entry's graph split as it was compiled, each part loaded by the backend's
+    `load(artifact, part, None)` (NOTE [Graphs split at DDP's buckets])."""
+    computing = _computing(gm)
+    if len(assignment) != len(computing):
+        raise ValueError(f"the split names {len(assignment)} nodes, the graph has {len(computing)}")
+    split = _split(gm, assignment)
+    names = _part_names(split)
+    if len(names) != len(artifacts):
+        raise ValueError(f"the graph splits into {len(names)} parts, {len(artifacts)} were persisted")
+    return _bucketed(split, assignment, [load(data, getattr(split, name), None) for name, data in zip(names, artifacts)])
+
+
+def _computing(gm: torch.fx.GraphModule) -> list:
+    return [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+
+
+def _split(gm: torch.fx.GraphModule, assignment: tuple[int, ...]) -> torch.fx.GraphModule:
+    from torch.fx.passes.split_module import split_module
+
+    index = dict(zip(_computing(gm), assignment))
+    return split_module(gm, None, index.__getitem__, tuple_return=True)
+
+
+def _part_names(split: torch.fx.GraphModule) -> list[str]:
+    """The submodules of `split` in call order."""
+    return [node.target for node in split.graph.nodes if node.op == "call_module"]
+
+
+def _bucketed(split: torch.fx.GraphModule, assignment: tuple[int, ...], compiled: list) -> BucketedGraph:
+    for name, part in zip(_part_names(split), compiled):
+        del split._modules[name]  # the generated code calls self.<name>(...): now the compiled part
+        setattr(split, name, part)
+    return BucketedGraph(split, assignment, compiled)
 
 
 def _part_examples(gm: torch.fx.GraphModule, example_inputs: list, split: torch.fx.GraphModule):
     """[(submodule name, example inputs)] in call order, or a reason why there are none."""
     real = {n.name: value for n, value in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs)}
     out = []
-    for node in split.graph.nodes:
-        if node.op != "call_module":
-            continue
+    for name in _part_names(split):
         examples = []
-        for placeholder in (n for n in getattr(split, node.target).graph.nodes if n.op == "placeholder"):
+        for placeholder in (n for n in getattr(split, name).graph.nodes if n.op == "placeholder"):
             if placeholder.name in real:
                 examples.append(real[placeholder.name])
                 continue
@@ -166,7 +227,7 @@ def _part_examples(gm: torch.fx.GraphModule, example_inputs: list, split: torch.
             if value is None:
                 return f"the value {placeholder.name} passed between parts is not a tensor or int with known sizes"
             examples.append(value)
-        out.append((node.target, examples))
+        out.append((name, examples))
     return out
 
 
@@ -187,4 +248,5 @@ def _materialized(val):
     return None
 
 
-__all__ = ["BucketedGraph", "active_ddp", "bucket_caps", "bucket_parts", "compile_in_buckets"]
+__all__ = ["BucketedGraph", "active_ddp", "bucket_caps", "bucket_parts", "compile_in_buckets", "ddp_caps", "guard_ddp",
+           "restore_split"]

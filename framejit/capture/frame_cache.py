@@ -42,11 +42,11 @@ from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, I
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 6  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+FORMAT = 7  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
 # 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
 # 6: raw attribute sources (NOTE [Raw attribute reads]), version counts of written inputs (NOTE [Version counts
-# of written inputs])
+# of written inputs]); 7: graphs split at DDP's buckets, entries guarded on DDP (NOTE [Entries guarded on DDP])
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -161,6 +161,7 @@ class Persisted:
     guard_source: str = ""  # the generated guard function, executed as it is on load
     code: bytes = b""  # a break's transformed code, instruction by instruction (NOTE [Persisted break code])
     writes: tuple = ()  # NOTE [Version counts of written inputs] (input_versions.py)
+    split: tuple = ()  # a graph split at DDP's buckets: (its BucketedGraph's assignment, each part's artifact)
 
 
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,
@@ -172,15 +173,18 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     from .state_blocks import default_dtype_changed
     if default_dtype_changed(output):
         raise NotPersistable("the frame changes the default dtype")  # NOTE [Default dtype changes]
-    from .ddp_buckets import BucketedGraph
-    if isinstance(compiled, BucketedGraph):  # NOTE [Graphs split at DDP's buckets]
-        raise NotPersistable("the graph was split at DDP's buckets (one artifact per graph is persisted)")
     from .allowed_calls import persistable
     if not persistable(output):
         raise NotPersistable("the trace saw functions marked allow_in_graph (ids are per process)")
     if request.artifacts is None:
         raise NotPersistable("the backend cannot save what it compiled (a user callable)")
-    artifact = request.artifacts[0](compiled) if gm is not None else b""
+    from .ddp_buckets import BucketedGraph
+    split = ()
+    if isinstance(compiled, BucketedGraph):  # NOTE [Graphs split at DDP's buckets]: each part's artifact
+        split = (compiled.assignment, tuple(request.artifacts[0](part) for part in compiled.parts))
+        artifact = None if None in split[1] else b""
+    else:
+        artifact = request.artifacts[0](compiled) if gm is not None else b""
     if artifact is None:
         raise NotPersistable("the backend could not save this graph")
     guards = [_guard_data(g) for g in output.guards]
@@ -190,7 +194,7 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     ret_data = encode_value(ret, output_index, fn) if code is None else ("code",)
     graph = dump_graph(gm) if gm is not None else b""
     return Persisted(guards, namespace, callees, inputs, ret_data, (output.entry_grad_enabled, output.grad_enabled),
-                     graph, artifact, code=code or b"", writes=input_writes(output))
+                     graph, artifact, code=code or b"", writes=input_writes(output), split=split)
 
 
 def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
@@ -276,8 +280,13 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
     if persisted.graph:
         gm = load_graph(persisted.graph)
         graphs.append(gm)
-        example_inputs = _example_inputs(guard, sources, namespace, args, kwargs)
-        compiled = keep_versions(request.artifacts[1](persisted.artifact, gm, example_inputs), gm, persisted.writes)
+        load = request.artifacts[1]
+        if persisted.split:  # NOTE [Graphs split at DDP's buckets]
+            from .ddp_buckets import restore_split
+            compiled = restore_split(gm, *persisted.split, load)
+        else:
+            compiled = load(persisted.artifact, gm, _example_inputs(guard, sources, namespace, args, kwargs))
+        compiled = keep_versions(compiled, gm, persisted.writes)
         cg.call_graph(compiled, sources)
     if persisted.code:  # NOTE [Persisted break code]
         body = load_code(fn, persisted.code, compiled if persisted.graph else None, request.hooks)

@@ -3,6 +3,7 @@
 `_compute_bucket_assignment_by_size`, the function DDP's reducer assigns (and rebuilds) buckets with."""
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 import framejit
+from framejit.capture import ddp_buckets
 from framejit.capture.ddp_buckets import bucket_parts
 from tests.helpers import CountingBackend
 
@@ -64,38 +66,83 @@ def _two_layers():
     return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
 
 
-@pytest.mark.parametrize("make, parts", [(_two_layers, 2), (_NoGradRegion, 1)], ids=["split", "no_grad_whole"])
-def test_one_rank_ddp_matches_eager_and_split_entries_stay_in_memory(make, parts, tmp_path, monkeypatch, caplog):
-    # in-process, world size 1 (no spawn): compiled DDP computes eager DDP's gradients bit for bit; with
-    # 1-byte buckets each Linear layer is a part, unless the graph switches grad mode; a split entry is not
-    # persisted (NOTE [Graphs split at DDP's buckets]), saying so on the `cache` log
-    import logging
-
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from framejit import config, logs
-    monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
-    monkeypatch.setattr(config, "cache_enabled", True)
-    logs.set_logs("cache")
-    caplog.set_level(logging.INFO, logger="framejit.cache")
+@contextlib.contextmanager
+def _one_rank(tmp_path):
+    """A world-size-1 gloo group in this process (no spawn)."""
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'group'}", rank=0, world_size=1)
     try:
-        torch.manual_seed(0)
-        model = make()
-        reference = DDP(copy.deepcopy(model), bucket_cap_mb=1e-6)
-        framejit.reset()
-        before = framejit.stats()["backend_compiles"]
-        compiled = framejit.compile(DDP(model, bucket_cap_mb=1e-6), backend="eager")
-        for batch in (4, 7):
-            x = torch.randn(batch, 6)
-            compiled(x).square().sum().backward()
-            reference(x).square().sum().backward()
-        for p, q in zip(model.parameters(), reference.module.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
-        # two captured graphs (batch 4, then the dynamic-batch recompile), each in `parts`
-        assert framejit.stats()["backend_compiles"] - before == 2 * parts
-        messages = [r.getMessage() for r in caplog.records if r.name == "framejit.cache"]
-        assert sum("split at DDP's buckets" in m for m in messages) == (2 if parts > 1 else 0), messages
+        yield
     finally:
         dist.destroy_process_group()
-        logs.set_logs(config.logs)
+
+
+def _splits(monkeypatch) -> list:
+    """The assignments of the graphs split at DDP's buckets from now on (compiled or restored)."""
+    made, bucketed = [], ddp_buckets._bucketed
+
+    def spy(split, assignment, compiled):
+        made.append(assignment)
+        return bucketed(split, assignment, compiled)
+    monkeypatch.setattr(ddp_buckets, "_bucketed", spy)
+    return made
+
+
+@pytest.mark.parametrize("make, parts, backend", [(_two_layers, 2, "eager"), (_NoGradRegion, 1, "eager"),
+                                                  (_two_layers, 2, "onnxrt")],
+                         ids=["split", "no_grad_whole", "split_onnxrt"])
+def test_one_rank_ddp_matches_eager_and_split_entries_are_persisted(make, parts, backend, tmp_path, monkeypatch):
+    # in-process, world size 1 (no spawn): compiled DDP computes eager DDP's gradients (the eager backend bit
+    # for bit); with 1-byte buckets each Linear layer is a part, unless the graph switches grad mode. A split
+    # entry is persisted with its parts: after framejit.reset() (in-memory entries gone, the frame cache
+    # kept) a warm run traces and compiles nothing, and splits the graphs as the cold run did
+    # (NOTE [Graphs split at DDP's buckets])
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from framejit import config
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
+    monkeypatch.setattr(config, "cache_enabled", True)
+    splits = _splits(monkeypatch)
+    tol = dict(rtol=0, atol=0) if backend == "eager" else dict(rtol=1e-5, atol=1e-6)
+    with _one_rank(tmp_path):
+        torch.manual_seed(0)
+        init = make()
+        framejit.reset()
+        for warm in (False, True):
+            if warm:
+                framejit.reset()
+            model, reference = copy.deepcopy(init), DDP(copy.deepcopy(init), bucket_cap_mb=1e-6)
+            before = framejit.stats()
+            compiled = framejit.compile(DDP(model, bucket_cap_mb=1e-6), backend=backend)
+            for batch in (4, 7):
+                x = torch.randn(batch, 6)
+                compiled(x).square().sum().backward()
+                reference(x).square().sum().backward()
+            for p, q in zip(model.parameters(), reference.module.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, **tol)
+            after = framejit.stats()
+            delta = {k: after[k] - before[k] for k in ("frames_traced", "graphs", "backend_compiles", "frames_loaded")}
+            # cold: two captured graphs (batch 4, then the dynamic-batch recompile), each in `parts`
+            assert delta == ({"frames_traced": 0, "graphs": 0, "backend_compiles": 0, "frames_loaded": 2} if warm
+                             else {"frames_traced": 2, "graphs": 2, "backend_compiles": 2 * parts, "frames_loaded": 0})
+        split = (2 if parts > 1 else 0)
+        assert len(splits) == 2 * split and splits[split:] == splits[:split], splits
+        assert all(len(set(s)) == parts for s in splits)
+
+
+def test_entries_are_guarded_on_ddp(tmp_path):
+    # an entry compiled outside DDP is not served inside DDP's forward (it would run whole, its gradients
+    # all ready at the end of its backward), and a split entry is not served outside DDP
+    # (NOTE [Entries guarded on DDP]); each is served again where it was compiled
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    with _one_rank(tmp_path):
+        torch.manual_seed(0)
+        model = _two_layers()
+        framejit.reset()
+        backend = CountingBackend()
+        compiled = framejit.compile(model, backend=backend)
+        ddp = DDP(compiled, bucket_cap_mb=1e-6)
+        for k, call in enumerate([compiled, ddp, compiled, ddp, ddp.module]):
+            x = torch.randn(5, 6)
+            torch.testing.assert_close(call(x), model(x), rtol=0, atol=0)
+            # compiled whole outside DDP, in its 2 parts inside: 3 graphs, each served again after
+            assert len(backend.graphs) == (1 if k == 0 else 3), k
