@@ -88,6 +88,7 @@ class OutputGraph:
         self.mutated_inputs = False
         self.default_device: torch.device | None = None  # set under a DeviceContext (NOTE [Default device mode])
         self.mutated_entries: list = []  # the inputs mutated in place (NOTE [Input mutation])
+        self.numpy_shared: list = []  # fakes of tensors turned into arrays (NOTE [NumPy writes into tensors])
         self.backend_outputs: list[str] = []
         self.inlined: dict[Any, None] = {}  # real functions inlined while tracing (frame cache checks them)
         self.inlined_codes: set = set()  # code objects of every function inlined (framejit.disable drops the entry)

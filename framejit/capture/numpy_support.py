@@ -276,6 +276,8 @@ def tensor_to_ndarray(tx, tensor: TensorValue, args: list[Value], kwargs: dict[s
     if args or kwargs:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "Tensor.numpy() with arguments")
     _check_convertible(tensor, "Tensor.numpy()")
+    if not tensor.fake.is_inference():  # an inference tensor has no version counter
+        tx.output.numpy_shared.append(tensor.fake)  # NOTE [NumPy writes into tensors]
     return NdarrayValue(tensor, exact_strides=True)
 
 
@@ -396,11 +398,22 @@ def _constant(v: Value) -> bool:
     return v.is_constant() and not isinstance(v, (NdarrayValue, TensorValue))
 
 
+# NOTE [NumPy writes into tensors]: an array from `Tensor.numpy()` shares the tensor's memory, and a NumPy write
+# into it (`a[0] = 5`, `a += 1`, through any view of it) changes the tensor without bumping its version counter.
+# Traced as torch._numpy ops, the same write is a torch in-place op that bumps it (`x._version` 2 after two
+# writes, where eager leaves 0): autograd's saved-tensor checks and user code reading `_version` would see a
+# write eager hides. Such a write is a graph break, so NumPy itself makes it. Arrays passed in (graph inputs
+# through `torch.from_numpy`, a tensor of their own) and arrays made by NumPy ops are written in the graph.
 def _record(tx, target: NumpyOp, args: list[Value], kwargs: dict[str, Value], *, keeps_array: bool,
             real: Any = None) -> Value:
     graph_args = tuple(_graph_arg(tx, a) for a in args)
     graph_kwargs = {k: _graph_arg(tx, v) for k, v in kwargs.items()}
+    shared = [(t, t._version) for t in tx.output.numpy_shared]
     result = _as_numpy(tx.output.call("call_function", target, graph_args, graph_kwargs), keeps_array)
+    if any(t._version != version for t, version in shared):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"NumPy {target.name} writes into the memory of a tensor "
+                          "(Tensor.numpy()), which eager's version counter does not count (NOTE [NumPy writes "
+                          "into tensors])")
     _check_dtypes(target, real, args, kwargs, result)
     return result
 

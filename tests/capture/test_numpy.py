@@ -168,13 +168,14 @@ def in_place(x):
 
 
 def test_in_place_changes_the_tensor_sharing_memory():
+    # each write is a graph break (NOTE [NumPy writes into tensors]): in the graph it would bump x's counter
     x1, x2 = torch.randn(3), torch.randn(4)
-    backend = differential(in_place, [(x1,), (x2,)], fullgraph=True)
-    assert backend.graph_count == 2
+    differential(in_place, [(x1,), (x2,)])
     compiled = framejit.compile(in_place, backend="eager")
     x = torch.zeros(3)
     compiled(x)
-    assert x.tolist() == [10.0, 2.0, 2.0]  # the caller's tensor changed through the array, as in eager
+    # the caller's tensor changed through the array, as in eager, and its version counter did not see it
+    assert x.tolist() == [10.0, 2.0, 2.0] and x._version == 0
 
 
 # ---- ndarray arguments ---------------------------------------------------------------------------------
