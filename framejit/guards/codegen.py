@@ -17,6 +17,7 @@ import ast
 import builtins
 import re
 import dataclasses
+import functools
 import linecache
 from typing import Any, Callable, Sequence
 
@@ -123,12 +124,12 @@ class GuardFunction:
         unsafe: set[str] = set()
         fact_failed = False
         for g in self.guards:
-            bases = _read_bases(g.expr)
+            bases = _facts(g.expr).bases
             if any(b in unsafe for b in bases) or fact_failed and not all(_NAMED_OR_CLASS_DICT.match(b) for b in bases):
                 continue
             if not _holds(g.expr, self.namespace, frame_locals):
                 failures.append(self._failure(g, frame_locals))
-                subject = _subject(g.expr)
+                subject = _facts(g.expr).subject
                 if subject is not None:
                     unsafe.add(subject)
                 fact_failed = fact_failed or g.kind in _LOOKUP_FACTS or ".__dict__[" in g.expr
@@ -174,7 +175,7 @@ def _order(guards: Sequence[Guard]) -> list[Guard]:
             unique.append(g)
     pinned: dict[str, list[int]] = {}
     for i, g in enumerate(unique):
-        subject = _subject(g.expr)
+        subject = _facts(g.expr).subject
         if subject is not None:
             pinned.setdefault(subject, []).append(i)
     ordered: list[Guard] = []
@@ -184,7 +185,7 @@ def _order(guards: Sequence[Guard]) -> list[Guard]:
         if i in done:
             return
         done.add(i)
-        for base in _read_bases(unique[i].expr):
+        for base in _facts(unique[i].expr).bases:
             for j in pinned.get(base, ()):
                 if j < i:
                     emit(j)
@@ -195,9 +196,31 @@ def _order(guards: Sequence[Guard]) -> list[Guard]:
     return ordered
 
 
-def _subject(expr: str) -> str | None:
-    """`P` for a guard that pins an object: `___type(P) is K` or `P is obj`."""
-    tree = ast.parse(expr, mode="eval").body
+# NOTE [Parsed guard expressions]: ordering and sharing read three facts off each guard's expression (the
+# object it pins, the objects it reads through, its attribute/item chains). Each expression is parsed
+# once for all three, and the facts are kept per expression text: frames compiled in one process repeat
+# most of their guard expressions (`___type(x) is ___K0`, a module's parameter paths), and parsing was
+# most of the cost of compiling a guard function.
+@dataclasses.dataclass(frozen=True)
+class _Facts:
+    subject: str | None  # `P` for a guard that pins an object: `___type(P) is K` or `P is obj`
+    bases: frozenset[str]  # the objects whose attributes or items it reads (`P` for `P.name`, `P[key]`)
+    spans: tuple[tuple[int, int, str], ...]  # its chains: (start, end, text), UTF-8 byte offsets
+
+
+@functools.lru_cache(maxsize=16384)
+def _facts(expr: str) -> _Facts:
+    tree = ast.parse(expr, mode="eval")
+    nodes = list(ast.walk(tree))
+    bases = (_link_base(node) for node in nodes)
+    data = expr.encode()  # ast offsets are UTF-8 byte offsets
+    spans = tuple((n.col_offset, n.end_col_offset, data[n.col_offset:n.end_col_offset].decode())
+                  for n in _chains(nodes))
+    return _Facts(_subject(tree.body), frozenset(ast.unparse(b) for b in bases if b is not None and _rooted(b)),
+                  spans)
+
+
+def _subject(tree: ast.expr) -> str | None:
     if not (isinstance(tree, ast.Compare) and len(tree.ops) == 1 and isinstance(tree.ops[0], ast.Is)):
         return None
     left = tree.left
@@ -205,12 +228,6 @@ def _subject(expr: str) -> str | None:
             and len(left.args) == 1:
         left = left.args[0]
     return ast.unparse(left) if _rooted(left) else None
-
-
-def _read_bases(expr: str) -> set[str]:
-    """The objects whose attributes or items the expression reads (`P` for `P.name`, `P[key]`)."""
-    bases = (_link_base(node) for node in ast.walk(ast.parse(expr, mode="eval")))
-    return {ast.unparse(base) for base in bases if base is not None and _rooted(base)}
 
 
 def compile_guards(
@@ -285,21 +302,15 @@ def _common_subexpressions(exprs: list[str]):
     spans_of: dict[str, list[tuple[int, int, str]]] = {}
     counts: dict[str, int] = {}
     for expr in exprs:
-        spans = _chain_spans(expr)
+        spans = _facts(expr).spans
         spans_of[expr] = spans
         for _, _, text in spans:
             counts[text] = counts.get(text, 0) + 1
     chosen = sorted((t for t, n in counts.items() if n > 1), key=len)
     names = {text: f"___s{i}" for i, text in enumerate(chosen)}
-    shared = [(names[t], _replace_spans(t, _chain_spans(t), names, skip=t)) for t in chosen]
+    shared = [(names[t], _replace_spans(t, _facts(t).spans, names, skip=t)) for t in chosen]
     rewritten = {expr: _replace_spans(expr, spans, names) for expr, spans in spans_of.items()}
     return shared, lambda expr: rewritten.get(expr, expr)
-
-
-def _chain_spans(expr: str) -> list[tuple[int, int, str]]:
-    data = expr.encode()  # ast offsets are UTF-8 byte offsets
-    tree = ast.parse(expr, mode="eval")
-    return [(n.col_offset, n.end_col_offset, data[n.col_offset:n.end_col_offset].decode()) for n in _chains(tree)]
 
 
 def _replace_spans(expr: str, spans: list[tuple[int, int, str]], names: dict[str, str], skip: str | None = None) -> str:
@@ -314,10 +325,11 @@ def _replace_spans(expr: str, spans: list[tuple[int, int, str]], names: dict[str
     return data.decode()
 
 
-def _chains(tree: ast.AST):
-    """Attribute/Subscript chains rooted at a name, that are read as values (not called as methods)."""
-    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    for node in ast.walk(tree):
+def _chains(nodes: list[ast.AST]):
+    """Attribute/Subscript chains rooted at a name, that are read as values (not called as methods), among
+    the nodes of one expression."""
+    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    for node in nodes:
         if _link_base(node) is not None and id(node) not in called and _rooted(node):
             yield node
 
