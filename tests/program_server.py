@@ -10,6 +10,7 @@ arguments; never framejit's own (it reads FRAMEJIT_* when imported: a child impo
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -79,6 +80,7 @@ def main() -> None:
     # fork copies only the calling thread: a second thread here (a pool started by an import) could hold a
     # lock the child then waits on forever
     assert threading.active_count() == 1, threading.enumerate()
+    gc.freeze()  # NOTE [Imports frozen out of the collector] in tests/conftest.py: children never walk them
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         pids = [_fork(run) for run in json.loads(line)["runs"]]
