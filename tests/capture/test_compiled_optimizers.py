@@ -27,7 +27,7 @@ import torch
 
 import framejit
 from framejit.capture import eager_frames
-from tests.helpers import CountingBackend
+from tests.helpers import CountingBackend, run_program
 
 OPTIMIZERS = {
     "sgd_momentum": lambda ps, fe: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, foreach=fe),
@@ -387,20 +387,18 @@ print(json.dumps(counts))
 
 
 @pytest.mark.parametrize("name,foreach", [("adam", True), ("sgd_momentum", False)])
-def test_graph_count_against_torch_compile(name, foreach):
+def test_graph_count_against_torch_compile(name, foreach, tmp_path):
     """Reference only: stock torch.compile's graphs for the same 5 scheduled steps, counted with the same
-    kind of backend, in a subprocess (it marks the optimizer class's `_init_group` with
-    torch.compiler.disable for the rest of the process). framejit compiles no more graphs than it
-    (measured: both [1, 2, 2, 2, 2])."""
+    kind of backend, in another process (it marks the optimizer class's `_init_group` with
+    torch.compiler.disable for the rest of the process; a forked child of the program server, NOTE
+    [Programs in forked children]). framejit compiles no more graphs than it (measured: both
+    [1, 2, 2, 2, 2])."""
     import json
-    import pathlib
-    import subprocess
-    import sys
-    root = pathlib.Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", _REFERENCE, name, "1" if foreach else "0"], cwd=root,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    reference_counts = json.loads(done.stdout.strip().splitlines()[-1])
+    script = tmp_path / "reference.py"
+    script.write_text(_REFERENCE)
+    rc, out, err = run_program(tmp_path, script, name, "1" if foreach else "0")
+    assert rc == 0, err[-2000:]
+    reference_counts = json.loads(out.strip().splitlines()[-1])
     counts = run_steps(name, foreach, CountingBackend())
     assert counts[-1] <= reference_counts[-1]
     assert counts[2:] == [counts[1]] * 3 and reference_counts[2:] == [reference_counts[1]] * 3

@@ -41,7 +41,7 @@ import torch.nn as nn
 import torch.utils._pytree as pytree
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, call_capturing, clone_args, run_differential
+from tests.helpers import CountingBackend, assert_same, call_capturing, clone_args, run_differential, run_program
 
 PY312 = sys.version_info >= (3, 12)
 
@@ -1151,15 +1151,13 @@ for _ in range(3):
 '''
 
 
-def test_bug_raise_in_except_as_after_break_in_try():
-    import os
-    import subprocess
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root)
-    proc = subprocess.run([sys.executable, "-c", _EXCEPT_AS_RAISE], capture_output=True, text=True, env=env,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout == "raised wrapped\n" * 3
+def test_bug_raise_in_except_as_after_break_in_try(tmp_path):
+    """In a new process (a forked child of the program server: NOTE [Programs in forked children])."""
+    script = tmp_path / "except_as_raise.py"
+    script.write_text(_EXCEPT_AS_RAISE)
+    rc, out, err = run_program(tmp_path, script)
+    assert rc == 0, err[-2000:]
+    assert out == "raised wrapped\n" * 3
 
 
 # ---- former capture gaps (fixed): results equal eager and the expected graphs are captured -----------
