@@ -84,6 +84,13 @@ def _buffer(model, step):
     model[2].running_mean.add_(0.25)
 
 
+def _batch_norm_training(model, step):  # running statistics change without a version bump
+    model.train()
+    with torch.no_grad():
+        model(_x(200 + step, 5, 6) * 3 + 1)
+    model.eval()
+
+
 def _adamw(model, step):
     if not hasattr(model, "_opt"):
         model._opt = torch.optim.AdamW(model.parameters(), lr=0.05)
@@ -101,6 +108,7 @@ def _sgd_data_loop(model, step):  # a hand-written update, as older training cod
 
 CHANGES = {"assign": _assign, "copy_": _copy, "data_write": _data_write, "data_copy": _data_copy,
            "data_assign": _data_assign, "load_state_dict": _load_state_dict, "buffer": _buffer,
+           "batch_norm_training": _batch_norm_training,  # NOTE [Statistics written without a bump]
            "optimizer_step": _adamw, "data_sgd_loop": _sgd_data_loop}
 
 
@@ -120,7 +128,7 @@ def test_compiled_module_sees_each_kind_of_weight_change(kind, sessions):
         assert len(sessions) > before, f"{kind}: no session was rebuilt after the change"
 
 
-@pytest.mark.parametrize("kind", ["copy_", "data_write", "data_assign", "buffer"])
+@pytest.mark.parametrize("kind", ["copy_", "data_write", "data_assign", "buffer", "batch_norm_training"])
 def test_backend_on_a_traced_graph_sees_weight_changes(kind, sessions):
     model = _model()
     gm = torch.fx.symbolic_trace(model)  # weights are the GraphModule's own state (model's submodules)

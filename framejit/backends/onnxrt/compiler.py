@@ -74,7 +74,8 @@ _MAX_ATTEMPTS = 8
 #     ORT op]).
 # 25: part outputs that torch reads are returned in eager's layout (NOTE [ORT outputs in eager's layout]).
 # 26: run-time checks are trailing outputs of the program (NOTE [Run-time checks as outputs] in backends/checks.py).
-REVISION = 26
+# 27: frozen running statistics are compared by value (NOTE [Statistics written without a bump]).
+REVISION = 27
 
 
 @dataclasses.dataclass
@@ -176,22 +177,59 @@ def _is_concrete(inputs) -> bool:
 _ATTRIBUTE_SOURCE = re.compile(r"^[LG]\[[^\]]+\](\.\w+)+$")  # L['module'].layer.0.weight
 
 
-def _weight_positions(gm: torch.fx.GraphModule, inputs, num_state: int) -> set[int]:
+def _weight_positions(gm: torch.fx.GraphModule, inputs, state_names: list[str]) -> tuple[set[int], set[int]]:
     """Positions, among the lowered graph's placeholders (state, then input leaves), of the tensors
-    that hold weights: `gm`'s own state, parameters, and inputs whose capture source is a module
-    attribute (buffers such as BatchNorm statistics). See NOTE [Frozen weights]."""
+    that hold weights: `gm`'s own state (named `state_names`), parameters, and inputs whose capture source
+    is a module attribute (buffers such as BatchNorm statistics). See NOTE [Frozen weights]. Also those of
+    them that are running statistics (NOTE [Statistics written without a bump])."""
+    num_state = len(state_names)
     positions = set(range(num_state))
+    statistics = {i for i, name in enumerate(state_names) if _statistics_of_a_norm(gm, name)}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    read_as_statistics = _running_statistics(gm)
     offset = num_state
     for index, value in enumerate(inputs):
         count = len(pytree.tree_leaves(value))
-        source = placeholders[index].meta.get("source") if index < len(placeholders) else None
+        placeholder = placeholders[index] if index < len(placeholders) else None
+        source = placeholder.meta.get("source") if placeholder is not None else None
         is_weight = isinstance(value, torch.nn.Parameter) or (
             isinstance(value, torch.Tensor) and isinstance(source, str) and _ATTRIBUTE_SOURCE.match(source))
         if is_weight and count == 1:
             positions.add(offset)
+            if placeholder in read_as_statistics:
+                statistics.add(offset)
         offset += count
-    return positions
+    return positions, statistics
+
+
+# NOTE [Statistics written without a bump]: batch_norm in training mode updates its running statistics in
+# place without bumping their version counters (in eager too: `native_batch_norm`'s schema does not mark the
+# write). A part that froze them (an eval-mode graph, NOTE [Frozen weights] in runtime.py) checks versions,
+# so it could not tell that the model trained in between (eagerly, or in a graph whose write-back bumped no
+# counter) and served the statistics it froze: eval outputs 0.55 off after 3 eager training steps of a
+# Conv2d + BatchNorm2d. Frozen running statistics are also compared with a copy taken when they were frozen,
+# on every call (one torch.equal per statistics vector).
+_BATCH_NORMS = (torch.nn.functional.batch_norm, torch.batch_norm, torch.native_batch_norm)
+
+
+def _statistics_of_a_norm(gm: torch.fx.GraphModule, name: str) -> bool:
+    """`name` (a path in `gm`) is the running statistics buffer of a norm module (a call_module node's)."""
+    owner, _, attribute = name.rpartition(".")
+    return attribute in ("running_mean", "running_var") and \
+        isinstance(gm.get_submodule(owner), torch.nn.modules.batchnorm._NormBase)
+
+
+def _running_statistics(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """The nodes `gm` passes to batch_norm as running statistics (NOTE [Statistics written without a bump])."""
+    from torch.fx.operator_schemas import normalize_function
+
+    found = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _BATCH_NORMS:
+            bound = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
+            if bound is not None:
+                found.update(bound.kwargs.get(name) for name in ("running_mean", "running_var"))
+    return found
 
 
 # NOTE [Frozen weights of symbolic programs]: a symbolic program is lowered over fake inputs, which say
@@ -381,16 +419,16 @@ class OnnxrtCompiled:
             return None
         device = _device_of(inputs, lowered.state)
         values = [*lowered.state, *pytree.tree_leaves(list(inputs))]
-        weights = set()
+        weights, statistics = set(), set()
         if self.opts.freeze_weights:
-            weights = _weight_positions(self.gm, real_inputs or inputs, len(lowered.state))
+            weights, statistics = _weight_positions(self.gm, real_inputs or inputs, lowered.state_names)
             if real_inputs is not None:
                 values = _real_weights(values, weights, len(lowered.state), real_inputs)
         blocked: set[str] = set()
         for _ in range(_MAX_ATTEMPTS):
             try:
                 parted = partition.partition(lowered.graph_module, blocked, self.opts.fallback_ops)
-                self._attach_sessions(parted, device, values, weights)
+                self._attach_sessions(parted, device, values, weights, statistics)
             except translate.NodeTranslationError as exc:
                 blocked.add(exc.node_name)
                 logs.log("output_code", "onnxrt: %s; retrying with it in eager torch", exc)
@@ -409,9 +447,10 @@ class OnnxrtCompiled:
         return self._give_up(f"still failing after {_MAX_ATTEMPTS} attempts")
 
     def _attach_sessions(self, parted: partition.Partitioned, device: torch.device, values: list,
-                         weights: set[int]) -> None:
-        """One OrtPart per fused part; `values[k]` is the example value of the k-th top placeholder and
-        `weights` the placeholder positions that hold weights (NOTE [Frozen weights])."""
+                         weights: set[int], statistics: set[int]) -> None:
+        """One OrtPart per fused part; `values[k]` is the example value of the k-th top placeholder,
+        `weights` the placeholder positions that hold weights (NOTE [Frozen weights]), `statistics` those of
+        them that are running statistics (NOTE [Statistics written without a bump])."""
         top = parted.graph_module
         position = {n: k for k, n in enumerate(n for n in top.graph.nodes if n.op == "placeholder")}
         env = {n: values[k] for n, k in position.items()}
@@ -424,7 +463,8 @@ class OnnxrtCompiled:
             args = [env.get(a) for a in node.args]
             frozen = tuple(i for i, a in enumerate(node.args)
                            if position.get(a) in weights and isinstance(args[i], torch.Tensor))
-            part = runtime.OrtPart.for_graph(data, sub, device, self.opts, args, frozen)
+            compared = tuple(i for i in frozen if position[node.args[i]] in statistics)
+            part = runtime.OrtPart.for_graph(data, sub, device, self.opts, args, frozen, compared)
             setattr(top, node.target, part)
         top.recompile()
 

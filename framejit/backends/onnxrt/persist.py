@@ -124,7 +124,8 @@ def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict
             part = {"name": name, "blob": blob, "single_output": child.single_output,
                     "outputs": [[str(dtype), [s if isinstance(s, int) else str(s) for s in shape]]
                                 for dtype, shape in child.output_meta],
-                    "inputs": child.input_names, "frozen": list(child.frozen_positions)}
+                    "inputs": child.input_names, "frozen": list(child.frozen_positions),
+                    "compared": list(child.compared_positions)}
             frozen_model = child.frozen_bytes()
             if frozen_model is not None:  # NOTE [Frozen models are cached] in runtime.py
                 part["frozen_blob"] = blob + ".frozen"
@@ -232,7 +233,8 @@ def _load_program(saved: dict, blobs: dict[str, bytes], gm: torch.fx.GraphModule
         output_meta = [(dtype_from_text(d), tuple(shape)) for d, shape in part["outputs"]]
         frozen_model = blobs[part["frozen_blob"]] if part.get("frozen_blob") else None
         attributes[part["name"]] = runtime.OrtPart(session, model, part["single_output"], output_meta, device,
-                                                   part["inputs"], opts, tuple(part["frozen"]), frozen_model)
+                                                   part["inputs"], opts, tuple(part["frozen"]), frozen_model,
+                                                   tuple(part["compared"]))
     for constant in saved["constants"]:
         attributes[constant["name"]] = tensor_from_bytes(blobs[constant["blob"]])
     top = RestoredGraph(saved["code"], saved["imports"], attributes)

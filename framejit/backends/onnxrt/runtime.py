@@ -257,7 +257,7 @@ class OrtPart(torch.nn.Module):
 
     def __init__(self, session, model: bytes, single_output: bool, output_meta: list, device: torch.device,
                  input_names: list[str], opts: OnnxrtOptions, frozen_positions: tuple = (),
-                 frozen_model: bytes | None = None):
+                 frozen_model: bytes | None = None, compared_positions: tuple = ()):
         super().__init__()
         self.model = model
         self.frozen_model = frozen_model  # freeze_model(model, frozen names) (NOTE [Frozen models are cached])
@@ -268,6 +268,9 @@ class OrtPart(torch.nn.Module):
         self.device = device
         self.opts = opts
         self.frozen_positions = tuple(frozen_positions) if device.type == "cpu" else ()
+        # frozen running statistics, also compared by value (NOTE [Statistics written without a bump] in compiler.py)
+        self.compared_positions = tuple(compared_positions)
+        self._copies: list = []  # (position, copy of the tensor the session was made with)
         self.refreezes = 0
         self.session = session
         self._frozen: list = []  # (position, tensor, version, `.data` uses, data pointer) the session was made with
@@ -278,7 +281,7 @@ class OrtPart(torch.nn.Module):
 
     @classmethod
     def for_graph(cls, model: bytes, sub: torch.fx.GraphModule, device: torch.device, opts: OnnxrtOptions,
-                  example_args: list, frozen_positions: tuple) -> "OrtPart":
+                  example_args: list, frozen_positions: tuple, compared_positions: tuple = ()) -> "OrtPart":
         """The part standing in for the fused submodule `sub`, its session made with `example_args`'
         weights (its output node gives the output metadata). Raises SessionLoadError."""
         out_node = next(n for n in sub.graph.nodes if n.op == "output")
@@ -286,13 +289,15 @@ class OrtPart(torch.nn.Module):
         outs = [out_node.args[0]] if single_output else list(out_node.args[0])
         output_meta = [(o.meta["val"].dtype, tuple(o.meta["val"].shape)) for o in outs]
         names = model_input_names(model, sub)  # the arguments drop_unread_args left
-        part = cls(None, model, single_output, output_meta, device, names, opts, frozen_positions)
+        part = cls(None, model, single_output, output_meta, device, names, opts, frozen_positions,
+                   compared_positions=compared_positions)
         part._make_session(example_args, sub)
         return part
 
     def _make_session(self, args, sub: torch.fx.GraphModule | None = None) -> None:
         self._frozen = [(i, args[i], args[i]._version, watch.watch(args[i]), args[i].data_ptr())
                         for i in self.frozen_positions]
+        self._copies = [(i, args[i].clone()) for i in self.compared_positions if i in self.frozen_positions]
         self._epoch = watch.EPOCH[0]
         frozen = {self.input_names[i]: t for i, t, _, _, _ in self._frozen}
         self.session = make_session(self.model, self.opts, self.device, sub, frozen,
@@ -311,6 +316,8 @@ class OrtPart(torch.nn.Module):
             arg = args[position]  # NOTE [Arrays over tensors leave storages resizable]: the memory may move
             if arg is not tensor or arg._version != version or arg.data_ptr() != pointer:
                 return False
+        if any(not torch.equal(args[position], copy) for position, copy in self._copies):
+            return False  # NOTE [Statistics written without a bump] in compiler.py
         if watch.EPOCH[0] != self._epoch:  # some watched tensor's `.data` was used: one of ours?
             if any(watch.uses(tensor) != count for _, tensor, _, count, _ in self._frozen):
                 return False
