@@ -85,6 +85,12 @@ def mel_seq2seq(seed: int, batch: int, seq: int) -> dict:
     return inputs
 
 
+def spectrogram(seed: int, batch: int, seq: int, frames: int = 32, bins: int = 16) -> dict:
+    """Log-mel frames by bins, as the Audio Spectrogram Transformer takes them (a fixed number of frames)."""
+    del seq
+    return {"input_values": torch.randn(batch, frames, bins, generator=_gen(seed))}
+
+
 def waveform(seed: int, batch: int, seq: int) -> dict:
     """Raw audio: `seq` * 40 samples per row (the tiny feature encoder strides by 5 * 2)."""
     return {"input_values": torch.randn(batch, seq * 40, generator=_gen(seed))}
