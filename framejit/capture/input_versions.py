@@ -7,24 +7,35 @@ one write of that input, as one eager op bumps once (NOTE [Input mutation] in gr
 more). A backend that runs the graph as its Python code (the eager backend: `gm.forward`) makes the same
 writes; one that functionalizes it (onnxrt, triton) writes each input back once, so two writes to an input
 left `_version` 1 where eager gives 2 (red team 6). The graph's callable is then wrapped: after each call,
-every written input's counter is advanced to what eager's writes would have made it
-(`torch.autograd.graph.increment_version`), counting what the backend bumped itself. The frame cache
+every written input's counter is set to what eager's writes would have made it
+(`torch._C._autograd._unsafe_set_version_counter`), whatever the backend bumped itself. The frame cache
 persists the counts with the entry and wraps the restored callable again.
-Counters are only raised, never set back: batch_norm in training mode writes its running statistics without
-a bump (in eager and in the fake trace), while the backends' write-back bumps them once per call. Setting
-them back to eager's count (cb15b2d) hid that write from onnxrt's frozen-weight check (NOTE [Frozen weights]
-in backends/onnxrt/runtime.py notices changes by `_version`), which then served stale statistics; so such
-inputs keep the backend's extra bump (test_version_counters.py).
+
+NOTE [Writes eager does not count]: batch_norm in training mode writes its running statistics without bumping
+their counters (`native_batch_norm`'s schema does not mark the write, so neither eager nor the fake trace bumps),
+while a functionalized backend writes them back with a `copy_`, which bumps: onnxrt advanced `running_mean`'s
+counter by one per training call, triton by one per call with autograd (red team 7). Such inputs count zero
+writes, so the wrapper puts their counters back to where they were before the call. This hides their write
+from anything that notices changes by version, as eager's batch_norm does: onnxrt's frozen weights compare
+running statistics by value for that reason (NOTE [Statistics written without a bump] in onnxrt/compiler.py;
+before that, this wrapper made them serve stale statistics).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from torch.autograd.graph import increment_version
+import torch
+import torch.nn.functional as F
+from torch._C._autograd import _unsafe_set_version_counter
+from torch.fx.operator_schemas import normalize_function
+
+# NOTE [Writes eager does not count]: ops -> the arguments they write without a bump, when `training` is not False
+_UNCOUNTED_WRITES = {F.batch_norm: ("running_mean", "running_var"), torch.batch_norm: ("running_mean", "running_var"),
+                     torch.native_batch_norm: ("running_mean", "running_var")}
 
 
 class KeptVersions:
-    """`compiled`, after whose calls the written inputs' version counters advanced as in eager."""
+    """`compiled`, after whose calls the written inputs' version counters have advanced as in eager."""
 
     __slots__ = ("compiled", "writes")
 
@@ -33,21 +44,39 @@ class KeptVersions:
         self.writes = writes  # (graph input position, eager's number of bumps)
 
     def __call__(self, *args: Any) -> Any:
-        before = [args[i]._version for i, _ in self.writes]
+        written = tuple(args[i] for i, _ in self.writes)
+        before = [t._version for t in written]
         out = self.compiled(*args)
-        for (i, count), version in zip(self.writes, before):
-            for _ in range(count - (args[i]._version - version)):
-                increment_version(args[i])
+        _unsafe_set_version_counter(written, [version + count for version, (_, count) in zip(before, self.writes)])
         return out
 
 
 def input_writes(output) -> tuple[tuple[int, int], ...]:
-    """(position, number of version bumps) of each graph input the traced graph wrote."""
-    return tuple((i, inp.writes) for i, inp in enumerate(output.inputs) if inp.writes)
+    """(position, number of version bumps) of each graph input the traced graph wrote, including those whose
+    writes eager does not count (NOTE [Writes eager does not count])."""
+    uncounted = _uncounted_writes(output.graph)
+    return tuple((i, inp.writes) for i, inp in enumerate(output.inputs)
+                 if inp.writes or (i in uncounted and inp.version is not None))  # no counter: an inference tensor
+
+
+def _uncounted_writes(graph) -> set[int]:
+    """Positions of the placeholders that ops of `graph` write without a bump (NOTE [Writes eager does not
+    count])."""
+    positions = {node: i for i, node in enumerate(n for n in graph.nodes if n.op == "placeholder")}
+    found = set()
+    for node in graph.nodes:
+        names = _UNCOUNTED_WRITES.get(node.target) if node.op == "call_function" else None
+        if names is None:
+            continue
+        bound = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True)
+        if bound is None or bound.kwargs.get("training") is False:
+            continue
+        found.update(positions[arg] for arg in map(bound.kwargs.get, names) if arg in positions)
+    return found
 
 
 def keep_versions(compiled: Callable, gm, writes: tuple[tuple[int, int], ...]) -> Callable:
-    """`compiled` wrapped when it may bump fewer times than eager: not when it runs the graph's own code."""
+    """`compiled` wrapped when it may bump other counts than eager: not when it runs the graph's own code."""
     if not writes or getattr(compiled, "__self__", None) is gm:
         return compiled
     return KeptVersions(compiled, writes)
