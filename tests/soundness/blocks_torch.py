@@ -162,7 +162,8 @@ def torch_queries(rng):
         aux.append(torch.is_warn_always_enabled())
         if torch.are_deterministic_algorithms_enabled():
             out = out * 2
-        """, mutations=(M("G.setdefault('threads', torch.get_num_threads()); torch.set_num_threads(1)", G),
+        """, mutations=(M("G.setdefault('threads', torch.get_num_threads()); "
+                          "torch.set_num_threads(2 if torch.get_num_threads() == 1 else 1)", G),
                         M("torch.set_autocast_dtype('cpu', torch.float16)", G),
                         M("torch.set_warn_always(True)", G), M("torch.use_deterministic_algorithms(True)", G)),
         teardown="torch.set_num_threads(G.get('threads', torch.get_num_threads())); "
