@@ -178,7 +178,8 @@ def _parse_to(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
 
 
 def _register_handlers() -> None:
-    from . import higher_order  # noqa: F401  (registers its handlers: NOTE [Associative scan])
+    from . import foreach_groups, higher_order  # noqa: F401  (register their handlers: NOTE [Associative scan],
+    # NOTE [Gradient clipping])
     from .builtins import BUILTIN_HANDLERS
     BUILTIN_HANDLERS[torch._C._nn._parse_to] = _parse_to
 

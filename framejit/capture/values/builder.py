@@ -489,8 +489,8 @@ def _is_namedtuple(obj: Any) -> bool:
 # dicts and the optimizer object (state created lazily, foreach ops, `_get_value`): inlined like module
 # code, so `framejit.compile(opt.step)` records the update's tensor ops, not one opaque call that neither
 # the guards nor the lowering backends could see into. tests/capture/test_compiled_optimizers.py.
-_INLINED_TORCH_PACKAGES = ("torch.nn.modules", "torch.distributions", "torch.optim",
-                           "torch.nn.utils.rnn")  # NOTE [Packed sequences] in packed_sequences.py
+# torch.nn.utils likewise (NOTE [Gradient clipping]), its rnn helpers included (NOTE [Packed sequences]).
+_INLINED_TORCH_PACKAGES = ("torch.nn.modules", "torch.distributions", "torch.optim", "torch.nn.utils")
 
 
 def _packing_functions() -> frozenset:
