@@ -1,15 +1,16 @@
 """Run-time checks of a graph (`torch._assert_async`), kept by the backends that lower the graph.
 
 NOTE [Run-time checks as outputs]: a captured graph may check a tensor's value at run time,
-`torch._assert_async(c)`: the frontend speculates on a branch that would raise (NOTE [Speculated checks] in
-capture/speculated_checks.py), and a failing check makes the graph call raise, so the hook reruns the call
+`torch._assert_async(c)` (or `(c, msg)`): the frontend speculates on a branch that would raise, or the user's
+code calls it (NOTE [Speculated checks] in capture/speculated_checks.py), and a failing check makes the graph
+call raise, so the hook reruns the call
 eagerly (NOTE [Graph failures rerun eagerly] in capture/requests.py). The node has no users, and lowering
 keeps only what feeds an output (ORT translation, triton's scheduler): a dropped check passed silently and
 the call took the branch eager does not (red team 7); running such graphs as their Python code instead
 (451191e) cost them their lowering (every torch.distributions graph with validation on).
 So onnxrt and triton compile the graph of `checks_as_outputs`: each check's condition is an extra trailing
-output, computed by the lowered program, and `CheckedGraph` runs `torch._assert_async` on those outputs
-after the call, before returning the graph's own outputs. A failing check raises from the graph call with
+output, computed by the lowered program, and `CheckedGraph` runs `torch._assert_async` (with the check's
+message) on those outputs after the call, before returning the graph's own outputs. A failing check raises from the graph call with
 the eager backend's error, and the call reruns eagerly as there. The checks run after the whole graph, not
 at their place in it: equal, because a graph holding checks neither writes its inputs nor draws random
 numbers (speculation requires it), so a rerun repeats nothing; the rest of a graph whose check fails may
@@ -28,13 +29,13 @@ import torch.fx
 _CHECK = torch._assert_async
 
 
-def checks_as_outputs(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, int, bool]:
-    """`gm` with each check's condition as an extra trailing output in place of the check, the number of
-    checks, and whether `gm` returns one value rather than a tuple (it is then the first output); `gm` itself
-    and 0 checks when it has none (NOTE [Run-time checks as outputs])."""
+def checks_as_outputs(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[tuple], bool]:
+    """`gm` with each check's condition as an extra trailing output in place of the check, each check's further
+    arguments (its message), and whether `gm` returns one value rather than a tuple (it is then the first
+    output); `gm` itself and no checks when it has none (NOTE [Run-time checks as outputs])."""
     checks = [node for node in gm.graph.nodes if node.op == "call_function" and node.target is _CHECK]
     if not checks:
-        return gm, 0, False
+        return gm, [], False
     graph = torch.fx.Graph()
     copies: dict = {}
     result = graph.graph_copy(gm.graph, copies)
@@ -42,9 +43,10 @@ def checks_as_outputs(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, i
     for check in checks:
         conditions.append(copies[check].args[0])
         graph.erase_node(copies[check])
+    messages = [check.args[1:] for check in checks]  # `torch._assert_async(c, msg)` raises `msg`
     single = not isinstance(result, tuple)
     graph.output((result, *conditions) if single else (*result, *conditions))
-    return torch.fx.GraphModule(gm, graph), len(checks), single
+    return torch.fx.GraphModule(gm, graph), messages, single
 
 
 class CheckedGraph:
@@ -52,14 +54,14 @@ class CheckedGraph:
     outputs, and the graph's own outputs are returned. Other attributes are the compiled callable's (its
     counts and summaries, for explain and tests)."""
 
-    def __init__(self, compiled: Callable, count: int, single: bool) -> None:
-        self.compiled, self.count, self.single = compiled, count, single
+    def __init__(self, compiled: Callable, messages: list[tuple], single: bool) -> None:
+        self.compiled, self.messages, self.single = compiled, messages, single
 
     def __call__(self, *args: Any) -> Any:
         out = self.compiled(*args)
-        kept = len(out) - self.count
-        for condition in out[kept:]:
-            _CHECK(condition)
+        kept = len(out) - len(self.messages)
+        for condition, message in zip(out[kept:], self.messages):
+            _CHECK(condition, *message)
         return out[0] if self.single else out[:kept]
 
     def __getattr__(self, name: str) -> Any:
@@ -71,8 +73,8 @@ class CheckedGraph:
 def compile_checked(gm: torch.fx.GraphModule, compile_fn: Callable[[torch.fx.GraphModule], Callable]) -> Callable:
     """`compile_fn(gm)`, where `gm` has no checks; else `compile_fn` of the graph with its checks as outputs,
     wrapped to run them (NOTE [Run-time checks as outputs])."""
-    lowered, count, single = checks_as_outputs(gm)
-    return CheckedGraph(compile_fn(lowered), count, single) if count else compile_fn(gm)
+    lowered, messages, single = checks_as_outputs(gm)
+    return CheckedGraph(compile_fn(lowered), messages, single) if messages else compile_fn(gm)
 
 
 def unchecked(compiled: Callable) -> Callable:

@@ -345,6 +345,9 @@ class OutputGraph:
         if self.__dict__.get("speculated_checks"):
             from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
             check_after_speculation(self, kind, target, args, kwargs)
+        if target is torch._assert_async:  # returns None: kept as a check, not dropped as a constant result
+            from .speculated_checks import user_check
+            return user_check(self, args, kwargs)
         if self.default_device is not None and kind == "call_function":
             from .default_device import with_device  # NOTE [Default device mode]
             kwargs = with_device(self.default_device, target, kwargs)

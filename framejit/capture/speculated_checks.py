@@ -58,6 +58,21 @@ def rerun_would_be_exact(out) -> bool:
                    for node in out.graph.nodes)
 
 
+def user_check(out, args: tuple, kwargs: dict) -> Any:
+    """The user's own `torch._assert_async(c[, msg])`: kept in the graph as a speculated check is (before,
+    the call returns None, so the trace dropped it and a failing check passed silently); a graph break where a
+    rerun after it fails would not be exact (NOTE [Speculated checks])."""
+    from .values import ConstantValue
+    cond = args[0] if args else None
+    rest = [_plain(v) for v in [*args[1:], *kwargs.values()]]
+    if not isinstance(cond, TensorValue) or not all(isinstance(v, str) for v in rest) or not rerun_would_be_exact(out):
+        raise Unsupported(BreakKind.DATA_DEPENDENT, "torch._assert_async where the graph could not be rerun "
+                          "exactly after it fails (NOTE [Speculated checks])")
+    out.record_effect(torch._assert_async, (cond.node, *rest))
+    out.speculated_checks = getattr(out, "speculated_checks", 0) + 1
+    return ConstantValue(None)
+
+
 def check_after_speculation(out, kind: str, target: Any, args: tuple, kwargs: dict) -> None:
     """A random op after a speculated check would make the rerun inexact: a graph break before it."""
     if getattr(out, "speculated_checks", 0) and _random(target, args, kwargs):

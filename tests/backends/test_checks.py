@@ -206,3 +206,25 @@ def test_checks_of_graphs_over_symbolic_sizes(backend):
         assert_same(caught(x, log_c), _caught(x.clone(), log_e))
         assert log_c == log_e
     assert recorder.lowered_runs() == 5
+
+
+def _asserts(x):
+    torch._assert_async(x.sum() > 0, "the sum must be positive")
+    torch._assert_async((x < 10).all())
+    x.add_(1)  # a write after a check: a graph break, so a failing check leaves x as eager leaves it
+    return x * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", *BACKENDS])
+def test_the_users_own_assert_async_is_kept(backend):
+    # before: torch._assert_async returns None, so the trace dropped the call: a failing check passed silently
+    # (every backend) and the call went on to write x
+    compiled = framejit.compile(_asserts, backend=backend)
+    for value in (1.0, -1.0, 20.0, 2.0):
+        x_e, x_c = torch.full((3,), value), torch.full((3,), value)
+        out_c, type_c, _ = call_capturing(compiled, (x_c,), {})
+        out_e, type_e, _ = call_capturing(_asserts, (x_e,), {})
+        assert type_c is type_e and (type_e is None or str(out_c) == str(out_e))
+        if type_e is None:
+            assert_same(out_c, out_e)
+        assert_same(x_c, x_e)
