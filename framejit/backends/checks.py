@@ -10,14 +10,15 @@ the call took the branch eager does not (red team 7); running such graphs as the
 (451191e) cost them their lowering (every torch.distributions graph with validation on).
 So onnxrt and triton compile the graph of `checks_as_outputs`: each check's condition is an extra trailing
 output, computed by the lowered program, and `CheckedGraph` runs `torch._assert_async` (with the check's
-message) on those outputs after the call, before returning the graph's own outputs. A failing check raises from the graph call with
-the eager backend's error, and the call reruns eagerly as there. The checks run after the whole graph, not
-at their place in it: equal, because a graph holding checks neither writes its inputs nor draws random
-numbers (speculation requires it), so a rerun repeats nothing; the rest of a graph whose check fails may
-compute garbage or fail itself (the rerun raises the user's own error either way).
-Only the frontend's own checks count (the `torch._assert_async` function, moved out before any joint is
-built): the `aten._assert_async.msg` nodes that decompositions add to the halves of a training graph are
-torch's internal asserts, which the lowering drops as before.
+message) on those outputs after the call, before returning the graph's own outputs. A failing check raises
+from the graph call with the eager backend's error, and the call reruns eagerly as there. The checks run
+after the whole graph, not at their place in it: equal, because a graph holding checks neither writes its
+inputs nor draws random numbers (the frontend keeps a check only then, and breaks at such ops after it), so
+a rerun repeats nothing; the rest of a graph whose check fails may compute garbage or fail itself (the
+rerun raises the user's own error either way).
+Only the captured graph's `torch._assert_async` calls count (moved out before any joint is built): the
+`aten._assert_async.msg` nodes that decompositions add to the halves of a training graph are torch's
+internal asserts, which the lowering drops as before.
 """
 from __future__ import annotations
 
