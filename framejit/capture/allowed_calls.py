@@ -22,8 +22,10 @@ function guards that the set stays empty (one line, `allowed_ids_are(frozenset()
 (importing transformers marks several), each user function the trace considers is guarded on its own mark,
 `allowed_mark(<its source>) is True/False`: a guard that names no process-local id, so the entry can still be
 persisted (measured: with transformers imported, no frame calling a user function was persisted while the
-guard was the set of ids). A function considered without a source falls back to the set of ids, and such an
-entry is not persisted: ids are per process.
+guard was the set of ids). A function considered without a source (a module's `forward` reached through the
+module call) is guarded the same way through the guard's namespace when its module and qualified name import
+it (a stable object; the frame cache locates it by that name). Any other falls back to the set of ids, and
+such an entry is not persisted: ids are per process.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .breaks import BreakKind, Unsupported
+from .locators import NotPersistable, _import_locator
 from .values import ConstantValue, SequenceValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue, Value
 from .values.containers import DictValue
 
@@ -59,6 +62,15 @@ def allowed_mark(fn: Any) -> bool:
     return bool(ids) and id(fn) in ids
 
 
+def _importable(fn: Any) -> bool:
+    """`fn` is the object its module and qualified name import (a stable object, so the guard may hold it)."""
+    try:
+        _import_locator(fn)
+    except NotPersistable:
+        return False
+    return True
+
+
 def _guard_set(out, snap: frozenset[int]) -> None:
     """One guard line: the marks are exactly `snap` (once per trace)."""
     if out.__dict__.get("allowed_ids_set_guarded"):
@@ -79,12 +91,15 @@ def is_allowed_in_graph(tx, fn: UserFunctionValue) -> bool:
     if not snap:
         _guard_set(out, snap)
         return False
-    if fn.source is None:
+    if fn.source is not None:
+        e = fn.source.expr(out.names)
+    elif _importable(fn.fn):  # a module's forward reached through the module call has no source
+        e = out.name_of(fn.fn, fn.fn.__name__)
+    else:
         out.__dict__["allowed_ids_process_local"] = True
         _guard_set(out, snap)
         return marked
     seen = out.__dict__.setdefault("allowed_marks_guarded", set())
-    e = fn.source.expr(out.names)
     if e not in seen:
         seen.add(e)
         out.add_guard("GLOBAL_STATE", f"{out.name_of(allowed_mark, 'allowed_mark')}({e}) is {marked}", fn.source,

@@ -214,3 +214,56 @@ def test_entries_persist_while_unrelated_functions_are_marked_allow_in_graph(tmp
             assert traced > 0 if round_ == "cold" else traced == 0, (round_, traced)
     finally:
         rules._allowed_callable_ids.remove(id(unrelated))
+
+
+class MarkBlock(torch.nn.Module):
+    """Defined at module level: its forward is importable by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2
+
+
+def test_module_entries_persist_while_marks_exist_and_a_later_mark_recompiles(tmp_path, monkeypatch):
+    """A module's forward reached through the module call has no source; it is guarded on its own mark by
+    name (NOTE [Guarding the marks]), so the entry is persisted while other functions are marked (CI: the DDP
+    split entries were kept in memory only once transformers was imported), and marking that forward later
+    still recompiles: the forward then runs as one graph node."""
+    import torch._dynamo.trace_rules as rules
+
+    import framejit
+    from framejit import config
+    from framejit.capture.requests import STATS
+
+    def unrelated(t):
+        return t
+
+    torch.manual_seed(0)
+    model = MarkBlock()
+    inputs = [torch.randn(4, 3), torch.randn(4, 3) - 1]
+    expected = [model(x) for x in inputs]
+    torch.compiler.allow_in_graph(unrelated)
+    try:
+        monkeypatch.setattr(config, "cache_enabled", True)
+        monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
+        for round_ in ("cold", "warm"):
+            framejit.reset()
+            before = dict(STATS)
+            compiled = framejit.compile(model, backend="eager")
+            for x, want in zip(inputs, expected):
+                torch.testing.assert_close(compiled(x), want, rtol=0, atol=0)
+            traced = STATS["frames_traced"] - before["frames_traced"]
+            loaded = STATS["frames_loaded"] - before["frames_loaded"]
+            assert (traced, loaded) == ((1, 0) if round_ == "cold" else (0, 1)), round_
+        torch.compiler.allow_in_graph(MarkBlock.forward)  # the loaded entry inlined it: must not be served
+        try:
+            before = STATS["frames_traced"]
+            torch.testing.assert_close(compiled(inputs[0]), expected[0], rtol=0, atol=0)
+            assert STATS["frames_traced"] - before > 0  # the guard on its mark failed
+        finally:
+            rules._allowed_callable_ids.remove(id(MarkBlock.forward))
+    finally:
+        rules._allowed_callable_ids.remove(id(unrelated))
