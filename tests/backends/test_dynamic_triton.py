@@ -201,3 +201,23 @@ def test_size_relations_in_the_graph_are_not_fixed_at_the_probes(fn):
         x = torch.randn(n, 4)
         out, expected = compiled(x), fn(x)
         torch.testing.assert_close(out, expected)
+
+
+def _heads(x):  # the zoo gpt's split_heads of the second third of a fused qkv projection
+    b, t, _ = x.shape
+    return x[..., 32:64].reshape(b, t, 2, 16).transpose(1, 2).contiguous() * 2
+
+
+def test_transposed_heads_are_one_module_for_every_batch_and_sequence():
+    """NOTE [Term order independent of sizes] (triton/ir.py): index terms ordered by their text changed order
+    between probe sizes (`(xindex // 16) % 3` vs `(xindex // 48) % 2`, digits compared as text), so the
+    kernels differed in structure and the graph compiled per shape (the zoo gpt: 9 modules for 9 shapes)."""
+    example = [torch.randn(2, 3, 96)]
+    compiled = triton(symbolic_graph(_heads, example, static={0: [2]}), example)
+    assert isinstance(compiled, DynamicGraph), getattr(compiled, "reason", None)
+    for batch, seq in [(2, 3), (5, 2), (3, 7)]:
+        x = torch.randn(batch, seq, 96)
+        torch.testing.assert_close(compiled(x), _heads(x))
+    assert compiled.modules == 1 and compiled.specialised.compiled == {}
+    x = torch.randn(1, 1, 96)  # size 1: compiled for its shape, still equal
+    torch.testing.assert_close(compiled(x), _heads(x))

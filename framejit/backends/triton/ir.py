@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Callable, Sequence, Union
 
 import torch
@@ -49,7 +50,7 @@ class Scaled:
 
 @dataclasses.dataclass(frozen=True)
 class Sum:
-    terms: tuple  # sorted by rendering; never nested, never a Const term except the last position
+    terms: tuple  # sorted by NOTE [Term order independent of sizes]; never nested, never a Const term except the last position
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,13 +103,28 @@ def add(*terms: Index) -> Index:
         old = combined.get(key, (0, base))
         combined[key] = (old[0] + factor, base)
     _recombine_div_mod(combined)
-    parts = [mul(base, factor) for _, (factor, base) in sorted(combined.items()) if factor]
+    parts = [mul(base, factor) for _, (factor, base) in sorted(combined.items(), key=_term_order) if factor]
     parts = [p for p in parts if not (isinstance(p, Const) and p.value == 0)]
     if constant:
         parts.append(Const(constant))
     if not parts:
         return Const(0)
     return parts[0] if len(parts) == 1 else Sum(tuple(parts))
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+# NOTE [Term order independent of sizes]: a sum's terms are ordered by their text with the integers left out,
+# then by those integers as numbers. Ordered by text alone, `(xindex // 16) % 3` came before
+# `(xindex // 48) % 2` at one size but `(xindex // 16) % 80` after `(xindex // 1280) % 2` at another (digits
+# compared as text: "16" > "12"), so the kernels generated at the probe sizes of a
+# size-generic module (triton/dynamic.py) differed in structure, not only in literals, and the zoo gpt's graph
+# compiled per shape. Divisors of one delinearized index grow with the dimension's depth at every size, so the
+# numeric order of the integers is the same at every probe.
+def _term_order(item) -> tuple:
+    key = item[0]
+    return _DIGITS.sub("#", key), tuple(int(d) for d in _DIGITS.findall(key))
 
 
 def _recombine_div_mod(combined: dict) -> None:
