@@ -53,7 +53,7 @@ from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .normalize import Inst, jump_targets, normalize, with_depth
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
-from .values import (NULL, BoundMethodValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
+from .values import (NULL, BoundMethodValue, BuiltinValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
                      PartialValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
 from .numpy_support import NdarrayMethodValue, NdarrayValue, children as numpy_children
@@ -380,6 +380,8 @@ class BreakCodegen:
         module with hooks, of `call_with_hooks` or `call_with_backward_hooks` (NOTE [Module hooks]).
         """
         function = callee.func if isinstance(callee, BoundMethodValue) else callee
+        if isinstance(callee, BuiltinValue) and callee.obj is _torch_checkpoint():
+            return self.hooks.checkpoint_through_hook(), None  # NOTE [Reentrant checkpoint at a break]
         if isinstance(function, UserFunctionValue) and _names_its_caller(function.fn):
             return None
         if isinstance(callee, UserFunctionValue) and _plain(callee):
@@ -752,3 +754,8 @@ def _at_line(cg: Codegen, start: int, inst: Inst) -> Codegen:
             if isinstance(instr, Instr) and instr.lineno in (None, bytecode.UNSET):
                 instr.lineno = inst.lineno
     return cg
+
+
+def _torch_checkpoint():
+    import torch.utils.checkpoint
+    return torch.utils.checkpoint.checkpoint

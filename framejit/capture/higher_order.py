@@ -21,7 +21,8 @@ whose default is `use_reentrant=False`) calls it for every layer in train mode. 
 inlines `fn` into the graph, so the graph keeps every layer; what it gives up is the memory saving (the
 graph's autograd keeps the activations, as it does for any layer). `checkpoint_sequential(...,
 use_reentrant=False)` is inlined as written (it calls `checkpoint` per segment). Anything else stays a
-graph break, so torch's own code runs: the reentrant variant (whose outputs do not require grad when no
+graph break, so torch's own code runs, with `fn` called through its frame hook so that its body is still
+captured (NOTE [Reentrant checkpoint at a break] in hook.py): the reentrant variant (whose outputs do not require grad when no
 input does), a missing `use_reentrant` (torch warns and picks the reentrant one), a `context_fn`, and
 `debug=True`.
 

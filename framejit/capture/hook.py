@@ -390,6 +390,32 @@ class Hooks:
             return self.for_object(target)(*args, **kwargs)
         return target(*args, **kwargs)
 
+    # NOTE [Reentrant checkpoint at a break]: `torch.utils.checkpoint.checkpoint(fn, ...)` other than the
+    # traced non-reentrant form (NOTE [Activation checkpointing]: `use_reentrant=True` or missing, a
+    # `context_fn`, `debug=True`) is a graph break, and torch's own checkpoint runs, exactly as in eager:
+    # the reentrant autograd.Function runs `fn` under no_grad, saves the RNG state, and in backward reruns
+    # `fn` under enable_grad on detached inputs (RNG restored) and back-propagates through it. Only `fn`
+    # itself is handed over through its frame hook (a module through `module_call`'s, a function or bound
+    # method through `call_through_hook`), so its body is captured and counted: one entry traced under
+    # no_grad for the forward, one under grad for the recomputation (grad mode is guarded). torch's code
+    # around it is unchanged, so values, gradients, RNG replay, warnings and hooks are eager's.
+    def checkpoint_through_hook(self, function, /, *args, **kwargs):
+        """`torch.utils.checkpoint.checkpoint(function, *args, **kwargs)` with `function` called through
+        its frame hook (NOTE [Reentrant checkpoint at a break])."""
+        import torch
+        from torch.utils.checkpoint import checkpoint
+        if isinstance(function, torch.nn.Module) and type(function).__call__ is torch.nn.Module.__call__:
+            hook = self.module_call()
+
+            def run(*inner_args, **inner_kwargs):
+                return hook(function, *inner_args, **inner_kwargs)
+        elif isinstance(function, (types.FunctionType, types.MethodType)):
+            def run(*inner_args, **inner_kwargs):
+                return self.call_through_hook(function, *inner_args, **inner_kwargs)
+        else:
+            run = function
+        return checkpoint(run, *args, **kwargs)
+
     def call_hooked(self):
         """The call helper of loops run as Python (NOTE [Loops run as Python] in python_loops.py)."""
         if getattr(self, "_call_hooked", None) is None:

@@ -57,6 +57,10 @@ class Recorder:
     def call_through_hook(self):
         return self._note(self.hooks.call_through_hook(), ("call_through_hook",))
 
+    def checkpoint_through_hook(self):
+        # NOTE [Reentrant checkpoint at a break] (hook.py); self.hooks is convert._BoundHooks
+        return self._note(self.hooks.hooks.checkpoint_through_hook, ("checkpoint_through_hook",))
+
     def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None):
         # a loop run as Python (NOTE [Loops run as Python]) is not persisted: noted as try-block successors are
         return self._note(self.hooks.resume(code, index, layout, names, hooked, successors, python_loop),
@@ -164,6 +168,8 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
                 value = hooks.module_call()
             elif kind == "call_through_hook":
                 value = hooks.call_through_hook
+            elif kind == "checkpoint_through_hook":
+                value = hooks.checkpoint_through_hook
             elif kind == "resume":
                 value = hooks.resume(fn.__code__, d[1], d[2], d[3], fn, d[4], ())
             elif kind == "resume_in":

@@ -1,0 +1,85 @@
+"""Reentrant activation checkpointing inside a compiled function (NOTE [Reentrant checkpoint at a break]).
+
+`torch.utils.checkpoint.checkpoint(fn, ..., use_reentrant=True)` is a graph break where torch's own checkpoint
+runs; before, `fn` then ran as plain Python, uncaptured and uncounted. Now `fn` goes through its frame hook:
+its body is captured twice (the forward under no_grad, the recomputation in backward under grad), and values,
+gradients of inputs and parameters, and dropout masks (RNG replayed) equal eager's, over two shapes.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as ckpt
+
+import framejit
+from tests.helpers import CountingBackend, assert_same
+
+
+def _with_linear(backend: CountingBackend) -> list:
+    return [gm for gm in backend.graphs
+            if any(node.target in (torch._C._nn.linear, torch.nn.functional.linear) for node in gm.graph.nodes)]
+
+
+def _run(fn, params, x, seed):
+    x = x.detach().clone().requires_grad_(True)
+    for p in params:
+        p.grad = None
+    torch.manual_seed(seed)
+    out = fn(x)
+    out.sum().backward()
+    return out.detach(), x.grad, [p.grad.clone() for p in params], torch.get_rng_state()
+
+
+def _check(fn, params, shapes):
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    per_shape = []
+    for seed, shape in enumerate(shapes):
+        x = torch.randn(*shape)
+        expected = _run(fn, params, x, seed)
+        before = backend.graph_count
+        actual = _run(compiled, params, x, seed)
+        per_shape.append(backend.graph_count - before)
+        for a, e in zip(actual, expected):
+            assert_same(a, e)
+    return backend, per_shape
+
+
+def test_a_reentrant_checkpointed_module_with_dropout_is_captured_with_its_gradients():
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.4), nn.Tanh())
+
+    def fn(x):
+        y = ckpt.checkpoint(block, x * 2, use_reentrant=True)
+        return y + 1
+
+    backend, per_shape = _check(fn, list(block.parameters()), [(3, 8), (5, 8)])
+    # first shape: the graph before the break, the one after it, and the block's body twice (forward under
+    # no_grad, recomputation under grad); the block ran uncaptured before
+    assert per_shape[0] == 4
+    assert len(_with_linear(backend)) >= 2
+    assert framejit.stats()["eager_frames"] == 0
+
+
+def test_a_reentrant_checkpointed_function_and_bound_method_are_captured():
+    torch.manual_seed(1)
+    lin = nn.Linear(6, 6)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(6, 6)
+
+        def run(self, t, scale):
+            return torch.relu(self.lin(t)) * scale
+
+    layer = Layer()
+
+    def fn(x):
+        y = ckpt.checkpoint(lambda t: torch.sigmoid(lin(t)), x, use_reentrant=True, preserve_rng_state=False)
+        return ckpt.checkpoint(layer.run, y, 0.5, use_reentrant=True)
+
+    params = list(lin.parameters()) + list(layer.parameters())
+    backend, per_shape = _check(fn, params, [(2, 6), (4, 6)])
+    assert len(_with_linear(backend)) >= 4  # both bodies, forward and recomputation, on the first shape
+    assert framejit.stats()["eager_frames"] == 0
