@@ -15,6 +15,8 @@ Invariants (see NOTE [Correct before fast]):
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import re
 import time
 
@@ -94,6 +96,7 @@ class Program:
         spec = self.out_spec  # NOTE [Per-call path]
         self._out_kind = "leaf" if spec.is_leaf() else spec.type if spec.type in (list, tuple) and all(
             child.is_leaf() for child in spec.children()) else None
+        self._one_part = _one_part(self.graph_module)
 
     def __call__(self, inputs) -> object:
         # NOTE [Per-call path]
@@ -101,19 +104,57 @@ class Program:
         # unflattening the result: several us each), and nn.Module.__call__ adds its hook checks. Inputs
         # that are all tensors are already the leaves; a result that is one tensor, or a list or tuple
         # of tensors, is rebuilt directly; the top GraphModule's forward is called without __call__.
-        tensor = torch.Tensor
-        if all(isinstance(value, tensor) for value in inputs):
+        # A top graph that only calls one ORT part on its inputs and returns that part's one output
+        # (the whole graph lowered) calls the part directly with its arguments picked by position
+        # (`_one_part`), without the generated forward and its submodule lookup.
+        if all(map(isinstance, inputs, _TENSOR_TYPES)):
+            one_part = self._one_part
+            if one_part is not None:
+                part, pick = one_part
+                return _rebuilt(self, [part(*pick((*self.state, *inputs)))])
             leaves = self.graph_module.forward(*self.state, *inputs)
         else:
             leaves = self.graph_module.forward(*self.state, *pytree.tree_leaves(list(inputs)))
-        kind = self._out_kind
-        if kind is list:
-            return list(leaves)
-        if kind is tuple:
-            return tuple(leaves)
-        if kind == "leaf":
-            return leaves[0]
-        return pytree.tree_unflatten(leaves, self.out_spec)
+        return _rebuilt(self, leaves)
+
+
+_TENSOR_TYPES = itertools.repeat(torch.Tensor)
+
+
+def _rebuilt(program: Program, leaves: list) -> object:
+    """The program's result from its flat outputs (NOTE [Per-call path])."""
+    kind = program._out_kind
+    if kind is list:
+        return list(leaves)
+    if kind is tuple:
+        return tuple(leaves)
+    if kind == "leaf":
+        return leaves[0]
+    return pytree.tree_unflatten(leaves, program.out_spec)
+
+
+def _one_part(top) -> tuple | None:
+    """(the part, a getter of its arguments from the top graph's) when `top` is a GraphModule whose graph
+    is `out = part(<placeholders>); return [out]` for one single-output OrtPart; else None."""
+    if not isinstance(top, torch.fx.GraphModule):
+        return None
+    nodes = list(top.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    calls = [n for n in nodes if n.op not in ("placeholder", "output")]
+    if len(calls) != 1 or calls[0].op != "call_module" or calls[0].kwargs or nodes[-1].op != "output":
+        return None
+    call = calls[0]
+    part = getattr(top, call.target, None)
+    result = nodes[-1].args[0]
+    if type(part) is not runtime.OrtPart or not part.single_output or not isinstance(result, (list, tuple)) \
+            or len(result) != 1 or result[0] is not call:
+        return None
+    index = {node: k for k, node in enumerate(placeholders)}
+    if not call.args or not all(isinstance(a, torch.fx.Node) and a in index for a in call.args):
+        return None
+    positions = [index[a] for a in call.args]
+    pick = operator.itemgetter(*positions) if len(positions) > 1 else (lambda args, k=positions[0]: (args[k],))
+    return part, pick
 
 
 _CPU = torch.device("cpu")
