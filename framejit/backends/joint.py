@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import operator
 from typing import Callable
@@ -41,7 +42,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from .. import logs
+from .. import config, logs
 
 # NOTE [Partition]
 # The joint graph is partitioned with torch's min-cut rematerialisation partitioner: it starts from
@@ -196,20 +197,42 @@ class _Counted:
 
     _boxed_call = True
 
-    def __init__(self, compiled, stats: collections.Counter, key: str):
+    def __init__(self, compiled, stats: collections.Counter, key: str, after_first: Callable | None = None):
         self.compiled, self.stats, self.key = compiled, stats, key
+        self.after_first = after_first  # NOTE [Persisted joints]: saved once the backward has run
 
     def __call__(self, args: list):
         self.stats[self.key] += 1
         values = list(args)
         args.clear()
-        return self.compiled(*values)
+        result = self.compiled(*values)
+        if self.after_first is not None:
+            after_first, self.after_first = self.after_first, None
+            after_first()
+        return result
+
+
+# Process-wide counts of joints traced by AOT autograd, loaded from the persistent store (NOTE [Persisted
+# joints] in joint_cache.py) and stored there; for tests and benchmarks.
+STATS: collections.Counter = collections.Counter()
+
+
+@dataclasses.dataclass(frozen=True)
+class Persistence:
+    """How a backend persists the halves of its joints (NOTE [Persisted joints] in joint_cache.py):
+    `version` names everything of the backend that changes what a half compiles to (revision, options);
+    `save_half(compiled) -> bytes | None`; `load_half(data, gm) -> compiled` without compiling."""
+
+    version: str
+    save_half: Callable
+    load_half: Callable
 
 
 class JointGraph:
     def __init__(self, gm: torch.fx.GraphModule, compile_fn: Callable, backend_name: str,
                  inference: Callable | None = None, decompositions: dict | None = None,
-                 partition_config: dict | None = None, lstm_layers: bool = False):
+                 partition_config: dict | None = None, lstm_layers: bool = False,
+                 persistence: Persistence | None = None):
         from .state import switches_grad_on
 
         self.gm, self.compile_fn, self.backend_name = gm, compile_fn, backend_name
@@ -223,6 +246,7 @@ class JointGraph:
         self.stats: collections.Counter = collections.Counter()
         self.compiled_forwards: list = []
         self.compiled_backwards: list = []
+        self.persistence = persistence if config.cache_enabled else None
 
     def needs_autograd(self, args) -> bool:
         return needs_autograd(args, any(w.requires_grad for w in self.weights), self.grad_inside)
@@ -245,7 +269,7 @@ class JointGraph:
         self.stats["joint_calls"] += 1
         return joint(*args)
 
-    def _compiler(self, kind: str):
+    def _compiler(self, kind: str, recorder=None):
         def compile_graph(graph: torch.fx.GraphModule, example_inputs):
             if self.lstm_layers and kind == "forward":
                 from .recurrent import keep_workspace
@@ -255,7 +279,12 @@ class JointGraph:
             (self.compiled_forwards if kind == "forward" else self.compiled_backwards).append(compiled)
             logs.log("output_code", "joint (%s): %s graph with %d inputs:\n%s", self.backend_name, kind,
                      len(example_inputs), graph.code)
-            return _Counted(compiled, self.stats, kind)
+            after_first = None
+            if recorder is not None:  # the backward may be compiled lazily, at the first backward
+                recorder.halves[kind] = (graph, compiled)
+                if kind == "backward":  # NOTE [Persisted joints]: the halves build their programs on first use
+                    after_first = functools.partial(self._save, recorder)
+            return _Counted(compiled, self.stats, kind, after_first)
         return compile_graph
 
     def _build(self, args: list):
@@ -263,19 +292,61 @@ class JointGraph:
 
         try:
             flat_gm, rebuild = _flat_outputs(self.gm)
+            loaded, key = self._load(flat_gm, args)
+            if loaded is not None:
+                return lambda *call_args: rebuild(loaded(*call_args))
             from .recurrent import keep_lstm_layers
             from .torch_methods import original_tensor_methods
+            from .joint_cache import Recorder
             layers = keep_lstm_layers() if self.lstm_layers else contextlib.nullcontext()
-            with original_tensor_methods(), layers:  # NOTE [Patched Tensor methods while lowering]
-                joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward"),
-                                              bw_compiler=self._compiler("backward"),
+            recorder = Recorder(key) if key is not None else None
+            recording = recorder.recording() if recorder is not None else contextlib.nullcontext()
+            with original_tensor_methods(), layers, recording:  # NOTE [Patched Tensor methods while lowering]
+                joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder),
+                                              bw_compiler=self._compiler("backward", recorder),
                                               partition_fn=functools.partial(_partition, config=self.partition_config),
                                               decompositions=self.decompositions)
+            STATS["traced"] += 1
         except Exception as exc:
             logs.log("eager_fallback", "%s: the training graph runs eagerly: building its forward and backward "
                      "graphs failed (%s: %s)", self.backend_name, type(exc).__name__, exc)
             return _FAILED
         return lambda *call_args: rebuild(joint(*call_args))
+
+    def _load(self, flat_gm: torch.fx.GraphModule, args: list) -> tuple:
+        """(the joint loaded from the persistent store or None, the store key or None: NOTE [Persisted joints])."""
+        if self.persistence is None:
+            return None, None
+        from . import joint_cache
+        try:
+            key = joint_cache.joint_key(flat_gm, args, self.persistence.version, self.decompositions,
+                                        self.partition_config, self.lstm_layers)
+        except joint_cache.NotPersisted as exc:
+            logs.log("cache", "joint (%s) not persisted: %s", self.backend_name, exc)
+            return None, None
+        files = joint_cache.lookup(key)
+        if files is None:
+            return None, key
+        try:
+            loaded = joint_cache.load(files, flat_gm, args, self.decompositions, self.persistence.load_half,
+                                      self._wrap_loaded)
+        except Exception as exc:  # a stale or damaged entry is a miss, rebuilt and stored again
+            logs.log("cache", "persisted joint (%s) not used: %s: %s", self.backend_name, type(exc).__name__, exc)
+            return None, key
+        STATS["loaded"] += 1
+        return loaded, key
+
+    def _wrap_loaded(self, kind: str, gm: torch.fx.GraphModule, compiled) -> _Counted:
+        (self.compiled_forwards if kind == "forward" else self.compiled_backwards).append(compiled)
+        return _Counted(compiled, self.stats, kind)
+
+    def _save(self, recorder) -> None:
+        from . import joint_cache
+        try:
+            if joint_cache.save(recorder, self.persistence.save_half, self.backend_name):
+                STATS["saved"] += 1
+        except Exception as exc:  # never reaches the user's program
+            logs.log("cache", "joint (%s) not stored: %s: %s", self.backend_name, type(exc).__name__, exc)
 
 
 def _flat_outputs(gm: torch.fx.GraphModule):

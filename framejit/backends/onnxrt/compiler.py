@@ -425,12 +425,13 @@ class OnnxrtCompiled:
             opts = dataclasses.replace(self.opts, freeze_weights=False, fallback_ops=self.opts.fallback_ops | {
                 "aten::_scaled_dot_product_flash_attention_for_cpu"})
             # NOTE [Direct calls of training halves]
-            from .training import PARTITION_CONFIG, TrainingHalf, decompositions
+            from .training import PARTITION_CONFIG, TrainingHalf, decompositions, persistence
             self._joint = joint.JointGraph(
                 self.gm, lambda graph, example: TrainingHalf(graph, example, opts), "onnxrt",
                 decompositions=decompositions(),  # NOTE [Convolution gradients as convolutions]
                 partition_config=PARTITION_CONFIG,  # NOTE [Recomputation for ORT programs]
-                lstm_layers=True)  # NOTE [LSTM layers in training graphs] in backends/recurrent.py
+                lstm_layers=True,  # NOTE [LSTM layers in training graphs] in backends/recurrent.py
+                persistence=persistence(opts))  # NOTE [Persisted joints] in backends/joint_cache.py
         return self._joint
 
     def _needs_grad(self, inputs) -> bool:

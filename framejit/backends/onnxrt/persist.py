@@ -93,8 +93,8 @@ def save(compiled) -> bytes | None:
                 blobs.update(program_blobs)
     if not programs and not dynamic:
         return None
-    meta = {"revision": REVISION, "options": _options_to_json(compiled.opts), "programs": programs,
-            "dynamic": dynamic}
+    meta = {"revision": REVISION, "options": options_to_json(compiled.opts), "programs": programs,
+            "dynamic": dynamic, "out_layouts": _layouts_to_json(compiled._out_layouts)}
     return pack(KIND, meta, blobs)
 
 
@@ -166,7 +166,7 @@ def _encode_signature(sig: tuple) -> list | None:
     return encoded
 
 
-def _options_to_json(opts: OnnxrtOptions) -> dict:
+def options_to_json(opts: OnnxrtOptions) -> dict:
     values = dataclasses.asdict(opts)
     values["providers"] = None if opts.providers is None else list(opts.providers)
     values["fallback_ops"] = sorted(opts.fallback_ops)
@@ -204,7 +204,20 @@ def _restore(data: bytes, gm: torch.fx.GraphModule) -> OnnxrtCompiled:
         raise
     except Exception as exc:  # a damaged field, generated code that no longer compiles, ORT refusing
         raise ArtifactError(f"corrupt or incompatible onnxrt artifact: {type(exc).__name__}: {exc}") from None
-    return OnnxrtCompiled.restored(gm, opts, programs, dynamic)
+    compiled = OnnxrtCompiled.restored(gm, opts, programs, dynamic)
+    if meta.get("out_layouts") is not None:  # NOTE [Output strides follow eager]: a loaded graph has no meta["val"]
+        compiled._out_layouts = {int(k): (tuple(order), None if exact is None else tuple(exact))
+                                 for k, order, exact in meta["out_layouts"]} or None
+    return compiled
+
+
+def restore_unchecked(data: bytes, gm: torch.fx.GraphModule) -> OnnxrtCompiled:
+    """`load` for a graph without run-time checks (a training half: checks leave graphs before joints)."""
+    return _restore(data, gm)
+
+
+def _layouts_to_json(layouts: dict | None) -> list:
+    return [[k, list(order), None if exact is None else list(exact)] for k, (order, exact) in (layouts or {}).items()]
 
 
 def _decode_signature(encoded: list) -> tuple:

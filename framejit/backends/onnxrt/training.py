@@ -63,9 +63,35 @@ def decompositions() -> dict:
     return {**joint.training_decompositions(), **conv_backward.decomposition()}
 
 
+def persistence(opts):
+    """How onnxrt joints are persisted (NOTE [Persisted joints] in backends/joint_cache.py): each half is
+    saved as any onnxrt artifact (persist.py) and loaded as a TrainingHalf; the version names the revision,
+    ONNX Runtime's version and the options the halves are built with."""
+    import json
+
+    import onnxruntime
+
+    from .. import joint
+    from . import persist
+    from .compiler import REVISION
+
+    def load_half(data: bytes, gm):
+        half = persist.restore_unchecked(data, gm)
+        half.__class__ = TrainingHalf
+        return half
+    version = f"onnxrt REVISION={REVISION} ort={onnxruntime.__version__} " + json.dumps(
+        persist.options_to_json(opts), sort_keys=True)
+    return joint.Persistence(version, persist.save, load_half)
+
+
 class TrainingHalf(OnnxrtCompiled):
     _direct = None  # (graph forward, state tuple, output container type, input shapes)
     _direct_failed = False
+
+    def _build(self, inputs: list, on_traced=None, real_inputs=None):
+        from .. import joint
+        joint.STATS["half_programs_built"] += 1  # NOTE [Persisted joints]: a warm process builds none
+        return super()._build(inputs, on_traced, real_inputs)
 
     def __call__(self, *inputs):
         direct = self._direct
