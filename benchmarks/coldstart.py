@@ -112,6 +112,8 @@ def child(args: argparse.Namespace) -> None:
 
     case = get_case(args.model, args.size)
     inputs = case.make_inputs(0)
+    if args.train:
+        return _child_train(args, case, inputs, launched)
     with torch.no_grad():
         start, start_cpu = time.perf_counter(), time.process_time()
         _import_compiler(args.mode)
@@ -128,6 +130,50 @@ def child(args: argparse.Namespace) -> None:
 
         report["stats"] = {k: v for k, v in framejit.stats().items() if isinstance(v, (int, float))}
     print(json.dumps(report), flush=True)
+
+
+# NOTE [First training step]: with --train a child times compile + the first forward and backward (grad on,
+# the zoo model's weights require grad), the step a training rank pays at start. framejit's warm process loads
+# the frame and the joint (NOTE [Persisted joints] in framejit/backends/joint_cache.py): the joint columns
+# ("jt/pb": joints AOT-traced / training programs built) are 0/0 there. "ok" compares the outputs and every
+# weight's gradient with an eager copy of the model.
+def _child_train(args: argparse.Namespace, case, inputs, launched: float) -> None:
+    import copy
+
+    import torch
+
+    ref = copy.deepcopy(case.model)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    _import_compiler(args.mode)
+    imported = time.perf_counter()
+    fn = _make_callable(args.mode, case.model, args.backend)
+    out = fn(*inputs)
+    _loss(out).backward()
+    first_s, first_cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
+    since_launch_s = time.time() - launched
+    want = ref(*inputs)
+    _loss(want).backward()
+    ok = _matches(out, case, inputs, want)
+    for a, b in zip(case.model.parameters(), ref.parameters()):
+        try:
+            torch.testing.assert_close(a.grad, b.grad, **case.tolerance)
+        except AssertionError:
+            ok = False
+    report = {"first_s": first_s, "first_cpu_s": first_cpu_s, "import_s": imported - start,
+              "since_launch_s": since_launch_s, "ok": ok}
+    if args.mode.startswith("fj"):
+        import framejit
+        from framejit.backends import joint
+
+        report["stats"] = {k: v for k, v in framejit.stats().items() if isinstance(v, (int, float))}
+        report["stats"].update(joints_traced=joint.STATS["traced"], programs_built=joint.STATS["half_programs_built"])
+    print(json.dumps(report), flush=True)
+
+
+def _loss(out):
+    from tests.models import zoo
+
+    return sum(t.float().sum() for t in zoo.output_tensors(out) if t.requires_grad)
 
 
 def _import_compiler(mode: str) -> None:
@@ -150,12 +196,12 @@ def _make_callable(mode: str, model, backend: str):
     return torch.compile(model, backend=TORCH_BACKEND[backend])
 
 
-def _matches(out, case, inputs) -> bool:
+def _matches(out, case, inputs, expected=None) -> bool:
     import torch
 
     from tests.models import zoo
 
-    expected = case.model(*inputs)
+    expected = case.model(*inputs) if expected is None else expected
     got, want = zoo.output_tensors(out), zoo.output_tensors(expected)
     if len(got) != len(want):
         return False
@@ -181,7 +227,7 @@ def run_child(model: str, mode: str, args: argparse.Namespace, cache_root: str) 
     if args.redis is not None and mode.startswith("fj"):
         env.update(FRAMEJIT_REMOTE_CACHE=args.redis.url, FRAMEJIT_CACHE_KEY=REMOTE_KEY)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--mode", mode, "--model", model,
-           "--size", args.size, "--backend", args.backend]
+           "--size", args.size, "--backend", args.backend] + (["--train"] if args.train else [])
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -256,6 +302,10 @@ def _warm_counts(runs: list[dict]) -> str:
         return "-"
     traced = max(s.get("frames_traced", 0) for s in stats)
     compiles = max(s.get("backend_compiles", 0) for s in stats)
+    if any("joints_traced" in s for s in stats):  # NOTE [First training step]
+        joints = max(s.get("joints_traced", 0) for s in stats)
+        built = max(s.get("programs_built", 0) for s in stats)
+        return f"{traced}/{compiles} jt/pb {joints}/{built}"
     return f"{traced}/{compiles}"
 
 
@@ -302,6 +352,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="add the remote-warm column (a private redis-server shared through FRAMEJIT_REMOTE_CACHE)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="time the first result in wall or CPU time (NOTE [Cold-start clock])")
+    parser.add_argument("--train", action="store_true",
+                        help="time the first training step (forward + backward) instead of the first inference "
+                             "call (NOTE [First training step])")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -335,7 +388,8 @@ def main(argv=None) -> int:
 
 
 def _measure_all(names: list[str], args: argparse.Namespace) -> int:
-    print(f"cold start, size={args.size}, framejit backend={args.backend} vs torch.compile "
+    print(f"cold start{' of the first training step' if args.train else ''}, size={args.size}, "
+          f"framejit backend={args.backend} vs torch.compile "
           f"backend={TORCH_BACKEND[args.backend]}, medians of {args.repeats} fresh processes per cell (ms); "
           f"load average {os.getloadavg()[0]:.1f}")
     first_rows, launch_rows, errors = [], [], []
