@@ -227,11 +227,13 @@ def _server(preload: tuple[str, ...], env: dict) -> ProgramServer:
     return server
 
 
-def run_programs(tmp_path, runs: list[tuple], *, env: dict | None = None, preload: tuple[str, ...] = ()) -> list:
+def run_programs(tmp_path, runs: list[tuple], *, env: dict | None = None, preload: tuple[str, ...] = (),
+                 pythonpath: str = REPO) -> list:
     """Runs `(script path, argv tuple)` pairs concurrently, each in a new process (a forked child of a
     program server, NOTE [Programs in forked children]) with environment `env` (default: this process's)
-    plus PYTHONPATH=the repository; returns (rc, stdout, stderr) for each."""
-    env = dict(os.environ if env is None else env, PYTHONPATH=REPO)
+    plus PYTHONPATH=`pythonpath` (default the repository; another one gets a server of its own);
+    returns (rc, stdout, stderr) for each."""
+    env = dict(os.environ if env is None else env, PYTHONPATH=pythonpath)
     n = len(list(tmp_path.glob("run*.out")))
     requests = [{"script": str(script), "argv": [str(a) for a in argv], "stdout": str(tmp_path / f"run{n + i}.out"),
                  "stderr": str(tmp_path / f"run{n + i}.err"), "env": env} for i, (script, argv) in enumerate(runs)]
@@ -239,9 +241,10 @@ def run_programs(tmp_path, runs: list[tuple], *, env: dict | None = None, preloa
     return [(rc, Path(r["stdout"]).read_text(), Path(r["stderr"]).read_text()) for rc, r in zip(rcs, requests)]
 
 
-def run_program(tmp_path, script, *argv, env: dict | None = None, preload: tuple[str, ...] = ()) -> tuple:
+def run_program(tmp_path, script, *argv, env: dict | None = None, preload: tuple[str, ...] = (),
+                pythonpath: str = REPO) -> tuple:
     """One run of run_programs: (rc, stdout, stderr)."""
-    return run_programs(tmp_path, [(script, argv)], env=env, preload=preload)[0]
+    return run_programs(tmp_path, [(script, argv)], env=env, preload=preload, pythonpath=pythonpath)[0]
 
 
 def run_cache_program(tmp_path, name: str, program: str, *argv: str, preload: tuple[str, ...] = ()) -> dict:

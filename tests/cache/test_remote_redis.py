@@ -1,6 +1,8 @@
 """The Redis tier of the persistent cache (framejit/cache/remote.py), against a real redis-server.
 
-Two "machines" are two processes with separate cache directories sharing one Redis: the second starts
+Two "machines" are two processes (forked children of a program server that imported torch, importing
+framejit from a snapshot: NOTE [Programs in forked children] in tests/helpers.py) with separate cache
+directories sharing one Redis; `python -m framejit` runs the same way. The second machine starts
 warm (zero traces, zero backend compiles, identical results). Faults (the server killed mid-run or
 restarted, a 1 s stall by CLIENT PAUSE, a key holding the wrong type) leave the program correct with one
 `cache` log line, and refused values (unsigned, forged, another key, truncated, oversized, foreign
@@ -26,6 +28,7 @@ import torch
 import framejit
 from framejit import config
 from framejit.cache import Store, cache_key, counters, entry_format, remote
+from tests.helpers import run_program
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -137,8 +140,8 @@ PROGRAM = textwrap.dedent('''
     compiled_f = framejit.compile(f, backend="eager")
     x = torch.arange(8, dtype=torch.float32).reshape(2, 4) / 8 + float(sys.argv[1])
     out = [compiled_net(x).tolist()]
-    if os.environ.get("KILL_REDIS"):  # the shared server dies between two compiled calls
-        os.kill(int(os.environ["KILL_REDIS"]), signal.SIGKILL)
+    if len(sys.argv) > 2:  # a pid: the shared server dies between two compiled calls
+        os.kill(int(sys.argv[2]), signal.SIGKILL)
         time.sleep(0.2)
     out.append(compiled_f(x, x).tolist())
     x3 = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 8  # a new shape: one more trace
@@ -150,20 +153,36 @@ PROGRAM = textwrap.dedent('''
 ''')
 
 
-def run_machine(tmp_path, local_dir, server, snapshot, *, key=SECRET, env=None, shift=0.0, argv=None):
-    script = tmp_path / "prog.py"
-    script.write_text(PROGRAM)
-    full_env = dict(os.environ, PYTHONPATH=snapshot, FRAMEJIT_CACHE_DIR=str(local_dir), FRAMEJIT_CACHE="1",
+# `python -m framejit ARGS...` as a script (a program server runs scripts)
+_CLI = "import runpy\nrunpy.run_module('framejit', run_name='__main__', alter_sys=True)\n"
+
+
+def _run_child(tmp_path, snapshot, script_name: str, text: str, argv, env: dict) -> tuple[int, str, str]:
+    """Runs a script in a new process that imports framejit from `snapshot` (a forked child of a program
+    server, NOTE [Programs in forked children] in tests/helpers.py); (rc, stdout, stderr)."""
+    script = tmp_path / script_name
+    script.write_text(text)
+    return run_program(tmp_path, script, *argv, env=env, pythonpath=snapshot)
+
+
+def run_machine(tmp_path, local_dir, server, snapshot, *, key=SECRET, env=None, shift=0.0, kill=None, cli=None):
+    """The program (or, with `cli`, `python -m framejit *cli`) on a "machine" whose cache is `local_dir`;
+    `kill`: a pid the program kills between its two compiled calls."""
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    full_env = dict(os.environ, FRAMEJIT_CACHE_DIR=str(local_dir), FRAMEJIT_CACHE="1",
                     FRAMEJIT_LOGS="cache", FRAMEJIT_REMOTE_CACHE=server.url, FRAMEJIT_CACHE_KEY=key)
     full_env.update(env or {})
-    cmd = argv or [sys.executable, str(script), str(shift)]
-    result = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=240, cwd=str(tmp_path))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    data = json.loads([line for line in result.stdout.splitlines() if line.startswith("{")][-1])
-    data["stdout"] = result.stdout
+    if cli:
+        rc, stdout, stderr = _run_child(tmp_path, snapshot, "cli.py", _CLI, cli, full_env)
+    else:
+        argv = (shift,) if kill is None else (shift, kill)
+        rc, stdout, stderr = run_program(tmp_path, tmp_path / "prog.py", *argv, env=full_env, pythonpath=snapshot)
+    assert rc == 0, stdout + stderr
+    assert "Traceback" not in stderr, stderr
+    data = json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
+    data["stdout"] = stdout
     assert data["out"] == data["ref"]  # bit-identical to eager (eager backend), whatever the cache did
-    data["log"] = result.stderr
+    data["log"] = stderr
     return data
 
 
@@ -188,7 +207,7 @@ def test_second_machine_starts_warm_from_redis(tmp_path, server, snapshot):
     server.client().flushall()
     script = tmp_path / "prog.py"
     warm = run_machine(tmp_path, tmp_path / "machine_b", server, snapshot,
-                       argv=[sys.executable, "-m", "framejit", "warm", "--remote", str(script), "--", "0.0"])
+                       cli=["warm", "--remote", str(script), "--", "0.0"])
     assert warm["traced"] == 0 and server.client().dbsize() == 2
     assert "remote: 2 entries written" in warm["stdout"]
     third = run_machine(tmp_path, tmp_path / "machine_c", server, snapshot)
@@ -196,7 +215,7 @@ def test_second_machine_starts_warm_from_redis(tmp_path, server, snapshot):
 
 
 def test_server_killed_mid_run_degrades_to_local_only(tmp_path, server, snapshot):
-    data = run_machine(tmp_path, tmp_path / "machine_a", server, snapshot, env={"KILL_REDIS": str(server.proc.pid)})
+    data = run_machine(tmp_path, tmp_path / "machine_a", server, snapshot, kill=server.proc.pid)
     assert data["traced"] == 3
     unavailable = [line for line in data["log"].splitlines() if "unavailable" in line]
     assert len(unavailable) == 1, data["log"]  # one line, though the run asked Redis again afterwards
@@ -398,10 +417,10 @@ def test_missing_client_turns_the_tier_off(remote_config, monkeypatch):
 
 
 # ---- command line ----------------------------------------------------------------------------------
-def _cli(args, env, snapshot) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "framejit", *args], capture_output=True, text=True, timeout=120,
-                          env={**{k: v for k, v in os.environ.items() if not k.startswith("FRAMEJIT_")},
-                               "PYTHONPATH": snapshot, **env})
+def _cli(args, env, snapshot, tmp_path) -> subprocess.CompletedProcess:
+    full_env = {**{k: v for k, v in os.environ.items() if not k.startswith("FRAMEJIT_")}, **env}
+    rc, stdout, stderr = _run_child(tmp_path, snapshot, "cli.py", _CLI, args, full_env)
+    return subprocess.CompletedProcess(args, rc, stdout, stderr)
 
 
 def test_cli_remote_ls_stats_verify_clear(tmp_path, remote_config, snapshot):
@@ -411,17 +430,19 @@ def test_cli_remote_ls_stats_verify_clear(tmp_path, remote_config, snapshot):
     value = client.get(remote.PREFIX + bad)
     client.set(remote.PREFIX + bad, value[:-1] + bytes([value[-1] ^ 1]))
     env = {"FRAMEJIT_REMOTE_CACHE": remote_config.url, "FRAMEJIT_CACHE_KEY": SECRET}
-    ls = _cli(["cache", "ls", "--remote"], env, snapshot)
+    ls = _cli(["cache", "ls", "--remote"], env, snapshot, tmp_path)
     assert ls.returncode == 0 and key[:12] in ls.stdout and bad[:12] in ls.stdout and "2 entries" in ls.stdout
-    stats = _cli(["cache", "stats", "--remote"], env, snapshot)
+    stats = _cli(["cache", "stats", "--remote"], env, snapshot, tmp_path)
     assert stats.returncode == 0 and "entries" in stats.stdout and " 2" in stats.stdout
-    verify = _cli(["cache", "verify", "--remote"], env, snapshot)
+    verify = _cli(["cache", "verify", "--remote"], env, snapshot, tmp_path)
     assert verify.returncode == 1 and bad in verify.stdout and key not in verify.stdout
     assert "bad signature" in verify.stdout
-    no_key = _cli(["cache", "verify", "--remote"], {"FRAMEJIT_REMOTE_CACHE": remote_config.url}, snapshot)
+    no_key = _cli(["cache", "verify", "--remote"], {"FRAMEJIT_REMOTE_CACHE": remote_config.url}, snapshot,
+                  tmp_path)
     assert no_key.returncode == 2 and "no signing key" in no_key.stderr
-    clear = _cli(["cache", "clear", "--remote", "--all"], env, snapshot)
+    clear = _cli(["cache", "clear", "--remote", "--all"], env, snapshot, tmp_path)
     assert clear.returncode == 0 and "removed 2 entries" in clear.stdout
     assert client.dbsize() == 0
-    down = _cli(["cache", "ls", "--remote"], {"FRAMEJIT_REMOTE_CACHE": "redis://127.0.0.1:1/0"}, snapshot)
+    down = _cli(["cache", "ls", "--remote"], {"FRAMEJIT_REMOTE_CACHE": "redis://127.0.0.1:1/0"}, snapshot,
+                tmp_path)
     assert down.returncode == 1 and "ConnectionError" in down.stderr
