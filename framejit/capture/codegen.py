@@ -38,6 +38,7 @@ from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
 from .sources import LocalSource, ObjectSource
 from .sym_arith import SymRangeValue
+from .values.scalars import SymFloatValue
 
 GRAPH_OUT = "___graph_out"  # the local holding the graph's outputs
 
@@ -243,6 +244,9 @@ class Reconstructor:
             self._preload(child, sourced, visiting)
         if isinstance(value, SymRangeValue):
             return  # rebuilt from its bounds; reading its value would specialise them
+        if isinstance(value, SymFloatValue) and _replayable_float(value):
+            self._store_preloaded(value)  # NOTE [Computed floats rebuilt in Python]
+            return
         if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value) \
                 or isinstance(value, ConstantValue) and isinstance(value.value, BaseException):
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
@@ -329,6 +333,8 @@ class Reconstructor:
         elif isinstance(value, PartialValue):  # NOTE [Partials across breaks]
             check_rebuildable(value)
             self._call_const(make_partial, [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
+        elif isinstance(value, SymFloatValue) and _replayable_float(value):
+            self._float_expression(value.node, {root.node: root for root in value.roots})
         elif value.is_constant():
             cg.load_const(value.as_constant())
         else:
@@ -375,6 +381,29 @@ class Reconstructor:
         self._call_const(make_closure, [ConstantValue(value.fn.__code__), ConstantValue(value.fn.__name__),
                                         TupleValue(list(value.defaults or ())),
                                         DictValue(dict(value.kwdefaults or {})), TupleValue(cells)] + extra)
+
+    # NOTE [Computed floats rebuilt in Python]: a float computed from dynamic float inputs (NOTE [Dynamic
+    # floats]: `group["lr"] * gamma` in an LR scheduler) that escapes the graph (stored back into a
+    # param_group, returned, put in a list) was emitted as the constant it had while tracing, which
+    # specialised its inputs: every new learning rate recompiled the frame. Its node is a small expression
+    # of Python float operations (operator and math functions) over float inputs and number constants, so
+    # it is rebuilt by running the same operations on the same floats in the transformed function: the
+    # value eager computes, bit for bit, with the inputs guarded by type only. It is preloaded (NOTE
+    # [Reload before replay]): its inputs are read from their sources before side effects replace them
+    # (`param_group["lr"] = lr * gamma` stores into the very item `lr` was read from).
+    def _float_expression(self, node: Any, inputs: dict) -> None:
+        import torch.fx
+        if node in inputs:
+            self.emit(inputs[node])
+            return
+        self.cg.push_null()
+        self.cg.load_const(node.target)
+        for arg in node.args:
+            if isinstance(arg, torch.fx.Node):
+                self._float_expression(arg, inputs)
+            else:
+                self.cg.load_const(arg)
+        self.cg.call(len(node.args))
 
     def _call_const(self, fn: Any, args: list[Value]) -> None:
         self.cg.push_null()
@@ -454,7 +483,35 @@ def _is_grad_manager(value: Value) -> bool:
         issubclass(value.cls, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode))
 
 
+def _replayable_float(value: Any) -> bool:
+    """A computed float whose node is an expression of plain calls over its input floats' placeholders
+    and number constants (NOTE [Computed floats rebuilt in Python])."""
+    import math
+    import operator
+    import torch.fx
+    if value.source is not None or not value.roots or value.roots == (value,):
+        return False
+    inputs = {root.node for root in value.roots}
+    pending = [value.node]
+    while pending:
+        node = pending.pop()
+        if node in inputs:
+            continue
+        if node.op != "call_function" or node.kwargs or not (
+                getattr(operator, getattr(node.target, "__name__", ""), None) is node.target
+                or getattr(math, getattr(node.target, "__name__", ""), None) is node.target):
+            return False
+        for arg in node.args:
+            if isinstance(arg, torch.fx.Node):
+                pending.append(arg)
+            elif type(arg) not in (int, float, bool):
+                return False
+    return True
+
+
 def _children(value: Value) -> list:
+    if isinstance(value, SymFloatValue) and _replayable_float(value):
+        return list(value.roots)  # read before side effects (NOTE [Computed floats rebuilt in Python])
     if isinstance(value, DictViewValue):
         return [value.mapping]
     if isinstance(value, DefaultDictValue) and value.factory is not None:
