@@ -229,6 +229,9 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
     if isinstance(fn, types.FunctionType) and any(_not_a_graph_arg(v) for v in (*args, *kwargs.values())):
         return tx.inline(UserFunctionValue(fn), args, kwargs)  # NOTE [Decorated torch functions] in builder.py
     if _is_graph_op(fn):
+        if not args and not kwargs:
+            from .compile_state import guard_state_getter
+            guard_state_getter(tx, fn)  # NOTE [Zero-argument state getters]
         return tx.output.call("call_function", fn, tuple(args), kwargs)
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and _is_pure(fn):
         return constant_fold(fn, *(a.as_constant() for a in args),

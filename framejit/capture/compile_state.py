@@ -14,6 +14,7 @@ between calls recompiles instead of silently reusing a trace taken in another st
 """
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, Callable
 
@@ -76,6 +77,34 @@ def state_query_handler(fn: Any) -> Callable | None:
     return None
 
 
+# NOTE [Zero-argument state getters]: torch has many more process-wide state getters than the queries named
+# above (`torch.initial_seed`, `torch.get_deterministic_debug_mode`, `torch.is_autocast_cache_enabled`,
+# `torch._C._get_mkldnn_enabled`, `torch._C._is_fwd_grad_enabled`, ...). Called with no arguments they reach
+# the graph-op path, whose fake run answers a constant that was folded into the trace unguarded: after
+# `torch.manual_seed(2)`, `x + torch.initial_seed()` kept adding the old seed (red team 8). Any torch
+# function called with no arguments whose name reads as a getter (`get_`, `is_`, `are_` prefixes, an
+# `_enabled` suffix, `initial_seed`) is therefore also called for real, outside the traced state, and its
+# answer guarded by calling it again; the value the trace uses stays the fake run's, which sees the state
+# the traced code set (an autocast block entered inside the frame). An answer of a type a guard cannot
+# compare is a graph break.
+_GETTER_NAME = re.compile(r"^_*(get|is|are)_|_enabled$|^initial_seed$")
+
+
+def guard_state_getter(tx, fn: Any) -> None:
+    """NOTE [Zero-argument state getters]: guard the real answer of `fn()` when `fn` reads as a torch state
+    getter; nothing otherwise."""
+    module = getattr(fn, "__module__", None) or ""
+    if not (module == "torch" or module.startswith("torch.")) or not _GETTER_NAME.search(getattr(fn, "__name__", "")):
+        return
+    try:
+        if fn in _GUARDED or fn in _CONSTANT:
+            return
+        value = fn()
+    except Exception:  # noqa: BLE001 - not a getter after all: the traced call raises as eager does
+        return
+    _guard_answer(tx, fn, "", value)
+
+
 def _no_args(fn: Any, args: list, kwargs: dict, result: Value) -> Value:
     if args or kwargs:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} called with arguments")
@@ -90,8 +119,13 @@ def _guarded_query(tx, fn: Callable, args: list, kwargs: dict) -> Value:
     from .default_device import query_under_mode  # NOTE [Default device mode]
     known, value = query_under_mode(tx.output, fn, consts)
     value = value if known else fn(*consts)
+    _guard_answer(tx, fn, ", ".join(map(repr, consts)), value)
+    return ConstantValue(value)
+
+
+def _guard_answer(tx, fn: Callable, arg_text: str, value: Any) -> None:
     name = tx.output.name_of(fn, fn.__name__.strip("_"))
-    call = f"{name}({', '.join(map(repr, consts))})"
+    call = f"{name}({arg_text})"
     if type(value) in (bool, type(None)) or isinstance(value, (torch.dtype, torch.device)):
         literal = repr(value) if type(value) in (bool, type(None)) else tx.output.name_of(value, "state")
         expr = f"{call} is {literal}" if not isinstance(value, torch.device) else f"{call} == {literal}"
@@ -100,7 +134,6 @@ def _guarded_query(tx, fn: Callable, args: list, kwargs: dict) -> Value:
     else:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__}() returned a {type(value).__name__}")
     tx.output.add_guard("GLOBAL_STATE", expr, None, expected=repr(value), actual=call)
-    return ConstantValue(value)
 
 
 def _dispatch_mode_stack(tx, args: list, kwargs: dict) -> Value:

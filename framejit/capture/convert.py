@@ -244,7 +244,8 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
-        compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output))
+        compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
+                                     output.output_versions)
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
     rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)
@@ -301,7 +302,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
             gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
             checkpoint_regions(gm)  # NOTE [Checkpointed regions]
             graphs.append(gm)
-            compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output))
+            compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
+                                     output.output_versions)
             output_index = {id(v.node): i for i, v in enumerate(outputs)}
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)

@@ -42,11 +42,12 @@ from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, I
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 7  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+FORMAT = 8  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
 # 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
 # 6: raw attribute sources (NOTE [Raw attribute reads]), version counts of written inputs (NOTE [Version counts
-# of written inputs]); 7: graphs split at DDP's buckets, entries guarded on DDP (NOTE [Entries guarded on DDP])
+# of written inputs]); 7: graphs split at DDP's buckets, entries guarded on DDP (NOTE [Entries guarded on DDP]);
+# 8: version counts of graph outputs (NOTE [Version counts of graph outputs])
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -161,6 +162,7 @@ class Persisted:
     guard_source: str = ""  # the generated guard function, executed as it is on load
     code: bytes = b""  # a break's transformed code, instruction by instruction (NOTE [Persisted break code])
     writes: tuple = ()  # NOTE [Version counts of written inputs] (input_versions.py)
+    out_versions: tuple = ()  # NOTE [Version counts of graph outputs] (input_versions.py)
     split: tuple = ()  # a graph split at DDP's buckets: (its BucketedGraph's assignment, each part's artifact)
 
 
@@ -194,7 +196,8 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     ret_data = encode_value(ret, output_index, fn) if code is None else ("code",)
     graph = dump_graph(gm) if gm is not None else b""
     return Persisted(guards, namespace, callees, inputs, ret_data, (output.entry_grad_enabled, output.grad_enabled),
-                     graph, artifact, code=code or b"", writes=input_writes(output), split=split)
+                     graph, artifact, code=code or b"", writes=input_writes(output), split=split,
+                     out_versions=output.output_versions)
 
 
 def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
@@ -286,7 +289,7 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
             compiled = restore_split(gm, *persisted.split, load)
         else:
             compiled = load(persisted.artifact, gm, _example_inputs(guard, sources, namespace, args, kwargs))
-        compiled = keep_versions(compiled, gm, persisted.writes)
+        compiled = keep_versions(compiled, gm, persisted.writes, persisted.out_versions)
         cg.call_graph(compiled, sources)
     if persisted.code:  # NOTE [Persisted break code]
         body = load_code(fn, persisted.code, compiled if persisted.graph else None, request.hooks)

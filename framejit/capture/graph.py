@@ -88,6 +88,8 @@ class OutputGraph:
         self.mutated_inputs = False
         self.default_device: torch.device | None = None  # set under a DeviceContext (NOTE [Default device mode])
         self.mutated_entries: list = []  # the inputs mutated in place (NOTE [Input mutation])
+        self.extra_bumps: dict = {}  # NOTE [Version counts of graph outputs] (input_versions.py)
+        self.output_versions: tuple = ()
         self.numpy_shared: list = []  # fakes of tensors turned into arrays (NOTE [NumPy writes into tensors])
         self.backend_outputs: list[str] = []
         self.inlined: dict[Any, None] = {}  # real functions inlined while tracing (frame cache checks them)
@@ -376,6 +378,8 @@ class OutputGraph:
             result is None and None in versions)  # an inference tensor has no version: assume an effect
         if mutated:
             self.side_effects.bump()  # NOTE [Eager generators] in translator.py
+            from .input_versions import note_bumps
+            note_bumps(self, fakes, versions)  # NOTE [Version counts of graph outputs]
         from .shapes import has_sym, sym_or_int
         if not mutated and not _contains_tensor(result):
             if not has_sym(result) or not has_sym(sym_or_int(result)):
@@ -577,6 +581,8 @@ class OutputGraph:
         from .state_blocks import end_default_dtype
         end_default_dtype(self)  # NOTE [Default dtype changes]
         self.graph.output(tuple(v.node for v in values))
+        from .input_versions import eager_output_versions
+        self.output_versions = eager_output_versions(self, values)  # NOTE [Version counts of graph outputs]
         _drop_unused_sizes(self.graph)
         self._drop_undone_grad_switches()
 

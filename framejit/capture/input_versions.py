@@ -19,6 +19,17 @@ writes, so the wrapper puts their counters back to where they were before the ca
 from anything that notices changes by version, as eager's batch_norm does: onnxrt's frozen weights compare
 running statistics by value for that reason (NOTE [Statistics written without a bump] in onnxrt/compiler.py;
 before that, this wrapper made them serve stale statistics).
+
+NOTE [Version counts of graph outputs]: a tensor the graph makes and then writes in place (`y = x * 2;
+y.add_(1); return y`) has `_version` 1 in eager, and on the eager backend, which runs the same ops; a
+functionalized backend returns a fresh tensor whose counter is 0 (red team 8). While tracing, each op that
+bumps fake counters counts one bump per counter, as eager bumps once, and the difference to the fake's own
+bumps (a fake op may bump more) is kept per fake storage (`note_bumps`). When the graph ends, each output
+that shares no storage with a graph input gets eager's count (the fake's counter less those extra bumps),
+and the wrapper sets it on what the backend returned. Outputs that are views of inputs share the input's
+counter, which the input counts above already set. Outputs that require grad keep the backend's count: the
+backend's autograd function may have saved them for its backward, which checks that the counter has not
+moved since (setting it made `backward()` raise "modified by an inplace operation" where eager does not).
 """
 from __future__ import annotations
 
@@ -37,18 +48,61 @@ _UNCOUNTED_WRITES = {F.batch_norm: ("running_mean", "running_var"), torch.batch_
 class KeptVersions:
     """`compiled`, after whose calls the written inputs' version counters have advanced as in eager."""
 
-    __slots__ = ("compiled", "writes")
+    __slots__ = ("compiled", "writes", "outputs")
 
-    def __init__(self, compiled: Callable, writes: tuple[tuple[int, int], ...]) -> None:
+    def __init__(self, compiled: Callable, writes: tuple[tuple[int, int], ...],
+                 outputs: tuple[tuple[int, int], ...] = ()) -> None:
         self.compiled = compiled
         self.writes = writes  # (graph input position, eager's number of bumps)
+        self.outputs = outputs  # (graph output position, eager's version): NOTE [Version counts of graph outputs]
 
     def __call__(self, *args: Any) -> Any:
         written = tuple(args[i] for i, _ in self.writes)
         before = [t._version for t in written]
         out = self.compiled(*args)
         _unsafe_set_version_counter(written, [version + count for version, (_, count) in zip(before, self.writes)])
+        if self.outputs:  # not those autograd tracks: the backend's backward may have saved them at 0
+            kept = [(out[i], v) for i, v in self.outputs if not out[i].requires_grad]
+            _unsafe_set_version_counter(tuple(t for t, _ in kept), [v for _, v in kept])
         return out
+
+
+def _storage_key(fake) -> int:
+    return fake.untyped_storage()._cdata
+
+
+def note_bumps(output, fakes: list, versions: list) -> None:
+    """After one traced op: the fakes' counters it bumped more than once (eager bumps once per op and counter)."""
+    seen = set()
+    for fake, before in zip(fakes, versions):
+        after = None if before is None else fake._version
+        if after is None or after == before:
+            continue
+        key = _storage_key(fake)
+        if key in seen:
+            continue
+        seen.add(key)
+        kept = output.extra_bumps.setdefault(key, [fake, 0])  # the fake keeps its storage's address taken
+        kept[1] += after - before - 1
+
+
+def eager_output_versions(output, values: list) -> tuple[tuple[int, int], ...]:
+    """(position, eager's version) of each output made by the graph and written in it (NOTE [Version counts
+    of graph outputs])."""
+    from .values import TensorValue
+    inputs = {_storage_key(i.value.fake) for i in output.inputs if isinstance(i.value, TensorValue)}
+    found = []
+    for position, value in enumerate(values):
+        fake = getattr(value, "fake", None) if isinstance(value, TensorValue) else None
+        if fake is None or fake.is_inference() or not fake._version:
+            continue
+        key = _storage_key(fake)
+        if key in inputs:
+            continue
+        version = fake._version - output.extra_bumps.get(key, (None, 0))[1]
+        if version > 0:
+            found.append((position, version))
+    return tuple(found)
 
 
 def input_writes(output) -> tuple[tuple[int, int], ...]:
@@ -75,11 +129,12 @@ def _uncounted_writes(graph) -> set[int]:
     return found
 
 
-def keep_versions(compiled: Callable, gm, writes: tuple[tuple[int, int], ...]) -> Callable:
+def keep_versions(compiled: Callable, gm, writes: tuple[tuple[int, int], ...],
+                  outputs: tuple[tuple[int, int], ...] = ()) -> Callable:
     """`compiled` wrapped when it may bump other counts than eager: not when it runs the graph's own code."""
-    if not writes or getattr(compiled, "__self__", None) is gm:
+    if not (writes or outputs) or getattr(compiled, "__self__", None) is gm:
         return compiled
-    return KeptVersions(compiled, writes)
+    return KeptVersions(compiled, writes, outputs)
 
 
 def unwrapped(compiled: Callable) -> Callable:
