@@ -50,28 +50,30 @@ def _steps(model, compiled, opt, ref, ref_opt, inputs):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_a_later_joint_loads_the_persisted_halves_and_trains_as_eager(cache_on):
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_a_later_joint_loads_the_persisted_halves_and_trains_as_eager(cache_on, backend):
     torch.manual_seed(0)
     model = Net()
     ref = copy.deepcopy(model)
     opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
     inputs = [torch.randn(5, 6) for _ in range(3)]
-    compiled = framejit.compile(model, backend="onnxrt")
+    compiled = framejit.compile(model, backend=backend)
     before = dict(joint.STATS)
     _steps(model, compiled, opt, ref, ref_opt, inputs[:1])  # cold: traces, builds, stores after the backward
     cold = {k: joint.STATS[k] - before.get(k, 0) for k in ("traced", "loaded", "saved", "half_programs_built")}
-    assert cold == {"traced": 1, "loaded": 0, "saved": 1, "half_programs_built": 2}
+    assert cold == {"traced": 1, "loaded": 0, "saved": 1, "half_programs_built": 2 if backend == "onnxrt" else 0}
 
     framejit.reset()  # forget everything in memory: the frame and the joint come from the store
     before, frames = dict(joint.STATS), framejit.stats()["frames_traced"]
-    _steps(model, framejit.compile(model, backend="onnxrt"), opt, ref, ref_opt, inputs[1:])
+    _steps(model, framejit.compile(model, backend=backend), opt, ref, ref_opt, inputs[1:])
     warm = {k: joint.STATS[k] - before.get(k, 0) for k in ("traced", "loaded", "saved", "half_programs_built")}
     assert warm == {"traced": 0, "loaded": 1, "saved": 0, "half_programs_built": 0}
-    assert framejit.stats()["frames_traced"] == frames
+    if backend == "onnxrt":  # triton's training graphs are not frame-cache artifacts: the frame is traced again
+        assert framejit.stats()["frames_traced"] == frames
 
     # the input now requires grad: another joint (x gets a gradient), never the stored one
     before = dict(joint.STATS)
-    _steps(model, framejit.compile(model, backend="onnxrt"), opt, ref, ref_opt,
+    _steps(model, framejit.compile(model, backend=backend), opt, ref, ref_opt,
            [torch.randn(5, 6, requires_grad=True) for _ in range(2)])
     assert joint.STATS["traced"] - before.get("traced", 0) == 1
     assert joint.STATS["loaded"] - before.get("loaded", 0) == 0

@@ -164,7 +164,28 @@ def training_graph(gm, options=None):
             compiled.restride_inputs = True  # NOTE [Restrided inputs of training halves] (runtime.py)
         return compiled
     return joint.JointGraph(gm, compile_part, "triton", inference=_InferenceOnFirstUse(gm, options),
-                            decompositions=joint.training_decompositions(with_backward_ops=True))
+                            decompositions=joint.training_decompositions(with_backward_ops=True),
+                            persistence=_persistence(options))  # NOTE [Persisted joints] in backends/joint_cache.py
+
+
+def _persistence(options):
+    """Triton halves persist as any triton artifact (persist.py) and load with their inputs restrided, as
+    compile_part makes them; the version names the code generator's revision, Triton's version and the options."""
+    import json
+
+    import triton as triton_package
+
+    from framejit.backends import joint
+    from .persist import REVISION, _restore
+
+    def load_half(data: bytes, gm):
+        compiled = _restore(data, gm)
+        if isinstance(compiled, CompiledGraph):
+            compiled.restride_inputs = True  # NOTE [Restrided inputs of training halves] (runtime.py)
+        return compiled
+    version = f"triton REVISION={REVISION} triton={triton_package.__version__} " + json.dumps(
+        options or {}, sort_keys=True, default=repr)
+    return joint.Persistence(version, save, load_half)
 
 
 def compile_graph(gm, example_inputs, device: torch.device, opts: dict) -> CompiledGraph:
