@@ -36,7 +36,7 @@ import torch.fx
 from .. import config, logs
 
 FORMAT = 1
-_AOT_LOCK = threading.Lock()
+_AOT_LOCK = threading.RLock()  # a joint built while another is (nested) records its own
 
 
 class NotPersisted(Exception):

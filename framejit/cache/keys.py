@@ -42,6 +42,12 @@ def runtime_versions() -> dict[str, str]:
 
     from framejit import __version__ as framejit_version
 
+    from .. import logs
+    # NOTE [Source digest in keys]: an edited checkout turns every entry written before into a miss, which
+    # no single process can see; two processes' logs show it as two different digests (issue 16: a "warm"
+    # process that traced again in a shared tree another helper was editing).
+    logs.log("cache", "framejit source digest %s (part of every cache key: an edit of framejit makes earlier "
+             "entries misses)", source_digest()[:16])
     return {
         "framejit": framejit_version,
         "framejit_source": source_digest(),

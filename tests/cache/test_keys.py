@@ -104,3 +104,19 @@ def test_source_digest_follows_framejit_code_not_its_location(tmp_path):
     target.unlink()
     (copy / "framejit" / "cache" / "keys.py").write_text((copy / "framejit" / "cache" / "keys.py").read_text() + "\n")
     assert _digest_of_copy(copy) not in (same, edited)
+
+
+def test_the_source_digest_is_logged_once_per_process(cache_log):
+    """A warm process that misses because framejit's sources changed since the cold one (a shared checkout being
+    edited) says so: its log names another digest than the cold process's (NOTE [Source digest in keys])."""
+    from framejit.cache import keys
+
+    keys.runtime_versions.cache_clear()
+    try:
+        keys.cache_key(kind="x")
+        keys.cache_key(kind="y")
+        lines = [m for m in cache_log() if "source digest" in m]
+        assert lines == [f"framejit source digest {keys.source_digest()[:16]} (part of every cache key: an edit of "
+                         "framejit makes earlier entries misses)"]
+    finally:
+        keys.runtime_versions.cache_clear()
