@@ -1,6 +1,7 @@
-"""Compiled modules under torch.nn.parallel.DistributedDataParallel (gloo, CPU, spawned ranks).
+"""Compiled modules under torch.nn.parallel.DistributedDataParallel (gloo, CPU, one process per rank).
 
-Each test is one spawn: every rank trains the same initial model for 3 steps on its own data shard (a
+Each test starts its ranks at once, each a forked child of the program server (tests/helpers.py
+run_programs): every rank trains the same initial model for 3 steps on its own data shard (a
 rank-seeded generator), eagerly under DDP and compiled both ways (`framejit.compile(DDP(m))` and
 `DDP(framejit.compile(m))`), for each configuration (wrapping, backend, optimizer, bucket_cap_mb), then
 compares parameters with the eager DDP run of the same bucket cap. A recording DDP comm hook counts the
@@ -10,13 +11,16 @@ the backward it also records how many compiled backward parts had run when each 
 (NOTE [Graphs split at DDP's buckets]: an all-reduce launched before the last part's backward overlaps it).
 A "warm" configuration trains the outer wrapping twice on a frame cache the ranks share, cold and then
 warm after framejit.reset(): the warm run loads the split entries and traces nothing.
-Ranks report results through a queue; the parent asserts.
+Ranks report results through a file each; the parent asserts.
 """
 from __future__ import annotations
 
 import copy
 import datetime
+import json
 import os
+import pathlib
+import pickle
 import socket
 import tempfile
 import traceback
@@ -24,8 +28,9 @@ import traceback
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from tests.helpers import BACKEND_MODULES, run_programs
 
 STEPS = 3
 
@@ -205,16 +210,46 @@ def _worker(rank: int, world: int, port: int, configs, queue, cache_dir: str) ->
         queue.put((rank, None, traceback.format_exc()))
 
 
+class _ResultFile:
+    """What a rank reports (rank, results, error), pickled to its own file (the queue of a rank process)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def put(self, item) -> None:
+        with open(self.path, "wb") as f:
+            pickle.dump(item, f)
+
+
+_RANK = """
+import json, sys
+from tests.distributed.test_ddp import _ResultFile, _worker
+rank, world, port, configs, out, cache_dir = sys.argv[1:]
+_worker(int(rank), int(world), int(port), [tuple(c) for c in json.loads(configs)], _ResultFile(out), cache_dir)
+"""
+
+
 def _run(world: int, configs) -> dict:
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    with tempfile.TemporaryDirectory() as cache_dir:
-        mp.spawn(_worker, args=(world, _free_port(), configs, queue, cache_dir), nprocs=world, join=True)
+    """Runs `world` ranks at once, each in a forked child of the program server (NOTE [Programs in forked
+    children] in tests/helpers.py: torch is imported once, not once per spawned rank), and returns each
+    rank's results."""
     out = {}
-    for _ in range(world):
-        rank, results, error = queue.get()
-        assert error is None, f"rank {rank}:\n{error}"
-        out[rank] = results
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        script, cache_dir, port = tmp / "rank.py", tmp / "cache", _free_port()
+        script.write_text(_RANK)
+        results = [tmp / f"rank{rank}.pickle" for rank in range(world)]
+        # no GPU: Triton's interpreter, set before the server imports anything (as tests/backends/conftest.py
+        # sets it for the whole session when collected)
+        env = dict(os.environ, TRITON_INTERPRET=os.environ.get("TRITON_INTERPRET", "1"))
+        done = run_programs(tmp, [(script, (rank, world, port, json.dumps(configs), results[rank], cache_dir))
+                                  for rank in range(world)], env=env, preload=BACKEND_MODULES["onnxrt"])
+        for rank, (rc, _, err) in enumerate(done):
+            assert rc == 0, f"rank {rank} exited with {rc}:\n{err[-4000:]}"
+            with open(results[rank], "rb") as f:
+                reported, result, error = pickle.load(f)
+            assert reported == rank and error is None, f"rank {rank}:\n{error}"
+            out[rank] = result
     return out
 
 
