@@ -120,3 +120,15 @@ def test_getter_inside_a_traced_block_answers_the_traced_state():
         x = torch.randn(2, 2)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=outer):
             assert_same(compiled(x), _reads_autocast_inside(x))
+
+
+# ---- NOTE [Scalars of half-precision arithmetic] (onnxrt/semantics.py) with int scalars -------------------------
+
+@pytest.mark.parametrize("op", ["half_div_70000", "half_mul_70000", "bf16_mul_257"])
+def test_reduced_precision_arithmetic_by_an_int_scalar_the_dtype_cannot_hold(op):
+    # before: onnxrt rounded the int to the tensor's dtype first (70000 -> inf in float16): x.half() / 70000 gave 0
+    fn = {"half_div_70000": lambda x: x.half() / 70000, "half_mul_70000": lambda x: x.half() * 70000 * 0.25,
+          "bf16_mul_257": lambda x: x.bfloat16() * 257}[op]
+    compiled = framejit.compile(fn, backend="onnxrt")
+    for x in (torch.tensor([1.0, 100.0, 3000.0, 0.5]), torch.tensor([0.25, -7.0, 2.5, 0.125])):
+        torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0)

@@ -413,8 +413,8 @@ def _rewrite_cat(b: _Builder, node: torch.fx.Node) -> bool:
 # add_in_half failed on about one run in seven). Measured on 4096 values, float16 and bfloat16 alike: mul
 # and div match the float32-scalar form exactly (the dtype-rounded form differs on 20-50%); add, sub,
 # rsub and add's alpha match the dtype-rounded form (the float32 one differs on 2-5%), which is what
-# torchlib already does. So a mul or true div whose result is float16/bfloat16, by a float scalar that
-# dtype cannot hold exactly, runs as eager does: its reduced tensors cast to float32, the op in float32,
+# torchlib already does. So a mul or true div whose result is float16/bfloat16, by a float or int scalar
+# that dtype cannot hold exactly, runs as eager does: its reduced tensors cast to float32, the op in float32,
 # the result cast back (a product or quotient of two exact reduced values rounds once in float32 and
 # again to the dtype, as eager's does).
 _SCALAR_ARITH = {aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar}
@@ -422,7 +422,13 @@ _REDUCED = (torch.float16, torch.bfloat16)
 
 
 def _inexact_in(value: Any, dtype: torch.dtype) -> bool:
-    return isinstance(value, float) and not math.isnan(value) and float(torch.tensor(value, dtype=dtype)) != value
+    # ints too (red team 8): `x.half() / 70000` divided by round16(70000) = inf, 0 where eager gives 1.4e-05
+    if type(value) not in (int, float) or (type(value) is float and math.isnan(value)):
+        return False
+    try:
+        return float(torch.tensor(value, dtype=dtype)) != value
+    except (OverflowError, RuntimeError):  # an int no float16 can hold
+        return True
 
 
 def _rewrite_reduced_scalar(b: _Builder, node: torch.fx.Node) -> bool:
