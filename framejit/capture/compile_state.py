@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.fx._symbolic_trace
 import torch.utils._python_dispatch
+import torch.utils._foreach_utils
 
 from .breaks import BreakKind, Unsupported
 from .values import ConstantValue, ListValue, Value
@@ -55,6 +56,10 @@ _GUARDED: tuple[Callable[[], Any], ...] = tuple(q for q in (
     torch.get_num_threads, torch.get_num_interop_threads, torch.is_warn_always_enabled, torch.get_autocast_dtype,
     torch.get_float32_matmul_precision, getattr(torch, "get_default_device", None),
     torch._C._get_privateuse1_backend_name,
+    # the device lists torch.optim's `_default_to_fused_or_foreach` reads on every step (one holds the
+    # privateuse1 backend's name): guarded like the name itself, instead of a break inside every step
+    getattr(torch.utils._foreach_utils, "_get_fused_kernels_supported_devices", None),
+    getattr(torch.utils._foreach_utils, "_get_foreach_kernels_supported_devices", None),
 ) if q is not None)
 
 
@@ -120,6 +125,8 @@ def _guarded_query(tx, fn: Callable, args: list, kwargs: dict) -> Value:
     known, value = query_under_mode(tx.output, fn, consts)
     value = value if known else fn(*consts)
     _guard_answer(tx, fn, ", ".join(map(repr, consts)), value)
+    if type(value) is list:  # a new list per call, as eager returns
+        return ListValue([ConstantValue(v) for v in value])
     return ConstantValue(value)
 
 
@@ -129,8 +136,8 @@ def _guard_answer(tx, fn: Callable, arg_text: str, value: Any) -> None:
     if type(value) in (bool, type(None)) or isinstance(value, (torch.dtype, torch.device)):
         literal = repr(value) if type(value) in (bool, type(None)) else tx.output.name_of(value, "state")
         expr = f"{call} is {literal}" if not isinstance(value, torch.device) else f"{call} == {literal}"
-    elif type(value) in (int, str):
-        expr = f"{call} == {value!r}"
+    elif type(value) in (int, str) or type(value) is list and all(type(v) in (int, str, bool) for v in value):
+        expr = f"{call} == {value!r}"  # a list of names (`_get_fused_kernels_supported_devices()`) too
     else:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__}() returned a {type(value).__name__}")
     tx.output.add_guard("GLOBAL_STATE", expr, None, expected=repr(value), actual=call)

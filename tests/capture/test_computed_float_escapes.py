@@ -69,3 +69,21 @@ def test_training_step_with_adamw_steplr_and_clipping_stops_recompiling():
     for p, q in zip(model.parameters(), eager_model.parameters()):
         assert_same(p.detach(), q.detach())
     assert counts[-1] == counts[3]  # the learning rate halves at steps 2, 4 and 6: no recompile after step 3
+
+
+def test_the_optimizers_device_lists_are_guarded_answers_not_breaks():
+    """torch.optim reads `_get_fused_kernels_supported_devices()` (a list holding the privateuse1 backend's
+    name) on every step: it broke the step's frame there; now it is answered and guarded like the name."""
+    from torch.utils import _foreach_utils
+
+    def devices(x):
+        fused = _foreach_utils._get_fused_kernels_supported_devices()
+        fused.append("mine")  # a new list per call, as eager returns
+        return x * 2 if x.device.type in fused else x, len(fused), _foreach_utils._get_fused_kernels_supported_devices()
+
+    backend = CountingBackend()
+    compiled = framejit.compile(devices, backend=backend, fullgraph=True)
+    for n in (2, 3):
+        x = torch.randn(n)
+        assert_same(compiled(x), devices(x))
+    assert backend.graph_count >= 1
