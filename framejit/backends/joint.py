@@ -321,10 +321,10 @@ class JointGraph:
         try:
             key = joint_cache.joint_key(flat_gm, args, self.persistence.version, self.decompositions,
                                         self.partition_config, self.lstm_layers)
-        except joint_cache.NotPersisted as exc:
+            files = joint_cache.lookup(key)
+        except Exception as exc:  # NotPersisted, or an input the key cannot describe: built as before
             logs.log("cache", "joint (%s) not persisted: %s", self.backend_name, exc)
             return None, None
-        files = joint_cache.lookup(key)
         if files is None:
             return None, key
         try:
