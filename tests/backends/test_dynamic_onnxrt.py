@@ -363,3 +363,40 @@ def test_symbolic_program_copies_the_lstm_input_once(monkeypatch):
             tokens = torch.randint(0, 20, (b, s))
             torch.testing.assert_close(compiled(tokens), model(tokens), atol=1e-5, rtol=1e-5)
     assert _sizes_seen(compiled) == (1, 0)
+
+
+def test_repeated_signatures_skip_the_layout_and_size_checks(monkeypatch):
+    """NOTE [Symbolic programs by exact signature]: a call whose exact signature chose a program before runs
+    it without computing its layout, running `bind` or flattening its inputs with pytree (the int input is
+    a leaf, NOTE [Per-call path]); calls of size 1 still get their own program, every result as eager."""
+    from framejit.backends import symbolic
+    from framejit.backends.onnxrt import compiler
+
+    def fn(x, n):
+        return (x * n).relu().sum(-1) + x.shape[0]
+
+    example = [torch.randn(4, 6), 3]
+    compiled = onnxrt(symbolic_graph(fn, example), example)
+    counts = {"layouts": 0, "flattened": 0}
+    layout_signature, tree_leaves = symbolic.layout_signature, compiler.pytree.tree_leaves
+
+    def counted_layout(*args, **kwargs):
+        counts["layouts"] += 1
+        return layout_signature(*args, **kwargs)
+
+    def counted_leaves(*args, **kwargs):
+        counts["flattened"] += 1
+        return tree_leaves(*args, **kwargs)
+
+    monkeypatch.setattr(symbolic, "layout_signature", counted_layout)
+    monkeypatch.setattr(compiler.pytree, "tree_leaves", counted_leaves)
+    first = [(4, 3), (1, 3), (9, 2), (2, 5), (1, 2)]  # sizes >= 2 and size 1: both programs built
+    again = [(1, 3), (4, 3), (9, 2), (1, 2), (2, 5), (4, 3)]
+    with torch.no_grad():
+        for calls in (first, again, again):  # (a call that built its program is remembered at its next call)
+            counts.update(layouts=0, flattened=0)  # (building a program flattens and computes layouts)
+            for rows, n in calls:
+                x = torch.randn(rows, 6)
+                torch.testing.assert_close(compiled(x, n), fn(x, n))
+    assert _sizes_seen(compiled) == (2, 0)  # sizes >= 2, and size 1
+    assert counts == {"layouts": 0, "flattened": 0}  # before: one layout and one flattening per call

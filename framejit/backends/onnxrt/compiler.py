@@ -102,12 +102,14 @@ class Program:
         # NOTE [Per-call path]
         # torch's Python pytree took more time than ORT's run on small graphs (flattening 9 tensors and
         # unflattening the result: several us each), and nn.Module.__call__ adds its hook checks. Inputs
-        # that are all tensors are already the leaves; a result that is one tensor, or a list or tuple
-        # of tensors, is rebuilt directly; the top GraphModule's forward is called without __call__.
+        # that are all tensors or Python numbers (a symbolic program's size and int inputs: the pytree path
+        # cost ~6 us of the zoo mlp's dynamic=True call, issue 13) are already the leaves; a result that
+        # is one tensor, or a list or tuple of tensors, is rebuilt directly; the top GraphModule's forward
+        # is called without __call__.
         # A top graph that only calls one ORT part on its inputs and returns that part's one output
         # (the whole graph lowered) calls the part directly with its arguments picked by position
         # (`_one_part`), without the generated forward and its submodule lookup.
-        if all(map(isinstance, inputs, _TENSOR_TYPES)):
+        if all(map(isinstance, inputs, _LEAF_TYPES)):
             one_part = self._one_part
             if one_part is not None:
                 part, pick = one_part
@@ -118,7 +120,7 @@ class Program:
         return _rebuilt(self, leaves)
 
 
-_TENSOR_TYPES = itertools.repeat(torch.Tensor)
+_LEAF_TYPES = itertools.repeat((torch.Tensor, int, float))  # pytree leaves (bool is an int)
 
 
 def _rebuilt(program: Program, leaves: list) -> object:
@@ -165,6 +167,32 @@ def _signature(inputs) -> tuple:
     for value in inputs:
         if isinstance(value, torch.Tensor):  # `is_cpu` is 3x cheaper than building `device` (NOTE [Per-call path])
             sig.append((value.dtype, value.shape, value.stride(), _CPU if value.is_cpu else value.device))
+        elif isinstance(value, (int, float, bool, str, type(None))):
+            sig.append((type(value), value))
+        else:
+            sig.append((type(value), id(value)))
+    return tuple(sig)
+
+
+# NOTE [Symbolic programs by exact signature]
+# Choosing a symbolic program reads every input twice: its layout (symbolic.layout_signature: dtype, rank,
+# device, contiguity, requires_grad, non-symbolic scalars by value) and its sizes (`bind`, generated), after
+# `_has_empty` read every numel; on the zoo's mlp (12 inputs, 10 of them weights) that was ~18 us per call
+# where a static program's `_signature` lookup takes ~9 us, a third of the dynamic/static latency gap on
+# onnxrt (issue 13). The program chosen for a call is remembered under the call's exact signature
+# (`_signature` plus requires_grad: what layout, bind and `_has_empty` read is a function of it, so the
+# same signature always chooses the same program, the first of its layout whose bind accepts), and a
+# later call with that signature runs it after one lookup. Bounded (`_MAX_DYNAMIC_HITS`, then cleared:
+# serving loops repeat few shapes); cleared with the symbolic programs when one fails.
+_MAX_DYNAMIC_HITS = 64
+
+
+def _exact_signature(inputs) -> tuple:
+    sig = []
+    for value in inputs:
+        if isinstance(value, torch.Tensor):
+            sig.append((value.dtype, value.shape, value.stride(), _CPU if value.is_cpu else value.device,
+                        value.requires_grad))
         elif isinstance(value, (int, float, bool, str, type(None))):
             sig.append((type(value), value))
         else:
@@ -320,6 +348,7 @@ class OnnxrtCompiled:
         self._symbolic = symbolic.is_symbolic(gm)
         self._symbolic_ints = symbolic.symbolic_int_positions(gm)
         self._static_layouts: set = set()  # layouts that compile per signature (logged once each)
+        self._dynamic_hits: dict = {}  # NOTE [Symbolic programs by exact signature]
         self._joint: joint.JointGraph | None = None  # NOTE: training (backends/joint.py)
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
         self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
@@ -353,9 +382,17 @@ class OnnxrtCompiled:
             return self.gm.forward(*inputs)
         if (self._grad_inside or torch.is_grad_enabled()) and self._needs_grad(inputs):
             return self.training_graph()(*inputs)
+        if self._symbolic:  # NOTE [Symbolic programs by exact signature]
+            key = _exact_signature(inputs)
+            program = self._dynamic_hits.get(key)
+            if program is not None:
+                return self._run_dynamic(program, inputs)
         if self._symbolic and not _has_empty(inputs):  # NOTE [Empty inputs compile per signature]
             for bind, program in self.dynamic_programs.get(symbolic.layout_signature(inputs, self._symbolic_ints), ()):
                 if bind(inputs) is not None:
+                    if len(self._dynamic_hits) >= _MAX_DYNAMIC_HITS:
+                        self._dynamic_hits.clear()
+                    self._dynamic_hits[key] = program
                     return self._run_dynamic(program, inputs)
             program = self._build_dynamic(list(inputs))
             if program is not None:
@@ -383,6 +420,7 @@ class OnnxrtCompiled:
                      "this graph now compiles per input signature", type(exc).__name__, exc)
             self._symbolic = False
             self.dynamic_programs.clear()
+            self._dynamic_hits.clear()
             return self(*inputs)
 
     def _build_dynamic(self, inputs: list) -> Program | None:
