@@ -399,7 +399,7 @@ class Hooks:
     # method through `call_through_hook`), so its body is captured and counted: one entry traced under
     # no_grad for the forward, one under grad for the recomputation (grad mode is guarded). torch's code
     # around it is unchanged, so values, gradients, RNG replay, warnings and hooks are eager's.
-    def checkpoint_through_hook(self, function, /, *args, **kwargs):
+    def checkpoint_through_hook(self, function, *args, **kwargs):
         """`torch.utils.checkpoint.checkpoint(function, *args, **kwargs)` with `function` called through
         its frame hook (NOTE [Reentrant checkpoint at a break])."""
         import torch
