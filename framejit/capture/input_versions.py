@@ -26,7 +26,8 @@ functionalized backend returns a fresh tensor whose counter is 0 (red team 8). W
 bumps fake counters counts one bump per counter, as eager bumps once, and the difference to the fake's own
 bumps (a fake op may bump more) is kept per fake storage (`note_bumps`). When the graph ends, each output
 that shares no storage with a graph input gets eager's count (the fake's counter less those extra bumps),
-and the wrapper sets it on what the backend returned. Outputs that are views of inputs share the input's
+and the wrapper sets it on what the backend returned, 0 included (triton gives its outputs eager's layout
+with a `copy_` into an `empty_strided`, which bumped `(x.T * 2)._version` to 1 where eager has 0). Outputs that are views of inputs share the input's
 counter, which the input counts above already set. Outputs that require grad keep the backend's count: the
 backend's autograd function may have saved them for its backward, which checks that the counter has not
 moved since (setting it made `backward()` raise "modified by an inplace operation" where eager does not).
@@ -94,14 +95,12 @@ def eager_output_versions(output, values: list) -> tuple[tuple[int, int], ...]:
     found = []
     for position, value in enumerate(values):
         fake = getattr(value, "fake", None) if isinstance(value, TensorValue) else None
-        if fake is None or fake.is_inference() or not fake._version:
+        if fake is None or fake.is_inference():
             continue
         key = _storage_key(fake)
         if key in inputs:
             continue
-        version = fake._version - output.extra_bumps.get(key, (None, 0))[1]
-        if version > 0:
-            found.append((position, version))
+        found.append((position, max(0, fake._version - output.extra_bumps.get(key, (None, 0))[1])))
     return tuple(found)
 
 
