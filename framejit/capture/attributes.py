@@ -584,9 +584,28 @@ def _plain_object(attr: Any) -> bool:
             and not isinstance(attr, (type, types.ModuleType, torch.Tensor, torch.nn.Module)))
 
 
+def traced_slot(tx, obj: Value, slot: str) -> Value | None:
+    """NOTE [Module slots written while tracing]: the abstract value of a module's `_parameters`,
+    `_buffers` or `_modules` dict when the trace already holds one (it read the dict as an object, e.g.
+    `module._parameters[name] = t` in torch.func.functional_call's swap), else None. Reads of the
+    module's entries then go through that value, so they see the trace's own writes (the real dict is
+    only written when the side effects are replayed after the graph)."""
+    table = obj.obj.__dict__.get(slot)
+    seen = tx.output._by_object.get(id(table))
+    if obj.source is None or seen is None or seen[0] is not table:
+        return None
+    return tx.output.alias_of(table, AttrSource(obj.source, slot))
+
+
 def _module_slot(tx, obj: Value, name: str) -> Value:
+    from .protocol import contains, getitem
     mod = obj.obj
     for slot in ("_parameters", "_buffers", "_modules"):
+        traced = traced_slot(tx, obj, slot)
+        if traced is not None:  # NOTE [Module slots written while tracing]
+            if contains(tx, ConstantValue(name), traced):
+                return getitem(tx, traced, ConstantValue(name))
+            continue
         table = mod.__dict__.get(slot, {})
         if name in table:
             value = table[name]

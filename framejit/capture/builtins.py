@@ -536,6 +536,16 @@ def _is_tensor(tx, args, kwargs):
     return ConstantValue(isinstance(args[0], TensorValue))
 
 
+@handles(torch.jit.annotate)
+def _jit_annotate(tx, args, kwargs):
+    """`torch.jit.annotate(list[int], [])` (nn.ConvTranspose's output_size path): a TorchScript type hint
+    that returns its value unchanged in Python."""
+    bound = dict(zip(("the_type", "the_value"), args), **kwargs)
+    if set(bound) != {"the_type", "the_value"}:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.jit.annotate with unexpected arguments")
+    return bound["the_value"]
+
+
 @handles(torch.get_default_dtype)
 def _default_dtype(tx, args, kwargs):
     from .state_blocks import current_default_dtype  # NOTE [Default dtype changes]

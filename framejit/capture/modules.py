@@ -37,13 +37,14 @@ def call_iteration_method(tx, fn, args: list[Value], kwargs: dict[str, Value]) -
     options = _options(fn, rest, kwargs)
     slot, named = _KINDS[fn]
     items = []
+    prefix = options.get("prefix") or ""
     for path, module_value, child_name in _walk(tx, mod_value, options, slot):
         if slot in ("children", "modules"):
             item = module_value
         else:
             item = wrap(tx.output, getattr(module_value.obj, slot)[child_name],
                         DictSlotSource(module_value.source, slot, child_name))
-        name = ".".join(p for p in (path, child_name) if p)
+        name = ".".join(p for p in (prefix if slot != "children" else "", path, child_name) if p)
         items.append(TupleValue([ConstantValue(name), item]) if named else item)
     return IteratorValue(items)
 
@@ -55,14 +56,16 @@ def _options(fn, args: list[Value], kwargs: dict[str, Value]) -> dict:
              "named_modules": ("memo", "prefix", "remove_duplicate")}.get(fn.__name__, ())
     options = dict(zip(names, (a.as_constant() for a in args)))
     options.update({k: v.as_constant() for k, v in kwargs.items()})
-    if options.get("prefix") or options.get("memo") or options.get("remove_duplicate") is False:
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() with prefix/memo/remove_duplicate")
+    if options.get("memo") is not None or type(options.get("prefix", "")) is not str:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() with a memo or a non-str prefix")
     return options
 
 
 def _walk(tx, root: NNModuleValue, options: dict, slot: str):
-    """(path, module value, entry name) in torch's order, skipping None entries and duplicates."""
+    """(path, module value, entry name) in torch's order, skipping None entries and, unless
+    `remove_duplicate=False` (torch.func.functional_call asks for it), entries seen before."""
     seen: set[int] = set()
+    unique = options.get("remove_duplicate", True) is not False
     recurse = options.get("recurse", True)
     modules = [("", root)]
     if slot == "children":
@@ -73,28 +76,36 @@ def _walk(tx, root: NNModuleValue, options: dict, slot: str):
                 yield "", _child(tx, root, name), name
         return
     if recurse or slot == "modules":
-        modules = _all_modules(tx, root)
+        modules = _all_modules(tx, root, unique)
     for path, module_value in modules:
         if slot == "modules":
-            if id(module_value.obj) not in seen:
+            if not unique or id(module_value.obj) not in seen:
                 seen.add(id(module_value.obj))
                 yield "", module_value, path
             continue
         table = getattr(module_value.obj, slot)
+        from .attributes import traced_slot
+        traced = traced_slot(tx, module_value, slot)
+        if traced is not None and (getattr(traced, "written", None) or getattr(traced, "materialized", True)):
+            # NOTE [Module slots written while tracing]: the real dict is not what the program sees now
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iterating a module's {slot} written while tracing")
         _guard_keys(tx, module_value, slot)
         for name, value in table.items():
-            if value is not None and id(value) not in seen:
+            if value is not None and (not unique or id(value) not in seen):
                 seen.add(id(value))
                 yield path, module_value, name
 
 
-def _all_modules(tx, root: NNModuleValue) -> list[tuple[str, NNModuleValue]]:
+def _all_modules(tx, root: NNModuleValue, unique: bool = True) -> list[tuple[str, NNModuleValue]]:
+    """Every module below `root` with its dotted path, as `named_modules(remove_duplicate=unique)` walks
+    them (a shared submodule is visited again under each of its names when not `unique`)."""
     result, seen = [], set()
 
     def visit(path: str, value: NNModuleValue) -> None:
         if id(value.obj) in seen:
             return
-        seen.add(id(value.obj))
+        if unique:
+            seen.add(id(value.obj))
         result.append((path, value))
         tx.guard_module_keys(value)
         for name, child in value.obj._modules.items():

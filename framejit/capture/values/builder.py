@@ -253,6 +253,12 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
     stepped = opaque_iterator(out, obj, source)  # NOTE [Iterators stepped as Python]
     if stepped is not None:
         return stepped
+    if type(obj) is object:
+        # NOTE [Sentinel objects]: a bare `object()` (`_MISSING = object()` in torch.func.functional_call,
+        # `_sentinel` defaults) has no state but its identity, so it is guarded by identity and compared
+        # with `is` like any object.
+        out.guard_id(source, obj)
+        return ObjectValue(obj, source)
     if type(obj).__module__ == "builtins" and not hasattr(obj, "__dict__"):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{source.describe()} is a {type(obj).__name__}")
     out.guard_type(source, type(obj))
