@@ -25,6 +25,10 @@ A signature whose joint cannot be built (tracing fails, a backend compiler raise
 from then on, logged once on `eager_fallback`. Nothing here imports torch._dynamo or calls torch.compile
 (AOT autograd may use torch._dynamo utilities internally; framejit does not).
 
+With a backend's `Persistence` and the cache on, a joint is stored once its backward has run and a later
+JointGraph (another process) loads it instead of tracing (NOTE [Persisted joints] in joint_cache.py);
+`STATS` counts joints traced, loaded and saved in this process.
+
 `stats` counts forward and backward runs of compiled graphs (for tests: proof the backward ran in the
 backend, with the backend's own counters); `compiled_forwards`/`compiled_backwards` keep what
 `compile_fn` returned, per signature.
