@@ -166,6 +166,23 @@ def test_gelu_is_one_contrib_op(approximate, op):
     assert ops.count(op) == 1 and "Erf" not in ops and "Tanh" not in ops, ops
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_zeros_have_eager_sign(approximate):
+    """NOTE [Sign of gelu's zeros]: where gelu underflows to zero (and at -0.0) the contrib op's zeros carry
+    the sign eager's kernel gives for tensors of several elements (+0.0 for erf gelu on AVX2 CPUs, where ORT
+    gives -0.0), over two sizes."""
+    gm = torch.fx.symbolic_trace(torch.nn.GELU(approximate=approximate))
+    with torch.no_grad():
+        for n in (7, 40):
+            x = torch.full((n,), -30.0)
+            x[::3] = -0.0
+            x[1::5] = -12.0
+            expected = torch.nn.functional.gelu(x, approximate=approximate)
+            got = onnxrt(gm, [x])(x)
+            assert torch.equal(got, expected)
+            assert torch.equal(got.signbit(), expected.signbit()), (got, expected)
+
+
 def _cat_onto_literal(dtype) -> torch.fx.GraphModule:
     """`torch.cat([torch.tensor([], dtype=dtype), x], dim=-2) * 2`: transformers' DynamicCache concatenates
     each layer's keys and values onto such a literal (gpt2, llama, qwen2)."""

@@ -77,7 +77,8 @@ _MAX_ATTEMPTS = 8
 # 25: part outputs that torch reads are returned in eager's layout (NOTE [ORT outputs in eager's layout]).
 # 26: run-time checks are trailing outputs of the program (NOTE [Run-time checks as outputs] in backends/checks.py).
 # 27: frozen running statistics are compared by value (NOTE [Statistics written without a bump]).
-REVISION = 27
+# 28: gelu's zeros take eager's sign (NOTE [Sign of gelu's zeros] in translate.py).
+REVISION = 28
 
 
 @dataclasses.dataclass

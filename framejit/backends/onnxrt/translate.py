@@ -410,6 +410,25 @@ def _fused_op(node: torch.fx.Node) -> str | None:
     return {"none": "Gelu", "tanh": "FastGelu"}.get(approximate)
 
 
+# NOTE [Sign of gelu's zeros]
+# Where gelu underflows to zero (x below about -10, and x = -0.0) ORT's Gelu gives -0.0, as the formula
+# x * 0.5 * (1 + erf(x / sqrt 2)) does. Eager's float32 kernel does not follow one rule: its vectorised path
+# (every tensor of two or more elements on an AVX2 CPU) gives +0.0, its scalar path (one element) and float64
+# give -0.0, and FastGelu's tanh form agrees with eager's. So the lowering asks eager's vectorised kernel once
+# per process which sign it gives, and when that is +0.0 adds +0.0 to the contrib op's result (-0.0 + 0.0 is
+# +0.0, every other value is unchanged): a one-element tensor then differs in the sign of its zero, as eager's
+# own paths differ from each other.
+_POSITIVE_ZEROS: dict[str, bool] = {}
+
+
+def _eager_gelu_zeros_positive(approximate: str) -> bool:
+    if approximate not in _POSITIVE_ZEROS:
+        probe = torch.tensor([-0.0, -30.0] * 16)
+        _POSITIVE_ZEROS[approximate] = not bool(
+            torch.nn.functional.gelu(probe, approximate=approximate).signbit().any())
+    return _POSITIVE_ZEROS[approximate]
+
+
 def _emit_fused(graph, node: torch.fx.Node, values: dict, op_type: str) -> None:
     import onnx_ir as ir
     from torch.onnx._internal.exporter import _core
@@ -417,6 +436,17 @@ def _emit_fused(graph, node: torch.fx.Node, values: dict, op_type: str) -> None:
     onnx_node = ir.Node(_MSFT, op_type, [values[node.args[0].name]], name=f"node_{node.name}__0")
     graph.append(onnx_node)
     out = onnx_node.outputs[0]
+    approximate = {"Gelu": "none", "FastGelu": "tanh"}[op_type]
+    if _eager_gelu_zeros_positive(approximate):
+        import numpy as np
+
+        _core._set_shape_type(out, node.meta["val"], complex_to_float=True)
+        zero = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", ir.tensor(np.zeros((), np.float32)))],
+                       name=f"node_{node.name}__1")
+        graph.append(zero)
+        add = ir.Node("", "Add", [out, zero.outputs[0]], name=f"node_{node.name}__2")
+        graph.append(add)
+        out = add.outputs[0]
     _core._set_shape_type(out, node.meta["val"], complex_to_float=True)
     out.name = node.name
     values[node.name] = out
