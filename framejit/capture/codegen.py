@@ -116,6 +116,27 @@ def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: d
     return fn
 
 
+def set_function_attrs(fn: Any, attrs: dict) -> Any:
+    """`fn` with the attributes the traced code stored on it (NOTE [Attributes of functions made while
+    tracing]); `__dict__` first, so that the dict object itself is the one rebuilt."""
+    if "__dict__" in attrs:
+        fn.__dict__ = attrs["__dict__"]
+    for name, value in attrs.items():
+        if name != "__dict__":
+            setattr(fn, name, value)
+    return fn
+
+
+def _stored_function_attrs(value: Any) -> dict:
+    """What a function made while tracing must get after make_closure: its stored attributes, and the
+    annotations MAKE_FUNCTION built unless a store replaced them."""
+    attrs = dict(value.attrs or {})
+    if value.annotations is not None and "__annotations__" not in attrs:
+        from .function_attrs import annotations_dict
+        attrs["__annotations__"] = annotations_dict(value)
+    return attrs
+
+
 def list_iterator_at(items: list, index: int) -> Any:
     """CPython's iterator over the list `items`, advanced to `index` (a for loop over a list that is live
     at a graph break: the resumed loop sees the list's later changes, NOTE [Live iteration])."""
@@ -248,7 +269,8 @@ class Reconstructor:
             self._store_preloaded(value)  # NOTE [Computed floats rebuilt in Python]
             return
         if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value) \
-                or isinstance(value, ConstantValue) and isinstance(value.value, BaseException):
+                or isinstance(value, ConstantValue) and isinstance(value.value, BaseException) \
+                or isinstance(value, UserFunctionValue) and value.attrs is not None:  # made while tracing
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
         elif isinstance(value, IteratorValue) and (value.made_at is None or rebuild_spec(value) is not None):
             self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
@@ -378,9 +400,16 @@ class Reconstructor:
         # when it is not the globals of the function the code runs in.
         f_globals = value.fn.__globals__
         extra = [] if f_globals is self.frame_globals else [ConstantValue(f_globals)]
+        attrs = _stored_function_attrs(value)  # NOTE [Attributes of functions made while tracing]
+        if attrs:
+            self.cg.push_null()
+            self.cg.load_const(set_function_attrs)
         self._call_const(make_closure, [ConstantValue(value.fn.__code__), ConstantValue(value.fn.__name__),
                                         TupleValue(list(value.defaults or ())),
                                         DictValue(dict(value.kwdefaults or {})), TupleValue(cells)] + extra)
+        if attrs:
+            self.emit(DictValue(attrs))
+            self.cg.call(2)
 
     # NOTE [Computed floats rebuilt in Python]: a float computed from dynamic float inputs (NOTE [Dynamic
     # floats]: `group["lr"] * gamma` in an LR scheduler) that escapes the graph (stored back into a
@@ -533,7 +562,8 @@ def _children(value: Value) -> list:
     if isinstance(value, IteratorValue):
         return [value.owner] if value.owner is not None else value.items[value.index:]
     if isinstance(value, UserFunctionValue):
-        return [c.contents for c in value.closure or () if getattr(c, "contents", None) is not None]
+        return [c.contents for c in value.closure or () if getattr(c, "contents", None) is not None] + \
+            [*(value.defaults or ()), *(value.kwdefaults or {}).values(), *value.attr_values()]
     if isinstance(value, PartialValue):
         return partial_parts(value)
     if isinstance(value, SetValue):

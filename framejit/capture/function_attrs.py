@@ -25,19 +25,20 @@ from .values.builder import wrap, wrap_unguarded
 # Read-only or immutable-enough attributes of every function: their value is a constant of the object.
 _PLAIN = ("__name__", "__qualname__", "__module__", "__doc__")
 # Attributes whose real value is a Python object we can model (wrapped and guarded through the source).
-_WRAPPED = ("__defaults__", "__kwdefaults__", "__dict__", "__annotations__")
-_UNSUPPORTED = ("__globals__", "__closure__", "__builtins__", "__call__", "__type_params__")
+_WRAPPED = ("__defaults__", "__kwdefaults__", "__dict__", "__annotations__") + \
+    (("__type_params__",) if hasattr(types.FunctionType, "__type_params__") else ())  # 3.12+, update_wrapper reads it
+_UNSUPPORTED = ("__globals__", "__closure__", "__builtins__", "__call__")
 
 
 def function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
     """`fn.name` for a Python function value."""
     real = fn.fn
-    if name in _UNSUPPORTED:
-        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of {fn.describe()}")
     if name == "__get__":  # the descriptor protocol by hand (`func.__get__(obj, cls)`, lr_scheduler's wrapper)
         return BoundMethodValue(BuiltinValue(_function_get), fn)
-    if fn.source is None and fn.closure is not None:
-        return _traced_function_attr(fn, name)
+    if made_in_trace(fn):
+        return _traced_function_attr(tx, fn, name)
+    if name in _UNSUPPORTED:
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of {fn.describe()}")
     if name == "__code__":
         if fn.source is not None and not fn.by_code:
             tx.output.guard_id(AttrSource(fn.source, "__code__"), real.__code__)
@@ -90,18 +91,119 @@ def _guard_absent(tx, fn: UserFunctionValue, name: str) -> None:
     tx.output.add_guard("ABSENT", f"{name!r} not in {e}", fn.source, expected=f"no attribute {name}")
 
 
-def _traced_function_attr(fn: UserFunctionValue, name: str) -> Value:
-    """A function made by MAKE_FUNCTION while tracing: its defaults and closure are abstract."""
+# NOTE [Attributes of functions made while tracing]: decorators built with `functools.wraps` (torch.func's
+# jacrev/grad, transformers' `can_return_tuple`, most libraries' own) make a `wrapper` inside the traced
+# code and then run `update_wrapper`: `setattr(wrapper, '__module__', ...)` for `__module__`, `__name__`,
+# `__qualname__`, `__doc__`, `__annotations__` (and `__type_params__` on 3.12+), `wrapper.__dict__.update(
+# wrapped.__dict__)`, `wrapper.__wrapped__ = wrapped`. Such a function is a value of the trace alone (no
+# other code can see it until it escapes), so its attribute stores are kept on the value (`attrs`: the
+# writable slots stored, and `__dict__`, a DictValue made on first use), reads answer from there, and a
+# function that escapes (returned, stored, live at a graph break) is rebuilt with them (codegen.py
+# `_new_function`). What is not stored answers what CPython gives a new function: the code's name and
+# qualname, `__doc__` from the code's first constant (a docstring), `__module__` from its globals'
+# `__name__` (guarded there), a fresh `{}` `__dict__`, the annotations MAKE_FUNCTION built (one dict,
+# made on first read, as CPython caches it). A store CPython would reject (a non-str `__name__`, a
+# `__dict__` that is not a dict) raises its TypeError; stores of `__code__`, `__defaults__`,
+# `__kwdefaults__`, `__closure__`, `__globals__` stay graph breaks (they would change what the call runs).
+_STRING_SLOTS = ("__name__", "__qualname__")
+
+
+def made_in_trace(fn: UserFunctionValue) -> bool:
+    return fn.source is None and fn.closure is not None and fn.attrs is not None
+
+
+def _traced_function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
+    """A function made by MAKE_FUNCTION while tracing: its defaults, closure and attributes are abstract."""
     real = fn.fn
+    if name in fn.attrs:
+        return fn.attrs[name]
     if name == "__code__":
         return ConstantValue(real.__code__)
-    if name in _PLAIN:
+    if name in ("__name__", "__qualname__", "__doc__", "__type_params__") and hasattr(real, name):
         return ConstantValue(getattr(real, name))
+    if name == "__module__":
+        return _module_name(tx, real)
     if name == "__defaults__":
         return TupleValue(list(fn.defaults)) if fn.defaults else ConstantValue(None)
     if name == "__kwdefaults__":
         return DictValue(dict(fn.kwdefaults)) if fn.kwdefaults else ConstantValue(None)
-    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of a function made inside the compiled region")
+    if name == "__annotations__":
+        fn.attrs[name] = annotations_dict(fn)
+        return fn.attrs[name]
+    if name == "__dict__":
+        fn.attrs[name] = DictValue({})
+        return fn.attrs[name]
+    instance_dict = fn.attrs.get("__dict__")
+    if instance_dict is not None and name in instance_dict.items:
+        return instance_dict.items[name]
+    if hasattr(types.FunctionType, name):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of a function made inside the compiled region")
+    raise UserException(AttributeError(f"'function' object has no attribute '{name}'"))
+
+
+def _module_name(tx, real: types.FunctionType) -> Value:
+    """CPython sets a new function's `__module__` from its globals' `__name__` (read now, guarded)."""
+    from .sources import GlobalSource, Ref
+    f_globals = real.__globals__
+    if tx.output.side_effects.global_value(f_globals, "__name__") is not None or "__name__" not in f_globals:
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, "__module__ of a function made inside the compiled "
+                                                           "region whose module has no constant __name__")
+    return wrap(tx.output, f_globals["__name__"], GlobalSource(Ref(f_globals, "G"), "__name__"))
+
+
+def annotations_dict(fn: UserFunctionValue) -> DictValue:
+    """The dict CPython makes from MAKE_FUNCTION's annotations tuple (name, value, name, value, ...)."""
+    built = fn.annotations
+    if built is None:
+        return DictValue({})
+    if isinstance(built, DictValue):
+        return DictValue(dict(built.items))
+    items = built.items if isinstance(built, TupleValue) else None
+    if items is None and built.is_constant() and isinstance(built.as_constant(), tuple):
+        items = [ConstantValue(v) for v in built.as_constant()]
+    if items is None or len(items) % 2 or not all(k.is_constant() for k in items[::2]):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, "__annotations__ of a function made inside the "
+                                                           "compiled region")
+    return DictValue({k.as_constant(): v for k, v in zip(items[::2], items[1::2])})
+
+
+def store_traced_function_attr(tx, fn: UserFunctionValue, name: str, value: Value) -> None:
+    """`fn.name = value` for a function made while tracing (NOTE [Attributes of functions made while
+    tracing]); a store CPython rejects raises its exception, one that changes the call is a graph break."""
+    if name in _STRING_SLOTS:
+        if not issubclass(value.python_type(), str):
+            raise UserException(TypeError(f"{name} must be set to a string object"))
+    elif name == "__annotations__":
+        if value.is_constant() and value.as_constant() is None:
+            fn.attrs.pop(name, None)  # CPython drops it; the next read makes a new {}
+            fn.annotations = None
+            tx.output.side_effects.bump(fn)
+            return
+        if not isinstance(value, DictValue) or value.cls is not dict:
+            raise _bad_slot(value, name, "a dict object")
+    elif name == "__dict__":
+        if not isinstance(value, DictValue) or value.cls is not dict:
+            raise _bad_slot(value, name, f"a dictionary, not a '{value.python_type().__name__}'")
+    elif name == "__type_params__" and hasattr(types.FunctionType, name):  # 3.12+
+        if value.python_type() is not tuple:
+            raise _bad_slot(value, name, "a tuple")
+    elif name in ("__doc__", "__module__"):
+        pass
+    elif hasattr(types.FunctionType, name):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {fn.describe()}")
+    else:
+        instance_dict = _traced_function_attr(tx, fn, "__dict__")
+        tx.output.side_effects.bump(instance_dict)
+        instance_dict.items[name] = value
+        return
+    fn.attrs[name] = value
+    tx.output.side_effects.bump(fn)
+
+
+def _bad_slot(value: Value, name: str, what: str) -> Exception:
+    if issubclass(value.python_type(), (dict, tuple)):  # a subclass, or one we cannot inspect: not modelled
+        return Unsupported(BreakKind.SIDE_EFFECT, f"assignment of {value.describe()} to {name} of a function")
+    return UserException(TypeError(f"{name} must be set to {what}"))
 
 
 def method_attr(tx, method: BoundMethodValue, name: str) -> Value:
@@ -129,7 +231,8 @@ def function_attr_value(tx, value: Value, name: str) -> Value:
     return method_attr(tx, value, name)
 
 
-__all__ = ["function_attr", "method_attr", "is_function_like", "function_attr_value", "same_function"]
+__all__ = ["function_attr", "method_attr", "is_function_like", "function_attr_value", "same_function",
+           "made_in_trace", "store_traced_function_attr", "annotations_dict"]
 
 
 def same_function(tx, a: UserFunctionValue, b: UserFunctionValue) -> bool:

@@ -42,6 +42,7 @@ def reachable_values(roots: list[Any]) -> set[int]:
         elif isinstance(v, UserFunctionValue):
             todo.extend(closure_contents(v))
             todo.extend(v.defaults or ())
+            todo.extend(v.attr_values())
         elif isinstance(v, CellValue):
             todo.append(v.contents)
     return set(seen)

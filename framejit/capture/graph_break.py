@@ -175,7 +175,7 @@ def live_tensors(values: list[Any]) -> list[TensorValue]:
         elif isinstance(v, UserFunctionValue):
             for cell in v.closure or ():
                 visit(getattr(cell, "contents", None))
-            for default in v.defaults or ():
+            for default in [*(v.defaults or ()), *(v.kwdefaults or {}).values(), *v.attr_values()]:
                 visit(default)
 
     for value in values:
@@ -658,6 +658,7 @@ def _check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int
                                       f"variable {own!r}, which is assigned again later (the frame runs eagerly)")
                 todo.append(getattr(cell, "contents", None))
             todo.extend(v.defaults or ())
+            todo.extend(v.attr_values())
         elif isinstance(v, SequenceValue):
             todo.extend(v.items)
         elif isinstance(v, DictValue):

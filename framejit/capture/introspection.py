@@ -18,9 +18,9 @@ import types
 from typing import Any, Callable
 
 from .breaks import BreakKind, Unsupported, UserException
-from .function_attrs import function_attr
-from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NNModuleValue, ObjectValue,
-                     TupleValue, UserFunctionValue, Value)
+from .function_attrs import function_attr, made_in_trace
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, NNModuleValue,
+                     ObjectValue, TupleValue, UserFunctionValue, Value)
 
 
 class _AnySelf:
@@ -33,6 +33,8 @@ def real_callable(value: Value) -> Any:
     if isinstance(value, UserFunctionValue):
         if value.source is None and value.closure is not None and (value.defaults or value.kwdefaults):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, "introspecting a function made inside the compiled region")
+        if made_in_trace(value):
+            return _made_function(value)
         return value.fn
     if isinstance(value, BoundMethodValue):
         func = real_callable(value.func)
@@ -45,10 +47,48 @@ def real_callable(value: Value) -> Any:
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"introspecting {value.describe()}")
 
 
+# NOTE [Introspecting functions made while tracing]: the function object the trace holds for a function
+# made while tracing has its code, name and globals but none of what the traced code stored on it
+# (NOTE [Attributes of functions made while tracing]): `inspect.signature` of a `functools.wraps` wrapper
+# follows its `__wrapped__`, its annotations make the parameters' annotations, `__signature__` replaces
+# it. So the question is asked of a copy carrying those attributes as real objects (constants, functions
+# from outside, or other made functions, copied the same way); an attribute that is not such a value
+# (a tensor, a list made here) is a graph break. What it wraps is guarded as a callable from outside.
+def _made_function(value: UserFunctionValue) -> types.FunctionType:
+    from .codegen import _stored_function_attrs
+    attrs = _stored_function_attrs(value)
+    if not attrs:
+        return value.fn
+    real = value.fn
+    copy = types.FunctionType(real.__code__, real.__globals__, real.__name__, None, real.__closure__)
+    copy.__qualname__ = real.__qualname__
+    for name, attr in attrs.items():
+        setattr(copy, name, _real_object(attr))
+    return copy
+
+
+def _real_object(value: Value) -> Any:
+    if isinstance(value, ConstantValue):
+        return value.value
+    if isinstance(value, DictValue) and value.cls is dict:
+        return {k: _real_object(v) for k, v in value.items.items()}
+    if isinstance(value, TupleValue) and value.cls is tuple:
+        return tuple(_real_object(v) for v in value.items)
+    if isinstance(value, (UserFunctionValue, BoundMethodValue, ClassValue, NNModuleValue, ObjectValue, BuiltinValue)):
+        return real_callable(value)
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"introspecting a function holding {value.describe()}")
+
+
 def guard_callable(tx, value: Value, follow_wrapped: bool) -> None:
     """Guard what a signature of `value` is computed from (see the NOTE)."""
     if isinstance(value, BoundMethodValue):
         guard_callable(tx, value.func, follow_wrapped)
+        return
+    if isinstance(value, UserFunctionValue) and made_in_trace(value):  # NOTE [Introspecting functions made
+        instance_dict = value.attrs.get("__dict__")  # while tracing]
+        for item in (instance_dict.items.values() if instance_dict is not None else ()):
+            if isinstance(item, (UserFunctionValue, BoundMethodValue)):
+                guard_callable(tx, item, follow_wrapped)
         return
     if not isinstance(value, UserFunctionValue) or value.source is None:
         return

@@ -283,6 +283,11 @@ class Translator:
             obj.attrs[name] = value
             self.output.side_effects.bump(obj)  # NOTE [Eager generators]
             return
+        if isinstance(obj, UserFunctionValue):
+            from .function_attrs import made_in_trace, store_traced_function_attr
+            if made_in_trace(obj):  # NOTE [Attributes of functions made while tracing]
+                store_traced_function_attr(self, obj, name, value)
+                return
         impl = custom_setattr(self, obj)  # NOTE [Custom __setattr__]: inlined
         if impl is not None:
             self.inline(UserFunctionValue(impl), [obj, ConstantValue(name), value], {})
@@ -386,7 +391,7 @@ class Translator:
         if code in DISABLED:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked framejit.disable")
         self.output.inlined_codes.add(code)  # NOTE [Disable after compiling] in hook.py
-        if getattr(f, "_torchdynamo_disable", False):  # torch.compiler.disable / torch._dynamo.disable
+        if getattr(f, "_torchdynamo_disable", False) or _stored_disable(fn):  # torch.compiler.disable
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked torch.compiler.disable")
         if self.depth + 1 > config.inline_depth_limit:
             raise Unsupported(BreakKind.INLINE_LIMIT, f"inlining {f.__qualname__} exceeds depth {config.inline_depth_limit}")
@@ -514,6 +519,14 @@ def builtins_of(f_globals: dict) -> Any:
 
 
 __all__ = ["DISABLED", "LazyArg", "RealCell", "Translator", "bind_arguments", "builtins_of"]
+
+
+def _stored_disable(fn: UserFunctionValue) -> bool:
+    """`_torchdynamo_disable` stored on a function made while tracing (NOTE [Attributes of functions made
+    while tracing]): not on the real object the trace holds, so read from its abstract `__dict__`."""
+    instance_dict = (fn.attrs or {}).get("__dict__")
+    flag = instance_dict.items.get("_torchdynamo_disable") if instance_dict is not None else None
+    return flag is not None and (not flag.is_constant() or bool(flag.as_constant()))
 
 
 def _function_source(fn: UserFunctionValue):

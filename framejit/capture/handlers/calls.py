@@ -59,8 +59,7 @@ def make_function(tx, inst):
     code = tx.pop().as_constant()
     flags = inst.arg if isinstance(inst.arg, int) else int(inst.arg)
     closure = tuple(tx.pop().items) if flags & 0x08 else None
-    if flags & 0x04:
-        tx.pop()  # annotations
+    annotations = tx.pop() if flags & 0x04 else None
     kwdefaults = dict(tx.pop().items) if flags & 0x02 else {}
     defaults = tuple(tx.pop().items) if flags & 0x01 else ()
     if closure is not None and not all(isinstance(c, CellValue) or hasattr(c, "cell") for c in closure):
@@ -70,4 +69,7 @@ def make_function(tx, inst):
     dummy_closure = tuple(types.CellType() for _ in code.co_freevars) or None
     fn = types.FunctionType(code, tx.f_globals, code.co_name, None, dummy_closure)
     fn.__qualname__ = code.co_qualname
-    tx.push(UserFunctionValue(fn, None, closure or (), defaults, kwdefaults))
+    made = UserFunctionValue(fn, None, closure or (), defaults, kwdefaults)
+    made.attrs = {}  # NOTE [Attributes of functions made while tracing]
+    made.annotations = annotations
+    tx.push(made)

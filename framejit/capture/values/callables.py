@@ -24,6 +24,11 @@ class UserFunctionValue(Value):
     """
 
     by_code = False  # guarded by its code, not its identity (NOTE [Closures guarded by code])
+    # A function made while tracing (MAKE_FUNCTION): its attribute stores (`__module__`, `__dict__`,
+    # `__wrapped__`, ...) and its annotations as MAKE_FUNCTION built them (NOTE [Attributes of functions
+    # made while tracing] in function_attrs.py). None for functions from outside.
+    attrs: dict[str, Value] | None = None
+    annotations: Value | None = None
 
     def __init__(self, fn: types.FunctionType, source: Source | None = None,
                  closure: tuple[CellValue | None, ...] | None = None,
@@ -40,6 +45,10 @@ class UserFunctionValue(Value):
 
     def describe(self) -> str:
         return f"Function({self.fn.__qualname__})"
+
+    def attr_values(self) -> list[Value]:
+        """The values its attribute stores and annotations hold (reached through the function)."""
+        return [*(self.attrs or {}).values(), *([self.annotations] if self.annotations is not None else [])]
 
 
 class BoundMethodValue(Value):
