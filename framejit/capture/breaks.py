@@ -73,8 +73,10 @@ KIND_DOCS: dict[BreakKind, tuple[str, str]] = {
     BreakKind.DYNAMIC_CONTROL_FLOW: (
         "control flow whose direction framejit does not decide while tracing: a loop whose body broke at "
         "several of its steps has a dynamic position, so each step runs as Python and the body as a resume "
-        "function (NOTE [Loops carried across breaks])",
-        "remove the graph break inside the loop body (then the loop is unrolled into the graph)"),
+        "function (NOTE [Loops carried across breaks]); a loop over a range or a tensor's rows whose length "
+        "is symbolic runs as Python instead of unrolling, which would compile once per length",
+        "remove the graph break inside the loop body (then the loop is unrolled into the graph); for a "
+        "symbolic length, mark that size static (framejit.mark_static, dynamic=False) if it takes few values"),
     BreakKind.TRACE_LIMIT: (
         "tracing ran for too many instructions (a very long or unbounded Python loop)",
         "move the long loop out of the compiled function, or compile its body instead"),

@@ -52,6 +52,7 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     output = _tracing()[0].OutputGraph()
     output.dynamic_floats = dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = request.dynamic, dynamic_dims or {}, dynamic_ints
+    output.fullgraph = request.fullgraph
     from .default_device import sole_device_mode_device, traced_without_mode  # NOTE [Default device mode]
     output.default_device = sole_device_mode_device()
     try:
@@ -285,6 +286,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     output = graph.OutputGraph()
     output.dynamic_floats = first.dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
+    output.fullgraph = first.fullgraph
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)
     tx.stop_at = site.inst.index

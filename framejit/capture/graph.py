@@ -67,6 +67,7 @@ class OutputGraph:
         self.dynamic: bool | None = None  # compile(dynamic=...): True all dims, False none, None automatic
         self.dynamic_dims: dict[str, frozenset[int]] = {}  # dims whose size changed (NOTE [Automatic dynamic])
         self.dynamic_ints: frozenset[str] = frozenset()  # int arguments made symbolic (NOTE [Dynamic ints])
+        self.fullgraph = False  # compile(fullgraph=True): no break taken by choice (NOTE [Loops over symbolic ranges])
         self.inputs: list[GraphInput] = []
         self._by_source: dict[Source, Value] = {}
         self._by_id: dict[int, GraphInput] = {}

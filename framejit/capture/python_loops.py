@@ -51,6 +51,16 @@ def enclosing_loop(insts: list, index: int):
 # [Loops carried across breaks]) unrolled the range in the owner frame, which then recompiled per size too.
 # Only in frames with symbolic sizes or ints (no symbolic range otherwise), and only at GET_ITER on a
 # symbolic range: other loops keep the unrolled/stepped forms for such breaks (module docstring).
+# A loop over a symbolic range whose body does not break runs as Python too (`symbolic_range_loop`: a
+# DYNAMIC_CONTROL_FLOW break at its GET_ITER): unrolled, it specialised the length as well, so
+# `for i in range(x.size(0))`, `for i in range(n)` over an int argument, a manual RNN over time steps or
+# a loop over a variable count of layers compiled once per length until the recompile limit (stock
+# torch.compile: the same, then the whole frame eagerly). Now the owner frame compiles once for every
+# length (plus 0/1 where they specialise, or where the env folds the length to a number: those unroll),
+# the body runs as Python with its calls through their frame hooks (a layer's forward is captured once for
+# every step), and the code after the loop is captured again. Not taken with fullgraph=True (unrolled and
+# specialised, as stock does), in generators, for a loop in a try or with block, or for a comprehension's
+# iterator (3.11 passes it to the comprehension's function; 3.12+ inline it inside a cleanup region).
 def iterates_rows(value: Any) -> bool:
     """A loop iterator over the rows of a tensor: an unrolled iterator whose items are tensors taken
     from one tensor, or a tensor's tuple iterator made in Python (NOTE [Loops over symbolic rows]); or a
@@ -68,6 +78,30 @@ def iterates_rows(value: Any) -> bool:
     return isinstance(value, TensorValue) and value.fake.dim() > 0
 
 
+def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
+    """At GET_ITER (`inst`): the break that runs a for loop over `iterable` as Python, when it is a range
+    whose length is symbolic (NOTE [Loops over symbolic ranges]), else None (the loop unrolls)."""
+    import inspect
+    from .breaks import BreakKind, Unsupported
+    from .normalize import normalize
+    from .sym_arith import SymRangeValue, symbolic_length
+    if not isinstance(iterable, SymRangeValue) or getattr(tx.output, "fullgraph", False) or \
+            tx.code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        return None
+    insts = normalize(tx.code).insts
+    loop = insts[inst.index + 1] if inst.index + 1 < len(insts) else None
+    if loop is None or loop.name != "FOR_ITER" or inst.handler is not None or loop.handler is not None or \
+            not symbolic_length(tx, iterable):
+        return None  # a comprehension's iterator (3.11: passed to its function; 3.12: in a cleanup region),
+        # a loop inside a try or with block, or a length the env knows: unrolled as before
+    exc = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, f"a for loop over {iterable.describe()}, whose length is "
+                      "symbolic: it runs as Python instead of unrolling, which would specialise the length "
+                      "(NOTE [Loops over symbolic ranges])")
+    if tx.parent is None:  # in an inlined callee, the root frame breaks at the call (its own frame then loops)
+        exc.root_index, exc.range_loop = inst.index, loop.index
+    return exc
+
+
 def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:
     """The break `exc` moved to where its enclosing loop runs as Python, or None (module docstring). A break
     of another kind than DATA_DEPENDENT moves only in a frame with symbolic sizes or ints (`symbolic`), for a
@@ -75,6 +109,12 @@ def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:
     from .breaks import BreakKind, Unsupported
     from .normalize import normalize
     from .resume import _ORIGIN
+    if getattr(exc, "range_loop", None) is not None and not getattr(exc, "loop_tried", False):
+        exc.loop_tried = True  # when the loop cannot run as Python, the break is taken at its GET_ITER
+        moved = Unsupported(exc.kind, exc.graph_break.explanation, exc.graph_break.user_stack)
+        moved.graph_break = exc.graph_break
+        moved.root_index, moved.python_loop, moved.moved_from = exc.root_index, exc.range_loop, exc
+        return moved
     if not isinstance(exc, Unsupported) or exc.root_index is None or getattr(exc, "python_loop", None) is not None \
             or getattr(exc, "loop_tried", False) or (exc.kind is not BreakKind.DATA_DEPENDENT and not symbolic):
         return None

@@ -381,6 +381,17 @@ def make_range(args: list[Value], kwargs: dict) -> Value | None:
     return SymRangeValue(start, stop, step.value)
 
 
+def symbolic_length(tx, r: SymRangeValue) -> bool:
+    """The range's length is not one number for every call the entry serves (the env cannot fold
+    `stop - start` to a constant), so unrolling it would specialise a size or an int."""
+    import sympy
+    start, stop = (b.sym.node.expr if is_sym(b) else sympy.Integer(b.value) for b in r.bounds)
+    try:
+        return not tx.output.fake_mode.shape_env.simplify(stop - start).is_number
+    except Exception:  # noqa: BLE001 - an expression the env cannot simplify: treat it as symbolic
+        return True
+
+
 def range_length(tx, r: SymRangeValue) -> Value:
     """len(range): max(0, ceil((stop - start) / step)) as CPython computes it, kept symbolic."""
     from .protocol import binary as binary_op

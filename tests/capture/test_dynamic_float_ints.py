@@ -75,7 +75,9 @@ def test_a_value_that_needs_the_int_guards_the_int_not_the_float():
         return x
 
     before = len(framejit.stats()["frames"])
-    compiled = framejit.compile(fn, backend="eager")
+    # fullgraph: the loop unrolls (without it, a loop over a symbolic range runs as Python: NOTE [Loops over
+    # symbolic ranges]), so each int needs its own entry, guarded on the int
+    compiled = framejit.compile(fn, backend="eager", fullgraph=True)
     values = [0.5, 2.25, 2.5, 2.75, 1.1, 1.9, 2.0, 1.0, 3.5, 3.25]  # floors 0 | 2 2 2 | 1 1 | 2 1 | 3 3
     for t in values:
         x = torch.zeros(3)
@@ -91,7 +93,7 @@ def test_a_computed_float_is_guarded_as_the_code_computes_it():
         return x
 
     before = len(framejit.stats()["frames"])
-    compiled = framejit.compile(fn, backend="eager")
+    compiled = framejit.compile(fn, backend="eager", fullgraph=True)  # the loop unrolls: one entry per int
     for t in (0.5, 0.72, 0.75, 0.7, 0.71, 0.69):  # floors 6 | 8 8 | 7 | 8 | 7
         x = torch.zeros(3)
         assert_same(compiled(x, t), fn(x, t))

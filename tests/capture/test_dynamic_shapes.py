@@ -146,15 +146,23 @@ def test_sizes_unified_by_an_op_are_guarded_equal():
         compiled(x, y)
 
 
-def test_range_over_a_size_specialises():
-    def fn(x):
-        total = x[0]
-        for i in range(1, x.size(0)):
-            total = total + x[i]
-        return total
+def _sum_rows_by_range(x):
+    total = x[0]
+    for i in range(1, x.size(0)):
+        total = total + x[i]
+    return total
 
-    backend = run_sizes(fn, lambda n: (torch.randn(n, 3),), [2, 3, 3, 2, 4], dynamic=True)
-    assert backend.graph_count == 3  # one per length (the loop unrolls); each entry reused
+
+def test_range_over_a_size_runs_as_python():
+    # NOTE [Loops over symbolic ranges]: the loop runs as Python; unrolled, it compiled once per length
+    backend = run_sizes(_sum_rows_by_range, lambda n: (torch.randn(n, 3),), [2, 3, 3, 2, 4], dynamic=True)
+    assert backend.graph_count == 1
+
+
+def test_range_over_a_size_unrolls_with_fullgraph():
+    backend = run_sizes(_sum_rows_by_range, lambda n: (torch.randn(n, 3),), [2, 3, 3, 2, 4], dynamic=True,
+                        fullgraph=True)
+    assert backend.graph_count == 3  # no break by choice: one per length (the loop unrolls); each entry reused
 
 
 def test_returned_sizes_are_ints_from_the_graph():

@@ -195,11 +195,11 @@ def test_what_torch_does_not_count_as_a_violation():
 def test_recompile_log_names_the_line_that_specialised(caplog):
     def fn(x):
         acc = x[0] * 0
-        for i in range(x.size(0)):  # unrolled: specialises the size
+        for i in range(x.size(0)):  # unrolled (fullgraph: NOTE [Loops over symbolic ranges]): specialises the size
             acc = acc + x[i]
         return acc
 
-    compiled = framejit.compile(fn, backend="eager")
+    compiled = framejit.compile(fn, backend="eager", fullgraph=True)
     framejit.set_logs("recompiles")
     try:
         with caplog.at_level(logging.INFO, logger="framejit"):

@@ -85,6 +85,10 @@ def get_iter(tx, inst):
         raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop over the rows of a tensor whose length is "
                           "symbolic: it steps in Python instead of specialising the length (NOTE [Loops over "
                           "symbolic rows])")
+    from ..python_loops import symbolic_range_loop  # NOTE [Loops over symbolic ranges] in python_loops.py
+    loop_break = symbolic_range_loop(tx, inst, tx.peek())
+    if loop_break is not None:
+        raise loop_break
     value = tx.pop()
     if isinstance(value, (IteratorValue, CarriedIteratorValue)):
         tx.push(value)

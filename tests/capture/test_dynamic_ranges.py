@@ -1,0 +1,136 @@
+"""Dynamic shapes, issue 13: for loops over a range whose length is symbolic (a size, an int argument that
+changes) run as Python instead of unrolling (NOTE [Loops over symbolic ranges] in python_loops.py).
+Unrolled, the loop specialised the length, so the frame compiled once per length until the recompile
+limit ran it eagerly (stock torch.compile: 8 graphs over these sizes, then eager). Differential: eager vs
+compiled on fresh inputs of changing sizes (1 and 0 included where eager accepts them); compile counts
+asserted."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, assert_same
+
+SIZES = [3, 5, 7, 4, 9, 6, 11, 2, 1, 8]  # more lengths than the recompile limit (8), 1 included
+
+
+def _frames(before: int, name: str) -> int:
+    return sum(1 for row in framejit.stats()["frames"][before:] if row["function"] == name)
+
+
+def _sum_rows(x):
+    acc = x[0] * 0
+    for i in range(x.size(0)):
+        acc = acc + x[i] * i
+    return acc.relu()
+
+
+def _every_other_row(x):
+    acc = x.sum(0) * 0
+    for i in range(1, x.size(0), 2):
+        acc = acc + x[i]
+    return acc.relu() + x.sum(0), len(range(1, x.size(0), 2))
+
+
+def _nested(x):
+    acc = x.sum() * 0
+    for i in range(x.size(0)):
+        for j in range(1, x.size(1)):
+            acc = acc + x[i, j] * j
+    return acc
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+@pytest.mark.parametrize("fn", [_sum_rows, _every_other_row, _nested], ids=lambda f: f.__name__)
+def test_a_loop_over_a_symbolic_size_compiles_once_for_every_length(fn, dynamic):
+    before, eager = len(framejit.stats()["frames"]), framejit.stats()["eager_frames"]
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, dynamic=dynamic)
+    for n in SIZES + [3, 12, 13]:
+        torch.manual_seed(n)
+        x = torch.randn(n, 3)
+        assert_same(compiled(x), fn(x))
+    # before: one entry per length (the range unrolled, the size guarded by value) until the recompile
+    # limit ran the frame eagerly. Now: static (automatic only), symbolic, and size 1 (0/1 specialise)
+    assert _frames(before, fn.__name__) == (3 if dynamic is None else 2)
+    assert framejit.stats()["eager_frames"] == eager
+    assert backend.graph_count <= 6
+
+
+def _repeat(x, n):
+    for i in range(n):
+        x = x * 2 + i
+    return x - 1
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_a_loop_over_an_int_argument_compiles_once_for_every_count(dynamic):
+    before, eager = len(framejit.stats()["frames"]), framejit.stats()["eager_frames"]
+    compiled = framejit.compile(_repeat, backend="eager", dynamic=dynamic)
+    for n in SIZES + [0, 12, 0, 2]:
+        x = torch.randn(4)
+        assert_same(compiled(x, n), _repeat(x, n))
+    # before: one entry per count; now static (automatic only), symbolic, 0 and 1
+    assert _frames(before, "_repeat") <= (4 if dynamic is None else 3)
+    assert framejit.stats()["eager_frames"] == eager
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) + x
+
+
+class _Layers(torch.nn.Module):
+    """A variable number of layers per call (early exit, layer dropping)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Block() for _ in range(12)])
+
+    def forward(self, x, n):
+        x = x * 0.5
+        for i in range(n):
+            x = self.layers[i](x)
+        return x * 2
+
+
+def test_a_variable_count_of_layers_compiles_each_layer_once():
+    torch.manual_seed(0)
+    model = _Layers()
+    before, eager = len(framejit.stats()["frames"]), framejit.stats()["eager_frames"]
+    compiled = framejit.compile(model, backend="eager")
+    with torch.no_grad():
+        for n in SIZES + [0, 12]:
+            x = torch.randn(2, 4)
+            assert_same(compiled(x, n), model(x, n))
+    # the loop runs as Python; each step calls a layer through its frame hook, whose one entry serves all
+    # twelve layers (before: the forward compiled once per count, until the recompile limit)
+    assert _frames(before, "_Block.forward") == 1
+    assert _frames(before, "_Layers.forward") <= 4  # static, symbolic, 0 and 1
+    assert framejit.stats()["eager_frames"] == eager
+
+
+def _helper(x):
+    acc = x[0] * 0
+    for i in range(x.size(0)):
+        acc = acc + x[i]
+    return acc
+
+
+def _caller(x):
+    return _helper(x * 2) + 1
+
+
+def test_a_loop_in_an_inlined_callee_runs_in_the_callee_frame():
+    before, eager = len(framejit.stats()["frames"]), framejit.stats()["eager_frames"]
+    compiled = framejit.compile(_caller, backend="eager")
+    for n in SIZES + [12, 13]:
+        x = torch.randn(n, 3)
+        assert_same(compiled(x), _caller(x))
+    assert _frames(before, "_caller") <= 3 and _frames(before, "_helper") <= 3
+    assert framejit.stats()["eager_frames"] == eager
