@@ -204,9 +204,11 @@ class _Counted:
     def __init__(self, compiled, stats: collections.Counter, key: str, after_first: Callable | None = None):
         self.compiled, self.stats, self.key = compiled, stats, key
         self.after_first = after_first  # NOTE [Persisted joints]: saved once the backward has run
+        self.calls = 0  # this half's own runs (NOTE [Lean joint calls]: lean once the backward ran)
 
     def __call__(self, args: list):
         self.stats[self.key] += 1
+        self.calls += 1
         values = list(args)
         args.clear()
         result = self.compiled(*values)
@@ -236,7 +238,7 @@ class JointGraph:
     def __init__(self, gm: torch.fx.GraphModule, compile_fn: Callable, backend_name: str,
                  inference: Callable | None = None, decompositions: dict | None = None,
                  partition_config: dict | None = None, lstm_layers: bool = False,
-                 persistence: Persistence | None = None):
+                 persistence: Persistence | None = None, lean: bool = False):
         from .state import switches_grad_on
 
         self.gm, self.compile_fn, self.backend_name = gm, compile_fn, backend_name
@@ -251,6 +253,7 @@ class JointGraph:
         self.compiled_forwards: list = []
         self.compiled_backwards: list = []
         self.persistence = persistence if config.cache_enabled else None
+        self.lean = lean  # NOTE [Lean joint calls] in joint_function.py
 
     def needs_autograd(self, args) -> bool:
         return needs_autograd(args, any(w.requires_grad for w in self.weights), self.grad_inside)
@@ -271,9 +274,9 @@ class JointGraph:
         if joint is _FAILED:
             return self.gm.forward(*args)
         self.stats["joint_calls"] += 1
-        return joint(*args)
+        return joint(args)
 
-    def _compiler(self, kind: str, recorder=None):
+    def _compiler(self, kind: str, recorder=None, made: dict | None = None):
         def compile_graph(graph: torch.fx.GraphModule, example_inputs):
             if self.lstm_layers and kind == "forward":
                 from .recurrent import keep_workspace
@@ -286,9 +289,12 @@ class JointGraph:
             after_first = None
             if recorder is not None:  # the backward may be compiled lazily, at the first backward
                 recorder.halves[kind] = (graph, compiled)
-                if kind == "backward":  # NOTE [Persisted joints]: the halves build their programs on first use
-                    after_first = functools.partial(self._save, recorder)
-            return _Counted(compiled, self.stats, kind, after_first)
+                if kind == "backward" and recorder.key is not None:  # NOTE [Persisted joints]: the halves
+                    after_first = functools.partial(self._save, recorder)  # build their programs on first use
+            counted = _Counted(compiled, self.stats, kind, after_first)
+            if made is not None:
+                made[kind] = counted
+            return counted
         return compile_graph
 
     def _build(self, args: list):
@@ -298,24 +304,33 @@ class JointGraph:
             flat_gm, rebuild = _flat_outputs(self.gm)
             loaded, key = self._load(flat_gm, args)
             if loaded is not None:
-                return lambda *call_args: rebuild(loaded(*call_args))
+                return _Joint(loaded, rebuild, self, getattr(loaded, "lean_parts", None) if self.lean else None)
             from .recurrent import keep_lstm_layers
             from .torch_methods import original_tensor_methods
             from .joint_cache import Recorder
             layers = keep_lstm_layers() if self.lstm_layers else contextlib.nullcontext()
-            recorder = Recorder(key) if key is not None else None
-            recording = recorder.recording() if recorder is not None else contextlib.nullcontext()
-            with original_tensor_methods(), layers, recording:  # NOTE [Patched Tensor methods while lowering]
-                joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder),
-                                              bw_compiler=self._compiler("backward", recorder),
+            recorder = Recorder(key)  # also what NOTE [Lean joint calls] reads (key None: not persisted)
+            made: dict = {}
+            params_buffers = _params_buffers(flat_gm)  # what aot_module_simplified prepends to every call
+            # NOTE [No donated buffers]
+            with original_tensor_methods(), layers, recorder.recording(), \
+                    torch._functorch.config.patch(donated_buffer=False):  # NOTE [Patched Tensor methods while lowering]
+                joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder, made),
+                                              bw_compiler=self._compiler("backward", recorder, made),
                                               partition_fn=functools.partial(_partition, config=self.partition_config),
                                               decompositions=self.decompositions)
             STATS["traced"] += 1
+            flags = _runtime_flags()
         except Exception as exc:
             logs.log("eager_fallback", "%s: the training graph runs eagerly: building its forward and backward "
                      "graphs failed (%s: %s)", self.backend_name, type(exc).__name__, exc)
             return _FAILED
-        return lambda *call_args: rebuild(joint(*call_args))
+
+        def lean_parts():
+            if recorder.aot is None or "forward" not in made or "backward" not in made:
+                return None
+            return made["forward"], made["backward"], recorder.aot, params_buffers, flags
+        return _Joint(joint, rebuild, self, lean_parts if self.lean else None)
 
     def _load(self, flat_gm: torch.fx.GraphModule, args: list) -> tuple:
         """(the joint loaded from the persistent store or None, the store key or None: NOTE [Persisted joints])."""
@@ -353,6 +368,68 @@ class JointGraph:
             logs.log("cache", "joint (%s) not stored: %s: %s", self.backend_name, type(exc).__name__, exc)
 
 
+# NOTE [No donated buffers]
+# With torch._functorch.config.donated_buffer on (torch's default), AOT autograd lists saved tensors the
+# backward may overwrite (`bw_donated_idxs`: inductor reuses their memory) and then refuses any backward with
+# `retain_graph=True` or `create_graph=True` ("This backward function was compiled with non-empty donated
+# buffers ..."), where eager allows it: framejit's onnxrt training failed so on the zoo's mlp when the first
+# backward was a plain one and a later one retained the graph. framejit's backends never write into saved
+# tensors, so joints are built with the option off (it is in the persisted key through torch._functorch's
+# config only at build time; the key is taken before, so persisted joints are built the same way).
+def _runtime_flags() -> tuple[bool, bool]:
+    """(saved-tensor hooks disabled around the call, autocast disabled around the halves): what AOT autograd
+    decides when it makes its runtime wrapper (NOTE [Lean joint calls]: either one keeps AOT's callable)."""
+    from torch._functorch._aot_autograd.runtime_wrappers import _should_disable_saved_tensors_hooks
+
+    return bool(_should_disable_saved_tensors_hooks()), bool(torch._C._is_any_autocast_enabled())
+
+
+def _params_buffers(flat_gm: torch.fx.GraphModule) -> list:
+    """The weights aot_module_simplified passes before the call's arguments, in its order."""
+    return [*dict(flat_gm.named_parameters(remove_duplicate=False)).values(),
+            *dict(flat_gm.named_buffers(remove_duplicate=False)).values()]
+
+
+class _Joint:
+    """One signature's joint: AOT autograd's callable (`aot(*args)`) until the joint's backward has run once,
+    then framejit's own autograd.Function where the joint allows it (NOTE [Lean joint calls])."""
+
+    __slots__ = ("aot", "rebuild", "owner", "parts", "lean")
+
+    def __init__(self, aot, rebuild, owner: "JointGraph", parts: Callable | None):
+        self.aot, self.rebuild, self.owner, self.parts, self.lean = aot, rebuild, owner, parts, None
+
+    def __call__(self, args: tuple):
+        lean = self.lean
+        if lean is not None:
+            return self.rebuild(lean(args))
+        if self.parts is not None:
+            self._try_lean()
+            if self.lean is not None:
+                return self.rebuild(self.lean(args))
+        return self.rebuild(self.aot(*args))
+
+    def _try_lean(self) -> None:
+        parts = self.parts()
+        if parts is None or not parts[1].calls:  # the backward has not run yet (AOT compiles it lazily)
+            return
+        self.parts = None
+        from .joint_function import lean_call
+
+        forward, backward, aot, params_buffers, (hooks_disabled, disable_amp) = parts
+        try:
+            lean = lean_call(aot, forward, backward, params_buffers, hooks_disabled=hooks_disabled,
+                             disable_amp=disable_amp)
+        except Exception as exc:  # AOT autograd's callable stays
+            lean = f"{type(exc).__name__}: {exc}"
+        if isinstance(lean, str):
+            logs.log("output_code", "joint (%s): AOT autograd's runtime wrappers stay: %s",
+                     self.owner.backend_name, lean)
+            return
+        self.owner.stats["lean_joints"] += 1
+        self.lean = lean
+
+
 def _flat_outputs(gm: torch.fx.GraphModule):
     """A GraphModule sharing `gm`'s modules and weights whose output is the flat tuple of the tensors (and
     symbolic ints) `gm` returns, and a function that rebuilds `gm`'s output structure from it (constants
@@ -370,6 +447,9 @@ def _flat_outputs(gm: torch.fx.GraphModule):
         for k, value in zip(traced, outputs):
             values[k] = value
         return pytree.tree_unflatten(values, spec)
+    if spec.type in (tuple, list) and len(traced) == len(leaves) == spec.num_children and \
+            all(child.is_leaf() for child in spec.children()):
+        return flat, spec.type  # a flat tuple or list of traced values: the same container of the outputs
     return flat, rebuild
 
 

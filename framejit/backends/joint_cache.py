@@ -250,9 +250,13 @@ def load(files: dict, flat_gm: torch.fx.GraphModule, args: list, decompositions,
         indices_of_inps_to_detach=aot["indices_of_inps_to_detach"], forward_time_taken_ns=0,
         backward_time_taken_ns=0, sanitized_aot_config=None, guards_expr=None, serialized_bw_module=None)
     compiled_fn = result._apply_runtime_wrappers(halves["forward"], halves["backward"], True, aot_config)
+    from .joint import _runtime_flags
+    flags = _runtime_flags()  # what _apply_runtime_wrappers decided just now
 
     def forward(*call_args):
         return compiled_fn([*params_buffers, *call_args])
+    # NOTE [Lean joint calls] in joint_function.py: the same halves, metadata and weights, once the backward ran
+    forward.lean_parts = lambda: (halves["forward"], halves["backward"], aot, list(params_buffers), flags)
     return forward
 
 

@@ -470,7 +470,8 @@ class OnnxrtCompiled:
                 decompositions=decompositions(),  # NOTE [Convolution gradients as convolutions]
                 partition_config=PARTITION_CONFIG,  # NOTE [Recomputation for ORT programs]
                 lstm_layers=True,  # NOTE [LSTM layers in training graphs] in backends/recurrent.py
-                persistence=persistence(opts))  # NOTE [Persisted joints] in backends/joint_cache.py
+                persistence=persistence(opts),  # NOTE [Persisted joints] in backends/joint_cache.py
+                lean=True)  # NOTE [Lean joint calls] in backends/joint_function.py
         return self._joint
 
     def _needs_grad(self, inputs) -> bool:

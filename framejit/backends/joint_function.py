@@ -1,0 +1,196 @@
+"""A joint's two compiled halves called through framejit's own `torch.autograd.Function` (NOTE [Lean joint calls]).
+
+`lean_call(aot, forward_half, backward_half, params_buffers)` returns a callable `run(args) -> list` doing
+what AOT autograd's runtime wrappers do for the joint described by `aot` (the arguments AOT autograd gave
+`_cache_autograd_info` while building it: backends/joint_cache.py's Recorder), or a string saying why the
+joint is not one this module serves (the caller keeps AOT autograd's callable then).
+"""
+from __future__ import annotations
+
+import torch
+
+# NOTE [Lean joint calls]
+# AOT autograd glues a joint's compiled forward and backward into an autograd.Function behind layers of
+# runtime wrappers written for every case it supports (input mutations written back, outputs that alias
+# inputs or intermediates regenerated as views, tensor subclasses, RNG state, effect tokens, donated
+# buffers, lazy backward compilation, the first-call custom-op analysis). Per training step of the zoo's
+# mlp on onnxrt they cost about as much as the forward ORT program itself (measured, thread CPU, loaded:
+# JointGraph call 283 us around a forward half of 144 us; see h14e's report). For the common joint --
+# no input mutated, every output a fresh non-aliased tensor, plain tensors only, no RNG state or tokens,
+# no symbolic sizes saved, autocast off when built -- those wrappers reduce to: prepend the parameters,
+# detach the inputs that never need gradients, call the forward half, save what the backward reads
+# (views detached: Note [Detaching saved tensors in AOTAutograd]), mark outputs that need no gradient
+# non-differentiable; in the backward, the vmap and deterministic-algorithm checks, the tangents in their
+# traced memory format, the backward half, and for `create_graph=True` the same double-backward error.
+# `lean_call` does exactly that and nothing else, with the same halves (joint._Counted) and the metadata
+# AOT autograd recorded; any joint outside that case keeps AOT autograd's callable (`_reason` says why,
+# logged once on `output_code`). It takes over after the joint's first backward has run through AOT
+# autograd's callable (AOT compiles the backward half lazily at that point; persisted joints are saved
+# then too). Saved tensors go through `ctx.save_for_backward` as in AOT autograd, so a second backward
+# without `retain_graph` and an in-place change of a saved tensor raise autograd's own errors, and saved
+# tensor hooks apply. Not taken: torch's compiled autograd sees an opaque autograd.Function (AOT's has a
+# `_compiled_autograd_key`); framejit does not use compiled autograd.
+
+DOUBLE_BACKWARD = "torch.compile with aot_autograd does not currently support double backward"
+_VMAP = ("It looks like you're trying to call a compiled backward function within vmap/grad/vjp, which isn't "
+         "supported. Try wrapping vmap inside torch.compile, or skip compiling the backward function.")
+_DETERMINISTIC = ("This compiled backward function is being run with torch.use_deterministic_algorithms(True), "
+                  "but it was previously generated during the forward function while "
+                  "torch.use_deterministic_algorithms(False) was set.")
+
+
+def _reason(aot: dict, params_buffers: list, hooks_disabled: bool, disable_amp: bool) -> str | None:
+    """Why the joint `aot` describes is not served by lean_call (None: it is)."""
+    from torch._functorch._aot_autograd.schemas import OutputType, PlainTensorMeta
+
+    meta = aot.get("fw_metadata")
+    if meta is None:
+        return "no AOT metadata"
+    if aot.get("maybe_subclass_meta") is not None or aot.get("num_symints_saved_for_bw"):
+        return "tensor subclasses or symbolic sizes saved for the backward"
+    for wrapper in aot.get("wrappers", ()):
+        if type(wrapper).__name__ not in ("AOTDedupeWrapper", "AOTSyntheticBaseWrapper") or \
+                getattr(wrapper, "needs_post_compile", True):
+            return f"AOT wrapper {type(wrapper).__name__} rewrites the arguments"
+    if hooks_disabled or disable_amp:
+        return "saved-tensor hooks disabled or autocast on when built"
+    if meta.num_mutated_inp_runtime_indices or meta.mutated_graph_handled_indices or any(
+            i.mutates_data or i.mutates_metadata for i in meta.input_info):
+        return "an input is mutated"
+    if meta.num_intermediate_bases or meta.num_outputs_aliased or meta.num_unsafe_view_outputs or any(
+            o.output_type != OutputType.non_alias or not issubclass(o.raw_type, torch.Tensor)
+            for o in meta.output_info):
+        return "an output aliases an input or an intermediate, or is not a tensor"
+    if meta.num_forward_returns != meta.num_outputs or meta.num_outputs_rng_offset or meta.is_rng_op_functionalized \
+            or meta.num_graphsafe_rng_states or meta.tokens or meta.num_backward_tokens:
+        return "RNG state or effect tokens"
+    if meta.num_symints_saved_for_bw or meta.num_opaque_objects_saved_for_bw or meta.dynamic_saved_tensors_idxs \
+            or meta.dynamic_outputs or meta.grad_enabled_mutation is not None:
+        return "symbolic sizes, opaque objects or grad-mode changes"
+    if meta.indices_of_inputs_that_requires_grad_with_mutations_in_bw:
+        return "inputs mutated in the backward"
+    if not all(type(m) is PlainTensorMeta and m.memory_format is not None for m in meta.subclass_tangent_meta):
+        return "tangents without a plain memory format"
+    survivors = [o for o in meta.output_info if o.requires_grad_for_backward]
+    if len(survivors) != len(meta.subclass_tangent_meta):
+        return "tangent count differs"
+    if len(params_buffers) > len(meta.input_info):
+        return "more weights than inputs"
+    return None
+
+
+def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, hooks_disabled: bool,
+              disable_amp: bool):
+    """`run(args) -> list of outputs`, or a str (why not: NOTE [Lean joint calls])."""
+    why = _reason(aot, params_buffers, hooks_disabled, disable_amp)
+    if why is not None:
+        return why
+    from torch._functorch._aot_autograd.runtime_wrappers import (AOTDispatchAutograd,
+                                                                   coerce_to_expected_memory_format)
+
+    meta = aot["fw_metadata"]
+    n_out = meta.num_outputs
+    vc_slice = meta.tensors_saved_for_backwards_with_vc_check_slice
+    no_vc_slice = meta.tensors_saved_for_backwards_no_vc_check_slice
+    has_no_vc = bool(meta.num_tensors_saved_with_no_vc_check)
+    non_diff = tuple(k for k, o in enumerate(meta.output_info) if not o.requires_grad)
+    survivors = tuple(k for k, o in enumerate(meta.output_info) if o.requires_grad_for_backward)
+    tangent_metas = list(meta.subclass_tangent_meta)
+    formats = [m.memory_format for m in tangent_metas]
+    tangent_descs = meta.traced_tangents_descs
+    stack_traces = meta.tangent_source_stack_traces or ()
+    compile_id = meta.compile_id_str
+    check_deterministic = meta.deterministic is not None and not meta.deterministic
+    inputs_require_grad = any(i.requires_grad for i in meta.input_info)
+    detach = tuple(aot.get("indices_of_inps_to_detach") or aot.get("_indices_of_inps_to_detach") or ())
+    params = list(params_buffers)
+    process_tangent = AOTDispatchAutograd.process_runtime_tangent
+    peek = torch._C._functorch.peek_interpreter_stack
+    is_view_replay_enabled, set_view_replay = torch._C._is_view_replay_enabled, torch._C._set_view_replay_enabled
+
+    def backward_impl(ctx, all_args):
+        ctx.maybe_clear_saved_tensors()
+        out = backward_half(all_args)
+        return tuple(out)
+
+    class LeanBackward(torch.autograd.Function):
+        """A backward that ran with grad mode on (create_graph=True): its own gradient is an error."""
+
+        @staticmethod
+        def forward(double_ctx, impl, *unused):
+            return impl()
+
+        @staticmethod
+        def backward(double_ctx, *grads):
+            raise RuntimeError(DOUBLE_BACKWARD)
+
+    class LeanJoint(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            outs = forward_half(list(args))
+            if not isinstance(outs, list):
+                outs = list(outs) if isinstance(outs, tuple) else [outs]
+            # Note [Detaching saved tensors in AOTAutograd]: saved views are saved detached
+            ctx.save_for_backward(*[x.detach() if x._is_view() else x for x in outs[vc_slice]])
+            if has_no_vc:
+                ctx._tensors_no_vc_check = [x.detach() if x._is_view() else x for x in outs[no_vc_slice]]
+            if non_diff:
+                ctx.mark_non_differentiable(*[outs[k] for k in non_diff if isinstance(outs[k], torch.Tensor)])
+            ctx._materialize_non_diff_grads = False
+            return tuple(outs[:n_out])
+
+        @staticmethod
+        def backward(ctx, *grads):
+            if peek() is not None:
+                raise RuntimeError(_VMAP)
+            if check_deterministic and torch.are_deterministic_algorithms_enabled():
+                raise RuntimeError(_DETERMINISTIC)
+            saved = ctx.saved_tensors
+            if has_no_vc:
+                saved = (*saved, *ctx._tensors_no_vc_check)
+            tangents = []
+            for j, k in enumerate(survivors):
+                t = grads[k]
+                if type(t) is torch.Tensor:
+                    t = coerce_to_expected_memory_format(t, formats[j])
+                else:  # subclasses, non-tensors: AOT autograd's own handling
+                    t = process_tangent(t, tangent_metas[j], j, tangent_descs[j], compile_id,
+                                        stack_traces[j] if stack_traces else None)[0]
+                tangents.append(t)
+            all_args = [*saved, *tangents]
+            del saved, tangents, grads
+
+            def impl(double_ctx=None):
+                return backward_impl(ctx, all_args)
+            if torch._C._is_key_in_tls("context") and (cc := torch._C._get_obj_in_tls("context")) is not None:
+                impl = _partial(cc.run, impl)
+            if torch.is_grad_enabled() and (inputs_require_grad or any(
+                    t.requires_grad for t in all_args if isinstance(t, torch.Tensor))):
+                args = all_args
+                if not any(t.requires_grad for t in args if isinstance(t, torch.Tensor)):
+                    args = [torch.empty(0, requires_grad=True), *args]
+                return LeanBackward.apply(impl, *args)
+            return impl()
+
+    apply = LeanJoint.apply
+
+    def run(args) -> list:
+        full = [*params, *args]
+        for k in detach:
+            if isinstance(full[k], torch.Tensor):
+                full[k] = full[k].detach()
+        replay = is_view_replay_enabled()
+        try:
+            if not replay:
+                set_view_replay(True)
+            outs = apply(*full)
+        finally:
+            if not replay:
+                set_view_replay(False)
+        return list(outs)
+    return run
+
+
+def _partial(fn, *args):
+    import functools
+    return functools.partial(fn, *args)
