@@ -210,3 +210,18 @@ def test_joints_that_need_aot_wrappers_keep_them():
         assert flat._base is x and type(out.grad_fn).__name__ == "CompiledFunctionBackward"
         (out.sum() + flat.sum()).backward()
         torch.testing.assert_close(x.grad, (torch.relu(x @ w) > 0).float() @ w.t() + 1)
+
+
+def test_a_persisted_joint_loaded_in_a_later_process_goes_lean_too(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "cache_enabled", True)
+    monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
+    torch.manual_seed(4)
+    model = MLP()
+    ref = copy.deepcopy(model)
+    inputs = [torch.randn(4, 6) for _ in range(4)]
+    assert _train(model, ref, framejit.compile(model, backend="onnxrt"), inputs[:1]) == ["CompiledFunctionBackward"]
+    framejit.reset()  # the frame and the joint now come from the store (NOTE [Persisted joints])
+    before = dict(joint.STATS)
+    kinds = _train(model, ref, framejit.compile(model, backend="onnxrt"), inputs[1:])
+    assert joint.STATS["loaded"] - before.get("loaded", 0) == 1 and joint.STATS["traced"] == before.get("traced", 0)
+    assert kinds == ["CompiledFunctionBackward", "LeanJointBackward", "LeanJointBackward"]
