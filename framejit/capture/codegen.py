@@ -36,7 +36,7 @@ from .mappings_runtime import fresh_exception, grad_mode_manager, make_defaultdi
 from .values.mappings import IdentityKey, key_value
 from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
-from .sources import LocalSource, ObjectSource
+from .sources import LocalSource, ObjectSource, safe_local
 from .sym_arith import SymRangeValue
 from .values.scalars import SymFloatValue
 
@@ -607,8 +607,10 @@ class FunctionShape:
                    code.co_qualname, code.co_filename, code.co_firstlineno)
 
     def params_source(self) -> str:
-        """The parameter list as source text, e.g. `x, y, /, *args, k, **kw` (for guard functions)."""
-        names = list(self.argnames)
+        """The parameter list as source text, e.g. `x, y, /, *args, k, **kw` (for guard functions); a
+        parameter that is not an identifier (a comprehension's `.0`) is renamed as guard expressions name
+        it (NOTE [Locals that are not identifiers] in sources.py)."""
+        names = [safe_local(name) for name in self.argnames]
         pos = names[:self.argcount]
         parts = list(pos)
         if self.posonlyargcount:

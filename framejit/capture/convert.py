@@ -143,8 +143,11 @@ def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output):
     bound = frame_signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     translator = _tracing()[3]
-    f_locals = {name: translator.LazyArg(value, name) for name, value in bound.arguments.items()}
     code = fn.__code__
+    # inspect names a comprehension's implicit `.0` argument `implicit0`: the frame's locals are named as
+    # its code names them, in the signature's order (NOTE [Locals that are not identifiers] in sources.py)
+    names = FunctionShape.of(code).argnames
+    f_locals = {name: translator.LazyArg(value, name) for name, value in zip(names, bound.arguments.values())}
     cells = {name: translator.RealCell(cell, name) for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
     return translator.Translator(output, code, fn.__globals__, fn.__builtins__, f_locals, cells)
 
@@ -220,17 +223,31 @@ def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> Gua
     return guard
 
 
+# NOTE [Eager entries whose guards fail to build]: an eager entry is framejit's last resort (NOTE [Eager
+# frames]), and convert_frame makes one after an internal error; yet it too generates a guard function, and
+# the error may lie there (a guard function that was not valid Python: NOTE [Locals that are not
+# identifiers] in sources.py). Then the entry gets a guard that accepts every call, so the frame runs
+# eagerly from then on without being traced again, and its eager-frame record says why. With
+# fullgraph=True an internal error raises Unsupported before any eager entry is made (convert_frame).
 def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
     STATS["eager_entries"] += 1
     from .eager_frames import record  # NOTE [Eager frames]
+    try:
+        guard, unguarded = _guard_function(fn, shape, output), ""
+    except Exception as e:  # NOTE [Eager entries whose guards fail to build]
+        guard = compile_guards([], "*___args, **___kwargs", {}, name=f"accept_all_{fn.__code__.co_name}")
+        unguarded = f"; its guards could not be generated ({type(e).__name__}: {e}): it runs eagerly on every call"
+        logs.log("eager_fallback", "%s: its guards could not be generated, it runs eagerly on every call: %s",
+                 fn.__code__.co_qualname, "".join(traceback.format_exception(e)[-3:]).strip())
     if graph_break is not None:
         why_not = getattr(output, "no_break_reason", None)
         record(fn.__code__, f"[{graph_break.kind.value}] {graph_break.explanation}" +
-               (f"; no graph break could be taken there: {why_not}" if why_not else ""), graph_break.location)
+               (f"; no graph break could be taken there: {why_not}" if why_not else "") + unguarded,
+               graph_break.location)
     else:
-        record(fn.__code__, f"the traced code raised {type(user_error).__name__}: {user_error}" if user_error
-               is not None else "no graph could be built")
-    return Entry(_guard_function(fn, shape, output), fn, [], graph_break, user_error)
+        record(fn.__code__, (f"the traced code raised {type(user_error).__name__}: {user_error}" if user_error
+               is not None else "no graph could be built") + unguarded)
+    return Entry(guard, fn, [], graph_break, user_error)
 
 
 def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest) -> Entry:

@@ -22,6 +22,7 @@ from bytecode import CellVar, Instr, Label, TryBegin, TryEnd
 
 from . import emit
 from .normalize import normalize
+from .sources import safe_local  # NOTE [Locals that are not identifiers]
 
 # resume code object -> (original code, number of canonical instructions in its prologue)
 _ORIGIN: dict[types.CodeType, tuple[types.CodeType, int]] = {}
@@ -113,23 +114,13 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     return new_code
 
 
-def safe_local(name: str) -> str:
-    """NOTE [Locals that are not identifiers]: pytest's assertion rewriting adds locals such as
-    `@py_assert1`. A resume function takes the live locals as parameters, and its guard function is
-    Python source with that signature, so in resume code such a local is renamed to an identifier
-    (deterministically: a resume of a resume renames nothing more)."""
-    if name.isidentifier():
-        return name
-    return "___local_" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-
-
 def _rename_locals(items: list) -> None:
     for item in items:
         if isinstance(item, Instr) and "_FAST" in item.name:
             arg = item.arg
-            if isinstance(arg, str) and not arg.isidentifier():
+            if isinstance(arg, str) and safe_local(arg) != arg:
                 item.arg = safe_local(arg)
-            elif isinstance(arg, tuple) and any(isinstance(a, str) and not a.isidentifier() for a in arg):
+            elif isinstance(arg, tuple) and any(isinstance(a, str) and safe_local(a) != a for a in arg):
                 item.arg = tuple(safe_local(a) if isinstance(a, str) else a for a in arg)
 
 

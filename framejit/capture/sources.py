@@ -13,6 +13,7 @@ held by identity in `Ref`, compared by identity.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 from typing import Any
 
 
@@ -70,12 +71,30 @@ class _DescribeNames(NameTable):
         return hint or type(obj).__name__
 
 
+# NOTE [Locals that are not identifiers]: a frame may have locals whose names are not Python identifiers:
+# the implicit `.0` argument (the iterator) of every comprehension and generator expression frame (3.11
+# `<listcomp>`, `<dictcomp>`, `<setcomp>`, `<genexpr>`; 3.12+ still makes `<genexpr>` a frame, PEP 709), and
+# pytest's assertion rewriting adds `@py_assert1`. Generated *bytecode* names them as they are (LOAD_FAST
+# takes any string), but a guard function is Python source whose parameters are the frame's: there such a
+# local is renamed to an identifier by `safe_local`, in the parameter list (FunctionShape.params_source)
+# and in every guard expression that reads it (LocalSource.expr), so both always agree; resume code renames
+# it in its instructions and parameters (resume.make_resume_code), so a resume of a resume renames nothing
+# more. The new names start with `___local_`, which no frame local or namespace name (NameTable) uses.
+# Without this a comprehension frame reaching the hook (called at a graph break, or a resume function of
+# one) raised `SyntaxError: def ___guard__listcomp__4(.0):` into the user's program.
+def safe_local(name: str) -> str:
+    """`name` as an identifier for generated source (NOTE [Locals that are not identifiers])."""
+    if name.isidentifier() and not keyword.iskeyword(name):
+        return name
+    return "___local_" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
 @dataclasses.dataclass(frozen=True)
 class LocalSource(Source):
     name: str
 
     def expr(self, names: NameTable) -> str:
-        return self.name
+        return safe_local(self.name)  # NOTE [Locals that are not identifiers]
 
     def reload(self, cg) -> None:
         cg.load_fast(self.name)

@@ -1,0 +1,85 @@
+"""Comprehension and generator-expression frames that reach the frame hook (issue 11: no crash eager does
+not raise; helper h11f).
+
+A comprehension's code object takes one implicit argument named `.0` (its iterator). On 3.11 every
+`<listcomp>`, `<dictcomp>`, `<setcomp>` and `<genexpr>` is such a frame; 3.12+ inline list, dict and set
+comprehensions (PEP 709) but a generator expression is still a frame. Such a frame reaches the hook when
+its function object is live at a graph break (the break in the expression that makes its iterable: here a
+generator that prints, which runs lazily as Python) and its own body then breaks too (stepping that
+iterator in Python). Its guard function was `def ___guard__listcomp__4(.0):`, a SyntaxError raised into the
+user's program; renamed, the frame's comprehension container (live on the stack across its steps) lost the
+items added after each break (`[]` for a list of two tensors). Differential: eager vs compiled on fresh
+inputs over several calls with changing shapes and values, printed output compared too.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import framejit
+from framejit.capture.codegen import FunctionShape
+from tests.helpers import CountingBackend, run_differential
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+def _eager_frame_reasons(since: int) -> list[dict]:
+    return framejit.stats()["eager_frame_reasons"][since:]
+
+
+def _batches(x, size=2):
+    """A data-loading style generator that logs: it runs lazily, as Python, so the frame breaks where it is
+    made and its consumer steps it in Python."""
+    for chunk in x.split(size):
+        print("batch", tuple(chunk.shape))
+        yield chunk
+
+
+def _genexpr_sum(x, w):
+    return sum(torch.sin(c) * w for c in _batches(x)) + x.sum()
+
+
+def _genexpr_stack(x, w):
+    return torch.stack(tuple(c.mean() * w for c in _batches(x))).softmax(0)
+
+
+def _genexpr_any(x, w):
+    if any(c.shape[0] < 2 for c in _batches(x)):
+        return x * w
+    return x - w
+
+
+@pytest.mark.parametrize("fn", [_genexpr_sum, _genexpr_stack, _genexpr_any], ids=["sum", "stack", "any"])
+def test_generator_expression_over_a_generator_run_as_python(fn):
+    """A generator expression is a frame on every version: sum(), torch.stack(tuple(...)) and any() over one
+    reached its hook and raised SyntaxError (3.11, 3.12, 3.13). A generator frame runs as Python, counted."""
+    backend = CountingBackend()
+    run_differential(fn, lambda seed: (torch.randn(4 + seed), 1.5 + seed), seeds=(0, 1, 1), fullgraph=False,
+                     backend=backend)
+    assert backend.graph_count >= 1  # the code around the generator expression is still captured
+
+
+def _scale(x):
+    return x * 2 + 1
+
+
+def test_guard_function_that_is_not_python_runs_eagerly(monkeypatch):
+    """The safety net (NOTE [Eager entries whose guards fail to build]): generated guard code that does not
+    compile is framejit's own failure. Without fullgraph the frame runs eagerly, counted with its reason and
+    not traced again; with fullgraph=True it is framejit.Unsupported. Before, the eager entry made for the
+    internal error generated the same guard function again, and the SyntaxError reached the caller."""
+    monkeypatch.setattr(FunctionShape, "params_source", lambda self: ".0")
+    backend = CountingBackend()
+    compiled = framejit.compile(_scale, backend=backend)
+    before, traced = _eager_frames(), framejit.stats()["frames_traced"]
+    for n in (3, 5):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), _scale(x))
+    assert _eager_frames() == before + 1
+    assert "SyntaxError" in framejit.stats()["eager_frame_reasons"][-1]["reason"]
+    assert framejit.stats()["frames_traced"] == traced + 1  # the second call was not traced again
+    strict = framejit.compile(_scale, backend=CountingBackend(), fullgraph=True)
+    with pytest.raises(framejit.Unsupported):
+        strict(torch.randn(3))
