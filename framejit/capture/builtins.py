@@ -258,9 +258,12 @@ def _dict(tx, args, kwargs):
     if args:
         src = args[0]
         from .mappings import object_mapping_items
-        mapping = None if isinstance(src, DictValue) else object_mapping_items(tx, src)
+        from .dict_objects import is_new_dict_object, merged_items
+        mapping = None if isinstance(src, DictValue) or is_new_dict_object(src) else object_mapping_items(tx, src)
         if isinstance(src, DictValue):
             items.update(src.items)
+        elif is_new_dict_object(src):  # a dict subclass's instance made while tracing (a Counter)
+            items.update(merged_items(src))
         elif mapping is not None:  # NOTE [Mappings that are objects]
             items.update(mapping)
         else:
@@ -386,11 +389,17 @@ def _sorted(tx, args, kwargs):
 
 def _min_max(fn: Callable):
     def handler(tx, args, kwargs):
+        if kwargs.keys() - {"default", "key"}:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() with these keywords")
+        if len(args) > 1 and "default" in kwargs:
+            raise UserException(TypeError(f"Cannot specify a default for {fn.__name__}() with multiple "
+                                          "positional arguments"))
         items = iterate(tx, args[0]) if len(args) == 1 else list(args)
-        if kwargs.keys() - {"default"}:
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() with key=")
         if not items and "default" in kwargs:
             return kwargs["default"]
+        key = kwargs.get("key")
+        if key is not None and not (key.is_constant() and key.as_constant() is None):
+            return _min_max_by_key(tx, fn, items, key)
         from .sym_arith import min_max  # NOTE [Size arithmetic stays symbolic]
         kept = min_max(tx, fn, items)
         if kept is not None:
@@ -399,6 +408,29 @@ def _min_max(fn: Callable):
             return constant_fold(fn, _consts(items))
         raise Unsupported(BreakKind.DATA_DEPENDENT, f"{fn.__name__}() of tensors compares tensor data")
     return handler
+
+
+def _min_max_by_key(tx, fn: Callable, items: list[Value], key: Value) -> Value:
+    """`max(items, key=f)` as CPython runs it: `f` called once per item, in order, and the first item
+    whose key is strictly greater (less, for min) than the best so far replaces it. Keys must be
+    constants (their comparison is then Python's own, exceptions included)."""
+    if not items:
+        try:
+            fn([])
+        except ValueError as e:  # this CPython's own message
+            raise UserException(e) from None
+    keys = [tx.call(key, [item], {}) for item in items]
+    if not all(k.is_constant() for k in keys):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() with keys that are not constants")
+    better = operator.gt if fn is max else operator.lt
+    best = 0
+    for i in range(1, len(items)):
+        try:
+            if better(keys[i].as_constant(), keys[best].as_constant()):
+                best = i
+        except Exception as e:  # the keys' own comparison raised (TypeError between str and int)
+            raise UserException(e) from None
+    return items[best]
 
 
 BUILTIN_HANDLERS[min] = _min_max(min)
@@ -602,9 +634,10 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
         if missing:
             try:
                 return _dict_method(tx, self_value, name, rest, kwargs)
-            except UserException:
-                raise Unsupported(BreakKind.UNSUPPORTED_CALL,
-                                  f"__missing__ of a {type(args[0].obj).__name__}") from None
+            except UserException as e:  # NOTE [__missing__ of dict objects]: absent (guarded with the contents)
+                if not isinstance(e.exc, KeyError) or len(rest) != 1 or kwargs:
+                    raise
+                return tx.call_special_of(args[0], "__missing__", [rest[0]], {})
     if owner in (set, frozenset):
         return _set_method(tx, self_value, name, rest, kwargs)
     if owner in (dict, collections.OrderedDict):

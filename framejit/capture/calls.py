@@ -123,6 +123,10 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return call_class(tx, fn, args, kwargs)
     if is_cached_function(fn):  # NOTE [Cached functions]
         return call_cached(tx, fn, args, kwargs)
+    from .stdlib import call_getter, getter_of
+    getter = getter_of(tx, fn)
+    if getter is not None:  # NOTE [Operator getters]
+        return call_getter(tx, getter, args, kwargs)
     if isinstance(fn, ObjectValue) and callable(fn.obj):  # `o(...)` finds __call__ on type(o) only
         return tx.call_special_of(fn, "__call__", args, kwargs)  # NOTE [Special method lookup]
     if isinstance(fn, NewObjectValue) and _python_call(fn.cls):

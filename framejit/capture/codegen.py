@@ -32,6 +32,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      DictViewValue, IteratorValue, ListValue, NewObjectValue, ObjectValue, PartialValue,
                      PyModuleValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
+from .stdlib import GETTERS, getter_args
 from .mappings_runtime import fresh_exception, grad_mode_manager, make_defaultdict, view_of
 from .values.mappings import IdentityKey, key_value
 from .partials import check_rebuildable, make_partial, partial_parts
@@ -311,6 +312,12 @@ class Reconstructor:
             cg.load_const(fresh_exception)
             cg.load_const(value.value)
             cg.call(1)
+        elif isinstance(value, ConstantValue) and type(value.value) in GETTERS:  # NOTE [Operator getters]
+            cg.push_null()
+            cg.load_const(type(value.value))
+            for arg in getter_args(value.value):
+                cg.load_const(arg)
+            cg.call(len(getter_args(value.value)))
         elif isinstance(value, ConstantValue):
             from .shapes import concrete  # a size the trace kept symbolic is specialised here (guarded)
             cg.load_const(concrete(value.value))

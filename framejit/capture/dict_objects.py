@@ -109,6 +109,15 @@ def storage(obj: NewObjectValue) -> DictValue:
     return obj.attrs[STORAGE]
 
 
+def merged_items(obj: NewObjectValue) -> dict[Any, Value]:
+    """What `dict(obj)` copies: CPython's dict_merge takes a dict's own storage when its type keeps dict's
+    `__iter__` (Counter, ModelOutput), else it goes through `keys()` and `__getitem__` (not modelled)."""
+    if _overrides(obj, "__iter__"):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict() of a {obj.cls.__name__} made while tracing, "
+                                                      "which overrides __iter__")
+    return dict(storage(obj).items)
+
+
 def _update(tx, obj: NewObjectValue, args: list[Value], kwargs: dict[str, Value]) -> None:
     from .builtins import call_container_method
     call_container_method(tx, dict.update, [storage(obj), *args], kwargs)
@@ -132,6 +141,23 @@ def dunder(tx, obj: NewObjectValue, name: str, args: list[Value]) -> Value | Non
     return None
 
 
+# NOTE [__missing__ of dict objects]: dict's `__getitem__` (the `d[k]` of a subclass that does not override
+# it, and `dict.__getitem__(d, k)` / `super().__getitem__(k)`) calls `type(d).__missing__(d, k)` for an
+# absent key when the class defines one: Counter answers 0, a user's class may build and store a value.
+# For an object made while tracing the absence is a fact of the trace and `__missing__` is inlined; for
+# one from outside the absence is guarded with its contents (builtins.call_container_method). The
+# lookup of `__missing__` is guarded either way.
+def missing_of_new_object(tx, obj: NewObjectValue, key: Value) -> Value | None:
+    """`obj[key]` through dict's own `__getitem__` when key is absent and the class has `__missing__`:
+    its result; None when dict's own lookup answers (present key, or no `__missing__`)."""
+    from . import lookup
+    from .protocol import contains
+    lookup.guard_lookup(tx.output, obj.cls, "__missing__")
+    if lookup.mro_lookup(obj.cls, "__missing__")[0] is None or contains(tx, key, storage(obj)):
+        return None
+    return tx.call_special_of(obj, "__missing__", [key], {})
+
+
 def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """A C method of dict/OrderedDict/object called on a dict object made while tracing."""
     from .builtins import call_container_method
@@ -149,6 +175,10 @@ def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -
     if name == "__setitem__":
         items.items[rest[0].as_constant()] = rest[1]
         return ConstantValue(None)
+    if name == "__getitem__" and len(rest) == 1:
+        missing = missing_of_new_object(tx, obj, rest[0])  # NOTE [__missing__ of dict objects]
+        if missing is not None:
+            return missing
     simple = {"__getitem__": lambda: getitem(tx, items, rest[0]), "__len__": lambda: ConstantValue(length(tx, items)),
               "__contains__": lambda: ConstantValue(contains(tx, rest[0], items)),
               "__iter__": lambda: IteratorValue(iterate(tx, items))}

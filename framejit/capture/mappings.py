@@ -279,3 +279,30 @@ def object_mapping_items(tx, value: Value) -> dict[Any, Value] | None:
     for key in iterate(tx, tx.call(keys, [], {})):
         items[dict_key(tx, key)] = getitem(tx, value, key)
     return items
+
+
+# NOTE [Counting elements]: `collections.Counter(iterable)` and `Counter.update(iterable)` tally through
+# `_collections._count_elements(mapping, iterable)`, a C function (Counter is used in real code: token
+# counts in preprocessing, bucket counts). It is traced as the pure-Python version collections itself
+# falls back to, which does what the C one does, step for step, for any mapping: `mapping.get(elem, 0)`
+# then `mapping[elem] = ... + 1` through the mapping's own (possibly overridden) methods; the C fast path
+# for a mapping that overrides neither is the same dict operations.
+def _count_elements_py(mapping, iterable):
+    mapping_get = mapping.get
+    for elem in iterable:
+        mapping[elem] = mapping_get(elem, 0) + 1
+
+
+def _count_elements(tx, args, kwargs):
+    from .values import UserFunctionValue
+    if len(args) != 2 or kwargs:
+        raise UserException(TypeError(f"_count_elements expected 2 arguments, got {len(args) + len(kwargs)}"))
+    return tx.inline(UserFunctionValue(_count_elements_py), args, {})
+
+
+try:
+    from _collections import _count_elements as _C_COUNT_ELEMENTS
+except ImportError:  # pragma: no cover - collections then uses its Python version, which is traced as it is
+    _C_COUNT_ELEMENTS = None
+if _C_COUNT_ELEMENTS is not None:
+    BUILTIN_HANDLERS[_C_COUNT_ELEMENTS] = _count_elements

@@ -269,7 +269,16 @@ def is_same(tx, a: Value, b: Value) -> bool:
         return False
     if _fresh(a) or _fresh(b):  # a list, dict, set or object made while tracing is no other object
         return False
+    if _exact_type(a) is not None and _exact_type(b) is not None and _exact_type(a) is not _exact_type(b):
+        return False  # objects of two types are two objects (heapq's `result is sentinel`, a tuple vs object())
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"identity comparison of {a.describe()} and {b.describe()}")
+
+
+def _exact_type(v: Value) -> type | None:
+    """The type of the object `v` stands for, where the value knows it exactly."""
+    if isinstance(v, (SequenceValue, DictValue, SetValue, ObjectValue, NewObjectValue, ConstantValue)):
+        return v.python_type()
+    return None
 
 
 def _fresh(v: Value) -> bool:
@@ -519,6 +528,10 @@ def getitem(tx, obj: Value, key: Value) -> Value:
             return kept
     if is_new_dict_object(obj):  # NOTE [Dict-subclass objects made while tracing]
         result = dunder(tx, obj, "__getitem__", [key])
+        if result is not None:
+            return result
+        from .dict_objects import missing_of_new_object
+        result = missing_of_new_object(tx, obj, key)  # NOTE [__missing__ of dict objects]
         if result is not None:
             return result
         obj = storage(obj)

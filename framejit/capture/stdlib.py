@@ -2,6 +2,8 @@
 tensor, or a conversion to the dtype that a type name, tensor class or dtype names), and
 `torch._dynamo.graph_break()`, which breaks the graph as it asks.
 
+`operator.itemgetter`/`attrgetter` with constant arguments: NOTE [Operator getters].
+
 `collections.namedtuple(...)` called inside the region is not answered here: eager makes a new class on
 every call, and a class made once while tracing would be observably another type.
 
@@ -12,6 +14,7 @@ same tensor when it already has that type, as eager returns `t` itself); a type 
 """
 from __future__ import annotations
 
+import operator
 import sys
 
 import torch
@@ -71,3 +74,63 @@ def tensor_type(tx, t: TensorValue, args: list[Value], kwargs: dict[str, Value])
 
 
 __all__ = ["forced_break", "tensor_type"]
+
+
+# NOTE [Operator getters]: `operator.itemgetter(1)` / `attrgetter("a.b")` (the key of Counter.most_common,
+# of sorted/max/min in library code) with constant arguments are immutable callables fixed by those
+# arguments: made while tracing they are constants (the real getter, made at trace time, so a bad argument
+# raises what eager raises), and a call `g(obj)` is the item or attribute reads it stands for, traced as
+# reads (`obj[1]`, `obj.a.b`; a tuple of them for several). A getter from outside (a module-level
+# `_itemgetter1`) is guarded by identity. One that escapes the region is made anew from its arguments on
+# every call (codegen.py), as eager makes a new one.
+GETTERS = (operator.itemgetter, operator.attrgetter)
+
+
+def _make_getter(cls: type):
+    def handler(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        if kwargs or not all(a.is_constant() for a in args):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"operator.{cls.__name__} of values that are not constants")
+        try:
+            return ConstantValue(cls(*(a.as_constant() for a in args)))
+        except (TypeError, ValueError) as e:
+            raise UserException(e) from None
+    return handler
+
+
+for _getter in GETTERS:
+    BUILTIN_HANDLERS[_getter] = _make_getter(_getter)
+
+
+def getter_of(tx, fn: Value):
+    """The real itemgetter/attrgetter `fn` stands for, or None."""
+    from .values import ObjectValue
+    if isinstance(fn, ConstantValue) and type(fn.value) in GETTERS:
+        return fn.value
+    if isinstance(fn, ObjectValue) and type(fn.obj) in GETTERS and fn.source is not None:
+        tx.output.guard_id(fn.source, fn.obj)
+        return fn.obj
+    return None
+
+
+def getter_args(getter) -> tuple:
+    cls, args = getter.__reduce__()
+    return args
+
+
+def call_getter(tx, getter, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    from .protocol import getitem
+    from .values import TupleValue
+    if kwargs:
+        raise UserException(TypeError(f"{type(getter).__name__}() takes no keyword arguments"))
+    if len(args) != 1:
+        raise UserException(TypeError(f"{type(getter).__name__} expected 1 argument, got {len(args)}"))
+    obj, got = args[0], []
+    for item in getter_args(getter):
+        if type(getter) is operator.itemgetter:
+            got.append(getitem(tx, obj, ConstantValue(item)))
+            continue
+        value = obj
+        for part in item.split("."):
+            value = tx.getattr(value, part)
+        got.append(value)
+    return got[0] if len(got) == 1 else TupleValue(got)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import operator
 
 import pytest
 import torch
@@ -142,3 +143,117 @@ def test_a_wrapper_with_stored_attributes_crosses_a_graph_break(capsys):
     assert capsys.readouterr().out == "between\n" * 4
     assert backend.graph_count == 4  # before and after the print, static then with a dynamic size
     assert _explain_breaks(_wrapper_across_a_break, torch.randn(3)) == 1  # the print only
+
+
+# ---- a comprehension whose loop runs as Python keeps what it built -----------------------------------------
+
+def _list_comp(x, items):
+    it = iter(items)
+    head = [(i, e) for i, e in zip(range(2), it)]  # `it` is read again below: the zip runs as Python
+    return x + len(head), head, next(it)
+
+
+def _dict_comp(x, items):
+    it = iter(items)
+    head = {i: e for i, e in zip(range(2), it)}
+    return x + len(head), head, next(it)
+
+
+def _set_comp(x, items):
+    it = iter(items)
+    head = {e for _, e in zip(range(2), it)}
+    return x + len(head), sorted(head), next(it)
+
+
+@pytest.mark.parametrize("fn", [_list_comp, _dict_comp, _set_comp], ids=["list", "dict", "set"])
+def test_a_comprehension_stepped_as_python_keeps_its_items(fn):
+    """On 3.11 the comprehension is a function whose loop, over a zip made by Python at an earlier break,
+    is stepped in Python: its body became a resume function taking the half-built list as an argument, and
+    LIST_APPEND/MAP_ADD/SET_ADD wrote only into the trace's copy of it: the list came back empty, silently
+    (heapq.nlargest(n, ...) and Counter.most_common(n) returned [])."""
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    before = _eager_frames()
+    for items in (["a", "b", "c"], ["d", "e", "f", "g"]):
+        x = torch.randn(2)
+        assert_same(compiled(x, items), fn(x, items))
+    assert _eager_frames() == before
+
+
+# ---- collections.Counter, operator getters, max/min with key= -----------------------------------------------
+
+def _count(x, tokens):
+    c = collections.Counter(tokens)
+    c.update(tokens[:1])
+    c.update({"b": 2})
+    c["q"] += 1  # absent: Counter.__missing__ answers 0
+    ranked = c.most_common()
+    best = max(c.items(), key=operator.itemgetter(1))
+    least = min(c, key=lambda k: (c[k], k))
+    return x * c["a"] + c["zz"] + c.total(), dict(c), ranked, best, least, c
+
+
+def test_counter_made_inside_the_compiled_region_is_one_graph():
+    """collections.Counter(...) broke at `_collections._count_elements` (a C function), `c[absent]` raised
+    KeyError in the trace (Counter.__missing__ not called: the frame ran wholly eagerly), dict(c) crashed the
+    tracer (eager frame), operator.itemgetter and max(key=) were breaks."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_count, backend=backend)
+    before = _eager_frames()
+    for tokens in (["a", "b", "a", "c"], ["a", "c", "c", "d", "a"]):
+        for n in (3, 4):
+            x = torch.randn(n)
+            got, expected = compiled(x, list(tokens)), _count(x, list(tokens))
+            assert_same(got[0], expected[0])
+            assert got[1:5] == expected[1:5]
+            assert type(got[5]) is collections.Counter and got[5] == expected[5]
+    assert _eager_frames() == before
+    assert _explain_breaks(_count, torch.randn(3), ["a", "b"]) == 0
+    assert backend.graph_count == 3  # static, a dynamic size, then the other token list (guarded by value)
+
+
+def _read_counts(x, counts):
+    return x * counts["a"] + counts["missing"]
+
+
+def test_counter_from_outside_answers_absent_keys_through_missing():
+    """`counts["missing"]` on a Counter passed in was a graph break ("__missing__ of a Counter"); the
+    absence is guarded with the contents, so adding the key later recompiles."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_read_counts, backend=backend)
+    before = _eager_frames()
+    counts = collections.Counter("aab")
+    x = torch.randn(3)
+    assert_same(compiled(x, counts), _read_counts(x, counts))
+    counts["missing"] = 5
+    assert_same(compiled(x, counts), _read_counts(x, counts))
+    del counts["missing"]
+    assert_same(compiled(x, counts), _read_counts(x, counts))
+    assert _eager_frames() == before
+    assert _explain_breaks(_read_counts, x, collections.Counter("ab")) == 0
+
+
+_SECOND = operator.itemgetter(1)  # a module-level getter, as collections and heapq keep them
+
+
+def _extremes(x, pairs, names):
+    by_second = max(pairs, key=_SECOND)  # ties: the first maximal item, as CPython keeps it
+    smallest = min(pairs, key=operator.itemgetter(1, 0))
+    longest = max(*names, key=len)
+    fallback = max([], key=len, default=None)
+    ordered = sorted(pairs, key=_SECOND, reverse=True)
+    return x * by_second[1] + smallest[1], by_second, smallest, longest, fallback, ordered
+
+
+def test_max_min_and_sorted_with_a_key_are_captured():
+    backend = CountingBackend()
+    compiled = framejit.compile(_extremes, backend=backend)
+    before = _eager_frames()
+    for pairs, names in (([("a", 2), ("b", 3), ("c", 3)], ["xy", "z", "uv"]), ([("d", 1), ("e", 0)], ["p", "qr"])):
+        x = torch.randn(2)
+        assert_same(compiled(x, pairs, names), _extremes(x, pairs, names))
+    assert _eager_frames() == before
+    assert _explain_breaks(_extremes, torch.randn(2), [("a", 2)], ["xy", "z"]) == 0
+    with pytest.raises(ValueError):
+        compiled(torch.randn(2), [], ["a", "b"])  # max() of an empty sequence, with key=
+    with pytest.raises(TypeError):
+        framejit.compile(lambda x: max(1, 2, default=0) + x)(torch.randn(2))

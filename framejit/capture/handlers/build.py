@@ -22,16 +22,41 @@ def list_to_tuple(tx, inst):
     tx.push(TupleValue(list(tx.pop().items)))
 
 
+# NOTE [Building into a container from outside]: LIST_APPEND, LIST_EXTEND, MAP_ADD, SET_ADD, SET_UPDATE,
+# DICT_UPDATE and DICT_MERGE write into the container being built below them on the stack, which is made
+# by BUILD_LIST/BUILD_MAP/BUILD_SET in the same frame, except in a resume function: a break inside a
+# comprehension (or between the parts of `[*a, f(), *b]`) passes the half-built container to the resume
+# function as a stack argument, a real object from outside. Writing only into the abstract items then
+# lost every item added in the resume function (`[e for e in zip(range(n), it)]` whose steps run as
+# Python returned `[]`, heapq.nlargest's result). Such a target gets the same write as a method call on
+# it (`list.append`, `d[k] = v`, `set.add`, ...), which is recorded and replayed as a side effect.
+def _from_outside(target) -> bool:
+    return getattr(target, "source", None) is not None
+
+
+def _call_on(tx, method, target, *args) -> None:
+    from ..builtins import call_container_method
+    call_container_method(tx, method, [target, *args], {})
+
+
 @op("LIST_APPEND")
 def list_append(tx, inst):
     value = tx.pop()
-    tx.peek(inst.arg).items.append(value)
+    target = tx.peek(inst.arg)
+    if _from_outside(target):  # NOTE [Building into a container from outside]
+        _call_on(tx, list.append, target, value)
+        return
+    target.items.append(value)
 
 
 @op("LIST_EXTEND")
 def list_extend(tx, inst):
     iterable = tx.pop()
-    tx.peek(inst.arg).items.extend(iterate(tx, iterable))
+    target = tx.peek(inst.arg)
+    if _from_outside(target):  # NOTE [Building into a container from outside]
+        _call_on(tx, list.extend, target, iterable)
+        return
+    target.items.extend(iterate(tx, iterable))
 
 
 @op("BUILD_MAP")
@@ -53,13 +78,21 @@ def map_add(tx, inst):
     from ..identity_keys import dict_key
     value = tx.pop()
     key = tx.pop()
-    tx.peek(inst.arg).items[dict_key(tx, key)] = value
+    target = tx.peek(inst.arg)
+    if _from_outside(target):  # NOTE [Building into a container from outside]
+        from .arith import _store_item
+        _store_item(tx, target, key, value)  # `target[key] = value`, as STORE_SUBSCR does it
+        return
+    target.items[dict_key(tx, key)] = value
 
 
 @op("DICT_UPDATE")
 def dict_update(tx, inst):
     other = tx.pop()
     target = tx.peek(inst.arg)
+    if _from_outside(target):  # NOTE [Building into a container from outside]
+        _call_on(tx, dict.update, target, DictValue(_as_items(tx, other)))
+        return
     target.items.update(_as_items(tx, other))
 
 
@@ -68,6 +101,8 @@ def dict_merge(tx, inst):
     other = tx.pop()
     target = tx.peek(inst.arg)
     items = _as_items(tx, other)
+    if _from_outside(target):  # NOTE [Building into a container from outside]
+        raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, "DICT_MERGE into a dict from outside")
     duplicate = next((k for k in items if k in target.items), None)
     if duplicate is not None:
         raise UserException(TypeError(f"got multiple values for keyword argument '{duplicate}'"))
@@ -144,7 +179,11 @@ def build_set(tx, inst):
 def set_add(tx, inst):
     from ..identity_keys import set_element
     value = tx.pop()
-    tx.peek(inst.arg).items.add(set_element(tx, value))
+    target = tx.peek(inst.arg)
+    if _from_outside(target):  # NOTE [Building into a container from outside]
+        _call_on(tx, set.add, target, value)
+        return
+    target.items.add(set_element(tx, value))
 
 
 @op("SET_UPDATE")
@@ -152,6 +191,9 @@ def set_update(tx, inst):
     from ..identity_keys import set_element
     iterable = tx.pop()
     target = tx.peek(inst.arg)
+    if _from_outside(target):  # NOTE [Building into a container from outside]
+        _call_on(tx, set.update, target, iterable)
+        return
     # NOTE [Set order]: CPython merges a set's table (`{"a", "b", "c"}` is BUILD_SET 0 and SET_UPDATE of a
     # frozenset constant): the same merge from the same layout keeps the program's order
     if isinstance(iterable, ConstantValue) and type(iterable.value) in (set, frozenset):
