@@ -152,6 +152,13 @@ def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output):
     return translator.Translator(output, code, fn.__globals__, fn.__builtins__, f_locals, cells)
 
 
+# NOTE [Autocast off in one call]: the trace depends on whether autocast is on for "cpu" and "cuda". When it
+# is off everywhere (nearly every call), one guard line checks `torch._C._is_any_autocast_enabled() is
+# False` instead of two `torch.is_autocast_enabled(device) is False` lines: every device it covers
+# includes "cpu" and "cuda", so it implies both facts, in one call without argument parsing (measured,
+# loaded, 3.11: ~125 ns vs ~180 ns for each per-device call). Autocast entered later on a device the
+# trace does not read (xpu, hpu, ...) fails it once; the new trace sees autocast on somewhere and guards
+# "cpu" and "cuda" one by one as before, so it is not retraced again.
 def _global_guards(output) -> None:
     grad = output.name_of(torch.is_grad_enabled, "is_grad_enabled")
     output.add_guard("GRAD_MODE", f"{grad}() is {output.grad_enabled}", None,
@@ -165,6 +172,18 @@ def _global_guards(output) -> None:
     output.add_guard("DEFAULT_DTYPE", f"{get_dtype}() is {output.name_of(dtype, 'default_dtype')}", None,
                      expected=str(dtype), actual=f"{get_dtype}()", cost=COST_ID)
     # autocast entered by the caller changes op dtypes: trace under it and pin it
+    if not torch._C._is_any_autocast_enabled():  # NOTE [Autocast off in one call]
+        any_autocast = output.name_of(torch._C._is_any_autocast_enabled, "is_any_autocast_enabled")
+        output.add_guard("AUTOCAST", f"{any_autocast}() is False", None, expected="autocast off on every device",
+                         actual=f"{any_autocast}()", cost=COST_ID)
+    else:
+        _autocast_guards(output)
+    output.ambient_autocast = len(output.autocast_stack)
+    _mode_guards(output)
+
+
+def _autocast_guards(output) -> None:
+    """Autocast on somewhere: "cpu" and "cuda" each pinned (on or off), with the dtype of each one on."""
     is_autocast = output.name_of(torch.is_autocast_enabled, "is_autocast_enabled")
     for device_type in ("cpu", "cuda"):
         enabled = torch.is_autocast_enabled(device_type)
@@ -177,8 +196,6 @@ def _global_guards(output) -> None:
             output.add_guard("AUTOCAST", f"{get_autocast}({device_type!r}) is {output.name_of(autocast_dtype)}",
                              None, expected=str(autocast_dtype), cost=COST_ID)
             output.autocast_stack.append((device_type, autocast_dtype, True, None))
-    output.ambient_autocast = len(output.autocast_stack)
-    _mode_guards(output)
 
 
 # NOTE [Torch function and dispatch modes]: a TorchFunctionMode or TorchDispatchMode the caller entered
