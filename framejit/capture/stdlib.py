@@ -134,3 +134,58 @@ def call_getter(tx, getter, args: list[Value], kwargs: dict[str, Value]) -> Valu
             value = tx.getattr(value, part)
         got.append(value)
     return got[0] if len(got) == 1 else TupleValue(got)
+
+
+# NOTE [heapq's n largest]: `heapq.nlargest(n, iterable, key)` (Counter.most_common(n), top-k in plain
+# Python) keeps a heap of (key, order, item) with `_heapq.heapify`/`heapreplace` (C functions) over a zip
+# that shares its iterator with a later loop. heapq documents it as equivalent to
+# `sorted(iterable, key=key, reverse=True)[:n]`: ties keep their first-seen order in both (the heap's
+# `order` decreases; sorted is stable). So the heap part is traced as that sorted call; n == 1 and
+# n >= len(iterable) run heapq's own code (max(), sorted()), and n <= 0 returns [] having drawn nothing,
+# as heapq does. The same for nsmallest (ascending).
+def _nlargest(n, iterable, key=None):
+    if n == 1:
+        it = iter(iterable)
+        sentinel = object()
+        result = max(it, default=sentinel, key=key)
+        return [] if result is sentinel else [result]
+    try:
+        size = len(iterable)
+    except (TypeError, AttributeError):
+        pass
+    else:
+        if n >= size:
+            return sorted(iterable, key=key, reverse=True)[:n]
+    it = iter(iterable)
+    if n <= 0:
+        return []
+    return sorted(it, key=key, reverse=True)[:n]
+
+
+def _nsmallest(n, iterable, key=None):
+    if n == 1:
+        it = iter(iterable)
+        sentinel = object()
+        result = min(it, default=sentinel, key=key)
+        return [] if result is sentinel else [result]
+    try:
+        size = len(iterable)
+    except (TypeError, AttributeError):
+        pass
+    else:
+        if n >= size:
+            return sorted(iterable, key=key)[:n]
+    it = iter(iterable)
+    if n <= 0:
+        return []
+    return sorted(it, key=key)[:n]
+
+
+def _register_heapq() -> None:
+    import heapq
+    from .modules import SUBSTITUTES
+    SUBSTITUTES[heapq.nlargest] = _nlargest
+    SUBSTITUTES[heapq.nsmallest] = _nsmallest
+
+
+_register_heapq()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import heapq
 import inspect
 import operator
 
@@ -257,3 +258,24 @@ def test_max_min_and_sorted_with_a_key_are_captured():
         compiled(torch.randn(2), [], ["a", "b"])  # max() of an empty sequence, with key=
     with pytest.raises(TypeError):
         framejit.compile(lambda x: max(1, 2, default=0) + x)(torch.randn(2))
+
+
+def _top(x, tokens, n):
+    counts = collections.Counter(tokens)
+    return (x * len(counts), counts.most_common(n), heapq.nsmallest(n, tokens), heapq.nlargest(n, iter(tokens)),
+            heapq.nlargest(n, tokens, key=len))
+
+
+def test_most_common_and_heapq_n_largest_are_captured():
+    """Counter.most_common(n) and heapq.nlargest/nsmallest for n < len broke at `_heapq.heapify` and at a zip
+    whose iterator a later loop reads (before bde9043 that path even returned [] silently). Ties keep their
+    first-seen order, as heapq's heap does."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_top, backend=backend)
+    before = _eager_frames()
+    for tokens, n in ((["a", "bb", "a", "c", "dd", "c", "e"], 2), (["x", "y", "yy", "x", "z"], 3),
+                      (["a", "b"], 0), (["q", "r", "q"], 5)):
+        x = torch.randn(2)
+        assert_same(compiled(x, list(tokens), n), _top(x, list(tokens), n))
+    assert _eager_frames() == before
+    assert _explain_breaks(_top, torch.randn(2), ["a", "b", "a", "c"], 2) == 0
