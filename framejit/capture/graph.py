@@ -170,6 +170,7 @@ class OutputGraph:
              f"{e}.storage_offset()"),
             ("TENSOR_REQUIRES_GRAD", f"{e}.requires_grad is {t.requires_grad}", str(t.requires_grad),
              f"{e}.requires_grad"),
+            ("TENSOR_LAZY_BITS", *_lazy_bits_check(e, t)),
         ]
         where, origin = source.describe(), self.location()
         parts = [Guard(expr, kind, where, origin, expected, actual, COST_TENSOR)
@@ -237,6 +238,11 @@ class OutputGraph:
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
             self.guard_tensor(source, tensor)
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"tensor subclass {type(tensor).__name__} at {source.describe()}")
+        if tensor.is_neg() or tensor.is_conj():  # NOTE [Lazy negation and conjugation bits]
+            self.guard_tensor(source, tensor)
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE,
+                              f"tensor with a lazy {'conjugation' if tensor.is_conj() else 'negation'} bit "
+                              f"at {source.describe()} (resolve_conj()/resolve_neg() it first)")
         from .shapes import dynamic_dims, is_symbolic, symbolic_fake  # NOTE [Symbolic shapes]
         dims = dynamic_dims(self, tensor, source.describe()) if tensor.dim() and not tensor.is_sparse else {}
         fake = symbolic_fake(self, tensor, source.expr(self.names), dims) if dims else None
@@ -726,6 +732,20 @@ def _target_name(target: Any) -> str:
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
     return f"{module}.{name}" if module else name
+
+
+# NOTE [Lazy negation and conjugation bits]: `x.conj()` of a complex tensor and `x.conj().imag` are views
+# whose elements are negated/conjugated lazily, by a bit on the tensor (`is_conj()`, `is_neg()`), not in
+# memory. Fake tensors carry the bits, but nothing guarded them, so an entry traced for a plain tensor
+# answered `is_conj()` wrongly for a conjugate view, and a lowered backend that reads the input's memory
+# (triton) computed with the un-negated values and wrote un-negated results. Every tensor guard pins the
+# bits (only the negation bit for non-complex dtypes, which cannot carry the other), and a graph input
+# with either bit set is an unsupported value (a graph break; the tensor is used eagerly).
+def _lazy_bits_check(e: str, t: torch.Tensor) -> tuple[str, str, str]:
+    if t.is_complex():
+        return (f"{e}.is_conj() is {t.is_conj()} and {e}.is_neg() is {t.is_neg()}",
+                f"is_conj() {t.is_conj()}, is_neg() {t.is_neg()}", f"({e}.is_conj(), {e}.is_neg())")
+    return f"{e}.is_neg() is {t.is_neg()}", f"is_neg() {t.is_neg()}", f"{e}.is_neg()"
 
 
 def _placeholder(graph: torch.fx.Graph, description: str) -> torch.fx.Node:
