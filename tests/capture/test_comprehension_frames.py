@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import framejit
 from framejit.capture.codegen import FunctionShape
@@ -35,6 +37,42 @@ def _batches(x, size=2):
     for chunk in x.split(size):
         print("batch", tuple(chunk.shape))
         yield chunk
+
+
+def _scaled_list(x, w):
+    return [c.sum() * w for c in _batches(x)]
+
+
+def _sums_no_closure(x, w):
+    return torch.stack([c.sum() for c in _batches(x)]) * w  # no free variable: called through a plain hook
+
+
+def _kwargs_dict(x, w):
+    kwargs = {f"b{i}": c * w for i, c in enumerate(_batches(x))}
+    return _sum_of(**kwargs), sorted(kwargs)
+
+
+def _sum_of(**parts):
+    return sum(v.sum() for v in parts.values())
+
+
+def _sizes_set(x, w):
+    return sorted({c.shape[0] * w for c in _batches(x, 3)})
+
+
+def _nested(x, w):
+    return [[c * (j + w) for j in range(2)] for c in _batches(x)]
+
+
+@pytest.mark.parametrize("fn", [_scaled_list, _sums_no_closure, _kwargs_dict, _sizes_set, _nested],
+                         ids=["listcomp", "listcomp_no_closure", "dictcomp_kwargs", "setcomp", "nested_listcomp"])
+def test_comprehension_over_a_generator_run_as_python(fn):
+    """3.11: the comprehension's frame is called through its hook at the break and stepped over the
+    generator (SyntaxError before; then `[]`/`{}` for the comprehension's result). 3.12+: inlined."""
+    before = _eager_frames()
+    run_differential(fn, lambda seed: (torch.randn(4 + seed), 2 + seed), seeds=(0, 1, 1), fullgraph=False)
+    # the comprehension frames were captured: only the generator's own frame runs as Python (counted)
+    assert {e["function"] for e in _eager_frame_reasons(before)} <= {"_batches"}
 
 
 def _genexpr_sum(x, w):
@@ -59,6 +97,31 @@ def test_generator_expression_over_a_generator_run_as_python(fn):
     run_differential(fn, lambda seed: (torch.randn(4 + seed), 1.5 + seed), seeds=(0, 1, 1), fullgraph=False,
                      backend=backend)
     assert backend.graph_count >= 1  # the code around the generator expression is still captured
+
+
+class _ChunkedHeads(nn.Module):
+    """Comprehensions in a module's forward over a generator method that logs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(3, 2)
+
+    def chunks(self, x):
+        for c in x.split(2):
+            print("chunk", c.shape[0])
+            yield c
+
+    def forward(self, x):
+        outs = [self.proj(c).relu() for c in self.chunks(x)]
+        total = sum(o.sum() for o in self.chunks(torch.cat(outs)))
+        return torch.cat(outs), total
+
+
+def test_comprehensions_in_a_module_forward():
+    torch.manual_seed(0)
+    model = _ChunkedHeads()
+    compiled = framejit.compile(model, backend=CountingBackend())
+    run_differential(model, lambda seed: (torch.randn(3 + 2 * seed, 3),), seeds=(0, 1, 1), compiled=compiled)
 
 
 def _scale(x):
