@@ -400,3 +400,40 @@ def test_repeated_signatures_skip_the_layout_and_size_checks(monkeypatch):
                 torch.testing.assert_close(compiled(x, n), fn(x, n))
     assert _sizes_seen(compiled) == (2, 0)  # sizes >= 2, and size 1
     assert counts == {"layouts": 0, "flattened": 0}  # before: one layout and one flattening per call
+
+
+class _PositionBuffers(torch.nn.Module):
+    """HF BERT's embeddings: position and token type ids are buffers sliced to the sequence length."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.register_buffer("position_ids", torch.arange(64).expand((1, -1)), persistent=False)
+        self.register_buffer("token_type_ids", torch.zeros(1, 64, dtype=torch.long), persistent=False)
+        self.positions = torch.nn.Embedding(64, D)
+        self.types = torch.nn.Embedding(2, D)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        types = self.token_type_ids[:, :s].expand(b, s)
+        return x + self.positions(self.position_ids[:, :s]) + self.types(types)
+
+
+def test_buffers_with_symbolic_sizes_are_fed_not_frozen():
+    import framejit
+
+    model = _PositionBuffers().eval()
+    built = []
+
+    def backend(gm, example_inputs):
+        built.append(onnxrt(gm, example_inputs))
+        return built[-1]
+
+    compiled = framejit.compile(model, backend=backend, dynamic=True)  # buffers' sizes are symbols too
+    with torch.no_grad():
+        for b, s in [(4, 16), (3, 7), (2, 5), (5, 9)]:
+            x = torch.randn(b, s, D)
+            torch.testing.assert_close(compiled(x), model(x))
+    # before: the buffers were frozen as ORT initializers of their real sizes where the model declared
+    # symbolic axes; ORT refused the part and every size compiled a static program (4, not 1 symbolic)
+    assert len(built) == 1 and _sizes_seen(built[0]) == (1, 0)

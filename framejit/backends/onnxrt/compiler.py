@@ -309,6 +309,15 @@ def _running_statistics(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
 # constants as a static one (NOTE [Frozen weights] in runtime.py: each part still checks on every call
 # that the frozen positions receive the same tensors, unchanged). Before, its parts fed every weight on
 # every call: 1.3x the static program's per-call time on the zoo's gpt.
+# A buffer read as a module attribute is a weight, but under dynamic=True its sizes are symbols (only
+# parameters stay static): frozen, its ORT initializer had the real sizes where the model declared the
+# symbolic axes, and ORT refused to load the part ("Replacement tensor's dimensions do not match": HF BERT's
+# position_ids / token_type_ids buffers), so the whole symbolic program gave up and every size compiled its
+# own static program. Such a weight is fed on every call, as any input.
+def _has_symbolic_size(value) -> bool:
+    return isinstance(value, torch.Tensor) and not all(isinstance(s, int) for s in value.shape)
+
+
 def _real_weights(values: list, weights: set[int], num_state: int, real_inputs: list) -> list:
     """`values` (state, then fake input leaves) with the real tensors at the input weight positions."""
     real = pytree.tree_leaves(list(real_inputs))
@@ -505,6 +514,8 @@ class OnnxrtCompiled:
         if self.opts.freeze_weights:
             weights, statistics = _weight_positions(self.gm, real_inputs or inputs, lowered.state_names)
             if real_inputs is not None:
+                weights = {p for p in weights if not _has_symbolic_size(values[p])}
+                statistics &= weights
                 values = _real_weights(values, weights, len(lowered.state), real_inputs)
         blocked: set[str] = set()
         for _ in range(_MAX_ATTEMPTS):
