@@ -19,6 +19,7 @@ value. Modules keep nn.Module.__setattr__'s own path.
 """
 from __future__ import annotations
 
+import _thread
 import types
 from typing import Any
 
@@ -29,11 +30,24 @@ from .breaks import BreakKind, Unsupported, UserException
 from .values import ConstantValue, DictValue, NewObjectValue, ObjectValue, UserFunctionValue, Value
 
 
+# NOTE [Thread-local objects]: `threading.local()` (and subclasses) keep one `__dict__` per thread, behind
+# a native `__getattribute__`: `object.__getattribute__(tl, "__dict__")` raises (or, for a subclass,
+# answers the dict of whichever thread touched it last), so the default lookup found no instance
+# attribute, and `getattr(tl, "s", 1)` was traced as the default, guarded only by the type (compiled
+# returned 1 where eager returned tl.s, in every thread). Attribute reads of a thread-local are graph
+# breaks: they run in Python, in the calling thread.
+
+_THREAD_LOCAL_GETATTRIBUTE = _thread._local.__dict__["__getattribute__"]
+
+
 def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
     """The Python `__getattribute__` of `cls` to inline, or None for the default lookup (guarded)."""
     index, impl = lookup.mro_lookup(cls, "__getattribute__")
     mro = cls.__mro__
     if lookup.is_fixed_class(mro[index]):
+        if impl is _THREAD_LOCAL_GETATTRIBUTE:  # NOTE [Thread-local objects]
+            raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE,
+                              f"attribute of a {cls.__name__} (a threading.local: its __dict__ is per thread)")
         lookup.guard_mro(tx.output, cls)  # NOTE [MRO guarded] in lookup.py
         lookup.guard_class_absent(tx.output, mro[:index], "__getattribute__")
         return None

@@ -3,6 +3,8 @@ state changed between calls as ordinary users change them. Each runs eagerly and
 equal state over several calls, changing the state between calls."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -53,3 +55,62 @@ def test_negative_view_inputs_are_read_and_written_as_eager(backend):
             expected, actual = _scale_and_write(y, torch.ones(2)), compiled(y_c, torch.ones(2))
             assert_same(actual, expected)
             assert_same(z_c, z)
+
+
+# ---- NOTE [Thread-local objects] -------------------------------------------------------------------------
+
+class _Settings(threading.local):
+    scale = 1  # the class default, seen by threads that set nothing
+
+
+def _plain_thread_local():
+    state = threading.local()
+
+    def program(x):
+        y = x * getattr(state, "scale", 1)
+        if hasattr(state, "shift"):
+            y = y - state.shift
+        return y
+
+    return program, state
+
+
+def _thread_local_subclass():
+    state = _Settings()
+
+    def program(x):
+        return x * state.scale + getattr(state, "shift", 0)
+
+    return program, state
+
+
+def _set_state(state, scale, shift):
+    state.scale = scale
+    if shift is None:
+        vars(state).pop("shift", None)
+    else:
+        state.shift = shift
+
+
+def _in_a_thread(fn, *args):
+    out = []
+    thread = threading.Thread(target=lambda: out.append(fn(*args)))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+@pytest.mark.parametrize("make", [_plain_thread_local, _thread_local_subclass])
+def test_thread_local_attributes_are_read_in_the_calling_thread(make, backend):
+    # before: the default lookup found no instance attribute (a threading.local's __dict__ is per thread,
+    # behind its own __getattribute__), so compiled gave the getattr default / class default (x * 1) for
+    # every later value set in the main thread, guarded by type only
+    program, state = make()
+    program_c, state_c = make()
+    compiled = framejit.compile(program_c, backend=_backend(backend))
+    for scale, shift in ((2, None), (3, 1.5), (3, None), (5, 0.5)):
+        _set_state(state, scale, shift)
+        _set_state(state_c, scale, shift)
+        assert_same(compiled(torch.ones(2)), program(torch.ones(2)))
+        assert_same(_in_a_thread(compiled, torch.ones(2)), _in_a_thread(program, torch.ones(2)))
