@@ -61,12 +61,48 @@ def test_global_state_lines_of_a_module_guard_make_no_python_calls():
     # outside DDP: an attribute read, not ddp_caps() and its two Python calls
     assert "_active_ddp_module is None" in source
     assert ("py", "ddp_caps") not in calls and ("py", "active_ddp") not in calls
-    # allow_in_graph marks: no call while torch._dynamo's trace_rules is not imported
+    # allow_in_graph marks (none): read inline, no allowed_ids_are() call
     python_calls = [name for kind, name in calls if kind == "py"]
-    if "torch._dynamo.trace_rules" in sys.modules:
-        assert python_calls == ["allowed_ids_are"], python_calls
-    else:
-        assert python_calls == [], python_calls
+    assert python_calls == [], python_calls
+
+
+def test_marks_line_reads_what_allowed_ids_are_reads(monkeypatch):
+    """NOTE [Guarding the marks]: the inline line answers as allowed_ids_are(frozenset()) does, for every
+    state of torch._dynamo.trace_rules: not imported, blocked (None), without the set, set uninitialised,
+    initialised empty, holding a mark."""
+    from types import SimpleNamespace
+
+    from framejit.capture import allowed_calls
+
+    def helper(t):
+        return t * 2
+
+    def fn(x):
+        return helper(x) + 1
+
+    compiled = framejit.compile(fn, backend="eager")
+    x = torch.randn(3)
+    compiled(x)
+    guard = compiled.entries[0].guard
+    assert "allowed_ids_are" not in guard.source and "'torch._dynamo.trace_rules' not in" in guard.source
+    sys_name = next(k for k, v in guard.namespace.items() if v is sys)
+    rules = "torch._dynamo.trace_rules"
+    states = [{}, {rules: None}, {rules: SimpleNamespace()},
+              {rules: SimpleNamespace(_allowed_callable_ids=SimpleNamespace(function_ids=None))},
+              {rules: SimpleNamespace(_allowed_callable_ids=SimpleNamespace(function_ids=set()))},
+              {rules: SimpleNamespace(_allowed_callable_ids=SimpleNamespace(function_ids={id(helper)}))}]
+    answers = []
+    for modules in states:
+        fake = SimpleNamespace(modules=modules)
+        namespace = dict(guard.namespace, **{sys_name: fake})
+        exec(compile(guard.source, "<guard>", "exec"), namespace)
+        check = namespace[guard.check.__name__]
+        monkeypatch.setattr(allowed_calls, "sys", fake)
+        expected = allowed_calls.allowed_ids_are(frozenset())
+        monkeypatch.undo()
+        assert check(x) is expected, modules
+        answers.append(expected)
+    assert answers == [True, True, True, True, True, False]
 
 
 def _autocast_set(device: str, enabled: bool):
