@@ -64,6 +64,11 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
     from . import numpy_support as nps
     if nps.involves_ndarray(a, b):  # NOTE [NumPy as torch]
         return nps.binary(tx, fn, a, b)
+    if isinstance(a, (ObjectValue, NewObjectValue)) or isinstance(b, (ObjectValue, NewObjectValue)):
+        from .user_operators import user_binary  # NOTE [Operators of Python classes]
+        result = user_binary(tx, fn, a, b)
+        if result is not None:
+            return result
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         if isinstance(a, TensorValue) and fn in INPLACE_TO_PLAIN and a.source is None:
             return tx.output.call("call_function", fn, (a, b), {})

@@ -279,3 +279,77 @@ def test_most_common_and_heapq_n_largest_are_captured():
         assert_same(compiled(x, list(tokens), n), _top(x, list(tokens), n))
     assert _eager_frames() == before
     assert _explain_breaks(_top, torch.randn(2), ["a", "b", "a", "c"], 2) == 0
+
+
+# ---- binary operators written in Python ----------------------------------------------------------------------
+
+class _Vec:
+    def __init__(self, t):
+        self.t = t
+
+    def __add__(self, other):
+        if isinstance(other, _Vec):
+            return _Vec(self.t + other.t)
+        if isinstance(other, (int, float)):
+            return _Vec(self.t + other)
+        return NotImplemented
+
+    def __radd__(self, other):
+        return _Vec(other - self.t)
+
+    def __mul__(self, k):
+        return _Vec(self.t * k)
+
+    __rmul__ = __mul__
+
+    def __iadd__(self, other):
+        self.t = self.t + 10 * (other.t if isinstance(other, _Vec) else other)
+        return self
+
+
+class _Shifted(_Vec):
+    def __radd__(self, other):  # a subclass's own reflected method runs before the left operand's __add__
+        return _Shifted(self.t - 100)
+
+
+class _Plain:
+    pass
+
+
+def _vector_math(x, k):
+    a, b = _Vec(x), _Vec(x * 2)
+    acc = _Vec(x)
+    acc += a
+    acc += k
+    mixed = a + _Shifted(x)
+    return (a + b).t, (k + a).t, (a * k).t, (k * a).t, acc.t, type(mixed).__name__, mixed.t
+
+
+def _counter_sums(x, left, right):
+    both = collections.Counter(left) + collections.Counter(right)
+    only = collections.Counter(left) - collections.Counter(right)
+    return x * len(both), both, only, collections.Counter(left) | collections.Counter(right)
+
+
+def test_binary_operators_of_python_classes_are_inlined():
+    """`a + b` where a class defines __add__/__radd__/__iadd__ in Python was a graph break ("add on
+    New(V) and New(V)"): CPython's order is kept (a subclass's reflected method first, NotImplemented passes
+    on, `+=` tries __iadd__), and operands no method accepts raise eager's TypeError."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_vector_math, backend=backend)
+    before = _eager_frames()
+    for n, k in ((3, 2), (4, 2), (4, 3)):
+        x = torch.randn(n)
+        assert_same(compiled(x, k), _vector_math(x, k))
+    counted = framejit.compile(_counter_sums, backend=backend)
+    for left, right in (("aab", "bc"), ("xyzx", "x")):
+        x = torch.randn(2)
+        got, expected = counted(x, left, right), _counter_sums(x, left, right)
+        assert_same(got[0], expected[0])
+        assert got[1:] == expected[1:] and all(type(c) is collections.Counter for c in got[1:])
+    assert _eager_frames() == before
+    assert _explain_breaks(_vector_math, torch.randn(3), 2) == 0
+    assert _explain_breaks(_counter_sums, torch.randn(3), "ab", "b") == 0
+    plain = framejit.compile(lambda x: (_Plain() + _Plain(), x))
+    with pytest.raises(TypeError, match="unsupported operand"):
+        plain(torch.randn(2))

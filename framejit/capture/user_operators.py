@@ -1,0 +1,111 @@
+"""Binary operators of Python classes: `a + b` where a class defines `__add__`/`__radd__`/`__iadd__` in Python.
+
+NOTE [Operators of Python classes]: `Counter(a) + Counter(b)`, a user vector's `v * 2`, `2 * v`, `acc += item`
+run methods written in Python. CPython's protocol (the data model's rules, which `binary_op1` implements):
+for `a op b`, when type(b) is a proper subclass of type(a) that defines the reflected `__rop__` itself, try
+`b.__rop__(a)` first; then `a.__op__(b)`; then, when the types differ, `b.__rop__(a)`; a method that is
+absent or returns NotImplemented passes to the next; none answering is a TypeError. `a op= b` tries
+`a.__iop__(b)` first, then the same as `a op b`. Each method is looked up on the type (never the instance)
+and inlined; each lookup, found or absent, is guarded (NOTE [Lookup facts]).
+
+Handled when an operand is an object (made while tracing or from outside) whose class defines one of the
+methods as a plain Python function, and the other operand is such an object or a number constant (an int,
+float, bool or complex answers NotImplemented for any other operand, so only the object's methods run).
+Anything else (a tensor, a string or list operand, a method that is a C slot or a descriptor) is left to
+protocol.binary as before.
+"""
+from __future__ import annotations
+
+import operator
+import types
+from typing import Any, Callable
+
+from . import lookup
+from .breaks import BreakKind, Unsupported, UserException
+from .values import ClassValue, ConstantValue, NewObjectValue, ObjectValue, PyModuleValue, Value
+
+_NAMES = {operator.add: ("add", "+"), operator.sub: ("sub", "-"), operator.mul: ("mul", "*"),
+          operator.truediv: ("truediv", "/"), operator.floordiv: ("floordiv", "//"), operator.mod: ("mod", "%"),
+          operator.pow: ("pow", "** or pow()"), operator.matmul: ("matmul", "@"), operator.lshift: ("lshift", "<<"),
+          operator.rshift: ("rshift", ">>"), operator.and_: ("and", "&"), operator.or_: ("or", "|"),
+          operator.xor: ("xor", "^")}
+_NUMBERS = (int, float, bool, complex)
+
+
+def _object_type(v: Value) -> type | None:
+    """The class of an instance of a user class (not a class, not a Python module)."""
+    if isinstance(v, (ClassValue, PyModuleValue)):
+        return None
+    if isinstance(v, (ObjectValue, NewObjectValue)):
+        return v.python_type()
+    return None
+
+
+def _method(tx, cls: type, name: str) -> Any:
+    """The Python function `name` resolves to on `cls` (guarded), None when absent; Unsupported when it is
+    something else (a C slot of a builtin base, a descriptor)."""
+    lookup.guard_lookup(tx.output, cls, name)
+    index, found = lookup.mro_lookup(cls, name)
+    if index is None:
+        return None
+    if isinstance(found, types.FunctionType):
+        return found
+    if found is None:  # `__add__ = None`: CPython raises TypeError at the call
+        raise UserException(TypeError("'NoneType' object is not callable"))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.{name} is not a Python function")
+
+
+def _applies(a: Value, b: Value) -> bool:
+    ta, tb = _object_type(a), _object_type(b)
+    if ta is None and tb is None:
+        return False
+    for side, t in ((a, ta), (b, tb)):
+        if t is None and not (isinstance(side, ConstantValue) and type(side.value) in _NUMBERS):
+            return False
+        if t is not None and issubclass(t, _NUMBERS + (str, bytes, list, tuple)):
+            return False  # a builtin base's C methods take part
+    return True
+
+
+def user_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
+    """`fn(a, b)` by the protocol of the NOTE, or None when it does not apply."""
+    from .protocol import INPLACE_TO_PLAIN
+    plain = INPLACE_TO_PLAIN.get(fn, fn)
+    if plain not in _NAMES or not _applies(a, b):
+        return None
+    stem, symbol = _NAMES[plain]
+    ta, tb = _object_type(a), _object_type(b)
+    if fn is not plain:
+        symbol += "="
+        if ta is not None and _method(tx, ta, f"__i{stem}__") is not None:
+            result = tx.call_special_of(a, f"__i{stem}__", [b], {})
+            if not _not_implemented(result):
+                return result
+    forward = _method(tx, ta, f"__{stem}__") if ta is not None else None
+    reflected = _method(tx, tb, f"__r{stem}__") if tb is not None and tb is not ta else None
+    if reflected is not None and ta is not None and issubclass(tb, ta) and \
+            reflected is not lookup.mro_lookup(ta, f"__r{stem}__")[1]:  # the subclass's own reflected method first
+        result = tx.call_special_of(b, f"__r{stem}__", [a], {})
+        if not _not_implemented(result):
+            return result
+        reflected = None
+    if forward is not None:
+        result = tx.call_special_of(a, f"__{stem}__", [b], {})
+        if not _not_implemented(result):
+            return result
+    if reflected is not None:
+        result = tx.call_special_of(b, f"__r{stem}__", [a], {})
+        if not _not_implemented(result):
+            return result
+    raise UserException(TypeError(f"unsupported operand type(s) for {symbol}: '{_type_name(a)}' and '{_type_name(b)}'"))
+
+
+def _not_implemented(result: Value) -> bool:
+    return isinstance(result, ConstantValue) and result.value is NotImplemented
+
+
+def _type_name(v: Value) -> str:
+    return v.python_type().__name__
+
+
+__all__ = ["user_binary"]
