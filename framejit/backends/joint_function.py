@@ -16,8 +16,9 @@ import torch
 # buffers, lazy backward compilation, the first-call custom-op analysis). Per training step of the zoo's
 # mlp on onnxrt they cost about as much as the forward ORT program itself (measured, thread CPU, loaded:
 # JointGraph call 283 us around a forward half of 144 us; see h14e's report). For the common joint --
-# no input mutated, every output a fresh non-aliased tensor, plain tensors only, no RNG state or tokens,
-# no symbolic sizes saved, autocast off when built -- those wrappers reduce to: prepend the parameters,
+# no input mutated but buffers' data (NOTE [Buffers written back]), every output a fresh non-aliased
+# tensor, plain tensors only, no RNG state or tokens, no symbolic sizes saved, autocast off when built --
+# those wrappers reduce to: prepend the parameters,
 # detach the inputs that never need gradients, call the forward half, save what the backward reads
 # (views detached: Note [Detaching saved tensors in AOTAutograd]), mark outputs that need no gradient
 # non-differentiable; in the backward, the vmap and deterministic-algorithm checks, the tangents in their
@@ -39,6 +40,13 @@ _DETERMINISTIC = ("This compiled backward function is being run with torch.use_d
                   "torch.use_deterministic_algorithms(False) was set.")
 
 
+# NOTE [Buffers written back]
+# BatchNorm in train mode updates its running statistics (and num_batches_tracked): inputs of the joint that
+# the forward graph mutates. AOT autograd's forward returns their new values first (before the outputs,
+# non-differentiable) and its runtime wrapper writes them into the inputs with `copy_` after the Function
+# ran (Tensor.copy_ on a leaf that does not require grad: one version bump, as eager's in-place update).
+# lean_call does the same for inputs whose data alone is mutated and that are leaves not requiring grad
+# (buffers); any other mutation (metadata, storage, a tensor requiring grad, a view) keeps AOT's wrappers.
 def _reason(aot: dict, params_buffers: list, hooks_disabled: bool, disable_amp: bool) -> str | None:
     """Why the joint `aot` describes is not served by lean_call (None: it is)."""
     from torch._functorch._aot_autograd.schemas import OutputType, PlainTensorMeta
@@ -54,14 +62,18 @@ def _reason(aot: dict, params_buffers: list, hooks_disabled: bool, disable_amp: 
             return f"AOT wrapper {type(wrapper).__name__} rewrites the arguments"
     if hooks_disabled or disable_amp:
         return "saved-tensor hooks disabled or autocast on when built"
-    if meta.num_mutated_inp_runtime_indices or meta.mutated_graph_handled_indices or any(
-            i.mutates_data or i.mutates_metadata for i in meta.input_info):
-        return "an input is mutated"
+    mutated = [meta.input_info[k] for k in meta.mutated_inp_runtime_indices]
+    streams = meta.mutated_inp_stream_indices or ()
+    if meta.mutated_graph_handled_indices or any(x is not None for x in streams) or \
+            len(mutated) != sum(1 for i in meta.input_info if i.mutates_data or i.mutates_metadata) or any(
+                not i.mutates_data or i.mutates_metadata or i.mutates_storage_metadata or i.requires_grad
+                or not i.is_leaf or i.mutation_inductor_storage_resize for i in mutated):
+        return "an input is mutated other than a buffer's data (NOTE [Buffers written back])"
     if meta.num_intermediate_bases or meta.num_outputs_aliased or meta.num_unsafe_view_outputs or any(
             o.output_type != OutputType.non_alias or not issubclass(o.raw_type, torch.Tensor)
             for o in meta.output_info):
         return "an output aliases an input or an intermediate, or is not a tensor"
-    if meta.num_forward_returns != meta.num_outputs or meta.num_outputs_rng_offset or meta.is_rng_op_functionalized \
+    if meta.num_forward_returns != len(mutated) + meta.num_outputs or meta.num_outputs_rng_offset or meta.is_rng_op_functionalized \
             or meta.num_graphsafe_rng_states or meta.tokens or meta.num_backward_tokens:
         return "RNG state or effect tokens"
     if meta.num_symints_saved_for_bw or meta.num_opaque_objects_saved_for_bw or meta.dynamic_saved_tensors_idxs \
@@ -89,12 +101,16 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
                                                                    coerce_to_expected_memory_format)
 
     meta = aot["fw_metadata"]
-    n_out = meta.num_outputs
+    mutated = tuple(meta.mutated_inp_runtime_indices)  # NOTE [Buffers written back]
+    n_mut = len(mutated)
+    n_returns = n_mut + meta.num_outputs
     vc_slice = meta.tensors_saved_for_backwards_with_vc_check_slice
     no_vc_slice = meta.tensors_saved_for_backwards_no_vc_check_slice
     has_no_vc = bool(meta.num_tensors_saved_with_no_vc_check)
-    non_diff = tuple(k for k, o in enumerate(meta.output_info) if not o.requires_grad)
-    survivors = tuple(k for k, o in enumerate(meta.output_info) if o.requires_grad_for_backward)
+    # the Function returns the mutated inputs' new values first, then the outputs (as AOT autograd's)
+    returns_meta = [meta.input_info[k] for k in mutated] + list(meta.output_info)
+    non_diff = tuple(k for k, o in enumerate(returns_meta) if not o.requires_grad)
+    survivors = tuple(n_mut + k for k, o in enumerate(meta.output_info) if o.requires_grad_for_backward)
     tangent_metas = list(meta.subclass_tangent_meta)
     formats = [m.memory_format for m in tangent_metas]
     tangent_descs = meta.traced_tangents_descs
@@ -137,7 +153,7 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
             if non_diff:
                 ctx.mark_non_differentiable(*[outs[k] for k in non_diff if isinstance(outs[k], torch.Tensor)])
             ctx._materialize_non_diff_grads = False
-            return tuple(outs[:n_out])
+            return tuple(outs[:n_returns])
 
         @staticmethod
         def backward(ctx, *grads):
@@ -176,6 +192,7 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
 
     def run(args) -> list:
         full = [*params, *args]
+        targets = [full[k] for k in mutated] if n_mut else None  # before any detach, as AOT autograd's
         for k in detach:
             if isinstance(full[k], torch.Tensor):
                 full[k] = full[k].detach()
@@ -187,6 +204,10 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
         finally:
             if not replay:
                 set_view_replay(False)
+        if n_mut:  # NOTE [Buffers written back]
+            for target, value in zip(targets, outs):
+                target.copy_(value)
+            return list(outs[n_mut:])
         return list(outs)
     return run
 

@@ -193,14 +193,26 @@ def test_outputs_that_need_no_gradient_and_weights_that_do_not():
             assert type(y.grad_fn).__name__ == "LeanJointBackward"
 
 
-def test_joints_that_need_aot_wrappers_keep_them():
+def test_batchnorm_running_statistics_are_written_back_as_in_eager():
+    # NOTE [Buffers written back]: the running statistics and num_batches_tracked are mutated inputs
     torch.manual_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.GELU())
     ref = copy.deepcopy(model)
     compiled = framejit.compile(model, backend="onnxrt")
-    kinds = _train(model, ref, compiled, [torch.randn(5, 6) for _ in range(3)])  # running stats mutated
-    assert kinds == ["CompiledFunctionBackward"] * 3
+    bn, ref_bn = model[1], ref[1]
+    versions = [(b._version, r._version) for b, r in zip(bn.buffers(), ref_bn.buffers())]
+    kinds = _train(model, ref, compiled, [torch.randn(5, 6) for _ in range(4)])
+    assert kinds == ["CompiledFunctionBackward"] + ["LeanJointBackward"] * 3
+    assert int(bn.num_batches_tracked) == int(ref_bn.num_batches_tracked) == 4
+    bumps = [(b._version - vb, r._version - vr)
+             for (b, r), (vb, vr) in zip(zip(bn.buffers(), ref_bn.buffers()), versions)]
+    assert all(b == r for b, r in bumps), bumps  # one version bump per write, as eager's in-place update
+    model.eval(), ref.eval()
+    x = torch.randn(5, 6)
+    torch.testing.assert_close(compiled(x), ref(x), rtol=1e-5, atol=1e-6)
 
+
+def test_joints_that_need_aot_wrappers_keep_them():
     def fn(x, w):
         return torch.relu(x @ w), x.view(-1)
     compiled = framejit.compile(fn, backend="onnxrt")
