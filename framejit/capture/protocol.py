@@ -206,6 +206,11 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
             return kept
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
+    if isinstance(a, (ObjectValue, NewObjectValue)) or isinstance(b, (ObjectValue, NewObjectValue)):
+        from .user_operators import user_compare  # NOTE [Comparisons of Python classes]
+        result = user_compare(tx, fn, a, b)
+        if result is not None:
+            return result
     if fn in (operator.eq, operator.ne) and _identity_comparable(a, b) and _plain_ne(fn, a, b):
         _guard_default_eq(tx, a, b, fn)
         same = _same_object(a, b)
@@ -323,6 +328,11 @@ def unary(tx, fn: Callable, a: Value) -> Value:
             return kept
     if a.is_constant():
         return constant_fold(fn, a.as_constant())
+    if isinstance(a, (ObjectValue, NewObjectValue)):
+        from .user_operators import user_unary  # NOTE [Operators of Python classes]
+        result = user_unary(tx, fn, a)
+        if result is not None:
+            return result
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} of {a.describe()}")
 
 

@@ -108,4 +108,100 @@ def _type_name(v: Value) -> str:
     return v.python_type().__name__
 
 
-__all__ = ["user_binary"]
+# NOTE [Comparisons of Python classes]: `a < b`, `a == b` where a class defines `__lt__`/`__eq__`/... in Python
+# (dataclass(order=True), functools.total_ordering, a key class) follow do_richcompare: when type(b) is a
+# proper subclass of type(a), b's reflected method first (`b.__gt__(a)` for `<`); then `a.__lt__(b)`; then,
+# if not tried yet, b's reflected one; NotImplemented passes on; none answering is identity for `==`/`!=`
+# and a TypeError for orderings. object's own methods are modelled: `__eq__` answers identity or
+# NotImplemented, `__ne__` inverts the class's `__eq__`, the orderings answer NotImplemented. Engaged only
+# when one of the methods consulted is a Python function (else protocol.compare's identity rules, which
+# guard `__eq__`/`__ne__`, answer as before); the other operand may be an int, float, bool, complex, str,
+# bytes or None constant (their methods answer NotImplemented to any other object).
+_COMPARISONS = {operator.lt: ("__lt__", "<", operator.gt), operator.le: ("__le__", "<=", operator.ge),
+                operator.gt: ("__gt__", ">", operator.lt), operator.ge: ("__ge__", ">=", operator.le),
+                operator.eq: ("__eq__", "==", operator.eq), operator.ne: ("__ne__", "!=", operator.ne)}
+_COMPARED_CONSTANTS = _NUMBERS + (str, bytes, type(None))
+
+
+def _compared_type(v: Value) -> type | None:
+    t = _object_type(v)
+    return None if t is None or issubclass(t, _NUMBERS + (str, bytes, list, tuple, dict, set, frozenset)) else t
+
+
+def _compares(a: Value, b: Value) -> bool:
+    for side in (a, b):
+        if _compared_type(side) is None and not (isinstance(side, ConstantValue)
+                                                 and type(side.value) in _COMPARED_CONSTANTS):
+            return False
+    return _compared_type(a) is not None or _compared_type(b) is not None
+
+
+def _python_method(cls: type | None, name: str) -> bool:
+    return cls is not None and isinstance(lookup.mro_lookup(cls, name)[1], types.FunctionType)
+
+
+def _compare_with(tx, op: Callable, side: Value, other: Value, cls: type) -> Value:
+    """`type(side).__op__(side, other)` (a Python method inlined, or object's own modelled)."""
+    from .protocol import is_same, truth
+    name = _COMPARISONS[op][0]
+    lookup.guard_lookup(tx.output, cls, name)
+    found = lookup.mro_lookup(cls, name)[1]
+    if isinstance(found, types.FunctionType):
+        return tx.call_special_of(side, name, [other], {})
+    if found is not object.__dict__[name]:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.{name} is not a Python function")
+    if op is operator.eq:
+        return ConstantValue(True) if is_same(tx, side, other) else ConstantValue(NotImplemented)
+    if op is operator.ne:
+        equal = _compare_with(tx, operator.eq, side, other, cls)
+        return equal if _not_implemented(equal) else ConstantValue(not truth(tx, equal))
+    return ConstantValue(NotImplemented)
+
+
+def user_compare(tx, fn: Callable, a: Value, b: Value) -> Value | None:
+    """`fn(a, b)` for a rich comparison by the protocol of NOTE [Comparisons of Python classes], or None."""
+    from .protocol import is_same
+    if fn not in _COMPARISONS or not _compares(a, b):
+        return None
+    name, symbol, reflected = _COMPARISONS[fn]
+    ta, tb = _compared_type(a), _compared_type(b)
+    consulted = [(ta, name), (tb, _COMPARISONS[reflected][0])]
+    if fn is operator.ne:
+        consulted += [(ta, "__eq__"), (tb, "__eq__")]
+    if not any(_python_method(cls, n) for cls, n in consulted):
+        return None
+    reversed_first = ta is not None and tb is not None and ta is not tb and issubclass(tb, ta)
+    if reversed_first:
+        result = _compare_with(tx, reflected, b, a, tb)
+        if not _not_implemented(result):
+            return result
+    if ta is not None:
+        result = _compare_with(tx, fn, a, b, ta)
+        if not _not_implemented(result):
+            return result
+    if tb is not None and not reversed_first:
+        result = _compare_with(tx, reflected, b, a, tb)
+        if not _not_implemented(result):
+            return result
+    if fn in (operator.eq, operator.ne):
+        return ConstantValue(is_same(tx, a, b) == (fn is operator.eq))
+    raise UserException(TypeError(f"'{symbol}' not supported between instances of '{_type_name(a)}' and "
+                                  f"'{_type_name(b)}'"))
+
+
+_UNARY = {operator.neg: ("__neg__", "-"), operator.pos: ("__pos__", "+"), operator.invert: ("__invert__", "~")}
+
+
+def user_unary(tx, fn: Callable, a: Value) -> Value | None:
+    """`-a`, `+a`, `~a` for an object whose class defines the method in Python (inlined); eager's TypeError
+    when the class (a plain one) has none; None when it does not apply."""
+    t = _compared_type(a)
+    if fn not in _UNARY or t is None:
+        return None
+    name, symbol = _UNARY[fn]
+    if _method(tx, t, name) is None:
+        raise UserException(TypeError(f"bad operand type for unary {symbol}: '{t.__name__}'"))
+    return tx.call_special_of(a, name, [], {})
+
+
+__all__ = ["user_binary", "user_compare", "user_unary"]

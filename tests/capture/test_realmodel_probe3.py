@@ -6,6 +6,7 @@ framejit.stats()["eager_frames"]).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import heapq
 import inspect
@@ -353,3 +354,56 @@ def test_binary_operators_of_python_classes_are_inlined():
     plain = framejit.compile(lambda x: (_Plain() + _Plain(), x))
     with pytest.raises(TypeError, match="unsupported operand"):
         plain(torch.randn(2))
+
+
+class _Key:
+    def __init__(self, k):
+        self.k = k
+
+    def __lt__(self, other):
+        return self.k < other.k if isinstance(other, _Key) else NotImplemented
+
+    def __eq__(self, other):
+        return isinstance(other, _Key) and self.k == other.k
+
+    __hash__ = None
+
+    def __neg__(self):
+        return _Key(-self.k)
+
+
+class _Later(_Key):
+    def __gt__(self, other):  # the subclass's reflected method runs first for `_Key(..) < _Later(..)`
+        return "later"
+
+
+@dataclasses.dataclass(order=True)
+class _Point:
+    a: int
+    b: int
+
+
+def _comparisons(x, i, j):
+    p, q = _Point(i, j), _Point(i, j + 1)
+    facts = (_Key(i) < _Key(j), _Key(i) == _Key(j), _Key(i) != _Key(j), _Key(i) > _Key(j), p < q, p == q, p >= q,
+             _Key(i) == None, _Key(i) < _Later(j), (-_Key(i)).k, _Point(i, j) != p)  # noqa: E711
+    return x * sum(1 for f in facts if f is True), facts
+
+
+def test_comparisons_and_unary_operators_of_python_classes_are_inlined():
+    """`a < b` / `a == b` with __lt__/__eq__ written in Python (dataclass(order=True), key classes) and `-a`
+    with __neg__ were graph breaks ("comparison lt of New(V) and New(V)", "neg of New(V)")."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_comparisons, backend=backend)
+    before = _eager_frames()
+    for i, j in ((1, 2), (2, 2), (3, 1)):
+        x = torch.randn(3)
+        assert_same(compiled(x, i, j), _comparisons(x, i, j))
+    assert _eager_frames() == before
+    assert _explain_breaks(_comparisons, torch.randn(3), 1, 2) == 0
+    ordered = framejit.compile(lambda x: (x, _Key(1) <= _Key(2)))  # no __le__, object's answers NotImplemented
+    with pytest.raises(TypeError, match="not supported between instances"):
+        ordered(torch.randn(2))
+    negated = framejit.compile(lambda x: (x, -_Point(1, 2)))
+    with pytest.raises(TypeError, match="bad operand type for unary -"):
+        negated(torch.randn(2))
