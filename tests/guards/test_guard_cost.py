@@ -32,11 +32,12 @@ def _calls(check, *args):
         elif event == "c_call":
             seen.append(("c", getattr(arg, "__name__", repr(arg))))
 
+    previous = sys.getprofile()
     sys.setprofile(profile)
     try:
         result = check(*args)
     finally:
-        sys.setprofile(None)
+        sys.setprofile(previous)
     assert result is True
     return [c for c in seen if c != ("c", "setprofile")]
 
