@@ -125,7 +125,7 @@ class GuardFunction:
         fact_failed = False
         for g in self.guards:
             bases = _facts(g.expr).bases
-            if any(b in unsafe for b in bases) or fact_failed and not all(_NAMED_OR_CLASS_DICT.match(b) for b in bases):
+            if any(b in unsafe for b in bases) or fact_failed and not all(self._named(b) for b in bases):
                 continue
             if not _holds(g.expr, self.namespace, frame_locals):
                 failures.append(self._failure(g, frame_locals))
@@ -136,8 +136,16 @@ class GuardFunction:
         return failures
 
 
+    def _named(self, base: str) -> bool:
+        """`base` is an object of the namespace, or its `__dict__`. Not a frame argument, even one whose
+        generated name starts with `___` like the namespace's (a resume function's `___stack2`, a renamed
+        `.0`: NOTE [Locals that are not identifiers] in capture/sources.py): read past a failed lookup fact,
+        its attribute ran a property the class had gained since."""
+        name = base[:-len(".__dict__")] if base.endswith(".__dict__") else base
+        return name.isidentifier() and name in self.namespace
+
+
 _LOOKUP_FACTS = ("CLASS_ATTR_ABSENT", "INSTANCE_ATTR_ABSENT", "MODULE_ATTR_ABSENT")
-_NAMED_OR_CLASS_DICT = re.compile(r"^___\w+(\.__dict__)?$")  # an object of the namespace, or its __dict__
 
 
 def _holds(expr: str, namespace: dict, frame_locals: dict) -> bool:

@@ -146,3 +146,36 @@ def test_guard_function_that_is_not_python_runs_eagerly(monkeypatch):
     strict = framejit.compile(_scale, backend=CountingBackend(), fullgraph=True)
     with pytest.raises(framejit.Unsupported):
         strict(torch.randn(3))
+
+
+def _scale_by(cfg, x, _):
+    return x * cfg.k
+
+
+def _calls_across_a_break(x, cfg):
+    return _scale_by(cfg, x, print("break"))  # `_scale_by` and `cfg` are on the stack at the break
+
+
+def test_renamed_arguments_of_resume_functions_are_not_read_past_a_failed_fact():
+    """Generated parameter names (`___stack2`, `___local__0`) are frame arguments, not objects of the guard
+    namespace: when a resume function recompiles, its failures are listed (NOTE [Guards run no user code]:
+    past a failed lookup fact, only guards reading named objects or class dicts run). `___stack2.k` was taken
+    for a named object and read through the property the class had gained: the compiled call ran it twice
+    more than eager."""
+    calls = []
+
+    class Cfg:
+        pass
+
+    cfg = Cfg()
+    cfg.k = 2
+    compiled = framejit.compile(_calls_across_a_break, backend=CountingBackend())
+    for n in (3, 3):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x, cfg), _calls_across_a_break(x, cfg))
+    Cfg.k = property(lambda self: calls.append(1) or 5)
+    x = torch.randn(3)
+    expected = _calls_across_a_break(x, cfg)
+    eager_calls, calls[:] = len(calls), []
+    torch.testing.assert_close(compiled(x, cfg), expected)
+    assert len(calls) == eager_calls
