@@ -74,3 +74,30 @@ def _zip_longest(tx, args, kwargs):
 
 
 __all__: list[str] = []
+
+
+# `itertools.starmap(f, rows)` is map over unpacked rows, with map's rules (builtins._map: calls made at
+# once must have no effects, NOTE [Lazy combinators]); `itertools.repeat(obj, times)` with a constant
+# count is that many references to obj (Counter.elements() is chain.from_iterable(starmap(repeat, items))).
+@handles(itertools.starmap)
+def _starmap(tx, args, kwargs):
+    from .builtins import _calls_made_early
+    if kwargs or len(args) != 2:
+        raise UserException(TypeError(f"starmap expected 2 arguments, got {len(args) + len(kwargs)}"))
+    fn, rows = args
+    watch = lazy_combinators.watch(tx, [rows])  # NOTE [Lazy combinators]
+    column, = drain_lent(tx, [rows])  # NOTE [Lent iterators]
+    made = _calls_made_early(tx, "starmap", lambda: [tx.call(fn, iterate(tx, row), {}) for row in column])
+    return watch.finish(IteratorValue(made), "starmap", per_row=True, fn=fn, columns=[column])
+
+
+@handles(itertools.repeat)
+def _repeat(tx, args, kwargs):
+    if len(args) + len(kwargs) != 2 or len(args) < 1 or kwargs.keys() - {"times"}:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "itertools.repeat without a count (unbounded)")
+    times = _const(args[1] if len(args) > 1 else kwargs["times"], "repeat")
+    try:
+        itertools.repeat(None, times)  # the count's type errors, as eager raises them
+    except (TypeError, OverflowError) as e:
+        raise UserException(e) from None
+    return IteratorValue([args[0]] * max(times, 0))

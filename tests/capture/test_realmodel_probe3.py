@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import heapq
 import inspect
+import itertools
 import operator
 
 import pytest
@@ -407,3 +408,24 @@ def test_comparisons_and_unary_operators_of_python_classes_are_inlined():
     negated = framejit.compile(lambda x: (x, -_Point(1, 2)))
     with pytest.raises(TypeError, match="bad operand type for unary -"):
         negated(torch.randn(2))
+
+
+def _elements(x, tokens, weights):
+    counts = collections.Counter(tokens)
+    flat = sorted(counts.elements())  # chain.from_iterable(starmap(repeat, items))
+    scaled = list(itertools.starmap(lambda w, k: w * k, zip(weights, range(1, 4))))
+    padded = list(itertools.repeat("pad", len(tokens) - 2))
+    return x * len(flat) + sum(scaled), flat, scaled, padded
+
+
+def test_counter_elements_starmap_and_repeat_are_captured():
+    """itertools.starmap and itertools.repeat (Counter.elements) were breaks ("creating an instance of
+    starmap", "iteration over a chain")."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_elements, backend=backend)
+    before = _eager_frames()
+    for tokens, weights in ((["a", "b", "a"], [1.0, 2.0, 3.0]), (["c", "c", "d", "e"], [0.5, 1.5, 2.5])):
+        x = torch.randn(2)
+        assert_same(compiled(x, list(tokens), list(weights)), _elements(x, list(tokens), list(weights)))
+    assert _eager_frames() == before
+    assert _explain_breaks(_elements, torch.randn(2), ["a", "b", "a"], [1.0, 2.0, 3.0]) == 0
