@@ -437,3 +437,32 @@ def test_buffers_with_symbolic_sizes_are_fed_not_frozen():
     # before: the buffers were frozen as ORT initializers of their real sizes where the model declared
     # symbolic axes; ORT refused the part and every size compiled a static program (4, not 1 symbolic)
     assert len(built) == 1 and _sizes_seen(built[0]) == (1, 0)
+
+
+def test_signatures_no_symbolic_program_serves_skip_the_layout_checks(monkeypatch):
+    """NOTE [Symbolic programs by exact signature]: a transposed input (compiled per signature) and an empty
+    one are remembered as served per signature: repeated calls compute no layout; every result as eager."""
+    from framejit.backends import symbolic
+
+    def fn(x):
+        return x.exp() + x.shape[0]
+
+    example = [torch.randn(4, 5)]
+    compiled = onnxrt(symbolic_graph(fn, example), example)
+    layouts = [0]
+    layout_signature = symbolic.layout_signature
+
+    def counted_layout(*args, **kwargs):
+        layouts[0] += 1
+        return layout_signature(*args, **kwargs)
+
+    monkeypatch.setattr(symbolic, "layout_signature", counted_layout)
+    inputs = [torch.randn(5, 3).t(), torch.randn(6, 8), torch.randn(0, 4), torch.randn(7, 2).t()]
+    with torch.no_grad():
+        for round_ in range(3):
+            layouts[0] = 0
+            for x in inputs:
+                torch.testing.assert_close(compiled(x), fn(x))
+            if round_ == 2:  # (the contiguous call that built its program is remembered at its next call)
+                assert layouts[0] == 0  # before: one layout per transposed call (2)
+    assert _sizes_seen(compiled) == (1, 3)  # contiguous sizes share one program; transposed, empty: per shape

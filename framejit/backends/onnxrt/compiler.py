@@ -184,8 +184,12 @@ def _signature(inputs) -> tuple:
 # (`_signature` plus requires_grad: what layout, bind and `_has_empty` read is a function of it, so the
 # same signature always chooses the same program, the first of its layout whose bind accepts), and a
 # later call with that signature runs it after one lookup. Bounded (`_MAX_DYNAMIC_HITS`, then cleared:
-# serving loops repeat few shapes); cleared with the symbolic programs when one fails.
+# serving loops repeat few shapes); cleared with the symbolic programs when one fails. A signature that
+# no symbolic program serves (a non-contiguous or empty input, a layout whose symbolic program failed or
+# that has _MAX_DYNAMIC of them) is remembered as `_PER_SIGNATURE`, so its calls go straight to the
+# per-signature programs (before, each such call computed the layout and ran the binds again).
 _MAX_DYNAMIC_HITS = 64
+_PER_SIGNATURE = object()
 
 
 def _exact_signature(inputs) -> tuple:
@@ -394,19 +398,13 @@ class OnnxrtCompiled:
             return self.training_graph()(*inputs)
         if self._symbolic:  # NOTE [Symbolic programs by exact signature]
             key = _exact_signature(inputs)
-            program = self._dynamic_hits.get(key)
-            if program is not None:
-                return self._run_dynamic(program, inputs)
-        if self._symbolic and not _has_empty(inputs):  # NOTE [Empty inputs compile per signature]
-            for bind, program in self.dynamic_programs.get(symbolic.layout_signature(inputs, self._symbolic_ints), ()):
-                if bind(inputs) is not None:
-                    if len(self._dynamic_hits) >= _MAX_DYNAMIC_HITS:
-                        self._dynamic_hits.clear()
-                    self._dynamic_hits[key] = program
+            hit = self._dynamic_hits.get(key)
+            if hit is not None and hit is not _PER_SIGNATURE:
+                return self._run_dynamic(hit, inputs)
+            if hit is None:
+                program = self._choose_dynamic(inputs, key)
+                if program is not None:
                     return self._run_dynamic(program, inputs)
-            program = self._build_dynamic(list(inputs))
-            if program is not None:
-                return self._run_dynamic(program, inputs)
         sig = self._signature(inputs)
         try:
             program = self.programs[sig]
@@ -421,6 +419,23 @@ class OnnxrtCompiled:
                      type(exc).__name__, exc)
             self.programs[sig] = None
             return self.gm.forward(*inputs)
+
+    def _choose_dynamic(self, inputs, key: tuple) -> Program | None:
+        """The symbolic program for a call whose exact signature chose none yet, or None (remembered as
+        `_PER_SIGNATURE`: NOTE [Symbolic programs by exact signature])."""
+        if len(self._dynamic_hits) >= _MAX_DYNAMIC_HITS:
+            self._dynamic_hits.clear()
+        if not _has_empty(inputs):  # NOTE [Empty inputs compile per signature]
+            for bind, program in self.dynamic_programs.get(symbolic.layout_signature(inputs, self._symbolic_ints), ()):
+                if bind(inputs) is not None:
+                    self._dynamic_hits[key] = program
+                    return program
+            program = self._build_dynamic(list(inputs))
+            if program is not None:
+                return program
+        if self._symbolic:  # (a failed build may have turned symbolic programs off: nothing to remember)
+            self._dynamic_hits[key] = _PER_SIGNATURE
+        return None
 
     def _run_dynamic(self, program: Program, inputs):
         try:
