@@ -379,12 +379,39 @@ def _sorted(tx, args, kwargs):
     if key is not None and not (key.is_constant() and key.as_constant() is None):
         keys = [tx.call(key, [i], {}) for i in items]  # called once per item, in order, as CPython does
         if not all(k.is_constant() for k in keys):
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sorted() with keys that are not constants")
+            order = sorted(range(len(items)), key=lambda i: _TracedOrder(tx, keys[i]), reverse=reverse)
+            return ListValue([items[i] for i in order])
         order = sorted(range(len(items)), key=lambda i: keys[i].as_constant(), reverse=reverse)
         return ListValue([items[i] for i in order])
     if not all(i.is_constant() for i in items):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sorted() of non-constant items")
+        if any(isinstance(i, TensorValue) for i in items):
+            raise Unsupported(BreakKind.DATA_DEPENDENT, "sorted() of tensors compares tensor data")
+        order = sorted(range(len(items)), key=lambda i: _TracedOrder(tx, items[i]), reverse=reverse)
+        return ListValue([items[i] for i in order])
     return ListValue([ConstantValue(v) for v in sorted(_consts(items), reverse=reverse)])
+
+
+class _TracedOrder:
+    """NOTE [Sorting by traced comparisons]: sorted()/max()/min() of values that are not constants (objects
+    whose class defines `__lt__` in Python, tuples holding them) run CPython's own sort or scan over these
+    stand-ins, whose `<` is the traced comparison (protocol.compare, then its truth): the same algorithm on
+    the same values asks the same comparisons in the same order as eager, so the order found, the
+    comparisons' effects and any exception they raise are eager's. A comparison that needs tensor data is a
+    graph break, as anywhere."""
+
+    __slots__ = ("tx", "value")
+
+    def __init__(self, tx, value: Value) -> None:
+        self.tx = tx
+        self.value = value
+
+    def __lt__(self, other: "_TracedOrder") -> bool:
+        return traced_better(self.tx, operator.lt, self.value, other.value)
+
+
+def traced_better(tx, op: Callable, a: Value, b: Value) -> bool:
+    from .protocol import compare
+    return truth(tx, compare(tx, op, a, b))
 
 
 def _min_max(fn: Callable):
@@ -406,6 +433,8 @@ def _min_max(fn: Callable):
             return kept
         if all(i.is_constant() for i in items):
             return constant_fold(fn, _consts(items))
+        if items and not any(isinstance(i, TensorValue) for i in items):
+            return items[_best(tx, fn, items)]  # NOTE [Sorting by traced comparisons]
         raise Unsupported(BreakKind.DATA_DEPENDENT, f"{fn.__name__}() of tensors compares tensor data")
     return handler
 
@@ -420,17 +449,26 @@ def _min_max_by_key(tx, fn: Callable, items: list[Value], key: Value) -> Value:
         except ValueError as e:  # this CPython's own message
             raise UserException(e) from None
     keys = [tx.call(key, [item], {}) for item in items]
-    if not all(k.is_constant() for k in keys):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() with keys that are not constants")
+    return items[_best(tx, fn, keys)]
+
+
+def _best(tx, fn: Callable, keys: list[Value]) -> int:
+    """The index max()/min() keeps: the first key strictly greater (less) than the best so far, compared as
+    Python compares constants, or by traced comparisons (NOTE [Sorting by traced comparisons])."""
     better = operator.gt if fn is max else operator.lt
+    constant = all(k.is_constant() for k in keys)
     best = 0
-    for i in range(1, len(items)):
+    for i in range(1, len(keys)):
+        if not constant:
+            if traced_better(tx, better, keys[i], keys[best]):
+                best = i
+            continue
         try:
             if better(keys[i].as_constant(), keys[best].as_constant()):
                 best = i
         except Exception as e:  # the keys' own comparison raised (TypeError between str and int)
             raise UserException(e) from None
-    return items[best]
+    return best
 
 
 BUILTIN_HANDLERS[min] = _min_max(min)

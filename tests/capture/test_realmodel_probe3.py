@@ -429,3 +429,38 @@ def test_counter_elements_starmap_and_repeat_are_captured():
         assert_same(compiled(x, list(tokens), list(weights)), _elements(x, list(tokens), list(weights)))
     assert _eager_frames() == before
     assert _explain_breaks(_elements, torch.randn(2), ["a", "b", "a"], [1.0, 2.0, 3.0]) == 0
+
+
+class _Logged:
+    def __init__(self, k, log):
+        self.k, self.log = k, log
+
+    def __lt__(self, other):
+        self.log.append((self.k, other.k))  # the order of comparisons is observable
+        return self.k < other.k
+
+
+def _ordering(x, ks):
+    log = []
+    items = [_Logged(k, log) for k in ks]
+    by_self = [i.k for i in sorted(items)]
+    by_key = [p.a for p in sorted([_Point(k % 3, k) for k in ks], key=lambda p: p, reverse=True)]
+    top, low = max(_Point(k % 2, k) for k in ks), min(items, key=lambda i: i)
+    return x * top.b + low.k, by_self, by_key, log
+
+
+def test_sorted_max_and_min_of_objects_compare_as_eager():
+    """sorted()/max()/min() of objects whose class orders them in Python were breaks ("sorted() of
+    non-constant items"; max() said "compares tensor data"). CPython's own sort runs over stand-ins whose
+    `<` is the traced comparison, so the comparisons happen in eager's order (the log) and give its result."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_ordering, backend=backend)
+    before = _eager_frames()
+    for ks in ([3, 1, 2, 5, 4], [2, 2, 7, 0]):
+        x = torch.randn(2)
+        assert_same(compiled(x, list(ks)), _ordering(x, list(ks)))
+    assert _eager_frames() == before
+    assert _explain_breaks(_ordering, torch.randn(2), [3, 1, 2]) == 0
+    mixed = framejit.compile(lambda x: (x, sorted([_Key(1), 2])))
+    with pytest.raises(TypeError):
+        mixed(torch.randn(2))
