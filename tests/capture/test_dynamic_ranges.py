@@ -6,6 +6,8 @@ compiled on fresh inputs of changing sizes (1 and 0 included where eager accepts
 asserted."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -133,4 +135,22 @@ def test_a_loop_in_an_inlined_callee_runs_in_the_callee_frame():
         x = torch.randn(n, 3)
         assert_same(compiled(x), _caller(x))
     assert _frames(before, "_caller") <= 3 and _frames(before, "_helper") <= 3
+    assert framejit.stats()["eager_frames"] == eager
+
+
+def _floor_steps(x, t):
+    for i in range(math.floor(t)):
+        x = x + i
+    return x * t
+
+
+def test_a_loop_over_the_floor_of_a_float_compiles_once_for_every_count():
+    before, eager = len(framejit.stats()["frames"]), framejit.stats()["eager_frames"]
+    compiled = framejit.compile(_floor_steps, backend="eager")
+    for t in [0.5, 2.25, 2.5, 2.75, 1.1, 1.9, 2.0, 1.0, 3.5, 3.25, 4.5, 5.5, 6.5, 7.5, 9.25, -1.5]:
+        x = torch.zeros(3)
+        assert_same(compiled(x, t), _floor_steps(x, t))
+    # before: one entry per floor (NOTE [Ints of dynamic floats]) until the recompile limit ran it eagerly.
+    # Now: static 0.5, then t a graph input and the loop run as Python
+    assert _frames(before, "_floor_steps") == 2
     assert framejit.stats()["eager_frames"] == eager
