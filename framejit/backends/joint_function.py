@@ -69,12 +69,12 @@ def _reason(aot: dict, params_buffers: list, hooks_disabled: bool, disable_amp: 
                 not i.mutates_data or i.mutates_metadata or i.mutates_storage_metadata or i.requires_grad
                 or not i.is_leaf or i.mutation_inductor_storage_resize for i in mutated):
         return "an input is mutated other than a buffer's data (NOTE [Buffers written back])"
-    if meta.num_intermediate_bases or meta.num_outputs_aliased or meta.num_unsafe_view_outputs or any(
-            o.output_type != OutputType.non_alias or not issubclass(o.raw_type, torch.Tensor)
-            for o in meta.output_info):
+    if meta.num_intermediate_bases or meta.num_outputs_aliased or any(
+            o.output_type not in (OutputType.non_alias, OutputType.unsafe_view_alias)
+            or not issubclass(o.raw_type, torch.Tensor) for o in meta.output_info):
         return "an output aliases an input or an intermediate, or is not a tensor"
-    if meta.num_forward_returns != len(mutated) + meta.num_outputs or meta.num_outputs_rng_offset or meta.is_rng_op_functionalized \
-            or meta.num_graphsafe_rng_states or meta.tokens or meta.num_backward_tokens:
+    if meta.num_forward_returns != len(mutated) + meta.num_outputs or meta.num_outputs_rng_offset or \
+            meta.is_rng_op_functionalized or meta.num_graphsafe_rng_states or meta.tokens or meta.num_backward_tokens:
         return "RNG state or effect tokens"
     if meta.num_symints_saved_for_bw or meta.num_opaque_objects_saved_for_bw or meta.dynamic_saved_tensors_idxs \
             or meta.dynamic_outputs or meta.grad_enabled_mutation is not None:
@@ -110,6 +110,10 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
     # the Function returns the mutated inputs' new values first, then the outputs (as AOT autograd's)
     returns_meta = [meta.input_info[k] for k in mutated] + list(meta.output_info)
     non_diff = tuple(k for k, o in enumerate(returns_meta) if not o.requires_grad)
+    # a view of an intermediate that aliases no other output is returned through aten._unsafe_view, which
+    # hides the aliasing from autograd, as AOT autograd's forward does (Note [Intermediate Bases Optimization])
+    unsafe_views = tuple(n_mut + k for k in meta.unsafe_view_out_indices)
+    unsafe_view = torch.ops.aten._unsafe_view
     survivors = tuple(n_mut + k for k, o in enumerate(meta.output_info) if o.requires_grad_for_backward)
     tangent_metas = list(meta.subclass_tangent_meta)
     formats = [m.memory_format for m in tangent_metas]
@@ -150,6 +154,8 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
             ctx.save_for_backward(*[x.detach() if x._is_view() else x for x in outs[vc_slice]])
             if has_no_vc:
                 ctx._tensors_no_vc_check = [x.detach() if x._is_view() else x for x in outs[no_vc_slice]]
+            for k in unsafe_views:
+                outs[k] = unsafe_view(outs[k], outs[k].shape)
             if non_diff:
                 ctx.mark_non_differentiable(*[outs[k] for k in non_diff if isinstance(outs[k], torch.Tensor)])
             ctx._materialize_non_diff_grads = False

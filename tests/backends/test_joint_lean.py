@@ -237,3 +237,25 @@ def test_a_persisted_joint_loaded_in_a_later_process_goes_lean_too(tmp_path, mon
     kinds = _train(model, ref, framejit.compile(model, backend="onnxrt"), inputs[1:])
     assert joint.STATS["loaded"] - before.get("loaded", 0) == 1 and joint.STATS["traced"] == before.get("traced", 0)
     assert kinds == ["CompiledFunctionBackward", "LeanJointBackward", "LeanJointBackward"]
+
+
+def test_a_view_of_an_intermediate_returned_alone_goes_lean():
+    # AOT autograd returns such an output through aten._unsafe_view (output type unsafe_view_alias, as the
+    # zoo's lstm's last hidden state); lean calls do the same
+    def fn(x, w):
+        h = torch.tanh(x @ w)
+        return h.sum(), h.t()[0]
+    compiled = framejit.compile(fn, backend="onnxrt")
+    kinds = []
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        x, w = torch.randn(3, 4, generator=g, requires_grad=True), torch.randn(4, 2, generator=g, requires_grad=True)
+        ex, ew = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        (total, row), (etotal, erow) = compiled(x, w), fn(ex, ew)
+        kinds.append(type(row.grad_fn).__name__)
+        torch.testing.assert_close(row, erow)
+        (total + row.square().sum()).backward()
+        (etotal + erow.square().sum()).backward()
+        torch.testing.assert_close(x.grad, ex.grad)
+        torch.testing.assert_close(w.grad, ew.grad)
+    assert kinds[1:] == ["LeanJointBackward"] * 2, kinds
