@@ -81,8 +81,8 @@ __all__ = ["forced_break", "tensor_type"]
 # arguments: made while tracing they are constants (the real getter, made at trace time, so a bad argument
 # raises what eager raises), and a call `g(obj)` is the item or attribute reads it stands for, traced as
 # reads (`obj[1]`, `obj.a.b`; a tuple of them for several). A getter from outside (a module-level
-# `_itemgetter1`) is guarded by identity. One that escapes the region is made anew from its arguments on
-# every call (codegen.py), as eager makes a new one.
+# `_itemgetter1`, one passed to a resume function) is guarded by its type and arguments, not its identity.
+# One that escapes the region is made anew from its arguments on every call (codegen.py), as eager does.
 GETTERS = (operator.itemgetter, operator.attrgetter)
 
 
@@ -107,9 +107,20 @@ def getter_of(tx, fn: Value):
     if isinstance(fn, ConstantValue) and type(fn.value) in GETTERS:
         return fn.value
     if isinstance(fn, ObjectValue) and type(fn.obj) in GETTERS and fn.source is not None:
-        tx.output.guard_id(fn.source, fn.obj)
+        _guard_getter(tx.output, fn.source, fn.obj)
         return fn.obj
     return None
+
+
+def _guard_getter(out, source, getter) -> None:
+    """A getter from outside is guarded by its type and arguments, not its identity: one made anew on every
+    call (by the program, or by the code that rebuilds one escaping the region, passed on to a resume
+    function) is the same getter; guarded by identity, each call recompiled until the recompile limit."""
+    out.guard_type(source, type(getter))
+    e = source.expr(out.names)
+    args = out.name_of(getter_args(getter), "getter_args")
+    out.add_guard("GETTER_MATCH", f"{out.name_of(getter_args, 'getter_args_of')}({e}) == {args}", source,
+                  expected=f"{type(getter).__name__}{getter_args(getter)!r}")
 
 
 def getter_args(getter) -> tuple:

@@ -464,3 +464,25 @@ def test_sorted_max_and_min_of_objects_compare_as_eager():
     mixed = framejit.compile(lambda x: (x, sorted([_Key(1), 2])))
     with pytest.raises(TypeError):
         mixed(torch.randn(2))
+
+
+def _getter_across_a_break(x, pairs):
+    second = operator.itemgetter(1)
+    print("between")  # the getter crosses the break: a new one reaches the resume function on every call
+    return x * max(pairs, key=second)[1], second
+
+
+def test_a_getter_crossing_a_break_does_not_recompile_per_call(capsys):
+    """The getter the transformed code makes anew on each call reached the resume function guarded by
+    identity: every call recompiled, until the recompile limit ran the resume function eagerly."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_getter_across_a_break, backend=backend)
+    before = _eager_frames()
+    for _ in range(10):
+        x = torch.randn(3)
+        got, expected = compiled(x, [("a", 1), ("b", 2)]), _getter_across_a_break(x, [("a", 1), ("b", 2)])
+        assert_same(got[0], expected[0])
+        assert type(got[1]) is operator.itemgetter and got[1](("p", "q")) == "q"
+    assert _eager_frames() == before
+    assert backend.graph_count == 1  # the code after the print, once (nothing before it is a tensor op)
+    capsys.readouterr()
