@@ -351,6 +351,8 @@ class OutputGraph:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
             args, kwargs = self._float_args(kind, target, args, kwargs)
+        from .scalar_ranges import check_converted_ints  # NOTE [Scalars converted to a narrow dtype]
+        check_converted_ints(kind, target, args, kwargs)
         if self.__dict__.get("speculated_checks"):
             from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
             check_after_speculation(self, kind, target, args, kwargs)

@@ -114,3 +114,46 @@ def test_thread_local_attributes_are_read_in_the_calling_thread(make, backend):
         _set_state(state_c, scale, shift)
         assert_same(compiled(torch.ones(2)), program(torch.ones(2)))
         assert_same(_in_a_thread(compiled, torch.ones(2)), _in_a_thread(program, torch.ones(2)))
+
+
+# ---- NOTE [Scalars converted to a narrow dtype] ------------------------------------------------------------
+
+def _fill_int8(x, n):
+    return x.clone().fill_(n), torch.tensor([n, 1], dtype=torch.int8), x.masked_fill(x > 0, n)
+
+
+def _fill_half(x, n):
+    return x.clone().fill_(n), x.masked_fill(x > 0, n), torch.full((2,), n, dtype=torch.float16)
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except RuntimeError as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn, dtype, values", [
+    (_fill_int8, torch.int8, (2, 3, 4, 300, 5, -200, 127, 128)),
+    (_fill_half, torch.float16, (2, 3, 4, 70000, 5, -65505, 65504))], ids=["int8", "float16"])
+def test_dynamic_ints_stored_into_a_narrow_dtype_overflow_as_eager(fn, dtype, values, backend):
+    # before: once n was a dynamic graph input, eager's "value cannot be converted to type int8_t without
+    # overflow" was checked only in the trace: onnxrt and triton stored 300 as 44
+    compiled = framejit.compile(fn, backend=_backend(backend))
+    for v in values:
+        x = torch.ones(2, dtype=dtype)
+        expected, actual = _outcome(fn, x, v), _outcome(compiled, x.clone(), v)
+        if isinstance(expected, str):
+            assert actual == expected, v
+        else:
+            assert_same(actual, expected)
+
+
+def test_dynamic_ints_in_range_stay_graph_inputs():
+    # not a failing-before test: the cost of the fix (a range relation, no recompile per value)
+    backend = CountingBackend()
+    compiled = framejit.compile(_fill_int8, backend=backend)
+    for n in (2, 3, 4, 5, -7, 100):
+        assert_same(compiled(torch.ones(2, dtype=torch.int8), n), _fill_int8(torch.ones(2, dtype=torch.int8), n))
+    assert backend.graph_count == 2  # the first value, then n symbolic in [-128, 127]
