@@ -379,9 +379,12 @@ class JointGraph:
 def _runtime_flags() -> tuple[bool, bool]:
     """(saved-tensor hooks disabled around the call, autocast disabled around the halves): what AOT autograd
     decides when it makes its runtime wrapper (NOTE [Lean joint calls]: either one keeps AOT's callable)."""
-    from torch._functorch._aot_autograd.runtime_wrappers import _should_disable_saved_tensors_hooks
+    from torch._functorch._aot_autograd import utils
 
-    return bool(_should_disable_saved_tensors_hooks()), bool(torch._C._is_any_autocast_enabled())
+    # AOT's _should_disable_saved_tensors_hooks, without its compiled-autograd exception (it reads a
+    # torch._dynamo flag; framejit never enables compiled autograd): inlineable hooks keep AOT's callable
+    hooks = utils.top_saved_tensors_hooks()
+    return bool(utils.saved_tensors_hooks_are_inlineable(hooks)), bool(torch._C._is_any_autocast_enabled())
 
 
 def _params_buffers(flat_gm: torch.fx.GraphModule) -> list:
