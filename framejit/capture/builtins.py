@@ -730,6 +730,9 @@ def _sequence_method(tx, seq: SequenceValue, name: str, args: list[Value], kwarg
         return ListValue(list(items))
     elif name == "sort" and isinstance(seq, ListValue) and not (kwargs.get("key") or ConstantValue(None)).is_constant():
         _sort_with_key(tx, seq, args, kwargs)
+    elif name == "sort" and isinstance(seq, ListValue) and not args and not kwargs.keys() - {"key", "reverse"} \
+            and not seq.is_constant() and not any(isinstance(i, TensorValue) for i in seq.items):
+        _sort_traced(tx, seq, list(seq.items), list(seq.items), kwargs)  # NOTE [Sorting by traced comparisons]
     elif name in ("index", "count", "remove", "sort"):
         return _constant_sequence_method(tx, seq, name, args, kwargs)
     return ConstantValue(None)
@@ -750,12 +753,32 @@ def _sort_with_key(tx, lst: ListValue, args: list[Value], kwargs: dict[str, Valu
     if modified:
         raise Unsupported(BreakKind.SIDE_EFFECT, "the list was modified by its sort() key function")
     if not all(k.is_constant() for k in keys):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "list.sort() with keys that are not constants")
+        _sort_traced(tx, lst, saved, keys, kwargs)  # NOTE [Sorting by traced comparisons]
+        return
     reverse = bool(kwargs.get("reverse", ConstantValue(False)).as_constant())
     try:
         order = sorted(range(len(saved)), key=lambda i: keys[i].as_constant(), reverse=reverse)
     except TypeError as e:
         raise UserException(e) from None
+    lst.items[:] = [saved[i] for i in order]
+
+
+def _sort_traced(tx, lst: ListValue, saved: list[Value], keys: list[Value], kwargs: dict[str, Value]) -> None:
+    """`lst.sort()` ordered by traced comparisons of `keys` (NOTE [Sorting by traced comparisons]). CPython
+    empties the list while it compares, so code in `__lt__` sees `[]`; a comparison that raises leaves the
+    list in a state CPython does not define: that is a graph break (the sort then runs in Python)."""
+    reverse = bool(kwargs.get("reverse", ConstantValue(False)).as_constant())
+    lst.items.clear()
+    try:
+        order = sorted(range(len(saved)), key=lambda i: _TracedOrder(tx, keys[i]), reverse=reverse)
+    except UserException as e:
+        raise Unsupported(BreakKind.EXCEPTION_RAISED, f"a comparison in list.sort() raises "
+                          f"{type(e.exc).__name__}: the sort runs in Python") from None
+    finally:
+        modified = bool(lst.items)
+        lst.items[:] = saved
+    if modified:
+        raise Unsupported(BreakKind.SIDE_EFFECT, "the list was modified while it was sorted")
     lst.items[:] = [saved[i] for i in order]
 
 

@@ -486,3 +486,28 @@ def test_a_getter_crossing_a_break_does_not_recompile_per_call(capsys):
     assert _eager_frames() == before
     assert backend.graph_count == 1  # the code after the print, once (nothing before it is a tensor op)
     capsys.readouterr()
+
+
+def _sort_in_place(x, ks, outside):
+    log = []
+    items = [_Logged(k, log) for k in ks]
+    items.sort()
+    by_key = [_Logged(k, log) for k in ks]
+    by_key.sort(key=lambda i: i, reverse=True)
+    outside.sort(key=lambda p: p)  # a list from outside, sorted in place: replayed after the graph
+    return x + len(log), [i.k for i in items], [i.k for i in by_key], log
+
+
+def test_list_sort_of_objects_compares_as_eager():
+    """`lst.sort()` / `lst.sort(key=...)` of objects ordered in Python were breaks ("sort() over non-constant
+    items", "list.sort() with keys that are not constants")."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_sort_in_place, backend=backend)
+    before = _eager_frames()
+    for ks in ([3, 1, 2], [5, 4, 4, 1]):
+        x = torch.randn(2)
+        mine, theirs = [_Point(k % 2, k) for k in ks], [_Point(k % 2, k) for k in ks]
+        assert_same(compiled(x, list(ks), mine), _sort_in_place(x, list(ks), theirs))
+        assert mine == theirs
+    assert _eager_frames() == before
+    assert _explain_breaks(_sort_in_place, torch.randn(2), [3, 1, 2], [_Point(1, 1), _Point(0, 2)]) == 0
