@@ -32,6 +32,8 @@ TENSOR_METHODS_UNSUPPORTED = {
     "set_": BreakKind.SIDE_EFFECT, "resize_": BreakKind.SIDE_EFFECT, "__setstate__": BreakKind.SIDE_EFFECT,
     # facts of the real tensor that fake tensors do not carry (fakes answered False: red team, test_redteam2.py)
     "is_set_to": BreakKind.UNSUPPORTED_CALL, "is_inference": BreakKind.UNSUPPORTED_CALL,
+    # the storage's shared-memory / pinned state (share_memory_(), pin_memory()), not guarded (red team 9)
+    "is_shared": BreakKind.UNSUPPORTED_CALL, "is_pinned": BreakKind.UNSUPPORTED_CALL,
 }
 
 # torch functions with effects on global state, or that read data into Python: never graph nodes.

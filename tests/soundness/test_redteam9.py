@@ -157,3 +157,22 @@ def test_dynamic_ints_in_range_stay_graph_inputs():
     for n in (2, 3, 4, 5, -7, 100):
         assert_same(compiled(torch.ones(2, dtype=torch.int8), n), _fill_int8(torch.ones(2, dtype=torch.int8), n))
     assert backend.graph_count == 2  # the first value, then n symbolic in [-128, 127]
+
+
+# ---- facts of the real storage ------------------------------------------------------------------------------
+
+def _reads_the_shared_flag(x):
+    return x + 1, x.is_shared(), x.is_pinned()
+
+
+def test_is_shared_reads_the_real_storage():
+    # before: the entry traced for a private tensor answered is_shared() False after x.share_memory_()
+    compiled = framejit.compile(_reads_the_shared_flag, backend=CountingBackend())
+    x, x_c = torch.ones(2), torch.ones(2)
+    for share in (False, True, True):
+        if share:
+            x.share_memory_()
+            x_c.share_memory_()
+        expected, actual = _reads_the_shared_flag(x), compiled(x_c)
+        assert_same(actual[0], expected[0])
+        assert actual[1:] == expected[1:]
