@@ -327,8 +327,10 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     try:
         if tx.run() is not None:
             return None
-        if site.loop is not None and not python_loops.iterates_rows_at(tx.stack, site.inst, exc.moved_from):
-            return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
+        if site.loop is not None and (not python_loops.iterates_rows_at(tx.stack, site.inst, exc.moved_from) or
+                                      python_loops.body_binds_locals_read_after(fn.__code__, site.loop, tx.locals)):
+            return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)  # NOTE [Locals
+            # first bound in a loop run as Python] in python_loops.py
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
         outputs = graph_break.live_tensors(gen.values())

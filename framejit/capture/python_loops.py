@@ -78,6 +78,32 @@ def iterates_rows(value: Any) -> bool:
     return isinstance(value, TensorValue) and value.fake.dim() > 0
 
 
+# NOTE [Locals first bound in a loop run as Python]: the trampoline at the exit of a loop run as Python
+# passes the resume function after the loop the locals that were bound where the break was taken (the
+# loop's GET_ITER). A local first bound inside the body (the loop variable `i`, `last = y`) was not passed,
+# so code after the loop that read it raised UnboundLocalError where eager returns its value (and one the
+# body deletes would fail in the trampoline). Such a loop does not run as Python: `body_binds_locals_read_
+# after` finds, conservatively, a name the body stores or deletes that was not bound at the break and that
+# an instruction outside the body reads (a plain read of the loop variable after `for i in range(n)`).
+_READS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_DEREF", "LOAD_CLOSURE", "DELETE_FAST",
+          "DELETE_DEREF")
+_WRITES = ("STORE_FAST", "STORE_DEREF", "DELETE_FAST", "DELETE_DEREF")
+
+
+def body_binds_locals_read_after(code: types.CodeType, loop: Any, bound: Any) -> bool:
+    """The body of `loop` (a canonical FOR_ITER of `code`) stores or deletes a local that is not in `bound`
+    (or deletes one), and an instruction outside the body reads it (NOTE above)."""
+    from .normalize import normalize
+    insts = normalize(code).insts
+    inside = [i for i in insts if loop.index < i.index < loop.arg]
+    written = {str(i.arg) for i in inside if i.name in _WRITES and (i.name.startswith("DELETE") or
+                                                                       str(i.arg) not in bound)}
+    if not written:
+        return False
+    read = {str(i.arg) for i in insts if not loop.index < i.index < loop.arg and i.name in _READS}
+    return bool(written & read)
+
+
 def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
     """At GET_ITER (`inst`): the break that runs a for loop over `iterable` as Python, when it is a range
     whose length is symbolic (NOTE [Loops over symbolic ranges]), else None (the loop unrolls)."""
@@ -91,9 +117,10 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
     insts = normalize(tx.code).insts
     loop = insts[inst.index + 1] if inst.index + 1 < len(insts) else None
     if loop is None or loop.name != "FOR_ITER" or inst.handler is not None or loop.handler is not None or \
-            not symbolic_length(tx, iterable):
+            not symbolic_length(tx, iterable) or body_binds_locals_read_after(tx.code, loop, tx.locals):
         return None  # a comprehension's iterator (3.11: passed to its function; 3.12: in a cleanup region),
-        # a loop inside a try or with block, or a length the env knows: unrolled as before
+        # a loop inside a try or with block, a length the env knows, or a local first bound in the body and
+        # read after it (NOTE [Locals first bound in a loop run as Python]): unrolled as before
     exc = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, f"a for loop over {iterable.describe()}, whose length is "
                       "symbolic: it runs as Python instead of unrolling, which would specialise the length "
                       "(NOTE [Loops over symbolic ranges])")

@@ -154,3 +154,48 @@ def test_a_loop_over_the_floor_of_a_float_compiles_once_for_every_count():
     # Now: static 0.5, then t a graph input and the loop run as Python
     assert _frames(before, "_floor_steps") == 2
     assert framejit.stats()["eager_frames"] == eager
+
+
+# ---- NOTE [Locals first bound in a loop run as Python] ----------------------------------------------------
+def _reads_the_loop_variable(x):
+    acc = x[0] * 0
+    for i in range(1, x.size(0)):
+        if i % 2:
+            continue
+        acc = acc + x[i]
+    else:
+        acc = acc - 1
+    return acc, i
+
+
+def _prints_then_reads(x):
+    acc = x.sum(0)
+    for i in range(x.size(0)):
+        acc = acc + x[i]
+        print("step", i)  # a break of another kind in the body
+    return acc, i
+
+
+def _breaks_on_data_then_reads(x):
+    acc = x[0]
+    for i in range(1, x.shape[0]):
+        if acc.sum() > 1e9:  # a data-dependent break in the body
+            acc = acc * 0
+        last = x[i] * i
+        acc = acc + last
+    return acc * 2, last
+
+
+@pytest.mark.parametrize("fn", [_reads_the_loop_variable, _prints_then_reads, _breaks_on_data_then_reads],
+                         ids=lambda f: f.__name__)
+def test_a_local_first_bound_in_the_loop_is_read_after_it(fn, capsys):
+    # before: the resume function after a loop run as Python did not get `i` / `last` (bound only in the
+    # body): UnboundLocalError where eager returns them
+    compiled = framejit.compile(fn, backend="eager")
+    for n in [3, 5, 7, 4, 9, 6, 2]:
+        torch.manual_seed(n)
+        x = torch.randn(n, 3)
+        expected = fn(x)
+        printed = capsys.readouterr().out
+        assert_same(compiled(x), expected)
+        assert capsys.readouterr().out == printed
