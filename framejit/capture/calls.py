@@ -34,6 +34,7 @@ TENSOR_METHODS_UNSUPPORTED = {
     "is_set_to": BreakKind.UNSUPPORTED_CALL, "is_inference": BreakKind.UNSUPPORTED_CALL,
     # the storage's shared-memory / pinned state (share_memory_(), pin_memory()), not guarded (red team 9)
     "is_shared": BreakKind.UNSUPPORTED_CALL, "is_pinned": BreakKind.UNSUPPORTED_CALL,
+    "_is_view": BreakKind.UNSUPPORTED_CALL,  # an input's view-ness: fakes answered False for base[:2]
 }
 
 # torch functions with effects on global state, or that read data into Python: never graph nodes.

@@ -176,3 +176,18 @@ def test_is_shared_reads_the_real_storage():
         expected, actual = _reads_the_shared_flag(x), compiled(x_c)
         assert_same(actual[0], expected[0])
         assert actual[1:] == expected[1:]
+
+
+def _reads_view_facts(x):
+    return x * 2, x._is_view(), x._base is None
+
+
+def test_is_view_of_an_input_as_eager():
+    # before: base[:2] (same shape, strides and offset as a fresh tensor) hit the entry traced for a fresh
+    # tensor, whose fake answered _is_view() False (and the reverse order answered True for a fresh tensor)
+    compiled = framejit.compile(_reads_view_facts, backend=CountingBackend())
+    base = torch.ones(4)
+    for x in (torch.ones(2), base[:2], torch.ones(2), base[:2]):
+        expected, actual = _reads_view_facts(x), compiled(x)
+        assert_same(actual[0], expected[0])
+        assert actual[1:] == expected[1:]
