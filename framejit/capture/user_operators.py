@@ -189,18 +189,19 @@ def user_compare(tx, fn: Callable, a: Value, b: Value) -> Value | None:
                                   f"'{_type_name(b)}'"))
 
 
-_UNARY = {operator.neg: ("__neg__", "-"), operator.pos: ("__pos__", "+"), operator.invert: ("__invert__", "~")}
+_UNARY = {operator.neg: ("__neg__", "unary -"), operator.pos: ("__pos__", "unary +"),
+          operator.invert: ("__invert__", "unary ~"), operator.abs: ("__abs__", "abs()")}
 
 
 def user_unary(tx, fn: Callable, a: Value) -> Value | None:
-    """`-a`, `+a`, `~a` for an object whose class defines the method in Python (inlined); eager's TypeError
+    """`-a`, `+a`, `~a`, `abs(a)` for an object whose class defines the method in Python (inlined); eager's TypeError
     when the class (a plain one) has none; None when it does not apply."""
     t = _compared_type(a)
     if fn not in _UNARY or t is None:
         return None
     name, symbol = _UNARY[fn]
     if _method(tx, t, name) is None:
-        raise UserException(TypeError(f"bad operand type for unary {symbol}: '{t.__name__}'"))
+        raise UserException(TypeError(f"bad operand type for {symbol}: '{t.__name__}'"))
     return tx.call_special_of(a, name, [], {})
 
 

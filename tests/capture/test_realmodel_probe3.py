@@ -511,3 +511,26 @@ def test_list_sort_of_objects_compares_as_eager():
         assert mine == theirs
     assert _eager_frames() == before
     assert _explain_breaks(_sort_in_place, torch.randn(2), [3, 1, 2], [_Point(1, 1), _Point(0, 2)]) == 0
+
+
+class _Signed:
+    def __init__(self, v):
+        self.v = v
+
+    def __abs__(self):
+        return _Signed(abs(self.v))
+
+
+def test_abs_of_a_python_class_is_inlined():
+    """abs(obj) with a Python __abs__ was a graph break ("abs of New(...)"); without one, eager's TypeError."""
+    fn = lambda x, k: x * abs(_Signed(k)).v  # noqa: E731
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    before = _eager_frames()
+    for k in (-2, 3):
+        x = torch.randn(2)
+        assert_same(compiled(x, k), fn(x, k))
+    assert _eager_frames() == before
+    assert _explain_breaks(fn, torch.randn(2), -2) == 0
+    with pytest.raises(TypeError, match=r"bad operand type for abs\(\)"):
+        framejit.compile(lambda x: (x, abs(_Plain())))(torch.randn(2))
