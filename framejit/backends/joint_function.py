@@ -16,10 +16,11 @@ import torch
 # buffers, lazy backward compilation, the first-call custom-op analysis). Per training step of the zoo's
 # mlp on onnxrt they cost about as much as the forward ORT program itself (measured, thread CPU, loaded:
 # JointGraph call 283 us around a forward half of 144 us; see h14e's report). For the common joint --
-# no input mutated but buffers' data (NOTE [Buffers written back]), every output a fresh non-aliased
-# tensor, plain tensors only, no RNG state or tokens, no symbolic sizes saved, autocast off when built --
-# those wrappers reduce to: prepend the parameters,
-# detach the inputs that never need gradients, call the forward half, save what the backward reads
+# no input mutated but buffers' data (NOTE [Buffers written back]), every output a fresh tensor (or a view
+# of an intermediate hidden from autograd by aten._unsafe_view, as AOT autograd returns it), plain tensors
+# only, no RNG state or tokens, no symbolic sizes saved, autocast off when built -- those wrappers reduce
+# to: prepend the parameters, detach the inputs that never need gradients, call the forward half, save what
+# the backward reads
 # (views detached: Note [Detaching saved tensors in AOTAutograd]), mark outputs that need no gradient
 # non-differentiable; in the backward, the vmap and deterministic-algorithm checks, the tangents in their
 # traced memory format, the backward half, and for `create_graph=True` the same double-backward error.
