@@ -116,7 +116,8 @@ def _type_name(v: Value) -> str:
 # NotImplemented, `__ne__` inverts the class's `__eq__`, the orderings answer NotImplemented. Engaged only
 # when one of the methods consulted is a Python function (else protocol.compare's identity rules, which
 # guard `__eq__`/`__ne__`, answer as before); the other operand may be an int, float, bool, complex, str,
-# bytes or None constant (their methods answer NotImplemented to any other object).
+# bytes or None constant (their methods answer NotImplemented to any other object). A dict subclass takes
+# part (Counter's ==, <, <= are Python); where the lookup finds dict's own C method instead, that is a break.
 _COMPARISONS = {operator.lt: ("__lt__", "<", operator.gt), operator.le: ("__le__", "<=", operator.ge),
                 operator.gt: ("__gt__", ">", operator.lt), operator.ge: ("__ge__", ">=", operator.le),
                 operator.eq: ("__eq__", "==", operator.eq), operator.ne: ("__ne__", "!=", operator.ne)}
@@ -125,7 +126,7 @@ _COMPARED_CONSTANTS = _NUMBERS + (str, bytes, type(None))
 
 def _compared_type(v: Value) -> type | None:
     t = _object_type(v)
-    return None if t is None or issubclass(t, _NUMBERS + (str, bytes, list, tuple, dict, set, frozenset)) else t
+    return None if t is None or issubclass(t, _NUMBERS + (str, bytes, list, tuple, set, frozenset)) else t
 
 
 def _compares(a: Value, b: Value) -> bool:

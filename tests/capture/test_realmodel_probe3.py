@@ -534,3 +534,19 @@ def test_abs_of_a_python_class_is_inlined():
     assert _explain_breaks(fn, torch.randn(2), -2) == 0
     with pytest.raises(TypeError, match=r"bad operand type for abs\(\)"):
         framejit.compile(lambda x: (x, abs(_Plain())))(torch.randn(2))
+
+
+def _counter_relations(x, a, b):
+    ca, cb = collections.Counter(a), collections.Counter(b)
+    return x + len(ca), ca == cb, ca != cb, ca <= collections.Counter(a + b), ca < cb
+
+
+def test_counter_comparisons_are_inlined():
+    """Counter's ==, !=, <, <= are Python methods of a dict subclass: they were graph breaks."""
+    compiled = framejit.compile(_counter_relations, backend=CountingBackend())
+    before = _eager_frames()
+    for a, b in (("aab", "aba"), ("ab", "b"), ("a", "aa")):
+        x = torch.randn(2)
+        assert_same(compiled(x, a, b), _counter_relations(x, a, b))
+    assert _eager_frames() == before
+    assert _explain_breaks(_counter_relations, torch.randn(2), "aab", "aba") == 0
