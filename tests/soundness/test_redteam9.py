@@ -41,7 +41,7 @@ def _scale_and_write(y, z):
     return out
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["eager", "triton"])  # onnxrt converted such inputs correctly (slow here)
 def test_negative_view_inputs_are_read_and_written_as_eager(backend):
     # before: triton read the memory under x.conj().imag without its negation bit (y * 2 + 1 gave [5, -1] for
     # [-2, 1]) and wrote y.add_(z) un-negated into the complex tensor
