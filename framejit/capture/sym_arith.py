@@ -322,13 +322,15 @@ def select(tx, obj: TensorValue, key: Value) -> Value | None:
 # symbolic int read the ints in C++ (a specialisation per value); as torch.compile does, they are built from
 # `torch.scalar_tensor` of each int (stacked for a flat list or tuple), which keeps them symbolic. int64 as
 # torch.tensor of ints makes, unless `dtype=` says otherwise; anything else (floats, nesting, other keywords)
-# is left to the call as before.
+# is left to the call as before. `torch.tensor(range(...))` of a symbolic range is an arange (`_tensor_of_range`).
 def tensor_of_ints(tx, args: list[Value], kwargs: dict) -> Value | None:
     """`torch.tensor(data)` / `torch.as_tensor(data)` for an int or a flat sequence of ints, some symbolic."""
     if len(args) != 1 or set(kwargs) - {"dtype", "device"} or \
             not all(isinstance(v, ConstantValue) for v in kwargs.values()):
         return None
     data = args[0]
+    if isinstance(data, SymRangeValue):
+        return _tensor_of_range(tx, data, kwargs)
     items = data.items if type(data) in (TupleValue, ListValue) else [data]
     if not items or not any(is_sym(i) for i in items) or any(_number_type(i) is not int for i in items):
         return None
@@ -379,6 +381,32 @@ def make_range(args: list[Value], kwargs: dict) -> Value | None:
     if not isinstance(step, ConstantValue) or step.value == 0:
         return None
     return SymRangeValue(start, stop, step.value)
+
+
+def _tensor_of_range(tx, r: SymRangeValue, kwargs: dict) -> Value | None:
+    """`torch.tensor(range(...))` of a symbolic range: `arange(len) * step + start`, int64 as torch.tensor
+    makes it (exact; `arange(start, stop, step)` would raise for bounds against the step's sign); an empty
+    range is a tensor of the default dtype, as torch.tensor makes it. Another dtype is left to the call."""
+    from .protocol import binary as binary_op, compare as compare_values, truth
+    dtype = kwargs.get("dtype")
+    if dtype is not None and dtype.value not in (None, torch.int64):
+        return None
+    length = range_length(tx, r)
+    options = {"dtype": ConstantValue(torch.int64)}
+    if "device" in kwargs:
+        options["device"] = kwargs["device"]
+    if not truth(tx, compare_values(tx, operator.gt, length, ConstantValue(0))):  # a guarded relation
+        # empty: torch.tensor(range(0)) has the default dtype, as torch.tensor([]) (guarded per entry)
+        options["dtype"] = ConstantValue(torch.get_default_dtype() if dtype is None or dtype.value is None
+                                         else dtype.value)
+        return tx.output.call("call_function", torch.zeros, (ConstantValue(0),), options)
+    values = tx.output.call("call_function", torch.arange, (length,), options)
+    if r.step != 1:
+        values = binary_op(tx, operator.mul, values, ConstantValue(r.step))
+    start = r.bounds[0]
+    if not (isinstance(start, ConstantValue) and start.value == 0):
+        values = binary_op(tx, operator.add, values, start)
+    return values
 
 
 def symbolic_length(tx, r: SymRangeValue) -> bool:

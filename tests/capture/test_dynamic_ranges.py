@@ -199,3 +199,21 @@ def test_a_local_first_bound_in_the_loop_is_read_after_it(fn, capsys):
         printed = capsys.readouterr().out
         assert_same(compiled(x), expected)
         assert capsys.readouterr().out == printed
+
+
+# ---- torch.tensor(range(...)) of a symbolic range (NOTE [Tensors of symbolic ints] in sym_arith.py) ------
+def _ids_from_range(x, n):
+    positions = torch.tensor(range(x.size(1)))
+    return x + positions, torch.as_tensor(range(n, 0, -2)), torch.tensor(range(n - 6))
+
+
+def test_a_tensor_of_a_symbolic_range_is_an_arange():
+    before, eager = len(framejit.stats()["frames"]), framejit.stats()["eager_frames"]
+    compiled = framejit.compile(_ids_from_range, backend="eager")
+    for n in [3, 5, 7, 4, 9, 6, 11, 2, 8, 12, 13, 1, 0]:
+        torch.manual_seed(n)
+        x = torch.randn(2, n)
+        assert_same(compiled(x, n), _ids_from_range(x, n))  # dtypes too: an empty range gives float32
+    # before: torch.tensor read the range's ints (one entry per size until the recompile limit)
+    assert _frames(before, "_ids_from_range") <= 6
+    assert framejit.stats()["eager_frames"] == eager
