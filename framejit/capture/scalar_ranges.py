@@ -92,10 +92,9 @@ def _target_dtype(target: Any, args: tuple, kwargs: dict, scalars: list[Value]) 
         return value if isinstance(value, torch.dtype) else None
     if target in (torch.full, torch.tensor, torch.as_tensor, torch.scalar_tensor):  # the scalar's own type
         return torch.int64
-    for v in (*args, *kwargs.values()):
-        if isinstance(v, TensorValue):
-            return v.fake.dtype
-    return None
+    dtypes = [v.fake.dtype for v in (*args, *kwargs.values()) if isinstance(v, TensorValue)]
+    # torch.where(cond, x, n): the condition's bool is not the target
+    return next((d for d in dtypes if d is not torch.bool), dtypes[0] if dtypes else None)
 
 
 def _guard_in_range(v: SymNodeValue, low: float, high: float) -> bool:

@@ -119,7 +119,8 @@ def test_thread_local_attributes_are_read_in_the_calling_thread(make, backend):
 # ---- NOTE [Scalars converted to a narrow dtype] ------------------------------------------------------------
 
 def _fill_int8(x, n):
-    return x.clone().fill_(n), torch.tensor([n, 1], dtype=torch.int8), x.masked_fill(x > 0, n)
+    return (x.clone().fill_(n), torch.tensor([n, 1], dtype=torch.int8), x.masked_fill(x > 0, n),
+            torch.where(x > 0, x, n))
 
 
 def _fill_half(x, n):
