@@ -10,11 +10,16 @@ So for these ops, a dynamic int whose target dtype cannot hold every int64 (narr
 guarded to lie in the dtype's range (a relation of the shape env: no recompile while it holds); a value outside the range is
 specialised (guarded equal) and the op is a graph break, so it runs eagerly with eager's own semantics
 (raise, wrap or inf: fake tensors do not check every conversion, `fill_` for one, and a lowered backend
-casts the constant silently). Dynamic floats needed nothing (1e40 into float32 and 7e4 into float16 raised
+casts the constant silently). The same break
+is taken for a constant outside the range (`x.index_fill(0, i, 300)`, `x.masked_fill_(m, 300)`,
+`x.clamp(max=300)` on int8, `h.masked_fill(m, -1e9)` on float16): those fake kernels do not check either,
+and onnxrt stored 44; infinities and NaN into floating dtypes are fine and stay in the graph. Dynamic floats
+needed nothing (1e40 into float32 and 7e4 into float16 raised
 as eager on onnxrt and triton: checked when this was written).
 """
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -22,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .breaks import BreakKind, Unsupported
-from .values import SequenceValue, SymNodeValue, TensorValue, Value
+from .values import ConstantValue, SequenceValue, SymNodeValue, TensorValue, Value
 
 # call_function targets and call_method names that convert a scalar argument to a tensor's dtype
 _FUNCTIONS = {torch.full, torch.full_like, torch.fill, torch.masked_fill, torch.index_fill, torch.clamp,
@@ -36,7 +41,7 @@ _NO_OVERFLOW = (torch.int64, torch.float64, torch.complex128, torch.bool)
 
 def check_converted_ints(kind: str, target: Any, args: tuple, kwargs: dict) -> None:
     """Guards every dynamic int the op converts to be in range of the target dtype; a graph break (the
-    value specialised) when one is outside it."""
+    value specialised) when one is outside it, or when a constant int or finite float is."""
     try:
         if not (target in _FUNCTIONS if kind == "call_function" else target in _METHODS):
             return
@@ -49,7 +54,7 @@ def check_converted_ints(kind: str, target: Any, args: tuple, kwargs: dict) -> N
     if dtype is None or dtype in _NO_OVERFLOW or dtype.is_complex:
         return
     info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
-    outside = [v for v in scalars if _may_overflow(v, dtype) and not _guard_in_range(v, info.min, info.max)]
+    outside = [v for v in scalars if not _fits(v, dtype, info.min, info.max)]
     if outside:
         values = [v.as_constant() for v in outside]  # specialised: guarded equal
         raise Unsupported(BreakKind.UNSUPPORTED_CALL,
@@ -57,9 +62,17 @@ def check_converted_ints(kind: str, target: Any, args: tuple, kwargs: dict) -> N
                           f"(eager checks the conversion)")
 
 
-def _may_overflow(v: Value, dtype: torch.dtype) -> bool:
-    """A symbolic int (at most 64 bits) fits every floating dtype but float16."""
-    return not (dtype.is_floating_point and dtype is not torch.float16)
+def _fits(v: Value, dtype: torch.dtype, low: float, high: float) -> bool:
+    """The value fits the dtype (a symbolic int: guarded so). An int (at most 64 bits while symbolic) fits
+    every floating dtype but float16; an infinite or NaN float fits every floating dtype."""
+    if isinstance(v, SymNodeValue):
+        if dtype.is_floating_point and dtype is not torch.float16:
+            return True
+        return _guard_in_range(v, low, high)
+    value = v.as_constant()
+    if dtype.is_floating_point and (not math.isfinite(value) or (type(value) is int and dtype is not torch.float16)):
+        return True
+    return math.isfinite(value) and low <= value <= high
 
 
 def _converted_scalars(target: Any, args: tuple, kwargs: dict) -> list[Value]:
@@ -69,7 +82,8 @@ def _converted_scalars(target: Any, args: tuple, kwargs: dict) -> list[Value]:
         candidates = _leaves(args[:1])
     else:  # top-level arguments only: sizes come in tuples and lists
         candidates = [*args, *(v for k, v in kwargs.items() if k != "dim")]
-    return [v for v in candidates if isinstance(v, SymNodeValue) and v.python_type() is int]
+    return [v for v in candidates if (isinstance(v, SymNodeValue) and v.python_type() is int)
+            or (isinstance(v, ConstantValue) and type(v.value) in (int, float))]
 
 
 def _leaves(values: tuple) -> list[Value]:

@@ -192,3 +192,34 @@ def test_is_view_of_an_input_as_eager():
         expected, actual = _reads_view_facts(x), compiled(x)
         assert_same(actual[0], expected[0])
         assert actual[1:] == expected[1:]
+
+
+_INDEX = torch.tensor([0])
+
+
+def _store_constants_int8(x):
+    return x.index_fill(0, _INDEX, 300), x.clone().masked_fill_(x > 0, 300), x.clamp(max=300)
+
+
+def _mask_with_infinities(x):
+    return x.masked_fill(x > 0, float("-inf")), x.half().masked_fill(x < 0, float("inf")), torch.where(x > 0, x, -1e9)
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_constants_outside_the_dtype_raise_as_eager(backend):
+    # before: the fake kernels of index_fill, masked_fill_ and clamp do not check the conversion: onnxrt
+    # stored 300 as 44 in int8 where eager raises
+    compiled = framejit.compile(_store_constants_int8, backend=_backend(backend))
+    for _ in range(2):
+        x = torch.tensor([1, -1, 2], dtype=torch.int8)
+        assert _outcome(compiled, x.clone()) == _outcome(_store_constants_int8, x)
+
+
+def test_infinities_into_floating_dtypes_stay_in_the_graph():
+    # not a failing-before test: the cost of the fix (masks filled with inf keep one graph, no break)
+    backend = CountingBackend()
+    compiled = framejit.compile(_mask_with_infinities, backend=backend)
+    for n in (3, 3):
+        x = torch.randn(n)
+        assert_same(compiled(x), _mask_with_infinities(x))
+    assert backend.graph_count == 1
