@@ -62,9 +62,16 @@ class Recorder:
         return self._note(self.hooks.hooks.checkpoint_through_hook, ("checkpoint_through_hook",))
 
     def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None):
-        # a loop run as Python (NOTE [Loops run as Python]) is not persisted: noted as try-block successors are
+        # NOTE [Persisted loops run as Python]: the tail function of a loop run as Python is described by
+        # its loop (FOR_ITER index, the hooked resume function after the loop, that one's stack layout);
+        # the hook after the loop was made through this recorder too, so it is found by identity
+        loop = None
+        if python_loop:
+            loop_index, after_hook, after_layout = python_loop
+            after = self.made.get(id(after_hook))
+            loop = (loop_index, after, after_layout) if after and after[0] == "resume" else False
         return self._note(self.hooks.resume(code, index, layout, names, hooked, successors, python_loop),
-                          ("resume", code, index, layout, names, hooked, successors or bool(python_loop)))
+                          ("resume", code, index, layout, names, hooked, successors, loop))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.hooks, name)
@@ -95,11 +102,17 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
         if kind == "hook":
             return ("hook", _import_locator(made[1]))
         if kind == "resume":
-            _, code, index, layout, names, hooked, successors = made
-            if successors:
-                raise NotPersistable("the break has try-block successors or runs a loop as Python")
+            _, code, index, layout, names, hooked, successors, loop = made
+            if successors or loop is False:
+                raise NotPersistable("the break has try-block successors")
+            if loop is not None:  # NOTE [Persisted loops run as Python]
+                loop_index, after, after_layout = loop
+                _, after_code, exit_index, _, after_names, after_hooked, _, _ = after
+                if after_code is not code or after_names != names or not after_hooked:
+                    raise NotPersistable("the loop run as Python resumes in another function after it")
+                loop = (loop_index, exit_index, after_layout)
             if code is fn.__code__:
-                return ("resume", index, layout, names, hooked)
+                return ("resume", index, layout, names, hooked) + ((loop,) if loop else ())
             # a break inside a resume function resumes in the original function's code: found by name, and
             # its hash checked on load (a change before the break leaves this resume code as it was)
             locator = ("import", fn.__module__, code.co_qualname)
@@ -109,7 +122,7 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
                 found = None
             if getattr(found, "__code__", None) is not code:
                 raise NotPersistable(f"the break resumes in {code.co_qualname}, which cannot be found by name")
-            return ("resume_in", locator, code_hash(code), index, layout, names, hooked)
+            return ("resume_in", locator, code_hash(code), index, layout, names, hooked) + ((loop,) if loop else ())
         return (kind,)
     if type(value) is tuple and all(isinstance(v, (bool, int, float, str, bytes, type(None))) for v in value):
         return ("value", value)
@@ -171,12 +184,12 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
             elif kind == "checkpoint_through_hook":
                 value = hooks.checkpoint_through_hook
             elif kind == "resume":
-                value = hooks.resume(fn.__code__, d[1], d[2], d[3], fn, d[4], ())
+                value = _load_resume(hooks, fn, fn.__code__, *d[1:])
             elif kind == "resume_in":
                 code = resolve(d[1], fn).__code__
                 if code_hash(code) != d[2]:
                     raise NotPersistable(f"{code.co_qualname} changed since it was cached")
-                value = hooks.resume(code, d[3], d[4], d[5], fn, d[6], ())
+                value = _load_resume(hooks, fn, code, *d[3:])
             elif kind == "value":
                 value = d[1]
             else:
@@ -187,6 +200,17 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
     if graph_call is not None:
         cg.graph_call = cg.insts[graph_call]
     return cg
+
+
+def _load_resume(hooks, fn: types.FunctionType, code: types.CodeType, index: int, layout: tuple, names: tuple,
+                 hooked: bool, loop: tuple | None = None):
+    """The resume (or tail) function described by `_describe` (NOTE [Persisted loops run as Python]): the
+    hooked resume function after a loop run as Python is made first, as BreakCodegen made it."""
+    if loop is None:
+        return hooks.resume(code, index, layout, names, fn, hooked, ())
+    loop_index, exit_index, after_layout = loop
+    after = hooks.resume(code, exit_index, after_layout, names, fn)
+    return hooks.resume(code, index, layout, names, fn, hooked, (), (loop_index, after, after_layout))
 
 
 __all__ = ["Recorder", "dump_code", "load_code"]
