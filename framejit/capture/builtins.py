@@ -159,6 +159,11 @@ def _check_plain_metaclasses(tx, spec: Any, hook: str, subject: Any) -> None:
     lookup.guard_mro(tx.output, subject)
     for klass in spec if isinstance(spec, tuple) else (spec,):
         meta = type(klass)
+        if hook == "__instancecheck__" and isinstance(klass, type) and getattr(klass, "_is_protocol", False):
+            # a runtime-checkable typing.Protocol answers isinstance by hasattr on the instance, on every
+            # call (typing._ProtocolMeta.__instancecheck__), past the ABC cache the fold and its guard read:
+            # a method added to the class later went unseen
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance against the protocol {klass.__name__}")
         if isinstance(klass, abc.ABCMeta) and isinstance(subject, type):
             _guard_abc_answer(tx, subject, klass)
         if not isinstance(klass, type) or lookup.is_fixed_class(meta):

@@ -85,7 +85,7 @@ class OutputGraph:
         self.open_regions: list[torch.fx.Node] = []  # _enter_autocast/_enter_inference_mode nodes not exited yet
         self.op_count = 0
         self.steps = 0  # instructions traced, across inlined frames
-        self.side_effects = SideEffects()
+        self.side_effects = SideEffects(self._by_object)  # NOTE [Stores under a dict the trace holds]
         self.mutated_inputs = False
         self.default_device: torch.device | None = None  # set under a DeviceContext (NOTE [Default device mode])
         self.mutated_entries: list = []  # the inputs mutated in place (NOTE [Input mutation])

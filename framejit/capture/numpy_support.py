@@ -320,6 +320,8 @@ def call_numpy(tx, real: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         raise Unsupported(BreakKind.UNSUPPORTED_CALL,
                           f"np.random.{getattr(real, '__name__', '?')} (NumPy's generator is not torch's: run eagerly)")
     if _all_constant(args, kwargs) and _foldable(real, args):
+        if isinstance(real, np.ufunc):
+            _guard_error_state(tx)  # NOTE [NumPy error state]: folded now, under the state of this call
         try:
             result = real(*(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
         except Exception as e:
@@ -404,8 +406,46 @@ def _constant(v: Value) -> bool:
 # writes, where eager leaves 0): autograd's saved-tensor checks and user code reading `_version` would see a
 # write eager hides. Such a write is a graph break, so NumPy itself makes it. Arrays passed in (graph inputs
 # through `torch.from_numpy`, a tensor of their own) and arrays made by NumPy ops are written in the graph.
+# NOTE [NumPy error state]: NumPy raises, prints or calls a handler on a floating-point error (divide by
+# zero, overflow, invalid) as `np.seterr` / `np.errstate` say; torch._numpy ops never do, and a NumPy call
+# folded at trace time ran under the state of that moment. So a trace with NumPy ops needs a state in which
+# every error only warns or is ignored (the warning is not reproduced, as under stock torch.compile), else
+# it is a graph break, and that is guarded: `np.seterr(divide="raise")` after the first call reruns NumPy.
+_QUIET_ERRORS = ("warn", "ignore")
+_quiet_extobj: list = [None]  # the last NumPy error-state object found quiet (a cheap identity check)
+
+
+def numpy_errors_quiet() -> bool:
+    """NumPy's error state only warns or ignores (NOTE [NumPy error state]); read by guards."""
+    np = _np()
+    try:
+        extobj = np._core._ufunc_config._extobj_contextvar.get()
+    except AttributeError:
+        extobj = None
+    if extobj is not None and extobj is _quiet_extobj[0]:
+        return True
+    quiet = all(v in _QUIET_ERRORS for v in np.geterr().values())
+    if quiet and extobj is not None:
+        _quiet_extobj[0] = extobj
+    return quiet
+
+
+def _guard_error_state(tx) -> None:
+    out = tx.output
+    if out.__dict__.get("numpy_errors_guarded"):
+        return
+    if not numpy_errors_quiet():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"NumPy's error state {_np().geterr()} raises, prints or "
+                          "calls on floating-point errors (NOTE [NumPy error state])")
+    out.__dict__["numpy_errors_guarded"] = True
+    check = out.name_of(numpy_errors_quiet, "numpy_errors_quiet")
+    out.add_guard("NUMPY_ERRSTATE", f"{check}()", None, expected="NumPy floating-point errors only warn",
+                  actual=f"{check}()", cost=COST_CONSTANT)
+
+
 def _record(tx, target: NumpyOp, args: list[Value], kwargs: dict[str, Value], *, keeps_array: bool,
             real: Any = None) -> Value:
+    _guard_error_state(tx)
     graph_args = tuple(_graph_arg(tx, a) for a in args)
     graph_kwargs = {k: _graph_arg(tx, v) for k, v in kwargs.items()}
     shared = [(t, t._version) for t in tx.output.numpy_shared]

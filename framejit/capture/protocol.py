@@ -258,12 +258,47 @@ def _same_object(a: Value, b: Value) -> bool:
     return a is b or (isinstance(a, ObjectValue) and isinstance(b, ObjectValue) and a.obj is b.obj)
 
 
+# NOTE [Identity of constants]: two constants are compared by value guards (`x == 1000000`), not by
+# identity, so `a is b` of two ints, strings or floats from outside answered what the objects of the first
+# call answered: 10**6 and int('1000000') (two objects in eager) hit the entry traced for one object passed
+# twice. The answer is guarded (`a is b` or `a is not b`); an equal value from outside compared with a
+# constant made in the trace is a graph break (no guard could name that object in a new process). Types
+# whose identity is their value (None, bools, Ellipsis, NotImplemented; small ints, empty and one-character
+# strings and the empty tuple, which CPython caches) and values that differ need no guard. `x in [...]`
+# and `[...].count(x)` compare `x is y or x == y`, so a NaN reaches this too.
+_BY_VALUE = (type(None), bool, type(Ellipsis), type(NotImplemented))
+
+
+def _identity_is_value(v: Any) -> bool:
+    return (type(v) in _BY_VALUE or (type(v) is int and -5 <= v <= 256)
+            or (type(v) is str and len(v) <= 1 and v <= "\xff") or (type(v) is tuple and v == ()))
+
+
+def _same_constant(tx, a: ConstantValue, b: ConstantValue) -> bool:
+    """`a is b` of two constants (NOTE [Identity of constants])."""
+    same = a.value is b.value
+    if type(a.value) is not type(b.value) or _identity_is_value(a.value) or _identity_is_value(b.value):
+        return same  # each value's type and value are guarded where it came from
+    if not same and not (a.value == b.value) and a.value == a.value and b.value == b.value:
+        return False  # unequal values (NaN excepted) are two objects
+    if a.source is None and b.source is None:
+        return same  # code constants and values made in the trace: the same objects on every call
+    if a.source is None or b.source is None:
+        # an equal value from outside vs a code constant (`k is "train"`): pinning the constant object in a
+        # guard would not survive the frame cache (a new process has another object of that value)
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"identity comparison of {a.describe()} and {b.describe()}")
+    ea, eb = a.source.expr(tx.output.names), b.source.expr(tx.output.names)
+    tx.output.add_guard("IDENTITY", f"{ea} is {eb}" if same else f"{ea} is not {eb}", a.source,
+                        expected=("the same object as " if same else "not the same object as ") + b.source.describe())
+    return same
+
+
 def is_same(tx, a: Value, b: Value) -> bool:
     """`a is b`."""
     if a is b:
         return True
     if isinstance(a, ConstantValue) and isinstance(b, ConstantValue):
-        return a.value is b.value
+        return _same_constant(tx, a, b)
     if isinstance(a, TensorValue) and isinstance(b, TensorValue):
         return _same_tensor(tx, a, b)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
@@ -274,7 +309,11 @@ def is_same(tx, a: Value, b: Value) -> bool:
         from .function_attrs import same_function
         return same_function(tx, a, b)
     if a.is_constant() and b.is_constant():
-        return a.as_constant() is b.as_constant()
+        ca, cb = a.as_constant(), b.as_constant()
+        if type(ca) is not type(cb) or ca != cb or _identity_is_value(ca):
+            return ca is cb  # NOTE [Identity of constants]: unequal values are two objects
+        # two equal tuples (or frozensets) are rebuilt by as_constant: their identity is not known here
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"identity comparison of {a.describe()} and {b.describe()}")
     if type(a) is not type(b) and (isinstance(a, ConstantValue) or isinstance(b, ConstantValue)):
         return False
     if _fresh(a) or _fresh(b):  # a list, dict, set or object made while tracing is no other object
@@ -680,6 +719,11 @@ def contains(tx, item: Value, container: Value) -> bool:
             if x.is_constant() and item.is_constant():
                 if x.as_constant() == item.as_constant():
                     return True
+                if isinstance(x, ConstantValue) and isinstance(item, ConstantValue):
+                    if is_same(tx, x, item):  # a NaN found by identity (NOTE [Identity of constants])
+                        return True
+                elif x.as_constant() != x.as_constant() or item.as_constant() != item.as_constant():
+                    raise Unsupported(BreakKind.UNSUPPORTED_CALL, "`in` over containers holding NaN")
                 continue
             if _container_and_scalar(x, item):
                 continue  # a list/tuple/dict/set never equals a number, string or None

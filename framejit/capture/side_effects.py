@@ -35,8 +35,28 @@ from .breaks import BreakKind, Unsupported
 from .values import DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, TupleValue, Value
 
 
+# NOTE [Stores under a dict the trace holds]: an object's `__dict__` (or a module's, or the frame's
+# globals) wrapped as a dict value (`v = o.__dict__`, `vars(o)` before a break, `globals()`) is a snapshot
+# of a live mapping; an attribute or global store recorded here would not show through it, so `v` would
+# miss `o.b = 2` (eager's `len(v)` counts it). Such a store is a graph break: it runs in Python, and the
+# dict is read again after it. The reverse order (a store recorded, then the dict wrapped) is a break too
+# (`_link_instance_dict` in values/builder.py), and a write through the dict already was (NOTE [Instance
+# dicts as dicts]).
+
+
+def _instance_dict(obj: Any) -> dict | None:
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    return d if type(d) is dict else None
+
+
 class SideEffects:
-    def __init__(self) -> None:
+    def __init__(self, by_object: dict | None = None) -> None:
+        # the trace's objects by identity (OutputGraph._by_object, NOTE [Objects by identity]): read to
+        # find a wrapped dict a store would change (NOTE [Stores under a dict the trace holds])
+        self.by_object = by_object if by_object is not None else {}
         self.containers: dict[int, Value] = {}
         self.attrs: dict[tuple[int, str], tuple[Value, str, Value]] = {}
         self.raw_attrs: set[tuple[int, str]] = set()  # stores made by object.__setattr__ (NOTE [Custom __setattr__])
@@ -100,8 +120,20 @@ class SideEffects:
         if not isinstance(obj, ObjectValue) or obj.source is None:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {obj.describe()}")
         _check_plain_setattr(obj, name, value, raw)
+        self._check_no_dict_value(_instance_dict(obj.obj), f"the attribute {name!r} of {obj.describe()}")
         self.attrs[(id(obj.obj), name)] = (obj, name, value)
         (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
+
+    def _check_no_dict_value(self, d: Any, what: str) -> None:
+        """NOTE [Stores under a dict the trace holds]."""
+        seen = self.by_object.get(id(d)) if d is not None else None
+        if seen is not None and seen[0] is d:
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"a store to {what}, whose dict the trace holds as a dict")
+
+    def has_pending_attrs(self, d: dict) -> bool:
+        """Whether a store recorded here goes into the instance dict `d` (NOTE [Stores under a dict the
+        trace holds])."""
+        return any(_instance_dict(obj.obj) is d for obj, _, _ in self.attrs.values())
 
     def attr(self, obj: Any, name: str) -> Value | None:
         entry = self.attrs.get((id(obj), name))
@@ -116,6 +148,7 @@ class SideEffects:
         self.finishing_calls.append((function, list(objects)))
 
     def store_global(self, f_globals: dict, name: str, value: Value) -> None:
+        self._check_no_dict_value(f_globals, f"the global {name!r}")
         self.version += 1
         self.globals[(id(f_globals), name)] = (f_globals, name, value)
 
