@@ -49,6 +49,10 @@ CONTAINER_METHODS = {
     frozenset: ("copy", "union", "intersection", "difference", "symmetric_difference", "issubset",
                 "issuperset", "isdisjoint"),
 }
+# the operator and comparison slots of sets, read as bound methods (`s.__contains__(k)`, `s.__eq__(t)`)
+for _owner in (set, frozenset):
+    CONTAINER_METHODS[_owner] += ("__contains__", "__len__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+                                  "__ge__", "__or__", "__and__", "__sub__", "__xor__")
 
 
 class SuperValue(Value):
@@ -114,8 +118,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
             raise UserException(AttributeError(f"'mappingproxy' object has no attribute '{name}'"))
         from .mappings import mapping_attr
         return mapping_attr(obj, name) or _container_method(obj, dict, name)
-    if isinstance(obj, SetValue):
-        return _container_method(obj, obj.cls, name)
+    if isinstance(obj, SetValue):  # NOTE [Plain set subclasses]: the base's methods
+        return _container_method(obj, set if issubclass(obj.cls, set) else frozenset, name)
     if isinstance(obj, PyModuleValue):
         return _module_attr(tx, obj, name)
     from .compile_state import BackendFlagsValue, flag_attr

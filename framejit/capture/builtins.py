@@ -650,6 +650,54 @@ def _frozenset(tx, args, kwargs):
     return frozen_set_value(frozenset(set_operand(tx, args[0])) if args else frozenset())
 
 
+# NOTE [Plain set subclasses]: `class S(set): pass` (or of frozenset) adds nothing but a type: its
+# instances hash, compare, iterate and answer every method exactly as the base does, and CPython gives
+# the *base* type back from operators and methods (`S("ab") | {"c"}` and `S("ab").copy()` are sets). An
+# instance made in the frame is modelled as the base's SetValue whose `cls` is the subclass and whose real
+# object is an instance of it (the frozen one for a frozenset subclass), so every operation runs on a
+# real object of the program's type and layout; results are typed by what CPython returned. A class
+# that defines anything beyond the benign names (a method, a class attribute, __slots__) is not plain
+# and stays a graph break. Each class between the subclass and its base is guarded to stay plain
+# (its own __dict__ keys within the benign names) and the subclass's MRO is guarded, so adding a method
+# later recompiles.
+def plain_set_subclass(cls: Any) -> bool:
+    from .mappings import _BENIGN
+    if type(cls) is not type or not issubclass(cls, (set, frozenset)) or cls in (set, frozenset):
+        return False
+    for klass in cls.__mro__:
+        if klass in (set, frozenset):
+            return True
+        if set(vars(klass)) - _BENIGN:
+            return False
+    return False
+
+
+def make_set_subclass(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> SetValue:
+    """`S(iterable)` for a plain set or frozenset subclass S (NOTE [Plain set subclasses])."""
+    from . import lookup
+    from .identity_keys import set_operand
+    from .mappings import _BENIGN
+    from .values.mappings import IdentityKey
+    if kwargs or len(args) > 1:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}() with keyword or extra arguments")
+    lookup.guard_mro(tx.output, cls)
+    benign = "{" + ", ".join(repr(n) for n in sorted(_BENIGN)) + "}"
+    for klass in cls.__mro__:
+        if klass in (set, frozenset):
+            break
+        source = lookup.class_dict_source(klass)
+        expr = source.expr(tx.output.names)
+        tx.output.add_guard("CLASS_PLAIN", f"{expr}.keys() <= {benign}", source,
+                            expected=f"{klass.__qualname__} defines nothing beyond {benign}", actual=f"set({expr})")
+    real = cls(set_operand(tx, args[0])) if args else cls()
+    if issubclass(cls, set):
+        return SetValue(real, cls=cls, exact=True)
+    value = SetValue(set(real), cls=cls, exact=len(real) < 2)
+    if not any(isinstance(e, IdentityKey) for e in real):
+        value.frozen = real
+    return value
+
+
 def frozen_set_value(real: frozenset) -> SetValue:
     """A frozenset made in the frame: the real one, made as CPython makes it (NOTE [Set order])."""
     from .values.mappings import IdentityKey
@@ -801,15 +849,29 @@ _SET_MUTATORS = {"add", "update", "discard", "remove", "clear", "pop", "differen
                  "symmetric_difference_update"}
 
 
+# how many arguments the set mutators that take a fixed number accept
+_SET_ARITY = {"add": 1, "discard": 1, "remove": 1, "pop": 0, "clear": 0, "symmetric_difference_update": 1}
+# methods that take an element (hashed), not an iterable; methods whose answer is not a set
+_SET_ELEMENT_METHODS = ("add", "discard", "remove", "__contains__")
+_SET_ANSWERS = ("isdisjoint", "issubset", "issuperset", "__contains__", "__len__", "__eq__", "__ne__", "__lt__",
+                "__le__", "__gt__", "__ge__")
+
+
 def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     """Set methods over sets of constants: evaluated on the real Python set the value holds."""
     from .identity_keys import known_layout, set_element, set_operand
     if not isinstance(s, SetValue) or kwargs:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on {s.describe()}")
+    if len(args) != _SET_ARITY.get(name, len(args)) and issubclass(s.cls, set):
+        try:  # CPython checks the count first, before reading any argument or changing the set
+            getattr(set, name)(s.cls(), *[None] * len(args))  # the descriptor names `set.name` as eager does
+        except TypeError as e:
+            raise UserException(e) from None
+        raise Unsupported(BreakKind.INTERNAL_ERROR, f"set.{name} accepted {len(args)} arguments")
     mutates = name in _SET_MUTATORS
     # isdisjoint/issubset/issuperset answer a bool: the operands' elements suffice, not their layout
-    ordered = not mutates and name not in ("isdisjoint", "issubset", "issuperset")
-    consts = [set_operand(tx, a, strict=ordered) if name not in ("add", "discard", "remove")
+    ordered = not mutates and name not in _SET_ANSWERS
+    consts = [set_operand(tx, a, strict=ordered) if name not in _SET_ELEMENT_METHODS
               else set_element(tx, a) for a in args]  # NOTE [Set order]: as CPython gets them
     if mutates and not all(known_layout(a) for a in args if isinstance(a, SetValue)):
         from .set_replay import unknown_operand_layout  # NOTE [Set operands in the replay]
@@ -828,14 +890,14 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
         if not known_layout(s) and len(result) > 1:  # NOTE [Set order]: the result's order would be a guess
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"set.{name} on {s.describe()}, whose hash-table layout "
                                                            "the trace cannot reproduce")
-        return frozen_set_value(result) if type(result) is frozenset else SetValue(result, cls=s.cls, exact=True)
+        return frozen_set_value(result) if type(result) is frozenset else SetValue(result, cls=set, exact=True)
     return ConstantValue(result)
 
 
 def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
     """`s.name(*consts)` in place, logged for the replay when `s` came from outside (NOTE [Mutation log])."""
     from .values.mappings import key_value
-    if s.cls is not set:
+    if not issubclass(s.cls, set):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on a {s.cls.__name__}")
     if name == "pop" and s.source is not None and len(s.items) > 1:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"set.pop() of {s.source.describe()} (the element it removes "

@@ -356,6 +356,9 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     if issubclass(cls, torch.nn.Module):
         from .modules import construct_module
         return construct_module(tx, cls, args, kwargs)  # NOTE [Modules made while tracing]
+    from .builtins import make_set_subclass, plain_set_subclass
+    if plain_set_subclass(cls):  # NOTE [Plain set subclasses]
+        return make_set_subclass(tx, cls, args, kwargs)
     if can_create_dict_object(cls):  # NOTE [Dict-subclass objects made while tracing]
         return create_dict_object(tx, cls, args, kwargs)
     if cls.__new__ is object.__new__ and _is_plain_class(cls):

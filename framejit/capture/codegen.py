@@ -329,8 +329,10 @@ class Reconstructor:
             self._dict(value)
         elif isinstance(value, NewObjectValue):
             self._new_object(value)
-        elif isinstance(value, SetValue) and value.frozen is not None:
+        elif isinstance(value, SetValue) and value.frozen is not None and value.cls is frozenset:
             cg.load_const(value.frozen)  # NOTE [Set order]: immutable, with the program's layout
+        elif isinstance(value, SetValue) and value.frozen is not None:  # NOTE [Plain set subclasses]
+            self._call_const(value.cls, [ConstantValue(_set_template(value))])  # a new instance each call
         elif isinstance(value, SetValue) and value.is_constant():
             self._call_const(value.cls, [ConstantValue(_set_template(value))])  # a new set each call
         elif isinstance(value, SetValue):  # NOTE [Sets of tensors]
@@ -583,7 +585,7 @@ def _children(value: Value) -> list:
 def _set_template(value: SetValue) -> Any:
     """What `set(...)` rebuilds `value` from, iterating in its order (NOTE [Set order]): its elements one
     by one, or, where that order differs, a frozenset whose table the set copies."""
-    order = list(value.items)
+    order = list(value.frozen if value.frozen is not None else value.items)
     if list(set(order)) != order:
         template = frozenset(value.items)
         if list(set(template)) == order:

@@ -24,7 +24,7 @@ def set_element(tx, value: Value) -> Any:
     if isinstance(value, TensorValue):
         _guard_distinct_inputs(tx, value)
         return IdentityKey(value, ("tensor", id(value.fake)))
-    if not value.is_constant() or (isinstance(value, SetValue) and value.cls is set):
+    if not value.is_constant() or (isinstance(value, SetValue) and issubclass(value.cls, set)):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{value.describe()} as a set element or dict key (only "
                                                        "constants and tensors are modelled)")
     try:

@@ -94,7 +94,7 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
     if isinstance(a, SetValue) and isinstance(b, SetValue) and fn in _SET_OPS:
         # NOTE [Set order]: the same CPython operation on sets laid out as the program's gives its layout
         from .identity_keys import known_layout, set_operand
-        if fn in INPLACE_TO_PLAIN and a.cls is not frozenset:  # |=, &=, -=, ^= mutate the left set
+        if fn in INPLACE_TO_PLAIN and issubclass(a.cls, set):  # |=, &=, -=, ^= mutate the left set
             right = set_operand(tx, b, strict=False)
             from .set_replay import replay_operand, unknown_operand_layout  # NOTE [Set operands in the replay]
             unknown_operand_layout(a, [b])
@@ -108,7 +108,7 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         if type(result) is frozenset:
             from .builtins import frozen_set_value
             return frozen_set_value(result)
-        return SetValue(result, cls=a.cls, exact=True)
+        return SetValue(result, cls=set, exact=True)  # NOTE [Plain set subclasses]: the base type
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and fn in (operator.add, operator.iadd):
         if a.cls is not b.cls and not (issubclass(a.cls, tuple) and issubclass(b.cls, tuple)):
             raise UserException(TypeError(f'can only concatenate {a.cls.__name__} (not "{b.cls.__name__}") '

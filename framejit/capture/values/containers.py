@@ -89,7 +89,8 @@ class SetValue(Value):
     (identity_keys.set_items)."""
 
     def __init__(self, items: set, source: Source | None = None, cls: type = set, *, exact: bool = False) -> None:
-        self.items = items if exact and type(items) is set else set(items)
+        # a plain set subclass made in the frame holds a real instance of it (NOTE [Plain set subclasses])
+        self.items = items if exact and type(items) in (set, cls) and isinstance(items, set) else set(items)
         self.source = source
         self.cls = cls
         self.exact = exact
@@ -101,15 +102,16 @@ class SetValue(Value):
 
     def is_constant(self) -> bool:
         from .mappings import IdentityKey
-        if len(self.items) > 1 and self.frozen is None and not (self.exact and self.cls is set):
+        if len(self.items) > 1 and self.frozen is None and not (self.exact and issubclass(self.cls, set)):
             return False  # NOTE [Set order]: no real set with the program's order to fold with
         return not any(isinstance(k, IdentityKey) for k in self.items)  # NOTE [Sets of tensors]
 
     def as_constant(self) -> Any:
         if self.frozen is not None:
             return self.frozen
-        return self.items.copy() if self.exact and self.cls is set and len(self.items) < 2 else \
-            self.items if self.exact and self.cls is set else self.cls(self.items)
+        if self.exact and issubclass(self.cls, set):
+            return self.cls(self.items) if len(self.items) < 2 else self.items
+        return self.cls(self.items)
 
     def describe(self) -> str:
         return f"{self.cls.__name__}({sorted(map(repr, self.items))})"

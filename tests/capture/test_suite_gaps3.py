@@ -1,0 +1,135 @@
+"""Differential tests for idioms of PyTorch's Dynamo set tests (test_sets.py) and test_functions.py that
+framejit traces: instances of plain set and frozenset subclasses made in the frame (NOTE [Plain set
+subclasses]), with their types, operator results and guards."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, run_differential
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    framejit.reset()
+    yield
+    framejit.reset()
+
+
+class Tags(set):
+    pass
+
+
+class FrozenTags(frozenset):
+    pass
+
+
+class MoreTags(Tags):
+    """A plain subclass of a plain subclass."""
+
+
+def _describe(*values):
+    return tuple((type(v).__name__, sorted(v) if isinstance(v, (set, frozenset)) else v) for v in values)
+
+
+def test_plain_set_subclass_made_in_the_frame_behaves_as_the_base():
+    def fn(x, word, extra):
+        p, q = Tags(word), MoreTags("bef")
+        p.add(extra)
+        set.add(p, "z")
+        union, diff, copy = p | q, Tags.__sub__(p, q), p.copy()
+        q.discard("b")
+        q.update(word)
+        return (x * len(p) + len(q), _describe(p, q, union, diff, copy), p == set(p), "a" in p, p < union,
+                Tags.issubset(diff, p), q)
+
+    backend = run_differential(fn, lambda seed: (torch.randn(3), ["abc", "cd"][seed], ["q", "a"][seed]))
+    assert backend.graph_count == 2  # fullgraph; one trace per (word, extra): they are constants
+
+
+def test_plain_frozenset_subclass_made_in_the_frame_behaves_as_the_base():
+    def fn(x, word):
+        f = FrozenTags(word)
+        g = f | {"z"}
+        h = f.copy()
+        return (x + len(f), _describe(f, g, h), "b" in f, FrozenTags.__contains__(f, "c"), f == frozenset(word),
+                hash(f) == hash(frozenset(word)), f)
+
+    backend = run_differential(fn, lambda seed: (torch.randn(3), ["abc", "bcd"][seed]))
+    assert backend.graph_count == 2  # fullgraph
+
+
+def test_returned_subclass_instance_is_new_each_call():
+    def fn(x):
+        return x + 1, Tags("ab"), FrozenTags("cd")
+
+    compiled = framejit.compile(fn, backend="eager", fullgraph=True)
+    first, second = compiled(torch.ones(1)), compiled(torch.ones(1))
+    assert type(first[1]) is Tags and type(first[2]) is FrozenTags
+    assert first[1] == {"a", "b"} and first[2] == frozenset("cd")
+    assert first[1] is not second[1] and first[2] is not second[2]
+    first[1].add("mutated")
+    assert "mutated" not in compiled(torch.ones(1))[1]
+
+
+def test_method_added_to_the_subclass_later_recompiles():
+    class Local(set):
+        pass
+
+    def fn(x):
+        s = Local("ab")
+        return x + len(s.union("c"))
+
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    x = torch.zeros(2)
+    torch.testing.assert_close(compiled(x), fn(x))
+    Local.union = lambda self, other: {1}
+    torch.testing.assert_close(compiled(x), fn(x))  # 1, not 3
+    assert fn(x).tolist() == [1.0, 1.0]
+
+
+def test_subclass_with_its_own_methods_is_not_taken_as_plain():
+    class Shifted(set):
+        def add(self, item):
+            return super().add(item + 1)
+
+    def fn(x):
+        s = Shifted([1, 2])
+        s.add(3)
+        return x + sum(s), sorted(s)
+
+    run_differential(fn, lambda seed: (torch.randn(2),), fullgraph=False)
+
+
+def test_set_slots_read_as_bound_methods():
+    def fn(x, word):
+        s, f = set(word), frozenset("abc")
+        return (x - len(s), s.__contains__("a"), f.__contains__("z"), frozenset.__contains__(f, "b"),
+                s.__eq__(set(word)), f.__ne__(s), s.__len__(), sorted(s.__or__(f)), sorted(f.__and__(s)),
+                s.__eq__([1]), s.__le__(set(word) | {"q"}))
+
+    backend = run_differential(fn, lambda seed: (torch.randn(2), ["abc", "xa"][seed]))
+    assert backend.graph_count == 2  # fullgraph
+
+
+@pytest.mark.parametrize("call", ["symmetric_difference_update()", "add()", "remove('a', 'b')", "pop(1)",
+                                  "clear(2)", "discard()"])
+def test_set_mutator_with_wrong_arguments_raises_as_eager(call):
+    namespace = {}
+    exec(f"def fn(x):\n    s = set('abc')\n    try:\n        s.{call}\n    except TypeError as e:\n"
+         f"        return x + 1, str(e), sorted(s)\n    return x, '', sorted(s)\n", namespace)
+    run_differential(namespace["fn"], lambda seed: (torch.randn(2),))
+
+
+def test_set_subclass_mutator_with_wrong_arguments_names_the_subclass():
+    def fn(x):
+        s = Tags("abc")
+        try:
+            s.symmetric_difference_update()
+        except TypeError as e:
+            return x + 1, str(e)
+        return x, ""
+
+    run_differential(fn, lambda seed: (torch.randn(2),))
