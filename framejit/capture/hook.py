@@ -317,8 +317,13 @@ class FrameHook:
 
     def _log_recompile(self, args: tuple, kwargs: dict) -> None:
         if logs.enabled("recompiles"):
-            failure = self.entries[0].guard.first_failure(*args, **kwargs)
-            logs.log("recompiles", "recompiling %s: %s", self._name(), failure or "no guard failed")
+            # every entry's first failure (newest first), as a dynamic entry older than a size-1 one may be the
+            # one whose relation failed; a changed shape names its dimensions (issue 13)
+            failures = [entry.guard.first_failure(*args, **kwargs) for entry in self.entries]
+            first = _named_dims(failures[0]) if failures and failures[0] else "no guard failed"
+            others = "".join(f"; entry {i} (older): {_named_dims(f)}" for i, f in enumerate(failures[1:], 1)
+                             if f is not None)
+            logs.log("recompiles", "recompiling %s: %s%s", self._name(), first, others)
         if logs.enabled("recompiles_verbose"):
             for i, entry in enumerate(self.entries):
                 for failure in entry.guard.all_failures(*args, **kwargs):
@@ -478,6 +483,19 @@ def _int_text(text: str, sizes: bool = False) -> bool:
         return type(ast.literal_eval(text)) is int
     except (ValueError, SyntaxError):
         return False
+
+
+def _named_dims(failure) -> str:
+    """A failure as the recompile log shows it: a tensor shape check names the dimensions that differ."""
+    text = str(failure)
+    if failure.guard.kind == "TENSOR_SHAPE":
+        expected, actual = _dims(failure.guard.expected), _dims(failure.actual)
+        if len(expected) != len(actual):
+            return f"{text}; rank {len(expected)} -> {len(actual)}"
+        changed = [f"dim {d}: {a} -> {b}" for d, (a, b) in enumerate(zip(expected, actual)) if a != b]
+        if changed:
+            return f"{text}; size of {', '.join(changed)}"
+    return text
 
 
 def _dims(shape_text: str) -> list[str]:

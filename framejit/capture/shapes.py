@@ -438,8 +438,8 @@ def _relation_guards(out, env, inputs) -> list[Guard]:
         if expr == True:  # noqa: E712 (sympy true)
             continue
         printed = _print(out, expr, bound)
-        guards.append(_guard(out, printed, _sources_of(expr, bound), _readable(expr, bound, out), None,
-                             user_location(g.sloc)))
+        guards.append(_guard(out, printed, _sources_of(expr, bound), _readable(expr, bound, out),
+                             _values_of(expr, bound), user_location(g.sloc)))
     for symbol, text in bound.items():
         vr = env.var_to_range.get(symbol)
         if vr is None or not symbol.is_integer:
@@ -505,6 +505,14 @@ def _readable(expr, bound: dict, out) -> str:
         return _print(out, expr, bound)
     except _Unbound:
         return str(expr)
+
+
+def _values_of(expr, bound: dict) -> str | None:
+    """The `actual` of a relation's guard: a dict display of the sizes it reads (`{'x.size(0)': x.size(0)}`),
+    so that the recompile log names the dimension and the value that broke the relation, not "a different
+    value" (issue 13)."""
+    texts = sorted({bound[s] for s in getattr(expr, "free_symbols", ()) if s in bound})
+    return "{" + ", ".join(f"{t!r}: {t}" for t in texts) + "}" if texts else None
 
 
 def _sources_of(expr, bound: dict) -> str:

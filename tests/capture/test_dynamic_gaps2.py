@@ -73,3 +73,46 @@ def test_frames_running_a_loop_as_python_start_warm_with_zero_traces(fn, make, t
         assert framejit.stats()["eager_frames"] == eager
     # before: the frame that owns the loop was kept in memory only, traced again by the warm round
     assert traced["cold"] > 0 and traced["warm"] == 0, traced
+
+
+# ---- the recompile log names the dimension and the relation that failed -----------------------------------
+def _branch_on_size(x):
+    if x.size(0) > 4:
+        return x * 2
+    return x + 1
+
+
+def _add(x, y):
+    return x + y
+
+
+def _recompile_lines(caplog, fn, calls, dynamic=None) -> list[str]:
+    import logging
+    compiled = framejit.compile(fn, backend="eager", dynamic=dynamic)
+    framejit.set_logs("recompiles")
+    try:
+        with caplog.at_level(logging.INFO, logger="framejit"):
+            for args in calls:
+                assert_same(compiled(*args), fn(*args))
+    finally:
+        framejit.set_logs("")
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("recompiling")]
+
+
+def test_the_recompile_log_names_the_value_that_broke_a_relation(caplog):
+    lines = _recompile_lines(caplog, _branch_on_size, [(torch.randn(n),) for n in (2, 3, 6, 7, 3)])
+    # static (2), symbolic with x.size(0) <= 4 (3), then 6 breaks the relation: before, "got a different value"
+    assert len(lines) == 2, lines
+    assert "size of dim 0: 2 -> 3" in lines[0], lines[0]
+    assert "expected x.size(0) <= 4, got {'x.size(0)': 6}" in lines[1], lines[1]
+
+
+def test_the_recompile_log_names_every_entry_that_failed(caplog):
+    calls = [(torch.randn(n), torch.randn(m)) for n, m in ((2, 2), (3, 3), (1, 1), (3, 1))]
+    lines = _recompile_lines(caplog, _add, calls, dynamic=True)
+    assert len(lines) == 2, lines
+    assert "expected x.size(0) >= 2, got 1" in lines[0], lines[0]
+    # (3, 1): the newest entry (sizes 1) fails on x's dim 0; the symbolic one on its relation between x and y
+    # (before, only the newest entry's shape was named)
+    assert "size of dim 0: 1 -> 3" in lines[1], lines[1]
+    assert "expected size of dim 0 of L['y'] == x.size(0), got 1" in lines[1], lines[1]
