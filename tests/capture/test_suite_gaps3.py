@@ -81,9 +81,11 @@ def test_method_added_to_the_subclass_later_recompiles():
         s = Local("ab")
         return x + len(s.union("c"))
 
+    x = torch.zeros(2)
+    assert framejit.explain(fn)(x).graph_break_count == 0
+    framejit.reset()
     backend = CountingBackend()
     compiled = framejit.compile(fn, backend=backend)
-    x = torch.zeros(2)
     torch.testing.assert_close(compiled(x), fn(x))
     Local.union = lambda self, other: {1}
     torch.testing.assert_close(compiled(x), fn(x))  # 1, not 3
@@ -96,11 +98,16 @@ def test_subclass_with_its_own_methods_is_not_taken_as_plain():
             return super().add(item + 1)
 
     def fn(x):
+        plain = Tags([5])
         s = Shifted([1, 2])
         s.add(3)
-        return x + sum(s), sorted(s)
+        return x + sum(s) + len(plain), sorted(s)
 
     run_differential(fn, lambda seed: (torch.randn(2),), fullgraph=False)
+    framejit.reset()
+    breaks = framejit.explain(fn)(torch.randn(2)).break_reasons
+    assert "instance of" in breaks[0].explanation and "Shifted" in breaks[0].explanation
+    assert not any("of Tags" in b.explanation for b in breaks)  # the plain Tags is traced, Shifted is not
 
 
 def test_set_slots_read_as_bound_methods():
