@@ -12,6 +12,7 @@ order, so iterating one keyed by tensors is exact.
 """
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
@@ -19,11 +20,26 @@ from .values import ConstantValue, SetValue, TensorValue, Value
 from .values.mappings import IdentityKey, key_value
 
 
+# NOTE [Sets of functions from outside]: besides constants, a set from outside (values/builder.py) may hold
+# functions (Python and builtin ones: `{torch._C._set_grad_enabled, "hello"}`, checked with `f in s`). They
+# hash and compare by identity, so membership is exact on the real objects, and the whole-set guard
+# (builder.guard_set) compares them by identity too (list equality tries `is` first; a function's __eq__ is
+# identity). A function from outside whose identity is guarded is its own element here. Such a set is
+# never iterated or popped by the trace (its elements would be functions as constants), only queried,
+# compared and changed. complex is a constant like float.
+SET_ELEMENT_TYPES = (int, str, bool, float, complex, type(None), types.FunctionType, types.BuiltinFunctionType)
+FUNCTION_ELEMENT_TYPES = (types.FunctionType, types.BuiltinFunctionType)
+
+
 def set_element(tx, value: Value) -> Any:
     """The hashable element `value` is in a set (a constant, or an IdentityKey for a tensor)."""
     if isinstance(value, TensorValue):
         _guard_distinct_inputs(tx, value)
         return IdentityKey(value, ("tensor", id(value.fake)))
+    from .values import UserFunctionValue
+    if isinstance(value, UserFunctionValue) and value.source is not None and not value.by_code and \
+            value.closure is None and value.attrs is None and value.defaults is None and value.kwdefaults is None:
+        return value.fn  # NOTE [Sets of functions from outside]: a function from outside, its identity guarded
     if not value.is_constant() or (isinstance(value, SetValue) and issubclass(value.cls, set)):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{value.describe()} as a set element or dict key (only "
                                                        "constants and tensors are modelled)")
@@ -42,6 +58,8 @@ def set_items(s: SetValue) -> list[Value]:
     """The elements of a set, in iteration order (NOTE [Sets of tensors] for sets holding tensors)."""
     if len(s.items) > 1 and any(isinstance(k, IdentityKey) for k in s.items):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "iteration over a set of tensors (its order follows addresses)")
+    if any(type(k) in FUNCTION_ELEMENT_TYPES for k in s.items):  # NOTE [Sets of functions from outside]
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "iteration over a set of functions")
     if s.frozen is not None:  # NOTE [Set order]
         return [key_value(k) for k in s.frozen]
     if len(s.items) > 1 and not s.exact:

@@ -140,3 +140,55 @@ def test_set_subclass_mutator_with_wrong_arguments_names_the_subclass():
         return x, ""
 
     run_differential(fn, lambda seed: (torch.randn(2),))
+
+
+def _double(x):
+    return x * 2
+
+
+def test_set_of_functions_from_outside_is_queried_and_guarded():
+    def fn(x, s):
+        if torch.amp._exit_autocast in s and "tag" in s:
+            return x.sin(), _double in s
+        return x.cos(), len(s)
+
+    s = {torch._C._set_grad_enabled, "tag", torch.amp._exit_autocast}
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    for change in (None, lambda: s.add(_double), lambda: s.discard(torch.amp._exit_autocast), None):
+        if change:
+            change()
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, s), fn(x, s))
+    assert backend.graph_count == 3  # each change of the set is seen; the last call hits the third entry
+    run_differential(fn, lambda seed: (torch.randn(2), [{_double, "tag"}, {torch.amp._exit_autocast, "tag"}][seed]))
+
+
+def test_set_with_complex_and_nan_elements_from_outside():
+    import math
+
+    def fn(x, s):
+        return x + 1 if "name" in s else x - 1, 1j in s, len(s)
+
+    s = {"name", 3.5, 1j, math.nan}
+    compiled = framejit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(2)
+    for change in (None, lambda: s.remove("name"), lambda: s.remove(1j)):
+        if change:
+            change()
+        torch.testing.assert_close(compiled(x, s), fn(x, s))
+
+
+def test_set_of_functions_is_not_iterated_by_the_trace():
+    def fn(x, s):
+        if _double in s:
+            x = x + 1
+        for f in s:
+            if callable(f):
+                x = f(x)
+        return x
+
+    run_differential(fn, lambda seed: (torch.randn(2), {_double}), fullgraph=False)
+    framejit.reset()
+    explained = framejit.explain(fn)(torch.randn(2), {_double, torch.sin})
+    assert any("iteration over a set of functions" in b.explanation for b in explained.break_reasons)
