@@ -118,7 +118,12 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
             raise UserException(AttributeError(f"'mappingproxy' object has no attribute '{name}'"))
         from .mappings import mapping_attr
         return mapping_attr(obj, name) or _container_method(obj, dict, name)
-    if isinstance(obj, SetValue):  # NOTE [Plain set subclasses]: the base's methods
+    if isinstance(obj, SetValue):  # NOTE [Plain set subclasses]: the subclass's own methods, then the base's
+        index, attr = lookup.mro_lookup(obj.cls, name)
+        if index is not None and obj.cls.__mro__[index] not in (set, frozenset, object) and \
+                isinstance(attr, types.FunctionType):
+            lookup.guard_lookup(tx.output, obj.cls, name)
+            return BoundMethodValue(UserFunctionValue(attr), obj)
         return _container_method(obj, set if issubclass(obj.cls, set) else frozenset, name)
     if isinstance(obj, PyModuleValue):
         return _module_attr(tx, obj, name)

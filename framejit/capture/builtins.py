@@ -11,6 +11,7 @@ import functools
 import itertools
 import math
 import operator
+import types
 from typing import Any, Callable
 
 import torch
@@ -660,16 +661,29 @@ def _frozenset(tx, args, kwargs):
 # and stays a graph break. Each class between the subclass and its base is guarded to stay plain
 # (its own __dict__ keys within the benign names) and the subclass's MRO is guarded, so adding a method
 # later recompiles.
+# A subclass may also define ordinary methods (names that are not dunders, plain functions): `s.name(...)`
+# finds them first and inlines them (attributes.py, guarded lookup), `super().add(x)` and `set.add(s, x)`
+# reach the base. Dunders, __init__/__new__ included, stay excluded: operators, `in`, `len`, iteration and
+# construction use the base's slots here.
 def plain_set_subclass(cls: Any) -> bool:
-    from .mappings import _BENIGN
     if type(cls) is not type or not issubclass(cls, (set, frozenset)) or cls in (set, frozenset):
         return False
     for klass in cls.__mro__:
         if klass in (set, frozenset):
             return True
-        if set(vars(klass)) - _BENIGN:
+        if _subclass_methods(klass) is None:
             return False
     return False
+
+
+def _subclass_methods(klass: type) -> tuple[str, ...] | None:
+    """The ordinary methods `klass` defines itself, or None when it defines anything else."""
+    from .mappings import _BENIGN
+    names = sorted(set(vars(klass)) - _BENIGN)
+    if any(n.startswith("__") and n.endswith("__") or not isinstance(vars(klass)[n], types.FunctionType)
+           for n in names):
+        return None
+    return tuple(names)
 
 
 def make_set_subclass(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> SetValue:
@@ -681,10 +695,10 @@ def make_set_subclass(tx, cls: type, args: list[Value], kwargs: dict[str, Value]
     if kwargs or len(args) > 1:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}() with keyword or extra arguments")
     lookup.guard_mro(tx.output, cls)
-    benign = "{" + ", ".join(repr(n) for n in sorted(_BENIGN)) + "}"
     for klass in cls.__mro__:
         if klass in (set, frozenset):
             break
+        benign = "{" + ", ".join(repr(n) for n in sorted(_BENIGN) + list(_subclass_methods(klass))) + "}"
         source = lookup.class_dict_source(klass)
         expr = source.expr(tx.output.names)
         tx.output.add_guard("CLASS_PLAIN", f"{expr}.keys() <= {benign}", source,
@@ -883,7 +897,8 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
         return _mutate_set(tx, s, name, consts)
     receiver = s.frozen if s.frozen is not None else s.items
     try:
-        result = getattr(receiver, name)(*consts)
+        # through the base's descriptor: the real object may be of a subclass with its own methods
+        result = getattr(set if isinstance(receiver, set) else frozenset, name)(receiver, *consts)
     except Exception as e:
         raise UserException(e) from None
     if isinstance(result, (set, frozenset)):
@@ -918,7 +933,7 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
         s.change(consts[0], name == "add")  # NOTE [Sets from outside]: the set itself is not read
         result = None
     else:
-        result = getattr(s.items, name)(*consts)  # NOTE [Set order]: the same call on the same layout
+        result = getattr(set, name)(s.items, *consts)  # NOTE [Set order]: the same call on the same layout
     tx.output.side_effects.record_op(s, name, replay)
     return key_value(result) if name == "pop" else ConstantValue(None)
 

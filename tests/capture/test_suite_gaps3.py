@@ -92,8 +92,47 @@ def test_method_added_to_the_subclass_later_recompiles():
     assert fn(x).tolist() == [1.0, 1.0]
 
 
-def test_subclass_with_its_own_methods_is_not_taken_as_plain():
+def test_subclass_with_its_own_methods_is_traced_with_them():
     class Shifted(set):
+        def add(self, item):
+            return super().add(item + 1)
+
+        def contains(self, item):
+            return True
+
+    def fn(x, k):
+        s = Shifted([1, 2])
+        s.add(k)
+        set.add(s, 10)  # the base's add, not the override
+        return x + len(s), s == {1, 2, k + 1, 10}, s.contains(-5), sorted(s), s
+
+    backend = run_differential(fn, lambda seed: (torch.randn(2), [3, 7][seed]))
+    assert backend.graph_count == 2  # fullgraph, one trace per k
+
+
+def test_method_of_a_set_subclass_changed_later_recompiles():
+    class Shifted(set):
+        def add(self, item):
+            return super().add(item + 1)
+
+    def fn(x):
+        s = Shifted([1])
+        s.add(5)
+        return x + sum(s)
+
+    compiled = framejit.compile(fn, backend="eager", fullgraph=True)
+    x = torch.zeros(1)
+    torch.testing.assert_close(compiled(x), fn(x))  # 1 + 6
+    Shifted.add = lambda self, item: set.add(self, item * 10)
+    torch.testing.assert_close(compiled(x), fn(x))  # 1 + 50
+    assert fn(x).item() == 51.0
+
+
+def test_subclass_defining_a_slot_is_not_taken_as_plain():
+    class Shifted(set):
+        def __contains__(self, item):
+            return True
+
         def add(self, item):
             return super().add(item + 1)
 
