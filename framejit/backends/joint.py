@@ -16,7 +16,9 @@ backend's inference callable, given by the caller). Per signature, the joint is 
 
 Eager semantics come from AOT autograd's runtime wrappers: mutated inputs (BatchNorm running statistics
 in train mode) are written back with `copy_` after the forward, outputs that alias inputs are regenerated
-as views of the inputs, `torch.no_grad()` regions and `detach` inside the graph produce no gradient,
+as views of the inputs (outputs eager would not let the user change in place before the backward still
+raise eager's errors: NOTE [In-place changes of joint outputs] in joint_outputs.py), `torch.no_grad()`
+regions and `detach` inside the graph produce no gradient,
 parameters with `requires_grad=False` get none, and `retain_graph=True` keeps the saved tensors for a
 second backward. Double backward (`create_graph=True` through the graph, then a gradient of a gradient)
 raises a RuntimeError naming the limitation (NOTE [Double backward]).
@@ -70,7 +72,11 @@ from .. import config, logs
 # has no autograd history of its own. A gradient of a gradient therefore cannot flow through it: AOT
 # autograd raises "torch.compile with aot_autograd does not currently support double backward" when the
 # second backward reaches the graph. `create_graph=True` on a first backward alone is allowed (the
-# first-order gradients are correct, they just carry no history through this graph).
+# first-order gradients are correct, they just carry no history through this graph). Lean calls tie every
+# input that requires grad to the backward's node, so a gradient of a gradient with respect to an input
+# the forward did not save raises that error too (NOTE [Double backward through lean joints] in
+# joint_function.py); the first call of a signature runs AOT autograd's wrappers, where such a gradient
+# finds no path to the input (None with allow_unused=True, as stock torch.compile gives on every call).
 
 
 def needs_autograd(args, weights_require_grad: bool, grad_inside: bool = False) -> bool:
@@ -302,9 +308,11 @@ class JointGraph:
 
         try:
             flat_gm, rebuild = _flat_outputs(self.gm)
+            checks = _output_checks(flat_gm, args, self.backend_name)  # NOTE [In-place changes of joint outputs]
             loaded, key = self._load(flat_gm, args)
             if loaded is not None:
-                return _Joint(loaded, rebuild, self, getattr(loaded, "lean_parts", None) if self.lean else None)
+                return _Joint(loaded, rebuild, self, getattr(loaded, "lean_parts", None) if self.lean else None,
+                              checks)
             from .recurrent import keep_lstm_layers
             from .torch_methods import original_tensor_methods
             from .joint_cache import Recorder
@@ -330,7 +338,7 @@ class JointGraph:
             if recorder.aot is None or "forward" not in made or "backward" not in made:
                 return None
             return made["forward"], made["backward"], recorder.aot, params_buffers, flags
-        return _Joint(joint, rebuild, self, lean_parts if self.lean else None)
+        return _Joint(joint, rebuild, self, lean_parts if self.lean else None, checks)
 
     def _load(self, flat_gm: torch.fx.GraphModule, args: list) -> tuple:
         """(the joint loaded from the persistent store or None, the store key or None: NOTE [Persisted joints])."""
@@ -387,6 +395,17 @@ def _runtime_flags() -> tuple[bool, bool]:
     return bool(utils.saved_tensors_hooks_are_inlineable(hooks)), bool(torch._C._is_any_autocast_enabled())
 
 
+def _output_checks(flat_gm: torch.fx.GraphModule, args: list, backend_name: str):
+    """joint_outputs.output_checks, or None (logged) where the fake run fails: NOTE [In-place changes of joint outputs]."""
+    from .joint_outputs import output_checks
+    try:
+        return output_checks(flat_gm, args)
+    except Exception as exc:
+        logs.log("output_code", "joint (%s): outputs not checked for in-place changes (%s: %s)", backend_name,
+                 type(exc).__name__, exc)
+        return None
+
+
 def _params_buffers(flat_gm: torch.fx.GraphModule) -> list:
     """The weights aot_module_simplified passes before the call's arguments, in its order."""
     return [*dict(flat_gm.named_parameters(remove_duplicate=False)).values(),
@@ -397,20 +416,21 @@ class _Joint:
     """One signature's joint: AOT autograd's callable (`aot(*args)`) until the joint's backward has run once,
     then framejit's own autograd.Function where the joint allows it (NOTE [Lean joint calls])."""
 
-    __slots__ = ("aot", "rebuild", "owner", "parts", "lean")
+    __slots__ = ("aot", "rebuild", "owner", "parts", "lean", "checks")
 
-    def __init__(self, aot, rebuild, owner: "JointGraph", parts: Callable | None):
+    def __init__(self, aot, rebuild, owner: "JointGraph", parts: Callable | None, checks=None):
         self.aot, self.rebuild, self.owner, self.parts, self.lean = aot, rebuild, owner, parts, None
+        self.checks = checks  # NOTE [In-place changes of joint outputs] (joint_outputs.py)
 
     def __call__(self, args: tuple):
         lean = self.lean
-        if lean is not None:
-            return self.rebuild(lean(args))
-        if self.parts is not None:
+        if lean is None and self.parts is not None:
             self._try_lean()
-            if self.lean is not None:
-                return self.rebuild(self.lean(args))
-        return self.rebuild(self.aot(*args))
+            lean = self.lean
+        outs = lean(args) if lean is not None else self.aot(*args)
+        if self.checks is not None:
+            outs = self.checks(outs)
+        return self.rebuild(outs)
 
     def _try_lean(self) -> None:
         parts = self.parts()

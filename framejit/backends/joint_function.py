@@ -30,7 +30,10 @@ import torch
 # autograd's callable (AOT compiles the backward half lazily at that point; persisted joints are saved
 # then too). Saved tensors go through `ctx.save_for_backward` as in AOT autograd, so a second backward
 # without `retain_graph` and an in-place change of a saved tensor raise autograd's own errors, and saved
-# tensor hooks apply. Not taken: torch's compiled autograd sees an opaque autograd.Function (AOT's has a
+# tensor hooks apply. onnxrt and triton joints use it (triton since issue 14's second pass: with halves that
+# cost nothing, the wrappers outside them took 1118 -> 839 us per forward+backward of the zoo's mlp and
+# 1342 -> 1206 us of its gpt, thread CPU, loaded machine; /tmp/h14tr/bench_wrap.py in h14tr's report).
+# Not taken: torch's compiled autograd sees an opaque autograd.Function (AOT's has a
 # `_compiled_autograd_key`); framejit does not use compiled autograd.
 
 DOUBLE_BACKWARD = "torch.compile with aot_autograd does not currently support double backward"
@@ -92,6 +95,17 @@ def _reason(aot: dict, params_buffers: list, hooks_disabled: bool, disable_amp: 
     return None
 
 
+# NOTE [Double backward through lean joints]
+# With create_graph=True, the backward of a lean joint runs inside LeanBackward, whose own backward raises
+# AOT autograd's double-backward error. Its inputs were the saved tensors and the tangents only: a gradient
+# of the first-order gradient with respect to a joint input the forward did not save (tanh(x + w) saves
+# only its result) found no path to that input, so torch.autograd.grad(g, x) said "appears to not have been
+# used in the graph" and with allow_unused=True returned None where eager returns the second derivative.
+# The joint's inputs that require grad (known per signature) are also inputs of LeanBackward, so every
+# gradient of a gradient through the joint reaches it and raises the clear error. The context holds them
+# (ctx.grad_inputs): leaves as they are (the user holds them anyway), a non-leaf input as an empty clone of
+# an empty as_strided view of it (its autograd history without its storage, so an activation from an
+# earlier graph is not kept alive by this: about 10 us per such input and call).
 def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, hooks_disabled: bool,
               disable_amp: bool):
     """`run(args) -> list of outputs`, or a str (why not: NOTE [Lean joint calls])."""
@@ -123,6 +137,9 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
     compile_id = meta.compile_id_str
     check_deterministic = meta.deterministic is not None and not meta.deterministic
     inputs_require_grad = any(i.requires_grad for i in meta.input_info)
+    # NOTE [Double backward through lean joints]
+    grad_leaves = tuple(k for k, i in enumerate(meta.input_info) if i.requires_grad and i.is_leaf)
+    grad_non_leaves = tuple(k for k, i in enumerate(meta.input_info) if i.requires_grad and not i.is_leaf)
     detach = tuple(aot.get("indices_of_inps_to_detach") or aot.get("_indices_of_inps_to_detach") or ())
     params = list(params_buffers)
     process_tangent = AOTDispatchAutograd.process_runtime_tangent
@@ -148,6 +165,10 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
     class LeanJoint(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):
+            ctx.grad_inputs = [args[k] for k in grad_leaves]  # NOTE [Double backward through lean joints]
+            if grad_non_leaves:  # (Function.forward runs with grad mode off)
+                with torch.enable_grad():
+                    ctx.grad_inputs += [args[k].as_strided((0,), (1,)).clone() for k in grad_non_leaves]
             outs = forward_half(list(args))
             if not isinstance(outs, list):
                 outs = list(outs) if isinstance(outs, tuple) else [outs]
@@ -189,7 +210,7 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
                 impl = _partial(cc.run, impl)
             if torch.is_grad_enabled() and (inputs_require_grad or any(
                     t.requires_grad for t in all_args if isinstance(t, torch.Tensor))):
-                args = all_args
+                args = [*all_args, *ctx.grad_inputs]  # NOTE [Double backward through lean joints]
                 if not any(t.requires_grad for t in args if isinstance(t, torch.Tensor)):
                     args = [torch.empty(0, requires_grad=True), *args]
                 return LeanBackward.apply(impl, *args)

@@ -275,13 +275,12 @@ def test_forward_split_by_a_graph_break_trains(backend, capsys):
 
 # ---- transformers models from tiny configs (tests/models/hf/catalog.py) ---------------------------------
 HF_ONNXRT = ["gpt2", "llama", "vit"]
-# bert and distilbert: after 3 AdamW steps a few word-embedding elements (4 and 15 of 3200) differ from
-# eager by 3e-4 and 1.7e-3 (not yet explained); their first step's loss and gradients are compared instead.
-HF_ONNXRT_GRADIENTS = ["bert", "distilbert"]
-# five transformers models per backend (issue 14): the same split for triton, whose kernels run in
-# Triton's interpreter here (the slowest cases of this file; gradients-only cases are the cheaper ones)
+# five transformers models per backend (issue 14): bert and distilbert train 3 AdamW steps in
+# test_training_gaps2.py, compared with the float64 run (NOTE [AdamW rounding] there: eager float32 itself
+# differs from it by up to 2.6e-3 in a few word-embedding elements, so eager and compiled float32 are not
+# compared element by element after AdamW). The same split for triton, whose kernels run in Triton's
+# interpreter here.
 HF_TRITON = ["gpt2", "llama", "vit"]
-HF_TRITON_GRADIENTS = ["bert", "distilbert"]
 
 
 def _hf_case(name: str):
@@ -304,24 +303,6 @@ def test_transformers_training_onnxrt(name):
 def test_transformers_training_triton(name):
     model, batches = _hf_case(name)
     compare_training(model, batches, "triton")
-
-
-@pytest.mark.parametrize("backend,name", [("onnxrt", n) for n in HF_ONNXRT_GRADIENTS]
-                         + [("triton", n) for n in HF_TRITON_GRADIENTS])
-def test_transformers_gradients(backend, name):
-    model, batches = _hf_case(name)
-    without_dropout(model.train())
-    compiled_model = copy.deepcopy(model)
-    recording = Recording(backend)
-    fast = framejit.compile(compiled_model, backend=recording)
-    for (_, kwargs) in batches[:2]:  # gradients accumulate over two calls
-        expected, actual = _loss(model(**kwargs)), _loss(fast(**kwargs))
-        torch.testing.assert_close(actual, expected, **TOL)
-        expected.backward()
-        actual.backward()
-    for (name_, p), (_, q) in zip(model.named_parameters(), compiled_model.named_parameters()):
-        torch.testing.assert_close(q.grad, p.grad, **TOL, msg=lambda m: f"{name_}: {m}")
-    assert_backward_in_backend(recording, steps=2)
 
 
 def test_onnxrt_joints_recompute_pointwise_ops_instead_of_saving_them():

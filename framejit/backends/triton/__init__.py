@@ -165,7 +165,8 @@ def training_graph(gm, options=None):
         return compiled
     return joint.JointGraph(gm, compile_part, "triton", inference=_InferenceOnFirstUse(gm, options),
                             decompositions=joint.training_decompositions(with_backward_ops=True),
-                            persistence=_persistence(options))  # NOTE [Persisted joints] in backends/joint_cache.py
+                            persistence=_persistence(options),  # NOTE [Persisted joints] in backends/joint_cache.py
+                            lean=True)  # NOTE [Lean joint calls] in backends/joint_function.py
 
 
 def _persistence(options):
