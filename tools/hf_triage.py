@@ -4,6 +4,8 @@ Usage (from the repository root):
     .venv/bin/python tools/hf_triage.py                         # every model, table on stdout
     .venv/bin/python tools/hf_triage.py --out /tmp/hf_triage.txt
     .venv/bin/python tools/hf_triage.py --models gpt2,llama,bert --gaps   # also print KNOWN_GAPS lines
+    .venv/bin/python tools/hf_triage.py --extra --resize        # also catalog_extra.EXTRA; a resized 3rd call
+    .venv/bin/python tools/hf_triage.py --train --models bert,t5 # a training step per call (labels, backward)
 
 Each model (tests/models/hf/catalog.py) runs the same calls as tests/models/hf/test_hf_models.py: eager,
 stock `torch.compile` with a counting eager backend (the reference graph count), and framejit with a
@@ -14,6 +16,16 @@ graphs > stock / no graph / ops < OP_SHARE * stock, as the tests check), the tim
 eager reason with its file:line (`<- transformers/...:N`: the innermost transformers frame of a break
 deeper down). With --gaps it also prints the KNOWN_GAPS tables of the tests for the failing rows.
 The decoders in catalog.GENERATE also get a `<name>.generate` row (greedy generate()).
+--extra adds the architectures of tests/models/hf/catalog_extra.py (families the tests' catalog lacks).
+--resize makes a third call at batch 1 and sequence catalog.SEQ_ALT for every model and shows `rc=F/S`: the
+graphs that call added under framejit / under stock (a recompile each; more than stock's is a finding).
+--train (NOTE [HF training step], tests/models/hf/training.py) makes each call a training step as HF users write it: the model
+in train mode with every dropout, layer drop, SpecAugment mask and router jitter set to 0, called with
+`labels` (causal LM: the ids; encoder-decoder: the decoder ids; encoders/vision/audio: a masked-LM,
+image- or sequence-classification or CTC head of the same family), then `out.loss.backward()`; the loss
+and every parameter's gradient are compared to eager's (1e-4). A family with no such head is called
+as it is and the loss is the sum of its floating outputs' means, taken outside the compiled call.
+`diff=` is the largest absolute difference from eager over all compared tensors.
 At the end: each distinct reason (break or eager fallback, normalised) with the number of models it hits.
 """
 from __future__ import annotations
@@ -52,12 +64,16 @@ class Row:
     verdict: str = "ok"
     reasons: list[str] = field(default_factory=list)  # every distinct reason, in order of appearance
     seconds: float = 0.0
+    recompiles: int | str = "-"  # graphs the resized third call added (--resize), framejit
+    stock_recompiles: int | str = "-"  # the same under stock torch.compile
+    diff: float = 0.0  # the largest absolute difference from eager
 
     def line(self) -> str:
         first = self.reasons[0] if self.reasons else "-"
         return (f"{self.name:22s} stock={self.stock!s:>3} fj={self.graphs:>3} ops={self.ops:>4}/{self.stock_ops:<4} "
                 f"breaks={self.breaks:>3} "
-                f"eager={self.eager:>3} {self.verdict:30.30s} {self.seconds:5.1f}s | {first}")
+                f"eager={self.eager:>3} rc={self.recompiles}/{self.stock_recompiles} diff={self.diff:.1e} "
+                f"{self.verdict:30.30s} {self.seconds:5.1f}s | {first}")
 
 
 class _Capture(logging.Handler):
@@ -117,7 +133,53 @@ def _timeout(signum, frame):
     raise TimeoutError(f"took longer than {TIMEOUT_S}s")
 
 
-def _framejit_calls(row: Row, model, inputs: list[dict], expected: list, method: str | None) -> None:
+def _max_diff(actual, expected) -> float:
+    """The largest absolute difference between the tensors of two results of the same structure."""
+    if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
+        if actual.shape != expected.shape or not expected.numel():
+            return 0.0
+        if expected.is_floating_point() or expected.is_complex():
+            return float((actual.detach().double() - expected.detach().double()).abs().nan_to_num(0.0).max())
+        return float((actual.long() - expected.long()).abs().max())
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        return max([_max_diff(actual.get(k), v) for k, v in expected.items()] or [0.0])
+    if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
+        return max([_max_diff(a, e) for a, e in zip(actual, expected)] or [0.0])
+    if type(expected).__module__ == "transformers.cache_utils":
+        return _max_diff(vars(actual), vars(expected))
+    return 0.0
+
+
+def _inference(target, kwargs: dict, seed: int):
+    torch.manual_seed(seed)
+    return harness.run(target, kwargs)
+
+
+from tests.models.hf.training import assert_steps_close, train_step, training_variant  # noqa: E402
+
+
+def _stock(model, inputs: list[dict], step, method: str | None) -> list[int]:
+    """Stock torch.compile's graph count after each call (a fresh dynamo state, a counting eager backend)."""
+    import torch._dynamo  # the reference compiler: tools only, never framejit's own code
+    torch._dynamo.reset()
+    backend = CountingBackend()
+    if method:
+        model.forward = torch.compile(model.forward, backend=backend)
+    compiled = getattr(model, method) if method else torch.compile(model, backend=backend)
+    counts = []
+    try:
+        for i, kwargs in enumerate(inputs):
+            step(compiled, kwargs, i)
+            counts.append((backend.graph_count, harness.op_count(backend)))
+    finally:
+        if method:
+            del model.forward
+        torch._dynamo.reset()
+    return counts
+
+
+def _framejit_calls(row: Row, model, inputs: list[dict], expected: list, method: str | None, step,
+                    train: bool) -> None:
     capture = _Capture()
     logger = logging.getLogger("framejit")
     logger.addHandler(capture)
@@ -134,17 +196,20 @@ def _framejit_calls(row: Row, model, inputs: list[dict], expected: list, method:
             if i == 2:  # the counts over the two same-shape calls, as in the tests
                 two_calls = backend.graph_count, harness.op_count(backend)
             try:
-                got = harness.run(target, kwargs)
+                got = step(target, kwargs, i)
             except Exception as e:  # noqa: BLE001 - the crash is what we report
                 row.verdict = f"crash call {i}: {type(e).__name__}"
                 row.reasons.insert(0, f"crash: {type(e).__name__}: {_clean(e)}")
                 return
+            row.diff = max(row.diff, _max_diff(got, want))
             try:
-                harness.assert_outputs_close(got, want)
+                (assert_steps_close if train else harness.assert_outputs_close)(got, want)
             except AssertionError as e:
                 row.verdict = f"mismatch call {i}"
                 row.reasons.insert(0, f"mismatch: {_clean(e)}")
                 return
+        if len(inputs) > 2:
+            row.recompiles = backend.graph_count - two_calls[0]
     finally:
         logger.removeHandler(capture)
         undo()
@@ -157,34 +222,50 @@ def _framejit_calls(row: Row, model, inputs: list[dict], expected: list, method:
                 row.reasons.append(reason)
 
 
-def triage(name: str, method: str | None = None) -> Row:
-    arch = catalog.get(name)
-    row = Row(name + (f".{method}" if method else ""))
+def _arch(name: str):
+    from tests.models.hf.catalog_extra import EXTRA
+    return EXTRA[name] if name in EXTRA else catalog.get(name)
+
+
+def triage(name: str, method: str | None = None, *, train: bool = False, resize: bool = False) -> Row:
+    arch = _arch(name)
+    row = Row(name + (f".{method}" if method else "") + (".train" if train else ""))
     start = time.perf_counter()
     signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(TIMEOUT_S)
     try:
-        model = arch.build()
+        build, make_inputs, step = arch.build, arch.make_inputs, _inference
+        if train:
+            build, make_inputs, head = training_variant(arch)
+            step = train_step
+            if head is None:
+                row.reasons.append(f"no head with labels: {arch.model} called as is, loss taken outside")
+        model = build()
         if method:
             inputs = [catalog.generate_kwargs(seed) for seed in (0, 1)]
         else:
-            inputs = harness.calls(arch)
-        expected = [harness.run(getattr(model, method) if method else model, kw) for kw in inputs]
+            inputs = [make_inputs(0), make_inputs(1)]
+            if resize or arch.resize:
+                inputs.append(make_inputs(2, batch=1, seq=catalog.SEQ_ALT))
+        call = getattr(model, method) if method else model
+        expected = [step(call, kw, i) for i, kw in enumerate(inputs)]
         try:
-            stock = harness.stock_reference(model, inputs, method)
-            row.stock, row.stock_ops = stock.graph_count, harness.op_count(stock)
+            counts = _stock(build() if train else model, inputs, step, method)
+            row.stock, row.stock_ops = counts[min(1, len(counts) - 1)]
+            if len(counts) > 2:
+                row.stock_recompiles = counts[2][0] - counts[1][0]
         except Exception as e:  # noqa: BLE001
             row.stock = "err"
             row.reasons.append(f"stock torch.compile failed: {type(e).__name__}: {_clean(e)}")
-        resized = None if method else harness.resized_call(arch)
-        if resized is not None:  # checked like the tests: values and eager frames, not the graph count
-            inputs, expected = inputs + [resized], expected + [harness.run(model, harness.resized_call(arch))]
-        _framejit_calls(row, model, inputs, expected, method)
+        _framejit_calls(row, build() if train else model, inputs, expected, method, step, train)
         if row.verdict == "ok":
             if row.eager:
                 row.verdict = "eager frames"
             elif isinstance(row.stock, int) and row.graphs > row.stock:
                 row.verdict = f"graphs {row.graphs} > stock {row.stock}"
+            elif isinstance(row.recompiles, int) and isinstance(row.stock_recompiles, int) \
+                    and row.recompiles > row.stock_recompiles:
+                row.verdict = f"recompiles {row.recompiles} > stock {row.stock_recompiles}"
             elif row.graphs == 0:
                 row.verdict = "no graph"
             elif row.ops < harness.OP_SHARE * row.stock_ops:
@@ -249,9 +330,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-generate", action="store_true", help="skip the generate() rows")
     parser.add_argument("--out", help="also write the report to this file")
     parser.add_argument("--gaps", action="store_true", help="print KNOWN_GAPS entries for the failing rows")
+    parser.add_argument("--extra", action="store_true", help="also the architectures of catalog_extra.EXTRA")
+    parser.add_argument("--only-extra", action="store_true", help="only the architectures of catalog_extra.EXTRA")
+    parser.add_argument("--resize", action="store_true", help="a third call at another batch and sequence length")
+    parser.add_argument("--train", action="store_true", help="each call a training step (NOTE [HF training step])")
     args = parser.parse_args(argv)
     harness.silence_transformers()
-    names = args.models.split(",") if args.models else catalog.names()
+    from tests.models.hf.catalog_extra import EXTRA
+    names = [] if args.only_extra else catalog.names()
+    if args.extra or args.only_extra:
+        names += list(EXTRA)
+    names = args.models.split(",") if args.models else names
     jobs = [(n, None) for n in names]
     if not args.no_generate:
         jobs += [(n, "generate") for n in catalog.GENERATE if n in names]
@@ -261,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header, flush=True)
     rows = []
     for name, method in jobs:
-        row = triage(name, method)
+        row = triage(name, method, train=args.train and not method, resize=args.resize)
         rows.append(row)
         print(row.line(), flush=True)
     tail = summary(rows)

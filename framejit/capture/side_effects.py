@@ -38,10 +38,16 @@ from .values import DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, 
 # NOTE [Stores under a dict the trace holds]: an object's `__dict__` (or a module's, or the frame's
 # globals) wrapped as a dict value (`v = o.__dict__`, `vars(o)` before a break, `globals()`) is a snapshot
 # of a live mapping; an attribute or global store recorded here would not show through it, so `v` would
-# miss `o.b = 2` (eager's `len(v)` counts it). Such a store is a graph break: it runs in Python, and the
-# dict is read again after it. The reverse order (a store recorded, then the dict wrapped) is a break too
-# (`_link_instance_dict` in values/builder.py), and a write through the dict already was (NOTE [Instance
-# dicts as dicts]).
+# miss `o.b = 2` (eager's `len(v)` counts it). A store that CPython makes as `o.__dict__[name] = value`
+# (an object whose class keeps object.__setattr__, or object.__setattr__ called past a custom one, and no
+# data descriptor of that name: _check_plain_setattr) is made in the dict value too, as the live dict would
+# show it (`_store_shows_through`); so is a store recorded before the dict was first wrapped
+# (`apply_pending_attrs`, called by `_link_instance_dict` in values/builder.py). transformers' configs read
+# their own `__dict__` on every attribute read (HeterogeneousConfigMixin.__getattribute__) and their loss
+# functions store `config.problem_type`: every classification head's training step hit this (issue 11).
+# Any other such store (an nn.Module's, whose __setattr__ may file the value elsewhere; a global under a
+# held `globals()`) is a graph break: it runs in Python, and the dict is read again after it. A write
+# through the dict already was a break (NOTE [Instance dicts as dicts]).
 
 
 def _instance_dict(obj: Any) -> dict | None:
@@ -120,9 +126,14 @@ class SideEffects:
         if not isinstance(obj, ObjectValue) or obj.source is None:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {obj.describe()}")
         _check_plain_setattr(obj, name, value, raw)
-        self._check_no_dict_value(_instance_dict(obj.obj), f"the attribute {name!r} of {obj.describe()}")
+        held = self._held_dict(_instance_dict(obj.obj))
+        if held is not None and not self._store_shows_through(obj, held, raw):
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"a store to the attribute {name!r} of {obj.describe()}, "
+                                                     "whose dict the trace holds as a dict")
         self.attrs[(id(obj.obj), name)] = (obj, name, value)
         (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
+        if held is not None:
+            _store_into(held, name, value)
 
     def _check_no_dict_value(self, d: Any, what: str) -> None:
         """NOTE [Stores under a dict the trace holds]."""
@@ -130,10 +141,29 @@ class SideEffects:
         if seen is not None and seen[0] is d:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"a store to {what}, whose dict the trace holds as a dict")
 
-    def has_pending_attrs(self, d: dict) -> bool:
-        """Whether a store recorded here goes into the instance dict `d` (NOTE [Stores under a dict the
-        trace holds])."""
-        return any(_instance_dict(obj.obj) is d for obj, _, _ in self.attrs.values())
+    def _held_dict(self, d: Any) -> Value | None:
+        """The value the trace holds for the dict `d` (by identity), if any."""
+        seen = self.by_object.get(id(d)) if d is not None else None
+        return seen[2] if seen is not None and seen[0] is d else None
+
+    def _store_shows_through(self, obj: ObjectValue, held: Value, raw: bool) -> bool:
+        """Whether the store `obj.name = value` (already checked by _check_plain_setattr) is, in CPython,
+        `obj.__dict__[name] = value` into the plain dict `held` models (NOTE [Stores under a dict the trace
+        holds])."""
+        plain = raw or getattr(type(obj.obj), "__setattr__", None) is object.__setattr__
+        return (plain and not isinstance(obj, NNModuleValue) and isinstance(held, DictValue) and held.cls is dict
+                and id(held) not in self.containers)
+
+    def apply_pending_attrs(self, d: dict, value: Value) -> None:
+        """`value` newly wraps the instance dict `d`: make the attribute stores recorded into it, in their
+        order, or raise the break when one would not show through (NOTE [Stores under a dict the trace
+        holds])."""
+        for key, (obj, name, stored) in self.attrs.items():
+            if _instance_dict(obj.obj) is d:
+                if not self._store_shows_through(obj, value, key in self.raw_attrs):
+                    raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {obj.describe()} read while "
+                                                             "stores to its attributes are not replayed yet")
+                _store_into(value, name, stored)
 
     def attr(self, obj: Any, name: str) -> Value | None:
         entry = self.attrs.get((id(obj), name))
@@ -299,6 +329,16 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = 
             return  # `self.sub = self.sub.to(dtype)` (NOTE [Module.to without a change]): replayed, a no-op
         if name in mod._parameters or name in mod._modules:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"replacing the parameter or submodule {name!r} inside the graph")
+
+
+def _store_into(held: DictValue, name: str, value: Value) -> None:
+    """`held[name] = value` in the trace's view of a dict, recording no write of its own (the attribute
+    store is what is replayed)."""
+    from .values.outside import OutsideDictValue
+    if isinstance(held, OutsideDictValue):
+        held.store(name, value)
+    else:
+        held.items[name] = value
 
 
 __all__ = ["SideEffects"]

@@ -86,9 +86,7 @@ def _link_instance_dict(out, obj: Any, source: Source, value: Value) -> None:
     if type(obj) is dict:
         owner = owners.get(id(obj))
         if owner is not None and owner[0] is obj:
-            if out.side_effects.has_pending_attrs(obj):  # NOTE [Stores under a dict the trace holds]
-                raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {owner[1].describe()} read "
-                                                         "while stores to its attributes are not replayed yet")
+            out.side_effects.apply_pending_attrs(obj, value)  # NOTE [Stores under a dict the trace holds]
             value.instance_dict_of = owner[1]
         return
     d = instance_dict(obj)
