@@ -206,6 +206,89 @@ def changed_strings(fn_code, args: tuple, failures) -> set[str]:
     return found
 
 
+class OpaqueSequenceValue(Value):
+    """A list or tuple argument of a resume function whose length changed between calls (NOTE [Sequences
+    of changing length carried across breaks]): guarded by type only; any use of it is a graph break."""
+
+    def __init__(self, obj: list | tuple, source: Source) -> None:
+        self.obj = obj
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.obj)
+
+    def describe(self) -> str:
+        return f"{type(self.obj).__name__}({self.source.describe()}) of changing length"
+
+
+# NOTE [Sequences of changing length carried across breaks]: a list built by a loop over a symbolic range run
+# as Python (`outs = []; for i in range(x.size(0)): outs.append(x[i] * 2)`, NOTE [Loops over symbolic
+# ranges]) or by a loop whose body breaks reaches the resume function after the loop as an argument guarded
+# by its length (and its items' sources): the owner frame served every size, but that resume function
+# compiled once per length until the recompile limit ran it eagerly (stock torch.compile: 8 graphs over 10
+# lengths, then eager). When a resume function recompiles because the length of a list or tuple local
+# changed, the hook marks it (its source among the frame's dynamic values, like a string: NOTE [Strings
+# carried across breaks]); later traces wrap it as an OpaqueSequenceValue, pinned by its type only: its
+# first use (`torch.stack(outs)`, `len(outs)`, a loop over it) breaks and runs in Python, and the code after
+# that use is a resume function again, whose tensors (the stacked result: its size is the length) become
+# symbolic by automatic dynamic. So the resume function compiles twice for every length. Only locals of
+# resume functions (not stack arguments: carried loops have their own rule, NOTE [Loops carried across
+# breaks]); a user function's list argument is guarded by length as stock does.
+def opaque_sequence(out, obj: list | tuple, source: Source) -> OpaqueSequenceValue:
+    out.guard_type(source, type(obj))
+    out.opaque_sequences = True  # the translator checks its operands from now on (check_opaque_operands)
+    return OpaqueSequenceValue(obj, source)
+
+
+# instructions that only move values: an opaque sequence on the stack may pass through them
+_MOVERS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_LOAD_FAST", "LOAD_CONST",
+                     "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "STORE_FAST", "STORE_FAST_STORE_FAST",
+                     "STORE_FAST_LOAD_FAST", "PUSH_NULL", "NOP", "RESUME", "KW_NAMES", "PRECALL", "CACHE",
+                     "COPY_FREE_VARS", "MAKE_CELL", "EXTENDED_ARG", "RETURN_CONST", "POP_TOP"})
+
+
+# how many values at the top of the stack an instruction reads, for the common ones (others: the whole stack)
+_READS = {"LOAD_ATTR": lambda a: 1, "LOAD_METHOD": lambda a: 1, "UNARY_NEGATIVE": lambda a: 1,
+          "UNARY_NOT": lambda a: 1, "UNARY_INVERT": lambda a: 1, "TO_BOOL": lambda a: 1, "GET_ITER": lambda a: 1,
+          "BINARY_OP": lambda a: 2, "BINARY_SUBSCR": lambda a: 2, "COMPARE_OP": lambda a: 2,
+          "IS_OP": lambda a: 2, "CONTAINS_OP": lambda a: 2, "CALL": lambda a: a + 2,
+          "POP_JUMP_IF_TRUE": lambda a: 1, "POP_JUMP_IF_FALSE": lambda a: 1, "POP_JUMP_FORWARD_IF_TRUE": lambda a: 1,
+          "POP_JUMP_FORWARD_IF_FALSE": lambda a: 1, "POP_JUMP_BACKWARD_IF_TRUE": lambda a: 1,
+          "POP_JUMP_BACKWARD_IF_FALSE": lambda a: 1, "RETURN_VALUE": lambda a: 1}
+
+
+def check_opaque_operands(tx, inst) -> None:
+    """Break before an instruction that may read an opaque sequence (NOTE [Sequences of changing length
+    carried across breaks]): one that reads a stack slot holding one (any slot, for an instruction not
+    listed in _READS), except plain loads and stores. The protocol functions would otherwise answer for it
+    as for an unknown object (truth True, not iterable)."""
+    if inst.name in _MOVERS:
+        return
+    reads = _READS.get(inst.name)
+    try:
+        window = tx.stack[-reads(inst.arg):] if reads is not None else tx.stack
+    except TypeError:
+        window = tx.stack
+    if any(type(v) is OpaqueSequenceValue for v in window):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a list or tuple whose length changes "
+                          "between calls: it runs as Python")
+
+
+def changed_lengths(fn_code, args: tuple, failures) -> set[str]:
+    """The list or tuple locals of a resume function whose length guards failed in a recompile (NOTE
+    [Sequences of changing length carried across breaks])."""
+    names = fn_code.co_varnames[:fn_code.co_argcount]
+    by_name = dict(zip(names, args))
+    found = set()
+    for failure in failures:
+        source = str(failure.guard.source)
+        match = re.fullmatch(r"L\['(\w+)'\]", source)
+        if failure.guard.kind == "LENGTH" and match and not match.group(1).startswith(STACK_PREFIX) and \
+                type(by_name.get(match.group(1))) in (list, tuple):
+            found.add(source)
+    return found
+
+
 _DONE = object()
 
 
@@ -223,5 +306,5 @@ def loop_done(item: Any) -> bool:
     return item is _DONE
 
 
-__all__ = ["CarriedIteratorValue", "OpaqueStringValue", "carried_argument", "opaque_iterator", "changed_strings", "dynamic_loops", "loop_done", "loop_iterator", "loop_next",
+__all__ = ["CarriedIteratorValue", "OpaqueSequenceValue", "OpaqueStringValue", "changed_lengths", "check_opaque_operands", "opaque_sequence", "carried_argument", "opaque_iterator", "changed_strings", "dynamic_loops", "loop_done", "loop_iterator", "loop_next",
            "opaque_string", "loop_marker", "position_source", "step_value"]

@@ -303,11 +303,16 @@ class FrameHook:
         code = self.fn.__code__
         if kwargs or code not in _ORIGIN:  # resume functions take positional arguments
             return
-        from .carried_loops import changed_strings, dynamic_loops
+        from .carried_loops import changed_lengths, changed_strings, dynamic_loops
         failures = list(self.entries[0].guard.all_failures(*args))
         loops = dynamic_loops(code, args, failures, self.loop_positions) - self.dynamic_ints
         strings = changed_strings(code, args, failures) - self.dynamic_ints  # NOTE [Strings carried across breaks]
-        self.dynamic_ints = self.dynamic_ints | loops | strings
+        # NOTE [Sequences of changing length carried across breaks] in carried_loops.py
+        lengths = changed_lengths(code, args, failures) - self.dynamic_ints
+        self.dynamic_ints = self.dynamic_ints | loops | strings | lengths
+        if lengths:
+            logs.log("recompiles", "%s: the length of %s changed; it is opaque from now on (its first use "
+                     "breaks)", self._name(), ", ".join(sorted(lengths)))
         if loops:
             logs.log("recompiles", "%s: the for loop at %s came back at another position; its steps run as "
                      "Python from now on", self._name(), ", ".join(sorted(loops)))

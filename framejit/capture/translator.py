@@ -143,6 +143,9 @@ class Translator:
         if handler is None:
             reason = UNSUPPORTED_OPCODES.get(inst.name, "no handler for this instruction yet")
             raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, f"{inst.name}: {reason}")
+        if getattr(self.output, "opaque_sequences", False):  # NOTE [Sequences of changing length carried across breaks]
+            from .carried_loops import check_opaque_operands
+            check_opaque_operands(self, inst)
         handler(self, inst)
 
     # ---- stack and locals ---------------------------------------------------------------------

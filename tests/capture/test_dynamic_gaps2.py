@@ -4,6 +4,11 @@ with the number of compilations asserted.
 - Frames that run a loop over a symbolic range as Python (NOTE [Loops over symbolic ranges]) persist their
   transformed code and tail function (NOTE [Persisted loops run as Python] in persisted_code.py): a warm
   process traces nothing. Before, such an entry was "kept in memory only" and every warm process traced it.
+- The `recompiles` log names the dimension and the value that broke a relation, and every entry's failure.
+- A list or tuple built by a loop over a symbolic size reaches the resume function after the loop with a
+  changing length: it becomes opaque after one recompile (NOTE [Sequences of changing length carried across
+  breaks] in carried_loops.py), so that resume function compiles twice, not once per length (stock
+  torch.compile: once per length until its recompile limit, then eager).
 """
 from __future__ import annotations
 
@@ -116,3 +121,51 @@ def test_the_recompile_log_names_every_entry_that_failed(caplog):
     # (before, only the newest entry's shape was named)
     assert "size of dim 0: 1 -> 3" in lines[1], lines[1]
     assert "expected size of dim 0 of L['y'] == x.size(0), got 1" in lines[1], lines[1]
+
+
+# ---- lists built by a loop over a symbolic size (NOTE [Sequences of changing length carried across breaks])
+def _stack_appended(x):
+    outs = []
+    for i in range(x.size(0)):
+        outs.append(x[i] * 2)
+    return torch.stack(outs) + 1
+
+
+def _tuple_built(x):
+    t = ()
+    for i in range(x.size(0)):
+        t = t + (x[i].sum(),)
+    return torch.stack(t).relu() if t else x.sum(), len(t)
+
+
+def _list_used_many_ways(x):
+    outs = []
+    for i in range(x.size(0)):
+        outs.append(x[i] - i)
+    n = len(outs)
+    total = sum(outs, x.sum(0) * 0)
+    return total * n, outs[-1] if outs else None, outs
+
+
+LENGTHS = [3, 5, 7, 4, 9, 6, 11, 8, 10, 12]
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+@pytest.mark.parametrize("fn, lengths", [(_stack_appended, LENGTHS + [1, 2]),
+                                         (_tuple_built, LENGTHS + [1, 0, 2]),
+                                         (_list_used_many_ways, LENGTHS + [1, 0, 2])],
+                         ids=lambda v: getattr(v, "__name__", "sizes"))
+def test_a_list_built_over_a_symbolic_size_does_not_recompile_per_length(fn, lengths, dynamic):
+    before, eager = len(framejit.stats()["frames"]), framejit.stats()["eager_frames"]
+    compiled = framejit.compile(fn, backend="eager", dynamic=dynamic)
+    for n in lengths:
+        torch.manual_seed(n)
+        x = torch.randn(n, 3)
+        assert_same(compiled(x), fn(x))
+    frames = [r["function"] for r in framejit.stats()["frames"][before:]]
+    # before: the resume function after the loop (its list guarded by length) compiled once per length until
+    # the recompile limit ran it eagerly: 10 frames + an eager frame over the first 10 lengths (stock
+    # torch.compile: 8 graphs, then eager). Now the owner, the resume function (static length, then opaque)
+    # and the one after the list's first use, each at most twice, plus 0/1 where they specialise
+    assert framejit.stats()["eager_frames"] == eager, framejit.stats()["eager_frame_reasons"][-1:]
+    assert max(frames.count(name) for name in set(frames)) <= 4, frames

@@ -137,6 +137,9 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if type(obj) is str and out.dynamic_ints and source.describe() in out.dynamic_ints:
         from ..carried_loops import opaque_string
         return opaque_string(out, obj, source)  # NOTE [Strings carried across breaks]
+    if type(obj) in (list, tuple) and out.dynamic_ints and source.describe() in out.dynamic_ints:
+        from ..carried_loops import opaque_sequence
+        return opaque_sequence(out, obj, source)  # NOTE [Sequences of changing length carried across breaks]
     if type(obj) in _SCALARS:
         out.guard_constant(source, obj)
         return ConstantValue(obj, source)
