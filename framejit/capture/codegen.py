@@ -17,6 +17,7 @@ import collections
 import contextlib
 import dataclasses
 import sys
+import itertools
 import types
 import weakref
 from typing import Any
@@ -582,15 +583,33 @@ def _children(value: Value) -> list:
     return []
 
 
+# NOTE [Set templates as code constants]: a frozenset template reaches the generated code as a constant,
+# and CPython's code constructor interns the strings inside constants: where a string element is not the
+# interned object, it rebuilds the frozenset from its elements, in a new table whose order may differ
+# (the set then iterated differently from eager's, e.g. set("KqJd") under some hash seeds). So the
+# template is checked as the code object will hold it (passed through code.replace once; a second pass
+# keeps it), and where neither it nor the elements in order give the set's order, small sets try the
+# other insertion orders.
 def _set_template(value: SetValue) -> Any:
     """What `set(...)` rebuilds `value` from, iterating in its order (NOTE [Set order]): its elements one
     by one, or, where that order differs, a frozenset whose table the set copies."""
-    order = list(value.frozen if value.frozen is not None else value.items)
-    if list(set(order)) != order:
-        template = frozenset(value.items)
-        if list(set(template)) == order:
-            return template
+    real = value.frozen if value.frozen is not None else value.items
+    order = list(real)
+    if list(set(order)) == order:
+        return tuple(order)
+    template = _as_code_constant(frozenset(real))
+    if list(set(template)) == order:
+        return template
+    if len(order) <= 6:
+        for candidate in itertools.permutations(order):
+            if list(set(candidate)) == order:
+                return candidate
     return tuple(order)
+
+
+def _as_code_constant(obj: Any) -> Any:
+    """`obj` as a code object's constant holds it (NOTE [Set templates as code constants])."""
+    return (lambda: None).__code__.replace(co_consts=(None, obj)).co_consts[1]
 
 
 @dataclasses.dataclass

@@ -231,3 +231,24 @@ def test_set_of_functions_is_not_iterated_by_the_trace():
     framejit.reset()
     explained = framejit.explain(fn)(torch.randn(2), {_double, torch.sin})
     assert any("iteration over a set of functions" in b.explanation for b in explained.break_reasons)
+
+
+def test_returned_set_of_strings_iterates_as_eager():
+    # NOTE [Set templates as code constants]: under any hash seed some of these words give a table that
+    # a frozenset constant rebuilt by the code constructor (string interning) would lay out differently
+    import random
+    import string
+
+    rng = random.Random(7)
+    words = ["".join(rng.sample(string.ascii_letters, rng.randint(2, 6))) for _ in range(16)]
+    mismatched = []
+    for word in words:
+        def fn(x, word=word):
+            return x + 1, set(word), Tags(word)
+
+        framejit.reset()
+        compiled = framejit.compile(fn, backend="eager", fullgraph=True)
+        expected, actual = fn(torch.ones(1)), compiled(torch.ones(1))
+        if [list(s) for s in expected[1:]] != [list(s) for s in actual[1:]]:
+            mismatched.append((word, list(expected[1]), list(actual[1])))
+    assert not mismatched
