@@ -427,7 +427,12 @@ class _Joint:
         if lean is None and self.parts is not None:
             self._try_lean()
             lean = self.lean
-        outs = lean(args) if lean is not None else self.aot(*args)
+        if lean is not None:
+            outs = lean(args)
+            if self.checks is not None and self.checks.views:  # lean calls save checked outputs themselves
+                outs = self.checks(outs, versions=False)
+            return self.rebuild(outs)
+        outs = self.aot(*args)
         if self.checks is not None:
             outs = self.checks(outs)
         return self.rebuild(outs)
@@ -442,7 +447,7 @@ class _Joint:
         forward, backward, aot, params_buffers, (hooks_disabled, disable_amp) = parts
         try:
             lean = lean_call(aot, forward, backward, params_buffers, hooks_disabled=hooks_disabled,
-                             disable_amp=disable_amp)
+                             disable_amp=disable_amp, checked_outputs=self.checks.saved if self.checks else ())
         except Exception as exc:  # AOT autograd's callable stays
             lean = f"{type(exc).__name__}: {exc}"
         if isinstance(lean, str):

@@ -107,7 +107,7 @@ def _reason(aot: dict, params_buffers: list, hooks_disabled: bool, disable_amp: 
 # an empty as_strided view of it (its autograd history without its storage, so an activation from an
 # earlier graph is not kept alive by this: about 10 us per such input and call).
 def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, hooks_disabled: bool,
-              disable_amp: bool):
+              disable_amp: bool, checked_outputs: tuple = ()):
     """`run(args) -> list of outputs`, or a str (why not: NOTE [Lean joint calls])."""
     why = _reason(aot, params_buffers, hooks_disabled, disable_amp)
     if why is not None:
@@ -120,6 +120,9 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
     n_mut = len(mutated)
     n_returns = n_mut + meta.num_outputs
     vc_slice = meta.tensors_saved_for_backwards_with_vc_check_slice
+    # NOTE [In-place changes of joint outputs] (joint_outputs.py): outputs whose storage eager saves are
+    # saved too, so autograd's own version check raises eager's error when one changed in place
+    checked = tuple(n_mut + k for k in checked_outputs)
     no_vc_slice = meta.tensors_saved_for_backwards_no_vc_check_slice
     has_no_vc = bool(meta.num_tensors_saved_with_no_vc_check)
     # the Function returns the mutated inputs' new values first, then the outputs (as AOT autograd's)
@@ -173,11 +176,15 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
             if not isinstance(outs, list):
                 outs = list(outs) if isinstance(outs, tuple) else [outs]
             # Note [Detaching saved tensors in AOTAutograd]: saved views are saved detached
-            ctx.save_for_backward(*[x.detach() if x._is_view() else x for x in outs[vc_slice]])
+            saved = [x.detach() if x._is_view() else x for x in outs[vc_slice]]
             if has_no_vc:
                 ctx._tensors_no_vc_check = [x.detach() if x._is_view() else x for x in outs[no_vc_slice]]
             for k in unsafe_views:
                 outs[k] = unsafe_view(outs[k], outs[k].shape)
+            if checked:
+                ctx.n_saved = len(saved)
+                saved += [outs[k] for k in checked]
+            ctx.save_for_backward(*saved)
             if non_diff:
                 ctx.mark_non_differentiable(*[outs[k] for k in non_diff if isinstance(outs[k], torch.Tensor)])
             ctx._materialize_non_diff_grads = False
@@ -190,6 +197,8 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
             if check_deterministic and torch.are_deterministic_algorithms_enabled():
                 raise RuntimeError(_DETERMINISTIC)
             saved = ctx.saved_tensors
+            if checked:
+                saved = saved[:ctx.n_saved]
             if has_no_vc:
                 saved = (*saved, *ctx._tensors_no_vc_check)
             tangents = []

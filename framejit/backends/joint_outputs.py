@@ -28,9 +28,12 @@ from .. import logs
 # When a joint is built, the graph runs once with fake tensors and autograd on, as eager runs it. Outputs
 # that alias no input (those alias inputs are regenerated as real views of them by AOT autograd and behave
 # as eager already) are classified:
-#   - storage saved by a node of eager's autograd graph: the joint call keeps each such output's version
-#     counter (through `detach()`, which shares it) and a pre-hook on the joint's backward node raises
-#     eager's RuntimeError when one moved since the forward;
+#   - storage saved by a node of eager's autograd graph: lean calls (joint_function.py) save such outputs
+#     with the context, so autograd's own version check raises eager's error, at no cost per call in
+#     Python; AOT autograd's callable (a signature's first call, joints lean calls do not serve) keeps
+#     each such output's version counter (through `detach()`, which shares it) and a pre-hook on the
+#     joint's backward node raises eager's RuntimeError when one moved since the forward (about 25 us
+#     per call, measured loaded);
 #   - an in-place change of it raises in eager (tried on the fake output): multiple views -> the compiled
 #     output is returned as `unbind(0)[0]` of itself unsqueezed, a view of a function returning several;
 #     a no_grad view -> a view made under no_grad of a detached alias that requires grad. Either raises
@@ -52,13 +55,16 @@ _JOINT_NODES = ("CompiledFunctionBackward", "LeanJointBackward")
 class OutputChecks:
     """What a joint call does to its flat outputs (NOTE [In-place changes of joint outputs])."""
 
-    __slots__ = ("saved", "multiple_views", "no_grad_views", "logged")
+    __slots__ = ("saved", "multiple_views", "no_grad_views", "views", "logged")
 
     def __init__(self, saved: tuple, multiple_views: tuple, no_grad_views: tuple):
         self.saved, self.multiple_views, self.no_grad_views = saved, multiple_views, no_grad_views
+        self.views = bool(multiple_views or no_grad_views)
         self.logged = False
 
-    def __call__(self, outs):
+    def __call__(self, outs, versions: bool = True):
+        """`outs` with the view kinds remade; with `versions`, a check of the saved outputs' versions on
+        the joint's backward node (lean calls save those outputs with the context instead)."""
         outs = list(outs)
         for k in self.multiple_views:
             out = outs[k]
@@ -70,7 +76,7 @@ class OutputChecks:
                 base = out.detach().requires_grad_()
                 with torch.no_grad():
                     outs[k] = base.view(base.shape)
-        if self.saved:
+        if versions and self.saved:
             watched = [(k, outs[k].detach(), outs[k]._version) for k in self.saved
                        if isinstance(outs[k], torch.Tensor)]
             node = _joint_node(outs)

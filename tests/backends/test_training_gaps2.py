@@ -86,6 +86,33 @@ def test_in_place_change_of_an_output_raises_where_eager_raises(backend):
         assert_backward_in_backend(recording, steps=4)  # the 4 calls whose backward eager runs
 
 
+def _view_of_exp(x, w):
+    return torch.exp(x @ w).view(-1)  # one output, a view of an intermediate: served by lean calls
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_lean_calls_check_the_outputs_eager_saves(backend):
+    compiled = framejit.compile(_view_of_exp, backend=backend)
+    kinds = []
+    for seed, change in enumerate([None, 0, None, 0, 0]):
+        expected = _step(lambda x, w: (_view_of_exp(x, w),), seed, change)
+        x, w = _leaves(seed, (3, 4), (4, 3))
+        out = compiled(x, w)
+        kinds.append(type(out.grad_fn).__name__)
+        try:
+            if change is not None:
+                out.mul_(2)
+            out.sum().backward()
+            actual = [out.detach()], x.grad, w.grad
+        except RuntimeError as exc:
+            actual = type(exc), str(exc).split(":")[0][:40]
+        if isinstance(expected[0], type):
+            assert actual == expected
+        else:
+            torch.testing.assert_close(actual, expected, **TOL)
+    assert kinds == ["CompiledFunctionBackward"] + ["LeanJointBackward"] * 4
+
+
 # ---- NOTE [Double backward through lean joints] ---------------------------------------------------------
 def _tanh_sum(x, w):
     return torch.tanh(x + w).sum()  # saves tanh's result only: not x
