@@ -19,6 +19,7 @@ import re
 import dataclasses
 import functools
 import linecache
+import weakref
 from typing import Any, Callable, Sequence
 
 from .guard import Guard
@@ -261,6 +262,12 @@ def compile_guards(
     fn_name, bind_name = re.findall(r"^def (\w+)\(", source, re.M)[:2]
     ns = dict(BASE_NAMESPACE)
     ns.update(namespace)
+    memos = set(re.findall(r"\b(___memo\d+)\b", source))
+    if memos:  # NOTE [Remembered tensor facts]
+        from .. import tensor_watch
+        ns["___data_epoch"] = tensor_watch.EPOCH
+        ns["___remember_tensor"] = _remember_tensor
+        ns.update({memo: [None, -1, -1, None] for memo in memos})
     filename = f"<framejit guard {_counter[0]}>"
     exec(compile(source, filename, "exec"), ns)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -278,7 +285,8 @@ def compile_guards(
 def _guard_source(ordered: list[Guard], params: str, name: str) -> str:
     fn_name = f"___{name}_{_counter[0]}"
     lines = [f"def {fn_name}({params}):"]
-    shared, rewrite = _common_subexpressions([g.expr for g in ordered])
+    remembered = _remembered_tensor_checks(ordered)
+    shared, rewrite = _common_subexpressions([remembered.get(g.expr, g.expr) for g in ordered])
     definitions = dict(shared)
     defined: set[str] = set()
 
@@ -291,7 +299,7 @@ def _guard_source(ordered: list[Guard], params: str, name: str) -> str:
 
     for g in ordered:
         comment = f"  # {g.source}" + (f" | {g.origin}" if g.origin else "")
-        check = rewrite(g.expr)
+        check = rewrite(remembered.get(g.expr, g.expr))
         define(check)
         lines.append(f"    if not ({check}): return False{_one_line(comment)}")
     lines.append("    return True")
@@ -360,6 +368,82 @@ def _link_base(node: ast.AST) -> ast.AST | None:
             and len(node.args) == 2 and isinstance(node.args[1], ast.Constant) and not node.keywords):
         return node.args[0]
     return None
+
+
+# NOTE [Remembered tensor facts]: a module's parameters and buffers are graph inputs, so every call
+# checked each one's type, dtype, device, sizes, strides, offset, requires_grad and lazy negation bit
+# (eight reads, three of them method calls: about half of a 4-layer MLP's guard). They are the same
+# objects call after call, and an object keeps those facts until something changes them in place, which
+# either bumps its version counter (every in-place op, view ops in place included: `t_`, `transpose_`,
+# `squeeze_`, `unsqueeze_`, `as_strided_`, `resize_`, `set_`, in no_grad and in inference mode) or is
+# counted in tensor_watch.EPOCH: `.data` reads and writes of a watched tensor (`module.to(dtype)` and
+# `module.double()` assign `.data`), `torch._C._set_neg`/`_set_conj`, `torch.utils.swap_tensors` (the
+# object gets another TensorImpl, whose counter may read the same), a counter put back by
+# `_unsafe_set_version_counter`. requires_grad (`requires_grad_`, `detach_`) and the type (`__class__`
+# assignment) change without any of these, so they stay checked on every call. So the guard of such a
+# tensor (one reached through a module's `_parameters` or `_buffers`) is
+#   TYPE and REQUIRES_GRAD and (memo[0] is T and memo[1] == EPOCH and T._version == memo[2]
+#                               or THE OTHER FACTS and ___remember_tensor(memo, T, MODULE))
+# where the memo (one per tensor per guard function, made empty by compile_guards for every `___memoN`
+# name of the source, so kept sources restore it) holds the last object that passed every fact and the
+# epoch and version it had then. Each read appears once, so no shared subexpression reads the tensor
+# before its type is checked (NOTE [Guards run no user code]). The memo holds the tensor itself, not a
+# weak reference: `torch.utils.swap_tensors` (and so `module.to()` under swap-on-conversion) refuses a
+# tensor with weak references, and an id could be reused by a new tensor after the old one died. So that
+# it keeps no weight alive longer than the module holding it, `___remember_tensor` forgets it when that
+# module (the chain before `._parameters[`) dies (a finalizer on the module). Inference tensors (no
+# version counter) are never remembered. The facts as a list (`parts`) are
+# unchanged: failures, `first_failure` and the reference evaluator read them. A tensor that is not the
+# same object on each call (an argument) keeps the plain check: remembering it would fail every time.
+# Measured (tests/guards/test_guard_cost2.py counts; /tmp timing in the issue 17 report): a remembered
+# tensor costs 4 reads and no method call instead of 8 reads and 3 method calls.
+_REMEMBERED = ("._parameters[", "._buffers[")
+
+
+def _remembered_tensor_checks(ordered: Sequence[Guard]) -> dict[str, str]:
+    """guard expression -> its check with remembered facts, for the tensors NOTE [Remembered tensor facts]
+    covers."""
+    out: dict[str, str] = {}
+    for g in ordered:
+        parts = g.parts
+        if g.kind != "TENSOR_MATCH" or len(parts) < 2 or parts[0].kind != "TENSOR_TYPE":
+            continue
+        match = re.fullmatch(r"___type\((.+)\) is (___\w+)", parts[0].expr)
+        grads = [p.expr for p in parts if p.kind == "TENSOR_REQUIRES_GRAD"]
+        if match is None or len(grads) != 1 or not any(k in match.group(1) for k in _REMEMBERED):
+            continue
+        t, memo = match.group(1), f"___memo{len(out)}"
+        owner = max(t.rfind(k) for k in _REMEMBERED)
+        rest = " and ".join(f"({p.expr})" if " or " in p.expr else p.expr for p in parts[1:]
+                            if p.kind != "TENSOR_REQUIRES_GRAD")
+        fast = f"{memo}[0] is {t} and {memo}[1] == ___data_epoch[0] and {t}._version == {memo}[2]"
+        remember = f"___remember_tensor({memo}, {t}, {t[:owner]})"
+        out[g.expr] = f"{parts[0].expr} and {grads[0]} and ({fast} or {rest} and {remember})"
+    return out
+
+
+def _forget(memo: list) -> None:
+    memo[:] = (None, -1, -1, None)
+
+
+def _remember_tensor(memo: list, tensor: Any, owner: Any) -> bool:
+    """NOTE [Remembered tensor facts]: `tensor`, held by the module `owner`, passed every fact; remember
+    it until `owner` dies. Always True."""
+    from ..tensor_watch import EPOCH, install
+    install()
+    if memo[3] is None or memo[3].peek() is None or memo[3].peek()[0] is not owner:
+        if memo[3] is not None:
+            memo[3].detach()
+        try:
+            memo[3] = weakref.finalize(owner, _forget, memo)
+        except TypeError:  # an owner without weak references: remember nothing
+            _forget(memo)
+            return True
+    if tensor.is_inference():  # no version counter
+        memo[:3] = (None, -1, -1)
+    else:
+        memo[:3] = (tensor, EPOCH[0], tensor._version)
+    return True
 
 
 def _one_line(text: str) -> str:

@@ -64,6 +64,7 @@ def test_global_state_lines_of_a_module_guard_make_no_python_calls(no_marks):
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x))
         guard = compiled.entries[0].guard
+        guard.check(x)  # the first check remembers the parameters (NOTE [Remembered tensor facts])
         calls = _calls(guard.check, x)
     source = guard.source
     # autocast: one call covering every device instead of one per device (with a device-name argument)

@@ -1,0 +1,108 @@
+"""Changes to a tensor that its version counter does not show, counted for those who key on `_version`.
+
+Role: two places trust "the same tensor object at the same `_version`" to mean "the same tensor": the
+onnxrt backend's frozen weights (NOTE [Frozen weights] in backends/onnxrt/runtime.py: the same values) and
+guard functions' remembered tensors (NOTE [Remembered tensor facts] in guards/codegen.py: the same dtype,
+device, sizes, strides, offset and lazy bits). Every in-place op on a tensor bumps its version (view ops
+in place too: `t_`, `transpose_`, `squeeze_`, `unsqueeze_`, `as_strided_`, `resize_`, `set_`, in no_grad
+and in inference mode). A few changes do not, and this module counts them in one process-wide
+`EPOCH[0]`, which the users compare before trusting a version:
+- `.data` reads and writes of any tensor (NOTE [Writes through .data]), counted per watched tensor too
+  (`uses`);
+- `torch._C._set_neg` / `torch._C._set_conj` (set a lazy bit in place),
+  `torch._C._swap_tensor_impl` (`torch.utils.swap_tensors`, also `module.to()` and `load_state_dict`
+  under `torch.__future__.set_swap_module_params_on_conversion(True)`: two objects trade TensorImpls,
+  whose version counters may read the same) and `torch._C._autograd._unsafe_set_version_counter`
+  (`torch.autograd.grad_mode._unsafe_preserve_version_counter` puts an old version back after an
+  in-place change): each is wrapped once, on the module attribute torch's own callers look up, and
+  every call bumps `EPOCH`.
+
+NOTE [Writes through .data]
+`Tensor.data` is a C getset descriptor of `torch._C.TensorBase`; no hook of torch sees it. The first
+`install()` (or `watch()`) installs a Python property named `data` on `torch.Tensor` that calls the
+original descriptor, bumps `EPOCH` and, for watched tensors (an id lookup; about 0.1 us more per `.data`
+use anywhere), their use count. A read without a write counts too: a user then rechecks once more than
+needed, never computes with stale facts. The property stays installed for the process (`unwatch_all`
+forgets the watched tensors). `watch()` keeps a weak reference (a finalizer) to the tensor, which
+`torch.utils.swap_tensors` refuses; guard functions therefore only `install()` and compare `EPOCH`.
+framejit's capture never sees the property: it handles `t.data` by name (capture/attributes.py).
+Not seen: writes into memory shared outside torch's tensors (`param.detach().numpy()[...] = v`,
+`untyped_storage()` writes, ctypes), which change values but no metadata; calls of the wrapped private
+functions through a reference taken before the first `watch()` (torch takes none: it looks them up on
+each call; framejit's input_versions.py sets counters only forward, to what eager's writes make them).
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+_ORIGINAL = torch._C.TensorBase.data  # the getset descriptor
+_USES: dict[int, int] = {}  # id(watched tensor) -> `.data` uses since it was first watched
+EPOCH = [0]  # bumped on every `.data` use of any tensor and every call of a wrapped function
+_installed = False
+
+
+def _get_data(self):
+    EPOCH[0] += 1
+    key = id(self)
+    if key in _USES:
+        _USES[key] += 1
+    return _ORIGINAL.__get__(self, type(self))
+
+
+def _set_data(self, value):
+    EPOCH[0] += 1
+    key = id(self)
+    if key in _USES:
+        _USES[key] += 1
+    _ORIGINAL.__set__(self, value)
+
+
+def _bumping(original):
+    def wrapper(*args, **kwargs):
+        EPOCH[0] += 1
+        return original(*args, **kwargs)
+    wrapper.__name__ = original.__name__
+    wrapper.__qualname__ = getattr(original, "__qualname__", original.__name__)
+    wrapper.__doc__ = original.__doc__
+    wrapper.__wrapped__ = original
+    return wrapper
+
+
+def install() -> None:
+    """Count from now on (NOTE [Writes through .data]); a no-op once done."""
+    if not _installed:
+        _install()
+
+
+def _install() -> None:
+    global _installed
+    if not _installed:
+        torch.Tensor.data = property(_get_data, _set_data, doc=_ORIGINAL.__doc__)
+        for module, name in ((torch._C, "_set_neg"), (torch._C, "_set_conj"), (torch._C, "_swap_tensor_impl"),
+                             (torch._C._autograd, "_unsafe_set_version_counter")):
+            original = getattr(module, name, None)
+            if original is not None and not hasattr(original, "__wrapped__"):
+                setattr(module, name, _bumping(original))
+        _installed = True
+
+
+def watch(tensor: torch.Tensor) -> int:
+    """Count `.data` uses of `tensor` from now on (NOTE [Writes through .data]); returns `uses(tensor)`."""
+    _install()
+    key = id(tensor)
+    if key not in _USES:
+        _USES[key] = 0
+        weakref.finalize(tensor, _USES.pop, key, None)
+    return _USES[key]
+
+
+def uses(tensor: torch.Tensor) -> int:
+    """How many times `.data` of `tensor` was read or assigned since it was first watched."""
+    return _USES.get(id(tensor), 0)
+
+
+def unwatch_all() -> None:
+    """Forget every watched tensor (for tests)."""
+    _USES.clear()
