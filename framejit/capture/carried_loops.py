@@ -190,6 +190,7 @@ class OpaqueStringValue(Value):
 # sources like any argument) and any other use break, and run in Python.
 def opaque_string(out, obj: str, source: Source) -> OpaqueStringValue:
     out.guard_type(source, str)
+    out.opaque_sequences = True  # its readers break (check_opaque_operands)
     return OpaqueStringValue(obj, source)
 
 
@@ -244,7 +245,8 @@ def opaque_sequence(out, obj: list | tuple, source: Source) -> OpaqueSequenceVal
 _MOVERS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_LOAD_FAST", "LOAD_CONST",
                      "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "STORE_FAST", "STORE_FAST_STORE_FAST",
                      "STORE_FAST_LOAD_FAST", "PUSH_NULL", "NOP", "RESUME", "KW_NAMES", "PRECALL", "CACHE",
-                     "COPY_FREE_VARS", "MAKE_CELL", "EXTENDED_ARG", "RETURN_CONST", "POP_TOP"})
+                     "COPY_FREE_VARS", "MAKE_CELL", "EXTENDED_ARG", "RETURN_CONST", "POP_TOP", "COPY", "SWAP",
+                     "JUMP", "JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE"})
 
 
 # how many values at the top of the stack an instruction reads, for the common ones (others: the whole stack)
@@ -254,7 +256,11 @@ _READS = {"LOAD_ATTR": lambda a: 1, "LOAD_METHOD": lambda a: 1, "UNARY_NEGATIVE"
           "IS_OP": lambda a: 2, "CONTAINS_OP": lambda a: 2, "CALL": lambda a: a + 2,
           "POP_JUMP_IF_TRUE": lambda a: 1, "POP_JUMP_IF_FALSE": lambda a: 1, "POP_JUMP_FORWARD_IF_TRUE": lambda a: 1,
           "POP_JUMP_FORWARD_IF_FALSE": lambda a: 1, "POP_JUMP_BACKWARD_IF_TRUE": lambda a: 1,
-          "POP_JUMP_BACKWARD_IF_FALSE": lambda a: 1, "RETURN_VALUE": lambda a: 1}
+          "POP_JUMP_BACKWARD_IF_FALSE": lambda a: 1, "RETURN_VALUE": lambda a: 1, "FOR_ITER": lambda a: 1,
+          "UNPACK_SEQUENCE": lambda a: 1, "UNPACK_EX": lambda a: 1, "STORE_ATTR": lambda a: 2,
+          "STORE_SUBSCR": lambda a: 3, "DELETE_SUBSCR": lambda a: 2, "BUILD_TUPLE": lambda a: a,
+          "BUILD_LIST": lambda a: a, "BUILD_SET": lambda a: a, "BUILD_STRING": lambda a: a,
+          "BUILD_MAP": lambda a: 2 * a, "BUILD_SLICE": lambda a: a}
 
 
 def check_opaque_operands(tx, inst) -> None:
@@ -266,12 +272,17 @@ def check_opaque_operands(tx, inst) -> None:
         return
     reads = _READS.get(inst.name)
     try:
-        window = tx.stack[-reads(inst.arg):] if reads is not None else tx.stack
+        n = reads(inst.arg) if reads is not None else len(tx.stack)
     except TypeError:
-        window = tx.stack
-    if any(type(v) is OpaqueSequenceValue for v in window):
-        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a list or tuple whose length changes "
-                          "between calls: it runs as Python")
+        n = len(tx.stack)
+    window = tx.stack[len(tx.stack) - n:] if n > 0 else ()
+    for v in window:
+        if type(v) is OpaqueSequenceValue:
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a list or tuple whose length "
+                              "changes between calls: it runs as Python")
+        if type(v) is OpaqueStringValue:  # NOTE [Strings carried across breaks]: `if name:` was True for ''
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a string that changes between "
+                              "calls: it runs as Python")
 
 
 def changed_lengths(fn_code, args: tuple, failures) -> set[str]:

@@ -169,3 +169,21 @@ def test_a_list_built_over_a_symbolic_size_does_not_recompile_per_length(fn, len
     # and the one after the list's first use, each at most twice, plus 0/1 where they specialise
     assert framejit.stats()["eager_frames"] == eager, framejit.stats()["eager_frame_reasons"][-1:]
     assert max(frames.count(name) for name in set(frames)) <= 4, frames
+
+
+# ---- opaque values are never read by the trace (NOTE [Strings carried across breaks]) ----------------------
+def _branch_on_a_name(x, name):
+    print("at the break", end="")
+    y = x * 2
+    if name:
+        return y + 1
+    return y - 1
+
+
+def test_the_truth_of_a_string_that_changes_across_a_break_is_read_in_python(capsys):
+    compiled = framejit.compile(_branch_on_a_name, backend="eager")
+    for name in ["a", "b", "c", "", "d", ""]:
+        x = torch.ones(2)
+        # before: the opaque string (after 'a' -> 'b') was truthy for the trace, so '' returned y + 1
+        assert_same(compiled(x, name), _branch_on_a_name(x, name))
+    assert capsys.readouterr().out == "at the break" * 12
