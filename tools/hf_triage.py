@@ -334,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-extra", action="store_true", help="only the architectures of catalog_extra.EXTRA")
     parser.add_argument("--resize", action="store_true", help="a third call at another batch and sequence length")
     parser.add_argument("--train", action="store_true", help="each call a training step (NOTE [HF training step])")
+    parser.add_argument("--generate", help="comma-separated names whose greedy generate() also gets a row "
+                                           "(default: catalog.GENERATE)")
     args = parser.parse_args(argv)
     harness.silence_transformers()
     from tests.models.hf.catalog_extra import EXTRA
@@ -343,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     names = args.models.split(",") if args.models else names
     jobs = [(n, None) for n in names]
     if not args.no_generate:
-        jobs += [(n, "generate") for n in catalog.GENERATE if n in names]
+        generate = [(n, "generate") for n in (args.generate.split(",") if args.generate else catalog.GENERATE)
+                    if n in names]
+        jobs = generate + jobs if args.generate else jobs + generate  # the rows asked for by name first
     header = (f"# framejit HF triage {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
               f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {_version('transformers')}, "
               f"framejit from {os.path.dirname(os.path.dirname(framejit.__file__))}")
