@@ -427,9 +427,12 @@ def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, 
             logs.log("output_code", "%s", output.backend_outputs[-1])
         return compiled
 
+    eager_forward = gm.forward  # bound now: the graph's own code, whatever the backend does to gm later
     from .ddp_buckets import compile_in_buckets, guard_ddp  # NOTE [Graphs split at DDP's buckets]
     guard_ddp(output, example_inputs)  # NOTE [Entries guarded on DDP]
-    return compile_in_buckets(gm, example_inputs, compile_part) or compile_part(gm, example_inputs)
+    compiled = compile_in_buckets(gm, example_inputs, compile_part) or compile_part(gm, example_inputs)
+    from .saved_hooks import hook_aware  # NOTE [Saved-tensors hooks at the call]
+    return hook_aware(gm, compiled, eager_forward, output.grad_enabled, example_inputs)
 
 
 def describe_backend_output(gm: torch.fx.GraphModule, compiled: Callable) -> str:

@@ -284,11 +284,15 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
         gm = load_graph(persisted.graph)
         graphs.append(gm)
         load = request.artifacts[1]
+        eager_forward = gm.forward  # NOTE [Saved-tensors hooks at the call]
+        examples = _example_inputs(guard, sources, namespace, args, kwargs)
         if persisted.split:  # NOTE [Graphs split at DDP's buckets]
             from .ddp_buckets import restore_split
             compiled = restore_split(gm, *persisted.split, load)
         else:
-            compiled = load(persisted.artifact, gm, _example_inputs(guard, sources, namespace, args, kwargs))
+            compiled = load(persisted.artifact, gm, examples)
+        from .saved_hooks import hook_aware
+        compiled = hook_aware(gm, compiled, eager_forward, persisted.grad[0], examples)
         compiled = keep_versions(compiled, gm, persisted.writes, persisted.out_versions)
         cg.call_graph(compiled, sources)
     if persisted.code:  # NOTE [Persisted break code]

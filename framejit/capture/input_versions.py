@@ -138,4 +138,7 @@ def keep_versions(compiled: Callable, gm, writes: tuple[tuple[int, int], ...],
 
 def unwrapped(compiled: Callable) -> Callable:
     """What the backend returned (the artifact it saves is of that object)."""
-    return compiled.compiled if isinstance(compiled, KeptVersions) else compiled
+    from .saved_hooks import HookAware  # NOTE [Saved-tensors hooks at the call]
+    while isinstance(compiled, (KeptVersions, HookAware)):
+        compiled = compiled.compiled
+    return compiled

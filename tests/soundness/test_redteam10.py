@@ -2,11 +2,13 @@
 calls and inside the call. Each runs eagerly and compiled on separate but equal state over several calls."""
 from __future__ import annotations
 
+import contextlib
 import types
 import typing
 import warnings
 
 import numpy as np
+import pytest
 import torch
 
 import framejit
@@ -176,3 +178,28 @@ def test_numpy_error_state_set_between_calls():
                     assert_same(actual, expected)
     finally:
         np.seterr(**old)
+
+
+# ---- NOTE [Saved-tensors hooks at the call] ----------------------------------------------------------------
+
+def _sin_of_product(x, w):
+    return (x * w).sin().sum()
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])  # the eager backend was right before
+def test_saved_tensors_hooks_of_the_caller_see_what_eager_saves(backend):
+    # before: with saved_tensors_hooks(lambda t: t * 2, ...) the joint graph's saved tensors (not eager's) were
+    # packed, so the gradient was [0, -1.31, -0.58] where eager gives [0, -0.83, -2.61]
+    compiled = framejit.compile(_sin_of_product, backend=backend)
+
+    def grad(fn, hooked):
+        w = torch.ones(3, requires_grad=True)
+        hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: t * 2, lambda t: t) if hooked \
+            else contextlib.nullcontext()
+        with hooks:
+            loss = fn(torch.arange(3.0), w)
+        loss.backward()
+        return loss.detach(), w.grad
+
+    for hooked in (False, True, True, False):
+        assert_same(grad(compiled, hooked), grad(_sin_of_product, hooked))
