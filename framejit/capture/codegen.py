@@ -583,33 +583,28 @@ def _children(value: Value) -> list:
     return []
 
 
-# NOTE [Set templates as code constants]: a frozenset template reaches the generated code as a constant,
-# and CPython's code constructor interns the strings inside constants: where a string element is not the
-# interned object, it rebuilds the frozenset from its elements, in a new table whose order may differ
-# (the set then iterated differently from eager's, e.g. set("KqJd") under some hash seeds). So the
-# template is checked as the code object will hold it (passed through code.replace once; a second pass
-# keeps it), and where neither it nor the elements in order give the set's order, small sets try the
-# other insertion orders.
+# NOTE [Set templates as code constants]: a table-copy template reaches the generated code as a constant,
+# and CPython's code constructor interns the strings inside frozenset constants: where a string element is
+# not the interned object, it rebuilds the frozenset from its elements, in a new table whose order may
+# differ (the set then iterated differently from eager's, e.g. set("KqJd") under some hash seeds). So the
+# template is a plain set (a copy of the table, which the constructor leaves alone: only str, tuple and
+# frozenset constants are walked; the code only copies it, `cls(template)`), and where neither it nor the
+# elements in order give the set's order, sets of up to 7 elements try the other insertion orders.
 def _set_template(value: SetValue) -> Any:
     """What `set(...)` rebuilds `value` from, iterating in its order (NOTE [Set order]): its elements one
-    by one, or, where that order differs, a frozenset whose table the set copies."""
+    by one, or, where that order differs, a set whose table the new set copies."""
     real = value.frozen if value.frozen is not None else value.items
     order = list(real)
     if list(set(order)) == order:
         return tuple(order)
-    template = _as_code_constant(frozenset(real))
+    template = set(real)
     if list(set(template)) == order:
         return template
-    if len(order) <= 6:
+    if len(order) <= 7:  # at most 5040 tries, a few ms at trace time
         for candidate in itertools.permutations(order):
             if list(set(candidate)) == order:
                 return candidate
     return tuple(order)
-
-
-def _as_code_constant(obj: Any) -> Any:
-    """`obj` as a code object's constant holds it (NOTE [Set templates as code constants])."""
-    return (lambda: None).__code__.replace(co_consts=(None, obj)).co_consts[1]
 
 
 @dataclasses.dataclass

@@ -240,7 +240,8 @@ def test_returned_set_of_strings_iterates_as_eager():
     import string
 
     rng = random.Random(7)
-    words = ["".join(rng.sample(string.ascii_letters, rng.randint(2, 6))) for _ in range(16)]
+    words = ["".join(rng.sample(string.ascii_letters, rng.randint(2, 7))) for _ in range(12)]
+    words += ["".join(rng.sample(string.ascii_letters, rng.randint(8, 12))) for _ in range(12)]
     mismatched = []
     for word in words:
         def fn(x, word=word):
