@@ -334,9 +334,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-extra", action="store_true", help="only the architectures of catalog_extra.EXTRA")
     parser.add_argument("--resize", action="store_true", help="a third call at another batch and sequence length")
     parser.add_argument("--train", action="store_true", help="each call a training step (NOTE [HF training step])")
+    parser.add_argument("--timeout", type=int, default=180,
+                        help="seconds per row (default %(default)s); on a loaded machine the alarm can fire inside a "
+                             "trace, which framejit then reports as an eager frame: raise it there")
     parser.add_argument("--generate", help="comma-separated names whose greedy generate() also gets a row "
                                            "(default: catalog.GENERATE)")
     args = parser.parse_args(argv)
+    globals()["TIMEOUT_S"] = args.timeout
     harness.silence_transformers()
     from tests.models.hf.catalog_extra import EXTRA
     names = [] if args.only_extra else catalog.names()
