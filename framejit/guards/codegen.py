@@ -264,10 +264,13 @@ def compile_guards(
     ns.update(namespace)
     memos = set(re.findall(r"\b(___memo\d+)\b", source))
     if memos:  # NOTE [Remembered tensor facts]
+        global _DATA_EPOCH
         from .. import tensor_watch
-        ns["___data_epoch"] = tensor_watch.EPOCH
+        tensor_watch.install()
+        _DATA_EPOCH = ns["___data_epoch"] = tensor_watch.EPOCH
         ns["___remember_tensor"] = _remember_tensor
-        ns.update({memo: [None, -1, -1, None] for memo in memos})
+        ns["___first3"] = slice(0, 3)
+        ns.update({memo: list(_EMPTY_MEMO) for memo in memos})
     filename = f"<framejit guard {_counter[0]}>"
     exec(compile(source, filename, "exec"), ns)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -383,7 +386,10 @@ def _link_base(node: ast.AST) -> ast.AST | None:
 # assignment) change without any of these, so they stay checked on every call. So the guard of such a
 # tensor (one reached through a module's `_parameters` or `_buffers`) is
 #   TYPE and REQUIRES_GRAD and (memo[0] is T and memo[1] == EPOCH and T._version == memo[2]
-#                               or THE OTHER FACTS and ___remember_tensor(memo, T, MODULE))
+#                               or THE OTHER FACTS and (memo[4] is T or AGAIN or ___remember_tensor(memo, T, MODULE)))
+# AGAIN remembers without a Python call when the module is the one remembered (memo[3] is its id) and T
+# is not an inference tensor: a training loop bumps every version on every step, and the call cost
+# about 3 us per parameter there (4-layer MLP guard, loaded: 61 -> 84 us with the call; see the report).
 # where the memo (one per tensor per guard function, made empty by compile_guards for every `___memoN`
 # name of the source, so kept sources restore it) holds the last object that passed every fact and the
 # epoch and version it had then. Each read appears once, so no shared subexpression reads the tensor
@@ -392,7 +398,8 @@ def _link_base(node: ast.AST) -> ast.AST | None:
 # tensor with weak references, and an id could be reused by a new tensor after the old one died. So that
 # it keeps no weight alive longer than the module holding it, `___remember_tensor` forgets it when that
 # module (the chain before `._parameters[`) dies (a finalizer on the module). Inference tensors (no
-# version counter) are never remembered. The facts as a list (`parts`) are
+# version counter) are never remembered: the memo keeps the last one (memo[4]) so that it is checked in
+# full without the call. The facts as a list (`parts`) are
 # unchanged: failures, `first_failure` and the reference evaluator read them. A tensor that is not the
 # same object on each call (an argument) keeps the plain check: remembering it would fail every time.
 # Measured (tests/guards/test_guard_cost2.py counts; /tmp timing in the issue 17 report): a remembered
@@ -417,32 +424,40 @@ def _remembered_tensor_checks(ordered: Sequence[Guard]) -> dict[str, str]:
         rest = " and ".join(f"({p.expr})" if " or " in p.expr else p.expr for p in parts[1:]
                             if p.kind != "TENSOR_REQUIRES_GRAD")
         fast = f"{memo}[0] is {t} and {memo}[1] == ___data_epoch[0] and {t}._version == {memo}[2]"
-        remember = f"___remember_tensor({memo}, {t}, {t[:owner]})"
+        module = t[:owner]
+        again = (f"{memo}[3] == ___id({module}) and {t}.is_inference() is False and "
+                 f"{memo}.__setitem__(___first3, ({t}, ___data_epoch[0], {t}._version)) is None")
+        remember = f"({memo}[4] is {t} or {again} or ___remember_tensor({memo}, {t}, {module}))"
         out[g.expr] = f"{parts[0].expr} and {grads[0]} and ({fast} or {rest} and {remember})"
     return out
 
 
 def _forget(memo: list) -> None:
-    memo[:] = (None, -1, -1, None)
+    memo[:] = _EMPTY_MEMO
+
+
+# NOTE [Remembered tensor facts]: [tensor, epoch, version, id of its module, an inference tensor of that
+# module (checked in full, not remembered again), the finalizer that forgets when the module dies]
+_EMPTY_MEMO = (None, -1, -1, None, None, None)
+_DATA_EPOCH: list = [0]  # tensor_watch.EPOCH once a guard function has memos (compile_guards)
 
 
 def _remember_tensor(memo: list, tensor: Any, owner: Any) -> bool:
     """NOTE [Remembered tensor facts]: `tensor`, held by the module `owner`, passed every fact; remember
     it until `owner` dies. Always True."""
-    from ..tensor_watch import EPOCH, install
-    install()
-    if memo[3] is None or memo[3].peek() is None or memo[3].peek()[0] is not owner:
-        if memo[3] is not None:
-            memo[3].detach()
+    if memo[3] != id(owner):  # (a dead owner's id is never here: its finalizer ran _forget)
+        if memo[5] is not None:
+            memo[5].detach()
         try:
-            memo[3] = weakref.finalize(owner, _forget, memo)
+            finalizer = weakref.finalize(owner, _forget, memo)
         except TypeError:  # an owner without weak references: remember nothing
             _forget(memo)
             return True
+        memo[:] = (None, -1, -1, id(owner), None, finalizer)
     if tensor.is_inference():  # no version counter
-        memo[:3] = (None, -1, -1)
+        memo[0], memo[4] = None, tensor
     else:
-        memo[:3] = (tensor, EPOCH[0], tensor._version)
+        memo[:3] = (tensor, _DATA_EPOCH[0], tensor._version)
     return True
 
 
