@@ -102,10 +102,11 @@ def _reason(aot: dict, params_buffers: list, hooks_disabled: bool, disable_amp: 
 # only its result) found no path to that input, so torch.autograd.grad(g, x) said "appears to not have been
 # used in the graph" and with allow_unused=True returned None where eager returns the second derivative.
 # The joint's inputs that require grad (known per signature) are also inputs of LeanBackward, so every
-# gradient of a gradient through the joint reaches it and raises the clear error. The context holds them
-# (ctx.grad_inputs): leaves as they are (the user holds them anyway), a non-leaf input as an empty clone of
-# an empty as_strided view of it (its autograd history without its storage, so an activation from an
-# earlier graph is not kept alive by this: about 10 us per such input and call).
+# gradient of a gradient through the joint reaches it and raises the clear error. Leaves are read from the
+# node's edges (AccumulateGrad.variable) in such a backward only: nothing per call; a non-leaf input is held
+# by the context (ctx.grad_inputs) as an empty clone of an empty as_strided view of it (its autograd history
+# without its storage, so an activation from an earlier graph is not kept alive by this: about 10 us per
+# such input and call).
 def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, hooks_disabled: bool,
               disable_amp: bool, checked_outputs: tuple = ()):
     """`run(args) -> list of outputs`, or a str (why not: NOTE [Lean joint calls])."""
@@ -141,7 +142,6 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
     check_deterministic = meta.deterministic is not None and not meta.deterministic
     inputs_require_grad = any(i.requires_grad for i in meta.input_info)
     # NOTE [Double backward through lean joints]
-    grad_leaves = tuple(k for k, i in enumerate(meta.input_info) if i.requires_grad and i.is_leaf)
     grad_non_leaves = tuple(k for k, i in enumerate(meta.input_info) if i.requires_grad and not i.is_leaf)
     detach = tuple(aot.get("indices_of_inps_to_detach") or aot.get("_indices_of_inps_to_detach") or ())
     params = list(params_buffers)
@@ -168,10 +168,9 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
     class LeanJoint(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):
-            ctx.grad_inputs = [args[k] for k in grad_leaves]  # NOTE [Double backward through lean joints]
-            if grad_non_leaves:  # (Function.forward runs with grad mode off)
+            if grad_non_leaves:  # NOTE [Double backward through lean joints] (forward runs with grad mode off)
                 with torch.enable_grad():
-                    ctx.grad_inputs += [args[k].as_strided((0,), (1,)).clone() for k in grad_non_leaves]
+                    ctx.grad_inputs = [args[k].as_strided((0,), (1,)).clone() for k in grad_non_leaves]
             outs = forward_half(list(args))
             if not isinstance(outs, list):
                 outs = list(outs) if isinstance(outs, tuple) else [outs]
@@ -219,7 +218,9 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
                 impl = _partial(cc.run, impl)
             if torch.is_grad_enabled() and (inputs_require_grad or any(
                     t.requires_grad for t in all_args if isinstance(t, torch.Tensor))):
-                args = [*all_args, *ctx.grad_inputs]  # NOTE [Double backward through lean joints]
+                # NOTE [Double backward through lean joints]: the leaves from the node's edges
+                leaves = [f.variable for f, _ in ctx.next_functions if f is not None and hasattr(f, "variable")]
+                args = [*all_args, *leaves, *(ctx.grad_inputs if grad_non_leaves else ())]
                 if not any(t.requires_grad for t in args if isinstance(t, torch.Tensor)):
                     args = [torch.empty(0, requires_grad=True), *args]
                 return LeanBackward.apply(impl, *args)
