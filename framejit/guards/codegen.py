@@ -264,10 +264,9 @@ def compile_guards(
     ns.update(namespace)
     memos = set(re.findall(r"\b(___memo\d+)\b", source))
     if memos:  # NOTE [Remembered tensor facts]
-        global _DATA_EPOCH
         from .. import tensor_watch
         tensor_watch.install()
-        _DATA_EPOCH = ns["___data_epoch"] = tensor_watch.EPOCH
+        ns["___data_epoch"] = tensor_watch.EPOCH
         ns["___remember_tensor"] = _remember_tensor
         ns["___first3"] = slice(0, 3)
         ns.update({memo: list(_EMPTY_MEMO) for memo in memos})
@@ -425,9 +424,12 @@ def _remembered_tensor_checks(ordered: Sequence[Guard]) -> dict[str, str]:
                             if p.kind != "TENSOR_REQUIRES_GRAD")
         fast = f"{memo}[0] is {t} and {memo}[1] == ___data_epoch[0] and {t}._version == {memo}[2]"
         module = t[:owner]
+        # `___raw_attr(T, '_version')`, not `T._version` again: a chain written twice becomes a shared
+        # local computed before the line (NOTE [Guard subexpressions]), before T's type is checked, and
+        # `_version` raises for inference tensors
         again = (f"{memo}[3] == ___id({module}) and {t}.is_inference() is False and "
-                 f"{memo}.__setitem__(___first3, ({t}, ___data_epoch[0], {t}._version)) is None")
-        remember = f"({memo}[4] is {t} or {again} or ___remember_tensor({memo}, {t}, {module}))"
+                 f"{memo}.__setitem__(___first3, ({t}, ___data_epoch[0], ___raw_attr({t}, '_version'))) is None")
+        remember = f"({memo}[4] is {t} or {again} or ___remember_tensor({memo}, {t}, {module}, ___data_epoch[0]))"
         out[g.expr] = f"{parts[0].expr} and {grads[0]} and ({fast} or {rest} and {remember})"
     return out
 
@@ -439,10 +441,9 @@ def _forget(memo: list) -> None:
 # NOTE [Remembered tensor facts]: [tensor, epoch, version, id of its module, an inference tensor of that
 # module (checked in full, not remembered again), the finalizer that forgets when the module dies]
 _EMPTY_MEMO = (None, -1, -1, None, None, None)
-_DATA_EPOCH: list = [0]  # tensor_watch.EPOCH once a guard function has memos (compile_guards)
 
 
-def _remember_tensor(memo: list, tensor: Any, owner: Any) -> bool:
+def _remember_tensor(memo: list, tensor: Any, owner: Any, epoch: int) -> bool:
     """NOTE [Remembered tensor facts]: `tensor`, held by the module `owner`, passed every fact; remember
     it until `owner` dies. Always True."""
     if memo[3] != id(owner):  # (a dead owner's id is never here: its finalizer ran _forget)
@@ -457,7 +458,7 @@ def _remember_tensor(memo: list, tensor: Any, owner: Any) -> bool:
     if tensor.is_inference():  # no version counter
         memo[0], memo[4] = None, tensor
     else:
-        memo[:3] = (tensor, _DATA_EPOCH[0], tensor._version)
+        memo[:3] = (tensor, epoch, tensor._version)  # the epoch read when the guard started checking
     return True
 
 

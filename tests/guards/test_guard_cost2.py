@@ -160,7 +160,17 @@ def test_inference_tensors_are_checked_in_full():
         with torch.inference_mode():
             net.b.resize_(6)
 
-    run_steps(fn, lambda: (torch.randn(3, 1),), [None, None, None, t_, None, to_normal, None, None])
+    counting = run_steps(fn, lambda: (torch.randn(3, 1),), [None, None, None, t_, None, to_normal, None, None])
+    assert counting.graph_count == 3  # the first trace, the resized buffer, the new parameter: no retraces
+
+
+def test_version_counters_are_not_read_before_the_type():
+    """A remembered tensor's `_version` is read after its type check, never as a shared local before it
+    (NOTE [Guards run no user code]; `_version` raises for inference tensors)."""
+    model, compiled = _compiled_mlp()
+    compiled(torch.randn(4, 16))
+    source = compiled.entries[0].guard.source
+    assert "._version\n" not in source and "_version ==" in source
 
 
 def test_a_kept_source_remembers_afresh():
