@@ -194,17 +194,22 @@ def opaque_string(out, obj: str, source: Source) -> OpaqueStringValue:
     return OpaqueStringValue(obj, source)
 
 
-def changed_strings(fn_code, args: tuple, failures) -> set[str]:
-    """The str arguments of a resume function whose value guards failed in a recompile."""
-    names = fn_code.co_varnames[:fn_code.co_argcount]
-    by_name = dict(zip(names, args))
+def _failed_arguments(fn_code, args: tuple, failures, kind: str, accept) -> set[str]:
+    """The sources `L['name']` of a resume function's arguments whose `kind` guard failed in a recompile and
+    whose value `accept`s."""
+    by_name = dict(zip(fn_code.co_varnames[:fn_code.co_argcount], args))
     found = set()
     for failure in failures:
         source = str(failure.guard.source)
         match = re.fullmatch(r"L\['(\w+)'\]", source)
-        if failure.guard.kind == "CONSTANT_MATCH" and match and type(by_name.get(match.group(1))) is str:
+        if failure.guard.kind == kind and match and accept(match.group(1), by_name.get(match.group(1))):
             found.add(source)
     return found
+
+
+def changed_strings(fn_code, args: tuple, failures) -> set[str]:
+    """The str arguments of a resume function whose value guards failed in a recompile."""
+    return _failed_arguments(fn_code, args, failures, "CONSTANT_MATCH", lambda name, value: type(value) is str)
 
 
 class OpaqueSequenceValue(Value):
@@ -288,16 +293,8 @@ def check_opaque_operands(tx, inst) -> None:
 def changed_lengths(fn_code, args: tuple, failures) -> set[str]:
     """The list or tuple locals of a resume function whose length guards failed in a recompile (NOTE
     [Sequences of changing length carried across breaks])."""
-    names = fn_code.co_varnames[:fn_code.co_argcount]
-    by_name = dict(zip(names, args))
-    found = set()
-    for failure in failures:
-        source = str(failure.guard.source)
-        match = re.fullmatch(r"L\['(\w+)'\]", source)
-        if failure.guard.kind == "LENGTH" and match and not match.group(1).startswith(STACK_PREFIX) and \
-                type(by_name.get(match.group(1))) in (list, tuple):
-            found.add(source)
-    return found
+    return _failed_arguments(fn_code, args, failures, "LENGTH", lambda name, value:
+                             not name.startswith(STACK_PREFIX) and type(value) in (list, tuple))
 
 
 _DONE = object()

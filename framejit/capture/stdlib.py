@@ -154,11 +154,12 @@ def call_getter(tx, getter, args: list[Value], kwargs: dict[str, Value]) -> Valu
 # `order` decreases; sorted is stable). So the heap part is traced as that sorted call; n == 1 and
 # n >= len(iterable) run heapq's own code (max(), sorted()), and n <= 0 returns [] having drawn nothing,
 # as heapq does. The same for nsmallest (ascending).
-def _nlargest(n, iterable, key=None):
+def _n_extreme(n, iterable, key, largest):
+    """heapq.nlargest (largest) / nsmallest as heapq computes them (NOTE [heapq's n largest])."""
     if n == 1:
         it = iter(iterable)
         sentinel = object()
-        result = max(it, default=sentinel, key=key)
+        result = (max if largest else min)(it, default=sentinel, key=key)
         return [] if result is sentinel else [result]
     try:
         size = len(iterable)
@@ -166,30 +167,19 @@ def _nlargest(n, iterable, key=None):
         pass
     else:
         if n >= size:
-            return sorted(iterable, key=key, reverse=True)[:n]
+            return sorted(iterable, key=key, reverse=largest)[:n]
     it = iter(iterable)
     if n <= 0:
         return []
-    return sorted(it, key=key, reverse=True)[:n]
+    return sorted(it, key=key, reverse=largest)[:n]
+
+
+def _nlargest(n, iterable, key=None):
+    return _n_extreme(n, iterable, key, True)
 
 
 def _nsmallest(n, iterable, key=None):
-    if n == 1:
-        it = iter(iterable)
-        sentinel = object()
-        result = min(it, default=sentinel, key=key)
-        return [] if result is sentinel else [result]
-    try:
-        size = len(iterable)
-    except (TypeError, AttributeError):
-        pass
-    else:
-        if n >= size:
-            return sorted(iterable, key=key)[:n]
-    it = iter(iterable)
-    if n <= 0:
-        return []
-    return sorted(it, key=key)[:n]
+    return _n_extreme(n, iterable, key, False)
 
 
 def _register_heapq() -> None:
