@@ -4,8 +4,9 @@ NOTE [Custom autograd functions without grad]: with grad mode off (the tracer's 
 the frame's GRAD_MODE guard plus the with-blocks traced so far), `Function.apply(*args)` records no backward: it runs `forward(ctx, *args)` and returns its
 outputs. That is traced by inlining `forward` with a stand-in `ctx` (save_for_backward and the
 non-differentiable/materialize markers are accepted and kept; `needs_input_grad` is all False).
-Functions using `setup_context` or `mark_dirty`, and any call with grad mode on (where the backward
-matters), are graph breaks: the call then runs as Python at the break, with the rest captured.
+Functions using `setup_context` or `mark_dirty` are graph breaks here: the call then runs as Python at the
+break, with the rest captured. With grad mode on, autograd_grad.py traces the call and keeps the user's
+backward (NOTE [Custom autograd functions in the graph] in function_regions.py).
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def is_function_apply(fn: Value) -> bool:
 def call_apply(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     cls = function_class(fn)
     if tx.output.grad_enabled:  # the grad mode at this point of the trace (with-blocks included)
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.apply with grad mode on (a custom backward)")
+        from .autograd_grad import call_with_grad  # NOTE [Custom autograd functions in the graph]
+        return call_with_grad(tx, cls, args, kwargs)
     if kwargs or cls.setup_context is not _SingleLevelFunction.setup_context:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.apply with setup_context or keywords")
     ctx = NewObjectValue(TracedCtx, {"needs_input_grad": TupleValue([ConstantValue(False) for _ in args])})

@@ -25,6 +25,7 @@ from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import reads_own_locals
 from . import frame_cache, persisted_code, python_loops
+from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .requests import STATS, CompileRequest, Entry, rerun_state
@@ -277,6 +278,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     if outputs or output.op_count:
         output.output(outputs)
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
+        function_regions(gm)  # NOTE [Custom autograd functions in the graph]
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
         compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
@@ -338,6 +340,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         if outputs or output.op_count:
             output.output(outputs)
             gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
+            function_regions(gm)  # NOTE [Custom autograd functions in the graph]
             checkpoint_regions(gm)  # NOTE [Checkpointed regions]
             graphs.append(gm)
             compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),

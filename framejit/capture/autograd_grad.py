@@ -1,0 +1,241 @@
+"""`MyFunction.apply(...)` with grad mode on: the forward traced, the user's backward kept.
+
+See NOTE [Custom autograd functions in the graph] (function_regions.py) for what the graph holds. Here the
+apply is traced: the class's `forward` (and `setup_context`) inlined under grad mode off with a `GradCtx`
+that records what a ctx records, then the user's backward inlined once as a probe (grad mode off, zero
+output gradients, a ctx holding what the forward stored) so that its reads are guarded and anything it
+cannot trace is a graph break; its nodes are dropped when the GraphModule is built. The lookups of
+`apply`, `forward`, `setup_context`, `backward` and `vjp` on the class are guarded (identity of each entry).
+
+Graph breaks (the apply then runs in Python at the break, as eager): keywords; an argument that is neither
+a tensor nor a constant; `mark_dirty` or `save_for_forward`; a forward or backward that changes state
+outside (or cannot be traced); a forward returning anything but a tensor or a tuple of tensors and
+constants; ctx attributes other than constants, tensors, symbolic ints and tuples of them; no backward.
+"""
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import Function, _SingleLevelFunction
+
+from . import lookup
+from .breaks import BreakKind, Unsupported
+from .function_regions import Boundary, Plan, next_region, user_backward
+from .modules import graph_break
+from .values import ConstantValue, NewObjectValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue
+
+_CTX_STATE = ("saved_tensors", "needs_input_grad", "fj_non_differentiable", "fj_materialize_grads")
+
+
+class GradCtx:
+    """The `ctx` a forward traced with grad on sees (never built at run time)."""
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        self.fj_non_differentiable = self.fj_non_differentiable + tensors
+
+    def set_materialize_grads(self, value):
+        self.fj_materialize_grads = value
+
+    def mark_dirty(self, *tensors):
+        graph_break("ctx.mark_dirty in a custom autograd Function (an input changed in place)")
+
+    def save_for_forward(self, *tensors):
+        graph_break("ctx.save_for_forward in a custom autograd Function (forward-mode AD)")
+
+
+class ProbeCtx:
+    """The `ctx` the traced backward probe sees: attributes only."""
+
+
+def _break(cls: type, why: str):
+    return Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.apply with grad mode on: {why}")
+
+
+def _static(tx, cls: type, name: str):
+    """`cls.name` as the function a staticmethod entry holds; its lookup guarded."""
+    index, attr = lookup.mro_lookup(cls, name)
+    lookup.guard_lookup(tx.output, cls, name)
+    if not isinstance(attr, staticmethod) or not hasattr(attr.__func__, "__code__"):
+        raise _break(cls, f"{name} is not a Python staticmethod")
+    return UserFunctionValue(attr.__func__)
+
+
+def _effects(out) -> tuple:
+    se = out.side_effects
+    return (se.version, len(se.ops), len(se.finishing_calls), len(se.attrs), len(se.globals), len(se.cells),
+            len(se.containers))
+
+
+def _switch(out, mode: bool, tag: str) -> None:
+    """The tracer's grad mode set to `mode`; the node it records (if any) tagged as ours."""
+    count = len(out.graph.nodes)
+    out.set_grad_enabled(mode)
+    if len(out.graph.nodes) != count:
+        next(iter(reversed(out.graph.nodes))).meta[tag] = True
+
+
+def call_with_grad(tx, cls: type, args: list, kwargs: dict):
+    out = tx.output
+    if kwargs:
+        raise _break(cls, "keyword arguments")
+    if not all(isinstance(a, TensorValue) or a.is_constant() for a in args):
+        raise _break(cls, "an argument that is neither a tensor nor a constant")
+    for name in ("forward", "setup_context", "backward", "vjp", "jvp"):
+        lookup.guard_lookup(out, cls, name)
+    backward = user_backward(cls)
+    if backward is Function.backward:
+        raise _break(cls, "no backward")
+    forward = _static(tx, cls, "forward")
+    setup = None
+    if cls.setup_context is not _SingleLevelFunction.setup_context:
+        setup = _static(tx, cls, "setup_context")
+    needs = tuple(isinstance(a, TensorValue) and a.fake.requires_grad for a in args)
+    ctx = NewObjectValue(GradCtx, {"needs_input_grad": TupleValue([ConstantValue(n) for n in needs]),
+                                   "fj_non_differentiable": TupleValue([]),
+                                   "fj_materialize_grads": ConstantValue(True)})
+    graph = out.graph
+    before = set(graph.nodes)
+    effects = _effects(out)
+    if not any(needs):  # autograd records nothing: the forward as eager runs it (under no_grad)
+        out.set_grad_enabled(False)
+        try:
+            result = _forward(tx, forward, setup, ctx, args)
+        finally:
+            out.set_grad_enabled(True)
+        if _effects(out) != effects:
+            raise _break(cls, "its forward changes state outside it")
+        return result
+    _switch(out, False, "fj_function_switch")
+    try:
+        result = _forward(tx, forward, setup, ctx, args)
+    finally:
+        _switch(out, True, "fj_function_switch")
+    if _effects(out) != effects:
+        raise _break(cls, "its forward changes state outside it")
+    region = next_region()
+    for node in graph.nodes:
+        if node not in before and node.op in ("call_function", "call_method", "call_module"):
+            node.meta["fj_function"] = region
+    plan, tensor_args, outs, extras, single, items = _plan(cls, args, result, ctx)
+    boundary = Boundary(plan, region, len(tensor_args), len(extras))
+    applied = out.call("call_function", boundary, tuple([*tensor_args, *outs, *extras]), {})
+    _probe(tx, cls, backward, plan, args, applied.items, extras)
+    if single:
+        return applied.items[0]
+    made = iter(applied.items)
+    return TupleValue([next(made) if item is None else item for item in items])
+
+
+def _forward(tx, forward, setup, ctx, args: list):
+    if setup is None:
+        return tx.call(forward, [ctx, *args], {})
+    result = tx.call(forward, list(args), {})
+    tx.call(setup, [ctx, TupleValue(list(args)), result], {})
+    return result
+
+
+def _plan(cls: type, args: list, result, ctx: NewObjectValue):
+    positions = [i for i, a in enumerate(args) if isinstance(a, TensorValue)]
+    tensor_args = [args[i] for i in positions]
+    arg_slots = tuple(positions.index(i) if i in positions else None for i in range(len(args)))
+    single = isinstance(result, TensorValue)
+    if single:
+        outs, items = [result], [None]
+    elif isinstance(result, TupleValue) and result.python_type() is tuple and any(
+            isinstance(i, TensorValue) for i in result.items):
+        outs, items = [], []
+        for item in result.items:
+            if isinstance(item, TensorValue):
+                outs.append(item)
+                items.append(None)
+            elif item.is_constant():
+                items.append(item)
+            else:
+                raise _break(cls, "its forward returns a tuple holding something other than tensors and constants")
+    else:
+        raise _break(cls, "its forward returns something other than a tensor or a tuple of tensors")
+    extras: list = []
+
+    def extra(value) -> int:
+        for k, e in enumerate(extras):
+            if e.node is value.node:
+                return k
+        extras.append(value)
+        return len(extras) - 1
+
+    saved = []
+    for value in getattr(ctx.attrs.get("saved_tensors"), "items", []):
+        if isinstance(value, TensorValue):
+            saved.append(extra(value))
+        elif value.is_constant() and value.as_constant() is None:
+            saved.append(None)
+        else:
+            raise _break(cls, "save_for_backward of something other than tensors")
+
+    def attr_spec(value):
+        if isinstance(value, (TensorValue, SymNodeValue)):
+            return ("value", extra(value))
+        if isinstance(value, TupleValue) and not value.is_constant():
+            return ("tuple", tuple(attr_spec(v) for v in value.items))
+        if value.is_constant():
+            return ("const", value.as_constant())
+        raise _break(cls, f"a ctx attribute holding {value.describe()}")
+    attrs = tuple((name, attr_spec(v)) for name, v in ctx.attrs.items() if name not in _CTX_STATE)
+    non_differentiable = []
+    for value in ctx.attrs["fj_non_differentiable"].items:
+        index = next((k for k, o in enumerate(outs) if isinstance(value, TensorValue) and o.node is value.node), None)
+        if index is None:
+            raise _break(cls, "mark_non_differentiable of something other than an output")
+        non_differentiable.append(index)
+    materialize = ctx.attrs["fj_materialize_grads"]
+    if not materialize.is_constant():
+        raise _break(cls, "set_materialize_grads with a value not known while tracing")
+    constant_outputs = tuple((k, item.as_constant()) for k, item in enumerate(items) if item is not None)
+    plan = Plan(cls, arg_slots, len(outs), single, constant_outputs, tuple(saved), attrs,
+                tuple(non_differentiable), bool(materialize.as_constant()))
+    return plan, tensor_args, outs, extras, single, items
+
+
+def _attr_value(spec, extras: list):
+    kind, value = spec
+    if kind == "const":
+        return ConstantValue(value)
+    if kind == "tuple":
+        return TupleValue([_attr_value(s, extras) for s in value])
+    return extras[value]
+
+
+def _probe(tx, cls: type, backward, plan: Plan, args: list, outs: list, extras: list) -> None:
+    """Trace the user's backward once (NOTE [Custom autograd functions in the graph]); its nodes are
+    tagged and dropped later. Graph breaks and state changes inside it are breaks at the apply."""
+    out = tx.output
+    graph = out.graph
+    before = set(graph.nodes)
+    effects = _effects(out)
+    needs = [isinstance(a, TensorValue) and a.fake.requires_grad for a in args]
+    attrs = {name: _attr_value(spec, extras) for name, spec in plan.attrs}
+    attrs["saved_tensors"] = TupleValue([ConstantValue(None) if k is None else extras[k] for k in plan.saved])
+    attrs["needs_input_grad"] = TupleValue([ConstantValue(n) for n in needs])
+    ctx = NewObjectValue(ProbeCtx, attrs)
+    _switch(out, False, "fj_function_probe")
+    try:
+        grads = []
+        for k, o in enumerate(outs):
+            if plan.materialize_grads or (k not in plan.non_differentiable and o.fake.requires_grad):
+                grads.append(out.call("call_function", torch.zeros_like, (o,), {}))
+            else:
+                grads.append(ConstantValue(None))
+        fn = UserFunctionValue(backward.__func__ if isinstance(backward, staticmethod) else backward)
+        result = tx.call(fn, [ctx, *grads], {})
+    finally:
+        _switch(out, True, "fj_function_probe")
+    for node in graph.nodes:
+        if node not in before:
+            node.meta["fj_function_probe"] = True
+    if _effects(out) != effects:
+        raise _break(cls, "its backward changes state outside it")
+    items = result.items if isinstance(result, TupleValue) else [result]
+    if not all(isinstance(i, TensorValue) or (i.is_constant() and i.as_constant() is None) for i in items):
+        raise _break(cls, "its backward returns something other than tensors and None")

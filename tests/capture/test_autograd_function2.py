@@ -1,0 +1,222 @@
+"""Custom autograd Functions applied with grad on are captured, and their own backward runs
+(NOTE [Custom autograd functions in the graph]).
+
+Each test compares gradients with eager on fresh inputs over two or more calls (shapes, values and which
+inputs require grad change), and asserts the graph and break counts. The backwards differ on purpose from
+autograd's derivative of the forward (a scale by 2, a straight-through estimator, a halved input
+gradient), so a graph that differentiated the forward instead would fail.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch.autograd.function import once_differentiable
+
+import framejit
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # triton kernels run on CPU tensors (as tests/backends)
+
+BACKENDS = ["eager", "onnxrt", "triton"]
+SCALE = [2.0]
+
+
+class Scale2(torch.autograd.Function):
+    """sin(x) * k whose backward is twice the derivative; k is a Python number."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x.sin() * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos() * ctx.k * 2, None
+
+
+class STE(torch.autograd.Function):
+    """Rounding with a straight-through gradient (autograd's own derivative of round is 0)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.round()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class Multi(torch.autograd.Function):
+    """Three outputs, one non-differentiable; gradients only where needs_input_grad says."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        index = x.argmax(-1)
+        ctx.mark_non_differentiable(index)
+        ctx.save_for_backward(x, y)
+        return x * y, index, x + y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_product, grad_index, grad_sum):
+        x, y = ctx.saved_tensors
+        grad_x = grad_product * y + grad_sum if ctx.needs_input_grad[0] else None
+        grad_y = grad_product * x * 3 + grad_sum if ctx.needs_input_grad[1] else None
+        return grad_x, grad_y
+
+
+class Matmul(torch.autograd.Function):
+    """The setup_context style: forward without ctx."""
+
+    @staticmethod
+    def forward(x, w):
+        return x @ w
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w = inputs
+        ctx.save_for_backward(x, w)
+        ctx.rows = x.shape[0]
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        assert grad.shape[0] == ctx.rows
+        return (grad @ w.t()) * 0.5, x.t() @ grad
+
+
+class GlobalScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * SCALE[0]
+
+
+class PrintingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        print("backward ran")
+        return grad * 5
+
+
+class Dirty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 7
+
+
+def _counts(fn, *args):
+    explained = framejit.explain(fn, backend="eager")(*args)  # what is captured does not depend on the backend
+    return explained.graph_count, explained.graph_break_count
+
+
+def _grads(fn, inputs):
+    inputs = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    out = fn(*inputs)
+    loss = out[0] if isinstance(out, tuple) else out
+    loss.backward()
+    return out, [t.grad for t in inputs], loss.grad_fn
+
+
+def _check(fn, compiled, inputs):
+    expected, expected_grads, _ = _grads(fn, inputs)
+    got, got_grads, grad_fn = _grads(compiled, inputs)
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(got_grads, expected_grads):
+        assert (g is None) == (e is None)
+        if e is not None:
+            torch.testing.assert_close(g, e)
+    return grad_fn
+
+
+def _steps(x, y):
+    return Scale2.apply(x * 2, 3) + STE.apply(y * 1.5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_custom_backward_runs_in_one_graph(backend):
+    def fn(x, y):
+        return _steps(x, y).sum()
+
+    framejit.reset()
+    compiled = framejit.compile(fn, backend=backend)
+    for n in (4, 7):
+        grad_fn = _check(fn, compiled, [torch.randn(3, n, requires_grad=True), torch.randn(3, n, requires_grad=True)])
+        if backend != "eager":  # the backend's joint ran (not an eager fallback of the graph)
+            assert "Backward" in type(grad_fn).__name__ and "Sum" not in type(grad_fn).__name__
+    assert _counts(fn, torch.randn(2, 3, requires_grad=True), torch.randn(2, 3, requires_grad=True)) == (1, 0)
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_ctx_features_and_needs_input_grad(backend):
+    def fn(x, y, w):
+        product, index, total = Multi.apply(x, y)
+        out = Matmul.apply(product + total, w)
+        return out.sum() + index.float().sum(), index
+
+    framejit.reset()
+    compiled = framejit.compile(fn, backend=backend)
+    for n, y_grad, w_grad in ((4, True, True), (4, False, True), (6, True, False)):
+        inputs = [torch.randn(3, n, requires_grad=True), torch.randn(3, n, requires_grad=y_grad),
+                  torch.randn(n, 2, requires_grad=w_grad)]
+        _check(fn, compiled, inputs)
+    assert _counts(fn, torch.randn(3, 4, requires_grad=True), torch.randn(3, 4),
+                   torch.randn(4, 2, requires_grad=True)) == (1, 0)
+
+
+def test_apply_with_no_input_requiring_grad_is_captured():
+    def fn(x, w):
+        return (Scale2.apply(x, 2) * w).sum()
+
+    framejit.reset()
+    compiled = framejit.compile(fn, backend="eager")
+    for n in (3, 5):
+        _check(fn, compiled, [torch.randn(n), torch.randn(n, requires_grad=True)])
+    assert _counts(fn, torch.randn(3), torch.randn(3, requires_grad=True)) == (1, 0)
+
+
+def test_a_global_the_backward_reads_is_guarded():
+    def fn(x):
+        return GlobalScale.apply(x).sum()
+
+    framejit.reset()
+    compiled = framejit.compile(fn, backend="onnxrt")
+    try:
+        for scale in (2.0, 2.0, 5.0):
+            SCALE[0] = scale
+            _check(fn, compiled, [torch.randn(4, requires_grad=True)])
+    finally:
+        SCALE[0] = 2.0
+    assert _counts(fn, torch.randn(4, requires_grad=True)) == (1, 0)
+
+
+@pytest.mark.parametrize("unsupported", [PrintingBackward, Dirty])
+def test_what_cannot_be_captured_breaks_with_eager_gradients(unsupported, capsys):
+    def fn(x, y):
+        a = Scale2.apply(x, 2)
+        b = unsupported.apply(y * 1)
+        return (a.sum() + b.sum()) * 2
+
+    framejit.reset()
+    compiled = framejit.compile(fn, backend="eager")
+    for n in (3, 5):
+        _check(fn, compiled, [torch.randn(n, requires_grad=True), torch.randn(n, requires_grad=True)])
+    if unsupported is PrintingBackward:
+        assert capsys.readouterr().out == "backward ran\n" * 4  # eager's and the compiled run's, both calls
+    assert _counts(fn, torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)) == (2, 1)
