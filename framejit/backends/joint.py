@@ -76,7 +76,8 @@ from .. import config, logs
 # input that requires grad to the backward's node, so a gradient of a gradient with respect to an input
 # the forward did not save raises that error too (NOTE [Double backward through lean joints] in
 # joint_function.py); the first call of a signature runs AOT autograd's wrappers, where such a gradient
-# finds no path to the input (None with allow_unused=True, as stock torch.compile gives on every call).
+# found no path to the input (None with allow_unused=True, as stock torch.compile gives on every call):
+# a pre-hook ties it there (NOTE [Double backward on a signature's first call] in joint_function.py).
 
 
 def needs_autograd(args, weights_require_grad: bool, grad_inside: bool = False) -> bool:
@@ -435,6 +436,8 @@ class _Joint:
         outs = self.aot(*args)
         if self.checks is not None:
             outs = self.checks(outs)
+        from .joint_function import tie_double_backward
+        tie_double_backward(outs, args, self.owner.weights)  # NOTE [Double backward on a signature's first call]
         return self.rebuild(outs)
 
     def _try_lean(self) -> None:

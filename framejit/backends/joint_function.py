@@ -253,3 +253,43 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
 def _partial(fn, *args):
     import functools
     return functools.partial(fn, *args)
+
+
+# NOTE [Double backward on a signature's first call]
+# A signature's first call (and every call of a joint lean calls do not serve) runs AOT autograd's callable,
+# whose backward node (CompiledFunctionBackward) has the saved tensors and the tangents as its only inputs
+# when `create_graph=True`: a gradient of a gradient with respect to a joint input the forward did not save
+# (tanh(x + w) saves only its result) found no path to it, and torch.autograd.grad(g, x, allow_unused=True)
+# returned None where eager returns the second derivative (stock aot_eager too). On such calls a pre-hook on
+# the joint's node ties each incoming gradient to the joint's inputs that require grad (`_Tied`, an
+# identity whose own backward raises the double-backward error), in a create_graph backward only: the
+# gradient then reaches those inputs through AOT's backward and raises its clear error, as lean calls do
+# (NOTE [Double backward through lean joints]). A plain backward only runs the hook (grad mode off there).
+# Leaves are held as they are; a non-leaf input as an empty clone of an empty view of it (its history, not
+# its storage). Calls lean calls serve never pay this.
+class _Tied(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, grad, *inputs):
+        return grad.clone()
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(DOUBLE_BACKWARD)
+
+
+def tie_double_backward(outs, args, weights) -> None:
+    """NOTE [Double backward on a signature's first call]: `outs` of AOT autograd's callable for `args`."""
+    from .joint_outputs import _joint_node
+
+    inputs = [t for t in (*weights, *args) if isinstance(t, torch.Tensor) and t.requires_grad]
+    node = _joint_node(outs) if inputs else None
+    if node is None:
+        return
+    with torch.enable_grad():
+        held = [t if t.is_leaf else t.as_strided((0,), (1,)).clone() for t in inputs]
+
+    def tie(grads):
+        if not torch.is_grad_enabled():
+            return None
+        return tuple(g if not isinstance(g, torch.Tensor) else _Tied.apply(g, *held) for g in grads)
+    node.register_prehook(tie)

@@ -12,7 +12,8 @@ Backends run such graphs (or calls) eagerly.
 
 A placeholder with `meta["dynamic_float"]` is a Python float that framejit passes as a graph input because
 it changes between calls (NOTE [Dynamic floats]); a backend that would specialise on its value should
-run the graph eagerly instead of compiling once per value.
+run the graph eagerly instead of compiling once per value (onnxrt and triton pass it as a 0-d tensor where
+the graph allows: NOTE [Float inputs as tensors] in float_inputs.py).
 """
 from __future__ import annotations
 

@@ -45,6 +45,8 @@ whole graph runs eagerly (logged).
 from __future__ import annotations
 
 from ..checks import compile_checked
+from ..float_inputs import compile_with_float_tensors
+from ...logs import log
 from ..registry import make_module_callable
 from .compiler import OnnxrtCompiled
 from .options import ACCEPTED_KEYS, OnnxrtOptions, parse_options
@@ -65,6 +67,11 @@ def onnxrt(gm, example_inputs, options=None):
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"onnxrt(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
     opts = parse_options(options)
+    # NOTE [Float inputs as tensors] (backends/float_inputs.py)
+    with_floats = compile_with_float_tensors(gm, example_inputs, lambda graph, examples: onnxrt(graph, examples, options),
+                                             lambda why: log("eager_fallback", "onnxrt: float inputs stay floats: %s", why))
+    if with_floats is not None:
+        return with_floats
     # NOTE [Run-time checks as outputs] (backends/checks.py)
     return compile_checked(gm, lambda graph: OnnxrtCompiled(graph, example_inputs, opts))
 

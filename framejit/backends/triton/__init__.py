@@ -33,6 +33,7 @@ from framejit import logs
 from framejit.backends import registry, symbolic
 from framejit.backends.aliasing import alias_mutated_inputs, changes_metadata_in_place
 from framejit.backends.checks import compile_checked
+from framejit.backends.float_inputs import compile_with_float_tensors
 from framejit.backends.state import enters_inference_mode, switches_grad_on
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
@@ -92,6 +93,11 @@ def _device_problem(example_inputs) -> tuple[str | None, torch.device | None]:
 def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
     """Compile `gm` into fused Triton kernels; see the module docstring."""
     opts = _options(options)
+    # NOTE [Float inputs as tensors] (backends/float_inputs.py)
+    with_floats = compile_with_float_tensors(gm, example_inputs, lambda graph, examples: triton(graph, examples, options),
+                                             lambda why: logs.log("eager_fallback", "triton: float inputs stay floats: %s", why))
+    if with_floats is not None:
+        return with_floats
     # NOTE [Run-time checks as outputs] (backends/checks.py)
     return compile_checked(gm, lambda graph: _compile(graph, example_inputs, opts, options))
 

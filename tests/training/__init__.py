@@ -1,0 +1,1 @@
+"""Training through compiled graphs (issue 14): tests that are not about one backend."""
