@@ -371,6 +371,9 @@ class OutputGraph:
         try:
             result = self._run_fake(kind, target, fake_args, fake_kwargs)
         except (Unsupported, UserException) as e:
+            if isinstance(e, UserException) and _refuses_sym_bool(e, args, kwargs):
+                args, kwargs = _specialise_sym_bools((args, kwargs))  # NOTE [SymBool arguments of ops]
+                return self.call(kind, target, args, kwargs)
             from .scalar_args import SCALAR_LIST_META_ERROR, scalar_probe  # NOTE [Scalar arguments given as tensors]
             data_dependent = isinstance(e, Unsupported) and e.graph_break.kind is BreakKind.DATA_DEPENDENT
             packed = self._packed_sequence_call(kind, target, args, kwargs, fake_args) if data_dependent else None
@@ -611,6 +614,29 @@ class OutputGraph:
                     erased.update((first, second))
                     self.graph.erase_node(first)
                     self.graph.erase_node(second)
+
+
+# NOTE [SymBool arguments of ops]: a relation of sizes (`q_len > 1`) is a SymBool, and Python's `and`
+# returns its last operand as it is, so `is_causal = self.is_causal and mask is None and q_len > 1` (HF's
+# moonshine, sdpa_attention_forward) hands an op a SymBool where its schema wants a bool:
+# scaled_dot_product_attention raised "argument 'is_causal' must be bool, not SymBool" on the fake tensors
+# and the frame broke (or ran eagerly). Eager evaluates the relation to a bool for the call; so does the
+# trace: when the fake call refuses a SymBool argument (a TypeError naming SymBool), every SymBool argument
+# is specialised (the ShapeEnv guards the relation or its negation, a line of the guard function; sizes
+# where the relation holds keep sharing the entry) and the call is made again. Ops that do accept a
+# SymBool (sym_not, operator functions) never raise, so they keep it symbolic.
+def _refuses_sym_bool(error: UserException, args: tuple, kwargs: dict) -> bool:
+    return isinstance(error.exc, TypeError) and "SymBool" in str(error.exc) and any(
+        isinstance(v, SymNodeValue) and isinstance(v.sym, torch.SymBool)
+        for v in tree_leaves((args, kwargs), is_leaf=_is_value))
+
+
+def _specialise_sym_bools(tree: Any) -> Any:
+    def leaf(v):
+        if isinstance(v, SymNodeValue) and isinstance(v.sym, torch.SymBool):
+            return ConstantValue(bool(v.sym))
+        return v
+    return tree_map(leaf, tree, is_leaf=_is_value)
 
 
 def _drop_unused_sizes(graph: torch.fx.Graph) -> None:

@@ -358,6 +358,7 @@ class Hooks:
         self.request = request
         self.by_key: dict[Any, Any] = {}
         self.objects_per_code: dict[types.CodeType, int] = {}  # NOTE [Closures called at breaks]
+        self.per_call_codes: set[types.CodeType] = set()  # NOTE [Comprehensions made per call]
 
     def _hook(self, key: Any, fn: types.FunctionType):
         hook = self.by_key.get(key)
@@ -381,9 +382,40 @@ class Hooks:
     # runs as plain Python and the `recompiles` log says so), so the callee is still captured.
     OBJECTS_PER_CODE = 8
 
+    # NOTE [Comprehensions made per call]: a comprehension or generator expression with free variables is
+    # a new function object with new cells on every call of the function around it (its cells are that
+    # frame's own, MAKE_FUNCTION runs right before the call), and it is called once. Reaching a break
+    # (3.11's comprehensions; a generator expression on every version), one hook per object was traced on
+    # every call and never hit again: `[c * w for c in batches(x)]` traced 5 frames per call until
+    # OBJECTS_PER_CODE objects, then ran as Python. Objects of one code with the same cells, globals and no
+    # defaults run exactly alike, so they share one hook; once an object of that code comes with other
+    # cells, its objects are known to be made per call, and each later one runs as plain Python at once
+    # (a hook could serve it only this once), as 3.12+ run an inlined comprehension stepped at a break.
+    COMPREHENSIONS = frozenset({"<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>"})
+
+    def _comprehension_hook(self, fn: types.FunctionType):
+        """The hook for a comprehension object with free variables, or `fn` itself to run it as Python
+        (NOTE [Comprehensions made per call])."""
+        code = fn.__code__
+        key = ("comprehension", code, tuple(id(cell) for cell in fn.__closure__), id(fn.__globals__))
+        hook = self.by_key.get(key)
+        if hook is not None:
+            return hook
+        if code in self.per_call_codes:
+            return fn
+        if any(k[0] == "comprehension" and k[1] is code for k in self.by_key):
+            self.per_call_codes.add(code)
+            logs.log("recompiles", "%s is made anew with new cells on each call of its function; it runs as "
+                     "plain Python from now on (NOTE [Comprehensions made per call])", code.co_qualname)
+            return fn
+        return self._hook(key, fn)
+
     def for_object(self, fn: types.FunctionType):
         if ("function", fn) in self.by_key:
             return self.by_key[("function", fn)]
+        if fn.__code__.co_name in self.COMPREHENSIONS and fn.__closure__ and fn.__defaults__ is None \
+                and fn.__kwdefaults__ is None:
+            return self._comprehension_hook(fn)
         counts = self.objects_per_code
         if counts.get(fn.__code__, 0) >= self.OBJECTS_PER_CODE:
             logs.log("recompiles", "%s: more than %d function objects of this code were called at breaks; "

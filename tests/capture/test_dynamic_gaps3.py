@@ -1,0 +1,113 @@
+"""Dynamic shapes, issue 13 (third round of gaps): differential tests, eager vs compiled over several sizes,
+with the number of compilations asserted.
+
+- A relation of symbolic sizes handed to an op that wants a bool (`is_causal = self.is_causal and mask is
+  None and q_len > 1`, HF moonshine and sdpa_attention_forward) is specialised by a guard on the relation
+  (NOTE [SymBool arguments of ops] in graph.py). Before, the fake call raised "argument 'is_causal' must
+  be bool, not SymBool": the frame broke there (moonshine's resized call) or ran wholly eagerly.
+- A comprehension or generator expression with free variables that reaches the frame hook at a break is a
+  new function object with new cells on every call: each call traced it anew (NOTE [Comprehensions made per
+  call] in hook.py). Now objects with the same cells share a hook, and a code seen with other cells runs as
+  plain Python from then on, so calls of the same shapes trace nothing.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framejit
+from tests.helpers import CountingBackend, assert_same
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+# ---- SymBool arguments of ops (NOTE [SymBool arguments of ops]) -------------------------------------------
+class CausalAttention(torch.nn.Module):
+    """Moonshine's pattern: the query is a strided part of the keys, so its length is a derived size
+    ((s - 1) // 2 + 1) whose relation to 1 the shape env does not know; `and` hands sdpa the SymBool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.is_causal = True
+        self.scale = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x, mask=None):
+        q = x[:, :, ::2] * self.scale
+        q_len = q.shape[2]
+        is_causal = self.is_causal and mask is None and q_len > 1
+        return _sdpa(q, x, x, is_causal=is_causal)
+
+
+def _sdpa(query, key, value, is_causal=None):
+    is_causal = query.shape[2] > 1 and is_causal  # sdpa_attention_forward's form: the last operand
+    return F.scaled_dot_product_attention(query, key, value, is_causal=is_causal)
+
+
+def plain_relation(x):
+    return F.scaled_dot_product_attention(x, x, x, is_causal=x.shape[2] > 1)
+
+
+torch.manual_seed(0)
+ATTENTION = CausalAttention()
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("fn", [ATTENTION, plain_relation], ids=["derived_length", "size_relation"])
+def test_a_size_relation_given_as_a_bool_argument_is_guarded(fn, dynamic):
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, dynamic=dynamic)
+    eager_before = _eager_frames()
+    # lengths 1 and 2 give a query of length 1 (not causal: with 1 query and several keys, causal would mask
+    # all keys but the first, so a wrongly kept is_causal=True differs from eager)
+    lengths = [4, 6, 9, 2, 7, 12, 1, 5, 10, 3]
+    for i, s in enumerate(lengths):
+        torch.manual_seed(i)
+        x = torch.randn(2, 2, s, 4)
+        assert_same(compiled(x), fn(x), rtol=1e-5, atol=1e-6)
+    assert _eager_frames() == eager_before
+    # one entry for sizes where the relation holds, one where it does not (length 2), one for length 1 (sizes
+    # 0 and 1 stay specialised), plus the first static one under automatic dynamic
+    assert backend.graph_count <= (3 if dynamic else 4), backend.graph_count
+
+
+# ---- comprehensions made per call (NOTE [Comprehensions made per call] in hook.py) ---------------------------
+def _batches(x):
+    """A data-loading style generator that logs: it runs as Python, so the comprehension over it breaks."""
+    for chunk in x.split(2):
+        print("batch", tuple(chunk.shape))
+        yield chunk
+
+
+def listcomp_with_closure(x, w):
+    return [c * w for c in _batches(x)]  # `w` is a free variable: a new closure on every call (3.11)
+
+
+def genexpr_with_closure(x, w):
+    return torch.stack(tuple(c.sum() * w for c in _batches(x)))  # a frame on every version
+
+
+def nested_closures(x, w):
+    scale = w + 1
+    return sum(c.sum() * scale for c in _batches(x)) + torch.cat([c * w for c in _batches(x)]).sum()
+
+
+@pytest.mark.parametrize("fn", [listcomp_with_closure, genexpr_with_closure, nested_closures],
+                         ids=["listcomp", "genexpr", "both"])
+def test_a_comprehension_with_a_closure_is_traced_once_for_same_shapes(fn, capsys):
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    traced = []
+    for i, n in enumerate([6, 6, 6, 6, 5, 5]):
+        torch.manual_seed(i)
+        x, w = torch.randn(n, 3), 1.5 + i
+        expected = fn(x, w)
+        eager_out = capsys.readouterr().out
+        assert_same(compiled(x, w), expected)
+        assert capsys.readouterr().out == eager_out
+        traced.append(framejit.stats()["frames_traced"])
+    # the first call traces (the second once more: `w` changed, it becomes a dynamic float); later calls of
+    # the same shapes do not trace again: before, every call traced its comprehension frames anew (new cells)
+    assert traced[3] == traced[2] == traced[1], traced
+    assert traced[5] == traced[4], traced
