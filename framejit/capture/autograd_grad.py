@@ -18,8 +18,9 @@ import torch
 from torch.autograd.function import Function, _SingleLevelFunction
 
 from . import lookup
-from .breaks import BreakKind, Unsupported
-from .function_regions import Boundary, Plan, next_region, user_backward
+from .breaks import BreakKind, Unsupported, UserException
+from .function_regions import Boundary, Plan, next_region, user_backward, with_constant_outputs
+from .graph import _version
 from .modules import graph_break
 from .values import ConstantValue, NewObjectValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue
 
@@ -62,10 +63,25 @@ def _static(tx, cls: type, name: str):
     return UserFunctionValue(attr.__func__)
 
 
-def _effects(out) -> tuple:
-    se = out.side_effects
-    return (se.version, len(se.ops), len(se.finishing_calls), len(se.attrs), len(se.globals), len(se.cells),
-            len(se.containers))
+class _Effects:
+    """What code run between two points changed outside itself: state the replay would write (stores,
+    container ops, finishing calls), or a tensor that existed before, written in place (an input, an
+    earlier value; `before` holds the graph's nodes then). In-place ops on tensors the code made are fine:
+    they are part of the forward, and run again with it."""
+
+    def __init__(self, out, before: set) -> None:
+        self.out = out
+        se = out.side_effects
+        self.start = (se.version - se.tensor_writes, len(se.ops), len(se.finishing_calls))
+        self.writes = sum(entry.writes for entry in out.inputs)
+        self.versions = [(val, _version(val)) for val in (n.meta.get("val") for n in before)
+                         if isinstance(val, torch.Tensor)]
+
+    def changed(self) -> bool:
+        se = self.out.side_effects
+        return ((se.version - se.tensor_writes, len(se.ops), len(se.finishing_calls)) != self.start
+                or sum(entry.writes for entry in self.out.inputs) != self.writes
+                or any(_version(val) != version for val, version in self.versions))
 
 
 def _switch(out, mode: bool, tag: str) -> None:
@@ -97,14 +113,14 @@ def call_with_grad(tx, cls: type, args: list, kwargs: dict):
                                    "fj_materialize_grads": ConstantValue(True)})
     graph = out.graph
     before = set(graph.nodes)
-    effects = _effects(out)
+    effects = _Effects(out, before)
     if not any(needs):  # autograd records nothing: the forward as eager runs it (under no_grad)
         out.set_grad_enabled(False)
         try:
             result = _forward(tx, forward, setup, ctx, args)
         finally:
             out.set_grad_enabled(True)
-        if _effects(out) != effects:
+        if effects.changed():
             raise _break(cls, "its forward changes state outside it")
         return result
     _switch(out, False, "fj_function_switch")
@@ -112,7 +128,7 @@ def call_with_grad(tx, cls: type, args: list, kwargs: dict):
         result = _forward(tx, forward, setup, ctx, args)
     finally:
         _switch(out, True, "fj_function_switch")
-    if _effects(out) != effects:
+    if effects.changed():
         raise _break(cls, "its forward changes state outside it")
     region = next_region()
     for node in graph.nodes:
@@ -213,7 +229,7 @@ def _probe(tx, cls: type, backward, plan: Plan, args: list, outs: list, extras: 
     out = tx.output
     graph = out.graph
     before = set(graph.nodes)
-    effects = _effects(out)
+    effects = _Effects(out, before)
     needs = [isinstance(a, TensorValue) and a.fake.requires_grad for a in args]
     attrs = {name: _attr_value(spec, extras) for name, spec in plan.attrs}
     attrs["saved_tensors"] = TupleValue([ConstantValue(None) if k is None else extras[k] for k in plan.saved])
@@ -228,13 +244,15 @@ def _probe(tx, cls: type, backward, plan: Plan, args: list, outs: list, extras: 
             else:
                 grads.append(ConstantValue(None))
         fn = UserFunctionValue(backward.__func__ if isinstance(backward, staticmethod) else backward)
-        result = tx.call(fn, [ctx, *grads], {})
+        result = tx.call(fn, [ctx, *with_constant_outputs(plan, grads, ConstantValue(None))], {})
+    except UserException:  # eager raises it in the backward, not at the apply
+        raise _break(cls, "its backward raises while traced") from None
     finally:
         _switch(out, True, "fj_function_probe")
-    for node in graph.nodes:
-        if node not in before:
+    for node in graph.nodes:  # graph inputs the backward read stay (unused); its operations go
+        if node not in before and node.op in ("call_function", "call_method", "call_module"):
             node.meta["fj_function_probe"] = True
-    if _effects(out) != effects:
+    if effects.changed():
         raise _break(cls, "its backward changes state outside it")
     items = result.items if isinstance(result, TupleValue) else [result]
     if not all(isinstance(i, TensorValue) or (i.is_constant() and i.as_constant() is None) for i in items):

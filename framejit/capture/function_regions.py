@@ -156,7 +156,7 @@ class CustomCall(torch.autograd.Function):
         needs = ctx.needs_input_grad[1:]
         user_needs = tuple(False if slot is None else needs[slot] for slot in plan.arg_slots)
         user_ctx = ReplayedCtx(ctx, user_needs, ctx.fj_attrs)
-        result = user_backward(plan.cls)(user_ctx, *grads)
+        result = user_backward(plan.cls)(user_ctx, *with_constant_outputs(plan, grads))
         if not isinstance(result, tuple):
             result = (result,)
         n = len(plan.arg_slots)
@@ -175,6 +175,15 @@ class CustomCall(torch.autograd.Function):
                 continue
             grads_in[slot] = grad
         return (None, *grads_in)
+
+
+def with_constant_outputs(plan: Plan, grads: list, none: Any = None) -> list:
+    """The gradients the user's backward takes: one per output of its forward, `none` (None) for the
+    non-tensor ones (as eager passes them)."""
+    grads = list(grads)
+    for position, _ in plan.constant_outputs:
+        grads.insert(position, none)
+    return grads
 
 
 def user_backward(cls: type):

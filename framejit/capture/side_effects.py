@@ -76,6 +76,7 @@ class SideEffects:
         # values made while tracing that were mutated, in order
         self.version = 0
         self.touched: list[Value] = []
+        self.tensor_writes = 0  # the in-place tensor ops among `version`'s counts
         # NOTE [Finishing calls]: `(function, [objects from outside])` run after every other replayed
         # write, in the order recorded: a state change of an outside object that no store expresses
         # (an outside generator context manager the trace entered and left, generator_ctx.py)
@@ -116,6 +117,7 @@ class SideEffects:
         `value`, an object made while tracing (NOTE [Eager generators])."""
         if value is None:
             self.version += 1
+            self.tensor_writes += 1  # NOTE [Custom autograd functions in the graph]: told apart there
         else:
             self.touched.append(value)
 

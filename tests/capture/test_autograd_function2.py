@@ -88,6 +88,62 @@ class Matmul(torch.autograd.Function):
         return (grad @ w.t()) * 0.5, x.t() @ grad
 
 
+class MaskedSoftmax(torch.autograd.Function):
+    """transformers' XSoftmax (deberta-v2, sew-d): an in-place op on a value the forward made."""
+
+    @staticmethod
+    def forward(ctx, x, mask, dim):
+        ctx.dim = dim
+        rmask = ~(mask.to(torch.bool))
+        output = x.masked_fill(rmask, torch.tensor(torch.finfo(x.dtype).min))
+        output = torch.softmax(output, ctx.dim)
+        output.masked_fill_(rmask, 0)
+        ctx.save_for_backward(output)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad):
+        (output,) = ctx.saved_tensors
+        return torch._softmax_backward_data(grad, output, ctx.dim, output.dtype) * 2, None, None
+
+
+class WritesItsInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.add_(1)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+
+class GradReverse(torch.autograd.Function):
+    """Returns a view of its input; the gradient is reversed and scaled."""
+
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad * ctx.alpha, None
+
+
+class WithCount(torch.autograd.Function):
+    """A tuple output holding a Python int: the backward gets None for it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1, 3
+
+    @staticmethod
+    def backward(ctx, grad, grad_count):
+        assert grad_count is None
+        return grad * 4
+
+
 class GlobalScale(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -167,7 +223,7 @@ def test_the_custom_backward_runs_in_one_graph(backend):
 def test_ctx_features_and_needs_input_grad(backend):
     def fn(x, y, w):
         product, index, total = Multi.apply(x, y)
-        out = Matmul.apply(product + total, w)
+        out = Matmul.apply(MaskedSoftmax.apply(product + total, (x > 0).int(), -1), w)
         return out.sum() + index.float().sum(), index
 
     framejit.reset()
@@ -191,6 +247,29 @@ def test_apply_with_no_input_requiring_grad_is_captured():
     assert _counts(fn, torch.randn(3), torch.randn(3, requires_grad=True)) == (1, 0)
 
 
+def test_views_constant_outputs_and_checkpointed_layers():
+    linear = torch.nn.Linear(4, 4)
+
+    def block(h):
+        return GradReverse.apply(linear(h), 0.5).relu()
+
+    def fn(x):
+        a, count = WithCount.apply(x * 1)
+        return torch.utils.checkpoint.checkpoint(block, a * count, use_reentrant=False).sum()
+
+    framejit.reset()
+    compiled = framejit.compile(fn, backend="eager")
+    for n in (2, 5):
+        x = torch.randn(n, 4, requires_grad=True)
+        _check(fn, compiled, [x])
+        expected = linear.weight.grad.clone()
+        linear.weight.grad = None
+        fn(x).backward()  # the compiled call's weight gradient equals eager's
+        torch.testing.assert_close(linear.weight.grad, expected / 2)
+        linear.weight.grad = None
+    assert _counts(fn, torch.randn(2, 4, requires_grad=True)) == (1, 0)
+
+
 def test_a_global_the_backward_reads_is_guarded():
     def fn(x):
         return GlobalScale.apply(x).sum()
@@ -206,7 +285,7 @@ def test_a_global_the_backward_reads_is_guarded():
     assert _counts(fn, torch.randn(4, requires_grad=True)) == (1, 0)
 
 
-@pytest.mark.parametrize("unsupported", [PrintingBackward, Dirty])
+@pytest.mark.parametrize("unsupported", [PrintingBackward, Dirty, WritesItsInput])
 def test_what_cannot_be_captured_breaks_with_eager_gradients(unsupported, capsys):
     def fn(x, y):
         a = Scale2.apply(x, 2)
