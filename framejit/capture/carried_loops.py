@@ -106,9 +106,28 @@ def carried_argument(tx, inst) -> CarriedIteratorValue | None:
             or not _finalized_like_eager(lazy.obj):
         return None
     insts = tx.program.insts
-    if tx.pc >= len(insts) or insts[tx.pc].name != "GET_ITER":
+    if tx.pc >= len(insts):
         return None
+    if insts[tx.pc].name != "GET_ITER":
+        if not _stepped_next(insts, tx.pc, lazy.obj):
+            return None
+        tx.output.guard_type(LocalSource(lazy.name), type(lazy.obj))  # made by Python: its type may change
     return CarriedIteratorValue(lazy.obj, LocalSource(lazy.name))
+
+
+def _stepped_next(insts: list, pc: int, obj: Any) -> bool:
+    """An iterator argument that the next instruction, or the one a jump there leads to, steps with FOR_ITER:
+    the loop's GET_ITER ran in Python at the break (`for o in outs` over an opaque list, NOTE [Sequences of
+    changing length carried across breaks]), so the resume function's prologue jumps to the FOR_ITER with
+    the list iterator. Taken as a carried loop too, its steps run as Python once it came back at
+    LOOP_POSITIONS positions; read as a plain argument, it was guarded by its list's length and unrolled:
+    one entry per length until the recompile limit."""
+    if type(obj) is list:
+        return False
+    inst = insts[pc]
+    if inst.name == "JUMP" and isinstance(inst.arg, int) and 0 <= inst.arg < len(insts):
+        inst = insts[inst.arg]
+    return inst.name == "FOR_ITER"
 
 
 def step_value(tx, value: CarriedIteratorValue) -> Value:
@@ -133,6 +152,17 @@ def step_value(tx, value: CarriedIteratorValue) -> Value:
     if isinstance(realized, IteratorValue):
         return realized
     return iterator_over(realized, iterate(tx, realized))
+
+
+def inherit_steps(out, body: Any, iterator: Value, slot: int) -> None:
+    """A loop whose steps run as Python hands its body's resume function `body` (a FrameHook) its iterator
+    at stack slot `slot`: that function steps the same loop at its end, so it breaks at that FOR_ITER from
+    its first trace. Left to learn it (LOOP_POSITIONS recompiles per resume function, and the body's
+    resume function of the second step is another one: its loop variable is a live local by then), a loop
+    over a list whose length changes per call compiled about 5 entries per function it reached."""
+    if isinstance(iterator, CarriedIteratorValue) and loop_marker(iterator.source) in (out.dynamic_ints or ()) \
+            and hasattr(body, "dynamic_ints"):
+        body.dynamic_ints = body.dynamic_ints | {loop_marker(LocalSource(f"{STACK_PREFIX}{slot}"))}
 
 
 # a loop is broken at its steps once its resume function has been entered at this many positions: a loop
@@ -314,5 +344,5 @@ def loop_done(item: Any) -> bool:
     return item is _DONE
 
 
-__all__ = ["CarriedIteratorValue", "OpaqueSequenceValue", "OpaqueStringValue", "changed_lengths", "check_opaque_operands", "opaque_sequence", "carried_argument", "opaque_iterator", "changed_strings", "dynamic_loops", "loop_done", "loop_iterator", "loop_next",
+__all__ = ["CarriedIteratorValue", "OpaqueSequenceValue", "OpaqueStringValue", "changed_lengths", "check_opaque_operands", "opaque_sequence", "carried_argument", "opaque_iterator", "changed_strings", "dynamic_loops", "inherit_steps", "loop_done", "loop_iterator", "loop_next",
            "opaque_string", "loop_marker", "position_source", "step_value"]

@@ -443,7 +443,8 @@ class BreakCodegen:
         done = Label()
         cg.insts += emit.conditional_jump("POP_JUMP_IF_TRUE", done)
         cg.load_fast("___item")
-        self._resume(rebuild, inst.index + 1, produced=1)
+        body = self._resume(rebuild, inst.index + 1, produced=1)
+        carried_loops.inherit_steps(self.tx.output, body, iterator, len(self.below) - 1)
         cg.insts.append(done)
         self.below = self.stack[:-1]
         self._resume(rebuild, inst.arg, produced=0)
@@ -462,7 +463,7 @@ class BreakCodegen:
         return push_null
 
     def _resume(self, rebuild: Reconstructor, index: int, produced: int, hooked: bool = True,
-                with_null: bool = False) -> None:
+                with_null: bool = False) -> Any:
         """Call the resume function at `index` with the stack below the instruction, the `produced` values
         it left (with the NULL of a method or global load for a call when `with_null`) and the locals."""
         cg = self.cg
@@ -506,6 +507,7 @@ class BreakCodegen:
             cg.load_const(self.tx.output.grad_enabled) if not hooked else cg.load_fast("___grad")
         cg.call(sum(kind != "null" for kind in layout) + len(self.local_names) + bool(self.blocks))
         cg.return_value()
+        return hook
 
 
     def _python_loop(self) -> tuple:

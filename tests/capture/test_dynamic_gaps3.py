@@ -111,3 +111,31 @@ def test_a_comprehension_with_a_closure_is_traced_once_for_same_shapes(fn, capsy
     # the same shapes do not trace again: before, every call traced its comprehension frames anew (new cells)
     assert traced[3] == traced[2] == traced[1], traced
     assert traced[5] == traced[4], traced
+
+
+# ---- a for loop over a list of changing length (NOTE [Sequences of changing length carried across breaks]) ------
+def loop_over_built_list(x):
+    outs = []
+    for i in range(x.size(0)):  # a symbolic range: runs as Python, `outs` has a length per size
+        outs.append(x[i] * 2)
+    total = x.sum() * 0
+    for o in outs:  # GET_ITER on the opaque list runs in Python; the loop after it is a carried loop
+        total = total + o.sum()
+    return total
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_loop_over_a_list_of_changing_length_stops_recompiling(dynamic):
+    compiled = framejit.compile(loop_over_built_list, backend=CountingBackend(), dynamic=dynamic)
+    eager_before = _eager_frames()
+    traced = []
+    for i, n in enumerate([3, 5, 7, 4, 9, 6, 11, 8, 10, 12, 13, 2, 14, 15]):
+        torch.manual_seed(i)
+        x = torch.randn(n, 3)
+        before = framejit.stats()["frames_traced"]
+        assert_same(compiled(x), loop_over_built_list(x))
+        traced.append(framejit.stats()["frames_traced"] - before)
+    # before: the resume function at the second loop read the list iterator as a plain argument, guarded by
+    # its list's length: one entry per length until the recompile limit ran it eagerly
+    assert _eager_frames() == eager_before
+    assert sum(traced[-5:]) == 0, traced
