@@ -239,7 +239,11 @@ def _guard_tensor_method(tx, t: TensorValue, name: str) -> None:
 
 def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
     """A name torch.Tensor does not define: a Python attribute in the tensor's own `__dict__`, or absent
-    (guarded as absent: NOTE [Lookup facts]). Tensors made inside the graph have no such attributes."""
+    (guarded as absent: NOTE [Lookup facts]). Tensors made inside the graph have no such attributes.
+    Either way no class of the tensor's MRO has `name` (`torch.Tensor.name = f` after the first call)."""
+    cls = t.python_type()
+    lookup.guard_mro(tx.output, cls)
+    lookup.guard_class_absent(tx.output, cls.__mro__, name)
     real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
     if real is not None and t.source is not None:
         if name in real.__dict__:
@@ -247,6 +251,7 @@ def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
         lookup.guard_not_in_instance(tx.output, t.source, real, name)
     elif t.source is not None:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Python attribute {name!r} of a tensor")
+    lookup.guard_class_absent(tx.output, cls.__mro__, "__getattr__")
     raise UserException(AttributeError(f"'Tensor' object has no attribute '{name}'"))
 
 
@@ -259,12 +264,16 @@ def _constant_attr(obj: ConstantValue, name: str) -> Value:
         value = getattr(obj.value, name)
     except AttributeError as e:
         raise UserException(e) from None
+    if isinstance(obj.value, BaseException) and getattr(value, "__self__", None) is obj.value:
+        # NOTE [Exceptions made while tracing]: a method of the exception is bound to the object each call
+        # makes, not to the traced template (`e.add_note(...)` at a break noted the template, every call)
+        return BoundMethodValue(BuiltinValue(getattr(type(obj.value), name)), obj)
     return wrap_unguarded(value)
 
 
 def _sequence_attr(tx, obj: SequenceValue, name: str) -> Value:
     fields = getattr(obj.cls, "_fields", None)
-    if fields and name in fields:
+    if fields and name in fields and _field_getter(tx, obj.cls, name) == fields.index(name):
         return obj.items[fields.index(name)]
     if fields and name in ("_fields", "_field_defaults"):
         return wrap_unguarded(getattr(obj.cls, name))  # class data of the namedtuple (type is guarded)
@@ -276,6 +285,23 @@ def _sequence_attr(tx, obj: SequenceValue, name: str) -> Value:
     if obj.cls not in (list, tuple):
         return _sequence_class_attr(tx, obj, base, name)
     return _container_method(obj, base, name)
+
+
+# NOTE [Namedtuple fields on the class]: `t.a` of a namedtuple reads item 0 only because `NT.__dict__['a']`
+# is the field's `_tuplegetter`; `NT.a = property(...)` (or a subclass defining `a`) changes what the read
+# returns while the instance's type stays the same. So a field read pins the getter where the MRO finds it
+# (NOTE [Lookup facts]); a class whose field name resolves to something else is read as a class attribute.
+_TUPLEGETTER = type(collections.namedtuple("_Probe", "a").a)
+
+
+def _field_getter(tx, cls: type, name: str) -> int | None:
+    """The item index `cls.<name>` reads, when it is a field getter (guarded to stay that getter)."""
+    index, attr = lookup.mro_lookup(cls, name)
+    if index is None or type(attr) is not _TUPLEGETTER:
+        return None
+    if not lookup.is_immutable_class(cls):
+        lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, name, index), attr)
+    return attr.__reduce__()[1][0]
 
 
 def _sequence_class_attr(tx, obj: SequenceValue, base: type, name: str) -> Value:

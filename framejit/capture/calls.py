@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import re
 import types
 from typing import Any
 
@@ -173,8 +174,21 @@ def _sets_backend_state(fn: Any) -> bool:
     global backend state. Called like a graph op they would run at trace time, changing that state for
     real (measured: `torch.backends.cudnn.flags()` traced left cudnn disabled after the call)."""
     name, module = getattr(fn, "__name__", None) or "", getattr(fn, "__module__", None) or ""
+    if not isinstance(name, str) or not isinstance(module, str):
+        return False
     return (module.startswith("torch.backends") and name.startswith("set_")) or \
-        (module == "torch._C" and name.startswith("_set_"))
+        (module == "torch._C" and name.startswith("_set_")) or \
+        (module.split(".")[0] == "torch" and _TORCH_SETTER.match(name) is not None)
+
+
+# NOTE [Torch state setters]: process-wide torch setters (`torch.set_anomaly_enabled`,
+# `torch.set_float32_matmul_precision`, `torch.set_warn_always`, `torch.set_flush_denormal`,
+# `torch.set_autocast_dtype`, `torch.set_default_device`, `torch.set_deterministic_debug_mode`, ...) return None
+# and take no tensor: on the graph-op path their fake run changed the state for real at trace time and the
+# None result was folded, so the compiled code never called them again (red team 11: the first call set
+# anomaly mode, later calls did not). Any torch function whose name reads as a setter and that no handler
+# models (set_default_dtype has one: NOTE [Default dtype changes]) is a graph break: it runs as Python.
+_TORCH_SETTER = re.compile(r"^_*(set|use)_[a-z]")
 
 
 def _disabled_by_torch(fn: Any) -> bool:
@@ -275,8 +289,21 @@ def _is_pure(fn: Any) -> bool:
     module = getattr(fn, "__module__", None)
     if module in ("math", "operator", "_operator", "cmath"):
         return True
-    owner = getattr(fn, "__self__", None)
+    owner = getattr(fn, "__self__", _NO_OWNER)
+    if owner is None and not _method_of_none(fn):
+        return False  # a callable without an owner (np.random.seed, a Cython function): not a method of None
     return isinstance(owner, _PURE_CONSTANT_TYPES) or (isinstance(owner, type) and issubclass(owner, enum.Enum))
+
+
+_NO_OWNER = object()
+
+
+def _method_of_none(fn: Any) -> bool:
+    """`None.__eq__`, `None.__format__`: a method bound to None (a C function made without a module also
+    has `__self__` None: np.random.seed was folded at trace time and dropped from the compiled code)."""
+    qualname = getattr(fn, "__qualname__", "")
+    return type(fn) in (types.MethodWrapperType, types.BuiltinMethodType) and isinstance(qualname, str) and \
+        qualname.startswith(("NoneType.", "object."))
 
 
 def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -40,6 +40,7 @@ import functools
 import inspect
 import operator
 import types
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -382,6 +383,9 @@ class BreakCodegen:
         function = callee.func if isinstance(callee, BoundMethodValue) else callee
         if isinstance(callee, BuiltinValue) and callee.obj is _torch_checkpoint():
             return self.hooks.checkpoint_through_hook(), None  # NOTE [Reentrant checkpoint at a break]
+        if isinstance(callee, BuiltinValue) and callee.obj is warnings.warn:
+            from .caller_frames import warn
+            return warn, None  # NOTE [Warnings past the hook]
         if isinstance(function, UserFunctionValue) and _names_its_caller(function.fn):
             return None
         if isinstance(callee, UserFunctionValue) and _plain(callee):

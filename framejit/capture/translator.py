@@ -223,9 +223,13 @@ class Translator:
         if name in self.f_globals:
             return wrap(self.output, self.f_globals[name], GlobalSource(Ref(self.f_globals, "G"), name))
         builtins_dict = self._builtins()
-        if name not in builtins_dict:
-            raise UserException(NameError(f"name '{name}' is not defined"))
         g = self.output.name_of(self.f_globals, "G")
+        if name not in builtins_dict:
+            # the NameError is a fact like any other: a later `G = 4` (or `builtins.G = 4`) must miss
+            b = self.output.name_of(builtins_dict, "B")
+            self.output.add_guard("GLOBAL_ABSENT", f"{name!r} not in {g} and {name!r} not in {b}", None,
+                                  expected=f"{name} is not defined")
+            raise UserException(NameError(f"name '{name}' is not defined"))
         self.output.add_guard("BUILTIN_NOT_SHADOWED", f"{name!r} not in {g}", None, expected=f"{name} is the builtin")
         # the builtin itself may be monkeypatched (`builtins.print = f`): pinned by identity (NOTE [Lookup facts])
         self.output.guard_id(ItemSource(ObjectSource(Ref(builtins_dict, "B")), name), builtins_dict[name])

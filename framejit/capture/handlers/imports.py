@@ -5,7 +5,9 @@ function only binds names when every module involved is already in `sys.modules`
 module code, a side effect framejit does not replay): the import is answered at trace time with the
 real `__import__`, and the module is read through `sys.modules[name]` (guarded by identity like any
 global, so a reload recompiles). A module not imported yet is a graph break: the residual code imports
-it and the rest of the frame resumes captured.
+it and the rest of the frame resumes captured. CPython's IMPORT_NAME calls the frame's builtin
+`__import__`, which a user may replace (`builtins.__import__ = hook`): the answer from `sys.modules` is
+right only while it is CPython's own, so that is guarded by identity, and a replaced one is a graph break.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import sys
 import types
 
 from ..breaks import BreakKind, Unsupported, UserException
-from ..sources import GlobalSource, Ref
+from ..sources import GlobalSource, ItemSource, ObjectSource, Ref
 from ..values import PyModuleValue
 from ..values.builder import wrap
 from . import op
@@ -28,6 +30,7 @@ def import_name(tx, inst):
     fromlist = fromlist_value.as_constant()
     level = level_value.as_constant()
     name = inst.arg
+    _guard_default_import(tx)
     absolute = _resolve(tx, name, level)
     _require_imported(absolute)
     for item in fromlist or ():
@@ -57,6 +60,16 @@ def import_from(tx, inst):
         tx.push(_module_value(tx, submodule))
         return
     raise UserException(ImportError(f"cannot import name {name!r} from {real.__name__!r}"))
+
+
+def _guard_default_import(tx) -> None:
+    """The frame's builtin `__import__` is CPython's own, and stays it (NOTE [Imports inside compiled functions])."""
+    builtins_dict = tx._builtins()
+    current = builtins_dict.get("__import__")
+    if not (type(current) is types.BuiltinFunctionType and current.__self__ is sys.modules.get("builtins")
+            and current.__name__ == "__import__"):
+        raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, "import with a replaced builtins.__import__")
+    tx.output.guard_id(ItemSource(ObjectSource(Ref(builtins_dict, "B")), "__import__"), current)
 
 
 def _resolve(tx, name: str, level: int) -> str:

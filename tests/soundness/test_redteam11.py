@@ -1,0 +1,286 @@
+"""Adversarial differential programs, eleventh round (issue 12, red team): ordinary Python and torch state
+changed between calls and inside the call. Each runs eagerly and compiled on separate but equal state over
+several calls, comparing results and the state left behind."""
+from __future__ import annotations
+
+import builtins
+import collections
+import types
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, assert_same
+
+
+def _compare(eager_fn, compiled_fn, *args):
+    expected, actual = eager_fn(*args), compiled_fn(*args)
+    assert_same(actual, expected)
+    return actual
+
+
+# ---- a global found absent (the NameError is a fact, translator.load_global) -------------------------------
+
+_ABSENT_SOURCE = '''
+def f(x):
+    try:
+        return x * MAYBE
+    except NameError as e:
+        return str(e)
+'''
+
+
+def test_a_global_read_as_absent_is_guarded_absent():
+    # before: the entry traced while MAYBE was undefined (returning the NameError's message) kept being hit
+    # after `MAYBE = 4` (and after `builtins.MAYBE`): "name 'MAYBE' is not defined" where eager returns x * 4
+    worlds = []
+    for compiled in (False, True):
+        m = types.ModuleType(f"rt11_absent_{compiled}")
+        exec(compile(_ABSENT_SOURCE, m.__name__, "exec"), m.__dict__)
+        worlds.append((m, framejit.compile(m.f, backend=CountingBackend()) if compiled else m.f))
+    (eager_m, eager_f), (compiled_m, compiled_f) = worlds
+    for step in ("absent", "global", "deleted", "builtin"):
+        for m in (eager_m, compiled_m):
+            if step == "global":
+                m.MAYBE = 4
+            elif step == "deleted":
+                del m.MAYBE
+            elif step == "builtin":
+                builtins.MAYBE = 3
+        try:
+            for _ in range(2):
+                _compare(eager_f, compiled_f, torch.ones(2))
+        finally:
+            if step == "builtin":
+                del builtins.MAYBE
+
+
+# ---- NOTE [Namedtuple fields on the class] ----------------------------------------------------------------
+
+def test_a_namedtuple_field_replaced_on_the_class():
+    # before: `t.a` was item 0 whatever NT.a became: 1 where eager reads the new property's 9
+    def make():
+        NT = collections.namedtuple("NT", "a b")
+
+        def f(x, t):
+            return x * t.a
+        return NT, f
+    (eager_nt, eager_f), (compiled_nt, f) = make(), make()
+    compiled_f = framejit.compile(f, backend=CountingBackend())
+    for step in range(3):
+        if step == 1:
+            eager_nt.a = compiled_nt.a = property(lambda s: 9)
+        if step == 2:
+            eager_nt.a = compiled_nt.a = property(lambda s: s[1] * 10)
+        assert_same(compiled_f(torch.ones(2), compiled_nt(1, 2)), eager_f(torch.ones(2), eager_nt(1, 2)))
+
+
+# ---- hasattr on a tensor, the attribute added to torch.Tensor later (attributes._tensor_python_attr) --------
+
+def _tensor_hasattr(x):
+    return x.rt11_scale() if hasattr(x, "rt11_scale") else x - 1
+
+
+def test_hasattr_on_a_tensor_sees_an_attribute_added_to_the_class():
+    # before: the entry made while torch.Tensor had no `rt11_scale` guarded only the tensor's own __dict__:
+    # after `torch.Tensor.rt11_scale = ...` the compiled function still returned x - 1 (eager: x * 9)
+    compiled = framejit.compile(_tensor_hasattr, backend=CountingBackend())
+    try:
+        for step in range(3):
+            if step == 1:
+                torch.Tensor.rt11_scale = lambda t: t * 9
+            if step == 2:
+                del torch.Tensor.rt11_scale
+            for _ in range(2):
+                _compare(_tensor_hasattr, compiled, torch.ones(2))
+    finally:
+        if hasattr(torch.Tensor, "rt11_scale"):
+            del torch.Tensor.rt11_scale
+
+
+# ---- a method of an exception made while tracing (NOTE [Exceptions made while tracing]) -----------------
+
+def _noted(x):
+    e = ValueError("v")
+    e.add_note(f"n{x.shape[0]}")
+    raise e
+
+
+def test_a_note_added_to_an_exception_made_inside_reaches_the_caller():
+    # before: `e.add_note` was the template's bound method, called at the break: the first call raised with
+    # no notes, the next ones with the notes of all earlier calls piled up
+    compiled = framejit.compile(_noted, backend=CountingBackend())
+    for _ in range(3):
+        with pytest.raises(ValueError) as eager:
+            _noted(torch.ones(2))
+        with pytest.raises(ValueError) as got:
+            compiled(torch.ones(2))
+        assert got.value.__notes__ == eager.value.__notes__ == ["n2"]
+
+
+# ---- calls of owner-less callables are not folded (calls._is_pure) ----------------------------------------
+
+def _seeded(x):
+    np.random.seed(4)
+    return x * 2
+
+
+def test_numpy_seed_inside_runs_on_every_call():
+    # before: np.random.seed (a Cython function, `__self__` missing) counted as a pure method of None: folded
+    # at trace time, so the compiled calls never seeded NumPy's generator
+    compiled = framejit.compile(_seeded, backend=CountingBackend())
+    for _ in range(3):
+        np.random.seed(0)
+        _seeded(torch.ones(1))
+        expected = np.random.rand()
+        np.random.seed(0)
+        compiled(torch.ones(1))
+        assert np.random.rand() == expected
+
+
+# ---- NOTE [Torch state setters] ---------------------------------------------------------------------------
+
+_SETTERS = {
+    "anomaly": (torch.set_anomaly_enabled, True, torch.is_anomaly_enabled, False),
+    "detect_anomaly": (torch.autograd.set_detect_anomaly, True, torch.is_anomaly_enabled, False),
+    "matmul_precision": (torch.set_float32_matmul_precision, "high", torch.get_float32_matmul_precision, "highest"),
+    "warn_always": (torch.set_warn_always, True, torch.is_warn_always_enabled, False),
+    "debug_mode": (torch.set_deterministic_debug_mode, 1, torch.get_deterministic_debug_mode, 0),
+    "autocast_cache": (torch.set_autocast_cache_enabled, False, torch.is_autocast_cache_enabled, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SETTERS))
+def test_torch_state_set_inside_is_set_on_every_call(name):
+    # before: the setter ran once, at trace time (its fake run), and its None result was folded: after the
+    # caller reset the state, the compiled calls left it reset (eager sets it again on every call)
+    setter, value, getter, default = _SETTERS[name]
+
+    def f(x):
+        setter(value)
+        return x * 2
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # anomaly mode warns that it is slow
+            for _ in range(3):
+                setter(default)
+                f(torch.ones(2))
+                expected = getter()
+                setter(default)
+                compiled(torch.ones(2))
+                assert getter() == expected == value
+    finally:
+        setter(default)
+
+
+# ---- NOTE [Imports inside compiled functions]: the builtin __import__ -------------------------------------
+
+def _imports_json(x):
+    import json
+    return x * len(json.dumps([1]))
+
+
+def test_import_inside_calls_a_replaced_builtin_import():
+    # before: IMPORT_NAME was answered from sys.modules whatever `builtins.__import__` was: a replaced
+    # __import__ (an import hook handing out another module) was never called by the compiled function
+    compiled = framejit.compile(_imports_json, backend=CountingBackend())
+    original = builtins.__import__
+    fake_json = types.SimpleNamespace(dumps=lambda v: "12345")
+
+    def hooked(name, *args, **kwargs):
+        return fake_json if name == "json" else original(name, *args, **kwargs)
+    for step in range(3):
+        builtins.__import__ = hooked if step == 1 else original
+        try:
+            expected, actual = _imports_json(torch.ones(2)), compiled(torch.ones(2))
+        finally:
+            builtins.__import__ = original
+        assert_same(actual, expected)
+
+
+# ---- NOTE [Warnings past the hook] ------------------------------------------------------------------------
+
+def _deprecated_helper(x):
+    warnings.warn("helper is deprecated", DeprecationWarning, stacklevel=2)
+    return x * 2
+
+
+def _calls_deprecated(x):
+    y = _deprecated_helper(x)  # the break is here: the helper runs as its own frame, through its hook
+    return y + 1
+
+
+def _warns_its_caller(x):
+    warnings.warn("mind the caller", UserWarning, stacklevel=2)
+    return x + 1
+
+
+def _warns_after_a_break(x):
+    print("a break")
+    warnings.warn("after the break", UserWarning, stacklevel=2)
+    return x + 1
+
+
+def _where(fn, x):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn(x)  # the line a stacklevel=2 warning of fn names
+    return [(w.filename, w.lineno, str(w.message)) for w in caught]
+
+
+@pytest.mark.parametrize("fn", [_calls_deprecated, _warns_its_caller, _warns_after_a_break])
+def test_a_warning_with_a_stacklevel_names_the_users_line(fn, capsys):
+    # before: the frame `stacklevel` levels up was framejit's hook (hook.py, line 88 or 136), not the line of
+    # the user's code that called the function
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    for _ in range(2):
+        expected = _where(fn, torch.ones(1))
+        assert _where(compiled, torch.ones(1)) == expected
+        assert expected[0][0] == __file__
+
+
+def test_a_warning_once_per_location_is_shown_for_each_caller():
+    # before: every compiled call's warning was registered under hook.py's line, so under the "default"
+    # action the second caller's warning (another line of the user's code) was never shown
+    compiled = framejit.compile(_warns_its_caller, backend=CountingBackend())
+    shown = []
+    for fn in (_warns_its_caller, compiled):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            globals().pop("__warningregistry__", None)
+            fn(torch.ones(1))  # caller 1
+            fn(torch.ones(1))  # caller 2
+            fn(torch.ones(1))  # caller 3
+        shown.append([w.lineno for w in caught])
+    assert shown[1] == shown[0] and len(shown[0]) == 3
+
+
+_ABSENT_PROGRAM = '''
+import json, sys, torch, framejit
+if sys.argv[1] == "defined":
+    MAYBE = 5
+
+def f(x):
+    try:
+        return x * MAYBE
+    except NameError:
+        return x - 1
+
+compiled = framejit.compile(f, backend="eager")
+print(json.dumps({"out": compiled(torch.ones(2)).tolist(), "eager": f(torch.ones(2)).tolist(),
+                  "loaded": framejit.stats()["frames_loaded"]}))
+'''
+
+
+def test_a_global_absent_in_the_cold_process_is_defined_in_the_warm_one(tmp_path):
+    # before: the warm process (where MAYBE = 5) loaded the entry traced while MAYBE was undefined: x - 1
+    from tests.helpers import run_cache_program
+    cold = run_cache_program(tmp_path, "absent.py", _ABSENT_PROGRAM, "undefined")
+    warm = run_cache_program(tmp_path, "absent.py", _ABSENT_PROGRAM, "defined")
+    assert cold == {"out": [0.0, 0.0], "eager": [0.0, 0.0], "loaded": 0}
+    assert warm["out"] == warm["eager"] == [5.0, 5.0]
