@@ -33,6 +33,7 @@ each call; framejit's input_versions.py sets counters only forward, to what eage
 """
 from __future__ import annotations
 
+import itertools
 import weakref
 
 import torch
@@ -40,29 +41,46 @@ import torch
 _ORIGINAL = torch._C.TensorBase.data  # the getset descriptor
 _USES: dict[int, int] = {}  # id(watched tensor) -> `.data` uses since it was first watched
 EPOCH = [0]  # bumped on every `.data` use of any tensor and every call of a wrapped function
+_TICKS = itertools.count(1)  # NOTE [Bumped before and after]: each bump stores a value never stored before
 _installed = False
 
 
+# NOTE [Bumped before and after]: EPOCH moves before each counted change and again after it. A reader
+# that records EPOCH before checking what it trusts (NOTE [Facts remembered with what was read before
+# them] in guards/codegen.py) then never records, from another thread, an epoch that a change in
+# progress has already reached: with one bump before the change only, a guard could read the bumped
+# epoch, check the tensor's old facts and remember them with that epoch while the change was still to
+# come. Each bump stores the next value of one counter (`next` is atomic), not `EPOCH[0] + 1`: two
+# threads bumping at once could otherwise store a value a reader had already recorded, after a change.
 def _get_data(self):
-    EPOCH[0] += 1
+    EPOCH[0] = next(_TICKS)
     key = id(self)
     if key in _USES:
         _USES[key] += 1
-    return _ORIGINAL.__get__(self, type(self))
+    try:
+        return _ORIGINAL.__get__(self, type(self))
+    finally:
+        EPOCH[0] = next(_TICKS)
 
 
 def _set_data(self, value):
-    EPOCH[0] += 1
+    EPOCH[0] = next(_TICKS)
     key = id(self)
     if key in _USES:
         _USES[key] += 1
-    _ORIGINAL.__set__(self, value)
+    try:
+        _ORIGINAL.__set__(self, value)
+    finally:
+        EPOCH[0] = next(_TICKS)
 
 
 def _bumping(original):
     def wrapper(*args, **kwargs):
-        EPOCH[0] += 1
-        return original(*args, **kwargs)
+        EPOCH[0] = next(_TICKS)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            EPOCH[0] = next(_TICKS)  # NOTE [Bumped before and after]
     wrapper.__name__ = original.__name__
     wrapper.__qualname__ = getattr(original, "__qualname__", original.__name__)
     wrapper.__doc__ = original.__doc__

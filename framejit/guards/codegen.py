@@ -299,6 +299,7 @@ def compile_guards(
         tensor_watch.install()
         ns["___data_epoch"] = tensor_watch.EPOCH
         ns["___remember_tensor"] = _remember_tensor
+        ns["___version_or_none"] = _version_or_none
         ns["___first3"] = slice(0, 3)
         ns.update({memo: list(_EMPTY_MEMO) for memo in memos})
     filename = f"<framejit guard {_counter[0]}>"
@@ -319,6 +320,8 @@ def _guard_source(ordered: list[Guard], params: str, name: str) -> str:
     fn_name = f"___{name}_{_counter[0]}"
     lines = [f"def {fn_name}({params}):"]
     remembered = _remembered_tensor_checks(ordered)
+    if remembered:  # NOTE [Facts remembered with what was read before them]
+        lines.append(f"    {EPOCH_LOCAL} = ___data_epoch[0]")
     shared, rewrite = _common_subexpressions([remembered.get(g.expr, g.expr) for g in ordered])
     definitions = dict(shared)
     defined: set[str] = set()
@@ -397,26 +400,41 @@ def _link_base(node: ast.AST) -> ast.AST | None:
 # `_unsafe_set_version_counter`. requires_grad (`requires_grad_`, `detach_`) and the type (`__class__`
 # assignment) change without any of these, so they stay checked on every call. So the guard of such a
 # tensor (one reached through a module's `_parameters` or `_buffers`) is
-#   TYPE and REQUIRES_GRAD and (memo[0] is T and memo[1] == EPOCH and T._version == memo[2]
-#                               or THE OTHER FACTS and (memo[4] is T or AGAIN or ___remember_tensor(memo, T, MODULE)))
-# AGAIN remembers without a Python call when the module is the one remembered (memo[3] is its id) and T
-# is not an inference tensor: a training loop bumps every version on every step, and the call cost
-# about 3 us per parameter there (4-layer MLP guard, loaded: 61 -> 84 us with the call; see the report).
+#   TYPE and REQUIRES_GRAD and (
+#       (HELD := memo[0]) is T and (VERSION := T._version) == memo[2] and memo[1] == ___epoch
+#       or (HELD is T or (INFERENCE := memo[4]) is T or (VERSION := ___version_or_none(T)) is VERSION)
+#          and THE OTHER FACTS
+#          and (HELD is T and memo.__setitem__(___first3, (T, ___epoch, VERSION)) is None
+#               or HELD is not T and INFERENCE is T or ___remember_tensor(memo, T, MODULE, ___epoch, VERSION)))
 # where the memo (one per tensor per guard function, made empty by compile_guards for every `___memoN`
 # name of the source, so kept sources restore it) holds the last object that passed every fact and the
-# epoch and version it had then. Each read appears once, so no shared subexpression reads the tensor
+# epoch and version it had then; HELD, VERSION and INFERENCE are locals of the guard function (`___heldN`,
+# `___versionN`, `___inferenceN`) and `___epoch` is EPOCH read in the function's first line.
+# NOTE [Facts remembered with what was read before them]: the epoch and the version a memo records are
+# always values read BEFORE the facts were checked (the epoch at the guard's start, the version in the
+# first line of the check or before THE OTHER FACTS), never after. Another thread that changes the tensor
+# while this guard runs then leaves a memo whose version or epoch is older than the tensor's, so the next
+# call checks in full again; reading them after the facts (as before) could record the new version with
+# the old facts, and every later call would have trusted facts that no longer hold. tensor_watch bumps
+# EPOCH after each change it counts too (not only before), for the same reason. A version mismatch
+# (a training loop bumps every version at every step) costs the old full check plus two identity tests,
+# a version read and one list store (no Python call): the version was read by the failed fast test.
+# Each memo read appears once, and T's `_version` once, so no shared subexpression reads the tensor
 # before its type is checked (NOTE [Guards run no user code]). The memo holds the tensor itself, not a
 # weak reference: `torch.utils.swap_tensors` (and so `module.to()` under swap-on-conversion) refuses a
 # tensor with weak references, and an id could be reused by a new tensor after the old one died. So that
 # it keeps no weight alive longer than the module holding it, `___remember_tensor` forgets it when that
-# module (the chain before `._parameters[`) dies (a finalizer on the module). Inference tensors (no
+# module (the chain before `._parameters[`) dies (a finalizer on the module); the store without a call
+# only refreshes the epoch and version of the tensor the memo already holds. Inference tensors (no
 # version counter) are never remembered: the memo keeps the last one (memo[4]) so that it is checked in
-# full without the call. The facts as a list (`parts`) are
-# unchanged: failures, `first_failure` and the reference evaluator read them. A tensor that is not the
-# same object on each call (an argument) keeps the plain check: remembering it would fail every time.
-# Measured (tests/guards/test_guard_cost2.py counts; /tmp timing in the issue 17 report): a remembered
-# tensor costs 4 reads and no method call instead of 8 reads and 3 method calls.
+# full without a call.
+# The facts as a list (`parts`) are unchanged: failures, `first_failure` and the reference evaluator read
+# them. A tensor that is not the same object on each call (an argument) keeps the plain check:
+# remembering it would fail every time. Measured (tests/guards/test_guard_cost2.py counts; /tmp timing in
+# the issue 17 report): a remembered tensor costs 4 reads and no method call instead of 8 reads and 3
+# method calls.
 _REMEMBERED = ("._parameters[", "._buffers[")
+EPOCH_LOCAL = "___epoch"  # NOTE [Facts remembered with what was read before them]
 
 
 def _remembered_tensor_checks(ordered: Sequence[Guard]) -> dict[str, str]:
@@ -431,19 +449,22 @@ def _remembered_tensor_checks(ordered: Sequence[Guard]) -> dict[str, str]:
         grads = [p.expr for p in parts if p.kind == "TENSOR_REQUIRES_GRAD"]
         if match is None or len(grads) != 1 or not any(k in match.group(1) for k in _REMEMBERED):
             continue
-        t, memo = match.group(1), f"___memo{len(out)}"
-        owner = max(t.rfind(k) for k in _REMEMBERED)
+        k = len(out)
+        t, memo = match.group(1), f"___memo{k}"
+        held, version, inference, epoch = f"___held{k}", f"___version{k}", f"___inference{k}", EPOCH_LOCAL
+        owner = max(t.rfind(key) for key in _REMEMBERED)
+        module = t[:owner]
         rest = " and ".join(f"({p.expr})" if " or " in p.expr else p.expr for p in parts[1:]
                             if p.kind != "TENSOR_REQUIRES_GRAD")
-        fast = f"{memo}[0] is {t} and {memo}[1] == ___data_epoch[0] and {t}._version == {memo}[2]"
-        module = t[:owner]
-        # `___raw_attr(T, '_version')`, not `T._version` again: a chain written twice becomes a shared
-        # local computed before the line (NOTE [Guard subexpressions]), before T's type is checked, and
-        # `_version` raises for inference tensors
-        again = (f"{memo}[3] == ___id({module}) and {t}.is_inference() is False and "
-                 f"{memo}.__setitem__(___first3, ({t}, ___data_epoch[0], ___raw_attr({t}, '_version'))) is None")
-        remember = f"({memo}[4] is {t} or {again} or ___remember_tensor({memo}, {t}, {module}, ___data_epoch[0]))"
-        out[g.expr] = f"{parts[0].expr} and {grads[0]} and ({fast} or {rest} and {remember})"
+        fast = f"({held} := {memo}[0]) is {t} and ({version} := {t}._version) == {memo}[2] and {memo}[1] == {epoch}"
+        # before THE OTHER FACTS: VERSION is bound (read by `fast`, or here) unless T is the inference
+        # tensor remembered in memo[4]
+        before = f"({held} is {t} or ({inference} := {memo}[4]) is {t} or " \
+                 f"({version} := ___version_or_none({t})) is {version})"
+        again = f"{held} is {t} and {memo}.__setitem__(___first3, ({t}, {epoch}, {version})) is None"
+        remember = f"({again} or {held} is not {t} and {inference} is {t} or " \
+                   f"___remember_tensor({memo}, {t}, {module}, {epoch}, {version}))"
+        out[g.expr] = f"{parts[0].expr} and {grads[0]} and ({fast} or {before} and {rest} and {remember})"
     return out
 
 
@@ -456,9 +477,15 @@ def _forget(memo: list) -> None:
 _EMPTY_MEMO = (None, -1, -1, None, None, None)
 
 
-def _remember_tensor(memo: list, tensor: Any, owner: Any, epoch: int) -> bool:
+def _version_or_none(tensor: Any) -> int | None:
+    """The version counter of a tensor whose type was checked; None for an inference tensor (it has none)."""
+    return None if tensor.is_inference() else tensor._version
+
+
+def _remember_tensor(memo: list, tensor: Any, owner: Any, epoch: int, version: int | None) -> bool:
     """NOTE [Remembered tensor facts]: `tensor`, held by the module `owner`, passed every fact; remember
-    it until `owner` dies. Always True."""
+    it until `owner` dies, with the epoch and version read before its facts were checked (NOTE [Facts
+    remembered with what was read before them]; None: an inference tensor). Always True."""
     if memo[3] != id(owner):  # (a dead owner's id is never here: its finalizer ran _forget)
         if memo[5] is not None:
             memo[5].detach()
@@ -468,10 +495,10 @@ def _remember_tensor(memo: list, tensor: Any, owner: Any, epoch: int) -> bool:
             _forget(memo)
             return True
         memo[:] = (None, -1, -1, id(owner), None, finalizer)
-    if tensor.is_inference():  # no version counter
+    if version is None:  # no version counter
         memo[0], memo[4] = None, tensor
     else:
-        memo[:3] = (tensor, epoch, tensor._version)  # the epoch read when the guard started checking
+        memo[:3] = (tensor, epoch, version)
     return True
 
 

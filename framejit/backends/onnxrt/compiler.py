@@ -24,7 +24,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from ... import logs
+from ... import logs, tensor_watch
 from .. import aliasing, joint, state, symbolic
 from ..layout import output_layouts, restore as restore_layouts
 from . import lowering, partition, runtime, semantics, translate
@@ -173,6 +173,64 @@ def _signature(inputs) -> tuple:
         else:
             sig.append((type(value), id(value)))
     return tuple(sig)
+
+
+# NOTE [Weights in the signature]
+# A static program is chosen by `_signature` of all the call's inputs, and most of them are weights: the
+# zoo's mlp passes 10 parameters and 1 activation, and reading dtype, sizes, strides and device of each
+# (then hashing and comparing the tuple) took about 15 us of its ~100 us call outside ORT (issue 17). The
+# weights are the same objects call after call, and an object keeps its metadata until something changes
+# it in place, which bumps its version counter or tensor_watch.EPOCH (NOTE [Remembered tensor facts] in
+# guards/codegen.py lists what does which; `requires_grad` is not part of the signature). So the compiled
+# graph remembers, in a `_WeightMemo` made by the last call that read the full signature, the weight
+# positions' tensors (held, so that their ids cannot be reused), their versions and the epoch (read
+# before the signature: NOTE [Bumped before and after] in tensor_watch.py); while the same objects are
+# passed at the same versions and the epoch has not moved, their part of the signature is what it was,
+# and the program is found from the signature of the other inputs alone (`table`). Anything else (another
+# object, a moved version or epoch, an inference tensor, which has no version) reads the full signature
+# as before and remembers afresh. Weight positions: parameters, and tensors whose capture source is a
+# module attribute (`_weight_positions`' test); the frontend's guard checks the same facts of the same
+# tensors before the call, but the backend does not rely on a caller it does not know (it is also called
+# directly, and by torch.compile): it proves them itself, by identity, version and epoch. Graphs that read
+# storage offsets (NOTE [Storage offsets read by the graph]) are not remembered.
+class _WeightMemo:
+    __slots__ = ("held", "weights", "ids", "versions", "epoch", "others", "table")
+
+    def __init__(self, positions: list[int], inputs, epoch: int) -> None:
+        self.held = _picker(positions)
+        self.weights = self.held(inputs)  # keeps the ids below from being reused
+        self.ids = list(map(id, self.weights))
+        self.versions = list(map(_VERSION, self.weights))
+        self.epoch = epoch
+        self.others = _picker([k for k in range(len(inputs)) if k not in set(positions)])
+        self.table: dict = {}  # signature of the other inputs -> (full signature, program)
+
+    def current(self, inputs) -> bool:
+        """The weight positions hold the remembered tensors, unchanged (NOTE [Weights in the signature])."""
+        held = self.held(inputs)
+        return tensor_watch.EPOCH[0] == self.epoch and list(map(id, held)) == self.ids and \
+            list(map(_VERSION, held)) == self.versions
+
+
+def _picker(positions: list[int]):
+    """A function of a sequence that returns its items at `positions`, as a tuple."""
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    if positions:
+        return lambda values, k=positions[0]: (values[k],)
+    return lambda values: ()
+
+
+_VERSION = operator.attrgetter("_version")
+
+
+def _memo_positions(inputs, sources: list) -> list[int]:
+    """Input positions whose tensors a `_WeightMemo` remembers: weights (parameters, module attributes)
+    that have a version counter."""
+    return [k for k, value in enumerate(inputs)
+            if isinstance(value, torch.Tensor) and not value.is_inference() and (
+                isinstance(value, torch.nn.Parameter) or (k < len(sources) and isinstance(sources[k], str)
+                                                          and _ATTRIBUTE_SOURCE.match(sources[k])))]
 
 
 # NOTE [Symbolic programs by exact signature]
@@ -369,6 +427,8 @@ class OnnxrtCompiled:
         self._run_eagerly = _eager_reason(gm)
         self._reads_offsets = symbolic.reads_storage_offset(gm)  # NOTE [Storage offsets read by the graph]
         self._out_layouts = output_layouts(gm)  # NOTE [Output strides follow eager] (backends/layout.py)
+        self._weight_memo: _WeightMemo | None = None  # NOTE [Weights in the signature]
+        self._sources = [n.meta.get("source") for n in gm.graph.nodes if n.op == "placeholder"]
         if self._run_eagerly:
             logs.log("eager_fallback", "onnxrt: the graph runs eagerly: %s", self._run_eagerly)
         if example_inputs is not None and _is_concrete(example_inputs) and not self._run_eagerly:
@@ -405,11 +465,18 @@ class OnnxrtCompiled:
                 program = self._choose_dynamic(inputs, key)
                 if program is not None:
                     return self._run_dynamic(program, inputs)
-        sig = self._signature(inputs)
-        try:
-            program = self.programs[sig]
-        except KeyError:
-            program = self.programs[sig] = self._build(list(inputs))
+        memo = self._weight_memo  # NOTE [Weights in the signature]
+        if memo is not None and memo.current(inputs):
+            others = _signature(memo.others(inputs))
+            found = memo.table.get(others)
+            if found is None:
+                found = memo.table[others] = self._program_for(self._signature(inputs), inputs)
+        else:
+            found = self._program_for(self._remember_weights(inputs), inputs)
+            memo = self._weight_memo
+            if memo is not None:  # the other inputs' signature is their part of the full one
+                memo.table[memo.others(found[0])] = found
+        sig, program = found
         if program is None:
             return self.gm.forward(*inputs)
         try:
@@ -418,7 +485,28 @@ class OnnxrtCompiled:
             logs.log("eager_fallback", "onnxrt: a run failed (%s: %s); this signature now runs eagerly",
                      type(exc).__name__, exc)
             self.programs[sig] = None
+            self._weight_memo = None  # its table may hold the program
             return self.gm.forward(*inputs)
+
+    def _program_for(self, sig: tuple, inputs) -> tuple:
+        """(sig, the program for the signature `sig` of `inputs`, built if there is none; None: eager)."""
+        try:
+            return sig, self.programs[sig]
+        except KeyError:
+            program = self.programs[sig] = self._build(list(inputs))
+            return sig, program
+
+    def _remember_weights(self, inputs) -> tuple:
+        """The full signature of `inputs`; remembers their weights (NOTE [Weights in the signature])."""
+        epoch = tensor_watch.EPOCH[0]  # before the metadata it vouches for
+        sig = self._signature(inputs)
+        positions = [] if self._reads_offsets else _memo_positions(inputs, self._sources)
+        memo = None
+        if positions:
+            tensor_watch.install()  # `.data` writes are counted from now on
+            memo = _WeightMemo(positions, inputs, epoch)
+        self._weight_memo = memo
+        return sig
 
     def _choose_dynamic(self, inputs, key: tuple) -> Program | None:
         """The symbolic program for a call whose exact signature chose none yet, or None (remembered as

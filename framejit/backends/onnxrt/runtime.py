@@ -210,14 +210,22 @@ def _frozen_check(frozen: list) -> tuple:
             [p for _, _, _, _, p in frozen])
 
 
-def _feed_frozen(frozen: dict, so) -> None:
+# NOTE [Initializers outlive their session]: ORT does not copy external initializers (nor keep a reference
+# to them): the session reads the OrtValues' memory for as long as it lives. A frozen weight that is not
+# contiguous (transposed in place: `linear.weight.t_()` under no_grad) is handed over as a contiguous copy,
+# which nothing else held: it was freed when `_feed_frozen` returned, and the session computed with freed
+# memory (outputs of 1e25 after `m.weight.t_()`, issue 17). The session keeps the OrtValues (and through
+# their arrays the copies) as an attribute.
+def _feed_frozen(frozen: dict, so) -> list:
     """Hand the frozen weights to the session options as OrtValues over the tensors' memory, leaving their
-    storages resizable (NOTE [Arrays over tensors leave storages resizable])."""
+    storages resizable (NOTE [Arrays over tensors leave storages resizable]); returns the OrtValues, which
+    must live as long as the session (NOTE [Initializers outlive their session])."""
     import onnxruntime as ort
 
     names = list(frozen)
     values = [ort.OrtValue.ortvalue_from_numpy(array_over(frozen[n].detach().contiguous())) for n in names]
     so.add_external_initializers(names, values)
+    return values
 
 
 def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: torch.fx.GraphModule | None = None,
@@ -231,11 +239,13 @@ def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: to
         raise RuntimeError(f"no ONNX Runtime execution provider for device {device}")
     so = session_options(opts)
     try:
-        model = data
+        model, initializers = data, None
         if frozen:
             model = frozen_model
-            _feed_frozen(frozen, so)
-        return ort.InferenceSession(model, so, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS)
+            initializers = _feed_frozen(frozen, so)
+        session = ort.InferenceSession(model, so, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS)
+        session._framejit_initializers = initializers  # NOTE [Initializers outlive their session]
+        return session
     except Exception as exc:  # ORT raises its own exception types (Fail, NotImplemented, ...)
         names = set(_NODE_NAME.findall(str(exc)))
         fx_names = [n.name for n in sub.graph.nodes if n.name in names] if sub is not None else []
@@ -316,12 +326,13 @@ class OrtPart(torch.nn.Module):
         return part
 
     def _make_session(self, args, sub: torch.fx.GraphModule | None = None) -> None:
+        epoch = watch.EPOCH[0]  # read before what it vouches for (NOTE [Bumped before and after] in tensor_watch.py)
         self._frozen = [(i, args[i], args[i]._version, watch.watch(args[i]), args[i].data_ptr())
                         for i in self.frozen_positions]
         self._copies = [(i, args[i].clone()) for i in self.compared_positions if i in self.frozen_positions]
         self._frozen_check = _frozen_check(self._frozen)
         self._vector_run = None  # the session and the fed names change (NOTE [Zero-copy I/O])
-        self._epoch = watch.EPOCH[0]
+        self._epoch = epoch
         frozen = {self.input_names[i]: t for i, t, _, _, _ in self._frozen}
         self.session = make_session(self.model, self.opts, self.device, sub, frozen,
                                     self.frozen_bytes() if frozen else None)
@@ -347,10 +358,11 @@ class OrtPart(torch.nn.Module):
             return False
         if any(not torch.equal(args[position], copy) for position, copy in self._copies):
             return False  # NOTE [Statistics written without a bump] in compiler.py
-        if watch.EPOCH[0] != self._epoch:  # some watched tensor's `.data` was used: one of ours?
+        epoch = watch.EPOCH[0]  # read once, before the uses it vouches for (NOTE [Bumped before and after])
+        if epoch != self._epoch:  # some watched tensor's `.data` was used: one of ours?
             if any(watch.uses(tensor) != count for _, tensor, _, count, _ in self._frozen):
                 return False
-            self._epoch = watch.EPOCH[0]
+            self._epoch = epoch
         return True
 
     def _check_frozen(self, args) -> None:
