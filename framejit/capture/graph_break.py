@@ -628,11 +628,24 @@ def _plain(fn: UserFunctionValue) -> bool:
 
 
 def _names_its_caller(fn: Any) -> bool:
-    """logging's calls record their caller's file, line and function (Logger.findCaller): called through a
-    frame hook, the record would name framejit's hook. They run directly (NOTE [The break's line])."""
+    """logging's calls record their caller's file, line and function (Logger.findCaller), and functions that
+    read frames name their caller's: called through a frame hook, they would name framejit's hook. They run
+    directly (NOTE [The break's line], [Callees that read their caller's frame])."""
     import logging
     code = getattr(fn, "__code__", None)
-    return code is not None and code.co_filename == logging.__file__
+    return code is not None and (code.co_filename == logging.__file__ or _reads_frames(code))
+
+
+# NOTE [Callees that read their caller's frame]: `sys._getframe(1)` / `inspect.currentframe().f_back` in a
+# callee at a break names the frame that called it; through a frame hook that is framejit's hook.py frame
+# (its locals are `args`/`kwargs`, its name `__call__`), where eager gives the user's frame. A callee whose
+# code reads frames is therefore called directly from the transformed function (which stands for the user's
+# frame, with its locals live at the break, NOTE [The break's line]); it is not captured.
+_FRAME_READERS = frozenset({"_getframe", "currentframe", "stack", "getouterframes", "f_back"})
+
+
+def _reads_frames(code: types.CodeType) -> bool:
+    return not _FRAME_READERS.isdisjoint(code.co_names)
 
 
 def _closure_from_outside(fn: UserFunctionValue) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import builtins
 import collections
+import inspect
+import sys
 import types
 import warnings
 
@@ -284,3 +286,32 @@ def test_a_global_absent_in_the_cold_process_is_defined_in_the_warm_one(tmp_path
     warm = run_cache_program(tmp_path, "absent.py", _ABSENT_PROGRAM, "defined")
     assert cold == {"out": [0.0, 0.0], "eager": [0.0, 0.0], "loaded": 0}
     assert warm["out"] == warm["eager"] == [5.0, 5.0]
+
+
+# ---- NOTE [Callees that read their caller's frame] --------------------------------------------------------
+
+def _scale_of_caller():
+    return sys._getframe(1).f_locals.get("scale", 1)
+
+
+def _uses_callers_scale(x, scale):
+    return x * _scale_of_caller()
+
+
+def _name_and_line_of_caller():
+    caller = inspect.currentframe().f_back
+    return caller.f_code.co_name, caller.f_lineno - caller.f_code.co_firstlineno
+
+
+def _reports_itself(x):
+    y = x + 1
+    return y, _name_and_line_of_caller()
+
+
+def test_a_callee_that_reads_its_callers_frame_sees_the_users_frame():
+    # before: the callee at the break was called through its frame hook, so its caller's frame was hook.py's
+    # `__call__` (locals args/kwargs, no `scale`): x * 1 where eager gives x * scale, ('__call__', ...) for the name
+    for fn, args in ((_uses_callers_scale, (2,)), (_uses_callers_scale, (3,)), (_reports_itself, ())):
+        compiled = framejit.compile(fn, backend=CountingBackend())
+        for _ in range(2):
+            _compare(fn, compiled, torch.ones(1), *args)
