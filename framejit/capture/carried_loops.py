@@ -276,6 +276,38 @@ def opaque_sequence(out, obj: list | tuple, source: Source) -> OpaqueSequenceVal
     return OpaqueSequenceValue(obj, source)
 
 
+class OpaqueMethodValue(Value):
+    """`seq.name` of an OpaqueSequenceValue, for a method of its exact type (list or tuple, guarded), loaded
+    for a call (NOTE [Methods of sequences of changing length]): reloaded from its source where the call
+    breaks; any read of it is a graph break."""
+
+    def __init__(self, obj: Any, source: Source) -> None:
+        self.obj = obj
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.obj)
+
+    def describe(self) -> str:
+        return f"method {self.source.describe()} of a sequence of changing length"
+
+
+# NOTE [Methods of sequences of changing length]: `outs.append(y)` after the loop that built an opaque `outs`
+# broke at LOAD_METHOD, so the bound method reached the next resume function as a stack argument, guarded
+# by identity: a new object on every call, so that function recompiled on every call until the recompile
+# limit ran it eagerly. A method load of a list or tuple method on an opaque sequence now pushes an
+# OpaqueMethodValue instead (the type is guarded exactly, so the method is the type's own), and the break
+# comes at the CALL that reads it: the whole call runs in Python (the bound method reloaded from the
+# resume function's argument, the object eager's LOAD_METHOD bound), and only its result goes on.
+def opaque_method(value: Value, name: str) -> OpaqueMethodValue | None:
+    """The method `name` of an opaque sequence, or None when it is not a plain method of its type."""
+    if type(value) is not OpaqueSequenceValue or not isinstance(type(value.obj).__dict__.get(name),
+                                                                 types.MethodDescriptorType):
+        return None
+    from .sources import AttrSource
+    return OpaqueMethodValue(getattr(value.obj, name), AttrSource(value.source, name))
+
+
 # instructions that only move values: an opaque sequence on the stack may pass through them
 _MOVERS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_FAST_LOAD_FAST", "LOAD_CONST",
                      "LOAD_GLOBAL", "LOAD_DEREF", "LOAD_CLOSURE", "STORE_FAST", "STORE_FAST_STORE_FAST",
@@ -303,8 +335,9 @@ def check_opaque_operands(tx, inst) -> None:
     carried across breaks]): one that reads a stack slot holding one (any slot, for an instruction not
     listed in _READS), except plain loads and stores. The protocol functions would otherwise answer for it
     as for an unknown object (truth True, not iterable)."""
-    if inst.name in _MOVERS:
-        return
+    if inst.name in _MOVERS or (inst.name == "LOAD_METHOD" and tx.stack
+                                and opaque_method(tx.stack[-1], inst.arg) is not None):
+        return  # a method of an opaque sequence: the load is kept, its call breaks
     reads = _READS.get(inst.name)
     try:
         n = reads(inst.arg) if reads is not None else len(tx.stack)
@@ -312,7 +345,7 @@ def check_opaque_operands(tx, inst) -> None:
         n = len(tx.stack)
     window = tx.stack[len(tx.stack) - n:] if n > 0 else ()
     for v in window:
-        if type(v) is OpaqueSequenceValue:
+        if type(v) is OpaqueSequenceValue or type(v) is OpaqueMethodValue:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a list or tuple whose length "
                               "changes between calls: it runs as Python")
         if type(v) is OpaqueStringValue:  # NOTE [Strings carried across breaks]: `if name:` was True for ''
@@ -344,5 +377,5 @@ def loop_done(item: Any) -> bool:
     return item is _DONE
 
 
-__all__ = ["CarriedIteratorValue", "OpaqueSequenceValue", "OpaqueStringValue", "changed_lengths", "check_opaque_operands", "opaque_sequence", "carried_argument", "opaque_iterator", "changed_strings", "dynamic_loops", "inherit_steps", "loop_done", "loop_iterator", "loop_next",
+__all__ = ["CarriedIteratorValue", "OpaqueMethodValue", "OpaqueSequenceValue", "OpaqueStringValue", "changed_lengths", "check_opaque_operands", "opaque_sequence", "carried_argument", "opaque_iterator", "changed_strings", "dynamic_loops", "inherit_steps", "loop_done", "loop_iterator", "loop_next", "opaque_method",
            "opaque_string", "loop_marker", "position_source", "step_value"]

@@ -139,3 +139,30 @@ def test_a_loop_over_a_list_of_changing_length_stops_recompiling(dynamic):
     # its list's length: one entry per length until the recompile limit ran it eagerly
     assert _eager_frames() == eager_before
     assert sum(traced[-5:]) == 0, traced
+
+
+def append_after_the_loop(x):
+    outs = []
+    for i in range(x.size(0)):
+        outs.append(x[i] * 2)
+    outs.append(x.sum(0))  # a method of the opaque list: the call runs in Python, not the method load
+    last = outs.pop()
+    outs.insert(0, last * 3)
+    return torch.stack(outs), len(outs)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_method_call_on_a_list_of_changing_length_stops_recompiling(dynamic):
+    compiled = framejit.compile(append_after_the_loop, backend=CountingBackend(), dynamic=dynamic)
+    eager_before = _eager_frames()
+    traced = []
+    for i, n in enumerate([3, 5, 7, 4, 9, 6, 11, 8, 10, 12, 2, 13, 14, 15]):
+        torch.manual_seed(i)
+        x = torch.randn(n, 3)
+        before = framejit.stats()["frames_traced"]
+        assert_same(compiled(x), append_after_the_loop(x))
+        traced.append(framejit.stats()["frames_traced"] - before)
+    # before: the bound method `outs.append` reached the next resume function guarded by identity (a new
+    # object each call): a trace per call until the recompile limit ran it eagerly
+    assert _eager_frames() == eager_before
+    assert sum(traced[-5:]) == 0, traced

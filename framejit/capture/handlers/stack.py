@@ -1,7 +1,7 @@
 """Stack, locals, globals, cells, constants, attributes and return."""
 from __future__ import annotations
 
-from ..carried_loops import carried_argument
+from ..carried_loops import carried_argument, opaque_method
 from ..emit import NULL_AFTER_CALLABLE
 from ..values import NULL, CellValue, TensorValue
 from ..values.builder import wrap_unguarded
@@ -126,7 +126,8 @@ def load_attr(tx, inst):
 def load_method(tx, inst):
     # Canonical form: the bound callable with a NULL; CALL treats it like any callable.
     obj = tx.pop()
-    push_with_null(tx, tx.getattr(obj, inst.arg))
+    method = opaque_method(obj, inst.arg)  # NOTE [Methods of sequences of changing length]
+    push_with_null(tx, method if method is not None else tx.getattr(obj, inst.arg))
 
 
 @op("STORE_ATTR")
