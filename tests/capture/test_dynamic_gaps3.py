@@ -9,6 +9,11 @@ with the number of compilations asserted.
   new function object with new cells on every call: each call traced it anew (NOTE [Comprehensions made per
   call] in hook.py). Now objects with the same cells share a hook, and a code seen with other cells runs as
   plain Python from then on, so calls of the same shapes trace nothing.
+- A list built over a symbolic size and opaque after one recompile (NOTE [Sequences of changing length
+  carried across breaks]): a `for` over it (its GET_ITER run in Python) is a carried loop whose steps run as
+  Python, and a method call on it (`outs.append(y)`) breaks at the call (NOTE [Methods of sequences of
+  changing length]). Before, both compiled once per length until the recompile limit ran them eagerly
+  (stock torch.compile: 8 graphs, then eager).
 """
 from __future__ import annotations
 
