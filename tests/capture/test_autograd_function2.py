@@ -18,7 +18,6 @@ import framejit
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # triton kernels run on CPU tensors (as tests/backends)
 
-BACKENDS = ["eager", "onnxrt", "triton"]
 SCALE = [2.0]
 
 
@@ -205,7 +204,7 @@ def _steps(x, y):
     return Scale2.apply(x * 2, 3) + STE.apply(y * 1.5)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["eager", "triton"])  # onnxrt: the next tests
 def test_the_custom_backward_runs_in_one_graph(backend):
     def fn(x, y):
         return _steps(x, y).sum()
