@@ -198,12 +198,18 @@ class Translator:
             try:
                 contents = cell.cell.cell_contents
             except ValueError:
-                raise UserException(NameError(f"free variable '{name}' referenced before assignment")) from None
+                # an empty cell from outside may be filled before the next call (`k = 3` in the enclosing
+                # function): that is not guarded, so the load runs in Python (red team 11)
+                raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"free variable {name!r} is not bound yet") from None
             if cell.source is not None:
                 return wrap(self.output, contents, AttrSource(cell.source, "cell_contents"))
             return wrap(self.output, contents, ClosureSource(Ref(cell.cell, name), name))
-        if cell.contents is None:
-            raise UserException(NameError(f"free variable '{name}' referenced before assignment"))
+        if cell.contents is None:  # CPython's messages (format_exc_unbound): the frame's own cell, or a free one
+            if name in self.code.co_cellvars:
+                raise UserException(UnboundLocalError(
+                    f"cannot access local variable '{name}' where it is not associated with a value"))
+            raise UserException(NameError(
+                f"cannot access free variable '{name}' where it is not associated with a value in enclosing scope"))
         if isinstance(cell.contents, LazyArg):
             cell.contents = wrap(self.output, cell.contents.obj, LocalSource(cell.contents.name))
         return cell.contents

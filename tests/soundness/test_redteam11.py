@@ -315,3 +315,52 @@ def test_a_callee_that_reads_its_callers_frame_sees_the_users_frame():
         compiled = framejit.compile(fn, backend=CountingBackend())
         for _ in range(2):
             _compare(fn, compiled, torch.ones(1), *args)
+
+
+# ---- unbound cells (translator.load_cell) ------------------------------------------------------------------
+
+def _reads_a_later_cell(x):
+    def inner():
+        return a
+    try:
+        r = inner()
+    except NameError as e:
+        r = str(e)
+    a = 1
+    return x + a, r, inner()
+
+
+def _reads_its_own_cell_early(x):
+    try:
+        r = a
+    except UnboundLocalError as e:
+        r = str(e)
+    a = 2
+
+    def keep():
+        return a
+    return x * keep(), r
+
+
+def test_an_unbound_cell_raises_as_eager_and_is_read_again_later():
+    # before: an empty cell from outside raised NameError("free variable 'k' referenced before assignment")
+    # (Python 3.10's words), and that entry was kept after the enclosing function bound `k`; the frame's own
+    # empty cells raised NameError where CPython raises UnboundLocalError
+    def outer(compile_it):
+        def f(x):
+            try:
+                return x * k
+            except NameError as e:
+                return str(e)
+        g = framejit.compile(f, backend=CountingBackend()) if compile_it else f
+        results = [g(torch.ones(1))]
+        k = 3
+        results.append(g(torch.ones(1)))
+        del k
+        results.append(g(torch.ones(1)))
+        return results
+    assert_same(outer(True), outer(False))
+    for fn in (_reads_a_later_cell, _reads_its_own_cell_early):
+        compiled = framejit.compile(fn, backend=CountingBackend())
+        for _ in range(2):
+            _compare(fn, compiled, torch.ones(1))
