@@ -15,7 +15,7 @@ constants; ctx attributes other than constants, tensors, symbolic ints and tuple
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import Function, _SingleLevelFunction
+from torch.autograd.function import BackwardCFunction, Function, _SingleLevelFunction
 
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
@@ -25,6 +25,7 @@ from .modules import graph_break
 from .values import ConstantValue, NewObjectValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue
 
 _CTX_STATE = ("saved_tensors", "needs_input_grad", "fj_non_differentiable", "fj_materialize_grads")
+_RESERVED = frozenset(dir(BackwardCFunction))  # the real ctx's own attributes (materialize_grads, to_save, ...)
 
 
 class GradCtx:
@@ -126,6 +127,10 @@ def call_with_grad(tx, cls: type, args: list, kwargs: dict):
     _switch(out, False, "fj_function_switch")
     try:
         result = _forward(tx, forward, setup, ctx, args)
+    except UserException as e:  # a ctx attribute the stand-in lacks: eager's ctx may have it
+        if isinstance(e.exc, AttributeError) and "GradCtx" in str(e.exc):
+            raise _break(cls, f"its forward reads a ctx attribute the trace does not model ({e.exc})") from None
+        raise
     finally:
         _switch(out, True, "fj_function_switch")
     if effects.changed():
@@ -198,6 +203,9 @@ def _plan(cls: type, args: list, result, ctx: NewObjectValue):
         if value.is_constant():
             return ("const", value.as_constant())
         raise _break(cls, f"a ctx attribute holding {value.describe()}")
+    for name in ctx.attrs:
+        if name not in _CTX_STATE and name in _RESERVED:
+            raise _break(cls, f"a store to ctx.{name}, which autograd reads")
     attrs = tuple((name, attr_spec(v)) for name, v in ctx.attrs.items() if name not in _CTX_STATE)
     non_differentiable = []
     for value in ctx.attrs["fj_non_differentiable"].items:
