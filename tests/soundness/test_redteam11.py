@@ -364,3 +364,23 @@ def test_an_unbound_cell_raises_as_eager_and_is_read_again_later():
         compiled = framejit.compile(fn, backend=CountingBackend())
         for _ in range(2):
             _compare(fn, compiled, torch.ones(1))
+
+
+def _stacks(x):
+    y = torch.stack([x, x]) * 2
+    print("in the helper")
+    return y.sum()
+
+
+def _calls_stacks(x):
+    return _stacks(x + 1) + 1
+
+
+def test_a_callee_naming_torch_stack_is_still_captured(capsys):
+    # the frame-reading test above must not take `torch.stack` for `inspect.stack`: the helper at the break
+    # still runs through its hook, so its torch.stack is in a graph
+    backend = CountingBackend()
+    compiled = framejit.compile(_calls_stacks, backend=backend)
+    for _ in range(2):
+        _compare(_calls_stacks, compiled, torch.ones(2))
+    assert any(node.target is torch.stack for gm in backend.graphs for node in gm.graph.nodes)
