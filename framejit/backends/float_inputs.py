@@ -239,8 +239,8 @@ class FloatInputsGraph:
 
     def __call__(self, *args: Any) -> Any:
         args = list(args)
-        for i in self.positions:
-            args[i] = torch.tensor(args[i], dtype=torch.float64, device=self.device)
+        for i in self.positions:  # a new tensor per call (a joint may save it); `full` never syncs a GPU
+            args[i] = torch.full((), args[i], dtype=torch.float64, device=self.device)
         return self.compiled(*args)
 
     def __getattr__(self, name: str) -> Any:
@@ -266,6 +266,6 @@ def compile_with_float_tensors(gm: torch.fx.GraphModule, example_inputs, backend
     devices = [t.device for t in example_inputs or () if isinstance(t, torch.Tensor)]
     device = devices[0] if devices else torch.device("cpu")
     examples = None if example_inputs is None else [
-        torch.tensor(v, dtype=torch.float64, device=device) if i in positions else v
+        torch.full((), v, dtype=torch.float64, device=device) if i in positions else v
         for i, v in enumerate(example_inputs)]
     return FloatInputsGraph(backend(rewritten, examples), positions, device)

@@ -108,7 +108,7 @@ def _reason(aot: dict, params_buffers: list, hooks_disabled: bool, disable_amp: 
 # without its storage, so an activation from an earlier graph is not kept alive by this: about 10 us per
 # such input and call).
 def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, hooks_disabled: bool,
-              disable_amp: bool, checked_outputs: tuple = ()):
+              disable_amp: bool, checked_outputs: tuple = (), copied_outputs: tuple = ()):
     """`run(args) -> list of outputs`, or a str (why not: NOTE [Lean joint calls])."""
     why = _reason(aot, params_buffers, hooks_disabled, disable_amp)
     if why is not None:
@@ -124,6 +124,10 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
     # NOTE [In-place changes of joint outputs] (joint_outputs.py): outputs whose storage eager saves are
     # saved too, so autograd's own version check raises eager's error when one changed in place
     checked = tuple(n_mut + k for k in checked_outputs)
+    # NOTE [Checks where eager's backward reaches] (joint_outputs.py): such an output that the forward also
+    # saves for the backward is returned as a copy, so the saved tensor stays as computed
+    copied = tuple(n_mut + k for k in copied_outputs)
+    from .joint_outputs import _same_storage as same_storage
     no_vc_slice = meta.tensors_saved_for_backwards_no_vc_check_slice
     has_no_vc = bool(meta.num_tensors_saved_with_no_vc_check)
     # the Function returns the mutated inputs' new values first, then the outputs (as AOT autograd's)
@@ -175,6 +179,11 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
             if not isinstance(outs, list):
                 outs = list(outs) if isinstance(outs, tuple) else [outs]
             # Note [Detaching saved tensors in AOTAutograd]: saved views are saved detached
+            if copied:
+                kept = outs[vc_slice] + (outs[no_vc_slice] if has_no_vc else [])
+                for k in copied:
+                    if any(same_storage(x, outs[k]) for x in kept):
+                        outs[k] = outs[k].clone()
             saved = [x.detach() if x._is_view() else x for x in outs[vc_slice]]
             if has_no_vc:
                 ctx._tensors_no_vc_check = [x.detach() if x._is_view() else x for x in outs[no_vc_slice]]

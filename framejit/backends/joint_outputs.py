@@ -39,10 +39,29 @@ from .. import logs
 #     a no_grad view -> a view made under no_grad of a detached alias that requires grad. Either raises
 #     eager's error at the in-place call, and reads, gradients and aliasing with the joint's values are
 #     unchanged.
-# The compiled graph is one autograd node, so the saved-storage check runs on every backward through it,
-# where eager raises only when the backward reaches the node that saved it (a backward through another
-# output alone): a rarer difference, towards an error. A graph the fake run cannot handle gets no checks
-# (logged on output_code).
+# The compiled graph is one autograd node, where eager raises only when the backward reaches the node that
+# saved the storage: NOTE [Checks where eager's backward reaches]. A graph the fake run cannot handle gets
+# no checks (logged on output_code).
+#
+# NOTE [Checks where eager's backward reaches]
+# With `(exp(h), (h * 3).sum())` returned and the first changed in place, a backward of the second alone
+# trains in eager (exp's node, which saved its result, is not on that backward's path), where the joint
+# raised on any backward through it. So the fake run also records, per output, from which outputs'
+# backward a node saving its storage is reached (`_saved_below`). An output reached from every
+# differentiable output is checked as above, on every backward through the joint. One reached from some
+# only (`reached_from`) is checked by a hook on each of those outputs (`register_hook`: called with the
+# gradient when the backward brings that output one, also after an in-place change of it; the joint's
+# node calls the hooks of the outputs no gradient reached with None, which pass), on lean and AOT calls
+# alike. Where the joint's forward saved that very tensor for its own backward (AOT autograd saves exp's
+# result too), autograd's version check on the saved tensor fired on any backward through the joint, and
+# without that check the backward would read the changed values (or recompute from them: NOTE
+# [Recomputation for ORT programs]); so the output is then returned as a copy (lean calls: a clone inside
+# the Function's forward, no extra node; AOT's callable: `clone()` after it) and the joint keeps its saved
+# tensor as computed. Cost per call and such output: a hook, and a copy only where the joint saves the
+# output itself. Only outputs that are neither views nor share storage with another output are handled
+# so (a copy would break their aliasing); others are checked on every backward, as before. Still coarser
+# than eager: torch.autograd.grad(..., inputs=...) prunes eager's backward to the nodes on paths to those
+# inputs; the joint's node is one.
 
 _VERSION_ERROR = ("one of the variables needed for gradient computation has been modified by an inplace "
                   "operation: [{kind} {shape}], which is output {index} of the compiled graph, is at version "
@@ -55,16 +74,25 @@ _JOINT_NODES = ("CompiledFunctionBackward", "LeanJointBackward")
 class OutputChecks:
     """What a joint call does to its flat outputs (NOTE [In-place changes of joint outputs])."""
 
-    __slots__ = ("saved", "multiple_views", "no_grad_views", "views", "logged")
+    __slots__ = ("saved", "multiple_views", "no_grad_views", "views", "logged", "reached_from", "checked_from")
 
-    def __init__(self, saved: tuple, multiple_views: tuple, no_grad_views: tuple):
+    def __init__(self, saved: tuple, multiple_views: tuple, no_grad_views: tuple, reached_from: tuple = ()):
         self.saved, self.multiple_views, self.no_grad_views = saved, multiple_views, no_grad_views
-        self.views = bool(multiple_views or no_grad_views)
+        # NOTE [Checks where eager's backward reaches]: ((k, (j, ...)), ...): output k's storage is saved by
+        # a node that only the backward of outputs j reaches
+        self.reached_from = reached_from
+        by_source: dict = {}
+        for k, sources in reached_from:
+            for j in sources:
+                by_source.setdefault(j, []).append(k)
+        self.checked_from = tuple((j, tuple(ks)) for j, ks in sorted(by_source.items()))
+        self.views = bool(multiple_views or no_grad_views or reached_from)  # work on lean calls too
         self.logged = False
 
     def __call__(self, outs, versions: bool = True):
-        """`outs` with the view kinds remade; with `versions`, a check of the saved outputs' versions on
-        the joint's backward node (lean calls save those outputs with the context instead)."""
+        """`outs` with the view kinds remade and the hooks of NOTE [Checks where eager's backward reaches];
+        with `versions` (AOT autograd's callable), a check of the saved outputs' versions on the joint's
+        backward node (lean calls save those outputs with the context instead) and the copies of that NOTE."""
         outs = list(outs)
         for k in self.multiple_views:
             out = outs[k]
@@ -76,6 +104,18 @@ class OutputChecks:
                 base = out.detach().requires_grad_()
                 with torch.no_grad():
                     outs[k] = base.view(base.shape)
+        # NOTE [Checks where eager's backward reaches]: copies where AOT's joint saved the output itself (lean
+        # calls copied in their forward), then the hooks
+        joint_saved = _saved_by_the_joint(outs) if versions and self.reached_from else ()
+        for k, _ in self.reached_from:
+            if isinstance(outs[k], torch.Tensor) and any(_same_storage(t, outs[k]) for t in joint_saved):
+                outs[k] = outs[k].clone()
+        if self.reached_from:
+            watched = {k: (k, outs[k].detach(), outs[k]._version) for k, _ in self.reached_from
+                       if isinstance(outs[k], torch.Tensor)}
+            for j, ks in self.checked_from:  # one hook per output whose backward reads such outputs
+                if isinstance(outs[j], torch.Tensor) and outs[j].requires_grad:
+                    outs[j].register_hook(_when_reached(_version_check([watched[k] for k in ks if k in watched])))
         if versions and self.saved:
             watched = [(k, outs[k].detach(), outs[k]._version) for k in self.saved
                        if isinstance(outs[k], torch.Tensor)]
@@ -89,6 +129,14 @@ class OutputChecks:
         return outs
 
 
+def _when_reached(check):
+    """A tensor hook running `check` when the backward brings the tensor a gradient: the joint's node calls
+    the hooks of all its outputs when it runs, those no gradient reached with None."""
+    def hook(grad):
+        return None if grad is None else check(grad)
+    return hook
+
+
 def _version_check(watched: list):
     def check(grad_outputs):
         for k, alias, then in watched:
@@ -98,6 +146,21 @@ def _version_check(watched: list):
                                                          now=now, then=then))
         return None
     return check
+
+
+def _same_storage(a, b) -> bool:
+    """`a` and `b` share memory (an unpacked saved output is another tensor object over the same storage)."""
+    return isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() \
+        and a.untyped_storage().nbytes() > 0
+
+
+def _saved_by_the_joint(outs) -> tuple:
+    """The tensors AOT autograd's joint node saved for its backward (read before any change: no error)."""
+    node = _joint_node(outs)
+    try:
+        return tuple(node.saved_tensors) if node is not None else ()
+    except RuntimeError:  # already freed or not unpackable: nothing to compare
+        return ()
 
 
 def _joint_node(outs):
@@ -134,35 +197,22 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
         def storage(t):
             return StorageWeakRef(t.untyped_storage())
         inputs = {storage(t) for t in [*fake_state.values(), *fake_args] if isinstance(t, torch.Tensor)}
-        saved = set()
-        seen = set()
-        stack = [o.grad_fn for o in outs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            values = []
-            for name in dir(node):
-                if name.startswith("_saved_"):
-                    try:
-                        values.append(getattr(node, name))
-                    except Exception:  # a value autograd cannot unpack here
-                        continue
-            try:
-                values.append(getattr(node, "saved_tensors", ()))
-            except Exception:
-                pass
-            for value in pytree.tree_leaves(values):
-                if isinstance(value, torch.Tensor):
-                    saved.add(storage(value))
-            stack.extend(n for n, _ in node.next_functions if n is not None)
-        kept, multiple_views, no_grad_views = [], [], []
+        saved_by: dict = {}  # node -> storages it saved
+        differentiable = [j for j, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+        reach = {j: _saved_below(outs[j].grad_fn, saved_by, storage) for j in differentiable}
+        saved = set().union(*reach.values())
+        kept, multiple_views, no_grad_views, reached_from = [], [], [], []
         for k, out in enumerate(outs):
             if not isinstance(out, torch.Tensor) or storage(out) in inputs:
                 continue
-            if storage(out) in saved:
-                kept.append(k)
+            if storage(out) in saved:  # NOTE [Checks where eager's backward reaches]
+                sources = tuple(j for j in differentiable if storage(out) in reach[j])
+                alone = not out._is_view() and sum(1 for o in outs if isinstance(o, torch.Tensor)
+                                                   and storage(o) == storage(out)) == 1
+                if len(sources) == len(differentiable) or not alone:
+                    kept.append(k)
+                else:
+                    reached_from.append((k, sources))
         for k, out in enumerate(outs):  # after the walk: a tried change rebases the output's history
             if not isinstance(out, torch.Tensor) or storage(out) in inputs or not out._is_view():
                 continue
@@ -176,7 +226,33 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
                 else:
                     logs.log("output_code", "joint: output %d cannot change in place in eager (%s); not "
                              "reproduced", k, str(exc).split(".")[0])
-    if not (kept or multiple_views or no_grad_views):
+    if not (kept or multiple_views or no_grad_views or reached_from):
         return None
-    return OutputChecks(tuple(kept), tuple(multiple_views), tuple(no_grad_views))
+    return OutputChecks(tuple(kept), tuple(multiple_views), tuple(no_grad_views), tuple(reached_from))
+
+
+def _saved_below(root, saved_by: dict, storage) -> set:
+    """The storages saved by `root` and every autograd node below it (`saved_by` memoises per node)."""
+    found, seen, stack = set(), set(), [root]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node not in saved_by:
+            values = []
+            for name in dir(node):
+                if name.startswith("_saved_"):
+                    try:
+                        values.append(getattr(node, name))
+                    except Exception:  # a value autograd cannot unpack here
+                        continue
+            try:
+                values.append(getattr(node, "saved_tensors", ()))
+            except Exception:
+                pass
+            saved_by[node] = {storage(v) for v in pytree.tree_leaves(values) if isinstance(v, torch.Tensor)}
+        found |= saved_by[node]
+        stack.extend(n for n, _ in node.next_functions if n is not None)
+    return found
 

@@ -226,3 +226,57 @@ def test_a_gradient_of_a_gradient_on_the_first_call_raises(backend, leaf):
         compiled(x if leaf else x * 1, w).backward()
         _tanh_sum(ex if leaf else ex * 1, ew).backward()
         torch.testing.assert_close(w.grad, ew.grad)
+
+
+# ---- NOTE [Checks where eager's backward reaches] (backends/joint_outputs.py) ------------------------------
+def _exp_and_sum(x, w):
+    h = x @ w
+    return torch.exp(h), (h * 3).sum()  # exp saves its result; the sum's backward never reads it
+
+
+def _hidden_and_heads(x, w):
+    h = x @ w  # returned, and saved by the next matmul (whose backward only the first loss reaches)
+    return (h @ w.t()).sum(), torch.tanh(h).sum(), h  # tanh saves its own result, not h
+
+
+def _step(fn, x, w, scenario: str, kinds: list, hidden: bool):
+    """One call and one backward; the outputs and gradients, or the error's type and first words."""
+    if hidden:
+        first, b, a = fn(x, w)  # a: the output changed; first: the loss whose backward reads it
+    else:
+        a, b = fn(x, w)
+        first = a.sum()
+    kinds.append(type(b.grad_fn).__name__)
+    try:
+        if scenario != "unchanged":
+            a.add_(1)
+        loss = {"second_only": b, "both": first + b, "first_only": first, "unchanged": first + b}[scenario]
+        loss.backward()
+        return [a.detach(), b.detach(), x.grad, w.grad]
+    except RuntimeError as exc:
+        return type(exc), str(exc).split(":")[0][:50]
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+@pytest.mark.parametrize("hidden", [False, True], ids=["saved_by_its_own_node", "saved_by_a_later_node"])
+def test_a_changed_output_fails_only_the_backwards_that_read_it(backend, hidden):
+    """An output that eager's autograd saves (exp's result; a hidden state the next matmul saves), changed in
+    place before a backward: eager raises only when the backward reaches the node that saved it, not for a
+    backward of another output alone; so does the joint now, on its first call (AOT autograd's callable) and
+    on lean calls, with eager's gradients. Before: any backward through the joint raised."""
+    fn = _hidden_and_heads if hidden else _exp_and_sum
+    compiled = framejit.compile(fn, backend=backend)
+    scenarios = ["second_only", "both", "second_only", "first_only", "unchanged", "second_only"]
+    kinds = []
+    for seed, scenario in enumerate(scenarios):
+        g = torch.Generator().manual_seed(seed)
+        x, w = torch.randn(2, 3, generator=g), torch.randn(3, 4, generator=g).requires_grad_()
+        x.requires_grad_()
+        ex, ew = (t.detach().clone().requires_grad_() for t in (x, w))
+        expected = _step(fn, ex, ew, scenario, [], hidden)
+        actual = _step(compiled, x, w, scenario, kinds, hidden)
+        if isinstance(expected[0], type):
+            assert actual == expected, scenario
+        else:
+            torch.testing.assert_close(actual, expected)
+    assert kinds == ["CompiledFunctionBackward"] + ["LeanJointBackward"] * 5
