@@ -260,17 +260,22 @@ class FrameHook:
     def _mark_automatic_dynamic(self, args: tuple, kwargs: dict) -> None:
         if self.request.dynamic is False or not config.automatic_dynamic:
             return  # dynamic=True: every size is symbolic already; an int attribute that changed becomes one
-        failure = self.entries[0].guard.first_failure(*args, **kwargs)
         layout = ("TENSOR_STRIDE", "TENSOR_STORAGE_OFFSET") if self.fn.__code__ in _ORIGIN else ()
-        if failure is None or not (failure.guard.kind in ("TENSOR_SHAPE", *layout) or (
+
+        def changed_value(failure) -> bool:  # a size, an int or a float (made an input above) that changed
+            return failure.guard.kind in ("TENSOR_SHAPE", *layout) or (
                 failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected, sizes=True)
-                                                            or failure.guard.source in self.dynamic_floats))):
-            return  # the miss is not (first of all) a size, an int or a float (made an input above) that changed
+                                                            or failure.guard.source in self.dynamic_floats))
+        failure = self.entries[0].guard.first_failure(*args, **kwargs)
+        if failure is not None and changed_value(failure):
+            failures = self.entries[0].guard.all_failures(*args, **kwargs)
+        else:
+            failures = self._older_entry_sizes(args, kwargs, changed_value)
         # every int and every size of the frame's state that changed, not only the first (as Dynamo compares
         # the whole frame state): `sizes = t.tolist()` at a break gives the resume function a list of ints
         # that change together (JetMoE's expert sizes: one recompile, not one per item); a batch size and
         # a step counter that change together recompile once
-        for failure in self.entries[0].guard.all_failures(*args, **kwargs):
+        for failure in failures:
             source = failure.guard.source
             if failure.guard.kind == "CONSTANT_MATCH" and _int_text(failure.guard.expected, sizes=True) and \
                     source not in self.dynamic_ints:
@@ -295,6 +300,24 @@ class FrameHook:
                 logs.log("recompiles", "%s: size of dim %s of %s changed (%s -> %s); symbolic from now on",
                          self._name(), ", ".join(map(str, sorted(new))), source, failure.guard.expected,
                          failure.actual)
+
+    # NOTE [Automatic dynamic across entries]: the newest entry's failure decides whether a miss is a size
+    # that changed. A frame whose entries differ in something else (a loop's resume function, one entry
+    # per position of the loop over a model's layers: nllb_moe's encoder and decoder) is often called where
+    # the newest entry is for another position: its first failure is the position, and the entry for this
+    # position, failing only on sizes, was not consulted. So each new size traced every position static
+    # again, until the recompile limit ran the frame eagerly. When the newest entry's first failure is not
+    # a changed value, the first older entry whose failures are all changed values (the one this call
+    # would have hit with those sizes symbolic) marks them instead.
+    def _older_entry_sizes(self, args: tuple, kwargs: dict, changed_value) -> list:
+        for entry in self.entries[1:]:
+            try:
+                failures = entry.guard.all_failures(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - a signature that does not bind: not this entry
+                continue
+            if failures and all(changed_value(f) for f in failures):
+                return failures
+        return []
 
     def _mark_carried_values(self, args: tuple, kwargs: dict) -> None:
         """A resume function that recompiles on guards of the for loop carried into it breaks at that loop's

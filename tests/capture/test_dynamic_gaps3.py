@@ -171,3 +171,34 @@ def test_a_method_call_on_a_list_of_changing_length_stops_recompiling(dynamic):
     # object each call): a trace per call until the recompile limit ran it eagerly
     assert _eager_frames() == eager_before
     assert sum(traced[-5:]) == 0, traced
+
+
+# ---- automatic dynamic across entries (NOTE [Automatic dynamic across entries] in hook.py) -----------------------
+torch.manual_seed(0)
+LAYER_LIST = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+
+
+def layers_with_a_break(x, mask):
+    for layer in LAYER_LIST:  # the body's resume function has one entry per position of the loop
+        print("layer")
+        x = layer(x) * mask
+    return x
+
+
+def test_a_resume_function_with_an_entry_per_loop_position_becomes_dynamic(capsys):
+    compiled = framejit.compile(layers_with_a_break, backend=CountingBackend())
+    eager_before = _eager_frames()
+    traced = []
+    for i, b in enumerate([2, 3, 5, 4, 6, 7, 8]):
+        torch.manual_seed(i)
+        x, mask = torch.randn(b, 4), torch.randn(b, 4)
+        expected = layers_with_a_break(x, mask)
+        eager_out = capsys.readouterr().out
+        before = framejit.stats()["frames_traced"]
+        assert_same(compiled(x, mask), expected)
+        assert capsys.readouterr().out == eager_out
+        traced.append(framejit.stats()["frames_traced"] - before)
+    # before: the newest entry (the other loop position) failed first on the position, so the sizes were
+    # never made symbolic: every size traced both positions again until the recompile limit (an eager frame)
+    assert _eager_frames() == eager_before
+    assert sum(traced[-4:]) == 0, traced
