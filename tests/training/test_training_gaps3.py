@@ -1,5 +1,8 @@
 """Issue 14, third pass of training gaps: scheduled learning rates in compiled optimizer steps lowered by
-onnxrt and triton (NOTE [Float inputs as tensors] in backends/float_inputs.py).
+onnxrt and triton (NOTE [Float inputs as tensors] in backends/float_inputs.py); a gradient of a gradient on a
+signature's first call (NOTE [Double backward on a signature's first call] in backends/joint_function.py);
+in-place changes of joint outputs checked only by the backwards that read them (NOTE [Checks where eager's
+backward reaches] in backends/joint_outputs.py).
 
 Each test runs the same code eagerly and compiled from the same state and compares values (and optimizer
 state) after every step, with the graph counts, and asserts that the graph serving the changing value
