@@ -78,7 +78,8 @@ _MAX_ATTEMPTS = 8
 # 26: run-time checks are trailing outputs of the program (NOTE [Run-time checks as outputs] in backends/checks.py).
 # 27: frozen running statistics are compared by value (NOTE [Statistics written without a bump]).
 # 28: gelu's zeros take eager's sign (NOTE [Sign of gelu's zeros] in translate.py).
-REVISION = 28
+# 29: copies that replace a copy or a cat take the op's memory format (NOTE [Copies laid out as the op]).
+REVISION = 29
 
 
 @dataclasses.dataclass

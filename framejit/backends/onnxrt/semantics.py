@@ -368,6 +368,27 @@ def _rewrite_max_pool(b: _Builder, node: torch.fx.Node) -> bool:
     return True
 
 
+# NOTE [Copies laid out as the op]
+# The copy that replaces an op (`copy`: clone(expand(src)); a cat of one kept tensor: clone(x)) must have the
+# op's strides, not its source's: later nodes (a `view`, in torch or in a pass that propagates fake values
+# again, as the exporter's type promotion does) were traced on the op's layout. `clone` keeps its source's
+# layout by default; transformers' bloom cats its keys onto DynamicCache's empty literal (contiguous) from a
+# transposed (b, s, h, d) -> (b, h, s, d) tensor and views the result as (b * h, s, d): the plain clone kept
+# the transposed layout, the view could not be computed and the whole graph ran eagerly. The clone takes
+# the op's memory format (contiguous, channels_last or channels_last_3d) when the traced result statically
+# has one; otherwise (a copy into a permuted destination) it keeps its source's layout as before.
+def _memory_format_of(val: Any) -> torch.memory_format:
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    if isinstance(val, torch.Tensor):
+        for fmt in (torch.contiguous_format, torch.channels_last, torch.channels_last_3d):
+            try:
+                if statically_known_true(val.is_contiguous(memory_format=fmt)):
+                    return fmt
+            except RuntimeError:  # channels_last of a tensor that is not 4-d
+                continue
+    return torch.preserve_format
+
+
 def _rewrite_copy(b: _Builder, node: torch.fx.Node) -> bool:
     dst, src = node.args[0], node.args[1]
     dst_val, src_val = _val(dst), _val(src)
@@ -378,7 +399,7 @@ def _rewrite_copy(b: _Builder, node: torch.fx.Node) -> bool:
         value = b(aten._to_copy.default, value, dtype=dst_val.dtype)
     if src_val.shape != dst_val.shape:
         value = b(aten.expand.default, value, list(dst_val.shape))
-    new = b(aten.clone.default, value)
+    new = b(aten.clone.default, value, memory_format=_memory_format_of(_val(node)))  # NOTE [Copies laid out as the op]
     _replace_uses(node, new, set())
     return True
 
@@ -399,7 +420,8 @@ def _rewrite_cat(b: _Builder, node: torch.fx.Node) -> bool:
     kept = [t for t in tensors if not _skipped_by_cat(t)]
     if not kept or len(kept) == len(tensors):
         return False
-    new = b(aten.cat.default, kept, dim) if len(kept) > 1 else b(aten.clone.default, kept[0])
+    new = b(aten.cat.default, kept, dim) if len(kept) > 1 else \
+        b(aten.clone.default, kept[0], memory_format=_memory_format_of(_val(node)))  # NOTE [Copies laid out as the op]
     if _val(new).dtype != _val(node).dtype:
         new = b(aten._to_copy.default, new, dtype=_val(node).dtype)
     _replace_uses(node, new, set())
