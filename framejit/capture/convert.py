@@ -24,6 +24,7 @@ from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import reads_own_locals
+from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
 from . import frame_cache, persisted_code, python_loops
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
@@ -296,6 +297,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
                   rerun=rerun_state(gm, output.mutated_inputs))
+    entry.on_graph_error = on_graph_error(fn, shape, output, gm is not None, entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled:
         try:
             # side-effect replay is code no plan describes: persisted as it is (NOTE [Persisted break code])
@@ -375,6 +377,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs,
                   graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
                   rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs))
+    entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled:  # NOTE [Persisted break code]
         try:
             code = persisted_code.dump_code(fn, cg, compiled, recorder)

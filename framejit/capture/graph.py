@@ -86,6 +86,7 @@ class OutputGraph:
         self.op_count = 0
         self.steps = 0  # instructions traced, across inlined frames
         self.side_effects = SideEffects(self._by_object)  # NOTE [Stores under a dict the trace holds]
+        self.side_effects.graph = self.graph  # NOTE [Effects before a failing graph]
         self.mutated_inputs = False
         self.default_device: torch.device | None = None  # set under a DeviceContext (NOTE [Default device mode])
         self.mutated_entries: list = []  # the inputs mutated in place (NOTE [Input mutation])

@@ -40,6 +40,7 @@ from .breaks import DISABLED
 from .codegen import frame_signature
 from .convert import convert_frame
 from .module_frame import module_call
+from .graph_errors import make_effects
 from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
 from .resume import make_resume_code
 from .resume import _ORIGIN
@@ -87,7 +88,7 @@ class FrameHook:
                 try:
                     return entry.fn(*args, **kwargs)
                 except Exception as e:
-                    if not self._reruns(entry, e):
+                    if not self._reruns(entry, e, args, kwargs):
                         raise
                 return self.fn(*args, **kwargs)
         return self.miss(args, kwargs)
@@ -112,10 +113,13 @@ class FrameHook:
                         self.fn.__code__.co_argcount:
                     function.__defaults__, function.__kwdefaults__ = defaults, kwdefaults
 
-    def _reruns(self, entry: Entry, exc: Exception) -> bool:
+    def _reruns(self, entry: Entry, exc: Exception, args: tuple, kwargs: dict) -> bool:
         """True when `exc` was raised by the entry's graph and the call is to rerun eagerly, with the
-        global state restored (NOTE [Graph failures rerun eagerly] in convert.py)."""
+        global state restored (NOTE [Graph failures rerun eagerly] in convert.py); otherwise the effects
+        that precede the graph's ops are made (NOTE [Effects before a failing graph])."""
         if entry.rerun is None or not entry.rerun.raised_in_graph(exc, entry.fn.__code__):
+            if entry.on_graph_error is not None:
+                make_effects(entry, exc, args, kwargs)
             return False
         entry.rerun.restore()
         logs.log("eager_fallback", "a graph of %s raised at run time; this call reruns eagerly, so the "
@@ -135,7 +139,7 @@ class FrameHook:
         try:
             return entry.fn(*args, **kwargs)
         except Exception as e:
-            if not self._reruns(entry, e):
+            if not self._reruns(entry, e, args, kwargs):
                 raise
         return self.fn(*args, **kwargs)
 

@@ -37,6 +37,7 @@ class Entry:
     backend_outputs: list[str] = dataclasses.field(default_factory=list)  # what the backend made, as text
     persisted: Any = None  # frame_cache.Persisted when the entry can be saved for other processes
     rerun: "RerunState | None" = None  # set when a failing graph call may rerun the frame eagerly
+    on_graph_error: Callable | None = None  # NOTE [Effects before a failing graph] (graph_errors.py)
 
     @property
     def check(self) -> Callable:

@@ -27,6 +27,7 @@ is computed before the first write.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -48,6 +49,18 @@ from .values import DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, 
 # Any other such store (an nn.Module's, whose __setattr__ may file the value elsewhere; a global under a
 # held `globals()`) is a graph break: it runs in Python, and the dict is read again after it. A write
 # through the dict already was a break (NOTE [Instance dicts as dicts]).
+
+
+# NOTE [Effects before a failing graph] (graph_errors.py): int arithmetic that cannot raise at run time;
+# a node of one of these is no "op" that makes later effects late
+SAFE_INT_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.neg, operator.iadd, operator.isub,
+                          operator.imul, operator.pos})
+
+
+def _is_op(node: Any) -> bool:
+    return node.op in ("call_function", "call_method", "call_module") and not (
+        node.op == "call_function" and node.target in SAFE_INT_OPS and
+        not isinstance(node.meta.get("val"), torch.Tensor))
 
 
 def _instance_dict(obj: Any) -> dict | None:
@@ -81,6 +94,20 @@ class SideEffects:
         # write, in the order recorded: a state change of an outside object that no store expresses
         # (an outside generator context manager the trace entered and left, generator_ctx.py)
         self.finishing_calls: list[tuple[Any, list[Value]]] = []
+        # NOTE [Effects before a failing graph] (graph_errors.py): `graph` is the trace's fx graph (set by
+        # OutputGraph); `late` holds the keys of the effects recorded after its first op
+        self.graph: Any = None
+        self.late: set = set()
+        self._any_op = False
+
+    def _mark(self, key: tuple) -> None:
+        """An effect keyed `key` is recorded now: late when the graph already holds an op (a container's
+        logged call: its index in `ops` joins `late` too, so the calls before the first op stay early)."""
+        if not self._any_op and self.graph is not None:
+            self._any_op = any(map(_is_op, self.graph.nodes))
+        if self._any_op or self.graph is None:
+            self.late.add(key)
+            self.late.add(("op", len(self.ops)))
 
     def __bool__(self) -> bool:
         return bool(self.containers or self.attrs or self.globals or self.cells or self.finishing_calls or
@@ -104,6 +131,7 @@ class SideEffects:
             value.reordered = True  # an OutsideSetValue read after this does not take the entry order either
         self.version += 1
         if value.source is not None:
+            self._mark(("container", id(value)))
             self.containers.setdefault(id(value), value)
             self.ops.append([value, None])
 
@@ -132,6 +160,7 @@ class SideEffects:
         if held is not None and not self._store_shows_through(obj, held, raw):
             raise Unsupported(BreakKind.SIDE_EFFECT, f"a store to the attribute {name!r} of {obj.describe()}, "
                                                      "whose dict the trace holds as a dict")
+        self._mark(("attr", id(obj.obj), name))
         self.attrs[(id(obj.obj), name)] = (obj, name, value)
         (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
         if held is not None:
@@ -182,6 +211,7 @@ class SideEffects:
     def store_global(self, f_globals: dict, name: str, value: Value) -> None:
         self._check_no_dict_value(f_globals, f"the global {name!r}")
         self.version += 1
+        self._mark(("global", id(f_globals), name))
         self.globals[(id(f_globals), name)] = (f_globals, name, value)
 
     def global_value(self, f_globals: dict, name: str) -> Value | None:
@@ -192,6 +222,7 @@ class SideEffects:
         """`cell.cell_contents = value`; with a `source`, the replay writes the cell that source names
         then (the cell of a closure guarded by its code: a later call may bring another closure)."""
         self.version += 1
+        self._mark(("cell", id(cell)))
         self.cells[id(cell)] = (cell, value)
         if source is not None:
             self.cell_sources[id(cell)] = source
@@ -343,4 +374,4 @@ def _store_into(held: DictValue, name: str, value: Value) -> None:
         held.items[name] = value
 
 
-__all__ = ["SideEffects"]
+__all__ = ["SAFE_INT_OPS", "SideEffects"]

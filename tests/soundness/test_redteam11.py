@@ -384,3 +384,75 @@ def test_a_callee_naming_torch_stack_is_still_captured(capsys):
     for _ in range(2):
         _compare(_calls_stacks, compiled, torch.ones(2))
     assert any(node.target is torch.stack for gm in backend.graphs for node in gm.graph.nodes)
+
+
+# ---- effects before a graph that raises at run time (NOTE [Effects before a failing graph]) ------------------
+
+_COUNTER_SOURCE = '''
+import torch
+N = 0
+def f(x, idx, log, box):
+    global N
+    N += 1
+    log.append("a")
+    box.phase = "gather"
+    x.add_(1)                  # the graph writes an input: the call cannot rerun eagerly
+    r = torch.gather(x, 0, idx)  # raises at run time for an index out of range
+    log.append("b")
+    return r * 2
+'''
+
+
+class _Holder:
+    def __init__(self):
+        self.state = "new"
+
+
+def _module(source, name):
+    m = types.ModuleType(name)
+    exec(compile(source, f"<{name}>", "exec"), m.__dict__)
+    return m
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_effects_before_a_graph_that_raises_at_run_time_are_made(backend):
+    # before: N, log and box.phase were replayed after the graph only, so a call whose gather failed left
+    # them unchanged (eager had made them before raising); the effect after the failing op stays unmade
+    eager_m, comp_m = _module(_COUNTER_SOURCE, "rt_eager"), _module(_COUNTER_SOURCE, "rt_comp")
+    cf = framejit.compile(comp_m.f, backend=backend)
+    worlds = [(eager_m, eager_m.f, [], _Holder()), (comp_m, cf, [], _Holder())]
+    for i in (0, 7, 1, 9):
+        seen = []
+        for m, f, log, box in worlds:
+            x = torch.zeros(3)
+            try:
+                out = f(x, torch.tensor([i]), log, box)
+            except Exception as e:
+                out = (type(e), str(e).split("\n")[0])
+            seen.append((out, x, m.N, list(log), box.state, getattr(box, "phase", None)))
+            box.__dict__.pop("phase", None)
+        assert_same(seen[1], seen[0])
+    assert comp_m.N == 4 and worlds[1][2] == ["a", "b", "a", "a", "b", "a"]
+
+
+def test_effects_before_a_failing_graph_with_random_numbers_are_made():
+    # a graph that draws random numbers cannot rerun either; the stores before its first op are made
+    # (before: `obj.state`, `d["k"]` and the append stayed unmade after the failed call)
+    def f(obj, x, idx, d, log):
+        obj.state = "started"
+        d["k"] = ("idx", 1)
+        log.append(len(log))
+        r = torch.rand(3)
+        return (x + r)[idx]
+    worlds = [(f, _Holder(), {}, []), (framejit.compile(f, backend="eager"), _Holder(), {}, [])]
+    for i in (1, 5, 2, 6):
+        seen = []
+        for fn, obj, d, log in worlds:
+            torch.manual_seed(0)
+            try:
+                out = fn(obj, torch.zeros(3), torch.tensor([i]), d, log)
+            except IndexError as e:
+                out = str(e)
+            seen.append((out, obj.state, dict(d), list(log), torch.rand(1)))
+            obj.state = "new"
+        assert_same(seen[1], seen[0])
