@@ -271,10 +271,11 @@ class FrameHook:
                 failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected, sizes=True)
                                                             or failure.guard.source in self.dynamic_floats))
         failure = self.entries[0].guard.first_failure(*args, **kwargs)
+        failures = []
         if failure is not None and changed_value(failure):
             failures = self.entries[0].guard.all_failures(*args, **kwargs)
-        else:
-            failures = self._older_entry_sizes(args, kwargs, changed_value)
+        if not any(f.guard.kind in ("TENSOR_SHAPE", *layout) for f in failures):
+            failures = failures + self._older_entry_sizes(args, kwargs, changed_value)
         # every int and every size of the frame's state that changed, not only the first (as Dynamo compares
         # the whole frame state): `sizes = t.tolist()` at a break gives the resume function a list of ints
         # that change together (JetMoE's expert sizes: one recompile, not one per item); a batch size and
@@ -308,11 +309,12 @@ class FrameHook:
     # NOTE [Automatic dynamic across entries]: the newest entry's failure decides whether a miss is a size
     # that changed. A frame whose entries differ in something else (a loop's resume function, one entry
     # per position of the loop over a model's layers: nllb_moe's encoder and decoder) is often called where
-    # the newest entry is for another position: its first failure is the position, and the entry for this
+    # the newest entry is for another position: its first failure is the position (an alias guard, or the
+    # iterator's index, an int, past which no other guard of that entry is read), and the entry for this
     # position, failing only on sizes, was not consulted. So each new size traced every position static
-    # again, until the recompile limit ran the frame eagerly. When the newest entry's first failure is not
-    # a changed value, the first older entry whose failures are all changed values (the one this call
-    # would have hit with those sizes symbolic) marks them instead.
+    # again, until the recompile limit ran the frame eagerly. When the newest entry names no size that
+    # changed, the first older entry whose failures are all changed values (the one this call would have
+    # hit with those sizes symbolic) marks them too.
     def _older_entry_sizes(self, args: tuple, kwargs: dict, changed_value) -> list:
         for entry in self.entries[1:]:
             try:
