@@ -45,6 +45,31 @@ class CountingBackend:
         return sum(1 for n in self.graphs[index].graph.nodes if n.op in ("call_function", "call_method"))
 
 
+class RecordingBackend(CountingBackend):
+    """Counts graphs and keeps what the named backend compiled each into."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name, self.compiled = name, []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        self.compiled.append(framejit.lookup_backend(self.name)(gm, example_inputs))
+        return self.compiled[-1]
+
+
+def tanh_sum(x, w):
+    """A function whose backward saves tanh's result only (not x): its second derivative in x needs
+    double backward through the compiled backward."""
+    return torch.tanh(x + w).sum()
+
+
+def second_order(fn, x, w):
+    (g,) = torch.autograd.grad(fn(x, w), w, create_graph=True)
+    (gg,) = torch.autograd.grad(g.sum(), x, allow_unused=True)
+    return g, gg
+
+
 def assert_same(actual: Any, expected: Any, *, rtol: float | None = None, atol: float | None = None) -> None:
     assert type(actual) is type(expected), f"type {type(actual)} != {type(expected)}"
     if isinstance(expected, torch.Tensor):

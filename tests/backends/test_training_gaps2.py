@@ -25,7 +25,7 @@ import framejit
 from framejit import config
 from tests.backends.test_training_backends import (  # noqa: F401  (_count_ort_runs: autouse fixture)
     TOL, Recording, _count_ort_runs, _hf_case, assert_backward_in_backend, train)
-from tests.helpers import without_dropout
+from tests.helpers import second_order, tanh_sum, without_dropout
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.filterwarnings("ignore::FutureWarning")]
@@ -114,39 +114,29 @@ def test_lean_calls_check_the_outputs_eager_saves(backend):
 
 
 # ---- NOTE [Double backward through lean joints] ---------------------------------------------------------
-def _tanh_sum(x, w):
-    return torch.tanh(x + w).sum()  # saves tanh's result only: not x
-
-
-def _second_order(fn, x, w):
-    (g,) = torch.autograd.grad(fn(x, w), w, create_graph=True)
-    (gg,) = torch.autograd.grad(g.sum(), x, allow_unused=True)
-    return g, gg
-
-
 @pytest.mark.parametrize("backend", ["onnxrt", "triton"])
 @pytest.mark.parametrize("leaf", [True, False], ids=["leaf_input", "non_leaf_input"])
 def test_a_gradient_of_a_gradient_raises_instead_of_missing_the_input(backend, leaf):
-    compiled = framejit.compile(_tanh_sum, backend=backend)
+    compiled = framejit.compile(tanh_sum, backend=backend)
     x, w = _leaves(0, (3, 4), (4,))
     compiled(x if leaf else x * 1, w).backward()  # the first step runs AOT autograd's wrappers
     for seed in (1, 2):
         x, w = _leaves(seed, (3, 4), (4,))
         ex, ew = (t.detach().clone().requires_grad_() for t in (x, w))
-        want, want_gg = _second_order(_tanh_sum, ex if leaf else ex * 1, ew)
+        want, want_gg = second_order(tanh_sum, ex if leaf else ex * 1, ew)
         assert want_gg is not None  # eager: the second derivative
         with pytest.raises(RuntimeError, match="double backward"):
-            _second_order(compiled, x if leaf else x * 1, w)
+            second_order(compiled, x if leaf else x * 1, w)
         (g,) = torch.autograd.grad(compiled(x if leaf else x * 1, w), w, create_graph=True)
         torch.testing.assert_close(g, want, **TOL)  # first order: as eager
 
 
 def test_eager_backend_gives_the_second_derivative():
-    compiled = framejit.compile(_tanh_sum, backend="eager")
+    compiled = framejit.compile(tanh_sum, backend="eager")
     for seed in (1, 2):
         x, w = _leaves(seed, (3, 4), (4,))
         ex, ew = (t.detach().clone().requires_grad_() for t in (x, w))
-        torch.testing.assert_close(_second_order(compiled, x * 1, w), _second_order(_tanh_sum, ex * 1, ew))
+        torch.testing.assert_close(second_order(compiled, x * 1, w), second_order(tanh_sum, ex * 1, ew))
 
 
 # ---- triton: lean joint calls -------------------------------------------------------------------------

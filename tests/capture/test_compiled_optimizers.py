@@ -27,7 +27,7 @@ import torch
 
 import framejit
 from framejit.capture import eager_frames
-from tests.helpers import CountingBackend, run_program
+from tests.helpers import CountingBackend, RecordingBackend, run_program
 
 OPTIMIZERS = {
     "sgd_momentum": lambda ps, fe: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, foreach=fe),
@@ -235,19 +235,6 @@ def test_function_get_binds_a_method():
         bad(1)
     with pytest.raises(TypeError):
         framejit.compile(bad, backend=CountingBackend())(torch.randn(2))
-
-
-class RecordingBackend(CountingBackend):
-    """Counts graphs and keeps what the named backend compiled each into."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.name, self.compiled = name, []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        self.compiled.append(framejit.lookup_backend(self.name)(gm, example_inputs))
-        return self.compiled[-1]
 
 
 @pytest.mark.parametrize("foreach", [False, True], ids=["single_tensor", "foreach"])

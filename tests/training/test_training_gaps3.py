@@ -20,7 +20,7 @@ import torch
 
 import framejit
 from framejit.capture import eager_frames
-from tests.helpers import CountingBackend
+from tests.helpers import RecordingBackend, second_order, tanh_sum
 
 
 @pytest.fixture(autouse=True)
@@ -36,19 +36,6 @@ def optimizers_as_torch_ships_them():
     yield
     for cls, wrapper in patched.items():
         cls._init_group = wrapper
-
-
-class Recording(CountingBackend):
-    """Counts graphs and keeps what the named backend compiled each into."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.name, self.compiled = name, []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        self.compiled.append(framejit.lookup_backend(self.name)(gm, example_inputs))
-        return self.compiled[-1]
 
 
 def assert_lowered(backend: str, compiled) -> None:
@@ -112,7 +99,7 @@ def run_scheduled(backend_name: str, name: str, foreach: bool, schedule: str, st
     eager_opt, compiled_opt = OPTIMIZERS[name](eager_params, foreach), OPTIMIZERS[name](compiled_params, foreach)
     make = SCHEDULES[schedule]
     schedulers = [make(o) for o in (eager_opt, compiled_opt)] if make is not None else []
-    backend = Recording(backend_name)
+    backend = RecordingBackend(backend_name)
     step = framejit.compile(compiled_opt.step, backend=backend)
     counts, lrs = [], set()
     for i in range(steps):
@@ -160,7 +147,7 @@ def test_a_float_argument_that_changes_is_a_tensor_input_of_one_program(backend)
     lowered program for every value, with eager's dtypes (int tensor * float: float32; float64 math stays
     float64) and values, 0.0 and negative values included; with a weight that requires grad the same
     graph trains (forward and backward through the joint) with eager's gradients."""
-    recording = Recording(backend)
+    recording = RecordingBackend(backend)
     compiled = framejit.compile(_temperature, backend=recording)
     for i, t in enumerate([0.5, 0.25, 1.5, 0.0, -2.0]):
         x, xi = torch.randn(2, 3, generator=torch.Generator().manual_seed(i)), torch.arange(3)
@@ -173,7 +160,7 @@ def test_a_float_argument_that_changes_is_a_tensor_input_of_one_program(backend)
 
     def scaled(x, w, t):
         return (torch.sigmoid(x @ w * t) * (1 - t)).sum()
-    recording = Recording(backend)
+    recording = RecordingBackend(backend)
     compiled = framejit.compile(scaled, backend=recording)
     w0 = torch.randn(3, 3)
     for i, t in enumerate([0.5, 0.25, 1.5]):
@@ -191,16 +178,6 @@ def test_a_float_argument_that_changes_is_a_tensor_input_of_one_program(backend)
 
 
 # ---- NOTE [Double backward on a signature's first call] ---------------------------------------------------
-def _tanh_sum(x, w):
-    return torch.tanh(x + w).sum()  # saves tanh's result only: not x
-
-
-def _second_order(fn, x, w):
-    (g,) = torch.autograd.grad(fn(x, w), w, create_graph=True)
-    (gg,) = torch.autograd.grad(g.sum(), x, allow_unused=True)
-    return g, gg
-
-
 def _leaves(seed):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(3, 4, generator=g).requires_grad_(), torch.randn(4, generator=g).requires_grad_()
@@ -213,20 +190,20 @@ def test_a_gradient_of_a_gradient_on_the_first_call_raises(backend, leaf):
     input the forward did not save raises the double-backward error, where it returned None (eager: the
     second derivative); first-order gradients with create_graph=True stay eager's, and a later plain
     backward of the same signature trains as eager."""
-    compiled = framejit.compile(_tanh_sum, backend=backend)
+    compiled = framejit.compile(tanh_sum, backend=backend)
     for seed in (0, 1):  # two signatures' first calls: contiguous, then a transposed x
         x, w = _leaves(seed)
         if seed:
             x = x.detach().t().contiguous().t().requires_grad_()
         ex, ew = (t.detach().clone().requires_grad_() for t in (x, w))
-        want, want_gg = _second_order(_tanh_sum, ex if leaf else ex * 1, ew)
+        want, want_gg = second_order(tanh_sum, ex if leaf else ex * 1, ew)
         assert want_gg is not None  # eager: the second derivative
         with pytest.raises(RuntimeError, match="double backward"):
-            _second_order(compiled, x if leaf else x * 1, w)
+            second_order(compiled, x if leaf else x * 1, w)
         (g,) = torch.autograd.grad(compiled(x if leaf else x * 1, w), w, create_graph=True)
         torch.testing.assert_close(g, want)
         compiled(x if leaf else x * 1, w).backward()
-        _tanh_sum(ex if leaf else ex * 1, ew).backward()
+        tanh_sum(ex if leaf else ex * 1, ew).backward()
         torch.testing.assert_close(w.grad, ew.grad)
 
 
