@@ -27,7 +27,7 @@ import torch
 
 import framejit
 from framejit.capture import eager_frames
-from tests.helpers import CountingBackend, RecordingBackend, run_program
+from tests.helpers import CountingBackend, RecordingBackend, optimizers_as_shipped, run_program
 
 OPTIMIZERS = {
     "sgd_momentum": lambda ps, fe: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, foreach=fe),
@@ -45,19 +45,8 @@ TOLERANCE = {"sgd_momentum": 0.0, "sgd_nesterov": 0.0, "adam": 1e-5, "adamw": 1e
 
 @pytest.fixture(autouse=True)
 def optimizers_as_torch_ships_them():
-    """Stock torch.compile's first use in a process (another test's reference run) wraps every optimizer
-    class's `_init_group` in torch.compiler.disable, for good; framejit honours that mark (a break before
-    the update: one graph per group and more). These tests are about torch.optim as shipped, so the
-    original methods are put back for their duration (and the wrappers restored after)."""
-    patched = {}
-    for cls in vars(torch.optim).values():
-        found = vars(cls).get("_init_group") if isinstance(cls, type) else None
-        if found is not None and getattr(found, "_torchdynamo_orig_callable", None) is not None:
-            patched[cls] = found
-            cls._init_group = found._torchdynamo_orig_callable
-    yield
-    for cls, wrapper in patched.items():
-        cls._init_group = wrapper
+    with optimizers_as_shipped():  # see its docstring
+        yield
 
 
 def make_params(seed: int, shapes=((4, 3), (3,), (2, 5))) -> list[torch.Tensor]:

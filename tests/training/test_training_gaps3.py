@@ -20,22 +20,13 @@ import torch
 
 import framejit
 from framejit.capture import eager_frames
-from tests.helpers import RecordingBackend, second_order, tanh_sum
+from tests.helpers import RecordingBackend, optimizers_as_shipped, second_order, tanh_sum
 
 
 @pytest.fixture(autouse=True)
 def optimizers_as_torch_ships_them():
-    """Stock torch.compile (another test's reference) wraps `_init_group` in torch.compiler.disable for the
-    rest of the process; these tests are about torch.optim as shipped (as in test_compiled_optimizers.py)."""
-    patched = {}
-    for cls in vars(torch.optim).values():
-        found = vars(cls).get("_init_group") if isinstance(cls, type) else None
-        if found is not None and getattr(found, "_torchdynamo_orig_callable", None) is not None:
-            patched[cls] = found
-            cls._init_group = found._torchdynamo_orig_callable
-    yield
-    for cls, wrapper in patched.items():
-        cls._init_group = wrapper
+    with optimizers_as_shipped():  # see its docstring
+        yield
 
 
 def assert_lowered(backend: str, compiled) -> None:
