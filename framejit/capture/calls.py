@@ -53,7 +53,7 @@ _PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.d
 
 def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .context import CloneValue, CtxValue, ExitValue, exit_
-    from .generator_ctx import GenCtxValue, GenMethodValue, call_gen_method, decorate_with_generator_cm
+    from .generator_ctx import OUTSIDE_CM_METHODS, GenCtxValue, GenMethodValue, call_gen_method, decorate_with_generator_cm
     from .abc_methods import abc_method_handler
     from .autograd_function import call_apply, is_function_apply
     from .cached_calls import call_cached, is_cached_function
@@ -98,6 +98,11 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
             # a method of a torch context manager read from outside, e.g. `no_grad_instance.clone`
             return call_value(tx, tx.getattr(fn.self_value, fn.func.obj.__name__), args, kwargs)
+        if isinstance(fn.func, UserFunctionValue) and fn.func.fn in OUTSIDE_CM_METHODS:
+            from .generator_ctx import call_outside_cm_method  # NOTE [Generator context managers from outside]
+            called = call_outside_cm_method(tx, fn.func.fn.__name__, fn.self_value, args, kwargs)
+            if called is not None:
+                return called
         return call_value(tx, fn.func, [fn.self_value, *args], kwargs)
     if isinstance(fn, PartialValue):
         return call_value(tx, fn.func, [*fn.args, *args], {**fn.kwargs, **kwargs})

@@ -23,9 +23,18 @@ of its code, so tracing a fresh one from its start is what running `cm.gen` woul
 behind on the object is replayed after the graph by `finish_outside_generator_cm` (NOTE [Finishing
 calls] in side_effects.py): `__enter__` deleted `args`, `kwds` and `func`, and the generator ended
 (closing a generator that never started runs none of its code and leaves it in the state an exhausted
-one is in). Only the `with` statement is adopted: it exits the manager within the frame (a break while
-it is live moves before the `with`, as for managers made here), whereas a bare `cm.__enter__()` may
-leave the outside object entered for the caller to exit, which a traced generator cannot hand back.
+one is in). The `with` statement adopts it, and so does a bare `cm.__enter__()` (then `cm.__exit__(None,
+None, None)` resumes the traced generator, as for a manager made here; call_outside_cm_method): a break
+while it is live moves before the instruction that adopted it, as for managers made here, and a frame
+that returns with it still entered breaks there too (NOTE [Generator managers entered and not exited]),
+so an outside manager left entered for the caller to exit is entered by plain Python, for real.
+
+NOTE [Generator managers entered and not exited]: a manager entered with a bare `cm.__enter__()` and not
+exited when the root frame returns leaves its generator suspended at its `yield`: eager code may exit it
+later (an outside manager, or one the frame returns or stores), or the generator is collected when the
+last reference goes and its `finally:` runs then. A traced generator cannot be handed back suspended, so
+the return is a graph break moved before the root instruction that made (or adopted) the manager, as a
+break while it is live is (break_before_generator_cms): plain Python makes and enters the real manager.
 
 `contextlib.nullcontext(x)` is an instance of that class made directly (its `__init__` only stores
 `enter_result`), so its `__enter__`/`__exit__` are inlined like any user context manager's and it is
@@ -209,6 +218,35 @@ def gen_attr(ctx: GenCtxValue, name: str) -> Value:
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a generator context manager")
 
 
+def check_no_entered_generator_cms(out) -> None:
+    """At the root frame's return: NOTE [Generator managers entered and not exited]."""
+    entered = [c for c in out.__dict__.get("live_generator_cms", ()) if c.frame is not None and not c.done]
+    if entered:
+        e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{entered[0].describe()} is still entered when the frame "
+                        "returns: its generator stays suspended at its yield, which only plain Python can leave")
+        if any(c.root_index is None for c in entered):  # nowhere to move the break to
+            e.frame_eager = True
+        raise e
+
+
+OUTSIDE_CM_METHODS = (contextlib._GeneratorContextManager.__enter__, contextlib._GeneratorContextManager.__exit__)
+
+
+def call_outside_cm_method(tx, name: str, value: Value, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
+    """`cm.__enter__()` / `cm.__exit__(...)` on an outside generator context manager: the first adopts it
+    and enters the traced generator, the second exits a manager adopted in this trace (NOTE [Generator
+    context managers from outside]); None where contextlib's method is inlined as before."""
+    from .values import ObjectValue
+    if type(value) is not ObjectValue:
+        return None
+    ctx = tx.output.__dict__.get("adopted_generator_cms", {}).get(id(value.obj))
+    if ctx is None and name == "__enter__":
+        ctx = adopt_outside_generator_cm(tx, value)
+    if ctx is None:
+        return None
+    return call_gen_method(tx, GenMethodValue(ctx, name), args, kwargs)
+
+
 def finish_outside_generator_cm(cm) -> None:
     """What entering and leaving `cm` left on it (NOTE [Generator context managers from outside])."""
     del cm.args, cm.kwds, cm.func
@@ -265,6 +303,6 @@ def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectVal
 TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
 
 
-__all__ = ["adopt_outside_generator_cm", "call_in_generator_cm", "decorate_with_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "exception_in_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
+__all__ = ["OUTSIDE_CM_METHODS", "adopt_outside_generator_cm", "call_outside_cm_method", "check_no_entered_generator_cms", "call_in_generator_cm", "decorate_with_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "exception_in_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
            "decorate_with_ctx", "gen_attr", "generator_cm",
            "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

@@ -151,5 +151,8 @@ def store_global(tx, inst):
 
 @op("RETURN_VALUE")
 def return_value(tx, inst):
+    if tx.parent is None:  # NOTE [Generator managers entered and not exited] in generator_ctx.py
+        from ..generator_ctx import check_no_entered_generator_cms
+        check_no_entered_generator_cms(tx.output)
     tx.return_value = tx.pop()
 
