@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch.nn.modules.rnn import RNNBase
 
+from ..guards import COST_TENSOR
 from .breaks import BreakKind, Unsupported
 from .sources import DictSlotSource
 from .values import ConstantValue, IteratorValue, NNModuleValue, TupleValue, Value
@@ -68,15 +69,23 @@ def _walk(tx, root: NNModuleValue, options: dict, slot: str):
     unique = options.get("remove_duplicate", True) is not False
     recurse = options.get("recurse", True)
     modules = [("", root)]
+    distinct: list = []  # NOTE [Walks that skip duplicates]
     if slot == "children":
         tx.guard_module_keys(root)
         for name, child in root.obj._modules.items():
             if child is not None and id(child) not in seen:
                 seen.add(id(child))
-                yield "", _child(tx, root, name), name
+                value = _child(tx, root, name)
+                distinct.append(value.source)
+                yield "", value, name
+            elif child is not None:
+                _child(tx, root, name)  # read through its source: guarded to alias the first
+        _guard_distinct(tx, distinct)
         return
     if recurse or slot == "modules":
         modules = _all_modules(tx, root, unique)
+        if unique:
+            distinct += [value.source for _, value in modules]
     for path, module_value in modules:
         if slot == "modules":
             if not unique or id(module_value.obj) not in seen:
@@ -93,7 +102,26 @@ def _walk(tx, root: NNModuleValue, options: dict, slot: str):
         for name, value in table.items():
             if value is not None and (not unique or id(value) not in seen):
                 seen.add(id(value))
+                if unique:
+                    distinct.append(DictSlotSource(module_value.source, slot, name))
                 yield path, module_value, name
+            elif value is not None:  # a duplicate: read through its source, guarded to alias the first
+                wrap(tx.output, value, DictSlotSource(module_value.source, slot, name))
+    _guard_distinct(tx, distinct)
+
+
+# NOTE [Walks that skip duplicates]: parameters(), named_modules(), children() and friends skip an entry
+# whose object was already seen (a shared submodule, a tied weight): the walk relies on which entries are
+# one object. A repeated entry is read through its second source and guarded to alias the first (NOTE
+# [Objects by identity]); the entries found distinct are guarded to stay distinct, so tying two weights or
+# sharing a submodule after the first call (`m.layers[0] = m.layers[1]`) fails the guard instead of
+# walking the old, longer list.
+def _guard_distinct(tx, sources: list) -> None:
+    if len(sources) < 2:
+        return
+    exprs = [source.expr(tx.output.names) for source in sources]
+    tx.output.add_guard("NO_ALIASING", f"___distinct_objects({', '.join(exprs)})", None,
+                        expected="distinct modules/parameters (a walk that skips duplicates)", cost=COST_TENSOR + 1)
 
 
 def _all_modules(tx, root: NNModuleValue, unique: bool = True) -> list[tuple[str, NNModuleValue]]:

@@ -57,10 +57,28 @@ SAFE_INT_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.neg
                           operator.imul, operator.pos})
 
 
+# NOTE [Tensor ops that cannot fail at run time]: elementwise arithmetic whose arguments fake tracing
+# already checked (shapes broadcast, dtypes cast, an in-place target neither overlapping itself nor its
+# arguments, autograd's leaf and inference checks) reads no data that decides whether it raises: no index,
+# no division (integer division by zero raises), no linear-algebra check. Once traced it cannot raise at run
+# time, so it makes no later effect "late" either: `x.add_(1); st.n += 1; x[idx]` makes `st.n += 1` when the
+# index is out of range, as eager does (the in-place write forbids the eager rerun). Kept tight on purpose.
+SAFE_TENSOR_FUNCTIONS = frozenset({operator.add, operator.sub, operator.mul, operator.neg, operator.pos,
+                                   operator.iadd, operator.isub, operator.imul, torch.add, torch.sub, torch.mul,
+                                   torch.neg, torch.clone, torch.sin, torch.cos, torch.exp, torch.tanh,
+                                   torch.sigmoid, torch.relu, torch.abs})
+SAFE_TENSOR_METHODS = frozenset({"add", "add_", "sub", "sub_", "mul", "mul_", "neg", "neg_", "clone", "zero_",
+                                 "sin", "cos", "exp", "tanh", "sigmoid", "relu", "abs", "detach"})
+
+
 def _is_op(node: Any) -> bool:
-    return node.op in ("call_function", "call_method", "call_module") and not (
-        node.op == "call_function" and node.target in SAFE_INT_OPS and
-        not isinstance(node.meta.get("val"), torch.Tensor))
+    if node.op == "call_function" and node.target in SAFE_INT_OPS and \
+            not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    if (node.op == "call_function" and node.target in SAFE_TENSOR_FUNCTIONS or
+            node.op == "call_method" and node.target in SAFE_TENSOR_METHODS) and "out" not in node.kwargs:
+        return False  # NOTE [Tensor ops that cannot fail at run time]
+    return node.op in ("call_function", "call_method", "call_module")
 
 
 def _instance_dict(obj: Any) -> dict | None:

@@ -512,6 +512,8 @@ def _packing_functions() -> frozenset:
 def _is_torch_callable(obj: Any) -> bool:
     """torch functions (C and Python, e.g. torch.add, F.relu) become graph ops rather than being inlined;
     the Python code of nn.Module classes (torch.nn.modules.*) is inlined like user code."""
+    if not callable(obj):  # before reading `__module__`: a PEP 562 module's __getattr__ would run
+        return False
     module = getattr(obj, "__module__", None) or ""
     if module == "torch.nn.utils.rnn" and getattr(obj, "__name__", None) in _packing_functions():
         return True  # one call, a break: NOTE [Packed sequences]
