@@ -7,12 +7,26 @@ output gradients, a ctx holding what the forward stored) so that its reads are g
 cannot trace is a graph break; its nodes are dropped when the GraphModule is built. The lookups of
 `apply`, `forward`, `setup_context`, `backward` and `vjp` on the class are guarded (identity of each entry).
 
-Graph breaks (the apply then runs in Python at the break, as eager): keywords; an argument that is neither
-a tensor nor a constant; `mark_dirty` or `save_for_forward`; a forward or backward that changes state
+Arguments other than tensors (a float that changes per call, a list or tuple of tensors, a module, a
+dataclass) are values the forward reads: autograd gives them no gradient, and CustomCall's backward
+checks the user's backward returns None for them, as eager does.
+
+NOTE [Keyword arguments of apply]: eager's `Function.apply(*args, **kwargs)` turns keywords into
+positional inputs (they count in needs_input_grad and need a gradient slot). In the ctx style the C apply
+places each keyword at its parameter's position and calls `forward(ctx, *inputs)` (the forward's defaults
+then apply as Python applies them; a gap before a keyword raises "missing required argument"); with
+`setup_context`, apply first binds `inspect.signature(forward)` and applies the defaults, so a defaulted
+parameter is an input that setup_context sees in `inputs`. `_bind` does the same on the traced values
+(the defaults read through the forward's guarded `__defaults__`); what eager rejects is a graph break.
+
+Graph breaks (the apply then runs in Python at the break, as eager): keywords eager rejects, or any for a
+forward with *, ** or keyword-only parameters; `mark_dirty` or `save_for_forward`; a forward or backward that changes state
 outside (or cannot be traced); a forward returning anything but a tensor or a tuple of tensors and
 constants; ctx attributes other than constants, tensors, symbolic ints and tuples of them; no backward.
 """
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch.autograd.function import BackwardCFunction, Function, _SingleLevelFunction
@@ -23,6 +37,7 @@ from .function_regions import Boundary, Plan, next_region, user_backward, with_c
 from .graph import _version
 from .modules import graph_break
 from .values import ConstantValue, NewObjectValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue
+from .values.scalars import SymFloatValue
 
 _CTX_STATE = ("saved_tensors", "needs_input_grad", "fj_non_differentiable", "fj_materialize_grads")
 _RESERVED = frozenset(dir(BackwardCFunction))  # the real ctx's own attributes (materialize_grads, to_save, ...)
@@ -95,10 +110,6 @@ def _switch(out, mode: bool, tag: str) -> None:
 
 def call_with_grad(tx, cls: type, args: list, kwargs: dict):
     out = tx.output
-    if kwargs:
-        raise _break(cls, "keyword arguments")
-    if not all(isinstance(a, TensorValue) or a.is_constant() for a in args):
-        raise _break(cls, "an argument that is neither a tensor nor a constant")
     for name in ("forward", "setup_context", "backward", "vjp", "jvp"):
         lookup.guard_lookup(out, cls, name)
     backward = user_backward(cls)
@@ -108,6 +119,7 @@ def call_with_grad(tx, cls: type, args: list, kwargs: dict):
     setup = None
     if cls.setup_context is not _SingleLevelFunction.setup_context:
         setup = _static(tx, cls, "setup_context")
+    args = _bind(tx, cls, forward, setup is not None, list(args), kwargs)
     needs = tuple(isinstance(a, TensorValue) and a.fake.requires_grad for a in args)
     ctx = NewObjectValue(GradCtx, {"needs_input_grad": TupleValue([ConstantValue(n) for n in needs]),
                                    "fj_non_differentiable": TupleValue([]),
@@ -147,6 +159,42 @@ def call_with_grad(tx, cls: type, args: list, kwargs: dict):
         return applied.items[0]
     made = iter(applied.items)
     return TupleValue([next(made) if item is None else item for item in items])
+
+
+def _bind(tx, cls: type, forward: UserFunctionValue, setup: bool, args: list, kwargs: dict) -> list:
+    """The apply's arguments as autograd sees them: positional, one per input (NOTE [Keyword arguments of
+    apply]). Whatever eager rejects (a name the forward lacks, a value given twice, a gap) is a break, and
+    the apply, run as Python there, raises eager's own TypeError."""
+    code = forward.fn.__code__
+    skip = 0 if setup else 1  # the ctx parameter of a forward in the ctx style
+    names = code.co_varnames[skip:code.co_argcount]
+    if setup and len(args) > len(names):
+        raise _break(cls, "more arguments than its forward takes (eager raises TypeError)")
+    if not kwargs and not (setup and len(args) < len(names)):
+        return args
+    odd = code.co_posonlyargcount or code.co_kwonlyargcount or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    if odd:
+        raise _break(cls, "keyword arguments or defaults for a forward with positional-only, keyword-only, * or ** parameters")
+    slots: list = list(args) + [None] * max(0, len(names) - len(args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise _break(cls, f"keyword argument {key!r} that its forward does not take (eager raises TypeError)")
+        position = names.index(key)
+        if position < len(args):
+            raise _break(cls, f"two values for argument {key!r} (eager raises TypeError)")
+        slots[position] = value
+    if setup:  # Function.apply binds the forward's signature and applies its defaults first
+        defaults = tx._wrap_defaults(forward)
+        first_default = len(names) - len(defaults)
+        for position, value in enumerate(slots):
+            if value is None and position >= first_default:
+                slots[position] = defaults[position - first_default]
+    end = len(slots)
+    while end > len(args) and slots[end - 1] is None:
+        end -= 1
+    if any(value is None for value in slots[:end]) or (setup and end < len(names)):
+        raise _break(cls, "a parameter of its forward without a value (eager raises TypeError)")
+    return slots[:end]
 
 
 def _forward(tx, forward, setup, ctx, args: list):
@@ -196,7 +244,7 @@ def _plan(cls: type, args: list, result, ctx: NewObjectValue):
             raise _break(cls, "save_for_backward of something other than tensors")
 
     def attr_spec(value):
-        if isinstance(value, (TensorValue, SymNodeValue)):
+        if isinstance(value, (TensorValue, SymNodeValue, SymFloatValue)):  # a float input stays symbolic
             return ("value", extra(value))
         if isinstance(value, TupleValue) and not value.is_constant():
             return ("tuple", tuple(attr_spec(v) for v in value.items))

@@ -58,7 +58,8 @@ class Boundary:
         self.__name__ = f"{plan.cls.__name__}_apply"
 
     def __call__(self, *fakes):
-        if not all(isinstance(f, torch._subclasses.fake_tensor.FakeTensor) for f in fakes):
+        tensors = [f for f in fakes if isinstance(f, torch.Tensor)]  # kept values may be symbolic scalars
+        if not tensors or not all(isinstance(f, torch._subclasses.fake_tensor.FakeTensor) for f in tensors):
             raise RuntimeError("framejit: a custom Function boundary ran outside tracing")
         args = fakes[:self.n_args]
         outs = fakes[self.n_args:len(fakes) - self.n_extras]
