@@ -58,14 +58,26 @@ class KeptVersions:
         self.outputs = outputs  # (graph output position, eager's version): NOTE [Version counts of graph outputs]
 
     def __call__(self, *args: Any) -> Any:
-        written = tuple(args[i] for i, _ in self.writes)
-        before = [t._version for t in written]
-        out = self.compiled(*args)
-        _unsafe_set_version_counter(written, [version + count for version, (_, count) in zip(before, self.writes)])
-        if self.outputs:  # not those autograd tracks: the backend's backward may have saved them at 0
-            kept = [(out[i], v) for i, v in self.outputs if not out[i].requires_grad]
-            _unsafe_set_version_counter(tuple(t for t, _ in kept), [v for _, v in kept])
+        writes = self.writes
+        if not writes:  # NOTE [Versions set only where they differ]
+            out = self.compiled(*args)
+        else:
+            written = tuple(args[i] for i, _ in writes)
+            before = [t._version for t in written]
+            out = self.compiled(*args)
+            _unsafe_set_version_counter(written, [version + count for version, (_, count) in zip(before, writes)])
+        for i, version in self.outputs:  # not those autograd tracks: the backend's backward may have saved them at 0
+            tensor = out[i]
+            if tensor._version != version and not tensor.requires_grad:
+                _unsafe_set_version_counter((tensor,), [version])
         return out
+
+    # NOTE [Versions set only where they differ]: on the per-call path (issue 17) this wrapper built three
+    # sequences and made two C calls per call even when nothing was to change: a graph that writes no input
+    # and returns a fresh output whose eager version is 0 (the zoo's mlp on onnxrt: ORT's outputs come at
+    # version 0) set no counter to anything new. Counters are set one output at a time, and only where the
+    # backend's differs from eager's: outputs that share a counter (views of one another) end with the last
+    # one's version, as the one batched call did.
 
 
 def _storage_key(fake) -> int:

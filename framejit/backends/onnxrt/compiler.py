@@ -193,7 +193,8 @@ def _signature(inputs) -> tuple:
 # module attribute (`_weight_positions`' test); the frontend's guard checks the same facts of the same
 # tensors before the call, but the backend does not rely on a caller it does not know (it is also called
 # directly, and by torch.compile): it proves them itself, by identity, version and epoch. Graphs that read
-# storage offsets (NOTE [Storage offsets read by the graph]) are not remembered.
+# storage offsets (NOTE [Storage offsets read by the graph]) are not remembered. The check that the memo is
+# current (same epoch, ids and versions) is written inline in `OnnxrtCompiled.__call__`.
 class _WeightMemo:
     __slots__ = ("held", "weights", "ids", "versions", "epoch", "others", "table")
 
@@ -205,12 +206,6 @@ class _WeightMemo:
         self.epoch = epoch
         self.others = _picker([k for k in range(len(inputs)) if k not in set(positions)])
         self.table: dict = {}  # signature of the other inputs -> (full signature, program)
-
-    def current(self, inputs) -> bool:
-        """The weight positions hold the remembered tensors, unchanged (NOTE [Weights in the signature])."""
-        held = self.held(inputs)
-        return tensor_watch.EPOCH[0] == self.epoch and list(map(id, held)) == self.ids and \
-            list(map(_VERSION, held)) == self.versions
 
 
 def _picker(positions: list[int]):
@@ -466,8 +461,9 @@ class OnnxrtCompiled:
                 program = self._choose_dynamic(inputs, key)
                 if program is not None:
                     return self._run_dynamic(program, inputs)
-        memo = self._weight_memo  # NOTE [Weights in the signature]
-        if memo is not None and memo.current(inputs):
+        memo = self._weight_memo  # NOTE [Weights in the signature]; `current` inline (NOTE [Per-call path])
+        if memo is not None and tensor_watch.EPOCH[0] == memo.epoch and list(map(id, held := memo.held(inputs))) \
+                == memo.ids and list(map(_VERSION, held)) == memo.versions:
             others = _signature(memo.others(inputs))
             found = memo.table.get(others)
             if found is None:
@@ -481,7 +477,8 @@ class OnnxrtCompiled:
         if program is None:
             return self.gm.forward(*inputs)
         try:
-            return restore_layouts(program(inputs), self._out_layouts, inputs)
+            result = program(inputs)
+            return restore_layouts(result, self._out_layouts, inputs) if self._out_layouts else result
         except Exception as exc:
             logs.log("eager_fallback", "onnxrt: a run failed (%s: %s); this signature now runs eagerly",
                      type(exc).__name__, exc)

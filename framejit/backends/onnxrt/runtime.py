@@ -198,6 +198,10 @@ def array_over(tensor: torch.Tensor) -> np.ndarray:
 
 _VERSION = operator.attrgetter("_version")
 _DATA_PTR = torch.Tensor.data_ptr
+_DTYPE = operator.attrgetter("dtype")
+_SHAPE = operator.attrgetter("shape")
+_IS_CONTIGUOUS = torch.Tensor.is_contiguous
+_FROM_DLPACK = torch._C._from_dlpack
 _ORT_VALUE_VECTOR = None  # onnxruntime's OrtValueVector, imported with the first vector run
 
 
@@ -356,7 +360,7 @@ class OrtPart(torch.nn.Module):
         if list(map(id, held)) != ids or list(map(_VERSION, held)) != versions or \
                 list(map(_DATA_PTR, held)) != pointers:
             return False
-        if any(not torch.equal(args[position], copy) for position, copy in self._copies):
+        if self._copies and any(not torch.equal(args[position], copy) for position, copy in self._copies):
             return False  # NOTE [Statistics written without a bump] in compiler.py
         epoch = watch.EPOCH[0]  # read once, before the uses it vouches for (NOTE [Bumped before and after])
         if epoch != self._epoch:  # some watched tensor's `.data` was used: one of ours?
@@ -379,7 +383,8 @@ class OrtPart(torch.nn.Module):
 
     def forward(self, *args):
         if self.device.type == "cpu":
-            if self.frozen_positions or self.session is None:
+            if (self.frozen_positions or self.session is None) and not (
+                    self.session is not None and self._frozen_current(args)):
                 self._check_frozen(args)
             results = self._run_cpu(args)
         else:
@@ -412,7 +417,8 @@ class OrtPart(torch.nn.Module):
         self._leaf_views[position] = (arg, arg.data_ptr(), arg.shape, view)
         return view
 
-    _vector_run = None  # (session, feed names, positions, input devices, output names, output devices, options)
+    _vector_run = None  # (session, getter of the fed arguments, feed names, input devices, output names,
+    #                      output devices, options); TrainingPart's differs (training.py)
 
     def _run_cpu(self, args) -> list[torch.Tensor]:
         """NOTE [Zero-copy I/O]: every fed input a non-empty tensor: one OrtValueVector in, DLPack out."""
@@ -421,22 +427,25 @@ class OrtPart(torch.nn.Module):
             run = self._prepare_vector_run()
             if run is None:
                 return self._run_cpu_feeds(args)
-        sess, names, positions, in_devices, out_names, out_devices, options = run
-        tensors = [args[p] for p in positions]
-        dtypes = []
-        for k, t in enumerate(tensors):
-            dtype = _NUMPY_DTYPES.get(t.dtype) if isinstance(t, torch.Tensor) else None
-            if dtype is None or t.data_ptr() == 0:  # a symbolic int, a dtype numpy lacks, an empty tensor
-                return self._run_cpu_feeds(args)
-            dtypes.append(dtype)
-            if not t.is_contiguous():
-                tensors[k] = t.detach().contiguous()
+        sess, pick, names, in_devices, out_names, out_devices, options = run
+        # NOTE [Fed inputs checked in C loops]: the checks below run as `map`s over the fed inputs, not a
+        # Python loop per input (issue 17's per-call path). A symbolic int has no dtype (AttributeError).
+        tensors = pick(args)
+        try:
+            dtypes = list(map(_NUMPY_DTYPES.get, map(_DTYPE, tensors)))
+        except AttributeError:
+            return self._run_cpu_feeds(args)
+        pointers = list(map(_DATA_PTR, tensors))
+        if None in dtypes or 0 in pointers:  # a dtype numpy lacks, an empty tensor
+            return self._run_cpu_feeds(args)
+        if not all(map(_IS_CONTIGUOUS, tensors)):
+            tensors = [t if t.is_contiguous() else t.detach().contiguous() for t in tensors]
+            pointers = list(map(_DATA_PTR, tensors))
         feeds = _ORT_VALUE_VECTOR()
-        feeds.reserve(len(tensors))
-        feeds.push_back_batch(tensors, list(map(_DATA_PTR, tensors)), dtypes, [t.shape for t in tensors], in_devices)
+        feeds.push_back_batch(tensors, pointers, dtypes, list(map(_SHAPE, tensors)), in_devices)
         fetches = _ORT_VALUE_VECTOR()
         sess.run_with_ortvaluevector(options, names, feeds, out_names, fetches, out_devices)
-        return fetches.to_dlpacks(torch._C._from_dlpack)
+        return fetches.to_dlpacks(_FROM_DLPACK)
 
     def _prepare_vector_run(self) -> tuple | None:
         """The arguments of `run_with_ortvaluevector` for this session, or None (no C session to run)."""
@@ -451,7 +460,9 @@ class OrtPart(torch.nn.Module):
         cpu = OrtDevice(OrtDevice.cpu(), OrtDevice.default_memory(), 0)
         names = [name for name, _ in self._fed]
         positions = [position for _, position in self._fed]
-        self._vector_run = (sess, names, positions, [cpu] * len(names), list(self.output_names),
+        pick = operator.itemgetter(*positions) if len(positions) > 1 else \
+            (lambda args, k=positions[0]: (args[k],)) if positions else (lambda args: ())
+        self._vector_run = (sess, pick, names, [cpu] * len(names), list(self.output_names),
                             [cpu] * len(self.output_names), ort.RunOptions())
         return self._vector_run
 

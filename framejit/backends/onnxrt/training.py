@@ -149,7 +149,7 @@ class TrainingPart(OrtPart):
         tensors = [args[p] for p in positions]
         for k, t in enumerate(tensors):
             if not isinstance(t, torch.Tensor) or t.data_ptr() == 0:  # a symbolic int, an empty tensor
-                return OrtPart._run_cpu(self, args)
+                return self._run_cpu_feeds(args)  # what OrtPart._run_cpu does with such an input
             if not t.is_contiguous():
                 tensors[k] = t.contiguous()
         from onnxruntime.capi._pybind_state import OrtValueVector
