@@ -4,6 +4,7 @@ NOTE [Custom autograd functions without grad]: with grad mode off (the tracer's 
 the frame's GRAD_MODE guard plus the with-blocks traced so far), `Function.apply(*args)` records no backward: it runs `forward(ctx, *args)` and returns its
 outputs. That is traced by inlining `forward` with a stand-in `ctx` (save_for_backward and the
 non-differentiable/materialize markers are accepted and kept; `needs_input_grad` is all False).
+Inside a forward-AD dual level every apply is a break (NOTE [Custom Functions under forward-mode AD]).
 Functions using `setup_context` or `mark_dirty` are graph breaks here: the call then runs as Python at the
 break, with the rest captured. With grad mode on, autograd_grad.py traces the call and keeps the user's
 backward (NOTE [Custom autograd functions in the graph] in function_regions.py).
@@ -30,6 +31,9 @@ class TracedCtx:
 
     def set_materialize_grads(self, value):
         pass
+
+    def save_for_forward(self, *tensors):
+        pass  # NOTE [Custom Functions under forward-mode AD]: no dual level is open
 
 
 def apply_attr(tx, cls_value: ClassValue) -> Value | None:
@@ -64,6 +68,7 @@ def is_function_apply(fn: Value) -> bool:
 
 def call_apply(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     cls = function_class(fn)
+    _no_forward_ad(tx, cls)
     if tx.output.grad_enabled:  # the grad mode at this point of the trace (with-blocks included)
         from .autograd_grad import call_with_grad  # NOTE [Custom autograd functions in the graph]
         return call_with_grad(tx, cls, args, kwargs)
@@ -75,3 +80,20 @@ def call_apply(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
     if forward is None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.forward is not a staticmethod of the class")
     return tx.call(forward, [ctx, *args], {})
+
+
+def _no_forward_ad(tx, cls: type) -> None:
+    """NOTE [Custom Functions under forward-mode AD]: inside `forward_ad.dual_level()` eager's apply pushes
+    tangents through the user's `jvp` (or raises NotImplementedError where there is none, even with grad
+    mode off), while a traced forward run as plain ops would get autograd's own derivative of what it
+    computes: another tangent, silently. So an apply is captured only while no dual level is open (guarded:
+    `forward_ad._current_level`, which `dual_level`/`enter_dual_level` set); inside one it is a graph
+    break and runs as eager runs it."""
+    import torch.autograd.forward_ad as forward_ad
+    level = forward_ad._current_level
+    if level >= 0:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.apply under forward-mode AD (a dual level "
+                                                      "is open: the user's jvp, or eager's error, is not traced)")
+    name = tx.output.name_of(forward_ad, "forward_ad")
+    tx.output.add_guard("GLOBAL_STATE", f"{name}._current_level == -1", None, expected="no forward-AD dual level",
+                        actual=f"{name}._current_level")

@@ -20,7 +20,7 @@ parameter is an input that setup_context sees in `inputs`. `_bind` does the same
 (the defaults read through the forward's guarded `__defaults__`); what eager rejects is a graph break.
 
 Graph breaks (the apply then runs in Python at the break, as eager): keywords eager rejects, or any for a
-forward with *, ** or keyword-only parameters; `mark_dirty` or `save_for_forward`; a forward or backward that changes state
+forward with *, ** or keyword-only parameters; `mark_dirty`; any apply inside a forward-AD dual level; a forward or backward that changes state
 outside (or cannot be traced); a forward returning anything but a tensor or a tuple of tensors and
 constants; ctx attributes other than constants, tensors, symbolic ints and tuples of them; no backward.
 """
@@ -59,7 +59,8 @@ class GradCtx:
         graph_break("ctx.mark_dirty in a custom autograd Function (an input changed in place)")
 
     def save_for_forward(self, *tensors):
-        graph_break("ctx.save_for_forward in a custom autograd Function (forward-mode AD)")
+        pass  # only the jvp reads them, and an apply is traced only with no dual level open (NOTE [Custom
+        # Functions under forward-mode AD] in autograd_function.py)
 
 
 class ProbeCtx:

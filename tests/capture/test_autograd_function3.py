@@ -209,3 +209,62 @@ def test_arguments_that_are_neither_tensors_nor_constants(backend):
     assert counts[0] == 1
     assert linear.weight.grad is None  # no call gave the module's weight a gradient (as eager)
     assert counts[1:] == (2, 0, 2)  # the second graph: k symbolic (automatic dynamic), as stock
+
+
+class WithJvp(torch.autograd.Function):
+    """Forward mode: a jvp that is not autograd's derivative of the forward (3x, not 1x)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos() * 2
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (x,) = ctx.saved_tensors
+        return tangent * x.cos() * 3
+
+
+class NoJvp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_forward_mode_ad_runs_the_users_jvp_or_raises_eagers_error(requires_grad):
+    import torch.autograd.forward_ad as forward_ad
+
+    def fn(x, y):
+        return WithJvp.apply(x) * 2 + NoJvp.apply(y)
+
+    framejit.reset()
+    compiled = framejit.compile(fn, backend="eager")
+    x, y = torch.randn(3, requires_grad=requires_grad), torch.randn(3, requires_grad=requires_grad)
+    torch.testing.assert_close(compiled(x, y), fn(x, y))  # captured first, with no dual level open
+    assert framejit.explain(fn, backend="eager")(x, y).graph_break_count == 0
+    for n in (3, 4):
+        x, y, tx, ty = (torch.randn(n, requires_grad=requires_grad), torch.randn(n, requires_grad=requires_grad),
+                        torch.randn(n), torch.randn(n))
+        results = []
+        for f in (fn, compiled):
+            with forward_ad.dual_level():
+                try:
+                    results.append(forward_ad.unpack_dual(f(forward_ad.make_dual(x, tx), y)))
+                except Exception as e:  # noqa: BLE001 (compared below)
+                    results.append((type(e), str(e)))
+                with pytest.raises(NotImplementedError, match="jvp"):  # NoJvp with a dual input: eager's error
+                    f(x, forward_ad.make_dual(y, ty))
+        torch.testing.assert_close(results[1].primal, results[0].primal)
+        torch.testing.assert_close(results[1].tangent, results[0].tangent)  # 6 cos(x) tx: WithJvp's own jvp
+        torch.testing.assert_close(results[0].tangent, tx * x.detach().cos() * 6)
