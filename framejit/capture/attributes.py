@@ -141,6 +141,12 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
                 return found
         return _class_attr(tx, obj, name)
     if isinstance(obj, (ObjectValue, NewObjectValue)):
+        if isinstance(obj, ObjectValue) and name not in ("__enter__", "__exit__", "__class__") and \
+                id(obj.obj) in tx.output.__dict__.get("adopted_generator_cms", ()):
+            # NOTE [Generator context managers from outside]: the real object still holds what the traced
+            # __enter__ deleted (args, kwds, func) and a generator that has not run
+            raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of an outside generator "
+                              "context manager the trace entered")
         return object_attr(tx, obj, name)
     if isinstance(obj, (UserFunctionValue, BoundMethodValue)):
         from .function_attrs import function_attr_value

@@ -132,3 +132,29 @@ def test_outside_manager_entered_and_exited_by_calls_is_traced_into_one_graph():
         compiled_cm.__exit__(None, None, None)
         eager_cm.__exit__(None, None, None)
         assert compiled_log == eager_log == ["enter", "exit"]
+
+
+def test_attributes_of_an_entered_outside_manager_are_read_as_eager():
+    # entering deletes args/kwds/func; the real object keeps them until the graph's effects are replayed
+    def in_with(x, ctx):
+        with ctx as y:
+            gone = not hasattr(ctx, "args")
+        return x + y, gone
+
+    def by_calls(x, ctx):
+        y = ctx.__enter__()
+        gone = not hasattr(ctx, "kwds")
+        ctx.__exit__(None, None, None)
+        return x * y, gone, inspect.getgeneratorstate(ctx.gen)
+
+    for fn in (in_with, by_calls):
+        compiled = framejit.compile(fn)
+        for n in (2, 3):
+            x = torch.randn(n)
+            eager_log, compiled_log = [], []
+            eager_cm, compiled_cm = logged(x, eager_log), logged(x.clone(), compiled_log)
+            expected = fn(x, eager_cm)
+            assert expected[1] is True
+            assert_same(compiled(x.clone(), compiled_cm), expected)  # before: gone was False
+            assert compiled_log == eager_log == ["enter", "exit"]
+            assert _state(compiled_cm) == _state(eager_cm)
