@@ -27,7 +27,9 @@ one is in). The `with` statement adopts it, and so does a bare `cm.__enter__()` 
 None, None)` resumes the traced generator, as for a manager made here; call_outside_cm_method): a break
 while it is live moves before the instruction that adopted it, as for managers made here, and a frame
 that returns with it still entered breaks there too (NOTE [Generator managers entered and not exited]),
-so an outside manager left entered for the caller to exit is entered by plain Python, for real.
+so an outside manager left entered for the caller to exit is entered by plain Python, for real. Until
+the graph's effects are replayed the real object still holds `args`/`kwds`/`func` and an unstarted
+generator, so reading any other attribute of an adopted manager is a graph break (attributes.py).
 
 NOTE [Generator managers entered and not exited]: a manager entered with a bare `cm.__enter__()` and not
 exited when the root frame returns leaves its generator suspended at its `yield`: eager code may exit it
