@@ -120,6 +120,9 @@ def call_with_grad(tx, cls: type, args: list, kwargs: dict):
     setup = None
     if cls.setup_context is not _SingleLevelFunction.setup_context:
         setup = _static(tx, cls, "setup_context")
+    for code in (forward.fn.__code__, setup.fn.__code__ if setup is not None else None):
+        if code is not None and "mark_dirty" in code.co_names:  # named here: GradCtx's break has no reason
+            raise _break(cls, "ctx.mark_dirty (its forward changes an input in place and returns it; not traced)")
     args = _bind(tx, cls, forward, setup is not None, list(args), kwargs)
     needs = tuple(isinstance(a, TensorValue) and a.fake.requires_grad for a in args)
     ctx = NewObjectValue(GradCtx, {"needs_input_grad": TupleValue([ConstantValue(n) for n in needs]),

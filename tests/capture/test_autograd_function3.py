@@ -268,3 +268,32 @@ def test_forward_mode_ad_runs_the_users_jvp_or_raises_eagers_error(requires_grad
         torch.testing.assert_close(results[1].primal, results[0].primal)
         torch.testing.assert_close(results[1].tangent, results[0].tangent)  # 6 cos(x) tx: WithJvp's own jvp
         torch.testing.assert_close(results[0].tangent, tx * x.detach().cos() * 6)
+
+
+class Dirty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 7
+
+
+def test_mark_dirty_is_a_break_that_says_so():
+    def fn(x):
+        return (Dirty.apply(x * 1) + x).sum()
+
+    framejit.reset()
+    compiled = framejit.compile(fn, backend="eager")
+    for n in (3, 4):
+        x = _x(n)
+        expected, expected_grads = _run(fn, [x])
+        got, got_grads = _run(compiled, [x])
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(got_grads[0], expected_grads[0])
+    explained = framejit.explain(fn, backend="eager")(_x(3))
+    assert (explained.graph_count, explained.graph_break_count) == (2, 1)  # stock: 1 graph, 0 breaks
+    assert "ctx.mark_dirty" in str(explained.break_reasons[0])  # was "graph_break is marked framejit.disable"
