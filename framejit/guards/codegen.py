@@ -220,16 +220,30 @@ class _Facts:
 @functools.lru_cache(maxsize=16384)
 def _facts(expr: str) -> _Facts:
     tree = ast.parse(expr, mode="eval")
-    nodes = list(ast.walk(tree))
+    nodes = _walk(tree)
     texts: dict[int, str | None] = {}  # NOTE [Chain texts built link by link]
     data = expr.encode()  # ast offsets are UTF-8 byte offsets
-    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    links = [(n, base) for n in nodes if (base := _link_base(n)) is not None]
+    called = {id(n.func) for n in nodes if type(n) is ast.Call}
     spans = tuple((n.col_offset, n.end_col_offset, data[n.col_offset:n.end_col_offset].decode())
-                  for n in nodes if _link_base(n) is not None and id(n) not in called
-                  and _chain_text(n, texts) is not None)
-    bases = frozenset(text for n in nodes if (base := _link_base(n)) is not None
-                      and (text := _chain_text(base, texts)) is not None)
+                  for n, _ in links if id(n) not in called and _chain_text(n, texts) is not None)
+    bases = frozenset(text for _, base in links if (text := _chain_text(base, texts)) is not None)
     return _Facts(_subject(tree.body, texts), bases, spans)
+
+
+# NOTE [Parsed guard expressions]: the nodes in `ast.walk`'s order (breadth first, each node's children in
+# field order), without its generator per node: the spans keep that order, and so do the names of shared
+# subexpressions (NOTE [Guard subexpressions]).
+def _walk(tree: ast.AST) -> list[ast.AST]:
+    nodes = [tree]
+    for node in nodes:  # grows while it is read
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, ast.AST):
+                nodes.append(value)
+            elif isinstance(value, list):
+                nodes.extend(item for item in value if isinstance(item, ast.AST))
+    return nodes
 
 
 # NOTE [Chain texts built link by link]: a guard expression on a module's parameter is a chain of ~10
@@ -253,11 +267,24 @@ def _chain_text(node: ast.AST, texts: dict[int, str | None]) -> str | None:
         if isinstance(node, ast.Attribute):
             text = f"{base_text}.{node.attr}"
         elif isinstance(node, ast.Subscript):
-            text = f"{base_text}[{ast.unparse(node.slice)}]"
+            text = f"{base_text}[{_constant_text(node.slice)}]"
         else:  # ___raw_attr(P, 'name')
-            text = f"___raw_attr({base_text}, {ast.unparse(node.args[1])})"
+            text = f"___raw_attr({base_text}, {_constant_text(node.args[1])})"
     texts[key] = text
     return text
+
+
+def _constant_text(node: ast.Constant) -> str:
+    """`ast.unparse(node)`, kept per value for the keys and names that chains repeat (`._modules['0']`)."""
+    value = node.value
+    if type(value) is str or type(value) is int:
+        return _unparsed_constant(type(value), value, node.kind)
+    return ast.unparse(node)
+
+
+@functools.lru_cache(maxsize=8192)
+def _unparsed_constant(kind: type, value: Any, prefix: str | None) -> str:
+    return ast.unparse(ast.Constant(value, prefix))
 
 
 def _subject(tree: ast.expr, texts: dict[int, str | None]) -> str | None:
@@ -368,9 +395,11 @@ def _common_subexpressions(exprs: list[str]):
 def _replace_spans(expr: str, spans: list[tuple[int, int, str]], names: dict[str, str], skip: str | None = None) -> str:
     """Replace the outermost chosen chains (right to left, so offsets stay valid)."""
     picked: list[tuple[int, int, str]] = []
+    reach = -1  # the furthest end of a picked span: all of them start at or before `start`
     for start, end, text in sorted(spans, key=lambda s: (s[0], -s[1])):
-        if text in names and text != skip and not any(a <= start and end <= b for a, b, _ in picked):
+        if text in names and text != skip and end > reach:  # inside no picked span
             picked.append((start, end, text))
+            reach = end
     data = expr.encode()
     for start, end, text in sorted(picked, reverse=True):
         data = data[:start] + names[text].encode() + data[end:]
@@ -380,10 +409,11 @@ def _replace_spans(expr: str, spans: list[tuple[int, int, str]], names: dict[str
 def _link_base(node: ast.AST) -> ast.AST | None:
     """`P` for one link of a chain: `P.name`, `P[key]`, or `___raw_attr(P, 'name')` (NOTE [Raw attribute
     reads] in capture/sources.py); None for anything else."""
-    if isinstance(node, (ast.Attribute, ast.Subscript)):
+    kind = type(node)  # ast.parse makes no subclasses
+    if kind is ast.Attribute or kind is ast.Subscript:
         return node.value
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "___raw_attr"
-            and len(node.args) == 2 and isinstance(node.args[1], ast.Constant) and not node.keywords):
+    if (kind is ast.Call and type(node.func) is ast.Name and node.func.id == "___raw_attr"
+            and len(node.args) == 2 and type(node.args[1]) is ast.Constant and not node.keywords):
         return node.args[0]
     return None
 
