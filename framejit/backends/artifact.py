@@ -48,6 +48,20 @@ def pack(kind: str, meta: dict, blobs: dict[str, bytes] | None = None) -> bytes:
     return b"".join([MAGIC, _LENGTH.pack(len(head)), head, *blobs.values()])
 
 
+def kind_of(data: bytes) -> str | None:
+    """The kind an artifact's header names, or None for bytes that are no readable artifact."""
+    try:
+        data = bytes(data)
+        start = len(MAGIC) + _LENGTH.size
+        if not data.startswith(MAGIC) or len(data) < start:
+            return None
+        (head_len,) = _LENGTH.unpack_from(data, len(MAGIC))
+        header = json.loads(data[start:start + head_len])
+        return header.get("kind") if isinstance(header, dict) else None
+    except (TypeError, ValueError, struct.error):
+        return None
+
+
 def unpack(data: bytes, kind: str) -> tuple[dict, dict[str, bytes]]:
     """The (meta, blobs) of an artifact of `kind`; ArtifactError for anything else."""
     if not isinstance(data, (bytes, bytearray, memoryview)):

@@ -24,8 +24,15 @@ the call's float into one, and the backend compiles the rewritten graph once, fo
 Foreach calls are expanded first (NOTE [Foreach expansion]), so `_foreach_mul_(params, 1 - lr * wd)` is
 per-parameter `mul_` calls. The 0-d tensors live on the device of the graph's tensor inputs (triton wants
 one device). The rewritten placeholder has no `source`: onnxrt never takes it for a weight to freeze
-(NOTE [Frozen weights]). The wrapper is not persisted (backends' `save` sees no artifact of theirs): a new
-process compiles such graphs again.
+(NOTE [Frozen weights]).
+
+NOTE [Persisted float inputs]: a backend's `save` of a FloatInputsGraph (`save_float_inputs`) is an
+artifact of kind "float_inputs": the positions, the device and the artifact of what the backend compiled
+from the rewritten graph. `load_float_inputs` rewrites the loaded graph again (the rewrite is a function of
+the graph, whose persisted form keeps the `dynamic_float` marks, and of the inputs' metadata: placeholder
+values are faked from the call's example inputs, no make_fx, no lowering), checks that the float inputs
+are at the persisted positions, and loads the inner artifact for the rewritten graph. Before, such graphs
+were kept in memory only: every warm process compiled a scheduled optimizer step again.
 """
 from __future__ import annotations
 
@@ -269,3 +276,45 @@ def compile_with_float_tensors(gm: torch.fx.GraphModule, example_inputs, backend
         torch.full((), v, dtype=torch.float64, device=device) if i in positions else v
         for i, v in enumerate(example_inputs)]
     return FloatInputsGraph(backend(rewritten, examples), positions, device)
+
+
+KIND = "float_inputs"
+
+
+def save_float_inputs(compiled: Any, save: Callable) -> bytes | None:
+    """The artifact of a FloatInputsGraph (NOTE [Persisted float inputs]); None where the inner compiled
+    object has none. `save` is the backend's own."""
+    from .artifact import pack
+    inner = save(compiled.compiled)
+    if inner is None:
+        return None
+    return pack(KIND, {"positions": list(compiled.positions), "device": str(compiled.device)}, {"inner": inner})
+
+
+def load_float_inputs(data: bytes, gm: torch.fx.GraphModule, example_inputs, load: Callable) -> Callable | None:
+    """The FloatInputsGraph `save_float_inputs` saved, or None when `data` is another kind of artifact;
+    raises ArtifactError where the graph does not rewrite to the persisted positions."""
+    from .artifact import ArtifactError, kind_of, unpack
+    if kind_of(data) != KIND:
+        return None
+    meta, blobs = unpack(data, KIND)
+    if example_inputs is None:
+        raise ArtifactError("float inputs: the graph is rewritten for the call's inputs, which were not given")
+    annotated = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    placeholders = [n for n in annotated.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise ArtifactError("float inputs: the graph's inputs and the call's differ in number")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    for node, value in zip(placeholders, example_inputs):
+        node.meta["val"] = fake_mode.from_tensor(value) if isinstance(value, torch.Tensor) else value
+    try:
+        rewritten, positions = floats_as_tensors(annotated)
+    except NotRewritable as why:
+        raise ArtifactError(f"float inputs: the loaded graph does not rewrite: {why}") from None
+    if positions != meta["positions"]:
+        raise ArtifactError(f"float inputs at {positions}, persisted at {meta['positions']}")
+    device = torch.device(meta["device"])
+    examples = [torch.full((), v, dtype=torch.float64, device=device) if i in positions else v
+                for i, v in enumerate(example_inputs)]
+    return FloatInputsGraph(load(blobs["inner"], rewritten, examples), positions, device)

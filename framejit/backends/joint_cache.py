@@ -35,7 +35,7 @@ import torch.fx
 
 from .. import config, logs
 
-FORMAT = 1
+FORMAT = 2  # 2: custom Function calls in the key (NOTE [Persisted custom Function calls])
 _AOT_LOCK = threading.RLock()  # a joint built while another is (nested) records its own
 
 
@@ -56,7 +56,16 @@ class _GraphPickler(pickle.Pickler):
             return _op_by_name, (obj._schema.name, obj._overloadname)
         if isinstance(obj, torch._ops.OpOverloadPacket):
             return _op_by_name, (obj._qualified_op_name, None)
+        describe = getattr(obj, "persisted_data", None)
+        if describe is not None and callable(describe):
+            # a custom Function call of the graph (capture's FunctionCall; NOTE [Persisted custom Function calls]
+            # in capture/function_regions.py): its class, plan, region and backward digest are part of the key
+            return _key_only, (type(obj).__qualname__, describe())
         return NotImplemented
+
+
+def _key_only(*data):
+    raise NotPersisted("a custom Function call is part of a joint's key, never of a persisted half")
 
 
 def _dumps(value) -> bytes:

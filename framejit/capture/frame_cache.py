@@ -25,6 +25,7 @@ the key]), holding the list of its persisted entries; writers take the store's l
 from __future__ import annotations
 
 import dataclasses
+import io
 import pickle
 import types
 from typing import Any
@@ -42,12 +43,13 @@ from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, I
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 8  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+FORMAT = 9  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
 # 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
 # 6: raw attribute sources (NOTE [Raw attribute reads]), version counts of written inputs (NOTE [Version counts
 # of written inputs]); 7: graphs split at DDP's buckets, entries guarded on DDP (NOTE [Entries guarded on DDP]);
-# 8: version counts of graph outputs (NOTE [Version counts of graph outputs])
+# 8: version counts of graph outputs (NOTE [Version counts of graph outputs]); 9: custom Function calls
+# (NOTE [Persisted custom Function calls] in function_regions.py)
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -234,10 +236,30 @@ def dump_graph(gm: torch.fx.GraphModule) -> bytes:
         args = torch.fx.node.map_arg(node.args, lambda n: _NodeRef(index[n]))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _NodeRef(index[n]))
         nodes.append((node.op, node.name, node.target, args, kwargs, bool(node.meta.get("dynamic_float"))))
+    buffer = io.BytesIO()
     try:
-        return pickle.dumps(nodes)
+        _GraphPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(nodes)
+    except NotPersistable:
+        raise
     except Exception as e:  # a target or constant that has no importable name
         raise NotPersistable(f"the graph cannot be pickled: {type(e).__name__}: {e}") from None
+    return buffer.getvalue()
+
+
+class _GraphPickler(pickle.Pickler):
+    """Pickles a graph's nodes; a custom Function call as its plain data (NOTE [Persisted custom Function
+    calls] in function_regions.py), rebuilt and checked by `_function_call` when the graph is loaded."""
+
+    def reducer_override(self, obj):
+        from .function_regions import FunctionCall
+        if type(obj) is FunctionCall:
+            return _function_call, (obj.persisted_data(),)
+        return NotImplemented
+
+
+def _function_call(data: tuple):
+    from .function_regions import FunctionCall
+    return FunctionCall.rebuild(data)
 
 
 def load_graph(data: bytes) -> torch.fx.GraphModule:

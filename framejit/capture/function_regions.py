@@ -19,11 +19,22 @@ the backward once (a probe, its nodes dropped here): it is pure tensor code whos
 Inputs of the region other than the apply's tensor arguments (a module's weight read in the forward) are
 arguments of CustomCall too and get no gradient, as in eager (the forward runs under no_grad).
 
-A FunctionCall is not persisted (frame or joint cache): it holds the user's class and a GraphModule.
+NOTE [Persisted custom Function calls]: a FunctionCall is persisted (frame cache, joint key) as plain data
+(`persisted_data`): the user's class by import locator (verified to import back to the very class), the
+plan's fields (constants only), the region node by node, and a digest of the user's backward: its code
+hash and the backward probe's nodes as traced (targets by name, constants by value, other nodes by name:
+what the backward computed under the facts the probe read). `rebuild` resolves the class again and refuses
+it (NotPersistable) unless its backward's code hash is the persisted one. The probe's guards are the
+frame entry's own and are persisted with it; a changed backward or helper it inlined changes the callee
+hashes the frame cache checks; the joint key hashes this data, so a backward traced into a joint's
+backward half under other code or other facts is another key. A class that is not importable by name (a
+class made in a function), a plan holding live objects, or a probe node whose target has no stable name
+keeps the graph in memory only, as before. Generic pickling (`__reduce__`) is still refused.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
 import torch
@@ -102,8 +113,10 @@ class FunctionCall:
     the forward's k-th kept value is at run time: ("in", i) an argument of CustomCall, ("out", i) an
     output of the user's forward, ("extra", i) another value the region returns after those."""
 
-    def __init__(self, region: torch.fx.GraphModule, plan: Plan, refs: tuple, n_args: int) -> None:
+    def __init__(self, region: torch.fx.GraphModule, plan: Plan, refs: tuple, n_args: int,
+                 backward_digest: str | None = None) -> None:
         self.region, self.plan, self.refs, self.n_args = region, plan, refs, n_args
+        self.backward_digest = backward_digest  # NOTE [Persisted custom Function calls]
         self.__name__ = f"{plan.cls.__name__}_apply"
 
     def __call__(self, *inputs):
@@ -114,6 +127,118 @@ class FunctionCall:
 
     def __reduce__(self):
         raise TypeError("a custom autograd Function call is not persisted")
+
+    def persisted_data(self) -> tuple:
+        """This call as plain data (NOTE [Persisted custom Function calls]); raises NotPersistable."""
+        from .locators import NotPersistable, _import_locator, code_hash
+        if self.backward_digest is None:
+            raise NotPersistable(f"the backward of {self.plan.cls.__qualname__} could not be described")
+        fields = tuple(getattr(self.plan, f.name) for f in dataclasses.fields(Plan) if f.name != "cls")
+        if not _plain(fields) or not _plain(self.refs):
+            raise NotPersistable(f"the plan of {self.plan.cls.__qualname__}.apply holds live objects")
+        backward = user_backward(self.plan.cls)
+        return (_import_locator(self.plan.cls), code_hash(backward.__code__), self.backward_digest, fields,
+                self.refs, self.n_args, region_nodes(self.region))
+
+    @staticmethod
+    def rebuild(data: tuple) -> "FunctionCall":
+        """The call `persisted_data` described, its class found again; raises NotPersistable where the
+        class is not a Function or its backward is not the code the call was traced with."""
+        from torch.autograd.function import Function
+        from .locators import NotPersistable, code_hash, resolve
+        locator, backward_hash, digest, fields, refs, n_args, nodes = data
+        cls = resolve(locator, None)
+        if not (isinstance(cls, type) and issubclass(cls, Function)):
+            raise NotPersistable(f"{locator[1]}.{locator[2]} is no longer an autograd Function")
+        if code_hash(user_backward(cls).__code__) != backward_hash:
+            raise NotPersistable(f"the backward of {cls.__qualname__} changed since it was cached")
+        return FunctionCall(region_graph(nodes), Plan(cls, *fields), refs, n_args, digest)
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (tuple, list)):
+        return all(_plain(v) for v in value)
+    return type(value) in _PLAIN
+
+
+@dataclasses.dataclass(frozen=True)
+class RegionRef:
+    """A node argument of a persisted region: the index of the node it names."""
+    index: int
+
+
+def region_nodes(gm: torch.fx.GraphModule) -> list[tuple]:
+    """`gm`'s nodes as (op, name, target, args, kwargs) with node arguments as RegionRef (nested
+    FunctionCall targets stay: the pickler that persists them describes them in turn)."""
+    from .locators import NotPersistable
+    index: dict[torch.fx.Node, int] = {}
+    nodes = []
+    for node in gm.graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            raise NotPersistable(f"a custom Function's region reads module state ({node.op} {node.target})")
+        index[node] = len(nodes)
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: RegionRef(index[n]))
+        nodes.append((node.op, node.name, node.target, args, kwargs))
+    return nodes
+
+
+def region_graph(nodes: list[tuple]) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    made: list[torch.fx.Node] = []
+    for op, name, target, args, kwargs in nodes:
+        args, kwargs = torch.fx.node.map_aggregate(
+            (args, kwargs), lambda a: made[a.index] if isinstance(a, RegionRef) else a)
+        made.append(graph.output(args[0]) if op == "output" else graph.create_node(op, target, args, kwargs, name=name))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _stable_name(target: Any) -> str | None:
+    """A target's name that is the same in every process (None for an object that has none)."""
+    if isinstance(target, str):
+        return target
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)
+    module = getattr(target, "__module__", None)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    if not isinstance(module, str) or not isinstance(name, str) or "<" in name:
+        return None
+    return f"{module}.{name}"
+
+
+def probe_digest(gm: torch.fx.GraphModule, probes: list, classes: set) -> str | None:
+    """The backward digest of NOTE [Persisted custom Function calls]: the probe nodes (`probes`, in graph
+    order) and the code of each class's backward; None where a target or constant has no stable form."""
+    from .locators import code_hash
+    digest = hashlib.sha256()
+    for cls in sorted(classes, key=lambda c: (c.__module__, c.__qualname__)):
+        digest.update(f"{cls.__module__}.{cls.__qualname__}:{code_hash(user_backward(cls).__code__)}".encode())
+    for node in probes:
+        target = _stable_name(node.target)
+        if target is None:
+            return None
+        unstable = []
+
+        def arg(a):
+            if isinstance(a, torch.fx.Node):
+                return ("node", a.name)
+            if isinstance(a, (tuple, list)):
+                return (type(a).__name__, tuple(arg(v) for v in a))
+            if isinstance(a, dict):
+                return ("dict", tuple((k, arg(v)) for k, v in a.items()))
+            if isinstance(a, slice):
+                return ("slice", arg(a.start), arg(a.stop), arg(a.step))
+            if type(a) in _PLAIN or a is Ellipsis or isinstance(a, torch.Size):
+                return repr(a)
+            unstable.append(a)
+            return None
+        described = (node.op, node.name, target, arg(node.args), arg(node.kwargs))
+        if unstable:
+            return None
+        digest.update(repr(described).encode())
+    return digest.hexdigest()
 
 
 class CustomCall(torch.autograd.Function):
@@ -199,6 +324,8 @@ def function_regions(gm: torch.fx.GraphModule) -> None:
     graph = gm.graph
     boundaries = [n for n in graph.nodes if n.op == "call_function" and isinstance(n.target, Boundary)]
     probes = [n for n in graph.nodes if "fj_function_probe" in n.meta]
+    # NOTE [Persisted custom Function calls]: every call in the graph gets the digest of all probes
+    digest = probe_digest(gm, probes, {b.target.plan.cls for b in boundaries}) if boundaries else None
     for node in reversed(probes):  # the backward's trace: checked, then dropped
         if not node.users:
             graph.erase_node(node)
@@ -207,12 +334,12 @@ def function_regions(gm: torch.fx.GraphModule) -> None:
             gm.recompile()
         return
     for boundary in boundaries:
-        _replace(gm, boundary)
+        _replace(gm, boundary, digest)
     graph.lint()
     gm.recompile()
 
 
-def _replace(gm: torch.fx.GraphModule, boundary: torch.fx.Node) -> None:
+def _replace(gm: torch.fx.GraphModule, boundary: torch.fx.Node, digest: str | None) -> None:
     graph = gm.graph
     target: Boundary = boundary.target
     members = [n for n in graph.nodes if n.meta.get("fj_function") == target.region]
@@ -253,7 +380,7 @@ def _replace(gm: torch.fx.GraphModule, boundary: torch.fx.Node) -> None:
         env[node] = sub.node_copy(node, lambda n: env[n])
     sub.output(tuple(env[n] for n in [*outs, *extras]))
     region = torch.fx.GraphModule(gm, sub)
-    call = FunctionCall(region, target.plan, tuple(refs), target.n_args)
+    call = FunctionCall(region, target.plan, tuple(refs), target.n_args, digest)
     with graph.inserting_before(boundary):
         new = graph.call_function(call, tuple(inputs))
         new.meta = dict(boundary.meta)

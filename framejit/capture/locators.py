@@ -70,6 +70,8 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
 
 
 def _import_locator(obj: Any) -> tuple:
+    if isinstance(obj, (classmethod, staticmethod)):
+        return _class_dict_locator(obj)
     named = obj.fget if isinstance(obj, property) and obj.fget is not None else obj  # NOTE [Properties by name]
     module = getattr(named, "__module__", None)
     qualname = getattr(named, "__qualname__", None)
@@ -92,7 +94,35 @@ def _import_locator(obj: Any) -> tuple:
     for attr in ("fget", "__func__"):
         if getattr(found, attr, None) is obj:
             return ("import", module, qualname, attr)
+    # the interpreter's own types with no builtins name (FunctionType is builtins.function, MethodType
+    # builtins.method): the `types` module names them
+    if isinstance(obj, type) and module == "builtins":
+        import types as types_module
+        for name, value in vars(types_module).items():
+            if value is obj and not name.startswith("_"):
+                return ("import", "types", name)
     raise NotPersistable(f"{module}.{qualname} does not import back to the same object")
+
+
+# NOTE [Class-dict descriptors by name]: a guard on a class attribute lookup names the raw entry of the
+# class's __dict__; for a classmethod or staticmethod (torch.autograd.Function.apply, read by every custom
+# Function apply) that is the descriptor object, which no attribute read returns (`Function.apply` is a
+# bound method). Its function's qualname names the class and the attribute: the locator reads the class's
+# __dict__ entry, verified (on save) to be the very object.
+def _class_dict_locator(obj: Any) -> tuple:
+    func = obj.__func__
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
+    if not module or not qualname or "<" in qualname or "." not in qualname:
+        raise NotPersistable(f"{type(obj).__name__} {qualname or obj!r} cannot be imported by name")
+    owner, name = qualname.rsplit(".", 1)
+    locator = ("classdict", module, owner, name)
+    try:
+        found = resolve(locator, None)
+    except Exception:
+        found = None
+    if found is not obj:
+        raise NotPersistable(f"{type(obj).__name__} {module}.{qualname} is not that class's own entry")
+    return locator
 
 
 # NOTE [Properties by name]: a property object has no __module__ or __qualname__, but `@property def name`
@@ -120,6 +150,11 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
         return _live_mro(locator[1], fn)
     if kind == "code":  # NOTE [Code replaced] in lookup.py
         return resolve(locator[1], fn).__code__
+    if kind == "classdict":  # NOTE [Class-dict descriptors by name]
+        owner = _import(locator[1], locator[2])
+        if not isinstance(owner, type) or locator[3] not in owner.__dict__:
+            raise NotPersistable(f"{locator[1]}.{locator[2]} has no own attribute {locator[3]}")
+        return owner.__dict__[locator[3]]
     if kind == "import":
         obj = _import(locator[1], locator[2])
         return getattr(obj, locator[3]) if len(locator) > 3 else obj

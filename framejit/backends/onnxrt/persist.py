@@ -37,6 +37,7 @@ from ..artifact import (ArtifactError, dtype_from_text, get_path, pack, resolve_
                         spec_to_text, tensor_from_bytes, tensor_meta, tensor_to_bytes, unpack)
 from .. import symbolic
 from ..checks import CheckedGraph, compile_checked, unchecked
+from ..float_inputs import FloatInputsGraph, load_float_inputs, save_float_inputs
 from .compiler import REVISION, OnnxrtCompiled, Program
 from .options import OnnxrtOptions, parse_options
 from . import runtime
@@ -65,6 +66,8 @@ class RestoredGraph(torch.nn.Module):
 # -- save -----------------------------------------------------------------------------------------
 def save(compiled) -> bytes | None:
     """The artifact of an `OnnxrtCompiled`, or None when it holds nothing that can be persisted."""
+    if isinstance(compiled, FloatInputsGraph):  # NOTE [Persisted float inputs] (float_inputs.py)
+        return save_float_inputs(compiled, save)
     compiled = unchecked(compiled)  # NOTE [Run-time checks as outputs]: `load` wraps it again
     if not isinstance(compiled, OnnxrtCompiled):
         return None
@@ -181,6 +184,9 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> OnnxrtCo
     programs are keyed by the input signatures they were built for."""
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"onnxrt load(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
+    with_floats = load_float_inputs(data, gm, example_inputs, load)  # NOTE [Persisted float inputs]
+    if with_floats is not None:
+        return with_floats
     return compile_checked(gm, lambda graph: _restore(data, graph))  # NOTE [Run-time checks as outputs]
 
 

@@ -29,6 +29,7 @@ from ..artifact import (ArtifactError, dtype_from_text, pack, resolve_tensor, sp
                         tensor_from_bytes, tensor_meta, tensor_paths, tensor_to_bytes, unpack)
 from .. import symbolic
 from ..checks import CheckedGraph, compile_checked, unchecked
+from ..float_inputs import FloatInputsGraph, load_float_inputs, save_float_inputs
 from . import runtime
 from .dynamic import DynamicGraph
 from .runtime import CompiledGraph, EagerGraph
@@ -50,6 +51,8 @@ REVISION = 8  # (size-generic modules, NOTE [Persisted size-generic modules], ad
 def save(compiled) -> bytes | None:
     """The artifact of a `CompiledGraph` or a size-generic `DynamicGraph`, or None when `compiled` cannot
     be persisted."""
+    if isinstance(compiled, FloatInputsGraph):  # NOTE [Persisted float inputs] (float_inputs.py)
+        return save_float_inputs(compiled, save)
     compiled = unchecked(compiled)  # NOTE [Run-time checks as outputs]: `load` wraps it again
     if isinstance(compiled, DynamicGraph):
         return _save_dynamic(compiled)
@@ -129,6 +132,9 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> Compiled
     layouts the kernels were specialised for are part of the artifact (other inputs run `gm` eagerly)."""
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"triton load(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
+    with_floats = load_float_inputs(data, gm, example_inputs, load)  # NOTE [Persisted float inputs]
+    if with_floats is not None:
+        return with_floats
     return compile_checked(gm, lambda graph: _restore(data, graph))  # NOTE [Run-time checks as outputs]
 
 
