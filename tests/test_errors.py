@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, run_differential
+from tests.helpers import CountingBackend, run_differential, run_program
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,14 +50,19 @@ def test_recompile_limit_zero_runs_eagerly_without_compiling(monkeypatch, caplog
     assert len(messages) == 1 and "_add_one" in messages[0]
 
 
-def test_recompile_limit_zero_from_the_environment():
-    code = ("import torch, framejit\n"
-            "f = framejit.compile(lambda x: x + 1)\n"
-            "print([f(torch.ones(2)).tolist() for _ in range(3)], framejit.stats()['frames_traced'])\n")
-    result = _python(code, FRAMEJIT_RECOMPILE_LIMIT="0")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[[2.0, 2.0], [2.0, 2.0], [2.0, 2.0]] 0"
-    assert "recompile limit is 0" in result.stderr
+def test_recompile_limit_zero_from_the_environment(tmp_path):
+    # a forked child of the program server, which imports framejit (reading FRAMEJIT_*) as a new interpreter
+    # would; the environment as _python gives it (NOTE [Programs in forked children] in tests/helpers.py)
+    script = tmp_path / "limit_zero.py"
+    script.write_text("import torch, framejit\n"
+                      "f = framejit.compile(lambda x: x + 1)\n"
+                      "print([f(torch.ones(2)).tolist() for _ in range(3)], framejit.stats()['frames_traced'])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FRAMEJIT_")}
+    env.update(FRAMEJIT_CACHE="0", FRAMEJIT_RECOMPILE_LIMIT="0")
+    rc, out, err = run_program(tmp_path, script, env=env)
+    assert rc == 0, err
+    assert out.strip() == "[[2.0, 2.0], [2.0, 2.0], [2.0, 2.0]] 0"
+    assert "recompile limit is 0" in err
 
 
 # -- bad environment values -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import torch
 
 import framejit
 from framejit import config, logs
+from tests.helpers import run_program
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -181,13 +182,16 @@ def test_graph_break_and_recompile_records_name_the_user_code(handler, capsys):
 
 
 # ---- environment variable, in fresh processes ------------------------------------------------------
-def _run(code: str, logs_spec: str, tmp_path: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+def _run(code: str, logs_spec: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """`python user_script.py` with FRAMEJIT_LOGS=`logs_spec`: a forked child of the program server, which
+    imports framejit (and reads FRAMEJIT_LOGS) as a new interpreter would (NOTE [Programs in forked children]
+    in tests/helpers.py)."""
     script = tmp_path / "user_script.py"
     script.write_text(textwrap.dedent(code), encoding="utf-8")
     # a cold cache of its own: a frame loaded from another test's warm cache is not traced, so it logs nothing
-    env = dict(os.environ, FRAMEJIT_LOGS=logs_spec, PYTHONPATH=str(ROOT), FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"))
-    return subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    env = dict(os.environ, FRAMEJIT_LOGS=logs_spec, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"))
+    rc, out, err = run_program(tmp_path, script, env=env)
+    return subprocess.CompletedProcess([sys.executable, str(script)], rc, out, err)
 
 
 def test_env_help_and_unknown_name(tmp_path):

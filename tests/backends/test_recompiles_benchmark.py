@@ -5,13 +5,12 @@ workload needs (the first call, one recompile when batch, float and int change t
 
 It runs in its own process: the benchmark measures stock torch.compile side by side, whose first use in a
 process changes global state for good (torch.distributions validation off, optimizer methods marked
-disabled), and it turns the frame cache off through FRAMEJIT_CACHE."""
+disabled), and it turns the frame cache off through FRAMEJIT_CACHE. The process is a forked child of the
+program server (tests.helpers.run_program, NOTE [Programs in forked children]): torch is not imported anew,
+and the server itself never runs torch.compile."""
 import json
-import os
-import subprocess
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers import run_program
 
 _PROGRAM = """
 import json
@@ -21,11 +20,12 @@ print(json.dumps({"errors": row["errors"], "fj": row["fj"], "tc": row["tc"]}))
 """
 
 
-def test_recompiles_benchmark_tiny():
-    done = subprocess.run([sys.executable, "-c", _PROGRAM], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
-    assert done.returncode == 0, done.stderr
-    *printed, last = done.stdout.strip().splitlines()
+def test_recompiles_benchmark_tiny(tmp_path):
+    script = tmp_path / "recompiles_tiny.py"
+    script.write_text(_PROGRAM)
+    rc, out, err = run_program(tmp_path, script)
+    assert rc == 0, err
+    *printed, last = out.strip().splitlines()
     row = json.loads(last)
     assert row["errors"] == []
     assert row["fj"]["graphs"] <= row["tc"]["graphs"]
