@@ -40,8 +40,29 @@ def _c_calls(fn, name: str) -> int:
 
 
 def _opcodes_in(fn, path_part: str) -> int:
-    """Python opcodes executed in frames of files whose path contains `path_part` while `fn()` runs."""
+    """Python opcodes executed in frames of files whose path contains `path_part` while `fn()` runs
+    (sys.monitoring's INSTRUCTION events from 3.12: settrace's opcode events are unreliable there)."""
     count = [0]
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        tool = next(t for t in range(5, 0, -1) if monitoring.get_tool(t) is None)
+
+        def instruction(code, offset):
+            if path_part not in code.co_filename:
+                return monitoring.DISABLE
+            count[0] += 1
+
+        monitoring.use_tool_id(tool, "percall2")
+        monitoring.register_callback(tool, monitoring.events.INSTRUCTION, instruction)
+        monitoring.set_events(tool, monitoring.events.INSTRUCTION)
+        try:
+            fn()
+        finally:
+            monitoring.set_events(tool, 0)
+            monitoring.register_callback(tool, monitoring.events.INSTRUCTION, None)
+            monitoring.free_tool_id(tool)
+            monitoring.restart_events()
+        return count[0]
 
     def local(frame, event, arg):
         if event == "opcode":
