@@ -30,6 +30,15 @@ guard was the set of ids). A function considered without a source (a module's `f
 module call) is guarded the same way through the guard's namespace when its module and qualified name import
 it (a stable object; the frame cache locates it by that name). Any other falls back to the set of ids, and
 such an entry is not persisted: ids are per process.
+
+NOTE [Functions made while tracing are never marked]: a function the traced code makes (MAKE_FUNCTION: a
+comprehension, a generator expression, a nested def or lambda) is a new object at every call of the frame,
+made after any mark was set; the trace's stand-in (handlers/calls.py) is a framejit object no user holds.
+Neither can be marked, so such a function is inlined with no guard (its id matching a mark would be a
+dead marked function's address reused). Before, each one fell back to the guard on the set of ids and
+kept the entry in memory only: with transformers imported (it marks functions), every frame whose trace
+ran a comprehension (HF's ModelOutput.__setattr__, DynamicCache.__init__, masking_utils) was traced again
+in every process (bloom's training step).
 """
 from __future__ import annotations
 
@@ -102,6 +111,8 @@ def is_allowed_in_graph(tx, fn: UserFunctionValue) -> bool:
     marked = id(fn.fn) in snap
     if not snap:
         _guard_set(out, snap)
+        return False
+    if fn.source is None and fn.attrs is not None:  # NOTE [Functions made while tracing are never marked]
         return False
     if fn.source is not None:
         e = fn.source.expr(out.names)

@@ -8,7 +8,9 @@
   load the stale frame entry or the stale joint (whose backward half holds the old backward), it traces
   again and its gradients are the new backward's, as eager's;
 - a graph whose float input is passed as a tensor (NOTE [Persisted float inputs] in
-  backends/float_inputs.py): an SGD step whose learning rate changes every call, on onnxrt.
+  backends/float_inputs.py): an SGD step whose learning rate changes every call, on onnxrt;
+- a frame whose trace runs functions it makes (a generator expression, a comprehension, a lambda) while
+  some function is marked allow_in_graph (NOTE [Functions made while tracing are never marked]).
 
 Each program runs in a forked child of a program server (tests.helpers.run_program) on a copy of framejit
 (its source digest is in every key: another session's edit of the tree between the cold and the warm
@@ -96,6 +98,30 @@ FLOAT_PROGRAM = textwrap.dedent('''
                       "compiles": stats["backend_compiles"]}))
 ''')
 
+MARKED_PROGRAM = textwrap.dedent('''
+    import json, sys
+    import torch
+    import framejit
+
+    def unrelated(x):
+        return x
+
+    torch.compiler.allow_in_graph(unrelated)  # some function is marked (importing transformers marks several)
+
+    def f(xs, k):
+        total = sum(x * k for x in xs)
+        return total + torch.stack([x.sin() for x in xs]).sum(0) + (lambda t: t.cos())(xs[0])
+
+    compiled = framejit.compile(f, backend=sys.argv[1])
+    equal = []
+    for k in (2, 3):
+        xs = [torch.randn(3, generator=torch.Generator().manual_seed(i + k)) for i in range(3)]
+        equal.append(torch.allclose(compiled(xs, k), f(xs, k)))
+    stats = framejit.stats()
+    print(json.dumps({"equal": equal, "traced": stats["frames_traced"], "loaded": stats["frames_loaded"],
+                      "compiles": stats["backend_compiles"]}))
+''')
+
 OLD_BACKWARD = "g * x.cos() * ctx.k * SCALE"
 NEW_BACKWARD = "g * x.cos() * (ctx.k + SCALE)"
 
@@ -152,4 +178,14 @@ def test_float_inputs_as_tensors_start_warm(tmp_path, install, backend):
     warm = _run(tmp_path, install, FLOAT_PROGRAM, backend=backend)
     assert all(cold["equal"]) and all(warm["equal"]), (cold, warm)
     assert cold["traced"] == 2, cold  # the first lr is a constant; the second a float input
+    assert (warm["traced"], warm["loaded"], warm["compiles"]) == (0, 2, 0), warm
+
+
+def test_functions_made_while_tracing_keep_the_entry_persisted_while_some_are_marked(tmp_path, install):
+    """NOTE [Functions made while tracing are never marked] (allowed_calls.py): a generator expression, a
+    comprehension and a lambda the frame makes are inlined with no guard on the set of marked ids."""
+    cold = _run(tmp_path, install, MARKED_PROGRAM, backend="eager")
+    warm = _run(tmp_path, install, MARKED_PROGRAM, backend="eager")
+    assert all(cold["equal"]) and all(warm["equal"]), (cold, warm)
+    assert cold["traced"] == 2, cold  # k=2, then k=3
     assert (warm["traced"], warm["loaded"], warm["compiles"]) == (0, 2, 0), warm
