@@ -151,7 +151,7 @@ _LOOKUP_FACTS = ("CLASS_ATTR_ABSENT", "INSTANCE_ATTR_ABSENT", "MODULE_ATTR_ABSEN
 
 def _holds(expr: str, namespace: dict, frame_locals: dict) -> bool:
     try:
-        return bool(eval(expr, namespace, dict(frame_locals)))
+        return bool(eval(_expression_code(expr), namespace, dict(frame_locals)))
     except Exception:
         return False
 
@@ -160,9 +160,18 @@ def _actual(guard: Guard, namespace: dict, frame_locals: dict) -> str:
     if guard.actual is None:
         return "a different value"
     try:
-        return repr(eval(guard.actual, namespace, dict(frame_locals)))
+        return repr(eval(_expression_code(guard.actual), namespace, dict(frame_locals)))
     except Exception as e:
         return f"<{type(e).__name__}: {e}>"
+
+
+# NOTE [Compiled guard expressions]: a recompile explains itself by evaluating every guard of every entry
+# of the frame one by one (all_failures, first_failure), and `eval` of a string compiles it each time;
+# the entries of one frame repeat most expressions. The code is what `eval(expr)` compiles: leading spaces
+# and tabs stripped, file "<string>", this module's compiler flags. A SyntaxError is raised (not kept).
+@functools.lru_cache(maxsize=8192)
+def _expression_code(expr: str) -> Any:
+    return compile(expr.lstrip(" \t"), "<string>", "eval")
 
 
 # NOTE [Guards run no user code]: a guard reading `o.name` runs whatever `type(o)` resolves `name` to: a
