@@ -2,8 +2,9 @@
 
 - a graph holding a custom autograd Function applied with grad on (NOTE [Persisted custom Function calls]
   in capture/function_regions.py): a cold process trains two steps, a warm one (the same cache folder)
-  traces no frame, AOT-traces no joint and builds no ORT program, on eager and onnxrt, with outputs and
-  gradients equal to eager's in both;
+  traces no frame, AOT-traces no joint and builds no ORT program, on eager, onnxrt and triton (whose
+  training graphs are persisted too: NOTE [Persisted training graphs] in backends/triton/persist.py), with
+  outputs and gradients equal to eager's in both;
 - the same, with the user's backward changed (its body, or a global it reads): the warm process does not
   load the stale frame entry or the stale joint (whose backward half holds the old backward), it traces
   again and its gradients are the new backward's, as eager's;
@@ -137,14 +138,15 @@ def install(tmp_path_factory):
 def _run(tmp_path, install, program: str, *argv, backend: str) -> dict:
     script = tmp_path / "program.py"  # one path: the frame cache keys functions by module and qualname
     script.write_text(program)
-    env = dict(os.environ, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1", FRAMEJIT_LOGS="cache")
-    rc, out, err = run_program(tmp_path, script, backend, *argv, env=env, preload=BACKEND_MODULES[backend],
+    env = dict(os.environ, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1", FRAMEJIT_LOGS="cache",
+               TRITON_INTERPRET="1")  # the triton backend's kernels run on CPU tensors
+    rc, out, err = run_program(tmp_path, script, backend, *argv, env=env, preload=BACKEND_MODULES.get(backend, ()),
                                pythonpath=os.pathsep.join([install, REPO]))
     assert rc == 0, err
     return json.loads(out.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+@pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
 def test_custom_function_training_starts_warm(tmp_path, install, backend):
     program = FUNCTION_PROGRAM.replace("BACKWARD", OLD_BACKWARD)
     cold = _run(tmp_path, install, program, "3", backend=backend)
@@ -152,7 +154,7 @@ def test_custom_function_training_starts_warm(tmp_path, install, backend):
     assert all(cold["equal"]) and all(warm["equal"]), (cold, warm)
     assert cold["traced"] == 1 and cold["compiles"] == 1, cold
     assert (warm["traced"], warm["loaded"], warm["compiles"]) == (0, 1, 0), warm
-    if backend == "onnxrt":  # the joint's halves were loaded, not traced or built
+    if backend != "eager":  # the joint's halves were loaded, not traced or built
         assert (cold["joints_traced"], warm["joints_traced"], warm["joints_loaded"]) == (1, 0, 1), (cold, warm)
         assert warm["half_programs_built"] == 0, warm
 

@@ -54,6 +54,9 @@ def save(compiled) -> bytes | None:
     if isinstance(compiled, FloatInputsGraph):  # NOTE [Persisted float inputs] (float_inputs.py)
         return save_float_inputs(compiled, save)
     compiled = unchecked(compiled)  # NOTE [Run-time checks as outputs]: `load` wraps it again
+    training = _save_training(compiled)
+    if training is not None:
+        return training
     if isinstance(compiled, DynamicGraph):
         return _save_dynamic(compiled)
     if not isinstance(compiled, CompiledGraph) or compiled.extra or compiled.source is None:
@@ -138,10 +141,34 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> Compiled
     return compile_checked(gm, lambda graph: _restore(data, graph))  # NOTE [Run-time checks as outputs]
 
 
+# NOTE [Persisted training graphs] (triton): a training graph is a JointGraph whose joints the joint cache
+# persists on their own (NOTE [Persisted joints] in joint_cache.py); what the frame entry needs is that the
+# graph is one: the artifact says so (with the options), and `load` makes the JointGraph again without
+# compiling anything (its joints load from the joint cache on first use, its inference kernels compile on
+# the first call made without autograd, as in the cold process). Before, the frame was traced again in
+# every warm process ("the backend could not save this graph").
+def _save_training(compiled) -> bytes | None:
+    from .. import joint
+    from . import _InferenceOnFirstUse
+    if not isinstance(compiled, joint.JointGraph) or not isinstance(compiled.inference, _InferenceOnFirstUse):
+        return None
+    options = compiled.inference.options
+    try:
+        encoded = json.loads(json.dumps(options))
+    except (TypeError, ValueError):
+        return None
+    if encoded != options:
+        return None
+    return pack(KIND, {"revision": REVISION, "training": True, "options": encoded})
+
+
 def _restore(data: bytes, gm: torch.fx.GraphModule) -> CompiledGraph | EagerGraph | DynamicGraph:
     meta, blobs = unpack(data, KIND)
     if meta.get("revision") != REVISION:  # made by an older code generator: compile again
         raise ArtifactError(f"triton artifact of revision {meta.get('revision')!r}, expected {REVISION}")
+    if meta.get("training"):  # NOTE [Persisted training graphs]
+        from . import training_graph
+        return training_graph(gm, meta["options"])
     if "dynamic" in meta:
         return _load_dynamic(meta, blobs, gm)
     try:
