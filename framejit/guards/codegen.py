@@ -240,9 +240,9 @@ def _facts(expr: str) -> _Facts:
     return _Facts(_subject(tree.body, texts), bases, spans)
 
 
-# NOTE [Parsed guard expressions]: the nodes in `ast.walk`'s order (breadth first, each node's children in
-# field order), without its generator per node: the spans keep that order, and so do the names of shared
-# subexpressions (NOTE [Guard subexpressions]).
+# NOTE [Nodes in walk order]: the nodes in `ast.walk`'s order (breadth first, each node's children in field
+# order), without its generator per node: the spans keep that order, and so do the names of shared
+# subexpressions (NOTE [Guard subexpressions]). NOTE [Parsed guard expressions] reads them.
 def _walk(tree: ast.AST) -> list[ast.AST]:
     nodes = [tree]
     for node in nodes:  # grows while it is read
