@@ -178,3 +178,4 @@ def use_training_parts(graph_module: torch.nn.Module) -> None:
     for module in graph_module.children():
         if type(module) is OrtPart and module.device.type == "cpu" and not module.frozen_positions:
             module.__class__ = TrainingPart
+            module._vector_run = None  # an OrtPart's run arguments are laid out otherwise (runtime.py)
