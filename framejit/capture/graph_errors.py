@@ -15,7 +15,8 @@ counter that changed between calls, recomputed in Python from the inputs' source
 made: they read no tensor the failed graph may have half-written, so making them after the graph's partial
 writes is what eager's order shows (`log.append("a")`, `global N; N += 1`, `self.calls += 1`, `d["k"] = 1`).
 Such int arithmetic (SAFE_INT_OPS in side_effects.py) cannot raise, so it is no "op" for `late`
-(SideEffects._mark). An effect recorded after the first op may precede or follow the failing op; it is not
+(SideEffects._mark), nor are elementwise tensor ops that cannot fail once traced (NOTE [Tensor ops that cannot
+fail at run time]). An effect recorded after any other op may precede or follow the failing op; it is not
 made (eager makes it only when the failing op comes later: a known gap; an attribute, global or cell stored
 both before and after the first op is not made at all). Also not made (known gaps, the old behaviour): values
 that are not such constants (a tensor, an object, a float input), a container mutated other than by a logged
