@@ -68,6 +68,8 @@ def state_query_handler(fn: Any) -> Callable | None:
     try:
         if fn in _CONSTANT:
             value = _CONSTANT[fn]
+            if value is True:
+                return lambda tx, args, kwargs: _compiling(tx, fn, args, kwargs)
             return lambda tx, args, kwargs: _no_args(fn, args, kwargs, ConstantValue(value))
         if fn in _GUARDED:
             return lambda tx, args, kwargs: _guarded_query(tx, fn, args, kwargs)
@@ -78,8 +80,33 @@ def state_query_handler(fn: Any) -> Callable | None:
     for module_name, attr in _COMPILING_NAMES:
         module = sys.modules.get(module_name)
         if module is not None and getattr(module, attr, None) is fn:
-            return lambda tx, args, kwargs: _no_args(fn, args, kwargs, ConstantValue(True))
+            return lambda tx, args, kwargs: _compiling(tx, fn, args, kwargs)
     return None
+
+
+# NOTE [Compile-aware paths that change results]: answering `is_compiling()` True is only sound where the
+# library's compile path computes what its eager path does. torch.nn.TransformerEncoder's is not: in eval
+# with a key padding mask and grad off, eager runs the nested-tensor fast path, whose output holds zeros at
+# padded positions, while the path taken under `is_compiling()` computes values there (and nn.Transformer's
+# decoder, given no memory mask, then attends to them: a different result at every position). A query asked
+# from one of these functions is a graph break, so the call runs eagerly with eager's answer.
+_EAGER_PATH_CODES: tuple = ()
+
+
+def _eager_path_codes() -> tuple:
+    global _EAGER_PATH_CODES
+    if not _EAGER_PATH_CODES:
+        import torch.nn.modules.transformer as transformer
+        _EAGER_PATH_CODES = (transformer.TransformerEncoder.forward.__code__,)
+    return _EAGER_PATH_CODES
+
+
+def _compiling(tx, fn: Any, args: list, kwargs: dict) -> Value:
+    if getattr(tx, "code", None) in _eager_path_codes():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL,
+                          f"{fn.__qualname__}() asked by {tx.code.co_qualname}, whose compile path computes "
+                          "different values than its eager path (NOTE [Compile-aware paths that change results])")
+    return _no_args(fn, args, kwargs, ConstantValue(True))
 
 
 # NOTE [Zero-argument state getters]: torch has many more process-wide state getters than the queries named
