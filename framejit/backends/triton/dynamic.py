@@ -45,7 +45,7 @@ from framejit.backends.state import switches_grad_on
 
 from . import codegen
 from .lowering import lower, to_aten
-from .runtime import load_module, needs_autograd, register_kernels
+from .runtime import load_module, needs_autograd, register_kernels, rerun_exactly, rerun_on_error, written_versions
 from .scheduler import FusedGroup, describe, schedule
 from .wrapper import generate_module
 
@@ -397,6 +397,7 @@ class DynamicGraph:
         self.reason = None
         self.modules = 1  # generated modules loaded for this graph (specialisations count in `specialised`)
         self.out_layouts = output_layouts(gm)  # NOTE [Output strides follow eager] (backends/layout.py)
+        self.rerun_on_error = rerun_on_error(gm)  # NOTE [Input writes of a failing kernel program] (runtime.py)
 
     def __call__(self, *args):
         if needs_autograd(args, self.params_require_grad, self.grad_inside):
@@ -406,7 +407,13 @@ class DynamicGraph:
         if sizes is None:
             return self.specialised(*args)
         tensors = _tensors(args, self.symbolic_ints) if self.symbolic_ints else args
-        flat = self.module.call(sizes, *tensors, *self.constants, [])
+        versions = written_versions(self.rerun_on_error, tensors)
+        try:
+            flat = self.module.call(sizes, *tensors, *self.constants, [])
+        except Exception:
+            if rerun_exactly(self.rerun_on_error, tensors, versions):
+                return self.gm.forward(*args)  # NOTE [Input writes of a failing kernel program] (runtime.py)
+            raise
         return restore_layouts(pytree.tree_unflatten(list(flat), self.out_spec), self.out_layouts, args)
 
 

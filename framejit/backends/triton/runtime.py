@@ -135,6 +135,30 @@ class EagerGraph:
         return self.gm.forward(*args)
 
 
+# NOTE [Input writes of a failing kernel program]: the kernels run a functionalised graph, whose writes into
+# its inputs (`x.add_(1)`) are `copy_` calls made after the values they write are computed. A program that
+# raises at run time (an index out of range, found only by the kernel or an extern op) has then written no
+# input, where eager, running op by op, made every write before the failing op (and the frontend's replay of
+# the frame's other effects, NOTE [Effects before a failing graph], assumes the graph did what eager did). So
+# a program whose graph writes its inputs and draws no random numbers is rerun as the captured graph, op by
+# op, when it raises and no input's version moved during the failed call (a moved version means some write
+# already happened: the error is raised as it is). The rerun makes eager's writes and raises eager's own
+# exception; were the failure the program's own, the rerun returns eager's outputs.
+def rerun_on_error(gm) -> bool:
+    from framejit.capture.requests import draws_random, mutates_in_place
+    return mutates_in_place(gm) and not any(
+        node.op in ("call_function", "call_method") and draws_random(node.target, node.args, node.kwargs)
+        for node in gm.graph.nodes)
+
+
+def written_versions(rerun: bool, args) -> list | None:
+    return [a._version for a in args if isinstance(a, torch.Tensor)] if rerun else None
+
+
+def rerun_exactly(rerun: bool, args, versions: list | None) -> bool:
+    return rerun and versions == [a._version for a in args if isinstance(a, torch.Tensor)]
+
+
 class CompiledGraph:
     """Generated kernels for one graph, specialized to the example inputs' shapes and strides."""
 
@@ -156,6 +180,7 @@ class CompiledGraph:
         from ..symbolic import reads_storage_offset
         self.offsets = [_offset(t) for t in example_inputs] if reads_storage_offset(gm) else None
         self.out_layouts = output_layouts(gm)  # NOTE [Output strides follow eager] (backends/layout.py)
+        self.rerun_on_error = rerun_on_error(gm)  # NOTE [Input writes of a failing kernel program]
 
     def __call__(self, *args):
         if needs_autograd(args, self.params_require_grad, self.grad_inside):
@@ -175,5 +200,11 @@ class CompiledGraph:
                 return self.gm.forward(*args)
             args = restrided
         self.runs += 1
-        flat = self.module.call(*args, *self.constants, self.extra)
+        versions = written_versions(self.rerun_on_error, args)
+        try:
+            flat = self.module.call(*args, *self.constants, self.extra)
+        except Exception:
+            if rerun_exactly(self.rerun_on_error, args, versions):
+                return self.gm.forward(*args)  # NOTE [Input writes of a failing kernel program]
+            raise
         return restore_layouts(pytree.tree_unflatten(list(flat), self.out_spec), self.out_layouts, args)
