@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import framejit
+from tests.capture.test_autograd_function2 import Dirty
 from tests.helpers import CountingBackend, RecordingBackend
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # triton kernels run on CPU tensors (as tests/backends)
@@ -270,18 +271,6 @@ def test_forward_mode_ad_runs_the_users_jvp_or_raises_eagers_error(requires_grad
         torch.testing.assert_close(results[1].primal, results[0].primal)
         torch.testing.assert_close(results[1].tangent, results[0].tangent)  # 6 cos(x) tx: WithJvp's own jvp
         torch.testing.assert_close(results[0].tangent, tx * x.detach().cos() * 6)
-
-
-class Dirty(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        x.mul_(2)
-        ctx.mark_dirty(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * 7
 
 
 def test_mark_dirty_is_a_break_that_says_so():
