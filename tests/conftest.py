@@ -26,10 +26,18 @@ framejit.config.cache_dir = _CACHE_DIR
 framejit.config.cache_enabled = False
 
 
+# NOTE [Validation restored after stock torch.compile]: the first stock torch.compile of a process (the
+# reference in many tests) turns torch.distributions' argument validation off for good
+# (`Distribution.set_default_validate_args(False)` in its one-time torch patches), so a later test that
+# relies on eager's validation error saw none (test_realmodel_more, once a new file compiled with stock
+# first). Every test's setting is put back after it.
 @pytest.fixture(autouse=True)
 def _fresh_framejit():
+    import torch.distributions
+    validate = torch.distributions.Distribution._validate_args
     framejit.reset()
     yield
+    torch.distributions.Distribution.set_default_validate_args(validate)
 
 
 # NOTE [Imports frozen out of the collector]: once every test module is imported, the heap holds ~400,000
