@@ -72,6 +72,8 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
 def _import_locator(obj: Any) -> tuple:
     if isinstance(obj, (classmethod, staticmethod)):
         return _class_dict_locator(obj)
+    if isinstance(obj, types.ClassMethodDescriptorType):  # NOTE [Class-dict descriptors by name]
+        return _c_class_dict_locator(obj)
     named = obj.fget if isinstance(obj, property) and obj.fget is not None else obj  # NOTE [Properties by name]
     module = getattr(named, "__module__", None)
     qualname = getattr(named, "__qualname__", None)
@@ -122,6 +124,24 @@ def _class_dict_locator(obj: Any) -> tuple:
         found = None
     if found is not obj:
         raise NotPersistable(f"{type(obj).__name__} {module}.{qualname} is not that class's own entry")
+    return locator
+
+
+def _c_class_dict_locator(obj: Any) -> tuple:
+    """A classmethod of a C type (`torch._C._FunctionBase.apply`: on torch 2.14, `Function.__dict__["apply"]`
+    is that very object, not a Python classmethod): located in its defining type's __dict__, verified."""
+    owner = getattr(obj, "__objclass__", None)
+    name = getattr(obj, "__name__", None)
+    module, qualname = getattr(owner, "__module__", None), getattr(owner, "__qualname__", None)
+    if not module or not qualname or not name or "<" in qualname:
+        raise NotPersistable(f"{type(obj).__name__} {obj!r} cannot be imported by name")
+    locator = ("classdict", module, qualname, name)
+    try:
+        found = resolve(locator, None)
+    except Exception:
+        found = None
+    if found is not obj:
+        raise NotPersistable(f"{type(obj).__name__} {module}.{qualname}.{name} is not that type's own entry")
     return locator
 
 
