@@ -70,10 +70,8 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
 
 
 def _import_locator(obj: Any) -> tuple:
-    if isinstance(obj, (classmethod, staticmethod)):
-        return _class_dict_locator(obj)
-    if isinstance(obj, types.ClassMethodDescriptorType):  # NOTE [Class-dict descriptors by name]
-        return _c_class_dict_locator(obj)
+    if isinstance(obj, (classmethod, staticmethod, types.ClassMethodDescriptorType)):
+        return _class_dict_locator(obj)  # NOTE [Class-dict descriptors by name]
     named = obj.fget if isinstance(obj, property) and obj.fget is not None else obj  # NOTE [Properties by name]
     module = getattr(named, "__module__", None)
     qualname = getattr(named, "__qualname__", None)
@@ -112,36 +110,25 @@ def _import_locator(obj: Any) -> tuple:
 # bound method). Its function's qualname names the class and the attribute: the locator reads the class's
 # __dict__ entry, verified (on save) to be the very object.
 def _class_dict_locator(obj: Any) -> tuple:
-    func = obj.__func__
-    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
-    if not module or not qualname or "<" in qualname or "." not in qualname:
-        raise NotPersistable(f"{type(obj).__name__} {qualname or obj!r} cannot be imported by name")
-    owner, name = qualname.rsplit(".", 1)
+    """A classmethod/staticmethod by its function's qualname (`Owner.name`); a classmethod of a C type
+    (`torch._C._FunctionBase.apply`: on torch 2.14 `Function.__dict__["apply"]` is that very object) by its
+    defining type and name. Verified: the class's __dict__ entry must be the very object."""
+    if isinstance(obj, types.ClassMethodDescriptorType):
+        owner_type, name = getattr(obj, "__objclass__", None), getattr(obj, "__name__", None)
+        module, owner = getattr(owner_type, "__module__", None), getattr(owner_type, "__qualname__", None)
+    else:
+        func = obj.__func__
+        module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
+        owner, _, name = (qualname or "").rpartition(".")
+    if not module or not owner or not name or "<" in owner:
+        raise NotPersistable(f"{type(obj).__name__} {obj!r} cannot be imported by name")
     locator = ("classdict", module, owner, name)
     try:
         found = resolve(locator, None)
     except Exception:
         found = None
     if found is not obj:
-        raise NotPersistable(f"{type(obj).__name__} {module}.{qualname} is not that class's own entry")
-    return locator
-
-
-def _c_class_dict_locator(obj: Any) -> tuple:
-    """A classmethod of a C type (`torch._C._FunctionBase.apply`: on torch 2.14, `Function.__dict__["apply"]`
-    is that very object, not a Python classmethod): located in its defining type's __dict__, verified."""
-    owner = getattr(obj, "__objclass__", None)
-    name = getattr(obj, "__name__", None)
-    module, qualname = getattr(owner, "__module__", None), getattr(owner, "__qualname__", None)
-    if not module or not qualname or not name or "<" in qualname:
-        raise NotPersistable(f"{type(obj).__name__} {obj!r} cannot be imported by name")
-    locator = ("classdict", module, qualname, name)
-    try:
-        found = resolve(locator, None)
-    except Exception:
-        found = None
-    if found is not obj:
-        raise NotPersistable(f"{type(obj).__name__} {module}.{qualname}.{name} is not that type's own entry")
+        raise NotPersistable(f"{type(obj).__name__} {module}.{owner}.{name} is not that class's own entry")
     return locator
 
 
