@@ -398,6 +398,8 @@ class OutputGraph:
             if not has_sym(result) or not has_sym(sym_or_int(result)):
                 return self._wrap_constant_result(target, sym_or_int(result))
         node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)
+        if kind == "call_method" or (getattr(target, "__module__", None) or "").startswith("torch"):
+            node_args, node_kwargs = tree_map(_python_type_as_dtype, (node_args, node_kwargs))
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         node.meta["val"] = result
         node.meta["stack_trace"] = self.stack_trace()
@@ -715,6 +717,20 @@ def _fake_of(x: Any) -> Any:
     if isinstance(x, Value):
         return _python_of(x, _fake_of)
     return x
+
+
+# NOTE [Python types as dtypes]: torch's argument parser takes the Python types int, float, bool and
+# complex wherever it takes a dtype (`torch.tensor(0, dtype=int)`, `x.to(float)`; transformers' linear
+# attention caches do the former), but FX prints a type argument as `<class 'int'>`, which is not Python,
+# so the whole frame fell back to eager. A graph op's argument that is one of these types is recorded as
+# the dtype torch itself makes of it (read from torch, not assumed: float is float64 whatever the default
+# dtype is). Only for torch's own functions and tensor methods: no torch op takes these types in any other
+# role, while a user function kept as one node may.
+_PYTHON_DTYPES = {t: torch.empty(0, dtype=t).dtype for t in (int, float, bool, complex)}
+
+
+def _python_type_as_dtype(x: Any) -> Any:
+    return _PYTHON_DTYPES[x] if type(x) is type and x in _PYTHON_DTYPES else x
 
 
 def _node_of(x: Any) -> Any:
