@@ -2,7 +2,7 @@
 
 User functions and methods are inlined (Translator.inline); nn.Modules inline their forward, with their
 forward hooks around it (module_hooks.py); torch functions and Tensor methods become graph nodes; Python
-builtins and container methods are modelled in builtins.py; classes construct namedtuples, dataclasses and plain objects.
+builtins are modelled in builtins.py, container methods in container_methods.py; classes construct namedtuples, dataclasses and plain objects.
 """
 from __future__ import annotations
 
@@ -230,7 +230,8 @@ def _requires_grad_unchanged(tensor: TensorValue, args: list[Value], kwargs: dic
 
 
 def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    from .builtins import BUILTIN_HANDLERS, call_container_method, is_container_method
+    from .builtins import BUILTIN_HANDLERS
+    from .container_methods import call_container_method, is_container_method
     from .compile_state import state_query_handler
     from .dict_objects import call_base_method, is_base_method_call
     from .getattribute import HANDLERS as GETATTRIBUTE_HANDLERS
@@ -388,7 +389,7 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     if issubclass(cls, torch.nn.Module):
         from .modules import construct_module
         return construct_module(tx, cls, args, kwargs)  # NOTE [Modules made while tracing]
-    from .builtins import make_set_subclass, plain_set_subclass
+    from .container_methods import make_set_subclass, plain_set_subclass
     if plain_set_subclass(cls):  # NOTE [Plain set subclasses]
         return make_set_subclass(tx, cls, args, kwargs)
     if can_create_dict_object(cls):  # NOTE [Dict-subclass objects made while tracing]

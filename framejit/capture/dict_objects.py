@@ -119,7 +119,7 @@ def merged_items(obj: NewObjectValue) -> dict[Any, Value]:
 
 
 def _update(tx, obj: NewObjectValue, args: list[Value], kwargs: dict[str, Value]) -> None:
-    from .builtins import call_container_method
+    from .container_methods import call_container_method
     call_container_method(tx, dict.update, [storage(obj), *args], kwargs)
 
 
@@ -145,7 +145,7 @@ def dunder(tx, obj: NewObjectValue, name: str, args: list[Value]) -> Value | Non
 # it, and `dict.__getitem__(d, k)` / `super().__getitem__(k)`) calls `type(d).__missing__(d, k)` for an
 # absent key when the class defines one: Counter answers 0, a user's class may build and store a value.
 # For an object made while tracing the absence is a fact of the trace and `__missing__` is inlined; for
-# one from outside the absence is guarded with its contents (builtins.call_container_method). The
+# one from outside the absence is guarded with its contents (container_methods.call_container_method). The
 # lookup of `__missing__` is guarded either way.
 def missing_of_new_object(tx, obj: NewObjectValue, key: Value) -> Value | None:
     """`obj[key]` through dict's own `__getitem__` when key is absent and the class has `__missing__`:
@@ -160,7 +160,7 @@ def missing_of_new_object(tx, obj: NewObjectValue, key: Value) -> Value | None:
 
 def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """A C method of dict/OrderedDict/object called on a dict object made while tracing."""
-    from .builtins import call_container_method
+    from .container_methods import call_container_method
     from .protocol import contains, getitem, iterate, length
 
     obj, rest = args[0], args[1:]

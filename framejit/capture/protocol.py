@@ -88,7 +88,7 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         tx.output.side_effects.record_op(a, "__imul__", (ConstantValue(b.as_constant()),))
         return a
     if isinstance(a, DictValue) and fn is operator.ior and a.cls in (dict, collections.OrderedDict, collections.defaultdict):
-        from .builtins import call_container_method  # `d |= other` is `d.update(other)` in place
+        from .container_methods import call_container_method  # `d |= other` is `d.update(other)` in place
         call_container_method(tx, dict.update, [a, b], {})
         return a
     if isinstance(a, SetValue) and isinstance(b, SetValue) and fn in _SET_OPS:
@@ -106,7 +106,7 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
             return a
         result = INPLACE_TO_PLAIN.get(fn, fn)(set_operand(tx, a), set_operand(tx, b))
         if type(result) is frozenset:
-            from .builtins import frozen_set_value
+            from .container_methods import frozen_set_value
             return frozen_set_value(result)
         return SetValue(result, cls=set, exact=True)  # NOTE [Plain set subclasses]: the base type
     if isinstance(a, SequenceValue) and isinstance(b, SequenceValue) and fn in (operator.add, operator.iadd):

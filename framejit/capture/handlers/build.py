@@ -35,7 +35,7 @@ def _from_outside(target) -> bool:
 
 
 def _call_on(tx, method, target, *args) -> None:
-    from ..builtins import call_container_method
+    from ..container_methods import call_container_method
     call_container_method(tx, method, [target, *args], {})
 
 
