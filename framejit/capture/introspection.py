@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from .breaks import BreakKind, Unsupported, UserException
 from .function_attrs import function_attr, made_in_trace
+from .sources import AttrSource
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, NNModuleValue,
                      ObjectValue, TupleValue, UserFunctionValue, Value)
 
@@ -79,6 +80,13 @@ def _real_object(value: Value) -> Any:
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"introspecting a function holding {value.describe()}")
 
 
+# NOTE [A function's own __signature__]: a decorator may state the signature its wrapper shows
+# (`wrapper.__signature__ = sig.replace(...)`; transformers >= 5.25's `deprecate_kwarg(...,
+# expose_in_signature=True)` on `create_causal_mask` and decoder layers' forwards), and `inspect.signature`
+# returns that object as it is, without unwrapping further (`unwrap` stops at any function that has the
+# attribute, even None; None then describes the function's own code). A Signature and its Parameters
+# are immutable, so guarding the attribute's identity is enough, and nothing past it is guarded. Any other
+# object there (which inspect would reject or call) stays a graph break.
 def guard_callable(tx, value: Value, follow_wrapped: bool) -> None:
     """Guard what a signature of `value` is computed from (see the NOTE)."""
     if isinstance(value, BoundMethodValue):
@@ -94,8 +102,13 @@ def guard_callable(tx, value: Value, follow_wrapped: bool) -> None:
         return
     for name in ("__code__", "__defaults__", "__kwdefaults__"):
         function_attr(tx, value, name)
-    if "__signature__" in value.fn.__dict__:
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{value.describe()} has a __signature__")
+    if "__signature__" in value.fn.__dict__:  # NOTE [A function's own __signature__]
+        declared = value.fn.__dict__["__signature__"]
+        if declared is not None and type(declared) is not inspect.Signature:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{value.describe()} has a __signature__ of type "
+                                                          f"{type(declared).__name__}")
+        tx.output.guard_id(AttrSource(value.source, "__signature__"), declared)
+        return  # inspect stops unwrapping at it (even at None): what it wraps does not matter
     function_attr_absent(tx, value, "__signature__")
     if follow_wrapped:
         try:

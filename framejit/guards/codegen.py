@@ -376,8 +376,19 @@ def _guard_source(ordered: list[Guard], params: str, name: str) -> str:
         lines.append(f"    if not ({check}): return False{_one_line(comment)}")
     lines.append("    return True")
     lines.append(f"def ___bind_{_counter[0]}({params}):")
-    lines.append("    return locals()")
+    lines.append(f"    return {_locals_literal(params)}")
     return "\n".join(lines) + "\n"
+
+
+# NOTE [Binding without locals()]: the bind function returns the frame's parameters as a dict literal of
+# its own parameter names, not `locals()`: a frame may have a parameter called `locals` (inspect's
+# `_signature_from_callable(obj, *, ..., globals=None, locals=None, ...)`, reached once `inspect.signature`
+# breaks inside it), and `locals()` then called that None: TypeError out of the compiled call.
+def _locals_literal(params: str) -> str:
+    args = ast.parse(f"def f({params}): pass").body[0].args
+    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+    return "{" + ", ".join(f"{n!r}: {n}" for n in names) + "}"
 
 
 # NOTE [Guard subexpressions]: guards on a module's parameters repeat long source paths
