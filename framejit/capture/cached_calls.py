@@ -103,8 +103,12 @@ def _guard_answer(tx, fn: ObjectValue, args: list, kwargs: dict, result) -> None
     call_kwargs = "{" + ", ".join(f"{k!r}: {part(v)}" for k, v in kwargs.items()) + "}"
     expr = (f"{out.name_of(_still_answers, 'still_answers')}({fn.source.expr(out.names)}, {call_args}, "
             f"{call_kwargs}, {part(result)})")
+    # NOTE [Cached calls checked last]: the check calls the user's function, so it comes after every other
+    # guard, the shape env's too: an int argument made symbolic keeps its value as a SHAPE_ENV guard (cost
+    # COST_TENSOR + 1), and the call checked before it looked up `h(2)` on a call with `k == 3`, a lookup
+    # eager never makes (with a bounded cache it ran `h` again and reordered the cache).
     out.add_guard("CACHED_CALL", expr, fn.source, expected=f"the cached answer {result!r}", actual=expr,
-                  cost=COST_CONTAINER)
+                  cost=COST_CONTAINER + 1)
 
 
 def _literal(value) -> bool:

@@ -237,7 +237,11 @@ class OutputGraph:
                            expected=f"the same tensor as {same.source.describe()}", cost=COST_ID)
             return self.remember(source, same.value)
         if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
-            self.guard_tensor(source, tensor)
+            # NOTE [Subclass tensors guarded by type]: the value never enters a graph, so its type is the
+            # only fact; reading its metadata (shape, stride(), is_neg()) in the trace or in the guards ran
+            # the subclass's __torch_function__, a call eager never makes (a subclass logging its calls
+            # logged 7 more per call).
+            self.guard_type(source, type(tensor))
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"tensor subclass {type(tensor).__name__} at {source.describe()}")
         if tensor.is_neg() or tensor.is_conj():  # NOTE [Lazy negation and conjugation bits]
             self.guard_tensor(source, tensor)

@@ -128,8 +128,12 @@ class GuardFunction:
             bases = _facts(g.expr).bases
             if any(b in unsafe for b in bases) or fact_failed and not all(self._named(b) for b in bases):
                 continue
+            if failures and g.kind == "CACHED_CALL":  # NOTE [No cached call past a failed guard]
+                continue
             if not _holds(g.expr, self.namespace, frame_locals):
                 failures.append(self._failure(g, frame_locals))
+                if g.kind == "TORCH_MODES":  # NOTE [No guard past a new torch mode]
+                    break
                 subject = _facts(g.expr).subject
                 if subject is not None:
                     unsafe.add(subject)
@@ -147,6 +151,20 @@ class GuardFunction:
 
 
 _LOOKUP_FACTS = ("CLASS_ATTR_ABSENT", "INSTANCE_ATTR_ABSENT", "MODULE_ATTR_ABSENT")
+
+# NOTE [No cached call past a failed guard]: a CACHED_CALL guard calls the user's lru_cache function with
+# the arguments of the trace (NOTE [Cached functions] in capture/cached_calls.py). The check function
+# reaches it only when the guards before it (those arguments' own checks) hold, so it makes the lookup the
+# eager call makes. all_failures, evaluating guards past a failed one, called it with another call's
+# arguments: `h(1)` with `k == 2`, a lookup eager never makes, which ran `h` again once a bounded cache had
+# evicted 1 (its side effects too) and reordered the cache. Past a failure it is not evaluated.
+
+# NOTE [No guard past a new torch mode]: under a TorchFunctionMode the entry was not made for, every tensor
+# method a later guard calls (`x.stride()`, `x.is_neg()`, `x.shape`) is handed to the mode's
+# __torch_function__, a call eager never makes: a mode logging its calls saw 7 more on the first call under
+# it. all_failures stops at a failed mode-count guard (the frame runs eagerly under the mode anyway,
+# NOTE [Torch function and dispatch modes] in capture/convert.py); the check function and first_failure
+# stop there already, as these guards come first (cheapest).
 
 
 def _holds(expr: str, namespace: dict, frame_locals: dict) -> bool:

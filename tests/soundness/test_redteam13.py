@@ -1,0 +1,119 @@
+"""Adversarial differential programs, thirteenth round (issue 12, red team): user code that framejit's own
+reads ran where eager runs none (a tensor subclass's or a TorchFunctionMode's __torch_function__ called by
+guards, an lru_cache function called by a guard with another call's arguments). Each runs eagerly and
+compiled on separate but equal state over several calls, changing the state between calls, and compares
+results and the state left behind."""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+import framejit
+
+
+def _calls(mode_or_cls) -> list:
+    return [n for n in mode_or_cls.log if n not in ("__repr__", "__format__")]
+
+
+# ---- NOTE [Subclass tensors guarded by type] (capture/graph.py) ----------------------------------------------
+
+def _logging_subclass():
+    class Logged(torch.Tensor):
+        log: list = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.log.append(getattr(func, "__name__", "?"))
+            return super().__torch_function__(func, types, args, kwargs or {})
+    return Logged
+
+
+def test_a_tensor_subclass_sees_only_the_calls_eager_makes():
+    # before: the frame runs eagerly for a subclass argument, but its entry guarded the tensor's metadata
+    # (shape, stride(), storage_offset(), is_neg(), ...), each read handed to the subclass's
+    # __torch_function__: 16 calls more on the first call and 7 more on every later call
+    def f(x, y):
+        return x * 2 + y.sum()
+
+    logs = []
+    for compiled in (False, True):
+        T = _logging_subclass()
+        fn = framejit.compile(f, backend="eager") if compiled else f
+        out = []
+        for n in (2, 2, 3, 2):
+            T.log.clear()
+            r = fn(torch.ones(n).as_subclass(T), torch.ones(3))
+            out.append((type(r).__name__, r.detach().as_subclass(torch.Tensor).tolist(), list(T.log)))
+        logs.append(out)
+    assert logs[0] == logs[1]
+
+
+class _LogMode(TorchFunctionMode):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.log.append(getattr(func, "__name__", "?"))
+        return func(*args, **(kwargs or {}))
+
+
+# ---- NOTE [No guard past a new torch mode] (guards/codegen.py) -----------------------------------------------
+
+def test_a_torch_function_mode_entered_by_the_caller_sees_only_eager_calls():
+    # before: the first call under the mode missed the entry made without it, and explaining the miss
+    # evaluated the entry's tensor guards under the mode: stride, storage_offset, is_neg ... logged by the mode
+    def f(x, y):
+        return x * 2 + y.sum()
+
+    logs = []
+    for compiled in (False, True):
+        fn = framejit.compile(f, backend="eager") if compiled else f
+        out = [fn(torch.ones(2), torch.ones(3)).tolist()]
+        for n in (2, 3):
+            log = []
+            with _LogMode(log):
+                out.append((fn(torch.ones(n), torch.ones(3)).tolist(), log))
+        out.append(fn(torch.ones(2), torch.ones(3)).tolist())
+        logs.append(out)
+    assert logs[0] == logs[1]
+
+
+# ---- NOTE [Cached calls checked last] (capture/cached_calls.py), NOTE [No cached call past a failed guard] ---
+
+def _run_cached(compile_kw, keys):
+    results = []
+    for compiled in (False, True):
+        calls = []
+
+        @functools.lru_cache(maxsize=2)
+        def h(k):
+            calls.append(k)
+            return k * 2
+
+        def f(x, k):
+            return x * h(k)
+
+        fn = framejit.compile(f, backend="eager", **compile_kw) if compiled else f
+        seen = []
+        for k in keys:
+            seen.append((fn(torch.ones(1), k).tolist(), list(calls), h.cache_info()))
+        results.append(seen)
+    return results
+
+
+def test_an_lru_cache_function_is_looked_up_only_with_the_calls_arguments():
+    # before: with k symbolic after its first change, the entry kept k's value as a shape-env guard checked
+    # after the cache guard, which called h(2) on a call with k == 1 or 3: a bounded cache reordered and
+    # h ran again (calls [1, 2, 3, 2, 1, 3, 2] where eager makes [1, 2, 3, 2, 3])
+    eager, compiled = _run_cached({}, (1, 2, 1, 3, 1, 2, 3))
+    assert eager == compiled
+
+
+def test_explaining_a_miss_calls_no_lru_cache_function():
+    # before: a miss evaluated every guard of the newest entry (all_failures) and the cache guard looked up
+    # h with the entry's own argument, not the call's: cache_info and the recency order differed from eager
+    eager, compiled = _run_cached({"dynamic": False}, (1, 2, 3, 1, 2, 3, 3))
+    assert eager == compiled
