@@ -9,7 +9,9 @@ model is AutoModelForCausalLM, else AutoModelForSeq2SeqLM, else AutoModel of tha
 MODE: fwd (2 calls at batch 2 / seq 8, then batch 1 / seq 12), pad (left padding: attention_mask zeros,
 batch 3 / seq 12 for the third call), flags (output_attentions, output_hidden_states, return_dict=False),
 cache (use_cache=True, then one more token with the returned past_key_values, twice per call), gen
-(greedy generate, max_new_tokens=4; stock compiles model.forward, as HF users do).
+(greedy generate, max_new_tokens=4; stock compiles model.forward, as HF users do), train (the model in
+train mode with randomness off (tests/models/hf/training.py), labels = input_ids / decoder_input_ids,
+`loss.backward()` outside the compiled call; the loss and every gradient compared with eager's).
 Each mode runs eager, stock torch.compile with a counting eager backend (the reference; torch._dynamo
 reset around it; breaks from torch._dynamo's counters) and framejit with a counting backend and the
 graph_breaks, recompiles and eager_fallback logs, compares every output with eager's
@@ -66,6 +68,9 @@ config = cls(**kw)
 if getattr(config, "layer_types", None) is not None and len(config.layer_types) != config.num_hidden_layers:
     config.layer_types = config.layer_types[:config.num_hidden_layers]
 config.use_cache = getattr(config, "use_cache", False)
+if mode == "train":
+    from tests.models.hf.training import _zero_randomness, train_step, assert_steps_close
+    _zero_randomness(config)
 torch.manual_seed(1234)
 is_dec = False
 try:
@@ -75,7 +80,7 @@ except Exception:
         model = AutoModelForSeq2SeqLM.from_config(config); is_dec = True
     except Exception:
         model = AutoModel.from_config(config)
-model.eval()
+model.train() if mode == "train" else model.eval()
 seq2seq = model.config.is_encoder_decoder
 
 def inputs(seed, batch=2, seq=SEQ, pad=False):
@@ -110,6 +115,8 @@ class Breaks(logging.Handler):
             s.msgs.append(["EAGER " + r.getMessage()[:300]])
 
 def run(f, kw):
+    if mode == "train":
+        return train_step(f, kw, 0)
     with torch.no_grad():
         return f(**kw)
 
@@ -120,6 +127,11 @@ elif mode == "pad":
 elif mode.startswith("flags"):
     extra = dict(output_attentions=True, output_hidden_states=True, return_dict=False)
     ins = [dict(inputs(0), **extra), dict(inputs(1), **extra), dict(inputs(2, 1, ALT), **extra)]
+elif mode == "train":
+    ins = [inputs(0), inputs(1), inputs(2, 1, ALT)]
+    for kw in ins:
+        if is_dec:
+            kw["labels"] = (kw.pop("decoder_input_ids") if seq2seq else kw["input_ids"]).clone()
 elif mode == "gen":
     ins = [dict(inputs(s, 2, 6), max_new_tokens=4, do_sample=False) for s in (0, 1)] + \
           [dict(inputs(2, 1, 9), max_new_tokens=4, do_sample=False)]
@@ -148,7 +160,7 @@ else:
         counts = []
         for kw, w in zip(ins, want):
             got = run(f, kw)
-            harness.assert_outputs_close(got, w)
+            (assert_steps_close if mode == "train" else harness.assert_outputs_close)(got, w)
             counts.append(backend.graph_count)
         return counts
 
