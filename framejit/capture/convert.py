@@ -301,8 +301,9 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     if request.artifacts is not None and config.cache_enabled:
         try:
             # side-effect replay is code no plan describes: persisted as it is (NOTE [Persisted break code])
-            code = persisted_code.dump_code(fn, cg, compiled, None) if output.side_effects else None
-            entry.persisted = frame_cache.persist(fn, output, ret, gm, compiled, output_index, request, code=code)
+            with frame_cache.closures(fn, output.inlined):  # NOTE [Closure cells by path] in locators.py
+                code = persisted_code.dump_code(fn, cg, compiled, None) if output.side_effects else None
+                entry.persisted = frame_cache.persist(fn, output, ret, gm, compiled, output_index, request, code=code)
             entry.persisted.guard_source = entry.guard.source
         except frame_cache.NotPersistable as e:
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
@@ -380,9 +381,10 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled:  # NOTE [Persisted break code]
         try:
-            code = persisted_code.dump_code(fn, cg, compiled, recorder)
-            entry.persisted = frame_cache.persist(fn, output, None, graphs[0] if graphs else None, compiled,
-                                                  output_index, request, code=code)
+            with frame_cache.closures(fn, output.inlined):  # NOTE [Closure cells by path] in locators.py
+                code = persisted_code.dump_code(fn, cg, compiled, recorder)
+                entry.persisted = frame_cache.persist(fn, output, None, graphs[0] if graphs else None, compiled,
+                                                      output_index, request, code=code)
             entry.persisted.guard_source = entry.guard.source
         except frame_cache.NotPersistable as e:
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)

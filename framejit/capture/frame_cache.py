@@ -35,7 +35,8 @@ import torch
 from .. import config, logs
 from ..guards import Guard, compile_guards
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, make_function
-from .locators import NotPersistable, _import_locator, code_hash, locate, resolve  # noqa: F401 (NotPersistable: convert.py)
+from .locators import (NotPersistable, _import_locator, closure_path, closures, code_hash, locate,  # noqa: F401
+                       nested_code_locator, resolve)  # (NotPersistable: convert.py)
 from .input_versions import input_writes, keep_versions, unwrapped
 from .persisted_code import load_code
 from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource, ObjectSource,
@@ -43,13 +44,14 @@ from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, I
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 9  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+FORMAT = 10  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
 # 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
 # 6: raw attribute sources (NOTE [Raw attribute reads]), version counts of written inputs (NOTE [Version counts
 # of written inputs]); 7: graphs split at DDP's buckets, entries guarded on DDP (NOTE [Entries guarded on DDP]);
 # 8: version counts of graph outputs (NOTE [Version counts of graph outputs]); 9: custom Function calls
-# (NOTE [Persisted custom Function calls] in function_regions.py)
+# (NOTE [Persisted custom Function calls] in function_regions.py); 10: cells and functions by their path through
+# closures (NOTE [Closure cells by path] in locators.py)
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -171,6 +173,11 @@ class Persisted:
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,
             output_index: dict[int, int], request, code: bytes | None = None) -> Persisted:
     """The persisted form of a just-compiled entry (raises NotPersistable when it has none)."""
+    with closures(fn, output.inlined):  # NOTE [Closure cells by path]
+        return _persist(fn, output, ret, gm, compiled, output_index, request, code)
+
+
+def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Persisted:
     compiled = unwrapped(compiled)  # NOTE [Version counts of written inputs]: the counts are persisted apart
     if output.side_effects and code is None:
         raise NotPersistable("the frame replays side effects")
@@ -193,7 +200,7 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
         raise NotPersistable("the backend could not save this graph")
     guards = [_guard_data(g) for g in output.guards]
     namespace = {name: _locate_in_entry(obj, fn, output) for name, obj in output.names.namespace.items()}
-    callees = [(_import_locator(f), code_hash(f.__code__)) for f in output.inlined if f is not fn]
+    callees = [(_function_locator(f, fn), code_hash(f.__code__)) for f in output.inlined if f is not fn]
     inputs = [encode_source(i.source, fn) for i in output.inputs]
     ret_data = encode_value(ret, output_index, fn) if code is None else ("code",)
     graph = dump_graph(gm) if gm is not None else b""
@@ -208,11 +215,33 @@ def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
     if isinstance(obj, types.CodeType):
         for f in output.inlined:
             if f is not fn and f.__code__ is obj:
-                return ("code", _import_locator(f))
+                try:
+                    return ("code", _function_locator(f, fn))
+                except NotPersistable:
+                    pass
+        # a closure's code, found among its enclosing function's constants (NOTE [Nested code by its
+        # enclosing function] in locators.py), in the module of the frame or of an inlined function
+        modules = {f.__globals__.get("__name__") for f in (fn, *output.inlined) if isinstance(f, types.FunctionType)}
+        for module in sorted(m for m in modules if isinstance(m, str)):
+            nested = nested_code_locator(obj, module)
+            if nested is not None:
+                return nested
         raise NotPersistable(f"the code object {obj.co_qualname} of no importable inlined function")
     if type(obj) is tuple and obj and isinstance(obj[0], type) and obj[0].__mro__ is obj:
         return ("mro", [locate(k, fn) for k in obj])  # NOTE [MRO guarded] in lookup.py
     return locate(obj, fn)
+
+
+def _function_locator(f: types.FunctionType, fn: types.FunctionType) -> tuple:
+    """An inlined function by its importable name, else by its path through closures (NOTE [Closure cells
+    by path])."""
+    try:
+        return _import_locator(f)
+    except NotPersistable:
+        path = closure_path(f, fn)
+        if path is None:
+            raise
+        return path
 
 
 # NOTE [Persisted graphs]: a GraphModule's own pickling saves its generated code and rebuilds the graph
@@ -292,9 +321,9 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
     for locator, digest in persisted.callees:
         callee = resolve(locator, fn)
         if code_hash(callee.__code__) != digest:
-            raise NotPersistable(f"{locator[1]}.{locator[2]} changed since it was cached")
+            raise NotPersistable(f"{callee.__qualname__} changed since it was cached")
         if callee.__code__ in DISABLED:
-            raise NotPersistable(f"{locator[1]}.{locator[2]} is now marked framejit.disable")
+            raise NotPersistable(f"{callee.__qualname__} is now marked framejit.disable")
     namespace = {name: resolve(loc, fn) for name, loc in persisted.namespace.items()}
     shape = FunctionShape.of(fn.__code__)
     guard = compile_guards([_guard(g) for g in persisted.guards], shape.params_source(), namespace,

@@ -5,9 +5,11 @@ break (persisted_code.py: the objects their transformed code loads), so neither 
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import importlib
+import logging
 import sys
 import types
 from typing import Any
@@ -35,18 +37,33 @@ def _hash_code(code: types.CodeType, digest) -> None:
         if isinstance(const, types.CodeType):
             _hash_code(const, digest)
         else:
-            digest.update(repr(const).encode())
+            digest.update(_const_text(const).encode())
+
+
+# NOTE [Set constants hashed in order]: `x in {"cuda", "xpu"}` compiles to a frozenset constant, whose repr
+# lists its items in hash order, and str hashes differ between processes (PYTHONHASHSEED): a code hash taken
+# from the repr differed in every new process, so each entry that inlined such a function (torch.optim's
+# _accelerator_graph_capture_health_check, run by every optimizer step) was "not used" by the next process.
+def _const_text(const: Any) -> str:
+    if isinstance(const, frozenset):
+        return "frozenset(" + repr(sorted(_const_text(c) for c in const)) + ")"
+    if type(const) is tuple:
+        return "(" + ", ".join(_const_text(c) for c in const) + ",)"
+    return repr(const)
 
 
 # ---- locators ----------------------------------------------------------------------------------------
 # NOTE [Locators]: an object named by a guard or by the transformed code is persisted as a small tuple
 # that finds it again: ("module", name), ("globals", module name), ("import", module, qualname),
 # ("cell", index of the frame function's closure), ("dtype", name), ("device", str), ("enum", module,
-# qualname, member) or ("value", picklable constant). Saving verifies that the locator finds the very
+# qualname, member), ("value", picklable constant), or a path through closures ("fcell", "contents": NOTE
+# [Closure cells by path]). Saving verifies that the locator finds the very
 # object; loading verifies the kind of what it finds.
 def locate(obj: Any, fn: types.FunctionType) -> tuple:
     if isinstance(obj, types.ModuleType):
         return ("module", obj.__name__)
+    if obj is sys.modules:  # `"jax" in sys.modules` (transformers' is_jax_jitting) guards the dict's keys
+        return ("import", "sys", "modules")
     if isinstance(obj, dict):
         for name, module in list(sys.modules.items()):
             if getattr(module, "__dict__", None) is obj:
@@ -56,21 +73,34 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
         for index, cell in enumerate(fn.__closure__ or ()):
             if cell is obj:
                 return ("cell", index)
+        path = closure_path(obj, fn)  # NOTE [Closure cells by path]
+        if path is not None:
+            return path
         raise NotPersistable("a closure cell of an inlined function")
     if isinstance(obj, torch.dtype):
         return ("dtype", str(obj).split(".")[-1])
+    if isinstance(obj, (torch.memory_format, torch.layout)) and getattr(torch, str(obj).split(".")[-1], None) is obj:
+        return ("dtype", str(obj).split(".")[-1])  # torch.preserve_format, torch.strided: torch's attributes too
     if isinstance(obj, torch.device):
         return ("device", str(obj))
+    if isinstance(obj, logging.Logger) and logging.getLogger(obj.name) is obj:
+        return ("logger", obj.name)  # a library's module-level `logger`, pinned by a guard: found by its name
     if isinstance(obj, enum.Enum):
         return ("enum", type(obj).__module__, type(obj).__qualname__, obj.name)
     if isinstance(obj, (bool, int, float, str, bytes, type(None), torch.Size)) or (
             type(obj) is tuple and all(isinstance(o, (bool, int, float, str)) for o in obj)):
         return ("value", obj)
-    return _import_locator(obj)
+    try:
+        return _import_locator(obj)
+    except NotPersistable:
+        path = closure_path(obj, fn)  # NOTE [Closure cells by path]: a function held only by a cell
+        if path is None:
+            raise
+        return path
 
 
 def _import_locator(obj: Any) -> tuple:
-    if isinstance(obj, (classmethod, staticmethod, types.ClassMethodDescriptorType)):
+    if isinstance(obj, (classmethod, staticmethod) + _SLOT_DESCRIPTORS):
         return _class_dict_locator(obj)  # NOTE [Class-dict descriptors by name]
     named = obj.fget if isinstance(obj, property) and obj.fget is not None else obj  # NOTE [Properties by name]
     module = getattr(named, "__module__", None)
@@ -90,8 +120,10 @@ def _import_locator(obj: Any) -> tuple:
                 return ("import", module, name)
         except Exception:
             pass
-    # a function reached through a descriptor: a property's getter, a classmethod's function
-    for attr in ("fget", "__func__"):
+    # a function reached through a descriptor: a property's getter, a classmethod's function; or the function
+    # an lru_cache wrapper wraps (NOTE [Cached functions] inlines `__wrapped__`, guarded by identity; the
+    # frame cache checks its code hash as every inlined callee's)
+    for attr in ("fget", "__func__", "__wrapped__"):
         if getattr(found, attr, None) is obj:
             return ("import", module, qualname, attr)
     # the interpreter's own types with no builtins name (FunctionType is builtins.function, MethodType
@@ -108,12 +140,17 @@ def _import_locator(obj: Any) -> tuple:
 # class's __dict__; for a classmethod or staticmethod (torch.autograd.Function.apply, read by every custom
 # Function apply) that is the descriptor object, which no attribute read returns (`Function.apply` is a
 # bound method). Its function's qualname names the class and the attribute: the locator reads the class's
-# __dict__ entry, verified (on save) to be the very object.
+# __dict__ entry, verified (on save) to be the very object. The descriptors a class's C slots make (the
+# `__dict__` getset of a Python class, read by the lookup of `self.__dict__`, a __slots__ member) have no
+# module: they are found the same way, by the type that defines them (`__objclass__`) and their name.
+_SLOT_DESCRIPTORS = (types.ClassMethodDescriptorType, types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
 def _class_dict_locator(obj: Any) -> tuple:
     """A classmethod/staticmethod by its function's qualname (`Owner.name`); a classmethod of a C type
     (`torch._C._FunctionBase.apply`: on torch 2.14 `Function.__dict__["apply"]` is that very object) by its
     defining type and name. Verified: the class's __dict__ entry must be the very object."""
-    if isinstance(obj, types.ClassMethodDescriptorType):
+    if isinstance(obj, _SLOT_DESCRIPTORS):
         owner_type, name = getattr(obj, "__objclass__", None), getattr(obj, "__name__", None)
         module, owner = getattr(owner_type, "__module__", None), getattr(owner_type, "__qualname__", None)
     else:
@@ -130,6 +167,129 @@ def _class_dict_locator(obj: Any) -> tuple:
     if found is not obj:
         raise NotPersistable(f"{type(obj).__name__} {module}.{owner}.{name} is not that class's own entry")
     return locator
+
+
+# NOTE [Closure cells by path]: a guard may name a closure cell of a function the trace inlined (not the
+# frame's own function), or a function held only by such a cell: transformers wraps every ModelOutput's
+# dataclass __init__ in a closure (`_BCCacheNameMeta`'s `__init__(self, *args, **kwargs)`, named like the
+# __init__ it wraps), and inlining it reads its cell `init`, the dataclass's own __init__, whose cells hold
+# its defaults. Neither has an importable name. Such an object is located by the path that reaches it from
+# a function that does: ("fcell", locator of the function, index, free variable name) for the cell, and
+# ("contents", locator of the cell, facts) for a function in a cell. Resolving a path reads the live
+# objects again and verifies each step: the free variable has the same name, and the function found in a
+# cell is the same kind of function (`_function_facts`: module, qualname, code hash, globals, defaults),
+# else NotPersistable (the entry is not used). The cell's contents are what the entry's guards check on
+# every call, as for the frame's own cells: a cell that holds another function later fails the guard
+# that pins it (its identity, against the function the path found when the entry was loaded). Paths are
+# searched only from the functions the trace inlined (`closures`, set by frame_cache.persist), breadth
+# first, at most a few levels deep.
+_CLOSURE_ROOTS: list[tuple] = []  # (frame function, inlined functions) of the entry being persisted
+_PATH_DEPTH = 9  # levels of objects, cells and functions alternating: four functions deep
+
+
+@contextlib.contextmanager
+def closures(fn: types.FunctionType, functions) -> Any:
+    """Within this block, `locate` finds cells and cell-held functions through `functions`' closures."""
+    _CLOSURE_ROOTS.append((fn, tuple(functions)))
+    try:
+        yield
+    finally:
+        _CLOSURE_ROOTS.pop()
+
+
+def closure_path(obj: Any, fn: types.FunctionType) -> tuple | None:
+    """A path locator for a cell (or a function held by a cell) of the functions `closures` gave, verified
+    to find the very object; None when there is none."""
+    if not _CLOSURE_ROOTS or _CLOSURE_ROOTS[-1][0] is not fn:
+        return None
+    roots: list[tuple[Any, tuple]] = []
+    for index, cell in enumerate(fn.__closure__ or ()):
+        roots.append((cell, ("cell", index)))
+    for f in _CLOSURE_ROOTS[-1][1]:
+        if f is not fn and isinstance(f, types.FunctionType) and f.__closure__:
+            try:
+                roots.append((f, _import_locator(f)))
+            except NotPersistable:
+                pass
+    seen = {id(o) for o, _ in roots}
+    level = roots
+    for _ in range(_PATH_DEPTH):
+        found = next((loc for o, loc in level if o is obj), None)
+        if found is not None:
+            return found if _finds(found, fn, obj) else None
+        following = []
+        for o, loc in level:
+            if isinstance(o, types.FunctionType):
+                for index, cell in enumerate(o.__closure__ or ()):
+                    if id(cell) not in seen:
+                        seen.add(id(cell))
+                        following.append((cell, ("fcell", loc, index, o.__code__.co_freevars[index])))
+            elif isinstance(o, types.CellType):
+                try:
+                    contents = o.cell_contents
+                except ValueError:
+                    continue
+                if isinstance(contents, types.FunctionType) and id(contents) not in seen:
+                    seen.add(id(contents))
+                    try:
+                        following.append((contents, ("contents", loc, _function_facts(contents, fn))))
+                    except NotPersistable:
+                        pass
+        level = following
+    return None
+
+
+# NOTE [Nested code by its enclosing function]: the code of a closure (torch.optim's
+# `_use_grad_for_differentiable.<locals>._use_grad`, the wrapper of every optimizer's step) has no importable
+# function, but it is a constant of its enclosing function's code, which has: ("code_in", locator of the
+# enclosing function, the code's qualname) finds it among that code's constants (nested ones too). Code is
+# immutable; its user (a break resuming in it) checks its hash on load as well.
+def nested_code_locator(code: types.CodeType, module: str) -> tuple | None:
+    outer, sep, _ = code.co_qualname.partition(".<locals>.")
+    if not sep or "<" in outer:
+        return None
+    locator = ("code_in", ("import", module, outer), code.co_qualname)
+    return locator if _finds(locator, None, code) else None
+
+
+def _nested_code(code: types.CodeType, qualname: str) -> types.CodeType | None:
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            if const.co_qualname == qualname:
+                return const
+            found = _nested_code(const, qualname)
+            if found is not None:
+                return found
+    return None
+
+
+def _finds(locator: tuple, fn: types.FunctionType, obj: Any) -> bool:
+    try:
+        return resolve(locator, fn) is obj
+    except Exception:
+        return False
+
+
+def _function_facts(f: types.FunctionType, fn: types.FunctionType) -> tuple:
+    """What a function found in a cell must be to stand for the one the trace inlined (beyond the cells
+    its guards check): its names, code, globals and defaults (each default by locator and type)."""
+    def described(values):
+        return None if values is None else [(locate(v, fn), type(v).__module__, type(v).__qualname__) for v in values]
+    kwdefaults = f.__kwdefaults__
+    return (f.__module__, f.__qualname__, code_hash(f.__code__), locate(f.__globals__, fn), described(f.__defaults__),
+            None if kwdefaults is None else (list(kwdefaults), described(kwdefaults.values())))
+
+
+def _in_cell(cell: Any, facts: tuple, fn: types.FunctionType) -> types.FunctionType:
+    if not isinstance(cell, types.CellType):
+        raise NotPersistable("a closure path does not lead to a cell")
+    try:
+        contents = cell.cell_contents
+    except ValueError:
+        raise NotPersistable("a closure cell on a persisted path is empty") from None
+    if not isinstance(contents, types.FunctionType) or _function_facts(contents, fn) != facts:
+        raise NotPersistable(f"the function in a closure cell is not {facts[0]}.{facts[1]} as cached")
+    return contents
 
 
 # NOTE [Properties by name]: a property object has no __module__ or __qualname__, but `@property def name`
@@ -149,6 +309,8 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
         return getattr(torch, locator[1])
     if kind == "device":
         return torch.device(locator[1])
+    if kind == "logger":
+        return logging.getLogger(locator[1])
     if kind == "enum":
         return getattr(_import(locator[1], locator[2]), locator[3])
     if kind == "value":
@@ -162,6 +324,19 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
         if not isinstance(owner, type) or locator[3] not in owner.__dict__:
             raise NotPersistable(f"{locator[1]}.{locator[2]} has no own attribute {locator[3]}")
         return owner.__dict__[locator[3]]
+    if kind == "fcell":  # NOTE [Closure cells by path]
+        owner = resolve(locator[1], fn)
+        cells, names = getattr(owner, "__closure__", None) or (), getattr(getattr(owner, "__code__", None), "co_freevars", ())
+        if locator[2] >= len(cells) or names[locator[2]] != locator[3]:
+            raise NotPersistable(f"{getattr(owner, '__qualname__', owner)!r} has no free variable {locator[3]!r} there")
+        return cells[locator[2]]
+    if kind == "code_in":  # NOTE [Nested code by its enclosing function]
+        found = _nested_code(resolve(locator[1], fn).__code__, locator[2])
+        if found is None:
+            raise NotPersistable(f"no code {locator[2]} in its enclosing function")
+        return found
+    if kind == "contents":
+        return _in_cell(resolve(locator[1], fn), locator[2], fn)
     if kind == "import":
         obj = _import(locator[1], locator[2])
         return getattr(obj, locator[3]) if len(locator) > 3 else obj

@@ -32,7 +32,7 @@ import bytecode
 from bytecode import CellVar, FreeVar, Instr, Label
 
 from .codegen import Codegen
-from .locators import NotPersistable, _import_locator, code_hash, locate, resolve
+from .locators import NotPersistable, _import_locator, code_hash, locate, nested_code_locator, resolve
 
 
 class Recorder:
@@ -121,7 +121,9 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
             except Exception:
                 found = None
             if getattr(found, "__code__", None) is not code:
-                raise NotPersistable(f"the break resumes in {code.co_qualname}, which cannot be found by name")
+                locator = nested_code_locator(code, fn.__module__)  # NOTE [Nested code by its enclosing function]
+                if locator is None:
+                    raise NotPersistable(f"the break resumes in {code.co_qualname}, which cannot be found by name")
             return ("resume_in", locator, code_hash(code), index, layout, names, hooked) + ((loop,) if loop else ())
         return (kind,)
     if type(value) is tuple and all(isinstance(v, (bool, int, float, str, bytes, type(None))) for v in value):
@@ -186,7 +188,8 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
             elif kind == "resume":
                 value = _load_resume(hooks, fn, fn.__code__, *d[1:])
             elif kind == "resume_in":
-                code = resolve(d[1], fn).__code__
+                code = resolve(d[1], fn)
+                code = code if isinstance(code, types.CodeType) else code.__code__
                 if code_hash(code) != d[2]:
                     raise NotPersistable(f"{code.co_qualname} changed since it was cached")
                 value = _load_resume(hooks, fn, code, *d[3:])
