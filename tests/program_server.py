@@ -22,6 +22,20 @@ import traceback
 import torch  # noqa: F401  (imported once, before any fork)
 import torch._dynamo.config  # noqa: F401  (what a cold trace imports: FakeTensorMode() imports it)
 
+# NOTE [Compile-path imports in the server]: what the onnxrt backend's compile paths import lazily from torch
+# and its libraries, imported once here (in a server whose test preloads onnxscript: tests.helpers.
+# BACKEND_MODULES["onnxrt"]) instead of in every child: torchlib's ops and the exporter pieces the translation
+# uses (~1 s), and for a training compile (a joint graph, also rebuilt when a warm process loads a persisted
+# one) AOT autograd and the min-cut partitioner, which pulls in torch._inductor (~2.5 s). The eager backend
+# imports none of them (a server without onnxscript skips them: its start stays cheap). None is framejit's,
+# none reads FRAMEJIT_*, none starts a thread (main() checks). Measured on 3.11 (loaded): the warm child of
+# test_guard_gaps' onnxrt program (one Linear, a joint entry) ~5 -> ~2.5 s CPU; the server start +3.5 s.
+ONNX_MODULES = ("onnxscript.function_libs.torch_lib.ops", "onnxscript._framework_apis.torch_2_5",
+                "onnxscript.rewriter.onnx_fusions", "onnxscript.evaluator", "torch.onnx._internal.exporter._core",
+                "torch.onnx._internal.exporter._registration", "torch._functorch.aot_autograd",
+                "torch._functorch.partitioners", "torch._inductor.compile_fx", "torch.fx.passes.infra.partitioner",
+                "torch.fx.experimental.validator")
+
 
 def _child(request: dict) -> None:
     """Runs one program in this (forked) process; never returns (SystemExit ends the process normally)."""
@@ -75,6 +89,8 @@ def _fork(request: dict) -> int:
 def main() -> None:
     for name in sys.argv[1:]:
         assert not name.startswith("framejit"), name  # read FRAMEJIT_* only in the child, from its env
+        importlib.import_module(name)
+    for name in ONNX_MODULES if "onnxscript" in sys.modules else ():
         importlib.import_module(name)
     assert "framejit" not in sys.modules
     # fork copies only the calling thread: a second thread here (a pool started by an import) could hold a

@@ -1,17 +1,15 @@
 """Backend artifacts: `save(compiled) -> bytes | None` and `load(data, gm, example_inputs) -> callable`
 of the eager, onnxrt and triton backends (backends/artifact.py), and how the registry exposes them.
 
-The central test saves what each backend compiled and loads it in a fresh process (persist_worker.py)
-whose lowering entry points raise: results equal eager (tolerance 1e-4 relative / 1e-5 absolute,
-float32) on two input sets with zero lowering calls. The other tests run in-process.
+The central test saves what each backend compiled and loads it in a fresh process (persist_worker.py, in a
+forked child of a program server) whose lowering entry points raise: results equal eager (tolerance 1e-4
+relative / 1e-5 absolute, float32) on two input sets with zero lowering calls. The other tests run in-process.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -22,8 +20,8 @@ from framejit.backends import artifact, registry
 from framejit.backends.onnxrt import persist as onnx_persist
 from framejit.backends.triton.runtime import EagerGraph
 from tests.backends.persist_worker import F32, build, compile_with
+from tests.helpers import BACKEND_MODULES, run_program
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BACKENDS = ("eager", "onnxrt", "triton")
 
 
@@ -42,12 +40,15 @@ def fresh_process_results(tmp_path_factory):
         data = registry.entry_for(backend).save_artifact(compiled)
         assert isinstance(data, bytes)
         (directory / f"{backend}.bin").write_bytes(data)
-    env = dict(os.environ, PYTHONPATH=REPO, TRITON_INTERPRET="1", FRAMEJIT_CACHE="0")
+    env = dict(os.environ, TRITON_INTERPRET="1", FRAMEJIT_CACHE="0")
     env.pop("FRAMEJIT_LOGS", None)
-    done = subprocess.run([sys.executable, "-m", "tests.backends.persist_worker", str(directory)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    # `python -m tests.backends.persist_worker DIR` in a forked child of a program server, which never
+    # imports framejit (NOTE [Programs in forked children] in tests/helpers.py): torch is not imported anew
+    script = tmp_path_factory.mktemp("worker") / "persist_worker_main.py"
+    script.write_text("import runpy\nrunpy.run_module('tests.backends.persist_worker', run_name='__main__')\n")
+    rc, out, err = run_program(script.parent, script, directory, env=env, preload=BACKEND_MODULES["onnxrt"])
+    assert rc == 0, err[-4000:]
+    results = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return {r["backend"]: r for r in results}
 
 
