@@ -396,6 +396,11 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
         return create_dict_object(tx, cls, args, kwargs)
     if cls.__new__ is object.__new__ and _is_plain_class(cls):
         _guard_plain_construction(tx, cls)
+        if _has_finalizer(cls):  # NOTE [Objects with a finalizer]
+            e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating an instance of {cls.__qualname__}, whose "
+                            "class defines __del__: the frame runs eagerly")
+            e.frame_eager = True
+            raise e
         obj = NewObjectValue(cls)
         init = getattr(cls, "__init__")
         if isinstance(init, types.FunctionType):
@@ -410,11 +415,23 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
 
 def _guard_plain_construction(tx, cls: type) -> None:
     """`cls(...)` traced as object.__new__ then `__init__`: the metaclass's `__call__` (type's), `__new__`
-    (object's) and `__init__` stay what the lookups found (NOTE [Lookup facts])."""
+    (object's) and `__init__` stay what the lookups found (NOTE [Lookup facts]), and `__del__` too."""
     from . import lookup
     lookup.guard_lookup(tx.output, type(cls), "__call__")
-    for name in ("__new__", "__init__"):
+    for name in ("__new__", "__init__", "__del__"):
         lookup.guard_lookup(tx.output, cls, name)
+
+
+# NOTE [Objects with a finalizer]: an object made while tracing is a NewObjectValue; the real object is made
+# only if it escapes the frame, at the frame's end. A class with `__del__` runs user code when the object
+# dies: eager's `d = D(1); ...; del d` runs `D.__del__` at the `del` (1 appended before "after"), the
+# compiled frame never made the object, so `__del__` never ran at all. A graph break there is not enough:
+# passed on to the resume function, the object stays referenced by that call's arguments until it returns,
+# so `__del__` ran after "after" (as for NOTE [Generators with finalizers] in translator.py). Making one makes
+# the frame being compiled run eagerly, and `__del__`'s absence is a lookup fact of every construction.
+def _has_finalizer(cls: type) -> bool:
+    from .lookup import mro_lookup
+    return mro_lookup(cls, "__del__")[0] is not None
 
 
 def builtin_made(cls: type) -> bool:

@@ -117,3 +117,50 @@ def test_explaining_a_miss_calls_no_lru_cache_function():
     # h with the entry's own argument, not the call's: cache_info and the recency order differed from eager
     eager, compiled = _run_cached({"dynamic": False}, (1, 2, 3, 1, 2, 3, 3))
     assert eager == compiled
+
+
+# ---- NOTE [Objects with a finalizer] (capture/calls.py) -------------------------------------------------------
+
+def _run_finalizer(add_del_later: bool):
+    results = []
+    for compiled in (False, True):
+        log = []
+
+        class D:
+            def __init__(self, k):
+                self.k = k
+
+        def finalizer(self):
+            log.append(self.k)
+
+        if not add_del_later:
+            D.__del__ = finalizer
+
+        def f(x, k):
+            d = D(k)
+            r = x * d.k
+            del d
+            log.append("after")
+            return r
+
+        fn = framejit.compile(f, backend="eager") if compiled else f
+        seen = []
+        for step, k in enumerate((1, 2, 2, 3)):
+            if add_del_later and step == 2:
+                D.__del__ = finalizer
+            seen.append((fn(torch.ones(1), k).tolist(), list(log)))
+        results.append(seen)
+    return results
+
+
+def test_an_object_with_a_finalizer_dies_where_eager_drops_it():
+    # before: D(k) made inside the frame was never made at all (a traced object that did not escape), so
+    # D.__del__ never ran: log ['after', 'after', ...] where eager has [1, 'after', 2, 'after', ...]
+    eager, compiled = _run_finalizer(add_del_later=False)
+    assert eager == compiled
+
+
+def test_a_finalizer_added_to_the_class_later_runs():
+    # before: __del__ added to D after two calls was not a guarded fact; the entry kept not making D
+    eager, compiled = _run_finalizer(add_del_later=True)
+    assert eager == compiled
