@@ -4,7 +4,9 @@ FRAMEJIT_CACHE=1, or enable it with monkeypatch); every test starts with frameji
 forgotten."""
 from __future__ import annotations
 
+import atexit
 import gc
+import logging
 import os
 import sys
 import tempfile
@@ -54,14 +56,56 @@ def _fresh_framejit():
 # longer, everything else is collected as before. Six HF catalog models (bert, gpt2, t5, vit, llama,
 # whisper: stock reference + framejit compile, one process, loaded): 10 full collections -> 1, GC 4.53 s
 # -> 2.12 s, CPU 54.3 s -> 51.0 s.
+#
+# NOTE [Unfrozen at exit]: the imports are unfrozen when the interpreter exits (atexit), not when the session
+# finishes: pytest's unraisable-exception plugin runs two full collections after the session (to report
+# exceptions raised in __del__ of the tests' garbage), and unfrozen they walked every imported object again
+# (~0.3 s each with torch alone, more with transformers loaded). Frozen, they walk what tests made, where such
+# garbage is, as every collection during the session did.
 def pytest_collection_finish(session):
     gc.collect()
     gc.freeze()
     gc.set_threshold(700, 10, 100)
+    atexit.register(gc.unfreeze)
+
+
+# NOTE [No pytest handlers on torch's trace log]: pytest attaches its capture handlers (caplog's, the report's,
+# the live/file log's) to every logger that does not propagate, including torch's structured-trace logger
+# `torch.__trace`, and torch's `trace_structured` builds its payload whenever that logger has any handler:
+# every fake-tensor conversion and ShapeEnv symbol then captured and symbolized a Python stack (~2% of the CPU
+# time of compile-heavy test files), only for pytest to capture records with an empty message. pytest's
+# handlers are taken off that logger before each test phase (and the test loop) runs; torch's own handlers
+# (TORCH_TRACE) and the logger's settings are left as they are, and every other logger is captured as before.
+_TRACE_LOG = logging.getLogger("torch.__trace")
+
+
+def _drop_pytest_trace_handlers() -> None:
+    for handler in list(_TRACE_LOG.handlers):
+        if type(handler).__module__ == "_pytest.logging":
+            _TRACE_LOG.removeHandler(handler)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    _drop_pytest_trace_handlers()  # the live and file log handlers, attached for the whole loop
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _drop_pytest_trace_handlers()  # caplog's and the report's, attached for each phase
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    _drop_pytest_trace_handlers()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    _drop_pytest_trace_handlers()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    gc.unfreeze()
     helpers = sys.modules.get("tests.helpers")
     if helpers is not None:
         helpers.close_program_servers()  # NOTE [Programs in forked children]
