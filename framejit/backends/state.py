@@ -38,5 +38,15 @@ def enters_inference_mode(gm: torch.fx.GraphModule) -> bool:
                for node in gm.graph.nodes)
 
 
+def leaves_inference_mode(gm: torch.fx.GraphModule) -> bool:
+    """NOTE [Graphs that leave inference mode]: the graph has an `inference_mode(False)` block. Called under an
+    outer `torch.inference_mode()`, eager makes the values computed in that block normal tensors; a lowered
+    program makes every output under the caller's mode, so they came back as inference tensors (onnxrt and
+    triton then raised "Inference tensors do not track version counter" where eager returns normally, and
+    the user's own `y._version` or in-place write on them raises too). Backends run such graphs eagerly."""
+    return any(node.op == "call_function" and node.target is _enter_inference_mode and node.args
+               and node.args[0] is False for node in gm.graph.nodes)
+
+
 def has_dynamic_float_input(gm: torch.fx.GraphModule) -> bool:
     return any(node.op == "placeholder" and node.meta.get("dynamic_float") for node in gm.graph.nodes)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -164,3 +165,31 @@ def test_a_finalizer_added_to_the_class_later_runs():
     # before: __del__ added to D after two calls was not a guarded fact; the entry kept not making D
     eager, compiled = _run_finalizer(add_del_later=True)
     assert eager == compiled
+
+
+# ---- NOTE [Graphs that leave inference mode] (backends/state.py) ---------------------------------------------
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
+def test_an_inference_mode_false_block_under_the_callers_inference_mode(backend):
+    # before (onnxrt, triton): under the caller's inference_mode the lowered program made y an inference
+    # tensor, and the call raised "Inference tensors do not track version counter" where eager returns y
+    def f(x):
+        with torch.inference_mode(False):
+            y = x * 2
+        return y, torch.is_grad_enabled()
+
+    def observe(fn, x):
+        y, grad = fn(x)
+        return y.tolist(), grad, y.is_inference(), y.requires_grad, y._version
+
+    results = []
+    for compiled in (False, True):
+        fn = framejit.compile(f, backend=backend) if compiled else f
+        seen = [observe(fn, torch.ones(2, requires_grad=True))]
+        with torch.no_grad():
+            seen.append(observe(fn, torch.ones(2, requires_grad=True)))
+        for n in (2, 3):
+            with torch.inference_mode():
+                seen.append(observe(fn, torch.ones(n)))
+        results.append(seen)
+    assert results[0] == results[1]

@@ -275,6 +275,8 @@ def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
     """Why `gm` runs eagerly whatever its inputs (backends/state.py), or None."""
     if state.enters_inference_mode(gm):
         return "it enters torch.inference_mode() (its outputs must be inference tensors, as in eager)"
+    if state.leaves_inference_mode(gm):  # NOTE [Graphs that leave inference mode] in backends/state.py
+        return "it has an inference_mode(False) block (under an outer inference_mode its values are normal tensors)"
     if aliasing.changes_metadata_in_place(gm):
         return "it changes a tensor's shape or strides in place (x.t_()), which functionalization cannot express"
     if state.has_dynamic_float_input(gm):
