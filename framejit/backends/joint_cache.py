@@ -20,7 +20,7 @@ uses the same code path with its own backend halves, so the aliasing, mutation w
 saved-tensor logic is torch's, not a copy. Joints that path does not cover are not persisted (logged on
 `cache`): tensor subclasses, effect tokens, graph-safe RNG state, symbolic sizes saved for the backward
 sizes saved for the backward), BackwardState inputs, graphs with module state (parameters, buffers, submodules), non-tensor
-inputs. Halves' graphs are saved node by node with aten operators by name (OpOverloads do not pickle).
+inputs. Halves' graphs are saved node by node (small lifted tensor constants by value) with aten operators by name (OpOverloads do not pickle).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import inspect
 import pickle
+import re
 import threading
 
 import torch
@@ -35,7 +36,8 @@ import torch.fx
 
 from .. import config, logs
 
-FORMAT = 2  # 2: custom Function calls in the key (NOTE [Persisted custom Function calls])
+FORMAT = 3  # 2: custom Function calls in the key (NOTE [Persisted custom Function calls]); 3: lifted tensor
+# constants by value (NOTE [Lifted tensor constants])
 _AOT_LOCK = threading.RLock()  # a joint built while another is (nested) records its own
 
 
@@ -85,17 +87,37 @@ class _Ref:
         return _Ref, (self.index,)
 
 
+# NOTE [Lifted tensor constants]: a tensor the traced code makes from constants (DynamicCache's
+# `torch.tensor([])`, made by every HF model with a cache) is lifted by make_fx into an attribute of the
+# flat graph (`_tensor_constant0`, read by get_attr), and AOT autograd keeps it so in the halves. A small
+# plain CPU tensor of a real dtype is persisted by value with the graph (dtype, shape, items: exact), so it
+# is part of the joint's key and set again on the loaded half; any other attribute is module state, not
+# persisted.
+_CONSTANT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                    torch.int16, torch.int8, torch.uint8, torch.bool)
+
+
+def _constant(gm: torch.fx.GraphModule, node: torch.fx.Node) -> tuple:
+    lifted = node.op == "get_attr" and re.fullmatch(r"_tensor_constant\d+", node.target) is not None
+    value = getattr(gm, node.target, None) if lifted else None
+    written = any(getattr(getattr(u.target, "_schema", None), "is_mutable", False) for u in node.users)
+    if (type(value) is not torch.Tensor or value.requires_grad or value.device.type != "cpu" or written
+            or value.dtype not in _CONSTANT_DTYPES or value.numel() > 64 or value._base is not None
+            or not value.is_contiguous() or value.storage_offset() != 0):
+        raise NotPersisted(f"the graph reads module state ({node.op} {node.target})")
+    return (str(value.dtype).split(".")[-1], tuple(value.shape), value.tolist())
+
+
 def dump_graph(gm: torch.fx.GraphModule) -> bytes:
-    """`gm`'s nodes as (op, name, target, args, kwargs, effect); raises NotPersisted."""
+    """`gm`'s nodes as (op, name, target, args, kwargs, effect, constant); raises NotPersisted."""
     index: dict = {}
     nodes = []
     for node in gm.graph.nodes:
-        if node.op in ("get_attr", "call_module"):
-            raise NotPersisted(f"the graph reads module state ({node.op} {node.target})")
+        constant = _constant(gm, node) if node.op in ("get_attr", "call_module") else None
         index[node] = len(nodes)
         args = torch.fx.node.map_arg(node.args, lambda n: _Ref(index[n]))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _Ref(index[n]))
-        nodes.append((node.op, node.name, node.target, args, kwargs, bool(node.meta.get("effect"))))
+        nodes.append((node.op, node.name, node.target, args, kwargs, bool(node.meta.get("effect")), constant))
     try:
         return _dumps(nodes)
     except Exception as e:
@@ -104,14 +126,18 @@ def dump_graph(gm: torch.fx.GraphModule) -> bytes:
 
 def load_graph(data: bytes) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
+    root = torch.nn.Module()
     made: list = []
-    for op, name, target, args, kwargs, effect in pickle.loads(data):
+    for op, name, target, args, kwargs, effect, constant in pickle.loads(data):
+        if constant is not None:  # NOTE [Lifted tensor constants]
+            dtype, shape, items = constant
+            setattr(root, target, torch.tensor(items, dtype=getattr(torch, dtype)).reshape(shape))
         args, kwargs = torch.fx.node.map_aggregate((args, kwargs), lambda a: made[a.index] if isinstance(a, _Ref) else a)
         node = graph.output(args[0]) if op == "output" else graph.create_node(op, target, args, kwargs, name=name)
         if effect:
             node.meta["effect"] = True
         made.append(node)
-    return torch.fx.GraphModule(torch.nn.Module(), graph)
+    return torch.fx.GraphModule(root, graph)
 
 
 # ---- the key -------------------------------------------------------------------------------------------

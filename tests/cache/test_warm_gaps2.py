@@ -9,7 +9,11 @@ every frame entry was "kept in memory only" before, so every warm process traced
   lru_cache function (`warning_once(logger, msg)`: the logger pinned by identity, the lru wrapper's
   `__wrapped__` pinned too: NOTE [Cached functions]);
 - and the same program with the function in the cell changed (another default): never loaded from the
-  stale entry, traced again, values as eager's.
+  stale entry, traced again, values as eager's;
+- code hashes that do not depend on the iteration order of a set constant (NOTE [Set constants hashed in
+  order]: str hashes differ between processes);
+- an onnxrt training joint holding lifted tensor constants (`torch.tensor([])`, as DynamicCache makes):
+  loaded, not AOT-traced, in the warm process (NOTE [Lifted tensor constants] in backends/joint_cache.py).
 
 Each program runs in a forked child of a program server (tests.helpers.run_program) on a copy of framejit
 (its source digest is in every key).
@@ -23,7 +27,7 @@ import textwrap
 
 import pytest
 
-from tests.helpers import run_program
+from tests.helpers import BACKEND_MODULES, run_program
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -109,7 +113,8 @@ def _run(tmp_path, install, program: str, *argv, backend: str) -> dict:
     script = tmp_path / "program.py"  # one path: the frame cache keys functions by module and qualname
     script.write_text(program)
     env = dict(os.environ, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1", FRAMEJIT_LOGS="cache")
-    rc, out, err = run_program(tmp_path, script, backend, *argv, env=env, pythonpath=os.pathsep.join([install, REPO]))
+    rc, out, err = run_program(tmp_path, script, backend, *argv, env=env, preload=BACKEND_MODULES.get(backend, ()),
+                               pythonpath=os.pathsep.join([install, REPO]))
     assert rc == 0, err
     return json.loads(out.strip().splitlines()[-1])
 
@@ -147,3 +152,47 @@ def test_code_hash_does_not_depend_on_the_order_of_a_set_constant():
     other_sets = [k for k in other.co_consts if isinstance(k, frozenset)]
     assert sets == other_sets and [list(k) for k in sets] != [list(k) for k in other_sets]  # equal, listed apart
     assert code_hash(other) == code_hash(code)
+
+
+CONSTANT_PROGRAM = textwrap.dedent('''
+    import copy, json, sys
+    import torch
+    import framejit
+    from framejit.backends import joint
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            empty = torch.tensor([])  # as DynamicCache makes it: a lifted tensor constant of the joint
+            weights = torch.tensor([0.5, 2.0, -1.0])
+            return torch.cat([empty, (self.fc(x) * weights).flatten()])
+
+    torch.manual_seed(0)
+    model = Net()
+    ref = copy.deepcopy(model)
+    compiled = framejit.compile(model, backend=sys.argv[1])
+    equal = []
+    for step in range(2):
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(step))
+        out, want = compiled(x), ref(x)
+        out.square().sum().backward()
+        want.square().sum().backward()
+        equal.append(torch.allclose(out, want) and all(
+            torch.allclose(a.grad, b.grad) for a, b in zip(model.parameters(), ref.parameters())))
+    stats = framejit.stats()
+    print(json.dumps({"equal": equal, "traced": stats["frames_traced"], "loaded": stats["frames_loaded"],
+                      "joints_traced": joint.STATS["traced"], "joints_loaded": joint.STATS["loaded"]}))
+''')
+
+
+def test_lifted_tensor_constants_of_a_joint_start_warm(tmp_path, install):
+    """NOTE [Lifted tensor constants] (backends/joint_cache.py): the onnxrt joint of a graph that makes
+    tensors from constants is persisted with their values; the warm process AOT-traces no joint."""
+    cold = _run(tmp_path, install, CONSTANT_PROGRAM, backend="onnxrt")
+    warm = _run(tmp_path, install, CONSTANT_PROGRAM, backend="onnxrt")
+    assert all(cold["equal"]) and all(warm["equal"]), (cold, warm)
+    assert cold["joints_traced"] == 1, cold
+    assert (warm["traced"], warm["joints_traced"], warm["joints_loaded"]) == (0, 0, 1), warm
