@@ -229,7 +229,7 @@ for s in range(2):
         close(got["grads"][k], want["grads"][k]) for k in want["grads"])
 report(ok)
 '''
-for _name in ("bloom", "recurrent_gemma", "gpt2", "llama"):
+for _name in ("bloom", "recurrent_gemma", "gpt2", "llama", "bert"):
     program(f"hf_{_name}", backends=("eager", "onnxrt"))(HF.replace("NAME", repr(_name)))
 
 program("hf_phimoe", backends=("eager",))('''
