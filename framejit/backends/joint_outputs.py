@@ -191,7 +191,11 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
         fake_state = {name: mode.from_tensor(t) for name, t in state.items()}
         fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
     with mode, torch.enable_grad(), original_tensor_methods():
-        outs = torch.func.functional_call(flat_gm, fake_state, tuple(fake_args))
+        # NOTE [Graph modules called through forward] (onnxrt/lowering.py): functional_call calls the module,
+        # which ran the user's global module hooks (register_module_forward_pre_hook) on framejit's GraphModule
+        from torch.nn.utils.stateless import _reparametrize_module
+        with _reparametrize_module(flat_gm, fake_state, tie_weights=True):
+            outs = flat_gm.forward(*fake_args)
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
         def storage(t):

@@ -53,7 +53,9 @@ def to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence) -> torch.fx.Grap
     from ..foreach import expand_foreach  # NOTE [Foreach expansion]
     gm = expand_foreach(gm)
     decompositions = get_decompositions(DECOMPOSE)
-    functional = torch.func.functionalize(gm, remove="mutations")
+    # NOTE [Graph modules called through forward] (onnxrt/lowering.py): gm.forward, not gm, so that the user's
+    # global module hooks never see framejit's GraphModule
+    functional = torch.func.functionalize(gm.forward, remove="mutations")
     from ..torch_methods import original_tensor_methods
     with original_tensor_methods():  # NOTE [Patched Tensor methods while lowering]
         traced = make_fx(functional, decomposition_table=decompositions, tracing_mode="fake",
