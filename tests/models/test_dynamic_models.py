@@ -154,7 +154,7 @@ def test_hf_decoder_varying_sequence_no_more_compiles_than_stock():
     arch = catalog.get("llama")
     model = arch.build()
     calls = _hf_calls(arch, CALLS + BATCH_ONE)
-    stock = harness.stock_reference(model, calls)
+    stock = harness.stock(model, calls)  # recorded or live: NOTE [Stock counts table]
     backend = CountingBackend()
     compiled = framejit.compile(model, backend=backend)
     eager_before = framejit.stats()["eager_frames"]
@@ -202,7 +202,7 @@ def test_hf_generate_no_more_compiles_than_stock():
     prompts = [dict(catalog.inputs.text(seed, 1, length), max_new_tokens=8, min_new_tokens=8, do_sample=False)
                for seed, length in ((0, 4), (1, 7))]
     expected = [harness.run(model.generate, kwargs) for kwargs in prompts]
-    stock = harness.stock_reference(model, prompts, method="generate")
+    stock = harness.stock(model, prompts, method="generate")
     backend = CountingBackend()
     compiled = framejit.compile(model, backend=backend)
     for kwargs, want in zip(prompts, expected):

@@ -7,7 +7,8 @@ share, so that all three measure the same thing:
   tolerance); an unknown type is an error, never silently equal.
 - `stock_reference(model, calls)`: the graphs stock `torch.compile(backend=<counting eager>)` captures
   over the same calls (torch._dynamo is reset around it; only tests, tools and benchmarks may use it);
-  `op_count(backend)`: the tensor operations in a counting backend's graphs (how much work they hold).
+  `op_count(backend)`: the tensor operations in a counting backend's graphs (how much work they hold);
+  `stock(model, calls)`: the reference's graph and op counts, recorded or live (NOTE [Stock counts table]).
 - `eager_frame_count()`, `eager_frame_reasons()`: the frames framejit has run wholly eagerly so far in
   this process, from `framejit.stats()` (the one place that reads that stat).
 - `calls(arch)`: the keyword inputs of the two calls every check makes (two seeds, the same shapes), and
@@ -25,7 +26,7 @@ import torch
 
 import framejit
 from tests.helpers import CountingBackend
-from tests.models.hf import catalog
+from tests.models.hf import catalog, stock_table
 
 ATOL = RTOL = 1e-5
 
@@ -104,6 +105,13 @@ def op_count(backend: CountingBackend) -> int:
                for i, gm in enumerate(backend.graphs))
 
 
+def stock(model: torch.nn.Module, inputs: list[dict], method: str | None = None) -> stock_table.StockCounts:
+    """stock_reference's graph count and op_count over `inputs`: the recorded ones for exactly this
+    environment, model and inputs, else computed live (NOTE [Stock counts table])."""
+    return stock_table.stock_counts(method or "forward", model, inputs, lambda: stock_reference(model, inputs, method),
+                                    method=method, ops=op_count)
+
+
 def assert_outputs_close(actual: Any, expected: Any, path: str = "out", *, atol: float = ATOL,
                          rtol: float = RTOL) -> None:
     """`actual` equals `expected` in type and structure, with tensors close to within atol/rtol."""
@@ -129,4 +137,4 @@ def assert_outputs_close(actual: Any, expected: Any, path: str = "out", *, atol:
 
 
 __all__ = ["ATOL", "OP_SHARE", "RTOL", "assert_outputs_close", "calls", "eager_frame_count", "eager_frame_reasons",
-           "op_count", "resized_call", "run", "silence_transformers", "stock_reference"]
+           "op_count", "resized_call", "run", "silence_transformers", "stock", "stock_reference"]

@@ -5,8 +5,8 @@ sets on the first call (`self.config.problem_type = "regression"`): a store thro
 `__setattr__` (NOTE [Custom __setattr__] in framejit/capture/getattribute.py). Each case builds a tiny
 model in train mode (dropout 0, so eager and compiled runs are comparable), runs two steps of
 forward + `loss.backward()` on fresh inputs eagerly, under stock `torch.compile` (the reference graph
-count) and under framejit, and asserts equal losses and gradients, graphs <= stock, and no frame run
-wholly eagerly.
+count, recorded per environment or live: NOTE [Stock counts table]) and under framejit, and asserts equal
+losses and gradients, graphs <= stock, and no frame run wholly eagerly.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import framejit  # noqa: E402
 from tests.helpers import CountingBackend  # noqa: E402
-from tests.models.hf import catalog, harness, inputs  # noqa: E402
+from tests.models.hf import catalog, harness, inputs, stock_table  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning:torch._dynamo"),
               pytest.mark.filterwarnings("ignore::FutureWarning:transformers"),
@@ -79,13 +79,19 @@ def _quiet_transformers():
 @pytest.mark.parametrize("name", list(HEADS))
 def test_classification_head_training(name):
     expected = _steps(_build(name), name)
-    import torch._dynamo  # the reference compiler (tests only)
-    torch._dynamo.reset()
-    stock = CountingBackend()
-    try:
-        _steps(torch.compile(_build(name), backend=stock), name)
-    finally:
+    stock_model = _build(name)
+
+    def live() -> CountingBackend:
+        import torch._dynamo  # the reference compiler (tests only)
         torch._dynamo.reset()
+        stock = CountingBackend()
+        try:
+            _steps(torch.compile(stock_model, backend=stock), name)
+        finally:
+            torch._dynamo.reset()
+        return stock
+    # recorded or live: NOTE [Stock counts table]
+    stock = stock_table.stock_counts("training_steps", stock_model, [_inputs(name, seed) for seed in (0, 1)], live)
     backend = CountingBackend()
     model = _build(name)
     before = harness.eager_frame_count()
