@@ -46,14 +46,20 @@ sysdeps:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 	@command -v redis-server >/dev/null
 
+# NOTE [Heavy tests split between interpreters] (tests/conftest.py): under `make test` (SPLIT=1) each interpreter
+# of TEST_VERSIONS runs every frontend test and its share (FRAMEJIT_TEST_SHARD=index/count) of the real-model,
+# backend, distributed and Redis tests, so that together they run every test once or more; `make test311` and
+# friends alone run everything on their interpreter.
+shard_env = $(if $(SPLIT),FRAMEJIT_TEST_SHARD=$$(echo " $(TEST_VERSIONS) " | sed 's/ $(1) .*//' | wc -w)/$(words $(TEST_VERSIONS)))
+
 test311: sysdeps $(VENV)/$(STAMP)
-	$(VENV)/bin/python -m pytest tests
+	$(call shard_env,311) $(VENV)/bin/python -m pytest tests
 
 test312: sysdeps $(VENV312)/$(STAMP)
-	$(VENV312)/bin/python -m pytest tests
+	$(call shard_env,312) $(VENV312)/bin/python -m pytest tests
 
 test313: sysdeps $(VENV313)/$(STAMP)
-	$(VENV313)/bin/python -m pytest tests
+	$(call shard_env,313) $(VENV313)/bin/python -m pytest tests
 
 # The slowest suite (TEST_FIRST) gets its environment first and starts at once; the other environments are
 # installed one after another while it runs (never two pip installs at a time: editable installs write into
@@ -62,7 +68,7 @@ TEST_FIRST ?= $(lastword $(TEST_VERSIONS))
 TEST_REST := $(filter-out $(TEST_FIRST),$(TEST_VERSIONS))
 test: sysdeps
 	$(MAKE) --no-print-directory $(ENV_$(TEST_FIRST))
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test$(TEST_FIRST) test-rest
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target SPLIT=1 test$(TEST_FIRST) test-rest
 
 test-rest:
 	$(foreach v,$(TEST_REST),$(MAKE) --no-print-directory $(ENV_$(v)) &&) true

@@ -105,6 +105,57 @@ def pytest_runtest_teardown(item, nextitem):
     _drop_pytest_trace_handlers()
 
 
+# NOTE [Heavy tests split between interpreters]: `make test` runs the suite on CPython 3.11 and 3.12 at once on a
+# 2-core machine. Every test of the frontend (capture, guards, the frame cache, soundness: what bytecode and
+# interpreter versions change) runs on both. The tests under SPLIT_PATHS (real models, the onnxrt and triton
+# backends' lowering and training, distributed, the Redis tier: about two thirds of the suite's CPU time)
+# exercise code that does not branch on the interpreter's version; with FRAMEJIT_TEST_SHARD=i/n (set by `make
+# test`, one index per interpreter) each of them runs on one interpreter only: sorted by test id, the k-th
+# goes to shard k % n (alternating keeps the shards' times close; a digest per test left them 25% apart), so
+# together the interpreters run every test. No test under SPLIT_PATHS is collected differently by version.
+# NOT_SPLIT runs on every shard: the sm_90 compile check takes the kernels its own process generated.
+# Unset (plain `pytest`, `make test311`), everything runs; deselected tests are counted in the summary line.
+SPLIT_PATHS = ("tests/models/", "tests/backends/", "tests/distributed/", "tests/training/",
+               "tests/cache/test_remote_redis.py")
+NOT_SPLIT = ("tests/backends/test_triton_sm90.py",)
+SHARD_VAR = "FRAMEJIT_TEST_SHARD"
+
+
+def shard() -> tuple[int, int] | None:
+    """(index, count) from FRAMEJIT_TEST_SHARD=index/count, or None when unset."""
+    value = os.environ.get(SHARD_VAR, "")
+    if not value:
+        return None
+    try:
+        index, count = (int(part) for part in value.split("/"))
+    except ValueError:
+        index = count = -1
+    if not 0 <= index < count:
+        raise pytest.UsageError(f"{SHARD_VAR}={value!r}: expected 'index/count' with 0 <= index < count, e.g. 0/2")
+    return index, count
+
+
+def split_tests(nodeids: list[str], index: int, count: int) -> set[str]:
+    """The ids among `nodeids` that shard `index` of `count` does not run."""
+    split = sorted(n for n in nodeids if n.startswith(SPLIT_PATHS) and not n.startswith(NOT_SPLIT))
+    return {n for k, n in enumerate(split) if k % count != index}
+
+
+def pytest_collection_modifyitems(config, items):
+    which = shard()
+    if which is None:
+        return
+    others = split_tests([item.nodeid for item in items], *which)
+    if others:
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid in others])
+        items[:] = [item for item in items if item.nodeid not in others]
+
+
+def pytest_report_header(config):
+    which = shard()
+    return f"{SHARD_VAR}={which[0]}/{which[1]}: NOTE [Heavy tests split between interpreters]" if which else None
+
+
 def pytest_sessionfinish(session, exitstatus):
     helpers = sys.modules.get("tests.helpers")
     if helpers is not None:
