@@ -363,6 +363,13 @@ class Translator:
                             f"{type(raised.exc).__name__}: it runs lazily, as Python")
             e.frame_eager = has_handlers(f.__code__)
             raise e from None
+        except Unsupported as e:
+            # a step of the body cannot be traced (a print in its finally): the break lands at the call
+            # that made the generator, which then lives on in the resume function's arguments
+            # (NOTE [Generators with finalizers])
+            if has_handlers(f.__code__):
+                e.frame_eager = True
+            raise
         # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
         # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
         # resume function it stays referenced by the call's arguments until that function returns, so
