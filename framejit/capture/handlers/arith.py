@@ -112,7 +112,8 @@ def _store_item(tx, obj, key, value):
         from ..identity_keys import dict_key
         from ..values.mappings import key_value
         k = dict_key(tx, key)  # NOTE [Sets of tensors]: tensors are keys by identity
-        tx.output.side_effects.mutate_container(obj)
+        lazy = isinstance(obj, OutsideDictValue) and not obj.materialized and obj.lazy_key(k)
+        tx.output.side_effects.mutate_container(obj, drops=not lazy)  # NOTE [Items with a finalizer]
         if isinstance(obj, OutsideDictValue):
             obj.store(k, value)  # NOTE [Dicts from outside]
         else:
