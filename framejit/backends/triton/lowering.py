@@ -54,8 +54,11 @@ def to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence) -> torch.fx.Grap
     gm = expand_foreach(gm)
     decompositions = get_decompositions(DECOMPOSE)
     # NOTE [Graph modules called through forward] (onnxrt/lowering.py): gm.forward, not gm, so that the user's
-    # global module hooks never see framejit's GraphModule
-    functional = torch.func.functionalize(gm.forward, remove="mutations")
+    # global module hooks never see framejit's GraphModule; through a plain function of *args, as make_fx
+    # counts a bound method's parameters with its self
+    def run(*args):
+        return gm.forward(*args)
+    functional = torch.func.functionalize(run, remove="mutations")
     from ..torch_methods import original_tensor_methods
     with original_tensor_methods():  # NOTE [Patched Tensor methods while lowering]
         traced = make_fx(functional, decomposition_table=decompositions, tracing_mode="fake",
