@@ -19,16 +19,11 @@ process would make every entry a miss).
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import textwrap
 
 import pytest
 
-from tests.helpers import BACKEND_MODULES, run_program
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.cache.warm_programs import copy_framejit, run_warm
 
 FUNCTION_PROGRAM = textwrap.dedent('''
     import copy, json, sys
@@ -130,20 +125,10 @@ NEW_BACKWARD = "g * x.cos() * (ctx.k + SCALE)"
 @pytest.fixture(scope="module")
 def install(tmp_path_factory):
     """A copy of framejit shared by the module's tests (one program server for all of them)."""
-    folder = tmp_path_factory.mktemp("install")
-    shutil.copytree(os.path.join(REPO, "framejit"), folder / "framejit", ignore=shutil.ignore_patterns("__pycache__"))
-    return str(folder)
+    return copy_framejit(tmp_path_factory.mktemp("install"))
 
 
-def _run(tmp_path, install, program: str, *argv, backend: str) -> dict:
-    script = tmp_path / "program.py"  # one path: the frame cache keys functions by module and qualname
-    script.write_text(program)
-    env = dict(os.environ, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1", FRAMEJIT_LOGS="cache",
-               TRITON_INTERPRET="1")  # the triton backend's kernels run on CPU tensors
-    rc, out, err = run_program(tmp_path, script, backend, *argv, env=env, preload=BACKEND_MODULES.get(backend, ()),
-                               pythonpath=os.pathsep.join([install, REPO]))
-    assert rc == 0, err
-    return json.loads(out.strip().splitlines()[-1])
+_run = run_warm
 
 
 @pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
