@@ -178,6 +178,8 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
         return tensor_to_ndarray(tx, tensor, args, kwargs)
     if name == "requires_grad_" and _requires_grad_unchanged(tensor, args, kwargs):
         return tensor  # already in that state: no effect (transformers' enable_input_require_grads hook)
+    if name == "requires_grad_" and _fresh_leaf_without_grad(tensor, args, kwargs):
+        return tx.output.call("call_method", name, (tensor, *args), kwargs)  # NOTE [requires_grad_ on fresh tensors]
     kind = TENSOR_METHODS_UNSUPPORTED.get(name)
     if name in ("item", "__int__", "__index__") and not args and not kwargs:
         from .packed_sequences import element_as_int  # NOTE [Packed sequences]
@@ -242,6 +244,19 @@ def _requires_grad_unchanged(tensor: TensorValue, args: list[Value], kwargs: dic
         else ConstantValue(True) if not args and not kwargs else None
     return flag is not None and flag.is_constant() and type(flag.as_constant()) is bool \
         and tensor.fake.requires_grad == flag.as_constant()
+
+
+# NOTE [requires_grad_ on fresh tensors]: `torch.zeros_like(q).requires_grad_()` (transformers' mra2_attention
+# without its CUDA kernel) on a tensor this graph made (no source: not an input, parameter or buffer), a leaf,
+# while grad mode is off: the flag changes only that graph-local tensor, so the call is a graph node (as
+# stock torch.compile traces it) instead of a break. With grad mode on, the tensor would become a leaf of
+# the autograd graph that the joint graph would have to expose: that stays a break.
+def _fresh_leaf_without_grad(tensor: TensorValue, args: list[Value], kwargs: dict[str, Value]) -> bool:
+    flag = args[0] if len(args) == 1 and not kwargs else kwargs.get("requires_grad") if not args and len(kwargs) == 1 \
+        else ConstantValue(True) if not args and not kwargs else None
+    return flag is not None and flag.is_constant() and type(flag.as_constant()) is bool \
+        and tensor.source is None and tensor.node.op in ("call_function", "call_method", "call_module") \
+        and tensor.fake.grad_fn is None and not torch.is_grad_enabled()
 
 
 def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
