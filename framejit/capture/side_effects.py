@@ -83,11 +83,10 @@ SAFE_TENSOR_METHODS = frozenset({"add", "add_", "sub", "sub_", "mul", "mul_", "n
 # eager run would drop it without `__del__`: the hook collects them before that run. A plain attribute
 # store into an object from outside does the same for the value it replaces in the instance dict, which the
 # trace does not read: a guard checks on every call that it has no finalizer (guard_store_drops_no_finalizer).
-# A store `d[k] = v` into a dict from outside that the trace reads lazily (the old value is not read) is
-# guarded the same way (guard_item_store_drops_no_finalizer). Not covered: global stores, stores into
-# slots or through a custom __setattr__, a container held by the replaced value, weakref callbacks and
-# weakref.finalize, and a class that gains `__del__` after the trace (the items' types are guarded, not
-# the absence of `__del__` on them).
+# Not covered: `d[k] = v` into a dict from outside that the trace reads lazily (the old value is not read),
+# global stores, stores into slots or through a custom __setattr__, a container held by the replaced
+# attribute, weakref callbacks and weakref.finalize, and a class that gains `__del__` after the trace (the
+# items' types are guarded, not the absence of `__del__` on them).
 def _holds_finalizer(value: Value, depth: int = 0) -> bool:
     if depth > 3:
         return False
@@ -147,23 +146,6 @@ def guard_store_drops_no_finalizer(out, obj: Value, name: str) -> None:
     expr = obj.source.expr(out.names)
     out.add_guard("NO_FINALIZER", f"not ___store_drops_finalizer({expr}, {name!r})", obj.source,
                   expected=f"{name!r} holds nothing with a finalizer", actual=expr)
-
-
-def guard_item_store_drops_no_finalizer(out, d: Value, key: Any) -> None:
-    """As guard_store_drops_no_finalizer, for `d[key] = v` into a dict from outside read lazily (NOTE [Dicts
-    from outside] in values/outside.py): the value it replaces is not read by the trace."""
-    if key in getattr(d, "written", {}):
-        return  # replaces a value this trace stored
-    from ..guards.codegen import _item_store_drops_finalizer
-    if _item_store_drops_finalizer(d._obj, key):
-        e = Unsupported(BreakKind.SIDE_EFFECT, f"the store to {d.describe()}[{key!r}] drops an object that runs "
-                                               "code when dropped: the frame runs eagerly")
-        e.frame_eager = True
-        e.collect_garbage = True
-        raise e
-    expr = d.source.expr(out.names)
-    out.add_guard("NO_FINALIZER", f"not ___item_store_drops_finalizer({expr}, {key!r})", d.source,
-                  expected=f"{key!r} holds nothing with a finalizer", actual=expr)
 
 
 def _is_op(node: Any) -> bool:

@@ -62,20 +62,8 @@ def _store_drops_finalizer(obj: Any, name: str) -> bool:
     return any("__del__" in klass.__dict__ for klass in type(old).__mro__)
 
 
-def _item_store_drops_finalizer(d: Any, key: Any) -> bool:
-    """NOTE [Items with a finalizer]: `d[key] = v` into the plain dict `d` would drop such a value."""
-    if type(d) is not dict or key not in d:
-        return False
-    old = d[key]
-    if type(old) is types.GeneratorType:
-        from ..capture.side_effects import drops_finalizer
-        return drops_finalizer(old)
-    return any("__del__" in klass.__dict__ for klass in type(old).__mro__)
-
-
 BASE_NAMESPACE: dict[str, Any] = {
     "___store_drops_finalizer": _store_drops_finalizer,
-    "___item_store_drops_finalizer": _item_store_drops_finalizer,
     "___distinct_storages": _distinct_storages,
     "___distinct_objects": _distinct_objects,
     "___storage_apart": _storage_apart,

@@ -135,30 +135,3 @@ def test_an_attribute_store_dropping_an_object_with_a_finalizer_runs_it_there():
             out.append((fn(torch.ones(2), o).tolist(), list(log)))
         results.append(out)
     assert results[0] == results[1]
-
-
-def test_a_store_into_a_lazily_read_dict_dropping_an_object_with_a_finalizer_runs_it_there():
-    # before: `d['g'] = None` into a dict argument (read lazily: the old value is not read) was replayed
-    # after the graph, which read len(LOG) before __del__ ran: x + 0 and [] where eager has x + 1, ['del']
-    log = []
-
-    class Fin:
-        def __del__(self):
-            log.append("del")
-
-    def f(x, d):
-        d["g"] = None
-        return x + len(log), list(log)
-
-    results = []
-    for compiled in (False, True):
-        framejit.reset()
-        fn = framejit.compile(f, backend="eager") if compiled else f
-        out = []
-        for old in ("int", "fin", "int", "fin", "none"):
-            log.clear()
-            d = {"h": 1} if old == "none" else {"g": Fin() if old == "fin" else 3}
-            r, seen = fn(torch.ones(2), d)
-            out.append((r.tolist(), seen, list(log), sorted(d)))
-        results.append(out)
-    assert results[0] == results[1]

@@ -113,9 +113,6 @@ def _store_item(tx, obj, key, value):
         from ..values.mappings import key_value
         k = dict_key(tx, key)  # NOTE [Sets of tensors]: tensors are keys by identity
         lazy = isinstance(obj, OutsideDictValue) and not obj.materialized and obj.lazy_key(k)
-        if lazy:  # NOTE [Items with a finalizer]: the value it replaces is not read
-            from ..side_effects import guard_item_store_drops_no_finalizer
-            guard_item_store_drops_no_finalizer(tx.output, obj, k)
         tx.output.side_effects.mutate_container(obj, drops=not lazy)  # NOTE [Items with a finalizer]
         if isinstance(obj, OutsideDictValue):
             obj.store(k, value)  # NOTE [Dicts from outside]
