@@ -80,13 +80,10 @@ SAFE_TENSOR_METHODS = frozenset({"add", "add_", "sub", "sub_", "mul", "mul_", "n
 # of such a container makes the frame run eagerly. The container's items are read (and so guarded) as the
 # mutation would read them. The trace's values hold the object too, in cycles that outlive the trace (it
 # runs with the collector off, NOTE [No GC while restoring] in hook.py), so on the call that traced, the
-# eager run would drop it without `__del__`: the hook collects them before that run. A plain attribute
-# store into an object from outside does the same for the value it replaces in the instance dict, which the
-# trace does not read: a guard checks on every call that it has no finalizer (guard_store_drops_no_finalizer).
-# Not covered: `d[k] = v` into a dict from outside that the trace reads lazily (the old value is not read),
-# global stores, stores into slots or through a custom __setattr__, a container held by the replaced
-# attribute, weakref callbacks and weakref.finalize, and a class that gains `__del__` after the trace (the
-# items' types are guarded, not the absence of `__del__` on them).
+# eager run would drop it without `__del__`: the hook collects them before that run. Not covered: `d[k] = v`
+# into a dict from outside that the trace reads lazily (the old value is not read), attribute or global
+# stores that drop such an object, weakref callbacks and weakref.finalize, and a class that gains `__del__`
+# after the trace (the items' types are guarded, not the absence of `__del__` on them).
 def _holds_finalizer(value: Value, depth: int = 0) -> bool:
     if depth > 3:
         return False
@@ -111,41 +108,6 @@ def _finalizes(v: Value, depth: int) -> bool:
             return obj.gi_frame is not None and has_handlers(obj.gi_code)
         return mro_lookup(type(obj), "__del__")[0] is not None
     return False
-
-
-def drops_finalizer(obj: Any) -> bool:
-    """`obj` runs user code when its last reference goes (a class with `__del__`, a suspended generator
-    with handlers); read by guards (`___store_drops_finalizer`), so it runs no user code itself."""
-    import types
-    if isinstance(obj, types.GeneratorType):
-        from .normalize import has_handlers
-        return obj.gi_frame is not None and has_handlers(obj.gi_code)
-    return any("__del__" in klass.__dict__ for klass in type(obj).__mro__)
-
-
-def attr_store_drops_finalizer(obj: Any, name: str) -> bool:
-    """A plain store `obj.name = v` drops an instance-dict value that runs code when dropped (the guard
-    of NOTE [Items with a finalizer]): the guard's own check, so trace and guard agree."""
-    from ..guards.codegen import _store_drops_finalizer
-    return _store_drops_finalizer(obj, name)
-
-
-def guard_store_drops_no_finalizer(out, obj: Value, name: str) -> None:
-    """NOTE [Items with a finalizer]: a plain attribute store into an object from outside replaces the
-    value its instance dict holds; if that one runs code when dropped, the store is replayed too late
-    (after the graph, and after the containers' calls), so the frame runs eagerly; otherwise a guard
-    keeps it so on every call (the old value itself is not read)."""
-    if getattr(obj, "source", None) is None or out.side_effects.attr(obj.obj, name) is not None:
-        return  # the value it replaces was stored by this trace: its own store was checked
-    if attr_store_drops_finalizer(obj.obj, name):
-        e = Unsupported(BreakKind.SIDE_EFFECT, f"the store to {name!r} of {obj.describe()} drops an object "
-                                               "that runs code when dropped: the frame runs eagerly")
-        e.frame_eager = True
-        e.collect_garbage = True
-        raise e
-    expr = obj.source.expr(out.names)
-    out.add_guard("NO_FINALIZER", f"not ___store_drops_finalizer({expr}, {name!r})", obj.source,
-                  expected=f"{name!r} holds nothing with a finalizer", actual=expr)
 
 
 def _is_op(node: Any) -> bool:

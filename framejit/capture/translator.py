@@ -312,9 +312,6 @@ class Translator:
             return
         if isinstance(obj, ObjectValue):
             lookup.guard_plain_store(self.output, type(obj.obj), name)
-            if obj.source is not None:
-                from .side_effects import guard_store_drops_no_finalizer
-                guard_store_drops_no_finalizer(self.output, obj, name)  # NOTE [Items with a finalizer]
         self.output.side_effects.store_attr(obj, name, value)
 
     def store_global(self, name: str, value: Value) -> None:

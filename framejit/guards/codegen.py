@@ -17,7 +17,6 @@ import ast
 import builtins
 import re
 import dataclasses
-import types
 import functools
 import linecache
 import weakref
@@ -46,24 +45,7 @@ def _distinct_objects(*objects: Any) -> bool:
     return len(set(map(id, objects))) == len(objects)
 
 
-def _store_drops_finalizer(obj: Any, name: str) -> bool:
-    """NOTE [Items with a finalizer] (capture/side_effects.py): `obj.name = v` would drop an instance-dict
-    value whose class defines `__del__` (or a suspended generator with handlers). Reads no user code."""
-    try:
-        d = object.__getattribute__(obj, "__dict__")
-    except AttributeError:
-        return False
-    if type(d) is not dict or name not in d:
-        return False
-    old = d[name]
-    if type(old) is types.GeneratorType:
-        from ..capture.side_effects import drops_finalizer
-        return drops_finalizer(old)
-    return any("__del__" in klass.__dict__ for klass in type(old).__mro__)
-
-
 BASE_NAMESPACE: dict[str, Any] = {
-    "___store_drops_finalizer": _store_drops_finalizer,
     "___distinct_storages": _distinct_storages,
     "___distinct_objects": _distinct_objects,
     "___storage_apart": _storage_apart,

@@ -102,36 +102,3 @@ def test_a_mutation_dropping_an_object_with_a_finalizer_runs_it_there(kind):
         results.append(out)
     assert results[0] == results[1]
     assert results[0] == results[2]
-
-
-def test_an_attribute_store_dropping_an_object_with_a_finalizer_runs_it_there():
-    # before: `o.k = None` was replayed after the graph (and after LOG's append), so the graph read LOG
-    # before __del__ ran and the log ended ['after', 'del'] where eager has ['del', 'after']; the calls
-    # whose old value has no finalizer compile, and a later call bringing one must not reuse that entry
-    log = []
-
-    class Fin:
-        def __del__(self):
-            log.append("del")
-
-    class Holder:
-        pass
-
-    def f(x, o):
-        o.k = None
-        log.append("after")
-        return x + len(log)
-
-    results = []
-    for compiled in (False, True):
-        framejit.reset()
-        fn = framejit.compile(f, backend="eager") if compiled else f
-        out = []
-        for old in ("int", "fin", "int", "fin", "none"):
-            log.clear()
-            o = Holder()
-            if old != "none":
-                o.k = Fin() if old == "fin" else 3
-            out.append((fn(torch.ones(2), o).tolist(), list(log)))
-        results.append(out)
-    assert results[0] == results[1]
