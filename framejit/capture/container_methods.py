@@ -115,7 +115,7 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
         return _sequence_method(tx, self_value, name, rest, kwargs)
     if name in ("append", "extend") and not kwargs and len(rest) == 1:
         added = [rest[0]] if name == "append" else iterate(tx, rest[0])
-        tx.output.side_effects.mutate_container(self_value, drops=False)
+        tx.output.side_effects.mutate_container(self_value)
         extend_list(self_value, added)  # NOTE [Lists from outside]: the list itself is not read
         tx.output.side_effects.record_op(self_value, name, (rest[0],) if name == "append" else (TupleValue(added),))
         return ConstantValue(None)

@@ -122,8 +122,6 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             fn, shape, args, kwargs, request, e, output)
         entry = entry or _eager_entry(
             fn, shape, output, graph_break=e.graph_break)
-        if getattr(e, "collect_garbage", False):  # NOTE [Items with a finalizer] in side_effects.py
-            entry.collect_garbage = True
         _log_break(fn, e.graph_break)
     except UserException as e:
         moved = None if request.fullgraph else \

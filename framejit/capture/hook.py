@@ -174,8 +174,6 @@ class FrameHook:
             with _no_gc():  # tracing allocates many short-lived objects too (NOTE [No GC while restoring])
                 entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
                                       self.dynamic_ints)
-            if getattr(entry, "collect_garbage", False):  # NOTE [Items with a finalizer] in side_effects.py
-                gc.collect()
             self._record(len(entry.graphs), time.perf_counter() - start, "miss")
             if config.dump_dir:
                 self._dump(entry)

@@ -77,7 +77,7 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         return tx.output.call("call_function", fn, (a, b), {})
     if isinstance(a, ListValue) and fn is operator.iadd:
         added = iterate(tx, b)
-        tx.output.side_effects.mutate_container(a, drops=False)
+        tx.output.side_effects.mutate_container(a)
         extend_list(a, added)
         tx.output.side_effects.record_op(a, "extend", (TupleValue(added),))  # NOTE [Mutation log]
         return a

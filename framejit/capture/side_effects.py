@@ -71,45 +71,6 @@ SAFE_TENSOR_METHODS = frozenset({"add", "add_", "sub", "sub_", "mul", "mul_", "n
                                  "sin", "cos", "exp", "tanh", "sigmoid", "relu", "abs", "detach"})
 
 
-# NOTE [Items with a finalizer]: a container from outside holding an object whose class defines `__del__`
-# (or a suspended generator with a try/finally or with-block, NOTE [Generators with finalizers] in
-# translator.py) runs user code when a mutation drops the last reference to it: eager's `lst.pop(0)` ran
-# `__del__` there, before what follows reads the state it changes (`len(LOG)`); the trace replays the pop
-# after the graph, so the graph read the state before `__del__`. Breaking at the mutation is not enough
-# (the dropped object stays referenced by the resume function's arguments), so any mutation but an append
-# of such a container makes the frame run eagerly. The container's items are read (and so guarded) as the
-# mutation would read them. The trace's values hold the object too, in cycles that outlive the trace (it
-# runs with the collector off, NOTE [No GC while restoring] in hook.py), so on the call that traced, the
-# eager run would drop it without `__del__`: the hook collects them before that run. Not covered: `d[k] = v`
-# into a dict from outside that the trace reads lazily (the old value is not read), attribute or global
-# stores that drop such an object, weakref callbacks and weakref.finalize, and a class that gains `__del__`
-# after the trace (the items' types are guarded, not the absence of `__del__` on them).
-def _holds_finalizer(value: Value, depth: int = 0) -> bool:
-    if depth > 3:
-        return False
-    if isinstance(value, DictValue):
-        items = list(value.items.values())
-    elif isinstance(value, (ListValue, TupleValue)):
-        items = list(value.items)
-    else:
-        return False
-    return any(_finalizes(v, depth) for v in items)
-
-
-def _finalizes(v: Value, depth: int) -> bool:
-    import types
-    if isinstance(v, (ListValue, TupleValue, DictValue)):
-        return _holds_finalizer(v, depth + 1)
-    obj = getattr(v, "obj", None)
-    if isinstance(v, ObjectValue) or isinstance(obj, types.GeneratorType):
-        from .lookup import mro_lookup
-        from .normalize import has_handlers
-        if isinstance(obj, types.GeneratorType):
-            return obj.gi_frame is not None and has_handlers(obj.gi_code)
-        return mro_lookup(type(obj), "__del__")[0] is not None
-    return False
-
-
 def _is_op(node: Any) -> bool:
     if node.op == "call_function" and node.target in SAFE_INT_OPS and \
             not isinstance(node.meta.get("val"), torch.Tensor):
@@ -175,18 +136,11 @@ class SideEffects:
         return [it for it in self.iterators.values() if it.index != it.start or it.exhausted]
 
     # ---- recording ----------------------------------------------------------------------------
-    def mutate_container(self, value: Value, drops: bool = True) -> None:
-        """`value` (a list or dict) is about to be mutated in place; `record_op` may then name the call.
-        `drops`: the mutation may remove items (anything but append, extend and a lazy dict's store)."""
+    def mutate_container(self, value: Value) -> None:
+        """`value` (a list or dict) is about to be mutated in place; `record_op` may then name the call."""
         if value.source is None:
             self.touched.append(value)
             return
-        if drops and _holds_finalizer(value):  # NOTE [Items with a finalizer]
-            e = Unsupported(BreakKind.SIDE_EFFECT, f"a mutation of {value.describe()}, which holds an object "
-                                                   "that runs code when dropped: the frame runs eagerly")
-            e.frame_eager = True
-            e.collect_garbage = True  # the trace's values held the object: NOTE [Items with a finalizer]
-            raise e
         if getattr(value, "instance_dict_of", None) is not None:  # NOTE [Instance dicts as dicts] (builder.py)
             raise Unsupported(BreakKind.SIDE_EFFECT, f"a write into the instance dict of "
                                                      f"{value.instance_dict_of.describe()} through the dict")

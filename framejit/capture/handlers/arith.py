@@ -112,8 +112,7 @@ def _store_item(tx, obj, key, value):
         from ..identity_keys import dict_key
         from ..values.mappings import key_value
         k = dict_key(tx, key)  # NOTE [Sets of tensors]: tensors are keys by identity
-        lazy = isinstance(obj, OutsideDictValue) and not obj.materialized and obj.lazy_key(k)
-        tx.output.side_effects.mutate_container(obj, drops=not lazy)  # NOTE [Items with a finalizer]
+        tx.output.side_effects.mutate_container(obj)
         if isinstance(obj, OutsideDictValue):
             obj.store(k, value)  # NOTE [Dicts from outside]
         else:
