@@ -113,129 +113,157 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
     why = _reason(aot, params_buffers, hooks_disabled, disable_amp)
     if why is not None:
         return why
+    plan = _LeanPlan(aot["fw_metadata"], aot, checked_outputs, copied_outputs)
+
+    class LeanJoint(torch.autograd.Function):  # its node is LeanJointBackward (joint_outputs._JOINT_NODES)
+        forward = staticmethod(_lean_forward(plan, forward_half))
+        backward = staticmethod(_lean_backward(plan, backward_half))
+
+    return _lean_run(plan, LeanJoint.apply, list(params_buffers))
+
+
+class _LeanPlan:
+    """What a lean joint's calls read of AOT autograd's metadata, computed once per joint."""
+
+    def __init__(self, meta, aot: dict, checked_outputs: tuple, copied_outputs: tuple):
+        self.mutated = tuple(meta.mutated_inp_runtime_indices)  # NOTE [Buffers written back]
+        n_mut = self.n_mut = len(self.mutated)
+        self.n_returns = n_mut + meta.num_outputs
+        self.vc_slice = meta.tensors_saved_for_backwards_with_vc_check_slice
+        # NOTE [In-place changes of joint outputs] (joint_outputs.py): outputs whose storage eager saves are
+        # saved too, so autograd's own version check raises eager's error when one changed in place
+        self.checked = tuple(n_mut + k for k in checked_outputs)
+        # NOTE [Checks where eager's backward reaches] (joint_outputs.py): such an output that the forward
+        # also saves for the backward is returned as a copy, so the saved tensor stays as computed
+        self.copied = tuple(n_mut + k for k in copied_outputs)
+        self.no_vc_slice = meta.tensors_saved_for_backwards_no_vc_check_slice
+        self.has_no_vc = bool(meta.num_tensors_saved_with_no_vc_check)
+        # the Function returns the mutated inputs' new values first, then the outputs (as AOT autograd's)
+        returns_meta = [meta.input_info[k] for k in self.mutated] + list(meta.output_info)
+        self.non_diff = tuple(k for k, o in enumerate(returns_meta) if not o.requires_grad)
+        # a view of an intermediate that aliases no other output is returned through aten._unsafe_view, which
+        # hides the aliasing from autograd, as AOT autograd's forward does (Note [Intermediate Bases
+        # Optimization])
+        self.unsafe_views = tuple(n_mut + k for k in meta.unsafe_view_out_indices)
+        self.survivors = tuple(n_mut + k for k, o in enumerate(meta.output_info) if o.requires_grad_for_backward)
+        self.tangent_metas = list(meta.subclass_tangent_meta)
+        self.formats = [m.memory_format for m in self.tangent_metas]
+        self.tangent_descs = meta.traced_tangents_descs
+        self.stack_traces = meta.tangent_source_stack_traces or ()
+        self.compile_id = meta.compile_id_str
+        self.check_deterministic = meta.deterministic is not None and not meta.deterministic
+        self.inputs_require_grad = any(i.requires_grad for i in meta.input_info)
+        # NOTE [Double backward through lean joints]
+        self.grad_non_leaves = tuple(k for k, i in enumerate(meta.input_info) if i.requires_grad and not i.is_leaf)
+        self.detach = tuple(aot.get("indices_of_inps_to_detach") or aot.get("_indices_of_inps_to_detach") or ())
+
+
+def _lean_forward(plan: _LeanPlan, forward_half):
+    """LeanJoint.forward: the forward half, then what AOT autograd's forward saves and marks."""
+    from .joint_outputs import _same_storage as same_storage
+    grad_non_leaves, copied, checked, non_diff = plan.grad_non_leaves, plan.copied, plan.checked, plan.non_diff
+    vc_slice, no_vc_slice, has_no_vc = plan.vc_slice, plan.no_vc_slice, plan.has_no_vc
+    unsafe_views, n_returns = plan.unsafe_views, plan.n_returns
+    unsafe_view = torch.ops.aten._unsafe_view
+
+    def forward(ctx, *args):
+        if grad_non_leaves:  # NOTE [Double backward through lean joints] (forward runs with grad mode off)
+            with torch.enable_grad():
+                ctx.grad_inputs = [args[k].as_strided((0,), (1,)).clone() for k in grad_non_leaves]
+        outs = forward_half(list(args))
+        if not isinstance(outs, list):
+            outs = list(outs) if isinstance(outs, tuple) else [outs]
+        # Note [Detaching saved tensors in AOTAutograd]: saved views are saved detached
+        if copied:
+            kept = outs[vc_slice] + (outs[no_vc_slice] if has_no_vc else [])
+            for k in copied:
+                if any(same_storage(x, outs[k]) for x in kept):
+                    outs[k] = outs[k].clone()
+        saved = [x.detach() if x._is_view() else x for x in outs[vc_slice]]
+        if has_no_vc:
+            ctx._tensors_no_vc_check = [x.detach() if x._is_view() else x for x in outs[no_vc_slice]]
+        for k in unsafe_views:
+            outs[k] = unsafe_view(outs[k], outs[k].shape)
+        if checked:
+            ctx.n_saved = len(saved)
+            saved += [outs[k] for k in checked]
+        ctx.save_for_backward(*saved)
+        if non_diff:
+            ctx.mark_non_differentiable(*[outs[k] for k in non_diff if isinstance(outs[k], torch.Tensor)])
+        ctx._materialize_non_diff_grads = False
+        return tuple(outs[:n_returns])
+    return forward
+
+
+class _LeanBackward(torch.autograd.Function):
+    """A backward that ran with grad mode on (create_graph=True): its own gradient is an error."""
+
+    @staticmethod
+    def forward(double_ctx, impl, *unused):
+        return impl()
+
+    @staticmethod
+    def backward(double_ctx, *grads):
+        raise RuntimeError(DOUBLE_BACKWARD)
+
+
+def _lean_backward(plan: _LeanPlan, backward_half):
+    """LeanJoint.backward: AOT autograd's checks, the tangents as traced, the backward half."""
     from torch._functorch._aot_autograd.runtime_wrappers import (AOTDispatchAutograd,
                                                                    coerce_to_expected_memory_format)
-
-    meta = aot["fw_metadata"]
-    mutated = tuple(meta.mutated_inp_runtime_indices)  # NOTE [Buffers written back]
-    n_mut = len(mutated)
-    n_returns = n_mut + meta.num_outputs
-    vc_slice = meta.tensors_saved_for_backwards_with_vc_check_slice
-    # NOTE [In-place changes of joint outputs] (joint_outputs.py): outputs whose storage eager saves are
-    # saved too, so autograd's own version check raises eager's error when one changed in place
-    checked = tuple(n_mut + k for k in checked_outputs)
-    # NOTE [Checks where eager's backward reaches] (joint_outputs.py): such an output that the forward also
-    # saves for the backward is returned as a copy, so the saved tensor stays as computed
-    copied = tuple(n_mut + k for k in copied_outputs)
-    from .joint_outputs import _same_storage as same_storage
-    no_vc_slice = meta.tensors_saved_for_backwards_no_vc_check_slice
-    has_no_vc = bool(meta.num_tensors_saved_with_no_vc_check)
-    # the Function returns the mutated inputs' new values first, then the outputs (as AOT autograd's)
-    returns_meta = [meta.input_info[k] for k in mutated] + list(meta.output_info)
-    non_diff = tuple(k for k, o in enumerate(returns_meta) if not o.requires_grad)
-    # a view of an intermediate that aliases no other output is returned through aten._unsafe_view, which
-    # hides the aliasing from autograd, as AOT autograd's forward does (Note [Intermediate Bases Optimization])
-    unsafe_views = tuple(n_mut + k for k in meta.unsafe_view_out_indices)
-    unsafe_view = torch.ops.aten._unsafe_view
-    survivors = tuple(n_mut + k for k, o in enumerate(meta.output_info) if o.requires_grad_for_backward)
-    tangent_metas = list(meta.subclass_tangent_meta)
-    formats = [m.memory_format for m in tangent_metas]
-    tangent_descs = meta.traced_tangents_descs
-    stack_traces = meta.tangent_source_stack_traces or ()
-    compile_id = meta.compile_id_str
-    check_deterministic = meta.deterministic is not None and not meta.deterministic
-    inputs_require_grad = any(i.requires_grad for i in meta.input_info)
-    # NOTE [Double backward through lean joints]
-    grad_non_leaves = tuple(k for k, i in enumerate(meta.input_info) if i.requires_grad and not i.is_leaf)
-    detach = tuple(aot.get("indices_of_inps_to_detach") or aot.get("_indices_of_inps_to_detach") or ())
-    params = list(params_buffers)
     process_tangent = AOTDispatchAutograd.process_runtime_tangent
     peek = torch._C._functorch.peek_interpreter_stack
-    is_view_replay_enabled, set_view_replay = torch._C._is_view_replay_enabled, torch._C._set_view_replay_enabled
+    check_deterministic, checked, has_no_vc = plan.check_deterministic, plan.checked, plan.has_no_vc
+    survivors, formats, tangent_metas = plan.survivors, plan.formats, plan.tangent_metas
+    tangent_descs, stack_traces, compile_id = plan.tangent_descs, plan.stack_traces, plan.compile_id
+    inputs_require_grad, grad_non_leaves = plan.inputs_require_grad, plan.grad_non_leaves
 
     def backward_impl(ctx, all_args):
         ctx.maybe_clear_saved_tensors()
-        out = backward_half(all_args)
-        return tuple(out)
+        return tuple(backward_half(all_args))
 
-    class LeanBackward(torch.autograd.Function):
-        """A backward that ran with grad mode on (create_graph=True): its own gradient is an error."""
+    def backward(ctx, *grads):
+        if peek() is not None:
+            raise RuntimeError(_VMAP)
+        if check_deterministic and torch.are_deterministic_algorithms_enabled():
+            raise RuntimeError(_DETERMINISTIC)
+        saved = ctx.saved_tensors
+        if checked:
+            saved = saved[:ctx.n_saved]
+        if has_no_vc:
+            saved = (*saved, *ctx._tensors_no_vc_check)
+        tangents = []
+        for j, k in enumerate(survivors):
+            t = grads[k]
+            if type(t) is torch.Tensor:
+                t = coerce_to_expected_memory_format(t, formats[j])
+            else:  # subclasses, non-tensors: AOT autograd's own handling
+                t = process_tangent(t, tangent_metas[j], j, tangent_descs[j], compile_id,
+                                    stack_traces[j] if stack_traces else None)[0]
+            tangents.append(t)
+        all_args = [*saved, *tangents]
+        del saved, tangents, grads
 
-        @staticmethod
-        def forward(double_ctx, impl, *unused):
-            return impl()
+        def impl(double_ctx=None):
+            return backward_impl(ctx, all_args)
+        if torch._C._is_key_in_tls("context") and (cc := torch._C._get_obj_in_tls("context")) is not None:
+            impl = _partial(cc.run, impl)
+        if torch.is_grad_enabled() and (inputs_require_grad or any(
+                t.requires_grad for t in all_args if isinstance(t, torch.Tensor))):
+            # NOTE [Double backward through lean joints]: the leaves from the node's edges
+            leaves = [f.variable for f, _ in ctx.next_functions if f is not None and hasattr(f, "variable")]
+            args = [*all_args, *leaves, *(ctx.grad_inputs if grad_non_leaves else ())]
+            if not any(t.requires_grad for t in args if isinstance(t, torch.Tensor)):
+                args = [torch.empty(0, requires_grad=True), *args]
+            return _LeanBackward.apply(impl, *args)
+        return impl()
+    return backward
 
-        @staticmethod
-        def backward(double_ctx, *grads):
-            raise RuntimeError(DOUBLE_BACKWARD)
 
-    class LeanJoint(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *args):
-            if grad_non_leaves:  # NOTE [Double backward through lean joints] (forward runs with grad mode off)
-                with torch.enable_grad():
-                    ctx.grad_inputs = [args[k].as_strided((0,), (1,)).clone() for k in grad_non_leaves]
-            outs = forward_half(list(args))
-            if not isinstance(outs, list):
-                outs = list(outs) if isinstance(outs, tuple) else [outs]
-            # Note [Detaching saved tensors in AOTAutograd]: saved views are saved detached
-            if copied:
-                kept = outs[vc_slice] + (outs[no_vc_slice] if has_no_vc else [])
-                for k in copied:
-                    if any(same_storage(x, outs[k]) for x in kept):
-                        outs[k] = outs[k].clone()
-            saved = [x.detach() if x._is_view() else x for x in outs[vc_slice]]
-            if has_no_vc:
-                ctx._tensors_no_vc_check = [x.detach() if x._is_view() else x for x in outs[no_vc_slice]]
-            for k in unsafe_views:
-                outs[k] = unsafe_view(outs[k], outs[k].shape)
-            if checked:
-                ctx.n_saved = len(saved)
-                saved += [outs[k] for k in checked]
-            ctx.save_for_backward(*saved)
-            if non_diff:
-                ctx.mark_non_differentiable(*[outs[k] for k in non_diff if isinstance(outs[k], torch.Tensor)])
-            ctx._materialize_non_diff_grads = False
-            return tuple(outs[:n_returns])
-
-        @staticmethod
-        def backward(ctx, *grads):
-            if peek() is not None:
-                raise RuntimeError(_VMAP)
-            if check_deterministic and torch.are_deterministic_algorithms_enabled():
-                raise RuntimeError(_DETERMINISTIC)
-            saved = ctx.saved_tensors
-            if checked:
-                saved = saved[:ctx.n_saved]
-            if has_no_vc:
-                saved = (*saved, *ctx._tensors_no_vc_check)
-            tangents = []
-            for j, k in enumerate(survivors):
-                t = grads[k]
-                if type(t) is torch.Tensor:
-                    t = coerce_to_expected_memory_format(t, formats[j])
-                else:  # subclasses, non-tensors: AOT autograd's own handling
-                    t = process_tangent(t, tangent_metas[j], j, tangent_descs[j], compile_id,
-                                        stack_traces[j] if stack_traces else None)[0]
-                tangents.append(t)
-            all_args = [*saved, *tangents]
-            del saved, tangents, grads
-
-            def impl(double_ctx=None):
-                return backward_impl(ctx, all_args)
-            if torch._C._is_key_in_tls("context") and (cc := torch._C._get_obj_in_tls("context")) is not None:
-                impl = _partial(cc.run, impl)
-            if torch.is_grad_enabled() and (inputs_require_grad or any(
-                    t.requires_grad for t in all_args if isinstance(t, torch.Tensor))):
-                # NOTE [Double backward through lean joints]: the leaves from the node's edges
-                leaves = [f.variable for f, _ in ctx.next_functions if f is not None and hasattr(f, "variable")]
-                args = [*all_args, *leaves, *(ctx.grad_inputs if grad_non_leaves else ())]
-                if not any(t.requires_grad for t in args if isinstance(t, torch.Tensor)):
-                    args = [torch.empty(0, requires_grad=True), *args]
-                return LeanBackward.apply(impl, *args)
-            return impl()
-
-    apply = LeanJoint.apply
+def _lean_run(plan: _LeanPlan, apply, params: list):
+    """`run(args) -> list`: the weights prepended, inputs detached, view replay on, buffers written back."""
+    mutated, n_mut, detach = plan.mutated, plan.n_mut, plan.detach
+    is_view_replay_enabled, set_view_replay = torch._C._is_view_replay_enabled, torch._C._set_view_replay_enabled
 
     def run(args) -> list:
         full = [*params, *args]
