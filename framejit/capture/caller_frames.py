@@ -12,7 +12,11 @@ are skipped, and the frame that called a resume function is the same user frame 
 (so it is skipped too). The frame at level 1, the transformed function or resume function that makes the
 call, carries the user's line (NOTE [The break's line] in graph_break.py). Everything else is CPython's
 `warnings.warn`: the same category checks, `warn_explicit` with the same filename, line, module,
-registry and globals. A frame that runs wholly eagerly (NOTE [Eager frames]) still has the hook's frame
+registry, and no module globals: CPython's `warn` (do_warn in _warnings.c) passes none, so it never asks
+the module's `__loader__` for the source line. Passing the frame's globals did, which called a custom
+loader's `get_source` eager never calls, raised IndexError where its source is shorter than the line, and on
+3.12 warned 'Module globals is missing a __spec__.loader' for a module whose `__spec__` is None (a script's
+`__main__` has one). A frame that runs wholly eagerly (NOTE [Eager frames]) still has the hook's frame
 above it: not covered.
 """
 from __future__ import annotations
@@ -80,7 +84,7 @@ def _warn(message, category, stacklevel, source, skip_file_prefixes) -> None:
         module_globals, filename, lineno = frame.f_globals, frame.f_code.co_filename, frame.f_lineno
     module = module_globals["__name__"] if "__name__" in module_globals else "<string>"
     registry = module_globals.setdefault("__warningregistry__", {})
-    warnings.warn_explicit(message, category, filename, lineno, module, registry, module_globals, source)
+    warnings.warn_explicit(message, category, filename, lineno, module, registry, None, source)
 
 
 if sys.version_info >= (3, 12):

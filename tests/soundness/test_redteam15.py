@@ -1,0 +1,52 @@
+"""Adversarial differential programs, fifteenth round (issue 12, red team): each runs eagerly and compiled
+on separate but equal state over several calls, changing what the code reads between calls, and compares
+results, printed output, warnings and the state left behind."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import framejit
+
+
+# ---- NOTE [Warnings past the hook] (capture/caller_frames.py): no module globals to warn_explicit ---------
+
+class _Loader:
+    """A module's `__loader__` whose source is not the code's (a generated module, a zip or a notebook)."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def get_source(self, name):
+        return self.source
+
+
+_WARNING_MODULE = "import warnings\n\n\ndef f(x, msg):\n    warnings.warn(msg)\n    return x + 1\n"
+
+
+@pytest.mark.parametrize("loader_source", ["short", "full"])
+def test_a_warning_at_a_break_asks_no_loader_for_its_line(loader_source):
+    # before: the warning at the break passed the frame's globals to warn_explicit, which CPython's warn
+    # does not: 'short' (a loader whose source lacks line 5) raised IndexError on every compiled call; on
+    # 3.12 'full' (a module whose __spec__ is None, as a script's __main__) added a DeprecationWarning
+    # 'Module globals is missing a __spec__.loader' before each warning
+    source = "\n" if loader_source == "short" else _WARNING_MODULE
+    runs = []
+    for compiled in (False, True):
+        framejit.reset()
+        ns = {"__name__": "h12rt15_generated", "__loader__": _Loader(source), "__spec__": None}
+        exec(compile(_WARNING_MODULE, "h12rt15_generated.py", "exec"), ns)
+        fn = framejit.compile(ns["f"], backend="eager") if compiled else ns["f"]
+        out = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for x, msg in ((torch.ones(2), "a"), (torch.zeros(3), "b"), (torch.ones(2), "a")):
+                try:
+                    out.append(fn(x, msg).tolist())
+                except Exception as e:  # noqa: BLE001 - compared with eager
+                    out.append((type(e).__name__, str(e)))
+        out.append([(w.category.__name__, str(w.message), w.filename, w.lineno) for w in caught])
+        runs.append(out)
+    assert runs[0] == runs[1]
