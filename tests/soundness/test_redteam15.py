@@ -50,3 +50,26 @@ def test_a_warning_at_a_break_asks_no_loader_for_its_line(loader_source):
         out.append([(w.category.__name__, str(w.message), w.filename, w.lineno) for w in caught])
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+# ---- NOTE [Scalars of half-precision arithmetic] (backends/onnxrt/semantics.py): dynamic scalars ----------
+
+_DYNAMIC_SCALAR_OPS = {
+    "half_mul_n": lambda x, n: x.half() * n,
+    "half_div_n": lambda x, n: x.half() / n,
+    "bf16_mul_n": lambda x, n: x.bfloat16() * n,
+    "half_mul_size": lambda x, n: x.half() * x.new_ones(n).shape[0],
+}
+
+
+@pytest.mark.parametrize("op", sorted(_DYNAMIC_SCALAR_OPS))
+def test_reduced_precision_arithmetic_by_a_dynamic_int_on_onnxrt(op):
+    # before: an int that became dynamic after the second call was a graph input, which the float32 form
+    # skipped: torchlib rounded it to the tensor's dtype (70000 -> inf in float16), so x.half() * 70000 gave
+    # nan at 0 and x.half() / 70000 gave 0 (eager: 0 and 1.4e-05); 257 -> 256 in bfloat16
+    fn = _DYNAMIC_SCALAR_OPS[op]
+    framejit.reset()
+    compiled = framejit.compile(fn, backend="onnxrt")
+    x = torch.tensor([0.0, 1.0, 100.0, 3000.0, 0.3, -7.0])
+    for n in (2, 3, 70000, 7, 257, 70001, 3):
+        torch.testing.assert_close(compiled(x, n), fn(x, n), rtol=0, atol=0, equal_nan=True)
