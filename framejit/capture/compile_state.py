@@ -49,6 +49,7 @@ _GUARDED: tuple[Callable[[], Any], ...] = tuple(q for q in (
     torch.jit.is_tracing, torch._C._get_tracing_state, torch.fx._symbolic_trace.is_fx_tracing,
     getattr(torch.backends.mha, "get_fastpath_enabled", None), torch.are_deterministic_algorithms_enabled,
     torch._C._is_torch_function_mode_enabled, torch._C._is_torch_function_enabled,
+    torch._C._len_torch_function_stack,  # answered under a DeviceContext by default_device.query_under_mode
     getattr(torch._C, "_is_any_autocast_enabled", None),
     torch.autograd._profiler_enabled,
     torch.is_anomaly_enabled, torch.is_anomaly_check_nan_enabled,
@@ -151,7 +152,9 @@ def _guarded_query(tx, fn: Callable, args: list, kwargs: dict) -> Value:
     from .default_device import query_under_mode  # NOTE [Default device mode]
     known, value = query_under_mode(tx.output, fn, consts)
     value = value if known else fn(*consts)
-    _guard_answer(tx, fn, ", ".join(map(repr, consts)), value)
+    if not known or tx.output.default_device == tx.output.entry_default_device:
+        _guard_answer(tx, fn, ", ".join(map(repr, consts)), value)
+    # else: the answer is the device block's the trace is in, not the caller's state (NOTE [Device blocks])
     if type(value) is list:  # a new list per call, as eager returns
         return ListValue([ConstantValue(v) for v in value])
     return ConstantValue(value)

@@ -101,9 +101,40 @@ class InferenceBlock:
         return f"InferenceBlock(mode={self.mode}, grad_before={self.grad_before})"
 
 
+class DeviceBlock:
+    """An open `with torch.device(d):` block carried across a graph break (NOTE [Device blocks]): entering
+    puts a DeviceContext for `device` on the torch function mode stack, as `torch.device.__enter__` does."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._mode = None
+
+    def __enter__(self) -> None:
+        from torch.utils._device import DeviceContext
+        self._mode = DeviceContext(self.device)
+        self._mode.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        mode, self._mode = self._mode, None
+        mode.__exit__(*exc_info)
+
+    def __repr__(self) -> str:
+        return f"DeviceBlock({str(self.device)!r})"
+
+
+# NOTE [Device blocks]: `with torch.device(d):` (a device made here or read from outside, or a DeviceBlock
+# re-entered by a resume function) is traced as the DeviceContext it pushes behaves: inside the block the
+# translator's `default_device` is `d`, so every torch factory of `_device_constructors()` gets `device=d`
+# where its `device` is missing or None and `torch.get_default_device()` answers `d` (NOTE [Default device
+# mode] in default_device.py); leaving the block restores the device in force before it. The graph carries
+# the devices on its nodes and pushes no mode: nothing else in the block changes (the mode passes every
+# other call through unchanged). A break inside the block re-enters a DeviceBlock around the step run as
+# Python and in the resume function. The frame's entry guards are about the mode stack the frame was
+# called with, not the one inside the block (`entry_default_device`, convert._mode_guards).
+
 from .state_blocks import SavedHooksBlock, is_profiler_class  # noqa: E402  (NOTE [Profiler blocks])
 
-BLOCK_CLASSES = (GradBlock, InferenceBlock, SavedHooksBlock)
+BLOCK_CLASSES = (GradBlock, InferenceBlock, SavedHooksBlock, DeviceBlock)
 
 
 class ExitOnError:
@@ -169,6 +200,8 @@ def block_for(exit_value: "ExitValue") -> tuple[Any, tuple]:
         return contextlib.nullcontext, ()
     if ctx.kind == "saved_hooks":  # NOTE [Saved-tensors-hooks blocks]
         return SavedHooksBlock, (ctx.mode,)
+    if ctx.kind == "device":  # NOTE [Device blocks]
+        return DeviceBlock, (ctx.mode,)
     device_type, dtype, enabled, cache = ctx.mode
     return torch.autocast, (device_type, dtype, enabled, cache)
 
@@ -236,6 +269,9 @@ def ctx_from_object(out, obj: Any, source: Source) -> CtxValue:
     if isinstance(obj, SavedHooksBlock):
         from .state_blocks import ctx_from_block
         return ctx_from_block(out, obj, source)
+    if isinstance(obj, DeviceBlock):  # NOTE [Device blocks]
+        out.guard_constant(AttrSource(source, "device"), obj.device)
+        return CtxValue("device", obj.device, DeviceBlock, source)
     if type(obj) in AUTOCAST_CLASSES:
         names = ("device", "fast_dtype", "_enabled", "_cache_enabled")
         for name in names:
@@ -246,6 +282,11 @@ def ctx_from_object(out, obj: Any, source: Source) -> CtxValue:
 
 def enter(tx, ctx: Value) -> tuple[Value, Value]:
     """BEFORE_WITH: returns (the bound exit to push, the value `as` binds)."""
+    if isinstance(ctx, ConstantValue) and isinstance(ctx.as_constant(), torch.device):  # NOTE [Device blocks]
+        ctx = CtxValue("device", ctx.as_constant(), torch.device)
+    if isinstance(ctx, CtxValue) and ctx.kind == "device":
+        saved, tx.output.default_device = tx.output.default_device, ctx.mode
+        return ExitValue(ctx, saved), ConstantValue(ctx.mode) if ctx.cls is torch.device else ConstantValue(None)
     if isinstance(ctx, CtxValue):
         out = tx.output
         if ctx.kind == "grad":
@@ -297,6 +338,8 @@ def exit_(tx, exit_value: ExitValue) -> Value:
         out.inference_mode = inference_before
     elif ctx.kind == "null":
         pass
+    elif ctx.kind == "device":  # NOTE [Device blocks]
+        out.default_device = saved
     elif ctx.kind == "saved_hooks":
         from .state_blocks import exit_saved_hooks
         exit_saved_hooks(out, saved)

@@ -56,7 +56,7 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     output.dynamic, output.dynamic_dims, output.dynamic_ints = request.dynamic, dynamic_dims or {}, dynamic_ints
     output.fullgraph = request.fullgraph
     from .default_device import sole_device_mode_device, traced_without_mode  # NOTE [Default device mode]
-    output.default_device = sole_device_mode_device()
+    output.default_device = output.entry_default_device = sole_device_mode_device()
     try:
         with _quiet_fake_tensor_errors(), traced_without_mode(output.default_device):
             entry = _convert(fn, shape, args, kwargs, request, output)
@@ -210,7 +210,7 @@ MODE_STACKS = (("function", torch._C._len_torch_function_stack), ("dispatch", to
 
 
 def _mode_guards(output) -> None:
-    device = output.default_device  # NOTE [Default device mode]: the stack is popped now
+    device = output.entry_default_device  # NOTE [Default device mode]: the stack is popped now (NOTE [Device blocks])
     for kind, length_fn in MODE_STACKS:
         length = output.name_of(length_fn, f"len_torch_{kind}_stack")
         depth = length_fn() + (kind == "function" and device is not None)
@@ -326,6 +326,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     output.dynamic_floats = first.dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
     output.fullgraph = first.fullgraph
+    output.entry_default_device = output.default_device  # NOTE [Device blocks]: the mode stack at entry
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)
     tx.stop_at = site.inst.index

@@ -74,7 +74,8 @@ def default_device(device: torch.device) -> torch.device:
 
 def query_under_mode(out, fn: Any, args: list) -> tuple[bool, Any]:
     """`(True, answer)` for a state query whose answer under the popped mode is not the caller's:
-    `torch.get_default_device()` and whether a function mode is enabled; `(False, None)` otherwise."""
+    `torch.get_default_device()`, whether a function mode is enabled and how many there are; `(False, None)`
+    otherwise. The mode is the caller's or a device block's the trace is in (NOTE [Device blocks])."""
     device = out.default_device
     if device is None or args:
         return False, None
@@ -82,4 +83,6 @@ def query_under_mode(out, fn: Any, args: list) -> tuple[bool, Any]:
         return True, default_device(device)
     if fn is torch._C._is_torch_function_mode_enabled:
         return True, True
+    if fn is torch._C._len_torch_function_stack:  # the popped DeviceContext counts (there is only ever one)
+        return True, torch._C._len_torch_function_stack() + 1
     return False, None
