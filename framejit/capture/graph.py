@@ -59,6 +59,24 @@ class GraphInput:
 _FAKE_ONLY_ERRORS = ("but its data is not allocated yet", "on tensor with symbolic sizes/strides")
 
 
+# NOTE [Ops without a fake kernel]: for an operator with neither a fake impl nor a Meta kernel
+# (`aten::_nested_tensor_from_mask`, which nn.TransformerEncoder's eval fast path calls), FakeTensorMode
+# raises NotImplementedError and then tries running the kernel on meta tensors as a fallback; when that
+# fallback fails too, the error it raises (for that op: "NestedTensorImpl doesn't support sizes") says
+# nothing about the user's inputs, and eager runs the op fine. Reading it as the user's exception made the
+# whole frame run eagerly; it is a graph break at the op instead, recognised by the NotImplementedError it
+# was raised while handling.
+def _no_fake_kernel(error: BaseException) -> bool:
+    seen = error.__context__
+    for _ in range(4):
+        if seen is None:
+            return False
+        if isinstance(seen, NotImplementedError) and "no fake impl or Meta kernel" in str(seen):
+            return True
+        seen = seen.__context__
+    return False
+
+
 class OutputGraph:
     def __init__(self) -> None:
         self.graph = torch.fx.Graph()
@@ -496,6 +514,9 @@ class OutputGraph:
             if any(m in str(e) for m in _FAKE_ONLY_ERRORS):  # a kernel that reads data (packed RNNs): eager runs it
                 raise Unsupported(BreakKind.DATA_DEPENDENT,
                                   f"{_target_name(target)} reads tensor data that fake tensors do not have") from None
+            if _no_fake_kernel(e):
+                raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_target_name(target)} has no fake-tensor rule and its "
+                                  f"meta fallback failed ({str(e)[:120]})") from None
             raise UserException(e) from None
         except Exception as e:  # the user's error (bad shapes, wrong dtypes): eager raises it for real
             raise UserException(e) from None

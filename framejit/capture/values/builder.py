@@ -111,6 +111,17 @@ def _symbolic_size(out, obj: torch.Size, source: Source) -> Value:
     return TupleValue([out.add_int_input(v, ItemSource(source, i)) for i, v in enumerate(obj)], cls=torch.Size)
 
 
+def _nested_tensor(out, obj: torch.Tensor, source: Source) -> Value:
+    """NOTE [Nested tensors stay out of graphs]: fake tensors cannot describe a strided nested tensor (its
+    sizes are per component: `size()` raises), so one never becomes a graph input. It is an opaque object,
+    guarded by type and nestedness, that code can store and pass on; an operation on it breaks there (a
+    resume function that merely receives one keeps the rest of its code captured)."""
+    e = source.expr(out.names)
+    out.guard_type(source, torch.Tensor)
+    out.add_guard("NESTED", f"{e}.is_nested", source, expected="a nested tensor", actual=f"{e}.is_nested")
+    return ObjectValue(obj, source)
+
+
 def _is_argument(source: Source) -> bool:
     """An int argument of the frame (NOTE [Dynamic ints]: symbolic from the first call under dynamic=True,
     as torch.compile's unspecialised ints; attributes and globals become symbolic when they change)."""
@@ -123,6 +134,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         out.guard_type(source, type(obj))
         return ObjectValue(obj, source)
     if isinstance(obj, torch.Tensor):
+        if type(obj) is torch.Tensor and obj.is_nested:
+            return _nested_tensor(out, obj, source)
         return out.add_input(obj, source)
     if type(obj).__module__.startswith("numpy"):
         from ..numpy_support import wrap_numpy
