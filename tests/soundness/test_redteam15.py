@@ -73,3 +73,21 @@ def test_reduced_precision_arithmetic_by_a_dynamic_int_on_onnxrt(op):
     x = torch.tensor([0.0, 1.0, 100.0, 3000.0, 0.3, -7.0])
     for n in (2, 3, 70000, 7, 257, 70001, 3):
         torch.testing.assert_close(compiled(x, n), fn(x, n), rtol=0, atol=0, equal_nan=True)
+
+
+# ---- NOTE [Empty outputs keep eager's strides] (backends/onnxrt/runtime.py) --------------------------------
+
+def _empty_outputs(x, n):
+    return x + 1, torch.zeros(0, 3) + x.sum(), x[:n] * 2, torch.ones(2, 0, 4) * n, x.sum(0, keepdim=True)[:0]
+
+
+def test_empty_outputs_computed_by_onnxrt_have_eager_strides():
+    # before: ORT's empty outputs came back with all-zero strides ((0,) and (0, 0) for (0,) and (0, 3))
+    framejit.reset()
+    compiled = framejit.compile(_empty_outputs, backend="onnxrt")
+    for size, n in ((0, 0), (4, 0), (4, 2), (0, 1), (5, 0)):
+        x = torch.arange(float(size))
+        expected, actual = _empty_outputs(x, n), compiled(x, n)
+        assert [(t.shape, t.stride(), t.dtype) for t in actual] == [(t.shape, t.stride(), t.dtype) for t in expected]
+        for a, e in zip(actual, expected):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)

@@ -176,6 +176,25 @@ def freeze_model(data: bytes, names) -> bytes:
 # written again, which bumps the version) and never runs the old session on moved memory. Outputs are
 # still `torch.from_numpy` of ORT's buffers: growing a returned tensor with `resize_` raises where eager's
 # would grow (a tensor over memory torch did not allocate cannot be resized).
+# NOTE [Empty outputs keep eager's strides]
+# An empty tensor ORT hands back (DLPack or numpy) has all-zero strides: `x + 1` on a (0,) input gave
+# stride (0,), `torch.zeros(0, 3)` (0, 0), where eager's are the contiguous (1,) and (3, 1) (red team 15;
+# `.stride()` and anything computed from it differ). Sizes 0 are static in the frontend (NOTE [Layouts
+# read from hints] in layout.py), so the outputs that are empty are known when the part is made: only
+# those are replaced, by a fresh contiguous empty tensor (no data to copy); the other outputs pay nothing.
+def _with_contiguous_strides(results: list, positions: list) -> list:
+    results = list(results)
+    for k in positions:
+        t = results[k]
+        strides, step = [], 1
+        for size in reversed(t.shape):
+            strides.append(step)
+            step *= max(size, 1)
+        if t.stride() != tuple(reversed(strides)):
+            results[k] = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    return results
+
+
 class _Memory:
     """A tensor's memory as numpy sees it (NOTE [Arrays over tensors leave storages resizable])."""
     __slots__ = ("tensor", "__array_interface__")
@@ -311,6 +330,9 @@ class OrtPart(torch.nn.Module):
         self._frozen: list = []  # (position, tensor, version, `.data` uses, data pointer) the session was made with
         self._epoch = -1  # watch.EPOCH when the session was made
         self._fed: list = [(n, i) for i, n in enumerate(self.input_names) if i not in self.frozen_positions]
+        # NOTE [Empty outputs keep eager's strides]
+        self._empty_outputs = [i for i, (_, shape) in enumerate(output_meta)
+                               if any(type(s) is int and s == 0 for s in shape)]
         if session is not None:
             self.output_names = [o.name for o in session.get_outputs()]
 
@@ -387,6 +409,8 @@ class OrtPart(torch.nn.Module):
                     self.session is not None and self._frozen_current(args)):
                 self._check_frozen(args)
             results = self._run_cpu(args)
+            if self._empty_outputs:
+                results = _with_contiguous_strides(results, self._empty_outputs)
         else:
             if self.session is None:
                 self._make_session(args)
