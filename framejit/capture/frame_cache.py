@@ -44,14 +44,14 @@ from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, I
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 10  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+FORMAT = 11  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
 # 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
 # 6: raw attribute sources (NOTE [Raw attribute reads]), version counts of written inputs (NOTE [Version counts
 # of written inputs]); 7: graphs split at DDP's buckets, entries guarded on DDP (NOTE [Entries guarded on DDP]);
 # 8: version counts of graph outputs (NOTE [Version counts of graph outputs]); 9: custom Function calls
 # (NOTE [Persisted custom Function calls] in function_regions.py); 10: cells and functions by their path through
-# closures (NOTE [Closure cells by path] in locators.py)
+# closures (NOTE [Closure cells by path] in locators.py); 11: the break record (Persisted.graph_break)
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -168,6 +168,7 @@ class Persisted:
     writes: tuple = ()  # NOTE [Version counts of written inputs] (input_versions.py)
     out_versions: tuple = ()  # NOTE [Version counts of graph outputs] (input_versions.py)
     split: tuple = ()  # a graph split at DDP's buckets: (its BucketedGraph's assignment, each part's artifact)
+    graph_break: Any = None  # the entry's breaks.GraphBreak (plain data), for explain and the logs of a warm process
 
 
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,

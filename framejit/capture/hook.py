@@ -208,7 +208,7 @@ class FrameHook:
                 logs.log("cache", "persisted entry of %s not used: %s: %s", self._name(), type(e).__name__, e)
                 continue
             gm = graphs[0] if graphs else None
-            loaded.append(Entry(guard, fn, graphs, persisted=persisted,
+            loaded.append(Entry(guard, fn, graphs, graph_break=persisted.graph_break, persisted=persisted,
                                 rerun=rerun_state(gm, gm is not None and mutates_in_place(gm))))
 
     def reset(self) -> None:
