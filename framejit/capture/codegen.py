@@ -118,6 +118,11 @@ def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: d
     return fn
 
 
+def new_cell(contents: Any) -> types.CellType:
+    """A fresh closure cell holding `contents` (NOTE [Cells shared by rebuilt closures])."""
+    return types.CellType(contents)
+
+
 def set_function_attrs(fn: Any, attrs: dict) -> Any:
     """`fn` with the attributes the traced code stored on it (NOTE [Attributes of functions made while
     tracing]); `__dict__` first, so that the dict object itself is the one rebuilt."""
@@ -273,9 +278,26 @@ class Reconstructor:
         if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value) \
                 or isinstance(value, ConstantValue) and isinstance(value.value, BaseException) \
                 or isinstance(value, UserFunctionValue) and value.attrs is not None:  # made while tracing
+            if isinstance(value, UserFunctionValue):
+                self._preload_cells(value)
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
         elif isinstance(value, IteratorValue) and (value.made_at is None or rebuild_spec(value) is not None):
             self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
+
+    def _preload_cells(self, value: UserFunctionValue) -> None:
+        """NOTE [Cells shared by rebuilt closures]: functions made while tracing over the same variable of
+        the frame (`def get(): return k` and `def bump(): nonlocal k; k += 1`, returned together) share one
+        cell in eager, so `bump()` is seen by `get()`. Each was rebuilt with a new cell of its own, so
+        `get()` kept answering the traced value (red team 15). A cell made while tracing is built once, into
+        a local, and every rebuilt function that closes over it gets that cell (`_new_function`)."""
+        for cell in value.closure or ():
+            if hasattr(cell, "cell") or id(cell) in self.preloaded or getattr(cell, "contents", None) is None:
+                continue  # a real cell (shared as itself), already built, or not set yet (_new_function breaks)
+            self._call_const(new_cell, [cell.contents])
+            name = f"___pre{len(self.preloaded)}"
+            self.cg.store_fast(name)
+            self.preloaded[id(cell)] = name
+            self._kept.append(cell)
 
     def _store_preloaded(self, value: Value) -> None:
         self.emit(value)
@@ -399,6 +421,8 @@ class Reconstructor:
         for cell in value.closure or ():
             if hasattr(cell, "cell"):  # a real cell of an enclosing function (translator.RealCell)
                 cells.append(ConstantValue(cell.cell))
+            elif id(cell) in self.preloaded:  # one cell for every function sharing it (NOTE above)
+                cells.append(cell)
             elif cell.contents is None:
                 raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a closure over a variable that is not set yet")
             else:

@@ -91,3 +91,45 @@ def test_empty_outputs_computed_by_onnxrt_have_eager_strides():
         assert [(t.shape, t.stride(), t.dtype) for t in actual] == [(t.shape, t.stride(), t.dtype) for t in expected]
         for a, e in zip(actual, expected):
             torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
+# ---- NOTE [Cells shared by rebuilt closures] (capture/codegen.py) ---------------------------------------
+
+def _counter_pair(x, out):
+    k = x.shape[0]
+
+    def get():
+        return k
+
+    def bump(step=1):
+        nonlocal k
+        k += step
+        return k
+
+    def both():
+        return get() + bump(0)
+
+    if out is None:
+        return get, bump, x + 1
+    out.extend([get, bump])  # escaping through an outside list instead
+    return {"both": both}, x * 2
+
+
+@pytest.mark.parametrize("escape", ["returned", "stored"])
+def test_closures_made_inside_share_their_cell(escape):
+    # before: each rebuilt closure got a new cell of its own: get() kept answering 2 after bump() made it 3
+    # (eager: get, bump and both close over one cell)
+    runs = []
+    for compiled in (False, True):
+        framejit.reset()
+        fn = framejit.compile(_counter_pair, backend="eager") if compiled else _counter_pair
+        log = []
+        for size in (2, 3, 2):
+            out = None if escape == "returned" else []
+            result = fn(torch.ones(size), out)
+            get, bump = result[:2] if out is None else out
+            both = None if out is None else result[0]["both"]
+            log.append([get(), bump(), get(), bump(5), get()] + ([both(), bump(), both()] if both else []))
+            log.append(result[-1].tolist())
+        runs.append(log)
+    assert runs[0] == runs[1]
