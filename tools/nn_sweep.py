@@ -112,7 +112,7 @@ for d in (1, 2, 3):
     case(f"Conv{d}d.circular", lambda Conv=Conv: Conv(3, 4, 3, padding=1, padding_mode="circular"), x_(*shp))
     case(f"ConvTranspose{d}d", lambda ConvT=ConvT: ConvT(3, 4, 3, stride=2, padding=1, output_padding=1), x_(*shp))
     case(f"ConvTranspose{d}d.output_size",
-         lambda ConvT=ConvT, d=d: Fn(lambda m, x: m.c(x, output_size=[13] * d), c=ConvT(3, 4, 3, stride=2, padding=1)),
+         lambda ConvT=ConvT, d=d: Fn(lambda m, x: m.c(x, output_size=[12] * d), c=ConvT(3, 4, 3, stride=2, padding=1)),
          x_(*shp))
     for pool in ("MaxPool", "AvgPool"):
         P = getattr(nn, f"{pool}{d}d")
@@ -177,7 +177,7 @@ def rnn_cases():
         case(f"{R}", lambda cls=cls: cls(4, 6), seq(False))
         case(f"{R}.2layer_bf_bidir", lambda cls=cls: cls(4, 6, num_layers=2, batch_first=True, bidirectional=True), seq(True))
         case(f"{R}.dropout", lambda cls=cls: cls(4, 6, num_layers=2, dropout=0.3), seq(False))
-        case(f"{R}.h0", lambda cls=cls: Fn(lambda m, x, h: m.r(x, h if R != "LSTM" else (h, h)), r=cls(4, 6, num_layers=2)),
+        case(f"{R}.h0", lambda cls=cls, R=R: Fn(lambda m, x, h: m.r(x, h if R != "LSTM" else (h, h)), r=cls(4, 6, num_layers=2)),
              lambda s, R=R: (randn(s, 5, 2, 4), randn(s + 3, 2, 2, 6)))
         case(f"{R}.unbatched", lambda cls=cls: cls(4, 6), x_(5, 4))
 
@@ -600,6 +600,79 @@ def model_cases():
 
 
 model_cases()
+
+
+def functional_cases():
+    two = lambda s: (randn(s, 4, 6), randn(s + 1, 4, 6))  # noqa: E731
+    for name, fn in (("normalize", lambda m, x, y: F.normalize(x, dim=-1) + F.normalize(y, p=1, dim=0)),
+                     ("cosine_similarity", lambda m, x, y: F.cosine_similarity(x, y, dim=-1, eps=1e-6)),
+                     ("pairwise_distance", lambda m, x, y: F.pairwise_distance(x, y, keepdim=True)),
+                     ("cdist", lambda m, x, y: torch.cdist(x, y) + torch.cdist(x, y, p=1)),
+                     ("gumbel_softmax", lambda m, x, y: F.gumbel_softmax(x, tau=0.5, hard=True) * y),
+                     ("layer_norm_group_norm", lambda m, x, y: F.layer_norm(x, (6,)) + F.group_norm(y.view(4, 6, 1), 2).view(4, 6)),
+                     ("batch_norm_functional", lambda m, x, y: F.batch_norm(x, torch.zeros(6), torch.ones(6), training=m.training)),
+                     ("softmax_dtype_logsigmoid", lambda m, x, y: F.softmax(x, -1, dtype=torch.float64).float() + F.logsigmoid(y)),
+                     ("glu_hardtanh_rrelu", lambda m, x, y: F.glu(torch.cat([x, y], -1)) + F.hardtanh(x, -0.2, 0.2)
+                      + F.rrelu(y, training=False)),
+                     ("linear_bilinear", lambda m, x, y: F.linear(x, y[:3]) + F.bilinear(x[:, :3], y[:, :2], torch.ones(3, 3, 2)).sum()),
+                     ("unfold_fold", lambda m, x, y: F.fold(F.unfold(x.view(1, 1, 4, 6), 2), (4, 6), 2)),
+                     ("embedding_bag_functional", lambda m, x, y: F.embedding_bag(torch.tensor([[0, 2], [1, 3]]), x, mode="max")),
+                     ("pdist_triu", lambda m, x, y: F.pdist(x) + torch.triu_indices(4, 4, 1)[0].float().sum()),
+                     ("local_response_norm", lambda m, x, y: F.local_response_norm(x.view(1, 4, 6), 2)),
+                     ("max_pool_with_indices", lambda m, x, y: F.max_pool1d(x.view(1, 4, 6), 2, return_indices=True)),
+                     ("adaptive_max_pool_indices", lambda m, x, y: F.adaptive_max_pool1d(x.view(1, 4, 6), 2, return_indices=True)),
+                     ("alpha_dropout_feature", lambda m, x, y: F.alpha_dropout(x, 0.2, m.training) + F.feature_alpha_dropout(y, 0.2, m.training)),
+                     ("channel_shuffle_pixel", lambda m, x, y: F.pixel_shuffle(F.channel_shuffle(x.view(1, 4, 2, 3), 2), 2)),
+                     ("celu_selu_mish", lambda m, x, y: F.celu(x) + F.selu(y) + F.mish(x) + F.hardswish(y) + F.silu(x, inplace=False)),
+                     ("threshold_inplace", lambda m, x, y: F.threshold(x * 1, 0.1, 2.0) + F.relu_(y * 1) + F.leaky_relu(x, 0.3)),
+                     ("ctc_functional", lambda m, x, y: F.ctc_loss(F.log_softmax(x.view(4, 1, 6), -1), torch.tensor([[1, 2]]),
+                                                                   torch.tensor([4]), torch.tensor([2]))),
+                     ("margin_losses", lambda m, x, y: F.margin_ranking_loss(x[:, 0], y[:, 0], torch.ones(4))
+                      + F.hinge_embedding_loss(x, torch.ones(4, 6)) + F.soft_margin_loss(x, torch.ones(4, 6))),
+                     ("kl_div_poisson", lambda m, x, y: F.kl_div(F.log_softmax(x, -1), F.softmax(y, -1), reduction="batchmean")
+                      + F.poisson_nll_loss(x, y.abs())),
+                     ("one_hot_scatter", lambda m, x, y: torch.zeros(4, 6).scatter_(1, x.argmax(-1, keepdim=True), 1.0) * y
+                      + F.one_hot(y.argmax(-1), 6)),
+                     ):
+        case(f"F.{name}", lambda fn=fn: Fn(fn), two)
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 6)
+            self.out = nn.Linear(6, 10, bias=False)
+            self.out.weight = self.emb.weight
+            self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+        def forward(self, ids):
+            self.steps += 1
+            return self.out(torch.tanh(self.emb(ids))) * self.steps
+    case("model.tied_weights_buffer_update", Tied, ids)
+
+    def sgd_like(m, x):
+        loss = m.l(x).square().mean()
+        grads = torch.autograd.grad(loss, list(m.l.parameters()))
+        with torch.no_grad():
+            for p, g in zip(m.l.parameters(), grads):
+                p.sub_(0.1 * g)
+        return loss.detach()
+    case("autograd.grad_manual_sgd", lambda: Fn(sgd_like, l=nn.Linear(6, 3)), x_(4, 6), modes=("train",))
+
+    def ckpt(m, x):
+        return torch.utils.checkpoint.checkpoint(m.s, x, use_reentrant=False)
+    case("utils.checkpoint", lambda: Fn(ckpt, s=nn.Sequential(nn.Linear(6, 6), nn.GELU(), nn.Linear(6, 2))), x_(4, 6))
+
+    def hooks():
+        m = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 2))
+        m[0].register_forward_hook(lambda mod, inp, out: out * 2)
+        m[2].register_forward_pre_hook(lambda mod, inp: (inp[0] + 1,))
+        return m
+    case("module_hooks", hooks, x_(4, 6))
+    case("named_modules_apply", lambda: Fn(lambda m, x: sum(mod(x).sum() for name, mod in m.d.named_modules() if isinstance(mod, nn.Linear)),
+                                           d=nn.Sequential(nn.Linear(6, 6), nn.Sequential(nn.Linear(6, 6)))), x_(4, 6))
+
+
+functional_cases()
 CASES = [c for c in CASES if c is not None]
 
 

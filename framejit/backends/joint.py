@@ -91,6 +91,7 @@ def needs_autograd(args, weights_require_grad: bool, grad_inside: bool = False) 
 def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | None = None, **kwargs):
     from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
+    _save_random_values(joint_module)  # NOTE [Random values are saved, never recomputed]
     try:
         with torch._functorch.config.patch(**(config or {})):
             forward, backward = min_cut_rematerialization_partition(joint_module, joint_inputs,
@@ -102,6 +103,26 @@ def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | No
     fold_identity_views(forward, first=num_fwd_outputs)  # NOTE [Identity views between the halves]
     fold_identity_views(backward)
     return forward, backward
+
+
+# NOTE [Random values are saved, never recomputed]
+# The min-cut partitioner bans recomputing only the random ops it lists (native_dropout, rand_like,
+# randn_like); other ops are kept out of the backward by its allowlist, which `aggressive_recomputation`
+# turns off (onnxrt's partition_config, NOTE [Recomputation for ORT programs]). Then `aten.rand` (drawn by
+# F.fractional_max_pool2d for its samples, nn.FractionalMaxPool2d in train mode) was recomputed in the
+# backward: new numbers, other pooling windows, gradients in the wrong places (1.0 off against eager,
+# tools/nn_sweep.py). Every op tagged nondeterministic_seeded (rand, randn, bernoulli, normal, randint,
+# randperm, ...) is marked MUST_SAVE before partitioning, whatever the config.
+def _save_random_values(joint_module: torch.fx.GraphModule) -> int:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    marked = 0
+    for node in joint_module.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and \
+                torch.Tag.nondeterministic_seeded in node.target.tags and "recompute" not in node.meta:
+            node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+            marked += 1
+    return marked
 
 
 # NOTE [Identity views between the halves]

@@ -92,3 +92,90 @@ def test_transformer_encoder_nested_fast_path_in_eval_is_not_run_wholly_eagerly(
         torch.testing.assert_close(got, exp)
     assert eager == [], f"frames ran wholly eagerly: {eager}"
     assert backend.graph_count >= 1
+
+
+class _OnnxrtCounting(CountingBackend):
+    """framejit's onnxrt backend, counting the graphs it is given."""
+
+    def __call__(self, gm, example_inputs):
+        super().__call__(gm, example_inputs)
+        return framejit.lookup_backend("onnxrt")(gm, example_inputs)
+
+
+def _train_calls(make, seeds=(0, 1, 2), shape=(2, 3, 7, 7)):
+    """Outputs and input gradients of three training calls of a fresh module (or function) from `make`:
+    eagerly, under stock torch.compile (graph count) and under framejit's onnxrt backend."""
+    def run(wrap):
+        torch.manual_seed(0)
+        f = wrap(make())
+        results = []
+        for seed in seeds:
+            x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), requires_grad=True)
+            torch.manual_seed(100 + seed)
+            out = f(x)
+            out.sum().backward()
+            results.append((out.detach(), x.grad))
+        return results
+
+    import torch._dynamo  # the reference compiler: tests only
+    want = run(lambda m: m)
+    torch._dynamo.reset()
+    stock = CountingBackend()
+    try:
+        run(lambda m: torch.compile(m, backend=stock))
+    finally:
+        torch._dynamo.reset()
+    framejit.reset()
+    backend = _OnnxrtCounting()
+    before = framejit.stats()["eager_frames"]
+    got = run(lambda m: framejit.compile(m, backend=backend))
+    return want, got, stock, backend, framejit.stats()["eager_frame_reasons"][before:]
+
+
+def _random_scale(x):
+    return (x * torch.rand(x.shape)).sin()
+
+
+# NOTE [Random values are saved, never recomputed] (backends/joint.py): onnxrt partitions joints with
+# aggressive_recomputation, which recomputed `aten.rand` in the backward (fresh numbers): the gradients
+# were those of other random numbers (FractionalMaxPool2d: 1.0 off, every call).
+@pytest.mark.parametrize("make", [lambda: nn.FractionalMaxPool2d(2, output_size=3).train(), lambda: _random_scale],
+                         ids=["FractionalMaxPool2d", "x_times_rand"])
+def test_onnxrt_training_does_not_redraw_random_numbers_in_the_backward(make):
+    want, got, stock, backend, eager = _train_calls(make)
+    for i, ((out, grad), (out_want, grad_want)) in enumerate(zip(got, want)):
+        torch.testing.assert_close(out, out_want, msg=lambda m: f"call {i} output: {m}")
+        torch.testing.assert_close(grad, grad_want, msg=lambda m: f"call {i} input gradient: {m}")
+    assert eager == []
+    assert 1 <= backend.graph_count <= max(stock.graph_count, 1), (backend.graph_count, stock.graph_count)
+
+
+# NOTE [Arguments torchlib ignores] (backends/onnxrt/translate.py): torchlib's avg_pool2d/3d drop
+# divisor_override: window means instead of window sums / divisor.
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_onnxrt_avg_pool_divisor_override_matches_eager(dims, train):
+    pool = getattr(nn, f"AvgPool{dims}d")
+    shape = (2, 3) + (5,) * dims
+
+    def make():
+        return pool(3, stride=1, padding=1, count_include_pad=False, divisor_override=2)
+
+    if train:
+        want, got, stock, backend, eager = _train_calls(make, shape=shape)
+    else:
+        calls = [(torch.randn(*shape, generator=torch.Generator().manual_seed(s)),) for s in range(3)]
+        want = [(make()(*args), None) for args in calls]
+        stock, _ = _stock(make(), calls)
+        framejit.reset()
+        backend = _OnnxrtCounting()
+        before = framejit.stats()["eager_frames"]
+        compiled = framejit.compile(make(), backend=backend)
+        got = [(compiled(*args), None) for args in calls]
+        eager = framejit.stats()["eager_frame_reasons"][before:]
+    for i, ((out, grad), (out_want, grad_want)) in enumerate(zip(got, want)):
+        torch.testing.assert_close(out, out_want, msg=lambda m: f"call {i} output: {m}")
+        if grad_want is not None:
+            torch.testing.assert_close(grad, grad_want, msg=lambda m: f"call {i} input gradient: {m}")
+    assert eager == []
+    assert 1 <= backend.graph_count <= stock.graph_count, (backend.graph_count, stock.graph_count)

@@ -103,6 +103,12 @@ _WRONG_ON_SPECIAL_FLOATS = frozenset({"aten::atan2", "aten::floor_divide", "aten
 # is eager's last NaN (`val > max || isnan(val)`); ORT's MaxPool skips NaN.
 _TIE_ORDER = frozenset({"aten::topk"})
 _POOL_WITH_INDICES = frozenset({"aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices"})
+# NOTE [Arguments torchlib ignores]: torchlib's translations of these ops accept the named argument and drop
+# it (its source: "if want to support divisor_override argument, need to op.Mul(result, mask)"): nn.AvgPool2d
+# with divisor_override=2 gave the window means instead of window sums / 2 (0.63 max relative difference,
+# tools/nn_sweep.py). A node that passes such an argument (not None) runs in torch.
+_IGNORED_ARGUMENTS = {f"aten::{op}": "divisor_override" for op in (
+    "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward")}
 # as_strided reads its input's storage (a transposed graph input: its original layout); ORT's tensors are
 # dense copies in their logical order (seed 1011 of the fuzzer: v.t().as_strided((2, 4), (4, 1)) differed).
 # Over anything but a dense buffer it runs in torch (NOTE [Storage read by as_strided]).
@@ -206,6 +212,13 @@ def _draws_random_numbers(node: torch.fx.Node) -> bool:
     return True
 
 
+def _argument(node: torch.fx.Node, name: str) -> object:
+    """The value `node` passes for its op's argument `name` (positional or keyword), None if absent."""
+    names = [a.name for a in node.target._schema.arguments]
+    index = names.index(name)
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name)
+
+
 def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | None:
     """None if `node` can be translated to ONNX and run by ORT, else a short reason."""
     if node.target is operator.getitem:
@@ -248,6 +261,8 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
         return "its result's memory layout is read by an as_strided (NOTE [Storage read by as_strided])"
     if schema_name in _TIE_ORDER:
         return f"{overload}: the order of tied values' indices is eager's own partial sort, not ORT's"
+    if schema_name in _IGNORED_ARGUMENTS and _argument(node, _IGNORED_ARGUMENTS[schema_name]) is not None:
+        return f"{overload}: torchlib ignores its {_IGNORED_ARGUMENTS[schema_name]} (NOTE [Arguments torchlib ignores])"
     if schema_name in _POOL_WITH_INDICES and any(v.is_floating_point() for v in vals) and any(
             u.target is operator.getitem and u.args[1] == 1 for u in node.users):
         return f"{overload}: its indices in windows holding NaN differ from eager's in ONNX"
