@@ -113,8 +113,12 @@ def _delattr(tx, args: list[Value], kwargs: dict) -> Value:
     obj, name = args[0], args[1].as_constant()
     if getattr(obj.cls, "__delattr__", object.__delattr__) is not object.__delattr__ or name == STORAGE_NAME():
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"delattr on a {obj.cls.__name__}")
-    if name not in obj.attrs:
-        raise UserException(AttributeError(name))
+    _, attr = lookup.mro_lookup(obj.cls, name)
+    slot = isinstance(attr, types.MemberDescriptorType)
+    if not slot and attr is not None and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"delattr through the descriptor {name!r} of a {obj.cls.__name__}")
+    if name not in obj.attrs:  # CPython's messages: a slot's descriptor, the generic delattr (3.11, 3.12)
+        raise UserException(AttributeError(name if slot else f"'{obj.cls.__name__}' object has no attribute '{name}'"))
     del obj.attrs[name]
     return ConstantValue(None)
 

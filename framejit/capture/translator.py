@@ -293,6 +293,8 @@ class Translator:
                 self.inline(UserFunctionValue(setattr_impl), [obj, ConstantValue(name), value], {})
                 return
             lookup.guard_plain_store(self.output, obj.cls, name)  # NOTE [Lookup facts]
+            if self._store_through_class(obj, name, value):
+                return
             obj.attrs[name] = value
             self.output.side_effects.bump(obj)  # NOTE [Eager generators]
             return
@@ -313,6 +315,31 @@ class Translator:
         if isinstance(obj, ObjectValue):
             lookup.guard_plain_store(self.output, type(obj.obj), name)
         self.output.side_effects.store_attr(obj, name, value)
+
+    def _store_through_class(self, obj: Value, name: str, value: Value) -> bool:
+        """NOTE [Stores into objects made while tracing]: `o.name = v` on an object made while tracing was
+        kept in its traced attributes whatever the class said, so a property's setter never ran (`p.v = 3`
+        read back the getter's old value, and the setter's own effects were lost), a custom descriptor's
+        `__set__` was skipped, and a class with `__slots__` and no `__dict__` took any name where eager
+        raises AttributeError (red team 15). As CPython's generic setattr: a data descriptor on the class
+        takes the store (a property's Python setter is called; other descriptors break, except the member
+        descriptors of `__slots__`, which are the traced attributes), and without an instance dict a name
+        that is no slot raises. True when the store was made here."""
+        cls = obj.cls
+        _, attr = lookup.mro_lookup(cls, name)
+        if isinstance(attr, types.MemberDescriptorType):
+            return False  # a __slots__ entry: stored in `attrs`, read back from there (attributes.py)
+        if attr is not None and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")):
+            if isinstance(attr, property) and isinstance(attr.fset, types.FunctionType):
+                self.call(UserFunctionValue(attr.fset), [obj, value], {})
+                return True
+            raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE,
+                              f"a store through the descriptor {type(attr).__name__} {name!r} of a {cls.__name__}")
+        if getattr(cls, "__dictoffset__", 1) == 0:  # no instance dict: only the slots can be written
+            if attr is None:
+                raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'"))
+            raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"a store of {name!r} into a {cls.__name__} without __dict__")
+        return False
 
     def store_global(self, name: str, value: Value) -> None:
         self.output.side_effects.store_global(self.f_globals, name, value)

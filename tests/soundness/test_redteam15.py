@@ -133,3 +133,107 @@ def test_closures_made_inside_share_their_cell(escape):
             log.append(result[-1].tolist())
         runs.append(log)
     assert runs[0] == runs[1]
+
+
+# ---- NOTE [Stores into objects made while tracing] (capture/translator.py) ------------------------------
+
+_SETTER_LOG = []
+_SCALE = {"k": 2}
+
+
+class _WithSetter:
+    def __init__(self):
+        self._v = 0
+
+    @property
+    def v(self):
+        return self._v
+
+    @v.setter
+    def v(self, value):
+        _SETTER_LOG.append(value)
+        self._v = value * _SCALE["k"]
+
+
+class _LoggingDescriptor:
+    def __get__(self, obj, owner=None):
+        return 42 if obj is None else obj.__dict__.get("_d", 42)
+
+    def __set__(self, obj, value):
+        _SETTER_LOG.append(("set", value))
+        obj.__dict__["_d"] = value + _SCALE["k"]
+
+
+class _WithDescriptor:
+    d = _LoggingDescriptor()
+
+
+class _Slotted:
+    __slots__ = ("a",)
+    ro = 1
+
+
+def _store_through_property(x, n):
+    p = _WithSetter()
+    p.v = n
+    return x * p.v, p._v, sorted(vars(p))
+
+
+def _store_through_descriptor(x, n):
+    o = _WithDescriptor()
+    o.d = n
+    return x + o.d, sorted(vars(o))
+
+
+def _store_unknown_name_into_slots(x, n):
+    s = _Slotted()
+    s.a = n
+    try:
+        s.b = n
+    except AttributeError as e:
+        return x + s.a, str(e), hasattr(s, "b")
+    return x, "stored", hasattr(s, "b")
+
+
+def _store_read_only_class_attribute_into_slots(x, n):
+    s = _Slotted()
+    try:
+        s.ro = n
+    except AttributeError as e:
+        return x + s.ro, str(e)
+    return x, "stored"
+
+
+def _delete_missing_attributes(x, n):
+    out = []
+    for obj, name in ((_WithSetter(), "zz"), (_Slotted(), "a")):
+        try:
+            delattr(obj, name)
+        except AttributeError as e:
+            out.append(str(e))
+    return x + n, out
+
+
+@pytest.mark.parametrize("fn", [_store_through_property, _store_through_descriptor, _store_unknown_name_into_slots,
+                                _store_read_only_class_attribute_into_slots, _delete_missing_attributes],
+                         ids=lambda f: f.__name__.lstrip("_"))
+def test_stores_into_objects_made_inside_follow_the_class(fn):
+    # before: the store went into the object's traced attributes: the property's setter never ran (p.v read
+    # the getter's 0, _SETTER_LOG stayed empty), the descriptor's __set__ was skipped (vars showed 'd'),
+    # a class without __dict__ took 'b' and the read-only 'ro' silently; delattr's message was just the name
+    runs = []
+    for compiled in (False, True):
+        framejit.reset()
+        f = framejit.compile(fn, backend="eager") if compiled else fn
+        out = []
+        for n, k in ((3, 2), (4, 2), (3, 5), (5, 5)):
+            _SCALE["k"] = k
+            _SETTER_LOG.clear()
+            try:
+                r = f(torch.arange(3.0), n)
+                out.append([v.tolist() if isinstance(v, torch.Tensor) else v for v in r])
+            except Exception as e:  # noqa: BLE001 - compared with eager
+                out.append((type(e).__name__, str(e)))
+            out.append(list(_SETTER_LOG))
+        runs.append(out)
+    assert runs[0] == runs[1]
