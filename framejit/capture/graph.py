@@ -582,7 +582,10 @@ class OutputGraph:
 
     def wrap_result(self, node: torch.fx.Node, result: Any) -> Value:
         if isinstance(result, torch.Tensor):
-            return TensorValue(node, result)
+            # NOTE [Parameters made while tracing]: `torch.nn.Parameter(t)` in the graph makes a Parameter
+            # at run time; its value answered type(p) is Tensor and isinstance(p, Parameter) False while
+            # tracing (red team 15)
+            return TensorValue(node, result, cls=torch.nn.Parameter if node.target is torch.nn.Parameter else torch.Tensor)
         if isinstance(result, (torch.SymInt, torch.SymBool)):  # NOTE [Symbolic shapes]
             return SymNodeValue(node, result)
         if isinstance(result, (tuple, list)):

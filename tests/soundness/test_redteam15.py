@@ -237,3 +237,25 @@ def test_stores_into_objects_made_inside_follow_the_class(fn):
             out.append(list(_SETTER_LOG))
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+# ---- NOTE [Parameters made while tracing] (capture/graph.py) --------------------------------------------
+
+def _parameter_made_inside(x, flag):
+    p = torch.nn.Parameter(x * 2, requires_grad=flag)
+    q = p + 1
+    kinds = (type(p).__name__, isinstance(p, torch.nn.Parameter), type(q).__name__, isinstance(q, torch.nn.Parameter))
+    if isinstance(p, torch.nn.Parameter):
+        q = q * 10
+    return kinds, q, p.requires_grad
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_a_parameter_made_inside_is_a_parameter_while_tracing(backend):
+    # before: type(p) answered Tensor and isinstance(p, Parameter) False, so q was not multiplied by 10
+    framejit.reset()
+    compiled = framejit.compile(_parameter_made_inside, backend=backend)
+    for x, flag in ((torch.ones(2), True), (torch.arange(3.0), False), (torch.ones(2), True)):
+        expected, actual = _parameter_made_inside(x, flag), compiled(x, flag)
+        assert actual[0] == expected[0] and actual[2] == expected[2]
+        torch.testing.assert_close(actual[1], expected[1])
