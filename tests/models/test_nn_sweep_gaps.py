@@ -179,3 +179,61 @@ def test_onnxrt_avg_pool_divisor_override_matches_eager(dims, train):
             torch.testing.assert_close(grad, grad_want, msg=lambda m: f"call {i} input gradient: {m}")
     assert eager == []
     assert 1 <= backend.graph_count <= stock.graph_count, (backend.graph_count, stock.graph_count)
+
+
+_EMBEDDING_BAG_PROGRAM = r"""
+import sys, torch, torch.nn as nn, framejit
+from tests.helpers import CountingBackend
+mode, train = sys.argv[1], sys.argv[2] == "train"
+
+class Counting(CountingBackend):
+    def __call__(self, gm, example_inputs):
+        super().__call__(gm, example_inputs)
+        return framejit.lookup_backend("onnxrt")(gm, example_inputs)
+
+def run(wrap):
+    torch.manual_seed(0)
+    bag = nn.EmbeddingBag(10, 5, mode=mode)
+    f = wrap(bag)
+    results = []
+    for seed in range(3):
+        ids = torch.randint(0, 10, (3, 4), generator=torch.Generator().manual_seed(seed))
+        bag.weight.grad = None
+        with torch.set_grad_enabled(train):
+            out = f(ids)
+        if train:
+            (out * torch.arange(5.0)).sum().backward()
+        results.append((out.detach(), bag.weight.grad))
+    return results
+
+import torch._dynamo
+want = run(lambda m: m)
+stock = CountingBackend()
+run(lambda m: torch.compile(m, backend=stock))
+torch._dynamo.reset()
+backend = Counting()
+got = run(lambda m: framejit.compile(m, backend=backend))
+for (o, g), (ow, gw) in zip(got, want):
+    torch.testing.assert_close(o, ow)
+    if train:
+        torch.testing.assert_close(g, gw)
+assert framejit.stats()["eager_frames"] == 0, framejit.stats()["eager_frame_reasons"]
+assert 1 <= backend.graph_count <= stock.graph_count, (backend.graph_count, stock.graph_count)
+print("OK")
+"""
+
+
+# torchlib's embedding_bag (NOTE in onnxrt/translate.py above _EMBEDDING_BAG): mode="mean" crashed the
+# process inside ONNX Runtime; its other outputs are placeholders. Run in a child process so that a crash
+# is a failure of this test, not of the session.
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("phase", ["eval", "train"])
+def test_onnxrt_embedding_bag_matches_eager_without_crashing(mode, phase):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", _EMBEDDING_BAG_PROGRAM, mode, phase], cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), \
+        f"rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"

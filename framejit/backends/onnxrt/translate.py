@@ -107,6 +107,11 @@ _POOL_WITH_INDICES = frozenset({"aten::max_pool2d_with_indices", "aten::max_pool
 # it (its source: "if want to support divisor_override argument, need to op.Mul(result, mask)"): nn.AvgPool2d
 # with divisor_override=2 gave the window means instead of window sums / 2 (0.63 max relative difference,
 # tools/nn_sweep.py). A node that passes such an argument (not None) runs in torch.
+# torchlib's embedding_bag (every overload) computes only its first output; the other three (offset2bag,
+# bag_size, max_indices, which the backward reads) are zeros of the right shapes ("we don't care the
+# value"), and its mode="mean" program crashed ONNX Runtime's process (a segfault in session run, torch
+# 2.13 / ORT 1.32: nn.EmbeddingBag(10, 5, mode="mean") on (3, 4) indices, tools/nn_sweep.py). It runs in torch.
+_EMBEDDING_BAG = frozenset({"aten::embedding_bag", "aten::_embedding_bag", "aten::_embedding_bag_forward_only"})
 _IGNORED_ARGUMENTS = {f"aten::{op}": "divisor_override" for op in (
     "avg_pool2d", "avg_pool3d", "avg_pool2d_backward", "avg_pool3d_backward")}
 # as_strided reads its input's storage (a transposed graph input: its original layout); ORT's tensors are
@@ -261,6 +266,8 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
         return "its result's memory layout is read by an as_strided (NOTE [Storage read by as_strided])"
     if schema_name in _TIE_ORDER:
         return f"{overload}: the order of tied values' indices is eager's own partial sort, not ORT's"
+    if schema_name in _EMBEDDING_BAG:
+        return f"{overload}: torchlib computes only its first output and crashed ORT in mean mode"
     if schema_name in _IGNORED_ARGUMENTS and _argument(node, _IGNORED_ARGUMENTS[schema_name]) is not None:
         return f"{overload}: torchlib ignores its {_IGNORED_ARGUMENTS[schema_name]} (NOTE [Arguments torchlib ignores])"
     if schema_name in _POOL_WITH_INDICES and any(v.is_floating_point() for v in vals) and any(
