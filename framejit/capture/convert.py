@@ -141,6 +141,17 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
     return entry
 
 
+def _argnames_in_signature_order(code: types.CodeType) -> list[str]:
+    """The parameter names of `code` in the order a signature binds them: positional, `*args`,
+    keyword-only, `**kwargs`. The code object lists keyword-only ones before `*args` (`def f(*items, flag)`
+    has co_varnames `('flag', 'items')`); pairing those with `bound.arguments` swapped the two."""
+    names = list(FunctionShape.of(code).argnames)
+    positional, rest = names[:code.co_argcount], names[code.co_argcount:]
+    keyword_only, rest = rest[:code.co_kwonlyargcount], rest[code.co_kwonlyargcount:]
+    var_positional = [rest.pop(0)] if code.co_flags & inspect.CO_VARARGS else []
+    return positional + var_positional + keyword_only + rest
+
+
 def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output):
     bound = frame_signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
@@ -148,7 +159,7 @@ def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output):
     code = fn.__code__
     # inspect names a comprehension's implicit `.0` argument `implicit0`: the frame's locals are named as
     # its code names them, in the signature's order (NOTE [Locals that are not identifiers] in sources.py)
-    names = FunctionShape.of(code).argnames
+    names = _argnames_in_signature_order(code)
     f_locals = {name: translator.LazyArg(value, name) for name, value in zip(names, bound.arguments.values())}
     cells = {name: translator.RealCell(cell, name) for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
     return translator.Translator(output, code, fn.__globals__, fn.__builtins__, f_locals, cells)
