@@ -94,11 +94,19 @@ def instance_dict(obj: NewObjectValue) -> Value:
     """`obj.__dict__` of an object made while tracing: a dict value sharing its attributes, so writes
     through it are attribute writes (NOTE [Dict-subclass objects made while tracing] keeps items apart)."""
     from .dict_objects import STORAGE
-    if STORAGE in obj.attrs or _overrides_dict(obj.cls):
+    if STORAGE in obj.attrs or _overrides_dict(obj.cls) or _has_slots(obj.cls):
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"__dict__ of a {obj.cls.__name__} made while tracing")
     view = DictValue({})
     view.items = obj.attrs
     return view
+
+
+def _has_slots(cls: type) -> bool:
+    """`__slots__` entries live in `attrs` beside the instance dict's items, and a class without `__dict__`
+    has none: its `o.__dict__` raises, `vars(o)` raises TypeError. Such a dict was answered with the slots'
+    values (red team 15); it is left to Python."""
+    return getattr(cls, "__dictoffset__", 1) == 0 or any(
+        isinstance(v, types.MemberDescriptorType) for k in cls.__mro__ if "__slots__" in vars(k) for v in vars(k).values())
 
 
 def _overrides_dict(cls: type) -> bool:

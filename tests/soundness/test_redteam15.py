@@ -259,3 +259,35 @@ def test_a_parameter_made_inside_is_a_parameter_while_tracing(backend):
         expected, actual = _parameter_made_inside(x, flag), compiled(x, flag)
         assert actual[0] == expected[0] and actual[2] == expected[2]
         torch.testing.assert_close(actual[1], expected[1])
+
+
+class _SlotsAndDict:
+    __slots__ = ("a", "__dict__")
+
+    def __init__(self, a):
+        self.a = a
+
+
+def _dict_of_slots_only(x, n):
+    o = _Slotted()
+    o.a = n
+    d = getattr(o, "__dict__", "no dict")
+    return x + o.a, d if isinstance(d, str) else sorted(d.items())
+
+
+def _dict_of_slots_and_dict(x, n):
+    o = _SlotsAndDict(n)
+    o.b = n + 1
+    return x + o.a, sorted(o.__dict__.items()), sorted(vars(o))
+
+
+@pytest.mark.parametrize("fn", [_dict_of_slots_only, _dict_of_slots_and_dict], ids=lambda f: f.__name__.lstrip("_"))
+def test_the_dict_of_a_slotted_object_made_inside(fn):
+    # before: o.__dict__ answered a dict of the slots' values too: eager has no __dict__ for _Slotted
+    # (getattr's default) and one holding only 'b' for _SlotsAndDict
+    runs = []
+    for compiled in (False, True):
+        framejit.reset()
+        f = framejit.compile(fn, backend="eager") if compiled else fn
+        runs.append([(lambda r: (r[0].tolist(), r[1:]))(f(torch.ones(2), n)) for n in (1, 2, 1)])
+    assert runs[0] == runs[1]
