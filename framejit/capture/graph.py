@@ -428,7 +428,13 @@ class OutputGraph:
         self.op_count += 1
         if result is None:
             return ConstantValue(None)  # an in-place op kept for its effect (e.g. operator.setitem)
-        return self.wrap_result(node, result)
+        value = self.wrap_result(node, result)
+        if mutated and isinstance(value, TensorValue):  # NOTE [Parameters made while tracing]: `p.mul_(2)`
+            for arg in [*args, *kwargs.values()]:  # returns `p` itself, a Parameter when `p` is one
+                if isinstance(arg, TensorValue) and arg.fake is result:
+                    value.cls = arg.cls
+                    break
+        return value
 
     def _packed_sequence_call(self, kind: str, target: Any, args: tuple, kwargs: dict, fake_args: tuple):
         """`(args, fake result)` of a data-dependent call that NOTE [Packed sequences] captures (sizes read

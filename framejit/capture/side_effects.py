@@ -380,6 +380,14 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = 
             return  # `self.sub = self.sub.to(dtype)` (NOTE [Module.to without a change]): replayed, a no-op
         if name in mod._parameters or name in mod._modules:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"replacing the parameter or submodule {name!r} inside the graph")
+        # NOTE [Registering stores into modules]: Module.__setattr__ registers a Parameter in `_parameters`
+        # and a module in `_modules` (and takes the name out of `__dict__`); replayed after the graph, the
+        # trace's own reads of `m._parameters`, `named_parameters()` and the like did not see it (red team
+        # 15: `m.extra = nn.Parameter(...)` then `list(m._parameters)` missed 'extra'). Such stores break.
+        # (A tensor stored under a buffer's name is replaced in `_buffers` the same way; not checked: common in
+        # forward, read back through the attribute, which the trace answers.)
+        if isinstance(value, Value) and issubclass(value.python_type(), (torch.nn.Parameter, torch.nn.Module)):
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"registering {name!r} on a module inside the graph")
 
 
 def _store_into(held: DictValue, name: str, value: Value) -> None:

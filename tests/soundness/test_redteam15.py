@@ -291,3 +291,53 @@ def test_the_dict_of_a_slotted_object_made_inside(fn):
         f = framejit.compile(fn, backend="eager") if compiled else fn
         runs.append([(lambda r: (r[0].tolist(), r[1:]))(f(torch.ones(2), n)) for n in (1, 2, 1)])
     assert runs[0] == runs[1]
+
+
+def _in_place_on_parameters(x, p):
+    q = torch.nn.Parameter(x * 2)
+    with torch.no_grad():
+        a = p.mul_(2)
+        b = q.add_(1)
+    kinds = [(type(v).__name__, isinstance(v, torch.nn.Parameter), v is w) for v, w in ((a, p), (b, q))]
+    return kinds, (a * 10 if isinstance(a, torch.nn.Parameter) else a) + b
+
+
+def test_in_place_ops_on_parameters_return_the_parameter():
+    # before: p.mul_(2) answered a Tensor (type and isinstance) while tracing, eager returns p itself
+    runs = []
+    for compiled in (False, True):
+        framejit.reset()
+        f = framejit.compile(_in_place_on_parameters, backend="eager") if compiled else _in_place_on_parameters
+        out = []
+        for x in (torch.ones(2), torch.arange(3.0), torch.ones(2)):
+            p = torch.nn.Parameter(x + 1)
+            kinds, r = f(x, p)
+            out.append((kinds, r.tolist(), p.tolist(), type(p).__name__))
+        runs.append(out)
+    assert runs[0] == runs[1]
+
+
+def _register_on_module(x, m, what):
+    if what == "parameter":
+        m.extra = torch.nn.Parameter(x * 2)
+    else:
+        m.extra = torch.nn.Linear(2, 2)
+    names = [n for n, _ in m.named_parameters()]
+    return x + len(names), names, sorted(m._modules), "extra" in m.__dict__
+
+
+@pytest.mark.parametrize("what", ["parameter", "module"])
+def test_registering_stores_into_a_module_are_seen_by_later_reads(what):
+    # before: the store was replayed after the graph, so named_parameters()/_modules read inside missed 'extra'
+    runs = []
+    for compiled in (False, True):
+        framejit.reset()
+        f = framejit.compile(_register_on_module, backend="eager") if compiled else _register_on_module
+        out = []
+        for x in (torch.ones(2), torch.arange(2.0), torch.ones(2)):
+            torch.manual_seed(0)
+            m = torch.nn.Linear(2, 2)
+            r = f(x, m, what)
+            out.append((r[0].tolist(), *r[1:], sorted(m._parameters), sorted(m._modules), type(m.extra).__name__))
+        runs.append(out)
+    assert runs[0] == runs[1]
