@@ -11,7 +11,7 @@ STAMP := .installed
 # The per-version test runs go in parallel (each prints its output when it ends); TEST_JOBS=1 runs them
 # one after another.
 TEST_JOBS ?= 3
-TEST_VERSIONS ?= 311 312
+TEST_VERSIONS ?= 311 312 313
 ENV_311 := $(VENV)/$(STAMP)
 ENV_312 := $(VENV312)/$(STAMP)
 ENV_313 := $(VENV313)/$(STAMP)

@@ -105,9 +105,9 @@ def pytest_runtest_teardown(item, nextitem):
     _drop_pytest_trace_handlers()
 
 
-# NOTE [Heavy tests split between interpreters]: `make test` runs the suite on CPython 3.11 and 3.12 at once on a
-# 2-core machine. Every test of the frontend (capture, guards, the frame cache, soundness: what bytecode and
-# interpreter versions change) runs on both. The tests under SPLIT_PATHS (real models, the onnxrt and triton
+# NOTE [Heavy tests split between interpreters]: `make test` runs the suite on CPython 3.11, 3.12 and 3.13 at once
+# on a 2-core machine. Every test of the frontend (capture, guards, the frame cache, soundness: what bytecode and
+# interpreter versions change) runs on each of them. The tests under SPLIT_PATHS (real models, the onnxrt and triton
 # backends' lowering and training, distributed, the Redis tier: about two thirds of the suite's CPU time)
 # exercise code that does not branch on the interpreter's version; with FRAMEJIT_TEST_SHARD=i/n (set by `make
 # test`, one index per interpreter) each of them runs on one interpreter only: sorted by test id, the k-th
