@@ -237,3 +237,58 @@ def test_onnxrt_embedding_bag_matches_eager_without_crashing(mode, phase):
                           text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), \
         f"rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+
+
+def _onnxrt_eval(make, calls):
+    """Outputs of `make()` on `calls` eagerly and under framejit's onnxrt backend (no grad), the onnxrt
+    backend's graph count, stock torch.compile's (live) and the frames run wholly eagerly."""
+    with torch.no_grad():
+        want = [make()(*args) for args in calls]
+        stock, _ = _stock(make(), calls)
+        framejit.reset()
+        backend = _OnnxrtCounting()
+        before = framejit.stats()["eager_frames"]
+        compiled = framejit.compile(make(), backend=backend)
+        got = [compiled(*args) for args in calls]
+    return want, got, stock, backend, framejit.stats()["eager_frame_reasons"][before:]
+
+
+def _randn_calls(*shape):
+    return [(torch.randn(*shape, generator=torch.Generator().manual_seed(s)),) for s in range(3)]
+
+
+# torchlib's elu scales the positive side by input_scale (Elu(x * input_scale) * scale); the celu rewrite
+# (NOTE [Eager semantics in ONNX], semantics.py) passed input_scale = 1/alpha: celu(x, 0.5) was 2x for x > 0.
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 2.0])
+def test_onnxrt_celu_with_alpha_matches_eager(alpha):
+    calls = [(torch.cat([torch.randn(6, generator=torch.Generator().manual_seed(s)), torch.tensor([-0.0, 0.0])]),)
+             for s in range(3)]
+    want, got, stock, backend, eager = _onnxrt_eval(lambda: nn.CELU(alpha), calls)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w)
+        assert torch.equal(torch.signbit(g), torch.signbit(w))  # -0.0 kept
+    assert eager == [] and 1 <= backend.graph_count <= stock.graph_count
+
+
+# NOTE [Arguments torchlib ignores]: the interpolating upsamples dropped their scales.
+@pytest.mark.parametrize("mode,shape", [("linear", (2, 3, 5)), ("bilinear", (2, 3, 4, 5)), ("bicubic", (2, 3, 4, 5)),
+                                        ("trilinear", (2, 3, 3, 4, 4))])
+def test_onnxrt_interpolate_with_scale_factor_matches_eager(mode, shape):
+    def make():
+        return nn.Upsample(scale_factor=1.5, mode=mode)
+
+    want, got, stock, backend, eager = _onnxrt_eval(make, _randn_calls(*shape))
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w)
+    assert eager == [] and 1 <= backend.graph_count <= stock.graph_count
+
+
+# torch._decomp's multilabel_margin_loss_forward decomposition differs from eager's kernel for targets
+# with entries after the -1 that ends them (lowering.py _NEVER_DECOMPOSED).
+def test_onnxrt_multilabel_margin_loss_matches_eager_in_eval():
+    target = torch.tensor([[3, 0, -1, 1, 1], [0, 1, 2, 3, 4], [1, -1, 0, 0, 0], [4, 2, -1, 0, 0]])
+    calls = [(x, target) for (x,) in _randn_calls(4, 5)]
+    want, got, stock, backend, eager = _onnxrt_eval(lambda: nn.MultiLabelMarginLoss(reduction="none"), calls)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w)
+    assert eager == [] and 1 <= backend.graph_count <= stock.graph_count

@@ -330,9 +330,16 @@ def _rewrite_min_max(b: _Builder, node: torch.fx.Node) -> bool:
 
 
 def _rewrite_celu(b: _Builder, node: torch.fx.Node) -> None:
-    """celu(x, a) is elu(x, a, input_scale=1/a) in eager (celu(-0.0) is -0.0); ORT's Celu gave +0.0."""
+    """celu(x, a) is elu(x, a, input_scale=1/a) in eager (celu(-0.0) is -0.0); ORT's Celu gave +0.0.
+    torchlib writes elu as Elu(x * input_scale) * scale, which scales the positive side by input_scale too
+    (eager: x * scale there): celu(x, 0.5) gave 2x for x > 0 (tools/nn_sweep.py). So the elu result is
+    taken only where x <= 0 (or NaN), x itself where x > 0."""
     x, alpha = _args(node, ("self", "alpha"), (None, 1.0))
-    _replace_uses(node, b(aten.elu.default, x, alpha, 1.0, 1.0 / alpha), set())
+    negative_side = b(aten.elu.default, x, alpha, 1.0, 1.0 / alpha)
+    if alpha == 1.0:
+        _replace_uses(node, negative_side, set())
+        return
+    _replace_uses(node, b.where(b(aten.gt.Scalar, x, 0), x, negative_side), set())
 
 
 def _rewrite_avg_pool(b: _Builder, node: torch.fx.Node) -> None:
