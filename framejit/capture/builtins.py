@@ -111,11 +111,45 @@ def _len(tx, args, kwargs):
     return (sym_length(tx, args[0]) if len(args) == 1 else None) or ConstantValue(length(tx, args[0]))
 
 
+_TENSOR_MARKERS = {k: v for k, v in ((getattr(torch.nn, "Buffer", None), "_is_buffer"),
+                                       (torch.nn.Parameter, "_is_param")) if k is not None}
+
+
+def _marked_tensor(tx, obj, spec) -> Value | None:
+    """NOTE [Tensors marked as buffers or parameters]: `isinstance(t, nn.Buffer)` is True for any tensor
+    marked `_is_buffer` (what `nn.Buffer(t)` returns: a plain Tensor), and `isinstance(t, nn.Parameter)` also
+    for a tensor marked `_is_param` (_BufferMeta/_ParameterMeta.__instancecheck__, torch classes the
+    metaclass check below treats as fixed): answered from the type alone, it was False for a buffer made by
+    nn.Buffer (red team 15). The marker is read as an attribute (guarded as any tensor attribute read)."""
+    from .values import TensorValue
+    if not isinstance(obj, TensorValue):
+        return None
+    specs = spec if isinstance(spec, tuple) else (spec,)
+    if not any(isinstance(k, type) and k in _TENSOR_MARKERS for k in specs):
+        return None
+    if isinstance(spec, tuple) or (spec is torch.nn.Parameter and issubclass(obj.python_type(), spec)):
+        if isinstance(spec, tuple):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "isinstance of a tensor against a tuple with Buffer/Parameter")
+        return None
+    try:
+        flag = tx.getattr(obj, _TENSOR_MARKERS[spec])
+    except UserException as e:
+        if isinstance(e.exc, AttributeError):
+            return ConstantValue(False)
+        raise
+    if not flag.is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance of a tensor against {spec.__name__}")
+    return ConstantValue(bool(flag.as_constant()))
+
+
 @handles(isinstance)
 def _isinstance(tx, args, kwargs):
     obj, classes = args
     cls = obj.python_type()
     spec = classes.as_constant()
+    marked = _marked_tensor(tx, obj, spec)
+    if marked is not None:
+        return marked
     _check_no_class_override(tx, obj, cls)
     _check_plain_metaclasses(tx, spec, "__instancecheck__", cls)
     _check_plain_metaclasses(tx, spec, "__subclasscheck__", cls)

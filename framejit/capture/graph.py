@@ -40,6 +40,9 @@ def _fake_tensor():
     return fake_tensor
 
 
+_BUFFER = getattr(torch.nn, "Buffer", None)
+
+
 class GraphInput:
     __slots__ = ("source", "tensor", "value", "version", "writes")
 
@@ -379,6 +382,10 @@ class OutputGraph:
         if self.__dict__.get("speculated_checks"):
             from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
             check_after_speculation(self, kind, target, args, kwargs)
+        if target is _BUFFER and target is not None:  # NOTE [Tensors marked as buffers or parameters]
+            # (builtins.py): nn.Buffer(t) marks a plain Tensor with Python attributes (`_is_buffer`,
+            # `persistent`) that its traced value lacked: made by Python at a break
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.nn.Buffer marks its tensor with Python attributes")
         if target is torch._assert_async:  # returns None: kept as a check, not dropped as a constant result
             from .speculated_checks import user_check
             return user_check(self, args, kwargs)

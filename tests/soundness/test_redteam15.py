@@ -341,3 +341,42 @@ def test_registering_stores_into_a_module_are_seen_by_later_reads(what):
             out.append((r[0].tolist(), *r[1:], sorted(m._parameters), sorted(m._modules), type(m.extra).__name__))
         runs.append(out)
     assert runs[0] == runs[1]
+
+
+# ---- NOTE [Tensors marked as buffers or parameters] (capture/builtins.py) --------------------------------
+
+def _buffer_made_inside(x, persistent):
+    b = torch.nn.Buffer(x * 2, persistent=persistent)
+    return isinstance(b, torch.nn.Buffer), getattr(b, "persistent", "missing"), b + 1
+
+
+def _marked_input(x, t):
+    return isinstance(t, torch.nn.Buffer), isinstance(t, torch.nn.Parameter), x + 1
+
+
+def _marked(kind):
+    t = torch.ones(2)
+    if kind == "buffer":
+        return torch.nn.Buffer(t)
+    if kind == "param":
+        t._is_param = True
+    return t
+
+
+_MARKED_CALLS = {
+    "buffer_made_inside": (_buffer_made_inside, lambda: [True, False, True, False]),
+    "marked_input": (_marked_input, lambda: [_marked(k) for k in ("buffer", "plain", "param", "buffer", "plain")]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MARKED_CALLS))
+def test_isinstance_of_tensors_marked_as_buffers_or_parameters(case):
+    # before: isinstance(b, nn.Buffer) was False and b.persistent missing for a buffer made by nn.Buffer, and
+    # an input marked as a buffer (nn.Buffer(t)) or a parameter (_is_param) answered False
+    fn, seconds = _MARKED_CALLS[case]
+    runs = []
+    for compiled in (False, True):
+        framejit.reset()
+        f = framejit.compile(fn, backend="eager") if compiled else fn
+        runs.append([(lambda r: (r[0], r[1], r[2].tolist()))(f(torch.arange(2.0), second)) for second in seconds()])
+    assert runs[0] == runs[1]
