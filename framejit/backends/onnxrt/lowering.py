@@ -70,7 +70,7 @@ def decomposition_table(translated_ops: frozenset) -> dict:
     for op, fn in candidates:
         if not hasattr(op, "_schema") or op in table or op._schema.is_mutable:
             continue  # in-place ops stay whole until the second pass (NOTE [Refunctionalize])
-        if op.name() in _NEVER_DECOMPOSED:
+        if op.name() in _NEVER_DECOMPOSED or _draws_random_numbers(op):
             continue
         if isinstance(op, torch._ops.OpOverload) and op.name() in translated_ops \
                 and op.name() not in _ALWAYS_DECOMPOSED:
@@ -102,6 +102,16 @@ _NEVER_DECOMPOSED = frozenset({"aten::lift", "aten::lift_fresh",
                                # entries after the -1 that ends them: 5.16 vs 1.81, tools/nn_sweep.py); the
                                # op runs in torch (translate.py, _WRONG_TRANSLATION)
                                "aten::multilabel_margin_loss_forward"})
+
+
+# NOTE [Random ops stay whole]: an op that draws random numbers (tagged nondeterministic_seeded:
+# exponential, bernoulli, normal, native_dropout, ...) runs in torch, as translate.py decides for random
+# ops, so that torch's generator gives eager's numbers. Its torch._decomp decomposition draws them through
+# other ops (exponential as -log(1 - rand_like(x)) / lambd, where eager's kernel draws its own way), which
+# gave other numbers: F.gumbel_softmax (Tensor.exponential_) matched eager on the first call (checked in
+# torch) and differed from the second on (tools/nn_sweep.py --backend onnxrt). Such ops are never decomposed.
+def _draws_random_numbers(op) -> bool:
+    return isinstance(op, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
 
 
 # NOTE [Refunctionalize]
