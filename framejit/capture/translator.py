@@ -16,6 +16,7 @@ import builtins
 import inspect
 import linecache
 import os
+import sys
 import types
 from typing import Any
 
@@ -337,7 +338,9 @@ class Translator:
                               f"a store through the descriptor {type(attr).__name__} {name!r} of a {cls.__name__}")
         if getattr(cls, "__dictoffset__", 1) == 0:  # no instance dict: only the slots can be written
             if attr is None:
-                raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'"))
+                # CPython 3.13 added the reason to the message (PyObject_GenericSetAttr)
+                tail = " and no __dict__ for setting new attributes" if sys.version_info >= (3, 13) else ""
+                raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'{tail}"))
             raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"a store of {name!r} into a {cls.__name__} without __dict__")
         return False
 
