@@ -164,7 +164,7 @@ def test_inference_tensor_weights_are_read_in_full():
         w, b = torch.randn(4, 4), torch.randn(4)
         gm, compiled = _compiled(w, b, _x(0))
         _check(gm, compiled, w, b, (1, 2))
-        assert compiled._weight_memo is None
+        assert compiled._weight_memo.ids == []  # no weight remembered: all inputs are read every call
         w.t_()
         _check(gm, compiled, w, b, (3, 4))
     assert len(compiled.programs) == 2
@@ -199,3 +199,42 @@ def test_a_weight_transposed_in_place_is_frozen_from_memory_that_lives():
             x = _x(step)
             torch.testing.assert_close(compiled(x), model(x), **F32)
             torch.randn(64, 64) @ torch.randn(64, 64)  # allocations that may reuse freed memory
+
+
+class _Add(torch.nn.Module):
+    def forward(self, x, y):
+        return x * 2 + y
+
+
+def _py_calls(fn, name: str) -> int:
+    """Python-level calls of functions named `name` while `fn` runs."""
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == name:
+            calls.append(1)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(calls)
+
+
+def test_a_graph_without_weights_is_not_searched_for_weights_on_every_call():
+    """A graph with no weights (`x * 2 + y`) remembers that it has none: later calls look its program up by
+    the full signature, without searching the inputs for weights again (Parameter's `__instancecheck__`);
+    inputs whose layout, dtype or kind change between calls still get their own program and eager's values."""
+    gm = torch.fx.symbolic_trace(_Add())
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    with torch.no_grad():
+        compiled = onnxrt(gm, [x, y], {"allow_spinning": False})
+        torch.testing.assert_close(compiled(x, y), gm(x, y), **F32)
+        assert _py_calls(lambda: compiled(x, y), "__instancecheck__") == 0
+        assert _py_calls(lambda: compiled(x, y), "_memo_positions") == 0
+        cases = [(x.t(), y.t()), (x.double(), y.double()), (torch.nn.Parameter(x, requires_grad=False), y),
+                 (x[:, :2], y[:, 1:3]), (x, y)]
+        for a, b in cases * 2:
+            torch.testing.assert_close(compiled(a, b), gm(a, b), **F32)
+    assert len(compiled.programs) == 4 and all(p is not None for p in compiled.programs.values())
