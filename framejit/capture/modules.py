@@ -98,6 +98,7 @@ def _walk(tx, root: NNModuleValue, options: dict, slot: str):
         if traced is not None and (getattr(traced, "written", None) or getattr(traced, "materialized", True)):
             # NOTE [Module slots written while tracing]: the real dict is not what the program sees now
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iterating a module's {slot} written while tracing")
+        tx.output.side_effects.check_dict_read(table)  # NOTE [Stores under a buffer's name]
         _guard_keys(tx, module_value, slot)
         for name, value in table.items():
             if value is not None and (not unique or id(value) not in seen):

@@ -174,6 +174,10 @@ class SideEffects:
         if not isinstance(obj, ObjectValue) or obj.source is None:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {obj.describe()}")
         _check_plain_setattr(obj, name, value, raw)
+        if isinstance(obj, NNModuleValue) and self._held_dict(_buffer_table(obj.obj, name)) is not None:
+            # NOTE [Stores under a buffer's name]
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"a store under the buffer name {name!r} while the trace "
+                                                     "holds the module's _buffers")
         held = self._held_dict(_instance_dict(obj.obj))
         if held is not None and not self._store_shows_through(obj, held, raw):
             raise Unsupported(BreakKind.SIDE_EFFECT, f"a store to the attribute {name!r} of {obj.describe()}, "
@@ -213,6 +217,14 @@ class SideEffects:
                     raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {obj.describe()} read while "
                                                              "stores to its attributes are not replayed yet")
                 _store_into(value, name, stored)
+
+    def check_dict_read(self, d: dict) -> None:
+        """NOTE [Stores under a buffer's name]: the trace reads the real dict `d` (wraps it, or walks it):
+        a break when it is a module's `_buffers` that a store recorded here (replayed after the graph) fills."""
+        if any(isinstance(obj, NNModuleValue) and _buffer_table(obj.obj, name) is d
+               for obj, name, _ in self.attrs.values()):
+            raise Unsupported(BreakKind.SIDE_EFFECT, "reading a module's _buffers after a store into it, replayed "
+                                                     "after the graph")
 
     def attr(self, obj: Any, name: str) -> Value | None:
         entry = self.attrs.get((id(obj), name))
@@ -384,10 +396,24 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = 
         # and a module in `_modules` (and takes the name out of `__dict__`); replayed after the graph, the
         # trace's own reads of `m._parameters`, `named_parameters()` and the like did not see it (red team
         # 15: `m.extra = nn.Parameter(...)` then `list(m._parameters)` missed 'extra'). Such stores break.
-        # (A tensor stored under a buffer's name is replaced in `_buffers` the same way; not checked: common in
-        # forward, read back through the attribute, which the trace answers.)
+        # (A tensor stored under a buffer's name is filed in `_buffers` the same way: common in forward and
+        # read back through the attribute, which the trace answers; NOTE [Stores under a buffer's name].)
         if isinstance(value, Value) and issubclass(value.python_type(), (torch.nn.Parameter, torch.nn.Module)):
             raise Unsupported(BreakKind.SIDE_EFFECT, f"registering {name!r} on a module inside the graph")
+
+
+# NOTE [Stores under a buffer's name]: `m.b = t` for a buffer `b` is Module.__setattr__ filing `t` in
+# `m._buffers` (None too); recorded and replayed after the graph, it showed through `m.b` (answered from
+# the recorded store) but not through the real `_buffers` the trace read later in the same graph:
+# `named_buffers()`, `buffers()`, `m._buffers['b']` gave the old buffer, `m.b = None` still counted it (red
+# team 16). Such a read breaks (the store is replayed at the break, and the rest reads the real dict):
+# `check_dict_read`, called where a dict from outside is first wrapped (values/builder.wrap: `m._buffers`,
+# or the dict reached any other way) and where modules._walk iterates one; a store while the trace already
+# holds `m._buffers` as a dict breaks at the store.
+def _buffer_table(module: torch.nn.Module, name: str) -> dict | None:
+    """`module._buffers` when it holds `name`, else None."""
+    table = module.__dict__.get("_buffers")
+    return table if isinstance(table, dict) and name in table else None
 
 
 def _store_into(held: DictValue, name: str, value: Value) -> None:

@@ -58,6 +58,8 @@ def wrap(out, obj: Any, source: Source | None) -> Value:
         mutable = _has_identity(obj)
         value = out.alias_of(obj, source) if mutable else None
         if value is None:
+            if type(obj) is dict:
+                out.side_effects.check_dict_read(obj)  # NOTE [Stores under a buffer's name]
             value = _wrap_guarded(out, obj, source)
             if mutable:
                 out.remember_object(obj, source, value)

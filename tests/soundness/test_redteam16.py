@@ -1,0 +1,78 @@
+"""Adversarial differential programs, sixteenth round (issue 12, red team): each runs eagerly and compiled
+on separate but equal state over several calls, changing what the code reads between calls, and compares
+results, printed output and the state left behind."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import framejit
+
+
+def _plain(value):
+    """A comparable form of a result: tensors as (dtype, values), containers element by element."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), value.detach().tolist())
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__, [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return "dict", [(k, _plain(v)) for k, v in value.items()]
+    return value
+
+
+def _runs(make, calls, backend="eager"):
+    """(eager, compiled) outcomes of `calls` (each: (fn, state) -> result) on fresh state from `make`."""
+    runs = []
+    for compiled in (False, True):
+        framejit.reset()
+        fn, state = make()
+        if compiled:
+            fn = framejit.compile(fn, backend=backend)
+        out = []
+        for call in calls:
+            try:
+                out.append(_plain(call(fn, state)))
+            except Exception as e:  # noqa: BLE001 - compared with eager
+                out.append((type(e).__name__, str(e)))
+        out.append(_plain(state))
+        runs.append(out)
+    return runs
+
+
+# ---- NOTE [Stores under a buffer's name] (capture/side_effects.py) ----------------------------------------
+
+class _Buffered(torch.nn.Module):
+    def __init__(self, read):
+        super().__init__()
+        self.register_buffer("b", torch.ones(2))
+        self.register_buffer("kept", torch.ones(1), persistent=False)
+        self.read = read
+
+    def forward(self, x):
+        held = self._buffers
+        self.b = x * 2 if x.sum() != 0 else None
+        return self.read(self, held)
+
+
+_BUFFER_READS = {
+    "buffers": lambda m, held: sum(b.sum() for b in m.buffers()),
+    "named_buffers": lambda m, held: [(n, b + 0) for n, b in m.named_buffers()],
+    "slot_item": lambda m, held: m._buffers["b"],
+    "slot_items": lambda m, held: [v for v in m._buffers.values()],
+    "held_slot": lambda m, held: held["b"],
+}
+
+
+@pytest.mark.parametrize("read", sorted(_BUFFER_READS))
+def test_a_store_under_a_buffers_name_is_seen_by_reads_of_the_buffers(read):
+    # before: `self.b = x * 2` (b a buffer) was replayed after the graph, and reads of the real `_buffers`
+    # later in the same graph (buffers(), named_buffers(), self._buffers[..], a `_buffers` held before the
+    # store) gave the old buffer; `self.b = None` still counted it
+    def make():
+        m = _Buffered(_BUFFER_READS[read])
+        return m, m.__dict__["_buffers"]
+
+    xs = (torch.ones(2), torch.full((2,), 3.0), torch.zeros(2), torch.ones(2) * 5)
+    calls = [lambda fn, state, x=x: fn(x) for x in xs]
+    eager, compiled = _runs(make, calls)
+    assert eager == compiled
