@@ -335,7 +335,7 @@ class JointGraph:
             if loaded is not None:
                 return _Joint(loaded, rebuild, self, getattr(loaded, "lean_parts", None) if self.lean else None,
                               checks)
-            from .recurrent import keep_lstm_layers
+            from .recurrent import dropout_between_layers, keep_lstm_layers
             from .torch_methods import original_tensor_methods
             from .joint_cache import Recorder
             layers = keep_lstm_layers() if self.lstm_layers else contextlib.nullcontext()
@@ -343,7 +343,7 @@ class JointGraph:
             made: dict = {}
             params_buffers = _params_buffers(flat_gm)  # what aot_module_simplified prepends to every call
             # NOTE [No donated buffers]
-            with original_tensor_methods(), layers, recorder.recording(), \
+            with original_tensor_methods(), layers, dropout_between_layers(), recorder.recording(), \
                     torch._functorch.config.patch(donated_buffer=False):  # NOTE [Patched Tensor methods while lowering]
                 joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder, made),
                                               bw_compiler=self._compiler("backward", recorder, made),

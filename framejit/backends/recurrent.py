@@ -7,7 +7,11 @@ unrolling the recurrence into per-time-step cell ops. `keep_workspace(forward_gr
 forward graph call those layers through `framejit::mkldnn_rnn_layer_train`, which returns the
 workspace the backward op reads (NOTE [LSTM layers in training graphs]).
 
-Invariant: outside the context nothing of torch's is changed; where torch's decomposition module lacks
+`dropout_between_layers()` is another such context, entered around every joint trace: torch's
+decompositions of multi-layer RNN/LSTM/GRU apply their `dropout` between layers as eager does (NOTE [RNN
+dropout between layers]).
+
+Invariant: outside the contexts nothing of torch's is changed; where torch's decomposition module lacks
 what is patched, the context changes nothing (the recurrence is unrolled, as before).
 """
 from __future__ import annotations
@@ -36,12 +40,11 @@ import torch
 # decomposition then picked the oneDNN layer with `train=False`, whose backward has no workspace to read.
 
 
-def _decompositions_module():
+def _decompositions_module(needed=("select_one_layer_lstm_function", "mkldnn_one_layer_lstm")):
     try:
         import torch._decomp.decompositions as decompositions
     except ImportError:  # pragma: no cover - torch without the module
         return None
-    needed = ("select_one_layer_lstm_function", "mkldnn_one_layer_lstm")
     return decompositions if all(hasattr(decompositions, name) for name in needed) else None
 
 
@@ -87,6 +90,52 @@ def keep_lstm_layers():
         yield
     finally:
         module.select_one_layer_lstm_function = original
+
+
+# NOTE [RNN dropout between layers]
+# torch's `_rnn_helper` (torch/_decomp/decompositions.py, used by the decompositions of rnn_tanh/rnn_relu,
+# lstm and gru, batched and packed, which AOT autograd's joint trace runs) overwrites its `dropout` argument
+# with `dropout if (train and num_layers < i - 1) else 0.0`, which is 0.0 for every layer (torch 2.13 and
+# 2.14): the joint of nn.LSTM/GRU/RNN(num_layers=2, dropout=0.5) in train mode had no dropout at all, and
+# drew no random numbers (outputs 0.04-0.7 off eager, gradients up to 6, and the generator's state after
+# the call differed). Inside `dropout_between_layers()` a call with dropout (train, more than one layer)
+# runs torch's helper one layer at a time and applies `torch.dropout(output, p, train=True)` between
+# layers, as eager's kernels do (at::dropout of the time-major output of each layer but the last): the
+# same shape, the same bernoulli draw from torch's generator (native_dropout, which stays in torch: NOTE
+# [Random ops stay whole] in onnxrt/lowering.py), so eager's masks under torch.manual_seed.
+def _helper_with_dropout(original):
+    def helper(input, hidden, params, has_biases, num_layers, dropout, train, bidirectional, batch_first,
+               layer_fn):
+        if not (dropout and train and num_layers > 1):
+            return original(input, hidden, params, has_biases, num_layers, dropout, train, bidirectional,
+                            batch_first, layer_fn)
+        per_layer = 2 if bidirectional else 1
+        input = input.transpose(0, 1) if batch_first else input
+        final_hiddens: list = []
+        for i in range(num_layers):
+            span = slice(i * per_layer, (i + 1) * per_layer)
+            input, hiddens = original(input, hidden[span], params[span], has_biases, 1, 0.0, train,
+                                      bidirectional, False, layer_fn)
+            final_hiddens += hiddens
+            if i < num_layers - 1:
+                input = torch.dropout(input, dropout, train=True)
+        return (input.transpose(0, 1) if batch_first else input), final_hiddens
+    return helper
+
+
+@contextlib.contextmanager
+def dropout_between_layers():
+    """While tracing a joint graph: RNN decompositions apply dropout between layers (NOTE [RNN dropout between layers])."""
+    module = _decompositions_module(("_rnn_helper",))
+    if module is None:
+        yield
+        return
+    original = module._rnn_helper
+    module._rnn_helper = _helper_with_dropout(original)
+    try:
+        yield
+    finally:
+        module._rnn_helper = original
 
 
 @functools.lru_cache(maxsize=None)
