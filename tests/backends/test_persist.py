@@ -184,3 +184,37 @@ def test_onnxrt_does_not_claim_a_refused_write_was_stored(monkeypatch, caplog):
     assert store.puts >= 1
     assert any("was not stored" in m for m in messages), messages
     assert not any("onnxrt: stored" in m for m in messages), messages
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.b(self.a(x).relu()).tanh()
+
+
+def test_onnxrt_restored_whole_graph_programs_keep_the_one_part_path():
+    """NOTE [Restored graphs keep the one-part path]: a program whose top graph is one ORT part called on
+    its inputs is called through that part directly after a save and load too (the restored graph has no FX
+    graph to read the layout from), with eager's values on fresh inputs and after a weight changes."""
+    torch.manual_seed(0)
+    gm = torch.fx.symbolic_trace(_Mlp().requires_grad_(False))
+    weights = [gm.a.weight, gm.a.bias, gm.b.weight, gm.b.bias]
+    graph = torch.fx.symbolic_trace(lambda a_w, a_b, b_w, b_b, x: torch.tanh(torch.nn.functional.linear(
+        torch.nn.functional.linear(x, a_w, a_b).relu(), b_w, b_b)))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        compiled = compile_with("onnxrt", graph, [*weights, x], None)
+        (program,) = compiled.programs.values()
+        assert program._one_part is not None  # the whole graph is one part
+        loaded = onnx_persist.load(onnx_persist.save(compiled), graph, None)
+        (restored,) = loaded.programs.values()
+        assert isinstance(restored.graph_module, onnx_persist.RestoredGraph)
+        assert restored._one_part is not None
+        for seed in (1, 2):
+            x = torch.randn(3, 8, generator=torch.Generator().manual_seed(seed))
+            torch.testing.assert_close(loaded(*weights, x), gm(x), **F32)
+        gm.a.weight.mul_(-1.0)
+        torch.testing.assert_close(loaded(*weights, x), gm(x), **F32)

@@ -138,27 +138,38 @@ def _rebuilt(program: Program, leaves: list) -> object:
 
 
 def _one_part(top) -> tuple | None:
-    """(the part, a getter of its arguments from the top graph's) when `top` is a GraphModule whose graph
-    is `out = part(<placeholders>); return [out]` for one single-output OrtPart; else None."""
-    if not isinstance(top, torch.fx.GraphModule):
+    """(the part, a getter of its arguments from the top graph's) when `top` only calls one single-output
+    OrtPart on its inputs and returns that output (`one_part_layout`); else None."""
+    layout = one_part_layout(top)
+    if layout is None:
         return None
+    name, positions = layout
+    part = getattr(top, name, None)
+    if type(part) is not runtime.OrtPart or not part.single_output:
+        return None
+    pick = operator.itemgetter(*positions) if len(positions) > 1 else (lambda args, k=positions[0]: (args[k],))
+    return part, pick
+
+
+def one_part_layout(top) -> tuple[str, list[int]] | None:
+    """(the part's attribute name, the positions of its arguments among the top graph's) when `top` is a
+    GraphModule whose graph is `out = part(<placeholders>); return [out]`, or a restored top graph saved
+    from one (NOTE [Restored graphs keep the one-part path] in persist.py); else None."""
+    if not isinstance(top, torch.fx.GraphModule):
+        return getattr(top, "one_part", None)
     nodes = list(top.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     calls = [n for n in nodes if n.op not in ("placeholder", "output")]
     if len(calls) != 1 or calls[0].op != "call_module" or calls[0].kwargs or nodes[-1].op != "output":
         return None
     call = calls[0]
-    part = getattr(top, call.target, None)
     result = nodes[-1].args[0]
-    if type(part) is not runtime.OrtPart or not part.single_output or not isinstance(result, (list, tuple)) \
-            or len(result) != 1 or result[0] is not call:
+    if not isinstance(result, (list, tuple)) or len(result) != 1 or result[0] is not call:
         return None
     index = {node: k for k, node in enumerate(placeholders)}
     if not call.args or not all(isinstance(a, torch.fx.Node) and a in index for a in call.args):
         return None
-    positions = [index[a] for a in call.args]
-    pick = operator.itemgetter(*positions) if len(positions) > 1 else (lambda args, k=positions[0]: (args[k],))
-    return part, pick
+    return call.target, [index[a] for a in call.args]
 
 
 _CPU = torch.device("cpu")
