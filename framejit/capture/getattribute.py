@@ -79,7 +79,10 @@ def custom_setattr(tx, obj: Value) -> types.FunctionType | None:
 def object_setattr(tx, obj: Value, name: str, value: Value) -> bool:
     """`object.__setattr__(obj, name, value)` for an object from outside whose class has its own
     `__setattr__`: a raw store (NOTE [Custom __setattr__]). False where the plain store path applies."""
-    if not isinstance(obj, ObjectValue) or obj.source is None or isinstance(obj.obj, (type, torch.nn.Module)):
+    if isinstance(obj, ObjectValue) and isinstance(obj.obj, torch.nn.Module):
+        _check_raw_module_store(obj.obj, name, value)
+        return False
+    if not isinstance(obj, ObjectValue) or obj.source is None or isinstance(obj.obj, type):
         return False
     cls = type(obj.obj)
     if getattr(cls, "__setattr__", object.__setattr__) is object.__setattr__:
@@ -88,6 +91,19 @@ def object_setattr(tx, obj: Value, name: str, value: Value) -> bool:
     lookup.guard_plain_store(tx.output, cls, name)
     tx.output.side_effects.store_attr(obj, name, value, raw=True)
     return True
+
+
+# NOTE [Raw stores into modules]: `object.__setattr__(m, name, v)` on an nn.Module puts `v` in `m.__dict__`
+# whatever it is; the plain store it is recorded as is replayed as `m.name = v`, Module.__setattr__, which
+# files a Parameter, a module, or any value under the name of a parameter, buffer or submodule in those
+# dicts instead (red team 16: `object.__setattr__(self, 'b', t)` for a buffer `b` left `self.__dict__`
+# without 'b' and replaced the buffer). Only a store that Module.__setattr__ also makes into `__dict__` is
+# recorded; any other breaks and runs in Python.
+def _check_raw_module_store(module: torch.nn.Module, name: str, value: Value) -> None:
+    filed = any(name in (module.__dict__.get(slot) or {}) for slot in ("_parameters", "_buffers", "_modules"))
+    if filed or issubclass(value.python_type(), (torch.nn.Parameter, torch.nn.Module)):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"object.__setattr__ of {name!r} on a module, past "
+                                                 "Module.__setattr__")
 
 
 def instance_dict(obj: NewObjectValue) -> Value:

@@ -76,3 +76,36 @@ def test_a_store_under_a_buffers_name_is_seen_by_reads_of_the_buffers(read):
     calls = [lambda fn, state, x=x: fn(x) for x in xs]
     eager, compiled = _runs(make, calls)
     assert eager == compiled
+
+
+# ---- NOTE [Raw stores into modules] (capture/getattribute.py) ---------------------------------------------
+
+class _RawStore(torch.nn.Module):
+    def __init__(self, read):
+        super().__init__()
+        self.register_buffer("b", torch.ones(2))
+        self.read = read
+
+    def forward(self, x):
+        object.__setattr__(self, "b", x * 3)
+        return self.b + 1, self.read(self)
+
+
+_RAW_STORE_READS = {
+    "none": lambda m: None,
+    "instance_dict": lambda m: sorted(k for k in vars(m) if not k.startswith("_")),
+    "buffers": lambda m: list(m.buffers()),
+}
+
+
+@pytest.mark.parametrize("read", sorted(_RAW_STORE_READS))
+def test_object_setattr_on_a_module_goes_past_module_setattr(read):
+    # before: object.__setattr__(self, 'b', t) for a buffer b was replayed as self.b = t (Module.__setattr__),
+    # which replaced the buffer in _buffers where eager puts t in self.__dict__ and keeps the buffer
+    def make():
+        m = _RawStore(_RAW_STORE_READS[read])
+        return m, m.__dict__
+
+    calls = [lambda fn, state, x=x: fn(x) for x in (torch.ones(2), torch.full((2,), 3.0), torch.zeros(2))]
+    eager, compiled = _runs(make, calls)
+    assert eager == compiled
