@@ -343,7 +343,7 @@ class JointGraph:
             made: dict = {}
             params_buffers = _params_buffers(flat_gm)  # what aot_module_simplified prepends to every call
             # NOTE [No donated buffers]
-            with original_tensor_methods(), layers, dropout_between_layers(), recorder.recording(), \
+            with original_tensor_methods(), layers, dropout_between_layers(), ops_kept_whole(), recorder.recording(), \
                     torch._functorch.config.patch(donated_buffer=False):  # NOTE [Patched Tensor methods while lowering]
                 joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder, made),
                                               bw_compiler=self._compiler("backward", recorder, made),
@@ -535,3 +535,34 @@ def training_decompositions(with_backward_ops: bool = False) -> dict:
     if with_backward_ops:
         table.update({op: fn for op, fn in decomposition_table.items() if "backward" in op.name()})
     return table
+
+
+# NOTE [Ops kept whole in joints]
+# Some ops carry a Python decomposition registered at the Autograd key (`py_impl(DispatchKey.Autograd)` in
+# torch/_decomp/decompositions.py), which AOT autograd's joint trace runs (it traces with the Python
+# dispatcher on) whatever decompositions a backend asks for. Where that decomposition computes other values
+# than eager's kernel, every joint computed them too. `multilabel_margin_loss_forward`'s differs for
+# targets with entries after the -1 that ends them (nn.MultiLabelMarginLoss in train mode under onnxrt: 1.2-3.6
+# off eager, tools/nn_sweep.py; torch 2.13 and 2.14). While a joint is traced, the ops listed here lose that
+# Python kernel, so they stay one op whose backward is torch's own derivative (multilabel_margin_loss_backward);
+# a backend that cannot run them runs them in torch (onnxrt: _NEVER_DECOMPOSED in onnxrt/lowering.py).
+_KEPT_WHOLE_IN_JOINTS = ("multilabel_margin_loss_forward",)
+
+
+@contextlib.contextmanager
+def ops_kept_whole():
+    """While tracing a joint: the ops of NOTE [Ops kept whole in joints] skip their Autograd-key decompositions."""
+    autograd = torch._C.DispatchKey.Autograd
+    removed = []
+    for name in _KEPT_WHOLE_IN_JOINTS:
+        op = getattr(torch.ops.aten, name).default
+        kernel = op.py_kernels.pop(autograd, None)
+        if kernel is not None:
+            op._dispatch_cache.clear()
+            removed.append((op, kernel))
+    try:
+        yield
+    finally:
+        for op, kernel in removed:
+            op.py_kernels[autograd] = kernel
+            op._dispatch_cache.clear()
