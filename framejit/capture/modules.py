@@ -50,6 +50,19 @@ def call_iteration_method(tx, fn, args: list[Value], kwargs: dict[str, Value]) -
     return IteratorValue(items)
 
 
+def check_marked_store(tx, name: str, value: Value) -> None:
+    """NOTE [Registering stores into modules]: Module.__setattr__ also registers a plain tensor marked
+    `_is_buffer` (what `nn.Buffer(t)` returns) or `_is_param` (its isinstance checks go through
+    _BufferMeta/_ParameterMeta), so `m.c = t` for such a `t` from outside made `c` a buffer that a later
+    `named_buffers()` in the same graph missed (red team 16). Such a store breaks, as a Parameter's does."""
+    from .builtins import _TENSOR_MARKERS, _marked_tensor
+    for spec in _TENSOR_MARKERS:
+        marked = _marked_tensor(tx, value, spec)
+        if marked is not None and marked.as_constant():
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"registering {name!r} (a tensor marked as a "
+                                                     f"{spec.__name__}) on a module inside the graph")
+
+
 def _options(fn, args: list[Value], kwargs: dict[str, Value]) -> dict:
     names = {"parameters": ("recurse",), "buffers": ("recurse",),
              "named_parameters": ("prefix", "recurse", "remove_duplicate"),

@@ -109,3 +109,34 @@ def test_object_setattr_on_a_module_goes_past_module_setattr(read):
     calls = [lambda fn, state, x=x: fn(x) for x in (torch.ones(2), torch.full((2,), 3.0), torch.zeros(2))]
     eager, compiled = _runs(make, calls)
     assert eager == compiled
+
+
+# ---- NOTE [Registering stores into modules] (capture/modules.py check_marked_store) -----------------------
+
+class _StoresIncoming(torch.nn.Module):
+    def forward(self, x, t):
+        self.c = t
+        return x + 1, [n for n, _ in self.named_buffers()], [n for n, _ in self.named_parameters()]
+
+
+def _marked(kind):
+    t = torch.ones(2)
+    if kind == "buffer":
+        return torch.nn.Buffer(t)
+    t._is_param = True
+    return t
+
+
+@pytest.mark.parametrize("kind", ["buffer", "param"])
+def test_storing_a_tensor_marked_as_a_buffer_or_parameter_registers_it(kind):
+    # before: Module.__setattr__ registers a tensor marked _is_buffer (nn.Buffer(t)) or _is_param under a new
+    # name, but the store was recorded as a plain one: named_buffers()/named_parameters() later in the graph
+    # missed 'c'
+    def make():
+        m = _StoresIncoming()
+        return m, m.__dict__
+
+    calls = [lambda fn, state: fn(torch.ones(2), _marked(kind)), lambda fn, state: fn(torch.ones(2), torch.ones(2)),
+             lambda fn, state: fn(torch.ones(2), _marked(kind))]
+    eager, compiled = _runs(make, calls)
+    assert eager == compiled
