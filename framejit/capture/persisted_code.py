@@ -14,9 +14,9 @@ process, and rebuilds it there.
 # hash), the frame hook of a user function called at the break (Hooks.function), the module-call and
 # call-through-hook helpers, and (c) plain values and importable objects (`locators.locate`). A
 # `Recorder` wraps the hooks BreakCodegen uses and remembers what each call returned, so that (b) is
-# recognised by identity. Anything else (a resume of another code object, try-block successors, an
-# object with no importable name) makes the entry NotPersistable: it is then kept in memory only, as
-# before. Guards, graph and artifact are persisted as for any entry.
+# recognised by identity (a break in a try block: NOTE [Persisted try-block successors]). Anything else (a
+# resume of another code object, an object with no importable name) makes the entry NotPersistable: it is
+# then kept in memory only, as before. Guards, graph and artifact are persisted as for any entry.
 
 Main names: `Recorder`, `dump_code(fn, cg, compiled, recorder) -> bytes`,
 `load_code(fn, data, compiled, hooks) -> Codegen`.
@@ -103,16 +103,20 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
             return ("hook", _import_locator(made[1]))
         if kind == "resume":
             _, code, index, layout, names, hooked, successors, loop = made
-            if successors or loop is False:
-                raise NotPersistable("the break has try-block successors")
+            if loop is False:
+                raise NotPersistable("the loop run as Python resumes in a function made elsewhere")
+            tail = _describe_successors(recorder, code, names, successors) if successors else None
             if loop is not None:  # NOTE [Persisted loops run as Python]
                 loop_index, after, after_layout = loop
                 _, after_code, exit_index, _, after_names, after_hooked, _, _ = after
                 if after_code is not code or after_names != names or not after_hooked:
                     raise NotPersistable("the loop run as Python resumes in another function after it")
                 loop = (loop_index, exit_index, after_layout)
+            if tail is not None:  # NOTE [Persisted try-block successors]
+                loop = None
+            extra = (None, tail) if tail is not None else (loop,) if loop else ()
             if code is fn.__code__:
-                return ("resume", index, layout, names, hooked) + ((loop,) if loop else ())
+                return ("resume", index, layout, names, hooked) + extra
             # a break inside a resume function resumes in the original function's code: found by name, and
             # its hash checked on load (a change before the break leaves this resume code as it was)
             locator = ("import", fn.__module__, code.co_qualname)
@@ -124,11 +128,28 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
                 locator = nested_code_locator(code, fn.__module__)  # NOTE [Nested code by its enclosing function]
                 if locator is None:
                     raise NotPersistable(f"the break resumes in {code.co_qualname}, which cannot be found by name")
-            return ("resume_in", locator, code_hash(code), index, layout, names, hooked) + ((loop,) if loop else ())
+            return ("resume_in", locator, code_hash(code), index, layout, names, hooked) + extra
         return (kind,)
     if type(value) is tuple and all(isinstance(v, (bool, int, float, str, bytes, type(None))) for v in value):
         return ("value", value)
     return ("locate", locate(value, fn))
+
+
+# NOTE [Persisted try-block successors]: a break inside a try block resumes in a plain tail function whose
+# edges out of the break instruction trampoline into hooked resume functions of the same code (NOTE [Breaks
+# inside try blocks] in graph_break.py); torch's optimizers break there on every step (`step` runs inside
+# `_use_grad_for_differentiable`'s try/finally). Those resume functions were made through the Recorder,
+# so each is described by its (index, stack layout) and made again on load, in the same order, before the
+# tail that trampolines into them; anything else among the successors keeps the entry in memory only.
+def _describe_successors(recorder: Recorder, code: types.CodeType, names: tuple, successors: tuple) -> tuple:
+    described = []
+    for edge, hook, after in successors:
+        made = recorder.made.get(id(hook))
+        if made is None or made[0] != "resume" or made[1] is not code or made[4] != names or not made[5] \
+                or made[6] or made[7] is not None or made[3] != after:
+            raise NotPersistable("the break has try-block successors that are no resume functions of its code")
+        described.append((edge, made[2], after))
+    return tuple(described)
 
 
 def _plain_arg(arg: Any) -> bool:
@@ -206,9 +227,13 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
 
 
 def _load_resume(hooks, fn: types.FunctionType, code: types.CodeType, index: int, layout: tuple, names: tuple,
-                 hooked: bool, loop: tuple | None = None):
-    """The resume (or tail) function described by `_describe` (NOTE [Persisted loops run as Python]): the
-    hooked resume function after a loop run as Python is made first, as BreakCodegen made it."""
+                 hooked: bool, loop: tuple | None = None, tail: tuple | None = None):
+    """The resume (or tail) function described by `_describe` (NOTE [Persisted loops run as Python], NOTE
+    [Persisted try-block successors]): the hooked resume functions a tail trampolines into, or the one after
+    a loop run as Python, are made first, as BreakCodegen made them."""
+    if tail is not None:
+        successors = tuple((edge, hooks.resume(code, at, after, names, fn), after) for edge, at, after in tail)
+        return hooks.resume(code, index, layout, names, fn, hooked, successors)
     if loop is None:
         return hooks.resume(code, index, layout, names, fn, hooked, ())
     loop_index, exit_index, after_layout = loop
