@@ -195,6 +195,14 @@ def keys_iterator_at(container: Any, index: int) -> Any:
     return iterator
 
 
+def range_iterator_at(start: int, stop: int, step: int, index: int) -> Any:
+    """CPython's iterator over range(start, stop, step), advanced past `index` items."""
+    return keys_iterator_at(range(start, stop, step), index)
+
+
+_LIST_ITERATOR = type(iter([]))
+
+
 def failing_iterator(message: str) -> Any:
     """An iterator whose next step raises CPython's RuntimeError `message`: its dict or set changed size
     before a graph break (NOTE [Live iteration])."""
@@ -403,7 +411,9 @@ class Reconstructor:
             return
         if value.lent_at is not None:
             raise lent_error(value)  # NOTE [Lent iterators]
-        if value.exhausted:
+        if value.iter_type is not _LIST_ITERATOR and value.owner is None and not value.looped:
+            self._own_type_iterator(value)  # NOTE [Iterators of their own type] in values/containers.py
+        elif value.exhausted:
             self._call_const(exhausted_list_iterator, [])
         elif isinstance(value.owner, ListValue):
             self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
@@ -413,6 +423,17 @@ class Reconstructor:
                              [ConstantValue(changed)] if changed else [value.owner, ConstantValue(value.index)])
         else:
             self._call_const(iter, [ListValue(value.items[value.index:])])
+
+    def _own_type_iterator(self, value: IteratorValue) -> None:
+        index = len(value.items) if value.exhausted else value.index
+        constant = value.constant
+        if type(constant) is range:
+            self._call_const(range_iterator_at, [ConstantValue(c) for c in (constant.start, constant.stop,
+                                                                               constant.step, index)])
+        elif constant is not None and type(constant) is not tuple:  # str, bytes: the whole, advanced
+            self._call_const(keys_iterator_at, [ConstantValue(constant), ConstantValue(index)])
+        else:
+            self._call_const(iter, [TupleValue(value.items[index:])])
 
     def _new_function(self, value: UserFunctionValue) -> None:
         """A function made inside the compiled region (a closure escaping as a return value): rebuilt

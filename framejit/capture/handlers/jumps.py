@@ -111,6 +111,7 @@ def _symbolic_rows(value) -> bool:
 def for_iter(tx, inst):
     if isinstance(tx.peek(), CarriedIteratorValue):  # NOTE [Loops carried across breaks]
         tx.stack[-1] = step_value(tx, tx.peek())
+    tx.peek().looped = True  # NOTE [Iterators of their own type] in values/containers.py
     item = tx.peek().next()
     if item is None:
         tx.pop()  # canonical form: an exhausted iterator is popped and the loop exits (NOTE in normalize)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..breaks import BreakKind, Unsupported, UserException
 from ..sources import Source
-from .base import Value
+from .base import ConstantValue, Value
 
 
 class SequenceValue(Value):
@@ -153,6 +153,9 @@ class IteratorValue(Value):
     start: int | None = None  # a list iterator from outside: its position at entry (NOTE [Iterators from outside])
     reverse_from: int | None = None  # a reversed list iterator from outside: CPython's index at entry
     lent_at: int | None = None  # drained by a combinator made at this root instruction (NOTE [Lent iterators])
+    iter_type: type = type(iter([]))  # NOTE [Iterators of their own type]
+    constant: Any = None  # iter(<a constant range, str, bytes or tuple>): that constant
+    looped = False  # stepped by a for loop (FOR_ITER): rebuilt as a list iterator (NOTE [Iterators of their own type])
 
     def next(self) -> Value | None:
         if self.lent_at is not None:
@@ -198,7 +201,7 @@ class IteratorValue(Value):
         return rest
 
     def python_type(self) -> type:
-        return type(iter([]))
+        return self.iter_type
 
 
 def lent_error(iterator: IteratorValue) -> Unsupported:
@@ -237,4 +240,16 @@ def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     if isinstance(value, (ListValue, DictValue, SetValue)) and \
             value.python_type() in (list, dict, set, frozenset, collections.OrderedDict):
         return IteratorValue(items, owner=value)
-    return IteratorValue(items)
+    iterator = IteratorValue(items)
+    # NOTE [Iterators of their own type]: `iter(t)` of a tuple is a tuple_iterator, of a range a
+    # range_iterator, of a str a str_ascii_iterator/str_iterator, ...; the trace answers `type(it)` with that
+    # type and rebuilds such an iterator that outlives the graph (returned, stored, live at a break) as one
+    # of the same type at the same position (codegen.Reconstructor._iterator), not as a list_iterator.
+    # Except one a for loop has stepped: at a break inside the loop, the resume function carries the loop
+    # on a list iterator (NOTE [Loops carried across breaks]), which must be the very object the frame's
+    # other references see (`it = iter(t); for v in it: ...` then `next(it)`); it stays a list iterator.
+    if isinstance(value, ConstantValue) and type(value.value) in (range, str, bytes, tuple):
+        iterator.constant, iterator.iter_type = value.value, type(iter(value.value))
+    elif isinstance(value, TupleValue) and value.python_type() is tuple:
+        iterator.iter_type = type(iter(()))
+    return iterator
