@@ -376,6 +376,11 @@ def _call_method(cg, container: Value, method: str, arg_temps: list[str]) -> Non
     cg.emit("POP_TOP")
 
 
+# NOTE [Stores that raise]: a store recorded here is made when the replay runs, after the graph and outside
+# the user's `try`; one that raises in eager raised there instead, after effects eager never made (red team
+# 16: `o.z = 1` into an `object()` or a `__slots__` instance from outside without that slot, `m.b = 3` for
+# a buffer `b`: the user's `except AttributeError/TypeError` never ran, later appends were made, and the
+# call raised). Such stores break, so Python makes them where the program does (and raises its message).
 def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = False) -> None:
     """Only stores whose replay is a plain setattr with the same effect are recorded."""
     cls = type(obj.obj)
@@ -386,8 +391,15 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = 
         attr = klass.__dict__.get(name)
         if attr is not None and hasattr(type(attr), "__set__"):
             raise Unsupported(BreakKind.SIDE_EFFECT, f"{cls.__name__}.{name} is a descriptor (property setter)")
+    if getattr(cls, "__dictoffset__", 0) == 0:  # NOTE [Stores that raise]: no instance dict
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"a store of {name!r} into a {cls.__name__} without __dict__")
     if isinstance(obj, NNModuleValue):
         mod = obj.obj
+        if name in (mod.__dict__.get("_buffers") or {}) and not issubclass(value.python_type(),
+                                                                            (torch.Tensor, type(None))):
+            # NOTE [Stores that raise]: Module.__setattr__ raises TypeError
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"a store of a {value.python_type().__name__} under the "
+                                                     f"buffer name {name!r}")
         if name in mod._modules and isinstance(value, NNModuleValue) and value.obj is mod._modules[name]:
             return  # `self.sub = self.sub.to(dtype)` (NOTE [Module.to without a change]): replayed, a no-op
         if name in mod._parameters or name in mod._modules:

@@ -140,3 +140,54 @@ def test_storing_a_tensor_marked_as_a_buffer_or_parameter_registers_it(kind):
              lambda fn, state: fn(torch.ones(2), _marked(kind))]
     eager, compiled = _runs(make, calls)
     assert eager == compiled
+
+
+# ---- NOTE [Stores that raise] (capture/side_effects.py) ----------------------------------------------------
+
+class _Slotted:
+    __slots__ = ("a",)
+
+    def __init__(self):
+        self.a = 1
+
+
+class _BufferHolder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.ones(2))
+
+
+_RAISING_STORES = {
+    "slots_without_the_name": (_Slotted, "b", 5),
+    "plain_object": (object, "z", 1),
+    "non_tensor_under_a_buffer_name": (_BufferHolder, "b", 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_RAISING_STORES))
+def test_a_store_that_raises_in_eager_raises_inside_the_users_try(case):
+    # before: the store was recorded and replayed after the graph, outside the user's try: the handler never
+    # ran, the append after the store was made, and the call raised AttributeError/TypeError
+    make_target, name, stored = _RAISING_STORES[case]
+
+    def make():
+        log = []
+        target = make_target()
+
+        def fn(x):
+            try:
+                if x.shape[0] == 3:
+                    setattr(target, name, stored)
+                else:
+                    target.__setattr__(name, stored)
+                log.append("stored")
+            except (AttributeError, TypeError) as e:
+                log.append(type(e).__name__)
+            log.append("after")
+            return x + 1
+
+        return fn, log
+
+    calls = [lambda fn, state, n=n: fn(torch.ones(n)) for n in (2, 3, 2)]
+    eager, compiled = _runs(make, calls)
+    assert eager == compiled
