@@ -253,6 +253,7 @@ class Reconstructor:
         self.out_local = out_local
         self.preloaded: dict[int, str] = {}  # id(value) -> local holding it (see preload)
         self._kept: list = []  # the preloaded values, alive so that their ids are not reused
+        self.own_type_iterators = True  # NOTE [Iterators of their own type] in values/containers.py
 
     def preload(self, values: list, sourced: bool = True) -> None:
         """Load every value that is rebuilt from a source (when `sourced`) and every mutable object made
@@ -411,7 +412,8 @@ class Reconstructor:
             return
         if value.lent_at is not None:
             raise lent_error(value)  # NOTE [Lent iterators]
-        if value.iter_type is not _LIST_ITERATOR and value.owner is None and not value.looped:
+        if value.iter_type is not _LIST_ITERATOR and value.owner is None and not value.looped \
+                and self.own_type_iterators:
             self._own_type_iterator(value)  # NOTE [Iterators of their own type] in values/containers.py
         elif value.exhausted:
             self._call_const(exhausted_list_iterator, [])
