@@ -13,9 +13,11 @@ so the frame runs eagerly and the mutation happens exactly as in eager.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import operator
 import re
+import types
 from typing import Any, Callable
 
 import torch
@@ -427,6 +429,7 @@ class OutputGraph:
             if not has_sym(result) or not has_sym(sym_or_int(result)):
                 return self._wrap_constant_result(target, sym_or_int(result))
         node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)
+        _check_no_function_args(target, (node_args, node_kwargs))
         if kind == "call_method" or (getattr(target, "__module__", None) or "").startswith("torch"):
             node_args, node_kwargs = tree_map(_python_type_as_dtype, (node_args, node_kwargs))
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
@@ -772,6 +775,20 @@ _PYTHON_DTYPES = {t: torch.empty(0, dtype=t).dtype for t in (int, float, bool, c
 
 def _python_type_as_dtype(x: Any) -> Any:
     return _PYTHON_DTYPES[x] if type(x) is type and x in _PYTHON_DTYPES else x
+
+
+# NOTE [Functions as arguments of graph ops]: FX writes a node's arguments with repr(), so a function among
+# them (vmap_impl(torch.sum, ...), reached by inlining the function `torch.vmap` returns) made graph code
+# that did not parse (SyntaxError when the graph was built: the frame ran wholly eagerly). Such a call is
+# a graph break, made by Python.
+_FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MethodDescriptorType,
+                   types.WrapperDescriptorType, types.MethodWrapperType, functools.partial)
+
+
+def _check_no_function_args(target: Any, node_args: tuple) -> None:
+    if any(isinstance(leaf, _FUNCTION_TYPES) for leaf in tree_leaves(node_args)):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL,
+                          f"{_target_name(target)} is given a function, which a graph cannot hold as an argument")
 
 
 def _node_of(x: Any) -> Any:

@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import sys
 import types
 from typing import Any
 
@@ -537,7 +538,32 @@ def _is_torch_callable(obj: Any) -> bool:
     code = getattr(obj, "__code__", None)
     if code in _DECORATOR_WRAPPER_CODES or (isinstance(code, types.CodeType) and code.co_flags & inspect.CO_GENERATOR):
         return False  # NOTE [Decorated torch functions]
-    return module == "torch" or module.startswith("torch.") or module.startswith("torch._C")
+    if not (module == "torch" or module.startswith("torch.") or module.startswith("torch._C")):
+        return False
+    return not (isinstance(obj, types.FunctionType) and hasattr(obj, "__wrapped__")) or _named_as_itself(obj)
+
+
+# NOTE [Torch names that are not the function]: FX writes a call of a function whose `__module__` is a
+# torch module by its module and `__name__` (torch.fx.node._get_qualified_name), not through the graph's
+# globals. A Python function that functools.wraps gave a torch function's names (it has `__wrapped__`) is
+# another object under that name: `torch.vmap(torch.sum)` returns vmap's `wrapped`, named `torch.sum`, so a
+# graph calling it called torch.sum on the whole batch (a scalar where eager gives one sum per row), and
+# `torch.vmap(torch.Tensor.acos_)` gave `torch._functorch.apis.acos_`, which does not exist (AttributeError
+# at the call). Such a wrapper is a graph op only when that name is the function itself (a torch function
+# decorated in its own module); else it is inlined like user code.
+def _named_as_itself(fn: types.FunctionType) -> bool:
+    try:
+        name = torch.fx.node._get_qualified_name(fn)
+    except Exception:  # a lambda without source
+        return False
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        obj = sys.modules.get(".".join(parts[:cut]))
+        if obj is not None:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr, None)
+            return obj is fn
+    return False
 
 
 # NOTE [Decorated torch functions]: a torch function decorated with a grad-mode manager
