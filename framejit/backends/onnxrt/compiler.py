@@ -79,7 +79,8 @@ _MAX_ATTEMPTS = 8
 # 27: frozen running statistics are compared by value (NOTE [Statistics written without a bump]).
 # 28: gelu's zeros take eager's sign (NOTE [Sign of gelu's zeros] in translate.py).
 # 29: copies that replace a copy or a cat take the op's memory format (NOTE [Copies laid out as the op]).
-REVISION = 29
+# 30: a matrix times a 1-D tensor is a product with a column (NOTE [Transposed matrix times a vector]).
+REVISION = 30
 
 
 @dataclasses.dataclass

@@ -341,6 +341,7 @@ def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
             RemoveUnusedNodesPass()(model)
         _add_function_opsets(model)
         fold_transposes_into_gemm(graph)
+        matrix_times_vector_as_matrix_product(model)  # NOTE [Transposed matrix times a vector]
         shapes.fold_reshape_shapes(graph, gm)  # NOTE [Shapes from the graph's inputs]
         return ir.serde.serialize_model(model).SerializeToString()
 
@@ -404,6 +405,49 @@ def fold_transposes_into_gemm(graph) -> int:
             if not producer.outputs[0].uses() and not producer.outputs[0].is_graph_output():
                 graph.remove(producer, safe=True)
     return folded
+
+
+# NOTE [Transposed matrix times a vector]
+# ONNX Runtime (1.32, CPU, graph optimization level EXTENDED or above: what sessions use) fuses
+# `MatMul(Transpose(A), b)` into one FusedMatMul with transA, which computes a wrong product when `b` is 1-D
+# (the batched case too): torch.mv(W.t(), u), W.transpose(-2, -1) @ u and spectral_norm's power iteration
+# (`mv(weight_mat.H, u)`: its v buffer, outputs and gradients off by 1-60 in train mode) were off by the size
+# of the values; with a 2-D `b` (and with a 1-D left operand) the fused product is right. So a MatMul whose
+# right operand is known 1-D multiplies by the column `Unsqueeze(b, -1)` and drops that dimension again
+# (`Squeeze(.., -1)`): the same product, which ORT computes right whether it fuses it or not. torchlib
+# functions that hold a MatMul (aten_addmv: torch.addmv(b, W.t(), u) was off too) are inlined first (ORT
+# inlines them anyway), so that their MatMul reads the call's operands, whose shapes are known.
+def matrix_times_vector_as_matrix_product(model) -> int:
+    """Make every MatMul of a matrix (or batch) by a 1-D tensor a product with a column (in place)."""
+    import numpy as np
+    import onnx_ir as ir
+    from onnx_ir.passes.common import InlinePass
+
+    InlinePass(criteria=lambda function: any(n.op_type == "MatMul" for n in function))(model)
+    graph, count = model.graph, 0
+    for node in list(graph):
+        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+            continue
+        left, right = node.inputs
+        if right is None or right.shape is None or len(right.shape) != 1 or left is None or \
+                left.shape is None or len(left.shape) < 2:
+            continue
+        label = f"{node.name}_column"  # still node_<n>__<k>... (the module docstring's invariant)
+        axes = ir.node("Constant", [], {"value": ir.tensor(np.array([-1], dtype=np.int64))}, name=f"{label}0")
+        column = ir.node("Unsqueeze", [right, axes.outputs[0]], name=f"{label}1")
+        product = ir.node("MatMul", [left, column.outputs[0]], name=f"{label}2")
+        squeezed = ir.node("Squeeze", [product.outputs[0], axes.outputs[0]], name=f"{label}3")
+        for k, made in enumerate((axes, column, product)):
+            made.outputs[0].name = f"framejit_column_{node.name}_{k}"
+        old = node.outputs[0]
+        squeezed.outputs[0].shape, squeezed.outputs[0].type = old.shape, old.type
+        graph.insert_before(node, [axes, column, product, squeezed])
+        name = old.name
+        old.replace_all_uses_with(squeezed.outputs[0], replace_graph_outputs=True)
+        graph.remove(node, safe=True)
+        squeezed.outputs[0].name = name
+        count += 1
+    return count
 
 
 def _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm) -> None:
