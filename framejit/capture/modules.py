@@ -93,6 +93,8 @@ def _walk(tx, root: NNModuleValue, options: dict, slot: str):
                 yield "", value, name
             elif child is not None:
                 _child(tx, root, name)  # read through its source: guarded to alias the first
+            else:
+                _guard_none(tx, root, "_modules", name)
         _guard_distinct(tx, distinct)
         return
     if recurse or slot == "modules":
@@ -121,6 +123,8 @@ def _walk(tx, root: NNModuleValue, options: dict, slot: str):
                 yield path, module_value, name
             elif value is not None:  # a duplicate: read through its source, guarded to alias the first
                 wrap(tx.output, value, DictSlotSource(module_value.source, slot, name))
+            else:
+                _guard_none(tx, module_value, slot, name)
     _guard_distinct(tx, distinct)
 
 
@@ -153,9 +157,19 @@ def _all_modules(tx, root: NNModuleValue, unique: bool = True) -> list[tuple[str
         for name, child in value.obj._modules.items():
             if child is not None:
                 visit(f"{path}.{name}" if path else name, _child(tx, value, name))
+            else:
+                _guard_none(tx, value, "_modules", name)
 
     visit("", root)
     return result
+
+
+# NOTE [Entries set to None]: `m.sub = None` (or register_buffer/register_parameter(name, None)) keeps the
+# name in the dict with None, which the walks skip; the key list guard still holds when the entry is set
+# back to a module or tensor (`m.sub = nn.Sigmoid()`), so a skipped None is guarded to stay None (red team
+# 16: children() kept walking one child after `m.a = None; m.a = nn.Sigmoid()`).
+def _guard_none(tx, parent: NNModuleValue, slot: str, name: str) -> None:
+    tx.output.guard_constant(DictSlotSource(parent.source, slot, name), None)
 
 
 def _child(tx, parent: NNModuleValue, name: str) -> NNModuleValue:

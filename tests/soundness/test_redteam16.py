@@ -191,3 +191,52 @@ def test_a_store_that_raises_in_eager_raises_inside_the_users_try(case):
     calls = [lambda fn, state, n=n: fn(torch.ones(n)) for n in (2, 3, 2)]
     eager, compiled = _runs(make, calls)
     assert eager == compiled
+
+
+# ---- NOTE [Entries set to None] (capture/modules.py) -------------------------------------------------------
+
+class _TwoOfEach(torch.nn.Module):
+    def __init__(self, walk):
+        super().__init__()
+        self.a = torch.nn.ReLU()
+        self.b = torch.nn.Tanh()
+        self.p = torch.nn.Parameter(torch.ones(2))
+        self.register_buffer("q", torch.ones(2))
+        self.walk = walk
+
+    def forward(self, x):
+        return self.walk(self, x)
+
+
+def _through_children(m, x):
+    for c in m.children():
+        x = c(x)
+    return x
+
+
+_NONE_WALKS = {
+    "children": (_through_children, "a", lambda: torch.nn.Sigmoid()),
+    "named_modules": (lambda m, x: x + len(list(m.named_modules())), "a", lambda: torch.nn.Sigmoid()),
+    "parameters": (lambda m, x: x + sum(p.sum() for p in m.parameters()), "p",
+                   lambda: torch.nn.Parameter(torch.full((2,), 3.0))),
+    "buffers": (lambda m, x: x + sum(b.sum() for b in m.buffers()), "q", lambda: torch.full((2,), 5.0)),
+}
+
+
+@pytest.mark.parametrize("walk", sorted(_NONE_WALKS))
+def test_walks_over_an_entry_set_to_none_and_back(walk):
+    # before: a walk skipped the None entry without a guard, and the key list guard held when it was set
+    # back: children() walked one module, parameters()/buffers() summed one tensor, after `m.a = None` then
+    # `m.a = nn.Sigmoid()`
+    fn, name, make_entry = _NONE_WALKS[walk]
+
+    def make():
+        m = _TwoOfEach(fn)
+        return m, m
+
+    calls = [lambda m, state: m(torch.tensor([-1.0, 1.0])),
+             lambda m, state: (setattr(state, name, None), m(torch.tensor([-1.0, 1.0])))[1],
+             lambda m, state: (setattr(state, name, make_entry()), m(torch.tensor([-1.0, 1.0])))[1],
+             lambda m, state: m(torch.tensor([-2.0, 2.0]))]
+    eager, compiled = _runs(make, calls)
+    assert eager[:-1] == compiled[:-1]  # (the last entry is the module object itself)
