@@ -324,35 +324,19 @@ class Reconstructor:
             cg.load_fast(value.name)
             return
         if isinstance(value, SymNodeValue) and id(value.node) in self.output_index:  # NOTE [Symbolic shapes]
-            cg.load_fast(self.out_local)
-            cg.load_const(self.output_index[id(value.node)])
-            cg.subscr()
+            self._graph_output(self.output_index[id(value.node)])
         elif isinstance(value, TensorValue):
             index = self.output_index.get(id(value.node))
             if index is None:
                 value.source.reload(cg)
             else:
-                cg.load_fast(self.out_local)
-                cg.load_const(index)
-                cg.subscr()
+                self._graph_output(index)
         elif value.source is not None and not isinstance(value, (ListValue, DictValue)):
             value.source.reload(cg)
         elif isinstance(value, SymRangeValue):  # NOTE [Loops over symbolic ranges] in python_loops.py
             self._call_const(range, [*value.bounds, ConstantValue(value.step)])
-        elif isinstance(value, ConstantValue) and isinstance(value.value, BaseException):
-            cg.push_null()  # NOTE [Exceptions made while tracing]
-            cg.load_const(fresh_exception)
-            cg.load_const(value.value)
-            cg.call(1)
-        elif isinstance(value, ConstantValue) and type(value.value) in GETTERS:  # NOTE [Operator getters]
-            cg.push_null()
-            cg.load_const(type(value.value))
-            for arg in getter_args(value.value):
-                cg.load_const(arg)
-            cg.call(len(getter_args(value.value)))
         elif isinstance(value, ConstantValue):
-            from .shapes import concrete  # a size the trace kept symbolic is specialised here (guarded)
-            cg.load_const(concrete(value.value))
+            self._constant(value)
         elif isinstance(value, DictViewValue):  # NOTE [Live dict views]
             self._call_const(view_of, [value.mapping, ConstantValue(value.kind)])
         elif isinstance(value, SequenceValue):
@@ -361,15 +345,47 @@ class Reconstructor:
             self._dict(value)
         elif isinstance(value, NewObjectValue):
             self._new_object(value)
-        elif isinstance(value, SetValue) and value.frozen is not None and value.cls is frozenset:
-            cg.load_const(value.frozen)  # NOTE [Set order]: immutable, with the program's layout
-        elif isinstance(value, SetValue) and value.frozen is not None:  # NOTE [Plain set subclasses]
+        elif isinstance(value, SetValue):
+            self._set(value)
+        else:
+            self._other(value)
+
+    def _graph_output(self, index: int) -> None:
+        self.cg.load_fast(self.out_local)
+        self.cg.load_const(index)
+        self.cg.subscr()
+
+    def _constant(self, value: ConstantValue) -> None:
+        cg = self.cg
+        if isinstance(value.value, BaseException):
+            cg.push_null()  # NOTE [Exceptions made while tracing]
+            cg.load_const(fresh_exception)
+            cg.load_const(value.value)
+            cg.call(1)
+        elif type(value.value) in GETTERS:  # NOTE [Operator getters]
+            cg.push_null()
+            cg.load_const(type(value.value))
+            for arg in getter_args(value.value):
+                cg.load_const(arg)
+            cg.call(len(getter_args(value.value)))
+        else:
+            from .shapes import concrete  # a size the trace kept symbolic is specialised here (guarded)
+            cg.load_const(concrete(value.value))
+
+    def _set(self, value: SetValue) -> None:
+        if value.frozen is not None and value.cls is frozenset:
+            self.cg.load_const(value.frozen)  # NOTE [Set order]: immutable, with the program's layout
+        elif value.frozen is not None:  # NOTE [Plain set subclasses]
             self._call_const(value.cls, [ConstantValue(_set_template(value))])  # a new instance each call
-        elif isinstance(value, SetValue) and value.is_constant():
+        elif value.is_constant():
             self._call_const(value.cls, [ConstantValue(_set_template(value))])  # a new set each call
-        elif isinstance(value, SetValue):  # NOTE [Sets of tensors]
+        else:  # NOTE [Sets of tensors]
             self._call_const(value.cls, [TupleValue([key_value(k) for k in value.items])])
-        elif isinstance(value, BoundMethodValue):
+
+    def _other(self, value: Value) -> None:
+        """Methods, functions, iterators, objects, partials and the other values `emit` rebuilds."""
+        cg = self.cg
+        if isinstance(value, BoundMethodValue):
             self._call_const(types.MethodType, [value.func, value.self_value])
         elif isinstance(value, TensorMethodValue):
             self.emit(value.tensor)

@@ -51,7 +51,7 @@ def _tail(it):
 
 @pytest.mark.parametrize("fn", [_returned, _type_names, _live_at_break, _loop_then_next], ids=lambda f: f.__name__.strip("_"))
 def test_iterators_keep_their_type_and_position(fn, capsys):
-    framejit.reset()
+    eager_before = framejit.stats()["eager_frames"]
     compiled = framejit.compile(fn, backend=CountingBackend())
     for call, k in enumerate((1, 2, 4)):
         x = torch.randn(3)
@@ -66,7 +66,7 @@ def test_iterators_keep_their_type_and_position(fn, capsys):
             assert _tail(got[1][-1]) == _tail(want[1][-1])
         else:
             assert got[1] == want[1], (call, got[1], want[1])
-    assert framejit.stats()["eager_frames"] == 0  # an iterator live at a break is still read by the resume
+    assert framejit.stats()["eager_frames"] == eager_before  # an iterator live at a break is read by the resume
     out = capsys.readouterr().out
     assert fn is not _live_at_break or out.count("break") == 6
     assert fn is not _loop_then_next or out.count("step") == 18
