@@ -20,6 +20,15 @@ raises and handles it (convert.py), an inlined callee's exception takes NOTE [Ex
 callees]. A callee's handler that already mutated visible state before giving up cannot be undone inside
 this trace (places that model a caught exception, such as `hasattr`, would keep the trace going), so that
 case is a graph break instead, which retraces the frame from scratch.
+
+NOTE [Handlers of callees given up]: a callee's exception that leaves it from under its own handler carries
+`callee_break` (NOTE [Exceptions caught in callees]); unless the trace followed that handler to its end and
+it raised the same exception again (RERAISE: a `finally`, an `except` that does not match), whether the
+callee handles it is unknown (the handler could not be traced, or was never followed: a RuntimeError, a
+with-block's exit, a bare `raise`). A caller's handler then must not take it: it did, so a callee whose
+except clause calls something untraceable (str(t), sys._getframe(), a torch module global such as
+nn.Module's always-called forward hooks read) lost its handler and the caller's `except` ran instead (red
+team 16). It propagates to the root frame, which breaks at its call into the callee (convert.py).
 """
 from __future__ import annotations
 
@@ -48,6 +57,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
         return False
     if insts[handler + 1].name == "WITH_EXCEPT_START" or inst.name == "RAISE_VARARGS" and inst.arg == 2:
         return False  # a with-block's exit; `raise X from Y`, whose cause the exception constant lacks
+    if getattr(e, "callee_break", None) is not None and not getattr(e, "escape_traced", False):
+        return False  # NOTE [Handlers of callees given up]
     effects = tx.output.side_effects
     tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched)))
     del tx.stack[inst.handler_depth:]
@@ -70,6 +81,8 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
                            f"the except clause of {tx.code.co_qualname} that caught {type(first.exception.exc).__name__} "
                            f"could not be traced ({raised})")
     tx.current = tx.program.insts[first.index]
+    if isinstance(raised, UserException) and raised.exc is first.exception.exc:
+        first.exception.escape_traced = True  # NOTE [Handlers of callees given up]: traced to its RERAISE
     return first.exception
 
 

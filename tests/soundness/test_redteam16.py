@@ -3,6 +3,8 @@ on separate but equal state over several calls, changing what the code reads bet
 results, printed output and the state left behind."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -240,3 +242,77 @@ def test_walks_over_an_entry_set_to_none_and_back(walk):
              lambda m, state: m(torch.tensor([-2.0, 2.0]))]
     eager, compiled = _runs(make, calls)
     assert eager[:-1] == compiled[:-1]  # (the last entry is the module object itself)
+
+
+# ---- NOTE [Handlers of callees given up] (capture/caught_exceptions.py) ----------------------------------
+
+def _handled_inside(log, handler_body):
+    def callee(x):
+        try:
+            raise ValueError("inner")
+        except ValueError:
+            handler_body(log, x)
+            log.append("callee handled")
+        return x * 2
+
+    def middle(x):
+        return callee(x) + 1
+
+    def fn(x):
+        try:
+            return middle(x)
+        except ValueError:
+            log.append("caller caught")
+            return x
+
+    return fn
+
+
+_UNTRACEABLE_HANDLERS = {
+    "str_of_a_tensor": lambda log, x: log.append(str(x)),
+    "getframe": lambda log, x: log.append(sys._getframe().f_code.co_name),
+    "print": lambda log, x: print("handling", x.shape),
+}
+
+
+@pytest.mark.parametrize("body", sorted(_UNTRACEABLE_HANDLERS))
+def test_a_callees_own_handler_runs_when_it_cannot_be_traced(body, capsys):
+    # before: the callee's except clause could not be traced, so the trace gave it up and the exception
+    # left the callee; the caller's `except ValueError` was followed instead: the callee's handler never
+    # ran and the caller's did, on every call
+    def make():
+        log = []
+        return _handled_inside(log, _UNTRACEABLE_HANDLERS[body]), log
+
+    calls = [lambda fn, state, n=n: fn(torch.ones(n)) for n in (2, 3, 2)]
+    eager, compiled = _runs(make, calls)
+    assert eager == compiled
+
+
+class _Raises(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 2:
+            raise ValueError("too long")
+        return x + 1
+
+
+def test_an_always_called_forward_hook_runs_when_forward_raises():
+    # before: torch's exception path (module_hooks._run_always_called) reads torch's global hook dicts, which
+    # the trace gave up on, and the caller's `except` took the exception: the hook never ran
+    def make():
+        log = []
+        m = _Raises()
+        m.register_forward_hook(lambda mod, args, out: log.append("hook"), always_call=True)
+
+        def fn(x):
+            try:
+                return m(x)
+            except ValueError:
+                log.append("caught")
+                return x
+
+        return fn, log
+
+    calls = [lambda fn, state, n=n: fn(torch.ones(n)) for n in (2, 3, 2, 3)]
+    eager, compiled = _runs(make, calls)
+    assert eager == compiled
