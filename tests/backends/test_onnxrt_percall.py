@@ -50,12 +50,14 @@ def _check(gm, compiled, w, b, seeds, dtype=torch.float32):
     assert all(p is not None for p in compiled.programs.values()), "a signature fell back to eager"
 
 
-def _stride_calls(fn) -> int:
+def _calls(fn, event: str, name: str) -> int:
+    """How many profiler `event`s ("call": Python functions, "c_call": C functions) named `name` `fn` makes."""
     calls = []
 
-    def profile(frame, event, arg):
-        if event == "c_call" and getattr(arg, "__name__", "") == "stride":
-            calls.append(arg)
+    def profile(frame, seen, arg):
+        callee = arg if seen == "c_call" else frame.f_code
+        if seen == event and getattr(callee, "co_name" if seen == "call" else "__name__", "") == name:
+            calls.append(1)
 
     sys.setprofile(profile)
     try:
@@ -63,6 +65,10 @@ def _stride_calls(fn) -> int:
     finally:
         sys.setprofile(None)
     return len(calls)
+
+
+def _stride_calls(fn) -> int:
+    return _calls(fn, "c_call", "stride")
 
 
 def test_unchanged_weights_are_not_read_again():
@@ -206,22 +212,6 @@ class _Add(torch.nn.Module):
         return x * 2 + y
 
 
-def _py_calls(fn, name: str) -> int:
-    """Python-level calls of functions named `name` while `fn` runs."""
-    calls = []
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_name == name:
-            calls.append(1)
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return len(calls)
-
-
 def test_a_graph_without_weights_is_not_searched_for_weights_on_every_call():
     """A graph with no weights (`x * 2 + y`) remembers that it has none: later calls look its program up by
     the full signature, without searching the inputs for weights again (Parameter's `__instancecheck__`);
@@ -231,8 +221,8 @@ def test_a_graph_without_weights_is_not_searched_for_weights_on_every_call():
     with torch.no_grad():
         compiled = onnxrt(gm, [x, y], {"allow_spinning": False})
         torch.testing.assert_close(compiled(x, y), gm(x, y), **F32)
-        assert _py_calls(lambda: compiled(x, y), "__instancecheck__") == 0
-        assert _py_calls(lambda: compiled(x, y), "_memo_positions") == 0
+        assert _calls(lambda: compiled(x, y), "call", "__instancecheck__") == 0
+        assert _calls(lambda: compiled(x, y), "call", "_memo_positions") == 0
         cases = [(x.t(), y.t()), (x.double(), y.double()), (torch.nn.Parameter(x, requires_grad=False), y),
                  (x[:, :2], y[:, 1:3]), (x, y)]
         for a, b in cases * 2:
