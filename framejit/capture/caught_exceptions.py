@@ -22,13 +22,15 @@ this trace (places that model a caught exception, such as `hasattr`, would keep 
 case is a graph break instead, which retraces the frame from scratch.
 
 NOTE [Handlers of callees given up]: a callee's exception that leaves it from under its own handler carries
-`callee_break` (NOTE [Exceptions caught in callees]); unless the trace followed that handler to its end and
-it raised the same exception again (RERAISE: a `finally`, an `except` that does not match), whether the
-callee handles it is unknown (the handler could not be traced, or was never followed: a RuntimeError, a
-with-block's exit, a bare `raise`). A caller's handler then must not take it: it did, so a callee whose
-except clause calls something untraceable (str(t), sys._getframe(), a torch module global such as
-nn.Module's always-called forward hooks read) lost its handler and the caller's `except` ran instead (red
-team 16). It propagates to the root frame, which breaks at its call into the callee (convert.py).
+`callee_break` (NOTE [Exceptions caught in callees]); unless the trace followed that handler to a raise of
+the same exception type (RERAISE: a `finally`, an `except` that does not match; `raise KeyError(key) from
+None` as os.environ's), whether the callee handles it is unknown (the handler could not be traced, or was
+never followed: a RuntimeError, a with-block's exit, a bare `raise`). Neither a caller's handler nor the
+places that model a caught exception (hasattr, getattr/next with a default, Mapping.get, `in`) may take it:
+they did, so a callee whose except clause calls something untraceable (str(t), print, sys._getframe(), a
+torch module global such as nn.Module's always-called forward hooks read) lost its handler, and the
+caller's `except` ran or hasattr answered False instead (red team 16). Such an exception leaves the callee
+as its `callee_break` (translator.run): the root frame breaks at its call into the callee (convert.py).
 """
 from __future__ import annotations
 
@@ -81,8 +83,8 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
                            f"the except clause of {tx.code.co_qualname} that caught {type(first.exception.exc).__name__} "
                            f"could not be traced ({raised})")
     tx.current = tx.program.insts[first.index]
-    if isinstance(raised, UserException) and raised.exc is first.exception.exc:
-        first.exception.escape_traced = True  # NOTE [Handlers of callees given up]: traced to its RERAISE
+    if isinstance(raised, UserException) and type(raised.exc) is type(first.exception.exc):
+        first.exception.escape_traced = True  # NOTE [Handlers of callees given up]: traced to a raise of it
     return first.exception
 
 

@@ -112,6 +112,8 @@ class Translator:
                 e.callee_break = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(e.exc).__name__} raised where "
                                              f"{self.code.co_qualname} has a try or with block around it")
                 _attach_stack(e.callee_break, self.user_stack())
+                if not getattr(e, "escape_traced", False):  # NOTE [Handlers of callees given up]
+                    e = e.callee_break
             _attach_stack(e, self.user_stack())
             if self.parent is None and getattr(e, "root_index", None) is None:
                 e.root_index = self.current.index if self.current is not None else None
@@ -131,11 +133,13 @@ class Translator:
         while tracing]) but not a with-block's, and gives up on a handler it cannot trace. An exception
         raised in an inlined callee where that callee's own try/except, try/finally or with-block covers
         the instruction (its handler starts with PUSH_EXC_INFO; 3.12's comprehension cleanups do not) may
-        be handled there. It still leaves the callee as a UserException, so the places that model a
-        caught exception (hasattr, getattr and next with a default, Mapping.get over `self[key]`, ...)
-        see what they did before; it carries `callee_break`, and if it reaches the root frame (which ran
-        wholly eagerly before), convert takes that graph break instead: at the root frame's call into
-        the callee, which then runs through its frame hook and is captured as its own frame."""
+        be handled there. Where the trace followed that handler to a raise of the same exception type, it
+        still leaves the callee as a UserException, so the places that model a caught exception (hasattr,
+        getattr and next with a default, Mapping.get over `self[key]`, ...) see what they did before; it
+        carries `callee_break`, and if it reaches the root frame (which ran wholly eagerly before), convert
+        takes that graph break instead: at the root frame's call into the callee, which then runs through
+        its frame hook and is captured as its own frame. Otherwise it leaves as that break (NOTE [Handlers
+        of callees given up])."""
         handler = self.current.handler if self.current is not None else None
         return handler is not None and is_user_handler(self.program.insts, handler)
 

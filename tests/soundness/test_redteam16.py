@@ -3,6 +3,7 @@ on separate but equal state over several calls, changing what the code reads bet
 results, printed output and the state left behind."""
 from __future__ import annotations
 
+import collections.abc
 import sys
 
 import pytest
@@ -314,5 +315,56 @@ def test_an_always_called_forward_hook_runs_when_forward_raises():
         return fn, log
 
     calls = [lambda fn, state, n=n: fn(torch.ones(n)) for n in (2, 3, 2, 3)]
+    eager, compiled = _runs(make, calls)
+    assert eager == compiled
+
+
+class _FallbackProperty:
+    @property
+    def p(self):
+        try:
+            return self._missing
+        except AttributeError:
+            print("fallback")
+            return 5
+
+
+class _FallbackMapping(collections.abc.Mapping):
+    def __init__(self):
+        self.d = {"a": 1}
+
+    def __getitem__(self, key):
+        try:
+            return self.d[key]
+        except KeyError:
+            print("fallback")
+            return 8
+
+    def __iter__(self):
+        return iter(self.d)
+
+    def __len__(self):
+        return len(self.d)
+
+
+_MODELLED_CATCHES = {
+    "hasattr": lambda: hasattr(_FallbackProperty(), "p"),
+    "getattr_default": lambda: getattr(_FallbackProperty(), "p", -1),
+    "mapping_get": lambda: _FallbackMapping().get("zz", -3),
+    "mapping_contains": lambda: "zz" in _FallbackMapping(),
+}
+
+
+@pytest.mark.parametrize("catch", sorted(_MODELLED_CATCHES))
+def test_a_callees_own_handler_runs_under_hasattr_and_friends(catch, capsys):
+    # before: the getter's / __getitem__'s except clause (a print) could not be traced, the exception left
+    # the callee and hasattr / getattr(.., default) / Mapping.get / `in` modelled it as absent: False, -1,
+    # -3 and False where eager's handler returns a value
+    read = _MODELLED_CATCHES[catch]
+
+    def make():
+        return (lambda x: (x + 1, read())), None
+
+    calls = [lambda fn, state, n=n: fn(torch.ones(n)) for n in (2, 3, 2)]
     eager, compiled = _runs(make, calls)
     assert eager == compiled
