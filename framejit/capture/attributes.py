@@ -381,6 +381,8 @@ def _module_attr(tx, obj: PyModuleValue, name: str) -> Value:
     if name == "__dict__" and any(key[0] == id(_module_dict(obj.obj)) for key in tx.output.side_effects.globals):
         raise Unsupported(BreakKind.SIDE_EFFECT, "the __dict__ of a module with stores not yet replayed")
     raw = _module_dict(obj.obj)
+    if type(raw) is dict:
+        tx.output.side_effects.check_namespace_read(raw, name)  # NOTE [Reads past writes through a namespace dict]
     if type(raw) is dict and name not in raw and "__getattr__" in raw and not is_library_module(obj.obj):
         # NOTE [Module __getattr__]: a name the module's dict lacks is computed by its PEP 562 `__getattr__`,
         # user code that may answer differently (or count) on each call: read in Python, never folded (the

@@ -226,6 +226,15 @@ class SideEffects:
             raise Unsupported(BreakKind.SIDE_EFFECT, "reading a module's _buffers after a store into it, replayed "
                                                      "after the graph")
 
+    def check_namespace_read(self, namespace: dict, name: str) -> None:
+        """NOTE [Reads past writes through a namespace dict]: a global or module attribute read from the real
+        `namespace` breaks when the trace wrote into it through a dict value (`globals()[name] = v`,
+        `vars(mod).update(...)`), whose writes are replayed after the graph."""
+        held = self._held_dict(namespace)
+        if held is not None and id(held) in self.containers:
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"reading {name!r} from a namespace written through its "
+                                                     "dict, replayed after the graph")
+
     def attr(self, obj: Any, name: str) -> Value | None:
         entry = self.attrs.get((id(obj), name))
         return entry[2] if entry is not None else None
@@ -422,6 +431,11 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = 
 # `check_dict_read`, called where a dict from outside is first wrapped (values/builder.wrap: `m._buffers`,
 # or the dict reached any other way) and where modules._walk iterates one; a store while the trace already
 # holds `m._buffers` as a dict breaks at the store.
+# NOTE [Reads past writes through a namespace dict]: `globals()['X'] = v`, `globals().update(X=v)`,
+# `vars(mod)['Y'] = v` or `mod.__dict__.update(...)` write the dict value the trace holds for a module's
+# namespace (replayed after the graph), while a later `X` or `mod.Y` in the same graph read the real
+# namespace: the old value, on every call (red team 16). Such a read breaks (check_namespace_read, called
+# from Translator.load_global and attributes._module_attr); at the break the writes are replayed.
 def _buffer_table(module: torch.nn.Module, name: str) -> dict | None:
     """`module._buffers` when it holds `name`, else None."""
     table = module.__dict__.get("_buffers")

@@ -231,6 +231,7 @@ class Translator:
         stored = self.output.side_effects.global_value(self.f_globals, name)
         if stored is not None:
             return stored
+        self.output.side_effects.check_namespace_read(self.f_globals, name)
         if name in self.f_globals:
             return wrap(self.output, self.f_globals[name], GlobalSource(Ref(self.f_globals, "G"), name))
         builtins_dict = self._builtins()

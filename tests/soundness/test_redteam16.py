@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections.abc
 import sys
+import types
 
 import pytest
 import torch
@@ -368,3 +369,41 @@ def test_a_callees_own_handler_runs_under_hasattr_and_friends(catch, capsys):
     calls = [lambda fn, state, n=n: fn(torch.ones(n)) for n in (2, 3, 2)]
     eager, compiled = _runs(make, calls)
     assert eager == compiled
+
+
+# ---- NOTE [Reads past writes through a namespace dict] (capture/side_effects.py) -------------------------
+
+_NAMESPACE_WRITES = {
+    "globals_item": "globals()['X'] = globals()['X'] + 1",
+    "globals_update": "globals().update(X=X + 10)",
+    "module_dict_item": "vars(mod)['Y'] = mod.Y + 1",
+    "module_dict_update": "mod.__dict__.update(Y=mod.Y + 5)",
+}
+
+_NAMESPACE_PROGRAM = """
+X = 1
+def fn(x):
+    {write}
+    return x * X, mod.Y, X
+"""
+
+
+@pytest.mark.parametrize("write", sorted(_NAMESPACE_WRITES))
+def test_a_write_through_a_namespace_dict_is_seen_by_later_reads(write):
+    # before: the write through the dict value was replayed after the graph, and the later read of X or
+    # mod.Y in the same graph gave the old value on every call
+    def make():
+        mod = types.ModuleType("h12rt16_namespace")
+        mod.Y = 1
+        ns = {"__name__": "h12rt16_namespace_user", "mod": mod}
+        exec(_NAMESPACE_PROGRAM.format(write=_NAMESPACE_WRITES[write]), ns)
+        return ns["fn"], ns
+
+    def change(fn, ns):
+        ns["X"] = 7
+        ns["mod"].Y = 3
+        return fn(torch.ones(2))
+
+    calls = [lambda fn, ns: fn(torch.ones(2)), lambda fn, ns: fn(torch.ones(2)), change]
+    eager, compiled = _runs(make, calls)
+    assert eager[:-1] == compiled[:-1]  # (the last entry is the namespace, holding the function itself)
