@@ -80,7 +80,8 @@ _MAX_ATTEMPTS = 8
 # 28: gelu's zeros take eager's sign (NOTE [Sign of gelu's zeros] in translate.py).
 # 29: copies that replace a copy or a cat take the op's memory format (NOTE [Copies laid out as the op]).
 # 30: a matrix times a 1-D tensor is a product with a column (NOTE [Transposed matrix times a vector]).
-REVISION = 30
+# 31: random ops run in torch keep their order between parts (NOTE [Random draws keep their order]).
+REVISION = 31
 
 
 @dataclasses.dataclass

@@ -185,6 +185,29 @@ def copies_outside_computation(graph: torch.fx.Graph, supported) -> set[str]:
     return names
 
 
+# NOTE [Random draws keep their order]
+# Ops that draw random numbers run in torch (NOTE [Random ops stay whole] in lowering.py), each drawing from
+# torch's one generator, so which numbers each gets depends on the order they run in. Fusing ORT parts may
+# reorder them: in nn.Transformer(dropout=0.1) in train mode one part held both the encoder's feed-forward
+# block (before its last dropout) and the decoder's self-attention (after its attention dropout), so the
+# decoder's dropout had to run before the encoder's last one; every mask was another than eager's (outputs
+# 0.5-0.9 off, same number of draws). While partitioning, each draw run in torch takes the draw before it as
+# an extra argument: the partitioner then merges no parts across that order (it keeps the graph acyclic)
+# and the fused graph is sorted with it; that argument is dropped after fusing.
+def _chain_random_draws(graph: torch.fx.Graph, supported: dict) -> set[str]:
+    """Make each random op left to torch depend on the one before it (a last argument); returns their names."""
+    previous, chained = None, set()
+    for node in graph.nodes:
+        if node.op != "call_function" or supported.get(node) or \
+                torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+            continue
+        if previous is not None:
+            chained.add(node.name)
+            node.args = (*node.args, previous)
+        previous = node
+    return chained
+
+
 def partition(gm: torch.fx.GraphModule, blocked: set[str], fallback_ops: frozenset) -> Partitioned:
     graph = copy.deepcopy(gm.graph)
     work = torch.fx.GraphModule(gm, graph)
@@ -196,9 +219,15 @@ def partition(gm: torch.fx.GraphModule, blocked: set[str], fallback_ops: frozens
     for node in graph.nodes:
         if node.name in copies:
             support.reasons[node.name] = FREE_OP_REASON if _is_free(node) else MOVEMENT_REASON
+    chained = _chain_random_draws(graph, supported)  # NOTE [Random draws keep their order]
     partitioner = CapabilityBasedPartitioner(work, support, allows_single_node_partition=True)
     proposed = [p for p in partitioner.propose_partitions() if not all(_is_free(n) for n in p.nodes)]
     fused = partitioner.fuse_partitions(proposed, prefix="ort_")
+    for node in fused.graph.nodes:  # a copy of `graph`, inputs replaced by part outputs: drop the last argument
+        if node.name in chained:
+            node.args = node.args[:-1]
+    if chained:
+        fused.recompile()
     parts: dict[str, torch.fx.GraphModule] = {}
     for node in list(fused.graph.nodes):
         if node.op == "call_module":
