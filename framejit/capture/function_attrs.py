@@ -37,6 +37,8 @@ def function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
         return BoundMethodValue(BuiltinValue(_function_get), fn)
     if made_in_trace(fn):
         return _traced_function_attr(tx, fn, name)
+    if type(real.__dict__) is dict:  # NOTE [Reads past writes through a namespace dict]: `vars(fn)[k] = v`
+        tx.output.side_effects.check_namespace_read(real.__dict__, name)
     if name in _UNSUPPORTED:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of {fn.describe()}")
     if name == "__code__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import builtins
 import inspect
-import linecache
 import os
 import sys
 import types
@@ -25,6 +24,7 @@ from ..guards import COST_ID
 from . import lookup
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
+from .break_locations import user_frame
 from .calls import call_value
 from .caught_exceptions import Handling, follow_handler, give_up_handlers
 from .graph import OutputGraph
@@ -235,6 +235,7 @@ class Translator:
         if name in self.f_globals:
             return wrap(self.output, self.f_globals[name], GlobalSource(Ref(self.f_globals, "G"), name))
         builtins_dict = self._builtins()
+        self.output.side_effects.check_namespace_read(builtins_dict, name)
         g = self.output.name_of(self.f_globals, "G")
         if name not in builtins_dict:
             # the NameError is a fact like any other: a later `G = 4` (or `builtins.G = 4`) must miss
@@ -504,9 +505,7 @@ class Translator:
 
     # ---- provenance ---------------------------------------------------------------------------
     def frame_info(self) -> UserFrame:
-        lineno = self.current.lineno if self.current is not None and self.current.lineno else self.code.co_firstlineno
-        line = linecache.getline(self.code.co_filename, lineno).strip()
-        return UserFrame(self.code.co_filename, lineno, self.code.co_name, line)
+        return user_frame(self.code, self.current, self.f_globals.get("__name__"))
 
     def user_stack(self) -> tuple[UserFrame, ...]:
         """The user's frames, outermost first (framejit's own trampolines are left out)."""

@@ -3,6 +3,7 @@ on separate but equal state over several calls, changing what the code reads bet
 results, printed output and the state left behind."""
 from __future__ import annotations
 
+import builtins
 import collections.abc
 import sys
 import types
@@ -378,13 +379,22 @@ _NAMESPACE_WRITES = {
     "globals_update": "globals().update(X=X + 10)",
     "module_dict_item": "vars(mod)['Y'] = mod.Y + 1",
     "module_dict_update": "mod.__dict__.update(Y=mod.Y + 5)",
+    "function_dict_item": "vars(helper)['k'] = helper.k + 1",
+    "builtins_dict_item": "vars(builtins)['abs'] = lambda v: 42",
 }
 
 _NAMESPACE_PROGRAM = """
+import builtins
 X = 1
+def helper():
+    pass
+helper.k = 1
 def fn(x):
+    old_abs = builtins.abs
     {write}
-    return x * X, mod.Y, X
+    r = (x * X, mod.Y, X, helper.k, abs(-1))
+    vars(builtins)['abs'] = old_abs
+    return r
 """
 
 
@@ -405,5 +415,9 @@ def test_a_write_through_a_namespace_dict_is_seen_by_later_reads(write):
         return fn(torch.ones(2))
 
     calls = [lambda fn, ns: fn(torch.ones(2)), lambda fn, ns: fn(torch.ones(2)), change]
-    eager, compiled = _runs(make, calls)
+    real_abs = builtins.abs
+    try:
+        eager, compiled = _runs(make, calls)
+    finally:
+        builtins.abs = real_abs
     assert eager[:-1] == compiled[:-1]  # (the last entry is the namespace, holding the function itself)
