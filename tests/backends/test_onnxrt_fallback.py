@@ -299,3 +299,38 @@ def test_frozen_weights_stay_resizable_and_moved_memory_makes_a_new_session():
         storage.resize_(nbytes)
         storage.copy_(torch.randn(2, 3).untyped_storage())
         assert model.weight.data_ptr() != pointer
+
+
+def _draws_between_parts(x):
+    y = F.dropout(torch.tanh(x * 2), 0.5, training=True)  # a random op in torch between two ORT parts
+    return torch.sigmoid(y + 1) * 3
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic"])
+def test_a_failed_run_does_not_draw_random_numbers_twice(monkeypatch, captured_logs, dynamic):
+    """NOTE [A failed run draws again] (onnxrt/compiler.py): a run that fails after a random op in torch
+    already drew is rerun in torch with the generator put back: the call's values and the generator's next
+    draw are eager's (a static program, and one over symbolic sizes)."""
+    from framejit.backends.onnxrt import runtime
+    compiled = framejit.compile(_draws_between_parts, backend="onnxrt", dynamic=dynamic)
+    with torch.no_grad():
+        compiled(torch.randn(4, 5))  # built and run once
+        calls = []
+        run = runtime.OrtPart.__call__
+
+        def second_part_fails(self, *args):
+            calls.append(self)
+            if len(calls) == 2:
+                raise RuntimeError("ONNX Runtime failed at run time (injected)")
+            return run(self, *args)
+
+        monkeypatch.setattr(runtime.OrtPart, "__call__", second_part_fails)
+        for seed in (1, 2):
+            x = torch.randn(4, 5)
+            torch.manual_seed(seed)
+            want, want_next = _draws_between_parts(x), torch.rand(3)
+            torch.manual_seed(seed)
+            got, got_next = compiled(x), torch.rand(3)
+            torch.testing.assert_close(got, want, **F32)
+            torch.testing.assert_close(got_next, want_next)
+    assert len(calls) >= 2 and "failed (RuntimeError: ONNX Runtime failed at run time" in captured_logs.text

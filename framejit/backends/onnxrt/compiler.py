@@ -95,6 +95,7 @@ class Program:
     eager_nodes: dict[str, str]  # node name -> reason it runs in eager torch
     build_seconds: float
     bind_source: str = ""  # symbolic programs: the size check (NOTE [One program for every size])
+    draws: bool = False  # it runs ops that draw random numbers (NOTE [A failed run draws again])
 
     def __post_init__(self) -> None:
         spec = self.out_spec  # NOTE [Per-call path]
@@ -175,6 +176,24 @@ def one_part_layout(top) -> tuple[str, list[int]] | None:
 
 
 _CPU = torch.device("cpu")
+
+
+# NOTE [A failed run draws again]: a run of a program that fails (ONNX Runtime raising at run time) is
+# rerun in torch (`gm.forward`), and from then on that signature runs eagerly. Random ops of the failed run
+# that ran in torch before the failure (NOTE [Random ops stay whole] in lowering.py) had already drawn from
+# the generator: the rerun drew again, so that call's masks and the generator's state after it differed
+# from eager's. A program that runs such ops keeps the generators' states before each run (`draws`: ~1 us
+# per call for the CPU generator, a copy of its 5 KB state) and puts them back before the rerun.
+def _generator_states() -> list:
+    states = [(torch.set_rng_state, torch.get_rng_state())]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states.append((torch.cuda.set_rng_state_all, torch.cuda.get_rng_state_all()))
+    return states
+
+
+def _restore_generators(states: list | None) -> None:
+    for setter, state in states or ():
+        setter(state)
 
 
 def _signature(inputs) -> tuple:
@@ -494,6 +513,7 @@ class OnnxrtCompiled:
         sig, program = found
         if program is None:
             return self.gm.forward(*inputs)
+        generators = _generator_states() if program.draws else None  # NOTE [A failed run draws again]
         try:
             result = program(inputs)
             return restore_layouts(result, self._out_layouts, inputs) if self._out_layouts else result
@@ -502,6 +522,7 @@ class OnnxrtCompiled:
                      type(exc).__name__, exc)
             self.programs[sig] = None
             self._weight_memo = None  # its table may hold the program
+            _restore_generators(generators)
             return self.gm.forward(*inputs)
 
     def _program_for(self, sig: tuple, inputs) -> tuple:
@@ -543,11 +564,13 @@ class OnnxrtCompiled:
         return None
 
     def _run_dynamic(self, program: Program, inputs):
+        generators = _generator_states() if program.draws else None  # NOTE [A failed run draws again]
         try:
             return restore_layouts(program(inputs), self._out_layouts, inputs)
         except Exception as exc:
             logs.log("eager_fallback", "onnxrt: a run of the symbolic program failed (%s: %s); "
                      "this graph now compiles per input signature", type(exc).__name__, exc)
+            _restore_generators(generators)
             self._symbolic = False
             self.dynamic_programs.clear()
             self._dynamic_hits.clear()
@@ -685,7 +708,8 @@ class OnnxrtCompiled:
         ort_nodes = sum(
             1 for sub in parted.parts.values() for n in sub.graph.nodes if n.op == "call_function")
         return Program(parted.graph_module, lowered.state, lowered.state_names, lowered.out_spec,
-                       len(parted.parts), ort_nodes, parted.eager_reasons, seconds)
+                       len(parted.parts), ort_nodes, parted.eager_reasons, seconds,
+                       draws=any(lowering.draws_random(n.target) for n in parted.graph_module.graph.nodes))
 
     def _give_up(self, why: str) -> None:
         logs.log("eager_fallback", "onnxrt: this graph runs eagerly: %s", why)

@@ -70,7 +70,7 @@ def decomposition_table(translated_ops: frozenset) -> dict:
     for op, fn in candidates:
         if not hasattr(op, "_schema") or op in table or op._schema.is_mutable:
             continue  # in-place ops stay whole until the second pass (NOTE [Refunctionalize])
-        if op.name() in _NEVER_DECOMPOSED or _draws_random_numbers(op):
+        if op.name() in _NEVER_DECOMPOSED or draws_random(op):
             continue
         if isinstance(op, torch._ops.OpOverload) and op.name() in translated_ops \
                 and op.name() not in _ALWAYS_DECOMPOSED:
@@ -110,7 +110,7 @@ _NEVER_DECOMPOSED = frozenset({"aten::lift", "aten::lift_fresh",
 # other ops (exponential as -log(1 - rand_like(x)) / lambd, where eager's kernel draws its own way), which
 # gave other numbers: F.gumbel_softmax (Tensor.exponential_) matched eager on the first call (checked in
 # torch) and differed from the second on (tools/nn_sweep.py --backend onnxrt). Such ops are never decomposed.
-def _draws_random_numbers(op) -> bool:
+def draws_random(op) -> bool:
     return isinstance(op, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in op.tags
 
 

@@ -153,7 +153,7 @@ def _save_program(program: Program, index: int, blobs: dict[str, bytes]) -> dict
     return {"code": code, "imports": imports, "out_spec": out_spec, "parts": parts, "constants": constants,
             "one_part": one_part_layout(top),
             "state": state, "device": device, "num_parts": program.num_parts, "ort_nodes": program.ort_nodes,
-            "eager_nodes": program.eager_nodes, "build_seconds": program.build_seconds}
+            "eager_nodes": program.eager_nodes, "build_seconds": program.build_seconds, "draws": program.draws}
 
 
 def _attributes(top: torch.nn.Module) -> list[tuple[str, object]]:
@@ -271,4 +271,5 @@ def _load_program(saved: dict, blobs: dict[str, bytes], gm: torch.fx.GraphModule
         top.one_part = (name, list(positions))
     state = [resolve_tensor(gm, path, meta) for path, meta in saved["state"]]
     return Program(top, state, [path for path, _ in saved["state"]], spec_from_text(saved["out_spec"]),
-                   saved["num_parts"], saved["ort_nodes"], dict(saved["eager_nodes"]), saved["build_seconds"])
+                   saved["num_parts"], saved["ort_nodes"], dict(saved["eager_nodes"]), saved["build_seconds"],
+                   draws=saved.get("draws", True))  # NOTE [A failed run draws again]: not known, so kept
