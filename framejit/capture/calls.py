@@ -120,6 +120,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
                 return called
         return call_value(tx, fn.func, [fn.self_value, *args], kwargs)
     if isinstance(fn, PartialValue):
+        if fn.keywords is not None:  # NOTE [Reads past writes through a namespace dict]: `p.keywords[k] = v`
+            tx.output.side_effects.check_namespace_read(fn.keywords, "keywords")
         return call_value(tx, fn.func, [*fn.args, *args], {**fn.kwargs, **kwargs})
     if isinstance(fn, TensorMethodValue):
         return call_tensor_method(tx, fn.tensor, fn.name, args, kwargs)

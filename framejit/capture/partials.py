@@ -4,7 +4,9 @@ A PartialValue holds the abstract `func`, positional `args` and `keywords`. Attr
 what a real partial answers: `func`, `args` (a tuple), `keywords` (a dict), the type's own attributes
 (`__class__`, `__module__`, `__doc__`, slot methods bound to the partial), and AttributeError for a
 name the type does not have. A partial made while tracing has an empty instance `__dict__`, so absence
-needs no guard; one read from outside (it has a source) is an ObjectValue, not a PartialValue.
+needs no guard. A partial from outside (it has a source) answers `keywords` with its real dict read
+through that source, so a write through it is replayed, and a call after such a write breaks (NOTE [Reads
+past writes through a namespace dict]: the PartialValue's own keywords were taken when it was wrapped).
 
 NOTE [Partials across breaks]: a partial that is live at a graph break (a local, or on the stack) is
 rebuilt at run time as `functools.partial(func, *args, **keywords)` from its rebuilt parts
@@ -28,6 +30,10 @@ def partial_attr(tx, p: PartialValue, name: str) -> Value:
     if name == "args":
         return TupleValue(list(p.args))
     if name == "keywords":
+        if p.keywords is not None:  # a partial from outside: its real dict, so writes through it are replayed
+            from .sources import AttrSource
+            from .values.builder import wrap
+            return wrap(tx.output, p.keywords, AttrSource(p.source, "keywords"))
         d = DictValue({})
         d.items = p.kwargs  # the partial's own dict: a change through it is seen by later calls
         return d

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import collections.abc
+import functools
 import sys
 import types
 
@@ -421,3 +422,43 @@ def test_a_write_through_a_namespace_dict_is_seen_by_later_reads(write):
     finally:
         builtins.abs = real_abs
     assert eager[:-1] == compiled[:-1]  # (the last entry is the namespace, holding the function itself)
+
+
+def test_a_write_through_a_partials_keywords_is_replayed_and_seen_by_its_call():
+    # before: p.keywords of a partial from outside answered the trace's own copy: the write was never made
+    # (p.keywords stayed {'b': 2}) and every call returned x * 3 where eager gives 3, 4, 5
+    def make():
+        p = functools.partial(lambda x, b=1: x * b, b=2)
+
+        def fn(x):
+            p.keywords["b"] = p.keywords["b"] + 1
+            return p(x)
+
+        return fn, p.keywords
+
+    calls = [lambda fn, state: fn(torch.ones(2))] * 3
+    eager, compiled = _runs(make, calls)
+    assert eager == compiled
+
+
+def test_an_import_after_a_write_into_sys_modules_sees_it():
+    # before: `sys.modules[name] = m` was replayed after the graph and the `import name` after it in the same
+    # graph bound the module that was there before: each call used the other module
+    first, second = types.ModuleType("h12rt16_swapped"), types.ModuleType("h12rt16_swapped")
+    first.v, second.v = 1, 2
+
+    def fn(x):
+        sys.modules["h12rt16_swapped"] = second if sys.modules["h12rt16_swapped"] is first else first
+        import h12rt16_swapped
+        return x * h12rt16_swapped.v
+
+    runs = []
+    try:
+        for compiled in (False, True):
+            framejit.reset()
+            sys.modules["h12rt16_swapped"] = first
+            call = framejit.compile(fn, backend="eager") if compiled else fn
+            runs.append([call(torch.ones(2)).tolist() for _ in range(3)])
+    finally:
+        sys.modules.pop("h12rt16_swapped", None)
+    assert runs[0] == runs[1]

@@ -32,6 +32,8 @@ def import_name(tx, inst):
     name = inst.arg
     _guard_default_import(tx)
     absolute = _resolve(tx, name, level)
+    # NOTE [Reads past writes through a namespace dict]: `sys.modules[name] = m` earlier in the graph
+    tx.output.side_effects.check_namespace_read(sys.modules, absolute)
     _require_imported(absolute)
     for item in fromlist or ():
         if item != "*" and not hasattr(sys.modules[absolute], item):

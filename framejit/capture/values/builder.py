@@ -269,7 +269,7 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         out.add_guard("DICT_KEYS", f"___list({k}) == {list(obj.keywords)!r}", source,
                       expected=repr(list(obj.keywords)), actual=f"___list({k})")
         kwargs = {k: wrap(out, v, ItemSource(keywords, k)) for k, v in obj.keywords.items()}
-        return PartialValue(func, args, kwargs, source)
+        return PartialValue(func, args, kwargs, source, obj.keywords)
     from ..carried_loops import opaque_iterator
     stepped = opaque_iterator(out, obj, source)  # NOTE [Iterators stepped as Python]
     if stepped is not None:
@@ -325,11 +325,21 @@ def _key_types(d: dict) -> tuple:
     return tuple(type(k) for k in d)
 
 
-def _same_keys(d: dict, expected: tuple) -> bool:
-    """The keys of `d`, in order, are `expected`: tensors the same objects, other keys equal and of the
-    same type."""
+def _same_keys(d: dict, expected: tuple, types: tuple) -> bool:
+    """The keys of `d`, in order, are of `types` and equal `expected`, but for its tensor keys (`...` in
+    `expected`), whose identity the guards of their own sources pin (NOTE [Keys by their source])."""
     return len(d) == len(expected) and all(
-        type(a) is type(b) and (a is b if isinstance(b, torch.Tensor) else a == b) for a, b in zip(d, expected))
+        type(a) is t and (b is ... or a == b) for a, b, t in zip(d, expected, types))
+
+
+def _keys_check(out, e: str, keys: list) -> str:
+    """The guard expression of `_same_keys` on the dict named `e`: every name in it has a locator when the
+    keys do (a tensor key is `...`, not the object)."""
+    expected = ["..." if isinstance(k, torch.Tensor) else repr(k) if _literal_key(k) else out.name_of(k, "key")
+                for k in keys]
+    types = [out.name_of(type(k), type(k).__name__) for k in keys]
+    return (f"{out.name_of(_same_keys, 'same_keys')}({e}, ({''.join(x + ', ' for x in expected)}), "
+            f"({''.join(t + ', ' for t in types)}))")
 
 
 def _wrap_dict(out, obj: dict, source: Source) -> Value:
@@ -347,7 +357,7 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
     if any(type(k) is not str for k in keys):
         check = (f"{out.name_of(_key_types, 'key_types')}({e}) == {out.name_of(_key_types(obj), 'types')}"
                  if all(_literal_key(k) for k in keys) else
-                 f"{out.name_of(_same_keys, 'same_keys')}({e}, {out.name_of(tuple(keys), 'keys')})")
+                 _keys_check(out, e, keys))
         out.add_guard("DICT_KEYS", check, source, expected=repr(keys))
     # NOTE [defaultdict items in guards]: `d[k]` on a defaultdict inserts a missing key, so a guard (or a
     # reload) of an item read through `d[k]` would change the user's dict when the key is gone (a cleared
@@ -357,7 +367,10 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
         from ..dict_objects import _RAW_ITEMS
         from ..sources import CallSource
         base = CallSource(_RAW_ITEMS, source)
-    items = {_dict_key(out, k, source, i): wrap(out, v, ItemSource(base, k)) for i, (k, v) in enumerate(obj.items())}
+    items = {}
+    for i, (k, v) in enumerate(obj.items()):
+        key, key_source = _dict_key(out, k, source, i)  # NOTE [Keys by their source]
+        items[key] = wrap(out, v, ItemSource(base, k) if key_source is None else ItemSource(base, None, key_source))
     if type(obj) is collections.defaultdict:
         from .mappings import DefaultDictValue
         factory = obj.default_factory
@@ -380,13 +393,15 @@ def _plain_mappingproxy(obj: Any) -> bool:
     return any(type(r) in (dict, collections.OrderedDict) and len(r) == len(obj) for r in gc.get_referents(obj))
 
 
-def _dict_key(out, key: Any, source: Source, index: int) -> Any:
+def _dict_key(out, key: Any, source: Source, index: int) -> tuple[Any, Source | None]:
+    """The dict key as the trace holds it, and for a tensor key the source it is read through: the first
+    place the trace saw that tensor (NOTE [Keys by their source])."""
     if not isinstance(key, torch.Tensor):
-        return key
+        return key, None
     from ..identity_keys import set_element
     from ..sources import CallSource, Ref
     value = wrap(out, key, ItemSource(CallSource(Ref(list, "list"), source), index))
-    return set_element(types.SimpleNamespace(output=out), value)
+    return set_element(types.SimpleNamespace(output=out), value), value.source
 
 
 def _literal_key(key: Any) -> bool:

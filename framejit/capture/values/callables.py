@@ -104,8 +104,10 @@ class BuiltinValue(Value):
 class PartialValue(Value):
     """functools.partial(func, *args, **kwargs) with abstract arguments."""
 
-    def __init__(self, func: Value, args: list[Value], kwargs: dict[str, Value], source: Source | None = None):
+    def __init__(self, func: Value, args: list[Value], kwargs: dict[str, Value], source: Source | None = None,
+                 keywords: dict | None = None):
         self.func = func
         self.args = args
         self.kwargs = kwargs
         self.source = source
+        self.keywords = keywords  # the real partial's `keywords` dict (a partial from outside), read when called
