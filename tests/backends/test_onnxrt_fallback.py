@@ -334,3 +334,38 @@ def test_a_failed_run_does_not_draw_random_numbers_twice(monkeypatch, captured_l
             torch.testing.assert_close(got, want, **F32)
             torch.testing.assert_close(got_next, want_next)
     assert len(calls) >= 2 and "failed (RuntimeError: ONNX Runtime failed at run time" in captured_logs.text
+
+
+def test_a_failed_training_run_does_not_draw_random_numbers_twice(monkeypatch):
+    """The same for a training graph's halves (onnxrt/training.py's direct call, then the generic path): the
+    forward's dropout draws once per call, as in eager; outputs and input gradients are eager's."""
+    from framejit.backends.onnxrt import runtime
+    compiled = framejit.compile(_draws_between_parts, backend="onnxrt")
+    x = torch.randn(4, 5, requires_grad=True)
+    compiled(x).sum().backward()  # the joint built and run once
+    compiled(x).sum().backward()  # the direct call of the forward half taken
+    calls = []
+    run = runtime.OrtPart.__call__
+
+    def second_part_fails(self, *args):
+        calls.append(self)
+        if len(calls) == 2:
+            raise RuntimeError("ONNX Runtime failed at run time (injected)")
+        return run(self, *args)
+
+    monkeypatch.setattr(runtime.OrtPart, "__call__", second_part_fails)
+    for seed in (1, 2):
+        a = torch.randn(4, 5, requires_grad=True)
+        b = a.detach().clone().requires_grad_(True)
+        torch.manual_seed(seed)
+        want = _draws_between_parts(a)
+        want.sum().backward()
+        want_next = torch.rand(3)
+        torch.manual_seed(seed)
+        got = compiled(b)
+        got.sum().backward()
+        got_next = torch.rand(3)
+        torch.testing.assert_close(got, want, **F32)
+        torch.testing.assert_close(b.grad, a.grad, **F32)
+        torch.testing.assert_close(got_next, want_next)
+    assert len(calls) >= 2

@@ -16,7 +16,7 @@ import functools
 import torch
 
 from ... import logs
-from .compiler import OnnxrtCompiled
+from .compiler import OnnxrtCompiled, _generator_states, _restore_generators
 from .runtime import _NUMPY_DTYPES, OrtPart
 
 # NOTE [Direct calls of training halves]
@@ -96,12 +96,14 @@ class TrainingHalf(OnnxrtCompiled):
     def __call__(self, *inputs):
         direct = self._direct
         if direct is not None and not torch.is_grad_enabled():
-            forward, state, kind, shapes = direct
+            forward, state, kind, shapes, draws = direct
             if len(inputs) == len(shapes) and all(
                     isinstance(a, torch.Tensor) and a.shape == s for a, s in zip(inputs, shapes)):
+                generators = _generator_states() if draws else None  # NOTE [A failed run draws again]
                 try:
                     return kind(forward(*state, *inputs))
                 except Exception as exc:  # the generic path below decides what to do with it
+                    _restore_generators(generators)
                     self._direct, self._direct_failed = None, True
                     logs.log("output_code", "onnxrt: a direct call of a training half raised (%s: %s); "
                              "it takes the generic path from now on", type(exc).__name__, exc)
@@ -121,7 +123,7 @@ class TrainingHalf(OnnxrtCompiled):
             return None
         graph = program.graph_module
         use_training_parts(graph)  # NOTE [OrtValue vectors in training parts]
-        return graph.forward, tuple(program.state), spec.type, [a.shape for a in inputs]
+        return graph.forward, tuple(program.state), spec.type, [a.shape for a in inputs], program.draws
 
 
 # NOTE [OrtValue vectors in training parts]
