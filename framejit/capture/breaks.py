@@ -92,6 +92,11 @@ class UserFrame:
     lineno: int
     function: str
     line: str
+    # the code object and its canonical instruction index (None: its first line), from which a restored
+    # entry makes the frame again (NOTE [Break locations from the live code] in break_locations.py)
+    code: object = dataclasses.field(default=None, compare=False, repr=False)
+    index: int | None = dataclasses.field(default=None, compare=False, repr=False)
+    module: str | None = dataclasses.field(default=None, compare=False, repr=False)  # its globals' __name__
 
     def __str__(self) -> str:
         return f"{self.filename}:{self.lineno} in {self.function}: {self.line}"

@@ -398,7 +398,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
                 entry.persisted = frame_cache.persist(fn, output, None, graphs[0] if graphs else None, compiled,
                                                       output_index, request, code=code)
             entry.persisted.guard_source = entry.guard.source
-            entry.persisted.graph_break = entry.graph_break  # what explain reports in a warm process
+            frame_cache.persist_break(entry.persisted, entry.graph_break, fn, output)  # for a warm process
         except frame_cache.NotPersistable as e:
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
     return entry

@@ -37,6 +37,7 @@ from ..guards import Guard, compile_guards
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, make_function
 from .locators import (NotPersistable, _import_locator, closure_path, closures, code_hash, locate,  # noqa: F401
                        nested_code_locator, resolve)  # (NotPersistable: convert.py)
+from .break_locations import persisted_break, restored_break
 from .input_versions import input_writes, keep_versions, unwrapped
 from .persisted_code import load_code
 from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource, ObjectSource,
@@ -44,14 +45,15 @@ from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, I
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 11  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+FORMAT = 12  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
 # 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
 # 6: raw attribute sources (NOTE [Raw attribute reads]), version counts of written inputs (NOTE [Version counts
 # of written inputs]); 7: graphs split at DDP's buckets, entries guarded on DDP (NOTE [Entries guarded on DDP]);
 # 8: version counts of graph outputs (NOTE [Version counts of graph outputs]); 9: custom Function calls
 # (NOTE [Persisted custom Function calls] in function_regions.py); 10: cells and functions by their path through
-# closures (NOTE [Closure cells by path] in locators.py); 11: the break record (Persisted.graph_break)
+# closures (NOTE [Closure cells by path] in locators.py); 11: the break record (Persisted.graph_break); 12: its
+# frames' places in the code (NOTE [Break locations from the live code] in break_locations.py)
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -169,6 +171,7 @@ class Persisted:
     out_versions: tuple = ()  # NOTE [Version counts of graph outputs] (input_versions.py)
     split: tuple = ()  # a graph split at DDP's buckets: (its BucketedGraph's assignment, each part's artifact)
     graph_break: Any = None  # the entry's breaks.GraphBreak (plain data), for explain and the logs of a warm process
+    break_places: tuple = ()  # NOTE [Break locations from the live code] (break_locations.py)
 
 
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,
@@ -176,6 +179,20 @@ def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule
     """The persisted form of a just-compiled entry (raises NotPersistable when it has none)."""
     with closures(fn, output.inlined):  # NOTE [Closure cells by path]
         return _persist(fn, output, ret, gm, compiled, output_index, request, code)
+
+
+def persist_break(persisted: Persisted, graph_break, fn: types.FunctionType, output) -> None:
+    """Adds the entry's break record (NOTE [Break locations from the live code])."""
+    callees = [f for f in output.inlined if f is not fn]  # in the order of Persisted.callees
+    persisted.graph_break, persisted.break_places = persisted_break(graph_break, [fn, *callees])
+
+
+def restored_graph_break(fn: types.FunctionType, persisted: Persisted):
+    """The entry's break record, its frames made again from this process's code."""
+    if not persisted.break_places:
+        return persisted.graph_break
+    callees = [resolve(locator, fn) for locator, _ in persisted.callees]
+    return restored_break(persisted.graph_break, persisted.break_places, [fn, *callees])
 
 
 def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Persisted:

@@ -204,11 +204,12 @@ class FrameHook:
         for persisted in frame_cache.load(self.fn, args, kwargs, self.request):
             try:
                 guard, fn, graphs = frame_cache.restore(self.fn, persisted, self.request, args, kwargs)
+                graph_break = frame_cache.restored_graph_break(self.fn, persisted)
             except Exception as e:  # a stale or unloadable entry is a miss, never an error
                 logs.log("cache", "persisted entry of %s not used: %s: %s", self._name(), type(e).__name__, e)
                 continue
             gm = graphs[0] if graphs else None
-            loaded.append(Entry(guard, fn, graphs, graph_break=persisted.graph_break, persisted=persisted,
+            loaded.append(Entry(guard, fn, graphs, graph_break=graph_break, persisted=persisted,
                                 rerun=rerun_state(gm, gm is not None and mutates_in_place(gm))))
 
     def reset(self) -> None:
