@@ -256,6 +256,11 @@ def plan_module_call(tx, mod_value: NNModuleValue) -> bool:
     exactly `forward(...)`, True when `call_with_hooks` is to be inlined; Unsupported(MODULE_HOOKS) for
     backward hooks and uninitialised lazy modules (NOTE [Module hooks])."""
     m = mod_value.obj
+    # NOTE [Reads past writes through a namespace dict]: a hook dict the trace wrote (`m._forward_hooks[k] =
+    # h`) is replayed after the graph; the plan below reads the real ones
+    for table in [getattr(m, d, None) for d in _MODULE_KEYED] + [_GLOBALS[d] for d in _GLOBAL_KEYED]:
+        if isinstance(table, dict):
+            tx.output.side_effects.check_namespace_read(table, "module hooks")
     if _uninitialised_lazy(m):
         _guard_keys(tx, _module_dict_source(mod_value, "_forward_pre_hooks"), m._forward_pre_hooks)
         raise Unsupported(BreakKind.MODULE_HOOKS, f"the first call of the lazy module {type(m).__name__} "

@@ -436,9 +436,9 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = 
 # namespace (replayed after the graph), while a later `X` or `mod.Y` in the same graph read the real
 # namespace: the old value, on every call (red team 16). Such a read breaks (check_namespace_read, called
 # from Translator.load_global, for the globals and the builtins, attributes._module_attr,
-# function_attrs.function_attr for a function's own `__dict__`, IMPORT_NAME for `sys.modules`, and the call
-# of a partial from outside for its `keywords`, which the trace took when it wrapped the partial); at the
-# break the writes are replayed.
+# function_attrs.function_attr for a function's own `__dict__`, IMPORT_NAME for `sys.modules`, the call
+# of a partial from outside for its `keywords`, which the trace took when it wrapped the partial, and
+# module_hooks.plan_module_call for the hook dicts); at the break the writes are replayed.
 def _buffer_table(module: torch.nn.Module, name: str) -> dict | None:
     """`module._buffers` when it holds `name`, else None."""
     table = module.__dict__.get("_buffers")

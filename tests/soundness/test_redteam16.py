@@ -462,3 +462,22 @@ def test_an_import_after_a_write_into_sys_modules_sees_it():
     finally:
         sys.modules.pop("h12rt16_swapped", None)
     assert runs[0] == runs[1]
+
+
+def test_a_module_call_after_a_write_into_its_hook_dict_runs_the_hook():
+    # before: m._forward_hooks[k] = h was replayed after the graph and the call m(x) after it in the same
+    # graph was planned from the real (empty) hook dicts: the hook never ran
+    def make():
+        m = torch.nn.ReLU()
+
+        def fn(x):
+            m._forward_hooks[999] = lambda mod, args, out: out + 100
+            y = m(x)
+            del m._forward_hooks[999]
+            return y, m(x)
+
+        return fn, list(m._forward_hooks)
+
+    calls = [lambda fn, state: fn(torch.ones(2))] * 3
+    eager, compiled = _runs(make, calls)
+    assert eager == compiled
