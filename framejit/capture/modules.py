@@ -47,7 +47,31 @@ def call_iteration_method(tx, fn, args: list[Value], kwargs: dict[str, Value]) -
                         DictSlotSource(module_value.source, slot, child_name))
         name = ".".join(p for p in (prefix if slot != "children" else "", path, child_name) if p)
         items.append(TupleValue([ConstantValue(name), item]) if named else item)
-    return IteratorValue(items)
+    return _lazy_walk(tx, fn, IteratorValue(items))
+
+
+# NOTE [Lazy module walks]: parameters(), buffers(), children() and the rest are generators: eager walks
+# the module when each item is drawn, the trace walks it when the generator is made. A store recorded
+# between the two (`gen = self.buffers(); self.b = x * 2; list(gen)`, `self.a = None`, register_buffer)
+# made the trace yield the old entries (red team 16). Any recorded mutation other than a tensor write
+# before a step breaks where the walk was made, so that call runs as Python and the generator is drawn
+# lazily, as for generator functions (NOTE [Eager generators]).
+def _lazy_walk(tx, fn, iterator: IteratorValue) -> IteratorValue:
+    effects = tx.output.side_effects
+    made = effects.version - effects.tensor_writes
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    made_at = root.current.index if root.current is not None else None
+
+    def check() -> None:
+        if effects.version - effects.tensor_writes != made:
+            e = Unsupported(BreakKind.SIDE_EFFECT, f"state changed while {fn.__name__}() is drawn: it walks the "
+                                                   "module lazily, as Python")
+            e.root_index = made_at
+            raise e
+    iterator.check = check
+    return iterator
 
 
 def check_marked_store(tx, name: str, value: Value) -> None:

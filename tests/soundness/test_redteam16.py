@@ -481,3 +481,38 @@ def test_a_module_call_after_a_write_into_its_hook_dict_runs_the_hook():
     calls = [lambda fn, state: fn(torch.ones(2))] * 3
     eager, compiled = _runs(make, calls)
     assert eager == compiled
+
+
+# ---- NOTE [Lazy module walks] (capture/modules.py) ---------------------------------------------------------
+
+class _WalkThenStore(torch.nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.register_buffer("b", torch.ones(2))
+        self.register_buffer("c", torch.ones(2))
+        self.kind = kind
+
+    def forward(self, x):
+        walk = self.named_buffers()
+        if self.kind == "partly_drawn":
+            first = next(walk)
+            self.c = x * 5
+            return first[1] + 0, [(n, t + 0) for n, t in walk]
+        if self.kind == "store":
+            self.b = x * 2
+        else:
+            self.register_buffer("d", x * 3)
+        return [(n, t + 0) for n, t in walk]
+
+
+@pytest.mark.parametrize("kind", ["store", "register", "partly_drawn"])
+def test_a_module_walk_drawn_after_a_store_sees_it(kind):
+    # before: named_buffers() was walked when the generator was made, so a store or register_buffer made
+    # before it was drawn was missed (eager walks lazily)
+    def make():
+        m = _WalkThenStore(kind)
+        return m, m
+
+    calls = [lambda m, state, v=v: m(torch.full((2,), v)) for v in (1.0, 3.0, 1.0)]
+    eager, compiled = _runs(make, calls)
+    assert eager[:-1] == compiled[:-1]  # (the last entry is the module object itself)
