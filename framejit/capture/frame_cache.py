@@ -40,12 +40,12 @@ from .locators import (NotPersistable, _import_locator, closure_path, closures, 
 from .break_locations import persisted_break, restored_break
 from .input_versions import input_writes, keep_versions, unwrapped
 from .persisted_code import load_code
-from .sources import (AttrSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource, ObjectSource,
-                      Ref, Source)
+from .sources import (AttrSource, CallSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource,
+                      ObjectSource, Ref, Source)
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 12  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+FORMAT = 13  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
 # 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
 # 6: raw attribute sources (NOTE [Raw attribute reads]), version counts of written inputs (NOTE [Version counts
@@ -53,7 +53,8 @@ FORMAT = 12  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup
 # 8: version counts of graph outputs (NOTE [Version counts of graph outputs]); 9: custom Function calls
 # (NOTE [Persisted custom Function calls] in function_regions.py); 10: cells and functions by their path through
 # closures (NOTE [Closure cells by path] in locators.py); 11: the break record (Persisted.graph_break); 12: its
-# frames' places in the code (NOTE [Break locations from the live code] in break_locations.py)
+# frames' places in the code (NOTE [Break locations from the live code] in break_locations.py); 13: items keyed
+# by a source (NOTE [Keys by their source] in sources.py) and call sources
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -66,12 +67,16 @@ def encode_source(source: Source, fn: types.FunctionType) -> tuple:
         return ("C", locate(source.cell_ref.obj, fn), source.name)
     if isinstance(source, AttrSource):
         return ("A", encode_source(source.base, fn), source.attr, source.raw)
+    if isinstance(source, ItemSource) and source.key_source is not None:  # NOTE [Keys by their source]
+        return ("K", encode_source(source.base, fn), encode_source(source.key_source, fn))
     if isinstance(source, ItemSource):
         return ("I", encode_source(source.base, fn), source.key)
     if isinstance(source, DictSlotSource):
         return ("S", encode_source(source.base, fn), source.slot, source.key)
     if isinstance(source, ObjectSource):
         return ("O", locate(source.ref.obj, fn), source.ref.label)
+    if isinstance(source, CallSource):  # `raw_dict_items(d)`, `list(d)` (NOTE [Keys by their source])
+        return ("F", locate(source.fn_ref.obj, fn), source.fn_ref.label, encode_source(source.base, fn))
     raise NotPersistable(f"source {type(source).__name__}")
 
 
@@ -87,8 +92,12 @@ def decode_source(data: tuple, fn: types.FunctionType) -> Source:
         return AttrSource(decode_source(data[1], fn), data[2], data[3])
     if tag == "I":
         return ItemSource(decode_source(data[1], fn), data[2])
+    if tag == "K":
+        return ItemSource(decode_source(data[1], fn), None, decode_source(data[2], fn))
     if tag == "O":
         return ObjectSource(Ref(resolve(data[1], fn), data[2]))
+    if tag == "F":
+        return CallSource(Ref(resolve(data[1], fn), data[2]), decode_source(data[3], fn))
     return DictSlotSource(decode_source(data[1], fn), data[2], data[3])
 
 
@@ -352,16 +361,13 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
     if persisted.graph:
         gm = load_graph(persisted.graph)
         graphs.append(gm)
-        load = request.artifacts[1]
-        eager_forward = gm.forward  # NOTE [Saved-tensors hooks at the call]
-        examples = _example_inputs(guard, sources, namespace, args, kwargs)
-        if persisted.split:  # NOTE [Graphs split at DDP's buckets]
-            from .ddp_buckets import restore_split
-            compiled = restore_split(gm, *persisted.split, load)
+        make = _artifact_maker(gm, persisted, request.artifacts[1])
+        try:
+            examples = _example_inputs(guard, sources, namespace, args, kwargs)
+        except Exception:  # NOTE [Artifacts loaded at the first call]
+            compiled = _LoadAtFirstCall(make, gm)
         else:
-            compiled = load(persisted.artifact, gm, examples)
-        from .saved_hooks import hook_aware
-        compiled = hook_aware(gm, compiled, eager_forward, persisted.grad[0], examples)
+            compiled = make(examples)
         compiled = keep_versions(compiled, gm, persisted.writes, persisted.out_versions)
         cg.call_graph(compiled, sources)
     if persisted.code:  # NOTE [Persisted break code]
@@ -380,6 +386,42 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     return guard, transformed, graphs
+
+
+def _artifact_maker(gm, persisted: Persisted, load):
+    """examples -> the backend's callable for the persisted graph (its artifact loaded)."""
+    eager_forward = gm.forward  # NOTE [Saved-tensors hooks at the call]
+
+    def make(examples: list):
+        if persisted.split:  # NOTE [Graphs split at DDP's buckets]
+            from .ddp_buckets import restore_split
+            compiled = restore_split(gm, *persisted.split, load)
+        else:
+            compiled = load(persisted.artifact, gm, examples)
+        from .saved_hooks import hook_aware
+        return hook_aware(gm, compiled, eager_forward, persisted.grad[0], examples)
+    return make
+
+
+# NOTE [Artifacts loaded at the first call]: entries are restored at the first call of their frame in a new
+# process, and the artifact loads with example inputs read through the entry's sources from that call. An
+# entry made for a later state may have sources that this call cannot read: a compiled optimizer step reads
+# `state[p]['step']`, and the first step of a new process finds the state empty (NOTE [Keys by their
+# source]). Such an entry loads its artifact at its own first call instead, with the inputs its guard
+# accepted as the examples; should the load fail there, the graph module itself runs (the same values).
+class _LoadAtFirstCall:
+    def __init__(self, make, gm) -> None:
+        self._make, self._gm, self._compiled = make, gm, None
+
+    def __call__(self, *inputs):
+        if self._compiled is None:
+            try:
+                self._compiled = self._make(list(inputs))
+            except Exception as e:
+                logs.log("cache", "artifact of a persisted graph not loaded (the graph runs as it is): %s: %s",
+                         type(e).__name__, e)
+                self._compiled = self._gm
+        return self._compiled(*inputs)
 
 
 def _example_inputs(guard, sources, namespace, args, kwargs) -> list:

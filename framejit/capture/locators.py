@@ -104,6 +104,8 @@ def _import_locator(obj: Any) -> tuple:
         return _class_dict_locator(obj)  # NOTE [Class-dict descriptors by name]
     named = obj.fget if isinstance(obj, property) and obj.fget is not None else obj  # NOTE [Properties by name]
     module = getattr(named, "__module__", None)
+    if module is None and isinstance(obj, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        module = obj.__objclass__.__module__  # a C method (`torch.Tensor.detach`): its class's module
     qualname = getattr(named, "__qualname__", None)
     if not module or not qualname or "<" in qualname:
         raise NotPersistable(f"{type(obj).__name__} {qualname or obj!r} cannot be imported by name")

@@ -183,31 +183,47 @@ class AttrSource(Source):
         return f"{self.base.describe()}.{self.attr}"
 
 
+# NOTE [Keys by their source]: a dict keyed by objects (an optimizer's `state[p]`, keyed by Parameters) has
+# its entries read as `base[key]`. Naming the key object itself (a guard constant, LOAD_CONST in the
+# transformed code) ties the entry to this process: no locator finds a Parameter in another one, so the entry
+# was kept in memory only and every warm process traced it again. A tensor key is a graph input of the trace
+# (values/builder._dict_key), read through a source of its own: the first place the trace saw that object
+# (`group['params'][i]`), or else `list(d)[i]`. Such an entry is `ItemSource(base, None, key_source)`:
+# `base[<key_source>]` in guards and reloads, persisted like any source. Its identity is pinned by the
+# guards of the key's own source: an ALIAS guard for each other place the trace saw it, and the distinctness
+# of the tensors used as keys (NOTE [Sets of tensors]); the dict's keys guard checks its length, the keys'
+# types and every other key (builder._same_keys).
 @dataclasses.dataclass(frozen=True)
 class ItemSource(Source):
-    """`base[key]` for a constant key (int, str, ...)."""
+    """`base[key]` for a constant key (int, str, ...); `base[<key_source>]` for a key object read through a
+    source of its own, with `key` None (NOTE [Keys by their source])."""
 
     base: Source
     key: Any
+    key_source: Source | None = None
 
     def expr(self, names: NameTable) -> str:
+        if self.key_source is not None:
+            return f"{self.base.expr(names)}[{self.key_source.expr(names)}]"
         literal = type(self.key) in (str, int, bool, bytes, type(None)) or (
             type(self.key) is tuple and all(type(k) in (str, int, bool, bytes, type(None)) for k in self.key))
         return f"{self.base.expr(names)}[{repr(self.key) if literal else names.name_for(self.key, 'key')}]"
 
     def reload(self, cg) -> None:
         self.base.reload(cg)
-        cg.load_const(self.key)
+        if self.key_source is not None:
+            self.key_source.reload(cg)
+        else:
+            cg.load_const(self.key)
         cg.subscr()
 
     def root_local(self) -> str | None:
         return self.base.root_local()
 
     def describe(self) -> str:
-        # a tensor key (an optimizer's `state[p]`) by its class, not its repr: the repr prints the values,
-        # and the description names graph inputs, whose names are part of the persistent cache key
-        key = f"<{type(self.key).__name__}>" if _is_tensor(self.key) else repr(self.key)
-        return f"{self.base.describe()}[{key}]"
+        if self.key_source is not None:
+            return f"{self.base.describe()}[{self.key_source.describe()}]"
+        return f"{self.base.describe()}[{self.key!r}]"
 
 
 def _is_tensor(obj: Any) -> bool:

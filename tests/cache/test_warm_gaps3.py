@@ -62,8 +62,7 @@ OPTIMIZER_PROGRAM = textwrap.dedent('''
     torch.manual_seed(0)
     m = torch.nn.Linear(4, 3)
     ref = copy.deepcopy(m)
-    # no momentum: no per-parameter state (an entry reading `opt.state[p]`, a dict keyed by a Parameter, is
-    # still kept in memory only: its code loads the key object, which has no locator)
+    # no momentum: no per-parameter state (steps reading `opt.state[p]`: tests/cache/test_warm_gaps4.py)
     opt = torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=0.01)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, weight_decay=0.01)
     step = framejit.compile(opt.step, backend=sys.argv[1])

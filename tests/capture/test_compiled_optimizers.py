@@ -409,8 +409,9 @@ def test_torch_disabled_function_runs_once_per_call():
 
 
 def test_graph_input_names_do_not_depend_on_values():
-    """The state is keyed by parameter tensors; graph inputs named after `state[p]` use the key's class,
-    not its printed values, so the same step on other values makes the same graph code (cache keys)."""
+    """The state is keyed by parameter tensors; graph inputs named after `state[p]` use the key's source
+    (NOTE [Keys by their source]), not its printed values, so the same step on other values makes the same
+    graph code (cache keys)."""
     codes = []
     for seed in (1, 2):
         params = make_params(seed)
@@ -423,4 +424,5 @@ def test_graph_input_names_do_not_depend_on_values():
         codes.append(backend.graphs[-1].code)
         framejit.reset()
     assert codes[0] == codes[1]
-    assert "state_Tensor_exp_avg" in codes[0]  # the update is traced from Adam.step, through self.state[p]
+    # the update is traced from Adam.step, through self.state[p]
+    assert "state_l_args_0_param_groups_0_params_0_exp_avg" in codes[0]
