@@ -306,25 +306,32 @@ def _draws_between_parts(x):
     return torch.sigmoid(y + 1) * 3
 
 
+def _second_part_fails(monkeypatch) -> list:
+    """From now on the second ORT part run raises, as ONNX Runtime failing at run time; the list records the
+    part runs."""
+    from framejit.backends.onnxrt import runtime
+    calls = []
+    run = runtime.OrtPart.__call__
+
+    def second_part_fails(self, *args):
+        calls.append(self)
+        if len(calls) == 2:
+            raise RuntimeError("ONNX Runtime failed at run time (injected)")
+        return run(self, *args)
+
+    monkeypatch.setattr(runtime.OrtPart, "__call__", second_part_fails)
+    return calls
+
+
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic"])
 def test_a_failed_run_does_not_draw_random_numbers_twice(monkeypatch, captured_logs, dynamic):
     """NOTE [A failed run draws again] (onnxrt/compiler.py): a run that fails after a random op in torch
     already drew is rerun in torch with the generator put back: the call's values and the generator's next
     draw are eager's (a static program, and one over symbolic sizes)."""
-    from framejit.backends.onnxrt import runtime
     compiled = framejit.compile(_draws_between_parts, backend="onnxrt", dynamic=dynamic)
     with torch.no_grad():
         compiled(torch.randn(4, 5))  # built and run once
-        calls = []
-        run = runtime.OrtPart.__call__
-
-        def second_part_fails(self, *args):
-            calls.append(self)
-            if len(calls) == 2:
-                raise RuntimeError("ONNX Runtime failed at run time (injected)")
-            return run(self, *args)
-
-        monkeypatch.setattr(runtime.OrtPart, "__call__", second_part_fails)
+        calls = _second_part_fails(monkeypatch)
         for seed in (1, 2):
             x = torch.randn(4, 5)
             torch.manual_seed(seed)
@@ -339,21 +346,11 @@ def test_a_failed_run_does_not_draw_random_numbers_twice(monkeypatch, captured_l
 def test_a_failed_training_run_does_not_draw_random_numbers_twice(monkeypatch):
     """The same for a training graph's halves (onnxrt/training.py's direct call, then the generic path): the
     forward's dropout draws once per call, as in eager; outputs and input gradients are eager's."""
-    from framejit.backends.onnxrt import runtime
     compiled = framejit.compile(_draws_between_parts, backend="onnxrt")
     x = torch.randn(4, 5, requires_grad=True)
     compiled(x).sum().backward()  # the joint built and run once
     compiled(x).sum().backward()  # the direct call of the forward half taken
-    calls = []
-    run = runtime.OrtPart.__call__
-
-    def second_part_fails(self, *args):
-        calls.append(self)
-        if len(calls) == 2:
-            raise RuntimeError("ONNX Runtime failed at run time (injected)")
-        return run(self, *args)
-
-    monkeypatch.setattr(runtime.OrtPart, "__call__", second_part_fails)
+    calls = _second_part_fails(monkeypatch)
     for seed in (1, 2):
         a = torch.randn(4, 5, requires_grad=True)
         b = a.detach().clone().requires_grad_(True)
