@@ -377,17 +377,7 @@ class OutputGraph:
     # ---- operations ---------------------------------------------------------------------------
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
-        if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
-            args, kwargs = self._float_args(kind, target, args, kwargs)
-        from .scalar_ranges import check_converted_ints  # NOTE [Scalars converted to a narrow dtype]
-        check_converted_ints(kind, target, args, kwargs)
-        if self.__dict__.get("speculated_checks"):
-            from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
-            check_after_speculation(self, kind, target, args, kwargs)
-        if target is _BUFFER and target is not None:  # NOTE [Tensors marked as buffers or parameters]
-            # (builtins.py): nn.Buffer(t) marks a plain Tensor with Python attributes (`_is_buffer`,
-            # `persistent`) that its traced value lacked: made by Python at a break
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.nn.Buffer marks its tensor with Python attributes")
+        args, kwargs = self._checked_call_args(kind, target, args, kwargs)
         if target is torch._assert_async:  # returns None: kept as a check, not dropped as a constant result
             from .speculated_checks import user_check
             return user_check(self, args, kwargs)
@@ -406,17 +396,7 @@ class OutputGraph:
             if isinstance(e, UserException) and _refuses_sym_bool(e, args, kwargs):
                 args, kwargs = _specialise_sym_bools((args, kwargs))  # NOTE [SymBool arguments of ops]
                 return self.call(kind, target, args, kwargs)
-            from .scalar_args import SCALAR_LIST_META_ERROR, scalar_probe  # NOTE [Scalar arguments given as tensors]
-            data_dependent = isinstance(e, Unsupported) and e.graph_break.kind is BreakKind.DATA_DEPENDENT
-            packed = self._packed_sequence_call(kind, target, args, kwargs, fake_args) if data_dependent else None
-            if packed is not None:
-                args, result = packed
-            else:
-                probe = scalar_probe(kind, target, fake_args, fake_kwargs)
-                if probe is None or (not data_dependent if isinstance(e, Unsupported)
-                                     else SCALAR_LIST_META_ERROR not in str(e.exc)):
-                    raise
-                result = self._run_fake(kind, target, *probe)
+            args, result = self._after_failed_fake_call(e, kind, target, args, kwargs, fake_args, fake_kwargs)
         self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
             result is None and None in versions)  # an inference tensor has no version: assume an effect
@@ -445,6 +425,37 @@ class OutputGraph:
                     value.cls = arg.cls
                     break
         return value
+
+    def _checked_call_args(self, kind: str, target: Any, args: tuple, kwargs: dict) -> tuple:
+        """The call's (args, kwargs) after the checks made before it is recorded (symbolic floats made graph
+        values, narrow int conversions, speculated checks); raises the break for calls that must run in Python."""
+        if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
+            args, kwargs = self._float_args(kind, target, args, kwargs)
+        from .scalar_ranges import check_converted_ints  # NOTE [Scalars converted to a narrow dtype]
+        check_converted_ints(kind, target, args, kwargs)
+        if self.__dict__.get("speculated_checks"):
+            from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
+            check_after_speculation(self, kind, target, args, kwargs)
+        if target is _BUFFER and target is not None:  # NOTE [Tensors marked as buffers or parameters]
+            # (builtins.py): nn.Buffer(t) marks a plain Tensor with Python attributes (`_is_buffer`,
+            # `persistent`) that its traced value lacked: made by Python at a break
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.nn.Buffer marks its tensor with Python attributes")
+        return args, kwargs
+
+    def _after_failed_fake_call(self, e: Exception, kind: str, target: Any, args: tuple, kwargs: dict,
+                                fake_args: tuple, fake_kwargs: dict) -> tuple:
+        """(args, fake result) of a call whose fake run raised `e`, where NOTE [Packed sequences] or NOTE
+        [Scalar arguments given as tensors] can still record it; otherwise `e` is raised again."""
+        from .scalar_args import SCALAR_LIST_META_ERROR, scalar_probe
+        data_dependent = isinstance(e, Unsupported) and e.graph_break.kind is BreakKind.DATA_DEPENDENT
+        packed = self._packed_sequence_call(kind, target, args, kwargs, fake_args) if data_dependent else None
+        if packed is not None:
+            return packed
+        probe = scalar_probe(kind, target, fake_args, fake_kwargs)
+        if probe is None or (not data_dependent if isinstance(e, Unsupported)
+                             else SCALAR_LIST_META_ERROR not in str(e.exc)):
+            raise e
+        return args, self._run_fake(kind, target, *probe)
 
     def _packed_sequence_call(self, kind: str, target: Any, args: tuple, kwargs: dict, fake_args: tuple):
         """`(args, fake result)` of a data-dependent call that NOTE [Packed sequences] captures (sizes read

@@ -192,8 +192,8 @@ def _generator_states() -> list:
 
 
 def _restore_generators(states: list | None) -> None:
-    for setter, state in states or ():
-        setter(state)
+    for setter, saved in states or ():
+        setter(saved)
 
 
 def _signature(inputs) -> tuple:

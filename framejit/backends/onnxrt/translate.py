@@ -262,6 +262,20 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
         vals += _tensor_vals(arg.meta.get("val"))
     if "val" not in node.meta:
         return f"{overload} has no shape/dtype metadata"
+    reason = _differs_from_eager(node, overload, vals)
+    if reason is not None:
+        return reason
+    for val in vals:
+        if val.dtype not in SUPPORTED_DTYPES:
+            return f"{overload} uses dtype {val.dtype}, which ONNX Runtime does not run here"
+        if val.layout != torch.strided:
+            return f"{overload} uses layout {val.layout}"
+    return None
+
+
+def _differs_from_eager(node: torch.fx.Node, overload: str, vals: list) -> str | None:
+    """Why ORT's translation of this (registered, typed) node would give other values than eager's, if it
+    would: the op-specific cases of `unsupported_reason`."""
     schema_name = node.target._schema.name
     if {schema_name, f"{schema_name}.{node.target._overloadname}"} & _WRONG_ON_SPECIAL_FLOATS and any(
             isinstance(v, torch.Tensor) and v.is_floating_point() for v in vals):
@@ -298,11 +312,6 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
         return f"{overload} has no degrees of freedom left: eager warns on every call"
     if _reduces_nothing(node):
         return f"{overload} makes values out of an empty tensor (ORT's reductions of nothing differ from eager's)"
-    for val in vals:
-        if val.dtype not in SUPPORTED_DTYPES:
-            return f"{overload} uses dtype {val.dtype}, which ONNX Runtime does not run here"
-        if val.layout != torch.strided:
-            return f"{overload} uses layout {val.layout}"
     return None
 
 
