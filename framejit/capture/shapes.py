@@ -323,6 +323,7 @@ def marker_guards(out) -> list[Guard]:
             continue
         kept = {d for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt)
                 and not getattr(env.simplify(size.node.expr), "is_number", False)}
+        kept |= _marked_by_rule(inp.tensor, fake)
         e = inp.source.expr(out.names)
         allowed = "{" + ", ".join(map(str, sorted(kept))) + "}"
         check = f"not getattr({e}, '_dynamo_dynamic_indices', None)"  # literals only: the frame cache keeps
@@ -332,6 +333,15 @@ def marker_guards(out) -> list[Guard]:
                             inp.source.describe(), "", f"marked dynamic dims within {sorted(kept)}",
                             f"getattr({e}, '_dynamo_dynamic_indices', None)", COST_TENSOR + 1))
     return guards
+
+
+def _marked_by_rule(tensor: torch.Tensor, fake: torch.Tensor) -> set[int]:
+    """The strictly marked dims of the traced tensor that are 0 or 1: specialised by rule, which keeps the
+    marker's contract, so a marked tensor of that size is served by the entry (torch's DYNAMIC_INDICES
+    allows the traced tensor's own marked dims). Without them the entry failed its own input's marker:
+    sizes 3, 0, 1, 0, 1 of a marked dim traced 0 and 1 twice each."""
+    marked = getattr(tensor, "_dynamo_dynamic_indices", ()) or ()
+    return {d for d in marked if d < fake.dim() and isinstance(fake.shape[d], int) and fake.shape[d] < 2}
 
 
 def _dim_problems(env, name: str, size: int, sym: Any, bounds: tuple) -> list[str]:
