@@ -51,9 +51,12 @@ def test_raise_swallowed_by_the_manager_breaks_before_it():
     before = _eager_frames()
     backend = run_differential(f, _args, seeds=(0, 1, 2, 3), fullgraph=False)
     # the first call (raising) breaks before the manager, having read nothing of `raising`: that entry and
-    # its graph (cos, mul) serve every seed; its resume function enters the real manager at its `with` and
-    # runs the rest as Python (NOTE [Breaks at BEFORE_WITH] in graph_break.py)
-    assert backend.graph_count == 1 and backend.op_count(0) == 2
+    # its graph (cos, mul) serve every seed; its resume function enters the real manager at its `with` as
+    # Python and resumes inside the block (NOTE [Breaks at BEFORE_WITH] in graph_break.py): the block is
+    # captured once per value of `raising` (add; add, mul: the raise itself runs as Python, where the
+    # manager's exception table catches it), and the code after the block once (tan)
+    assert backend.graph_count == 4
+    assert [backend.op_count(i) for i in range(4)] == [2, 1, 2, 1]
     assert _eager_frames() == before  # the frame ran wholly eagerly before
 
 

@@ -1,0 +1,136 @@
+"""A `with` whose manager's `__enter__` cannot be traced (issue 11; NOTE [Breaks at BEFORE_WITH] in
+graph_break.py): the manager is entered as plain Python by the frame's own instruction and the frame resumes
+inside the block, so the block and the code after it are captured, while the manager's `__exit__` still runs
+on every path out (normal end, return inside the block, an exception it swallows or lets through, a loop's
+break/continue). Each case runs eagerly and compiled over several inputs (values, the manager's log, the
+exception) and counts the graphs and the frames run wholly eagerly.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import run_differential
+
+
+@framejit.disable
+def _untraced(log: list, what: str) -> None:
+    log.append(what)
+
+
+class Managed:
+    """A manager whose `__enter__` calls a function framejit does not trace; `swallow` names the
+    exception type its `__exit__` suppresses."""
+
+    def __init__(self, log: list, swallow: type | None = None) -> None:
+        self.log, self.swallow = log, swallow
+
+    def __enter__(self):
+        _untraced(self.log, "enter")
+        return len(self.log)
+
+    def __exit__(self, kind, value, tb):
+        self.log.append(("exit", kind.__name__ if kind else None))
+        return self.swallow is not None and kind is not None and issubclass(kind, self.swallow)
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+def _ops(backend) -> list[int]:
+    return [backend.op_count(i) for i in range(backend.graph_count)]
+
+
+def _args(seed: int):
+    return torch.randn(3 + seed % 2, generator=torch.Generator().manual_seed(seed)), [], seed % 3
+
+
+def test_the_block_and_the_code_after_it_are_captured():
+    def f(x, log, k):
+        y = x.sin() * 2
+        with Managed(log) as n:
+            z = y.cos() + n
+        log.append("after")
+        return z * 3 - k
+
+    before = _eager_frames()
+    backend = run_differential(f, _args, seeds=(0, 6, 3), fullgraph=False)  # k = 0; shapes 3, 3, 4
+    # before the with (sin, mul); the block, the traced __exit__ and the code after it (cos, add, mul, sub);
+    # the second call reuses both, the third (a new size) compiles again
+    assert _ops(backend)[:2] == [2, 4] and backend.graph_count <= 4
+    assert _eager_frames() == before
+
+
+@pytest.mark.parametrize("swallow", [None, ValueError])
+def test_an_exception_in_the_block_reaches_the_managers_exit(swallow):
+    def f(x, log, k):
+        y = x.exp()
+        with Managed(log, swallow):
+            y = y - 1
+            if k == 1:
+                raise ValueError("from the block")
+            y = y * 2
+        log.append("after")
+        return y.tanh()
+
+    before = _eager_frames()
+    backend = run_differential(f, _args, seeds=(0, 1, 3, 4), fullgraph=False)  # k = 0, 1, 0, 1
+    assert backend.graph_count >= 3 and backend.op_count(0) == 1  # exp; the block and the rest captured
+    assert _eager_frames() == before
+
+
+def test_a_return_inside_the_block_runs_the_exit():
+    def f(x, log, k):
+        y = x.abs()
+        with Managed(log):
+            y = y + 1
+            if k == 2:
+                return y * 10
+            y = y * 2
+        return y
+
+    backend = run_differential(f, _args, seeds=(0, 2, 5), fullgraph=False)  # k = 0, 2, 2
+    assert backend.graph_count >= 3 and backend.op_count(0) == 1
+
+
+def test_a_with_inside_a_loop_with_break_and_continue():
+    def f(x, log, k):
+        total = x * 0
+        for i in range(4):
+            with Managed(log) as n:
+                if i == k:
+                    continue
+                total = total + x * i + n
+                if i == 3 - k:
+                    break
+        return total
+
+    before = _eager_frames()
+    run_differential(f, _args, seeds=(0, 1, 2, 3), fullgraph=False)
+    assert _eager_frames() == before
+
+
+def test_an_untraceable_manager_inside_a_torch_block_is_exact():
+    # inside another with-block the instruction is covered by an exception region: the tail form
+    def f(x, log, k):
+        with torch.no_grad():
+            y = x * 2
+            with Managed(log):
+                y = y + k
+        return y.sin(), torch.is_grad_enabled()
+
+    run_differential(f, lambda seed: (torch.randn(3, requires_grad=True), [], seed), seeds=(0, 1), fullgraph=False)
+
+
+def test_the_profiler_records_the_captured_block():
+    def f(x):
+        y = x.sin()
+        with torch.profiler.profile() as p:
+            y = torch.mm(y, y.t())
+        names = {e.key for e in p.key_averages()}
+        return y.relu(), "aten::mm" in names
+
+    backend = run_differential(f, lambda seed: (torch.randn(3, 3),), seeds=(0, 1), fullgraph=False)
+    assert backend.graph_count >= 2 and 1 in _ops(backend)  # the block's mm is a graph of its own
