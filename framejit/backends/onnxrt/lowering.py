@@ -165,6 +165,13 @@ def _trace(fn, table: dict, args: list, functionalize: bool = True) -> torch.fx.
     return traced
 
 
+# NOTE [Grad mode after the traced graph]
+# Lowering traces with grad mode off (_trace), but a graph with a `torch.no_grad()` region holds the switches
+# themselves (_set_grad_enabled(False), then (True) back to the mode it was captured under) and leaves grad
+# mode on. Functionalisation then wrote the graph's input mutations back onto the traced inputs with grad on:
+# a parameter changed in place under no_grad (`with torch.no_grad(): self.w.mul_(0.99)` in forward) is a
+# leaf that requires grad, so the trace raised and the inference program (no_grad calls, evaluation after
+# training) ran eagerly. The graph's call restores the trace's grad mode when it returns.
 def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> Lowered:
     """Trace `gm(*inputs)` to a functional aten graph over (state..., inputs...); see module docstring."""
     from ..foreach import expand_foreach  # NOTE [Foreach expansion]
@@ -179,7 +186,9 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
         # eager never prints; backends call `gm.forward`, and this reparametrises the module the way
         # torch.func.functional_call does, then calls forward.
         from torch.nn.utils.stateless import _reparametrize_module
-        with _reparametrize_module(gm, dict(zip(names, flat[: len(names)])), tie_weights=True):
+        # NOTE [Grad mode after the traced graph]
+        with _reparametrize_module(gm, dict(zip(names, flat[: len(names)])), tie_weights=True), \
+                torch.set_grad_enabled(torch.is_grad_enabled()):
             result = gm.forward(*flat[len(names):])
         leaves, spec = pytree.tree_flatten(result)
         spec_box.append(spec)

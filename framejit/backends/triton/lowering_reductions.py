@@ -247,7 +247,10 @@ def _group_norm(lo, node, x, weight, bias, n, channels, hxw, groups, eps):
         return y
 
     result = lo.pointwise([x, per_channel(mu), per_channel(rstd), *affine], x.shape, out.dtype, normalize, compute, origin)
-    flat = lambda ref: ref.view((n, groups), lambda c: [c[0], c[1], ir.Const(0)], None, ())  # noqa: E731
+    # mean and rstd are outputs (saved for the backward in training): views replayed on real tensors
+    def flat(ref):
+        return ref.view((n, groups), lambda c: [c[0], c[1], ir.Const(0)], aten.reshape.default, ([n, groups],))
+
     return (result, flat(mu), flat(rstd))
 
 
