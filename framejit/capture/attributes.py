@@ -27,6 +27,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
 from .getattribute import custom_getattribute, inline_getattribute, instance_dict
+from .vmap_capture import check_grad_fact
 
 # Tensor attributes that are metadata: constant for a traced tensor (inputs are guarded on them).
 TENSOR_METADATA = {
@@ -173,6 +174,7 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         return wrap(tx.output, _input_leaf(tx, t).grad, AttrSource(t.source, "grad"))  # NOTE [Gradients of inputs]
     if name in TENSOR_UNSUPPORTED_ATTRS:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name} is state outside the graph")
+    check_grad_fact(tx.output, name)  # NOTE [vmap regions]
     getter = TENSOR_METADATA.get(name)
     if name == "shape" and any(isinstance(s, torch.SymInt) for s in t.fake.shape):
         return tx.output.call("call_method", "size", (t,), {})  # NOTE [Symbolic shapes] in shapes.py

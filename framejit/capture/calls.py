@@ -20,6 +20,7 @@ from .protocol import ModuleSliceValue, constant_fold
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
                      ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
+from .vmap_capture import check_functorch_call
 
 # Tensor methods that read data into Python or touch state outside the graph.
 TENSOR_METHODS_UNSUPPORTED = {
@@ -277,6 +278,7 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         handler = state_query_handler(fn) or GETATTRIBUTE_HANDLERS.get(fn)  # NOTE [Compile-aware library paths]
     if handler is not None:
         return handler(tx, args, kwargs)
+    check_functorch_call(fn)  # NOTE [functorch state]
     if is_container_method(fn):
         return call_container_method(tx, fn, args, kwargs)
     if _hashable(fn) and fn in TORCH_FUNCTIONS_UNSUPPORTED:

@@ -197,6 +197,8 @@ def _register_handlers() -> None:
     BUILTIN_HANDLERS[torch_checkpoint.checkpoint] = _checkpoint_handler
     BUILTIN_HANDLERS[torch_checkpoint.checkpoint_sequential] = \
         _checkpoint_sequential_handler(torch_checkpoint.checkpoint_sequential)
+    from . import vmap_capture
+    vmap_capture.register()  # NOTE [vmap regions]
     try:
         from torch._higher_order_ops.associative_scan import associative_scan as real  # imported by torch
     except ImportError:
