@@ -178,9 +178,30 @@ def _actual(guard: Guard, namespace: dict, frame_locals: dict) -> str:
     if guard.actual is None:
         return "a different value"
     try:
-        return repr(eval(_expression_code(guard.actual), namespace, dict(frame_locals)))
+        return short_repr(eval(_expression_code(guard.actual), namespace, dict(frame_locals)))
     except Exception as e:
         return f"<{type(e).__name__}: {e}>"
+
+
+# NOTE [Short values in recompile logs]: a guard's actual value is written into the `recompiles` log line;
+# repr() of a tensor or of a tuple of tensors (a `past_key_values` that was None on the first call) printed
+# every element, hundreds of lines per recompile. Tensors are written as their type, shape and dtype, and
+# any other repr is cut to _REPR_LIMIT characters.
+_REPR_LIMIT = 200
+
+
+def short_repr(value: Any, depth: int = 0) -> str:
+    """repr(value) for a log line: tensors by shape and dtype, containers of them by their items, cut."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        return f"{type(value).__name__}(shape={tuple(value.shape)}, dtype={value.dtype})"
+    if type(value) in (tuple, list) and depth < 3:
+        items = ", ".join(short_repr(v, depth + 1) for v in value[:8])
+        more = ", ..." if len(value) > 8 else ("," if type(value) is tuple and len(value) == 1 else "")
+        text = ("({})" if type(value) is tuple else "[{}]").format(items + more)
+    else:
+        text = repr(value)
+    return text if len(text) <= _REPR_LIMIT else text[:_REPR_LIMIT] + "..."
 
 
 # NOTE [Compiled guard expressions]: a recompile explains itself by evaluating every guard of every entry

@@ -44,3 +44,63 @@ def test_an_unmarked_entry_of_size_1_still_retraces_a_marked_tensor():
     framejit.mark_dynamic(y, 0)
     assert_same(compiled(y), _sum_and_mean(y))
     assert backend.graph_count == 2, backend.graph_count  # the unmarked entry does not serve a marked tensor
+
+
+# ---- ints passed to a compiled module under dynamic=True ------------------------------------------------
+class _Decoder(torch.nn.Module):
+    """HF-style decoding step: past keys and values grow by one each step, with a position offset."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x, past=None, offset=0):
+        k = self.proj(x)
+        if isinstance(past, tuple):
+            past = past[0]
+        if past is not None:
+            k = torch.cat([past, k], 1)
+        pos = torch.arange(offset, offset + x.size(1))
+        return (x @ k.transpose(1, 2)).softmax(-1) @ k + pos[None, :, None], k
+
+
+def test_an_int_argument_of_a_compiled_module_is_symbolic_from_the_first_call_under_dynamic_true():
+    torch.manual_seed(0)
+    model = _Decoder().eval()
+    backend = CountingBackend()
+    compiled = framejit.compile(model, backend=backend, dynamic=True)
+    eager_before = _eager_frames()
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 4)
+    with torch.no_grad():
+        assert_same(compiled(x), model(x))  # the prompt: no past (one entry)
+        past = model(x)[1]
+        for step in range(6):
+            x = torch.randn(2, 1, 4)
+            expected = model(x, past, 3 + step)
+            assert_same(compiled(x, past, 3 + step), expected)
+            past = expected[1]
+    assert _eager_frames() == eager_before
+    # stock torch.compile(dynamic=True): 2 graphs; the offset (an item of module_call's *args) was static
+    # on its first value, one more graph when it changed
+    assert backend.graph_count == 2, backend.graph_count
+
+
+# ---- recompile log lines stay short (NOTE [Short values in recompile logs]) -------------------------------
+def test_the_recompile_log_writes_tensors_of_a_changed_argument_by_shape(caplog):
+    import logging
+    from framejit import logs
+    model = _Decoder().eval()
+    compiled = framejit.compile(model, backend=CountingBackend())
+    logs.set_logs("recompiles")
+    caplog.set_level(logging.INFO, logger="framejit")
+    try:
+        x = torch.randn(2, 3, 4)
+        past = torch.randn(2, 30, 4)
+        assert_same(compiled(x, None), model(x, None))
+        assert_same(compiled(x, (past, past)), model(x, past))
+    finally:
+        logs.set_logs("")
+    lines = [r.getMessage() for r in caplog.records if "recompiling" in r.getMessage()]
+    assert lines and "Tensor(shape=(2, 30, 4), dtype=torch.float32)" in lines[0], lines
+    assert len(lines[0]) < 600, lines[0]

@@ -127,8 +127,12 @@ def _nested_tensor(out, obj: torch.Tensor, source: Source) -> Value:
 
 def _is_argument(source: Source) -> bool:
     """An int argument of the frame (NOTE [Dynamic ints]: symbolic from the first call under dynamic=True,
-    as torch.compile's unspecialised ints; attributes and globals become symbolic when they change)."""
-    from ..sources import LocalSource
+    as torch.compile's unspecialised ints; attributes and globals become symbolic when they change). An
+    item of an argument counts too: a compiled module's arguments are items of module_call's *args and
+    **kwargs (a position offset passed to model(x, past, offset) was static at first, one more compile)."""
+    from ..sources import ItemSource, LocalSource
+    if type(source) is ItemSource and source.key_source is None and type(source.key) in (int, str):
+        source = source.base
     return type(source) is LocalSource
 
 
