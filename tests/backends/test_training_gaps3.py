@@ -14,6 +14,11 @@ backward ran in the backend (ORT sessions or Triton kernels counted), not eagerl
   raised on every call, which then reran eagerly (NOTE: the wrapper now refuses such a view at compile
   time, backends/triton/wrapper.py).
 
+- triton: the single-tensor steps of Adam, AdamW and Adagrad (and any optimizer with a tensor lr) read a
+  tensor's value as a number (`addcdiv_(.., value=-step_size)` traces to aten._local_scalar_dense); the
+  lowering had no value for it, compiling failed, and every step after the first ran eagerly (NOTE
+  [Numbers read from tensors] in backends/triton/lowering.py).
+
 Triton kernels run in Triton's interpreter here (conftest.py): tensors are tiny.
 """
 from __future__ import annotations
@@ -29,6 +34,7 @@ import framejit
 from framejit import config
 from tests.backends.test_training_backends import (  # noqa: F401  (_count_ort_runs: autouse fixture)
     Recording, _count_ort_runs, assert_backward_in_backend)
+from tests.helpers import RecordingBackend, optimizers_as_shipped
 
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -112,3 +118,45 @@ def test_a_parameter_changed_under_no_grad_in_forward_is_evaluated_in_ort():
         _mse, "onnxrt", evaluate=evaluate)
     rows = [row for compiled in recording.compiled for row in compiled.summary()]
     assert rows and not any(row["eager_graph"] for row in rows), rows
+
+
+# ---- triton: NOTE [Numbers read from tensors] ------------------------------------------------------------
+OPTIMIZERS = {
+    "adamw_single": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, foreach=False),
+    "adam_amsgrad_maximize_single": lambda ps: torch.optim.Adam(ps, lr=0.01, amsgrad=True, maximize=True,
+                                                                foreach=False),
+    "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1, lr_decay=0.01),
+    "adamw_tensor_lr": lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(0.01), foreach=False),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_single_tensor_optimizer_steps_are_lowered_by_triton(name):
+    """framejit.compile(opt.step) for 5 steps: parameters and state equal eager's after every step, and every
+    graph (the first step's and the later steps') is Triton kernels. Before: the later steps' graph ran
+    eagerly ('compiling failed (TypeError: float() argument must be ... not NoneType)')."""
+    from framejit.backends.triton.runtime import CompiledGraph
+    gen = _gen(0)
+    base = [torch.randn(3, 4, generator=gen), torch.randn(4, generator=gen),
+            torch.randn(2, 2, dtype=torch.float64, generator=gen)]
+    eager_params = [b.clone().requires_grad_() for b in base]
+    params = [b.clone().requires_grad_() for b in base]
+    eager_opt, opt = OPTIMIZERS[name](eager_params), OPTIMIZERS[name](params)
+    recording = RecordingBackend("triton")
+    with optimizers_as_shipped():
+        step = framejit.compile(opt.step, backend=recording)
+        for i in range(5):
+            grads = [torch.randn(b.shape, dtype=b.dtype, generator=_gen(100 + i)) for b in base]
+            for p, e, g in zip(params, eager_params, grads):
+                p.grad, e.grad = g.clone(), g.clone()
+            eager_opt.step()
+            step()
+            for p, e in zip(params, eager_params):
+                torch.testing.assert_close(p, e, rtol=1e-5, atol=1e-6, msg=lambda m: f"step {i}: {m}")
+                for key, value in eager_opt.state[e].items():
+                    torch.testing.assert_close(opt.state[p][key], value, rtol=1e-5, atol=1e-6,
+                                               msg=lambda m: f"step {i} state {key}: {m}")
+    assert recording.compiled
+    for compiled in recording.compiled:
+        assert isinstance(compiled, CompiledGraph), getattr(compiled, "reason", compiled)
+        assert compiled.kernel_count > 0 and compiled.runs > 0

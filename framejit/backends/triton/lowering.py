@@ -160,6 +160,8 @@ class Lowerer:
                 self.env[node] = self.call(node)
             elif node.op == "output":
                 flat, spec = pytree.tree_flatten(self.map_args(node.args[0]))
+                if any(isinstance(v, TensorItem) for v in flat):  # NOTE [Numbers read from tensors]
+                    raise GraphNotLowerable("the graph returns a number read from a tensor (item())")
                 return ir.Graph(self.inputs, self.constants, self.nodes, flat, spec)
         raise AssertionError("aten graph without an output node")
 
@@ -186,6 +188,9 @@ class Lowerer:
         args, kwargs = self.map_args((node.args, node.kwargs))
         if node.target is operator.getitem:
             return args[0][args[1]]
+        if node.target is aten._local_scalar_dense.default:  # NOTE [Numbers read from tensors]
+            return TensorItem(args[0])
+        args, kwargs = _items_as_tensors(node, args, kwargs)
         if not isinstance(node.target, torch._ops.OpOverload):
             # a Python callable (say, an output dataclass) has no tensor semantics we can check
             raise GraphNotLowerable(f"graph calls {node.target!r}, which is not an aten op")
@@ -224,6 +229,48 @@ class Lowerer:
             return refs[0]
         it = iter(refs)
         return pytree.tree_unflatten([next(it) if isinstance(v, torch.Tensor) else v for v in leaves], spec)
+
+
+# NOTE [Numbers read from tensors]
+# `aten._local_scalar_dense(t)` reads a one-element tensor's value as a Python number (an unbacked SymFloat
+# or SymInt while tracing). The optimizers' single-tensor paths read their step this way (Adam and AdamW:
+# `param.addcdiv_(exp_avg, denom, value=-step_size)` with a tensor step_size; Adagrad likewise), and so does
+# a tensor lr. The lowering had no such value: the extern returned None and the op reading it failed to
+# compile (float(None)), so every step after the first ran eagerly. The number stays the one-element
+# tensor (`TensorItem`) and is read as a 0-d tensor where the op's schema takes a Tensor (`mul.Tensor(x,
+# item)`): aten wraps a number passed there into a 0-d tensor, which promotes like the number, and the
+# pointwise lowering casts both to the compute dtype alike. Anywhere else (a Scalar argument such as
+# alpha, a Python operator on it, a graph output) the graph runs eagerly, logged.
+@dataclasses.dataclass(frozen=True)
+class TensorItem:
+    """The number `aten._local_scalar_dense` reads from the one-element tensor `tensor`."""
+
+    tensor: TensorRef
+
+
+def _items_as_tensors(node, args, kwargs) -> tuple:
+    """`args` and `kwargs` with each TensorItem at a Tensor argument of `node`'s schema read as a 0-d view
+    of its tensor; GraphNotLowerable when one is anywhere else (NOTE [Numbers read from tensors])."""
+    if not any(isinstance(v, TensorItem) for v in pytree.tree_leaves((args, kwargs))):
+        return args, kwargs
+    schema = getattr(node.target, "_schema", None)
+    tensor_args = {a.name for a in schema.arguments if isinstance(a.type, torch.TensorType)} if schema else set()
+    names = [a.name for a in schema.arguments] if schema else []
+
+    def as_tensor(name, value):
+        if not isinstance(value, TensorItem):
+            if any(isinstance(v, TensorItem) for v in pytree.tree_leaves(value)):
+                raise GraphNotLowerable(f"{node.target} reads a number read from a tensor (item()) in a list")
+            return value
+        if name not in tensor_args:
+            raise GraphNotLowerable(f"{node.target} reads a number read from a tensor (item()) as its "
+                                    f"argument {name!r}")
+        ref = value.tensor
+        return ref.view((), lambda c: [Const(0)] * len(ref.shape), aten.reshape.default, ([],))
+
+    args = tuple(as_tensor(names[k] if k < len(names) else None, v) for k, v in enumerate(args))
+    kwargs = {k: as_tensor(k, v) for k, v in kwargs.items()}
+    return args, kwargs
 
 
 def _mutated_buffers(target, args) -> tuple:
