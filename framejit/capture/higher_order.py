@@ -8,7 +8,9 @@ applied to the slices at one position (the "generic" mode vmaps it over the scan
 "pointwise" mode, CUDA only, applies it elementwise). The substitute below computes exactly that, one
 position after another: combine_fn is inlined per step on `x.select(dim, i)` and the results are
 stacked along `dim`, so the scan becomes ordinary graph ops (as many steps as the dimension is long,
-like the sequential loop such libraries run eagerly; the length is specialised). An associative
+like the sequential loop such libraries run eagerly; the length is specialised: the steps walk a list of
+the positions, not the range itself, which with a symbolic length would be a loop run as Python, NOTE
+[Loops over symbolic ranges], a break that left the scan outside the graphs). An associative
 combine_fn gives the real op's values up to floating-point reassociation, which the real op leaves
 unspecified too. Anything else (a pytree other than a tensor, tuple or list of tensors, arguments the
 real op rejects) is a graph break, so the real function runs and raises its own errors.
@@ -67,7 +69,7 @@ def associative_scan(combine_fn, xs, dim, reverse=False, combine_mode="pointwise
             graph_break("associative_scan over leaves it rejects")
         if combine_mode == "pointwise" and x.device.type not in ("cuda", "xpu"):
             graph_break("associative_scan in pointwise mode off CUDA (the real op raises)")
-    positions = range(length - 1, -1, -1) if reverse else range(length)
+    positions = list(range(length - 1, -1, -1) if reverse else range(length))  # NOTE [Associative scan]
     steps = []
     for i in positions:
         parts = [x.select(dim, i) for x in leaves]

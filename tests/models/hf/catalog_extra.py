@@ -62,6 +62,13 @@ _EXTRA = [
     _a("falcon_mamba", "decoder", "FalconMambaConfig", "FalconMambaForCausalLM",
        dict(vocab_size=100, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4),
        inputs.ids_only),
+    # Mamba layers whose compile path calls torch's associative_scan over the sequence (a symbolic length after
+    # a resized call: tests/capture/test_scan_lengths.py), an attention layer and a mixture of experts. Its op
+    # share is below harness.OP_SHARE (295/373) only because stock's graph holds vmap's bookkeeping calls
+    # (_add_batch_dim, _vmap_increment_nesting, ...) of the generic scan; the tensor work is the same
+    _a("jamba", "moe", "JambaConfig", "JambaForCausalLM",
+       dict(_DECODER, num_experts=4, num_experts_per_tok=2, mamba_d_state=8, mamba_expand=2, attn_layer_period=2,
+            attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1), resize=True),
     _a("recurrent_gemma", "decoder", "RecurrentGemmaConfig", "RecurrentGemmaForCausalLM",
        dict(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1,
             intermediate_size=64, lru_width=32, attention_window_size=8, head_dim=16, pad_token_id=0)),
