@@ -299,6 +299,16 @@ def model_input_names(data: bytes, sub: torch.fx.GraphModule) -> list[str]:
     return [n.name for n in sub.graph.nodes if n.op == "placeholder" and n.name in taken]
 
 
+def _scalar_dtype(value: object) -> type:
+    """The numpy dtype of a scalar input as torch's ONNX exporter declares it (_handle_placeholder_node):
+    a SymBool is BOOL, a SymFloat FLOAT (float32; `h / (2 * h)`, the scale F.interpolate computes from a
+    size-derived target), any other int INT64. A float fed as int64 was refused by ORT, and the symbolic
+    program gave up for per-signature ones."""
+    if type(value) is bool:
+        return np.bool_
+    return np.float32 if type(value) is float else np.int64
+
+
 class OrtPart(torch.nn.Module):
     """One ONNX Runtime session standing in for a fused partition; called like the submodule it replaces.
 
@@ -496,8 +506,8 @@ class OrtPart(torch.nn.Module):
         views = self._leaf_views or {}
         for name, position in self._fed:
             arg = args[position]
-            if not isinstance(arg, torch.Tensor):  # a symbolic int: a scalar input (NOTE [One program for every size])
-                feeds[name] = np.array(arg, dtype=np.int64)
+            if not isinstance(arg, torch.Tensor):  # a symbolic size: a scalar input (NOTE [One program for every size])
+                feeds[name] = np.array(arg, dtype=_scalar_dtype(arg))
                 continue
             kept = views.get(position)  # NOTE [Leaf views]
             if kept is not None and kept[0] is arg and arg.data_ptr() == kept[1] and arg.shape == kept[2]:
