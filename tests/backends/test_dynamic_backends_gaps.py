@@ -6,6 +6,10 @@ graphs and backend programs asserted.
   its scales as `h / (2 * h)`, a SymFloat) was fed as an int64 scalar, where the exporter declares FLOAT:
   ORT refused the run, and the graph fell back to one static program per input signature
   (runtime._scalar_dtype).
+- triton: a graph with four symbolic sizes in one input (dynamic=True on an image batch) allocated probe
+  inputs of 464 x 496 x 592 x 656 elements; the allocator's RuntimeError reached the backend's catch-all and
+  the graph ran eagerly for every size. It now compiles per shape, with the reason logged (NOTE [Probes too
+  large to allocate], triton/dynamic.py).
 """
 from __future__ import annotations
 
@@ -18,13 +22,14 @@ from tests.helpers import assert_same
 
 
 class _Recording:
-    """The onnxrt backend, keeping what it compiled."""
+    """A backend (onnxrt by default), keeping what it compiled."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "onnxrt") -> None:
+        self.name = name
         self.compiled: list = []
 
     def __call__(self, gm, example_inputs):
-        out = framejit.lookup_backend("onnxrt")(gm, example_inputs)
+        out = framejit.lookup_backend(self.name)(gm, example_inputs)
         self.compiled.append(out)
         return out
 
@@ -44,3 +49,22 @@ def test_a_size_derived_float_is_fed_to_the_symbolic_onnxrt_program_as_a_float()
     assert isinstance(program, OnnxrtCompiled)
     symbolic = sum(len(v) for v in program.dynamic_programs.values())
     assert (symbolic, len(program.programs)) == (1, 0)  # one symbolic program, no per-signature ones
+
+
+def _rows_of_pixels(x):
+    b, c, h, w = x.shape
+    y = x.reshape(b, c, h * w).permute(0, 2, 1)
+    return y.reshape(b * h * w, c).sum(-1).view(b, h, w)
+
+
+def test_a_graph_whose_probe_inputs_cannot_be_allocated_compiles_per_shape_on_triton():
+    from framejit.backends.triton.dynamic import DynamicGraph, SpecialisingGraph
+    backend = _Recording("triton")
+    compiled = framejit.compile(_rows_of_pixels, backend=backend, dynamic=True)
+    for i, (b, h, w) in enumerate([(2, 3, 4), (3, 2, 2)]):
+        torch.manual_seed(i)
+        x = torch.randn(b, 2, h, w)
+        assert_same(compiled(x), _rows_of_pixels(x))
+    (graph,) = backend.compiled
+    # a size-generic module where the probes fit in memory, else one compiled graph per shape; never eager
+    assert isinstance(graph, (DynamicGraph, SpecialisingGraph)), type(graph)

@@ -359,16 +359,26 @@ def _loop_varying_reductions(runs: list, configs: dict) -> bool:
     return changed
 
 
+# NOTE [Probes too large to allocate]: with four or more symbols in one input (dynamic=True on an image
+# batch: b, c, h, w) a probe tensor has 16**4 x a product of four primes elements (464 x 496 x 592 x 656:
+# 357 GB of float32), more than the allocator grants even uninitialised. The RuntimeError reached the
+# backend's catch-all, which ran the graph eagerly for every size; it is a NotGeneric now, so the graph
+# compiles per shape like any graph without a size-generic module, with the reason in the recompiles log.
 def _probe_inputs(sym: symbolic.SymbolicInputs, values: dict, example_inputs: list) -> list:
     """Inputs like `example_inputs` whose symbolic sizes take `values`. Uninitialised (`empty`): lowering
     traces with fake tensors and reads no data, and the probe sizes are large (16 x the primes in _PROBES:
-    three symbols make a 976 x 1552 x 1072 probe, 6.5 GB of float32 that `zeros` would write, ~10 s each)."""
+    three symbols make a 976 x 1552 x 1072 probe, 6.5 GB of float32 that `zeros` would write, ~10 s each).
+    Raises NotGeneric when an input cannot be allocated (NOTE [Probes too large to allocate])."""
     sizes, scalars = sym.sizes_at(values)
     inputs = []
     for index, real in enumerate(example_inputs):
         if isinstance(real, torch.Tensor):
             shape = [sizes.get(index, {}).get(d, s) for d, s in enumerate(real.shape)]
-            inputs.append(torch.empty(shape, dtype=real.dtype, device=real.device))
+            try:
+                inputs.append(torch.empty(shape, dtype=real.dtype, device=real.device))
+            except (RuntimeError, MemoryError) as exc:  # NOTE [Probes too large to allocate]
+                raise NotGeneric(f"input {index} at the probe sizes {shape} cannot be allocated "
+                                 f"({type(exc).__name__})") from None
         else:
             inputs.append(scalars.get(index, real))
     return inputs
