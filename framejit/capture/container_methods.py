@@ -297,6 +297,9 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
         s.change(consts[0], name == "add")  # NOTE [Sets from outside]: the set itself is not read
         result = None
     else:
+        if name == "pop":
+            from .hash_order import note_order
+            note_order(tx.output, s.items)  # NOTE [Hash-seeded facts]
         result = getattr(set, name)(s.items, *consts)  # NOTE [Set order]: the same call on the same layout
     tx.output.side_effects.record_op(s, name, replay)
     return key_value(result) if name == "pop" else ConstantValue(None)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
+from .hash_order import note_fold, note_order
 from .values import (ConstantValue, DictValue, DictViewValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue, ObjectValue,
                      SequenceValue, SetValue, SliceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
@@ -54,6 +55,7 @@ COMPARE_OPS: dict[str, Callable] = {
 
 def constant_fold(fn: Callable, *values: Any, **kwargs: Any) -> Value:
     """Apply `fn` to Python constants; an exception is the user's (CPython raises it too)."""
+    note_fold(fn, (*values, *kwargs.values()))  # NOTE [Hash-seeded facts]
     try:
         return ConstantValue(fn(*values, **kwargs))
     except Exception as e:
@@ -459,8 +461,12 @@ def iterate(tx, v: Value) -> list[Value]:
         return [key_value(k) for k in v.items]
     if isinstance(v, SetValue):
         from .identity_keys import set_items
-        return set_items(v)  # CPython's order for this set of constants (NOTE [Sets of tensors])
+        items = set_items(v)  # CPython's order for this set of constants (NOTE [Sets of tensors])
+        note_order(tx.output, v.items)  # NOTE [Hash-seeded facts]
+        return items
     if isinstance(v, ConstantValue) and isinstance(v.value, (range, tuple, str, list, frozenset, bytes, torch.Size)):
+        if isinstance(v.value, frozenset):
+            note_order(tx.output, v.value)  # NOTE [Hash-seeded facts]
         return [ConstantValue(x) for x in v.value]
     from . import numpy_support as nps
     if isinstance(v, nps.NdarrayValue):  # NOTE [NumPy as torch]

@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import config
 from ..guards import COST_ID
-from . import lookup
+from . import hash_order, lookup
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .break_locations import user_frame
@@ -89,6 +89,10 @@ class Translator:
     def run(self) -> Value:
         insts = self.program.insts
         self.output.tx_stack.append(self)
+        with hash_order.tracing(self.output):  # NOTE [Hash-seeded facts]
+            return self._run(insts)
+
+    def _run(self, insts) -> Value:
         try:
             while self.return_value is None and not self.suspended:
                 self.output.steps += 1

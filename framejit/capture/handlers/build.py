@@ -138,6 +138,8 @@ def format_value(tx, inst):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"formatting {value.describe()} into a string")
     v = value.as_constant()
     conversion = flags & 0x03
+    from ..hash_order import note_constants
+    note_constants(tx.output, [v])  # NOTE [Hash-seeded facts]
     v = {0: lambda x: x, 1: str, 2: repr, 3: ascii}[conversion](v)
     try:
         tx.push(ConstantValue(format(v, spec)))

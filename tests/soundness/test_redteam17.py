@@ -1,0 +1,69 @@
+"""Adversarial differential programs, seventeenth round (issue 12, red team): each runs eagerly and compiled
+on separate but equal state over several calls, changing what the code reads between calls (or, for the
+frame cache, between processes), and compares results, printed output and the state left behind."""
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+
+from tests.helpers import run_program
+
+
+# ---- NOTE [Hash-seeded facts] (capture/hash_order.py) ------------------------------------------------------
+
+HASH_PROGRAM = textwrap.dedent('''
+    import enum, json
+    import torch
+    import framejit
+
+    class Color(enum.Enum):
+        RED = 1
+        GREEN = 2
+        BLUE = 3
+
+    W = {k: float(i + 1) for i, k in enumerate(["alpha", "beta", "gamma", "delta", "eps"])}
+
+    def loop(x):
+        for k in {"alpha", "beta", "gamma", "delta", "eps"}:
+            x = x * 2 + W[k]
+        return x
+
+    def printed(x):
+        return x + 1, str(set(W)), f"{frozenset(W)}", ",".join(set(W))
+
+    def popped(x):
+        s = set(W)
+        return x * len(s.pop()), [c.name for c in {Color.RED, Color.GREEN, Color.BLUE}]
+
+    def hashed(x):
+        return x + hash(("alpha", 1)) % 1000, "beta".__hash__() % 1000
+
+    def plain(v):
+        return v.tolist() if isinstance(v, torch.Tensor) else [plain(i) for i in v] if isinstance(v, tuple) else v
+
+    result = {}
+    for fn in (loop, printed, popped, hashed):
+        want = [plain(fn(torch.ones(2) * k)) for k in range(3)]
+        got = [plain(framejit.compile(fn, backend="eager")(torch.ones(2) * k)) for k in range(3)]
+        result[fn.__name__] = got == want
+    stats = framejit.stats()
+    print(json.dumps({"equal": result, "loaded": stats["frames_loaded"]}))
+''')
+
+
+def test_string_hash_facts_of_a_warm_entry_follow_the_new_processes_seed(tmp_path):
+    # before: the order of iterating or printing a set of strings (or enum members) and hash() of a string
+    # were baked into the entry, and a process with another PYTHONHASHSEED (random by default) loaded it and
+    # returned the first process's order / hash (loop: 119.0 where eager gives 83.0)
+    script = tmp_path / "program.py"
+    script.write_text(HASH_PROGRAM)
+    outs = []
+    for seed in ("1", "2", "1"):
+        env = dict(os.environ, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1", PYTHONHASHSEED=seed)
+        rc, out, err = run_program(tmp_path, script, env=env)
+        assert rc == 0, err
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    assert [o["equal"] for o in outs] == [dict.fromkeys(["loop", "printed", "popped", "hashed"], True)] * 3
+    assert outs[2]["loaded"] >= 4  # the same seed as the first process still starts warm
+
