@@ -215,6 +215,24 @@ def iterated_list(iterator: Any) -> Any:
     return iterator.__reduce__()[1][0]
 
 
+def remaining_range(iterator: Any) -> tuple:
+    """(start, stop, step) of the items a range iterator has still to give (3.11 reduces it to its whole
+    range and a position, 3.12 to the remaining range)."""
+    state = iterator.__reduce__()
+    rest = state[1][0][state[2]:] if len(state) > 2 and state[2] is not None else state[1][0]
+    return rest.start, rest.stop, rest.step
+
+
+def advance_iterator(iterator: Any, steps: int, exhausted: bool) -> None:
+    """Replay how far a compiled frame advanced a tuple or range iterator from outside (NOTE [Iterators
+    from outside]): `steps` items drawn, or all of them."""
+    for _ in range(steps):
+        next(iterator, None)
+    if exhausted:
+        for _ in iterator:
+            pass
+
+
 def iterator_index(iterator: Any) -> int:
     """The position of a list iterator (-1 once it is exhausted)."""
     state = iterator.__reduce__()
@@ -253,7 +271,6 @@ class Reconstructor:
         self.out_local = out_local
         self.preloaded: dict[int, str] = {}  # id(value) -> local holding it (see preload)
         self._kept: list = []  # the preloaded values, alive so that their ids are not reused
-        self.own_type_iterators = True  # NOTE [Iterators of their own type] in values/containers.py
 
     def preload(self, values: list, sourced: bool = True) -> None:
         """Load every value that is rebuilt from a source (when `sourced`) and every mutable object made
@@ -428,8 +445,7 @@ class Reconstructor:
             return
         if value.lent_at is not None:
             raise lent_error(value)  # NOTE [Lent iterators]
-        if value.iter_type is not _LIST_ITERATOR and value.owner is None and not value.looped \
-                and self.own_type_iterators:
+        if value.iter_type is not _LIST_ITERATOR and value.owner is None and not value.looped:
             self._own_type_iterator(value)  # NOTE [Iterators of their own type] in values/containers.py
         elif value.exhausted:
             self._call_const(exhausted_list_iterator, [])

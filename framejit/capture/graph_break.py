@@ -232,7 +232,6 @@ class BreakCodegen:
 
     def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
         cg, rebuild = self.cg, Reconstructor(self.cg, output_index, GRAPH_OUT, self.fn.__globals__)
-        rebuild.own_type_iterators = False  # NOTE [Iterators of their own type] in values/containers.py
         if compiled is not None:
             cg.call_graph(compiled, [inp.source for inp in inputs])
         live = self.stack + [v for v in map(self._local, self.local_names) if not isinstance(v, LazyArg)]

@@ -342,16 +342,18 @@ class SideEffects:
             else:
                 cg.load_const(cell)
             cg.emit("STORE_ATTR", "cell_contents")
-        from .codegen import move_list_iterator, move_reverse_iterator
+        from .codegen import advance_iterator, move_list_iterator, move_reverse_iterator
         from .values.containers import lent_error
         for iterator in self._moved_iterators():  # after the lists' own replay: the end is the final one
             if iterator.lent_at is not None:
                 raise lent_error(iterator)  # NOTE [Lent iterators]: where eager leaves it is unknown
             reverse = iterator.reverse_from is not None  # NOTE [Reversed iterators from outside]
+            own_type = iterator.owner is None and not reverse  # a tuple or range iterator: moved by steps
             cg.push_null()
-            cg.load_const(move_reverse_iterator if reverse else move_list_iterator)
+            cg.load_const(advance_iterator if own_type else move_reverse_iterator if reverse else move_list_iterator)
             iterator.source.reload(cg)
-            cg.load_const(iterator.reverse_from - iterator.index if reverse else iterator.index)
+            cg.load_const(iterator.index - iterator.start if own_type else
+                          iterator.reverse_from - iterator.index if reverse else iterator.index)
             cg.load_const(iterator.exhausted)
             cg.call(3)
             cg.emit("POP_TOP")

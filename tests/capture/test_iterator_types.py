@@ -32,7 +32,7 @@ def _live_at_break(x, k):
     first = next(it)
     print("break", first)  # the iterator is live across the break
     rest = [v for v in it]
-    return x + first + sum(rest), kind  # after the break `type(it)` is a list_iterator (not fixed)
+    return x + first + sum(rest), kind, type(it).__name__  # after the break still a range_iterator
 
 
 def _loop_then_next(x, k):

@@ -7,6 +7,10 @@ import json
 import os
 import textwrap
 
+import pytest
+import torch
+
+import framejit
 from tests.helpers import run_program
 
 
@@ -66,4 +70,39 @@ def test_string_hash_facts_of_a_warm_entry_follow_the_new_processes_seed(tmp_pat
         outs.append(json.loads(out.strip().splitlines()[-1]))
     assert [o["equal"] for o in outs] == [dict.fromkeys(["loop", "printed", "popped", "hashed"], True)] * 3
     assert outs[2]["loaded"] >= 4  # the same seed as the first process still starts warm
+
+
+# ---- NOTE [Iterators of their own type] (capture/values/containers.py) --------------------------------------
+
+def _iterators_across_a_break(x, it):
+    r = iter(range(4))
+    t = iter((x, x * 2, 5))
+    next(r), next(t)
+    print("break")  # the frame breaks here holding both iterators
+    return x + next(r) + next(t), type(r).__name__, type(t).__name__, list(t), next(it), type(it).__name__
+
+
+@pytest.mark.parametrize("argument", ["range", "tuple"])
+def test_range_and_tuple_iterators_keep_their_type_across_a_break(argument, capsys):
+    # before: at the break both were rebuilt as list iterators for the resume function, so `type(r)` after
+    # it answered 'list_iterator' where eager gives 'range_iterator' / 'tuple_iterator' (every call)
+    def plain(v):
+        if isinstance(v, (list, tuple)):
+            return [plain(i) for i in v]
+        return v.tolist() if isinstance(v, torch.Tensor) else v
+
+    def fresh():
+        it = iter(range(3, 9)) if argument == "range" else iter((1.5, -0.0, 7))
+        next(it)
+        return it
+
+    framejit.reset()
+    compiled = framejit.compile(_iterators_across_a_break, backend="eager")
+    for k in range(3):
+        want_it, got_it = fresh(), fresh()
+        want = plain(_iterators_across_a_break(torch.ones(2) * k, want_it))
+        got = plain(compiled(torch.ones(2) * k, got_it))
+        assert got == want
+        assert list(got_it) == list(want_it)  # the argument advanced as in eager
+    assert capsys.readouterr().out == "break\n" * 6
 

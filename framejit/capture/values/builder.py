@@ -205,6 +205,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return _wrap_list_iterator(out, obj, source)
     if type(obj) is _LIST_REVERSE_ITERATOR:
         return _wrap_list_reverse_iterator(out, obj, source)
+    if type(obj) in _SEQUENCE_ITERATORS:
+        return _wrap_sequence_iterator(out, obj, source)
     from ..context import AUTOCAST_CLASSES, BLOCK_CLASSES, GRAD_CLASSES, ctx_from_object
     if isinstance(obj, GRAD_CLASSES + BLOCK_CLASSES) or type(obj) in AUTOCAST_CLASSES:
         return ctx_from_object(out, obj, source)
@@ -441,6 +443,42 @@ def _wrap_list_iterator(out, obj: Any, source: Source) -> Value:
     return iterator
 
 
+_SEQUENCE_ITERATORS = (type(iter(())), type(iter(range(0))))
+
+
+def _wrap_sequence_iterator(out, obj: Any, source: Source) -> Value:
+    """A tuple or range iterator from outside: an argument, or one a frame held at a graph break, rebuilt
+    as its own type (NOTE [Iterators of their own type] in containers.py) for the resume function.
+    As a list iterator from outside (NOTE [Iterators from outside]): the tuple or range (wrapped and
+    guarded as any) and the position are read through the iterator's state, and how far the trace
+    advanced it is replayed on the caller's object. The iterator keeps its type (`type(it)`)."""
+    from ..codegen import iterated_list, iterator_index, remaining_range
+    from ..sources import CallSource, Ref
+    out.guard_type(source, type(obj))
+    if type(obj) is _SEQUENCE_ITERATORS[1]:  # what is left of the range, by its bounds (at position 0)
+        bounds = remaining_range(obj)
+        out.guard_constant(CallSource(Ref(remaining_range, "remaining_range"), source), bounds)
+        iterator = IteratorValue([ConstantValue(v) for v in range(*bounds)])
+        iterator.constant, index = range(*bounds), 0
+    else:
+        index = iterator_index(obj)
+        out.guard_constant(CallSource(Ref(iterator_index, "iterator_index"), source), index)
+        seq = wrap(out, iterated_list(obj), CallSource(Ref(iterated_list, "iterated_list"), source))
+        if isinstance(seq, ConstantValue) and type(seq.value) is tuple:
+            seq = TupleValue([ConstantValue(v) for v in seq.value])
+        if not isinstance(seq, TupleValue):
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a tuple iterator over {seq.describe()}")
+        iterator = IteratorValue(seq.items)
+    iterator.iter_type = type(obj)
+    if index < 0:
+        iterator.exhausted = True
+    else:
+        iterator.index = iterator.start = index
+        out.side_effects.iterators[id(iterator)] = iterator
+    iterator.source = source
+    return iterator
+
+
 _LIST_REVERSE_ITERATOR = type(reversed([]))
 
 
@@ -481,7 +519,8 @@ def _has_identity(obj: Any) -> bool:
     own), scalars, functions, classes or Python modules."""
     if _lookup_runs_user_code(obj):
         return not issubclass(type(obj), torch.Tensor)
-    if type(obj) in (list, dict, set, collections.OrderedDict, _LIST_ITERATOR, _LIST_REVERSE_ITERATOR) or isinstance(obj, torch.nn.Module):
+    if type(obj) in (list, dict, set, collections.OrderedDict, _LIST_ITERATOR, _LIST_REVERSE_ITERATOR,
+                     *_SEQUENCE_ITERATORS) or isinstance(obj, torch.nn.Module):
         return True
     return hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType,
                                                              types.MethodType, torch.Tensor, functools.partial,

@@ -248,9 +248,8 @@ def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     # Except one a for loop has stepped: at a break inside the loop, the resume function carries the loop
     # on a list iterator (NOTE [Loops carried across breaks]), which must be the very object the frame's
     # other references see (`it = iter(t); for v in it: ...` then `next(it)`); it stays a list iterator.
-    # And at a graph break every iterator stays one: the resume function reads a list iterator from outside
-    # (NOTE [Iterators from outside]), where a range or tuple iterator is an opaque value that made the
-    # resume function run wholly eagerly; so after a break `type(it)` still answers list_iterator (known).
+    # At a graph break the resume function reads a range or tuple iterator from outside as such
+    # (builder._wrap_sequence_iterator), so `type(it)` after the break answers as eager.
     if isinstance(value, ConstantValue) and type(value.value) in (range, str, bytes, tuple):
         iterator.constant, iterator.iter_type = value.value, type(iter(value.value))
     elif isinstance(value, TupleValue) and value.python_type() is tuple:
