@@ -63,6 +63,13 @@ def symbolic_int_positions(gm: torch.fx.GraphModule) -> frozenset:
                      if isinstance(v, torch.SymInt) and not _is_constant(v))
 
 
+def constant_int_positions(gm: torch.fx.GraphModule) -> frozenset:
+    """Positions of the placeholders that are ints the frontend specialised (a SymInt whose expression is
+    a number: an int argument made symbolic, then guarded `n == 1` by a later trace). Their value is fixed
+    for the graph, so a backend may bake it in."""
+    return frozenset(i for i, v in enumerate(placeholder_vals(gm)) if isinstance(v, torch.SymInt) and _is_constant(v))
+
+
 @dataclasses.dataclass(frozen=True)
 class _InputSize(Source):
     """Where a backend symbol is read: input `index`, dimension `dim` (None: the input is the int)."""

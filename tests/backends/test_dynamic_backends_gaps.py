@@ -10,6 +10,9 @@ graphs and backend programs asserted.
   inputs of 464 x 496 x 592 x 656 elements; the allocator's RuntimeError reached the backend's catch-all and
   the graph ran eagerly for every size. It now compiles per shape, with the reason logged (NOTE [Probes too
   large to allocate], triton/dynamic.py).
+- triton: an int argument made symbolic and then specialised by a later trace (`torch.ones(n)` with n == 1)
+  stays a graph input whose SymInt is a number; the lowering takes tensors only, so that graph ran eagerly
+  ('a graph input is not a tensor'). Its ints are baked in (NOTE [Int inputs fixed by the frontend]).
 """
 from __future__ import annotations
 
@@ -68,3 +71,19 @@ def test_a_graph_whose_probe_inputs_cannot_be_allocated_compiles_per_shape_on_tr
     (graph,) = backend.compiled
     # a size-generic module where the probes fit in memory, else one compiled graph per shape; never eager
     assert isinstance(graph, (DynamicGraph, SpecialisingGraph)), type(graph)
+
+
+def _ones_of(n: int, x):
+    return torch.ones(n, x.size(-1)) @ x.t() + n
+
+
+def test_an_int_input_the_frontend_fixed_is_baked_in_on_triton():
+    from framejit.backends.triton.runtime import EagerGraph
+    backend = _Recording("triton")
+    compiled = framejit.compile(_ones_of, backend=backend)
+    for i, n in enumerate([3, 5, 1, 4, 1]):
+        torch.manual_seed(i)
+        x = torch.randn(2, 3)
+        assert_same(compiled(n, x), _ones_of(n, x))
+    assert len(backend.compiled) == 3  # n == 3, n symbolic, n == 1
+    assert not any(isinstance(g, EagerGraph) for g in backend.compiled), backend.compiled

@@ -104,7 +104,9 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
 
 def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict | None):
     size_inputs = symbolic.symbolic_int_positions(gm)  # ints that are sizes (NOTE [Size-generic modules])
-    problem, device = _device_problem([v for i, v in enumerate(example_inputs) if i not in size_inputs])
+    fixed_ints = symbolic.constant_int_positions(gm)  # NOTE [Int inputs fixed by the frontend]
+    problem, device = _device_problem([v for i, v in enumerate(example_inputs)
+                                       if i not in size_inputs | fixed_ints])
     training = problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters()),
                                                   switches_grad_on(gm))
     if problem is None and changes_metadata_in_place(gm):
@@ -124,11 +126,13 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict
             return dynamic.compile_dynamic(gm, list(example_inputs), device, opts)
         except dynamic.NotGeneric as why:
             logs.log("recompiles", "triton: no size-generic module; the graph compiles per shape: %s", why)
-            return dynamic.SpecialisingGraph(gm, device, opts, str(why), size_inputs)
+            return dynamic.SpecialisingGraph(gm, device, opts, str(why), size_inputs | fixed_ints)
         except Exception as error:  # internal failures never reach the user
             logs.log("eager_fallback", "triton: compiling failed (%s: %s); running the graph eagerly",
                      type(error).__name__, error)
             return EagerGraph(gm, f"internal error: {type(error).__name__}: {error}")
+    if fixed_ints:
+        return dynamic.SpecialisingGraph(gm, device, opts, "int inputs the frontend fixed are baked in", fixed_ints)
     try:
         return compile_graph(gm, list(example_inputs), device, opts)
     except GraphNotLowerable as why:
@@ -140,6 +144,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict
         return EagerGraph(gm, f"internal error: {type(error).__name__}: {error}")
 
 
+# NOTE [Int inputs fixed by the frontend]: an int argument made symbolic after it changed (NOTE [Dynamic
+# ints]) stays a graph input when a later trace specialises it (`torch.ones(n)` with n == 1: the env
+# guards n == 1 and the placeholder's SymInt is the number 1). The lowering takes tensors only, so such a
+# graph ran eagerly ('a graph input is not a tensor'); its ints are baked in per call signature like size
+# ints (SpecialisingGraph, `_IntsBaked`), which the frontend's guards make one signature.
 def _materialized(example_inputs) -> list:
     """Real tensors with the examples' sizes, strides, dtypes and devices (AOT autograd hands its compilers
     fake tensors of its own fake mode; lowering traces with a fake mode of its own)."""
