@@ -187,6 +187,16 @@ def escaped_generator(value: IteratorValue) -> Unsupported:
     return e
 
 
+def walk_at(module: Any, name: str, options: tuple, drawn: int) -> Any:
+    """The generator `module.<name>(**options)` (named_children, parameters, ...) of nn.Module, drawn
+    `drawn` times (NOTE [Lazy module walks] in modules.py)."""
+    import torch
+    walk = getattr(torch.nn.Module, name)(module, **dict(options))
+    for _ in range(drawn):
+        next(walk, None)
+    return walk
+
+
 def keys_iterator_at(container: Any, index: int) -> Any:
     """CPython's iterator over a dict or set, advanced past `index` keys (NOTE [Live iteration])."""
     iterator = iter(container)
@@ -445,7 +455,12 @@ class Reconstructor:
             return
         if value.lent_at is not None:
             raise lent_error(value)  # NOTE [Lent iterators]
-        if value.iter_type is not _LIST_ITERATOR and value.owner is None and not value.looped:
+        if value.walk is not None:  # NOTE [Lazy module walks] in modules.py
+            value.check()  # a mutation since it was made: a break where it was made
+            module, name, options = value.walk
+            drawn = len(value.items) + 1 if value.exhausted else value.index
+            self._call_const(walk_at, [module, ConstantValue(name), ConstantValue(options), ConstantValue(drawn)])
+        elif value.iter_type is not _LIST_ITERATOR and value.owner is None and not value.looped:
             self._own_type_iterator(value)  # NOTE [Iterators of their own type] in values/containers.py
         elif value.exhausted:
             self._call_const(exhausted_list_iterator, [])

@@ -47,7 +47,9 @@ def call_iteration_method(tx, fn, args: list[Value], kwargs: dict[str, Value]) -
                         DictSlotSource(module_value.source, slot, child_name))
         name = ".".join(p for p in (prefix if slot != "children" else "", path, child_name) if p)
         items.append(TupleValue([ConstantValue(name), item]) if named else item)
-    return _lazy_walk(tx, fn, IteratorValue(items))
+    iterator = _lazy_walk(tx, fn, IteratorValue(items))
+    iterator.walk = (mod_value, fn.__name__, tuple(options.items()))  # NOTE [Lazy module walks]
+    return iterator
 
 
 # NOTE [Lazy module walks]: parameters(), buffers(), children() and the rest are generators: eager walks
@@ -55,7 +57,12 @@ def call_iteration_method(tx, fn, args: list[Value], kwargs: dict[str, Value]) -
 # between the two (`gen = self.buffers(); self.b = x * 2; list(gen)`, `self.a = None`, register_buffer)
 # made the trace yield the old entries (red team 16). Any recorded mutation other than a tensor write
 # before a step breaks where the walk was made, so that call runs as Python and the generator is drawn
-# lazily, as for generator functions (NOTE [Eager generators]).
+# lazily, as for generator functions (NOTE [Eager generators]). A walk that outlives the graph (returned,
+# stored, live at a break) is rebuilt as the real generator (codegen.walk_at: made again on the unchanged
+# module and drawn as far as the trace drew it), so a store after the graph or at the break itself
+# (`self.a = None` breaks when `a` is a submodule) is seen by the items drawn later, as in eager. A for
+# loop over a walk that breaks in its body then steps that generator as Python (NOTE [Iterators stepped
+# as Python]), its body a resume function.
 def _lazy_walk(tx, fn, iterator: IteratorValue) -> IteratorValue:
     effects = tx.output.side_effects
     made = effects.version - effects.tensor_writes

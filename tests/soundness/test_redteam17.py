@@ -106,3 +106,52 @@ def test_range_and_tuple_iterators_keep_their_type_across_a_break(argument, caps
         assert list(got_it) == list(want_it)  # the argument advanced as in eager
     assert capsys.readouterr().out == "break\n" * 6
 
+
+# ---- NOTE [Lazy module walks] (capture/modules.py) ------------------------------------------------------------
+
+class _Walker(torch.nn.Module):
+    def __init__(self, mode):
+        super().__init__()
+        self.a = torch.nn.Linear(2, 2)
+        self.b = torch.nn.ReLU()
+        self.mode = mode
+
+    def forward(self, x):
+        if self.mode == "store_breaks":  # replacing submodule `a` breaks the graph at the store
+            gen = self.named_children()
+            self.a = None
+            return x, [n for n, _ in gen]
+        if self.mode == "partly_drawn":
+            gen = self.named_children()
+            first = next(gen)[0]
+            self.b = None
+            return x, [first] + [n for n, _ in gen]
+        if self.mode == "in_a_loop":
+            seen = []
+            for n, _ in self.named_children():
+                if n == "a":
+                    self.b = None
+                seen.append(n)
+            return x, seen
+        return x * 2, self.named_children()  # returned: drawn by the caller after it changed the module
+
+
+@pytest.mark.parametrize("mode", ["store_breaks", "partly_drawn", "in_a_loop", "returned"])
+def test_a_module_walk_that_outlives_the_graph_is_drawn_lazily(mode):
+    # before: a walk live at a break (or returned) was rebuilt as a list of the entries walked when it was
+    # made, so a submodule set to None at the break (or by the caller) was still listed: ['a', 'b'] where
+    # eager gives ['b'] (store_breaks), ['a', 'b'] for ['a'] (partly_drawn, in_a_loop), every call
+    def run(m, compiled):
+        fn = framejit.compile(m, backend="eager") if compiled else m
+        out = []
+        for _ in range(3):
+            m.a, m.b = m.a or torch.nn.Linear(2, 2), m.b or torch.nn.ReLU()
+            x, names = fn(torch.ones(2))
+            if mode == "returned":
+                m.a = None
+                names = (type(names).__name__, [n for n, _ in names])
+            out.append((x.tolist(), names))
+        return out
+
+    framejit.reset()
+    assert run(_Walker(mode), True) == run(_Walker(mode), False)

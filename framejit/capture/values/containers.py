@@ -156,6 +156,7 @@ class IteratorValue(Value):
     iter_type: type = type(iter([]))  # NOTE [Iterators of their own type]
     constant: Any = None  # iter(<a constant range, str, bytes or tuple>): that constant
     looped = False  # stepped by a for loop (FOR_ITER): rebuilt as a list iterator (NOTE [Iterators of their own type])
+    walk: Any = None  # a module walk: (module value, method name, options) (NOTE [Lazy module walks] in modules.py)
 
     def next(self) -> Value | None:
         if self.lent_at is not None:
