@@ -7,11 +7,14 @@ exception) and counts the graphs and the frames run wholly eagerly.
 """
 from __future__ import annotations
 
+import io
+import threading
+
 import pytest
 import torch
 
 import framejit
-from tests.helpers import run_differential
+from tests.helpers import CountingBackend, run_differential
 
 
 @framejit.disable
@@ -134,3 +137,42 @@ def test_the_profiler_records_the_captured_block():
 
     backend = run_differential(f, lambda seed: (torch.randn(3, 3),), seeds=(0, 1), fullgraph=False)
     assert backend.graph_count >= 2 and 1 in _ops(backend)  # the block's mm is a graph of its own
+
+
+_LOCK = threading.Lock()
+
+
+@pytest.mark.parametrize("make", [lambda: _LOCK, lambda: io.StringIO("text")], ids=["lock", "stringio"])
+def test_a_c_managers_exit_does_not_recompile(make):
+    # BEFORE_WITH leaves a bound C method (`lock.__exit__`), a new object on every call, for the resume
+    # function: it is guarded by its parts (NOTE [Bound builtin methods by their parts] in builder.py)
+    def f(x, log, k):
+        y = x.sin() * 2
+        with make() as m:
+            y = y.cos() + 1
+            log.append(type(m).__name__)
+        return y.tanh() - k
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    args = lambda seed: (torch.randn(4), [], 1)  # noqa: E731
+    run_differential(f, args, seeds=(0,), compiled=compiled, backend=backend)
+    traced = framejit.stats()["frames_traced"]
+    run_differential(f, args, seeds=(1, 2, 3), compiled=compiled, backend=backend)
+    assert framejit.stats()["frames_traced"] == traced  # no recompiles
+    assert _ops(backend) == [2, 2, 2]  # sin, mul | cos, add (the block) | tanh, sub
+
+
+def test_a_bound_c_method_argument_follows_its_object():
+    def f(x, add):
+        add(x.sum().item())
+        return x * 2
+
+    first, second = [], []
+    compiled = framejit.compile(f, backend="eager")
+    for target in (first, first, second, first):
+        expected = []
+        f(torch.ones(2), expected.append)
+        compiled(torch.ones(2), target.append)
+        assert expected == [2.0]
+    assert first == [2.0, 2.0, 2.0] and second == [2.0]

@@ -236,6 +236,23 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         out.guard_constant(AttrSource(source, "__name__"), obj.__name__)
         tensor = wrap(out, obj.__self__, AttrSource(source, "__self__"))
         return TensorMethodValue(tensor, obj.__name__)
+    if _fresh_bound_builtin(obj):
+        # NOTE [Bound builtin methods by their parts]: `lock.__exit__` (what BEFORE_WITH leaves for a C
+        # manager, passed to a resume function), `d.get`, `obj.__add__`: every attribute read makes a new
+        # bound object, so an identity guard on it failed on every call and recompiled until the limit.
+        # It is guarded by what it is made of: its type, its name, and the object it is bound to. Bound to
+        # a container (`d.get`, `items.append`), which calls may read or change, that object's identity is
+        # guarded and the method is a builtin the trace models. Bound to an opaque C object (a lock, a file,
+        # a StringIO: often made anew per call) only that object's type is guarded (a C type's methods
+        # cannot be replaced), and the method stays an opaque object: calling it breaks, and the break
+        # passes the real bound method on from the frame, never the one seen while tracing.
+        out.guard_type(source, type(obj))
+        out.guard_constant(AttrSource(source, "__name__"), obj.__name__)
+        if type(obj.__self__) not in _OPAQUE_OWNER_EXCLUDED and type(obj.__self__).__flags__ & _IMMUTABLE_TYPE:
+            out.guard_type(AttrSource(source, "__self__"), type(obj.__self__))
+            return ObjectValue(obj, source)
+        out.guard_id(AttrSource(source, "__self__"), obj.__self__)
+        return BuiltinValue(obj, source)
     if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
         out.guard_id(source, obj)
         return BuiltinValue(obj, source)
@@ -581,6 +598,24 @@ _INLINED_TORCH_PACKAGES = ("torch.nn.modules", "torch.distributions", "torch.opt
 def _packing_functions() -> frozenset:
     from ..packed_sequences import PACKING_FUNCTIONS
     return PACKING_FUNCTIONS
+
+
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a C type (static, or a heap type made immutable)
+# C objects whose bound methods the trace models (they read or change the object's contents)
+_OPAQUE_OWNER_EXCLUDED = frozenset({list, dict, set, frozenset, tuple, bytearray, str, bytes, int, float, complex,
+                                    collections.deque, collections.OrderedDict, collections.defaultdict,
+                                    collections.Counter, types.SimpleNamespace, torch.Size})
+
+
+def _fresh_bound_builtin(obj: Any) -> bool:
+    """A C method bound to an object (NOTE [Bound builtin methods by their parts]): its type's attribute of
+    that name is a method descriptor or slot wrapper, so each read of it makes a new bound object."""
+    if not isinstance(obj, (types.BuiltinMethodType, types.MethodWrapperType)):
+        return False
+    owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", None)
+    if owner is None or isinstance(owner, (type, types.ModuleType)) or not isinstance(name, str):
+        return False
+    return isinstance(getattr(type(owner), name, None), (types.MethodDescriptorType, types.WrapperDescriptorType))
 
 
 def _is_torch_callable(obj: Any) -> bool:
