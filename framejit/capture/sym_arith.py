@@ -93,9 +93,23 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
             return None
         if fn in _NATURAL_RIGHT and not _known_natural(tx, b):
             return None  # a negative exponent or shift: a float or a ValueError, depending on the value
-    elif fn not in _FLOAT_BINARY:
+    elif fn not in _FLOAT_BINARY and not (fn is operator.pow and ta is int and _known_positive(tx, a)):
         return None
     return _keep(tx, fn, (a, b))
+
+
+# NOTE [Float powers of sizes]: `d ** -0.5` (attention's scale from `x.shape[-1]`) with a float exponent
+# specialised d, one compilation per size where torch.compile makes one. It is a SymFloat node like `n / 2`
+# when the base is an int the env bounds below by 1 (a size): the result is then a real float for every
+# size the entry serves (a negative base gives a complex number, a zero one a ZeroDivisionError).
+def _known_positive(tx, v: Value) -> bool:
+    """`v` is a symbolic int >= 1 on every call the entry serves (NOTE [Float powers of sizes])."""
+    if not is_sym(v):
+        return False
+    try:
+        return bool(tx.output.fake_mode.shape_env.bound_sympy(v.sym.node.expr).lower >= 1)
+    except Exception:  # noqa: BLE001 - an expression the env cannot bound: specialise
+        return False
 
 
 def _known_natural(tx, v: Value) -> bool:

@@ -5,6 +5,8 @@ several sizes, with the number of compilations asserted against stock torch.comp
   the entry's DYNAMIC_INDICES guard allowed only the dims it kept symbolic, so the entry failed its own kind
   of input: sizes 3, 0, 1, 2, 5, 0, 1 traced 0 and 1 again on every return (stock torch.compile: 3 graphs).
   The guard now also allows the traced tensor's marked dims of size 0 or 1 (shapes._marked_by_rule).
+- `d ** -0.5` of a size (attention's scale) specialised the size: one compilation per size until the
+  recompile limit ran the frame eagerly (NOTE [Float powers of sizes] in sym_arith.py).
 """
 from __future__ import annotations
 
@@ -104,3 +106,22 @@ def test_the_recompile_log_writes_tensors_of_a_changed_argument_by_shape(caplog)
     lines = [r.getMessage() for r in caplog.records if "recompiling" in r.getMessage()]
     assert lines and "Tensor(shape=(2, 30, 4), dtype=torch.float32)" in lines[0], lines
     assert len(lines[0]) < 600, lines[0]
+
+
+# ---- float powers of sizes (NOTE [Float powers of sizes]) ----------------------------------------------
+def _scaled(x):
+    d = x.shape[-1]
+    return x * d ** -0.5 + d ** 0.5, x.new_full((x.size(0),), d)
+
+
+def test_a_float_power_of_a_size_stays_symbolic():
+    for dynamic, expected in ((True, 1), (None, 2)):
+        backend = CountingBackend()
+        compiled = framejit.compile(_scaled, backend=backend, dynamic=dynamic)
+        eager_before = _eager_frames()
+        for i, (b, s) in enumerate([(2, 5), (3, 7), (4, 3), (2, 9), (5, 4), (3, 6), (2, 8), (4, 2), (3, 11)]):
+            torch.manual_seed(i)
+            x = torch.randn(b, s)
+            assert_same(compiled(x), _scaled(x))
+        assert _eager_frames() == eager_before
+        assert backend.graph_count == expected, (dynamic, backend.graph_count)  # stock torch.compile: 1 and 2
