@@ -1,4 +1,5 @@
-"""Tracing a captured graph to aten with torch's own Tensor methods, whatever the user patched.
+"""Tracing a captured graph to aten with torch's own Tensor methods, whatever the user patched, and with
+eager's dropout draws (NOTE [Dropout drawn as eager draws it]).
 
 NOTE [Patched Tensor methods while lowering]: make_fx and AOT autograd trace under a TorchFunctionMode, and
 torch's C implementation of an operator (`a + b`) hands that mode the function it finds as
@@ -30,3 +31,41 @@ def original_tensor_methods() -> Iterator[None]:
     finally:
         for name, value in patched.items():
             setattr(torch.Tensor, name, value)
+
+
+# NOTE [Dropout drawn as eager draws it]
+# Eager's dropout on CPU fills `empty_like(input)` in place with bernoulli_: the numbers land in the input's
+# memory order. Lowering an inference graph functionalizes it, and the functional bernoulli that replaces
+# the in-place one fills a contiguous tensor: for a channels_last or transposed input, each element got
+# another number than in eager (F.dropout in train mode under no_grad, onnxrt and triton). While a backend
+# lowers a graph, dropout (F.dropout, torch.dropout, torch.dropout_; training, 0 < p < 1, a float input)
+# is traced as `native_dropout`, as torch's own Python decomposition of aten::dropout does (and so AOT
+# autograd's joints): one op that stays whole (NOTE [Random ops stay whole] in onnxrt/lowering.py) and draws
+# into a mask with its input's layout, eager's numbers at eager's elements.
+class _EagerDropout(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        call = _DROPOUTS.get(func)
+        bound = call(*args, **kwargs) if call is not None else None
+        if bound is not None:
+            input, p, inplace = bound
+            if isinstance(input, torch.Tensor) and input.is_floating_point() and 0 < p < 1:
+                out = torch.native_dropout(input, p, True)[0]
+                return input.copy_(out) if inplace else out
+        return func(*args, **kwargs)
+
+
+def _functional_dropout(input, p=0.5, training=True, inplace=False):
+    return (input, p, inplace) if training else None
+
+
+_DROPOUTS = {
+    torch.nn.functional.dropout: _functional_dropout,
+    torch.dropout: lambda input, p, train: (input, p, False) if train else None,
+    torch.dropout_: lambda input, p, train: (input, p, True) if train else None,
+}
+
+
+def eager_dropout() -> torch.overrides.TorchFunctionMode:
+    """A mode to trace under: dropout as native_dropout (NOTE [Dropout drawn as eager draws it])."""
+    return _EagerDropout()

@@ -18,6 +18,14 @@ backward ran in the backend (ORT sessions or Triton kernels counted), not eagerl
   tensor's value as a number (`addcdiv_(.., value=-step_size)` traces to aten._local_scalar_dense); the
   lowering had no value for it, compiling failed, and every step after the first ran eagerly (NOTE
   [Numbers read from tensors] in backends/triton/lowering.py).
+- triton: kernels write their buffers contiguous where eager keeps its input's layout (relu of a
+  channels_last tensor), and a random op draws in its input's memory order: dropout after such an op drew
+  eager's numbers for other elements (a channels_last conv net trained with other masks; NOTE [Random
+  draws in eager's layout] in backends/triton/lowering.py).
+- onnxrt and triton, train mode under no_grad: lowering functionalized eager's dropout (bernoulli_ into
+  empty_like(input)) into a bernoulli that fills a contiguous tensor, so a channels_last or transposed
+  input got eager's numbers at other elements (NOTE [Dropout drawn as eager draws it] in
+  backends/torch_methods.py).
 
 Triton kernels run in Triton's interpreter here (conftest.py): tensors are tiny.
 """
@@ -160,3 +168,26 @@ def test_single_tensor_optimizer_steps_are_lowered_by_triton(name):
     for compiled in recording.compiled:
         assert isinstance(compiled, CompiledGraph), getattr(compiled, "reason", compiled)
         assert compiled.kernel_count > 0 and compiled.runs > 0
+
+
+# ---- triton: NOTE [Random draws in eager's layout] -------------------------------------------------------
+class _DropoutAfterPermutedOps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.lin = nn.Conv2d(2, 4, 3, padding=1), nn.Linear(16, 3)
+
+    def forward(self, x):
+        h = F.dropout(torch.relu(self.conv(x)), 0.4, self.training)  # channels_last, as its input
+        t = F.dropout(torch.tanh(h.flatten(2).transpose(1, 2)), 0.3, self.training)  # a transposed layout
+        return self.lin(t.transpose(1, 2).reshape(len(x), -1, 16).mean(1))
+
+
+@pytest.mark.parametrize("backend", ["triton", "onnxrt"])
+def test_dropout_draws_eagers_masks_for_channels_last_and_transposed_values(backend):
+    def evaluate(call, step):  # train mode under no_grad: the inference program draws too
+        return call(torch.randn(2, 2, 2, 4, generator=_gen(50 + step)).contiguous(memory_format=torch.channels_last))
+
+    assert_trains_as_eager(
+        lambda: _DropoutAfterPermutedOps().to(memory_format=torch.channels_last),
+        lambda s: (torch.randn(3, 2, 2, 4, generator=_gen(s)).contiguous(memory_format=torch.channels_last),
+                   torch.randn(3, 3, generator=_gen(s))), _mse, backend, evaluate=evaluate)

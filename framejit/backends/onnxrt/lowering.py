@@ -157,8 +157,9 @@ def _has_symbolic_sizes(args: list) -> bool:
 def _trace(fn, table: dict, args: list, functionalize: bool = True) -> torch.fx.GraphModule:
     mode = "symbolic" if _has_symbolic_sizes(args) else "fake"
     traced_fn = torch.func.functionalize(fn, remove="mutations") if functionalize else fn
-    from ..torch_methods import original_tensor_methods
-    with torch.no_grad(), original_tensor_methods():  # NOTE [Patched Tensor methods while lowering]
+    from ..torch_methods import eager_dropout, original_tensor_methods
+    # NOTE [Patched Tensor methods while lowering], NOTE [Dropout drawn as eager draws it]
+    with torch.no_grad(), original_tensor_methods(), eager_dropout():
         traced = make_fx(traced_fn, decomposition_table=table, tracing_mode=mode)(*args)
     traced.graph.eliminate_dead_code()  # keeps impure nodes (the trailing copy_ of input mutations)
     traced.recompile()

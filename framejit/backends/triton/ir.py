@@ -400,6 +400,7 @@ class ExternNode:
     reason: str  # "library" (mm, conv, ...) or "fallback: <why>"
     inputs: tuple = ()  # names of the buffers it reads
     mutates: tuple = ()  # names of the buffers it writes in place (copy_ back into a graph input)
+    layouts: tuple = ()  # (argument index, strides): NOTE [Random draws in eager's layout] (lowering.py)
 
 
 Node = Union[InputNode, PointwiseNode, ReductionNode, ExternNode]

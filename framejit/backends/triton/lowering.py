@@ -59,8 +59,9 @@ def to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence) -> torch.fx.Grap
     def run(*args):
         return gm.forward(*args)
     functional = torch.func.functionalize(run, remove="mutations")
-    from ..torch_methods import original_tensor_methods
-    with original_tensor_methods():  # NOTE [Patched Tensor methods while lowering]
+    from ..torch_methods import eager_dropout, original_tensor_methods
+    # NOTE [Patched Tensor methods while lowering], NOTE [Dropout drawn as eager draws it]
+    with original_tensor_methods(), eager_dropout():
         traced = make_fx(functional, decomposition_table=decompositions, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
     traced.graph.eliminate_dead_code()
@@ -218,7 +219,7 @@ class Lowerer:
         inputs = [a.buffer for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, TensorRef)]
         mutates = _mutated_buffers(node.target, args)
         self.nodes.append(ir.ExternNode(name, node.target, tuple(args), dict(kwargs), outputs, reason,
-                                        tuple(dict.fromkeys(inputs)), mutates))
+                                        tuple(dict.fromkeys(inputs)), mutates, _random_input_layouts(node, args)))
         if reason.startswith("fallback"):
             self.fallbacks.append(f"{node.target} ({reason[10:]})")
             logs.log("output_code", "triton: %s runs eagerly as an extern (%s)", node.target, reason)
@@ -271,6 +272,26 @@ def _items_as_tensors(node, args, kwargs) -> tuple:
     args = tuple(as_tensor(names[k] if k < len(names) else None, v) for k, v in enumerate(args))
     kwargs = {k: as_tensor(k, v) for k, v in kwargs.items()}
     return args, kwargs
+
+
+# NOTE [Random draws in eager's layout]
+# A random op fills its result in memory order, and its result takes its input's layout (native_dropout,
+# bernoulli, rand_like: empty_like(input)): from the same generator state, a channels_last input gets its
+# numbers at other elements than a contiguous one. Kernels write their buffers contiguous, where eager's
+# op would have kept its input's layout (relu of a channels_last tensor is channels_last), so dropout after
+# such an op drew eager's numbers for other elements (a conv net in channels_last trained with other masks
+# than eager's). A random extern reads each tensor argument in the strides its traced value had (eager's),
+# copied by the wrapper only when the buffer has others (`_as_layout`).
+def _random_input_layouts(node, args) -> tuple:
+    if torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        return ()
+    layouts = []
+    for k, (arg, value) in enumerate(zip(node.args, args)):
+        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        if isinstance(value, TensorRef) and isinstance(val, torch.Tensor) and \
+                torch._prims_common.is_non_overlapping_and_dense_or_false(val):
+            layouts.append((k, tuple(val.stride())))
+    return tuple(layouts)
 
 
 def _mutated_buffers(target, args) -> tuple:

@@ -118,7 +118,10 @@ class WrapperWriter:
         return lines
 
     def extern_step(self, node: ir.ExternNode, read_by_kernels: set) -> list[str]:
-        args = [self.arg(a) for a in node.args] + [f"{k}={self.arg(v)}" for k, v in node.kwargs.items()]
+        args = [self.arg(a) for a in node.args]
+        for k, strides in node.layouts:  # NOTE [Random draws in eager's layout] (lowering.py)
+            args[k] = f"_as_layout({args[k]}, {tuple(strides)})"
+        args += [f"{k}={self.arg(v)}" for k, v in node.kwargs.items()]
         call = f"{self.op_name(node.op)}({', '.join(args)})"
         if not node.outputs:
             return [call]
