@@ -396,6 +396,8 @@ class OutputGraph:
             if isinstance(e, UserException) and _refuses_sym_bool(e, args, kwargs):
                 args, kwargs = _specialise_sym_bools((args, kwargs))  # NOTE [SymBool arguments of ops]
                 return self.call(kind, target, args, kwargs)
+            if _refuses_sym_sizes(e) and _is_none(kwargs.get("generator")):  # NOTE [Symbolic sizes an op refuses]
+                return self.call(kind, target, args, {k: v for k, v in kwargs.items() if k != "generator"})
             args, result = self._after_failed_fake_call(e, kind, target, args, kwargs, fake_args, fake_kwargs)
         self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
@@ -541,6 +543,9 @@ class OutputGraph:
             if any(m in str(e) for m in _FAKE_ONLY_ERRORS):  # a kernel that reads data (packed RNNs): eager runs it
                 raise Unsupported(BreakKind.DATA_DEPENDENT,
                                   f"{_target_name(target)} reads tensor data that fake tensors do not have") from None
+            if _SYM_SIZES_REFUSED in str(e):  # NOTE [Symbolic sizes an op refuses]
+                raise Unsupported(BreakKind.UNSUPPORTED_CALL,
+                                  f"{_target_name(target)} does not take symbolic sizes here ({_SYM_SIZES_REFUSED})") from None
             if _no_fake_kernel(e):
                 raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_target_name(target)} has no fake-tensor rule and its "
                                   f"meta fallback failed ({str(e)[:120]})") from None
@@ -687,6 +692,25 @@ def _refuses_sym_bool(error: UserException, args: tuple, kwargs: dict) -> bool:
     return isinstance(error.exc, TypeError) and "SymBool" in str(error.exc) and any(
         isinstance(v, SymNodeValue) and isinstance(v.sym, torch.SymBool)
         for v in tree_leaves((args, kwargs), is_leaf=_is_value))
+
+
+# NOTE [Symbolic sizes an op refuses]: some overloads take their sizes as int[] rather than SymInt[]; given a
+# symbolic size they raise "SymIntArrayRef expected to contain only concrete integers" on the fake tensors,
+# where eager (real ints) never does. The common one is a factory call that names its generator:
+# `torch.randn(shape, generator=None, ...)` (UnivNet's noise; `generator=generator` with None in diffusers-
+# style code) selects randn.generator, whose size is int[], while `torch.randn(shape)` takes SymInts.
+# `generator=None` means the default generator, so the call is recorded without it (the same kernel and
+# draws) and stays symbolic. Any other such refusal is a graph break at the call (the op runs eagerly with
+# real sizes), never the traced code's error: that ran the whole frame eagerly (an eager frame per size).
+_SYM_SIZES_REFUSED = "SymIntArrayRef expected to contain only concrete integers"
+
+
+def _refuses_sym_sizes(error: Exception) -> bool:
+    return isinstance(error, Unsupported) and _SYM_SIZES_REFUSED in error.graph_break.explanation
+
+
+def _is_none(value: Any) -> bool:
+    return isinstance(value, ConstantValue) and value.value is None
 
 
 def _specialise_sym_bools(tree: Any) -> Any:

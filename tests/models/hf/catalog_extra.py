@@ -7,6 +7,8 @@ runs eagerly in well under a second; a name here is stable (the triage rows and 
 """
 from __future__ import annotations
 
+import torch
+
 from tests.models.hf import inputs
 from tests.models.hf.catalog import _AUDIO, _DECODER, _SEQ2SEQ, _TEXT, _VIT, Arch
 
@@ -29,6 +31,15 @@ def _long_waveform_seq2seq(seed: int, batch: int, seq: int) -> dict:
     kwargs = inputs.seq2seq(seed, batch, seq)
     return {"input_values": inputs.waveform(seed, batch, seq * 10)["input_values"],
             "decoder_input_ids": kwargs["decoder_input_ids"]}
+
+
+def _spectrogram_frames(seed: int, batch: int, seq: int) -> dict:
+    """UnivNet: log-mel frames as (batch, frames, bins), 2 * seq frames, and its noise (else drawn from the global
+    generator, which the catalog's eager and compiled runs do not share)."""
+    gen = torch.Generator().manual_seed(seed)
+    return {"input_features": torch.randn(batch, 2 * seq, 16, generator=gen),
+            "noise_sequence": torch.randn(batch, 2 * seq, 8, generator=gen)}
+
 
 _EXTRA = [
     # encoders
@@ -194,6 +205,13 @@ _EXTRA = [
             decoder_num_hidden_layers=2, encoder_num_attention_heads=2, decoder_num_attention_heads=2,
             max_position_embeddings=64, decoder_start_token_id=1, pad_token_id=0, bos_token_id=1,
             eos_token_id=2), _long_waveform_seq2seq),
+    # a vocoder: kernel-predicted location-variable convolutions. Without noise_sequence it draws
+    # torch.randn(shape, generator=None, ...), which ran its frame eagerly once sizes were symbolic (NOTE
+    # [Symbolic sizes an op refuses], tests/capture/test_sym_sizes_refused.py); a Generator passed in is a break
+    _a("univnet", "audio", "UnivNetConfig", "UnivNetModel",
+       dict(model_in_channels=8, model_hidden_channels=8, num_mel_bins=16, resblock_kernel_sizes=[3],
+            resblock_stride_sizes=[4], resblock_dilation_sizes=[[1, 3]], kernel_predictor_num_blocks=1,
+            kernel_predictor_hidden_channels=8), _spectrogram_frames, resize=True),
     # multimodal towers
     _a("siglip_text", "encoder", "SiglipTextConfig", "SiglipTextModel", dict(_TEXT, max_position_embeddings=16),
        inputs.ids_only),
