@@ -125,3 +125,23 @@ def test_a_float_power_of_a_size_stays_symbolic():
             assert_same(compiled(x), _scaled(x))
         assert _eager_frames() == eager_before
         assert backend.graph_count == expected, (dynamic, backend.graph_count)  # stock torch.compile: 1 and 2
+
+
+# ---- float arguments under dynamic=True (NOTE [Dynamic floats]) ------------------------------------------
+def _temperature(x, scale: float):
+    return (x * scale).softmax(-1), scale * 2
+
+
+def test_a_float_argument_is_a_graph_input_from_the_first_call_under_dynamic_true():
+    backend = CountingBackend()
+    compiled = framejit.compile(_temperature, backend=backend, dynamic=True)
+    eager_before = _eager_frames()
+    for i, scale in enumerate([0.5, 1.5, -2.0, 3.25, 0.0, 7.0]):
+        torch.manual_seed(i)
+        x = torch.randn(2, 3 + i)
+        assert_same(compiled(x, scale), _temperature(x, scale))
+    assert backend.graph_count == 1, backend.graph_count  # stock torch.compile(dynamic=True): 1 (was 2)
+    for scale in (float("inf"), float("nan"), 2.5):  # no symbol for these: still equal to eager
+        x = torch.randn(2, 4)
+        assert_same(compiled(x, scale), _temperature(x, scale))
+    assert _eager_frames() == eager_before

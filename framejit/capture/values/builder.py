@@ -136,6 +136,13 @@ def _is_argument(source: Source) -> bool:
     return type(source) is LocalSource
 
 
+def _floats_dynamic() -> bool:
+    """Whether float arguments may become graph inputs (the dynamic_floats knob); under dynamic=True they
+    are from the first call, as torch.compile(dynamic=True) makes them (NOTE [Dynamic floats])."""
+    from ... import config
+    return config.dynamic_floats
+
+
 def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if _lookup_runs_user_code(obj) and not issubclass(type(obj), (torch.Tensor, torch.nn.Module)):
         out.guard_type(source, type(obj))
@@ -149,8 +156,9 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         value = wrap_numpy(out, obj, source)  # NOTE [NumPy as torch]
         if value is not None:
             return value
-    if type(obj) is float and out.dynamic_floats and source.describe() in out.dynamic_floats:
-        return out.add_float_input(obj, source)
+    if type(obj) is float and (out.dynamic_floats and source.describe() in out.dynamic_floats or (
+            out.dynamic is True and _is_argument(source) and _floats_dynamic())):
+        return out.add_float_input(obj, source)  # NOTE [Dynamic floats] in values/scalars.py
     if type(obj) is int and (out.dynamic_ints and source.describe() in out.dynamic_ints or (
             out.dynamic is True and _is_argument(source))):
         return out.add_int_input(obj, source)  # NOTE [Dynamic ints] in capture/shapes.py

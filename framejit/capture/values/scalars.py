@@ -8,7 +8,9 @@ floats). Its uses in tensor ops and float arithmetic become graph nodes, so the 
 value of each call, with Python's own scalar semantics (the graph receives the Python float). Any other
 use (a comparison, `int()`, a shape, a Python call outside the graph) needs the concrete value: that
 specialises the float, guarding each input it derives from by value, and the trace continues with the
-constant, which is what it did before.
+constant, which is what it did before. Under compile(dynamic=True) a float argument of the frame (or an
+item of one: a compiled module's arguments) is a graph input from the first call, as stock
+torch.compile(dynamic=True) makes it (`x * scale` over 4 scales: 1 compilation, was 2).
 
 NOTE [Float relations]: a float input is also a symbol of the trace's ShapeEnv (`sym`, a SymFloat). A
 comparison of float inputs with each other or with numbers (`if t > 0.5`, `t < u`) is then a SymBool (a
