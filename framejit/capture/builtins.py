@@ -362,7 +362,19 @@ def _zip(tx, args, kwargs):
 @handles(reversed)
 def _reversed(tx, args, kwargs):
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
-    return watch.finish(IteratorValue(list(reversed(iterate(tx, args[0])))), "reversed", per_row=False)
+    result = watch.finish(IteratorValue(list(reversed(iterate(tx, args[0])))), "reversed", per_row=False)
+    # NOTE [Iterators of their own type] in values/containers.py: reversed(a range) is a range_iterator
+    # over the reversed range, reversed(a tuple) a `reversed` object; they answer type() and are rebuilt so.
+    # reversed(a list) answers list_reverseiterator; it is never rebuilt (made_at: it breaks where made).
+    seq = args[0]
+    if isinstance(seq, ListValue) and seq.python_type() is list and result.made_at is not None:
+        result.iter_type = type(reversed([]))
+    if isinstance(seq, ConstantValue) and type(seq.value) is range and result.made_at is None:
+        result.constant, result.iter_type = seq.value[::-1], type(iter(range(0)))
+    elif (isinstance(seq, TupleValue) and seq.python_type() is tuple or isinstance(seq, ConstantValue)
+          and type(seq.value) is tuple) and result.made_at is None:
+        result.iter_type = reversed
+    return result
 
 
 @handles(map)

@@ -481,6 +481,8 @@ class Reconstructor:
                                                                                constant.step, index)])
         elif constant is not None and type(constant) is not tuple:  # str, bytes: the whole, advanced
             self._call_const(keys_iterator_at, [ConstantValue(constant), ConstantValue(index)])
+        elif value.iter_type is reversed:  # reversed(a tuple): over what is left, in the tuple's order
+            self._call_const(reversed, [TupleValue(value.items[index:][::-1])])
         else:
             self._call_const(iter, [TupleValue(value.items[index:])])
 

@@ -534,7 +534,7 @@ def _wrap_list_reverse_iterator(out, obj: Any, source: Source) -> Value:
                 raise Unsupported(BreakKind.SIDE_EFFECT, "a reversed list iterator from outside after a mutation")
         iterator.check = unchanged
         out.side_effects.iterators[id(iterator)] = iterator
-    iterator.source = source
+    iterator.source, iterator.iter_type = source, _LIST_REVERSE_ITERATOR
     return iterator
 
 

@@ -1,0 +1,52 @@
+"""Adversarial differential programs, eighteenth round (issue 12, red team): each runs eagerly and compiled
+on separate but equal state over several calls, changing what the code reads between calls, and compares
+results, printed output and the state left behind."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import run_differential
+
+
+# ---- NOTE [Iterators of their own type] (capture/values/containers.py), reversed() ---------------------------
+
+def _reversed_types(x, k):
+    r, t, l = reversed(range(k + 3)), reversed((x, 2, 3)), reversed([1, 2, k])
+    next(r), next(t), next(l)
+    return x + 1, type(r).__name__, type(t).__name__, type(l).__name__
+
+
+def _reversed_across_a_break(x, k):
+    r, t = reversed(range(2, 20, 3 + k)), reversed((x, x * 2, k))
+    next(r), next(t)
+    print("break")
+    return x + next(t), list(t), list(r), type(r).__name__, type(t).__name__, r.__length_hint__()
+
+
+def _reversed_list_from_outside(x, items):
+    r = reversed(items)
+    a = next(r)
+    items[0] = 99
+    print("break")
+    return x + a, next(r, None), list(r), type(r).__name__
+
+
+def _reversed_returned(x, k):
+    return x * 2, reversed((k, 1, 2)), reversed(range(k + 2))
+
+
+@pytest.mark.parametrize("fn", [_reversed_types, _reversed_across_a_break, _reversed_list_from_outside,
+                                _reversed_returned], ids=["in_trace", "across_break", "list_from_outside",
+                                                          "returned"])
+def test_reversed_iterators_keep_their_type(fn):
+    # before: reversed(range), reversed(tuple) and reversed(list) answered type() as list_iterator, in the
+    # trace, after a break and as return values (eager: range_iterator, reversed, list_reverseiterator)
+    def make(seed):
+        return (torch.randn(3) + seed, list(range(seed + 2)) if fn is _reversed_list_from_outside else seed)
+
+    def typed(*args):  # iterators compared by type and contents (they are not equal to each other)
+        out = fn(*args)
+        return tuple((type(v).__name__, list(v)) if type(v) in (type(iter(range(0))), reversed) else v
+                     for v in out)
+    run_differential(typed, make, seeds=(0, 1, 2), fullgraph=False)
