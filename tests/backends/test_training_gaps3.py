@@ -17,7 +17,9 @@ backward ran in the backend (ORT sessions or Triton kernels counted), not eagerl
 - triton: the single-tensor steps of Adam, AdamW and Adagrad (and any optimizer with a tensor lr) read a
   tensor's value as a number (`addcdiv_(.., value=-step_size)` traces to aten._local_scalar_dense); the
   lowering had no value for it, compiling failed, and every step after the first ran eagerly (NOTE
-  [Numbers read from tensors] in backends/triton/lowering.py).
+  [Numbers read from tensors] in backends/triton/lowering.py). onnxrt lowered those steps, but left each
+  parameter's addcdiv to torch between ORT parts (NOTE [Numbers read from tensors in ONNX] in
+  backends/onnxrt/semantics.py).
 - triton: kernels write their buffers contiguous where eager keeps its input's layout (relu of a
   channels_last tensor), and a random op draws in its input's memory order: dropout after such an op drew
   eager's numbers for other elements (a channels_last conv net trained with other masks; NOTE [Random
@@ -138,19 +140,41 @@ OPTIMIZERS = {
 }
 
 
+def _assert_lowered(backend: str, compiled) -> None:
+    """triton: Triton kernels that ran; onnxrt: ORT programs with only the in-place write-backs in torch."""
+    from framejit.backends.triton.runtime import CompiledGraph
+    if backend == "triton":
+        assert isinstance(compiled, CompiledGraph), getattr(compiled, "reason", compiled)
+        assert compiled.kernel_count > 0 and compiled.runs > 0
+        return
+    rows = compiled.summary()
+    assert rows and not any(row["eager_graph"] for row in rows), rows
+    assert {r.split()[0] for row in rows for r in row["eager_nodes"].values()} <= {"aten::copy_"}, rows
+
+
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_single_tensor_optimizer_steps_are_lowered_by_triton(name):
     """framejit.compile(opt.step) for 5 steps: parameters and state equal eager's after every step, and every
     graph (the first step's and the later steps') is Triton kernels. Before: the later steps' graph ran
     eagerly ('compiling failed (TypeError: float() argument must be ... not NoneType)')."""
-    from framejit.backends.triton.runtime import CompiledGraph
+    _assert_steps_lowered("triton", name)
+
+
+@pytest.mark.parametrize("name", ["adamw_single", "adam_amsgrad_maximize_single"])
+def test_single_tensor_adam_steps_are_one_ort_program(name):
+    """The same on onnxrt (NOTE [Numbers read from tensors in ONNX] in onnxrt/semantics.py): every update runs
+    in ORT but the write-backs. Before: each parameter's addcdiv ran in torch between ORT parts."""
+    _assert_steps_lowered("onnxrt", name)
+
+
+def _assert_steps_lowered(backend: str, name: str) -> None:
     gen = _gen(0)
     base = [torch.randn(3, 4, generator=gen), torch.randn(4, generator=gen),
             torch.randn(2, 2, dtype=torch.float64, generator=gen)]
     eager_params = [b.clone().requires_grad_() for b in base]
     params = [b.clone().requires_grad_() for b in base]
     eager_opt, opt = OPTIMIZERS[name](eager_params), OPTIMIZERS[name](params)
-    recording = RecordingBackend("triton")
+    recording = RecordingBackend(backend)
     with optimizers_as_shipped():
         step = framejit.compile(opt.step, backend=recording)
         for i in range(5):
@@ -166,8 +190,7 @@ def test_single_tensor_optimizer_steps_are_lowered_by_triton(name):
                                                msg=lambda m: f"step {i} state {key}: {m}")
     assert recording.compiled
     for compiled in recording.compiled:
-        assert isinstance(compiled, CompiledGraph), getattr(compiled, "reason", compiled)
-        assert compiled.kernel_count > 0 and compiled.runs > 0
+        _assert_lowered(backend, compiled)
 
 
 # ---- triton: NOTE [Random draws in eager's layout] -------------------------------------------------------

@@ -342,6 +342,25 @@ def _rewrite_celu(b: _Builder, node: torch.fx.Node) -> None:
     _replace_uses(node, b.where(b(aten.gt.Scalar, x, 0), x, negative_side), set())
 
 
+# NOTE [Numbers read from tensors in ONNX]
+# The single-tensor steps of Adam and AdamW (torch's default on CPU) write `param.addcdiv_(exp_avg, denom,
+# value=-step_size)` with a tensor step_size: the value is `aten._local_scalar_dense(t)`, a number read from a
+# tensor. torchlib's addcdiv takes `value` as a constant and failed to build with a tensor there, so every
+# parameter's addcdiv ran in torch between ORT parts (logged only as 'failed to translate or load on an earlier
+# attempt'). For float32 and float64 (eager computes in the tensors' own dtype, value cast to it), addcdiv and
+# addcmul are rewritten in eager's order, self + (value * tensor1) / tensor2 (or * tensor2), with the 0-d
+# tensor itself as the value.
+def _rewrite_item_value(b: _Builder, node: torch.fx.Node) -> bool:
+    x, t1, t2, value = _args(node, ("self", "tensor1", "tensor2", "value"), (None, None, None, 1))
+    if not (isinstance(value, torch.fx.Node) and value.target is aten._local_scalar_dense.default) or \
+            _val(node).dtype not in (torch.float32, torch.float64):
+        return False
+    scaled = b(aten.mul.Tensor, t1, value.args[0])
+    combined = b(aten.div.Tensor if node.target is aten.addcdiv.default else aten.mul.Tensor, scaled, t2)
+    _replace_uses(node, b(aten.add.Tensor, x, combined), set())
+    return True
+
+
 def _rewrite_avg_pool(b: _Builder, node: torch.fx.Node) -> None:
     """Eager's window sums start from +0.0 (a window of -0.0 averages to +0.0), ORT's from the first
     element: the input's -0.0 become +0.0 first."""
@@ -530,6 +549,8 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         _rewrite_avg_pool(b, node)
     elif target is aten.logit.default:
         return _rewrite_logit(b, node)
+    elif target in (aten.addcdiv.default, aten.addcmul.default):
+        return _rewrite_item_value(b, node)  # NOTE [Numbers read from tensors in ONNX]
     else:
         return False
     return True
@@ -543,7 +564,11 @@ _WHERE = {aten.where.self, torch.ops.prims.where.default}
 
 def _erase_if_unused(gm: torch.fx.GraphModule, node: torch.fx.Node) -> None:
     if not node.users:
+        inputs = node.all_input_nodes
         gm.graph.erase_node(node)
+        for arg in inputs:  # a number only it read (NOTE [Numbers read from tensors in ONNX]): no sync left
+            if arg.target is aten._local_scalar_dense.default and not arg.users:
+                gm.graph.erase_node(arg)
 
 
 def match_eager(gm: torch.fx.GraphModule) -> int:
