@@ -370,7 +370,8 @@ def _reversed(tx, args, kwargs):
     if isinstance(seq, ListValue) and seq.python_type() is list and result.made_at is not None:
         result.iter_type = type(reversed([]))
     if isinstance(seq, ConstantValue) and type(seq.value) is range and result.made_at is None:
-        result.constant, result.iter_type = seq.value[::-1], type(iter(range(0)))
+        result.constant = seq.value[::-1]
+        result.iter_type = type(iter(result.constant))  # a longrange_iterator past C longs
     elif (isinstance(seq, TupleValue) and seq.python_type() is tuple or isinstance(seq, ConstantValue)
           and type(seq.value) is tuple) and result.made_at is None:
         result.iter_type = reversed

@@ -32,13 +32,19 @@ def _reversed_list_from_outside(x, items):
     return x + a, next(r, None), list(r), type(r).__name__
 
 
+def _reversed_long_range(x, k):
+    r = reversed(range(2**64, 2**64 + 4 + k))  # past C longs: a longrange_iterator
+    next(r)
+    return x + 1, type(r).__name__, [v - 2**64 for v in r]
+
+
 def _reversed_returned(x, k):
     return x * 2, reversed((k, 1, 2)), reversed(range(k + 2))
 
 
 @pytest.mark.parametrize("fn", [_reversed_types, _reversed_across_a_break, _reversed_list_from_outside,
-                                _reversed_returned], ids=["in_trace", "across_break", "list_from_outside",
-                                                          "returned"])
+                                _reversed_long_range, _reversed_returned],
+                         ids=["in_trace", "across_break", "list_from_outside", "long_range", "returned"])
 def test_reversed_iterators_keep_their_type(fn):
     # before: reversed(range), reversed(tuple) and reversed(list) answered type() as list_iterator, in the
     # trace, after a break and as return values (eager: range_iterator, reversed, list_reverseiterator)
