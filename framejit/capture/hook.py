@@ -358,7 +358,10 @@ class FrameHook:
             first = _named_dims(failures[0]) if failures and failures[0] else "no guard failed"
             others = "".join(f"; entry {i} (older): {_named_dims(f)}" for i, f in enumerate(failures[1:], 1)
                              if f is not None)
-            logs.log("recompiles", "recompiling %s: %s%s", self._name(), first, others)
+            name, text = self._name(), first + others
+            if self.fn.__code__ is module_call.__code__ and args:
+                name, text = _module_call_names(args[0], args[1:], kwargs, text)
+            logs.log("recompiles", "recompiling %s: %s", name, text)
         if logs.enabled("recompiles_verbose"):
             for i, entry in enumerate(self.entries):
                 for failure in entry.guard.all_failures(*args, **kwargs):
@@ -373,8 +376,10 @@ class FrameHook:
         if not self.entries:  # a limit of 0: never compile
             message = f"{self._name()} runs eagerly: the recompile limit is {config.recompile_limit}"
         else:
-            failure = self.entries[0].guard.first_failure(*args, **kwargs)
-            message = (f"{self._name()} hit the recompile limit ({config.recompile_limit}); it now runs "
+            name, failure = self._name(), str(self.entries[0].guard.first_failure(*args, **kwargs))
+            if self.fn.__code__ is module_call.__code__ and args:  # NOTE [Recompiles of compiled modules]
+                name, failure = _module_call_names(args[0], args[1:], kwargs, failure)
+            message = (f"{name} hit the recompile limit ({config.recompile_limit}); it now runs "
                        f"eagerly. Last failing guard: {failure}")
         logs.log("recompiles", "%s", message)
         logs.getLogger("recompiles").warning("%s", message) if not logs.enabled("recompiles") else None
@@ -550,6 +555,36 @@ def _int_text(text: str, sizes: bool = False) -> bool:
         return type(ast.literal_eval(text)) is int
     except (ValueError, SyntaxError):
         return False
+
+
+def _module_call_names(module: Any, args: tuple, kwargs: dict, text: str) -> tuple[str, str]:
+    """NOTE [Recompiles of compiled modules]: a compiled module's calls run through `module_call(module,
+    *args, **kwargs)`, so its guards name `L['args'][1]` and the frame is framejit's own wrapper. The
+    recompile log names the module's forward and its parameters instead: `L['args'][i]` becomes the
+    forward's i-th positional parameter (`L['offset']`), `L['kwargs']['k']` becomes `L['k']`,
+    `L['module']` becomes `L['self']`, `L['args']`/`L['kwargs']` name the positional/keyword arguments, and
+    a location inside module_frame.py is dropped."""
+    forward = getattr(type(module), "forward", None)
+    code = getattr(forward, "__code__", None)
+    if code is None:
+        return f"{type(module).__qualname__}.forward", text
+    names = list(code.co_varnames[1:code.co_argcount])  # after self
+    star = code.co_varnames[code.co_argcount + code.co_kwonlyargcount] if code.co_flags & inspect.CO_VARARGS else None
+
+    def positional(match: re.Match) -> str:
+        i = int(match.group(1))
+        if i < len(names):
+            return f"L[{names[i]!r}]"
+        return f"L[{star!r}][{i - len(names)}]" if star else match.group(0)
+
+    text = re.sub(r"L\['args'\]\[(\d+)\]", positional, text)
+    text = re.sub(r"L\['kwargs'\]\[('[^']*')\]", r"L[\1]", text)
+    text = re.sub(r"L\['kwargs'\](?!\[)", "the keyword arguments", text)
+    text = re.sub(r"L\['args'\](?!\[)", "the positional arguments", text)
+    text = text.replace("L['module']", "L['self']")
+    text = re.sub(r" \(from [^()]*module_frame\.py:\d+: return module\(\*args, \*\*kwargs\)\)", "", text)
+    name = f"{type(module).__qualname__}.forward ({code.co_filename}:{code.co_firstlineno})"
+    return name, text
 
 
 def _named_dims(failure) -> str:

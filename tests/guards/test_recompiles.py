@@ -178,3 +178,38 @@ def test_module_swapped_for_another():
     model[1] = torch.nn.Tanh()
     assert_same(compiled(x), model(x))
     assert backend.graph_count == 2
+
+
+class _Offset(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x, offset, *rest, flag=False):
+        y = self.lin(x) + offset + len(rest)
+        return y * 2 if flag else y
+
+
+def test_recompile_log_of_a_compiled_module_names_its_forward_and_parameters(caplog):
+    # NOTE [Recompiles of compiled modules] in hook.py: the guards are on module_call's *args/**kwargs
+    module = _Offset()
+    compiled = framejit.compile(module, backend="eager", dynamic=False)
+    framejit.set_logs("recompiles")
+    try:
+        with caplog.at_level(logging.INFO, logger="framejit"):
+            calls = [((1,), {}), ((2,), {}), ((2, 7), {}), ((2, 7), {}), ((2, 7), {"flag": True})]
+            for i, (args, kwargs) in enumerate(calls):
+                if i == 3:
+                    module.lin.weight.requires_grad_(False)
+                x = torch.randn(2, 3)
+                assert_same(compiled(x, *args, **kwargs), module(x, *args, **kwargs))
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("recompiling")]
+        assert len(lines) == 4
+        assert all(line.startswith("recompiling _Offset.forward (") and "test_recompiles.py" in line for line in lines)
+        assert "CONSTANT_MATCH on L['offset']: expected 1, got 2" in lines[0]
+        assert "on the positional arguments: expected 2, got 3" in lines[1]
+        assert "TENSOR_REQUIRES_GRAD on L['self'].lin.weight" in lines[2]
+        assert "DICT_KEYS on the keyword arguments: expected [], got ['flag']" in lines[3]
+        assert not any("module_frame.py" in line or "L['args']" in line for line in lines)
+    finally:
+        framejit.set_logs("")
