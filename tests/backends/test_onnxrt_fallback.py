@@ -366,3 +366,25 @@ def test_a_failed_training_run_does_not_draw_random_numbers_twice(monkeypatch):
         torch.testing.assert_close(b.grad, a.grad, **F32)
         torch.testing.assert_close(got_next, want_next)
     assert len(calls) >= 2
+
+
+def test_a_node_whose_translation_fails_is_logged_with_the_error(captured_logs, monkeypatch):
+    from framejit.backends.onnxrt import translate
+    real = translate._translate_node
+
+    def failing(model, graph, node, *rest):
+        if node.target is torch.ops.aten.tanh.default:
+            raise ValueError("injected: no tanh today")
+        return real(model, graph, node, *rest)
+
+    monkeypatch.setattr(translate, "_translate_node", failing)
+
+    def fn(x, w):
+        return torch.softmax(torch.tanh(x @ w) * 2 + 1, dim=-1)
+
+    info = _check(fn, lambda s: (_x(s, 4, 6), _x(s + 10, 6, 5)))
+    # the retry leaves the node in torch, and the reason names the error it raised (not only "an earlier
+    # attempt"): on eager_fallback, where users look, not only on output_code
+    assert _eager_reasons(info, "its translation to ONNX failed") and _eager_reasons(info, "no tanh today"), info
+    fallback = [r.getMessage() for r in captured_logs.records if r.name.endswith("eager_fallback")]
+    assert any("no tanh today" in line for line in fallback), fallback

@@ -660,19 +660,19 @@ class OnnxrtCompiled:
                 weights = {p for p in weights if not _has_symbolic_size(values[p])}
                 statistics &= weights
                 values = _real_weights(values, weights, len(lowered.state), real_inputs)
-        blocked: set[str] = set()
+        blocked: dict[str, str] = {}  # node name -> why it runs in torch (logged on eager_fallback)
         for _ in range(_MAX_ATTEMPTS):
             try:
                 parted = partition.partition(lowered.graph_module, blocked, self.opts.fallback_ops)
                 self._attach_sessions(parted, device, values, weights, statistics)
             except translate.NodeTranslationError as exc:
-                blocked.add(exc.node_name)
+                blocked[exc.node_name] = f"its translation to ONNX failed: {_first_line(exc)}"
                 logs.log("output_code", "onnxrt: %s; retrying with it in eager torch", exc)
                 continue
             except runtime.SessionLoadError as exc:
                 if not exc.node_names:
                     return self._give_up(f"ONNX Runtime could not load a part: {exc}")
-                blocked.update(exc.node_names)
+                blocked.update(dict.fromkeys(exc.node_names, f"ONNX Runtime could not load its part: {_first_line(exc)}"))
                 logs.log("output_code", "onnxrt: ORT rejected %s (%s); retrying", exc.node_names, exc)
                 continue
             except Exception as exc:
@@ -750,3 +750,9 @@ def _log_program(program: Program) -> None:
     for name, reason in program.eager_nodes.items():
         logs.log("output_code", "onnxrt: eager %s: %s", name, reason)
     logs.log("output_code", "onnxrt: top graph:\n%s", program.graph_module.code)
+
+
+def _first_line(exc: Exception, limit: int = 300) -> str:
+    """An error as one short line for the eager_fallback log (torchlib and ORT errors run to many lines)."""
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return text if len(text) <= limit else text[:limit] + "..."

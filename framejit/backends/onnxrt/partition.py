@@ -6,7 +6,8 @@ torch.fx's CapabilityBasedPartitioner, which keeps the fused graph acyclic) into
 named `ort_0`, `ort_1`, ... . Everything else stays in the top graph and runs as eager torch.
 
 Invariants: the input GraphModule is not modified; `blocked` node names (nodes that failed to
-translate or to load in ORT on an earlier attempt) are always left to eager; a partition made only of
+translate or to load in ORT on an earlier attempt, each with the error it raised: the reason logged on
+`eager_fallback`) are always left to eager; a partition made only of
 free ops (views, getitem) is dissolved, since eager runs those without copying; every placeholder of a
 fused submodule carries the `meta["val"]` of the value that feeds it; a view that the graph returns and
 that aliases an input or another output stays in torch (NOTE [Returned views stay views]), and ops that may
@@ -128,7 +129,7 @@ def _computed_copies_of_views(graph: torch.fx.Graph, aliased: set[str], supporte
 
 
 class _Support(OperatorSupportBase):
-    def __init__(self, blocked: set[str], fallback_ops: frozenset, forced: dict[str, str] | None = None):
+    def __init__(self, blocked: dict[str, str], fallback_ops: frozenset, forced: dict[str, str] | None = None):
         self.blocked = blocked
         self.fallback_ops = fallback_ops
         self.reasons: dict[str, str] = dict(forced or {})
@@ -140,8 +141,7 @@ class _Support(OperatorSupportBase):
             return self.is_node_supported(submodules, node.args[0])
         if node.name in self.reasons:
             return False
-        reason = "failed to translate or load on an earlier attempt" if node.name in self.blocked else None
-        reason = reason or translate.unsupported_reason(node, self.fallback_ops)
+        reason = self.blocked.get(node.name) or translate.unsupported_reason(node, self.fallback_ops)
         if reason is not None:
             self.reasons[node.name] = reason
             return False
@@ -208,7 +208,7 @@ def _chain_random_draws(graph: torch.fx.Graph, supported: dict) -> set[str]:
     return chained
 
 
-def partition(gm: torch.fx.GraphModule, blocked: set[str], fallback_ops: frozenset) -> Partitioned:
+def partition(gm: torch.fx.GraphModule, blocked: dict[str, str], fallback_ops: frozenset) -> Partitioned:
     graph = copy.deepcopy(gm.graph)
     work = torch.fx.GraphModule(gm, graph)
     aliased = aliased_output_views(graph)
