@@ -205,6 +205,16 @@ def keys_iterator_at(container: Any, index: int) -> Any:
     return iterator
 
 
+_C_METHOD_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType)
+
+
+def bound_c_method(descriptor: Any, obj: Any) -> Any:
+    """`obj.name` for a C method descriptor (`lock.locked`, `d.get`, `x.__add__`): CPython's bound builtin
+    method, which compares and hashes by its owner and name, not a `types.MethodType` wrapping the descriptor
+    (another type, equal to no attribute read of the method)."""
+    return descriptor.__get__(obj, type(obj))
+
+
 def range_iterator_at(start: int, stop: int, step: int, index: int) -> Any:
     """CPython's iterator over range(start, stop, step), advanced past `index` items."""
     return keys_iterator_at(range(start, stop, step), index)
@@ -413,7 +423,9 @@ class Reconstructor:
         """Methods, functions, iterators, objects, partials and the other values `emit` rebuilds."""
         cg = self.cg
         if isinstance(value, BoundMethodValue):
-            self._call_const(types.MethodType, [value.func, value.self_value])
+            raw = value.func.obj if isinstance(value.func, BuiltinValue) else None
+            binder = bound_c_method if isinstance(raw, _C_METHOD_DESCRIPTORS) else types.MethodType
+            self._call_const(binder, [value.func, value.self_value])
         elif isinstance(value, TensorMethodValue):
             self.emit(value.tensor)
             cg.load_attr(value.name)

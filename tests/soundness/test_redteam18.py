@@ -3,6 +3,8 @@ on separate but equal state over several calls, changing what the code reads bet
 results, printed output and the state left behind."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -56,3 +58,27 @@ def test_reversed_iterators_keep_their_type(fn):
         return tuple((type(v).__name__, list(v)) if type(v) in (type(iter(range(0))), reversed) else v
                      for v in out)
     run_differential(typed, make, seeds=(0, 1, 2), fullgraph=False)
+
+
+# ---- NOTE [Bound builtin methods by their parts] (capture/values/builder.py) ------------------------------
+
+def _lock_method_across_a_break(x, k):
+    lock = threading.Lock()
+    a = lock.locked
+    print("break")
+    return x + k, type(a).__name__, a == lock.locked, a in {lock.locked}, {a: 1}.get(lock.locked, 0), a()
+
+
+def _dict_method_across_a_break(x, k):
+    d = {"k": k}
+    a, b = d.get, x.__add__
+    print("break")
+    return b(a("k")), type(a).__name__, a == d.get, {a: 1}.get(d.get, 0), a in [d.get]
+
+
+@pytest.mark.parametrize("fn", [_lock_method_across_a_break, _dict_method_across_a_break], ids=["lock", "dict"])
+def test_a_c_method_read_before_a_break_is_the_builtin_bound_method(fn):
+    # before: the trace rebuilt `obj.method` (a C method read in the graph before the break) as
+    # types.MethodType(descriptor, obj): type 'method', equal to no later read of the method, another hash
+    # (eager: builtin_function_or_method, a == lock.locked, found as a dict key)
+    run_differential(fn, lambda seed: (torch.randn(3) + seed, seed), seeds=(0, 1, 2), fullgraph=False)
