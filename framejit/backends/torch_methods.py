@@ -13,6 +13,7 @@ Tensor method and concurrent compilation together are not supported).
 from __future__ import annotations
 
 import contextlib
+import math
 import types
 from typing import Iterator
 
@@ -42,17 +43,30 @@ def original_tensor_methods() -> Iterator[None]:
 # is traced as `native_dropout`, as torch's own Python decomposition of aten::dropout does (and so AOT
 # autograd's joints): one op that stays whole (NOTE [Random ops stay whole] in onnxrt/lowering.py) and draws
 # into a mask with its input's layout, eager's numbers at eager's elements.
+#
+# Alpha dropout (F.alpha_dropout, torch.alpha_dropout[_]) draws the same way into `empty_like(input)` and then
+# scales and shifts: traced as native_dropout's mask (the same draws, in the input's layout) and eager's
+# arithmetic in eager's order (ATen's _dropout_impl), so each element gets eager's number and eager's value.
 class _EagerDropout(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        call = _DROPOUTS.get(func)
+        alpha = func in _ALPHA_DROPOUTS
+        call = _ALPHA_DROPOUTS.get(func) or _DROPOUTS.get(func)
         bound = call(*args, **kwargs) if call is not None else None
         if bound is not None:
             input, p, inplace = bound
             if isinstance(input, torch.Tensor) and input.is_floating_point() and 0 < p < 1:
-                out = torch.native_dropout(input, p, True)[0]
+                out = _alpha_dropout(input, p) if alpha else torch.native_dropout(input, p, True)[0]
                 return input.copy_(out) if inplace else out
         return func(*args, **kwargs)
+
+
+def _alpha_dropout(input: torch.Tensor, p: float) -> torch.Tensor:
+    alpha = 1.7580993408473766  # ATen's constant
+    a = 1.0 / math.sqrt((alpha * alpha * p + 1) * (1 - p))
+    noise = torch.native_dropout(input, p, True)[1].to(input.dtype)  # bernoulli(1 - p), eager's draws
+    b = noise.add(-1).mul(alpha * a).add(alpha * a * p)
+    return input.mul(noise.mul(a)).add(b)
 
 
 def _functional_dropout(input, p=0.5, training=True, inplace=False):
@@ -63,6 +77,13 @@ _DROPOUTS = {
     torch.nn.functional.dropout: _functional_dropout,
     torch.dropout: lambda input, p, train: (input, p, False) if train else None,
     torch.dropout_: lambda input, p, train: (input, p, True) if train else None,
+}
+
+
+_ALPHA_DROPOUTS = {
+    torch.nn.functional.alpha_dropout: _functional_dropout,
+    torch.alpha_dropout: lambda input, p, train: (input, p, False) if train else None,
+    torch.alpha_dropout_: lambda input, p, train: (input, p, True) if train else None,
 }
 
 

@@ -27,7 +27,8 @@ backward ran in the backend (ORT sessions or Triton kernels counted), not eagerl
 - onnxrt and triton, train mode under no_grad: lowering functionalized eager's dropout (bernoulli_ into
   empty_like(input)) into a bernoulli that fills a contiguous tensor, so a channels_last or transposed
   input got eager's numbers at other elements (NOTE [Dropout drawn as eager draws it] in
-  backends/torch_methods.py).
+  backends/torch_methods.py); alpha dropout the same (it was still wrong after dropout was fixed: its
+  draws, then eager's scale and shift, in eager's order).
 
 Triton kernels run in Triton's interpreter here (conftest.py): tensors are tiny.
 """
@@ -212,5 +213,30 @@ def test_dropout_draws_eagers_masks_for_channels_last_and_transposed_values(back
 
     assert_trains_as_eager(
         lambda: _DropoutAfterPermutedOps().to(memory_format=torch.channels_last),
+        lambda s: (torch.randn(3, 2, 2, 4, generator=_gen(s)).contiguous(memory_format=torch.channels_last),
+                   torch.randn(3, 3, generator=_gen(s))), _mse, backend, evaluate=evaluate)
+
+
+# ---- alpha dropout: NOTE [Dropout drawn as eager draws it] -----------------------------------------------
+class _AlphaDropoutAfterPermutedOps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.lin = nn.Conv2d(2, 4, 3, padding=1), nn.Linear(16, 3)
+
+    def forward(self, x):
+        h = F.alpha_dropout(torch.selu(self.conv(x)), 0.4, self.training)  # channels_last, as its input
+        t = F.alpha_dropout(torch.tanh(h.flatten(2).transpose(1, 2)), 0.3, self.training)  # transposed
+        return self.lin(t.transpose(1, 2).reshape(len(x), -1, 16).mean(1))
+
+
+@pytest.mark.parametrize("backend", ["triton", "onnxrt"])
+def test_alpha_dropout_draws_eagers_masks_for_channels_last_and_transposed_values(backend):
+    # eager's alpha dropout fills empty_like(input) with bernoulli_ and then scales and shifts; lowered (the
+    # training joint and the no_grad inference program), it drew into a contiguous tensor
+    def evaluate(call, step):
+        return call(torch.randn(2, 2, 2, 4, generator=_gen(60 + step)).contiguous(memory_format=torch.channels_last))
+
+    assert_trains_as_eager(
+        lambda: _AlphaDropoutAfterPermutedOps().to(memory_format=torch.channels_last),
         lambda s: (torch.randn(3, 2, 2, 4, generator=_gen(s)).contiguous(memory_format=torch.channels_last),
                    torch.randn(3, 3, generator=_gen(s))), _mse, backend, evaluate=evaluate)
