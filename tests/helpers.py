@@ -12,6 +12,7 @@ import dataclasses
 import io
 import contextlib
 import json
+import logging
 import os
 import select
 import signal
@@ -334,3 +335,27 @@ def without_dropout(model: torch.nn.Module) -> torch.nn.Module:
             if isinstance(getattr(module, attr, None), float):
                 setattr(module, attr, 0.0)
     return model
+
+
+class _BreakRecords(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.endswith("graph_breaks"):
+            self.records.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def logged_breaks():
+    """Turns the graph_breaks log on and yields the list its messages are appended to."""
+    handler = _BreakRecords()
+    logger = logging.getLogger("framejit")
+    logger.addHandler(handler)
+    framejit.set_logs("graph_breaks")
+    try:
+        yield handler.records
+    finally:
+        framejit.set_logs("")
+        logger.removeHandler(handler)

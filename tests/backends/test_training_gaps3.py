@@ -196,13 +196,14 @@ def _assert_steps_lowered(backend: str, name: str) -> None:
 
 # ---- triton: NOTE [Random draws in eager's layout] -------------------------------------------------------
 class _DropoutAfterPermutedOps(nn.Module):
-    def __init__(self):
+    def __init__(self, drop=F.dropout, act=torch.relu):
         super().__init__()
         self.conv, self.lin = nn.Conv2d(2, 4, 3, padding=1), nn.Linear(16, 3)
+        self.drop, self.act = drop, act
 
     def forward(self, x):
-        h = F.dropout(torch.relu(self.conv(x)), 0.4, self.training)  # channels_last, as its input
-        t = F.dropout(torch.tanh(h.flatten(2).transpose(1, 2)), 0.3, self.training)  # a transposed layout
+        h = self.drop(self.act(self.conv(x)), 0.4, self.training)  # channels_last, as its input
+        t = self.drop(torch.tanh(h.flatten(2).transpose(1, 2)), 0.3, self.training)  # a transposed layout
         return self.lin(t.transpose(1, 2).reshape(len(x), -1, 16).mean(1))
 
 
@@ -218,17 +219,6 @@ def test_dropout_draws_eagers_masks_for_channels_last_and_transposed_values(back
 
 
 # ---- alpha dropout: NOTE [Dropout drawn as eager draws it] -----------------------------------------------
-class _AlphaDropoutAfterPermutedOps(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv, self.lin = nn.Conv2d(2, 4, 3, padding=1), nn.Linear(16, 3)
-
-    def forward(self, x):
-        h = F.alpha_dropout(torch.selu(self.conv(x)), 0.4, self.training)  # channels_last, as its input
-        t = F.alpha_dropout(torch.tanh(h.flatten(2).transpose(1, 2)), 0.3, self.training)  # transposed
-        return self.lin(t.transpose(1, 2).reshape(len(x), -1, 16).mean(1))
-
-
 @pytest.mark.parametrize("backend", ["triton", "onnxrt"])
 def test_alpha_dropout_draws_eagers_masks_for_channels_last_and_transposed_values(backend):
     # eager's alpha dropout fills empty_like(input) with bernoulli_ and then scales and shifts; lowered (the
@@ -237,6 +227,6 @@ def test_alpha_dropout_draws_eagers_masks_for_channels_last_and_transposed_value
         return call(torch.randn(2, 2, 2, 4, generator=_gen(60 + step)).contiguous(memory_format=torch.channels_last))
 
     assert_trains_as_eager(
-        lambda: _AlphaDropoutAfterPermutedOps().to(memory_format=torch.channels_last),
+        lambda: _DropoutAfterPermutedOps(F.alpha_dropout, torch.selu).to(memory_format=torch.channels_last),
         lambda s: (torch.randn(3, 2, 2, 4, generator=_gen(s)).contiguous(memory_format=torch.channels_last),
                    torch.randn(3, 3, generator=_gen(s))), _mse, backend, evaluate=evaluate)

@@ -11,22 +11,11 @@ no break, one graph per length, each holding the whole scan.
 """
 from __future__ import annotations
 
-import logging
 
 import torch
 
 import framejit
-from tests.helpers import CountingBackend
-
-
-class _Breaks(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.name.endswith("graph_breaks"):
-            self.records.append(record.getMessage())
+from tests.helpers import CountingBackend, logged_breaks
 
 
 def _combine(left, right):
@@ -65,20 +54,13 @@ def test_a_scan_over_a_symbolic_length_is_captured_whole():
         model = Mixer()
         backend = CountingBackend()
         compiled = framejit.compile(model, backend=backend)
-        handler = _Breaks()
-        logger = logging.getLogger("framejit")
-        logger.addHandler(handler)
-        framejit.set_logs("graph_breaks")
         before = framejit.stats()["eager_frames"]
-        try:
+        with logged_breaks() as breaks:
             for seed, (batch, seq) in enumerate([(2, 5), (2, 5), (1, 7), (1, 6), (1, 7)]):
                 x = torch.randn(batch, seq, 4, generator=torch.Generator().manual_seed(seed))
                 with torch.no_grad():
                     torch.testing.assert_close(compiled(x, reverse), model(x, reverse))
-        finally:
-            framejit.set_logs("")
-            logger.removeHandler(handler)
-        assert not handler.records, handler.records
+        assert not breaks, breaks
         assert framejit.stats()["eager_frames"] == before
         assert backend.graph_count == 3, backend.graph_count
         assert all(_stack_count(gm) >= 1 for gm in backend.graphs)

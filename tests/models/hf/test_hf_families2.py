@@ -14,7 +14,6 @@ wholly eagerly.
 """
 from __future__ import annotations
 
-import logging
 import os
 
 import pytest
@@ -24,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import framejit  # noqa: E402
-from tests.helpers import CountingBackend  # noqa: E402
+from tests.helpers import CountingBackend, logged_breaks  # noqa: E402
 from tests.models.hf import catalog, harness  # noqa: E402
 from tests.models.hf.training import assert_steps_close, train_step, training_variant  # noqa: E402
 
@@ -38,28 +37,11 @@ def _quiet_transformers():
     harness.silence_transformers()
 
 
-class _Breaks(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.name.endswith("graph_breaks"):
-            self.records.append(record.getMessage())
-
-
 def _counting_breaks(run):
     """(run()'s result, the graph breaks framejit logged during it)."""
-    handler = _Breaks()
-    logger = logging.getLogger("framejit")
-    logger.addHandler(handler)
-    framejit.set_logs("graph_breaks")
-    try:
+    with logged_breaks() as breaks:
         result = run()
-    finally:
-        framejit.set_logs("")
-        logger.removeHandler(handler)
-    return result, handler.records
+    return result, breaks
 
 
 # ---- NOTE [Stores under a dict the trace holds]: a config's store seen through its own __dict__ ------------
