@@ -329,6 +329,8 @@ class Reconstructor:
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
         elif isinstance(value, IteratorValue) and (value.made_at is None or rebuild_spec(value) is not None):
             self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
+        elif type(value) is TupleValue:
+            self._store_preloaded(value)  # one tuple object: `u[0] is t`, `t.count.__self__ is t` after a break
 
     def _preload_cells(self, value: UserFunctionValue) -> None:
         """NOTE [Cells shared by rebuilt closures]: functions made while tracing over the same variable of

@@ -82,3 +82,18 @@ def test_a_c_method_read_before_a_break_is_the_builtin_bound_method(fn):
     # types.MethodType(descriptor, obj): type 'method', equal to no later read of the method, another hash
     # (eager: builtin_function_or_method, a == lock.locked, found as a dict key)
     run_differential(fn, lambda seed: (torch.randn(3) + seed, seed), seeds=(0, 1, 2), fullgraph=False)
+
+
+# ---- NOTE [One object per value] (capture/codegen.py): tuples ------------------------------------------------
+
+def _tuple_identity_across_a_break(x, k):
+    t = (x, k)
+    u, d = [t], {"t": t}
+    print("break")
+    return u[0] is t, d["t"] is u[0], t[1]
+
+
+def test_a_tuple_made_while_tracing_is_one_object_after_a_break():
+    # before: each place that held the tuple got a tuple of its own (eager: u[0] is t)
+    run_differential(_tuple_identity_across_a_break, lambda seed: (torch.randn(3) + seed, seed), seeds=(0, 1, 2),
+                     fullgraph=False)
