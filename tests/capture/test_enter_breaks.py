@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, run_differential
+from tests.helpers import CountingBackend, assert_same, run_differential
 
 
 @framejit.disable
@@ -176,3 +176,20 @@ def test_a_bound_c_method_argument_follows_its_object():
         compiled(torch.ones(2), target.append)
         assert expected == [2.0]
     assert first == [2.0, 2.0, 2.0] and second == [2.0]
+
+
+def test_a_bound_method_of_an_equal_number_does_not_recompile(capsys):
+    # NOTE [Bound builtin methods by their parts]: a number's method is guarded by the number's value
+    def f(x, add):
+        y = x * 2
+        print("break")
+        return y + add(1)
+
+    compiled = framejit.compile(f, backend="eager")
+    x = torch.randn(3)
+    assert_same(compiled(x, int("1000").__add__), f(x, int("1000").__add__))
+    traced = framejit.stats()["frames_traced"]
+    for text in ("1000", "1000", "1000"):  # equal values, new int objects (outside the small-int cache)
+        assert_same(compiled(x, int(text).__add__), f(x, int(text).__add__))
+    assert framejit.stats()["frames_traced"] == traced
+    assert_same(compiled(x, int("2000").__add__), f(x, int("2000").__add__))  # traced again, right answer

@@ -259,7 +259,10 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         if type(obj.__self__) not in _OPAQUE_OWNER_EXCLUDED and type(obj.__self__).__flags__ & _IMMUTABLE_TYPE:
             out.guard_type(AttrSource(source, "__self__"), type(obj.__self__))
             return ObjectValue(obj, source)
-        out.guard_id(AttrSource(source, "__self__"), obj.__self__)
+        if type(obj.__self__) in _SCALARS:  # `k.__add__`: an equal number behaves the same, whatever its object
+            out.guard_constant(AttrSource(source, "__self__"), obj.__self__)
+        else:
+            out.guard_id(AttrSource(source, "__self__"), obj.__self__)
         return BuiltinValue(obj, source)
     if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
         out.guard_id(source, obj)
