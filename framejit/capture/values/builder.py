@@ -245,25 +245,7 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         tensor = wrap(out, obj.__self__, AttrSource(source, "__self__"))
         return TensorMethodValue(tensor, obj.__name__)
     if _fresh_bound_builtin(obj):
-        # NOTE [Bound builtin methods by their parts]: `lock.__exit__` (what BEFORE_WITH leaves for a C
-        # manager, passed to a resume function), `d.get`, `obj.__add__`: every attribute read makes a new
-        # bound object, so an identity guard on it failed on every call and recompiled until the limit.
-        # It is guarded by what it is made of: its type, its name, and the object it is bound to. Bound to
-        # a container (`d.get`, `items.append`), which calls may read or change, that object's identity is
-        # guarded and the method is a builtin the trace models. Bound to an opaque C object (a lock, a file,
-        # a StringIO: often made anew per call) only that object's type is guarded (a C type's methods
-        # cannot be replaced), and the method stays an opaque object: calling it breaks, and the break
-        # passes the real bound method on from the frame, never the one seen while tracing.
-        out.guard_type(source, type(obj))
-        out.guard_constant(AttrSource(source, "__name__"), obj.__name__)
-        if type(obj.__self__) not in _OPAQUE_OWNER_EXCLUDED and type(obj.__self__).__flags__ & _IMMUTABLE_TYPE:
-            out.guard_type(AttrSource(source, "__self__"), type(obj.__self__))
-            return ObjectValue(obj, source)
-        if type(obj.__self__) in _SCALARS:  # `k.__add__`: an equal number behaves the same, whatever its object
-            out.guard_constant(AttrSource(source, "__self__"), obj.__self__)
-        else:
-            out.guard_id(AttrSource(source, "__self__"), obj.__self__)
-        return BuiltinValue(obj, source)
+        return _bound_builtin(out, obj, source)  # NOTE [Bound builtin methods by their parts]
     if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
         out.guard_id(source, obj)
         return BuiltinValue(obj, source)
@@ -616,6 +598,29 @@ _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a C type (static, or a hea
 _OPAQUE_OWNER_EXCLUDED = frozenset({list, dict, set, frozenset, tuple, bytearray, str, bytes, int, float, complex,
                                     collections.deque, collections.OrderedDict, collections.defaultdict,
                                     collections.Counter, types.SimpleNamespace, torch.Size})
+
+
+def _bound_builtin(out, obj: Any, source: Source) -> Value:
+    """A C method bound to an object, read from outside: guarded by its parts (the NOTE below)."""
+    # NOTE [Bound builtin methods by their parts]: `lock.__exit__` (what BEFORE_WITH leaves for a C
+    # manager, passed to a resume function), `d.get`, `obj.__add__`: every attribute read makes a new
+    # bound object, so an identity guard on it failed on every call and recompiled until the limit.
+    # It is guarded by what it is made of: its type, its name, and the object it is bound to. Bound to
+    # a container (`d.get`, `items.append`), which calls may read or change, that object's identity is
+    # guarded (a number's value: `k.__add__`) and the method is a builtin the trace models. Bound to an
+    # opaque C object (a lock, a file, a StringIO: often made anew per call) only that object's type is
+    # guarded (a C type's methods cannot be replaced), and the method stays an opaque object: calling it
+    # breaks, and the break passes the real bound method on from the frame, never the one seen while tracing.
+    out.guard_type(source, type(obj))
+    out.guard_constant(AttrSource(source, "__name__"), obj.__name__)
+    if type(obj.__self__) not in _OPAQUE_OWNER_EXCLUDED and type(obj.__self__).__flags__ & _IMMUTABLE_TYPE:
+        out.guard_type(AttrSource(source, "__self__"), type(obj.__self__))
+        return ObjectValue(obj, source)
+    if type(obj.__self__) in _SCALARS:  # `k.__add__`: an equal number behaves the same, whatever its object
+        out.guard_constant(AttrSource(source, "__self__"), obj.__self__)
+    else:
+        out.guard_id(AttrSource(source, "__self__"), obj.__self__)
+    return BuiltinValue(obj, source)
 
 
 def _fresh_bound_builtin(obj: Any) -> bool:
