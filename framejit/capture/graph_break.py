@@ -73,7 +73,7 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "GET_ITER": lambda a: (1, 1), "BUILD_STRING": lambda a: (a, 1), "UNPACK_SEQUENCE": lambda a: (1, a),
     "IMPORT_NAME": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "STORE_SLICE": lambda a: (4, 0),
     "RAISE_VARARGS": lambda a: (a, 0), "DELETE_ATTR": lambda a: (1, 0), "TO_BOOL": lambda a: (1, 1),
-    "BEFORE_WITH": lambda a: (1, 2),
+    "BEFORE_WITH": lambda a: (1, 2),  # NOTE [Breaks at BEFORE_WITH]
     # f"{tensor}": the value, and its format spec when flag 0x04 says there is one (handlers/build.py)
     "FORMAT_VALUE": lambda a: (2 if (a & 0x04 if isinstance(a, int) else a[1]) else 1, 1),
 }
@@ -112,15 +112,6 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
         # itself is handled in the tail function as plain Python. Without trampolines (a NULL or a
         # re-entered block on the stack) the whole rest of the frame runs as plain Python.
         return BreakSite(inst, 0, tail=True)
-    if inst.name == "BEFORE_WITH":
-        # NOTE [Breaks at BEFORE_WITH]: a context manager whose `__enter__` cannot be traced (a
-        # contextlib manager made by plain Python, e.g. `torch.backends.cudnn.flags(...)` called at an
-        # earlier break: its generator already exists; a manager that opens a file or starts a profiler)
-        # is entered as plain Python by the instruction itself, outside every exception region (a
-        # BEFORE_WITH inside one took the tail form above). The resume function starts right after it,
-        # inside the block: its copy of the frame's exception table calls the manager's `__exit__` on
-        # every path out, as the frame's own would, so the block and the code after it stay captured.
-        return BreakSite(inst, 1)
     if inst.name == "CALL":
         return BreakSite(inst, inst.arg + 2, with_depth=depth)
     if inst.name == "CALL_FUNCTION_EX":
@@ -128,6 +119,13 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
     if inst.name in _CONDITIONAL or inst.name in _OR_POP:
         return BreakSite(inst, 1, with_depth=depth)
     if inst.name in _SIMPLE:
+        # NOTE [Breaks at BEFORE_WITH]: a context manager whose `__enter__` cannot be traced (a
+        # contextlib manager made by plain Python, e.g. `torch.backends.cudnn.flags(...)` called at an
+        # earlier break: its generator already exists; a manager that opens a file or starts a profiler)
+        # is entered as plain Python by the instruction itself, outside every exception region (a
+        # BEFORE_WITH inside one took the tail form above). The resume function starts right after it,
+        # inside the block: its copy of the frame's exception table calls the manager's `__exit__` on
+        # every path out, as the frame's own would, so the block and the code after it stay captured.
         return BreakSite(inst, _SIMPLE[inst.name](inst.arg)[0])
     if inst.name == "FOR_ITER" and getattr(exc, "loop_step", False):  # NOTE [Loops carried across breaks]
         return BreakSite(inst, 0, with_depth=depth)
