@@ -6,6 +6,7 @@ when every argument is a Python constant most simply evaluate the real builtin (
 from __future__ import annotations
 
 import abc
+import collections
 import functools
 import itertools
 import math
@@ -20,7 +21,7 @@ from .object_str import is_user_object, user_repr, user_str
 from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, getitem, iterate, length,
                        truth, unary)
 from . import lazy_combinators
-from .values.containers import drain_lent
+from .values.containers import dict_iterator, drain_lent, iterates_as_tuple
 from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, SetValue,
                      ListValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
                      Value)
@@ -361,6 +362,10 @@ def _zip(tx, args, kwargs):
 
 @handles(reversed)
 def _reversed(tx, args, kwargs):
+    mapping = args[0] if isinstance(args[0], DictValue) else getattr(args[0], "mapping", None)  # a dict or its view
+    if isinstance(mapping, DictValue) and mapping.python_type() in _PLAIN_DICTS:
+        iterate(tx, args[0])  # read whole (guarded)
+        return dict_iterator(mapping, getattr(args[0], "kind", None), reverse=True)  # NOTE [Dict iterators read live]
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     result = watch.finish(IteratorValue(list(reversed(iterate(tx, args[0])))), "reversed", per_row=False)
     # NOTE [Iterators of their own type] in values/containers.py: reversed(a range) is a range_iterator
@@ -372,10 +377,13 @@ def _reversed(tx, args, kwargs):
     if isinstance(seq, ConstantValue) and type(seq.value) is range and result.made_at is None:
         result.constant = seq.value[::-1]
         result.iter_type = type(iter(result.constant))  # a longrange_iterator past C longs
-    elif (isinstance(seq, TupleValue) and seq.python_type() is tuple or isinstance(seq, ConstantValue)
-          and type(seq.value) is tuple) and result.made_at is None:
-        result.iter_type = reversed
+    elif (isinstance(seq, TupleValue) and iterates_as_tuple(seq.python_type()) or isinstance(seq, ConstantValue)
+          and type(seq.value) in (tuple, str, bytes)) and result.made_at is None:
+        result.iter_type = reversed  # a namedtuple's too: tuple's own __len__ and __getitem__, no __reversed__
     return result
+
+
+_PLAIN_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
 
 
 @handles(map)

@@ -197,9 +197,11 @@ def walk_at(module: Any, name: str, options: tuple, drawn: int) -> Any:
     return walk
 
 
-def keys_iterator_at(container: Any, index: int) -> Any:
-    """CPython's iterator over a dict or set, advanced past `index` keys (NOTE [Live iteration])."""
-    iterator = iter(container)
+def keys_iterator_at(container: Any, index: int, view: str | None = None, reverse: bool = False) -> Any:
+    """CPython's iterator over a dict or set (or reversed() of a dict, or over a dict's `view`), advanced past
+    `index` keys (NOTE [Live iteration], [Dict iterators read live])."""
+    iterable = getattr(container, view)() if view else container
+    iterator = reversed(iterable) if reverse else iter(iterable)
     for _ in range(index):
         next(iterator)
     return iterator
@@ -482,8 +484,11 @@ class Reconstructor:
             self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
         elif value.owner is not None:
             changed = value.changed()  # a dict or set iterator: CPython's own, or one that raises
+            if not changed and list(value.owner.items) != value.keys:
+                raise Unsupported(BreakKind.SIDE_EFFECT, "the keys of a dict or set changed while iterating over it")
+            where = [ConstantValue(value.view), ConstantValue(value.reverse)] if value.view or value.reverse else []
             self._call_const(failing_iterator if changed else keys_iterator_at,
-                             [ConstantValue(changed)] if changed else [value.owner, ConstantValue(value.index)])
+                             [ConstantValue(changed)] if changed else [value.owner, ConstantValue(value.index), *where])
         else:
             self._call_const(iter, [ListValue(value.items[value.index:])])
 

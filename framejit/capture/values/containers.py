@@ -157,6 +157,8 @@ class IteratorValue(Value):
     constant: Any = None  # iter(<a constant range, str, bytes or tuple>): that constant
     looped = False  # stepped by a for loop (FOR_ITER): rebuilt as a list iterator (NOTE [Iterators of their own type])
     walk: Any = None  # a module walk: (module value, method name, options) (NOTE [Lazy module walks] in modules.py)
+    view: str | None = None  # over a dict's "keys", "values" or "items" view (NOTE [Dict iterators read live])
+    reverse = False  # reversed() of a dict or of its view: its keys from the last
 
     def next(self) -> Value | None:
         if self.lent_at is not None:
@@ -170,9 +172,23 @@ class IteratorValue(Value):
         if self.index >= len(self.items):
             self.exhausted = True
             return None
+        if self.view in ("values", "items"):
+            self.items[self.index] = self._live_item(self.index)
         item = self.items[self.index]
         self.index += 1
         return item
+
+    # NOTE [Dict iterators read live]: CPython's iterators over a dict's values or items (and reversed() of a
+    # dict or its views) read the dict at each step: `for k, v in d.items(): d["b"] = v + 10` yields b's new
+    # value, and a change of the dict's size raises RuntimeError at the next step, as for iter(d). They keep
+    # the dict as `owner` (NOTE [Live iteration]), step through the keys it had when made (`keys`, checked
+    # unchanged at each step) and read each value when it is drawn; type() answers CPython's iterator type,
+    # and one that outlives the graph is rebuilt as the real dict's iterator, advanced (codegen).
+    def _live_item(self, index: int) -> Value:
+        from .mappings import key_value
+        key = self.keys[len(self.keys) - 1 - index if self.reverse else index]
+        value = self.owner.items[key]
+        return value if self.view == "values" else TupleValue([key_value(key), value])
 
     def changed(self) -> str:
         """CPython's error message when the dict or set this iterates over changed size, else ""."""
@@ -194,15 +210,45 @@ class IteratorValue(Value):
             raise lent_error(self)
         if self.exhausted:
             return []
+        if self.owner is not None and not isinstance(self.owner, ListValue):
+            self._check_unchanged()  # CPython checks the size at each step, the step that ends too
         if self.check is not None:  # NOTE [Eager generators], [Lazy combinators]: drawn now, checked now
             self.check()
+        if self.view in ("values", "items"):  # NOTE [Dict iterators read live]
+            self.items[self.index:] = [self._live_item(i) for i in range(self.index, len(self.items))]
         rest = self.items[self.index:]
         self.index = len(self.items)
         self.exhausted = True
         return rest
 
     def python_type(self) -> type:
+        if self.owner is not None and not isinstance(self.owner, ListValue):
+            return owned_iterator_type(self.owner.python_type(), self.view, self.reverse)
         return self.iter_type
+
+
+def owned_iterator_type(cls: type, view: str | None, reverse: bool) -> type:
+    """The type of CPython's iterator over a set, or over a dict (or one of its views), reversed or not."""
+    if issubclass(cls, (set, frozenset)):
+        return type(iter(set()))
+    iterable = (collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict)()
+    iterable = getattr(iterable, view)() if view else iterable
+    return type(reversed(iterable) if reverse else iter(iterable))
+
+
+def dict_iterator(mapping: DictValue, view: str | None, reverse: bool) -> IteratorValue:
+    """iter() or reversed() of a dict value or of its `view` (NOTE [Dict iterators read live])."""
+    iterator = IteratorValue([], owner=mapping)
+    iterator.view, iterator.reverse = view, reverse
+    iterator.items = [iterator._live_item(i) if view in ("values", "items") else
+                      _key_value(iterator.keys[len(iterator.keys) - 1 - i if reverse else i])
+                      for i in range(len(iterator.keys))]
+    return iterator
+
+
+def _key_value(key: Any) -> Value:
+    from .mappings import key_value
+    return key_value(key)
 
 
 def lent_error(iterator: IteratorValue) -> Unsupported:
@@ -239,8 +285,11 @@ def drain_lent(tx, iterables: list[Value]) -> list[list[Value]]:
 def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     """The iterator `iter(value)` gives, `items` being what it yields (NOTE [Live iteration])."""
     if isinstance(value, (ListValue, DictValue, SetValue)) and \
-            value.python_type() in (list, dict, set, frozenset, collections.OrderedDict):
+            value.python_type() in (list, dict, set, frozenset, collections.OrderedDict, collections.defaultdict):
         return IteratorValue(items, owner=value)
+    mapping = getattr(value, "mapping", None)  # a dict view (values/mappings.DictViewValue)
+    if isinstance(mapping, DictValue) and mapping.python_type() in (dict, collections.OrderedDict, collections.defaultdict):
+        return dict_iterator(mapping, value.kind, reverse=False)  # NOTE [Dict iterators read live]
     iterator = IteratorValue(items)
     # NOTE [Iterators of their own type]: `iter(t)` of a tuple is a tuple_iterator, of a range a
     # range_iterator, of a str a str_ascii_iterator/str_iterator, ...; the trace answers `type(it)` with that
@@ -253,6 +302,12 @@ def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     # (builder._wrap_sequence_iterator), so `type(it)` after the break answers as eager.
     if isinstance(value, ConstantValue) and type(value.value) in (range, str, bytes, tuple):
         iterator.constant, iterator.iter_type = value.value, type(iter(value.value))
-    elif isinstance(value, TupleValue) and value.python_type() is tuple:
+    elif isinstance(value, TupleValue) and iterates_as_tuple(value.python_type()):  # a namedtuple's too
         iterator.iter_type = type(iter(()))
     return iterator
+
+
+def iterates_as_tuple(cls: type) -> bool:
+    """A tuple or a tuple subclass (a namedtuple) that iterates, indexes and reverses as tuple does."""
+    return issubclass(cls, tuple) and not hasattr(cls, "__reversed__") and all(
+        getattr(cls, name) is getattr(tuple, name) for name in ("__iter__", "__len__", "__getitem__"))

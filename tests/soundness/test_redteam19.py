@@ -1,0 +1,153 @@
+"""Adversarial differential programs, nineteenth round (issue 12, red team): each runs eagerly and compiled
+on separate but equal state over several calls, changing what the code reads between calls, and compares
+results, exceptions, printed output and the state left behind."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import run_differential
+
+
+# ---- NOTE [Dict iterators read live] (capture/values/containers.py) --------------------------------------
+
+def _items_loop_stores_a_value(x, d):
+    out = []
+    for k, v in d.items():
+        d["b"] = v + 10  # eager: the loop then reads b's new value
+        out.append(v)
+    return x + out[-1], out
+
+
+def _values_iterator_sees_a_store(x, k):
+    d = {"a": 1, "b": k}
+    it = iter(d.values())
+    a = next(it)
+    d["b"] = 100
+    return x + a, list(it)
+
+
+def _items_iterator_after_a_new_key(x, d):
+    it = iter(d.items())
+    next(it)
+    d["z"] = 1  # eager: RuntimeError (dictionary changed size during iteration) at the next step
+    return x + 1, list(it)
+
+
+def _keys_iterator_after_a_new_key(x, k):
+    d = {"a": 1, "b": k}
+    it = iter(d.keys())
+    next(it)
+    d["z"] = 1
+    return x + 1, list(it)
+
+
+def _set_iterator_after_an_add(x, s):
+    it = iter(s)
+    next(it)
+    s.add(99)  # eager: RuntimeError (Set changed size during iteration) when list() draws
+    return x + 1, list(it)
+
+
+def _reversed_values_see_a_store(x, d):
+    it = reversed(d.values())
+    a = next(it)
+    d["a"] = 50
+    return x + a, list(it)
+
+
+def _values_iterator_across_a_break(x, d):
+    it = iter(d.values())
+    a = next(it)
+    print("break")
+    d["b"] = 100
+    return x + a, list(it), type(it).__name__
+
+
+_LIVE = [_items_loop_stores_a_value, _values_iterator_sees_a_store, _items_iterator_after_a_new_key,
+         _keys_iterator_after_a_new_key, _set_iterator_after_an_add, _reversed_values_see_a_store,
+         _values_iterator_across_a_break]
+
+
+def _live_args(fn, seed):
+    x = torch.randn(3) + seed
+    if fn is _set_iterator_after_an_add:
+        return x, {1, 2, seed + 3}
+    if fn in (_values_iterator_sees_a_store, _keys_iterator_after_a_new_key):
+        return x, seed
+    return x, {"a": 1, "b": seed}
+
+
+_LIVE_IDS = ["items_loop", "values", "items_resized", "keys_resized", "set_resized", "reversed_values",
+             "values_across_break"]
+
+
+@pytest.mark.parametrize("fn,fullgraph", [(fn, fg) for fn in _LIVE for fg in (False, True)
+                                          if not (fg and fn is _values_iterator_across_a_break)],  # print breaks
+                         ids=[f"{i}-{fg}" for i in _LIVE_IDS for fg in ("breaks", "fullgraph")
+                              if not (fg == "fullgraph" and i == "values_across_break")])
+def test_dict_and_set_iterators_read_the_container_live(fn, fullgraph):
+    # before: iterators over d.values()/d.items()/d.keys() and reversed() of a dict were snapshots taken when
+    # made: a value stored later was not seen ([1, 1] for eager's [1, 11]), a new key raised no RuntimeError;
+    # list() of a set iterator did not check the set's size
+    run_differential(fn, lambda seed: _live_args(fn, seed), seeds=(0, 1, 2), fullgraph=fullgraph)
+
+
+def test_a_returned_values_iterator_is_the_dicts_own():
+    # before: returned as a list_iterator over the values at return (eager: dict_valueiterator, live)
+    def f(x, d):
+        it = iter(d.values())
+        return x + next(it), it
+
+    compiled = framejit.compile(f, backend="eager")
+    for k in (1, 2, 3):
+        results = []
+        for g in (f, compiled):
+            d = {"a": 1, "b": k}
+            out, it = g(torch.ones(2), d)
+            d["b"] = 55
+            results.append((out.tolist(), type(it).__name__, list(it)))
+        assert results[1] == results[0]
+
+
+# ---- NOTE [Iterators of their own type]: dict, set and namedtuple iterators, reversed() of them --------------
+
+P = collections.namedtuple("P", "a b c")
+
+
+def _containers(k):
+    d = {"a": 1, "b": k, k: 3}
+    od = collections.OrderedDict(d)
+    return dict(dict=d, keys=d.keys(), items=d.items(), od=od, od_values=od.values(),
+                dd=collections.defaultdict(int, d), set={1, 2, k}, frozenset=frozenset({1, k}), namedtuple=P(1, 2, k))
+
+
+def _iter_types(x, k):
+    out = []
+    for name, c in _containers(k).items():
+        it = iter(c)
+        out.append((name, type(it).__name__, next(it)))
+    for name in ("dict", "keys", "items", "od", "od_values", "dd", "namedtuple"):
+        it = reversed(_containers(k)[name])
+        out.append(("reversed " + name, type(it).__name__, next(it)))
+    it = reversed("ab" + str(k))
+    return x + 1, out, type(it).__name__, next(it)
+
+
+def _iter_types_across_a_break(x, k):
+    c = _containers(k)
+    its = [iter(c["keys"]), iter(c["namedtuple"]), reversed(c["namedtuple"]), reversed(c["items"])]
+    first = [next(it) for it in its]
+    print("break")
+    return x + 1, first, [(type(it).__name__, list(it)) for it in its]
+
+
+@pytest.mark.parametrize("fn", [_iter_types, _iter_types_across_a_break], ids=["in_trace", "across_break"])
+def test_iterators_answer_cpythons_type(fn):
+    # before: type() of iter(a dict, a view, a set, a namedtuple) and of reversed(a dict, a view, a
+    # namedtuple, a str) answered list_iterator (eager: dict_keyiterator, odict_iterator, set_iterator,
+    # tuple_iterator, dict_reverseitemiterator, reversed, ...)
+    run_differential(fn, lambda seed: (torch.randn(3) + seed, seed), seeds=(0, 1, 2), fullgraph=False)
