@@ -95,16 +95,29 @@ def test_mean_over_a_symbolic_dimension_is_size_generic():
     assert compiled.specialised.compiled == {}
 
 
-def test_size_sums_specialise_per_shape_with_a_log_line(recompile_logs):
-    def fn(x, y):
-        return torch.cat([x, y]).exp()  # a size s0 + s1: not a product of symbols
+def test_size_sums_are_size_generic():
+    def fn(x, y):  # a size s0 + s1: not a product of symbols, a size expression of the graph
+        return torch.cat([x, y]).exp()  # NOTE [Literals fitted to the graph's size expressions]
 
     example = [torch.randn(3, 4), torch.randn(5, 4)]
     compiled = triton(symbolic_graph(fn, example, static={0: [1], 1: [1]}), example)
-    assert isinstance(compiled, SpecialisingGraph)
-    for rows_x, rows_y in [(3, 5), (2, 7), (3, 5)]:
+    assert isinstance(compiled, DynamicGraph), getattr(compiled, "reason", None)
+    for rows_x, rows_y in [(3, 5), (2, 7), (3, 5), (6, 2)]:
         args = [torch.randn(rows_x, 4), torch.randn(rows_y, 4)]
         torch.testing.assert_close(compiled(*args), fn(*args))
+    assert compiled.specialised.compiled == {}
+
+
+def test_a_graph_without_a_size_generic_module_specialises_per_shape_with_a_log_line(recompile_logs):
+    def fn(x):
+        return x * (x.shape[0] > 3)  # a relation of sizes: the probes would fix it
+
+    example = [torch.randn(3, 4)]
+    compiled = triton(symbolic_graph(fn, example, static={0: [1]}), example)
+    assert isinstance(compiled, SpecialisingGraph)
+    for rows in (3, 5, 3):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(compiled(x), fn(x))
     assert len(compiled.compiled) == 2
     assert any("no size-generic module" in r.getMessage() for r in recompile_logs.records)
     assert sum("compiling the graph for shapes" in r.getMessage() for r in recompile_logs.records) == 2

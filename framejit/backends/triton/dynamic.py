@@ -19,7 +19,9 @@ Then:
   of a mean over a symbolic dimension) or a different kernel structure makes the graph specialise;
 - the wrapper's text must be identical except for integer literals; every literal that changes is fitted
   as `c * s0**e0 * s1**e1 ...` (exponents 0..2) over the three probes, and the fit is checked on all of
-  them. The wrapper's `call` then starts by binding the symbols from its inputs and uses the fitted
+  them; a literal no product fits is matched against the graph's own size expressions (`s1 // 2`,
+  `(-s1) % 8`, `s0 - off % s0`: NOTE [Literals fitted to the graph's size expressions], size_exprs.py).
+  The wrapper's `call` then starts by binding the symbols from its inputs and uses the fitted
   expressions, so grids, numels, shapes and strides are computed per call;
 - reductions whose `rnumel` changes with the probes use looped reductions (a persistent block sized for
   one probe would leave elements out for larger rows).
@@ -43,7 +45,7 @@ from framejit.backends.aliasing import alias_mutated_inputs
 from framejit.backends.layout import output_layouts, restore as restore_layouts
 from framejit.backends.state import switches_grad_on
 
-from . import codegen
+from . import codegen, size_exprs
 from .lowering import lower, to_aten
 from .runtime import load_module, needs_autograd, register_kernels, rerun_exactly, rerun_on_error, written_versions
 from .scheduler import FusedGroup, describe, schedule
@@ -116,13 +118,21 @@ def _split(source: str) -> tuple[str, str]:
     return head, sep + call
 
 
-def _fit(values: list[int], probes: list[list[int]], names: list[str]) -> str | None:
+def _fit(values: list[int], probes: list[list[int]], names: list[str], exprs=None) -> str | None:
     """A Python expression `c * s0**e0 * ...` (c a fraction with denominator up to 16: `s1 // 2` after
-    view(s0, 2, -1)) over `names` giving `values[k]` at `probes[k]`, or None."""
-    from fractions import Fraction
-
+    view(s0, 2, -1)) over `names` giving `values[k]` at `probes[k]`, else one of the graph's size
+    expressions `exprs` (NOTE [Literals fitted to the graph's size expressions]), or None."""
     if len(set(values)) == 1:
         return str(values[0])
+    monomial = _fit_monomial(values, probes, names)
+    if monomial is None and exprs:
+        return exprs.fit(values, probes)
+    return monomial
+
+
+def _fit_monomial(values: list[int], probes: list[list[int]], names: list[str]) -> str | None:
+    from fractions import Fraction
+
     for exponents in itertools.product(range(3), repeat=len(names)):
         if not any(exponents):
             continue
@@ -156,7 +166,8 @@ def _same_skeleton(texts: list[str]) -> bool:
     return len({_INT.sub(lambda m: "#" + (m.group(2) or ""), t) for t in texts}) == 1
 
 
-def _fitted(texts: list[str], probes: list, names: list[str], where: str) -> tuple[list[str], list[tuple]]:
+def _fitted(texts: list[str], probes: list, names: list[str], where: str,
+            exprs=None) -> tuple[list[str], list[tuple]]:
     """The pieces of texts[0] between its integer literals, and for each literal (expression over the symbols
     fitted at the probes, whether it was a float); raises NotGeneric for a literal no product of symbols fits."""
     literals = [_literals(t)[1] for t in texts]
@@ -164,18 +175,20 @@ def _fitted(texts: list[str], probes: list, names: list[str], where: str) -> tup
     fits = []
     for position in range(len(pieces) - 1):
         values = [lits[position] for lits in literals]
-        expr = _fit(values, probes, names)
+        expr = _fit(values, probes, names, exprs)
         if expr is None:
-            raise NotGeneric(f"a size in {where} is not a product of symbols ({values} at the probes)")
+            raise NotGeneric(f"a size in {where} is neither a product of symbols nor a size expression of the "
+                             f"graph ({values} at the probes {probes})")
         fits.append((expr, floats[position]))
     return pieces, fits
 
 
-def _generic_call(calls: list[str], probes: list[list[int]], names: list[str], bind_lines: list[str]) -> str:
+def _generic_call(calls: list[str], probes: list[list[int]], names: list[str], bind_lines: list[str],
+                  exprs=None) -> str:
     if not _same_skeleton(calls):
         raise NotGeneric("the wrappers generated at different sizes differ beyond their integer literals "
                          "(fusion or extern choices depend on sizes)")
-    pieces, fits = _fitted(calls, probes, names, "the wrapper")
+    pieces, fits = _fitted(calls, probes, names, "the wrapper", exprs)
     out = [pieces[0]]
     for (expr, is_float), piece in zip(fits, pieces[1:]):
         if expr.isdigit():
@@ -191,13 +204,13 @@ def _generic_call(calls: list[str], probes: list[list[int]], names: list[str], b
 _KERNEL_DEF = re.compile(r"\ndef (\w+)\(")
 
 
-def _generic_kernels(heads: list[str], probes: list, names: list[str]) -> tuple[str, dict]:
+def _generic_kernels(heads: list[str], probes: list, names: list[str], exprs=None) -> tuple[str, dict]:
     """The kernels' text with every size-dependent integer literal replaced by a kernel argument; returns
     (text, {kernel: {expression: argument name}})."""
     if not _same_skeleton(heads):
         raise NotGeneric("a kernel body depends on a symbolic size beyond integer literals (a float that is "
                          "not a whole number, or a different kernel structure)")
-    pieces, fits = _fitted(heads, probes, names, "a kernel")
+    pieces, fits = _fitted(heads, probes, names, "a kernel", exprs)
     out = [pieces[0]]
     kernel_args: dict = {}
     for (expr, is_float), piece in zip(fits, pieces[1:]):
@@ -254,6 +267,7 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
     if example_sizes is None:
         raise NotGeneric("the example inputs fail their own size check")
     probes = _probes(len(names), list(example_sizes))
+    exprs = _size_expressions(gm, sym, example_inputs)  # NOTE [Literals fitted to the graph's size expressions]
 
     def generate_all(configs):
         runs = []
@@ -271,7 +285,8 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
     if _loop_varying_reductions(runs, configs):
         runs, _ = generate_all(configs)
     heads, calls = zip(*(_split(r[0]) for r in runs))
-    if _has_fraction(list(heads), list(calls), probes, names) or _rounds_sizes(gm):  # NOTE [Odd probes]
+    # NOTE [Odd probes]
+    if _has_fraction(list(heads), list(calls), probes, names) or _rounds_sizes(gm) or exprs.rounds():
         for probe in _odd_probes(sym, probes, example_inputs):
             inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
             try:
@@ -282,10 +297,10 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
         heads, calls = zip(*(_split(r[0]) for r in runs))
     if any(r[4] for r in runs):
         raise NotGeneric("the wrapper passes values it cannot spell (extra)")
-    head, kernel_args = _generic_kernels(list(heads), probes, names)
-    bind_lines = [f"    {', '.join(names)}, = _sizes\n"]
-    call = _with_kernel_args(_generic_call(list(calls), probes, names, bind_lines), kernel_args)
-    source = head + call
+
+    def probe_at(points):
+        return _probe_where_they_differ(points, sym, gm, example_inputs, device, opts, configs)
+    source, kernel_args = _generic_source(runs, probes, names, exprs, probe_at)
     kernels = {name: _with_params(k, kernel_args.get(name, {})) for name, k in runs[0][1].items()}
     sched, graph, fallbacks = runs[0][2], runs[0][3], runs[0][5]
     module, path = load_module(source)
@@ -302,16 +317,69 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
 # fraction fitted over them cannot tell `(s1 * s28) // 2` from `(s1 // 2) * s28` (`x[h:2 * h]` with
 # `h = x.size(0) // 2`: the second slice's offset): both agree on every even s1, and the module computed
 # the wrong offset for odd sizes (red team, issue 13: wrong values for sizes 5 and 7); `x * (s0 % 2)` held
-# 0 the same way. When a fit has a denominator or the graph rounds sizes (%, //, floor, ...), the module is
-# also generated at probes where some sizes are odd (all at once, then each symbol alone) that the graph's
+# 0 the same way. When a fit has a denominator, a literal fits no product, or the graph rounds sizes (%, //,
+# floor, ...), the module is also generated at probes where sizes are 1, 3 and 6 past the multiples of 16
+# (all at once, then each symbol 1 past alone) that the graph's
 # size check accepts (a probe the graph cannot take, a view needing even sizes, is skipped: eager fails for
 # such sizes too), and the fits must hold there too, else the graph is compiled per shape.
 def _has_fraction(heads: list[str], calls: list[str], probes: list, names: list[str]) -> bool:
     try:
         fits = _fitted(heads, probes, names, "a kernel")[1] + _fitted(calls, probes, names, "the wrapper")[1]
     except NotGeneric:
-        return False  # reported by the fitting proper
+        return True  # a literal no product fits: the graph's size expressions may, checked at odd probes too
     return any("//" in expr for expr, _ in fits)
+
+
+def _generic_source(runs: list, probes: list, names: list[str], exprs, probe_at) -> tuple[str, dict]:
+    """The size-generic module's source and its kernels' size arguments, fitted over `runs` at `probes`;
+    a literal several size expressions fit gets a probe where they differ (`probe_at`), then is fitted again."""
+    for _ in range(4):  # NOTE [Literals fitted to the graph's size expressions]
+        heads, calls = zip(*(_split(r[0]) for r in runs))
+        try:
+            head, kernel_args = _generic_kernels(list(heads), probes, names, exprs)
+            bind_lines = [f"    {', '.join(names)}, = _sizes\n"]
+            call = _with_kernel_args(_generic_call(list(calls), probes, names, bind_lines, exprs), kernel_args)
+            return head + call, kernel_args
+        except size_exprs.Ambiguous as ambiguous:
+            probe, run = probe_at(ambiguous.points)
+            runs, probes = [*runs, run], [*probes, probe]
+    raise NotGeneric("a literal fits several size expressions of the graph at every probe")
+
+
+def _probe_where_they_differ(points: list, sym, gm, example_inputs, device, opts, configs) -> tuple:
+    """(probe, the module generated there) at the first of `points` the graph's size check accepts."""
+    for probe in points:
+        inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
+        if sym.bind(inputs) is None:
+            continue
+        try:
+            run = _generate(gm, inputs, device, opts, configs, sym.symbolic_ints)
+        except Exception:  # noqa: BLE001 - sizes the graph cannot take: try the next
+            continue
+        if run[4]:
+            raise NotGeneric("the wrapper passes values it cannot spell (extra)")
+        return probe, run
+    raise NotGeneric("a literal fits several size expressions of the graph, which differ only at sizes the "
+                     "graph cannot take")
+
+
+def _size_expressions(gm, sym: symbolic.SymbolicInputs, example_inputs: list) -> size_exprs.SizeExpressions:
+    """The size expressions of `gm` and of its aten graph traced over fresh symbols (a trace of its own, so
+    that nothing it assumes reaches `sym`'s size check), over `sym`'s symbols."""
+    graphs = [(gm.graph, sym._mapping)]
+    try:
+        fresh = symbolic.SymbolicInputs(gm, example_inputs)
+        with torch.no_grad():
+            aten_gm = to_aten(_IntsBaked(gm, fresh.fake_inputs, fresh.symbolic_ints) if fresh.symbolic_ints else gm,
+                              _tensors(fresh.fake_inputs, fresh.symbolic_ints))
+        to_frontend = {backend: frontend for frontend, backend in fresh._mapping.items()}
+        graphs.append((aten_gm.graph, {b: f.xreplace(sym._mapping) for b, f in to_frontend.items()}))
+    except Exception:  # noqa: BLE001 - the aten graph does not trace symbolically: the frontend's expressions
+        pass
+    atoms = []
+    for graph, mapping in graphs:
+        atoms += size_exprs.collect([graph], mapping, sym.shape_env.simplify, sym.symbols)
+    return size_exprs.SizeExpressions(list(dict.fromkeys(atoms)), sym.symbols)
 
 
 # sizes rounded, truncated or compared in the graph: their values at the probes (multiples of 16 in the
@@ -337,10 +405,11 @@ def _size_relation(gm) -> str | None:
 
 def _odd_probes(sym: symbolic.SymbolicInputs, probes: list, example_inputs: list) -> list[list[int]]:
     base = probes[1]
-    candidates = [[v + 1 for v in base]] + [[v + 1 if i == k else v for i, v in enumerate(base)]
-                                            for k in range(len(base))]
+    singles = [[v + 1 if i == k else v for i, v in enumerate(base)] for k in range(len(base))] if len(base) > 1 else []
+    # other residues (3 and 6 past a multiple of 16) tell `(-s) % 8` from `(-s) % 4` and `s // 2` from `s // 4`
+    candidates = [[v + 1 for v in base], [v + 3 for v in base], [v + 6 for v in base]] + singles
     accepted = []
-    for probe in candidates[: 1 if len(base) == 1 else None]:
+    for probe in candidates:
         inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
         if sym.bind(inputs) is not None:
             accepted.append(probe)

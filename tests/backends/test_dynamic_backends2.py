@@ -1,0 +1,109 @@
+"""Dynamic shapes on the lowered backends, issue 13 (h13tri): programs whose sizes are not products of
+symbols, called over many sizes, compared with eager, with the number of frontend graphs, the number of
+generated triton modules and stock torch.compile's graph count (measured in the same test) asserted.
+
+- triton: a literal of the generated module that is a size expression of the graph but not a product of
+  symbols (`s // 2` of `x[:, : x.size(1) // 2]`, `(-s) % 8` of padding to a multiple of 8, `s - off % s`
+  of `x[off % x.size(0):]`) made the graph compile per shape: one module per size (9 for 9 sizes). Such
+  literals are now fitted to the graph's own size expressions (NOTE [Literals fitted to the graph's size
+  expressions], triton/size_exprs.py): one module per frontend graph.
+"""
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framejit
+from tests.helpers import assert_same
+
+
+class _Recording:
+    """A backend keeping what it compiled."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.compiled: list = []
+
+    def __call__(self, gm, example_inputs):
+        out = framejit.lookup_backend(self.name)(gm, example_inputs)
+        self.compiled.append(out)
+        return out
+
+
+@pytest.fixture
+def triton_modules(monkeypatch):
+    """Counts the generated modules the triton backend loads (static, per shape, size-generic)."""
+    from framejit.backends import triton as triton_backend
+    from framejit.backends.triton import dynamic
+
+    loaded = collections.Counter()
+    for module in (triton_backend, dynamic):
+        def counting(source, _load=module.load_module, _name=module.__name__):
+            loaded[_name] += 1
+            return _load(source)
+        monkeypatch.setattr(module, "load_module", counting)
+    return loaded
+
+
+def _stock_graphs(fn, calls: list) -> int:
+    """Graphs stock torch.compile (dynamic=None) compiles for `calls`."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    count = [0]
+
+    def counting(gm, example_inputs):
+        count[0] += 1
+        return gm.forward
+    compiled = torch.compile(fn, backend=counting, dynamic=None)
+    for args in calls:
+        compiled(*args)
+    torch._dynamo.reset()
+    return count[0]
+
+
+def _half(x):
+    return x[:, : x.size(1) // 2] * 2
+
+
+def _pad_to_8(x):
+    return F.pad(x, (0, (-x.size(-1)) % 8)).sum(-1) + 1
+
+
+def _tail_from(x, offset):
+    return x[offset % x.size(0):] * 2
+
+
+def _roll_by(x, offset):
+    return torch.roll(x, offset % x.size(0), 0) * 2
+
+
+_SIZES = [5, 8, 11, 2, 3, 14, 17, 6, 9]
+_OFFSETS = [1, 2, 7, 3, 4, 5, 9, 11, 2]
+_PROGRAMS = {  # half: sizes 2 and 3 make a half of 1, another graph (stock too), compiled per shape
+    "half": (_half, [(torch.randn(3, s),) for s in [5, 8, 11, 4, 7, 14, 17, 6, 9]]),
+    "pad_to_8": (_pad_to_8, [(torch.randn(3, s),) for s in _SIZES]),
+    "tail_from_offset": (_tail_from, [(torch.randn(s, 3), o) for s, o in zip(_SIZES, _OFFSETS)]),
+    "roll_by_offset": (_roll_by, [(torch.randn(s, 3), o) for s, o in zip(_SIZES, _OFFSETS)]),
+}
+
+
+@pytest.mark.parametrize("name", list(_PROGRAMS))
+def test_sizes_that_are_not_products_of_symbols_compile_once_on_triton(name, triton_modules):
+    from framejit.backends.triton.dynamic import DynamicGraph
+    from framejit.backends.triton.runtime import CompiledGraph
+
+    fn, calls = _PROGRAMS[name]
+    backend = _Recording("triton")
+    compiled = framejit.compile(fn, backend=backend)
+    for args in calls:
+        assert_same(compiled(*args), fn(*args))
+    stock = _stock_graphs(fn, calls)
+    assert len(backend.compiled) == stock, (len(backend.compiled), stock)
+    # the first call's static graph, then size-generic modules only: one generated module per graph
+    assert isinstance(backend.compiled[0], CompiledGraph), backend.compiled
+    assert all(isinstance(g, DynamicGraph) for g in backend.compiled[1:]), backend.compiled
+    assert sum(triton_modules.values()) == len(backend.compiled), (dict(triton_modules), backend.compiled)
