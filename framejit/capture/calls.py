@@ -135,6 +135,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         return result
     if isinstance(fn, BuiltinValue):
         return call_builtin(tx, fn.obj, args, kwargs)
+    if hasattr(type(fn), "call_in_trace"):  # a value that knows its own call (NOTE [vjp functions])
+        return fn.call_in_trace(tx, args, kwargs)
     if isinstance(fn, ExitValue):
         return exit_(tx, fn)
     if isinstance(fn, GenMethodValue):  # NOTE [Generator context managers]

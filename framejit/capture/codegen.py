@@ -457,6 +457,8 @@ class Reconstructor:
             self._call_const(make_partial, [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
         elif isinstance(value, SymFloatValue) and _replayable_float(value):
             self._float_expression(value.node, {root.node: root for root in value.roots})
+        elif hasattr(type(value), "escape_break"):  # a value with no run-time object (NOTE [vjp functions])
+            raise value.escape_break()
         elif value.is_constant():
             cg.load_const(value.as_constant())
         else:

@@ -3,7 +3,8 @@
 NOTE [vmap regions]: `torch.vmap` / `torch.func.vmap` (and functorch's deprecated `vmap`, which calls it)
 return `wrapped`, whose call is `vmap_impl(f, in_dims, out_dims, randomness, chunk_size, *args, **kwargs)`.
 That call is traced here instead of inlining functorch's machinery (which reads C state and broke):
-- each batched tensor argument (an int in_dim; a tuple or list argument: each of its tensors) stands in
+- each batched tensor argument (an int in_dim; a tuple, list or dict argument: each of its tensors, under
+  in_dims that are an int or a matching structure holding ints and None) stands in
   the body for one sample: a `select(x, dim, 0)` node, whose fake has exactly the per-sample sizes and
   strides a BatchedTensor shows (the physical ones without the batch dimension); an in_dim None argument
   and the keyword arguments are passed as they are, as vmap passes them;
@@ -21,9 +22,12 @@ That call is traced here instead of inlining functorch's machinery (which reads 
   under randomness="error", `.item()`, mismatched batch sizes, out_dims not matching the outputs) are a
   graph break then, so eager raises them. The fakes' version counters are restored afterwards: the writes
   were already counted when the body was traced.
-Graph breaks, never a guess: a body that mutates Python state the caller can see (a store, an append to
-an outer list, a global), a grad-mode/autocast switch inside the body (the region would carry a state
-change), a result other than a tensor or a flat tuple/list of tensors (vmap raises for them), a batch
+- a result other than a tensor or a flat tuple or list of tensors (nested tuples, lists and dicts: the
+  per-sample gradients of a dict of parameters) is rebuilt by the node's function from its flat tensors
+  (func_capture.result_template), and the node returns the flat tensors of vmap's result.
+Graph breaks, never a guess: a body that mutates Python state the caller can see and does not put back
+(a store, an append to an outer list, a global; NOTE [Effects a body undoes]), a grad-mode/autocast switch
+inside the body (the region would carry a state change), constants in the result (vmap raises), a batch
 size of 0 (the slot cannot be selected), in_dims or out_dims that are not constants, and any call into
 functorch's own state (NOTE [functorch state]: `is_batchedtensor` would answer for the per-sample stand-in),
 and `t.requires_grad` (False for every batched tensor in eager; `grad_fn`, `is_leaf`, `_base` and `grad`
@@ -35,29 +39,41 @@ and triton trace it with make_fx, which turns vmap into the batched aten ops.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
-from .values import ConstantValue, ListValue, SequenceValue, TensorValue, TupleValue, Value
+from .func_capture import BodyEffects, _fill, _flat_result, result_template, values_of
+from .values import ConstantValue, DictValue, ListValue, SequenceValue, TensorValue, TupleValue, Value
 
 
 class VmapCall:
-    """A graph node's target: torch.vmap of a traced body (NOTE [vmap regions])."""
+    """A graph node's target: torch.vmap of a traced body (NOTE [vmap regions]). With `out` (a result
+    structure, func_capture.result_template) the body returns flat tensors, vmap runs a function returning
+    that structure, and the node returns the flat tensors of vmap's result."""
 
     def __init__(self, body: torch.fx.GraphModule, in_dims: tuple, out_dims: Any, randomness: str,
-                 chunk_size: int | None) -> None:
+                 chunk_size: int | None, out: Any = None) -> None:
         self.body, self.in_dims, self.out_dims = body, in_dims, out_dims
-        self.randomness, self.chunk_size = randomness, chunk_size
+        self.randomness, self.chunk_size, self.out = randomness, chunk_size, out
         self.__name__ = "vmap_body"
 
     def __call__(self, *inputs):  # `forward`: GraphModule.__call__ prints vmap's refusals of the fake run
-        return torch.vmap(self.body.forward, in_dims=self.in_dims, out_dims=self.out_dims, randomness=self.randomness,
-                          chunk_size=self.chunk_size)(*inputs)
+        fn = self.body.forward
+        if self.out is not None:
+            fn = functools.partial(_structured, self.body.forward, self.out)
+        result = torch.vmap(fn, in_dims=self.in_dims, out_dims=self.out_dims, randomness=self.randomness,
+                            chunk_size=self.chunk_size)(*inputs)
+        return result if self.out is None else tuple(_flat_result(result, []))
 
     def __reduce__(self):
         raise TypeError("a vmap call is not persisted")
+
+
+def _structured(body, out: Any, *inputs):
+    return _fill(out, body(*inputs))
 
 
 @dataclasses.dataclass
@@ -102,21 +118,29 @@ def _body_args(tx, args: list[Value], in_dims: Any, slots: _Slots) -> list[Value
         in_dims = (in_dims,) * len(args)
     if type(in_dims) is not tuple or len(in_dims) != len(args):
         _break("in_dims is neither an int nor a tuple with one entry per argument")
-    body_args = []
-    for arg, dim in zip(args, in_dims):
-        if dim is None:
-            body_args.append(arg)
-        elif isinstance(arg, SequenceValue) and arg.cls in (tuple, list):
-            dims = (dim,) * len(arg.items) if type(dim) is int else dim
-            if type(dim) not in (int, arg.cls) or len(dims) != len(arg.items) or None in dims:
-                _break("a tuple or list argument whose in_dims hold None or do not match it")
-            samples = [_slot(tx, item, d, slots) for item, d in zip(arg.items, dims)]
-            body_args.append(TupleValue(samples) if arg.cls is tuple else ListValue(samples))  # new, as in eager
-        else:
-            body_args.append(_slot(tx, arg, dim, slots))
+    body_args = [_batched(tx, arg, dim, slots) for arg, dim in zip(args, in_dims)]
     if not slots.outer:
         _break("no argument is batched")
     return body_args
+
+
+def _batched(tx, arg: Value, dim: Any, slots: _Slots) -> Value:
+    """`arg` as the body sees it under `dim`, an int, None or a structure matching a tuple, list or dict
+    argument (vmap's in_dims are a prefix of each argument's structure); containers are new, as in eager."""
+    if dim is None:
+        return arg
+    if isinstance(arg, SequenceValue) and arg.cls in (tuple, list):
+        dims = (dim,) * len(arg.items) if type(dim) is int else dim
+        if type(dims) not in (tuple, list) or type(dim) not in (int, arg.cls) or len(dims) != len(arg.items):
+            _break("a tuple or list argument whose in_dims do not match it")
+        samples = [_batched(tx, item, d, slots) for item, d in zip(arg.items, dims)]
+        return TupleValue(samples) if arg.cls is tuple else ListValue(samples)
+    if isinstance(arg, DictValue) and arg.cls is dict:
+        dims = dict.fromkeys(arg.items, dim) if type(dim) is int else dim
+        if type(dims) is not dict or list(dims) != list(arg.items):  # vmap checks its spec, not only the keys
+            _break("a dict argument whose in_dims do not match it")
+        return DictValue({k: _batched(tx, item, dims[k], slots) for k, item in arg.items.items()})
+    return _slot(tx, arg, dim, slots)
 
 
 def _visible_values(tx, roots: list[Value]) -> set[int]:
@@ -124,15 +148,6 @@ def _visible_values(tx, roots: list[Value]) -> set[int]:
     from .generator_reach import reachable_values
     frames = list(tx.output.tx_stack)
     return reachable_values([*roots, *(v for t in frames for v in (*t.locals.values(), *t.stack))])
-
-
-def _check_no_python_effects(tx, start: tuple, visible: set[int]) -> None:
-    side_effects = tx.output.side_effects
-    version, tensor_writes, touched = start
-    python_writes = (side_effects.version - version) - (side_effects.tensor_writes - tensor_writes)
-    if python_writes or any(id(v) in visible for v in side_effects.touched[touched:]):
-        raise Unsupported(BreakKind.SIDE_EFFECT, "torch.vmap: the function mutates Python state the caller can "
-                                                 "see; the call runs as Python")
 
 
 def vmap_impl_handler(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -145,35 +160,41 @@ def vmap_impl_handler(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
     in_dims = _constant(in_dims, "in_dims")
     output = tx.output
     before = set(output.graph.nodes)
-    visible = _visible_values(tx, [func, *args, *kwargs.values()])
+    effects = BodyEffects(tx, [func, *args, *kwargs.values()])  # NOTE [Effects a body undoes]
     slots = _Slots()
-    body_args = _body_args(tx, list(args[5:]), in_dims, slots)
-    side_effects = output.side_effects
-    start = (side_effects.version, side_effects.tensor_writes, len(side_effects.touched))
     output.vmap_depth = output.__dict__.get("vmap_depth", 0) + 1  # read by check_grad_fact
     try:
+        body_args = _body_args(tx, list(args[5:]), in_dims, slots)
         result = tx.call(func, body_args, kwargs)
+    except BaseException:
+        effects.close()
+        raise
     finally:
         output.vmap_depth -= 1
-    _check_no_python_effects(tx, start, visible)
+    effects.finish("torch.vmap")
     return _collapse(tx, before, slots, result, options)
 
 
-def _result_nodes(result: Value) -> list:
+def _result_nodes(result: Value) -> tuple[list, Any]:
+    """(the result's tensor nodes; None for a tensor or a flat tuple or list of tensors, else the result's
+    structure: nested tuples, lists and dicts, and constants, which vmap then refuses)."""
     if isinstance(result, TensorValue):
-        return [result.node]
+        return [result.node], None
     if isinstance(result, SequenceValue) and result.cls in (tuple, list) and result.items and \
             all(isinstance(item, TensorValue) for item in result.items):
-        return [item.node for item in result.items]
-    _break("the function returns something other than a tensor or a flat tuple or list of tensors")
+        return [item.node for item in result.items], None
+    outs: list = []
+    return outs, result_template("vmap", result, outs)
 
 
-def _region(graph: torch.fx.Graph, before: set, slots: _Slots, outs: list) -> tuple[list, list]:
-    """(the nodes the body added, in order; the outer nodes it reads, in order of first use)."""
+def _region(graph: torch.fx.Graph, before: set, slots: _Slots, outs: list,
+            allow_grad_mode: bool = False) -> tuple[list, list]:
+    """(the nodes the body added, in order; the outer nodes it reads, in order of first use). Grad-mode
+    switches stay in the body where `allow_grad_mode` (NOTE [Transform regions])."""
     region = [n for n in graph.nodes if n not in before and n.op not in ("placeholder", "get_attr")]
     members = set(region)
     for node in region:
-        if node.meta.get("effect"):
+        if node.meta.get("effect") and not (allow_grad_mode and node.target is torch._C._set_grad_enabled):
             _break("the function switches grad mode or autocast")
         if any(key.startswith("fj_function") for key in node.meta):
             _break("the function applies a custom autograd Function with grad on")
@@ -220,12 +241,13 @@ def _collapse(tx, before: set, slots: _Slots, result: Value, options: tuple) -> 
     """Cut the body's region into a GraphModule and replace it by one VmapCall node."""
     output = tx.output
     graph = output.graph
-    outs = _result_nodes(result)
+    outs, structure = _result_nodes(result)
     region, externals = _region(graph, before, slots, outs)
     single = isinstance(result, TensorValue)
-    body = _body_module(region, slots, externals, outs, single, None if single else result.cls)
+    body = _body_module(region, slots, externals, outs, single, tuple if structure is not None or single else
+                        result.cls)
     out_dims, randomness, chunk_size = options
-    call = VmapCall(body, (*slots.dims, *(None for _ in externals)), out_dims, randomness, chunk_size)
+    call = VmapCall(body, (*slots.dims, *(None for _ in externals)), out_dims, randomness, chunk_size, structure)
     inputs = [*slots.outer, *externals]
     fake = _fake_run(output, call, inputs)
     for node in reversed(region):
@@ -234,7 +256,10 @@ def _collapse(tx, before: set, slots: _Slots, result: Value, options: tuple) -> 
     node.meta["val"] = fake
     node.meta["stack_trace"] = output.stack_trace()
     output.op_count += 1
-    return output.wrap_result(node, fake)
+    if structure is None:
+        return output.wrap_result(node, fake)
+    flat = output.wrap_result(node, fake) if fake else TupleValue([])
+    return values_of(structure, list(flat.items))
 
 
 def check_functorch_call(fn: Any) -> None:
@@ -254,7 +279,8 @@ def check_grad_fact(output, name: str) -> None:
     """NOTE [vmap regions]: in a vmap body eager's BatchedTensors answer `requires_grad` False whatever their
     batch requires (and a closure tensor answers its own), which the fakes do not tell apart: a break."""
     if name == "requires_grad" and output.__dict__.get("vmap_depth"):
-        _break("the function reads requires_grad, which vmap's batched tensors answer False")
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.vmap/torch.func: the function reads requires_grad, "
+                          "which the transform's wrapped tensors answer otherwise; the call runs as Python")
 
 
 def _inlined(fn: Any):
@@ -272,3 +298,5 @@ def register() -> None:
     TRACE_TIME[vmap.vmap_impl] = vmap_impl_handler
     for fn in (apis.vmap, deprecated.vmap):
         BUILTIN_HANDLERS[fn] = _inlined(fn)
+    from . import func_capture
+    func_capture.register()  # NOTE [Transform regions]
