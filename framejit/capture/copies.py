@@ -6,9 +6,20 @@ class with the default `__new__`, `__reduce_ex__`, no `__deepcopy__`/`__copy__`/
 `__setstate__` and no slots), `copy.deepcopy` is `cls.__new__(cls)` plus a deep copy of its `__dict__`:
 so the copy is a NewObjectValue whose attributes are copies of the original's, read through
 `obj.__dict__` (its keys and each value read are guarded). Containers are copied into new containers,
-immutable constants, functions and classes are shared (as deepcopy does); tensors, modules and any
-other object are not modelled (a graph break). Copies share what the original shares only per value
-object (the memo is keyed by abstract value).
+immutable constants, functions and classes are shared (as deepcopy does); plain tensors are copied as
+NOTE [Deep copies of tensors] says; modules and any other object are not modelled (a graph break). Copies
+share what the original shares only per value object (the memo is keyed by abstract value).
+
+NOTE [Deep copies of tensors]: `Tensor.__deepcopy__` of a plain strided tensor copies its whole storage
+(deduplicated through the memo: two tensors on one storage get one new storage), then views it with the
+original's offset, sizes and strides, and copies `.grad` and the tensor's `__dict__`; a non-leaf raises.
+That is one `clone()` in the graph exactly when nothing of that is observable otherwise: a plain
+`torch.Tensor` (no subclass, no conj/neg bit, strided, not quantized) that does not require grad, is
+contiguous with offset 0 and spans its whole storage (so the clone has the same offset, strides and
+storage size), and no other tensor of the same copy shares its storage (fake storages compared for tensors
+made here; inputs checked now and guarded apart with `___storage_apart`). An input tensor must also have
+no `.grad` and no Python attributes, both guarded. Anything else is a graph break at the deepcopy call;
+the call then runs as plain Python, not through the frame hook (NOTE [Modelled functions at breaks]).
 """
 from __future__ import annotations
 
@@ -16,10 +27,12 @@ import collections
 import copy
 from typing import Any, Callable
 
+import torch
+
 from .breaks import BreakKind, Unsupported
 from .sources import AttrSource
 from .values import (BuiltinValue, ClassValue, ConstantValue, DictValue, ListValue, NewObjectValue, NNModuleValue,
-                     ObjectValue, PyModuleValue, SetValue, TupleValue, UserFunctionValue, Value)
+                     ObjectValue, PyModuleValue, SetValue, TensorValue, TupleValue, UserFunctionValue, Value)
 from .values.builder import wrap
 
 _ATOMIC = (ConstantValue, BuiltinValue, UserFunctionValue, ClassValue, PyModuleValue)
@@ -66,6 +79,8 @@ def deep(tx, value: Value, memo: dict[int, Value]) -> Value:
         result.items = {k: deep(tx, v, memo) for k, v in value.items.items()}
     elif isinstance(value, SetValue):
         result = SetValue(set(value.items), cls=value.cls, exact=value.exact)  # NOTE [Set order]
+    elif isinstance(value, TensorValue):
+        result = _tensor_copy(tx, value, memo)
     elif isinstance(value, (ObjectValue, NewObjectValue)) and not isinstance(value, NNModuleValue) \
             and _plain_copyable(value.python_type()):
         result = NewObjectValue(value.python_type())
@@ -75,6 +90,52 @@ def deep(tx, value: Value, memo: dict[int, Value]) -> Value:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"copy.deepcopy of {value.describe()}")
     memo[id(value)] = result
     return result
+
+
+def _whole_storage(fake) -> bool:
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    if fake.layout != torch.strided or fake.is_sparse or fake.is_quantized or fake.is_conj() or fake.is_neg():
+        return False
+    nbytes = fake.untyped_storage().nbytes()
+    return (statically_known_true(fake.storage_offset() == 0) and statically_known_true(fake.is_contiguous())
+            and statically_known_true(nbytes == fake.numel() * fake.element_size()))
+
+
+def _tensor_copy(tx, value: TensorValue, memo: dict) -> Value:
+    """NOTE [Deep copies of tensors]."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    fake = value.fake
+    why = None
+    if value.python_type() is not torch.Tensor or fake.requires_grad:
+        why = "a tensor subclass or one that requires grad"
+    elif not _whole_storage(fake):
+        why = "a view or a tensor that does not span its storage"
+    storages = memo.setdefault("storages", [])
+    storage = StorageWeakRef(fake.untyped_storage())
+    if why is None and storage in storages:
+        why = "two tensors that share a storage"
+    real = None
+    if why is None and value.source is not None:
+        real = next((i.tensor for i in tx.output.inputs if i.value is value), None)
+        if real is None or real.grad is not None or real.__dict__:
+            why = "an input tensor with a .grad or Python attributes"
+    if why is not None:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"copy.deepcopy of {value.describe()}: {why}")
+    storages.append(storage)
+    if real is not None:
+        out = tx.output
+        e = value.source.expr(out.names)
+        out.add_guard("TENSOR_GRAD", f"{e}.grad is None", value.source, expected="no .grad", actual=f"{e}.grad")
+        out.add_guard("TENSOR_ATTRS", f"not {e}.__dict__", value.source, expected="no Python attributes",
+                      actual=f"{e}.__dict__")
+        inputs = memo.setdefault("inputs", [])
+        for other_value, other in inputs:
+            if other.untyped_storage().data_ptr() == real.untyped_storage().data_ptr():
+                raise Unsupported(BreakKind.UNSUPPORTED_CALL, "copy.deepcopy of two inputs that share a storage")
+            out.add_guard("NO_ALIASING", f"___storage_apart({other_value.source.expr(out.names)}, {e})", None,
+                          expected=f"{value.source.describe()} shares no memory with {other_value.source.describe()}")
+        inputs.append((value, real))
+    return tx.output.call("call_method", "clone", (value,), {})
 
 
 def _deepcopy(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -387,7 +387,7 @@ class BreakCodegen:
         if isinstance(callee, BuiltinValue) and callee.obj is warnings.warn:
             from .caller_frames import warn
             return warn, None  # NOTE [Warnings past the hook]
-        if isinstance(function, UserFunctionValue) and _names_its_caller(function.fn):
+        if isinstance(function, UserFunctionValue) and (_names_its_caller(function.fn) or _modelled(function.fn)):
             return None
         if isinstance(callee, UserFunctionValue) and _plain(callee):
             return self.hooks.function(callee.fn), None
@@ -626,6 +626,18 @@ def _plain(fn: UserFunctionValue) -> bool:
     if fn.closure is not None or fn.defaults is not None:
         return False
     return not fn.by_code or not fn.fn.__code__.co_freevars
+
+
+def _modelled(fn: Any) -> bool:
+    """NOTE [Modelled functions at breaks]: a Python library function framejit answers with its own handler
+    (`copy.deepcopy`, `inspect.signature`, ...) breaks only where that handler refused the arguments; tracing
+    its body as a frame of its own would only break again inside (at `id(x)` in deepcopy) and recompile per
+    object, so at a break it runs as plain Python, as a builtin would."""
+    from .introspection import introspection_handler
+    try:
+        return introspection_handler(fn) is not None
+    except TypeError:  # an unhashable callable
+        return False
 
 
 def _names_its_caller(fn: Any) -> bool:

@@ -26,9 +26,10 @@ from .values.mappings import IdentityKey, key_value
 # (builder.guard_set) compares them by identity too (list equality tries `is` first; a function's __eq__ is
 # identity). A function from outside whose identity is guarded is its own element here. Such a set is
 # never iterated or popped by the trace (its elements would be functions as constants), only queried,
-# compared and changed. complex is a constant like float.
-SET_ELEMENT_TYPES = (int, str, bool, float, complex, type(None), types.FunctionType, types.BuiltinFunctionType)
-FUNCTION_ELEMENT_TYPES = (types.FunctionType, types.BuiltinFunctionType)
+# compared and changed. complex is a constant like float. Classes (of metaclass `type`) are such elements too:
+# dataclasses' `type(obj) in _ATOMIC_TYPES` (a module-level frozenset of classes) is a membership query on them.
+SET_ELEMENT_TYPES = (int, str, bool, float, complex, type(None), types.FunctionType, types.BuiltinFunctionType, type)
+FUNCTION_ELEMENT_TYPES = (types.FunctionType, types.BuiltinFunctionType, type)
 
 
 def set_element(tx, value: Value) -> Any:

@@ -30,7 +30,7 @@ def _id(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """`id(obj)` of an object from outside (a module, a user object, a class, a function): the real id,
     with the object guarded by identity, so a call with another object recompiles (torch's parametrize
     caches by `id(module)`). Anything else (tensors, objects made while tracing, constants whose
-    identity CPython does not promise) is a graph break."""
+    identity CPython does not promise) is a graph break; of the tensors, parameters are answered (below)."""
     from .values import ObjectValue, UserFunctionValue
     if len(args) != 1 or kwargs:
         raise UserException(TypeError(f"id() takes exactly one argument ({len(args) + len(kwargs)} given)"))
@@ -41,6 +41,14 @@ def _id(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
     if isinstance(value, UserFunctionValue) and value.source is not None:
         tx.output.guard_id(value.source, value.fn)
         return ConstantValue(id(value.fn))
+    if isinstance(value, TensorValue) and value.source is not None:
+        # a parameter (`id(p)` in code that deduplicates tied weights) keeps its identity from call to call:
+        # guarded by identity like a module. Any other input tensor is usually a new object per call, where
+        # an identity guard would recompile every call: that stays a break.
+        real = next((i.tensor for i in tx.output.inputs if i.value is value), None)
+        if isinstance(real, torch.nn.Parameter):
+            tx.output.guard_id(value.source, real)
+            return ConstantValue(id(real))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"id() of {value.describe()}")
 
 
