@@ -445,7 +445,8 @@ def store_key(fn: types.FunctionType, args: tuple, request) -> str | None:
         owner += f"[{type(args[0]).__module__}.{type(args[0]).__qualname__}]"
     options = repr(sorted((request.options or {}).items()))
     return cache_key(kind="frame", format=FORMAT, owner=owner, code=code_hash(fn.__code__),
-                     backend=request.version_key, options=options, dynamic=dynamic_mode(request))
+                     backend=request.version_key, options=options, dynamic=dynamic_mode(request),
+                     fullgraph=bool(request.fullgraph))  # an entry with breaks must not serve fullgraph=True
 
 
 # NOTE [Dynamic mode in the key]: what may become symbolic depends on compile(dynamic=...) and on two knobs

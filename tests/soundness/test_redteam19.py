@@ -151,3 +151,48 @@ def test_iterators_answer_cpythons_type(fn):
     # namedtuple, a str) answered list_iterator (eager: dict_keyiterator, odict_iterator, set_iterator,
     # tuple_iterator, dict_reverseitemiterator, reversed, ...)
     run_differential(fn, lambda seed: (torch.randn(3) + seed, seed), seeds=(0, 1, 2), fullgraph=False)
+
+
+# ---- fullgraph=True and the frame cache (capture/frame_cache.store_key) -------------------------------------
+
+def _prints_between_ops(x, k):
+    y = x * 2
+    print("between")
+    return y + k
+
+
+def test_fullgraph_is_not_served_an_entry_with_breaks_in_the_same_process(tmp_path, monkeypatch):
+    # before: the entry persisted by the fullgraph=False compile (two graphs, a break at print) was loaded
+    # by the fullgraph=True compile of the same function, even after framejit.reset(): no Unsupported raised
+    monkeypatch.setattr(framejit.config, "cache_enabled", True)  # the frame cache on, as a user has it
+    monkeypatch.setattr(framejit.config, "cache_dir", str(tmp_path))
+    framejit.compile(_prints_between_ops, backend="eager")(torch.ones(2), 1)
+    framejit.reset()
+    with pytest.raises(framejit.Unsupported):
+        framejit.compile(_prints_between_ops, backend="eager", fullgraph=True)(torch.ones(2), 1)
+
+
+_FULLGRAPH_PROGRAM = """
+import json, sys, torch, framejit
+
+def f(x, k):
+    y = x * 2
+    print("between")
+    return y + k
+
+c = framejit.compile(f, backend="eager", fullgraph=sys.argv[1] == "full")
+try:
+    out = c(torch.ones(2), 1).tolist()
+except framejit.Unsupported:
+    out = "Unsupported"
+print(json.dumps({"out": out, "loaded": framejit.stats()["frames_loaded"]}))
+"""
+
+
+def test_fullgraph_is_not_served_an_entry_with_breaks_from_the_warm_cache(tmp_path):
+    # before: a process compiling with fullgraph=True after one with fullgraph=False loaded its entries
+    # (2 frames) from disk and ran the break
+    from tests.helpers import run_cache_program
+    assert run_cache_program(tmp_path, "p.py", _FULLGRAPH_PROGRAM, "breaks") == {"out": [3.0, 3.0], "loaded": 0}
+    assert run_cache_program(tmp_path, "p.py", _FULLGRAPH_PROGRAM, "full") == {"out": "Unsupported", "loaded": 0}
+    assert run_cache_program(tmp_path, "p.py", _FULLGRAPH_PROGRAM, "breaks") == {"out": [3.0, 3.0], "loaded": 2}
