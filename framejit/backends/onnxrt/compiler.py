@@ -81,7 +81,8 @@ _MAX_ATTEMPTS = 8
 # 29: copies that replace a copy or a cat take the op's memory format (NOTE [Copies laid out as the op]).
 # 30: a matrix times a 1-D tensor is a product with a column (NOTE [Transposed matrix times a vector]).
 # 31: random ops run in torch keep their order between parts (NOTE [Random draws keep their order]).
-REVISION = 31
+# 32: joints trace transposed-conv, average-pool and EmbeddingBag gradients as ops ORT runs (training.py).
+REVISION = 32
 
 
 @dataclasses.dataclass

@@ -25,8 +25,14 @@ aten = torch.ops.aten
 #   at least the kernel's (more where the strided forward skipped trailing positions): the first k are
 #   the gradient. The result [C_in/g, C_out, k...] is transposed to w's [C_out, C_in/g, k...], contiguous.
 # - grad_bias is grad_y summed over the batch and spatial dims.
-# Only the outputs in `output_mask` are computed, as the op does. Transposed convolutions, and sizes
-# that are not plain ints, keep the op (it then runs in torch). Tests compare every output with eager's
+# - A transposed convolution y = conv_transpose(x, w) is the adjoint of the forward convolution z =
+#   conv(y, w) with the same stride, padding, dilation and groups (w: [C_in, C_out/g, k...] read as that
+#   conv's [C_out, C_in/g, k...]). So its grad_input is that forward convolution of grad_y (its size is
+#   x's; an output_padding of at least the stride, allowed when the dilation is larger, leaves trailing
+#   positions that are cut), and its grad_weight is that convolution's weight gradient with grad_y as the
+#   input and x as the output gradient (the same regrouped convolution as above).
+# Only the outputs in `output_mask` are computed, as the op does. Sizes that are not plain ints keep the
+# op (it then runs in torch). Tests compare every output with eager's
 # `convolution_backward` for strides, paddings, dilations, groups, 1-3 spatial dims and no bias
 # (tests/backends/test_training_conv.py).
 
@@ -40,10 +46,12 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
                          output_padding, groups, output_mask):
     dims = weight.dim() - 2
     sizes = [*input.shape, *weight.shape, *grad_output.shape]
-    if transposed or dims < 1 or input.dim() != weight.dim() or not all(type(s) is int for s in sizes):
+    if dims < 1 or input.dim() != weight.dim() or not all(type(s) is int for s in sizes):
         return NotImplemented
     stride, padding, dilation = (_per_dim(v, dims) for v in (stride, padding, dilation))
     kernel = list(weight.shape[2:])
+    if transposed:
+        return _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         extra = [(input.shape[2 + i] + 2 * padding[i] - dilation[i] * (kernel[i] - 1) - 1) % stride[i]
@@ -52,6 +60,22 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
                                               groups)
     if output_mask[1]:
         grad_weight = _grad_weight(grad_output, input, kernel, stride, padding, dilation, groups)
+    if output_mask[2]:
+        grad_bias = aten.sum.dim_IntList(grad_output, [0, *range(2, grad_output.dim())])
+    return grad_input, grad_weight, grad_bias
+
+
+def _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask):
+    """convolution_backward of a transposed convolution (NOTE [Convolution gradients as convolutions])."""
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        grad_input = aten.convolution.default(grad_output, weight, None, stride, padding, dilation, False,
+                                              [0] * len(stride), groups)
+        for i, size in enumerate(input.shape[2:]):  # output_padding >= stride: trailing positions
+            if grad_input.shape[2 + i] != size:
+                grad_input = aten.slice.Tensor(grad_input, 2 + i, 0, size)
+    if output_mask[1]:
+        grad_weight = _grad_weight(input, grad_output, list(weight.shape[2:]), stride, padding, dilation, groups)
     if output_mask[2]:
         grad_bias = aten.sum.dim_IntList(grad_output, [0, *range(2, grad_output.dim())])
     return grad_input, grad_weight, grad_bias

@@ -55,12 +55,16 @@ PARTITION_CONFIG: dict = {"recompute_views": True, "aggressive_recomputation": T
 
 @functools.lru_cache(maxsize=None)
 def decompositions() -> dict:
-    """What onnxrt joints are traced with: joint.training_decompositions() and convolution_backward as
-    forward convolutions (NOTE [Convolution gradients as convolutions] in conv_backward.py)."""
+    """What onnxrt joints are traced with: joint.training_decompositions(), convolution_backward as
+    convolutions (NOTE [Convolution gradients as convolutions] in conv_backward.py) and average-pooling
+    gradients as convolutions and products (NOTE [Pooling gradients as convolutions and products] in
+    pool_backward.py), EmbeddingBag gradients as scatter-adds (NOTE [EmbeddingBag gradients as scatter-adds]
+    in embedding_bag.py)."""
     from .. import joint
-    from . import conv_backward
+    from . import conv_backward, embedding_bag, pool_backward
 
-    return {**joint.training_decompositions(), **conv_backward.decomposition()}
+    return {**joint.training_decompositions(), **conv_backward.decomposition(), **pool_backward.decomposition(),
+            **embedding_bag.decomposition()}
 
 
 def persistence(opts):
