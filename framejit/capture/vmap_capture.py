@@ -104,12 +104,28 @@ def _slot(tx, tensor: Value, dim: Any, slots: _Slots) -> Value:
     dim = dim % ndim
     size = tensor.fake.shape[dim]
     if isinstance(size, int) and size == 0:
-        _break("a batch of size 0")
-    sample = tx.output.call("call_function", torch.select, (tensor, ConstantValue(dim), ConstantValue(0)), {})
+        sample = _empty_sample(tx, tensor, dim)
+    else:
+        sample = tx.output.call("call_function", torch.select, (tensor, ConstantValue(dim), ConstantValue(0)), {})
     slots.outer.append(tensor.node)
     slots.dims.append(dim)
     slots.nodes.append(sample.node)
     return sample
+
+
+def _empty_sample(tx, tensor: TensorValue, dim: int) -> Value:
+    """The stand-in of a batch of size 0 (a 0 size is always a constant: the shape env specialises it),
+    which has no sample to select: an empty_strided tensor with a sample's sizes and strides (the node
+    becomes a placeholder of the body; a write through it writes no element of the batch)."""
+    fake = tensor.fake
+    sizes, strides = (tx.call_method_of(tensor, name, [], {}) for name in ("size", "stride"))
+    sizes, strides = ([v for k, v in enumerate(_items_of(values)) if k != dim] for values in (sizes, strides))
+    return tx.output.call("call_function", torch.empty_strided, (TupleValue(sizes), TupleValue(strides)),
+                          {"dtype": ConstantValue(fake.dtype), "device": ConstantValue(fake.device)})
+
+
+def _items_of(value: Value) -> list[Value]:
+    return [ConstantValue(n) for n in value.as_constant()] if value.is_constant() else list(value.items)
 
 
 def _body_args(tx, args: list[Value], in_dims: Any, slots: _Slots) -> list[Value]:

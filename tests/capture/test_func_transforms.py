@@ -207,6 +207,14 @@ def vmap_nested_results(x):
     return vmap(lambda a: {"s": a.sum(), "pair": (a * 2, [a.cos()])})(x)
 
 
+def vmap_empty_batch(x, y):
+    return vmap(lambda a, b: (a * 2 + b).sum(), in_dims=(1, None))(x, y) + 1
+
+
+def vmap_empty_batch_in_place(x):
+    return vmap(torch.Tensor.acos_)(x)
+
+
 def jacrev_of_module_with_buffers(x):
     params = {k: v.detach() for k, v in NET.named_parameters()}
     return jacrev(lambda p, a: functional_call(NET, p, (a,)).sum(0), argnums=0)(params, x)
@@ -223,6 +231,8 @@ MORE = [
     (vmap_none_inside_tuple, lambda s: (torch.randn(4 + s, 3), torch.randn(3))),
     (vmap_nested_results, lambda s: (torch.randn(4 + s, 3),)),
     (jacrev_of_module_with_buffers, lambda s: (torch.randn(2 + s, 3),)),
+    (vmap_empty_batch, lambda s: (torch.randn(3, 0, 2), torch.randn(3, 2))),
+    (vmap_empty_batch_in_place, lambda s: (torch.rand(0, 2),)),
 ]
 
 
