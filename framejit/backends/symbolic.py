@@ -72,13 +72,14 @@ def constant_int_positions(gm: torch.fx.GraphModule) -> frozenset:
 
 @dataclasses.dataclass(frozen=True)
 class _InputSize(Source):
-    """Where a backend symbol is read: input `index`, dimension `dim` (None: the input is the int)."""
+    """Where a backend symbol is read: input `index`, dimension `dim` (None: the input is the int;
+    ("stride", d): the stride of dimension d, NOTE [Strided inputs of symbolic programs])."""
     index: int
-    dim: int | None
+    dim: int | tuple | None
 
     @property
     def _name_template(self) -> str:
-        return f"a{self.index}" if self.dim is None else f"a{self.index}.size({self.dim})"
+        return f"a{self.index}" if self.dim is None else f"a{self.index}.{_read_of(self.dim)}"
 
     @functools.cached_property
     def name(self) -> str:  # noqa: D401 - torch's Source API
@@ -87,6 +88,11 @@ class _InputSize(Source):
     @functools.cached_property
     def guard_source(self) -> GuardSource:
         return GuardSource.LOCAL
+
+
+def _read_of(dim) -> str:
+    """The tensor method call reading `dim` of a `_reads` entry: size(d), or stride(d) for ("stride", d)."""
+    return f"stride({dim[1]})" if isinstance(dim, tuple) else f"size({dim})"
 
 
 class NotSymbolic(Exception):
@@ -133,7 +139,10 @@ def reads_storage_offset(gm: torch.fx.GraphModule) -> bool:
 class SymbolicInputs:
     """Fake inputs over fresh symbols for one graph, and, after tracing, the `bind` check (module doc)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, strided: bool = False):
+        """`strided`: non-contiguous inputs keep their strides, which the size check reads (NOTE [Strided
+        inputs of symbolic programs]); else such an input raises NotSymbolic."""
+        self.strided = strided
         if reads_storage_offset(gm):
             raise NotSymbolic("the graph reads an input's storage offset")
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -156,9 +165,11 @@ class SymbolicInputs:
             raise NotSymbolic(f"{len(vals)} placeholders but {len(inputs)} inputs")
         ints = set()
         fakes = []
+        sizes: dict = {}
         for index, (val, real) in enumerate(zip(vals, inputs)):
             if isinstance(real, torch.Tensor):
-                fakes.append(self._fake_tensor(index, val, real))
+                sizes[index] = self._sizes(index, val, real)
+                fakes.append(None)  # made below, once every input's sizes introduced their symbols
             elif isinstance(val, torch.SymInt) and not _is_constant(val) and type(real) is int:
                 ints.add(index)
                 fakes.append(self._symint(index, None, val.node.expr, real))
@@ -167,9 +178,11 @@ class SymbolicInputs:
             else:
                 fakes.append(real)
         self.symbolic_ints = frozenset(ints)
+        for index, shape in sizes.items():  # a stride may be an expression of another input's size
+            fakes[index] = self._fake_tensor(index, vals[index], inputs[index], shape)
         return fakes
 
-    def _fake_tensor(self, index: int, val, real: torch.Tensor):
+    def _sizes(self, index: int, val, real: torch.Tensor) -> list:
         if not isinstance(val, torch.Tensor) or val.dim() != real.dim():
             sizes = [int(s) for s in real.shape]
             self._reads.extend((index, d, s) for d, s in enumerate(sizes))
@@ -181,15 +194,48 @@ class SymbolicInputs:
                 else:
                     self._reads.append((index, d, int(size)))
                     sizes.append(int(size))
-        if not real.is_contiguous():
+        return sizes
+
+    def _fake_tensor(self, index: int, val, real: torch.Tensor, sizes: list):
+        if real.is_contiguous():
+            strides = None
+        elif self.strided:
+            strides = self._strides(index, val, real)
+        else:
             raise NotSymbolic(f"input {index} is not contiguous")
         with self.fake_mode:
-            fake = torch.empty(sizes, dtype=real.dtype, device=real.device)
+            if strides is None:
+                fake = torch.empty(sizes, dtype=real.dtype, device=real.device)
+            else:
+                fake = torch.empty_strided(sizes, strides, dtype=real.dtype, device=real.device)
         if real.requires_grad:
             fake.requires_grad_(True)
         return fake
 
-    def _symint(self, index: int, dim: int | None, expr, hint: int):
+    # NOTE [Strided inputs of symbolic programs]: a transposed or sliced input (x.t(), x[:, 1:]) has strides
+    # the frontend's fake tensor gives as numbers or expressions of its own symbols (a sliced row's stride is
+    # a symbol of its own, guarded != the row's length). With `strided`, such an input's fake keeps them: a
+    # symbolic stride becomes a backend symbol read from the input (`inputs[0].stride(0)`) or a check of its
+    # expression, a static one a check, so the program traced over the fakes (a kernel indexing with the
+    # strides) applies to exactly the calls whose strides `bind` accepts. Contiguous inputs are unchanged
+    # (the layout signature's contiguity says their strides).
+    def _strides(self, index: int, val, real: torch.Tensor) -> list:
+        import sympy
+
+        given = val.stride() if isinstance(val, torch.Tensor) and val.dim() == real.dim() else real.stride()
+        symbolic = [isinstance(s, torch.SymInt) and not _is_constant(s) for s in given]
+        strides: list = [None] * len(given)
+        # plain symbols first (a stride (3*s20, s20) of x[:, ::2] introduces s20 in dimension 1)
+        order = sorted(range(len(given)), key=lambda d: not (symbolic[d] and isinstance(given[d].node.expr, sympy.Symbol)))
+        for d in order:
+            if symbolic[d]:
+                strides[d] = self._symint(index, ("stride", d), given[d].node.expr, int(real.stride(d)))
+            else:
+                self._reads.append((index, ("stride", d), int(given[d])))
+                strides[d] = int(given[d])
+        return strides
+
+    def _symint(self, index: int, dim: int | tuple | None, expr, hint: int):
         """The backend SymInt for frontend `expr` (a plain symbol: a new backend symbol the first time)."""
         import sympy
         from torch.fx.experimental.symbolic_shapes import DimDynamic
@@ -246,9 +292,10 @@ class SymbolicInputs:
         for index in shape_reads:
             lines.append(f"    shape{index} = inputs[{index}].shape")
         for index, dim, expr in self._reads:
-            if index in static_shapes:
+            if index in static_shapes and isinstance(dim, int):
                 continue
-            read = f"inputs[{index}]" if dim is None else f"shape{index}[{dim}]"
+            read = f"inputs[{index}]" if dim is None else f"shape{index}[{dim}]" if isinstance(dim, int) \
+                else f"inputs[{index}].{_read_of(dim)}"
             if isinstance(expr, int):
                 checks.append(f"{read} == {expr}")
                 continue
@@ -296,7 +343,7 @@ def _static_shapes(reads: list) -> tuple[dict, list]:
     with size reads]), from `SymbolicInputs._reads` (each tensor's dims are read in order, all of them)."""
     dims: dict = {}
     for index, dim, expr in reads:
-        if dim is not None:
+        if isinstance(dim, int):  # sizes only (not ints, not strides)
             dims.setdefault(index, []).append((dim, expr))
     static, others = {}, []
     for index, items in dims.items():

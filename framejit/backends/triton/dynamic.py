@@ -253,7 +253,7 @@ def _with_params(kernel, args: dict):
 def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) -> "DynamicGraph":
     """One size-generic module for `gm` (NOTE [Size-generic modules]); raises NotGeneric."""
     try:
-        sym = symbolic.SymbolicInputs(gm, example_inputs)
+        sym = symbolic.SymbolicInputs(gm, example_inputs, strided=True)  # NOTE [Strided inputs of symbolic programs]
         sym.finish()
     except symbolic.NotSymbolic as why:
         raise NotGeneric(str(why)) from None
@@ -368,7 +368,7 @@ def _size_expressions(gm, sym: symbolic.SymbolicInputs, example_inputs: list) ->
     that nothing it assumes reaches `sym`'s size check), over `sym`'s symbols."""
     graphs = [(gm.graph, sym._mapping)]
     try:
-        fresh = symbolic.SymbolicInputs(gm, example_inputs)
+        fresh = symbolic.SymbolicInputs(gm, example_inputs, strided=True)
         with torch.no_grad():
             aten_gm = to_aten(_IntsBaked(gm, fresh.fake_inputs, fresh.symbolic_ints) if fresh.symbolic_ints else gm,
                               _tensors(fresh.fake_inputs, fresh.symbolic_ints))
@@ -443,8 +443,12 @@ def _probe_inputs(sym: symbolic.SymbolicInputs, values: dict, example_inputs: li
     for index, real in enumerate(example_inputs):
         if isinstance(real, torch.Tensor):
             shape = [sizes.get(index, {}).get(d, s) for d, s in enumerate(real.shape)]
+            strides = [sizes.get(index, {}).get(("stride", d), s) for d, s in enumerate(real.stride())]
             try:
-                inputs.append(torch.empty(shape, dtype=real.dtype, device=real.device))
+                if real.is_contiguous():
+                    inputs.append(torch.empty(shape, dtype=real.dtype, device=real.device))
+                else:  # NOTE [Strided inputs of symbolic programs] (backends/symbolic.py)
+                    inputs.append(torch.empty_strided(shape, strides, dtype=real.dtype, device=real.device))
             except (RuntimeError, MemoryError) as exc:  # NOTE [Probes too large to allocate]
                 raise NotGeneric(f"input {index} at the probe sizes {shape} cannot be allocated "
                                  f"({type(exc).__name__})") from None
