@@ -66,14 +66,19 @@ class SuperValue(Value):
 
 
 def _super_attr(tx, sup: SuperValue, name: str) -> Value:
-    owner = sup.self_value.python_type()
+    of_class = isinstance(sup.self_value, ClassValue) and isinstance(sup.self_value.obj, type)
+    owner = sup.self_value.obj if of_class else sup.self_value.python_type()
     mro = owner.__mro__
+    if sup.cls not in mro:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"super() of {sup.cls.__name__} outside {owner.__name__}'s MRO")
     start = mro.index(sup.cls) + 1
     for index in range(start, len(mro)):
         klass = mro[index]
         if name in klass.__dict__:
             attr = klass.__dict__[name]
             entry = lookup.guard_found_on_class(tx.output, owner, name, index, start)  # NOTE [Lookup facts]
+            if of_class:
+                return _super_class_attr(tx, sup, entry, attr, name)
             if isinstance(attr, types.FunctionType):
                 lookup.guard_entry_identity(tx.output, entry, attr)
                 return BoundMethodValue(UserFunctionValue(attr), sup.self_value)
@@ -87,6 +92,17 @@ def _super_attr(tx, sup: SuperValue, name: str) -> Value:
     lookup.guard_mro(tx.output, owner)  # NOTE [MRO guarded]
     lookup.guard_class_absent(tx.output, mro[start:], name)
     raise UserException(AttributeError(f"'super' object has no attribute '{name}'"))
+
+
+def _super_class_attr(tx, sup: SuperValue, entry, attr: Any, name: str) -> Value:
+    """`super()._make(...)` in a classmethod (3.11; 3.12 has LOAD_SUPER_ATTR): super's second argument is the
+    class itself, so the lookup walks that class's MRO and a classmethod found there binds to it (a
+    staticmethod to nothing). Other descriptors reached this way are not modelled (a break)."""
+    if isinstance(attr, (classmethod, staticmethod)) and isinstance(attr.__func__, types.FunctionType):
+        lookup.guard_entry_identity(tx.output, entry, attr)
+        func = UserFunctionValue(attr.__func__)
+        return BoundMethodValue(func, sup.self_value) if isinstance(attr, classmethod) else func
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"super().{name} of a class ({type(attr).__name__})")
 
 
 def getattr_value(tx, obj: Value, name: str) -> Value:

@@ -285,6 +285,18 @@ def _tuple(tx, args, kwargs):
     return TupleValue(iterate(tx, args[0]) if args else [])
 
 
+@handles(tuple.__new__)
+def _tuple_new(tx, args, kwargs):
+    """`tuple.__new__(cls, iterable)`: what a namedtuple's `_make` calls (no `__init__`, no `cls.__new__`).
+    For tuple itself and namedtuple classes (those with `_fields`, the classes TupleValue models)."""
+    cls = args[0] if args else None
+    if not isinstance(cls, ClassValue) or kwargs or len(args) > 2 or not (
+            cls.obj is tuple or issubclass(cls.obj, tuple) and isinstance(getattr(cls.obj, "_fields", None), tuple)):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "tuple.__new__ of a class other than tuple or a namedtuple")
+    items = iterate(tx, args[1]) if len(args) > 1 else []
+    return TupleValue(items) if cls.obj is tuple else TupleValue(items, cls=cls.obj)
+
+
 @handles(list)
 def _list(tx, args, kwargs):
     return ListValue(iterate(tx, args[0]) if args else [])

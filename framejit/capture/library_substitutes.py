@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -54,7 +55,32 @@ _BY_NAME: dict[tuple[str, str], Any] = {
 }
 
 
+# NOTE [namedtuple._replace]: every namedtuple's `_replace` runs `self._make(map(kwds.pop, field_names,
+# self))`: a map over a function with side effects (a break: maps run lazily) feeding `tuple.__new__`. The
+# stand-in pops the same keys in the same order eagerly, with the same closure `field_names` (made for each
+# original function) and the same `self._make` lookup and error. Found by the code object all namedtuple
+# classes share.
+_REPLACE_CODE = collections.namedtuple("_Probe", "a")._replace.__code__
+_REPLACES: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _namedtuple_replace(fn: types.FunctionType) -> types.FunctionType:
+    field_names = fn.__closure__[fn.__code__.co_freevars.index("field_names")].cell_contents
+
+    def _replace(self, /, **kwds):
+        values = [kwds.pop(name, value) for name, value in zip(field_names, self)]
+        result = self._make(values)
+        if kwds:
+            raise ValueError(f"Got unexpected field names: {list(kwds)!r}")
+        return result
+    return _replace
+
+
 def library_substitute(fn: types.FunctionType) -> types.FunctionType | None:
+    if fn.__code__ is _REPLACE_CODE and "field_names" in fn.__code__.co_freevars:
+        if fn not in _REPLACES:
+            _REPLACES[fn] = _namedtuple_replace(fn)
+        return _REPLACES[fn]
     return _BY_NAME.get((fn.__module__, fn.__qualname__))
 
 
