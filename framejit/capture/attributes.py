@@ -175,6 +175,10 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, GenCtxValue):
         return gen_attr(obj, name)
     if isinstance(obj, BuiltinValue):
+        if name == "__self__" and obj.source is not None and isinstance(obj.obj, _BOUND_C):
+            # the object it is bound to, reloaded from where the method came from (guarded there, NOTE [Bound
+            # builtin methods by their parts]), so `m.__self__ is t` after a break compares the real objects
+            return wrap(tx.output, obj.obj.__self__, AttrSource(obj.source, "__self__"))
         try:
             return wrap_unguarded(getattr(obj.obj, name))
         except AttributeError as e:
@@ -183,6 +187,9 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, OpaqueProfilerValue):  # NOTE [Profiler objects used]
         raise obj.used(f"attribute {name!r} of {obj.describe()}")
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of {obj.describe()}")
+
+
+_BOUND_C = (types.BuiltinMethodType, types.MethodWrapperType)
 
 
 def _tensor_attr(tx, t: TensorValue, name: str) -> Value:

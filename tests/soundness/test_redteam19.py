@@ -196,3 +196,35 @@ def test_fullgraph_is_not_served_an_entry_with_breaks_from_the_warm_cache(tmp_pa
     assert run_cache_program(tmp_path, "p.py", _FULLGRAPH_PROGRAM, "breaks") == {"out": [3.0, 3.0], "loaded": 0}
     assert run_cache_program(tmp_path, "p.py", _FULLGRAPH_PROGRAM, "full") == {"out": "Unsupported", "loaded": 0}
     assert run_cache_program(tmp_path, "p.py", _FULLGRAPH_PROGRAM, "breaks") == {"out": [3.0, 3.0], "loaded": 2}
+
+
+# ---- `__self__` of a C method from outside (capture/attributes.py) ------------------------------------------
+
+def _self_of_a_method_made_before_a_break(x, k):
+    t = (k, 2)
+    m = t.count
+    print("break")
+    return m.__self__ is t, m.__self__ == t, m(2), x + k
+
+
+def _self_of_a_method_passed_in(x, m, t):
+    return m.__self__ is t, m.__self__ is not t, x + 1
+
+
+def test_the_self_of_a_c_method_rebuilt_at_a_break_is_the_object_it_is_bound_to():
+    # before: `m.__self__` of a C method read from outside (here one rebuilt at a break) was a new copy of
+    # the object: `t.count.__self__ is t` answered False (eager True) on every call
+    run_differential(_self_of_a_method_made_before_a_break, lambda seed: (torch.randn(3) + seed, seed + 300),
+                     seeds=(0, 1, 2), fullgraph=False)
+
+
+def test_the_self_of_a_c_method_passed_in_is_the_object_it_is_bound_to():
+    # before: `m.__self__` of a C method passed in was a copy of its tuple: False where eager says True
+    # (run_differential would clone the tuple argument: the calls are made here)
+    compiled = framejit.compile(_self_of_a_method_passed_in, backend="eager")
+    for seed in range(4):
+        t = (seed + 300, "a")
+        other = t if seed % 2 == 0 else (seed + 300, "a")  # odd seeds: an equal tuple, another object
+        expected = _self_of_a_method_passed_in(torch.ones(2), t.count, other)
+        actual = compiled(torch.ones(2), t.count, other)
+        assert actual[:2] == expected[:2] and torch.equal(actual[2], expected[2])
