@@ -31,6 +31,8 @@ switches or custom autograd Functions in the body. A graph holding a TransformCa
 from __future__ import annotations
 
 import functools
+import inspect
+import types
 from typing import Any, Callable
 
 import torch
@@ -565,3 +567,24 @@ def register() -> None:
         TRACE_TIME[fn] = handler
     BUILTIN_HANDLERS[eager_transforms.jacrev] = _inlined(_jacrev)
     BUILTIN_HANDLERS[eager_transforms.jacfwd] = _inlined(_jacfwd)
+    BUILTIN_HANDLERS[eager_transforms.hessian] = _inlined(_hessian)
+    _never_traced(eager_transforms)
+
+
+def _hessian(func, argnums=0):
+    """Inlined in place of `torch.func.hessian` (eager's own definition, over the substitutes above)."""
+    return _jacfwd(_jacrev(func, argnums), argnums)
+
+
+def _never_traced(module) -> None:
+    """NOTE [functorch state]: the code of functorch's transforms (and every closure they make: vjp's
+    vjp_fn, jacrev's wrapper_fn) runs as Python, never traced or hooked, also when called from residual code
+    or made outside the compiled function: traced, it pushed levels, ran wrapped tensors through the fake
+    ops or broke a dozen times inside. The transforms themselves are captured by the handlers above."""
+    from .breaks import DISABLED
+    todo = [inspect.unwrap(f).__code__ for f in vars(module).values() if isinstance(f, types.FunctionType)]
+    while todo:
+        code = todo.pop()
+        if code.co_filename == module.__file__ and code not in DISABLED:
+            DISABLED.add(code)
+            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))

@@ -61,10 +61,13 @@ def forced_break(f) -> None:
     paths])."""
     if getattr(f, "__name__", None) == "graph_break" and getattr(f, "__module__", None) == "torch._dynamo.decorators":
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch._dynamo.graph_break() asks for a graph break")
-    if getattr(f, "__module__", None) == "torch._functorch.eager_transforms" and "<locals>" in f.__qualname__:
-        # NOTE [functorch state]: a transform's own closure made outside the trace (vjp's vjp_fn, ...) holds
-        # wrapped tensors and levels; inlined, it ran them through the fake ops (an AssertionError there)
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} holds functorch's transform state")
+    code = getattr(f, "__code__", None)
+    if getattr(f, "__globals__", {}).get("__name__") == "torch._functorch.eager_transforms" and \
+            "<locals>" in getattr(code, "co_qualname", ""):
+        # NOTE [functorch state]: a transform's own closure made outside the trace (vjp's vjp_fn, jacrev's
+        # wrapper_fn: functools.wraps renames it, so it is known by its code) holds functorch state; inlined,
+        # it ran wrapped tensors through the fake ops (an AssertionError) or broke a dozen times inside
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__code__.co_qualname} holds functorch's transform state")
 
 
 

@@ -17,7 +17,7 @@ from torch.func import functional_call, grad, jacrev, vjp, vmap
 
 import framejit
 from tests.capture.func_programs import NET, PROGRAMS
-from tests.helpers import CountingBackend, assert_same, run_differential
+from tests.helpers import CountingBackend, assert_same, logged_breaks, run_differential
 
 TRANSFORM_NODES = ("TransformCall", "VmapCall")
 
@@ -267,3 +267,42 @@ def test_gradients_flow_through_a_captured_grad():
         _loss(compiled(w2, x), x).backward()
         assert_same(w2.grad, w.grad)
     assert backend.graph_count <= 2 and _transform_nodes(backend.graphs)
+
+
+def _sin_sum(a):
+    return a.sin().sum()
+
+
+MADE_OUTSIDE = {  # transformed functions made before the compiled call and passed in
+    "grad": (grad(_sin_sum), True),
+    "vmap_of_grad": (vmap(grad(_sin_sum)), True),
+    "jacrev": (jacrev(torch.sin), False),
+    "jacfwd": (torch.func.jacfwd(torch.sin), False),
+    "hessian": (torch.func.hessian(_sin_sum), False),
+}
+
+
+def _call_given(f, x):
+    return f(x) * 2
+
+
+@pytest.mark.parametrize("name", list(MADE_OUTSIDE))
+def test_a_transform_made_outside_is_captured_or_breaks_once(name):
+    # grad and vmap made outside are inlined to their captured calls; jacrev/jacfwd wrappers made outside
+    # hold functorch's own closure: one break at the call, which runs as Python (before: a dozen breaks
+    # while functorch's internals were traced, and functorch levels pushed at trace time)
+    f, captured = MADE_OUTSIDE[name]
+    framejit.reset()
+    backend = CountingBackend()
+    compiled = framejit.compile(_call_given, backend=backend)
+    eager_before = framejit.stats()["eager_frames"]
+    with logged_breaks() as breaks:
+        for seed in range(3):
+            x = torch.randn(3, 2 + seed) if name == "vmap_of_grad" else torch.randn(3 + seed)
+            assert_same(compiled(f, x), _call_given(f, x))
+            assert torch._C._functorch.maybe_current_level() is None
+    assert bool(_transform_nodes(backend.graphs)) == captured
+    # one break per trace (the second size retraces), at the call, for functorch's closure
+    assert (len(breaks) == 0) if captured else (1 <= len(breaks) <= 2), breaks
+    assert all("holds functorch's transform state" in b for b in breaks), breaks
+    assert framejit.stats()["eager_frames"] == eager_before
