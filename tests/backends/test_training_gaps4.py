@@ -312,3 +312,36 @@ def test_embedding_bags_train_with_the_backward_in_one_ort_part():
     recording = train_as_eager(Bags, _bag_batch)
     assert_backward_in_one_part(recording)
     assert_forward_in_ort(recording, allowed=("_embedding_bag",))
+
+
+# ---- onnxrt: NOTE [prims views before refunctionalizing] -------------------------------------------------------
+def test_instance_norm_with_running_stats_is_evaluated_in_ort_under_no_grad():
+    """nn.InstanceNorm2d(track_running_stats=True) in train mode: 3 training steps, each followed by a no_grad
+    call (train mode: batch statistics, running statistics updated). Outputs and state (running statistics)
+    match eager after every call, and the no_grad calls ran in an ORT program with only the statistics'
+    write-backs (copy_) in torch. Before: lowering failed ('Found a custom (non-ATen) operator whose output
+    has alias annotations: prims::broadcast_in_dim') and every no_grad call ran eagerly."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 3, 3, bias=False), nn.InstanceNorm2d(3, affine=True, track_running_stats=True),
+                          nn.Flatten(), nn.Linear(3 * 4 * 4, 2)).train()
+    fast_model = copy.deepcopy(model)
+    recording = Recording("onnxrt")
+    fast = framejit.compile(fast_model, backend=recording)
+    opts = [_adamw(model), _adamw(fast_model)]
+    for step in range(3):
+        x, probe = torch.randn(2, 2, 6, 6, generator=_gen(step)), torch.randn(3, 2, 6, 6, generator=_gen(9 + step))
+        for call, opt in ((model, opts[0]), (fast, opts[1])):
+            call(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        with torch.no_grad():
+            want, got = model(probe), fast(probe)
+        torch.testing.assert_close(got, want, **TOL, msg=lambda m: f"step {step} no_grad call: {m}")
+        for (name, value), expected in zip(fast_model.state_dict().items(), model.state_dict().values()):
+            torch.testing.assert_close(value, expected, **TOL, msg=lambda m: f"step {step} {name}: {m}")
+    assert_backward_in_backend(recording)
+    inference = [row for compiled in recording.compiled for row in compiled.summary()
+                 if row["signature"][0][1] == torch.Size([3, 2, 6, 6])]
+    assert inference and not any(row["eager_graph"] for row in inference), inference
+    for row in inference:
+        assert {why.split()[0] for why in row["eager_nodes"].values() if why not in QUIET_REASONS} == {"aten::copy_"}

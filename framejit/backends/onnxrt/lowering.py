@@ -290,3 +290,5 @@ def drop_redundant_clones(gm: torch.fx.GraphModule) -> int:
 
 def node_val(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+        from .prims_views import as_aten_views
+        as_aten_views(lowered)  # NOTE [prims views before refunctionalizing]
