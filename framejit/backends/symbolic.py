@@ -90,6 +90,14 @@ class _InputSize(Source):
         return GuardSource.LOCAL
 
 
+def _hint(size) -> int | None:
+    """The value a size had when traced (a SymInt's hint; adds no guard), or None."""
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        return None if hint is None else int(hint)
+    return int(size)
+
+
 def _read_of(dim) -> str:
     """The tensor method call reading `dim` of a `_reads` entry: size(d), or stride(d) for ("stride", d)."""
     return f"stride({dim[1]})" if isinstance(dim, tuple) else f"size({dim})"
@@ -223,6 +231,8 @@ class SymbolicInputs:
         import sympy
 
         given = val.stride() if isinstance(val, torch.Tensor) and val.dim() == real.dim() else real.stride()
+        if [_hint(s) for s in given] != list(real.stride()):  # the graph was traced for other strides
+            raise NotSymbolic(f"input {index} is not contiguous and its graph value has other strides")
         symbolic = [isinstance(s, torch.SymInt) and not _is_constant(s) for s in given]
         strides: list = [None] * len(given)
         # plain symbols first (a stride (3*s20, s20) of x[:, ::2] introduces s20 in dimension 1)

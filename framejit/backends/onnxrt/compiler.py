@@ -591,7 +591,7 @@ class OnnxrtCompiled:
             why = "symbolic sizes are served on CPU only"
         if why is None:
             try:
-                sym = symbolic.SymbolicInputs(self.gm, inputs)
+                sym = symbolic.SymbolicInputs(self.gm, inputs, strided=True)  # NOTE [Strided inputs of symbolic programs]
                 program = self._build(sym.fake_inputs, on_traced=sym.finish, real_inputs=inputs)
             except symbolic.NotSymbolic as exc:
                 why, program = str(exc), None
