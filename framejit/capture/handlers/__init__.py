@@ -40,11 +40,6 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
     "LOAD_FROM_DICT_OR_GLOBALS": "class-body code is not compiled",
     "LOAD_BUILD_CLASS": "defining a class inside a compiled function",
     "LOAD_LOCALS": "class-body code is not compiled",
-    "MATCH_CLASS": "structural pattern matching is not traced yet",
-    "MATCH_MAPPING": "structural pattern matching is not traced yet",
-    "MATCH_SEQUENCE": "structural pattern matching is not traced yet",
-    "MATCH_KEYS": "structural pattern matching is not traced yet",
-    "GET_LEN": "structural pattern matching is not traced yet",
     "SETUP_FINALLY": "pseudo-instruction",
     "SETUP_CLEANUP": "pseudo-instruction",
     "SETUP_WITH": "pseudo-instruction",
@@ -63,4 +58,4 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
 }
 
 # Registration happens on import; keep these imports after HANDLERS and op are defined.
-from . import arith, blocks, build, calls, imports, jumps, stack  # noqa: E402,F401
+from . import arith, blocks, build, calls, imports, jumps, matching, stack  # noqa: E402,F401
