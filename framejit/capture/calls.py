@@ -62,7 +62,8 @@ _CALL_VALUE_IMPORTS_BOUND = False
 def _bind_call_value_imports() -> None:
     global _CALL_VALUE_IMPORTS_BOUND
     from .context import CloneValue, CtxValue, ExitValue, exit_
-    from .generator_ctx import OUTSIDE_CM_METHODS, GenCtxValue, GenMethodValue, call_gen_method, decorate_with_generator_cm
+    from .generator_ctx import (OUTSIDE_CM_METHODS, GenCtxValue, GenMethodValue, call_cm_method, call_gen_method,
+                                decorate_with_generator_cm)
     from .abc_methods import abc_method_handler
     from .allowed_calls import call_allowed, is_allowed_in_graph
     from .autograd_function import call_apply, is_function_apply
@@ -101,6 +102,10 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
             result = call_pure(tx, fn.fn, args, kwargs)
             if result is not None:
                 return result
+        if fn.fn in OUTSIDE_CM_METHODS and args:  # `cm.__enter__()`, also `type(cm).__enter__(cm)` (ExitStack)
+            called = call_cm_method(tx, fn.fn.__name__, args[0], args[1:], kwargs)
+            if called is not None:  # NOTE [Generator context managers from outside]
+                return called
         if args and abc_method_handler(BoundMethodValue(fn, args[0])) is not None:  # NOTE [Mapping mixins]
             return abc_method_handler(BoundMethodValue(fn, args[0]))(tx, args[1:], kwargs)  # `k in o`
         return tx.inline(fn, args, kwargs)
@@ -114,11 +119,6 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
             # a method of a torch context manager read from outside, e.g. `no_grad_instance.clone`
             return call_value(tx, tx.getattr(fn.self_value, fn.func.obj.__name__), args, kwargs)
-        if isinstance(fn.func, UserFunctionValue) and fn.func.fn in OUTSIDE_CM_METHODS:
-            from .generator_ctx import call_outside_cm_method  # NOTE [Generator context managers from outside]
-            called = call_outside_cm_method(tx, fn.func.fn.__name__, fn.self_value, args, kwargs)
-            if called is not None:
-                return called
         return call_value(tx, fn.func, [fn.self_value, *args], kwargs)
     if isinstance(fn, PartialValue):
         if fn.keywords is not None:  # NOTE [Reads past writes through a namespace dict]: `p.keywords[k] = v`
@@ -402,6 +402,9 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     handler = BUILTIN_HANDLERS.get(cls)
     if handler is not None:
         return handler(tx, args, kwargs)
+    if cls is types.MethodType and len(args) == 2 and not kwargs and isinstance(args[0], UserFunctionValue) and \
+            not (args[1].is_constant() and args[1].as_constant() is None):
+        return BoundMethodValue(args[0], args[1])  # `MethodType(f, obj)`: how ExitStack binds a manager's __exit__
     if cls in (torch.no_grad, torch.enable_grad) and len(args) == 1 and isinstance(args[0], UserFunctionValue):
         from .generator_ctx import decorate_with_ctx  # `torch.no_grad(fn)`
         return decorate_with_ctx(tx, make_ctx(tx, cls, [], {}), args, kwargs)

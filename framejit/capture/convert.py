@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import sys
 import time
 import traceback
 import types
@@ -55,6 +56,7 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     output.dynamic_floats = dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = request.dynamic, dynamic_dims or {}, dynamic_ints
     output.fullgraph = request.fullgraph
+    output.entry_exception = sys.exc_info()[1] is not None  # NOTE [sys.exc_info while tracing] in stdlib.py
     from .default_device import sole_device_mode_device, traced_without_mode  # NOTE [Default device mode]
     output.default_device = output.entry_default_device = sole_device_mode_device()
     try:
@@ -336,7 +338,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     output = graph.OutputGraph()
     output.dynamic_floats = first.dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
-    output.fullgraph = first.fullgraph
+    output.fullgraph, output.entry_exception = first.fullgraph, first.entry_exception
     output.entry_default_device = output.default_device  # NOTE [Device blocks]: the mode stack at entry
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)

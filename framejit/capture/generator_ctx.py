@@ -234,6 +234,17 @@ def check_no_entered_generator_cms(out) -> None:
 OUTSIDE_CM_METHODS = (contextlib._GeneratorContextManager.__enter__, contextlib._GeneratorContextManager.__exit__)
 
 
+def call_cm_method(tx, name: str, value: Value, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
+    """`_GeneratorContextManager.__enter__`/`__exit__` called with `value` as self: bound (`cm.__enter__()`
+    on an outside manager) or as the class's plain function (`ExitStack.enter_context` calls
+    `type(cm).__enter__(cm)` and registers `MethodType(type(cm).__exit__, cm)`). A manager made here is
+    entered or exited as `with` does; an outside one as call_outside_cm_method does; None where
+    contextlib's method is inlined as before."""
+    if isinstance(value, GenCtxValue):
+        return call_gen_method(tx, GenMethodValue(value, name), args, kwargs)
+    return call_outside_cm_method(tx, name, value, args, kwargs)
+
+
 def call_outside_cm_method(tx, name: str, value: Value, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
     """`cm.__enter__()` / `cm.__exit__(...)` on an outside generator context manager: the first adopts it
     and enters the traced generator, the second exits a manager adopted in this trace (NOTE [Generator
@@ -305,6 +316,6 @@ def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectVal
 TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
 
 
-__all__ = ["OUTSIDE_CM_METHODS", "adopt_outside_generator_cm", "call_outside_cm_method", "check_no_entered_generator_cms", "call_in_generator_cm", "decorate_with_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "exception_in_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
+__all__ = ["OUTSIDE_CM_METHODS", "adopt_outside_generator_cm", "call_cm_method", "call_outside_cm_method", "check_no_entered_generator_cms", "call_in_generator_cm", "decorate_with_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "exception_in_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
            "decorate_with_ctx", "gen_attr", "generator_cm",
            "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

@@ -55,6 +55,30 @@ def _id(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
 BUILTIN_HANDLERS[id] = _id
 
 
+# NOTE [sys.exc_info while tracing]: `sys.exc_info()` (and `sys.exception()`) answer the exception being
+# handled, here or in a caller. contextlib.ExitStack.__exit__ reads it on every exit, also a normal one.
+# When the caller handled no exception at entry (read by convert_frame before tracing starts) and no
+# `except`/exceptional `finally` of the traced code is being followed (NOTE [Exceptions caught while
+# tracing]), the answer is "none": (None, None, None), with a guard line that no exception is being handled
+# at entry, so a call from inside a caller's `except` retraces. Otherwise it is a graph break.
+def _exc_info(tx, args: list[Value], kwargs: dict[str, Value], exception_only: bool = False) -> Value:
+    from .values import TupleValue
+    if args or kwargs:
+        raise UserException(TypeError(f"{'exception' if exception_only else 'exc_info'}() takes no arguments"))
+    out = tx.output
+    if getattr(out, "entry_exception", True) or any(t.handling for t in out.tx_stack):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sys.exc_info() while an exception is being handled")
+    name = out.name_of(sys.exc_info, "exc_info")
+    out.add_guard("EXCEPTION_STATE", f"{name}()[1] is None", None, expected="no exception being handled",
+                  actual=f"{name}()[1]")
+    return ConstantValue(None) if exception_only else TupleValue([ConstantValue(None)] * 3)
+
+
+BUILTIN_HANDLERS[sys.exc_info] = _exc_info
+if hasattr(sys, "exception"):
+    BUILTIN_HANDLERS[sys.exception] = lambda tx, args, kwargs: _exc_info(tx, args, kwargs, exception_only=True)
+
+
 def forced_break(f) -> None:
     """`torch._dynamo.graph_break()` asks for a graph break at the call (its body is empty, so inlining
     it would silently capture through). Recognised by name, never imported (NOTE [Compile-aware library
