@@ -65,14 +65,15 @@ def call_iteration_method(tx, fn, args: list[Value], kwargs: dict[str, Value]) -
 # as Python]), its body a resume function.
 def _lazy_walk(tx, fn, iterator: IteratorValue) -> IteratorValue:
     effects = tx.output.side_effects
-    made = effects.version - effects.tensor_writes
+    made = effects.version - effects.tensor_writes - effects.module_flag_stores
     root = tx
     while root.parent is not None:
         root = root.parent
     made_at = root.current.index if root.current is not None else None
 
     def check() -> None:
-        if effects.version - effects.tensor_writes != made:
+        if effects.version - effects.tensor_writes - effects.module_flag_stores != made:  # NOTE [Flag stores
+            # during module walks] in side_effects.py
             e = Unsupported(BreakKind.SIDE_EFFECT, f"state changed while {fn.__name__}() is drawn: it walks the "
                                                    "module lazily, as Python")
             e.root_index = made_at

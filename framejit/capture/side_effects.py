@@ -108,6 +108,7 @@ class SideEffects:
         self.version = 0
         self.touched: list[Value] = []
         self.tensor_writes = 0  # the in-place tensor ops among `version`'s counts
+        self.module_flag_stores = 0  # NOTE [Flag stores during module walks]: among `version`'s counts
         # NOTE [Finishing calls]: `(function, [objects from outside])` run after every other replayed
         # write, in the order recorded: a state change of an outside object that no store expresses
         # (an outside generator context manager the trace entered and left, generator_ctx.py)
@@ -183,6 +184,8 @@ class SideEffects:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"a store to the attribute {name!r} of {obj.describe()}, "
                                                      "whose dict the trace holds as a dict")
         self._mark(("attr", id(obj.obj), name))
+        if _module_flag_store(obj, name, value):
+            self.module_flag_stores += 1
         self.attrs[(id(obj.obj), name)] = (obj, name, value)
         (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
         if held is not None:
@@ -441,6 +444,19 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = 
 # function_attrs.function_attr for a function's own `__dict__`, IMPORT_NAME for `sys.modules`, the call
 # of a partial from outside for its `keywords`, which the trace took when it wrapped the partial, and
 # module_hooks.plan_module_call for the hook dicts); at the break the writes are replayed.
+def _module_flag_store(obj: Value, name: str, value: Value) -> bool:
+    """NOTE [Flag stores during module walks]: a Python constant stored on a module under a name that is not
+    one of its registries nor an entry of them (`child.training = mode` in `Module.train`) leaves every
+    `_modules`/`_parameters`/`_buffers` dict as it was, so it cannot change what a lazy module walk yields
+    (NOTE [Lazy module walks] in modules.py); such stores do not stop a walk being drawn."""
+    if not isinstance(obj, NNModuleValue) or name in ("_modules", "_parameters", "_buffers", "__dict__"):
+        return False
+    if not value.is_constant() or type(value.as_constant()) not in (bool, int, float, str, type(None)):
+        return False
+    module = obj.obj
+    return all(name not in getattr(module, table, {}) for table in ("_modules", "_parameters", "_buffers"))
+
+
 def _buffer_table(module: torch.nn.Module, name: str) -> dict | None:
     """`module._buffers` when it holds `name`, else None."""
     table = module.__dict__.get("_buffers")
