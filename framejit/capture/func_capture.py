@@ -226,6 +226,7 @@ class BodyEffects:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"{what}: the function mutates Python state the caller can "
                                                      "see; the call runs as Python")
         se.version -= python_writes
+        self.restore_lazy()
         del se.ops[ops:], se.touched[touched:]
         for key in set(se.containers) - self.containers:
             del se.containers[key]
@@ -240,15 +241,53 @@ class BodyEffects:
         for value, items in self.snapshots.values():
             if value.source is None and id(value) not in self.visible:
                 continue  # made by the body: the caller cannot see it
+            if isinstance(items, _Lazy):
+                if not items.undone(value):
+                    return False
+                continue
             now = _items(value)
             if items is None or now is None or len(now) != len(items) or \
                     any(a[0] != b[0] or a[1] is not b[1] for a, b in zip(items, now)):
                 return False
         return True
 
+    def restore_lazy(self) -> None:
+        for value, items in self.snapshots.values():
+            if isinstance(items, _Lazy):
+                value.written = dict(items.written)
 
-def _items(value) -> list | None:
+
+class _Lazy:
+    """The snapshot of a dict from outside not read whole (values/outside.OutsideDictValue: a module's
+    `_parameters` swapped by functional_call): its stores so far. Reading it whole here would guard all
+    its keys and make later module walks over it a break (NOTE [Module slots written while tracing])."""
+
+    def __init__(self, value) -> None:
+        self.written = dict(value.written)
+
+    def undone(self, value) -> bool:
+        """Still not read whole, and every key stored in the body holds what it held before: the real
+        entry's value (wrapped again, it is the same value: NOTE [Objects by identity]) or the earlier store."""
+        if value.materialized:
+            return False
+        for key, now in list(value.written.items()):
+            if key in self.written:
+                before = self.written[key]
+            else:
+                del value.written[key]
+                present = value.has(key)  # whether the real dict holds it (guarded)
+                value.written[key] = now
+                before = value._value(key) if present else None
+            if now is not before:
+                return False
+        return True
+
+
+def _items(value) -> Any:
     """(key, value) pairs of a dict or list value; None for anything else (a set: never accepted)."""
+    from .values.outside import OutsideDictValue
+    if isinstance(value, OutsideDictValue) and not value.materialized:
+        return _Lazy(value)
     if isinstance(value, DictValue):
         return list(value.items.items())
     if isinstance(value, SequenceValue):

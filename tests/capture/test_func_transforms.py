@@ -306,3 +306,23 @@ def test_a_transform_made_outside_is_captured_or_breaks_once(name):
     assert (len(breaks) == 0) if captured else (1 <= len(breaks) <= 2), breaks
     assert all("holds functorch's transform state" in b for b in breaks), breaks
     assert framejit.stats()["eager_frames"] == eager_before
+
+
+def per_sample_step(x, t):
+    # per-sample gradients, then a walk over the module's parameters: functional_call's swap of
+    # `_parameters` inside the transform is undone, so the walk reads them as ever (NOTE [Effects a body undoes])
+    params = {k: v.detach() for k, v in NET.named_parameters()}
+
+    def loss(p, a, b):
+        return torch.nn.functional.cross_entropy(functional_call(NET, p, (a.unsqueeze(0),)), b.unsqueeze(0))
+    grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, t)
+    return [p - 0.1 * g.mean(0) for p, g in zip(NET.parameters(), grads.values())]
+
+
+def test_a_module_walk_after_a_transformed_functional_call_is_captured():
+    framejit.reset()
+    backend = run_differential(per_sample_step, lambda s: (torch.randn(4 + s, 3), torch.randint(0, 2, (4 + s,))),
+                               seeds=(0, 1, 2), fullgraph=True)
+    assert backend.graph_count <= 3  # stock torch.compile: 3 (the batch size specialises in vmap)
+    report = framejit.explain(per_sample_step)(torch.randn(4, 3), torch.randint(0, 2, (4,)))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), report.break_reasons
