@@ -179,3 +179,53 @@ def test_non_contiguous_inputs_are_one_symbolic_program_on_onnxrt(name):
     programs = [(len(g.programs), sum(len(v) for v in g.dynamic_programs.values())) for g in backend.compiled]
     assert sum(static + symbolic for static, symbolic in programs) == len(backend.compiled), programs
     assert any(symbolic for _, symbolic in programs), programs
+
+
+class _DecoderBlock(torch.nn.Module):
+    """An HF-style decoder block: positions from an int offset (the cache length), causal attention."""
+
+    def __init__(self, d: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.norm, self.positions = torch.nn.LayerNorm(d), torch.nn.Embedding(64, d)
+
+    def forward(self, x, offset: int):
+        b, t, d = x.shape
+        x = x + self.positions(torch.arange(offset, offset + t))
+        q, k, v = self.qkv(self.norm(x)).split(d, -1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + self.out(attended.transpose(1, 2).reshape(b, t, d))
+
+
+def test_a_decoder_block_trained_with_an_int_argument_runs_its_halves_in_kernels_on_triton():
+    """NOTE [Plain int inputs] (triton/__init__.py): the joint's halves take the offset as a plain int
+    placeholder; they ran eagerly ('a graph input is not a tensor') from the second step on."""
+    from framejit.backends.joint import JointGraph
+    from framejit.backends.triton.dynamic import SpecialisingGraph
+    from framejit.backends.triton.runtime import CompiledGraph, EagerGraph
+
+    torch.manual_seed(0)
+    model, reference = _DecoderBlock(), _DecoderBlock()
+    reference.load_state_dict(model.state_dict())
+    backend = _Recording("triton")
+    compiled = framejit.compile(model, backend=backend)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    for step, (length, offset) in enumerate([(5, 0), (6, 3), (7, 1), (4, 9), (6, 2)]):
+        x = torch.randn(2, length, 16)
+        for module, optimizer in zip((compiled, reference), optimizers):
+            module(x, offset).square().mean().backward()
+            optimizer.step()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+    joints = [g for g in backend.compiled if isinstance(g, JointGraph)]
+    assert len(joints) == 2, backend.compiled  # the first call's graph, then the one with a symbolic offset
+    halves = [h for j in joints for h in j.compiled_forwards + j.compiled_backwards]
+    assert len(halves) == 10 and not any(isinstance(h, EagerGraph) for h in halves), halves
+    for half in halves:  # kernels for every step's signature, none run eagerly
+        made = list(half.compiled.values()) if isinstance(half, SpecialisingGraph) else [half]
+        assert made and all(isinstance(c, CompiledGraph) for c in made), made

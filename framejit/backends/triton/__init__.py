@@ -104,7 +104,8 @@ def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None
 
 def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict | None):
     size_inputs = symbolic.symbolic_int_positions(gm)  # ints that are sizes (NOTE [Size-generic modules])
-    fixed_ints = symbolic.constant_int_positions(gm)  # NOTE [Int inputs fixed by the frontend]
+    # NOTE [Int inputs fixed by the frontend], NOTE [Plain int inputs]
+    fixed_ints = symbolic.constant_int_positions(gm) | (_plain_int_positions(gm, example_inputs) - size_inputs)
     problem, device = _device_problem([v for i, v in enumerate(example_inputs)
                                        if i not in size_inputs | fixed_ints])
     training = problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters()),
@@ -132,7 +133,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict
                      type(error).__name__, error)
             return EagerGraph(gm, f"internal error: {type(error).__name__}: {error}")
     if fixed_ints:
-        return dynamic.SpecialisingGraph(gm, device, opts, "int inputs the frontend fixed are baked in", fixed_ints)
+        return dynamic.SpecialisingGraph(gm, device, opts, "int inputs are baked in (one compilation per value)",
+                                         fixed_ints)
     try:
         return compile_graph(gm, list(example_inputs), device, opts)
     except GraphNotLowerable as why:
@@ -149,6 +151,18 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict
 # guards n == 1 and the placeholder's SymInt is the number 1). The lowering takes tensors only, so such a
 # graph ran eagerly ('a graph input is not a tensor'); its ints are baked in per call signature like size
 # ints (SpecialisingGraph, `_IntsBaked`), which the frontend's guards make one signature.
+# NOTE [Plain int inputs]: the halves of a joint (training_graph) take the Python ints of the call (an HF-style
+# decoder block's position offset) as placeholders with no symbolic value (AOT autograd traces per input
+# signature, ints by value: backends/joint.py `_signature`), so every training graph with an int argument
+# ran its halves eagerly ('a graph input is not a tensor'). An int input whose placeholder is not a symbolic
+# size is baked in like a fixed int (SpecialisingGraph, one compilation per value of the ints, which the
+# joint's signature makes one), also when a graph is handed to the backend directly.
+def _plain_int_positions(gm, example_inputs) -> frozenset:
+    vals = symbolic.placeholder_vals(gm)
+    return frozenset(i for i, (val, real) in enumerate(zip(vals, example_inputs))
+                     if type(real) is int and not isinstance(val, (torch.SymFloat, torch.SymBool)))
+
+
 def _materialized(example_inputs) -> list:
     """Real tensors with the examples' sizes, strides, dtypes and devices (AOT autograd hands its compilers
     fake tensors of its own fake mode; lowering traces with a fake mode of its own)."""
@@ -177,7 +191,7 @@ def training_graph(gm, options=None):
 
     def compile_part(graph, examples):
         compiled = triton(graph, _materialized(examples), options)
-        if isinstance(compiled, CompiledGraph):
+        if isinstance(compiled, (CompiledGraph, dynamic.SpecialisingGraph)):
             compiled.restride_inputs = True  # NOTE [Restrided inputs of training halves] (runtime.py)
         return compiled
     return joint.JointGraph(gm, compile_part, "triton", inference=_InferenceOnFirstUse(gm, options),

@@ -505,6 +505,7 @@ class SpecialisingGraph:
 
     kernel_count = extern_count = 0
     source_path = None
+    restride_inputs = False  # passed on to each compilation (NOTE [Restrided inputs of training halves])
 
     def __init__(self, gm, device, opts, reason: str, ints: frozenset = frozenset()):
         self.gm, self.device, self.opts, self.reason = gm, device, opts, reason
@@ -532,6 +533,8 @@ class SpecialisingGraph:
                 logs.log("eager_fallback", "triton: specialising failed (%s: %s); these shapes run eagerly",
                          type(exc).__name__, exc)
                 compiled = None
+            if compiled is not None and self.restride_inputs:
+                compiled.restride_inputs = True
             self.compiled[key] = compiled
         if compiled is None:
             return self.gm.forward(*args)
