@@ -63,7 +63,7 @@ def _bind_call_value_imports() -> None:
     global _CALL_VALUE_IMPORTS_BOUND
     from .context import CloneValue, CtxValue, ExitValue, exit_
     from .generator_ctx import (OUTSIDE_CM_METHODS, GenCtxValue, GenMethodValue, call_cm_method, call_gen_method,
-                                decorate_with_generator_cm)
+                                call_torch_ctx_method, decorate_with_generator_cm)
     from .abc_methods import abc_method_handler
     from .allowed_calls import call_allowed, is_allowed_in_graph
     from .autograd_function import call_apply, is_function_apply
@@ -105,6 +105,11 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         if fn.fn in OUTSIDE_CM_METHODS and args:  # `cm.__enter__()`, also `type(cm).__enter__(cm)` (ExitStack)
             called = call_cm_method(tx, fn.fn.__name__, args[0], args[1:], kwargs)
             if called is not None:  # NOTE [Generator context managers from outside]
+                return called
+        if args and isinstance(args[0], CtxValue) and getattr(args[0].cls, fn.fn.__name__, None) is fn.fn and \
+                fn.fn.__name__ in ("__enter__", "__exit__"):  # NOTE [Torch managers entered by call]
+            called = call_torch_ctx_method(tx, fn.fn.__name__, args[0], args[1:], kwargs)
+            if called is not None:
                 return called
         if args and abc_method_handler(BoundMethodValue(fn, args[0])) is not None:  # NOTE [Mapping mixins]
             return abc_method_handler(BoundMethodValue(fn, args[0]))(tx, args[1:], kwargs)  # `k in o`

@@ -245,6 +245,45 @@ def call_cm_method(tx, name: str, value: Value, args: list[Value], kwargs: dict[
     return call_outside_cm_method(tx, name, value, args, kwargs)
 
 
+class EnteredByCall:
+    """A torch grad-mode manager entered by a call of its class's `__enter__` (NOTE [Torch managers entered
+    by call]); kept in `live_generator_cms` with the same fields a GenCtxValue has there."""
+
+    def __init__(self, ctx: Value, exit_value: Value, root_index: int | None) -> None:
+        self.ctx, self.exit_value, self.root_index = ctx, exit_value, root_index
+        self.frame, self.done = exit_value, False  # entered (check_no_entered_generator_cms)
+
+    def describe(self) -> str:
+        return f"{self.ctx.describe()} entered by a call"
+
+
+# NOTE [Torch managers entered by call]: `ExitStack.enter_context(torch.no_grad())` calls
+# `type(cm).__enter__(cm)` and later `MethodType(type(cm).__exit__, cm)(None, None, None)`. For a grad-mode
+# manager (CtxValue of kind 'grad': no_grad, enable_grad, set_grad_enabled) these do what a with-block's
+# entry and normal exit do (context.enter / exit_); the grad mode saved at entry lives only in the trace, so
+# while the manager is entered it is live like a generator context manager: a graph break, an exception, or
+# the frame returning with it still entered moves before the root instruction that entered it
+# (break_before_generator_cms), where plain Python enters the real manager. Other torch managers (autocast,
+# inference mode: their exits must nest) are inlined as before.
+def call_torch_ctx_method(tx, name: str, ctx: Value, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
+    from .context import enter, exit_
+    if getattr(ctx, "kind", None) != "grad" or kwargs:
+        return None
+    live = tx.output.__dict__.setdefault("live_generator_cms", [])
+    if name == "__enter__" and not args:
+        exit_value, entered = enter(tx, ctx)
+        root = tx.output.tx_stack[0] if tx.output.tx_stack else None
+        live.append(EnteredByCall(ctx, exit_value, root.current.index if root and root.current else None))
+        return entered
+    pending = [e for e in live if isinstance(e, EnteredByCall) and not e.done]
+    if name != "__exit__" or not pending or pending[-1].ctx is not ctx or len(args) != 3 or \
+            not all(a.is_constant() and a.as_constant() is None for a in args):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name} of {ctx.describe()} called out of with-block order")
+    exit_(tx, pending[-1].exit_value)
+    pending[-1].done = True
+    return ConstantValue(None)
+
+
 def call_outside_cm_method(tx, name: str, value: Value, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
     """`cm.__enter__()` / `cm.__exit__(...)` on an outside generator context manager: the first adopts it
     and enters the traced generator, the second exits a manager adopted in this trace (NOTE [Generator
@@ -316,6 +355,6 @@ def new_nullcontext(args: list[Value], kwargs: dict[str, Value]) -> NewObjectVal
 TRACE_TIME[contextlib.contextmanager] = contextmanager_factory
 
 
-__all__ = ["OUTSIDE_CM_METHODS", "adopt_outside_generator_cm", "call_cm_method", "call_outside_cm_method", "check_no_entered_generator_cms", "call_in_generator_cm", "decorate_with_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "exception_in_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
+__all__ = ["OUTSIDE_CM_METHODS", "EnteredByCall", "adopt_outside_generator_cm", "call_cm_method", "call_torch_ctx_method", "call_outside_cm_method", "check_no_entered_generator_cms", "call_in_generator_cm", "decorate_with_generator_cm", "finish_outside_generator_cm", "GenCtxValue", "GenMethodValue", "break_before_generator_cms", "exception_in_generator_cms", "call_gen_method", "call_in_ctx", "contextmanager_factory",
            "decorate_with_ctx", "gen_attr", "generator_cm",
            "gen_enter", "make_generator_cm", "new_generator_cm", "new_nullcontext"]

@@ -1,5 +1,6 @@
 """`contextlib.ExitStack` inside the compiled region, and what it needs: `type(cm).__enter__(cm)` over a
-`@contextmanager` manager made here (call_cm_method), `types.MethodType(f, obj)` (how ExitStack binds a
+`@contextmanager` manager made here (call_cm_method) or a grad-mode manager (NOTE [Torch managers entered
+by call]), `types.MethodType(f, obj)` (how ExitStack binds a
 manager's `__exit__`) and `sys.exc_info()` (read by every `ExitStack.__exit__`, NOTE [sys.exc_info while
 tracing]).
 
@@ -106,14 +107,49 @@ def test_exit_stack_with_user_and_null_managers():
     assert backend.graph_count == 1
 
 
-def test_exit_stack_with_a_grad_mode_manager_matches_eager():
-    def fn(x):  # torch's own managers through ExitStack still break (values and grad mode as eager's)
+def test_grad_mode_managers_entered_through_an_exit_stack_are_one_graph():
+    def fn(x):
         with contextlib.ExitStack() as stack:
             stack.enter_context(torch.no_grad())
             y = x * 2
-        return y, y.requires_grad, torch.is_grad_enabled(), x.exp()
+            stack.enter_context(torch.enable_grad())
+            z = x * 3
+        return y, z, torch.is_grad_enabled(), x.exp()
+
+    for outer in (True, False):
+        with torch.set_grad_enabled(outer):
+            backend = _run_both(fn, lambda: (torch.randn(3, requires_grad=True),))
+            assert backend.graph_count == 1
+            explanation = framejit.explain(fn)(torch.randn(3, requires_grad=True))
+            assert explanation.graph_count == 1 and explanation.graph_break_count == 0
+        framejit.reset()
+
+
+def test_break_while_an_exit_stack_holds_a_grad_mode_manager():
+    def fn(x):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.no_grad())
+            y = x * 2
+            print("break")
+            inside = torch.is_grad_enabled()
+            z = x * 3
+        return y, z, inside, torch.is_grad_enabled()
 
     _run_both(fn, lambda: (torch.randn(3, requires_grad=True),))
+
+
+def test_exit_stack_returned_with_a_grad_mode_manager_still_entered():
+    def fn(x):
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.no_grad())
+        return x * 2, stack
+
+    compiled = framejit.compile(fn, backend="eager")
+    for run in (fn, compiled, compiled):
+        y, stack = run(torch.randn(3, requires_grad=True))
+        assert not torch.is_grad_enabled() and not y.requires_grad  # left entered, as eager leaves it
+        stack.close()
+        assert torch.is_grad_enabled()
 
 
 def test_exception_inside_an_exit_stack_block_reaches_the_managers():
