@@ -235,6 +235,8 @@ class BodyEffects:
         se = self.side_effects
         if len(se.finishing_calls) != self.start[4]:
             return False
+        if any(id(v) in self.visible and id(v) not in self.snapshots for v in se.touched[self.start[2]:]):
+            return False  # an object made in the trace was changed (an attribute store): not undone here
         for before, now in zip(self.stores, (se.attrs, se.globals, se.cells)):
             if before.keys() != now.keys() or any(before[k] is not now[k] for k in before):
                 return False

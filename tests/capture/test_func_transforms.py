@@ -113,7 +113,22 @@ def break_between(x):
     return out + fn(torch.ones_like(out))[0]
 
 
-BROKEN = [appends_to_outer_list, stores_an_attribute, prints, reads_requires_grad, non_scalar_output, calls_item,
+class _Count:
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def counts_into_an_object_made_in_the_frame(x):
+    # a chunked vmap runs the body once per chunk in eager: its store happens 4-6 times, once in a trace
+    box = _Count()
+
+    def per_row(a):
+        box.n += 1
+        return a * 2
+    return vmap(per_row, chunk_size=1)(x), box.n
+
+
+BROKEN = [counts_into_an_object_made_in_the_frame, appends_to_outer_list, stores_an_attribute, prints, reads_requires_grad, non_scalar_output, calls_item,
           argnums_out_of_range, written_between, break_between]
 
 
