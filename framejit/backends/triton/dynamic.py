@@ -262,7 +262,7 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
     if relation is not None:
         raise NotGeneric(f"the graph computes a relation of sizes ({relation}), which the probe sizes would fix")
     if not names or len(names) > _MAX_SYMBOLS:
-        raise NotGeneric(f"{len(names)} symbols (1 to {_MAX_SYMBOLS} are made size-generic)")
+        raise NotGeneric(f"{len(names)} symbols (1 to {_MAX_SYMBOLS} are made size-generic): {_symbol_sources(sym)}")
     example_sizes = sym.bind(example_inputs)
     if example_sizes is None:
         raise NotGeneric("the example inputs fail their own size check")
@@ -322,6 +322,19 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
 # (all at once, then each symbol 1 past alone) that the graph's
 # size check accepts (a probe the graph cannot take, a view needing even sizes, is skipped: eager fails for
 # such sizes too), and the fits must hold there too, else the graph is compiled per shape.
+def _symbol_sources(sym: symbolic.SymbolicInputs) -> str:
+    """Where each symbol is read ('s0 = input 0 size(1), s1 = input 2'), for log lines."""
+    import sympy
+
+    seen = {}
+    for index, dim, expr in sym._reads:
+        backend = expr if isinstance(expr, int) else expr.xreplace(sym._mapping)
+        if isinstance(backend, sympy.Symbol) and backend not in seen:
+            where = "" if dim is None else f" {symbolic._read_of(dim)}"
+            seen[backend] = f"{backend} = input {index}{where}"
+    return ", ".join(seen.values())
+
+
 def _has_fraction(heads: list[str], calls: list[str], probes: list, names: list[str]) -> bool:
     try:
         fits = _fitted(heads, probes, names, "a kernel")[1] + _fitted(calls, probes, names, "the wrapper")[1]
@@ -431,30 +444,37 @@ def _loop_varying_reductions(runs: list, configs: dict) -> bool:
 # NOTE [Probes too large to allocate]: with four or more symbols in one input (dynamic=True on an image
 # batch: b, c, h, w) a probe tensor has 16**4 x a product of four primes elements (464 x 496 x 592 x 656:
 # 357 GB of float32), more than the allocator grants even uninitialised. The RuntimeError reached the
-# backend's catch-all, which ran the graph eagerly for every size; it is a NotGeneric now, so the graph
-# compiles per shape like any graph without a size-generic module, with the reason in the recompiles log.
+# backend's catch-all, which ran the graph eagerly for every size; then (c377b93) the graph compiled per
+# shape with a log line naming neither the input's sizes nor its symbols. Lowering reads no data of its
+# inputs, so such a probe is now made of fake tensors (one static FakeTensorMode for all inputs of the
+# probe: make_fx traces them as it traces real ones), and the graph gets its size-generic module.
 def _probe_inputs(sym: symbolic.SymbolicInputs, values: dict, example_inputs: list) -> list:
     """Inputs like `example_inputs` whose symbolic sizes take `values`. Uninitialised (`empty`): lowering
     traces with fake tensors and reads no data, and the probe sizes are large (16 x the primes in _PROBES:
-    three symbols make a 976 x 1552 x 1072 probe, 6.5 GB of float32 that `zeros` would write, ~10 s each).
-    Raises NotGeneric when an input cannot be allocated (NOTE [Probes too large to allocate])."""
+    three symbols make a 976 x 1552 x 1072 probe, 6.5 GB of float32 that `zeros` would write, ~10 s each);
+    fake tensors where an input cannot be allocated (NOTE [Probes too large to allocate])."""
     sizes, scalars = sym.sizes_at(values)
-    inputs = []
+    layouts = {}
     for index, real in enumerate(example_inputs):
         if isinstance(real, torch.Tensor):
             shape = [sizes.get(index, {}).get(d, s) for d, s in enumerate(real.shape)]
             strides = [sizes.get(index, {}).get(("stride", d), s) for d, s in enumerate(real.stride())]
-            try:
-                if real.is_contiguous():
-                    inputs.append(torch.empty(shape, dtype=real.dtype, device=real.device))
-                else:  # NOTE [Strided inputs of symbolic programs] (backends/symbolic.py)
-                    inputs.append(torch.empty_strided(shape, strides, dtype=real.dtype, device=real.device))
-            except (RuntimeError, MemoryError) as exc:  # NOTE [Probes too large to allocate]
-                raise NotGeneric(f"input {index} at the probe sizes {shape} cannot be allocated "
-                                 f"({type(exc).__name__})") from None
-        else:
-            inputs.append(scalars.get(index, real))
-    return inputs
+            # NOTE [Strided inputs of symbolic programs] (backends/symbolic.py)
+            layouts[index] = (shape, None if real.is_contiguous() else strides)
+    try:
+        made = {i: _empty(shape, strides, example_inputs[i]) for i, (shape, strides) in layouts.items()}
+    except (RuntimeError, MemoryError):  # NOTE [Probes too large to allocate]
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            made = {i: _empty(shape, strides, example_inputs[i]) for i, (shape, strides) in layouts.items()}
+    return [made[i] if i in made else scalars.get(i, real) for i, real in enumerate(example_inputs)]
+
+
+def _empty(shape: list, strides: list | None, like: torch.Tensor) -> torch.Tensor:
+    if strides is None:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    return torch.empty_strided(shape, strides, dtype=like.dtype, device=like.device)
 
 
 class DynamicGraph:
