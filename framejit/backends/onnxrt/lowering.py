@@ -203,6 +203,8 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
         pin_default_dtypes(lowered)  # NOTE [Default dtype in the lowered graph]: before a second trace
     out_spec = spec_box[-1]
     if symbolic or _mutates_intermediates(lowered):
+        from .prims_views import as_aten_views
+        as_aten_views(lowered)  # NOTE [prims views before refunctionalizing]
         lowered = _trace(lowered, table, pytree.tree_leaves(args))
     if symbolic:
         drop_redundant_clones(lowered)  # NOTE [Copies of the symbolic trace]
@@ -290,5 +292,3 @@ def drop_redundant_clones(gm: torch.fx.GraphModule) -> int:
 
 def node_val(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
-        from .prims_views import as_aten_views
-        as_aten_views(lowered)  # NOTE [prims views before refunctionalizing]
