@@ -531,6 +531,9 @@ class OutputGraph:
                     stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache))
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
+                if not kwargs:
+                    from .packed_sequences import padded_rnn_rule
+                    target = padded_rnn_rule(target, args) or target  # NOTE [Padded RNN kernels with symbolic lengths]
                 return self._fake_meta(target(*args, **kwargs))
         except (_fake_tensor().DataDependentOutputException, _fake_tensor().DynamicOutputShapeException) as e:
             raise Unsupported(BreakKind.DATA_DEPENDENT,

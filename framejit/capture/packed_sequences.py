@@ -168,6 +168,60 @@ def pad_packed_fake(out, args: tuple, kwargs: dict):
     return fake
 
 
+# NOTE [Padded RNN kernels with symbolic lengths]: the padded kernels (`_VF.lstm(input, hx, params, ...,
+# batch_first)` and the GRU/RNN ones) have no fake rule of their own: fake tensors run their composite,
+# which unrolls the time loop and so specialises the sequence length (and guards the batch size), one
+# recompile per length until the limit sent the frame to eager (nn.GRU over 10 lengths: 8 compiles). Their
+# outputs' shapes follow from the inputs' alone: the output has the input's two leading sizes and
+# `D * hidden` features, the final states the initial states' shapes. With a symbolic size in the input or
+# the states, the fake result is made from those shapes, laid out as the composite lays them out at small
+# concrete sizes (batch 2, length 3: the same stride order), and requires grad as the kernel's would. Only
+# for contiguous inputs and states (the layout run cannot stand for other strides).
+def _is_symbolic(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in t.shape)
+
+
+def _contiguous(t: torch.Tensor) -> bool:
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return statically_known_true(t.is_contiguous())
+
+
+def padded_rnn_rule(target: Any, fake_args: tuple):
+    """A fake function for a padded RNN kernel called with symbolic sizes, or None."""
+    try:
+        outputs = _RNNS.get(target)
+    except TypeError:
+        return None
+    if outputs is None or len(fake_args) != 9 or not isinstance(fake_args[-1], bool):
+        return None
+    hx = fake_args[1]
+    states = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+    if (outputs == 3) != isinstance(hx, (list, tuple)) or not isinstance(fake_args[2], (list, tuple)):
+        return None
+    tensors = [fake_args[0], *states]
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 3 for t in tensors) or not any(map(_is_symbolic, tensors)):
+        return None
+    if not all(map(_contiguous, tensors)):
+        return None
+
+    def fake(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        lead = (2, 3) if batch_first else (3, 2)
+        small_states = [s.new_empty((s.size(0), 2, s.size(2))) for s in states]
+        small = target(input.new_empty((*lead, input.size(2))), small_states if outputs == 3 else small_states[0],
+                       params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        grads = [input, *states, *params]
+        sizes = [(input.size(0), input.size(1), small[0].size(2)), *[tuple(s.shape) for s in states]]
+        return tuple(_with_grad_of(_laid_out(input, shape, like), grads) for shape, like in zip(sizes, small))
+    return fake
+
+
+def _laid_out(anchor: torch.Tensor, sizes: tuple, like: torch.Tensor) -> torch.Tensor:
+    """An empty tensor of `sizes` whose dims are ordered in memory as `like`'s."""
+    order = sorted(range(like.dim()), key=lambda d: (-like.stride(d), d))
+    base = anchor.new_empty([sizes[d] for d in order])
+    return base.permute([order.index(d) for d in range(like.dim())])
+
+
 def fake_rule(out, kind: str, target: Any, args: tuple, kwargs: dict, fake_args: tuple):
     """A replacement fake function for a packed-sequence kernel the fake tensors cannot run, or None."""
     if kind != "call_function":
