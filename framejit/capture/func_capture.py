@@ -184,7 +184,8 @@ def values_of(template: Any, items: list) -> Value:
 # body's effects are accepted when every Python write it made was such a container mutation (the side
 # effects' version count proves it: attribute, global and cell stores and finishing calls bump it too)
 # and every mutated container holds the same values (by identity) under the same keys, in the same order,
-# as before. Its logged calls are then dropped (they would replay stand-ins that no longer exist). Any
+# as before, and no iterator the caller can reach was drawn from (a chunked vmap runs the body once per
+# chunk; eager draws again each time). Its logged calls are then dropped (they would replay stand-ins that no longer exist). Any
 # other write the caller can see is a graph break, as before.
 class BodyEffects:
     """The Python effects of one traced transform body (NOTE [Effects a body undoes])."""
@@ -196,6 +197,7 @@ class BodyEffects:
         self.start = (se.version, se.tensor_writes, len(se.touched), len(se.ops), len(se.finishing_calls))
         self.stores = (dict(se.attrs), dict(se.globals), dict(se.cells))
         self.containers = set(se.containers)
+        self.positions = _iterator_positions(se, self.visible)
         self.snapshots: dict[int, tuple] = {}
         self.sourced = 0
         self.previous = se.__dict__.get("mutate_container")  # an enclosing body's
@@ -219,6 +221,10 @@ class BodyEffects:
         se = self.side_effects
         self.close()
         version, tensor_writes, touched, ops, finishing = self.start
+        if _drawn(se, self.visible, self.positions):
+            # a chunked vmap runs the body once per chunk: each run draws again in eager
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"{what}: the function draws from an iterator the caller "
+                                                     "holds; the call runs as Python")
         python_writes = (se.version - version) - (se.tensor_writes - tensor_writes)
         if not python_writes and not any(id(v) in self.visible for v in se.touched[touched:]):
             return
@@ -257,6 +263,22 @@ class BodyEffects:
         for value, items in self.snapshots.values():
             if isinstance(items, _Lazy):
                 value.written = dict(items.written)
+
+
+def _iterator_positions(se, visible: dict) -> dict:
+    """How far each iterator the caller can reach (made in the trace, or a list iterator from outside) is
+    drawn (NOTE [Effects a body undoes])."""
+    from .values import IteratorValue
+    its = [v for v in visible.values() if isinstance(v, IteratorValue)] + list(se.iterators.values())
+    return {id(v): (v.index, getattr(v, "exhausted", False)) for v in its}
+
+
+def _drawn(se, visible: dict, before: dict) -> bool:
+    """Whether the body drew from an iterator the caller can reach (one from outside first read in the body
+    counts when it moved from where it was found)."""
+    now = _iterator_positions(se, visible)
+    return any(before.get(key, position) != position for key, position in now.items()) or any(
+        it.index != it.start or it.exhausted for key, it in se.iterators.items() if key not in before)
 
 
 class _Lazy:

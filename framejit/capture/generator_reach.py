@@ -20,6 +20,11 @@ def closure_contents(fn: Any) -> list[Value]:
 
 
 def reachable_values(roots: list[Any]) -> set[int]:
+    return set(reachable_value_map(roots))
+
+
+def reachable_value_map(roots: list[Any]) -> dict[int, Value]:
+    """The values reachable from `roots`, by id."""
     seen: dict[int, Value] = {}
     todo = list(roots)
     while todo:
@@ -45,7 +50,7 @@ def reachable_values(roots: list[Any]) -> set[int]:
             todo.extend(v.attr_values())
         elif isinstance(v, CellValue):
             todo.append(v.contents)
-    return set(seen)
+    return seen
 
 
-__all__ = ["closure_contents", "reachable_values"]
+__all__ = ["closure_contents", "reachable_value_map", "reachable_values"]

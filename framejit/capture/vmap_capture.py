@@ -159,11 +159,12 @@ def _batched(tx, arg: Value, dim: Any, slots: _Slots) -> Value:
     return _slot(tx, arg, dim, slots)
 
 
-def _visible_values(tx, roots: list[Value]) -> set[int]:
-    """What the caller can reach at the vmap call: its arguments and every traced frame's locals and stack."""
-    from .generator_reach import reachable_values
+def _visible_values(tx, roots: list[Value]) -> dict[int, Value]:
+    """What the caller can reach at the vmap call (by id): its arguments and every traced frame's locals
+    and stack."""
+    from .generator_reach import reachable_value_map
     frames = list(tx.output.tx_stack)
-    return reachable_values([*roots, *(v for t in frames for v in (*t.locals.values(), *t.stack))])
+    return reachable_value_map([*roots, *(v for t in frames for v in (*t.locals.values(), *t.stack))])
 
 
 def vmap_impl_handler(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:

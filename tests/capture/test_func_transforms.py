@@ -128,7 +128,16 @@ def counts_into_an_object_made_in_the_frame(x):
     return vmap(per_row, chunk_size=1)(x), box.n
 
 
-BROKEN = [counts_into_an_object_made_in_the_frame, appends_to_outer_list, stores_an_attribute, prints, reads_requires_grad, non_scalar_output, calls_item,
+def draws_from_an_iterator_made_in_the_frame(x):
+    # each chunk's run of the body draws the next scale in eager
+    it = iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+
+    def per_row(a):
+        return a * next(it)
+    return vmap(per_row, chunk_size=1)(x), list(it)
+
+
+BROKEN = [counts_into_an_object_made_in_the_frame, draws_from_an_iterator_made_in_the_frame, appends_to_outer_list, stores_an_attribute, prints, reads_requires_grad, non_scalar_output, calls_item,
           argnums_out_of_range, written_between, break_between]
 
 
@@ -162,6 +171,19 @@ def test_a_vjp_whose_forward_draws_random_numbers_breaks():
         assert_same(actual, expected)
         assert torch.equal(actual_next, expected_next)
     assert not _transform_nodes(backend.graphs)
+
+
+def _scaled_rows(x, it):
+    return vmap(lambda a: a * next(it), chunk_size=1)(x)
+
+
+def test_a_chunked_vmap_drawing_from_an_outside_iterator_breaks():
+    compiled = framejit.compile(_scaled_rows, backend=CountingBackend())
+    for seed in range(2):
+        x = torch.randn(3 + seed, 2)
+        expected_it, actual_it = iter(range(1, 9)), iter(range(1, 9))
+        assert_same(compiled(x, actual_it), _scaled_rows(x, expected_it))
+        assert list(actual_it) == list(expected_it)
 
 
 def test_a_returned_vjp_fn_is_eagers():
