@@ -282,7 +282,14 @@ BUILTIN_HANDLERS[str] = _convert(str)
 
 @handles(tuple)
 def _tuple(tx, args, kwargs):
+    if args and _exact_tuple(args[0]):
+        return args[0]  # CPython's tuple(t) of an exact tuple is t itself: `tuple(t) is t`
     return TupleValue(iterate(tx, args[0]) if args else [])
+
+
+def _exact_tuple(value: Value) -> bool:
+    return isinstance(value, TupleValue) and value.python_type() is tuple or \
+        isinstance(value, ConstantValue) and type(value.value) is tuple
 
 
 @handles(tuple.__new__)
@@ -293,6 +300,8 @@ def _tuple_new(tx, args, kwargs):
     if not isinstance(cls, ClassValue) or kwargs or len(args) > 2 or not (
             cls.obj is tuple or issubclass(cls.obj, tuple) and isinstance(getattr(cls.obj, "_fields", None), tuple)):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "tuple.__new__ of a class other than tuple or a namedtuple")
+    if cls.obj is tuple and len(args) > 1 and _exact_tuple(args[1]):
+        return args[1]  # as tuple(t): t itself
     items = iterate(tx, args[1]) if len(args) > 1 else []
     return TupleValue(items) if cls.obj is tuple else TupleValue(items, cls=cls.obj)
 

@@ -427,6 +427,9 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     if issubclass(cls, BaseException) and builtin_made(cls) and all(a.is_constant() for a in args) and not kwargs:
         return constant_fold(cls, *(a.as_constant() for a in args))
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        own_new = _guard_namedtuple_construction(tx, cls)
+        if own_new is not None:  # NOTE [Namedtuples made by their own __new__]
+            return tx.inline(UserFunctionValue(own_new), [ClassValue(cls), *args], kwargs)
         return _make_namedtuple(tx, cls, args, kwargs)
     if issubclass(cls, enum.Enum) or cls in (torch.device, torch.Size, slice, range, complex):
         return constant_fold(cls, *(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
@@ -495,6 +498,29 @@ def _is_plain_class(cls: type) -> bool:
     if getattr(cls, "__abstractmethods__", None):
         return False
     return all(k.__module__ != "builtins" or k is object for k in cls.__mro__)
+
+
+# NOTE [Namedtuples made by their own __new__]: `NT(a, b)` is traced as the tuple of its fields, which is what
+# the `__new__` namedtuple generates and object's `__init__` make of it. A subclass with a `__new__` of its
+# own (`return super().__new__(cls, a * 2, b)`, PackedSequence's) ran none of it: `Q(x, 1).a` was x where
+# eager gives 2x. Such a `__new__`, a Python function, is inlined (it reaches the generated one through
+# super()); an `__init__` other than object's or a metaclass `__call__` makes the call a break (it runs as
+# Python). The lookups of `__new__`, `__init__` and the metaclass's `__call__` are guarded, so one added
+# later recompiles. Returns the subclass's own `__new__` function, or None for the generated one.
+def _guard_namedtuple_construction(tx, cls: type) -> types.FunctionType | None:
+    from . import lookup
+    index, new = lookup.mro_lookup(cls, "__new__")
+    maker = cls.__mro__[index] if index is not None else None
+    generated = maker is not None and "_fields" in vars(maker) and "_make" in vars(maker)
+    own = None if generated else getattr(new, "__func__", None)
+    if not (generated or isinstance(own, types.FunctionType)) or type(cls).__call__ is not type.__call__ or \
+            lookup.mro_lookup(cls, "__init__")[1] is not object.__init__:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}(...): a namedtuple class with its own "
+                                                      "__init__ or metaclass __call__ runs as Python")
+    lookup.guard_lookup(tx.output, type(cls), "__call__")
+    for name in ("__new__", "__init__"):
+        lookup.guard_lookup(tx.output, cls, name)
+    return own
 
 
 def _make_namedtuple(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -228,3 +228,91 @@ def test_the_self_of_a_c_method_passed_in_is_the_object_it_is_bound_to():
         expected = _self_of_a_method_passed_in(torch.ones(2), t.count, other)
         actual = compiled(torch.ones(2), t.count, other)
         assert actual[:2] == expected[:2] and torch.equal(actual[2], expected[2])
+
+
+# ---- tuple(t) and namedtuple construction (capture/builtins.py, capture/calls.py) -----------------------------
+
+def _tuple_of_a_tuple(x, t):
+    u, v = tuple(t), tuple.__new__(tuple, t)
+    return u is t, v is t, x + 1
+
+
+def _tuple_of_a_tuple_across_a_break(x, t):
+    u = tuple(t)
+    print("break")
+    return u is t, x + 1
+
+
+@pytest.mark.parametrize("fn", [_tuple_of_a_tuple, _tuple_of_a_tuple_across_a_break], ids=["in_trace", "across_break"])
+def test_tuple_of_an_exact_tuple_is_the_tuple_itself(fn):
+    # before: tuple(t) and tuple.__new__(tuple, t) made a new tuple: `tuple(t) is t` False (eager True)
+    compiled = framejit.compile(fn, backend="eager")
+    for k in range(3):
+        t = (k + 300, "a")
+        expected, actual = fn(torch.ones(2), t), compiled(torch.ones(2), t)
+        assert actual[:-1] == expected[:-1] and torch.equal(actual[-1], expected[-1])
+
+
+Pair3 = collections.namedtuple("Pair3", "a b c", defaults=(0,))
+
+
+class _Doubled(Pair3):
+    __slots__ = ()
+
+    def __new__(cls, a, b, c=0):
+        return super().__new__(cls, a * 2, b, c)
+
+
+class _Counted(Pair3):
+    __slots__ = ()
+    made: list = []
+
+    def __init__(self, *args, **kwargs):
+        self.made.append(len(args))
+
+
+class _Plain(Pair3):
+    __slots__ = ()
+
+
+def _construct(cls):
+    def f(x, k):
+        before = len(_Counted.made)
+        q = cls(x, k)
+        return q.a + q.b, type(q).__name__, len(_Counted.made) - before
+    return f
+
+
+@pytest.mark.parametrize("cls", [_Doubled, _Counted], ids=["own_new", "own_init"])
+def test_a_namedtuple_subclass_is_made_by_its_own_new_and_init(cls):
+    # before: Q(x, k) was traced as the tuple of its fields: _Doubled's __new__ (a * 2) and _Counted's
+    # __init__ never ran (eager: q.a is 2x; __init__ counts each instance)
+    _Counted.made.clear()
+    run_differential(_construct(cls), lambda seed: (torch.randn(3) + seed, seed), seeds=(0, 1, 2), fullgraph=False)
+
+
+def test_a_new_added_to_a_namedtuple_subclass_after_the_first_call_is_run():
+    f = _construct(_Plain)
+    compiled = framejit.compile(f, backend="eager")
+    try:
+        for step in range(3):
+            if step == 1:  # before: the entry traced with the generated __new__ kept answering x + k
+                _Plain.__new__ = lambda cls, a, b, c=0: Pair3.__new__(cls, a * 3, b, c)
+            x = torch.randn(3)
+            assert torch.equal(compiled(x, step)[0], f(x, step)[0])
+    finally:
+        del _Plain.__new__
+
+
+def _packed_sequence_without_unsorted_indices(x, batch_sizes, sorted_indices):
+    from torch.nn.utils.rnn import PackedSequence
+    p = PackedSequence(x * 2, batch_sizes, sorted_indices)  # its __new__ inverts sorted_indices
+    return p.data, p.unsorted_indices, p.sorted_indices
+
+
+def test_packed_sequence_is_made_by_its_own_new():
+    # before: PackedSequence(data, batch_sizes, sorted_indices) was the tuple of the arguments given, so
+    # unsorted_indices was None (eager: the inverse permutation of sorted_indices)
+    run_differential(_packed_sequence_without_unsorted_indices,
+                     lambda seed: (torch.randn(3), torch.tensor([2, 1]), torch.tensor([seed % 2, 1 - seed % 2])),
+                     seeds=(0, 1, 2), fullgraph=True)
