@@ -1,12 +1,14 @@
 """Training gaps of issue 14 (fourth pass): onnxrt backward graphs that left ops to torch between ORT parts.
 
 torchlib translates none of `convolution_backward` of a transposed convolution, `avg_pool{2,3}d_backward`,
-`_adaptive_avg_pool{2,3}d_backward`, `_embedding_bag_backward` and `_embedding_bag_per_sample_weights_backward`,
-so the backward of a net with nn.ConvTranspose*d, nn.AvgPool*d, nn.AdaptiveAvgPool*d or nn.EmbeddingBag ran
-those ops in torch between ORT parts (logged on eager_fallback). onnxrt joints now trace them as ops torchlib
-translates (NOTE [Convolution gradients as convolutions] in onnxrt/conv_backward.py, NOTE [Pooling gradients
-as convolutions and products] in onnxrt/pool_backward.py, NOTE [EmbeddingBag gradients as scatter-adds] in
-onnxrt/embedding_bag.py).
+`_adaptive_avg_pool{2,3}d_backward`, `_embedding_bag_backward`, `_embedding_bag_per_sample_weights_backward`
+and CPU flash attention's backward (its forward is kept in torch in training: NOTE [Flash attention in
+training]), so the backward of a net with nn.ConvTranspose*d, nn.AvgPool*d, nn.AdaptiveAvgPool*d,
+nn.EmbeddingBag or F.scaled_dot_product_attention ran those ops in torch between ORT parts (logged on
+eager_fallback). onnxrt joints now trace them as ops torchlib translates (NOTE [Convolution gradients as
+convolutions] in onnxrt/conv_backward.py, NOTE [Pooling gradients as convolutions and products] in
+onnxrt/pool_backward.py, NOTE [EmbeddingBag gradients as scatter-adds] in onnxrt/embedding_bag.py, NOTE
+[Flash attention as math in training graphs] in onnxrt/attention_training.py).
 
 Each decomposition is compared with eager's op in float64 (atol/rtol 1e-10: only the order of additions
 differs). Each model trains for 3 steps (forward, loss, backward, AdamW) eagerly and through onnxrt from the
@@ -21,6 +23,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import framejit
@@ -345,3 +348,57 @@ def test_instance_norm_with_running_stats_is_evaluated_in_ort_under_no_grad():
     assert inference and not any(row["eager_graph"] for row in inference), inference
     for row in inference:
         assert {why.split()[0] for why in row["eager_nodes"].values() if why not in QUIET_REASONS} == {"aten::copy_"}
+
+
+# ---- onnxrt: NOTE [Flash attention as math in training graphs] -------------------------------------------------
+@pytest.mark.parametrize("sizes", [(3, 5), (5, 3), (4, 4)], ids=lambda s: f"L{s[0]}-S{s[1]}")
+def test_flash_attention_and_its_backward_match_eager(sizes):
+    forward = _decomposition(aten._scaled_dot_product_flash_attention_for_cpu.default)
+    backward = _decomposition(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+    rows, cols = sizes
+    gen = _gen(rows * 10 + cols)
+    q, k, v = (torch.randn(2, 3, n, 4, generator=gen, dtype=torch.float64) for n in (rows, cols, cols))
+    mask = torch.randn(rows, cols, generator=gen, dtype=torch.float64)
+    mask[1], mask[0, 0] = float("-inf"), float("-inf")  # a row masked everywhere, one masked entry
+    masks = (None, mask, mask.expand(2, 1, rows, cols))
+    for causal, attn_mask, scale in [(c, m, s) for c in (False, True) for m in masks for s in (None, 0.3)]:
+        kwargs = dict(attn_mask=attn_mask, scale=scale)
+        want = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, **kwargs)
+        got = forward(q, k, v, 0.0, causal, **kwargs)
+        for g, w in zip(got, want):  # output and logsumexp
+            torch.testing.assert_close(g, w, **EXACT)
+        grad = torch.randn(want[0].shape, generator=gen, dtype=torch.float64)
+        args = (grad, q, k, v, *want, 0.0, causal)
+        expected = aten._scaled_dot_product_flash_attention_for_cpu_backward(*args, **kwargs)
+        for g, w in zip(backward(*args, **kwargs), expected):
+            torch.testing.assert_close(g, w, **EXACT)
+
+
+class AttentionBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.qkv, self.out = nn.LayerNorm(16), nn.Linear(16, 48, bias=False), nn.Linear(16, 16)
+
+    def forward(self, x, mask):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(b, t, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        masked = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return x + self.out((causal + masked).transpose(1, 2).reshape(b, t, 16))
+
+
+def _attention_batch(g: torch.Generator) -> tuple:
+    mask = torch.rand(5, 5, generator=g) > 0.3
+    mask[2] = False  # a query that attends to nothing: output 0 as the kernel gives
+    return torch.randn(2, 5, 16, generator=g), mask
+
+
+def test_attention_trains_with_forward_and_backward_in_one_ort_part_each():
+    """Causal and boolean-masked F.scaled_dot_product_attention. Before: the flash attention op (forward) and
+    its backward ran in torch between ORT parts."""
+    recording = train_as_eager(AttentionBlock, _attention_batch)
+    assert_backward_in_one_part(recording)
+    assert_forward_in_ort(recording)
+    for joint in recording.joints():
+        for half in joint.compiled_forwards:
+            assert all(row["parts"] == 1 for row in half.summary())

@@ -59,12 +59,13 @@ def decompositions() -> dict:
     convolutions (NOTE [Convolution gradients as convolutions] in conv_backward.py) and average-pooling
     gradients as convolutions and products (NOTE [Pooling gradients as convolutions and products] in
     pool_backward.py), EmbeddingBag gradients as scatter-adds (NOTE [EmbeddingBag gradients as scatter-adds]
-    in embedding_bag.py)."""
+    in embedding_bag.py) and CPU flash attention as its math (NOTE [Flash attention as math in training graphs]
+    in attention_training.py)."""
     from .. import joint
-    from . import conv_backward, embedding_bag, pool_backward
+    from . import attention_training, conv_backward, embedding_bag, pool_backward
 
     return {**joint.training_decompositions(), **conv_backward.decomposition(), **pool_backward.decomposition(),
-            **embedding_bag.decomposition()}
+            **embedding_bag.decomposition(), **attention_training.decomposition()}
 
 
 def persistence(opts):
