@@ -184,8 +184,8 @@ def values_of(template: Any, items: list) -> Value:
 # body's effects are accepted when every Python write it made was such a container mutation (the side
 # effects' version count proves it: attribute, global and cell stores and finishing calls bump it too)
 # and every mutated container holds the same values (by identity) under the same keys, in the same order,
-# as before, and no iterator the caller can reach was drawn from (a chunked vmap runs the body once per
-# chunk; eager draws again each time). Its logged calls are then dropped (they would replay stand-ins that no longer exist). Any
+# as before, no iterator the caller can reach was drawn from and no cell made in the trace was stored to
+# (a chunked vmap runs the body once per chunk: eager draws and counts again each time). Its logged calls are then dropped (they would replay stand-ins that no longer exist). Any
 # other write the caller can see is a graph break, as before.
 class BodyEffects:
     """The Python effects of one traced transform body (NOTE [Effects a body undoes])."""
@@ -198,6 +198,7 @@ class BodyEffects:
         self.stores = (dict(se.attrs), dict(se.globals), dict(se.cells))
         self.containers = set(se.containers)
         self.positions = _iterator_positions(se, self.visible)
+        self.cells = _cell_contents(self.visible)
         self.snapshots: dict[int, tuple] = {}
         self.sourced = 0
         self.previous = se.__dict__.get("mutate_container")  # an enclosing body's
@@ -225,6 +226,9 @@ class BodyEffects:
             # a chunked vmap runs the body once per chunk: each run draws again in eager
             raise Unsupported(BreakKind.SIDE_EFFECT, f"{what}: the function draws from an iterator the caller "
                                                      "holds; the call runs as Python")
+        if _cell_contents(self.visible) != self.cells:
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"{what}: the function stores to a variable of an enclosing "
+                                                     "function (nonlocal); the call runs as Python")
         python_writes = (se.version - version) - (se.tensor_writes - tensor_writes)
         if not python_writes and not any(id(v) in self.visible for v in se.touched[touched:]):
             return
@@ -271,6 +275,22 @@ def _iterator_positions(se, visible: dict) -> dict:
     from .values import IteratorValue
     its = [v for v in visible.values() if isinstance(v, IteratorValue)] + list(se.iterators.values())
     return {id(v): (v.index, getattr(v, "exhausted", False)) for v in its}
+
+
+def _cell_contents(visible: dict) -> dict:
+    """What each cell made in the trace that the caller can reach holds: its value's identity, or the root
+    frame argument it holds (a LazyArg until first read, then the value wrapped from that local)."""
+    from .sources import LocalSource
+    from .values import CellValue, UserFunctionValue
+    from .values.base import LazyArg
+    cells = [c for v in visible.values() if isinstance(v, UserFunctionValue) for c in v.closure or ()]
+
+    def held(contents):
+        if isinstance(contents, LazyArg):
+            return LocalSource(contents.name)
+        source = getattr(contents, "source", None)
+        return source if isinstance(source, LocalSource) else id(contents)
+    return {id(c): held(c.contents) for c in cells if isinstance(c, CellValue)}
 
 
 def _drawn(se, visible: dict, before: dict) -> bool:

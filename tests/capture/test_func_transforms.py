@@ -137,7 +137,17 @@ def draws_from_an_iterator_made_in_the_frame(x):
     return vmap(per_row, chunk_size=1)(x), list(it)
 
 
-BROKEN = [counts_into_an_object_made_in_the_frame, draws_from_an_iterator_made_in_the_frame, appends_to_outer_list, stores_an_attribute, prints, reads_requires_grad, non_scalar_output, calls_item,
+def counts_in_a_nonlocal(x):
+    k = 0
+
+    def per_row(a):
+        nonlocal k
+        k += 1
+        return a * k
+    return vmap(per_row, chunk_size=1)(x), k
+
+
+BROKEN = [counts_in_a_nonlocal, counts_into_an_object_made_in_the_frame, draws_from_an_iterator_made_in_the_frame, appends_to_outer_list, stores_an_attribute, prints, reads_requires_grad, non_scalar_output, calls_item,
           argnums_out_of_range, written_between, break_between]
 
 
