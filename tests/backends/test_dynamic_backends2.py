@@ -86,11 +86,34 @@ def _roll_by(x, offset):
 
 _SIZES = [5, 8, 11, 2, 3, 14, 17, 6, 9]
 _OFFSETS = [1, 2, 7, 3, 4, 5, 9, 11, 2]
+class _ConvNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.same = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.down = torch.nn.Conv2d(8, 8, 3, stride=2)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.down(self.same(x).relu()).relu()
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+_CONV_NET = _ConvNet().eval().requires_grad_(False)
+
+
+def _conv_net(x):
+    return _CONV_NET(x)
+
+
 _PROGRAMS = {  # half: sizes 2 and 3 make a half of 1, another graph (stock too), compiled per shape
     "half": (_half, [(torch.randn(3, s),) for s in [5, 8, 11, 4, 7, 14, 17, 6, 9]]),
     "pad_to_8": (_pad_to_8, [(torch.randn(3, s),) for s in _SIZES]),
     "tail_from_offset": (_tail_from, [(torch.randn(s, 3), o) for s, o in zip(_SIZES, _OFFSETS)]),
     "roll_by_offset": (_roll_by, [(torch.randn(s, 3), o) for s, o in zip(_SIZES, _OFFSETS)]),
+    # a strided conv's output size: `Max(1, (h - 3) // 2 + 1)` and `(h - 3) // 2 + 1` fit one literal at
+    # every probe and differ only where the conv raises (h < 3): excluded grid points
+    "conv_net": (_conv_net, [(torch.randn(b, 3, h, w),) for b, h, w in [(2, 8, 8), (3, 9, 7), (2, 12, 10),
+                                                                         (4, 7, 9), (3, 10, 10), (2, 11, 8)]]),
 }
 
 

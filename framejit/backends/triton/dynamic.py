@@ -299,7 +299,7 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
         raise NotGeneric("the wrapper passes values it cannot spell (extra)")
 
     def probe_at(points):
-        return _probe_where_they_differ(points, sym, gm, example_inputs, device, opts, configs)
+        return _probe_where_they_differ(points, sym, gm, example_inputs, device, opts, configs, exprs.excluded)
     source, kernel_args = _generic_source(runs, probes, names, exprs, probe_at)
     kernels = {name: _with_params(k, kernel_args.get(name, {})) for name, k in runs[0][1].items()}
     sched, graph, fallbacks = runs[0][2], runs[0][3], runs[0][5]
@@ -346,7 +346,7 @@ def _has_fraction(heads: list[str], calls: list[str], probes: list, names: list[
 def _generic_source(runs: list, probes: list, names: list[str], exprs, probe_at) -> tuple[str, dict]:
     """The size-generic module's source and its kernels' size arguments, fitted over `runs` at `probes`;
     a literal several size expressions fit gets a probe where they differ (`probe_at`), then is fitted again."""
-    for _ in range(4):  # NOTE [Literals fitted to the graph's size expressions]
+    for _ in range(6):  # NOTE [Literals fitted to the graph's size expressions]
         heads, calls = zip(*(_split(r[0]) for r in runs))
         try:
             head, kernel_args = _generic_kernels(list(heads), probes, names, exprs)
@@ -354,26 +354,44 @@ def _generic_source(runs: list, probes: list, names: list[str], exprs, probe_at)
             call = _with_kernel_args(_generic_call(list(calls), probes, names, bind_lines, exprs), kernel_args)
             return head + call, kernel_args
         except size_exprs.Ambiguous as ambiguous:
-            probe, run = probe_at(ambiguous.points)
-            runs, probes = [*runs, run], [*probes, probe]
+            probed = probe_at(ambiguous.points)  # None: every such point excluded (the graph cannot take it)
+            if probed is not None:
+                runs, probes = [*runs, probed[1]], [*probes, probed[0]]
     raise NotGeneric("a literal fits several size expressions of the graph at every probe")
 
 
-def _probe_where_they_differ(points: list, sym, gm, example_inputs, device, opts, configs) -> tuple:
-    """(probe, the module generated there) at the first of `points` the graph's size check accepts."""
+def _probe_where_they_differ(points: list, sym, gm, example_inputs, device, opts, configs,
+                             excluded: set) -> tuple | None:
+    """(probe, the module generated there) at the first of `points` the graph takes; points it does not take
+    (its size check rejects them, or its ops raise there: `conv2d` of a size below its kernel, where the
+    candidates `Max(1, (s - 3) // 2 + 1)` and `(s - 3) // 2 + 1` differ) are added to `excluded`; None
+    when no point is left."""
     for probe in points:
         inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
-        if sym.bind(inputs) is None:
+        if sym.bind(inputs) is None or not _graph_takes(gm, inputs):
+            excluded.add(tuple(probe))
             continue
         try:
             run = _generate(gm, inputs, device, opts, configs, sym.symbolic_ints)
-        except Exception:  # noqa: BLE001 - sizes the graph cannot take: try the next
-            continue
+        except Exception as exc:  # the module would serve these sizes: the literal stays ambiguous
+            raise NotGeneric(f"a literal fits several size expressions, and generating at {probe}, where they "
+                             f"differ, failed ({type(exc).__name__}: {exc})") from None
         if run[4]:
             raise NotGeneric("the wrapper passes values it cannot spell (extra)")
         return probe, run
-    raise NotGeneric("a literal fits several size expressions of the graph, which differ only at sizes the "
-                     "graph cannot take")
+    return None
+
+
+def _graph_takes(gm, inputs: list) -> bool:
+    """Whether `gm` runs on `inputs`' sizes (on fake tensors: no data read, no kernel run, no state changed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
+            gm.forward(*inputs)
+    except Exception:  # noqa: BLE001 - eager raises for these sizes too
+        return False
+    return True
 
 
 def _size_expressions(gm, sym: symbolic.SymbolicInputs, example_inputs: list) -> size_exprs.SizeExpressions:

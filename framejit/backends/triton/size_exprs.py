@@ -12,10 +12,13 @@ So a literal no product fits is matched against these expressions, their small m
 pairwise products, evaluated at every probe. A literal is taken as an expression only when
 - it equals the expression at every probe (the fitted probes, and probes with odd sizes and other
   residues, which the module is then always generated at: `_odd_probes` in dynamic.py), and
-- every expression that also equals it there agrees with it at a grid of small sizes too. Two different
+- every expression that also equals it there agrees with it at a grid of sizes too. Two different
   functions of the sizes can agree at the probes (`3 * (s - 3 % s)` and `(s - 3 % s) * (3 % s)` at every
   s > 3): the fit raises `Ambiguous` with the sizes where they differ, and the module is generated there
-  too (a probe like any other, if the graph's size check accepts it), until one expression is left.
+  too (a probe like any other), until one expression is left. Grid points the graph does not take (its
+  size check rejects them, or its ops raise there on fake tensors: a conv's output `Max(1, (s - 3) // 2 + 1)`
+  and `(s - 3) // 2 + 1` differ only for s < 3, where eager raises) are excluded: the module never serves
+  them.
 The fitted module is checked the same way as before: the same skeleton at every probe, every literal fitted
 at every probe; anything else compiles per shape.
 """
@@ -86,6 +89,7 @@ class SizeExpressions:
         self.atoms = atoms
         self.symbols = symbols
         self._values: dict = {}
+        self.excluded: set = set()  # grid points the graph does not take (dynamic._probe_where_they_differ)
 
     def __bool__(self) -> bool:
         return bool(self.atoms)
@@ -138,8 +142,19 @@ class SizeExpressions:
         return PythonPrinter().doprint(matches[0])
 
     def _disagreements(self, matches: list) -> list[list[int]]:
-        """The points of a grid of small sizes where `matches` are not all equal, smallest sums first."""
-        grid = (2, 3, 5, 7, 8, 12, 13, 31)
-        points = sorted(itertools.islice(itertools.product(grid, repeat=len(self.symbols)), 512), key=sum)
+        """The points of a grid of sizes where `matches` are not all equal (but for `excluded` ones), smallest
+        sums first."""
         first = matches[0]
-        return [list(p) for p in points if any(self._at(m, p) != self._at(first, p) for m in matches[1:])]
+        return [list(p) for p in self._grid() if p not in self.excluded
+                and any(self._at(m, p) != self._at(first, p) for m in matches[1:])]
+
+    def _grid(self) -> list[tuple]:
+        import random
+
+        values, n = (2, 3, 4, 5, 7, 8, 12, 13, 16, 17, 31, 64), len(self.symbols)
+        if len(values) ** n <= 1728:
+            points = list(itertools.product(values, repeat=n))
+        else:  # a fixed sample: the same grid in every process
+            pick = random.Random(n)
+            points = list({tuple(pick.choice(values) for _ in range(n)) for _ in range(1728)})
+        return sorted(points, key=lambda p: (sum(p), p))
