@@ -222,3 +222,35 @@ def test_exc_info_inside_a_traced_except_clause_matches_eager():
     for _ in range(2):
         x = torch.randn(2)
         assert_same(compiled(x, {}), fn(x, {}))
+
+
+def _dispatch_state():
+    return str(torch._C._dispatch_tls_local_include_set()), str(torch._C._dispatch_tls_local_exclude_set())
+
+
+def test_inference_mode_through_an_exit_stack_leaves_no_dispatch_state_behind():
+    # NOTE [torch._C guards are never run while tracing]: inference_mode.__enter__ makes torch._C._InferenceMode
+    def fn(x):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.inference_mode())
+            y = x * 2
+        return y, y.is_inference(), torch.is_inference_mode_enabled()
+
+    before = _dispatch_state()
+    _run_both(fn, lambda: (torch.randn(3),))
+    assert _dispatch_state() == before
+    assert_same(torch.ones(2) + 1, torch.full((2,), 2.0))
+
+
+def test_a_dispatch_guard_made_in_the_region_runs_as_python():
+    def fn(x):
+        guard = torch._C._InferenceMode(True)
+        guard.__enter__()
+        y = x * 2
+        inside = torch.is_inference_mode_enabled()
+        guard.__exit__(None, None, None)
+        return y, y.is_inference(), inside, torch.is_inference_mode_enabled()
+
+    before = _dispatch_state()
+    _run_both(fn, lambda: (torch.randn(3),))
+    assert _dispatch_state() == before
