@@ -402,3 +402,35 @@ def test_attention_trains_with_forward_and_backward_in_one_ort_part_each():
     for joint in recording.joints():
         for half in joint.compiled_forwards:
             assert all(row["parts"] == 1 for row in half.summary())
+
+
+# ---- onnxrt: NOTE [Replication-pad gradients as scatter-adds] ---------------------------------------------------
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_replication_pad_backward_matches_eager(dims):
+    forward = getattr(aten, f"replication_pad{dims}d")
+    backward = getattr(aten, f"replication_pad{dims}d_backward").default
+    decomposed = _decomposition(backward)
+    space = [3, 4, 5][-dims:] if dims > 1 else [7]
+    for padding in ([2, 1] * dims, [0, 3] * dims, [-1, 2] * dims, list(range(2 * dims))):  # crops, unequal sides
+        for lead in ([2, 3], [3]):
+            x = torch.randn(*lead, *space, generator=_gen(dims), dtype=torch.float64)
+            grad = torch.randn(forward(x, padding).shape, generator=_gen(dims + 1), dtype=torch.float64)
+            torch.testing.assert_close(decomposed(grad, x, padding), backward(grad, x, padding), **EXACT)
+
+
+class PaddedConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pad2, self.conv = nn.ReplicationPad2d((1, 2, 0, 1)), nn.Conv2d(2, 3, 3)
+        self.pad1, self.pad3 = nn.ReplicationPad1d(2), nn.ReplicationPad3d(1)
+
+    def forward(self, x):
+        h = torch.tanh(self.conv(self.pad2(x)))
+        return self.pad1(h.flatten(2)).sum(-1) + self.pad3(h.unsqueeze(1)).mean((1, 2, 3, 4))[:, None]
+
+
+def test_replication_pads_train_with_the_backward_in_one_ort_part():
+    """Before: replication_pad{1,2,3}d_backward ran in torch between ORT parts."""
+    recording = train_as_eager(PaddedConvNet, lambda g: (torch.randn(2, 2, 5, 6, generator=g),))
+    assert_backward_in_one_part(recording)
+    assert_forward_in_ort(recording)

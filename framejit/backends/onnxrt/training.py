@@ -7,7 +7,9 @@ for the backward) and that returns a flat tuple. Its first call goes through `On
 program (NOTE [Direct calls of training halves]), whose ORT parts are `TrainingPart`s: OrtParts fed and
 read through OrtValue vectors (NOTE [OrtValue vectors in training parts]). `PARTITION_CONFIG` is what
 onnxrt joints are partitioned with (NOTE [Recomputation for ORT programs]); `decompositions()` what they
-are traced with (convolution gradients as convolutions: conv_backward.py).
+are traced with: ops torchlib cannot translate (or not as eager computes them) as ops it can (convolution,
+pooling, padding and EmbeddingBag gradients, CPU flash attention: conv_backward.py, pool_backward.py,
+pad_backward.py, embedding_bag.py, attention_training.py).
 """
 from __future__ import annotations
 
@@ -60,12 +62,12 @@ def decompositions() -> dict:
     gradients as convolutions and products (NOTE [Pooling gradients as convolutions and products] in
     pool_backward.py), EmbeddingBag gradients as scatter-adds (NOTE [EmbeddingBag gradients as scatter-adds]
     in embedding_bag.py) and CPU flash attention as its math (NOTE [Flash attention as math in training graphs]
-    in attention_training.py)."""
+    in attention_training.py) and replication-pad gradients as scatter-adds (pad_backward.py)."""
     from .. import joint
-    from . import attention_training, conv_backward, embedding_bag, pool_backward
+    from . import attention_training, conv_backward, embedding_bag, pad_backward, pool_backward
 
     return {**joint.training_decompositions(), **conv_backward.decomposition(), **pool_backward.decomposition(),
-            **embedding_bag.decomposition(), **attention_training.decomposition()}
+            **embedding_bag.decomposition(), **attention_training.decomposition(), **pad_backward.decomposition()}
 
 
 def persistence(opts):
