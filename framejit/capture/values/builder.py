@@ -246,6 +246,10 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         return TensorMethodValue(tensor, obj.__name__)
     if _fresh_bound_builtin(obj):
         return _bound_builtin(out, obj, source)  # NOTE [Bound builtin methods by their parts]
+    overload = _custom_op_overload(obj)
+    if overload is not None:  # NOTE [Custom ops]
+        out.guard_id(source, obj)
+        return BuiltinValue(overload)
     if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
         out.guard_id(source, obj)
         return BuiltinValue(obj, source)
@@ -632,6 +636,17 @@ def _fresh_bound_builtin(obj: Any) -> bool:
     if owner is None or isinstance(owner, (type, types.ModuleType)) or not isinstance(name, str):
         return False
     return isinstance(getattr(type(owner), name, None), (types.MethodDescriptorType, types.WrapperDescriptorType))
+
+
+def _custom_op_overload(obj: Any) -> Any:
+    """NOTE [Custom ops]: an op made with `torch.library.custom_op` is a CustomOpDef object whose call is its
+    OpOverload's (`torch.ops.<ns>.<name>.default`): the graph calls that overload (FX can name it; the
+    CustomOpDef has no `__name__`, and using it as a node target was an internal error that ran the whole
+    frame eagerly), and fake tensors run the op's registered fake. The CustomOpDef is guarded by identity."""
+    custom_ops = sys.modules.get("torch._library.custom_ops")
+    if custom_ops is None or not isinstance(obj, custom_ops.CustomOpDef):
+        return None
+    return getattr(obj, "_opoverload", None)
 
 
 def _is_torch_callable(obj: Any) -> bool:
