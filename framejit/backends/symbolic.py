@@ -98,6 +98,16 @@ def _hint(size) -> int | None:
     return int(size)
 
 
+def _shape_env_of(vals: list):
+    """The frontend's ShapeEnv, from the first symbolic size of the placeholders' values (or None)."""
+    for val in vals:
+        items = list(val.shape) + list(val.stride()) if isinstance(val, torch.Tensor) else [val]
+        for item in items:
+            if isinstance(item, torch.SymInt):
+                return item.node.shape_env
+    return None
+
+
 def _read_of(dim) -> str:
     """The tensor method call reading `dim` of a `_reads` entry: size(d), or stride(d) for ("stride", d)."""
     return f"stride({dim[1]})" if isinstance(dim, tuple) else f"size({dim})"
@@ -174,6 +184,7 @@ class SymbolicInputs:
         ints = set()
         fakes = []
         sizes: dict = {}
+        self._frontend_env = _shape_env_of(vals)  # NOTE [Ranges of the frontend's symbols]
         for index, (val, real) in enumerate(zip(vals, inputs)):
             if isinstance(real, torch.Tensor):
                 sizes[index] = self._sizes(index, val, real)
@@ -258,6 +269,7 @@ class SymbolicInputs:
                 self._mapping[expr] = sym
                 if isinstance(sym, sympy.Symbol):
                     self.symbols.append(sym)
+                    self._narrow(sym, expr)
             backend = self._mapping[expr]
         else:
             missing = expr.free_symbols - set(self._mapping)
@@ -267,6 +279,28 @@ class SymbolicInputs:
         if isinstance(backend, sympy.Integer):
             return int(backend)
         return self.shape_env.create_symintnode(backend, hint=hint)
+
+    # NOTE [Ranges of the frontend's symbols]: the frontend's guards may bound a size (`m[:, :t]` with m 16
+    # wide: t <= 16). A backend symbol takes the frontend symbol's range too, so `bind` checks it (a program
+    # is never used for sizes its graph was not traced for, also when called directly) and a backend that
+    # samples sizes (triton's probes) picks them within it (`ranges`).
+    def _narrow(self, sym, frontend_expr) -> None:
+        env = self._frontend_env
+        frontend = env.var_to_range.get(frontend_expr) if env is not None else None
+        if frontend is not None and sym in self.shape_env.var_to_range:
+            self.shape_env.var_to_range[sym] = self.shape_env.var_to_range[sym] & frontend
+
+    def ranges(self) -> list[tuple]:
+        """(lower, upper) of each symbol in `symbols` (None where unbounded)."""
+        import sympy
+
+        out = []
+        for sym in self.symbols:
+            r = self.shape_env.var_to_range.get(sym)
+            lower = int(r.lower) if r is not None and isinstance(r.lower, sympy.Integer) else None
+            upper = int(r.upper) if r is not None and isinstance(r.upper, sympy.Integer) else None
+            out.append((lower, upper))
+        return out
 
     def sizes_at(self, values: dict) -> tuple[dict, dict]:
         """The inputs' sizes when the backend symbols take `values`: ({input: {dim: size}}, {input: int})."""

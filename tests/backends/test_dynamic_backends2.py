@@ -105,6 +105,27 @@ def _conv_net(x):
     return _CONV_NET(x)
 
 
+class _MaskedAttention(torch.nn.Module):
+    def __init__(self, d: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, -1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) * (d // self.heads) ** -0.5 + mask[:, None, None, :t]
+        return self.out((scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+_ATTENTION = _MaskedAttention().eval().requires_grad_(False)
+
+
+def _attention(x, mask):
+    return _ATTENTION(x, mask)
+
+
 _PROGRAMS = {  # half: sizes 2 and 3 make a half of 1, another graph (stock too), compiled per shape
     "half": (_half, [(torch.randn(3, s),) for s in [5, 8, 11, 4, 7, 14, 17, 6, 9]]),
     "pad_to_8": (_pad_to_8, [(torch.randn(3, s),) for s in _SIZES]),
@@ -114,6 +135,10 @@ _PROGRAMS = {  # half: sizes 2 and 3 make a half of 1, another graph (stock too)
     # every probe and differ only where the conv raises (h < 3): excluded grid points
     "conv_net": (_conv_net, [(torch.randn(b, 3, h, w),) for b, h, w in [(2, 8, 8), (3, 9, 7), (2, 12, 10),
                                                                          (4, 7, 9), (3, 10, 10), (2, 11, 8)]]),
+    # a mask 16 wide sliced to the sequence length: the frontend bounds t <= 16, probes of 48.. failed
+    # (NOTE [Ranges of the frontend's symbols], backends/symbolic.py)
+    "attention_with_a_sliced_mask": (_attention, [(torch.randn(b, t, 16), torch.randn(b, 16)) for b, t in
+                                                  [(2, 5), (3, 7), (2, 9), (4, 6), (3, 11), (2, 8)]]),
 }
 
 

@@ -55,9 +55,19 @@ from .wrapper import generate_module
 _PROBES = ((3, 5, 7, 11, 13, 17), (29, 31, 37, 41, 43, 47), (61, 97, 67, 89, 71, 83))
 
 
-def _probes(n: int, example: list[int]) -> list[list[int]]:
+def _probes(n: int, example: list[int], ranges: list | None = None) -> list[list[int]]:
     increasing, decreasing, interleaved = (list(p[:n]) for p in _PROBES)
-    return [list(example)] + [[16 * v for v in p] for p in (increasing, decreasing[::-1], interleaved)]
+    probes = [[16 * v for v in p] for p in (increasing, decreasing[::-1], interleaved)]
+    for k, (lower, upper) in enumerate(ranges or []):  # NOTE [Ranges of the frontend's symbols]
+        if upper is not None and any(p[k] > upper for p in probes):
+            # sizes of several residues (the odd probes above the bound are rejected by the size check)
+            inside = [upper - d for d in (0, 1, 3, 6, 2, 5, 4, 7) if upper - d >= max(lower or 2, 2)]
+            inside = [v for v in inside if v != example[k]]
+            if len(inside) < len(probes):
+                raise NotGeneric(f"symbol {k} ranges over too few sizes ({lower}..{upper}) to probe")
+            for p, v in zip(probes, inside):
+                p[k] = v
+    return [list(example)] + probes
 _MAX_SYMBOLS = 6  # 3**6 candidate monomials per literal
 _MAX_SPECIALISED = 16
 
@@ -266,7 +276,7 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
     example_sizes = sym.bind(example_inputs)
     if example_sizes is None:
         raise NotGeneric("the example inputs fail their own size check")
-    probes = _probes(len(names), list(example_sizes))
+    probes = _probes(len(names), list(example_sizes), sym.ranges())
     exprs = _size_expressions(gm, sym, example_inputs)  # NOTE [Literals fitted to the graph's size expressions]
 
     def generate_all(configs):
