@@ -175,6 +175,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, GenCtxValue):
         return gen_attr(obj, name)
     if isinstance(obj, BuiltinValue):
+        if name == "__self__" and getattr(obj, "bound_owner", None) is not None:
+            return obj.bound_owner  # the value it was read from (`_constant_attr`)
         if name == "__self__" and obj.source is not None and isinstance(obj.obj, _BOUND_C):
             # the object it is bound to, reloaded from where the method came from (guarded there, NOTE [Bound
             # builtin methods by their parts]), so `m.__self__ is t` after a break compares the real objects
@@ -302,7 +304,20 @@ def _constant_attr(obj: ConstantValue, name: str) -> Value:
         # NOTE [Exceptions made while tracing]: a method of the exception is bound to the object each call
         # makes, not to the traced template (`e.add_note(...)` at a break noted the template, every call)
         return BoundMethodValue(BuiltinValue(getattr(type(obj.value), name)), obj)
-    return wrap_unguarded(value)
+    result = wrap_unguarded(value)
+    if obj.source is not None and type(obj.value) in _VALUE_TYPES and isinstance(result, BuiltinValue) and \
+            getattr(value, "__self__", None) is obj.value and \
+            isinstance(getattr(type(obj.value), name, None), _C_METHOD_DESCRIPTORS):
+        # `k.__mul__` of a number, string or tuple from outside is bound to the caller's object, not to the
+        # equal object of the call that traced it: `__self__` answers the value itself, and the method is
+        # rebuilt (returned, live at a break) bound to the value's source (codegen), so `m = k.__mul__;
+        # print(); m.__self__ is k` answers as eager for every equal k
+        result.bound_owner = obj
+    return result
+
+
+_VALUE_TYPES = (int, float, complex, str, bytes, tuple)
+_C_METHOD_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
 # NOTE [Attributes of enum members]: a member of a user Enum is a constant (pinned by identity), but it is

@@ -440,6 +440,9 @@ class Reconstructor:
         elif getattr(value, "made_in_trace", False):  # NOTE [Modules made while tracing]
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a module made in the compiled region ({value.describe()}) "
                                                            "escapes it")
+        elif isinstance(value, BuiltinValue) and getattr(value, "bound_owner", None) is not None:
+            owner = value.bound_owner  # `k.__mul__` of a value from outside: bound to the caller's object
+            self._call_const(bound_c_method, [BuiltinValue(getattr(type(owner.value), value.obj.__name__)), owner])
         elif isinstance(value, (BuiltinValue, ClassValue, PyModuleValue, ObjectValue)):
             cg.load_const(value.obj)
         elif isinstance(value, UserFunctionValue) and value.closure is None and value.defaults is None:

@@ -316,3 +316,18 @@ def test_packed_sequence_is_made_by_its_own_new():
     run_differential(_packed_sequence_without_unsorted_indices,
                      lambda seed: (torch.randn(3), torch.tensor([2, 1]), torch.tensor([seed % 2, 1 - seed % 2])),
                      seeds=(0, 1, 2), fullgraph=True)
+
+
+def _method_of_an_int_across_a_break(x, k):
+    m = k.__mul__
+    print("break")
+    return x + m(2), m.__self__ is k
+
+
+def test_a_method_of_a_number_from_outside_is_bound_to_the_callers_object():
+    # before: `m = k.__mul__` was rebuilt at the break bound to the int object of the call that traced it:
+    # for an equal k in another object (int("1000")) `m.__self__ is k` answered False (eager True)
+    compiled = framejit.compile(_method_of_an_int_across_a_break, backend="eager")
+    for k in (1000, int("1000"), int("1000"), 7):
+        expected, actual = _method_of_an_int_across_a_break(torch.ones(2), k), compiled(torch.ones(2), k)
+        assert actual[1] == expected[1] and torch.equal(actual[0], expected[0])
