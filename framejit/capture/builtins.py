@@ -728,3 +728,5 @@ def _frozenset(tx, args, kwargs):
 __all__ = ["BUILTIN_HANDLERS"]
 
 from . import itertools_support, mappings, state_blocks, stdlib  # noqa: E402,F401  (register their handlers)
+from . import pytree_support  # noqa: E402  (NOTE [pytree calls])
+pytree_support.register(BUILTIN_HANDLERS)
