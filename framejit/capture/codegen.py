@@ -197,6 +197,12 @@ def walk_at(module: Any, name: str, options: tuple, drawn: int) -> Any:
     return walk
 
 
+def namedtuple_of(cls: type, *items: Any) -> tuple:
+    """A namedtuple (or subclass) holding `items`, as its `_make` builds it: its class's own `__new__`, which
+    the traced value already went through, is not run again."""
+    return tuple.__new__(cls, items)
+
+
 def keys_iterator_at(container: Any, index: int, view: str | None = None, reverse: bool = False) -> Any:
     """CPython's iterator over a dict or set (or reversed() of a dict, or over a dict's `view`), advanced past
     `index` keys (NOTE [Live iteration], [Dict iterators read live])."""
@@ -582,11 +588,14 @@ class Reconstructor:
             cg.build("BUILD_TUPLE" if value.cls is tuple else "BUILD_LIST", len(value.items))
             return
         cg.push_null()
-        cg.load_const(value.cls)
+        named = hasattr(value.cls, "_fields")  # the tuple itself, not a call of the class's own __new__
+        cg.load_const(namedtuple_of if named else value.cls)  # (NOTE [Namedtuples made by their own __new__])
+        if named:
+            cg.load_const(value.cls)
         for item in value.items:
             self.emit(item)
-        if hasattr(value.cls, "_fields"):
-            cg.call(len(value.items))
+        if named:
+            cg.call(len(value.items) + 1)
         else:
             cg.build("BUILD_TUPLE", len(value.items))
             cg.call(1)

@@ -849,7 +849,7 @@ def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(v, SequenceValue):
         items = [leaf(i) for i in v.items]
         return tuple(items) if issubclass(v.cls, tuple) and not hasattr(v.cls, "_fields") else (
-            list(items) if v.cls is list else (v.cls(*items) if hasattr(v.cls, "_fields") else v.cls(items)))
+            list(items) if v.cls is list else (tuple.__new__(v.cls, items) if hasattr(v.cls, "_fields") else v.cls(items)))
     if isinstance(v, DictValue):
         return {k: leaf(i) for k, i in v.items.items()}
     if isinstance(v, SliceValue):

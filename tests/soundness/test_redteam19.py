@@ -291,6 +291,19 @@ def test_a_namedtuple_subclass_is_made_by_its_own_new_and_init(cls):
     run_differential(_construct(cls), lambda seed: (torch.randn(3) + seed, seed), seeds=(0, 1, 2), fullgraph=False)
 
 
+def _constructed_before_a_break(x, k):
+    q = _Doubled(x, k)
+    print("break")
+    return q, q.a
+
+
+def test_a_namedtuple_subclass_with_its_own_new_is_rebuilt_as_it_is():
+    # after the first fix: a _Doubled made while tracing and live at a break (or returned) was rebuilt by
+    # calling _Doubled(*fields), which ran its __new__ a second time (q.a 4x where eager gives 2x)
+    run_differential(_constructed_before_a_break, lambda seed: (torch.randn(3) + seed, seed), seeds=(0, 1, 2),
+                     fullgraph=False)
+
+
 def test_a_new_added_to_a_namedtuple_subclass_after_the_first_call_is_run():
     f = _construct(_Plain)
     compiled = framejit.compile(f, backend="eager")
