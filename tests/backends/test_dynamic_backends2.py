@@ -131,6 +131,9 @@ _PROGRAMS = {  # half: sizes 2 and 3 make a half of 1, another graph (stock too)
     "pad_to_8": (_pad_to_8, [(torch.randn(3, s),) for s in _SIZES]),
     "tail_from_offset": (_tail_from, [(torch.randn(s, 3), o) for s, o in zip(_SIZES, _OFFSETS)]),
     "roll_by_offset": (_roll_by, [(torch.randn(s, 3), o) for s, o in zip(_SIZES, _OFFSETS)]),
+    # odd columns: `2*(x % k) + s*(x // k)` folds to `2*x` for even rows only (NOTE [Recombination off at
+    # probes], triton/ir.py)
+    "odd_columns": (lambda x: x[:, 1::2] * 2, [(torch.randn(3, s),) for s in [5, 8, 11, 4, 7, 14, 17, 6, 9]]),
     # a strided conv's output size: `Max(1, (h - 3) // 2 + 1)` and `(h - 3) // 2 + 1` fit one literal at
     # every probe and differ only where the conv raises (h < 3): excluded grid points
     "conv_net": (_conv_net, [(torch.randn(b, 3, h, w),) for b, h, w in [(2, 8, 8), (3, 9, 7), (2, 12, 10),

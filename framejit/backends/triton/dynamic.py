@@ -96,6 +96,10 @@ class NotGeneric(Exception):
     """The graph cannot be served by one size-generic module (the reason is the message)."""
 
 
+class _SkeletonDiffers(NotGeneric):
+    """The kernels generated at the probes differ in structure (NOTE [Recombination off at probes])."""
+
+
 def _generate(gm, inputs: list, device: torch.device, opts: dict, configs: dict | None, ints: frozenset):
     """compile_graph's pipeline up to the module source (no loading); `configs` forces launch configs;
     the ints at positions `ints` are fixed into the graph (their values reach the source as literals)."""
@@ -218,7 +222,7 @@ def _generic_kernels(heads: list[str], probes: list, names: list[str], exprs=Non
     """The kernels' text with every size-dependent integer literal replaced by a kernel argument; returns
     (text, {kernel: {expression: argument name}})."""
     if not _same_skeleton(heads):
-        raise NotGeneric("a kernel body depends on a symbolic size beyond integer literals (a float that is "
+        raise _SkeletonDiffers("a kernel body depends on a symbolic size beyond integer literals (a float that is "
                          "not a whole number, or a different kernel structure)")
     pieces, fits = _fitted(heads, probes, names, "a kernel", exprs)
     out = [pieces[0]]
@@ -262,6 +266,18 @@ def _with_params(kernel, args: dict):
 
 def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) -> "DynamicGraph":
     """One size-generic module for `gm` (NOTE [Size-generic modules]); raises NotGeneric."""
+    try:
+        return _compile_dynamic(gm, example_inputs, device, opts)
+    except _SkeletonDiffers:  # NOTE [Recombination off at probes] (ir.py)
+        from . import ir
+        ir.RECOMBINE[0] = False
+        try:
+            return _compile_dynamic(gm, example_inputs, device, opts)
+        finally:
+            ir.RECOMBINE[0] = True
+
+
+def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) -> "DynamicGraph":
     try:
         sym = symbolic.SymbolicInputs(gm, example_inputs, strided=True)  # NOTE [Strided inputs of symbolic programs]
         sym.finish()

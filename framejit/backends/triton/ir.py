@@ -127,8 +127,16 @@ def _term_order(item) -> tuple:
     return _DIGITS.sub("#", key), tuple(int(d) for d in _DIGITS.findall(key))
 
 
+# NOTE [Recombination off at probes]: `_recombine_div_mod` fires when sizes line up (`2*(x % 24) + 48*(x // 24)`
+# is `2*x` for an even row of 48, not for 49), so a size-generic module's probes (triton/dynamic.py) could
+# get kernels of different structure (`x[:, 1::2]`); dynamic.py generates them again with it off.
+RECOMBINE = [True]
+
+
 def _recombine_div_mod(combined: dict) -> None:
     """Rewrite `k*m*(e // m) + k*(e % m)` as `k*e` in place (undoing a delinearize/linearize pair)."""
+    if not RECOMBINE[0]:
+        return
     changed = True
     while changed:
         changed = False
