@@ -33,10 +33,9 @@ _PRELUDE = "import torch\nimport framejit\n\n"
 EXAMPLES: dict[BreakKind, str] = {
     BreakKind.UNSUPPORTED_OPCODE: _PRELUDE + """\
 def fn(x):
-    match x.shape:  # MATCH_SEQUENCE: structural pattern matching is not traced
-        case (n,):
-            return x * n
-    return x
+    class Scale:  # LOAD_BUILD_CLASS: defining a class inside a compiled function
+        k = 2
+    return x * Scale.k
 
 framejit.compile(fn, fullgraph=True)(torch.randn(3))
 """,
