@@ -236,6 +236,9 @@ def explain(fn: Callable, *, backend: str | Callable = "eager"):
 
     def run(*args, **kwargs) -> ExplainOutput:
         request = _make_request(backend, False, None, None, None)
+        # the report is of this call's own tracing: entries persisted by an earlier compile (or explain) of
+        # the same code would be installed beside it, guards failing or not, and their breaks reported
+        request.artifacts = None
         compiled = _compile_one(fn, request)
         before = capture.eager_frame_count()
         compiled(*args, **kwargs)

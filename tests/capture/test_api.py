@@ -374,3 +374,25 @@ def test_internal_error_falls_back_to_eager_and_logs(monkeypatch, caplog):
     with pytest.raises(framejit.Unsupported) as info:
         framejit.compile(f, fullgraph=True)(torch.randn(3), torch.randn(3))
     assert info.value.kind is BreakKind.INTERNAL_ERROR
+
+
+def _call_it(f, x):
+    return f(x) + 1
+
+
+def _prints(x):
+    print("between")
+    return x
+
+
+def test_explain_reports_only_its_own_call_after_an_earlier_explain_of_the_same_code(capsys):
+    # found by h11func: the second report listed the first one's print() break (the entry the first
+    # explain persisted was installed beside the new one although its guard did not accept the call)
+    import framejit
+    framejit.reset()
+    first = framejit.explain(_call_it)(_prints, torch.ones(2))
+    framejit.reset()
+    second = framejit.explain(_call_it)(torch.sin, torch.ones(2))
+    assert first.graph_break_count == 1
+    assert second.graph_break_count == 0 and second.break_reasons == []
+    assert second.graph_count == 1
