@@ -385,10 +385,12 @@ def _prints(x):
     return x
 
 
-def test_explain_reports_only_its_own_call_after_an_earlier_explain_of_the_same_code(capsys):
+def test_explain_reports_only_its_own_call_after_an_earlier_explain_of_the_same_code(capsys, monkeypatch, tmp_path):
     # found by h11func: the second report listed the first one's print() break (the entry the first
     # explain persisted was installed beside the new one although its guard did not accept the call)
     import framejit
+    monkeypatch.setattr(framejit.config, "cache_enabled", True)  # as users run it (tests turn it off)
+    monkeypatch.setattr(framejit.config, "cache_dir", str(tmp_path))
     framejit.reset()
     first = framejit.explain(_call_it)(_prints, torch.ones(2))
     framejit.reset()
