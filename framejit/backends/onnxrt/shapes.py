@@ -59,9 +59,9 @@ def _lower_bound(expr, env):
         return float("-inf")
     try:
         lower = bound_sympy(expr, env.var_to_range).lower
-    except Exception:  # an expression the range analysis does not know
-        return float("-inf")
-    return int(lower) if getattr(lower, "is_integer", False) and lower.is_finite else float("-inf")
+        return int(lower) if getattr(lower, "is_integer", False) and lower.is_finite else float("-inf")
+    except Exception:  # an expression the range analysis does not know; a bound int() refuses (`(-s) % 8`:
+        return float("-inf")  # int() of its lower bound raised AttributeError: 'Infinity' ... '_mpf_')
 
 
 # NOTE [Size expressions read in the graph]
