@@ -360,13 +360,22 @@ def _next(tx, args, kwargs):
     return item
 
 
+def _typed(result: IteratorValue, kind: type | None) -> IteratorValue:
+    """NOTE [Iterators of their own type]: zip, enumerate, map and filter objects answer type() as such, and
+    one that outlives the graph is rebuilt as one of its type over its remaining rows (codegen.rows_as), or by
+    the real combinator from its recipe (NOTE [Combinators rebuilt at breaks])."""
+    if kind is not None and type(result) is IteratorValue:
+        result.iter_type = kind
+    return result
+
+
 @handles(enumerate)
 def _enumerate(tx, args, kwargs):
     start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))).as_constant()
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     rows = IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(column)])
-    return watch.finish(rows, "enumerate", per_row=True, extra=start)  # NOTE [Combinators rebuilt at breaks]
+    return _typed(watch.finish(rows, "enumerate", per_row=True, extra=start), enumerate)  # NOTE [Combinators rebuilt at breaks]
 
 
 @handles(zip)
@@ -377,8 +386,8 @@ def _zip(tx, args, kwargs):
     if strict and len({len(c) for c in columns}) > 1:  # CPython raises once the shortest runs out, after the
         # rows before it were used, naming the argument: the loop runs as Python
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "zip(strict=True) over iterables of different lengths")
-    return watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True,
-                        extra=bool(strict))  # NOTE [Combinators rebuilt at breaks]
+    return _typed(watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True,
+                               extra=bool(strict)), zip if not strict else None)  # NOTE [Combinators rebuilt at breaks]
 
 
 @handles(reversed)
@@ -413,7 +422,7 @@ def _map(tx, args, kwargs):
     watch = lazy_combinators.watch(tx, iterables)  # NOTE [Lazy combinators]
     columns = drain_lent(tx, iterables)  # NOTE [Lent iterators]
     rows = _calls_made_early(tx, "map", lambda: [tx.call(fn, list(row), {}) for row in zip(*columns)])
-    return watch.finish(IteratorValue(rows), "map", per_row=True, fn=fn, columns=columns)
+    return _typed(watch.finish(IteratorValue(rows), "map", per_row=True, fn=fn, columns=columns), map)
 
 
 def _calls_made_early(tx, what: str, run):
@@ -446,8 +455,8 @@ def _filter(tx, args, kwargs):
                 keep.append(item)
         return keep
     predicate = None if fn.is_constant() and fn.as_constant() is None else fn
-    return watch.finish(IteratorValue(_calls_made_early(tx, "filter", run)), "filter", per_row=False,
-                        fn=predicate, columns=[column])
+    return _typed(watch.finish(IteratorValue(_calls_made_early(tx, "filter", run)), "filter", per_row=False,
+                        fn=predicate, columns=[column]), filter)
 
 
 @handles(sorted)

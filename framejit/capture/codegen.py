@@ -197,6 +197,23 @@ def walk_at(module: Any, name: str, options: tuple, drawn: int) -> Any:
     return walk
 
 
+def rows_as(kind: type, rows: tuple) -> Any:
+    """A zip, enumerate, map or filter object that yields `rows` (what a traced one had left to yield)."""
+    if kind is zip:
+        return zip(*zip(*rows)) if rows else zip()
+    if kind is enumerate:
+        return enumerate([value for _, value in rows], rows[0][0]) if rows else enumerate(())
+    return map(_same, rows) if kind is map else filter(_kept, rows)
+
+
+def _same(row: Any) -> Any:
+    return row
+
+
+def _kept(row: Any) -> bool:
+    return True
+
+
 def namedtuple_of(cls: type, *items: Any) -> tuple:
     """A namedtuple (or subclass) holding `items`, as its `_make` builds it: its class's own `__new__`, which
     the traced value already went through, is not run again."""
@@ -511,6 +528,8 @@ class Reconstructor:
                                                                                constant.step, index)])
         elif constant is not None and type(constant) is not tuple:  # str, bytes: the whole, advanced
             self._call_const(keys_iterator_at, [ConstantValue(constant), ConstantValue(index)])
+        elif value.iter_type in (zip, enumerate, map, filter):  # NOTE [Iterators of their own type]
+            self._call_const(rows_as, [ConstantValue(value.iter_type), TupleValue(value.items[index:])])
         elif value.iter_type is reversed:  # reversed(a tuple): over what is left, in the tuple's order
             self._call_const(reversed, [TupleValue(value.items[index:][::-1])])
         else:
