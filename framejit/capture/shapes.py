@@ -502,6 +502,8 @@ def _print(out, expr, bound: dict) -> str:
     names = {str(s): t for s, t in bound.items()}
     if "math." in text:
         text = re.sub(r"\bmath\.", out.name_of(math, "math") + ".", text)
+    if "torch." in text:  # torch.sym_float(...) of a size scaled by a float: `torch` is not a guard global
+        text = re.sub(r"(?<![\w.])torch\.", out.name_of(torch, "torch") + ".", text)
 
     def name(m: re.Match) -> str:
         if m.group(0) not in names:
