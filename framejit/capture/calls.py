@@ -139,6 +139,9 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
             result = call_value(tx, child, [result], {})
         return result
     if isinstance(fn, BuiltinValue):
+        bound = _bound_slot_wrapper(tx, fn)
+        if bound is not None:
+            return call_value(tx, bound, args, kwargs)
         return call_builtin(tx, fn.obj, args, kwargs)
     if hasattr(type(fn), "call_in_trace"):  # a value that knows its own call (NOTE [vjp functions])
         return fn.call_in_trace(tx, args, kwargs)
@@ -267,6 +270,25 @@ def _fresh_leaf_without_grad(tensor: TensorValue, args: list[Value], kwargs: dic
     return flag is not None and flag.is_constant() and type(flag.as_constant()) is bool \
         and tensor.source is None and tensor.node.op in ("call_function", "call_method", "call_module") \
         and tensor.fake.grad_fn is None and not torch.is_grad_enabled()
+
+
+# NOTE [Bound slot wrappers from outside]: `m = items.__add__` (a method-wrapper: a slot of list, tuple, dict or
+# set bound to its object) passed in, held in a global, or rebuilt at a break was called as if unbound: its
+# `__objclass__` made call_builtin treat the first argument as the object (`m([3])` returned None, `m(x)`
+# of `__eq__` None, `m()` of `__len__` an internal error). It is called as its type's slot with the object
+# it is bound to, read through the method's source (`<m>.__self__`, whose identity _bound_builtin guards).
+def _bound_slot_wrapper(tx, fn: BuiltinValue) -> Value | None:
+    from .container_methods import is_container_method
+    from .sources import AttrSource
+    from .values.builder import wrap
+    obj = fn.obj
+    if fn.source is None or not isinstance(obj, types.MethodWrapperType):
+        return None
+    owner = obj.__self__
+    descriptor = getattr(type(owner), obj.__name__, None)
+    if not is_container_method(descriptor):
+        return None
+    return BoundMethodValue(BuiltinValue(descriptor), wrap(tx.output, owner, AttrSource(fn.source, "__self__")))
 
 
 def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -141,7 +141,14 @@ def _record_list_op(tx, lst: ListValue, name: str, args: list[Value], before: in
     tx.output.side_effects.record_op(lst, name, tuple(args))
 
 
+_SEQUENCE_METHODS = ("append", "extend", "insert", "pop", "reverse", "clear", "copy", "sort", "index", "count",
+                     "remove")
+
+
 def _sequence_method(tx, seq: SequenceValue, name: str, args: list[Value], kwargs) -> Value:
+    if name not in _SEQUENCE_METHODS:  # `list.__len__(l)`, `tuple.__add__(t, u)`, a slot bound from outside:
+        # not modelled here (they answered None): a break, the call runs as Python
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{seq.python_type().__name__}.{name} called as a method")
     items = seq.items
     if name == "append":
         items.append(args[0])

@@ -372,3 +372,38 @@ def test_combinator_objects_answer_their_own_type(fn):
             assert actual == expected
         else:
             assert actual[1:] == expected[1:]
+
+
+# ---- slots of lists and tuples called as methods (container_methods._sequence_method, calls._bound_slot_wrapper)
+
+def _slots_called_unbound(x, l, t):
+    return (x + 1, list.__len__(l), list.__contains__(l, 1), list.__add__(l, [5]), list.__eq__(l, [1, 2]),
+            list.__getitem__(l, 0), tuple.__len__(t), tuple.__add__(t, (5,)), tuple.__mul__(t, 2))
+
+
+def test_list_and_tuple_slots_called_as_methods_answer_as_eager():
+    # before: list.__len__(l), tuple.__add__(t, u), ... answered None (every slot but the named list methods)
+    run_differential(_slots_called_unbound, lambda seed: (torch.randn(2), [1, seed + 2], (seed, 2)),
+                     seeds=(0, 1, 2), fullgraph=False)
+
+
+def _call_passed_method(x, m, arg):
+    return x + 1, m(*arg)
+
+
+@pytest.mark.parametrize("make,arg", [(lambda k: [1, k].__add__, ([3],)), (lambda k: [1, k].__len__, ()),
+                                      (lambda k: (1, k).__eq__, ((1, 2),)), (lambda k: [1, k].__contains__, (2,)),
+                                      (lambda k: [1, k].__iadd__, ([7],))],
+                         ids=["list_add", "list_len", "tuple_eq", "list_contains", "list_iadd"])
+def test_a_slot_of_a_list_or_tuple_passed_in_is_bound_to_its_object(make, arg):
+    # before: `m = items.__add__` passed in was called as if unbound (the first argument taken as the object):
+    # m([3]) returned None (eager [1, k, 3]); m() of __len__ was an internal error (the frame ran eagerly)
+    # (and no frame ran wholly eagerly)
+    compiled = framejit.compile(_call_passed_method, backend="eager")
+    eager_frames = framejit.stats()["eager_frames"]
+    for k in (1, 2, 2):
+        eager_self, compiled_self = make(k), make(k)
+        expected = _call_passed_method(torch.ones(2), eager_self, arg)
+        actual = compiled(torch.ones(2), compiled_self, arg)
+        assert actual[1] == expected[1] and eager_self.__self__ == compiled_self.__self__
+    assert framejit.stats()["eager_frames"] == eager_frames
