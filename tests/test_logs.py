@@ -272,3 +272,18 @@ def test_records_print_once_when_the_user_configured_logging(tmp_path):
     lines = [line for line in result.stderr.splitlines() if "graph break in scaled" in line]
     assert lines == ["ROOT framejit.graph_breaks: graph break in scaled at "
                      f"{tmp_path / 'user_script.py'}:{LINE_PRINT + 2}"]
+
+
+def test_a_guard_check_that_raises_says_so_in_the_recompile_log(handler):
+    # a raising check counts as a miss; the log line must say it raised (a guard that can never pass,
+    # like 3dddcb2's unbound `torch`, otherwise reads like a value that changed)
+    def f(x, d):
+        return x * d["s"]
+
+    logs.set_logs("recompiles")
+    cf = framejit.compile(f, backend="eager")
+    cf(torch.ones(2), {"s": 2.0})
+    with pytest.raises(KeyError):
+        cf(torch.ones(2), {"t": 2.0})  # the guard reading d['s'] raises KeyError
+    lines = [r.getMessage() for r in handler.records if r.name.endswith("recompiles")]
+    assert any("the check raised KeyError" in line for line in lines), lines

@@ -113,8 +113,10 @@ class GuardFunction:
     def _failure(self, guard: Guard, frame_locals: dict) -> Failure:
         for part in guard.parts:
             if not _holds(part.expr, self.namespace, frame_locals):
-                return Failure(part, _actual(part, self.namespace, frame_locals))
-        return Failure(guard, _actual(guard, self.namespace, frame_locals))
+                return Failure(part, _actual(part, self.namespace, frame_locals) + _raised(part.expr, self.namespace,
+                                                                                          frame_locals))
+        return Failure(guard, _actual(guard, self.namespace, frame_locals) + _raised(guard.expr, self.namespace,
+                                                                                     frame_locals))
 
     def all_failures(self, *args: Any, **kwargs: Any) -> list[Failure]:
         """Every failing guard, except those past a failed one that would read through an object no
@@ -172,6 +174,17 @@ def _holds(expr: str, namespace: dict, frame_locals: dict) -> bool:
         return bool(eval(_expression_code(expr), namespace, dict(frame_locals)))
     except Exception:
         return False
+
+
+def _raised(expr: str, namespace: dict, frame_locals: dict) -> str:
+    """' (the check raised E: message)' when evaluating the check raised rather than answered False: a
+    raising check counts as a miss, so the recompile log says why (a guard that can never pass otherwise
+    looks like a value that changed)."""
+    try:
+        eval(_expression_code(expr), namespace, dict(frame_locals))
+    except Exception as e:
+        return f" (the check raised {type(e).__name__}: {str(e)[:120]})"
+    return ""
 
 
 def _actual(guard: Guard, namespace: dict, frame_locals: dict) -> str:
