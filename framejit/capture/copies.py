@@ -128,6 +128,10 @@ def _tensor_copy(tx, value: TensorValue, memo: dict) -> Value:
         out.add_guard("TENSOR_GRAD", f"{e}.grad is None", value.source, expected="no .grad", actual=f"{e}.grad")
         out.add_guard("TENSOR_ATTRS", f"not {e}.__dict__", value.source, expected="no Python attributes",
                       actual=f"{e}.__dict__")
+        # the clone's storage is the tensor's size; deepcopy copies the whole storage (a prefix view of a
+        # larger one is contiguous at offset 0 too), so the storage's size is guarded as read here
+        out.add_guard("TENSOR_STORAGE", f"{e}.untyped_storage().nbytes() == {e}.numel() * {e}.element_size()",
+                      value.source, expected="a storage the tensor spans", actual=f"{e}.untyped_storage().nbytes()")
         inputs = memo.setdefault("inputs", [])
         for other_value, other in inputs:
             if other.untyped_storage().data_ptr() == real.untyped_storage().data_ptr():

@@ -1,0 +1,30 @@
+"""Red team 20 (h12rt20): adversarial programs against the features landed in fc4675b, d360852, d1a75b1,
+e565e49, 8afe16b, dbe206e, 79ae420 (deepcopy of tensors, namedtuple methods, match statements, module
+flag stores, padded RNN kernels, custom ops, pytree calls). Each test: eager vs compiled, several calls,
+state or inputs changed between calls."""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+import framejit
+
+
+def _traced() -> int:
+    return framejit.stats()["frames_traced"]
+
+
+def test_deepcopy_of_a_prefix_view_copies_its_whole_storage():
+    # fc4675b: an input contiguous at offset 0 that spans its storage is one clone(); the storage's size was
+    # read from the first call's tensor and not guarded, so a later x = big[:4] (contiguous, offset 0, in a
+    # storage twice its size) reused the clone: eager's copy has the whole 8-element storage.
+    def f(x):
+        return copy.deepcopy(x)
+
+    cf = framejit.compile(f, backend="eager")
+    for x in (torch.randn(4), torch.randn(8)[:4], torch.randn(4), torch.randn(8)[:4]):
+        want, got = f(x), cf(x)
+        torch.testing.assert_close(got, want)
+        assert got.untyped_storage().nbytes() == want.untyped_storage().nbytes()
+        assert got.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
