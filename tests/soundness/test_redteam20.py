@@ -28,3 +28,50 @@ def test_deepcopy_of_a_prefix_view_copies_its_whole_storage():
         torch.testing.assert_close(got, want)
         assert got.untyped_storage().nbytes() == want.untyped_storage().nbytes()
         assert got.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+def test_a_class_registered_as_a_mapping_after_the_trace_matches_mapping_patterns():
+    # d1a75b1: MATCH_MAPPING read the subject class's Py_TPFLAGS_MAPPING unguarded; Mapping.register(G)
+    # after the first call sets that flag (so eager's `case {"a": v}` then matches), the entry still said no.
+    class G:
+        def __getitem__(self, k):
+            return 1
+
+        def get(self, k, default=None):
+            return 2 if k == "a" else default
+
+        def __len__(self):
+            return 1
+
+        def __iter__(self):
+            return iter(["a"])
+
+    class S:
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return (3, 4)[i]
+
+        def __iter__(self):
+            return iter((3, 4))
+
+    def f(x, g):
+        match g:
+            case {"a": v}:
+                return x + v
+            case [a, b]:
+                return x * a + b
+            case _:
+                return x - 1
+
+    import collections.abc
+    cf = framejit.compile(f, backend="eager")
+    x = torch.ones(2)
+    for g in (G(), S()):
+        torch.testing.assert_close(cf(x, g), f(x, g))
+    collections.abc.Mapping.register(G)
+    collections.abc.Sequence.register(S)
+    for g in (G(), S()):
+        torch.testing.assert_close(cf(x, g), f(x, g))
+    assert framejit.stats()["eager_frames"] == 0

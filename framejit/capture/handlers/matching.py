@@ -25,22 +25,32 @@ _SEQUENCE = 1 << 5  # Py_TPFLAGS_SEQUENCE
 _MATCH_SELF = 1 << 22  # _Py_TPFLAGS_MATCH_SELF
 
 
-def _flags(value: Value) -> int:
+_IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE
+
+
+def _flag(tx, value: Value, bit: int) -> bool:
+    """The subject type's flag; a mutable class (a Python class) gains MAPPING/SEQUENCE when registered with
+    collections.abc after the trace (`Mapping.register(C)`), so its bit is guarded on the class."""
     try:
         cls = value.python_type()
     except Exception:
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a match subject of unknown type: {value.describe()}") from None
-    return cls.__flags__
+    answer = bool(cls.__flags__ & bit)
+    if not cls.__flags__ & _IMMUTABLE:
+        out = tx.output
+        out.add_guard("TYPE_FLAGS", f"bool({out.name_of(cls, cls.__name__)}.__flags__ & {bit}) is {answer}", None,
+                      expected=f"{cls.__qualname__} {'is' if answer else 'is not'} a mapping/sequence for match")
+    return answer
 
 
 @op("MATCH_MAPPING")
 def match_mapping(tx, inst):
-    tx.push(ConstantValue(bool(_flags(tx.peek()) & _MAPPING)))
+    tx.push(ConstantValue(_flag(tx, tx.peek(), _MAPPING)))
 
 
 @op("MATCH_SEQUENCE")
 def match_sequence(tx, inst):
-    tx.push(ConstantValue(bool(_flags(tx.peek()) & _SEQUENCE)))
+    tx.push(ConstantValue(_flag(tx, tx.peek(), _SEQUENCE)))
 
 
 @op("GET_LEN")
