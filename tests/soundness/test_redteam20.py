@@ -67,6 +67,7 @@ def test_a_class_registered_as_a_mapping_after_the_trace_matches_mapping_pattern
 
     import collections.abc
     cf = framejit.compile(f, backend="eager")
+    eager_before = framejit.stats()["eager_frames"]
     x = torch.ones(2)
     for g in (G(), S()):
         torch.testing.assert_close(cf(x, g), f(x, g))
@@ -74,4 +75,4 @@ def test_a_class_registered_as_a_mapping_after_the_trace_matches_mapping_pattern
     collections.abc.Sequence.register(S)
     for g in (G(), S()):
         torch.testing.assert_close(cf(x, g), f(x, g))
-    assert framejit.stats()["eager_frames"] == 0
+    assert framejit.stats()["eager_frames"] == eager_before
