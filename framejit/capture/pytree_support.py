@@ -33,6 +33,12 @@ def _guard_registry(tx) -> None:
 
 
 def _is_namedtuple(cls: type) -> bool:
+    """torch's own test (a tuple subclass with string `_fields` and callable `_make`/`_asdict`): a tuple
+    subclass with `_fields` alone is a leaf to torch (and a break here, as other tuple subclasses)."""
+    import torch.utils._pytree as pytree
+    check = getattr(pytree, "is_namedtuple_class", None)
+    if check is not None:
+        return cls is not tuple and bool(check(cls))
     return issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple) and cls is not tuple
 
 

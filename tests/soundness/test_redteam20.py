@@ -76,3 +76,24 @@ def test_a_class_registered_as_a_mapping_after_the_trace_matches_mapping_pattern
     for g in (G(), S()):
         torch.testing.assert_close(cf(x, g), f(x, g))
     assert framejit.stats()["eager_frames"] == eager_before
+
+
+def test_a_tuple_subclass_with_fields_alone_is_a_pytree_leaf():
+    # 79ae420: any tuple subclass with a `_fields` tuple was walked as a namedtuple node; torch's pytree
+    # (is_namedtuple_class) also wants callable _make and _asdict, else the tuple is a leaf: tree_leaves
+    # gave its two items (eager: the tuple itself) and tree_map mapped into it.
+    import torch.utils._pytree as pytree
+
+    class Fields(tuple):
+        _fields = ("a", "b")
+
+    def f(x, t):
+        return pytree.tree_leaves([x, t]), pytree.tree_map(lambda v: type(v).__name__, [x, t])
+
+    cf = framejit.compile(f, backend="eager")
+    for _ in range(2):
+        x = torch.randn(2)
+        t = Fields((torch.ones(1), 2))
+        want, got = f(x, t), cf(x, t)
+        assert len(got[0]) == len(want[0]) == 2 and got[0][1] is t
+        assert got[1] == want[1] == ["Tensor", "Fields"]
