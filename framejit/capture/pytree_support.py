@@ -94,19 +94,30 @@ def _up_to(spec: Value, rest: Value, leaves: list[Value]) -> None:
         _up_to(a, b, leaves)
 
 
-def _rebuild(tx, spec: Value, leaves: list[Value]) -> Value:
-    kind = _kind(spec)
+def _spec(value: Value) -> tuple:
+    """The tree's structure as plain data, taken before `func` runs (torch flattens first: a func that
+    changes the containers does not change the result's structure)."""
+    kind = _kind(value)
+    if kind == "leaf":
+        return ("leaf",)
+    keys = list(value.items) if kind == "dict" else None
+    return (kind, value.cls, keys, [_spec(child) for child in _children(value, kind)])
+
+
+def _rebuild(tx, spec: tuple, leaves: list[Value]) -> Value:
+    kind = spec[0]
     if kind == "leaf":
         return leaves.pop(0)
-    children = [_rebuild(tx, child, leaves) for child in _children(spec, kind)]
+    _, cls, keys, specs = spec
+    children = [_rebuild(tx, child, leaves) for child in specs]
     if kind == "dict":
-        return DictValue(dict(zip(spec.items, children)), cls=spec.cls)
+        return DictValue(dict(zip(keys, children)), cls=cls)
     if kind == "list":
         return ListValue(children)
-    if spec.cls is tuple:
+    if cls is tuple:
         return TupleValue(children)
     from .values import ClassValue
-    return tx.call(ClassValue(spec.cls), children, {})  # torch rebuilds a namedtuple as cls(*values)
+    return tx.call(ClassValue(cls), children, {})  # torch rebuilds a namedtuple as cls(*values)
 
 
 def tree_map(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -122,8 +133,9 @@ def tree_map(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
         column: list[Value] = []
         _up_to(tree, rest, column)
         columns.append(column)
+    spec = _spec(tree)
     mapped = [tx.call(func, [leaf, *(column[i] for column in columns)], {}) for i, leaf in enumerate(leaves)]
-    return _rebuild(tx, tree, mapped)
+    return _rebuild(tx, spec, mapped)
 
 
 def tree_leaves(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:

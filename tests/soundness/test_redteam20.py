@@ -97,3 +97,32 @@ def test_a_tuple_subclass_with_fields_alone_is_a_pytree_leaf():
         want, got = f(x, t), cf(x, t)
         assert len(got[0]) == len(want[0]) == 2 and got[0][1] is t
         assert got[1] == want[1] == ["Tensor", "Fields"]
+
+
+def test_tree_map_keeps_the_structure_it_flattened_when_the_function_changes_the_tree():
+    # 79ae420: tree_map rebuilt its result by walking the tree again after the function ran; a function that
+    # changes the tree's containers (replaces a list by a leaf, adds or pops keys) changed the result's
+    # structure (or raised IndexError inside framejit: an internal error, the frame ran eagerly). torch
+    # flattens first, so the result has the structure the tree had before the calls.
+    import torch.utils._pytree as pytree
+
+    def f(x, tree):
+        def g(t):
+            tree["a"] = 0
+            tree["z"] = t
+            return t * 3
+        return pytree.tree_map(g, tree), tree
+
+    def make(x):
+        return {"a": [x, x + 1], "b": x * 2}
+
+    cf = framejit.compile(f, backend="eager")
+    eager_before = framejit.stats()["eager_frames"]
+    for n in (2, 2, 3):
+        x = torch.randn(n)
+        (want, want_tree), (got, got_tree) = f(x, make(x)), cf(x, make(x))
+        assert list(got) == list(want) == ["a", "b"] and len(got["a"]) == 2
+        for a, b in ((got["a"][0], want["a"][0]), (got["a"][1], want["a"][1]), (got["b"], want["b"])):
+            torch.testing.assert_close(a, b)
+        assert list(got_tree) == list(want_tree) and got_tree["a"] == 0
+    assert framejit.stats()["eager_frames"] == eager_before
