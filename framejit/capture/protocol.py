@@ -496,6 +496,10 @@ def _iterate_object(tx, v: Value) -> list[Value]:
     not modelled (a graph break). A generator `__iter__` is inlined (NOTE [Eager generators])."""
     cls = v.python_type()
     impl = getattr(cls, "__iter__", None)
+    if impl is None and hasattr(cls, "__getitem__") and not any("__iter__" in k.__dict__ for k in cls.__mro__):
+        # no __iter__ at all: CPython iterates self[0], self[1], ... until IndexError (the old sequence
+        # protocol), not modelled here
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {cls.__name__} by its __getitem__")
     if impl is None:
         raise UserException(TypeError(f"'{cls.__name__}' object is not iterable"))
     if impl is collections.abc.Sequence.__iter__:

@@ -126,3 +126,33 @@ def test_tree_map_keeps_the_structure_it_flattened_when_the_function_changes_the
             torch.testing.assert_close(a, b)
         assert list(got_tree) == list(want_tree) and got_tree["a"] == 0
     assert framejit.stats()["eager_frames"] == eager_before
+
+
+def test_an_object_with_only_getitem_is_iterated_by_the_sequence_protocol():
+    # Found while matching sequence patterns: iterating an object whose class has __getitem__ but no
+    # __iter__ raised TypeError('... is not iterable') in the trace; CPython iterates self[0], self[1], ...
+    # until IndexError. Caught by the user's `except TypeError`, the compiled code took that branch.
+    class Seq:
+        def __getitem__(self, i):
+            if i >= 2:
+                raise IndexError(i)
+            return (3, 4)[i]
+
+    def unpack(x, s):
+        try:
+            a, b = s
+        except TypeError:
+            return x - 100
+        return x * a + b
+
+    def listed(x, s):
+        try:
+            return x + sum(list(s))
+        except TypeError:
+            return x - 100
+
+    for f in (unpack, listed):
+        cf = framejit.compile(f, backend="eager")
+        for n in (2, 3):
+            x = torch.randn(n)
+            torch.testing.assert_close(cf(x, Seq()), f(x, Seq()))
