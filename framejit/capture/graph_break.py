@@ -493,6 +493,9 @@ class BreakCodegen:
                 rebuild.emit(value)  # CPython's dict or set iterator (NOTE [Live iteration])
             elif isinstance(value, IteratorValue) and value.reverse_from is not None:
                 rebuild.emit(value)  # the caller's reversed list iterator (NOTE [Reversed iterators from outside])
+            elif isinstance(value, IteratorValue) and value.source is not None and value.made_at is None:
+                rebuild.emit(value)  # the caller's own iterator (a tuple's, a range's), moved by the replay: as a
+                # list of what it had left, an `objs = [it, print()]` held a list where eager holds `it`
             elif isinstance(value, IteratorValue) and value.made_at is None and value.lent_at is None \
                     and id(value) not in rebuild.preloaded:
                 rebuild.emit(ListValue(value.items[value.index:]))

@@ -407,3 +407,36 @@ def test_a_slot_of_a_list_or_tuple_passed_in_is_bound_to_its_object(make, arg):
         actual = compiled(torch.ones(2), compiled_self, arg)
         assert actual[1] == expected[1] and eager_self.__self__ == compiled_self.__self__
     assert framejit.stats()["eager_frames"] == eager_frames
+
+
+# ---- a tuple's or range's iterator from outside, live at a break (graph_break.GraphBreakCodegen._resume) -----
+
+def _loop_over_an_iterator_from_outside(x, a):
+    for v in a:
+        print(v)
+        x = x + v
+        if v == 2:
+            break
+    return x, next(a, None), list(a)
+
+
+def _held_on_the_stack_at_a_break(x, a):
+    n = next(a)
+    objs = [a, print("b")]
+    return x + n, next(objs[0]), list(a)
+
+
+@pytest.mark.parametrize("fn", [_loop_over_an_iterator_from_outside, _held_on_the_stack_at_a_break],
+                         ids=["loop", "stack"])
+@pytest.mark.parametrize("make", [lambda seed: iter((1, 2, 3, seed)), lambda seed: iter(range(seed, 5))],
+                         ids=["tuple_iterator", "range_iterator"])
+def test_an_iterator_from_outside_is_passed_on_itself_at_a_break(fn, make):
+    # before: it was passed to the resume function as the list of what it had left: a loop over it went on
+    # over a copy (the caller's iterator stayed where the break was: next(a) 2 where eager gives 3), and
+    # `objs = [a, print()]; next(objs[0])` raised TypeError ('list' object is not an iterator)
+    compiled = framejit.compile(fn, backend="eager")
+    for seed in range(3):
+        eager_it, compiled_it = make(seed), make(seed)
+        expected, actual = fn(torch.ones(2), eager_it), compiled(torch.ones(2), compiled_it)
+        assert torch.equal(actual[0], expected[0]) and actual[1:] == expected[1:]
+        assert list(compiled_it) == list(eager_it)
