@@ -24,6 +24,7 @@ Two rules make such a loop compile a bounded number of times:
 """
 from __future__ import annotations
 
+import itertools
 import re
 import types
 from typing import Any
@@ -46,7 +47,12 @@ _CARRIED_TYPES = (list, _LIST_ITERATOR)
 # The iterators of dicts (keys, values, items, and reversed), sets and strings are such iterators too: a
 # for loop over a ParameterDict or `it = iter(d)` before a print() handed one to a resume function, which
 # ran wholly eagerly ("L['it'] is a dict_keyiterator").
-_STEPPED_TYPES = (enumerate, zip, map, filter, reversed, types.GeneratorType,
+# itertools objects made by Python (passed in, or made at an earlier break) step in Python as well
+_ITERTOOLS_ITERATORS = (itertools.pairwise, itertools.islice, itertools.accumulate, itertools.starmap,
+                        itertools.chain, itertools.count, itertools.cycle, itertools.takewhile,
+                        itertools.dropwhile, itertools.compress, itertools.zip_longest, itertools.product,
+                        itertools.combinations, itertools.permutations, itertools.filterfalse)
+_STEPPED_TYPES = (enumerate, zip, map, filter, reversed, types.GeneratorType, *_ITERTOOLS_ITERATORS,
                   type(iter(())),  # a tuple's: a tensor's rows (NOTE [Loops over symbolic rows] in handlers/jumps.py)
                   type(iter({})), type(iter({}.values())), type(iter({}.items())), type(reversed({})),
                   type(reversed({}.values())), type(reversed({}.items())), type(iter(set())), type(iter("")))

@@ -44,6 +44,17 @@ def _islice(tx, args, kwargs):
     return watch.finish(IteratorValue([items[i] for i in chosen]), "islice", per_row=False)
 
 
+@handles(itertools.pairwise)
+def _pairwise(tx, args, kwargs):
+    """`pairwise(xs)`: the overlapping pairs of xs's items, with islice's rules (NOTE [Lazy combinators])."""
+    if kwargs or len(args) != 1:
+        raise UserException(TypeError(f"pairwise expected 1 argument, got {len(args) + len(kwargs)}"))
+    watch = lazy_combinators.watch(tx, args[:1])
+    items, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
+    rows = IteratorValue([TupleValue([a, b]) for a, b in zip(items, items[1:])])
+    return watch.finish(rows, "pairwise", per_row=False)
+
+
 def _index_tuples(fn):
     def handler(tx, args, kwargs):
         items = iterate(tx, args[0])
