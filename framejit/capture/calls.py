@@ -537,17 +537,22 @@ def _is_plain_class(cls: type) -> bool:
 # later recompiles. Returns the subclass's own `__new__` function, or None for the generated one.
 def _guard_namedtuple_construction(tx, cls: type) -> types.FunctionType | None:
     from . import lookup
-    index, new = lookup.mro_lookup(cls, "__new__")
-    maker = cls.__mro__[index] if index is not None else None
-    generated = maker is not None and "_fields" in vars(maker) and "_make" in vars(maker)
-    own = None if generated else getattr(new, "__func__", None)
+    from ..guards.codegen import generated_namedtuple_new
+    _, new = lookup.mro_lookup(cls, "__new__")
+    generated = generated_namedtuple_new(cls)  # not merely found on a class with _fields: a __new__ assigned to
+    own = None if generated else getattr(new, "__func__", None)  # the namedtuple itself is its own
     if not (generated or isinstance(own, types.FunctionType)) or type(cls).__call__ is not type.__call__ or \
             lookup.mro_lookup(cls, "__init__")[1] is not object.__init__:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}(...): a namedtuple class with its own "
                                                       "__init__ or metaclass __call__ runs as Python")
     lookup.guard_lookup(tx.output, type(cls), "__call__")
-    for name in ("__new__", "__init__"):
-        lookup.guard_lookup(tx.output, cls, name)
+    lookup.guard_lookup(tx.output, cls, "__init__")
+    if generated:  # NOTE [Generated namedtuple __new__] in guards/codegen.py: persistable, unlike its identity
+        klass = tx.output.name_of(cls, cls.__name__)
+        tx.output.add_guard("NAMEDTUPLE_NEW", f"___generated_namedtuple_new({klass})", None,
+                            expected=f"{cls.__qualname__}(...) reaches the __new__ namedtuple generated")
+    else:
+        lookup.guard_lookup(tx.output, cls, "__new__")
     return own
 
 

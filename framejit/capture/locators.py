@@ -83,6 +83,8 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
         return ("dtype", str(obj).split(".")[-1])  # torch.preserve_format, torch.strided: torch's attributes too
     if isinstance(obj, torch.device):
         return ("device", str(obj))
+    if isinstance(obj, torch._ops.OpOverload):  # an op by its namespace, name and overload (custom ops too)
+        return ("op", obj.namespace, obj._schema.name.split("::")[-1], obj._overloadname)
     if isinstance(obj, logging.Logger) and logging.getLogger(obj.name) is obj:
         return ("logger", obj.name)  # a library's module-level `logger`, pinned by a guard: found by its name
     if isinstance(obj, enum.Enum):
@@ -313,6 +315,8 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
         return torch.device(locator[1])
     if kind == "logger":
         return logging.getLogger(locator[1])
+    if kind == "op":
+        return getattr(getattr(getattr(torch.ops, locator[1]), locator[2]), locator[3])
     if kind == "enum":
         return getattr(_import(locator[1], locator[2]), locator[3])
     if kind == "value":

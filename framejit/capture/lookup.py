@@ -34,6 +34,7 @@ Python modules: an attribute found absent is guarded absent from the module's `_
 """
 from __future__ import annotations
 
+import collections
 import types
 from typing import Any
 
@@ -156,12 +157,23 @@ def guard_lookup(out, cls: type, name: str) -> None:
 # or a long string is another object in every process, so an identity pin made each persisted entry that
 # read one fail its guard in the next process (the zoo's moe traced again on a warm cache). NaN keeps the
 # identity pin (it equals nothing).
+_TUPLEGETTER = type(collections.namedtuple("_Probe", "a").a)
+
+
 def guard_entry_identity(out, source: Source | None, attr: Any) -> None:
     """The owner's raw entry is still the same object (a method, a descriptor), or the same scalar value."""
     if source is None:
         return
     if type(attr) in (bool, int, float, str, type(None)) and attr == attr:
         out.guard_constant(source, attr)
+    elif type(attr) is _TUPLEGETTER:
+        # a namedtuple field's descriptor (`p.a`): any one with the same index reads the same item, and unlike
+        # its identity (no importable name) this persists, so frames reading namedtuple fields start warm
+        out.guard_type(source, _TUPLEGETTER)
+        e = source.expr(out.names)
+        index = attr.__reduce__()[1][0]
+        out.add_guard("TUPLEGETTER", f"{e}.__reduce__()[1][0] == {index}", source,
+                      expected=f"the descriptor of field {index}", actual=f"{e}.__reduce__()[1][0]")
     else:
         out.guard_id(source, attr)
 

@@ -45,7 +45,30 @@ def _distinct_objects(*objects: Any) -> bool:
     return len(set(map(id, objects))) == len(objects)
 
 
+def generated_namedtuple_new(cls: type) -> bool:
+    """NOTE [Generated namedtuple __new__]: `NT(...)` is traced as the tuple of its fields while the `__new__`
+    it reaches is the one `collections.namedtuple` generated (calls._guard_namedtuple_construction). Guarded
+    by identity, that staticmethod cannot be persisted (its function's module is `namedtuple_<name>`, no
+    importable name), so no frame that builds a namedtuple started warm. It is recognised instead by what
+    only namedtuple makes: a staticmethod in the dict of a class defining `_fields` and `_make`, whose
+    function was compiled from a string in a namespace holding `_tuple_new = tuple.__new__`, with exactly
+    that class's fields as its parameters."""
+    for klass in cls.__mro__:
+        entry = klass.__dict__.get("__new__")
+        if entry is None:
+            continue
+        func = getattr(entry, "__func__", None)
+        code = getattr(func, "__code__", None)
+        fields = klass.__dict__.get("_fields")
+        return (type(entry) is staticmethod and code is not None and "_make" in klass.__dict__
+                and isinstance(fields, tuple) and code.co_filename == "<string>"
+                and func.__globals__.get("_tuple_new") is tuple.__new__
+                and code.co_varnames[1:code.co_argcount] == fields)
+    return False
+
+
 BASE_NAMESPACE: dict[str, Any] = {
+    "___generated_namedtuple_new": generated_namedtuple_new,
     "___distinct_storages": _distinct_storages,
     "___distinct_objects": _distinct_objects,
     "___storage_apart": _storage_apart,

@@ -247,8 +247,9 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
     if _fresh_bound_builtin(obj):
         return _bound_builtin(out, obj, source)  # NOTE [Bound builtin methods by their parts]
     overload = _custom_op_overload(obj)
-    if overload is not None:  # NOTE [Custom ops]
-        out.guard_id(source, obj)
+    if overload is not None:  # NOTE [Custom ops]: by its type and what its call runs (persistable by name)
+        out.guard_type(source, type(obj))
+        out.guard_id(AttrSource(source, "_opoverload"), overload)
         return BuiltinValue(overload)
     if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
         out.guard_id(source, obj)
@@ -642,7 +643,8 @@ def _custom_op_overload(obj: Any) -> Any:
     """NOTE [Custom ops]: an op made with `torch.library.custom_op` is a CustomOpDef object whose call is its
     OpOverload's (`torch.ops.<ns>.<name>.default`): the graph calls that overload (FX can name it; the
     CustomOpDef has no `__name__`, and using it as a node target was an internal error that ran the whole
-    frame eagerly), and fake tensors run the op's registered fake. The CustomOpDef is guarded by identity."""
+    frame eagerly), and fake tensors run the op's registered fake. The CustomOpDef is guarded by its type and
+    the identity of its `_opoverload`: a warm process finds the overload by name, not the CustomOpDef."""
     custom_ops = sys.modules.get("torch._library.custom_ops")
     if custom_ops is None or not isinstance(obj, custom_ops.CustomOpDef):
         return None
