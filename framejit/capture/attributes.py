@@ -617,6 +617,17 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
         if guarded:  # `object.__setattr__(m, name, v)` puts v in __dict__, where it shadows the slots
             lookup.guard_not_in_instance(tx.output, obj.source, real, name)
         return _module_slot(tx, obj, name)
+    if getattr_index is not None and isinstance(getattr_impl, types.FunctionType) and not default_lookup:
+        # NOTE [User __getattr__ inlined]: the name is on no class of the MRO and not in the instance (both
+        # guarded, as for nn.Module's slots above), so Python calls the class's own __getattr__ (a config
+        # module's `self.scale` served from a dict): it is traced like a property getter, its entry guarded
+        # by identity. object.__getattribute__ called directly never calls it (that stays a break).
+        lookup.guard_class_absent(tx.output, cls.__mro__, name)
+        lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, "__getattr__",
+                                                                           getattr_index), getattr_impl)
+        if guarded:
+            lookup.guard_not_in_instance(tx.output, obj.source, real, name)
+        return tx.call(UserFunctionValue(getattr_impl), [obj, ConstantValue(name)], {})
     if getattr_index is not None:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.__getattr__ for {name!r}")
     if isinstance(obj, NewObjectValue) or tx.output.side_effects.attr(real, name) is None:

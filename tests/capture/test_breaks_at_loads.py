@@ -6,6 +6,8 @@ CPython calls the same way). Each case runs eagerly and compiled on three fresh 
 """
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -13,13 +15,23 @@ import torch
 from tests.helpers import run_differential
 
 
-class Dynamic:
-    """Attributes come from __getattr__: a float, or a function for names starting with "fn_"."""
+class _NotAFunction:
+    """A __getattr__ that is a callable object, bound like a method: framejit inlines a user __getattr__ that
+    is a Python function (NOTE [User __getattr__ inlined]), not this, so reading through it breaks."""
 
-    def __getattr__(self, name):
+    def __get__(self, obj, cls=None):
+        return types.MethodType(self, obj)
+
+    def __call__(self, obj, name):
         if name.startswith("fn_"):
             return lambda t: t * 3 + 1
         return 0.5
+
+
+class Dynamic:
+    """Attributes come from __getattr__: a float, or a function for names starting with "fn_"."""
+
+    __getattr__ = _NotAFunction()
 
 
 DYN = Dynamic()

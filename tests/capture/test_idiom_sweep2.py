@@ -96,3 +96,64 @@ def test_pairwise_with_a_break_in_the_loop_body():
         x = torch.randn(2)
         torch.testing.assert_close(compiled(x, [x + i for i in range(n)]), f(x, [x + i for i in range(n)]))
     assert _eager_frames() == eager_before
+
+
+# ---- a module (or object) whose class defines its own __getattr__ (config values served from a dict, falling
+# back to nn.Module's): stock 1 graph; framejit before broke at every such read (2 graphs, 5 frames) ----------
+class ConfigModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self._extra = {"scale": 2.0}
+
+    def __getattr__(self, name):
+        if name != "_extra" and name in self.__dict__.get("_extra", {}):
+            return self._extra[name]
+        return super().__getattr__(name)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale + (1.0 if hasattr(self, "offset") else 0.0)
+
+
+def test_a_module_with_its_own_getattr_is_one_graph_and_follows_its_dict():
+    torch.manual_seed(0)
+    m = ConfigModule()
+    backend = CountingBackend()
+    compiled = framejit.compile(m.forward, backend=backend)
+    eager_before = _eager_frames()
+    for step in range(4):
+        if step == 2:
+            m._extra["scale"] = 5.0  # the dict __getattr__ reads changed: the guard on it recompiles
+        if step == 3:
+            m._extra["offset"] = 1  # hasattr now finds it through __getattr__
+        x = torch.randn(3, 2)
+        torch.testing.assert_close(compiled(x), m(x))
+    assert backend.graph_count == 3
+    assert _eager_frames() == eager_before
+
+
+class Delegating:
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_an_instance_attribute_set_later_shadows_getattr():
+    class Inner:
+        k = 3
+
+    d = Delegating(Inner())
+
+    def f(x):
+        return x * d.k
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), f(x))
+    d.k = 7  # now in the instance dict: __getattr__ is not called
+    torch.testing.assert_close(compiled(x), x * 7)
+    del d.k
+    Inner.k = 11
+    torch.testing.assert_close(compiled(x), x * 11)
