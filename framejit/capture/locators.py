@@ -137,7 +137,35 @@ def _import_locator(obj: Any) -> tuple:
         for name, value in vars(types_module).items():
             if value is obj and not name.startswith("_"):
                 return ("import", "types", name)
+    found = _namedtuple_method_locator(obj, module, qualname)
+    if found is not None:
+        return found
     raise NotPersistable(f"{module}.{qualname} does not import back to the same object")
+
+
+def _namedtuple_method_locator(obj: Any, module: str, qualname: str) -> tuple | None:
+    """NOTE [Namedtuple methods by their class]: `collections.namedtuple` makes `_replace`, `__repr__`,
+    `_asdict` (and `_make`'s function) per class, with `__module__` 'collections' and qualname `P._replace`,
+    which import back to nothing. Such a function is found as the class-dict entry of the namedtuple class
+    that holds it (the class found through the garbage collector's referrers, once, when an entry is saved),
+    by the class's own module and qualname; resolving checks it is the very object."""
+    owner, _, name = qualname.rpartition(".")
+    if module != "collections" or not owner or not isinstance(obj, types.FunctionType):
+        return None
+    import gc
+    for namespace in gc.get_referrers(obj):
+        if not isinstance(namespace, dict) or namespace.get(name) is not obj:
+            continue
+        for cls in gc.get_referrers(namespace):
+            if isinstance(cls, type) and isinstance(cls.__dict__.get("_fields"), tuple) and \
+                    cls.__qualname__ == owner and "<" not in cls.__qualname__:
+                locator = ("classdict", cls.__module__, cls.__qualname__, name)
+                try:
+                    if resolve(locator, None) is obj:
+                        return locator
+                except Exception:
+                    return None
+    return None
 
 
 # NOTE [Class-dict descriptors by name]: a guard on a class attribute lookup names the raw entry of the

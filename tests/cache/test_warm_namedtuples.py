@@ -31,6 +31,28 @@ def test_a_frame_building_a_namedtuple_is_loaded_by_a_warm_process(tmp_path):
     assert warm == {"ok": True, "traced": 0, "loaded": 1}
 
 
+ASDICT = """
+import collections, json, torch, framejit
+P = collections.namedtuple("P", "a b")
+def f(x):
+    d = P(x * 2, 3)._asdict()
+    return d["a"] * d["b"]
+cf = framejit.compile(f, backend="eager")
+x = torch.arange(3.0)
+ok = torch.equal(cf(x), f(x))
+s = framejit.stats()
+print(json.dumps({"ok": ok, "traced": s["frames_traced"], "loaded": s["frames_loaded"]}))
+"""
+
+
+def test_a_frame_calling_a_namedtuple_method_is_loaded_by_a_warm_process(tmp_path):
+    # NOTE [Namedtuple methods by their class]: `_asdict` has module 'collections', qualname 'P._asdict'
+    cold = run_cache_program(tmp_path, "asdict.py", ASDICT)
+    warm = run_cache_program(tmp_path, "asdict.py", ASDICT)
+    assert cold == {"ok": True, "traced": 1, "loaded": 0}
+    assert warm == {"ok": True, "traced": 0, "loaded": 1}
+
+
 Q = collections.namedtuple("Q", "a b")
 
 
