@@ -68,7 +68,7 @@ def optimizers_as_shipped():
 class RecordingBackend(CountingBackend):
     """Counts graphs and keeps what the named backend compiled each into."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str = "onnxrt") -> None:
         super().__init__()
         self.name, self.compiled = name, []
 

@@ -20,20 +20,10 @@ import torch
 import torch.nn.functional as F
 
 import framejit
-from tests.helpers import assert_same
+from tests.helpers import RecordingBackend, assert_same
 
 
-class _Recording:
-    """A backend keeping what it compiled."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.compiled: list = []
-
-    def __call__(self, gm, example_inputs):
-        out = framejit.lookup_backend(self.name)(gm, example_inputs)
-        self.compiled.append(out)
-        return out
+_Recording = RecordingBackend
 
 
 @pytest.fixture

@@ -5,50 +5,32 @@ from __future__ import annotations
 
 import collections
 
+import pytest
 import torch
 
 import framejit
 from tests.helpers import run_cache_program
 
-PROGRAM = """
+TEMPLATE = """
 import collections, json, torch, framejit
-P = collections.namedtuple("P", "a b", defaults=(3,))
+P = collections.namedtuple("P", "a b"{defaults})
 def f(x):
-    p = P(x * 2)
-    return p.a + p.b
+{body}
 cf = framejit.compile(f, backend="eager")
 x = torch.arange(3.0)
 ok = torch.equal(cf(x), f(x))
 s = framejit.stats()
-print(json.dumps({"ok": ok, "traced": s["frames_traced"], "loaded": s["frames_loaded"]}))
+print(json.dumps({{"ok": ok, "traced": s["frames_traced"], "loaded": s["frames_loaded"]}}))
 """
+PROGRAM = TEMPLATE.format(defaults=", defaults=(3,)", body="    p = P(x * 2)\n    return p.a + p.b")
+ASDICT = TEMPLATE.format(defaults="", body='    d = P(x * 2, 3)._asdict()\n    return d["a"] * d["b"]')
 
 
-def test_a_frame_building_a_namedtuple_is_loaded_by_a_warm_process(tmp_path):
-    cold = run_cache_program(tmp_path, "nt.py", PROGRAM)
-    warm = run_cache_program(tmp_path, "nt.py", PROGRAM)
-    assert cold == {"ok": True, "traced": 1, "loaded": 0}
-    assert warm == {"ok": True, "traced": 0, "loaded": 1}
-
-
-ASDICT = """
-import collections, json, torch, framejit
-P = collections.namedtuple("P", "a b")
-def f(x):
-    d = P(x * 2, 3)._asdict()
-    return d["a"] * d["b"]
-cf = framejit.compile(f, backend="eager")
-x = torch.arange(3.0)
-ok = torch.equal(cf(x), f(x))
-s = framejit.stats()
-print(json.dumps({"ok": ok, "traced": s["frames_traced"], "loaded": s["frames_loaded"]}))
-"""
-
-
-def test_a_frame_calling_a_namedtuple_method_is_loaded_by_a_warm_process(tmp_path):
+@pytest.mark.parametrize("program", [PROGRAM, ASDICT], ids=["construct_and_read_fields", "asdict_method"])
+def test_a_frame_using_a_namedtuple_is_loaded_by_a_warm_process(tmp_path, program):
     # NOTE [Namedtuple methods by their class]: `_asdict` has module 'collections', qualname 'P._asdict'
-    cold = run_cache_program(tmp_path, "asdict.py", ASDICT)
-    warm = run_cache_program(tmp_path, "asdict.py", ASDICT)
+    cold = run_cache_program(tmp_path, "nt.py", program)
+    warm = run_cache_program(tmp_path, "nt.py", program)
     assert cold == {"ok": True, "traced": 1, "loaded": 0}
     assert warm == {"ok": True, "traced": 0, "loaded": 1}
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, logged_breaks
+from tests.helpers import CountingBackend, assert_same, logged_breaks
 
 
 class Out(typing.NamedTuple):
@@ -33,15 +33,7 @@ class Logged(Pair):
 
 
 def _same(got, want):
-    assert type(got) is type(want)
-    if isinstance(want, torch.Tensor):
-        torch.testing.assert_close(got, want)
-    elif isinstance(want, tuple):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            _same(g, w)
-    else:
-        assert got == want
+    assert_same(got, want)
 
 
 def _check(f, calls, graphs):

@@ -11,25 +11,13 @@ import torch
 import torch.utils._pytree as pytree
 
 import framejit
-from tests.helpers import CountingBackend, logged_breaks
+from tests.helpers import CountingBackend, assert_same, logged_breaks
 
 Pair = collections.namedtuple("Pair", "a b")
 
 
 def _same(got, want):
-    assert type(got) is type(want)
-    if isinstance(want, torch.Tensor):
-        torch.testing.assert_close(got, want)
-    elif isinstance(want, dict):
-        assert list(got) == list(want)
-        for k in want:
-            _same(got[k], want[k])
-    elif isinstance(want, (list, tuple)):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            _same(g, w)
-    else:
-        assert got == want
+    assert_same(got, want)
 
 
 def _tree(seed):
