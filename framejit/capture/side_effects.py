@@ -451,7 +451,11 @@ def _module_flag_store(obj: Value, name: str, value: Value) -> bool:
     (NOTE [Lazy module walks] in modules.py); such stores do not stop a walk being drawn."""
     if not isinstance(obj, NNModuleValue) or name in ("_modules", "_parameters", "_buffers", "__dict__"):
         return False
-    if not value.is_constant() or type(value.as_constant()) not in (bool, int, float, str, type(None)):
+    try:
+        kind = value.python_type()  # never as_constant(): that specialises a computed float (`self.t = self.t * 0.5`)
+    except Exception:
+        return False
+    if kind not in (bool, int, float, str, type(None)):
         return False
     module = obj.obj
     return all(name not in getattr(module, table, {}) for table in ("_modules", "_parameters", "_buffers"))

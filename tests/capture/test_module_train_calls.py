@@ -107,3 +107,26 @@ def test_a_store_that_changes_the_walk_still_breaks():
     got = cf(x)
     torch.testing.assert_close(got[0], want[0])
     assert got[1] == want[1] == ["lin", "norm"]
+
+
+class Annealed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.temperature = 1.0
+
+    def forward(self, x):
+        self.temperature = self.temperature * 0.5  # a computed float stored on the module every call
+        return x / self.temperature
+
+
+def test_a_float_attribute_updated_every_call_does_not_recompile_every_call():
+    # e565e49's flag-store check read the stored value with as_constant(), which specialised the computed
+    # float: every call recompiled (8 calls, 8 graphs; before e565e49 and stock torch.compile: 2)
+    eager_model, compiled_model = Annealed(), Annealed()
+    be = CountingBackend()
+    cm = framejit.compile(compiled_model, backend=be)
+    for _ in range(8):
+        x = torch.randn(3)
+        torch.testing.assert_close(cm(x), eager_model(x))
+        assert compiled_model.temperature == eager_model.temperature
+    assert be.graph_count == 2  # constant first, then the float as a graph input
