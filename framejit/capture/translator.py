@@ -323,12 +323,38 @@ class Translator:
             from .attributes import store_module_attr
             store_module_attr(self, obj, name, value)
             return
+        if self._store_through_property(obj, name, value):
+            return
         if isinstance(obj, ObjectValue):
             lookup.guard_plain_store(self.output, type(obj.obj), name)
         if isinstance(obj, NNModuleValue):
             from .modules import check_marked_store
             check_marked_store(self, name, value)  # NOTE [Registering stores into modules]
         self.output.side_effects.store_attr(obj, name, value)
+
+    def _store_through_property(self, obj: Value, name: str, value: Value) -> bool:
+        """NOTE [Property setters of objects from outside]: `m.temp = v` where `temp` is a property with a
+        Python setter on the class of an object (or module) from outside: the default __setattr__ calls the
+        setter, which is traced (its stores recorded as usual), the lookup guarded (found on that class, the
+        entry by identity). Before, the store was a break. On a module only for a value Module.__setattr__
+        hands to object.__setattr__: not a Parameter or Module, and a name in none of its
+        _parameters/_buffers/_modules (register_* refuse a name the class already has, so it stays so).
+        True when the store was made here."""
+        if not isinstance(obj, ObjectValue) or obj.source is None:
+            return False
+        import torch
+        cls = type(obj.obj)
+        index, attr = lookup.mro_lookup(cls, name)
+        if not (isinstance(attr, property) and isinstance(attr.fset, types.FunctionType)) or \
+                getattr(cls, "__setattr__", None) not in (object.__setattr__, torch.nn.Module.__setattr__):
+            return False
+        if isinstance(obj, NNModuleValue) and (
+                issubclass(value.python_type(), (torch.nn.Parameter, torch.nn.Module)) or
+                any(name in (obj.obj.__dict__.get(d) or {}) for d in ("_parameters", "_buffers", "_modules"))):
+            return False
+        lookup.guard_entry_identity(self.output, lookup.guard_found_on_class(self.output, cls, name, index), attr)
+        self.call(UserFunctionValue(attr.fset), [obj, value], {})
+        return True
 
     def _store_through_class(self, obj: Value, name: str, value: Value) -> bool:
         """NOTE [Stores into objects made while tracing]: `o.name = v` on an object made while tracing was
