@@ -236,9 +236,6 @@ def explain(fn: Callable, *, backend: str | Callable = "eager"):
 
     def run(*args, **kwargs) -> ExplainOutput:
         request = _make_request(backend, False, None, None, None)
-        # the report is of this call's own tracing: entries persisted by an earlier compile (or explain) of
-        # the same code would be installed beside it, guards failing or not, and their breaks reported
-        request.artifacts = None
         compiled = _compile_one(fn, request)
         before = capture.eager_frame_count()
         compiled(*args, **kwargs)
@@ -250,7 +247,9 @@ def explain(fn: Callable, *, backend: str | Callable = "eager"):
 
 
 def _report(hooks: list[FrameHook]) -> ExplainOutput:
-    entries = [e for h in hooks for e in reversed(h.entries)]
+    # only entries that served a call (Entry.served): a hook also installs every entry persisted for its code,
+    # guards failing or not, and those were listed with their breaks (an earlier explain's print() break)
+    entries = [e for h in hooks for e in reversed(h.entries) if e.served]
     graphs = [g for e in entries for g in e.graphs]
     breaks = _distinct_breaks(e.graph_break for e in entries if e.graph_break is not None)
     ops = [[_op_name(n) for n in g.graph.nodes if n.op in ("call_function", "call_method", "call_module")]

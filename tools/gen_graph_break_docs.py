@@ -54,14 +54,13 @@ def fn(x):
 framejit.compile(fn, fullgraph=True)(torch.randn(3))
 """,
     BreakKind.UNSUPPORTED_ATTRIBUTE: _PRELUDE + """\
-class Settings:
-    def __getattr__(self, name):  # attributes computed by arbitrary Python code
-        return 2.0
+def fn(x):
+    y = x * 2
+    if y.is_leaf:  # autograd state: where a tensor sits in the autograd graph
+        return y
+    return y + 1
 
-def fn(x, settings):
-    return x * settings.scale
-
-framejit.compile(fn, fullgraph=True)(torch.randn(3), Settings())
+framejit.compile(fn, fullgraph=True)(torch.randn(3, requires_grad=True))
 """,
     BreakKind.UNSUPPORTED_VALUE: _PRELUDE + """\
 def fn(x, buffer):

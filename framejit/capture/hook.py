@@ -156,6 +156,7 @@ class FrameHook:
         with COMPILE_LOCK:
             for entry in self.entries:
                 if _accepts(entry, args, kwargs):
+                    entry.served = True
                     return entry
             if len(self.entries) >= config.recompile_limit:
                 self._log_limit(args, kwargs)
@@ -169,6 +170,7 @@ class FrameHook:
                 self._mark_carried_values(args, kwargs)
             loaded = self._load_persisted(args, kwargs)
             if loaded is not None:
+                loaded.served = True
                 return loaded
             start = time.perf_counter()
             with _no_gc():  # tracing allocates many short-lived objects too (NOTE [No GC while restoring])
@@ -178,6 +180,7 @@ class FrameHook:
             if config.dump_dir:
                 self._dump(entry)
             self.entries = [entry, *self.entries]
+            entry.served = True
             if entry.persisted is not None:
                 frame_cache.save(self.fn, args, entry.persisted, self.request)
             return entry

@@ -38,6 +38,7 @@ class Entry:
     persisted: Any = None  # frame_cache.Persisted when the entry can be saved for other processes
     rerun: "RerunState | None" = None  # set when a failing graph call may rerun the frame eagerly
     on_graph_error: Callable | None = None  # NOTE [Effects before a failing graph] (graph_errors.py)
+    served: bool = False  # chosen for a call by FrameHook._find_or_compile (what explain() reports)
 
     @property
     def check(self) -> Callable:
