@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import sys
 import types
 import weakref
 from typing import Any
@@ -70,8 +71,8 @@ def _namedtuple_replace(fn: types.FunctionType) -> types.FunctionType:
     def _replace(self, /, **kwds):
         values = [kwds.pop(name, value) for name, value in zip(field_names, self)]
         result = self._make(values)
-        if kwds:
-            raise ValueError(f"Got unexpected field names: {list(kwds)!r}")
+        if kwds:  # CPython 3.13 raises TypeError here, earlier versions ValueError
+            raise (TypeError if sys.version_info >= (3, 13) else ValueError)(f"Got unexpected field names: {list(kwds)!r}")
         return result
     return _replace
 
