@@ -154,7 +154,7 @@ def _plain(v: Value) -> Any:
 
 def call_allowed(tx, fn: UserFunctionValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """`fn(*args, **kwargs)` as one node (NOTE [Allowed in graph])."""
-    from .graph import _fake_of, _is_value, _node_of
+    from .graph_calls import _fake_of, _is_value, _node_of
     from .sdp_state import trace_flags
     out = tx.output
     if fn.source is None:

@@ -34,7 +34,7 @@ from torch.autograd.function import BackwardCFunction, Function, _SingleLevelFun
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .function_regions import Boundary, Plan, next_region, user_backward, with_constant_outputs
-from .graph import _version
+from .graph_calls import _version
 from .modules import graph_break
 from .values import ConstantValue, NewObjectValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue
 from .values.scalars import SymFloatValue

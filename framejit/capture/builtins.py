@@ -362,7 +362,7 @@ def _next(tx, args, kwargs):
 
 def _typed(result: IteratorValue, kind: type | None) -> IteratorValue:
     """NOTE [Iterators of their own type]: zip, enumerate, map and filter objects answer type() as such, and
-    one that outlives the graph is rebuilt as one of its type over its remaining rows (codegen.rows_as), or by
+    one that outlives the graph is rebuilt as one of its type over its remaining rows (codegen_runtime.rows_as), or by
     the real combinator from its recipe (NOTE [Combinators rebuilt at breaks])."""
     if kind is not None and type(result) is IteratorValue:
         result.iter_type = kind

@@ -92,7 +92,7 @@ def _finalized_like_eager(obj: Any) -> bool:
 
 def position_source(source: Source) -> Source:
     """The source of a carried loop's position: the one `_wrap_list_iterator` guards (values/builder.py)."""
-    from .codegen import iterator_index
+    from .codegen_runtime import iterator_index
     return CallSource(Ref(iterator_index, "iterator_index"), source)
 
 
@@ -188,7 +188,7 @@ def dynamic_loops(fn_code, args: tuple, failures, seen: dict) -> set[str]:
             obj = by_name.get(name)
             if type(obj) not in _CARRIED_TYPES:
                 continue
-            from .codegen import iterated_list, iterator_index
+            from .codegen_runtime import iterated_list, iterator_index
             source = loop_marker(LocalSource(name))
             # a position in a list of another length is another entry too: a loop over `range(x.size(0))`
             # whose size changes between calls came back at positions 0, 1, 2 of lists of 3, 4, 5, ...

@@ -13,7 +13,6 @@ globals. These code objects are never marshalled.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import sys
@@ -27,7 +26,9 @@ from bytecode import Instr
 
 from . import emit
 from .breaks import BreakKind, Unsupported
-from .dict_objects import STORAGE as DICT_STORAGE
+from .codegen_runtime import (bound_c_method, exhausted_list_iterator, failing_iterator, keys_iterator_at,
+                              list_iterator_at, make_closure, namedtuple_of, new_cell, new_object, range_iterator_at,
+                              rows_as, set_function_attrs, walk_at)
 from .values.base import LazyArg
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DefaultDictValue, DictValue,
                      DictViewValue, IteratorValue, ListValue, NewObjectValue, ObjectValue, PartialValue,
@@ -104,36 +105,6 @@ class Codegen:
         self.emit("RETURN_VALUE")
 
 
-def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: dict, cells: tuple,
-                 f_globals: dict | None = None) -> Any:
-    """Build a function made inside a compiled region. `cells` holds, per free variable, an existing cell
-    or a 1-tuple with the contents of a new one. Globals: `f_globals`, the globals of the function whose
-    MAKE_FUNCTION made it (NOTE [Globals of a rebuilt closure]); None: the frame that called make_closure."""
-    import sys
-    closure = tuple(c if isinstance(c, types.CellType) else types.CellType(c[0]) for c in cells)
-    if f_globals is None:
-        f_globals = sys._getframe(1).f_globals
-    fn = types.FunctionType(code, f_globals, name, defaults or None, closure or None)
-    fn.__kwdefaults__ = kwdefaults or None
-    return fn
-
-
-def new_cell(contents: Any) -> types.CellType:
-    """A fresh closure cell holding `contents` (NOTE [Cells shared by rebuilt closures])."""
-    return types.CellType(contents)
-
-
-def set_function_attrs(fn: Any, attrs: dict) -> Any:
-    """`fn` with the attributes the traced code stored on it (NOTE [Attributes of functions made while
-    tracing]); `__dict__` first, so that the dict object itself is the one rebuilt."""
-    if "__dict__" in attrs:
-        fn.__dict__ = attrs["__dict__"]
-    for name, value in attrs.items():
-        if name != "__dict__":
-            setattr(fn, name, value)
-    return fn
-
-
 def _stored_function_attrs(value: Any) -> dict:
     """What a function made while tracing must get after make_closure: its stored attributes, and the
     annotations MAKE_FUNCTION built unless a store replaced them."""
@@ -142,37 +113,6 @@ def _stored_function_attrs(value: Any) -> dict:
         from .function_attrs import annotations_dict
         attrs["__annotations__"] = annotations_dict(value)
     return attrs
-
-
-def list_iterator_at(items: list, index: int) -> Any:
-    """CPython's iterator over the list `items`, advanced to `index` (a for loop over a list that is live
-    at a graph break: the resumed loop sees the list's later changes, NOTE [Live iteration])."""
-    iterator = iter(items)
-    iterator.__setstate__(index)
-    return iterator
-
-
-def move_list_iterator(iterator: Any, index: int, exhausted: bool) -> None:
-    """Replay how far a compiled frame advanced a list iterator from outside (NOTE [Iterators from
-    outside]): to `index`, or past its end (CPython's exhausted iterator, which later appends do not revive)."""
-    iterator.__setstate__(sys.maxsize if exhausted else index)
-    if exhausted:
-        next(iterator, None)
-
-
-def move_reverse_iterator(iterator: Any, index: int, exhausted: bool) -> None:
-    """Replay how far a compiled frame advanced a reversed list iterator from outside (NOTE [Reversed
-    iterators from outside]): to CPython's `index`, or exhausted (it then drops its list, as CPython's does)."""
-    iterator.__setstate__(-1 if exhausted else index)
-    if exhausted:
-        next(iterator, None)
-
-
-def exhausted_list_iterator() -> Any:
-    """A list iterator that has stopped (it stays stopped)."""
-    iterator = iter([])
-    next(iterator, None)
-    return iterator
 
 
 from .values.containers import lent_error  # noqa: E402
@@ -187,122 +127,10 @@ def escaped_generator(value: IteratorValue) -> Unsupported:
     return e
 
 
-def walk_at(module: Any, name: str, options: tuple, drawn: int) -> Any:
-    """The generator `module.<name>(**options)` (named_children, parameters, ...) of nn.Module, drawn
-    `drawn` times (NOTE [Lazy module walks] in modules.py)."""
-    import torch
-    walk = getattr(torch.nn.Module, name)(module, **dict(options))
-    for _ in range(drawn):
-        next(walk, None)
-    return walk
-
-
-def rows_as(kind: type, rows: tuple) -> Any:
-    """A zip, enumerate, map or filter object that yields `rows` (what a traced one had left to yield)."""
-    if kind is zip:
-        return zip(*zip(*rows)) if rows else zip()
-    if kind is enumerate:
-        return enumerate([value for _, value in rows], rows[0][0]) if rows else enumerate(())
-    return map(_same, rows) if kind is map else filter(_kept, rows)
-
-
-def _same(row: Any) -> Any:
-    return row
-
-
-def _kept(row: Any) -> bool:
-    return True
-
-
-def namedtuple_of(cls: type, *items: Any) -> tuple:
-    """A namedtuple (or subclass) holding `items`, as its `_make` builds it: its class's own `__new__`, which
-    the traced value already went through, is not run again."""
-    return tuple.__new__(cls, items)
-
-
-def keys_iterator_at(container: Any, index: int, view: str | None = None, reverse: bool = False) -> Any:
-    """CPython's iterator over a dict or set (or reversed() of a dict, or over a dict's `view`), advanced past
-    `index` keys (NOTE [Live iteration], [Dict iterators read live])."""
-    iterable = getattr(container, view)() if view else container
-    iterator = reversed(iterable) if reverse else iter(iterable)
-    for _ in range(index):
-        next(iterator)
-    return iterator
-
-
 _C_METHOD_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
-def bound_c_method(descriptor: Any, obj: Any) -> Any:
-    """`obj.name` for a C method descriptor (`lock.locked`, `d.get`, `x.__add__`): CPython's bound builtin
-    method, which compares and hashes by its owner and name, not a `types.MethodType` wrapping the descriptor
-    (another type, equal to no attribute read of the method)."""
-    return descriptor.__get__(obj, type(obj))
-
-
-def range_iterator_at(start: int, stop: int, step: int, index: int) -> Any:
-    """CPython's iterator over range(start, stop, step), advanced past `index` items."""
-    return keys_iterator_at(range(start, stop, step), index)
-
-
 _LIST_ITERATOR = type(iter([]))
-
-
-def failing_iterator(message: str) -> Any:
-    """An iterator whose next step raises CPython's RuntimeError `message`: its dict or set changed size
-    before a graph break (NOTE [Live iteration])."""
-    raise RuntimeError(message)
-    yield  # a generator function
-
-
-def iterated_list(iterator: Any) -> Any:
-    """The list a list iterator walks (`()` once it is exhausted)."""
-    return iterator.__reduce__()[1][0]
-
-
-def remaining_range(iterator: Any) -> tuple:
-    """(start, stop, step) of the items a range iterator has still to give (3.11 reduces it to its whole
-    range and a position, 3.12 to the remaining range)."""
-    state = iterator.__reduce__()
-    rest = state[1][0][state[2]:] if len(state) > 2 and state[2] is not None else state[1][0]
-    return rest.start, rest.stop, rest.step
-
-
-def advance_iterator(iterator: Any, steps: int, exhausted: bool) -> None:
-    """Replay how far a compiled frame advanced a tuple or range iterator from outside (NOTE [Iterators
-    from outside]): `steps` items drawn, or all of them."""
-    for _ in range(steps):
-        next(iterator, None)
-    if exhausted:
-        for _ in iterator:
-            pass
-
-
-def iterator_index(iterator: Any) -> int:
-    """The position of a list iterator (-1 once it is exhausted)."""
-    state = iterator.__reduce__()
-    return state[2] if len(state) > 2 else -1
-
-
-def new_object(cls: type, attrs: dict) -> Any:
-    """Rebuild an object created inside the compiled region: the instance with the attributes its
-    traced `__init__` set, without running `__init__` again. A dict subclass also gets its items back
-    (NOTE [Dict-subclass objects made while tracing])."""
-    items = attrs.pop(DICT_STORAGE, None)
-    if items is None:
-        obj = object.__new__(cls)
-    else:
-        obj = dict.__new__(cls)
-        setitem = collections.OrderedDict.__setitem__ if issubclass(cls, collections.OrderedDict) else dict.__setitem__
-        for key, item in items.items():
-            setitem(obj, key, item)
-    for name, attr in attrs.items():
-        slot = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
-        if isinstance(slot, types.MemberDescriptorType):  # a __slots__ entry
-            slot.__set__(obj, attr)
-        else:
-            obj.__dict__[name] = attr
-    return obj
 
 
 class Reconstructor:
@@ -877,5 +705,4 @@ def _assemble(bc: bytecode.Bytecode, graph_call: Instr | None) -> types.CodeType
     return code
 
 
-__all__ = ["Codegen", "FunctionShape", "Reconstructor", "frame_signature", "graph_call_span", "make_closure",
-           "make_function", "new_object"]
+__all__ = ["Codegen", "FunctionShape", "Reconstructor", "frame_signature", "graph_call_span", "make_function"]

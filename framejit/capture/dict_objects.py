@@ -76,7 +76,7 @@ def own_missing(tx, obj: ObjectValue) -> bool:
 # items. The class's Python methods (`__init__`, `__post_init__`, `__setattr__`, `__getitem__`,
 # `to_tuple`) are inlined; dict's and OrderedDict's C methods reached from them (`super().__setitem__`,
 # `self.keys()`) and the operators the class does not override work on the storage. Graph breaks and
-# return values see the storage as one more attribute (a DictValue), and `codegen.new_object` rebuilds
+# return values see the storage as one more attribute (a DictValue), and `codegen_runtime.new_object` rebuilds
 # the real object: its items through `OrderedDict.__setitem__`/`dict.__setitem__`, then its `__dict__`.
 STORAGE = "<dict items>"
 _DICT_BASES = (dict, collections.OrderedDict)

@@ -58,7 +58,7 @@ def call_iteration_method(tx, fn, args: list[Value], kwargs: dict[str, Value]) -
 # made the trace yield the old entries (red team 16). Any recorded mutation other than a tensor write
 # before a step breaks where the walk was made, so that call runs as Python and the generator is drawn
 # lazily, as for generator functions (NOTE [Eager generators]). A walk that outlives the graph (returned,
-# stored, live at a break) is rebuilt as the real generator (codegen.walk_at: made again on the unchanged
+# stored, live at a break) is rebuilt as the real generator (codegen_runtime.walk_at: made again on the unchanged
 # module and drawn as far as the trace drew it), so a store after the graph or at the break itself
 # (`self.a = None` breaks when `a` is a submodule) is seen by the items drawn later, as in eager. A for
 # loop over a walk that breaks in its body then steps that generator as Python (NOTE [Iterators stepped

@@ -345,7 +345,7 @@ class SideEffects:
             else:
                 cg.load_const(cell)
             cg.emit("STORE_ATTR", "cell_contents")
-        from .codegen import advance_iterator, move_list_iterator, move_reverse_iterator
+        from .codegen_runtime import advance_iterator, move_list_iterator, move_reverse_iterator
         from .values.containers import lent_error
         for iterator in self._moved_iterators():  # after the lists' own replay: the end is the final one
             if iterator.lent_at is not None:

@@ -59,7 +59,7 @@ def _example(v: Value) -> Any:
 def _keep(tx, fn: Callable, args: tuple, fake_fn: Callable | None = None) -> Value | None:
     """`fn(*args)` as a graph node with its symbolic result, or None when torch cannot compute it
     symbolically (the caller specialises). A ZeroDivisionError is the user's, as in eager."""
-    from .graph import _node_of
+    from .graph_calls import _node_of
     from .shapes import sym_or_int
     try:
         result = sym_or_int((fake_fn or fn)(*(_example(a) for a in args)))

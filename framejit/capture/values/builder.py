@@ -440,7 +440,7 @@ def _wrap_list_iterator(out, obj: Any, source: Source) -> Value:
     NOTE [Iterators from outside]: the iterator is the caller's object (its source is reloaded when it is
     rebuilt), and how far the trace advanced it is a side effect, replayed on it after the graph
     (`SideEffects.iterators`): `next(it)` in compiled code moves the caller's iterator as in eager."""
-    from ..codegen import iterated_list, iterator_index
+    from ..codegen_runtime import iterated_list, iterator_index
     from ..sources import CallSource, Ref
     out.guard_type(source, _LIST_ITERATOR)
     index_source = CallSource(Ref(iterator_index, "iterator_index"), source)
@@ -467,7 +467,7 @@ def _wrap_sequence_iterator(out, obj: Any, source: Source) -> Value:
     As a list iterator from outside (NOTE [Iterators from outside]): the tuple or range (wrapped and
     guarded as any) and the position are read through the iterator's state, and how far the trace
     advanced it is replayed on the caller's object. The iterator keeps its type (`type(it)`)."""
-    from ..codegen import iterated_list, iterator_index, remaining_range
+    from ..codegen_runtime import iterated_list, iterator_index, remaining_range
     from ..sources import CallSource, Ref
     out.guard_type(source, type(obj))
     if type(obj) is _SEQUENCE_ITERATORS[1]:  # what is left of the range, by its bounds (at position 0)
@@ -505,7 +505,7 @@ def _wrap_list_reverse_iterator(out, obj: Any, source: Source) -> Value:
     and how far the trace advanced it is replayed on the caller's object (`move_reverse_iterator`). The
     trace walks a copy of the items from the position down to 0, which holds while nothing is mutated:
     each step checks that no side effect was recorded since the iterator was read, else it breaks."""
-    from ..codegen import iterated_list, iterator_index
+    from ..codegen_runtime import iterated_list, iterator_index
     from ..sources import CallSource, Ref
     out.guard_type(source, _LIST_REVERSE_ITERATOR)
     index = iterator_index(obj)

@@ -1,0 +1,278 @@
+"""Checks and conversions around one graph call, for OutputGraph (graph.py).
+
+Role: what OutputGraph.call needs besides the graph itself: reading fake tensors and FX nodes out of
+abstract values, refusing arguments FX or torch cannot take (functions, SymBools, symbolic int[] sizes),
+the checks CPython-visible errors need before an op is recorded (an in-place write over overlapping
+memory, `-` on bools), and the text pieces of guards on tensors and floats (NOTE [Float guards are
+bitwise], [Lazy negation and conjugation bits]). Pure functions: no state of their own.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import operator
+import re
+import types
+from typing import Any, Callable
+
+import torch
+import torch.fx
+from torch.utils._pytree import tree_leaves, tree_map
+
+from .breaks import BreakKind, Unsupported, UserException
+from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, Value
+from .values.containers import DictValue, SliceValue
+
+
+# NOTE [SymBool arguments of ops]: a relation of sizes (`q_len > 1`) is a SymBool, and Python's `and`
+# returns its last operand as it is, so `is_causal = self.is_causal and mask is None and q_len > 1` (HF's
+# moonshine, sdpa_attention_forward) hands an op a SymBool where its schema wants a bool:
+# scaled_dot_product_attention raised "argument 'is_causal' must be bool, not SymBool" on the fake tensors
+# and the frame broke (or ran eagerly). Eager evaluates the relation to a bool for the call; so does the
+# trace: when the fake call refuses a SymBool argument (a TypeError naming SymBool), every SymBool argument
+# is specialised (the ShapeEnv guards the relation or its negation, a line of the guard function; sizes
+# where the relation holds keep sharing the entry) and the call is made again. Ops that do accept a
+# SymBool (sym_not, operator functions) never raise, so they keep it symbolic.
+def _refuses_sym_bool(error: UserException, args: tuple, kwargs: dict) -> bool:
+    return isinstance(error.exc, TypeError) and "SymBool" in str(error.exc) and any(
+        isinstance(v, SymNodeValue) and isinstance(v.sym, torch.SymBool)
+        for v in tree_leaves((args, kwargs), is_leaf=_is_value))
+
+
+# NOTE [Symbolic sizes an op refuses]: some overloads take their sizes as int[] rather than SymInt[]; given a
+# symbolic size they raise "SymIntArrayRef expected to contain only concrete integers" on the fake tensors,
+# where eager (real ints) never does. The common one is a factory call that names its generator:
+# `torch.randn(shape, generator=None, ...)` (UnivNet's noise; `generator=generator` with None in diffusers-
+# style code) selects randn.generator, whose size is int[], while `torch.randn(shape)` takes SymInts.
+# `generator=None` means the default generator, so the call is recorded without it (the same kernel and
+# draws) and stays symbolic. Any other such refusal is a graph break at the call (the op runs eagerly with
+# real sizes), never the traced code's error: that ran the whole frame eagerly (an eager frame per size).
+_SYM_SIZES_REFUSED = "SymIntArrayRef expected to contain only concrete integers"
+
+
+def _refuses_sym_sizes(error: Exception) -> bool:
+    return isinstance(error, Unsupported) and _SYM_SIZES_REFUSED in error.graph_break.explanation
+
+
+def _is_none(value: Any) -> bool:
+    return isinstance(value, ConstantValue) and value.value is None
+
+
+def _specialise_sym_bools(tree: Any) -> Any:
+    def leaf(v):
+        if isinstance(v, SymNodeValue) and isinstance(v.sym, torch.SymBool):
+            return ConstantValue(bool(v.sym))
+        return v
+    return tree_map(leaf, tree, is_leaf=_is_value)
+
+
+def _drop_unused_sizes(graph: torch.fx.Graph) -> None:
+    """Size nodes the graph computed for Python code that then specialised them (NOTE [Symbolic shapes])
+    are dropped: they have no effect."""
+    for node in reversed(list(graph.nodes)):
+        if not node.users and node.op in ("call_function", "call_method") and \
+                isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool)):
+            graph.erase_node(node)
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """The tensor's version counter; None for an inference tensor, which has none."""
+    return None if t.is_inference() else t._version
+
+
+def _inplace(target: Any) -> bool:
+    """By name: an in-place op (`add_`, `__setitem__`, `operator.setitem`, `__iadd__`), for tensors whose
+    mutations cannot be seen from a version counter."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or \
+        (name.startswith("__i") and name.endswith("__"))
+
+
+def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
+    """NOTE [Overlapping writes]: eager refuses most in-place writes into a tensor whose elements share
+    memory (an expanded tensor: `x.add_(1)` raises "unsupported operation: more than one element of the
+    written-to tensor refers to a single memory location"), a check in the kernels that fake tensors do not
+    make. In a graph that error would surface at run time outside the user's try/except, after side effects
+    were dropped; so such a write is a graph break and runs in Python, where eager's own check decides
+    (some writes, `fill_`, `zero_`, are allowed)."""
+    name = getattr(target, "__name__", "")
+    inplace = _inplace(target) or fake_kwargs.get("inplace") is True or (
+        target is getattr(operator, name, None) and name.startswith("i") and name != "index")  # operator.iadd
+    written = fake_kwargs.get("out") if "out" in fake_kwargs else fake_args[0] if fake_args and inplace else None
+    if isinstance(written, torch.Tensor) and torch._debug_has_internal_overlap(written) == 1:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes into a tensor whose elements "
+                                                 "share memory (an expanded tensor): eager's kernel decides")
+
+
+_SUBTRACTIONS = frozenset({"sub", "rsub", "sub_", "__sub__", "__rsub__", "__isub__", "isub", "subtract", "subtract_"})
+
+
+def _check_bool_subtraction(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
+    """Eager's subtraction refuses bool operands (a bool tensor, or a Python bool next to a tensor) in its
+    kernel, a check fake tensors make only for two bool tensors: a lowering backend would subtract
+    silently. The user's RuntimeError is raised while tracing, as eager raises it."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name not in _SUBTRACTIONS:
+        return
+    operands = list(fake_args[:2]) + [fake_kwargs[k] for k in ("other",) if k in fake_kwargs]
+    if len(operands) < 2 or not any(isinstance(o, torch.Tensor) for o in operands):
+        return
+    bools = [type(o) is bool or isinstance(o, torch.Tensor) and o.dtype == torch.bool for o in operands]
+    if all(bools):
+        raise UserException(RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                                         "Use the `^` or `logical_xor()` operator instead."))
+    if any(bools):
+        raise UserException(RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If "
+                                         "you are trying to invert a mask, use the `~` or `logical_not()` operator "
+                                         "instead."))
+
+
+def _is_value(x: Any) -> bool:
+    return isinstance(x, Value)
+
+
+def _fake_of(x: Any) -> Any:
+    if isinstance(x, TensorValue):
+        return x.fake
+    if isinstance(x, SymNodeValue):
+        return x.sym
+    if isinstance(x, SymFloatValue):
+        return x.example
+    if isinstance(x, Value):
+        return _python_of(x, _fake_of)
+    return x
+
+
+# NOTE [Python types as dtypes]: torch's argument parser takes the Python types int, float, bool and
+# complex wherever it takes a dtype (`torch.tensor(0, dtype=int)`, `x.to(float)`; transformers' linear
+# attention caches do the former), but FX prints a type argument as `<class 'int'>`, which is not Python,
+# so the whole frame fell back to eager. A graph op's argument that is one of these types is recorded as
+# the dtype torch itself makes of it (read from torch, not assumed: float is float64 whatever the default
+# dtype is). Only for torch's own functions and tensor methods: no torch op takes these types in any other
+# role, while a user function kept as one node may.
+_PYTHON_DTYPES = {t: torch.empty(0, dtype=t).dtype for t in (int, float, bool, complex)}
+
+
+def _python_type_as_dtype(x: Any) -> Any:
+    return _PYTHON_DTYPES[x] if type(x) is type and x in _PYTHON_DTYPES else x
+
+
+# NOTE [Functions as arguments of graph ops]: FX writes a node's arguments with repr(), so a function among
+# them (vmap_impl(torch.sum, ...), reached by inlining the function `torch.vmap` returns) made graph code
+# that did not parse (SyntaxError when the graph was built: the frame ran wholly eagerly). Such a call is
+# a graph break, made by Python.
+_FUNCTION_TYPES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MethodDescriptorType,
+                   types.WrapperDescriptorType, types.MethodWrapperType, functools.partial)
+
+
+def _check_no_function_args(target: Any, node_args: tuple) -> None:
+    if any(isinstance(leaf, _FUNCTION_TYPES) for leaf in tree_leaves(node_args)):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL,
+                          f"{_target_name(target)} is given a function, which a graph cannot hold as an argument")
+
+
+def _node_of(x: Any) -> Any:
+    if isinstance(x, (TensorValue, SymFloatValue, SymNodeValue)):
+        return x.node
+    if isinstance(x, Value):
+        return _python_of(x, _node_of)
+    return x
+
+
+def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
+    if isinstance(v, ConstantValue):
+        if type(v.value).__module__ == "numpy":  # a NumPy scalar (NOTE [NumPy as torch])
+            from .numpy_support import scalar_for_torch
+            return scalar_for_torch(v.value)
+        from .shapes import concrete  # a SymInt held as a constant (a NumPy shape): specialised, guarded
+        return concrete(v.value)
+    if isinstance(v, SequenceValue):
+        items = [leaf(i) for i in v.items]
+        return tuple(items) if issubclass(v.cls, tuple) and not hasattr(v.cls, "_fields") else (
+            list(items) if v.cls is list else (tuple.__new__(v.cls, items) if hasattr(v.cls, "_fields") else v.cls(items)))
+    if isinstance(v, DictValue):
+        return {k: leaf(i) for k, i in v.items.items()}
+    if isinstance(v, SliceValue):
+        return slice(*(leaf(p) for p in v.parts))
+    if v.is_constant():
+        return v.as_constant()
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{v.describe()} cannot be passed to a graph op")
+
+
+def _contains_tensor(x: Any) -> bool:
+    if isinstance(x, torch.Tensor):
+        return True
+    if isinstance(x, (tuple, list)):
+        return any(_contains_tensor(i) for i in x)
+    if isinstance(x, dict):
+        return any(_contains_tensor(i) for i in x.values())
+    return False
+
+
+def _target_name(target: Any) -> str:
+    if isinstance(target, str):
+        return f"Tensor.{target}"
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+    return f"{module}.{name}" if module else name
+
+
+# NOTE [Lazy negation and conjugation bits]: `x.conj()` of a complex tensor and `x.conj().imag` are views
+# whose elements are negated/conjugated lazily, by a bit on the tensor (`is_conj()`, `is_neg()`), not in
+# memory. Fake tensors carry the bits, but nothing guarded them, so an entry traced for a plain tensor
+# answered `is_conj()` wrongly for a conjugate view, and a lowered backend that reads the input's memory
+# (triton) computed with the un-negated values and wrote un-negated results. Every tensor guard pins the
+# bits (only the negation bit for non-complex dtypes, which cannot carry the other), and a graph input
+# with either bit set is an unsupported value (a graph break; the tensor is used eagerly).
+def _lazy_bits_check(e: str, t: torch.Tensor) -> tuple[str, str, str]:
+    if t.is_complex():
+        return (f"{e}.is_conj() is {t.is_conj()} and {e}.is_neg() is {t.is_neg()}",
+                f"is_conj() {t.is_conj()}, is_neg() {t.is_neg()}", f"({e}.is_conj(), {e}.is_neg())")
+    return f"{e}.is_neg() is {t.is_neg()}", f"is_neg() {t.is_neg()}", f"{e}.is_neg()"
+
+
+def _placeholder(graph: torch.fx.Graph, description: str) -> torch.fx.Node:
+    """A graph input named as TorchDynamo names it: the parameter is the source with every run of other
+    characters made one `_` (`L['x']` -> `L_x_`), the node that uses it its lower-case form (`l_x_`)."""
+    target = re.sub(r"[^0-9a-zA-Z]+", "_", description) or "input"
+    if not target[0].isalpha():
+        target = f"input_{target}"
+    taken = {n.target for n in graph.nodes if n.op == "placeholder"}
+    base, n = target, 1
+    while target in taken:
+        target, n = f"{base}_{n}", n + 1
+    # inputs found mid-trace still go before every other node (after the earlier inputs), as in any
+    # traced graph: the printed code then binds all of them first
+    first_op = next((node for node in graph.nodes if node.op != "placeholder"), None)
+    if first_op is None:
+        return graph.create_node("placeholder", target, name=target.lower())
+    with graph.inserting_before(first_op):
+        return graph.create_node("placeholder", target, name=target.lower())
+
+
+# NOTE [Float guards are bitwise]: `==` says -0.0 == 0.0 (yet `math.copysign`, `1 / x` and `atan2`
+# tell them apart) and NaN != NaN (a NaN argument would miss its own entry on every call). A float
+# guard therefore pins the value bit for bit: NaN by `e != e`, zeros with their sign, any other float
+# by `==` (for those equal values have equal bits; NaN payloads are not distinguished).
+def _float_check(e: str, value: float, names) -> str:
+    if value != value:
+        return f"{e} != {e}"
+    if value == 0.0:
+        copysign = names.name_for(math.copysign, "copysign")
+        return f"{e} == 0.0 and {copysign}(1.0, {e}) == {math.copysign(1.0, value)!r}"
+    literal = repr(value) if _literal_ok(value) else names.name_for(value, "const")
+    return f"{e} == {literal}"
+
+
+def _literal_ok(value: Any) -> bool:
+    if isinstance(value, (int, float, str, bytes)) and type(value) in (int, float, str, bytes):
+        return not (isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))))
+    if type(value) is tuple:
+        return all(_literal_ok(v) for v in value)
+    return False
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) < 60 else text[:57] + "..."
+
