@@ -7,11 +7,22 @@ from ..sources import Source
 from .base import Value
 
 
+# NOTE [Host devices have no index]: a real CPU (or meta) tensor made with `device="cpu:0"` reports
+# `device(type='cpu')` (index None, `get_device()` -1); a fake tensor keeps the index it was given, so the
+# trace answered `cpu:0`, and `t.device == torch.device("cpu")` False where eager says True. The fake's
+# device is set to what the real tensor would report (also what later ops on it propagate).
+def _drop_host_index(fake: torch.Tensor) -> None:
+    device = getattr(fake, "fake_device", None)
+    if device is not None and device.type in ("cpu", "meta") and device.index is not None:
+        fake.fake_device = torch.device(device.type)
+
+
 class TensorValue(Value):
     def __init__(self, node: torch.fx.Node, fake: torch.Tensor, source: Source | None = None,
                  cls: type = torch.Tensor) -> None:
         self.node = node
         self.fake = fake
+        _drop_host_index(fake)
         self.source = source
         self.cls = cls
 
