@@ -82,7 +82,8 @@ _MAX_ATTEMPTS = 8
 # 30: a matrix times a 1-D tensor is a product with a column (NOTE [Transposed matrix times a vector]).
 # 31: random ops run in torch keep their order between parts (NOTE [Random draws keep their order]).
 # 32: joints trace transposed-conv, average-pool and EmbeddingBag gradients as ops ORT runs (training.py).
-REVISION = 32
+# 33: joints trace max-pool gradients and adaptive max pools without torch's indices (max_pool_backward.py).
+REVISION = 33
 
 
 @dataclasses.dataclass

@@ -62,12 +62,15 @@ def decompositions() -> dict:
     gradients as convolutions and products (NOTE [Pooling gradients as convolutions and products] in
     pool_backward.py), EmbeddingBag gradients as scatter-adds (NOTE [EmbeddingBag gradients as scatter-adds]
     in embedding_bag.py) and CPU flash attention as its math (NOTE [Flash attention as math in training graphs]
-    in attention_training.py) and replication-pad gradients as scatter-adds (pad_backward.py)."""
+    in attention_training.py), replication-pad gradients as scatter-adds (pad_backward.py) and max-pool
+    gradients from recomputed argmaxes (NOTE [Max-pool gradients from recomputed argmaxes] in
+    max_pool_backward.py)."""
     from .. import joint
-    from . import attention_training, conv_backward, embedding_bag, pad_backward, pool_backward
+    from . import attention_training, conv_backward, embedding_bag, max_pool_backward, pad_backward, pool_backward
 
     return {**joint.training_decompositions(), **conv_backward.decomposition(), **pool_backward.decomposition(),
-            **embedding_bag.decomposition(), **attention_training.decomposition(), **pad_backward.decomposition()}
+            **embedding_bag.decomposition(), **attention_training.decomposition(), **pad_backward.decomposition(),
+            **max_pool_backward.decomposition()}
 
 
 def persistence(opts):

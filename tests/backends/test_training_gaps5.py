@@ -1,0 +1,116 @@
+"""Training gaps of issue 14 (fifth pass): onnxrt training graphs that left ops to torch between ORT parts.
+
+Each decomposition is compared with eager's op in float64 (atol/rtol 1e-10), special values included; each
+model trains for 3 steps (forward, loss, backward, AdamW) eagerly and through onnxrt from the same weights on
+changing data (test_training_gaps4.train_as_eager: losses, input gradients, parameters and AdamW state within
+test_training_backends.TOL), every backward call ran as ORT sessions, and each backward program is one ORT part
+with nothing in torch but views and copies.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from framejit import config
+from tests.backends.test_training_backends import _count_ort_runs  # noqa: F401 (the autouse fixture)
+from tests.backends.test_training_gaps4 import (
+    EXACT, _decomposition, _gen, assert_backward_in_one_part, assert_forward_in_ort, train_as_eager)
+
+aten = torch.ops.aten
+
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+@pytest.fixture(autouse=True)
+def _no_cache(monkeypatch):
+    monkeypatch.setattr(config, "cache_enabled", False)
+
+
+def _special(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """x with NaNs, -infs and tied maxima at random places."""
+    x = x.clone()
+    flat = x.view(-1)
+    order = torch.randperm(flat.numel(), generator=gen)
+    flat[order[:3]], flat[order[3:6]], flat[order[6:12]] = float("nan"), float("-inf"), 1.5
+    return x
+
+
+# ---- NOTE [Max-pool gradients from recomputed argmaxes] ---------------------------------------------------------
+@pytest.mark.parametrize("dims", [2, 3])
+def test_max_pool_backward_matches_eager(dims):
+    forward = {2: aten.max_pool2d_with_indices, 3: aten.max_pool3d_with_indices}[dims]
+    backward = {2: aten.max_pool2d_with_indices_backward, 3: aten.max_pool3d_with_indices_backward}[dims]
+    decomposed = _decomposition(backward.default)
+    gen = _gen(dims)
+    compared = 0
+    for space in ([7, 6, 5], [5, 8, 4]):
+        for kernel, stride, padding, dilation, ceil_mode in itertools.product([2, 3], [1, 2], [0, 1], [1, 2],
+                                                                               [False, True]):
+            for lead, kind in itertools.product(([2, 3], [3]), ("plain", "special", "all -inf", "channels_last")):
+                x = torch.randn(*lead, *space[:dims], generator=gen, dtype=torch.float64)
+                if kind == "special":
+                    x = _special(x, gen)
+                elif kind == "all -inf":
+                    x = torch.full_like(x, float("-inf"))
+                elif kind == "channels_last" and x.dim() == 4:
+                    x = _special(x, gen).contiguous(memory_format=torch.channels_last)
+                args = ([kernel] * dims, [stride] * dims, [padding] * dims, [dilation] * dims, ceil_mode)
+                try:
+                    y, indices = forward(x, *args)
+                except RuntimeError:  # eager refuses it (padding over half the kernel)
+                    continue
+                grad = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+                torch.testing.assert_close(decomposed(grad, x, *args, indices), backward(grad, x, *args, indices),
+                                           **EXACT, msg=lambda m: f"{space[:dims]} {args} {lead} {kind}: {m}")
+                compared += 1
+    assert compared > 300
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_adaptive_max_pool_backward_matches_eager(dims):
+    forward = {2: aten.adaptive_max_pool2d, 3: aten.adaptive_max_pool3d}[dims]
+    backward = {2: aten.adaptive_max_pool2d_backward, 3: aten.adaptive_max_pool3d_backward}[dims]
+    decomposed = _decomposition(backward.default)
+    gen = _gen(dims)
+    # output smaller (overlapping windows), global, equal, larger than the input
+    for space, out in (([7, 6, 5], [3, 4, 2]), ([8, 8, 3], [1, 1, 1]), ([5, 9, 2], [5, 2, 2]), ([4, 4, 3], [6, 3, 5])):
+        for lead, special in itertools.product(([2, 3], [3]), (False, True)):
+            x = torch.randn(*lead, *space[:dims], generator=gen, dtype=torch.float64)
+            x = _special(x, gen) if special else x
+            y, indices = forward(x, out[:dims])
+            grad = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+            torch.testing.assert_close(decomposed(grad, x, indices), backward(grad, x, indices), **EXACT)
+            values, found = _decomposition(forward.default)(x, out[:dims])  # values and eager's indices
+            torch.testing.assert_close(values, y, **EXACT, equal_nan=True)
+            assert torch.equal(found, indices)
+
+
+class MaxPoolNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(2, 4, 3)
+        self.p1 = nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True)
+        self.p2 = nn.MaxPool1d(2, dilation=2)
+        self.p3 = nn.MaxPool3d(2, stride=1, padding=1)
+        self.p4 = nn.AdaptiveMaxPool2d((3, 2))
+        self.head = nn.LazyLinear(3)
+
+    def forward(self, x):
+        h = torch.tanh(self.c(x))
+        parts = [self.p1(h), self.p2(h.flatten(2)), self.p3(h.unsqueeze(1)), self.p4(h)]
+        return self.head(torch.cat([p.flatten(1) for p in parts], 1))
+
+
+def test_max_pools_train_with_the_backward_in_one_ort_part():
+    """MaxPool1d/2d/3d and AdaptiveMaxPool2d. Before: the partitioner recomputed max_pool2d_with_indices
+    (3d: max_pool3d_with_indices) in the backward for its indices, which ran in torch."""
+    def make():
+        model = MaxPoolNet()
+        model(torch.randn(2, 2, 10, 9))  # materialise the lazy head
+        return model
+    recording = train_as_eager(make, lambda g: (torch.randn(2, 2, 10, 9, generator=g),))
+    assert_backward_in_one_part(recording)
+    assert_forward_in_ort(recording)
