@@ -302,14 +302,30 @@ def _finds(locator: tuple, fn: types.FunctionType, obj: Any) -> bool:
         return False
 
 
+# NOTE [Defaults that lead back]: a default of a cell-held function is located like any object, and a
+# default with no importable name (`def block(x, *, act=lambda t: t.relu())` inside a factory) is searched
+# for through the closures again, which reach `block`'s cell and describe `block` again: the recursion
+# never ended (RecursionError, and the whole frame ran eagerly as after an internal error, with the
+# default backend only, the one whose entries persist). A function being described is not described
+# again: that path is NotPersistable, and the entry is kept in memory only.
+_DESCRIBING: set[int] = set()
+
+
 def _function_facts(f: types.FunctionType, fn: types.FunctionType) -> tuple:
     """What a function found in a cell must be to stand for the one the trace inlined (beyond the cells
     its guards check): its names, code, globals and defaults (each default by locator and type)."""
     def described(values):
         return None if values is None else [(locate(v, fn), type(v).__module__, type(v).__qualname__) for v in values]
-    kwdefaults = f.__kwdefaults__
-    return (f.__module__, f.__qualname__, code_hash(f.__code__), locate(f.__globals__, fn), described(f.__defaults__),
-            None if kwdefaults is None else (list(kwdefaults), described(kwdefaults.values())))
+    if id(f) in _DESCRIBING:  # NOTE [Defaults that lead back]
+        raise NotPersistable(f"the defaults of {f.__qualname__} lead back to it")
+    _DESCRIBING.add(id(f))
+    try:
+        kwdefaults = f.__kwdefaults__
+        return (f.__module__, f.__qualname__, code_hash(f.__code__), locate(f.__globals__, fn),
+                described(f.__defaults__), None if kwdefaults is None else (list(kwdefaults),
+                                                                            described(kwdefaults.values())))
+    finally:
+        _DESCRIBING.discard(id(f))
 
 
 def _in_cell(cell: Any, facts: tuple, fn: types.FunctionType) -> types.FunctionType:
