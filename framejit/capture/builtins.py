@@ -265,6 +265,9 @@ def _convert(kind: type):
             raise Unsupported(BreakKind.DATA_DEPENDENT, f"{kind.__name__}() of a tensor reads its data")
         if kind is str and len(args) == 1 and not kwargs and is_user_object(v):
             return user_str(tx, v)  # NOTE [Strings of user objects]
+        if kind is str and len(args) == 1 and not kwargs:
+            from .carried_loops import check_dynamic_format
+            check_dynamic_format(v)  # NOTE [Dynamic ints formatted into strings]
         from .sym_arith import convert  # NOTE [Size arithmetic stays symbolic]
         kept = convert(tx, kind, args, kwargs)
         if kept is not None:

@@ -51,7 +51,8 @@ _CARRIED_TYPES = (list, _LIST_ITERATOR)
 _ITERTOOLS_ITERATORS = (itertools.pairwise, itertools.islice, itertools.accumulate, itertools.starmap,
                         itertools.chain, itertools.count, itertools.cycle, itertools.takewhile,
                         itertools.dropwhile, itertools.compress, itertools.zip_longest, itertools.product,
-                        itertools.combinations, itertools.permutations, itertools.filterfalse)
+                        itertools.combinations, itertools.permutations, itertools.filterfalse, itertools.groupby,
+                        type(next(itertools.groupby("a"))[1]))  # groupby and its groups (_grouper)
 _STEPPED_TYPES = (enumerate, zip, map, filter, reversed, types.GeneratorType, *_ITERTOOLS_ITERATORS,
                   type(iter(())),  # a tuple's: a tensor's rows (NOTE [Loops over symbolic rows] in handlers/jumps.py)
                   type(iter({})), type(iter({}.values())), type(iter({}.items())), type(reversed({})),
@@ -230,6 +231,53 @@ def opaque_string(out, obj: str, source: Source) -> OpaqueStringValue:
     return OpaqueStringValue(obj, source)
 
 
+# NOTE [Dynamic ints formatted into strings]: an int that is symbolic because it changed between calls (a
+# layer index, a step counter: NOTE [Dynamic ints]; or a size under automatic dynamic) formatted into a string
+# (`d[f"layer_{i}"]`, `str(i)`, `f"{lr}"` of a dynamic float) was specialised: a guard on its value, so
+# the frame recompiled for every value until the recompile limit ran it eagerly (8 traces; stock
+# torch.compile gives the frame up to eager from its second call). The formatting now breaks instead and
+# runs as Python, the graph before it kept. The string it makes is known to change with the value, so
+# the resume function takes it as an opaque string from its first trace (NOTE [Strings carried across
+# breaks]; `inherit_dynamic_results`), as is a string built on one (BUILD_STRING, str + str), and a float
+# computed in Python from one (`d[key]` of a dict of floats) is a graph input there from its first trace
+# (NOTE [Dynamic floats]): so the chain of resume functions is traced once each, not once per value.
+def _dynamic_scalar(value: Value) -> bool:
+    from .values.scalars import SymFloatValue, SymNodeValue
+    if type(value) is SymFloatValue:
+        return not all(getattr(root, "specialised", False) for root in value.roots)
+    if type(value) is SymNodeValue:
+        from torch.fx.experimental.symbolic_shapes import is_concrete_bool, is_concrete_float, is_concrete_int
+        concrete = {bool: is_concrete_bool, float: is_concrete_float}.get(value.python_type(), is_concrete_int)
+        return not concrete(value.sym)
+    return False
+
+
+def check_dynamic_format(value: Value) -> None:
+    """Break at formatting a symbolic int or float into a string (NOTE [Dynamic ints formatted into
+    strings]); anything else formats as a constant."""
+    if _dynamic_scalar(value):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"formatting {value.describe()}, a value that changes "
+                          "between calls, into a string: it runs as Python")
+
+
+_STRING_MAKERS = frozenset({"FORMAT_VALUE", "BUILD_STRING", "BINARY_OP"})
+
+
+def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
+    """A break at `inst`, which read `operands` and leaves its result at stack slot `slot` of the resume
+    function `body` (a FrameHook): a result made from a dynamic value is dynamic there from its first trace
+    (NOTE [Dynamic ints formatted into strings])."""
+    if not hasattr(body, "dynamic_ints") or not any(
+            type(v) is OpaqueStringValue or _dynamic_scalar(v) for v in operands):
+        return
+    source = LocalSource(f"{STACK_PREFIX}{slot}").describe()
+    makes_string = inst.name in _STRING_MAKERS or inst.name == "CALL" and any(
+        getattr(v, "obj", None) is maker for v in operands[:2] for maker in (str, repr, format))
+    if makes_string:  # a str there is opaque (an int or a list is not made by these)
+        body.dynamic_ints = body.dynamic_ints | {source}
+    body.dynamic_floats = body.dynamic_floats | {source}  # a float there is a graph input
+
+
 def _failed_arguments(fn_code, args: tuple, failures, kind: str, accept) -> set[str]:
     """The sources `L['name']` of a resume function's arguments whose `kind` guard failed in a recompile and
     whose value `accept`s."""
@@ -350,13 +398,28 @@ def check_opaque_operands(tx, inst) -> None:
     except TypeError:
         n = len(tx.stack)
     window = tx.stack[len(tx.stack) - n:] if n > 0 else ()
+    returned = _returned_as_is(tx, inst)
     for v in window:
         if type(v) is OpaqueSequenceValue or type(v) is OpaqueMethodValue:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a list or tuple whose length "
                               "changes between calls: it runs as Python")
-        if type(v) is OpaqueStringValue:  # NOTE [Strings carried across breaks]: `if name:` was True for ''
+        if type(v) is OpaqueStringValue and not returned:  # NOTE [Strings carried across breaks]: `if name:`
+            # was True for ''
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a string that changes between "
                               "calls: it runs as Python")
+
+
+def _returned_as_is(tx, inst) -> bool:
+    """The root frame returns what `inst` reads unread: RETURN_VALUE, or the tuple or list built right
+    before it (`return y, name`). An opaque string goes there as itself (reloaded from its source), so the
+    frame's graph is kept (NOTE [Dynamic ints formatted into strings]); anywhere else the container could
+    be compared or searched with the string's value unknown."""
+    if tx.parent is not None:
+        return False
+    if inst.name == "RETURN_VALUE":
+        return True
+    insts = tx.program.insts
+    return inst.name in ("BUILD_TUPLE", "BUILD_LIST") and tx.pc < len(insts) and insts[tx.pc].name == "RETURN_VALUE"
 
 
 def changed_lengths(fn_code, args: tuple, failures) -> set[str]:

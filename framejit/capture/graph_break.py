@@ -248,7 +248,8 @@ class BreakCodegen:
             self._resume(rebuild, inst.index, produced=0, hooked=False)
         elif inst.name == "CALL":
             self._emit_call(rebuild)
-            self._resume(rebuild, inst.index + 1, produced=1)
+            body = self._resume(rebuild, inst.index + 1, produced=1)
+            carried_loops.inherit_dynamic_results(body, inst, self.top, len(self.below))
         elif inst.name == "CALL_FUNCTION_EX":
             self._emit_call_ex(rebuild)
             self._resume(rebuild, inst.index + 1, produced=1)
@@ -278,7 +279,9 @@ class BreakCodegen:
             produced = _SIMPLE.get(inst.name, lambda a: (0, 0))(inst.arg)[1] if inst.name != "CALL_FUNCTION_EX" else 1
             if inst.name == "RAISE_VARARGS":
                 return _at_line(cg, step_start, inst)
-            self._resume(rebuild, inst.index + 1, produced=produced)
+            body = self._resume(rebuild, inst.index + 1, produced=produced)
+            if produced == 1:  # NOTE [Dynamic ints formatted into strings] in carried_loops.py
+                carried_loops.inherit_dynamic_results(body, inst, self.top, len(self.below))
         return _at_line(cg, step_start, inst)
 
     def _make_blocks(self, rebuild: Reconstructor) -> None:

@@ -1,0 +1,116 @@
+"""Dynamic shapes and scalars, issue 13 (h13dyn3's sweep of serving-style workloads against stock
+torch.compile): differential tests, eager vs compiled over 10+ values, with compilation counts asserted.
+
+- A changing int (a layer index, a step, a size) formatted into a string (`d[f"layer_{i}"]`, `str(i)`,
+  `f"b{x.shape[0]}"`) was specialised by value: 8 traces, then the whole frame ran eagerly (stock
+  torch.compile: one graph, then the frame runs eagerly from its second call). The formatting now breaks
+  and runs as Python, and the strings and floats made from it are dynamic in the resume functions from
+  their first trace (NOTE [Dynamic ints formatted into strings]): the frame keeps its graphs and stops
+  tracing after the first few calls.
+"""
+from __future__ import annotations
+
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, assert_same
+
+_SCALES = {f"layer_{i}": float(i + 1) for i in range(16)}
+
+
+def _traced() -> int:
+    return framejit.stats()["frames_traced"]
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+def _layer_scale(x, i):
+    y = x.sin()
+    s = _SCALES[f"layer_{i}"]
+    return y * s + 1
+
+
+def _layer_scale_str(x, i):
+    y = x.cos() * 2
+    s = _SCALES["layer_" + str(i)]
+    return y - s
+
+
+def _labelled(x, i):
+    y = x.cos() * 2
+    name = f"step {i}"
+    return y + 1, name
+
+
+def _run_values(fn, dynamic, values):
+    """Compiled vs eager over `values` of the int; frames traced after the 4th call and at the end."""
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, dynamic=dynamic)
+    traced, eager = _traced(), _eager_frames()
+    after_four = None
+    for n, i in enumerate(values):
+        x = torch.randn(5)
+        assert_same(compiled(x, i), fn(x, i))
+        if n == 3:
+            after_four = _traced() - traced
+    return backend.graph_count, after_four, _traced() - traced, _eager_frames() - eager
+
+
+VALUES = [0, 1, 2, 3, 5, 7, 9, 10, 12, 4, 15, 11]
+
+
+def test_a_changing_int_formatted_into_a_dict_key_is_not_traced_per_value():
+    graphs, after_four, traced, eager = _run_values(_layer_scale, None, VALUES)
+    assert eager == 0
+    assert traced == after_four, (after_four, traced)  # no trace after the fourth call: not one per value
+    assert traced <= 5 and graphs <= 3, (traced, graphs)  # static entry, symbolic entry, resume functions
+
+
+def test_str_of_a_changing_int_is_not_traced_per_value():
+    graphs, after_four, traced, eager = _run_values(_layer_scale_str, None, VALUES)
+    assert eager == 0
+    assert traced == after_four, (after_four, traced)
+    assert graphs <= 3, graphs
+
+
+def test_a_dynamic_int_formatted_and_returned_keeps_its_graph_under_dynamic_true():
+    graphs, after_four, traced, eager = _run_values(_labelled, True, VALUES)
+    assert eager == 0
+    assert traced == after_four, (after_four, traced)
+    assert graphs <= 2, graphs  # the graph before the formatting, the one after it
+
+
+def _size_key(x):
+    key = f"b{x.shape[0]}"
+    return x.sum(0) * 2, key
+
+
+SIZES = [3, 4, 6, 2, 9, 5, 7, 11, 8, 10, 13, 1]
+
+
+def test_a_symbolic_size_formatted_into_a_string_is_not_traced_per_size():
+    backend = CountingBackend()
+    compiled = framejit.compile(_size_key, backend=backend)
+    traced, eager = _traced(), _eager_frames()
+    for n, size in enumerate(SIZES[:-1]):
+        x = torch.randn(size, 3)
+        assert_same(compiled(x), _size_key(x))
+        if n == 3:
+            after_four = _traced() - traced
+    assert _eager_frames() == eager
+    assert _traced() - traced == after_four, (after_four, _traced() - traced)
+
+
+def test_a_marked_dim_formatted_into_a_string_runs_instead_of_violating_its_mark():
+    # stock torch.compile raises ConstraintViolationError here (the mark is specialised by the format)
+    backend = CountingBackend()
+    compiled = framejit.compile(_size_key, backend=backend)
+    eager = _eager_frames()
+    for size in SIZES:
+        x = torch.randn(size, 3)
+        framejit.mark_dynamic(x, 0)
+        assert_same(compiled(x), _size_key(x))
+    assert _eager_frames() == eager
+    assert backend.graph_count <= 3, backend.graph_count  # symbolic (graph before and after), size 1
