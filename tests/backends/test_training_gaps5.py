@@ -12,10 +12,13 @@ import itertools
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+import framejit
 from framejit import config
 from tests.backends.test_training_backends import _count_ort_runs  # noqa: F401 (the autouse fixture)
+from tests.backends.test_training_backends import Recording
 from tests.backends.test_training_gaps4 import (
     EXACT, _decomposition, _gen, assert_backward_in_one_part, assert_forward_in_ort, train_as_eager)
 
@@ -114,3 +117,48 @@ def test_max_pools_train_with_the_backward_in_one_ort_part():
     recording = train_as_eager(make, lambda g: (torch.randn(2, 2, 10, 9, generator=g),))
     assert_backward_in_one_part(recording)
     assert_forward_in_ort(recording)
+
+
+# ---- onnxrt: int64 sums of bools (translate._counts_bools) -------------------------------------------------------
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 5))
+        self.register_buffer("class_weight", torch.tensor([1.0, 0.5, 2.0, 1.5, 0.75]))
+
+    def forward(self, x, target):
+        logits = self.body(x)
+        return (F.cross_entropy(logits, target)
+                + F.cross_entropy(logits, torch.where(target < 0, 1, target), weight=self.class_weight,
+                                  label_smoothing=0.1, ignore_index=1)
+                + F.nll_loss(F.log_softmax(logits, 1), target, weight=self.class_weight))
+
+
+def _classifier_batch(g: torch.Generator) -> tuple:
+    target = torch.randint(0, 5, (7,), generator=g)
+    target[int(torch.randint(0, 7, (), generator=g))] = -100  # ignored by the default ignore_index
+    return torch.randn(7, 6, generator=g), target
+
+
+def test_cross_entropy_trains_with_forward_and_backward_in_ort():
+    """cross_entropy (ignore_index, class weights, label smoothing) and nll_loss. Before: the count of targets
+    that are not ignore_index (an int64 sum of bools) ran in torch between ORT parts of the forward."""
+    recording = train_as_eager(Classifier, _classifier_batch)
+    assert_backward_in_one_part(recording)
+    assert_forward_in_ort(recording)
+
+
+def test_a_count_of_bools_past_float32_precision_runs_in_ort_exactly():
+    """An int64 sum of bools is a count (at most the input's size): ORT's sum gives eager's count past 2**24
+    (the first count float32 cannot hold), in an ORT part."""
+    recording = Recording("onnxrt")
+    fast = framejit.compile(lambda m, x: (m.sum(), m.sum(1), x.sum()), backend=recording)
+    for size in (2 ** 24 + 1, 2 ** 24 + 3):
+        m = torch.ones(1, size, dtype=torch.bool)
+        m[0, 5] = False
+        got, want = fast(m, torch.ones(3)), (m.sum(), m.sum(1), torch.ones(3).sum())
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.equal(g, w)
+    for compiled in recording.compiled:
+        for row in compiled.summary():
+            assert not row["eager_graph"] and row["parts"] == 1 and not row["eager_nodes"], row

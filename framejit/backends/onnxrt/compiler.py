@@ -83,7 +83,8 @@ _MAX_ATTEMPTS = 8
 # 31: random ops run in torch keep their order between parts (NOTE [Random draws keep their order]).
 # 32: joints trace transposed-conv, average-pool and EmbeddingBag gradients as ops ORT runs (training.py).
 # 33: joints trace max-pool gradients and adaptive max pools without torch's indices (max_pool_backward.py).
-REVISION = 33
+# 34: int64 sums of bools (counts) run in ORT (translate._counts_bools).
+REVISION = 34
 
 
 @dataclasses.dataclass
@@ -662,7 +663,8 @@ class OnnxrtCompiled:
                 weights = {p for p in weights if not _has_symbolic_size(values[p])}
                 statistics &= weights
                 values = _real_weights(values, weights, len(lowered.state), real_inputs)
-        blocked: dict[str, str] = {}  # node name -> why it runs in torch (logged on eager_fallback)
+        # node name -> why it runs in torch (logged on eager_fallback); NOTE [Tensors on another device]
+        blocked: dict[str, str] = state.off_device_nodes(lowered.graph_module, device)
         for _ in range(_MAX_ATTEMPTS):
             try:
                 parted = partition.partition(lowered.graph_module, blocked, self.opts.fallback_ops)

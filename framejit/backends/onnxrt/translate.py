@@ -136,6 +136,24 @@ _IMPRECISE = frozenset({"aten::expm1", "aten::log1p"})
 _INEXACT_ON_INT64 = frozenset({"aten::sum", "aten::prod", "aten::cumprod"})
 
 
+_CONVERSIONS = {torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default}
+
+
+def _counts_bools(node: torch.fx.Node) -> bool:
+    """An int64 sum of bools (as they are, or converted: type promotion writes the conversion out): a count, at
+    most the input's size, so exact in ONNX Runtime (cross_entropy's and nll_loss's count of targets that are
+    not ignore_index; 2**25 + 3 Trues summed to eager's count)."""
+    if node.target._schema.name != "aten::sum" or not node.all_input_nodes:
+        return False
+    for arg in node.all_input_nodes:
+        if arg.op == "call_function" and arg.target in _CONVERSIONS and isinstance(arg.args[0], torch.fx.Node):
+            arg = arg.args[0]
+        value = arg.meta.get("val")
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.bool:
+            return False
+    return True
+
+
 # NOTE [Storage read by as_strided]
 # as_strided indexes its input's *storage*: eager's layout of that tensor, not its logical order. An ORT
 # output is a dense buffer in logical order, so as_strided may run in ORT only over an input whose eager
@@ -306,7 +324,7 @@ def _differs_from_eager(node: torch.fx.Node, overload: str, vals: list) -> str |
     if schema_name in _IMPRECISE:
         return f"{overload} loses precision near 0 in ONNX (written as exp(x) - 1 / log(1 + x))"
     if schema_name in _INEXACT_ON_INT64 and any(
-            isinstance(v, torch.Tensor) and v.dtype == torch.int64 for v in vals):
+            isinstance(v, torch.Tensor) and v.dtype == torch.int64 for v in vals) and not _counts_bools(node):
         return f"{overload} of int64 is not exact in ONNX Runtime beyond 2**53"
     if _no_degrees_of_freedom(node):
         return f"{overload} has no degrees of freedom left: eager warns on every call"
