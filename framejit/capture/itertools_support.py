@@ -112,3 +112,62 @@ def _repeat(tx, args, kwargs):
     except (TypeError, OverflowError) as e:
         raise UserException(e) from None
     return IteratorValue([args[0]] * max(times, 0))
+
+
+# NOTE [groupby evaluated when made]: `itertools.groupby(xs, key)` is evaluated at once, like the
+# combinators above: the key of every item (calls made early: no effect allowed, builtins._calls_made_early)
+# and runs of equal keys. Only constant keys are grouped here (== on a traced value is not a fact the trace
+# may assume). CPython's groups share the groupby's own iterator: once the groupby has moved past a group
+# (or stopped), that group yields nothing more. Each group therefore gets a check, run before each of its
+# steps: the groupby has drawn exactly that group's row and is not exhausted; otherwise the frame breaks
+# where the groupby was made and it runs lazily, as Python. The groupby and its groups carry `made_at`, so
+# one that outlives the graph (returned, stored, live at a break) is also that break (codegen.escaped_generator).
+_GROUPER = type(next(itertools.groupby("a"))[1])
+
+
+@handles(itertools.groupby)
+def _groupby(tx, args, kwargs):
+    from .builtins import _calls_made_early
+    if len(args) + len(kwargs) > 2 or kwargs.keys() - {"iterable", "key"} or len(args) + len(kwargs) == 0:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "itertools.groupby with these arguments")
+    iterable = args[0] if args else kwargs["iterable"]
+    key = args[1] if len(args) > 1 else kwargs.get("key", ConstantValue(None))
+    keyed = not (key.is_constant() and key.as_constant() is None)
+    made_at = lazy_combinators._root_index(tx)
+    if made_at is None:
+        raise Unsupported(BreakKind.SIDE_EFFECT, "groupby() where no instruction made it: it runs as Python")
+    watch = lazy_combinators.watch(tx, [iterable])  # NOTE [Lazy combinators]
+    column, = drain_lent(tx, [iterable])  # NOTE [Lent iterators]
+    keys = _calls_made_early(tx, "groupby", lambda: [tx.call(key, [item], {}) for item in column]) if keyed \
+        else column
+    if not all(k.is_constant() for k in keys):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "itertools.groupby of keys that are not constants")
+    runs: list[tuple[Value, list[Value]]] = []
+    for k, item in zip(keys, column):
+        if runs and runs[-1][0].as_constant() == k.as_constant():
+            runs[-1][1].append(item)
+        else:
+            runs.append((k, [item]))
+    outer = IteratorValue([])
+    outer.items = [TupleValue([k, _group(outer, row + 1, items, made_at)]) for row, (k, items) in enumerate(runs)]
+    outer.iter_type = itertools.groupby
+    result = watch.finish(outer, "groupby", per_row=False, fn=key if keyed else None, columns=[column])
+    result.made_at = made_at  # NOTE [groupby evaluated when made]
+    return result
+
+
+def _group(outer: IteratorValue, drawn: int, items: list[Value], made_at: int) -> IteratorValue:
+    group = IteratorValue(items)
+    group.iter_type = _GROUPER
+    group.made_at = made_at
+
+    def check() -> None:
+        if outer.check is not None:
+            outer.check()
+        if outer.index != drawn or outer.exhausted:
+            e = Unsupported(BreakKind.SIDE_EFFECT, "a group of groupby() drawn after the groupby moved on: "
+                            "it runs lazily, as Python")
+            e.root_index = made_at
+            raise e
+    group.check = check
+    return group
