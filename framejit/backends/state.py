@@ -48,5 +48,37 @@ def leaves_inference_mode(gm: torch.fx.GraphModule) -> bool:
                and node.args[0] is False for node in gm.graph.nodes)
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    return a.type == b.type and (a.index or 0) == (b.index or 0)  # fake "cpu:0"/"cuda" vs real "cpu"/"cuda:0"
+
+
+def off_device_nodes(gm: torch.fx.GraphModule, device: torch.device) -> dict[str, str]:
+    """NOTE [Tensors on another device]: lowered backends run a graph (or an ORT part) on the device of its
+    inputs. A node that makes or reads a tensor elsewhere (`x.to("cuda")` on CPU inputs, `x.cpu()` on CUDA
+    ones, `torch.ones(2, device="meta")`) computed on the inputs' device instead: `x.to("meta") + 1` came
+    back as a CPU tensor holding 2.0 on onnxrt and triton (eager: a meta tensor). Such nodes, name -> why,
+    must run in torch (onnxrt blocks them from its parts). Triton, which runs the whole graph on the device,
+    needs only its outputs where eager puts them (`off_device_outputs`): a tensor made elsewhere and moved
+    back (`torch.arange(n).to(x.device)`) holds the same values wherever it was computed."""
+    found = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        vals = [node.meta.get("val")] + [arg.meta.get("val") for arg in node.all_input_nodes]
+        for val in vals:
+            for t in (val if isinstance(val, (list, tuple)) else (val,)):
+                if isinstance(t, torch.Tensor) and not _same_device(t.device, device):
+                    found[node.name] = f"it uses a tensor on {t.device}, the graph runs on {device}"
+    return found
+
+
+def off_device_outputs(gm: torch.fx.GraphModule, device: torch.device) -> list[str]:
+    """The devices, other than `device`, of the graph's tensor outputs (NOTE [Tensors on another device])."""
+    output = next(node for node in gm.graph.nodes if node.op == "output")
+    vals = [node.meta.get("val") for node in torch.utils._pytree.tree_leaves(output.args)
+            if isinstance(node, torch.fx.Node)]
+    return [str(v.device) for v in vals if isinstance(v, torch.Tensor) and not _same_device(v.device, device)]
+
+
 def has_dynamic_float_input(gm: torch.fx.GraphModule) -> bool:
     return any(node.op == "placeholder" and node.meta.get("dynamic_float") for node in gm.graph.nodes)

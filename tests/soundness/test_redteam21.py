@@ -36,3 +36,30 @@ def test_a_tensor_made_on_an_indexed_host_device_reports_no_index(name):
         x = torch.ones(1)
         assert cf(x, d) == f(x, d)
     assert _eager_frames() == before
+
+
+_OTHER_DEVICE_PROGRAMS = {
+    "moved_then_computed": lambda x: (x.to("meta") + 1, x * 2),
+    "made_there": lambda x: (torch.ones(2, device="meta") * 2, x * 3),
+    "beside_a_computation": lambda x: (x.to("meta").sin(), (x * 2).sin()),
+}
+
+
+def _same_tensors(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert (g.device, g.shape, g.dtype, g.stride()) == (w.device, w.shape, w.dtype, w.stride())
+        if w.device.type != "meta":
+            torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+@pytest.mark.parametrize("name", sorted(_OTHER_DEVICE_PROGRAMS))
+def test_tensors_made_on_another_device_than_the_inputs_stay_there(backend, name):
+    # Lowered backends run a graph on its inputs' device; a node that moved a tensor elsewhere or made one
+    # there (here meta; on a GPU machine x.to("cuda") on CPU inputs) was computed on the inputs' device:
+    # x.to("meta") + 1 came back as a CPU tensor holding 2.0 (eager: a meta tensor).
+    f = _OTHER_DEVICE_PROGRAMS[name]
+    cf = framejit.compile(f, backend=backend)
+    for x in (torch.ones(2), torch.full((2,), -3.0), torch.arange(2.0)):
+        _same_tensors(cf(x), f(x))

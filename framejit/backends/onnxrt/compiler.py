@@ -663,7 +663,8 @@ class OnnxrtCompiled:
                 weights = {p for p in weights if not _has_symbolic_size(values[p])}
                 statistics &= weights
                 values = _real_weights(values, weights, len(lowered.state), real_inputs)
-        blocked: dict[str, str] = {}  # node name -> why it runs in torch (logged on eager_fallback)
+        # node name -> why it runs in torch (logged on eager_fallback); NOTE [Tensors on another device]
+        blocked: dict[str, str] = state.off_device_nodes(lowered.graph_module, device)
         for _ in range(_MAX_ATTEMPTS):
             try:
                 parted = partition.partition(lowered.graph_module, blocked, self.opts.fallback_ops)
