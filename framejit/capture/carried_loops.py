@@ -260,6 +260,31 @@ def check_dynamic_format(value: Value) -> None:
                           "between calls, into a string: it runs as Python")
 
 
+# NOTE [Lists of tensors indexed by dynamic ints]: `ws[i]` of a list or tuple of tensors by an int that
+# changes between calls (symbolic: NOTE [Dynamic ints]) specialised the int (a guard on its value), so the
+# frame compiled once per value until the recompile limit ran it eagerly (stock torch.compile the same).
+# Which tensor it is does not change the graph after it, only its input: the subscript breaks and runs as
+# Python, and the resume function takes the tensor as an argument (guarded by its metadata), so one trace
+# serves every index. Only lists whose items are all tensors (a module list is another path; a list of
+# ints or strings indexed by a dynamic int stays specialised). Not tuples: a resume function wraps a
+# tuple's items at its entry, so the tensor it was passed aliases one of them, a guard per index.
+def check_dynamic_index(seq: Value, key: Value) -> None:
+    """Break at `seq[key]` (NOTE [Lists of tensors indexed by dynamic ints]). The choice needs no guard:
+    the break is right for any items, and the specialised subscript guards what it reads."""
+    if not _dynamic_scalar(key) or key.python_type() is not int or getattr(seq, "cls", None) is not list:
+        return
+    import torch
+    from .values import TensorValue
+    from .values.outside import OutsideListValue
+    if isinstance(seq, OutsideListValue) and not seq.materialized:  # items unread (NOTE [Lists from outside])
+        tensors = [isinstance(v, torch.Tensor) for v in seq._obj] + [type(v) is TensorValue for v in seq.tail]
+    else:
+        tensors = [type(v) is TensorValue for v in seq.items]
+    if tensors and all(tensors):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"indexing a list of tensors by "
+                          f"{key.describe()}, an int that changes between calls: it runs as Python")
+
+
 _STRING_MAKERS = frozenset({"FORMAT_VALUE", "BUILD_STRING", "BINARY_OP"})
 
 

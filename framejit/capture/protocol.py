@@ -611,6 +611,8 @@ def getitem(tx, obj: Value, key: Value) -> Value:
     if isinstance(obj, DictViewValue):
         raise UserException(TypeError(f"'{obj.cls.__name__}' object is not subscriptable"))
     if isinstance(obj, SequenceValue):
+        from .carried_loops import check_dynamic_index
+        check_dynamic_index(obj, key)  # NOTE [Lists of tensors indexed by dynamic ints]
         k = key.known_data() if isinstance(key, TensorValue) and key.known_data() is not None else key.as_constant()
         if isinstance(k, slice):
             items = obj.items[k]

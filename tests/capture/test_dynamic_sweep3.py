@@ -114,3 +114,38 @@ def test_a_marked_dim_formatted_into_a_string_runs_instead_of_violating_its_mark
         assert_same(compiled(x), _size_key(x))
     assert _eager_frames() == eager
     assert backend.graph_count <= 3, backend.graph_count  # symbolic (graph before and after), size 1
+
+
+_WEIGHTS = [torch.full((5,), float(k)) for k in range(16)]
+
+
+def _indexed(x, i):
+    return x * _WEIGHTS[i] + _WEIGHTS[i - 1]
+
+
+def _indexed_list(x, ws, i):
+    y = x.relu()
+    return y * ws[i] - ws[-i]
+
+
+def test_a_list_of_tensors_indexed_by_a_changing_int_is_not_traced_per_value():
+    # before: one trace per value (the guard i == v) until the recompile limit ran the frame eagerly (stock
+    # torch.compile the same); the subscript now breaks and the resume function takes the tensor
+    graphs, after_four, traced, eager = _run_values(_indexed, None, VALUES[1:])
+    assert eager == 0
+    assert traced == after_four, (after_four, traced)
+    assert graphs <= 4, graphs
+
+
+def test_a_list_argument_of_tensors_indexed_by_a_changing_int_under_dynamic_true():
+    backend = CountingBackend()
+    compiled = framejit.compile(_indexed_list, backend=backend, dynamic=True)
+    traced, eager = _traced(), _eager_frames()
+    ws = [torch.randn(5) for _ in range(16)]
+    for n, i in enumerate(VALUES[1:]):
+        x = torch.randn(5)
+        assert_same(compiled(x, ws, i), _indexed_list(x, ws, i))
+        if n == 3:
+            after_four = _traced() - traced
+    assert _eager_frames() == eager
+    assert _traced() - traced == after_four, (after_four, _traced() - traced)
