@@ -162,3 +162,47 @@ def test_a_count_of_bools_past_float32_precision_runs_in_ort_exactly():
     for compiled in recording.compiled:
         for row in compiled.summary():
             assert not row["eager_graph"] and row["parts"] == 1 and not row["eager_nodes"], row
+
+
+# ---- onnxrt: xlogy as eager's kernel (semantics._rewrite_xlogy) ---------------------------------------------------
+def test_xlogy_of_special_values_matches_eager_in_one_ort_part():
+    recording = Recording("onnxrt")
+    fast = framejit.compile(lambda x, y: torch.xlogy(x, y) * 2, backend=recording)
+    special = [0.0, -0.0, 1.0, -1.0, 2.5, float("nan"), float("inf"), float("-inf"), 1e-30]
+    for dtype in (torch.float64, torch.float32):
+        values = torch.tensor(special, dtype=dtype)
+        x, y = values.view(-1, 1).expand(9, 9), values.view(1, -1).expand(9, 9)
+        got, want = fast(x, y), torch.xlogy(x, y) * 2
+        torch.testing.assert_close(got, want, equal_nan=True, atol=0, rtol=0)
+        numbers = ~want.isnan()
+        assert torch.equal(got[numbers].signbit(), want[numbers].signbit())  # -0.0 where eager gives it
+    for compiled in recording.compiled:
+        for row in compiled.summary():
+            assert not row["eager_graph"] and row["parts"] == 1 and not row["eager_nodes"], row
+
+
+class Distiller(nn.Module):
+    """A student's log-probabilities against a teacher's (targets with exact zeros: xlogy(0, 0) terms)."""
+
+    def __init__(self):
+        super().__init__()
+        self.student, self.teacher = nn.Linear(6, 5), nn.Linear(6, 5)
+
+    def forward(self, x, keep):
+        soft = F.softmax(self.teacher(x), 1)
+        sparse = soft.detach() * keep  # eager's gradient of a target at 0 is NaN: this one is detached
+        log_probs = F.log_softmax(self.student(x), 1)
+        return (F.kl_div(log_probs, soft, reduction="batchmean")
+                + F.kl_div(log_probs, sparse / sparse.sum(1, keepdim=True), reduction="sum"))
+
+
+def test_kl_div_trains_with_forward_and_backward_in_ort():
+    """F.kl_div with a target that requires grad (the teacher trains too) and one that holds zeros. Before: xlogy
+    ran in torch in the forward."""
+    def batch(g):
+        keep = (torch.rand(7, 5, generator=g) > 0.3).float()
+        keep[:, 0] = 1.0
+        return torch.randn(7, 6, generator=g), keep
+    recording = train_as_eager(Distiller, batch, input_grad=False)
+    assert_backward_in_one_part(recording)
+    assert_forward_in_ort(recording)

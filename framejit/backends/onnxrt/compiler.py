@@ -84,7 +84,8 @@ _MAX_ATTEMPTS = 8
 # 32: joints trace transposed-conv, average-pool and EmbeddingBag gradients as ops ORT runs (training.py).
 # 33: joints trace max-pool gradients and adaptive max pools without torch's indices (max_pool_backward.py).
 # 34: int64 sums of bools (counts) run in ORT (translate._counts_bools).
-REVISION = 34
+# 35: float xlogy as eager's kernel (NOTE [Eager semantics in ONNX]).
+REVISION = 35
 
 
 @dataclasses.dataclass

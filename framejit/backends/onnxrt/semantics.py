@@ -24,7 +24,7 @@ into ops whose ONNX meaning is eager's:
   skips NaN); a pool whose indices are used runs in torch (eager's index in a window holding NaN is its
   last NaN's)
 Ops whose translation is wrong on special values in ways not worth rewriting (atan2, floor_divide,
-remainder and rounding division of floats, signbit, xlogy, heaviside), imprecise (expm1, log1p), inexact
+remainder and rounding division of floats, signbit, xlogy of a scalar, heaviside), imprecise (expm1, log1p), inexact
 on int64 (sum, prod, cumprod) or ordering ties otherwise than eager (topk) run in eager torch
 (translate.unsupported_reason).
 The sign of zero (soundness finding #10): every float `where` (and masked_fill with a -0.0 or tensor
@@ -34,7 +34,8 @@ sqrt / rsqrt as in eager; `maximum/minimum` and tensor-bound clamps keep the fir
 eager's scalar loop does (ORT's Max/Min gave the other zero); two-bound clamps with a zero bound, and
 scalar clamps with a NaN bound (NaN everywhere in eager) are rewritten like the one-sided ones; `celu` is
 elu with input_scale (ORT's Celu gave +0.0 for -0.0); avg_pool reads its input with -0.0 turned into +0.0
-(eager's window sums start from +0.0); `logit(x, eps)` clamps with Clip (torchlib's clamp lost NaN).
+(eager's window sums start from +0.0); `logit(x, eps)` clamps with Clip (torchlib's clamp lost NaN);
+float `xlogy(x, y)` is where(isnan(y), nan, where(x == 0, 0, x * log(y))) as eager's kernel.
 translate.py also keeps -0.0 and 0.0 apart in the exporter's constant farm.
 Reductions over empty tensors (mean or var of nothing is NaN in eager, 0 in ORT) are not rewritten:
 nodes that touch an empty tensor run in eager torch (translate.unsupported_reason).
@@ -369,6 +370,19 @@ def _rewrite_avg_pool(b: _Builder, node: torch.fx.Node) -> None:
     node.replace_input_with(x, b.plus_zero(x))
 
 
+def _rewrite_xlogy(b: _Builder, node: torch.fx.Node) -> bool:
+    """xlogy(x, y) = nan where y is NaN, else 0 where x == 0, else x * log(y), as eager's kernel (torchlib's
+    gave 0 for xlogy(0, nan)). Float tensors of the result's dtype only; anything else runs in torch."""
+    x, y = node.args[0], node.args[1]
+    dtype = _val(node).dtype
+    if not isinstance(y, torch.fx.Node) or not all(_is_float_tensor_node(a) and _val(a).dtype == dtype for a in (x, y)):
+        return False
+    product = b(aten.mul.Tensor, x, b(aten.log.default, y))
+    inner = b.where(b(aten.eq.Scalar, x, 0), 0.0, product)
+    _replace_uses(node, b.where(b(aten.isnan.default, y), float("nan"), inner), set())
+    return True
+
+
 def _rewrite_logit(b: _Builder, node: torch.fx.Node) -> bool:
     """logit(x, eps) = log(z / (1 - z)) with z = clamp(x, eps, 1 - eps) as eager (torchlib's version
     turned NaN into 1 - eps)."""
@@ -549,6 +563,8 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         _rewrite_avg_pool(b, node)
     elif target is aten.logit.default:
         return _rewrite_logit(b, node)
+    elif target is aten.xlogy.Tensor:
+        return _rewrite_xlogy(b, node)
     elif target in (aten.addcdiv.default, aten.addcmul.default):
         return _rewrite_item_value(b, node)  # NOTE [Numbers read from tensors in ONNX]
     else:
