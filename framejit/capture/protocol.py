@@ -221,7 +221,38 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
         _guard_default_eq(tx, a, b, fn)
         same = is_same(tx, a, b)  # neither type defines __eq__: CPython falls back to identity
         return ConstantValue(same if fn is operator.eq else not same)
+    if _plain_sequences(a, b) and fn in _ORDERINGS:
+        return _compare_items(tx, fn, a, b)  # NOTE [Tuples compared item by item]
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"comparison {fn.__name__} of {a.describe()} and {b.describe()}")
+
+
+# NOTE [Tuples compared item by item]: `sorted(d.items())` over (name, tensor) pairs compares tuples that hold
+# tensors; CPython's tuple (and list) comparison looks for the first position whose items differ
+# (PyObject_RichCompareBool: the same object is equal without a call, else `==` and its truth) and compares
+# only those two items with the operator, returning that result as it is; when no position differs, the
+# lengths decide. So ('skip', t1) < ('a', t2) is 'skip' < 'a' and never touches the tensors. Each step
+# goes through `compare` and `truth`, so a tensor pair that must be compared is a tensor op whose truth is
+# data-dependent (a break), as eager's bool(tensor == tensor). Exact tuples and lists only (subclasses may
+# override the operators).
+_ORDERINGS = (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)
+
+
+def _plain_sequences(a: Value, b: Value) -> bool:
+    return all(isinstance(v, (TupleValue, ListValue)) and type(v) in (TupleValue, ListValue) for v in (a, b)) \
+        and a.cls is b.cls and a.cls in (tuple, list)
+
+
+def _compare_items(tx, fn: Callable, a: Value, b: Value) -> Value:
+    if fn in (operator.eq, operator.ne) and len(a.items) != len(b.items):
+        return ConstantValue(fn is operator.ne)
+    for x, y in zip(a.items, b.items):
+        if x is y or (x.is_constant() and y.is_constant() and x.as_constant() is y.as_constant()):
+            continue
+        if not truth(tx, compare(tx, operator.eq, x, y)):
+            if fn in (operator.eq, operator.ne):
+                return ConstantValue(fn is operator.ne)
+            return compare(tx, fn, x, y)
+    return ConstantValue(fn(len(a.items), len(b.items)))
 
 
 def _default_eq(v: Value) -> bool:

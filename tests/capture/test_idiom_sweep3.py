@@ -110,7 +110,11 @@ def _groupby_programs():
 
 
 def _same(got, want):
-    if isinstance(want, torch.Tensor):
+    if isinstance(want, dict):
+        assert type(got) is type(want) and got.keys() == want.keys()
+        for k in want:
+            _same(got[k], want[k])
+    elif isinstance(want, torch.Tensor):
         torch.testing.assert_close(got, want)
     elif isinstance(want, (list, tuple)):
         assert type(got) is type(want) and len(got) == len(want)
@@ -131,3 +135,57 @@ def test_groupby_programs_match_eager(program):
         x = torch.randn(3)
         _same(compiled(x, list(keys)), program(x, list(keys)))
     assert _eager_frames() == eager_before
+
+
+# ---- tuples holding tensors compared item by item (NOTE [Tuples compared item by item], protocol.py) -------
+# Stock: the program below is 4 graphs over its calls. framejit before: a break at sorted() ("comparison lt
+# of tuple(Constant('skip'), Tensor) and ..."), and the resume function got the set `shapes` of tuples, which
+# cannot cross a break: two frames ran wholly eagerly.
+def test_sorted_items_of_a_dict_of_tensors_has_no_eager_frame():
+    def f(feats):
+        kept = {k: v * 2 for k, v in feats.items() if v is not None}
+        shapes = {tuple(v.shape) for v in kept.values()}
+        sq = [v.pow(2) for k, v in sorted(kept.items()) if k != "skip"]
+        return kept, len(shapes), sq
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    for feats in ({"a": torch.randn(3), "b": None, "skip": torch.randn(3)},
+                  {"a": torch.randn(2, 3), "b": torch.randn(3), "skip": None},
+                  {"a": torch.randn(3), "b": None, "skip": torch.randn(3)}):
+        _same(compiled(dict(feats)), f(dict(feats)))
+    assert _eager_frames() == eager_before
+    assert backend.graph_count <= 4
+
+
+def _tuple_compare(x, y, k1, k2):
+    a, b = (k1, x.sin()), (k2, y.sin())
+    return (a < b, a >= b, a == b, a != b, [k for k, _ in sorted([a, b])], (1, x) <= (1, x),
+            (k1, x, 1) < (k1, x, 2), [k1, x] > [k2, y], x * 2)
+
+
+@pytest.mark.parametrize("keys", [("a", "b"), ("b", "a"), ("a", "b", "same")])
+def test_tuples_with_tensors_compare_as_eager(keys):
+    backend = CountingBackend()
+    compiled = framejit.compile(_tuple_compare, backend=backend)
+    eager_before, traced_before = _eager_frames(), framejit.stats()["frames_traced"]
+    for _ in range(2):
+        x, y = torch.randn(2), torch.randn(2)
+        k1, k2 = keys[:2] if len(keys) == 2 else ("a", "a")
+        want = _call(_tuple_compare, x, y, k1, k2)
+        got = _call(compiled, x, y, k1, k2)
+        if isinstance(want, BaseException):  # equal keys: eager compares the tensors (ambiguous truth)
+            assert type(got) is type(want)
+        else:
+            _same(got, want)
+    if len(keys) == 2:  # stock: 1 graph (framejit before: a break at the first comparison, 2 graphs)
+        assert _eager_frames() == eager_before
+        assert backend.graph_count == 1 and framejit.stats()["frames_traced"] == traced_before + 1
+
+
+def _call(fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 (the exception is compared with eager's)
+        return e
