@@ -189,3 +189,37 @@ def _call(fn, *args):
         return fn(*args)
     except Exception as e:  # noqa: BLE001 (the exception is compared with eager's)
         return e
+
+
+# ---- a range live at a graph break, or passed in (NOTE [Ranges from outside], values/builder.py) -----------
+# framejit before: "L['r'] is a range", and the resume function ran wholly eagerly (random.Random.sample's
+# `population` in the sweep's program).
+def test_a_range_live_at_a_print_break_is_carried(capsys):
+    def f(x, n):
+        r = range(1, n, 2)
+        y = x * len(r)
+        print("steps", len(r))
+        return y + sum(r), r.start, list(r)
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    eager_before = _eager_frames()
+    for n in (6, 6, 9):
+        x = torch.randn(3)
+        got = compiled(x, n)
+        printed = capsys.readouterr().out
+        want = f(x, n)
+        assert printed == capsys.readouterr().out
+        _same(got, want)
+    assert _eager_frames() == eager_before
+
+
+def test_ranges_passed_in_are_guarded_by_start_stop_and_step():
+    def f(x, r):
+        return x * r.start + len(r), r.step
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    eager_before = _eager_frames()
+    for r in (range(3), range(3), range(1, 4), range(0), range(5, 5), range(0, 6, 2)):
+        x = torch.randn(2)
+        _same(compiled(x, r), f(x, r))
+    assert _eager_frames() == eager_before

@@ -301,6 +301,15 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         # with `is` like any object.
         out.guard_id(source, obj)
         return ObjectValue(obj, source)
+    if type(obj) is range:
+        # NOTE [Ranges from outside]: a range is immutable; one live at a graph break (`r = range(n)` before a
+        # print(), random.sample's `population`) is a constant of the resume function, guarded by its type and
+        # its start, stop and step (== on ranges compares their items: range(0) == range(5, 5)). It was
+        # "L['r'] is a range", and the resume function ran wholly eagerly.
+        out.guard_type(source, range)
+        for part in ("start", "stop", "step"):
+            out.guard_constant(AttrSource(source, part), getattr(obj, part))
+        return ConstantValue(obj, source)
     if type(obj).__module__ == "builtins" and not hasattr(obj, "__dict__"):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{source.describe()} is a {type(obj).__name__}")
     out.guard_type(source, type(obj))
