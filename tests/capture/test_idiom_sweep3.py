@@ -223,3 +223,36 @@ def test_ranges_passed_in_are_guarded_by_start_stop_and_step():
         x = torch.randn(2)
         _same(compiled(x, r), f(x, r))
     assert _eager_frames() == eager_before
+
+
+# ---- `f(**a, **b)` with a graph break between the two merges (handlers/build.py DICT_MERGE) ----------------
+# The resume function gets the half-built keyword dict; DICT_MERGE into it was a break no resume function
+# can take, so that frame ran wholly eagerly (the sweep's program: **{...asdict(cfg)...} whose asdict broke
+# at copy.deepcopy of a changed int).
+def _merged_call(x, extra):
+    def g(**kw):
+        return kw["a"] * kw.get("b", 1.0) + len(kw)
+
+    def loud(d):
+        print("extra", sorted(d))
+        return d
+    return g(**{"a": x.sin()}, **loud(extra))
+
+
+@pytest.mark.parametrize("extras", [({"b": 2.0}, {"b": 3.0}, {}), ({"a": 1.0}, {"b": 2.0}, {"a": 1.0})],
+                         ids=["distinct", "duplicate"])
+def test_keyword_merge_across_a_break(extras, capsys):
+    compiled = framejit.compile(_merged_call, backend=CountingBackend())
+    eager_before = _eager_frames()
+    for extra in extras:
+        x = torch.randn(3)
+        got = _call(compiled, x, dict(extra))
+        printed = capsys.readouterr().out
+        want = _call(_merged_call, x, dict(extra))
+        assert printed == capsys.readouterr().out
+        if isinstance(want, BaseException):
+            assert type(got) is type(want) and str(got).endswith(str(want).split("() ")[-1])
+        else:
+            _same(got, want)
+    if extras[0] == {"b": 2.0}:  # (a frame that raises runs eagerly to raise it, by design)
+        assert _eager_frames() == eager_before

@@ -102,11 +102,23 @@ def dict_merge(tx, inst):
     target = tx.peek(inst.arg)
     items = _as_items(tx, other)
     if _from_outside(target):  # NOTE [Building into a container from outside]
-        raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, "DICT_MERGE into a dict from outside")
+        _merge_into_outside(tx, target, items)  # (was a break no resume function can take: it ran eagerly)
+        return
     duplicate = next((k for k in items if k in target.items), None)
     if duplicate is not None:
         raise UserException(TypeError(f"got multiple values for keyword argument '{duplicate}'"))
     target.items.update(items)
+
+
+def _merge_into_outside(tx, target, items: dict) -> None:
+    """DICT_MERGE (`f(**a, **b)`) into the keyword dict a resume function got from its caller: CPython's
+    duplicate-key TypeError, else `dict.update` of the target (recorded and replayed)."""
+    from ..protocol import contains
+    from ..values.mappings import key_value
+    for key in items:
+        if contains(tx, key_value(key), target):
+            raise UserException(TypeError(f"got multiple values for keyword argument '{key}'"))
+    _call_on(tx, dict.update, target, DictValue(items))
 
 
 def _as_items(tx, value) -> dict:
