@@ -372,18 +372,39 @@ def _keys_check(out, e: str, keys: list) -> str:
             f"({''.join(t + ', ' for t in types)}))")
 
 
+def _sound_ordered(od: collections.OrderedDict) -> bool:
+    """Whether the OrderedDict's order list holds exactly its table's keys (NOTE [OrderedDicts out of order])."""
+    try:
+        return len(list(od)) == len(od)
+    except (KeyError, RuntimeError):  # a key deleted from the table only
+        return False
+
+
 def _wrap_dict(out, obj: dict, source: Source) -> Value:
     """A dict, OrderedDict or defaultdict: its type and its keys (in order) are guarded; keys that are
     not all strings also have their types guarded (`1 == True == 1.0`, `torch.Size([2]) == (2,)`).
     Tensor keys (a dict keyed by parameters) are guarded by identity and become graph inputs, read as
     `list(d)[i]` (NOTE [Sets of tensors])."""
+    # NOTE [OrderedDicts out of order]: `dict.__setitem__(od, k, v)` (or __delitem__) on an OrderedDict stores
+    # in its table and bypasses its order list: `len(od)` and `od[k]` then see the key, iteration does not
+    # (or raises KeyError). No dict value models that: such an OrderedDict is an object whose operations
+    # read its table (NOTE [Dict subclasses] in dict_objects.py) or break (iteration: plain Python does it).
+    # The key guard of a sound OrderedDict also checks its length, so its entry never serves a damaged one.
+    ordered = isinstance(obj, collections.OrderedDict)
+    if ordered and not _sound_ordered(obj):
+        out.guard_type(source, type(obj))
+        e = source.expr(out.names)
+        out.add_guard("DICT_KEYS", f"not {out.name_of(_sound_ordered, 'sound_ordered')}({e})", source,
+                      expected="an OrderedDict whose order list and table disagree", actual=e)
+        return ObjectValue(obj, source)
     keys = list(obj.keys())
     if not all(_constant_key(k) or type(k) in (torch.Tensor, torch.nn.Parameter) for k in keys):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"dict {source.describe()} has non-constant keys")
     out.guard_type(source, type(obj))
     e = source.expr(out.names)
     if all(_literal_key(k) for k in keys):
-        out.add_guard("DICT_KEYS", f"___list({e}) == {keys!r}", source, expected=repr(keys), actual=f"___list({e})")
+        out.add_guard("DICT_KEYS", f"___list({e}) == {keys!r}" + (f" and ___len({e}) == {len(keys)}" if ordered else ""),
+                      source, expected=repr(keys), actual=f"___list({e})")
     if any(type(k) is not str for k in keys):
         check = (f"{out.name_of(_key_types, 'key_types')}({e}) == {out.name_of(_key_types(obj), 'types')}"
                  if all(_literal_key(k) for k in keys) else
