@@ -206,3 +206,66 @@ def test_kl_div_trains_with_forward_and_backward_in_ort():
     recording = train_as_eager(Distiller, batch, input_grad=False)
     assert_backward_in_one_part(recording)
     assert_forward_in_ort(recording)
+
+
+# ---- onnxrt: NOTE [cumprod as a masked product]; max.dim of bools (semantics._rewrite_bool_reduction) -----------
+def _one_program(recording: Recording) -> None:
+    """Every program: no eager graph, one ORT part, nothing in torch but views and copies."""
+    from tests.backends.test_training_gaps4 import QUIET_REASONS
+    for compiled in recording.compiled:
+        for row in compiled.summary():
+            loud = {name: why for name, why in row["eager_nodes"].items() if why not in QUIET_REASONS}
+            assert not row["eager_graph"] and row["parts"] == 1 and not loud, row
+
+
+def test_cumprod_matches_eager_bit_for_bit_in_one_ort_part():
+    """cumprod over each dim, float32 (eager multiplies in double) and float64, with zeros, -0.0, infinities
+    and NaN; equal to eager's values and signs."""
+    recording = Recording("onnxrt")
+    fn = lambda x: (x.cumprod(0), x.cumprod(1), x.cumprod(-1, dtype=torch.float64))  # noqa: E731
+    fast = framejit.compile(fn, backend=recording)
+    for dtype, seed in itertools.product((torch.float32, torch.float64), (0, 1)):
+        x = torch.randn(6, 40, generator=_gen(seed), dtype=dtype) * 1.3
+        x[1, 3], x[2, 5], x[3, 7], x[4, 1], x[5, 0] = 0.0, float("inf"), float("nan"), -0.0, float("-inf")
+        for got, want in zip(fast(x), fn(x)):
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want, atol=0, rtol=0, equal_nan=True)
+            numbers = ~want.isnan()
+            assert torch.equal(got[numbers].signbit(), want[numbers].signbit())
+    _one_program(recording)
+
+
+def test_max_and_min_over_bools_run_in_ort():
+    recording = Recording("onnxrt")
+    fn = lambda m: (m.max(1), m.min(0, keepdim=True), m.max(1).values & m[:, 0])  # noqa: E731
+    fast = framejit.compile(fn, backend=recording)
+    for seed in range(3):
+        m = torch.rand(5, 6, generator=_gen(seed)) > 0.6
+        m[0], m[1] = False, True  # ties everywhere: the first index, as eager
+        for got, want in zip(torch.utils._pytree.tree_leaves(fast(m)), torch.utils._pytree.tree_leaves(fn(m))):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+    _one_program(recording)
+
+
+class Products(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 6), nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x)) * x.sum(1, keepdim=True)
+        return self.b(h.cumprod(1)) + h.prod(1, keepdim=True) + x.prod()
+
+
+def test_prod_and_cumprod_train_with_forward_and_backward_in_ort():
+    """prod (one dim, all dims) and cumprod, with inputs holding exact zeros (their backward's special case).
+    Before: cumprod (forward, and in prod's and cumprod's backward) ran in torch as prims.prod, and cumprod's
+    backward took max.dim of a bool mask (an invalid ORT graph, retried in torch)."""
+    def batch(g):
+        x = torch.randn(5, 4, generator=g)
+        x[1, 2] = 0.0
+        x[3, :2] = 0.0
+        return (x,)
+    recording = train_as_eager(Products, batch)
+    assert_backward_in_one_part(recording)
+    assert_forward_in_ort(recording)

@@ -85,7 +85,8 @@ _MAX_ATTEMPTS = 8
 # 33: joints trace max-pool gradients and adaptive max pools without torch's indices (max_pool_backward.py).
 # 34: int64 sums of bools (counts) run in ORT (translate._counts_bools).
 # 35: float xlogy as eager's kernel (NOTE [Eager semantics in ONNX]).
-REVISION = 35
+# 36: cumprod as a masked product (NOTE [cumprod as a masked product]); max.dim/min.dim of bools over uint8.
+REVISION = 36
 
 
 @dataclasses.dataclass

@@ -76,6 +76,8 @@ def decomposition_table(translated_ops: frozenset) -> dict:
                 and op.name() not in _ALWAYS_DECOMPOSED:
             continue
         table[op] = fn
+    from .cumprod import decomposition  # NOTE [cumprod as a masked product]
+    table.update(decomposition())
     return table
 
 

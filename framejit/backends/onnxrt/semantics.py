@@ -35,7 +35,8 @@ eager's scalar loop does (ORT's Max/Min gave the other zero); two-bound clamps w
 scalar clamps with a NaN bound (NaN everywhere in eager) are rewritten like the one-sided ones; `celu` is
 elu with input_scale (ORT's Celu gave +0.0 for -0.0); avg_pool reads its input with -0.0 turned into +0.0
 (eager's window sums start from +0.0); `logit(x, eps)` clamps with Clip (torchlib's clamp lost NaN);
-float `xlogy(x, y)` is where(isnan(y), nan, where(x == 0, 0, x * log(y))) as eager's kernel.
+float `xlogy(x, y)` is where(isnan(y), nan, where(x == 0, 0, x * log(y))) as eager's kernel; `max.dim` and
+`min.dim` of bools reduce uint8 (torchlib's ArgMax of bools is an invalid ONNX graph).
 translate.py also keeps -0.0 and 0.0 apart in the exporter's constant farm.
 Reductions over empty tensors (mean or var of nothing is NaN in eager, 0 in ORT) are not rewritten:
 nodes that touch an empty tensor run in eager torch (translate.unsupported_reason).
@@ -223,6 +224,25 @@ def _rewrite_pair_reduction(b: _Builder, node: torch.fx.Node) -> None:
     if 1 in items:
         indices = b(aten.where.self, has_nan, b.first_nan_index(x, dim, bool(keepdim)), items[1])
         _replace_uses(items[1], indices, set())
+
+
+def _rewrite_bool_reduction(b: _Builder, node: torch.fx.Node) -> bool:
+    """max.dim/min.dim of bools over uint8 (torchlib's ArgMax/ArgMin of a bool tensor is an invalid ONNX graph:
+    cumprod's backward takes max.dim of a mask); values come back as bools, indices as they are (ArgMax's
+    first maximum is eager's index for ties)."""
+    x = node.args[0]
+    if not isinstance(x, torch.fx.Node) or not isinstance(_val(x), torch.Tensor) or _val(x).dtype != torch.bool:
+        return False
+    wide = b(aten._to_copy.default, x, dtype=torch.uint8)
+    new = b(node.target, wide, *node.args[1:], **node.kwargs)
+    for user in list(node.users):
+        if user.target is operator.getitem:
+            b.last = new
+            item = b(operator.getitem, new, user.args[1])
+            _replace_uses(user, b(aten._to_copy.default, item, dtype=torch.bool) if user.args[1] == 0 else item, set())
+            if not user.users:
+                node.graph.erase_node(user)  # then the bool op has no users left: match_eager erases it
+    return True
 
 
 def _rewrite_sign(b: _Builder, node: torch.fx.Node) -> None:
@@ -531,6 +551,8 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         return _rewrite_copy(b, node)
     if target is aten.cat.default:
         return _rewrite_cat(b, node)  # NOTE [Cat skips empty vectors]
+    if target in _NAN_PAIR_REDUCTIONS and _rewrite_bool_reduction(b, node):
+        return True
     if not node.args or not _is_float_tensor_node(node.args[0]):
         return False
     if target in _SCALAR_ARITH:
