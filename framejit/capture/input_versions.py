@@ -49,11 +49,12 @@ _UNCOUNTED_WRITES = {F.batch_norm: ("running_mean", "running_var"), torch.batch_
 class KeptVersions:
     """`compiled`, after whose calls the written inputs' version counters have advanced as in eager."""
 
-    __slots__ = ("compiled", "writes", "outputs")
+    __slots__ = ("compiled", "writes", "outputs", "gm")
 
     def __init__(self, compiled: Callable, writes: tuple[tuple[int, int], ...],
-                 outputs: tuple[tuple[int, int], ...] = ()) -> None:
+                 outputs: tuple[tuple[int, int], ...] = (), gm: Callable | None = None) -> None:
         self.compiled = compiled
+        self.gm = gm  # the captured graph: NOTE [Written inference tensors]
         self.writes = writes  # (graph input position, eager's number of bumps)
         self.outputs = outputs  # (graph output position, eager's version): NOTE [Version counts of graph outputs]
 
@@ -63,7 +64,14 @@ class KeptVersions:
             out = self.compiled(*args)
         else:
             written = tuple(args[i] for i, _ in writes)
-            before = [t._version for t in written]
+            try:
+                before = [t._version for t in written]
+            except RuntimeError:  # an inference tensor (checked here, not on every call)
+                if self.gm is None or not any(t.is_inference() for t in written):
+                    raise
+                before = None
+            if before is None:
+                return self.gm.forward(*args)  # NOTE [Written inference tensors]
             out = self.compiled(*args)
             _unsafe_set_version_counter(written, [version + count for version, (_, count) in zip(before, writes)])
         for i, version in self.outputs:  # not those autograd tracks: the backend's backward may have saved them at 0
@@ -71,6 +79,14 @@ class KeptVersions:
             if tensor._version != version and not tensor.requires_grad:
                 _unsafe_set_version_counter((tensor,), [version])
         return out
+
+    # NOTE [Written inference tensors]: a graph traced with a normal tensor that it writes in place may be
+    # called with an inference tensor (the input's guards do not tell them apart), which has no version
+    # counter: reading it raised "Inference tensors do not track version counter" where eager raises
+    # "Inplace update to inference tensor outside InferenceMode is not allowed" at the write (after the
+    # writes before it), or, under inference_mode, writes. A backend's write-back does not check that (onnxrt
+    # wrote the inference tensor outside inference_mode). Such a call runs the captured graph op by op, as
+    # eager does.
 
     # NOTE [Versions set only where they differ]: on the per-call path (issue 17) this wrapper built three
     # sequences and made two C calls per call even when nothing was to change: a graph that writes no input
@@ -145,7 +161,7 @@ def keep_versions(compiled: Callable, gm, writes: tuple[tuple[int, int], ...],
     """`compiled` wrapped when it may bump other counts than eager: not when it runs the graph's own code."""
     if not (writes or outputs) or getattr(compiled, "__self__", None) is gm:
         return compiled
-    return KeptVersions(compiled, writes, outputs)
+    return KeptVersions(compiled, writes, outputs, gm)
 
 
 def unwrapped(compiled: Callable) -> Callable:

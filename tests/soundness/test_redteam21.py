@@ -63,3 +63,53 @@ def test_tensors_made_on_another_device_than_the_inputs_stay_there(backend, name
     cf = framejit.compile(f, backend=backend)
     for x in (torch.ones(2), torch.full((2,), -3.0), torch.arange(2.0)):
         _same_tensors(cf(x), f(x))
+
+
+def _inference_ones(n):
+    with torch.inference_mode():
+        return torch.ones(n)
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_an_inference_tensor_written_by_a_graph_traced_with_a_normal_one_raises_as_eager(backend):
+    # The entry traced with a normal z and x (both written) served an inference x (its guards do not tell
+    # them apart); reading the inference tensor's version counter raised "Inference tensors do not track
+    # version counter" where eager raises "Inplace update to inference tensor outside InferenceMode" at
+    # x.add_, after z.mul_ wrote z; and onnxrt's write-back, reached past that read, wrote x.
+    def f(x, z):
+        y = x * 2
+        z.mul_(3)
+        x.add_(1)
+        return y
+
+    cf = framejit.compile(f, backend=backend)
+    results = []
+    for run in (f, cf):
+        z = torch.ones(2)
+        out = [run(torch.ones(2), z).tolist(), z.tolist(), z._version]
+        x = _inference_ones(2)
+        with pytest.raises(RuntimeError) as info:
+            run(x, z)
+        out += [str(info.value), x.tolist(), z.tolist(), z._version]
+        n = torch.ones(2)
+        out += [run(n, z).tolist(), n.tolist(), n._version, z.tolist(), z._version]
+        results.append(out)
+    assert results[1] == results[0]
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_inference_tensors_written_under_inference_mode(backend):
+    # Under torch.inference_mode() a graph that writes an inference tensor (a cache updated in place):
+    # triton read every argument's version counter on each call (to rerun a failing program op by op) and
+    # raised "Inference tensors do not track version counter" on every call; eager returns.
+    def f(x, cache):
+        cache.add_(x)
+        return cache * 2
+
+    cf = framejit.compile(f, backend=backend)
+    results = []
+    for run in (f, cf):
+        with torch.inference_mode():
+            cache = torch.zeros(3)
+            results.append([(run(torch.full((3,), float(i)), cache).tolist(), cache.tolist()) for i in range(3)])
+    assert results[1] == results[0]

@@ -152,11 +152,16 @@ def rerun_on_error(gm) -> bool:
 
 
 def written_versions(rerun: bool, args) -> list | None:
-    return [a._version for a in args if isinstance(a, torch.Tensor)] if rerun else None
+    if not rerun:
+        return None
+    try:
+        return [a._version for a in args if isinstance(a, torch.Tensor)]
+    except RuntimeError:  # an inference tensor has no counter (under inference_mode): a write cannot be seen
+        return None
 
 
 def rerun_exactly(rerun: bool, args, versions: list | None) -> bool:
-    return rerun and versions == [a._version for a in args if isinstance(a, torch.Tensor)]
+    return rerun and versions is not None and versions == [a._version for a in args if isinstance(a, torch.Tensor)]
 
 
 class CompiledGraph:
