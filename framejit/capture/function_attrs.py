@@ -19,7 +19,8 @@ from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource
-from .values import BoundMethodValue, BuiltinValue, ConstantValue, DictValue, TupleValue, UserFunctionValue, Value
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, TupleValue, UserFunctionValue,
+                     Value)
 from .values.builder import wrap, wrap_unguarded
 
 # Read-only or immutable-enough attributes of every function: their value is a constant of the object.
@@ -35,6 +36,8 @@ def function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
     real = fn.fn
     if name == "__get__":  # the descriptor protocol by hand (`func.__get__(obj, cls)`, lr_scheduler's wrapper)
         return BoundMethodValue(BuiltinValue(_function_get), fn)
+    if name == "__class__":  # fixed for the object: CPython refuses `__class__` stores on functions
+        return ClassValue(type(real))
     if made_in_trace(fn):
         return _traced_function_attr(tx, fn, name)
     if type(real.__dict__) is dict:  # NOTE [Reads past writes through a namespace dict]: `vars(fn)[k] = v`
