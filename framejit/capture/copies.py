@@ -32,10 +32,14 @@ import torch
 from .breaks import BreakKind, Unsupported
 from .sources import AttrSource
 from .values import (BuiltinValue, ClassValue, ConstantValue, DictValue, ListValue, NewObjectValue, NNModuleValue,
-                     ObjectValue, PyModuleValue, SetValue, TensorValue, TupleValue, UserFunctionValue, Value)
+                     ObjectValue, PyModuleValue, SetValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue,
+                     UserFunctionValue, Value)
 from .values.builder import wrap
 
-_ATOMIC = (ConstantValue, BuiltinValue, UserFunctionValue, ClassValue, PyModuleValue)
+# ints, floats and bools that changed between calls (symbolic: NOTE [Dynamic ints], [Dynamic floats]) are
+# immutable like their constants: copy.deepcopy returns them as they are (dataclasses.asdict of a config
+# whose int field changed broke at "copy.deepcopy of SymInt(s18)")
+_ATOMIC = (ConstantValue, BuiltinValue, UserFunctionValue, ClassValue, PyModuleValue, SymNodeValue, SymFloatValue)
 
 
 def _plain_copyable(cls: type) -> bool:

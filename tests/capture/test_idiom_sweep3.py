@@ -256,3 +256,28 @@ def test_keyword_merge_across_a_break(extras, capsys):
             _same(got, want)
     if extras[0] == {"b": 2.0}:  # (a frame that raises runs eagerly to raise it, by design)
         assert _eager_frames() == eager_before
+
+
+# ---- dataclasses.asdict of a config whose int field changes between calls (copies.py _ATOMIC) --------------
+# The changed int is symbolic from the second trace on (NOTE [Dynamic ints]); asdict deep-copies every field
+# and broke at "copy.deepcopy of SymInt(s..)".
+def test_asdict_of_a_config_whose_int_changes_does_not_break():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        repeat: int = 1
+        eps: float = 1e-5
+
+    def f(x, cfg):
+        d = dataclasses.asdict(cfg)
+        return x.repeat(d["repeat"], 1) + d["eps"], d
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    for n in (1, 2, 3, 4):
+        x = torch.randn(2, 3)
+        _same(compiled(x, Cfg(repeat=n)), f(x, Cfg(repeat=n)))
+    assert _eager_frames() == eager_before
+    assert backend.graph_count <= 2  # the first trace, then one with the int symbolic (before: 3, a break)
