@@ -18,8 +18,8 @@ import torch
 from ..guards import COST_ID
 from .breaks import BreakKind, Unsupported, UserException
 from .object_str import is_user_object, user_repr, user_str
-from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, getitem, iterate, length,
-                       truth, unary)
+from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, getitem, is_same, iterate,
+                       length, truth, unary)
 from . import lazy_combinators
 from .values.containers import dict_iterator, drain_lent, iterates_as_tuple
 from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, SetValue,
@@ -522,7 +522,7 @@ def _min_max(fn: Callable):
         kept = min_max(tx, fn, items)
         if kept is not None:
             return kept
-        if all(i.is_constant() for i in items):
+        if all(isinstance(i, ConstantValue) for i in items):  # a list value is the item itself, not a copy
             return constant_fold(fn, _consts(items))
         if items and not any(isinstance(i, TensorValue) for i in items):
             return items[_best(tx, fn, items)]  # NOTE [Sorting by traced comparisons]
@@ -722,6 +722,34 @@ for _fn in (operator.neg, operator.pos, operator.invert, operator.not_, operator
 BUILTIN_HANDLERS[operator.getitem] = lambda tx, args, kwargs: getitem(tx, args[0], args[1])
 BUILTIN_HANDLERS[operator.contains] = lambda tx, args, kwargs: ConstantValue(contains(tx, args[1], args[0]))
 BUILTIN_HANDLERS[operator.truth] = lambda tx, args, kwargs: ConstantValue(truth(tx, args[0]))
+
+
+def _statement(fn: Callable, arity: int, run: Callable):
+    """`operator.setitem`/`delitem`/`is_`/`is_not` traced as the statement or operator they name: folded on
+    copies of the containers, a change was lost and `is` compared copies (NOTE [Folded calls on containers])."""
+    def handler(tx, args, kwargs):
+        if len(args) != arity or kwargs:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"operator.{fn.__name__} with {len(args)} arguments")
+        return run(tx, *args)
+    return handler
+
+
+def _setitem(tx, obj: Value, key: Value, value: Value) -> Value:
+    from .handlers.arith import _store_item
+    _store_item(tx, obj, key, value)
+    return ConstantValue(None)
+
+
+def _delitem(tx, obj: Value, key: Value) -> Value:
+    from .handlers.arith import delete_item
+    delete_item(tx, obj, key)
+    return ConstantValue(None)
+
+
+BUILTIN_HANDLERS[operator.setitem] = _statement(operator.setitem, 3, _setitem)
+BUILTIN_HANDLERS[operator.delitem] = _statement(operator.delitem, 2, _delitem)
+BUILTIN_HANDLERS[operator.is_] = _statement(operator.is_, 2, lambda tx, a, b: ConstantValue(is_same(tx, a, b)))
+BUILTIN_HANDLERS[operator.is_not] = _statement(operator.is_not, 2, lambda tx, a, b: ConstantValue(not is_same(tx, a, b)))
 
 
 @handles(set)

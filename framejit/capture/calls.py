@@ -324,8 +324,8 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
             guard_state_getter(tx, fn)  # NOTE [Zero-argument state getters]
         return tx.output.call("call_function", fn, tuple(args), kwargs)
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and _is_pure(fn):
-        return constant_fold(fn, *(a.as_constant() for a in args),
-                             **{k: v.as_constant() for k, v in kwargs.items()})
+        from .folded_results import fold_call
+        return fold_call(fn, args, kwargs)  # NOTE [Folded calls on containers]
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {_name(fn)}")
 
 

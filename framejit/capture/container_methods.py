@@ -9,6 +9,7 @@ from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import _TracedOrder, _all_const, _consts, _dict, _iter
+from .folded_results import permuted_like
 from .protocol import constant_fold, contains, extend_list, getitem, iterate, length
 from .values.outside import OutsideDictValue, OutsideSetValue, set_has
 from .values import (ConstantValue, DictValue, DictViewValue, ListValue, SequenceValue, SetValue, TensorValue,
@@ -224,9 +225,10 @@ def _constant_sequence_method(tx, seq: SequenceValue, name: str, args, kwargs) -
     if not seq.is_constant() or not _all_const(args, kwargs):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name}() over non-constant items")
     values = list(seq.as_constant())
+    before = list(values)
     result = constant_fold(getattr(list, name), values, *_consts(args), **{k: v.as_constant() for k, v in kwargs.items()})
-    if name in ("remove", "sort"):
-        seq.items[:] = [ConstantValue(v) for v in values]
+    if name in ("remove", "sort"):  # the items themselves, reordered: a list inside stays the program's list
+        seq.items[:] = permuted_like(seq.items, before, values)  # NOTE [Mutable results of folded calls]
     return result
 
 

@@ -244,12 +244,14 @@ def _constant_deque_method(d: ListValue, name: str, args: list[Value]) -> Value:
         return ConstantValue(None)
     if not all(i.is_constant() for i in d.items) or not all(a.is_constant() for a in args):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"deque.{name} over non-constant items")
-    real = _DEQUE(i.as_constant() for i in d.items)
+    before = [i.as_constant() for i in d.items]
+    real = _DEQUE(before)
     try:
         result = getattr(real, name)(*(a.as_constant() for a in args))
     except Exception as e:
         raise UserException(e) from None
-    d.items[:] = [ConstantValue(v) for v in real]
+    from .folded_results import permuted_like  # the items themselves: a list inside stays the program's list
+    d.items[:] = permuted_like(d.items, before, list(real))
     return ConstantValue(result)
 
 

@@ -27,6 +27,7 @@ from .values.builder import wrap
 from .values.outside import OutsideDictValue, OutsideListValue
 from .sources import DictSlotSource
 from .dict_objects import dunder, is_new_dict_object, storage
+from .folded_results import folded_value
 
 BINARY_OPS: dict[str, Callable] = {
     "ADD": operator.add, "SUBTRACT": operator.sub, "MULTIPLY": operator.mul, "TRUE_DIVIDE": operator.truediv,
@@ -57,9 +58,10 @@ def constant_fold(fn: Callable, *values: Any, **kwargs: Any) -> Value:
     """Apply `fn` to Python constants; an exception is the user's (CPython raises it too)."""
     note_fold(fn, (*values, *kwargs.values()))  # NOTE [Hash-seeded facts]
     try:
-        return ConstantValue(fn(*values, **kwargs))
+        result = fn(*values, **kwargs)
     except Exception as e:
         raise UserException(e) from None
+    return folded_value(result)  # NOTE [Mutable results of folded calls]
 
 
 def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
@@ -341,6 +343,8 @@ def is_same(tx, a: Value, b: Value) -> bool:
     if isinstance(a, UserFunctionValue) and isinstance(b, UserFunctionValue):
         from .function_attrs import same_function
         return same_function(tx, a, b)
+    if _fresh_mutable(a) or _fresh_mutable(b):  # two equal lists made while tracing are two lists
+        return False
     if a.is_constant() and b.is_constant():
         ca, cb = a.as_constant(), b.as_constant()
         if type(ca) is not type(cb) or ca != cb or _identity_is_value(ca):
@@ -361,6 +365,10 @@ def _exact_type(v: Value) -> type | None:
     if isinstance(v, (SequenceValue, DictValue, SetValue, ObjectValue, NewObjectValue, ConstantValue)):
         return v.python_type()
     return None
+
+
+def _fresh_mutable(v: Value) -> bool:
+    return _fresh(v) and not (isinstance(v, SetValue) and not issubclass(v.cls, set))  # a frozenset: by value below
 
 
 def _fresh(v: Value) -> bool:

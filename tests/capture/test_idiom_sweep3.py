@@ -7,6 +7,9 @@ graph count where that is the point, and that no frame ran wholly eagerly.
 """
 from __future__ import annotations
 
+import operator
+
+import pytest
 import torch
 
 import framejit
@@ -122,9 +125,6 @@ def _same(got, want):
             _same(g, w)
     else:
         assert got == want
-
-
-import pytest  # noqa: E402
 
 
 @pytest.mark.parametrize("program", _groupby_programs(), ids=lambda p: p.__name__)
@@ -281,3 +281,122 @@ def test_asdict_of_a_config_whose_int_changes_does_not_break():
         _same(compiled(x, Cfg(repeat=n)), f(x, Cfg(repeat=n)))
     assert _eager_frames() == eager_before
     assert backend.graph_count <= 2  # the first trace, then one with the int symbolic (before: 3, a break)
+
+
+# ---- WRONG VALUES before: a list returned by a call folded at trace time was one shared constant -----------
+# (NOTE [Mutable results of folded calls], protocol.py). `names = spec.split(","); names.append(...)`: the
+# trace appended to the folded list itself, the compiled code loaded that same list on every call and
+# appended again: ['relu', 'gelu', 'tanh', 'tanh'] on the first call, longer on each call after.
+def test_a_list_from_str_split_is_a_new_list_on_every_call():
+    def f(x, spec):
+        names = spec.split(",")
+        names.append("tanh")
+        parts = dict(p.split("=") for p in ["a=1", "b=2"])
+        parts["c"] = "3"
+        return x * len(names), names, parts, spec.partition(",")
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    results = []
+    for spec in ("relu,gelu", "relu,gelu", "relu,gelu", "relu"):
+        x = torch.randn(2)
+        got = compiled(x, spec)
+        _same(got, f(x, spec))
+        results.append(got[1])
+    assert results[0] is not results[1]  # a new list per call, as eager makes
+
+
+def test_a_folded_list_mutated_then_read_in_the_same_frame():
+    def f(x):
+        words = "a b c".split()
+        words.reverse()
+        words += ["d"]
+        return x + len(words), "".join(words), words
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    for _ in range(3):
+        x = torch.randn(2)
+        _same(compiled(x), f(x))
+
+
+# ---- WRONG VALUES before: list methods folded on copies (NOTE [Mutable results of folded calls]) -----------
+# `rows.sort()` / `rows.remove(r)` / `deque.remove` over lists of lists ran on copies and put the copies back as
+# constants: the program's inner lists were detached (`a.append(3)` after `l.remove(...)` was lost) and the
+# sorted inner lists were shared constants that the trace and every call appended to ([[1, 9, 9], [3]] on the
+# first call, one 9 more per call). max() of lists returned a copy of the largest list.
+def _list_method_programs():
+    import collections
+
+    def remove_then_change_an_inner_list(x, n):
+        a = [1]
+        rows = [a, [2], [n]]
+        rows.remove([2])
+        a.append(3)
+        return x + len(rows), rows
+
+    def sort_then_append_to_the_first(x, n):
+        rows = [[3], [1], [n]]
+        rows.sort()
+        rows[0].append(9)
+        return x * rows[0][-1], rows
+
+    def index_and_count_keep_the_items(x, n):
+        a = [1]
+        rows = [a, [2]]
+        i, c = rows.index([2]), rows.count([1])
+        a.append(n)
+        return x + i + c, rows
+
+    def deque_remove_keeps_the_items(x, n):
+        a = [1]
+        q = collections.deque([a, [2], [n]])
+        q.remove([2])
+        a.append(7)
+        q.rotate(1)
+        return x + len(q), list(q)
+
+    def max_of_lists_is_the_list(x, n):
+        rows = [[1], [n], [0]]
+        m = max(rows)
+        m.append(5)
+        return x + len(m), rows, min(rows) is rows[2]
+    return [remove_then_change_an_inner_list, sort_then_append_to_the_first, index_and_count_keep_the_items,
+            deque_remove_keeps_the_items, max_of_lists_is_the_list]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("program", _list_method_programs(), ids=lambda f: f.__name__)
+def test_list_methods_over_lists_of_lists_keep_the_programs_lists(program):
+    compiled = framejit.compile(program, backend=CountingBackend())
+    eager_before = _eager_frames()
+    for n, size in ((5, 2), (5, 2), (4, 3), (6, 3)):
+        x = torch.randn(size)
+        _same(compiled(x, n), program(x, n))
+    assert _eager_frames() == eager_before
+
+
+# ---- WRONG VALUES before: operator functions that are statements, folded on copies ------------------------
+# (NOTE [Folded calls on containers], folded_results.py). operator.setitem(d, k, v) / delitem(l, 0) on a list or
+# dict made in the frame changed a copy (d stayed {}), operator.is_(l, l) compared two copies (False),
+# operator.iconcat(l, [2]) extended a copy. Now the statements are traced as `d[k] = v` / `del l[0]` / `is`,
+# and any other folded call that changes or returns a container it was given is a graph break.
+def test_operator_statements_on_containers_made_in_the_frame():
+    def f(x, k):
+        d = {}
+        operator.setitem(d, k, x.sum())
+        operator.setitem(d, "n", len(d))
+        lst = [1, 2, 3]
+        operator.delitem(lst, 0)
+        same = operator.is_(lst, lst), operator.is_not(lst, [2, 3]), operator.is_(d, {})
+        grown = [0]
+        joined = operator.iconcat(grown, [k])
+        return x * lst[0], d, lst, same, grown, joined is grown
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    for k, size in (("a", 2), ("a", 2), ("b", 3)):
+        x = torch.randn(size)
+        _same(compiled(x, k), f(x, k))
+    assert _eager_frames() == eager_before

@@ -90,6 +90,7 @@ def _read_only_mapping(obj, what: str) -> None:
 
 
 def _store_item(tx, obj, key, value):
+    """`obj[key] = value` (also `operator.setitem(obj, key, value)`)."""
     _read_only_mapping(obj, "assignment")
     if is_new_dict_object(obj):  # NOTE [Dict-subclass objects made while tracing]
         if dunder(tx, obj, "__setitem__", [key, value]) is None:
@@ -146,6 +147,11 @@ def _store_slice(tx, lst: ListValue, k: slice, value) -> None:
 def delete_subscr(tx, inst):
     key = tx.pop()
     obj = tx.pop()
+    delete_item(tx, obj, key)
+
+
+def delete_item(tx, obj, key) -> None:
+    """`del obj[key]` (also `operator.delitem(obj, key)`)."""
     _read_only_mapping(obj, "deletion")
     if isinstance(obj, ListValue) and obj.cls is list:
         k = key.as_constant()

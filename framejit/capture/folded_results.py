@@ -1,0 +1,125 @@
+"""Calls evaluated at trace time (constant folding) whose results or arguments are mutable containers.
+
+A folded call runs on real Python objects: `as_constant()` of a list, dict or set value is a new copy, and
+the result becomes part of the trace. Two things must hold for the compiled code to act as eager does:
+the result must not be one object shared by every call (NOTE [Mutable results of folded calls]), and the
+call must not have changed, or handed back a part of, a copy the program never sees (NOTE [Folded calls
+on containers]). Containers that keep their identity in the trace are also kept by position, not
+copied, when a method reorders them (`permuted_like`).
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable
+
+from .breaks import BreakKind, Unsupported, UserException
+from .values import ConstantValue, DictValue, ListValue, SequenceValue, SetValue, TupleValue, Value
+
+# NOTE [Mutable results of folded calls]: a call folded at trace time (`s.split(",")`, `str.maketrans(...)`,
+# `divmod`, a set method) may return a new list, dict or set. As a ConstantValue it was one object, loaded by
+# every call of the compiled code (LOAD_CONST) and mutated in place by the trace itself:
+# `l = s.split(","); l.append("z"); return l` returned ['a', 'b', 'z', 'z'] on the first call (the trace's
+# append, then the replayed one) and kept growing, and a caller that changed a returned list changed what
+# the next call returned. A fresh list or dict is a container value of constants, like one the frame builds
+# (its nested lists and dicts too, and a tuple holding any); a fresh set is an exact SetValue (the same
+# CPython operations on the same elements lay it out as the program's, NOTE [Set order]). Mutable results
+# the values cannot model (a bytearray, a dict keyed or a set holding other than plain constants, a deque
+# or other container subclass) are a graph break: the call runs as Python.
+_KEY_TYPES = (str, int, bool, float, complex, bytes, type(None))
+_MUTABLE = (list, dict, set, bytearray, collections.deque)
+
+
+def _plain_key(key: Any) -> bool:
+    if type(key) in (tuple, frozenset):
+        return all(_plain_key(k) for k in key)
+    return type(key) in _KEY_TYPES
+
+
+def folded_value(result: Any) -> Value:
+    """The value of `result`, a new object a folded call returned."""
+    kind = type(result)
+    if kind is list:
+        return ListValue([folded_value(v) for v in result])
+    if kind is tuple:
+        items = [folded_value(v) for v in result]
+        if any(not isinstance(v, ConstantValue) for v in items):
+            return TupleValue(items)
+        return ConstantValue(result)
+    if kind is dict and all(_plain_key(k) for k in result):
+        return DictValue({k: folded_value(v) for k, v in result.items()})
+    if kind is set and all(_plain_key(k) for k in result):
+        return SetValue(result, cls=set, exact=True)
+    if isinstance(result, _MUTABLE):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a call folded at trace time returned a new mutable "
+                                                      f"{kind.__name__} the trace cannot model")
+    return ConstantValue(result)
+
+
+# NOTE [Folded calls on containers]: a pure library function (calls._is_pure: math, operator, methods of
+# str/tuple/...) folded on constant values gets copies of the list, dict and set values among its arguments.
+# A call that changes one of them, or returns (a part of) one, would change or hand back an object the
+# program never sees: the change was lost (`operator.setitem(d, "a", 1)` left `d` empty in the compiled code)
+# or the returned list was detached from the one the program holds. Such a call is a graph break (it runs
+# as Python on the real objects), found by comparing the copies after the call with fresh ones and by
+# identity of the result's parts; the operator functions that are statements (`operator.setitem`,
+# `delitem`, `is_`, `is_not`) are traced as their statements instead (builtins.py).
+def _containers(values: list[Value]) -> list[Value]:
+    return [v for v in values if isinstance(v, (SequenceValue, DictValue, SetValue)) and not isinstance(v, TupleValue)
+            or isinstance(v, TupleValue) and not all(isinstance(i, ConstantValue) for i in v.items)]
+
+
+def _parts(obj: Any, seen: set[int]) -> None:
+    """The ids of the mutable objects reachable from `obj` through lists, tuples, dicts and sets."""
+    if isinstance(obj, _MUTABLE) and id(obj) not in seen:
+        seen.add(id(obj))
+    elif not isinstance(obj, tuple):
+        return
+    for item in (obj.values() if isinstance(obj, dict) else obj):
+        _parts(item, seen)
+
+
+def fold_call(fn: Callable, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`fn(*args, **kwargs)` evaluated on the constants `args` stand for (NOTE [Folded calls on containers])."""
+    from .hash_order import note_fold
+    consts = [a.as_constant() for a in args]
+    kwconsts = {k: v.as_constant() for k, v in kwargs.items()}
+    note_fold(fn, (*consts, *kwconsts.values()))  # NOTE [Hash-seeded facts]
+    containers = _containers([*args, *kwargs.values()])
+    if not containers:
+        return _call(fn, consts, kwconsts)
+    given = [*consts, *kwconsts.values()]
+    fresh = [v.as_constant() for v in (*args, *kwargs.values())]
+    result = _call(fn, consts, kwconsts, raw=True)
+    if given != fresh:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"{getattr(fn, '__name__', fn)!s}() changed a container it was "
+                                                 "given (folded on copies): it runs as Python")
+    inputs: set[int] = set()
+    for c in given:
+        _parts(c, inputs)
+    returned: set[int] = set()
+    _parts(result, returned)
+    if inputs & returned:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{getattr(fn, '__name__', fn)!s}() returned a container it "
+                                                      "was given (folded on copies): it runs as Python")
+    return folded_value(result)
+
+
+def _call(fn: Callable, consts: list, kwconsts: dict, raw: bool = False) -> Any:
+    try:
+        result = fn(*consts, **kwconsts)
+    except Exception as e:
+        raise UserException(e) from None
+    return result if raw else folded_value(result)
+
+
+def permuted_like(items: list[Value], before: list, after: list) -> list[Value]:
+    """`items` (standing for the constants `before`) rearranged as a method left `before` when it became
+    `after` (sort, remove, rotate, reverse on the constants): each item kept by the identity of its constant,
+    so list values inside keep their identity and stay values of this trace, not shared constants."""
+    positions: dict[int, collections.deque] = {}
+    for i, v in enumerate(before):
+        positions.setdefault(id(v), collections.deque()).append(i)
+    return [items[positions[id(v)].popleft()] for v in after]
+
+
+__all__ = ["fold_call", "folded_value", "permuted_like"]
