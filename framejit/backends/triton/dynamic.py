@@ -185,6 +185,10 @@ def _fitted(texts: list[str], probes: list, names: list[str], where: str,
     """The pieces of texts[0] between its integer literals, and for each literal (expression over the symbols
     fitted at the probes, whether it was a float); raises NotGeneric for a literal no product of symbols fits."""
     literals = [_literals(t)[1] for t in texts]
+    # NOTE [Literal counts differ between probes]: texts that differ in structure (checked by the callers'
+    # `_same_skeleton`, but `_has_fraction` fits before that check) are a skeleton difference, not an IndexError
+    if len({len(lits) for lits in literals}) > 1:
+        raise _SkeletonDiffers(f"{where} generated at different sizes has different numbers of integer literals")
     pieces, _, floats = _literals(texts[0])
     fits = []
     for position in range(len(pieces) - 1):
