@@ -5,6 +5,9 @@ generated triton modules asserted.
 - `x.reshape(-1)[: x.numel() % 7 + 1]`: the modules generated at two probes had different numbers of integer
   literals and fitting them raised IndexError inside the backend; the graph ran eagerly (NOTE [Literal
   counts differ between probes], triton/dynamic.py).
+- a size the graph computes that is 1 at some sizes (`x[:, ::3]` for s <= 3, a numel divisible by 7): the
+  module generated there folds the dimension away, so the probes' kernels differed in structure and the
+  graph compiled per shape (NOTE [Degenerate sizes are not probed], triton/dynamic.py).
 """
 from __future__ import annotations
 
@@ -57,3 +60,47 @@ def test_a_slice_by_the_numel_modulo_compiles_without_falling_back_to_eager():
     assert len(backend.compiled) == 2, backend.compiled  # numel % 7 == 0 (one element) and the rest
     assert not any(isinstance(g, EagerGraph) for g in backend.compiled), [getattr(g, "reason", g)
                                                                            for g in backend.compiled]
+
+
+def _strided_columns_summed(x):
+    return x[:, ::3].sum(1)
+
+
+_DEGENERATE = {
+    # the first sizes have one column in three (s <= 3), the later ones more
+    "strided_sum": (_strided_columns_summed, [(torch.randn(3, s),) for s in [2, 3, 4, 5, 7, 10]]),
+    "strided_sum_rows_too": (_strided_columns_summed, [(torch.randn(s, s + 1),) for s in [2, 3, 4, 6, 9]]),
+    "prefix_by_numel": (_prefix_by_numel, [(torch.randn(*s),) for s in _NUMEL_SHAPES]),
+}
+
+
+def _one_module_per_graph(backend, triton_modules, graphs: int) -> None:
+    from framejit.backends.triton.dynamic import DynamicGraph
+
+    assert len(backend.compiled) == graphs, backend.compiled
+    assert all(isinstance(g, DynamicGraph) for g in backend.compiled), [getattr(g, "reason", g)
+                                                                        for g in backend.compiled]
+    assert all(g.specialised.compiled == {} for g in backend.compiled), backend.compiled
+    assert sum(triton_modules.values()) == graphs, dict(triton_modules)
+
+
+@pytest.mark.parametrize("name", list(_DEGENERATE))
+def test_sizes_computed_as_one_at_the_first_call_are_one_module_with_dynamic_true(name, triton_modules):
+    """dynamic=True: 1 frontend graph (2 for prefix_by_numel: numel % 7 == 0 is its own graph) and one
+    size-generic module each; before, every shape compiled its own module (6 for 6 sizes)."""
+    fn, calls = _DEGENERATE[name]
+    backend = _run(fn, calls, dynamic=True)
+    _one_module_per_graph(backend, triton_modules, 2 if name == "prefix_by_numel" else 1)
+
+
+def test_automatic_dynamic_serves_the_later_sizes_with_one_module(triton_modules):
+    """dynamic=None: the first call is static (3, 2), the second (3, 3) makes the columns symbolic with an
+    example whose strided slice has one column; every later size is served by that module."""
+    from framejit.backends.triton.dynamic import DynamicGraph
+    from framejit.backends.triton.runtime import CompiledGraph
+
+    calls = [(torch.randn(3, s),) for s in [2, 3, 4, 5, 7, 10, 6]]
+    backend = _run(_strided_columns_summed, calls, dynamic=None)
+    assert [type(g) for g in backend.compiled] == [CompiledGraph, DynamicGraph], backend.compiled
+    assert backend.compiled[1].specialised.compiled == {}, backend.compiled[1].reason
+    assert sum(triton_modules.values()) == 2, dict(triton_modules)

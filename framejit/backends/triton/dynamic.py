@@ -51,13 +51,17 @@ from .runtime import load_module, needs_autograd, register_kernels, rerun_exactl
 from .scheduler import FusedGroup, describe, schedule
 from .wrapper import generate_module
 
-# NOTE [Size-generic modules]: increasing, decreasing (reversed after taking n), interleaved
-_PROBES = ((3, 5, 7, 11, 13, 17), (29, 31, 37, 41, 43, 47), (61, 97, 67, 89, 71, 83))
+# NOTE [Size-generic modules]: increasing, decreasing (reversed after taking n), interleaved; the fourth
+# stands for the example's sizes where those are degenerate (NOTE [Degenerate sizes are not probed])
+_PROBES = ((3, 5, 7, 11, 13, 17), (29, 31, 37, 41, 43, 47), (61, 97, 67, 89, 71, 83), (59, 19, 79, 23, 73, 53))
 
 
-def _probes(n: int, example: list[int], ranges: list | None = None) -> list[list[int]]:
-    increasing, decreasing, interleaved = (list(p[:n]) for p in _PROBES)
+def _probes(n: int, example: list[int], ranges: list | None = None, example_degenerate: bool = False) -> list[list[int]]:
+    """The example's sizes (or, when `example_degenerate`, a fourth probe), then the three probes of primes."""
+    increasing, decreasing, interleaved, fourth = (list(p[:n]) for p in _PROBES)
     probes = [[16 * v for v in p] for p in (increasing, decreasing[::-1], interleaved)]
+    if example_degenerate:
+        probes.insert(0, [16 * v for v in fourth])
     for k, (lower, upper) in enumerate(ranges or []):  # NOTE [Ranges of the frontend's symbols]
         if upper is not None and any(p[k] > upper for p in probes):
             # sizes of several residues (the odd probes above the bound are rejected by the size check)
@@ -67,7 +71,23 @@ def _probes(n: int, example: list[int], ranges: list | None = None) -> list[list
                 raise NotGeneric(f"symbol {k} ranges over too few sizes ({lower}..{upper}) to probe")
             for p, v in zip(probes, inside):
                 p[k] = v
-    return [list(example)] + probes
+    return probes if example_degenerate else [list(example)] + probes
+
+
+# NOTE [Degenerate sizes are not probed]: a size the graph computes can be 1 at some sizes of its symbols and
+# larger at others: `x[:, ::3]` has (s + 2) // 3 columns, 1 for s <= 3; `x.reshape(-1)[:x.numel() % 7 + 1]`
+# has 1 element when 7 divides the numel. Lowering folds a dimension of size 1 away (its loop variable is the
+# constant 0, a reduction over it has one element), so the module generated at such sizes differs in structure
+# from the one generated where the size is larger, and the graph compiled per shape (every size, with
+# dynamic=True as well, when the first call's sizes were the degenerate ones). The kernels generated where
+# the size is larger index with the general expression, which at a size of 1 takes the value 0 as the fold
+# does; eager's semantics cannot differ there unnoticed, as the frontend guards any use of such a size that
+# depends on it being 1 (broadcasting, squeeze). So sizes where a size expression of the graph is 1 and it is
+# larger at the three probes of primes are not probed: the example's sizes give way to a fourth probe of
+# primes, and odd probes and disambiguating probes at such sizes are skipped; the module serves them. (Such
+# a probe's module can also have fewer literals: NOTE [Literal counts differ between probes].)
+
+
 _MAX_SYMBOLS = 6  # 3**6 candidate monomials per literal
 _MAX_SPECIALISED = 16
 
@@ -296,8 +316,10 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict)
     example_sizes = sym.bind(example_inputs)
     if example_sizes is None:
         raise NotGeneric("the example inputs fail their own size check")
-    probes = _probes(len(names), list(example_sizes), sym.ranges())
     exprs = _size_expressions(gm, sym, example_inputs)  # NOTE [Literals fitted to the graph's size expressions]
+    probes = _probes(len(names), list(example_sizes), sym.ranges())
+    if exprs.degenerate_at(probes[0], probes[1:]):  # NOTE [Degenerate sizes are not probed]
+        probes = _probes(len(names), list(example_sizes), sym.ranges(), example_degenerate=True)
 
     def generate_all(configs):
         runs = []
@@ -318,6 +340,8 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict)
     # NOTE [Odd probes]
     if _has_fraction(list(heads), list(calls), probes, names) or _rounds_sizes(gm) or exprs.rounds():
         for probe in _odd_probes(sym, probes, example_inputs):
+            if exprs.degenerate_at(probe, probes[1:4]):  # NOTE [Degenerate sizes are not probed]
+                continue
             inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
             try:
                 run = _generate(gm, inputs, device, opts, configs, sym.symbolic_ints)
@@ -329,7 +353,8 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict)
         raise NotGeneric("the wrapper passes values it cannot spell (extra)")
 
     def probe_at(points):
-        return _probe_where_they_differ(points, sym, gm, example_inputs, device, opts, configs, exprs.excluded)
+        return _probe_where_they_differ(points, sym, gm, example_inputs, device, opts, configs, exprs.excluded,
+                                        lambda point: exprs.degenerate_at(point, probes[1:4]))
     source, kernel_args = _generic_source(runs, probes, names, exprs, probe_at)
     kernels = {name: _with_params(k, kernel_args.get(name, {})) for name, k in runs[0][1].items()}
     sched, graph, fallbacks = runs[0][2], runs[0][3], runs[0][5]
@@ -391,12 +416,14 @@ def _generic_source(runs: list, probes: list, names: list[str], exprs, probe_at)
 
 
 def _probe_where_they_differ(points: list, sym, gm, example_inputs, device, opts, configs,
-                             excluded: set) -> tuple | None:
+                             excluded: set, degenerate) -> tuple | None:
     """(probe, the module generated there) at the first of `points` the graph takes; points it does not take
     (its size check rejects them, or its ops raise there: `conv2d` of a size below its kernel, where the
     candidates `Max(1, (s - 3) // 2 + 1)` and `(s - 3) // 2 + 1` differ) are added to `excluded`; None
     when no point is left."""
     for probe in points:
+        if degenerate(probe):  # NOTE [Degenerate sizes are not probed]: served, not excluded
+            continue
         inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
         if sym.bind(inputs) is None or not _graph_takes(gm, inputs):
             excluded.add(tuple(probe))

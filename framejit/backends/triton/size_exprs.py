@@ -104,6 +104,16 @@ class SizeExpressions:
                        for a in sympy.preorder_traversal(atom))
                    for atom in self.atoms)
 
+    def degenerate_at(self, point: list[int], others: list[list[int]]) -> bool:
+        """Whether some size expression is 1 at `point` but larger at every one of `others` (NOTE
+        [Degenerate sizes are not probed], dynamic.py)."""
+        point, others = tuple(point), [tuple(p) for p in others]
+        for atom in self.atoms:
+            value = self._at(atom, point)
+            if value == 1 and all((self._at(atom, o) or 0) > 1 for o in others):
+                return True
+        return False
+
     def _at(self, expr, point: tuple):
         import sympy
 
