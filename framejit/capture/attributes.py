@@ -599,6 +599,9 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
         return tx.output.side_effects.attr(real, name)
     elif name in (raw_dict := instance_dict_of(real) or {}):  # read past a Python __getattribute__
         if obj.source is None:
+            if isinstance(obj, NNModuleValue):  # NOTE [Modules with their own __init__ made while tracing]
+                from .modules import made_module_attr
+                return made_module_attr(obj, raw_dict[name])
             return wrap_unguarded(raw_dict[name])
         # no class gains a data descriptor `name`: checked before the value guards read `o.name`, so a
         # property added later is never run by a guard (NOTE [Guards run no user code] in guards/codegen.py)
@@ -754,7 +757,7 @@ def _module_slot(tx, obj: Value, name: str) -> Value:
                     tx.output.guard_constant(DictSlotSource(obj.source, slot, name), None)
                 return ConstantValue(None)
             if obj.source is None:
-                return NNModuleValue(value) if slot == "_modules" else _unsourced(name)
+                return _unsourced_submodule(obj, value) if slot == "_modules" else _unsourced(name)
             return wrap(tx.output, value, DictSlotSource(obj.source, slot, name))
     if obj.source is not None:  # absent (hasattr, getattr default): in no slot, not in __dict__ (NOTE [Lookup facts])
         lookup.guard_not_in_instance(tx.output, obj.source, mod, name)
@@ -763,6 +766,13 @@ def _module_slot(tx, obj: Value, name: str) -> Value:
             tx.output.add_guard("MODULE_ATTR_ABSENT", f"{name!r} not in {e}", obj.source,
                                 expected=f"no {slot[1:-1]} {name!r}", actual=f"{e}.get({name!r})", cost=COST_ID)
     raise UserException(AttributeError(f"'{type(mod).__name__}' object has no attribute '{name}'"))
+
+
+def _unsourced_submodule(owner: Value, module: Any) -> Value:
+    value = NNModuleValue(module)
+    if getattr(owner, "made_in_trace", False):  # NOTE [Modules made while tracing that outlive the trace]
+        value.made_in_trace, value.made_at = True, getattr(owner, "made_at", None)
+    return value
 
 
 def _unsourced(name: str) -> Value:

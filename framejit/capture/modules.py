@@ -10,13 +10,16 @@
 """
 from __future__ import annotations
 
+import functools
+import types
+
 import torch
 from torch.nn.modules.rnn import RNNBase
 
 from ..guards import COST_TENSOR
 from .breaks import BreakKind, Unsupported
 from .sources import DictSlotSource
-from .values import ConstantValue, IteratorValue, NNModuleValue, TupleValue, Value
+from .values import ConstantValue, IteratorValue, NNModuleValue, TupleValue, UserFunctionValue, Value
 from .values.builder import wrap
 
 _KINDS = {
@@ -281,6 +284,8 @@ def _register_handlers() -> None:
     # NOTE [Gradient clipping])
     from .builtins import BUILTIN_HANDLERS
     BUILTIN_HANDLERS[torch._C._nn._parse_to] = _parse_to
+    from .module_hooks import TRACE_TIME
+    TRACE_TIME[torch.nn.Module.__init__] = lambda tx, args, kwargs: _module_init_at_trace_time(tx, args, kwargs)
 
 
 _register_handlers()
@@ -293,23 +298,19 @@ _register_handlers()
 # and the constant arguments alone. A module that then owns parameters or buffers (their values come from
 # the RNG, and each eager call makes fresh ones) is a graph break, with the RNG state put back. The
 # module has no source: its forward is inlined like any module's; storing into it, or letting it escape
-# the frame, is a graph break (it is not rebuilt).
+# the frame, is a graph break at its construction (NOTE [Modules made while tracing that outlive the
+# trace]). A class with its own Python __init__: NOTE [Modules with their own __init__ made while tracing].
 def construct_module(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value:
     name = cls.__name__
     if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating the module {name} from non-constant arguments")
-    for klass in cls.__mro__:
-        if "__init__" in vars(klass) and not _torch_module_class(klass):
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL,
-                              f"creating the module {name} inside compiled code ({klass.__name__}.__init__)")
-        if klass is torch.nn.Module:
-            break
+    user_init = _user_init(cls)
     rng = torch.random.get_rng_state()
     try:
-        module = cls(*(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
-    except Exception as e:  # noqa: BLE001 - the constructor's own error, as eager raises it
-        from .breaks import UserException
-        raise UserException(e) from None
+        if user_init is not None:  # NOTE [Modules with their own __init__ made while tracing]
+            module = _construct_with_user_init(tx, cls, args, kwargs)
+        else:
+            module = _construct_for_real(cls, args, kwargs)
     finally:
         made_tensors = not torch.equal(rng, torch.random.get_rng_state())
         if made_tensors:
@@ -317,8 +318,197 @@ def construct_module(tx, cls: type, args: list[Value], kwargs: dict[str, Value])
     if made_tensors or any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating the module {name} (it owns parameters or buffers)")
     value = NNModuleValue(module)
-    value.made_in_trace = True  # never rebuilt after the graph (codegen.Reconstructor)
+    mark_made(tx, value)  # NOTE [Modules made while tracing that outlive the trace]
     return value
+
+
+def _construct_for_real(cls: type, args: list[Value], kwargs: dict[str, Value]) -> torch.nn.Module:
+    try:
+        return cls(*(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
+    except Exception as e:  # noqa: BLE001 - the constructor's own error, as eager raises it
+        from .breaks import UserException
+        raise UserException(e) from None
+
+
+def _user_init(cls: type):
+    """The first `__init__` on cls's MRO (up to nn.Module) that is not torch's own, or None."""
+    for klass in cls.__mro__:
+        if klass is torch.nn.Module:
+            return None
+        if "__init__" in vars(klass) and not _torch_module_class(klass):
+            return vars(klass)["__init__"]
+    return None
+
+
+# NOTE [Modules with their own __init__ made while tracing]: transformers builds activation modules inside
+# forward (`ACT2FN["gelu"](x)`: ClassInstantier returns `GELUActivation()`, whose `__init__` calls
+# `super().__init__()` and stores `self.act = nn.functional.gelu`); stock torch.compile traces that. Such a
+# class (constant arguments, object's __new__, type's __call__, no __del__, nn.Module's __setattr__ and
+# __delattr__, no `call_super_init`: all lookups guarded) is built as object.__new__(cls), then its __init__
+# inlined with `self` a module made in the trace and marked under construction. While it is, torch's
+# `Module.__init__` on it runs for real at trace time (TRACE_TIME), and a store into it is made for real
+# (Module.__setattr__, which then runs no user code: no global module registration hook) when the value is
+# a real Python object known at trace time: an immutable constant, a class or builtin, a function from
+# outside, a method bound to the module itself, a partial of those, a module made in the trace. Any other
+# store (a tensor, a list, a method of another object, a value made while tracing) is a graph break, and
+# so is an error of the store itself (a module stored before Module.__init__ raises as eager does). The
+# object is fresh and reaches nothing outside, so nothing but it changes; its effects on anything else
+# (a global counter) are traced and replayed as any inlined code's. Later reads of what __init__ stored are
+# facts of that guarded construction (made_module_attr). Afterwards the module is checked like any module
+# made while tracing (no parameters or buffers, no RNG use: NOTE [Modules made while tracing]).
+def _construct_with_user_init(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> torch.nn.Module:
+    from .calls import _guard_plain_construction, _has_finalizer
+    from .lookup import guard_lookup
+    init = getattr(cls, "__init__")
+    if cls.__new__ is not object.__new__ or type(cls).__call__ is not type.__call__ or _has_finalizer(cls) or \
+            not isinstance(init, types.FunctionType) or cls.__setattr__ is not torch.nn.Module.__setattr__ or \
+            cls.__delattr__ is not torch.nn.Module.__delattr__ or getattr(cls, "call_super_init", False):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating the module {cls.__name__} inside compiled code "
+                                                      f"({cls.__name__}.__init__)")
+    _guard_plain_construction(tx, cls)
+    for name in ("__setattr__", "__delattr__", "call_super_init"):
+        guard_lookup(tx.output, cls, name)
+    module = object.__new__(cls)
+    value = NNModuleValue(module)
+    mark_made(tx, value)
+    value.under_construction = True
+    try:
+        result = tx.inline(UserFunctionValue(init), [value, *args], kwargs)
+    finally:
+        value.under_construction = False
+    if not (result.is_constant() and result.as_constant() is None):
+        from .breaks import UserException
+        raise UserException(TypeError(f"__init__() should return None, not '{result.python_type().__name__}'"))
+    if "_parameters" not in vars(module):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.__init__ did not call Module.__init__")
+    return module
+
+
+def _module_init_at_trace_time(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`super().__init__()` of a module under construction (NOTE [Modules with their own __init__ made
+    while tracing]): torch's Module.__init__ run for real on the fresh object."""
+    if not args or not getattr(args[0], "under_construction", False) or \
+            not all(a.is_constant() for a in args[1:]) or not all(v.is_constant() for v in kwargs.values()):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "nn.Module.__init__ called inside compiled code")
+    try:
+        torch.nn.Module.__init__(args[0].obj, *(a.as_constant() for a in args[1:]),
+                                 **{k: v.as_constant() for k, v in kwargs.items()})
+    except Exception as e:  # noqa: BLE001 - Module.__init__'s own error (unexpected arguments), as eager raises it
+        from .breaks import UserException
+        raise UserException(e) from None
+    return ConstantValue(None)
+
+
+def store_during_construction(tx, obj: Value, name: str, value: Value) -> None:
+    """`self.name = value` inside the __init__ of a module under construction: made for real (NOTE
+    [Modules with their own __init__ made while tracing])."""
+    real = _real_object(obj, value)
+    if real is _NO_REAL:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a store of {value.describe()} into the module "
+                                                      f"{type(obj.obj).__name__} under construction")
+    if isinstance(real, torch.nn.Module) and torch.nn.modules.module._global_module_registration_hooks:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a module stored into a module under construction while a "
+                                                      "global module registration hook is registered")
+    try:
+        setattr(obj.obj, name, real)
+    except Exception as e:  # noqa: BLE001 - Module.__setattr__'s own error, as eager raises it
+        from .breaks import UserException
+        raise UserException(e) from None
+
+
+def made_module_attr(owner: Value, real):
+    """An instance attribute of a module made in the trace: what its __init__ stored (facts of the guarded
+    construction, so no guards); a method bound to the module and a partial become their traced values."""
+    from .values import BoundMethodValue, PartialValue
+    from .values.builder import wrap_unguarded
+    if isinstance(real, types.MethodType) and real.__self__ is owner.obj and \
+            isinstance(real.__func__, types.FunctionType):
+        return BoundMethodValue(UserFunctionValue(real.__func__), owner)
+    if type(real) is functools.partial:
+        return PartialValue(made_module_attr(owner, real.func), [made_module_attr(owner, a) for a in real.args],
+                            {k: made_module_attr(owner, v) for k, v in real.keywords.items()})
+    if isinstance(real, (types.MethodType, torch.nn.Module)):  # not stored by a traced construction
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"the attribute {real!r} of a module made in the trace")
+    return wrap_unguarded(real)
+
+
+_NO_REAL = object()
+
+
+def _immutable(obj) -> bool:
+    if isinstance(obj, (tuple, frozenset)):
+        return all(_immutable(o) for o in obj)
+    return not isinstance(obj, (list, dict, set, bytearray))
+
+
+def _real_object(owner: Value, value: Value):
+    """The real Python object `value` stands for, when it is known at trace time, else _NO_REAL."""
+    from .values import BoundMethodValue, BuiltinValue, ClassValue, PartialValue
+    if isinstance(value, (BuiltinValue, ClassValue)) and not isinstance(value.obj, (types.MethodType, functools.partial)):
+        return value.obj
+    if value.is_constant():  # a list or dict would be a new container the trace stops modelling: a break
+        real = value.as_constant()
+        return real if _immutable(real) else _NO_REAL
+    if isinstance(value, NNModuleValue) and (value is owner or getattr(value, "made_in_trace", False)):
+        return value.obj
+    if isinstance(value, UserFunctionValue) and value.attrs is None and value.closure is None and \
+            value.defaults is None and value.kwdefaults is None:
+        return value.fn
+    if isinstance(value, BoundMethodValue) and value.self_value is owner:  # `self.act = self._scaled`
+        func = _real_object(owner, value.func)
+        return types.MethodType(func, owner.obj) if isinstance(func, types.FunctionType) else _NO_REAL
+    if isinstance(value, PartialValue) and value.keywords is None:
+        parts = [_real_object(owner, v) for v in (value.func, *value.args, *value.kwargs.values())]
+        if any(p is _NO_REAL or isinstance(p, torch.nn.Module) for p in parts):
+            return _NO_REAL
+        return functools.partial(parts[0], *parts[1:1 + len(value.args)],
+                                 **dict(zip(value.kwargs, parts[1 + len(value.args):])))
+    return _NO_REAL
+
+
+# NOTE [Modules made while tracing that outlive the trace]: the module object made at trace time is a fact
+# of the trace, never handed out: eager makes a new one per call. One that would outlive the graph (returned,
+# stored outside the frame by a replayed effect, or live in the root frame at a graph break: a store into it
+# after its construction, `m.eval()`, a hook registered on it) moves the break to the root instruction that
+# made it (NOTE [Breaks moved earlier] in convert.py), so that call runs as Python and its module is real;
+# the rest of the frame is traced with it as a local. `made_at` is that instruction; a submodule read from
+# such a module shares it.
+def mark_made(tx, value: NNModuleValue) -> None:
+    from .lazy_combinators import _root_index
+    value.made_in_trace = True  # never rebuilt after the graph (codegen.Reconstructor)
+    value.made_at = _root_index(tx)
+    tx.output.__dict__.setdefault("made_modules", []).append(value)
+
+
+def made_module_site(output, roots: list) -> int | None:
+    """The earliest root instruction that made a module made in the trace reachable from `roots`."""
+    if not output.__dict__.get("made_modules"):
+        return None
+    sites = [v.made_at for v in _reachable(roots) if isinstance(v, NNModuleValue) and
+             getattr(v, "made_in_trace", False) and getattr(v, "made_at", None) is not None]
+    return min(sites, default=None)
+
+
+def _reachable(roots: list):
+    """Every abstract value reachable from `roots` through containers and the attributes of values."""
+    from .values import Value
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, (list, tuple, set, frozenset)):
+            todo.extend(v)
+        elif isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, Value) or type(v).__module__.startswith("framejit.capture.values"):
+            if isinstance(v, Value):
+                yield v
+            todo.extend(getattr(v, "__dict__", {}).values())
+            todo.extend(getattr(v, slot) for slot in getattr(type(v), "__slots__", ()) if hasattr(v, slot))
 
 
 def _torch_module_class(klass: type) -> bool:

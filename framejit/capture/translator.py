@@ -30,7 +30,7 @@ from .caught_exceptions import Handling, follow_handler, give_up_handlers
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .library_substitutes import library_substitute
-from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method
+from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method, made_module_site
 from .module_hooks import TRACE_TIME, plan_module_call
 from .generator_ctx import break_before_generator_cms, exception_in_generator_cms
 from .getattribute import custom_setattr
@@ -119,6 +119,8 @@ class Translator:
                 if not getattr(e, "escape_traced", False):  # NOTE [Handlers of callees given up]
                     e = e.callee_break
             _attach_stack(e, self.user_stack())
+            if isinstance(e, Unsupported) and self.output.__dict__.get("made_modules"):
+                self._note_live_made_modules(e)  # NOTE [Modules made while tracing that outlive the trace]
             if self.parent is None and getattr(e, "root_index", None) is None:
                 e.root_index = self.current.index if self.current is not None else None
                 if isinstance(e, Unsupported):
@@ -127,10 +129,31 @@ class Translator:
                     e.generator_cm_break = exception_in_generator_cms(self.output, e)
                     if getattr(e, "callee_break", None) is not None:  # NOTE [Exceptions caught in callees]
                         e.callee_break.root_index = break_before_generator_cms(self.output, e.root_index)
+            if self.parent is None and getattr(e, "made_site", None) is not None and e.root_index is not None:
+                e.root_index = break_before_generator_cms(self.output, min(e.root_index, e.made_site))
             raise e
         finally:
             self.output.tx_stack.pop()
+        if self.parent is None and self.return_value is not None:
+            made_at = made_module_site(self.output, [self.return_value, *self.output.side_effects.values()])
+            if made_at is not None:  # NOTE [Modules made while tracing that outlive the trace]
+                e = Unsupported(BreakKind.UNSUPPORTED_VALUE, "a module made in the compiled region is returned or "
+                                                             "stored outside it: it is made as Python")
+                _attach_stack(e, self.user_stack())
+                e.root_index = made_at
+                raise e
         return self.return_value
+
+    def _note_live_made_modules(self, e: Unsupported) -> None:
+        """A module made in the trace that a break would carry (this frame's stack, locals and cells, which
+        hold the operands the root's call passed down; a replayed effect) must be made where it was: the
+        earliest root instruction that made one is `e.made_site`."""
+        live = [*self.stack, *self.locals.values(), *self.cells.values()]
+        made_at = made_module_site(self.output, live + (self.output.side_effects.values() if self.parent is None
+                                                         else []))
+        if made_at is not None:
+            before = getattr(e, "made_site", None)
+            e.made_site = made_at if before is None else min(before, made_at)
 
     def _handles(self, e: UserException) -> bool:
         """NOTE [Exceptions caught in callees]: the trace follows a try's handler (NOTE [Exceptions caught
@@ -314,6 +337,10 @@ class Translator:
             if made_in_trace(obj):  # NOTE [Attributes of functions made while tracing]
                 store_traced_function_attr(self, obj, name, value)
                 return
+        if getattr(obj, "under_construction", False):  # NOTE [Modules with their own __init__ made while tracing]
+            from .modules import store_during_construction
+            store_during_construction(self, obj, name, value)
+            return
         impl = custom_setattr(self, obj)  # NOTE [Custom __setattr__]: inlined
         if impl is not None:
             self.inline(UserFunctionValue(impl), [obj, ConstantValue(name), value], {})
