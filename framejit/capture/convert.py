@@ -316,7 +316,8 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
             # side-effect replay is code no plan describes: persisted as it is (NOTE [Persisted break code])
             with frame_cache.closures(fn, output.inlined):  # NOTE [Closure cells by path] in locators.py
                 code = persisted_code.dump_code(fn, cg, compiled, None) if output.side_effects else None
-                entry.persisted = frame_cache.persist(fn, output, ret, gm, compiled, output_index, request, code=code)
+                entry.persisted = frame_cache.persist(fn, output, ret, gm, compiled, output_index, request, code=code,
+                                                      code_of=lambda: persisted_code.dump_code(fn, cg, compiled, None))
             entry.persisted.guard_source = entry.guard.source
         except frame_cache.NotPersistable as e:
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)

@@ -35,8 +35,8 @@ import torch
 from .. import config, logs
 from ..guards import Guard, compile_guards
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, make_function
-from .locators import (NotPersistable, _import_locator, closure_path, closures, code_hash, locate,  # noqa: F401
-                       nested_code_locator, resolve)  # (NotPersistable: convert.py)
+from .locators import (NotPersistable, _class_attribute, _import_locator, closure_path, closures,  # noqa: F401
+                       code_hash, code_locator, locate, resolve)  # (NotPersistable: convert.py)
 from .break_locations import persisted_break, restored_break
 from .input_versions import input_writes, keep_versions, unwrapped
 from .persisted_code import load_code
@@ -184,10 +184,26 @@ class Persisted:
 
 
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,
-            output_index: dict[int, int], request, code: bytes | None = None) -> Persisted:
-    """The persisted form of a just-compiled entry (raises NotPersistable when it has none)."""
+            output_index: dict[int, int], request, code: bytes | None = None, code_of=None) -> Persisted:
+    """The persisted form of a just-compiled entry (raises NotPersistable when it has none); `code_of()`
+    gives the transformed code's persisted form, for a return value the plan cannot describe."""
     with closures(fn, output.inlined):  # NOTE [Closure cells by path]
+        if code is None and ret is not None and code_of is not None:
+            try:
+                encode_value(ret, output_index, fn)
+            except NotPersistable as e:  # NOTE [Return values the plan cannot describe]
+                logs.log("cache", "frame entry of %s persisted as its code: %s", fn.__code__.co_qualname, e)
+                code = code_of()
         return _persist(fn, output, ret, gm, compiled, output_index, request, code)
+
+
+# NOTE [Return values the plan cannot describe]: the plan of an entry (graph inputs, return value) describes
+# plain return values: graph outputs, sourced values, constants, tuples, lists, dicts and objects of plain
+# data. The transformed function rebuilds others with code of its own: an object made by calling its class
+# (contextlib's `helper`, called at a break before a user `with my_ctx():`, returns
+# `_GeneratorContextManager(func, args, kwds)`), a defaultdict with its factory, a dict view. Such an
+# entry persists its transformed code itself, as a frame that breaks does (NOTE [Persisted break code]),
+# whose constants are located like any other; what cannot be located keeps it in memory only.
 
 
 def persist_break(persisted: Persisted, graph_break, fn: types.FunctionType, output) -> None:
@@ -211,9 +227,6 @@ def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Pers
     from .state_blocks import default_dtype_changed
     if default_dtype_changed(output):
         raise NotPersistable("the frame changes the default dtype")  # NOTE [Default dtype changes]
-    from .allowed_calls import persistable
-    if not persistable(output):
-        raise NotPersistable("the trace saw functions marked allow_in_graph (ids are per process)")
     if request.artifacts is None:
         raise NotPersistable("the backend cannot save what it compiled (a user callable)")
     from .ddp_buckets import BucketedGraph
@@ -249,23 +262,49 @@ def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
         # a closure's code, found among its enclosing function's constants (NOTE [Nested code by its
         # enclosing function] in locators.py), in the module of the frame or of an inlined function
         modules = {f.__globals__.get("__name__") for f in (fn, *output.inlined) if isinstance(f, types.FunctionType)}
-        for module in sorted(m for m in modules if isinstance(m, str)):
-            nested = nested_code_locator(obj, module)
-            if nested is not None:
-                return nested
+        found = code_locator(obj, sorted(m for m in modules if isinstance(m, str)))
+        if found is not None:  # no callee's hash covers it: its own (NOTE [Code by its file's module])
+            return ("hashed", found, code_hash(obj))
         raise NotPersistable(f"the code object {obj.co_qualname} of no importable inlined function")
     if type(obj) is tuple and obj and isinstance(obj[0], type) and obj[0].__mro__ is obj:
         return ("mro", [locate(k, fn) for k in obj])  # NOTE [MRO guarded] in lookup.py
+    if type(obj) is frozenset and obj is output.__dict__.get("allowed_ids_snapshot"):
+        return _marks_locator(obj, fn)  # NOTE [Persisted marks]
     return locate(obj, fn)
+
+
+# NOTE [Persisted marks]: a trace that considers a function it cannot name stably (no source, no importable
+# name) while some functions are marked allow_in_graph (importing transformers marks four) guards the set
+# of marked ids as a whole (NOTE [Guarding the marks] in allowed_calls.py). Ids are per process, so such an
+# entry was kept in memory only: most transformers models were traced again in every warm process. The set
+# is persisted as the marked functions themselves, each by its locator (found once per set among the
+# interpreter's objects), and a warm process guards the ids of the functions those locators find there:
+# the same marks, as objects. A marked object no locator finds (a marked closure) keeps the entry in memory
+# only, as before.
+_MARKED: dict[frozenset, list] = {}
+
+
+def _marks_locator(snapshot: frozenset, fn: types.FunctionType) -> tuple:
+    if snapshot not in _MARKED:
+        import gc
+        _MARKED.clear()
+        found = {id(o): o for o in gc.get_objects() if id(o) in snapshot}
+        _MARKED[snapshot] = [found.get(i) for i in sorted(snapshot)]
+    marked = _MARKED[snapshot]
+    if any(o is None for o in marked):
+        raise NotPersistable("a function marked allow_in_graph that is not found among the interpreter's objects")
+    return ("marks", [locate(o, fn) for o in marked])
 
 
 def _function_locator(f: types.FunctionType, fn: types.FunctionType) -> tuple:
     """An inlined function by its importable name, else by its path through closures (NOTE [Closure cells
-    by path])."""
+    by path]), else by the class that holds it (NOTE [Functions by the class that holds them])."""
     try:
         return _import_locator(f)
     except NotPersistable:
         path = closure_path(f, fn)
+        if path is None and isinstance(f, types.FunctionType):
+            path = _class_attribute(f, fn)
         if path is None:
             raise
         return path
@@ -310,12 +349,107 @@ class _GraphPickler(pickle.Pickler):
         from .function_regions import FunctionCall
         if type(obj) is FunctionCall:
             return _function_call, (obj.persisted_data(),)
+        if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            return _op, _op_data(obj)  # NOTE [Persisted operator targets]
+        if isinstance(obj, types.FunctionType) and "<" in obj.__qualname__:
+            # a target pickle cannot name (F.max_pool2d, made by boolean_dispatch): by its locator
+            return _located, (_import_locator(obj),)
+        from .func_capture import TransformCall
+        from .vmap_capture import VmapCall
+        if type(obj) is VmapCall:  # NOTE [Persisted transform regions]
+            return _vmap_call, (dump_graph(obj.body), obj.in_dims, obj.out_dims, obj.randomness, obj.chunk_size,
+                                obj.out)
+        if type(obj) is TransformCall:
+            return _transform_call, (obj.name, obj.apply, dump_graph(obj.body), obj.args, obj.n_args, obj.extra,
+                                     obj.n_extra, obj.out, obj.random)
         return NotImplemented
+
+
+# NOTE [Persisted transform regions]: a graph node running torch.vmap or a torch.func transform over a
+# traced body (NOTE [vmap regions] in vmap_capture.py, NOTE [Transform regions] in func_capture.py) has as
+# target an object holding the body's GraphModule and the transform's constant options (in_dims, out_dims,
+# randomness, chunk size; argnums, has_aux as a functools.partial of func_capture's module-level `_apply_*`
+# functions; the result templates). It is saved as that plain data with the body node by node (as any
+# graph: NOTE [Persisted graphs]) and made again on load; anything in it that does not pickle keeps the
+# entry in memory only, as before.
+def _vmap_call(body: bytes, in_dims, out_dims, randomness, chunk_size, out):
+    from .vmap_capture import VmapCall
+    return VmapCall(load_graph(body), in_dims, out_dims, randomness, chunk_size, out)
+
+
+def _transform_call(name, apply, body: bytes, args, n_args, extra, n_extra, out, random):
+    from .func_capture import TransformCall
+    call = TransformCall(name, apply, load_graph(body), args, n_args, extra, n_extra, out)
+    call.random = random
+    return call
+
+
+def _located(locator: tuple):
+    return resolve(locator, None)
 
 
 def _function_call(data: tuple):
     from .function_regions import FunctionCall
     return FunctionCall.rebuild(data)
+
+
+# NOTE [Persisted operator targets]: torch's OpOverload objects do not pickle (their C kernel records do
+# not), so a graph calling `torch.ops.aten.x.default` or a custom op (`torch.library.custom_op`, called as
+# `twice(x)`) was kept in memory only. Such a target is saved as (namespace, name, overload) and found again
+# in torch.ops of the loading process, where the program has registered its custom ops by the time it calls
+# the frame. A custom op's behaviour is Python code framejit traced through (its fake kernel gave the
+# shapes the trace used) or that the graph runs: the op's schema and the code hashes of every function of
+# its definition are saved with it, and loading refuses an op whose definition changed (the entry is then
+# not used). An op of another namespace that no CustomOpDef describes (registered through torch.library's
+# lower-level API, C++ extensions) is not persisted: nothing says its kernels are the same.
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "_quantized", "rngprims", "higher_order",
+                               "quantized_decomposed", "_c10d_functional", "c10d_functional", "_dtensor",
+                               "debugprims"})
+
+
+def _op_data(op) -> tuple:
+    overload = op._overloadname if isinstance(op, torch._ops.OpOverload) else None
+    name = op._schema.name.split("::")[-1] if overload is not None else op._qualified_op_name.split("::")[-1]
+    namespace = op.namespace
+    return namespace, name, overload, _op_definition(namespace, name)
+
+
+def _op_definition(namespace: str, name: str) -> tuple | None:
+    if namespace in _TORCH_NAMESPACES:
+        return None
+    from torch._library import custom_ops
+    opdef = custom_ops.OPDEFS.get(f"{namespace}::{name}")
+    if opdef is None:
+        raise NotPersistable(f"the graph calls the operator {namespace}::{name}, which no custom_op defines")
+    functions = {"init": opdef._init_fn, "fake": opdef._abstract_fn, "setup_context": opdef._setup_context_fn,
+                 "backward": opdef._backward_fn, "vmap": opdef._vmap_fn,
+                 **{f"kernel_{k}": v for k, v in opdef._backend_fns.items()},
+                 **{f"dispatch_{getattr(k, '__qualname__', k)}": v for k, v in opdef._torch_dispatch_fns.items()}}
+    return str(opdef._schema), tuple(sorted((k, _function_digest(v)) for k, v in functions.items() if v is not None))
+
+
+def _function_digest(f) -> str:
+    """The code hash of `f` and of the functions its closure holds (a registered kernel is a wrapper)."""
+    parts = []
+    while isinstance(f, types.FunctionType) and len(parts) < 4:
+        parts.append(code_hash(f.__code__))
+        inner = [c.cell_contents for c in f.__closure__ or () if isinstance(_contents(c), types.FunctionType)]
+        f = inner[0] if len(inner) == 1 else None
+    return ":".join(parts) if parts else repr(type(f))
+
+
+def _contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return None
+
+
+def _op(namespace: str, name: str, overload: str | None, definition: tuple | None):
+    packet = getattr(getattr(torch.ops, namespace), name)
+    if _op_definition(namespace, name) != definition:
+        raise NotPersistable(f"the operator {namespace}::{name} changed since it was cached")
+    return packet if overload is None else getattr(packet, overload)
 
 
 def load_graph(data: bytes) -> torch.fx.GraphModule:

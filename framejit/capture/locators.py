@@ -5,16 +5,21 @@ break (persisted_code.py: the objects their transformed code loads), so neither 
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
 import hashlib
 import importlib
 import logging
+import os
 import sys
 import types
 from typing import Any
 
 import torch
+
+_MISSING = object()
+
 
 class NotPersistable(Exception):
     """Some part of an entry cannot be found again in a new process."""
@@ -87,6 +92,10 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
         return ("op", obj.namespace, obj._schema.name.split("::")[-1], obj._overloadname)
     if isinstance(obj, logging.Logger) and logging.getLogger(obj.name) is obj:
         return ("logger", obj.name)  # a library's module-level `logger`, pinned by a guard: found by its name
+    if obj is os.environ:  # `os.environ.get(...)` read by library code at trace time (guarded by its items)
+        return ("import", "os", "environ")
+    if type(obj) is tuple and obj and all(isinstance(o, type) for o in obj):  # isinstance(v, (int, float))
+        return ("tuple", [locate(o, fn) for o in obj])
     if isinstance(obj, enum.Enum):
         return ("enum", type(obj).__module__, type(obj).__qualname__, obj.name)
     if isinstance(obj, (bool, int, float, str, bytes, type(None), torch.Size)) or (
@@ -96,6 +105,12 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
         return _import_locator(obj)
     except NotPersistable:
         path = closure_path(obj, fn)  # NOTE [Closure cells by path]: a function held only by a cell
+        if path is None:
+            path = _global_binding(obj, fn)  # NOTE [Objects by the global that binds them]
+        if path is None and isinstance(obj, type):
+            path = _class_by_instance(obj, fn)  # NOTE [Local classes by an instance]
+        if path is None and isinstance(obj, types.FunctionType):
+            path = _class_attribute(obj, fn)  # NOTE [Functions by the class that holds them]
         if path is None:
             raise
         return path
@@ -109,6 +124,20 @@ def _import_locator(obj: Any) -> tuple:
     if module is None and isinstance(obj, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         module = obj.__objclass__.__module__  # a C method (`torch.Tensor.detach`): its class's module
     qualname = getattr(named, "__qualname__", None)
+    if isinstance(obj, types.BuiltinMethodType) and isinstance(obj.__self__, type) and module is None:
+        try:  # a C static method of a type (`tuple.__new__`, which a namedtuple's `_make` calls): by its type
+            locator = ("getattr", _import_locator(obj.__self__), obj.__name__)
+        except NotPersistable:
+            locator = None
+        if locator is not None and _finds(locator, None, obj):
+            return locator
+    if isinstance(obj, types.FunctionType) and qualname and "<" in qualname:
+        found = _substitute_locator(obj)  # NOTE [Library substitutes by their original]
+        if found is not None:
+            return found
+        name = getattr(obj, "__name__", None)  # F.max_pool2d: made by boolean_dispatch, named for its module
+        if module and isinstance(name, str) and "<" not in name and _finds(("import", module, name), None, obj):
+            return ("import", module, name)
     if not module or not qualname or "<" in qualname:
         raise NotPersistable(f"{type(obj).__name__} {qualname or obj!r} cannot be imported by name")
     try:
@@ -130,6 +159,9 @@ def _import_locator(obj: Any) -> tuple:
     for attr in ("fget", "__func__", "__wrapped__"):
         if getattr(found, attr, None) is obj:
             return ("import", module, qualname, attr)
+    path = _wrapped_path(found, obj)  # NOTE [Functions under their decorators]
+    if path:
+        return ("import", module, qualname, *path)
     # the interpreter's own types with no builtins name (FunctionType is builtins.function, MethodType
     # builtins.method): the `types` module names them
     if isinstance(obj, type) and module == "builtins":
@@ -137,10 +169,201 @@ def _import_locator(obj: Any) -> tuple:
         for name, value in vars(types_module).items():
             if value is obj and not name.startswith("_"):
                 return ("import", "types", name)
+        if _interpreter_types().get(qualname) is obj:  # NOTE [Interpreter types by a sample]
+            return ("itype", qualname)
     found = _namedtuple_method_locator(obj, module, qualname)
     if found is not None:
         return found
     raise NotPersistable(f"{module}.{qualname} does not import back to the same object")
+
+
+# NOTE [Interpreter types by a sample]: the types of the interpreter's iterators and views (`list_iterator`,
+# `range_iterator`, `dict_keyiterator`, `dict_keys`, ...) are named by neither `builtins` nor `types`, yet
+# guards pin them (a resume function inside `for i in range(n)` gets the loop's iterator on its stack, and
+# its TYPE_MATCH names `range_iterator`): they are found again as the type of a sample object.
+_ITYPES: dict[str, type] = {}
+
+
+def _interpreter_types() -> dict[str, type]:
+    if not _ITYPES:
+        samples = [iter([]), iter(()), iter(range(0)), iter(range(1 << 70)), iter({}), iter({}.values()),
+                   iter({}.items()), iter(set()), iter(""), iter("\u1234"), iter(b""), iter(bytearray()),
+                   reversed([]), reversed(range(0)), {}.keys(), {}.values(), {}.items(), iter(lambda: 0, 0),
+                   iter(collections.OrderedDict()), collections.OrderedDict().keys(), iter(collections.deque()),
+                   reversed(collections.deque()), iter(memoryview(b""))]
+        for sample in samples:
+            _ITYPES.setdefault(type(sample).__qualname__, type(sample))
+    return _ITYPES
+
+
+# NOTE [Library substitutes by their original]: a function framejit traces in place of a library one
+# (library_substitutes.py: namedtuple `_replace`'s stand-in is made per class) has no importable name; it is
+# found as the substitute of the original it stands for, whose own locator finds it (NOTE [Namedtuple
+# methods by their class]). Resolving makes the substitute again from the live original.
+def _substitute_locator(obj: Any) -> tuple | None:
+    from .library_substitutes import _REPLACES
+    original = next((k for k, v in list(_REPLACES.items()) if v is obj), None)
+    if original is None:
+        return None
+    try:
+        locator = ("substitute", _import_locator(original))
+    except NotPersistable:
+        return None
+    return locator if _finds(locator, None, obj) else None
+
+
+# NOTE [Objects by the global that binds them]: an object the trace pinned by identity may have no name
+# of its own: a module-level list whose bound `append` a resume function gets on its stack (`LOG.append(
+# y.item())` breaking at `.item()`: the guard pins `___stack1.__self__`), a module-level config object.
+# Such an object is found again as the global that binds it, in the module of the frame's function or of
+# a function the trace inlined: ("bound", module, name, locator of its type). Only mutable objects (lists,
+# dicts, sets, deques, instances of Python classes that are not tuples): in one process such an object
+# changes between calls, so every fact the trace read from it beyond its identity and its type is guarded
+# anyway, and resolving checks the type (a warm process binding another type there does not use the entry).
+# Immutable objects (tuples, frozensets, functions, classes, tensors) never are: a trace may take their
+# contents as constants of their identity.
+_BINDABLE = (list, dict, set, collections.deque)
+
+
+def _global_binding(obj: Any, fn: types.FunctionType | None) -> tuple | None:
+    cls = type(obj)
+    if isinstance(obj, (tuple, frozenset, torch.Tensor, type, types.FunctionType, types.ModuleType)) or not (
+            isinstance(obj, _BINDABLE) or (cls.__flags__ & _HEAPTYPE and hasattr(obj, "__dict__"))):
+        return None
+    if isinstance(obj, dict) and any(getattr(m, "__dict__", None) is obj for m in list(sys.modules.values())):
+        return None  # a module's globals: the "globals" locator
+    try:
+        type_locator = locate(cls, fn)  # an import, or NOTE [Local classes by an instance]
+    except NotPersistable:
+        return None
+    for module in _entry_modules(fn):
+        for name, value in list(sys.modules[module].__dict__.items()):
+            if value is obj:
+                locator = ("bound", module, name, type_locator)
+                return locator if _finds(locator, fn, obj) else None
+    return None
+
+
+_HEAPTYPE = 1 << 9
+
+
+def _entry_modules(fn: types.FunctionType | None) -> list[str]:
+    """The modules of the frame's function and of the functions the trace inlined (`closures`)."""
+    functions = [fn] + (list(_CLOSURE_ROOTS[-1][1]) if _CLOSURE_ROOTS and _CLOSURE_ROOTS[-1][0] is fn else [])
+    modules: list[str] = []
+    for f in functions:
+        name = getattr(f, "__globals__", {}).get("__name__")
+        if isinstance(name, str) and name not in modules and name in sys.modules:
+            modules.append(name)
+    return modules
+
+
+# NOTE [Local classes by an instance]: a class made inside a function has no importable name, yet a module
+# may bind an instance of it: with the `kernels` package installed, transformers replaces functions such as
+# llama's `apply_rotary_pos_emb` by an instance of `_create_func_module.<locals>.Func` (an nn.Module), and the
+# trace pins that class (TYPE_MATCH of the global). Such a class is found again as the type of that global, in
+# the module of the frame's function or of an inlined function: ("type_of", module, name), verified to find
+# the very class. In a warm process it is the class of what the program binds there now, as an importable
+# class is whatever its module binds; the entry's guards check the rest (its dict, its MRO, its methods'
+# code by their hashes).
+def _class_by_instance(cls: type, fn: types.FunctionType | None) -> tuple | None:
+    for module in _entry_modules(fn):
+        for name, value in list(sys.modules[module].__dict__.items()):
+            if type(value) is cls:
+                locator = ("type_of", module, name)
+                return locator if _finds(locator, fn, cls) else None
+    return None
+
+
+# NOTE [Functions by the class that holds them]: a function made inside another one and stored in a class
+# dict has no importable name: huggingface_hub's strict dataclasses install `strict.<locals>.wrap.<locals>.
+# __strict_setattr__` as every transformers config class's `__setattr__`, and the local Func class above has
+# its own `forward`. Such a function is found as its class's dict entry, the class by its own locator (an
+# import, or NOTE [Local classes by an instance]): ("in_class", class locator, name), verified to find the
+# very function. The class is found through the garbage collector's referrers (the function's referrers are
+# the class dict): only when an entry is saved, never while tracing.
+_SEARCHING: set[int] = set()  # functions whose class is being located (a local class's own search)
+
+
+def _class_attribute(obj: types.FunctionType, fn: types.FunctionType | None) -> tuple | None:
+    if id(obj) in _SEARCHING:
+        return None
+    _SEARCHING.add(id(obj))
+    try:
+        return _search_class_attribute(obj, fn)
+    finally:
+        _SEARCHING.discard(id(obj))
+
+
+def _search_class_attribute(obj: types.FunctionType, fn: types.FunctionType | None) -> tuple | None:
+    import gc
+    for namespace in gc.get_referrers(obj):
+        if not isinstance(namespace, dict):
+            continue
+        name = next((k for k, v in namespace.items() if v is obj and isinstance(k, str)), None)  # `__setattr__`
+        if name is None:
+            continue
+        for cls in gc.get_referrers(namespace):
+            if not isinstance(cls, type) or cls.__dict__.get(name) is not obj:
+                continue
+            try:
+                owner = locate(cls, fn)
+            except NotPersistable:
+                continue
+            locator = ("in_class", owner, name)
+            if _finds(locator, fn, obj):
+                return locator
+    return None
+
+
+# NOTE [Code by its file's module]: a guard may pin the code of a function the trace did not inline: a
+# frame that breaks at `with my_ctx(l):` (a @contextlib.contextmanager function) guards the code of the
+# decorator's `contextmanager.<locals>.helper` (NOTE [Code replaced] in lookup.py) before inlining it, and
+# neither the frame's module nor an inlined function's has it. `code_locator` then searches the module
+# whose file the code was compiled from as well. No callee's hash covers such a code object, so the entry
+# keeps its own hash with the locator (("hashed", locator, hash)) and loading refuses a code that changed.
+# NOTE [Functions under their decorators]: a method decorated by wrappers that keep its names
+# (transformers' `@deprecate_kwarg(...)` over `@capture_outputs` over `forward`) imports as the outermost
+# wrapper; the trace inlines each layer, and a break may resume in the innermost code. Each inner function
+# is found from the import by the `__wrapped__` chain functools.wraps leaves (a few levels), verified to
+# be the very object.
+def _wrapped_path(found: Any, obj: Any, depth: int = 4) -> list[str] | None:
+    path: list[str] = []
+    for _ in range(depth):
+        found = getattr(found, "__wrapped__", None)
+        if found is None:
+            return None
+        path.append("__wrapped__")
+        if found is obj:
+            return path
+    return None
+
+
+def code_locator(code: types.CodeType, modules) -> tuple | None:
+    """A locator for a code object: the code of a function its module (one of `modules`, then the module
+    whose file the code was compiled from) imports by the code's qualname, or of one under that function's
+    decorators (NOTE [Functions under their decorators]), or a code nested in one (NOTE [Nested code by its
+    enclosing function]); verified to find the very object. None when there is none."""
+    candidates = [m for m in modules if isinstance(m, str)]
+    for name, module in list(sys.modules.items()):
+        if getattr(module, "__file__", None) == code.co_filename and isinstance(name, str) and name not in candidates:
+            candidates.append(name)
+    for module in candidates:
+        if "<" not in code.co_qualname:
+            try:
+                found = resolve(("import", module, code.co_qualname), None)
+            except Exception:
+                found = None
+            for path in ([], ["__wrapped__"], ["__wrapped__"] * 2, ["__wrapped__"] * 3, ["__wrapped__"] * 4):
+                f = found
+                for attr in path:
+                    f = getattr(f, attr, None)
+                if getattr(f, "__code__", None) is code:
+                    return ("code", ("import", module, code.co_qualname, *path))
+        locator = nested_code_locator(code, module)
+        if locator is not None:
+            return locator
+    return None
 
 
 def _namedtuple_method_locator(obj: Any, module: str, qualname: str) -> tuple | None:
@@ -150,9 +373,15 @@ def _namedtuple_method_locator(obj: Any, module: str, qualname: str) -> tuple | 
     that holds it (the class found through the garbage collector's referrers, once, when an entry is saved),
     by the class's own module and qualname; resolving checks it is the very object."""
     owner, _, name = qualname.rpartition(".")
-    if module != "collections" or not owner or not isinstance(obj, types.FunctionType):
-        return None
+    if module != "collections" or not owner or not isinstance(obj, (types.FunctionType, classmethod)):
+        return None  # (a classmethod: `_make`, read through the class dict by `self._make`)
     import gc
+    if isinstance(obj, types.FunctionType):  # `_make`'s function, inlined: found through its classmethod
+        for holder in gc.get_referrers(obj):
+            if type(holder) is classmethod and holder.__func__ is obj:
+                locator = _namedtuple_method_locator(holder, module, qualname)
+                if locator is not None and _finds(locator + ("__func__",), None, obj):
+                    return locator + ("__func__",)
     for namespace in gc.get_referrers(obj):
         if not isinstance(namespace, dict) or namespace.get(name) is not obj:
             continue
@@ -196,6 +425,9 @@ def _class_dict_locator(obj: Any) -> tuple:
         found = resolve(locator, None)
     except Exception:
         found = None
+    if found is not obj and isinstance(obj, classmethod):  # a namedtuple's `_make`
+        locator = _namedtuple_method_locator(obj, module, f"{owner}.{name}")
+        found = obj if locator is not None else None
     if found is not obj:
         raise NotPersistable(f"{type(obj).__name__} {module}.{owner}.{name} is not that class's own entry")
     return locator
@@ -242,7 +474,9 @@ def closure_path(obj: Any, fn: types.FunctionType) -> tuple | None:
             try:
                 roots.append((f, _import_locator(f)))
             except NotPersistable:
-                pass
+                held = _class_attribute(f, fn)  # NOTE [Functions by the class that holds them]
+                if held is not None:
+                    roots.append((f, held))
     seen = {id(o) for o, _ in roots}
     level = roots
     for _ in range(_PATH_DEPTH):
@@ -367,13 +601,19 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
         return locator[1]
     if kind == "mro":
         return _live_mro(locator[1], fn)
+    if kind == "hashed":  # a code object no inlined function's hash covers: its own hash, checked
+        code = resolve(locator[1], fn)
+        if not isinstance(code, types.CodeType) or code_hash(code) != locator[2]:
+            raise NotPersistable(f"the code of {getattr(code, 'co_qualname', code)} changed since it was cached")
+        return code
     if kind == "code":  # NOTE [Code replaced] in lookup.py
         return resolve(locator[1], fn).__code__
     if kind == "classdict":  # NOTE [Class-dict descriptors by name]
         owner = _import(locator[1], locator[2])
         if not isinstance(owner, type) or locator[3] not in owner.__dict__:
             raise NotPersistable(f"{locator[1]}.{locator[2]} has no own attribute {locator[3]}")
-        return owner.__dict__[locator[3]]
+        entry = owner.__dict__[locator[3]]
+        return getattr(entry, locator[4]) if len(locator) > 4 else entry  # a classmethod's __func__
     if kind == "fcell":  # NOTE [Closure cells by path]
         owner = resolve(locator[1], fn)
         cells, names = getattr(owner, "__closure__", None) or (), getattr(getattr(owner, "__code__", None), "co_freevars", ())
@@ -387,9 +627,43 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
         return found
     if kind == "contents":
         return _in_cell(resolve(locator[1], fn), locator[2], fn)
+    if kind == "type_of":  # NOTE [Local classes by an instance]
+        module = importlib.import_module(locator[1]) if locator[1] != "__main__" else sys.modules["__main__"]
+        if locator[2] not in module.__dict__:
+            raise NotPersistable(f"{locator[1]} has no global {locator[2]}")
+        return type(module.__dict__[locator[2]])
+    if kind == "in_class":  # NOTE [Functions by the class that holds them]
+        owner = resolve(locator[1], fn)
+        if not isinstance(owner, type) or locator[2] not in owner.__dict__:
+            raise NotPersistable(f"{getattr(owner, '__qualname__', owner)} has no own attribute {locator[2]}")
+        return owner.__dict__[locator[2]]
+    if kind == "tuple":
+        return tuple(resolve(loc, fn) for loc in locator[1])
+    if kind == "marks":  # NOTE [Persisted marks] in frame_cache.py
+        return frozenset(id(resolve(loc, fn)) for loc in locator[1])
+    if kind == "getattr":
+        return getattr(resolve(locator[1], fn), locator[2])
+    if kind == "itype":  # NOTE [Interpreter types by a sample]
+        if locator[1] not in _interpreter_types():
+            raise NotPersistable(f"no interpreter type {locator[1]}")
+        return _interpreter_types()[locator[1]]
+    if kind == "substitute":  # NOTE [Library substitutes by their original]
+        from .library_substitutes import library_substitute
+        found = library_substitute(resolve(locator[1], fn))
+        if found is None:
+            raise NotPersistable("the function has no traced substitute any more")
+        return found
+    if kind == "bound":  # NOTE [Objects by the global that binds them]
+        module = importlib.import_module(locator[1]) if locator[1] != "__main__" else sys.modules["__main__"]
+        found = module.__dict__.get(locator[2], _MISSING)
+        if type(found) is not resolve(locator[3], fn):
+            raise NotPersistable(f"{locator[1]}.{locator[2]} is not a {locator[3][-1]} as cached")
+        return found
     if kind == "import":
         obj = _import(locator[1], locator[2])
-        return getattr(obj, locator[3]) if len(locator) > 3 else obj
+        for attr in locator[3:]:  # a getter, a classmethod's function, a decorated function's __wrapped__
+            obj = getattr(obj, attr)
+        return obj
     raise NotPersistable(f"unknown locator {kind!r}")
 
 

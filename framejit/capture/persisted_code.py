@@ -32,7 +32,7 @@ import bytecode
 from bytecode import CellVar, FreeVar, Instr, Label
 
 from .codegen import Codegen
-from .locators import NotPersistable, _import_locator, code_hash, locate, nested_code_locator, resolve
+from .locators import NotPersistable, _import_locator, code_hash, code_locator, locate, resolve
 
 
 class Recorder:
@@ -119,15 +119,10 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
                 return ("resume", index, layout, names, hooked) + extra
             # a break inside a resume function resumes in the original function's code: found by name, and
             # its hash checked on load (a change before the break leaves this resume code as it was)
-            locator = ("import", fn.__module__, code.co_qualname)
-            try:
-                found = resolve(locator, fn)
-            except Exception:
-                found = None
-            if getattr(found, "__code__", None) is not code:
-                locator = nested_code_locator(code, fn.__module__)  # NOTE [Nested code by its enclosing function]
-                if locator is None:
-                    raise NotPersistable(f"the break resumes in {code.co_qualname}, which cannot be found by name")
+            # (NOTE [Nested code by its enclosing function], NOTE [Functions under their decorators])
+            locator = code_locator(code, [fn.__module__])
+            if locator is None:
+                raise NotPersistable(f"the break resumes in {code.co_qualname}, which cannot be found by name")
             return ("resume_in", locator, code_hash(code), index, layout, names, hooked) + extra
         return (kind,)
     if type(value) is tuple and all(isinstance(v, (bool, int, float, str, bytes, type(None))) for v in value):

@@ -86,7 +86,9 @@ _MAX_ATTEMPTS = 8
 # 34: int64 sums of bools (counts) run in ORT (translate._counts_bools).
 # 35: float xlogy as eager's kernel (NOTE [Eager semantics in ONNX]).
 # 36: cumprod as a masked product (NOTE [cumprod as a masked product]); max.dim/min.dim of bools over uint8.
-REVISION = 36
+# 37: numbers made tensors (scalar_tensor, full) are constants in their own dtype (NOTE [Constants in their own
+#     dtype]).
+REVISION = 37
 
 
 @dataclasses.dataclass

@@ -291,8 +291,10 @@ def _rewrite_where(b: _Builder, node: torch.fx.Node) -> bool:
 
 def _rewrite_masked_fill(b: _Builder, node: torch.fx.Node) -> bool:
     x, mask, value = node.args[:3]
-    if _safe_first_value(value) or (not isinstance(value, torch.fx.Node) and not (
-            value == 0 and math.copysign(1.0, value) < 0)):
+    # torchlib's masked_fill casts a number from float32 (NOTE [Constants in their own dtype] in translate.py)
+    exact = isinstance(value, torch.fx.Node) or float(torch.tensor(value, dtype=torch.float32)) == value
+    if exact and (_safe_first_value(value) or (not isinstance(value, torch.fx.Node) and not (
+            value == 0 and math.copysign(1.0, value) < 0))):
         return False  # a constant other than -0.0 is an exact X for ORT's Where (torchlib's masked_fill)
     if isinstance(value, torch.fx.Node):
         value = b._as_tensor(value, _val(x).dtype, _val(x).device)

@@ -484,6 +484,8 @@ def _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm) 
         _core._handle_placeholder_node(node, values, graph_like=graph, lower="at_conversion", opset=onnx_opset)
     elif node.op == "call_function" and _fused_op(node) is not None:
         _emit_fused(graph, node, values, _fused_op(node))
+    elif node.op == "call_function" and _exact_constant(node) is not None:
+        _emit_constant(graph, node, values, _exact_constant(node))
     elif node.op == "call_function":
         first = graph.num_nodes()
         _core._handle_call_function_node_with_lowering(
@@ -557,6 +559,57 @@ def _emit_fused(graph, node: torch.fx.Node, values: dict, op_type: str) -> None:
         graph.append(add)
         out = add.outputs[0]
     _core._set_shape_type(out, node.meta["val"], complex_to_float=True)
+    out.name = node.name
+    values[node.name] = out
+
+
+# NOTE [Constants in their own dtype]
+# torchlib writes `scalar_tensor(v, dtype=d)` and `full(size, v, dtype=d)` as a float32 Constant of v cast to
+# d, so in float64 every Python float the lowering turns into a tensor (the scalar of `x * 0.1`, `x + 0.1`,
+# `0.7 - x`, `where(c, x, 0.1)`, `clamp(x, 0.1)`, `full`) was rounded to float32 first: results 1e-9 to 1e-8
+# off eager's, which converts the double once, and dropout's scale 1 / (1 - p) was off in float64 (NOTE
+# [Dropout's draw apart from its product] in dropout.py). Such a node with a plain number and plain int sizes
+# is a Constant (or ConstantOfShape) holding the value converted to d as torch converts it. torchlib's
+# masked_fill casts its number from float32 too: one float32 cannot hold is a where over such a constant
+# (semantics._rewrite_masked_fill). Ops that take the number as a float attribute (leaky_relu's and elu's
+# alpha) are not covered: they still see it in float32 in float64 graphs.
+_CONSTANT_OPS = (torch.ops.aten.scalar_tensor.default, torch.ops.aten.full.default)
+
+
+def _exact_constant(node: torch.fx.Node):
+    """The number `node` fills its result with, when it is emitted as an exact constant, else None (NOTE
+    [Constants in their own dtype])."""
+    if node.target not in _CONSTANT_OPS:
+        return None
+    val = node.meta.get("val")
+    value = node.args[0] if node.target is torch.ops.aten.scalar_tensor.default else node.args[1]
+    if not isinstance(val, torch.Tensor) or val.dtype not in SUPPORTED_DTYPES or type(value) not in (bool, int, float):
+        return None
+    if not all(type(s) is int for s in val.shape):
+        return None
+    return value
+
+
+def _emit_constant(graph, node: torch.fx.Node, values: dict, value) -> None:
+    import onnx_ir as ir
+    from torch.onnx._internal.exporter import _core
+
+    val = node.meta["val"]
+    filled = torch.tensor(value, dtype=val.dtype).numpy()
+    if val.dim() == 0:
+        onnx_node = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", ir.tensor(filled))],
+                            name=f"node_{node.name}__0")
+    else:
+        import numpy as np
+
+        shape = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", ir.tensor(np.array(val.shape, np.int64)))],
+                        name=f"node_{node.name}__0")
+        graph.append(shape)
+        onnx_node = ir.Node("", "ConstantOfShape", [shape.outputs[0]],
+                            attributes=[ir.AttrTensor("value", ir.tensor(filled.reshape(1)))], name=f"node_{node.name}__1")
+    graph.append(onnx_node)
+    out = onnx_node.outputs[0]
+    _core._set_shape_type(out, val, complex_to_float=True)
     out.name = node.name
     values[node.name] = out
 
