@@ -98,10 +98,21 @@ def guard_mro(out, cls: Any) -> None:
                   expected=f"the MRO {[k.__qualname__ for k in cls.__mro__]}", actual=read, cost=COST_ID)
 
 
+# NOTE [Library metaclass __getattr__]: `K.name` absent from K's MRO is looked up on the metaclass; the trace
+# runs that lookup for real (attributes._class_attr), and a library metaclass's own `__getattr__` (EnumType's
+# on 3.11, which raises AttributeError for dunders: `hasattr(type(member), "__dataclass_fields__")` in
+# dataclasses.astuple/asdict of a config holding an Enum) is then part of what raised. Guarding it absent
+# failed on every call: such a frame was traced again per call until the recompile limit ran it eagerly
+# (8 graphs and an eager frame over 12 calls, stock torch.compile 2). Its entry is pinned as the library
+# entry it is (NOTE [Library class attributes]); a user metaclass's `__getattr__` stays a break
+# (NOTE [Metaclass code]).
 def guard_class_absent(out, classes, name: str) -> None:
     """`name` is in none of these classes' own dicts (immutable built-in types skipped)."""
     for klass in classes:
         if is_immutable_class(klass):
+            continue
+        if name == "__getattr__" and name in klass.__dict__ and issubclass(klass, type) and is_fixed_class(klass):
+            pin_library_entry(out, klass, name)  # NOTE [Library metaclass __getattr__]
             continue
         source = class_dict_source(klass)
         out.add_guard("CLASS_ATTR_ABSENT", f"{name!r} not in {source.expr(out.names)}", source,
