@@ -8,6 +8,9 @@ generated triton modules asserted.
 - a size the graph computes that is 1 at some sizes (`x[:, ::3]` for s <= 3, a numel divisible by 7): the
   module generated there folds the dimension away, so the probes' kernels differed in structure and the
   graph compiled per shape (NOTE [Degenerate sizes are not probed], triton/dynamic.py).
+- `F.pad(x, (0, y.size(-1) - x.size(-1)))`: the pad is a size relation that is positive at some probes and
+  negative (a crop) at others; digits after a minus sign were not literals, so the wrappers differed and the
+  graph compiled per shape (NOTE [Literals that change sign], triton/dynamic.py).
 """
 from __future__ import annotations
 
@@ -104,3 +107,26 @@ def test_automatic_dynamic_serves_the_later_sizes_with_one_module(triton_modules
     assert [type(g) for g in backend.compiled] == [CompiledGraph, DynamicGraph], backend.compiled
     assert backend.compiled[1].specialised.compiled == {}, backend.compiled[1].reason
     assert sum(triton_modules.values()) == 2, dict(triton_modules)
+
+
+def _padded_to_the_width_of(x, y):
+    return torch.nn.functional.pad(x, (0, y.size(-1) - x.size(-1))) + y
+
+
+# y wider than x (padded), equal (pad 0) and narrower (a negative pad crops x)
+_PAD_CALLS = [(torch.randn(3, s), torch.randn(3, s + d)) for s, d in [(5, 2), (7, 3), (8, 1), (10, 4), (6, 0), (9, -2)]]
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_padding_by_a_size_relation_is_one_module(dynamic, triton_modules):
+    """Before: 6 modules for 6 size pairs (dynamic=True), 1 static + 5 per shape (dynamic=None)."""
+    backend = _run(_padded_to_the_width_of, _PAD_CALLS, dynamic=dynamic)
+    if dynamic:
+        _one_module_per_graph(backend, triton_modules, 1)
+    else:
+        from framejit.backends.triton.dynamic import DynamicGraph
+        from framejit.backends.triton.runtime import CompiledGraph
+
+        assert [type(g) for g in backend.compiled] == [CompiledGraph, DynamicGraph], backend.compiled
+        assert backend.compiled[1].specialised.compiled == {}, backend.compiled[1].reason
+        assert sum(triton_modules.values()) == 2, dict(triton_modules)

@@ -141,8 +141,17 @@ def _generate(gm, inputs: list, device: torch.device, opts: dict, configs: dict 
 
 
 # integer literals, and integer-valued float literals (`* 6.0` for `* s0`, `/ 12.0` for a mean): group 2
-# is ".0" for the floats; digits after a sign or an exponent are not literals of their own
-_INT = re.compile(r"(?<![\w.+\-])(\d+)(\.0)?(?![\w.])")
+# is ".0" for the floats; a minus sign written before the digits (`[0, -32]`, `(-5)`) belongs to the literal
+# (NOTE [Literals that change sign]); digits after an exponent are not literals of their own
+_INT = re.compile(r"(?<![\w.+\-])(-?\d+)(\.0)?(?![\w.])")
+_CONSTANT = re.compile(r"-?\d+")
+
+# NOTE [Literals that change sign]: a size the graph computes may be negative at some sizes and positive at
+# others, with the same meaning for both: F.pad(x, (0, y.size(-1) - x.size(-1))) pads x to y's width or crops
+# it (constant_pad_nd, an extern, takes either sign), and the probes of primes come in several orders, so the
+# pad is 32 at one probe and -32 at another. Digits after a sign were not literals, so the wrappers differed
+# beyond their literals and the graph compiled per shape; the sign is now part of the literal, which is fitted
+# as any other (`s2 - s1`, a size expression of the graph).
 
 
 def _split(source: str) -> tuple[str, str]:
@@ -229,7 +238,7 @@ def _generic_call(calls: list[str], probes: list[list[int]], names: list[str], b
     pieces, fits = _fitted(calls, probes, names, "the wrapper", exprs)
     out = [pieces[0]]
     for (expr, is_float), piece in zip(fits, pieces[1:]):
-        if expr.isdigit():
+        if _CONSTANT.fullmatch(expr):
             out.append(expr + (".0" if is_float else ""))
         else:
             out.append(f"float({expr})" if is_float else f"({expr})")
@@ -252,7 +261,7 @@ def _generic_kernels(heads: list[str], probes: list, names: list[str], exprs=Non
     out = [pieces[0]]
     kernel_args: dict = {}
     for (expr, is_float), piece in zip(fits, pieces[1:]):
-        if expr.isdigit():
+        if _CONSTANT.fullmatch(expr):
             out.append(expr + (".0" if is_float else ""))
         else:
             kernel = _KERNEL_DEF.findall("".join(out))[-1]
