@@ -7,8 +7,8 @@ device, sizes, strides, offset and lazy bits). Every in-place op on a tensor bum
 in place too: `t_`, `transpose_`, `squeeze_`, `unsqueeze_`, `as_strided_`, `resize_`, `set_`, in no_grad
 and in inference mode). A few changes do not, and this module counts them in one process-wide
 `EPOCH[0]`, which the users compare before trusting a version:
-- `.data` reads and writes of any tensor (NOTE [Writes through .data]), counted per watched tensor too
-  (`uses`);
+- `.data` reads and writes of any tensor (NOTE [Writes through .data]), counted per watched storage too
+  (`uses`, NOTE [Uses counted per storage]);
 - `torch._C._set_neg` / `torch._C._set_conj` (set a lazy bit in place),
   `torch._C._swap_tensor_impl` (`torch.utils.swap_tensors`, also `module.to()` and `load_state_dict`
   under `torch.__future__.set_swap_module_params_on_conversion(True)`: two objects trade TensorImpls,
@@ -20,11 +20,10 @@ and in inference mode). A few changes do not, and this module counts them in one
 NOTE [Writes through .data]
 `Tensor.data` is a C getset descriptor of `torch._C.TensorBase`; no hook of torch sees it. The first
 `install()` (or `watch()`) installs a Python property named `data` on `torch.Tensor` that calls the
-original descriptor, bumps `EPOCH` and, for watched tensors (an id lookup; about 0.1 us more per `.data`
-use anywhere), their use count. A read without a write counts too: a user then rechecks once more than
+original descriptor, bumps `EPOCH` and, for watched storages (a storage lookup, only while some storage
+is watched), their use count. A read without a write counts too: a user then rechecks once more than
 needed, never computes with stale facts. The property stays installed for the process (`unwatch_all`
-forgets the watched tensors). `watch()` keeps a weak reference (a finalizer) to the tensor, which
-`torch.utils.swap_tensors` refuses; guard functions therefore only `install()` and compare `EPOCH`.
+forgets the watched storages). Guard functions only `install()` and compare `EPOCH`.
 framejit's capture never sees the property: it handles `t.data` by name (capture/attributes.py).
 Not seen: writes into memory shared outside torch's tensors (`param.detach().numpy()[...] = v`,
 `untyped_storage()` writes, ctypes), which change values but no metadata; calls of the wrapped private
@@ -34,12 +33,11 @@ each call; framejit's input_versions.py sets counters only forward, to what eage
 from __future__ import annotations
 
 import itertools
-import weakref
 
 import torch
 
 _ORIGINAL = torch._C.TensorBase.data  # the getset descriptor
-_USES: dict[int, int] = {}  # id(watched tensor) -> `.data` uses since it was first watched
+_USES: dict[int, int] = {}  # watched storage (NOTE [Uses counted per storage]) -> uses since first watched
 EPOCH = [0]  # bumped on every `.data` use of any tensor and every call of a wrapped function
 _TICKS = itertools.count(1)  # NOTE [Bumped before and after]: each bump stores a value never stored before
 _installed = False
@@ -52,11 +50,43 @@ _installed = False
 # epoch, check the tensor's old facts and remember them with that epoch while the change was still to
 # come. Each bump stores the next value of one counter (`next` is atomic), not `EPOCH[0] + 1`: two
 # threads bumping at once could otherwise store a value a reader had already recorded, after a change.
+# NOTE [Uses counted per storage]: a use is counted for the storage the tensor views, not the tensor
+# object: `.data` of any alias of a watched tensor (`w.view(-1).data.mul_(0)`, `w.detach().data.fill_(1)`)
+# writes its memory just as `w.data` does, and the frozen weights of onnxrt missed it (served the old
+# values). Keys are the addresses of the StorageImpls (`untyped_storage()._cdata`: views, `.data` and
+# `detach()` share it; never the data pointer, which a FakeTensor refuses to give and which every empty
+# storage shares), so no weak reference to the tensor is kept (`torch.utils.swap_tensors` refuses a tensor
+# that has one; NOTE [Traces leave no weak references] in fake_modes.py). An entry outlives its storage, and
+# a later storage at the same address starts from the old count: harmless, as users compare a count with
+# the one `watch()` returned and counts only grow. `uses()` of a storage never watched (or forgotten by
+# `unwatch_all`) is -1, which no count equals: an unknown storage is never taken as unchanged. The wrapped
+# private functions count a use of each tensor they are given, before and after the call
+# (`_swap_tensor_impl` trades storages; `_unsafe_set_version_counter` puts a version back after a write,
+# `torch.autograd.graph._unsafe_preserve_version_counter`, which frozen weights missed too).
+def _storage_key(tensor) -> int | None:
+    try:
+        return tensor.untyped_storage()._cdata
+    except Exception:  # no storage (a functional or sparse tensor, ...): never watched
+        return None
+
+
+def _count_use(tensor) -> None:
+    if _USES and isinstance(tensor, torch.Tensor):
+        key = _storage_key(tensor)
+        if key in _USES:
+            _USES[key] += 1
+
+
+def _count_uses(args) -> None:
+    if _USES:
+        for arg in args:
+            for tensor in (arg if isinstance(arg, (tuple, list)) else (arg,)):
+                _count_use(tensor)
+
+
 def _get_data(self):
     EPOCH[0] = next(_TICKS)
-    key = id(self)
-    if key in _USES:
-        _USES[key] += 1
+    _count_use(self)
     try:
         return _ORIGINAL.__get__(self, type(self))
     finally:
@@ -65,9 +95,7 @@ def _get_data(self):
 
 def _set_data(self, value):
     EPOCH[0] = next(_TICKS)
-    key = id(self)
-    if key in _USES:
-        _USES[key] += 1
+    _count_use(self)
     try:
         _ORIGINAL.__set__(self, value)
     finally:
@@ -77,9 +105,11 @@ def _set_data(self, value):
 def _bumping(original):
     def wrapper(*args, **kwargs):
         EPOCH[0] = next(_TICKS)
+        _count_uses(args)  # NOTE [Uses counted per storage]
         try:
             return original(*args, **kwargs)
         finally:
+            _count_uses(args)
             EPOCH[0] = next(_TICKS)  # NOTE [Bumped before and after]
     wrapper.__name__ = original.__name__
     wrapper.__qualname__ = getattr(original, "__qualname__", original.__name__)
@@ -107,20 +137,18 @@ def _install() -> None:
 
 
 def watch(tensor: torch.Tensor) -> int:
-    """Count `.data` uses of `tensor` from now on (NOTE [Writes through .data]); returns `uses(tensor)`."""
+    """Count `.data` uses of `tensor` and its aliases from now on (NOTE [Writes through .data], NOTE [Uses
+    counted per storage]); returns `uses(tensor)`."""
     _install()
-    key = id(tensor)
-    if key not in _USES:
-        _USES[key] = 0
-        weakref.finalize(tensor, _USES.pop, key, None)
-    return _USES[key]
+    return _USES.setdefault(_storage_key(tensor), 0)
 
 
 def uses(tensor: torch.Tensor) -> int:
-    """How many times `.data` of `tensor` was read or assigned since it was first watched."""
-    return _USES.get(id(tensor), 0)
+    """How many times `.data` of a tensor over `tensor`'s storage was read or assigned (or a wrapped function
+    was given one) since that storage was first watched; -1 for a storage not watched."""
+    return _USES.get(_storage_key(tensor), -1)  # NOTE [Uses counted per storage]
 
 
 def unwatch_all() -> None:
-    """Forget every watched tensor (for tests)."""
+    """Forget every watched storage (for tests; `uses()` of a storage watched before is then -1)."""
     _USES.clear()

@@ -48,7 +48,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from .. import config, logs
+from .. import config, fake_modes, logs
 
 # NOTE [Partition]
 # The joint graph is partitioned with torch's min-cut rematerialisation partitioner: it starts from
@@ -311,6 +311,7 @@ class JointGraph:
                 keep_workspace(graph)  # NOTE [LSTM layers in training graphs]
             with torch.no_grad():
                 compiled = self.compile_fn(graph, list(example_inputs))
+            fake_modes.forget_modes_of(graph)  # AOT autograd's mode is done (NOTE [Traces leave no weak references])
             (self.compiled_forwards if kind == "forward" else self.compiled_backwards).append(compiled)
             logs.log("output_code", "joint (%s): %s graph with %d inputs:\n%s", self.backend_name, kind,
                      len(example_inputs), graph.code)

@@ -20,6 +20,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_leaves, tree_map
 
+from .. import fake_modes
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from .breaks import BreakKind, Unsupported, UserException
 from .graph_calls import (_SYM_SIZES_REFUSED, _check_bool_subtraction, _check_no_function_args,
@@ -88,6 +89,7 @@ class OutputGraph:
         self.graph = torch.fx.Graph()
         from .shapes import new_shape_env  # NOTE [Symbolic shapes]
         self.fake_mode = _fake_tensor().FakeTensorMode(shape_env=new_shape_env(self))
+        fake_modes.register(self.fake_mode)  # NOTE [Traces leave no weak references]
         self.dynamic: bool | None = None  # compile(dynamic=...): True all dims, False none, None automatic
         self.dynamic_dims: dict[str, frozenset[int]] = {}  # dims whose size changed (NOTE [Automatic dynamic])
         self.dynamic_ints: frozenset[str] = frozenset()  # int arguments made symbolic (NOTE [Dynamic ints])

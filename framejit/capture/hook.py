@@ -34,7 +34,7 @@ import types
 import weakref
 from typing import Any
 
-from .. import config, logs
+from .. import config, fake_modes, logs
 from . import frame_cache
 from .breaks import DISABLED
 from .codegen import frame_signature
@@ -173,7 +173,9 @@ class FrameHook:
                 loaded.served = True
                 return loaded
             start = time.perf_counter()
-            with _no_gc():  # tracing allocates many short-lived objects too (NOTE [No GC while restoring])
+            # tracing allocates many short-lived objects too (NOTE [No GC while restoring]); NOTE [Traces leave
+            # no weak references] in fake_modes.py
+            with _no_gc(), fake_modes.tracing():
                 entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
                                       self.dynamic_ints)
             self._record(len(entry.graphs), time.perf_counter() - start, "miss")

@@ -24,6 +24,8 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ... import fake_modes
+
 # NOTE [Weights are inputs]
 # Parameters and buffers are passed to ONNX Runtime as graph inputs bound to the live torch tensors
 # (numpy views, no copy) instead of being baked into the model as initializers. Consequences: an
@@ -163,6 +165,7 @@ def _trace(fn, table: dict, args: list, functionalize: bool = True) -> torch.fx.
     # NOTE [Patched Tensor methods while lowering], NOTE [Dropout drawn as eager draws it]
     with torch.no_grad(), original_tensor_methods(), eager_dropout():
         traced = make_fx(traced_fn, decomposition_table=table, tracing_mode=mode)(*args)
+    fake_modes.forget_modes_of(traced)  # NOTE [Traces leave no weak references] in fake_modes.py
     traced.graph.eliminate_dead_code()  # keeps impure nodes (the trailing copy_ of input mutations)
     traced.recompile()
     return traced

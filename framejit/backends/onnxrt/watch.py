@@ -2,13 +2,14 @@
 
 Role: runtime.py's frozen weights (NOTE [Frozen weights]) are ORT constants checked on every call by
 tensor identity and `_version`. `param.data` is a new tensor with a version counter of its own, so
-`param.data.mul_(2)`, `param.data.copy_(w)` and `param.data = w` leave `param._version` as it was.
-The counting lives in framejit/tensor_watch.py (NOTE [Writes through .data]), shared with guard
-functions' remembered tensors: one `.data` property for the process. A part compares the counts it
-froze with (`uses(t)`) when the process-wide `EPOCH[0]` moved.
+`param.data.mul_(2)`, `param.data.copy_(w)` and `param.data = w` leave `param._version` as it was (and
+so do `.data` of any alias, `param.view(-1).data.mul_(2)`, and a version put back by
+`_unsafe_preserve_version_counter`). The counting lives in framejit/tensor_watch.py (NOTE [Writes through
+.data], per storage: NOTE [Uses counted per storage]), shared with guard functions' remembered tensors:
+one `.data` property for the process. A part compares the counts it froze with (`uses(t)`) when the
+process-wide `EPOCH[0]` moved.
 Not seen (documented in options.py): writes into memory shared outside torch's tensors
-(`param.detach().numpy()[...] = v`, `untyped_storage()` writes, ctypes), and
-`torch.utils.swap_tensors` between two tensors that have the same version number.
+(`param.detach().numpy()[...] = v`, `untyped_storage()` writes, ctypes).
 """
 from __future__ import annotations
 

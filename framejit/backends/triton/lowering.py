@@ -22,7 +22,7 @@ import torch.utils._pytree as pytree
 from torch._decomp import get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from framejit import logs
+from framejit import fake_modes, logs
 
 from ..aliasing import reads_computed_layout
 from . import ir
@@ -64,6 +64,7 @@ def to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence) -> torch.fx.Grap
     with original_tensor_methods(), eager_dropout():
         traced = make_fx(functional, decomposition_table=decompositions, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
+    fake_modes.forget_modes_of(traced)  # NOTE [Traces leave no weak references] in fake_modes.py
     traced.graph.eliminate_dead_code()
     traced.recompile()
     return traced

@@ -1,0 +1,151 @@
+"""Red team 22 (h12watch): changes to a module's weights that their version counters do not show (writes
+through `.data` of an alias, a version put back, a swapped TensorImpl), and ordinary Python/torch state
+changed between calls. Each test: eager vs compiled, several calls, state changed between calls."""
+from __future__ import annotations
+
+import gc
+import warnings
+import weakref
+
+import pytest
+import torch
+
+import framejit
+from framejit import tensor_watch
+
+
+def _pair():
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    torch.manual_seed(0)
+    compiled = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    return eager, compiled
+
+
+def _preserved_write(m):  # a write whose version is put back (NOTE [Uses counted per storage])
+    with torch.autograd.grad_mode._unsafe_preserve_version_counter(m[0].weight):
+        m[0].weight.mul_(-3)
+
+
+_ALIAS_WRITES = {
+    "view_data_mul": lambda m: m[0].weight.view(-1).data.mul_(0.5),
+    "detach_data_fill": lambda m: m[0].weight.detach().data.fill_(0.25),
+    "row_data_add": lambda m: m[0].weight[1].data.add_(2.0),
+    "transposed_data_copy": lambda m: m[2].weight.t().data.copy_(torch.arange(6.0).reshape(3, 2)),
+    "bias_unsqueezed_data": lambda m: m[2].bias.unsqueeze(0).data.mul_(-4),
+    "preserved_version_write": _preserved_write,
+}
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+@pytest.mark.parametrize("name", sorted(_ALIAS_WRITES))
+def test_writes_through_an_alias_reach_the_compiled_weights(backend, name):
+    # onnxrt freezes weights into its session and trusted "same object, same _version, no `.data` use of
+    # that object": `.data` of a view or of a detached alias writes the same memory with neither, and
+    # _unsafe_preserve_version_counter puts the version back after a write; the frozen session kept
+    # serving the old weights (framejit before: the outputs of the unchanged model from the 3rd call on).
+    eager, compiled = _pair()
+    fast = framejit.compile(compiled, backend=backend)
+    change = _ALIAS_WRITES[name]
+    with torch.no_grad():
+        for step in range(5):
+            x = torch.randn(2 + step % 2, 4)
+            torch.testing.assert_close(fast(x), eager(x))
+            if step in (1, 3):
+                change(eager)
+                change(compiled)
+
+
+def _swap_in(module, value):
+    kept = torch.nn.Parameter(value, requires_grad=module[0].weight.requires_grad)
+    torch.utils.swap_tensors(module[0].weight, kept)
+    return kept
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
+def test_swap_tensors_of_a_parameter_after_compiled_calls(backend, grad):
+    # The trace's fake tensor mode (and onnxrt's make_fx and AOT autograd modes) kept a weak reference to
+    # every real tensor it converted for as long as the compiled graph lived, and torch.utils.swap_tensors
+    # refuses a tensor with one: after one compiled call, `swap_tensors(m[0].weight, p)` raised "Cannot swap
+    # t1 because it has weakref associated with it" where eager swaps (NOTE [Traces leave no weak references]).
+    eager, compiled = _pair()
+    fast = framejit.compile(compiled, backend=backend)
+    kept = []
+    for step in range(5):
+        x = torch.randn(3, 4)
+        with torch.set_grad_enabled(grad):
+            got, want = fast(x), eager(x)
+        torch.testing.assert_close(got, want)
+        if grad:
+            got.sum().backward()
+            want.sum().backward()
+            torch.testing.assert_close(compiled[2].weight.grad, eager[2].weight.grad)
+        if step in (1, 3):
+            value = torch.full((3, 4), 0.1 * step) + torch.arange(12.0).reshape(3, 4) / 20
+            gc.collect()
+            assert weakref.getweakrefcount(compiled[0].weight) == 0
+            kept += [_swap_in(eager, value.clone()), _swap_in(compiled, value.clone())]
+    if grad:
+        torch.testing.assert_close(compiled[0].weight.grad, eager[0].weight.grad)
+
+
+def test_swap_tensors_with_the_same_version_reaches_frozen_weights():
+    # the swapped-in TensorImpl reads the same version number as the one it replaces
+    eager, compiled = _pair()
+    fast = framejit.compile(compiled, backend="onnxrt")
+    kept = []
+    with torch.no_grad():
+        for step in range(4):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(fast(x), eager(x))
+            value = torch.randn(3, 4)
+            for module in (eager, compiled):
+                other = torch.nn.Parameter(value.clone())
+                while other._version < module[0].weight._version:
+                    other.add_(0)
+                assert other._version == module[0].weight._version
+                torch.utils.swap_tensors(module[0].weight, other)
+                kept.append(other)
+
+
+def test_a_storage_at_a_reused_address_is_not_taken_as_unchanged():
+    # Counts are kept per StorageImpl address and outlive the storage; a later storage at the same address
+    # starts from the old count. A user compares with what watch() returned for it, so a use after that is
+    # seen, and a storage no longer watched answers -1 (never a count a user holds).
+    for _ in range(2000):
+        old = torch.ones(5)
+        key = tensor_watch.watch(old)
+        old.view(-1).data.mul_(2)
+        old_key = old.untyped_storage()._cdata
+        assert tensor_watch.uses(old) == key + 1
+        del old
+        new = torch.zeros(5)
+        if new.untyped_storage()._cdata == old_key:
+            break
+    assert new.untyped_storage()._cdata == old_key  # the allocator reused the address
+    count = tensor_watch.watch(new)
+    assert count >= 1  # the stale count
+    assert tensor_watch.uses(new) == count
+    new.detach().data.fill_(3)
+    assert tensor_watch.uses(new) != count
+    tensor_watch.unwatch_all()
+    assert tensor_watch.uses(new) == -1
+
+
+def test_data_of_fake_tensors_while_a_storage_is_watched_warns_nothing():
+    # `.data` is counted per storage: while a storage is watched, `.data` of the trace's fake tensors must
+    # not read a fake's data pointer (torch warns "Accessing the data pointer of FakeTensor is deprecated
+    # and will error").
+    eager, compiled = _pair()
+    tensor_watch.watch(eager[0].weight)
+
+    def f(x, w):
+        return x @ w.data.t() + w.detach().data.sum()
+
+    fast = framejit.compile(f, backend="onnxrt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (2, 3):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(fast(x, compiled[0].weight), f(x, eager[0].weight))
