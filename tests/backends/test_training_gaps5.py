@@ -8,6 +8,7 @@ with nothing in torch but views and copies.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -18,7 +19,7 @@ from torch import nn
 import framejit
 from framejit import config
 from tests.backends.test_training_backends import _count_ort_runs  # noqa: F401 (the autouse fixture)
-from tests.backends.test_training_backends import Recording
+from tests.backends.test_training_backends import TOL, Recording, assert_backward_in_backend
 from tests.backends.test_training_gaps4 import (
     EXACT, _decomposition, _gen, assert_backward_in_one_part, assert_forward_in_ort, train_as_eager)
 
@@ -304,3 +305,153 @@ def test_large_int64_numbers_in_graphs_keep_their_low_bits():
         x = torch.arange(3, dtype=torch.int64) * n - n
         for got, want in zip(fast(x), f(x)):
             assert torch.equal(got, want), (got, want)
+
+
+# ---- onnxrt: NOTE [Dropout's draw apart from its product] ---------------------------------------------------------
+def test_dropout_decomposition_draws_eagers_mask():
+    decomposed = _decomposition(aten.native_dropout.default)
+    for shape, p, dtype in itertools.product([(7,), (64, 33), (2, 3, 5, 8), (1000, 17)], [0.1, 0.5, 0.9],
+                                             [torch.float32, torch.float64]):
+        x = torch.randn(shape, generator=_gen(len(shape)), dtype=dtype)
+        torch.manual_seed(3)
+        want = aten.native_dropout(x, p, True)
+        torch.manual_seed(3)
+        got = decomposed(x, p, True)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and torch.equal(g, w), (shape, p, dtype)
+    # eager draws a non-contiguous input's mask in its own order; p of 0 or 1 and train=False are eager's special
+    # cases: the op is kept whole
+    # an empty input (eager returns it with a mask of its dtype) and another device (CUDA draws otherwise) too
+    x = torch.randn(6, 8)
+    for args in ((x.t(), 0.5, True), (x, 0.0, True), (x, 1.0, True), (x, 0.5, False), (x.half(), 0.5, True),
+                 (x[:0], 0.5, True), (x.to("meta"), 0.5, True)):
+        assert decomposed(*args) is NotImplemented
+
+
+def test_compiled_dropout_and_its_gradients_equal_eagers_bit_for_bit():
+    """Elementwise products only, so ORT computes eager's bits: the output and the input gradients of a
+    dropout of a product equal eager's exactly (the scale 1 / (1 - p) in float64 too: NOTE [Constants in their
+    own dtype]), over two calls per seed (the generator advances as in eager), changing shapes, p and dtype.
+    Before: the dropout ran in torch after an ORT part, and float64's scale was rounded to float32."""
+    def f(x, w, p):
+        return F.dropout(x * w, p, True)
+
+    recording = Recording("onnxrt")
+    fast = framejit.compile(f, backend=recording)
+    for run, (shape, p) in enumerate([((64, 33), 0.25), ((64, 33), 0.25), ((7, 5, 9), 0.6), ((7, 5, 9), 0.6)]):
+        args = [torch.randn(shape, generator=_gen(run + k), dtype=torch.float64 if run > 1 else torch.float32)
+                for k in range(2)]
+        results = []
+        for call in (f, fast):
+            torch.manual_seed(run // 2)
+            x, w = (a.clone().requires_grad_() for a in args)
+            outs = [call(x, w, p) for _ in range(2)]
+            torch.autograd.backward(outs, [torch.randn(shape, generator=_gen(k), dtype=x.dtype) for k in (7, 8)])
+            results.append((*outs, x.grad, w.grad))
+        for got, want in zip(results[1], results[0]):
+            assert got.dtype == want.dtype and torch.equal(got, want), (run, shape, p)
+    assert_backward_in_backend(recording, 4)
+    for joint in recording.joints():
+        for half in joint.compiled_forwards:
+            for row in half.summary():  # only the draw (empty, bernoulli) in torch
+                assert not row["eager_graph"] and row["parts"] == 1, row
+                assert {name.rstrip("_0123456789") for name in row["eager_nodes"]} == {"empty", "bernoulli"}, row
+
+
+class DropoutBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.qkv, self.out = nn.LayerNorm(16), nn.Linear(16, 48), nn.Linear(16, 16)
+        self.mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Dropout(0.2), nn.Linear(32, 16))
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(b, t, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        attention = F.scaled_dot_product_attention(q, k, v, dropout_p=0.3, is_causal=True)
+        h = x + self.drop(self.out(attention.transpose(1, 2).reshape(b, t, 16)))
+        return h + self.drop(self.mlp(h))
+
+
+def test_dropout_trains_as_eager_with_the_forward_in_one_ort_part():
+    """nn.Dropout and attention dropout in train mode, each call made from the same seed as eager's: the same
+    masks, so losses, gradients and weights match eager's. Before: every native_dropout ran in torch between
+    ORT parts (this forward: 5 parts); now its draw runs in torch and the forward is one ORT part."""
+    torch.manual_seed(0)
+    model = DropoutBlock().train()
+    fast_model = copy.deepcopy(model)
+    recording = Recording("onnxrt")
+    fast = framejit.compile(fast_model, backend=recording)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-6) for m in (model, fast_model)]
+    for step in range(3):
+        x = torch.randn(2, 5, 16, generator=_gen(step))
+        losses = []
+        for call, opt in ((model, opts[0]), (fast, opts[1])):
+            torch.manual_seed(100 + step)
+            loss = call(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[1], losses[0], **TOL)
+        for (name, p), q in zip(fast_model.named_parameters(), model.parameters()):
+            torch.testing.assert_close(p, q, **TOL, msg=lambda m: f"step {step} {name}: {m}")
+    assert_backward_in_backend(recording, 3)
+    assert_backward_in_one_part(recording)
+    for joint in recording.joints():
+        for half in joint.compiled_forwards:
+            for row in half.summary():
+                assert not row["eager_graph"] and row["parts"] == 1, row
+
+
+class AttentionDropout(nn.Module):
+    """Cross attention (5 queries, 7 keys) with a float mask, and causal self-attention, both with dropout_p."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.kv, self.out = nn.Linear(12, 12), nn.Linear(12, 24), nn.Linear(12, 12)
+
+    def forward(self, x, memory, mask):
+        q = self.q(x).view(2, 5, 3, 4).transpose(1, 2)
+        k, v = self.kv(memory).view(2, 7, 2, 3, 4).permute(2, 0, 3, 1, 4)
+        crossed = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.4)
+        selfed = F.scaled_dot_product_attention(crossed, crossed, crossed, dropout_p=0.2, is_causal=True)
+        return self.out(selfed.transpose(1, 2).reshape(2, 5, 12))
+
+
+def test_attention_dropout_trains_as_eager_in_one_ort_part():
+    """scaled_dot_product_attention with dropout_p > 0 in training: the CPU kernel is the math with a dropout of
+    the attention weights; each draw runs in torch, the rest of the forward in one ORT part, and 3 AdamW steps
+    (every call from the same seed as eager's) give eager's losses, input gradients and weights. Before: each
+    attention dropout ran in torch between ORT parts."""
+    def batch(gen):
+        mask = torch.randn(5, 7, generator=gen).clamp(max=0.5).log1p().nan_to_num(neginf=-1e4, nan=-1e4)
+        return torch.randn(2, 5, 12, generator=gen), torch.randn(2, 7, 12, generator=gen), mask
+
+    torch.manual_seed(0)
+    model = AttentionDropout().train()
+    fast_model = copy.deepcopy(model)
+    recording = Recording("onnxrt")
+    fast = framejit.compile(fast_model, backend=recording)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-6) for m in (model, fast_model)]
+    for step in range(3):
+        args = batch(_gen(20 + step))
+        results = []
+        for call, opt in ((model, opts[0]), (fast, opts[1])):
+            torch.manual_seed(200 + step)
+            x, memory = (a.clone().requires_grad_() for a in args[:2])
+            loss = call(x, memory, args[2]).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            results.append((loss.detach(), x.grad, memory.grad))
+        for got, want in zip(*reversed(results)):
+            torch.testing.assert_close(got, want, **TOL)
+        for (name, p), q in zip(fast_model.named_parameters(), model.parameters()):
+            torch.testing.assert_close(p, q, **TOL, msg=lambda m: f"step {step} {name}: {m}")
+    assert_backward_in_backend(recording, 3)
+    assert_backward_in_one_part(recording)
+    for joint in recording.joints():
+        for half in joint.compiled_forwards:
+            for row in half.summary():
+                assert not row["eager_graph"] and row["parts"] == 1, row

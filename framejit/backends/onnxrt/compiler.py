@@ -88,7 +88,8 @@ _MAX_ATTEMPTS = 8
 # 36: cumprod as a masked product (NOTE [cumprod as a masked product]); max.dim/min.dim of bools over uint8.
 # 37: numbers made tensors (scalar_tensor, full) are constants in their own dtype (NOTE [Constants in their own
 #     dtype]).
-REVISION = 37
+# 38: joints draw dropout's mask in torch and multiply in ORT (NOTE [Dropout's draw apart from its product]).
+REVISION = 38
 
 
 @dataclasses.dataclass
