@@ -617,9 +617,12 @@ class OnnxrtCompiled:
     def training_graph(self) -> joint.JointGraph:
         """The forward and backward ORT programs of this graph (backends/joint.py), made on first use."""
         if self._joint is None:
-            # NOTE [Flash attention in training]: ORT's translation of this op returns its second output
-            # (the logsumexp saved for the backward) with another shape than torch ([2, 8, 32] for
-            # [2, 2, 8] on transformers' GPT-2); training programs run it in torch.
+            # NOTE [Flash attention in training]: torchlib's translation of this op returns its second output
+            # (the logsumexp saved for the backward) with another shape than torch's ([2, 8, 32] for [2, 2, 8],
+            # checked again with torch 2.13). Joints trace the op and its backward as the attention's math
+            # wherever attention_training._supported allows (NOTE [Flash attention as math in training
+            # graphs]); an op it declines (dropout, half precision, q/k/v of unequal batch or head sizes,
+            # bool masks, symbolic sizes) runs in torch in training programs, by this fallback.
             # Weights change at every optimizer step: training programs feed them (NOTE [Frozen weights]).
             opts = dataclasses.replace(self.opts, freeze_weights=False, fallback_ops=self.opts.fallback_ops | {
                 "aten::_scaled_dot_product_flash_attention_for_cpu"})
