@@ -347,7 +347,8 @@ def _iter(tx, args, kwargs):
     from .values.containers import iterator_over
     if isinstance(args[0], IteratorValue):
         return args[0]
-    return iterator_over(args[0], iterate(tx, args[0]))  # NOTE [Live iteration]
+    from .protocol import object_iterator  # NOTE [Iterators of objects]
+    return object_iterator(tx, args[0]) or iterator_over(args[0], iterate(tx, args[0]))  # NOTE [Live iteration]
 
 
 @handles(next)

@@ -532,15 +532,10 @@ def _iterate_object(tx, v: Value) -> list[Value]:
     """NOTE [Iterating user sequences]: a class whose `__iter__` is `collections.abc.Sequence.__iter__`
     yields `self[0], self[1], ...` until `self[i]` raises IndexError; it is traced as `len(self)` reads
     and then checked: `self[len(self)]` must raise IndexError while tracing, otherwise the iteration is
-    not modelled (a graph break). A generator `__iter__` is inlined (NOTE [Eager generators])."""
+    not modelled (a graph break). A generator `__iter__` is inlined (NOTE [Eager generators]), and so is the
+    old sequence protocol (NOTE [Iteration by __getitem__])."""
     cls = v.python_type()
     impl = getattr(cls, "__iter__", None)
-    if impl is None and hasattr(cls, "__getitem__") and not any("__iter__" in k.__dict__ for k in cls.__mro__):
-        # no __iter__ at all: CPython iterates self[0], self[1], ... until IndexError (the old sequence
-        # protocol), not modelled here
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {cls.__name__} by its __getitem__")
-    if impl is None:
-        raise UserException(TypeError(f"'{cls.__name__}' object is not iterable"))
     if impl is collections.abc.Sequence.__iter__:
         n = length(tx, v)
         items = [getitem(tx, v, ConstantValue(i)) for i in range(n)]
@@ -551,12 +546,41 @@ def _iterate_object(tx, v: Value) -> list[Value]:
                 return items
             raise
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a {cls.__name__} with items beyond its len()")
-    if isinstance(impl, types.FunctionType) and impl.__code__.co_flags & inspect.CO_GENERATOR:
-        return iterate(tx, tx.call_special_of(v, "__iter__", [], {}))
-    if isinstance(impl, types.FunctionType):  # `return iter(self._items)`: an iterator made while tracing
-        result = tx.call_special_of(v, "__iter__", [], {})
-        if isinstance(result, IteratorValue):
-            return iterate(tx, result)
+    iterator = object_iterator(tx, v)
+    if iterator is not None:
+        return iterate(tx, iterator)
+    if impl is None:
+        raise UserException(TypeError(f"'{cls.__name__}' object is not iterable"))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {cls.__name__}")
+
+
+# NOTE [Iterators of objects]: `for v in obj` and `iter(obj)` of a user object whose iteration is a
+# generator (a generator `__iter__`, or the old sequence protocol) or whose `__iter__` returns an iterator
+# over a container must hand the loop that very iterator: its per-step check stops a generator run ahead
+# while the loop body mutates what it reads (NOTE [Eager generators]), and a list iterator reads its list
+# live (NOTE [Live iteration]). A list of its items taken up front returned [1, 2] where eager's loop, which
+# appended to the object's list while iterating, saw [1, 2, 3, 4]. Consumers that drain it at once (list(),
+# tuple(), unpacking) go through iterate as before.
+def object_iterator(tx, v: Value) -> IteratorValue | None:
+    """The iterator `iter(v)` gives for a user object iterated by a generator or by an `__iter__` returning
+    an iterator made while tracing; None for any other value (iterate's list of items stands for it)."""
+    if not isinstance(v, (ObjectValue, NewObjectValue)) or isinstance(v, NNModuleValue) or is_new_dict_object(v):
+        return None
+    cls = v.python_type()
+    impl = getattr(cls, "__iter__", None)
+    if impl is None and hasattr(cls, "__getitem__") and not any("__iter__" in k.__dict__ for k in cls.__mro__):
+        from .lookup import guard_lookup  # CPython iterates self[0], self[1], ... until IndexError or StopIteration
+        from .sequence_protocol import sequence_iterator  # NOTE [Iteration by __getitem__]
+        guard_lookup(tx.output, cls, "__iter__")
+        guard_lookup(tx.output, cls, "__getitem__")
+        return tx.inline(UserFunctionValue(sequence_iterator), [v], {})
+    if impl is collections.abc.Sequence.__iter__ or not isinstance(impl, types.FunctionType):
+        return None
+    if impl.__code__.co_flags & inspect.CO_GENERATOR:
+        return tx.call_special_of(v, "__iter__", [], {})
+    result = tx.call_special_of(v, "__iter__", [], {})  # `return iter(self._items)`: made while tracing
+    if isinstance(result, IteratorValue):
+        return result
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {cls.__name__}")
 
 

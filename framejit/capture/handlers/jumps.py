@@ -93,7 +93,8 @@ def get_iter(tx, inst):
     if isinstance(value, (IteratorValue, CarriedIteratorValue)):
         tx.push(value)
     else:
-        tx.push(iterator_over(value, iterate(tx, value)))
+        from ..protocol import object_iterator  # NOTE [Iterators of objects]
+        tx.push(object_iterator(tx, value) or iterator_over(value, iterate(tx, value)))
 
 
 # NOTE [Loops over symbolic rows]: `for row in t` unrolls one step per row, which needs t's length: for a

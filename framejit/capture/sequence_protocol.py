@@ -1,0 +1,35 @@
+"""CPython's old sequence protocol, written as Python the translator inlines.
+
+NOTE [Iteration by __getitem__]: `iter(obj)` of an object whose class defines `__getitem__` but no
+`__iter__` is CPython's sequence iterator: it calls `type(obj).__getitem__(obj, 0)`, `(obj, 1)`, ... and
+stops at the first IndexError or StopIteration (the exception is swallowed; any other one propagates). It
+is lazy: each item is read when the consumer asks for it. `sequence_iterator` below is that iterator as a
+generator function; protocol.iterate traces a call of it, so it is an eager generator (NOTE [Eager
+generators] in translator.py): run ahead of its consumer only when nothing can tell the order apart (the
+item reads mutate nothing outside, nothing they reach is mutated while the loop draws, the iterator does
+not escape), otherwise a graph break where the iteration began, which then runs as Python. The try block
+lives in `_item`, a plain function, so the generator itself has no handler (a generator with one is made
+to run eagerly: NOTE [Generators with finalizers]). The absence of `__iter__` on the class is guarded by the
+caller.
+"""
+from __future__ import annotations
+
+
+def _item(obj, index):
+    try:
+        return True, obj[index]
+    except (IndexError, StopIteration):
+        return False, None
+
+
+def sequence_iterator(obj):
+    index = 0
+    while True:
+        found, item = _item(obj, index)
+        if not found:
+            return
+        yield item
+        index += 1
+
+
+__all__ = ["sequence_iterator"]
