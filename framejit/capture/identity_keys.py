@@ -15,6 +15,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
+import torch
+
 from .breaks import BreakKind, Unsupported, UserException
 from .values import ConstantValue, SetValue, TensorValue, Value
 from .values.mappings import IdentityKey, key_value
@@ -37,6 +39,9 @@ def set_element(tx, value: Value) -> Any:
     if isinstance(value, TensorValue):
         _guard_distinct_inputs(tx, value)
         return IdentityKey(value, ("tensor", id(value.fake)))
+    key = _object_key(tx, value)
+    if key is not None:
+        return key
     from .values import UserFunctionValue
     if isinstance(value, UserFunctionValue) and value.source is not None and not value.by_code and \
             value.closure is None and value.attrs is None and value.defaults is None and value.kwdefaults is None:
@@ -53,6 +58,26 @@ def set_element(tx, value: Value) -> Any:
 
 
 dict_key = set_element  # a dict key hashes as a set element does; dicts keep insertion order
+
+
+# NOTE [Objects as dict keys]: CPython hashes and compares a module (of a class that keeps object's __eq__
+# and __hash__) by identity, as it does a tensor: `scales = {block: 2.0 ...}`,
+# `names = {m: n for n, m in model.named_modules()}`, a registry keyed by hook owners. Such a dict from outside
+# was "non-constant keys" (a break, and the resume function holding it ran wholly eagerly), and `d[m]` broke.
+# A module from outside (it has a source) is an IdentityKey of its identity, guarded (`is` the module the
+# trace saw); the dict from outside wraps each such key through `list(d)[i]` as it does tensor keys
+# (values/builder._dict_key), so iterating it gives the module itself, sourced. Other objects stay a break.
+def identity_hashed(obj: Any) -> bool:
+    cls = type(obj)
+    return isinstance(obj, torch.nn.Module) and cls.__eq__ is object.__eq__ and cls.__hash__ is object.__hash__
+
+
+def _object_key(tx, value: Value) -> IdentityKey | None:
+    from .values import NNModuleValue
+    if not isinstance(value, NNModuleValue) or value.source is None or not identity_hashed(value.obj):
+        return None
+    tx.output.guard_id(value.source, value.obj)
+    return IdentityKey(value, ("object", id(value.obj)))
 
 
 def set_items(s: SetValue) -> list[Value]:

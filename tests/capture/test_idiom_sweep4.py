@@ -66,3 +66,52 @@ def test_astuple_of_a_config_holding_an_enum_is_not_traced_per_call():
         _same(compiled(x, cfg), f(x, cfg))
     assert _eager_frames() == eager_before
     assert backend.graph_count <= 2
+
+
+# ---- modules as dict keys (NOTE [Objects as dict keys], identity_keys.py) -----------------------------------
+# `scales = {block: 2.0, ...}` (a dict keyed by modules, hashed by identity as CPython does) from outside was
+# "dict G['scales'] has non-constant keys": a break, then the resume function holding it ran wholly eagerly
+# (before: 1 graph and 1 eager frame; stock torch.compile: 1 graph). A dict made in the frame keyed by modules
+# (`{m: n for n, m in model.named_modules()}`) broke at its first key.
+def _keyed_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU(), torch.nn.Linear(2, 2))
+
+
+def test_a_global_dict_keyed_by_modules_is_read_and_iterated_in_the_graph():
+    model = _keyed_model()
+    scales = {model[0]: 2.0, model[2]: 3.0}
+
+    def f(x):
+        names = {m: n for n, m in model.named_modules()}
+        out = x
+        for m, s in scales.items():
+            out = m(out) * s
+        return out, names[model[2]], model[1] in scales, scales.get(model[1], -1.0), scales[model[0]], len(names)
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    for n in (3, 3, 5):
+        x = torch.randn(n, 2)
+        _same(compiled(x), f(x))
+    assert _eager_frames() == eager_before
+    assert backend.graph_count <= 2  # the first trace and one with a dynamic size, no break
+
+
+def test_a_dict_keyed_by_modules_passed_in_and_changed_between_calls():
+    model = _keyed_model()
+    a, b = model[0], model[2]
+
+    def f(x, d, k):
+        d[b] = k  # a store keyed by a module, replayed into the caller's dict
+        return [m(x) * s for m, s in d.items()], {m: s * 2 for m, s in d.items()}[a], len(d)
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    eager_before = _eager_frames()
+    for make in (lambda: {a: 1.0}, lambda: {a: 1.0, b: 2.0}, lambda: {b: 1.0, a: 2.0}, lambda: {a: 3.0}):
+        x = torch.randn(2)
+        got_d, want_d = make(), make()
+        _same(compiled(x, got_d, 4.0), f(x, want_d, 4.0))
+        assert list(got_d) == list(want_d) and list(got_d.values()) == list(want_d.values())
+    assert _eager_frames() == eager_before

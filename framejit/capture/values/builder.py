@@ -365,7 +365,9 @@ def _same_keys(d: dict, expected: tuple, types: tuple) -> bool:
 def _keys_check(out, e: str, keys: list) -> str:
     """The guard expression of `_same_keys` on the dict named `e`: every name in it has a locator when the
     keys do (a tensor key is `...`, not the object)."""
-    expected = ["..." if isinstance(k, torch.Tensor) else repr(k) if _literal_key(k) else out.name_of(k, "key")
+    from ..identity_keys import identity_hashed  # a key whose identity its own source's guard pins
+    expected = ["..." if isinstance(k, torch.Tensor) or identity_hashed(k) else repr(k) if _literal_key(k) else
+                out.name_of(k, "key")
                 for k in keys]
     types = [out.name_of(type(k), type(k).__name__) for k in keys]
     return (f"{out.name_of(_same_keys, 'same_keys')}({e}, ({''.join(x + ', ' for x in expected)}), "
@@ -398,7 +400,8 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
                       expected="an OrderedDict whose order list and table disagree", actual=e)
         return ObjectValue(obj, source)
     keys = list(obj.keys())
-    if not all(_constant_key(k) or type(k) in (torch.Tensor, torch.nn.Parameter) for k in keys):
+    from ..identity_keys import identity_hashed  # NOTE [Objects as dict keys]
+    if not all(_constant_key(k) or type(k) in (torch.Tensor, torch.nn.Parameter) or identity_hashed(k) for k in keys):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"dict {source.describe()} has non-constant keys")
     out.guard_type(source, type(obj))
     e = source.expr(out.names)
@@ -447,9 +450,9 @@ def _plain_mappingproxy(obj: Any) -> bool:
 def _dict_key(out, key: Any, source: Source, index: int) -> tuple[Any, Source | None]:
     """The dict key as the trace holds it, and for a tensor key the source it is read through: the first
     place the trace saw that tensor (NOTE [Keys by their source])."""
-    if not isinstance(key, torch.Tensor):
+    from ..identity_keys import identity_hashed, set_element
+    if not isinstance(key, torch.Tensor) and not identity_hashed(key):  # NOTE [Objects as dict keys]
         return key, None
-    from ..identity_keys import set_element
     from ..sources import CallSource, Ref
     value = wrap(out, key, ItemSource(CallSource(Ref(list, "list"), source), index))
     return set_element(types.SimpleNamespace(output=out), value), value.source
