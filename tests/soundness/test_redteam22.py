@@ -149,3 +149,71 @@ def test_data_of_fake_tensors_while_a_storage_is_watched_warns_nothing():
         for n in (2, 3):
             x = torch.randn(n, 4)
             torch.testing.assert_close(fast(x, compiled[0].weight), f(x, eager[0].weight))
+
+
+def _held_data(m):
+    return m[0].weight.data  # a tensor over the weight's storage with a version counter of its own
+
+
+def _held_array(m):
+    return m[0].weight.detach().numpy()
+
+
+_HELD_ALIASES = {
+    "data": (_held_data, lambda d, step: d.mul_(0.5)),
+    "data_of_a_view": (lambda m: m[0].weight.view(-1).data, lambda d, step: d[step].add_(3.0)),
+    "numpy": (_held_array, lambda a, step: a.__setitem__((0, step), 7.0)),
+}
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+@pytest.mark.parametrize("name", sorted(_HELD_ALIASES))
+def test_writes_through_an_alias_held_from_before_the_first_call(backend, name):
+    # `d = w.data` taken before compiling (or a NumPy array over w) and written
+    # in place later: no version and no `.data` use moves, and onnxrt's frozen session served the weights
+    # it was made with (framejit before: the unchanged model's outputs from the 2nd call on). A storage
+    # held by another object when the session is made is now fed, not frozen (NOTE [Weights whose storage
+    # is held elsewhere are fed]).
+    hold, write = _HELD_ALIASES[name]
+    eager, compiled = _pair()
+    held = hold(eager), hold(compiled)
+    fast = framejit.compile(compiled, backend=backend)
+    with torch.no_grad():
+        for step in range(4):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(fast(x), eager(x))
+            for alias in held:
+                write(alias, step)
+
+
+def test_a_weight_read_by_two_parts_stays_frozen_in_both():
+    # the arrays a session's initializers are made over hold the weight's storage too; they are not
+    # "held elsewhere" (another part's session freezing the same weight keeps freezing it)
+    from framejit.backends.onnxrt import runtime
+    parts = []
+    original = runtime.OrtPart._make_session
+
+    def spy(self, args, sub=None):
+        original(self, args, sub)
+        parts.append(self.frozen_positions)
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+        def forward(self, x):
+            y = torch.nn.functional.gelu((x @ self.w).relu())  # gelu runs in torch: two ORT parts
+            return (y @ self.w).tanh()
+
+    model = Tied()
+    fast = framejit.compile(model, backend="onnxrt", options={"fallback_ops": ["aten::gelu"]})
+    runtime.OrtPart._make_session = spy
+    try:
+        with torch.no_grad():
+            for _ in range(3):
+                x = torch.randn(2, 4)
+                torch.testing.assert_close(fast(x), model(x))
+    finally:
+        runtime.OrtPart._make_session = original
+    assert len(parts) == 2 and all(parts)  # two parts, each freezing the weight

@@ -15,8 +15,10 @@ Main types and functions:
 """
 from __future__ import annotations
 
+import collections
 import operator
 import re
+import weakref
 
 import numpy as np
 import torch
@@ -63,6 +65,29 @@ _NUMPY_DTYPES = {
 # "weight" that changes every call). Freezing is on by default for inference programs; training
 # programs (backends/joint.py) never freeze (compiler.py). Not seen: see watch.py.
 _MAX_REFREEZE = 2
+
+
+# NOTE [Weights whose storage is held elsewhere are fed]
+# A frozen weight is trusted while its object, `_version` and `.data` use count stay (NOTE [Frozen
+# weights]). A tensor over the same storage with a version counter of its own defeats that: `d = w.data`
+# (or a NumPy array over `w`) taken before the weight was frozen and
+# written later (`d.mul_(0.5)`) changes the weight's memory with no bump anywhere, and the session served
+# the old values. Such a holder may be anywhere, but it holds the StorageImpl: when the session is made,
+# a storage held by anything but the weight's own TensorImpl, the query's storage object and the arrays of
+# sessions (a use count above 2 + `_SESSION_HOLDS`: another part may freeze the same weight; the part drops
+# its own old session first) is fed on every call (zero-copy, NOTE [Zero-copy I/O]) instead of frozen, for
+# the part's life. Views and `detach()` of the weight also hold its storage and would be safe (they share
+# its version counter), but cannot be told apart: their weights are fed too (ORT's constant folding is
+# lost, never a value).
+# Holders made after the session are seen as before (views and `detach()` bump the shared counter,
+# `.data` is counted); a NumPy array made after it is still not, nor writes through `untyped_storage()`,
+# whose Python object torch keeps on the StorageImpl itself (no count of its own) (watch.py).
+def _held_elsewhere(tensor: torch.Tensor) -> bool:
+    try:
+        key = tensor.untyped_storage()._cdata
+        return torch._C._storage_Use_Count(key) > 2 + _SESSION_HOLDS[key]
+    except Exception:  # no storage or no such function: trust the version as before
+        return False
 
 
 # NOTE [ORT optimizers we turn off]
@@ -246,9 +271,22 @@ def _feed_frozen(frozen: dict, so) -> list:
     import onnxruntime as ort
 
     names = list(frozen)
-    values = [ort.OrtValue.ortvalue_from_numpy(array_over(frozen[n].detach().contiguous())) for n in names]
+    values = [ort.OrtValue.ortvalue_from_numpy(array_over(_held_by_a_session(frozen[n]))) for n in names]
     so.add_external_initializers(names, values)
     return values
+
+
+_SESSION_HOLDS: collections.Counter = collections.Counter()  # storage -> sessions' arrays over it (NOTE [Weights
+# whose storage is held elsewhere are fed])
+
+
+def _held_by_a_session(weight: torch.Tensor) -> torch.Tensor:
+    """The contiguous tensor a session's initializer is made over, counted in `_SESSION_HOLDS` while it lives."""
+    held = weight.detach().contiguous()
+    key = held.untyped_storage()._cdata
+    _SESSION_HOLDS[key] += 1
+    weakref.finalize(held, _SESSION_HOLDS.subtract, (key,))  # our own tensor: no weak reference on the user's
+    return held
 
 
 def make_session(data: bytes, opts: OnnxrtOptions, device: torch.device, sub: torch.fx.GraphModule | None = None,
@@ -363,6 +401,10 @@ class OrtPart(torch.nn.Module):
 
     def _make_session(self, args, sub: torch.fx.GraphModule | None = None) -> None:
         epoch = watch.EPOCH[0]  # read before what it vouches for (NOTE [Bumped before and after] in tensor_watch.py)
+        self.session = self._vector_run = None  # its initializers hold the old weights' storages
+        shared = [i for i in self.frozen_positions if _held_elsewhere(args[i])]
+        if shared:  # NOTE [Weights whose storage is held elsewhere are fed]
+            self._stop_freezing(shared)
         self._frozen = [(i, args[i], args[i]._version, watch.watch(args[i]), args[i].data_ptr())
                         for i in self.frozen_positions]
         self._copies = [(i, args[i].clone()) for i in self.compared_positions if i in self.frozen_positions]
@@ -373,6 +415,13 @@ class OrtPart(torch.nn.Module):
         self.session = make_session(self.model, self.opts, self.device, sub, frozen,
                                     self.frozen_bytes() if frozen else None)
         self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def _stop_freezing(self, positions) -> None:
+        """Feed the weights at `positions` on every call from now on instead of freezing them."""
+        self.frozen_positions = tuple(i for i in self.frozen_positions if i not in positions)
+        self.frozen_model = None  # made again for the names left (NOTE [Frozen models are cached])
+        self._fed = [(n, i) for i, n in enumerate(self.input_names) if i not in self.frozen_positions]
+        self._vector_run = None
 
     def frozen_bytes(self) -> bytes | None:
         """The model with the frozen inputs as initializers, made once (NOTE [Frozen models are cached])."""

@@ -9,7 +9,9 @@ so do `.data` of any alias, `param.view(-1).data.mul_(2)`, and a version put bac
 one `.data` property for the process. A part compares the counts it froze with (`uses(t)`) when the
 process-wide `EPOCH[0]` moved.
 Not seen (documented in options.py): writes into memory shared outside torch's tensors
-(`param.detach().numpy()[...] = v`, `untyped_storage()` writes, ctypes).
+(`param.detach().numpy()[...] = v` through an array made after the weight was frozen, `untyped_storage()`
+writes, ctypes); aliases held from before are (NOTE [Weights whose storage is held elsewhere are fed] in
+runtime.py).
 """
 from __future__ import annotations
 
