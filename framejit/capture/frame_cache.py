@@ -38,6 +38,7 @@ from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, make_func
 from .locators import (NotPersistable, _class_attribute, _import_locator, closure_path, closures,  # noqa: F401
                        code_hash, code_locator, locate, resolve)  # (NotPersistable: convert.py)
 from .break_locations import persisted_break, restored_break
+from .guard_origins import live_origins, origin_places, relocated_source
 from .input_versions import input_writes, keep_versions, unwrapped
 from .persisted_code import load_code
 from .sources import (AttrSource, CallSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource,
@@ -181,6 +182,7 @@ class Persisted:
     split: tuple = ()  # a graph split at DDP's buckets: (its BucketedGraph's assignment, each part's artifact)
     graph_break: Any = None  # the entry's breaks.GraphBreak (plain data), for explain and the logs of a warm process
     break_places: tuple = ()  # NOTE [Break locations from the live code] (break_locations.py)
+    origin_places: tuple = ()  # NOTE [Guard origins from the live code] (guard_origins.py)
 
 
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,
@@ -241,12 +243,13 @@ def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Pers
     guards = [_guard_data(g) for g in output.guards]
     namespace = {name: _locate_in_entry(obj, fn, output) for name, obj in output.names.namespace.items()}
     callees = [(_function_locator(f, fn), code_hash(f.__code__)) for f in output.inlined if f is not fn]
+    places = origin_places(output.guards, [fn, *(f for f in output.inlined if f is not fn)])
     inputs = [encode_source(i.source, fn) for i in output.inputs]
     ret_data = encode_value(ret, output_index, fn) if code is None else ("code",)
     graph = dump_graph(gm) if gm is not None else b""
     return Persisted(guards, namespace, callees, inputs, ret_data, (output.entry_grad_enabled, output.grad_enabled),
                      graph, artifact, code=code or b"", writes=input_writes(output), split=split,
-                     out_versions=output.output_versions)
+                     out_versions=output.output_versions, origin_places=places)
 
 
 def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
@@ -471,25 +474,30 @@ def _guard_data(g: Guard) -> tuple:
     return (g.expr, g.kind, g.source, g.origin, g.expected, g.actual, g.cost, tuple(_guard_data(p) for p in g.parts))
 
 
-def _guard(data: tuple) -> Guard:
+def _guard(data: tuple, origins: dict[str, str]) -> Guard:
+    """A persisted guard, its origin as this process names it (NOTE [Guard origins from the live code])."""
     expr, kind, source, origin, expected, actual, cost, parts = data
-    return Guard(expr, kind, source, origin, expected, actual, cost, tuple(_guard(p) for p in parts))
+    return Guard(expr, kind, source, origins.get(origin, origin), expected, actual, cost,
+                 tuple(_guard(p, origins) for p in parts))
 
 
 def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, kwargs: dict):
     """Rebuild (guard function, transformed function, graphs) from a persisted entry, or raise."""
     from .breaks import DISABLED
+    functions = [fn]
     for locator, digest in persisted.callees:
         callee = resolve(locator, fn)
         if code_hash(callee.__code__) != digest:
             raise NotPersistable(f"{callee.__qualname__} changed since it was cached")
         if callee.__code__ in DISABLED:
             raise NotPersistable(f"{callee.__qualname__} is now marked framejit.disable")
+        functions.append(callee)
     namespace = {name: resolve(loc, fn) for name, loc in persisted.namespace.items()}
     shape = FunctionShape.of(fn.__code__)
-    guard = compile_guards([_guard(g) for g in persisted.guards], shape.params_source(), namespace,
+    origins = live_origins(persisted.origin_places, functions)  # NOTE [Guard origins from the live code]
+    guard = compile_guards([_guard(g, origins) for g in persisted.guards], shape.params_source(), namespace,
                            fn.__defaults__, fn.__kwdefaults__, name=f"guard_{fn.__code__.co_name}",
-                           source=persisted.guard_source or None)
+                           source=relocated_source(persisted.guard_source, origins) or None)
     sources = [decode_source(s, fn) for s in persisted.inputs]
     cg, graphs, outputs = Codegen(), [], {}
     if persisted.graph:
