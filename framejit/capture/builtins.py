@@ -6,6 +6,7 @@ when every argument is a Python constant most simply evaluate the real builtin (
 from __future__ import annotations
 
 import abc
+import bisect
 import collections
 import functools
 import itertools
@@ -672,10 +673,21 @@ def _chain(tx, args, kwargs):
 
 @handles(itertools.product)
 def _product(tx, args, kwargs):
-    if kwargs:
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "itertools.product with repeat=")
+    """`product(*iterables, repeat=r)`: each iterable drawn once, in order, then the rows of the pools
+    repeated `r` times (timm's and torchvision's anchor and window grids: `product(range(n), repeat=2)`)."""
+    if kwargs.keys() - {"repeat"} or not kwargs.get("repeat", ConstantValue(1)).is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "itertools.product with these keywords")
     pools = [iterate(tx, a) for a in args]
-    return IteratorValue([TupleValue(list(row)) for row in itertools.product(*pools)])
+    try:  # the rows as positions, by CPython's own product (its checks of `repeat` included)
+        repeat = {k: v.as_constant() for k, v in kwargs.items()}
+        rows = list(itertools.product(*[range(len(p)) for p in pools], **repeat))
+    except (TypeError, ValueError, OverflowError) as e:
+        raise UserException(e) from None
+    return IteratorValue([TupleValue([pools[j % len(pools)][i] for j, i in enumerate(row)]) for row in rows])
+
+
+for _fn in (bisect.bisect_left, bisect.bisect_right):  # read a sorted list of constants (MultiStepLR, bucketing)
+    BUILTIN_HANDLERS[_fn] = _fold(_fn)
 
 
 @handles(torch.is_grad_enabled)

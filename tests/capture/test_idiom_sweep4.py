@@ -7,9 +7,12 @@ point, and that no frame ran wholly eagerly.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
+import itertools
 
+import pytest
 import torch
 
 import framejit
@@ -115,3 +118,43 @@ def test_a_dict_keyed_by_modules_passed_in_and_changed_between_calls():
         _same(compiled(x, got_d, 4.0), f(x, want_d, 4.0))
         assert list(got_d) == list(want_d) and list(got_d.values()) == list(want_d.values())
     assert _eager_frames() == eager_before
+
+
+# ---- itertools.product(..., repeat=r) and bisect over a sorted list of constants ----------------------------
+# Window/anchor grids (`product(range(n), repeat=2)`) and bucketing (`bisect_right(bounds, x.shape[0])`, as
+# MultiStepLR does with its milestones): both were breaks ("itertools.product with repeat=", "call of
+# _bisect.bisect_right"), the product's loop then stepped as Python with a resume function per row: 9 graphs
+# over 3 calls in the sweep's program (stock torch.compile: 6). Errors of `repeat` are CPython's own.
+def test_product_with_repeat_and_bisect_are_captured():
+    bounds = [0, 4, 16, 64]
+
+    def f(x, sizes, r):
+        combos = [a * b for a, b in itertools.product(sizes, repeat=2)]
+        grid = list(itertools.product(range(2), "ab", repeat=r))
+        bucket = bisect.bisect_right(bounds, x.shape[0]) + bisect.bisect_left(bounds, 4, 1)
+        return x * bucket + sum(combos), grid, list(itertools.product()), list(itertools.product([], repeat=0))
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    for n, sizes, r in ((3, [1, 2, 3], 1), (3, [1, 2, 3], 1), (20, [4, 2, 5], 1)):
+        x = torch.randn(n)
+        _same(compiled(x, sizes, r), f(x, sizes, r))
+    assert _eager_frames() == eager_before
+    assert backend.graph_count <= 2  # no break: the first trace, then one for the new size and items
+
+
+@pytest.mark.parametrize("repeat", [-1, 1.5, 2])
+def test_product_repeat_checks_are_cpythons(repeat):
+    def f(x):
+        return x * len(list(itertools.product("ab", repeat=repeat)))
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    x = torch.randn(2)
+    try:
+        want = f(x)
+    except Exception as e:  # noqa: BLE001
+        with pytest.raises(type(e)):
+            compiled(x)
+    else:
+        _same(compiled(x), want)
