@@ -455,3 +455,57 @@ def test_attention_dropout_trains_as_eager_in_one_ort_part():
         for half in joint.compiled_forwards:
             for row in half.summary():
                 assert not row["eager_graph"] and row["parts"] == 1, row
+
+
+# ---- onnxrt: NOTE [grid_sample gradients as scatter-adds] ---------------------------------------------------------
+EDGE_GRID = torch.tensor([-1.0, 1.0, 0.0, -1.5, 1.5, 2.0, -3.0, 1 / 3, -1 / 3, 0.5, -0.5, 5.0], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("mode", [0, 1], ids=["bilinear", "nearest"])
+def test_grid_sampler_backward_decomposition_matches_eager(mode):
+    """float64 against eager's grid_sampler_2d_backward: zeros/border/reflection, align_corners, inputs with a
+    size-1 side, grids reaching far outside; for bilinear (and nearest with align_corners) also a grid of exact
+    corners, borders and reflection points (eager's gradient there: 0 at a clipped border, the sign of one
+    reflection at exactly one span)."""
+    decomposed = _decomposition(aten.grid_sampler_2d_backward.default)
+    for padding, align, (h, w) in itertools.product((0, 1, 2), (False, True), [(5, 7), (1, 4), (6, 1), (4, 4)]):
+        gen = _gen(h * 10 + w + padding)
+        inp = torch.randn(2, 3, h, w, dtype=torch.float64, generator=gen)
+        grids = [torch.rand(2, 4, 6, 2, dtype=torch.float64, generator=gen) * 3.2 - 1.6]
+        if mode == 0 or align:  # nearest without align_corners: NOTE (ties of the fused multiply-add)
+            grids.append(torch.stack(torch.meshgrid(EDGE_GRID, EDGE_GRID, indexing="ij"), -1).expand(2, 12, 12, 2))
+        for grid in grids:
+            grad_out = torch.randn(2, 3, *grid.shape[1:3], dtype=torch.float64, generator=gen)
+            want = aten.grid_sampler_2d_backward(grad_out, inp, grid, mode, padding, align, [True, True])
+            got = decomposed(grad_out, inp, grid, mode, padding, align, [True, True])
+            for g, e in zip(got, want):
+                torch.testing.assert_close(g, e, **EXACT, msg=lambda m: f"{padding} {align} {(h, w)}: {m}")
+    x = torch.randn(1, 2, 3, 3)
+    grid = torch.rand(1, 2, 2, 2) * 2 - 1
+    assert decomposed(x, x, grid, 2, 0, False, [True, True]) is NotImplemented  # bicubic keeps the op
+    assert decomposed(x.half(), x.half(), grid.half(), mode, 0, False, [True, True]) is NotImplemented
+
+
+class Warp(nn.Module):
+    """A spatial transformer: a conv, a predicted affine grid, grid_sample (bilinear, reflection) and a second
+    one (nearest, border) of the warped features."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.loc = nn.Conv2d(3, 4, 3, padding=1), nn.Linear(4 * 6 * 7, 6)
+
+    def forward(self, x):
+        h = self.conv(x).relu()
+        theta = self.loc(h.flatten(1)).view(-1, 2, 3) * 0.3 + torch.tensor([[1.1, 0.1, 0.0], [-0.1, 0.9, 0.2]])
+        grid = F.affine_grid(theta, list(h.shape), align_corners=False)
+        warped = F.grid_sample(h, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        again = F.grid_sample(warped, grid * 1.3, mode="nearest", padding_mode="border", align_corners=True)
+        return warped + again
+
+
+def test_grid_sample_trains_with_the_backward_in_one_ort_part():
+    """3 AdamW steps vs eager (losses, input gradients, weights); before: grid_sampler_2d_backward ran in torch
+    between ORT parts of the backward (no torchlib translation)."""
+    recording = train_as_eager(Warp, lambda gen: [torch.randn(2, 3, 6, 7, generator=gen)])
+    assert_backward_in_one_part(recording)
+    assert_forward_in_ort(recording)

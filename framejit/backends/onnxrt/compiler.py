@@ -89,7 +89,8 @@ _MAX_ATTEMPTS = 8
 # 37: numbers made tensors (scalar_tensor, full) are constants in their own dtype (NOTE [Constants in their own
 #     dtype]).
 # 38: joints draw dropout's mask in torch and multiply in ORT (NOTE [Dropout's draw apart from its product]).
-REVISION = 38
+# 39: joints trace grid_sampler_2d_backward as gathers and scatter-adds (NOTE [grid_sample gradients as scatter-adds]).
+REVISION = 39
 
 
 @dataclasses.dataclass

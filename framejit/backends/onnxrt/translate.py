@@ -602,11 +602,12 @@ def _emit_constant(graph, node: torch.fx.Node, values: dict, value) -> None:
     else:
         import numpy as np
 
-        shape = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", ir.tensor(np.array(val.shape, np.int64)))],
-                        name=f"node_{node.name}__0")
+        sizes = ir.tensor(np.array(val.shape, np.int64))
+        shape = ir.Node("", "Constant", [], attributes=[ir.AttrTensor("value", sizes)], name=f"node_{node.name}__0")
         graph.append(shape)
         onnx_node = ir.Node("", "ConstantOfShape", [shape.outputs[0]],
-                            attributes=[ir.AttrTensor("value", ir.tensor(filled.reshape(1)))], name=f"node_{node.name}__1")
+                            attributes=[ir.AttrTensor("value", ir.tensor(filled.reshape(1)))],
+                            name=f"node_{node.name}__1")
     graph.append(onnx_node)
     out = onnx_node.outputs[0]
     _core._set_shape_type(out, val, complex_to_float=True)
