@@ -11,6 +11,10 @@ generated triton modules asserted.
 - `F.pad(x, (0, y.size(-1) - x.size(-1)))`: the pad is a size relation that is positive at some probes and
   negative (a crop) at others; digits after a minus sign were not literals, so the wrappers differed and the
   graph compiled per shape (NOTE [Literals that change sign], triton/dynamic.py).
+- conv2d with its weight an input under dynamic=True: 7 symbols (the limit was 6); the frontend bounds the
+  kernel width to 2..3 (too few sizes to probe) and relates the kernel height to the image's (`kh <= h + 2`),
+  which probes in every order broke (NOTE [Symbols with too few sizes to probe], triton/dynamic.py; NOTE
+  [Probes within the frontend's relations], triton/probe_relations.py).
 """
 from __future__ import annotations
 
@@ -130,3 +134,27 @@ def test_padding_by_a_size_relation_is_one_module(dynamic, triton_modules):
         assert [type(g) for g in backend.compiled] == [CompiledGraph, DynamicGraph], backend.compiled
         assert backend.compiled[1].specialised.compiled == {}, backend.compiled[1].reason
         assert sum(triton_modules.values()) == 2, dict(triton_modules)
+
+
+def _conv_relu(x, w):
+    return torch.nn.functional.conv2d(x, w, padding=1).relu()
+
+
+def test_a_conv_whose_weight_is_a_dynamic_input_is_one_module(triton_modules):
+    """Channels, image size, output channels and the kernel height change: before, one module per call ('7
+    symbols (1 to 6 are made size-generic)'); now 1 frontend graph and 1 size-generic module for kernel width 3.
+    The width is fixed in that module (the frontend allows 2..3): a width of 2 compiles its own module."""
+    from framejit.backends.triton.dynamic import DynamicGraph
+
+    calls = [(torch.randn(2, c, h, h + 1), torch.randn(o, c, kh, 3))
+             for c, h, o, kh in [(3, 6, 4, 3), (2, 7, 5, 5), (4, 5, 3, 3), (3, 8, 6, 5)]]
+    backend = RecordingBackend("triton")
+    compiled = framejit.compile(_conv_relu, backend=backend, dynamic=True)
+    for args in calls:
+        assert_same(compiled(*args), _conv_relu(*args))
+    _one_module_per_graph(backend, triton_modules, 1)
+    x, w = torch.randn(2, 3, 7, 6), torch.randn(4, 3, 3, 2)
+    assert_same(compiled(x, w), _conv_relu(x, w))
+    assert len(backend.compiled) == 1 and isinstance(backend.compiled[0], DynamicGraph), backend.compiled
+    assert len(backend.compiled[0].specialised.compiled) == 1, backend.compiled[0].specialised.compiled
+    assert sum(triton_modules.values()) == 2, dict(triton_modules)

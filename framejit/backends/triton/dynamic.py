@@ -31,6 +31,7 @@ sizes), and every call of a graph that is not size-generic, is compiled for its 
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -45,7 +46,7 @@ from framejit.backends.aliasing import alias_mutated_inputs
 from framejit.backends.layout import output_layouts, restore as restore_layouts
 from framejit.backends.state import switches_grad_on
 
-from . import codegen, size_exprs
+from . import codegen, probe_relations, size_exprs
 from .lowering import lower, to_aten
 from .runtime import load_module, needs_autograd, register_kernels, rerun_exactly, rerun_on_error, written_versions
 from .scheduler import FusedGroup, describe, schedule
@@ -53,7 +54,8 @@ from .wrapper import generate_module
 
 # NOTE [Size-generic modules]: increasing, decreasing (reversed after taking n), interleaved; the fourth
 # stands for the example's sizes where those are degenerate (NOTE [Degenerate sizes are not probed])
-_PROBES = ((3, 5, 7, 11, 13, 17), (29, 31, 37, 41, 43, 47), (61, 97, 67, 89, 71, 83), (59, 19, 79, 23, 73, 53))
+_PROBES = ((3, 5, 7, 11, 13, 17, 19, 23), (29, 31, 37, 41, 43, 47, 53, 59), (61, 97, 67, 89, 71, 83, 73, 79),
+           (109, 131, 101, 137, 107, 127, 103, 113))
 
 
 def _probes(n: int, example: list[int], ranges: list | None = None, example_degenerate: bool = False) -> list[list[int]]:
@@ -63,7 +65,10 @@ def _probes(n: int, example: list[int], ranges: list | None = None, example_dege
     if example_degenerate:
         probes.insert(0, [16 * v for v in fourth])
     for k, (lower, upper) in enumerate(ranges or []):  # NOTE [Ranges of the frontend's symbols]
-        if upper is not None and any(p[k] > upper for p in probes):
+        if upper is not None and lower == upper:  # NOTE [Symbols with too few sizes to probe]
+            for p in probes:
+                p[k] = upper
+        elif upper is not None and any(p[k] > upper for p in probes):
             # sizes of several residues (the odd probes above the bound are rejected by the size check)
             inside = [upper - d for d in (0, 1, 3, 6, 2, 5, 4, 7) if upper - d >= max(lower or 2, 2)]
             inside = [v for v in inside if v != example[k]]
@@ -88,7 +93,33 @@ def _probes(n: int, example: list[int], ranges: list | None = None, example_dege
 # a probe's module can also have fewer literals: NOTE [Literal counts differ between probes].)
 
 
-_MAX_SYMBOLS = 6  # 3**6 candidate monomials per literal
+_MAX_SYMBOLS = 8  # 3**8 candidate monomials per literal
+
+
+# NOTE [Symbols with too few sizes to probe]: the frontend's guards can bound a size to two or three values:
+# conv2d(x, w, padding=1) with w a dynamic=True input bounds w's kernel width to 2..3 (eager's algorithm choice)
+# and the batch below 16. Probes need three values of every symbol besides the example's, so such a graph
+# compiled per shape ('symbol 6 ranges over too few sizes'), and before that the conv's 7 symbols were over the
+# limit of 6 (now 8, each probe set has 8 primes). A symbol with fewer than four values in its range is now
+# fixed at the example's value: its range becomes that one value, which the size check tests, every probe
+# takes it, and the module serves every size of the other symbols (calls with another value of it compile per
+# shape, logged).
+def _pin_narrow_symbols(sym: symbolic.SymbolicInputs) -> list[str]:
+    """Fix the symbols whose range has fewer than 4 values at their example value (before `sym.finish()`);
+    returns 'symbol = value' for each."""
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    env = sym.shape_env
+    hints = getattr(env, "backed_var_to_val", None) or env.var_to_val  # renamed in torch 2.13
+    pinned = []
+    for symbol, (lower, upper) in zip(sym.symbols, sym.ranges()):
+        if upper is not None and upper - max(lower or 2, 2) + 1 < 4 and symbol in hints:
+            value = int(hints[symbol])
+            env.var_to_range[symbol] = ValueRanges(value, value)
+            pinned.append(f"{symbol} = {value}")
+    return pinned
+
+
 _MAX_SPECIALISED = 16
 
 
@@ -174,6 +205,12 @@ def _fit(values: list[int], probes: list[list[int]], names: list[str], exprs=Non
 
 
 def _fit_monomial(values: list[int], probes: list[list[int]], names: list[str]) -> str | None:
+    # a module repeats its sizes in many literals (3**8 exponent tuples each with 8 symbols)
+    return _fit_monomial_of(tuple(values), tuple(map(tuple, probes)), tuple(names))
+
+
+@functools.lru_cache(maxsize=1024)
+def _fit_monomial_of(values: tuple, probes: tuple, names: tuple) -> str | None:
     from fractions import Fraction
 
     for exponents in itertools.product(range(3), repeat=len(names)):
@@ -313,9 +350,13 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
 def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) -> "DynamicGraph":
     try:
         sym = symbolic.SymbolicInputs(gm, example_inputs, strided=True)  # NOTE [Strided inputs of symbolic programs]
+        pinned = _pin_narrow_symbols(sym)
         sym.finish()
     except symbolic.NotSymbolic as why:
         raise NotGeneric(str(why)) from None
+    if pinned:
+        logs.log("recompiles", "triton: sizes with too few values to probe are fixed in the size-generic module "
+                 "(other values compile per shape): %s", ", ".join(pinned))
     names = [str(s) for s in sym.symbols]
     relation = _size_relation(gm)
     if relation is not None:
@@ -329,6 +370,9 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict)
     probes = _probes(len(names), list(example_sizes), sym.ranges())
     if exprs.degenerate_at(probes[0], probes[1:]):  # NOTE [Degenerate sizes are not probed]
         probes = _probes(len(names), list(example_sizes), sym.ranges(), example_degenerate=True)
+    relations = probe_relations.relations_of(sym)  # NOTE [Probes within the frontend's relations]
+    fixed = {k for k, (lower, upper) in enumerate(sym.ranges()) if lower is not None and lower == upper}
+    probes = probe_relations.within_relations(probes, relations, fixed)
 
     def generate_all(configs):
         runs = []
@@ -363,7 +407,7 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict)
 
     def probe_at(points):
         return _probe_where_they_differ(points, sym, gm, example_inputs, device, opts, configs, exprs.excluded,
-                                        lambda point: exprs.degenerate_at(point, probes[1:4]))
+                                        lambda point: exprs.degenerate_at(point, probes[1:4]), relations)
     source, kernel_args = _generic_source(runs, probes, names, exprs, probe_at)
     kernels = {name: _with_params(k, kernel_args.get(name, {})) for name, k in runs[0][1].items()}
     sched, graph, fallbacks = runs[0][2], runs[0][3], runs[0][5]
@@ -425,17 +469,18 @@ def _generic_source(runs: list, probes: list, names: list[str], exprs, probe_at)
 
 
 def _probe_where_they_differ(points: list, sym, gm, example_inputs, device, opts, configs,
-                             excluded: set, degenerate) -> tuple | None:
+                             excluded: set, degenerate, relations) -> tuple | None:
     """(probe, the module generated there) at the first of `points` the graph takes; points it does not take
     (its size check rejects them, or its ops raise there: `conv2d` of a size below its kernel, where the
     candidates `Max(1, (s - 3) // 2 + 1)` and `(s - 3) // 2 + 1` differ) are added to `excluded`; None
     when no point is left."""
     for probe in points:
-        if degenerate(probe):  # NOTE [Degenerate sizes are not probed]: served, not excluded
-            continue
         inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
-        if sym.bind(inputs) is None or not _graph_takes(gm, inputs):
+        # NOTE [Probes within the frontend's relations]: sizes breaking a relation are never served
+        if sym.bind(inputs) is None or not relations.hold(probe) or not _graph_takes(gm, inputs):
             excluded.add(tuple(probe))
+            continue
+        if degenerate(probe):  # NOTE [Degenerate sizes are not probed]: served, not excluded
             continue
         try:
             run = _generate(gm, inputs, device, opts, configs, sym.symbolic_ints)

@@ -1,0 +1,121 @@
+"""Probe sizes that respect the relations the frontend guarantees between symbolic sizes.
+
+NOTE [Probes within the frontend's relations]
+A size-generic module (NOTE [Size-generic modules], dynamic.py) is generated at probes of primes in several
+orders, so that a simplification that holds for one order of the symbols only shows up as a difference
+between probes. The frontend's guards can relate sizes, though: a conv whose weight is an input guards its
+kernel height `kh <= h + 2` (padding 1), a reflect pad guards its pad below the input's size. A probe that
+breaks such a relation could not be generated (conv2d raised 'Kernel size can't be greater than actual
+input size') and the graph compiled per shape, although the frontend never hands it such sizes: its guard
+function checks the relation before the module is reached. So each probe that breaks a relation of two or
+more symbols is repaired by exchanging values between symbols (a few transpositions, the first that
+satisfies every relation), and for every pair of symbols whose order the repaired probes no longer vary,
+a probe with the other order is added where one satisfying the relations exists (an order the relations
+imply needs none: the module is never used outside it). Sizes that break a relation are also never used to
+tell candidate expressions apart (dynamic._probe_where_they_differ): they are excluded, as sizes the graph
+cannot take are.
+Single-symbol guards are the symbols' ranges (NOTE [Ranges of the frontend's symbols], backends/symbolic.py).
+"""
+from __future__ import annotations
+
+import itertools
+
+_MAX_ROUNDS = 3  # transpositions applied to repair one probe
+
+
+class Relations:
+    """The frontend's guards over two or more backend symbols, checked at integer points."""
+
+    def __init__(self, guards: list, symbols: list, ranges: list):
+        self.guards = guards
+        self.symbols = symbols
+        self.ranges = ranges  # (lower, upper) per symbol, None where unbounded
+
+    def __bool__(self) -> bool:
+        return bool(self.guards)
+
+    def hold(self, point: list[int]) -> bool:
+        import sympy
+
+        for value, (lower, upper) in zip(point, self.ranges):
+            if (lower is not None and value < lower) or (upper is not None and value > upper):
+                return False
+        values = {s: sympy.Integer(v) for s, v in zip(self.symbols, point)}
+        for guard in self.guards:
+            try:
+                if not bool(guard.xreplace(values)):
+                    return False
+            except Exception:  # noqa: BLE001 - undefined there (a division by zero): not a size it serves
+                return False
+        return True
+
+    def repaired(self, probe: list[int], fixed: set) -> list[int] | None:
+        """`probe` or the first probe made from it by exchanging values of symbols (not in `fixed`) that
+        satisfies every relation; None if a few exchanges find none."""
+        frontier = [list(probe)]
+        seen = {tuple(probe)}
+        movable = [k for k in range(len(probe)) if k not in fixed]
+        for _ in range(_MAX_ROUNDS + 1):
+            for candidate in frontier:
+                if self.hold(candidate):
+                    return candidate
+            following = []
+            for candidate in frontier:
+                for i, j in itertools.combinations(movable, 2):
+                    swapped = list(candidate)
+                    swapped[i], swapped[j] = swapped[j], swapped[i]
+                    if tuple(swapped) not in seen:
+                        seen.add(tuple(swapped))
+                        following.append(swapped)
+            frontier = following[:400]
+        return None
+
+
+def relations_of(sym) -> Relations:
+    """The frontend's guards over two or more of `sym`'s backend symbols (a SymbolicInputs after `finish`)."""
+    env = getattr(sym, "_frontend_env", None)
+    symbols = list(sym.symbols)
+    if env is None or len(symbols) < 2:
+        return Relations([], symbols, sym.ranges())
+    known = set(symbols)
+    guards = []
+    for guard in env.guards:
+        try:
+            expr = env.simplify(guard.expr).xreplace(sym._mapping)
+        except Exception:  # noqa: BLE001 - an expression the backend cannot take: not a relation here
+            continue
+        if len(expr.free_symbols) >= 2 and expr.free_symbols <= known and expr not in guards:
+            guards.append(expr)
+    return Relations(guards, symbols, sym.ranges())
+
+
+def within_relations(probes: list[list[int]], relations: Relations, fixed: set) -> list[list[int]]:
+    """`probes` repaired to satisfy `relations` (NOTE [Probes within the frontend's relations]), plus probes
+    of the orders the repairs lost where the relations allow them; a probe that cannot be repaired is kept
+    as it is (generating there fails as before)."""
+    if not relations:
+        return probes
+    out = []
+    for probe in probes:
+        repaired = relations.repaired(probe, fixed)
+        out.append(probe if repaired is None else repaired)
+    return out + _lost_orders(out[1:], relations, fixed)
+
+
+def _lost_orders(probes: list[list[int]], relations: Relations, fixed: set) -> list[list[int]]:
+    """Probes (from `probes` with two values exchanged, repaired) with an order of two symbols none of
+    `probes` has, where such a probe satisfies the relations."""
+    added: list[list[int]] = []
+    n = len(probes[0]) if probes else 0
+    for i, j in itertools.combinations([k for k in range(n) if k not in fixed], 2):
+        orders = {(p[i] > p[j]) for p in probes + added if p[i] != p[j]}
+        if len(orders) != 1:
+            continue
+        for probe in probes:
+            swapped = list(probe)
+            swapped[i], swapped[j] = swapped[j], swapped[i]
+            repaired = relations.repaired(swapped, fixed | {i, j})
+            if repaired is not None:
+                added.append(repaired)
+                break
+    return added
