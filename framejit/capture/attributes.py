@@ -685,6 +685,9 @@ def _python_descriptor_get(tx, obj: Value, cls: type, name: str, attr: Any, entr
         lookup.guard_entry_identity(tx.output, entry, attr)
         lookup.guard_lookup(tx.output, type(attr), "__get__")
     descriptor = wrap(tx.output, attr, entry if entry is not None else ObjectSource(Ref(attr, type(attr).__name__)))
+    if type(attr) is functools.cached_property and attr.attrname == name:  # not in the instance dict: its
+        from .library_substitutes import cached_property_first_read  # NOTE [cached_property's first read]
+        get = cached_property_first_read
     return tx.call(UserFunctionValue(get), [descriptor, obj, ClassValue(cls)], {})
 
 

@@ -85,6 +85,23 @@ def library_substitute(fn: types.FunctionType) -> types.FunctionType | None:
     return _BY_NAME.get((fn.__module__, fn.__qualname__))
 
 
+# NOTE [cached_property's first read]: `o.prop` of a `functools.cached_property` not yet in `o.__dict__`
+# calls `cached_property.__get__`, which on 3.11 takes an RLock (`with self.lock:`, a break) and on 3.12+
+# writes `instance.__dict__[attrname] = val` through the dict it read (a break too: NOTE [Instance dicts as
+# dicts]), so the first read of every cached property broke. attributes._python_descriptor_get calls this
+# stand-in instead, only for an attribute read that found `attrname` absent from the instance dict (a
+# guarded lookup fact; a direct `__get__` call runs the original): it computes the value and stores it
+# with object.__setattr__, which for a name whose class entry is the cached_property (a non-data
+# descriptor) is that same `__dict__` write, replayed after the graph (a class without instance dicts, or
+# a store the replay cannot make as eager does, is a break as for any store). The lock only orders threads.
+def cached_property_first_read(self, instance, owner=None):
+    if self.attrname is None:
+        raise TypeError("Cannot use cached_property instance without calling __set_name__ on it.")
+    val = self.func(instance)
+    object.__setattr__(instance, self.attrname, val)
+    return val
+
+
 # NOTE [Pure library checks on constants]: a few library functions are pure checks of constant data
 # (huggingface_hub's strict-dataclass `type_validator(name, value, expected_type)`, run by every
 # `config.x = v` on transformers configs). Called with constant arguments (or objects from outside,
