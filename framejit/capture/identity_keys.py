@@ -43,9 +43,11 @@ def set_element(tx, value: Value) -> Any:
     if key is not None:
         return key
     from .values import UserFunctionValue
-    if isinstance(value, UserFunctionValue) and value.source is not None and not value.by_code and \
+    if isinstance(value, UserFunctionValue) and not value.by_code and \
             value.closure is None and value.attrs is None and value.defaults is None and value.kwdefaults is None:
-        return value.fn  # NOTE [Sets of functions from outside]: a function from outside, its identity guarded
+        # NOTE [Sets of functions from outside]: a function from outside, its identity guarded, or a library
+        # function or a key of a guarded dict (no source, not made in the trace: NOTE [Functions as dict keys])
+        return value.fn
     if not value.is_constant() or (isinstance(value, SetValue) and issubclass(value.cls, set)):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{value.describe()} as a set element or dict key (only "
                                                        "constants and tensors are modelled)")

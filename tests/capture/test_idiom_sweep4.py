@@ -158,3 +158,49 @@ def test_product_repeat_checks_are_cpythons(repeat):
             compiled(x)
     else:
         _same(compiled(x), want)
+
+
+# ---- functions as dict keys (NOTE [Functions as dict keys], values/builder.py) ------------------------------
+# A dispatch table keyed by functions from outside was "dict G['...'] has non-constant keys": a break and the
+# resume function holding it ran wholly eagerly (the lookup by an argument function: 1 eager frame; stock
+# torch.compile: 1 graph per function). Iterating it gave the keys as constants that could not be called.
+def _weighted_act(t):
+    return t.sigmoid()
+
+
+_ACT_WEIGHTS = {torch.relu: 1.0, torch.tanh: 2.0, torch.nn.functional.gelu: 3.0, _weighted_act: 4.0}
+
+
+def test_a_dict_keyed_by_functions_is_looked_up_iterated_and_rebuilt():
+    def f(x, act):
+        y = act(x) * _ACT_WEIGHTS[act] + _ACT_WEIGHTS.get(torch.nn.functional.silu, 0.0)
+        for fn, w in _ACT_WEIGHTS.items():
+            y = y + fn(x) * w
+        doubled = {fn: w * 2 for fn, w in _ACT_WEIGHTS.items()}
+        return y, doubled[_weighted_act], [k.__name__ for k in doubled], list(doubled), _weighted_act in doubled
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    for act in (torch.tanh, torch.tanh, _weighted_act, torch.nn.functional.gelu):
+        x = torch.randn(3)
+        got, want = compiled(x, act), f(x, act)
+        _same(got, want)
+        assert all(g is w for g, w in zip(got[3], want[3]))  # the functions themselves
+    assert _eager_frames() == eager_before
+    assert backend.graph_count == 3  # one per function passed in (its identity is guarded), no break
+
+
+def test_a_dict_argument_keyed_by_functions_changes_between_calls():
+    def f(x, table):
+        table[torch.tanh] = table.get(torch.tanh, 0) + 1
+        return [fn(x) * w for fn, w in table.items()]
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    eager_before = _eager_frames()
+    for make in (lambda: {torch.relu: 1}, lambda: {torch.tanh: 1}, lambda: {torch.tanh: 2, _weighted_act: 3}):
+        x = torch.randn(2)
+        got_t, want_t = make(), make()
+        _same(compiled(x, got_t), f(x, want_t))
+        assert list(got_t.items()) == list(want_t.items())
+    assert _eager_frames() == eager_before

@@ -333,12 +333,20 @@ _KEY_SCALARS = (str, int, bool, float, bytes, type(None), torch.Size)
 
 def _constant_key(key: Any) -> bool:
     """Keys modelled as constants: scalars (not NaN, which equals no copy of itself), torch.Size, enum
-    members, classes (NOTE [Classes as dict keys]) and tuples of these."""
+    members, classes (NOTE [Classes as dict keys]), functions (NOTE [Functions as dict keys]) and tuples of these."""
     if type(key) is tuple:
         return all(_constant_key(k) for k in key)
     if type(key) is float:
         return key == key
-    return type(key) in _KEY_SCALARS or isinstance(key, enum.Enum) or _class_key(key)
+    return type(key) in _KEY_SCALARS or isinstance(key, enum.Enum) or _class_key(key) or _function_key(key)
+
+
+def _function_key(key: Any) -> bool:
+    """A plain function, or a builtin one that is no method of an object (`torch.relu`, `math.exp`; `lst.append`
+    is not: NOTE [Functions as dict keys])."""
+    owner = getattr(key, "__self__", None)
+    return type(key) is types.FunctionType or type(key) is types.BuiltinFunctionType and \
+        (owner is None or isinstance(owner, (types.ModuleType, type)))
 
 
 # NOTE [Classes as dict keys]: registries keyed by classes or tuples of classes are common library code
@@ -346,6 +354,11 @@ def _constant_key(key: Any) -> bool:
 # classes); such a dict was "non-constant keys", and when it was on the stack at the break the resume
 # function ran wholly eagerly. A class whose metaclass keeps type's identity equality and hash is a
 # constant key: the keys guard (`_same_keys`) compares it by `==`, which is identity for it.
+# NOTE [Functions as dict keys]: dispatch tables keyed by functions (`{torch.relu: 1.0, F.gelu: 2.0, my_act: ..}`,
+# a registry of loss or activation functions) hash and compare by identity, like classes: a plain or builtin
+# function is a constant key, compared by `==` (identity) in the keys guard. Such a dict was "non-constant
+# keys" and the frame (or the resume function holding it) ran wholly eagerly. A key read back (iteration,
+# `list(d)`) is the function itself as a callable value (values/mappings.key_value), rebuilt as that object.
 def _class_key(key: Any) -> bool:
     meta = type(key)
     return isinstance(key, type) and meta.__eq__ is type.__eq__ and meta.__hash__ is type.__hash__

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import collections
+import types
 from typing import Any
 
 from .base import ConstantValue, Value
@@ -97,7 +98,12 @@ class IdentityKey:
 
 def key_value(key: Any) -> Value:
     """The value a set element or dict key stands for."""
-    return key.value if isinstance(key, IdentityKey) else ConstantValue(key)
+    if isinstance(key, IdentityKey):
+        return key.value
+    if type(key) in (types.FunctionType, types.BuiltinFunctionType):  # NOTE [Functions as dict keys]
+        from .builder import wrap_unguarded
+        return wrap_unguarded(key)  # callable, and rebuilt as the object itself
+    return ConstantValue(key)
 
 
 __all__ = ["DefaultDictValue", "DictViewValue", "IdentityKey", "key_value", "view_type"]
