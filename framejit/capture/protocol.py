@@ -712,6 +712,10 @@ def getitem(tx, obj: Value, key: Value) -> Value:
         if replaced(tx, obj.obj, "__getitem__"):
             return tx.call_special_of(obj, "__getitem__", [key], {})
         return _module_getitem(tx, obj, key.as_constant())
+    from .typing_forms import typing_subscript
+    folded = typing_subscript(tx, obj, key)  # NOTE [Typing subscripts are folded]
+    if folded is not None:
+        return folded
     if _builtin_generic_alias(obj, key):  # `list[Tensor]`, `dict[str, int]` in annotations and casts
         return constant_fold(operator.getitem, obj.as_constant(), key.as_constant())
     if isinstance(obj, (ObjectValue, NewObjectValue)) and hasattr(obj.python_type(), "__getitem__"):
