@@ -25,6 +25,10 @@ the hook dicts as they are at each call). A lazy module's first call runs as it 
 the next call sees the initialised module (its class changes, or its initialising pre-hook is gone: both
 are guarded) and captures it.
 
+A hook registered while tracing (NOTE [Hooks registered in the trace], hook_handles.py) is written into a
+hook dict from outside and replayed after the graph; the plan and `hooks_of` read such a dict as the trace
+left it, so a module called after the registration in the same trace runs the new hook.
+
 Known difference: the forward hooks are read when the call starts, so a hook registered by a forward-pre
 hook or by forward itself runs from the next call on (torch reads them after forward).
 
@@ -40,15 +44,17 @@ from __future__ import annotations
 import functools
 import types
 import warnings
+from typing import Any
 
 import torch
 from torch.nn.modules import lazy as _lazy
 from torch.nn.modules import module as _torch_module
+from torch.utils import hooks as _torch_hooks
 from torch.utils.hooks import BackwardHook
 
 from .breaks import DISABLED, BreakKind, Unsupported
 from .sources import AttrSource, GlobalSource, ItemSource, Ref, Source
-from .values import ConstantValue, NNModuleValue, ObjectValue, TupleValue, Value
+from .values import ConstantValue, DictValue, NNModuleValue, ObjectValue, TupleValue, Value
 from .values.builder import wrap
 
 _GLOBALS = vars(_torch_module)  # torch.nn.modules.module's globals: the global hook dicts live here
@@ -254,31 +260,28 @@ def _run_always_called(module, args, kwargs, result, called):
 def plan_module_call(tx, mod_value: NNModuleValue) -> bool:
     """Decide how `module(...)` (nn.Module.__call__) is traced and guard that decision: False when it is
     exactly `forward(...)`, True when `call_with_hooks` is to be inlined; Unsupported(MODULE_HOOKS) for
-    backward hooks and uninitialised lazy modules (NOTE [Module hooks])."""
+    backward hooks and uninitialised lazy modules (NOTE [Module hooks]). A hook dict the trace wrote is
+    read as the trace left it (NOTE [Hooks registered in the trace])."""
     m = mod_value.obj
-    # NOTE [Reads past writes through a namespace dict]: a hook dict the trace wrote (`m._forward_hooks[k] =
-    # h`) is replayed after the graph; the plan below reads the real ones
-    for table in [getattr(m, d, None) for d in _MODULE_KEYED] + [_GLOBALS[d] for d in _GLOBAL_KEYED]:
-        if isinstance(table, dict):
-            tx.output.side_effects.check_namespace_read(table, "module hooks")
     if _uninitialised_lazy(m):
         _guard_keys(tx, _module_dict_source(mod_value, "_forward_pre_hooks"), m._forward_pre_hooks)
         raise Unsupported(BreakKind.MODULE_HOOKS, f"the first call of the lazy module {type(m).__name__} "
                           "initialises its parameters (it runs as it is; later calls are captured)")
-    backward = [d for d in _BACKWARD if getattr(m, d, None)] + [d for d in _GLOBAL_BACKWARD if _GLOBALS[d]]
+    live = _live_tables(tx, m)
+    backward = [d for d in (*_BACKWARD, *_GLOBAL_BACKWARD) if live[d]]
     if backward:
         raise Unsupported(BreakKind.MODULE_HOOKS, f"{type(m).__name__} has backward hooks ({', '.join(backward)}); "
                           "the module is called as it is")
-    module_hooks = any(getattr(m, d, None) for d in _MODULE_DICTS)
-    global_hooks = any(_GLOBALS[d] for d in _GLOBAL_DICTS)
-    if module_hooks or global_hooks:
+    if any(live[d] for d in (*_MODULE_DICTS, *_GLOBAL_DICTS)):
         if mod_value.source is None:
             raise Unsupported(BreakKind.MODULE_HOOKS, f"{type(m).__name__} has hooks and no source to guard them by")
         return True
-    _guard_no_global_hooks(tx)
-    if mod_value.source is not None:
+    # a dict the trace wrote had its entry keys guarded when it was read (NOTE [Hooks registered in the trace])
+    _guard_no_global_hooks(tx, [d for d in _GLOBAL_DICTS if _written(tx, _GLOBALS[d]) is None])
+    unwritten = [d for d in _MODULE_DICTS if _written(tx, getattr(m, d, None)) is None]
+    if mod_value.source is not None and unwritten:
         e = mod_value.source.expr(tx.output.names)
-        hooks = " or ".join(f"{e}.{d}" for d in _MODULE_DICTS)
+        hooks = " or ".join(f"{e}.{d}" for d in unwritten)
         tx.output.add_guard("NO_HOOKS", f"not ({hooks})", mod_value.source, expected="no hooks",
                             actual=f"[{hooks.replace(' or ', ', ')}]")
     return False
@@ -301,43 +304,76 @@ def _uninitialised_lazy(m: torch.nn.Module) -> bool:
     return isinstance(m, _lazy.LazyModuleMixin) and m.has_uninitialized_params()
 
 
-def _guard_no_global_hooks(tx) -> None:
+def _guard_no_global_hooks(tx, names: list[str]) -> None:
+    if not names:
+        return
     g = tx.output.name_of(_GLOBALS, "G")
-    hooks = " or ".join(f"{g}[{d!r}]" for d in _GLOBAL_DICTS)
+    hooks = " or ".join(f"{g}[{d!r}]" for d in names)
     tx.output.add_guard("NO_GLOBAL_HOOKS", f"not ({hooks})", None, expected="no global module hooks",
                         actual=f"[{hooks.replace(' or ', ', ')}]")
 
 
 def trace_hooks_of(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """`hooks_of(module)` while tracing: the hooks as values read through their sources, every hook dict
-    that decides the answer guarded by its key list."""
+    that decides the answer guarded by its key list (a dict the trace wrote: by the key guard of its
+    wrapping, and read as the trace left it)."""
     mod_value = args[0]
     if kwargs or len(args) != 1 or not isinstance(mod_value, NNModuleValue) or mod_value.source is None:
         raise Unsupported(BreakKind.MODULE_HOOKS, "hooks of a module without a source")
     m = mod_value.obj
-    _guard_tables(tx, [(_module_dict_source(mod_value, name), getattr(m, name)) for name in _MODULE_KEYED])
-    _guard_tables(tx, [(GlobalSource(Ref(_GLOBALS, "G"), name), _GLOBALS[name]) for name in _GLOBAL_KEYED])
-    pre, post, always = hooks_of(m)
-    g_pre, g_post = _torch_module._global_forward_pre_hooks, _torch_module._global_forward_hooks
-    pre_values = [_entry(tx, entry, "_global_forward_pre_hooks" if entry[0] in g_pre else None,
-                         mod_value, "_forward_pre_hooks") for entry in pre]
-    post_values = [_entry(tx, entry, "_global_forward_hooks" if entry[0] in g_post else None,
-                          mod_value, "_forward_hooks") for entry in post]
-    return TupleValue([TupleValue(pre_values), TupleValue(post_values), ConstantValue(always)])
+    sources = {name: _module_dict_source(mod_value, name) for name in _MODULE_KEYED}
+    sources.update({name: GlobalSource(Ref(_GLOBALS, "G"), name) for name in _GLOBAL_KEYED})
+    real = {name: getattr(m, name) for name in _MODULE_KEYED}
+    real.update({name: _GLOBALS[name] for name in _GLOBAL_KEYED})
+    held = {name: _written(tx, table) for name, table in real.items()}
+    _guard_tables(tx, [(sources[n], real[n]) for n in _MODULE_KEYED if held[n] is None])
+    _guard_tables(tx, [(sources[n], real[n]) for n in _GLOBAL_KEYED if held[n] is None])
+    live = _live_tables(tx, m)
+
+    def entries(global_name: str, module_name: str, kw_names: tuple, always_names: tuple) -> TupleValue:
+        out = []
+        for name in (global_name, module_name):
+            for hook_id in live[name]:
+                hook = held[name].items[hook_id] if held[name] is not None else \
+                    _hook_value(tx, real[name][hook_id], ItemSource(sources[name], hook_id))
+                out.append(TupleValue([ConstantValue(hook_id), hook,
+                                       ConstantValue(any(hook_id in live[k] for k in kw_names)),
+                                       ConstantValue(any(hook_id in live[k] for k in always_names))]))
+        return TupleValue(out)
+
+    pre = entries("_global_forward_pre_hooks", "_forward_pre_hooks", ("_forward_pre_hooks_with_kwargs",), ())
+    post = entries("_global_forward_hooks", "_forward_hooks",
+                   ("_forward_hooks_with_kwargs", "_global_forward_hooks_with_kwargs"),
+                   ("_forward_hooks_always_called", "_global_forward_hooks_always_called"))
+    always = bool(live["_forward_hooks_always_called"] or live["_global_forward_hooks_always_called"])
+    return TupleValue([pre, post, ConstantValue(always)])
 
 
-def _entry(tx, entry: tuple, global_dict: str | None, mod_value: NNModuleValue, module_dict: str) -> Value:
-    hook_id, hook, with_kwargs, always_called = entry
-    table = GlobalSource(Ref(_GLOBALS, "G"), global_dict) if global_dict else _module_dict_source(mod_value, module_dict)
-    source = ItemSource(table, hook_id)
+def _written(tx, table: Any) -> DictValue | None:
+    """The trace's value of the hook dict `table` when the trace wrote into it (replayed after the graph)."""
+    held = tx.output.side_effects.written_dict(table) if isinstance(table, dict) else None
+    return held if isinstance(held, DictValue) else None
+
+
+def _live_tables(tx, m: torch.nn.Module) -> dict[str, list]:
+    """The keys of every hook dict of `m` and the global ones, in order, as the trace has left them."""
+    tables = {name: getattr(m, name, None) for name in (*_MODULE_DICTS, *_MODULE_KEYED)}
+    tables.update({name: _GLOBALS[name] for name in (*_GLOBAL_DICTS, *_GLOBAL_KEYED)})
+    live = {}
+    for name, table in tables.items():
+        held = _written(tx, table)
+        live[name] = list(held.items if held is not None else table or ())
+    return live
+
+
+def _hook_value(tx, hook: Any, source: Source) -> Value:
     if _python_callable_object(hook):  # e.g. torch.nn.utils.prune's methods: their __call__ is inlined
         hook_value = tx.output.cached(source)
         if hook_value is None:
             tx.output.guard_type(source, type(hook))
             hook_value = tx.output.remember(source, ObjectValue(hook, source))
-    else:
-        hook_value = wrap(tx.output, hook, source)
-    return TupleValue([ConstantValue(hook_id), hook_value, ConstantValue(with_kwargs), ConstantValue(always_called)])
+        return hook_value
+    return wrap(tx.output, hook, source)
 
 
 def _python_callable_object(hook) -> bool:
@@ -371,3 +407,6 @@ def _guard_keys(tx, source: Source, table: dict) -> None:
 
 
 TRACE_TIME = {hooks_of: trace_hooks_of}  # functions the translator answers itself instead of inlining
+
+from .hook_handles import removable_handle_init  # noqa: E402  (NOTE [Hooks registered in the trace])
+TRACE_TIME[_torch_hooks.RemovableHandle.__init__] = removable_handle_init

@@ -33,7 +33,8 @@ from typing import Any
 import torch
 
 from .breaks import BreakKind, Unsupported
-from .values import DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, TupleValue, Value
+from .sources import AttrSource, GlobalSource
+from .values import ConstantValue, DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, TupleValue, Value
 
 
 # NOTE [Stores under a dict the trace holds]: an object's `__dict__` (or a module's, or the frame's
@@ -149,6 +150,8 @@ class SideEffects:
             value.order = None  # NOTE [Set order]: the order read at entry no longer holds
             value.reordered = True  # an OutsideSetValue read after this does not take the entry order either
         self.version += 1
+        if _hook_dict(value):
+            self.module_flag_stores += 1  # NOTE [Flag stores during module walks]
         if value.source is not None:
             self._mark(("container", id(value)))
             self.containers.setdefault(id(value), value)
@@ -197,6 +200,11 @@ class SideEffects:
         if seen is not None and seen[0] is d:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"a store to {what}, whose dict the trace holds as a dict")
 
+    def written_dict(self, d: Any) -> Value | None:
+        """The value the trace holds for the dict `d` when the trace wrote into it (replayed after the graph)."""
+        held = self._held_dict(d)
+        return held if held is not None and id(held) in self.containers else None
+
     def _held_dict(self, d: Any) -> Value | None:
         """The value the trace holds for the dict `d` (by identity), if any."""
         seen = self.by_object.get(id(d)) if d is not None else None
@@ -242,12 +250,14 @@ class SideEffects:
         entry = self.attrs.get((id(obj), name))
         return entry[2] if entry is not None else None
 
-    def record_finishing_call(self, function: Any, objects: list[Value]) -> None:
+    def record_finishing_call(self, function: Any, objects: list[Value], walks_unchanged: bool = False) -> None:
         """Run `function(*objects)` after the replayed writes (NOTE [Finishing calls]); every object
-        must have a Source (the replay reloads it from there)."""
-        if any(getattr(o, "source", None) is None for o in objects):
+        must have a Source (the replay reloads it from there) or be a constant."""
+        if any(getattr(o, "source", None) is None and not isinstance(o, ConstantValue) for o in objects):
             raise Unsupported(BreakKind.SIDE_EFFECT, f"a finishing call of {getattr(function, '__name__', function)}")
         self.version += 1
+        if walks_unchanged:  # NOTE [Flag stores during module walks]
+            self.module_flag_stores += 1
         self.finishing_calls.append((function, list(objects)))
 
     def store_global(self, f_globals: dict, name: str, value: Value) -> None:
@@ -364,7 +374,10 @@ class SideEffects:
             cg.push_null()
             cg.load_const(function)
             for obj in objects:
-                obj.source.reload(cg)
+                if obj.source is None:
+                    cg.load_const(obj.as_constant())  # a constant argument (NOTE [Hooks registered in the trace])
+                else:
+                    obj.source.reload(cg)
             cg.call(len(objects))
             cg.emit("POP_TOP")
 
@@ -442,13 +455,17 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = 
 # namespace: the old value, on every call (red team 16). Such a read breaks (check_namespace_read, called
 # from Translator.load_global, for the globals and the builtins, attributes._module_attr,
 # function_attrs.function_attr for a function's own `__dict__`, IMPORT_NAME for `sys.modules`, the call
-# of a partial from outside for its `keywords`, which the trace took when it wrapped the partial, and
-# module_hooks.plan_module_call for the hook dicts); at the break the writes are replayed.
+# of a partial from outside for its `keywords`, which the trace took when it wrapped the partial); at the
+# break the writes are replayed. (The hook dicts are read as the trace left them instead: NOTE [Hooks
+# registered in the trace].)
 def _module_flag_store(obj: Value, name: str, value: Value) -> bool:
     """NOTE [Flag stores during module walks]: a Python constant stored on a module under a name that is not
     one of its registries nor an entry of them (`child.training = mode` in `Module.train`) leaves every
     `_modules`/`_parameters`/`_buffers` dict as it was, so it cannot change what a lazy module walk yields
-    (NOTE [Lazy module walks] in modules.py); such stores do not stop a walk being drawn."""
+    (NOTE [Lazy module walks] in modules.py); such stores do not stop a walk being drawn. Nor do writes into
+    the hook dicts (`_forward_hooks`, ..., torch's global ones: `_hook_dict`) and the hook-id counter's
+    finishing call (NOTE [Hooks registered in the trace]): a walk over the children that registers a hook
+    on each, as transformers' output capturing does, is traced whole."""
     if not isinstance(obj, NNModuleValue) or name in ("_modules", "_parameters", "_buffers", "__dict__"):
         return False
     try:
@@ -459,6 +476,20 @@ def _module_flag_store(obj: Value, name: str, value: Value) -> bool:
         return False
     module = obj.obj
     return all(name not in getattr(module, table, {}) for table in ("_modules", "_parameters", "_buffers"))
+
+
+# the hook dicts of every module and torch's global module hooks (NOTE [Flag stores during module walks])
+_HOOK_DICTS = frozenset(k for k, v in vars(torch.nn.Module()).items() if isinstance(v, dict) and "hook" in k) | \
+    frozenset(k for k, v in vars(torch.nn.modules.module).items() if isinstance(v, dict) and k.startswith("_global_")
+              and "hook" in k)
+
+
+def _hook_dict(value: Value) -> bool:
+    """A write into `value` registers or removes a module hook: a hook dict read through its own name."""
+    source = value.source
+    name = getattr(source, "attr", None) if isinstance(source, AttrSource) else \
+        getattr(source, "name", None) if isinstance(source, GlobalSource) else None
+    return isinstance(value, DictValue) and name in _HOOK_DICTS
 
 
 def _buffer_table(module: torch.nn.Module, name: str) -> dict | None:

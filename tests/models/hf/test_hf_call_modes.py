@@ -23,11 +23,12 @@ live in every run. Where framejit captures fewer graphs than stock, the case say
 NOTE [HF output capturing hooks]: output_hidden_states=True / output_attentions=True on a transformers 5.x
 model installs output-capturing forward hooks on every submodule on the first such call
 (transformers/utils/output_capturing.py: `with threading.Lock()`, then `recursively_install_hooks`, which
-calls `module.register_forward_hook` per submodule). Stock torch.compile breaks at the lock and skips
-`recursively_install_hooks` ("graph break in loop"); framejit matches its graph count and values, but
-breaks at `weakref.ref` in RemovableHandle.__init__, recompiles `recursively_install_hooks` per submodule
-class and runs it eagerly once the recompile limit is reached (one eager frame on the first call), so those
-call patterns are not in CASES until register_forward_hook is traced.
+walks named_children() and calls `module.register_forward_hook` per matching submodule). Stock torch.compile
+breaks at the lock and skips `recursively_install_hooks` ("graph break in loop"). framejit breaks at the lock
+too and traces the installation (NOTE [Hooks registered in the trace]): the hooks exist after the first
+call, as in eager, and the forward that follows runs them in the same graph. Before, it broke at
+`weakref.ref` in RemovableHandle.__init__, recompiled `recursively_install_hooks` per submodule class and
+ran it eagerly at the recompile limit (one eager frame: bert_output_hidden_states failed on that).
 """
 from __future__ import annotations
 
@@ -203,6 +204,12 @@ CASES: dict[str, Case] = {
     "qwen2_position_ids": Case("qwen2", _forward(_position_ids)),
     "bert_inputs_embeds": Case("bert", _inputs_embeds),
     "mistral_use_cache_false": Case("mistral", _forward(lambda s: dict(_text(s), use_cache=False))),
+    # NOTE [HF output capturing hooks]: the first call installs the hooks; a composite model (bart) installs
+    # its submodel's own hooks; the hidden states and attentions come back from the hooks
+    "bert_output_hidden_states": Case("bert", _forward(lambda s: dict(_text(s), output_hidden_states=True))),
+    "llama_output_attentions": Case("llama", _forward(lambda s: dict(_text(s), output_attentions=True)),
+                                    config=dict(attn_implementation="eager")),
+    "bart_output_hidden_states": Case("bart", _forward(lambda s: dict(_text(s), output_hidden_states=True))),
     # decoding
     "llama_decode_loop": Case("llama", _decode_loop),
     "gpt2_generate_sample": Case("gpt2", _generate(do_sample=True, top_k=10, top_p=0.9, temperature=0.7),
@@ -222,6 +229,8 @@ STOCK: dict[str, int] = {
     "wav2vec2_ctc_padded": 4,  # framejit: 3
     "gpt2_return_dict_false": 1, "llama_eager_attention_left_padded": 1, "qwen2_position_ids": 1,
     "bert_inputs_embeds": 1, "mistral_use_cache_false": 1,
+    "bert_output_hidden_states": 1, "llama_output_attentions": 2,
+    "bart_output_hidden_states": 4,
     "llama_decode_loop": 3,  # the prompt, the first step (a cache appears), the next steps (another length)
     "gpt2_generate_sample": 3, "llama_generate_beam2": 3, "bart_generate_greedy": 3,
 }

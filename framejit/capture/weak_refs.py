@@ -1,0 +1,76 @@
+"""Weak references made while tracing: `weakref.ref(obj)` as a value.
+
+NOTE [Weak references made in the trace]: `torch.utils.hooks.RemovableHandle.__init__` (run by every
+`module.register_forward_hook`, `register_forward_pre_hook`, `Tensor.register_hook`, ...) keeps
+`weakref.ref(hooks_dict)` and one ref per extra dict. transformers installs its output-capturing forward hooks
+from inside the model's forward on the first `output_hidden_states=True` call, so a trace that could not make
+a weak reference broke in every `register_forward_hook`, and the recursive installer recompiled per module
+class until it ran eagerly.
+
+`weakref.ref(obj)` with no callback is a `WeakRefValue` over the referent's value when the referent is an
+object the emitted code rebuilds as the same object: one read through a source (reloaded), or a list, dict
+or object made while tracing (built once: NOTE [One object per value]). Calling it in the trace answers the
+referent (alive: the frame holds it); where it outlives the graph it is rebuilt as `weakref.ref(<referent>)`
+after the graph, which is eager's object (CPython shares the one callback-free ref of an object) or an equal
+one, dead exactly when eager's would be. A type without weak reference support raises eager's TypeError.
+Anything else (a callback, a tensor or constant referent, a subclass of ref) is a graph break.
+"""
+from __future__ import annotations
+
+import weakref
+
+from .breaks import BreakKind, Unsupported, UserException
+from .builtins import handles
+from .values import ConstantValue, DictValue, ListValue, NewObjectValue, TensorValue, Value
+
+
+class WeakRefValue(Value):
+    """`weakref.ref(referent)` made while tracing (NOTE [Weak references made in the trace])."""
+
+    def __init__(self, referent: Value) -> None:
+        self.referent = referent
+        self.source = None
+
+    def python_type(self) -> type:
+        return weakref.ReferenceType
+
+    def describe(self) -> str:
+        return f"weakref({self.referent.describe()})"
+
+    def call_in_trace(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        if args or kwargs:
+            raise UserException(TypeError(f"weakref() takes no arguments ({len(args) + len(kwargs)} given)"))
+        return self.referent
+
+    def rebuild_call(self) -> tuple:
+        """(callable, argument values) that make the object after the graph (codegen's `emit`)."""
+        return weakref.ref, [self.referent]
+
+
+def _rebuilt_as_itself(value: Value) -> bool:
+    """The emitted code loads this very object: from its source, or the one object built for it."""
+    if isinstance(value, (TensorValue, ConstantValue)):
+        return False  # a tensor may be a graph output made anew; a constant is no object of the program's
+    return value.source is not None or isinstance(value, (DictValue, ListValue, NewObjectValue))
+
+
+@handles(weakref.ref)
+def _weakref_ref(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if kwargs or not 1 <= len(args) <= 2:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "weakref.ref() with keywords or without a referent")
+    if len(args) == 2 and not (args[1].is_constant() and args[1].as_constant() is None):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "weakref.ref() with a callback")
+    return weak_ref(tx, args[0])
+
+
+def weak_ref(tx, referent: Value) -> WeakRefValue:
+    """`weakref.ref(referent)` (no callback) while tracing, or eager's TypeError, or a break."""
+    try:
+        cls = referent.python_type()
+    except Unsupported:
+        cls = None
+    if isinstance(cls, type) and not cls.__weakrefoffset__:  # CPython's _PyType_SUPPORTS_WEAKREFS
+        raise UserException(TypeError(f"cannot create weak reference to '{cls.__name__}' object"))
+    if cls is None or not _rebuilt_as_itself(referent):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"weakref.ref() of {referent.describe()}")
+    return WeakRefValue(referent)
