@@ -159,7 +159,13 @@ def _held_array(m):
     return m[0].weight.detach().numpy()
 
 
+def _held_dlpack(m):
+    m.requires_grad_(False)  # torch.from_dlpack refuses a tensor that requires grad
+    return torch.from_dlpack(m[0].weight)  # a StorageImpl of its own over the weight's memory
+
+
 _HELD_ALIASES = {
+    "dlpack": (_held_dlpack, lambda d, step: d.mul_(0.5)),
     "data": (_held_data, lambda d, step: d.mul_(0.5)),
     "data_of_a_view": (lambda m: m[0].weight.view(-1).data, lambda d, step: d[step].add_(3.0)),
     "numpy": (_held_array, lambda a, step: a.__setitem__((0, step), 7.0)),
@@ -169,7 +175,7 @@ _HELD_ALIASES = {
 @pytest.mark.parametrize("backend", ["onnxrt", "triton"])
 @pytest.mark.parametrize("name", sorted(_HELD_ALIASES))
 def test_writes_through_an_alias_held_from_before_the_first_call(backend, name):
-    # `d = w.data` taken before compiling (or a NumPy array over w) and written
+    # `d = w.data` taken before compiling (or a NumPy array over w, or torch.from_dlpack(w)) and written
     # in place later: no version and no `.data` use moves, and onnxrt's frozen session served the weights
     # it was made with (framejit before: the unchanged model's outputs from the 2nd call on). A storage
     # held by another object when the session is made is now fed, not frozen (NOTE [Weights whose storage

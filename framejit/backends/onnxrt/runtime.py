@@ -78,12 +78,17 @@ _MAX_REFREEZE = 2
 # its own old session first) is fed on every call (zero-copy, NOTE [Zero-copy I/O]) instead of frozen, for
 # the part's life. Views and `detach()` of the weight also hold its storage and would be safe (they share
 # its version counter), but cannot be told apart: their weights are fed too (ORT's constant folding is
-# lost, never a value).
+# lost, never a value). `torch.from_dlpack(w)` makes a StorageImpl of its own over w's memory and holds
+# w's TensorImpl instead: a TensorImpl use count above 1 (2 for a leaf that requires grad, whose
+# AccumulateGrad node may hold it; such a tensor cannot be exported without `detach()`, a new TensorImpl
+# over the storage) is a holder too.
 # Holders made after the session are seen as before (views and `detach()` bump the shared counter,
 # `.data` is counted); a NumPy array made after it is still not, nor writes through `untyped_storage()`,
 # whose Python object torch keeps on the StorageImpl itself (no count of its own) (watch.py).
 def _held_elsewhere(tensor: torch.Tensor) -> bool:
     try:
+        if tensor._use_count() > 1 + (tensor.is_leaf and tensor.requires_grad):
+            return True  # a DLPack capsule, or a tensor made from one, holds the TensorImpl itself
         key = tensor.untyped_storage()._cdata
         return torch._C._storage_Use_Count(key) > 2 + _SESSION_HOLDS[key]
     except Exception:  # no storage or no such function: trust the version as before
