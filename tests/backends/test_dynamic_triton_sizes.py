@@ -15,6 +15,8 @@ generated triton modules asserted.
   kernel width to 2..3 (too few sizes to probe) and relates the kernel height to the image's (`kh <= h + 2`),
   which probes in every order broke (NOTE [Symbols with too few sizes to probe], triton/dynamic.py; NOTE
   [Probes within the frontend's relations], triton/probe_relations.py).
+- `x[:, 1::3] * 2 + y`: the frontend equates y's width to `(x.size(1) + 1) // 3`; probes gave the two widths
+  unrelated values and could not be generated (broadcast), so the graph compiled per shape.
 """
 from __future__ import annotations
 
@@ -158,3 +160,14 @@ def test_a_conv_whose_weight_is_a_dynamic_input_is_one_module(triton_modules):
     assert len(backend.compiled) == 1 and isinstance(backend.compiled[0], DynamicGraph), backend.compiled
     assert len(backend.compiled[0].specialised.compiled) == 1, backend.compiled[0].specialised.compiled
     assert sum(triton_modules.values()) == 2, dict(triton_modules)
+
+
+def _strided_columns_plus(x, y):
+    return x[:, 1::3] * 2 + y
+
+
+def test_a_size_the_frontend_equates_to_an_expression_of_another_is_one_module(triton_modules):
+    """dynamic=True over 6 widths of x (y's width follows): before, 6 modules; now 1."""
+    calls = [(torch.randn(3, s), torch.randn(3, (s + 1) // 3)) for s in [5, 7, 8, 11, 6, 9]]
+    backend = _run(_strided_columns_plus, calls, dynamic=True)
+    _one_module_per_graph(backend, triton_modules, 1)

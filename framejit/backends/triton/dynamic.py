@@ -393,8 +393,9 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict)
     # NOTE [Odd probes]
     if _has_fraction(list(heads), list(calls), probes, names) or _rounds_sizes(gm) or exprs.rounds():
         for probe in _odd_probes(sym, probes, example_inputs):
-            if exprs.degenerate_at(probe, probes[1:4]):  # NOTE [Degenerate sizes are not probed]
-                continue
+            probe = relations.defined(probe)  # NOTE [Probes within the frontend's relations]
+            if exprs.degenerate_at(probe, probes[1:4]) or not relations.hold(probe) or probe in probes:
+                continue  # NOTE [Degenerate sizes are not probed]
             inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
             try:
                 run = _generate(gm, inputs, device, opts, configs, sym.symbolic_ints)

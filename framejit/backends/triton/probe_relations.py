@@ -14,6 +14,9 @@ a probe with the other order is added where one satisfying the relations exists 
 imply needs none: the module is never used outside it). Sizes that break a relation are also never used to
 tell candidate expressions apart (dynamic._probe_where_they_differ): they are excluded, as sizes the graph
 cannot take are.
+A relation that equates a symbol to an expression of others (`Eq((s1 + 1) // 3, s2)`: `x[:, 1::3] + y`
+makes y's width follow x's) cannot be met by exchanging values: such a symbol takes its expression's value
+at every probe (`Relations.defined`), odd probes included.
 Single-symbol guards are the symbols' ranges (NOTE [Ranges of the frontend's symbols], backends/symbolic.py).
 """
 from __future__ import annotations
@@ -26,10 +29,26 @@ _MAX_ROUNDS = 3  # transpositions applied to repair one probe
 class Relations:
     """The frontend's guards over two or more backend symbols, checked at integer points."""
 
-    def __init__(self, guards: list, symbols: list, ranges: list):
+    def __init__(self, guards: list, symbols: list, ranges: list, definitions: list = ()):
         self.guards = guards
         self.symbols = symbols
         self.ranges = ranges  # (lower, upper) per symbol, None where unbounded
+        self.definitions = list(definitions)  # (index of a symbol, its expression over the others)
+
+    def defined(self, point: list[int]) -> list[int]:
+        """`point` with each symbol the frontend equates to an expression of others set to its value there."""
+        import sympy
+
+        point = list(point)
+        for _ in range(len(self.definitions)):
+            for index, expr in self.definitions:
+                try:
+                    value = expr.xreplace({s: sympy.Integer(v) for s, v in zip(self.symbols, point)})
+                except Exception:  # noqa: BLE001 - undefined there: left as it is (the check rejects it)
+                    continue
+                if value.is_Integer:
+                    point[index] = int(value)
+        return point
 
     def __bool__(self) -> bool:
         return bool(self.guards)
@@ -52,8 +71,8 @@ class Relations:
     def repaired(self, probe: list[int], fixed: set) -> list[int] | None:
         """`probe` or the first probe made from it by exchanging values of symbols (not in `fixed`) that
         satisfies every relation; None if a few exchanges find none."""
-        frontier = [list(probe)]
-        seen = {tuple(probe)}
+        frontier = [self.defined(probe)]
+        seen = {tuple(frontier[0])}
         movable = [k for k in range(len(probe)) if k not in fixed]
         for _ in range(_MAX_ROUNDS + 1):
             for candidate in frontier:
@@ -64,6 +83,7 @@ class Relations:
                 for i, j in itertools.combinations(movable, 2):
                     swapped = list(candidate)
                     swapped[i], swapped[j] = swapped[j], swapped[i]
+                    swapped = self.defined(swapped)
                     if tuple(swapped) not in seen:
                         seen.add(tuple(swapped))
                         following.append(swapped)
@@ -77,8 +97,10 @@ def relations_of(sym) -> Relations:
     symbols = list(sym.symbols)
     if env is None or len(symbols) < 2:
         return Relations([], symbols, sym.ranges())
+    import sympy
+
     known = set(symbols)
-    guards = []
+    guards, definitions = [], []
     for guard in env.guards:
         try:
             expr = env.simplify(guard.expr).xreplace(sym._mapping)
@@ -86,7 +108,13 @@ def relations_of(sym) -> Relations:
             continue
         if len(expr.free_symbols) >= 2 and expr.free_symbols <= known and expr not in guards:
             guards.append(expr)
-    return Relations(guards, symbols, sym.ranges())
+            if isinstance(expr, sympy.Eq):  # `Eq((s1 + 1) // 3, s2)`: y's width follows from x's
+                for side, other in ((expr.lhs, expr.rhs), (expr.rhs, expr.lhs)):
+                    if isinstance(side, sympy.Symbol) and side not in other.free_symbols and \
+                            side not in [symbols[k] for k, _ in definitions]:
+                        definitions.append((symbols.index(side), other))
+                        break
+    return Relations(guards, symbols, sym.ranges(), definitions)
 
 
 def within_relations(probes: list[list[int]], relations: Relations, fixed: set) -> list[list[int]]:
