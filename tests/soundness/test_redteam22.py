@@ -223,3 +223,34 @@ def test_a_weight_read_by_two_parts_stays_frozen_in_both():
     finally:
         runtime.OrtPart._make_session = original
     assert len(parts) == 2 and all(parts)  # two parts, each freezing the weight
+
+
+_SWAPPING_CONVERSIONS = {
+    "to_float64": lambda m, step: m.to(torch.float64 if step % 2 == 0 else torch.float32),
+    "load_state_dict": lambda m, step: m.load_state_dict(
+        {"0.weight": torch.full((3, 4), 0.1 * step), "0.bias": torch.ones(3), "2.weight": torch.ones(2, 3),
+         "2.bias": torch.zeros(2)}),
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
+@pytest.mark.parametrize("name", sorted(_SWAPPING_CONVERSIONS))
+def test_module_conversions_that_swap_parameters_after_compiled_calls(backend, name):
+    # under torch.__future__.set_swap_module_params_on_conversion(True), module.to() and load_state_dict
+    # swap each parameter's TensorImpl with torch.utils.swap_tensors: after one compiled call they raised
+    # "Cannot swap t1 because it has weakref associated with it" (NOTE [Traces leave no weak references])
+    eager, compiled = _pair()
+    fast = framejit.compile(compiled, backend=backend)
+    convert = _SWAPPING_CONVERSIONS[name]
+    dtype = torch.float32
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        with torch.no_grad():
+            for step in range(4):
+                x = torch.randn(2, 4, dtype=dtype)
+                torch.testing.assert_close(fast(x), eager(x))
+                convert(eager, step)
+                convert(compiled, step)
+                dtype = eager[0].weight.dtype
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(False)
