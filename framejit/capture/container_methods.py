@@ -287,8 +287,8 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
     from .values.mappings import key_value
     if not issubclass(s.cls, set):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on a {s.cls.__name__}")
-    from .identity_keys import FUNCTION_ELEMENT_TYPES
-    if name == "pop" and any(type(k) in FUNCTION_ELEMENT_TYPES for k in s.items):
+    from .identity_keys import is_function_element
+    if name == "pop" and any(is_function_element(k) for k in s.items):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "set.pop() of a set of functions")  # NOTE [Sets of functions from outside]
     if name == "pop" and s.source is not None and len(s.items) > 1:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"set.pop() of {s.source.describe()} (the element it removes "

@@ -30,8 +30,25 @@ from .values.mappings import IdentityKey, key_value
 # never iterated or popped by the trace (its elements would be functions as constants), only queried,
 # compared and changed. complex is a constant like float. Classes (of metaclass `type`) are such elements too:
 # dataclasses' `type(obj) in _ATOMIC_TYPES` (a module-level frozenset of classes) is a membership query on them.
+# A class of another metaclass (ABCMeta, a library's registry metaclass: `type(obj) in _HANDLED`) is one too
+# when its metaclass keeps type's __eq__ and __hash__, so it still compares and hashes by identity.
 SET_ELEMENT_TYPES = (int, str, bool, float, complex, type(None), types.FunctionType, types.BuiltinFunctionType, type)
 FUNCTION_ELEMENT_TYPES = (types.FunctionType, types.BuiltinFunctionType, type)
+
+
+def is_set_element(obj: Any) -> bool:
+    """An element a set from outside may hold (NOTE [Sets of functions from outside])."""
+    return type(obj) in SET_ELEMENT_TYPES or _identity_class(obj)
+
+
+def is_function_element(obj: Any) -> bool:
+    """A function or class element: queried by identity, never iterated (NOTE [Sets of functions from outside])."""
+    return type(obj) in FUNCTION_ELEMENT_TYPES or _identity_class(obj)
+
+
+def _identity_class(obj: Any) -> bool:
+    meta = type(obj)
+    return isinstance(obj, type) and meta.__eq__ is type.__eq__ and meta.__hash__ is type.__hash__
 
 
 def set_element(tx, value: Value) -> Any:
@@ -86,7 +103,7 @@ def set_items(s: SetValue) -> list[Value]:
     """The elements of a set, in iteration order (NOTE [Sets of tensors] for sets holding tensors)."""
     if len(s.items) > 1 and any(isinstance(k, IdentityKey) for k in s.items):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "iteration over a set of tensors (its order follows addresses)")
-    if any(type(k) in FUNCTION_ELEMENT_TYPES for k in s.items):  # NOTE [Sets of functions from outside]
+    if any(is_function_element(k) for k in s.items):  # NOTE [Sets of functions from outside]
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "iteration over a set of functions")
     if s.frozen is not None:  # NOTE [Set order]
         return [key_value(k) for k in s.frozen]

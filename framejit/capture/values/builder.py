@@ -192,8 +192,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return outside_dict(out, obj, source)  # NOTE [Dicts from outside]
     if type(obj) in (dict, collections.OrderedDict, collections.defaultdict) or _plain_mappingproxy(obj):
         return _wrap_dict(out, obj, source)
-    from ..identity_keys import SET_ELEMENT_TYPES  # NOTE [Sets of functions from outside]
-    if type(obj) in (set, frozenset) and all(type(i) in SET_ELEMENT_TYPES for i in obj):
+    from ..identity_keys import is_set_element  # NOTE [Sets of functions from outside]
+    if type(obj) in (set, frozenset) and all(is_set_element(i) for i in obj):
         if type(obj) is set:
             from .outside import outside_set  # NOTE [Sets from outside]
             return outside_set(out, obj, source)
