@@ -411,9 +411,10 @@ _TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "_quantized
 
 
 def _op_data(op) -> tuple:
-    overload = op._overloadname if isinstance(op, torch._ops.OpOverload) else None
-    name = op._schema.name.split("::")[-1] if overload is not None else op._qualified_op_name.split("::")[-1]
-    namespace = op.namespace
+    if isinstance(op, torch._ops.OpOverload):
+        namespace, name, overload = op.namespace, op._schema.name.split("::")[-1], op._overloadname
+    else:  # a packet (`torch.ops.ns.name(x)`): it has no `namespace` (a read of it looks for an overload)
+        (namespace, _, name), overload = op._qualified_op_name.partition("::"), None
     return namespace, name, overload, _op_definition(namespace, name)
 
 

@@ -65,6 +65,10 @@ def _const_text(const: Any) -> str:
 # [Closure cells by path]). Saving verifies that the locator finds the very
 # object; loading verifies the kind of what it finds.
 def locate(obj: Any, fn: types.FunctionType) -> tuple:
+    if isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops._OpNamespace)):  # NOTE [Op packets by name]
+        found = _op_packet_locator(obj)  # (a namespace is a ModuleType that no import finds)
+        if found is not None:
+            return found
     if isinstance(obj, types.ModuleType):
         return ("module", obj.__name__)
     if obj is sys.modules:  # `"jax" in sys.modules` (transformers' is_jax_jitting) guards the dict's keys
@@ -175,6 +179,22 @@ def _import_locator(obj: Any) -> tuple:
     if found is not None:
         return found
     raise NotPersistable(f"{module}.{qualname} does not import back to the same object")
+
+
+# NOTE [Op packets by name]: `torch.ops.ns.name(x)` and `torch.ops.ns.name.default(x)` in traced code read
+# the namespace object `torch.ops.ns` and the packet `torch.ops.ns.name`, which the guards pin by identity;
+# neither imports by its names (a packet's __module__ is 'torch._ops.ns' and its qualname a pybind11 record's),
+# so a frame calling a custom op through torch.ops was kept in memory only. Both are found again through
+# torch.ops by name (torch caches each on its parent, one object per process), verified to find the very
+# object. What the op does is checked where the graph calls it (NOTE [Persisted operator targets] in
+# frame_cache.py).
+def _op_packet_locator(obj: Any) -> tuple | None:
+    if isinstance(obj, torch._ops._OpNamespace):
+        locator = ("op_namespace", obj.name)
+    else:
+        namespace, _, name = obj._qualified_op_name.partition("::")
+        locator = ("op", namespace, name, None)
+    return locator if _finds(locator, None, obj) else None
 
 
 # NOTE [Interpreter types by a sample]: the types of the interpreter's iterators and views (`list_iterator`,
@@ -593,8 +613,11 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
         return torch.device(locator[1])
     if kind == "logger":
         return logging.getLogger(locator[1])
-    if kind == "op":
-        return getattr(getattr(getattr(torch.ops, locator[1]), locator[2]), locator[3])
+    if kind == "op":  # an overload, or its packet (None: NOTE [Op packets by name])
+        packet = getattr(getattr(torch.ops, locator[1]), locator[2])
+        return packet if locator[3] is None else getattr(packet, locator[3])
+    if kind == "op_namespace":  # NOTE [Op packets by name]
+        return getattr(torch.ops, locator[1])
     if kind == "enum":
         return getattr(_import(locator[1], locator[2]), locator[3])
     if kind == "value":

@@ -13,7 +13,9 @@ entry (frames_traced 0) and return what eager returns. What was missing:
   which the plan cannot describe: NOTE [Return values the plan cannot describe] in frame_cache.py);
 - namedtuple `p._replace(...)` (the traced stand-in, `_make`'s classmethod and `tuple.__new__`: NOTE
   [Library substitutes by their original]);
-- a graph calling a `torch.library.custom_op` (OpOverloads do not pickle: NOTE [Persisted operator targets]);
+- a graph calling a `torch.library.custom_op` (OpOverloads do not pickle: NOTE [Persisted operator targets]),
+  also through `torch.ops.ns.name(...)` and `torch.ops.ns.name.default(...)` (the namespace object and the
+  packet the guards pin: NOTE [Op packets by name] in locators.py);
 - torch.func.vmap and torch.func.grad regions (NOTE [Persisted transform regions]);
 - while some function is marked allow_in_graph (importing transformers marks four), a module whose `forward` is
   a decorator's wrapper without functools.wraps (the set of marked ids was guarded: NOTE [Persisted marks]);
@@ -25,9 +27,9 @@ entry (frames_traced 0) and return what eager returns. What was missing:
   decorators]).
 
 The loading side is checked too: a warm process whose program differs where a persisted entry's guards
-look (the global list is now a deque, a custom op's body changed, other functions marked, the local class of
-the module-level instance is another one, a decorated method's body changed) traces
-again and returns what eager returns.
+look (the global list is now a deque, a custom op's body changed, called directly or through torch.ops,
+other functions marked, the local class of the module-level instance is another one, a decorated method's
+body changed) traces again and returns what eager returns.
 
 Programs run in forked children of a program server (tests.helpers.run_program) on a copy of framejit (the
 `install` fixture: framejit's source digest is part of every key, and others may edit the checkout).
@@ -132,6 +134,22 @@ def _(x):
     return torch.empty_like(x)
 def f(x):
     return scaled(x.sin()) + 1
+check(f, lambda s: (rand(s, 4),))
+''',
+    "custom_op_through_torch_ops": '''
+if WARM_VARIANT:
+    @torch.library.custom_op("h16warm::shifted", mutates_args=())
+    def shifted(x: torch.Tensor) -> torch.Tensor:
+        return x + 3
+else:
+    @torch.library.custom_op("h16warm::shifted", mutates_args=())
+    def shifted(x: torch.Tensor) -> torch.Tensor:
+        return x + 2
+@shifted.register_fake
+def _(x):
+    return torch.empty_like(x)
+def f(x):
+    return torch.ops.h16warm.shifted.default(x.cos()) * torch.ops.h16warm.shifted(x)
 check(f, lambda s: (rand(s, 4),))
 ''',
     "vmap_and_grad": '''
@@ -242,11 +260,11 @@ def test_a_warm_process_traces_nothing(tmp_path, install, name):
 
 
 @pytest.mark.parametrize("name", ["global_list_across_break", "custom_op", "marked_functions_and_an_unnamed_forward",
-                                  "library_idioms", "break_in_decorated_method"])
+                                  "library_idioms", "break_in_decorated_method", "custom_op_through_torch_ops"])
 def test_a_warm_process_whose_program_differs_traces_again(tmp_path, install, name):
     # the list is now a deque; the custom op's body multiplies by 3; another function is marked allow_in_graph;
     # the module-level instance is of another local class (another forward); the decorated method adds 2 after
-    # its break
+    # its break; the op called through torch.ops adds 3
     cold, warm = _cold_then_warm(tmp_path, install, name, warm_variant=True)
     assert warm["equal"] and warm["eager_frames"] == 0, warm
     assert warm["traced"] > 0, warm
