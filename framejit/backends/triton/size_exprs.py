@@ -32,6 +32,11 @@ import itertools
 import torch
 
 _MULTIPLES = range(2, 17)
+# NOTE [Sizes off by a constant]: the lowering writes some sizes as literals that are a size of the graph plus
+# or minus a constant: var/std divide by `s - correction` (x.var(1): `/ 79.0` at a row of 80), so
+# `(x - x.mean(1, keepdim=True)) / x.var(1, keepdim=True)` compiled per shape. Atoms shifted by these constants
+# are candidates too (last: an exact atom, multiple or product is preferred).
+_SHIFTS = (-1, 1, -2, 2)
 _MAX_ATOMS = 96  # pairwise products of this many expressions: ~4600 candidates
 
 
@@ -152,7 +157,7 @@ class SizeExpressions:
         return function
 
     def _candidates(self, points: list):
-        """(expression, its values at `points`) for atoms, their small multiples and pairwise products;
+        """(expression, its values at `points`) for atoms, their small multiples, pairwise products and shifts;
         values are multiplied as ints (sympy evaluates each atom once per point)."""
         vectors = [(atom, [self._at(atom, p) for p in points]) for atom in self.atoms]
         vectors = [(a, v) for a, v in vectors if None not in v]
@@ -162,6 +167,9 @@ class SizeExpressions:
                 yield c * atom, [c * x for x in vector]
         for (a, va), (b, vb) in itertools.combinations_with_replacement(vectors, 2):
             yield a * b, [x * y for x, y in zip(va, vb)]
+        for c in _SHIFTS:  # NOTE [Sizes off by a constant]
+            for atom, vector in vectors:
+                yield atom + c, [x + c for x in vector]
 
     def fit(self, values: list[int], probes: list[list[int]]):
         """The expression equal to `values` at `probes` (printed as Python), or None (none or ambiguous)."""
