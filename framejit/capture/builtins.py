@@ -762,7 +762,8 @@ def _delitem(tx, obj: Value, key: Value) -> Value:
 BUILTIN_HANDLERS[operator.setitem] = _statement(operator.setitem, 3, _setitem)
 BUILTIN_HANDLERS[operator.delitem] = _statement(operator.delitem, 2, _delitem)
 BUILTIN_HANDLERS[operator.is_] = _statement(operator.is_, 2, lambda tx, a, b: ConstantValue(is_same(tx, a, b)))
-BUILTIN_HANDLERS[operator.is_not] = _statement(operator.is_not, 2, lambda tx, a, b: ConstantValue(not is_same(tx, a, b)))
+BUILTIN_HANDLERS[operator.is_not] = _statement(operator.is_not, 2,
+                                               lambda tx, a, b: ConstantValue(not is_same(tx, a, b)))
 
 
 @handles(set)

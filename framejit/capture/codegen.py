@@ -144,6 +144,8 @@ class Reconstructor:
         self.out_local = out_local
         self.preloaded: dict[int, str] = {}  # id(value) -> local holding it (see preload)
         self._kept: list = []  # the preloaded values, alive so that their ids are not reused
+        self.after_replay: list = []  # NOTE [Dict iterators built after replay]
+        self._deferred: set[int] = set()  # their ids, until built: the first emission builds and keeps one
 
     def preload(self, values: list, sourced: bool = True) -> None:
         """Load every value that is rebuilt from a source (when `sourced`) and every mutable object made
@@ -151,6 +153,17 @@ class Reconstructor:
 
         NOTE [Reload before replay]: side-effect replay changes containers (`items[:] = ...`), and a value
         whose source reads one of them (`items[0]`, popped while tracing) must be read before that.
+
+        NOTE [Dict iterators built after replay]: CPython's iterator over a dict or set (or a view of one)
+        raises at its next step when the table's size changed since it was made. An iterator the trace made
+        over a dict from outside after the frame changed that dict (`d["new"] = 1; g = (v for v in
+        d.values())`, a break at `next(g)`) was rebuilt before the replay of that change, so the real
+        iterator saw the store and raised RuntimeError where eager runs on. Such an iterator is built after
+        the replay, and so is every value made while tracing that holds it (`[it]`, the returned tuple):
+        `after_replay`, preloaded by the break's code once the effects are replayed, elsewhere (the return)
+        built where first emitted and then kept, so it stays one object. It reads the dict as the program
+        had it when the iterator was made; one changed since then still fails as eager's does
+        (failing_iterator).
 
         NOTE [One object per value]: a list, dict, set or object made while tracing may be reachable
         from several places (a local, a bound method `r.append` on the stack, an item of another
@@ -167,8 +180,12 @@ class Reconstructor:
                 self._store_preloaded(value)  # a frame local or a fixed object cannot change meanwhile
             return
         visiting.add(id(value))
-        for child in _children(value):
+        children = _children(value)
+        for child in children:
             self._preload(child, sourced, visiting)
+        if sourced and any(id(child) in self._deferred for child in children):
+            self._defer(value)  # NOTE [Dict iterators built after replay]: what holds one is built after it too
+            return
         if isinstance(value, SymRangeValue):
             return  # rebuilt from its bounds; reading its value would specialise them
         if isinstance(value, SymFloatValue) and _replayable_float(value):
@@ -181,6 +198,9 @@ class Reconstructor:
                 self._preload_cells(value)
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
         elif isinstance(value, IteratorValue) and (value.made_at is None or rebuild_spec(value) is not None):
+            if sourced and isinstance(value.owner, (DictValue, SetValue)) and value.owner.source is not None:
+                self._defer(value)  # NOTE [Dict iterators built after replay]
+                return
             self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
         elif type(value) is TupleValue:
             self._store_preloaded(value)  # one tuple object: `u[0] is t`, `t.count.__self__ is t` after a break
@@ -200,7 +220,13 @@ class Reconstructor:
             self.preloaded[id(cell)] = name
             self._kept.append(cell)
 
+    def _defer(self, value: Value) -> None:
+        self.after_replay.append(value)
+        self._deferred.add(id(value))
+        self._kept.append(value)
+
     def _store_preloaded(self, value: Value) -> None:
+        self._deferred.discard(id(value))
         self.emit(value)
         name = f"___pre{len(self.preloaded)}"
         self.cg.store_fast(name)
@@ -210,6 +236,10 @@ class Reconstructor:
     def emit(self, value: Value) -> None:
         cg = self.cg
         if id(value) in self.preloaded:
+            cg.load_fast(self.preloaded[id(value)])
+            return
+        if id(value) in self._deferred:  # NOTE [Dict iterators built after replay]: one object however reached
+            self._store_preloaded(value)
             cg.load_fast(self.preloaded[id(value)])
             return
         if isinstance(value, LazyArg):  # an argument never read while tracing (e.g. a cell's contents)

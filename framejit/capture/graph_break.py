@@ -240,6 +240,7 @@ class BreakCodegen:
         # the resume function would get the changed value where eager kept the one read before.
         rebuild.preload(live + self.tx.output.side_effects.values(), sourced=True)
         self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
+        rebuild.preload(rebuild.after_replay, sourced=False)  # NOTE [Dict iterators built after replay]
         restore_grad_mode(cg, self.tx.output)
         self._make_blocks(rebuild)
         inst = self.site.inst

@@ -204,3 +204,60 @@ def test_a_dict_argument_keyed_by_functions_changes_between_calls():
         _same(compiled(x, got_t), f(x, want_t))
         assert list(got_t.items()) == list(want_t.items())
     assert _eager_frames() == eager_before
+
+
+# ---- WRONG behaviour before: a dict iterator rebuilt before the replay of a store (NOTE [Dict iterators built
+# after replay], codegen.py) -----------------------------------------------------------------------------------
+# `d["new"] = 1; g = (v * 2 for v in d.values()); first = next(g)`: the break's code rebuilt the iterator over
+# the caller's dict before replaying the store, so its next step raised "RuntimeError: dictionary changed size
+# during iteration" where eager runs on; returning such an iterator (or a list holding it) raised the same in
+# the caller.
+def test_a_dict_iterator_made_after_a_store_survives_a_break(capsys):
+    def f(x, d):
+        keys = d.keys()
+        d["new"] = 1
+        g = (v * 2 for v in d.values())
+        first = next(g)
+        print("first", first)
+        rest = list(g)
+        return x * len(keys), first, rest, list(keys)
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    eager_before = _eager_frames()
+    for make in (lambda: {"a": 1}, lambda: {"a": 1, "b": 2}, lambda: {"c": 3}):
+        x = torch.randn(2)
+        got_d, want_d = make(), make()
+        _same(compiled(x, got_d), f(x, want_d))
+        assert got_d == want_d
+    out = capsys.readouterr().out.splitlines()
+    assert out[0::2] == out[1::2]  # compiled and eager printed the same, call by call
+    assert _eager_frames() == eager_before
+
+
+def test_a_returned_dict_iterator_made_after_a_store_is_one_live_iterator():
+    def f(x, d):
+        d["k"] = 5
+        it = iter(d.items())
+        first = next(it)
+        return x + 1, it, [it], first
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    for make in (lambda: {"a": 1}, lambda: {"a": 1, "b": 2}):
+        got_d, want_d = make(), make()
+        got, want = compiled(torch.ones(1), got_d), f(torch.ones(1), want_d)
+        assert got[1] is got[2][0]
+        assert list(got[1]) == list(want[1]) and got[3] == want[3] and got_d == want_d
+
+
+def test_a_dict_iterator_made_before_a_store_still_raises_as_eager():
+    def f(x, d):
+        it = iter(d)
+        d["z"] = 1
+        print("between")
+        return x, list(it)
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    with pytest.raises(RuntimeError):
+        f(torch.ones(1), {"a": 1})
+    with pytest.raises(RuntimeError):
+        compiled(torch.ones(1), {"a": 1})
