@@ -65,9 +65,15 @@ _installed = False
 # `torch.autograd.graph._unsafe_preserve_version_counter`, which frozen weights missed too).
 def _storage_key(tensor) -> int | None:
     try:
+        if _HAS_TORCH_FUNCTION(tensor):  # a subclass's __torch_function__ or a user's TorchFunctionMode
+            with torch._C.DisableTorchFunction():  # must not see framejit's query (eager makes none)
+                return tensor.untyped_storage()._cdata
         return tensor.untyped_storage()._cdata
     except Exception:  # no storage (a functional or sparse tensor, ...): never watched
         return None
+
+
+_HAS_TORCH_FUNCTION = torch._C._has_torch_function_unary
 
 
 def _count_use(tensor) -> None:

@@ -254,3 +254,46 @@ def test_module_conversions_that_swap_parameters_after_compiled_calls(backend, n
                 dtype = eager[0].weight.dtype
     finally:
         torch.__future__.set_swap_module_params_on_conversion(False)
+
+
+class _LoggedMode(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+class _LoggedTensor(torch.Tensor):
+    calls: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append(getattr(func, "__name__", str(func)))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_torch_functions_of_the_user_see_no_query_of_a_watched_storage():
+    # `.data` is counted per storage while a storage is watched (an onnxrt part froze a weight): the
+    # storage was read with untyped_storage(), which a user's TorchFunctionMode and a subclass's
+    # __torch_function__ saw as a call eager never makes
+    def f(x):
+        return x.data * 2
+
+    def calls(fn):
+        with _LoggedMode() as mode:
+            fn(torch.ones(3))
+        _LoggedTensor.calls = []
+        fn(torch.ones(3).as_subclass(_LoggedTensor))
+        return mode.calls, _LoggedTensor.calls
+
+    tensor_watch.unwatch_all()
+    want = calls(f)  # nothing watched: the property only reads
+    model = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        framejit.compile(model, backend="onnxrt")(torch.ones(1, 3))
+    assert tensor_watch._USES  # a frozen weight is watched
+    assert calls(f) == want
+    assert calls(framejit.compile(f, backend="eager")) == want
