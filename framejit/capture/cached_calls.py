@@ -76,7 +76,34 @@ def call_cached(tx, fn: ObjectValue, args: list[Value], kwargs: dict[str, Value]
     if _immutable(result):
         _guard_answer(tx, fn, real_args, real_kwargs, result)
         return ConstantValue(result)
+    cached = _cached_object(tx, fn, real_args, real_kwargs, result)
+    if cached is not None:
+        return cached
     return tx.call(wrapped, args, kwargs)
+
+
+# NOTE [Cached mutable answers]: a cached function returning a list, dict or object (`@lru_cache def
+# layer_sizes(n): return [...]`, a cached module or table factory) returns the SAME object on every eager
+# call, so a caller that appends to it sees its earlier appends the next time. Inlining `__wrapped__` made a
+# new object per compiled call: `l = sizes(1); l.append(0)` returned [1, 2, 0] on every call where eager
+# grows [1, 2, 0, 0], ... The answer is now the real cached object, named directly (an object from outside:
+# its contents guarded, mutations replayed onto it), and guarded to still be what the cache answers
+# (`_answers_object`, checked last like `_still_answers`). An answer the values cannot model inlines as before.
+def _cached_object(tx, fn: ObjectValue, args: list, kwargs: dict, result) -> Value | None:
+    from .sources import ObjectSource, Ref
+    try:
+        value = wrap(tx.output, result, ObjectSource(Ref(result, "cached_answer")))
+    except Unsupported:
+        return None
+    _guard_answer(tx, fn, args, kwargs, result, same=_answers_object)
+    return value
+
+
+def _answers_object(fn, args, kwargs, obj) -> bool:
+    try:
+        return fn(*args, **kwargs) is obj
+    except Exception:  # noqa: BLE001 - raises now: recompile, the trace raises it as eager does
+        return False
 
 
 def _same_constant(a, b) -> bool:
@@ -96,13 +123,13 @@ def _still_answers(fn, args, kwargs, value) -> bool:
         return False
 
 
-def _guard_answer(tx, fn: ObjectValue, args: list, kwargs: dict, result) -> None:
+def _guard_answer(tx, fn: ObjectValue, args: list, kwargs: dict, result, same=None) -> None:
     out = tx.output
     part = lambda v: repr(v) if _literal(v) else out.name_of(v, "arg")  # noqa: E731
     call_args = "(" + "".join(f"{part(a)}, " for a in args) + ")"
     call_kwargs = "{" + ", ".join(f"{k!r}: {part(v)}" for k, v in kwargs.items()) + "}"
-    expr = (f"{out.name_of(_still_answers, 'still_answers')}({fn.source.expr(out.names)}, {call_args}, "
-            f"{call_kwargs}, {part(result)})")
+    check = out.name_of(same or _still_answers, (same or _still_answers).__name__.strip("_"))
+    expr = f"{check}({fn.source.expr(out.names)}, {call_args}, {call_kwargs}, {part(result)})"
     # NOTE [Cached calls checked last]: the check calls the user's function, so it comes after every other
     # guard, the shape env's too: an int argument made symbolic keeps its value as a SHAPE_ENV guard (cost
     # COST_TENSOR + 1), and the call checked before it looked up `h(2)` on a call with `k == 3`, a lookup

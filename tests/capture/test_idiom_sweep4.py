@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import enum
+import functools
 import itertools
 
 import pytest
@@ -261,3 +262,63 @@ def test_a_dict_iterator_made_before_a_store_still_raises_as_eager():
         f(torch.ones(1), {"a": 1})
     with pytest.raises(RuntimeError):
         compiled(torch.ones(1), {"a": 1})
+
+
+# ---- WRONG VALUES before: a cached function's mutable answer (NOTE [Cached mutable answers], cached_calls.py)
+# An lru_cache function returns the same list on every eager call; the trace inlined `__wrapped__` and made a
+# new list per compiled call: `l = sizes(n); l.append(0)` returned [1, 2, 0] on every call where eager returns
+# [1, 2, 0, 0], [1, 2, 0, 0, 0], ... and the real cache never saw the appends.
+def test_a_cached_list_is_the_same_list_on_every_call():
+    @functools.lru_cache(None)
+    def sizes_eager(n):
+        return [n, n + 1]
+
+    @functools.lru_cache(None)
+    def sizes_compiled(n):
+        return [n, n + 1]
+
+    def program(sizes):
+        def f(x, n):
+            sz = sizes(n)
+            sz.append(0)
+            return x * len(sz), list(sz)
+        return f
+
+    compiled = framejit.compile(program(sizes_compiled), backend=CountingBackend())
+    eager = program(sizes_eager)
+    eager_before = _eager_frames()
+    for n in (1, 1, 2, 1):
+        x = torch.randn(2)
+        _same(compiled(x, n), eager(x, n))
+    assert sizes_compiled(1) == sizes_eager(1) == [1, 2, 0, 0, 0]
+    assert _eager_frames() == eager_before
+
+
+def test_cached_tables_tensors_and_modules_are_the_cached_objects():
+    @functools.lru_cache(None)
+    def table(name):
+        return {"scale": 2.0, "names": [name, name + "_b"]}
+
+    @functools.lru_cache(None)
+    def freqs(n):
+        return torch.arange(n, dtype=torch.float32)
+
+    @functools.lru_cache(maxsize=4)
+    def act(name):
+        return {"relu": torch.nn.ReLU(), "tanh": torch.nn.Tanh()}[name]
+
+    def f(x, name):
+        t = table(name)
+        return act(name)(x) * t["scale"] + freqs(x.shape[0]), t["names"][1], t is table(name)
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    for name, n in (("relu", 3), ("relu", 3), ("relu", 3)):
+        x = torch.randn(n)
+        _same(compiled(x, name), f(x, name))
+    assert backend.graph_count == 1
+    table.cache_clear()  # a new object from now on: the guard sees it (the cache answers another dict)
+    freqs.cache_clear()
+    for name, n in (("relu", 3), ("tanh", 4)):
+        x = torch.randn(n)
+        _same(compiled(x, name), f(x, name))
