@@ -19,6 +19,8 @@ generated triton modules asserted.
   unrelated values and could not be generated (broadcast), so the graph compiled per shape.
 - `x.var(1)`: the kernel divides by `s - 1`, a size of the graph off by a constant, which no candidate fitted
   (NOTE [Sizes off by a constant], triton/size_exprs.py).
+- `x[:, x.size(1) % 3:]`: an odd probe where the offset is 0 folds the `+ offset` away, so the kernels
+  differed in structure and the graph compiled per shape (NOTE [Degenerate sizes are not probed]).
 """
 from __future__ import annotations
 
@@ -185,3 +187,15 @@ def test_variance_over_a_symbolic_row_is_one_module(triton_modules):
     calls = [(torch.randn(b, t),) for b, t in [(2, 5), (3, 7), (4, 6), (2, 9)]]
     backend = _run(_standardised, calls, dynamic=True)
     _one_module_per_graph(backend, triton_modules, 1)
+
+
+def _from_the_remainder(x):
+    return x[:, x.size(1) % 3:] * 2
+
+
+def test_an_offset_that_is_zero_at_a_probe_is_one_module(triton_modules):
+    """dynamic=True over 6 widths (offsets 2, 1, 2, 1, 0, 0): 2 frontend graphs (offset 0 and not); before, 6
+    per-shape modules ('a kernel body depends on a symbolic size beyond integer literals'); now 2."""
+    calls = [(torch.randn(2, s),) for s in [5, 7, 8, 10, 6, 9]]
+    backend = _run(_from_the_remainder, calls, dynamic=True)
+    _one_module_per_graph(backend, triton_modules, 2)

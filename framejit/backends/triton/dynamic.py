@@ -81,14 +81,15 @@ def _probes(n: int, example: list[int], ranges: list | None = None, example_dege
 
 # NOTE [Degenerate sizes are not probed]: a size the graph computes can be 1 at some sizes of its symbols and
 # larger at others: `x[:, ::3]` has (s + 2) // 3 columns, 1 for s <= 3; `x.reshape(-1)[:x.numel() % 7 + 1]`
-# has 1 element when 7 divides the numel. Lowering folds a dimension of size 1 away (its loop variable is the
-# constant 0, a reduction over it has one element), so the module generated at such sizes differs in structure
-# from the one generated where the size is larger, and the graph compiled per shape (every size, with
+# has 1 element when 7 divides the numel; an offset can be 0 (`x[:, x.size(1) % 3:]`). Lowering folds a
+# dimension of size 1 away (its loop variable is the constant 0, a reduction over it has one element) and an
+# offset of 0 (`+ 0`), so the module generated at such sizes differs in structure from the one generated
+# where the value is larger, and the graph compiled per shape (every size, with
 # dynamic=True as well, when the first call's sizes were the degenerate ones). The kernels generated where
 # the size is larger index with the general expression, which at a size of 1 takes the value 0 as the fold
 # does; eager's semantics cannot differ there unnoticed, as the frontend guards any use of such a size that
 # depends on it being 1 (broadcasting, squeeze). So sizes where a size expression of the graph is 1 and it is
-# larger at the three probes of primes are not probed: the example's sizes give way to a fourth probe of
+# larger at the three probes of primes (or 0 where it is not 0 there) are not probed: the example's sizes give way to a fourth probe of
 # primes, and odd probes and disambiguating probes at such sizes are skipped; the module serves them. (Such
 # a probe's module can also have fewer literals: NOTE [Literal counts differ between probes].)
 

@@ -116,12 +116,14 @@ class SizeExpressions:
                    for atom in self.atoms)
 
     def degenerate_at(self, point: list[int], others: list[list[int]]) -> bool:
-        """Whether some size expression is 1 at `point` but larger at every one of `others` (NOTE
-        [Degenerate sizes are not probed], dynamic.py)."""
+        """Whether some size expression is 1 at `point` but larger at every one of `others`, or 0 at `point`
+        but not at any of `others` (NOTE [Degenerate sizes are not probed], dynamic.py)."""
         point, others = tuple(point), [tuple(p) for p in others]
         for atom in self.atoms:
             value = self._at(atom, point)
             if value == 1 and all((self._at(atom, o) or 0) > 1 for o in others):
+                return True
+            if value == 0 and all(self._at(atom, o) not in (0, None) for o in others):
                 return True
         return False
 
