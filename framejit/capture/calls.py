@@ -323,8 +323,9 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
             from .compile_state import guard_state_getter
             guard_state_getter(tx, fn)  # NOTE [Zero-argument state getters]
         return tx.output.call("call_function", fn, tuple(args), kwargs)
+    from .folded_results import fold_call, joined_items
+    args = joined_items(tx, fn, args, kwargs)  # NOTE [Strings joined from generators]
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and _is_pure(fn):
-        from .folded_results import fold_call
         return fold_call(fn, args, kwargs)  # NOTE [Folded calls on containers]
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {_name(fn)}")
 

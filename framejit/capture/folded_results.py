@@ -112,6 +112,23 @@ def _call(fn: Callable, consts: list, kwconsts: dict, raw: bool = False) -> Any:
     return result if raw else folded_value(result)
 
 
+# NOTE [Strings joined from generators]: `", ".join(f"{k}={v}" for k, v in cfg.items())` (extra_repr, log lines,
+# cache keys) passes a generator, which is no constant, so the fold did not apply and the call was a break.
+# CPython's join first draws its argument into a list (PySequence_Fast), then checks the items: the trace
+# draws it the same way (the generator runs inlined, in order) and folds the join over that list; items that
+# are not constants (a symbolic int's string) leave the call a break, as before.
+_JOINS = ("str.join", "bytes.join")
+
+
+def joined_items(tx, fn: Callable, args: list[Value], kwargs: dict[str, Value]) -> list[Value]:
+    """The arguments of `fn`, with a `sep.join(iterable)`'s iterable drawn into a list value."""
+    if len(args) != 1 or kwargs or args[0].is_constant() or getattr(fn, "__qualname__", None) not in _JOINS \
+            or type(getattr(fn, "__self__", None)) not in (str, bytes):
+        return args
+    from .protocol import iterate
+    return [ListValue(iterate(tx, args[0]))]
+
+
 def permuted_like(items: list[Value], before: list, after: list) -> list[Value]:
     """`items` (standing for the constants `before`) rearranged as a method left `before` when it became
     `after` (sort, remove, rotate, reverse on the constants): each item kept by the identity of its constant,
@@ -122,4 +139,4 @@ def permuted_like(items: list[Value], before: list, after: list) -> list[Value]:
     return [items[positions[id(v)].popleft()] for v in after]
 
 
-__all__ = ["fold_call", "folded_value", "permuted_like"]
+__all__ = ["fold_call", "folded_value", "joined_items", "permuted_like"]

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend
+from tests.helpers import CountingBackend, logged_breaks
 
 
 def _eager_frames() -> int:
@@ -322,3 +322,36 @@ def test_cached_tables_tensors_and_modules_are_the_cached_objects():
     for name, n in (("relu", 3), ("tanh", 4)):
         x = torch.randn(n)
         _same(compiled(x, name), f(x, name))
+
+
+# ---- str.join over a generator (NOTE [Strings joined from generators], folded_results.py) -------------------
+# `", ".join(f"{k}={v}" for k, v in cfg.items())` was a break ("call of str.join": a generator is no constant);
+# the sweep's program had 2 breaks per call. CPython draws the iterable into a list and then checks its items:
+# the same TypeError for a non-str item.
+def test_str_join_of_a_generator_is_folded():
+    def f(x, cfg):
+        s = ", ".join(f"{k}={v}" for k, v in cfg.items())
+        t = "|".join(f"{v:03d}" for v in range(3))
+        w = b"/".join(p.encode() for p in ("a", "b"))
+        return x * len(s), s, t, w
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    with logged_breaks() as breaks:
+        for cfg in ({"a": 1}, {"a": 1}, {"a": 1, "b": 2.5}):
+            x = torch.randn(2)
+            _same(compiled(x, cfg), f(x, cfg))
+    assert breaks == []
+    assert backend.graph_count == 2  # one per key set of cfg
+    assert _eager_frames() == eager_before
+
+
+def test_str_join_of_a_generator_with_a_bad_item_raises_as_eager():
+    def f(x):
+        return x, ",".join(v for v in [1, 2])
+
+    with pytest.raises(TypeError, match="sequence item 0"):
+        f(torch.ones(1))
+    with pytest.raises(TypeError, match="sequence item 0"):
+        framejit.compile(f, backend=CountingBackend())(torch.ones(1))
