@@ -62,7 +62,9 @@ _installed = False
 # `unwatch_all`) is -1, which no count equals: an unknown storage is never taken as unchanged. The wrapped
 # private functions count a use of each tensor they are given, before and after the call
 # (`_swap_tensor_impl` trades storages; `_unsafe_set_version_counter` puts a version back after a write,
-# `torch.autograd.graph._unsafe_preserve_version_counter`, which frozen weights missed too).
+# `torch.autograd.graph._unsafe_preserve_version_counter`, which frozen weights missed too). `t.data = w`
+# counts a use of w's storage too: t then writes w's memory with t's own version counter. Not counted:
+# `t.set_(w)`, which does the same (it bumps t's version only).
 def _storage_key(tensor) -> int | None:
     try:
         if _HAS_TORCH_FUNCTION(tensor):  # a subclass's __torch_function__ or a user's TorchFunctionMode
@@ -102,6 +104,7 @@ def _get_data(self):
 def _set_data(self, value):
     EPOCH[0] = next(_TICKS)
     _count_use(self)
+    _count_use(value)  # self then shares value's storage with a counter of its own (NOTE [Uses counted per storage])
     try:
         _ORIGINAL.__set__(self, value)
     finally:

@@ -297,3 +297,22 @@ def test_torch_functions_of_the_user_see_no_query_of_a_watched_storage():
     assert tensor_watch._USES  # a frozen weight is watched
     assert calls(f) == want
     assert calls(framejit.compile(f, backend="eager")) == want
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_writes_through_a_tensor_whose_data_was_set_to_a_weight(backend):
+    # `holder.data = w` after the weight was frozen: holder then writes w's memory with its own version
+    # counter; the `.data` store was counted for holder's old storage only, and onnxrt's frozen session
+    # served the old weights (framejit before: wrong from the 3rd call on)
+    eager, compiled = _pair()
+    fast = framejit.compile(compiled, backend=backend)
+    holders = [torch.zeros(3, 4), torch.zeros(3, 4)]
+    with torch.no_grad():
+        for step in range(5):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(fast(x), eager(x))
+            if step == 0:
+                holders[0].data, holders[1].data = eager[0].weight, compiled[0].weight
+            else:
+                for holder in holders:
+                    holder.mul_(0.5)
