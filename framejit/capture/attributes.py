@@ -134,10 +134,20 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, SequenceValue):
         return _sequence_attr(tx, obj, name)
     if isinstance(obj, DictValue):
+        if name in (getattr(obj, "extra_attrs", None) or {}):  # NOTE [Attributes of OrderedDicts made while tracing]
+            return obj.extra_attrs[name]
+        real = getattr(obj, "real_object", None)
+        if real is not None and obj.source is not None and name in vars(real):
+            return _ordered_dict_instance_attr(tx, obj, real, name)
         if obj.cls is types.MappingProxyType and name not in ("keys", "values", "items", "get", "copy"):
             raise UserException(AttributeError(f"'mappingproxy' object has no attribute '{name}'"))
         from .mappings import mapping_attr
-        return mapping_attr(obj, name) or _container_method(obj, dict, name)
+        try:
+            return mapping_attr(obj, name) or _container_method(obj, dict, name)
+        except UserException as e:
+            if real is not None and obj.source is not None and isinstance(e.exc, AttributeError):
+                lookup.guard_not_in_instance(tx.output, obj.source, real, name)  # absent: stays absent
+            raise
     if isinstance(obj, SetValue):  # NOTE [Plain set subclasses]: the subclass's own methods, then the base's
         index, attr = lookup.mro_lookup(obj.cls, name)
         if index is not None and obj.cls.__mro__[index] not in (set, frozenset, object) and \
@@ -676,6 +686,17 @@ _LRU_WRAPPER = functools._lru_cache_wrapper
 # return) is read as CPython reads it: `type(attr).__get__(attr, obj, cls)`, inlined. The entry and the
 # descriptor type's `__get__` are guarded by identity. It was a graph break ("descriptor lazy_property for
 # 'probs'") inside Categorical.entropy and friends.
+# NOTE [Attributes of OrderedDicts from outside]: an OrderedDict instance has a __dict__ (`Module.state_dict()`
+# returns one with `_metadata`); a dict value from outside answered every attribute read as a dict's, so
+# `hasattr(sd, "_metadata")` was False (eager True) and `sd._metadata` raised. An OrderedDict from outside
+# keeps its real object (builder._wrap_dict): a name in its instance dict is read through `sd.name`
+# (guarded by value, and the class's entry by lookup, as for objects); a name it lacks that is no dict
+# method either is guarded absent from the instance dict before the AttributeError is raised.
+def _ordered_dict_instance_attr(tx, obj: Value, real: Any, name: str) -> Value:
+    lookup.guard_lookup(tx.output, type(real), name)
+    return wrap(tx.output, vars(real)[name], lookup.attr_source(obj.source, real, name))
+
+
 def _python_descriptor_get(tx, obj: Value, cls: type, name: str, attr: Any, entry) -> Value:
     get = lookup.mro_lookup(type(attr), "__get__")[1]
     if not isinstance(get, types.FunctionType) or _is_data_descriptor(attr) \

@@ -77,7 +77,8 @@ def deep(tx, value: Value, memo: dict[int, Value]) -> Value:
         result = ListValue([])
         memo[id(value)] = result
         result.items = [deep(tx, i, memo) for i in value.items]
-    elif isinstance(value, DictValue) and value.cls in (dict, collections.OrderedDict):
+    elif isinstance(value, DictValue) and value.cls in (dict, collections.OrderedDict) and \
+            not _copies_instance_attrs(tx, value):
         result = DictValue({}, cls=value.cls)
         memo[id(value)] = result
         result.items = {k: deep(tx, v, memo) for k, v in value.items.items()}
@@ -152,6 +153,23 @@ def _deepcopy(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
     return deep(tx, args[0], {})
 
 
+def _copies_instance_attrs(tx, value: DictValue) -> bool:
+    """An OrderedDict with instance attributes (a state dict's `_metadata`), which copy.copy and deepcopy
+    carry over (OrderedDict.__reduce__) and the dict value does not: copied in Python (a break). One from
+    outside without any is guarded to stay so (NOTE [Attributes of OrderedDicts from outside])."""
+    if getattr(value, "extra_attrs", None):  # NOTE [Attributes of OrderedDicts made while tracing]
+        return True
+    real = getattr(value, "real_object", None)
+    if real is None or value.source is None:
+        return False
+    if vars(real):
+        return True
+    e = value.source.expr(tx.output.names)
+    tx.output.add_guard("DICT_KEYS", f"not {e}.__dict__", value.source, expected="no instance attributes",
+                        actual=f"{e}.__dict__")
+    return False
+
+
 def _copy(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
     if len(args) != 1 or kwargs:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "copy.copy with these arguments")
@@ -160,7 +178,8 @@ def _copy(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
         return value
     if isinstance(value, ListValue) and value.cls is list:
         return ListValue(list(value.items))
-    if isinstance(value, DictValue) and value.cls in (dict, collections.OrderedDict):
+    if isinstance(value, DictValue) and value.cls in (dict, collections.OrderedDict) and \
+            not _copies_instance_attrs(tx, value):
         return DictValue(dict(value.items), cls=value.cls)
     if isinstance(value, (ObjectValue, NewObjectValue)) and not isinstance(value, NNModuleValue) \
             and _plain_copyable(value.python_type()):

@@ -481,12 +481,30 @@ def mark_made(tx, value: NNModuleValue) -> None:
 
 
 def made_module_site(output, roots: list) -> int | None:
-    """The earliest root instruction that made a module made in the trace reachable from `roots`."""
+    """The earliest root instruction that made a module made in the trace (or an OrderedDict given
+    attributes: NOTE [Attributes of OrderedDicts made while tracing]) reachable from `roots`."""
     if not output.__dict__.get("made_modules"):
         return None
-    sites = [v.made_at for v in _reachable(roots) if isinstance(v, NNModuleValue) and
-             getattr(v, "made_in_trace", False) and getattr(v, "made_at", None) is not None]
+    sites = [v.made_at for v in _reachable(roots) if getattr(v, "made_at", None) is not None and
+             (isinstance(v, NNModuleValue) and getattr(v, "made_in_trace", False) or getattr(v, "extra_attrs", None))]
     return min(sites, default=None)
+
+
+# NOTE [Attributes of OrderedDicts made while tracing]: `Module.state_dict()` makes
+# `destination = OrderedDict()` and stores `destination._metadata = OrderedDict()` (an OrderedDict instance
+# has a __dict__, a plain dict has none); that store broke, so `self.state_dict()` inside forward (an EMA
+# update, a checksum of the weights) was a break in every module it walked. An attribute stored into an
+# OrderedDict made in the trace is kept on its value (`extra_attrs`, read back by attributes.getattr_value).
+# The emitted code rebuilds such a dict without them, so one that would outlive the graph (returned, stored
+# outside, live at a break) breaks at the root instruction that made the first attribute store instead
+# (made_at, as NOTE [Modules made while tracing that outlive the trace]): that call runs as Python.
+def store_into_new_ordered_dict(tx, obj: Value, name: str, value: Value) -> None:
+    from .lazy_combinators import _root_index
+    if getattr(obj, "extra_attrs", None) is None:
+        obj.extra_attrs = {}
+        obj.made_at = _root_index(tx)
+        tx.output.__dict__.setdefault("made_modules", []).append(obj)
+    obj.extra_attrs[name] = value
 
 
 def _reachable(roots: list):

@@ -13,6 +13,7 @@ UserException; the translator adds the user's stack to both on the way out.
 from __future__ import annotations
 
 import builtins
+import collections
 import inspect
 import os
 import sys
@@ -321,6 +322,10 @@ class Translator:
         return self.call_method_of(obj, name, args, kwargs)
 
     def store_attr(self, obj: Value, name: str, value: Value) -> None:
+        if isinstance(obj, DictValue) and obj.source is None and obj.cls is collections.OrderedDict:
+            from .modules import store_into_new_ordered_dict  # NOTE [Attributes of OrderedDicts made while
+            store_into_new_ordered_dict(self, obj, name, value)  # tracing]
+            return
         if isinstance(obj, NewObjectValue):
             setattr_impl = getattr(obj.cls, "__setattr__", object.__setattr__)
             if isinstance(setattr_impl, types.FunctionType):  # e.g. ModelOutput.__setattr__: inlined

@@ -445,7 +445,10 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
         if factory is None:
             out.guard_constant(AttrSource(source, "default_factory"), None)
         return DefaultDictValue(items, factory_value, source)
-    return DictValue(items, source, type(obj))
+    value = DictValue(items, source, type(obj))
+    if type(obj) is collections.OrderedDict:  # NOTE [Attributes of OrderedDicts from outside] in attributes.py
+        value.real_object = obj
+    return value
 
 
 # NOTE [Mappingproxies]: `types.MappingProxyType(d)` (a module's read-only table, a class `__dict__`) is a
