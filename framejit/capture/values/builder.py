@@ -328,7 +328,12 @@ def _wrap_sequence(out, obj: Any, source: Source) -> Value:
     return (ListValue if cls is list else TupleValue)(items, source, cls)
 
 
-_KEY_SCALARS = (str, int, bool, float, bytes, type(None), torch.Size)
+# NOTE [Torch enums as dict keys]: dtypes, devices, layouts and memory formats are immutable values compared by
+# value (a dtype is a singleton); library tables keyed by them (diffusers' `_DTYPE_UNSUPPORTED_DEVICES.get(dtype)`
+# in every UNet2DConditionModel/ControlNet/Flux forward, AMP's dtype tables) were "non-constant keys": a break
+# in the helper, whose resume function then ran wholly eagerly.
+_KEY_SCALARS = (str, int, bool, float, bytes, type(None), torch.Size, torch.dtype, torch.device, torch.layout,
+                torch.memory_format)
 
 
 def _constant_key(key: Any) -> bool:
