@@ -561,3 +561,42 @@ def test_logsigmoid_trains_in_one_ort_part():
     for joint in recording.joints():
         for half in joint.compiled_forwards:
             assert all(row["parts"] == 1 for row in half.summary())
+
+
+# ---- onnxrt: NOTE [Euclidean cdist as differences] ----------------------------------------------------------------
+def test_cdist_decompositions_match_eager():
+    """float64 against eager's _cdist_forward and _cdist_backward (both inputs' gradients, a zero distance)."""
+    forward, backward = (_decomposition(op) for op in (aten._cdist_forward.default, aten._cdist_backward.default))
+    for shape1, shape2 in [((5, 3), (7, 3)), ((2, 4, 6), (2, 9, 6)), ((1, 1), (3, 1)), ((3, 2, 5, 4), (3, 2, 6, 4))]:
+        gen = _gen(len(shape1) * 10 + shape1[-1])
+        x1, x2 = (torch.randn(s, dtype=torch.float64, generator=gen) for s in (shape1, shape2))
+        x2[..., 0, :] = x1[..., 0, :]
+        want = aten._cdist_forward(x1, x2, 2.0, None)
+        torch.testing.assert_close(forward(x1, x2, 2.0, None), want, **EXACT)
+        grad = torch.randn(want.shape, dtype=torch.float64, generator=gen)
+        for args in ((grad, x1, x2, 2.0, want), (grad.mT.contiguous(), x2, x1, 2.0, want.mT.contiguous())):
+            torch.testing.assert_close(backward(*args), aten._cdist_backward(*args), **EXACT)
+    x = torch.randn(4, 3)
+    assert forward(x, x, 1.0, None) is NotImplemented and forward(x.half(), x.half(), 2.0, None) is NotImplemented
+
+
+class Prototypes(nn.Module):
+    """A prototype classifier: embeddings scored by minus their euclidean distance to learned prototypes."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.prototypes = nn.Linear(12, 6), nn.Parameter(torch.randn(5, 6))
+
+    def forward(self, x, labels):
+        return F.cross_entropy(-torch.cdist(self.embed(x).tanh(), self.prototypes), labels)
+
+
+def test_cdist_trains_with_forward_and_backward_in_one_ort_part():
+    """3 AdamW steps vs eager; before: _cdist_forward and _cdist_backward ran in torch between ORT parts."""
+    recording = train_as_eager(Prototypes, lambda gen: [torch.randn(9, 12, generator=gen),
+                                                        torch.randint(0, 5, (9,), generator=gen)])
+    assert_backward_in_one_part(recording)
+    assert_forward_in_ort(recording)
+    for joint in recording.joints():
+        for half in joint.compiled_forwards:
+            assert all(row["parts"] == 1 for row in half.summary())

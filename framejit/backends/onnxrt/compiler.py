@@ -91,7 +91,8 @@ _MAX_ATTEMPTS = 8
 # 38: joints draw dropout's mask in torch and multiply in ORT (NOTE [Dropout's draw apart from its product]).
 # 39: joints trace grid_sampler_2d_backward as gathers and scatter-adds (NOTE [grid_sample gradients as scatter-adds]).
 # 40: float32/float64 log1p runs in ORT (NOTE [log1p without cancellation]).
-REVISION = 40
+# 41: joints trace euclidean _cdist_forward/_cdist_backward as differences (NOTE [Euclidean cdist as differences]).
+REVISION = 41
 
 
 @dataclasses.dataclass

@@ -66,14 +66,16 @@ def decompositions() -> dict:
     gradients from recomputed argmaxes (NOTE [Max-pool gradients from recomputed argmaxes] in
     max_pool_backward.py); dropout's draw apart from its product (NOTE [Dropout's draw apart from its product]
     in dropout.py); grid_sample's gradients as scatter-adds (NOTE [grid_sample gradients as scatter-adds] in
-    grid_sample_backward.py)."""
+    grid_sample_backward.py); euclidean cdist and its gradient (NOTE [Euclidean cdist as differences] in
+    cdist.py)."""
     from .. import joint
-    from . import (attention_training, conv_backward, dropout, embedding_bag, grid_sample_backward,
+    from . import (attention_training, cdist, conv_backward, dropout, embedding_bag, grid_sample_backward,
                    max_pool_backward, pad_backward, pool_backward)
 
     return {**joint.training_decompositions(), **conv_backward.decomposition(), **pool_backward.decomposition(),
             **embedding_bag.decomposition(), **attention_training.decomposition(), **pad_backward.decomposition(),
-            **max_pool_backward.decomposition(), **dropout.decomposition(), **grid_sample_backward.decomposition()}
+            **max_pool_backward.decomposition(), **dropout.decomposition(), **grid_sample_backward.decomposition(),
+            **cdist.decomposition()}
 
 
 def persistence(opts):
