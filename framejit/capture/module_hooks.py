@@ -29,8 +29,9 @@ A hook registered while tracing (NOTE [Hooks registered in the trace], hook_hand
 hook dict from outside and replayed after the graph; the plan and `hooks_of` read such a dict as the trace
 left it, so a module called after the registration in the same trace runs the new hook.
 
-Known difference: the forward hooks are read when the call starts, so a hook registered by a forward-pre
-hook or by forward itself runs from the next call on (torch reads them after forward).
+The forward hooks are read after forward, as torch reads them, so one registered by a forward-pre hook or
+by forward itself runs in the same call (when the module had hooks when the call started; without any,
+torch calls forward alone and so does the plan).
 
 torch's other global hooks (`register_module_buffer/parameter/module_registration_hook`) run when a
 module registers a tensor or child (inside Module.__setattr__, through which attribute stores recorded
@@ -86,9 +87,9 @@ def hooks_of(module: torch.nn.Module) -> tuple[tuple, tuple, bool]:
 
 def call_with_hooks(module, /, *args, **kwargs):
     """`module(*args, **kwargs)` for a module with forward and forward-pre hooks only."""
-    pre_hooks, forward_hooks, always = hooks_of(module)
+    pre_hooks, _, always = hooks_of(module)
     if always:
-        return _call_catching(module, pre_hooks, forward_hooks, args, kwargs)
+        return _call_catching(module, pre_hooks, args, kwargs)
     for _, hook, with_kwargs, _ in pre_hooks:
         if with_kwargs:
             new = hook(module, args, kwargs)
@@ -104,7 +105,7 @@ def call_with_hooks(module, /, *args, **kwargs):
                     new = (new,)
                 args = new
     result = module.forward(*args, **kwargs)
-    for _, hook, with_kwargs, _ in forward_hooks:
+    for _, hook, with_kwargs, _ in hooks_of(module)[1]:  # read after forward, as torch reads them
         new = hook(module, args, kwargs, result) if with_kwargs else hook(module, args, result)
         if new is not None:
             result = new
@@ -115,14 +116,14 @@ def call_with_backward_hooks(module, /, *args, **kwargs):
     """`module(*args, **kwargs)` for a module with backward hooks, called at a graph break: torch's own
     BackwardHook wraps the inputs and the outputs in helpers framejit never traces (each call is a break),
     and the forward-pre hooks, `forward` and the forward hooks between them are captured."""
-    pre_hooks, forward_hooks, always = hooks_of(module)
+    pre_hooks, _, always = hooks_of(module)
     if always:
         return _call_as_is(module, args, kwargs)
     backward = _backward_hooks(module)
     args, kwargs = _run_pre_hooks(module, pre_hooks, args, kwargs)
     bw_hook, args = _setup_backward_inputs(module, backward, args)
     result = module.forward(*args, **kwargs)
-    for _, hook, with_kwargs, _ in forward_hooks:
+    for _, hook, with_kwargs, _ in hooks_of(module)[1]:  # read after forward, as torch reads them
         new = hook(module, args, kwargs, result) if with_kwargs else hook(module, args, result)
         if new is not None:
             result = new
@@ -199,7 +200,7 @@ def _bad_pre_hook_result(result):
     raise RuntimeError(f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), but got {result}.")
 
 
-def _call_catching(module, pre_hooks, forward_hooks, args, kwargs):
+def _call_catching(module, pre_hooks, args, kwargs):
     """`call_with_hooks` with torch's exception path: always-called forward hooks that have not run yet
     run when forward (or a hook) raises, their own errors turned into warnings, then the error propagates."""
     result = None
@@ -218,7 +219,7 @@ def _call_catching(module, pre_hooks, forward_hooks, args, kwargs):
                 if new is not None:
                     args = new if isinstance(new, tuple) else (new,)
         result = module.forward(*args, **kwargs)
-        for hook_id, hook, with_kwargs, always_called in forward_hooks:
+        for hook_id, hook, with_kwargs, always_called in hooks_of(module)[1]:  # read after forward
             if always_called:
                 called.append(hook_id)
             new = hook(module, args, kwargs, result) if with_kwargs else hook(module, args, result)

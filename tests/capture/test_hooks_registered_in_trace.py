@@ -180,3 +180,42 @@ def test_weakref_ref_in_the_trace():
     want = program(box, torch.ones(2))
     assert got[1:2] == want[1:2] and got[3] == want[3] and got[2]() is box
     assert backend.graph_count == 1
+
+
+class _SelfHooking(torch.nn.Module):
+    """Registers a forward hook on itself in its first forward (or in a pre hook: `in_pre_hook`)."""
+
+    def __init__(self, in_pre_hook: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 4)
+        self.in_pre_hook = in_pre_hook
+        self.register_forward_pre_hook(self._pre)
+
+    def _pre(self, module, args):
+        if self.in_pre_hook:
+            self._register()
+        return (args[0] + 1,)
+
+    def _register(self):
+        if not getattr(self, "hooked", False):
+            self.register_forward_hook(double)
+            self.hooked = True
+
+    def forward(self, x):
+        if not self.in_pre_hook:
+            self._register()
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("in_pre_hook", [False, True], ids=["by_forward", "by_a_pre_hook"])
+def test_a_forward_hook_registered_during_the_call_runs_in_that_call(in_pre_hook):
+    """torch reads the forward hooks after forward (Module._call_impl): a hook registered by forward or by a
+    pre hook runs in the same call. framejit read them when the call started (NOTE [Module hooks])."""
+    eager_model, model = _SelfHooking(in_pre_hook), _SelfHooking(in_pre_hook)
+    backend = CountingBackend()
+    compiled = framejit.compile(lambda m, x: m(x), backend=backend, fullgraph=True)
+    for seed in range(3):
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(compiled(model, x), eager_model(x))
+    assert backend.graph_count == 2
