@@ -268,7 +268,7 @@ def _convert(kind: type):
             return user_str(tx, v)  # NOTE [Strings of user objects]
         if kind is str and len(args) == 1 and not kwargs:
             from .carried_loops import check_dynamic_format
-            check_dynamic_format(v)  # NOTE [Dynamic ints formatted into strings]
+            check_dynamic_format(tx, v)  # NOTE [Dynamic ints formatted into strings]
         from .sym_arith import convert  # NOTE [Size arithmetic stays symbolic]
         kept = convert(tx, kind, args, kwargs)
         if kept is not None:

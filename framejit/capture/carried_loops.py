@@ -252,10 +252,11 @@ def _dynamic_scalar(value: Value) -> bool:
     return False
 
 
-def check_dynamic_format(value: Value) -> None:
+def check_dynamic_format(tx, value: Value) -> None:
     """Break at formatting a symbolic int or float into a string (NOTE [Dynamic ints formatted into
-    strings]); anything else formats as a constant."""
-    if _dynamic_scalar(value):
+    strings]); anything else formats as a constant. With fullgraph=True, where a break is an error, the
+    value is specialised as before (guarded, recompiled per value as stock torch.compile does)."""
+    if _dynamic_scalar(value) and not getattr(tx.output, "fullgraph", False):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"formatting {value.describe()}, a value that changes "
                           "between calls, into a string: it runs as Python")
 

@@ -149,3 +149,15 @@ def test_a_list_argument_of_tensors_indexed_by_a_changing_int_under_dynamic_true
             after_four = _traced() - traced
     assert _eager_frames() == eager
     assert _traced() - traced == after_four, (after_four, _traced() - traced)
+
+
+def test_fullgraph_formats_a_changing_int_by_specialising():
+    """With fullgraph=True a break is an error, so formatting a changing int specialises it (one trace per
+    value, as stock torch.compile) instead of breaking: before, the second value raised framejit.Unsupported
+    where eager returns."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_layer_scale, backend=backend, fullgraph=True)
+    for i in (0, 1, 2, 1):
+        x = torch.randn(3)
+        assert_same(compiled(x, i), _layer_scale(x, i))
+    assert backend.graph_count == 3  # one per value (0, 1, 2); the repeated 1 hits its entry

@@ -149,7 +149,7 @@ def format_value(tx, inst):
     if not value.is_constant():
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"formatting {value.describe()} into a string")
     from ..carried_loops import check_dynamic_format
-    check_dynamic_format(value)  # NOTE [Dynamic ints formatted into strings]
+    check_dynamic_format(tx, value)  # NOTE [Dynamic ints formatted into strings]
     v = value.as_constant()
     conversion = flags & 0x03
     from ..hash_order import note_constants
