@@ -21,6 +21,8 @@ generated triton modules asserted.
   (NOTE [Sizes off by a constant], triton/size_exprs.py).
 - `x[:, x.size(1) % 3:]`: an odd probe where the offset is 0 folds the `+ offset` away, so the kernels
   differed in structure and the graph compiled per shape (NOTE [Degenerate sizes are not probed]).
+- cross_entropy of (b, t, V) logits against (b', t') targets: the frontend equates b * t and b' * t', which
+  probes of unrelated primes broke (cross_entropy raised), so the graph compiled per shape.
 """
 from __future__ import annotations
 
@@ -199,3 +201,16 @@ def test_an_offset_that_is_zero_at_a_probe_is_one_module(triton_modules):
     calls = [(torch.randn(2, s),) for s in [5, 7, 8, 10, 6, 9]]
     backend = _run(_from_the_remainder, calls, dynamic=True)
     _one_module_per_graph(backend, triton_modules, 2)
+
+
+def _token_loss(logits, targets):
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def test_a_loss_whose_inputs_have_equal_numels_is_one_module(triton_modules):
+    """dynamic=True, 5 calls; in two of them the targets' batch and length differ from the logits' (same
+    product): before, 5 modules ('Expected input batch_size ... to match target batch_size'); now 1."""
+    calls = [(torch.randn(b, t, 5), torch.randint(0, 5, (b2, t2)))
+             for b, t, b2, t2 in [(2, 3, 2, 3), (3, 5, 3, 5), (2, 6, 3, 4), (4, 3, 2, 6), (5, 4, 5, 4)]]
+    backend = _run(_token_loss, calls, dynamic=True)
+    _one_module_per_graph(backend, triton_modules, 1)

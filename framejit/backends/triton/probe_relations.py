@@ -16,7 +16,10 @@ tell candidate expressions apart (dynamic._probe_where_they_differ): they are ex
 cannot take are.
 A relation that equates a symbol to an expression of others (`Eq((s1 + 1) // 3, s2)`: `x[:, 1::3] + y`
 makes y's width follow x's) cannot be met by exchanging values: such a symbol takes its expression's value
-at every probe (`Relations.defined`), odd probes included.
+at every probe (`Relations.defined`), odd probes included. A relation equating two products of symbols
+(`Eq(s0*s1, s2*s3)`: cross_entropy of a (b, t) batch of logits against (b', t') targets) is met by giving one
+side's factors the other side's values; then a pair of symbols equal at every probe gets a probe where they
+differ, if the relations allow one ((a, b, b, a)), so that a literal fitted as `s2` is not `s0`'s.
 Single-symbol guards are the symbols' ranges (NOTE [Ranges of the frontend's symbols], backends/symbolic.py).
 """
 from __future__ import annotations
@@ -29,11 +32,27 @@ _MAX_ROUNDS = 3  # transpositions applied to repair one probe
 class Relations:
     """The frontend's guards over two or more backend symbols, checked at integer points."""
 
-    def __init__(self, guards: list, symbols: list, ranges: list, definitions: list = ()):
+    def __init__(self, guards: list, symbols: list, ranges: list, definitions: list = (), products: list = ()):
         self.guards = guards
         self.symbols = symbols
         self.ranges = ranges  # (lower, upper) per symbol, None where unbounded
         self.definitions = list(definitions)  # (index of a symbol, its expression over the others)
+        self.products = list(products)  # (indices, indices): Eq of two products of as many symbols
+
+    def _copies(self, point: list[int], movable: set) -> list[list[int]]:
+        """`point` with the factors of one side of an equal product given the other side's values, in every
+        order (NOTE [Probes within the frontend's relations]: `Eq(s0*s1, s2*s3)`)."""
+        out = []
+        for lhs, rhs in self.products:
+            for source, target in ((lhs, rhs), (rhs, lhs)):
+                if not set(target) <= movable:
+                    continue
+                for order in itertools.permutations(source):
+                    copied = list(point)
+                    for t, src in zip(target, order):
+                        copied[t] = point[src]
+                    out.append(copied)
+        return out
 
     def defined(self, point: list[int]) -> list[int]:
         """`point` with each symbol the frontend equates to an expression of others set to its value there."""
@@ -80,6 +99,11 @@ class Relations:
                     return candidate
             following = []
             for candidate in frontier:
+                for copied in self._copies(candidate, set(movable)):
+                    copied = self.defined(copied)
+                    if tuple(copied) not in seen:
+                        seen.add(tuple(copied))
+                        following.append(copied)
                 for i, j in itertools.combinations(movable, 2):
                     swapped = list(candidate)
                     swapped[i], swapped[j] = swapped[j], swapped[i]
@@ -100,7 +124,7 @@ def relations_of(sym) -> Relations:
     import sympy
 
     known = set(symbols)
-    guards, definitions = [], []
+    guards, definitions, products = [], [], []
     for guard in env.guards:
         try:
             expr = env.simplify(guard.expr).xreplace(sym._mapping)
@@ -114,7 +138,21 @@ def relations_of(sym) -> Relations:
                             side not in [symbols[k] for k, _ in definitions]:
                         definitions.append((symbols.index(side), other))
                         break
-    return Relations(guards, symbols, sym.ranges(), definitions)
+                factors = [_symbol_factors(side) for side in (expr.lhs, expr.rhs)]
+                if None not in factors and len(factors[0]) == len(factors[1]) > 1 and \
+                        not set(factors[0]) & set(factors[1]):
+                    products.append(tuple(tuple(symbols.index(f) for f in side) for side in factors))
+    return Relations(guards, symbols, sym.ranges(), definitions, products)
+
+
+def _symbol_factors(expr) -> list | None:
+    """The distinct symbols whose product `expr` is (`s0*s1`), else None."""
+    import sympy
+
+    if isinstance(expr, sympy.Mul) and all(isinstance(a, sympy.Symbol) for a in expr.args) and \
+            len(set(expr.args)) == len(expr.args):
+        return list(expr.args)
+    return None
 
 
 def within_relations(probes: list[list[int]], relations: Relations, fixed: set) -> list[list[int]]:
@@ -127,7 +165,11 @@ def within_relations(probes: list[list[int]], relations: Relations, fixed: set) 
     for probe in probes:
         repaired = relations.repaired(probe, fixed)
         out.append(probe if repaired is None else repaired)
-    return out + _lost_orders(out[1:], relations, fixed)
+    added = []
+    for probe in _lost_orders(out[1:], relations, fixed):
+        if probe not in out and probe not in added:
+            added.append(probe)
+    return out + added
 
 
 def _lost_orders(probes: list[list[int]], relations: Relations, fixed: set) -> list[list[int]]:
@@ -135,8 +177,12 @@ def _lost_orders(probes: list[list[int]], relations: Relations, fixed: set) -> l
     `probes` has, where such a probe satisfies the relations."""
     added: list[list[int]] = []
     n = len(probes[0]) if probes else 0
-    for i, j in itertools.combinations([k for k in range(n) if k not in fixed], 2):
+    free = [k for k in range(n) if k not in fixed]
+    for i, j in itertools.combinations(free, 2):
         orders = {(p[i] > p[j]) for p in probes + added if p[i] != p[j]}
+        if not orders:  # equal at every probe (a copied product): a probe where they differ, if any
+            added += _told_apart(probes, relations, i, j, free)
+            continue
         if len(orders) != 1:
             continue
         for probe in probes:
@@ -147,3 +193,18 @@ def _lost_orders(probes: list[list[int]], relations: Relations, fixed: set) -> l
                 added.append(repaired)
                 break
     return added
+
+
+def _told_apart(probes: list[list[int]], relations: Relations, i: int, j: int, free: list) -> list[list[int]]:
+    """One probe from `probes` with j's value exchanged with a third symbol's, where i and j differ and the
+    relations hold (`Eq(s0*s1, s2*s3)` at (a, b, b, a)); none if there is none."""
+    for probe in probes:
+        for k in free:
+            if k in (i, j):
+                continue
+            swapped = list(probe)
+            swapped[j], swapped[k] = swapped[k], swapped[j]
+            swapped = relations.defined(swapped)
+            if swapped[i] != swapped[j] and relations.hold(swapped):
+                return [swapped]
+    return []
