@@ -270,7 +270,9 @@ class FrameHook:
     def _mark_automatic_dynamic(self, args: tuple, kwargs: dict) -> None:
         if self.request.dynamic is False or not config.automatic_dynamic:
             return  # dynamic=True: every size is symbolic already; an int attribute that changed becomes one
-        layout = ("TENSOR_STRIDE", "TENSOR_STORAGE_OFFSET") if self.fn.__code__ in _ORIGIN else ()
+        # NOTE [Dynamic layouts]; a storage offset that changed marks any frame's tensor (NOTE [Changing
+        # offsets of scalar views]), a stride only a resume function's
+        layout = ("TENSOR_STRIDE", "TENSOR_STORAGE_OFFSET") if self.fn.__code__ in _ORIGIN else ("TENSOR_STORAGE_OFFSET",)
 
         def changed_value(failure) -> bool:  # a size, an int or a float (made an input above) that changed
             return failure.guard.kind in ("TENSOR_SHAPE", *layout) or (
@@ -293,7 +295,8 @@ class FrameHook:
                 self.dynamic_ints = self.dynamic_ints | {source}
                 logs.log("recompiles", "%s: the %s %s changed value; it is symbolic from now on", self._name(),
                          "int" if _int_text(failure.guard.expected) else "torch.Size", source)
-            if self.request.dynamic is True:
+            # under dynamic=True only a static offset fails: a 0-dim tensor's (NOTE [Changing offsets of scalar views])
+            if self.request.dynamic is True and failure.guard.kind != "TENSOR_STORAGE_OFFSET":
                 continue  # sizes and layouts: all symbolic already (a size 1, a mark_static dim stay static)
             if failure.guard.kind in layout and LAYOUT not in self.dynamic_dims.get(source, frozenset()):
                 self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | {LAYOUT}}

@@ -189,6 +189,28 @@ def is_symbolic(fake: torch.Tensor) -> bool:
 LAYOUT = -1
 
 
+# NOTE [Changing offsets of scalar views]: a 0-dim tensor that is an element of a larger one (`for t in
+# scheduler.timesteps: unet(latents, t)`, every diffusers sampling loop; `steps[i]`) has the same sizes and
+# strides on every call and another storage offset, which its tensor guard checks: a compiled UNet traced
+# once per timestep, and ran eagerly from the 9th (stock torch.compile, which does not guard offsets: 1
+# graph). torch makes a tensor's offset symbolic only when one of its sizes is, which a 0-dim tensor has
+# none of. Once its offset changed (NOTE [Automatic dynamic] marks it LAYOUT, in any frame), the tensor's
+# fake is the 0-dim view of a symbolic 1-element fake of it: its offset is a symbol of the env like a size
+# (the guard checks the relations the trace relied on, `x.storage_offset()` read in the code specialises it
+# through the env), its sizes and strides stay static.
+def scalar_view_fake(out, tensor: torch.Tensor, source) -> torch.Tensor | None:
+    """A 0-dim fake of `tensor` whose storage offset is symbolic, or None (NOTE [Changing offsets of
+    scalar views])."""
+    if LAYOUT not in out.dynamic_dims.get(source.describe(), ()):
+        return None
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+    context = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC])
+    row = out.fake_mode.from_tensor(tensor.unsqueeze(0), symbolic_context=context,
+                                    source=ShapeSource(f"{source.expr(out.names)}.unsqueeze(0)"))
+    with out.fake_mode:
+        return row.squeeze(0)
+
+
 # NOTE [Dynamic ints]: an int argument or attribute is specialised (guarded by value) until a call misses
 # because it changed (NOTE [Automatic dynamic] in hook.py); later traces make it a graph input whose
 # placeholder's `meta["val"]` is a SymInt of the env (the backend's example input is the int itself). Its

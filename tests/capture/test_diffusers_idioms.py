@@ -7,6 +7,7 @@ are the point.
 """
 from __future__ import annotations
 
+import pytest
 import torch
 
 import framejit
@@ -91,3 +92,67 @@ def test_a_device_keyed_table_distinguishes_devices():
                    torch.device("cuda")):
         x = torch.randn(3)
         assert_same(compiled(x, device), f(x, device))
+
+
+# ---- a sampling loop: `for t in scheduler.timesteps: unet(latents, t)` ---------------------------------------
+# NOTE [Changing offsets of scalar views] (capture/shapes.py): each t is a 0-dim view of timesteps at another
+# storage offset, which the tensor guard checked: a compiled UNet2DConditionModel traced once per timestep (6
+# graphs over 6 steps; from the 9th step the frame ran eagerly), stock torch.compile 1 graph. Now the offset is
+# symbolic once it changed (0 and 1 are specialised, as torch specialises sizes): at most 3 traces in all.
+class _Denoiser(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, latents, t):
+        emb = torch.cat([t[None].float().sin(), t[None].float().cos()]).repeat(2)
+        return self.lin(latents) * emb + t
+
+
+def _loop(model, latents, timesteps):
+    outs = []
+    for t in timesteps:
+        latents = latents - 0.1 * model(latents, t)
+        outs.append(latents)
+    return outs
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_a_sampling_loop_over_timesteps_is_not_traced_per_step(dynamic):
+    torch.manual_seed(0)
+    model = _Denoiser()
+    compiled = framejit.compile(model, backend=CountingBackend(), dynamic=dynamic)
+    before = _stats()
+    for steps in (12, 7):
+        timesteps = torch.linspace(999, 0, steps).long()
+        latents = torch.randn(2, 4)
+        assert_same(_loop(compiled, latents, timesteps), _loop(model, latents, timesteps))
+    after = _stats()
+    assert after[0] == before[0]  # no eager frame (before: from the 9th step)
+    assert after[1] - before[1] <= 3  # offsets 0, 1, then any (before: one trace per step, 12)
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_facts_of_a_scalar_views_offset_stay_exact(backend):
+    """The offset itself read, an in-place write through the view, and the view's base written in the same
+    graph: eager's values and the base's contents after each step."""
+    def read(x, t):
+        return x * t.storage_offset() + t
+
+    def write(x, t):
+        t.mul_(2)
+        return x + t
+
+    def through_base(ts, t):
+        ts.add_(1)
+        return t * 2
+
+    for fn in (read, write, through_base):
+        compiled = framejit.compile(fn, backend=backend)
+        ts_eager, ts_compiled = torch.linspace(1, 2, 8), torch.linspace(1, 2, 8)
+        for i in range(7):
+            x = torch.randn(3)
+            args_eager = (ts_eager if fn is through_base else x, ts_eager[i])
+            args_compiled = (ts_compiled if fn is through_base else x, ts_compiled[i])
+            assert_same(compiled(*args_compiled), fn(*args_eager))
+            assert torch.equal(ts_compiled, ts_eager)
