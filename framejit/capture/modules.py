@@ -291,6 +291,23 @@ def _register_handlers() -> None:
 _register_handlers()
 
 
+# NOTE [Dynamo's tagging Module.__init__]: importing torch._dynamo (any torch.compile in the process, also a
+# library's `from torch._dynamo import allow_in_graph`) replaces torch.nn.Module.__init__ with a wrapper that
+# calls the original and records the module in Dynamo's GenerationTracker (a weak dictionary). A module made
+# while tracing then reached that wrapper in `super().__init__()` and broke at the weak-dictionary store
+# (an activation module built in forward: 1 graph without Dynamo imported, a break with it). The wrapper is
+# traced as the original it wraps: the tag is Dynamo's own bookkeeping of modules it may compile, and a
+# module made while tracing never leaves the trace (NOTE [Modules made while tracing that outlive the trace]).
+def unwrap_dynamo_tagging_init(fn):
+    """The Module.__init__ that Dynamo's tagging wrapper `fn` calls, or None when `fn` is not that wrapper."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_name != "patched_init" or getattr(fn, "__module__", None) != "torch._dynamo.mutation_guard":
+        return None
+    cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
+    inner = cells["init"].cell_contents if "init" in cells else None
+    return inner if callable(inner) else None
+
+
 # NOTE [Modules made while tracing]: `torch.nn.Softmax(dim=-1)(x)` or `SmallNN()(x, y)` inside the
 # compiled code builds a module and calls it. When every constructor argument is a constant and every
 # `__init__` the class runs is torch's own (the class is from torch.nn, or a subclass that defines no

@@ -422,6 +422,11 @@ class Translator:
         f = fn.fn
         if is_iteration_method(f):
             return call_iteration_method(self, f, args, kwargs)
+        if f not in TRACE_TIME and getattr(f, "__name__", None) == "patched_init":
+            from .modules import unwrap_dynamo_tagging_init  # NOTE [Dynamo's tagging Module.__init__]
+            inner = unwrap_dynamo_tagging_init(f)
+            if inner is not None:
+                fn, f = UserFunctionValue(inner), inner
         if f in TRACE_TIME:
             return TRACE_TIME[f](self, args, kwargs)
         if f in SUBSTITUTES:
