@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend
+from tests.helpers import CountingBackend, assert_same
 
 
 def _eager_frames() -> int:
@@ -112,19 +112,7 @@ def _groupby_programs():
             plain_loop]
 
 
-def _same(got, want):
-    if isinstance(want, dict):
-        assert type(got) is type(want) and got.keys() == want.keys()
-        for k in want:
-            _same(got[k], want[k])
-    elif isinstance(want, torch.Tensor):
-        torch.testing.assert_close(got, want)
-    elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want)
-        for g, w in zip(got, want):
-            _same(g, w)
-    else:
-        assert got == want
+_same = assert_same  # eager vs compiled, containers item by item
 
 
 @pytest.mark.parametrize("program", _groupby_programs(), ids=lambda p: p.__name__)

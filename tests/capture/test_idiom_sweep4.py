@@ -17,26 +17,14 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, logged_breaks
+from tests.helpers import CountingBackend, assert_same, logged_breaks
 
 
 def _eager_frames() -> int:
     return framejit.stats()["eager_frames"]
 
 
-def _same(got, want):
-    if isinstance(want, dict):
-        assert type(got) is type(want) and got.keys() == want.keys()
-        for k in want:
-            _same(got[k], want[k])
-    elif isinstance(want, torch.Tensor):
-        torch.testing.assert_close(got, want)
-    elif isinstance(want, (list, tuple)):
-        assert type(got) is type(want) and len(got) == len(want)
-        for g, w in zip(got, want):
-            _same(g, w)
-    else:
-        assert got == want
+_same = assert_same  # eager vs compiled, containers item by item
 
 
 # ---- a library metaclass's __getattr__ (NOTE [Library metaclass __getattr__], lookup.py) -------------------
