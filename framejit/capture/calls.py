@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
-from .protocol import ModuleSliceValue, constant_fold
+from .module_protocol import ModuleSliceValue
+from .protocol import constant_fold
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
                      ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)

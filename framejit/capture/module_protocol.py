@@ -14,12 +14,17 @@ Instance attributes do not matter here: CPython looks these special methods up o
 """
 from __future__ import annotations
 
+import operator
 import types
 from typing import Any
 
 import torch
 
 from . import lookup
+from .breaks import BreakKind, Unsupported, UserException
+from .sources import DictSlotSource
+from .values import ConstantValue, NNModuleValue, TupleValue, Value
+from .values.builder import wrap
 
 CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.ParameterList)
 _METHODS = ("__iter__", "__len__", "__getitem__", "__contains__", "__bool__")
@@ -73,3 +78,64 @@ def module_truth(tx, v) -> bool:
             return length(tx, v) > 0
         return truth(tx, tx.call_method_of(v, name, [], {}))
     return True
+
+
+def module_children(tx, v: NNModuleValue) -> list[Value]:
+    mod = v.obj
+    if isinstance(mod, torch.nn.ModuleDict):
+        tx.guard_module_keys(v)  # a key added or removed after the first call (red team, issue 12)
+        return [ConstantValue(k) for k in mod._modules]
+    if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
+        tx.guard_module_keys(v)
+        return [wrap(tx.output, child, DictSlotSource(v.source, "_modules", name)) if v.source else
+                NNModuleValue(child) for name, child in mod._modules.items()]
+    if isinstance(mod, torch.nn.ParameterList):
+        guard_parameter_list_length(tx, v)
+        return [tx.getattr(v, str(i)) for i in range(len(mod))]
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {type(mod).__name__}")
+
+
+def guard_parameter_list_length(tx, v: NNModuleValue) -> None:
+    """ParameterList's length is its `_size`, which `append` grows: an appended parameter was not seen by
+    an entry that iterated the list before (red team, issue 12)."""
+    if v.source is None:
+        return
+    e = v.source.expr(tx.output.names)
+    n = len(v.obj)
+    tx.output.add_guard("LENGTH", f"{e}._size == {n}", v.source, expected=str(n), actual=f"{e}._size")
+
+
+def module_getitem(tx, v: NNModuleValue, key: Any) -> Value:
+    mod = v.obj
+    if isinstance(mod, torch.nn.ModuleDict):
+        tx.guard_module_keys(v)
+        return tx.getattr(v, key) if key in mod._modules else _raise(KeyError(key))
+    if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
+        tx.guard_module_keys(v)
+        names = list(mod._modules)
+        if isinstance(key, slice):
+            children = [tx.getattr(v, n) for n in names[key]]
+            return ModuleSliceValue(children, isinstance(mod, torch.nn.Sequential))
+        try:
+            name = names[operator.index(key)]
+        except Exception as e:
+            raise UserException(e) from None
+        return tx.getattr(v, name)
+    if isinstance(mod, torch.nn.ParameterList):
+        guard_parameter_list_length(tx, v)
+        return tx.getattr(v, str(operator.index(key) % len(mod)))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"subscript of a {type(mod).__name__}")
+
+
+def _raise(exc: Exception):
+    raise UserException(exc)
+
+
+class ModuleSliceValue(TupleValue):
+    """`seq[a:b]` of nn.Sequential/ModuleList: a fresh container of the same children, modelled as a
+    tuple of the children's values (it iterates and indexes like the slice, and calls them in order
+    when it was a Sequential)."""
+
+    def __init__(self, children: list[Value], sequential: bool) -> None:
+        super().__init__(children)
+        self.sequential = sequential

@@ -23,11 +23,10 @@ from .hash_order import note_fold, note_order
 from .values import (ConstantValue, DictValue, DictViewValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue, ObjectValue,
                      SequenceValue, SetValue, SliceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue,
                      Value)
-from .values.builder import wrap
 from .values.outside import OutsideDictValue, OutsideListValue
-from .sources import DictSlotSource
 from .dict_objects import dunder, is_new_dict_object, storage
 from .folded_results import folded_value
+from .module_protocol import guard_parameter_list_length, module_children, module_getitem
 
 BINARY_OPS: dict[str, Callable] = {
     "ADD": operator.add, "SUBTRACT": operator.sub, "MULTIPLY": operator.mul, "TRUE_DIVIDE": operator.truediv,
@@ -518,7 +517,7 @@ def iterate(tx, v: Value) -> list[Value]:
         from .module_protocol import replaced  # NOTE [Module container protocol]
         if replaced(tx, v.obj, "__iter__"):
             return iterate(tx, tx.call_special_of(v, "__iter__", [], {}))
-        return _module_children(tx, v)
+        return module_children(tx, v)
     if isinstance(v, (ObjectValue, NewObjectValue)) and not isinstance(v, NNModuleValue):
         return _iterate_object(tx, v)
     from .carried_loops import CarriedIteratorValue
@@ -584,31 +583,6 @@ def object_iterator(tx, v: Value) -> IteratorValue | None:
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {cls.__name__}")
 
 
-def _module_children(tx, v: NNModuleValue) -> list[Value]:
-    mod = v.obj
-    if isinstance(mod, torch.nn.ModuleDict):
-        tx.guard_module_keys(v)  # a key added or removed after the first call (red team, issue 12)
-        return [ConstantValue(k) for k in mod._modules]
-    if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
-        tx.guard_module_keys(v)
-        return [wrap(tx.output, child, DictSlotSource(v.source, "_modules", name)) if v.source else
-                NNModuleValue(child) for name, child in mod._modules.items()]
-    if isinstance(mod, torch.nn.ParameterList):
-        _guard_parameter_list_length(tx, v)
-        return [tx.getattr(v, str(i)) for i in range(len(mod))]
-    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {type(mod).__name__}")
-
-
-def _guard_parameter_list_length(tx, v: NNModuleValue) -> None:
-    """ParameterList's length is its `_size`, which `append` grows: an appended parameter was not seen by
-    an entry that iterated the list before (red team, issue 12)."""
-    if v.source is None:
-        return
-    e = v.source.expr(tx.output.names)
-    n = len(v.obj)
-    tx.output.add_guard("LENGTH", f"{e}._size == {n}", v.source, expected=str(n), actual=f"{e}._size")
-
-
 def length(tx, v: Value) -> int:
     if is_new_dict_object(v):
         result = dunder(tx, v, "__len__", [])
@@ -638,7 +612,7 @@ def length(tx, v: Value) -> int:
                                                            torch.nn.ModuleDict, torch.nn.ParameterList)):
         tx.guard_module_keys(v)
         if isinstance(v.obj, torch.nn.ParameterList):
-            _guard_parameter_list_length(tx, v)
+            guard_parameter_list_length(tx, v)
         return len(v.obj)
     if isinstance(v, (ObjectValue, NewObjectValue)) and hasattr(v.python_type(), "__len__"):
         return _checked_len(tx.call_special_of(v, "__len__", [], {}))
@@ -711,7 +685,7 @@ def getitem(tx, obj: Value, key: Value) -> Value:
         from .module_protocol import replaced  # NOTE [Module container protocol]
         if replaced(tx, obj.obj, "__getitem__"):
             return tx.call_special_of(obj, "__getitem__", [key], {})
-        return _module_getitem(tx, obj, key.as_constant())
+        return module_getitem(tx, obj, key.as_constant())
     from .typing_forms import typing_subscript
     folded = typing_subscript(tx, obj, key)  # NOTE [Typing subscripts are folded]
     if folded is not None:
@@ -728,42 +702,6 @@ def _builtin_generic_alias(obj: Value, key: Value) -> bool:
     from .values import ClassValue
     return isinstance(obj, ClassValue) and isinstance(obj.obj, type) and obj.obj.__module__ == "builtins" and \
         "__class_getitem__" in vars(obj.obj) and key.is_constant()
-
-
-def _module_getitem(tx, v: NNModuleValue, key: Any) -> Value:
-    mod = v.obj
-    if isinstance(mod, torch.nn.ModuleDict):
-        tx.guard_module_keys(v)
-        return tx.getattr(v, key) if key in mod._modules else _raise(KeyError(key))
-    if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
-        tx.guard_module_keys(v)
-        names = list(mod._modules)
-        if isinstance(key, slice):
-            children = [tx.getattr(v, n) for n in names[key]]
-            return ModuleSliceValue(children, isinstance(mod, torch.nn.Sequential))
-        try:
-            name = names[operator.index(key)]
-        except Exception as e:
-            raise UserException(e) from None
-        return tx.getattr(v, name)
-    if isinstance(mod, torch.nn.ParameterList):
-        _guard_parameter_list_length(tx, v)
-        return tx.getattr(v, str(operator.index(key) % len(mod)))
-    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"subscript of a {type(mod).__name__}")
-
-
-def _raise(exc: Exception):
-    raise UserException(exc)
-
-
-class ModuleSliceValue(TupleValue):
-    """`seq[a:b]` of nn.Sequential/ModuleList: a fresh container of the same children, modelled as a
-    tuple of the children's values (it iterates and indexes like the slice, and calls them in order
-    when it was a Sequential)."""
-
-    def __init__(self, children: list[Value], sequential: bool) -> None:
-        super().__init__(children)
-        self.sequential = sequential
 
 
 def contains(tx, item: Value, container: Value) -> bool:
