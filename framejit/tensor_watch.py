@@ -71,8 +71,8 @@ def _storage_key(tensor) -> int | None:
             with torch._C.DisableTorchFunction():  # must not see framejit's query (eager makes none)
                 return tensor.untyped_storage()._cdata
         return tensor.untyped_storage()._cdata
-    except Exception:  # no storage (a functional or sparse tensor, ...): never watched
-        return None
+    except Exception:  # no storage (a functional or sparse tensor, ...): all such tensors share the key None,
+        return None  # so their uses are over-counted together, never missed
 
 
 _HAS_TORCH_FUNCTION = torch._C._has_torch_function_unary

@@ -28,8 +28,9 @@ imports it on the first trace) and ~120 ns once it is, vs ~240 ns for the call).
 persisted (measured: with transformers imported, no frame calling a user function was persisted while the
 guard was the set of ids). A function considered without a source (a module's `forward` reached through the
 module call) is guarded the same way through the guard's namespace when its module and qualified name import
-it (a stable object; the frame cache locates it by that name). Any other falls back to the set of ids, and
-such an entry is not persisted: ids are per process.
+it (a stable object; the frame cache locates it by that name). Any other falls back to the set of ids; such
+an entry is persisted with the marked functions themselves, whose ids the loading process takes (NOTE
+[Persisted marks] in frame_cache.py).
 
 NOTE [Functions made while tracing are never marked]: a function the traced code makes (MAKE_FUNCTION: a
 comprehension, a generator expression, a nested def or lambda) is a new object at every call of the frame,
@@ -119,7 +120,6 @@ def is_allowed_in_graph(tx, fn: UserFunctionValue) -> bool:
     elif _importable(fn.fn):  # a module's forward reached through the module call has no source
         e = out.name_of(fn.fn, fn.fn.__name__)
     else:
-        out.__dict__["allowed_ids_process_local"] = True
         _guard_set(out, snap)
         return marked
     seen = out.__dict__.setdefault("allowed_marks_guarded", set())
@@ -129,11 +129,6 @@ def is_allowed_in_graph(tx, fn: UserFunctionValue) -> bool:
                       expected=f"{fn.fn.__qualname__} {'is' if marked else 'is not'} marked allow_in_graph",
                       actual=f"{out.name_of(allowed_mark, 'allowed_mark')}({e})")
     return marked
-
-
-def persistable(out) -> bool:
-    """An entry whose guards name process-local ids (NOTE [Guarding the marks]) is not persisted."""
-    return not out.__dict__.get("allowed_ids_process_local")
 
 
 def _graph_arg(v: Any) -> bool:
@@ -180,4 +175,4 @@ def call_allowed(tx, fn: UserFunctionValue, args: list[Value], kwargs: dict[str,
     return out.wrap_result(node, result)
 
 
-__all__ = ["allowed_ids", "allowed_ids_are", "allowed_mark", "call_allowed", "is_allowed_in_graph", "persistable"]
+__all__ = ["allowed_ids", "allowed_ids_are", "allowed_mark", "call_allowed", "is_allowed_in_graph"]

@@ -681,11 +681,6 @@ def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
 _LRU_WRAPPER = functools._lru_cache_wrapper
 
 
-# NOTE [Non-data descriptors written in Python]: a class attribute whose type defines `__get__` in Python
-# and no `__set__`/`__delete__` (torch.distributions.utils.lazy_property: compute, setattr on the instance,
-# return) is read as CPython reads it: `type(attr).__get__(attr, obj, cls)`, inlined. The entry and the
-# descriptor type's `__get__` are guarded by identity. It was a graph break ("descriptor lazy_property for
-# 'probs'") inside Categorical.entropy and friends.
 # NOTE [Attributes of OrderedDicts from outside]: an OrderedDict instance has a __dict__ (`Module.state_dict()`
 # returns one with `_metadata`); a dict value from outside answered every attribute read as a dict's, so
 # `hasattr(sd, "_metadata")` was False (eager True) and `sd._metadata` raised. An OrderedDict from outside
@@ -697,6 +692,11 @@ def _ordered_dict_instance_attr(tx, obj: Value, real: Any, name: str) -> Value:
     return wrap(tx.output, vars(real)[name], lookup.attr_source(obj.source, real, name))
 
 
+# NOTE [Non-data descriptors written in Python]: a class attribute whose type defines `__get__` in Python
+# and no `__set__`/`__delete__` (torch.distributions.utils.lazy_property: compute, setattr on the instance,
+# return) is read as CPython reads it: `type(attr).__get__(attr, obj, cls)`, inlined. The entry and the
+# descriptor type's `__get__` are guarded by identity. It was a graph break ("descriptor lazy_property for
+# 'probs'") inside Categorical.entropy and friends.
 def _python_descriptor_get(tx, obj: Value, cls: type, name: str, attr: Any, entry) -> Value:
     get = lookup.mro_lookup(type(attr), "__get__")[1]
     if not isinstance(get, types.FunctionType) or _is_data_descriptor(attr) \

@@ -237,12 +237,13 @@ def _substitute_locator(obj: Any) -> tuple | None:
 # y.item())` breaking at `.item()`: the guard pins `___stack1.__self__`), a module-level config object.
 # Such an object is found again as the global that binds it, in the module of the frame's function or of
 # a function the trace inlined: ("bound", module, name, locator of its type). Only mutable objects (lists,
-# dicts, sets, deques, instances of Python classes that are not tuples): in one process such an object
+# sets, deques, instances of Python classes that are not tuples; dicts are located as a module's globals or
+# not at all, in `locate`): in one process such an object
 # changes between calls, so every fact the trace read from it beyond its identity and its type is guarded
 # anyway, and resolving checks the type (a warm process binding another type there does not use the entry).
 # Immutable objects (tuples, frozensets, functions, classes, tensors) never are: a trace may take their
 # contents as constants of their identity.
-_BINDABLE = (list, dict, set, collections.deque)
+_BINDABLE = (list, set, collections.deque)
 
 
 def _global_binding(obj: Any, fn: types.FunctionType | None) -> tuple | None:
@@ -250,8 +251,6 @@ def _global_binding(obj: Any, fn: types.FunctionType | None) -> tuple | None:
     if isinstance(obj, (tuple, frozenset, torch.Tensor, type, types.FunctionType, types.ModuleType)) or not (
             isinstance(obj, _BINDABLE) or (cls.__flags__ & _HEAPTYPE and hasattr(obj, "__dict__"))):
         return None
-    if isinstance(obj, dict) and any(getattr(m, "__dict__", None) is obj for m in list(sys.modules.values())):
-        return None  # a module's globals: the "globals" locator
     try:
         type_locator = locate(cls, fn)  # an import, or NOTE [Local classes by an instance]
     except NotPersistable:

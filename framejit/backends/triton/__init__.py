@@ -116,8 +116,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict
         problem = "the graph enters torch.inference_mode() (its outputs must be inference tensors, as in eager)"
     if problem is None and leaves_inference_mode(gm):  # NOTE [Graphs that leave inference mode] in state.py
         problem = "the graph has an inference_mode(False) block (under an outer inference_mode its values are normal tensors)"
-    if problem is None and off_device_outputs(gm, device):  # NOTE [Tensors on another device] in state.py
-        problem = f"the graph returns tensors on {', '.join(off_device_outputs(gm, device))}, its kernels run on {device}"
+    if problem is None and (off := off_device_outputs(gm, device)):  # NOTE [Tensors on another device] in state.py
+        problem = f"the graph returns tensors on {', '.join(off)}, its kernels run on {device}"
     if problem is not None:
         # once per compiled graph (log_once would hide it for every later graph with the same reason)
         logs.log("eager_fallback", "triton: running the graph eagerly: %s", problem)
