@@ -66,6 +66,7 @@ def test_changes_to_a_dtype_keyed_table_are_seen():
         return x + t.to(_DOWNCAST.get(t.dtype, t.dtype)), _DOWNCAST.get(t.dtype)
 
     compiled = framejit.compile(f, backend=CountingBackend())
+    before = _stats()
     saved = dict(_DOWNCAST)
     try:
         for change in (None, None, "value", "add", "remove"):
@@ -81,6 +82,7 @@ def test_changes_to_a_dtype_keyed_table_are_seen():
     finally:
         _DOWNCAST.clear()
         _DOWNCAST.update(saved)
+    assert _stats()[0] == before[0]  # captured, not given up
 
 
 def test_a_device_keyed_table_distinguishes_devices():
@@ -88,10 +90,12 @@ def test_a_device_keyed_table_distinguishes_devices():
         return x * _SCALE.get(device, -1.0), device in _SCALE
 
     compiled = framejit.compile(f, backend=CountingBackend())
+    before = _stats()
     for device in (torch.device("cpu"), torch.device("cpu"), torch.device("meta"), torch.device("cpu", 0),
                    torch.device("cuda")):
         x = torch.randn(3)
         assert_same(compiled(x, device), f(x, device))
+    assert _stats()[0] == before[0]  # captured, not given up
 
 
 # ---- a sampling loop: `for t in scheduler.timesteps: unet(latents, t)` ---------------------------------------

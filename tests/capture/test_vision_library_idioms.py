@@ -128,6 +128,7 @@ def test_a_rebound_typing_global_and_user_generics_are_guarded():
         return x + 1, Alias[int], _Box[T], _Box[int], Union[int, Alias[str]]
 
     compiled = framejit.compile(f)
+    eager_before = framejit.stats()["eager_frames"]
     try:
         for alias in (List, List, Tuple, Set):
             Alias = alias
@@ -137,6 +138,7 @@ def test_a_rebound_typing_global_and_user_generics_are_guarded():
             assert got[1:] == want[1:]
     finally:
         Alias = List
+    assert framejit.stats()["eager_frames"] == eager_before  # captured, not given up
 
 
 def test_a_typing_error_is_raised_as_eager():
