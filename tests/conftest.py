@@ -8,12 +8,14 @@ import atexit
 import gc
 import logging
 import os
+import shutil
 import sys
 import tempfile
 
 import pytest
 
 _CACHE_DIR = tempfile.mkdtemp(prefix="framejit-test-cache-")
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)   # each run left one behind in /tmp
 os.environ["FRAMEJIT_CACHE_DIR"] = _CACHE_DIR
 # NOTE [One intra-op thread]: the suites of several Pythons run in parallel on a 2-core machine; torch's
 # (and through it ORT's) second intra-op thread only adds CPU time there (waiting and waking workers of
