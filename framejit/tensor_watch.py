@@ -64,7 +64,8 @@ _installed = False
 # (`_swap_tensor_impl` trades storages; `_unsafe_set_version_counter` puts a version back after a write,
 # `torch.autograd.graph._unsafe_preserve_version_counter`, which frozen weights missed too). `t.data = w`
 # counts a use of w's storage too: t then writes w's memory with t's own version counter. Not counted:
-# `t.set_(w)`, which does the same (it bumps t's version only).
+# `t.set_(w)`, which does the same (it bumps t's version only); t holds w's storage, which onnxrt's frozen
+# parts compare on every call (NOTE [Holders appearing after the freeze] in backends/onnxrt/runtime.py).
 def _storage_key(tensor) -> int | None:
     try:
         if _HAS_TORCH_FUNCTION(tensor):  # a subclass's __torch_function__ or a user's TorchFunctionMode

@@ -82,9 +82,11 @@ _MAX_REFREEZE = 2
 # w's TensorImpl instead: a TensorImpl use count above 1 (2 for a leaf that requires grad, whose
 # AccumulateGrad node may hold it; such a tensor cannot be exported without `detach()`, a new TensorImpl
 # over the storage) is a holder too.
-# Holders made after the session are seen as before (views and `detach()` bump the shared counter,
-# `.data` is counted); a NumPy array made after it is still not, nor writes through `untyped_storage()`,
-# whose Python object torch keeps on the StorageImpl itself (no count of its own) (watch.py).
+# Holders made after the session: views and `detach()` bump the shared counter, `.data` is counted, and
+# the part compares both use counts with those it saw after making its session on every call (NOTE
+# [Holders appearing after the freeze]). Not seen (watch.py): a holder made and dropped between two calls
+# (`w.detach().numpy()[:] = 0`), writes through `untyped_storage()`, whose Python object torch keeps on
+# the StorageImpl itself (no count of its own), and raw pointers (ctypes).
 def _held_elsewhere(tensor: torch.Tensor) -> bool:
     try:
         if tensor._use_count() > 1 + (tensor.is_leaf and tensor.requires_grad):
@@ -254,6 +256,27 @@ _FROM_DLPACK = torch._C._from_dlpack
 _ORT_VALUE_VECTOR = None  # onnxruntime's OrtValueVector, imported with the first vector run
 
 
+# NOTE [Holders appearing after the freeze]: `h.set_(w)`, `a = w.detach().numpy()`, `torch.frombuffer(a)`,
+# `torch.from_dlpack(w.detach())` made after the session was made hold w's StorageImpl (or TensorImpl) with
+# a version counter of their own; writes through them changed w's memory with no bump and the session
+# served the old weights (framejit onnxrt before: the unchanged model's outputs). The part records both use
+# counts of every frozen weight once its session holds it (`_holder_counts`) and compares them on every
+# call (C loops, NOTE [Per-call path]); a change is a new holder (refreeze: `_make_session` then sees it
+# and feeds the weight, NOTE [Weights whose storage is held elsewhere are fed]) unless `_held_elsewhere`
+# finds only sessions' arrays over it (another part froze the same weight): then the counts are taken anew.
+_STORAGE_USES = torch._C._storage_Use_Count
+_IMPL_USES = torch.Tensor._use_count
+
+
+def _holder_counts(tensors: list) -> tuple:
+    """(storage keys, their use counts, the tensors' own use counts) of the frozen `tensors`."""
+    try:
+        keys = [t.untyped_storage()._cdata for t in tensors]
+        return keys, list(map(_STORAGE_USES, keys)), list(map(_IMPL_USES, tensors))
+    except Exception:  # no storage or no such function: trust the version as before
+        return None
+
+
 def _frozen_check(frozen: list) -> tuple:
     """(a getter of the frozen positions' arguments as a tuple, their ids, versions and data pointers)."""
     positions = [position for position, *_ in frozen]
@@ -420,6 +443,7 @@ class OrtPart(torch.nn.Module):
         self.session = make_session(self.model, self.opts, self.device, sub, frozen,
                                     self.frozen_bytes() if frozen else None)
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self._holders = _holder_counts(list(frozen.values()))  # NOTE [Holders appearing after the freeze]
 
     def _stop_freezing(self, positions) -> None:
         """Feed the weights at `positions` on every call from now on instead of freezing them."""
@@ -453,6 +477,21 @@ class OrtPart(torch.nn.Module):
             if any(watch.uses(tensor) != count for _, tensor, _, count, _ in self._frozen):
                 return False
             self._epoch = epoch
+        return self._holders_unchanged(held)
+
+    _holders: tuple | None = None
+
+    def _holders_unchanged(self, held) -> bool:
+        """No holder of a frozen weight appeared since the session was made (NOTE [Holders appearing after
+        the freeze]); `held` are the frozen positions' tensors, checked the same objects as `_frozen`'s."""
+        if self._holders is None:
+            return True
+        keys, storage_counts, impl_counts = self._holders
+        if list(map(_STORAGE_USES, keys)) == storage_counts and list(map(_IMPL_USES, held)) == impl_counts:
+            return True
+        if any(map(_held_elsewhere, held)):
+            return False
+        self._holders = _holder_counts(list(held))  # only sessions' arrays came or went
         return True
 
     def _check_frozen(self, args) -> None:
