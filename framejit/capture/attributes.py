@@ -729,6 +729,9 @@ def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=Non
     if type(attr) is _LRU_WRAPPER and entry is not None:  # a cached method, e.g. transformers'
         lookup.guard_entry_identity(tx.output, entry, attr)  # `Logger.warning_once` (NOTE [Cached functions])
         return BoundMethodValue(wrap(tx.output, attr, entry), obj)
+    if type(attr) is property and isinstance(attr.fget, types.FunctionType):  # `@property` on a NamedTuple
+        lookup.guard_entry_identity(tx.output, entry, attr)  # subclass (its instances have no __dict__)
+        return tx.call(UserFunctionValue(attr.fget), [obj], {})
     if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
         return _python_descriptor_get(tx, obj, cls, name, attr, entry)
     if entry is not None:

@@ -782,5 +782,6 @@ def _frozenset(tx, args, kwargs):
 __all__ = ["BUILTIN_HANDLERS"]
 
 from . import itertools_support, mappings, state_blocks, stdlib  # noqa: E402,F401  (register their handlers)
+from . import string_formats  # noqa: E402,F401  (NOTE [format_map through the mapping's protocol])
 from . import pytree_support  # noqa: E402  (NOTE [pytree calls])
 pytree_support.register(BUILTIN_HANDLERS)

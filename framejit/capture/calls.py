@@ -298,6 +298,7 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
     from .compile_state import state_query_handler
     from .dict_objects import call_base_method, is_base_method_call
     from .getattribute import HANDLERS as GETATTRIBUTE_HANDLERS
+    from .string_formats import bound_str_method
 
     if is_base_method_call(fn, args):  # NOTE [Dict-subclass objects made while tracing]
         return call_base_method(tx, fn, args, kwargs)
@@ -306,6 +307,7 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
     handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
     if handler is None:
         handler = state_query_handler(fn) or GETATTRIBUTE_HANDLERS.get(fn)  # NOTE [Compile-aware library paths]
+        handler = handler or bound_str_method(fn)  # NOTE [format_map through the mapping's protocol]
     if handler is not None:
         return handler(tx, args, kwargs)
     check_functorch_call(fn)  # NOTE [functorch state]

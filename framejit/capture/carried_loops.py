@@ -56,7 +56,8 @@ _ITERTOOLS_ITERATORS = (itertools.pairwise, itertools.islice, itertools.accumula
 _STEPPED_TYPES = (enumerate, zip, map, filter, reversed, types.GeneratorType, *_ITERTOOLS_ITERATORS,
                   type(iter(())),  # a tuple's: a tensor's rows (NOTE [Loops over symbolic rows] in handlers/jumps.py)
                   type(iter({})), type(iter({}.values())), type(iter({}.items())), type(reversed({})),
-                  type(reversed({}.values())), type(reversed({}.items())), type(iter(set())), type(iter("")))
+                  type(reversed({}.values())), type(reversed({}.items())), type(iter(set())), type(iter("")),
+                  type(iter(bytearray())), type(iter(b"")))  # NOTE [Mutable buffers carried across breaks]
 _STACK_ARG = re.compile(r"L\['(" + STACK_PREFIX + r"\d+)'\]")
 
 
@@ -334,7 +335,8 @@ class OpaqueSequenceValue(Value):
         return type(self.obj)
 
     def describe(self) -> str:
-        return f"{type(self.obj).__name__}({self.source.describe()}) of changing length"
+        changing = "" if type(self.obj) in (bytearray, memoryview) else " of changing length"
+        return f"{type(self.obj).__name__}({self.source.describe()}){changing}"
 
 
 # NOTE [Sequences of changing length carried across breaks]: a list built by a loop over a symbolic range run
@@ -350,7 +352,13 @@ class OpaqueSequenceValue(Value):
 # symbolic by automatic dynamic. So the resume function compiles twice for every length. Only locals of
 # resume functions (not stack arguments: carried loops have their own rule, NOTE [Loops carried across
 # breaks]); a user function's list argument is guarded by length as stock does.
-def opaque_sequence(out, obj: list | tuple, source: Source) -> OpaqueSequenceValue:
+#
+# NOTE [Mutable buffers carried across breaks]: a `bytearray` or `memoryview` (made after a break at its
+# construction, or passed in) has no value of its own; it was "L['b'] is a bytearray" when the resume
+# function holding it started, which then ran wholly eagerly. It is wrapped as an opaque sequence too, from
+# any source: held and moved as it is, each use (and each call of its method) a break run in Python, and
+# its iterator steps in Python (NOTE [Iterators stepped as Python]).
+def opaque_sequence(out, obj: list | tuple | bytearray | memoryview, source: Source) -> OpaqueSequenceValue:
     out.guard_type(source, type(obj))
     out.opaque_sequences = True  # the translator checks its operands from now on (check_opaque_operands)
     return OpaqueSequenceValue(obj, source)
@@ -426,9 +434,10 @@ def check_opaque_operands(tx, inst) -> None:
     window = tx.stack[len(tx.stack) - n:] if n > 0 else ()
     returned = _returned_as_is(tx, inst)
     for v in window:
+        if type(v) is OpaqueSequenceValue and returned:
+            continue  # returned as itself, reloaded from its source (as an opaque string below)
         if type(v) is OpaqueSequenceValue or type(v) is OpaqueMethodValue:
-            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a list or tuple whose length "
-                              "changes between calls: it runs as Python")
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads {v.describe()}: it runs as Python")
         if type(v) is OpaqueStringValue and not returned:  # NOTE [Strings carried across breaks]: `if name:`
             # was True for ''
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a string that changes between "

@@ -74,6 +74,8 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "IMPORT_NAME": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "STORE_SLICE": lambda a: (4, 0),
     "RAISE_VARARGS": lambda a: (a, 0), "DELETE_ATTR": lambda a: (1, 0), "TO_BOOL": lambda a: (1, 1),
     "BEFORE_WITH": lambda a: (1, 2),  # NOTE [Breaks at BEFORE_WITH]
+    # a container built of values one of which breaks when read (NOTE [Mutable buffers carried across breaks])
+    "BUILD_TUPLE": lambda a: (a, 1), "BUILD_LIST": lambda a: (a, 1), "BUILD_SET": lambda a: (a, 1),
     # f"{tensor}": the value, and its format spec when flag 0x04 says there is one (handlers/build.py)
     "FORMAT_VALUE": lambda a: (2 if (a & 0x04 if isinstance(a, int) else a[1]) else 1, 1),
 }

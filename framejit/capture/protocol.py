@@ -763,6 +763,12 @@ def contains(tx, item: Value, container: Value) -> bool:
         cls = container.python_type()
         if isinstance(getattr(cls, "__contains__", None), types.FunctionType):  # e.g. Mapping.__contains__
             return truth(tx, tx.call_special_of(container, "__contains__", [item], {}))
+        iteration = getattr(cls, "__iter__", None) or getattr(cls, "__getitem__", None)
+        if getattr(cls, "__contains__", None) is None and isinstance(iteration, types.FunctionType):
+            from .lookup import guard_lookup  # NOTE [Membership by iteration]
+            from .sequence_protocol import contains_by_iteration
+            guard_lookup(tx.output, cls, "__contains__")
+            return truth(tx, tx.inline(UserFunctionValue(contains_by_iteration), [container, item], {}))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"`in` on {container.describe()}")
 
 

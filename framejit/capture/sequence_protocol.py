@@ -11,6 +11,11 @@ not escape), otherwise a graph break where the iteration began, which then runs 
 lives in `_item`, a plain function, so the generator itself has no handler (a generator with one is made
 to run eagerly: NOTE [Generators with finalizers]). The absence of `__iter__` on the class is guarded by the
 caller.
+
+NOTE [Membership by iteration]: `item in obj` where the class defines no `__contains__` is CPython's
+_PySequence_IterSearch: iterate obj (its `__iter__`, or the sequence protocol above) and answer True at the
+first element with `element is item or element == item`. `contains_by_iteration` is that loop as Python; the
+caller (protocol.contains) guards that `__contains__` stays absent from the class.
 """
 from __future__ import annotations
 
@@ -32,4 +37,11 @@ def sequence_iterator(obj):
         index += 1
 
 
-__all__ = ["sequence_iterator"]
+def contains_by_iteration(obj, item):
+    for element in obj:
+        if element is item or element == item:
+            return True
+    return False
+
+
+__all__ = ["contains_by_iteration", "sequence_iterator"]

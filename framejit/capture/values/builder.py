@@ -310,6 +310,9 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         for part in ("start", "stop", "step"):
             out.guard_constant(AttrSource(source, part), getattr(obj, part))
         return ConstantValue(obj, source)
+    if type(obj) in (bytearray, memoryview):  # NOTE [Mutable buffers carried across breaks]
+        from ..carried_loops import opaque_sequence
+        return opaque_sequence(out, obj, source)
     if type(obj).__module__ == "builtins" and not hasattr(obj, "__dict__"):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{source.describe()} is a {type(obj).__name__}")
     out.guard_type(source, type(obj))

@@ -1,0 +1,184 @@
+"""Idioms from the fifth side-by-side sweep of framejit against stock torch.compile (issue 11, helper
+h11lib): Python-library and torch.nn idioms as library authors write them.
+
+Each program runs eagerly and compiled over several calls with inputs or state changed between them, and
+asserts equal values, the graph and break counts where that is the point, and that no frame ran wholly
+eagerly.
+"""
+from __future__ import annotations
+
+import collections
+import typing
+
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, assert_same, logged_breaks
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+def _run(f, make_args, calls=3):
+    """Runs f eagerly and compiled on the same fresh arguments; returns (backend, break records)."""
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    with logged_breaks() as records:
+        for i in range(calls):
+            torch.manual_seed(i)
+            expected = f(*make_args(i))
+            torch.manual_seed(i)
+            assert_same(compiled(*make_args(i)), expected)
+    assert _eager_frames() == eager_before
+    return backend, list(records)
+
+
+# ---- `x in obj` through iteration (NOTE [Membership by iteration], sequence_protocol.py) ---------------------
+# A class with only the old sequence protocol (`__getitem__` raising IndexError) or only `__iter__` answers `in`
+# by iterating: it was "`in` on ObjectValue(Seq)", a break at each test.
+class _Evens:
+    def __init__(self, n):
+        self.n = n
+
+    def __getitem__(self, i):
+        if i >= self.n:
+            raise IndexError(i)
+        return i * 2
+
+
+class _Names:
+    def __init__(self, names):
+        self.names = names
+
+    def __iter__(self):
+        return iter(self.names)
+
+
+def test_membership_in_objects_without_contains_iterates():
+    evens, names = _Evens(4), _Names(["q", "k"])
+
+    def f(x, k):
+        hits = (k in evens) + ("k" in names) + ("v" in names) + (k in _Evens(k))
+        return x + hits, 3 in evens
+
+    backend, records = _run(f, lambda i: (torch.full((2,), float(i)), i * 3), calls=4)
+    assert records == []
+    assert backend.graph_count == 4  # k is a constant of each trace (6 in evens is True, 9 is not)
+
+
+def test_membership_by_getitem_raising_other_errors_raises_as_eager():
+    class Bad:
+        def __getitem__(self, i):
+            raise KeyError(i)
+
+    def f(x):
+        try:
+            return x + (1 in Bad())
+        except KeyError:
+            return x - 1
+
+    _run(f, lambda i: (torch.randn(3),))
+
+
+# ---- @property on a NamedTuple subclass -------------------------------------------------------------------
+# "descriptor property for 'tot'": a break at each read (a namedtuple instance has no __dict__, so the class's
+# property was not looked up as for objects).
+class _Span(typing.NamedTuple):
+    start: int
+    stop: float
+
+    @property
+    def length(self):
+        return self.stop - self.start
+
+    @property
+    def missing(self):
+        raise AttributeError("computed lazily")
+
+
+class _Point(collections.namedtuple("_Point", "x y")):
+    __slots__ = ()
+
+    @property
+    def norm(self):
+        return (self.x ** 2 + self.y ** 2) ** 0.5
+
+
+def test_properties_of_namedtuple_subclasses_are_inlined():
+    def f(x, n):
+        span, p = _Span(n, 2.5), _Point(3, 4)
+        return x * span.length + p.norm, getattr(span, "missing", "absent"), hasattr(p, "norm")
+
+    backend, records = _run(f, lambda i: (torch.randn(3), i + 1))
+    assert records == []
+    assert backend.graph_count <= 2
+
+
+# ---- str.format_map (NOTE [format_map through the mapping's protocol], string_formats.py) --------------------
+class _Box:
+    def __init__(self):
+        self.width = 7
+
+
+def test_format_map_with_a_defaultdict_and_a_chainmap_is_folded():
+    def f(x, n):
+        d = collections.defaultdict(lambda: "?", {"a": n, "box": _Box(), "dims": [4, 5]})
+        s = "{a}-{b}|{a!r:>{w}}|{box.width}|{dims[1]}".format_map(collections.ChainMap({"w": 5}, d))
+        return x * len(s), s, sorted(d)  # the missing "b" was inserted into d, as eager does
+
+    backend, records = _run(f, lambda i: (torch.randn(2), 10 ** i))
+    assert records == []
+
+
+def test_format_map_errors_are_raised_as_eager():
+    def f(x, n):
+        out = []
+        for template, mapping in (("{}", {}), ("{0}", {0: 1}), ("{zz}", {"a": n}), ("{a", {"a": n}),
+                                  ("{a!x}", {"a": n})):
+            try:
+                out.append(template.format_map(mapping))
+            except (ValueError, KeyError) as e:
+                out.append(f"{type(e).__name__}: {e}")
+        return x + 1, out
+
+    backend, records = _run(f, lambda i: (torch.randn(2), i))
+    assert records == []
+
+
+# ---- bytearray and memoryview (NOTE [Mutable buffers carried across breaks], carried_loops.py) ---------------
+# A bytearray made in the frame (its construction is a break) reached the resume function as an argument
+# that no value modelled ("L['___stack0'] is a bytearray"): that function ran wholly eagerly; one passed in
+# made the whole frame eager. Now each use is a break that runs as Python and both sides stay captured.
+def test_a_bytearray_made_in_the_frame_keeps_the_rest_captured():
+    def f(x):
+        b = bytearray(b"abc")
+        y = x * 2
+        b.append(100)
+        b[0] = 120
+        z = y + len(b) + b[0]
+        return z.sin(), bytes(b)
+
+    backend, records = _run(f, lambda i: (torch.randn(2),))
+    assert backend.graph_count >= 2
+
+
+def test_a_bytearray_argument_is_used_as_python_uses_it():
+    def f(x, b, c):
+        y = x * 2
+        if b:  # an empty bytearray is false
+            y = y + b[0]
+        same, equal, n = b is c, b == c, len(b)
+        for v in b:
+            y = y + v
+        b.extend(b"q")
+        return y.cos(), b, same, equal, n, bytes(b) + b"!", list(b)
+
+    def args(i):
+        b = bytearray(b"xy"[:i % 2 + 1]) if i else bytearray()
+        return torch.full((2,), float(i)), b, b if i == 2 else bytearray(b"x")
+
+    backend, records = _run(f, args, calls=4)
+    assert backend.graph_count >= 2
+    assert all("eagerly" not in r for r in records)
