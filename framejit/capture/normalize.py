@@ -190,11 +190,20 @@ def is_user_handler(insts: list[Inst], handler: int) -> bool:
 
 
 def has_handlers(code: types.CodeType) -> bool:
-    """`code` has exception handlers of its own (try, with): on 3.12+ every generator's body is covered by
-    one implicit handler (CALL_INTRINSIC_1 STOPITERATION_ERROR: a StopIteration escaping the body becomes
-    a RuntimeError), which is not one of them."""
+    """`code` has exception handlers of its own (try, with; NOTE [Handlers the compiler adds]): the
+    handlers CPython 3.12+ adds by itself are not among them."""
     insts = normalize(code).insts
-    return any(inst.handler is not None and insts[inst.handler].name != "STOPITERATION_ERROR" for inst in insts)
+    return any(inst.handler is not None and is_user_handler(insts, inst.handler) for inst in insts)
+
+
+# NOTE [Handlers the compiler adds]: from 3.12 on, CPython covers code the source wrote without a try with
+# handlers of its own: every generator's body (CALL_INTRINSIC_1 STOPITERATION_ERROR: a StopIteration
+# escaping it becomes a RuntimeError), each `yield from` / `await` (CLEANUP_THROW: an exception thrown into
+# the delegating generator), each inlined comprehension (restores the variables it shadows). None of them is
+# user code run when a generator is dropped (closing a delegating generator closes its delegate, whose own
+# finalizers pass on to the delegating one: blocks.get_yield_from_iter), and 3.11 has none of them, so a
+# generator that has only these has no finalizers on every version (NOTE [Generators with finalizers] in
+# translator.py). Only a handler the source wrote begins with PUSH_EXC_INFO (is_user_handler).
 
 
 def _group(items: list, position: int) -> tuple[int, list[Instr]]:

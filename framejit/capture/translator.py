@@ -82,6 +82,7 @@ class Translator:
         self.return_value: Value | None = None
         self.yielded: list[Value] | None = None  # set when this frame is a generator being run eagerly
         self.suspend_at_yield = False  # a generator-based context manager's frame (generator_ctx.py)
+        self.delegates_finalizers = False  # ... that yields from a generator with finalizers
         self.suspended = False  # ... stopped at a yield, to be resumed by run() again
         self.stop_at: int | None = None  # root frame only: stop before this instruction (a graph break)
         self.handling: list[Handling] = []  # NOTE [Exceptions caught while tracing]
@@ -481,7 +482,7 @@ class Translator:
         # resume function it stays referenced by the call's arguments until that function returns, so
         # `finally` ran after code eager runs after it. Such a generator makes the frame being compiled run
         # eagerly (also when an inlined callee made it: the callee may return it to this frame).
-        frame_eager = has_handlers(f.__code__)
+        frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
         if mutated_since(*start):
             e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
                             "lazily, as Python")

@@ -105,6 +105,8 @@ def get_yield_from_iter(tx, inst):
     from ..values import IteratorValue
     from ..values.containers import iterator_over
     source = tx.pop()
+    if getattr(source, "frame_eager", False):  # a delegate with finalizers is closed when this generator is
+        tx.delegates_finalizers = True  # (NOTE [Handlers the compiler adds] in normalize.py)
     tx.push(source if isinstance(source, IteratorValue) else iterator_over(source, iterate(tx, source)))
 
 
