@@ -415,7 +415,9 @@ _READS = {"LOAD_ATTR": lambda a: 1, "LOAD_METHOD": lambda a: 1, "UNARY_NEGATIVE"
           "UNPACK_SEQUENCE": lambda a: 1, "UNPACK_EX": lambda a: 1, "STORE_ATTR": lambda a: 2,
           "STORE_SUBSCR": lambda a: 3, "DELETE_SUBSCR": lambda a: 2, "BUILD_TUPLE": lambda a: a,
           "BUILD_LIST": lambda a: a, "BUILD_SET": lambda a: a, "BUILD_STRING": lambda a: a,
-          "BUILD_MAP": lambda a: 2 * a, "BUILD_SLICE": lambda a: a}
+          "BUILD_MAP": lambda a: 2 * a, "BUILD_SLICE": lambda a: a, "FORMAT_SIMPLE": lambda a: 1,
+          "FORMAT_VALUE": lambda a: 1 + bool((a if isinstance(a, int) else 4 * bool(a[1])) & 4),
+          "FORMAT_WITH_SPEC": lambda a: 2, "CONVERT_VALUE": lambda a: 1}
 
 
 def check_opaque_operands(tx, inst) -> None:

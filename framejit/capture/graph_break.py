@@ -52,6 +52,7 @@ from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from . import carried_loops, emit
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .normalize import Inst, jump_targets, normalize, with_depth
+from .inherited_symbols import inherit_symbols
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
 from .values import (NULL, BoundMethodValue, BuiltinValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
@@ -487,6 +488,9 @@ class BreakCodegen:
         successors = () if hooked or self.site.loop else self._tail_successors()
         loop = self._python_loop() if not hooked and self.site.loop else None
         hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors, loop)
+        # NOTE [Symbols carried into resume functions]
+        inherit_symbols(hook, {**{f"L['{STACK_PREFIX}{i}']": v for i, v in enumerate(self.below)},
+                               **{f"L['{n}']": self._local(n) for n in self.local_names}}, self.tx.output)
         cg.push_null()
         cg.load_const(hook)
         callee_slot = self._tail_callee() if not hooked else None
