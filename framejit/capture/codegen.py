@@ -29,6 +29,7 @@ from .breaks import BreakKind, Unsupported
 from .codegen_runtime import (bound_c_method, exhausted_list_iterator, failing_iterator, keys_iterator_at,
                               list_iterator_at, make_closure, namedtuple_of, new_cell, new_object, range_iterator_at,
                               rows_as, set_function_attrs, walk_at)
+from .codegen_runtime import ITERTOOLS_ROWS
 from .values.base import LazyArg
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DefaultDictValue, DictValue,
                      DictViewValue, IteratorValue, ListValue, NewObjectValue, ObjectValue, PartialValue,
@@ -388,8 +389,14 @@ class Reconstructor:
                                                                                constant.step, index)])
         elif constant is not None and type(constant) is not tuple:  # str, bytes: the whole, advanced
             self._call_const(keys_iterator_at, [ConstantValue(constant), ConstantValue(index)])
-        elif value.iter_type in (zip, enumerate, map, filter):  # NOTE [Iterators of their own type]
+        elif value.iter_type in (zip, enumerate, map, filter) or value.iter_type in ITERTOOLS_ROWS:
+            # NOTE [Iterators of their own type], NOTE [itertools objects of their own type]
             self._call_const(rows_as, [ConstantValue(value.iter_type), TupleValue(value.items[index:])])
+        elif value.iter_type in (itertools.product, itertools.combinations, itertools.permutations):
+            e = Unsupported(BreakKind.UNSUPPORTED_VALUE, f"an itertools.{value.iter_type.__name__} object "
+                            "outlives the graph (NOTE [itertools objects of their own type])")
+            e.root_index = getattr(value, "escape_at", None)
+            raise e
         elif value.iter_type is reversed:  # reversed(a tuple): over what is left, in the tuple's order
             self._call_const(reversed, [TupleValue(value.items[index:][::-1])])
         else:

@@ -11,6 +11,7 @@ Persisted code names these functions by module and qualified name (persisted_cod
 from __future__ import annotations
 
 import collections
+import itertools
 import sys
 import types
 from typing import Any
@@ -90,7 +91,11 @@ def walk_at(module: Any, name: str, options: tuple, drawn: int) -> Any:
 
 
 def rows_as(kind: type, rows: tuple) -> Any:
-    """A zip, enumerate, map or filter object that yields `rows` (what a traced one had left to yield)."""
+    """A zip, enumerate, map or filter object (or an itertools chain, islice, repeat, starmap, zip_longest or
+    pairwise) that yields `rows` (what a traced one had left to yield; NOTE [itertools objects of their own
+    type] in itertools_support.py)."""
+    if kind in ITERTOOLS_ROWS:
+        return ITERTOOLS_ROWS[kind](rows)
     if kind is zip:
         return zip(*zip(*rows)) if rows else zip()
     if kind is enumerate:
@@ -100,6 +105,16 @@ def rows_as(kind: type, rows: tuple) -> Any:
 
 def _same(row: Any) -> Any:
     return row
+
+
+ITERTOOLS_ROWS = {  # each yields exactly `rows`, and is of the type named
+    itertools.chain: lambda rows: itertools.chain(rows),
+    itertools.islice: lambda rows: itertools.islice(rows, None),
+    itertools.repeat: lambda rows: itertools.repeat(rows[0], len(rows)) if rows else itertools.repeat(None, 0),
+    itertools.starmap: lambda rows: itertools.starmap(_same, [(row,) for row in rows]),
+    itertools.zip_longest: lambda rows: itertools.zip_longest(*zip(*rows)),
+    itertools.pairwise: lambda rows: itertools.pairwise([rows[0][0], *(b for _, b in rows)] if rows else ()),
+}
 
 
 def _kept(row: Any) -> bool:

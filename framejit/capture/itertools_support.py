@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 from .breaks import BreakKind, Unsupported, UserException
-from .builtins import handles
+from .builtins import BUILTIN_HANDLERS, handles
 from .protocol import iterate
 from .values import ConstantValue, IteratorValue, TupleValue, Value
 from . import lazy_combinators
@@ -171,3 +171,32 @@ def _group(outer: IteratorValue, drawn: int, items: list[Value], made_at: int) -
             raise e
     group.check = check
     return group
+
+
+# NOTE [itertools objects of their own type]: the handlers above (and builtins.py's chain and product) evaluate
+# the combinator at once into an IteratorValue, which answered type() and isinstance() as a list_iterator
+# (`type(itertools.chain(a, b))` was list_iterator in a graph without a break, chain with one). Each result now
+# answers its CPython type. One that outlives the graph (returned, held in a local at a break) is rebuilt as an
+# object of that type over its remaining rows (codegen_runtime.rows_as) where one can be made to yield any
+# given rows; a product, combinations or permutations object cannot, and is a graph break at the instruction
+# that made it (or, when none is known, at the one that needs it rebuilt), never a list_iterator
+# (codegen.Reconstructor._own_type_iterator).
+def _typed_as(handler, kind: type):
+    def typed(tx, args, kwargs):
+        result = handler(tx, args, kwargs)
+        if type(result) is IteratorValue and result.iter_type is type(iter([])):
+            result.iter_type = kind
+            result.escape_at = lazy_combinators._root_index(tx)  # a break there if it cannot be rebuilt
+        return result
+    typed.__name__ = getattr(handler, "__name__", "typed")
+    return typed
+
+
+for _fn, _kind in ((itertools.chain, itertools.chain), (itertools.chain.from_iterable, itertools.chain),
+                   (itertools.islice, itertools.islice), (itertools.repeat, itertools.repeat),
+                   (itertools.starmap, itertools.starmap), (itertools.zip_longest, itertools.zip_longest),
+                   (itertools.pairwise, itertools.pairwise), (itertools.product, itertools.product),
+                   (itertools.combinations, itertools.combinations),
+                   (itertools.permutations, itertools.permutations)):
+    if _fn in BUILTIN_HANDLERS:
+        BUILTIN_HANDLERS[_fn] = _typed_as(BUILTIN_HANDLERS[_fn], _kind)

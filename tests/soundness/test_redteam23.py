@@ -2,6 +2,10 @@
 would change it. Each test: eager vs compiled, several calls, state changed between calls."""
 from __future__ import annotations
 
+import contextlib
+import io
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -57,3 +61,64 @@ def test_writes_through_an_alias_made_after_the_freeze_reach_the_weights(backend
                 for alias in held.values():
                     alias[step % 3] *= 0.5
                     alias[0] += 1
+
+
+# ---- itertools objects answer their own type (NOTE [itertools objects of their own type])
+
+_ITERTOOLS = {
+    "chain": lambda l: itertools.chain(l, [4]),
+    "chain_from_iterable": lambda l: itertools.chain.from_iterable([l, [4]]),
+    "islice": lambda l: itertools.islice(l, 2),
+    "repeat": lambda l: itertools.repeat(l[0], 3),
+    "starmap": lambda l: itertools.starmap(pow, [(l[0], 2), (3, l[1])]),
+    "zip_longest": lambda l: itertools.zip_longest(l, [1]),
+    "pairwise": lambda l: itertools.pairwise(l),
+    "product": lambda l: itertools.product(l, [1, 2]),
+    "combinations": lambda l: itertools.combinations(l, 2),
+    "permutations": lambda l: itertools.permutations(l, 2),
+}
+
+
+def _drawn(obj):
+    return (type(obj), list(obj)) if hasattr(obj, "__next__") and not isinstance(obj, type) else obj
+
+
+@pytest.mark.parametrize("name", sorted(_ITERTOOLS))
+def test_itertools_objects_answer_their_own_type(name):
+    # before: evaluated at once into a list_iterator, so type(itertools.chain(a, b)) was list_iterator and
+    # isinstance(o, itertools.chain) False in a graph without a break (chain with one), and a returned one
+    # (or one held across a break) came back as a list_iterator or a tuple_iterator
+    make = _ITERTOOLS[name]
+
+    def in_trace(x, l):
+        o = make(l)
+        first = next(o)
+        return x * len(type(o).__name__), isinstance(o, getattr(itertools, name.split("_from")[0])), first
+
+    def returned(x, l):
+        o = make(l)
+        next(o)
+        return x + 1, o
+
+    def across_a_break(x, l):
+        o = make(l)
+        print("drawn", next(o))
+        return x * 2, type(o), o
+
+    for fn in (in_trace, returned, across_a_break):
+        compiled = framejit.compile(fn, backend="eager")
+        for k in (3, 5, 7):
+            l = [1, 2, k]
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out):
+                want = [_drawn(v) for v in fn(torch.ones(2), l)]
+            with contextlib.redirect_stdout(err):
+                got = [_drawn(v) for v in compiled(torch.ones(2), l)]
+            assert out.getvalue() == err.getvalue()
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                if isinstance(w, torch.Tensor):
+                    torch.testing.assert_close(g, w)
+                else:
+                    assert g == w, (fn.__name__, k)
+    assert not framejit.stats()["eager_frame_reasons"]
