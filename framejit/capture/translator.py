@@ -150,7 +150,7 @@ class Translator:
         """A module made in the trace that a break would carry (this frame's stack, locals and cells, which
         hold the operands the root's call passed down; a replayed effect) must be made where it was: the
         earliest root instruction that made one is `e.made_site`."""
-        live = [*self.stack, *self.locals.values(), *self.cells.values()]
+        live = [*self.stack, *(getattr(self, "operands", None) or ()), *self.locals.values(), *self.cells.values()]
         made_at = made_module_site(self.output, live + (self.output.side_effects.values() if self.parent is None
                                                          else []))
         if made_at is not None:
@@ -180,6 +180,8 @@ class Translator:
         if getattr(self.output, "opaque_sequences", False):  # NOTE [Sequences of changing length carried across breaks]
             from .carried_loops import check_opaque_operands
             check_opaque_operands(self, inst)
+        # the stack before the instruction: a break re-runs it with these operands (_note_live_made_modules)
+        self.operands = list(self.stack) if self.output.__dict__.get("made_modules") else None
         handler(self, inst)
 
     # ---- stack and locals ---------------------------------------------------------------------

@@ -182,3 +182,36 @@ def test_a_bytearray_argument_is_used_as_python_uses_it():
     backend, records = _run(f, args, calls=4)
     assert backend.graph_count >= 2
     assert all("eagerly" not in r for r in records)
+
+
+# ---- a module made in forward and stored on self (NOTE [Modules made while tracing that outlive the trace]) ----
+# `self.head = torch.nn.Identity()` broke at the store (registering a module), and the break's code had to
+# rebuild the Identity made in the trace from the store's operands: "a module made in the compiled region
+# escapes it", so the frame ran wholly eagerly (0 graphs, 1 eager frame; stock torch.compile 2 graphs). The
+# operands of the breaking instruction now count as live, so the break moves to the construction.
+def test_a_module_made_in_forward_and_stored_on_self_keeps_the_frame_captured():
+    class Holder(torch.nn.Module):
+        def forward(self, x):
+            y = x.cos()
+            self.head = torch.nn.Identity()
+            return self.head(y) * 2
+
+    class Lazy(torch.nn.Module):
+        def forward(self, x):
+            y = x.sin()
+            if not hasattr(self, "act"):
+                self.act = torch.nn.GELU()
+            return self.act(y) * 2
+
+    for cls in (Holder, Lazy):
+        eager_module, compiled_module = cls(), cls()
+        backend = CountingBackend()
+        compiled = framejit.compile(compiled_module, backend=backend)
+        eager_before = _eager_frames()
+        for i in range(3):
+            x = torch.randn(2, 3)
+            assert_same(compiled(x), eager_module(x))
+        assert _eager_frames() == eager_before
+        assert backend.graph_count >= 1
+        assert type(compiled_module.__dict__["_modules"][next(iter(compiled_module._modules))]) in (
+            torch.nn.Identity, torch.nn.GELU)
