@@ -195,20 +195,23 @@ LAYOUT = -1
 # once per timestep, and ran eagerly from the 9th (stock torch.compile, which does not guard offsets: 1
 # graph). torch makes a tensor's offset symbolic only when one of its sizes is, which a 0-dim tensor has
 # none of. Once its offset changed (NOTE [Automatic dynamic] marks it LAYOUT, in any frame), the tensor's
-# fake is the 0-dim view of a symbolic 1-element fake of it: its offset is a symbol of the env like a size
-# (the guard checks the relations the trace relied on, `x.storage_offset()` read in the code specialises it
-# through the env), its sizes and strides stay static.
+# fake is a 0-dim view of its static fake at a symbolic offset: a symbol of the env like a size (the guard
+# checks the relations the trace relied on, `x.storage_offset()` read in the code specialises it through the
+# env), its sizes and strides stay static. Offsets 0 and 1 are not specialised (as torch's unspecialised
+# ints, NOTE [Dynamic ints]): the miss that made it symbolic is mostly the step from timesteps[0] to
+# timesteps[1], and a symbol specialised to 1 recompiled again at timesteps[2] (diffusers' Euler step
+# compiled 9 graphs over 4 timesteps, stock 5).
 def scalar_view_fake(out, tensor: torch.Tensor, source) -> torch.Tensor | None:
     """A 0-dim fake of `tensor` whose storage offset is symbolic, or None (NOTE [Changing offsets of
     scalar views])."""
     if LAYOUT not in out.dynamic_dims.get(source.describe(), ()):
         return None
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
-    context = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC])
-    row = out.fake_mode.from_tensor(tensor.unsqueeze(0), symbolic_context=context,
-                                    source=ShapeSource(f"{source.expr(out.names)}.unsqueeze(0)"))
+    offset = symbolic_int(out, tensor.storage_offset(), f"{source.expr(out.names)}.storage_offset()")
+    if not isinstance(offset, torch.SymInt):
+        return None
+    static = out.fake_mode.from_tensor(tensor, static_shapes=True)
     with out.fake_mode:
-        return row.squeeze(0)
+        return static.as_strided((), (), offset)
 
 
 # NOTE [Dynamic ints]: an int argument or attribute is specialised (guarded by value) until a call misses

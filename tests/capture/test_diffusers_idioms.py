@@ -102,7 +102,8 @@ def test_a_device_keyed_table_distinguishes_devices():
 # NOTE [Changing offsets of scalar views] (capture/shapes.py): each t is a 0-dim view of timesteps at another
 # storage offset, which the tensor guard checked: a compiled UNet2DConditionModel traced once per timestep (6
 # graphs over 6 steps; from the 9th step the frame ran eagerly), stock torch.compile 1 graph. Now the offset is
-# symbolic once it changed (0 and 1 are specialised, as torch specialises sizes): at most 3 traces in all.
+# symbolic once it changed: at most 3 traces in all (the first step's; the second's, where latents require
+# grad; the third's, where the offset changed again and becomes symbolic).
 class _Denoiser(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -133,7 +134,52 @@ def test_a_sampling_loop_over_timesteps_is_not_traced_per_step(dynamic):
         assert_same(_loop(compiled, latents, timesteps), _loop(model, latents, timesteps))
     after = _stats()
     assert after[0] == before[0]  # no eager frame (before: from the 9th step)
-    assert after[1] - before[1] <= 3  # offsets 0, 1, then any (before: one trace per step, 12)
+    assert after[1] - before[1] <= 3  # (before: one trace per step, 12)
+
+
+# diffusers' EulerDiscreteScheduler.step: the sigma of the step is a 0-dim view `self.sigmas[self._step_index]`,
+# compared with Python floats (a data-dependent branch: a graph break, as under stock torch.compile), so the
+# resume function receives it as an argument at a new offset each step, and the step index is an int attribute
+# that changes. Each frame compiled for offset 0, then 1, then any (4 timesteps: 9 graphs, stock 5).
+class _EulerLike:
+    def __init__(self, steps):
+        self.timesteps = torch.linspace(999, 0, steps)
+        self.sigmas = torch.linspace(1.0, 0.1, steps + 1)
+        self._step_index = 0
+
+    def step(self, eps, t, sample, churn=0.3):
+        sigma = self.sigmas[self._step_index]
+        gamma = churn if 0.05 <= sigma <= 2.0 else 0.0
+        sigma_hat = sigma * (gamma + 1)
+        pred = sample - sigma_hat * eps
+        dt = self.sigmas[self._step_index + 1] - sigma_hat
+        self._step_index += 1
+        return sample + (sample - pred) / sigma_hat * dt + t / 1000
+
+
+def test_a_scheduler_step_is_traced_for_the_first_two_steps_only():
+    def run(sched, step, x):
+        outs = []
+        for i, t in enumerate(sched.timesteps):
+            x = step(sched, torch.full_like(x, 0.1 * i), t, x)
+            outs.append(x)
+            if i == 1:
+                traced_after_two = _stats()[1]
+        return outs, traced_after_two
+
+    def step(sched, eps, t, x):
+        return sched.step(eps, t, x)
+
+    compiled = framejit.compile(step, backend=CountingBackend())
+    x = torch.randn(2, 3)
+    before = _stats()
+    got, traced_after_two = run(_EulerLike(9), compiled, x)
+    want, _ = run(_EulerLike(9), step, x)
+    assert_same(got, want)
+    after = _stats()
+    assert after[0] == before[0]  # no eager frame
+    assert traced_after_two > before[1]
+    assert after[1] == traced_after_two  # steps 3..9 reuse the entries (before: 2 more traces at step 3)
 
 
 @pytest.mark.parametrize("backend", ["eager", "onnxrt"])
