@@ -755,7 +755,8 @@ class OnnxrtCompiled:
 
 def _log_program(program: Program) -> None:
     for name, reason in program.eager_nodes.items():
-        if reason not in (partition.FREE_OP_REASON, partition.SIZE_REASON, partition.MOVEMENT_REASON):
+        if reason not in (partition.FREE_OP_REASON, partition.SIZE_REASON, partition.MOVEMENT_REASON,
+                          translate.WRITE_BACK_REASON):  # NOTE [Write-backs of mutated inputs]
             logs.log("eager_fallback", "onnxrt: node %s runs in eager torch: %s", name, reason)
     if not logs.enabled("output_code"):
         return

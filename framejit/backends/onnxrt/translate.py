@@ -46,6 +46,11 @@ _NEVER = frozenset({"aten::copy_", "aten::set_", "aten::resize_", "aten::_local_
 
 
 SIZE_REASON = "computes a size, which torch reads from the tensors and passes to ORT parts"
+# NOTE [Write-backs of mutated inputs]: a functional graph's in-place updates of its inputs (BatchNorm's
+# running statistics, an optimizer step's parameters and state, a weight changed under no_grad) end in
+# `copy_(input, new_value)`; ORT has no in-place outputs, so torch writes the value ORT computed. That is
+# not computation left to torch: not logged on `eager_fallback` (compiler._log_program).
+WRITE_BACK_REASON = "aten::copy_ writes a value computed in ORT back into a mutated input (ORT has no in-place outputs)"
 
 
 class NodeTranslationError(RuntimeError):
@@ -266,6 +271,8 @@ def unsupported_reason(node: torch.fx.Node, fallback_ops: frozenset) -> str | No
         return f"{node.target} is not an aten op"
     name = node.target.name()
     overload = name if node.target._overloadname == "default" else f"{name}.{node.target._overloadname}"
+    if name == "aten::copy_" and node.args and getattr(node.args[0], "op", None) == "placeholder":
+        return WRITE_BACK_REASON  # NOTE [Write-backs of mutated inputs]
     if name in _NEVER or name in fallback_ops or overload in fallback_ops:
         return f"{overload} is excluded from ONNX (mutation, runtime-only or fallback_ops)"
     if node.target._schema.is_mutable:

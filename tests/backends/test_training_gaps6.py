@@ -1,0 +1,110 @@
+"""Training gaps of issue 14 (sixth pass, h14train): an adversarial user's training loops on onnxrt and triton.
+
+Each case trains an eager model and a `framejit.compile`d twin (same weights, same data, 3 steps of forward,
+loss, backward and an optimizer step) and compares losses, every parameter's gradient and the parameters and
+buffers after each step (test_training_backends.TOL), and checks that the backward ran in the backend
+(ORT sessions or Triton kernels counted, test_training_backends.assert_backward_in_backend) and what the
+`eager_fallback` log says.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import framejit
+from framejit import config, logs
+from tests.backends.test_training_backends import _count_ort_runs  # noqa: F401 (the autouse fixture)
+from tests.backends.test_training_backends import TOL, Recording, assert_backward_in_backend
+
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+@pytest.fixture(autouse=True)
+def _no_cache(monkeypatch):
+    monkeypatch.setattr(config, "cache_enabled", False)
+
+
+@pytest.fixture
+def fallback_log(caplog):
+    """A function returning the messages logged on `eager_fallback` so far."""
+    logs.set_logs("eager_fallback")
+    caplog.set_level(logging.INFO, logger="framejit")
+    yield lambda: [r.getMessage() for r in caplog.records if r.name.endswith("eager_fallback")]
+    logs.set_logs("")
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def train_twins(make, batch, backend: str, make_opt, steps: int = 3, compile_step: bool = False) -> Recording:
+    """`steps` steps eagerly and compiled from the same weights; everything compared after every step."""
+    torch.manual_seed(0)
+    model = make().train()
+    twin = copy.deepcopy(model)
+    recording = Recording(backend)
+    fast = framejit.compile(twin, backend=recording)
+    opts = [make_opt(model), make_opt(twin)]
+    steppers = [opts[0].step, framejit.compile(opts[1].step, backend=backend) if compile_step else opts[1].step]
+    for step in range(steps):
+        args = batch(_gen(10 + step))
+        losses = []
+        for call, opt, stepper in ((model, opts[0], steppers[0]), (fast, opts[1], steppers[1])):
+            loss = call(*args).square().mean()
+            loss.backward()
+            losses.append(loss.detach())
+            grads = [p.grad.clone() for p in (model if call is model else twin).parameters() if p.grad is not None]
+            stepper()
+            opt.zero_grad()
+            losses.append(grads)
+        want_loss, want_grads, loss, grads = losses
+        torch.testing.assert_close(loss, want_loss, **TOL, msg=lambda m: f"step {step} loss: {m}")
+        assert len(grads) == len(want_grads)
+        for got, want in zip(grads, want_grads):
+            torch.testing.assert_close(got, want, **TOL, msg=lambda m: f"step {step} gradient: {m}")
+        for (name, got), want in zip(twin.state_dict().items(), model.state_dict().values()):
+            torch.testing.assert_close(got, want, **TOL, msg=lambda m: f"step {step} {name}: {m}")
+    assert_backward_in_backend(recording, steps)
+    return recording
+
+
+def _sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, weight_decay=0.01, nesterov=True)
+
+
+def _adamw(model):
+    return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, eps=1e-3)
+
+
+# ---- NOTE [Write-backs of mutated inputs] (onnxrt/translate.py) --------------------------------------------------
+class FrozenStemBatchNorm(nn.Module):
+    """A frozen stem, BatchNorm in train mode (running statistics written by the forward), a trained head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Linear(5, 6)
+        self.norm = nn.BatchNorm1d(6)
+        self.head = nn.Linear(6, 3)
+        self.stem.requires_grad_(False)
+
+    def forward(self, x):
+        return self.head(F.relu(self.norm(self.stem(x))))
+
+
+def test_batchnorm_running_stats_written_back_are_no_eager_fallback(fallback_log):
+    """Before: every `copy_` writing a running statistic back was logged as 'runs in eager torch'."""
+    train_twins(FrozenStemBatchNorm, lambda g: (torch.randn(4, 5, generator=g),), "onnxrt", _sgd)
+    assert not fallback_log()
+
+
+def test_a_compiled_adamw_step_is_no_eager_fallback(fallback_log):
+    """Before: each parameter's and each state tensor's write-back logged as 'runs in eager torch'."""
+    def make():
+        return nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2))
+    train_twins(make, lambda g: (torch.randn(3, 5, generator=g),), "onnxrt", _adamw, compile_step=True)
+    assert not fallback_log()
