@@ -19,7 +19,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .values import ConstantValue, SetValue, TensorValue, Value
-from .values.mappings import IdentityKey, key_value
+from .values.mappings import IdentityKey, ValueKey, key_value
 
 
 # NOTE [Sets of functions from outside]: besides constants, a set from outside (values/builder.py) may hold
@@ -59,6 +59,9 @@ def set_element(tx, value: Value) -> Any:
     key = _object_key(tx, value)
     if key is not None:
         return key
+    real = _value_key(tx, value)
+    if real is not None:  # NOTE [Frozen dataclasses as dict keys] in values/builder.py
+        return real
     from .values import UserFunctionValue
     if isinstance(value, UserFunctionValue) and not value.by_code and \
             value.closure is None and value.attrs is None and value.defaults is None and value.kwdefaults is None:
@@ -97,6 +100,24 @@ def _object_key(tx, value: Value) -> IdentityKey | None:
         return None
     tx.output.guard_id(value.source, value.obj)
     return IdentityKey(value, ("object", id(value.obj)))
+
+
+def _value_key(tx, value: Value) -> ValueKey | None:
+    """A key standing for `value` that hashes and compares as a real instance equal (and hashing equal) to the frozen dataclass instance `value` stands for, built
+    from the attributes the trace reads (guarded for an object from outside), or None."""
+    from .values import NewObjectValue, ObjectValue
+    from .values.builder import value_key_class, value_key_fields
+    if not isinstance(value, (NewObjectValue, ObjectValue)) or not value_key_class(value.python_type()):
+        return None
+    cls = value.python_type()
+    names = list(value.attrs) if isinstance(value, NewObjectValue) else list(vars(value.obj))
+    attrs = {name: tx.getattr(value, name) for name in names}
+    if not all(a.is_constant() for a in attrs.values()):
+        return None
+    real = object.__new__(cls)
+    for name, a in attrs.items():
+        object.__setattr__(real, name, a.as_constant())
+    return ValueKey(value, real) if value_key_fields(real) is not None else None
 
 
 def set_items(s: SetValue) -> list[Value]:

@@ -8,6 +8,7 @@ eagerly.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import typing
 
 import torch
@@ -215,3 +216,85 @@ def test_a_module_made_in_forward_and_stored_on_self_keeps_the_frame_captured():
         assert backend.graph_count >= 1
         assert type(compiled_module.__dict__["_modules"][next(iter(compiled_module._modules))]) in (
             torch.nn.Identity, torch.nn.GELU)
+
+
+# ---- frozen dataclasses as dict keys (NOTE [Frozen dataclasses as dict keys], values/builder.py) ------------
+# A table keyed by frozen dataclass instances (hashed and compared by their fields) was "dict closure['table']
+# has non-constant keys": the frame ran wholly eagerly (0 graphs, 2 eager frames over 3 calls; stock 2 graphs);
+# a dict made in the frame broke at its first such key.
+@dataclasses.dataclass(frozen=True)
+class _Key:
+    a: int
+    b: str = "x"
+    note: str = dataclasses.field(default="n", compare=False)
+
+
+def test_frozen_dataclass_keys_are_looked_up_by_value():
+    table = {_Key(1, "x"): 2.0, _Key(2, "y"): 3.0}
+
+    def f(x, a):
+        k = _Key(a, "x" if a == 1 else "y")
+        local = {_Key(0, "z"): 1, k: 5}
+        found = [key.a for key in table if key.b == "y"]
+        return (x * table[k], local[_Key(0, "z")], local[k], _Key(7) in table, table.get(_Key(9), -1), found,
+                list(local)[1].note)
+
+    backend, records = _run(f, lambda i: (torch.randn(2), 1 + i % 2), calls=4)
+    assert records == []
+    assert backend.graph_count <= 2
+
+
+def test_frozen_dataclass_keys_passed_in_and_returned_keep_their_identity():
+    def f(x, k, table):
+        made = {_Key(k.a + 1): x * 2, k: x}
+        return x * table[k], k in table, made
+
+    table = {_Key(1): 2.0, _Key(2): 3.0}
+    backend, records = _run(f, lambda i: (torch.randn(2), _Key(1 + i % 2), table), calls=4)
+    assert records == []
+    compiled = framejit.compile(f, backend=backend)
+    key = _Key(1)
+    first, second = compiled(torch.ones(2), key, table)[2], compiled(torch.ones(2), key, table)[2]
+    assert list(first)[1] is key and list(first)[0] is not list(second)[0]  # a new key per call, as eager
+
+
+def test_a_dataclass_with_its_own_hash_is_not_keyed_by_value():
+    @dataclasses.dataclass(frozen=True)
+    class Custom:
+        a: int
+
+        def __hash__(self):
+            return 0
+
+    table = {Custom(1): 1.0}
+
+    def f(x):
+        return x * table[Custom(1)]
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    x = torch.randn(2)
+    assert_same(compiled(x), f(x))
+
+
+def test_a_dataclass_hash_that_counts_runs_on_every_call():
+    calls = []
+
+    @dataclasses.dataclass(frozen=True)
+    class Counted:
+        a: int
+
+        def __hash__(self):
+            calls.append(self.a)
+            return hash(self.a)
+
+    table = {Counted(1): 1.0}
+    calls.clear()
+
+    def f(x):
+        return x * table[Counted(1)]
+
+    compiled = framejit.compile(f, backend=CountingBackend())
+    for _ in range(3):
+        compiled(torch.randn(2))
+    assert calls == [1, 1, 1]  # the user's __hash__ ran once per call, as eager runs it

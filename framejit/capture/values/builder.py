@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import dataclasses
 import enum
 import functools
@@ -346,7 +347,35 @@ def _constant_key(key: Any) -> bool:
         return all(_constant_key(k) for k in key)
     if type(key) is float:
         return key == key
-    return type(key) in _KEY_SCALARS or isinstance(key, enum.Enum) or _class_key(key) or _function_key(key)
+    return type(key) in _KEY_SCALARS or isinstance(key, enum.Enum) or _class_key(key) or _function_key(key) or \
+        value_key_fields(key) is not None
+
+
+# NOTE [Frozen dataclasses as dict keys]: an instance of a frozen dataclass whose `__eq__` and `__hash__` are the
+# ones dataclasses generated (eq=True, frozen=True) hashes and compares by its fields' values, so a table keyed
+# by them (`{Key(1, "x"): ...}`, a cache keyed by a config) is keyed by those values. With fields that are
+# constant keys themselves it is a constant key: from outside, guarded by `==` with a copy (not the object
+# itself, which a bypassing `object.__setattr__` could change), and as a key made or passed in the trace, a
+# real instance built from the field values the trace reads (identity_keys.set_element). It was "non-constant
+# keys" (the frame, or the resume function holding the dict, ran wholly eagerly) or a break at the lookup.
+def value_key_class(cls: type) -> bool:
+    """A frozen dataclass whose __eq__ and __hash__ are the generated ones over all its compared fields."""
+    params = getattr(cls, "__dataclass_params__", None) if isinstance(cls, type) else None
+    if params is None or not params.frozen or not params.eq:
+        return False
+    if not all(getattr(fn, "__qualname__", "") == f"{cls.__qualname__}.{fn.__name__}" and
+               fn.__code__.co_filename == "<string>" for fn in (cls.__eq__, cls.__hash__)):
+        return False  # a hand-written (or inherited) __eq__/__hash__: not the generated ones
+    return not any(f.hash is False for f in dataclasses.fields(cls) if f.compare)
+
+
+def value_key_fields(key: Any) -> tuple | None:
+    """The instance attributes of a value-hashed frozen dataclass instance whose fields are all constant
+    keys, else None."""
+    if isinstance(key, type) or not value_key_class(type(key)) or not hasattr(key, "__dict__"):
+        return None
+    names = tuple(vars(key))
+    return names if all(_constant_key(getattr(key, name)) for name in names) else None
 
 
 def _function_key(key: Any) -> bool:
@@ -388,7 +417,7 @@ def _keys_check(out, e: str, keys: list) -> str:
     keys do (a tensor key is `...`, not the object)."""
     from ..identity_keys import identity_hashed  # a key whose identity its own source's guard pins
     expected = ["..." if isinstance(k, torch.Tensor) or identity_hashed(k) else repr(k) if _literal_key(k) else
-                out.name_of(k, "key")
+                out.name_of(copy.copy(k) if value_key_fields(k) is not None else k, "key")
                 for k in keys]
     types = [out.name_of(type(k), type(k).__name__) for k in keys]
     return (f"{out.name_of(_same_keys, 'same_keys')}({e}, ({''.join(x + ', ' for x in expected)}), "

@@ -96,9 +96,30 @@ class IdentityKey:
         return f"<{self.value.describe()}>"
 
 
+class ValueKey:
+    """A frozen dataclass instance as a set element or dict key (NOTE [Frozen dataclasses as dict keys] in
+    builder.py): hashes and compares as `real`, the instance built from its field values, and stands for
+    `value` (the object made in the trace, or the one from outside), which is what a key read back is."""
+
+    __slots__ = ("value", "real")
+
+    def __init__(self, value: Value, real: Any) -> None:
+        self.value = value
+        self.real = real
+
+    def __hash__(self) -> int:
+        return hash(self.real)
+
+    def __eq__(self, other: object) -> bool:
+        return self.real == (other.real if isinstance(other, ValueKey) else other)
+
+    def __repr__(self) -> str:
+        return repr(self.real)
+
+
 def key_value(key: Any) -> Value:
     """The value a set element or dict key stands for."""
-    if isinstance(key, IdentityKey):
+    if isinstance(key, (IdentityKey, ValueKey)):
         return key.value
     if type(key) in (types.FunctionType, types.BuiltinFunctionType):  # NOTE [Functions as dict keys]
         from .builder import wrap_unguarded
@@ -106,4 +127,4 @@ def key_value(key: Any) -> Value:
     return ConstantValue(key)
 
 
-__all__ = ["DefaultDictValue", "DictViewValue", "IdentityKey", "key_value", "view_type"]
+__all__ = ["DefaultDictValue", "DictViewValue", "IdentityKey", "ValueKey", "key_value", "view_type"]
