@@ -597,7 +597,20 @@ class OutputGraph:
                 self.mutated_inputs = True
                 if entry not in self.mutated_entries:
                     self.mutated_entries.append(entry)
+                    self.__dict__.setdefault("first_writes", {})[id(entry)] = self._write_site()  # NOTE [Aliased
+                    # inputs written before the alias is read]
 
+    def _write_site(self) -> tuple:
+        """(root frame instruction index, user stack) of the instruction being traced."""
+        from .lazy_combinators import _root_index
+        return (_root_index(self.tx_stack[-1]), tuple(self.tx_stack[-1].user_stack())) if self.tx_stack else (None, ())
+
+    # NOTE [Aliased inputs written before the alias is read]: `ts.add_(1); return t * 2` with t a view of ts
+    # (a 0-dim element of a schedule's timesteps, a slice of a buffer) writes ts while t is still an unread
+    # argument, so the write's own check sees no alias; t is read later and the alias check of the whole
+    # graph failed where no break can be taken (the return): the frame ran eagerly on every call. The
+    # failure now names the root instruction that first wrote the mutated input, and the frame breaks there:
+    # the graph before it, the write run as Python, the rest (reads of both) in the resume function.
     def alias_guard(self) -> None:
         """After input mutations, each mutated input must share no memory with any other input, now and on
         later calls (inputs that alias each other but are only read are fine: a view and its base)."""
@@ -608,7 +621,10 @@ class OutputGraph:
                 continue
             storage = mutated.tensor.untyped_storage().data_ptr()
             if any(i.tensor.untyped_storage().data_ptr() == storage for i in others):
-                raise Unsupported(BreakKind.SIDE_EFFECT, "an input mutated in place shares memory with another input")
+                e = Unsupported(BreakKind.SIDE_EFFECT, f"in-place write of {mutated.source.describe()}, which "
+                                "shares memory with an input read after it")
+                e.root_index, stack = self.__dict__.get("first_writes", {}).get(id(mutated), (None, ()))
+                raise e.with_stack(stack)  # NOTE [Aliased inputs written before the alias is read]
             exprs = ", ".join(i.source.expr(self.names) for i in [mutated, *others])
             self.add_guard("NO_ALIASING", f"___storage_apart({exprs})", None,
                            expected=f"{mutated.source.describe()} shares no memory with another input (it is "
