@@ -309,6 +309,9 @@ class JointGraph:
             if self.lstm_layers and kind == "forward":
                 from .recurrent import keep_workspace
                 keep_workspace(graph)  # NOTE [LSTM layers in training graphs]
+            elif self.lstm_layers:
+                from .recurrent import sized_workspaces
+                example_inputs = sized_workspaces(graph, example_inputs)  # NOTE [The workspace's size]
             with torch.no_grad():
                 compiled = self.compile_fn(graph, list(example_inputs))
             fake_modes.forget_modes_of(graph)  # AOT autograd's mode is done (NOTE [Traces leave no weak references])

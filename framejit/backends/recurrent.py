@@ -163,6 +163,46 @@ def _workspace_op():
 _LIBRARIES: list = []
 
 
+# NOTE [The workspace's size]
+# The op's meta kernel gives an empty workspace: its real size (bytes, uint8) is oneDNN's choice, known
+# after the kernel ran (28672 for small layers, 3166208 for 50 steps x 16 x 64; no formula in the shapes).
+# A backend that specialises the backward graph to its example inputs (triton: kernels per input shape) got
+# examples with a 0-byte workspace (AOT autograd's fake values), so every real call differed from them and
+# the backward ran eagerly ('inputs differ ...'). `sized_workspaces` gives each workspace input of a
+# backward graph the size the real op gives, measured once per layer configuration on zeros of the same
+# sizes (the size does not depend on the values); with symbolic sizes the example is left as it is.
+def sized_workspaces(graph_module: torch.fx.GraphModule, example_inputs: list) -> list:
+    """`example_inputs` with each workspace that a `mkldnn_rnn_layer_backward` reads at its real size."""
+    examples = list(example_inputs)
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    for node in graph_module.graph.nodes:
+        if node.target is not torch.ops.aten.mkldnn_rnn_layer_backward.default:
+            continue
+        workspace = node.args[22]
+        if workspace not in placeholders:
+            continue
+        a = node.args
+        layer = (a[0], *a[1:5], a[5], a[6], a[13], a[20], a[14], a[15], a[16], a[17], a[19], a[21], a[18])
+        sizes = [tuple(x.meta["val"].shape) for x in layer[:7]]
+        if not all(isinstance(d, int) for shape in sizes for d in shape):
+            continue
+        index = placeholders.index(workspace)
+        size = _measured_workspace(tuple(sizes), tuple(layer[7:]))
+        if isinstance(examples[index], torch.Tensor) and examples[index].shape != (size,):
+            examples[index] = examples[index].new_empty(size)
+    return examples
+
+
+@functools.lru_cache(maxsize=64)
+def _measured_workspace(sizes: tuple, scalars: tuple) -> int:
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    reverse, batch_sizes, *rest = scalars
+    with unset_fake_temporarily(), torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+        zeros = [torch.zeros(shape) for shape in sizes]
+        workspace = torch.ops.aten.mkldnn_rnn_layer.default(*zeros, reverse, list(batch_sizes), *rest)[3]
+    return workspace.numel()
+
+
 def keep_workspace(graph_module: torch.fx.GraphModule) -> int:
     """Make the forward graph's training `mkldnn_rnn_layer` calls return their workspace; returns how many."""
     layer = torch.ops.aten.mkldnn_rnn_layer.default

@@ -108,3 +108,33 @@ def test_a_compiled_adamw_step_is_no_eager_fallback(fallback_log):
         return nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2))
     train_twins(make, lambda g: (torch.randn(3, 5, generator=g),), "onnxrt", _adamw, compile_step=True)
     assert not fallback_log()
+
+
+# ---- NOTE [LSTM layers in training graphs], NOTE [The workspace's size] (backends/recurrent.py) -----------------
+class LstmHead(nn.Module):
+    """An LSTM on the raw input (which needs no gradient: only the weights do), then a linear head."""
+
+    def __init__(self, embed: bool = False):
+        super().__init__()
+        self.embed = nn.Embedding(7, 3) if embed else None
+        self.lstm = nn.LSTM(3, 4, num_layers=2, batch_first=True)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        out, (h, c) = self.lstm(self.embed(x) if self.embed is not None else x)
+        return self.head(out[:, -1]) + h.sum() * 0.1 + c.mean()
+
+
+@pytest.mark.parametrize("embed", [False, True], ids=["raw_input", "embedded_input"])
+def test_lstm_trains_on_triton_with_its_layers_as_externs(embed, fallback_log):
+    """Before: raw_input's forward half returned no workspace (torch's decomposition picks the oneDNN layer
+    with train=False when the input needs no gradient) and AOT autograd's runtime raised on every call, which
+    then reran eagerly; embedded_input unrolled the recurrence into per-step cell kernels."""
+    batch = (lambda g: (torch.randint(0, 7, (2, 3), generator=g),)) if embed else \
+        (lambda g: (torch.randn(2, 3, 3, generator=g),))
+    recording = train_twins(lambda: LstmHead(embed), batch, "triton", _sgd)
+    layers = torch.ops.framejit.mkldnn_rnn_layer_train.default
+    for joint in recording.joints():
+        (forward,) = joint.compiled_forwards
+        assert sum(n.target is layers for n in forward.gm.graph.nodes) == 2  # one op per layer, not unrolled
+    assert not fallback_log()

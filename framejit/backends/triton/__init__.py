@@ -199,6 +199,7 @@ def training_graph(gm, options=None):
     return joint.JointGraph(gm, compile_part, "triton", inference=_InferenceOnFirstUse(gm, options),
                             decompositions=joint.training_decompositions(with_backward_ops=True),
                             persistence=_persistence(options),  # NOTE [Persisted joints] in backends/joint_cache.py
+                            lstm_layers=True,  # NOTE [LSTM layers in training graphs] in backends/recurrent.py
                             lean=True)  # NOTE [Lean joint calls] in backends/joint_function.py
 
 
