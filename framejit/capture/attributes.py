@@ -603,6 +603,9 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
         lookup.guard_entry_identity(tx.output, entry, attr)
         return _descriptor_attr(tx, obj, name, attr)
     if isinstance(obj, NewObjectValue):
+        if name == "id":
+            from .hook_handles import note_id_read  # NOTE [Hook ids that never leave the trace]
+            note_id_read(tx, obj)
         if name in obj.attrs:
             return obj.attrs[name]
     elif tx.output.side_effects.attr(real, name) is not None:

@@ -243,6 +243,8 @@ def _active_modes() -> str | None:
 
 def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> GuardFunction:
     output.distinct_objects_guard()
+    from .hook_handles import guard_hook_ids  # NOTE [Hook ids that never leave the trace]
+    guard_hook_ids(output, output.__dict__.get("hook_id_roots"))
     from .shapes import marker_guards, shape_guards  # NOTE [Symbolic shapes]
     output.guards.extend(shape_guards(output))
     output.guards.extend(marker_guards(output))  # NOTE [Broken mark_dynamic contracts]
@@ -284,6 +286,7 @@ def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
 
 def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest) -> Entry:
     graph_break = _tracing()[1]
+    output.hook_id_roots = [ret, *output.side_effects.values()]  # the trace returned (NOTE [Hook ids that ...])
     outputs = graph_break.live_tensors([ret, *output.side_effects.values()])
     graphs = []
     cg = Codegen()

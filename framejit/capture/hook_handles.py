@@ -9,11 +9,19 @@ call as in eager; later calls see it through the hook-dict key guards of every m
 (NOTE [Module hooks]), and the trace's own later calls of the module read the dict as the trace left it
 (`module_hooks.hook_table`).
 
-The id is the one mutable input: the trace reads the counter once, guards `RemovableHandle.next_id == n`
-(the ids and dict keys the replay writes are fixed), hands out n, n+1, ... and records a finishing call
-that leaves the counter where eager leaves it (NOTE [Finishing calls]; the ids taken so far are found from
-those calls, so a trace rolled back to a checkpoint hands them out again). A program that registers a
-hook in every call therefore traces each call anew (as it did when the registration was a break).
+The id is the one mutable input: the trace reads the counter, hands out n, n+1, ... and records one
+finishing call per id that advances the counter as eager does (NOTE [Finishing calls]; the ids taken so far
+are counted from those calls, so a trace rolled back to a checkpoint hands them out again).
+
+NOTE [Hook ids that never leave the trace]: the ids are baked into what the trace made (the handle's `id`,
+the hook dicts' keys), so in general the entry guards `RemovableHandle.next_id == n`. But the common
+library pattern registers a hook, calls the module and removes the hook within the call: then no id
+outlives the trace and any starting id gives the same result (ids are unique, so n is no live key of any
+dict; the replay advances the counter relatively). That guard made such a frame trace on every call until
+the recompile limit ran it eagerly. It is left out when, at the end of a trace that returns normally, no
+handle made in the trace is reachable from the return value or the replayed effects, no dict the replay
+writes still holds a taken id as a key, and no code but torch's own hook code read a handle's `id`
+(`note_id_read`); a trace that ends at a graph break keeps the guard.
 A subclass of RemovableHandle is inlined as written.
 """
 from __future__ import annotations
@@ -25,23 +33,56 @@ from .values import ConstantValue, NewObjectValue, SequenceValue, TupleValue, Va
 from .weak_refs import weak_ref
 
 
-def set_next_hook_id(n: int) -> None:
-    """The finishing call of a trace that handed out hook ids below `n` (NOTE [Hooks registered in the trace])."""
-    RemovableHandle.next_id = n
+def advance_hook_id() -> None:
+    """The finishing call for one hook id handed out by the trace (NOTE [Hooks registered in the trace])."""
+    RemovableHandle.next_id += 1
+
+
+def _taken(out) -> int:
+    return sum(1 for function, _ in out.side_effects.finishing_calls if function is advance_hook_id)
 
 
 def _take_id(tx) -> int:
-    side_effects = tx.output.side_effects
-    taken = [objects[0].as_constant() for function, objects in side_effects.finishing_calls
-             if function is set_next_hook_id]
-    if taken:
-        n = taken[-1]
-    else:
-        n = RemovableHandle.next_id
-        h = tx.output.name_of(RemovableHandle, "RemovableHandle")
-        tx.output.add_guard("HOOK_IDS", f"{h}.next_id == {n!r}", None, expected=repr(n), actual=f"{h}.next_id")
-    side_effects.record_finishing_call(set_next_hook_id, [ConstantValue(n + 1)], walks_unchanged=True)
+    n = RemovableHandle.next_id + _taken(tx.output)
+    tx.output.side_effects.record_finishing_call(advance_hook_id, [], walks_unchanged=True)
     return n
+
+
+_TORCH_HOOK_CODE = ("torch/utils/hooks.py", "torch/nn/modules/module.py")
+
+
+def note_id_read(tx, handle: Value) -> None:
+    """`handle.id` read while tracing: by anything but torch's hook code, the id may outlive the trace."""
+    if isinstance(handle, NewObjectValue) and issubclass(handle.cls, RemovableHandle) and \
+            not tx.code.co_filename.replace("\\", "/").endswith(_TORCH_HOOK_CODE):
+        tx.output.hook_ids_escape = True
+
+
+def guard_hook_ids(out, roots: list | None) -> None:
+    """Guards the counter the trace read ids from, unless no id outlives it (NOTE [Hook ids that never leave
+    the trace]); `roots` are the return value and the replayed values of a trace that returned, else None."""
+    taken = _taken(out)
+    if not taken:
+        return
+    n = RemovableHandle.next_id
+    if roots is None or out.__dict__.get("hook_ids_escape") or _ids_outlive(out, roots, range(n, n + taken)):
+        h = out.name_of(RemovableHandle, "RemovableHandle")
+        out.add_guard("HOOK_IDS", f"{h}.next_id == {n!r}", None, expected=repr(n), actual=f"{h}.next_id")
+
+
+def _ids_outlive(out, roots: list, ids: range) -> bool:
+    from .modules import _reachable
+    from .values import DictValue
+    from .values.outside import OutsideDictValue
+    written = [c for c, _, _ in out.side_effects._container_writes()]
+    for v in _reachable([*roots, *written]):
+        if isinstance(v, NewObjectValue) and issubclass(v.cls, RemovableHandle):
+            return True
+        keys = v.written if isinstance(v, OutsideDictValue) and not v.materialized else \
+            v.items if isinstance(v, DictValue) else ()
+        if any(type(k) is int and k in ids for k in keys):
+            return True
+    return False
 
 
 def _extra_refs(tx, extra: Value) -> TupleValue:

@@ -298,3 +298,71 @@ def test_a_dataclass_hash_that_counts_runs_on_every_call():
     for _ in range(3):
         compiled(torch.randn(2))
     assert calls == [1, 1, 1]  # the user's __hash__ ran once per call, as eager runs it
+
+
+# ---- hooks registered and removed within each call (NOTE [Hook ids that never leave the trace]) -------------
+# The trace guarded `RemovableHandle.next_id == n`, which the call itself advances: a frame that registers
+# and removes a hook on every call traced every call, then ran eagerly from the 9th (8 graphs, 1 eager frame
+# over 12 calls; stock torch.compile 2 graphs).
+def _hooked_linear():
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 3)
+
+
+def test_a_hook_registered_and_removed_per_call_is_traced_once():
+    from torch.utils.hooks import RemovableHandle
+    lin = _hooked_linear()
+
+    def f(x):
+        handle = lin.register_forward_hook(lambda m, i, o: o * 2)
+        pre = lin.register_forward_pre_hook(lambda m, args: (args[0] + 1,))
+        try:
+            y = lin(x)
+        finally:
+            handle.remove()
+            pre.remove()
+        return y + lin(x)
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    for i in range(12):
+        x = torch.randn(2, 3)
+        start = RemovableHandle.next_id
+        expected = f(x)
+        eager_ids = RemovableHandle.next_id - start
+        start = RemovableHandle.next_id
+        assert_same(compiled(x), expected)
+        assert RemovableHandle.next_id - start == eager_ids == 2
+        assert not lin._forward_hooks and not lin._forward_pre_hooks
+    assert _eager_frames() == eager_before
+    assert backend.graph_count == 1
+
+
+def test_hook_ids_that_leave_the_trace_are_the_ids_eager_hands_out():
+    from torch.utils.hooks import RemovableHandle
+    lin = _hooked_linear()
+
+    def returns_handle(x):
+        handle = lin.register_forward_hook(lambda m, i, o: o * 2)
+        return lin(x), handle
+
+    def returns_id(x):
+        handle = lin.register_forward_hook(lambda m, i, o: o + 1)
+        y = lin(x)
+        handle.remove()
+        return y, handle.id
+
+    for f in (returns_handle, returns_id):
+        compiled = framejit.compile(f, backend=CountingBackend())
+        for i in range(3):
+            x = torch.randn(2, 3)
+            before = RemovableHandle.next_id
+            y, out = compiled(x)
+            handle_id = out.id if f is returns_handle else out
+            assert handle_id == before  # the id the counter handed out in this call
+            assert RemovableHandle.next_id == before + 1
+            if f is returns_handle:
+                assert list(lin._forward_hooks) == [handle_id]
+                out.remove()
+            assert not lin._forward_hooks
