@@ -64,8 +64,21 @@ class SuperValue(Value):
         self.cls = cls
         self.self_value = self_value
 
+    def python_type(self) -> type:
+        return super
 
+    def rebuild_call(self) -> tuple:
+        """`super(cls, self)`: the object after the graph (live at a break, returned; codegen's `emit`)."""
+        return super, [ClassValue(self.cls), self.self_value]
+
+
+# NOTE [Attributes of super objects]: super's attribute lookup (super_getattro) skips the MRO walk for
+# `__class__` (always `super`), and a name no class after `cls` defines is then looked up on the super object
+# itself: `__thisclass__` (cls) and `__self__` (the second argument) are answered; `__self_class__` and
+# `__get__` are not modelled (a break), not an AttributeError eager does not raise.
 def _super_attr(tx, sup: SuperValue, name: str) -> Value:
+    if name == "__class__":
+        return ClassValue(super)
     of_class = isinstance(sup.self_value, ClassValue) and isinstance(sup.self_value.obj, type)
     owner = sup.self_value.obj if of_class else sup.self_value.python_type()
     mro = owner.__mro__
@@ -91,6 +104,12 @@ def _super_attr(tx, sup: SuperValue, name: str) -> Value:
             return _class_level_attr(tx, sup.self_value, owner, name, attr, entry)
     lookup.guard_mro(tx.output, owner)  # NOTE [MRO guarded]
     lookup.guard_class_absent(tx.output, mro[start:], name)
+    if name == "__thisclass__":  # NOTE [Attributes of super objects]
+        return ClassValue(sup.cls)
+    if name == "__self__":
+        return sup.self_value
+    if name in vars(super):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"super().{name}")
     raise UserException(AttributeError(f"'super' object has no attribute '{name}'"))
 
 

@@ -135,3 +135,35 @@ def test_a_delegate_with_finalizers_is_closed_when_eager_closes_it():
     # the twin: a delegate's finally still runs where eager runs it (the delegating generator passes its
     # delegate's finalizers on)
     run_compared(dropped_after_a_break, fresh)
+
+
+# ---- super objects (NOTE [Attributes of super objects]) --------------------------------------------------
+class Scaled(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class NamesInAComprehension(Scaled):
+    def forward(self, x):
+        # inlined into forward on 3.12+ (a frame of its own on 3.11): super's __class__ read in forward's frame
+        return [super(NamesInAComprehension, self).__class__.__name__ for _ in range(2)], x.cos()
+
+
+class HeldAcrossABreak(Scaled):
+    def forward(self, x):
+        s = super()
+        y = x + 1
+        print("held")
+        return s.forward(y) + 1, s.__thisclass__ is HeldAcrossABreak, s.__self__ is self, type(s) is super
+
+
+def test_super_class_read_in_a_comprehension_is_captured():
+    module = NamesInAComprehension()
+    backend, eager = run_compared(module, fresh)
+    assert eager == [] and backend.graph_count >= 1
+
+
+def test_a_super_object_crosses_a_break():
+    module = HeldAcrossABreak()
+    backend, eager = run_compared(module, fresh)
+    assert eager == [] and backend.graph_count >= 2

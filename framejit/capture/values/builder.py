@@ -239,6 +239,11 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         func = wrap(out, obj.__func__, AttrSource(source, "__func__"))
         self_value = wrap(out, obj.__self__, AttrSource(source, "__self__"))
         return BoundMethodValue(func, self_value, source)
+    if type(obj) is super and obj.__self__ is not None:  # e.g. `s = super()` carried across a graph break:
+        out.guard_type(source, super)  # looked up as super looks up (NOTE [Attributes of super objects])
+        out.guard_id(AttrSource(source, "__thisclass__"), obj.__thisclass__)
+        from ..attributes import SuperValue
+        return SuperValue(obj.__thisclass__, wrap(out, obj.__self__, AttrSource(source, "__self__")))
     if isinstance(obj, types.BuiltinMethodType) and isinstance(getattr(obj, "__self__", None), torch.Tensor):
         # a bound tensor method, e.g. `x.mul` left on the stack at a graph break
         out.guard_type(source, types.BuiltinMethodType)
