@@ -230,17 +230,32 @@ def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxV
     if issubclass(cls, grad_mode.inference_mode):
         return CtxValue("inference", bool(consts[0] if consts else kw.get("mode", True)), cls)
     if issubclass(cls, AUTOCAST_CLASSES):
-        return CtxValue("autocast", _autocast_args(consts, kw), cls)
+        return CtxValue("autocast", _autocast_args(tx, consts, kw), cls)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"context manager {cls.__name__}")
 
 
-def _autocast_args(consts: list, kw: dict) -> tuple:
+def _autocast_args(tx, consts: list, kw: dict) -> tuple:
     names = ("device_type", "dtype", "enabled", "cache_enabled")
     values = dict(zip(names, consts))
     values.update(kw)
     device_type = values["device_type"]
-    dtype = values.get("dtype") or torch.get_autocast_dtype(device_type)
+    dtype = values.get("dtype") or _default_autocast_dtype(tx, device_type)
     return (device_type, dtype, bool(values.get("enabled", True)), values.get("cache_enabled"))
+
+
+# NOTE [Default autocast dtype]: `torch.autocast("cpu")` without a dtype takes torch.get_autocast_dtype("cpu")
+# when it is made: the dtype the innermost autocast block entered for that device set (every __enter__ sets
+# it), else the caller's setting, which `torch.set_autocast_dtype("cpu", torch.float16)` changes between
+# calls. That setting was read at trace time and not guarded while autocast was off at entry: the entry
+# traced with bfloat16 kept computing in bfloat16 after the caller chose float16 (eager: float16).
+def _default_autocast_dtype(tx, device_type: str) -> torch.dtype:
+    for entered in reversed(tx.output.autocast_stack):
+        if entered[0] == device_type:
+            return entered[1]
+    from .compile_state import _guard_answer
+    dtype = torch.get_autocast_dtype(device_type)
+    _guard_answer(tx, torch.get_autocast_dtype, repr(device_type), dtype)
+    return dtype
 
 
 def ctx_from_object(out, obj: Any, source: Source) -> CtxValue:

@@ -122,3 +122,38 @@ def test_itertools_objects_answer_their_own_type(name):
                 else:
                     assert g == w, (fn.__name__, k)
     assert not framejit.stats()["eager_frame_reasons"]
+
+
+# ---- the default dtype of an autocast block made inside (NOTE [Default autocast dtype])
+
+def _default_autocast(x):
+    with torch.autocast("cpu"):
+        y = x @ x.T
+    return y.dtype, y.float()
+
+
+def _nested_default_autocast(x):
+    with torch.autocast("cpu", dtype=torch.float16, enabled=False):
+        with torch.autocast("cpu"):  # the outer block's dtype, whatever the caller's setting
+            y = x @ x.T
+    with torch.autocast(device_type="cpu"):
+        z = x @ x.T
+    return y.dtype, z.dtype, z.float()
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+@pytest.mark.parametrize("fn", [_default_autocast, _nested_default_autocast], ids=["plain", "nested"])
+def test_autocast_without_a_dtype_follows_the_callers_setting(fn, backend):
+    # before: torch.get_autocast_dtype("cpu") was read when tracing and not guarded (autocast off at entry),
+    # so after torch.set_autocast_dtype("cpu", torch.float16) the entry kept computing in bfloat16
+    compiled = framejit.compile(fn, backend=backend)
+    before = torch.get_autocast_dtype("cpu")
+    try:
+        for step, dtype in enumerate([torch.bfloat16, torch.float16, torch.bfloat16, torch.float16]):
+            torch.set_autocast_dtype("cpu", dtype)
+            x = torch.randn(3, 4) + step
+            want, got = fn(x), compiled(x)
+            assert got[:-1] == want[:-1]
+            torch.testing.assert_close(got[-1], want[-1])
+    finally:
+        torch.set_autocast_dtype("cpu", before)
