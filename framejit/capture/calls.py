@@ -467,6 +467,13 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
         return make_set_subclass(tx, cls, args, kwargs)
     if can_create_dict_object(cls):  # NOTE [Dict-subclass objects made while tracing]
         return create_dict_object(tx, cls, args, kwargs)
+    if cls.__new__ is object.__new__ and getattr(cls, "__abstractmethods__", None) and _is_plain_class(cls, True):
+        from .lookup import guard_lookup  # an abstract class: object.__new__ raises CPython's own TypeError
+        guard_lookup(tx.output, cls, "__abstractmethods__")
+        try:
+            object.__new__(cls)
+        except TypeError as e:
+            raise UserException(e) from None
     if cls.__new__ is object.__new__ and _is_plain_class(cls):
         _guard_plain_construction(tx, cls)
         if _has_finalizer(cls):  # NOTE [Objects with a finalizer]
@@ -523,11 +530,12 @@ def builtin_made(cls: type) -> bool:
         for k in cls.__mro__)
 
 
-def _is_plain_class(cls: type) -> bool:
-    """Instances are made by type.__call__ (a plain metaclass or ABCMeta) and the class is not abstract."""
+def _is_plain_class(cls: type, abstract: bool = False) -> bool:
+    """Instances are made by type.__call__ (a plain metaclass or ABCMeta) and the class is not abstract
+    (unless `abstract`)."""
     if type(cls) is not type and type(cls).__call__ is not type.__call__:
         return False
-    if getattr(cls, "__abstractmethods__", None):
+    if getattr(cls, "__abstractmethods__", None) and not abstract:
         return False
     return all(k.__module__ != "builtins" or k is object for k in cls.__mro__)
 

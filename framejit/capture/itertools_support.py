@@ -7,6 +7,7 @@ sliced are already a finite list. Handlers register in builtins.BUILTIN_HANDLERS
 from __future__ import annotations
 
 import itertools
+import operator
 
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import BUILTIN_HANDLERS, handles
@@ -100,6 +101,33 @@ def _starmap(tx, args, kwargs):
     column, = drain_lent(tx, [rows])  # NOTE [Lent iterators]
     made = _calls_made_early(tx, "starmap", lambda: [tx.call(fn, iterate(tx, row), {}) for row in column])
     return watch.finish(IteratorValue(made), "starmap", per_row=True, fn=fn, columns=[column])
+
+
+# `itertools.accumulate(xs, func=operator.add, *, initial=None)`: the running totals, each `func(total, x)`
+# called as the program calls it (an operator on tensors is a graph op), with map's rules for calls made at
+# once (builtins._calls_made_early, NOTE [Lazy combinators]). timm-style `list(accumulate(depths))` and
+# cumulative offsets were "creating an instance of accumulate", a break.
+@handles(itertools.accumulate)
+def _accumulate(tx, args, kwargs):
+    from .builtins import _calls_made_early
+    from .values import BuiltinValue
+    if not 1 <= len(args) <= 2 or kwargs.keys() - {"func", "initial"} or (len(args) == 2 and "func" in kwargs):
+        raise UserException(TypeError("accumulate() takes at most 2 positional arguments and keywords func, "
+                                      "initial"))
+    fn = args[1] if len(args) == 2 else kwargs.get("func", ConstantValue(None))
+    if fn.is_constant() and fn.as_constant() is None:
+        fn = BuiltinValue(operator.add)
+    initial = kwargs.get("initial", ConstantValue(None))
+    watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
+    column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
+
+    def totals() -> list[Value]:
+        out = [] if initial.is_constant() and initial.as_constant() is None else [initial]
+        for item in column:
+            out.append(item if not out else tx.call(fn, [out[-1], item], {}))
+        return out
+    made = _calls_made_early(tx, "accumulate", totals)
+    return watch.finish(IteratorValue(made), "accumulate", per_row=False, fn=fn, columns=[column])
 
 
 @handles(itertools.repeat)
@@ -196,6 +224,7 @@ for _fn, _kind in ((itertools.chain, itertools.chain), (itertools.chain.from_ite
                    (itertools.islice, itertools.islice), (itertools.repeat, itertools.repeat),
                    (itertools.starmap, itertools.starmap), (itertools.zip_longest, itertools.zip_longest),
                    (itertools.pairwise, itertools.pairwise), (itertools.product, itertools.product),
+                   (itertools.accumulate, itertools.accumulate),
                    (itertools.combinations, itertools.combinations),
                    (itertools.permutations, itertools.permutations)):
     if _fn in BUILTIN_HANDLERS:

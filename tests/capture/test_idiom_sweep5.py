@@ -7,8 +7,11 @@ eagerly.
 """
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
+import itertools
+import operator
 import typing
 
 import torch
@@ -366,3 +369,84 @@ def test_hook_ids_that_leave_the_trace_are_the_ids_eager_hands_out():
                 assert list(lin._forward_hooks) == [handle_id]
                 out.remove()
             assert not lin._forward_hooks
+
+
+# ---- abstract bases, itertools.accumulate, Python __setitem__/__delitem__ -----------------------------------
+# `Base()` of an abc.ABC with abstract methods was "creating an instance of Base": a break inside the try
+# block, so the rest of the frame ran as plain Python (0 graphs; stock 1). It now raises CPython's own
+# TypeError (object.__new__ run at trace time; __abstractmethods__ guarded).
+class _Act(abc.ABC):
+    @abc.abstractmethod
+    def act(self, x):
+        ...
+
+    def __call__(self, x):
+        return self.act(x) * 2
+
+
+class _Relu(_Act):
+    def act(self, x):
+        return x.relu()
+
+
+def test_instantiating_an_abstract_class_raises_as_eager():
+    def f(x):
+        try:
+            _Act()
+        except TypeError as e:
+            message = str(e)
+        return _Relu()(x), message, isinstance(_Relu(), _Act)
+
+    backend, records = _run(f, lambda i: (torch.randn(2),))
+    assert records == []
+    assert backend.graph_count == 1
+
+
+# `itertools.accumulate` had no handler ("creating an instance of accumulate", a break): timm-style
+# cumulative depths, running sums of tensors, running max.
+def test_itertools_accumulate_is_traced():
+    def f(x, depths):
+        products = list(itertools.accumulate([1, 2, 3], operator.mul))
+        offsets = list(itertools.accumulate(depths, initial=0))
+        running = list(itertools.accumulate([x, x * 2, x * 3]))
+        peaks = list(itertools.accumulate([3, 1, 4, 1, 5], max))
+        return x * sum(products) + offsets[-1], running[-1], peaks, offsets
+
+    backend, records = _run(f, lambda i: (torch.randn(2), [2, 2, 6 + i, 2]))
+    assert records == []
+    assert backend.graph_count <= 2
+
+
+# A Python class's own `__setitem__`/`__delitem__` (collections.ChainMap, a config registry) was "item
+# assignment into New(ChainMap)" / "deleting an item of ...": a break at each store.
+class _Registry:
+    def __init__(self):
+        self.table = {}
+
+    def __setitem__(self, key, value):
+        self.table[key] = value
+
+    def __getitem__(self, key):
+        return self.table[key]
+
+    def __delitem__(self, key):
+        del self.table[key]
+
+
+def test_python_setitem_and_delitem_are_inlined():
+    shared = _Registry()
+
+    def f(x):
+        chain = collections.ChainMap({"a": 1}, {"a": 2, "b": 3})
+        chain["z"] = 9
+        del chain["a"]
+        local = _Registry()
+        local["k"] = 3
+        shared["n"] = 4
+        shared["m"] = 1
+        del shared["m"]
+        return x * chain["b"] + len(chain) + local["k"] + shared["n"], dict(chain.maps[0]), sorted(shared.table)
+
+    backend, records = _run(f, lambda i: (torch.randn(2),))
+    assert records == []
+    assert sorted(shared.table) == ["n"]

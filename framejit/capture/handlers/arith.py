@@ -127,7 +127,23 @@ def _store_item(tx, obj, key, value):
     if isinstance(obj, NdarrayValue):  # NOTE [NumPy as torch]
         setitem(tx, obj, key, value)
         return
+    if _python_slot(tx, obj, "__setitem__"):  # a Python class's own __setitem__ (ChainMap, a config object)
+        tx.call_special_of(obj, "__setitem__", [key, value], {})
+        return
     raise Unsupported(BreakKind.SIDE_EFFECT, f"item assignment into {obj.describe()}")
+
+
+def _python_slot(tx, obj, name: str) -> bool:
+    """`obj` is an object whose class defines `name` as a Python function (its lookup guarded)."""
+    from ..lookup import guard_lookup
+    from ..values import NewObjectValue, NNModuleValue, ObjectValue
+    if not isinstance(obj, (ObjectValue, NewObjectValue)) or isinstance(obj, NNModuleValue):
+        return False
+    cls = obj.python_type()
+    if not isinstance(getattr(cls, name, None), types.FunctionType):
+        return False
+    guard_lookup(tx.output, cls, name)
+    return True
 
 
 def _store_slice(tx, lst: ListValue, k: slice, value) -> None:
@@ -166,6 +182,9 @@ def delete_item(tx, obj, key) -> None:
         k = dict_key(tx, key)
         if k not in obj.items:
             raise UserException(KeyError(key_value(k).as_constant() if key_value(k).is_constant() else k))
+    elif _python_slot(tx, obj, "__delitem__"):
+        tx.call_special_of(obj, "__delitem__", [key], {})
+        return
     else:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"deleting an item of {obj.describe()}")
     tx.output.side_effects.mutate_container(obj)
