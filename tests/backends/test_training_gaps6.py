@@ -138,3 +138,54 @@ def test_lstm_trains_on_triton_with_its_layers_as_externs(embed, fallback_log):
         (forward,) = joint.compiled_forwards
         assert sum(n.target is layers for n in forward.gm.graph.nodes) == 2  # one op per layer, not unrolled
     assert not fallback_log()
+
+
+# ---- NOTE [expm1 without cancellation] (onnxrt/semantics.py) -----------------------------------------------------
+def _ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Distance in units in the last place between same-signed floats (monotone integer views)."""
+    ints = {torch.float32: torch.int32, torch.float64: torch.int64}[a.dtype]
+    bits = torch.finfo(a.dtype).bits - 1
+
+    def ordered(t):
+        i = t.view(ints).long()
+        return torch.where(i < 0, -(i & (2 ** bits - 1)), i)
+    return (ordered(a) - ordered(b)).abs()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_expm1_runs_in_ort_within_three_ulps_of_eager(dtype):
+    from framejit.backends.onnxrt import onnxrt
+    gen = _gen(3)
+    smallest = -40 if dtype == torch.float32 else -300
+    magnitudes = 10 ** (torch.rand(20000, generator=gen, dtype=torch.float64) * (2 - smallest) + smallest)
+    signs = torch.where(torch.rand(20000, generator=gen) < 0.5, -1.0, 1.0).double()
+    specials = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 88.7, 88.8, 709.7, 709.8, -1e-45, -200.0]
+    x = torch.cat([magnitudes * signs, torch.linspace(-120, 100, 4001, dtype=torch.float64),
+                   torch.tensor(specials, dtype=torch.float64)]).to(dtype)
+    compiled = onnxrt(torch.fx.symbolic_trace(lambda t: torch.expm1(t)), [x])
+    for probe in (x, x.flip(0) * 0.5):
+        got, want = compiled(probe), torch.expm1(probe)
+        assert torch.equal(got.isnan(), want.isnan())
+        finite = ~want.isnan()
+        assert _ulps(got[finite], want[finite]).max() <= 3
+        assert torch.equal(torch.signbit(got[finite]), torch.signbit(want[finite]))
+    (row,) = compiled.summary()
+    assert row["parts"] == 1 and not row["eager_nodes"], row
+
+
+class Expm1Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner, self.outer = nn.Linear(4, 5), nn.Linear(5, 2)
+
+    def forward(self, x):
+        return self.outer(torch.expm1(torch.tanh(self.inner(x)) * 1e-3) * 1e3)
+
+
+def test_expm1_trains_in_one_ort_part(fallback_log):
+    """Before: expm1 ran in torch, splitting the forward into 2 ORT parts around it."""
+    recording = train_twins(Expm1Net, lambda g: (torch.randn(3, 4, generator=g),), "onnxrt", _sgd)
+    for joint in recording.joints():
+        for half in joint.compiled_forwards + joint.compiled_backwards:
+            assert all(row["parts"] == 1 for row in half.summary())
+    assert not fallback_log()

@@ -92,7 +92,8 @@ _MAX_ATTEMPTS = 8
 # 39: joints trace grid_sampler_2d_backward as gathers and scatter-adds (NOTE [grid_sample gradients as scatter-adds]).
 # 40: float32/float64 log1p runs in ORT (NOTE [log1p without cancellation]).
 # 41: joints trace euclidean _cdist_forward/_cdist_backward as differences (NOTE [Euclidean cdist as differences]).
-REVISION = 41
+# 42: float32/float64 expm1 runs in ORT (NOTE [expm1 without cancellation]).
+REVISION = 42
 
 
 @dataclasses.dataclass

@@ -428,6 +428,24 @@ def _rewrite_log1p(b: _Builder, node: torch.fx.Node) -> bool:
     return True
 
 
+# NOTE [expm1 without cancellation]
+# torchlib writes expm1(x) as exp(x) - 1 (expm1(1e-10) gave 0: soundness finding #9), so expm1 ran in torch
+# between ORT parts. For float32 and float64 it is written as Kahan's u = exp(x), d = u - 1, expm1(x) = x
+# where u == 1, -1 where d == -1, else d * (x / log(u)) (the rounding of exp(x) cancels out of the quotient),
+# and u itself where u is +inf (x large or +inf; the quotient would be inf * 0). NaN stays NaN, -inf gives -1.
+# Other dtypes keep the op in torch (translate._IMPRECISE).
+def _rewrite_expm1(b: _Builder, node: torch.fx.Node) -> bool:
+    x = node.args[0]
+    if _val(x).dtype not in (torch.float32, torch.float64) or _val(node).dtype != _val(x).dtype:
+        return False
+    u = b(aten.exp.default, x)
+    d = b(aten.sub.Tensor, u, 1.0)
+    quotient = b(aten.mul.Tensor, d, b(aten.div.Tensor, x, b(aten.log.default, u)))
+    inner = b.where(b(aten.eq.Scalar, u, 1.0), x, b.where(b(aten.eq.Scalar, d, -1.0), -1.0, quotient))
+    _replace_uses(node, b.where(b(aten.eq.Scalar, u, float("inf")), u, inner), set())
+    return True
+
+
 def _rewrite_logit(b: _Builder, node: torch.fx.Node) -> bool:
     """logit(x, eps) = log(z / (1 - z)) with z = clamp(x, eps, 1 - eps) as eager (torchlib's version
     turned NaN into 1 - eps)."""
@@ -614,6 +632,8 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         return _rewrite_xlogy(b, node)
     elif target is aten.log1p.default:
         return _rewrite_log1p(b, node)  # NOTE [log1p without cancellation]
+    elif target is aten.expm1.default:
+        return _rewrite_expm1(b, node)  # NOTE [expm1 without cancellation]
     elif target in (aten.addcdiv.default, aten.addcmul.default):
         return _rewrite_item_value(b, node)  # NOTE [Numbers read from tensors in ONNX]
     else:
