@@ -79,6 +79,9 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "BUILD_TUPLE": lambda a: (a, 1), "BUILD_LIST": lambda a: (a, 1), "BUILD_SET": lambda a: (a, 1),
     # f"{tensor}": the value, and its format spec when flag 0x04 says there is one (handlers/build.py)
     "FORMAT_VALUE": lambda a: (2 if (a & 0x04 if isinstance(a, int) else a[1]) else 1, 1),
+    # 3.12+ CALL_INTRINSIC_1 forms of PEP 695 (`type X = ...`, `def f[T]`) in the frame's own code: run as Python
+    "TYPEALIAS": lambda a: (1, 1), "TYPEVAR": lambda a: (1, 1), "PARAMSPEC": lambda a: (1, 1),
+    "TYPEVARTUPLE": lambda a: (1, 1), "SUBSCRIPT_GENERIC": lambda a: (1, 1),
 }
 # reads that may break (an attribute framejit cannot model, a global of an unsupported type); a method
 # load becomes a plain attribute load: NULL + bound method, which CPython calls the same way

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 
 import torch
 
@@ -167,3 +168,39 @@ def test_a_super_object_crosses_a_break():
     module = HeldAcrossABreak()
     backend, eager = run_compared(module, fresh)
     assert eager == [] and backend.graph_count >= 2
+
+
+# ---- PEP 695 forms (3.12+: CALL_INTRINSIC_1 TYPEALIAS / TYPEVAR in the frame's own code) ---------------------
+PEP695_SOURCE = '''
+def alias_in_frame(x):
+    y = x.sin()
+    type Vec = list[float]
+    return y * 2, Vec.__name__, Vec.__value__ == list[float]
+
+def generic_in_frame(x):
+    def pick[U](a: U, b: U) -> U:
+        return a
+    return pick(x.cos(), x) + 1, pick.__type_params__[0].__name__
+'''
+TYPING_SOURCE = '''
+import typing
+def alias_in_frame(x):
+    y = x.sin()
+    Vec = typing.List[float]
+    return y * 2, "Vec", Vec == typing.List[float]
+
+def generic_in_frame(x):
+    U = typing.TypeVar("U")
+    def pick(a: U, b: U) -> U:
+        return a
+    return pick(x.cos(), x) + 1, U.__name__
+'''
+
+
+def test_type_statements_and_generic_functions_in_the_frame():
+    # on 3.11 (no PEP 695 syntax) the same programs spelled with typing
+    namespace: dict = {}
+    exec(compile(PEP695_SOURCE if sys.version_info >= (3, 12) else TYPING_SOURCE, __file__, "exec"), namespace)
+    for name in ("alias_in_frame", "generic_in_frame"):
+        backend, eager = run_compared(namespace[name], fresh)
+        assert eager == [] and backend.graph_count >= 1
