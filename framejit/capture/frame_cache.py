@@ -229,6 +229,8 @@ def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Pers
     from .state_blocks import default_dtype_changed
     if default_dtype_changed(output):
         raise NotPersistable("the frame changes the default dtype")  # NOTE [Default dtype changes]
+    if output.__dict__.get("process_local"):
+        raise NotPersistable(output.__dict__["process_local"])  # NOTE [Ids are per process] in stdlib.py
     if request.artifacts is None:
         raise NotPersistable("the backend cannot save what it compiled (a user callable)")
     from .ddp_buckets import BucketedGraph

@@ -622,9 +622,9 @@ def _in_cell(cell: Any, facts: tuple, fn: types.FunctionType) -> types.FunctionT
 def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
     kind = locator[0]
     if kind == "module":
-        return importlib.import_module(locator[1])
+        return _imported(locator[1])
     if kind == "globals":
-        return importlib.import_module(locator[1]).__dict__
+        return _imported(locator[1]).__dict__
     if kind == "cell":
         return fn.__closure__[locator[1]]
     if kind == "dtype":
@@ -671,7 +671,7 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
     if kind == "contents":
         return _in_cell(resolve(locator[1], fn), locator[2], fn)
     if kind == "type_of":  # NOTE [Local classes by an instance]
-        module = importlib.import_module(locator[1]) if locator[1] != "__main__" else sys.modules["__main__"]
+        module = _imported(locator[1])
         if locator[2] not in module.__dict__:
             raise NotPersistable(f"{locator[1]} has no global {locator[2]}")
         return type(module.__dict__[locator[2]])
@@ -697,21 +697,51 @@ def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
             raise NotPersistable("the function has no traced substitute any more")
         return found
     if kind == "bound":  # NOTE [Objects by the global that binds them]
-        module = importlib.import_module(locator[1]) if locator[1] != "__main__" else sys.modules["__main__"]
+        module = _imported(locator[1])
         found = module.__dict__.get(locator[2], _MISSING)
         if type(found) is not resolve(locator[3], fn):
             raise NotPersistable(f"{locator[1]}.{locator[2]} is not a {locator[3][-1]} as cached")
         return found
     if kind == "import":
-        obj = _import(locator[1], locator[2])
+        obj = _own_name(_import(locator[1], locator[2]), locator[1], locator[2])
         for attr in locator[3:]:  # a getter, a classmethod's function, a decorated function's __wrapped__
             obj = getattr(obj, attr)
         return obj
     raise NotPersistable(f"unknown locator {kind!r}")
 
 
+# NOTE [Imported by their own name]: an importable function or class is located by its module and name, and
+# saving checks that the name finds it. A name is only a binding, though: a warm process that binds another
+# function there (`hlp.scale = hlp2.scale`, a plugin choosing its implementation) found that one, and the
+# identity guards the trace placed on the function then pinned the new one: with the same code its hash
+# matched, while the globals it reads (hlp2.K) are not the ones the entry's guards check (hlp.K), so the warm
+# entry computed with the old value. What a name finds must still be named so itself.
+def _own_name(obj: Any, module: str, qualname: str) -> Any:
+    if isinstance(obj, (types.FunctionType, type)) and obj.__module__ != "builtins" and (  # (`types` names those)
+            obj.__module__ != module or qualname not in (obj.__qualname__, obj.__name__)):
+        raise NotPersistable(f"{module}.{qualname} is now {obj.__module__}.{obj.__qualname__}")
+    return obj
+
+
+# NOTE [Locators import no user module]: resolving a locator imported its module when the process had not:
+# a warm process whose program imports `impl_fast` where the cold one imported `impl_slow` ran impl_slow's
+# top-level code (its prints, its registrations) just to check a guard, which eager never does. A module the
+# process has not imported is imported only for torch and framejit (which import their own submodules
+# lazily, as tracing did in the cold process); any other makes the entry unusable (traced again).
+_LAZY_PACKAGES = frozenset({"torch", "framejit"})
+
+
+def _imported(name: str) -> types.ModuleType:
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    if name.partition(".")[0] not in _LAZY_PACKAGES:
+        raise NotPersistable(f"the module {name} is not imported in this process")
+    return importlib.import_module(name)
+
+
 def _import(module: str, qualname: str) -> Any:
-    obj = importlib.import_module(module) if module != "__main__" else sys.modules["__main__"]
+    obj = _imported(module)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj

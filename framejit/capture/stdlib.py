@@ -35,6 +35,7 @@ def _id(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
     if len(args) != 1 or kwargs:
         raise UserException(TypeError(f"id() takes exactly one argument ({len(args) + len(kwargs)} given)"))
     value = args[0]
+    tx.output.__dict__["process_local"] = "the trace read id() of an object"  # NOTE [Ids are per process]
     if isinstance(value, ObjectValue) and value.source is not None and type(value.obj) not in (int, float, str, bytes):
         tx.output.guard_id(value.source, value.obj)
         return ConstantValue(id(value.obj))
@@ -53,6 +54,10 @@ def _id(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
 
 
 BUILTIN_HANDLERS[id] = _id
+# NOTE [Ids are per process]: the identity guard makes an answered id() sound in one process, but the frame
+# cache finds the object again in a new process by a locator (the global that binds it), where its id is
+# another number: an entry that folded `id(OBJ) % 7` into its graph computed the old process's answer. A
+# trace that answered id() is therefore kept in memory only (frame_cache._persist).
 
 
 # NOTE [sys.exc_info while tracing]: `sys.exc_info()` (and `sys.exception()`) answer the exception being
