@@ -105,16 +105,27 @@ _MAX_SYMBOLS = 8  # 3**8 candidate monomials per literal
 # fixed at the example's value: its range becomes that one value, which the size check tests, every probe
 # takes it, and the module serves every size of the other symbols (calls with another value of it compile per
 # shape, logged).
-def _pin_narrow_symbols(sym: symbolic.SymbolicInputs) -> list[str]:
-    """Fix the symbols whose range has fewer than 4 values at their example value (before `sym.finish()`);
-    returns 'symbol = value' for each."""
+class _PinAndRetry(Exception):
+    """Generating at a probe failed where it breaks a frontend guard: make the module again with `pins`
+    fixed (NOTE [Symbols pinned by guards the probes miss])."""
+
+    def __init__(self, pins: frozenset) -> None:
+        super().__init__(", ".join(sorted(pins)))
+        self.pins = pins
+
+
+def _pin_narrow_symbols(sym: symbolic.SymbolicInputs, pins: frozenset = frozenset()) -> list[str]:
+    """Fix the symbols whose range has fewer than 4 values, and those named in `pins` (NOTE [Symbols pinned
+    by guards the probes miss]), at their example value (before `sym.finish()`); returns 'symbol = value'
+    for each."""
     from torch.utils._sympy.value_ranges import ValueRanges
 
     env = sym.shape_env
     hints = getattr(env, "backed_var_to_val", None) or env.var_to_val  # renamed in torch 2.13
     pinned = []
     for symbol, (lower, upper) in zip(sym.symbols, sym.ranges()):
-        if upper is not None and upper - max(lower or 2, 2) + 1 < 4 and symbol in hints:
+        narrow = upper is not None and upper - max(lower or 2, 2) + 1 < 4
+        if (narrow or str(symbol) in pins) and symbol in hints:
             value = int(hints[symbol])
             env.var_to_range[symbol] = ValueRanges(value, value)
             pinned.append(f"{symbol} = {value}")
@@ -348,10 +359,11 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
             ir.RECOMBINE[0] = True
 
 
-def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) -> "DynamicGraph":
+def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
+                     pins: frozenset = frozenset()) -> "DynamicGraph":
     try:
         sym = symbolic.SymbolicInputs(gm, example_inputs, strided=True)  # NOTE [Strided inputs of symbolic programs]
-        pinned = _pin_narrow_symbols(sym)
+        pinned = _pin_narrow_symbols(sym, pins)
         sym.finish()
     except symbolic.NotSymbolic as why:
         raise NotGeneric(str(why)) from None
@@ -382,12 +394,18 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict)
             try:
                 runs.append(_generate(gm, inputs, device, opts, configs, sym.symbolic_ints))
             except Exception as exc:
+                unmet = probe_relations.unmet_symbols(sym, [probe]) - fixed
+                if unmet and not pins:  # NOTE [Symbols pinned by guards the probes miss] (probe_relations.py)
+                    raise _PinAndRetry(frozenset(names[k] for k in unmet)) from None
                 raise NotGeneric(f"generating at probe sizes {probe} failed ({type(exc).__name__}: {exc})") from None
             if configs is None:
                 configs = {name: config for name, (config, _) in runs[0][6].items()}
         return runs, configs
 
-    runs, configs = generate_all(None)
+    try:
+        runs, configs = generate_all(None)
+    except _PinAndRetry as retry:
+        return _compile_dynamic(gm, example_inputs, device, opts, retry.pins)
     if _loop_varying_reductions(runs, configs):
         runs, _ = generate_all(configs)
     heads, calls = zip(*(_split(r[0]) for r in runs))

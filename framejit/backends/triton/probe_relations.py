@@ -145,6 +145,44 @@ def relations_of(sym) -> Relations:
     return Relations(guards, symbols, sym.ranges(), definitions, products)
 
 
+# NOTE [Symbols pinned by guards the probes miss]: some frontend guards hold at few sizes only, and no
+# exchange of prime probes meets them: the zoo's vit adds a learned position table of 17 rows to its patch
+# sequence, so the frontend guards `(h//2)*(w//2) + 1 == 17` over the image's height and width; `x[:,
+# x.size(1) % 3:]` guards `Mod(s, 3) == 0` (or != 0). Every probe then failed ('Attempting to broadcast a
+# dimension of length 17') and the graph compiled once per shape, batch sizes included. When generating at
+# a probe fails and the probe breaks such a guard (one the repairs could not meet), the guard's symbols are
+# fixed at their example values, as narrow ranges are (NOTE [Symbols with too few sizes to probe],
+# dynamic.py), and the module is made again, once: it serves every size of the other symbols, the size
+# check rejects other values of the fixed ones (those compile per shape, logged). A probe that breaks a
+# guard where generating succeeds fixes nothing (the module is built as before).
+def unmet_symbols(sym, probes: list[list[int]]) -> set[int]:
+    """Indices (into `sym.symbols`) of the symbols of frontend guards that some of `probes` break."""
+    env = getattr(sym, "_frontend_env", None)
+    if env is None:
+        return set()
+    import sympy
+
+    symbols = list(sym.symbols)
+    known, unmet = set(symbols), set()
+    points = [{s: sympy.Integer(v) for s, v in zip(symbols, p)} for p in probes]
+    for guard in env.guards:
+        try:
+            expr = env.simplify(guard.expr).xreplace(sym._mapping)
+        except Exception:  # noqa: BLE001 - an expression the backend cannot take: not checked here
+            continue
+        if not expr.free_symbols or not expr.free_symbols <= known or expr.free_symbols <= {symbols[k] for k in unmet}:
+            continue
+        for values in points:
+            try:
+                met = bool(expr.xreplace(values))
+            except Exception:  # noqa: BLE001 - undefined there (a division by zero): broken
+                met = False
+            if not met:
+                unmet |= {symbols.index(s) for s in expr.free_symbols}
+                break
+    return unmet
+
+
 def _symbol_factors(expr) -> list | None:
     """The distinct symbols whose product `expr` is (`s0*s1`), else None."""
     import sympy
