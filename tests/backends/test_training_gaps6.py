@@ -189,3 +189,28 @@ def test_expm1_trains_in_one_ort_part(fallback_log):
         for half in joint.compiled_forwards + joint.compiled_backwards:
             assert all(row["parts"] == 1 for row in half.summary())
     assert not fallback_log()
+
+
+# ---- NOTE [Float64 activations keep their numbers] (onnxrt/semantics.py) -----------------------------------------
+FLOAT64_ACTIVATIONS = {
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.1), "hardtanh": lambda x: F.hardtanh(x, -0.3, 0.7),
+    "elu": lambda x: F.elu(x, 0.7), "selu": F.selu, "celu": lambda x: F.celu(x, 0.3),
+    "softplus": lambda x: F.softplus(x, 1.3, 2.1), "hardsigmoid": F.hardsigmoid, "hardswish": F.hardswish,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLOAT64_ACTIVATIONS))
+def test_float64_activations_keep_their_numbers_in_ort(name):
+    """Before: their numbers were float32 attributes or constants in ONNX (1e-8 to 2e-5 relative off)."""
+    from framejit.backends.onnxrt import onnxrt
+    fn = FLOAT64_ACTIVATIONS[name]
+    specials = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-300, -1e-300, -3.0, 3.0,
+                             -0.3, 0.7, 2.1 / 1.3, 1e-9, -1e-9], dtype=torch.float64)
+    compiled = onnxrt(torch.fx.symbolic_trace(lambda x: fn(x)), [specials])
+    for seed in (0, 1):
+        x = torch.cat([torch.randn(500, generator=_gen(seed), dtype=torch.float64) * 4, specials])
+        got, want = compiled(x), fn(x)
+        torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-300, equal_nan=True)
+        assert torch.equal(torch.signbit(got[want == 0]), torch.signbit(want[want == 0]))
+    for row in compiled.summary():
+        assert row["parts"] == 1 and not row["eager_nodes"], row

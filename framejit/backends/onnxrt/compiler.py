@@ -93,7 +93,8 @@ _MAX_ATTEMPTS = 8
 # 40: float32/float64 log1p runs in ORT (NOTE [log1p without cancellation]).
 # 41: joints trace euclidean _cdist_forward/_cdist_backward as differences (NOTE [Euclidean cdist as differences]).
 # 42: float32/float64 expm1 runs in ORT (NOTE [expm1 without cancellation]).
-REVISION = 42
+# 43: float64 activations keep their numbers as doubles (NOTE [Float64 activations keep their numbers]).
+REVISION = 43
 
 
 @dataclasses.dataclass

@@ -359,7 +359,7 @@ def _rewrite_celu(b: _Builder, node: torch.fx.Node) -> None:
     (eager: x * scale there): celu(x, 0.5) gave 2x for x > 0 (tools/nn_sweep.py). So the elu result is
     taken only where x <= 0 (or NaN), x itself where x > 0."""
     x, alpha = _args(node, ("self", "alpha"), (None, 1.0))
-    negative_side = b(aten.elu.default, x, alpha, 1.0, 1.0 / alpha)
+    negative_side = _elu_of(b, x, alpha, 1.0, 1.0 / alpha)  # NOTE [Float64 activations keep their numbers]
     if alpha == 1.0:
         _replace_uses(node, negative_side, set())
         return
@@ -420,12 +420,16 @@ def _rewrite_log1p(b: _Builder, node: torch.fx.Node) -> bool:
     x = node.args[0]
     if _val(x).dtype not in (torch.float32, torch.float64) or _val(node).dtype != _val(x).dtype:
         return False
+    _replace_uses(node, _log1p_of(b, x), set())
+    return True
+
+
+def _log1p_of(b: _Builder, x: torch.fx.Node) -> torch.fx.Node:
     u = b(aten.add.Tensor, x, 1.0)
     d = b(aten.sub.Tensor, u, 1.0)
     quotient = b(aten.mul.Tensor, b(aten.log.default, u), b(aten.div.Tensor, x, d))
     inner = b.where(b(aten.eq.Scalar, d, 0), x, quotient)
-    _replace_uses(node, b.where(b(aten.eq.Scalar, x, float("inf")), x, inner), set())
-    return True
+    return b.where(b(aten.eq.Scalar, x, float("inf")), x, inner)
 
 
 # NOTE [expm1 without cancellation]
@@ -438,12 +442,74 @@ def _rewrite_expm1(b: _Builder, node: torch.fx.Node) -> bool:
     x = node.args[0]
     if _val(x).dtype not in (torch.float32, torch.float64) or _val(node).dtype != _val(x).dtype:
         return False
+    _replace_uses(node, _expm1_of(b, x), set())
+    return True
+
+
+def _expm1_of(b: _Builder, x: torch.fx.Node) -> torch.fx.Node:
     u = b(aten.exp.default, x)
     d = b(aten.sub.Tensor, u, 1.0)
     quotient = b(aten.mul.Tensor, d, b(aten.div.Tensor, x, b(aten.log.default, u)))
     inner = b.where(b(aten.eq.Scalar, u, 1.0), x, b.where(b(aten.eq.Scalar, d, -1.0), -1.0, quotient))
-    _replace_uses(node, b.where(b(aten.eq.Scalar, u, float("inf")), u, inner), set())
+    return b.where(b(aten.eq.Scalar, u, float("inf")), u, inner)
+
+
+# NOTE [Float64 activations keep their numbers]
+# torchlib gives ONNX's LeakyRelu, Elu, Selu, Celu, HardSigmoid their Scalar arguments as float attributes,
+# and writes hardtanh's bounds and softplus's beta as float32 constants: in float64 graphs every such number
+# was rounded to float32 (leaky_relu(x, 0.1) 1.5e-8 relative off eager, softplus 7e-7, hardsigmoid 1.6e-5
+# near its zero). For float64 these ops are written as eager's CPU kernels compute them, the numbers kept as
+# doubles: leaky_relu x > 0 ? x : x * slope; hardtanh the clamp; elu (celu, selu) x <= 0 ?
+# expm1(x * input_scale) * (alpha * scale) : x * scale; softplus x * beta > threshold ? x :
+# log1p(exp(x * beta)) / beta; hardsigmoid clamp(x + 3, 0, 6) / 6, hardswish x * that / 6 (float32's
+# attributes are eager's own float32 rounding, so float32 keeps torchlib's ops).
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def _clamp_of(b: _Builder, x: torch.fx.Node, low: float, high: float) -> torch.fx.Node:
+    """min(max(x, low), high) as eager's clamp kernel: NaN stays NaN, x itself on ties."""
+    low_t, high_t = b.nan_like(x, low), b.nan_like(x, high)
+    value = b(aten.where.self, b(aten.lt.Tensor, x, low_t), low_t, x)
+    return b(aten.where.self, b(aten.gt.Tensor, value, high_t), high_t, value)
+
+
+def _elu_of(b: _Builder, x: torch.fx.Node, alpha: float, scale: float, input_scale: float) -> torch.fx.Node:
+    if _val(x).dtype != torch.float64:
+        return b(aten.elu.default, x, alpha, scale, input_scale)
+    negative = b(aten.mul.Tensor, _expm1_of(b, b(aten.mul.Tensor, x, input_scale)), alpha * scale)
+    return b(aten.where.self, b(aten.le.Scalar, x, 0), negative, b(aten.mul.Tensor, x, scale))
+
+
+def _rewrite_float64_activation(b: _Builder, node: torch.fx.Node) -> bool:
+    x, target = node.args[0], node.target
+    numbers = [a for a in (*node.args[1:], *node.kwargs.values())]
+    if _val(x).dtype != torch.float64 or _val(node).dtype != torch.float64 or \
+            any(not isinstance(a, (int, float)) or isinstance(a, bool) for a in numbers):
+        return False
+    if target is aten.leaky_relu.default:
+        slope = _args(node, ("self", "negative_slope"), (None, 0.01))[1]
+        out = b(aten.where.self, b(aten.gt.Scalar, x, 0), x, b(aten.mul.Tensor, x, float(slope)))
+    elif target is aten.hardtanh.default:
+        out = _clamp_of(b, x, *map(float, _args(node, ("self", "min_val", "max_val"), (None, -1.0, 1.0))[1:]))
+    elif target is aten.elu.default:
+        out = _elu_of(b, x, *map(float, _args(node, ("self", "alpha", "scale", "input_scale"), (None, 1.0, 1.0, 1.0))[1:]))
+    elif target is aten.selu.default:
+        out = _elu_of(b, x, _SELU_ALPHA, _SELU_SCALE, 1.0)
+    elif target is aten.softplus.default:
+        beta, threshold = map(float, _args(node, ("self", "beta", "threshold"), (None, 1.0, 20.0))[1:])
+        scaled = b(aten.mul.Tensor, x, beta)
+        soft = b(aten.div.Tensor, _log1p_of(b, b(aten.exp.default, scaled)), beta)
+        out = b(aten.where.self, b(aten.gt.Scalar, scaled, threshold), x, soft)
+    else:  # hardsigmoid, hardswish
+        gate = _clamp_of(b, b(aten.add.Tensor, x, 3.0), 0.0, 6.0)
+        scaled = gate if target is aten.hardsigmoid.default else b(aten.mul.Tensor, x, gate)
+        out = b(aten.div.Tensor, scaled, 6.0)
+    _replace_uses(node, out, set())
     return True
+
+
+_FLOAT64_ACTIVATIONS = {aten.leaky_relu.default, aten.hardtanh.default, aten.elu.default, aten.selu.default,
+                        aten.softplus.default, aten.hardsigmoid.default, aten.hardswish.default}
 
 
 def _rewrite_logit(b: _Builder, node: torch.fx.Node) -> bool:
@@ -634,6 +700,8 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         return _rewrite_log1p(b, node)  # NOTE [log1p without cancellation]
     elif target is aten.expm1.default:
         return _rewrite_expm1(b, node)  # NOTE [expm1 without cancellation]
+    elif target in _FLOAT64_ACTIVATIONS:
+        return _rewrite_float64_activation(b, node)  # NOTE [Float64 activations keep their numbers]
     elif target in (aten.addcdiv.default, aten.addcmul.default):
         return _rewrite_item_value(b, node)  # NOTE [Numbers read from tensors in ONNX]
     else:
