@@ -122,8 +122,9 @@ class FrameHook:
                 make_effects(entry, exc, args, kwargs)
             return False
         entry.rerun.restore()
-        logs.log("eager_fallback", "a graph of %s raised at run time; this call reruns eagerly, so the "
-                 "exception is raised (and handled) by the function's own code", self._name())
+        logs.log("eager_fallback", "a graph of %s raised at run time (%s: %.300s); this call reruns eagerly, so "
+                 "the exception is raised (and handled) by the function's own code", self._name(),
+                 type(exc).__name__, exc)
         return True
 
     def __get__(self, obj: Any, objtype: type | None = None) -> Any:

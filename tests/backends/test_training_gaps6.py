@@ -214,3 +214,21 @@ def test_float64_activations_keep_their_numbers_in_ort(name):
         assert torch.equal(torch.signbit(got[want == 0]), torch.signbit(want[want == 0]))
     for row in compiled.summary():
         assert row["parts"] == 1 and not row["eager_nodes"], row
+
+
+# ---- a graph that raised and reran eagerly says what it raised (capture/hook.py) ---------------------------------
+def test_a_graph_that_raised_and_reran_eagerly_logs_the_exception(fallback_log):
+    """Before: the log said only 'a graph of f raised at run time', not what (the LSTM failure of this file's
+    triton test above was found by patching the hook to print it)."""
+    def f(x, index):
+        try:
+            return x[index] * 2
+        except IndexError:
+            return x * 0
+
+    fast = framejit.compile(f, backend="eager")
+    x = torch.arange(4.0)
+    for index, want in ((torch.tensor([1]), f(x, torch.tensor([1]))), (torch.tensor([9]), x * 0)):
+        torch.testing.assert_close(fast(x, index), want)
+    (message,) = [m for m in fallback_log() if "raised at run time" in m]
+    assert "IndexError: index 9 is out of bounds" in message, message
