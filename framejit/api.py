@@ -307,6 +307,11 @@ def mark_dynamic(tensor: torch.Tensor, dim: int | list | tuple, *, min: int | No
     specialises the dimension, or a size outside [min, max], raises ConstraintViolationError (NOTE [Broken
     mark_dynamic contracts]); `maybe_mark_dynamic` is the marker the code may specialise."""
     _mark(tensor, dim, "_dynamo_dynamic_indices")
+    # torch's mark_dynamic makes its range set and hint overrides only with a new index set: a tensor marked
+    # here first and by torch after (library code) raised AttributeError there without them
+    for attr, empty in (("_dynamo_dynamic_range", set), ("_dynamo_hint_overrides", dict)):
+        if not hasattr(tensor, attr):
+            setattr(tensor, attr, empty())
     if min is not None or max is not None:
         ranges = set(getattr(tensor, "_dynamo_dynamic_range", ()) or ())
         for d in ([dim] if isinstance(dim, int) else dim):

@@ -1,0 +1,49 @@
+"""framejit's markers and torch's own on one tensor (issue 13, h13dyn5): `framejit.mark_dynamic` sets the
+attributes `torch._dynamo.mark_dynamic` reads, so library code that marks a tensor with torch's function
+after the user marked it with framejit's works, and both compilers honour the result."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+
+import framejit
+from tests.helpers import CountingBackend
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    framejit.reset()
+    yield
+    framejit.reset()
+
+
+def _both_marked(*shape):
+    x = torch.randn(*shape)
+    framejit.mark_dynamic(x, 0)
+    torch._dynamo.mark_dynamic(x, 1)  # before: AttributeError '_dynamo_dynamic_range'
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
+    return x
+
+
+def scale(x):
+    return x * x.size(1) + x.sum(0)
+
+
+def test_torch_marks_a_tensor_framejit_marked_first_and_one_graph_serves_both_dims():
+    counter = CountingBackend()
+    compiled = framejit.compile(scale, backend=counter)
+    for b, t in ((2, 3), (3, 5), (5, 4), (7, 9)):
+        x = _both_marked(b, t)
+        torch.testing.assert_close(compiled(x), scale(x))
+    assert counter.graph_count == 1
+    assert x._dynamo_dynamic_indices == {0, 1}
+
+
+def test_a_torch_marked_range_after_framejits_mark_is_enforced():
+    compiled = framejit.compile(scale, backend=CountingBackend())
+    x = torch.randn(80, 3)
+    framejit.mark_dynamic(x, 0)
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
+    with pytest.raises(framejit.ConstraintViolationError):
+        compiled(x)
