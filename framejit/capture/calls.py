@@ -321,6 +321,8 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} is marked torch.compiler.disable")
     if isinstance(fn, types.FunctionType) and any(_not_a_graph_arg(v) for v in (*args, *kwargs.values())):
         return tx.inline(UserFunctionValue(fn), args, kwargs)  # NOTE [Decorated torch functions] in builder.py
+    if _is_graph_op(fn) and _makes_a_leaf_that_requires_grad(kwargs):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)}(requires_grad=True) makes a leaf that requires grad")
     if _is_graph_op(fn):
         if not args and not kwargs:
             from .compile_state import guard_state_getter
@@ -331,6 +333,18 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and _is_pure(fn):
         return fold_call(fn, args, kwargs)  # NOTE [Folded calls on containers]
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {_name(fn)}")
+
+
+# NOTE [Factories of leaves that require grad]: `w = torch.ones(n, requires_grad=True)` in a traced frame made a
+# graph node, and what a backend returns for it is its own output tensor: onnxrt and triton lose the flag (the
+# kwarg does not survive lowering to aten), so `w.requires_grad` and every product with w were False where
+# eager's are True (red team h12warm: `(x * w).requires_grad` after a break in a `no_grad` block), and no
+# gradient could reach w. Such a leaf only exists outside a graph (inside a joint it would be an output, not a
+# leaf), so the factory call is a graph break, as in stock torch.compile: it runs as Python, and the graphs
+# after it take the leaf as an input.
+def _makes_a_leaf_that_requires_grad(kwargs: dict[str, Value]) -> bool:
+    flag = kwargs.get("requires_grad")
+    return flag is not None and flag.is_constant() and flag.as_constant() is True
 
 
 def _hashable(x: Any) -> bool:
