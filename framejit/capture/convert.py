@@ -134,9 +134,10 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             if entry is not None:
                 _log_break(fn, moved.graph_break)
                 return entry
-        # an exception raised inside a try block may be caught there: break before the instruction and
-        # let plain Python raise it where the frame's exception table sees it
-        entry = (_break_entry(fn, shape, args, kwargs, request, e, output) if _in_try_block(fn, e) else None) or \
+        # NOTE [Exceptions raised by the traced code]: break before the root instruction that raises and let
+        # plain Python raise it there (inside a try block, where the frame's exception table sees it): the
+        # code before it stays captured; the frame ran wholly eagerly only where no break can be taken
+        entry = _break_entry(fn, shape, args, kwargs, request, e, output) or \
             _eager_entry(fn, shape, output, user_error=e.exc)
         logs.log("eager_fallback", "%s runs eagerly: the traced code raised %s: %s", code.co_qualname,
                  type(e.exc).__name__, e.exc)
@@ -408,11 +409,6 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         except frame_cache.NotPersistable as e:
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
     return entry
-
-
-def _in_try_block(fn: types.FunctionType, exc: UserException) -> bool:
-    normalize = _tracing()[2].normalize
-    return exc.root_index is not None and normalize(fn.__code__).insts[exc.root_index].handler is not None
 
 
 class _BoundHooks:

@@ -450,3 +450,36 @@ def test_python_setitem_and_delitem_are_inlined():
     backend, records = _run(f, lambda i: (torch.randn(2),))
     assert records == []
     assert sorted(shared.table) == ["n"]
+
+
+# ---- an exception raised in compiled code and caught by the caller (NOTE [Exceptions raised by the traced
+# code], convert.py) --------------------------------------------------------------------------------------------
+# A frame whose trace raised (outside any try block of its own) ran wholly eagerly: `y = x.sin(); return
+# check(y)` with check raising ValueError for 1-d inputs was 0 graphs and 1 eager frame per input kind. It now
+# breaks before the root instruction that raises: the code before it is a graph, the instruction raises in
+# plain Python, and the caller's handler sees eager's exception.
+def test_an_exception_raised_inside_is_caught_outside_with_the_rest_captured():
+    def check(x):
+        if x.dim() == 1:
+            raise ValueError("need a matrix")
+        return x
+
+    def f(x):
+        y = x.sin() * 2
+        return check(y).sum()
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = _eager_frames()
+    for i in range(4):
+        x = torch.randn(3) if i % 2 else torch.randn(2, 3)
+        outcomes = []
+        for fn in (f, compiled):
+            try:
+                outcomes.append(("value", fn(x)))
+            except ValueError as e:
+                outcomes.append(("raised", str(e)))
+        assert outcomes[0][0] == outcomes[1][0]
+        assert_same(outcomes[1][1], outcomes[0][1])
+    assert _eager_frames() == eager_before
+    assert backend.graph_count >= 2  # the 2-d trace, and the 1-d trace's part before the raise
