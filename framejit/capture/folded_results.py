@@ -81,15 +81,18 @@ def _parts(obj: Any, seen: set[int]) -> None:
 def fold_call(fn: Callable, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """`fn(*args, **kwargs)` evaluated on the constants `args` stand for (NOTE [Folded calls on containers])."""
     from .hash_order import note_fold
+    from .protocol import constant_fold
     consts = [a.as_constant() for a in args]
     kwconsts = {k: v.as_constant() for k, v in kwargs.items()}
+    if not _containers([*args, *kwargs.values()]):
+        return constant_fold(fn, *consts, **kwconsts)
     note_fold(fn, (*consts, *kwconsts.values()))  # NOTE [Hash-seeded facts]
-    containers = _containers([*args, *kwargs.values()])
-    if not containers:
-        return _call(fn, consts, kwconsts)
     given = [*consts, *kwconsts.values()]
     fresh = [v.as_constant() for v in (*args, *kwargs.values())]
-    result = _call(fn, consts, kwconsts, raw=True)
+    try:
+        result = fn(*consts, **kwconsts)
+    except Exception as e:
+        raise UserException(e) from None
     if given != fresh:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"{getattr(fn, '__name__', fn)!s}() changed a container it was "
                                                  "given (folded on copies): it runs as Python")
@@ -102,14 +105,6 @@ def fold_call(fn: Callable, args: list[Value], kwargs: dict[str, Value]) -> Valu
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{getattr(fn, '__name__', fn)!s}() returned a container it "
                                                       "was given (folded on copies): it runs as Python")
     return folded_value(result)
-
-
-def _call(fn: Callable, consts: list, kwconsts: dict, raw: bool = False) -> Any:
-    try:
-        result = fn(*consts, **kwconsts)
-    except Exception as e:
-        raise UserException(e) from None
-    return result if raw else folded_value(result)
 
 
 # NOTE [Strings joined from generators]: `", ".join(f"{k}={v}" for k, v in cfg.items())` (extra_repr, log lines,

@@ -53,7 +53,7 @@ COMPARE_OPS: dict[str, Callable] = {
 }
 
 
-def constant_fold(fn: Callable, *values: Any, **kwargs: Any) -> Value:
+def constant_fold(fn: Callable, /, *values: Any, **kwargs: Any) -> Value:
     """Apply `fn` to Python constants; an exception is the user's (CPython raises it too)."""
     note_fold(fn, (*values, *kwargs.values()))  # NOTE [Hash-seeded facts]
     try:
