@@ -232,3 +232,28 @@ def test_a_graph_that_raised_and_reran_eagerly_logs_the_exception(fallback_log):
         torch.testing.assert_close(fast(x, index), want)
     (message,) = [m for m in fallback_log() if "raised at run time" in m]
     assert "IndexError: index 9 is out of bounds" in message, message
+
+
+# ---- NOTE [Euclidean cdist as differences] (onnxrt/cdist.py): inference programs ----------------------------------
+class Prototypes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(4, 3)
+        self.prototypes = nn.Parameter(torch.randn(5, 3))
+
+    def forward(self, x):
+        return -torch.cdist(torch.tanh(self.embed(x)), self.prototypes)
+
+
+def test_cdist_evaluates_in_one_ort_part_under_no_grad():
+    """Before: inference programs (no_grad evaluation, eval loops) ran _cdist_forward in torch, 2 ORT parts."""
+    torch.manual_seed(0)
+    model = Prototypes().eval()
+    recording = Recording("onnxrt")
+    fast = framejit.compile(copy.deepcopy(model), backend=recording)
+    for seed in (0, 1, 2):
+        x = torch.randn(7, 4, generator=_gen(seed))
+        with torch.no_grad():
+            torch.testing.assert_close(fast(x), model(x), **TOL)
+    rows = [row for compiled in recording.compiled for row in compiled.summary()]
+    assert rows and all(row["parts"] == 1 and not row["eager_nodes"] for row in rows), rows

@@ -16,6 +16,8 @@ kernel's vectorised one, so results agree to rounding. Other p, half precision, 
 sizes that differ between x1 and x2 and a difference tensor above 2**24 elements keep the ops (in torch).
 Tests: float64 against eager's ops, and a prototype classifier trained as eager with both halves in one ORT
 part each (tests/backends/test_training_gaps5.py).
+Inference programs take the forward's entry too (lowering.decomposition_table), so a no_grad call or eval
+loop of the same model is one ORT part as well (tests/backends/test_training_gaps6.py).
 """
 from __future__ import annotations
 

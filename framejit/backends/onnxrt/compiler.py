@@ -94,7 +94,8 @@ _MAX_ATTEMPTS = 8
 # 41: joints trace euclidean _cdist_forward/_cdist_backward as differences (NOTE [Euclidean cdist as differences]).
 # 42: float32/float64 expm1 runs in ORT (NOTE [expm1 without cancellation]).
 # 43: float64 activations keep their numbers as doubles (NOTE [Float64 activations keep their numbers]).
-REVISION = 43
+# 44: inference programs decompose euclidean _cdist_forward too (NOTE [Euclidean cdist as differences]).
+REVISION = 44
 
 
 @dataclasses.dataclass

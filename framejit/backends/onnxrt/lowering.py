@@ -80,6 +80,8 @@ def decomposition_table(translated_ops: frozenset) -> dict:
         table[op] = fn
     from .cumprod import decomposition  # NOTE [cumprod as a masked product]
     table.update(decomposition())
+    from .cdist import cdist_forward  # NOTE [Euclidean cdist as differences]: inference programs too
+    table[torch.ops.aten._cdist_forward.default] = cdist_forward
     return table
 
 
