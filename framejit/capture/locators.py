@@ -371,27 +371,34 @@ def code_locator(code: types.CodeType, modules) -> tuple | None:
     """A locator for a code object: the code of a function its module (one of `modules`, then the module
     whose file the code was compiled from) imports by the code's qualname, or of one under that function's
     decorators (NOTE [Functions under their decorators]), or a code nested in one (NOTE [Nested code by its
-    enclosing function]); verified to find the very object. None when there is none."""
+    enclosing function]); verified to find the very object. None when there is none. The file's module is
+    looked for in sys.modules (a scan of every module) only when none of `modules` has the code."""
     candidates = [m for m in modules if isinstance(m, str)]
-    for name, module in list(sys.modules.items()):
-        if getattr(module, "__file__", None) == code.co_filename and isinstance(name, str) and name not in candidates:
-            candidates.append(name)
     for module in candidates:
-        if "<" not in code.co_qualname:
-            try:
-                found = resolve(("import", module, code.co_qualname), None)
-            except Exception:
-                found = None
-            for path in ([], ["__wrapped__"], ["__wrapped__"] * 2, ["__wrapped__"] * 3, ["__wrapped__"] * 4):
-                f = found
-                for attr in path:
-                    f = getattr(f, attr, None)
-                if getattr(f, "__code__", None) is code:
-                    return ("code", ("import", module, code.co_qualname, *path))
-        locator = nested_code_locator(code, module)
+        locator = _code_in_module(code, module)
         if locator is not None:
             return locator
+    for name, module in list(sys.modules.items()):
+        if getattr(module, "__file__", None) == code.co_filename and isinstance(name, str) and name not in candidates:
+            locator = _code_in_module(code, name)
+            if locator is not None:
+                return locator
     return None
+
+
+def _code_in_module(code: types.CodeType, module: str) -> tuple | None:
+    if "<" not in code.co_qualname:
+        try:
+            found = resolve(("import", module, code.co_qualname), None)
+        except Exception:
+            found = None
+        for path in ([], ["__wrapped__"], ["__wrapped__"] * 2, ["__wrapped__"] * 3, ["__wrapped__"] * 4):
+            f = found
+            for attr in path:
+                f = getattr(f, attr, None)
+            if getattr(f, "__code__", None) is code:
+                return ("code", ("import", module, code.co_qualname, *path))
+    return nested_code_locator(code, module)
 
 
 def _namedtuple_method_locator(obj: Any, module: str, qualname: str) -> tuple | None:

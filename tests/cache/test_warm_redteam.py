@@ -103,3 +103,23 @@ def test_an_unchanged_program_still_starts_warm(tmp_path, install):
         del PROGRAMS["_unchanged"]
     assert cold["equal"] and warm["equal"]
     assert (warm["traced"], warm["loaded"]) == (0, 1)
+
+
+def _helper(x):
+    return x + 1
+
+
+def test_a_code_in_the_given_modules_is_found_without_scanning_every_module(monkeypatch):
+    """Issue 16's open item: code_locator listed every module of sys.modules (comparing files) before trying the
+    modules it was given, on every save of an entry that pins a code object; now only when they lack it."""
+    import sys
+    import types
+
+    from framejit.capture import locators
+
+    class Modules(dict):
+        def items(self):
+            raise AssertionError("every module of sys.modules was scanned")
+
+    monkeypatch.setattr(locators, "sys", types.SimpleNamespace(modules=Modules(sys.modules)))
+    assert locators.code_locator(_helper.__code__, [__name__]) == ("code", ("import", __name__, "_helper"))

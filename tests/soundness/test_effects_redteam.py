@@ -1,4 +1,4 @@
-"""Red-team side effects across graph breaks (issue 12; h12warm). ~70 programs (prints, logging, warnings, list/
+"""Red-team side effects across graph breaks (issue 12; h12warm). ~90 programs (prints, logging, warnings, list/
 dict/set/deque/Counter mutations, object, module, class and global stores, generators and iterators, exceptions
 midway, try/finally and with-blocks around breaks, breaks in loops and in inlined helpers, nonlocal writes, input
 mutations then exceptions) were compared with eager on eager and onnxrt, three calls with changing inputs; the
