@@ -697,7 +697,28 @@ def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
         if name in obj.attrs:  # a __slots__ entry of an object made while tracing: stored in `attrs`
             return obj.attrs[name]
         raise UserException(AttributeError(f"'{obj.cls.__name__}' object has no attribute '{name}'"))
+    got = python_data_descriptor(tx, obj, attr, "__get__", [ClassValue(obj.python_type())])
+    if got is not None:
+        return got
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+
+
+# NOTE [Data descriptors written in Python]: a class attribute whose type defines `__get__`/`__set__` in Python
+# (a validating field: `scale = Positive()`, with `__set_name__`; attrs/pydantic-like fields) takes every read
+# and store of that name on an instance, before the instance dict. Such a read or store was a break
+# ("descriptor Positive for 'scale'", "a store through the descriptor Positive"). Now the method is inlined as
+# CPython calls it, `type(attr).__get__(attr, obj, cls)` / `__set__(attr, obj, value)`, for objects from
+# outside and made while tracing; the class entry is guarded by the caller, the method's lookup here, and the
+# descriptor's own state is read through its source like any object's.
+def python_data_descriptor(tx, obj: Value, attr: Any, method: str, args: list[Value]) -> Value | None:
+    """The inlined `type(attr).<method>(attr, obj, *args)`, or None when that method is not Python code."""
+    fn = lookup.mro_lookup(type(attr), method)[1]
+    if not isinstance(fn, types.FunctionType) or not isinstance(obj, (ObjectValue, NewObjectValue)) or \
+            isinstance(obj, NNModuleValue):
+        return None
+    lookup.guard_lookup(tx.output, type(attr), method)
+    descriptor = wrap(tx.output, attr, ObjectSource(Ref(attr, type(attr).__name__)))
+    return tx.call(UserFunctionValue(fn), [descriptor, obj, *args], {})
 
 
 _LRU_WRAPPER = functools._lru_cache_wrapper

@@ -77,6 +77,7 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "BEFORE_WITH": lambda a: (1, 2),  # NOTE [Breaks at BEFORE_WITH]
     # a container built of values one of which breaks when read (NOTE [Mutable buffers carried across breaks])
     "BUILD_TUPLE": lambda a: (a, 1), "BUILD_LIST": lambda a: (a, 1), "BUILD_SET": lambda a: (a, 1),
+    "LOAD_BUILD_CLASS": lambda a: (0, 1),  # a class statement: the class is made by plain Python
     # f"{tensor}": the value, and its format spec when flag 0x04 says there is one (handlers/build.py)
     "FORMAT_VALUE": lambda a: (2 if (a & 0x04 if isinstance(a, int) else a[1]) else 1, 1),
     # 3.12+ CALL_INTRINSIC_1 forms of PEP 695 (`type X = ...`, `def f[T]`) in the frame's own code: run as Python

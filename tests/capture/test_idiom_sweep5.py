@@ -483,3 +483,70 @@ def test_an_exception_raised_inside_is_caught_outside_with_the_rest_captured():
         assert_same(outcomes[1][1], outcomes[0][1])
     assert _eager_frames() == eager_before
     assert backend.graph_count >= 2  # the 2-d trace, and the 1-d trace's part before the raise
+
+
+# ---- data descriptors written in Python (NOTE [Data descriptors written in Python], attributes.py) ----------
+# A validating field (`scale = Positive()` with __set_name__/__get__/__set__) broke at every read and store
+# ("descriptor Positive for 'scale'", "a store through the descriptor Positive"): 0 graphs, 3 breaks per call.
+class _Positive:
+    def __set_name__(self, owner, name):
+        self.name = "_" + name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return getattr(obj, self.name)
+
+    def __set__(self, obj, value):
+        if value <= 0:
+            raise ValueError("must be positive")
+        setattr(obj, self.name, value)
+
+
+def _tagged(cls):
+    cls.tagged = True
+    return cls
+
+
+@_tagged
+class _Scaled:
+    scale = _Positive()
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __call__(self, x):
+        return x * self.scale
+
+
+def test_python_data_descriptors_are_inlined_on_reads_and_stores():
+    outside = _Scaled(2.0)
+
+    def f(x, s):
+        made = _Scaled(s)
+        try:
+            _Scaled(-1)
+        except ValueError as e:
+            message = str(e)
+        outside.scale = s + 1
+        return made(x) + outside(x), message, _Scaled.tagged, outside._scale, isinstance(_Scaled.scale, _Positive)
+
+    backend, records = _run(f, lambda i: (torch.randn(2), i + 1.5))
+    assert records == []
+    assert outside._scale == 4.5  # the last call (s = 3.5) stored s + 1 through the descriptor
+
+
+# ---- a class statement inside a compiled function (graph_break._SIMPLE: LOAD_BUILD_CLASS) -------------------
+# LOAD_BUILD_CLASS had no handler and was no break site: the whole frame ran eagerly (0 graphs, 1 eager frame).
+# Now the class is made by plain Python at a break and the code around it is captured (a new class per call,
+# so its resume function recompiles per call, as stock torch.compile's does).
+def test_a_class_statement_breaks_instead_of_running_the_frame_eagerly():
+    def f(x):
+        y = x.cos() * 2
+
+        class Local(_Relu):
+            k = 3
+        return Local()(y) * Local.k, [c.__name__ for c in Local.__mro__][1:]
+
+    backend, records = _run(f, lambda i: (torch.randn(2),), calls=3)
+    assert backend.graph_count >= 2
