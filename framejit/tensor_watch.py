@@ -25,8 +25,9 @@ is watched), their use count. A read without a write counts too: a user then rec
 needed, never computes with stale facts. The property stays installed for the process (`unwatch_all`
 forgets the watched storages). Guard functions only `install()` and compare `EPOCH`.
 framejit's capture never sees the property: it handles `t.data` by name (capture/attributes.py).
-Not seen: writes into memory shared outside torch's tensors (`param.detach().numpy()[...] = v`,
-`untyped_storage()` writes, ctypes), which change values but no metadata; calls of the wrapped private
+`Tensor.numpy()` (and `np.asarray(t)`, which calls it) counts a use too (NOTE [NumPy arrays count a use]).
+Not seen: writes into memory shared outside torch's tensors by other routes (`untyped_storage()` writes,
+DLPack capsules, `torch.frombuffer` of other buffers, ctypes), which change values but no metadata; calls of the wrapped private
 functions through a reference taken before the first `watch()` (torch takes none: it looks them up on
 each call; framejit's input_versions.py sets counters only forward, to what eager's writes make them).
 """
@@ -112,6 +113,35 @@ def _set_data(self, value):
         EPOCH[0] = next(_TICKS)
 
 
+# NOTE [NumPy arrays count a use]: `w.detach().numpy()[i] = v` writes w's memory through an array that
+# lives only for that statement: no version moves, and by the next call no holder is left to count
+# (NOTE [Holders appearing after the freeze] in backends/onnxrt/runtime.py), so onnxrt's frozen weights
+# served the old values. `Tensor.numpy` is a C method; once installed, torch.Tensor gets a non-data
+# descriptor under that name whose class lookup (`torch.Tensor.numpy`) answers the C method itself (what
+# capture reads and guards) and whose instance lookup (`t.numpy`, also `np.asarray(t)` through
+# `Tensor.__array__`) counts a use of t's storage, bumping EPOCH, before it makes the array, like `.data`.
+# Only while some storage is watched does a call cost more than one Python call.
+_ORIGINAL_NUMPY = torch._C.TensorBase.numpy
+
+
+class _CountingNumpy:
+    def __get__(self, tensor, owner=None):
+        if tensor is None:
+            return _ORIGINAL_NUMPY
+        if not _USES:
+            return _ORIGINAL_NUMPY.__get__(tensor, owner)
+        return _counted_numpy.__get__(tensor, owner)
+
+
+def _counted_numpy(self, *args, **kwargs):
+    EPOCH[0] = next(_TICKS)
+    _count_use(self)
+    try:
+        return _ORIGINAL_NUMPY(self, *args, **kwargs)
+    finally:
+        EPOCH[0] = next(_TICKS)
+
+
 def _bumping(original):
     def wrapper(*args, **kwargs):
         EPOCH[0] = next(_TICKS)
@@ -138,6 +168,8 @@ def _install() -> None:
     global _installed
     if not _installed:
         torch.Tensor.data = property(_get_data, _set_data, doc=_ORIGINAL.__doc__)
+        if "numpy" not in torch.Tensor.__dict__:  # NOTE [NumPy arrays count a use]
+            torch.Tensor.numpy = _CountingNumpy()
         for module, name in ((torch._C, "_set_neg"), (torch._C, "_set_conj"), (torch._C, "_swap_tensor_impl"),
                              (torch._C._autograd, "_unsafe_set_version_counter")):
             original = getattr(module, name, None)

@@ -158,3 +158,43 @@ def test_autocast_without_a_dtype_follows_the_callers_setting(fn, backend):
             torch.testing.assert_close(got[-1], want[-1])
     finally:
         torch.set_autocast_dtype("cpu", before)
+
+
+class _Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.register_buffer("shift", torch.zeros(3))
+        self.scale = torch.ones(3)  # a plain tensor attribute (frozen too)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale + self.shift
+
+
+_TEMPORARY_WRITES = {  # the array lives for the statement only
+    "numpy_of_detach": lambda t, step: t.detach().numpy().__setitem__((0,) * t.dim(), 10.0 + step),
+    "asarray": lambda t, step: np.add(np.asarray(t.detach()), 0.5 + step, out=np.asarray(t.detach())),
+}
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+@pytest.mark.parametrize("target", ["weight", "buffer", "attribute"])
+@pytest.mark.parametrize("write", sorted(_TEMPORARY_WRITES))
+def test_writes_through_a_temporary_numpy_array_reach_the_weights(backend, target, write):
+    # NOTE [NumPy arrays count a use]: a NumPy array made and dropped between two calls leaves no holder to
+    # count; onnxrt's frozen session served the old weights (framejit onnxrt before: wrong from the 2nd call)
+    torch.manual_seed(0)
+    eager = _Holder()
+    compiled = _Holder()
+    compiled.load_state_dict(eager.state_dict())
+    fast = framejit.compile(compiled, backend=backend)
+
+    def tensor_of(m):
+        return {"weight": m.lin.weight, "buffer": m.shift, "attribute": m.scale}[target]
+
+    with torch.no_grad():
+        for step in range(5):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(fast(x), eager(x))
+            for m in (eager, compiled):
+                _TEMPORARY_WRITES[write](tensor_of(m), step)

@@ -84,9 +84,10 @@ _MAX_REFREEZE = 2
 # over the storage) is a holder too.
 # Holders made after the session: views and `detach()` bump the shared counter, `.data` is counted, and
 # the part compares both use counts with those it saw after making its session on every call (NOTE
-# [Holders appearing after the freeze]). Not seen (watch.py): a holder made and dropped between two calls
-# (`w.detach().numpy()[:] = 0`), writes through `untyped_storage()`, whose Python object torch keeps on
-# the StorageImpl itself (no count of its own), and raw pointers (ctypes).
+# [Holders appearing after the freeze]); a NumPy array counts a use when made (NOTE [NumPy arrays count a
+# use] in tensor_watch.py). Not seen (watch.py): another holder made and dropped between two calls (a
+# temporary `t.set_(w)`), writes through `untyped_storage()`, whose Python object torch keeps on the
+# StorageImpl itself (no count of its own), and raw pointers (ctypes).
 def _held_elsewhere(tensor: torch.Tensor) -> bool:
     try:
         if tensor._use_count() > 1 + (tensor.is_leaf and tensor.requires_grad):

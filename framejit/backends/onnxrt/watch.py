@@ -8,10 +8,11 @@ so do `.data` of any alias, `param.view(-1).data.mul_(2)`, and a version put bac
 .data], per storage: NOTE [Uses counted per storage]), shared with guard functions' remembered tensors:
 one `.data` property for the process. A part compares the counts it froze with (`uses(t)`) when the
 process-wide `EPOCH[0]` moved.
-Not seen (documented in options.py): writes into memory shared outside torch's tensors
-(`param.detach().numpy()[...] = v` through an array made after the weight was frozen, `untyped_storage()`
-writes, ctypes); aliases held from before are (NOTE [Weights whose storage is held elsewhere are fed] in
-runtime.py).
+Not seen (documented in options.py): writes into memory shared outside torch's tensors through an alias
+made and dropped between two calls other than a NumPy array (`untyped_storage()` writes, a temporary
+`set_`/DLPack alias, ctypes); NumPy arrays count a use when made (NOTE [NumPy arrays count a use] in
+tensor_watch.py), aliases held from before are fed (NOTE [Weights whose storage is held elsewhere are fed]
+in runtime.py) and aliases held after the freeze are seen (NOTE [Holders appearing after the freeze]).
 """
 from __future__ import annotations
 
