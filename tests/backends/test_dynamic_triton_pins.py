@@ -78,3 +78,22 @@ def test_another_image_size_the_table_allows_is_served_too(triton_modules):
             assert_same(compiled(x), model(x), rtol=1e-4, atol=1e-5)
     assert len(backend.graphs) == 1
     assert sum(triton_modules.values()) == 3  # the size-generic module, then one per 8x9 shape
+
+
+def reshaped_in_threes(x):
+    n = x.size(1)
+    if n % 3 == 0:
+        return x.view(x.size(0), n // 3, 3).sum(-1)
+    return x * 2
+
+
+def test_a_width_guarded_to_a_multiple_of_three_is_one_module(triton_modules):
+    # the frontend guards Eq(b*n, 3*b*(n//3)) (the view's numel); probes are lowered to multiples of 3
+    # (NOTE [Residues of probes]): one module for every multiple (before: 5 modules over 5 widths)
+    backend = RecordingBackend("triton")
+    compiled = framejit.compile(reshaped_in_threes, backend=backend, dynamic=True)
+    for b, n in ((4, 6), (3, 9), (4, 12), (5, 15), (2, 21)):
+        x = torch.randn(b, n)
+        assert_same(compiled(x), reshaped_in_threes(x))
+    assert len(backend.graphs) == 1
+    assert sum(triton_modules.values()) == 1

@@ -21,6 +21,14 @@ at every probe (`Relations.defined`), odd probes included. A relation equating t
 side's factors the other side's values; then a pair of symbols equal at every probe gets a probe where they
 differ, if the relations allow one ((a, b, b, a)), so that a literal fitted as `s2` is not `s0`'s.
 Single-symbol guards are the symbols' ranges (NOTE [Ranges of the frontend's symbols], backends/symbolic.py).
+
+NOTE [Residues of probes]
+A guard over one symbol that takes a residue (`Eq(Mod(s, 3), 0)`: `if n % 3 == 0: x.view(b, n // 3, 3)`)
+is no range: the probes of primes broke it (the view failed at 16 * 5) and the graph compiled per shape
+(5 modules over 5 widths). Such guards are relations here; repairing a probe first lowers each symbol's
+value by less than 16 to the first that meets the guards over that symbol alone (48, 78, 111 for the three
+probes), which keeps the probes' orders and distinct values; odd probes that break them are skipped as any
+probe breaking a relation is.
 """
 from __future__ import annotations
 
@@ -53,6 +61,25 @@ class Relations:
                         copied[t] = point[src]
                     out.append(copied)
         return out
+
+    def _residues_met(self, point: list[int], movable: list[int]) -> list[int]:
+        """`point` with each movable symbol lowered (by less than 16, so prime probes keep their order) to
+        the first value that meets the guards with residues or floors over it (`Eq(Mod(s, 3), 0)`,
+        `Eq(b*s, 3*b*(s//3))`: NOTE [Residues of probes])."""
+        import sympy
+
+        point = list(point)
+        for k in movable:
+            own = [g for g in self.guards if self.symbols[k] in g.free_symbols and g.atoms(sympy.Function)]
+            for value in range(point[k], max(point[k] - 16, 1), -1):
+                values = {s: sympy.Integer(value if i == k else v) for i, (s, v) in enumerate(zip(self.symbols, point))}
+                try:
+                    if all(bool(g.xreplace(values)) for g in own):
+                        point[k] = value
+                        break
+                except Exception:  # noqa: BLE001 - undefined there: try the next value
+                    continue
+        return point
 
     def defined(self, point: list[int]) -> list[int]:
         """`point` with each symbol the frontend equates to an expression of others set to its value there."""
@@ -90,9 +117,9 @@ class Relations:
     def repaired(self, probe: list[int], fixed: set) -> list[int] | None:
         """`probe` or the first probe made from it by exchanging values of symbols (not in `fixed`) that
         satisfies every relation; None if a few exchanges find none."""
-        frontier = [self.defined(probe)]
-        seen = {tuple(frontier[0])}
         movable = [k for k in range(len(probe)) if k not in fixed]
+        frontier = [self.defined(self._residues_met(probe, movable))]
+        seen = {tuple(frontier[0])}
         for _ in range(_MAX_ROUNDS + 1):
             for candidate in frontier:
                 if self.hold(candidate):
@@ -119,7 +146,7 @@ def relations_of(sym) -> Relations:
     """The frontend's guards over two or more of `sym`'s backend symbols (a SymbolicInputs after `finish`)."""
     env = getattr(sym, "_frontend_env", None)
     symbols = list(sym.symbols)
-    if env is None or len(symbols) < 2:
+    if env is None:
         return Relations([], symbols, sym.ranges())
     import sympy
 
@@ -130,7 +157,10 @@ def relations_of(sym) -> Relations:
             expr = env.simplify(guard.expr).xreplace(sym._mapping)
         except Exception:  # noqa: BLE001 - an expression the backend cannot take: not a relation here
             continue
-        if len(expr.free_symbols) >= 2 and expr.free_symbols <= known and expr not in guards:
+        # a guard over one symbol is its range (NOTE [Ranges of the frontend's symbols]) unless it takes a
+        # residue: NOTE [Residues of probes]
+        if (len(expr.free_symbols) >= 2 or expr.free_symbols and expr.has(sympy.Mod)) and \
+                expr.free_symbols <= known and expr not in guards:
             guards.append(expr)
             if isinstance(expr, sympy.Eq):  # `Eq((s1 + 1) // 3, s2)`: y's width follows from x's
                 for side, other in ((expr.lhs, expr.rhs), (expr.rhs, expr.lhs)):
