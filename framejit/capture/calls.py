@@ -49,8 +49,9 @@ TORCH_FUNCTIONS_UNSUPPORTED = {
     torch.is_inference,  # the real tensor's inference flag, which fakes do not carry
 }
 
+# re.Pattern and re.Match: NOTE [Regular expressions on constants] in library_substitutes.py
 _PURE_CONSTANT_TYPES = (str, int, float, bool, tuple, bytes, torch.Size, torch.dtype, torch.device, complex,
-                        type(None), range, slice, frozenset)
+                        type(None), range, slice, frozenset, re.Pattern, re.Match)
 
 
 # NOTE [Imports of call_value]: the modules call_value dispatches to import this one, so they are imported when

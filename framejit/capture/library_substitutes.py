@@ -110,7 +110,16 @@ def cached_property_first_read(self, instance, owner=None):
 # non-constant argument they are inlined as usual.
 # `collections.namedtuple(name, fields, ...)` is one too: with constant arguments the class is made at
 # trace time (as TorchDynamo does); its `__module__` is the traced frame's module, as eager's would be.
-_PURE_ON_CONSTANTS = {("huggingface_hub.dataclasses", "type_validator"), ("collections", "namedtuple")}
+# NOTE [Regular expressions on constants]: the `re` module's functions with constant arguments (a pattern
+# string or a compiled pattern from outside, pinned by identity; a constant string) are evaluated at trace
+# time: parameter-name parsing (`re.match(r"layers\.(\d+)\.", name)`, `re.sub`, `re.split`) in model code was a
+# break per call of each (inlined, they reach re's cache dict and the C matcher). Their results are constants
+# (strings, lists of strings, and Pattern/Match objects, immutable, whose methods fold as str's do:
+# calls._PURE_CONSTANT_TYPES); a compiled pattern from outside is such a constant (values/builder.py).
+_RE_FUNCTIONS = {("re", name) for name in ("match", "search", "fullmatch", "split", "findall", "sub", "subn",
+                                           "compile", "escape")}
+_PURE_ON_CONSTANTS = {("huggingface_hub.dataclasses", "type_validator"), ("collections", "namedtuple"),
+                      *_RE_FUNCTIONS}
 
 
 def is_pure_on_constants(fn: types.FunctionType) -> bool:
@@ -142,4 +151,7 @@ def call_pure(tx, fn: types.FunctionType, args: list, kwargs: dict):
         result = fn(*real_args, **real_kwargs)
     except Exception as e:  # noqa: BLE001 - raised as the eager call raises it
         raise UserException(e) from None
+    if (fn.__module__, fn.__qualname__) in _RE_FUNCTIONS:
+        from .folded_results import folded_value  # a new list of strings from re.split/findall
+        return folded_value(result)
     return wrap_unguarded(result)

@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import itertools
 import operator
+import re
 import typing
 
 import torch
@@ -550,3 +551,36 @@ def test_a_class_statement_breaks_instead_of_running_the_frame_eagerly():
 
     backend, records = _run(f, lambda i: (torch.randn(2),), calls=3)
     assert backend.graph_count >= 2
+
+
+# ---- regular expressions on constant strings (NOTE [Regular expressions on constants], library_substitutes.py) --
+# Parameter-name parsing (`pat.match(name).group(1)`, `re.split`, `re.sub`) broke at every call of a Pattern or
+# Match method and of the `re` functions: 20 breaks over 3 calls in the sweep's program (stock 1 graph).
+_LAYER = re.compile(r"layer\.(\d+)\.(\w+)")
+
+
+def test_regular_expressions_on_constant_strings_are_folded():
+    def f(x, name):
+        m = _LAYER.match(name)
+        index = int(m.group(1)) if m else -1
+        parts = re.split(r"[._]", name)
+        renamed = re.sub(r"\.(\d+)\.", r"[\1].", name)
+        found = re.findall(r"\d+", name)
+        none = re.fullmatch(r"block", name)
+        return x * index, parts, renamed, found, none is None, m.groups(), _LAYER.pattern
+
+    backend, records = _run(f, lambda i: (torch.randn(2), f"layer.{i}.attn"))
+    assert records == []
+    assert backend.graph_count == 3  # one per name, as stock torch.compile specialises on strings
+
+
+def test_regular_expression_errors_raise_as_eager():
+    def f(x):
+        try:
+            re.compile("(unclosed")
+        except re.error as e:
+            return x + 1, type(e).__name__
+        return x, None
+
+    backend, records = _run(f, lambda i: (torch.randn(2),))
+    assert records == []

@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import re
 import sys
 import types
 from typing import Any
@@ -315,6 +316,9 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         out.guard_type(source, range)
         for part in ("start", "stop", "step"):
             out.guard_constant(AttrSource(source, part), getattr(obj, part))
+        return ConstantValue(obj, source)
+    if type(obj) in (re.Pattern, re.Match):  # immutable (NOTE [Regular expressions on constants])
+        out.guard_id(source, obj)
         return ConstantValue(obj, source)
     if type(obj) in (bytearray, memoryview):  # NOTE [Mutable buffers carried across breaks]
         from ..carried_loops import opaque_sequence
