@@ -25,7 +25,8 @@ is watched), their use count. A read without a write counts too: a user then rec
 needed, never computes with stale facts. The property stays installed for the process (`unwatch_all`
 forgets the watched storages). Guard functions only `install()` and compare `EPOCH`.
 framejit's capture never sees the property: it handles `t.data` by name (capture/attributes.py).
-`Tensor.numpy()` (and `np.asarray(t)`, which calls it) counts a use too (NOTE [NumPy arrays count a use]).
+`Tensor.numpy()` (and `np.asarray(t)`, which calls it) and `Tensor.set_` count a use too (NOTE [NumPy
+arrays count a use]).
 Not seen: writes into memory shared outside torch's tensors by other routes (`untyped_storage()` writes,
 DLPack capsules, `torch.frombuffer` of other buffers, ctypes), which change values but no metadata; calls of the wrapped private
 functions through a reference taken before the first `watch()` (torch takes none: it looks them up on
@@ -64,9 +65,8 @@ _installed = False
 # private functions count a use of each tensor they are given, before and after the call
 # (`_swap_tensor_impl` trades storages; `_unsafe_set_version_counter` puts a version back after a write,
 # `torch.autograd.graph._unsafe_preserve_version_counter`, which frozen weights missed too). `t.data = w`
-# counts a use of w's storage too: t then writes w's memory with t's own version counter. Not counted:
-# `t.set_(w)`, which does the same (it bumps t's version only); t holds w's storage, which onnxrt's frozen
-# parts compare on every call (NOTE [Holders appearing after the freeze] in backends/onnxrt/runtime.py).
+# counts a use of w's storage too: t then writes w's memory with t's own version counter. `t.set_(w)`, which
+# does the same (it bumps t's version only), counts a use of w's storage (NOTE [NumPy arrays count a use]).
 def _storage_key(tensor) -> int | None:
     try:
         if _HAS_TORCH_FUNCTION(tensor):  # a subclass's __torch_function__ or a user's TorchFunctionMode
@@ -120,17 +120,20 @@ def _set_data(self, value):
 # descriptor under that name whose class lookup (`torch.Tensor.numpy`) answers the C method itself (what
 # capture reads and guards) and whose instance lookup (`t.numpy`, also `np.asarray(t)` through
 # `Tensor.__array__`) counts a use of t's storage, bumping EPOCH, before it makes the array, like `.data`.
-# Only while some storage is watched does a call cost more than one Python call.
-_ORIGINAL_NUMPY = torch._C.TensorBase.numpy
+# `Tensor.set_` is wrapped the same way: `torch.empty(0).set_(w.untyped_storage(), 0, (9,)).add_(1)` (or
+# `.set_(w.detach())`) makes and drops an alias with a counter of its own; the use is counted for the
+# storage or tensor it is given and for the tensor it changes. Only while some storage is watched does a
+# call cost more than one Python call.
+class _Counting:
+    def __init__(self, original, counted) -> None:
+        self.original, self.counted = original, counted
 
-
-class _CountingNumpy:
     def __get__(self, tensor, owner=None):
         if tensor is None:
-            return _ORIGINAL_NUMPY
+            return self.original
         if not _USES:
-            return _ORIGINAL_NUMPY.__get__(tensor, owner)
-        return _counted_numpy.__get__(tensor, owner)
+            return self.original.__get__(tensor, owner)
+        return self.counted.__get__(tensor, owner)
 
 
 def _counted_numpy(self, *args, **kwargs):
@@ -140,6 +143,32 @@ def _counted_numpy(self, *args, **kwargs):
         return _ORIGINAL_NUMPY(self, *args, **kwargs)
     finally:
         EPOCH[0] = next(_TICKS)
+
+
+def _counted_set(self, *args, **kwargs):
+    EPOCH[0] = next(_TICKS)
+    _count_use(self)
+    for source in (*args[:1], *kwargs.values()):
+        _count_source(source)
+    try:
+        return _ORIGINAL_SET(self, *args, **kwargs)
+    finally:
+        _count_use(self)
+        EPOCH[0] = next(_TICKS)
+
+
+def _count_source(source) -> None:
+    if isinstance(source, torch.Tensor):
+        _count_use(source)
+    elif isinstance(source, (torch.UntypedStorage, torch.TypedStorage)):
+        untyped = source if isinstance(source, torch.UntypedStorage) else source._untyped_storage
+        if untyped._cdata in _USES:
+            _USES[untyped._cdata] += 1
+
+
+_ORIGINAL_NUMPY = torch._C.TensorBase.numpy
+_ORIGINAL_SET = torch._C.TensorBase.set_
+_COUNTED = {"numpy": (_ORIGINAL_NUMPY, _counted_numpy), "set_": (_ORIGINAL_SET, _counted_set)}
 
 
 def _bumping(original):
@@ -168,8 +197,9 @@ def _install() -> None:
     global _installed
     if not _installed:
         torch.Tensor.data = property(_get_data, _set_data, doc=_ORIGINAL.__doc__)
-        if "numpy" not in torch.Tensor.__dict__:  # NOTE [NumPy arrays count a use]
-            torch.Tensor.numpy = _CountingNumpy()
+        for name, (original, counted) in _COUNTED.items():  # NOTE [NumPy arrays count a use]
+            if name not in torch.Tensor.__dict__:
+                setattr(torch.Tensor, name, _Counting(original, counted))
         for module, name in ((torch._C, "_set_neg"), (torch._C, "_set_conj"), (torch._C, "_swap_tensor_impl"),
                              (torch._C._autograd, "_unsafe_set_version_counter")):
             original = getattr(module, name, None)

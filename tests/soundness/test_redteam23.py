@@ -174,15 +174,19 @@ class _Holder(torch.nn.Module):
 _TEMPORARY_WRITES = {  # the array lives for the statement only
     "numpy_of_detach": lambda t, step: t.detach().numpy().__setitem__((0,) * t.dim(), 10.0 + step),
     "asarray": lambda t, step: np.add(np.asarray(t.detach()), 0.5 + step, out=np.asarray(t.detach())),
+    "set_of_storage": lambda t, step: torch.empty(0).set_(t.untyped_storage(), t.storage_offset(), t.shape,
+                                                          t.stride()).add_(1.0 + step),
+    "set_of_detach": lambda t, step: torch.empty(0).set_(t.detach()).add_(2.0 + step),
 }
 
 
 @pytest.mark.parametrize("backend", ["onnxrt", "triton"])
 @pytest.mark.parametrize("target", ["weight", "buffer", "attribute"])
 @pytest.mark.parametrize("write", sorted(_TEMPORARY_WRITES))
-def test_writes_through_a_temporary_numpy_array_reach_the_weights(backend, target, write):
-    # NOTE [NumPy arrays count a use]: a NumPy array made and dropped between two calls leaves no holder to
-    # count; onnxrt's frozen session served the old weights (framejit onnxrt before: wrong from the 2nd call)
+def test_writes_through_a_temporary_alias_reach_the_weights(backend, target, write):
+    # NOTE [NumPy arrays count a use]: a NumPy array (or a `set_` alias) made and dropped between two calls
+    # leaves no holder to count; onnxrt's frozen session served the old weights (framejit onnxrt before:
+    # wrong from the 2nd call)
     torch.manual_seed(0)
     eager = _Holder()
     compiled = _Holder()
