@@ -257,3 +257,22 @@ def test_cdist_evaluates_in_one_ort_part_under_no_grad():
             torch.testing.assert_close(fast(x), model(x), **TOL)
     rows = [row for compiled in recording.compiled for row in compiled.summary()]
     assert rows and all(row["parts"] == 1 and not row["eager_nodes"] for row in rows), rows
+
+
+# ---- NOTE [Decompositions that follow eager's kernels] (backends/joint.py) ---------------------------------------
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_float64_hardsigmoid_gradient_is_eagers(backend):
+    """Before: 5e-9 off (torch._decomp's double 1/6 where eager's kernel multiplies by the float32 sixth)."""
+    def fn(x):
+        return F.hardsigmoid(x * 1.5)
+
+    recording = Recording(backend)
+    fast = framejit.compile(fn, backend=recording)
+    for seed in (0, 1):
+        x = torch.cat([torch.randn(40, generator=_gen(seed), dtype=torch.float64) * 3,
+                       torch.tensor([0.0, -2.0, 2.0, 3.0, -3.0], dtype=torch.float64)])
+        want_in, got_in = x.clone().requires_grad_(), x.clone().requires_grad_()
+        fn(want_in).sum().backward()
+        fast(got_in).sum().backward()
+        torch.testing.assert_close(got_in.grad, want_in.grad, rtol=1e-15, atol=0)
+    assert_backward_in_backend(recording, steps=2)

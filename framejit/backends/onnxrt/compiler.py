@@ -95,7 +95,8 @@ _MAX_ATTEMPTS = 8
 # 42: float32/float64 expm1 runs in ORT (NOTE [expm1 without cancellation]).
 # 43: float64 activations keep their numbers as doubles (NOTE [Float64 activations keep their numbers]).
 # 44: inference programs decompose euclidean _cdist_forward too (NOTE [Euclidean cdist as differences]).
-REVISION = 44
+# 45: hardsigmoid_backward multiplies by eager's float32 sixth (NOTE [Decompositions that follow eager's kernels]).
+REVISION = 45
 
 
 @dataclasses.dataclass

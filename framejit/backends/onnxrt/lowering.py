@@ -82,6 +82,8 @@ def decomposition_table(translated_ops: frozenset) -> dict:
     table.update(decomposition())
     from .cdist import cdist_forward  # NOTE [Euclidean cdist as differences]: inference programs too
     table[torch.ops.aten._cdist_forward.default] = cdist_forward
+    from ..joint import eager_exact_decompositions  # NOTE [Decompositions that follow eager's kernels]
+    table.update(eager_exact_decompositions())
     return table
 
 
