@@ -294,11 +294,29 @@ def _marks_locator(snapshot: frozenset, fn: types.FunctionType) -> tuple:
         import gc
         _MARKED.clear()
         found = {id(o): o for o in gc.get_objects() if id(o) in snapshot}
+        if len(found) < len(snapshot):  # NOTE [Marks after gc.freeze]
+            found.update(_in_module_namespaces(snapshot - found.keys()))
         _MARKED[snapshot] = [found.get(i) for i in sorted(snapshot)]
     marked = _MARKED[snapshot]
     if any(o is None for o in marked):
         raise NotPersistable("a function marked allow_in_graph that is not found among the interpreter's objects")
     return ("marks", [locate(o, fn) for o in marked])
+
+
+# NOTE [Marks after gc.freeze]: gc.get_objects() lists the objects of the collector's generations, not of its
+# permanent one, where gc.freeze() moves every object alive (servers freeze after importing, before forking):
+# marked functions were then "not found among the interpreter's objects" and every such entry was kept in
+# memory only. The ids not found are looked for in the modules' namespaces and their classes' dicts, where
+# a marked function lives (allow_in_graph marks by identity; a locator still has to find each one).
+def _in_module_namespaces(ids) -> dict[int, Any]:
+    import sys
+    found: dict[int, Any] = {}
+    for module in list(sys.modules.values()):
+        for value in list(getattr(module, "__dict__", {}).values()):
+            for candidate in (value, *(list(vars(value).values()) if isinstance(value, type) else ())):
+                if id(candidate) in ids:
+                    found[id(candidate)] = candidate
+    return found
 
 
 def _function_locator(f: types.FunctionType, fn: types.FunctionType) -> tuple:

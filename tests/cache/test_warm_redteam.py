@@ -123,3 +123,42 @@ def test_a_code_in_the_given_modules_is_found_without_scanning_every_module(monk
 
     monkeypatch.setattr(locators, "sys", types.SimpleNamespace(modules=Modules(sys.modules)))
     assert locators.code_locator(_helper.__code__, [__name__]) == ("code", ("import", __name__, "_helper"))
+
+
+FROZEN = '''
+import gc
+from torch import nn
+def marked(x):
+    return x + 1
+torch.compiler.allow_in_graph(marked)  # some function is marked (importing transformers marks four)
+def doubled(forward):
+    def wrapper(self, x):  # no functools.wraps: found by the class that holds it
+        return forward(self, x) * 2
+    return wrapper
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+    @doubled
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+torch.manual_seed(0)
+net = Net()
+gc.freeze()  # a server freezes what it imported before forking its workers
+check(net)
+'''
+
+
+def test_a_process_that_froze_its_objects_starts_warm(tmp_path, install):
+    """Issue 16's open item: after gc.freeze() the garbage collector's scans (get_objects, get_referrers) miss
+    every object alive then: the decorated forward (found by its class) and the marked function were not found,
+    and the entries were kept in memory only (NOTE [Classes near the function first] in locators.py, NOTE [Marks
+    after gc.freeze] in frame_cache.py)."""
+    PROGRAMS["_frozen"] = (FROZEN, {})
+    try:
+        cold, _ = _run(tmp_path, install, "_frozen", "cold")
+        warm, _ = _run(tmp_path, install, "_frozen", "warm")
+    finally:
+        del PROGRAMS["_frozen"]
+    assert cold["equal"] and warm["equal"]
+    assert cold["traced"] >= 1 and (warm["traced"], warm["loaded"]) == (0, cold["traced"])
