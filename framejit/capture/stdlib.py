@@ -14,6 +14,7 @@ same tensor when it already has that type, as eager returns `t` itself); a type 
 """
 from __future__ import annotations
 
+import functools
 import operator
 import sys
 
@@ -145,11 +146,38 @@ for _getter in GETTERS:
     BUILTIN_HANDLERS[_getter] = _make_getter(_getter)
 
 
+# `operator.methodcaller(name, *args, **kwargs)` with constant arguments is such a callable too (made while
+# tracing it is the real one, a constant; one from outside is pinned by identity): a call `mc(obj)` is
+# `obj.name(*args, **kwargs)`, traced as that read and call. It was "call of methodcaller.__call__", a break.
+def _methodcaller(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if not all(a.is_constant() for a in args) or not all(v.is_constant() for v in kwargs.values()):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "operator.methodcaller of values that are not constants")
+    try:
+        return ConstantValue(operator.methodcaller(*(a.as_constant() for a in args),
+                                                   **{k: v.as_constant() for k, v in kwargs.items()}))
+    except (TypeError, ValueError) as e:
+        raise UserException(e) from None
+
+
+BUILTIN_HANDLERS[operator.methodcaller] = _methodcaller
+
+
+def _methodcaller_parts(caller) -> tuple:
+    """(name, args, kwargs) of a methodcaller, from its __reduce__ (a partial when it has keywords)."""
+    cls, args = caller.__reduce__()
+    if isinstance(cls, functools.partial):
+        return cls.args[0], tuple(args), dict(cls.keywords)
+    return args[0], tuple(args[1:]), {}
+
+
 def getter_of(tx, fn: Value):
-    """The real itemgetter/attrgetter `fn` stands for, or None."""
+    """The real itemgetter/attrgetter/methodcaller `fn` stands for, or None."""
     from .values import ObjectValue
-    if isinstance(fn, ConstantValue) and type(fn.value) in GETTERS:
+    if isinstance(fn, ConstantValue) and type(fn.value) in (*GETTERS, operator.methodcaller):
         return fn.value
+    if isinstance(fn, ObjectValue) and type(fn.obj) is operator.methodcaller and fn.source is not None:
+        tx.output.guard_id(fn.source, fn.obj)
+        return fn.obj
     if isinstance(fn, ObjectValue) and type(fn.obj) in GETTERS and fn.source is not None:
         _guard_getter(tx.output, fn.source, fn.obj)
         return fn.obj
@@ -180,6 +208,11 @@ def call_getter(tx, getter, args: list[Value], kwargs: dict[str, Value]) -> Valu
     if len(args) != 1:
         raise UserException(TypeError(f"{type(getter).__name__} expected 1 argument, got {len(args)}"))
     obj, got = args[0], []
+    if type(getter) is operator.methodcaller:
+        from .values.builder import wrap_unguarded
+        name, positional, keywords = _methodcaller_parts(getter)
+        return tx.call(tx.getattr(obj, name), [wrap_unguarded(a) for a in positional],
+                       {k: wrap_unguarded(v) for k, v in keywords.items()})
     for item in getter_args(getter):
         if type(getter) is operator.itemgetter:
             got.append(getitem(tx, obj, ConstantValue(item)))

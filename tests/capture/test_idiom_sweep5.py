@@ -584,3 +584,22 @@ def test_regular_expression_errors_raise_as_eager():
 
     backend, records = _run(f, lambda i: (torch.randn(2),))
     assert records == []
+
+
+# ---- operator.methodcaller (stdlib.getter_of) ----------------------------------------------------------------
+# A call of a methodcaller was "call of methodcaller.__call__": a break at each (stock 2 graphs, framejit 2
+# graphs and 1 break before).
+_MEAN_ROWS = operator.methodcaller("mean", dim=1)
+
+
+def test_methodcaller_calls_are_traced():
+    def f(x):
+        total = operator.methodcaller("sum", dim=0)
+        shout = operator.methodcaller("upper")
+        swap = operator.methodcaller("replace", "a", "b")
+        counts = list(map(operator.methodcaller("count", 1), [[1, 1], [1]]))
+        return total(x) + _MEAN_ROWS(x).sum(), shout("abc"), swap("banana"), counts
+
+    backend, records = _run(f, lambda i: (torch.randn(2, 3),))
+    assert records == []
+    assert backend.graph_count == 1
