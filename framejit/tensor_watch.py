@@ -27,9 +27,10 @@ forgets the watched storages). Guard functions only `install()` and compare `EPO
 framejit's capture never sees the property: it handles `t.data` by name (capture/attributes.py).
 `Tensor.numpy()` (and `np.asarray(t)`, which calls it) and `Tensor.set_` count a use too (NOTE [NumPy
 arrays count a use]).
-Not seen: writes into memory shared outside torch's tensors by other routes (`untyped_storage()` writes,
-DLPack capsules, `torch.frombuffer` of other buffers, ctypes), which change values but no metadata; calls of the wrapped private
-functions through a reference taken before the first `watch()` (torch takes none: it looks them up on
+DLPack exports through `torch._C._to_dlpack(_versioned)` count too. Not seen: writes into memory shared
+outside torch's tensors by other routes (`untyped_storage()` writes, `torch.utils.dlpack.to_dlpack`, which
+holds the original function, ctypes), which change values but no metadata; calls of the wrapped private
+functions through another reference taken before the first `watch()` (torch's own callers look them up on
 each call; framejit's input_versions.py sets counters only forward, to what eager's writes make them).
 """
 from __future__ import annotations
@@ -122,8 +123,10 @@ def _set_data(self, value):
 # `Tensor.__array__`) counts a use of t's storage, bumping EPOCH, before it makes the array, like `.data`.
 # `Tensor.set_` is wrapped the same way: `torch.empty(0).set_(w.untyped_storage(), 0, (9,)).add_(1)` (or
 # `.set_(w.detach())`) makes and drops an alias with a counter of its own; the use is counted for the
-# storage or tensor it is given and for the tensor it changes. Only while some storage is watched does a
-# call cost more than one Python call.
+# storage or tensor it is given and for the tensor it changes. `torch._C._to_dlpack(_versioned)` (what
+# `Tensor.__dlpack__`, hence `torch.from_dlpack(w.detach())` and `np.from_dlpack`, calls) is wrapped like the
+# private functions below (`torch.utils.dlpack.to_dlpack` holds the original: not counted). Only while some
+# storage is watched does a call cost more than one Python call.
 class _Counting:
     def __init__(self, original, counted) -> None:
         self.original, self.counted = original, counted
@@ -201,7 +204,8 @@ def _install() -> None:
             if name not in torch.Tensor.__dict__:
                 setattr(torch.Tensor, name, _Counting(original, counted))
         for module, name in ((torch._C, "_set_neg"), (torch._C, "_set_conj"), (torch._C, "_swap_tensor_impl"),
-                             (torch._C._autograd, "_unsafe_set_version_counter")):
+                             (torch._C._autograd, "_unsafe_set_version_counter"), (torch._C, "_to_dlpack"),
+                             (torch._C, "_to_dlpack_versioned")):
             original = getattr(module, name, None)
             if original is not None and not hasattr(original, "__wrapped__"):
                 setattr(module, name, _bumping(original))

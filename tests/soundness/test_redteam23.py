@@ -177,6 +177,7 @@ _TEMPORARY_WRITES = {  # the array lives for the statement only
     "set_of_storage": lambda t, step: torch.empty(0).set_(t.untyped_storage(), t.storage_offset(), t.shape,
                                                           t.stride()).add_(1.0 + step),
     "set_of_detach": lambda t, step: torch.empty(0).set_(t.detach()).add_(2.0 + step),
+    "from_dlpack": lambda t, step: torch.from_dlpack(t.detach()).add_(3.0 + step),
 }
 
 
