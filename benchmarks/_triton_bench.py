@@ -98,11 +98,16 @@ def run(args) -> None:
     from framejit.backends.triton import triton as triton_backend
 
     options = {"autotune": True} if getattr(args, "autotune", False) else None
-    rows = {}
+    rows, failed = {}, {}
     with torch.no_grad():
         for name, (eager, inputs, make_graph) in _workloads(args).items():  # phase 1
-            gm = make_graph()
-            fj, seconds = _compile_timed(lambda: triton_backend(gm, list(inputs), options), inputs)
+            try:  # one workload that cannot be traced or compiled is reported, not the end of the run
+                gm = make_graph()
+                fj, seconds = _compile_timed(lambda: triton_backend(gm, list(inputs), options), inputs)
+            except Exception as exc:
+                failed[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                print(f"  {name}: not measured ({failed[name]})", file=sys.stderr)
+                continue
             rows[name] = {"fns": {"eager": eager, "fj": fj}, "inputs": inputs, "fj_compile": seconds}
             print(f"  framejit+triton compiled {name} in {seconds:.2f} s "
                   f"({fj.kernel_count} kernels, {fj.extern_count} externs)", file=sys.stderr)
@@ -113,6 +118,8 @@ def run(args) -> None:
         for row in rows.values():  # phase 3
             row.update(_median_ms(row["fns"], row["inputs"], args.seconds))
     _print_table(rows, args)
+    for name, why in failed.items():
+        print(f"not measured: {name} ({why})")
 
 
 def _print_table(rows: dict, args) -> None:
