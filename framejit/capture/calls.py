@@ -380,8 +380,16 @@ def _is_pure(fn: Any) -> bool:
     owner = getattr(fn, "__self__", _NO_OWNER)
     if owner is None and not _method_of_none(fn):
         return False  # a callable without an owner (np.random.seed, a Cython function): not a method of None
+    if isinstance(owner, (re.Pattern, re.Match)):  # NOTE [Regular expressions on constants]
+        return getattr(fn, "__name__", None) in _PURE_RE_METHODS
     return isinstance(owner, _PURE_CONSTANT_TYPES) or (isinstance(owner, type) and issubclass(owner, enum.Enum))
 
+
+# Pattern.finditer and Pattern.scanner return stateful iterators/scanners: folded, one object made at trace time
+# was shared by every later call (a second call's finditer found nothing); they stay calls of Python.
+_PURE_RE_METHODS = frozenset({"match", "search", "fullmatch", "split", "findall", "sub", "subn", "group", "groups",
+                              "groupdict", "start", "end", "span", "expand", "__getitem__", "__eq__", "__ne__",
+                              "__hash__", "__repr__", "__str__", "__format__"})
 
 _NO_OWNER = object()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 import sys
 import types
 import weakref
@@ -115,7 +116,9 @@ def cached_property_first_read(self, instance, owner=None):
 # time: parameter-name parsing (`re.match(r"layers\.(\d+)\.", name)`, `re.sub`, `re.split`) in model code was a
 # break per call of each (inlined, they reach re's cache dict and the C matcher). Their results are constants
 # (strings, lists of strings, and Pattern/Match objects, immutable, whose methods fold as str's do:
-# calls._PURE_CONSTANT_TYPES); a compiled pattern from outside is such a constant (values/builder.py).
+# calls._PURE_CONSTANT_TYPES; but finditer/scanner, whose results are stateful, stay calls: calls._PURE_RE_METHODS);
+# a compiled pattern from outside is such a constant (values/builder.py). With re.DEBUG (printed on every
+# call) nothing is folded.
 _RE_FUNCTIONS = {("re", name) for name in ("match", "search", "fullmatch", "split", "findall", "sub", "subn",
                                            "compile", "escape")}
 _PURE_ON_CONSTANTS = {("huggingface_hub.dataclasses", "type_validator"), ("collections", "namedtuple"),
@@ -145,6 +148,8 @@ def call_pure(tx, fn: types.FunctionType, args: list, kwargs: dict):
         real_kwargs = {k: real(v) for k, v in kwargs.items()}
     except LookupError:
         return None
+    if any(isinstance(v, re.RegexFlag) and v & re.DEBUG for v in (*real_args, *real_kwargs.values())):
+        return None  # re.DEBUG prints the parsed pattern on every call (re's cache is bypassed): not folded
     if fn is collections.namedtuple and "module" not in real_kwargs:
         real_kwargs["module"] = tx.f_globals.get("__name__")
     try:
