@@ -14,13 +14,14 @@ user code and its `ctx_factory()` yields one of these values.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any
 
 import torch
 import torch.amp.autocast_mode as autocast_mode
 import torch.autograd.grad_mode as grad_mode
 
-from .breaks import BreakKind, Unsupported
+from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource, Source
 from .values import ConstantValue, NewObjectValue, ObjectValue, Value
 
@@ -229,9 +230,31 @@ def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxV
         return ctx
     if issubclass(cls, grad_mode.inference_mode):
         return CtxValue("inference", bool(consts[0] if consts else kw.get("mode", True)), cls)
-    if issubclass(cls, AUTOCAST_CLASSES):
+    if cls in DEVICE_AUTOCAST:  # NOTE [Device autocast classes]
+        return CtxValue("autocast", _device_autocast_args(cls, consts, kw), cls)
+    if issubclass(cls, AUTOCAST_CLASSES) and cls.__init__ is torch.amp.autocast.__init__:
         return CtxValue("autocast", _autocast_args(tx, consts, kw), cls)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"context manager {cls.__name__}")
+
+
+# NOTE [Device autocast classes]: torch.cpu.amp.autocast(enabled, dtype, cache_enabled) and
+# torch.cuda.amp.autocast(...) (deprecated, still common in model code) subclass torch.autocast with an
+# __init__ of their own: no device_type argument (the class names the device), that positional order, and
+# a dtype default of their own (bfloat16, float16), not the autocast setting. They were read with
+# torch.autocast's arguments (KeyError: the frame ran eagerly); their arguments are bound with their own
+# signature now. Any other subclass with an __init__ of its own is a break. Not replayed: the
+# FutureWarning their __init__ gives (once per call site under the default filters).
+DEVICE_AUTOCAST = {torch.cpu.amp.autocast: "cpu", torch.cuda.amp.autocast: "cuda"}
+
+
+def _device_autocast_args(cls: type, consts: list, kw: dict) -> tuple:
+    try:
+        bound = inspect.signature(cls.__init__).bind(None, *consts, **kw)
+    except TypeError as e:
+        raise UserException(e) from None
+    bound.apply_defaults()
+    values = bound.arguments
+    return (DEVICE_AUTOCAST[cls], values["dtype"], bool(values["enabled"]), values["cache_enabled"])
 
 
 def _autocast_args(tx, consts: list, kw: dict) -> tuple:
@@ -287,7 +310,7 @@ def ctx_from_object(out, obj: Any, source: Source) -> CtxValue:
     if isinstance(obj, DeviceBlock):  # NOTE [Device blocks]
         out.guard_constant(AttrSource(source, "device"), obj.device)
         return CtxValue("device", obj.device, DeviceBlock, source)
-    if type(obj) in AUTOCAST_CLASSES:
+    if type(obj) in AUTOCAST_CLASSES or type(obj) in DEVICE_AUTOCAST:
         names = ("device", "fast_dtype", "_enabled", "_cache_enabled")
         for name in names:
             out.guard_constant(AttrSource(source, name), getattr(obj, name))
