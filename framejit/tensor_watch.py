@@ -35,6 +35,7 @@ each call; framejit's input_versions.py sets counters only forward, to what eage
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
 import torch
@@ -134,7 +135,7 @@ class _Counting:
     def __get__(self, tensor, owner=None):
         if tensor is None:
             return self.original
-        if not _USES:
+        if not _USES or torch.compiler.is_compiling():  # stock torch.compile traces torch's own method
             return self.original.__get__(tensor, owner)
         return self.counted.__get__(tensor, owner)
 
@@ -171,11 +172,15 @@ def _count_source(source) -> None:
 
 _ORIGINAL_NUMPY = torch._C.TensorBase.numpy
 _ORIGINAL_SET = torch._C.TensorBase.set_
+for _counted, _original in ((_counted_numpy, _ORIGINAL_NUMPY), (_counted_set, _ORIGINAL_SET)):
+    functools.update_wrapper(_counted, _original)  # t.numpy's name, doc and signature stay torch's
 _COUNTED = {"numpy": (_ORIGINAL_NUMPY, _counted_numpy), "set_": (_ORIGINAL_SET, _counted_set)}
 
 
 def _bumping(original):
     def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling():  # stock torch.compile traces the original (torch.from_dlpack)
+            return original(*args, **kwargs)
         EPOCH[0] = next(_TICKS)
         _count_uses(args)  # NOTE [Uses counted per storage]
         try:
