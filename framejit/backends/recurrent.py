@@ -170,7 +170,9 @@ _LIBRARIES: list = []
 # examples with a 0-byte workspace (AOT autograd's fake values), so every real call differed from them and
 # the backward ran eagerly ('inputs differ ...'). `sized_workspaces` gives each workspace input of a
 # backward graph the size the real op gives, measured once per layer configuration on zeros of the same
-# sizes (the size does not depend on the values); with symbolic sizes the example is left as it is.
+# sizes and dtypes (the size does not depend on the values, but does on the dtype: a float64 layer
+# measured in float32 got a wrong size and its backward ran eagerly); with symbolic sizes the example is
+# left as it is.
 def sized_workspaces(graph_module: torch.fx.GraphModule, example_inputs: list) -> list:
     """`example_inputs` with each workspace that a `mkldnn_rnn_layer_backward` reads at its real size."""
     examples = list(example_inputs)
@@ -183,11 +185,11 @@ def sized_workspaces(graph_module: torch.fx.GraphModule, example_inputs: list) -
             continue
         a = node.args
         layer = (a[0], *a[1:5], a[5], a[6], a[13], a[20], a[14], a[15], a[16], a[17], a[19], a[21], a[18])
-        sizes = [tuple(x.meta["val"].shape) for x in layer[:7]]
-        if not all(isinstance(d, int) for shape in sizes for d in shape):
+        sizes = [(tuple(x.meta["val"].shape), x.meta["val"].dtype) for x in layer[:7]]
+        if not all(isinstance(d, int) for shape, _ in sizes for d in shape):
             continue
         index = placeholders.index(workspace)
-        size = _measured_workspace(tuple(sizes), tuple(layer[7:]))
+        size = _measured_workspace(tuple(sizes), tuple(layer[7:]))  # NOTE [The workspace's size]
         if isinstance(examples[index], torch.Tensor) and examples[index].shape != (size,):
             examples[index] = examples[index].new_empty(size)
     return examples
@@ -195,10 +197,12 @@ def sized_workspaces(graph_module: torch.fx.GraphModule, example_inputs: list) -
 
 @functools.lru_cache(maxsize=64)
 def _measured_workspace(sizes: tuple, scalars: tuple) -> int:
+    """The workspace's numel for the layer's (shape, dtype) pairs: oneDNN's size depends on the dtype too
+    (a float32 measure for a float64 layer gave the backward a wrong-sized example: 'inputs differ')."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     reverse, batch_sizes, *rest = scalars
     with unset_fake_temporarily(), torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
-        zeros = [torch.zeros(shape) for shape in sizes]
+        zeros = [torch.zeros(shape, dtype=dtype) for shape, dtype in sizes]
         workspace = torch.ops.aten.mkldnn_rnn_layer.default(*zeros, reverse, list(batch_sizes), *rest)[3]
     return workspace.numel()
 
