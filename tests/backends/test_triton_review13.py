@@ -1,5 +1,5 @@
 """Triton-backend fixes found by a read-only review of issue 13/14 commits (h13tri2): a float64 LSTM's
-workspace measured in float32 (recurrent.sized_workspaces), ... . Values compared with eager; what ran
+workspace measured in float32 (recurrent.sized_workspaces); probe repairs that made two symbols equal (probe_relations._residues_met). Values compared with eager; what ran
 in the backend and what was logged on `eager_fallback` checked."""
 from __future__ import annotations
 
@@ -63,3 +63,70 @@ def test_a_bfloat16_layers_workspace_example_has_the_real_ops_size(dtype):
     graph = make_fx(backward, tracing_mode="fake")(*layer, out, hy, cy, *grads, fake)
     examples = recurrent.sized_workspaces(graph, [*layer, out, hy, cy, *grads, fake])
     assert examples[-1].shape == workspace.shape
+
+
+def _mod_relations(modulus: int, count: int):
+    import sympy
+
+    from framejit.backends.triton.probe_relations import Relations
+    symbols = sympy.symbols(f"s0:{count}", integer=True, positive=True)
+    guards = [sympy.Eq(sympy.Mod(s, modulus), 0) for s in symbols]
+    return Relations(guards, list(symbols), [(None, None)] * count)
+
+
+def test_lowering_to_residues_keeps_symbols_distinct_and_ordered():
+    """Before: each symbol was lowered alone, 101 and 103 under Mod(s, 8) == 0 both became 96 (and hold()
+    accepted the probe), so no probe told the two symbols apart. Now a value that meets or passes another
+    symbol's is skipped: 103 stays where it is (96 and 88 meet or pass 101's 96; values are only lowered)."""
+    relations = _mod_relations(8, 2)
+    assert relations._residues_met([101, 103], [0, 1]) == [96, 103]
+    assert relations._residues_met([103, 101], [0, 1]) == [103, 96]
+    assert relations._residues_met([101, 120], [0, 1]) == [96, 120]  # far apart: both met, as before
+    assert relations._residues_met([101, 101], [0, 1]) == [96, 96]  # equal before: may stay equal
+    three = _mod_relations(3, 3)
+    assert three._residues_met([80, 112, 176], [0, 1, 2]) == [78, 111, 174]  # NOTE [Residues of probes]
+    assert three._residues_met([80, 79, 176], [0, 1, 2]) == [80, 78, 174]  # 78 and 75 would pass s1's 79
+
+
+# ---- NOTE [Symbols pinned by guards the probes miss] (probe_relations.py): the looped-reduction pass ------------
+class GuardedPool(torch.nn.Module):
+    """A pool over the image (a reduction whose length h*w varies with the probes) behind a frontend guard
+    that no exchange of prime probes meets (16 patches of 2x2, as a 17-row position table asks)."""
+
+    def forward(self, x):
+        if (x.size(2) // 2) * (x.size(3) // 2) + 1 == 17:
+            return x.relu().sum(dim=(2, 3))
+        return x.sum(dim=(2, 3)) * 0
+
+
+def test_a_probe_failing_in_the_looped_reduction_pass_pins_and_retries(monkeypatch, fallback_log):
+    """Generation at a probe breaking the guard fails only once reductions are looped (an injected failure:
+    the second pass is the point). Before: the _PinAndRetry raised by the second generate_all was outside
+    its try, reached the backend's catch-all and the graph ran eagerly for every size ('internal error',
+    EagerGraph). Now the image's symbols are pinned and one module serves every batch."""
+    import framejit
+    from framejit.backends.triton import dynamic
+    from tests.helpers import RecordingBackend, assert_same
+
+    real = dynamic._generate
+    looped_at = []
+
+    def generate(gm, inputs, device, opts, configs, ints):
+        if configs and any(not c.persistent for c in configs.values()) and inputs[0].shape[2:] != (8, 8):
+            looped_at.append(tuple(inputs[0].shape))
+            raise RuntimeError("injected: this probe fails with looped reductions")
+        return real(gm, inputs, device, opts, configs, ints)
+
+    monkeypatch.setattr(dynamic, "_generate", generate)
+    framejit.reset()
+    model = GuardedPool()
+    backend = RecordingBackend("triton")
+    compiled = framejit.compile(model, backend=backend, dynamic=True)
+    for b in (2, 3, 5, 4):
+        x = torch.randn(b, 3, 8, 8)
+        assert_same(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    framejit.reset()
+    assert looped_at  # the second pass was reached and failed
+    assert len(backend.graphs) == 1
+    assert [type(c).__name__ for c in backend.compiled] == ["DynamicGraph"]  # before: EagerGraph
+    assert not [m for m in fallback_log() if "internal error" in m or "compiling failed" in m]

@@ -27,8 +27,10 @@ A guard over one symbol that takes a residue (`Eq(Mod(s, 3), 0)`: `if n % 3 == 0
 is no range: the probes of primes broke it (the view failed at 16 * 5) and the graph compiled per shape
 (5 modules over 5 widths). Such guards are relations here; repairing a probe first lowers each symbol's
 value by less than 16 to the first that meets the guards over that symbol alone (48, 78, 111 for the three
-probes), which keeps the probes' orders and distinct values; odd probes that break them are skipped as any
-probe breaking a relation is.
+probes) without meeting or passing another symbol's value (lowered independently, 101 and 103 under
+Mod(s, 8) == 0 both became 96; now 103 stays and the probe is repaired otherwise or dropped), so the
+probes keep their orders and distinct values; odd probes that break them are skipped as any probe
+breaking a relation is.
 """
 from __future__ import annotations
 
@@ -63,15 +65,19 @@ class Relations:
         return out
 
     def _residues_met(self, point: list[int], movable: list[int]) -> list[int]:
-        """`point` with each movable symbol lowered (by less than 16, so prime probes keep their order) to
-        the first value that meets the guards with residues or floors over it (`Eq(Mod(s, 3), 0)`,
-        `Eq(b*s, 3*b*(s//3))`: NOTE [Residues of probes])."""
+        """`point` with each movable symbol lowered (by less than 16) to the first value that meets the guards
+        with residues or floors over it (`Eq(Mod(s, 3), 0)`, `Eq(b*s, 3*b*(s//3))`: NOTE [Residues of
+        probes]) and neither equals nor passes another symbol's value (symbols equal in `point` may stay equal);
+        left as it is where no value does."""
         import sympy
 
-        point = list(point)
+        point, original = list(point), list(point)
         for k in movable:
             own = [g for g in self.guards if self.symbols[k] in g.free_symbols and g.atoms(sympy.Function)]
             for value in range(point[k], max(point[k] - 16, 1), -1):
+                if any(original[i] != original[k] and (v == value or (v < value) != (original[i] < original[k]))
+                       for i, v in enumerate(point) if i != k):
+                    continue  # it meets or passes another symbol's value: orders kept, values distinct
                 values = {s: sympy.Integer(value if i == k else v) for i, (s, v) in enumerate(zip(self.symbols, point))}
                 try:
                     if all(bool(g.xreplace(values)) for g in own):
