@@ -402,12 +402,12 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
                 configs = {name: config for name, (config, _) in runs[0][6].items()}
         return runs, configs
 
-    try:
+    try:  # both passes: a probe that fails with looped reductions pins its symbols too (not 'internal error')
         runs, configs = generate_all(None)
+        if _loop_varying_reductions(runs, configs):
+            runs, _ = generate_all(configs)
     except _PinAndRetry as retry:
         return _compile_dynamic(gm, example_inputs, device, opts, retry.pins)
-    if _loop_varying_reductions(runs, configs):
-        runs, _ = generate_all(configs)
     heads, calls = zip(*(_split(r[0]) for r in runs))
     # NOTE [Odd probes]
     if _has_fraction(list(heads), list(calls), probes, names) or _rounds_sizes(gm) or exprs.rounds():
