@@ -29,6 +29,19 @@ GRAD_CLASSES = (grad_mode.no_grad, grad_mode.enable_grad, grad_mode.set_grad_ena
 AUTOCAST_CLASSES = (torch.autocast, torch.amp.autocast)
 
 
+# NOTE [Subclasses of torch context classes]: a subclass of no_grad/enable_grad/set_grad_enabled/
+# inference_mode/autocast is modelled as its torch base only when it keeps the base's `__init__`,
+# `__enter__` and `__exit__`. One that writes its own (`class NG(torch.no_grad): def __exit__(...)`) was
+# read as the base block: its methods never ran, and what they changed (the grad mode, a global) was
+# lost after the compiled call. Such a class is a break when made inside; an object of it passed in is
+# an ordinary object (its methods are traced, or the with-block is a break).
+def plain_ctx_class(cls: type) -> bool:
+    base = next((b for b in cls.__mro__ if b in GRAD_CLASSES + AUTOCAST_CLASSES), None)
+    if base is None:
+        return True
+    return all(getattr(cls, name) is getattr(base, name) for name in ("__init__", "__enter__", "__exit__"))
+
+
 class CtxValue(Value):
     """A torch state context manager: kind 'grad' (mode: bool), 'inference' (mode) or 'autocast'."""
 
@@ -218,6 +231,8 @@ def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxV
         from .state_blocks import make_profiler_ctx
         return make_profiler_ctx(cls, args, kwargs, tx)
     kw = {k: v.as_constant() for k, v in kwargs.items()}
+    if not plain_ctx_class(cls) and cls not in DEVICE_AUTOCAST:  # NOTE [Subclasses of torch context classes]
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"context manager {cls.__name__} with its own methods")
     if issubclass(cls, grad_mode.no_grad):
         return CtxValue("grad", False, cls)
     if issubclass(cls, grad_mode.enable_grad):
@@ -290,8 +305,14 @@ def ctx_from_object(out, obj: Any, source: Source) -> CtxValue:
         return CtxValue("grad", True, type(obj), source)
     if isinstance(obj, (grad_mode.set_grad_enabled, grad_mode.inference_mode)):
         out.guard_constant(AttrSource(source, "mode"), obj.mode)
-        kind = "grad" if isinstance(obj, grad_mode.set_grad_enabled) else "inference"
-        return CtxValue(kind, obj.mode, type(obj), source)
+        if isinstance(obj, grad_mode.inference_mode):
+            return CtxValue("inference", obj.mode, type(obj), source)
+        # NOTE [set_grad_enabled objects from outside]: its `__exit__` restores `prev`, the mode read by
+        # its `__init__` (which already switched to `mode`), not the mode in force at `__enter__`
+        ctx = CtxValue("grad", obj.mode, type(obj), source)
+        ctx.mode_before_init = obj.prev
+        out.guard_constant(AttrSource(source, "prev"), obj.prev)
+        return ctx
     if isinstance(obj, GradBlock):
         ctx = CtxValue("grad", obj.mode, GradBlock, source)
         ctx.mode_before_init = obj.prev

@@ -24,7 +24,7 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
-from .frame_locals import reads_own_locals
+from .frame_locals import frame_reader_break, reads_own_locals
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
 from . import frame_cache, persisted_code, python_loops
 from .function_regions import function_regions
@@ -109,6 +109,9 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             locals_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{reader}() reads the frame's locals: runs eagerly")
             locals_break.frame_eager = True
             raise locals_break
+        frame_break = frame_reader_break(code)
+        if frame_break is not None:  # NOTE [Frames read through the frame stack]
+            raise frame_break
         if fn.__builtins__ is not _tracing()[3].builtins_of(fn.__globals__):  # NOTE [Builtins of a function]
             builtins_break = Unsupported(BreakKind.UNSUPPORTED_VALUE, "its module's __builtins__ was swapped after "
                                          "it was defined (functions made from the globals now would differ)")

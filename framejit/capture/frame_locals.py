@@ -8,12 +8,27 @@ in a resume function whose locals are the live values (plus its own helpers). So
 the resume function's names (red team 6). A root frame whose code names one of these builtins (and does
 not define it as a global of its own) runs wholly eagerly; a callee inlined into a traced frame is not
 concerned (its call runs the builtin at a break, in its own frame).
+
+NOTE [Frames read through the frame stack]: `sys._getframe(n)`, `inspect.currentframe()` / `.f_back`,
+`inspect.stack()` / `getouterframes`, `traceback.extract_stack()` / `print_stack()` and a frame's
+`f_locals` / `f_lineno` reach the real frames. Traced, the user's frame is the transformed function or
+a resume function, whose locals are only what the graph's break needs (a dead local is never stored)
+and whose lines are not the user's, and an inlined callee has no frame at all: `helper()` reading
+`sys._getframe(1).f_locals["y"]` raised KeyError where eager returns y (issue 11). A root frame whose
+code names one of these, or whose trace reaches such a callee (inlined at any depth), therefore runs
+wholly eagerly: its own code in its own frame, every local under its own name, callees called as
+Python. logging's own code (`Logger.findCaller`) is left to NOTE [Callees that read their caller's
+frame] in graph_break.py. Not covered: the frames above a compiled function's frame are framejit's
+hook frames (no frame-evaluation hook), so `sys._getframe().f_back` in it names hook.py, not its caller.
 """
 from __future__ import annotations
 
 import builtins
 import dis
+import logging
 import types
+
+from .breaks import BreakKind, Unsupported
 
 _READERS = frozenset({"locals", "vars", "dir", "eval", "exec"})
 _NEED_NO_ARGS = frozenset({"vars", "dir"})  # with an argument, they read that object only
@@ -37,4 +52,24 @@ def reads_own_locals(fn: types.FunctionType) -> str | None:
     return None
 
 
-__all__ = ["reads_own_locals"]
+_FRAME_READERS = frozenset({"_getframe", "currentframe", "getouterframes", "getinnerframes", "f_back", "f_locals",
+                            "extract_stack", "print_stack", "format_stack", "walk_stack"})
+
+
+def reads_frames(code: types.CodeType) -> bool:
+    """Whether `code` may read the frame stack (NOTE [Frames read through the frame stack])."""
+    names = code.co_names
+    return not _FRAME_READERS.isdisjoint(names) or ("stack" in names and "inspect" in names)  # not torch.stack
+
+
+def frame_reader_break(code: types.CodeType) -> Unsupported | None:
+    """The whole-frame break for a root frame or inlined callee whose code reads frames, or None."""
+    if code.co_filename == logging.__file__ or not reads_frames(code):
+        return None
+    e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{getattr(code, 'co_qualname', code.co_name)} reads the frame "
+                    "stack (sys._getframe, inspect, traceback): the frame runs eagerly")
+    e.frame_eager = True
+    return e
+
+
+__all__ = ["frame_reader_break", "reads_frames", "reads_own_locals"]

@@ -671,12 +671,9 @@ def _names_its_caller(fn: Any) -> bool:
 # (its locals are `args`/`kwargs`, its name `__call__`), where eager gives the user's frame. A callee whose
 # code reads frames is therefore called directly from the transformed function (which stands for the user's
 # frame, with its locals live at the break, NOTE [The break's line]); it is not captured.
-_FRAME_READERS = frozenset({"_getframe", "currentframe", "getouterframes", "f_back"})
-
-
 def _reads_frames(code: types.CodeType) -> bool:
-    names = code.co_names
-    return not _FRAME_READERS.isdisjoint(names) or ("stack" in names and "inspect" in names)  # not torch.stack
+    from .frame_locals import reads_frames
+    return reads_frames(code)
 
 
 def _closure_from_outside(fn: UserFunctionValue) -> bool:

@@ -37,6 +37,7 @@ from .generator_ctx import break_before_generator_cms, exception_in_generator_cm
 from .getattribute import custom_setattr
 from .generator_reach import closure_contents as _closure_contents, reachable_values
 from .stdlib import forced_break
+from .frame_locals import frame_reader_break
 from .normalize import Inst, has_handlers, is_user_handler, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, ObjectSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
@@ -447,6 +448,9 @@ class Translator:
             fn = UserFunctionValue(library_substitute(f))
             f = fn.fn
         forced_break(f)
+        frame_break = frame_reader_break(f.__code__)
+        if frame_break is not None:  # NOTE [Frames read through the frame stack] in frame_locals.py
+            raise frame_break
         child = self.child_frame(fn, args, kwargs)
         if child.code.co_flags & inspect.CO_GENERATOR:
             return self._run_generator(child, f, reachable_values([*args, *kwargs.values(), *_closure_contents(fn)]))
