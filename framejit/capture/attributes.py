@@ -613,6 +613,9 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
         if impl is not None:
             return inline_getattribute(tx, impl, obj, name)
     if name in ("__dict__", "__class__") and isinstance(obj, NewObjectValue):
+        if name == "__dict__":
+            from .hook_handles import note_id_read  # NOTE [Hook ids that never leave the trace]
+            note_id_read(tx, obj, whole_dict=True)
         return instance_dict(obj) if name == "__dict__" else ClassValue(obj.cls)
     index, attr = lookup.mro_lookup(cls, name)
     found = index is not None

@@ -20,8 +20,17 @@ outlives the trace and any starting id gives the same result (ids are unique, so
 dict; the replay advances the counter relatively). That guard made such a frame trace on every call until
 the recompile limit ran it eagerly. It is left out when, at the end of a trace that returns normally, no
 handle made in the trace is reachable from the return value or the replayed effects, no dict the replay
-writes still holds a taken id as a key, and no code but torch's own hook code read a handle's `id`
-(`note_id_read`); a trace that ends at a graph break keeps the guard.
+writes still holds a taken id as a key, no code but torch's own hook code read a handle's `id`
+(`note_id_read`), and no dict key equal to a taken id was read as a value (`note_key_read`); a trace that
+ends at a graph break keeps the guard. "torch's own hook code" is RemovableHandle.remove
+(which only tests and deletes its key) and the register functions of torch/nn/modules/module.py (which
+only file the id as a key), not the whole files: __getstate__ returns the id (h.__getstate__()[1] was
+baked in, found by a review of 722e8b0). A handle's `__dict__` (h.__dict__["id"], vars(h)) counts as a
+read of its id, and a hook dict's keys read (list(m._forward_hooks), its keys, items, str) expose the taken
+ids as keys: both returned the first call's ids on every call before. Keys are read where a dict key
+becomes a value (`values.mappings.key_value`, `DictValue.as_constant`): while a trace holds taken ids
+(`HOOK_IDS_LIVE`) such a read of one marks them escaped, except the item stores and deletes of
+STORE_SUBSCR/DELETE_SUBSCR, which only record the key for the replay.
 A subclass of RemovableHandle is inlined as written.
 """
 from __future__ import annotations
@@ -30,6 +39,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .breaks import BreakKind, Unsupported
 from .values import ConstantValue, NewObjectValue, SequenceValue, TupleValue, Value
+from .values.mappings import HOOK_IDS_LIVE
 from .weak_refs import weak_ref
 
 
@@ -44,17 +54,25 @@ def _taken(out) -> int:
 
 def _take_id(tx) -> int:
     n = RemovableHandle.next_id + _taken(tx.output)
+    HOOK_IDS_LIVE.update(out=tx.output, ids=range(RemovableHandle.next_id, n + 1))  # NOTE [Hook ids that never ...]
     tx.output.side_effects.record_finishing_call(advance_hook_id, [], walks_unchanged=True)
     return n
 
 
-_TORCH_HOOK_CODE = ("torch/utils/hooks.py", "torch/nn/modules/module.py")
+def _reads_ids_as_keys(code) -> bool:
+    """torch's code that uses a handle's id only as a key of the hook dicts (NOTE [Hook ids that never leave
+    the trace]): RemovableHandle.remove and the register functions of torch/nn/modules/module.py."""
+    if code is RemovableHandle.remove.__code__:
+        return True
+    return code.co_filename.replace("\\", "/").endswith("torch/nn/modules/module.py") and \
+        code.co_name.startswith(("register_", "_register_"))
 
 
-def note_id_read(tx, handle: Value) -> None:
-    """`handle.id` read while tracing: by anything but torch's hook code, the id may outlive the trace."""
+def note_id_read(tx, handle: Value, whole_dict: bool = False) -> None:
+    """`handle.id` (or `handle.__dict__`, `whole_dict`) read while tracing: by anything but torch's hook
+    code, the id may outlive the trace."""
     if isinstance(handle, NewObjectValue) and issubclass(handle.cls, RemovableHandle) and \
-            not tx.code.co_filename.replace("\\", "/").endswith(_TORCH_HOOK_CODE):
+            (whole_dict or not _reads_ids_as_keys(tx.code)):
         tx.output.hook_ids_escape = True
 
 
@@ -65,7 +83,9 @@ def guard_hook_ids(out, roots: list | None) -> None:
     if not taken:
         return
     n = RemovableHandle.next_id
-    if roots is None or out.__dict__.get("hook_ids_escape") or _ids_outlive(out, roots, range(n, n + taken)):
+    HOOK_IDS_LIVE.clear()  # the trace is over: keys read from now on are framejit's own (codegen)
+    if roots is None or out.__dict__.get("hook_ids_escape") or \
+            _ids_outlive(out, roots, range(n, n + taken)):
         h = out.name_of(RemovableHandle, "RemovableHandle")
         out.add_guard("HOOK_IDS", f"{h}.next_id == {n!r}", None, expected=repr(n), actual=f"{h}.next_id")
 

@@ -99,7 +99,8 @@ def _popitem(d: DictValue, last: bool) -> Value:
     if not d.items:
         raise UserException(KeyError("popitem(): dictionary is empty"))
     key = next(reversed(d.items)) if last else next(iter(d.items))
-    return TupleValue([ConstantValue(key), d.items.pop(key)])
+    from .values.mappings import key_value
+    return TupleValue([key_value(key), d.items.pop(key)])
 
 
 @handles(_OD.move_to_end)

@@ -118,7 +118,7 @@ def _store_item(tx, obj, key, value):
             obj.store(k, value)  # NOTE [Dicts from outside]
         else:
             obj.items[k] = value
-        tx.output.side_effects.record_op(obj, "__setitem__", (key_value(k), value))
+        tx.output.side_effects.record_op(obj, "__setitem__", (key_value(k, read=False), value))
         return
     if isinstance(obj, TensorValue):  # in-place, like any tensor op (NOTE [Input mutation] in graph.py)
         tx.output.call("call_function", operator.setitem, (obj, key, value), {})
@@ -193,7 +193,7 @@ def delete_item(tx, obj, key) -> None:
         tx.output.side_effects.record_op(obj, "__delitem__", (ConstantValue(k),))
     else:
         del obj.items[k]
-        tx.output.side_effects.record_op(obj, "__delitem__", (key_value(k),))
+        tx.output.side_effects.record_op(obj, "__delitem__", (key_value(k, read=False),))
 
 
 @op("STORE_SUBSCR")

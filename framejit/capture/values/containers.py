@@ -67,6 +67,9 @@ class DictValue(Value):
             not any(isinstance(k, IdentityKey) for k in self.items)  # NOTE [Sets of tensors]
 
     def as_constant(self) -> Any:
+        from .mappings import note_key_read  # NOTE [Hook ids that never leave the trace]
+        for k in self.items:
+            note_key_read(k)
         items = ((k, v.as_constant()) for k, v in self.items.items())
         return self.cls(dict(items)) if self.cls is types.MappingProxyType else self.cls(items)
 

@@ -59,7 +59,11 @@ class DictViewValue(TupleValue):
         return keys and (self.kind == "keys" or all(v.is_constant() for v in self.mapping.items.values()))
 
     def as_constant(self) -> Any:
+        for k in self.mapping.items:
+            note_key_read(k)  # NOTE [Hook ids that never leave the trace]
         values = {k: (None if self.kind == "keys" else v.as_constant()) for k, v in self.mapping.items.items()}
+        if issubclass(self.mapping.cls, collections.OrderedDict):  # str() of it says odict_keys(...)
+            values = collections.OrderedDict(values)
         return getattr(values, self.kind)()
 
     def describe(self) -> str:
@@ -117,8 +121,20 @@ class ValueKey:
         return repr(self.real)
 
 
-def key_value(key: Any) -> Value:
-    """The value a set element or dict key stands for."""
+# NOTE [Hook ids that never leave the trace] (capture/hook_handles.py): the output of the trace now handing
+# out hook ids and the range of ids taken, while it traces; a key among them read as a value escapes.
+HOOK_IDS_LIVE: dict = {}
+
+
+def note_key_read(key: Any) -> None:
+    if HOOK_IDS_LIVE and type(key) is int and key in HOOK_IDS_LIVE["ids"]:
+        HOOK_IDS_LIVE["out"].hook_ids_escape = True
+
+
+def key_value(key: Any, read: bool = True) -> Value:
+    """The value a set element or dict key stands for (`read`: by the program, not only to be replayed)."""
+    if read:
+        note_key_read(key)
     if isinstance(key, (IdentityKey, ValueKey)):
         return key.value
     if type(key) in (types.FunctionType, types.BuiltinFunctionType):  # NOTE [Functions as dict keys]
@@ -127,4 +143,5 @@ def key_value(key: Any) -> Value:
     return ConstantValue(key)
 
 
-__all__ = ["DefaultDictValue", "DictViewValue", "IdentityKey", "ValueKey", "key_value", "view_type"]
+__all__ = ["HOOK_IDS_LIVE", "DefaultDictValue", "DictViewValue", "IdentityKey", "ValueKey", "key_value", "note_key_read",
+           "view_type"]
