@@ -47,7 +47,8 @@ def run_passed_in(fn, make, grad_before):
         LOG.clear()
         ctx = make()
         out = fn(torch.randn(2 + i, 3, requires_grad=True), ctx)
-        rows.append((torch.is_grad_enabled(), out.requires_grad, out.dtype, list(LOG)))
+        state = (torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"))
+        rows.append((state, out.requires_grad, out.dtype, list(LOG)))
     torch.set_grad_enabled(True)
     return rows
 
@@ -85,6 +86,7 @@ def test_subclass_objects_with_own_methods_passed_in():
     check_passed_in(OwnExitNoGrad)
     check_passed_in(OwnEnterNoGrad)
     check_passed_in(lambda: OwnExitSetGrad(False))
+    check_passed_in(lambda: OwnExitAutocast("cpu"))  # not read as torch.autocast (exact type) before either
 
 
 def made_inside(x):
