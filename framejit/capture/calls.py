@@ -140,6 +140,9 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         for child in fn.items:
             result = call_value(tx, child, [result], {})
         return result
+    if isinstance(fn, BuiltinValue) and isinstance(fn.obj, types.FunctionType) and \
+            fn.obj.__name__ in ("__enter__", "__exit__"):  # NOTE [Exits of unmodelled context managers]
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.obj.__qualname__} of an object read as opaque")
     if isinstance(fn, BuiltinValue):
         bound = _bound_slot_wrapper(tx, fn)
         if bound is not None:
@@ -175,6 +178,13 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {fn.describe()}")
 
 
+# NOTE [Exits of unmodelled context managers]: `with obj:` over an object framejit reads as opaque (a
+# Builtin: a torch class it does not model, e.g. torch.autograd.profiler.record_function) is a break at
+# BEFORE_WITH: the step enters it in Python and the resume function gets the bound `__exit__` on its
+# stack, a method whose function is a BuiltinValue. Called like a torch function, the exit was folded to
+# its constant result (None/False) and never ran (the autocast objects of 48ca1b2 left autocast switched
+# on; record_function never closed its range). Calling a Python `__enter__`/`__exit__` read this way is
+# a break now: the real method runs in Python at the break.
 def _python_call(cls: type) -> bool:
     from . import lookup
     return isinstance(lookup.mro_lookup(cls, "__call__")[1], types.FunctionType)

@@ -127,3 +127,36 @@ def test_device_autocast_object_passed_in_leaves_autocast_off():
                 assert not torch.is_autocast_enabled("cpu")
                 assert torch.get_autocast_dtype("cpu") == torch.bfloat16
                 assert out.dtype == with_obj(x, torch.cpu.amp.autocast(**kwargs)).dtype
+
+
+def count_exits(fn, make, code):
+    """Calls of the Python function with code object `code` (an `__exit__`) over 3 calls of fn."""
+    import sys
+    counts = []
+    for i in range(3):
+        seen = []
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code is code:
+                seen.append(1)
+        ctx = make(i)
+        sys.setprofile(profile)
+        try:
+            fn(torch.randn(2 + i, 3), ctx)
+        finally:
+            sys.setprofile(None)
+        counts.append(len(seen))
+    return counts
+
+
+def test_exit_of_an_opaque_torch_context_object_runs():
+    # record_function objects are opaque: the with-block is a break, and the resume function's call of
+    # the bound __exit__ was folded to None (the range never closed); the exit must run once per call
+    # (evaluated once while tracing, its result baked in: a call that hits the cache never ran it).
+    # One object reused over the calls, as a module attribute would be.
+    rf = torch.autograd.profiler.record_function
+    compiled = framejit.compile(with_obj, backend="eager")
+    for make in (lambda i, obj=rf("blk"): obj, lambda i: rf("blk%d" % i)):
+        got = count_exits(compiled, make, rf.__exit__.__code__)
+        want = count_exits(with_obj, make, rf.__exit__.__code__)
+        assert got == want == [1, 1, 1]
