@@ -27,6 +27,7 @@ import builtins
 import dis
 import logging
 import types
+import typing
 
 from .breaks import BreakKind, Unsupported
 
@@ -64,7 +65,9 @@ def reads_frames(code: types.CodeType) -> bool:
 
 def frame_reader_break(code: types.CodeType) -> Unsupported | None:
     """The whole-frame break for a root frame or inlined callee whose code reads frames, or None."""
-    if code.co_filename == logging.__file__ or not reads_frames(code):
+    # logging keeps its handling at graph breaks; typing._caller reads only the module name of the frame that
+    # makes a TypeVar (f_globals['__name__'], the same in the trace), as a PEP 695 generic function does
+    if code.co_filename in (logging.__file__, typing.__file__) or not reads_frames(code):
         return None
     e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{getattr(code, 'co_qualname', code.co_name)} reads the frame "
                     "stack (sys._getframe, inspect, traceback): the frame runs eagerly")

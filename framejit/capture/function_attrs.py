@@ -59,8 +59,10 @@ def function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
 
 
 def _function_get(func, obj, cls=None):
-    """Stands for `func.__get__` (a method-wrapper) in the graph builder's tables; never called."""
-    raise AssertionError("handled while tracing")
+    """Stands for `func.__get__` (a method-wrapper) in the graph builder's tables; handled while tracing, and
+    called only when the code of a graph break runs the call itself (`f.__get__(None, None)`, which raises,
+    is the instruction a frame breaks before: it must raise eager's TypeError)."""
+    return func.__get__(obj, cls)
 
 
 def _bind(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
