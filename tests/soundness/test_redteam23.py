@@ -12,13 +12,7 @@ import torch
 
 import framejit
 
-
-def _pair():
-    torch.manual_seed(0)
-    eager = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
-    torch.manual_seed(0)
-    compiled = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
-    return eager, compiled
+from .test_redteam22 import _pair  # the same two seeded Sequential models
 
 
 def _set_alias(w):
