@@ -69,7 +69,7 @@ def _bind_call_value_imports() -> None:
     from .abc_methods import abc_method_handler
     from .allowed_calls import call_allowed, is_allowed_in_graph
     from .autograd_function import call_apply, is_function_apply
-    from .cached_calls import call_cached, is_cached_function
+    from .cached_calls import call_cached, call_dispatch, is_cached_function, is_singledispatch_dispatch
     from .environ import call_environ, is_environ_read
     from .introspection import introspection_handler
     from .library_substitutes import call_pure, is_pure_on_constants
@@ -100,6 +100,10 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
             return call_allowed(tx, fn, args, kwargs)
         if fn.fn.__module__ in ("inspect", "dataclasses", "copy") and introspection_handler(fn.fn) is not None:
             return introspection_handler(fn.fn)(tx, args, kwargs)  # NOTE [Introspection at trace time]
+        if is_singledispatch_dispatch(fn.fn):  # NOTE [singledispatch answered at trace time]
+            result = call_dispatch(tx, fn, args, kwargs)
+            if result is not None:
+                return result
         if is_pure_on_constants(fn.fn):  # NOTE [Pure library checks on constants]
             result = call_pure(tx, fn.fn, args, kwargs)
             if result is not None:
@@ -238,6 +242,36 @@ def _sets_backend_state(fn: Any) -> bool:
 _TORCH_SETTER = re.compile(r"^_*(set|use)_[a-z]")
 
 
+# NOTE [Torch state changers by verb]: torch functions that change process-wide state without a `set_`/`use_`
+# prefix (`torch.jit.enable_onednn_fusion(True)`, `torch.sparse.check_sparse_tensor_invariants.enable()`,
+# `torch.autograd.forward_ad.enter_dual_level()`, `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`,
+# `torch._C._jit_override_can_fuse_on_cpu(True)`, `torch._C._jit_set_profiling_executor(False)`) took the
+# graph-op path: their fake run changed the state once, at trace time, and the constant result was folded, so a
+# call that hit the entry never ran them (red team h12red3: the state reset between calls stayed reset after the
+# 2nd compiled call; a second enter_dual_level, which eager refuses with RuntimeError, returned normally). Called
+# with constant arguments only (a tensor factory never has one of these words in its name), a torch function
+# whose name (snake_case or camelCase words) holds a word of _STATE_VERBS is a graph break: it runs as Python
+# on every call. A getter called without arguments is not (NOTE [Zero-argument state getters]: it is guarded).
+_STATE_VERBS = frozenset({
+    "set", "enable", "disable", "enter", "exit", "push", "pop", "override", "reset", "clear", "seed", "allow",
+    "preferred", "increment", "decrement", "register", "unregister", "install", "uninstall", "start", "stop",
+    "lock", "unlock", "acquire", "release", "flush", "swap", "fork", "toggle", "synchronize", "attach", "init",
+    "initialize", "record", "update", "remove", "mark", "emit", "wait"})
+_NAME_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")  # snake_case and camelCase words
+
+
+def _reads_as_a_state_change(fn: Any, args: list[Value], kwargs: dict[str, Value]) -> bool:
+    name, module = getattr(fn, "__name__", None) or "", getattr(fn, "__module__", None) or ""
+    if not isinstance(name, str) or not isinstance(module, str) or module.split(".")[0] != "torch":
+        return False
+    if not all(v.is_constant() for v in (*args, *kwargs.values())):
+        return False
+    from .compile_state import reads_as_a_getter
+    if not args and not kwargs and reads_as_a_getter(name):
+        return False
+    return not _STATE_VERBS.isdisjoint(word.lower() for word in _NAME_WORDS.findall(name))
+
+
 def _disabled_by_torch(fn: Any) -> bool:
     """torch.compiler.disable'd, or torch's own lazy `torch._disable_dynamo` wrapper (Optimizer.zero_grad):
     plain Python by request. Called like a graph op it would run at trace time on fake tensors, and its
@@ -326,7 +360,7 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         return call_container_method(tx, fn, args, kwargs)
     if _hashable(fn) and fn in TORCH_FUNCTIONS_UNSUPPORTED:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes or reads state outside the graph")
-    if _sets_backend_state(fn):
+    if _sets_backend_state(fn) or _reads_as_a_state_change(fn, args, kwargs):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes state outside the graph")
     if _disabled_by_torch(fn):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} is marked torch.compiler.disable")
@@ -339,6 +373,11 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
             from .compile_state import guard_state_getter
             guard_state_getter(tx, fn)  # NOTE [Zero-argument state getters]
         return tx.output.call("call_function", fn, tuple(args), kwargs)
+    if isinstance(getattr(fn, "__self__", None), re.Pattern):
+        from .regex_calls import regex_call  # NOTE [Regular expressions with Python callbacks]
+        result = regex_call(tx, fn, args, kwargs)
+        if result is not None:
+            return result
     from .folded_results import fold_call, joined_items
     args = joined_items(tx, fn, args, kwargs)  # NOTE [Strings joined from generators]
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and _is_pure(fn):

@@ -116,11 +116,16 @@ def _compiling(tx, fn: Any, args: list, kwargs: dict) -> Value:
 # the graph-op path, whose fake run answers a constant that was folded into the trace unguarded: after
 # `torch.manual_seed(2)`, `x + torch.initial_seed()` kept adding the old seed (red team 8). Any torch
 # function called with no arguments whose name reads as a getter (`get_`, `is_`, `are_` prefixes, an
-# `_enabled` suffix, `initial_seed`) is therefore also called for real, outside the traced state, and its
+# `_enabled`/`_allowed` suffix, a `can`/`has` word as in `torch._C._jit_can_fuse_on_cpu`, `initial_seed`) is
+# therefore also called for real, outside the traced state, and its
 # answer guarded by calling it again; the value the trace uses stays the fake run's, which sees the state
 # the traced code set (an autocast block entered inside the frame). An answer of a type a guard cannot
 # compare is a graph break.
-_GETTER_NAME = re.compile(r"^_*(get|is|are)_|_enabled$|^initial_seed$")
+_GETTER_NAME = re.compile(r"^_*(get|is|are)_|_(enabled|allowed)$|(^|_)(can|has)_|^initial_seed$")
+
+
+def reads_as_a_getter(name: str) -> bool:
+    return _GETTER_NAME.search(name) is not None
 
 
 def guard_state_getter(tx, fn: Any) -> None:

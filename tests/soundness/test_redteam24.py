@@ -1,0 +1,102 @@
+"""Red team 24 (h12red3): torch state changed by library functions framejit reads as opaque, hook dicts read by
+literal keys, and ordinary Python state changed between calls. Each test: eager vs compiled, several calls,
+the state changed between calls."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.backends.cuda as cuda_backend
+
+import framejit
+
+_SPARSE = torch.sparse.check_sparse_tensor_invariants
+
+# (change the state, restore it, read it): each change is a torch function without a set_/use_ prefix
+_CHANGERS = {
+    "enable_onednn_fusion": (lambda: torch.jit.enable_onednn_fusion(True), lambda: torch.jit.enable_onednn_fusion(False),
+                             torch.jit.onednn_fusion_enabled),
+    "sparse_invariants_enable": (_SPARSE.enable, _SPARSE.disable, _SPARSE.is_enabled),
+    "sparse_invariants_disable": (_SPARSE.disable, _SPARSE.enable, _SPARSE.is_enabled),
+    "allow_fp16_bf16_reduction_math_sdp": (lambda: cuda_backend.allow_fp16_bf16_reduction_math_sdp(True),
+                                           lambda: cuda_backend.allow_fp16_bf16_reduction_math_sdp(False),
+                                           cuda_backend.fp16_bf16_reduction_math_sdp_allowed),
+    "jit_override_can_fuse_on_cpu": (lambda: torch._C._jit_override_can_fuse_on_cpu(True),
+                                     lambda: torch._C._jit_override_can_fuse_on_cpu(False),
+                                     torch._C._jit_can_fuse_on_cpu),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CHANGERS))
+def test_a_torch_state_change_runs_on_every_call(name):
+    # the change ran once, while tracing, and its None was folded: after the state was restored between
+    # calls, a compiled call that hit the entry left it restored (eager: changed again by every call)
+    change, restore, read = _CHANGERS[name]
+
+    def f(x):
+        change()
+        return x + 1
+
+    restore()
+    change()
+    changed = read()
+    restore()
+    assert read() != changed
+    fast = framejit.compile(f, backend="eager")
+    try:
+        for step in range(4):
+            for fn in (f, fast):
+                restore()
+                x = torch.full((3,), float(step))
+                torch.testing.assert_close(fn(x), x + 1)
+                assert read() == changed, (name, step, fn)
+    finally:
+        restore()
+
+
+@pytest.mark.parametrize("name", sorted(_CHANGERS))
+def test_a_torch_state_read_is_guarded(name):
+    # `torch._C._jit_can_fuse_on_cpu()` and `fp16_bf16_reduction_math_sdp_allowed()` did not read as getters:
+    # their answer at trace time was folded, unguarded
+    change, restore, read = _CHANGERS[name]
+
+    def f(x):
+        return x + 1, read()
+
+    fast = framejit.compile(f, backend="eager")
+    try:
+        for step in range(5):
+            (change if step % 2 else restore)()
+            x = torch.full((2,), float(step))
+            expected = f(x)
+            got = fast(x)
+            torch.testing.assert_close(got[0], expected[0])
+            assert got[1] == expected[1], (name, step)
+    finally:
+        restore()
+
+
+def test_a_second_dual_level_raises_as_eager():
+    # enter_dual_level() ran once while tracing; the 2nd compiled call returned normally where eager raises
+    # RuntimeError (nested forward AD), and the dual level count was left one short
+    fad = torch.autograd.forward_ad
+
+    def f(x):
+        fad.enter_dual_level()
+        return x * 2
+
+    def outcomes(fn):
+        seen = []
+        try:
+            for step in range(3):
+                try:
+                    seen.append(fn(torch.full((2,), float(step))).tolist())
+                except RuntimeError as e:
+                    seen.append(type(e).__name__)
+                seen.append(fad._current_level)
+        finally:
+            while fad._current_level >= 0:
+                fad.exit_dual_level()
+        return seen
+
+    expected = outcomes(f)
+    assert outcomes(framejit.compile(f, backend="eager")) == expected
