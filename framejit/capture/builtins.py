@@ -330,10 +330,10 @@ def _dict(tx, args, kwargs):
         elif mapping is not None:  # NOTE [Mappings that are objects]
             items.update(mapping)
         else:
-            from .identity_keys import dict_key
+            from .identity_keys import set_element  # a dict being built
             for pair in iterate(tx, src):
                 k, v = iterate(tx, pair)
-                items[dict_key(tx, k)] = v
+                items[set_element(tx, k)] = v
     items.update(kwargs)
     return DictValue(items)
 

@@ -30,7 +30,11 @@ read of its id, and a hook dict's keys read (list(m._forward_hooks), its keys, i
 ids as keys: both returned the first call's ids on every call before. Keys are read where a dict key
 becomes a value (`values.mappings.key_value`, `DictValue.as_constant`): while a trace holds taken ids
 (`HOOK_IDS_LIVE`) such a read of one marks them escaped, except the item stores and deletes of
-STORE_SUBSCR/DELETE_SUBSCR, which only record the key for the replay.
+STORE_SUBSCR/DELETE_SUBSCR, which only record the key for the replay. A taken id used as a key by the
+program (`5 in m._forward_hooks`, `m._forward_hooks.get(5)` with a literal that equals this call's id,
+`note_key_lookup`, in identity_keys.dict_key: any int at least the first id taken, since the next call
+hands out the next ids) escapes as well: the outside dict's guard `5 in d` is checked before the call
+registers the hook, so it said absent on every call (red team h12red3). Dicts being built are not lookups.
 A subclass of RemovableHandle is inlined as written.
 """
 from __future__ import annotations
@@ -48,8 +52,14 @@ def advance_hook_id() -> None:
     RemovableHandle.next_id += 1
 
 
-def _taken(out) -> int:
-    return sum(1 for function, _ in out.side_effects.finishing_calls if function is advance_hook_id)
+def advance_tensor_hook_id() -> None:
+    """The finishing call for the id of a tensor hook registered after the graph: relative to the counter at
+    entry, so it needs no guard (NOTE [Tensor hooks registered after the graph] in tensor_hooks.py)."""
+    RemovableHandle.next_id += 1
+
+
+def _taken(out, functions=(advance_hook_id, advance_tensor_hook_id)) -> int:
+    return sum(1 for function, _ in out.side_effects.finishing_calls if function in functions)
 
 
 def _take_id(tx) -> int:
@@ -76,12 +86,20 @@ def note_id_read(tx, handle: Value, whole_dict: bool = False) -> None:
         tx.output.hook_ids_escape = True
 
 
+def note_key_lookup(tx, key: int) -> None:
+    """An int used as a dict key while the trace holds taken hook ids: an id this call or a later one may hand
+    out (at least the first id taken) looked up by anything but torch's hook code (`5 in m._forward_hooks`,
+    `.get(5)`, `.pop(5)`, `del d[5]` with a literal) answers from this call's ids, which the entry must pin."""
+    if key >= HOOK_IDS_LIVE["ids"].start and not _reads_ids_as_keys(tx.code):
+        HOOK_IDS_LIVE["out"].hook_ids_escape = True
+
+
 def guard_hook_ids(out, roots: list | None) -> None:
     """Guards the counter the trace read ids from, unless no id outlives it (NOTE [Hook ids that never leave
     the trace]); `roots` are the return value and the replayed values of a trace that returned, else None."""
     taken = _taken(out)
-    if not taken:
-        return
+    if not _taken(out, (advance_hook_id,)):
+        return  # none, or only tensor hooks' ids, which the replay takes relative to the counter
     n = RemovableHandle.next_id
     HOOK_IDS_LIVE.clear()  # the trace is over: keys read from now on are framejit's own (codegen)
     if roots is None or out.__dict__.get("hook_ids_escape") or \

@@ -19,7 +19,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .values import ConstantValue, SetValue, TensorValue, Value
-from .values.mappings import IdentityKey, ValueKey, key_value
+from .values.mappings import HOOK_IDS_LIVE, IdentityKey, ValueKey, key_value
 
 
 # NOTE [Sets of functions from outside]: besides constants, a set from outside (values/builder.py) may hold
@@ -79,7 +79,15 @@ def set_element(tx, value: Value) -> Any:
     return constant
 
 
-dict_key = set_element  # a dict key hashes as a set element does; dicts keep insertion order
+def dict_key(tx, value: Value) -> Any:
+    """The key `value` is in a dict looked up (or written) by the program; a dict key hashes as a set element
+    does, and dicts keep insertion order. A dict being built (BUILD_MAP, MAP_ADD, dict(pairs)) takes
+    set_element."""
+    key = set_element(tx, value)
+    if HOOK_IDS_LIVE and type(key) is int:
+        from .hook_handles import note_key_lookup  # NOTE [Hook ids that never leave the trace]
+        note_key_lookup(tx, key)
+    return key
 
 
 # NOTE [Objects as dict keys]: CPython hashes and compares a module (of a class that keeps object's __eq__

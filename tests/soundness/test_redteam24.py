@@ -100,3 +100,41 @@ def test_a_second_dual_level_raises_as_eager():
 
     expected = outcomes(f)
     assert outcomes(framejit.compile(f, backend="eager")) == expected
+
+
+# ---- hook ids guessed as literals (NOTE [Hook ids that never leave the trace])
+
+_LOOKUPS = {
+    "in": "{ID} in lin._forward_hooks",
+    "get": "lin._forward_hooks.get({ID}) is None",
+    "pop": "lin._forward_hooks.pop({ID}, None) is None",
+    "in_a_copy": "{ID} in dict(lin._forward_hooks)",
+    "in_hooks_dict_ref": "{ID} in h.hooks_dict_ref()",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LOOKUPS))
+def test_a_hook_id_guessed_as_a_literal_is_this_calls_id(name):
+    # a frame that registers a hook, calls the module and removes the hook drops the next_id guard when no id
+    # outlives the trace; a literal equal to the id the 2nd call hands out was looked up in the outside dict,
+    # whose guard `ID in d` is checked before the call registers the hook: absent on every compiled call
+    # (eager: present on the 2nd call)
+    from torch.utils.hooks import RemovableHandle
+    lin = torch.nn.Linear(3, 3)
+
+    def hook(m, i, o):
+        return o * 2
+
+    def outcomes(compiled):
+        ident = RemovableHandle.next_id + 1  # the id the 2nd call's handle gets
+        ns = {"lin": lin, "hook": hook}
+        exec("def f(x):\n    h = lin.register_forward_hook(hook)\n    y = lin(x)\n"
+             f"    r = {_LOOKUPS[name].format(ID=ident)}\n    h.remove()\n    return y, r\n", ns)
+        fn = framejit.compile(ns["f"], backend="eager") if compiled else ns["f"]
+        seen = []
+        for step in range(4):
+            y, r = fn(torch.full((2, 3), float(step)))
+            seen.append((y.detach().sum().item(), r))
+        return seen
+
+    assert outcomes(True) == outcomes(False)

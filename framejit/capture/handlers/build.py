@@ -61,9 +61,9 @@ def list_extend(tx, inst):
 
 @op("BUILD_MAP")
 def build_map(tx, inst):
-    from ..identity_keys import dict_key
+    from ..identity_keys import set_element  # a dict being built: NOTE [Hook ids that never leave the trace]
     flat = tx.popn(2 * inst.arg)
-    tx.push(DictValue({dict_key(tx, flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
+    tx.push(DictValue({set_element(tx, flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
 
 
 @op("BUILD_CONST_KEY_MAP")
@@ -75,7 +75,7 @@ def build_const_key_map(tx, inst):
 
 @op("MAP_ADD")
 def map_add(tx, inst):
-    from ..identity_keys import dict_key
+    from ..identity_keys import set_element
     value = tx.pop()
     key = tx.pop()
     target = tx.peek(inst.arg)
@@ -83,7 +83,7 @@ def map_add(tx, inst):
         from .arith import _store_item
         _store_item(tx, target, key, value)  # `target[key] = value`, as STORE_SUBSCR does it
         return
-    target.items[dict_key(tx, key)] = value
+    target.items[set_element(tx, key)] = value
 
 
 @op("DICT_UPDATE")
