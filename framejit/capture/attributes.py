@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import enum
-import functools
 import types
 from typing import Any
 
@@ -26,6 +25,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, SymFloatValue, TensorMethodValue,
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
+from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
 from .getattribute import custom_getattribute, inline_getattribute, instance_dict
 from .vmap_capture import check_grad_fact
 
@@ -101,7 +101,7 @@ def _super_attr(tx, sup: SuperValue, name: str) -> Value:
             if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
                 lookup.guard_entry_identity(tx.output, entry, attr)
                 return tx.call(UserFunctionValue(attr.fget), [sup.self_value], {})
-            return _class_level_attr(tx, sup.self_value, owner, name, attr, entry)
+            return class_level_attr(tx, sup.self_value, owner, name, attr, entry)
     lookup.guard_mro(tx.output, owner)  # NOTE [MRO guarded]
     lookup.guard_class_absent(tx.output, mro[start:], name)
     if name == "__thisclass__":  # NOTE [Attributes of super objects]
@@ -153,27 +153,9 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, SequenceValue):
         return _sequence_attr(tx, obj, name)
     if isinstance(obj, DictValue):
-        if name in (getattr(obj, "extra_attrs", None) or {}):  # NOTE [Attributes of OrderedDicts made while tracing]
-            return obj.extra_attrs[name]
-        real = getattr(obj, "real_object", None)
-        if real is not None and obj.source is not None and name in vars(real):
-            return _ordered_dict_instance_attr(tx, obj, real, name)
-        if obj.cls is types.MappingProxyType and name not in ("keys", "values", "items", "get", "copy"):
-            raise UserException(AttributeError(f"'mappingproxy' object has no attribute '{name}'"))
-        from .mappings import mapping_attr
-        try:
-            return mapping_attr(obj, name) or _container_method(obj, dict, name)
-        except UserException as e:
-            if real is not None and obj.source is not None and isinstance(e.exc, AttributeError):
-                lookup.guard_not_in_instance(tx.output, obj.source, real, name)  # absent: stays absent
-            raise
-    if isinstance(obj, SetValue):  # NOTE [Plain set subclasses]: the subclass's own methods, then the base's
-        index, attr = lookup.mro_lookup(obj.cls, name)
-        if index is not None and obj.cls.__mro__[index] not in (set, frozenset, object) and \
-                isinstance(attr, types.FunctionType):
-            lookup.guard_lookup(tx.output, obj.cls, name)
-            return BoundMethodValue(UserFunctionValue(attr), obj)
-        return _container_method(obj, set if issubclass(obj.cls, set) else frozenset, name)
+        return _dict_attr(tx, obj, name)
+    if isinstance(obj, SetValue):
+        return _set_attr(tx, obj, name)
     if isinstance(obj, PyModuleValue):
         return _module_attr(tx, obj, name)
     from .compile_state import BackendFlagsValue, flag_attr
@@ -204,16 +186,7 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, GenCtxValue):
         return gen_attr(obj, name)
     if isinstance(obj, BuiltinValue):
-        if name == "__self__" and getattr(obj, "bound_owner", None) is not None:
-            return obj.bound_owner  # the value it was read from (`_constant_attr`)
-        if name == "__self__" and obj.source is not None and isinstance(obj.obj, _BOUND_C):
-            # the object it is bound to, reloaded from where the method came from (guarded there, NOTE [Bound
-            # builtin methods by their parts]), so `m.__self__ is t` after a break compares the real objects
-            return wrap(tx.output, obj.obj.__self__, AttrSource(obj.source, "__self__"))
-        try:
-            return wrap_unguarded(getattr(obj.obj, name))
-        except AttributeError as e:
-            raise UserException(e) from None
+        return _builtin_attr(tx, obj, name)
     from .state_blocks import OpaqueProfilerValue
     if isinstance(obj, OpaqueProfilerValue):  # NOTE [Profiler objects used]
         raise obj.used(f"attribute {name!r} of {obj.describe()}")
@@ -221,6 +194,46 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
 
 
 _BOUND_C = (types.BuiltinMethodType, types.MethodWrapperType)
+
+
+def _dict_attr(tx, obj: DictValue, name: str) -> Value:
+    if name in (getattr(obj, "extra_attrs", None) or {}):  # NOTE [Attributes of OrderedDicts made while tracing]
+        return obj.extra_attrs[name]
+    real = getattr(obj, "real_object", None)
+    if real is not None and obj.source is not None and name in vars(real):
+        return _ordered_dict_instance_attr(tx, obj, real, name)
+    if obj.cls is types.MappingProxyType and name not in ("keys", "values", "items", "get", "copy"):
+        raise UserException(AttributeError(f"'mappingproxy' object has no attribute '{name}'"))
+    from .mappings import mapping_attr
+    try:
+        return mapping_attr(obj, name) or _container_method(obj, dict, name)
+    except UserException as e:
+        if real is not None and obj.source is not None and isinstance(e.exc, AttributeError):
+            lookup.guard_not_in_instance(tx.output, obj.source, real, name)  # absent: stays absent
+        raise
+
+
+def _set_attr(tx, obj: SetValue, name: str) -> Value:
+    """The subclass's own methods, then the base's (NOTE [Plain set subclasses])."""
+    index, attr = lookup.mro_lookup(obj.cls, name)
+    if index is not None and obj.cls.__mro__[index] not in (set, frozenset, object) and \
+            isinstance(attr, types.FunctionType):
+        lookup.guard_lookup(tx.output, obj.cls, name)
+        return BoundMethodValue(UserFunctionValue(attr), obj)
+    return _container_method(obj, set if issubclass(obj.cls, set) else frozenset, name)
+
+
+def _builtin_attr(tx, obj: BuiltinValue, name: str) -> Value:
+    if name == "__self__" and getattr(obj, "bound_owner", None) is not None:
+        return obj.bound_owner  # the value it was read from (`_constant_attr`)
+    if name == "__self__" and obj.source is not None and isinstance(obj.obj, _BOUND_C):
+        # the object it is bound to, reloaded from where the method came from (guarded there, NOTE [Bound
+        # builtin methods by their parts]), so `m.__self__ is t` after a break compares the real objects
+        return wrap(tx.output, obj.obj.__self__, AttrSource(obj.source, "__self__"))
+    try:
+        return wrap_unguarded(getattr(obj.obj, name))
+    except AttributeError as e:
+        raise UserException(e) from None
 
 
 def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
@@ -363,13 +376,13 @@ def _enum_member_attr(tx, obj: ConstantValue, name: str) -> Value:
     index, attr = lookup.mro_lookup(cls, name)
     own = vars(member)
     if index is not None and lookup.is_fixed_class(cls.__mro__[index]) and (
-            name not in own or _is_data_descriptor(attr)):
+            name not in own or is_data_descriptor(attr)):
         lookup.guard_found_on_class(tx.output, cls, name, index)
         return _constant_attr(obj, name)  # Enum's own name/value, object's methods
-    if index is not None and _is_data_descriptor(attr):
+    if index is not None and is_data_descriptor(attr):
         entry = lookup.guard_found_on_class(tx.output, cls, name, index)
         lookup.guard_entry_identity(tx.output, entry, attr)
-        return _descriptor_attr(tx, obj, name, attr)
+        return descriptor_attr(tx, obj, name, attr)
     if name in own:
         lookup.guard_lookup(tx.output, cls, name)
         return wrap(tx.output, own[name], AttrSource(source, name))
@@ -382,7 +395,7 @@ def _enum_member_attr(tx, obj: ConstantValue, name: str) -> Value:
     entry = lookup.guard_found_on_class(tx.output, cls, name, index)
     if entry is None:
         return _constant_attr(obj, name)
-    return _class_level_attr(tx, obj, cls, name, attr, entry)
+    return class_level_attr(tx, obj, cls, name, attr, entry)
 
 
 def _sequence_attr(tx, obj: SequenceValue, name: str) -> Value:
@@ -424,7 +437,7 @@ def _sequence_class_attr(tx, obj: SequenceValue, base: type, name: str) -> Value
     index, attr = lookup.mro_lookup(obj.cls, name)
     if index is not None and not lookup.is_fixed_class(obj.cls.__mro__[index]):
         entry = lookup.guard_found_on_class(tx.output, obj.cls, name, index)
-        return _class_level_attr(tx, obj, obj.cls, name, attr, entry)
+        return class_level_attr(tx, obj, obj.cls, name, attr, entry)
     lookup.guard_mro(tx.output, obj.cls)  # NOTE [MRO guarded]
     lookup.guard_class_absent(tx.output, obj.cls.__mro__[:index], name)
     return _container_method(obj, base, name)
@@ -590,7 +603,7 @@ def _guard_no_metaclass_descriptor(tx, meta: type, name: str) -> None:
     break); otherwise the metaclass lookup is guarded to stay as it is (NOTE [Lookup facts]). `type`'s own
     getsets (`__doc__`, `__module__`, ...) return the class's entry and cannot change."""
     index, attr = lookup.mro_lookup(meta, name)
-    if index is not None and _is_data_descriptor(attr) and not lookup.is_immutable_class(meta.__mro__[index]):
+    if index is not None and is_data_descriptor(attr) and not lookup.is_immutable_class(meta.__mro__[index]):
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name!r} is a data descriptor of the metaclass "
                                                            f"{meta.__name__}")
     if index is None or not lookup.is_immutable_class(meta.__mro__[index]):
@@ -620,10 +633,10 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
     index, attr = lookup.mro_lookup(cls, name)
     found = index is not None
     guarded = isinstance(obj, ObjectValue) and obj.source is not None
-    if found and _is_data_descriptor(attr):
+    if found and is_data_descriptor(attr):
         entry = lookup.guard_found_on_class(tx.output, cls, name, index)
         lookup.guard_entry_identity(tx.output, entry, attr)
-        return _descriptor_attr(tx, obj, name, attr)
+        return descriptor_attr(tx, obj, name, attr)
     if isinstance(obj, NewObjectValue):
         if name == "id":
             from .hook_handles import note_id_read  # NOTE [Hook ids that never leave the trace]
@@ -646,7 +659,7 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
         if guarded and tx.output.side_effects.attr(real, name) is None:
             lookup.guard_not_in_instance(tx.output, obj.source, real, name)
         entry = lookup.guard_found_on_class(tx.output, cls, name, index)
-        return _class_level_attr(tx, obj, cls, name, attr, entry)
+        return class_level_attr(tx, obj, cls, name, attr, entry)
     getattr_index, getattr_impl = lookup.mro_lookup(cls, "__getattr__")
     if issubclass(cls, torch.nn.Module) and getattr_impl is torch.nn.Module.__getattr__:
         lookup.guard_class_absent(tx.output, cls.__mro__, name)
@@ -673,60 +686,6 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
     raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'"))
 
 
-def _is_data_descriptor(attr: Any) -> bool:
-    return hasattr(type(attr), "__get__") and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"))
-
-
-def _pybind_field(obj: Value, attr: Any) -> bool:
-    return (isinstance(obj, ObjectValue) and obj.source is not None and isinstance(attr, property)
-            and type(type(obj.obj)).__name__ == "pybind11_type" and (type(attr.fget).__name__ == "instancemethod" or isinstance(attr.fget, types.BuiltinFunctionType)))
-
-
-def _descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
-    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-        return tx.call(UserFunctionValue(attr.fget), [obj], {})
-    if isinstance(attr, (types.MemberDescriptorType, types.GetSetDescriptorType)) and isinstance(obj, ObjectValue):
-        value = attr.__get__(obj.obj, type(obj.obj))
-        if obj.source is None:
-            return wrap_unguarded(value)
-        return wrap(tx.output, value, lookup.attr_source(obj.source, obj.obj, name))
-    if _pybind_field(obj, attr):
-        # NOTE [pybind11 fields]: a property of a pybind11 class whose getter is C++ (def_readonly /
-        # def_readwrite and the like) runs no Python code: read now and guarded by reading it again
-        value = getattr(obj.obj, name)
-        if type(value) in (bool, int, float, str, type(None)) or isinstance(value, torch.Tensor):
-            return wrap(tx.output, value, AttrSource(obj.source, name))
-    if isinstance(attr, types.MemberDescriptorType) and isinstance(obj, NewObjectValue):
-        if name in obj.attrs:  # a __slots__ entry of an object made while tracing: stored in `attrs`
-            return obj.attrs[name]
-        raise UserException(AttributeError(f"'{obj.cls.__name__}' object has no attribute '{name}'"))
-    got = python_data_descriptor(tx, obj, attr, "__get__", [ClassValue(obj.python_type())])
-    if got is not None:
-        return got
-    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
-
-
-# NOTE [Data descriptors written in Python]: a class attribute whose type defines `__get__`/`__set__` in Python
-# (a validating field: `scale = Positive()`, with `__set_name__`; attrs/pydantic-like fields) takes every read
-# and store of that name on an instance, before the instance dict. Such a read or store was a break
-# ("descriptor Positive for 'scale'", "a store through the descriptor Positive"). Now the method is inlined as
-# CPython calls it, `type(attr).__get__(attr, obj, cls)` / `__set__(attr, obj, value)`, for objects from
-# outside and made while tracing; the class entry is guarded by the caller, the method's lookup here, and the
-# descriptor's own state is read through its source like any object's.
-def python_data_descriptor(tx, obj: Value, attr: Any, method: str, args: list[Value]) -> Value | None:
-    """The inlined `type(attr).<method>(attr, obj, *args)`, or None when that method is not Python code."""
-    fn = lookup.mro_lookup(type(attr), method)[1]
-    if not isinstance(fn, types.FunctionType) or not isinstance(obj, (ObjectValue, NewObjectValue)) or \
-            isinstance(obj, NNModuleValue):
-        return None
-    lookup.guard_lookup(tx.output, type(attr), method)
-    descriptor = wrap(tx.output, attr, ObjectSource(Ref(attr, type(attr).__name__)))
-    return tx.call(UserFunctionValue(fn), [descriptor, obj, *args], {})
-
-
-_LRU_WRAPPER = functools._lru_cache_wrapper
-
-
 # NOTE [Attributes of OrderedDicts from outside]: an OrderedDict instance has a __dict__ (`Module.state_dict()`
 # returns one with `_metadata`); a dict value from outside answered every attribute read as a dict's, so
 # `hasattr(sd, "_metadata")` was False (eager True) and `sd._metadata` raised. An OrderedDict from outside
@@ -736,68 +695,6 @@ _LRU_WRAPPER = functools._lru_cache_wrapper
 def _ordered_dict_instance_attr(tx, obj: Value, real: Any, name: str) -> Value:
     lookup.guard_lookup(tx.output, type(real), name)
     return wrap(tx.output, vars(real)[name], lookup.attr_source(obj.source, real, name))
-
-
-# NOTE [Non-data descriptors written in Python]: a class attribute whose type defines `__get__` in Python
-# and no `__set__`/`__delete__` (torch.distributions.utils.lazy_property: compute, setattr on the instance,
-# return) is read as CPython reads it: `type(attr).__get__(attr, obj, cls)`, inlined. The entry and the
-# descriptor type's `__get__` are guarded by identity. It was a graph break ("descriptor lazy_property for
-# 'probs'") inside Categorical.entropy and friends.
-def _python_descriptor_get(tx, obj: Value, cls: type, name: str, attr: Any, entry) -> Value:
-    get = lookup.mro_lookup(type(attr), "__get__")[1]
-    if not isinstance(get, types.FunctionType) or _is_data_descriptor(attr) \
-            or not isinstance(obj, (ObjectValue, NewObjectValue)):
-        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
-    if entry is not None:  # None: a library class, fixed (NOTE [Lookup facts])
-        lookup.guard_entry_identity(tx.output, entry, attr)
-        lookup.guard_lookup(tx.output, type(attr), "__get__")
-    descriptor = wrap(tx.output, attr, entry if entry is not None else ObjectSource(Ref(attr, type(attr).__name__)))
-    if type(attr) is functools.cached_property and attr.attrname == name:  # not in the instance dict: its
-        from .library_substitutes import cached_property_first_read  # NOTE [cached_property's first read]
-        get = cached_property_first_read
-    return tx.call(UserFunctionValue(get), [descriptor, obj, ClassValue(cls)], {})
-
-
-def _class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None) -> Value:
-    """A non-data class attribute; `entry` is the source of the owner's raw dict entry (None for fixed
-    classes), guarded here by identity, or by value for plain data (NOTE [Lookup facts])."""
-    if isinstance(attr, (types.FunctionType, staticmethod, classmethod, types.BuiltinFunctionType,
-                         types.MethodDescriptorType, types.WrapperDescriptorType)):
-        lookup.guard_entry_identity(tx.output, entry, attr)
-    if isinstance(attr, types.FunctionType):
-        return BoundMethodValue(UserFunctionValue(attr), obj)
-    if isinstance(attr, staticmethod):
-        return wrap_unguarded(attr.__func__)
-    if isinstance(attr, classmethod):
-        return BoundMethodValue(wrap_unguarded(attr.__func__), ClassValue(cls))
-    if isinstance(attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
-        return BoundMethodValue(BuiltinValue(attr), obj)
-    if type(attr) is _LRU_WRAPPER and entry is not None:  # a cached method, e.g. transformers'
-        lookup.guard_entry_identity(tx.output, entry, attr)  # `Logger.warning_once` (NOTE [Cached functions])
-        return BoundMethodValue(wrap(tx.output, attr, entry), obj)
-    if type(attr) is property and isinstance(attr.fget, types.FunctionType):  # `@property` on a NamedTuple
-        lookup.guard_entry_identity(tx.output, entry, attr)  # subclass (its instances have no __dict__)
-        return tx.call(UserFunctionValue(attr.fget), [obj], {})
-    if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
-        return _python_descriptor_get(tx, obj, cls, name, attr, entry)
-    if entry is not None:
-        return wrap(tx.output, attr, entry)
-    index, _ = lookup.mro_lookup(cls, name)
-    if index is not None and (type(attr) in (dict, list) or _plain_object(attr)):
-        # NOTE [Library class data]: a library class's dict or plain object (torch.distributions'
-        # `Normal.arg_constraints`, `support = constraints.real`): its entry is pinned by identity
-        # (NOTE [Library class attributes]); its contents are read through that entry like any
-        # object from outside, so a later change to them is guarded too
-        owner = cls.__mro__[index]
-        if not lookup.is_immutable_class(owner):
-            return wrap(tx.output, attr, lookup.entry_source(owner, name))
-    return wrap_unguarded(attr)
-
-
-def _plain_object(attr: Any) -> bool:
-    """An instance of a plain Python class (not a type, function, module, tensor or callable)."""
-    return (type(attr).__module__ not in ("builtins",) and not callable(attr) and hasattr(attr, "__dict__")
-            and not isinstance(attr, (type, types.ModuleType, torch.Tensor, torch.nn.Module)))
 
 
 def traced_slot(tx, obj: Value, slot: str) -> Value | None:

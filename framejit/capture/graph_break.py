@@ -35,7 +35,6 @@ before the break shares a cell that is assigned again later
 from __future__ import annotations
 
 import dataclasses
-import dis
 import functools
 import inspect
 import operator
@@ -52,6 +51,7 @@ from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from . import carried_loops, emit
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .normalize import Inst, jump_targets, normalize, with_depth
+from .break_callees import check_shared_cells, closure_from_outside, hookable, modelled, names_its_caller
 from .inherited_symbols import inherit_symbols
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
@@ -222,7 +222,7 @@ class BreakCodegen:
         # keeps the old cell: exact as long as neither side assigns the variable again (checked here).
         own = set(fn.__code__.co_cellvars)
         cells = {n: c for n, c in tx.cells.items() if n in own and isinstance(c, CellValue)}
-        _check_shared_cells(cells, self.stack + list(tx.locals.values()) + [c.contents for c in cells.values()] +
+        check_shared_cells(cells, self.stack + list(tx.locals.values()) + [c.contents for c in cells.values()] +
                             tx.output.side_effects.values(), normalize(fn.__code__).insts, site.inst.index)
         self.cell_values = {n: c.contents for n, c in cells.items() if c.contents is not None}
         # the stack arguments of a resume function are dead after its prologue
@@ -398,14 +398,14 @@ class BreakCodegen:
         if isinstance(callee, BuiltinValue) and callee.obj is warnings.warn:
             from .caller_frames import warn
             return warn, None  # NOTE [Warnings past the hook]
-        if isinstance(function, UserFunctionValue) and (_names_its_caller(function.fn) or _modelled(function.fn)):
+        if isinstance(function, UserFunctionValue) and (names_its_caller(function.fn) or modelled(function.fn)):
             return None
-        if isinstance(callee, UserFunctionValue) and _plain(callee):
+        if isinstance(callee, UserFunctionValue) and hookable(callee):
             return self.hooks.function(callee.fn), None
-        if isinstance(callee, BoundMethodValue) and isinstance(callee.func, UserFunctionValue) and _plain(callee.func):
+        if isinstance(callee, BoundMethodValue) and isinstance(callee.func, UserFunctionValue) and hookable(callee.func):
             return self.hooks.function(callee.func.fn), callee.self_value
         function = callee.func if isinstance(callee, BoundMethodValue) else callee
-        if isinstance(function, UserFunctionValue) and _closure_from_outside(function) \
+        if isinstance(function, UserFunctionValue) and closure_from_outside(function) \
                 and (function is callee or callee.source is not None or isinstance(callee, BoundMethodValue)):
             # a bound method made while tracing (`func.__get__(obj, cls)`) is rebuilt from its function's
             # source and its self, so the run-time function object reaches call_through_hook too
@@ -633,114 +633,6 @@ def restore_grad_mode(cg: Codegen, output) -> None:
         cg.emit("POP_TOP")
     from .state_blocks import restore_default_dtype
     restore_default_dtype(cg, output)  # NOTE [Default dtype changes]
-
-
-def _plain(fn: UserFunctionValue) -> bool:
-    """A real function object that can be called through a hook made for it: not a closure made while
-    tracing, nor one guarded by its code only (a later call may bring another function object), unless
-    that code has no free variables: then every object that passes its guards (the same code and globals,
-    no defaults; NOTE [Closures guarded by code]) runs exactly as the traced one, so its hook serves them."""
-    if fn.closure is not None or fn.defaults is not None:
-        return False
-    return not fn.by_code or not fn.fn.__code__.co_freevars
-
-
-def _modelled(fn: Any) -> bool:
-    """NOTE [Modelled functions at breaks]: a Python library function framejit answers with its own handler
-    (`copy.deepcopy`, `inspect.signature`, ...) breaks only where that handler refused the arguments; tracing
-    its body as a frame of its own would only break again inside (at `id(x)` in deepcopy) and recompile per
-    object, so at a break it runs as plain Python, as a builtin would."""
-    from .introspection import introspection_handler
-    try:
-        return introspection_handler(fn) is not None
-    except TypeError:  # an unhashable callable
-        return False
-
-
-def _names_its_caller(fn: Any) -> bool:
-    """logging's calls record their caller's file, line and function (Logger.findCaller), and functions that
-    read frames name their caller's: called through a frame hook, they would name framejit's hook. They run
-    directly (NOTE [The break's line], [Callees that read their caller's frame])."""
-    import logging
-    code = getattr(fn, "__code__", None)
-    return code is not None and (code.co_filename == logging.__file__ or _reads_frames(code))
-
-
-# NOTE [Callees that read their caller's frame]: `sys._getframe(1)` / `inspect.currentframe().f_back` in a
-# callee at a break names the frame that called it; through a frame hook that is framejit's hook.py frame
-# (its locals are `args`/`kwargs`, its name `__call__`), where eager gives the user's frame. A callee whose
-# code reads frames is therefore called directly from the transformed function (which stands for the user's
-# frame, with its locals live at the break, NOTE [The break's line]); it is not captured.
-def _reads_frames(code: types.CodeType) -> bool:
-    from .frame_locals import reads_frames
-    return reads_frames(code)
-
-
-def _closure_from_outside(fn: UserFunctionValue) -> bool:
-    """A function object read through a source and guarded by its code, with free variables: the object
-    at run time is reloaded from that source and may be another one (NOTE [Closures called at breaks])."""
-    return fn.closure is None and fn.defaults is None and fn.by_code and fn.source is not None \
-        and bool(fn.fn.__code__.co_freevars)
-
-
-def _check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> None:
-    """Raise Unsupported when a closure reachable from `values` shares one of the frame's `cells`
-    (name -> CellValue) and the cell may be written once the frame resumes: by the frame at or after
-    instruction `index` (or by a loop back over an earlier store), or by any closure's code (`nonlocal`).
-    Otherwise the old and the new cell always hold the same value (NOTE [Cells at breaks])."""
-    if not cells:
-        return
-    seen: set[int] = set()
-    todo = list(values)
-    while todo:
-        v = todo.pop()
-        if not isinstance(v, Value) or id(v) in seen:
-            continue
-        seen.add(id(v))
-        if isinstance(v, UserFunctionValue):
-            for name, cell in zip(v.fn.__code__.co_freevars, v.closure or ()):
-                own = next((n for n, c in cells.items() if c is cell), None)
-                if own is not None and (_code_writes(v.fn.__code__, name) or _written_after(insts, own, index)):
-                    raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a closure made before the break shares the "
-                                      f"variable {own!r}, which is assigned again later (the frame runs eagerly)")
-                todo.append(getattr(cell, "contents", None))
-            todo.extend(v.defaults or ())
-            todo.extend(v.attr_values())
-        elif isinstance(v, SequenceValue):
-            todo.extend(v.items)
-        elif isinstance(v, DictValue):
-            todo.extend(v.items.values())
-        elif isinstance(v, NewObjectValue):
-            todo.extend(v.attrs.values())
-        elif isinstance(v, IteratorValue):
-            todo.extend(v.items)
-        elif isinstance(v, BoundMethodValue):
-            todo.extend([v.func, v.self_value])
-        elif isinstance(v, PartialValue):
-            todo.extend(partial_parts(v))
-        elif isinstance(v, CellValue):
-            todo.append(v.contents)
-
-
-_WRITES = ("STORE_DEREF", "DELETE_DEREF")
-_JUMPS = {"JUMP", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE",
-          "JUMP_IF_FALSE_OR_POP", "JUMP_IF_TRUE_OR_POP"}
-
-
-def _written_after(insts: list[Inst], name: str, index: int) -> bool:
-    stores = [i.index for i in insts if i.name in _WRITES and i.arg == name]
-    if any(store >= index for store in stores):
-        return True
-    last = max(stores, default=-1)
-    return any(i.index >= index and i.name in _JUMPS and isinstance(i.arg, int) and i.arg <= last for i in insts)
-
-
-def _code_writes(code: types.CodeType, name: str) -> bool:
-    for inst in dis.get_instructions(code):
-        if inst.opname in _WRITES and inst.argval == name:
-            return True
-    return any(isinstance(c, types.CodeType) and name in c.co_freevars and _code_writes(c, name)
-               for c in code.co_consts)
 
 
 def _user_exit(value: Value) -> bool:

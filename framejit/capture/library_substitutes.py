@@ -89,7 +89,7 @@ def library_substitute(fn: types.FunctionType) -> types.FunctionType | None:
 # NOTE [cached_property's first read]: `o.prop` of a `functools.cached_property` not yet in `o.__dict__`
 # calls `cached_property.__get__`, which on 3.11 takes an RLock (`with self.lock:`, a break) and on 3.12+
 # writes `instance.__dict__[attrname] = val` through the dict it read (a break too: NOTE [Instance dicts as
-# dicts]), so the first read of every cached property broke. attributes._python_descriptor_get calls this
+# dicts]), so the first read of every cached property broke. descriptors._python_descriptor_get calls this
 # stand-in instead, only for an attribute read that found `attrname` absent from the instance dict (a
 # guarded lookup fact; a direct `__get__` call runs the original): it computes the value and stores it
 # with object.__setattr__, which for a name whose class entry is the cached_property (a non-data

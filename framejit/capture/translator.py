@@ -383,7 +383,7 @@ class Translator:
         index, attr = lookup.mro_lookup(cls, name)
         if getattr(cls, "__setattr__", None) is object.__setattr__ and not isinstance(attr, property) and \
                 isinstance(lookup.mro_lookup(type(attr), "__set__")[1], types.FunctionType):
-            from .attributes import python_data_descriptor  # NOTE [Data descriptors written in Python]
+            from .descriptors import python_data_descriptor  # NOTE [Data descriptors written in Python]
             lookup.guard_entry_identity(self.output, lookup.guard_found_on_class(self.output, cls, name, index), attr)
             return python_data_descriptor(self, obj, attr, "__set__", [value]) is not None
         if not (isinstance(attr, property) and isinstance(attr.fset, types.FunctionType)) or \
@@ -414,7 +414,7 @@ class Translator:
             if isinstance(attr, property) and isinstance(attr.fset, types.FunctionType):
                 self.call(UserFunctionValue(attr.fset), [obj, value], {})
                 return True
-            from .attributes import python_data_descriptor  # NOTE [Data descriptors written in Python]
+            from .descriptors import python_data_descriptor  # NOTE [Data descriptors written in Python]
             if python_data_descriptor(self, obj, attr, "__set__", [value]) is not None:
                 return True
             raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE,

@@ -1,0 +1,136 @@
+"""Class attributes that are descriptors, read as CPython reads them.
+
+Data descriptors (properties, slots, getsets, pybind11 fields, descriptors written in Python) come before
+the instance dict; non-data class attributes (functions become bound methods, staticmethod/classmethod,
+cached methods, non-data descriptors written in Python, library class data) after it. attributes.py
+decides which applies (Python's lookup order); this module reads the attribute and guards the entry.
+"""
+from __future__ import annotations
+
+import functools
+import types
+from typing import Any
+
+import torch
+
+from . import lookup
+from .breaks import BreakKind, Unsupported, UserException
+from .sources import AttrSource, ObjectSource, Ref
+from .values import (BoundMethodValue, BuiltinValue, ClassValue, NewObjectValue, NNModuleValue, ObjectValue,
+                     UserFunctionValue, Value)
+from .values.builder import wrap, wrap_unguarded
+
+_LRU_WRAPPER = functools._lru_cache_wrapper
+
+
+def is_data_descriptor(attr: Any) -> bool:
+    return hasattr(type(attr), "__get__") and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"))
+
+
+def _pybind_field(obj: Value, attr: Any) -> bool:
+    return (isinstance(obj, ObjectValue) and obj.source is not None and isinstance(attr, property)
+            and type(type(obj.obj)).__name__ == "pybind11_type" and (type(attr.fget).__name__ == "instancemethod" or isinstance(attr.fget, types.BuiltinFunctionType)))
+
+
+def descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
+    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+        return tx.call(UserFunctionValue(attr.fget), [obj], {})
+    if isinstance(attr, (types.MemberDescriptorType, types.GetSetDescriptorType)) and isinstance(obj, ObjectValue):
+        value = attr.__get__(obj.obj, type(obj.obj))
+        if obj.source is None:
+            return wrap_unguarded(value)
+        return wrap(tx.output, value, lookup.attr_source(obj.source, obj.obj, name))
+    if _pybind_field(obj, attr):
+        # NOTE [pybind11 fields]: a property of a pybind11 class whose getter is C++ (def_readonly /
+        # def_readwrite and the like) runs no Python code: read now and guarded by reading it again
+        value = getattr(obj.obj, name)
+        if type(value) in (bool, int, float, str, type(None)) or isinstance(value, torch.Tensor):
+            return wrap(tx.output, value, AttrSource(obj.source, name))
+    if isinstance(attr, types.MemberDescriptorType) and isinstance(obj, NewObjectValue):
+        if name in obj.attrs:  # a __slots__ entry of an object made while tracing: stored in `attrs`
+            return obj.attrs[name]
+        raise UserException(AttributeError(f"'{obj.cls.__name__}' object has no attribute '{name}'"))
+    got = python_data_descriptor(tx, obj, attr, "__get__", [ClassValue(obj.python_type())])
+    if got is not None:
+        return got
+    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+
+
+# NOTE [Data descriptors written in Python]: a class attribute whose type defines `__get__`/`__set__` in Python
+# (a validating field: `scale = Positive()`, with `__set_name__`; attrs/pydantic-like fields) takes every read
+# and store of that name on an instance, before the instance dict. Such a read or store was a break
+# ("descriptor Positive for 'scale'", "a store through the descriptor Positive"). Now the method is inlined as
+# CPython calls it, `type(attr).__get__(attr, obj, cls)` / `__set__(attr, obj, value)`, for objects from
+# outside and made while tracing; the class entry is guarded by the caller, the method's lookup here, and the
+# descriptor's own state is read through its source like any object's.
+def python_data_descriptor(tx, obj: Value, attr: Any, method: str, args: list[Value]) -> Value | None:
+    """The inlined `type(attr).<method>(attr, obj, *args)`, or None when that method is not Python code."""
+    fn = lookup.mro_lookup(type(attr), method)[1]
+    if not isinstance(fn, types.FunctionType) or not isinstance(obj, (ObjectValue, NewObjectValue)) or \
+            isinstance(obj, NNModuleValue):
+        return None
+    lookup.guard_lookup(tx.output, type(attr), method)
+    descriptor = wrap(tx.output, attr, ObjectSource(Ref(attr, type(attr).__name__)))
+    return tx.call(UserFunctionValue(fn), [descriptor, obj, *args], {})
+
+
+# NOTE [Non-data descriptors written in Python]: a class attribute whose type defines `__get__` in Python
+# and no `__set__`/`__delete__` (torch.distributions.utils.lazy_property: compute, setattr on the instance,
+# return) is read as CPython reads it: `type(attr).__get__(attr, obj, cls)`, inlined. The entry and the
+# descriptor type's `__get__` are guarded by identity. It was a graph break ("descriptor lazy_property for
+# 'probs'") inside Categorical.entropy and friends.
+def _python_descriptor_get(tx, obj: Value, cls: type, name: str, attr: Any, entry) -> Value:
+    get = lookup.mro_lookup(type(attr), "__get__")[1]
+    if not isinstance(get, types.FunctionType) or is_data_descriptor(attr) \
+            or not isinstance(obj, (ObjectValue, NewObjectValue)):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+    if entry is not None:  # None: a library class, fixed (NOTE [Lookup facts])
+        lookup.guard_entry_identity(tx.output, entry, attr)
+        lookup.guard_lookup(tx.output, type(attr), "__get__")
+    descriptor = wrap(tx.output, attr, entry if entry is not None else ObjectSource(Ref(attr, type(attr).__name__)))
+    if type(attr) is functools.cached_property and attr.attrname == name:  # not in the instance dict: its
+        from .library_substitutes import cached_property_first_read  # NOTE [cached_property's first read]
+        get = cached_property_first_read
+    return tx.call(UserFunctionValue(get), [descriptor, obj, ClassValue(cls)], {})
+
+
+def class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None) -> Value:
+    """A non-data class attribute; `entry` is the source of the owner's raw dict entry (None for fixed
+    classes), guarded here by identity, or by value for plain data (NOTE [Lookup facts])."""
+    if isinstance(attr, (types.FunctionType, staticmethod, classmethod, types.BuiltinFunctionType,
+                         types.MethodDescriptorType, types.WrapperDescriptorType)):
+        lookup.guard_entry_identity(tx.output, entry, attr)
+    if isinstance(attr, types.FunctionType):
+        return BoundMethodValue(UserFunctionValue(attr), obj)
+    if isinstance(attr, staticmethod):
+        return wrap_unguarded(attr.__func__)
+    if isinstance(attr, classmethod):
+        return BoundMethodValue(wrap_unguarded(attr.__func__), ClassValue(cls))
+    if isinstance(attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return BoundMethodValue(BuiltinValue(attr), obj)
+    if type(attr) is _LRU_WRAPPER and entry is not None:  # a cached method, e.g. transformers'
+        lookup.guard_entry_identity(tx.output, entry, attr)  # `Logger.warning_once` (NOTE [Cached functions])
+        return BoundMethodValue(wrap(tx.output, attr, entry), obj)
+    if type(attr) is property and isinstance(attr.fget, types.FunctionType):  # `@property` on a NamedTuple
+        lookup.guard_entry_identity(tx.output, entry, attr)  # subclass (its instances have no __dict__)
+        return tx.call(UserFunctionValue(attr.fget), [obj], {})
+    if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
+        return _python_descriptor_get(tx, obj, cls, name, attr, entry)
+    if entry is not None:
+        return wrap(tx.output, attr, entry)
+    index, _ = lookup.mro_lookup(cls, name)
+    if index is not None and (type(attr) in (dict, list) or _plain_object(attr)):
+        # NOTE [Library class data]: a library class's dict or plain object (torch.distributions'
+        # `Normal.arg_constraints`, `support = constraints.real`): its entry is pinned by identity
+        # (NOTE [Library class attributes]); its contents are read through that entry like any
+        # object from outside, so a later change to them is guarded too
+        owner = cls.__mro__[index]
+        if not lookup.is_immutable_class(owner):
+            return wrap(tx.output, attr, lookup.entry_source(owner, name))
+    return wrap_unguarded(attr)
+
+
+def _plain_object(attr: Any) -> bool:
+    """An instance of a plain Python class (not a type, function, module, tensor or callable)."""
+    return (type(attr).__module__ not in ("builtins",) and not callable(attr) and hasattr(attr, "__dict__")
+            and not isinstance(attr, (type, types.ModuleType, torch.Tensor, torch.nn.Module)))
