@@ -144,3 +144,46 @@ def _literal(value) -> bool:
     if type(value) is float:
         return value == value and value not in (float("inf"), float("-inf"))
     return type(value) in _IMMUTABLE
+
+
+# NOTE [singledispatch answered at trace time]: a `functools.singledispatch` function is a wrapper that calls
+# `dispatch(args[0].__class__)`, a closure over the registry, a WeakKeyDictionary cache keyed by classes and an
+# ABC cache token; traced, the cache lookup broke (a dict with class keys), in the wrapper and again in each
+# resume: 3 breaks per call. `dispatch(cls)` of a class known at trace time is answered by calling the real
+# `dispatch` now (eager makes the same call; filling its cache is what eager's first call does), and guarded
+# by calling it again in the guard function and comparing identity with the implementation found
+# (`_dispatches_to`, checked last like a cached call). A `register()` (which clears the cache), an ABC
+# registration that changes the answer, or a new implementation for the class thus recompiles. The
+# implementation is then called like any function. `singledispatchmethod` goes through the same `dispatch`.
+_DISPATCH_CODE = functools.singledispatch(lambda arg: arg).dispatch.__code__
+
+
+def is_singledispatch_dispatch(fn) -> bool:
+    return getattr(fn, "__code__", None) is _DISPATCH_CODE
+
+
+def call_dispatch(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
+    """`dispatch(cls)` of a singledispatch function read from outside (fn: its UserFunctionValue), or None
+    when it is not answered here (then it is inlined as before)."""
+    from .sources import ObjectSource, Ref
+    from .values import ClassValue
+    if fn.source is None or kwargs or len(args) != 1 or not isinstance(args[0], ClassValue):
+        return None
+    cls = args[0].obj
+    try:
+        impl = fn.fn(cls)
+    except Exception as e:  # noqa: BLE001 - eager's dispatch raises the same (no implementation, bad MRO)
+        raise UserException(e) from None
+    out = tx.output
+    expr = f"{out.name_of(_dispatches_to, 'dispatches_to')}({fn.source.expr(out.names)}, " \
+           f"{out.name_of(cls, getattr(cls, '__name__', 'cls'))}, {out.name_of(impl, 'impl')})"
+    out.add_guard("CACHED_CALL", expr, fn.source, expected=f"dispatch to {getattr(impl, '__qualname__', impl)!r}",
+                  actual=expr, cost=COST_CONTAINER + 1)
+    return wrap(out, impl, ObjectSource(Ref(impl, "dispatched")))
+
+
+def _dispatches_to(dispatch, cls, impl) -> bool:
+    try:
+        return dispatch(cls) is impl
+    except Exception:  # noqa: BLE001 - raises now: recompile, the trace raises it as eager does
+        return False

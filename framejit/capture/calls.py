@@ -209,6 +209,9 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
         return tensor  # already in that state: no effect (transformers' enable_input_require_grads hook)
     if name == "requires_grad_" and _fresh_leaf_without_grad(tensor, args, kwargs):
         return tx.output.call("call_method", name, (tensor, *args), kwargs)  # NOTE [requires_grad_ on fresh tensors]
+    if name == "register_hook":
+        from .tensor_hooks import register_hook  # NOTE [Tensor hooks registered after the graph]
+        return register_hook(tx, tensor, args, kwargs)
     kind = TENSOR_METHODS_UNSUPPORTED.get(name)
     if name in ("item", "__int__", "__index__") and not args and not kwargs:
         from .packed_sequences import element_as_int  # NOTE [Packed sequences]

@@ -29,7 +29,8 @@ from .breaks import BreakKind, Unsupported
 from .codegen_runtime import (bound_c_method, exhausted_list_iterator, failing_iterator, keys_iterator_at,
                               list_iterator_at, make_closure, namedtuple_of, new_cell, new_object, range_iterator_at,
                               rows_as, set_function_attrs, walk_at)
-from .codegen_runtime import ITERTOOLS_ROWS
+from .codegen_runtime import ITERTOOLS_ROWS, callable_iterator_of
+_CALLABLE_ITERATOR = type(iter(lambda: None, None))
 from .values.base import LazyArg
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DefaultDictValue, DictValue,
                      DictViewValue, IteratorValue, ListValue, NewObjectValue, ObjectValue, PartialValue,
@@ -397,6 +398,8 @@ class Reconstructor:
                             "outlives the graph (NOTE [itertools objects of their own type])")
             e.root_index = getattr(value, "escape_at", None)
             raise e
+        elif value.iter_type is _CALLABLE_ITERATOR:  # NOTE [Regular expressions with Python callbacks]
+            self._call_const(callable_iterator_of, [TupleValue(value.items[index:])])
         elif value.iter_type is reversed:  # reversed(a tuple): over what is left, in the tuple's order
             self._call_const(reversed, [TupleValue(value.items[index:][::-1])])
         else:
@@ -482,6 +485,10 @@ class Reconstructor:
             self.emit(item)
         if named:
             cg.call(len(value.items) + 1)
+        elif getattr(value, "maxlen", None) is not None:  # NOTE [Deques with a maxlen]
+            cg.build("BUILD_TUPLE", len(value.items))
+            cg.load_const(value.maxlen)
+            cg.call(2)
         else:
             cg.build("BUILD_TUPLE", len(value.items))
             cg.call(1)

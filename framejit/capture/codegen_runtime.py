@@ -107,6 +107,28 @@ def _same(row: Any) -> Any:
     return row
 
 
+def register_tensor_hook(tensor: Any, hook: Any, offset: int) -> None:
+    """`tensor.register_hook(hook)` replayed after the graph, its handle taking the id eager's call took: the
+    `offset`-th id the trace handed out after the counter's value at entry (NOTE [Tensor hooks registered
+    after the graph] in tensor_hooks.py; the trace's finishing calls advance the counter afterwards)."""
+    from torch.utils.hooks import RemovableHandle
+    saved = RemovableHandle.next_id
+    RemovableHandle.next_id = saved + offset
+    try:
+        tensor.register_hook(hook)
+    finally:
+        RemovableHandle.next_id = saved
+
+
+def callable_iterator_of(rows: tuple) -> Any:
+    """A callable_iterator (what `iter(f, sentinel)` and `Pattern.finditer` return) that yields `rows`: its
+    callable's StopIteration ends it (NOTE [Regular expressions with Python callbacks], regex_calls.py)."""
+    return iter(iter(rows).__next__, _NO_ROW)
+
+
+_NO_ROW = object()
+
+
 ITERTOOLS_ROWS = {  # each yields exactly `rows`, and is of the type named
     itertools.chain: lambda rows: itertools.chain(rows),
     itertools.islice: lambda rows: itertools.islice(rows, None),

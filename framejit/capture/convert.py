@@ -465,6 +465,8 @@ def describe_backend_output(gm: torch.fx.GraphModule, compiled: Callable) -> str
     """A readable account of what the backend made of `gm` (for dumps and the output_code log)."""
     if getattr(compiled, "__self__", None) is gm:
         return f"eager: the graph runs as its Python code\n{gm.code}"
+    if output.__dict__.get("hooked_outputs"):
+        return eager_forward  # NOTE [Tensor hooks registered after the graph] (tensor_hooks.py)
     source = getattr(compiled, "source", None)
     if isinstance(source, str):
         return f"{type(compiled).__name__} ({getattr(compiled, 'source_path', '')}):\n{source}"

@@ -6,8 +6,8 @@ dict, OrderedDict and defaultdict shares one value among all keys, as CPython do
 key calls its factory and stores the result (a mutation like any other: NOTE [Live dict views] sees it).
 A subclass of dict or OrderedDict that defines nothing of its own (no methods, no `__init__`) is a
 DictValue of that class, rebuilt as `cls({...})`; any other subclass stays an object (dict_objects.py).
-A deque without maxlen is a ListValue of class deque (its methods below; indexing, len, iteration and
-`d[i] = v` are a list's); with a maxlen it is a graph break.
+A deque made in the trace is a ListValue of class deque (its methods below; indexing, len, iteration and
+`d[i] = v` are a list's); NOTE [Deques with a maxlen].
 Handlers register themselves in builtins.BUILTIN_HANDLERS when this module is imported (by builtins).
 """
 from __future__ import annotations
@@ -172,7 +172,7 @@ def make_dict_subclass(tx, cls: type, args: list[Value], kwargs: dict[str, Value
     return DictValue(_dict(tx, args, kwargs).items, cls=cls)
 
 
-__all__ = ["deque_attr", "wrap_view", "copy_mapping", "is_plain_dict_subclass", "make_dict_subclass", "mapping_attr", "missing_item"]
+__all__ = ["deque_attr", "deque_maxlen", "wrap_view", "copy_mapping", "is_plain_dict_subclass", "make_dict_subclass", "mapping_attr", "missing_item"]
 
 
 # ---- collections.deque: a list value of class deque (no maxlen) -------------------------------------
@@ -181,20 +181,42 @@ _DEQUE_METHODS = ("append", "appendleft", "extend", "extendleft", "pop", "poplef
                   "rotate", "reverse", "index", "count", "remove")
 
 
+# NOTE [Deques with a maxlen]: `collections.deque(maxlen=n)` (a sliding window of recent values) with a
+# constant n is a ListValue of class deque carrying `maxlen`: append/extend drop from the left once it is
+# full, appendleft/extendleft from the right, insert into a full deque raises IndexError, copy keeps the
+# maxlen, all as CPython's deque does; the deque is rebuilt as `deque(items, maxlen)`. A maxlen that is not
+# a constant int or None, or the operators `+`, `*`, `+=`, `*=` on a deque with a maxlen, are graph breaks.
+def deque_maxlen(value: Value):
+    """The maxlen of a deque made in the trace (None for no bound, or for any other value)."""
+    return getattr(value, "maxlen", None)
+
+
+def _new_deque(items: list[Value], maxlen) -> ListValue:
+    d = ListValue(items[len(items) - maxlen:] if maxlen is not None and len(items) > maxlen else items, cls=_DEQUE)
+    if maxlen is not None:
+        d.maxlen = maxlen
+    return d
+
+
 @handles(_DEQUE)
 def _deque(tx, args, kwargs):
+    if len(args) > 2 or kwargs.keys() - {"maxlen", "iterable"}:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "deque with unexpected arguments")
     maxlen = args[1] if len(args) > 1 else kwargs.get("maxlen", ConstantValue(None))
-    if not (maxlen.is_constant() and maxlen.as_constant() is None) or len(args) > 2 or kwargs.keys() - {"maxlen", "iterable"}:
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "deque with a maxlen")
+    if not maxlen.is_constant() or type(maxlen.as_constant()) not in (int, type(None)):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"deque with a maxlen {maxlen.describe()}")
+    n = maxlen.as_constant()
+    if n is not None and n < 0:
+        raise UserException(ValueError("maxlen must be non-negative"))
     source = args[0] if args else kwargs.get("iterable")
-    return ListValue(iterate(tx, source) if source is not None else [], cls=_DEQUE)
+    return _new_deque(iterate(tx, source) if source is not None else [], n)
 
 
 def deque_attr(d: ListValue, name: str) -> Value:
     if name in _DEQUE_METHODS:
         return BoundMethodValue(BuiltinValue(getattr(_DEQUE, name)), d)
     if name == "maxlen":
-        return ConstantValue(None)
+        return ConstantValue(deque_maxlen(d))
     if hasattr(_DEQUE, name):
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"deque.{name}")
     raise UserException(AttributeError(f"'collections.deque' object has no attribute '{name}'"))
@@ -205,11 +227,13 @@ def _deque_method(name: str):
         d, rest = args[0], args[1:]
         if not isinstance(d, ListValue) or d.cls is not _DEQUE or kwargs:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"deque.{name} on {d.describe()}")
-        items = d.items
+        items, maxlen = d.items, deque_maxlen(d)
         if name == "copy":
-            return ListValue(list(items), cls=_DEQUE)
+            return _new_deque(list(items), maxlen)
         if name in ("index", "count", "remove", "rotate", "reverse"):
             return _constant_deque_method(d, name, rest)
+        if name in ("extend", "extendleft"):
+            rest = [*iterate(tx, rest[0])]  # before the mutation: `d.extend(d)` adds the old items
         tx.output.side_effects.mutate_container(d)
         if name in ("pop", "popleft"):
             if rest:
@@ -217,21 +241,29 @@ def _deque_method(name: str):
             if not items:
                 raise UserException(IndexError(f"{name} from an empty deque"))
             return items.pop() if name == "pop" else items.pop(0)
-        if name == "append":
-            items.append(rest[0])
-        elif name == "appendleft":
-            items.insert(0, rest[0])
-        elif name == "extend":
-            items.extend(iterate(tx, rest[0]))
-        elif name == "extendleft":
-            for item in iterate(tx, rest[0]):
-                items.insert(0, item)
-        elif name == "insert":
+        if name == "insert":
+            if maxlen is not None and len(items) >= maxlen:
+                raise UserException(IndexError("deque already at its maximum size"))
             items.insert(rest[0].as_constant(), rest[1])
         elif name == "clear":
             items.clear()
+        else:
+            for item in rest:  # append(x), appendleft(x), extend(xs), extendleft(xs): one item at a time
+                _push(items, item, left=name.endswith("left"), maxlen=maxlen)
         return ConstantValue(None)
     return handler
+
+
+def _push(items: list[Value], item: Value, left: bool, maxlen) -> None:
+    """One append (or appendleft) to a deque's items, dropping from the other end when it is full."""
+    if maxlen == 0:
+        return
+    if left:
+        items.insert(0, item)
+    else:
+        items.append(item)
+    if maxlen is not None and len(items) > maxlen:
+        items.pop(-1 if left else 0)
 
 
 def _constant_deque_method(d: ListValue, name: str, args: list[Value]) -> Value:

@@ -78,6 +78,10 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         if fn in INPLACE_TO_PLAIN and not isinstance(a, TensorValue):
             fn = INPLACE_TO_PLAIN[fn]
         return tx.output.call("call_function", fn, (a, b), {})
+    if (getattr(a, "maxlen", None) is not None or getattr(b, "maxlen", None) is not None) and \
+            fn in (operator.add, operator.iadd, operator.mul, operator.imul):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on a deque with a maxlen")  # NOTE [Deques
+        # with a maxlen]
     if isinstance(a, ListValue) and fn is operator.iadd:
         added = iterate(tx, b)
         tx.output.side_effects.mutate_container(a)

@@ -114,6 +114,8 @@ class SideEffects:
         # write, in the order recorded: a state change of an outside object that no store expresses
         # (an outside generator context manager the trace entered and left, generator_ctx.py)
         self.finishing_calls: list[tuple[Any, list[Value]]] = []
+        # NOTE [Tensor hooks registered after the graph]: `(tensor, hook, id offset)` per `t.register_hook(fn)`
+        self.tensor_hooks: list[tuple[Value, Value, int]] = []
         # NOTE [Effects before a failing graph] (graph_errors.py): `graph` is the trace's fx graph (set by
         # OutputGraph); `late` holds the keys of the effects recorded after its first op
         self.graph: Any = None
@@ -131,7 +133,7 @@ class SideEffects:
 
     def __bool__(self) -> bool:
         return bool(self.containers or self.attrs or self.globals or self.cells or self.finishing_calls or
-                    self._moved_iterators())
+                    self.tensor_hooks or self._moved_iterators())
 
     def _moved_iterators(self) -> list[Value]:
         """Outside list iterators the trace advanced or exhausted (NOTE [Iterators from outside])."""
@@ -260,6 +262,13 @@ class SideEffects:
             self.module_flag_stores += 1
         self.finishing_calls.append((function, list(objects)))
 
+    def record_tensor_hook(self, tensor: Value, hook: Value, offset: int) -> None:
+        """`tensor.register_hook(hook)`, its handle discarded: made after the graph (NOTE [Tensor hooks
+        registered after the graph] in tensor_hooks.py)."""
+        self.version += 1
+        self._mark(("tensor_hook", len(self.tensor_hooks)))
+        self.tensor_hooks.append((tensor, hook, offset))
+
     def store_global(self, f_globals: dict, name: str, value: Value) -> None:
         self._check_no_dict_value(f_globals, f"the global {name!r}")
         self.version += 1
@@ -303,6 +312,7 @@ class SideEffects:
         result += [v for _, _, v in self.attrs.values()]
         result += [v for _, _, v in self.globals.values()]
         result += [v for _, v in self.cells.values()]
+        result += [v for tensor, hook, _ in self.tensor_hooks for v in (tensor, hook)]
         return result
 
     def emit(self, rebuild) -> None:
@@ -355,7 +365,15 @@ class SideEffects:
             else:
                 cg.load_const(cell)
             cg.emit("STORE_ATTR", "cell_contents")
-        from .codegen_runtime import advance_iterator, move_list_iterator, move_reverse_iterator
+        from .codegen_runtime import advance_iterator, move_list_iterator, move_reverse_iterator, register_tensor_hook
+        for _, _, offset in self.tensor_hooks:  # NOTE [Tensor hooks registered after the graph]
+            cg.push_null()
+            cg.load_const(register_tensor_hook)
+            cg.load_fast(next(pending))
+            cg.load_fast(next(pending))
+            cg.load_const(offset)
+            cg.call(3)
+            cg.emit("POP_TOP")
         from .values.containers import lent_error
         for iterator in self._moved_iterators():  # after the lists' own replay: the end is the final one
             if iterator.lent_at is not None:

@@ -61,6 +61,29 @@ BUILTIN_HANDLERS[id] = _id
 # trace that answered id() is therefore kept in memory only (frame_cache._persist).
 
 
+# NOTE [vars() is a read of __dict__]: `vars(obj)` is CPython's `getattr(obj, "__dict__")`, with the
+# AttributeError turned into TypeError("vars() argument must have __dict__ attribute"). It is traced as that
+# attribute read, so it answers (and guards, and treats as a read of a hook handle's id) exactly what
+# `obj.__dict__` does: config objects built in forward that fill themselves with `vars(self).update(kw)` or
+# `vars(self)[k] = v`. `vars()` without an argument is `locals()`: still a break.
+def _vars(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if kwargs:
+        raise UserException(TypeError("vars() takes no keyword arguments"))
+    if len(args) != 1:
+        if len(args) > 1:
+            raise UserException(TypeError(f"vars expected at most 1 argument, got {len(args)}"))
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "vars() without an argument (the frame's locals)")
+    try:
+        return tx.getattr(args[0], "__dict__")
+    except UserException as e:
+        if isinstance(e.exc, AttributeError):
+            raise UserException(TypeError("vars() argument must have __dict__ attribute")) from None
+        raise
+
+
+BUILTIN_HANDLERS[vars] = _vars
+
+
 # NOTE [sys.exc_info while tracing]: `sys.exc_info()` (and `sys.exception()`) answer the exception being
 # handled, here or in a caller. contextlib.ExitStack.__exit__ reads it on every exit, also a normal one.
 # When the caller handled no exception at entry (read by convert_frame before tracing starts) and no
