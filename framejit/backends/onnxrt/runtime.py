@@ -502,9 +502,7 @@ class OrtPart(torch.nn.Module):
         if self.refreezes > _MAX_REFREEZE:
             logs.log("output_code", "onnxrt: weights of a part changed %d times; it stops freezing them",
                      self.refreezes)
-            self.frozen_positions = ()
-            self._fed = list(zip(self.input_names, range(len(self.input_names))))
-            self._vector_run = None
+            self._stop_freezing(self.frozen_positions)
         self._make_session(args)
 
     def forward(self, *args):
