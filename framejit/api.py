@@ -96,6 +96,7 @@ def _compile_one(model: Any, request: CompileRequest):
 def _hook(fn: types.FunctionType, request: CompileRequest) -> FrameHook:
     hook = FrameHook(fn, request)
     functools.update_wrapper(hook, fn)
+    capture.call_frame_reader_directly(hook)  # NOTE [Frame readers called directly]
     return hook
 
 
@@ -237,6 +238,7 @@ def explain(fn: Callable, *, backend: str | Callable = "eager"):
     def run(*args, **kwargs) -> ExplainOutput:
         request = _make_request(backend, False, None, None, None)
         compiled = _compile_one(fn, request)
+        capture.uncall_directly(_find_hook(compiled))  # explain traces it to report why it runs eagerly
         before = capture.eager_frame_count()
         compiled(*args, **kwargs)
         report = _report([_find_hook(compiled), *request.hooks.all()])  # the frame, its callees and resumes

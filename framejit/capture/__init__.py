@@ -10,7 +10,8 @@ here, and nothing else of capture's internals or module-level state is theirs to
   entries that relied on it (NOTE [Disable after compiling] in hook.py); `stats()`: the counters and rows
   behind `framejit.stats()`; `eager_frame_count()` / `eager_frames_since(n)`: the frames run wholly
   eagerly (NOTE [Eager frames]); `keep_hooks()`: collect the FrameHooks a block creates (`framejit explain
-  SCRIPT`); `DimRange`: a marked dimension's bounds (shapes.py).
+  SCRIPT`); `DimRange`: a marked dimension's bounds (shapes.py); `call_frame_reader_directly(hook)` /
+  `uncall_directly(hook)`: NOTE [Frame readers called directly] (frame_locals.py).
 
 NOTE [Light capture package]: the names are resolved on first use (PEP 562 `__getattr__`), as in
 framejit/__init__.py, so importing one submodule (`framejit.capture.normalize`, `.breaks`) does not import
@@ -27,6 +28,7 @@ _LAZY = {
     "FrameHook": ".hook", "keep_hooks": ".hook", "CompileRequest": ".requests", "module_call": ".module_frame",
     "FramejitError": ".breaks", "GraphBreak": ".breaks", "Unsupported": ".breaks",
     "BackendCompilerFailed": ".backend_call", "DimRange": ".shapes", "ConstraintViolationError": ".shapes",
+    "call_frame_reader_directly": ".frame_locals", "uncall_directly": ".frame_locals",
 }
 
 

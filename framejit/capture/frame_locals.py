@@ -19,7 +19,18 @@ code names one of these, or whose trace reaches such a callee (inlined at any de
 wholly eagerly: its own code in its own frame, every local under its own name, callees called as
 Python. logging's own code (`Logger.findCaller`) is left to NOTE [Callees that read their caller's
 frame] in graph_break.py. Not covered: the frames above a compiled function's frame are framejit's
-hook frames (no frame-evaluation hook), so `sys._getframe().f_back` in it names hook.py, not its caller.
+hook frames (no frame-evaluation hook), so `sys._getframe().f_back` in it names hook.py, not its caller
+(but see NOTE [Frame readers called directly]).
+
+NOTE [Frame readers called directly]: a function compiled by `framejit.compile(fn)` whose own code reads
+the frame stack always runs wholly eagerly (above), yet it ran one FrameHook.__call__ (and on a miss one
+`miss`) frame below its caller: `sys._getframe(1).f_code.co_name` answered 'miss', then '__call__' where
+eager answers the caller's name, and `len(inspect.stack())` / `traceback.extract_stack()` counted 2 or 1
+frames more (red team h12red3). Unless fullgraph=True (which raises at the first call), such a hook gets a
+class of its own whose `__call__` is the function itself (a staticmethod: CPython's call slot calls it with
+no Python frame between), so the function's frame is called by its caller's frame as in eager. The hook
+keeps its attributes; explain() puts the hook's class back to report the break. A later `fn.__code__ = ...`
+runs the new code eagerly too.
 """
 from __future__ import annotations
 
@@ -75,4 +86,21 @@ def frame_reader_break(code: types.CodeType) -> Unsupported | None:
     return e
 
 
-__all__ = ["frame_reader_break", "reads_frames", "reads_own_locals"]
+def call_frame_reader_directly(hook) -> None:
+    """NOTE [Frame readers called directly]: `hook` (a FrameHook made by framejit.compile) calls its function
+    with no frame of its own when that function's code reads the frame stack."""
+    fn = hook.fn
+    if hook.request.fullgraph or frame_reader_break(fn.__code__) is None:
+        return
+    base = type(hook)
+    hook.__class__ = type(base.__name__, (base,), {"__call__": staticmethod(fn), "__module__": base.__module__,
+                                                   "__qualname__": base.__qualname__, "calls_directly": True})
+
+
+def uncall_directly(hook) -> None:
+    """Undo call_frame_reader_directly (explain() traces the frame to report its break)."""
+    if type(hook).__dict__.get("calls_directly"):
+        hook.__class__ = type(hook).__mro__[1]
+
+
+__all__ = ["call_frame_reader_directly", "frame_reader_break", "reads_frames", "reads_own_locals", "uncall_directly"]

@@ -138,3 +138,45 @@ def test_a_hook_id_guessed_as_a_literal_is_this_calls_id(name):
         return seen
 
     assert outcomes(True) == outcomes(False)
+
+
+# ---- the frames above a compiled function that reads the frame stack (NOTE [Frame readers called directly])
+
+def _frames_seen(x):
+    import inspect
+    import sys
+    import traceback
+    caller = sys._getframe(1)
+    return x * 2, caller.f_code.co_name, caller.f_lineno, len(inspect.stack()), len(traceback.extract_stack())
+
+
+def _call_from_here(fn, x):
+    return fn(x)
+
+
+class _Reader:
+    def read(self, x):
+        import sys
+        caller = sys._getframe(1)
+        return x + 1, caller.f_code.co_name, caller.f_lineno
+
+
+@pytest.mark.parametrize("how", ["function", "bound_method"])
+def test_a_frame_reader_sees_its_callers_frame(how):
+    # such a function always runs eagerly, but one or two hook frames (FrameHook.__call__, miss) sat between it
+    # and its caller: sys._getframe(1) named 'miss' then '__call__' (eager: the caller), and the stack was 2, 1
+    # frames deeper
+    if how == "function":
+        eager, fast = _frames_seen, framejit.compile(_frames_seen, backend="eager")
+    else:
+        eager, fast = _Reader().read, framejit.compile(_Reader().read, backend="eager")
+    for step in range(3):
+        x = torch.full((step + 1,), float(step))
+        expected, got = _call_from_here(eager, x), _call_from_here(fast, x)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1:] == expected[1:], step
+
+
+def test_explain_still_reports_a_frame_reader_break():
+    report = framejit.explain(_frames_seen)(torch.ones(2))
+    assert report.graph_break_count == 1 and report.graph_count == 0
