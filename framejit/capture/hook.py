@@ -28,6 +28,7 @@ import contextlib
 import gc
 import inspect
 import re
+import sys
 import threading
 import time
 import types
@@ -41,6 +42,7 @@ from .codegen import frame_signature
 from .convert import convert_frame
 from .module_frame import module_call
 from .graph_errors import make_effects
+from .locators import ModuleNotImported
 from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
 from .resume import make_resume_code
 from .resume import _ORIGIN
@@ -60,6 +62,7 @@ class FrameHook:
         self.entries: list[Entry] = []
         self.limit_logged = False
         self.loaded_owners: set = set()  # owners whose persisted entries were looked up (frame cache)
+        self.waiting: list[tuple] = []  # (owner, module, persisted): NOTE [Entries waiting for an import]
         self.dynamic_floats: frozenset[str] = frozenset()  # NOTE [Dynamic floats] in values/scalars.py
         self.dynamic_dims: dict[str, frozenset[int]] = {}  # NOTE [Automatic dynamic]
         self.dynamic_ints: frozenset[str] = frozenset()  # NOTE [Dynamic ints]
@@ -195,22 +198,42 @@ class FrameHook:
             return None
         owner = type(args[0]) if self.fn is module_call and args else None
         if owner in self.loaded_owners:
-            return None
-        self.loaded_owners.add(owner)
+            persisted = self._imported_since(owner)
+            if not persisted:
+                return None
+        else:
+            self.loaded_owners.add(owner)
+            persisted = frame_cache.load(self.fn, args, kwargs, self.request)
         loaded = []
         with _no_gc():  # NOTE [No GC while restoring]
-            self._restore_into(loaded, args, kwargs)
+            self._restore_into(loaded, persisted, owner, args, kwargs)
         STATS["frames_loaded"] += len(loaded)
         for entry in loaded:
             self._record(len(entry.graphs), 0.0, "hit")
         self.entries = [*loaded, *self.entries]
         return next((e for e in loaded if _accepts(e, args, kwargs)), None)
 
-    def _restore_into(self, loaded: list, args: tuple, kwargs: dict) -> None:
-        for persisted in frame_cache.load(self.fn, args, kwargs, self.request):
+    # NOTE [Entries waiting for an import]: a persisted entry whose locators name a user module this process
+    # has not imported is not loaded (NOTE [Locators import no user module] in locators.py). A module the
+    # compiled function imports itself (`def f(x): import mymod; return mymod.g(x)`) is imported only by the
+    # first call, after the entries were looked up: the cold process's later entries (traced once the module
+    # was imported: a new shape, a new value) were dropped and traced again in every warm process. Such an
+    # entry now waits, with the module it needs; a later miss loads the waiting entries whose module has been
+    # imported since, before tracing.
+    def _imported_since(self, owner) -> list:
+        ready = [w for w in self.waiting if w[0] is owner and w[1] in sys.modules]
+        self.waiting = [w for w in self.waiting if not any(w is r for r in ready)]
+        return [persisted for _, _, persisted in ready]
+
+    def _restore_into(self, loaded: list, entries: list, owner, args: tuple, kwargs: dict) -> None:
+        for persisted in entries:
             try:
                 guard, fn, graphs = frame_cache.restore(self.fn, persisted, self.request, args, kwargs)
                 graph_break = frame_cache.restored_graph_break(self.fn, persisted)
+            except ModuleNotImported as e:
+                logs.log("cache", "persisted entry of %s waits for an import of %s", self._name(), e.module)
+                self.waiting.append((owner, e.module, persisted))
+                continue
             except Exception as e:  # a stale or unloadable entry is a miss, never an error
                 logs.log("cache", "persisted entry of %s not used: %s: %s", self._name(), type(e).__name__, e)
                 continue
@@ -223,6 +246,7 @@ class FrameHook:
         self.other_codes.clear()
         self.limit_logged = False
         self.loaded_owners.clear()
+        self.waiting = []
 
     def _record(self, graphs: int, seconds: float, cache: str) -> None:
         """One row of `framejit.stats()["frames"]` (the `framejit warm` table)."""

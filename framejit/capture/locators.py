@@ -433,30 +433,26 @@ def _namedtuple_method_locator(obj: Any, module: str, qualname: str) -> tuple | 
     """NOTE [Namedtuple methods by their class]: `collections.namedtuple` makes `_replace`, `__repr__`,
     `_asdict` (and `_make`'s function) per class, with `__module__` 'collections' and qualname `P._replace`,
     which import back to nothing. Such a function is found as the class-dict entry of the namedtuple class
-    that holds it (the class found through the garbage collector's referrers, once, when an entry is saved),
-    by the class's own module and qualname; resolving checks it is the very object."""
+    that holds it, by the class's own module and qualname; resolving checks it is the very object. The class
+    is one of `tuple.__subclasses__()` (namedtuple and typing.NamedTuple make direct subclasses of tuple;
+    the interpreter keeps that list itself): before, it was found through the garbage collector's referrers,
+    which miss every object gc.freeze() moved to the permanent generation (servers freeze after importing),
+    so such entries were kept in memory only there, and each search scanned every tracked object."""
     owner, _, name = qualname.rpartition(".")
-    if module != "collections" or not owner or not isinstance(obj, (types.FunctionType, classmethod)):
+    if module != "collections" or not owner or "<" in owner or not isinstance(obj, (types.FunctionType, classmethod)):
         return None  # (a classmethod: `_make`, read through the class dict by `self._make`)
-    import gc
-    if isinstance(obj, types.FunctionType):  # `_make`'s function, inlined: found through its classmethod
-        for holder in gc.get_referrers(obj):
-            if type(holder) is classmethod and holder.__func__ is obj:
-                locator = _namedtuple_method_locator(holder, module, qualname)
-                if locator is not None and _finds(locator + ("__func__",), None, obj):
-                    return locator + ("__func__",)
-    for namespace in gc.get_referrers(obj):
-        if not isinstance(namespace, dict) or namespace.get(name) is not obj:
+    for cls in tuple.__subclasses__():
+        if cls.__qualname__ != owner or not isinstance(cls.__dict__.get("_fields"), tuple):
             continue
-        for cls in gc.get_referrers(namespace):
-            if isinstance(cls, type) and isinstance(cls.__dict__.get("_fields"), tuple) and \
-                    cls.__qualname__ == owner and "<" not in cls.__qualname__:
-                locator = ("classdict", cls.__module__, cls.__qualname__, name)
-                try:
-                    if resolve(locator, None) is obj:
-                        return locator
-                except Exception:
-                    return None
+        entry = cls.__dict__.get(name)
+        if entry is obj:
+            path = ()
+        elif type(entry) is classmethod and entry.__func__ is obj:  # `_make`'s function, inlined
+            path = ("__func__",)
+        else:
+            continue
+        locator = ("classdict", cls.__module__, cls.__qualname__, name)
+        return locator + path if _finds(locator + path, None, obj) else None
     return None
 
 
@@ -771,8 +767,17 @@ def _imported(name: str) -> types.ModuleType:
     if module is not None:
         return module
     if name.partition(".")[0] not in _LAZY_PACKAGES:
-        raise NotPersistable(f"the module {name} is not imported in this process")
+        raise ModuleNotImported(name)
     return importlib.import_module(name)
+
+
+class ModuleNotImported(NotPersistable):
+    """A locator names a module this process has not imported (yet: NOTE [Entries waiting for an import]
+    in hook.py)."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__(f"the module {module} is not imported in this process")
+        self.module = module
 
 
 def _import(module: str, qualname: str) -> Any:
