@@ -457,6 +457,8 @@ def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, 
     from .ddp_buckets import compile_in_buckets, guard_ddp  # NOTE [Graphs split at DDP's buckets]
     guard_ddp(output, example_inputs)  # NOTE [Entries guarded on DDP]
     compiled = compile_in_buckets(gm, example_inputs, compile_part) or compile_part(gm, example_inputs)
+    if output.__dict__.get("hooked_outputs"):
+        return eager_forward  # NOTE [Tensor hooks registered after the graph] (tensor_hooks.py)
     from .saved_hooks import hook_aware  # NOTE [Saved-tensors hooks at the call]
     return hook_aware(gm, compiled, eager_forward, output.grad_enabled, example_inputs)
 
@@ -465,8 +467,6 @@ def describe_backend_output(gm: torch.fx.GraphModule, compiled: Callable) -> str
     """A readable account of what the backend made of `gm` (for dumps and the output_code log)."""
     if getattr(compiled, "__self__", None) is gm:
         return f"eager: the graph runs as its Python code\n{gm.code}"
-    if output.__dict__.get("hooked_outputs"):
-        return eager_forward  # NOTE [Tensor hooks registered after the graph] (tensor_hooks.py)
     source = getattr(compiled, "source", None)
     if isinstance(source, str):
         return f"{type(compiled).__name__} ({getattr(compiled, 'source_path', '')}):\n{source}"
