@@ -122,7 +122,8 @@ def cached_property_first_read(self, instance, owner=None):
 _RE_FUNCTIONS = {("re", name) for name in ("match", "search", "fullmatch", "split", "findall", "sub", "subn",
                                            "compile", "escape")}
 _PURE_ON_CONSTANTS = {("huggingface_hub.dataclasses", "type_validator"), ("collections", "namedtuple"),
-                      *_RE_FUNCTIONS}
+                      *_RE_FUNCTIONS, ("re", "finditer")}
+_RE_CALLBACK_FORMS = (re.sub, re.subn, re.finditer)
 
 
 def is_pure_on_constants(fn: types.FunctionType) -> bool:
@@ -143,6 +144,10 @@ def call_pure(tx, fn: types.FunctionType, args: list, kwargs: dict):
             return value.obj
         raise LookupError
 
+    if fn in _RE_CALLBACK_FORMS and (fn is re.finditer or not all(v.is_constant() for v in (*args, *kwargs.values()))):
+        # NOTE [Regular expressions with Python callbacks] (regex_calls.py)
+        from .regex_calls import module_regex_call
+        return module_regex_call(tx, fn, args, kwargs)
     try:
         real_args = [real(a) for a in args]
         real_kwargs = {k: real(v) for k, v in kwargs.items()}

@@ -172,7 +172,8 @@ def make_dict_subclass(tx, cls: type, args: list[Value], kwargs: dict[str, Value
     return DictValue(_dict(tx, args, kwargs).items, cls=cls)
 
 
-__all__ = ["deque_attr", "deque_maxlen", "wrap_view", "copy_mapping", "is_plain_dict_subclass", "make_dict_subclass", "mapping_attr", "missing_item"]
+__all__ = ["deque_attr", "deque_maxlen", "outside_deque",
+           "wrap_view", "copy_mapping", "is_plain_dict_subclass", "make_dict_subclass", "mapping_attr", "missing_item"]
 
 
 # ---- collections.deque: a list value of class deque (no maxlen) -------------------------------------
@@ -212,6 +213,24 @@ def _deque(tx, args, kwargs):
     return _new_deque(iterate(tx, source) if source is not None else [], n)
 
 
+# NOTE [Deques from outside]: a deque passed in or held by a module or object (a rolling buffer appended to
+# in forward) was an opaque object: each method call and each iteration was a break. It is now a ListValue of
+# class deque with its source, guarded by type, length and maxlen, its items wrapped through `d[i]` (tensors
+# become graph inputs); the aliasing of NOTE [Objects by identity] covers it like a list. Its mutations are
+# replayed after the graph as the same method calls on the real deque (NOTE [Mutation log]; a mutation no call
+# names is replayed as clear() + extend(final items)), so the real deque's own maxlen trimming applies.
+def outside_deque(out, obj: collections.deque, source) -> ListValue:
+    from .sources import AttrSource, ItemSource
+    from .values.builder import wrap
+    out.guard_type(source, _DEQUE)
+    e = source.expr(out.names)
+    out.add_guard("LENGTH", f"___len({e}) == {len(obj)}", source, expected=str(len(obj)), actual=f"___len({e})")
+    out.guard_constant(AttrSource(source, "maxlen"), obj.maxlen)
+    d = _new_deque([wrap(out, item, ItemSource(source, i)) for i, item in enumerate(obj)], obj.maxlen)
+    d.source = source
+    return d
+
+
 def deque_attr(d: ListValue, name: str) -> Value:
     if name in _DEQUE_METHODS:
         return BoundMethodValue(BuiltinValue(getattr(_DEQUE, name)), d)
@@ -231,25 +250,30 @@ def _deque_method(name: str):
         if name == "copy":
             return _new_deque(list(items), maxlen)
         if name in ("index", "count", "remove", "rotate", "reverse"):
-            return _constant_deque_method(d, name, rest)
+            return _constant_deque_method(tx, d, name, rest)
+        logged = tuple(rest)
         if name in ("extend", "extendleft"):
             rest = [*iterate(tx, rest[0])]  # before the mutation: `d.extend(d)` adds the old items
-        tx.output.side_effects.mutate_container(d)
+            logged = (TupleValue(list(rest)),)
         if name in ("pop", "popleft"):
             if rest:
                 raise UserException(TypeError(f"deque.{name}() takes no arguments ({len(rest)} given)"))
             if not items:
                 raise UserException(IndexError(f"{name} from an empty deque"))
+            tx.output.side_effects.mutate_container(d)
+            tx.output.side_effects.record_op(d, name, ())  # NOTE [Deques from outside]
             return items.pop() if name == "pop" else items.pop(0)
+        if name == "insert" and maxlen is not None and len(items) >= maxlen:
+            raise UserException(IndexError("deque already at its maximum size"))
+        tx.output.side_effects.mutate_container(d)
         if name == "insert":
-            if maxlen is not None and len(items) >= maxlen:
-                raise UserException(IndexError("deque already at its maximum size"))
             items.insert(rest[0].as_constant(), rest[1])
         elif name == "clear":
             items.clear()
         else:
             for item in rest:  # append(x), appendleft(x), extend(xs), extendleft(xs): one item at a time
                 _push(items, item, left=name.endswith("left"), maxlen=maxlen)
+        tx.output.side_effects.record_op(d, name, logged)
         return ConstantValue(None)
     return handler
 
@@ -266,14 +290,17 @@ def _push(items: list[Value], item: Value, left: bool, maxlen) -> None:
         items.pop(-1 if left else 0)
 
 
-def _constant_deque_method(d: ListValue, name: str, args: list[Value]) -> Value:
+def _constant_deque_method(tx, d: ListValue, name: str, args: list[Value]) -> Value:
+    effects = tx.output.side_effects
     if name in ("rotate", "reverse"):
         real = _DEQUE(range(len(d.items)))  # permute positions, keep the values
         try:
             getattr(real, name)(*(a.as_constant() for a in args))
         except Exception as e:
             raise UserException(e) from None
+        effects.mutate_container(d)
         d.items[:] = [d.items[i] for i in real]
+        effects.record_op(d, name, tuple(args))  # NOTE [Deques from outside]
         return ConstantValue(None)
     if not all(i.is_constant() for i in d.items) or not all(a.is_constant() for a in args):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"deque.{name} over non-constant items")
@@ -283,8 +310,12 @@ def _constant_deque_method(d: ListValue, name: str, args: list[Value]) -> Value:
         result = getattr(real, name)(*(a.as_constant() for a in args))
     except Exception as e:
         raise UserException(e) from None
+    if name == "remove":
+        effects.mutate_container(d)
     from .folded_results import permuted_like  # the items themselves: a list inside stays the program's list
     d.items[:] = permuted_like(d.items, before, list(real))
+    if name == "remove":
+        effects.record_op(d, name, tuple(args))
     return ConstantValue(result)
 
 

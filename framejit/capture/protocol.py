@@ -20,9 +20,9 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .hash_order import note_fold, note_order
-from .values import (ConstantValue, DictValue, DictViewValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue, ObjectValue,
-                     SequenceValue, SetValue, SliceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue,
-                     Value)
+from .values import (BoundMethodValue, ConstantValue, DictValue, DictViewValue, IteratorValue, ListValue, NewObjectValue,
+                     NNModuleValue, ObjectValue, SequenceValue, SetValue, SliceValue, SymFloatValue, SymNodeValue,
+                     TensorValue, TupleValue, UserFunctionValue, Value)
 from .values.outside import OutsideDictValue, OutsideListValue
 from .dict_objects import dunder, is_new_dict_object, storage
 from .folded_results import folded_value
@@ -367,6 +367,10 @@ def _exact_type(v: Value) -> type | None:
     """The type of the object `v` stands for, where the value knows it exactly."""
     if isinstance(v, (SequenceValue, DictValue, SetValue, ObjectValue, NewObjectValue, ConstantValue)):
         return v.python_type()
+    if isinstance(v, UserFunctionValue):
+        return types.FunctionType
+    if isinstance(v, BoundMethodValue) and isinstance(v.func, UserFunctionValue):
+        return types.MethodType  # `new_func is not self.func` (functools.partialmethod.__get__): two objects
     return None
 
 

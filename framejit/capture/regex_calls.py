@@ -100,7 +100,8 @@ def module_regex_call(tx, fn, args: list[Value], kwargs: dict[str, Value]) -> Va
         return None  # inlined: eager's own TypeError
     values = dict(bound.arguments)
     pattern, flags = values.pop("pattern"), values.pop("flags", ConstantValue(0))
-    if not (pattern.is_constant() and flags.is_constant()) or not isinstance(pattern.as_constant(), (str, bytes, re.Pattern)):
+    if not (pattern.is_constant() and flags.is_constant()) or \
+            not isinstance(pattern.as_constant(), (str, bytes, re.Pattern)):
         return None
     if int(flags.as_constant()) & re.DEBUG:
         return None

@@ -27,6 +27,8 @@ is computed before the first write.
 """
 from __future__ import annotations
 
+import collections
+
 import operator
 from typing import Any
 
@@ -332,6 +334,9 @@ class SideEffects:
             arg_temps = [next(pending) for _ in args]
             if method is not None:
                 _call_method(cg, container, method, arg_temps)
+            elif isinstance(container, ListValue) and container.cls is collections.deque:
+                _call_method(cg, container, "clear", [])  # NOTE [Deques from outside]: no slice assignment
+                _call_method(cg, container, "extend", arg_temps)
             elif isinstance(container, ListValue):
                 cg.load_fast(arg_temps[0])
                 container.source.reload(cg)

@@ -5,12 +5,12 @@ y.register_hook(fn)`) or on an input was a graph break (2 graphs where stock tor
 hook does nothing until the backward reaches that tensor, and it applies to the tensor's whole gradient,
 whatever uses of the tensor came before or after the registration; so registering it when the graph has
 returned, on the same tensor object, is what eager's registration inside the frame does. The tensor becomes
-a graph output (an input is reloaded from its source), the hook is rebuilt like any value the replay needs
-(a function from outside, a closure of the trace), and `codegen_runtime.register_tensor_hook` registers it
-after the graph with the id eager's handle took: the counter at entry plus the ids the trace handed out
-before it (NOTE [Hooks registered in the trace]); a finishing call advances the counter after, and no guard
-on the counter is needed for it. A break later in the frame replays it before the unsupported instruction runs (a `backward()` or
-`torch.autograd.grad` call inside the frame then sees it).
+a graph output (an input is reloaded from its source), the hook is rebuilt like any value the replay
+needs (a function from outside, a closure of the trace), and `codegen_runtime.register_tensor_hook`
+registers it after the graph with the id eager's handle took: the counter at entry plus the ids the trace
+handed out before it (NOTE [Hooks registered in the trace]); a finishing call advances the counter after,
+and no guard on the counter is needed for it. A break later in the frame replays it before the unsupported
+instruction runs (a `backward()` or `torch.autograd.grad` call inside the frame then sees it).
 
 For an intermediate, that is the same tensor only while the graph runs as its own code: a backend's joint
 (AOT autograd: onnxrt, triton) returns a new output tensor whose gradient the graph's own uses do not reach.

@@ -379,3 +379,70 @@ def test_tensor_hook_before_a_break_is_registered_for_a_backward_in_the_frame():
 
     backend, records = _run(f, lambda i: (torch.randn(3, requires_grad=True),))
     assert backend.graph_count == 1
+
+
+# ---- deques from outside: NOTE [Deques from outside] (mappings.py) ------------------------------------------
+class _History(torch.nn.Module):
+    """A rolling buffer of recent means, appended to in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.hist = collections.deque(maxlen=2)
+
+    def forward(self, x):
+        self.hist.append(x.mean())
+        self.hist.rotate(1)
+        return x - sum(self.hist) / len(self.hist)
+
+
+def test_a_deque_held_by_a_module_is_traced_and_its_mutations_replayed():
+    eager_module, compiled_module = _History(), _History()
+    backend = CountingBackend()
+    compiled = framejit.compile(compiled_module, backend=backend)
+    with logged_breaks() as records:
+        for i in range(4):
+            x = torch.randn(3, 4) + i
+            assert_same(compiled(x), eager_module(x))
+            assert_same(list(compiled_module.hist), list(eager_module.hist))
+    assert records == [] and backend.graph_count == 3  # one per length at entry (0, 1, 2); before: a break per method
+
+
+def test_deque_arguments_mutated_as_eager():
+    def f(x, q, r):
+        q.append(len(q))
+        q.extendleft([7])
+        r.appendleft(x * 2)
+        if len(r) > 2:
+            r.pop()
+        r.extend([x + 1])
+        q.remove(7)
+        q.reverse()
+        return x * sum(q) + sum(r), q.maxlen, repr(collections.deque([1, 2, 3], maxlen=2))
+
+    states = [(collections.deque([1], maxlen=3), collections.deque()) for _ in range(2)]
+    compiled = framejit.compile(f, backend=CountingBackend())
+    for i in range(4):
+        x = torch.randn(3)
+        expected = f(x, *states[0])
+        assert_same(compiled(x, *states[1]), expected)
+        assert list(states[1][0]) == list(states[0][0]) and states[1][0].maxlen == 3
+        assert_same(list(states[1][1]), list(states[0][1]))
+
+
+# ---- identity of a bound method and a function (protocol._exact_type) ---------------------------------------
+class _WithMethods:
+    def m(self):
+        return 1
+
+    def n(self):
+        return 2
+
+
+def test_a_bound_method_is_not_a_function():
+    a = _WithMethods()
+
+    def f(x):
+        return x + (a.m is not _WithMethods.m) * 2 + (a.m is _WithMethods.n) + (_WithMethods.m is _WithMethods.m) * 4
+
+    _, records = _run(f, lambda i: (torch.randn(3),))
+    assert records == []  # before: a break (identity comparison of BoundMethod and Function)

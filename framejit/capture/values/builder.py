@@ -322,6 +322,9 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
     if type(obj) in (re.Pattern, re.Match):  # immutable (NOTE [Regular expressions on constants])
         out.guard_id(source, obj)
         return ConstantValue(obj, source)
+    if type(obj) is collections.deque:
+        from ..mappings import outside_deque  # NOTE [Deques from outside]
+        return outside_deque(out, obj, source)
     if type(obj) in (bytearray, memoryview):  # NOTE [Mutable buffers carried across breaks]
         from ..carried_loops import opaque_sequence
         return opaque_sequence(out, obj, source)
@@ -631,7 +634,8 @@ def _has_identity(obj: Any) -> bool:
     own), scalars, functions, classes or Python modules."""
     if _lookup_runs_user_code(obj):
         return not issubclass(type(obj), torch.Tensor)
-    if type(obj) in (list, dict, set, collections.OrderedDict, _LIST_ITERATOR, _LIST_REVERSE_ITERATOR,
+    if type(obj) in (list, dict, set, collections.OrderedDict, collections.deque, _LIST_ITERATOR,
+                     _LIST_REVERSE_ITERATOR,
                      *_SEQUENCE_ITERATORS) or isinstance(obj, torch.nn.Module):
         return True
     return hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType,

@@ -36,6 +36,8 @@ class SequenceValue(Value):
             return self.cls(values)
         if hasattr(self.cls, "_fields"):
             return self.cls(*values)
+        if getattr(self, "maxlen", None) is not None:  # NOTE [Deques with a maxlen] (mappings.py)
+            return self.cls(values, self.maxlen)
         return self.cls(values)
 
     def describe(self) -> str:
