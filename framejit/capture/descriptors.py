@@ -70,8 +70,18 @@ def python_data_descriptor(tx, obj: Value, attr: Any, method: str, args: list[Va
             isinstance(obj, NNModuleValue):
         return None
     lookup.guard_lookup(tx.output, type(attr), method)
+    _guard_descriptor_kind(tx, attr)
     descriptor = wrap(tx.output, attr, ObjectSource(Ref(attr, type(attr).__name__)))
     return tx.call(UserFunctionValue(fn), [descriptor, obj, *args], {})
+
+
+# NOTE [A descriptor's kind is guarded]: whether a class attribute is a data descriptor (its type has `__set__`
+# or `__delete__`) decides whether it wins over the instance dict. Only the method called was guarded, so
+# after `del Field.__set__` and `a.__dict__["v"] = 9` the entry kept calling Field.__get__ (3 where eager reads
+# 9; red team h12red3). The descriptor type's `__set__` and `__delete__` lookups are guarded too.
+def _guard_descriptor_kind(tx, attr: Any) -> None:
+    for method in ("__set__", "__delete__"):
+        lookup.guard_lookup(tx.output, type(attr), method)
 
 
 # NOTE [Non-data descriptors written in Python]: a class attribute whose type defines `__get__` in Python
@@ -87,6 +97,7 @@ def _python_descriptor_get(tx, obj: Value, cls: type, name: str, attr: Any, entr
     if entry is not None:  # None: a library class, fixed (NOTE [Lookup facts])
         lookup.guard_entry_identity(tx.output, entry, attr)
         lookup.guard_lookup(tx.output, type(attr), "__get__")
+        _guard_descriptor_kind(tx, attr)  # NOTE [A descriptor's kind is guarded]
     descriptor = wrap(tx.output, attr, entry if entry is not None else ObjectSource(Ref(attr, type(attr).__name__)))
     if type(attr) is functools.cached_property and attr.attrname == name:  # not in the instance dict: its
         from .library_substitutes import cached_property_first_read  # NOTE [cached_property's first read]

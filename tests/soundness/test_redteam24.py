@@ -180,3 +180,69 @@ def test_a_frame_reader_sees_its_callers_frame(how):
 def test_explain_still_reports_a_frame_reader_break():
     report = framejit.explain(_frames_seen)(torch.ones(2))
     assert report.graph_break_count == 1 and report.graph_count == 0
+
+
+# ---- descriptors written in Python whose kind changes (NOTE [Data descriptors written in Python])
+
+def _descriptor_program(change):
+    class Field:
+        def __get__(self, obj, cls):
+            return 3
+
+        def __set__(self, obj, value):
+            pass
+
+    class Lazy:
+        def __get__(self, obj, cls):
+            return 4
+
+    class A:
+        v = Field()
+        w = Lazy()
+
+    a = A()
+    a.__dict__["w"] = 5  # a non-data descriptor loses to the instance dict
+
+    def f(x):
+        return x + a.v, x * a.w
+
+    def between(step):
+        if step == 1:
+            change(Field, Lazy, a)
+
+    return f, between
+
+
+def _stop_being_data(field, lazy, a):
+    del field.__set__
+    a.__dict__["v"] = 9
+
+
+def _shadow_then_stop_being_data(field, lazy, a):
+    a.__dict__["v"] = 9
+    del field.__set__
+
+
+def _become_data(field, lazy, a):
+    lazy.__set__ = lambda self, obj, value: None
+
+
+def _become_data_by_delete(field, lazy, a):
+    lazy.__delete__ = lambda self, obj: None
+
+
+@pytest.mark.parametrize("change", [_stop_being_data, _shadow_then_stop_being_data, _become_data,
+                                    _become_data_by_delete])
+def test_a_descriptor_that_changes_kind_is_looked_up_again(change):
+    # a data descriptor wins over the instance dict, a non-data one loses to it; only its __get__ was guarded,
+    # so after `del Field.__set__` (and a.__dict__['v'] = 9) the compiled entry kept answering 3 (eager 9)
+    results = []
+    for compiled in (False, True):
+        f, between = _descriptor_program(change)
+        fn = framejit.compile(f, backend="eager") if compiled else f
+        seen = []
+        for step in range(4):
+            between(step)
+            seen.append([t.tolist() for t in fn(torch.ones(2))])
+        results.append(seen)
+    assert results[1] == results[0]
