@@ -9,6 +9,7 @@ serves every later call, `names_its_caller`/`modelled` when the callee must run 
 from __future__ import annotations
 
 import dis
+import inspect
 import types
 from typing import Any
 
@@ -41,6 +42,16 @@ def modelled(fn: Any) -> bool:
         return False
 
 
+def makes_generator(fn: Any) -> bool:
+    """NOTE [Generator functions at breaks]: calling a generator (or coroutine) function runs none of its
+    code, it only makes the generator object; a frame hook would trace that code only to find a generator
+    frame it cannot capture and run it wholly eagerly (an eager frame counted for every such call: a caller
+    driving a generator with `send()`). Such a callee is called directly, as CPython would."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and bool(code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                                                      inspect.CO_ASYNC_GENERATOR))
+
+
 def names_its_caller(fn: Any) -> bool:
     """logging's calls record their caller's file, line and function (Logger.findCaller), and functions that
     read frames name their caller's: called through a frame hook, they would name framejit's hook. They run
@@ -54,7 +65,8 @@ def names_its_caller(fn: Any) -> bool:
 # callee at a break names the frame that called it; through a frame hook that is framejit's hook.py frame
 # (its locals are `args`/`kwargs`, its name `__call__`), where eager gives the user's frame. A callee whose
 # code reads frames is therefore called directly from the transformed function (which stands for the user's
-# frame, with its locals live at the break, NOTE [The break's line]); it is not captured.
+# frame, NOTE [The break's line]; every local the user's frame has bound is stored in it under its name first:
+# NOTE [Breaks at calls that read frames] in frame_locals.py); it is not captured.
 def _reads_frames(code: types.CodeType) -> bool:
     from .frame_locals import reads_frames
     return reads_frames(code)

@@ -1,4 +1,4 @@
-"""Frames that read their own local namespace run eagerly.
+"""Frames that read their own locals or the frame stack run eagerly; callees that read frames break at their call.
 
 NOTE [Frames that read their locals]: `locals()`, `vars()` and `dir()` without arguments, and `eval` /
 `exec` without their own namespaces, read the calling frame's local variables. A traced frame keeps
@@ -15,9 +15,9 @@ NOTE [Frames read through the frame stack]: `sys._getframe(n)`, `inspect.current
 a resume function, whose locals are only what the graph's break needs (a dead local is never stored)
 and whose lines are not the user's, and an inlined callee has no frame at all: `helper()` reading
 `sys._getframe(1).f_locals["y"]` raised KeyError where eager returns y (issue 11). A root frame whose
-code names one of these, or whose trace reaches such a callee (inlined at any depth), therefore runs
-wholly eagerly: its own code in its own frame, every local under its own name, callees called as
-Python. logging's own code (`Logger.findCaller`) is left to NOTE [Callees that read their caller's
+code names one of these therefore runs wholly eagerly: its own code in its own frame, every local under
+its own name, callees called as Python; a frame whose trace reaches such a callee breaks at the call
+that leads to it instead (NOTE [Breaks at calls that read frames]). logging's own code (`Logger.findCaller`) is left to NOTE [Callees that read their caller's
 frame] in graph_break.py. Not covered: the frames above a compiled function's frame are framejit's
 hook frames (no frame-evaluation hook), so `sys._getframe().f_back` in it names hook.py, not its caller
 (but see NOTE [Frame readers called directly]).
@@ -31,16 +31,41 @@ class of its own whose `__call__` is the function itself (a staticmethod: CPytho
 no Python frame between), so the function's frame is called by its caller's frame as in eager. The hook
 keeps its attributes; explain() puts the hook's class back to report the break. A later `fn.__code__ = ...`
 runs the new code eagerly too.
+
+NOTE [Breaks at calls that read frames]: a frame whose own code reads frames runs eagerly (above), but one
+whose trace reaches a *callee* that reads them (inlined at any depth) no longer does: the trace breaks at the
+root frame's call that leads to it (`frame_reader_break(code, root_index)` marks the break with that index),
+and the call runs in Python, directly from the transformed function, not through a frame hook (a hook's
+frames would stand between the callee and the user's frame), so every frame below it is a real one. The
+transformed function (or resume function) is the frame the callee sees at `sys._getframe(1)`: its code has
+the user's name, file and line (NOTE [Resume function names], NOTE [The break's line]); for its `f_locals`,
+`emit_user_frame_call` stores every local the user's frame has bound at that point (dead ones included, in
+the order of the original code's `co_varnames`; free variables read from the closure cells) under its own
+name, and takes framejit's own locals (`___graph_out`, `___pre0`, a resume function's `___stack0`, ...) out
+of the frame while the call runs: they are moved onto the value stack (one tuple below the call's operands)
+and stored back after it. The resume function is then called with the user's locals read back from their
+slots, so a callee that writes through `f_locals` (3.13's write-through proxy) is seen as in eager.
+Where this cannot be exact, the frame runs eagerly as before (`reader_break_ok` says no): the call is inside
+a try or with-block (it would run in a tail function or through `run_in_blocks`, a frame of framejit's
+between), the break moved to an earlier instruction (a generator context manager made before it), it is not
+a plain CALL, or the code before the call branches. Not exact in either form: the frames above the user's
+frame (framejit's hook frames; a resume function is called by the frame that broke before it), and a resume
+function's `f_code` (its `co_varnames`/`co_argcount`, e.g. `inspect.getargvalues`) is not the original's.
 """
 from __future__ import annotations
 
 import builtins
 import dis
+import inspect
 import logging
 import types
 import typing
+from typing import Any, Callable
+
+import bytecode
 
 from .breaks import BreakKind, Unsupported
+from .values.base import LazyArg
 
 _READERS = frozenset({"locals", "vars", "dir", "eval", "exec"})
 _NEED_NO_ARGS = frozenset({"vars", "dir"})  # with an argument, they read that object only
@@ -74,16 +99,102 @@ def reads_frames(code: types.CodeType) -> bool:
     return not _FRAME_READERS.isdisjoint(names) or ("stack" in names and "inspect" in names)  # not torch.stack
 
 
-def frame_reader_break(code: types.CodeType) -> Unsupported | None:
-    """The whole-frame break for a root frame or inlined callee whose code reads frames, or None."""
+def frame_reader_break(code: types.CodeType, root_index: int | None = None) -> Unsupported | None:
+    """The break for a frame whose code reads frames, or None: for the root frame's own code (`root_index`
+    None), the whole frame runs eagerly; for an inlined callee, a break at the root frame's call at
+    `root_index` (NOTE [Breaks at calls that read frames])."""
     # logging keeps its handling at graph breaks; typing._caller reads only the module name of the frame that
     # makes a TypeVar (f_globals['__name__'], the same in the trace), as a PEP 695 generic function does
     if code.co_filename in (logging.__file__, typing.__file__) or not reads_frames(code):
         return None
-    e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{getattr(code, 'co_qualname', code.co_name)} reads the frame "
-                    "stack (sys._getframe, inspect, traceback): the frame runs eagerly")
+    name = getattr(code, "co_qualname", code.co_name)
+    if root_index is not None:
+        e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name} reads the frame stack (sys._getframe, inspect, "
+                        "traceback): it is called in Python at a graph break, from a frame holding the user's locals")
+        e.frame_reader_index = root_index
+        return e
+    e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name} reads the frame stack (sys._getframe, inspect, "
+                    "traceback): the frame runs eagerly")
     e.frame_eager = True
     return e
+
+
+def reader_break_ok(code: types.CodeType, exc: Any, inst: Any, in_handler: bool,
+                    with_depth: int | None) -> bool | None:
+    """For a break at `inst` of `code` for `exc`: None when it is an ordinary break, else whether the break
+    can be taken at that call (NOTE [Breaks at calls that read frames]); False runs the frame eagerly. In
+    `module_call` (framejit's own frame for a compiled module) the break is an ordinary one: the module's
+    `forward` runs through its hook, and its own trace breaks at the call that leads to the reader."""
+    index = getattr(exc, "frame_reader_index", None)
+    if index is None or code is _module_call_code():
+        return None
+    return index == exc.root_index and inst.name == "CALL" and not in_handler and with_depth == 0
+
+
+def _module_call_code() -> types.CodeType:
+    from .module_frame import module_call
+    return module_call.__code__
+
+
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+
+
+def emit_user_frame_call(cg: Any, rebuild: Any, fn: types.FunctionType, user_locals: dict[str, Any],
+                         operands: Callable[[Callable[[Any], None]], None], call: Callable[[], None]) -> None:
+    """The call at a break, made from a frame holding the user's locals (NOTE [Breaks at calls that read
+    frames]). `user_locals` maps the user's bound locals to their values (or LazyArg), `operands(load)` pushes
+    the call's operands through `load(value)`, `call()` writes the call itself."""
+    if any(isinstance(i, bytecode.Label) or getattr(i, "opcode", None) in _JUMPS for i in cg.insts):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a frame reader's call after code that branches: the "
+                          "frame runs eagerly")
+    code = fn.__code__
+    order = {n: i for i, n in enumerate(code.co_varnames + code.co_cellvars)}
+    names = sorted(user_locals, key=lambda n: order.get(n, len(order)))
+    # every value is loaded before any slot is written (`residual = x` then `x = ...` leaves a LazyArg of `x`
+    # in `residual`, read from the slot `x`); stored in co_varnames order, the order f_locals lists them in
+    moved = [n for n in names if not (isinstance(user_locals[n], LazyArg) and user_locals[n].name == n)]
+    for name in reversed(moved):
+        value = user_locals[name]
+        cg.load_fast(value.name) if isinstance(value, LazyArg) else rebuild.emit(value)
+    for name in moved:
+        cg.store_fast(name)
+    slots = {}
+    for name in names:
+        slots.setdefault(id(user_locals[name]), name)
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            cell.cell_contents
+        except ValueError:  # unbound: eager's f_locals leaves it out too
+            continue
+        cg.load_const(cell)
+        cg.load_attr("cell_contents")
+        cg.store_fast(name)
+        user_locals = {**user_locals, name: None}
+    params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
+                              + bool(code.co_flags & inspect.CO_VARKEYWORDS)]
+    stored = [i.arg for i in cg.insts if isinstance(i, bytecode.Instr) and i.name == "STORE_FAST"]
+    temps = [n for n in dict.fromkeys([*params, *stored]) if n not in user_locals]
+
+    def load(value: Any) -> None:
+        name = slots.get(id(value))
+        cg.load_fast(name) if name is not None else rebuild.emit(value)
+    start = len(cg.insts)
+    operands(load)
+    depth = sum(i.stack_effect(jump=False) for i in cg.insts[start:])
+    if temps:
+        for name in temps:
+            cg.load_fast(name)
+        cg.build("BUILD_TUPLE", len(temps))
+        for name in temps:
+            cg.emit("DELETE_FAST", name)
+        for k in range(depth + 1, 1, -1):  # the tuple goes below the callable (SWAP n .. SWAP 2 rotates it)
+            cg.emit("SWAP", k)
+    call()
+    if temps:
+        cg.emit("SWAP", 2)
+        cg.emit("UNPACK_SEQUENCE", len(temps))
+        for name in temps:
+            cg.store_fast(name)
 
 
 def call_frame_reader_directly(hook) -> None:
@@ -103,4 +214,5 @@ def uncall_directly(hook) -> None:
         hook.__class__ = type(hook).__mro__[1]
 
 
-__all__ = ["call_frame_reader_directly", "frame_reader_break", "reads_frames", "reads_own_locals", "uncall_directly"]
+__all__ = ["call_frame_reader_directly", "emit_user_frame_call", "frame_reader_break", "reader_break_ok", "reads_frames",
+           "reads_own_locals", "uncall_directly"]

@@ -48,10 +48,12 @@ from bytecode import Instr, Label
 
 from .breaks import BreakKind, Unsupported, UserException
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
+from .frame_locals import emit_user_frame_call, reader_break_ok
 from . import carried_loops, emit
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .normalize import Inst, jump_targets, normalize, with_depth
-from .break_callees import check_shared_cells, closure_from_outside, hookable, modelled, names_its_caller
+from .break_callees import (check_shared_cells, closure_from_outside, hookable, makes_generator, modelled,
+                            names_its_caller)
 from .inherited_symbols import inherit_symbols
 from .resume import STACK_PREFIX, origin
 from .translator import LazyArg
@@ -98,6 +100,7 @@ class BreakSite:
     tail: bool = False  # inside try/except or finally: the rest of the frame runs as plain Python
     with_depth: int = 0  # with-blocks around the instruction (none of them a try block)
     loop: Inst | None = None  # the FOR_ITER of a loop run as Python from here (NOTE [Loops run as Python])
+    frame_reader: bool = False  # a call that leads to a frame reader (NOTE [Breaks at calls that read frames])
 
 
 def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakSite | None:
@@ -109,6 +112,9 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
     if getattr(exc, "python_loop", None) is not None:  # NOTE [Loops run as Python] in python_loops.py
         return BreakSite(inst, 0, tail=True, loop=insts[exc.python_loop])
     depth = with_depth(insts, inst)
+    reader = reader_break_ok(code, exc, inst, inst.handler is not None, depth)
+    if reader is not None:  # NOTE [Breaks at calls that read frames] in frame_locals.py
+        return BreakSite(inst, inst.arg + 2, frame_reader=True) if reader else None
     if inst.handler is not None and (depth is None or inst.name not in _IN_BLOCKS):
         # NOTE [Breaks inside try blocks]: the instruction must run where the frame's own exception table
         # covers it, so it runs in a plain "tail" function: the frame's code resumed at the instruction,
@@ -254,6 +260,10 @@ class BreakCodegen:
         step_start = len(cg.insts)
         if self.site.tail:
             self._resume(rebuild, inst.index, produced=0, hooked=False)
+        elif inst.name == "CALL" and self.site.frame_reader:
+            self._emit_reader_call(rebuild)
+            body = self._resume(rebuild, inst.index + 1, produced=1)
+            carried_loops.inherit_dynamic_results(body, inst, self.top, len(self.below))
         elif inst.name == "CALL":
             self._emit_call(rebuild)
             body = self._resume(rebuild, inst.index + 1, produced=1)
@@ -354,6 +364,20 @@ class BreakCodegen:
         cg.call(wrapped + len(leading) + len(args), self.tx.kw_names)
         self._unpack_in_blocks()
 
+    def _emit_reader_call(self, rebuild: Reconstructor) -> None:
+        """CALL at a break that leads to a frame reader: made directly, from a frame holding the user's
+        locals (NOTE [Breaks at calls that read frames] in frame_locals.py)."""
+        first, second, *args = self.top
+        callee, leading = emit.callee_and_self(first, second, NULL)
+
+        def operands(load: Callable[[Any], None]) -> None:
+            self.cg.push_null()
+            for value in [callee, *leading, *args]:
+                load(value)
+        user_locals = {n: self._local(n) for n in self.local_names}
+        emit_user_frame_call(self.cg, rebuild, self.fn, user_locals, operands,
+                             lambda: self.cg.call(len(leading) + len(args), self.tx.kw_names))
+
     def _emit_call_ex(self, rebuild: Reconstructor) -> None:
         """f(*args, **kwargs) at the break, hooked and wrapped like `_emit_call`."""
         first, second, args, *kwargs = self.top
@@ -398,7 +422,8 @@ class BreakCodegen:
         if isinstance(callee, BuiltinValue) and callee.obj is warnings.warn:
             from .caller_frames import warn
             return warn, None  # NOTE [Warnings past the hook]
-        if isinstance(function, UserFunctionValue) and (names_its_caller(function.fn) or modelled(function.fn)):
+        if isinstance(function, UserFunctionValue) and (names_its_caller(function.fn) or modelled(function.fn)
+                                                         or makes_generator(function.fn)):
             return None
         if isinstance(callee, UserFunctionValue) and hookable(callee):
             return self.hooks.function(callee.fn), None
@@ -521,7 +546,9 @@ class BreakCodegen:
             cg.load_fast(name)
         for name in self.local_names:
             value = self._local(name)
-            if isinstance(value, LazyArg):
+            if self.site.frame_reader:  # stored before the call (NOTE [Breaks at calls that read frames])
+                cg.load_fast(name)
+            elif isinstance(value, LazyArg):
                 cg.load_fast(value.name)
             else:
                 rebuild.emit(value)

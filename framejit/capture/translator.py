@@ -448,8 +448,11 @@ class Translator:
             fn = UserFunctionValue(library_substitute(f))
             f = fn.fn
         forced_break(f)
-        frame_break = frame_reader_break(f.__code__)
-        if frame_break is not None:  # NOTE [Frames read through the frame stack] in frame_locals.py
+        root = self
+        while root.parent is not None:
+            root = root.parent
+        frame_break = frame_reader_break(f.__code__, root.current.index if root.current is not None else -1)
+        if frame_break is not None:  # NOTE [Breaks at calls that read frames] in frame_locals.py
             raise frame_break
         child = self.child_frame(fn, args, kwargs)
         if child.code.co_flags & inspect.CO_GENERATOR:
