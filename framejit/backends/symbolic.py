@@ -263,9 +263,9 @@ class SymbolicInputs:
 
         self._reads.append((index, dim, expr))
         if isinstance(expr, sympy.Symbol):
-            if expr not in self._mapping:
+            if expr not in self._mapping:  # NOTE [Int inputs keep 0 and 1]
                 sym = self.shape_env.create_symbol(hint, _InputSize(index, dim), dynamic_dim=DimDynamic.DYNAMIC,
-                                                   positive=dim is not None)
+                                                   positive=dim is not None, do_not_specialize_zero_one=dim is None)
                 self._mapping[expr] = sym
                 if isinstance(sym, sympy.Symbol):
                     self.symbols.append(sym)
@@ -280,6 +280,12 @@ class SymbolicInputs:
             return int(backend)
         return self.shape_env.create_symintnode(backend, hint=hint)
 
+    # NOTE [Int inputs keep 0 and 1]: an int input the frontend made symbolic (a step counter, an offset) is
+    # not a size: the frontend serves 0 and 1 with the same graph. The env's `create_symbol` specialises a
+    # hint of 0 or 1 to the number, so a counter whose example was step 0 or 1 (its usual start) got a size
+    # check `inputs[k] == 1` and every other step compiled per shape on triton (`x * step` over 9 steps: 8
+    # modules). Int symbols keep 0 and 1 (`do_not_specialize_zero_one`); the frontend's range still narrows
+    # them (below); sizes are specialised as before.
     # NOTE [Ranges of the frontend's symbols]: the frontend's guards may bound a size (`m[:, :t]` with m 16
     # wide: t <= 16). A backend symbol takes the frontend symbol's range too, so `bind` checks it (a program
     # is never used for sizes its graph was not traced for, also when called directly) and a backend that

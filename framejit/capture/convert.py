@@ -32,6 +32,7 @@ from .higher_order import checkpoint_regions
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .shapes import ConstraintViolationError, check_marked_dims
+from .size_graphs import reads_sizes_only
 from .values import Value
 
 # NOTE [Warm path imports]: the translator, its handlers and the graph builder are imported by the
@@ -435,6 +436,8 @@ class _BoundHooks:
 
 
 def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, fn: types.FunctionType) -> Callable:
+    if reads_sizes_only(gm):
+        return gm.forward  # NOTE [Graphs that only read sizes]: not a compilation
     example_inputs = [inp.tensor for inp in output.inputs]
     STATS["graphs"] += 1
     if logs.enabled("graph_code"):

@@ -86,12 +86,13 @@ def size_in_a_string(x):
 def test_a_size_formatted_under_automatic_dynamic_does_not_recompile_resume_functions_per_tensor():
     # the frame goes dynamic at the 2nd size, then breaks at formatting; its resume functions get x (read
     # or passed on unread) and the opaque string symbolic from their first trace: 5 graphs over 10 sizes
-    # (before: 7, each resume function recompiling once on x's size; stock torch.compile 8)
+    # (before: 7, each resume function recompiling once on x's size; stock torch.compile 8); 3 since the
+    # graphs that only read the sizes before the break reach no backend (NOTE [Graphs that only read sizes])
     counter = CountingBackend()
     compiled = framejit.compile(size_in_a_string, backend=counter)
     before = framejit.stats()["eager_frames"]
     _run(size_in_a_string, compiled, [torch.randn(n, 3) for n in (2, 3, 4, 5, 6, 10, 11, 12, 13, 14)])
-    assert counter.graph_count == 5
+    assert counter.graph_count == 3
     assert framejit.stats()["eager_frames"] == before
 
 

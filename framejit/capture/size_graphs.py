@@ -1,0 +1,76 @@
+"""Graphs that only read sizes: run as their own Python code, not handed to the backend.
+
+NOTE [Graphs that only read sizes]: a frame traced with a symbolic size that breaks before any tensor work
+(`tag = f"{x.size(1)}"`, a `print(x.shape[0])`, `str(x.shape)`: formatting a symbolic size is a break,
+NOTE [Dynamic ints formatted into strings]) still made a graph, `size = x.size(1); return (size,)`, so the
+break's code could read the symbol's value from a graph output. That graph was handed to the backend and
+counted as a compilation: `tag = f"{x.size(1)}"` followed by a dict lookup keyed by the size (which
+specialises it in the resume function, one entry per size as stock) compiled 7 graphs over 6 widths where
+stock torch.compile compiles 6 (its dynamic trace specialises in the same frame and never compiles the
+size-only part). Such a graph (every node a size, numel or dim read of an input, or int arithmetic and
+comparisons on those, not on inputs; no output that is an input passed through) is now its own `gm.forward`: the backend
+is not called (an ORT session or a Triton module for three integer reads was pure cost), it is not counted
+in `stats()["graphs"]`, and a persisted entry stores no artifact for it (frame_cache decides the same from
+the graph on both sides). The values are the same: they are Python reads of the real tensors' sizes.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import torch
+
+_SIZE_METHODS = frozenset({"size", "numel", "dim"})
+_SIZE_FUNCTIONS = frozenset({
+    operator.getitem, operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
+    operator.pow, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.truediv,
+    operator.and_, operator.or_, operator.not_, abs, min, max, math.ceil, math.floor,
+    torch.sym_int, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_float,
+})
+
+
+def _size_ops() -> frozenset:
+    ops = torch.ops.aten
+    return frozenset({ops.sym_size.int, ops.sym_numel.default, ops.sym_stride.int})
+
+
+def reads_sizes_only(gm: torch.fx.GraphModule) -> bool:
+    """Every node of `gm` reads sizes or computes on them, and no output is one of its inputs (NOTE
+    [Graphs that only read sizes]). A node's value is told by what made it, never by its target alone
+    (`operator.mul` multiplies tensors too): sizes come from size reads of inputs only."""
+    sizes: set = set()
+    aten_size_ops = _size_ops()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue  # never a size itself: the same answer for a graph loaded without its meta (frame_cache)
+        elif node.op == "output":
+            if any(n.op == "placeholder" for n in _nodes_in(node.args)):
+                return False
+        elif node.op == "call_method" and node.target in _SIZE_METHODS or \
+                node.op == "call_function" and node.target in aten_size_ops:
+            continue  # reads a size of a tensor (its argument): an int, a tuple of ints
+        elif node.op == "call_function" and node.target in _SIZE_FUNCTIONS:
+            if not all(n in sizes or _reads_size(n, aten_size_ops) for n in _nodes_in((node.args, node.kwargs))):
+                return False
+        else:
+            return False
+        sizes.add(node)
+    return True
+
+
+def _reads_size(node, aten_size_ops) -> bool:
+    return node.op == "call_method" and node.target in _SIZE_METHODS or \
+        node.op == "call_function" and node.target in aten_size_ops
+
+
+def _nodes_in(value) -> list:
+    if isinstance(value, torch.fx.Node):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _nodes_in(v)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _nodes_in(v)]
+    return []
+
+
+__all__ = ["reads_sizes_only"]
