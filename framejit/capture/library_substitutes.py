@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from .batchnorm_average import batch_norm_forward
 from .modules import graph_break
 
 
@@ -54,6 +55,7 @@ def _key_value_pair(element) -> bool:
 
 _BY_NAME: dict[tuple[str, str], Any] = {
     ("transformers.utils.generic", "ModelOutput.__post_init__"): model_output_post_init,
+    ("torch.nn.modules.batchnorm", "_BatchNorm.forward"): batch_norm_forward,  # NOTE [Cumulative BatchNorm momentum]
 }
 
 

@@ -52,6 +52,8 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from . import float64_math
+
 aten = torch.ops.aten
 
 _NAN_VALUE_REDUCTIONS = {aten.amax.default, aten.amin.default, aten.max.default, aten.min.default}
@@ -702,6 +704,8 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         return _rewrite_expm1(b, node)  # NOTE [expm1 without cancellation]
     elif target in _FLOAT64_ACTIVATIONS:
         return _rewrite_float64_activation(b, node)  # NOTE [Float64 activations keep their numbers]
+    elif target in float64_math.TARGETS:  # NOTE [Float64 erf, gelu and hardtanh_backward]
+        return float64_math.rewrite(b, node, lambda old, new: _replace_uses(old, new, set()))
     elif target in (aten.addcdiv.default, aten.addcmul.default):
         return _rewrite_item_value(b, node)  # NOTE [Numbers read from tensors in ONNX]
     else:
