@@ -124,6 +124,10 @@ def _super_class_attr(tx, sup: SuperValue, entry, attr: Any, name: str) -> Value
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"super().{name} of a class ({type(attr).__name__})")
 
 
+_OBJECT_CLASS = vars(object)["__class__"]
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (its dict can change)
+
+
 def getattr_value(tx, obj: Value, name: str) -> Value:
     from .context import CloneValue, CtxValue
 
@@ -147,6 +151,11 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return _constant_attr(ConstantValue(obj.as_constant()), name)
     if isinstance(obj, DictViewValue):  # NOTE [Live dict views]: `mapping` (3.10+) and isdisjoint are rare
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a dict view")
+    if name == "__class__" and isinstance(obj, (SequenceValue, DictValue, SetValue)) and \
+            lookup.mro_lookup(obj.python_type(), "__class__")[1] is _OBJECT_CLASS:
+        if obj.python_type().__flags__ & _HEAPTYPE:
+            lookup.guard_lookup(tx.output, obj.python_type(), "__class__")  # a subclass (namedtuple) could add one
+        return ClassValue(obj.python_type())  # a container's exact type (functools.singledispatch's wrapper)
     if isinstance(obj, SequenceValue) and obj.cls is collections.deque:
         from .mappings import deque_attr
         return deque_attr(obj, name)

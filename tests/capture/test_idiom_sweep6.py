@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import functools
 import re
+import typing
 
 import pytest
 import torch
@@ -446,3 +447,40 @@ def test_a_bound_method_is_not_a_function():
 
     _, records = _run(f, lambda i: (torch.randn(3),))
     assert records == []  # before: a break (identity comparison of BoundMethod and Function)
+
+
+# ---- `__class__` of containers (attributes.getattr_value) --------------------------------------------------
+class _Pair(typing.NamedTuple):
+    a: int
+    b: int = 0
+
+
+@functools.singledispatch
+def _normalized(t):
+    raise NotImplementedError(type(t))
+
+
+@_normalized.register
+def _(t: torch.Tensor):
+    return t / t.norm()
+
+
+@_normalized.register(list)
+@_normalized.register(tuple)
+def _(t):
+    return [_normalized(i) for i in t]
+
+
+@_normalized.register(dict)
+def _(t):
+    return {k: _normalized(v) for k, v in t.items()}
+
+
+def test_singledispatch_over_containers_reads_their_class():
+    def f(x, d):
+        kinds = [v.__class__.__name__ for v in ([1], (1,), {1: 2}, {1}, frozenset(), _Pair(1),
+                                                collections.deque(), collections.OrderedDict(a=1), d)]
+        return _normalized({"a": x, "b": (x * 2, [x + 1])}), _normalized(d), kinds
+
+    backend, records = _run(f, lambda i: (torch.randn(3) + 1, {"z": torch.ones(2) * (i + 1)}))
+    assert records == [] and backend.graph_count == 1  # stock: 2; before: 2 graphs, 5 breaks (dict.__class__)
