@@ -335,3 +335,15 @@ def test_reader_writing_its_callers_locals():
         return f
     graphs, eager_frames = _check(make)
     assert eager_frames == 0 and graphs >= 1
+
+
+def test_reader_inside_a_comprehension():
+    # 3.12 inlines the comprehension into f's frame: the reader sees f's locals (and the loop variable), 3.11
+    # a <listcomp> frame of its own; either way no framejit frame may stand between
+    def make():
+        def f(x):
+            a = x.sin()
+            views = [_caller_view(i) for i in range(2)]
+            return a.cos(), views
+        return f
+    _check(make)
