@@ -66,3 +66,21 @@ def test_automatic_dynamic_step_from_zero(triton_modules):
         assert_same(compiled(x, step), _scaled(x, step))
     assert backend.graph_count == 2  # step 0 static, then symbolic (stock torch.compile: 2)
     assert sum(triton_modules.values()) == 2, triton_modules  # before: 6
+
+
+_TABLE = torch.randn(1, 16, 4, generator=torch.Generator().manual_seed(7))
+
+
+def _decode_at(x, past):
+    return x + _TABLE[:, past:past + x.size(1)]
+
+
+def test_a_decode_position_offset_is_one_module(triton_modules):
+    """A KV-cache decode step reading its position row at an int offset that starts at 0."""
+    backend = RecordingBackend("triton")
+    compiled = framejit.compile(_decode_at, backend=backend, dynamic=True)
+    for past in range(8):
+        x = torch.randn(2, 1, 4, generator=torch.Generator().manual_seed(past))
+        assert_same(compiled(x, past), _decode_at(x, past))
+    assert backend.graph_count == 1
+    assert sum(triton_modules.values()) == 1, triton_modules  # before: one per offset (8)
