@@ -26,7 +26,7 @@ from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import frame_reader_break, reads_own_locals
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
-from . import frame_cache, persisted_code, python_loops
+from . import frame_cache, inlined_comprehensions, persisted_code, python_loops
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
@@ -337,7 +337,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
     graph, graph_break, _, _ = _tracing()
     symbolic = bool(first.dynamic or first.dynamic_dims or first.dynamic_ints)
-    loop_exc = python_loops.moved_break(fn.__code__, exc, symbolic)  # NOTE [Loops run as Python]
+    loop_exc = inlined_comprehensions.moved_break(fn.__code__, exc) or \
+        python_loops.moved_break(fn.__code__, exc, symbolic)  # NOTE [Loops run as Python]
     if loop_exc is not None:
         return _break_entry(fn, shape, args, kwargs, request, loop_exc, first)
     site = graph_break.break_site(fn.__code__, exc)
@@ -355,8 +356,12 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     try:
         if tx.run() is not None:
             return None
-        if site.loop is not None and (not python_loops.iterates_rows_at(tx.stack, site.inst, exc.moved_from) or
-                                      python_loops.body_binds_locals_read_after(fn.__code__, site.loop, tx.locals)):
+        comp = getattr(exc, "comprehension", None)  # NOTE [Breaks inside inlined comprehensions]
+        if comp is not None and inlined_comprehensions.body_binds_unbound(fn.__code__, comp, tx.locals):
+            return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
+        if site.loop is not None and comp is None and (
+                not python_loops.iterates_rows_at(tx.stack, site.inst, exc.moved_from) or
+                python_loops.body_binds_locals_read_after(fn.__code__, site.loop, tx.locals)):
             return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)  # NOTE [Locals
             # first bound in a loop run as Python] in python_loops.py
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]

@@ -49,7 +49,7 @@ from bytecode import Instr, Label
 from .breaks import BreakKind, Unsupported, UserException
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .frame_locals import emit_user_frame_call, reader_break_ok
-from . import carried_loops, emit
+from . import carried_loops, emit, inlined_comprehensions
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .normalize import Inst, jump_targets, normalize, with_depth
 from .break_callees import (check_shared_cells, closure_from_outside, hookable, makes_generator, modelled,
@@ -568,11 +568,14 @@ class BreakCodegen:
         else:  # the resume point inside the body: the loop's iterator is the last one on the stack
             slot = max(i for i, v in enumerate(self.stack) if _slot_kind(v) == "iter")
         layout = tuple(_slot_kind(v) for v in self.stack[:slot])
-        if any(kind in ("null", "block") for kind in layout):
-            raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop run as Python with a NULL or a block "
-                              "under it")
         code, exit_index = origin(self.fn.__code__, loop.arg)
         names = tuple(self.local_names)
+        comp = inlined_comprehensions.at_loop(code, origin(self.fn.__code__, loop.index)[1])
+        if comp is not None and "block" not in layout:  # NOTE [Breaks inside inlined comprehensions]
+            exit_index, layout, names = inlined_comprehensions.after_loop(code, comp, layout, names)
+        elif any(kind in ("null", "block") for kind in layout):
+            raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop run as Python with a NULL or a block "
+                              "under it")
         return origin(self.fn.__code__, loop.index)[1], self.hooks.resume(code, exit_index, layout, names), layout
 
     def _tail_callee(self) -> tuple[int, Any, Value | None] | None:

@@ -20,7 +20,7 @@ import bytecode
 import torch
 from bytecode import CellVar, Instr, Label, TryBegin, TryEnd
 
-from . import emit
+from . import emit, inlined_comprehensions
 from .normalize import normalize
 from .sources import safe_local  # NOTE [Locals that are not identifiers]
 
@@ -104,7 +104,7 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     _copy_handler_depths(code, items)
     calls = max((len(after) + len(live_locals) for _, _, after in successors), default=0)
     if python_loop:  # a rewritten call holds its helper and keyword names too
-        calls = max(calls, len(python_loop[3]) + len(live_locals), code.co_stacksize + 3)
+        calls = max(calls, len(python_loop[3]) + len(live_locals) + 1, code.co_stacksize + 3)
     new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 4, calls + 4),
                           compute_exception_stack_depths=False)
     # the canonical index of the resume point in the new code, minus the original's: the instructions the
@@ -154,8 +154,20 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
     loop_index, helper, hook, after = python_loop
     position = normalize(code).insts[loop_index].position
     position += position >= label_at  # the resume label was inserted before it
+    comp = inlined_comprehensions.at_loop(code, loop_index)
+    last = None
+    if comp is not None:  # NOTE [Breaks inside inlined comprehensions]: the trampoline follows the epilogue
+        last_at = normalize(code).insts[comp.after - 1].position
+        last = items[last_at + (last_at >= label_at)]
+        live_locals = inlined_comprehensions.after_loop(code, comp, (), live_locals)[2]
     python_loops.hook_loop_calls(items, position, helper)
-    entry = python_loops.exit_trampoline_entry(items, position)
+    if comp is not None:
+        entry = [Label()]
+        at = next(k for k, item in enumerate(items) if item is last)
+        items.insert(at + 1, emit.jump_forward(entry[0]))
+        items[at + 1].lineno = last.lineno
+    else:
+        entry = python_loops.exit_trampoline_entry(items, position)
     depth = sum(1 if isinstance(i, TryBegin) else -1 if isinstance(i, TryEnd) else 0 for i in items)
     if depth:
         raise ValueError("the code ends inside an exception region: no place for trampolines")
@@ -170,6 +182,8 @@ def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cell
     out: list = [Instr("STORE_FAST", t) for t in reversed(temps)]
     args = []
     for temp, kind in zip(temps, after):
+        if kind == "null":  # a NULL stored into its temporary (as CPython's own restores store one)
+            continue
         if kind == "iter":  # the remaining items of a for loop's iterator, as a list
             args += emit.call_const(loop_iterator_arg, [Instr("LOAD_FAST", temp)])
         else:
@@ -177,7 +191,8 @@ def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cell
     args += [Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
              for name in live_locals]
     out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + args
-    return out + emit.call(len(after) + len(live_locals)) + [Instr("RETURN_VALUE")]
+    count = sum(kind != "null" for kind in after)
+    return out + emit.call(count + len(live_locals)) + [Instr("RETURN_VALUE")]
 
 
 def _trampolines(items: list, position: int, successors: tuple, live_locals: tuple[str, ...],

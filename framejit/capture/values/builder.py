@@ -264,17 +264,16 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         out.guard_id(source, obj)
         return BuiltinValue(obj, source)
     if isinstance(obj, types.FunctionType):
-        if (obj.__closure__ or "<locals>" in obj.__qualname__) and obj.__defaults__ is None \
-                and obj.__kwdefaults__ is None:
-            # NOTE [Closures guarded by code]: a nested function is often made anew on every call (a
-            # lambda built by the caller, a closure rebuilt after a graph break); it is guarded by its code
-            # and globals, and its cells' contents are read (and guarded) through `source`, not through
-            # the cell objects. Module-level functions keep their one identity guard.
+        if obj.__closure__ or "<locals>" in obj.__qualname__:
+            # NOTE [Closures guarded by code]: a nested function is often made anew on every call (a lambda
+            # built by the caller, a closure rebuilt after a graph break); guarded by its code and globals,
+            # its cells' contents and defaults read (and guarded) through `source` (NOTE [Defaults of
+            # closures guarded by code]). Module-level functions keep their one identity guard.
             out.guard_type(source, types.FunctionType)
             out.guard_id(AttrSource(source, "__code__"), obj.__code__)
             out.guard_id(AttrSource(source, "__globals__"), obj.__globals__)
-            out.guard_constant(AttrSource(source, "__defaults__"), None)
-            out.guard_constant(AttrSource(source, "__kwdefaults__"), None)
+            from ..function_attrs import guard_defaults_shape  # (function_attrs imports this module)
+            guard_defaults_shape(out, source, obj)
             value = UserFunctionValue(obj, source)
             value.by_code = True
             return value
