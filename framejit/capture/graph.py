@@ -409,6 +409,9 @@ class OutputGraph:
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
             result is None and None in versions)  # an inference tensor has no version: assume an effect
         if mutated:
+            if self.__dict__.get("hooked_fakes"):
+                from .tensor_hooks import check_hooked_unchanged  # NOTE [Tensor hooks registered after the graph]
+                check_hooked_unchanged(self)
             self.side_effects.bump()  # NOTE [Eager generators] in translator.py
             from .input_versions import note_bumps
             note_bumps(self, fakes, versions)  # NOTE [Version counts of graph outputs]

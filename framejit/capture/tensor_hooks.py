@@ -15,7 +15,10 @@ instruction runs (a `backward()` or `torch.autograd.grad` call inside the frame 
 For an intermediate, that is the same tensor only while the graph runs as its own code: a backend's joint
 (AOT autograd: onnxrt, triton) returns a new output tensor whose gradient the graph's own uses do not reach.
 Such a graph therefore runs as the graph module's own code (convert._backend_compile), and the entry is not
-persisted (its runtime differs from what the backend made). Handled here only when the handle is discarded
+persisted (its runtime differs from what the backend made). A write in place to the tensor (or a view of it) after
+the registration is a graph break before the write (`check_hooked_unchanged`), so the hook is registered
+before it as in eager (the write gives it a new grad_fn, whose gradient the hook would see otherwise).
+Handled here only when the handle is discarded
 (the next instruction is POP_TOP; a handle kept, `h = y.register_hook(fn)` for a later `h.remove()`, is a
 break as before), the tensor requires grad (else eager's RuntimeError), and the hook is a value the replay
 can rebuild; other cases are a graph break.
@@ -42,7 +45,16 @@ def register_hook(tx, tensor: TensorValue, args: list[Value], kwargs: dict[str, 
         tx.output.__dict__["hooked_outputs"] = True  # runs as the graph's own code (convert._backend_compile)
         tx.output.__dict__["process_local"] = "the graph registers tensor hooks on its outputs"
     tx.output.side_effects.record_tensor_hook(tensor, hook, offset)
+    tx.output.__dict__.setdefault("hooked_fakes", []).append((tensor.fake, tensor.fake._version))
     return ConstantValue(None)
+
+
+def check_hooked_unchanged(out) -> None:
+    """An in-place op just ran while tracing: one that wrote a tensor (or a view of it) after a hook was
+    registered on it is a graph break before the op, so the hook is registered where eager registers it (the
+    write gives the tensor a new grad_fn; registered after it, the hook would see the new version's gradient)."""
+    if any(fake._version != version for fake, version in out.__dict__.get("hooked_fakes", ())):
+        raise Unsupported(BreakKind.SIDE_EFFECT, "an in-place write to a tensor after a hook was registered on it")
 
 
 def _handle_discarded(tx) -> bool:

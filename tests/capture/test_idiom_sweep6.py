@@ -484,3 +484,37 @@ def test_singledispatch_over_containers_reads_their_class():
 
     backend, records = _run(f, lambda i: (torch.randn(3) + 1, {"z": torch.ones(2) * (i + 1)}))
     assert records == [] and backend.graph_count == 1  # stock: 2; before: 2 graphs, 5 breaks (dict.__class__)
+
+
+def test_tensor_hook_then_an_in_place_write_sees_eagers_gradient():
+    seen = []
+
+    def hook(g):
+        seen.append(g.clone())
+        return g * 2
+
+    def written(x):
+        y = x * 2
+        y.register_hook(hook)
+        y.mul_(3)  # a new grad_fn for y: the hook stays on the version it was registered on
+        return (y * y).sum()
+
+    def view_written(x):
+        y = x * 2
+        y.register_hook(hook)
+        y.view(-1)[:2].mul_(3)
+        return (y * y).sum()
+
+    for fn in (written, view_written):
+        compiled = framejit.compile(fn, backend=CountingBackend())
+        for i in range(2):
+            runs = []
+            for f in (fn, compiled):
+                torch.manual_seed(i)
+                x = torch.randn(3, requires_grad=True)
+                seen.clear()
+                f(x).backward()
+                runs.append((x.grad, list(seen)))
+            torch.testing.assert_close(runs[1][0], runs[0][0])
+            assert len(runs[1][1]) == len(runs[0][1]) == 1
+            torch.testing.assert_close(runs[1][1][0], runs[0][1][0])  # before: the new version's gradient
