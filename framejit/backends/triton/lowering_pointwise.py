@@ -209,9 +209,29 @@ def _isinf(lo, node, x):
                       compute_dtype(x.dtype))
 
 
+# NOTE [Scalars of reduced-precision addition on CPU]: eager's CPU kernels for float16/bfloat16 `add` and
+# `sub` with a Python scalar (and `alpha`) cast the scalar to the tensor's dtype first, then add in float32
+# and round: `x.bfloat16() + 0.3` is round(float(x) + float(bf16(0.3))) (measured on 1e5 values: exact; the
+# float32-scalar form differed on 14-22%), while its `mul`/`div` keep the scalar in float32 (as here). CUDA's
+# kernels keep every scalar in float32. So for a float16/bfloat16 result on a CPU device (Triton's
+# interpreter; eager on the same tensors is the reference), the scalars of add/sub are rounded to the dtype,
+# and so is the `alpha` of a tensor (eager then fuses the multiply-add: a few elements in 1e5 stay an ulp
+# apart); a scalar with an `alpha` is left as it was (measured: neither form is eager's).
+def _reduced_cpu_scalar(node, value):
+    out = _meta(node)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and out.dtype in (torch.float16, torch.bfloat16) \
+            and out.device.type == "cpu":
+        return torch.tensor(value, dtype=out.dtype).item()
+    return value
+
+
 @lowering(aten.add, aten.sub)
 def _add_sub(lo, node, a, b, alpha=1):
     name = "add" if node.target.overloadpacket is aten.add else "sub"
+    if isinstance(b, TensorRef):  # alpha of a tensor: rounded too (a scalar's `alpha` is neither form)
+        alpha = _reduced_cpu_scalar(node, alpha)
+    if alpha == 1:
+        a, b = (_reduced_cpu_scalar(node, v) for v in (a, b))
 
     def fn(x, y):
         if alpha != 1:
