@@ -45,6 +45,9 @@ def partial_attr(tx, p: PartialValue, name: str) -> Value:
         if getattr(p, "instance_dict", None) is None:
             p.instance_dict = DictValue({})
         return p.instance_dict
+    own = getattr(p, "instance_dict", None)
+    if own is not None and name in own.items:  # NOTE [Attributes of partials made while tracing]
+        return own.items[name]
     owner = next((k for k in _PARTIAL.__mro__ if name in vars(k)), None)
     if owner is None:  # instances see their type's MRO only (not the metaclass: no `__name__`)
         raise UserException(AttributeError(f"'functools.partial' object has no attribute '{name}'"))
@@ -58,10 +61,32 @@ def partial_attr(tx, p: PartialValue, name: str) -> Value:
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a functools.partial")
 
 
+# NOTE [Attributes of partials made while tracing]: `p.name = v` on a partial made in the trace
+# (functools.partialmethod.__get__ sets `result.__self__` on the partial it returns) goes into its instance
+# dict, as CPython's generic setattr does for a name the type has no data descriptor for; `func`, `args` and
+# `keywords` are read-only members (eager's AttributeError) and `__dict__`/`__class__` assignments break. A
+# later read finds the entry before the type's methods, as in CPython; a partial with entries that outlives
+# the graph is a break (check_rebuildable).
+def store_partial_attr(tx, p: PartialValue, name: str, value: Value) -> None:
+    if name in ("func", "args", "keywords"):
+        raise UserException(AttributeError("readonly attribute"))
+    if name in ("__dict__", "__class__"):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to {name} of a functools.partial")
+    if getattr(p, "instance_dict", None) is None:
+        p.instance_dict = DictValue({})
+    if getattr(p, "escape_at", None) is None:
+        from .lazy_combinators import _root_index
+        p.escape_at = _root_index(tx)  # a break at the first store if the partial outlives the graph
+    p.instance_dict.items[name] = value
+    tx.output.side_effects.bump(p)  # NOTE [Eager generators]: a fresh object changed
+
+
 def check_rebuildable(p: PartialValue) -> None:
     """A partial whose `__dict__` got entries while traced is not rebuilt by make_partial."""
     if getattr(p, "instance_dict", None) is not None and p.instance_dict.items:
-        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a functools.partial whose __dict__ was changed")
+        e = Unsupported(BreakKind.UNSUPPORTED_VALUE, "a functools.partial whose __dict__ was changed")
+        e.root_index = getattr(p, "escape_at", None)
+        raise e
 
 
 def make_partial(func, args: tuple, keywords: dict) -> functools.partial:

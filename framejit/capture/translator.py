@@ -41,7 +41,7 @@ from .frame_locals import frame_reader_break
 from .normalize import Inst, has_handlers, is_user_handler, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, ObjectSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
-                     TupleValue, UserFunctionValue, Value)
+                     PartialValue, TupleValue, UserFunctionValue, Value)
 from .values.base import LazyArg
 from .values.builder import LIBRARY_MODULE_PREFIXES, wrap, wrap_unguarded
 
@@ -340,6 +340,10 @@ class Translator:
                 return
             obj.attrs[name] = value
             self.output.side_effects.bump(obj)  # NOTE [Eager generators]
+            return
+        if isinstance(obj, PartialValue) and obj.source is None:
+            from .partials import store_partial_attr  # NOTE [Attributes of partials made while tracing]
+            store_partial_attr(self, obj, name, value)
             return
         if isinstance(obj, UserFunctionValue):
             from .function_attrs import made_in_trace, store_traced_function_attr

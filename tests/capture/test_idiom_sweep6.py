@@ -518,3 +518,53 @@ def test_tensor_hook_then_an_in_place_write_sees_eagers_gradient():
             torch.testing.assert_close(runs[1][0], runs[0][0])
             assert len(runs[1][1]) == len(runs[0][1]) == 1
             torch.testing.assert_close(runs[1][1][0], runs[0][1][0])  # before: the new version's gradient
+
+
+# ---- functools.partialmethod: NOTE [Attributes of partials made while tracing] (partials.py) -----------------
+class _WithPartialMethods:
+    def __init__(self):
+        self.c = 1
+
+    def f(self, a, b):
+        return a * b + self.c
+
+    g = functools.partialmethod(f, 3)
+
+    @functools.partialmethod
+    def h(self, x):
+        return x - self.c
+
+
+def test_partialmethod_calls_are_traced():
+    def f(x):
+        a = _WithPartialMethods()
+        return a.g(x), a.h(x)
+
+    backend, records = _run(f, lambda i: (torch.randn(3),))
+    assert records == [] and backend.graph_count == 1  # stock: 2; before: a break at `result.__self__ = ...`
+
+
+def test_attributes_of_a_partial_made_in_the_trace():
+    def f(x):
+        p = functools.partial(torch.add, x)
+        p.tag = "t"
+        try:
+            p.func = None
+        except AttributeError as e:
+            msg = str(e)
+        return p(1), p.tag, msg, p.__dict__
+
+    _run(f, lambda i: (torch.randn(3),))
+
+    def escapes(x):
+        p = functools.partial(torch.add, x)
+        p.tag = "t"
+        return p
+
+    compiled = framejit.compile(escapes, backend=CountingBackend())
+    eager_before = _eager_frames()
+    for i in range(2):
+        x = torch.randn(3)
+        c, e = compiled(x), escapes(x)
+        assert c.tag == e.tag and torch.equal(c(1), e(1))
+    assert _eager_frames() == eager_before  # a break at the store, not a frame run eagerly
