@@ -62,6 +62,7 @@ class FrameHook:
         self.entries: list[Entry] = []
         self.limit_logged = False
         self.loaded_owners: set = set()  # owners whose persisted entries were looked up (frame cache)
+        self.loaded: dict[int, Entry] = {}  # id -> entry loaded from the frame cache (kept: ids stay unique)
         self.waiting: list[tuple] = []  # (owner, module, persisted): NOTE [Entries waiting for an import]
         self.dynamic_floats: frozenset[str] = frozenset()  # NOTE [Dynamic floats] in values/scalars.py
         self.dynamic_dims: dict[str, frozenset[int]] = {}  # NOTE [Automatic dynamic]
@@ -162,7 +163,7 @@ class FrameHook:
                 if _accepts(entry, args, kwargs):
                     entry.served = True
                     return entry
-            if len(self.entries) >= config.recompile_limit:
+            if self._traced_entries() >= config.recompile_limit:
                 self._log_limit(args, kwargs)
                 return None
             if not _binds(self.fn, args, kwargs):
@@ -191,6 +192,16 @@ class FrameHook:
                 frame_cache.save(self.fn, args, entry.persisted, self.request)
             return entry
 
+    # NOTE [Loaded entries and the limit]: the recompile limit bounds the traces a frame makes. Entries
+    # loaded from the frame cache were traced elsewhere (another process, another function object of the
+    # same code, or this hook before framejit.reset()), and all of a code's persisted entries are loaded,
+    # also those whose guards hold only for other closures or defaults. Counted, they filled the limit: a
+    # function made by a factory (one code, one closure per call of the factory) ran eagerly from its first
+    # call once the cache held 8 entries of the other closures. Only the entries traced by this hook count;
+    # the loaded ones are bounded by what the cache holds, each looked up once per owner.
+    def _traced_entries(self) -> int:
+        return sum(1 for entry in self.entries if id(entry) not in self.loaded)
+
     def _load_persisted(self, args: tuple, kwargs: dict) -> Entry | None:
         """Install the entries other processes persisted for this frame (once per frame and owner);
         the one that accepts this call, if any, so it runs with no tracing at all."""
@@ -208,6 +219,7 @@ class FrameHook:
         with _no_gc():  # NOTE [No GC while restoring]
             self._restore_into(loaded, persisted, owner, args, kwargs)
         STATS["frames_loaded"] += len(loaded)
+        self.loaded.update((id(entry), entry) for entry in loaded)
         for entry in loaded:
             self._record(len(entry.graphs), 0.0, "hit")
         self.entries = [*loaded, *self.entries]
@@ -246,6 +258,7 @@ class FrameHook:
         self.other_codes.clear()
         self.limit_logged = False
         self.loaded_owners.clear()
+        self.loaded.clear()
         self.waiting = []
 
     def _record(self, graphs: int, seconds: float, cache: str) -> None:
