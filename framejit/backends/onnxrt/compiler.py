@@ -458,6 +458,13 @@ def _device_of(inputs, state) -> torch.device:
 _MAX_DYNAMIC = 4
 
 
+# NOTE [Restored graphs carry no symbols]: a warm process restores a frame's graph from the frame cache
+# without its placeholders' fake values (frame_cache.load_graph), so `is_symbolic(gm)` was False there and
+# the restored symbolic programs were never consulted: every new size translated and built an ORT program
+# of its own (an f-string frame's two graphs over 4 sizes: 8 models translated in the warm process, 2 in the
+# cold one). Restored symbolic programs make the graph symbolic again, their layouts telling which inputs
+# are symbolic ints (`("int",)`: by type only); each program's own size check (`bind`, persisted) still
+# decides every call, and a call none accepts compiles per signature as before.
 class OnnxrtCompiled:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs, opts: OnnxrtOptions):
         self.gm = gm
@@ -497,6 +504,10 @@ class OnnxrtCompiled:
             dynamic = None
         for layout, entries in (dynamic or {}).items():
             compiled.dynamic_programs.setdefault(layout, []).extend(entries)
+        if compiled.dynamic_programs and not compiled._symbolic:  # NOTE [Restored graphs carry no symbols]
+            compiled._symbolic = True
+            compiled._symbolic_ints = frozenset(i for layout in compiled.dynamic_programs
+                                                for i, key in enumerate(layout) if key == ("int",))
         return compiled
 
     def __call__(self, *inputs):
