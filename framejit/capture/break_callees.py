@@ -25,9 +25,15 @@ def hookable(fn: UserFunctionValue) -> bool:
     tracing, nor one guarded by its code only (a later call may bring another function object), unless
     that code has no free variables: then every object that passes its guards (the same code and globals,
     no defaults; NOTE [Closures guarded by code]) runs exactly as the traced one, so its hook serves them."""
-    if fn.closure is not None or fn.defaults is not None:
+    if fn.closure is not None or fn.defaults is not None or _by_code_with_defaults(fn):
         return False
     return not fn.by_code or not fn.fn.__code__.co_freevars
+
+
+def _by_code_with_defaults(fn: UserFunctionValue) -> bool:
+    """Guarded by its code with defaults (NOTE [Defaults of closures guarded by code]): a later object may
+    bring other defaults, which a call at a break does not read while tracing, so no hook is fixed for it."""
+    return fn.by_code and (fn.fn.__defaults__ is not None or fn.fn.__kwdefaults__ is not None)
 
 
 def modelled(fn: Any) -> bool:
@@ -76,7 +82,7 @@ def closure_from_outside(fn: UserFunctionValue) -> bool:
     """A function object read through a source and guarded by its code, with free variables: the object
     at run time is reloaded from that source and may be another one (NOTE [Closures called at breaks])."""
     return fn.closure is None and fn.defaults is None and fn.by_code and fn.source is not None \
-        and bool(fn.fn.__code__.co_freevars)
+        and (bool(fn.fn.__code__.co_freevars) or _by_code_with_defaults(fn))
 
 
 def check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> None:
