@@ -493,8 +493,23 @@ def _module_attr(tx, obj: PyModuleValue, name: str) -> Value:
         from .compile_state import BackendFlagsValue, is_flag_object
         if is_flag_object(value):  # NOTE [Backend flag objects]
             return BackendFlagsValue(value, f"{getattr(obj.obj, '__name__', 'module')}.{name}".replace(".", "_"))
-        return wrap_unguarded(value)
+        return _library_attr_value(tx, obj.obj, name, value)
     return wrap(tx.output, value, AttrSource(obj.source, name))
+
+
+# NOTE [Objects held by library modules]: an attribute of a library module (NOTE [Library modules]) is
+# wrapped without a source when it is a function, class, constant or the like. A plain object a library
+# keeps at module level (`torch.distributions.constraints.real`, a `_Real` instance returned by every
+# Transform's `domain`/`codomain`) has no unguarded model: it is wrapped like any object, with the module
+# attribute as its source (the same source _guard_library_attr pins by identity), so it is reloaded from
+# there when the graph's output or a resume function needs it. It was a break at every such read (the
+# TimeSeriesTransformer/Informer/Autoformer likelihood head: 8 graphs where stock has 1).
+def _library_attr_value(tx, module: types.ModuleType, name: str, value: Any) -> Value:
+    try:
+        return wrap_unguarded(value)
+    except Unsupported:
+        label = (getattr(module, "__name__", "") or "module").replace(".", "_")
+        return wrap(tx.output, value, AttrSource(ObjectSource(Ref(module, label)), name))
 
 
 def _module_dict(module: types.ModuleType) -> Any:

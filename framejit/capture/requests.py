@@ -14,6 +14,7 @@ one direction: hook -> convert -> frame_cache.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from typing import Any, Callable
 
@@ -74,21 +75,27 @@ class RerunState:
             fn(*args)
 
 
-_RANDOM_WORDS = ("rand", "dropout", "bernoulli", "multinomial", "normal", "poisson", "uniform", "exponential",
-                 "geometric", "cauchy", "log_normal", "shuffle", "perm")
+# NOTE [Random ops by name]: a call draws random numbers when a "_"/"."-separated word of its name starts with
+# "rand" (rand, randn, randint, randperm, random_, *_like, philox_rand), it contains "dropout" (every dropout
+# variant), or one of its words is below (normal_, uniform_, _standard_gamma, _sample_dirichlet, rrelu, ...).
+# Whole words, not substrings: "perm" and "normal" as substrings made permute and F.normalize random (no
+# speculated check after them: Autoformer's likelihood head broke 4 times where stock torch.compile has no
+# break), and "shuffle" made pixel_shuffle random.
+_RANDOM_WORDS = frozenset(("bernoulli", "multinomial", "normal", "poisson", "uniform", "exponential", "geometric",
+                           "cauchy", "gamma", "dirichlet", "binomial", "rrelu"))
 
 
 def draws_random(target: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
-    """A call that may draw random numbers, judged by name; a dropout given `training=False` (a module in
-    eval mode: it returns its input) draws none. `args`/`kwargs` hold plain values (FX node arguments)."""
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    if not any(w in name.lower() for w in _RANDOM_WORDS):
-        return False
-    if "dropout" in name.lower():
+    """A call that may draw random numbers, judged by name (NOTE [Random ops by name]); a dropout given
+    `training=False` (a module in eval mode: it returns its input) draws none. `args`/`kwargs` hold plain
+    values (FX node arguments)."""
+    name = (target if isinstance(target, str) else getattr(target, "__name__", "")).lower()
+    if "dropout" in name:
         kwargs = kwargs or {}
         training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
         return training is not False
-    return True
+    words = re.split(r"[_.]", name)  # also OpOverload names: "bernoulli.p", "normal.tensor_float"
+    return any(w.startswith("rand") for w in words) or not _RANDOM_WORDS.isdisjoint(words)
 
 
 def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool) -> RerunState | None:
