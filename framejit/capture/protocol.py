@@ -73,6 +73,8 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         if result is not None:
             return result
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        from .tensor_operators import check_tensor_operator  # NOTE [Patched tensor operators]
+        check_tensor_operator(tx, fn, a, b, INPLACE_TO_PLAIN)
         if isinstance(a, TensorValue) and fn in INPLACE_TO_PLAIN and a.source is None:
             return tx.output.call("call_function", fn, (a, b), {})
         if fn in INPLACE_TO_PLAIN and not isinstance(a, TensorValue):
@@ -198,6 +200,8 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
     if nps.involves_ndarray(a, b) and fn not in (operator.is_, operator.is_not):  # NOTE [NumPy as torch]
         return nps.binary(tx, fn, a, b)
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        from .tensor_operators import check_tensor_operator  # NOTE [Patched tensor operators]
+        check_tensor_operator(tx, fn, a, b, INPLACE_TO_PLAIN)
         return tx.output.call("call_function", fn, (a, b), {})
     if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and fn in _SYM_COMPARE_OPS:
         kept = tx.output.float_compare(fn, a, b)  # NOTE [Float relations] in values/scalars.py

@@ -1,0 +1,55 @@
+"""Python operators on tensors read the Tensor class's operator methods as CPython does.
+
+NOTE [Patched tensor operators]: `x + 1` on a tensor was recorded as the graph op `operator.add` without
+looking at `torch.Tensor.__add__`. A user who patched it (`torch.Tensor.__add__ = lambda s, o: ...`, before or
+after the first call) got the patch only where the graph runs as Python (the eager backend calls
+operator.add, which finds the patch) and the real op where a backend lowers the graph (onnxrt: x + 1 where
+eager gives the patch's answer; red team h12red3), with nothing guarded. As for methods (NOTE [Patched tensor
+methods] in attributes.py), the operator's method on the tensor operand's class (`__add__` for the left
+operand, the reflected `__radd__` for the right, `__iadd__` then `__add__` in place, `__gt__` for a right
+operand of `<`) is looked up: one that is a Python function from outside torch is a graph break (the
+operator runs in Python, calling the patch), and otherwise how the name resolves on the class is guarded,
+so a later patch recompiles.
+"""
+from __future__ import annotations
+
+import operator
+import types
+from typing import Any, Callable
+
+from . import lookup
+from .breaks import BreakKind, Unsupported
+from .values import TensorValue, Value
+
+_REFLECTED_COMPARE = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+_NOT_DUNDERS = {operator.is_, operator.is_not, operator.contains}
+
+
+def _patched(attr: Any) -> bool:
+    return isinstance(attr, types.FunctionType) and not (attr.__module__ or "").startswith("torch")
+
+
+def _names(fn: Callable, left: bool, plain: Callable | None) -> list[str]:
+    name = fn.__name__.strip("_")
+    if plain is not None:  # in place: __iadd__, then what `a = a + b` calls
+        return [f"__{name}__", *_names(plain, left, None)]
+    if name in _REFLECTED_COMPARE:
+        return [f"__{name if left else _REFLECTED_COMPARE[name]}__"]
+    return [f"__{name}__" if left else f"__r{name}__"]
+
+
+def check_tensor_operator(tx, fn: Callable, a: Value, b: Value, inplace_to_plain: dict) -> None:
+    """NOTE [Patched tensor operators]: break on a patched operator method of a tensor operand's class, else
+    guard how it resolves."""
+    if fn in _NOT_DUNDERS or not isinstance(getattr(fn, "__name__", None), str):
+        return
+    for operand, left in ((a, True), (b, False)):
+        if not isinstance(operand, TensorValue) or (not left and isinstance(a, TensorValue)):
+            continue
+        cls = operand.python_type()
+        for name in _names(fn, left, inplace_to_plain.get(fn) if left else None):
+            attr = lookup.mro_lookup(cls, name)[1]
+            if _patched(attr):
+                raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.{name} is a Python function "
+                                  "from outside torch (a patched operator): it runs as Python")
+            lookup.guard_lookup(tx.output, cls, name)
