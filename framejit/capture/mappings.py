@@ -332,8 +332,9 @@ def object_mapping_items(tx, value: Value) -> dict[Any, Value] | None:
     from .identity_keys import dict_key
     from .protocol import getitem
     from .values import NewObjectValue, NNModuleValue, ObjectValue
-    if not isinstance(value, (ObjectValue, NewObjectValue)) or isinstance(value, NNModuleValue) \
-            or is_dict_object(value) or is_new_dict_object(value):
+    if not isinstance(value, (ObjectValue, NewObjectValue)) or isinstance(value, NNModuleValue):
+        return None
+    if (is_dict_object(value) or is_new_dict_object(value)) and _iterates_as_dict(value):
         return None
     try:
         keys = tx.getattr(value, "keys")
@@ -345,6 +346,14 @@ def object_mapping_items(tx, value: Value) -> dict[Any, Value] | None:
     for key in iterate(tx, tx.call(keys, [], {})):
         items[dict_key(tx, key)] = getitem(tx, value, key)
     return items
+
+
+def _iterates_as_dict(value: Value) -> bool:
+    """CPython's dict merge reads a dict subclass's storage directly only when the class keeps dict's own
+    `__iter__`; one that overrides it (OrderedDict and its subclasses: transformers' ModelOutput in
+    `Out(**outputs)`) is merged through `keys()` and `m[k]`, as any mapping (NOTE [Mappings that are objects])."""
+    cls = value.python_type() if hasattr(value, "python_type") else type(getattr(value, "obj", None))
+    return getattr(cls, "__iter__", None) is dict.__iter__
 
 
 # NOTE [Counting elements]: `collections.Counter(iterable)` and `Counter.update(iterable)` tally through
