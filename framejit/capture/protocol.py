@@ -409,6 +409,8 @@ def unary(tx, fn: Callable, a: Value) -> Value:
     if isinstance(a, nps.NdarrayValue) and fn is not operator.not_:  # NOTE [NumPy as torch]
         return nps.unary(tx, fn, a)
     if isinstance(a, TensorValue):
+        from .tensor_operators import check_tensor_unary  # NOTE [Patched tensor operators]
+        check_tensor_unary(tx, fn, a)
         return tx.output.call("call_function", fn, (a,), {})
     if isinstance(a, SymFloatValue) and fn in (operator.neg, operator.pos):
         return tx.output.float_op(fn, (a,))

@@ -7,7 +7,7 @@ operator.add, which finds the patch) and the real op where a backend lowers the 
 eager gives the patch's answer; red team h12red3), with nothing guarded. As for methods (NOTE [Patched tensor
 methods] in attributes.py), the operator's method on the tensor operand's class (`__add__` for the left
 operand, the reflected `__radd__` for the right, `__iadd__` then `__add__` in place, `__gt__` for a right
-operand of `<`) is looked up: one that is a Python function from outside torch is a graph break (the
+operand of `<`; `__neg__`, `__pos__`, `__invert__`, `__abs__` for `-x`, `+x`, `~x`, `abs(x)`) is looked up: one that is a Python function from outside torch is a graph break (the
 operator runs in Python, calling the patch), and otherwise how the name resolves on the class is guarded,
 so a later patch recompiles.
 """
@@ -53,3 +53,19 @@ def check_tensor_operator(tx, fn: Callable, a: Value, b: Value, inplace_to_plain
                 raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.{name} is a Python function "
                                   "from outside torch (a patched operator): it runs as Python")
             lookup.guard_lookup(tx.output, cls, name)
+
+
+_UNARY = {"neg", "pos", "invert", "abs"}
+
+
+def check_tensor_unary(tx, fn: Callable, a: TensorValue) -> None:
+    """NOTE [Patched tensor operators] for `-x`, `+x`, `~x`, `abs(x)`."""
+    name = getattr(fn, "__name__", None)
+    if name not in _UNARY:
+        return
+    cls = a.python_type()
+    attr = lookup.mro_lookup(cls, f"__{name}__")[1]
+    if _patched(attr):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.__{name}__ is a Python function from "
+                          "outside torch (a patched operator): it runs as Python")
+    lookup.guard_lookup(tx.output, cls, f"__{name}__")

@@ -257,6 +257,8 @@ _OPERATOR_PATCHES = {  # (name on torch.Tensor, program): a few ops around it, s
     "__iadd__": (lambda x: _iadd(x)),
     "__lt__": (lambda x: (x.sin() < 0.5).float().cos()),
     "__gt__": (lambda x: (0.5 < x.sin()).float().cos()),
+    "__neg__": (lambda x: (-x.sin()).cos()),
+    "__abs__": (lambda x: abs(x.sin() - 2).cos()),
 }
 
 
@@ -276,8 +278,8 @@ def test_a_patched_tensor_operator_is_called(name, backend):
     original = torch.Tensor.__dict__.get(name)
     base = getattr(torch.Tensor, name)
 
-    def patched(self, other):
-        return base(self, other).mul(10)
+    def patched(self, *other):
+        return base(self, *other).mul(10)
 
     fast = framejit.compile(f, backend=backend)
     try:
