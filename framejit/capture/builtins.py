@@ -357,6 +357,14 @@ def _next(tx, args, kwargs):
     it = args[0]
     if not isinstance(it, IteratorValue):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"next() of {it.describe()}")
+    from .lazy_generators import LazyGeneratorValue
+    if isinstance(it, LazyGeneratorValue):  # NOTE [Generators driven by send]: StopIteration(return value)
+        try:
+            return it.send(ConstantValue(None))
+        except UserException as e:
+            if len(args) > 1 and isinstance(e.exc, StopIteration):
+                return args[1]
+            raise
     item = it.next()
     if item is None:
         if len(args) > 1:

@@ -73,6 +73,7 @@ def _bind_call_value_imports() -> None:
     from .environ import call_environ, is_environ_read
     from .introspection import introspection_handler
     from .library_substitutes import call_pure, is_pure_on_constants
+    from .lazy_generators import LazyGenMethodValue, call_lazy_gen_method
 
     from .numpy_support import NdarrayMethodValue, call_method, call_numpy, involves_ndarray, numpy_callable
     globals().update(locals())
@@ -84,6 +85,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         _bind_call_value_imports()
     if isinstance(fn, NdarrayMethodValue):  # NOTE [NumPy as torch]
         return call_method(tx, fn, args, kwargs)
+    if isinstance(fn, LazyGenMethodValue):  # NOTE [Generators driven by send] in lazy_generators.py
+        return call_lazy_gen_method(tx, fn, args, kwargs)
     real_numpy = numpy_callable(fn)
     if real_numpy is not None:
         return call_numpy(tx, real_numpy, args, kwargs)

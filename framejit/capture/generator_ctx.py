@@ -154,7 +154,9 @@ def generator_cm(tx, func: Value, args: list[Value], kwargs: dict[str, Value]) -
 def break_before_generator_cms(out, index: int | None) -> int | None:
     """Where the root frame breaks for an Unsupported at `index`: before the first generator context
     manager still live (not exited) then, if it was made earlier (NOTE [Generator context managers])."""
-    live = [c.root_index for c in out.__dict__.get("live_generator_cms", ()) if not c.done and c.root_index is not None]
+    live = [c.root_index for c in [*out.__dict__.get("live_generator_cms", ()),  # NOTE [Generators driven by
+                                   *out.__dict__.get("live_lazy_generators", ())]  # send] in lazy_generators.py
+            if not c.done and c.root_index is not None]
     return min([index, *live]) if index is not None and live else index
 
 

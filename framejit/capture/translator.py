@@ -34,6 +34,7 @@ from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method, made_module_site
 from .module_hooks import TRACE_TIME, plan_module_call
 from .generator_ctx import break_before_generator_cms, exception_in_generator_cms
+from .lazy_generators import LazyGeneratorValue, lazy_gen_attr, make_lazy_generator, wants_lazy
 from .getattribute import custom_setattr
 from .generator_reach import closure_contents as _closure_contents, reachable_values
 from .stdlib import forced_break
@@ -301,6 +302,8 @@ class Translator:
 
     # ---- Python semantics the handlers need ---------------------------------------------------
     def getattr(self, obj: Value, name: str) -> Value:
+        if isinstance(obj, LazyGeneratorValue):  # NOTE [Generators driven by send]
+            return lazy_gen_attr(obj, name)
         return getattr_value(self, obj, name)
 
     def call(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -460,6 +463,8 @@ class Translator:
             raise frame_break
         child = self.child_frame(fn, args, kwargs)
         if child.code.co_flags & inspect.CO_GENERATOR:
+            if wants_lazy(self, f):  # NOTE [Generators driven by send] in lazy_generators.py
+                return make_lazy_generator(self, child, f)
             return self._run_generator(child, f, reachable_values([*args, *kwargs.values(), *_closure_contents(fn)]))
         return child.run()
 
