@@ -71,7 +71,7 @@ def _bind_call_value_imports() -> None:
     from .autograd_function import call_apply, is_function_apply
     from .cached_calls import call_cached, call_dispatch, is_cached_function, is_singledispatch_dispatch
     from .environ import call_environ, is_environ_read
-    from .introspection import introspection_handler
+    from .introspection import introspection_handler, signature_bind_method
     from .library_substitutes import call_pure, is_pure_on_constants
     from .lazy_generators import LazyGenMethodValue, call_lazy_gen_method
 
@@ -150,7 +150,9 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
     if isinstance(fn, BuiltinValue) and isinstance(fn.obj, types.FunctionType) and \
             fn.obj.__name__ in ("__enter__", "__exit__"):  # NOTE [Exits of unmodelled context managers]
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.obj.__qualname__} of an object read as opaque")
-    if isinstance(fn, BuiltinValue):
+    if isinstance(fn, BuiltinValue) and signature_bind_method(fn.obj) is not None:
+        return call_value(tx, signature_bind_method(fn.obj), args, kwargs)  # NOTE [Binding a signature at trace
+    if isinstance(fn, BuiltinValue):                                        # time]
         bound = _bound_slot_wrapper(tx, fn)
         if bound is not None:
             return call_value(tx, bound, args, kwargs)

@@ -176,6 +176,24 @@ for _name in ("iscoroutinefunction", "isgeneratorfunction", "isasyncgenfunction"
     HANDLERS[getattr(inspect, _name)] = _predicate(getattr(inspect, _name))
 
 
+# NOTE [Binding a signature at trace time]: `inspect.signature(f)` is a constant here, and reading a method
+# of a constant gives the real bound method, which the trace cannot call with tensors.
+# `sig.bind(*args, **kwargs)` and `sig.bind_partial(...)` instead inline CPython's own `Signature._bind`
+# with the Signature as a constant `self`: it only sorts the arguments into a dict by the parameters'
+# kinds and names and builds a BoundArguments (an object made while tracing), whose `arguments`, `args`,
+# `kwargs` and `apply_defaults()` are inlined too. A bad call raises the TypeError CPython's code raises,
+# with its message. Only the exact Signature class qualifies: a subclass may override the methods.
+_BIND_METHODS = (inspect.Signature.bind, inspect.Signature.bind_partial, inspect.Signature._bind)
+
+
+def signature_bind_method(obj: Any) -> Value | None:
+    """The inlinable method for a real bound `Signature.bind`/`bind_partial` (see the NOTE), or None."""
+    if isinstance(obj, types.MethodType) and type(obj.__self__) is inspect.Signature and \
+            obj.__func__ in _BIND_METHODS:
+        return BoundMethodValue(UserFunctionValue(obj.__func__), ConstantValue(obj.__self__))
+    return None
+
+
 def introspection_handler(fn: Any) -> Callable | None:
     from .copies import HANDLERS as COPY_HANDLERS  # NOTE [Copies of plain objects]
     return HANDLERS.get(fn) or COPY_HANDLERS.get(fn)

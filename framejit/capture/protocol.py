@@ -10,6 +10,7 @@ Attribute lookup lives in attributes.py and calls in calls.py; both build on thi
 from __future__ import annotations
 
 import collections.abc
+import enum
 import inspect
 import operator
 import sys
@@ -307,12 +308,14 @@ def _same_object(a: Value, b: Value) -> bool:
 # constant made in the trace is a graph break (no guard could name that object in a new process). Types
 # whose identity is their value (None, bools, Ellipsis, NotImplemented; small ints, empty and one-character
 # strings and the empty tuple, which CPython caches) and values that differ need no guard. `x in [...]`
-# and `[...].count(x)` compare `x is y or x == y`, so a NaN reaches this too.
+# and `[...].count(x)` compare `x is y or x == y`, so a NaN reaches this too. An enum member is the one
+# object of its class with its value (a guard on it pins the member by name), so its identity is its value
+# too (`param.kind is _VAR_POSITIONAL` in inspect.BoundArguments.apply_defaults).
 _BY_VALUE = (type(None), bool, type(Ellipsis), type(NotImplemented))
 
 
 def _identity_is_value(v: Any) -> bool:
-    return (type(v) in _BY_VALUE or (type(v) is int and -5 <= v <= 256)
+    return (type(v) in _BY_VALUE or isinstance(v, enum.Enum) or (type(v) is int and -5 <= v <= 256)
             or (type(v) is str and len(v) <= 1 and v <= "\xff") or (type(v) is tuple and v == ()))
 
 
