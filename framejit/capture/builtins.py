@@ -250,11 +250,18 @@ def _bool(tx, args, kwargs):
     return ConstantValue(truth(tx, args[0]) if args else False)
 
 
+_CONVERT_DUNDERS = {float: ("__float__",), int: ("__int__",), complex: ("__complex__",),
+                    str: ("__str__", "__repr__")}
+
+
 def _convert(kind: type):
     def handler(tx, args, kwargs):
         if not args:
             return ConstantValue(kind())
         v = args[0]
+        if isinstance(v, TensorValue) and kind in _CONVERT_DUNDERS:  # NOTE [Patched tensor operators]
+            from .tensor_operators import check_tensor_dunder
+            check_tensor_dunder(tx, v, *_CONVERT_DUNDERS[kind])
         if isinstance(v, TensorValue) and v.known_data() is not None and len(args) == 1 and not kwargs:
             return constant_fold(kind, v.known_data())  # a tensor made from constants: its data is known
         if isinstance(v, TensorValue):
@@ -409,6 +416,9 @@ def _reversed(tx, args, kwargs):
     if isinstance(mapping, DictValue) and mapping.python_type() in _PLAIN_DICTS:
         iterate(tx, args[0])  # read whole (guarded)
         return dict_iterator(mapping, getattr(args[0], "kind", None), reverse=True)  # NOTE [Dict iterators read live]
+    if isinstance(args[0], TensorValue):  # NOTE [Patched tensor operators]: Tensor.__reversed__, not __iter__
+        from .tensor_operators import check_tensor_dunder
+        check_tensor_dunder(tx, args[0], "__reversed__")
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     result = watch.finish(IteratorValue(list(reversed(iterate(tx, args[0])))), "reversed", per_row=False)
     # NOTE [Iterators of their own type] in values/containers.py: reversed(a range) is a range_iterator

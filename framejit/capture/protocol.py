@@ -21,6 +21,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported, UserException
 from .hash_order import note_fold, note_order
+from .tensor_operators import check_tensor_dunder
 from .values import (BoundMethodValue, ConstantValue, DictValue, DictViewValue, IteratorValue, ListValue, NewObjectValue,
                      NNModuleValue, ObjectValue, SequenceValue, SetValue, SliceValue, SymFloatValue, SymNodeValue,
                      TensorValue, TupleValue, UserFunctionValue, Value)
@@ -437,6 +438,7 @@ def truth(tx, v: Value) -> bool:
         return length(tx, v) > 0
     if isinstance(v, TensorValue):
         if v.known_data() is not None:  # a tensor made from constants: its data is known
+            check_tensor_dunder(tx, v, "__bool__")  # NOTE [Patched tensor operators]
             return bool(constant_fold(bool, v.known_data()).as_constant())
         raise Unsupported(BreakKind.DATA_DEPENDENT, "the truth value of a tensor depends on its data")
     from .numpy_support import NdarrayValue
@@ -527,9 +529,10 @@ def iterate(tx, v: Value) -> list[Value]:
     if isinstance(v, nps.NdarrayValue):  # NOTE [NumPy as torch]
         return nps.iterate(tx, v)
     if isinstance(v, TensorValue):
+        check_tensor_dunder(tx, v, "__iter__")  # NOTE [Patched tensor operators]
         if v.fake.dim() == 0:
             raise UserException(TypeError("iteration over a 0-d tensor"))
-        return [getitem(tx, v, ConstantValue(i)) for i in range(v.fake.shape[0])]
+        return [_tensor_getitem(tx, v, ConstantValue(i)) for i in range(v.fake.shape[0])]
     if isinstance(v, NNModuleValue):
         from .module_protocol import replaced  # NOTE [Module container protocol]
         if replaced(tx, v.obj, "__iter__"):
@@ -619,6 +622,7 @@ def length(tx, v: Value) -> int:
     if isinstance(v, nps.NdarrayValue):  # NOTE [NumPy as torch]
         return nps.length(v)
     if isinstance(v, TensorValue):
+        check_tensor_dunder(tx, v, "__len__")  # NOTE [Patched tensor operators]
         if v.fake.dim() == 0:
             raise UserException(TypeError("len() of a 0-d tensor"))
         return int(v.fake.shape[0])  # a symbolic size is specialised (guarded: NOTE [Symbolic shapes])
@@ -654,11 +658,8 @@ def getitem(tx, obj: Value, key: Value) -> Value:
             return result
         obj = storage(obj)
     if isinstance(obj, TensorValue):
-        from .sym_arith import select  # NOTE [Symbolic int indices]
-        selected = select(tx, obj, key)
-        if selected is not None:
-            return selected
-        return tx.output.call("call_function", operator.getitem, (obj, key), {})
+        check_tensor_dunder(tx, obj, "__getitem__")  # NOTE [Patched tensor operators]
+        return _tensor_getitem(tx, obj, key)
     from . import numpy_support as nps
     if isinstance(obj, nps.NdarrayValue):  # NOTE [NumPy as torch]
         return nps.getitem(tx, obj, key)
@@ -667,6 +668,8 @@ def getitem(tx, obj: Value, key: Value) -> Value:
     if isinstance(obj, SequenceValue):
         from .carried_loops import check_dynamic_index
         check_dynamic_index(obj, key)  # NOTE [Lists of tensors indexed by dynamic ints]
+        if isinstance(key, TensorValue) and key.known_data() is not None:
+            check_tensor_dunder(tx, key, "__index__")  # NOTE [Patched tensor operators]
         k = key.known_data() if isinstance(key, TensorValue) and key.known_data() is not None else key.as_constant()
         if isinstance(k, slice):
             items = obj.items[k]
@@ -712,6 +715,15 @@ def getitem(tx, obj: Value, key: Value) -> Value:
     if isinstance(obj, (ObjectValue, NewObjectValue)) and hasattr(obj.python_type(), "__getitem__"):
         return tx.call_special_of(obj, "__getitem__", [key], {})
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"subscript of {obj.describe()}")
+
+
+def _tensor_getitem(tx, obj: TensorValue, key: Value) -> Value:
+    """`obj[key]` as torch's own __getitem__ computes it (also the rows Tensor.__iter__ yields)."""
+    from .sym_arith import select  # NOTE [Symbolic int indices]
+    selected = select(tx, obj, key)
+    if selected is not None:
+        return selected
+    return tx.output.call("call_function", operator.getitem, (obj, key), {})
 
 
 def _builtin_generic_alias(obj: Value, key: Value) -> bool:

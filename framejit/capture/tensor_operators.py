@@ -9,13 +9,20 @@ methods] in attributes.py), the operator's method on the tensor operand's class 
 operand, the reflected `__radd__` for the right, `__iadd__` then `__add__` in place, `__gt__` for a right
 operand of `<`; `__neg__`, `__pos__`, `__invert__`, `__abs__` for `-x`, `+x`, `~x`, `abs(x)`) is looked up: one that is a Python function from outside torch is a graph break (the
 operator runs in Python, calling the patch), and otherwise how the name resolves on the class is guarded,
-so a later patch recompiles.
+so a later patch recompiles. The protocol methods the translator answers itself for a tensor go the same
+way (check_tensor_dunder, red team h12patch): `x[i]` (`__getitem__`), `x[i] = v` (`__setitem__`), `len(x)`,
+`iter(x)` and every loop or unpacking over x (`__iter__`), `reversed(x)`, the truth of a tensor made from
+constants (`__bool__`), `float/int/complex/str(x)` of one, and `seq[x]` (`__index__`). A patch is any
+resolution other than torch's own: a Python function from outside torch, or, for a name torch.Tensor had when
+this module was imported, another object than that one (a functools.partial, a C function of another class).
 """
 from __future__ import annotations
 
 import operator
 import types
 from typing import Any, Callable
+
+import torch
 
 from . import lookup
 from .breaks import BreakKind, Unsupported
@@ -25,8 +32,15 @@ _REFLECTED_COMPARE = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq"
 _NOT_DUNDERS = {operator.is_, operator.is_not, operator.contains}
 
 
-def _patched(attr: Any) -> bool:
-    return isinstance(attr, types.FunctionType) and not (attr.__module__ or "").startswith("torch")
+_PROTOCOL = ("__getitem__", "__setitem__", "__len__", "__iter__", "__reversed__", "__bool__", "__index__",
+             "__float__", "__int__", "__complex__", "__str__", "__repr__")
+_ORIGINAL = {name: lookup.mro_lookup(torch.Tensor, name)[1] for name in _PROTOCOL}
+
+
+def _patched(attr: Any, name: str | None = None) -> bool:
+    if isinstance(attr, types.FunctionType):
+        return not (attr.__module__ or "").startswith("torch")
+    return name in _ORIGINAL and attr is not _ORIGINAL[name]
 
 
 def _names(fn: Callable, left: bool, plain: Callable | None) -> list[str]:
@@ -69,3 +83,15 @@ def check_tensor_unary(tx, fn: Callable, a: TensorValue) -> None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.__{name}__ is a Python function from "
                           "outside torch (a patched operator): it runs as Python")
     lookup.guard_lookup(tx.output, cls, f"__{name}__")
+
+
+def check_tensor_dunder(tx, v: TensorValue, *names: str) -> None:
+    """NOTE [Patched tensor operators] for the protocol methods (`x[i]`, `len(x)`, `iter(x)`, ...): break on
+    a patched one, else guard how each name resolves on the tensor's class (one line per name)."""
+    cls = v.python_type()
+    for name in names:
+        attr = lookup.mro_lookup(cls, name)[1]
+        if _patched(attr, name):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.{name} is not torch's own (a patched "
+                              "tensor method): it runs as Python")
+        lookup.guard_lookup(tx.output, cls, name)

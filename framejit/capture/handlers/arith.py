@@ -121,6 +121,8 @@ def _store_item(tx, obj, key, value):
         tx.output.side_effects.record_op(obj, "__setitem__", (key_value(k, read=False), value))
         return
     if isinstance(obj, TensorValue):  # in-place, like any tensor op (NOTE [Input mutation] in graph.py)
+        from ..tensor_operators import check_tensor_dunder  # NOTE [Patched tensor operators]
+        check_tensor_dunder(tx, obj, "__setitem__")
         tx.output.call("call_function", operator.setitem, (obj, key, value), {})
         return
     from ..numpy_support import NdarrayValue, setitem
