@@ -63,8 +63,10 @@ def names_its_caller(fn: Any) -> bool:
     read frames name their caller's: called through a frame hook, they would name framejit's hook. They run
     directly (NOTE [The break's line], [Callees that read their caller's frame])."""
     import logging
+    from .import_calls import import_machinery
     code = getattr(fn, "__code__", None)
-    return code is not None and (code.co_filename == logging.__file__ or _reads_frames(code))
+    return code is not None and (code.co_filename == logging.__file__ or _reads_frames(code)
+                                 or import_machinery(fn))  # NOTE [Import machinery at breaks]
 
 
 # NOTE [Callees that read their caller's frame]: `sys._getframe(1)` / `inspect.currentframe().f_back` in a

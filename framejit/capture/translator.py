@@ -38,6 +38,7 @@ from .lazy_generators import LazyGeneratorValue, lazy_gen_attr, make_lazy_genera
 from .getattribute import custom_setattr
 from .generator_reach import closure_contents as _closure_contents, reachable_values
 from .stdlib import forced_break
+from .import_calls import import_break
 from .frame_locals import frame_reader_break
 from .normalize import Inst, has_handlers, is_user_handler, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, ObjectSource, Ref
@@ -455,6 +456,7 @@ class Translator:
             fn = UserFunctionValue(library_substitute(f))
             f = fn.fn
         forced_break(f)
+        import_break(f)  # NOTE [Import machinery at breaks]
         root = self
         while root.parent is not None:
             root = root.parent
