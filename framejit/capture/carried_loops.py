@@ -24,6 +24,7 @@ Two rules make such a loop compile a bounded number of times:
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import re
 import types
@@ -57,7 +58,8 @@ _STEPPED_TYPES = (enumerate, zip, map, filter, reversed, types.GeneratorType, *_
                   type(iter(())),  # a tuple's: a tensor's rows (NOTE [Loops over symbolic rows] in handlers/jumps.py)
                   type(iter({})), type(iter({}.values())), type(iter({}.items())), type(reversed({})),
                   type(reversed({}.values())), type(reversed({}.items())), type(iter(set())), type(iter("")),
-                  type(iter(bytearray())), type(iter(b"")))  # NOTE [Mutable buffers carried across breaks]
+                  type(iter(bytearray())), type(iter(b"")),  # NOTE [Mutable buffers carried across breaks]
+                  type(iter(collections.deque())))  # NOTE [Deque iterators]: it raises once its deque changed
 _STACK_ARG = re.compile(r"L\['(" + STACK_PREFIX + r"\d+)'\]")
 
 

@@ -26,9 +26,9 @@ from bytecode import Instr
 
 from . import emit
 from .breaks import BreakKind, Unsupported
-from .codegen_runtime import (bound_c_method, exhausted_list_iterator, failing_iterator, keys_iterator_at,
-                              list_iterator_at, make_closure, namedtuple_of, new_cell, new_object, range_iterator_at,
-                              rows_as, set_function_attrs, walk_at)
+from .codegen_runtime import (bound_c_method, deque_iterator_at, exhausted_list_iterator, failing_iterator,
+                              keys_iterator_at, list_iterator_at, make_closure, mutated_deque_iterator, namedtuple_of,
+                              new_cell, new_object, range_iterator_at, rows_as, set_function_attrs, walk_at)
 from .codegen_runtime import ITERTOOLS_ROWS, callable_iterator_of
 _CALLABLE_ITERATOR = type(iter(lambda: None, None))
 from .values.base import LazyArg
@@ -200,7 +200,8 @@ class Reconstructor:
                 self._preload_cells(value)
             self._store_preloaded(value)  # an ndarray too: one array object however often it is reached
         elif isinstance(value, IteratorValue) and (value.made_at is None or rebuild_spec(value) is not None):
-            if sourced and isinstance(value.owner, (DictValue, SetValue)) and value.owner.source is not None:
+            if sourced and (isinstance(value.owner, (DictValue, SetValue)) and value.owner.source is not None
+                            or value.deque_of is not None and value.deque_of.source is not None):
                 self._defer(value)  # NOTE [Dict iterators built after replay]
                 return
             self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
@@ -361,7 +362,12 @@ class Reconstructor:
             return
         if value.lent_at is not None:
             raise lent_error(value)  # NOTE [Lent iterators]
-        if value.walk is not None:  # NOTE [Lazy module walks] in modules.py
+        if value.deque_of is not None:  # NOTE [Deque iterators]: CPython's own, or one that raises
+            if value.deque_mutated():
+                self._call_const(mutated_deque_iterator, [])
+            else:
+                self._call_const(deque_iterator_at, [value.deque_of, ConstantValue(value.index)])
+        elif value.walk is not None:  # NOTE [Lazy module walks] in modules.py
             value.check()  # a mutation since it was made: a break where it was made
             module, name, options = value.walk
             drawn = len(value.items) + 1 if value.exhausted else value.index
@@ -591,6 +597,8 @@ def _children(value: Value) -> list:
         return sys.modules[_NUMPY_SUPPORT].children(value)
     if isinstance(value, IteratorValue) and spec_children(value):
         return spec_children(value)  # NOTE [Combinators rebuilt at breaks]
+    if isinstance(value, IteratorValue) and value.deque_of is not None:
+        return [value.deque_of]  # NOTE [Deque iterators]
     if isinstance(value, IteratorValue):
         return [value.owner] if value.owner is not None else value.items[value.index:]
     if isinstance(value, UserFunctionValue):

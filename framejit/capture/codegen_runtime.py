@@ -178,6 +178,20 @@ def failing_iterator(message: str) -> Any:
     yield  # a generator function
 
 
+def deque_iterator_at(d: collections.deque, index: int) -> Any:
+    """CPython's iterator over deque `d`, advanced `index` steps (NOTE [Deque iterators])."""
+    return type(iter(d))(d, index)
+
+
+def mutated_deque_iterator() -> Any:
+    """CPython's deque iterator whose deque changed since it was made: every step raises RuntimeError
+    (NOTE [Deque iterators])."""
+    d = collections.deque([None])
+    iterator = iter(d)
+    d.append(None)
+    return iterator
+
+
 def iterated_list(iterator: Any) -> Any:
     """The list a list iterator walks (`()` once it is exhausted)."""
     return iterator.__reduce__()[1][0]
@@ -219,10 +233,24 @@ def new_object(cls: type, attrs: dict) -> Any:
         setitem = collections.OrderedDict.__setitem__ if issubclass(cls, collections.OrderedDict) else dict.__setitem__
         for key, item in items.items():
             setitem(obj, key, item)
+    instance_dict = _real_instance_dict(obj) if attrs else None
     for name, attr in attrs.items():
         slot = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
         if isinstance(slot, types.MemberDescriptorType):  # a __slots__ entry
             slot.__set__(obj, attr)
-        else:
-            obj.__dict__[name] = attr
+        elif instance_dict is not None:
+            instance_dict[name] = attr
+        else:  # NOTE [Rebuilt objects whose class overrides __dict__]
+            object.__setattr__(obj, name, attr)
     return obj
+
+
+# NOTE [Rebuilt objects whose class overrides __dict__]: `obj.__dict__` runs a `__dict__` property the class
+# defines (`@property def __dict__(self): return {...}`), so attributes written through it went into a dict
+# thrown away: an object made in the trace came back without the attributes its __init__ set (review A, F3).
+# The real instance dict is read through the `__dict__` getset CPython gives the class (or a base), which
+# such a class no longer has; then each attribute is stored by object.__setattr__, which writes the real
+# instance dict and, like the getset, runs no __setattr__ of the class (eager's __init__ already ran it).
+def _real_instance_dict(obj: Any) -> dict | None:
+    descriptor = next((k.__dict__["__dict__"] for k in type(obj).__mro__ if "__dict__" in k.__dict__), None)
+    return descriptor.__get__(obj, type(obj)) if type(descriptor) is types.GetSetDescriptorType else None

@@ -37,12 +37,14 @@ function gets that object as its loop iterator and steps it in Python (carried_l
 """
 from __future__ import annotations
 
+import collections
 import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported
 from .generator_reach import closure_contents, reachable_values
 from .values import ConstantValue, DictValue, IteratorValue, ListValue, SetValue, Value
+from .values.containers import deque_state
 
 
 def _root_index(tx) -> int | None:
@@ -61,6 +63,8 @@ def _container(value: Value) -> tuple[Value | None, int]:
         return value, 0
     if isinstance(value, IteratorValue) and value.owner is not None:
         return value.owner, value.index
+    if isinstance(value, IteratorValue) and value.deque_of is not None:
+        return value.deque_of, value.index  # NOTE [Deque iterators]
     return None, 0
 
 
@@ -84,17 +88,23 @@ class Watch:
         self.tx = tx
         self.lists: list[tuple[Value, list[Value], int]] = []
         self.mappings: list[Value] = []
+        self.deques: list[tuple[Value, tuple]] = []
         self.checks = [v.check for v in iterables if isinstance(v, IteratorValue) and v.check is not None]
         for value in iterables:
             container, start = _container(value)
             if isinstance(container, ListValue):
                 self.lists.append((container, list(container.items), start))
+                if container.cls is collections.deque:  # NOTE [Deque iterators]
+                    self.deques.append((container, deque_state(container)))
             elif container is not None:
                 self.mappings.append(container)
         side_effects = tx.output.side_effects
         self.made = (side_effects.version, len(side_effects.ops), len(side_effects.touched))
         # each argument and the position its iterator starts at (NOTE [Combinators rebuilt at breaks])
         self.parts = [(v, v.index if isinstance(v, IteratorValue) else 0) for v in iterables]
+
+    def deques_changed(self) -> bool:
+        return any(deque_state(d) != state for d, state in self.deques)
 
     def needed(self, fn_reads_state: bool) -> bool:
         return bool(self.lists or self.mappings or self.checks or fn_reads_state)
@@ -124,7 +134,7 @@ class Watch:
                 low = start + result.index if per_row else 0
                 if len(now) != len(items) or any(now[i] is not items[i] for i in range(low, len(now))):
                     return True
-            if mappings_changed():
+            if mappings_changed() or self.deques_changed():
                 return True
             return reads_state and (side_effects.version != version or any(
                 id(v) in reachable for v in side_effects.touched[n_touched:]))
@@ -176,8 +186,8 @@ def _part_spec(value: Value, position: int) -> Value | None:
             return None  # an iterator from outside: its own position is the caller's (NOTE [Lent iterators])
         if getattr(value, "lazy", None) is not None:
             return _spec(value, position, exhausted=False)
-        if value.made_at is not None:
-            return None  # a generator's
+        if value.made_at is not None or value.deque_of is not None:
+            return None  # a generator's; a deque's (NOTE [Deque iterators])
         if isinstance(value.owner, ListValue) and value.owner.python_type() is list:
             return TupleValue([ConstantValue("at"), value.owner, ConstantValue(position)])
         if value.owner is None:  # fixed items (a tuple's, a range's iterator)

@@ -22,6 +22,7 @@ from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictV
                      TupleValue, Value)
 
 from .mappings_runtime import dict_of_view as _dict_of_view
+from .values.containers import bump_deque
 from .sources import Ref as _Ref
 
 _DICT_OF_VIEW = _Ref(_dict_of_view, "dict_of_view")
@@ -262,10 +263,13 @@ def _deque_method(name: str):
                 raise UserException(IndexError(f"{name} from an empty deque"))
             tx.output.side_effects.mutate_container(d)
             tx.output.side_effects.record_op(d, name, ())  # NOTE [Deques from outside]
+            bump_deque(d)  # NOTE [Deque iterators]
             return items.pop() if name == "pop" else items.pop(0)
         if name == "insert" and maxlen is not None and len(items) >= maxlen:
             raise UserException(IndexError("deque already at its maximum size"))
         tx.output.side_effects.mutate_container(d)
+        if rest if name != "clear" else items:  # NOTE [Deque iterators]: what CPython's counter counts
+            bump_deque(d)
         if name == "insert":
             items.insert(rest[0].as_constant(), rest[1])
         elif name == "clear":
@@ -299,6 +303,8 @@ def _constant_deque_method(tx, d: ListValue, name: str, args: list[Value]) -> Va
         except Exception as e:
             raise UserException(e) from None
         effects.mutate_container(d)
+        if name == "rotate" and len(d.items) > 1:
+            bump_deque(d)  # NOTE [Deque iterators]: even rotate(0); reverse keeps the counter
         d.items[:] = [d.items[i] for i in real]
         effects.record_op(d, name, tuple(args))  # NOTE [Deques from outside]
         return ConstantValue(None)
@@ -312,6 +318,7 @@ def _constant_deque_method(tx, d: ListValue, name: str, args: list[Value]) -> Va
         raise UserException(e) from None
     if name == "remove":
         effects.mutate_container(d)
+        bump_deque(d)  # NOTE [Deque iterators]
     from .folded_results import permuted_like  # the items themselves: a list inside stays the program's list
     d.items[:] = permuted_like(d.items, before, list(real))
     if name == "remove":

@@ -164,10 +164,13 @@ class IteratorValue(Value):
     walk: Any = None  # a module walk: (module value, method name, options) (NOTE [Lazy module walks] in modules.py)
     view: str | None = None  # over a dict's "keys", "values" or "items" view (NOTE [Dict iterators read live])
     reverse = False  # reversed() of a dict or of its view: its keys from the last
+    deque_of: Value | None = None  # iter() of a deque: that deque (NOTE [Deque iterators])
+    deque_state: tuple = ()  # the deque's (state, length) when this iterator was made
 
     def next(self) -> Value | None:
         if self.lent_at is not None:
             raise lent_error(self)
+        self.check_deque()
         if self.exhausted:
             return None
         if self.owner is not None and not isinstance(self.owner, ListValue):
@@ -195,6 +198,14 @@ class IteratorValue(Value):
         value = self.owner.items[key]
         return value if self.view == "values" else TupleValue([key_value(key), value])
 
+    def deque_mutated(self) -> bool:
+        return self.deque_of is not None and deque_state(self.deque_of) != self.deque_state
+
+    def check_deque(self) -> None:
+        """NOTE [Deque iterators]: CPython's deque iterator raises at every step once its deque changed."""
+        if self.deque_mutated():
+            raise UserException(RuntimeError("deque mutated during iteration"))
+
     def changed(self) -> str:
         """CPython's error message when the dict or set this iterates over changed size, else ""."""
         if len(self.owner.items) == len(self.keys):
@@ -213,6 +224,7 @@ class IteratorValue(Value):
     def remaining(self) -> list[Value]:
         if self.lent_at is not None:
             raise lent_error(self)
+        self.check_deque()
         if self.exhausted:
             return []
         if self.owner is not None and not isinstance(self.owner, ListValue):
@@ -287,8 +299,37 @@ def drain_lent(tx, iterables: list[Value]) -> list[list[Value]]:
     return columns
 
 
+# NOTE [Deque iterators]: a deque is a ListValue of class deque (capture/mappings.py). CPython's deque
+# iterator reads the deque's items live (`d[0] = v` is seen) and raises RuntimeError("deque mutated during
+# iteration") at every step, the one after the end too, once the deque's mutation counter moved: any append,
+# appendleft, pop, popleft, a non-empty extend/extendleft, insert, remove, rotate of more than one item, the
+# clear of a non-empty deque, `+=`/`*=` that change it (not `d[i] = v`, reverse, count, index, copy). Iterated
+# like a list (one step per item, no check) a loop appending to the deque it walks ran to the end where eager
+# raises (review A, F1). `bump_deque` moves a counter the trace keeps on the value (mappings._deque_method);
+# `+=`/`*=` (protocol.py) always change the length when they change the state, so the iterator compares
+# (counter, length). Escaping, it is rebuilt as CPython's own deque iterator at its position
+# (codegen_runtime.deque_iterator_at, over the deque as the program leaves it) or, once mutated, as one that
+# raises (mutated_deque_iterator). zip/enumerate/reversed over a deque watch the same pair (lazy_combinators).
+def deque_state(d: Value) -> tuple:
+    return getattr(d, "mutations", 0), len(d.items)
+
+
+def bump_deque(d: Value) -> None:
+    """One change of deque `d`'s mutation counter (NOTE [Deque iterators])."""
+    d.mutations = getattr(d, "mutations", 0) + 1
+
+
+def deque_iterator(d: ListValue) -> IteratorValue:
+    iterator = IteratorValue([])
+    iterator.items = d.items  # shared: `d[i] = v` is seen, and anything else makes the next step raise
+    iterator.deque_of, iterator.deque_state, iterator.iter_type = d, deque_state(d), type(iter(collections.deque()))
+    return iterator
+
+
 def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     """The iterator `iter(value)` gives, `items` being what it yields (NOTE [Live iteration])."""
+    if isinstance(value, ListValue) and value.cls is collections.deque:
+        return deque_iterator(value)  # NOTE [Deque iterators]
     if isinstance(value, (ListValue, DictValue, SetValue)) and \
             value.python_type() in (list, dict, set, frozenset, collections.OrderedDict, collections.defaultdict):
         return IteratorValue(items, owner=value)
