@@ -17,10 +17,25 @@ eager would warn in, and later calls find the cache filled, as eager does.
 The answer is guarded by calling the wrapper again in the guard function (`_still_answers`): a cleared
 cache (`fn.cache_clear()`) recomputes there, as the eager call would, and a different answer recompiles
 (the entry's constant was the answer before the clear; red team, test_redteam2.py).
+
+NOTE [Cached calls counted as eager counts them]: the wrapper's statistics (`fn.cache_info()`: hits, misses)
+are observable, so framejit calls the real wrapper exactly as often as eager does (red team h12red3:
+`x + k(3) + k.cache_info().hits` gave one hit more than eager, `k(3) + k(3)` one hit per call less):
+- the traces of one conversion (a frame with a break is traced again up to the break, convert._break_entry)
+  share a memo (`conversion()`): the n-th call of `fn(args)` in a later trace reuses the n-th answer of an
+  earlier trace instead of calling the wrapper again;
+- the guard makes the entry's calls on every later call: the n-th call of the same `fn(args)` in one trace
+  is its own guard line (an occurrence number in the expression, which guards would otherwise merge), so a
+  frame calling `k(3)` twice calls it twice per call, as eager does. (The first call runs no guard: the
+  trace made those calls.)
+`cache_info()`, `cache_clear()` and `cache_parameters()` themselves are calls of C methods: graph breaks that
+run for real and read the real counters.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 
 from ..guards.guard import COST_CONTAINER
 from .breaks import BreakKind, Unsupported, UserException
@@ -63,20 +78,56 @@ def _key_part(tx, value: Value):
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, "an lru_cache function called with non-constant arguments")
 
 
+_CONVERSIONS = threading.local()
+
+
+@contextlib.contextmanager
+def conversion():
+    """NOTE [Cached calls counted as eager counts them]: the traces of one frame conversion share answers."""
+    outer = getattr(_CONVERSIONS, "memo", None)
+    _CONVERSIONS.memo = {}
+    try:
+        yield
+    finally:
+        _CONVERSIONS.memo = outer
+
+
+def _counted_call(tx, fn: ObjectValue, args: list, kwargs: dict):
+    """Call the wrapper once per eager call (NOTE [Cached calls counted as eager counts them]); returns the
+    answer and which call of `fn(args)` this is in the trace (0 for the first)."""
+    counts = tx.output.__dict__.setdefault("cached_call_counts", {})
+    try:
+        key = (id(fn.obj), tuple(args), tuple(sorted(kwargs.items())))
+        hash(key)
+    except Exception:  # noqa: BLE001 - unhashable: the real call raises TypeError as eager's does
+        key = None
+    nth = counts[key] = counts.get(key, -1) + 1
+    memo = getattr(_CONVERSIONS, "memo", None)
+    if key is not None and memo is not None and (key, nth) in memo:
+        kind, value = memo[(key, nth)][1:]
+    else:
+        try:
+            kind, value = "ok", fn.obj(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the call raised: eager raises the same (nothing is cached)
+            kind, value = "raise", e
+        if key is not None and memo is not None:
+            memo[(key, nth)] = (fn.obj, kind, value)  # holds the wrapper: its id stays its own
+    if kind == "raise":
+        raise UserException(value)
+    return value, nth
+
+
 def call_cached(tx, fn: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     if fn.source is None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "an lru_cache function without a source")
     real_args = [_key_part(tx, a) for a in args]
     real_kwargs = {k: _key_part(tx, v) for k, v in kwargs.items()}
     wrapped = wrap(tx.output, fn.obj.__wrapped__, AttrSource(fn.source, "__wrapped__"))
-    try:
-        result = fn.obj(*real_args, **real_kwargs)
-    except Exception as e:  # noqa: BLE001 - the call raised: eager raises the same (nothing is cached)
-        raise UserException(e) from None
+    result, nth = _counted_call(tx, fn, real_args, real_kwargs)
     if _immutable(result):
-        _guard_answer(tx, fn, real_args, real_kwargs, result)
+        _guard_answer(tx, fn, real_args, real_kwargs, result, nth=nth)
         return ConstantValue(result)
-    cached = _cached_object(tx, fn, real_args, real_kwargs, result)
+    cached = _cached_object(tx, fn, real_args, real_kwargs, result, nth)
     if cached is not None:
         return cached
     return tx.call(wrapped, args, kwargs)
@@ -89,17 +140,17 @@ def call_cached(tx, fn: ObjectValue, args: list[Value], kwargs: dict[str, Value]
 # grows [1, 2, 0, 0], ... The answer is now the real cached object, named directly (an object from outside:
 # its contents guarded, mutations replayed onto it), and guarded to still be what the cache answers
 # (`_answers_object`, checked last like `_still_answers`). An answer the values cannot model inlines as before.
-def _cached_object(tx, fn: ObjectValue, args: list, kwargs: dict, result) -> Value | None:
+def _cached_object(tx, fn: ObjectValue, args: list, kwargs: dict, result, nth: int = 0) -> Value | None:
     from .sources import ObjectSource, Ref
     try:
         value = wrap(tx.output, result, ObjectSource(Ref(result, "cached_answer")))
     except Unsupported:
         return None
-    _guard_answer(tx, fn, args, kwargs, result, same=_answers_object)
+    _guard_answer(tx, fn, args, kwargs, result, same=_answers_object, nth=nth)
     return value
 
 
-def _answers_object(fn, args, kwargs, obj) -> bool:
+def _answers_object(fn, args, kwargs, obj, nth=0) -> bool:
     try:
         return fn(*args, **kwargs) is obj
     except Exception:  # noqa: BLE001 - raises now: recompile, the trace raises it as eager does
@@ -116,20 +167,21 @@ def _same_constant(a, b) -> bool:
     return a == b
 
 
-def _still_answers(fn, args, kwargs, value) -> bool:
+def _still_answers(fn, args, kwargs, value, nth=0) -> bool:
     try:
         return _same_constant(fn(*args, **kwargs), value)
     except Exception:  # noqa: BLE001 - raises now: recompile, the trace raises it as eager does
         return False
 
 
-def _guard_answer(tx, fn: ObjectValue, args: list, kwargs: dict, result, same=None) -> None:
+def _guard_answer(tx, fn: ObjectValue, args: list, kwargs: dict, result, same=None, nth: int = 0) -> None:
     out = tx.output
     part = lambda v: repr(v) if _literal(v) else out.name_of(v, "arg")  # noqa: E731
     call_args = "(" + "".join(f"{part(a)}, " for a in args) + ")"
     call_kwargs = "{" + ", ".join(f"{k!r}: {part(v)}" for k, v in kwargs.items()) + "}"
     check = out.name_of(same or _still_answers, (same or _still_answers).__name__.strip("_"))
-    expr = f"{check}({fn.source.expr(out.names)}, {call_args}, {call_kwargs}, {part(result)})"
+    occurrence = f", {nth}" if nth else ""  # NOTE [Cached calls counted as eager counts them]: one line per call
+    expr = f"{check}({fn.source.expr(out.names)}, {call_args}, {call_kwargs}, {part(result)}{occurrence})"
     # NOTE [Cached calls checked last]: the check calls the user's function, so it comes after every other
     # guard, the shape env's too: an int argument made symbolic keeps its value as a SHAPE_ENV guard (cost
     # COST_TENSOR + 1), and the call checked before it looked up `h(2)` on a call with `k == 3`, a lookup

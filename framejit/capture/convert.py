@@ -26,7 +26,7 @@ from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import frame_reader_break, reads_own_locals
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
-from . import frame_cache, inlined_comprehensions, persisted_code, python_loops
+from . import cached_calls, frame_cache, inlined_comprehensions, persisted_code, python_loops
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
@@ -61,8 +61,8 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     from .default_device import sole_device_mode_device, traced_without_mode  # NOTE [Default device mode]
     output.default_device = output.entry_default_device = sole_device_mode_device()
     try:
-        with _quiet_fake_tensor_errors(), traced_without_mode(output.default_device):
-            entry = _convert(fn, shape, args, kwargs, request, output)
+        with _quiet_fake_tensor_errors(), traced_without_mode(output.default_device), cached_calls.conversion():
+            entry = _convert(fn, shape, args, kwargs, request, output)  # NOTE [Cached calls counted as eager counts them]
     except (Unsupported, BackendCompilerFailed, ConstraintViolationError):  # NOTE [Backend failures raise] in
         raise  # backend_call.py, NOTE [Broken mark_dynamic contracts] in shapes.py
     except Exception as e:  # a framejit bug: the user's program must not see it

@@ -116,3 +116,38 @@ def test_unpatched_protocol_methods_stay_in_one_graph():
     assert after["frames_compiled"] - before["frames_compiled"] == 1
     assert after["graphs"] - before["graphs"] == 1
     assert after["eager_frames"] == before["eager_frames"]
+
+
+# lru_cache statistics: the traces of a frame with a break, and the guard of a frame calling the same cached
+# call twice, called the wrapper another number of times than eager (hits off by one per trace / per call)
+_LRU_PROGRAMS = {
+    "read_in_frame": "def f(x):\n    return x + k(3) + k.cache_info().hits\n",
+    "called_twice": "def f(x):\n    return x + k(3) + k(3)\n",
+    "break_between": "def f(x):\n    y = x + k(3)\n    print('', end='')\n    return y + k(3)\n",
+    "through_helper": "def h(n):\n    return k(n) + k(n)\ndef f(x):\n    return x + h(3) + h(3)\n",
+    "bounded": "def f(x):\n    y = x + k(3) + k(4)\n    print('', end='')\n    return y + k(3) + k.cache_info().misses\n",
+    "cleared": "def f(x):\n    y = x + k(3)\n    k.cache_clear()\n    return y + k(4) + k(4) + k.cache_info().hits\n",
+    "parameters": "def f(x):\n    return x + k(2) + k.cache_parameters()['maxsize']\n",
+}
+
+
+def _lru_run(body, compiled):
+    @functools.lru_cache(maxsize=1 if "bounded" in body or "misses" in body else 4)
+    def k(n):
+        return n * 2
+
+    scope = {"k": k}
+    exec(body, scope)
+    f = scope["f"]
+    fn = framejit.compile(f, backend="eager") if compiled else f
+    seen = []
+    for step in range(4):
+        result = fn(torch.tensor([float(step)]))
+        seen.append((result.tolist(), tuple(k.cache_info())))
+    return seen
+
+
+@pytest.mark.parametrize("case", sorted(_LRU_PROGRAMS))
+def test_lru_cache_statistics_are_eagers(case):
+    body = _LRU_PROGRAMS[case]
+    assert _lru_run(body, compiled=True) == _lru_run(body, compiled=False)
