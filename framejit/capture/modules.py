@@ -17,7 +17,7 @@ import torch
 from torch.nn.modules.rnn import RNNBase
 
 from ..guards import COST_TENSOR
-from .breaks import BreakKind, Unsupported
+from .breaks import BreakKind, Unsupported, UserException
 from .sources import DictSlotSource
 from .values import ConstantValue, IteratorValue, NNModuleValue, TupleValue, UserFunctionValue, Value
 from .values.builder import wrap
@@ -85,17 +85,48 @@ def _lazy_walk(tx, fn, iterator: IteratorValue) -> IteratorValue:
     return iterator
 
 
-def check_marked_store(tx, name: str, value: Value) -> None:
+def check_marked_store(tx, module: Value, name: str, value: Value) -> None:
     """NOTE [Registering stores into modules]: Module.__setattr__ also registers a plain tensor marked
     `_is_buffer` (what `nn.Buffer(t)` returns) or `_is_param` (its isinstance checks go through
     _BufferMeta/_ParameterMeta), so `m.c = t` for such a `t` from outside made `c` a buffer that a later
-    `named_buffers()` in the same graph missed (red team 16). Such a store breaks, as a Parameter's does."""
+    `named_buffers()` in the same graph missed (red team 16). Such a store breaks, as a Parameter's does,
+    unless it re-files a buffer under its own name (NOTE [Buffers stored back under their name])."""
     from .builtins import _TENSOR_MARKERS, _marked_tensor
     for spec in _TENSOR_MARKERS:
         marked = _marked_tensor(tx, value, spec)
-        if marked is not None and marked.as_constant():
+        if marked is not None and marked.as_constant() and not (
+                spec is not torch.nn.Parameter and _buffer_stored_back(tx, module, name, value)):
             raise Unsupported(BreakKind.SIDE_EFFECT, f"registering {name!r} (a tensor marked as a "
                                                      f"{spec.__name__}) on a module inside the graph")
+
+
+# NOTE [Buffers stored back under their name]: `self.pe = self.extend_pe(x, self.pe)` (transformers'
+# relative positional embeddings: SeamlessM4T, Wav2Vec2-Conformer) stores a tensor marked `_is_buffer`
+# (often the buffer itself) under the name of a registered buffer. Module.__setattr__ then calls
+# register_buffer(name, t, t.persistent), which does exactly what a plain tensor stored under that name
+# does (register_buffer(name, t, name not in _non_persistent_buffers_set)) when `t.persistent` keeps the
+# name's persistence: the store is recorded like any store under a buffer's name (NOTE [Stores under a
+# buffer's name]; replayed by the real setattr after the graph, later reads in the trace see `t`). The two
+# facts are guarded on the module (the name is a buffer, and its persistence), so a later call where
+# either changed retraces. A new name, or a change of persistence, still breaks.
+def _buffer_stored_back(tx, module: Value, name: str, value: Value) -> bool:
+    mod = getattr(module, "obj", None)
+    if not isinstance(mod, torch.nn.Module) or getattr(module, "source", None) is None or \
+            name not in (mod.__dict__.get("_buffers") or {}):
+        return False
+    try:
+        persistent = tx.getattr(value, "persistent")
+    except UserException:
+        return False
+    keeps = name not in mod._non_persistent_buffers_set
+    if not persistent.is_constant() or persistent.as_constant() is not keeps:
+        return False
+    e = module.source.expr(tx.output.names)
+    tx.output.add_guard("MODULE_BUFFER", f"{name!r} in {e}._buffers", module.source,
+                        expected=f"{name!r} a buffer of the module")
+    tx.output.add_guard("MODULE_BUFFER", f"({name!r} in {e}._non_persistent_buffers_set) is {not keeps}",
+                        module.source, expected=f"buffer {name!r} {'persistent' if keeps else 'not persistent'}")
+    return True
 
 
 def _options(fn, args: list[Value], kwargs: dict[str, Value]) -> dict:

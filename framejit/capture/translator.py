@@ -373,7 +373,7 @@ class Translator:
             lookup.guard_plain_store(self.output, type(obj.obj), name)
         if isinstance(obj, NNModuleValue):
             from .modules import check_marked_store
-            check_marked_store(self, name, value)  # NOTE [Registering stores into modules]
+            check_marked_store(self, obj, name, value)  # NOTE [Registering stores into modules]
         self.output.side_effects.store_attr(obj, name, value)
 
     def _store_through_property(self, obj: Value, name: str, value: Value) -> bool:
