@@ -419,6 +419,9 @@ def _reversed(tx, args, kwargs):
     if isinstance(args[0], TensorValue):  # NOTE [Patched tensor operators]: Tensor.__reversed__, not __iter__
         from .tensor_operators import check_tensor_dunder
         check_tensor_dunder(tx, args[0], "__reversed__")
+        if args[0].fake.dim() == 0:  # torch's Tensor.__reversed__: the tensor itself, else flip(0): a tensor
+            return args[0]
+        return tx.output.call("call_method", "flip", (args[0], ConstantValue(0)), {})
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     result = watch.finish(IteratorValue(list(reversed(iterate(tx, args[0])))), "reversed", per_row=False)
     # NOTE [Iterators of their own type] in values/containers.py: reversed(a range) is a range_iterator

@@ -102,6 +102,18 @@ def test_a_patched_tensor_protocol_method_is_called(case, backend):
     _same(got, want)  # compared with torch's own methods back (assert_close itself calls them)
 
 
+def test_reversed_tensor_is_a_tensor():
+    # reversed(t) is torch's Tensor.__reversed__: t.flip(0), a tensor (t itself when 0-d); compiled returned an
+    # iterator of rows, so `reversed(x) * 2` raised TypeError where eager returns a tensor
+    def f(x, s):
+        return reversed(x) * 2, reversed(s) + 1
+
+    fast = framejit.compile(f, backend="eager")
+    for step in range(3):
+        x, s = torch.arange(3.0 + step).reshape(-1, 1) + step, torch.tensor(float(step))
+        _same(list(fast(x, s)), list(f(x, s)))
+
+
 def test_unpatched_protocol_methods_stay_in_one_graph():
     # the guard lines cost no graph: an unpatched x[i], len(x) and loop compile once and hit afterwards
     def f(x):
