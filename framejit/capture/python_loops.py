@@ -10,10 +10,11 @@ framejit does the same, but keeps the rest of the frame captured: when a DATA_DE
 inside a for loop over the rows of a tensor, the break moves to the loop's GET_ITER (or FOR_ITER, or the
 resume point of a resume function that starts inside the body), and from there the code runs in a plain
 "tail" function (NOTE [Breaks inside try blocks] in graph_break.py) in which
-- every call inside the loop whose callable can be told from the bytecode goes through `call_hooked`: a
-  module with a forward of its own (not torch's) and no hooks runs `type(m).forward` through its frame
-  hook, a function or method outside torch and the standard library through its hook
-  (Hooks.call_through_hook), so those callees are captured as frames, as stock captures them;
+- every call inside the loop whose callable can be told from the bytecode calls `route(callable)`'s answer
+  instead (NOTE [Callees routed in loops run as Python]): a module with a forward of its own (not torch's)
+  and no hooks runs `type(m).forward` through its frame hook, a function or method outside torch and the
+  standard library through its hook (Hooks.call_through_hook), so those callees are captured as frames,
+  as stock captures them;
 - the loop's exit edge goes to a trampoline that calls the hooked resume function after the loop, so the
   code after the loop is captured again.
 A call whose callable slot cannot be traced back within its basic block (a NULL or self pushed by another
@@ -211,16 +212,28 @@ def _producers(items: list, end: int, lo: int, depth: int, wanted: int):
     return found
 
 
-def _method_load_as_attr(instr: Instr) -> list[Instr]:
-    """A method load rewritten to a plain attribute load with its NULL (NOTE [Call layouts])."""
+def _routed(instrs: list, route: Any, line: Any) -> list:
+    """`instrs` (pushing a callable on top) followed by the call `route(callable)`, which leaves in its place
+    what the call then calls (NOTE [Callees routed in loops run as Python])."""
+    out = list(instrs) + [Instr("LOAD_CONST", route), Instr("SWAP", 2), Instr("PUSH_NULL")]
+    out += [Instr("SWAP", 2)] if emit.NULL_AFTER_CALLABLE else [Instr("SWAP", 3), Instr("SWAP", 2)]
+    out += emit.call_over_slots(1)  # over the NULL pushed here
+    for i in out[len(instrs):]:
+        i.lineno = line
+    return out
+
+
+def _method_load_as_attr(instr: Instr, route: Any) -> list[Instr]:
+    """A method load rewritten to a plain attribute load, routed, with its NULL (NOTE [Call layouts])."""
     load = emit.load_attr(normalize.raw_method_name(instr))
-    out = [load] + emit.null_beside_attribute()
-    for i in out:
+    load.lineno = instr.lineno
+    out = _routed([load], route, instr.lineno) + emit.null_beside_attribute()
+    for i in out[-len(emit.null_beside_attribute()):]:
         i.lineno = instr.lineno
     return out
 
 
-def _rewrite_call(items: list, p: int, lo: int, helper: Any) -> bool:
+def _rewrite_call(items: list, p: int, lo: int, route: Any) -> bool:
     group = normalize.raw_call(items, p)
     if group is None:
         return False
@@ -228,39 +241,39 @@ def _rewrite_call(items: list, p: int, lo: int, helper: Any) -> bool:
     slots = _producers(items, start, lo, n, 2)  # the slot under the arguments, then the one below it
     if slots is None:
         return False
-    (upper_pos, _), (lower_pos, _) = slots
+    (upper_pos, upper_depth), (lower_pos, lower_depth) = slots
     null_pos = upper_pos if emit.NULL_AFTER_CALLABLE else lower_pos
     callable_pos = lower_pos if emit.NULL_AFTER_CALLABLE else upper_pos
+    callable_depth = lower_depth if emit.NULL_AFTER_CALLABLE else upper_depth
     null_item = items[null_pos]
     if upper_pos == lower_pos:  # one load pushed both: a global loaded with its NULL, or a method load
-        if null_item.name == "LOAD_GLOBAL":
-            method = None
+        if null_item.name == "LOAD_GLOBAL" and isinstance(null_item.arg, tuple):
+            load = emit.load_global(null_item.arg[1])
+            load.lineno = null_item.lineno
+            new = _routed([load], route, null_item.lineno) + emit.null_beside_attribute()
+            for i in new[-len(emit.null_beside_attribute()):]:
+                i.lineno = null_item.lineno
         elif normalize.raw_method_name(null_item) is not None:
-            method = null_pos
+            new = _method_load_as_attr(null_item, route)
         else:
             return False
-    elif null_item.name == "PUSH_NULL" and callable_pos != null_pos:
-        method = None
-    else:
-        return False
-    line = items[p].lineno
-    new = [Instr("BUILD_TUPLE", n), Instr("LOAD_CONST", tuple(names)), Instr("LOAD_CONST", helper)]
-    new += emit.below_three() + emit.call_over_slots(3)  # [NULL, helper] or [helper, NULL], then 3 arguments
-    for i in new:
-        i.lineno = line
-    items[start:p + 1] = new
-    if method is not None:
-        items[method:method + 1] = _method_load_as_attr(items[method])
+        items[null_pos:null_pos + 1] = new
+        return True
+    if null_item.name != "PUSH_NULL" or callable_pos == null_pos or callable_depth != 0:
+        return False  # the callable is not the last value its instruction pushes: left a plain call
+    items[callable_pos:callable_pos + 1] = _routed([items[callable_pos]], route, items[callable_pos].lineno)
     return True
 
 
-def hook_loop_calls(items: list, for_iter_pos: int, helper: Any) -> None:
-    """Rewrite the calls in the loop body that starts at items[for_iter_pos] (a FOR_ITER) to go through
-    `helper(callable, args, kw_names)`, where their callable can be traced back (module docstring)."""
+def hook_loop_calls(items: list, for_iter_pos: int, route: Any) -> None:
+    """Route the callable of each call in the loop body that starts at items[for_iter_pos] (a FOR_ITER)
+    through `route(callable)`, where the callable can be traced back (module docstring)."""
     exit_label = items[for_iter_pos].arg
     end = items.index(exit_label)
-    for p in range(end - 1, for_iter_pos, -1):  # from the end: rewrites shift only later positions
-        _rewrite_call(items, p, for_iter_pos, helper)  # a no-op where items[p] is no call
+    body = [item for item in items[for_iter_pos + 1:end] if isinstance(item, Instr) and item.name in ("CALL", "CALL_KW")]
+    for call in reversed(body):  # from the end; a rewrite inserts only before its call, so found again by identity
+        position = next(k for k, item in enumerate(items) if item is call)
+        _rewrite_call(items, position, for_iter_pos, route)
 
 
 def exit_trampoline_entry(items: list, for_iter_pos: int) -> list:
@@ -309,23 +322,36 @@ def _module_target(hooks, module) -> Any:
     return functools.partial(hooks.function(forward), module)
 
 
+# NOTE [Callees routed in loops run as Python]: the loop's calls used to go through a helper
+# `call_hooked(callable, args, kw_names)` that made the call itself, so every callee had the helper's frame
+# (and, through the hook, hook.py's frames) as its caller: a callee reading `sys._getframe(1).f_locals` saw
+# `target`/`args`/`names` or FrameHook.miss's `self`/`args`/`kwargs`/`entry` where eager shows the user's
+# locals (3.12+: a comprehension with a break runs as such a loop, NOTE [Breaks inside inlined
+# comprehensions]; test_frame_readers2::test_reader_inside_a_comprehension). Now only the callable is
+# replaced, right after it is loaded: `route(callable)` returns a partial that calls it through its hook,
+# a module's hooked forward, or the callable itself, and the loop's own CALL instruction makes the call.
+# Callees that name their caller (break_callees.names_its_caller: frame readers, logging, import
+# machinery) and generator functions (NOTE [Generator functions at breaks]) are returned as they are, so
+# they are called by the frame running the loop. That frame (the tail function) holds the user's locals
+# only: its prologue deletes the `___stack*` arguments once it has pushed them (resume.make_resume_code),
+# and it gets every bound local as an argument, so `f_locals` lists eager's names and values (3.13's
+# write-through proxy writes the slots the trampoline after the loop passes on). Left: a cell variable
+# bound before the break is an argument of the tail function, so `f_locals` lists it before locals first
+# bound in the loop (eager: after them; the same names and values, another order).
 def make_call_hooked(hooks) -> Any:
-    """The `helper(callable, args, kw_names)` of a loop run as Python (module docstring)."""
+    """The `route(callable)` of a loop run as Python (module docstring, NOTE [Callees routed in loops run as
+    Python]): what the call in the loop body calls instead of `callable`."""
     import torch
+    from .break_callees import makes_generator, names_its_caller
 
-    def call_hooked(target, args, names):
-        if names:
-            kwargs = dict(zip(names, args[len(args) - len(names):]))
-            args = args[:len(args) - len(names)]
-        else:
-            kwargs = {}
-        hooked = None
+    def route(target):
         if isinstance(target, torch.nn.Module):
-            hooked = _module_target(hooks, target)
-        elif isinstance(target, (types.FunctionType, types.MethodType)):
+            return _module_target(hooks, target) or target
+        if isinstance(target, (types.FunctionType, types.MethodType)):
             fn = target.__func__ if isinstance(target, types.MethodType) else target
-            if isinstance(fn, types.FunctionType) and not _skipped(fn.__code__):
-                return hooks.call_through_hook(target, *args, **kwargs)
-        return (hooked or target)(*args, **kwargs)
+            if isinstance(fn, types.FunctionType) and not _skipped(fn.__code__) and not names_its_caller(fn) \
+                    and not makes_generator(fn):
+                return functools.partial(hooks.call_through_hook, target)
+        return target
 
-    return call_hooked
+    return route
