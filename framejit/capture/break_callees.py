@@ -3,8 +3,8 @@
 At a break the step runs in plain Python (graph_break.py); a user function called there is captured as a
 frame of its own only when it goes through a FrameHook made for it. `hookable` says when a hook made now
 serves every later call, `names_its_caller`/`modelled` when the callee must run directly instead, and
-`check_shared_cells` refuses a break where a closure made before it shares a cell assigned again later
-(NOTE [Cells at breaks]).
+`shared_cells` names the cells a closure made before the break shares and that are assigned again later:
+they are passed to the resume function as cells (NOTE [Cells at breaks], [Cells passed to resume functions]).
 """
 from __future__ import annotations
 
@@ -87,13 +87,15 @@ def closure_from_outside(fn: UserFunctionValue) -> bool:
         and (bool(fn.fn.__code__.co_freevars) or _by_code_with_defaults(fn))
 
 
-def check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> None:
-    """Raise Unsupported when a closure reachable from `values` shares one of the frame's `cells`
-    (name -> CellValue) and the cell may be written once the frame resumes: by the frame at or after
-    instruction `index` (or by a loop back over an earlier store), or by any closure's code (`nonlocal`).
-    Otherwise the old and the new cell always hold the same value (NOTE [Cells at breaks])."""
+def shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> set[str]:
+    """The names of the frame's `cells` (name -> CellValue) that a closure reachable from `values` shares
+    and that may be written once the frame resumes: by the frame at or after instruction `index` (or by a
+    loop back over an earlier store), or by any closure's code (`nonlocal`). For the others the old and
+    the new cell always hold the same value (NOTE [Cells at breaks]). Raises Unsupported for such a cell
+    that is empty at the break (a closure over it cannot be rebuilt)."""
+    shared: set[str] = set()
     if not cells:
-        return
+        return shared
     seen: set[int] = set()
     todo = list(values)
     while todo:
@@ -105,8 +107,10 @@ def check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int)
             for name, cell in zip(v.fn.__code__.co_freevars, v.closure or ()):
                 own = next((n for n, c in cells.items() if c is cell), None)
                 if own is not None and (_code_writes(v.fn.__code__, name) or _written_after(insts, own, index)):
-                    raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a closure made before the break shares the "
-                                      f"variable {own!r}, which is assigned again later (the frame runs eagerly)")
+                    if cells[own].contents is None:
+                        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a closure made before the break shares the"
+                                          f" variable {own!r}, not set yet and assigned later (the frame runs eagerly)")
+                    shared.add(own)
                 todo.append(getattr(cell, "contents", None))
             todo.extend(v.defaults or ())
             todo.extend(v.attr_values())
@@ -124,6 +128,7 @@ def check_shared_cells(cells: dict, values: list, insts: list[Inst], index: int)
             todo.extend(partial_parts(v))
         elif isinstance(v, CellValue):
             todo.append(v.contents)
+    return shared
 
 
 _WRITES = ("STORE_DEREF", "DELETE_DEREF")

@@ -436,8 +436,8 @@ class _BoundHooks:
     def call_through_hook(self):
         return self.hooks.call_through_hook  # NOTE [Closures called at breaks]
 
-    def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None):
-        return self.hooks.resume(code, index, layout, names, self.fn, hooked, successors, python_loop)
+    def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None, cells=()):
+        return self.hooks.resume(code, index, layout, names, self.fn, hooked, successors, python_loop, cells)
 
 
 def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, fn: types.FunctionType) -> Callable:

@@ -29,8 +29,7 @@ suppress an exception, take the tail form of NOTE [Breaks inside try blocks].
 Breaks are not taken (the frame runs eagerly instead, still correct) in generators, at instructions
 without a break form here (a LOAD_FAST of an argument that cannot be modelled, FOR_ITER other than a
 carried loop's step: NOTE [Loops carried across breaks] in carried_loops.py), and where a closure made
-before the break shares a cell that is assigned again later
-(NOTE [Cells at breaks]).
+before the break shares a cell that is empty there and assigned later (NOTE [Cells at breaks]).
 """
 from __future__ import annotations
 
@@ -51,12 +50,13 @@ from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .frame_locals import emit_user_frame_call, reader_break_ok
 from . import carried_loops, emit, inlined_comprehensions
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
+from .codegen_runtime import new_cell
 from .normalize import Inst, jump_targets, normalize, with_depth
-from .break_callees import (check_shared_cells, closure_from_outside, hookable, makes_generator, modelled,
+from .break_callees import (shared_cells, closure_from_outside, hookable, makes_generator, modelled,
                             names_its_caller)
 from .inherited_symbols import inherit_symbols
 from .resume import STACK_PREFIX, origin
-from .translator import LazyArg
+from .translator import LazyArg, RealCell
 from .values import (NULL, BoundMethodValue, BuiltinValue, CellValue, ConstantValue, DictValue, IteratorValue, ListValue, NewObjectValue, NNModuleValue,
                      PartialValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
@@ -225,33 +225,69 @@ class BreakCodegen:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a cell is live at the break")
         # NOTE [Cells at breaks]: the frame's own cell variables that hold a value are passed to the resume
         # function like locals; its MAKE_CELL puts each into a new cell. A closure made before the break
-        # keeps the old cell: exact as long as neither side assigns the variable again (checked here).
+        # keeps the old cell: exact as long as neither side assigns the variable again. A cell that a
+        # closure shares and that is assigned again later is passed as the cell itself, and so is a cell a
+        # resume function got that way (NOTE [Cells passed to resume functions] in resume.py).
         own = set(fn.__code__.co_cellvars)
         cells = {n: c for n, c in tx.cells.items() if n in own and isinstance(c, CellValue)}
-        check_shared_cells(cells, self.stack + list(tx.locals.values()) + [c.contents for c in cells.values()] +
-                            tx.output.side_effects.values(), normalize(fn.__code__).insts, site.inst.index)
-        self.cell_values = {n: c.contents for n, c in cells.items() if c.contents is not None}
+        shared = shared_cells(cells, self.stack + list(tx.locals.values()) + [c.contents for c in cells.values()] +
+                              tx.output.side_effects.values(), normalize(fn.__code__).insts, site.inst.index)
+        self.cell_args = {n: c for n, c in tx.cells.items() if n in shared or n in own and _passed_cell(c, n)}
+        if self.cell_args and site.frame_reader:
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a frame reader at a break where a cell is passed on")
+        self.cell_values = {n: c.contents for n, c in cells.items() if c.contents is not None and n not in shared}
         # the stack arguments of a resume function are dead after its prologue
-        self.local_names = [n for n in tx.locals if not n.startswith(STACK_PREFIX)] + list(self.cell_values)
+        self.local_names = [n for n in tx.locals if not n.startswith(STACK_PREFIX)] + list(self.cell_values) + \
+            list(self.cell_args)
+
+    def _cell_contents(self) -> list[Any]:
+        """What the cells passed on hold (graph outputs among them stay live)."""
+        return [c.contents for c in self.cell_args.values() if isinstance(c, CellValue)]
+
+    def _emit_cells(self, rebuild: Reconstructor) -> None:
+        """Build each cell made while tracing that is passed on as a cell (one object, shared with the
+        closures rebuilt over it: NOTE [Cells shared by rebuilt closures]) into a local."""
+        for cell in self.cell_args.values():
+            if isinstance(cell, CellValue) and id(cell) not in rebuild.preloaded:
+                rebuild._call_const(new_cell, [cell.contents])
+                name = f"___pre{len(rebuild.preloaded)}"
+                self.cg.store_fast(name)
+                rebuild.preloaded[id(cell)] = name
+                rebuild._kept.append(cell)
+
+    def _emit_local(self, rebuild: Reconstructor, name: str) -> None:
+        cell = self.cell_args.get(name)
+        if cell is None:
+            rebuild.emit(self._local(name))
+        elif isinstance(cell, CellValue):
+            self.cg.load_fast(rebuild.preloaded[id(cell)])
+        else:
+            cell.source.reload(self.cg)  # the argument holding the real cell
 
     def _local(self, name: str) -> Any:
+        if name in self.cell_args:
+            cell = self.cell_args[name]
+            return cell.contents if isinstance(cell, CellValue) else None
         return self.cell_values[name] if name in self.cell_values else self.tx.locals[name]
 
+    def _live_locals(self) -> list[Any]:
+        return [v for v in map(self._local, self.local_names) if v is not None and not isinstance(v, LazyArg)]
+
     def values(self) -> list[Any]:
-        live = self.stack + [v for v in map(self._local, self.local_names) if not isinstance(v, LazyArg)]
-        return live + self.tx.output.side_effects.values()
+        return self.stack + self._live_locals() + self.tx.output.side_effects.values()
 
     def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
         cg, rebuild = self.cg, Reconstructor(self.cg, output_index, GRAPH_OUT, self.fn.__globals__)
         if compiled is not None:
             cg.call_graph(compiled, [inp.source for inp in inputs])
-        live = self.stack + [v for v in map(self._local, self.local_names) if not isinstance(v, LazyArg)]
+        live = self.stack + self._live_locals()
         # NOTE [Reload before the break's call]: a value read while tracing from a source (`a = L[0]`,
         # `g = D.get(k)`, the first item of a list read lazily: NOTE [Lists from outside]) is loaded now,
         # before side-effect replay and before the unsupported call, which may change that container
         # (a framejit.disable'd function, a print hook, user code at an attribute load); read after it,
         # the resume function would get the changed value where eager kept the one read before.
         rebuild.preload(live + self.tx.output.side_effects.values(), sourced=True)
+        self._emit_cells(rebuild)  # NOTE [Cells passed to resume functions]
         self.tx.output.side_effects.emit(rebuild)  # the state the unsupported instruction observes
         rebuild.preload(rebuild.after_replay, sourced=False)  # NOTE [Dict iterators built after replay]
         restore_grad_mode(cg, self.tx.output)
@@ -516,10 +552,13 @@ class BreakCodegen:
         code, target = origin(self.fn.__code__, index)
         successors = () if hooked or self.site.loop else self._tail_successors()
         loop = self._python_loop() if not hooked and self.site.loop else None
-        hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors, loop)
+        hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors, loop,
+                                 tuple(self.cell_args))
         # NOTE [Symbols carried into resume functions]
         inherit_symbols(hook, {**{f"L['{STACK_PREFIX}{i}']": v for i, v in enumerate(self.below)},
-                               **{f"L['{n}']": self._local(n) for n in self.local_names}}, self.tx.output)
+                               **{f"L['{n}']": self._local(n) for n in self.local_names if n not in self.cell_args},
+                               **{f"L['{n}'].cell_contents": self._local(n) for n in self.cell_args
+                                  if self._local(n) is not None}}, self.tx.output)
         cg.push_null()
         cg.load_const(hook)
         callee_slot = self._tail_callee() if not hooked else None
@@ -548,6 +587,8 @@ class BreakCodegen:
             value = self._local(name)
             if self.site.frame_reader:  # stored before the call (NOTE [Breaks at calls that read frames])
                 cg.load_fast(name)
+            elif name in self.cell_args:  # NOTE [Cells passed to resume functions]
+                self._emit_local(rebuild, name)
             elif isinstance(value, LazyArg):
                 cg.load_fast(value.name)
             else:
@@ -576,7 +617,9 @@ class BreakCodegen:
         elif any(kind in ("null", "block") for kind in layout):
             raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop run as Python with a NULL or a block "
                               "under it")
-        return origin(self.fn.__code__, loop.index)[1], self.hooks.resume(code, exit_index, layout, names), layout
+        cells = tuple(n for n in self.cell_args if n in names)
+        return origin(self.fn.__code__, loop.index)[1], self.hooks.resume(code, exit_index, layout, names,
+                                                                           cells=cells), layout
 
     def _tail_callee(self) -> tuple[int, Any, Value | None] | None:
         """For a tail function whose instruction is a call: (stack position of the callee, its hook, the
@@ -635,7 +678,8 @@ class BreakCodegen:
             if any(kind in ("null", "block") for kind in layout):
                 return ()
             code, target = origin(self.fn.__code__, index)
-            successors.append((edge, self.hooks.resume(code, target, layout, names), layout))
+            successors.append((edge, self.hooks.resume(code, target, layout, names, cells=tuple(self.cell_args)),
+                               layout))
         return tuple(successors)
 
 
@@ -683,6 +727,12 @@ def _never_suppresses(value: Value) -> bool:
                                             insts[inst.index - 1].name != "LOAD_CONST" or insts[inst.index - 1].arg):
             return False
     return not value.func.fn.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE)
+
+
+def _passed_cell(cell: Any, name: str) -> bool:
+    """A real cell this frame got as an argument (NOTE [Cells passed to resume functions])."""
+    from .sources import LocalSource
+    return isinstance(cell, RealCell) and cell.source == LocalSource(name)
 
 
 def _slot_kind(value: Value) -> str:

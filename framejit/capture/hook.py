@@ -547,22 +547,24 @@ class Hooks:
         return self._call_hooked
 
     def resume(self, code: types.CodeType, index: int, layout: tuple[str, ...], names: tuple[str, ...], fn,
-               hooked: bool = True, successors: tuple = (), python_loop: tuple | None = None):
+               hooked: bool = True, successors: tuple = (), python_loop: tuple | None = None, cells: tuple = ()):
         """The resume function for (code, index, stack layout, live locals): a FrameHook, or with
         `hooked=False` the plain function, whose `successors` trampoline into hooked resume functions
-        (NOTE [Breaks inside try blocks])."""
+        (NOTE [Breaks inside try blocks]); the live locals named in `cells` are passed as the frame's cells
+        themselves (NOTE [Cells passed to resume functions] in resume.py)."""
         # NOTE [Resume functions of closures]: a resume function is made with the closure of the function
         # whose frame broke, so it reads that function's free variables. Two function objects of one code
         # (a decorator's wrapper made anew per call, each hooked on its own: NOTE [Closures called at
         # breaks]) have different cells, so the cells are part of the key (by identity; the function
         # made here keeps them alive): keyed by code alone, the second object's break resumed in the
         # first object's closure, read its stale variables and replayed side effects on its objects.
-        cells = tuple(id(cell) for cell in fn.__closure__ or ())
-        key = ("resume" if hooked else "tail", code, index, layout, names, cells, python_loop)
+        shared_cells, cells = cells, tuple(id(cell) for cell in fn.__closure__ or ())
+        key = ("resume" if hooked else "tail", code, index, layout, names, cells, python_loop) + \
+            ((("cells",) + shared_cells) if shared_cells else ())
         if key not in self.by_key:
             if python_loop:  # NOTE [Loops run as Python]: (FOR_ITER index, hook after the loop, its layout)
                 python_loop = (python_loop[0], self.call_hooked(), *python_loop[1:])
-            resume_code = make_resume_code(code, index, layout, names, successors, python_loop)
+            resume_code = make_resume_code(code, index, layout, names, successors, python_loop, shared_cells)
             resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
             if hooked:
                 self._hook(key, resume_fn)

@@ -61,7 +61,7 @@ class Recorder:
         # NOTE [Reentrant checkpoint at a break] (hook.py); self.hooks is convert._BoundHooks
         return self._note(self.hooks.hooks.checkpoint_through_hook, ("checkpoint_through_hook",))
 
-    def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None):
+    def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None, cells=()):
         # NOTE [Persisted loops run as Python]: the tail function of a loop run as Python is described by
         # its loop (FOR_ITER index, the hooked resume function after the loop, that one's stack layout);
         # the hook after the loop was made through this recorder too, so it is found by identity
@@ -70,8 +70,11 @@ class Recorder:
             loop_index, after_hook, after_layout = python_loop
             after = self.made.get(id(after_hook))
             loop = (loop_index, after, after_layout) if after and after[0] == "resume" else False
-        return self._note(self.hooks.resume(code, index, layout, names, hooked, successors, python_loop),
-                          ("resume", code, index, layout, names, hooked, successors, loop))
+        # NOTE [Persisted cells passed on]: the names of the locals passed as cells (NOTE [Cells passed to
+        # resume functions] in resume.py) are described with the live names, as (names, cells)
+        return self._note(self.hooks.resume(code, index, layout, names, hooked, successors, python_loop, cells),
+                          ("resume", code, index, layout, (names, cells) if cells else names, hooked, successors,
+                           loop))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.hooks, name)
@@ -226,14 +229,18 @@ def _load_resume(hooks, fn: types.FunctionType, code: types.CodeType, index: int
     """The resume (or tail) function described by `_describe` (NOTE [Persisted loops run as Python], NOTE
     [Persisted try-block successors]): the hooked resume functions a tail trampolines into, or the one after
     a loop run as Python, are made first, as BreakCodegen made them."""
+    cells: tuple = ()
+    if names and type(names[0]) is tuple:  # NOTE [Persisted cells passed on]
+        names, cells = names
     if tail is not None:
-        successors = tuple((edge, hooks.resume(code, at, after, names, fn), after) for edge, at, after in tail)
-        return hooks.resume(code, index, layout, names, fn, hooked, successors)
+        successors = tuple((edge, hooks.resume(code, at, after, names, fn, cells=cells), after)
+                           for edge, at, after in tail)
+        return hooks.resume(code, index, layout, names, fn, hooked, successors, cells=cells)
     if loop is None:
-        return hooks.resume(code, index, layout, names, fn, hooked, ())
+        return hooks.resume(code, index, layout, names, fn, hooked, (), cells=cells)
     loop_index, exit_index, after_layout = loop
-    after = hooks.resume(code, exit_index, after_layout, names, fn)
-    return hooks.resume(code, index, layout, names, fn, hooked, (), (loop_index, after, after_layout))
+    after = hooks.resume(code, exit_index, after_layout, names, fn, cells=cells)
+    return hooks.resume(code, index, layout, names, fn, hooked, (), (loop_index, after, after_layout), cells=cells)
 
 
 __all__ = ["Recorder", "dump_code", "load_code"]

@@ -39,7 +39,7 @@ def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
 
 def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
                      live_locals: tuple[str, ...], successors: tuple = (),
-                     python_loop: tuple | None = None) -> types.CodeType:
+                     python_loop: tuple | None = None, cells: tuple[str, ...] = ()) -> types.CodeType:
     """Code for `code` resumed at canonical instruction `index` with the given stack and locals.
 
     `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument),
@@ -57,6 +57,9 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     `python_loop` (tail functions only, NOTE [Loops run as Python] in python_loops.py): (index of a
     FOR_ITER, call helper, hook after the loop, stack layout there): the loop's calls go through the
     helper, and its exhausted edge through a trampoline to that hook.
+
+    `cells`: live locals (cell variables of `code`) whose argument is the frame's cell itself, not its
+    contents (NOTE [Cells passed to resume functions]).
     """
     target = normalize(code).insts[index]
     items = list(bytecode.Bytecode.from_code(code))
@@ -75,17 +78,19 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     start_at = target.start  # a call starts at its KW_NAMES, a truth test at its TO_BOOL, ... (normalize.py)
     trampolines: list = []
     if successors:
-        trampolines = _trampolines(items, target.position, successors, live_locals, set(code.co_cellvars))
+        trampolines = _trampolines(items, target.position, successors, live_locals, set(code.co_cellvars), cells)
         _set_line(trampolines, line)
     if python_loop:
         items.insert(start_at, label)
-        trampolines = _loop_trampoline(items, start_at, python_loop, code, live_locals)
+        trampolines = _loop_trampoline(items, start_at, python_loop, code, live_locals, cells)
         body = items + trampolines
     else:
         body = items[:start_at] + [label] + items[start_at:] + trampolines
     start = _prologue_position(body)
     bc.clear()
-    bc.extend(body[:start] + prologue + body[start:])
+    body = body[:start] + prologue + body[start:]
+    _bind_cells(body, cells)  # NOTE [Cells passed to resume functions]
+    bc.extend(body)
     bc.argnames = stack_args[:-1] + list(live_locals) + stack_args[-1:] if "block" in layout else \
         stack_args + list(live_locals)
     bc.argcount = len(bc.argnames)
@@ -113,7 +118,42 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     # prologue adds, counted as normalisation counts them (its JUMP, the first, goes to the resume point)
     jump = next(i for i in normalize(new_code).insts if i.name == "JUMP")
     _ORIGIN[new_code] = (code, jump.arg - index)
+    if cells:
+        _CELL_ARGS[new_code] = frozenset(cells)
     return new_code
+
+
+# NOTE [Cells passed to resume functions]: a closure made before a break reads the frame's cell (`one`, `c`),
+# and the frame may assign the variable again after the break (`one = lambda ...`), or the closure may assign
+# it (`nonlocal`). In eager both sides use one cell. A resume function that got the cell's contents would
+# make a new cell of its own (MAKE_CELL) that the closure never sees, so such a variable is passed as the
+# cell object itself (graph_break.py decides which: break_callees.shared_cells). The resume code keeps the
+# variable as a cell variable and argument; right after its MAKE_CELL (which wraps the argument, the real
+# cell, in a new cell) `LOAD_DEREF v; STORE_FAST v` puts the real cell into the variable's slot, so every
+# LOAD_DEREF/STORE_DEREF/LOAD_CLOSURE after it uses the frame's own cell; `locals()` and `f_locals` show its
+# contents (MAKE_CELL ran), and a closure made after the break closes over the same cell. The trace skips
+# the pair: its MAKE_CELL models the variable as that real cell, found through the argument
+# (`RealCell(cell, v, L['v'])`: reads guard `L['v'].cell_contents`, stores are replayed into it:
+# handlers/stack.py make_cell), and a later break passes it on as itself. A resume function's tail and loop
+# trampolines pass it as the cell (LOAD_CLOSURE) too.
+_CELL_ARGS: dict[types.CodeType, frozenset[str]] = {}
+
+
+def cell_args(code: types.CodeType) -> frozenset[str]:
+    """The cell variables a resume function's code gets as cells (NOTE [Cells passed to resume functions])."""
+    return _CELL_ARGS.get(code, frozenset())
+
+
+def _bind_cells(items: list, cells: tuple[str, ...]) -> None:
+    """After each named variable's MAKE_CELL, put the argument (a cell) into its slot."""
+    for name in cells:
+        at = next((k for k, item in enumerate(items) if isinstance(item, Instr) and item.name == "MAKE_CELL"
+                   and getattr(item.arg, "name", item.arg) == name), None)
+        if at is None or any(isinstance(item, Instr) and item.name == "RESUME" for item in items[:at]):
+            raise ValueError(f"no MAKE_CELL of {name!r} before the code starts")
+        lineno = items[at].lineno
+        items[at + 1:at + 1] = [Instr("LOAD_DEREF", CellVar(name), lineno=lineno),
+                                Instr("STORE_FAST", name, lineno=lineno)]
 
 
 def _rename_locals(items: list) -> None:
@@ -150,7 +190,7 @@ def _prologue(layout: tuple[str, ...], label: Label) -> tuple[list, list[str]]:
 
 
 def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types.CodeType,
-                     live_locals: tuple[str, ...]) -> list:
+                     live_locals: tuple[str, ...], cells: tuple[str, ...] = ()) -> list:
     """NOTE [Loops run as Python]: rewrite the loop's calls and point its exit at a trampoline (returned)."""
     from . import python_loops
     loop_index, helper, hook, after = python_loop
@@ -173,13 +213,15 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
     depth = sum(1 if isinstance(i, TryBegin) else -1 if isinstance(i, TryEnd) else 0 for i in items)
     if depth:
         raise ValueError("the code ends inside an exception region: no place for trampolines")
-    out = entry + _trampoline_call(hook, after, live_locals, set(code.co_cellvars))
+    out = entry + _trampoline_call(hook, after, live_locals, set(code.co_cellvars), cells)
     _set_line(out, items[position].lineno if isinstance(items[position].lineno, int) else code.co_firstlineno)
     return out
 
 
-def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cellvars: set[str]) -> list:
-    """Store the stack `after` into temporaries and return hook(*stack, *live locals)."""
+def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cellvars: set[str],
+                     cells: tuple[str, ...] = ()) -> list:
+    """Store the stack `after` into temporaries and return hook(*stack, *live locals); the locals named
+    in `cells` as their cells (NOTE [Cells passed to resume functions])."""
     temps = [f"___tramp{k}" for k in range(len(after))]
     out: list = [Instr("STORE_FAST", t) for t in reversed(temps)]
     args = []
@@ -190,7 +232,8 @@ def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cell
             args += emit.call_const(loop_iterator_arg, [Instr("LOAD_FAST", temp)])
         else:
             args.append(Instr("LOAD_FAST", temp))
-    args += [Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
+    args += [Instr("LOAD_CLOSURE", CellVar(name)) if name in cells else
+             Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
              for name in live_locals]
     out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + args
     count = sum(kind != "null" for kind in after)
@@ -198,7 +241,7 @@ def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cell
 
 
 def _trampolines(items: list, position: int, successors: tuple, live_locals: tuple[str, ...],
-                 cellvars: set[str]) -> list:
+                 cellvars: set[str], cells: tuple[str, ...] = ()) -> list:
     """Redirect the edges out of the instruction at `items[position]` to trampolines (appended after
     every exception region: a resumed function's own exceptions must not reach this frame's handlers
     a second time) that call the successors' hooked resume functions."""
@@ -215,7 +258,7 @@ def _trampolines(items: list, position: int, successors: tuple, live_locals: tup
             items.insert(position + 1, emit.jump_forward(entry))
             items[position + 1].lineno = instr.lineno
         out.append(entry)
-        out += _trampoline_call(hook, after, live_locals, cellvars)
+        out += _trampoline_call(hook, after, live_locals, cellvars, cells)
     return out
 
 

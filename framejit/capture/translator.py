@@ -581,8 +581,11 @@ class Translator:
         real = fn.fn.__closure__ or ()
         if fn.source is not None and fn.by_code:
             base = AttrSource(fn.source, "__closure__")
-            return {name: RealCell(cell, name, ItemSource(base, i)) for i, (name, cell) in
-                    enumerate(zip(code.co_freevars, real))}
+            cells = {name: RealCell(cell, name, ItemSource(base, i)) for i, (name, cell) in
+                     enumerate(zip(code.co_freevars, real))}
+            from .handlers.stack import guard_passed_cells
+            guard_passed_cells(self, cells.values())  # NOTE [Cells passed to resume functions]
+            return cells
         return {name: RealCell(cell, name) for name, cell in zip(code.co_freevars, real)}
 
     # ---- nn.Module support --------------------------------------------------------------------

@@ -78,8 +78,9 @@ CASES = [
     (closure_after_break, one(3), 2),
     # sum, mul, add, the closure's t*scale before the print; g(y) in the resume: 2
     (closure_before_break_read_only, one(3), 2),
-    # add() is made before the print and assigns total later: the frame runs eagerly: 0
-    (nonlocal_writer_before_break, one(3), 0),
+    # add() is made before the print and assigns total later: sum before the print; the resume function
+    # gets the frame's cell of total and inlines add() twice (NOTE [Cells passed to resume functions]): 2
+    (nonlocal_writer_before_break, one(3), 2),
     # sum before the print; the resume inlines add() twice, writing its own new cell: 2
     (nonlocal_writer_after_break, one(3), 2),
     # i is assigned again by the loop after closures over its cell were made: eager after the first

@@ -1,7 +1,10 @@
 """Stack, locals, globals, cells, constants, attributes and return."""
 from __future__ import annotations
 
+import types
+
 from ..carried_loops import carried_argument, opaque_method
+from ..resume import cell_args
 from ..emit import NULL_AFTER_CALLABLE
 from ..values import NULL, CellValue, TensorValue
 from ..values.builder import wrap_unguarded
@@ -94,7 +97,46 @@ def push_with_null(tx, value, null: bool = True) -> None:
 def make_cell(tx, inst):
     name = inst.arg
     initial = tx.locals.pop(name, None)
+    if tx.parent is None and name in cell_args(tx.code):  # NOTE [Cells passed to resume functions]
+        _bind_cell_arg(tx, inst, name, initial)
+        return
     tx.cells[name] = CellValue(initial)
+
+
+def _bind_cell_arg(tx, inst, name: str, initial) -> None:
+    """The argument is the frame's real cell: model the variable as that cell, found through the argument,
+    and skip the `LOAD_DEREF name; STORE_FAST name` that puts it into the slot."""
+    from ..breaks import BreakKind, Unsupported
+    from ..sources import LocalSource
+    from ..translator import LazyArg, RealCell
+    after = tx.program.insts[inst.index + 1:inst.index + 3]
+    if not isinstance(initial, LazyArg) or not isinstance(initial.obj, types.CellType) or \
+            [(i.name, i.arg) for i in after] != [("LOAD_DEREF", name), ("STORE_FAST", name)]:
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"the cell of {name!r} passed to a resume function")
+    tx.cells[name] = RealCell(initial.obj, name, LocalSource(name))
+    tx.pc = inst.index + 3
+
+
+def guard_passed_cells(tx, cells) -> None:
+    """A closure guarded by its code reads its cells through its source; in a resume function that got
+    cells (NOTE [Cells passed to resume functions]) one of them may be a passed cell, which the trace's
+    reads and stores treat as one cell (by identity). Whether it is, or is not, is guarded, so a later call
+    with another closure object (sharing no cell, or another one) traces anew."""
+    from ...guards import COST_ID
+    from ..sources import LocalSource
+    from ..translator import RealCell
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    passed = [c for n, c in root.cells.items() if isinstance(c, RealCell) and c.source == LocalSource(n)]
+    names = tx.output.names
+    for cell in cells:
+        for other in passed:
+            same = cell.cell is other.cell
+            tx.output.add_guard("ALIAS", f"{cell.source.expr(names)} {'is' if same else 'is not'} "
+                                f"{other.source.expr(names)}", cell.source, cost=COST_ID,
+                                expected=f"{'the same cell as' if same else 'another cell than'} "
+                                         f"{other.source.describe()}")
 
 
 @op("COPY_FREE_VARS")
