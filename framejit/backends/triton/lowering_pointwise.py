@@ -216,13 +216,26 @@ def _isinf(lo, node, x):
 # kernels keep every scalar in float32. So for a float16/bfloat16 result on a CPU device (Triton's
 # interpreter; eager on the same tensors is the reference), the scalars of add/sub are rounded to the dtype,
 # and so is the `alpha` of a tensor (eager then fuses the multiply-add: a few elements in 1e5 stay an ulp
-# apart); a scalar with an `alpha` is left as it was (measured: neither form is eager's).
+# apart); a scalar with an `alpha` is left as it was (measured: neither form is eager's). A 0-d tensor of
+# another dtype (`x.bfloat16() + torch.tensor(0.1)`: a 0-d operand does not promote a dimensioned one, so
+# the result is bfloat16) is a scalar to these kernels too: it is rounded to the dtype the same way (measured
+# on 1e5 values for float32, float64 and int64 0-d tensors, add/sub/radd: exact; mul/div keep float32).
 def _reduced_cpu_scalar(node, value):
     out = _meta(node)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and out.dtype in (torch.float16, torch.bfloat16) \
-            and out.device.type == "cpu":
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and _reduced_on_cpu(out):
         return torch.tensor(value, dtype=out.dtype).item()
     return value
+
+
+def _reduced_on_cpu(out) -> bool:
+    return out.dtype in (torch.float16, torch.bfloat16) and out.device.type == "cpu"
+
+
+def _rounds_0d(node, value) -> bool:
+    """`value` is a 0-d tensor that eager's CPU add/sub rounds to the result's reduced dtype first."""
+    out = _meta(node)
+    return isinstance(value, TensorRef) and value.shape == () and value.dtype != out.dtype \
+        and value.dtype != torch.bool and _reduced_on_cpu(out)
 
 
 @lowering(aten.add, aten.sub)
@@ -230,10 +243,14 @@ def _add_sub(lo, node, a, b, alpha=1):
     name = "add" if node.target.overloadpacket is aten.add else "sub"
     if isinstance(b, TensorRef):  # alpha of a tensor: rounded too (a scalar's `alpha` is neither form)
         alpha = _reduced_cpu_scalar(node, alpha)
+    rounded = (False, False)
     if alpha == 1:
         a, b = (_reduced_cpu_scalar(node, v) for v in (a, b))
+        rounded = (_rounds_0d(node, a), _rounds_0d(node, b))
+    out_dtype = _meta(node).dtype
 
     def fn(x, y):
+        x, y = (cast(cast(v, out_dtype), v.dtype) if r else v for v, r in zip((x, y), rounded))
         if alpha != 1:
             y = Op("mul", (y, lit(alpha, y)), y.dtype)
         return Op(name, (x, y), x.dtype)
