@@ -627,6 +627,8 @@ def _attach_stack(e: Exception, stack: tuple[UserFrame, ...]) -> None:
 def bind_arguments(code: types.CodeType, fname: str, args: list[Value], kwargs: dict[str, Value],
                    defaults: tuple[Value, ...], kwdefaults: dict[str, Value]) -> dict[str, Value]:
     """Bind abstract arguments to the parameters of `code` exactly as CPython does (or raise its TypeError)."""
+    def fail(fallback: str) -> UserException:
+        return _arity_error(code, fname, args, kwargs, defaults, kwdefaults, fallback)
     names = code.co_varnames
     npos, nkw, nposonly = code.co_argcount, code.co_kwonlyargcount, code.co_posonlyargcount
     pos_names, kw_names = names[:npos], names[npos:npos + nkw]
@@ -635,33 +637,42 @@ def bind_arguments(code: types.CodeType, fname: str, args: list[Value], kwargs: 
     varkw = names[index + bool(varargs)] if code.co_flags & inspect.CO_VARKEYWORDS else None
     bound: dict[str, Value] = dict(zip(pos_names, args))
     if len(args) > npos and varargs is None:
-        raise UserException(TypeError(f"{fname}() takes {npos} positional arguments but {len(args)} were given"))
+        raise fail(f"{fname}() takes {npos} positional arguments but {len(args)} were given")
     if varargs is not None:
         bound[varargs] = TupleValue(list(args[npos:]))
     extra: dict[str, Value] = {}
     for key, value in kwargs.items():
         if key in kw_names or key in pos_names[nposonly:]:
             if key in bound:
-                raise UserException(TypeError(f"{fname}() got multiple values for argument '{key}'"))
+                raise fail(f"{fname}() got multiple values for argument '{key}'")
             bound[key] = value
         elif varkw is not None:
             extra[key] = value
         else:
-            raise UserException(TypeError(f"{fname}() got an unexpected keyword argument '{key}'"))
+            raise fail(f"{fname}() got an unexpected keyword argument '{key}'")
     first_default = npos - len(defaults)
     for i, name in enumerate(pos_names):
         if name not in bound:
             if i < first_default:
-                raise UserException(TypeError(f"{fname}() missing required positional argument: '{name}'"))
+                raise fail(f"{fname}() missing required positional argument: '{name}'")
             bound[name] = defaults[i - first_default]
     for name in kw_names:
         if name not in bound:
             if name not in kwdefaults:
-                raise UserException(TypeError(f"{fname}() missing required keyword-only argument: '{name}'"))
+                raise fail(f"{fname}() missing required keyword-only argument: '{name}'")
             bound[name] = kwdefaults[name]
     if varkw is not None:
         bound[varkw] = DictValue(extra)
     return bound
+
+
+def _arity_error(code: types.CodeType, fname: str, args: list, kwargs: dict, defaults: tuple, kwdefaults: dict,
+                 fallback: str) -> UserException:
+    """The TypeError of a call whose arguments do not fit, in CPython's words (NOTE [Arity errors as CPython
+    words them] in arity_errors.py)."""
+    from .arity_errors import cpython_message
+    message = cpython_message(code, fname, len(args), kwargs, len(defaults), kwdefaults)
+    return UserException(TypeError(message or fallback))
 
 
 def builtins_of(f_globals: dict) -> Any:
