@@ -630,19 +630,34 @@ def dynamic_mode(request) -> str:
     return f"dynamic={request.dynamic};automatic={automatic};floats={config.dynamic_floats}"
 
 
+# NOTE [Persisted entries per code]: entries loaded from the cache do not count toward a frame's recompile
+# limit (NOTE [Loaded entries and the limit] in hook.py), so the cache itself bounds them: a store entry
+# holds at most 2x the recompile limit of a code's entries (per owner and mode: the store key). A new entry
+# past the bound is not persisted (logged on `cache`; the process keeps it), and a process loads at most the
+# bound, the newest ones (a cache written before the bound may hold more). Without it every warm process of a
+# frame that keeps recompiling added the limit's worth of entries, and every later process loaded them all.
+def entries_bound() -> int:
+    return 2 * config.recompile_limit
+
+
 def load(fn: types.FunctionType, args: tuple, kwargs: dict, request) -> list[Persisted]:
     store = _store()
-    key = store_key(fn, args, request) if store is not None else None
+    key = store_key(fn, args, request) if store is not None and entries_bound() > 0 else None
     if key is None:
         return []
     entry = store.get(key)
     if entry is None:
         return []
     try:
-        return pickle.loads(entry.files["entries"])
+        entries = pickle.loads(entry.files["entries"])
     except Exception as e:  # an unreadable entry is a miss, never an error
         logs.log("cache", "frame cache entry for %s unreadable (%s); ignored", fn.__qualname__, e)
         return []
+    if len(entries) > entries_bound():
+        logs.log("cache", "%d persisted entries of %s; loading the newest %d (2x the recompile limit)",
+                 len(entries), fn.__qualname__, entries_bound())
+        entries = entries[-entries_bound():]
+    return entries
 
 
 def save(fn: types.FunctionType, args: tuple, persisted: Persisted, request) -> None:
@@ -655,7 +670,12 @@ def save(fn: types.FunctionType, args: tuple, persisted: Persisted, request) -> 
             return
         existing = store.get(key)
         entries = pickle.loads(existing.files["entries"]) if existing is not None else []
-        entries = [e for e in entries if e.guards != persisted.guards] + [persisted]
+        entries = [e for e in entries if e.guards != persisted.guards]
+        if len(entries) >= entries_bound():  # NOTE [Persisted entries per code]
+            logs.log("cache", "frame entry of %s not stored: the cache holds %d entries of it (the bound is 2x "
+                     "the recompile limit)", fn.__qualname__, len(entries))
+            return
+        entries.append(persisted)
         ok = store.put(key, {"entries": pickle.dumps(entries)},
                        {"backend": request.version_key, "function": fn.__qualname__,
                         "location": f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}", "kind": "frame"})

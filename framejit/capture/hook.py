@@ -164,6 +164,11 @@ class FrameHook:
                     entry.served = True
                     return entry
             if self._traced_entries() >= config.recompile_limit:
+                # entries waiting for an import are still loaded here (NOTE [Loaded entries and the limit])
+                loaded = self._load_persisted(args, kwargs) if _binds(self.fn, args, kwargs) else None
+                if loaded is not None:
+                    loaded.served = True
+                    return loaded
                 self._log_limit(args, kwargs)
                 return None
             if not _binds(self.fn, args, kwargs):
@@ -198,7 +203,13 @@ class FrameHook:
     # also those whose guards hold only for other closures or defaults. Counted, they filled the limit: a
     # function made by a factory (one code, one closure per call of the factory) ran eagerly from its first
     # call once the cache held 8 entries of the other closures. Only the entries traced by this hook count;
-    # the loaded ones are bounded by what the cache holds, each looked up once per owner.
+    # the loaded ones are bounded by what the cache holds, each looked up once per owner. The cache holds at
+    # most 2x the limit per code and owner (NOTE [Persisted entries per code] in frame_cache.py), so a frame
+    # that keeps recompiling holds at most 3x the limit in every process, however many processes share the
+    # cache (before that bound each warm process added the limit's worth: 0, 8, 16, 24 entries loaded over
+    # four processes, and every call past the limit checked all their guards). A frame at its limit still
+    # loads the entries that waited for an import since (NOTE [Entries waiting for an import]): it returned
+    # before looking, so once a frame had hit its limit they were never used.
     def _traced_entries(self) -> int:
         return sum(1 for entry in self.entries if id(entry) not in self.loaded)
 
