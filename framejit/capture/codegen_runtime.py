@@ -248,9 +248,48 @@ def new_object(cls: type, attrs: dict) -> Any:
 # NOTE [Rebuilt objects whose class overrides __dict__]: `obj.__dict__` runs a `__dict__` property the class
 # defines (`@property def __dict__(self): return {...}`), so attributes written through it went into a dict
 # thrown away: an object made in the trace came back without the attributes its __init__ set (review A, F3).
-# The real instance dict is read through the `__dict__` getset CPython gives the class (or a base), which
-# such a class no longer has; then each attribute is stored by object.__setattr__, which writes the real
-# instance dict and, like the getset, runs no __setattr__ of the class (eager's __init__ already ran it).
+# They are written into the real instance dict (`real_instance_dict`); no __setattr__ of the class runs
+# (eager's __init__ already ran it). If none can be read, object.__setattr__ stores them.
 def _real_instance_dict(obj: Any) -> dict | None:
-    descriptor = next((k.__dict__["__dict__"] for k in type(obj).__mro__ if "__dict__" in k.__dict__), None)
-    return descriptor.__get__(obj, type(obj)) if type(descriptor) is types.GetSetDescriptorType else None
+    try:
+        return real_instance_dict(obj)
+    except Exception:  # noqa: BLE001 - no dict to read: object.__setattr__ decides
+        return None
+
+
+# NOTE [Instance dicts read without user code]: the object's own instance dict, read as CPython's `__dict__`
+# getset does, running no code of the class (NOTE [Guards run no user code] in guards/codegen.py). For most
+# classes that getset is what `object.__getattribute__(obj, "__dict__")` finds. A class (or a base) that
+# defines `__dict__` itself (a property) shadows it: reading `__dict__` then ran the user's property while
+# tracing and in every guard line that checks the instance dict (review A, F2: 12 property calls for eager's 3,
+# wrong values). Then the dict is read by the C function behind the getset, PyObject_GenericGetDict.
+# None for an object without an instance dict (or whose `__dict__` is not a plain dict, e.g. a class's).
+def real_instance_dict(obj: Any) -> dict | None:
+    try:
+        if not dict_overridden(type(obj)):  # the getset (a module's member), or no __dict__ at all
+            d = object.__getattribute__(obj, "__dict__")
+        elif isinstance(obj, type):  # a class whose metaclass overrides __dict__: its real one is no dict
+            return None
+        else:
+            d = _generic_get_dict()(obj, None)
+    except (AttributeError, TypeError):
+        return None
+    return d if type(d) is dict else None
+
+
+def dict_overridden(cls: type) -> bool:
+    """`cls` (or a base) defines `__dict__` in Python: reading `obj.__dict__` runs its code."""
+    first = next((k.__dict__["__dict__"] for k in cls.__mro__ if "__dict__" in k.__dict__), None)
+    return first is not None and type(first) not in (types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
+_GET_DICT: list = []
+
+
+def _generic_get_dict() -> Any:
+    if not _GET_DICT:
+        import ctypes
+        fn = ctypes.pythonapi.PyObject_GenericGetDict
+        fn.restype, fn.argtypes = ctypes.py_object, (ctypes.py_object, ctypes.c_void_p)
+        _GET_DICT.append(fn)
+    return _GET_DICT[0]

@@ -39,7 +39,7 @@ import types
 from typing import Any
 
 from ..guards import COST_ID
-from .sources import AttrSource, ItemSource, ObjectSource, Ref, Source
+from .sources import AttrSource, CallSource, ItemSource, ObjectSource, Ref, Source
 from .values.builder import LIBRARY_MODULE_PREFIXES
 
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a built-in type whose dict cannot be changed
@@ -193,9 +193,18 @@ def guard_not_in_instance(out, obj_source: Source | None, real: Any, name: str) 
     """The instance does not shadow a class attribute (or does not have it at all)."""
     if obj_source is None or not isinstance(_instance_dict(real), dict):
         return
-    e = attr_source(obj_source, real, "__dict__").expr(out.names)
+    e = instance_dict_source(obj_source, real).expr(out.names)
     out.add_guard("INSTANCE_ATTR_ABSENT", f"{name!r} not in {e}", obj_source,
                   expected=f"no instance attribute {name!r}", actual=f"{e}.get({name!r})", cost=COST_ID)
+
+
+def instance_dict_source(obj_source: Source, real: Any) -> Source:
+    """Where a guard reads the instance dict of `real`: `o.__dict__`, or, for a class that defines `__dict__`
+    itself, the C getter's dict (NOTE [Instance dicts read without user code] in codegen_runtime.py)."""
+    from .codegen_runtime import dict_overridden, real_instance_dict
+    if not dict_overridden(type(real)):
+        return attr_source(obj_source, real, "__dict__")
+    return CallSource(Ref(real_instance_dict, "instance_dict"), obj_source)
 
 
 def attr_source(obj_source: Source, real: Any, name: str) -> AttrSource:
@@ -248,7 +257,5 @@ def guard_code(out, f: Any) -> None:
 
 
 def _instance_dict(real: Any) -> Any:
-    try:
-        return object.__getattribute__(real, "__dict__")
-    except (AttributeError, TypeError):
-        return None
+    from .codegen_runtime import real_instance_dict  # NOTE [Instance dicts read without user code]
+    return real_instance_dict(real)

@@ -85,11 +85,8 @@ def _is_op(node: Any) -> bool:
 
 
 def _instance_dict(obj: Any) -> dict | None:
-    try:
-        d = object.__getattribute__(obj, "__dict__")
-    except (AttributeError, TypeError):
-        return None
-    return d if type(d) is dict else None
+    from .codegen_runtime import real_instance_dict  # NOTE [Instance dicts read without user code]
+    return real_instance_dict(obj)
 
 
 class SideEffects:

@@ -226,3 +226,47 @@ def test_a_deque_iterator_live_at_a_break_raises_when_mutated_after_it():
                                         lambda: {"d": deque([4, 5]), "outside": True, "mutate": True},
                                         lambda: {"d": deque([4, 5]), "outside": False, "mutate": True},
                                         lambda: {"d": deque([4, 5]), "outside": False, "mutate": False}])
+
+
+# ---- F2: a class whose __dict__ is a property: no run of it while tracing or in guards -----------------
+
+class _CountingDictProperty:
+    scale = 2
+
+    @property
+    def __dict__(self):
+        STATE["calls"] = STATE.get("calls", 0) + 1
+        return {"k": STATE["calls"]}
+
+
+def _run_counting(fn, steps):
+    """Each step: (what to do to the object before the call); returns values and property calls."""
+    obj = _CountingDictProperty()
+    STATE.clear()
+    STATE["o"] = obj
+    results = []
+    for i, step in enumerate(steps):
+        step(obj)
+        results.append(fn(torch.full((2,), float(i + 1))))
+    return results, STATE.get("calls", 0)
+
+
+def _class_attribute(x):
+    return x * STATE["o"].scale
+
+
+def _instance_dict_read(x):
+    return x + vars(STATE["o"])["k"]
+
+
+@pytest.mark.parametrize("fn", [_class_attribute, _instance_dict_read])
+def test_a_dict_property_runs_only_where_eager_runs_it(fn):
+    def shadow(o):
+        o.scale = 5  # lands in the real instance dict: o.scale reads it, the property never sees it
+
+    steps = [lambda o: None, lambda o: None, shadow, lambda o: None]
+    expected, expected_calls = _run_counting(fn, steps)
+    actual, actual_calls = _run_counting(framejit.compile(fn, backend=CountingBackend()), steps)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+    assert actual_calls == expected_calls

@@ -72,12 +72,10 @@ def wrap(out, obj: Any, source: Source | None) -> Value:
 
 
 def instance_dict(obj: Any) -> dict | None:
-    """The object's own `__dict__` (read past any `__getattr__` or property), if it is a plain dict."""
-    try:
-        d = object.__getattribute__(obj, "__dict__")
-    except (AttributeError, TypeError):
-        return None
-    return d if type(d) is dict else None
+    """The object's own `__dict__` (read past any `__getattr__` or property), if it is a plain dict; no code of
+    the class runs (NOTE [Instance dicts read without user code] in codegen_runtime.py)."""
+    from ..codegen_runtime import real_instance_dict
+    return real_instance_dict(obj)
 
 
 def _link_instance_dict(out, obj: Any, source: Source, value: Value) -> None:
@@ -653,7 +651,10 @@ def _lookup_runs_user_code(obj: Any) -> bool:
     cls = type(obj)
     if isinstance(cls.__getattribute__, types.FunctionType):
         return True
-    return any("__class__" in vars(k) for k in cls.__mro__[:-1])
+    # a `__dict__` of the class's own (a property): `hasattr(obj, "__dict__")` would run it (NOTE [Instance
+    # dicts read without user code] in codegen_runtime.py)
+    from ..codegen_runtime import dict_overridden
+    return any("__class__" in vars(k) for k in cls.__mro__[:-1]) or dict_overridden(cls)
 
 
 def wrap_unguarded(obj: Any) -> Value:
