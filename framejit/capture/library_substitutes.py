@@ -9,7 +9,8 @@ every non-None field is stored, in field order, through `self[...] =` (so the cl
 runs). Anything else (another lone non-tensor first field, which the original may unpack as pairs; a
 field name shadowed by a class property) calls `graph_break`, so the original runs. Its pytree
 registration is skipped, as the original skips it while compiling.
-Substitutes are found by module and qualified name, so transformers is never imported by framejit.
+Substitutes are found by module and qualified name, so transformers is never imported by framejit, and
+by the code itself (NOTE [Substitutes by identity]).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .batchnorm_average import _ORIGINAL as _BATCH_NORM_FORWARD, _REGISTERED as _BATCH_NORM_REGISTERED
 from .batchnorm_average import batch_norm_forward
 from .modules import graph_break
 
@@ -53,10 +55,24 @@ def _key_value_pair(element) -> bool:
     return isinstance(element, (list, tuple)) and len(element) == 2 and isinstance(element[0], str)
 
 
+# NOTE [Substitutes by identity]: `functools.wraps` copies `__module__` and `__qualname__` onto a user's
+# wrapper, so a name alone would replace a user's patch of the library function by the stand-in (the
+# patch's body never ran). A function is substituted only when it is the library's own: torch's functions
+# by identity (torch is imported; found through `__wrapped__` when the class was patched before framejit's
+# import, none registered when out of reach), the others (transformers is never imported by framejit) by a
+# code object with the same qualified name compiled from the file of the module that the name gives.
 _BY_NAME: dict[tuple[str, str], Any] = {
     ("transformers.utils.generic", "ModelOutput.__post_init__"): model_output_post_init,
-    ("torch.nn.modules.batchnorm", "_BatchNorm.forward"): batch_norm_forward,  # NOTE [Cumulative BatchNorm momentum]
 }
+_BY_IDENTITY: dict[Any, Any] = {
+    _BATCH_NORM_FORWARD: batch_norm_forward,  # NOTE [Cumulative BatchNorm momentum]
+} if _BATCH_NORM_REGISTERED else {}
+
+
+def _library_own(fn: types.FunctionType, module: str, qualname: str) -> bool:
+    code = fn.__code__
+    file = getattr(sys.modules.get(module), "__file__", None)
+    return file is not None and code.co_filename == file and getattr(code, "co_qualname", qualname) == qualname
 
 
 # NOTE [namedtuple._replace]: every namedtuple's `_replace` runs `self._make(map(kwds.pop, field_names,
@@ -85,7 +101,12 @@ def library_substitute(fn: types.FunctionType) -> types.FunctionType | None:
         if fn not in _REPLACES:
             _REPLACES[fn] = _namedtuple_replace(fn)
         return _REPLACES[fn]
-    return _BY_NAME.get((fn.__module__, fn.__qualname__))
+    if fn in _BY_IDENTITY:
+        return _BY_IDENTITY[fn]
+    key = (fn.__module__, fn.__qualname__)
+    if key in _BY_NAME and _library_own(fn, *key):
+        return _BY_NAME[key]
+    return None
 
 
 # NOTE [cached_property's first read]: `o.prop` of a `functools.cached_property` not yet in `o.__dict__`
