@@ -171,3 +171,30 @@ def test_one_cumulative_batchnorm_is_one_graph(backend):
     now = framejit.stats()
     assert now["graphs"] - start.get("graphs", 0) == 1
     assert now["frames_traced"] - start.get("frames_traced", 0) == 1
+
+
+def test_a_wraps_patch_of_model_output_post_init_runs_as_written(monkeypatch):
+    """NOTE [Substitutes by identity] for the other name-keyed substitute. Before: the stand-in replaced
+    the patch (no call recorded in compiled code)."""
+    generic = pytest.importorskip("transformers.utils.generic")
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+    original, calls = generic.ModelOutput.__post_init__, []
+
+    @functools.wraps(original)
+    def patched(self):
+        calls.append(1)
+        original(self)
+        self["last_hidden_state"] = self.last_hidden_state + 1
+
+    monkeypatch.setattr(generic.ModelOutput, "__post_init__", patched)
+
+    def f(x):
+        return outputs.BaseModelOutput(last_hidden_state=x * 2)["last_hidden_state"] * 3
+
+    c = framejit.compile(f, backend="eager")
+    for step in range(3):
+        x = torch.randn(2 + step, generator=_gen(step))
+        e = f(x)
+        before = len(calls)
+        assert torch.equal(c(x), e)
+        assert len(calls) == before + 1
