@@ -9,15 +9,7 @@ import pytest
 import torch
 
 import framejit
-
-
-class _Counter:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
+from tests.capture.test_frame_readers2 import _Counter
 
 
 def _plain(v):
