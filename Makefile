@@ -8,6 +8,10 @@ VENV := .venv
 VENV312 := .venv312
 VENV313 := .venv313
 STAMP := .installed
+# Disk (CI ran out of it installing the third environment): pip keeps no cache of the multi-GB wheels, and the
+# python-independent CUDA libraries (nvidia-*, 3.2 GB) that PyPI's torch for 3.12/3.13 pulls in are installed
+# once and hard-linked into the other environment (tools/share_dists.py) before its own pip install.
+export PIP_NO_CACHE_DIR := 1
 # The per-version test runs go in parallel (each prints its output when it ends); TEST_JOBS=1 runs them
 # one after another.
 TEST_JOBS ?= 3
@@ -26,6 +30,7 @@ $(VENV)/$(STAMP): pyproject.toml
 
 $(VENV312)/$(STAMP): pyproject.toml
 	test -x $(VENV312)/bin/python || PYENV_VERSION=$(PY312) python -m venv $(VENV312)
+	$(VENV312)/bin/python tools/share_dists.py $(VENV313)
 	$(VENV312)/bin/pip install -q "torch>=2.11,<2.15"
 	$(VENV312)/bin/pip install -q -e ".[test]"
 	touch $@
@@ -35,6 +40,7 @@ demo: $(VENV)/$(STAMP)
 
 $(VENV313)/$(STAMP): pyproject.toml
 	test -x $(VENV313)/bin/python || PYENV_VERSION=$(PY313) python -m venv $(VENV313)
+	$(VENV313)/bin/python tools/share_dists.py $(VENV312)
 	$(VENV313)/bin/pip install -q "torch>=2.11,<2.15"
 	$(VENV313)/bin/pip install -q -e ".[test]"
 	touch $@
