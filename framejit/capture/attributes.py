@@ -735,7 +735,8 @@ def traced_slot(tx, obj: Value, slot: str) -> Value | None:
 
 
 def _module_slot(tx, obj: Value, name: str) -> Value:
-    from .protocol import contains, getitem
+    from .comparisons import contains
+    from .protocol import getitem
     mod = obj.obj
     for slot in ("_parameters", "_buffers", "_modules"):
         traced = traced_slot(tx, obj, slot)

@@ -5,7 +5,6 @@ when every argument is a Python constant most simply evaluate the real builtin (
 """
 from __future__ import annotations
 
-import abc
 import bisect
 import collections
 import functools
@@ -16,16 +15,14 @@ from typing import Any, Callable
 
 import torch
 
-from ..guards import COST_ID
 from .breaks import BreakKind, Unsupported, UserException
 from .object_str import is_user_object, user_repr, user_str
-from .protocol import (BINARY_OPS, COMPARE_OPS, binary, compare, constant_fold, contains, getitem, is_same, iterate,
-                       length, truth, unary)
+from .comparisons import compare, contains, is_same
+from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
 from . import lazy_combinators
 from .values.containers import dict_iterator, drain_lent, iterates_as_tuple
-from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, SetValue,
-                     ListValue, ObjectValue, PartialValue, SequenceValue, TensorValue, TupleValue,
-                     Value)
+from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, PartialValue, SetValue,
+                     TensorValue, TupleValue, Value)
 
 Handler = Callable[..., Value]
 BUILTIN_HANDLERS: dict[Any, Handler] = {}
@@ -111,138 +108,6 @@ def _pow(tx, args, kwargs):
 def _len(tx, args, kwargs):
     from .sym_arith import length as sym_length  # NOTE [Size arithmetic stays symbolic]
     return (sym_length(tx, args[0]) if len(args) == 1 else None) or ConstantValue(length(tx, args[0]))
-
-
-_TENSOR_MARKERS = {k: v for k, v in ((getattr(torch.nn, "Buffer", None), "_is_buffer"),
-                                       (torch.nn.Parameter, "_is_param")) if k is not None}
-
-
-def _marked_tensor(tx, obj, spec) -> Value | None:
-    """NOTE [Tensors marked as buffers or parameters]: `isinstance(t, nn.Buffer)` is True for any tensor
-    marked `_is_buffer` (what `nn.Buffer(t)` returns: a plain Tensor), and `isinstance(t, nn.Parameter)` also
-    for a tensor marked `_is_param` (_BufferMeta/_ParameterMeta.__instancecheck__, torch classes the
-    metaclass check below treats as fixed): answered from the type alone, it was False for a buffer made by
-    nn.Buffer (red team 15). The marker is read as an attribute (guarded as any tensor attribute read)."""
-    from .values import TensorValue
-    if not isinstance(obj, TensorValue):
-        return None
-    specs = spec if isinstance(spec, tuple) else (spec,)
-    if not any(isinstance(k, type) and k in _TENSOR_MARKERS for k in specs):
-        return None
-    if isinstance(spec, tuple) or (spec is torch.nn.Parameter and issubclass(obj.python_type(), spec)):
-        if isinstance(spec, tuple):
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "isinstance of a tensor against a tuple with Buffer/Parameter")
-        return None
-    try:
-        flag = tx.getattr(obj, _TENSOR_MARKERS[spec])
-    except UserException as e:
-        if isinstance(e.exc, AttributeError):
-            return ConstantValue(False)
-        raise
-    if not flag.is_constant():
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance of a tensor against {spec.__name__}")
-    return ConstantValue(bool(flag.as_constant()))
-
-
-@handles(isinstance)
-def _isinstance(tx, args, kwargs):
-    obj, classes = args
-    cls = obj.python_type()
-    spec = classes.as_constant()
-    marked = _marked_tensor(tx, obj, spec)
-    if marked is not None:
-        return marked
-    _check_no_class_override(tx, obj, cls)
-    _check_plain_metaclasses(tx, spec, "__instancecheck__", cls)
-    _check_plain_metaclasses(tx, spec, "__subclasscheck__", cls)
-    try:
-        return ConstantValue(issubclass(cls, spec))
-    except TypeError as e:
-        raise UserException(e) from None
-
-
-@handles(issubclass)
-def _issubclass(tx, args, kwargs):
-    if len(args) == 2 and args[1].is_constant():
-        subject = args[0].as_constant() if args[0].is_constant() else None
-        _check_plain_metaclasses(tx, args[1].as_constant(), "__subclasscheck__", subject)
-    return constant_fold(issubclass, *_consts(args))
-
-
-def _check_no_class_override(tx, obj, cls: type) -> None:
-    """isinstance(o, K) also asks `o.__class__` (and ABCs ask only that) when type(o) is no subclass: a
-    class defining its own `__class__` (a property answering `list`) makes that the answer, so it is a
-    graph break; without one, user classes are guarded to stay without one (red team, test_redteam2.py:
-    the answer came from type(o) alone, wrong from the first call)."""
-    from . import lookup
-    from .values import NewObjectValue, ObjectValue
-    if not isinstance(obj, (ObjectValue, NewObjectValue)) or not isinstance(cls, type):
-        return
-    index, _ = lookup.mro_lookup(cls, "__class__")
-    if index is not None and cls.__mro__[index] is not object:
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__} defines __class__, which isinstance reads")
-    lookup.guard_class_absent(tx.output, [k for k in cls.__mro__[:-1] if not lookup.is_fixed_class(k)], "__class__")
-
-
-def _check_plain_metaclasses(tx, spec: Any, hook: str, subject: Any) -> None:
-    """`isinstance`/`issubclass` are folded from the (guarded) type, which is what CPython computes
-    unless a user metaclass defines `__instancecheck__`/`__subclasscheck__`: then the answer is its code's
-    (a graph break); without one, it is guarded to stay without one (NOTE [Lookup facts]). The answer
-    also depends on the subject's MRO (NOTE [MRO guarded]) and, for an ABC, on its registry."""
-    from . import lookup
-    lookup.guard_mro(tx.output, subject)
-    for klass in spec if isinstance(spec, tuple) else (spec,):
-        meta = type(klass)
-        if hook == "__instancecheck__" and isinstance(klass, type) and getattr(klass, "_is_protocol", False):
-            # a runtime-checkable typing.Protocol answers isinstance by hasattr on the instance, on every
-            # call (typing._ProtocolMeta.__instancecheck__), past the ABC cache the fold and its guard read:
-            # a method added to the class later went unseen
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance against the protocol {klass.__name__}")
-        if isinstance(klass, abc.ABCMeta) and isinstance(subject, type):
-            _guard_abc_answer(tx, subject, klass)
-        if not isinstance(klass, type) or lookup.is_fixed_class(meta):
-            continue
-        index, _ = lookup.mro_lookup(meta, hook)
-        if index is None or not lookup.is_fixed_class(meta.__mro__[index]):
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"the metaclass {meta.__name__} defines {hook}")
-        lookup.guard_mro(tx.output, meta)  # NOTE [MRO guarded] in lookup.py
-        lookup.guard_class_absent(tx.output, meta.__mro__[:index], hook)
-
-
-# NOTE [ABC answers]: an ABC answers `isinstance`/`issubclass` from its registry (`A.register(K)`) and its
-# `__subclasshook__`, which the trace consulted when it folded the answer. The guard is the answer itself,
-# `issubclass(K, A) is <answer>`, one line per (class, ABC) pair: ABCMeta caches answers per class and
-# drops its negative cache when any registration happens (the process-wide cache token), so the check is
-# a cache hit on most calls and recomputes exactly when CPython would. It holds in a new process whenever
-# the answer does (ABCMeta's cache token is a per-process counter, so a token guard never loaded from the
-# frame cache), and a registration that does not change this answer costs no recompile. Recomputing may
-# call a `__subclasshook__` (abc's own protocol, run by eager's `isinstance` at the same moments).
-def _guard_abc_answer(tx, subject: type, klass: type) -> None:
-    """`issubclass(subject, klass)` keeps the answer the trace folded."""
-    answer = issubclass(subject, klass)
-    out = tx.output
-    call = (f"{out.name_of(issubclass, 'issubclass')}({out.name_of(subject, subject.__name__)}, "
-            f"{out.name_of(klass, klass.__name__)})")
-    out.add_guard("ABC_ANSWER", f"{call} is {answer}", None,
-                  expected=f"issubclass({subject.__qualname__}, {klass.__qualname__}) is {answer}", actual=call,
-                  cost=COST_ID)
-
-
-@handles(type)
-def _type(tx, args, kwargs):
-    if len(args) != 1:
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "type() with three arguments")
-    return ClassValue(args[0].python_type())
-
-
-@handles(callable)
-def _callable(tx, args, kwargs):
-    v = args[0]
-    if v.is_constant():
-        return ConstantValue(callable(v.as_constant()))
-    if isinstance(v, ObjectValue):
-        return ConstantValue(callable(v.obj))
-    return ConstantValue(not isinstance(v, (TensorValue, SequenceValue, DictValue)))
 
 
 @handles(bool)
@@ -508,7 +373,7 @@ def _sorted(tx, args, kwargs):
 class _TracedOrder:
     """NOTE [Sorting by traced comparisons]: sorted()/max()/min() of values that are not constants (objects
     whose class defines `__lt__` in Python, tuples holding them) run CPython's own sort or scan over these
-    stand-ins, whose `<` is the traced comparison (protocol.compare, then its truth): the same algorithm on
+    stand-ins, whose `<` is the traced comparison (comparisons.compare, then its truth): the same algorithm on
     the same values asks the same comparisons in the same order as eager, so the order found, the
     comparisons' effects and any exception they raise are eager's. A comparison that needs tensor data is a
     graph break, as anywhere."""
@@ -524,7 +389,7 @@ class _TracedOrder:
 
 
 def traced_better(tx, op: Callable, a: Value, b: Value) -> bool:
-    from .protocol import compare
+    from .comparisons import compare
     return truth(tx, compare(tx, op, a, b))
 
 
@@ -802,7 +667,7 @@ def _frozenset(tx, args, kwargs):
 
 __all__ = ["BUILTIN_HANDLERS"]
 
-from . import itertools_support, mappings, state_blocks, stdlib  # noqa: E402,F401  (register their handlers)
+from . import itertools_support, mappings, state_blocks, stdlib, type_checks  # noqa: E402,F401  (register their handlers)
 from . import string_formats  # noqa: E402,F401  (NOTE [format_map through the mapping's protocol])
 from . import pytree_support  # noqa: E402  (NOTE [pytree calls])
 pytree_support.register(BUILTIN_HANDLERS)

@@ -10,7 +10,8 @@ from typing import Any
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import _TracedOrder, _all_const, _consts, _dict, _iter
 from .folded_results import permuted_like
-from .protocol import constant_fold, contains, extend_list, getitem, iterate, length
+from .comparisons import contains
+from .protocol import constant_fold, extend_list, getitem, iterate, length
 from .values.outside import OutsideDictValue, OutsideSetValue, set_has
 from .values import (ConstantValue, DictValue, DictViewValue, ListValue, SequenceValue, SetValue, TensorValue,
                      TupleValue, Value)

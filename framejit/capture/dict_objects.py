@@ -151,7 +151,7 @@ def missing_of_new_object(tx, obj: NewObjectValue, key: Value) -> Value | None:
     """`obj[key]` through dict's own `__getitem__` when key is absent and the class has `__missing__`:
     its result; None when dict's own lookup answers (present key, or no `__missing__`)."""
     from . import lookup
-    from .protocol import contains
+    from .comparisons import contains
     lookup.guard_lookup(tx.output, obj.cls, "__missing__")
     if lookup.mro_lookup(obj.cls, "__missing__")[0] is None or contains(tx, key, storage(obj)):
         return None
@@ -161,7 +161,8 @@ def missing_of_new_object(tx, obj: NewObjectValue, key: Value) -> Value | None:
 def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
     """A C method of dict/OrderedDict/object called on a dict object made while tracing."""
     from .container_methods import call_container_method
-    from .protocol import contains, getitem, iterate, length
+    from .comparisons import contains
+    from .protocol import getitem, iterate, length
 
     obj, rest = args[0], args[1:]
     name = fn.__name__

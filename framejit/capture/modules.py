@@ -91,7 +91,7 @@ def check_marked_store(tx, module: Value, name: str, value: Value) -> None:
     _BufferMeta/_ParameterMeta), so `m.c = t` for such a `t` from outside made `c` a buffer that a later
     `named_buffers()` in the same graph missed (red team 16). Such a store breaks, as a Parameter's does,
     unless it re-files a buffer under its own name (NOTE [Buffers stored back under their name])."""
-    from .builtins import _TENSOR_MARKERS, _marked_tensor
+    from .type_checks import _TENSOR_MARKERS, _marked_tensor
     for spec in _TENSOR_MARKERS:
         marked = _marked_tensor(tx, value, spec)
         if marked is not None and marked.as_constant() and not (

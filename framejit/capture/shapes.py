@@ -9,7 +9,7 @@ compute symbolic sizes, and whatever the trace decides from a symbol (a broadcas
 
 Sizes read by the Python code (`x.shape`, `x.size(1)`, `x.numel()`) are `SymNodeValue`s: the graph node
 that computes them (a `size` call on the input, arithmetic on those) plus the SymInt. Arithmetic and
-comparisons on them stay symbolic (protocol.py); any other use specialises them (`as_constant`), which
+comparisons on them stay symbolic (comparisons.py); any other use specialises them (`as_constant`), which
 goes through the env and is guarded. So graphs see sizes as values computed from their inputs (torch's
 `sym_size` pattern): their placeholders are the same tensors as before (example inputs stay real tensors),
 with `meta["val"]` fake tensors carrying the symbols.

@@ -131,7 +131,7 @@ def unary(tx, fn: Callable, a: Value) -> Value | None:
 
 
 def compare(tx, fn: Callable, a: Value, b: Value) -> Value | None:
-    """A comparison of a symbolic float with a number (ints are protocol.compare's own)."""
+    """A comparison of a symbolic float with a number (ints are comparisons.compare's own)."""
     if fn in _COMPARE and (is_sym(a) or is_sym(b)) and _number_type(a) and _number_type(b):
         return _keep(tx, fn, (a, b))
     return None
@@ -150,7 +150,8 @@ def _tuple_like(v: SequenceValue) -> bool:
 def compare_sequences(tx, fn: Callable, a: Value, b: Value) -> Value | None:
     """`a <op> b` for two tuples (or torch.Sizes) or two lists of ints, some symbolic: CPython's
     lexicographic comparison, item by item; each item's equality is a guarded relation."""
-    from .protocol import compare as compare_values, truth
+    from .comparisons import compare as compare_values
+    from .protocol import truth
     if fn not in _COMPARE or not (_int_items(a) and _int_items(b)):
         return None
     if not (_tuple_like(a) and _tuple_like(b)) and not (a.cls is list and b.cls is list):
@@ -401,7 +402,8 @@ def _tensor_of_range(tx, r: SymRangeValue, kwargs: dict) -> Value | None:
     """`torch.tensor(range(...))` of a symbolic range: `arange(len) * step + start`, int64 as torch.tensor
     makes it (exact; `arange(start, stop, step)` would raise for bounds against the step's sign); an empty
     range is a tensor of the default dtype, as torch.tensor makes it. Another dtype is left to the call."""
-    from .protocol import binary as binary_op, compare as compare_values, truth
+    from .comparisons import compare as compare_values
+    from .protocol import binary as binary_op, truth
     dtype = kwargs.get("dtype")
     if dtype is not None and dtype.value not in (None, torch.int64):
         return None
@@ -449,7 +451,8 @@ def range_length(tx, r: SymRangeValue) -> Value:
 def range_getitem(tx, r: SymRangeValue, key: Value) -> Value | None:
     """`range[i]` for an int i: start + i * step, its bound check a guarded relation."""
     from .breaks import UserException
-    from .protocol import binary as binary_op, compare as compare_values, truth
+    from .comparisons import compare as compare_values
+    from .protocol import binary as binary_op, truth
     if _number_type(key) is not int:
         return None
     size = range_length(tx, r)
@@ -466,7 +469,8 @@ def range_getitem(tx, r: SymRangeValue, key: Value) -> Value | None:
 def range_contains(tx, item: Value, r: SymRangeValue) -> bool | None:
     """`i in range(...)` for an int i: start <= i < stop (or the reverse) and on the step, as guarded
     relations."""
-    from .protocol import binary as binary_op, compare as compare_values, truth
+    from .comparisons import compare as compare_values
+    from .protocol import binary as binary_op, truth
     if _number_type(item) is not int:
         return None
     start, stop = r.bounds

@@ -114,7 +114,7 @@ def _type_name(v: Value) -> str:
 # if not tried yet, b's reflected one; NotImplemented passes on; none answering is identity for `==`/`!=`
 # and a TypeError for orderings. object's own methods are modelled: `__eq__` answers identity or
 # NotImplemented, `__ne__` inverts the class's `__eq__`, the orderings answer NotImplemented. Engaged only
-# when one of the methods consulted is a Python function (else protocol.compare's identity rules, which
+# when one of the methods consulted is a Python function (else comparisons.compare's identity rules, which
 # guard `__eq__`/`__ne__`, answer as before); the other operand may be an int, float, bool, complex, str,
 # bytes or None constant (their methods answer NotImplemented to any other object). A dict subclass takes
 # part (Counter's ==, <, <= are Python); where the lookup finds dict's own C method instead, that is a break.
@@ -143,7 +143,8 @@ def _python_method(cls: type | None, name: str) -> bool:
 
 def _compare_with(tx, op: Callable, side: Value, other: Value, cls: type) -> Value:
     """`type(side).__op__(side, other)` (a Python method inlined, or object's own modelled)."""
-    from .protocol import is_same, truth
+    from .comparisons import is_same
+    from .protocol import truth
     name = _COMPARISONS[op][0]
     lookup.guard_lookup(tx.output, cls, name)
     found = lookup.mro_lookup(cls, name)[1]
@@ -161,7 +162,7 @@ def _compare_with(tx, op: Callable, side: Value, other: Value, cls: type) -> Val
 
 def user_compare(tx, fn: Callable, a: Value, b: Value) -> Value | None:
     """`fn(a, b)` for a rich comparison by the protocol of NOTE [Comparisons of Python classes], or None."""
-    from .protocol import is_same
+    from .comparisons import is_same
     if fn not in _COMPARISONS or not _compares(a, b):
         return None
     name, symbol, reflected = _COMPARISONS[fn]

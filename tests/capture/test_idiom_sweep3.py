@@ -125,7 +125,7 @@ def test_groupby_programs_match_eager(program):
     assert _eager_frames() == eager_before
 
 
-# ---- tuples holding tensors compared item by item (NOTE [Tuples compared item by item], protocol.py) -------
+# ---- tuples holding tensors compared item by item (NOTE [Tuples compared item by item], comparisons.py) -------
 # Stock: the program below is 4 graphs over its calls. framejit before: a break at sorted() ("comparison lt
 # of tuple(Constant('skip'), Tensor) and ..."), and the resume function got the set `shapes` of tuples, which
 # cannot cross a break: two frames ran wholly eagerly.

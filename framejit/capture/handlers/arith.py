@@ -5,8 +5,8 @@ import operator
 import types
 
 from ..breaks import BreakKind, Unsupported, UserException
-from ..protocol import (BINARY_OPS, COMPARE_OPS, binary, build_slice, compare, contains, getitem, is_same,
-                        iterate, truth, unary)
+from ..comparisons import compare, contains, is_same
+from ..protocol import BINARY_OPS, COMPARE_OPS, binary, build_slice, getitem, iterate, truth, unary
 from ..dict_objects import dunder, is_new_dict_object, storage
 from ..values import ConstantValue, DictValue, ListValue, TensorValue
 from ..values.outside import OutsideDictValue

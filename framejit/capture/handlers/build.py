@@ -113,7 +113,7 @@ def dict_merge(tx, inst):
 def _merge_into_outside(tx, target, items: dict) -> None:
     """DICT_MERGE (`f(**a, **b)`) into the keyword dict a resume function got from its caller: CPython's
     duplicate-key TypeError, else `dict.update` of the target (recorded and replayed)."""
-    from ..protocol import contains
+    from ..comparisons import contains
     from ..values.mappings import key_value
     for key in items:
         if contains(tx, key_value(key), target):

@@ -345,7 +345,7 @@ def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     # on a list iterator (NOTE [Loops carried across breaks]), which must be the very object the frame's
     # other references see (`it = iter(t); for v in it: ...` then `next(it)`); it stays a list iterator.
     # At a graph break the resume function reads a range or tuple iterator from outside as such
-    # (builder._wrap_sequence_iterator), so `type(it)` after the break answers as eager.
+    # (iterator_wrap._wrap_sequence_iterator), so `type(it)` after the break answers as eager.
     if isinstance(value, ConstantValue) and type(value.value) in (range, str, bytes, tuple):
         iterator.constant, iterator.iter_type = value.value, type(iter(value.value))
     elif isinstance(value, TupleValue) and iterates_as_tuple(value.python_type()):  # a namedtuple's too

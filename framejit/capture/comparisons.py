@@ -1,0 +1,308 @@
+"""Comparisons over abstract values: `==`/`<` and friends, identity (`is`), and membership (`in`).
+
+Split from protocol.py (which keeps operators, truth, iteration and subscripts); the same rule holds: an
+operation Python itself rejects raises what CPython raises (UserException), one framejit cannot model raises
+Unsupported (a graph break).
+"""
+from __future__ import annotations
+
+import enum
+import operator
+import types
+from typing import Any, Callable
+
+import torch
+
+from .breaks import BreakKind, Unsupported, UserException
+from .dict_objects import dunder, is_new_dict_object, storage
+from .protocol import _SYM_COMPARE_OPS, INPLACE_TO_PLAIN, _is_int, constant_fold, truth
+from .values import (BoundMethodValue, ConstantValue, DictValue, DictViewValue, ListValue, NewObjectValue,
+                     NNModuleValue, ObjectValue, SequenceValue, SetValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue, Value)
+from .values.outside import OutsideDictValue
+
+def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
+    from . import numpy_support as nps
+    if nps.involves_ndarray(a, b) and fn not in (operator.is_, operator.is_not):  # NOTE [NumPy as torch]
+        return nps.binary(tx, fn, a, b)
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        from .tensor_operators import check_tensor_operator  # NOTE [Patched tensor operators]
+        check_tensor_operator(tx, fn, a, b, INPLACE_TO_PLAIN)
+        return tx.output.call("call_function", fn, (a, b), {})
+    if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and fn in _SYM_COMPARE_OPS:
+        kept = tx.output.float_compare(fn, a, b)  # NOTE [Float relations] in values/scalars.py
+        if kept is not None:
+            return kept
+    if (isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue)) and _is_int(a) and _is_int(b) \
+            and fn in _SYM_COMPARE_OPS:  # a relation, guarded only if the code branches on it
+        return tx.output.sym_op(fn, (a, b))
+    if isinstance(a, (SymNodeValue, SequenceValue)) or isinstance(b, (SymNodeValue, SequenceValue)):
+        from . import sym_arith  # NOTE [Size arithmetic stays symbolic]
+        kept = sym_arith.compare(tx, fn, a, b) or sym_arith.compare_sequences(tx, fn, a, b)
+        if kept is not None:
+            return kept
+    if a.is_constant() and b.is_constant():
+        return constant_fold(fn, a.as_constant(), b.as_constant())
+    if isinstance(a, (ObjectValue, NewObjectValue)) or isinstance(b, (ObjectValue, NewObjectValue)):
+        from .user_operators import user_compare  # NOTE [Comparisons of Python classes]
+        result = user_compare(tx, fn, a, b)
+        if result is not None:
+            return result
+    if fn in (operator.eq, operator.ne) and _identity_comparable(a, b) and _plain_ne(fn, a, b):
+        _guard_default_eq(tx, a, b, fn)
+        same = _same_object(a, b)
+        return ConstantValue(same if fn is operator.eq else not same)
+    if fn in (operator.eq, operator.ne) and _default_eq(a) and _default_eq(b) and _plain_ne(fn, a, b):
+        _guard_default_eq(tx, a, b, fn)
+        same = is_same(tx, a, b)  # neither type defines __eq__: CPython falls back to identity
+        return ConstantValue(same if fn is operator.eq else not same)
+    if _plain_sequences(a, b) and fn in _ORDERINGS:
+        return _compare_items(tx, fn, a, b)  # NOTE [Tuples compared item by item]
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"comparison {fn.__name__} of {a.describe()} and {b.describe()}")
+
+
+# NOTE [Tuples compared item by item]: `sorted(d.items())` over (name, tensor) pairs compares tuples that hold
+# tensors; CPython's tuple (and list) comparison looks for the first position whose items differ
+# (PyObject_RichCompareBool: the same object is equal without a call, else `==` and its truth) and compares
+# only those two items with the operator, returning that result as it is; when no position differs, the
+# lengths decide. So ('skip', t1) < ('a', t2) is 'skip' < 'a' and never touches the tensors. Each step
+# goes through `compare` and `truth`, so a tensor pair that must be compared is a tensor op whose truth is
+# data-dependent (a break), as eager's bool(tensor == tensor). Exact tuples and lists only (subclasses may
+# override the operators).
+_ORDERINGS = (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)
+
+
+def _plain_sequences(a: Value, b: Value) -> bool:
+    return all(isinstance(v, (TupleValue, ListValue)) and type(v) in (TupleValue, ListValue) for v in (a, b)) \
+        and a.cls is b.cls and a.cls in (tuple, list)
+
+
+def _compare_items(tx, fn: Callable, a: Value, b: Value) -> Value:
+    if fn in (operator.eq, operator.ne) and len(a.items) != len(b.items):
+        return ConstantValue(fn is operator.ne)
+    for x, y in zip(a.items, b.items):
+        if x is y or (x.is_constant() and y.is_constant() and x.as_constant() is y.as_constant()):
+            continue
+        if not truth(tx, compare(tx, operator.eq, x, y)):
+            if fn in (operator.eq, operator.ne):
+                return ConstantValue(fn is operator.ne)
+            return compare(tx, fn, x, y)
+    return ConstantValue(fn(len(a.items), len(b.items)))
+
+
+def _default_eq(v: Value) -> bool:
+    """Comparing `v` with `==` ends in identity (its type keeps object's __eq__; None's own __eq__, which
+    CPython 3.12 has, answers NotImplemented for any other object)."""
+    if isinstance(v, ConstantValue) and v.value is None:
+        return True
+    return isinstance(v, (ObjectValue, NewObjectValue, ConstantValue)) and \
+        getattr(v.python_type(), "__eq__", None) is object.__eq__
+
+
+def _identity_comparable(a: Value, b: Value) -> bool:
+    return isinstance(a, ObjectValue) and isinstance(b, ObjectValue) and type(a.obj).__eq__ is object.__eq__ \
+        and type(b.obj).__eq__ is object.__eq__  # b's own __eq__ runs when a's answers NotImplemented
+
+
+def _plain_ne(fn: Callable, a: Value, b: Value) -> bool:
+    """For `!=`: neither class defines its own __ne__ (object's negates __eq__)."""
+    return fn is not operator.ne or all(getattr(v.python_type(), "__ne__", object.__ne__) is object.__ne__
+                                        for v in (a, b) if isinstance(v, (ObjectValue, NewObjectValue)))
+
+
+def _guard_default_eq(tx, a: Value, b: Value, fn: Callable) -> None:
+    """The identity answer holds while neither class gains `__eq__` (`__ne__` for !=): NOTE [Lookup facts]
+    (a class given `__eq__` after the first call was compared by identity; red team, test_redteam2.py)."""
+    from . import lookup
+    for v in (a, b):
+        if isinstance(v, (ObjectValue, NewObjectValue)):
+            cls = v.python_type()
+            lookup.guard_lookup(tx.output, cls, "__eq__")
+            if fn is operator.ne:
+                lookup.guard_lookup(tx.output, cls, "__ne__")
+
+
+def _same_object(a: Value, b: Value) -> bool:
+    return a is b or (isinstance(a, ObjectValue) and isinstance(b, ObjectValue) and a.obj is b.obj)
+
+
+# NOTE [Identity of constants]: two constants are compared by value guards (`x == 1000000`), not by
+# identity, so `a is b` of two ints, strings or floats from outside answered what the objects of the first
+# call answered: 10**6 and int('1000000') (two objects in eager) hit the entry traced for one object passed
+# twice. The answer is guarded (`a is b` or `a is not b`); an equal value from outside compared with a
+# constant made in the trace is a graph break (no guard could name that object in a new process). Types
+# whose identity is their value (None, bools, Ellipsis, NotImplemented; small ints, empty and one-character
+# strings and the empty tuple, which CPython caches) and values that differ need no guard. `x in [...]`
+# and `[...].count(x)` compare `x is y or x == y`, so a NaN reaches this too. An enum member is the one
+# object of its class with its value (a guard on it pins the member by name), so its identity is its value
+# too (`param.kind is _VAR_POSITIONAL` in inspect.BoundArguments.apply_defaults).
+_BY_VALUE = (type(None), bool, type(Ellipsis), type(NotImplemented))
+
+
+def _identity_is_value(v: Any) -> bool:
+    return (type(v) in _BY_VALUE or isinstance(v, enum.Enum) or (type(v) is int and -5 <= v <= 256)
+            or (type(v) is str and len(v) <= 1 and v <= "\xff") or (type(v) is tuple and v == ()))
+
+
+def _same_constant(tx, a: ConstantValue, b: ConstantValue) -> bool:
+    """`a is b` of two constants (NOTE [Identity of constants])."""
+    same = a.value is b.value
+    if type(a.value) is not type(b.value) or _identity_is_value(a.value) or _identity_is_value(b.value):
+        return same  # each value's type and value are guarded where it came from
+    if not same and not (a.value == b.value) and a.value == a.value and b.value == b.value:
+        return False  # unequal values (NaN excepted) are two objects
+    if a.source is None and b.source is None:
+        return same  # code constants and values made in the trace: the same objects on every call
+    if a.source is None or b.source is None:
+        # an equal value from outside vs a code constant (`k is "train"`): pinning the constant object in a
+        # guard would not survive the frame cache (a new process has another object of that value)
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"identity comparison of {a.describe()} and {b.describe()}")
+    ea, eb = a.source.expr(tx.output.names), b.source.expr(tx.output.names)
+    tx.output.add_guard("IDENTITY", f"{ea} is {eb}" if same else f"{ea} is not {eb}", a.source,
+                        expected=("the same object as " if same else "not the same object as ") + b.source.describe())
+    return same
+
+
+def is_same(tx, a: Value, b: Value) -> bool:
+    """`a is b`."""
+    if a is b:
+        return True
+    if isinstance(a, ConstantValue) and isinstance(b, ConstantValue):
+        return _same_constant(tx, a, b)
+    if isinstance(a, TensorValue) and isinstance(b, TensorValue):
+        return _same_tensor(tx, a, b)
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        return False
+    if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
+        return a.obj is b.obj
+    if isinstance(a, UserFunctionValue) and isinstance(b, UserFunctionValue):
+        from .function_attrs import same_function
+        return same_function(tx, a, b)
+    if _fresh_mutable(a) or _fresh_mutable(b):  # two equal lists made while tracing are two lists
+        return False
+    if a.is_constant() and b.is_constant():
+        ca, cb = a.as_constant(), b.as_constant()
+        if type(ca) is not type(cb) or ca != cb or _identity_is_value(ca):
+            return ca is cb  # NOTE [Identity of constants]: unequal values are two objects
+        # two equal tuples (or frozensets) are rebuilt by as_constant: their identity is not known here
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"identity comparison of {a.describe()} and {b.describe()}")
+    if type(a) is not type(b) and (isinstance(a, ConstantValue) or isinstance(b, ConstantValue)):
+        return False
+    if _fresh(a) or _fresh(b):  # a list, dict, set or object made while tracing is no other object
+        return False
+    if _exact_type(a) is not None and _exact_type(b) is not None and _exact_type(a) is not _exact_type(b):
+        return False  # objects of two types are two objects (heapq's `result is sentinel`, a tuple vs object())
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"identity comparison of {a.describe()} and {b.describe()}")
+
+
+def _exact_type(v: Value) -> type | None:
+    """The type of the object `v` stands for, where the value knows it exactly."""
+    if isinstance(v, (SequenceValue, DictValue, SetValue, ObjectValue, NewObjectValue, ConstantValue)):
+        return v.python_type()
+    if isinstance(v, UserFunctionValue):
+        return types.FunctionType
+    if isinstance(v, BoundMethodValue) and isinstance(v.func, UserFunctionValue):
+        return types.MethodType  # `new_func is not self.func` (functools.partialmethod.__get__): two objects
+    return None
+
+
+def _fresh_mutable(v: Value) -> bool:
+    return _fresh(v) and not (isinstance(v, SetValue) and not issubclass(v.cls, set))  # a frozenset: by value below
+
+
+def _fresh(v: Value) -> bool:
+    return v.source is None and isinstance(v, (ListValue, DictValue, SetValue, NewObjectValue)) and \
+        not isinstance(v, DictViewValue)
+
+
+def _same_tensor(tx, a: TensorValue, b: TensorValue) -> bool:
+    """NOTE [Tensor identity]: `a is b` for two tensor values. The fake tensors mirror object identity:
+    an op that returns its input object in eager (`F.dropout` in eval, an in-place method, `contiguous()` of
+    a contiguous tensor) returns the input's fake tensor object too, and one real input tensor reached
+    through two sources has one fake (and an ALIAS guard). So equal fakes mean the same object, and
+    different fakes different objects; when both are graph inputs read from sources, that they are
+    distinct is guarded (`a is not b`), so a later call passing one tensor twice recompiles."""
+    if a.node is b.node or (a.fake is not None and a.fake is b.fake):
+        return True
+    if a.fake is None or b.fake is None:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "identity comparison of tensor values without metadata")
+    if a.source is not None and b.source is not None:
+        ea, eb = a.source.expr(tx.output.names), b.source.expr(tx.output.names)
+        tx.output.add_guard("DISTINCT", f"{ea} is not {eb}", a.source, expected=f"not the same tensor as {b.source.describe()}")
+    return False
+
+
+def contains(tx, item: Value, container: Value) -> bool:
+    from .sym_arith import SymRangeValue, range_contains  # NOTE [Size arithmetic stays symbolic]
+    if isinstance(container, SymRangeValue):
+        kept = range_contains(tx, item, container)
+        if kept is not None:
+            return kept
+    if is_new_dict_object(container):
+        result = dunder(tx, container, "__contains__", [item])
+        return truth(tx, result) if result is not None else contains(tx, item, storage(container))
+    if isinstance(container, SetValue):
+        from .identity_keys import set_element
+        from .values.outside import set_has
+        return set_has(container, set_element(tx, item))  # NOTE [Sets of tensors], [Sets from outside]
+    if isinstance(container, OutsideDictValue):
+        from .identity_keys import dict_key
+        return container.has(dict_key(tx, item))  # NOTE [Dicts from outside]
+    if isinstance(container, DictValue):
+        from .identity_keys import dict_key
+        return dict_key(tx, item) in container.items
+    if isinstance(container, SequenceValue):
+        for x in container.items:
+            if x is item:
+                return True
+            if isinstance(x, TensorValue) or isinstance(item, TensorValue):
+                raise Unsupported(BreakKind.DATA_DEPENDENT, "`in` over tensors compares tensor data")
+            if (isinstance(x, SymNodeValue) or isinstance(item, SymNodeValue)) and _is_int(x) and _is_int(item):
+                if truth(tx, compare(tx, operator.eq, x, item)):  # `n in (3, 4)`: relations guarded, not n
+                    return True
+                continue
+            if x.is_constant() and item.is_constant():
+                if x.as_constant() == item.as_constant():
+                    return True
+                if isinstance(x, ConstantValue) and isinstance(item, ConstantValue):
+                    if is_same(tx, x, item):  # a NaN found by identity (NOTE [Identity of constants])
+                        return True
+                elif x.as_constant() != x.as_constant() or item.as_constant() != item.as_constant():
+                    raise Unsupported(BreakKind.UNSUPPORTED_CALL, "`in` over containers holding NaN")
+                continue
+            if _container_and_scalar(x, item):
+                continue  # a list/tuple/dict/set never equals a number, string or None
+            if _same_object(x, item) or truth(tx, compare(tx, operator.eq, x, item)):
+                return True  # CPython: `x is item or x == item` per element (an object's __eq__ runs)
+        return False
+    if isinstance(container, ConstantValue):
+        try:
+            return item.as_constant() in container.value
+        except Exception as e:
+            raise UserException(e) from None
+    if isinstance(container, NNModuleValue):
+        from .module_protocol import replaced  # NOTE [Module container protocol]
+        if replaced(tx, container.obj, "__contains__"):  # NOTE [Other modules' container methods]
+            return truth(tx, tx.call_special_of(container, "__contains__", [item], {}))
+        if isinstance(container.obj, torch.nn.ModuleDict):
+            tx.guard_module_keys(container)
+            return item.as_constant() in container.obj._modules
+    if isinstance(container, (ObjectValue, NewObjectValue)) and not isinstance(container, NNModuleValue):
+        cls = container.python_type()
+        if isinstance(getattr(cls, "__contains__", None), types.FunctionType):  # e.g. Mapping.__contains__
+            return truth(tx, tx.call_special_of(container, "__contains__", [item], {}))
+        iteration = getattr(cls, "__iter__", None) or getattr(cls, "__getitem__", None)
+        if getattr(cls, "__contains__", None) is None and isinstance(iteration, types.FunctionType):
+            from .lookup import guard_lookup  # NOTE [Membership by iteration]
+            from .sequence_protocol import contains_by_iteration
+            guard_lookup(tx.output, cls, "__contains__")
+            return truth(tx, tx.inline(UserFunctionValue(contains_by_iteration), [container, item], {}))
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"`in` on {container.describe()}")
+
+
+def _container_and_scalar(a: Value, b: Value) -> bool:
+    def scalar(v: Value) -> bool:
+        return isinstance(v, ConstantValue) and type(v.value) in (int, float, bool, str, bytes, type(None))
+    def container(v: Value) -> bool:
+        return isinstance(v, (ListValue, TupleValue, DictValue, SetValue)) and type(v.python_type()) is type \
+            and v.python_type().__eq__ in (list.__eq__, tuple.__eq__, dict.__eq__, set.__eq__, frozenset.__eq__)
+    return (scalar(a) and container(b)) or (scalar(b) and container(a))
