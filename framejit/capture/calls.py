@@ -277,7 +277,27 @@ def _reads_as_a_state_change(fn: Any, args: list[Value], kwargs: dict[str, Value
     from .compile_state import reads_as_a_getter
     if not args and not kwargs and reads_as_a_getter(name):
         return False
-    return not _STATE_VERBS.isdisjoint(word.lower() for word in _NAME_WORDS.findall(name))
+    return not _STATE_VERBS.isdisjoint(word.lower() for word in _NAME_WORDS.findall(name)) or \
+        _binding_on_constants(fn, module, name, args, kwargs)
+
+
+# NOTE [Torch bindings on constants]: a C binding of torch._C (not an operator namespace such as torch._C._nn)
+# called with constant arguments only takes no tensor, so it is not an operator: it reads or changes the
+# process's state, and a list of verbs cannot name them all. `torch._C._debug_only_display_vmap_fallback_warnings
+# (True)` and `torch._C._get_graph_executor_optimize(False)` (a getter by name that sets the flag when given one)
+# ran once, at trace time, and their answers were folded, so a state reset between calls stayed reset (review A
+# F4; red team h12red). Such a call is a graph break (it runs as Python on every call), except a getter-named
+# call with no arguments (NOTE [Zero-argument state getters]: called and guarded) and the bindings listed in
+# _PURE_BINDINGS (telemetry whose only effect eager code cannot observe).
+_OP_NAMESPACES = ("torch._C._nn", "torch._C._linalg", "torch._C._fft", "torch._C._special", "torch._C._nested",
+                  "torch._C._sparse", "torch._C._VariableFunctions")
+_PURE_BINDINGS = frozenset({"_log_api_usage_once", "_log_api_usage_metadata"})
+
+
+def _binding_on_constants(fn: Any, module: str, name: str, args: list[Value], kwargs: dict[str, Value]) -> bool:
+    if not isinstance(fn, types.BuiltinFunctionType) or not (module == "torch._C" or module.startswith("torch._C.")):
+        return False
+    return not module.startswith(_OP_NAMESPACES) and name not in _PURE_BINDINGS
 
 
 def _disabled_by_torch(fn: Any) -> bool:
