@@ -1,4 +1,4 @@
-"""`warnings.warn` at a graph break, with its stacklevel counted in the user's frames.
+"""`warnings.warn` and logging calls at a graph break, with their stacklevel counted in the user's frames.
 
 NOTE [Warnings past the hook]: framejit has no frame-evaluation hook, so every compiled frame runs one
 Python frame below its caller's: the caller calls the FrameHook, whose `__call__` calls the transformed
@@ -18,16 +18,59 @@ loader's `get_source` eager never calls, raised IndexError where its source is s
 3.12 warned 'Module globals is missing a __spec__.loader' for a module whose `__spec__` is None (a script's
 `__main__` has one). A frame that runs wholly eagerly (NOTE [Eager frames]) still has the hook's frame
 above it: not covered.
+
+NOTE [Module calls past the hook]: in eager, `module(x)` runs `forward` two frames below the caller:
+torch's `Module._wrapped_call_impl` and `Module._call_impl` (torch/nn/modules/module.py), so
+`warnings.warn(msg, stacklevel=2)` in a forward names module.py's `return forward_call(*args, **kwargs)`
+line (and its registry is module.py's), stacklevel=3 `_wrapped_call_impl`'s line, and stacklevel=4 the
+caller of the module. A compiled module's forward, and a module called at a break, is called through its
+frame hook instead (`compiled_module(x)` -> module_call -> forward's hook), which has no such frames: the
+warning named the caller two levels too early and ran out of stack ('sys', 1) at stacklevel 4. Such calls
+go through a `ModuleCall` (Hooks.module_forward), whose frame on the stack stands for those two levels:
+the walk yields them (module.py's file, lines, names and globals) where it passes one. A module with hooks
+(call_with_hooks, call_with_backward_hooks: NOTE [Module hooks]) is not covered: its calls have eager's
+`inner` level too, at a line that depends on which hook runs; the walk yields no torch levels for it.
+
+NOTE [Logging past the hook]: logging's calls (Logger.debug ... log, LoggerAdapter's, logging.warning ...)
+name their caller through `Logger.findCaller`, which walks real frames, skipping only logging's own; with
+`stacklevel=2` at a break it named hook.py's `miss`/`__call__`. Such a call at a break is made to `log`
+below: it finds the level the call names with the same walk as `warn` (logging's rule where the stack runs
+out: the outermost frame), and makes the call, with stacklevel=1, from a frame whose code carries that
+level's file name, line and function name (`_caller_as`), so the record's pathname, lineno and funcName
+are eager's. With `stack_info=True` the stack text still lists framejit's frames above that one.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import sys
 import types
 import warnings
+from typing import Any, Iterator, NamedTuple
 
 
 _FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+class Level(NamedTuple):
+    """One level of the user's call stack: a real frame's, or one that a ModuleCall stands for."""
+    filename: str
+    lineno: int
+    name: str
+    globals: dict
+
+
+class ModuleCall:
+    """`hook(module, *args, **kwargs)` in place of `module(*args, **kwargs)` (NOTE [Module calls past the
+    hook]): its frame stands for torch's Module._wrapped_call_impl and Module._call_impl."""
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.hook(*args, **kwargs)
 
 
 def _is_framejit(code: types.CodeType) -> bool:
@@ -45,12 +88,46 @@ def _is_resume(code: types.CodeType) -> bool:
     return ".<resume at " in getattr(code, "co_qualname", "")
 
 
-def logical_caller(frame: types.FrameType, skip_file_prefixes: tuple = ()) -> types.FrameType | None:
-    """The user frame that called the user frame `frame` stands for (NOTE [Warnings past the hook])."""
+def _line_of(function: types.FunctionType, text: str) -> int:
+    """The line of `function`'s source that starts with `text` (its first line if none does)."""
+    import inspect
+    code = function.__code__
+    try:
+        lines, start = inspect.getsourcelines(function)
+    except (OSError, TypeError):
+        return code.co_firstlineno
+    for offset, line in enumerate(lines):
+        if line.strip().startswith(text):
+            return start + offset
+    return code.co_firstlineno
+
+
+@functools.lru_cache(maxsize=None)
+def _module_call_levels() -> tuple[Level, Level]:
+    """The two levels eager has between a module's caller and its forward, innermost first."""
+    import torch
+    module_globals = sys.modules[torch.nn.Module.__module__].__dict__
+    call_impl, wrapped = torch.nn.Module._call_impl, torch.nn.Module._wrapped_call_impl
+    return (Level(call_impl.__code__.co_filename, _line_of(call_impl, "return forward_call("), "_call_impl",
+                  module_globals),
+            Level(wrapped.__code__.co_filename, _line_of(wrapped, "return self._call_impl("), "_wrapped_call_impl",
+                  module_globals))
+
+
+def _level(frame: types.FrameType) -> Level:
+    return Level(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, frame.f_globals)
+
+
+def _logical_caller(frame: types.FrameType, skip_file_prefixes: tuple) -> tuple[types.FrameType | None, bool]:
+    """(the user frame that called the user frame `frame` stands for, whether a ModuleCall was passed on
+    the way: NOTE [Module calls past the hook])."""
     same_frame = _is_resume(frame.f_code)  # a resume function: its caller is the same user frame
+    module_call = False
     frame = frame.f_back
     while frame is not None:
         code = frame.f_code
+        if code is _MODULE_CALL_CODE:
+            module_call = True
         if _is_framejit(code) or _is_internal(code) or code.co_filename.startswith(skip_file_prefixes):
             frame = frame.f_back
             continue
@@ -58,8 +135,26 @@ def logical_caller(frame: types.FrameType, skip_file_prefixes: tuple = ()) -> ty
             same_frame = _is_resume(code)
             frame = frame.f_back
             continue
-        return frame
-    return None
+        return frame, module_call
+    return None, module_call
+
+
+def levels_above(frame: types.FrameType, skip_file_prefixes: tuple = ()) -> Iterator[Level]:
+    """Levels 2, 3, ... of the user's stack above the user frame `frame` stands for (level 1)."""
+    while frame is not None:
+        frame, module_call = _logical_caller(frame, skip_file_prefixes)
+        if module_call:
+            yield from (level for level in _module_call_levels()
+                        if not level.filename.startswith(skip_file_prefixes))
+        if frame is not None:
+            yield _level(frame)
+
+
+def _user_frame(frame: types.FrameType) -> types.FrameType:
+    """The frame at level 1: `frame`, or the first one above framejit's (run_in_blocks in context.py)."""
+    while frame is not None and _is_framejit(frame.f_code):
+        frame = frame.f_back
+    return frame
 
 
 def _warn(message, category, stacklevel, source, skip_file_prefixes) -> None:
@@ -71,17 +166,14 @@ def _warn(message, category, stacklevel, source, skip_file_prefixes) -> None:
         raise TypeError(f"category must be a Warning subclass, not '{type(category).__name__}'")
     if skip_file_prefixes:
         stacklevel = max(2, stacklevel)
-    frame = sys._getframe(2)  # the frame that called `warn` below: the user's, or run_in_blocks (context.py)
-    while frame is not None and _is_framejit(frame.f_code):
-        frame = frame.f_back
-    for _ in range(stacklevel - 1):
-        frame = logical_caller(frame, skip_file_prefixes)
-        if frame is None:
-            break
-    if frame is None:
+    frame = _user_frame(sys._getframe(2))  # the frame that called `warn` below
+    level = None if frame is None else _level(frame)
+    if level is not None and stacklevel > 1:
+        level = next(itertools.islice(levels_above(frame, skip_file_prefixes), stacklevel - 2, None), None)
+    if level is None:
         module_globals, filename, lineno = sys.__dict__, "sys", 1
     else:
-        module_globals, filename, lineno = frame.f_globals, frame.f_code.co_filename, frame.f_lineno
+        module_globals, filename, lineno = level.globals, level.filename, level.lineno
     module = module_globals["__name__"] if "__name__" in module_globals else "<string>"
     registry = module_globals.setdefault("__warningregistry__", {})
     warnings.warn_explicit(message, category, filename, lineno, module, registry, None, source)
@@ -95,3 +187,49 @@ else:
     def warn(message, category=None, stacklevel=1, source=None):
         """`warnings.warn` as called from the user's frame (NOTE [Warnings past the hook])."""
         _warn(message, category, stacklevel, source, ())
+
+
+_LOGGING_CALLS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log"})
+
+
+def logging_call(fn: Any) -> bool:
+    """A method of logging's Logger or LoggerAdapter, or logging's module function, that makes a record
+    (NOTE [Logging past the hook])."""
+    import logging
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename == logging.__file__ and code.co_name in _LOGGING_CALLS
+
+
+def log(method, /, *args, **kwargs):
+    """`method(*args, **kwargs)`, a logging call, as made from the user's frame (NOTE [Logging past the
+    hook])."""
+    stacklevel = kwargs.get("stacklevel", 1)
+    frame = _user_frame(sys._getframe(1))
+    if frame is None or not isinstance(stacklevel, int) or stacklevel < 1:
+        return method(*args, **kwargs)  # logging's own answer (its own frame for stacklevel < 1)
+    level = _level(frame)
+    for level in itertools.islice(levels_above(frame), stacklevel - 1):
+        pass  # where the stack runs out, logging names the outermost frame
+    return _caller_as(level)(method, *args, **{**kwargs, "stacklevel": 1})
+
+
+_TEMPLATE = compile("def caller(__call, /, *args, **kwargs): return __call(*args, **kwargs)", "<framejit>", "exec")
+_CALLER_CODE = next(c for c in _TEMPLATE.co_consts if isinstance(c, types.CodeType))
+_CALLERS: dict[tuple, types.FunctionType] = {}
+
+
+def _caller_as(level: Level) -> types.FunctionType:
+    """A function that calls its first argument from a frame with the level's file name, line, function name
+    and globals (what a warning raised in the call, Logger.warn's, reads)."""
+    key = (level.filename, level.lineno, level.name, id(level.globals))
+    caller = _CALLERS.get(key)
+    if caller is None or caller.__globals__ is not level.globals:
+        if len(_CALLERS) >= 4096:
+            _CALLERS.clear()
+        code = _CALLER_CODE.replace(co_filename=level.filename, co_name=level.name, co_qualname=level.name,
+                                    co_firstlineno=max(level.lineno or 1, 1))
+        caller = _CALLERS[key] = types.FunctionType(code, level.globals)
+    return caller
+
+
+_MODULE_CALL_CODE = ModuleCall.__call__.__code__

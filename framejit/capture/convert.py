@@ -433,6 +433,9 @@ class _BoundHooks:
     def module_call(self):
         return self.hooks.module_call()
 
+    def module_forward(self, forward: types.FunctionType):
+        return self.hooks.module_forward(forward)
+
     def call_through_hook(self):
         return self.hooks.call_through_hook  # NOTE [Closures called at breaks]
 

@@ -52,6 +52,7 @@ from . import carried_loops, emit, inlined_comprehensions
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .codegen_runtime import new_cell
 from .normalize import Inst, jump_targets, normalize, with_depth
+from .caller_frames import log, logging_call
 from .break_callees import (shared_cells, closure_from_outside, hookable, makes_generator, modelled,
                             names_its_caller)
 from .inherited_symbols import inherit_symbols
@@ -458,6 +459,8 @@ class BreakCodegen:
         if isinstance(callee, BuiltinValue) and callee.obj is warnings.warn:
             from .caller_frames import warn
             return warn, None  # NOTE [Warnings past the hook]
+        if isinstance(function, UserFunctionValue) and logging_call(function.fn):
+            return log, callee  # NOTE [Logging past the hook]
         if isinstance(function, UserFunctionValue) and (names_its_caller(function.fn) or modelled(function.fn)
                                                          or makes_generator(function.fn)):
             return None
@@ -476,6 +479,8 @@ class BreakCodegen:
             if isinstance(forward, types.FunctionType) and type(callee.obj).__call__ is torch.nn.Module.__call__:
                 from .module_hooks import callee_at_break
                 target = callee_at_break(self.tx, callee)  # NOTE [Module hooks]
+                if target is forward:  # NOTE [Module calls past the hook] in caller_frames.py
+                    return self.hooks.module_forward(target), callee
                 return None if target is None else (self.hooks.function(target), callee)
         return None
 

@@ -466,6 +466,16 @@ class Hooks:
     def module_call(self):
         return self._hook(("function", module_call), module_call)
 
+    def module_forward(self, forward: types.FunctionType):
+        """What a break calls in place of `module(...)`: the module class's `forward` through its hook, in a
+        ModuleCall (NOTE [Module calls past the hook] in caller_frames.py)."""
+        key = ("module_forward", forward)
+        call = self.by_key.get(key)
+        if call is None:
+            from .caller_frames import ModuleCall
+            call = self.by_key[key] = ModuleCall(self.function(forward))
+        return call
+
     # NOTE [Closures called at breaks]: a callee at a break that is a closure from outside guarded by its
     # code (NOTE [Closures guarded by code]: typically a decorator's wrapper, `deprecate_kwarg` around a
     # model's forward) may be another function object on a later call, so no hook can be fixed in the

@@ -54,6 +54,9 @@ class Recorder:
     def module_call(self):
         return self._note(self.hooks.module_call(), ("module_call",))
 
+    def module_forward(self, forward: types.FunctionType):
+        return self._note(self.hooks.module_forward(forward), ("module_forward", forward))
+
     def call_through_hook(self):
         return self._note(self.hooks.call_through_hook(), ("call_through_hook",))
 
@@ -102,8 +105,8 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
     made = recorder.made.get(id(value)) if recorder is not None else None
     if made is not None:
         kind = made[0]
-        if kind == "hook":
-            return ("hook", _import_locator(made[1]))
+        if kind in ("hook", "module_forward"):
+            return (kind, _import_locator(made[1]))
         if kind == "resume":
             _, code, index, layout, names, hooked, successors, loop = made
             if loop is False:
@@ -200,6 +203,8 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
                 value = hooks.function(resolve(d[1], fn))
             elif kind == "module_call":
                 value = hooks.module_call()
+            elif kind == "module_forward":
+                value = hooks.module_forward(resolve(d[1], fn))
             elif kind == "call_through_hook":
                 value = hooks.call_through_hook
             elif kind == "checkpoint_through_hook":

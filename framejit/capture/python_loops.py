@@ -319,7 +319,7 @@ def _module_target(hooks, module) -> Any:
     if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or \
             module._backward_pre_hooks or any(getattr(torch.nn.modules.module, d) for d in _GLOBAL_DICTS):
         return None
-    return functools.partial(hooks.function(forward), module)
+    return functools.partial(hooks.module_forward(forward), module)  # NOTE [Module calls past the hook]
 
 
 # NOTE [Callees routed in loops run as Python]: the loop's calls used to go through a helper

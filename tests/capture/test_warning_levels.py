@@ -1,0 +1,202 @@
+"""`warnings.warn` and logging calls with stacklevel >= 2 in compiled code name the frame eager names
+(NOTE [Warnings past the hook], [Module calls past the hook], [Logging past the hook] in
+capture/caller_frames.py): a compiled module's forward is two frames below its caller in eager (torch's
+Module._wrapped_call_impl and _call_impl), a break's call through framejit's frame hook is not.
+Differential: the same caller line calls the eager and the compiled callable, on inputs of changing
+sizes; warnings' (filename, lineno, module) and records' (pathname, lineno, funcName) must be eager's."""
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import CountingBackend
+
+_LOG = logging.getLogger("framejit_test_warning_levels")
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[tuple] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.pathname, record.lineno, record.funcName, record.getMessage()))
+
+
+def _caller(f, x):
+    return f(x)  # the user's line both runs share
+
+
+def _observe(f, x, action="always"):
+    """(output, warnings as (file, line, module, message), log records) of one call of f from _caller."""
+    handler = _Records()
+    _LOG.addHandler(handler)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter(action)
+            out = _caller(f, x)
+    finally:
+        _LOG.removeHandler(handler)
+        root.removeHandler(handler)
+    shown = [(w.filename, w.lineno, str(w.message)) for w in caught]
+    return out, shown, handler.records
+
+
+def _differential(make, sizes=(3, 5, 4), action="always"):
+    """Runs eager and compiled modules/functions made by make() on the same inputs; returns the backend."""
+    backend = CountingBackend()
+    eager = make()
+    compiled = framejit.compile(make(), backend=backend)
+    for size in sizes:
+        x = torch.randn(size)
+        want = _observe(eager, x, action)
+        got = _observe(compiled, x, action)
+        assert torch.equal(got[0], want[0])
+        assert got[1] == want[1], (size, got[1], want[1])
+        assert got[2] == want[2], (size, got[2], want[2])
+        assert want[1] or want[2]
+    return backend
+
+
+class _Warns(torch.nn.Module):
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def forward(self, x):
+        warnings.warn("from forward", stacklevel=self.level)
+        _LOG.warning("record from forward", stacklevel=self.level)
+        return x * 2
+
+
+@pytest.mark.parametrize("level", [2, 3, 4, 5])
+def test_a_compiled_modules_forward_names_torchs_frames_and_the_caller(level):
+    # before: level 2 named the caller (_caller's line) and hook.py's miss/__call__ for the record, level 3
+    # and 4 ('sys', 1) and hook.py
+    _differential(lambda: _Warns(level))
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.inner = _Warns(level)
+
+    def forward(self, x):
+        y = self.inner(x + 1)
+        return y - 1
+
+
+@pytest.mark.parametrize("level", [2, 3, 4, 6, 7])
+def test_a_submodule_called_at_a_break_names_torchs_frames(level):
+    _differential(lambda: _Outer(level))
+
+
+class _ListOfWarns(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Warns(2), _Warns(3), _Warns(4)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_submodules_in_a_loop_name_torchs_frames():
+    _differential(_ListOfWarns)
+
+
+class _WarnsAfterABreak(torch.nn.Module):
+    def forward(self, x):
+        y = x.sin()
+        print("", end="")
+        warnings.warn("after the break", stacklevel=2)
+        z = y.cos()
+        print("", end="")
+        _LOG.warning("after two breaks", stacklevel=3)
+        return z
+
+
+def test_a_resume_function_of_forward_stands_for_forward():
+    backend = _differential(_WarnsAfterABreak)
+    assert backend.graph_count >= 3
+
+
+class _WarnsInNoGrad(torch.nn.Module):
+    def forward(self, x):
+        with torch.no_grad():
+            y = x * 3
+            warnings.warn("in no_grad", stacklevel=2)
+            _LOG.info("not shown")
+            _LOG.error("in no_grad %d", 7, stacklevel=3)
+        return y
+
+
+def test_calls_in_a_with_block_of_forward():
+    _differential(_WarnsInNoGrad)
+
+
+def _helper_that_warns(x, level):
+    warnings.warn("from helper", stacklevel=level)
+    _LOG.warning("helper record", stacklevel=level)
+    return x + 1
+
+
+def _calls_helper(x):
+    return _helper_that_warns(x, 2) * _helper_that_warns(x, 3)
+
+
+def test_a_compiled_function_and_its_helper():
+    _differential(lambda: _calls_helper)
+
+
+class _LogVariants(torch.nn.Module):
+    def forward(self, x):
+        logging.LoggerAdapter(_LOG, {}).warning("adapter", stacklevel=2)
+        _LOG.log(logging.WARNING, "log(level)", stacklevel=3)
+        _LOG.warning("exact %s", "args", stacklevel=2)
+        logging.warning("root function")
+        return x - 1
+
+
+def test_logger_adapter_log_and_module_functions():
+    _differential(_LogVariants)
+
+
+class _WarnsOnce(torch.nn.Module):
+    def forward(self, x):
+        warnings.warn("once per location", stacklevel=2)
+        return x * 2
+
+
+def _shown_per_call(f, sizes):
+    """The warnings each call shows under the default filter, registry kept across the calls."""
+    shown = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for size in sizes:
+            before = len(caught)
+            _caller(f, torch.randn(size))
+            shown.append([(w.filename, w.lineno, w.category) for w in caught[before:]])
+    return shown
+
+
+def test_the_default_filter_shows_a_warning_once_per_eager_location():
+    # the registry is that of the location's module (module.py's): the second call shows nothing
+    import torch.nn.modules.module as module_py
+    backend = CountingBackend()
+    compiled = framejit.compile(_WarnsOnce(), backend=backend)
+    sizes = (3, 5, 4)
+    assert _shown_per_call(compiled, sizes) == _shown_per_call(_WarnsOnce(), sizes) == \
+        [[(module_py.__file__, _LINE_OF_FORWARD_CALL, UserWarning)], [], []]
+    assert backend.graph_count >= 1
+
+
+_LINE_OF_FORWARD_CALL = next(i for i, line in enumerate(open(torch.nn.modules.module.__file__), 1)
+                             if line.strip().startswith("return forward_call("))
