@@ -107,7 +107,7 @@ def shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> se
             for name, cell in zip(v.fn.__code__.co_freevars, v.closure or ()):
                 own = next((n for n, c in cells.items() if c is cell), None)
                 if own is not None and (_code_writes(v.fn.__code__, name) or _written_after(insts, own, index)):
-                    if cells[own].contents is None:
+                    if cells[own].contents is None and not cells[own].deleted:
                         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a closure made before the break shares the"
                                           f" variable {own!r}, not set yet and assigned later (the frame runs eagerly)")
                     shared.add(own)

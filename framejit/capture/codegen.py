@@ -215,9 +215,11 @@ class Reconstructor:
         `get()` kept answering the traced value (red team 15). A cell made while tracing is built once, into
         a local, and every rebuilt function that closes over it gets that cell (`_new_function`)."""
         for cell in value.closure or ():
-            if hasattr(cell, "cell") or id(cell) in self.preloaded or getattr(cell, "contents", None) is None:
+            deleted = getattr(cell, "deleted", False) and cell.contents is None  # NOTE [Deleting a closure variable]
+            if hasattr(cell, "cell") or id(cell) in self.preloaded or getattr(cell, "contents", None) is None \
+                    and not deleted:
                 continue  # a real cell (shared as itself), already built, or not set yet (_new_function breaks)
-            self._call_const(new_cell, [cell.contents])
+            self._call_const(new_cell, [] if deleted else [cell.contents])
             name = f"___pre{len(self.preloaded)}"
             self.cg.store_fast(name)
             self.preloaded[id(cell)] = name
@@ -420,6 +422,8 @@ class Reconstructor:
                 cells.append(ConstantValue(cell.cell))
             elif id(cell) in self.preloaded:  # one cell for every function sharing it (NOTE above)
                 cells.append(cell)
+            elif cell.contents is None and getattr(cell, "deleted", False):
+                cells.append(TupleValue([]))  # () means: a new empty cell (NOTE [Deleting a closure variable])
             elif cell.contents is None:
                 raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a closure over a variable that is not set yet")
             else:

@@ -25,7 +25,7 @@ def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: d
     or a 1-tuple with the contents of a new one. Globals: `f_globals`, the globals of the function whose
     MAKE_FUNCTION made it (NOTE [Globals of a rebuilt closure]); None: the frame that called make_closure."""
     import sys
-    closure = tuple(c if isinstance(c, types.CellType) else types.CellType(c[0]) for c in cells)
+    closure = tuple(c if isinstance(c, types.CellType) else types.CellType(*c) for c in cells)
     if f_globals is None:
         f_globals = sys._getframe(1).f_globals
     fn = types.FunctionType(code, f_globals, name, defaults or None, closure or None)
@@ -33,9 +33,24 @@ def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: d
     return fn
 
 
-def new_cell(contents: Any) -> types.CellType:
-    """A fresh closure cell holding `contents` (NOTE [Cells shared by rebuilt closures])."""
-    return types.CellType(contents)
+def new_cell(*contents: Any) -> types.CellType:
+    """A fresh closure cell holding `contents` (NOTE [Cells shared by rebuilt closures]); empty without it
+    (NOTE [Deleting a closure variable])."""
+    return types.CellType(*contents)
+
+
+def delete_cell(cell: types.CellType, name: str, own: bool) -> None:
+    """`del name` of a closure variable held in the real `cell` (NOTE [Deleting a closure variable]), with
+    CPython's error when it is empty: UnboundLocalError for the frame's own variable, NameError for a free one."""
+    try:
+        cell.cell_contents  # deleting an empty cell's contents does not raise
+    except ValueError:
+        if own:
+            raise UnboundLocalError(f"cannot access local variable '{name}' where it is not associated with a "
+                                    f"value") from None
+        raise NameError(f"cannot access free variable '{name}' where it is not associated with a value in "
+                        f"enclosing scope") from None
+    del cell.cell_contents
 
 
 def set_function_attrs(fn: Any, attrs: dict) -> Any:

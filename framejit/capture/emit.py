@@ -102,6 +102,12 @@ def load_attr(name: str) -> Instr:
     return Instr("LOAD_ATTR", (False, name) if PY312 else name)
 
 
+def load_closure(name: str) -> Instr:
+    """Push the cell object of the cell variable `name` (3.13 assembles LOAD_CLOSURE into LOAD_FAST)."""
+    from bytecode import CellVar
+    return Instr("LOAD_FAST" if PY313 else "LOAD_CLOSURE", CellVar(name))
+
+
 def load_global(name: str, push_null: bool = False) -> Instr:
     return Instr("LOAD_GLOBAL", (push_null, name))
 

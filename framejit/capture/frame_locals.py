@@ -72,9 +72,10 @@ _NEED_NO_ARGS = frozenset({"vars", "dir"})  # with an argument, they read that o
 
 
 def reads_own_locals(fn: types.FunctionType) -> str | None:
-    """The builtin through which `fn`'s code may read its own locals, or None."""
+    """The builtin through which `fn`'s code may read its own locals, or None (NOTE [Locals read inside
+    inlined comprehensions])."""
     code = fn.__code__
-    if not _READERS.intersection(code.co_names):
+    if not _READERS.intersection(code.co_names) or _readers_in_comprehensions(fn):
         return None
     instructions = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "PRECALL", "PUSH_NULL")]
     for k, inst in enumerate(instructions):
@@ -87,6 +88,58 @@ def reads_own_locals(fn: types.FunctionType) -> str | None:
             continue
         return name
     return None
+
+
+# NOTE [Locals read inside inlined comprehensions]: 3.12+ inline a comprehension into its frame (PEP 709), so
+# `[locals() for i in ...]` (or vars(), dir(), eval(), exec()) made the whole frame run eagerly, where 3.11 runs
+# only its `<listcomp>` eagerly. When every such read lies inside an inlined comprehension, the frame is traced:
+# the read is a break in the comprehension's body, which moves to its GET_ITER (NOTE [Breaks inside inlined
+# comprehensions]); the comprehension runs in a tail function whose locals are the frame's bound locals and the
+# iteration variables, the names and values eager's locals() shows there, in the original's slot order (NOTE
+# [Locals of loops run as Python] in resume.py), and the code after it is captured again.
+def _readers_in_comprehensions(fn: types.FunctionType) -> bool:
+    """Whether every read of the frame's locals by `fn`'s own code lies inside an inlined comprehension."""
+    from .inlined_comprehensions import body_binds_unbound, comprehensions
+    code = fn.__code__
+    found = comprehensions(code)
+    if not found or code.co_cellvars:  # a cell argument of the tail function would be listed out of order
+        return False
+    from .normalize import normalize
+    for inst in normalize(code).insts:
+        if inst.name not in ("LOAD_GLOBAL", "LOAD_NAME") or _loaded_name(inst.arg) not in _READERS:
+            continue
+        # the break moves to the outermost one's GET_ITER; a walrus target bound in its body keeps it inside
+        outer = next((c for c in found if c.loop < inst.index < c.exit), None)
+        if outer is None or body_binds_unbound(code, outer, frozenset()):
+            return False
+        # eager lists the slots in co_varnames order: the tail function's arguments (the locals bound at
+        # the break) come first there, so a local bound there must not have a slot after the variables
+        if not _slots_in_order(code, outer):
+            return False
+    return True
+
+
+def _slots_in_order(code: types.CodeType, comp: Any) -> bool:
+    """No local with a slot after the comprehension's variables can be bound at its GET_ITER: none is stored
+    before it, and no jump goes back over it (a loop around it)."""
+    from .normalize import normalize
+    insts = normalize(code).insts
+    first = min(code.co_varnames.index(name) for name in comp.saved if name in code.co_varnames)
+    later = set(code.co_varnames[first:]) - set(comp.saved) - set(code.co_varnames[:code.co_argcount +
+                                                                                    code.co_kwonlyargcount])
+    if len(later) + len(comp.saved) < len(code.co_varnames[first:]):
+        return False  # an argument after them (not possible, kept as a guard)
+    for inst in insts:
+        if inst.index < comp.get_iter and inst.name in ("STORE_FAST", "DELETE_FAST") and str(inst.arg) in later:
+            return False
+        if inst.index > comp.get_iter and isinstance(inst.instr, bytecode.Instr) and inst.instr.has_jump() \
+                and isinstance(inst.arg, int) and inst.arg <= comp.get_iter:
+            return False
+    return True
+
+
+def _loaded_name(arg: Any) -> Any:
+    return arg[1] if isinstance(arg, tuple) else arg
 
 
 _FRAME_READERS = frozenset({"_getframe", "currentframe", "getouterframes", "getinnerframes", "f_back", "f_locals",

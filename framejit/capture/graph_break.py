@@ -50,7 +50,7 @@ from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .frame_locals import emit_user_frame_call, reader_break_ok
 from . import carried_loops, emit, inlined_comprehensions
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
-from .codegen_runtime import new_cell
+from .codegen_runtime import delete_cell, new_cell
 from .normalize import Inst, jump_targets, normalize, with_depth
 from .caller_frames import log, logging_call
 from .break_callees import (shared_cells, closure_from_outside, hookable, makes_generator, modelled,
@@ -78,6 +78,7 @@ _SIMPLE: dict[str, Callable[[Any], tuple[int, int]]] = {
     "IMPORT_NAME": lambda a: (2, 1), "BINARY_SLICE": lambda a: (3, 1), "STORE_SLICE": lambda a: (4, 0),
     "RAISE_VARARGS": lambda a: (a, 0), "DELETE_ATTR": lambda a: (1, 0), "TO_BOOL": lambda a: (1, 1),
     "BEFORE_WITH": lambda a: (1, 2),  # NOTE [Breaks at BEFORE_WITH]
+    "DELETE_DEREF": lambda a: (0, 0),  # a real cell emptied by plain Python (NOTE [Deleting a closure variable])
     # a container built of values one of which breaks when read (NOTE [Mutable buffers carried across breaks])
     "BUILD_TUPLE": lambda a: (a, 1), "BUILD_LIST": lambda a: (a, 1), "BUILD_SET": lambda a: (a, 1),
     "LOAD_BUILD_CLASS": lambda a: (0, 1),  # a class statement: the class is made by plain Python
@@ -250,7 +251,7 @@ class BreakCodegen:
         closures rebuilt over it: NOTE [Cells shared by rebuilt closures]) into a local."""
         for cell in self.cell_args.values():
             if isinstance(cell, CellValue) and id(cell) not in rebuild.preloaded:
-                rebuild._call_const(new_cell, [cell.contents])
+                rebuild._call_const(new_cell, [] if cell.contents is None else [cell.contents])
                 name = f"___pre{len(rebuild.preloaded)}"
                 self.cg.store_fast(name)
                 rebuild.preloaded[id(cell)] = name
@@ -326,6 +327,9 @@ class BreakCodegen:
             for value in self.top:
                 rebuild.emit(value)
             self._resume(rebuild, inst.index + 1, produced=1, with_null=self._emit_load(inst))
+        elif inst.name == "DELETE_DEREF":
+            self._emit_delete_cell(inst)
+            self._resume(rebuild, inst.index + 1, produced=0)
         else:
             for value in self.top:
                 rebuild.emit(value)
@@ -338,6 +342,27 @@ class BreakCodegen:
             if produced == 1:  # NOTE [Dynamic ints formatted into strings] in carried_loops.py
                 carried_loops.inherit_dynamic_results(body, inst, self.top, len(self.below))
         return _at_line(cg, step_start, inst)
+
+    def _emit_delete_cell(self, inst: Inst) -> None:
+        """`del v` of a real cell (NOTE [Deleting a closure variable]): `delete_cell(cell, v, own)` empties
+        it, or raises CPython's error when it is empty already (a cell made while tracing breaks here only
+        when it is empty: the step raises, on a new empty cell)."""
+        cell = self.tx.cells[inst.arg]
+        cg = self.cg
+        cg.push_null()
+        cg.load_const(delete_cell)
+        if not isinstance(cell, RealCell):
+            cg.push_null()
+            cg.load_const(new_cell)
+            cg.call(0)
+        elif cell.source is not None:
+            cell.source.reload(cg)
+        else:
+            cg.load_const(cell.cell)
+        cg.load_const(inst.arg)
+        cg.load_const(inst.arg in self.fn.__code__.co_cellvars)
+        cg.call(3)
+        cg.emit("POP_TOP")
 
     def _make_blocks(self, rebuild: Reconstructor) -> None:
         """Build the block objects of the open with-blocks into locals (NOTE [Breaks inside with-blocks]);

@@ -232,7 +232,7 @@ def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cell
             args += emit.call_const(loop_iterator_arg, [Instr("LOAD_FAST", temp)])
         else:
             args.append(Instr("LOAD_FAST", temp))
-    args += [Instr("LOAD_CLOSURE", CellVar(name)) if name in cells else
+    args += [emit.load_closure(name) if name in cells else
              Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
              for name in live_locals]
     out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + args

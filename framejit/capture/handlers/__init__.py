@@ -31,7 +31,6 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
     "IMPORT_STAR": "star imports are not allowed in functions",
     "PRINT_EXPR": "interactive-mode printing",
     "DELETE_GLOBAL": "deleting a global is a side effect",
-    "DELETE_DEREF": "deleting a closure variable",
     "LOAD_NAME": "module-level and class-body code is not compiled",
     "STORE_NAME": "module-level and class-body code is not compiled",
     "DELETE_NAME": "module-level and class-body code is not compiled",

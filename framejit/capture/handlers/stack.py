@@ -159,6 +159,26 @@ def store_deref(tx, inst):
     tx.store_cell(inst.arg, tx.pop())
 
 
+# NOTE [Deleting a closure variable]: `del v` of a cell variable (DELETE_DEREF) empties the cell; a closure
+# sharing it then raises NameError on reading it, as in eager. A cell made while tracing (the frame's own, or
+# an inlined callee's) is emptied in the trace (CellValue.deleted): a later break passes nothing for it (the
+# resume function's MAKE_CELL makes it empty), a closure rebuilt over it gets an empty cell. A real cell (a
+# free variable deleted through `nonlocal`, or a cell passed to a resume function: NOTE [Cells passed to
+# resume functions]) is emptied by the break's step in plain Python (graph_break.BreakCodegen._emit_delete_cell),
+# and the rest of the frame continues in a resume function.
+@op("DELETE_DEREF")
+def delete_deref(tx, inst):
+    from ..breaks import BreakKind, Unsupported
+    from ..translator import RealCell
+    cell = tx.cells[inst.arg]
+    if isinstance(cell, RealCell):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"deleting the closure variable {inst.arg!r} of a cell that "
+                                                 f"exists outside the trace")
+    tx.load_cell(inst.arg)  # raises CPython's UnboundLocalError / NameError when the cell is empty
+    cell.contents = None
+    cell.deleted = True
+
+
 @op("LOAD_ATTR")
 def load_attr(tx, inst):
     tx.push(tx.getattr(tx.pop(), inst.arg))

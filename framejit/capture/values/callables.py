@@ -12,6 +12,8 @@ from .base import Value
 class CellValue(Value):
     """A closure cell created while tracing (a variable captured by a nested function)."""
 
+    deleted = False  # emptied by `del` (NOTE [Deleting a closure variable]): a closure over it gets an empty cell
+
     def __init__(self, contents: Value | None = None) -> None:
         self.contents = contents
 
