@@ -54,6 +54,8 @@ def _identity_class(obj: Any) -> bool:
 def set_element(tx, value: Value) -> Any:
     """The hashable element `value` is in a set (a constant, or an IdentityKey for a tensor)."""
     if isinstance(value, TensorValue):
+        from .tensor_operators import check_tensor_dunder
+        check_tensor_dunder(tx, value, "__hash__")  # NOTE [Patched tensor operators]
         _guard_distinct_inputs(tx, value)
         return IdentityKey(value, ("tensor", id(value.fake)))
     key = _object_key(tx, value)

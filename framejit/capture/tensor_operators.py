@@ -12,7 +12,10 @@ operator runs in Python, calling the patch), and otherwise how the name resolves
 so a later patch recompiles. The protocol methods the translator answers itself for a tensor go the same
 way (check_tensor_dunder, red team h12patch): `x[i]` (`__getitem__`), `x[i] = v` (`__setitem__`), `len(x)`,
 `iter(x)` and every loop or unpacking over x (`__iter__`), `reversed(x)`, the truth of a tensor made from
-constants (`__bool__`), `float/int/complex/str(x)` of one, and `seq[x]` (`__index__`). A patch is any
+constants (`__bool__`), `float/int/complex/str(x)` of one, `seq[x]` (`__index__`), and a tensor as a set
+element or dict key (`__hash__`: identity_keys.set_element; red team h12red: `{w: 1}[w]` after
+`Tensor.__hash__ = lambda s: 7` raised KeyError in eager, not compiled; `__eq__` is only reached once
+hashes are equal, which a patched `__hash__` alone can make so). A patch is any
 resolution other than torch's own: a Python function from outside torch, or, for a name torch.Tensor had when
 this module was imported, another object than that one (a functools.partial, a C function of another class).
 """
@@ -33,7 +36,7 @@ _NOT_DUNDERS = {operator.is_, operator.is_not, operator.contains}
 
 
 _PROTOCOL = ("__getitem__", "__setitem__", "__len__", "__iter__", "__reversed__", "__bool__", "__index__",
-             "__float__", "__int__", "__complex__", "__str__", "__repr__")
+             "__float__", "__int__", "__complex__", "__str__", "__repr__", "__hash__")
 _ORIGINAL = {name: lookup.mro_lookup(torch.Tensor, name)[1] for name in _PROTOCOL}
 
 

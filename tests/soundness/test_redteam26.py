@@ -76,3 +76,67 @@ def test_a_torch_module_called_with_new_tensors_compiles_once():
         x = torch.randn(2, 3, 8)
         torch.testing.assert_close(fast(x, x, x)[0], mha(x, x, x)[0])
     assert framejit.stats()["graphs"] - seen == 1
+
+
+# NOTE [Patched tensor operators]: a tensor hashed as a set element or dict key reads Tensor.__hash__.
+_TENSOR_HASH = torch.Tensor.__hash__
+
+
+def _patch_hash_on_odd_calls(k):
+    torch.Tensor.__hash__ = (lambda s: 7) if k % 2 else _TENSOR_HASH
+
+
+def _global_dict_keyed_by_tensors():
+    torch.Tensor.__hash__ = _TENSOR_HASH  # the table is built with torch's hash, as in the eager run
+    w1, w2 = torch.ones(1), torch.zeros(1)
+    table = {w1: 1, w2: 2}
+    return (lambda x: x + table[w1] + table.get(w2, 10)), _patch_hash_on_odd_calls, lambda: None
+
+
+def _set_of_tensors():
+    def f(x):
+        return x + len({x, x.clone()})
+
+    def before(k):
+        _patch_hash_on_odd_calls(k)
+        torch.Tensor.__eq__ = (lambda a, b: True) if k % 2 else _TENSOR_EQ
+    return f, before, lambda: None
+
+
+def _hash_calls_counted():
+    calls = []
+
+    def counting(s):
+        calls.append(1)
+        return _TENSOR_HASH(s)
+
+    def f(x):
+        d = {}
+        d[x] = 1
+        return x + d[x]
+    return f, lambda k: setattr(torch.Tensor, "__hash__", counting if k % 2 else _TENSOR_HASH), lambda: len(calls)
+
+
+_TENSOR_EQ = torch.Tensor.__eq__
+
+
+@pytest.mark.parametrize("make", [_global_dict_keyed_by_tensors, _set_of_tensors, _hash_calls_counted],
+                         ids=["global_dict", "set_display", "dict_made_in_frame"])
+def test_a_patched_tensor_hash_is_used_for_keys(make):
+    try:
+        _differential(make)
+    finally:
+        torch.Tensor.__hash__ = _TENSOR_HASH
+        torch.Tensor.__eq__ = _TENSOR_EQ
+
+
+def test_a_dict_keyed_by_parameters_compiles_once():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(2, 2)
+    scale = {m.weight: 2.0, m.bias: 3.0}
+    seen = framejit.stats()["graphs"]
+    fast = framejit.compile(lambda x: m(x) * sum(scale[p] for p in m.parameters()), backend="eager")
+    for _ in range(3):
+        x = torch.randn(3, 2)
+        torch.testing.assert_close(fast(x), m(x) * 5.0)
+    assert framejit.stats()["graphs"] - seen == 1
