@@ -14,7 +14,8 @@ and in inference mode). A few changes do not, and this module counts them in one
   under `torch.__future__.set_swap_module_params_on_conversion(True)`: two objects trade TensorImpls,
   whose version counters may read the same) and `torch._C._autograd._unsafe_set_version_counter`
   (`torch.autograd.grad_mode._unsafe_preserve_version_counter` puts an old version back after an
-  in-place change): each is wrapped once, on the module attribute torch's own callers look up, and
+  in-place change), and the fused optimizer steps (NOTE [Fused optimizer steps bump no version]): each is
+  wrapped once, on the module attribute torch's own callers look up, and
   every call bumps `EPOCH`.
 
 NOTE [Writes through .data]
@@ -195,6 +196,17 @@ def _bumping(original):
     return wrapper
 
 
+# NOTE [Fused optimizer steps bump no version]: `torch._fused_adam_`, `_fused_adamw_`, `_fused_sgd_` and
+# `_fused_adagrad_` (what `torch.optim.Adam/AdamW/SGD/Adagrad(..., fused=True)` call, looked up on `torch` at
+# each step) write the parameters in place without bumping their version counters (checked with torch
+# 2.13: a Linear's weight stays at _version 1 across `AdamW(fused=True).step()`; the foreach and for-loop
+# steps bump it). onnxrt's frozen weights (NOTE [Frozen weights]) trusted the version and served the weights of
+# before the step: eval outputs 0.5-0.9 off after each fused AdamW step. They are wrapped like
+# `_swap_tensor_impl`: each call bumps EPOCH and counts a use of every tensor in its lists.
+_FUSED_OPTIMIZER_STEPS = tuple((torch, name) for name in ("_fused_adam_", "_fused_adamw_", "_fused_sgd_",
+                                                          "_fused_adagrad_"))
+
+
 def install() -> None:
     """Count from now on (NOTE [Writes through .data]); a no-op once done."""
     if not _installed:
@@ -210,7 +222,7 @@ def _install() -> None:
                 setattr(torch.Tensor, name, _Counting(original, counted))
         for module, name in ((torch._C, "_set_neg"), (torch._C, "_set_conj"), (torch._C, "_swap_tensor_impl"),
                              (torch._C._autograd, "_unsafe_set_version_counter"), (torch._C, "_to_dlpack"),
-                             (torch._C, "_to_dlpack_versioned")):
+                             (torch._C, "_to_dlpack_versioned"), *_FUSED_OPTIMIZER_STEPS):
             original = getattr(module, name, None)
             if original is not None and not hasattr(original, "__wrapped__"):
                 setattr(module, name, _bumping(original))
