@@ -28,8 +28,11 @@ frame hook instead (`compiled_module(x)` -> module_call -> forward's hook), whic
 warning named the caller two levels too early and ran out of stack ('sys', 1) at stacklevel 4. Such calls
 go through a `ModuleCall` (Hooks.module_forward), whose frame on the stack stands for those two levels:
 the walk yields them (module.py's file, lines, names and globals) where it passes one. A module with hooks
-(call_with_hooks, call_with_backward_hooks: NOTE [Module hooks]) is not covered: its calls have eager's
-`inner` level too, at a line that depends on which hook runs; the walk yields no torch levels for it.
+is called at a break through `call_with_hooks` / `call_with_backward_hooks` (module_hooks.py, NOTE [Module
+hooks]), framejit's copies of `_call_impl`; eager has three levels there: `_wrapped_call_impl`, `_call_impl`
+at its `return inner()` and `inner` at the line that calls the pre-hook, forward or forward hook. The
+innermost module_hooks.py frame the walk passes is at the line of its call (NOTE [The break's line]); that
+line's call (one per line there) names the line of `inner`'s matching call (`_HOOKED_CALLS`).
 
 NOTE [Logging past the hook]: logging's calls (Logger.debug ... log, LoggerAdapter's, logging.warning ...)
 name their caller through `Logger.findCaller`, which walks real frames, skipping only logging's own; with
@@ -114,20 +117,56 @@ def _module_call_levels() -> tuple[Level, Level]:
                   module_globals))
 
 
+# (the call on a line of module_hooks.py, the start of the line of Module._call_impl's `inner` making it)
+_HOOKED_CALLS = (("hook(module, args, kwargs, result)", "hook_result = hook(self, args, kwargs, result)"),
+                 ("hook(module, args, result)", "hook_result = hook(self, args, result)"),
+                 ("hook(module, args, kwargs)", "args_kwargs_result = hook(self, args, kwargs)"),
+                 ("hook(module, args)", "args_result = hook(self, args)"),
+                 ("module.forward(", "result = forward_call("))
+
+
+@functools.lru_cache(maxsize=None)
+def _hooked_call_levels(lineno: int) -> tuple[Level, ...]:
+    """The three levels eager has between a module's caller and the pre-hook, forward or forward hook that
+    the module_hooks.py line `lineno` calls, innermost first; () where they cannot be named."""
+    import inspect
+    import linecache
+    import torch
+    from . import module_hooks
+    text = linecache.getline(module_hooks.__file__, lineno)
+    eager_start = next((eager for ours, eager in _HOOKED_CALLS if ours in text), None)
+    call_impl = torch.nn.Module._call_impl
+    try:
+        lines, start = inspect.getsourcelines(call_impl)
+    except (OSError, TypeError):
+        return ()
+    stripped = [line.strip() for line in lines]
+    inner = next((start + i for i, line in enumerate(stripped) if eager_start and line.startswith(eager_start)), None)
+    returns = next((start + i + 1 for i, line in enumerate(stripped[:-1])
+                    if line == "try:" and stripped[i + 1] == "return inner()"), None)
+    if inner is None or returns is None:
+        return ()
+    filename, module_globals = call_impl.__code__.co_filename, call_impl.__globals__
+    return (Level(filename, inner, "inner", module_globals), Level(filename, returns, "_call_impl", module_globals),
+            _module_call_levels()[1])
+
+
 def _level(frame: types.FrameType) -> Level:
     return Level(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, frame.f_globals)
 
 
-def _logical_caller(frame: types.FrameType, skip_file_prefixes: tuple) -> tuple[types.FrameType | None, bool]:
-    """(the user frame that called the user frame `frame` stands for, whether a ModuleCall was passed on
-    the way: NOTE [Module calls past the hook])."""
+def _logical_caller(frame: types.FrameType, skip_file_prefixes: tuple) -> tuple[types.FrameType | None, tuple]:
+    """(the user frame that called the user frame `frame` stands for, the levels of torch's module call
+    between them: NOTE [Module calls past the hook])."""
     same_frame = _is_resume(frame.f_code)  # a resume function: its caller is the same user frame
-    module_call = False
+    module_call: tuple | None = None
     frame = frame.f_back
     while frame is not None:
         code = frame.f_code
-        if code is _MODULE_CALL_CODE:
-            module_call = True
+        if module_call is None and code is _MODULE_CALL_CODE:
+            module_call = _module_call_levels()
+        elif module_call is None and code.co_filename == _MODULE_HOOKS_FILE:
+            module_call = _hooked_call_levels(frame.f_lineno)
         if _is_framejit(code) or _is_internal(code) or code.co_filename.startswith(skip_file_prefixes):
             frame = frame.f_back
             continue
@@ -135,17 +174,15 @@ def _logical_caller(frame: types.FrameType, skip_file_prefixes: tuple) -> tuple[
             same_frame = _is_resume(code)
             frame = frame.f_back
             continue
-        return frame, module_call
-    return None, module_call
+        return frame, module_call or ()
+    return None, module_call or ()
 
 
 def levels_above(frame: types.FrameType, skip_file_prefixes: tuple = ()) -> Iterator[Level]:
     """Levels 2, 3, ... of the user's stack above the user frame `frame` stands for (level 1)."""
     while frame is not None:
         frame, module_call = _logical_caller(frame, skip_file_prefixes)
-        if module_call:
-            yield from (level for level in _module_call_levels()
-                        if not level.filename.startswith(skip_file_prefixes))
+        yield from (level for level in module_call if not level.filename.startswith(skip_file_prefixes))
         if frame is not None:
             yield _level(frame)
 
@@ -233,3 +270,4 @@ def _caller_as(level: Level) -> types.FunctionType:
 
 
 _MODULE_CALL_CODE = ModuleCall.__call__.__code__
+_MODULE_HOOKS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "module_hooks.py")

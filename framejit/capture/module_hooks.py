@@ -106,7 +106,10 @@ def call_with_hooks(module, /, *args, **kwargs):
                 args = new
     result = module.forward(*args, **kwargs)
     for _, hook, with_kwargs, _ in hooks_of(module)[1]:  # read after forward, as torch reads them
-        new = hook(module, args, kwargs, result) if with_kwargs else hook(module, args, result)
+        if with_kwargs:  # one call per line: NOTE [Module calls past the hook] in caller_frames.py
+            new = hook(module, args, kwargs, result)
+        else:
+            new = hook(module, args, result)
         if new is not None:
             result = new
     return result
@@ -124,7 +127,10 @@ def call_with_backward_hooks(module, /, *args, **kwargs):
     bw_hook, args = _setup_backward_inputs(module, backward, args)
     result = module.forward(*args, **kwargs)
     for _, hook, with_kwargs, _ in hooks_of(module)[1]:  # read after forward, as torch reads them
-        new = hook(module, args, kwargs, result) if with_kwargs else hook(module, args, result)
+        if with_kwargs:  # one call per line: NOTE [Module calls past the hook] in caller_frames.py
+            new = hook(module, args, kwargs, result)
+        else:
+            new = hook(module, args, result)
         if new is not None:
             result = new
     return _setup_backward_outputs(module, backward, bw_hook, args, result)
@@ -222,7 +228,10 @@ def _call_catching(module, pre_hooks, args, kwargs):
         for hook_id, hook, with_kwargs, always_called in hooks_of(module)[1]:  # read after forward
             if always_called:
                 called.append(hook_id)
-            new = hook(module, args, kwargs, result) if with_kwargs else hook(module, args, result)
+            if with_kwargs:
+                new = hook(module, args, kwargs, result)
+            else:
+                new = hook(module, args, result)
             if new is not None:
                 result = new
         return result

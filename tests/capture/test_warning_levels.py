@@ -200,3 +200,46 @@ def test_the_default_filter_shows_a_warning_once_per_eager_location():
 
 _LINE_OF_FORWARD_CALL = next(i for i, line in enumerate(open(torch.nn.modules.module.__file__), 1)
                              if line.strip().startswith("return forward_call("))
+
+
+def _hook_warns(name, level):
+    def hook(*args):
+        warnings.warn(name, stacklevel=level)
+        _LOG.warning("record from %s", name, stacklevel=level)
+    return hook
+
+
+def _with_hooks(level, always=False, backward=False):
+    module = _Warns(level)
+    module.register_forward_pre_hook(_hook_warns("pre", level))
+    module.register_forward_pre_hook(_hook_warns("pre with kwargs", level), with_kwargs=True)
+    module.register_forward_hook(_hook_warns("post", level), always_call=always)
+    module.register_forward_hook(_hook_warns("post with kwargs", level), with_kwargs=True)
+    if backward:
+        module.register_full_backward_hook(lambda m, gi, go: None)
+    return module
+
+
+@pytest.mark.parametrize("level", [2, 3, 4, 5])
+def test_a_module_with_hooks_names_torchs_three_levels(level):
+    # eager: the hook or forward is called by _call_impl's `inner` (at the line of that call), which
+    # `return inner()` calls, which _wrapped_call_impl calls; before: the caller at level 2, ('sys', 1) after
+    _differential(lambda: _with_hooks(level))
+
+
+class _OuterWithHooked(torch.nn.Module):
+    def __init__(self, level, **kw) -> None:
+        super().__init__()
+        self.inner = _with_hooks(level, **kw)
+
+    def forward(self, x):
+        return self.inner(x * 2) + 1
+
+
+@pytest.mark.parametrize("kw", [{}, {"always": True}, {"backward": True}], ids=["hooks", "always_call", "backward"])
+@pytest.mark.parametrize("level", [2, 3, 5])
+def test_a_submodule_with_hooks_called_at_a_break(level, kw):
+    def make():
+        module = _OuterWithHooked(level, **kw)
+        return (lambda x: module(x.requires_grad_())) if kw.get("backward") else module
+    _differential(make)
