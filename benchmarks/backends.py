@@ -2,7 +2,7 @@
 
 Usage:
     .venv/bin/python benchmarks/backends.py --backend onnxrt [--device cpu] [--size bench]
-        [--models mlp,cnn] [--no-inductor] [--seconds 1.0] [--threads N] [--repeats 5] [--clock cpu]
+        [--models mlp,cnn] [--no-inductor] [--seconds 1.0] [--threads N|1,0] [--repeats 5] [--clock cpu]
 
 Prints one table row per model: median latency of eager, framejit+backend and inductor (ms), the
 speedup of framejit over eager, framejit's latency relative to inductor (< 1.0: faster), and first-call
@@ -15,7 +15,10 @@ thread count from it (onnxrt options.py) and inductor's OpenMP code reads it. Th
 repeated `--repeats` times; each repeat times the columns round-robin, call by call, and keeps the
 median per column. The table shows the median over repeats of those medians and, for the ratios, the
 lowest and highest per-repeat ratio (the spread). The machine load (`os.getloadavg()`) is printed
-before and after: on a shared machine the ratios of interleaved runs are what can be compared.
+before and after, and beside each row (when its timings ended; each row is also printed to stderr as soon
+as it is timed, so a run cut short keeps what it measured): on a shared machine the ratios of interleaved
+runs are what can be compared. `--threads 1,0` runs one process per setting (ORT sessions and inductor's
+code fix their thread count when they are made), one table each.
 `--clock cpu` (only with `--threads 1`) times the calling thread's CPU time instead of wall time: with 1
 thread torch, ORT (no intra-op pool) and inductor's code all run on the calling thread, and on a machine
 whose load average is many times its core count the wall-clock medians mostly measure waiting for a
@@ -153,6 +156,8 @@ def run(args) -> None:
             row["runs"] = interleaved_repeats(row["fns"], row["inputs"], args.seconds, args.device, args.repeats,
                                               CLOCKS[args.clock])
             row.update({key: statistics.median(ms) for key, ms in row["runs"].items()})
+            row["load"] = os.getloadavg()[0]  # NOTE [Honest timings]: the load beside every row
+            print(f"  timed {name}: {_row_text(name, row)}", file=sys.stderr, flush=True)
     print_table(rows, args)
 
 
@@ -162,6 +167,15 @@ def _ratio_spread(row, top: str, bottom: str) -> str:
     return f"{min(ratios):.2f}-{max(ratios):.2f}"
 
 
+def _row_text(name: str, r: dict) -> str:
+    """One table row; `load` is the 1-minute load average when the row's timings ended."""
+    ind, nan = r.get("ind"), float("nan")
+    return (f"{name:10s} {r['via']:16s} {r['eager']:9.3f} {r['fj']:9.3f} "
+            f"{ind if ind else nan:9.3f} {r['eager'] / r['fj']:8.2f} {_ratio_spread(r, 'eager', 'fj'):>11s} "
+            f"{r['fj'] / ind if ind else nan:7.2f} {_ratio_spread(r, 'fj', 'ind') if ind else '':>11s} "
+            f"{r['fj_compile']:9.2f} {r.get('ind_compile', nan):10.2f} {r.get('load', nan):5.1f}")
+
+
 def print_table(rows, args) -> None:
     load = os.getloadavg()
     print(f"\nbackend={args.backend} device={args.device} size={args.size} torch={torch.__version__} "
@@ -169,20 +183,17 @@ def print_table(rows, args) -> None:
           f"load avg before={args.load_before[0]:.2f} after={load[0]:.2f} (1 min; {os.cpu_count()} CPUs)")
     header = (f"{'model':10s} {'via':16s} {'eager ms':>9s} {'fj ms':>9s} {'ind ms':>9s} "
               f"{'eager/fj':>8s} {'(spread)':>11s} {'fj/ind':>7s} {'(spread)':>11s} {'fj comp s':>9s} "
-              f"{'ind comp s':>10s}")
+              f"{'ind comp s':>10s} {'load':>5s}")
     print(header)
     print("-" * len(header))
     speedups, vs_inductor = [], []
-    nan = float("nan")
     for name, r in rows.items():
         ind = r.get("ind")
         speedups.append(r["eager"] / r["fj"])
         if ind:
             vs_inductor.append(r["fj"] / ind)
-        print(f"{name:10s} {r['via']:16s} {r['eager']:9.3f} {r['fj']:9.3f} "
-              f"{ind if ind else nan:9.3f} {r['eager'] / r['fj']:8.2f} {_ratio_spread(r, 'eager', 'fj'):>11s} "
-              f"{r['fj'] / ind if ind else nan:7.2f} {_ratio_spread(r, 'fj', 'ind') if ind else '':>11s} "
-              f"{r['fj_compile']:9.2f} {r.get('ind_compile', nan):10.2f}")
+        print(_row_text(name, r))
+    nan = float("nan")
     geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else nan  # noqa: E731
     print(f"geomean speedup eager/framejit: {geo(speedups):.2f}x; "
           f"framejit/inductor latency: {geo(vs_inductor):.2f}")
@@ -198,12 +209,16 @@ def main(argv=None) -> None:
     parser.add_argument("--via", default="auto", choices=["auto", "compile", "fx"],
                         help="framejit column: framejit.compile, the backend on an FX graph, or auto")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch (and so ORT and inductor) threads for every column; 0: the machine's default")
+    parser.add_argument("--threads", default="0",
+                        help="torch (and so ORT and inductor) threads for every column; 0: the machine's default; "
+                             "a comma list (1,0) runs one process per setting, one table each")
     parser.add_argument("--repeats", type=int, default=5, help="timing repeats (the spread columns)")
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall time, or the calling thread's CPU time (only with --threads 1; NOTE [Honest timings])")
     args = parser.parse_args(argv)
+    if "," in args.threads:  # one process per thread setting: sessions and inductor's code fix it when made
+        return _per_thread_setting(argv if argv is not None else sys.argv[1:], args.threads.split(","))
+    args.threads = int(args.threads)
     if args.clock == "cpu" and (args.threads != 1 or args.device != "cpu"):
         raise SystemExit("--clock cpu needs --threads 1 and --device cpu (other threads' work would not be counted)")
     args.load_before = os.getloadavg()
@@ -218,6 +233,22 @@ def main(argv=None) -> None:
         import _triton_bench  # the CUDA-event benchmark of the triton backend (benchmarks/_triton_bench.py)
         return _triton_bench.run(args)
     run(args)
+
+
+def _per_thread_setting(argv: list[str], settings: list[str]) -> None:
+    """Run this script once per `--threads` setting, in turn (NOTE [Honest timings])."""
+    import subprocess
+
+    rest, skip = [], False
+    for k, arg in enumerate(argv):
+        if skip:
+            skip = False
+        elif arg == "--threads":
+            skip = True
+        elif not arg.startswith("--threads="):
+            rest.append(arg)
+    for setting in settings:
+        subprocess.run([sys.executable, os.path.abspath(__file__), *rest, "--threads", setting.strip()], check=False)
 
 
 if __name__ == "__main__":
