@@ -618,6 +618,7 @@ for _name, _fn in COMPARE_OPS.items():
     BUILTIN_HANDLERS[_fn] = (lambda f: lambda tx, args, kwargs: compare(tx, f, *args))(_fn)
 for _fn in (operator.neg, operator.pos, operator.invert, operator.not_, operator.abs):
     BUILTIN_HANDLERS[_fn] = (lambda f: lambda tx, args, kwargs: unary(tx, f, args[0]))(_fn)
+BUILTIN_HANDLERS[operator.inv] = BUILTIN_HANDLERS[operator.invert]  # another function object, the same `~`
 BUILTIN_HANDLERS[operator.getitem] = lambda tx, args, kwargs: getitem(tx, args[0], args[1])
 BUILTIN_HANDLERS[operator.contains] = lambda tx, args, kwargs: ConstantValue(contains(tx, args[1], args[0]))
 BUILTIN_HANDLERS[operator.truth] = lambda tx, args, kwargs: ConstantValue(truth(tx, args[0]))

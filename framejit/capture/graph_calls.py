@@ -80,12 +80,20 @@ def _version(t: torch.Tensor) -> int | None:
     return None if t.is_inference() else t._version
 
 
+# NOTE [In-place operator names]: the operator module's in-place functions, by exact name. A prefix test
+# ("starts with i", "starts with __i") also took `operator.invert`, `inv`, `index`, `is_` and `__invert__`,
+# `__int__`, `__iter__` for writes: `~mask` on an expanded mask became an "overlapping write" break.
+_INPLACE_OPERATORS = frozenset({"iadd", "iand", "iconcat", "ifloordiv", "ilshift", "imatmul", "imod", "imul", "ior",
+                                "ipow", "irshift", "isub", "itruediv", "ixor"})
+_INPLACE_DUNDERS = frozenset(f"__{name}__" for name in _INPLACE_OPERATORS)
+
+
 def _inplace(target: Any) -> bool:
     """By name: an in-place op (`add_`, `__setitem__`, `operator.setitem`, `__iadd__`), for tensors whose
-    mutations cannot be seen from a version counter."""
+    mutations cannot be seen from a version counter (NOTE [In-place operator names])."""
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     return (name.endswith("_") and not name.endswith("__")) or name in ("setitem", "__setitem__") or \
-        (name.startswith("__i") and name.endswith("__"))
+        name in _INPLACE_DUNDERS
 
 
 def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
@@ -97,7 +105,7 @@ def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -
     (some writes, `fill_`, `zero_`, are allowed)."""
     name = getattr(target, "__name__", "")
     inplace = _inplace(target) or fake_kwargs.get("inplace") is True or (
-        target is getattr(operator, name, None) and name.startswith("i") and name != "index")  # operator.iadd
+        name in _INPLACE_OPERATORS and target is getattr(operator, name, None))  # operator.iadd
     written = fake_kwargs.get("out") if "out" in fake_kwargs else fake_args[0] if fake_args and inplace else None
     if isinstance(written, torch.Tensor) and torch._debug_has_internal_overlap(written) == 1:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes into a tensor whose elements "
