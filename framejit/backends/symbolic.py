@@ -265,7 +265,8 @@ class SymbolicInputs:
         if isinstance(expr, sympy.Symbol):
             if expr not in self._mapping:  # NOTE [Int inputs keep 0 and 1]
                 sym = self.shape_env.create_symbol(hint, _InputSize(index, dim), dynamic_dim=DimDynamic.DYNAMIC,
-                                                   positive=dim is not None, do_not_specialize_zero_one=dim is None)
+                                                   positive=True if dim is not None else None,  # NOTE [Int symbols have no sign]
+                                                   do_not_specialize_zero_one=dim is None)
                 self._mapping[expr] = sym
                 if isinstance(sym, sympy.Symbol):
                     self.symbols.append(sym)
@@ -286,6 +287,12 @@ class SymbolicInputs:
     # check `inputs[k] == 1` and every other step compiled per shape on triton (`x * step` over 9 steps: 8
     # modules). Int symbols keep 0 and 1 (`do_not_specialize_zero_one`); the frontend's range still narrows
     # them (below); sizes are specialised as before.
+    # NOTE [Int symbols have no sign]: `create_symbol(positive=False)` does not mean "any sign": it makes a
+    # sympy symbol assumed nonpositive. Int symbols were made so, and sympy then decided relations with them
+    # from that assumption: the frontend's guard `n <= w` of `x[:, :n]` (n an int argument) read True, and
+    # `n * b >= 2` False, when triton's probes were checked against the frontend's relations, so probes with
+    # n > w were generated (where the slice is clamped to w) and the graph compiled per shape (6 modules over
+    # 6 values of n, stock torch.compile 1). `positive=None` makes an integer symbol of either sign.
     # NOTE [Ranges of the frontend's symbols]: the frontend's guards may bound a size (`m[:, :t]` with m 16
     # wide: t <= 16). A backend symbol takes the frontend symbol's range too, so `bind` checks it (a program
     # is never used for sizes its graph was not traced for, also when called directly) and a backend that

@@ -217,6 +217,12 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
     if name == "register_hook":
         from .tensor_hooks import register_hook  # NOTE [Tensor hooks registered after the graph]
         return register_hook(tx, tensor, args, kwargs)
+    if name == "new_tensor" and len(args) == 1 and set(kwargs) <= {"dtype", "device"}:
+        from .sym_arith import tensor_of_ints  # NOTE [Tensors of symbolic ints]
+        options = {"dtype": ConstantValue(tensor.fake.dtype), "device": ConstantValue(tensor.fake.device), **kwargs}
+        made = tensor_of_ints(tx, args, options)
+        if made is not None:
+            return made
     kind = TENSOR_METHODS_UNSUPPORTED.get(name)
     if name in ("item", "__int__", "__index__") and not args and not kwargs:
         from .packed_sequences import element_as_int  # NOTE [Packed sequences]

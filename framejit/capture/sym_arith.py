@@ -338,6 +338,8 @@ def select(tx, obj: TensorValue, key: Value) -> Value | None:
 # `torch.scalar_tensor` of each int (stacked for a flat list or tuple), which keeps them symbolic. int64 as
 # torch.tensor of ints makes, unless `dtype=` says otherwise; anything else (floats, nesting, other keywords)
 # is left to the call as before. `torch.tensor(range(...))` of a symbolic range is an arange (`_tensor_of_range`).
+# `t.new_tensor(data)` is `torch.tensor(data, dtype=t.dtype, device=t.device)` (its defaults), built the same
+# way (`x.new_tensor([x.size(0), x.size(1)])` compiled once per size, stock torch.compile once).
 def tensor_of_ints(tx, args: list[Value], kwargs: dict) -> Value | None:
     """`torch.tensor(data)` / `torch.as_tensor(data)` for an int or a flat sequence of ints, some symbolic."""
     if len(args) != 1 or set(kwargs) - {"dtype", "device"} or \

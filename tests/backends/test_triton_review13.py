@@ -126,7 +126,9 @@ def test_a_probe_failing_in_the_looped_reduction_pass_pins_and_retries(monkeypat
         x = torch.randn(b, 3, 8, 8)
         assert_same(compiled(x), model(x), rtol=1e-5, atol=1e-5)
     framejit.reset()
-    assert looped_at  # the second pass was reached and failed
+    # NOTE [Probes that break a guard] (dynamic.py): the image's symbols are now pinned before any probe is
+    # generated, so no probe breaking the guard reaches either pass (the injected failure is never hit)
+    assert looped_at == []
     assert len(backend.graphs) == 1
     assert [type(c).__name__ for c in backend.compiled] == ["DynamicGraph"]  # before: EagerGraph
     assert not [m for m in fallback_log() if "internal error" in m or "compiling failed" in m]

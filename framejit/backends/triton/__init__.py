@@ -34,6 +34,7 @@ from framejit.backends import registry, symbolic
 from framejit.backends.aliasing import alias_mutated_inputs, changes_metadata_in_place
 from framejit.backends.checks import compile_checked
 from framejit.backends.float_inputs import compile_with_float_tensors
+from framejit.backends.size_floats import compile_with_size_floats
 from framejit.backends.state import enters_inference_mode, leaves_inference_mode, off_device_outputs, switches_grad_on
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
@@ -93,6 +94,12 @@ def _device_problem(example_inputs) -> tuple[str | None, torch.device | None]:
 def triton(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None):
     """Compile `gm` into fused Triton kernels; see the module docstring."""
     opts = _options(options)
+    # NOTE [Floats of sizes as inputs] (backends/size_floats.py)
+    with_size_floats = compile_with_size_floats(gm, example_inputs,
+                                                lambda graph, examples: triton(graph, examples, options),
+                                                lambda why: logs.log("recompiles", "triton: %s", why))
+    if with_size_floats is not None:
+        return with_size_floats
     # NOTE [Float inputs as tensors] (backends/float_inputs.py)
     with_floats = compile_with_float_tensors(gm, example_inputs, lambda graph, examples: triton(graph, examples, options),
                                              lambda why: logs.log("eager_fallback", "triton: float inputs stay floats: %s", why))

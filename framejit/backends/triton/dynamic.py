@@ -346,17 +346,36 @@ def _with_params(kernel, args: dict):
     return dataclasses.replace(kernel, signature=signature)
 
 
+class _FusionsDiffer(NotGeneric):
+    """Some probes fused what others kept apart (NOTE [Fusions kept apart at every probe], scheduler.py)."""
+
+    def __init__(self, pairs: set) -> None:
+        super().__init__(f"fusion depends on the sizes: {sorted(pairs)}")
+        self.pairs = pairs
+
+
 def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) -> "DynamicGraph":
     """One size-generic module for `gm` (NOTE [Size-generic modules]); raises NotGeneric."""
-    try:
-        return _compile_dynamic(gm, example_inputs, device, opts)
-    except _SkeletonDiffers:  # NOTE [Recombination off at probes] (ir.py)
-        from . import ir
-        ir.RECOMBINE[0] = False
+    from . import ir, scheduler
+
+    apart, recombine = set(), True
+    for _ in range(4):
+        scheduler.KEEP_APART.update(apart)
+        ir.RECOMBINE[0] = recombine
         try:
             return _compile_dynamic(gm, example_inputs, device, opts)
+        except _FusionsDiffer as differ:  # NOTE [Fusions kept apart at every probe] (scheduler.py)
+            if differ.pairs <= apart:
+                raise
+            apart |= differ.pairs
+        except _SkeletonDiffers:  # NOTE [Recombination off at probes] (ir.py)
+            if not recombine:
+                raise
+            recombine = False
         finally:
+            scheduler.KEEP_APART.clear()
             ir.RECOMBINE[0] = True
+    raise NotGeneric("the kernels generated at different sizes differ in structure")
 
 
 def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
@@ -386,6 +405,12 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
     relations = probe_relations.relations_of(sym)  # NOTE [Probes within the frontend's relations]
     fixed = {k for k, (lower, upper) in enumerate(sym.ranges()) if lower is not None and lower == upper}
     probes = probe_relations.within_relations(probes, relations, fixed)
+    unmet = probe_relations.unmet_symbols(sym, probes, degenerate=False) - fixed  # NOTE [Probes that break a guard]
+    if unmet:
+        more = frozenset(names[k] for k in unmet)
+        if more <= pins:
+            raise NotGeneric(f"probes break the frontend's guards over {', '.join(sorted(more))}")
+        return _compile_dynamic(gm, example_inputs, device, opts, pins | more)
 
     def generate_all(configs):
         runs = []
@@ -422,6 +447,9 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
                 continue
             runs, probes = [*runs, run], [*probes, probe]
         heads, calls = zip(*(_split(r[0]) for r in runs))
+    kept_apart = set().union(*(r[2].kept_apart for r in runs))  # NOTE [Fusions kept apart at every probe]
+    if not _same_skeleton(list(heads)) and any(r[2].kept_apart != kept_apart for r in runs):
+        raise _FusionsDiffer(kept_apart)
     if any(r[4] for r in runs):
         raise NotGeneric("the wrapper passes values it cannot spell (extra)")
 
@@ -441,6 +469,17 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
                         constants, graph.output_spec, (len(kernels), externs, fallbacks), device, opts)
 
 
+# NOTE [Probes that break a guard]: a probe the repairs (NOTE [Probes within the frontend's relations]) left
+# breaking a frontend guard was used as it was when generating there succeeded: `for c in x.split(3): ...`
+# traced at 10 rows guards `(s + 2) // 3 == 4` (four chunks, the last `s - 9` rows), the probes of primes
+# (48, 496, ...) broke it, generating at them succeeded (a narrow of `s - 9` rows), and the fits made from
+# them were wrong for every size the graph serves: the last chunk's size fitted as 3 (values off by up to
+# 4 at 10 rows, 1e21 at 10 x 5; red team of h13dyn). The symbols of such guards are now pinned at their
+# example values before anything is generated (as NOTE [Symbols pinned by guards the probes miss] does
+# after a failure), and a graph whose probes still break a guard after that is compiled per shape. Guards
+# that a size is (or is not) 0 or 1 are left out: the probes break those on purpose (NOTE [Degenerate sizes
+# are not probed]: `x[o % x.size(0):]` traced where one row is left guards `s - o % s == 1`), and so are
+# guards that exclude one value (`Ne(t, 16)`, see probe_relations.unmet_symbols).
 # NOTE [Odd probes]: the fitted probes are multiples of 16 (views such as view(s0, 2, -1) stay valid), so a
 # fraction fitted over them cannot tell `(s1 * s28) // 2` from `(s1 // 2) * s28` (`x[h:2 * h]` with
 # `h = x.size(0) // 2`: the second slice's offset): both agree on every even s1, and the module computed

@@ -165,7 +165,7 @@ def relations_of(sym) -> Relations:
             continue
         # a guard over one symbol is its range (NOTE [Ranges of the frontend's symbols]) unless it takes a
         # residue: NOTE [Residues of probes]
-        if (len(expr.free_symbols) >= 2 or expr.free_symbols and expr.has(sympy.Mod)) and \
+        if (len(expr.free_symbols) >= 2 or expr.free_symbols and _takes_residue(expr)) and \
                 expr.free_symbols <= known and expr not in guards:
             guards.append(expr)
             if isinstance(expr, sympy.Eq):  # `Eq((s1 + 1) // 3, s2)`: y's width follows from x's
@@ -191,8 +191,12 @@ def relations_of(sym) -> Relations:
 # dynamic.py), and the module is made again, once: it serves every size of the other symbols, the size
 # check rejects other values of the fixed ones (those compile per shape, logged). A probe that breaks a
 # guard where generating succeeds fixes nothing (the module is built as before).
-def unmet_symbols(sym, probes: list[list[int]]) -> set[int]:
-    """Indices (into `sym.symbols`) of the symbols of frontend guards that some of `probes` break."""
+def unmet_symbols(sym, probes: list[list[int]], degenerate: bool = True) -> set[int]:
+    """Indices (into `sym.symbols`) of the symbols of frontend guards that some of `probes` break; with
+    `degenerate=False`, guards that a size is 0 or 1 (`Eq(s1 - s60 % s1, 1)`: NOTE [Degenerate sizes are not
+    probed], dynamic.py, probes them elsewhere on purpose) and guards that exclude one value (`Ne(t, 16)`:
+    `mask[:, :t]` of a 16-wide mask, where the slice is the whole mask; the probes in range take 16) are
+    not counted: at such a point the graph computes what its general expressions give."""
     env = getattr(sym, "_frontend_env", None)
     if env is None:
         return set()
@@ -208,6 +212,8 @@ def unmet_symbols(sym, probes: list[list[int]]) -> set[int]:
             continue
         if not expr.free_symbols or not expr.free_symbols <= known or expr.free_symbols <= {symbols[k] for k in unmet}:
             continue
+        if not degenerate and _of_a_degenerate_size(expr):
+            continue
         for values in points:
             try:
                 met = bool(expr.xreplace(values))
@@ -217,6 +223,27 @@ def unmet_symbols(sym, probes: list[list[int]]) -> set[int]:
                 unmet |= {symbols.index(s) for s in expr.free_symbols}
                 break
     return unmet
+
+
+def _of_a_degenerate_size(expr) -> bool:
+    """`Eq(e, 1)`, `Eq(e, 0)` (a size specialised to 0 or 1) or any `Ne` (one value excluded)."""
+    import sympy
+
+    return isinstance(expr, sympy.Ne) or \
+        isinstance(expr, sympy.Eq) and any(side in (0, 1) for side in (expr.lhs, expr.rhs))
+
+
+def _takes_residue(expr) -> bool:
+    """`expr` takes a residue or a floor of a symbol: sympy's Mod, or torch's own Mod/PythonMod/FloorDiv,
+    which are sympy Functions but not sympy.Mod (NOTE [Residues of probes]: `x[:, x.size(1) % 3:]` guards
+    `Ne(s, s - Mod(s, 3))` with torch's Mod; read as a range, the probe 48 broke it and the graph compiled
+    per width on triton)."""
+    import sympy
+    from torch.utils._sympy import functions
+
+    kinds = tuple(getattr(functions, name) for name in ("Mod", "PythonMod", "FloorDiv", "CleanDiv")
+                  if hasattr(functions, name))
+    return expr.has(sympy.Mod) or any(expr.has(kind) for kind in kinds)
 
 
 def _symbol_factors(expr) -> list | None:

@@ -63,6 +63,7 @@ class Schedule:
     graph: ir.Graph
     steps: list  # FusedGroup | ExternNode, in execution order
     decisions: list  # human-readable fusion decisions
+    kept_apart: set = dataclasses.field(default_factory=set)  # (producer, consumer) pairs not fused
 
 
 # -- kernel index space (shared with codegen) -----------------------------------------------------
@@ -144,6 +145,16 @@ def resolved_loads(group: FusedGroup, visit) -> str | None:
 # -- the scheduler ----------------------------------------------------------------------------------
 
 
+# NOTE [Fusions kept apart at every probe]: fusion decides on concrete sizes: `x.split([n // 2, n - n // 2], 1)`
+# then both halves summed fuses the two sums as siblings where n is even (equal rows) and keeps them apart
+# where n is odd, so a size-generic module's probes (dynamic.py) got kernels of different structure and the
+# graph compiled per width (6 modules over 6 widths; stock torch.compile 1). dynamic.py generates the probes
+# again with every (producer, consumer) pair that some probe kept apart in `KEEP_APART`, which keeps them
+# apart at every size: a fusion left out is valid at every size (one kernel more), a fusion taken where
+# sizes happen to agree is not.
+KEEP_APART: set = set()
+
+
 class Scheduler:
     def __init__(self, graph: ir.Graph):
         self.graph = graph
@@ -154,6 +165,7 @@ class Scheduler:
         self.groups: dict = {}
         self.dag = nx.DiGraph()
         self.decisions: list = []
+        self.kept_apart: set = set()  # (producer, consumer) pairs not fused
         self.consumers: dict = {}
 
     def run(self) -> Schedule:
@@ -166,7 +178,7 @@ class Scheduler:
             step.name = f"triton_{'red' if step.anchor else 'poi'}_{k}"
         for line in self.decisions:
             logs.log("fusion", "%s", line)
-        return Schedule(self.graph, steps, self.decisions)
+        return Schedule(self.graph, steps, self.decisions, self.kept_apart)
 
     def _build(self) -> None:
         for node in self.graph.nodes:
@@ -202,8 +214,12 @@ class Scheduler:
                 if a is None or a == b or a not in self.groups:
                     continue
                 ok, why = self._can_merge(self.groups[a], self.groups[b])
+                if ok and (producer, node.name) in KEEP_APART:  # NOTE [Fusions kept apart at every probe]
+                    ok, why = False, "kept apart at other sizes of a size-generic module"
                 verdict = "fuse" if ok else "keep apart"
                 self.decisions.append(f"{verdict} {producer} -> {node.name}: {why}")
+                if not ok:
+                    self.kept_apart.add((producer, node.name))
                 if ok:
                     self._merge(a, b)
 

@@ -1,0 +1,145 @@
+"""Floats computed from symbolic sizes, passed to a lowered program as float inputs.
+
+NOTE [Floats of sizes as inputs]: a graph with symbolic sizes can compute a Python float from them and use
+it on tensors: attention's `x * (1 / x.size(-1) ** 0.5)`, `x / (step + 1.5)` with a symbolic int `step`, a
+mean written `x.sum() / x.numel()` scaled by `n / (n + 1)`. The node's value is a SymFloat; lowering
+(make_fx) bakes its value at the example's sizes into the program, so triton's size-generic module saw a
+float literal that changes with the sizes ('a kernel body depends on a symbolic size beyond integer
+literals') and compiled the graph once per shape (6 modules over 6 widths; stock torch.compile 1).
+Here such a float is computed outside the program, as eager computes it (Python float arithmetic on the
+call's real sizes and ints), and passed in as a float input: the graph is split into
+
+- `prefix`: the nodes the floats depend on (size reads of inputs, int inputs, scalar arithmetic), returning
+  the floats; it runs as Python on the call's inputs (NOTE [Graphs that only read sizes], capture side);
+- `inner`: the graph with each such float replaced by a new placeholder marked `dynamic_float`, which
+  NOTE [Float inputs as tensors] (float_inputs.py) turns into a 0-d float64 tensor cast to the result's
+  dtype where it meets tensors, exactly as torch casts a Python scalar.
+
+Taken only where the inner graph can be rewritten so (`floats_as_tensors` succeeds): any other use of such
+a float (an argument torch reads as a Scalar of another dtype, a graph output) keeps the graph as it was,
+compiled per shape with the reason logged. A float whose value is needed by a size (`int(n * 0.5)`) is not
+a float used by a tensor op and stays in the graph (its SymInt is a size like any other).
+Not persisted: `save` of a SizeFloatsGraph returns None (a warm process traces and compiles it again).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
+def _symbolic_float(node: torch.fx.Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.SymFloat) and val.node.maybe_as_float() is None
+
+
+def _scalar_only(node: torch.fx.Node) -> bool:
+    """`node` computes a Python scalar from sizes and scalars (never reads tensor data)."""
+    if node.op == "placeholder":
+        return True
+    if node.op == "call_method" and node.target in ("size", "dim", "numel", "stride"):
+        return isinstance(node.meta.get("val"), _SCALARS + (torch.Size, tuple))
+    if node.op != "call_function":
+        return False
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, torch.Size)) and all(isinstance(v, _SCALARS) for v in val):
+        return True  # `x.shape` read whole, then indexed
+    return isinstance(val, _SCALARS)
+
+
+def _ancestors(nodes: list) -> list:
+    seen, stack = set(), list(nodes)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend(node.all_input_nodes)
+    return list(seen)
+
+
+def size_floats(gm: torch.fx.GraphModule) -> list:
+    """The nodes of `gm` that compute a symbolic float (a SymFloat of sizes) used by a tensor op."""
+    found = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or not _symbolic_float(node):
+            continue
+        if any(not isinstance(user.meta.get("val"), _SCALARS) for user in node.users):
+            found.append(node)
+    if not found or not all(_scalar_only(n) for n in _ancestors(found)):
+        return []
+    return found
+
+
+def split(gm: torch.fx.GraphModule, floats: list) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """(prefix computing `floats` from gm's inputs, inner graph taking them as extra placeholders)."""
+    prefix_graph = torch.fx.Graph()
+    env: dict = {}
+    needed = set(_ancestors(floats))
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" or node in needed:
+            env[node] = prefix_graph.node_copy(node, lambda n: env[n])
+    prefix_graph.output(tuple(env[n] for n in floats))
+    prefix = torch.fx.GraphModule(gm, prefix_graph)
+
+    inner_graph = copy.deepcopy(gm.graph)
+    by_name = {n.name: n for n in inner_graph.nodes}
+    last = [n for n in inner_graph.nodes if n.op == "placeholder"][-1]
+    for k, node in enumerate(floats):
+        old = by_name[node.name]
+        with inner_graph.inserting_after(last):
+            new = inner_graph.placeholder(f"size_float_{k}")
+        new.meta["val"] = old.meta["val"]
+        new.meta["dynamic_float"] = True
+        old.replace_all_uses_with(new)
+        last = new
+    inner_graph.eliminate_dead_code()
+    inner_graph.lint()
+    return prefix, torch.fx.GraphModule(gm, inner_graph)
+
+
+class SizeFloatsGraph:
+    """`compiled` (from the inner graph) called with the floats `prefix` computes from the call's inputs
+    appended; other attributes are the compiled callable's (counts and summaries, for explain and tests)."""
+
+    def __init__(self, compiled: Callable, prefix: torch.fx.GraphModule) -> None:
+        self.compiled, self.prefix = compiled, prefix
+
+    def __call__(self, *args: Any) -> Any:
+        return self.compiled(*args, *self.prefix(*args))
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("compiled", "prefix"):  # an instance not initialised (copy.copy looks for __setstate__)
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
+
+
+def compile_with_size_floats(gm: torch.fx.GraphModule, example_inputs, backend: Callable,
+                             log: Callable) -> Callable | None:
+    """`backend(inner, examples + floats)` wrapped to compute the floats per call (NOTE [Floats of sizes as
+    inputs]), for a graph that has such floats and whose inner graph takes them as float inputs; else None."""
+    from .float_inputs import NotRewritable, floats_as_tensors
+
+    try:
+        floats = size_floats(gm)
+        if not floats:
+            return None
+        prefix, inner = split(gm, floats)
+        floats_as_tensors(inner)  # raises NotRewritable where the floats meet tensors in a way it cannot write
+    except NotRewritable as why:
+        log(f"floats of sizes stay in the graph: {why}")
+        return None
+    except Exception as error:  # noqa: BLE001 - internal failures never reach the user: compiled as before
+        log(f"floats of sizes stay in the graph: splitting failed ({type(error).__name__}: {error})")
+        return None
+    with torch.no_grad():
+        values = list(prefix(*example_inputs)) if example_inputs is not None else None
+    examples = None if example_inputs is None else [*example_inputs, *values]
+    return SizeFloatsGraph(backend(inner, examples), prefix)
+
+
+__all__ = ["SizeFloatsGraph", "compile_with_size_floats", "size_floats", "split"]
