@@ -219,7 +219,7 @@ def restored_graph_break(fn: types.FunctionType, persisted: Persisted):
     """The entry's break record, its frames made again from this process's code."""
     if not persisted.break_places:
         return persisted.graph_break
-    callees = [resolve(locator, fn) for locator, _ in persisted.callees]
+    callees = [_resolve_callee(locator, fn) for locator, _ in persisted.callees]
     return restored_break(persisted.graph_break, persisted.break_places, [fn, *callees])
 
 
@@ -245,7 +245,7 @@ def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Pers
         raise NotPersistable("the backend could not save this graph")
     guards = [_guard_data(g) for g in output.guards]
     namespace = {name: _locate_in_entry(obj, fn, output) for name, obj in output.names.namespace.items()}
-    callees = [(_function_locator(f, fn), code_hash(f.__code__)) for f in output.inlined if f is not fn]
+    callees = [(_callee_locator(f, fn), code_hash(f.__code__)) for f in output.inlined if f is not fn]
     places = origin_places(output.guards, [fn, *(f for f in output.inlined if f is not fn)])
     inputs = [encode_source(i.source, fn) for i in output.inputs]
     ret_data = encode_value(ret, output_index, fn) if code is None else ("code",)
@@ -318,6 +318,44 @@ def _in_module_namespaces(ids) -> dict[int, Any]:
                 if id(candidate) in ids:
                     found[id(candidate)] = candidate
     return found
+
+
+# NOTE [Functions made per call, persisted]: a frame that makes a nested function on every call (`def g(a):
+# return a * k` in f, a lambda over a loop variable) and inlines it, or calls it at a break, was kept in memory
+# only: the function object has no importable name (an inlined callee was located as a function, the code
+# object `make_closure` rebuilds it from was a constant no locator found). Neither needs the object: the
+# trace guards such a closure by its code and reads its cells through its source (NOTE [Closures guarded by
+# code]) or rebuilds it from its code and traced contents, so a new process needs only the code, found among
+# its enclosing function's constants (NOTE [Nested code by its enclosing function] in locators.py) with its
+# hash checked on load. An inlined callee no locator finds as a function is persisted as ("code_only",
+# locator of its code): restoring checks that code's hash as any callee's. A guard that pins the function
+# object itself (identity) still keeps the entry in memory only: its namespace cannot be located.
+class _CodeOnly:
+    """An inlined callee found by its code only (NOTE [Functions made per call, persisted])."""
+
+    def __init__(self, code: types.CodeType) -> None:
+        self.__code__ = code
+        self.__qualname__ = code.co_qualname
+
+
+def _callee_locator(f: types.FunctionType, fn: types.FunctionType) -> tuple:
+    try:
+        return _function_locator(f, fn)
+    except NotPersistable:
+        modules = sorted({m for m in (fn.__module__, f.__module__) if isinstance(m, str)})
+        locator = code_locator(f.__code__, modules) if isinstance(f, types.FunctionType) else None
+        if locator is None:
+            raise
+        return ("code_only", locator)
+
+
+def _resolve_callee(locator: tuple, fn: types.FunctionType) -> Any:
+    if locator[0] == "code_only":
+        code = resolve(locator[1], fn)
+        if not isinstance(code, types.CodeType):
+            raise NotPersistable(f"{locator[1]} is not a code object")
+        return _CodeOnly(code)
+    return resolve(locator, fn)
 
 
 def _function_locator(f: types.FunctionType, fn: types.FunctionType) -> tuple:
@@ -508,7 +546,7 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
     from .breaks import DISABLED
     functions = [fn]
     for locator, digest in persisted.callees:
-        callee = resolve(locator, fn)
+        callee = _resolve_callee(locator, fn)
         if code_hash(callee.__code__) != digest:
             raise NotPersistable(f"{callee.__qualname__} changed since it was cached")
         if callee.__code__ in DISABLED:

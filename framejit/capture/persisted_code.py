@@ -133,6 +133,11 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
         return (kind,)
     if type(value) is tuple and all(isinstance(v, (bool, int, float, str, bytes, type(None))) for v in value):
         return ("value", value)
+    if isinstance(value, types.CodeType):  # NOTE [Functions made per call, persisted]
+        locator = code_locator(value, [fn.__module__])
+        if locator is None:
+            raise NotPersistable(f"the code of {value.co_qualname} cannot be found by name")
+        return ("locate", ("hashed", locator, code_hash(value)))
     return ("locate", locate(value, fn))
 
 
