@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
+from .python_draws import drawing_call, record_draw
 from .module_protocol import ModuleSliceValue
 from .protocol import constant_fold
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
@@ -99,6 +100,9 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         if made is not None:
             return made
     if isinstance(fn, UserFunctionValue):
+        draw = drawing_call(fn.fn, args, kwargs)  # `random.uniform(0, 1)`
+        if draw is not None:  # NOTE [Draws from the random module]
+            return record_draw(tx, draw)
         if is_allowed_in_graph(tx, fn):  # NOTE [Allowed in graph]
             return call_allowed(tx, fn, args, kwargs)
         if fn.fn.__module__ in ("inspect", "dataclasses", "copy") and introspection_handler(fn.fn) is not None:
@@ -383,6 +387,9 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         return call_base_method(tx, fn, args, kwargs)
     from .stdlib import forced_break
     forced_break(fn)
+    draw = drawing_call(fn, args, kwargs)  # `random.random()`
+    if draw is not None:  # NOTE [Draws from the random module]
+        return record_draw(tx, draw)
     handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
     if handler is None:
         handler = state_query_handler(fn) or GETATTRIBUTE_HANDLERS.get(fn)  # NOTE [Compile-aware library paths]

@@ -29,6 +29,7 @@ from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph
 from . import cached_calls, frame_cache, inlined_comprehensions, persisted_code, python_loops
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
+from .python_draws import emit_draws, has_draws
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .shapes import ConstraintViolationError, check_marked_dims
@@ -307,6 +308,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
                                      output.output_versions)
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
+    emit_draws(cg, output)  # NOTE [Draws from the random module]: after the graph, before anything else
     rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)
     rebuild.preload([ret, *output.side_effects.values()], sourced=bool(output.side_effects))
     output.side_effects.emit(rebuild)
@@ -319,7 +321,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
                   rerun=rerun_state(gm, output.mutated_inputs))
     entry.on_graph_error = on_graph_error(fn, shape, output, gm is not None, entry.rerun is not None)
-    if request.artifacts is not None and config.cache_enabled:
+    if request.artifacts is not None and config.cache_enabled and not has_draws(output):
         try:
             # side-effect replay is code no plan describes: persisted as it is (NOTE [Persisted break code])
             with frame_cache.closures(fn, output.inlined):  # NOTE [Closure cells by path] in locators.py
@@ -407,7 +409,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
                   graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
                   rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs))
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
-    if request.artifacts is not None and config.cache_enabled:  # NOTE [Persisted break code]
+    if request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
+        # break code]; NOTE [Draws from the random module]: not persisted
         try:
             with frame_cache.closures(fn, output.inlined):  # NOTE [Closure cells by path] in locators.py
                 code = persisted_code.dump_code(fn, cg, compiled, recorder)
