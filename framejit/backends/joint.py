@@ -540,7 +540,8 @@ def training_decompositions(with_backward_ops: bool = False) -> dict:
     if with_backward_ops:
         table.update({op: fn for op, fn in decomposition_table.items() if "backward" in op.name()})
         table.update(eager_exact_decompositions())
-    return table
+    from .reduced_cpu import keep_whole  # NOTE [Reduced-precision kernels kept whole on CPU]
+    return keep_whole(table)
 
 
 # NOTE [Decompositions that follow eager's kernels]

@@ -23,10 +23,8 @@ usual data-dependent break, never a different value): an empty batch (ATen retur
 statistics), an input that is not contiguous in any memory format (the kernel's other branch blends in
 double) and half statistics (the kernel's half rounding is not reproduced). Parameters or statistics whose
 dtype is neither the input's nor float32 beside a reduced-precision input (eager's kernel raises) run the
-original in every configuration: the eager backend raises as eager does, but a lowered batch_norm does not
-check dtypes (onnxrt and triton return values with momentum=0.1, and on the first call with momentum=None;
-a break at a never-captured call inside the stand-in does not help: the caller's call is then traced as a
-frame of the original).
+original in every configuration, and raise as eager does on every backend (onnxrt and triton run such
+graphs eagerly: NOTE [Dtypes eager's batch norm rejects] in backends/eager_raises.py).
 A num_batches_tracked of -1 (eager: ZeroDivisionError after the increment, statistics untouched) leaves the
 statistics untouched too but raises nothing: telling needs the buffer's value, and a speculated check cannot
 come before the writes (NOTE [Speculated checks]: a write after one is a break). Every other configuration

@@ -96,7 +96,9 @@ _MAX_ATTEMPTS = 8
 # 43: float64 activations keep their numbers as doubles (NOTE [Float64 activations keep their numbers]).
 # 44: inference programs decompose euclidean _cdist_forward too (NOTE [Euclidean cdist as differences]).
 # 45: hardsigmoid_backward multiplies by eager's float32 sixth (NOTE [Decompositions that follow eager's kernels]).
-REVISION = 45
+# 46: bfloat16/float16 layer_norm, gelu and their backwards stay whole (NOTE [Reduced-precision kernels kept whole
+#     on CPU]); batch norms of dtypes eager rejects run eagerly (NOTE [Dtypes eager's batch norm rejects]).
+REVISION = 46
 
 
 @dataclasses.dataclass
@@ -331,7 +333,8 @@ def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
         return "it changes a tensor's shape or strides in place (x.t_()), which functionalization cannot express"
     if state.has_dynamic_float_input(gm):
         return "a float input changes between calls (no ONNX program is built per value)"
-    return None
+    from ..eager_raises import batch_norm_dtypes_rejected  # NOTE [Dtypes eager's batch norm rejects]
+    return batch_norm_dtypes_rejected(gm)
 
 
 # NOTE [Empty inputs compile per signature]

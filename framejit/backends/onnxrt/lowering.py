@@ -84,7 +84,8 @@ def decomposition_table(translated_ops: frozenset) -> dict:
     table[torch.ops.aten._cdist_forward.default] = cdist_forward
     from ..joint import eager_exact_decompositions  # NOTE [Decompositions that follow eager's kernels]
     table.update(eager_exact_decompositions())
-    return table
+    from ..reduced_cpu import keep_all_whole  # NOTE [Reduced-precision kernels kept whole on CPU]
+    return keep_all_whole(table)
 
 
 # NOTE [Batch norm in train mode on ORT]: torchlib's translation of batch norm in training mode (batch

@@ -35,6 +35,7 @@ from framejit.backends.aliasing import alias_mutated_inputs, changes_metadata_in
 from framejit.backends.checks import compile_checked
 from framejit.backends.float_inputs import compile_with_float_tensors
 from framejit.backends.size_floats import compile_with_size_floats
+from framejit.backends.eager_raises import batch_norm_dtypes_rejected
 from framejit.backends.state import enters_inference_mode, leaves_inference_mode, off_device_outputs, switches_grad_on
 
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
@@ -125,6 +126,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict
         problem = "the graph has an inference_mode(False) block (under an outer inference_mode its values are normal tensors)"
     if problem is None and (off := off_device_outputs(gm, device)):  # NOTE [Tensors on another device] in state.py
         problem = f"the graph returns tensors on {', '.join(off)}, its kernels run on {device}"
+    if problem is None and (rejected := batch_norm_dtypes_rejected(gm)):  # NOTE [Dtypes eager's batch norm
+        problem = rejected  # rejects] in backends/eager_raises.py: eager's kernel raises its own error
     if problem is not None:
         # once per compiled graph (log_once would hide it for every later graph with the same reason)
         logs.log("eager_fallback", "triton: running the graph eagerly: %s", problem)

@@ -52,7 +52,8 @@ def to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence) -> torch.fx.Grap
     """Functional aten graph of `gm`, traced with fake tensors (module tensors become get_attr)."""
     from ..foreach import expand_foreach  # NOTE [Foreach expansion]
     gm = expand_foreach(gm)
-    decompositions = get_decompositions(DECOMPOSE)
+    from ..reduced_cpu import keep_whole  # NOTE [Reduced-precision kernels kept whole on CPU]
+    decompositions = keep_whole(get_decompositions(DECOMPOSE))
     # NOTE [Graph modules called through forward] (onnxrt/lowering.py): gm.forward, not gm, so that the user's
     # global module hooks never see framejit's GraphModule; through a plain function of *args, as make_fx
     # counts a bound method's parameters with its self

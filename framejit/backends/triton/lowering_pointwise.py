@@ -214,9 +214,13 @@ def _isinf(lo, node, x):
 # and round: `x.bfloat16() + 0.3` is round(float(x) + float(bf16(0.3))) (measured on 1e5 values: exact; the
 # float32-scalar form differed on 14-22%), while its `mul`/`div` keep the scalar in float32 (as here). CUDA's
 # kernels keep every scalar in float32. So for a float16/bfloat16 result on a CPU device (Triton's
-# interpreter; eager on the same tensors is the reference), the scalars of add/sub are rounded to the dtype,
-# and so is the `alpha` of a tensor (eager then fuses the multiply-add: a few elements in 1e5 stay an ulp
-# apart); a scalar with an `alpha` is left as it was (measured: neither form is eager's). A 0-d tensor of
+# interpreter; eager on the same tensors is the reference), the scalars of add/sub are rounded to the dtype.
+# With an `alpha` other than 1 (a scalar's or a tensor's: `torch.add(x, 0.1, alpha=3)`, the optimizers'
+# `p.add_(g, alpha=-lr)`) eager's result depends on the element's place: the kernel's vector body computes
+# round(fma(bf16(b), bf16(alpha), x)) and the tail of each innermost run (its last n % 32 elements with
+# AVX512, per thread chunk) round(x + bf16(bf16(alpha) * bf16(b))) (measured: 1000 elements, the vector form
+# differs only at 992-999, the tail form elsewhere). No kernel of ours can know those places, so such an
+# add/sub runs eager's kernel as an extern fallback (before: 38 of 1000 elements an ulp off). A 0-d tensor of
 # another dtype (`x.bfloat16() + torch.tensor(0.1)`: a 0-d operand does not promote a dimensioned one, so
 # the result is bfloat16) is a scalar to these kernels too: it is rounded to the dtype the same way (measured
 # on 1e5 values for float32, float64 and int64 0-d tensors, add/sub/radd: exact; mul/div keep float32).
@@ -241,8 +245,9 @@ def _rounds_0d(node, value) -> bool:
 @lowering(aten.add, aten.sub)
 def _add_sub(lo, node, a, b, alpha=1):
     name = "add" if node.target.overloadpacket is aten.add else "sub"
-    if isinstance(b, TensorRef):  # alpha of a tensor: rounded too (a scalar's `alpha` is neither form)
-        alpha = _reduced_cpu_scalar(node, alpha)
+    if alpha != 1 and _reduced_on_cpu(_meta(node)):
+        raise Unlowerable(f"eager's CPU {name} of bfloat16/float16 with an alpha rounds by the element's place "
+                          "(NOTE [Scalars of reduced-precision addition on CPU])")
     rounded = (False, False)
     if alpha == 1:
         a, b = (_reduced_cpu_scalar(node, v) for v in (a, b))

@@ -20,6 +20,22 @@ from .lowering_pointwise import lit
 aten = torch.ops.aten
 
 
+def _reduced_cpu_kernel(node) -> None:
+    """Raises Unlowerable for a bfloat16/float16 op on a CPU device whose eager kernel no lowering reproduces
+    bit for bit (NOTE [Reduced-precision kernels kept whole on CPU] in backends/reduced_cpu.py)."""
+    from ..reduced_cpu import REASON, reduced_on_cpu
+    if reduced_on_cpu([arg.meta.get("val") for arg in node.all_input_nodes]):
+        raise Unlowerable(REASON)
+
+
+@lowering(aten.native_layer_norm_backward, aten.gelu, aten.gelu_backward)
+def _kept_whole(lo, node, *args, **kwargs):
+    """These reach the lowering only where their decompositions gave way (NOTE [Reduced-precision kernels kept
+    whole on CPU]): an extern call of eager's kernel."""
+    _reduced_cpu_kernel(node)
+    raise Unlowerable("no lowering")
+
+
 def _dims(dims, rank: int) -> tuple:
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return tuple(range(rank))
@@ -194,6 +210,7 @@ def _softmax(lo, node, x, dim, half_to_float):
 
 @lowering(aten.native_layer_norm)
 def _layer_norm(lo, node, x, normalized_shape, weight, bias, eps):
+    _reduced_cpu_kernel(node)
     out = _out(node)[0]
     compute = compute_dtype(out.dtype)
     dims = list(range(len(x.shape) - len(normalized_shape), len(x.shape)))

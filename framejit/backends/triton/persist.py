@@ -45,7 +45,9 @@ KIND = "triton"
 # 6: size-generic modules whose sizes are fractions of symbols are checked at odd sizes (NOTE [Odd probes]).
 # 7: graphs with run-time checks run eagerly; earlier artifacts dropped them
 # 8: run-time checks are trailing outputs of the kernels (NOTE [Run-time checks as outputs] in backends/checks.py)
-REVISION = 8  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+# 9: bfloat16/float16 layer_norm, gelu, their backwards and add/sub with an alpha run eager's CPU kernels (NOTE
+#    [Reduced-precision kernels kept whole on CPU], NOTE [Scalars of reduced-precision addition on CPU])
+REVISION = 9  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:
