@@ -24,8 +24,8 @@ from .. import fake_modes
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from .breaks import BreakKind, Unsupported, UserException
 from .graph_calls import (_SYM_SIZES_REFUSED, _check_bool_subtraction, _check_no_function_args,
-                          _check_overlapping_write, _contains_tensor, _drop_unused_sizes, _fake_of, _float_check,
-                          _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
+                          _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
+                          _fake_of, _float_check, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
                           _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
                           _target_name, _version)
 from .mixed_dtype import check_mixed_norm
@@ -416,6 +416,8 @@ class OutputGraph:
             from .input_versions import note_bumps
             note_bumps(self, fakes, versions)  # NOTE [Version counts of graph outputs]
         from .shapes import has_sym, sym_or_int
+        if not mutated and result is None:
+            _check_unbumped_write(target, mutated)  # NOTE [Writes that bump no version]
         if not mutated and not _contains_tensor(result):
             if not has_sym(result) or not has_sym(sym_or_int(result)):
                 return self._wrap_constant_result(target, sym_or_int(result))

@@ -96,6 +96,40 @@ def _inplace(target: Any) -> bool:
         name in _INPLACE_DUNDERS
 
 
+# NOTE [Writes that bump no version]: a call is recorded for its effect only when it changed a version
+# counter of its fake arguments (graph.py, `mutated`); a call that returns nothing and bumped none was
+# dropped as a constant None. torch's fused optimizer steps (`torch._fused_adamw_`, `_fused_adam_`,
+# `_fused_sgd_`, `_fused_adagrad_`: `AdamW(..., fused=True).step()`) write their list arguments without
+# bumping any version, in eager and on fake tensors alike, so a compiled training step never updated its
+# parameters or optimizer state (eager backend too: parameters unchanged, 0.05-0.15 off eager's after each
+# step). A torch function whose name marks it in place, whose aten schema writes an argument and whose
+# call bumped no version is now a graph break: it runs in Python, as eager runs it.
+def _check_unbumped_write(target: Any, mutated: bool) -> None:
+    if mutated:
+        return
+    name = getattr(target, "__name__", None)
+    if not isinstance(name, str) or not name.endswith("_") or name.endswith("__"):
+        return
+    found = getattr(torch, name, None)
+    if found is not target and getattr(found, "__wrapped__", None) is not target:
+        return
+    if _schema_writes(name):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"torch.{name} writes its arguments without bumping their "
+                          "versions; it runs in Python (NOTE [Writes that bump no version])")
+
+
+@functools.lru_cache(maxsize=None)
+def _schema_writes(name: str) -> bool:
+    """Some overload of aten's op `name` writes one of its arguments (alias annotation `(a!)`)."""
+    packet = getattr(torch.ops.aten, name, None)
+    try:
+        return packet is not None and any(
+            argument.alias_info is not None and argument.alias_info.is_write
+            for overload in packet.overloads() for argument in getattr(packet, overload)._schema.arguments)
+    except Exception:  # not an aten op packet
+        return False
+
+
 def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
     """NOTE [Overlapping writes]: eager refuses most in-place writes into a tensor whose elements share
     memory (an expanded tensor: `x.add_(1)` raises "unsupported operation: more than one element of the
