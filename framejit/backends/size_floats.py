@@ -15,7 +15,14 @@ call's real sizes and ints), and passed in as a float input: the graph is split 
   NOTE [Float inputs as tensors] (float_inputs.py) turns into a 0-d float64 tensor cast to the result's
   dtype where it meets tensors, exactly as torch casts a Python scalar.
 
-Taken only where the inner graph can be rewritten so (`floats_as_tensors` succeeds): any other use of such
+NOTE [Relations of sizes as inputs]: a relation of sizes used as a number (`y + (x.size(0) >= x.size(1))`) is a
+SymBool node; triton's probes would fix its value (all sizes large and ordered), so such graphs compiled per
+shape (`_size_relation`, dynamic.py: 6 modules over 6 shapes for 3 graphs). It is passed the same way, as
+the float 1.0 or 0.0: where float_inputs takes it (a float32/float64 result of +, -, *, / and the like) torch
+computes `y + True` as `y + 1` in y's dtype, which is what the cast of 1.0 to y's dtype gives.
+
+Only the uses by tensor ops read the new input; scalar uses of the same node (`int(s * 10)` for a size) keep
+computing it in the graph. Taken only where the inner graph can be rewritten so (`floats_as_tensors` succeeds): any other use of such
 a float (an argument torch reads as a Scalar of another dtype, a graph output) keeps the graph as it was,
 compiled per shape with the reason logged. A float whose value is needed by a size (`int(n * 0.5)`) is not
 a float used by a tensor op and stays in the graph (its SymInt is a size like any other).
@@ -33,8 +40,15 @@ _SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
 
 def _symbolic_float(node: torch.fx.Node) -> bool:
+    """A SymFloat, or a SymBool (NOTE [Relations of sizes as inputs]), whose value the sizes decide."""
     val = node.meta.get("val")
+    if isinstance(val, torch.SymBool):
+        return val.node.maybe_as_bool() is None
     return isinstance(val, torch.SymFloat) and val.node.maybe_as_float() is None
+
+
+def _tensor_use(user: torch.fx.Node) -> bool:
+    return not isinstance(user.meta.get("val"), _SCALARS)
 
 
 def _scalar_only(node: torch.fx.Node) -> bool:
@@ -68,7 +82,7 @@ def size_floats(gm: torch.fx.GraphModule) -> list:
     for node in gm.graph.nodes:
         if node.op != "call_function" or not _symbolic_float(node):
             continue
-        if any(not isinstance(user.meta.get("val"), _SCALARS) for user in node.users):
+        if any(_tensor_use(user) for user in node.users):
             found.append(node)
     if not found or not all(_scalar_only(n) for n in _ancestors(found)):
         return []
@@ -95,7 +109,7 @@ def split(gm: torch.fx.GraphModule, floats: list) -> tuple[torch.fx.GraphModule,
             new = inner_graph.placeholder(f"size_float_{k}")
         new.meta["val"] = old.meta["val"]
         new.meta["dynamic_float"] = True
-        old.replace_all_uses_with(new)
+        old.replace_all_uses_with(new, delete_user_cb=_tensor_use)  # scalar uses keep computing in the graph
         last = new
     inner_graph.eliminate_dead_code()
     inner_graph.lint()
@@ -110,7 +124,7 @@ class SizeFloatsGraph:
         self.compiled, self.prefix = compiled, prefix
 
     def __call__(self, *args: Any) -> Any:
-        return self.compiled(*args, *self.prefix(*args))
+        return self.compiled(*args, *map(float, self.prefix(*args)))
 
     def __getattr__(self, name: str) -> Any:
         if name in ("compiled", "prefix"):  # an instance not initialised (copy.copy looks for __setstate__)
@@ -137,7 +151,7 @@ def compile_with_size_floats(gm: torch.fx.GraphModule, example_inputs, backend: 
         log(f"floats of sizes stay in the graph: splitting failed ({type(error).__name__}: {error})")
         return None
     with torch.no_grad():
-        values = list(prefix(*example_inputs)) if example_inputs is not None else None
+        values = list(map(float, prefix(*example_inputs))) if example_inputs is not None else None
     examples = None if example_inputs is None else [*example_inputs, *values]
     return SizeFloatsGraph(backend(inner, examples), prefix)
 

@@ -132,6 +132,27 @@ def test_fusions_kept_apart_are_reset_after_a_size_generic_module(triton_modules
     assert scheduler.KEEP_APART == set()
 
 
+def _relation_added(x):
+    return x * 2 + (x.size(0) >= x.size(1))
+
+
+def _float_for_a_size_too(x):
+    s = x.size(1) / 4
+    return x * s, torch.zeros(int(s * 10)) + s
+
+
+_SHAPES = [(_r(b, t, seed=b * t),) for b, t in ((3, 5), (6, 4), (5, 5), (7, 9), (9, 7), (4, 8))]
+
+
+@pytest.mark.parametrize("fn", [_relation_added, _float_for_a_size_too])
+def test_a_relation_of_sizes_used_as_a_number_is_one_module(triton_modules, fn):
+    """NOTE [Relations of sizes as inputs]: `x.size(0) >= x.size(1)` added to a tensor compiled per shape
+    (6 modules; stock 1); a float of sizes also used for a size keeps that use in the graph."""
+    backend = _run_triton(fn, _SHAPES, True)
+    assert backend.graph_count == 1
+    assert sum(triton_modules.values()) == 1, triton_modules
+
+
 def _chunks_scaled(x):
     out = []
     for c in x.split(3, dim=0):
