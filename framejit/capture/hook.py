@@ -542,8 +542,9 @@ class Hooks:
         hook = self.by_key.get(key)
         if hook is not None and _runs_alike(hook.fn, fn):
             return hook
-        if hook is None:
-            return self._hook(key, fn)
+        if hook is None:  # also the hook of this very object (Hooks.function finds it)
+            hook = self.by_key[("function", fn)] = self._hook(key, fn)
+            return hook
         return self.function(fn)
 
     def for_object(self, fn: types.FunctionType):
