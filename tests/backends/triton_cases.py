@@ -200,8 +200,10 @@ CASES = [
     Case("half_chain", lambda x, y: torch.sigmoid(x * y + 1) * 2 - x, [half(5, 7), half(5, 7)]),
     Case("half_softmax", lambda x: torch.softmax(x, -1), [half(3, 5, 7)]),
     Case("half_sum_mean", lambda x: x.sum(-1) + x.mean(-1), [half(5, 33)]),
-    Case("bf16_layer_norm", lambda x, w, b: F.layer_norm(x, (7,), w, b), [bf16(3, 5, 7), bf16(7), bf16(7)]),
-    Case("bf16_gelu", F.gelu, [bf16(5, 7)]),
+    # on CPU these run eager's kernels (NOTE [Reduced-precision kernels kept whole on CPU]); lowered on GPUs
+    Case("bf16_layer_norm", lambda x, w, b: F.layer_norm(x, (7,), w, b), [bf16(3, 5, 7), bf16(7), bf16(7)],
+         allow_fallbacks=True),
+    Case("bf16_gelu", F.gelu, [bf16(5, 7)], allow_fallbacks=True),
     Case("half_plus_float", lambda x, y: x + y, [half(5, 7), M]),
     Case("explicit_round_trip", lambda x: x.to(torch.float16).to(torch.float32) * 3, [M]),
     Case("half_argmax", lambda x: x.argmax(-1), [half(5, 7)]),
