@@ -96,9 +96,11 @@ def is_container_method(fn: Any) -> bool:
 
 
 def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    from .dict_objects import dict_contents, is_dict_object, own_missing
+    from .dict_objects import dict_contents, is_dict_object, own_missing, store_item
     owner, name = fn.__objclass__, fn.__name__
     self_value, rest = args[0], args[1:]
+    if owner in (dict, collections.OrderedDict) and is_dict_object(self_value) and name == "__setitem__":
+        return store_item(tx, self_value, owner, rest, kwargs)  # NOTE [Item stores into dict objects from outside]
     if owner in (dict, collections.OrderedDict) and is_dict_object(self_value):
         missing = name == "__getitem__" and own_missing(tx, self_value)
         self_value = dict_contents(tx, self_value, name, owner)  # NOTE [Dict subclasses]

@@ -48,6 +48,9 @@ def is_dict_object(value: Value) -> bool:
 def dict_contents(tx, obj: ObjectValue, method: str, owner: type = dict) -> DictValue:
     """The raw contents of a dict-subclass instance, for a read-only method `method` of `owner` (dict, or
     OrderedDict for an OrderedDict subclass: its order)."""
+    if id(obj.obj) in tx.output.side_effects.written_dict_objects:  # NOTE [Item stores into dict objects ...]
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"{owner.__name__}.{method} of a {type(obj.obj).__name__} from "
+                                                 "outside after the trace stored an item into it")
     if method not in READ_ONLY_DICT_METHODS:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"{owner.__name__}.{method} on a {type(obj.obj).__name__} from outside")
     if method == "copy" and (owner is not dict or type(obj.obj).__iter__ is not dict.__iter__):
@@ -58,6 +61,28 @@ def dict_contents(tx, obj: ObjectValue, method: str, owner: type = dict) -> Dict
     if owner is dict:
         return wrap(tx.output, raw_dict_items(obj.obj), CallSource(_RAW_ITEMS, obj.source))
     return wrap(tx.output, raw_odict_items(obj.obj), CallSource(_RAW_ODICT_ITEMS, obj.source))
+
+
+# NOTE [Item stores into dict objects from outside]: transformers' ModelOutput (an OrderedDict subclass)
+# keeps fields and items in step: `outputs.pooler_output = x` runs its `__setattr__`, which calls
+# `super().__setitem__(name, value)` and `super().__setattr__(name, value)` (176 such stores in transformers'
+# models, `image_outputs.pooler_output = ...` in most vision-language models). On an output made before a
+# graph break, or passed in, that store was a break (the resume frame after `.tolist()` in Idefics3/Llava
+# get_image_features; 2 graphs where stock torch.compile makes 1). Now dict's or OrderedDict's own
+# `__setitem__` with a str or int constant key on such an object is recorded (SideEffects.store_item) and
+# made by the replay as eager makes it, `OrderedDict.__setitem__(obj, key, value)` (it cannot raise for such a
+# key; a new key goes last, an old one keeps its place, as in eager). The trace does not model the contents
+# after the store: any later read of them through dict's methods (`o["k"]`, `keys()`, `to_tuple()`, `**o`)
+# in the same trace is a graph break, where the replay has made the store. Other writes (`pop`, `update`,
+# `del`, a key of another type) stay breaks. Like finishing calls, these stores are not made when a graph
+# raises without an eager rerun (NOTE [Effects before a failing graph]).
+def store_item(tx, obj: ObjectValue, owner: type, args: list[Value], kwargs: dict) -> Value:
+    key = args[0] if len(args) == 2 and not kwargs else None
+    if not isinstance(key, ConstantValue) or type(key.value) not in (str, int) or obj.source is None:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"{owner.__name__}.__setitem__ on a {type(obj.obj).__name__} "
+                                                 "from outside")
+    tx.output.side_effects.store_item(obj, owner, key.value, args[1])
+    return ConstantValue(None)
 
 
 def own_missing(tx, obj: ObjectValue) -> bool:

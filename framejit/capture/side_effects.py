@@ -115,6 +115,10 @@ class SideEffects:
         self.finishing_calls: list[tuple[Any, list[Value]]] = []
         # NOTE [Tensor hooks registered after the graph]: `(tensor, hook, id offset)` per `t.register_hook(fn)`
         self.tensor_hooks: list[tuple[Value, Value, int]] = []
+        # NOTE [Item stores into dict objects from outside] (dict_objects.py): `(object, dict or OrderedDict,
+        # key, value)` per `super().__setitem__(key, value)` on a dict-subclass instance from outside
+        self.item_writes: list[tuple[Value, type, Any, Value]] = []
+        self.written_dict_objects: set[int] = set()  # ids of their real objects
         # NOTE [Effects before a failing graph] (graph_errors.py): `graph` is the trace's fx graph (set by
         # OutputGraph); `late` holds the keys of the effects recorded after its first op
         self.graph: Any = None
@@ -132,7 +136,7 @@ class SideEffects:
 
     def __bool__(self) -> bool:
         return bool(self.containers or self.attrs or self.globals or self.cells or self.finishing_calls or
-                    self.tensor_hooks or self._moved_iterators())
+                    self.tensor_hooks or self.item_writes or self._moved_iterators())
 
     def _moved_iterators(self) -> list[Value]:
         """Outside list iterators the trace advanced or exhausted (NOTE [Iterators from outside])."""
@@ -261,6 +265,14 @@ class SideEffects:
             self.module_flag_stores += 1
         self.finishing_calls.append((function, list(objects)))
 
+    def store_item(self, obj: ObjectValue, owner: type, key: Any, value: Value) -> None:
+        """`owner.__setitem__(obj, key, value)` on a dict-subclass object from outside, made by the replay
+        (NOTE [Item stores into dict objects from outside] in dict_objects.py)."""
+        self.version += 1
+        self._mark(("item", len(self.item_writes)))
+        self.written_dict_objects.add(id(obj.obj))
+        self.item_writes.append((obj, owner, key, value))
+
     def record_tensor_hook(self, tensor: Value, hook: Value, offset: int) -> None:
         """`tensor.register_hook(hook)`, its handle discarded: made after the graph (NOTE [Tensor hooks
         registered after the graph] in tensor_hooks.py)."""
@@ -312,6 +324,7 @@ class SideEffects:
         result += [v for _, _, v in self.globals.values()]
         result += [v for _, v in self.cells.values()]
         result += [v for tensor, hook, _ in self.tensor_hooks for v in (tensor, hook)]
+        result += [v for _, _, _, v in self.item_writes]
         return result
 
     def emit(self, rebuild) -> None:
@@ -374,6 +387,15 @@ class SideEffects:
             cg.load_fast(next(pending))
             cg.load_fast(next(pending))
             cg.load_const(offset)
+            cg.call(3)
+            cg.emit("POP_TOP")
+        for obj, owner, key, _ in self.item_writes:  # `OrderedDict.__setitem__(obj, key, value)`, as eager calls it
+            cg.push_null()
+            cg.load_const(owner)
+            cg.load_attr("__setitem__")
+            obj.source.reload(cg)
+            cg.load_const(key)
+            cg.load_fast(next(pending))
             cg.call(3)
             cg.emit("POP_TOP")
         from .values.containers import lent_error
