@@ -26,7 +26,7 @@ from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import frame_reader_break, reads_own_locals
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
-from . import cached_calls, frame_cache, inlined_comprehensions, persisted_code, python_loops
+from . import break_sites, cached_calls, frame_cache, inlined_comprehensions, persisted_code, python_loops
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .python_draws import emit_draws, has_draws
@@ -293,7 +293,7 @@ def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
 def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest) -> Entry:
     graph_break = _tracing()[1]
     output.hook_id_roots = [ret, *output.side_effects.values()]  # the trace returned (NOTE [Hook ids that ...])
-    outputs = graph_break.live_tensors([ret, *output.side_effects.values()])
+    outputs = break_sites.live_tensors([ret, *output.side_effects.values()])
     graphs = []
     cg = Codegen()
     output_index: dict[int, int] = {}
@@ -343,7 +343,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         python_loops.moved_break(fn.__code__, exc, symbolic)  # NOTE [Loops run as Python]
     if loop_exc is not None:
         return _break_entry(fn, shape, args, kwargs, request, loop_exc, first)
-    site = graph_break.break_site(fn.__code__, exc)
+    site = break_sites.break_site(fn.__code__, exc)
     if site is None:
         first.no_break_reason = "the instruction is not one a frame can resume after"  # NOTE [Eager frames]
         return None
@@ -368,7 +368,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
             # first bound in a loop run as Python] in python_loops.py
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
-        outputs = graph_break.live_tensors(gen.values())
+        outputs = break_sites.live_tensors(gen.values())
         compiled, output_index, graphs = None, {}, []
         if outputs or output.op_count:
             output.output(outputs)
