@@ -25,6 +25,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ... import fake_modes
+from .lstm_whole import keep_lstm_whole  # NOTE [LSTM kept whole]; defines the op persisted sources call
 
 # NOTE [Weights are inputs]
 # Parameters and buffers are passed to ONNX Runtime as graph inputs bound to the live torch tensors
@@ -168,7 +169,7 @@ def _trace(fn, table: dict, args: list, functionalize: bool = True) -> torch.fx.
     traced_fn = torch.func.functionalize(fn, remove="mutations") if functionalize else fn
     from ..torch_methods import eager_dropout, original_tensor_methods
     # NOTE [Patched Tensor methods while lowering], NOTE [Dropout drawn as eager draws it]
-    with torch.no_grad(), original_tensor_methods(), eager_dropout():
+    with torch.no_grad(), original_tensor_methods(), eager_dropout(), keep_lstm_whole():
         traced = make_fx(traced_fn, decomposition_table=table, tracing_mode=mode)(*args)
     fake_modes.forget_modes_of(traced)  # NOTE [Traces leave no weak references] in fake_modes.py
     traced.graph.eliminate_dead_code()  # keeps impure nodes (the trailing copy_ of input mutations)
