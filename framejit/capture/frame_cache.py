@@ -516,7 +516,8 @@ def _op(namespace: str, name: str, overload: str | None, definition: tuple | Non
 
 
 def load_graph(data: bytes) -> torch.fx.GraphModule:
-    graph = torch.fx.Graph()
+    from .pinned_targets import new_graph  # NOTE [Graph targets pinned by identity]
+    graph = new_graph()
     made: list[torch.fx.Node] = []
     for op, name, target, args, kwargs, dynamic_float in pickle.loads(data):
         args, kwargs = torch.fx.node.map_aggregate((args, kwargs), lambda a: made[a.index] if isinstance(a, _NodeRef) else a)

@@ -186,7 +186,8 @@ def region_nodes(gm: torch.fx.GraphModule) -> list[tuple]:
 
 
 def region_graph(nodes: list[tuple]) -> torch.fx.GraphModule:
-    graph = torch.fx.Graph()
+    from .pinned_targets import new_graph  # NOTE [Graph targets pinned by identity]
+    graph = new_graph()
     made: list[torch.fx.Node] = []
     for op, name, target, args, kwargs in nodes:
         args, kwargs = torch.fx.node.map_aggregate(
@@ -369,7 +370,8 @@ def _replace(gm: torch.fx.GraphModule, boundary: torch.fx.Node, digest: str | No
             if node not in extras:
                 extras.append(node)
             refs.append(("extra", extras.index(node)))
-    sub = torch.fx.Graph()
+    from .pinned_targets import new_graph  # NOTE [Graph targets pinned by identity]
+    sub = new_graph()
     env = {}
     for k, node in enumerate(inputs):
         env[node] = sub.placeholder(f"input_{k}")

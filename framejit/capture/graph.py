@@ -86,7 +86,8 @@ def _no_fake_kernel(error: BaseException) -> bool:
 
 class OutputGraph:
     def __init__(self) -> None:
-        self.graph = torch.fx.Graph()
+        from .pinned_targets import new_graph  # NOTE [Graph targets pinned by identity]
+        self.graph = new_graph()
         from .shapes import new_shape_env  # NOTE [Symbolic shapes]
         self.fake_mode = _fake_tensor().FakeTensorMode(shape_env=new_shape_env(self))
         fake_modes.register(self.fake_mode)  # NOTE [Traces leave no weak references]

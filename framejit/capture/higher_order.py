@@ -168,7 +168,8 @@ def checkpoint_regions(gm: torch.fx.GraphModule) -> None:
         outputs = [n for n in nodes if any(user not in members for user in n.users)]
         if not outputs or not any(_requires_grad(n) for n in outputs):
             continue
-        sub = torch.fx.Graph()
+        from .pinned_targets import new_graph  # NOTE [Graph targets pinned by identity]
+        sub = new_graph()
         env = {}
         for arg in inputs:
             env[arg] = sub.placeholder(arg.name)

@@ -228,7 +228,8 @@ def _region(graph: torch.fx.Graph, before: set, slots: _Slots, outs: list,
 
 
 def _body_module(region: list, slots: _Slots, externals: list, outs: list, single: bool, cls: type):
-    sub = torch.fx.Graph()
+    from .pinned_targets import new_graph  # NOTE [Graph targets pinned by identity]
+    sub = new_graph()
     env = {}
     for k, node in enumerate([*slots.nodes, *externals]):
         env[node] = sub.placeholder(f"sample_{k}" if k < len(slots.nodes) else f"input_{k - len(slots.nodes)}")

@@ -140,3 +140,37 @@ def test_a_dict_keyed_by_parameters_compiles_once():
         x = torch.randn(3, 2)
         torch.testing.assert_close(fast(x), m(x) * 5.0)
     assert framejit.stats()["graphs"] - seen == 1
+
+
+# NOTE [Graph targets pinned by identity]: graph code calls the torch objects the trace called.
+_RELU = torch.relu
+_C_GELU = torch._C._nn.gelu
+
+
+def _patched_relu():
+    def f(x):
+        return torch.relu(x - 2) * 2
+
+    def before(k):
+        torch.relu = (lambda t: _RELU(t) + 100) if k in (1, 2) else _RELU
+    return f, before, lambda: None
+
+
+def _patched_binding_eager_never_reads():
+    import torch.nn.functional as F  # F.gelu is torch._C._nn.gelu, bound when F was imported
+
+    def before(k):
+        torch._C._nn.gelu = (lambda t, approximate="none": _C_GELU(t) + 100) if k in (1, 2) else _C_GELU
+    return (lambda x: F.gelu(x) + 1), before, lambda: None
+
+
+# onnxrt with C_gelu is left: after a dynamic-shape recompile its lowering still calls the patch (report h12red)
+@pytest.mark.parametrize("make, backend", [(_patched_relu, "eager"), (_patched_relu, "onnxrt"),
+                                           (_patched_binding_eager_never_reads, "eager")],
+                         ids=["torch_relu-eager", "torch_relu-onnxrt", "C_gelu-eager"])
+def test_graphs_call_the_functions_the_trace_called(make, backend):
+    try:
+        _differential(make, backend)
+    finally:
+        torch.relu = _RELU
+        torch._C._nn.gelu = _C_GELU
