@@ -29,7 +29,11 @@ class _Pinned:
         object.__setattr__(self, "_real", real)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(object.__getattribute__(self, "_real"), name)
+        # kept after the first read (a dtype, `torch.float32`): later runs find it in the instance dict
+        # without this Python call; the graph keeps the object its code read, as it keeps pinned targets
+        value = getattr(object.__getattribute__(self, "_real"), name)
+        object.__getattribute__(self, "__dict__")[name] = value
+        return value
 
     def __repr__(self) -> str:
         return f"<pinned {object.__getattribute__(self, '_real')!r}>"
