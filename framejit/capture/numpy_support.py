@@ -343,7 +343,22 @@ def _foldable(real: Any, args: list[Value]) -> bool:
         return real in (np.dtype, np.finfo, np.iinfo) or issubclass(real, np.generic)
     if isinstance(real, np.ufunc):  # `np.sqrt(d_model)` on scalars: a NumPy scalar, as eager computes it
         return all(isinstance(a.as_constant(), (int, float, complex, np.generic)) for a in args)
+    if real in (np.prod, np.sum, np.max, np.min, np.amax, np.amin) and len(args) == 1:
+        return _plain_ints(args[0].as_constant())  # NOTE [NumPy reductions of constant ints]
     return real in (np.result_type, np.promote_types, np.can_cast, np.issubdtype, np.isscalar)
+
+
+# NOTE [NumPy reductions of constant ints]: `np.prod(t.shape)` (LLaVA-NeXT's pack_image_features checks
+# `np.prod(image_feature.shape) % (...) != 0`) was traced as a torch._numpy op: a 0-d array whose truth
+# value is data, a graph break per image (LLaVA-NeXT 15 graphs where stock torch.compile makes 8). A
+# product, sum, max or min of one argument made only of Python ints (a torch.Size of static sizes, a tuple
+# or list of them; guarded where they came from) is folded now into the NumPy scalar eager computes: such a
+# reduction cannot warn or consult NumPy's error state (integer overflow wraps silently), and an empty max
+# raises its ValueError as eager's call does. Floats, keyword arguments and arrays are traced as before.
+def _plain_ints(value: Any) -> bool:
+    if isinstance(value, (tuple, list)):
+        return all(_plain_ints(v) for v in value)
+    return type(value) in (int, bool)
 
 
 _PATHS: dict[int, tuple[Any, str]] = {}
