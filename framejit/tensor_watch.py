@@ -28,8 +28,9 @@ forgets the watched storages). Guard functions only `install()` and compare `EPO
 framejit's capture never sees the property: it handles `t.data` by name (capture/attributes.py).
 `Tensor.numpy()` (and `np.asarray(t)`, which calls it) and `Tensor.set_` count a use too (NOTE [NumPy
 arrays count a use]).
-DLPack exports through `torch._C._to_dlpack(_versioned)` count too. Not seen: writes into memory shared
-outside torch's tensors by other routes (`untyped_storage()` writes, `torch.utils.dlpack.to_dlpack`, which
+DLPack exports through `torch._C._to_dlpack(_versioned)` count too, and so do `UntypedStorage` writes
+(NOTE [Storage writes count a use]). Not seen: writes into memory shared outside torch's tensors by other
+routes (a storage's `data_ptr()`, `torch.utils.dlpack.to_dlpack`, which
 holds the original function, ctypes), which change values but no metadata; calls of the wrapped private
 functions through another reference taken before the first `watch()` (torch's own callers look them up on
 each call; framejit's input_versions.py sets counters only forward, to what eager's writes make them).
@@ -196,6 +197,30 @@ def _bumping(original):
     return wrapper
 
 
+# NOTE [Storage writes count a use]: `w.untyped_storage().copy_(src)`, `.fill_(v)` and `s[i] = v` (and
+# `w.storage().copy_(...)`, which calls the untyped storage's copy_) write w's memory without bumping any
+# version: onnxrt's frozen weights (NOTE [Frozen weights]) served the old values (a Linear's bias copied
+# over: outputs 2.45 off eager's; a weight filled: 0.45). `UntypedStorage.copy_`, `fill_` and `__setitem__`
+# are wrapped on the class like `_swap_tensor_impl`: each call bumps EPOCH and counts a use of the storage
+# written. Writes through the storage's `data_ptr()` (ctypes) stay unseen.
+def _storage_writing(original):
+    def wrapper(self, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            return original(self, *args, **kwargs)
+        EPOCH[0] = next(_TICKS)
+        _count_source(self)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _count_source(self)
+            EPOCH[0] = next(_TICKS)  # NOTE [Bumped before and after]
+    functools.update_wrapper(wrapper, original)
+    return wrapper
+
+
+_STORAGE_WRITES = ("copy_", "fill_", "__setitem__")
+
+
 # NOTE [Fused optimizer steps bump no version]: `torch._fused_adam_`, `_fused_adamw_`, `_fused_sgd_` and
 # `_fused_adagrad_` (what `torch.optim.Adam/AdamW/SGD/Adagrad(..., fused=True)` call, looked up on `torch` at
 # each step) write the parameters in place without bumping their version counters (checked with torch
@@ -226,6 +251,10 @@ def _install() -> None:
             original = getattr(module, name, None)
             if original is not None and not hasattr(original, "__wrapped__"):
                 setattr(module, name, _bumping(original))
+        for name in _STORAGE_WRITES:  # NOTE [Storage writes count a use]
+            original = getattr(torch.UntypedStorage, name, None)
+            if original is not None and not hasattr(original, "__wrapped__"):
+                setattr(torch.UntypedStorage, name, _storage_writing(original))
         _installed = True
 
 

@@ -17,7 +17,7 @@ Accepted keys (all optional):
 | spin_duration_us          | int >= 0: without `allow_spinning`, idle intra-op workers spin at most this long, then sleep (0: never spin) | 200, see NOTE [Bounded spinning] |
 | opset                     | int, ONNX opset of the exported models, 18..23  | torchlib's default (18)      |
 | fallback_ops              | iterable of aten op names ("aten::gelu", ...)   | () : ops forced to run eagerly |
-| freeze_weights            | bool: weights are ORT constants in inference programs, rebuilt when they change (NOTE [Frozen weights], runtime.py; not seen: writes into a weight's memory from outside torch through a temporary alias other than a NumPy array, a `set_` alias or a DLPack export, such as `w.untyped_storage().fill_(v)`, see watch.py) | True |
+| freeze_weights            | bool: weights are ORT constants in inference programs, rebuilt when they change (NOTE [Frozen weights], runtime.py; not seen: writes into a weight's memory from outside torch's tensors and storages, through raw pointers (ctypes on `data_ptr()`) or a `torch.utils.dlpack.to_dlpack` capsule, see watch.py) | True |
 """
 from __future__ import annotations
 

@@ -85,9 +85,9 @@ _MAX_REFREEZE = 2
 # Holders made after the session: views and `detach()` bump the shared counter, `.data` is counted, and
 # the part compares both use counts with those it saw after making its session on every call (NOTE
 # [Holders appearing after the freeze]); a NumPy array counts a use when made (NOTE [NumPy arrays count a
-# use] in tensor_watch.py; so do `set_` and DLPack exports). Not seen (watch.py): writes through
-# `untyped_storage()`, whose Python object torch keeps on the StorageImpl itself (no count of its own), a
-# capsule from `torch.utils.dlpack.to_dlpack`, and raw pointers (ctypes).
+# use] in tensor_watch.py; so do `set_`, DLPack exports and writes through `untyped_storage()`: NOTE [Storage
+# writes count a use]). Not seen (watch.py): a capsule from `torch.utils.dlpack.to_dlpack`, and raw pointers
+# (ctypes).
 def _held_elsewhere(tensor: torch.Tensor) -> bool:
     try:
         if tensor._use_count() > 1 + (tensor.is_leaf and tensor.requires_grad):

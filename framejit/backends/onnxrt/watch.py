@@ -8,9 +8,10 @@ so do `.data` of any alias, `param.view(-1).data.mul_(2)`, and a version put bac
 .data], per storage: NOTE [Uses counted per storage]), shared with guard functions' remembered tensors:
 one `.data` property for the process. A part compares the counts it froze with (`uses(t)`) when the
 process-wide `EPOCH[0]` moved.
-Not seen (documented in options.py): writes into memory shared outside torch's tensors through an alias
-made and dropped between two calls other than a NumPy array, a `set_` alias or a DLPack export
-(`untyped_storage()` writes, ctypes); those count a use when made (NOTE [NumPy arrays count a use] in
+Writes through a storage (`untyped_storage().copy_/fill_/[i] =`, `storage().copy_`) count a use (NOTE
+[Storage writes count a use] in tensor_watch.py). Not seen (documented in options.py): writes into memory
+shared outside torch's tensors and storages through an alias made and dropped between two calls other than
+a NumPy array, a `set_` alias or a DLPack export (ctypes on `data_ptr()`); those count a use when made (NOTE [NumPy arrays count a use] in
 tensor_watch.py), aliases held from before are fed (NOTE [Weights whose storage is held elsewhere are fed]
 in runtime.py) and aliases held after the freeze are seen (NOTE [Holders appearing after the freeze]).
 """
