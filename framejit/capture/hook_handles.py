@@ -90,8 +90,13 @@ def note_key_lookup(tx, key: int) -> None:
     """An int used as a dict key while the trace holds taken hook ids: an id this call or a later one may hand
     out (at least the first id taken) looked up by anything but torch's hook code (`5 in m._forward_hooks`,
     `.get(5)`, `.pop(5)`, `del d[5]` with a literal) answers from this call's ids, which the entry must pin."""
-    if key >= HOOK_IDS_LIVE["ids"].start and not _reads_ids_as_keys(tx.code):
-        HOOK_IDS_LIVE["out"].hook_ids_escape = True
+    ids = HOOK_IDS_LIVE["ids"]
+    if key >= ids.start and not _reads_ids_as_keys(tx.code):
+        out = HOOK_IDS_LIVE["out"]
+        if key in ids:
+            out.hook_ids_escape = True
+        else:  # not one of this call's ids so far: guarded to stay none of them (NOTE [Hook ids as other keys])
+            out.__dict__.setdefault("hook_id_keys", set()).add(key)
 
 
 def guard_hook_ids(out, roots: list | None) -> None:
@@ -102,10 +107,23 @@ def guard_hook_ids(out, roots: list | None) -> None:
         return  # none, or only tensor hooks' ids, which the replay takes relative to the counter
     n = RemovableHandle.next_id
     HOOK_IDS_LIVE.clear()  # the trace is over: keys read from now on are framejit's own (codegen)
+    h = out.name_of(RemovableHandle, "RemovableHandle")
     if roots is None or out.__dict__.get("hook_ids_escape") or \
             _ids_outlive(out, roots, range(n, n + taken)):
-        h = out.name_of(RemovableHandle, "RemovableHandle")
         out.add_guard("HOOK_IDS", f"{h}.next_id == {n!r}", None, expected=repr(n), actual=f"{h}.next_id")
+        return
+    for key in sorted(out.__dict__.get("hook_id_keys", ())):
+        out.add_guard("HOOK_IDS", f"not ({h}.next_id <= {key!r} < {h}.next_id + {taken})", None,
+                      expected=f"{key!r} none of the {taken} hook ids this call hands out", actual=f"{h}.next_id")
+
+
+# NOTE [Hook ids as other keys]: an int key looked up while the trace holds taken hook ids (note_key_lookup) that
+# is none of the ids taken so far (`table.get(10**6)`, a registry keyed by ints) answered from the dict as it is;
+# what could change that answer is a later call handing out that very int as a hook id (filed in a hook dict the
+# lookup reads). Pinning the counter (`next_id == n`) made such a frame trace again on every call until the
+# recompile limit (red team h12red, finding 8); the guard is instead that this call's ids,
+# next_id .. next_id + taken - 1, do not include the key. A key equal to an id already taken still pins the
+# counter (NOTE [Hook ids that never leave the trace]).
 
 
 def _ids_outlive(out, roots: list, ids: range) -> bool:
