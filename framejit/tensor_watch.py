@@ -197,6 +197,20 @@ def _bumping(original):
     return wrapper
 
 
+# NOTE [Counting wrappers run in Python]: a compiled frame that calls a `_bumping` wrapper (an
+# `AdamW(fused=True).step()` inside the compiled function: torch.optim looks up `torch._fused_adamw_`, the
+# wrapper) inlined it with `is_compiling()` True and called the original at the break (NOTE [Writes that bump
+# no version]), so EPOCH never moved and onnxrt's frozen weights served the weights of before the step (eval
+# outputs 0.13-0.37 off eager's from the 3rd eval on). framejit never inlines the wrapper: a call of it is a
+# break and runs the wrapper itself, which bumps EPOCH and counts the uses as eager's call does.
+def _never_inlined(wrapper) -> None:
+    from .capture.breaks import DISABLED
+    DISABLED.add(wrapper.__code__)
+
+
+_never_inlined(_bumping(len))
+
+
 # NOTE [Storage writes count a use]: `w.untyped_storage().copy_(src)`, `.fill_(v)` and `s[i] = v` (and
 # `w.storage().copy_(...)`, which calls the untyped storage's copy_) write w's memory without bumping any
 # version: onnxrt's frozen weights (NOTE [Frozen weights]) served the old values (a Linear's bias copied

@@ -104,8 +104,15 @@ def _inplace(target: Any) -> bool:
 # parameters or optimizer state (eager backend too: parameters unchanged, 0.05-0.15 off eager's after each
 # step). A torch function whose name marks it in place, whose aten schema writes an argument and whose
 # call bumped no version is now a graph break: it runs in Python, as eager runs it.
+# The same ops called as `torch.ops.aten._fused_adamw_` (an OpOverloadPacket) or `...default` (an OpOverload)
+# are checked on their own schemas: `torch.<name>` is another object, and such calls were dropped again.
 def _check_unbumped_write(target: Any, mutated: bool) -> None:
     if mutated:
+        return
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        if _op_writes(target):
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"{target} writes its arguments without bumping their "
+                              "versions; it runs in Python (NOTE [Writes that bump no version])")
         return
     name = getattr(target, "__name__", None)
     if not isinstance(name, str) or not name.endswith("_") or name.endswith("__"):
@@ -127,6 +134,16 @@ def _schema_writes(name: str) -> bool:
             argument.alias_info is not None and argument.alias_info.is_write
             for overload in packet.overloads() for argument in getattr(packet, overload)._schema.arguments)
     except Exception:  # not an aten op packet
+        return False
+
+
+def _op_writes(op: Any) -> bool:
+    """An OpOverload, or some overload of an OpOverloadPacket, writes one of its arguments (`(a!)`)."""
+    try:
+        overloads = [op] if isinstance(op, torch._ops.OpOverload) else [getattr(op, o) for o in op.overloads()]
+        return any(argument.alias_info is not None and argument.alias_info.is_write
+                   for overload in overloads for argument in overload._schema.arguments)
+    except Exception:  # no schema to read
         return False
 
 
