@@ -155,6 +155,8 @@ class _Rewriter:
 
     def tensor_op(self, node: torch.fx.Node) -> None:
         """A tensor op that reads float inputs: cast them to the result dtype; `alpha=`/`value=` rewritten."""
+        if node.op == "call_function" and node.target is operator.setitem:
+            return self.setitem(node)
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor) or val.dtype not in _CAST_DTYPES:
             raise NotRewritable(f"{node.format_node()}: a float input meets a {type(val).__name__} result "
@@ -196,6 +198,16 @@ class _Rewriter:
         with self.graph.inserting_before(node):
             other = self.new("call_function", torch.mul, (args[1], factor))
         node.args, node.kwargs = (args[0], other), kwargs
+
+    def setitem(self, node: torch.fx.Node) -> None:
+        """`y[i] = s` with a float input `s`: `y[i] = s.to(y.dtype)`, the value eager stores (its float cast
+        to y's dtype); before, the float stayed a constant of the program (a stale value at other sizes)."""
+        target, index, value = node.args if len(node.args) == 3 else (None, None, None)
+        val = target.meta.get("val") if isinstance(target, torch.fx.Node) else None
+        if node.kwargs or value not in self.scalars or self.touches(index) \
+                or not isinstance(val, torch.Tensor) or val.dtype not in _CAST_DTYPES:
+            raise NotRewritable(f"{node.format_node()}: a float input stored other than `tensor[i] = float`")
+        node.args = (target, index, self.cast(value, val.dtype))
 
 
 def floats_as_tensors(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[int]]:

@@ -89,6 +89,17 @@ def size_floats(gm: torch.fx.GraphModule) -> list:
     return found
 
 
+def _erase_dead_scalars(graph: torch.fx.Graph, replaced: list) -> None:
+    """Erase the replaced float nodes left without users, and the scalar arithmetic only they read.
+    NOTE [Floats of sizes as inputs]: never torch.fx's eliminate_dead_code, which drops in-place methods
+    (`y.mul_(s)`, `x.fill_(s)`) and `out=` calls whose results are unused, so their writes were lost."""
+    candidates = set(_ancestors(replaced))
+    for node in reversed(list(graph.nodes)):
+        if node in candidates and not node.users and node.op in ("call_function", "call_method") \
+                and _scalar_only(node):
+            graph.erase_node(node)
+
+
 def split(gm: torch.fx.GraphModule, floats: list) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     """(prefix computing `floats` from gm's inputs, inner graph taking them as extra placeholders)."""
     prefix_graph = torch.fx.Graph()
@@ -111,7 +122,7 @@ def split(gm: torch.fx.GraphModule, floats: list) -> tuple[torch.fx.GraphModule,
         new.meta["dynamic_float"] = True
         old.replace_all_uses_with(new, delete_user_cb=_tensor_use)  # scalar uses keep computing in the graph
         last = new
-    inner_graph.eliminate_dead_code()
+    _erase_dead_scalars(inner_graph, [by_name[n.name] for n in floats])
     inner_graph.lint()
     return prefix, torch.fx.GraphModule(gm, inner_graph)
 
@@ -124,7 +135,9 @@ class SizeFloatsGraph:
         self.compiled, self.prefix = compiled, prefix
 
     def __call__(self, *args: Any) -> Any:
-        return self.compiled(*args, *map(float, self.prefix(*args)))
+        # forward, not __call__: GraphModule's call prints its 'Call using an FX-traced Module' block to stderr
+        # on any exception (a ZeroDivisionError of sizes), which eager never prints
+        return self.compiled(*args, *map(float, self.prefix.forward(*args)))
 
     def __getattr__(self, name: str) -> Any:
         if name in ("compiled", "prefix"):  # an instance not initialised (copy.copy looks for __setstate__)
@@ -151,7 +164,7 @@ def compile_with_size_floats(gm: torch.fx.GraphModule, example_inputs, backend: 
         log(f"floats of sizes stay in the graph: splitting failed ({type(error).__name__}: {error})")
         return None
     with torch.no_grad():
-        values = list(map(float, prefix(*example_inputs))) if example_inputs is not None else None
+        values = list(map(float, prefix.forward(*example_inputs))) if example_inputs is not None else None
     examples = None if example_inputs is None else [*example_inputs, *values]
     return SizeFloatsGraph(backend(inner, examples), prefix)
 
