@@ -42,7 +42,7 @@ import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported
-from .generator_reach import closure_contents, reachable_values
+from .generator_reach import closure_cells, reachable_values
 from .values import ConstantValue, DictValue, IteratorValue, ListValue, SetValue, Value
 from .values.containers import deque_state
 
@@ -121,7 +121,7 @@ class Watch:
         side_effects = self.tx.output.side_effects
         version, n_ops, n_touched = self.made
         mapping_ids = {id(m) for m in self.mappings}
-        reachable = reachable_values([*closure_contents(fn), *(v for c in columns for v in c)]) if reads_state \
+        reachable = reachable_values([*closure_cells(fn), *(v for c in columns for v in c)]) if reads_state \
             else set()
 
         def mappings_changed() -> bool:

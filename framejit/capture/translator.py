@@ -36,7 +36,7 @@ from .module_hooks import TRACE_TIME, plan_module_call
 from .generator_ctx import break_before_generator_cms, exception_in_generator_cms
 from .lazy_generators import LazyGeneratorValue, lazy_gen_attr, make_lazy_generator, wants_lazy
 from .getattribute import custom_setattr
-from .generator_reach import closure_contents as _closure_contents, reachable_values
+from .generator_reach import closure_cells as _closure_cells, reachable_values
 from .stdlib import forced_break
 from .import_calls import import_break
 from .frame_locals import frame_reader_break
@@ -260,6 +260,7 @@ class Translator:
             self.output.side_effects.store_cell(cell.cell, value, cell.source)
             return
         cell.contents = value
+        self.output.side_effects.bump(cell)  # NOTE [Cells generators close over]
 
     def load_global(self, name: str) -> Value:
         stored = self.output.side_effects.global_value(self.f_globals, name)
@@ -467,7 +468,7 @@ class Translator:
         if child.code.co_flags & inspect.CO_GENERATOR:
             if wants_lazy(self, f):  # NOTE [Generators driven by send] in lazy_generators.py
                 return make_lazy_generator(self, child, f)
-            return self._run_generator(child, f, reachable_values([*args, *kwargs.values(), *_closure_contents(fn)]))
+            return self._run_generator(child, f, reachable_values([*args, *kwargs.values(), *_closure_cells(fn)]))
         return child.run()
 
     def _run_generator(self, child: "Translator", f: Any, reachable: set[int]) -> IteratorValue:

@@ -177,6 +177,7 @@ def delete_deref(tx, inst):
     tx.load_cell(inst.arg)  # raises CPython's UnboundLocalError / NameError when the cell is empty
     cell.contents = None
     cell.deleted = True
+    tx.output.side_effects.bump(cell)  # NOTE [Cells generators close over] in generator_reach.py
 
 
 @op("LOAD_ATTR")
