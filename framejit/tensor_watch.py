@@ -232,6 +232,9 @@ def _storage_writing(original):
     return wrapper
 
 
+_never_inlined(_storage_writing(len))  # NOTE [Counting wrappers run in Python]
+
+
 _STORAGE_WRITES = ("copy_", "fill_", "__setitem__")
 
 
