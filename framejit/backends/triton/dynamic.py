@@ -197,6 +197,24 @@ _CONSTANT = re.compile(r"-?\d+")
 # as any other (`s2 - s1`, a size expression of the graph).
 
 
+# NOTE [Constants made from sizes]: make_fx traces each probe with fake tensors of concrete sizes, so a tensor
+# made from a size (`y[0] = x.size(1)` is aten.scalar_tensor(size) then fill_) becomes a constant of that probe's
+# graph (`const0`), passed to the module at run time, not a literal of its source: the sources agreed and the
+# first probe's constant served every size (eager 5, 3, 2, 9; framejit 5, 5, 5, 5; review revB #5). Constants
+# that differ between the probes make the graph specialise.
+def _same_constants(graphs: list) -> bool:
+    first = graphs[0].constants
+    for graph in graphs[1:]:
+        if list(graph.constants) != list(first):
+            return False
+        for name, tensor in graph.constants.items():
+            ref = first[name]
+            if tensor is not ref and (tensor.shape != ref.shape or tensor.dtype != ref.dtype
+                                      or not torch.equal(tensor, ref)):
+                return False
+    return True
+
+
 def _split(source: str) -> tuple[str, str]:
     head, sep, call = source.partition("\ndef call(")
     if not sep:
@@ -447,6 +465,8 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
                 continue
             runs, probes = [*runs, run], [*probes, probe]
         heads, calls = zip(*(_split(r[0]) for r in runs))
+    if not _same_constants([r[3] for r in runs]):  # NOTE [Constants made from sizes]
+        raise NotGeneric("a constant the lowering made differs between probe sizes (a value computed from sizes)")
     kept_apart = set().union(*(r[2].kept_apart for r in runs))  # NOTE [Fusions kept apart at every probe]
     if not _same_skeleton(list(heads)) and any(r[2].kept_apart != kept_apart for r in runs):
         raise _FusionsDiffer(kept_apart)
