@@ -5,12 +5,45 @@ must be set before any kernel module is imported, which is why it is set at conf
 The offline sm_90 compile test (test_triton_sm90.py) compiles every kernel the other triton tests
 generated, so it is moved to the end of the run.
 """
+import collections
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # silences a triton 3.9 deprecation warning
 
+import pytest  # noqa: E402
+
 
 def pytest_collection_modifyitems(session, config, items):
     last = [item for item in items if "test_triton_sm90" in item.nodeid]
     items[:] = [item for item in items if item not in last] + last
+
+
+@pytest.fixture
+def triton_modules(monkeypatch):
+    """Counts the generated modules the triton backend loads (static, per shape, size-generic)."""
+    from framejit.backends import triton as triton_backend
+    from framejit.backends.triton import dynamic
+
+    loaded = collections.Counter()
+    for module in (triton_backend, dynamic):
+        def counting(source, _load=module.load_module, _name=module.__name__):
+            loaded[_name] += 1
+            return _load(source)
+        monkeypatch.setattr(module, "load_module", counting)
+    return loaded
+
+
+@pytest.fixture
+def sessions(monkeypatch):
+    """Counts ORT sessions made, each as the sorted names of its frozen weights."""
+    from framejit.backends.onnxrt import runtime
+    made = []
+    original = runtime.make_session
+
+    def counting(data, opts, device, sub=None, frozen=None, frozen_model=None):
+        made.append(sorted(frozen or ()))
+        return original(data, opts, device, sub, frozen, frozen_model)
+
+    monkeypatch.setattr(runtime, "make_session", counting)
+    return made

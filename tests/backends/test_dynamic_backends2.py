@@ -13,7 +13,6 @@ generated triton modules and stock torch.compile's graph count (measured in the 
 """
 from __future__ import annotations
 
-import collections
 
 import pytest
 import torch
@@ -26,19 +25,6 @@ from tests.helpers import RecordingBackend, assert_same
 _Recording = RecordingBackend
 
 
-@pytest.fixture
-def triton_modules(monkeypatch):
-    """Counts the generated modules the triton backend loads (static, per shape, size-generic)."""
-    from framejit.backends import triton as triton_backend
-    from framejit.backends.triton import dynamic
-
-    loaded = collections.Counter()
-    for module in (triton_backend, dynamic):
-        def counting(source, _load=module.load_module, _name=module.__name__):
-            loaded[_name] += 1
-            return _load(source)
-        monkeypatch.setattr(module, "load_module", counting)
-    return loaded
 
 
 def _stock_graphs(fn, calls: list) -> int:

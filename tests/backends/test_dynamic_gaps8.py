@@ -21,7 +21,6 @@ loops) compile no more graphs than stock on the eager backend and match eager ex
 """
 from __future__ import annotations
 
-import collections
 import math
 
 import pytest
@@ -40,18 +39,6 @@ def _exact(actual, expected):
     assert_same(actual, expected, rtol=0, atol=0)
 
 
-@pytest.fixture
-def triton_modules(monkeypatch):
-    from framejit.backends import triton as triton_backend
-    from framejit.backends.triton import dynamic
-
-    loaded = collections.Counter()
-    for module in (triton_backend, dynamic):
-        def counting(source, _load=module.load_module, _name=module.__name__):
-            loaded[_name] += 1
-            return _load(source)
-        monkeypatch.setattr(module, "load_module", counting)
-    return loaded
 
 
 def _run_triton(fn, calls, dynamic, check=_exact):

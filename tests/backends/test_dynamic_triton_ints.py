@@ -11,7 +11,6 @@ ShapeEnv specialises a hint of 0 or 1 to the number: a counter whose first symbo
 """
 from __future__ import annotations
 
-import collections
 
 import pytest
 import torch
@@ -20,18 +19,6 @@ import framejit
 from tests.helpers import RecordingBackend, assert_same
 
 
-@pytest.fixture
-def triton_modules(monkeypatch):
-    from framejit.backends import triton as triton_backend
-    from framejit.backends.triton import dynamic
-
-    loaded = collections.Counter()
-    for module in (triton_backend, dynamic):
-        def counting(source, _load=module.load_module, _name=module.__name__):
-            loaded[_name] += 1
-            return _load(source)
-        monkeypatch.setattr(module, "load_module", counting)
-    return loaded
 
 
 _STEPS = (1, 2, 0, -1, 5, 1, -7, 3, 0)

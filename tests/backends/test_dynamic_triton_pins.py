@@ -5,7 +5,6 @@ values and one module serves every batch (NOTE [Symbols pinned by guards the pro
 triton/probe_relations.py). Values compared with eager, frontend graphs and generated modules counted."""
 from __future__ import annotations
 
-import collections
 
 import pytest
 import torch
@@ -15,19 +14,6 @@ import framejit
 from tests.helpers import RecordingBackend, assert_same
 
 
-@pytest.fixture
-def triton_modules(monkeypatch):
-    """Counts the generated modules the triton backend loads (static, per shape, size-generic)."""
-    from framejit.backends import triton as triton_backend
-    from framejit.backends.triton import dynamic
-
-    loaded = collections.Counter()
-    for module in (triton_backend, dynamic):
-        def counting(source, _load=module.load_module, _name=module.__name__):
-            loaded[_name] += 1
-            return _load(source)
-        monkeypatch.setattr(module, "load_module", counting)
-    return loaded
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,6 @@ generated triton modules asserted.
 """
 from __future__ import annotations
 
-import collections
 
 import pytest
 import torch
@@ -35,19 +34,6 @@ import framejit
 from tests.helpers import RecordingBackend, assert_same
 
 
-@pytest.fixture
-def triton_modules(monkeypatch):
-    """Counts the generated modules the triton backend loads (static, per shape, size-generic)."""
-    from framejit.backends import triton as triton_backend
-    from framejit.backends.triton import dynamic
-
-    loaded = collections.Counter()
-    for module in (triton_backend, dynamic):
-        def counting(source, _load=module.load_module, _name=module.__name__):
-            loaded[_name] += 1
-            return _load(source)
-        monkeypatch.setattr(module, "load_module", counting)
-    return loaded
 
 
 def _run(fn, calls: list, dynamic) -> RecordingBackend:

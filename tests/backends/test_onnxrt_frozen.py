@@ -32,18 +32,6 @@ def _model(seed=0):
     return model
 
 
-@pytest.fixture
-def sessions(monkeypatch):
-    """Counts ORT sessions made with frozen weights."""
-    made = []
-    original = runtime.make_session
-
-    def counting(data, opts, device, sub=None, frozen=None, frozen_model=None):
-        made.append(sorted(frozen or ()))
-        return original(data, opts, device, sub, frozen, frozen_model)
-
-    monkeypatch.setattr(runtime, "make_session", counting)
-    return made
 
 
 def _train_step(model, optimizer, seed):

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import framejit
-from framejit.backends.onnxrt import runtime
 
 F32 = dict(rtol=1e-4, atol=1e-5)
 
@@ -26,17 +25,6 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
 
 
-@pytest.fixture
-def sessions(monkeypatch):
-    made = []
-    original = runtime.make_session
-
-    def counting(data, opts, device, sub=None, frozen=None, frozen_model=None):
-        made.append(sorted(frozen or ()))
-        return original(data, opts, device, sub, frozen, frozen_model)
-
-    monkeypatch.setattr(runtime, "make_session", counting)
-    return made
 
 
 def _optimizer_step(make):
