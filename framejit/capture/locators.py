@@ -651,94 +651,13 @@ def _in_cell(cell: Any, facts: tuple, fn: types.FunctionType) -> types.FunctionT
 # zoo's bert reads `self.dtype`, a property of its model class, and the guard pinning that property made
 # its entry unpersistable ("kept in memory only"): every warm process traced bert again.
 def resolve(locator: tuple, fn: types.FunctionType | None) -> Any:
-    kind = locator[0]
-    if kind == "module":
-        return _imported(locator[1])
-    if kind == "globals":
-        return _imported(locator[1]).__dict__
-    if kind == "cell":
-        return fn.__closure__[locator[1]]
-    if kind == "dtype":
-        return getattr(torch, locator[1])
-    if kind == "device":
-        return torch.device(locator[1])
-    if kind == "logger":
-        return logging.getLogger(locator[1])
-    if kind == "op":  # an overload, or its packet (None: NOTE [Op packets by name])
-        packet = getattr(getattr(torch.ops, locator[1]), locator[2])
-        return packet if locator[3] is None else getattr(packet, locator[3])
-    if kind == "op_namespace":  # NOTE [Op packets by name]
-        return getattr(torch.ops, locator[1])
-    if kind == "enum":
-        return getattr(_import(locator[1], locator[2]), locator[3])
-    if kind == "value":
-        return locator[1]
-    if kind == "mro":
-        return _live_mro(locator[1], fn)
-    if kind == "hashed":  # a code object no inlined function's hash covers: its own hash, checked
-        code = resolve(locator[1], fn)
-        if not isinstance(code, types.CodeType) or code_hash(code) != locator[2]:
-            raise NotPersistable(f"the code of {getattr(code, 'co_qualname', code)} changed since it was cached")
-        return code
-    if kind == "code":  # NOTE [Code replaced] in lookup.py
-        return resolve(locator[1], fn).__code__
-    if kind == "classdict":  # NOTE [Class-dict descriptors by name]
-        owner = _import(locator[1], locator[2])
-        if not isinstance(owner, type) or locator[3] not in owner.__dict__:
-            raise NotPersistable(f"{locator[1]}.{locator[2]} has no own attribute {locator[3]}")
-        entry = owner.__dict__[locator[3]]
-        return getattr(entry, locator[4]) if len(locator) > 4 else entry  # a classmethod's __func__
-    if kind == "fcell":  # NOTE [Closure cells by path]
-        owner = resolve(locator[1], fn)
-        cells, names = getattr(owner, "__closure__", None) or (), getattr(getattr(owner, "__code__", None), "co_freevars", ())
-        if locator[2] >= len(cells) or names[locator[2]] != locator[3]:
-            raise NotPersistable(f"{getattr(owner, '__qualname__', owner)!r} has no free variable {locator[3]!r} there")
-        return cells[locator[2]]
-    if kind == "code_in":  # NOTE [Nested code by its enclosing function]
-        found = _nested_code(resolve(locator[1], fn).__code__, locator[2])
-        if found is None:
-            raise NotPersistable(f"no code {locator[2]} in its enclosing function")
-        return found
-    if kind == "contents":
-        return _in_cell(resolve(locator[1], fn), locator[2], fn)
-    if kind == "type_of":  # NOTE [Local classes by an instance]
-        module = _imported(locator[1])
-        if locator[2] not in module.__dict__:
-            raise NotPersistable(f"{locator[1]} has no global {locator[2]}")
-        return type(module.__dict__[locator[2]])
-    if kind == "in_class":  # NOTE [Functions by the class that holds them]
-        owner = resolve(locator[1], fn)
-        if not isinstance(owner, type) or locator[2] not in owner.__dict__:
-            raise NotPersistable(f"{getattr(owner, '__qualname__', owner)} has no own attribute {locator[2]}")
-        return owner.__dict__[locator[2]]
-    if kind == "tuple":
-        return tuple(resolve(loc, fn) for loc in locator[1])
-    if kind == "marks":  # NOTE [Persisted marks] in frame_cache.py
-        return frozenset(id(resolve(loc, fn)) for loc in locator[1])
-    if kind == "getattr":
-        return getattr(resolve(locator[1], fn), locator[2])
-    if kind == "itype":  # NOTE [Interpreter types by a sample]
-        if locator[1] not in _interpreter_types():
-            raise NotPersistable(f"no interpreter type {locator[1]}")
-        return _interpreter_types()[locator[1]]
-    if kind == "substitute":  # NOTE [Library substitutes by their original]
-        from .library_substitutes import library_substitute
-        found = library_substitute(resolve(locator[1], fn))
-        if found is None:
-            raise NotPersistable("the function has no traced substitute any more")
-        return found
-    if kind == "bound":  # NOTE [Objects by the global that binds them]
-        module = _imported(locator[1])
-        found = module.__dict__.get(locator[2], _MISSING)
-        if type(found) is not resolve(locator[3], fn):
-            raise NotPersistable(f"{locator[1]}.{locator[2]} is not a {locator[3][-1]} as cached")
-        return found
-    if kind == "import":
-        obj = _own_name(_import(locator[1], locator[2]), locator[1], locator[2])
-        for attr in locator[3:]:  # a getter, a classmethod's function, a decorated function's __wrapped__
-            obj = getattr(obj, attr)
-        return obj
-    raise NotPersistable(f"unknown locator {kind!r}")
+    """The object `locator` names in this process (`fn`: the compiled function, for its cells); raises
+    NotPersistable where it cannot be found as it was when cached."""
+    from .locator_kinds import RESOLVERS
+    handler = RESOLVERS.get(locator[0])
+    if handler is None:
+        raise NotPersistable(f"unknown locator {locator[0]!r}")
+    return handler(locator, fn)
 
 
 # NOTE [Imported by their own name]: an importable function or class is located by its module and name, and

@@ -332,7 +332,8 @@ class SideEffects:
 
         Every new value is computed into a temporary first, and only then are the targets written: a
         value may be read from a container that the replay is about to change (e.g. `d["a"]` of a dict
-        that is cleared and refilled)."""
+        that is cleared and refilled). The writes then take the temporaries in the order `values()` made
+        them."""
         cg = rebuild.cg
         temps = []
         for value in self.values():
@@ -340,6 +341,14 @@ class SideEffects:
             temps.append(f"___effect{len(temps)}")
             cg.store_fast(temps[-1])
         pending = iter(temps)
+        self._emit_container_writes(cg, pending)
+        self._emit_attribute_writes(cg, pending)
+        self._emit_global_and_cell_writes(cg, pending)
+        self._emit_hooks_and_item_writes(cg, pending)
+        self._emit_iterator_moves(cg)
+        self._emit_finishing_calls(cg)
+
+    def _emit_container_writes(self, cg, pending) -> None:
         for container, method, args in self._container_writes():
             arg_temps = [next(pending) for _ in args]
             if method is not None:
@@ -355,6 +364,8 @@ class SideEffects:
             else:
                 _call_method(cg, container, "clear", [])
                 _call_method(cg, container, "update", arg_temps)
+
+    def _emit_attribute_writes(self, cg, pending) -> None:
         for key, (obj, name, _) in self.attrs.items():
             if key in self.raw_attrs:  # object.__setattr__(obj, name, value)
                 cg.push_null()
@@ -368,6 +379,8 @@ class SideEffects:
             cg.load_fast(next(pending))
             obj.source.reload(cg)
             cg.emit("STORE_ATTR", name)
+
+    def _emit_global_and_cell_writes(self, cg, pending) -> None:
         for f_globals, name, _ in self.globals.values():
             cg.load_fast(next(pending))
             cg.load_const(f_globals)
@@ -380,7 +393,9 @@ class SideEffects:
             else:
                 cg.load_const(cell)
             cg.emit("STORE_ATTR", "cell_contents")
-        from .codegen_runtime import advance_iterator, move_list_iterator, move_reverse_iterator, register_tensor_hook
+
+    def _emit_hooks_and_item_writes(self, cg, pending) -> None:
+        from .codegen_runtime import register_tensor_hook
         for _, _, offset in self.tensor_hooks:  # NOTE [Tensor hooks registered after the graph]
             cg.push_null()
             cg.load_const(register_tensor_hook)
@@ -398,8 +413,12 @@ class SideEffects:
             cg.load_fast(next(pending))
             cg.call(3)
             cg.emit("POP_TOP")
+
+    def _emit_iterator_moves(self, cg) -> None:
+        """After the lists' own replay: the end an iterator is moved to is the list's final one."""
+        from .codegen_runtime import advance_iterator, move_list_iterator, move_reverse_iterator
         from .values.containers import lent_error
-        for iterator in self._moved_iterators():  # after the lists' own replay: the end is the final one
+        for iterator in self._moved_iterators():
             if iterator.lent_at is not None:
                 raise lent_error(iterator)  # NOTE [Lent iterators]: where eager leaves it is unknown
             reverse = iterator.reverse_from is not None  # NOTE [Reversed iterators from outside]
@@ -412,6 +431,8 @@ class SideEffects:
             cg.load_const(iterator.exhausted)
             cg.call(3)
             cg.emit("POP_TOP")
+
+    def _emit_finishing_calls(self, cg) -> None:
         for function, objects in self.finishing_calls:  # NOTE [Finishing calls]
             cg.push_null()
             cg.load_const(function)
@@ -422,7 +443,6 @@ class SideEffects:
                     obj.source.reload(cg)
             cg.call(len(objects))
             cg.emit("POP_TOP")
-
 
 def _final_contents(c: Value) -> Value:
     """What a container's final state is assigned from (`lst[:] = ...`, `d.update(...)`, `s.update(...)`)."""
