@@ -37,8 +37,8 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      PyModuleValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
 from .stdlib import GETTERS, getter_args
-from .mappings_runtime import fresh_exception, grad_mode_manager, make_defaultdict, view_of
-from .values.mappings import IdentityKey, key_value
+from .mappings_runtime import fresh_exception, grad_mode_manager, make_defaultdict, view_of, view_of_object
+from .values.mappings import IdentityKey, key_value, viewed_object
 from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
 from .sources import LocalSource, ObjectSource, safe_local
@@ -264,6 +264,9 @@ class Reconstructor:
             self._call_const(range, [*value.bounds, ConstantValue(value.step)])
         elif isinstance(value, ConstantValue):
             self._constant(value)
+        elif isinstance(value, DictViewValue) and viewed_object(value) is not None:
+            obj, owner = viewed_object(value)  # NOTE [Views of dict objects from outside]
+            self._call_const(view_of_object, [obj, ConstantValue(owner is not dict), ConstantValue(value.kind)])
         elif isinstance(value, DictViewValue):  # NOTE [Live dict views]
             self._call_const(view_of, [value.mapping, ConstantValue(value.kind)])
         elif isinstance(value, SequenceValue):
@@ -584,7 +587,7 @@ def _children(value: Value) -> list:
     if isinstance(value, SymFloatValue) and _replayable_float(value):
         return list(value.roots)  # read before side effects (NOTE [Computed floats rebuilt in Python])
     if isinstance(value, DictViewValue):
-        return [value.mapping]
+        return [viewed_object(value)[0] if viewed_object(value) is not None else value.mapping]
     if isinstance(value, DefaultDictValue) and value.factory is not None:
         return [*value.items.values(), value.factory]
     if isinstance(value, SequenceValue):

@@ -48,9 +48,6 @@ def is_dict_object(value: Value) -> bool:
 def dict_contents(tx, obj: ObjectValue, method: str, owner: type = dict) -> DictValue:
     """The raw contents of a dict-subclass instance, for a read-only method `method` of `owner` (dict, or
     OrderedDict for an OrderedDict subclass: its order)."""
-    if id(obj.obj) in tx.output.side_effects.written_dict_objects:  # NOTE [Item stores into dict objects ...]
-        raise Unsupported(BreakKind.SIDE_EFFECT, f"{owner.__name__}.{method} of a {type(obj.obj).__name__} from "
-                                                 "outside after the trace stored an item into it")
     if method not in READ_ONLY_DICT_METHODS:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"{owner.__name__}.{method} on a {type(obj.obj).__name__} from outside")
     if method == "copy" and (owner is not dict or type(obj.obj).__iter__ is not dict.__iter__):
@@ -59,8 +56,48 @@ def dict_contents(tx, obj: ObjectValue, method: str, owner: type = dict) -> Dict
     if obj.source is None:
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"contents of a {type(obj.obj).__name__} without a source")
     if owner is dict:
-        return wrap(tx.output, raw_dict_items(obj.obj), CallSource(_RAW_ITEMS, obj.source))
-    return wrap(tx.output, raw_odict_items(obj.obj), CallSource(_RAW_ODICT_ITEMS, obj.source))
+        raw = wrap(tx.output, raw_dict_items(obj.obj), CallSource(_RAW_ITEMS, obj.source))
+    else:
+        raw = wrap(tx.output, raw_odict_items(obj.obj), CallSource(_RAW_ODICT_ITEMS, obj.source))
+    if not isinstance(raw, DictValue):
+        if id(obj.obj) in tx.output.side_effects.written_dict_objects:
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"contents of a {type(obj.obj).__name__} from outside after "
+                                                     "the trace stored an item into it")
+        return raw
+    return ObjectContents(raw, obj, owner, tx.output.side_effects)
+
+
+class ObjectContents(DictValue):
+    """The contents of a dict-subclass object from outside as the trace sees them at each read: the raw
+    contents read once (`raw`, guarded) with the item stores recorded so far into the object applied in
+    order (a stored key keeps its place, a new one goes last, as dict's and OrderedDict's `__setitem__` do;
+    NOTE [Item stores into dict objects from outside]). Without a source: the real object holds the old
+    contents until the replay. Read-only: only dict's read-only methods reach it."""
+
+    def __init__(self, raw: DictValue, obj: ObjectValue, owner: type, side_effects) -> None:  # noqa: no super
+        self.raw = raw
+        self.dict_object = (obj, owner)  # NOTE [Views of dict objects from outside]
+        self.side_effects = side_effects
+        self.source = None
+        self.cls = raw.cls
+
+    @property
+    def items(self) -> dict:
+        items = dict(self.raw.items)
+        for target, _owner, key, value in self.side_effects.item_writes:
+            if target.obj is self.dict_object[0].obj:
+                items[key] = value
+        return items
+
+
+# NOTE [Views of dict objects from outside]: `o.keys()` (values, items) of a dict-subclass object from
+# outside is a view of the contents read above, a DictValue that stood for a copy (`raw_dict_items(o)`).
+# A view that left the trace (returned, stored, carried across a break) was rebuilt as a view of a new copy:
+# a `dict_keys` where eager returns `odict_keys`, which did not see later changes of `o` (nor the item stores
+# the replay makes after the graph); and a view taken before an item store did not see it within the trace.
+# ObjectContents remembers its object and owner (`dict_object`) and computes its items at each read, and
+# such a view is rebuilt as the live view of the object itself, `OrderedDict.keys(o)` (view_of_object) or
+# dict's.
 
 
 # NOTE [Item stores into dict objects from outside]: transformers' ModelOutput (an OrderedDict subclass)
@@ -71,9 +108,10 @@ def dict_contents(tx, obj: ObjectValue, method: str, owner: type = dict) -> Dict
 # get_image_features; 2 graphs where stock torch.compile makes 1). Now dict's or OrderedDict's own
 # `__setitem__` with a str or int constant key on such an object is recorded (SideEffects.store_item) and
 # made by the replay as eager makes it, `OrderedDict.__setitem__(obj, key, value)` (it cannot raise for such a
-# key; a new key goes last, an old one keeps its place, as in eager). The trace does not model the contents
-# after the store: any later read of them through dict's methods (`o["k"]`, `keys()`, `to_tuple()`, `**o`)
-# in the same trace is a graph break, where the replay has made the store. Other writes (`pop`, `update`,
+# key; a new key goes last, an old one keeps its place, as in eager). A later read of the contents through
+# dict's methods in the same trace (`o["k"]`, `keys()`, `to_tuple()`, `**o`) sees the raw contents read at
+# the start (guarded) with the stores recorded so far applied in order (ObjectContents); it was a graph
+# break (`o.x = ...; return o["x"]`: 2 graphs per call, stock torch.compile 1). Other writes (`pop`, `update`,
 # `del`, a key of another type) stay breaks. Like finishing calls, these stores are not made when a graph
 # raises without an eager rerun (NOTE [Effects before a failing graph]).
 def store_item(tx, obj: ObjectValue, owner: type, args: list[Value], kwargs: dict) -> Value:

@@ -20,6 +20,12 @@ def view_of(d: dict, kind: str) -> Any:
     return getattr(d, kind)()
 
 
+def view_of_object(obj: dict, ordered: bool, kind: str) -> Any:
+    """`dict.keys(obj)` (or OrderedDict's, values, items) of a dict-subclass object from outside: the live
+    view of the object itself (NOTE [Views of dict objects from outside] in dict_objects.py)."""
+    return getattr(collections.OrderedDict if ordered else dict, kind)(obj)
+
+
 
 
 # NOTE [Exceptions made while tracing]: `ValueError("v")` with constant arguments is folded to a real
@@ -62,4 +68,4 @@ VIEW_KINDS = {type({}.keys()): "keys", type({}.values()): "values", type({}.item
               type(collections.OrderedDict().items()): "items"}
 
 
-__all__ = ["VIEW_KINDS", "dict_of_view", "grad_mode_manager", "make_defaultdict", "view_of"]
+__all__ = ["VIEW_KINDS", "dict_of_view", "grad_mode_manager", "make_defaultdict", "view_of", "view_of_object"]

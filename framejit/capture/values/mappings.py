@@ -49,7 +49,8 @@ class DictViewValue(TupleValue):
 
     @property
     def cls(self) -> type:
-        return view_type(self.mapping.cls, self.kind)
+        viewed = viewed_object(self)
+        return view_type(self.mapping.cls if viewed is None else viewed[1], self.kind)
 
     def python_type(self) -> type:
         return self.cls
@@ -68,6 +69,12 @@ class DictViewValue(TupleValue):
 
     def describe(self) -> str:
         return f"{self.kind}-view of {self.mapping.describe()}"
+
+
+def viewed_object(view: DictViewValue) -> tuple[Value, type] | None:
+    """(the object, dict or OrderedDict) when `view` is a view of a dict-subclass object from outside, whose
+    contents the trace read (NOTE [Views of dict objects from outside] in dict_objects.py), else None."""
+    return getattr(view.mapping, "dict_object", None)
 
 
 def view_type(cls: type, kind: str) -> type:
