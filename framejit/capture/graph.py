@@ -29,6 +29,7 @@ from .graph_calls import (_SYM_SIZES_REFUSED, _check_bool_subtraction, _check_no
                           _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
                           _target_name, _version)
 from .mixed_dtype import check_mixed_norm
+from .parametrized_classes import is_parametrized_class, type_check as parametrized_type_check
 from .side_effects import SideEffects
 from .sources import NameTable, Source
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
@@ -150,8 +151,11 @@ class OutputGraph:
 
     def guard_type(self, source: Source, cls: type) -> None:
         e = source.expr(self.names)
-        self.add_guard("TYPE_MATCH", f"___type({e}) is {self.name_of(cls, cls.__name__)}", source,
-                       expected=cls.__qualname__, actual=f"___type({e})", cost=COST_TYPE)
+        check = f"___type({e}) is {self.name_of(cls, cls.__name__)}"
+        if is_parametrized_class(cls):  # NOTE [Parametrized classes alike]
+            check = parametrized_type_check(self, f"___type({e})", cls)
+        self.add_guard("TYPE_MATCH", check, source, expected=cls.__qualname__, actual=f"___type({e})",
+                       cost=COST_TYPE)
 
     def guard_id(self, source: Source, obj: Any) -> None:
         e = source.expr(self.names)

@@ -39,6 +39,7 @@ import types
 from typing import Any
 
 from ..guards import COST_ID
+from .parametrized_classes import rely_on_identity
 from .sources import AttrSource, CallSource, ItemSource, ObjectSource, Ref, Source
 from .values.builder import LIBRARY_MODULE_PREFIXES
 
@@ -147,6 +148,8 @@ def pin_library_entry(out, owner: type, name: str) -> None:
     """`owner.__dict__[name]` (a library class) stays what it is now."""
     value = owner.__dict__[name]
     source = entry_source(owner, name)
+    if type(value) is not property:  # a method or data of the class is a value, not only code to run
+        rely_on_identity(out, owner)  # NOTE [Parametrized classes alike]
     if type(value) in (bool, int, float, str, type(None)):
         out.guard_constant(source, value)
     else:

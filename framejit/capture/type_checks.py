@@ -15,6 +15,7 @@ from ..guards import COST_ID
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import _consts, handles
 from .protocol import constant_fold
+from .parametrized_classes import rely_on_identity
 from .values import ClassValue, ConstantValue, DictValue, ObjectValue, SequenceValue, TensorValue, Value
 
 _TENSOR_MARKERS = {k: v for k, v in ((getattr(torch.nn, "Buffer", None), "_is_buffer"),
@@ -136,7 +137,9 @@ def _guard_abc_answer(tx, subject: type, klass: type) -> None:
 def _type(tx, args, kwargs):
     if len(args) != 1:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "type() with three arguments")
-    return ClassValue(args[0].python_type())
+    cls = args[0].python_type()
+    rely_on_identity(tx.output, cls)  # NOTE [Parametrized classes alike]
+    return ClassValue(cls)
 
 
 @handles(callable)

@@ -6,11 +6,11 @@
    and `F.pad(h, (pl, pr), "reflect")` with tensor pads; the conv is weight-normed, so every instance has its
    own class (torch.nn.utils.parametrize makes one per module). Each of these reads tensor data (a break in
    framejit and in stock torch.compile), and the frames resumed after the break inside a conv guard the
-   conv's class, so a stack of 10 convs reaches the recompile limit (8): with 3 calls at changing lengths a
-   frame runs eagerly, in framejit and in stock (EncodecModel: framejit 4 eager frames, stock 2 frames over
-   its limit). Values are eager's either way (checked here); `test_padded_convs_run_no_frame_eagerly` is the
-   gap, a strict xfail until the padding amounts are computed without a break (h11audio's report:
-   /work/helper_notes/h11audio.md).
+   conv's class, so a stack of 10 convs reached the recompile limit (8): with 3 calls at changing lengths a
+   frame ran eagerly, in framejit and in stock (EncodecModel: framejit 4 eager frames, stock 2 frames over
+   its limit). parametrize's classes now match by structure (NOTE [Parametrized classes alike]): no frame
+   runs eagerly. The breaks at the padding amounts remain (h11audio's report, /work/helper_notes/old/s35/
+   h11audio.md). Values are eager's (checked here).
 2. Musicgen's layer drop: `dropout_probability = random.uniform(0, 1)` in every decoder layer, read only in
    training. framejit broke at each draw ("call of Random.random"); stock traces it. Now the draws are made
    by the transformed code (NOTE [Draws from the random module]): seeded runs leave `random`'s state and the
@@ -107,9 +107,10 @@ def test_padded_convs_match_eager_at_changing_lengths():
     _run_padded_convs()
 
 
-@pytest.mark.xfail(strict=True, reason="gap: the conv frames resumed after the padding breaks guard each "
-                   "weight-normed conv's own class and reach the recompile limit (stock too)")
 def test_padded_convs_run_no_frame_eagerly():
+    """The frames resumed inside each conv after the padding breaks guard the conv's class, one per
+    weight-normed conv; parametrize's classes now match by structure (NOTE [Parametrized classes alike]):
+    no frame runs eagerly (before: 1, stock torch.compile: 1 frame over its recompile limit)."""
     assert _run_padded_convs() == 0
 
 
