@@ -16,6 +16,11 @@ after the whole graph, not at their place in it: equal, because a graph holding 
 inputs nor draws random numbers (the frontend keeps a check only then, and breaks at such ops after it), so
 a rerun repeats nothing; the rest of a graph whose check fails may compute garbage or fail itself (the
 rerun raises the user's own error either way).
+Entry checks (NOTE [Entry checks] in capture/entry_checks.py: a message starting with ENTRY_CHECK, the
+condition one op on the graph's inputs, placed before every other op) must fail before the graph writes
+anything, also in the lowered program: `entry_checks` is a small graph of those conditions alone, run as
+torch ops on the call's inputs before the compiled callable (a few microseconds per call), and the checks
+are not outputs of the lowered graph.
 Only the captured graph's `torch._assert_async` calls count (moved out before any joint is built): the
 `aten._assert_async.msg` nodes that decompositions add to the halves of a training graph are torch's
 internal asserts, which the lowering drops as before.
@@ -28,12 +33,39 @@ import torch
 import torch.fx
 
 _CHECK = torch._assert_async
+ENTRY_CHECK = "framejit entry check: "  # the same text as capture/entry_checks.py's ENTRY_CHECK
+
+
+def _is_entry_check(node: torch.fx.Node) -> bool:
+    return len(node.args) > 1 and isinstance(node.args[1], str) and node.args[1].startswith(ENTRY_CHECK)
+
+
+def entry_checks(gm: torch.fx.GraphModule) -> Callable | None:
+    """A function called as `gm` is that runs `gm`'s entry checks (each condition is one op on its inputs) and
+    returns nothing; None when `gm` has none (NOTE [Run-time checks as outputs]). Plain calls, not an FX
+    module: a failing check raises without FX's report on stderr."""
+    checks = [node for node in gm.graph.nodes if node.op == "call_function" and node.target is _CHECK
+              and _is_entry_check(node)]
+    if not checks:
+        return None
+    position = {node: k for k, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    conditions = [(check.args[0], check.args[1:]) for check in checks]
+    ops = [(node.op, node.target, node.args, node.kwargs, message) for node, message in conditions]
+
+    def run(*args: Any) -> None:
+        for op, target, node_args, node_kwargs, message in ops:
+            values, kwargs = torch.fx.node.map_arg((node_args, node_kwargs), lambda n: args[position[n]])
+            condition = getattr(values[0], target)(*values[1:], **kwargs) if op == "call_method" else \
+                target(*values, **kwargs)
+            _CHECK(condition, *message)
+    return run
 
 
 def checks_as_outputs(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[tuple], bool]:
     """`gm` with each check's condition as an extra trailing output in place of the check, each check's further
     arguments (its message), and whether `gm` returns one value rather than a tuple (it is then the first
-    output); `gm` itself and no checks when it has none (NOTE [Run-time checks as outputs])."""
+    output); `gm` itself and no checks when it has none (NOTE [Run-time checks as outputs]). Entry checks
+    are dropped (`entry_checks` runs them)."""
     checks = [node for node in gm.graph.nodes if node.op == "call_function" and node.target is _CHECK]
     if not checks:
         return gm, [], False
@@ -42,24 +74,35 @@ def checks_as_outputs(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, l
     result = graph.graph_copy(gm.graph, copies)
     conditions = []
     for check in checks:
-        conditions.append(copies[check].args[0])
+        if not _is_entry_check(check):
+            conditions.append(copies[check].args[0])
         graph.erase_node(copies[check])
+    checks = [check for check in checks if not _is_entry_check(check)]
     messages = [check.args[1:] for check in checks]  # `torch._assert_async(c, msg)` raises `msg`
     single = not isinstance(result, tuple)
-    graph.output((result, *conditions) if single else (*result, *conditions))
+    if not conditions:  # entry checks alone: the outputs are gm's
+        graph.output(result)
+    else:
+        graph.output((result, *conditions) if single else (*result, *conditions))
     return torch.fx.GraphModule(gm, graph), messages, single
 
 
 class CheckedGraph:
     """What a backend compiled from `checks_as_outputs(gm)`, called as `gm` is: the checks run on the trailing
-    outputs, and the graph's own outputs are returned. Other attributes are the compiled callable's (its
+    outputs, and the graph's own outputs are returned; `at_entry` (`entry_checks(gm)`) runs before the compiled
+    callable. Other attributes are the compiled callable's (its
     counts and summaries, for explain and tests)."""
 
-    def __init__(self, compiled: Callable, messages: list[tuple], single: bool) -> None:
-        self.compiled, self.messages, self.single = compiled, messages, single
+    def __init__(self, compiled: Callable, messages: list[tuple], single: bool,
+                 at_entry: Callable | None = None) -> None:
+        self.compiled, self.messages, self.single, self.at_entry = compiled, messages, single, at_entry
 
     def __call__(self, *args: Any) -> Any:
+        if self.at_entry is not None:
+            self.at_entry(*args)
         out = self.compiled(*args)
+        if not self.messages:
+            return out
         kept = len(out) - len(self.messages)
         for condition, message in zip(out[kept:], self.messages):
             _CHECK(condition, *message)
@@ -75,7 +118,10 @@ def compile_checked(gm: torch.fx.GraphModule, compile_fn: Callable[[torch.fx.Gra
     """`compile_fn(gm)`, where `gm` has no checks; else `compile_fn` of the graph with its checks as outputs,
     wrapped to run them (NOTE [Run-time checks as outputs])."""
     lowered, messages, single = checks_as_outputs(gm)
-    return CheckedGraph(compile_fn(lowered), messages, single) if messages else compile_fn(gm)
+    at_entry = entry_checks(gm)
+    if not messages and at_entry is None:
+        return compile_fn(gm)
+    return CheckedGraph(compile_fn(lowered), messages, single, at_entry)
 
 
 def unchecked(compiled: Callable) -> Callable:

@@ -25,9 +25,10 @@ double) and half statistics (the kernel's half rounding is not reproduced). Para
 dtype is neither the input's nor float32 beside a reduced-precision input (eager's kernel raises) run the
 original in every configuration, and raise as eager does on every backend (onnxrt and triton run such
 graphs eagerly: NOTE [Dtypes eager's batch norm rejects] in backends/eager_raises.py).
-A num_batches_tracked of -1 (eager: ZeroDivisionError after the increment, statistics untouched) leaves the
-statistics untouched too but raises nothing: telling needs the buffer's value, and a speculated check cannot
-come before the writes (NOTE [Speculated checks]: a write after one is a break). Every other configuration
+A num_batches_tracked of -1 (eager: ZeroDivisionError after the increment, the count 0, statistics untouched)
+is an entry check (NOTE [Entry checks]): the graph checks the count before any of its ops and a failing check
+reruns the call eagerly, where torch's own code raises; a count the graph wrote before (the same module called
+twice in one graph) cannot be checked there and runs the original (its `float(nbt)` is a break). Every other configuration
 (a momentum, eval, untracked or missing statistics) runs a copy of the original function (a copy, so that
 it is inlined, not substituted).
 """
@@ -39,6 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules import batchnorm as _batchnorm_module
 from torch.nn.modules.batchnorm import _BatchNorm
+
+from .entry_checks import entry_check
 
 
 def torch_own_forward(fn) -> bool:
@@ -80,6 +83,8 @@ def batch_norm_forward(self, input):
             and self.running_var is not None and _kernel_reproduced(self, input)):
         return original_forward(self, input)
     self._check_input_dim(input)
+    if not entry_check(self.num_batches_tracked != -1):  # NOTE [Entry checks]: eager divides by 0 below
+        return original_forward(self, input)
     self.num_batches_tracked.add_(1)
     stats = torch.full_like(self.running_mean, -0.0), torch.full_like(self.running_var, -0.0)
     out = F.batch_norm(input, stats[0], stats[1], self.weight, self.bias, True, 1.0, self.eps)

@@ -71,6 +71,7 @@ def _bind_call_value_imports() -> None:
     from .allowed_calls import call_allowed, is_allowed_in_graph
     from .autograd_function import call_apply, is_function_apply
     from .cached_calls import call_cached, call_dispatch, is_cached_function, is_singledispatch_dispatch
+    from .entry_checks import entry_check, record_entry_check
     from .environ import call_environ, is_environ_read
     from .introspection import introspection_handler, signature_bind_method
     from .library_substitutes import call_pure, is_pure_on_constants
@@ -103,6 +104,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         draw = drawing_call(fn.fn, args, kwargs)  # `random.uniform(0, 1)`
         if draw is not None:  # NOTE [Draws from the random module]
             return record_draw(tx, draw)
+        if fn.fn is entry_check:  # NOTE [Entry checks]
+            return record_entry_check(tx, args, kwargs)
         if is_allowed_in_graph(tx, fn):  # NOTE [Allowed in graph]
             return call_allowed(tx, fn, args, kwargs)
         if fn.fn.__module__ in ("inspect", "dataclasses", "copy") and introspection_handler(fn.fn) is not None:

@@ -23,6 +23,7 @@ import torch
 from ..guards import GuardFunction
 from .breaks import GraphBreak
 from .codegen import graph_call_span
+from .entry_checks import ENTRY_CHECK, is_entry_check
 
 STATS: dict[str, float] = {"frames_traced": 0, "frames_compiled": 0, "graphs": 0, "backend_compiles": 0,
                            "eager_entries": 0, "frames_loaded": 0, "compile_time_s": 0.0}
@@ -57,9 +58,12 @@ class RerunState:
     grad_enabled: bool  # at entry (guarded)
     autocast: tuple  # ((device_type, enabled, dtype), ...) at entry (guarded)
     restores: tuple = ()  # further (function, args) calls that put state back (state_blocks.restores_for)
+    entry_checks_only: bool = False  # only a failed entry check reruns (NOTE [Entry checks])
 
     def raised_in_graph(self, exc: BaseException, code: types.CodeType) -> bool:
         """`exc` was raised by the graph call of `code` (the transformed function)."""
+        if self.entry_checks_only and not (type(exc) is RuntimeError and str(exc).startswith(ENTRY_CHECK)):
+            return False
         start, end = graph_call_span(code)  # NOTE [Graph call span]
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code is not code:
@@ -101,18 +105,22 @@ def draws_random(target: Any, args: tuple = (), kwargs: dict | None = None) -> b
 def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool) -> RerunState | None:
     """The state to restore before rerunning a frame whose graph failed, or None when a rerun would not
     be exact (NOTE [Graph failures rerun eagerly])."""
-    if gm is None or mutates_inputs:
+    if gm is None:
         return None
+    exact = not mutates_inputs
     for node in gm.graph.nodes:
         if node.op in ("call_function", "call_method") and draws_random(node.target, node.args, node.kwargs):
-            return None  # a rerun would draw other random numbers than eager draws
+            exact = False  # a rerun would draw other random numbers than eager draws
         if node.target is torch.autograd.grad_mode._enter_inference_mode:
-            return None  # an aborted inference-mode block cannot be exited from outside
+            exact = False  # an aborted inference-mode block cannot be exited from outside
+    entry_checks_only = not exact
+    if entry_checks_only and not any(is_entry_check(node) for node in gm.graph.nodes):
+        return None  # NOTE [Entry checks]: a failed one raises before any op
     autocast = ()
     if any(node.target is torch.amp.autocast_mode._enter_autocast for node in gm.graph.nodes):
         autocast = tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
     from .state_blocks import restores_for
-    return RerunState(torch.is_grad_enabled(), autocast, restores=restores_for(gm))
+    return RerunState(torch.is_grad_enabled(), autocast, restores=restores_for(gm), entry_checks_only=entry_checks_only)
 
 
 def mutates_in_place(gm: torch.fx.GraphModule) -> bool:

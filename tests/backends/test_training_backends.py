@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 import framejit
 from framejit.backends import joint as joint_mod
+from framejit.backends.checks import unchecked
 from framejit.backends.onnxrt.runtime import OrtPart
 from framejit.backends.triton.runtime import CompiledGraph
 from tests.helpers import without_dropout
@@ -53,7 +54,7 @@ class Recording:
 
     def joints(self) -> list:
         found = []
-        for compiled in self.compiled:
+        for compiled in map(unchecked, self.compiled):  # NOTE [Run-time checks as outputs]: entry checks wrap it
             candidate = compiled if isinstance(compiled, joint_mod.JointGraph) else (
                 getattr(compiled, "_joint", None) or getattr(compiled, "_training", None))
             if candidate is not None:
