@@ -1,9 +1,10 @@
-"""Exceptions caught by the traced code's own try/except: the trace follows the handler.
+"""Exceptions caught by the traced code's own try/except or with-block: the trace follows the handler.
 
 NOTE [Exceptions caught while tracing]: when an instruction raises the user's exception (a UserException:
 `{}["a"]`, `next(it)` at the end, `raise KeyError`, a callee that raises) and CPython's exception table
 sends it to a try/except or try/finally handler of the same code object (the handler starts with
-PUSH_EXC_INFO and is not a with-block's WITH_EXCEPT_START), the trace does what CPython does: drop the
+PUSH_EXC_INFO; a with-block's, whose next instruction is WITH_EXCEPT_START, only as NOTE [Exceptions in
+with-blocks] says), the trace does what CPython does: drop the
 stack to the handler's depth, push the exception (after the raising offset when the entry says `lasti`)
 and continue at the handler. CHECK_EXC_MATCH decides `except T` from the exception's type, which the
 trace knows (the raising operation was guarded as for any other result); the exception itself is a
@@ -35,10 +36,13 @@ as its `callee_break` (translator.run): the root frame breaks at its call into t
 from __future__ import annotations
 
 import dataclasses
+import traceback
+import types
 
 from .breaks import BreakKind, Unsupported, UserException
 from .normalize import Inst, is_user_handler
-from .values import ClassValue, ConstantValue, TupleValue, Value
+from .values import BoundMethodValue, ClassValue, ConstantValue, NewObjectValue, ObjectValue, TupleValue, \
+    UserFunctionValue, Value
 
 
 @dataclasses.dataclass
@@ -57,8 +61,9 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     if handler is None or not is_user_handler(insts, handler) or not isinstance(e.exc, Exception) or \
             isinstance(e.exc, RuntimeError):
         return False
-    if insts[handler + 1].name == "WITH_EXCEPT_START" or inst.name == "RAISE_VARARGS" and inst.arg == 2:
-        return False  # a with-block's exit; `raise X from Y`, whose cause the exception constant lacks
+    if insts[handler + 1].name == "WITH_EXCEPT_START" and not traced_exit(tx, inst) or \
+            inst.name == "RAISE_VARARGS" and inst.arg == 2:
+        return False  # a with-block's exit not traced; `raise X from Y`, whose cause the constant lacks
     if getattr(e, "callee_break", None) is not None and not getattr(e, "escape_traced", False):
         return False  # NOTE [Handlers of callees given up]
     effects = tx.output.side_effects
@@ -97,3 +102,60 @@ def exception_types(value: Value) -> type | tuple:
     if isinstance(value, ConstantValue):
         return value.value
     raise Unsupported(BreakKind.EXCEPTION_RAISED, f"`except` over {value.describe()}")
+
+
+# NOTE [Exceptions in with-blocks]: an exception raised in a with-block goes to the block's handler,
+# PUSH_EXC_INFO; WITH_EXCEPT_START, which calls the manager's `__exit__(type, value, traceback)`; a true
+# result suppresses the exception (the code goes on after the block), a false one re-raises it. The trace
+# follows that handler as it follows a try's (NOTE [Exceptions caught while tracing]) when `__exit__` is a
+# Python method of a user object (a class with __enter__/__exit__, contextlib.suppress, unittest's
+# assertRaises context): WITH_EXCEPT_START inlines the call. A re-raise leaves the handler, which gives the
+# handler up as before (the original exception, from the raising instruction). Torch's own managers
+# (no_grad, autocast: ExitValue), generator-based managers and builtin __exit__ methods are not followed.
+# The traceback argument is a TracebackValue: never None (`tb is None` is False), any other use of it is
+# a graph break, except traceback.clear_frames(tb), which clears the frames of a traceback and has nothing
+# to clear here (the raising frames were inlined: the compiled code never runs them), so it is None.
+class TracebackValue(Value):
+    """The traceback an inlined `__exit__` receives for an exception raised while tracing."""
+
+    def python_type(self) -> type:
+        return types.TracebackType
+
+    def describe(self) -> str:
+        return "Traceback(of an exception raised while tracing)"
+
+
+def traced_exit(tx, inst: Inst) -> bool:
+    """The with-block whose handler catches what `inst` raised has a Python `__exit__` of a user object."""
+    depth = inst.handler_depth
+    exit_fn = tx.stack[depth - 1] if 0 < depth <= len(tx.stack) else None
+    return isinstance(exit_fn, BoundMethodValue) and isinstance(exit_fn.func, UserFunctionValue) and \
+        isinstance(exit_fn.self_value, (ObjectValue, NewObjectValue)) and exit_fn.func.fn.__name__ == "__exit__"
+
+
+def call_exit(tx) -> Value:
+    """WITH_EXCEPT_START: the stack holds __exit__, lasti, the previous exception and the exception."""
+    exc = tx.stack[-1]
+    return tx.call(tx.stack[-4], [ClassValue(type(exc.value)), exc, TracebackValue()], {})
+
+
+def clear_frames(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if len(args) == 1 and not kwargs and isinstance(args[0], TracebackValue):
+        return ConstantValue(None)
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, "traceback.clear_frames of a traceback from outside")
+
+
+def with_traceback(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`exc.with_traceback(None)` of an exception constant: the exception itself (NOTE [Exceptions made while
+    tracing] gives each call's object no traceback, which is what None sets)."""
+    if len(args) == 2 and not kwargs and isinstance(args[0], ConstantValue) and \
+            isinstance(args[0].value, BaseException) and args[1].is_constant() and args[1].as_constant() is None:
+        return args[0]
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, "with_traceback of a traceback")
+
+
+from .builtins import BUILTIN_HANDLERS  # noqa: E402  (builtin calls the translator answers itself)
+from .module_hooks import TRACE_TIME  # noqa: E402  (functions the translator answers itself)
+
+TRACE_TIME[traceback.clear_frames] = clear_frames
+BUILTIN_HANDLERS[BaseException.with_traceback] = with_traceback

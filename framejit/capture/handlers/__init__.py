@@ -20,14 +20,14 @@ def op(*names: str):
 
 
 _GENERATORS = "coroutines and async code are not traced; generators are run only as inlined callees"
-_EXCEPTIONS = "exception groups and with-block exits are not traced (a with-block's handler is not followed)"
+_EXCEPTIONS = "exception groups and the StopIteration-to-RuntimeError conversion are not traced"
 UNSUPPORTED_OPCODES: dict[str, str] = {
     **{name: _GENERATORS for name in (
         "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
         "BEFORE_ASYNC_WITH", "ASYNC_GEN_WRAP", "CLEANUP_THROW",
         "INSTRUMENTED_YIELD_VALUE", "SETUP_ANNOTATIONS", "GEN_START")},
     **{name: _EXCEPTIONS for name in (
-        "CHECK_EG_MATCH", "PREP_RERAISE_STAR", "WITH_EXCEPT_START", "STOPITERATION_ERROR")},
+        "CHECK_EG_MATCH", "PREP_RERAISE_STAR", "STOPITERATION_ERROR")},
     "IMPORT_STAR": "star imports are not allowed in functions",
     "PRINT_EXPR": "interactive-mode printing",
     "DELETE_GLOBAL": "deleting a global is a side effect",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..breaks import BreakKind, Unsupported, UserException
 from ..calls import builtin_made
-from ..caught_exceptions import exception_types
+from ..caught_exceptions import call_exit, exception_types
 from ..context import enter
 from ..values import ClassValue, ConstantValue
 from . import op
@@ -43,6 +43,12 @@ def push_exc_info(tx, inst):
     exc = tx.pop()
     tx.push(ConstantValue(None))  # the exception being handled before (only POP_EXCEPT reads it back)
     tx.push(exc)
+
+
+@op("WITH_EXCEPT_START")
+def with_except_start(tx, inst):
+    """NOTE [Exceptions in with-blocks]: the block's `__exit__(type, value, traceback)`, inlined."""
+    tx.push(call_exit(tx))
 
 
 @op("CHECK_EXC_MATCH")
