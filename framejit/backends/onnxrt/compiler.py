@@ -98,7 +98,9 @@ _MAX_ATTEMPTS = 8
 # 45: hardsigmoid_backward multiplies by eager's float32 sixth (NOTE [Decompositions that follow eager's kernels]).
 # 46: bfloat16/float16 layer_norm, gelu and their backwards stay whole (NOTE [Reduced-precision kernels kept whole
 #     on CPU]); batch norms of dtypes eager rejects run eagerly (NOTE [Dtypes eager's batch norm rejects]).
-REVISION = 46
+# 47: self-attention whose q, k and v are projections of one input as ORT's Attention (NOTE [Projections inside the
+#     attention op]).
+REVISION = 47
 
 
 @dataclasses.dataclass
