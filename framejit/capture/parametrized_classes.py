@@ -16,7 +16,8 @@ it holds for `R`:
 - both are parametrize's classes (the `__getstate__` of `_inject_new_class`), of metaclass `type`, with
   the same `__name__`, `__qualname__`, `__bases__` and MRO after themselves (element by element);
 - their own dicts have the same keys in the same order, and each pair of entries is the same object, an
-  equal scalar (`__module__`, `__doc__`), or equivalent functions or properties: functions with the same
+  equal scalar (`__module__`, `__doc__`), an equal list or tuple of scalars (`__slotnames__`, which
+  `copy.deepcopy` caches on each class it copies an instance of), or equivalent functions or properties: functions with the same
   code, globals, defaults, keyword defaults, name, qualname, doc, annotations and function dict, whose
   closure cells hold the same object, equal scalars, or equivalent functions; properties (exactly
   `property`) whose fget, fset and fdel are equivalent and whose docs are equal;
@@ -85,7 +86,11 @@ def _same_items(a: tuple, b: tuple) -> bool:
 def _same_value(a: Any, b: Any) -> bool:
     if a is b:
         return True
-    return type(a) is type(b) and type(a) in _SCALARS and a == b and a == a
+    if type(a) is not type(b):
+        return False
+    if type(a) in (list, tuple):  # `__slotnames__`, the list copy.deepcopy caches on each class
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    return type(a) in _SCALARS and a == b and a == a
 
 
 def _equivalent(a: Any, b: Any, depth: int = 0) -> bool:

@@ -148,3 +148,23 @@ def test_cached_parametrizations():
             for conv in convs * 2:
                 x = torch.randn(2, 3, 9)
                 torch.testing.assert_close(compiled(conv, x), _apply(conv, x))
+
+
+def test_training_steps_after_deepcopy():
+    """copy.deepcopy caches `__slotnames__` (a list) on each class it copies; gradients of the shared entries
+    are each conv's own, and no frame runs eagerly (before: the lists' identities told the classes apart)."""
+    import copy
+    convs = [_conv(seed) for seed in range(5)]
+    ref = copy.deepcopy(convs)
+    compiled = framejit.compile(_apply, backend=CountingBackend())
+    before = framejit.stats()["eager_frames"]
+    gen = torch.Generator().manual_seed(0)
+    for length in (9, 10):
+        for conv, twin in zip(convs, ref):
+            x = torch.randn(2, 3, length, generator=gen)
+            compiled(conv, x).sum().backward()
+            _apply(twin, x).sum().backward()
+    for conv, twin in zip(convs, ref):
+        for p, q in zip(conv.parameters(), twin.parameters()):
+            torch.testing.assert_close(p.grad, q.grad)
+    assert framejit.stats()["eager_frames"] == before
