@@ -340,16 +340,18 @@ class JointGraph:
                 return _Joint(loaded, rebuild, self, getattr(loaded, "lean_parts", None) if self.lean else None,
                               checks)
             from .recurrent import dropout_between_layers, keep_lstm_layers
-            from .torch_methods import eager_dropout, original_tensor_methods
+            from .torch_methods import eager_dropout, original_api_functions, original_tensor_methods
             from .joint_cache import Recorder
             layers = keep_lstm_layers() if self.lstm_layers else contextlib.nullcontext()
             recorder = Recorder(key)  # also what NOTE [Lean joint calls] reads (key None: not persisted)
             made: dict = {}
             params_buffers = _params_buffers(flat_gm)  # what aot_module_simplified prepends to every call
             # NOTE [No donated buffers]
-            # NOTE [Patched Tensor methods while lowering], NOTE [Dropout drawn as eager draws it]
-            with original_tensor_methods(), eager_dropout(), layers, dropout_between_layers(), ops_kept_whole(), \
-                    recorder.recording(), torch._functorch.config.patch(donated_buffer=False):
+            # NOTE [Patched Tensor methods while lowering], [Patched torch functions while lowering], NOTE
+            # [Dropout drawn as eager draws it]
+            with original_tensor_methods(), original_api_functions(flat_gm), eager_dropout(), layers, \
+                    dropout_between_layers(), ops_kept_whole(), recorder.recording(), \
+                    torch._functorch.config.patch(donated_buffer=False):
                 joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder, made),
                                               bw_compiler=self._compiler("backward", recorder, made),
                                               partition_fn=functools.partial(_partition, config=self.partition_config),

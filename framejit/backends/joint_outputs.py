@@ -182,7 +182,7 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    from .torch_methods import original_tensor_methods
+    from .torch_methods import original_api_functions, original_tensor_methods
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)  # tensor constants of the graph
     state = {**dict(flat_gm.named_parameters(remove_duplicate=False)),
@@ -190,7 +190,7 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
     with mode:
         fake_state = {name: mode.from_tensor(t) for name, t in state.items()}
         fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-    with mode, torch.enable_grad(), original_tensor_methods():
+    with mode, torch.enable_grad(), original_tensor_methods(), original_api_functions(flat_gm):
         # NOTE [Graph modules called through forward] (onnxrt/lowering.py): functional_call calls the module,
         # which ran the user's global module hooks (register_module_forward_pre_hook) on framejit's GraphModule
         from torch.nn.utils.stateless import _reparametrize_module

@@ -34,6 +34,37 @@ def original_tensor_methods() -> Iterator[None]:
             setattr(torch.Tensor, name, value)
 
 
+# NOTE [Patched torch functions while lowering]: torch's C functions of `torch._C._nn`, `_fft`, `_linalg`,
+# `_special`, ... hand a TorchFunctionMode the function found at their name in that module at that moment,
+# not themselves (python_arg_parser's handle_torch_function). A program that patched `torch._C._nn.gelu`
+# (which eager's `F.gelu`, bound at import, never reads) had a graph calling torch's own gelu (NOTE [Graph
+# targets pinned by identity] in capture/pinned_targets.py) traced to aten as the patch, under each mode
+# the lowering stacks: onnxrt's program for a new dynamic shape gave gelu(x) + 300 where eager gives
+# gelu(x) (h12red finding 7). While a backend traces a graph, each C function the graph calls is put back
+# at its name in its module and the patch restored after (the same concurrency caveat as above).
+@contextlib.contextmanager
+def original_api_functions(gm: torch.fx.GraphModule) -> Iterator[None]:
+    import sys
+    patched = []
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, types.BuiltinFunctionType):
+            continue
+        module = sys.modules.get(getattr(target, "__module__", None) or "")
+        name = getattr(target, "__name__", None)
+        if module is None or not module.__name__.startswith("torch._C.") or not isinstance(name, str):
+            continue
+        current = getattr(module, name, None)
+        if current is not target and current is not None:
+            patched.append((module, name, current))
+            setattr(module, name, target)
+    try:
+        yield
+    finally:
+        for module, name, value in reversed(patched):
+            setattr(module, name, value)
+
+
 # NOTE [Dropout drawn as eager draws it]
 # Eager's dropout on CPU fills `empty_like(input)` in place with bernoulli_: the numbers land in the input's
 # memory order. Lowering an inference graph functionalizes it, and the functional bernoulli that replaces

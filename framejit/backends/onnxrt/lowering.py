@@ -209,7 +209,9 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
     table = decomposition_table(translated_ops)
     args = [*state.values(), *inputs]
     symbolic = _has_symbolic_sizes(args)
-    lowered = _trace(flat_fn, table, args, functionalize=not symbolic)  # NOTE [Symbolic lowering]
+    from ..torch_methods import original_api_functions  # NOTE [Patched torch functions while lowering]
+    with original_api_functions(gm):
+        lowered = _trace(flat_fn, table, args, functionalize=not symbolic)  # NOTE [Symbolic lowering]
     if any(n.op == "call_function" and n.target is torch.set_default_dtype for n in gm.graph.nodes):
         pin_default_dtypes(lowered)  # NOTE [Default dtype in the lowered graph]: before a second trace
     out_spec = spec_box[-1]

@@ -60,9 +60,10 @@ def to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence) -> torch.fx.Grap
     def run(*args):
         return gm.forward(*args)
     functional = torch.func.functionalize(run, remove="mutations")
-    from ..torch_methods import eager_dropout, original_tensor_methods
-    # NOTE [Patched Tensor methods while lowering], NOTE [Dropout drawn as eager draws it]
-    with original_tensor_methods(), eager_dropout():
+    from ..torch_methods import eager_dropout, original_api_functions, original_tensor_methods
+    # NOTE [Patched Tensor methods while lowering], [Patched torch functions while lowering], NOTE [Dropout
+    # drawn as eager draws it]
+    with original_tensor_methods(), original_api_functions(gm), eager_dropout():
         traced = make_fx(functional, decomposition_table=decompositions, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
     fake_modes.forget_modes_of(traced)  # NOTE [Traces leave no weak references] in fake_modes.py
