@@ -250,6 +250,28 @@ def log(method, /, *args, **kwargs):
     return _caller_as(level)(method, *args, **{**kwargs, "stacklevel": 1})
 
 
+# NOTE [Caller-naming calls in tail functions]: a tail function (NOTE [Breaks inside try blocks] in
+# graph_break.py, [Loops run as Python] in python_loops.py) runs part of the user's frame as plain Python,
+# called by the transformed function, which stands for the same user frame, below hook.py's frames. A
+# `warnings.warn(msg, stacklevel=2)` or `log.warning(msg, stacklevel=2)` made there by CPython's own code
+# named the transformed function at the break's line (the `raise` before an except handler, a loop's head)
+# where eager names the user's caller (review A F1: an except handler with a print in it), and a user
+# callee's `warnings.warn(msg, stacklevel=3)` did the same. Every call in a tail function (a loop's body
+# only, for a loop's; python_loops.route_calls) now calls `route(callable)`'s answer (make_call_hooked):
+# `tail_callee` below first (`warn` above for warnings.warn, `log` for a logging call), then a user
+# function through its frame hook as in loops, whose own calls at breaks count their levels here. One more
+# Python call per call made there. Not covered: torch's or the standard library's functions called there
+# that warn with stacklevel 3 or more, and callees run wholly eagerly.
+def tail_callee(target: Any) -> Any:
+    """What a call in a tail function calls instead of `target` when it names its caller, or `target`
+    (NOTE [Caller-naming calls in tail functions])."""
+    if target is warnings.warn:
+        return warn
+    if logging_call(target):
+        return functools.partial(log, target)
+    return target
+
+
 _TEMPLATE = compile("def caller(__call, /, *args, **kwargs): return __call(*args, **kwargs)", "<framejit>", "exec")
 _CALLER_CODE = next(c for c in _TEMPLATE.co_consts if isinstance(c, types.CodeType))
 _CALLERS: dict[tuple, types.FunctionType] = {}

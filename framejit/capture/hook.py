@@ -622,7 +622,8 @@ class Hooks:
         if key not in self.by_key:
             if python_loop:  # NOTE [Loops run as Python]: (FOR_ITER index, hook after the loop, its layout)
                 python_loop = (python_loop[0], self.call_hooked(), *python_loop[1:])
-            resume_code = make_resume_code(code, index, layout, names, successors, python_loop, shared_cells)
+            route = None if hooked or python_loop else self.call_hooked()  # NOTE [Caller-naming calls in tail functions]
+            resume_code = make_resume_code(code, index, layout, names, successors, python_loop, shared_cells, route)
             resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
             if hooked:
                 self._hook(key, resume_fn)

@@ -306,8 +306,35 @@ def callee_at_break(tx, mod_value: NNModuleValue):
     except Unsupported:
         if _uninitialised_lazy(m) or mod_value.source is None:
             return None
+        _guard_hooked_path(tx, mod_value, _BACKWARD, _GLOBAL_BACKWARD)
         return call_with_backward_hooks  # it reads the hooks as they are at each call
+    if with_hooks:
+        _guard_hooked_path(tx, mod_value, _MODULE_DICTS, _GLOBAL_DICTS)
     return call_with_hooks if with_hooks else type(m).forward
+
+
+# NOTE [Hooked paths at breaks are guarded]: which function a break calls in place of `module(...)` is
+# fixed in the transformed code: `forward` is guarded by NO_HOOKS (plan_module_call), and so must the
+# hooked ones be. Unguarded, an entry traced while the module had a forward pre-hook kept calling
+# `call_with_hooks` after the hook was removed (newest entries are tried first): the values were right (it
+# reads the hooks per call), but a `warnings.warn(msg, stacklevel=2..4)` in forward named module_hooks'
+# levels of a hooked call (module.py's `inner` lines) where eager names `_call_impl`'s line or the caller
+# (review A F2). HOOKED_PATH guards that one of the dicts that chose the path is non-empty (backward ones
+# for call_with_backward_hooks, any hook dict for call_with_hooks, whose backward-hook absence
+# plan_module_call decided). Not when the trace itself wrote one of those dicts (NOTE [Hooks registered in
+# the trace]): the frame's entry state is not what decided.
+def _guard_hooked_path(tx, mod_value: NNModuleValue, module_dicts: tuple, global_dicts: tuple) -> None:
+    m = mod_value.obj
+    tables = [getattr(m, d, None) for d in module_dicts] + [_GLOBALS[d] for d in global_dicts]
+    if any(_written(tx, table) is not None for table in tables):
+        return
+    e = mod_value.source.expr(tx.output.names)
+    g = tx.output.name_of(_GLOBALS, "G")
+    hooks = " or ".join([f"{e}.{d}" for d in module_dicts] + [f"{g}[{d!r}]" for d in global_dicts])
+    backward = " or ".join([f"{e}.{d}" for d in _BACKWARD] + [f"{g}[{d!r}]" for d in _GLOBAL_BACKWARD])
+    expr = f"({hooks})" if module_dicts == _BACKWARD else f"({hooks}) and not ({backward})"
+    tx.output.add_guard("HOOKED_PATH", expr, mod_value.source, expected="the hooks that chose this call",
+                        actual=f"[{hooks.replace(' or ', ', ')}]")
 
 
 def _uninitialised_lazy(m: torch.nn.Module) -> bool:

@@ -259,7 +259,10 @@ def _rewrite_call(items: list, p: int, lo: int, route: Any) -> bool:
             return False
         items[null_pos:null_pos + 1] = new
         return True
-    if null_item.name != "PUSH_NULL" or callable_pos == null_pos or callable_depth != 0:
+    null_depth = upper_depth if emit.NULL_AFTER_CALLABLE else lower_depth
+    global_null = null_item.name == "LOAD_GLOBAL" and isinstance(null_item.arg, tuple) and null_item.arg[0] \
+        and null_depth == (0 if emit.NULL_AFTER_CALLABLE else 1)  # 3.11's `mod.f(x, k=1)`: a global's NULL
+    if not (null_item.name == "PUSH_NULL" or global_null) or callable_pos == null_pos or callable_depth != 0:
         return False  # the callable is not the last value its instruction pushes: left a plain call
     items[callable_pos:callable_pos + 1] = _routed([items[callable_pos]], route, items[callable_pos].lineno)
     return True
@@ -274,6 +277,15 @@ def hook_loop_calls(items: list, for_iter_pos: int, route: Any) -> None:
     for call in reversed(body):  # from the end; a rewrite inserts only before its call, so found again by identity
         position = next(k for k, item in enumerate(items) if item is call)
         _rewrite_call(items, position, for_iter_pos, route)
+
+
+def route_calls(items: list, route: Any) -> None:
+    """Route the callable of every call in `items` through `route(callable)` where it can be traced back
+    (NOTE [Caller-naming calls in tail functions] in caller_frames.py)."""
+    calls = [item for item in items if isinstance(item, Instr) and item.name in ("CALL", "CALL_KW")]
+    for call in reversed(calls):
+        position = next(k for k, item in enumerate(items) if item is call)
+        _rewrite_call(items, position, -1, route)
 
 
 def exit_trampoline_entry(items: list, for_iter_pos: int) -> list:
@@ -343,8 +355,12 @@ def make_call_hooked(hooks) -> Any:
     Python]): what the call in the loop body calls instead of `callable`."""
     import torch
     from .break_callees import makes_generator, names_its_caller
+    from .caller_frames import tail_callee
 
     def route(target):
+        callee = tail_callee(target)  # NOTE [Caller-naming calls in tail functions] in caller_frames.py
+        if callee is not target:
+            return callee
         if isinstance(target, torch.nn.Module):
             return _module_target(hooks, target) or target
         if isinstance(target, (types.FunctionType, types.MethodType)):

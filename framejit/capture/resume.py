@@ -39,7 +39,8 @@ def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
 
 def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
                      live_locals: tuple[str, ...], successors: tuple = (),
-                     python_loop: tuple | None = None, cells: tuple[str, ...] = ()) -> types.CodeType:
+                     python_loop: tuple | None = None, cells: tuple[str, ...] = (),
+                     route: Any = None) -> types.CodeType:
     """Code for `code` resumed at canonical instruction `index` with the given stack and locals.
 
     `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument),
@@ -60,12 +61,45 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
 
     `cells`: live locals (cell variables of `code`) whose argument is the frame's cell itself, not its
     contents (NOTE [Cells passed to resume functions]).
+
+    `route` (tail functions other than loops'): every call in the code calls `route(callable)`'s answer,
+    the call helper of loops (NOTE [Caller-naming calls in tail functions] in caller_frames.py).
     """
     target = normalize(code).insts[index]
+    if target.part:
+        raise ValueError("cannot resume inside a split superinstruction")
     items = list(bytecode.Bytecode.from_code(code))
     _rename_locals(items)
     live_locals = tuple(map(safe_local, live_locals))
+    body, stack_args = _resume_body(code, items, target, layout, live_locals, successors, python_loop, cells, route)
     bc = bytecode.Bytecode.from_code(code)
+    bc.clear()
+    bc.extend(body)
+    _set_resume_signature(bc, code, index, layout, stack_args, live_locals)
+    # NOTE [Exception tables of resume code]: the prologue jumps into the middle of the code, so a try
+    # region that encloses the resume point is entered without passing its TryBegin, and the `bytecode`
+    # library's flow analysis (which starts at the entry) would leave its handler depth unset and
+    # undercount the stack. The stack at every instruction from the resume point on is the original's,
+    # so the original exception table's depths and the original stack size are the right ones.
+    _copy_handler_depths(code, items)
+    calls = max((len(after) + len(live_locals) for _, _, after in successors), default=0)
+    if python_loop or route is not None:  # a rewritten call holds its helper and keyword names too
+        calls = max(calls, len(python_loop[3]) + len(live_locals) + 1 if python_loop else 0, code.co_stacksize + 3)
+    new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 4, calls + 4),
+                          compute_exception_stack_depths=False)
+    # the canonical index of the resume point in the new code, minus the original's: the instructions the
+    # prologue adds, counted as normalisation counts them (its JUMP, the first, goes to the resume point)
+    jump = next(i for i in normalize(new_code).insts if i.name == "JUMP")
+    _ORIGIN[new_code] = (code, jump.arg - index)
+    if cells:
+        _CELL_ARGS[new_code] = frozenset(cells)
+    return new_code
+
+
+def _resume_body(code, items, target, layout, live_locals, successors, python_loop, cells, route):
+    """The resume function's instructions: the original's (`items`, locals renamed) with a label at the
+    resume point, the prologue that rebuilds the stack and jumps there, and the tail's trampolines; and
+    the names of the prologue's stack arguments."""
     label = Label()
     prologue, stack_args = _prologue(layout, label)
     if python_loop:  # NOTE [Callees routed in loops run as Python]: the loop's frame holds the user's locals only
@@ -73,24 +107,26 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     prologue[-1:-1] = emit.truth_test_prefix(target)  # 3.13: the value a truth test reads is a bool
     line = _line_of(items, target.position, code)
     _set_line(prologue, line)
-    if target.part:
-        raise ValueError("cannot resume inside a split superinstruction")
     start_at = target.start  # a call starts at its KW_NAMES, a truth test at its TO_BOOL, ... (normalize.py)
     trampolines: list = []
     if successors:
         trampolines = _trampolines(items, target.position, successors, live_locals, set(code.co_cellvars), cells)
         _set_line(trampolines, line)
+    items.insert(start_at, label)
     if python_loop:
-        items.insert(start_at, label)
         trampolines = _loop_trampoline(items, start_at, python_loop, code, live_locals, cells)
-        body = items + trampolines
-    else:
-        body = items[:start_at] + [label] + items[start_at:] + trampolines
+    elif route is not None:
+        from . import python_loops
+        python_loops.route_calls(items, route)
+    body = items + trampolines
     start = _prologue_position(body)
-    bc.clear()
     body = body[:start] + prologue + body[start:]
     _bind_cells(body, cells)  # NOTE [Cells passed to resume functions]
-    bc.extend(body)
+    return body, stack_args
+
+
+def _set_resume_signature(bc, code, index, layout, stack_args, live_locals) -> None:
+    """Arguments: the stack's values, then the live locals (a with-block's grad mode last); names."""
     bc.argnames = stack_args[:-1] + list(live_locals) + stack_args[-1:] if "block" in layout else \
         stack_args + list(live_locals)
     bc.argcount = len(bc.argnames)
@@ -103,24 +139,6 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     bc.name = code.co_name
     if hasattr(bc, "qualname"):
         bc.qualname = f"{getattr(code, 'co_qualname', code.co_name)}.<resume at {index}>"
-    # NOTE [Exception tables of resume code]: the prologue jumps into the middle of the code, so a try
-    # region that encloses the resume point is entered without passing its TryBegin, and the `bytecode`
-    # library's flow analysis (which starts at the entry) would leave its handler depth unset and
-    # undercount the stack. The stack at every instruction from the resume point on is the original's,
-    # so the original exception table's depths and the original stack size are the right ones.
-    _copy_handler_depths(code, items)
-    calls = max((len(after) + len(live_locals) for _, _, after in successors), default=0)
-    if python_loop:  # a rewritten call holds its helper and keyword names too
-        calls = max(calls, len(python_loop[3]) + len(live_locals) + 1, code.co_stacksize + 3)
-    new_code = bc.to_code(stacksize=max(code.co_stacksize, len(layout) + 4, calls + 4),
-                          compute_exception_stack_depths=False)
-    # the canonical index of the resume point in the new code, minus the original's: the instructions the
-    # prologue adds, counted as normalisation counts them (its JUMP, the first, goes to the resume point)
-    jump = next(i for i in normalize(new_code).insts if i.name == "JUMP")
-    _ORIGIN[new_code] = (code, jump.arg - index)
-    if cells:
-        _CELL_ARGS[new_code] = frozenset(cells)
-    return new_code
 
 
 # NOTE [Cells passed to resume functions]: a closure made before a break reads the frame's cell (`one`, `c`),
