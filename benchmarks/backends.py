@@ -2,7 +2,8 @@
 
 Usage:
     .venv/bin/python benchmarks/backends.py --backend onnxrt [--device cpu] [--size bench]
-        [--models mlp,cnn] [--no-inductor] [--seconds 1.0] [--threads N|1,0] [--repeats 5] [--clock cpu]
+        [--models mlp,cnn] [--no-inductor] [--seconds 1.0] [--threads N|1,0] [--repeats 5] [--block 5]
+        [--clock cpu]
 
 Prints one table row per model: median latency of eager, framejit+backend and inductor (ms), the
 speedup of framejit over eager, framejit's latency relative to inductor (< 1.0: faster), and first-call
@@ -12,8 +13,8 @@ NOTE [Honest timings]
 All three columns run with the same thread count (`--threads`, default: torch's default for this
 machine), set with `torch.set_num_threads` before anything compiles: ORT sessions take their intra-op
 thread count from it (onnxrt options.py) and inductor's OpenMP code reads it. The timing phase is
-repeated `--repeats` times; each repeat times the columns round-robin, call by call, and keeps the
-median per column. The table shows the median over repeats of those medians and, for the ratios, the
+repeated `--repeats` times; each repeat times the columns round-robin, in blocks of `--block`
+consecutive calls per column (NOTE [Blocks of calls]), and keeps the median per column. The table shows the median over repeats of those medians and, for the ratios, the
 lowest and highest per-repeat ratio (the spread). The machine load (`os.getloadavg()`) is printed
 before and after, and beside each row (when its timings ended; each row is also printed to stderr as soon
 as it is timed, so a run cut short keeps what it measured): on a shared machine the ratios of interleaved
@@ -23,6 +24,19 @@ code fix their thread count when they are made), one table each.
 thread torch, ORT (no intra-op pool) and inductor's code all run on the calling thread, and on a machine
 whose load average is many times its core count the wall-clock medians mostly measure waiting for a
 core (NOTE [CPU clock] in benchmarks/recompiles.py).
+
+NOTE [Blocks of calls]
+torch's OpenMP workers (libgomp) spin for milliseconds after each parallel region, and ORT's intra-op
+worker for up to 200 us (NOTE [Bounded spinning] in onnxrt/options.py). Timed call by call, each call
+therefore starts while the previous column's threads still spin, and on a machine with as many cores as
+threads the ORT worker loses its core to a spinning OpenMP worker for most of a call: measured (zoo bench
+size, 2 threads, SCHED_FIFO so that the machine's load of 10-14 did not reach it, one process, medians of
+40 calls per column), vit eager 12.03 / framejit 12.38 / inductor 11.50 ms call by call in the order
+eager, framejit, inductor, against 11.05 / 10.36 / 10.78 ms timed in blocks of 5 (bert: 35.3 / 37.3 / 33.7
+against 34.5 / 34.7 / 32.6); putting framejit after inductor did not help (12.34 ms: inductor's code runs on
+the same OpenMP pool as eager). A program calls one model repeatedly; the blocks (`--block`, default 5)
+measure that, and only each block's first call pays for the previous column's spinning. `--block 1` times
+call by call.
 
 Phases (NOTES.md: inductor's compile workers disturb measurements taken right after a cold compile):
 1. framejit compiles; 2. inductor compiles (compile_threads=1); 3. timings, with eager, framejit and
@@ -66,15 +80,17 @@ def check_device(backend: str, device: str) -> None:
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
 
-def interleaved_repeats(fns: dict, inputs, seconds: float, device: str, repeats: int, clock=time.perf_counter) -> dict:
+def interleaved_repeats(fns: dict, inputs, seconds: float, device: str, repeats: int, clock=time.perf_counter,
+                        block: int = 1) -> dict:
     """Per callable, the list of per-repeat medians (ms): NOTE [Honest timings]."""
-    runs = [interleaved_medians(fns, inputs, seconds / repeats, device, clock) for _ in range(repeats)]
+    runs = [interleaved_medians(fns, inputs, seconds / repeats, device, clock, block) for _ in range(repeats)]
     return {key: [run[key] for run in runs] for key in fns}
 
 
-def interleaved_medians(fns: dict, inputs, seconds: float, device: str, clock=time.perf_counter) -> dict:
-    """Median ms per callable, timing them round-robin so that load from other processes (this
-    machine's 2 cores are shared) hits every column alike."""
+def interleaved_medians(fns: dict, inputs, seconds: float, device: str, clock=time.perf_counter,
+                        block: int = 1) -> dict:
+    """Median ms per callable, timing them round-robin in blocks of `block` calls (NOTE [Blocks of calls])
+    so that load from other processes (this machine's 2 cores are shared) hits every column alike."""
     def sync():
         if device == "cuda":
             torch.cuda.synchronize()
@@ -88,11 +104,12 @@ def interleaved_medians(fns: dict, inputs, seconds: float, device: str, clock=ti
     rounds = 0
     while rounds < 10 or (time.perf_counter() < deadline and rounds < 2000):
         for key, fn in fns.items():
-            start = clock()
-            fn(*inputs)
-            sync()
-            times[key].append(clock() - start)
-        rounds += 1
+            for _ in range(block):
+                start = clock()
+                fn(*inputs)
+                sync()
+                times[key].append(clock() - start)
+        rounds += block
     return {key: statistics.median(ts) * 1e3 for key, ts in times.items()}
 
 
@@ -154,7 +171,7 @@ def run(args) -> None:
                 print(f"  inductor compiled {name} in {row['ind_compile']:.1f} s", file=sys.stderr)
         for name, row in rows.items():  # phase 3: timings, interleaved
             row["runs"] = interleaved_repeats(row["fns"], row["inputs"], args.seconds, args.device, args.repeats,
-                                              CLOCKS[args.clock])
+                                              CLOCKS[args.clock], args.block)
             row.update({key: statistics.median(ms) for key, ms in row["runs"].items()})
             row["load"] = os.getloadavg()[0]  # NOTE [Honest timings]: the load beside every row
             print(f"  timed {name}: {_row_text(name, row)}", file=sys.stderr, flush=True)
@@ -179,7 +196,7 @@ def _row_text(name: str, r: dict) -> str:
 def print_table(rows, args) -> None:
     load = os.getloadavg()
     print(f"\nbackend={args.backend} device={args.device} size={args.size} torch={torch.__version__} "
-          f"threads={torch.get_num_threads()} repeats={args.repeats} clock={args.clock} "
+          f"threads={torch.get_num_threads()} repeats={args.repeats} block={args.block} clock={args.clock} "
           f"load avg before={args.load_before[0]:.2f} after={load[0]:.2f} (1 min; {os.cpu_count()} CPUs)")
     header = (f"{'model':10s} {'via':16s} {'eager ms':>9s} {'fj ms':>9s} {'ind ms':>9s} "
               f"{'eager/fj':>8s} {'(spread)':>11s} {'fj/ind':>7s} {'(spread)':>11s} {'fj comp s':>9s} "
@@ -213,6 +230,8 @@ def main(argv=None) -> None:
                         help="torch (and so ORT and inductor) threads for every column; 0: the machine's default; "
                              "a comma list (1,0) runs one process per setting, one table each")
     parser.add_argument("--repeats", type=int, default=5, help="timing repeats (the spread columns)")
+    parser.add_argument("--block", type=int, default=5,
+                        help="consecutive calls per column before the next column (NOTE [Blocks of calls]); 1: call by call")
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
                         help="wall time, or the calling thread's CPU time (only with --threads 1; NOTE [Honest timings])")
     args = parser.parse_args(argv)
