@@ -83,8 +83,43 @@ def _bind_call_value_imports() -> None:
 
 
 def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """The value of `fn(*args, **kwargs)` in the trace: inlined, recorded as graph nodes, answered at trace
+    time, or Unsupported (a graph break)."""
     if not _CALL_VALUE_IMPORTS_BOUND:  # NOTE [Imports of call_value]
         _bind_call_value_imports()
+    result = _call_numpy_or_tensor_maker(tx, fn, args, kwargs)
+    if result is not _UNHANDLED:
+        return result
+    if isinstance(fn, UserFunctionValue):
+        return _call_user_function(tx, fn, args, kwargs)
+    if is_function_apply(fn):  # NOTE [Custom autograd functions without grad]
+        return call_apply(tx, fn, args, kwargs)
+    if isinstance(fn, BoundMethodValue):
+        return _call_bound_method(tx, fn, args, kwargs)
+    if isinstance(fn, PartialValue):
+        if fn.keywords is not None:  # NOTE [Reads past writes through a namespace dict]: `p.keywords[k] = v`
+            tx.output.side_effects.check_namespace_read(fn.keywords, "keywords")
+        return call_value(tx, fn.func, [*fn.args, *args], {**fn.kwargs, **kwargs})
+    if isinstance(fn, TensorMethodValue):
+        return call_tensor_method(tx, fn.tensor, fn.name, args, kwargs)
+    if isinstance(fn, NNModuleValue):
+        return call_module(tx, fn, args, kwargs)
+    if isinstance(fn, ModuleSliceValue) and fn.sequential:
+        result = args[0] if len(args) == 1 and not kwargs else _raise_type("Sequential takes one input")
+        for child in fn.items:
+            result = call_value(tx, child, [result], {})
+        return result
+    if isinstance(fn, BuiltinValue):
+        return _call_builtin_value(tx, fn, args, kwargs)
+    return _call_other(tx, fn, args, kwargs)
+
+
+_UNHANDLED = object()
+
+
+def _call_numpy_or_tensor_maker(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Any:
+    """NumPy calls (NOTE [NumPy as torch]), a lazy generator's methods, and `torch.tensor` of symbolic ints;
+    _UNHANDLED for every other call."""
     if isinstance(fn, NdarrayMethodValue):  # NOTE [NumPy as torch]
         return call_method(tx, fn, args, kwargs)
     if isinstance(fn, LazyGenMethodValue):  # NOTE [Generators driven by send] in lazy_generators.py
@@ -100,70 +135,65 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
         made = tensor_of_ints(tx, args, kwargs)
         if made is not None:
             return made
-    if isinstance(fn, UserFunctionValue):
-        draw = drawing_call(fn.fn, args, kwargs)  # `random.uniform(0, 1)`
-        if draw is not None:  # NOTE [Draws from the random module]
-            return record_draw(tx, draw)
-        if fn.fn is entry_check:  # NOTE [Entry checks]
-            return record_entry_check(tx, args, kwargs)
-        if is_allowed_in_graph(tx, fn):  # NOTE [Allowed in graph]
-            return call_allowed(tx, fn, args, kwargs)
-        if fn.fn.__module__ in ("inspect", "dataclasses", "copy") and introspection_handler(fn.fn) is not None:
-            return introspection_handler(fn.fn)(tx, args, kwargs)  # NOTE [Introspection at trace time]
-        if is_singledispatch_dispatch(fn.fn):  # NOTE [singledispatch answered at trace time]
-            result = call_dispatch(tx, fn, args, kwargs)
-            if result is not None:
-                return result
-        if is_pure_on_constants(fn.fn):  # NOTE [Pure library checks on constants]
-            result = call_pure(tx, fn.fn, args, kwargs)
-            if result is not None:
-                return result
-        if fn.fn in OUTSIDE_CM_METHODS and args:  # `cm.__enter__()`, also `type(cm).__enter__(cm)` (ExitStack)
-            called = call_cm_method(tx, fn.fn.__name__, args[0], args[1:], kwargs)
-            if called is not None:  # NOTE [Generator context managers from outside]
-                return called
-        if args and isinstance(args[0], CtxValue) and getattr(args[0].cls, fn.fn.__name__, None) is fn.fn and \
-                fn.fn.__name__ in ("__enter__", "__exit__"):  # NOTE [Torch managers entered by call]
-            called = call_torch_ctx_method(tx, fn.fn.__name__, args[0], args[1:], kwargs)
-            if called is not None:
-                return called
-        if args and abc_method_handler(BoundMethodValue(fn, args[0])) is not None:  # NOTE [Mapping mixins]
-            return abc_method_handler(BoundMethodValue(fn, args[0]))(tx, args[1:], kwargs)  # `k in o`
-        return tx.inline(fn, args, kwargs)
-    if is_function_apply(fn):  # NOTE [Custom autograd functions without grad]
-        return call_apply(tx, fn, args, kwargs)
-    if isinstance(fn, BoundMethodValue):
-        if is_environ_read(fn):  # NOTE [Environment reads]
-            return call_environ(tx, fn, args, kwargs)
-        if abc_method_handler(fn) is not None:  # NOTE [Mapping mixins]
-            return abc_method_handler(fn)(tx, args, kwargs)
-        if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
-            # a method of a torch context manager read from outside, e.g. `no_grad_instance.clone`
-            return call_value(tx, tx.getattr(fn.self_value, fn.func.obj.__name__), args, kwargs)
-        return call_value(tx, fn.func, [fn.self_value, *args], kwargs)
-    if isinstance(fn, PartialValue):
-        if fn.keywords is not None:  # NOTE [Reads past writes through a namespace dict]: `p.keywords[k] = v`
-            tx.output.side_effects.check_namespace_read(fn.keywords, "keywords")
-        return call_value(tx, fn.func, [*fn.args, *args], {**fn.kwargs, **kwargs})
-    if isinstance(fn, TensorMethodValue):
-        return call_tensor_method(tx, fn.tensor, fn.name, args, kwargs)
-    if isinstance(fn, NNModuleValue):
-        return call_module(tx, fn, args, kwargs)
-    if isinstance(fn, ModuleSliceValue) and fn.sequential:
-        result = args[0] if len(args) == 1 and not kwargs else _raise_type("Sequential takes one input")
-        for child in fn.items:
-            result = call_value(tx, child, [result], {})
-        return result
-    if isinstance(fn, BuiltinValue) and isinstance(fn.obj, types.FunctionType) and \
+    return _UNHANDLED
+
+
+def _call_user_function(tx, fn: UserFunctionValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    draw = drawing_call(fn.fn, args, kwargs)  # `random.uniform(0, 1)`
+    if draw is not None:  # NOTE [Draws from the random module]
+        return record_draw(tx, draw)
+    if fn.fn is entry_check:  # NOTE [Entry checks]
+        return record_entry_check(tx, args, kwargs)
+    if is_allowed_in_graph(tx, fn):  # NOTE [Allowed in graph]
+        return call_allowed(tx, fn, args, kwargs)
+    if fn.fn.__module__ in ("inspect", "dataclasses", "copy") and introspection_handler(fn.fn) is not None:
+        return introspection_handler(fn.fn)(tx, args, kwargs)  # NOTE [Introspection at trace time]
+    if is_singledispatch_dispatch(fn.fn):  # NOTE [singledispatch answered at trace time]
+        result = call_dispatch(tx, fn, args, kwargs)
+        if result is not None:
+            return result
+    if is_pure_on_constants(fn.fn):  # NOTE [Pure library checks on constants]
+        result = call_pure(tx, fn.fn, args, kwargs)
+        if result is not None:
+            return result
+    if fn.fn in OUTSIDE_CM_METHODS and args:  # `cm.__enter__()`, also `type(cm).__enter__(cm)` (ExitStack)
+        called = call_cm_method(tx, fn.fn.__name__, args[0], args[1:], kwargs)
+        if called is not None:  # NOTE [Generator context managers from outside]
+            return called
+    if args and isinstance(args[0], CtxValue) and getattr(args[0].cls, fn.fn.__name__, None) is fn.fn and \
+            fn.fn.__name__ in ("__enter__", "__exit__"):  # NOTE [Torch managers entered by call]
+        called = call_torch_ctx_method(tx, fn.fn.__name__, args[0], args[1:], kwargs)
+        if called is not None:
+            return called
+    if args and abc_method_handler(BoundMethodValue(fn, args[0])) is not None:  # NOTE [Mapping mixins]
+        return abc_method_handler(BoundMethodValue(fn, args[0]))(tx, args[1:], kwargs)  # `k in o`
+    return tx.inline(fn, args, kwargs)
+
+
+def _call_bound_method(tx, fn: BoundMethodValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if is_environ_read(fn):  # NOTE [Environment reads]
+        return call_environ(tx, fn, args, kwargs)
+    if abc_method_handler(fn) is not None:  # NOTE [Mapping mixins]
+        return abc_method_handler(fn)(tx, args, kwargs)
+    if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
+        # a method of a torch context manager read from outside, e.g. `no_grad_instance.clone`
+        return call_value(tx, tx.getattr(fn.self_value, fn.func.obj.__name__), args, kwargs)
+    return call_value(tx, fn.func, [fn.self_value, *args], kwargs)
+
+
+def _call_builtin_value(tx, fn: BuiltinValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    if isinstance(fn.obj, types.FunctionType) and \
             fn.obj.__name__ in ("__enter__", "__exit__"):  # NOTE [Exits of unmodelled context managers]
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.obj.__qualname__} of an object read as opaque")
-    if isinstance(fn, BuiltinValue) and signature_bind_method(fn.obj) is not None:
-        return call_value(tx, signature_bind_method(fn.obj), args, kwargs)  # NOTE [Binding a signature at trace
-    if isinstance(fn, BuiltinValue):                                        # time]
-        bound = _bound_slot_wrapper(tx, fn)
-        if bound is not None:
-            return call_value(tx, bound, args, kwargs)
-        return call_builtin(tx, fn.obj, args, kwargs)
+    if signature_bind_method(fn.obj) is not None:  # NOTE [Binding a signature at trace time]
+        return call_value(tx, signature_bind_method(fn.obj), args, kwargs)
+    bound = _bound_slot_wrapper(tx, fn)
+    if bound is not None:
+        return call_value(tx, bound, args, kwargs)
+    return call_builtin(tx, fn.obj, args, kwargs)
+
+
+def _call_other(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     if hasattr(type(fn), "call_in_trace"):  # a value that knows its own call (NOTE [vjp functions])
         return fn.call_in_trace(tx, args, kwargs)
     if isinstance(fn, ExitValue):
