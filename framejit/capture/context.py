@@ -21,6 +21,7 @@ import torch
 import torch.amp.autocast_mode as autocast_mode
 import torch.autograd.grad_mode as grad_mode
 
+from . import getitem_mode
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource, Source
 from .values import ConstantValue, NewObjectValue, ObjectValue, Value
@@ -216,12 +217,15 @@ def block_for(exit_value: "ExitValue") -> tuple[Any, tuple]:
         return SavedHooksBlock, (ctx.mode,)
     if ctx.kind == "device":  # NOTE [Device blocks]
         return DeviceBlock, (ctx.mode,)
+    if ctx.kind == "getitem_to_index":  # NOTE [Getitem-to-index blocks]: the mode object itself
+        return ctx.cls, ()
     device_type, dtype, enabled, cache = ctx.mode
     return torch.autocast, (device_type, dtype, enabled, cache)
 
 
 def is_ctx_class(cls: Any) -> bool:
-    return isinstance(cls, type) and (issubclass(cls, GRAD_CLASSES + AUTOCAST_CLASSES) or is_profiler_class(cls))
+    return isinstance(cls, type) and (issubclass(cls, GRAD_CLASSES + AUTOCAST_CLASSES) or is_profiler_class(cls)
+                                      or getitem_mode.is_mode_class(cls))
 
 
 def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxValue:
@@ -230,6 +234,8 @@ def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxV
     if is_profiler_class(cls):  # NOTE [Profiler blocks]
         from .state_blocks import make_profiler_ctx
         return make_profiler_ctx(cls, args, kwargs, tx)
+    if getitem_mode.is_mode_class(cls) and not args and not kwargs:  # NOTE [Getitem-to-index blocks]
+        return CtxValue("getitem_to_index", None, cls)
     kw = {k: v.as_constant() for k, v in kwargs.items()}
     if not plain_ctx_class(cls) and cls not in DEVICE_AUTOCAST:  # NOTE [Subclasses of torch context classes]
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"context manager {cls.__name__} with its own methods")
@@ -331,6 +337,8 @@ def ctx_from_object(out, obj: Any, source: Source) -> CtxValue:
     if isinstance(obj, DeviceBlock):  # NOTE [Device blocks]
         out.guard_constant(AttrSource(source, "device"), obj.device)
         return CtxValue("device", obj.device, DeviceBlock, source)
+    if getitem_mode.is_mode_object(obj):  # NOTE [Getitem-to-index blocks]: a block carried across a break
+        return CtxValue("getitem_to_index", None, type(obj), source)
     if type(obj) in AUTOCAST_CLASSES or type(obj) in DEVICE_AUTOCAST:
         names = ("device", "fast_dtype", "_enabled", "_cache_enabled")
         for name in names:
@@ -366,6 +374,8 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
         elif ctx.kind == "saved_hooks":  # NOTE [Saved-tensors-hooks blocks]
             from .state_blocks import enter_saved_hooks
             saved = enter_saved_hooks(out, ctx.mode)
+        elif ctx.kind == "getitem_to_index":  # NOTE [Getitem-to-index blocks]
+            saved = getitem_mode.enter(out)
         else:
             device_type, dtype, enabled, cache = ctx.mode
             node = out.record_effect(autocast_mode._enter_autocast, (device_type, dtype, enabled, cache))
@@ -402,6 +412,8 @@ def exit_(tx, exit_value: ExitValue) -> Value:
     elif ctx.kind == "saved_hooks":
         from .state_blocks import exit_saved_hooks
         exit_saved_hooks(out, saved)
+    elif ctx.kind == "getitem_to_index":
+        getitem_mode.exit_(out, saved)
     else:
         out.record_effect(autocast_mode._exit_autocast, (saved,))
         out.open_regions.remove(saved)

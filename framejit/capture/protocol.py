@@ -508,6 +508,11 @@ def getitem(tx, obj: Value, key: Value) -> Value:
 def _tensor_getitem(tx, obj: TensorValue, key: Value) -> Value:
     """`obj[key]` as torch's own __getitem__ computes it (also the rows Tensor.__iter__ yields)."""
     from .sym_arith import select  # NOTE [Symbolic int indices]
+    from . import getitem_mode
+    if getitem_mode.active(tx.output):  # NOTE [Getitem-to-index blocks]
+        indexed = getitem_mode.subscript(tx, obj, key)
+        if indexed is not None:
+            return indexed
     selected = select(tx, obj, key)
     if selected is not None:
         return selected

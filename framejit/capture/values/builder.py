@@ -219,8 +219,10 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return _wrap_sequence_iterator(out, obj, source)
     from ..context import (AUTOCAST_CLASSES, BLOCK_CLASSES, DEVICE_AUTOCAST, GRAD_CLASSES, ctx_from_object,
                            plain_ctx_class)
+    from ..getitem_mode import is_mode_object
     if isinstance(obj, BLOCK_CLASSES) or isinstance(obj, GRAD_CLASSES) and plain_ctx_class(type(obj)) or \
-            type(obj) in AUTOCAST_CLASSES or type(obj) in DEVICE_AUTOCAST:  # NOTE [Subclasses of torch context classes]
+            type(obj) in AUTOCAST_CLASSES or type(obj) in DEVICE_AUTOCAST or \
+            is_mode_object(obj):  # NOTE [Subclasses of torch context classes], [Getitem-to-index blocks]
         return ctx_from_object(out, obj, source)
     return _wrap_callable_or_object(out, obj, source)
 
