@@ -26,11 +26,15 @@ it holds for `R`:
   That function is called by `get_parametrized` only while the cache is on (a trace reading the property
   guards `_cache_enabled`), and then the classes must be identical.
 
-Identity is still what a trace relies on when it takes the class, or a function of its dict, as a value
-(`type(m)`, `m.__getstate__`, `type(m).weight`: identities can be compared, hashed, returned). Such a read
-sets the trace's `flag` for `R` (`rely_on_identity`), and a set flag makes `___alike_class` answer False,
-so that entry matches `R` alone. `m.__class__` is pinned by its own ID_MATCH guard; reading the
-parametrized property of an instance (`m.weight`) runs its fget, which needs only its code and cells.
+Identity is still what a trace relies on when it takes one of these classes, or a function of its dict, as
+a value (`type(m)`, `m.__class__`, a global or attribute holding the class, `m.__getstate__`,
+`type(m).weight`): identities can be compared, hashed, returned, and `isinstance(a, type(b))` is folded
+from the pinned types, which alike matching would change when `a` and `b` are called with one object of
+`b`'s class. Such a read sets the trace's one `flag` (`rely_on_identity`: in `type()`, in the wrap of a class
+read through a source, in a pin of a class-dict entry that is not a property), and a set flag makes
+`___alike_class` answer False for every class of that entry: all its types match by identity, as before.
+Reading the parametrized property of an instance (`m.weight`) runs its fget, which needs only its code and
+cells.
 """
 from __future__ import annotations
 
@@ -163,19 +167,18 @@ def _same_mapping(a: dict | None, b: dict | None) -> bool:
     return list(a) == list(b) and all(_same_value(a[k], b[k]) for k in a)
 
 
-def _flag(out, cls: type) -> list:
-    """The trace's flag for `cls`: set when the trace relies on the class's identity."""
-    flags = out.__dict__.setdefault("_parametrized_identity", {})
-    return flags.setdefault(cls, [False])
+def _flag(out) -> list:
+    """The trace's flag: set when it relies on the identity of any of parametrize's classes."""
+    return out.__dict__.setdefault("_parametrized_identity", [False])
 
 
 def type_check(out, expr: str, cls: type) -> str:
     """The TYPE_MATCH expression for an object of a parametrized class `cls`, `expr` its type."""
     return (f"({expr} is {out.name_of(cls, cls.__name__)} or {out.name_of(alike_class, 'alike_class')}"
-            f"({expr}, {out.name_of(cls, cls.__name__)}, {out.name_of(_flag(out, cls), 'identity_flag')}))")
+            f"({expr}, {out.name_of(cls, cls.__name__)}, {out.name_of(_flag(out), 'identity_flag')}))")
 
 
 def rely_on_identity(out, cls: Any) -> None:
-    """The trace took `cls` (or an entry of its dict) as a value: entries match that class alone."""
+    """The trace took `cls` (or an entry of its dict) as a value: the entry's types match by identity."""
     if is_parametrized_class(cls):
-        _flag(out, cls)[0] = True
+        _flag(out)[0] = True

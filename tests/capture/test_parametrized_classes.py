@@ -8,6 +8,7 @@ state of it, a property replaced, a class attribute added, a closure cell change
 """
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
@@ -134,6 +135,33 @@ def test_class_taken_as_a_value_keeps_its_identity():
         assert got[1] is type(conv) and got[2] is type(conv).__dict__["__getstate__"]
         torch.testing.assert_close(got[0], conv(x) * 2)
     assert sorted(seen.values()) == [2, 2, 2] and set(seen) == {type(c) for c in convs}
+
+
+def _same_kind_by_class_attr(a, b, x):
+    return a(x) * 2 if isinstance(a, b.__class__) else a(x)
+
+
+def _same_kind_by_type(a, b, x):
+    return a(x) * 2 if isinstance(a, type(b)) else a(x)
+
+
+HELD: dict = {}
+
+
+def _same_kind_by_global(a, b, x):
+    return a(x) * 2 if isinstance(a, HELD["kind"]) else a(x)
+
+
+@pytest.mark.parametrize("fn", [_same_kind_by_class_attr, _same_kind_by_type, _same_kind_by_global])
+def test_isinstance_of_another_conv_class(fn):
+    """`isinstance(a, <b's class>)` is folded from the pinned types: once a class is a value, `a` called with
+    an object of that very class must not match an entry traced for an alike class."""
+    c0, c1 = _conv(0), _conv(1)
+    HELD["kind"] = type(c1)
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    for a, b in ((c0, c1), (c1, c1), (c0, c0), (c1, c0)):
+        x = torch.randn(2, 3, 9)
+        torch.testing.assert_close(compiled(a, b, x), fn(a, b, x))
 
 
 def test_cached_parametrizations():

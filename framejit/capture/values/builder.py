@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..breaks import BreakKind, Unsupported
+from ..parametrized_classes import rely_on_identity
 from ..sources import AttrSource, ItemSource, Source
 from .base import ConstantValue, Value
 from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMethodValue, UserFunctionValue
@@ -286,6 +287,7 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         return PyModuleValue(obj, source)
     if isinstance(obj, type):
         out.guard_id(source, obj)
+        rely_on_identity(out, obj)  # NOTE [Parametrized classes alike]
         return ClassValue(obj, source)
     if isinstance(obj, functools.partial):
         out.guard_type(source, functools.partial)
