@@ -11,6 +11,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .builtins import _TracedOrder, _all_const, _consts, _dict, _iter
 from .folded_results import permuted_like
 from .comparisons import contains
+from .container_slots import call_container_slot, check_method_arguments, is_container_slot
 from .protocol import constant_fold, extend_list, getitem, iterate, length
 from .values.outside import OutsideDictValue, OutsideSetValue, set_has
 from .values import (ConstantValue, DictValue, DictViewValue, ListValue, SequenceValue, SetValue, TensorValue,
@@ -99,6 +100,10 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
     from .dict_objects import dict_contents, is_dict_object, own_missing, store_item
     owner, name = fn.__objclass__, fn.__name__
     self_value, rest = args[0], args[1:]
+    if is_container_slot(owner, name, self_value):  # NOTE [Container slots called as methods]
+        return call_container_slot(tx, owner, name, self_value, rest, kwargs)
+    if owner in (list, tuple):  # NOTE [Argument errors of container methods]
+        check_method_arguments(owner, name, rest, kwargs)
     if owner in (dict, collections.OrderedDict) and is_dict_object(self_value) and name == "__setitem__":
         return store_item(tx, self_value, owner, rest, kwargs)  # NOTE [Item stores into dict objects from outside]
     if owner in (dict, collections.OrderedDict) and is_dict_object(self_value):
@@ -158,12 +163,8 @@ def _sequence_method(tx, seq: SequenceValue, name: str, args: list[Value], kwarg
         items.append(args[0])
     elif name == "extend":
         items.extend(iterate(tx, args[0]))
-    elif name == "insert":
-        items.insert(args[0].as_constant(), args[1])
-    elif name == "pop":
-        if not items:
-            raise UserException(IndexError("pop from empty list"))
-        return items.pop(args[0].as_constant() if args else -1)
+    elif name in ("insert", "pop"):
+        return _insert_or_pop(items, name, args)
     elif name == "reverse":
         items.reverse()
     elif name == "clear":
@@ -178,6 +179,20 @@ def _sequence_method(tx, seq: SequenceValue, name: str, args: list[Value], kwarg
     elif name in ("index", "count", "remove", "sort"):
         return _constant_sequence_method(tx, seq, name, args, kwargs)
     return ConstantValue(None)
+
+
+def _insert_or_pop(items: list[Value], name: str, args: list[Value]) -> Value:
+    """The same operation on the trace's items raises what CPython raises on the list (NOTE [Argument errors of
+    container methods]): an index out of range, an index that is no integer."""
+    try:
+        if name == "insert":
+            items.insert(args[0].as_constant(), args[1])
+            return ConstantValue(None)
+        if not items:
+            raise UserException(IndexError("pop from empty list"))
+        return items.pop(args[0].as_constant() if args else -1)
+    except (IndexError, TypeError) as e:
+        raise UserException(e) from None
 
 
 def _sort_with_key(tx, lst: ListValue, args: list[Value], kwargs: dict[str, Value]) -> None:
