@@ -288,7 +288,8 @@ def _reversed(tx, args, kwargs):
             return args[0]
         return tx.output.call("call_method", "flip", (args[0], ConstantValue(0)), {})
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
-    result = watch.finish(IteratorValue(list(reversed(iterate(tx, args[0])))), "reversed", per_row=False)
+    result = watch.finish(IteratorValue(list(reversed(iterate(tx, args[0])))), "reversed", per_row=False,
+                          from_end=True)
     # NOTE [Iterators of their own type] in values/containers.py: reversed(a range) is a range_iterator
     # over the reversed range, reversed(a tuple) a `reversed` object; they answer type() and are rebuilt so.
     # reversed(a list) answers list_reverseiterator; it is never rebuilt (made_at: it breaks where made).

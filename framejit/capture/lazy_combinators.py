@@ -110,8 +110,9 @@ class Watch:
         return bool(self.lists or self.mappings or self.checks or fn_reads_state)
 
     def finish(self, result: IteratorValue, what: str, per_row: bool, fn: Value | None = None,
-               columns: list[list[Value]] = (), extra: Any = _NO_RECIPE) -> IteratorValue:
-        """`result` (the rows, already computed) checked as NOTE [Lazy combinators] says."""
+               columns: list[list[Value]] = (), extra: Any = _NO_RECIPE, from_end: bool = False) -> IteratorValue:
+        """`result` (the rows, already computed) checked as NOTE [Lazy combinators] says; `from_end`: the rows
+        are a list's items from its end (NOTE [reversed over a list])."""
         reads_state = not _reads_nothing_else(fn, list(columns))
         if not self.needed(reads_state):
             return result
@@ -131,6 +132,10 @@ class Watch:
         def changed() -> bool:
             for container, items, start in self.lists:
                 now = container.items
+                if from_end and container.cls is list:  # NOTE [reversed over a list]
+                    if len(now) < len(items) or any(now[i] is not items[i] for i in range(len(items))):
+                        return True
+                    continue
                 low = start + result.index if per_row else 0
                 if len(now) != len(items) or any(now[i] is not items[i] for i in range(low, len(now))):
                     return True
@@ -154,6 +159,12 @@ class Watch:
         return result
 
 
+# NOTE [reversed over a list]: CPython's list_reverseiterator keeps an index, from len - 1 down to 0, and
+# reads `lst[index]` while the index is below the list's length *then*. Items appended while it is consumed
+# (a loop over `reversed(tape)` whose body records onto the tape: a Python autograd's backward pass) are never
+# read: the rows stay right while the items it held when made are the same values at the same positions (the
+# list may only have grown). Not only the rows still to draw: an enumerate or zip over it drains it when made,
+# so its own position says nothing. Any other change breaks where it was made, as for the other combinators.
 class Recipe:
     """How to rebuild a combinator lazily (NOTE [Combinators rebuilt at breaks]): `kind` ("enumerate" or
     "zip"), `extra` (enumerate's start, zip's strict), the arguments with the positions their iterators
