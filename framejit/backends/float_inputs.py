@@ -161,6 +161,8 @@ class _Rewriter:
         if not isinstance(val, torch.Tensor) or val.dtype not in _CAST_DTYPES:
             raise NotRewritable(f"{node.format_node()}: a float input meets a {type(val).__name__} result "
                                 f"{getattr(val, 'dtype', '')}")
+        if node.op == "call_function" and node.target is torch.scalar_tensor:
+            return self.scalar_tensor(node, val)
         name = None if node.target in _TENSOR_OPERATORS else _name(node)
         if name is None and node.target not in _TENSOR_OPERATORS:
             raise NotRewritable(f"{node.format_node()}: a float input passed to {node.target}")
@@ -198,6 +200,15 @@ class _Rewriter:
         with self.graph.inserting_before(node):
             other = self.new("call_function", torch.mul, (args[1], factor))
         node.args, node.kwargs = (args[0], other), kwargs
+
+    def scalar_tensor(self, node: torch.fx.Node, val: torch.Tensor) -> None:
+        """`torch.scalar_tensor(s, dtype=...)` of a float input (`x.new_tensor([x.size(0) / 3])`, NOTE [Tensors
+        of mixed numbers]): the 0-d float64 value cast to the float32/float64 result, as scalar_tensor converts
+        the Python float (one rounding from double)."""
+        if len(node.args) != 1 or node.args[0] not in self.scalars or set(node.kwargs) - {"dtype", "device"}:
+            raise NotRewritable(f"{node.format_node()}: scalar_tensor of a float input with other arguments")
+        node.op, node.target = "call_method", "to"
+        node.args, node.kwargs = (node.args[0],), {"dtype": val.dtype, "device": val.device}
 
     def setitem(self, node: torch.fx.Node) -> None:
         """`y[i] = s` with a float input `s`: `y[i] = s.to(y.dtype)`, the value eager stores (its float cast

@@ -85,19 +85,54 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
     if not (is_sym(a) or is_sym(b)):
         return None
     fn = _INPLACE.get(fn, fn)
+    a, b = _bool_as_int(tx, a, fn), _bool_as_int(tx, b, fn)
     ta, tb = _number_type(a), _number_type(b)
     if ta is None or tb is None:
         return None
     if ta is int and tb is int:
         if fn not in _INT_BINARY:
             return None
+        if fn is operator.pow and isinstance(b, ConstantValue) and b.value < 0 and _known_positive(tx, a):
+            return _keep(tx, fn, (a, b))  # NOTE [Negative powers of sizes]
         if fn in _NATURAL_RIGHT and not _known_natural(tx, b):
             return None  # a negative exponent or shift: a float or a ValueError, depending on the value
-    elif fn not in _FLOAT_BINARY and not (fn is operator.pow and ta is int and _known_positive(tx, a)):
+    elif fn not in _FLOAT_BINARY and not (fn is operator.pow and ta is int and _known_positive(tx, a)) and \
+            not (fn is operator.pow and ta is float and tb is int and (_nonzero(a) or _known_natural(tx, b))):
         return None
     return _keep(tx, fn, (a, b))
 
 
+# NOTE [Float bases to int powers]: `0.5 ** (step // 2)` (a decay by a step counter) specialised the int, one
+# compilation per value. A float to an int power is a real float for every exponent (CPython's float_pow), and
+# raises only for a zero base with a negative exponent: kept symbolic when the base is a nonzero constant or
+# the exponent is >= 0 on every call the entry serves. A negative constant base is refused by torch (the int
+# specialises, as before); an overflow raises OverflowError in the graph's own Python pow, as eager does.
+def _nonzero(v: Value) -> bool:
+    return isinstance(v, ConstantValue) and v.value != 0
+
+
+# NOTE [Bools in size arithmetic]: `x.size(0) * 0.1 * (x.size(1) > 3)`: Python computes an int or float with a bool
+# as with the int 0 or 1 (the result an int or float, never a bool), so a bool operand of arithmetic with a
+# symbolic number is that int; a relation of sizes (a SymBool) is its truth, guarded as a relation (`s1 > 3`,
+# as torch.compile guards it), never the other operand's value (which specialised the size: a graph per size).
+_BOOL_ARITH = (_INT_BINARY | _FLOAT_BINARY) - {operator.and_, operator.or_, operator.xor}
+
+
+def _bool_as_int(tx, v: Value, fn: Callable) -> Value:
+    from .protocol import truth
+    if fn not in _BOOL_ARITH:
+        return v
+    if isinstance(v, ConstantValue) and type(v.value) is bool:
+        return ConstantValue(int(v.value))
+    if isinstance(v, SymNodeValue) and isinstance(v.sym, torch.SymBool):
+        return ConstantValue(int(truth(tx, v)))
+    return v
+
+
+# NOTE [Negative powers of sizes]: `n ** -1` for an int n is `float(n) ** -1.0` in CPython (int.__pow__ hands a
+# negative exponent to float's): kept as the same node, a SymFloat, when n is a size the env bounds below by 1
+# (`x.size(1) ** -1 * x` compiled a graph per width). A dynamic int that may be 0 specialises as before (0 ** -1
+# raises ZeroDivisionError).
 # NOTE [Float powers of sizes]: `d ** -0.5` (attention's scale from `x.shape[-1]`) with a float exponent
 # specialised d, one compilation per size where torch.compile makes one. It is a SymFloat node like `n / 2`
 # when the base is an int the env bounds below by 1 (a size): the result is then a real float for every
@@ -340,25 +375,59 @@ def select(tx, obj: TensorValue, key: Value) -> Value | None:
 # is left to the call as before. `torch.tensor(range(...))` of a symbolic range is an arange (`_tensor_of_range`).
 # `t.new_tensor(data)` is `torch.tensor(data, dtype=t.dtype, device=t.device)` (its defaults), built the same
 # way (`x.new_tensor([x.size(0), x.size(1)])` compiled once per size, stock torch.compile once).
+# NOTE [Tensors of mixed numbers]: the same holds for data mixing symbolic ints and floats with constant ints,
+# floats and bools, flat or nested (`[x.size(0), 2.5]`, `[[n, 1], [2, m]]`, `[n / 3, m ** 0.5]`): each number is
+# a scalar_tensor of the result dtype, rows are stacked, then the rows. The dtype is torch.tensor's inference:
+# the default float dtype when any item is a float, else int64 when any is an int, else bool (a relation of
+# sizes among them is guarded by its truth and counts as a bool, as torch.compile guards it). scalar_tensor
+# converts a Python number to a dtype as torch.tensor does (truncation to ints, overflow errors). Ragged or
+# empty rows and other item types are left to the call (which specialises, and raises where eager raises).
 def tensor_of_ints(tx, args: list[Value], kwargs: dict) -> Value | None:
-    """`torch.tensor(data)` / `torch.as_tensor(data)` for an int or a flat sequence of ints, some symbolic."""
+    """`torch.tensor(data)` / `torch.as_tensor(data)` for a number or a (nested) sequence of numbers, some
+    symbolic (NOTE [Tensors of mixed numbers])."""
     if len(args) != 1 or set(kwargs) - {"dtype", "device"} or \
             not all(isinstance(v, ConstantValue) for v in kwargs.values()):
         return None
     data = args[0]
     if isinstance(data, SymRangeValue):
         return _tensor_of_range(tx, data, kwargs)
-    items = data.items if type(data) in (TupleValue, ListValue) else [data]
-    if not items or not any(is_sym(i) for i in items) or any(_number_type(i) is not int for i in items):
+    flat = _flat_numbers(data)
+    if not flat or not any(is_sym(i) for i in flat):
         return None
-    options = {"dtype": ConstantValue(kwargs["dtype"].value if "dtype" in kwargs and kwargs["dtype"].value
-                                      is not None else torch.int64)}
+    dtype = kwargs["dtype"].value if "dtype" in kwargs else None
+    if dtype is None:
+        kinds = {_number_type(i) or bool for i in flat}
+        dtype = torch.get_default_dtype() if float in kinds else torch.int64 if int in kinds else torch.bool
+    options = {"dtype": ConstantValue(dtype)}
     if "device" in kwargs:
         options["device"] = kwargs["device"]
-    scalars = [tx.output.call("call_function", torch.scalar_tensor, (i,), options) for i in items]
-    if data is items[0] and not isinstance(data, SequenceValue):
-        return scalars[0]
-    return tx.output.call("call_function", torch.stack, (ListValue(scalars),), {})
+    return _stacked(tx, data, options)
+
+
+def _flat_numbers(data: Value) -> list[Value] | None:
+    """The numbers of `data` (a number, or rectangular nested tuples/lists of numbers), or None."""
+    if type(data) not in (TupleValue, ListValue):
+        if isinstance(data, SymNodeValue) and isinstance(data.sym, torch.SymBool):
+            return [data]  # a relation of sizes: _stacked guards its truth (the item is then a bool)
+        number = _number_type(data) or (isinstance(data, ConstantValue) and type(data.value) is bool)
+        return [data] if number else None
+    rows = [_flat_numbers(i) for i in data.items]
+    if not rows or any(r is None for r in rows):
+        return None
+    nested = {type(i) in (TupleValue, ListValue) for i in data.items}
+    lengths = {len(i.items) for i in data.items if type(i) in (TupleValue, ListValue)}
+    if len(nested) > 1 or len(lengths) > 1 or (True in nested and not all(len(r) == len(rows[0]) for r in rows)):
+        return None  # ragged: torch.tensor's own error (or a shape this does not model)
+    return [n for r in rows for n in r]
+
+
+def _stacked(tx, data: Value, options: dict) -> Value:
+    from .protocol import truth
+    if type(data) not in (TupleValue, ListValue):
+        if isinstance(data, SymNodeValue) and isinstance(data.sym, torch.SymBool):
+            data = ConstantValue(truth(tx, data))  # the relation's truth, guarded
+        return tx.output.call("call_function", torch.scalar_tensor, (data,), options)
+    return tx.output.call("call_function", torch.stack, (ListValue([_stacked(tx, i, options) for i in data.items]),), {})
 
 
 # ---- range over symbolic ints -------------------------------------------------------------------------

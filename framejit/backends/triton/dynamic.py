@@ -423,7 +423,8 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
     relations = probe_relations.relations_of(sym)  # NOTE [Probes within the frontend's relations]
     fixed = {k for k, (lower, upper) in enumerate(sym.ranges()) if lower is not None and lower == upper}
     probes = probe_relations.within_relations(probes, relations, fixed)
-    unmet = probe_relations.unmet_symbols(sym, probes, degenerate=False) - fixed  # NOTE [Probes that break a guard]
+    unmet = probe_relations.unmet_symbols(sym, probes, degenerate=False,  # NOTE [Probes that break a guard]
+                                          dims=probe_relations.tensor_dims(gm, sym._mapping)) - fixed
     if unmet:
         more = frozenset(names[k] for k in unmet)
         if more <= pins:

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import itertools
 
+import torch
+
 _MAX_ROUNDS = 3  # transpositions applied to repair one probe
 
 
@@ -191,12 +193,14 @@ def relations_of(sym) -> Relations:
 # dynamic.py), and the module is made again, once: it serves every size of the other symbols, the size
 # check rejects other values of the fixed ones (those compile per shape, logged). A probe that breaks a
 # guard where generating succeeds fixes nothing (the module is built as before).
-def unmet_symbols(sym, probes: list[list[int]], degenerate: bool = True) -> set[int]:
+def unmet_symbols(sym, probes: list[list[int]], degenerate: bool = True, dims: frozenset = frozenset()) -> set[int]:
     """Indices (into `sym.symbols`) of the symbols of frontend guards that some of `probes` break; with
-    `degenerate=False`, guards that a size is 0 or 1 (`Eq(s1 - s60 % s1, 1)`: NOTE [Degenerate sizes are not
-    probed], dynamic.py, probes them elsewhere on purpose) and guards that exclude one value (`Ne(t, 16)`:
-    `mask[:, :t]` of a 16-wide mask, where the slice is the whole mask; the probes in range take 16) are
-    not counted: at such a point the graph computes what its general expressions give."""
+    `degenerate=False`, guards that a tensor dimension in `dims` is 0 or 1 (`Eq(s1 - s60 % s1, 1)`: NOTE
+    [Degenerate sizes are not probed], dynamic.py, probes them elsewhere on purpose) and guards that exclude
+    one value (`Ne(t, 16)`: `mask[:, :t]` of a 16-wide mask, where the slice is the whole mask; the probes in
+    range take 16) are not counted: at such a point the graph computes what its general expressions give.
+    NOTE [Degenerate counts are guards]: an int that is no dimension (`x.chunk(x.size(0) // 2)`: the number of
+    chunks, whose being 1 makes the chunk s rows rather than 2) counts: its guard `Eq(s // 2, 1)` pins s."""
     env = getattr(sym, "_frontend_env", None)
     if env is None:
         return set()
@@ -212,7 +216,7 @@ def unmet_symbols(sym, probes: list[list[int]], degenerate: bool = True) -> set[
             continue
         if not expr.free_symbols or not expr.free_symbols <= known or expr.free_symbols <= {symbols[k] for k in unmet}:
             continue
-        if not degenerate and _of_a_degenerate_size(expr):
+        if not degenerate and _of_a_degenerate_size(expr, dims):
             continue
         for values in points:
             try:
@@ -225,12 +229,30 @@ def unmet_symbols(sym, probes: list[list[int]], degenerate: bool = True) -> set[
     return unmet
 
 
-def _of_a_degenerate_size(expr) -> bool:
-    """`Eq(e, 1)`, `Eq(e, 0)` (a size specialised to 0 or 1) or any `Ne` (one value excluded)."""
+def _of_a_degenerate_size(expr, dims: frozenset) -> bool:
+    """`Eq(e, 1)`, `Eq(e, 0)` for a dimension `e` in `dims` (a size specialised to 0 or 1) or any `Ne` (one
+    value excluded)."""
     import sympy
 
-    return isinstance(expr, sympy.Ne) or \
-        isinstance(expr, sympy.Eq) and any(side in (0, 1) for side in (expr.lhs, expr.rhs))
+    if isinstance(expr, sympy.Ne):
+        return True
+    if not isinstance(expr, sympy.Eq):
+        return False
+    for side, other in ((expr.lhs, expr.rhs), (expr.rhs, expr.lhs)):
+        if other in (0, 1) and any(sympy.expand(side - d) == 0 for d in dims):
+            return True
+    return False
+
+
+def tensor_dims(gm, mapping: dict) -> frozenset:
+    """The symbolic dimensions of the tensors `gm` computes, over the backend's symbols (`mapping`)."""
+    dims = set()
+    for node in gm.graph.nodes:
+        vals = node.meta.get("val")
+        for val in vals if isinstance(vals, (tuple, list)) else [vals]:
+            if isinstance(val, torch.Tensor):
+                dims |= {d.node.expr.xreplace(mapping) for d in val.shape if isinstance(d, torch.SymInt)}
+    return frozenset(dims)
 
 
 def _takes_residue(expr) -> bool:
