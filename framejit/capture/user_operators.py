@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
+from .parametrized_classes import rely_on_identity
 from .values import ClassValue, ConstantValue, NewObjectValue, ObjectValue, PyModuleValue, Value
 
 _NAMES = {operator.add: ("add", "+"), operator.sub: ("sub", "-"), operator.mul: ("mul", "*"),
@@ -75,6 +76,7 @@ def user_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
         return None
     stem, symbol = _NAMES[plain]
     ta, tb = _object_type(a), _object_type(b)
+    _dispatch_on_identity(tx, ta, tb)
     if fn is not plain:
         symbol += "="
         if ta is not None and _method(tx, ta, f"__i{stem}__") is not None:
@@ -167,6 +169,7 @@ def user_compare(tx, fn: Callable, a: Value, b: Value) -> Value | None:
         return None
     name, symbol, reflected = _COMPARISONS[fn]
     ta, tb = _compared_type(a), _compared_type(b)
+    _dispatch_on_identity(tx, ta, tb)
     consulted = [(ta, name), (tb, _COMPARISONS[reflected][0])]
     if fn is operator.ne:
         consulted += [(ta, "__eq__"), (tb, "__eq__")]
@@ -205,6 +208,14 @@ def user_unary(tx, fn: Callable, a: Value) -> Value | None:
     if _method(tx, t, name) is None:
         raise UserException(TypeError(f"bad operand type for {symbol}: '{t.__name__}'"))
     return tx.call_special_of(a, name, [], {})
+
+
+def _dispatch_on_identity(tx, ta: type | None, tb: type | None) -> None:
+    """Operator dispatch asks `ta is tb` and `issubclass(tb, ta)`: classes matched as alike would change the
+    answer (NOTE [Parametrized classes alike]), so the entry matches these types by identity."""
+    if ta is not None and tb is not None:
+        rely_on_identity(tx.output, ta)
+        rely_on_identity(tx.output, tb)
 
 
 __all__ = ["user_binary", "user_compare", "user_unary"]

@@ -196,3 +196,42 @@ def test_training_steps_after_deepcopy():
         for p, q in zip(conv.parameters(), twin.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
     assert framejit.stats()["eager_frames"] == before
+
+
+class Summable(nn.Linear):
+    """`a + b` tries `__radd__` only when the two classes differ."""
+
+    def __add__(self, other):
+        return NotImplemented
+
+    def __radd__(self, other):
+        return self.weight.sum() * 10
+
+
+def _summable(seed: int) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.utils.parametrizations.weight_norm(Summable(3, 2))
+
+
+def test_operator_dispatch_between_parametrized_modules():
+    """Traced with two classes (`__radd__` answers), then called with `a` and its deep copy (one class:
+    no `__radd__` is tried, a TypeError): the entry must not take the copy's class as alike."""
+    import copy
+
+    def fn(a, b, x):
+        return a + b + x
+
+    a, other = _summable(0), _summable(1)
+    twin = copy.deepcopy(a)
+    copy.deepcopy(other)  # both classes get `__slotnames__`: alike but for the operator dispatch
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    for left, right in ((a, other), (a, twin), (other, a)):
+        x = torch.randn(2)
+        try:
+            want = fn(left, right, x)
+        except TypeError:
+            with pytest.raises(TypeError):
+                compiled(left, right, x)
+            continue
+        torch.testing.assert_close(compiled(left, right, x), want)
