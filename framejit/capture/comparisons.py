@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
-from .dict_objects import dunder, is_new_dict_object, storage
+from .dict_objects import base_slot_owner, dict_contents, dunder, is_new_dict_object, storage
 from .protocol import _SYM_COMPARE_OPS, INPLACE_TO_PLAIN, _is_int, constant_fold, truth
 from .values import (BoundMethodValue, ConstantValue, DictValue, DictViewValue, ListValue, NewObjectValue,
                      NNModuleValue, ObjectValue, SequenceValue, SetValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue, Value)
@@ -286,6 +286,8 @@ def contains(tx, item: Value, container: Value) -> bool:
         if isinstance(container.obj, torch.nn.ModuleDict):
             tx.guard_module_keys(container)
             return item.as_constant() in container.obj._modules
+    if base_slot_owner(tx, container, "__contains__") is not None:  # NOTE [Dict objects from outside through
+        return contains(tx, item, dict_contents(tx, container, "__contains__"))  # the protocol]
     if isinstance(container, (ObjectValue, NewObjectValue)) and not isinstance(container, NNModuleValue):
         cls = container.python_type()
         if isinstance(getattr(cls, "__contains__", None), types.FunctionType):  # e.g. Mapping.__contains__

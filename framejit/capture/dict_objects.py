@@ -123,6 +123,26 @@ def store_item(tx, obj: ObjectValue, owner: type, args: list[Value], kwargs: dic
     return ConstantValue(None)
 
 
+# NOTE [Dict objects from outside through the protocol]: `k in o` and `o[k] = v` on a dict-subclass object
+# from outside whose class keeps dict's (or OrderedDict's) own __contains__ / __setitem__ (a plain
+# `class D(dict): pass`, a ModelOutput) are the base's operations, which the trace already models for the
+# explicit calls: the contents read as dict_contents gives them (with the stores recorded so far), a store
+# as store_item records it. They were graph breaks (`in` on ObjectValue(D), item assignment into it). The
+# class's lookup of the slot is guarded, so a class that later overrides it is traced anew.
+def base_slot_owner(tx, obj: Value, name: str) -> type | None:
+    """dict or OrderedDict when `type(obj).<name>` is that base's own slot (guarded), else None."""
+    if not is_dict_object(obj):
+        return None
+    from . import lookup
+    cls = type(obj.obj)
+    found = lookup.mro_lookup(cls, name)[1]
+    for owner in (collections.OrderedDict, dict):
+        if issubclass(cls, owner) and found is owner.__dict__.get(name):
+            lookup.guard_lookup(tx.output, cls, name)
+            return owner
+    return None
+
+
 def own_missing(tx, obj: ObjectValue) -> bool:
     """The object's class defines __missing__, which dict.__getitem__ calls for an absent key: the user's
     code (another exception, a side effect, a value) that the raw contents do not answer, so such a

@@ -7,7 +7,7 @@ import types
 from ..breaks import BreakKind, Unsupported, UserException
 from ..comparisons import compare, contains, is_same
 from ..protocol import BINARY_OPS, COMPARE_OPS, binary, build_slice, getitem, iterate, truth, unary
-from ..dict_objects import dunder, is_new_dict_object, storage
+from ..dict_objects import base_slot_owner, dunder, is_new_dict_object, storage, store_item
 from ..values import ConstantValue, DictValue, ListValue, TensorValue
 from ..values.outside import OutsideDictValue
 from . import op
@@ -131,6 +131,10 @@ def _store_item(tx, obj, key, value):
         return
     if _python_slot(tx, obj, "__setitem__"):  # a Python class's own __setitem__ (ChainMap, a config object)
         tx.call_special_of(obj, "__setitem__", [key, value], {})
+        return
+    owner = base_slot_owner(tx, obj, "__setitem__")  # NOTE [Dict objects from outside through the protocol]
+    if owner is not None:
+        store_item(tx, obj, owner, [key, value], {})
         return
     raise Unsupported(BreakKind.SIDE_EFFECT, f"item assignment into {obj.describe()}")
 
