@@ -26,7 +26,7 @@ computing it in the graph. Taken only where the inner graph can be rewritten so 
 a float (an argument torch reads as a Scalar of another dtype, a graph output) keeps the graph as it was,
 compiled per shape with the reason logged. A float whose value is needed by a size (`int(n * 0.5)`) is not
 a float used by a tensor op and stays in the graph (its SymInt is a size like any other).
-Not persisted: `save` of a SizeFloatsGraph returns None (a warm process traces and compiles it again).
+Persisted: NOTE [Persisted size floats].
 """
 from __future__ import annotations
 
@@ -100,8 +100,11 @@ def _erase_dead_scalars(graph: torch.fx.Graph, replaced: list) -> None:
             graph.erase_node(node)
 
 
-def split(gm: torch.fx.GraphModule, floats: list) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
-    """(prefix computing `floats` from gm's inputs, inner graph taking them as extra placeholders)."""
+def split(gm: torch.fx.GraphModule, floats: list, layout: dict | None = None) -> \
+        tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """(prefix computing `floats` from gm's inputs, inner graph taking them as extra placeholders). With a
+    persisted `layout` (NOTE [Persisted size floats]) the tensor uses and the nodes kept are the layout's
+    (a loaded graph has no values to tell them by)."""
     prefix_graph = torch.fx.Graph()
     env: dict = {}
     needed = set(_ancestors(floats))
@@ -118,21 +121,36 @@ def split(gm: torch.fx.GraphModule, floats: list) -> tuple[torch.fx.GraphModule,
         old = by_name[node.name]
         with inner_graph.inserting_after(last):
             new = inner_graph.placeholder(f"size_float_{k}")
-        new.meta["val"] = old.meta["val"]
+        if "val" in old.meta:
+            new.meta["val"] = old.meta["val"]
         new.meta["dynamic_float"] = True
-        old.replace_all_uses_with(new, delete_user_cb=_tensor_use)  # scalar uses keep computing in the graph
+        uses = _tensor_use if layout is None else (lambda user, _k=k: user.name in layout["tensor_uses"][_k])
+        old.replace_all_uses_with(new, delete_user_cb=uses)  # scalar uses keep computing in the graph
         last = new
-    _erase_dead_scalars(inner_graph, [by_name[n.name] for n in floats])
+    if layout is None:
+        _erase_dead_scalars(inner_graph, [by_name[n.name] for n in floats])
+    else:
+        kept = set(layout["inner_nodes"])
+        for node in reversed(list(inner_graph.nodes)):
+            if node.name not in kept and not node.users and node.op in ("call_function", "call_method"):
+                inner_graph.erase_node(node)
     inner_graph.lint()
     return prefix, torch.fx.GraphModule(gm, inner_graph)
+
+
+def _layout(gm: torch.fx.GraphModule, floats: list, inner: torch.fx.GraphModule) -> dict:
+    """What `split` decided from the graph's values, by node names (NOTE [Persisted size floats])."""
+    return {"floats": [n.name for n in floats],
+            "tensor_uses": [[u.name for u in n.users if _tensor_use(u)] for n in floats],
+            "inner_nodes": [n.name for n in inner.graph.nodes]}
 
 
 class SizeFloatsGraph:
     """`compiled` (from the inner graph) called with the floats `prefix` computes from the call's inputs
     appended; other attributes are the compiled callable's (counts and summaries, for explain and tests)."""
 
-    def __init__(self, compiled: Callable, prefix: torch.fx.GraphModule) -> None:
-        self.compiled, self.prefix = compiled, prefix
+    def __init__(self, compiled: Callable, prefix: torch.fx.GraphModule, layout: dict | None = None) -> None:
+        self.compiled, self.prefix, self.layout = compiled, prefix, layout
 
     def __call__(self, *args: Any) -> Any:
         # forward, not __call__: GraphModule's call prints its 'Call using an FX-traced Module' block to stderr
@@ -140,7 +158,7 @@ class SizeFloatsGraph:
         return self.compiled(*args, *map(float, self.prefix.forward(*args)))
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("compiled", "prefix"):  # an instance not initialised (copy.copy looks for __setstate__)
+        if name in ("compiled", "prefix", "layout"):  # an instance not initialised (copy.copy looks for __setstate__)
             raise AttributeError(name)
         return getattr(self.compiled, name)
 
@@ -166,7 +184,47 @@ def compile_with_size_floats(gm: torch.fx.GraphModule, example_inputs, backend: 
     with torch.no_grad():
         values = list(map(float, prefix.forward(*example_inputs))) if example_inputs is not None else None
     examples = None if example_inputs is None else [*example_inputs, *values]
-    return SizeFloatsGraph(backend(inner, examples), prefix)
+    return SizeFloatsGraph(backend(inner, examples), prefix, _layout(gm, floats, inner))
 
 
-__all__ = ["SizeFloatsGraph", "compile_with_size_floats", "size_floats", "split"]
+# NOTE [Persisted size floats]: a SizeFloatsGraph's artifact (kind "size_floats") is the layout `split` found
+# (the float nodes by name, the names of their tensor uses, the names of the inner graph's nodes) and the
+# artifact of what the backend compiled from the inner graph. A persisted graph has names and no values, so
+# `load_size_floats` splits it by the layout (a name it does not hold is an ArtifactError: the frame cache
+# compiles again), computes the example's floats with the prefix and loads the inner artifact for the inner
+# graph and those inputs. Before, such graphs were kept in memory only: every warm process traced and
+# compiled `x * (1 / x.size(-1) ** 0.5)` on triton again.
+KIND = "size_floats"
+
+
+def save_size_floats(compiled: SizeFloatsGraph, save: Callable) -> bytes | None:
+    """The artifact of a SizeFloatsGraph (NOTE [Persisted size floats]); None where the inner compiled object
+    has none. `save` is the backend's own."""
+    from .artifact import pack
+    inner = save(compiled.compiled)
+    if inner is None or compiled.layout is None:
+        return None
+    return pack(KIND, compiled.layout, {"inner": inner})
+
+
+def load_size_floats(data: bytes, gm: torch.fx.GraphModule, example_inputs, load: Callable) -> Callable | None:
+    """The SizeFloatsGraph `save_size_floats` saved, or None when `data` is another kind of artifact; raises
+    ArtifactError where `gm` does not split by the persisted layout."""
+    from .artifact import ArtifactError, kind_of, unpack
+    if kind_of(data) != KIND:
+        return None
+    layout, blobs = unpack(data, KIND)
+    if example_inputs is None:
+        raise ArtifactError("size floats: the floats are computed from the call's inputs, which were not given")
+    by_name = {n.name: n for n in gm.graph.nodes}
+    try:
+        prefix, inner = split(gm, [by_name[name] for name in layout["floats"]], layout)
+        with torch.no_grad():
+            values = list(map(float, prefix.forward(*example_inputs)))
+    except (KeyError, TypeError, ValueError, RuntimeError) as why:
+        raise ArtifactError(f"size floats: the loaded graph does not split by the persisted layout ({why})") from None
+    return SizeFloatsGraph(load(blobs["inner"], inner, [*example_inputs, *values]), prefix, layout)
+
+
+__all__ = ["SizeFloatsGraph", "compile_with_size_floats", "load_size_floats", "save_size_floats", "size_floats",
+           "split"]

@@ -30,6 +30,7 @@ from ..artifact import (ArtifactError, dtype_from_text, pack, resolve_tensor, sp
 from .. import symbolic
 from ..checks import CheckedGraph, compile_checked, unchecked
 from ..float_inputs import FloatInputsGraph, load_float_inputs, save_float_inputs
+from ..size_floats import SizeFloatsGraph, load_size_floats, save_size_floats
 from . import runtime
 from .dynamic import DynamicGraph
 from .runtime import CompiledGraph, EagerGraph
@@ -55,6 +56,8 @@ def save(compiled) -> bytes | None:
     be persisted."""
     if isinstance(compiled, FloatInputsGraph):  # NOTE [Persisted float inputs] (float_inputs.py)
         return save_float_inputs(compiled, save)
+    if isinstance(compiled, SizeFloatsGraph):  # NOTE [Persisted size floats] (size_floats.py)
+        return save_size_floats(compiled, save)
     compiled = unchecked(compiled)  # NOTE [Run-time checks as outputs]: `load` wraps it again
     training = _save_training(compiled)
     if training is not None:
@@ -140,6 +143,9 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None) -> Compiled
     with_floats = load_float_inputs(data, gm, example_inputs, load)  # NOTE [Persisted float inputs]
     if with_floats is not None:
         return with_floats
+    with_size_floats = load_size_floats(data, gm, example_inputs, load)  # NOTE [Persisted size floats]
+    if with_size_floats is not None:
+        return with_size_floats
     return compile_checked(gm, lambda graph: _restore(data, graph))  # NOTE [Run-time checks as outputs]
 
 
