@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import gc
 import inspect
 import re
@@ -47,6 +48,7 @@ from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_stat
 from .resume import make_resume_code
 from .resume import _ORIGIN
 from .shapes import LAYOUT
+from .shared_cells import SharedCellsHook, reads_free_variables_only
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
 COMPILE_LOCK = threading.RLock()  # NOTE [Threads]
@@ -555,6 +557,13 @@ class Hooks:
             return self._comprehension_hook(fn)
         if not fn.__code__.co_freevars and fn.__closure__ is None:
             return self._same_code_hook(fn)
+        if fn.__closure__ and reads_free_variables_only(fn.__code__):  # NOTE [Closures made per call share one hook]
+            key = ("shared cells", fn.__code__, id(fn.__globals__))
+            shared = self.by_key.get(key)
+            if shared is None:
+                shared = self.by_key[key] = SharedCellsHook(fn, lambda twin: FrameHook(twin, self.request))
+            if shared.accepts(fn):
+                return functools.partial(shared, fn)
         counts = self.objects_per_code
         if counts.get(fn.__code__, 0) >= self.OBJECTS_PER_CODE:
             logs.log("recompiles", "%s: more than %d function objects of this code were called at breaks; "
