@@ -17,10 +17,10 @@ it holds for `R`:
   the same `__name__`, `__qualname__`, `__bases__` and MRO after themselves (element by element);
 - their own dicts have the same keys in the same order, and each pair of entries is the same object, an
   equal scalar (`__module__`, `__doc__`), an equal list or tuple of scalars (`__slotnames__`, which
-  `copy.deepcopy` caches on each class it copies an instance of), or equivalent functions or properties: functions with the same
-  code, globals, defaults, keyword defaults, name, qualname, doc, annotations and function dict, whose
-  closure cells hold the same object, equal scalars, or equivalent functions; properties (exactly
-  `property`) whose fget, fset and fdel are equivalent and whose docs are equal;
+  `copy.deepcopy` caches on each class it copies an instance of), or equivalent functions or properties:
+  functions with the same code, globals, defaults, keyword defaults, name, qualname, doc, annotations and
+  function dict, whose closure cells hold the same object, equal scalars, or equivalent functions;
+  properties (exactly `property`) whose fget, fset and fdel are equivalent and whose docs are equal;
 - one difference is allowed, and only while parametrize's cache is off (`_cache_enabled` falsy, read at
   guard time): the `module` cell of `get_cached_parametrization`, which holds each class's own module.
   That function is called by `get_parametrized` only while the cache is on (a trace reading the property
@@ -30,8 +30,11 @@ Identity is still what a trace relies on when it takes one of these classes, or 
 a value (`type(m)`, `m.__class__`, a global or attribute holding the class, `m.__getstate__`,
 `type(m).weight`): identities can be compared, hashed, returned, and `isinstance(a, type(b))` is folded
 from the pinned types, which alike matching would change when `a` and `b` are called with one object of
-`b`'s class. Such a read sets the trace's one `flag` (`rely_on_identity`: in `type()`, in the wrap of a class
-read through a source, in a pin of a class-dict entry that is not a property), and a set flag makes
+`b`'s class. Operator dispatch between two objects also asks whether their classes are one (the reflected
+method is tried only when they differ), and an ABC registry (`A.register(C)`) names one class. Such a read
+sets the trace's one `flag` (`rely_on_identity`: in `type()`, in the wrap of a class read through a source,
+in a pin of a class-dict entry that is not a property, in user_operators' dispatch between two objects, in
+an isinstance/issubclass answered by an ABC), and a set flag makes
 `___alike_class` answer False for every class of that entry: all its types match by identity, as before.
 Reading the parametrized property of an instance (`m.weight`) runs its fget, which needs only its code and
 cells.
@@ -121,7 +124,8 @@ def _functions_alike(f: types.FunctionType, g: types.FunctionType, depth: int) -
     if not (_same_tuple(f.__defaults__, g.__defaults__) and _same_mapping(f.__kwdefaults__, g.__kwdefaults__)
             and _same_mapping(f.__dict__, g.__dict__) and _same_mapping(f.__annotations__, g.__annotations__)):
         return False
-    if not all(_same_value(getattr(f, a), getattr(g, a)) for a in ("__name__", "__qualname__", "__doc__", "__module__")):
+    names = ("__name__", "__qualname__", "__doc__", "__module__")
+    if not all(_same_value(getattr(f, a), getattr(g, a)) for a in names):
         return False
     if getattr(f, "__type_params__", ()) or getattr(g, "__type_params__", ()):
         return False

@@ -105,6 +105,7 @@ def _check_plain_metaclasses(tx, spec: Any, hook: str, subject: Any) -> None:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance against the protocol {klass.__name__}")
         if isinstance(klass, abc.ABCMeta) and isinstance(subject, type):
             _guard_abc_answer(tx, subject, klass)
+            rely_on_identity(tx.output, subject)  # `K.register(C)` names one class (NOTE [Parametrized classes alike])
         if not isinstance(klass, type) or lookup.is_fixed_class(meta):
             continue
         index, _ = lookup.mro_lookup(meta, hook)

@@ -164,6 +164,21 @@ def test_isinstance_of_another_conv_class(fn):
         torch.testing.assert_close(compiled(a, b, x), fn(a, b, x))
 
 
+def test_abc_registration_of_one_class():
+    """`Marker.register(type(c1))` makes isinstance answer for that class alone."""
+    import abc
+
+    class Marker(abc.ABC):
+        pass
+
+    def fn(conv, x):
+        return conv(x) * 2 if isinstance(conv, Marker) else conv(x)
+
+    c0, c1 = _conv(0), _conv(1)
+    Marker.register(type(c1))
+    _check(fn, [c0, c1], lengths=(9,))
+
+
 def test_cached_parametrizations():
     """parametrize.cached(): the property reads the cache, keyed by each module."""
     convs = [_conv(seed) for seed in range(3)]
