@@ -54,7 +54,12 @@ def with_except_start(tx, inst):
 @op("CHECK_EXC_MATCH")
 def check_exc_match(tx, inst):
     types = exception_types(tx.pop())
-    tx.push(ConstantValue(isinstance(tx.peek().value, types)))
+    exc = tx.peek().value
+    # NOTE [MRO guarded] (lookup.py): `except T` matches by the raised type's MRO, which
+    # `Mine.__bases__ = (E2,)` between calls changes while the class itself stays the one guarded
+    from ..lookup import guard_mro
+    guard_mro(tx.output, type(exc))
+    tx.push(ConstantValue(isinstance(exc, types)))
 
 
 @op("POP_EXCEPT")
