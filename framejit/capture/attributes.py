@@ -21,7 +21,7 @@ from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource, DictSlotSource, ObjectSource, Ref
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, DictViewValue,
-                     NewObjectValue, SetValue,
+                     IteratorValue, NewObjectValue, SetValue,
                      NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, SymFloatValue, TensorMethodValue,
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
@@ -199,6 +199,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     from .state_blocks import OpaqueProfilerValue
     if isinstance(obj, OpaqueProfilerValue):  # NOTE [Profiler objects used]
         raise obj.used(f"attribute {name!r} of {obj.describe()}")
+    if isinstance(obj, IteratorValue) and name in ("__iter__", "__next__"):  # `it.__next__()` is next(it)
+        return BoundMethodValue(BuiltinValue(iter if name == "__iter__" else next), obj)
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of {obj.describe()}")
 
 
