@@ -337,7 +337,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
 def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
                  exc: Unsupported | UserException, first) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
-    graph, graph_break, _, _ = _tracing()
+    graph_break = _tracing()[1]
     symbolic = bool(first.dynamic or first.dynamic_dims or first.dynamic_ints)
     loop_exc = inlined_comprehensions.moved_break(fn.__code__, exc) or \
         python_loops.moved_break(fn.__code__, exc, symbolic)  # NOTE [Loops run as Python]
@@ -347,12 +347,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     if site is None:
         first.no_break_reason = "the instruction is not one a frame can resume after"  # NOTE [Eager frames]
         return None
-    output = graph.OutputGraph()
-    output.dynamic_floats = first.dynamic_floats
-    output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
-    output.fullgraph, output.entry_exception = first.fullgraph, first.entry_exception
-    output.entry_default_device = output.default_device  # NOTE [Device blocks]: the mode stack at entry
-    _global_guards(output)
+    output = _retrace_output(first)
     tx = _root_translator(fn, args, kwargs, output)
     tx.stop_at = site.inst.index
     try:
@@ -368,17 +363,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
             # first bound in a loop run as Python] in python_loops.py
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
-        outputs = break_sites.live_tensors(gen.values())
-        compiled, output_index, graphs = None, {}, []
-        if outputs or output.op_count:
-            output.output(outputs)
-            gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
-            function_regions(gm)  # NOTE [Custom autograd functions in the graph]
-            checkpoint_regions(gm)  # NOTE [Checkpointed regions]
-            graphs.append(gm)
-            compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
-                                     output.output_versions)
-            output_index = {id(v.node): i for i, v in enumerate(outputs)}
+        compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     except (Unsupported, UserException) as e:
@@ -411,16 +396,47 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
         # break code]; NOTE [Draws from the random module]: not persisted
-        try:
-            with frame_cache.closures(fn, output.inlined):  # NOTE [Closure cells by path] in locators.py
-                code = persisted_code.dump_code(fn, cg, compiled, recorder)
-                entry.persisted = frame_cache.persist(fn, output, None, graphs[0] if graphs else None, compiled,
-                                                      output_index, request, code=code)
-            entry.persisted.guard_source = entry.guard.source
-            frame_cache.persist_break(entry.persisted, entry.graph_break, fn, output)  # for a warm process
-        except frame_cache.NotPersistable as e:
-            logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
+        _persist_break_entry(entry, fn, output, request, cg, compiled, output_index, graphs, recorder)
     return entry
+
+
+def _compile_before_break(fn, gen, output, request) -> tuple:
+    """The graph of the trace up to the break, outputting the tensors live there, compiled by the backend:
+    (compiled or None when there is nothing to run, {id(node): output index}, [the GraphModule] or [])."""
+    outputs = break_sites.live_tensors(gen.values())
+    if not outputs and not output.op_count:
+        return None, {}, []
+    output.output(outputs)
+    gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
+    function_regions(gm)  # NOTE [Custom autograd functions in the graph]
+    checkpoint_regions(gm)  # NOTE [Checkpointed regions]
+    compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
+                             output.output_versions)
+    return compiled, {id(v.node): i for i, v in enumerate(outputs)}, [gm]
+
+
+def _retrace_output(first):
+    """A fresh OutputGraph for tracing a frame again up to its break, with the first trace's settings."""
+    output = _tracing()[0].OutputGraph()
+    output.dynamic_floats = first.dynamic_floats
+    output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
+    output.fullgraph, output.entry_exception = first.fullgraph, first.entry_exception
+    output.entry_default_device = output.default_device  # NOTE [Device blocks]: the mode stack at entry
+    _global_guards(output)
+    return output
+
+
+def _persist_break_entry(entry, fn, output, request, cg, compiled, output_index, graphs, recorder) -> None:
+    """Store a frame's break entry (its code, graph and break) in the frame cache, or log why not."""
+    try:
+        with frame_cache.closures(fn, output.inlined):  # NOTE [Closure cells by path] in locators.py
+            code = persisted_code.dump_code(fn, cg, compiled, recorder)
+            entry.persisted = frame_cache.persist(fn, output, None, graphs[0] if graphs else None, compiled,
+                                                  output_index, request, code=code)
+        entry.persisted.guard_source = entry.guard.source
+        frame_cache.persist_break(entry.persisted, entry.graph_break, fn, output)  # for a warm process
+    except frame_cache.NotPersistable as e:
+        logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
 
 
 class _BoundHooks:

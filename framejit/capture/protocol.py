@@ -65,6 +65,7 @@ def constant_fold(fn: Callable, /, *values: Any, **kwargs: Any) -> Value:
 
 
 def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
+    """The value of the binary operator `fn(a, b)` (operator.add, operator.iadd, ...) in the trace."""
     from . import numpy_support as nps
     if nps.involves_ndarray(a, b):  # NOTE [NumPy as torch]
         return nps.binary(tx, fn, a, b)
@@ -74,13 +75,28 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         if result is not None:
             return result
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
-        from .tensor_operators import check_tensor_operator  # NOTE [Patched tensor operators]
-        check_tensor_operator(tx, fn, a, b, INPLACE_TO_PLAIN)
-        if isinstance(a, TensorValue) and fn in INPLACE_TO_PLAIN and a.source is None:
-            return tx.output.call("call_function", fn, (a, b), {})
-        if fn in INPLACE_TO_PLAIN and not isinstance(a, TensorValue):
-            fn = INPLACE_TO_PLAIN[fn]
+        return _tensor_binary(tx, fn, a, b)
+    for rule in (_container_binary, _symbolic_binary, _repeat_binary):
+        result = rule(tx, fn, a, b)
+        if result is not None:
+            return result
+    if a.is_constant() and b.is_constant():
+        return constant_fold(fn, a.as_constant(), b.as_constant())
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on {a.describe()} and {b.describe()}")
+
+
+def _tensor_binary(tx, fn: Callable, a: Value, b: Value) -> Value:
+    from .tensor_operators import check_tensor_operator  # NOTE [Patched tensor operators]
+    check_tensor_operator(tx, fn, a, b, INPLACE_TO_PLAIN)
+    if isinstance(a, TensorValue) and fn in INPLACE_TO_PLAIN and a.source is None:
         return tx.output.call("call_function", fn, (a, b), {})
+    if fn in INPLACE_TO_PLAIN and not isinstance(a, TensorValue):
+        fn = INPLACE_TO_PLAIN[fn]
+    return tx.output.call("call_function", fn, (a, b), {})
+
+
+def _container_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
+    """Operators of lists, deques, dicts, sets and tuples (None: not one of them)."""
     if (getattr(a, "maxlen", None) is not None or getattr(b, "maxlen", None) is not None) and \
             fn in (operator.add, operator.iadd, operator.mul, operator.imul):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on a deque with a maxlen")  # NOTE [Deques
@@ -128,6 +144,11 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
             from .sym_arith import size_concat  # NOTE [Size arithmetic stays symbolic]
             return size_concat(a, b) or ConstantValue(torch.Size(a.as_constant() + b.as_constant()))
         return (TupleValue if cls is tuple else ListValue)(a.items + b.items, cls=cls)
+    return None
+
+
+def _symbolic_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
+    """Arithmetic on symbolic ints and floats kept in the graph (None: not kept)."""
     if (isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue)) and _is_int(a) and _is_int(b) \
             and fn in _INT_OPS:  # NOTE [Symbolic shapes] in shapes.py
         return tx.output.sym_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
@@ -139,6 +160,11 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
     if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and _is_number(a) and _is_number(b) \
             and fn in _FLOAT_OPS:
         return tx.output.float_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
+    return None
+
+
+def _repeat_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
+    """`seq * n` and `n * seq` (None: neither)."""
     if isinstance(a, SequenceValue) and fn in (operator.mul, operator.imul) and b.is_constant():
         n = b.as_constant()
         cls = a.cls if a.cls in (list, tuple, collections.deque) else tuple  # deque * n is a deque
@@ -147,9 +173,7 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
             and not isinstance(b, DictViewValue):  # `n * [x]`
         cls = b.cls if b.cls in (list, tuple, collections.deque) else tuple
         return (TupleValue if cls is tuple else ListValue)(b.items * a.as_constant(), cls=cls)
-    if a.is_constant() and b.is_constant():
-        return constant_fold(fn, a.as_constant(), b.as_constant())
-    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on {a.describe()} and {b.describe()}")
+    return None
 
 
 # arithmetic that keeps a dynamic float in the graph (NOTE [Dynamic floats])
