@@ -100,7 +100,8 @@ _MAX_ATTEMPTS = 8
 #     on CPU]); batch norms of dtypes eager rejects run eagerly (NOTE [Dtypes eager's batch norm rejects]).
 # 47: self-attention whose q, k and v are projections of one input as ORT's Attention (NOTE [Projections inside the
 #     attention op]).
-REVISION = 47
+# 48: eval-mode native_batch_norm as one BatchNormalization (NOTE [Eval batch norm as one op] in lowering.py).
+REVISION = 48
 
 
 @dataclasses.dataclass

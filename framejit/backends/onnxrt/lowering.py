@@ -85,8 +85,27 @@ def decomposition_table(translated_ops: frozenset) -> dict:
     table[torch.ops.aten._cdist_forward.default] = cdist_forward
     from ..joint import eager_exact_decompositions  # NOTE [Decompositions that follow eager's kernels]
     table.update(eager_exact_decompositions())
+    native = table.get(torch.ops.aten.native_batch_norm.default)
+    if native is not None and "aten::_native_batch_norm_legit_no_training" in translated_ops:
+        table[torch.ops.aten.native_batch_norm.default] = functools.partial(_eval_batch_norm_whole, native)
     from ..reduced_cpu import keep_all_whole  # NOTE [Reduced-precision kernels kept whole on CPU]
     return keep_all_whole(table)
+
+
+# NOTE [Eval batch norm as one op]
+# make_fx traces an eval-mode BatchNorm (torch 2.13) as `native_batch_norm(..., training=False, ...)`, not as
+# `_native_batch_norm_legit_no_training`, so _ALWAYS_DECOMPOSED (NOTE [Batch norm in train mode on ORT])
+# decomposed it too: Sub, Mul, Add, Sqrt and Reciprocal per norm, which ORT can fold neither into the
+# convolution before it nor run in its NCHWc layout (the zoo cnn at 1 thread: per call 15 Convs 39.7 ms, the
+# decomposed norms' Mul/Add/Sub 12.6 ms and 27 layout Reorders 5.9 ms, ORT's profile). A native_batch_norm with
+# training=False is traced as `_native_batch_norm_legit_no_training` (the same values, empty saved statistics),
+# which torchlib writes as one BatchNormalization that ORT folds into the convolution when the weights and
+# statistics are frozen (NOTE [Frozen weights] in runtime.py); in training mode the decomposition is unchanged.
+def _eval_batch_norm_whole(decomposed, input, weight, bias, running_mean, running_var, training, momentum, eps):
+    if training or running_mean is None or running_var is None:
+        return decomposed(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return torch.ops.aten._native_batch_norm_legit_no_training.default(
+        input, weight, bias, running_mean, running_var, momentum, eps)
 
 
 # NOTE [Batch norm in train mode on ORT]: torchlib's translation of batch norm in training mode (batch
