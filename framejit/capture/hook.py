@@ -562,7 +562,7 @@ class Hooks:
             shared = self.by_key.get(key)
             if shared is None:
                 shared = self.by_key[key] = SharedCellsHook(fn, lambda twin: FrameHook(twin, self.request))
-            if shared.accepts(fn):
+            if shared.accepts(fn) and not shared.busy():  # a nested call takes its own hook, below
                 return functools.partial(shared, fn)
         counts = self.objects_per_code
         if counts.get(fn.__code__, 0) >= self.OBJECTS_PER_CODE:

@@ -16,8 +16,12 @@ Only when that is exact:
   would hold or change the twin's cell, not the object's), and it is
   not a generator or coroutine (its frame would read the cells after the call);
 - the objects have the same globals and defaults (the same objects) as the first one;
-- one call at a time: a call made while the twin runs (recursion, another thread) runs the object itself, as
-  does an object with an empty cell (its read raises NameError in the object's own frame, as eager).
+- one call at a time: a call made while the twin runs takes the object's own hook (Hooks.for_object, one per
+  object as before), so it is still captured: transformers stacks wrappers of one code (`can_return_tuple`'s
+  wrapper around Gemma3ForConditionalGeneration.forward calls the one around Gemma3Model.forward), and running
+  the inner one as plain Python ran the whole inner model uncaptured and uncounted (Gemma3: 1 graph per call
+  instead of 4, 0 eager frames reported). Only a call from another thread racing the check runs the object
+  itself, as does an object with an empty cell (its read raises NameError in the object's own frame, as eager).
 The twin's frame shows the object's code, qualified name, arguments and free variables' values, but it is not
 the same function object (a function reading its own identity through a global name sees the object made by
 its maker either way).
@@ -75,6 +79,11 @@ class SharedCellsHook:
             _same_items(self.defaults, fn.__defaults__) and kw_mine.keys() == kw_other.keys() and \
             all(kw_mine[k] is kw_other[k] for k in kw_mine) and \
             self.twin.__defaults__ is self.defaults and self.twin.__kwdefaults__ is self.kwdefaults
+
+    def busy(self) -> bool:
+        """The twin is running (a call of an object of this code is under way): a nested call must take its
+        own hook (Hooks.for_object), not run as plain Python."""
+        return self.lock.locked()
 
     def __call__(self, target: types.FunctionType, *args: Any, **kwargs: Any) -> Any:
         if not self.lock.acquire(blocking=False):
