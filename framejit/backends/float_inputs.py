@@ -51,7 +51,8 @@ _TENSOR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv,
                      operator.iadd, operator.isub, operator.imul, operator.itruediv}
 # torch functions and Tensor methods (the in-place forms too) whose tensor operands may be the 0-d value
 _ARITHMETIC = {"add", "sub", "mul", "div", "true_divide", "multiply", "subtract", "divide", "lerp", "pow",
-               "addcmul", "addcdiv"}
+               "addcmul", "addcdiv", "clamp", "clip"}
+_BOUNDS = ("min", "max")  # clamp's keywords: cast as its positional bounds are (torch casts a Scalar bound so)
 _FUSED = {"addcmul": torch.mul, "addcdiv": torch.div}  # `value=` scales t1 before this op
 _CAST_DTYPES = (torch.float32, torch.float64)  # opmath is the dtype itself: casting first is what torch does
 _MAX_EXACT_INT = 2 ** 53
@@ -173,6 +174,10 @@ class _Rewriter:
         with self.graph.inserting_before(node):
             args = tuple(self.cast(a, dtype) if a in self.scalars else a for a in node.args)
         kwargs = dict(node.kwargs)
+        if name in ("clamp", "clip"):
+            with self.graph.inserting_before(node):
+                kwargs = {k: self.cast(v, dtype) if k in _BOUNDS and v in self.scalars else v for k, v in kwargs.items()}
+            node.kwargs = kwargs
         factor = kwargs.pop("alpha" if name in ("add", "sub", "subtract") else "value", None) \
             if name in ("add", "sub", "subtract", "addcmul", "addcdiv") else None
         if any(self.touches(v) for v in kwargs.values()):

@@ -333,3 +333,29 @@ def test_mark_dynamic_range_a_branch_splits_raises_as_stock():
     with pytest.raises(Exception) as raised:
         framejit.compile(_md_branch, backend="eager")(x)
     assert type(raised.value).__name__ == "ConstraintViolationError"
+
+
+# ---- triton: extrema of sizes, clamp by floats of sizes -------------------------------------------------------
+def _extrema(x, step):
+    return x + min(step, x.size(0)) - max(step, x.size(1))
+
+
+def _clamped(x, step):
+    return x.clamp(min=-step / x.size(1), max=step * 0.5 + x.size(0) / 4)
+
+
+_STEPS = [(_r(*s, seed=i), i) for i, s in enumerate([(4, 6), (5, 6), (3, 8), (6, 4), (2, 10), (7, 5)])]
+
+
+def test_a_max_of_sizes_is_not_fitted_at_probes():
+    # NOTE [Extrema of sizes are not fitted]: before, the second call ((5, 6), step 1) was off by 5 (the module
+    # fitted max(step, 6) as step at probes where step > 6)
+    assert _run(_extrema, _STEPS, None, "triton") == 3  # stock 3
+
+
+def test_clamp_by_floats_of_sizes_is_one_module_per_graph(triton_modules):
+    # NOTE [Float inputs as tensors]: clamp's min/max keywords are cast as its positional bounds; before, a float
+    # input there kept the graph per shape (6 modules over 3 graphs)
+    graphs = _run(_clamped, _STEPS, None, "triton")
+    assert graphs == 3  # stock 3
+    assert sum(triton_modules.values()) == graphs, triton_modules
