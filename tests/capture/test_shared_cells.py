@@ -64,6 +64,28 @@ def nonlocal_and_inner(x, k):
     return out, count
 
 
+def _wrap(func):
+    def wrapper(x):
+        return func(x)
+    return wrapper
+
+
+@_wrap
+def _inner(x):
+    y = _opaque(x.sin())
+    return y * 2
+
+
+@_wrap
+def _outer(x):
+    z = _opaque(x.cos())
+    return _inner(z) + 1  # the same wrapper code, called at a break while the outer wrapper's twin runs
+
+
+def nested_wrappers(x, k):
+    return _outer(x + k) - 1
+
+
 def _same(got, want):
     assert type(got) is type(want)
     if isinstance(want, torch.Tensor):
@@ -101,6 +123,15 @@ def test_changing_closure_values_retrace_as_guards_say():
 def test_a_closure_called_after_del_of_its_variable_raises_as_eager_without_eager_frames():
     traced, eager = _run(closure_after_del, [(3, 1.0), (3, 2.0), (4, 1.0)])
     assert eager == 0  # before: the object's frame (NameError at its first read) ran eagerly on every call
+
+
+def test_a_wrapper_called_inside_a_wrapper_of_its_code_is_still_captured():
+    """transformers stacks decorator wrappers of one code (`can_return_tuple`): the inner call, made while the
+    outer one's twin runs, takes a hook of its own (a76a769 ran it as plain Python: its function uncaptured)."""
+    start = len(framejit.stats()["frames"])
+    _run(nested_wrappers, [(3, 1.0), (3, 2.0), (3, 1.0)])
+    traced = {frame["function"] for frame in framejit.stats()["frames"][start:]}
+    assert "_inner" in traced and "_outer" in traced
 
 
 def test_writers_and_inner_closures_keep_their_own_hooks():
