@@ -486,8 +486,8 @@ def _name(fn: Any) -> str:
 
 
 def _is_graph_op(fn: Any) -> bool:
-    if isinstance(fn, torch.jit.ScriptFunction):  # NOTE [TorchScript functions are not graph ops]
-        return False
+    if isinstance(fn, torch.jit.ScriptFunction) and not hasattr(fn, "__name__"):  # NOTE [TorchScript functions
+        return False  # are not graph ops]
     module = getattr(fn, "__module__", None) or ""
     if module == "torch" or module.startswith("torch.") or module.startswith("torch._C"):
         return not module.startswith("torch.nn.modules")
@@ -497,11 +497,12 @@ def _is_graph_op(fn: Any) -> bool:
     return isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
 
 
-# NOTE [TorchScript functions are not graph ops]: a function made by torch.jit.trace / torch.jit.script is a
-# torch.jit.ScriptFunction, whose module is torch's, so it was recorded as a call_function node; FX names a
-# node after its target's __name__, which a ScriptFunction lacks: an AttributeError inside framejit, and the
-# whole frame ran eagerly (under fullgraph: an internal error). Its call is a graph break now: the graphs
-# before and after it are captured, and it runs as TorchScript, as in eager.
+# NOTE [TorchScript functions are not graph ops]: a function made by torch.jit.trace is a torch.jit.ScriptFunction
+# whose module is torch's, so it was recorded as a call_function node; FX names a node after its target's
+# __name__, which a traced ScriptFunction lacks: an AttributeError inside framejit, and the whole frame ran
+# eagerly (under fullgraph: an internal error). Its call is a graph break now: the graphs before and after it
+# are captured, and it runs as TorchScript, as in eager. A torch.jit.script function has a __name__ and stays
+# a node of the graph, as before.
 def _is_pure(fn: Any) -> bool:
     """Library functions safe to evaluate at trace time on constants (math, operator, str methods...)."""
     module = getattr(fn, "__module__", None)
