@@ -552,6 +552,8 @@ class Hooks:
     def for_object(self, fn: types.FunctionType):
         if ("function", fn) in self.by_key:
             return self.by_key[("function", fn)]
+        if fn.__code__ in DISABLED or getattr(fn, "_torchdynamo_disable", False):
+            return fn  # framejit.disable / torch.compiler.disable: plain Python (also the shared-cells path below)
         if fn.__code__.co_name in self.COMPREHENSIONS and fn.__closure__ and fn.__defaults__ is None \
                 and fn.__kwdefaults__ is None:
             return self._comprehension_hook(fn)
