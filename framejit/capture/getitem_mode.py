@@ -18,9 +18,18 @@ leaf, or a nested key, is a graph break (the subscript then runs as Python, unde
 graph break inside the block carries it as the mode object itself (`TransformGetItemToIndex()`, entered again
 by the break's code and by the resume function), so calls made there run under the mode as in eager. Only
 the exact class: a subclass may change `__torch_function__`.
+
+NOTE [Subscripts the mode transforms, by any path] (review revC C4): a key leaf the trace does not know as a
+constant or a tensor (a symbolic int: `k` after it changed between calls) is a break, as the mode may
+transform it; it was taken by the symbolic-index path (sym_arith.select), a VIEW, so
+`with TransformGetItemToIndex(): y = x[k]; y.add_(1)` wrote into the caller's x on the 2nd call (eager: a
+copy). And a tensor subscript that reaches the graph by another spelling than the subscript protocol
+(`x.__getitem__(k)`, `operator.getitem(x, k)`, `torch.Tensor.__getitem__(x, k)`) with a key the mode would
+transform is a break too (check_call), never a view.
 """
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Any
 
@@ -58,6 +67,19 @@ def enter(output) -> int:
     return saved
 
 
+def check_call(output, kind: str, target: Any, args: tuple) -> None:
+    """A tensor subscript recorded by another path while the mode is up is a break when the mode would
+    transform its key (NOTE [Breaks inside getitem-to-index blocks])."""
+    if not active(output) or len(args) < 2 or not isinstance(args[0], TensorValue):
+        return
+    if target in (operator.getitem, torch.Tensor.__getitem__) or kind == "call_method" and target == "__getitem__":
+        leaves = _leaves(args[1])
+        if any(_nested(leaf) for leaf in leaves) or all(_index_leaf(leaf) is not None or _symbolic(leaf)
+                                                        for leaf in leaves):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a tensor subscript under TransformGetItemToIndex "
+                                                          "reached the graph as a view")
+
+
 def exit_(output, saved: int) -> None:
     output.getitem_to_index = saved
 
@@ -65,20 +87,26 @@ def exit_(output, saved: int) -> None:
 def subscript(tx, obj: TensorValue, key: Value) -> Value | None:
     """`obj[key]` under the mode: the recorded `aten.index`, or None when the mode leaves the subscript
     alone (a leaf that is neither a tensor nor an int)."""
-    if isinstance(key, ConstantValue) and type(key.value) in (tuple, list):
-        leaves = [ConstantValue(v) for v in key.value]
-    elif isinstance(key, SequenceValue) and key.python_type() in (tuple, list):
-        leaves = list(key.items)
-    else:
-        leaves = [key]
+    leaves = _leaves(key)
     if not all(_index_leaf(leaf) is not None for leaf in leaves):
-        if any(isinstance(leaf, SequenceValue) or isinstance(leaf, ConstantValue) and type(leaf.value) in (tuple, list)
-               or _symbolic(leaf) for leaf in leaves):
+        if any(_nested(leaf) or _symbolic(leaf) for leaf in leaves):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a subscript with a nested or symbolic index under "
                                                           "TransformGetItemToIndex")
         return None
     indices = [leaf if isinstance(leaf, TensorValue) else _index_tensor(tx, obj, leaf) for leaf in leaves]
     return tx.output.call("call_function", torch.ops.aten.index.Tensor, (obj, ListValue(indices)), {})
+
+
+def _leaves(key: Value) -> list:
+    if isinstance(key, ConstantValue) and type(key.value) in (tuple, list):
+        return [ConstantValue(v) for v in key.value]
+    if isinstance(key, SequenceValue) and key.python_type() in (tuple, list):
+        return list(key.items)
+    return [key]
+
+
+def _nested(leaf: Value) -> bool:
+    return isinstance(leaf, SequenceValue) or isinstance(leaf, ConstantValue) and type(leaf.value) in (tuple, list)
 
 
 def _index_leaf(leaf: Value) -> Value | None:
@@ -90,8 +118,11 @@ def _index_leaf(leaf: Value) -> Value | None:
 
 
 def _symbolic(leaf: Value) -> bool:
-    return not isinstance(leaf, (ConstantValue, TensorValue)) and not leaf.is_constant() and \
-        issubclass(leaf.python_type(), int)
+    """A leaf whose value the trace does not know (a symbolic int, or anything but a constant or a tensor):
+    whether the mode transforms it is not known, so it is a break."""
+    from .values import SymNodeValue
+    return isinstance(leaf, SymNodeValue) or not isinstance(leaf, (ConstantValue, TensorValue)) and \
+        not leaf.is_constant()
 
 
 def _index_tensor(tx, obj: TensorValue, leaf: ConstantValue) -> Value:

@@ -389,6 +389,9 @@ class OutputGraph:
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         args, kwargs = self._checked_call_args(kind, target, args, kwargs)
+        if getattr(self, "getitem_to_index", 0):
+            from .getitem_mode import check_call  # NOTE [Breaks inside getitem-to-index blocks]
+            check_call(self, kind, target, args)
         if target is torch._assert_async:  # returns None: kept as a check, not dropped as a constant result
             from .speculated_checks import user_check
             return user_check(self, args, kwargs)

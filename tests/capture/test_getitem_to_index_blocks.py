@@ -126,3 +126,40 @@ def test_outside_the_block_subscripts_are_views_again():
         got, want = compiled(t.clone(), i), h(t.clone(), i)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
+
+
+def _int_key_write(x, k):
+    with TransformGetItemToIndex():
+        y = x[k]  # a copy under the mode (aten.index), also once k is a symbolic int
+        y.add_(100)
+    return x, y
+
+
+def _spelled_key_write(x, k, spelling):
+    with TransformGetItemToIndex():
+        b = spelling(x, k)
+    b.mul_(0)  # eager: b is a copy, x is unchanged
+    return x, b
+
+
+def test_int_keys_stay_copies_when_the_int_changes():
+    """Review revC C4: from the 2nd call k is a symbolic int; the subscript took the symbolic-index path (a
+    view) and `y.add_` wrote into the caller's x. Now such a key is a break and x is unchanged, as in eager."""
+    compiled = framejit.compile(_int_key_write, backend="eager")
+    for k in (1, -1, 0, 2):
+        x = torch.arange(6.).reshape(3, 2)
+        got, want = compiled(x.clone(), k), _int_key_write(x.clone(), k)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)
+
+
+def test_other_spellings_of_a_subscript_stay_copies():
+    import operator
+    for spelling in (lambda x, k: x.__getitem__(k), operator.getitem, torch.Tensor.__getitem__):
+        compiled = framejit.compile(_spelled_key_write, backend="eager")
+        for k in (1, 0, -1):
+            x = torch.arange(6.).reshape(3, 2)
+            got, want = compiled(x.clone(), k, spelling), _spelled_key_write(x.clone(), k, spelling)
+            for g, w in zip(got, want):
+                assert torch.equal(g, w)
+        framejit.reset()
