@@ -48,7 +48,6 @@ from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_stat
 from .resume import make_resume_code
 from .resume import _ORIGIN
 from .shapes import LAYOUT
-from .shared_cells import SharedCellsHook, reads_free_variables_only
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
 COMPILE_LOCK = threading.RLock()  # NOTE [Threads]
@@ -553,19 +552,18 @@ class Hooks:
         if ("function", fn) in self.by_key:
             return self.by_key[("function", fn)]
         if fn.__code__ in DISABLED or getattr(fn, "_torchdynamo_disable", False):
-            return fn  # framejit.disable / torch.compiler.disable: plain Python (also the shared-cells path below)
+            return fn  # framejit.disable / torch.compiler.disable: plain Python, never hooked
         if fn.__code__.co_name in self.COMPREHENSIONS and fn.__closure__ and fn.__defaults__ is None \
                 and fn.__kwdefaults__ is None:
             return self._comprehension_hook(fn)
         if not fn.__code__.co_freevars and fn.__closure__ is None:
             return self._same_code_hook(fn)
-        if fn.__closure__ and reads_free_variables_only(fn.__code__):  # NOTE [Closures made per call share one hook]
-            key = ("shared cells", fn.__code__, id(fn.__globals__))
-            shared = self.by_key.get(key)
-            if shared is None:
-                shared = self.by_key[key] = SharedCellsHook(fn, lambda twin: FrameHook(twin, self.request))
-            if shared.accepts(fn) and not shared.busy():  # a nested call takes its own hook, below
-                return functools.partial(shared, fn)
+        # NOTE [Closures made per call keep their own hooks]: a76a769 let closures of one code that only read
+        # their free variables share one hook over a twin function with copies of their cells; the copies
+        # went stale when another function wrote the original cells during the call (`def setter(v):
+        # nonlocal t; t = v` called by the closure, which then read its old `t`: review revC C6, a wrong
+        # value on 3.12), and which functions can write a cell is not known at the call. Removed: each
+        # object has its own hook again (OBJECTS_PER_CODE), at the cost of one trace per object.
         counts = self.objects_per_code
         if counts.get(fn.__code__, 0) >= self.OBJECTS_PER_CODE:
             logs.log("recompiles", "%s: more than %d function objects of this code were called at breaks; "

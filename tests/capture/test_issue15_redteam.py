@@ -383,6 +383,7 @@ def no_grad_decorated(x):
 KNOWN_EAGER = {
     "walrus_comp_break",  # 3.11: the <listcomp> shares the walrus target's cell (NOTE [Cells at breaks])
     "generator_with_finally",  # a generator with try/finally driven by a for loop in the frame
+    "del_in_with",  # the lambda called after `del` of its variable in a resume function: its own frame
 }
 ARGS = {
     "match_stmt": lambda x, c: (x, [{"op": "add", "v": 2}, [2, 3, 4], "neg", 7][c % 4]),

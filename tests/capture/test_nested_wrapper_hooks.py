@@ -1,7 +1,7 @@
-"""NOTE [Closures made per call share one hook] (issue 11, h11llava): nested decorator wrappers of one code.
+"""NOTE [Closures made per call keep their own hooks] (issue 11, h11llava): nested decorator wrappers of one code.
 
 transformers decorates both a model's forward and its inner model's forward with the same decorators
-(`can_return_tuple`, `deprecate_kwarg`), so at a graph break the outer wrapper runs through the shared hook of
+(`can_return_tuple`, `deprecate_kwarg`), so at a graph break (with a76a769's shared hooks, removed since) the outer wrapper ran through the shared hook of
 that code while the inner wrapper, another closure of the same code, is called from inside it. The inner call
 ran as plain Python: its function's tensor work was in no graph and no eager frame was counted
 (Gemma3ForConditionalGeneration: 1 graph of 2 ops per call instead of 4 graphs).
