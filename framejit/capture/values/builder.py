@@ -159,6 +159,29 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         value = wrap_numpy(out, obj, source)  # NOTE [NumPy as torch]
         if value is not None:
             return value
+    for rule in (_wrap_number_or_constant, _wrap_container):
+        wrapped = rule(out, obj, source)
+        if wrapped is not None:
+            return wrapped
+    if isinstance(obj, torch.nn.Module):
+        out.guard_type(source, type(obj))
+        return NNModuleValue(obj, source)
+    wrapped = _wrap_view_or_iterator(out, obj, source)
+    if wrapped is not None:
+        return wrapped
+    from ..context import (AUTOCAST_CLASSES, BLOCK_CLASSES, DEVICE_AUTOCAST, GRAD_CLASSES, ctx_from_object,
+                           plain_ctx_class)
+    from ..getitem_mode import is_mode_object
+    if isinstance(obj, BLOCK_CLASSES) or isinstance(obj, GRAD_CLASSES) and plain_ctx_class(type(obj)) or \
+            type(obj) in AUTOCAST_CLASSES or type(obj) in DEVICE_AUTOCAST or \
+            is_mode_object(obj):  # NOTE [Subclasses of torch context classes], [Getitem-to-index blocks]
+        return ctx_from_object(out, obj, source)
+    return _wrap_callable_or_object(out, obj, source)
+
+
+def _wrap_number_or_constant(out, obj: Any, source: Source) -> Value | None:
+    """Numbers (dynamic or guarded constants), strings and sequences carried as changing, immutable objects,
+    devices and sizes (None: none of them)."""
     if type(obj) is float and (out.dynamic_floats and source.describe() in out.dynamic_floats or (
             out.dynamic is True and _is_argument(source) and _floats_dynamic())):
         return out.add_float_input(obj, source)  # NOTE [Dynamic floats] in values/scalars.py
@@ -188,6 +211,11 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
             return _symbolic_size(out, obj, source)
         out.guard_constant(source, obj)
         return ConstantValue(obj, source)
+    return None
+
+
+def _wrap_container(out, obj: Any, source: Source) -> Value | None:
+    """Lists, tuples, namedtuples, dicts and sets read from outside (None: none of them)."""
     if isinstance(obj, (tuple, list)) and type(obj) in (tuple, list) or _is_namedtuple(obj):
         return _wrap_sequence(out, obj, source)
     from .outside import lazy_dict, outside_dict
@@ -205,9 +233,11 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         value.order = list(obj)  # NOTE [Set order]
         value.frozen = obj if type(obj) is frozenset else None
         return value
-    if isinstance(obj, torch.nn.Module):
-        out.guard_type(source, type(obj))
-        return NNModuleValue(obj, source)
+    return None
+
+
+def _wrap_view_or_iterator(out, obj: Any, source: Source) -> Value | None:
+    """Live dict views and list, reversed-list and sequence iterators (None: none of them)."""
     from ..mappings_runtime import VIEW_KINDS
     if type(obj) in VIEW_KINDS:  # NOTE [Live dict views]
         from ..mappings import wrap_view
@@ -218,14 +248,7 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
         return _wrap_list_reverse_iterator(out, obj, source)
     if type(obj) in _SEQUENCE_ITERATORS:
         return _wrap_sequence_iterator(out, obj, source)
-    from ..context import (AUTOCAST_CLASSES, BLOCK_CLASSES, DEVICE_AUTOCAST, GRAD_CLASSES, ctx_from_object,
-                           plain_ctx_class)
-    from ..getitem_mode import is_mode_object
-    if isinstance(obj, BLOCK_CLASSES) or isinstance(obj, GRAD_CLASSES) and plain_ctx_class(type(obj)) or \
-            type(obj) in AUTOCAST_CLASSES or type(obj) in DEVICE_AUTOCAST or \
-            is_mode_object(obj):  # NOTE [Subclasses of torch context classes], [Getitem-to-index blocks]
-        return ctx_from_object(out, obj, source)
-    return _wrap_callable_or_object(out, obj, source)
+    return None
 
 
 def guard_set(out, obj: Any, source: Source) -> None:
@@ -240,48 +263,12 @@ def guard_set(out, obj: Any, source: Source) -> None:
 
 
 def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
-    if isinstance(obj, types.MethodType):
-        out.guard_type(source, types.MethodType)
-        func = wrap(out, obj.__func__, AttrSource(source, "__func__"))
-        self_value = wrap(out, obj.__self__, AttrSource(source, "__self__"))
-        return BoundMethodValue(func, self_value, source)
-    if type(obj) is super and obj.__self__ is not None:  # e.g. `s = super()` carried across a graph break:
-        out.guard_type(source, super)  # looked up as super looks up (NOTE [Attributes of super objects])
-        out.guard_id(AttrSource(source, "__thisclass__"), obj.__thisclass__)
-        from ..attributes import SuperValue
-        return SuperValue(obj.__thisclass__, wrap(out, obj.__self__, AttrSource(source, "__self__")))
-    if isinstance(obj, types.BuiltinMethodType) and isinstance(getattr(obj, "__self__", None), torch.Tensor):
-        # a bound tensor method, e.g. `x.mul` left on the stack at a graph break
-        out.guard_type(source, types.BuiltinMethodType)
-        out.guard_constant(AttrSource(source, "__name__"), obj.__name__)
-        tensor = wrap(out, obj.__self__, AttrSource(source, "__self__"))
-        return TensorMethodValue(tensor, obj.__name__)
-    if _fresh_bound_builtin(obj):
-        return _bound_builtin(out, obj, source)  # NOTE [Bound builtin methods by their parts]
-    overload = _custom_op_overload(obj)
-    if overload is not None:  # NOTE [Custom ops]: by its type and what its call runs (persistable by name)
-        out.guard_type(source, type(obj))
-        out.guard_id(AttrSource(source, "_opoverload"), overload)
-        return BuiltinValue(overload)
-    if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
-        out.guard_id(source, obj)
-        return BuiltinValue(obj, source)
+    """Wrap a callable (bound method, builtin, function, class, partial) or another object read from outside."""
+    wrapped = _wrap_bound_or_builtin(out, obj, source)
+    if wrapped is not None:
+        return wrapped
     if isinstance(obj, types.FunctionType):
-        if obj.__closure__ or "<locals>" in obj.__qualname__:
-            # NOTE [Closures guarded by code]: a nested function is often made anew on every call (a lambda
-            # built by the caller, a closure rebuilt after a graph break); guarded by its code and globals,
-            # its cells' contents and defaults read (and guarded) through `source` (NOTE [Defaults of
-            # closures guarded by code]). Module-level functions keep their one identity guard.
-            out.guard_type(source, types.FunctionType)
-            out.guard_id(AttrSource(source, "__code__"), obj.__code__)
-            out.guard_id(AttrSource(source, "__globals__"), obj.__globals__)
-            from ..function_attrs import guard_defaults_shape  # (function_attrs imports this module)
-            guard_defaults_shape(out, source, obj)
-            value = UserFunctionValue(obj, source)
-            value.by_code = True
-            return value
-        out.guard_id(source, obj)
-        return UserFunctionValue(obj, source)
+        return _wrap_function(out, obj, source)
     if isinstance(obj, types.ModuleType):
         out.guard_id(source, obj)
         return PyModuleValue(obj, source)
@@ -290,19 +277,7 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         rely_on_identity(out, obj)  # NOTE [Parametrized classes alike]
         return ClassValue(obj, source)
     if isinstance(obj, functools.partial):
-        out.guard_type(source, functools.partial)
-        func = wrap(out, obj.func, AttrSource(source, "func"))
-        args = [wrap(out, a, ItemSource(AttrSource(source, "args"), i)) for i, a in enumerate(obj.args)]
-        keywords = AttrSource(source, "keywords")
-        # the partial's args and keywords can change after the call (`p.keywords["b"] = 2`, __setstate__):
-        # their length and key list are facts of the trace like their items
-        a, k = AttrSource(source, "args").expr(out.names), keywords.expr(out.names)
-        out.add_guard("LENGTH", f"___len({a}) == {len(obj.args)}", source, expected=str(len(obj.args)),
-                      actual=f"___len({a})")
-        out.add_guard("DICT_KEYS", f"___list({k}) == {list(obj.keywords)!r}", source,
-                      expected=repr(list(obj.keywords)), actual=f"___list({k})")
-        kwargs = {k: wrap(out, v, ItemSource(keywords, k)) for k, v in obj.keywords.items()}
-        return PartialValue(func, args, kwargs, source, obj.keywords)
+        return _wrap_partial(out, obj, source)
     from ..carried_loops import opaque_iterator
     stepped = opaque_iterator(out, obj, source)  # NOTE [Iterators stepped as Python]
     if stepped is not None:
@@ -335,6 +310,72 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{source.describe()} is a {type(obj).__name__}")
     out.guard_type(source, type(obj))
     return ObjectValue(obj, source)
+
+
+def _wrap_bound_or_builtin(out, obj: Any, source: Source) -> Value | None:
+    """Bound methods, super objects, bound tensor and builtin methods, custom ops and torch/builtin callables
+    (None: `obj` is none of them)."""
+    if isinstance(obj, types.MethodType):
+        out.guard_type(source, types.MethodType)
+        func = wrap(out, obj.__func__, AttrSource(source, "__func__"))
+        self_value = wrap(out, obj.__self__, AttrSource(source, "__self__"))
+        return BoundMethodValue(func, self_value, source)
+    if type(obj) is super and obj.__self__ is not None:  # e.g. `s = super()` carried across a graph break:
+        out.guard_type(source, super)  # looked up as super looks up (NOTE [Attributes of super objects])
+        out.guard_id(AttrSource(source, "__thisclass__"), obj.__thisclass__)
+        from ..attributes import SuperValue
+        return SuperValue(obj.__thisclass__, wrap(out, obj.__self__, AttrSource(source, "__self__")))
+    if isinstance(obj, types.BuiltinMethodType) and isinstance(getattr(obj, "__self__", None), torch.Tensor):
+        # a bound tensor method, e.g. `x.mul` left on the stack at a graph break
+        out.guard_type(source, types.BuiltinMethodType)
+        out.guard_constant(AttrSource(source, "__name__"), obj.__name__)
+        tensor = wrap(out, obj.__self__, AttrSource(source, "__self__"))
+        return TensorMethodValue(tensor, obj.__name__)
+    if _fresh_bound_builtin(obj):
+        return _bound_builtin(out, obj, source)  # NOTE [Bound builtin methods by their parts]
+    overload = _custom_op_overload(obj)
+    if overload is not None:  # NOTE [Custom ops]: by its type and what its call runs (persistable by name)
+        out.guard_type(source, type(obj))
+        out.guard_id(AttrSource(source, "_opoverload"), overload)
+        return BuiltinValue(overload)
+    if isinstance(obj, _BUILTIN_CALLABLES) or _is_torch_callable(obj):
+        out.guard_id(source, obj)
+        return BuiltinValue(obj, source)
+    return None
+
+
+def _wrap_function(out, obj: types.FunctionType, source: Source) -> Value:
+    if obj.__closure__ or "<locals>" in obj.__qualname__:
+        # NOTE [Closures guarded by code]: a nested function is often made anew on every call (a lambda
+        # built by the caller, a closure rebuilt after a graph break); guarded by its code and globals,
+        # its cells' contents and defaults read (and guarded) through `source` (NOTE [Defaults of
+        # closures guarded by code]). Module-level functions keep their one identity guard.
+        out.guard_type(source, types.FunctionType)
+        out.guard_id(AttrSource(source, "__code__"), obj.__code__)
+        out.guard_id(AttrSource(source, "__globals__"), obj.__globals__)
+        from ..function_attrs import guard_defaults_shape  # (function_attrs imports this module)
+        guard_defaults_shape(out, source, obj)
+        value = UserFunctionValue(obj, source)
+        value.by_code = True
+        return value
+    out.guard_id(source, obj)
+    return UserFunctionValue(obj, source)
+
+
+def _wrap_partial(out, obj: functools.partial, source: Source) -> Value:
+    out.guard_type(source, functools.partial)
+    func = wrap(out, obj.func, AttrSource(source, "func"))
+    args = [wrap(out, a, ItemSource(AttrSource(source, "args"), i)) for i, a in enumerate(obj.args)]
+    keywords = AttrSource(source, "keywords")
+    # the partial's args and keywords can change after the call (`p.keywords["b"] = 2`, __setstate__):
+    # their length and key list are facts of the trace like their items
+    a, k = AttrSource(source, "args").expr(out.names), keywords.expr(out.names)
+    out.add_guard("LENGTH", f"___len({a}) == {len(obj.args)}", source, expected=str(len(obj.args)),
+                  actual=f"___len({a})")
+    out.add_guard("DICT_KEYS", f"___list({k}) == {list(obj.keywords)!r}", source,
+                  expected=repr(list(obj.keywords)), actual=f"___list({k})")
+    kwargs = {k: wrap(out, v, ItemSource(keywords, k)) for k, v in obj.keywords.items()}
+    return PartialValue(func, args, kwargs, source, obj.keywords)
 
 
 def _wrap_sequence(out, obj: Any, source: Source) -> Value:
