@@ -73,3 +73,30 @@ def test_a_handler_in_the_frame_follows_the_new_bases():
 def test_a_handler_in_an_inlined_callee_follows_the_new_bases():
     # before: (x + 1) * 2 where eager gives (x - 1) * 2
     _differential(_make_callee_handler)
+
+
+def test_except_ignores_a_metaclass_subclasscheck():
+    """Review revC C2: CPython's `except T` tests the MRO (PyType_IsSubtype), never a metaclass's
+    __subclasscheck__/__instancecheck__; framejit used isinstance and took the wrong handler."""
+    class Meta(type):
+        def __subclasscheck__(cls, sub):
+            return True
+
+        def __instancecheck__(cls, inst):
+            return True
+
+    class Weird(Exception, metaclass=Meta):
+        pass
+
+    def h(x, key):
+        try:
+            raise KeyError(key)
+        except (ValueError, Weird):
+            return x - 1
+        except KeyError:
+            return x + 1
+
+    compiled = framejit.compile(h, backend="eager")
+    for key in ("a", "b", "a"):
+        x = torch.randn(3)
+        assert torch.equal(compiled(x, key), h(x, key))

@@ -59,7 +59,16 @@ def check_exc_match(tx, inst):
     # `Mine.__bases__ = (E2,)` between calls changes while the class itself stays the one guarded
     from ..lookup import guard_mro
     guard_mro(tx.output, type(exc))
-    tx.push(ConstantValue(isinstance(exc, types)))
+    tx.push(ConstantValue(_exception_matches(type(exc).__mro__, types)))
+
+
+def _exception_matches(mro: tuple, types) -> bool:
+    """CPython's `except T` test (PyErr_GivenExceptionMatches): T, or an item of a (nested) tuple, is in the
+    raised type's MRO, by identity; never a metaclass's __subclasscheck__/__instancecheck__, which isinstance
+    would consult (review revC C2)."""
+    if isinstance(types, tuple):
+        return any(_exception_matches(mro, t) for t in types)
+    return any(t is types for t in mro)
 
 
 @op("POP_EXCEPT")
