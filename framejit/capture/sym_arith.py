@@ -96,12 +96,18 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
             return _keep(tx, fn, (a, b))  # NOTE [Negative powers of sizes]
         if fn in _NATURAL_RIGHT and not _known_natural(tx, b):
             return None  # a negative exponent or shift: a float or a ValueError, depending on the value
+        if fn is operator.pow and is_sym(b) and not _known_natural(tx, a):
+            return None  # NOTE [Negative bases to symbolic powers]
     elif fn not in _FLOAT_BINARY and not (fn is operator.pow and ta is int and _known_positive(tx, a)) and \
             not (fn is operator.pow and ta is float and tb is int and (_nonzero(a) or _known_natural(tx, b))):
         return None
     return _keep(tx, fn, (a, b))
 
 
+# NOTE [Negative bases to symbolic powers] (review revD D2): `(-1) ** x.size(0)` was -1 at every even size once
+# the size was symbolic (torch's symbolic Pow(-1, s) evaluates it so; stock torch.compile gives the same wrong
+# value): an int power with a symbolic exponent is kept only for a base known >= 0; otherwise the exponent
+# specialises (guarded, one graph per value), as eager's parity decides the sign.
 # NOTE [Float bases to int powers]: `0.5 ** (step // 2)` (a decay by a step counter) specialised the int, one
 # compilation per value. A float to an int power is a real float for every exponent (CPython's float_pow), and
 # raises only for a zero base with a negative exponent: kept symbolic when the base is a nonzero constant or
