@@ -349,4 +349,21 @@ def _constant_fill(lo, node, *args, **kwargs):
         value = 1 if packet in (aten.ones, aten.ones_like, aten.new_ones) else 0
     if isinstance(value, TensorRef):
         raise Unlowerable("tensor fill value")
+    if not (out.dtype.is_floating_point or out.dtype.is_complex):
+        value = _integral_fill(value, out.dtype)
     return lo.pointwise([], out.shape, out.dtype, lambda: Scalar(value, out.dtype), out.dtype, str(node.target))
+
+
+# NOTE [Integer fills of floats] (review revD D4): torch converts a fill's Scalar to the tensor's dtype before
+# filling (C++'s cast: truncation toward zero; a bool is `value != 0`), so `full_like(x, 2.5, dtype=int64)` holds
+# 2 and `x.long().fill_(0.6)` holds 0. The kernel kept the float 2.5 in the arithmetic after it (`* 3` gave 7.5,
+# stored as 8 where eager gives 6 + 1). The value is converted here as torch converts it; a value torch refuses
+# (inf, nan: its overflow error) runs the op in torch (an extern), which raises it.
+def _integral_fill(value, dtype: torch.dtype):
+    if type(value) is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise Unlowerable("a non-finite fill of an integer tensor")
+        return value != 0 if dtype is torch.bool else int(value)
+    if dtype is torch.bool:
+        return bool(value)
+    return value
