@@ -21,8 +21,9 @@ def _plain(value):
         return ("tensor", str(value.dtype), value.detach().tolist())
     if isinstance(value, (list, tuple)):
         return type(value).__name__, [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return "dict", [(k, _plain(v)) for k, v in value.items()]
+    if isinstance(value, dict):  # a namespace's __builtins__ is not state the programs change (and it may hold
+        # itself: exec() into builtins' own dict adds '__builtins__' there)
+        return "dict", [(k, _plain(v)) for k, v in value.items() if k != "__builtins__"]
     return value
 
 
