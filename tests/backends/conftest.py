@@ -47,3 +47,29 @@ def sessions(monkeypatch):
 
     monkeypatch.setattr(runtime, "make_session", counting)
     return made
+
+
+@pytest.fixture
+def optimized(monkeypatch, tmp_path):
+    """(test_onnxrt_attention_projections, test_onnxrt_eval_batch_norm) A function giving the op types of the optimized models of the sessions made since its last call."""
+    import onnx
+
+    from framejit.backends.onnxrt import runtime
+    paths = []
+    original = runtime.session_options
+
+    def saving(opts):
+        so = original(opts)
+        so.optimized_model_filepath = str(tmp_path / f"session{len(paths)}.onnx")
+        paths.append(so.optimized_model_filepath)
+        return so
+
+    monkeypatch.setattr(runtime, "session_options", saving)
+
+    def counts():
+        ops = collections.Counter(n.op_type for p in paths if os.path.exists(p)
+                                  for n in onnx.load(p, load_external_data=False).graph.node)
+        paths.clear()
+        return ops
+    return counts
+

@@ -10,40 +10,14 @@ changes between calls (frozen weights rebuilt, or fed with freeze_weights=False)
 """
 from __future__ import annotations
 
-import collections
 import math
-import os
 
-import onnx
 import pytest
 import torch
 
 import framejit
-from framejit.backends.onnxrt import runtime
 
 F32 = dict(rtol=1e-4, atol=1e-5, equal_nan=True)
-
-
-@pytest.fixture
-def optimized(monkeypatch, tmp_path):
-    """A function giving the op types of the optimized models of the sessions made since its last call."""
-    paths = []
-    original = runtime.session_options
-
-    def saving(opts):
-        so = original(opts)
-        so.optimized_model_filepath = str(tmp_path / f"session{len(paths)}.onnx")
-        paths.append(so.optimized_model_filepath)
-        return so
-
-    monkeypatch.setattr(runtime, "session_options", saving)
-
-    def counts() -> collections.Counter:
-        ops = collections.Counter(n.op_type for p in paths if os.path.exists(p)
-                                  for n in onnx.load(p, load_external_data=False).graph.node)
-        paths.clear()
-        return ops
-    return counts
 
 
 def _x(seed, *shape):
