@@ -534,9 +534,7 @@ class Hooks:
     # globals and the same defaults (the same objects, in tuples that may differ) run exactly alike, so they
     # share one hook, found by that code, globals and defaults; the hook's own function is checked to have
     # them still (its defaults or code may be reassigned), otherwise the object gets a hook of its own.
-    def _same_code_hook(self, fn: types.FunctionType):
-        if fn.__code__ in DISABLED or getattr(fn, "_torchdynamo_disable", False):
-            return fn
+    def _same_code_hook(self, fn: types.FunctionType):  # for_object has answered disabled functions
         defaults = None if fn.__defaults__ is None else tuple(map(id, fn.__defaults__))
         kwdefaults = tuple((k, id(v)) for k, v in (fn.__kwdefaults__ or {}).items())
         key = ("same code", fn.__code__, id(fn.__globals__), defaults, kwdefaults)
