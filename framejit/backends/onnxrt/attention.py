@@ -42,6 +42,10 @@ A query row whose additive mask is -inf for every key: softmax of it is NaN, whi
 returns in eager and MultiHeadAttention returns too; but torch's CPU flash kernel behind
 `scaled_dot_product_attention` returns 0 for such a row (measured, torch 2.13). For SDPA with a mask,
 the fused output is therefore set to 0 where the mask's row maximum is -inf (ReduceMax, IsInf, Where).
+An SDPA node that is not fused (q, k and v not in a (batch, sequence, heads * head_size) layout, symbolic
+sizes, a mask read elsewhere) is translated by torchlib, whose Softmax gives NaN there too (every unfused
+SDPA with a fully masked row, static or symbolic sizes: 48 NaN of 80 for a (2, 2, 5, 8) attention with
+row 0 masked): `zero_unfused_masked_rows` puts the same Where after torchlib's output.
 """
 from __future__ import annotations
 
@@ -483,3 +487,34 @@ def _projected_inputs(match: Match, values: dict, add, const) -> list:
             biases.append(const([0.0] * (stop - start), np.float32))
     join = lambda parts, axis: parts[0] if len(parts) == 1 else add("Concat", parts, axis=axis)  # noqa: E731
     return [x, join(weights, 1), join(biases, 0)]
+
+
+def zero_unfused_masked_rows(graph, node: torch.fx.Node, values: dict) -> None:
+    """After torchlib translated the SDPA `node` (not fused), set its output to 0 on query rows whose mask
+    is -inf everywhere (NOTE [Fully masked rows of SDPA]); `values[node.name]` then holds the new output.
+    The caller names the ONNX nodes added here with torchlib's (translate.py's naming invariant)."""
+    mask = node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None) \
+        if node.op == "call_function" and node.target is _SDPA else None
+    if not isinstance(mask, torch.fx.Node):
+        return
+    if not mask.meta["val"].dtype.is_floating_point:  # the op takes float masks; anything else stays in torch
+        raise NotImplementedError("scaled_dot_product_attention with a non-float mask")
+    import numpy as np
+    import onnx_ir as ir
+    from torch.onnx._internal.exporter import _core
+
+    def add(op_type, inputs, **attributes):
+        onnx_node = ir.Node("", op_type, inputs, attributes=[
+            ir.AttrInt64(k, v) if isinstance(v, int) else ir.AttrTensor(k, v) for k, v in attributes.items()])
+        graph.append(onnx_node)
+        return onnx_node.outputs[0]
+
+    outputs = list(values[node.name])
+    axis = add("Constant", [], value=ir.tensor(np.array([-1], dtype=np.int64)))
+    row_max = add("ReduceMax", [values[mask.name], axis], keepdims=1)  # (..., query | 1, 1)
+    masked = add("IsInf", [row_max], detect_positive=0)
+    zero = add("CastLike", [add("Constant", [], value=ir.tensor(np.array(0.0, dtype=np.float32))), outputs[0]])
+    result = add("Where", [masked, zero, outputs[0]])
+    _core._set_shape_type(result, node.meta["val"][0], complex_to_float=True)
+    result.name = f"{node.name}__0_masked_rows"
+    values[node.name] = (result, *outputs[1:])

@@ -513,6 +513,7 @@ def _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm) 
             model, node, values, graph_like=graph, constant_farm=constant_farm, registry=reg,
             opset=onnx_opset, node_name_to_local_functions={},
         )
+        attention.zero_unfused_masked_rows(graph, node, values)  # NOTE [Fully masked rows of SDPA]
         for k in range(first, graph.num_nodes()):  # see the naming invariant in the docstring
             graph.node(k).name = f"node_{node.name}__{k - first}"
     elif node.op == "output":
