@@ -27,6 +27,16 @@ a float (an argument torch reads as a Scalar of another dtype, a graph output) k
 compiled per shape with the reason logged. A float whose value is needed by a size (`int(n * 0.5)`) is not
 a float used by a tensor op and stays in the graph (its SymInt is a size like any other).
 Persisted: NOTE [Persisted size floats].
+
+NOTE [Extrema of sizes as inputs]: `n = max(x.size(0), y.size(0))` (a sym_max/sym_min node) used as a size
+(`F.pad(x, (0, 0, 0, n - x.size(0)))`, `x[:n]`) made triton's graph compile per shape (NOTE [Extrema of
+sizes are not fitted], dynamic.py: 6 modules over 6 shapes for 1 graph; the eager backend and stock
+torch.compile 1). Such an int is computed by the prefix too (Python's max/min of the call's sizes) and
+passed as an int input marked `size_extremum` (every use reads it, scalar uses included, so no Max is left
+in the inner graph). The backend makes it a symbol of its own, defined as the extremum of the others
+(backends/symbolic.py `definitions`: its size check tests the definition on every call, triton's probes
+take its value), so the module's literals are fitted over it; triton still compiles per shape where its
+probes cannot tell it from one of its arguments (`max(x.size(1), 3)`: every probe is above 3).
 """
 from __future__ import annotations
 
@@ -76,10 +86,24 @@ def _ancestors(nodes: list) -> list:
     return list(seen)
 
 
+_EXTREMA = (torch.sym_max, torch.sym_min, max, min)
+
+
+def _extremum(node: torch.fx.Node) -> bool:
+    """A max or min of sizes (NOTE [Extrema of sizes as inputs]) whose value the sizes decide."""
+    val = node.meta.get("val")
+    return node.op == "call_function" and node.target in _EXTREMA and isinstance(val, torch.SymInt) \
+        and val.node.maybe_as_int() is None and bool(node.users)
+
+
 def size_floats(gm: torch.fx.GraphModule) -> list:
-    """The nodes of `gm` that compute a symbolic float (a SymFloat of sizes) used by a tensor op."""
+    """The nodes of `gm` that compute a symbolic float (a SymFloat of sizes) used by a tensor op, and its
+    extrema of sizes (NOTE [Extrema of sizes as inputs])."""
     found = []
     for node in gm.graph.nodes:
+        if _extremum(node):
+            found.append(node)
+            continue
         if node.op != "call_function" or not _symbolic_float(node):
             continue
         if any(_tensor_use(user) for user in node.users):
@@ -117,14 +141,17 @@ def split(gm: torch.fx.GraphModule, floats: list, layout: dict | None = None) ->
     inner_graph = copy.deepcopy(gm.graph)
     by_name = {n.name: n for n in inner_graph.nodes}
     last = [n for n in inner_graph.nodes if n.op == "placeholder"][-1]
+    extrema = _extrema_of(floats, layout)
     for k, node in enumerate(floats):
         old = by_name[node.name]
         with inner_graph.inserting_after(last):
-            new = inner_graph.placeholder(f"size_float_{k}")
+            new = inner_graph.placeholder(f"size_{'int' if k in extrema else 'float'}_{k}")
         if "val" in old.meta:
             new.meta["val"] = old.meta["val"]
-        new.meta["dynamic_float"] = True
+        new.meta["size_extremum" if k in extrema else "dynamic_float"] = True
         uses = _tensor_use if layout is None else (lambda user, _k=k: user.name in layout["tensor_uses"][_k])
+        if k in extrema:  # NOTE [Extrema of sizes as inputs]: every use
+            uses = (lambda user: True) if layout is None else uses
         old.replace_all_uses_with(new, delete_user_cb=uses)  # scalar uses keep computing in the graph
         last = new
     if layout is None:
@@ -138,11 +165,25 @@ def split(gm: torch.fx.GraphModule, floats: list, layout: dict | None = None) ->
     return prefix, torch.fx.GraphModule(gm, inner_graph)
 
 
+def _extrema_of(nodes: list, layout: dict | None) -> set:
+    """Positions in `nodes` of the extrema (NOTE [Extrema of sizes as inputs]), from the values or `layout`."""
+    if layout is not None:
+        return set(layout.get("extrema", ()))
+    return {k for k, node in enumerate(nodes) if _extremum(node)}
+
+
 def _layout(gm: torch.fx.GraphModule, floats: list, inner: torch.fx.GraphModule) -> dict:
     """What `split` decided from the graph's values, by node names (NOTE [Persisted size floats])."""
+    extrema = _extrema_of(floats, None)
     return {"floats": [n.name for n in floats],
-            "tensor_uses": [[u.name for u in n.users if _tensor_use(u)] for n in floats],
-            "inner_nodes": [n.name for n in inner.graph.nodes]}
+            "tensor_uses": [[u.name for u in n.users if k in extrema or _tensor_use(u)] for k, n in enumerate(floats)],
+            "inner_nodes": [n.name for n in inner.graph.nodes], "extrema": sorted(extrema)}
+
+
+def _casts(layout: dict, count: int) -> list:
+    """int for the extrema (NOTE [Extrema of sizes as inputs]), float for the others."""
+    extrema = set(layout.get("extrema", ()))
+    return [int if k in extrema else float for k in range(count)]
 
 
 class SizeFloatsGraph:
@@ -151,16 +192,21 @@ class SizeFloatsGraph:
 
     def __init__(self, compiled: Callable, prefix: torch.fx.GraphModule, layout: dict | None = None) -> None:
         self.compiled, self.prefix, self.layout = compiled, prefix, layout
+        self.casts = _casts(layout or {}, len(prefix.graph.find_nodes(op="output")[0].args[0]))
 
     def __call__(self, *args: Any) -> Any:
         # forward, not __call__: GraphModule's call prints its 'Call using an FX-traced Module' block to stderr
         # on any exception (a ZeroDivisionError of sizes), which eager never prints
-        return self.compiled(*args, *map(float, self.prefix.forward(*args)))
+        return self.compiled(*args, *_cast(self.casts, self.prefix.forward(*args)))
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("compiled", "prefix", "layout"):  # an instance not initialised (copy.copy looks for __setstate__)
+        if name in ("compiled", "prefix", "layout", "casts"):  # an instance not initialised (copy.copy looks for __setstate__)
             raise AttributeError(name)
         return getattr(self.compiled, name)
+
+
+def _cast(casts: list, values) -> list:
+    return [cast(value) for cast, value in zip(casts, values)]
 
 
 def compile_with_size_floats(gm: torch.fx.GraphModule, example_inputs, backend: Callable,
@@ -181,10 +227,11 @@ def compile_with_size_floats(gm: torch.fx.GraphModule, example_inputs, backend: 
     except Exception as error:  # noqa: BLE001 - internal failures never reach the user: compiled as before
         log(f"floats of sizes stay in the graph: splitting failed ({type(error).__name__}: {error})")
         return None
+    layout = _layout(gm, floats, inner)
     with torch.no_grad():
-        values = list(map(float, prefix.forward(*example_inputs))) if example_inputs is not None else None
+        values = _cast(_casts(layout, len(floats)), prefix.forward(*example_inputs)) if example_inputs is not None else None
     examples = None if example_inputs is None else [*example_inputs, *values]
-    return SizeFloatsGraph(backend(inner, examples), prefix, _layout(gm, floats, inner))
+    return SizeFloatsGraph(backend(inner, examples), prefix, layout)
 
 
 # NOTE [Persisted size floats]: a SizeFloatsGraph's artifact (kind "size_floats") is the layout `split` found
@@ -220,7 +267,7 @@ def load_size_floats(data: bytes, gm: torch.fx.GraphModule, example_inputs, load
     try:
         prefix, inner = split(gm, [by_name[name] for name in layout["floats"]], layout)
         with torch.no_grad():
-            values = list(map(float, prefix.forward(*example_inputs)))
+            values = _cast(_casts(layout, len(layout["floats"])), prefix.forward(*example_inputs))
     except (KeyError, TypeError, ValueError, RuntimeError) as why:
         raise ArtifactError(f"size floats: the loaded graph does not split by the persisted layout ({why})") from None
     return SizeFloatsGraph(load(blobs["inner"], inner, [*example_inputs, *values]), prefix, layout)

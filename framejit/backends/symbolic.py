@@ -173,6 +173,10 @@ class SymbolicInputs:
         self._reads: list = []           # (index, dim or None, frontend expr or int)
         self.symbolic_ints: frozenset = frozenset()
         self.example_inputs = list(example_inputs)
+        # NOTE [Extrema of sizes as inputs] (size_floats.py): (backend symbol, its expression over the others)
+        self.definitions: list = []
+        self._extrema = frozenset(k for k, n in enumerate(gm.graph.find_nodes(op="placeholder"))
+                                  if n.meta.get("size_extremum"))
         self.fake_inputs = self._make_fakes(placeholder_vals(gm), list(example_inputs))
         self.bind = None
         self.bind_source = ""
@@ -191,7 +195,8 @@ class SymbolicInputs:
                 fakes.append(None)  # made below, once every input's sizes introduced their symbols
             elif isinstance(val, torch.SymInt) and not _is_constant(val) and type(real) is int:
                 ints.add(index)
-                fakes.append(self._symint(index, None, val.node.expr, real))
+                expr = self._extremum_symbol(index, val.node.expr) if index in self._extrema else val.node.expr
+                fakes.append(self._symint(index, None, expr, real))
             elif isinstance(val, (torch.SymFloat, torch.SymBool)) and not _is_constant(val):
                 raise NotSymbolic(f"input {index} is a symbolic {type(val).__name__}")
             else:
@@ -271,6 +276,10 @@ class SymbolicInputs:
                 if isinstance(sym, sympy.Symbol):
                     self.symbols.append(sym)
                     self._narrow(sym, expr)
+                    definition = getattr(self, "_pending_definition", None)
+                    if definition is not None:  # NOTE [Extrema of sizes as inputs]
+                        self.definitions.append((sym, definition))
+                        self._pending_definition = None
             backend = self._mapping[expr]
         else:
             missing = expr.free_symbols - set(self._mapping)
@@ -280,6 +289,18 @@ class SymbolicInputs:
         if isinstance(backend, sympy.Integer):
             return int(backend)
         return self.shape_env.create_symintnode(backend, hint=hint)
+
+    def _extremum_symbol(self, index: int, expr):
+        """A frontend stand-in for the extremum input `index` (NOTE [Extrema of sizes as inputs]): `_symint`
+        makes it a backend symbol of its own, defined as `expr` over the other inputs' symbols."""
+        import sympy
+
+        missing = expr.free_symbols - set(self._mapping)
+        if missing:
+            raise NotSymbolic(f"extremum {expr} of input {index} uses symbols no earlier input introduces: {missing}")
+        stand_in = sympy.Symbol(f"extremum{index}", integer=True)
+        self._pending_definition = expr.xreplace(self._mapping)
+        return stand_in
 
     # NOTE [Int inputs keep 0 and 1]: an int input the frontend made symbolic (a step counter, an offset) is
     # not a size: the frontend serves 0 and 1 with the same graph. The env's `create_symbol` specialises a
@@ -375,8 +396,8 @@ class SymbolicInputs:
                     checks.append(f"{sym} >= {int(value_range.lower)}")
                 if isinstance(value_range.upper, sympy.Integer):
                     checks.append(f"{sym} <= {int(value_range.upper)}")
-        for guard in env.guards:
-            expr = env.simplify(guard.expr)
+        defined = [sympy.Eq(sym, expr) for sym, expr in self.definitions]  # NOTE [Extrema of sizes as inputs]
+        for expr in [env.simplify(guard.expr) for guard in env.guards] + defined:
             unknown = [s for s in expr.free_symbols if s not in names]
             if unknown:  # tracing made a symbol of something the check cannot read (a constant int input)
                 raise NotSymbolic(f"tracing relied on {expr}, over symbols no input size gives")

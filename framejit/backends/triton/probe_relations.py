@@ -152,14 +152,16 @@ class Relations:
 
 def relations_of(sym) -> Relations:
     """The frontend's guards over two or more of `sym`'s backend symbols (a SymbolicInputs after `finish`)."""
-    env = getattr(sym, "_frontend_env", None)
-    symbols = list(sym.symbols)
-    if env is None:
-        return Relations([], symbols, sym.ranges())
     import sympy
 
+    env = getattr(sym, "_frontend_env", None)
+    symbols = list(sym.symbols)
     known = set(symbols)
-    guards, definitions, products = [], [], []
+    # NOTE [Extrema of sizes as inputs] (size_floats.py): an extremum input's symbol takes its value
+    definitions = [(symbols.index(s), e) for s, e in getattr(sym, "definitions", ()) if s in known]
+    guards, products = [sympy.Eq(symbols[k], e) for k, e in definitions], []
+    if env is None:
+        return Relations(guards, symbols, sym.ranges(), definitions)
     for guard in env.guards:
         try:
             expr = env.simplify(guard.expr).xreplace(sym._mapping)
@@ -181,6 +183,24 @@ def relations_of(sym) -> Relations:
                         not set(factors[0]) & set(factors[1]):
                     products.append(tuple(tuple(symbols.index(f) for f in side) for side in factors))
     return Relations(guards, symbols, sym.ranges(), definitions, products)
+
+
+def extrema_untold(sym, probes: list) -> str | None:
+    """An extremum input (NOTE [Extrema of sizes as inputs], backends/size_floats.py) equal to one of its arguments at
+    every probe (`max(s, 3)`, all probes above 3): a literal fitted as that argument would be wrong where the
+    other one wins. None when the probes tell each apart from each argument."""
+    import sympy
+
+    symbols = list(sym.symbols)
+    for symbol, expr in sym.definitions:
+        if symbol not in symbols:
+            continue
+        k = symbols.index(symbol)
+        for arg in (*expr.args, *expr.free_symbols):  # its arguments, and each symbol alone (nested extrema)
+            values = [arg.xreplace({s: sympy.Integer(v) for s, v in zip(symbols, p)}) for p in probes]
+            if all(v.is_Integer and int(v) == p[k] for v, p in zip(values, probes)):
+                return f"{symbol} = {expr}"
+    return None
 
 
 # NOTE [Symbols pinned by guards the probes miss]: some frontend guards hold at few sizes only, and no
