@@ -55,6 +55,8 @@ import operator
 import torch
 import torch.fx
 
+from . import attention_masks
+
 aten = torch.ops.aten
 
 _MOVES = frozenset({
@@ -64,6 +66,7 @@ _MOVES = frozenset({
     aten.alias.default,
 })
 _SCALES = frozenset({aten.mul.Tensor, aten.div.Tensor})
+_PIECES = frozenset({aten.unbind.int, aten.split.Tensor})  # read through operator.getitem
 
 
 @dataclasses.dataclass
@@ -88,6 +91,7 @@ class Match:
     out: torch.fx.Node  # the node whose value the fused op gives (a reading of (batch, query, heads * head_size))
     zero_masked_rows: bool = False  # SDPA: a query row whose mask is all -inf gives 0, not NaN
     projection: Projection | None = None  # NOTE [Projections inside the attention op]
+    mask_kind: str | None = None  # a bool mask, attention_masks.FILL or KEEP (NOTE [Boolean masks as an additive bias])
 
 
 @dataclasses.dataclass
@@ -112,10 +116,10 @@ def _step(node: torch.fx.Node):
         rest, kwargs = node.args[1:], node.kwargs
         return node.args[0], lambda x: node.target(x, *rest, **kwargs)
     if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node) and \
-            node.args[0].target is aten.unbind.int:
-        unbind, index = node.args[0], node.args[1]
-        rest = unbind.args[1:]
-        return unbind.args[0], lambda x: aten.unbind.int(x, *rest)[index]
+            node.args[0].target in _PIECES:
+        pieces, index = node.args[0], node.args[1]
+        op, rest, kwargs = pieces.target, pieces.args[1:], pieces.kwargs
+        return pieces.args[0], lambda x: op(x, *rest, **kwargs)[index]
     return None
 
 
@@ -215,8 +219,13 @@ def _match(bmm_out: torch.fx.Node) -> Match | None:
     head_size = out_val.shape[2]
     if not _is_identity(_index_map(softmax, moves), (batch * heads, query_len, key_len)):
         return None
-    scores, mask = softmax.args[0], None
-    if scores.op == "call_function" and scores.target is aten.add.Tensor and len(scores.args) == 2 \
+    scores, mask, mask_kind = softmax.args[0], None, None
+    boolean = attention_masks.split(scores, p_val.shape)  # NOTE [Boolean masks as an additive bias]
+    if boolean is not None:
+        if _walk(boolean[0])[0].target is not aten.bmm.default:
+            return None
+        scores, mask, mask_kind = boolean
+    elif scores.op == "call_function" and scores.target is aten.add.Tensor and len(scores.args) == 2 \
             and not scores.kwargs and all(isinstance(a, torch.fx.Node) for a in scores.args):
         for this, other in (scores.args, scores.args[::-1]):
             if _walk(this)[0].target is aten.bmm.default:
@@ -234,8 +243,11 @@ def _match(bmm_out: torch.fx.Node) -> Match | None:
         return None
     if not _single_use(bmm, softmax, bmm_out) or (mask is not None and not _single_use(scores)):
         return None
-    return _fused(bmm_out, bmm.args[0], bmm.args[1], values3, True, mask, score_scale,
-                  (batch, heads, query_len, key_len, head_size))
+    match = _fused(bmm_out, bmm.args[0], bmm.args[1], values3, True, mask, score_scale,
+                   (batch, heads, query_len, key_len, head_size))
+    if match is not None:
+        match.mask_kind = mask_kind
+    return match
 
 
 def _is_mask(node, batch: int, heads: int, query_len: int, key_len: int) -> bool:
@@ -332,7 +344,10 @@ def _first_bmm(bmm_out: torch.fx.Node) -> torch.fx.Node | None:
         return None
     node = _walk(bmm_out.args[0])[0]  # the softmax
     scores = node.args[0]
-    if scores.target is aten.add.Tensor:
+    boolean = attention_masks.split(scores, _val(node).shape)
+    if boolean is not None:
+        scores = boolean[0]
+    elif scores.target is aten.add.Tensor:
         scores = next(a for a in scores.args if _walk(a)[0].target is aten.bmm.default)
     return _walk(scores)[0]
 
@@ -389,7 +404,7 @@ def _feeds_only(node: torch.fx.Node, sinks: set) -> bool:
         if user in sinks:
             continue
         moves = _step(user) is not None or _scalar(user) is not None or (
-            user.op == "call_function" and user.target is aten.unbind.int)
+            user.op == "call_function" and user.target in _PIECES)
         if not moves or not _feeds_only(user, sinks):
             return False
     return True
@@ -430,7 +445,11 @@ def emit(graph, node: torch.fx.Node, match: Match, values: dict) -> None:
                              const([2])])
 
     bias = None
-    if match.mask is not None:
+    if match.mask_kind is not None:  # NOTE [Boolean masks as an additive bias]
+        mask_val = match.mask.meta["val"]
+        bias, sizes = attention_masks.bias(add, const, values[match.mask.name], mask_val, match.mask_kind,
+                                           match.query_len, match.key_len)
+    elif match.mask is not None:
         mask_val = _val(match.mask)
         sizes = (1,) * (4 - mask_val.dim()) + tuple(mask_val.shape)
         mask = add("Reshape", [values[match.mask.name], const(list(sizes))])

@@ -101,7 +101,9 @@ _MAX_ATTEMPTS = 8
 # 47: self-attention whose q, k and v are projections of one input as ORT's Attention (NOTE [Projections inside the
 #     attention op]).
 # 48: eval-mode native_batch_norm as one BatchNormalization (NOTE [Eval batch norm as one op] in lowering.py).
-REVISION = 48
+# 49: attention masked by a boolean -inf masked_fill/where in ORT's attention op, with an exact fallback (NOTE
+#     [Boolean masks as an additive bias] in attention_masks.py); split of q, k and v among the moves.
+REVISION = 49
 
 
 @dataclasses.dataclass

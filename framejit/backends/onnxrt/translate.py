@@ -25,7 +25,7 @@ import weakref
 import torch
 import torch.fx
 
-from . import attention, shapes
+from . import attention, attention_masks, shapes
 
 # NOTE [Private torch.onnx pieces]
 # The per-node translation reuses torch's dynamo-exporter internals (`torch.onnx._internal.exporter`:
@@ -375,15 +375,25 @@ def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
     onnx_opset = _core._get_onnxscript_opset(opset_version)
     constant_farm = _SignedConstants()
     fused = attention.find(gm)  # NOTE [Attention as one ORT op]
+    fallbacks: list = []  # NOTE [Boolean masks as an additive bias]
     with _quiet():
         for node in gm.graph.nodes:
             try:
-                if node.name in fused:
+                if node.name in fused and fused[node.name].mask_kind is not None:
+                    _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm)
+                    unfused = values[node.name]
+                    unfused.name = f"{node.name}_unfused"
+                    attention.emit(graph, node, fused[node.name], values)
+                    values[node.name].name = f"{node.name}_fused"
+                    values[node.name] = attention_masks.guard(graph, node.name, values[node.name], unfused, fallbacks)
+                    values[node.name].name = node.name
+                elif node.name in fused:
                     attention.emit(graph, node, fused[node.name], values)
                 else:
                     _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm)
             except Exception as exc:  # torchlib raises many kinds; all mean "this node cannot go"
                 raise NodeTranslationError(node.name, f"{type(exc).__name__}: {exc}") from exc
+        attention_masks.move_fallbacks(graph, fallbacks)
         if fused:  # the aten nodes the fused ones replace
             from onnx_ir.passes.common import RemoveUnusedNodesPass
             RemoveUnusedNodesPass()(model)
