@@ -130,6 +130,11 @@ def _call_numpy_or_tensor_maker(tx, fn: Value, args: list[Value], kwargs: dict[s
     if isinstance(fn, BuiltinValue) and _is_graph_op(fn.obj) and involves_ndarray(*args, *kwargs.values()):
         from .numpy_support import torch_call_on_arrays
         return torch_call_on_arrays(tx, fn.obj, args, kwargs)
+    if isinstance(fn, BuiltinValue) and fn.obj is torch.linspace:
+        from .sym_factories import linspace_of_symbolic_steps  # NOTE [Linspace of a symbolic length]
+        made = linspace_of_symbolic_steps(tx, args, kwargs)
+        if made is not None:
+            return made
     if isinstance(fn, BuiltinValue) and fn.obj in (torch.tensor, torch.as_tensor) and args:
         from .sym_arith import tensor_of_ints  # NOTE [Tensors of symbolic ints]
         made = tensor_of_ints(tx, args, kwargs)

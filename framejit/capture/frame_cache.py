@@ -509,6 +509,8 @@ def _contents(cell):
 
 
 def _op(namespace: str, name: str, overload: str | None, definition: tuple | None):
+    if namespace == "framejit":  # framejit's own ops (NOTE [Linspace of a symbolic length]) are registered
+        from . import sym_factories  # noqa: F401 - on first use, which a process loading its graph may not make
     packet = getattr(getattr(torch.ops, namespace), name)
     if _op_definition(namespace, name) != definition:
         raise NotPersistable(f"the operator {namespace}::{name} changed since it was cached")
