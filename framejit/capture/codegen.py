@@ -416,13 +416,21 @@ class Reconstructor:
         else:
             self._call_const(iter, [TupleValue(value.items[index:])])
 
+    # NOTE [Closures rebuilt over cells found through sources]: a closure made in the trace over a real cell
+    # that the trace found through a source (a cell passed to a resume function, `L['i']`: NOTE [Cells passed
+    # to resume functions]; a cell of a closure guarded by its code, `L['f'].__closure__[0]`) is rebuilt over
+    # the cell that source names on this call. Rebuilt over the trace's cell object (a constant), a resume
+    # function of `for i in ...: def g(a): return a + i * k; out.append(g(_opaque(x)))` made every later
+    # call's `g` read the first call's `i` (eager [x, x + k, x + 2k], framejit [x, x + 2k, x + 2k] from the
+    # second call on: the old cell held the last value of the first call's loop).
     def _new_function(self, value: UserFunctionValue) -> None:
         """A function made inside the compiled region (a closure escaping as a return value): rebuilt
         with fresh cells holding the traced contents, sharing the cells that exist outside."""
         cells = []
         for cell in value.closure or ():
-            if hasattr(cell, "cell"):  # a real cell of an enclosing function (translator.RealCell)
-                cells.append(ConstantValue(cell.cell))
+            if hasattr(cell, "cell"):  # a real cell of an enclosing function (translator.RealCell); one found
+                # through a source (NOTE [Closures rebuilt over cells found through sources]) is reloaded from it
+                cells.append(ConstantValue(cell.cell, getattr(cell, "source", None)))
             elif id(cell) in self.preloaded:  # one cell for every function sharing it (NOTE above)
                 cells.append(cell)
             elif cell.contents is None and getattr(cell, "deleted", False):

@@ -26,7 +26,7 @@ from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import frame_reader_break, reads_own_locals
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
-from . import break_sites, cached_calls, frame_cache, inlined_comprehensions, persisted_code, python_loops
+from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_comprehensions, persisted_code, python_loops
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .python_draws import emit_draws, has_draws
@@ -169,7 +169,8 @@ def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output):
     # its code names them, in the signature's order (NOTE [Locals that are not identifiers] in sources.py)
     names = _argnames_in_signature_order(code)
     f_locals = {name: translator.LazyArg(value, name) for name, value in zip(names, bound.arguments.values())}
-    cells = {name: translator.RealCell(cell, name) for name, cell in zip(code.co_freevars, fn.__closure__ or ())}
+    cells = closure_cells.root_cells(fn, translator.RealCell)  # NOTE [Cells read through the function called]
+    closure_cells.seen(output, cells.values())  # NOTE [Aliased cells are guarded]
     return translator.Translator(output, code, fn.__globals__, fn.__builtins__, f_locals, cells)
 
 

@@ -556,12 +556,11 @@ class Hooks:
             return self._comprehension_hook(fn)
         if not fn.__code__.co_freevars and fn.__closure__ is None:
             return self._same_code_hook(fn)
-        # NOTE [Closures made per call keep their own hooks]: a76a769 let closures of one code that only read
-        # their free variables share one hook over a twin function with copies of their cells; the copies
-        # went stale when another function wrote the original cells during the call (`def setter(v):
-        # nonlocal t; t = v` called by the closure, which then read its old `t`: review revC C6, a wrong
-        # value on 3.12), and which functions can write a cell is not known at the call. Removed: each
-        # object has its own hook again (OBJECTS_PER_CODE), at the cost of one trace per object.
+        from .closure_hooks import closure_hook  # NOTE [Closures made per call share a hook through their cells]
+        shared = closure_hook(self, fn)
+        if shared is not None:
+            return shared
+        # a code whose shared trace broke: one hook per object (NOTE [Closures called at breaks])
         counts = self.objects_per_code
         if counts.get(fn.__code__, 0) >= self.OBJECTS_PER_CODE:
             logs.log("recompiles", "%s: more than %d function objects of this code were called at breaks; "

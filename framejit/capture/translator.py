@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import config
 from ..guards import COST_ID
-from . import hash_order, lookup
+from . import closure_cells, hash_order, lookup
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .break_locations import user_frame
@@ -258,6 +258,7 @@ class Translator:
         if isinstance(cell, RealCell):
             # a cell found through a source (a closure guarded by its code) is written back through it
             self.output.side_effects.store_cell(cell.cell, value, cell.source)
+            closure_cells.stored(self.output, cell)  # NOTE [Aliased cells are guarded]
             return
         cell.contents = value
         self.output.side_effects.bump(cell)  # NOTE [Cells generators close over]
@@ -586,8 +587,10 @@ class Translator:
                      enumerate(zip(code.co_freevars, real))}
             from .handlers.stack import guard_passed_cells
             guard_passed_cells(self, cells.values())  # NOTE [Cells passed to resume functions]
-            return cells
-        return {name: RealCell(cell, name) for name, cell in zip(code.co_freevars, real)}
+        else:
+            cells = {name: RealCell(cell, name) for name, cell in zip(code.co_freevars, real)}
+        closure_cells.seen(self.output, cells.values())  # NOTE [Aliased cells are guarded]
+        return cells
 
     # ---- nn.Module support --------------------------------------------------------------------
     def plan_module_call(self, mod: NNModuleValue) -> bool:

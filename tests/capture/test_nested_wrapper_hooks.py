@@ -1,4 +1,4 @@
-"""NOTE [Closures made per call keep their own hooks] (issue 11, h11llava): nested decorator wrappers of one code.
+"""NOTE [Closures made per call share a hook through their cells] (issue 11, h11llava): nested decorator wrappers of one code.
 
 transformers decorates both a model's forward and its inner model's forward with the same decorators
 (`can_return_tuple`, `deprecate_kwarg`), so at a graph break (with a76a769's shared hooks, removed since) the outer wrapper ran through the shared hook of

@@ -1,8 +1,9 @@
-"""NOTE [Closures made per call keep their own hooks] (hook.py): nested functions with free variables, made on
-every call and called at a graph break (3.12+ step an inlined comprehension at a break). a76a769 shared one hook
-over a twin with copied cells; review revC C6 showed the copies go stale when another function writes the
-original cell during the call, so the sharing was removed. Eager vs compiled over several calls with changing
-values and shapes.
+"""NOTE [Closures made per call share a hook through their cells] (closure_hooks.py): nested functions with free
+variables, made on every call and called at a graph break (3.12+ step an inlined comprehension at a break).
+a76a769 shared one hook over a twin with copied cells; review revC C6 showed the copies go stale when another
+function writes the original cell during the call, so that sharing was removed (943d840); the shared hook now
+reads the cells of the object called. Eager vs compiled over several calls with changing values and shapes
+(more in test_closures_per_call.py).
 """
 from __future__ import annotations
 

@@ -114,6 +114,8 @@ def _bind_cell_arg(tx, inst, name: str, initial) -> None:
             [(i.name, i.arg) for i in after] != [("LOAD_DEREF", name), ("STORE_FAST", name)]:
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"the cell of {name!r} passed to a resume function")
     tx.cells[name] = RealCell(initial.obj, name, LocalSource(name))
+    from ..closure_cells import seen
+    seen(tx.output, [tx.cells[name]])  # NOTE [Aliased cells are guarded]
     tx.pc = inst.index + 3
 
 

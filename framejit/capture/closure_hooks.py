@@ -1,0 +1,107 @@
+"""One frame hook for the closures of one code that are made anew on each call.
+
+NOTE [Closures made per call share a hook through their cells]: a nested function with free variables is
+a new object, over new cells, on every call of the function that makes it; called at a break (3.12 steps an
+inlined comprehension at a break and calls `[add(_opaque(x * i)) for i in ...]`'s `add` through
+`Hooks.call_through_hook`), one hook per object traced it again on every call (5 frames and 4 graphs over 3
+calls where stock makes 3 and 2), until OBJECTS_PER_CODE objects ran as plain Python.
+
+Objects of one code, globals, builtins and defaults (the same objects) differ only in their cells. So they
+share one `ClosureHook`, which traces with its root frame's cells read through the object being called
+(NOTE [Cells read through the function called] in closure_cells.py): a call sets the hook's thread-local
+`current.fn` to its object for the duration of the call, the guards judge that object's cell contents (a
+new closure per call hits the same entry when its contents pass the guards), the transformed function reads
+the original cells at call time (never values captured at trace time) and replays `nonlocal` stores into
+them. Cells that the trace writes are guarded against every other real cell it read (NOTE [Aliased cells
+are guarded]). A first attempt (a76a769) ran a twin function over *copies* of the cells; a function that
+wrote an original cell during the call (`setter(v): nonlocal t; t = v` called by the closure) left the
+twin reading its stale copy (review revC C6): here nothing is copied.
+
+Only entries that capture the whole frame are shared: an entry that breaks calls resume functions made
+over the traced object's own cells (NOTE [Resume functions of closures] in hook.py), and an eager entry
+runs the traced object itself. Such an entry serves the call it was traced for only; from then on the code
+takes the per-object hooks of NOTE [Closures called at breaks]. Generator and coroutine codes are never
+shared (their frames outlive the call). The shared hook never reads or writes the frame cache: its entries
+name the hook's own `current` object, which no other process has.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import types
+from typing import Any
+
+from .. import logs
+from .closure_cells import Current, tracing_through
+from .hook import COMPILE_LOCK, FrameHook
+
+_NOT_SHARED_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | \
+    inspect.CO_ITERABLE_COROUTINE
+
+
+class ClosureHook(FrameHook):
+    """A FrameHook whose function is the closure object being called now (per thread)."""
+
+    def __init__(self, fn: types.FunctionType, request, per_object: set) -> None:
+        self.current = Current()
+        self.first = fn  # keeps the key's code, globals, builtins and defaults alive
+        self.per_object = per_object
+        super().__init__(fn, dataclasses.replace(request, artifacts=None))  # never persisted (see the NOTE)
+
+    @property
+    def fn(self) -> types.FunctionType:
+        current = self.current.fn
+        return self.first if current is None else current
+
+    @fn.setter
+    def fn(self, value: types.FunctionType) -> None:
+        self.first = value
+
+    def call(self, fn: types.FunctionType, *args: Any, **kwargs: Any) -> Any:
+        current = self.current
+        previous, current.fn = current.fn, fn
+        try:
+            return FrameHook.__call__(self, *args, **kwargs)
+        finally:
+            current.fn = previous
+
+    def _load_persisted(self, args: tuple, kwargs: dict):
+        return None
+
+    def _find_or_compile(self, args: tuple, kwargs: dict):
+        with COMPILE_LOCK:
+            before = self.entries
+            with tracing_through(self.fn, self.current):
+                entry = super()._find_or_compile(args, kwargs)
+            if entry is None or any(e is entry for e in before) or _whole_frame(entry, self.code):
+                return entry
+            self.entries = [e for e in self.entries if e is not entry]  # this call only
+            self.per_object.add(self.code)
+            logs.log("recompiles", "%s: a closure made per call breaks (or runs eagerly); its objects take a hook "
+                     "each from now on (NOTE [Closures made per call share a hook through their cells])",
+                     self.code.co_qualname)
+            return entry
+
+
+def _whole_frame(entry, code: types.CodeType) -> bool:
+    return entry.graph_break is None and entry.user_error is None and \
+        getattr(entry.fn, "__code__", code) is not code
+
+
+def closure_hook(hooks, fn: types.FunctionType):
+    """The shared hook's call for closure `fn`, or None when its code takes per-object hooks."""
+    code = fn.__code__
+    per_object = hooks.__dict__.setdefault("per_object_closures", set())
+    if code in per_object or code.co_flags & _NOT_SHARED_FLAGS or not fn.__closure__:
+        return None
+    key = ("closure", code, id(fn.__globals__), id(fn.__builtins__),
+           None if fn.__defaults__ is None else tuple(map(id, fn.__defaults__)),
+           tuple((k, id(v)) for k, v in (fn.__kwdefaults__ or {}).items()))
+    hook = hooks.by_key.get(key)
+    if hook is None:
+        hook = hooks.by_key[key] = ClosureHook(fn, hooks.request, per_object)
+    return functools.partial(hook.call, fn)
+
+
+__all__ = ["ClosureHook", "closure_hook"]
