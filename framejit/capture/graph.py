@@ -23,11 +23,12 @@ from torch.utils._pytree import tree_leaves, tree_map
 from .. import fake_modes
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from .breaks import BreakKind, Unsupported, UserException
-from .graph_calls import (_SYM_SIZES_REFUSED, _check_bool_subtraction, _check_no_function_args,
+from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
                           _fake_of, _float_check, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
                           _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
                           _target_name, _version)
+from .kernel_checks import check_arithmetic
 from .mixed_dtype import check_mixed_norm
 from .parametrized_classes import is_parametrized_class, type_check as parametrized_type_check
 from .side_effects import SideEffects
@@ -402,7 +403,6 @@ class OutputGraph:
         fakes = [t for t in tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [_version(t) for t in fakes]
         _check_overlapping_write(target, fake_args, fake_kwargs)
-        _check_bool_subtraction(target, fake_args, fake_kwargs)
         check_mixed_norm(target, fake_args, fake_kwargs)  # NOTE [Mixed dtypes of CPU norms]
         try:
             result = self._run_fake(kind, target, fake_args, fake_kwargs)
@@ -413,6 +413,7 @@ class OutputGraph:
             if _refuses_sym_sizes(e) and _is_none(kwargs.get("generator")):  # NOTE [Symbolic sizes an op refuses]
                 return self.call(kind, target, args, {k: v for k, v in kwargs.items() if k != "generator"})
             args, result = self._after_failed_fake_call(e, kind, target, args, kwargs, fake_args, fake_kwargs)
+        check_arithmetic(kind, target, args, kwargs)  # NOTE [Arithmetic checks of eager kernels]
         self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
             result is None and None in versions)  # an inference tensor has no version: assume an effect

@@ -3,7 +3,7 @@
 Role: what OutputGraph.call needs besides the graph itself: reading fake tensors and FX nodes out of
 abstract values, refusing arguments FX or torch cannot take (functions, SymBools, symbolic int[] sizes),
 the checks CPython-visible errors need before an op is recorded (an in-place write over overlapping
-memory, `-` on bools), and the text pieces of guards on tensors and floats (NOTE [Float guards are
+memory), and the text pieces of guards on tensors and floats (NOTE [Float guards are
 bitwise], [Lazy negation and conjugation bits]). Pure functions: no state of their own.
 """
 from __future__ import annotations
@@ -161,29 +161,6 @@ def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -
     if isinstance(written, torch.Tensor) and torch._debug_has_internal_overlap(written) == 1:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes into a tensor whose elements "
                                                  "share memory (an expanded tensor): eager's kernel decides")
-
-
-_SUBTRACTIONS = frozenset({"sub", "rsub", "sub_", "__sub__", "__rsub__", "__isub__", "isub", "subtract", "subtract_"})
-
-
-def _check_bool_subtraction(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
-    """Eager's subtraction refuses bool operands (a bool tensor, or a Python bool next to a tensor) in its
-    kernel, a check fake tensors make only for two bool tensors: a lowering backend would subtract
-    silently. The user's RuntimeError is raised while tracing, as eager raises it."""
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    if name not in _SUBTRACTIONS:
-        return
-    operands = list(fake_args[:2]) + [fake_kwargs[k] for k in ("other",) if k in fake_kwargs]
-    if len(operands) < 2 or not any(isinstance(o, torch.Tensor) for o in operands):
-        return
-    bools = [type(o) is bool or isinstance(o, torch.Tensor) and o.dtype == torch.bool for o in operands]
-    if all(bools):
-        raise UserException(RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
-                                         "Use the `^` or `logical_xor()` operator instead."))
-    if any(bools):
-        raise UserException(RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If "
-                                         "you are trying to invert a mask, use the `~` or `logical_not()` operator "
-                                         "instead."))
 
 
 def _is_value(x: Any) -> bool:
