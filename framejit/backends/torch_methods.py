@@ -40,12 +40,18 @@ def original_tensor_methods() -> Iterator[None]:
 # (which eager's `F.gelu`, bound at import, never reads) had a graph calling torch's own gelu (NOTE [Graph
 # targets pinned by identity] in capture/pinned_targets.py) traced to aten as the patch, under each mode
 # the lowering stacks: onnxrt's program for a new dynamic shape gave gelu(x) + 300 where eager gives
-# gelu(x) (h12red finding 7). While a backend traces a graph, each C function the graph calls is put back
-# at its name in its module and the patch restored after (the same concurrency caveat as above).
+# gelu(x) (h12red finding 7). While a backend traces a graph, each such C function the graph calls is put
+# back at its name in its module for its own call only (the graph's node calls a wrapper that does so and
+# restores the name after), not for the whole trace: a Python function of the same graph (`F.silu`, kept
+# whole as one node) reads the name when it runs, as eager reads it, and must find the user's binding.
+# With `torch._C._nn.gelu, torch._C._nn.silu = silu, gelu` (a swap), `F.gelu(x) + torch._C._nn.gelu(x) * 2 +
+# F.silu(x)` is G + 2S + G in eager; with the names put back for the whole trace onnxrt and triton computed
+# G + 3S (revC C3). The graph's targets are the wrappers only inside the context (recompiled, and put back
+# and recompiled after); the same concurrency caveat as above.
 @contextlib.contextmanager
 def original_api_functions(gm: torch.fx.GraphModule) -> Iterator[None]:
     import sys
-    patched = []
+    wrapped = []
     for node in gm.graph.nodes:
         target = node.target
         if node.op != "call_function" or not isinstance(target, types.BuiltinFunctionType):
@@ -56,13 +62,31 @@ def original_api_functions(gm: torch.fx.GraphModule) -> Iterator[None]:
             continue
         current = getattr(module, name, None)
         if current is not target and current is not None:
-            patched.append((module, name, current))
-            setattr(module, name, target)
+            wrapped.append((node, target))
+            node.target = _at_its_name(module, name, target)
+    if wrapped:
+        gm.recompile()
     try:
         yield
     finally:
-        for module, name, value in reversed(patched):
-            setattr(module, name, value)
+        if wrapped:
+            for node, target in wrapped:
+                node.target = target
+            gm.recompile()
+
+
+def _at_its_name(module: types.ModuleType, name: str, target) -> types.FunctionType:
+    """`target` called with itself at `module.<name>` for the call (NOTE [Patched torch functions while
+    lowering])."""
+    def call(*args, **kwargs):
+        saved = getattr(module, name)
+        setattr(module, name, target)
+        try:
+            return target(*args, **kwargs)
+        finally:
+            setattr(module, name, saved)
+    call.__name__ = call.__qualname__ = f"{name}_at_its_name"
+    return call
 
 
 # NOTE [Dropout drawn as eager draws it]

@@ -28,6 +28,7 @@ from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _fake_of, _float_check, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
                           _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
                           _target_name, _version)
+from .function_reads import guard_reads, is_whole_torch_function
 from .kernel_checks import check_arithmetic
 from .mixed_dtype import check_mixed_norm
 from .parametrized_classes import is_parametrized_class, type_check as parametrized_type_check
@@ -435,6 +436,8 @@ class OutputGraph:
         if kind == "call_method" or (getattr(target, "__module__", None) or "").startswith("torch"):
             node_args, node_kwargs = tree_map(_python_type_as_dtype, (node_args, node_kwargs))
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
+        if kind == "call_function" and is_whole_torch_function(target):
+            guard_reads(self, target)  # NOTE [Names read by whole torch functions]
         node.meta["val"] = result
         node.meta["stack_trace"] = self.stack_trace()
         self.op_count += 1
