@@ -207,9 +207,10 @@ def _dict(tx, args, kwargs):
             items.update(mapping)
         else:
             from .identity_keys import set_element  # a dict being built
+            from .process_ids import BUILT
             for pair in iterate(tx, src):
                 k, v = iterate(tx, pair)
-                items[set_element(tx, k)] = v
+                items[set_element(tx, k, BUILT)] = v
     items.update(kwargs)
     return DictValue(items)
 

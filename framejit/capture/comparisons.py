@@ -243,13 +243,13 @@ def contains(tx, item: Value, container: Value) -> bool:
     if isinstance(container, SetValue):
         from .identity_keys import set_element
         from .values.outside import set_has
-        return set_has(container, set_element(tx, item))  # NOTE [Sets of tensors], [Sets from outside]
+        return set_has(container, set_element(tx, item, container))  # NOTE [Sets of tensors], [Sets from outside]
     if isinstance(container, OutsideDictValue):
         from .identity_keys import dict_key
         return container.has(dict_key(tx, item))  # NOTE [Dicts from outside]
     if isinstance(container, DictValue):
         from .identity_keys import dict_key
-        return dict_key(tx, item) in container.items
+        return dict_key(tx, item, container) in container.items
     if isinstance(container, SequenceValue):
         for x in container.items:
             if x is item:

@@ -277,7 +277,7 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     # isdisjoint/issubset/issuperset answer a bool: the operands' elements suffice, not their layout
     ordered = not mutates and name not in _SET_ANSWERS
     consts = [set_operand(tx, a, strict=ordered) if name not in _SET_ELEMENT_METHODS
-              else set_element(tx, a) for a in args]  # NOTE [Set order]: as CPython gets them
+              else set_element(tx, a, s) for a in args]  # NOTE [Set order]: as CPython gets them
     if mutates and not all(known_layout(a) for a in args if isinstance(a, SetValue)):
         from .set_replay import unknown_operand_layout  # NOTE [Set operands in the replay]
         unknown_operand_layout(s, args)
@@ -341,7 +341,7 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
         return DictViewValue(d, name)  # NOTE [Live dict views]
     from .identity_keys import dict_key
     if name == "get":
-        key = dict_key(tx, args[0])
+        key = dict_key(tx, args[0], d)
         default = args[1] if len(args) > 1 else ConstantValue(None)
         if isinstance(d, OutsideDictValue):  # NOTE [Dicts from outside]
             found = d.lookup(key)
@@ -355,7 +355,7 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
         log(d, "update", (DictValue(added),))
         return ConstantValue(None)
     if name == "pop":
-        key = dict_key(tx, args[0])
+        key = dict_key(tx, args[0], d)
         if key in d.items:
             log(d, "pop", (ConstantValue(key),))
             return d.items.pop(key)
@@ -364,7 +364,7 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
             return args[1]
         raise UserException(KeyError(key))
     if name == "setdefault":
-        key = dict_key(tx, args[0])
+        key = dict_key(tx, args[0], d)
         default = args[1] if len(args) > 1 else ConstantValue(None)
         log(d, "setdefault", (ConstantValue(key), default))
         return d.items.setdefault(key, default)

@@ -51,8 +51,12 @@ def _identity_class(obj: Any) -> bool:
     return isinstance(obj, type) and meta.__eq__ is type.__eq__ and meta.__hash__ is type.__hash__
 
 
-def set_element(tx, value: Value) -> Any:
-    """The hashable element `value` is in a set (a constant, or an IdentityKey for a tensor)."""
+def set_element(tx, value: Value, into: Any = None) -> Any:
+    """The hashable element `value` is in a set (a constant, or an IdentityKey for a tensor); `into`: the set
+    or dict it goes in or is looked up in, or process_ids.BUILT for one being built (None: not known)."""
+    from .process_ids import ProcessIdValue, key_of
+    if isinstance(value, ProcessIdValue):
+        return key_of(value, into)  # NOTE [Ids as keys inside the trace]
     if isinstance(value, TensorValue):
         from .tensor_operators import check_tensor_dunder
         check_tensor_dunder(tx, value, "__hash__")  # NOTE [Patched tensor operators]
@@ -83,11 +87,11 @@ def set_element(tx, value: Value) -> Any:
     return constant
 
 
-def dict_key(tx, value: Value) -> Any:
+def dict_key(tx, value: Value, into: Any = None) -> Any:
     """The key `value` is in a dict looked up (or written) by the program; a dict key hashes as a set element
     does, and dicts keep insertion order. A dict being built (BUILD_MAP, MAP_ADD, dict(pairs)) takes
     set_element."""
-    key = set_element(tx, value)
+    key = set_element(tx, value, into)
     if HOOK_IDS_LIVE and type(key) is int:
         from .hook_handles import note_key_lookup  # NOTE [Hook ids that never leave the trace]
         note_key_lookup(tx, key)

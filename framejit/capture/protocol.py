@@ -511,7 +511,7 @@ def getitem(tx, obj: Value, key: Value) -> Value:
         return found
     if isinstance(obj, DictValue):
         from .identity_keys import dict_key
-        k = dict_key(tx, key)
+        k = dict_key(tx, key, obj)
         if k not in obj.items:
             from .mappings import missing_item
             return missing_item(tx, obj, k)

@@ -36,13 +36,13 @@ def _id(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
     if len(args) != 1 or kwargs:
         raise UserException(TypeError(f"id() takes exactly one argument ({len(args) + len(kwargs)} given)"))
     value = args[0]
-    tx.output.__dict__["process_local"] = "the trace read id() of an object"  # NOTE [Ids are per process]
+    from .process_ids import new_id  # NOTE [Ids as keys inside the trace]
     if isinstance(value, ObjectValue) and value.source is not None and type(value.obj) not in (int, float, str, bytes):
         tx.output.guard_id(value.source, value.obj)
-        return ConstantValue(id(value.obj))
+        return new_id(tx.output, id(value.obj))
     if isinstance(value, UserFunctionValue) and value.source is not None:
         tx.output.guard_id(value.source, value.fn)
-        return ConstantValue(id(value.fn))
+        return new_id(tx.output, id(value.fn))
     if isinstance(value, TensorValue) and value.source is not None:
         # a parameter (`id(p)` in code that deduplicates tied weights) keeps its identity from call to call:
         # guarded by identity like a module. Any other input tensor is usually a new object per call, where
@@ -50,7 +50,7 @@ def _id(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
         real = next((i.tensor for i in tx.output.inputs if i.value is value), None)
         if isinstance(real, torch.nn.Parameter):
             tx.output.guard_id(value.source, real)
-            return ConstantValue(id(real))
+            return new_id(tx.output, id(real))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"id() of {value.describe()}")
 
 
@@ -58,7 +58,8 @@ BUILTIN_HANDLERS[id] = _id
 # NOTE [Ids are per process]: the identity guard makes an answered id() sound in one process, but the frame
 # cache finds the object again in a new process by a locator (the global that binds it), where its id is
 # another number: an entry that folded `id(OBJ) % 7` into its graph computed the old process's answer. A
-# trace that answered id() is therefore kept in memory only (frame_cache._persist).
+# trace that used the number id() answered is therefore kept in memory only (frame_cache._persist); one that
+# only used it as a key of its own dicts and sets is persisted (NOTE [Ids as keys inside the trace]).
 
 
 # NOTE [vars() is a read of __dict__]: `vars(obj)` is CPython's `getattr(obj, "__dict__")`, with the

@@ -112,7 +112,7 @@ def _store_item(tx, obj, key, value):
     if isinstance(obj, DictValue):
         from ..identity_keys import dict_key
         from ..values.mappings import key_value
-        k = dict_key(tx, key)  # NOTE [Sets of tensors]: tensors are keys by identity
+        k = dict_key(tx, key, obj)  # NOTE [Sets of tensors]: tensors are keys by identity
         tx.output.side_effects.mutate_container(obj)
         if isinstance(obj, OutsideDictValue):
             obj.store(k, value)  # NOTE [Dicts from outside]

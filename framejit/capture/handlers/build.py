@@ -62,8 +62,9 @@ def list_extend(tx, inst):
 @op("BUILD_MAP")
 def build_map(tx, inst):
     from ..identity_keys import set_element  # a dict being built: NOTE [Hook ids that never leave the trace]
+    from ..process_ids import BUILT
     flat = tx.popn(2 * inst.arg)
-    tx.push(DictValue({set_element(tx, flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
+    tx.push(DictValue({set_element(tx, flat[i], BUILT): flat[i + 1] for i in range(0, len(flat), 2)}))
 
 
 @op("BUILD_CONST_KEY_MAP")
@@ -83,7 +84,7 @@ def map_add(tx, inst):
         from .arith import _store_item
         _store_item(tx, target, key, value)  # `target[key] = value`, as STORE_SUBSCR does it
         return
-    target.items[set_element(tx, key)] = value
+    target.items[set_element(tx, key, target)] = value
 
 
 @op("DICT_UPDATE")
@@ -188,7 +189,8 @@ def unpack_ex(tx, inst):
 @op("BUILD_SET")
 def build_set(tx, inst):
     from ..identity_keys import set_element
-    tx.push(SetValue({set_element(tx, v) for v in tx.popn(inst.arg)}, exact=True))  # NOTE [Set order]
+    from ..process_ids import BUILT
+    tx.push(SetValue({set_element(tx, v, BUILT) for v in tx.popn(inst.arg)}, exact=True))  # NOTE [Set order]
 
 
 @op("SET_ADD")
@@ -199,7 +201,7 @@ def set_add(tx, inst):
     if _from_outside(target):  # NOTE [Building into a container from outside]
         _call_on(tx, set.add, target, value)
         return
-    target.items.add(set_element(tx, value))
+    target.items.add(set_element(tx, value, target))
 
 
 @op("SET_UPDATE")
@@ -220,4 +222,4 @@ def set_update(tx, inst):
         target.items.update(iterable.items)
         return
     target.exact = target.exact and not isinstance(iterable, DictValue)
-    target.items.update(set_element(tx, v) for v in iterate(tx, iterable))
+    target.items.update(set_element(tx, v, target) for v in iterate(tx, iterable))

@@ -131,11 +131,16 @@ class ValueKey:
 # NOTE [Hook ids that never leave the trace] (capture/hook_handles.py): the output of the trace now handing
 # out hook ids and the range of ids taken, while it traces; a key among them read as a value escapes.
 HOOK_IDS_LIVE: dict = {}
+# NOTE [Ids as keys inside the trace] (capture/process_ids.py): the output of the trace that answered id() and
+# the numbers it answered; such a key read as a value makes the entry process-local.
+PROCESS_IDS_LIVE: dict = {}
 
 
 def note_key_read(key: Any) -> None:
     if HOOK_IDS_LIVE and type(key) is int and key in HOOK_IDS_LIVE["ids"]:
         HOOK_IDS_LIVE["out"].hook_ids_escape = True
+    if PROCESS_IDS_LIVE and type(key) is int and key in PROCESS_IDS_LIVE["ids"]:
+        PROCESS_IDS_LIVE["out"].__dict__.setdefault("process_local", "the trace read an id() answer kept as a key")
 
 
 def key_value(key: Any, read: bool = True) -> Value:
@@ -150,5 +155,5 @@ def key_value(key: Any, read: bool = True) -> Value:
     return ConstantValue(key)
 
 
-__all__ = ["HOOK_IDS_LIVE", "DefaultDictValue", "DictViewValue", "IdentityKey", "ValueKey", "key_value", "note_key_read",
+__all__ = ["HOOK_IDS_LIVE", "PROCESS_IDS_LIVE", "DefaultDictValue", "DictViewValue", "IdentityKey", "ValueKey", "key_value", "note_key_read",
            "view_type"]
