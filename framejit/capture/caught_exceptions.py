@@ -72,9 +72,27 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     tx.kw_names = ()
     if inst.handler_lasti:
         tx.push(ConstantValue(inst.position))
-    tx.push(ConstantValue(e.exc))
+    line = inst.lineno if tx.parent is None else None  # NOTE [Tracebacks of caught exceptions]
+    tx.push(ConstantValue(e.exc) if line is None else CaughtException(e.exc, line))
     tx.jump(handler)
     return True
+
+
+# NOTE [Tracebacks of caught exceptions]: an exception the traced code raises and catches itself is a constant
+# rebuilt per call (NOTE [Exceptions made while tracing]), so it had no traceback: `except KeyError as e`
+# (or a with-block's `__exit__` that suppresses it and keeps it) saw `e.__traceback__` None where eager's holds
+# the raising frame (traceback.format_exception(e): 1 line instead of 3; revC C1). Caught by a handler of the
+# root frame, the rebuilt exception gets eager's first traceback entry: the frame running the compiled code
+# (the function's own transformed code or a resume function of it: the user's file, name and line numbers)
+# at the line of the instruction that raised (the `raise`, or the call into a callee that raised). The
+# entries of callees that raised (inlined: their frames never exist) are missing, and so is the traceback of
+# an exception caught in an inlined callee (no frame of the callee to point at): None there, as before.
+class CaughtException(ConstantValue):
+    """An exception constant caught by a handler of the root frame, with the user's line that raised it."""
+
+    def __init__(self, value: BaseException, raise_line: int) -> None:
+        super().__init__(value)
+        self.raise_line = raise_line
 
 
 def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | UserException:

@@ -37,7 +37,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      PyModuleValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
 from .stdlib import GETTERS, getter_args
-from .mappings_runtime import fresh_exception, grad_mode_manager, make_defaultdict, view_of, view_of_object
+from .mappings_runtime import fresh_exception, fresh_exception_raised_at, grad_mode_manager, make_defaultdict, view_of, view_of_object
 from .values.mappings import IdentityKey, key_value, viewed_object
 from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
@@ -288,10 +288,13 @@ class Reconstructor:
     def _constant(self, value: ConstantValue) -> None:
         cg = self.cg
         if isinstance(value.value, BaseException):
+            line = getattr(value, "raise_line", None)  # NOTE [Tracebacks of caught exceptions]
             cg.push_null()  # NOTE [Exceptions made while tracing]
-            cg.load_const(fresh_exception)
+            cg.load_const(fresh_exception if line is None else fresh_exception_raised_at)
             cg.load_const(value.value)
-            cg.call(1)
+            if line is not None:
+                cg.load_const(line)
+            cg.call(1 if line is None else 2)
         elif type(value.value) in GETTERS:  # NOTE [Operator getters]
             cg.push_null()
             cg.load_const(type(value.value))

@@ -7,6 +7,7 @@ translator when it runs.
 from __future__ import annotations
 
 import collections
+import types
 from typing import Any
 
 
@@ -40,6 +41,15 @@ def fresh_exception(template: BaseException) -> BaseException:
     exc = type(template)(*template.args)
     for name, value in getattr(template, "__dict__", {}).items():
         setattr(exc, name, value.copy() if type(value) is list else value)
+    return exc
+
+
+def fresh_exception_raised_at(template: BaseException, line: int) -> BaseException:
+    """fresh_exception(template) with the traceback eager's would start with: the calling frame (the compiled
+    code of the function that caught it) at the user's line `line` (NOTE [Tracebacks of caught exceptions])."""
+    import sys
+    exc = fresh_exception(template)
+    exc.__traceback__ = types.TracebackType(None, sys._getframe(1), -1, line)
     return exc
 
 
