@@ -299,12 +299,40 @@ def torch_call_on_arrays(tx, fn: Any, args: list[Value], kwargs: dict[str, Value
         if array.scalar:
             raise UserException(TypeError(f"expected np.ndarray (got {array.python_type().__name__})"))
         return array.tensor
-    if fn in (torch.as_tensor, torch.asarray) and len(args) == 1 and not kwargs and \
+    dtype = _constant_dtype(kwargs)
+    if fn in (torch.as_tensor, torch.asarray) and len(args) == 1 and dtype is not _NOT_A_DTYPE and \
             isinstance(array, NdarrayValue) and not array.scalar:
-        return array.tensor
-    if fn is torch.tensor and len(args) == 1 and not kwargs and isinstance(array, NdarrayValue):
-        return tx.output.call("call_method", "clone", (array.tensor,), {})
+        return _converted(tx, array.tensor, dtype)
+    if fn is torch.tensor and len(args) == 1 and dtype is not _NOT_A_DTYPE and isinstance(array, NdarrayValue):
+        return _converted(tx, tx.output.call("call_method", "clone", (array.tensor,), {}), dtype)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{getattr(fn, '__name__', fn)} given a NumPy array")
+
+
+# NOTE [Arrays made tensors with a dtype]: `torch.as_tensor(a, dtype=d)` (and asarray) of an ndarray shares
+# the array's memory when `d` is its dtype and is a converted copy otherwise, which is what
+# `from_numpy(a).to(d)` does; `torch.tensor(a, dtype=d)` always copies. Only a constant dtype (or None) and
+# no other keyword: device, copy and requires_grad stay a break. DETR-style Hungarian matchers end with
+# `[(torch.as_tensor(i, dtype=torch.int64), torch.as_tensor(j, dtype=torch.int64)) for i, j in indices]`
+# over scipy's arrays, which broke there (transformers MaskFormer/Mask2Former/OneFormer losses).
+_NOT_A_DTYPE = object()
+
+
+def _constant_dtype(kwargs: dict[str, Value]) -> Any:
+    """The constant `dtype=` of `kwargs` (None when absent), or _NOT_A_DTYPE for any other keyword."""
+    if set(kwargs) - {"dtype"}:
+        return _NOT_A_DTYPE
+    value = kwargs.get("dtype")
+    if value is None:
+        return None
+    if not value.is_constant() or not isinstance(value.as_constant(), (torch.dtype, type(None))):
+        return _NOT_A_DTYPE
+    return value.as_constant()
+
+
+def _converted(tx, tensor: Value, dtype: Any) -> Value:
+    if dtype is None or dtype == tensor.fake.dtype:
+        return tensor
+    return tx.output.call("call_method", "to", (tensor, dtype), {})
 
 
 # ---- calls -------------------------------------------------------------------------------------------
