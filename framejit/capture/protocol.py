@@ -338,6 +338,8 @@ def iterate(tx, v: Value) -> list[Value]:
         items = set_items(v)  # CPython's order for this set of constants (NOTE [Sets of tensors])
         note_order(tx.output, v.items)  # NOTE [Hash-seeded facts]
         return items
+    if getattr(v, "lazy_range", False):
+        return v.items()  # NOTE [Ranges of one step] in sym_arith.py
     if isinstance(v, ConstantValue) and isinstance(v.value, (range, tuple, str, list, frozenset, bytes, torch.Size)):
         if isinstance(v.value, frozenset):
             note_order(tx.output, v.value)  # NOTE [Hash-seeded facts]

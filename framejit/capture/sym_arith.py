@@ -470,9 +470,48 @@ def make_range(args: list[Value], kwargs: dict) -> Value | None:
         return None
     start, stop = (ConstantValue(0), args[0]) if len(args) == 1 else (args[0], args[1])
     step = args[2] if len(args) == 3 else ConstantValue(1)
+    if is_sym(step):
+        return OneStepRangeValue.of(start, stop, step)
     if not isinstance(step, ConstantValue) or step.value == 0:
         return None
     return SymRangeValue(start, stop, step.value)
+
+
+# NOTE [Ranges of one step]: `range(0, n, n)` with n a symbolic size (transformers' EncodecModel._encode
+# when chunk_length is None: `for offset in range(0, input_length, stride)` with stride = input_length) has a
+# symbolic step, so folding it specialised n: the top frame compiled once per input length until the
+# recompile limit ran it eagerly. When the relations `step > 0`, `start < stop` and `start + step >= stop`
+# hold (guarded as relations; for range(0, n, n) the env knows them), the range yields exactly `start`: a
+# loop over it unrolls to that one step without reading n's value. Any other use (len, an index, `in`, its
+# attributes, the range object outliving the graph) reads `value`, which specialises the bounds, as before.
+class OneStepRangeValue(ConstantValue):
+    """`range(start, stop, step)` with a symbolic step, known to yield `start` only."""
+
+    lazy_range = True  # values/containers.iterator_over: no constant range to read
+
+    def __init__(self, start: Value, stop: Value, step: Value) -> None:  # noqa: D107 (no ConstantValue init)
+        self.parts = (start, stop, step)
+        self.source = None
+
+    @classmethod
+    def of(cls, start: Value, stop: Value, step: Value) -> "OneStepRangeValue | None":
+        a, b, c = (v.sym if is_sym(v) else v.as_constant() for v in (start, stop, step))
+        if not (c > 0 and a < b and a + c >= b):  # relations, guarded by the env
+            return None
+        return cls(start, stop, step)
+
+    @property
+    def value(self) -> range:  # type: ignore[override]
+        return range(*(v.as_constant() for v in self.parts))
+
+    def items(self) -> list[Value]:
+        return [self.parts[0]]
+
+    def python_type(self) -> type:
+        return range
+
+    def describe(self) -> str:
+        return f"range({', '.join(v.describe() for v in self.parts)})"
 
 
 def _tensor_of_range(tx, r: SymRangeValue, kwargs: dict) -> Value | None:

@@ -346,11 +346,28 @@ def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     # other references see (`it = iter(t); for v in it: ...` then `next(it)`); it stays a list iterator.
     # At a graph break the resume function reads a range or tuple iterator from outside as such
     # (iterator_wrap._wrap_sequence_iterator), so `type(it)` after the break answers as eager.
+    if getattr(value, "lazy_range", False):  # NOTE [Ranges of one step] in capture/sym_arith.py
+        return LazyRangeIterator(items, value)
     if isinstance(value, ConstantValue) and type(value.value) in (range, str, bytes, tuple):
         iterator.constant, iterator.iter_type = value.value, type(iter(value.value))
     elif isinstance(value, TupleValue) and iterates_as_tuple(value.python_type()):  # a namedtuple's too
         iterator.iter_type = type(iter(()))
     return iterator
+
+
+class LazyRangeIterator(IteratorValue):
+    """iter() of a range whose bounds stay symbolic (NOTE [Ranges of one step] in capture/sym_arith.py): the
+    constant range, read only to rebuild the iterator outside the graph, specialises them then."""
+
+    iter_type = type(iter(range(0)))
+
+    def __init__(self, items: list[Value], range_value: Value) -> None:
+        super().__init__(items)
+        self.range_value = range_value
+
+    @property
+    def constant(self) -> range:  # type: ignore[override]
+        return self.range_value.value
 
 
 def iterates_as_tuple(cls: type) -> bool:
