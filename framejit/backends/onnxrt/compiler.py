@@ -103,7 +103,8 @@ _MAX_ATTEMPTS = 8
 # 48: eval-mode native_batch_norm as one BatchNormalization (NOTE [Eval batch norm as one op] in lowering.py).
 # 49: attention masked by a boolean -inf masked_fill/where in ORT's attention op, with an exact fallback (NOTE
 #     [Boolean masks as an additive bias] in attention_masks.py); split of q, k and v among the moves.
-REVISION = 49
+# 50: split/chunk/unbind read piece by piece as one Split (NOTE [Splits as one multi-output Split] in splits.py).
+REVISION = 50
 
 
 @dataclasses.dataclass

@@ -25,7 +25,7 @@ import weakref
 import torch
 import torch.fx
 
-from . import attention, attention_masks, shapes
+from . import attention, attention_masks, shapes, splits
 
 # NOTE [Private torch.onnx pieces]
 # The per-node translation reuses torch's dynamo-exporter internals (`torch.onnx._internal.exporter`:
@@ -389,6 +389,8 @@ def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
                     values[node.name].name = node.name
                 elif node.name in fused:
                     attention.emit(graph, node, fused[node.name], values)
+                elif splits.takes(node):  # NOTE [Splits as one multi-output Split]
+                    splits.emit(graph, node, values)
                 else:
                     _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm)
             except Exception as exc:  # torchlib raises many kinds; all mean "this node cannot go"
