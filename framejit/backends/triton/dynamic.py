@@ -416,7 +416,8 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
     if (told := probe_relations.extrema_untold(sym, probes)) is not None:  # NOTE [Extrema of sizes as inputs] (size_floats.py)
         raise NotGeneric(f"the probes cannot tell the extremum {told} from its arguments")
     unmet = probe_relations.unmet_symbols(sym, probes, degenerate=False,  # NOTE [Probes that break a guard]
-                                          dims=probe_relations.tensor_dims(gm, sym._mapping)) - fixed
+                                          dims=probe_relations.tensor_dims(gm, sym._mapping),
+                                          example=list(example_sizes)) - fixed  # NOTE [Fewest symbols pinned]
     if unmet:
         more = frozenset(names[k] for k in unmet)
         if more <= pins:

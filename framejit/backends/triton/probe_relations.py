@@ -213,28 +213,32 @@ def extrema_untold(sym, probes: list) -> str | None:
 # dynamic.py), and the module is made again, once: it serves every size of the other symbols, the size
 # check rejects other values of the fixed ones (those compile per shape, logged). A probe that breaks a
 # guard where generating succeeds fixes nothing (the module is built as before).
-def unmet_symbols(sym, probes: list[list[int]], degenerate: bool = True, dims: frozenset = frozenset()) -> set[int]:
+def unmet_symbols(sym, probes: list[list[int]], degenerate: bool = True, dims: frozenset = frozenset(),
+                  example: list[int] | None = None) -> set[int]:
     """Indices (into `sym.symbols`) of the symbols of frontend guards that some of `probes` break; with
     `degenerate=False`, guards that a tensor dimension in `dims` is 0 or 1 (`Eq(s1 - s60 % s1, 1)`: NOTE
     [Degenerate sizes are not probed], dynamic.py, probes them elsewhere on purpose) and guards that exclude
     one value (`Ne(t, 16)`: `mask[:, :t]` of a 16-wide mask, where the slice is the whole mask; the probes in
     range take 16) are not counted: at such a point the graph computes what its general expressions give.
     NOTE [Degenerate counts are guards]: an int that is no dimension (`x.chunk(x.size(0) // 2)`: the number of
-    chunks, whose being 1 makes the chunk s rows rather than 2) counts: its guard `Eq(s // 2, 1)` pins s."""
+    chunks, whose being 1 makes the chunk s rows rather than 2) counts: its guard `Eq(s // 2, 1)` pins s.
+    With `example` (the symbols' example values), only the symbols that pinning needs (NOTE [Fewest symbols
+    pinned])."""
     env = getattr(sym, "_frontend_env", None)
     if env is None:
         return set()
     import sympy
 
     symbols = list(sym.symbols)
-    known, unmet = set(symbols), set()
+    known, unmet, broken = set(symbols), set(), []
     points = [{s: sympy.Integer(v) for s, v in zip(symbols, p)} for p in probes]
     for guard in env.guards:
         try:
             expr = env.simplify(guard.expr).xreplace(sym._mapping)
         except Exception:  # noqa: BLE001 - an expression the backend cannot take: not checked here
             continue
-        if not expr.free_symbols or not expr.free_symbols <= known or expr.free_symbols <= {symbols[k] for k in unmet}:
+        if not expr.free_symbols or not expr.free_symbols <= known or \
+                (example is None and expr.free_symbols <= {symbols[k] for k in unmet}):
             continue
         if not degenerate and _of_a_degenerate_size(expr, dims):
             continue
@@ -245,8 +249,45 @@ def unmet_symbols(sym, probes: list[list[int]], degenerate: bool = True, dims: f
                 met = False
             if not met:
                 unmet |= {symbols.index(s) for s in expr.free_symbols}
+                broken.append(expr)
                 break
-    return unmet
+    return unmet if example is None or not broken else _fewest_pinned(broken, symbols, points, example)
+
+
+# NOTE [Fewest symbols pinned]: the heads view `x.view(b, t, h, c // h)` with `(c // h) ** -0.5` guards
+# `Eq(c // h, 4)` (a specialisation no exchange of primes meets) and also `Eq(b*t*c, b*t*h*(c // h))`; with
+# every broken guard's symbols pinned, b and t were fixed as well, and the dynamic=True graph compiled one
+# module per batch and sequence length (5 modules over 5 (b, t) with c and h fixed; stock torch.compile 1 graph).
+# Now the broken guard with the fewest symbols is taken first, and the fewest of its symbols that meet it at
+# every probe when they take their example values are pinned; the others are checked again at those probes,
+# and so on: pinning c and h (for `Eq(c // h, 4)`) meets the product for every b and t. The module is then made at probes that meet every guard or not at all (the caller checks the new probes
+# again and pins more, or compiles per shape), as before.
+def _fewest_pinned(broken: list, symbols: list, points: list[dict], example: list[int]) -> set[int]:
+    import sympy
+
+    def fixing(chosen) -> list[dict]:
+        fixed = {s: sympy.Integer(v) for s, v in zip(symbols, example) if s in chosen}
+        return [{**p, **fixed} for p in points]
+
+    pinned: set = set()
+    while broken:
+        guard = min(broken, key=lambda e: len(e.free_symbols - pinned))
+        free = sorted(guard.free_symbols - pinned, key=str)
+        # the fewest of its symbols that meet it at every probe (all of them where no fewer do)
+        subsets = (set(c) for n in range(1, len(free)) for c in itertools.combinations(free, n))
+        pinned |= next((c for c in subsets if _met_at_all(guard, fixing(pinned | c))), set(free))
+        broken = [e for e in broken if not _met_at_all(e, fixing(pinned))]
+    return {symbols.index(s) for s in pinned}
+
+
+def _met_at_all(expr, points: list[dict]) -> bool:
+    for values in points:
+        try:
+            if not bool(expr.xreplace(values)):
+                return False
+        except Exception:  # noqa: BLE001 - undefined there: broken
+            return False
+    return True
 
 
 def _of_a_degenerate_size(expr, dims: frozenset) -> bool:
