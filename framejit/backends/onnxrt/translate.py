@@ -337,6 +337,8 @@ def _differs_from_eager(node: torch.fx.Node, overload: str, vals: list) -> str |
         return f"{overload} has no degrees of freedom left: eager warns on every call"
     if _reduces_nothing(node):
         return f"{overload} makes values out of an empty tensor (ORT's reductions of nothing differ from eager's)"
+    if any(_is_empty(v) and not _static_empty(v) for v in _tensor_vals(node.meta.get("val"))):
+        return f"{overload} makes an empty tensor of symbolic sizes (NOTE [Empty results as constants])"
     return None
 
 
@@ -519,6 +521,8 @@ def _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm) 
         _emit_fused(graph, node, values, _fused_op(node))
     elif node.op == "call_function" and _exact_constant(node) is not None:
         _emit_constant(graph, node, values, _exact_constant(node))
+    elif node.op == "call_function" and _static_empty(node.meta.get("val")):
+        _emit_constant(graph, node, values, 0)  # NOTE [Empty results as constants]
     elif node.op == "call_function":
         first = graph.num_nodes()
         _core._handle_call_function_node_with_lowering(
@@ -647,6 +651,19 @@ def _emit_constant(graph, node: torch.fx.Node, values: dict, value) -> None:
     _core._set_shape_type(out, val, complex_to_float=True)
     out.name = node.name
     values[node.name] = out
+
+
+# NOTE [Empty results as constants]
+# ORT's optimizer (level BASIC and above, 1.32) drops an Expand of a size-1 dimension to size 0:
+# `t.unsqueeze(1).expand(3, 0) * 2` gave (3, 1) where eager gives (3, 0), and mean's backward over a dimension
+# of size 0 is exactly that expand (x.t().mean(1) of a (0, 3) x: "invalid gradient, got [1, 3] but expected
+# [0, 3]" on backward; revD D3). An empty result is known whole from its shape and dtype, so every node whose
+# value is an empty tensor of plain int sizes is emitted as a Constant (ConstantOfShape) of that shape, whatever
+# its op: ORT then computes no empty tensor from anything, and what reads one and makes values runs in torch
+# (`_reduces_nothing`). An empty result of symbolic sizes (none is known: 0 is specialised) runs in torch.
+def _static_empty(val) -> bool:
+    return isinstance(val, torch.Tensor) and val.dtype in SUPPORTED_DTYPES and \
+        all(type(s) is int for s in val.shape) and val.numel() == 0
 
 
 def _add_function_opsets(model) -> None:
