@@ -13,7 +13,6 @@ import inspect
 import types
 from typing import Any
 
-from .breaks import BreakKind, Unsupported
 from .normalize import Inst
 from .partials import partial_parts
 from .values import (BoundMethodValue, CellValue, DictValue, IteratorValue, NewObjectValue, PartialValue,
@@ -91,8 +90,15 @@ def shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> se
     """The names of the frame's `cells` (name -> CellValue) that a closure reachable from `values` shares
     and that may be written once the frame resumes: by the frame at or after instruction `index` (or by a
     loop back over an earlier store), or by any closure's code (`nonlocal`). For the others the old and
-    the new cell always hold the same value (NOTE [Cells at breaks]). Raises Unsupported for such a cell
-    that is empty at the break (a closure over it cannot be rebuilt)."""
+    the new cell always hold the same value (NOTE [Cells at breaks]). A cell empty at the break is shared too.
+
+    NOTE [Closures over cells not set yet]: a closure made before the break over a variable that is not set
+    there and assigned later (3.11's `<listcomp>` over its walrus target `[y for i in r if (y := f(i))]`,
+    called at the break; `get = lambda: k` before a print, `k = 1` after it) shares the cell like any other:
+    the break builds the cell empty, once (Reconstructor._preload_cells), rebuilds the closure over it and
+    passes it on to the resume function as the cell itself, so the later assignment (by the frame or by the
+    closure) is seen by both, and a read before it raises eager's NameError. Before, such a frame ran wholly
+    eagerly."""
     shared: set[str] = set()
     if not cells:
         return shared
@@ -107,10 +113,7 @@ def shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> se
             for name, cell in zip(v.fn.__code__.co_freevars, v.closure or ()):
                 own = next((n for n, c in cells.items() if c is cell), None)
                 if own is not None and (_code_writes(v.fn.__code__, name) or _written_after(insts, own, index)):
-                    if cells[own].contents is None and not cells[own].deleted:
-                        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a closure made before the break shares the"
-                                          f" variable {own!r}, not set yet and assigned later (the frame runs eagerly)")
-                    shared.add(own)
+                    shared.add(own)  # also when not set yet (NOTE [Closures over cells not set yet])
                 todo.append(getattr(cell, "contents", None))
             todo.extend(v.defaults or ())
             todo.extend(v.attr_values())

@@ -19,8 +19,9 @@ twin reading its stale copy (review revC C6): here nothing is copied.
 
 Only entries that capture the whole frame are shared: an entry that breaks calls resume functions made
 over the traced object's own cells (NOTE [Resume functions of closures] in hook.py), and an eager entry
-runs the traced object itself. Such an entry serves the call it was traced for only; from then on the code
-takes the per-object hooks of NOTE [Closures called at breaks]. Generator and coroutine codes are never
+runs the traced object itself. Such an entry moves to a hook of the traced object alone (reading its cells
+through the same `current`, so the entry stays valid there and a later call of that object is not traced
+again), and from then on the code takes the per-object hooks of NOTE [Closures called at breaks]. Generator and coroutine codes are never
 shared (their frames outlive the call). The shared hook never reads or writes the frame cache: its entries
 name the hook's own `current` object, which no other process has.
 """
@@ -43,10 +44,11 @@ _NOT_SHARED_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASY
 class ClosureHook(FrameHook):
     """A FrameHook whose function is the closure object being called now (per thread)."""
 
-    def __init__(self, fn: types.FunctionType, request, per_object: set) -> None:
-        self.current = Current()
+    def __init__(self, fn: types.FunctionType, request, per_object: set, current: Current | None = None) -> None:
+        self.current = Current() if current is None else current
         self.first = fn  # keeps the key's code, globals, builtins and defaults alive
         self.per_object = per_object
+        self.own = current is not None  # the hook of one object, sharing `current` with the shared hook
         super().__init__(fn, dataclasses.replace(request, artifacts=None))  # never persisted (see the NOTE)
 
     @property
@@ -74,10 +76,16 @@ class ClosureHook(FrameHook):
             before = self.entries
             with tracing_through(self.fn, self.current):
                 entry = super()._find_or_compile(args, kwargs)
-            if entry is None or any(e is entry for e in before) or _whole_frame(entry, self.code):
+            if self.own or entry is None or any(e is entry for e in before) or _whole_frame(entry, self.code):
                 return entry
-            self.entries = [e for e in self.entries if e is not entry]  # this call only
+            self.entries = [e for e in self.entries if e is not entry]
             self.per_object.add(self.code)
+            # the entry goes to a hook of this object only, which reads its cells through the same `current`
+            fn, hooks = self.fn, self.request.hooks
+            own = ClosureHook(fn, self.request, self.per_object, current=self.current)
+            own.entries = [entry]
+            hooks.by_key[("function", fn)] = functools.partial(own.call, fn)
+            hooks.objects_per_code[self.code] = hooks.objects_per_code.get(self.code, 0) + 1
             logs.log("recompiles", "%s: a closure made per call breaks (or runs eagerly); its objects take a hook "
                      "each from now on (NOTE [Closures made per call share a hook through their cells])",
                      self.code.co_qualname)

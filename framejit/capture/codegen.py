@@ -215,11 +215,11 @@ class Reconstructor:
         `get()` kept answering the traced value (red team 15). A cell made while tracing is built once, into
         a local, and every rebuilt function that closes over it gets that cell (`_new_function`)."""
         for cell in value.closure or ():
-            deleted = getattr(cell, "deleted", False) and cell.contents is None  # NOTE [Deleting a closure variable]
-            if hasattr(cell, "cell") or id(cell) in self.preloaded or getattr(cell, "contents", None) is None \
-                    and not deleted:
-                continue  # a real cell (shared as itself), already built, or not set yet (_new_function breaks)
-            self._call_const(new_cell, [] if deleted else [cell.contents])
+            if hasattr(cell, "cell") or id(cell) in self.preloaded:
+                continue  # a real cell (shared as itself), or already built
+            # a cell not set yet (or deleted: NOTE [Deleting a closure variable]) is built empty: NOTE [Closures
+            # over cells not set yet] in break_callees.py
+            self._call_const(new_cell, [] if cell.contents is None else [cell.contents])
             name = f"___pre{len(self.preloaded)}"
             self.cg.store_fast(name)
             self.preloaded[id(cell)] = name

@@ -381,7 +381,6 @@ def no_grad_decorated(x):
 
 # frames that run wholly eagerly, values right (reported in /work/helper_notes/h1516.md)
 KNOWN_EAGER = {
-    "walrus_comp_break",  # 3.11: the <listcomp> shares the walrus target's cell (NOTE [Cells at breaks])
     "generator_with_finally",  # a generator with try/finally driven by a for loop in the frame
     "del_in_with",  # the lambda called after `del` of its variable in a resume function: its own frame
 }
