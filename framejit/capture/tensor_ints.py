@@ -145,12 +145,18 @@ def _holds(condition: Any) -> bool:
     return bool(condition)
 
 
+_MAX_NODES = 64  # nodes one derivation may visit: padding arithmetic takes ~15; a long chain stays a break
+
+
 def _eval(out, node: Any, memo: dict) -> Any:
     if not isinstance(node, torch.fx.Node):
         if type(node) in (int, bool):
             return ConstantValue(node)
         raise _Unknown
     if node not in memo:
+        if len(memo) >= _MAX_NODES:
+            raise _Unknown
+        memo[node] = None  # visited (a derivation never revisits a node it is computing: the graph is a DAG)
         memo[node] = _eval_node(out, node, memo)
     return memo[node]
 

@@ -207,3 +207,17 @@ def test_max_of_derived_tensors_in_the_graph_serves_both_orders():
     calls = [(torch.randn(n),) for n in (8, 8, 9, 10, 11, 12, 13, 14, 15)]
     backend, _, eager = _counts(f, calls)
     assert eager == 0 and backend.graph_count <= 2
+
+
+def test_a_long_chain_of_int_arithmetic_stays_a_break():
+    """A derivation visits a bounded number of nodes: 2000 steps ran the frame eagerly (RecursionError)."""
+    def f(x):
+        s = x.shape[0] - torch.tensor(1)
+        for _ in range(2000):
+            s = s + 1
+        if s > 5:
+            return x + s
+        return x - s
+
+    backend, _, eager = _counts(f, [(torch.randn(n),) for n in (3, 4, 9)])
+    assert eager == 0 and backend.graph_count >= 2  # the break at the `if`
