@@ -35,8 +35,11 @@ torch.compile 1). Such an int is computed by the prefix too (Python's max/min of
 passed as an int input marked `size_extremum` (every use reads it, scalar uses included, so no Max is left
 in the inner graph). The backend makes it a symbol of its own, defined as the extremum of the others
 (backends/symbolic.py `definitions`: its size check tests the definition on every call, triton's probes
-take its value), so the module's literals are fitted over it; triton still compiles per shape where its
-probes cannot tell it from one of its arguments (`max(x.size(1), 3)`: every probe is above 3).
+take its value), so the module's literals are fitted over it. Where every probe gives it the value of one
+of its arguments (`max(x.size(1), 3)`: every probe is above 3), a literal could be fitted as that argument
+(wrong at width 2: a (2, 2) result for eager's (2, 3)), so the module serves only the calls where it equals
+that argument (`s2 == s1` added to the size check, probe_relations.extrema_untold); the others compile per
+shape.
 """
 from __future__ import annotations
 

@@ -411,6 +411,16 @@ class SymbolicInputs:
         self.bind_source = "\n".join(lines)
         self.bind = compile_bind(self.bind_source)
 
+    def require(self, expr) -> None:
+        """Add the check `expr` (over `symbols`) to `bind`, before its return (NOTE [Extrema of sizes as
+        inputs], size_floats.py: the branch of an extremum the probes took)."""
+        from torch.utils._sympy.printers import PythonPrinter
+
+        lines = self.bind_source.split("\n")
+        check = [f"    if not ({PythonPrinter().doprint(expr)}):", "        return None"]
+        self.bind_source = "\n".join(lines[:-1] + check + lines[-1:])
+        self.bind = compile_bind(self.bind_source)
+
 
 # NOTE [Size checks per call]: `bind` runs on every call of a symbolic program, so it reads each input's
 # shape once (`shape3 = inputs[3].shape`) and checks a tensor whose sizes are all static (a weight) with

@@ -5,8 +5,9 @@ A sym_max/sym_min of sizes made the graph compile one module per shape (NOTE [Ex
 fitted], dynamic.py: the probes, where every size is large, could fit `max(step, 6)` as `step`). Such an int
 is now computed per call by the size-floats prefix and passed in as an int input that the backend makes a
 symbol of its own, defined as the extremum (NOTE [Extrema of sizes as inputs], size_floats.py): one module
-serves every shape the graph serves. Where the probes cannot tell the extremum from one of its arguments
-(`max(x.size(1), 3)`: every probe is above 3) the graph still compiles per shape, and values stay eager's.
+serves every shape the graph serves. Where every probe takes one branch (`max(x.size(1), 3)`: every probe
+is above 3) the module serves the calls on that branch (its size check tests it) and the others compile per
+shape, with eager's values.
 Stock torch.compile (reference): 1 graph for each program here with dynamic=True, 2 with dynamic=None.
 """
 from __future__ import annotations
@@ -79,11 +80,12 @@ def test_an_extremum_with_an_int_argument(triton_modules):
     assert sum(triton_modules.values()) == 1, triton_modules
 
 
-def test_an_extremum_the_probes_cannot_tell_apart_stays_per_shape(triton_modules):
-    # every probe is above 3, where max(s, 3) is s: a module fitted there would be wrong at s = 2
+def test_an_extremum_the_probes_take_one_branch_of_serves_that_branch(triton_modules):
+    # every probe is above 3, where max(s, 3) is s: a module fitted there, used at s = 2, returned a (2, 2)
+    # result for eager's (2, 3); now s = 2 fails its size check and compiles for its shape (once)
     def floor3(x):
         return F.pad(x, (0, max(x.size(1), 3) - x.size(1)))
 
-    calls = [(_r(2, w, seed=w),) for w in (5, 2, 7, 3, 2)]
+    calls = [(_r(2, w, seed=w),) for w in (5, 2, 7, 3, 2, 9)]
     assert _run(floor3, calls, True) == 1
-    assert sum(triton_modules.values()) == 4, triton_modules  # one per width (2 twice)
+    assert sum(triton_modules.values()) == 2, triton_modules  # before: one per width (5)

@@ -413,8 +413,8 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
     relations = probe_relations.relations_of(sym)  # NOTE [Probes within the frontend's relations]
     fixed = {k for k, (lower, upper) in enumerate(sym.ranges()) if lower is not None and lower == upper}
     probes = probe_relations.within_relations(probes, relations, fixed)
-    if (told := probe_relations.extrema_untold(sym, probes)) is not None:  # NOTE [Extrema of sizes as inputs] (size_floats.py)
-        raise NotGeneric(f"the probes cannot tell the extremum {told} from its arguments")
+    for branch in probe_relations.extrema_untold(sym, probes):  # NOTE [Extrema of sizes as inputs] (size_floats.py)
+        sym.require(branch)  # the module serves the branch the probes took; the others compile per shape
     unmet = probe_relations.unmet_symbols(sym, probes, degenerate=False,  # NOTE [Probes that break a guard]
                                           dims=probe_relations.tensor_dims(gm, sym._mapping),
                                           example=list(example_sizes)) - fixed  # NOTE [Fewest symbols pinned]
@@ -625,7 +625,7 @@ def _size_relation(gm) -> str | None:
 # nodes, no guard) was fitted at probes where every symbol is large: `max(step, 6)` fitted as `step`, and the
 # module was off by 5 at step 1 (red team, h13dyn2). Such graphs compile per shape, as relations do, unless
 # the extremum is passed in as an int input (NOTE [Extrema of sizes as inputs], size_floats.py), which is a
-# symbol of its own here whose probes are checked to tell it from its arguments (probe_relations.extrema_untold).
+# symbol of its own here, served where it takes the branch the probes took (probe_relations.extrema_untold).
 _EXTREMA = (torch.sym_max, torch.sym_min, max, min)
 
 

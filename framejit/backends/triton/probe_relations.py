@@ -185,22 +185,23 @@ def relations_of(sym) -> Relations:
     return Relations(guards, symbols, sym.ranges(), definitions, products)
 
 
-def extrema_untold(sym, probes: list) -> str | None:
-    """An extremum input (NOTE [Extrema of sizes as inputs], backends/size_floats.py) equal to one of its arguments at
-    every probe (`max(s, 3)`, all probes above 3): a literal fitted as that argument would be wrong where the
-    other one wins. None when the probes tell each apart from each argument."""
+def extrema_untold(sym, probes: list) -> list:
+    """`Eq(extremum, argument)` for each extremum input (NOTE [Extrema of sizes as inputs], backends/size_floats.py)
+    equal to one of its arguments (or one of its symbols alone: nested extrema) at every probe (`max(s, 3)`,
+    every probe above 3): a literal fitted as that argument would be wrong where another one wins, so the
+    module serves the calls where the equation holds (the caller adds it to the size check)."""
     import sympy
 
-    symbols = list(sym.symbols)
+    symbols, untold = list(sym.symbols), []
     for symbol, expr in sym.definitions:
         if symbol not in symbols:
             continue
         k = symbols.index(symbol)
-        for arg in (*expr.args, *expr.free_symbols):  # its arguments, and each symbol alone (nested extrema)
+        for arg in (*expr.args, *expr.free_symbols):
             values = [arg.xreplace({s: sympy.Integer(v) for s, v in zip(symbols, p)}) for p in probes]
             if all(v.is_Integer and int(v) == p[k] for v, p in zip(values, probes)):
-                return f"{symbol} = {expr}"
-    return None
+                untold.append(sympy.Eq(symbol, arg))
+    return untold
 
 
 # NOTE [Symbols pinned by guards the probes miss]: some frontend guards hold at few sizes only, and no
