@@ -201,6 +201,11 @@ def emit_user_frame_call(cg: Any, rebuild: Any, fn: types.FunctionType, user_loc
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a frame reader's call after code that branches: the "
                           "frame runs eagerly")
     code = fn.__code__
+    from .resume import maybe_unbound
+    if any(isinstance(v, LazyArg) and v.name in maybe_unbound(code) for v in user_locals.values()):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a frame reader's call where a local may hold "
+                          "Unbound (NOTE [Resume functions take the same locals on every pass]): the frame runs "
+                          "eagerly")
     order = {n: i for i, n in enumerate(code.co_varnames + code.co_cellvars)}
     names = sorted(user_locals, key=lambda n: order.get(n, len(order)))
     # every value is loaded before any slot is written (`residual = x` then `x = ...` leaves a LazyArg of `x`

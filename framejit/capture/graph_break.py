@@ -47,7 +47,7 @@ from bytecode import Instr, Label
 from .breaks import BreakKind, Unsupported
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .frame_locals import emit_user_frame_call
-from . import carried_loops, emit, inlined_comprehensions
+from . import carried_loops, emit, inlined_comprehensions, local_liveness
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .codegen_runtime import delete_cell, new_cell
 from .normalize import Inst, jump_targets, normalize
@@ -135,6 +135,40 @@ class BreakCodegen:
 
     def _live_locals(self) -> list[Any]:
         return [v for v in map(self._local, self.local_names) if v is not None and not isinstance(v, LazyArg)]
+
+    def _names_at(self, index: int) -> tuple[str, ...]:
+        """The locals passed to the resume function at canonical `index` of this frame's code: NOTE [Resume
+        functions take the same locals on every pass] (local_liveness.py); all bound ones at a frame reader's
+        call, whose callee lists them."""
+        code, target = origin(self.fn.__code__, index)
+        fast = [n for n in self.tx.locals if not n.startswith(STACK_PREFIX)]
+        found = None if self.site.frame_reader else local_liveness.resume_locals(code, target, fast)
+        if found is None:
+            return tuple(self.local_names)
+        return tuple(found[0]) + tuple(self.cell_values) + tuple(self.cell_args)
+
+    def _tail_names(self) -> tuple[str, ...]:
+        """A tail function's locals (NOTE [Breaks inside try blocks], [Loops run as Python]): those passed at
+        its own instruction, and the locals dead there that the resume functions it trampolines to take
+        (dead there, such a local may hold `Unbound` in the tail's frame: NOTE [Resume functions take the
+        same locals on every pass])."""
+        inst = self.site.inst
+        names = self._names_at(inst.index)
+        code, target = origin(self.fn.__code__, inst.index)
+        if self.site.frame_reader or local_liveness.resume_locals(code, target, []) is None:
+            return names
+        exits = [self.site.loop.arg] if self.site.loop else [inst.index + 1] + (
+            [inst.arg] if inst.name in _CONDITIONAL or inst.name in _OR_POP else [])
+        wanted = {n for index in exits for n in self._names_at(index) if n not in names}
+        fast = [n for n in names if n not in self.cell_values and n not in self.cell_args]
+        fast = local_liveness.in_order(code, fast + list(local_liveness.dead_arguments(code, target, wanted)))
+        return tuple(fast) + tuple(self.cell_values) + tuple(self.cell_args)
+
+    def _passed(self, name: str) -> Any:
+        """A local's value for the resume function: `Unbound` for a dead one that is not bound."""
+        if name in self.tx.locals or name in self.cell_values or name in self.cell_args:
+            return self._local(name)
+        return _Constant(local_liveness.Unbound)
 
     def values(self) -> list[Any]:
         return self.stack + self._live_locals() + self.tx.output.side_effects.values()
@@ -445,11 +479,14 @@ class BreakCodegen:
         code, target = origin(self.fn.__code__, index)
         successors = () if hooked or self.site.loop else self._tail_successors()
         loop = self._python_loop() if not hooked and self.site.loop else None
-        hook = self.hooks.resume(code, target, layout, tuple(self.local_names), hooked, successors, loop,
-                                 tuple(self.cell_args))
+        names = self._names_at(index) if hooked else self._tail_names()
+        hook = self.hooks.resume(code, target, layout, names, hooked, successors, loop, tuple(self.cell_args))
+        if hooked and local_liveness.in_loop(code, target):  # NOTE [Resume functions take the same locals on
+            hook.entry_budget = 2  # every pass]: it serves the first pass and the later ones
         # NOTE [Symbols carried into resume functions]
         inherit_symbols(hook, {**{f"L['{STACK_PREFIX}{i}']": v for i, v in enumerate(self.below)},
-                               **{f"L['{n}']": self._local(n) for n in self.local_names if n not in self.cell_args},
+                               **{f"L['{n}']": self._local(n) for n in names if n not in self.cell_args
+                                  and (n in self.tx.locals or n in self.cell_values)},
                                **{f"L['{n}'].cell_contents": self._local(n) for n in self.cell_args
                                   if self._local(n) is not None}}, self.tx.output)
         cg.push_null()
@@ -476,8 +513,8 @@ class BreakCodegen:
                 rebuild.emit(value)
         for name in temps:
             cg.load_fast(name)
-        for name in self.local_names:
-            value = self._local(name)
+        for name in names:
+            value = self._passed(name)
             if self.site.frame_reader:  # stored before the call (NOTE [Breaks at calls that read frames])
                 cg.load_fast(name)
             elif name in self.cell_args:  # NOTE [Cells passed to resume functions]
@@ -488,7 +525,7 @@ class BreakCodegen:
                 rebuild.emit(value)
         if self.blocks:  # the grad mode the prologue sets after re-entering the blocks
             cg.load_const(self.tx.output.grad_enabled) if not hooked else cg.load_fast("___grad")
-        cg.call(sum(kind != "null" for kind in layout) + len(self.local_names) + bool(self.blocks))
+        cg.call(sum(kind != "null" for kind in layout) + len(names) + bool(self.blocks))
         cg.return_value()
         return hook
 
@@ -503,7 +540,7 @@ class BreakCodegen:
             slot = max(i for i, v in enumerate(self.stack) if _slot_kind(v) == "iter")
         layout = tuple(_slot_kind(v) for v in self.stack[:slot])
         code, exit_index = origin(self.fn.__code__, loop.arg)
-        names = tuple(self.local_names)
+        names = self._tail_names()  # its trampoline passes the tail function's locals
         comp = inlined_comprehensions.at_loop(code, origin(self.fn.__code__, loop.index)[1])
         if comp is not None and "block" not in layout:  # NOTE [Breaks inside inlined comprehensions]
             exit_index, layout, names = inlined_comprehensions.after_loop(code, comp, layout, names)
@@ -550,7 +587,7 @@ class BreakCodegen:
         rest of the frame must stay plain (a NULL or a re-entered block on the stack, or an instruction
         whose stack effect is not known here)."""
         inst = self.site.inst
-        names = tuple(self.local_names)
+        tail = self._tail_names()
         if inst.name == "CALL":
             edges = [("next", inst.index + 1, inst.arg + 2, 1)]
         elif inst.name == "CALL_FUNCTION_EX":
@@ -571,7 +608,7 @@ class BreakCodegen:
             if any(kind in ("null", "block") for kind in layout):
                 return ()
             code, target = origin(self.fn.__code__, index)
-            successors.append((edge, self.hooks.resume(code, target, layout, names, cells=tuple(self.cell_args)),
+            successors.append((edge, self.hooks.resume(code, target, layout, tail, cells=tuple(self.cell_args)),
                                layout))
         return tuple(successors)
 

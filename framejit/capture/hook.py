@@ -164,7 +164,8 @@ class FrameHook:
                 if _accepts(entry, args, kwargs):
                     entry.served = True
                     return entry
-            if self._traced_entries() >= config.recompile_limit:
+            # NOTE [Resume functions take the same locals on every pass]: a loop body's serves two functions' calls
+            if self._traced_entries() >= config.recompile_limit * getattr(self, "entry_budget", 1):
                 # entries waiting for an import are still loaded here (NOTE [Loaded entries and the limit])
                 loaded = self._load_persisted(args, kwargs) if _binds(self.fn, args, kwargs) else None
                 if loaded is not None:

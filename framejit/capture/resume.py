@@ -93,7 +93,19 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     _ORIGIN[new_code] = (code, jump.arg - index)
     if cells:
         _CELL_ARGS[new_code] = frozenset(cells)
+    from .local_liveness import maybe_unbound
+    _DEAD_ARGS[new_code] = maybe_unbound(code, index, live_locals)
     return new_code
+
+
+# resume code -> its locals that may hold local_liveness.Unbound (NOTE [Resume functions take the same locals
+# on every pass])
+_DEAD_ARGS: dict[types.CodeType, frozenset[str]] = {}
+
+
+def maybe_unbound(code: types.CodeType) -> frozenset[str]:
+    """The locals of a resume function's code that are dead at its entry (they may hold `Unbound`)."""
+    return _DEAD_ARGS.get(code, frozenset())
 
 
 def _resume_body(code, items, target, layout, live_locals, successors, python_loop, cells, route):
