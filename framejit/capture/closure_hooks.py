@@ -23,7 +23,11 @@ runs the traced object itself. Such an entry moves to a hook of the traced objec
 through the same `current`, so the entry stays valid there and a later call of that object is not traced
 again), and from then on the code takes the per-object hooks of NOTE [Closures called at breaks]. Generator and coroutine codes are never
 shared (their frames outlive the call). The shared hook never reads or writes the frame cache: its entries
-name the hook's own `current` object, which no other process has.
+name the hook's own `current` object, which no other process has. So it serves only requests that do not
+persist (the frame cache off, or a backend without artifacts): with the cache on, the per-object hooks
+persist their entries and the next object of the code loads them (3.12, the program above over 4 calls:
+3 frames traced, 3 loaded, no retrace), and a closure whose trace breaks (an optimizer's
+`profile_hook_step` wrapper) must be persisted for warm processes, which a shared trace cannot be.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import inspect
 import types
 from typing import Any
 
-from .. import logs
+from .. import config, logs
 from .closure_cells import Current, tracing_through
 from .hook import COMPILE_LOCK, FrameHook
 
@@ -101,7 +105,8 @@ def closure_hook(hooks, fn: types.FunctionType):
     """The shared hook's call for closure `fn`, or None when its code takes per-object hooks."""
     code = fn.__code__
     per_object = hooks.__dict__.setdefault("per_object_closures", set())
-    if code in per_object or code.co_flags & _NOT_SHARED_FLAGS or not fn.__closure__:
+    if code in per_object or code.co_flags & _NOT_SHARED_FLAGS or not fn.__closure__ or \
+            hooks.request.artifacts is not None and config.cache_enabled:  # persisted: per-object hooks (above)
         return None
     key = ("closure", code, id(fn.__globals__), id(fn.__builtins__),
            None if fn.__defaults__ is None else tuple(map(id, fn.__defaults__)),
