@@ -10,7 +10,8 @@ in force: then it runs as its own Python code (the graph module's forward, bound
 it), where autograd saves what eager saves and the hooks see it (and checkpointed regions save what eager's
 checkpoint saves); else the backend's callable runs. A check at the call, not a guard: a guard would
 retrace under the hooks, and tracing runs them on fake tensors. Entries loaded from the frame cache are
-wrapped the same way (frame_cache.restore).
+wrapped the same way (frame_cache.restore). The same check sends a call with an argument that retains its
+gradient to the graph's own code (NOTE [Retained gradients of inputs written in place] in tensor_hooks.py).
 
 Main type: HookAware (`.compiled` is what the backend returned, as for KeptVersions: the persisted
 artifact is of that object, input_versions.unwrapped).
@@ -35,6 +36,9 @@ class HookAware:
     def __call__(self, *args: Any) -> Any:
         if _top_saved_hooks(False) is not None:
             return self.eager_forward(*args)
+        for arg in args:  # NOTE [Retained gradients of inputs written in place] in tensor_hooks.py
+            if type(arg) is torch.Tensor and arg.retains_grad:
+                return self.eager_forward(*args)
         return self.compiled(*args)
 
 

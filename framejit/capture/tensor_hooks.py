@@ -14,14 +14,29 @@ instruction runs (a `backward()` or `torch.autograd.grad` call inside the frame 
 
 For an intermediate, that is the same tensor only while the graph runs as its own code: a backend's joint
 (AOT autograd: onnxrt, triton) returns a new output tensor whose gradient the graph's own uses do not reach.
-Such a graph therefore runs as the graph module's own code (convert._backend_compile), and the entry is not
-persisted (its runtime differs from what the backend made). A write in place to the tensor (or a view of it) after
-the registration is a graph break before the write (`check_hooked_unchanged`), so the hook is registered
+Such a graph therefore runs as the graph module's own code (convert._backend_compile, with a line under
+`eager_fallback`), and the entry is not persisted (its runtime differs from what the backend made). A write
+in place to the tensor (or a view of it) after the registration is a graph break before the write (`check_hooked_unchanged`), so the hook is registered
 before it as in eager (the write gives it a new grad_fn, whose gradient the hook would see otherwise).
 Handled here only when the handle is discarded
 (the next instruction is POP_TOP; a handle kept, `h = y.register_hook(fn)` for a later `h.remove()`, is a
 break as before), the tensor requires grad (else eager's RuntimeError), and the hook is a value the replay
 can rebuild; other cases are a graph break.
+
+NOTE [Autograd nodes of a graph's results]: `y.grad_fn` of an intermediate is a graph break, and after it the
+Python code sees the graph's output y. From a backend's joint that is the node of the whole graph
+(CompiledFunctionBackward), not the node of y's last op: `y.grad_fn.register_hook(h)` saw the gradients of
+the graph's inputs (eager: of the op's inputs; a hook returning one value where the op has two raised in eager
+and passed compiled), `register_prehook` saw every output's gradient. So a graph one of whose results has its
+`grad_fn` read at the break runs as its own code too (`grad_fn_break`). Reads of `grad_fn` of a tensor that
+an earlier frame's graph returned (a compiled callee's result) see that graph's node, as with stock torch.compile.
+
+NOTE [Retained gradients of inputs written in place]: `y.retain_grad()` is a graph break; when a later graph
+writes y in place (`y.mul_(3)`), eager's retained gradient follows y to its new version (the gradient of the
+uses after the write), but a joint's write-back (`y.copy_(new)` after the autograd.Function) gives y a node
+that the graph's own later uses do not reach: y.grad stayed None. A graph that records autograd therefore runs
+as its own code at a call where one of its tensor arguments retains its gradient (saved_hooks.HookAware, a check
+at the call as for saved-tensors hooks).
 """
 from __future__ import annotations
 
@@ -42,11 +57,29 @@ def register_hook(tx, tensor: TensorValue, args: list[Value], kwargs: dict[str, 
     offset = _taken(tx.output)  # the ids handed out before this one in the trace
     tx.output.side_effects.record_finishing_call(advance_tensor_hook_id, [], walks_unchanged=True)
     if tensor.source is None:
-        tx.output.__dict__["hooked_outputs"] = True  # runs as the graph's own code (convert._backend_compile)
+        # runs as the graph's own code (convert._backend_compile), logged under eager_fallback
+        tx.output.__dict__["hooked_outputs"] = "a tensor hook is registered on one of its results"
         tx.output.__dict__["process_local"] = "the graph registers tensor hooks on its outputs"
     tx.output.side_effects.record_tensor_hook(tensor, hook, offset)
     tx.output.__dict__.setdefault("hooked_fakes", []).append((tensor.fake, tensor.fake._version))
     return ConstantValue(None)
+
+
+def grad_fn_break(tensor: TensorValue) -> Unsupported:
+    """The graph break at `tensor.grad_fn` (NOTE [Autograd nodes of a graph's results]): for a result of the
+    graph, it carries what `mark_result_node_reads` gives the graph compiled before the break."""
+    e = Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, "Tensor.grad_fn is state outside the graph")
+    if tensor.source is None and tensor.fake.requires_grad:
+        e.reads_result_node = True
+    return e
+
+
+def mark_result_node_reads(exc, output) -> None:
+    """The graph traced up to the break at `exc` runs as its own code when the break reads a result's
+    `grad_fn` (convert._break_entry, on the trace made again up to the break)."""
+    if getattr(exc, "reads_result_node", False):
+        output.__dict__.setdefault("hooked_outputs", "Tensor.grad_fn of one of its results is read after it")
+        output.__dict__["process_local"] = "the graph's results have their autograd nodes read"
 
 
 def check_hooked_unchanged(out) -> None:
