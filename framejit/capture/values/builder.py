@@ -672,9 +672,45 @@ def _bound_builtin(out, obj: Any, source: Source) -> Value:
         return ObjectValue(obj, source)
     if type(obj.__self__) in _SCALARS:  # `k.__add__`: an equal number behaves the same, whatever its object
         out.guard_constant(AttrSource(source, "__self__"), obj.__self__)
+    elif _container_method_of(obj) is not None and _stack_slot(source):
+        # NOTE [Container methods from outside]: `out.append` on the stack at a break (`out.append(f(x))` where
+        # f breaks) reached the resume function as this bound method of a list made anew on every call: its
+        # identity guard failed on every call, so the resume function was traced again on each one and ran
+        # eagerly from the recompile limit on (vilt's `select.append(...)`). Bound to an exact list, dict or
+        # set, a resume function's stack value is now what `out.append` is in the trace: the container's method
+        # over the container, read (and guarded: type, length, items; aliasing with other reads of it) through
+        # `__self__`, answering type() as the builtin method. Only stack values (a call's callee or argument
+        # being built): a named local keeps the identity guard and the real object (its `==`, hash and repr
+        # are the builtin method's: test_redteam18).
+        return _BoundContainerMethod(BuiltinValue(_container_method_of(obj)),
+                                     wrap(out, obj.__self__, AttrSource(source, "__self__")), source)
     else:
         out.guard_id(AttrSource(source, "__self__"), obj.__self__)
     return BuiltinValue(obj, source)
+
+
+class _BoundContainerMethod(BoundMethodValue):
+    """A list, dict or set method bound to its container, read from outside (NOTE [Container methods from
+    outside]): type() answers the builtin method's type."""
+
+    def python_type(self) -> type:
+        return types.BuiltinMethodType
+
+
+def _stack_slot(source: Source) -> bool:
+    from ..resume import STACK_PREFIX
+    from ..sources import LocalSource
+    return isinstance(source, LocalSource) and source.name.startswith(STACK_PREFIX)
+
+
+def _container_method_of(obj: Any) -> Any:
+    """The method descriptor of a builtin method bound to an exact list, dict or set that the trace models on
+    its abstract container (attributes.CONTAINER_METHODS), else None."""
+    from ..attributes import CONTAINER_METHODS
+    owner = type(obj.__self__)
+    if owner not in (list, dict, set) or obj.__name__ not in CONTAINER_METHODS.get(owner, ()):
+        return None
+    return getattr(owner, obj.__name__)
 
 
 def _fresh_bound_builtin(obj: Any) -> bool:
