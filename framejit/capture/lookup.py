@@ -152,6 +152,8 @@ def pin_library_entry(out, owner: type, name: str) -> None:
         rely_on_identity(out, owner)  # NOTE [Parametrized classes alike]
     if type(value) in (bool, int, float, str, type(None)):
         out.guard_constant(source, value)
+    elif _scalar_tuple(value):
+        _guard_scalar_tuple(out, source, value)
     else:
         out.guard_id(source, value)
 
@@ -170,8 +172,22 @@ def guard_lookup(out, cls: type, name: str) -> None:
 # a dataclass, a flag) is pinned by value, as on library classes: the trace used its value, and a float
 # or a long string is another object in every process, so an identity pin made each persisted entry that
 # read one fail its guard in the next process (the zoo's moe traced again on a warm cache). NaN keeps the
-# identity pin (it equals nothing).
+# identity pin (it equals nothing). A tuple of such scalars (`block_types = ("recurrent", "attention")`, the
+# class default a config instance shadows) is pinned by its type, each item's type and its value: it is no
+# descriptor, and reading it gives that value; its identity was a new object in every process, so
+# recurrent_gemma traced again on every warm start (tools/warm_gaps.py).
 _TUPLEGETTER = type(collections.namedtuple("_Probe", "a").a)
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _scalar_tuple(attr: Any) -> bool:
+    return type(attr) is tuple and all(type(v) in _SCALARS and v == v for v in attr)
+
+
+def _guard_scalar_tuple(out, source: Source, attr: tuple) -> None:
+    out.guard_constant(source, attr)  # its type, then `== (...)`, which holds for items of other types too:
+    for index, item in enumerate(attr):  # (1,) == (True,) == (1.0,)
+        out.guard_type(ItemSource(source, index), type(item))
 
 
 def guard_entry_identity(out, source: Source | None, attr: Any) -> None:
@@ -180,6 +196,8 @@ def guard_entry_identity(out, source: Source | None, attr: Any) -> None:
         return
     if type(attr) in (bool, int, float, str, type(None)) and attr == attr:
         out.guard_constant(source, attr)
+    elif _scalar_tuple(attr):
+        _guard_scalar_tuple(out, source, attr)
     elif type(attr) is _TUPLEGETTER:
         # a namedtuple field's descriptor (`p.a`): any one with the same index reads the same item, and unlike
         # its identity (no importable name) this persists, so frames reading namedtuple fields start warm
