@@ -256,6 +256,106 @@ report(ok)
 ''')
 
 
+HF_EVAL = '''
+import os
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from tests.models.hf import catalog, harness
+harness.silence_transformers()
+arch = catalog.get(NAME)
+model = arch.build()
+c = framejit.compile(model, backend=BACKEND)
+def first(out):
+    return out[0] if isinstance(out, tuple) else next(iter(out.values()))
+ok = True
+with torch.no_grad():
+    for s in range(2):
+        ok = ok and close(first(c(**arch.make_inputs(s))), first(model(**arch.make_inputs(s))))
+report(ok)
+'''
+for _name in ("mistral", "qwen2", "phi", "t5", "bart", "whisper", "vit", "clip_vision", "swin", "gpt_neox",
+              "mixtral"):
+    program(f"hf_eval_{_name}")(HF_EVAL.replace("NAME", repr(_name)))
+    program(f"hf_train_{_name}")(HF.replace("NAME", repr(_name)))
+
+program("nn_mha")('''
+from torch import nn
+torch.manual_seed(0)
+m = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+c = framejit.compile(m, backend=BACKEND)
+ok = True
+for n in (5, 7):
+    x = torch.randn(2, n, 16)
+    mask = torch.rand(n, n) > 0.7
+    ok = ok and close(c(x, x, x, attn_mask=mask), m(x, x, x, attn_mask=mask))
+report(ok)
+''')
+
+program("nn_transformer_encoder")('''
+from torch import nn
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+m = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+c = framejit.compile(m, backend=BACKEND)
+x = torch.randn(2, 6, 16)
+pad = torch.zeros(2, 6, dtype=torch.bool); pad[1, 4:] = True
+report(close(c(x, src_key_padding_mask=pad), m(x, src_key_padding_mask=pad)) and close(c(x * 2), m(x * 2)))
+''')
+
+program("nn_transformer_encoder_train")('''
+import copy
+from torch import nn
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+m = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False); ref = copy.deepcopy(m)
+c = framejit.compile(m, backend=BACKEND)
+ok = True
+for s in range(2):
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(s))
+    out, want = c(x), ref(x)
+    out.square().sum().backward(); want.square().sum().backward()
+    ok = ok and close(out, want) and all(close(a.grad, b.grad) for a, b in zip(m.parameters(), ref.parameters()))
+report(ok)
+''')
+
+program("nn_lstm")('''
+import copy
+from torch import nn
+torch.manual_seed(0)
+m = nn.LSTM(8, 12, num_layers=2, batch_first=True); ref = copy.deepcopy(m)
+c = framejit.compile(m, backend=BACKEND)
+ok = True
+for s in range(2):
+    x = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(s))
+    (out, (h, cc)), (want, (rh, rc)) = c(x), ref(x)
+    (out.sum() + h.sum()).backward(); (want.sum() + rh.sum()).backward()
+    ok = ok and close(out, want) and close(h, rh) and all(close(a.grad, b.grad) for a, b in zip(m.parameters(), ref.parameters()))
+report(ok)
+''')
+
+program("nn_checkpoint")('''
+import copy
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 6); self.b = nn.Linear(6, 3)
+    def forward(self, x):
+        h = checkpoint(lambda t: self.a(t).tanh(), x, use_reentrant=False)
+        return self.b(h)
+torch.manual_seed(0)
+m = Net(); ref = copy.deepcopy(m)
+c = framejit.compile(m, backend=BACKEND)
+ok = True
+for s in range(2):
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(s))
+    out, want = c(x), ref(x)
+    out.square().sum().backward(); want.square().sum().backward()
+    ok = ok and close(out, want) and all(close(a.grad, b.grad) for a, b in zip(m.parameters(), ref.parameters()))
+report(ok)
+''')
+
+
 def snapshot(folder: str) -> str:
     """A copy of framejit in `folder` (framejit's source digest is in every cache key: an edit of the tree
     between the cold and the warm process would make every entry a miss); the path to put first."""

@@ -386,13 +386,17 @@ def dump_graph(gm: torch.fx.GraphModule) -> bytes:
     _NodeRef."""
     index: dict[torch.fx.Node, int] = {}
     nodes = []
+    from .higher_order import _Checkpointed as Checkpointed
     for node in gm.graph.nodes:
-        if node.op in ("get_attr", "call_module"):
+        target = node.target
+        if node.op == "call_module" and type(gm.get_submodule(node.target)) is Checkpointed:
+            target = (node.target, gm.get_submodule(node.target))  # NOTE [Persisted checkpointed regions]
+        elif node.op in ("get_attr", "call_module"):
             raise NotPersistable(f"the graph reads module state ({node.op} {node.target})")
         index[node] = len(nodes)
         args = torch.fx.node.map_arg(node.args, lambda n: _NodeRef(index[n]))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _NodeRef(index[n]))
-        nodes.append((node.op, node.name, node.target, args, kwargs, bool(node.meta.get("dynamic_float"))))
+        nodes.append((node.op, node.name, target, args, kwargs, bool(node.meta.get("dynamic_float"))))
     buffer = io.BytesIO()
     try:
         _GraphPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(nodes)
@@ -417,7 +421,10 @@ class _GraphPickler(pickle.Pickler):
             # a target pickle cannot name (F.max_pool2d, made by boolean_dispatch): by its locator
             return _located, (_import_locator(obj),)
         from .func_capture import TransformCall
+        from .higher_order import _Checkpointed as Checkpointed
         from .vmap_capture import VmapCall
+        if type(obj) is Checkpointed:  # NOTE [Persisted checkpointed regions]
+            return _checkpointed, (dump_graph(obj.region), obj.grad_positions)
         if type(obj) is VmapCall:  # NOTE [Persisted transform regions]
             return _vmap_call, (dump_graph(obj.body), obj.in_dims, obj.out_dims, obj.randomness, obj.chunk_size,
                                 obj.out)
@@ -444,6 +451,18 @@ def _transform_call(name, apply, body: bytes, args, n_args, extra, n_extra, out,
     call = TransformCall(name, apply, load_graph(body), args, n_args, extra, n_extra, out)
     call.random = random
     return call
+
+
+# NOTE [Persisted checkpointed regions]: a graph whose checkpointed regions were moved into submodules
+# (NOTE [Checkpointed regions] in higher_order.py) calls each as `call_module fj_checkpoint_N`. Such a
+# submodule holds nothing but the region's own graph (no parameters, no buffers: those reach the region as
+# its inputs) and the positions of the inputs that need grad, so it is saved as that data, with the region
+# node by node (any get_attr or other submodule in it keeps the entry in memory only, as in any graph), and
+# the loaded graph calls a new Checkpointed made from it under the same name. Other submodules still keep
+# the entry in memory only.
+def _checkpointed(region: bytes, grad_positions: tuple):
+    from .higher_order import _Checkpointed as Checkpointed
+    return Checkpointed(load_graph(region), grad_positions)
 
 
 def _located(locator: tuple):
@@ -521,8 +540,12 @@ def load_graph(data: bytes) -> torch.fx.GraphModule:
     from .pinned_targets import new_graph  # NOTE [Graph targets pinned by identity]
     graph = new_graph()
     made: list[torch.fx.Node] = []
+    root = torch.nn.Module()
     for op, name, target, args, kwargs, dynamic_float in pickle.loads(data):
         args, kwargs = torch.fx.node.map_aggregate((args, kwargs), lambda a: made[a.index] if isinstance(a, _NodeRef) else a)
+        if op == "call_module":  # NOTE [Persisted checkpointed regions]
+            target, module = target
+            root.add_module(target, module)
         if op == "output":
             node = graph.output(args[0])
         else:
@@ -530,7 +553,7 @@ def load_graph(data: bytes) -> torch.fx.GraphModule:
         if dynamic_float:
             node.meta["dynamic_float"] = True
         made.append(node)
-    return torch.fx.GraphModule(torch.nn.Module(), graph)
+    return torch.fx.GraphModule(root, graph)
 
 
 def _guard_data(g: Guard) -> tuple:

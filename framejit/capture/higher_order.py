@@ -42,7 +42,8 @@ their versions, and a buffer the region updates in place (`num_batches_tracked.a
 check on recomputation, where eager reads it as module state. A region that does not need grad stays
 inlined (checkpoint changes nothing there, and backends lower it as usual); a region whose nodes are not
 contiguous (something else was inserted among them) stays inlined too, which is correct but keeps the
-activations. Such graphs read a submodule, so their frame entries stay in memory (not persisted).
+activations. Such graphs call a submodule, persisted as its region's graph (NOTE [Persisted checkpointed
+regions] in frame_cache.py).
 """
 from __future__ import annotations
 
