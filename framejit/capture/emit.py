@@ -13,6 +13,8 @@ What differs (3.11 / 3.12 / 3.13):
 - LOAD_ATTR's argument: a name (3.11) or (method bit, name) (3.12+); LOAD_GLOBAL: (push NULL, name).
 - conditional jumps: POP_JUMP_FORWARD_IF_* (3.11) or POP_JUMP_IF_* (3.12+), which on 3.13 need an exact
   bool (TO_BOOL first); a backward jump sent forward changes its name (`retargeted_forward`).
+- two locals in one instruction (3.13's LOAD_FAST_LOAD_FAST, ...): code copied into resume functions
+  writes them as two (`unpaired_locals`, NOTE [Paired locals in copied code]).
 
 NOTE [Call layouts]: the two slots under a call's arguments are [NULL, callable] or [method, self] on 3.11
 and 3.12, and [callable, NULL] or [method, self] on 3.13 (CALL's documented stack: callable, self or NULL,
@@ -145,6 +147,32 @@ def retargeted_forward(jump: Instr, target: Label) -> Instr:
     return Instr(jump.name.replace("BACKWARD", "FORWARD"), target, lineno=jump.lineno)
 
 
+# NOTE [Paired locals in copied code]: 3.13 packs two locals into one argument (LOAD_FAST_LOAD_FAST,
+# STORE_FAST_LOAD_FAST, STORE_FAST_STORE_FAST: 4 bits each, indices 0-15). Resume code copies the user's
+# instructions into a code object with other local indices (the stack arguments come first). The `bytecode`
+# library (0.19.1) splits such a pair into two instructions only when an index is above 16, so an index of
+# exactly 16 was packed into the next one's bits: `(5 << 4) + 16` reads as (6, 0). A resume function with
+# 17+ locals then read the wrong variables (the 4-loop program of tests/capture/test_paired_locals.py:
+# `acc + m` read `k + ___stack0`, TypeError str + list_iterator; eager returns). Copied code therefore
+# spells every pair as its two halves; normalize.py reads the halves as the same canonical instructions
+# it makes of the pair, so canonical indices (resume points, `origin`) do not change.
+_PAIRED = {"LOAD_FAST_LOAD_FAST": ("LOAD_FAST", "LOAD_FAST"), "STORE_FAST_LOAD_FAST": ("STORE_FAST", "LOAD_FAST"),
+           "STORE_FAST_STORE_FAST": ("STORE_FAST", "STORE_FAST")}
+
+
+def unpaired_locals(items: list) -> list:
+    """`items` (abstract instructions, labels, try markers) with every 3.13 paired-locals instruction
+    written as its two halves (NOTE [Paired locals in copied code])."""
+    out: list = []
+    for item in items:
+        halves = _PAIRED.get(item.name) if isinstance(item, Instr) else None
+        if halves is None:
+            out.append(item)
+            continue
+        out += [Instr(name, arg, location=item.location) for name, arg in zip(halves, item.arg)]
+    return out
+
+
 def with_null(kinds: tuple[str, ...]) -> tuple[str, ...]:
     """A stack layout (resume.py) of values that a load pushed together with a NULL, in the order the
     running CPython pushes them (NOTE [Call layouts])."""
@@ -164,4 +192,4 @@ def callee_and_self(first: Any, second: Any, null: Any) -> tuple[Any, list]:
 __all__ = ["NULL_AFTER_CALLABLE", "PY312", "PY313", "below_three", "call", "call_const", "call_ex", "call_over_slots",
            "callee_and_self", "conditional_jump", "jump_forward", "load_attr", "load_global", "null_after_callable",
            "null_before_callable", "null_beside_attribute", "retargeted_forward", "skipped_by_exhausted_for_iter",
-           "truth_test_prefix", "with_null"]
+           "truth_test_prefix", "unpaired_locals", "with_null"]

@@ -74,7 +74,7 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     body, stack_args = _resume_body(code, items, target, layout, live_locals, successors, python_loop, cells, route)
     bc = bytecode.Bytecode.from_code(code)
     bc.clear()
-    bc.extend(body)
+    bc.extend(emit.unpaired_locals(body))  # NOTE [Paired locals in copied code]
     _set_resume_signature(bc, code, index, layout, stack_args, live_locals)
     # NOTE [Exception tables of resume code]: the prologue jumps into the middle of the code, so a try
     # region that encloses the resume point is entered without passing its TryBegin, and the `bytecode`
