@@ -245,7 +245,7 @@ def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Pers
         raise NotPersistable("the backend could not save this graph")
     guards = [_guard_data(g) for g in output.guards]
     namespace = {name: _locate_in_entry(obj, fn, output) for name, obj in output.names.namespace.items()}
-    callees = [(_callee_locator(f, fn), code_hash(f.__code__)) for f in output.inlined if f is not fn]
+    callees = [(_callee_locator(f, fn, output), code_hash(f.__code__)) for f in output.inlined if f is not fn]
     places = origin_places(output.guards, [fn, *(f for f in output.inlined if f is not fn)])
     inputs = [encode_source(i.source, fn) for i in output.inputs]
     ret_data = encode_value(ret, output_index, fn) if code is None else ("code",)
@@ -271,6 +271,10 @@ def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
         found = code_locator(obj, sorted(m for m in modules if isinstance(m, str)))
         if found is not None:  # no callee's hash covers it: its own (NOTE [Code by its file's module])
             return ("hashed", found, code_hash(obj))
+        from .call_located import code_by_call  # NOTE [Code found through the call's arguments]
+        found = code_by_call(obj, output, fn)
+        if found is not None:
+            return found
         raise NotPersistable(f"the code object {obj.co_qualname} of no importable inlined function")
     if type(obj) is tuple and obj and isinstance(obj[0], type) and obj[0].__mro__ is obj:
         return ("mro", [locate(k, fn) for k in obj])  # NOTE [MRO guarded] in lookup.py
@@ -338,18 +342,25 @@ class _CodeOnly:
         self.__qualname__ = code.co_qualname
 
 
-def _callee_locator(f: types.FunctionType, fn: types.FunctionType) -> tuple:
+def _callee_locator(f: types.FunctionType, fn: types.FunctionType, output=None) -> tuple:
     try:
         return _function_locator(f, fn)
     except NotPersistable:
         modules = sorted({m for m in (fn.__module__, f.__module__) if isinstance(m, str)})
         locator = code_locator(f.__code__, modules) if isinstance(f, types.FunctionType) else None
+        if locator is not None:
+            return ("code_only", locator)
+        from .call_located import function_by_call  # NOTE [Code found through the call's arguments]
+        locator = function_by_call(f, output, fn) if output is not None else None
         if locator is None:
             raise
-        return ("code_only", locator)
+        return locator
 
 
-def _resolve_callee(locator: tuple, fn: types.FunctionType) -> Any:
+def _resolve_callee(locator: tuple, fn: types.FunctionType, frame_locals=None) -> Any:
+    if locator[0] == "call_function":
+        from .call_located import resolve_by_call
+        return resolve_by_call(locator, fn, frame_locals, {})
     if locator[0] == "code_only":
         code = resolve(locator[1], fn)
         if not isinstance(code, types.CodeType):
@@ -570,15 +581,19 @@ def _guard(data: tuple, origins: dict[str, str]) -> Guard:
 def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, kwargs: dict):
     """Rebuild (guard function, transformed function, graphs) from a persisted entry, or raise."""
     from .breaks import DISABLED
-    functions = [fn]
+    from .call_located import call_locals, resolve_by_call
+    functions, frame_locals = [fn], call_locals(fn, args, kwargs)
     for locator, digest in persisted.callees:
-        callee = _resolve_callee(locator, fn)
+        callee = _resolve_callee(locator, fn, frame_locals)
         if code_hash(callee.__code__) != digest:
             raise NotPersistable(f"{callee.__qualname__} changed since it was cached")
         if callee.__code__ in DISABLED:
             raise NotPersistable(f"{callee.__qualname__} is now marked framejit.disable")
         functions.append(callee)
-    namespace = {name: resolve(loc, fn) for name, loc in persisted.namespace.items()}
+    by_call = ("call_code", "call_function")  # NOTE [Code found through the call's arguments]
+    namespace = {name: resolve(loc, fn) for name, loc in persisted.namespace.items() if loc[0] not in by_call}
+    namespace.update({name: resolve_by_call(loc, fn, frame_locals, namespace)
+                      for name, loc in persisted.namespace.items() if loc[0] in by_call})
     shape = FunctionShape.of(fn.__code__)
     origins = live_origins(persisted.origin_places, functions)  # NOTE [Guard origins from the live code]
     guard = compile_guards([_guard(g, origins) for g in persisted.guards], shape.params_source(), namespace,

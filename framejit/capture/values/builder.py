@@ -345,14 +345,19 @@ def _wrap_bound_or_builtin(out, obj: Any, source: Source) -> Value | None:
 
 
 def _wrap_function(out, obj: types.FunctionType, source: Source) -> Value:
-    if obj.__closure__ or "<locals>" in obj.__qualname__:
+    if obj.__closure__ or "<" in obj.__qualname__:
         # NOTE [Closures guarded by code]: a nested function is often made anew on every call (a lambda
         # built by the caller, a closure rebuilt after a graph break); guarded by its code and globals,
         # its cells' contents and defaults read (and guarded) through `source` (NOTE [Defaults of
-        # closures guarded by code]). Module-level functions keep their one identity guard.
+        # closures guarded by code]). Module-level functions keep their one identity guard, except
+        # lambdas (`m.register_forward_hook(lambda mod, args, out: out + 1)` at a script's top level):
+        # no name imports them, so an identity guard kept every entry that read one in memory only and
+        # a warm process traced it again (tools/warm_gaps.py module_hooks).
         out.guard_type(source, types.FunctionType)
         out.guard_id(AttrSource(source, "__code__"), obj.__code__)
         out.guard_id(AttrSource(source, "__globals__"), obj.__globals__)
+        from ..call_located import record_code_source  # NOTE [Code found through the call's arguments]
+        record_code_source(out, obj, source)
         from ..function_attrs import guard_defaults_shape  # (function_attrs imports this module)
         guard_defaults_shape(out, source, obj)
         value = UserFunctionValue(obj, source)
