@@ -102,6 +102,7 @@ CASES = [
     Case("pow_int", lambda x: x ** 2 + x ** 3 - x ** 5, [S]),
     Case("pow_neg", lambda x: (x.abs() + 1) ** -2, [S]),
     Case("pow_frac", lambda x: (x.abs() + 0.01) ** 1.7 + x.abs() ** 0.5, [S]),
+    Case("pow_big_int", lambda x: x ** 9 - (x + 0.5) ** -11 + x.double() ** 10, [S]),  # negative bases
     Case("nan_inf_unary", lambda x: torch.exp(x) + torch.relu(x) + torch.abs(x), [with_specials(41)]),
     # -- binary pointwise and broadcasting -------------------------------------------------------
     Case("add_broadcast", lambda x, y: x + y, [S, (7,)]),

@@ -333,6 +333,12 @@ def _differs_from_eager(node: torch.fx.Node, overload: str, vals: list) -> str |
     if schema_name in _INEXACT_ON_INT64 and any(
             isinstance(v, torch.Tensor) and v.dtype == torch.int64 for v in vals) and not _counts_bools(node):
         return f"{overload} of int64 is not exact in ONNX Runtime beyond 2**53"
+    if schema_name in ("aten::pow", "aten::float_power") and not _tensor_vals(node.meta["val"])[0].is_floating_point() \
+            and not _tensor_vals(node.meta["val"])[0].is_complex():
+        # NOTE [Integer powers in torch]: ORT's integer Pow is a double pow cast back, INT_MIN where that
+        # overflows or is inf (3 ** 41, 0 ** -2 in int64); eager multiplies (wrapping) and gives 0 for
+        # 0 ** -n (tests/backends/test_integer_and_negative_powers.py)
+        return f"{overload} of integers: ORT's Pow is a double pow (INT_MIN on overflow and 0 ** -n), not eager's"
     if _no_degrees_of_freedom(node):
         return f"{overload} has no degrees of freedom left: eager warns on every call"
     if _reduces_nothing(node):

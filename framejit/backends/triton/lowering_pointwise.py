@@ -81,6 +81,8 @@ def expm1(x):
 
 def power(x, exponent):
     """x ** exponent for a Python number exponent."""
+    if float(exponent).is_integer() and abs(exponent) > 8 and x.dtype.is_floating_point:
+        return _integer_power(x, exponent)  # NOTE [Integer powers of negative floats]
     if float(exponent).is_integer() and abs(exponent) <= 8:
         n = int(abs(exponent))
         result = lit(1.0 if x.dtype.is_floating_point else 1, x)
@@ -102,8 +104,41 @@ def power(x, exponent):
         return Op("sqrt", (x,), x.dtype)
     if exponent == -0.5:
         return Op("rsqrt", (x,), x.dtype)
-    # exp2(y * log2(x)): NaN for x < 0 and a non-integer y, like torch.pow
-    return Op("exp2", (Op("mul", (lit(float(exponent), x), Op("log2", (x,), x.dtype)), x.dtype),), x.dtype)
+    # exp2(y * log2(x)): NaN for x < 0 and a non-integer y, like torch.pow; but pow(-inf, y) is inf (y > 0) or 0
+    at_minus_inf = lit(math.inf if exponent > 0 else 0.0 if exponent < 0 else math.nan, x)
+    return where(Op("eq", (x, lit(-math.inf, x)), torch.bool), at_minus_inf, _exp2_log2(x, x, lit(float(exponent), x)))
+
+
+# NOTE [Integer powers of negative floats]
+# An integer exponent beyond the square-and-multiply range (|n| > 8) was computed as exp2(n * log2(x)),
+# which is NaN for every negative base: x ** 9 at x = -2 gave NaN (eager -512), and so did
+# x ** (x.size(1) - 6) with dynamic=None, whose size-generic module is generated at probes with large
+# exponents and then serves every size (n = 0 included: exp2(0 * log2(0)) is NaN, eager's 0 ** 0 is 1).
+# So the magnitude is exp2(n * log2|x|), negated where x is negative (or -0.0) and n odd, and 1 where
+# n == 0. The exponent stays one literal (repeated), so the module is still fitted to the size expression;
+# tests/backends/test_integer_and_negative_powers.py.
+def _integer_power(x, exponent):
+    e = lit(float(exponent), x)
+    zero = lit(0.0, x)
+    negative = Op("or", (Op("lt", (x, zero), torch.bool),
+                         Op("lt", (Op("truediv", (lit(1.0, x), x), x.dtype), zero), torch.bool)), torch.bool)
+    magnitude = _exp2_log2(x, Op("abs", (x,), x.dtype), e)
+    # parity and zero tests of e are taken on tensors (where(c, e, e)), not on two literals
+    signed_e = where(negative, e, zero)
+    odd_negative = Op("ne", (Op("cmod", (signed_e, lit(2.0, x)), x.dtype), zero), torch.bool)
+    signed = where(odd_negative, Op("neg", (magnitude,), x.dtype), magnitude)
+    return where(Op("eq", (where(negative, e, e), zero), torch.bool), lit(1.0, x), signed)
+
+
+def _exp2_log2(x, base, e):
+    """exp2(e * log2(base)) in x's dtype; float32 computes in float64, so that the result is eager's
+    correctly rounded pow (float32's log2 put ~|e * log2 x| ulps of error in the result)."""
+    if x.dtype != torch.float32:
+        return Op("exp2", (Op("mul", (e, Op("log2", (base,), x.dtype)), x.dtype),), x.dtype)
+    wide = cast(base, torch.float64)
+    out = Op("exp2", (Op("mul", (cast(e, torch.float64), Op("log2", (wide,), torch.float64)), torch.float64),),
+             torch.float64)
+    return cast(out, x.dtype)
 
 
 def python_remainder(a, b):
