@@ -46,6 +46,25 @@ class CountingBackend:
         return sum(1 for n in self.graphs[index].graph.nodes if n.op in ("call_function", "call_method"))
 
 
+class OnnxrtRecorder:
+    """The onnxrt backend, keeping what it compiled (to check what ONNX Runtime really ran)."""
+
+    def __init__(self) -> None:
+        self.compiled: list = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list):
+        from framejit.backends.onnxrt import onnxrt
+        self.compiled.append(onnxrt(gm, example_inputs))
+        return self.compiled[-1]
+
+    def rows(self) -> list[dict]:
+        """Every compiled program's summary rows (ort_nodes, eager_nodes, eager_graph, symbolic, ...)."""
+        return [row for c in self.compiled for row in c.summary()]
+
+    def ort_nodes(self) -> int:
+        return sum(row["ort_nodes"] for row in self.rows())
+
+
 @contextlib.contextmanager
 def optimizers_as_shipped():
     """Stock torch.compile's first use in a process (another test's reference run) wraps every optimizer

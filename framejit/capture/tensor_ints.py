@@ -282,6 +282,12 @@ def _apply(out, name: str, operands: list, val: torch.Tensor) -> Any:
         return out.sym_op(_EXTREMA[name], (a, b))
     if isinstance(a, _Float) or isinstance(b, _Float):
         return _float_binary(out, name, a, b, val)
+    return _int_binary(out, name, a, b, val)
+
+
+def _int_binary(out, name: str, a: Any, b: Any, val: torch.Tensor) -> Any:
+    """`a <op> b` of two ints: true division makes a _Float (a positive divisor, guarded), floor division and
+    modulo need a nonzero divisor (guarded); the others are the int operation itself."""
     if name == "truediv":
         bits = _MANTISSA.get(val.dtype)
         if bits is None or not _holds(_raw(b) > 0):
@@ -298,14 +304,7 @@ def _float_binary(out, name: str, a: Any, b: Any, val: torch.Tensor) -> Any:
     fa, fb = isinstance(a, _Float), isinstance(b, _Float)
     if (not fa or a.integral) and (not fb or b.integral):
         ia, ib = (a.num if fa else a), (b.num if fb else b)
-        if name == "truediv":
-            bits = _MANTISSA.get(val.dtype)
-            if bits is None or not _holds(_raw(ib) > 0):
-                raise _Unknown
-            return _Float(ia, ib, ConstantValue(0), bits)
-        if name in ("floordiv", "mod") and not _holds(_raw(ib) != 0):
-            raise _Unknown
-        return out.sym_op(_BINARY[name], (ia, ib))  # _checked makes a float result integral again
+        return _int_binary(out, name, ia, ib, val)  # _checked makes a float result integral again
     frac, other = (a, b) if fa and not a.integral else (b, a)
     if isinstance(other, _Float) and not other.integral or frac.added or name not in ("add", "sub"):
         raise _Unknown

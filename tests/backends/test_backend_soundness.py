@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import framejit
+from tests.helpers import OnnxrtRecorder
 
 NAN, INF = float("nan"), float("inf")
 
@@ -148,25 +149,11 @@ def _calls(makers) -> list[tuple[str, list]]:
 ONNXRT_IN_TORCH = {"atan2", "floor_divide_remainder", "div_rounding", "copy_broadcast"}
 
 
-class _OnnxrtRecorder:
-    """The onnxrt backend, keeping what it compiled (to check that ORT really ran the case)."""
-
-    def __init__(self) -> None:
-        self.compiled: list = []
-
-    def __call__(self, gm, example_inputs):
-        from framejit.backends.onnxrt import onnxrt
-
-        self.compiled.append(onnxrt(gm, example_inputs))
-        return self.compiled[-1]
-
-    def ort_nodes(self) -> int:
-        return sum(p["ort_nodes"] for c in self.compiled for p in c.summary())
 
 
 def _run_case(name: str, backend: str) -> None:
     fn, makers = CASES[name]
-    recorder = _OnnxrtRecorder() if backend == "onnxrt" else None
+    recorder = OnnxrtRecorder() if backend == "onnxrt" else None
     compiled = framejit.compile(fn, backend=recorder or backend, fullgraph=True)
     if recorder is not None and name not in ONNXRT_IN_TORCH:
         compiled(*[m() for m in makers])
@@ -445,10 +432,10 @@ def test_triton_sign_of_zero_and_ties(name):
 
 def test_onnxrt_where_cases_stay_in_ort():
     """The exact where (NOTE [Where keeps -0.0]) runs in ONNX Runtime, not in torch."""
-    recorder = _OnnxrtRecorder()
+    recorder = OnnxrtRecorder()
     compiled = framejit.compile(ZERO_CASES["where_zero_sign"], backend=recorder, fullgraph=True)
     compiled(ZA(), ZB())
-    (info,) = [s for c in recorder.compiled for s in c.summary()]
+    (info,) = recorder.rows()
     assert info["ort_nodes"] > 0 and not info["eager_graph"], info
     assert not [r for r in info["eager_nodes"].values() if "free op" not in r], info
 

@@ -12,20 +12,11 @@ import pytest
 import torch
 
 import framejit
+from tests.helpers import OnnxrtRecorder
 
 
 def _g(seed):
     return torch.Generator().manual_seed(seed)
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.compiled: list = []
-
-    def __call__(self, gm, example_inputs):
-        from framejit.backends.onnxrt import onnxrt
-        self.compiled.append(onnxrt(gm, example_inputs))
-        return self.compiled[-1]
 
 
 def _expand_to_empty(t, z):
@@ -34,14 +25,14 @@ def _expand_to_empty(t, z):
 
 @pytest.mark.parametrize("dynamic", [False, None])
 def test_expand_of_a_size_one_dimension_to_zero(dynamic):
-    recorder = _Recorder()
+    recorder = OnnxrtRecorder()
     compiled = framejit.compile(_expand_to_empty, backend=recorder, dynamic=dynamic)
     for seed, (n, m) in enumerate([(3, 0), (4, 0), (5, 0), (4, 2)]):
         t, z = torch.randn(n, generator=_g(seed)), torch.randn(m)
         expected, got = _expand_to_empty(t, z), compiled(t, z)
         assert got.shape == expected.shape
         torch.testing.assert_close(got, expected)
-    rows = [row for c in recorder.compiled for row in c.summary()]
+    rows = recorder.rows()
     assert rows and all(row["ort_nodes"] and not row["eager_graph"] for row in rows), rows
     assert not [n for row in rows for n in row["eager_nodes"] if "expand" in n], rows
 

@@ -16,21 +16,14 @@ import torch
 import torch.nn.functional as F
 
 import framejit
+from tests.helpers import OnnxrtRecorder
 
 F32 = dict(rtol=1e-4, atol=1e-5, equal_nan=True)
 
 
-class _Recorder:
-    def __init__(self) -> None:
-        self.compiled: list = []
-
-    def __call__(self, gm, example_inputs):
-        from framejit.backends.onnxrt import onnxrt
-        self.compiled.append(onnxrt(gm, example_inputs))
-        return self.compiled[-1]
-
+class _Recorder(OnnxrtRecorder):
     def assert_attention_in_ort(self) -> None:
-        rows = [row for c in self.compiled for row in c.summary()]
+        rows = self.rows()
         assert rows and all(row["ort_nodes"] > 0 and not row["eager_graph"] for row in rows), rows
         assert not [n for row in rows for n in row["eager_nodes"] if "scaled_dot_product" in n], rows
 
@@ -109,5 +102,5 @@ def test_projected_attention_with_changing_sizes_zeroes_masked_rows():
         with torch.no_grad():
             expected, got = model(x, mask), compiled(x, mask)
         torch.testing.assert_close(got, expected, **F32)
-    assert any(row["symbolic"] for c in recorder.compiled for row in c.summary())
+    assert any(row["symbolic"] for row in recorder.rows())
     recorder.assert_attention_in_ort()
