@@ -71,7 +71,7 @@ def set_element(tx, value: Value, into: Any = None) -> Any:
     if real is not None:  # NOTE [Frozen dataclasses as dict keys] in values/builder.py
         return real
     from .values import UserFunctionValue
-    if isinstance(value, UserFunctionValue) and not value.by_code and \
+    if isinstance(value, UserFunctionValue) and _by_identity(tx, value) and \
             value.closure is None and value.attrs is None and value.defaults is None and value.kwdefaults is None:
         # NOTE [Sets of functions from outside]: a function from outside, its identity guarded, or a library
         # function or a key of a guarded dict (no source, not made in the trace: NOTE [Functions as dict keys])
@@ -85,6 +85,17 @@ def set_element(tx, value: Value, into: Any = None) -> Any:
     except TypeError as e:
         raise UserException(e) from None
     return constant
+
+
+def _by_identity(tx, value) -> bool:
+    """A function guarded by identity, or a top-level lambda (guarded by code so that its entries persist:
+    NOTE [Code found through the call's arguments]) whose identity is guarded now, as a key needs it."""
+    if not value.by_code:
+        return True
+    if value.source is None or value.fn.__closure__ or "<locals>" in value.fn.__qualname__:
+        return False
+    tx.output.guard_id(value.source, value.fn)
+    return True
 
 
 def dict_key(tx, value: Value, into: Any = None) -> Any:

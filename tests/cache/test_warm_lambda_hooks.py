@@ -50,3 +50,24 @@ def test_lambda_hooks_start_warm(tmp_path):
         other = run_cache_program(tmp_path, "hooks.py", PROGRAM, variant)
         assert other["ok"] and other["eager"] == 0, (variant, other)
         assert other["traced"] > 0, (variant, other)
+
+
+DOUBLE = lambda t: t * 2  # noqa: E731 - top-level lambdas, as dict keys and set elements below
+HALF = lambda t: t / 2  # noqa: E731
+TABLE = {DOUBLE: 3.0, HALF: 5.0}
+
+
+def test_top_level_lambdas_as_keys_stay_in_the_graph():
+    import torch
+
+    import framejit
+
+    def f(x, fn):
+        seen = {fn, DOUBLE}
+        return fn(x) * TABLE[fn] + len(seen)
+
+    framejit.reset()
+    c = framejit.compile(f, backend="eager", fullgraph=True)
+    for fn, n in ((DOUBLE, 3), (HALF, 4), (DOUBLE, 5)):
+        x = torch.randn(n)
+        assert torch.allclose(c(x, fn), f(x, fn))
