@@ -87,6 +87,19 @@ def _no_fake_kernel(error: BaseException) -> bool:
     return False
 
 
+# NOTE [Powers of negative numbers in graph code]
+# torch.fx prints operator.pow as `{} ** {}` with the base's repr, so `(-2.0) ** e` became the graph code
+# `-2.0 ** l_e_`, which Python reads as -(2.0 ** e): -1024 for e = 10 (eager 1024) and -5.66 for e = 2.5
+# (eager NaN), on every backend. A pow whose base is a number written with a minus sign is recorded as a
+# call of `number_power`, which fx prints as a call (tests/backends/test_integer_and_negative_powers.py).
+def number_power(base, exponent):
+    return base ** exponent
+
+
+def _signed_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and repr(value).startswith("-")
+
+
 class OutputGraph:
     def __init__(self) -> None:
         from .pinned_targets import new_graph  # NOTE [Graph targets pinned by identity]
@@ -435,6 +448,8 @@ class OutputGraph:
         _check_no_function_args(target, (node_args, node_kwargs))
         if kind == "call_method" or (getattr(target, "__module__", None) or "").startswith("torch"):
             node_args, node_kwargs = tree_map(_python_type_as_dtype, (node_args, node_kwargs))
+        if kind == "call_function" and target in (operator.pow, operator.ipow) and _signed_number(node_args[0]):
+            target = number_power  # NOTE [Powers of negative numbers in graph code]
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         if kind == "call_function" and is_whole_torch_function(target):
             guard_reads(self, target)  # NOTE [Names read by whole torch functions]

@@ -79,3 +79,18 @@ def test_onnxrt_integer_powers_follow_eager(dtype, dynamic):
     for n in (12, 7):
         x = bases[:n] * 3 + 1
         assert torch.equal(compiled(x), scalar_exponent(x))
+
+
+def negative_number_bases(e):
+    b = -3.0
+    b **= e
+    return (-2.0) ** e + (-2) ** e.size(0) + b
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
+def test_negative_number_base_is_not_negated(backend):
+    # fx printed `(-2.0) ** e` as `-2.0 ** e`, i.e. -(2.0 ** e) (NOTE [Powers of negative numbers in graph code])
+    framejit.reset()
+    compiled = framejit.compile(negative_number_bases, backend=backend)
+    for e in (torch.tensor([10.0, -2.0, 2.5, 3.0]), torch.tensor([1.0, 9.0, 0.5])):
+        _close(negative_number_bases(e), compiled(e), torch.float32)
