@@ -489,9 +489,6 @@ class OutputGraph:
         from .scalar_args import SCALAR_LIST_META_ERROR, scalar_probe
         data_dependent = isinstance(e, Unsupported) and e.graph_break.kind is BreakKind.DATA_DEPENDENT
         packed = self._packed_sequence_call(kind, target, args, kwargs, fake_args) if data_dependent else None
-        if packed is None and data_dependent:
-            from .tensor_ints import retry_with_ints  # NOTE [Ints of tensors computed from sizes]
-            packed = retry_with_ints(self, kind, target, args, kwargs)
         if packed is not None:
             return packed
         probe = scalar_probe(kind, target, fake_args, fake_kwargs)
@@ -702,8 +699,6 @@ class OutputGraph:
         and inference-mode blocks still open (a break inside them) are exited, innermost first, and the
         grad mode is reset (the code after the graph re-enters them: NOTE [Breaks inside with-blocks])."""
         self.alias_guard()
-        from .tensor_ints import check_merged_extrema  # NOTE [Extrema of derived ints kept in the graph]
-        check_merged_extrema(self, values)
         grad_mode = self.grad_enabled  # the tracer's view stays the mode the code reached (restore_grad_mode)
         for node in reversed(self.open_regions):
             if "restore" in node.meta:  # a block that names its restoring call (NOTE [Saved-tensors-hooks blocks])

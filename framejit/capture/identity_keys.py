@@ -61,8 +61,6 @@ def set_element(tx, value: Value, into: Any = None) -> Any:
         from .tensor_operators import check_tensor_dunder
         check_tensor_dunder(tx, value, "__hash__")  # NOTE [Patched tensor operators]
         _guard_distinct_inputs(tx, value)
-        from .tensor_ints import check_identity_use  # NOTE [Extrema of derived ints kept in the graph]
-        check_identity_use(tx.output, value)
         return IdentityKey(value, ("tensor", id(value.fake)))
     key = _object_key(tx, value)
     if key is not None:
