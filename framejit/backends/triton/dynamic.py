@@ -46,7 +46,7 @@ from framejit.backends.aliasing import alias_mutated_inputs
 from framejit.backends.layout import output_layouts, restore as restore_layouts
 from framejit.backends.state import switches_grad_on
 
-from . import codegen, probe_relations, size_constants, size_exprs
+from . import codegen, probe_relations, size_exprs
 from .lowering import lower, to_aten
 from .runtime import load_module, needs_autograd, register_kernels, rerun_exactly, rerun_on_error, written_versions
 from .scheduler import FusedGroup, describe, schedule
@@ -202,6 +202,19 @@ _CONSTANT = re.compile(r"-?\d+")
 # graph (`const0`), passed to the module at run time, not a literal of its source: the sources agreed and the
 # first probe's constant served every size (eager 5, 3, 2, 9; framejit 5, 5, 5, 5; review revB #5). Constants
 # that differ between the probes make the graph specialise.
+def _same_constants(graphs: list) -> bool:
+    first = graphs[0].constants
+    for graph in graphs[1:]:
+        if list(graph.constants) != list(first):
+            return False
+        for name, tensor in graph.constants.items():
+            ref = first[name]
+            if tensor is not ref and (tensor.shape != ref.shape or tensor.dtype != ref.dtype
+                                      or not torch.equal(tensor, ref)):
+                return False
+    return True
+
+
 def _split(source: str) -> tuple[str, str]:
     head, sep, call = source.partition("\ndef call(")
     if not sep:
@@ -447,8 +460,7 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
         return _compile_dynamic(gm, example_inputs, device, opts, retry.pins)
     heads, calls = zip(*(_split(r[0]) for r in runs))
     # NOTE [Odd probes]
-    if _has_fraction(list(heads), list(calls), probes, names) or _rounds_sizes(gm) or exprs.rounds() or \
-            size_constants.differing([r[3] for r in runs]):  # NOTE [Constants fitted to sizes]
+    if _has_fraction(list(heads), list(calls), probes, names) or _rounds_sizes(gm) or exprs.rounds():
         for probe in _odd_probes(sym, probes, example_inputs):
             probe = relations.defined(probe)  # NOTE [Probes within the frontend's relations]
             if exprs.degenerate_at(probe, probes[1:4]) or not relations.hold(probe) or probe in probes:
@@ -460,9 +472,7 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
                 continue
             runs, probes = [*runs, run], [*probes, probe]
         heads, calls = zip(*(_split(r[0]) for r in runs))
-    fitted = size_constants.fit_constants([r[3] for r in runs], probes, names,  # NOTE [Constants made from sizes]
-                                          lambda values, points: _fit(values, points, names, exprs))
-    if fitted is None:
+    if not _same_constants([r[3] for r in runs]):  # NOTE [Constants made from sizes]
         raise NotGeneric("a constant the lowering made differs between probe sizes (a value computed from sizes)")
     kept_apart = set().union(*(r[2].kept_apart for r in runs))  # NOTE [Fusions kept apart at every probe]
     if not _same_skeleton(list(heads)) and any(r[2].kept_apart != kept_apart for r in runs):
@@ -483,7 +493,7 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
     constants = [graph.constants[name] for name in graph.constants]
     return DynamicGraph(gm, module, path, source, sym.bind, sym.bind_source,
                         symbolic.layout_signature(sym.example_inputs, sym.symbolic_ints), sym.symbolic_ints,
-                        constants, graph.output_spec, (len(kernels), externs, fallbacks), device, opts, fitted)
+                        constants, graph.output_spec, (len(kernels), externs, fallbacks), device, opts)
 
 
 # NOTE [Probes that break a guard]: a probe the repairs (NOTE [Probes within the frontend's relations]) left
@@ -704,14 +714,13 @@ class DynamicGraph:
     their concrete shapes (`specialised`, one CompiledGraph per shape signature, logged)."""
 
     def __init__(self, gm, module, path, source, bind, bind_source: str, layout: tuple, symbolic_ints: frozenset,
-                 constants, out_spec, counts: tuple, device, opts, fitted_constants=None):
+                 constants, out_spec, counts: tuple, device, opts):
         """`bind`: the size check (its source `bind_source`); `layout`: the layout signature served;
         `counts`: (kernels, extern calls, fallback ops) for `explain`. Also rebuilt by persist.py."""
         self.gm, self.module, self.source_path, self.source = gm, module, path, source
         self.bind, self.bind_source = bind, bind_source
         self.symbolic_ints = symbolic_ints
         self.constants, self.out_spec = constants, out_spec
-        self.fitted_constants = fitted_constants or None  # NOTE [Constants fitted to sizes] (size_constants.py)
         self.kernel_count, self.extern_count, self.fallbacks = counts
         self.device, self.opts = device, opts
         self.params_require_grad = any(p.requires_grad for p in gm.parameters()) or \
@@ -735,8 +744,7 @@ class DynamicGraph:
         tensors = _tensors(args, self.symbolic_ints) if self.symbolic_ints else args
         versions = written_versions(self.rerun_on_error, tensors)
         try:
-            constants = self.constants if self.fitted_constants is None else self.fitted_constants.apply(self.constants, sizes)
-            flat = self.module.call(sizes, *tensors, *constants, [])
+            flat = self.module.call(sizes, *tensors, *self.constants, [])
         except Exception:
             if rerun_exactly(self.rerun_on_error, tensors, versions):
                 return self.gm.forward(*args)  # NOTE [Input writes of a failing kernel program] (runtime.py)

@@ -109,8 +109,8 @@ def _module_meta(compiled, blobs: dict[str, bytes]) -> dict:
 # are a cache of their own, keyed by concrete shapes, not part of the generic module.
 def _save_dynamic(compiled: DynamicGraph) -> bytes | None:
     layout = symbolic.encode_layout(compiled.layout)
-    if layout is None or not compiled.bind_source or getattr(compiled, "fitted_constants", None):
-        return None  # NOTE [Constants fitted to sizes] (size_constants.py): not persisted
+    if layout is None or not compiled.bind_source:
+        return None
     try:
         out_spec = spec_to_text(compiled.out_spec)
     except Exception:  # a pytree type without serialisation
