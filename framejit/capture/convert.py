@@ -252,9 +252,9 @@ def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> Gua
     output.distinct_objects_guard()
     from .hook_handles import guard_hook_ids  # NOTE [Hook ids that never leave the trace]
     guard_hook_ids(output, output.__dict__.get("hook_id_roots"))
-    from .shapes import marker_guards, shape_guards  # NOTE [Symbolic shapes]
     from .process_ids import finish  # NOTE [Ids as keys inside the trace]
     finish(output, output.__dict__.get("hook_id_roots"))
+    from .shapes import marker_guards, shape_guards  # NOTE [Symbolic shapes]
     output.guards.extend(shape_guards(output))
     output.guards.extend(marker_guards(output))  # NOTE [Broken mark_dynamic contracts]
     guard = compile_guards(output.guards, shape.params_source(), output.names.namespace,

@@ -12,8 +12,9 @@ process traced llama's, phimoe's and recurrent_gemma's forward again (tools/warm
 
 `id()` of a guarded object is a ProcessIdValue: a constant whose number marks the trace process-local as soon as
 anything reads it (`.value`, `as_constant()`: arithmetic, formatting, comparisons, graph arguments, codegen),
-except its use as a key of a dict or set the trace made (`key_of` with `into` such a container: hashing and
-equality, which follow identity). Such a key read back as a value (iteration, `list(d)`, `d.keys()`:
+except its use as a key of a dict the trace made (`key_of` with `into` such a dict: hashing and equality,
+which follow identity). An element of any set marks it: a set's elements are folded whole by frozenset(), hash()
+and str() without being read one by one (review revE E4). Such a key read back as a value (iteration, `list(d)`, `d.keys()`:
 `values.mappings.note_key_read`) marks it too, and so does, once the trace is over (`finish`), a container
 holding one that the return value or the replay can reach, and any key use in a trace that ended at a graph
 break (its containers may live on in the resume function).
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .values import ConstantValue, DictValue, SetValue
+from .values import ConstantValue, DictValue
 from .values.mappings import PROCESS_IDS_LIVE
 
 # `into` for a container being built by the trace (BUILD_MAP, dict(pairs), set displays)
@@ -62,11 +63,13 @@ def new_id(out, number: int) -> ProcessIdValue:
 
 
 def _made_in_trace(container: Any) -> bool:
-    from .values.outside import OutsideDictValue, OutsideSetValue
+    """A dict the trace made. Not a set: frozenset(), hash(), str() and set operations fold a set's elements
+    into a constant without reading them one by one (review revE E4: hash(frozenset({id(A)})) was the cold
+    process's number in a warm one)."""
+    from .values.outside import OutsideDictValue
     if container is BUILT:
         return True
-    return isinstance(container, (DictValue, SetValue)) and container.source is None and \
-        not isinstance(container, (OutsideDictValue, OutsideSetValue))
+    return isinstance(container, DictValue) and container.source is None and not isinstance(container, OutsideDictValue)
 
 
 def key_of(value: ProcessIdValue, into: Any) -> int:
@@ -91,6 +94,6 @@ def finish(out, roots: list | None) -> None:
     from .modules import _reachable
     written = [c for c, _, _ in out.side_effects._container_writes()]
     for v in _reachable([*roots, *written]):
-        if _made_in_trace(v) and any(type(k) is int and k in ids for k in v.items):
+        if _made_in_trace(v) and any(type(k) is int and k in ids for k in v.items):  # dicts only
             _escape(out, "a container holding id() answers as keys outlives the trace")
             return

@@ -59,7 +59,7 @@ BUILTIN_HANDLERS[id] = _id
 # cache finds the object again in a new process by a locator (the global that binds it), where its id is
 # another number: an entry that folded `id(OBJ) % 7` into its graph computed the old process's answer. A
 # trace that used the number id() answered is therefore kept in memory only (frame_cache._persist); one that
-# only used it as a key of its own dicts and sets is persisted (NOTE [Ids as keys inside the trace]).
+# only used it as a key of its own dicts is persisted (NOTE [Ids as keys inside the trace]).
 
 
 # NOTE [vars() is a read of __dict__]: `vars(obj)` is CPython's `getattr(obj, "__dict__")`, with the

@@ -3,9 +3,10 @@
 The `kernels` hub layers on most transformers 5.x attention and norm classes fill a dict made in the call with
 `funcs[id(fn)] = ...` and look it up with `funcs.get(id(self))`. Such entries were kept in memory only ("the
 trace read id() of an object"), so every warm process traced those forwards again. Now an entry whose ids
-stay keys of the trace's own dicts and sets is persisted: a warm process traces nothing and its values are
+stay keys of the trace's own dicts is persisted: a warm process traces nothing and its values are
 eager's. Entries that use the number itself (hex(id(m)), id() % n, a returned dict keyed by ids, an id stored
-into a global dict, looked up in one, or ordered) are still kept in memory only: the warm process traces them
+into a global dict, looked up in one, ordered, or put in a set, whose elements frozenset(), hash() and str() fold
+whole) are still kept in memory only: the warm process traces them
 again and answers with its own process's ids, as eager does (compared in that process).
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ MOD = textwrap.dedent('''
             funcs = dict(ACTIVE.get() or {})
             for i, fn in enumerate(self.fns):
                 funcs[id(fn)] = i + 2
-            seen = {id(OTHER)}
+            seen = {id(OTHER): True}
             token = ACTIVE.set(funcs)
             try:
                 y = SCALE(self.lin(x)) + OTHER(x)
@@ -80,6 +81,12 @@ MOD = textwrap.dedent('''
     def ordered(x):
         return x * (1 if id(SCALE) < id(OTHER) else 2)
 
+    def in_a_set(x):
+        return x * (2 if id(SCALE) in {id(OTHER)} else 3)
+
+    def frozen_hash(x):  # review revE E4: the set's elements folded whole
+        return x * (hash(frozenset({id(SCALE)})) % 7)
+
     def iterated(x):
         d = {id(SCALE): 1, id(OTHER): 2}
         return x + 1, [k == id(OTHER) for k in d], list(d) == sorted(d)
@@ -102,7 +109,8 @@ PROGRAM = textwrap.dedent('''
             return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
         return a == b
 
-    for fn in (block, m.hex_id, m.id_mod, m.returned, m.stored, m.looked_up, m.ordered, m.iterated):
+    for fn in (block, m.hex_id, m.id_mod, m.returned, m.stored, m.looked_up, m.ordered, m.iterated,
+               m.in_a_set, m.frozen_hash):
         compiled = framejit.compile(fn, backend="eager")
         for size in (3, 5):
             x = torch.randn(size, 4)
@@ -119,7 +127,8 @@ PROGRAM = textwrap.dedent('''
                       "eager": s["eager_frames"], "traced_names": names}))
 ''')
 
-KEPT_IN_MEMORY = ["hex_id", "id_mod", "iterated", "looked_up", "ordered", "returned", "stored"]
+KEPT_IN_MEMORY = ["frozen_hash", "hex_id", "id_mod", "in_a_set", "iterated", "looked_up", "ordered", "returned",
+                  "stored"]
 
 
 def test_ids_kept_as_keys_start_warm(tmp_path):

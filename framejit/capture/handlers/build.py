@@ -189,8 +189,7 @@ def unpack_ex(tx, inst):
 @op("BUILD_SET")
 def build_set(tx, inst):
     from ..identity_keys import set_element
-    from ..process_ids import BUILT
-    tx.push(SetValue({set_element(tx, v, BUILT) for v in tx.popn(inst.arg)}, exact=True))  # NOTE [Set order]
+    tx.push(SetValue({set_element(tx, v) for v in tx.popn(inst.arg)}, exact=True))  # NOTE [Set order]
 
 
 @op("SET_ADD")
