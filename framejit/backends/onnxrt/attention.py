@@ -50,6 +50,7 @@ row 0 masked): `zero_unfused_masked_rows` puts the same Where after torchlib's o
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 
 import torch
@@ -269,9 +270,10 @@ def _fused(out_start, q, k, v, k_transposed: bool, mask, scale: float, sizes) ->
     if q is None or k is None or v is None or v[1] != 1.0:
         return None
     out = _output(out_start, batch, heads, query_len, head_size)
-    if out is None:
-        return None
-    return Match(q[0], k[0], v[0], mask, scale * q[1] * k[1], batch, heads, query_len, key_len, head_size, out)
+    total = scale * q[1] * k[1]
+    if out is None or total == 0 or not math.isfinite(total):  # ORT reads scale=0 as "not given": the default
+        return None  # 1/sqrt(head_size) (review revF F1: scores * 0.0 gave another attention than eager's)
+    return Match(q[0], k[0], v[0], mask, total, batch, heads, query_len, key_len, head_size, out)
 
 
 _SDPA = aten._scaled_dot_product_flash_attention_for_cpu.default
