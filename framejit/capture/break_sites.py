@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 import types
 from typing import Any, Callable
 
@@ -56,6 +57,16 @@ class BreakSite:
     with_depth: int = 0  # with-blocks around the instruction (none of them a try block)
     loop: Inst | None = None  # the FOR_ITER of a loop run as Python from here (NOTE [Loops run as Python])
     frame_reader: bool = False  # a call that leads to a frame reader (NOTE [Breaks at calls that read frames])
+
+
+# NOTE [Zero-argument super() on 3.11]: CPython 3.11's `super()` without arguments takes the instance from the
+# frame's first local (and its class from the `__class__` cell). A resume function's first local is a stack
+# argument (`___stack0`) or another live local, so `print("hi"); return super().forward(x)` in an nn.Linear
+# subclass raised AttributeError ("'super' object has no attribute 'forward'") or TypeError after the break
+# where eager returns (review revG G2; every call, from the first). 3.12 and later pass the instance
+# explicitly (LOAD_SUPER_ATTR). On 3.11 such a frame takes no graph break: it runs eagerly (counted, logged).
+def super_reads_first_local(code: types.CodeType) -> bool:
+    return sys.version_info < (3, 12) and "__class__" in code.co_freevars and "super" in code.co_names
 
 
 def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakSite | None:
