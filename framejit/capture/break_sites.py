@@ -64,9 +64,20 @@ class BreakSite:
 # argument (`___stack0`) or another live local, so `print("hi"); return super().forward(x)` in an nn.Linear
 # subclass raised AttributeError ("'super' object has no attribute 'forward'") or TypeError after the break
 # where eager returns (review revG G2; every call, from the first). 3.12 and later pass the instance
-# explicitly (LOAD_SUPER_ATTR). On 3.11 such a frame takes no graph break: it runs eagerly (counted, logged).
-def super_reads_first_local(code: types.CodeType) -> bool:
-    return sys.version_info < (3, 12) and "__class__" in code.co_freevars and "super" in code.co_names
+# explicitly (LOAD_SUPER_ATTR). On 3.11 a frame that may call super() after the break (a `super` load at or after
+# the break's instruction, or in a loop around it, called with no argument) takes no graph break: it runs eagerly
+# (counted, logged). A super object made before the break and used after it is an ordinary value and breaks as
+# usual. Not covered: the builtin called through another name (`sup = super; sup()`).
+def super_reads_first_local(code: types.CodeType, index: int) -> bool:
+    if sys.version_info >= (3, 12) or "__class__" not in code.co_freevars:
+        return False
+    insts = normalize(code).insts
+    loads = [i.index for i, after in zip(insts, insts[1:]) if i.name == "LOAD_GLOBAL" and
+             (i.arg[1] if isinstance(i.arg, tuple) else i.arg) == "super" and after.name == "CALL" and after.arg == 0]
+    if any(load >= index for load in loads):
+        return True
+    return any("JUMP" in i.name and isinstance(i.arg, int) and i.arg <= index < i.index and
+               any(i.arg <= load < i.index for load in loads) for i in insts)
 
 
 def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakSite | None:
