@@ -423,6 +423,10 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
 
     if is_base_method_call(fn, args):  # NOTE [Dict-subclass objects made while tracing]
         return call_base_method(tx, fn, args, kwargs)
+    from .frame_locals import caller_namespace_break
+    reader = caller_namespace_break(tx, fn, args, kwargs)  # NOTE [Frame readers reached by value]
+    if reader is not None:
+        raise reader
     from .stdlib import forced_break
     forced_break(fn)
     draw = drawing_call(fn, args, kwargs)  # `random.random()`

@@ -290,7 +290,8 @@ def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
     else:
         record(fn.__code__, (f"the traced code raised {type(user_error).__name__}: {user_error}" if user_error
                is not None else "no graph could be built") + unguarded)
-    return Entry(guard, fn, [], graph_break, user_error)
+    from .resume import eager_function  # NOTE [Unbound hidden from eager runs]
+    return Entry(guard, eager_function(fn), [], graph_break, user_error)
 
 
 def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest) -> Entry:

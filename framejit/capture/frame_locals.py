@@ -172,6 +172,32 @@ def frame_reader_break(code: types.CodeType, root_index: int | None = None) -> U
     return e
 
 
+# NOTE [Frame readers reached by value]: convert.py runs a root frame eagerly when its code *names* `locals`,
+# `vars`, `dir`, `eval` or `exec`; one reached another way (`_L = locals` at module level, `builtins.locals()`,
+# a callee's `getattr(builtins, name)()`) was a plain break whose call ran in the transformed function, and
+# listed its locals (`___pre0`, `___stack0`, no `y`: review revG G1's k1-k3). The call of such a builtin
+# object that reads its caller's namespace is now the same decision: in the root frame the frame runs
+# eagerly (a resume function through its eager function: NOTE [Unbound hidden from eager runs]); in an
+# inlined callee, a break at the root frame's call that leads to it (NOTE [Breaks at calls that read
+# frames]), so it runs in the callee's own frame.
+def caller_namespace_break(tx: Any, fn: Any, args: list, kwargs: dict) -> Unsupported | None:
+    """The break for a call of builtins.locals/vars()/dir()/eval/exec reading the calling frame, or None."""
+    name = next((n for n in _READERS if getattr(builtins, n) is fn), None) if callable(fn) else None
+    if name is None or (name in _NEED_NO_ARGS and (args or kwargs)) or \
+            (name in ("eval", "exec") and len(args) + len(kwargs) >= 2):
+        return None
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name}() reads the calling frame's locals: "
+                    + ("runs eagerly" if root is tx else "its call runs in Python"))
+    if root is tx:
+        e.frame_eager = True
+    else:
+        e.frame_reader_index = root.current.index if root.current is not None else -1
+    return e
+
+
 def reader_break_ok(code: types.CodeType, exc: Any, inst: Any, in_handler: bool,
                     with_depth: int | None) -> bool | None:
     """For a break at `inst` of `code` for `exc`: None when it is an ordinary break, else whether the break
@@ -272,5 +298,5 @@ def uncall_directly(hook) -> None:
         hook.__class__ = type(hook).__mro__[1]
 
 
-__all__ = ["call_frame_reader_directly", "emit_user_frame_call", "frame_reader_break", "reader_break_ok", "reads_frames",
+__all__ = ["call_frame_reader_directly", "caller_namespace_break", "emit_user_frame_call", "frame_reader_break", "reader_break_ok", "reads_frames",
            "reads_own_locals", "uncall_directly"]

@@ -45,7 +45,7 @@ from .module_frame import module_call
 from .graph_errors import make_effects
 from .locators import ModuleNotImported
 from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
-from .resume import make_resume_code
+from .resume import eager_function, make_resume_code
 from .resume import _ORIGIN
 from .shapes import LAYOUT
 
@@ -57,6 +57,7 @@ FRAMES: list[dict] = []  # one row per compiled or loaded frame entry, for frame
 class FrameHook:
     def __init__(self, fn: types.FunctionType, request: CompileRequest) -> None:
         self.fn = fn
+        self.eager = fn  # what runs when the frame runs eagerly (NOTE [Unbound hidden from eager runs])
         self.request = request
         if request.hooks is None:
             request.hooks = Hooks(request)
@@ -78,7 +79,7 @@ class FrameHook:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if config.disable:
-            return self.fn(*args, **kwargs)
+            return self.eager(*args, **kwargs)
         fn = self.fn
         if fn.__code__ is not self.code:
             self._switch_code()
@@ -95,7 +96,7 @@ class FrameHook:
                 except Exception as e:
                     if not self._reruns(entry, e, args, kwargs):
                         raise
-                return self.fn(*args, **kwargs)
+                return self.eager(*args, **kwargs)
         return self.miss(args, kwargs)
 
     def _switch_code(self) -> None:
@@ -138,16 +139,16 @@ class FrameHook:
 
     def miss(self, args: tuple, kwargs: dict) -> Any:
         if self.fn.__code__ in DISABLED:  # NOTE [Disable after compiling]
-            return self.fn(*args, **kwargs)
+            return self.eager(*args, **kwargs)
         entry = self._find_or_compile(args, kwargs)
         if entry is None:
-            return self.fn(*args, **kwargs)
+            return self.eager(*args, **kwargs)
         try:
             return entry.fn(*args, **kwargs)
         except Exception as e:
             if not self._reruns(entry, e, args, kwargs):
                 raise
-        return self.fn(*args, **kwargs)
+        return self.eager(*args, **kwargs)
 
     # NOTE [Threads]: tracing, backend compilation and the installation of entries happen under one
     # process-wide lock (COMPILE_LOCK); the call itself runs outside it. Under the lock a miss first looks
@@ -633,7 +634,7 @@ class Hooks:
             resume_code = make_resume_code(code, index, layout, names, successors, python_loop, shared_cells, route)
             resume_fn = types.FunctionType(resume_code, fn.__globals__, resume_code.co_name, None, fn.__closure__)
             if hooked:
-                self._hook(key, resume_fn)
+                self._hook(key, resume_fn).eager = eager_function(resume_fn)
             else:
                 self.by_key[key] = resume_fn
         return self.by_key[key]

@@ -108,6 +108,45 @@ def maybe_unbound(code: types.CodeType) -> frozenset[str]:
     return _DEAD_ARGS.get(code, frozenset())
 
 
+# NOTE [Unbound hidden from eager runs]: a resume function gets `local_liveness.Unbound` for a dead local that is
+# not bound at the break (NOTE [Resume functions take the same locals on every pass]). Traced, nothing reads
+# it; but when the resume function runs as Python (its frame runs eagerly: a frame reader reached where a
+# local may hold Unbound, the recompile limit, a graph that raised), a frame reader called there
+# (`sys._getframe(1).f_locals`, `locals()`) listed the marker as a local where eager's frame has none (review
+# revG G1: `for i in range(3): y = opaque(x + i); out.append(peek()); z = y * 2` showed z =
+# `<class Unbound>` on the first pass). Such a hook runs `eager_function(fn)` instead: the same code with a
+# first block that deletes each slot holding the marker (`if z is Unbound: del z`), and deletes the stack
+# arguments (`___stack0`) once the prologue has pushed them, so the frame has eager's locals. It is never
+# traced (the trace does not read dead locals); a tail function (no hook of its own) loads its locals to pass
+# them on and keeps the marker.
+def eager_function(fn: types.FunctionType) -> types.FunctionType:
+    """`fn` (a resume function), or the same code deleting its slots that hold `Unbound` first (NOTE
+    [Unbound hidden from eager runs])."""
+    names = maybe_unbound(fn.__code__)
+    stack_args = [n for n in fn.__code__.co_varnames[:fn.__code__.co_argcount] if n.startswith(STACK_PREFIX)]
+    if not names and not stack_args:
+        return fn
+    from .local_liveness import Unbound
+    bc = bytecode.Bytecode.from_code(fn.__code__)
+    items = list(bc)
+    line = next((i.lineno for i in items if isinstance(i, Instr) and isinstance(i.lineno, int)),
+                fn.__code__.co_firstlineno)
+    block: list = []
+    for name in sorted(names, key=fn.__code__.co_varnames.index):
+        skip = Label()
+        block += [Instr("LOAD_FAST", name), Instr("LOAD_CONST", Unbound), Instr("IS_OP", 0),
+                  *emit.conditional_jump("POP_JUMP_IF_FALSE", skip), Instr("DELETE_FAST", name), skip]
+    _set_line(block, line)
+    start = _prologue_position(items)
+    # the prologue has pushed the stack arguments when it jumps to the resume point: out of the frame then
+    jump = next(k for k in range(start, len(items)) if isinstance(items[k], Instr) and items[k].name == "JUMP_FORWARD")
+    gone = [Instr("DELETE_FAST", name, lineno=items[jump].lineno) for name in stack_args]
+    bc.clear()
+    bc.extend(items[:start] + block + items[start:jump] + gone + items[jump:])
+    code = bc.to_code(stacksize=max(fn.__code__.co_stacksize, 2), compute_exception_stack_depths=False)
+    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
 def _resume_body(code, items, target, layout, live_locals, successors, python_loop, cells, route):
     """The resume function's instructions: the original's (`items`, locals renamed) with a label at the
     resume point, the prologue that rebuilds the stack and jumps there, and the tail's trampolines; and
