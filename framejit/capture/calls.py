@@ -75,6 +75,7 @@ def _bind_call_value_imports() -> None:
     from .environ import call_environ, is_environ_read
     from .introspection import introspection_handler, signature_bind_method
     from .library_substitutes import call_pure, is_pure_on_constants
+    from .fx_modules import calls_module_call
     from .lazy_generators import LazyGenMethodValue, call_lazy_gen_method
 
     from .numpy_support import NdarrayMethodValue, call_method, call_numpy, involves_ndarray, numpy_callable
@@ -548,7 +549,8 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
     type is guarded)."""
     call = type(mod_value.obj).__call__
     _guard_call_path(tx, type(mod_value.obj))
-    if call is not _MODULE_CALL or type(mod_value.obj)._call_impl is not _MODULE_CALL_IMPL:
+    if call is not _MODULE_CALL and not calls_module_call(tx, mod_value, _MODULE_CALL) or \
+            type(mod_value.obj)._call_impl is not _MODULE_CALL_IMPL:  # NOTE [GraphModule calls] (FX's call_wrapped)
         if not isinstance(call, types.FunctionType):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{type(mod_value.obj).__name__}.__call__")
         return tx.inline(UserFunctionValue(call), [mod_value, *args], kwargs)
