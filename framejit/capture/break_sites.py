@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import sys
 import types
 from typing import Any, Callable
 
@@ -59,21 +58,28 @@ class BreakSite:
     frame_reader: bool = False  # a call that leads to a frame reader (NOTE [Breaks at calls that read frames])
 
 
-# NOTE [Zero-argument super() on 3.11]: CPython 3.11's `super()` without arguments takes the instance from the
-# frame's first local (and its class from the `__class__` cell). A resume function's first local is a stack
-# argument (`___stack0`) or another live local, so `print("hi"); return super().forward(x)` in an nn.Linear
-# subclass raised AttributeError ("'super' object has no attribute 'forward'") or TypeError after the break
-# where eager returns (review revG G2; every call, from the first). 3.12 and later pass the instance
-# explicitly (LOAD_SUPER_ATTR). On 3.11 a frame that may call super() after the break (a `super` load at or after
-# the break's instruction, or in a loop around it, called with no argument) takes no graph break: it runs eagerly
-# (counted, logged). A super object made before the break and used after it is an ordinary value and breaks as
-# usual. Not covered: the builtin called through another name (`sup = super; sup()`).
-def super_reads_first_local(code: types.CodeType, index: int) -> bool:
-    if sys.version_info >= (3, 12) or "__class__" not in code.co_freevars:
+# NOTE [Zero-argument super() at breaks]: CPython's `super()` without arguments takes the instance from the
+# frame's first local slot and the class from the `__class__` cell (3.11 always; 3.12+ where LOAD_SUPER_ATTR is
+# not specialised or the compiler emits a plain call). A resume function's first argument used to be a stack
+# value, so after a break such a frame got the wrong instance (review revG G2) and ran eagerly on 3.11 (c0a428f,
+# 29c8602). Resume functions now take the original's first local first (NOTE [The instance comes first] in
+# resume.py), so those frames break and resume as any other. Left eager: a code with a `__class__` cell and no
+# positional parameter (`def f(*args): print(); return super().f()`: eager's super() raises "super(): no
+# arguments"; a resume function has positional parameters) when it may call super() after the break (a `super`
+# load called with no argument at or after the break's instruction, or in a loop around it). Not covered: the
+# builtin called through another name (`sup = super; sup()`). Also eager: a break at the `super()` call itself
+# (its trace raised: `del self; super()` on 3.11), which would run in the transformed function, a frame with no
+# `__class__` cell ("super(): __class__ cell not found" where eager says "super(): arg[0] deleted").
+def super_without_instance(code: types.CodeType, index: int) -> bool:
+    if "__class__" not in code.co_freevars:
         return False
     insts = normalize(code).insts
     loads = [i.index for i, after in zip(insts, insts[1:]) if i.name == "LOAD_GLOBAL" and
              (i.arg[1] if isinstance(i.arg, tuple) else i.arg) == "super" and after.name == "CALL" and after.arg == 0]
+    if index - 1 in loads:
+        return True
+    if code.co_argcount:
+        return False
     if any(load >= index for load in loads):
         return True
     return any("JUMP" in i.name and isinstance(i.arg, int) and i.arg <= index < i.index and

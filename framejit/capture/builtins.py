@@ -509,10 +509,15 @@ def _super(tx, args, kwargs):
     if len(args) == 2:
         from .attributes import SuperValue
         return SuperValue(args[0].as_constant(), args[1])
-    if args or "__class__" not in tx.cells or not tx.code.co_argcount:
+    from .resume import origin
+    if args or "__class__" not in tx.cells or not origin(tx.code, 0)[0].co_argcount:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "super() outside a method")
     from .attributes import SuperValue
-    return SuperValue(tx.load_cell("__class__").as_constant(), tx.load_local(tx.code.co_varnames[0]))
+    # a resume function's first local is the original's (NOTE [The instance comes first] in resume.py)
+    first = tx.code.co_varnames[0]
+    if first not in tx.locals and first not in tx.cells:  # `del self` before super(), as 3.11's super() says
+        raise UserException(RuntimeError("super(): arg[0] deleted"))
+    return SuperValue(tx.load_cell("__class__").as_constant(), tx.load_local(first))
 
 
 @handles(object.__init__)

@@ -354,8 +354,9 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     if site is None:
         first.no_break_reason = "the instruction is not one a frame can resume after"  # NOTE [Eager frames]
         return None
-    if break_sites.super_reads_first_local(fn.__code__, site.inst.index):  # NOTE [Zero-argument super() on 3.11]
-        first.no_break_reason = "zero-argument super() in a resume function would read its first argument (3.11)"
+    if break_sites.super_without_instance(fn.__code__, site.inst.index):  # NOTE [Zero-argument super() at breaks]
+        first.no_break_reason = "zero-argument super() at or after the break needs the frame's own first local " \
+            "and __class__ cell"
         return None
     output = _retrace_output(first)
     from .tensor_hooks import mark_result_node_reads  # NOTE [Autograd nodes of a graph's results]

@@ -56,7 +56,7 @@ from .break_callees import (shared_cells, closure_from_outside, hookable, makes_
                             names_its_caller)
 from .inherited_symbols import inherit_symbols
 from .break_sites import _CONDITIONAL, _LOADS, _OR_POP, _SIMPLE, BreakSite
-from .resume import STACK_PREFIX, origin
+from .resume import STACK_PREFIX, leading_first, origin
 from .translator import LazyArg, RealCell
 from .values import (NULL, BoundMethodValue, BuiltinValue, CellValue, ConstantValue, IteratorValue, ListValue,
                      NNModuleValue, SequenceValue, TupleValue, UserFunctionValue, Value)
@@ -494,6 +494,11 @@ class BreakCodegen:
                                   if self._local(n) is not None}}, self.tx.output)
         cg.push_null()
         cg.load_const(hook)
+        first, rest = leading_first(code, names)  # NOTE [The instance comes first] in resume.py
+        if first in names:
+            self._emit_passed(rebuild, first)
+        elif first is not None:  # unbound at the break: the prologue deletes it
+            cg.load_const(None)
         callee_slot = self._tail_callee() if not hooked else None
         for position, value in enumerate(self.below):
             if callee_slot is not None and position == callee_slot[0]:
@@ -516,21 +521,25 @@ class BreakCodegen:
                 rebuild.emit(value)
         for name in temps:
             cg.load_fast(name)
-        for name in names:
-            value = self._passed(name)
-            if self.site.frame_reader:  # stored before the call (NOTE [Breaks at calls that read frames])
-                cg.load_fast(name)
-            elif name in self.cell_args:  # NOTE [Cells passed to resume functions]
-                self._emit_local(rebuild, name)
-            elif isinstance(value, LazyArg):
-                cg.load_fast(value.name)
-            else:
-                rebuild.emit(value)
+        for name in rest:
+            self._emit_passed(rebuild, name)
         if self.blocks:  # the grad mode the prologue sets after re-entering the blocks
             cg.load_const(self.tx.output.grad_enabled) if not hooked else cg.load_fast("___grad")
-        cg.call(sum(kind != "null" for kind in layout) + len(names) + bool(self.blocks))
+        cg.call(sum(kind != "null" for kind in layout) + (first is not None) + len(rest) + bool(self.blocks))
         cg.return_value()
         return hook
+
+    def _emit_passed(self, rebuild: Reconstructor, name: str) -> None:
+        """Load the value of local `name` passed to a resume function."""
+        value = self._passed(name)
+        if self.site.frame_reader:  # stored before the call (NOTE [Breaks at calls that read frames])
+            self.cg.load_fast(name)
+        elif name in self.cell_args:  # NOTE [Cells passed to resume functions]
+            self._emit_local(rebuild, name)
+        elif isinstance(value, LazyArg):
+            self.cg.load_fast(value.name)
+        else:
+            rebuild.emit(value)
 
 
     def _python_loop(self) -> tuple:

@@ -26,7 +26,8 @@ lists it; it lists the resume function's `___stack` arguments already), and a fr
 resume function's trace makes that frame run eagerly when a local it would list may hold `Unbound`
 (frame_locals.emit_user_frame_call). Codes that read their locals by
 name (`LOAD_NAME`, `LOAD_LOCALS`, `locals()`/`vars()`/`dir()`/`eval`/`exec` named) keep every local live;
-so does a code with `__class__` for its first argument (3.11's zero-argument `super()` reads it from the frame).
+so does a code with `__class__` for its first argument (zero-argument `super()` reads it from the frame's first
+slot: NOTE [The instance comes first] in resume.py).
 """
 from __future__ import annotations
 

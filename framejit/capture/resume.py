@@ -156,12 +156,17 @@ def _resume_body(code, items, target, layout, live_locals, successors, python_lo
     if python_loop:  # NOTE [Callees routed in loops run as Python]: the loop's frame holds the user's locals only
         prologue[-1:-1] = [Instr("DELETE_FAST", name) for name in stack_args]
     prologue[-1:-1] = emit.truth_test_prefix(target)  # 3.13: the value a truth test reads is a bool
+    first = _safe_leading(code)
+    if first and first not in live_locals:  # NOTE [The instance comes first]: unbound at the break
+        prologue[-1:-1] = [Instr("DELETE_DEREF", CellVar(first)) if first in code.co_cellvars
+                           else Instr("DELETE_FAST", first)]
     line = _line_of(items, target.position, code)
     _set_line(prologue, line)
     start_at = target.start  # a call starts at its KW_NAMES, a truth test at its TO_BOOL, ... (normalize.py)
     trampolines: list = []
     if successors:
-        trampolines = _trampolines(items, target.position, successors, live_locals, set(code.co_cellvars), cells)
+        trampolines = _trampolines(items, target.position, successors, live_locals, set(code.co_cellvars), cells,
+                                   _safe_leading(code))
         _set_line(trampolines, line)
     items.insert(start_at, label)
     if python_loop:
@@ -177,9 +182,12 @@ def _resume_body(code, items, target, layout, live_locals, successors, python_lo
 
 
 def _set_resume_signature(bc, code, index, layout, stack_args, live_locals) -> None:
-    """Arguments: the stack's values, then the live locals (a with-block's grad mode last); names."""
-    bc.argnames = stack_args[:-1] + list(live_locals) + stack_args[-1:] if "block" in layout else \
-        stack_args + list(live_locals)
+    """Arguments: the frame's first local where zero-argument super() reads it (NOTE [The instance comes
+    first]), the stack's values, then the other live locals (a with-block's grad mode last); names."""
+    first = _safe_leading(code)
+    rest = [name for name in live_locals if name != first]
+    bc.argnames = ([first] if first else []) + (stack_args[:-1] + rest + stack_args[-1:] if "block" in layout
+                                                else stack_args + rest)
     bc.argcount = len(bc.argnames)
     bc.posonlyargcount = 0
     bc.kwonlyargcount = 0
@@ -190,6 +198,42 @@ def _set_resume_signature(bc, code, index, layout, stack_args, live_locals) -> N
     bc.name = code.co_name
     if hasattr(bc, "qualname"):
         bc.qualname = f"{getattr(code, 'co_qualname', code.co_name)}.<resume at {index}>"
+
+
+# NOTE [The instance comes first]: zero-argument `super()` takes the instance from the frame's first local slot
+# (and the class from the `__class__` cell): always on 3.11, and on 3.12+ wherever LOAD_SUPER_ATTR is not
+# specialised (its first runs) or the compiler emits a plain `super()` call. A resume function whose first
+# argument was `___stack0` or another local made `print("hi"); return super().forward(x)` in an nn.Linear
+# subclass raise AttributeError ("'super' object has no attribute 'forward'") where eager returns (review revG
+# G2), so such frames ran eagerly on 3.11 (c0a428f), and on 3.12+ a resume function run as Python (past its
+# recompile limit, a tail function) read the wrong instance too. Now a resume function of a code that has a
+# `__class__` cell and positional parameters takes the original's first local as its own first argument, under
+# its own name, before the stack; every caller (graph_break.BreakCodegen._resume, the trampolines below) passes
+# it first. The slot is the variable itself, so `self = other` before super() gives eager's instance, and a
+# first local unbound at the break (`del self`) is passed as None and deleted by the prologue, so super()
+# raises as in eager. The resume function gets the original's closure (Hooks.resume), so `__class__` is the
+# frame's own cell. A code without positional parameters (`def f(*args)`: eager's super() raises "no
+# arguments") runs eagerly when it may call super() after its break, and so does a frame whose break is the
+# super() call itself (NOTE [Zero-argument super() at breaks] in break_sites.py). Measured: the frames of
+# tests/capture/test_super_after_break.py (nn.Linear subclasses, a nested class, a classmethod, loops, try and
+# with blocks around the break) ran wholly eagerly on 3.11 and now make graphs on both sides of the break.
+def leading_local(code: types.CodeType) -> str | None:
+    """The name a resume function of `code` takes first (NOTE [The instance comes first]), or None."""
+    if code.co_argcount and "__class__" in code.co_freevars:
+        return code.co_varnames[0]
+    return None
+
+
+def _safe_leading(code: types.CodeType) -> str | None:
+    first = leading_local(code)
+    return first and safe_local(first)
+
+
+def leading_first(code: types.CodeType, names: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """(the local passed before the stack, or None; the other `names` in order) for a resume function of
+    `code` (NOTE [The instance comes first]). The first is passed as None when it is not among `names`."""
+    first = leading_local(code)
+    return first, tuple(name for name in names if name != first)
 
 
 # NOTE [Cells passed to resume functions]: a closure made before a break reads the frame's cell (`one`, `c`),
@@ -282,15 +326,16 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
     depth = sum(1 if isinstance(i, TryBegin) else -1 if isinstance(i, TryEnd) else 0 for i in items)
     if depth:
         raise ValueError("the code ends inside an exception region: no place for trampolines")
-    out = entry + _trampoline_call(hook, after, live_locals, set(code.co_cellvars), cells)
+    out = entry + _trampoline_call(hook, after, live_locals, set(code.co_cellvars), cells, _safe_leading(code))
     _set_line(out, items[position].lineno if isinstance(items[position].lineno, int) else code.co_firstlineno)
     return out
 
 
 def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cellvars: set[str],
-                     cells: tuple[str, ...] = ()) -> list:
+                     cells: tuple[str, ...] = (), first: str | None = None) -> list:
     """Store the stack `after` into temporaries and return hook(*stack, *live locals); the locals named
-    in `cells` as their cells (NOTE [Cells passed to resume functions])."""
+    in `cells` as their cells (NOTE [Cells passed to resume functions]); `first` (NOTE [The instance comes
+    first]) before the stack, None when it is not live."""
     temps = [f"___tramp{k}" for k in range(len(after))]
     out: list = [Instr("STORE_FAST", t) for t in reversed(temps)]
     args = []
@@ -301,16 +346,17 @@ def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cell
             args += emit.call_const(loop_iterator_arg, [Instr("LOAD_FAST", temp)])
         else:
             args.append(Instr("LOAD_FAST", temp))
-    args += [emit.load_closure(name) if name in cells else
+    loads = {name: emit.load_closure(name) if name in cells else
              Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
-             for name in live_locals]
-    out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + args
+             for name in live_locals}
+    lead = [loads.pop(first, Instr("LOAD_CONST", None))] if first else []
+    out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + lead + args + list(loads.values())
     count = sum(kind != "null" for kind in after)
-    return out + emit.call(count + len(live_locals)) + [Instr("RETURN_VALUE")]
+    return out + emit.call(count + len(lead) + len(loads)) + [Instr("RETURN_VALUE")]
 
 
 def _trampolines(items: list, position: int, successors: tuple, live_locals: tuple[str, ...],
-                 cellvars: set[str], cells: tuple[str, ...] = ()) -> list:
+                 cellvars: set[str], cells: tuple[str, ...] = (), first: str | None = None) -> list:
     """Redirect the edges out of the instruction at `items[position]` to trampolines (appended after
     every exception region: a resumed function's own exceptions must not reach this frame's handlers
     a second time) that call the successors' hooked resume functions."""
@@ -327,7 +373,7 @@ def _trampolines(items: list, position: int, successors: tuple, live_locals: tup
             items.insert(position + 1, emit.jump_forward(entry))
             items[position + 1].lineno = instr.lineno
         out.append(entry)
-        out += _trampoline_call(hook, after, live_locals, cellvars, cells)
+        out += _trampoline_call(hook, after, live_locals, cellvars, cells, first)
     return out
 
 
