@@ -170,6 +170,21 @@ def test_a_super_object_crosses_a_break():
     assert eager == [] and backend.graph_count >= 2
 
 
+class CalledAfterABreak(Scaled):
+    def forward(self, x):
+        y = x + 1
+        print("called after")
+        # 3.11: PRECALL/CALL of super, then LOAD_METHOD; 3.12+: LOAD_SUPER_ATTR; both read the resume function's
+        # first local (NOTE [The instance comes first] in resume.py)
+        return super().forward(y) * super().forward(x), super().__self__ is self
+
+
+def test_super_called_after_a_break_is_captured():
+    module = CalledAfterABreak()
+    backend, eager = run_compared(module, fresh)
+    assert eager == [] and backend.graph_count >= 2
+
+
 # ---- PEP 695 forms (3.12+: CALL_INTRINSIC_1 TYPEALIAS / TYPEVAR in the frame's own code) ---------------------
 PEP695_SOURCE = '''
 def alias_in_frame(x):
