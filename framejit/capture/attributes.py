@@ -253,7 +253,7 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
     if name in TENSOR_UNSUPPORTED_ATTRS:
         if name == "grad_fn":
             from .tensor_hooks import grad_fn_break  # NOTE [Autograd nodes of a graph's results]
-            raise grad_fn_break(t)
+            raise grad_fn_break(t, tx.output)
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name} is state outside the graph")
     check_grad_fact(tx.output, name)  # NOTE [vmap regions]
     getter = TENSOR_METADATA.get(name)

@@ -360,7 +360,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         return None
     output = _retrace_output(first)
     from .tensor_hooks import mark_result_node_reads  # NOTE [Autograd nodes of a graph's results]
-    mark_result_node_reads(exc, output)
+    mark_result_node_reads(exc, output, fn, site.inst.index)  # NOTE [Autograd state observed after a break]
     tx = _root_translator(fn, args, kwargs, output)
     tx.stop_at = site.inst.index
     try:
@@ -501,10 +501,12 @@ def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, 
     from .ddp_buckets import compile_in_buckets, guard_ddp  # NOTE [Graphs split at DDP's buckets]
     guard_ddp(output, example_inputs)  # NOTE [Entries guarded on DDP]
     compiled = compile_in_buckets(gm, example_inputs, compile_part) or compile_part(gm, example_inputs)
-    if output.__dict__.get("hooked_outputs"):  # NOTE [Tensor hooks registered after the graph] (tensor_hooks.py)
+    from .tensor_hooks import own_code_reason  # NOTE [Tensor hooks registered after the graph] (tensor_hooks.py)
+    reason = own_code_reason(output, gm, example_inputs)
+    if reason:
         if getattr(compiled, "__self__", None) is not gm:
-            logs.log("eager_fallback", "%s: graph %d runs as its own code: %s", where, STATS["graphs"],
-                     output.__dict__["hooked_outputs"])
+            STATS["graphs_own_code"] += 1
+            logs.log("eager_fallback", "%s: graph %d runs as its own code: %s", where, STATS["graphs"], reason)
         return eager_forward
     from .saved_hooks import hook_aware  # NOTE [Saved-tensors hooks at the call]
     return hook_aware(gm, compiled, eager_forward, output.grad_enabled, example_inputs)

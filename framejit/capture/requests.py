@@ -26,7 +26,10 @@ from .codegen import graph_call_span
 from .entry_checks import ENTRY_CHECK, is_entry_check
 
 STATS: dict[str, float] = {"frames_traced": 0, "frames_compiled": 0, "graphs": 0, "backend_compiles": 0,
-                           "eager_entries": 0, "frames_loaded": 0, "compile_time_s": 0.0}
+                           "eager_entries": 0, "frames_loaded": 0, "compile_time_s": 0.0,
+                           # graphs run as their own code, not the backend's, because autograd state of their
+                           # results is observed (NOTE [Autograd state observed after a break])
+                           "graphs_own_code": 0}
 
 
 @dataclasses.dataclass

@@ -28,8 +28,10 @@ Python code sees the graph's output y. From a backend's joint that is the node o
 (CompiledFunctionBackward), not the node of y's last op: `y.grad_fn.register_hook(h)` saw the gradients of
 the graph's inputs (eager: of the op's inputs; a hook returning one value where the op has two raised in eager
 and passed compiled), `register_prehook` saw every output's gradient. So a graph one of whose results has its
-`grad_fn` read at the break runs as its own code too (`grad_fn_break`). Reads of `grad_fn` of a tensor that
-an earlier frame's graph returned (a compiled callee's result) see that graph's node, as with stock torch.compile.
+`grad_fn` read at the break runs as its own code too (`grad_fn_break`); reads later in the frame (and hooks,
+retain_grad, autograd.grad on its results there): NOTE [Autograd state observed after a break] in
+autograd_reads.py. Reads of `grad_fn` of a tensor that an earlier frame's graph returned (a compiled callee's
+result) see that graph's node, as with stock torch.compile.
 
 NOTE [Retained gradients of inputs written in place]: `y.retain_grad()` is a graph break; when a later graph
 writes y in place (`y.mul_(3)`), eager's retained gradient follows y to its new version (the gradient of the
@@ -60,26 +62,63 @@ def register_hook(tx, tensor: TensorValue, args: list[Value], kwargs: dict[str, 
         # runs as the graph's own code (convert._backend_compile), logged under eager_fallback
         tx.output.__dict__["hooked_outputs"] = "a tensor hook is registered on one of its results"
         tx.output.__dict__["process_local"] = "the graph registers tensor hooks on its outputs"
+    elif _written_input(tx.output, tensor):  # NOTE [Hooks on inputs written in place]
+        tx.output.__dict__["hooked_outputs"] = "a tensor hook is registered on an input it writes in place"
+        tx.output.__dict__["process_local"] = "the graph registers tensor hooks on inputs it writes"
     tx.output.side_effects.record_tensor_hook(tensor, hook, offset)
     tx.output.__dict__.setdefault("hooked_fakes", []).append((tensor.fake, tensor.fake._version))
     return ConstantValue(None)
 
 
-def grad_fn_break(tensor: TensorValue) -> Unsupported:
+def grad_fn_break(tensor: TensorValue, output=None) -> Unsupported:
     """The graph break at `tensor.grad_fn` (NOTE [Autograd nodes of a graph's results]): for a result of the
-    graph, it carries what `mark_result_node_reads` gives the graph compiled before the break."""
+    graph (or an input it wrote in place: the joint's write-back gave it another node, NOTE [Hooks on inputs
+    written in place]), it carries what `mark_result_node_reads` gives the graph compiled before the break."""
     e = Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, "Tensor.grad_fn is state outside the graph")
-    if tensor.source is None and tensor.fake.requires_grad:
+    if tensor.fake.requires_grad and (tensor.source is None or _written_input(output, tensor)):
         e.reads_result_node = True
     return e
 
 
-def mark_result_node_reads(exc, output) -> None:
+def mark_result_node_reads(exc, output, fn=None, index: int | None = None) -> None:
     """The graph traced up to the break at `exc` runs as its own code when the break reads a result's
-    `grad_fn` (convert._break_entry, on the trace made again up to the break)."""
+    `grad_fn` (convert._break_entry, on the trace made again up to the break); and, where the graph records
+    autograd, when the code of `fn` from the break's instruction `index` on may observe its results' autograd
+    state (NOTE [Autograd state observed after a break], decided in `own_code_reason`)."""
     if getattr(exc, "reads_result_node", False):
         output.__dict__.setdefault("hooked_outputs", "Tensor.grad_fn of one of its results is read after it")
         output.__dict__["process_local"] = "the graph's results have their autograd nodes read"
+    if fn is not None and index is not None:
+        from .autograd_reads import observes_autograd_after
+        reason = observes_autograd_after(fn, index)
+        if reason:
+            output.__dict__["observed_after_break"] = reason
+
+
+def own_code_reason(output, gm, example_inputs: list) -> str | None:
+    """Why the graph must run as its own code rather than the backend's (convert._backend_compile), or None."""
+    if output.__dict__.get("hooked_outputs"):
+        return output.__dict__["hooked_outputs"]
+    reason = output.__dict__.get("observed_after_break")
+    from .saved_hooks import records_autograd
+    if reason and records_autograd(gm, output.grad_enabled, example_inputs):
+        output.__dict__["process_local"] = "the code after the graph observes its results' autograd state"
+        return reason
+    return None
+
+
+def _written_input(output, tensor: TensorValue) -> bool:
+    """NOTE [Hooks on inputs written in place]: `y.add_(w); y.register_hook(h)` on an input y. Eager's hook goes
+    on y's new version, whose gradient the uses after the write carry. A joint computes those uses from its own
+    copy of the new value and writes it back into y afterwards (`y.copy_(new)`: another node), so the hook saw
+    no gradient at all (x.grad 6.3 where eager gives 31.5, review revG G7) and `y.grad_fn` named the copy.
+    Such a graph runs as its own code. A hook registered before the write is a break before it
+    (`check_hooked_unchanged`); one registered by the caller before the call sees the old version's gradient,
+    which the joint computes as eager does."""
+    if output is None or tensor.source is None:
+        return False
+    return any(entry.value is tensor or getattr(entry.value, "fake", None) is tensor.fake
+               for entry in output.mutated_entries)
 
 
 def check_hooked_unchanged(out) -> None:
