@@ -173,7 +173,7 @@ def is_same(tx, a: Value, b: Value) -> bool:
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return False
     if isinstance(a, ObjectValue) and isinstance(b, ObjectValue):
-        return a.obj is b.obj
+        return _same_object_guarded(tx, a, b)
     if isinstance(a, UserFunctionValue) and isinstance(b, UserFunctionValue):
         from .function_attrs import same_function
         return same_function(tx, a, b)
@@ -192,6 +192,21 @@ def is_same(tx, a: Value, b: Value) -> bool:
     if _exact_type(a) is not None and _exact_type(b) is not None and _exact_type(a) is not _exact_type(b):
         return False  # objects of two types are two objects (heapq's `result is sentinel`, a tuple vs object())
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"identity comparison of {a.describe()} and {b.describe()}")
+
+
+# NOTE [Identity of objects guarded]: `A is B` of two objects from outside (module globals, attributes) answered
+# from the objects of the first call, and their guards pin each one's type only: after `B = A` the entry traced
+# for two objects still answered False (eager True), in the same process and in a warm one (review revE E6's
+# f4). The answer is guarded as the relation of the two sources (`G['A'] is G['B']` / `is not`), which names
+# no object, so the entry still persists.
+def _same_object_guarded(tx, a: ObjectValue, b: ObjectValue) -> bool:
+    same = a.obj is b.obj
+    if a.source is not None and b.source is not None and a.source != b.source:
+        ea, eb = a.source.expr(tx.output.names), b.source.expr(tx.output.names)
+        tx.output.add_guard("IDENTITY", f"{ea} is {eb}" if same else f"{ea} is not {eb}", a.source,
+                            expected=("the same object as " if same else "not the same object as ") +
+                            b.source.describe())
+    return same
 
 
 def _exact_type(v: Value) -> type | None:

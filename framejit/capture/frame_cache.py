@@ -594,6 +594,7 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
     namespace = {name: resolve(loc, fn) for name, loc in persisted.namespace.items() if loc[0] not in by_call}
     namespace.update({name: resolve_by_call(loc, fn, frame_locals, namespace)
                       for name, loc in persisted.namespace.items() if loc[0] in by_call})
+    _check_distinct(namespace)  # NOTE [Distinct objects stay distinct]
     shape = FunctionShape.of(fn.__code__)
     origins = live_origins(persisted.origin_places, functions)  # NOTE [Guard origins from the live code]
     guard = compile_guards([_guard(g, origins) for g in persisted.guards], shape.params_source(), namespace,
@@ -629,6 +630,28 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     return guard, transformed, graphs
+
+
+# NOTE [Distinct objects stay distinct]: a guard compares a source with an object of the entry's namespace by
+# identity, and two guards on one object share one name (hence one locator), so objects that were one object
+# when traced are one object in every process that loads the entry. The converse was not kept: two objects
+# that were distinct (two names) may be found by their locators as one object in a new process (`B = A if
+# os.environ.get("SAME") else Obj()`), and a trace that relied on their being distinct (`A is B`,
+# `{id(A), id(B)}`, `d.get(id(B))` with `d = {id(A): 3}`) was loaded there with the cold answer (review revE
+# E6). The names of a namespace stand for distinct objects, so an entry whose names find one object twice is
+# not used (a miss: the frame is traced in this process). Immutable plain values (numbers, strings, tuples)
+# are compared by value where they are guarded and may be one object by interning; they are not checked.
+_BY_VALUE = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset)
+
+
+def _check_distinct(namespace: dict) -> None:
+    seen: dict[int, str] = {}
+    for name, obj in namespace.items():
+        if isinstance(obj, _BY_VALUE):
+            continue
+        other = seen.setdefault(id(obj), name)
+        if other != name:
+            raise NotPersistable(f"{other} and {name} were distinct objects when traced and are one object now")
 
 
 def _artifact_maker(gm, persisted: Persisted, load):
