@@ -177,3 +177,30 @@ from .module_hooks import TRACE_TIME  # noqa: E402  (functions the translator an
 
 TRACE_TIME[traceback.clear_frames] = clear_frames
 BUILTIN_HANDLERS[BaseException.with_traceback] = with_traceback
+
+
+# NOTE [Temporaries cleared before return]: a caught exception's traceback names the transformed function's frame
+# (NOTE [Tracebacks of caught exceptions]), and a frame object that outlives its call keeps its locals: with
+# `except KeyError as e: STORE.append(e)`, framejit's temporaries (`___graph_out` holding the graph's outputs,
+# `___pre0`, `___effect0`, a resume function's `___stack0`) and what they held stayed alive as long as the
+# stored exception, where eager's frame holds only the user's locals (review revG G3: an object the user dropped,
+# `t = None`, stayed alive; tensors pinned). A transformed function that rebuilds such an exception sets each
+# of those locals to None and deletes it right before every RETURN_VALUE.
+def temporaries_cleared(insts: list, argnames) -> list:
+    """`insts` (a transformed function's body) clearing its `___` locals before each RETURN_VALUE when it
+    rebuilds a caught exception's traceback (NOTE [Temporaries cleared before return])."""
+    from bytecode import Instr
+    from .mappings_runtime import fresh_exception_raised_at
+    if not any(isinstance(i, Instr) and i.name == "LOAD_CONST" and i.arg is fresh_exception_raised_at for i in insts):
+        return insts
+    temps = dict.fromkeys(n for n in argnames if n.startswith("___"))
+    temps.update(dict.fromkeys(i.arg for i in insts if isinstance(i, Instr) and i.name == "STORE_FAST"
+                               and isinstance(i.arg, str) and i.arg.startswith("___")))
+    out = []
+    for inst in insts:
+        if isinstance(inst, Instr) and inst.name == "RETURN_VALUE":
+            for name in temps:
+                out += [Instr("LOAD_CONST", None, lineno=inst.lineno), Instr("STORE_FAST", name, lineno=inst.lineno),
+                        Instr("DELETE_FAST", name, lineno=inst.lineno)]
+        out.append(inst)
+    return out

@@ -37,6 +37,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      PyModuleValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
 from .stdlib import GETTERS, getter_args
+from .caught_exceptions import temporaries_cleared
 from .mappings_runtime import fresh_exception, fresh_exception_raised_at, grad_mode_manager, make_defaultdict, view_of, view_of_object
 from .values.mappings import IdentityKey, key_value, viewed_object
 from .partials import check_rebuildable, make_partial, partial_parts
@@ -727,7 +728,7 @@ def make_function(shape: FunctionShape, body: Codegen, f_globals: dict, defaults
     bc.first_lineno = shape.firstlineno
     bc.flags = bytecode.CompilerFlags.OPTIMIZED | bytecode.CompilerFlags.NEWLOCALS | shape.flags
     bc.append(Instr("RESUME", 0))
-    bc.extend(body.insts)
+    bc.extend(temporaries_cleared(body.insts, shape.argnames))  # NOTE [Temporaries cleared before return]
     code = _assemble(bc, body.graph_call)
     fn = types.FunctionType(code, f_globals, shape.name, defaults)
     fn.__kwdefaults__ = kwdefaults
