@@ -135,6 +135,10 @@ def _convert(kind: type):
                 element = element_as_int(tx.output, v)
                 if element is not None:
                     return element
+                from .tensor_ints import python_int  # NOTE [Ints of tensors computed from sizes]
+                element = python_int(tx.output, v)
+                if element is not None:
+                    return element
             raise Unsupported(BreakKind.DATA_DEPENDENT, f"{kind.__name__}() of a tensor reads its data")
         if kind is str and len(args) == 1 and not kwargs and is_user_object(v):
             return user_str(tx, v)  # NOTE [Strings of user objects]
@@ -414,10 +418,17 @@ def _min_max(fn: Callable):
             return kept
         if all(isinstance(i, ConstantValue) for i in items):  # a list value is the item itself, not a copy
             return constant_fold(fn, _consts(items))
-        if items and not any(isinstance(i, TensorValue) for i in items):
+        if items and not any(isinstance(i, TensorValue) and not _derivable(tx, i) for i in items):
             return items[_best(tx, fn, items)]  # NOTE [Sorting by traced comparisons]
         raise Unsupported(BreakKind.DATA_DEPENDENT, f"{fn.__name__}() of tensors compares tensor data")
     return handler
+
+
+def _derivable(tx, v: TensorValue) -> bool:
+    """A 0-d int tensor whose value tracing derives: its comparisons decide without data, guarded, and
+    max()/min() returns the very object eager returns (NOTE [Ints of tensors computed from sizes])."""
+    from .tensor_ints import int_of
+    return v.fake.dim() == 0 and int_of(tx.output, v) is not None
 
 
 def _min_max_by_key(tx, fn: Callable, items: list[Value], key: Value) -> Value:

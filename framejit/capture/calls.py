@@ -272,6 +272,10 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
         element = element_as_int(tx.output, tensor)
         if element is not None:
             return element
+        from .tensor_ints import python_int  # NOTE [Ints of tensors computed from sizes]
+        element = python_int(tx.output, tensor, "item" if name == "item" else "int")
+        if element is not None:
+            return element
     if kind is not None:
         raise Unsupported(kind, f"Tensor.{name}() {'reads tensor data into Python' if kind is BreakKind.DATA_DEPENDENT else 'has effects outside the graph'}")
     return tx.output.call("call_method", name, (tensor, *args), kwargs)

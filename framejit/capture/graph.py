@@ -492,6 +492,9 @@ class OutputGraph:
         from .scalar_args import SCALAR_LIST_META_ERROR, scalar_probe
         data_dependent = isinstance(e, Unsupported) and e.graph_break.kind is BreakKind.DATA_DEPENDENT
         packed = self._packed_sequence_call(kind, target, args, kwargs, fake_args) if data_dependent else None
+        if packed is None and data_dependent:
+            from .tensor_ints import retry_with_ints  # NOTE [Ints of tensors computed from sizes]
+            packed = retry_with_ints(self, kind, target, args, kwargs)
         if packed is not None:
             return packed
         probe = scalar_probe(kind, target, fake_args, fake_kwargs)

@@ -252,6 +252,11 @@ def truth(tx, v: Value) -> bool:
         if v.known_data() is not None:  # a tensor made from constants: its data is known
             check_tensor_dunder(tx, v, "__bool__")  # NOTE [Patched tensor operators]
             return bool(constant_fold(bool, v.known_data()).as_constant())
+        from .tensor_ints import int_of  # NOTE [Ints of tensors computed from sizes]
+        derived = int_of(tx.output, v) if v.fake.dim() == 0 else None
+        if derived is not None:
+            check_tensor_dunder(tx, v, "__bool__")
+            return truth(tx, derived)
         raise Unsupported(BreakKind.DATA_DEPENDENT, "the truth value of a tensor depends on its data")
     from .numpy_support import NdarrayValue
     if isinstance(v, NdarrayValue):

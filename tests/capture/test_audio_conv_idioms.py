@@ -9,8 +9,8 @@
    conv's class, so a stack of 10 convs reached the recompile limit (8): with 3 calls at changing lengths a
    frame ran eagerly, in framejit and in stock (EncodecModel: framejit 4 eager frames, stock 2 frames over
    its limit). parametrize's classes now match by structure (NOTE [Parametrized classes alike]): no frame
-   runs eagerly. The breaks at the padding amounts remain (h11audio's report, /work/helper_notes/old/s35/
-   h11audio.md). Values are eager's (checked here).
+   runs eagerly. The padding amounts are now derived from sizes without breaks (NOTE [Ints of tensors
+   computed from sizes], tests/capture/test_tensor_ints.py). Values are eager's (checked here).
 2. Musicgen's layer drop: `dropout_probability = random.uniform(0, 1)` in every decoder layer, read only in
    training. framejit broke at each draw ("call of Random.random"); stock traces it. Now the draws are made
    by the transformed code (NOTE [Draws from the random module]): seeded runs leave `random`'s state and the
