@@ -66,6 +66,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
         return False  # a with-block's exit not traced; `raise X from Y`, whose cause the constant lacks
     if getattr(e, "callee_break", None) is not None and not getattr(e, "escape_traced", False):
         return False  # NOTE [Handlers of callees given up]
+    if handling_anywhere(tx):
+        return False  # NOTE [Exceptions raised while handling]
     effects = tx.output.side_effects
     tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched)))
     del tx.stack[inst.handler_depth:]
@@ -76,6 +78,28 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     tx.push(ConstantValue(e.exc) if line is None else CaughtException(e.exc, line))
     tx.jump(handler)
     return True
+
+
+# NOTE [Exceptions raised while handling]: CPython sets an exception's `__context__` to the exception being
+# handled where it is raised (`except KeyError: try: raise ValueError ... except ValueError as v: v.__context__`
+# is the KeyError; traceback.format_exception prints "During handling of the above exception ..."). The trace
+# folds exceptions to constants rebuilt per call from their type, args and dict (NOTE [Exceptions made while
+# tracing]), which carry no context: such a `v.__context__` read None under framejit (review revG G6). An
+# exception raised while a handler followed by this trace or by a caller's trace is active is therefore not
+# followed: it escapes that handler, whose own exception is then raised again from its instruction (the root
+# frame breaks before it and plain Python raises and handles both, setting the context), as for any other
+# exception leaving a followed handler. A followed exception is thus raised where only an exception handled
+# around the frame's call can be active (a caller's plain-Python except block, or an outer frame's): the
+# root frame's rebuilt caught exception takes that one, `sys.exc_info()` when it is rebuilt, as its context
+# (mappings_runtime.fresh_exception_raised_at). Left: one caught in an inlined callee (rebuilt by plain
+# fresh_exception, as an exception made without being raised is) keeps None there.
+def handling_anywhere(tx) -> bool:
+    """A handler followed by `tx` or by a translator it is inlined into is active."""
+    while tx is not None:
+        if tx.handling:
+            return True
+        tx = tx.parent
+    return False
 
 
 # NOTE [Tracebacks of caught exceptions]: an exception the traced code raises and catches itself is a constant

@@ -50,6 +50,11 @@ def fresh_exception_raised_at(template: BaseException, line: int) -> BaseExcepti
     import sys
     exc = fresh_exception(template)
     exc.__traceback__ = types.TracebackType(None, sys._getframe(1), -1, line)
+    # NOTE [Exceptions raised while handling] (caught_exceptions.py): raised where no handler of the trace was
+    # active, its eager context is the exception being handled around the call (a caller's except block)
+    context = sys.exc_info()[1]
+    if context is not None and context is not exc:
+        exc.__context__ = context
     return exc
 
 
