@@ -16,6 +16,15 @@ matters only when the trace writes one of them: so each cell the trace writes is
 every other real cell the trace has seen, whichever comes first (the store, or the other cell's first
 appearance). Program (red team of the shared hook): `reader` calls `setter`, both over `t`; an object of
 `reader`'s code built over another `setter` cell must not take the entry that read `t` after `setter`'s store.
+
+NOTE [Aliased root cells persisted]: the cells of a function traced through its own hook (per object) are
+constants, fixed for that object, and the pair was not guarded; but its entries are persisted, and another object
+of the same code (`types.FunctionType(code, g, name, None, (c, c))`) loads them with its own cells, found by
+their index in its `__closure__` (review revG G5: `nonlocal t; t = a * 2; return u` with t and u one cell: eager
+returns the value just stored, framejit the cell's old content). Two distinct constant cells are guarded `is
+not` by their names, which the loading object resolves to its own cells (NOTE [Distinct objects stay distinct]
+in frame_cache.py refuses two names found as one cell too); one cell standing for two variables has one name
+and one locator, so such an entry is kept in memory only.
 """
 from __future__ import annotations
 
@@ -65,8 +74,11 @@ def _expr(output, cell) -> str:
 
 
 def _guard_pair(output, written, other) -> None:
-    if written.source is None and other.source is None:
-        return  # two constants: fixed
+    if written.source is None and other.source is None and written.cell is other.cell:
+        # NOTE [Aliased root cells persisted]: one name, one locator: the entry cannot say which other index
+        output.__dict__.setdefault("process_local", "the trace writes a closure cell that is also another "
+                                   "variable's cell")
+        return
     a, b = _expr(output, written), _expr(output, other)
     if a == b:
         return
