@@ -202,7 +202,9 @@ def stats() -> dict[str, Any]:
     """Process-wide counters: frames traced, compiled and loaded from the frame cache, graphs, backend
     compiles, compile time; `frames` lists each compiled or loaded entry (function, location, backend,
     graphs, compile_time_s, cache "hit"/"miss"); `eager_frames` counts the frames framejit decided to run
-    wholly eagerly and `eager_frame_reasons` lists them ({function, location, reason}; NOTE [Eager frames])."""
+    wholly eagerly and `eager_frame_reasons` lists them ({function, location, reason}; NOTE [Eager frames]);
+    `graphs_own_code` counts graphs a training backend compiled that run as their own code instead, because the
+    program observes their results' autograd state (NOTE [Autograd state observed after a break])."""
     return capture.stats()
 
 
