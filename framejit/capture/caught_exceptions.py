@@ -75,7 +75,7 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     if inst.handler_lasti:
         tx.push(ConstantValue(inst.position))
     line = inst.lineno if tx.parent is None else None  # NOTE [Tracebacks of caught exceptions]
-    tx.push(ConstantValue(e.exc) if line is None else CaughtException(e.exc, line))
+    tx.push(CaughtException(e.exc, line))
     tx.jump(handler)
     return True
 
@@ -89,10 +89,10 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
 # followed: it escapes that handler, whose own exception is then raised again from its instruction (the root
 # frame breaks before it and plain Python raises and handles both, setting the context), as for any other
 # exception leaving a followed handler. A followed exception is thus raised where only an exception handled
-# around the frame's call can be active (a caller's plain-Python except block, or an outer frame's): the
-# root frame's rebuilt caught exception takes that one, `sys.exc_info()` when it is rebuilt, as its context
-# (mappings_runtime.fresh_exception_raised_at). Left: one caught in an inlined callee (rebuilt by plain
-# fresh_exception, as an exception made without being raised is) keeps None there.
+# around the frame's call can be active (a caller's plain-Python except block, or an outer frame's): its
+# rebuilt object (a CaughtException, caught in the root frame or in an inlined callee) takes that one,
+# `sys.exc_info()` when it is rebuilt, as its context (mappings_runtime.fresh_exception_raised_at). An
+# exception made and never raised keeps None (plain fresh_exception), as eager's.
 def handling_anywhere(tx) -> bool:
     """A handler followed by `tx` or by a translator it is inlined into is active."""
     while tx is not None:
@@ -112,9 +112,11 @@ def handling_anywhere(tx) -> bool:
 # entries of callees that raised (inlined: their frames never exist) are missing, and so is the traceback of
 # an exception caught in an inlined callee (no frame of the callee to point at): None there, as before.
 class CaughtException(ConstantValue):
-    """An exception constant caught by a handler of the root frame, with the user's line that raised it."""
+    """An exception constant caught by a followed handler, with the user's line that raised it when the handler
+    is the root frame's (None in a callee); rebuilt with the context eager's has (NOTE [Exceptions raised while
+    handling])."""
 
-    def __init__(self, value: BaseException, raise_line: int) -> None:
+    def __init__(self, value: BaseException, raise_line: int | None) -> None:
         super().__init__(value)
         self.raise_line = raise_line
 

@@ -289,13 +289,13 @@ class Reconstructor:
     def _constant(self, value: ConstantValue) -> None:
         cg = self.cg
         if isinstance(value.value, BaseException):
-            line = getattr(value, "raise_line", None)  # NOTE [Tracebacks of caught exceptions]
-            cg.push_null()  # NOTE [Exceptions made while tracing]
-            cg.load_const(fresh_exception if line is None else fresh_exception_raised_at)
+            caught = hasattr(value, "raise_line")  # NOTE [Tracebacks of caught exceptions], [Exceptions raised
+            cg.push_null()  # while handling]; NOTE [Exceptions made while tracing]
+            cg.load_const(fresh_exception_raised_at if caught else fresh_exception)
             cg.load_const(value.value)
-            if line is not None:
-                cg.load_const(line)
-            cg.call(1 if line is None else 2)
+            if caught:
+                cg.load_const(value.raise_line)
+            cg.call(2 if caught else 1)
         elif type(value.value) in GETTERS:  # NOTE [Operator getters]
             cg.push_null()
             cg.load_const(type(value.value))

@@ -44,12 +44,14 @@ def fresh_exception(template: BaseException) -> BaseException:
     return exc
 
 
-def fresh_exception_raised_at(template: BaseException, line: int) -> BaseException:
+def fresh_exception_raised_at(template: BaseException, line: int | None) -> BaseException:
     """fresh_exception(template) with the traceback eager's would start with: the calling frame (the compiled
-    code of the function that caught it) at the user's line `line` (NOTE [Tracebacks of caught exceptions])."""
+    code of the function that caught it) at the user's line `line` (NOTE [Tracebacks of caught exceptions]; none
+    for None: caught in an inlined callee), and eager's context."""
     import sys
     exc = fresh_exception(template)
-    exc.__traceback__ = types.TracebackType(None, sys._getframe(1), -1, line)
+    if line is not None:
+        exc.__traceback__ = types.TracebackType(None, sys._getframe(1), -1, line)
     # NOTE [Exceptions raised while handling] (caught_exceptions.py): raised where no handler of the trace was
     # active, its eager context is the exception being handled around the call (a caller's except block)
     context = sys.exc_info()[1]

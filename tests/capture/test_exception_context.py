@@ -108,11 +108,24 @@ def _caught_in_frame(x):
     return x + 1, s
 
 
+def _catches_inlined(x):
+    try:
+        raise ValueError(3)
+    except ValueError as v:
+        return v
+
+
+def _caught_in_a_callee(x):
+    v = _catches_inlined(x)  # inlined into this frame's trace
+    return x - 1, v
+
+
 OUTER = []
 
 
-def test_context_from_the_callers_except_block_equals_eager():
-    compiled = framejit.compile(_caught_in_frame, backend="eager")
+@pytest.mark.parametrize("fn", [_caught_in_frame, _caught_in_a_callee], ids=lambda f: f.__name__)
+def test_context_from_the_callers_except_block_equals_eager(fn):
+    compiled = framejit.compile(fn, backend="eager")
 
     def caller(run, x):
         try:
@@ -122,7 +135,7 @@ def test_context_from_the_callers_except_block_equals_eager():
             return run(x)
     for n in (2, 3):
         x = torch.randn(n)
-        (y, got), (expected_y, expected) = caller(compiled, x), caller(_caught_in_frame, x)
+        (y, got), (expected_y, expected) = caller(compiled, x), caller(fn, x)
         assert_same(y, expected_y)
         assert repr(got.__context__) == repr(expected.__context__) == "KeyError('outer')"
         assert got.__context__ is OUTER[-2] and expected.__context__ is OUTER[-1]
