@@ -139,7 +139,10 @@ def eager_function(fn: types.FunctionType) -> types.FunctionType:
     _set_line(block, line)
     start = _prologue_position(items)
     # the prologue has pushed the stack arguments when it jumps to the resume point: out of the frame then
-    jump = next(k for k in range(start, len(items)) if isinstance(items[k], Instr) and items[k].name == "JUMP_FORWARD")
+    jump = next((k for k in range(start, len(items)) if isinstance(items[k], Instr) and items[k].name == "JUMP_FORWARD"),
+                None)
+    if jump is None:  # not a prologue of make_resume_code: leave the function as it is
+        return fn
     gone = [Instr("DELETE_FAST", name, lineno=items[jump].lineno) for name in stack_args]
     bc.clear()
     bc.extend(items[:start] + block + items[start:jump] + gone + items[jump:])
