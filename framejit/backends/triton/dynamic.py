@@ -31,8 +31,6 @@ sizes), and every call of a graph that is not size-generic, is compiled for its 
 """
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 import operator
 import re
@@ -201,7 +199,8 @@ _CONSTANT = re.compile(r"-?\d+")
 # made from a size (`y[0] = x.size(1)` is aten.scalar_tensor(size) then fill_) becomes a constant of that probe's
 # graph (`const0`), passed to the module at run time, not a literal of its source: the sources agreed and the
 # first probe's constant served every size (eager 5, 3, 2, 9; framejit 5, 5, 5, 5; review revB #5). Constants
-# that differ between the probes make the graph specialise.
+# that differ between the probes make the graph specialise; one equal at every probe but made from a value that
+# is not (`n // 100000`) is found by NOTE [Size expressions the probes cannot tell] (size_exprs.py).
 def _same_constants(graphs: list) -> bool:
     first = graphs[0].constants
     for graph in graphs[1:]:
@@ -235,29 +234,15 @@ def _fit(values: list[int], probes: list[list[int]], names: list[str], exprs=Non
 
 
 def _fit_monomial(values: list[int], probes: list[list[int]], names: list[str]) -> str | None:
-    # a module repeats its sizes in many literals (3**8 exponent tuples each with 8 symbols)
-    return _fit_monomial_of(tuple(values), tuple(map(tuple, probes)), tuple(names))
-
-
-@functools.lru_cache(maxsize=1024)
-def _fit_monomial_of(values: tuple, probes: tuple, names: tuple) -> str | None:
-    from fractions import Fraction
-
-    for exponents in itertools.product(range(3), repeat=len(names)):
-        if not any(exponents):
-            continue
-        products = [1] * len(probes)
-        for k, probe in enumerate(probes):
-            for e, value in zip(exponents, probe):
-                products[k] *= value ** e
-        c = Fraction(values[0], products[0])
-        if c.denominator > 16 or not all(c * d == v for d, v in zip(products, values)):
-            continue
-        terms = "*".join(n if e == 1 else f"{n}**{e}" for n, e in zip(names, exponents) if e)
-        if c.denominator == 1:
-            return terms if c == 1 else f"{c.numerator}*{terms}"
-        return f"{c.numerator}*{terms}//{c.denominator}"
-    return None
+    # a module repeats its sizes in many literals (3**8 exponent tuples each with 8 symbols): cached
+    fit = size_exprs.monomial_of(tuple(values), tuple(map(tuple, probes)))
+    if fit is None:
+        return None
+    c, exponents = fit
+    terms = "*".join(n if e == 1 else f"{n}**{e}" for n, e in zip(names, exponents) if e)
+    if c.denominator == 1:
+        return terms if c == 1 else f"{c.numerator}*{terms}"
+    return f"{c.numerator}*{terms}//{c.denominator}"
 
 
 def _literals(text: str) -> tuple[list, list, list]:
@@ -426,7 +411,8 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
     relations = probe_relations.relations_of(sym)  # NOTE [Probes within the frontend's relations]
     fixed = {k for k, (lower, upper) in enumerate(sym.ranges()) if lower is not None and lower == upper}
     probes = probe_relations.within_relations(probes, relations, fixed)
-    for branch in probe_relations.extrema_untold(sym, probes):  # NOTE [Extrema of sizes as inputs] (size_floats.py)
+    branches = probe_relations.extrema_untold(sym, probes)
+    for branch in branches:  # NOTE [Extrema of sizes as inputs] (size_floats.py)
         sym.require(branch)  # the module serves the branch the probes took; the others compile per shape
     unmet = probe_relations.unmet_symbols(sym, probes, degenerate=False,  # NOTE [Probes that break a guard]
                                           dims=probe_relations.tensor_dims(gm, sym._mapping),
@@ -472,6 +458,10 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
                 continue
             runs, probes = [*runs, run], [*probes, probe]
         heads, calls = zip(*(_split(r[0]) for r in runs))
+    untold = size_exprs.untold(exprs, probes, {sym.symbols[k]: sym.ranges()[k][0] for k in fixed}, relations, branches,
+                               lambda point: _served_at(point, sym, gm, example_inputs, relations))
+    if untold is not None:  # NOTE [Size expressions the probes cannot tell] (size_exprs.py)
+        raise NotGeneric(f"the probes cannot tell a size expression of the graph: {untold}")
     if not _same_constants([r[3] for r in runs]):  # NOTE [Constants made from sizes]
         raise NotGeneric("a constant the lowering made differs between probe sizes (a value computed from sizes)")
     kept_apart = set().union(*(r[2].kept_apart for r in runs))  # NOTE [Fusions kept apart at every probe]
@@ -579,6 +569,13 @@ def _probe_where_they_differ(points: list, sym, gm, example_inputs, device, opts
     return None
 
 
+def _served_at(point: list[int], sym, gm, example_inputs: list, relations) -> bool:
+    """Whether the module would serve sizes `point`: its size check and the frontend's relations take them, and
+    the graph's ops run there (on fake tensors)."""
+    inputs = _probe_inputs(sym, dict(zip(sym.symbols, point)), example_inputs)
+    return sym.bind(inputs) is not None and relations.hold(point) and _graph_takes(gm, inputs)
+
+
 def _graph_takes(gm, inputs: list) -> bool:
     """Whether `gm` runs on `inputs`' sizes (on fake tensors: no data read, no kernel run, no state changed)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -604,10 +601,11 @@ def _size_expressions(gm, sym: symbolic.SymbolicInputs, example_inputs: list) ->
         graphs.append((aten_gm.graph, {b: f.xreplace(sym._mapping) for b, f in to_frontend.items()}))
     except Exception:  # noqa: BLE001 - the aten graph does not trace symbolically: the frontend's expressions
         pass
-    atoms = []
+    atoms, floats = [], []
     for graph, mapping in graphs:
-        atoms += size_exprs.collect([graph], mapping, sym.shape_env.simplify, sym.symbols)
-    return size_exprs.SizeExpressions(list(dict.fromkeys(atoms)), sym.symbols)
+        ints, more = size_exprs.collect([graph], mapping, sym.shape_env.simplify, sym.symbols)
+        atoms, floats = atoms + ints, floats + more
+    return size_exprs.SizeExpressions(list(dict.fromkeys(atoms)), sym.symbols, list(dict.fromkeys(floats)))
 
 
 # sizes rounded, truncated or compared in the graph: their values at the probes (multiples of 16 in the
