@@ -118,7 +118,9 @@ def maybe_unbound(code: types.CodeType) -> frozenset[str]:
 # first block that deletes each slot holding the marker (`if z is Unbound: del z`), and deletes the stack
 # arguments (`___stack0`) once the prologue has pushed them, so the frame has eager's locals. It is never
 # traced (the trace does not read dead locals); a tail function (no hook of its own) loads its locals to pass
-# them on and keeps the marker.
+# them on and keeps the marker; but a loop run as Python (a tail function, NOTE [Loops run as Python]), whose
+# frame readers called in its body see, deletes them in its prologue too, and its exit trampoline passes each
+# one on as `local_or_unbound(name)` (its value, or Unbound where the loop never bound it).
 def eager_function(fn: types.FunctionType) -> types.FunctionType:
     """`fn` (a resume function), or the same code deleting its slots that hold `Unbound` first (NOTE
     [Unbound hidden from eager runs])."""
@@ -126,16 +128,11 @@ def eager_function(fn: types.FunctionType) -> types.FunctionType:
     stack_args = [n for n in fn.__code__.co_varnames[:fn.__code__.co_argcount] if n.startswith(STACK_PREFIX)]
     if not names and not stack_args:
         return fn
-    from .local_liveness import Unbound
     bc = bytecode.Bytecode.from_code(fn.__code__)
     items = list(bc)
     line = next((i.lineno for i in items if isinstance(i, Instr) and isinstance(i.lineno, int)),
                 fn.__code__.co_firstlineno)
-    block: list = []
-    for name in sorted(names, key=fn.__code__.co_varnames.index):
-        skip = Label()
-        block += [Instr("LOAD_FAST", name), Instr("LOAD_CONST", Unbound), Instr("IS_OP", 0),
-                  *emit.conditional_jump("POP_JUMP_IF_FALSE", skip), Instr("DELETE_FAST", name), skip]
+    block = _unbound_deleted(names, fn.__code__)
     _set_line(block, line)
     start = _prologue_position(items)
     # the prologue has pushed the stack arguments when it jumps to the resume point: out of the frame then
@@ -150,14 +147,37 @@ def eager_function(fn: types.FunctionType) -> types.FunctionType:
     return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
+def _unbound_deleted(names, code: types.CodeType) -> list:
+    """`if name is Unbound: del name` for each of `names` (NOTE [Unbound hidden from eager runs])."""
+    from .local_liveness import Unbound
+    block: list = []
+    for name in sorted(names, key=lambda n: code.co_varnames.index(n) if n in code.co_varnames else -1):
+        skip = Label()
+        block += [Instr("LOAD_FAST", name), Instr("LOAD_CONST", Unbound), Instr("IS_OP", 0),
+                  *emit.conditional_jump("POP_JUMP_IF_FALSE", skip), Instr("DELETE_FAST", name), skip]
+    return block
+
+
+def local_or_unbound(name: str) -> Any:
+    """The caller's local `name`, or `Unbound` where it is not bound (a loop run as Python passing on a local
+    it deleted: NOTE [Unbound hidden from eager runs])."""
+    import sys
+    from .local_liveness import Unbound
+    return sys._getframe(1).f_locals.get(name, Unbound)
+
+
 def _resume_body(code, items, target, layout, live_locals, successors, python_loop, cells, route):
     """The resume function's instructions: the original's (`items`, locals renamed) with a label at the
     resume point, the prologue that rebuilds the stack and jumps there, and the tail's trampolines; and
     the names of the prologue's stack arguments."""
     label = Label()
     prologue, stack_args = _prologue(layout, label)
+    hidden: frozenset[str] = frozenset()
     if python_loop:  # NOTE [Callees routed in loops run as Python]: the loop's frame holds the user's locals only
         prologue[-1:-1] = [Instr("DELETE_FAST", name) for name in stack_args]
+        from .local_liveness import maybe_unbound as unbound_at
+        hidden = unbound_at(code, target.index, live_locals)  # NOTE [Unbound hidden from eager runs]
+        prologue[:0] = _unbound_deleted(hidden, code)
     prologue[-1:-1] = emit.truth_test_prefix(target)  # 3.13: the value a truth test reads is a bool
     first = _safe_leading(code)
     if first and first not in live_locals:  # NOTE [The instance comes first]: unbound at the break
@@ -173,7 +193,7 @@ def _resume_body(code, items, target, layout, live_locals, successors, python_lo
         _set_line(trampolines, line)
     items.insert(start_at, label)
     if python_loop:
-        trampolines = _loop_trampoline(items, start_at, python_loop, code, live_locals, cells)
+        trampolines = _loop_trampoline(items, start_at, python_loop, code, live_locals, cells, hidden)
     elif route is not None:
         from . import python_loops
         python_loops.route_calls(items, route)
@@ -306,7 +326,7 @@ def _prologue(layout: tuple[str, ...], label: Label) -> tuple[list, list[str]]:
 
 
 def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types.CodeType,
-                     live_locals: tuple[str, ...], cells: tuple[str, ...] = ()) -> list:
+                     live_locals: tuple[str, ...], cells: tuple[str, ...] = (), hidden: frozenset = frozenset()) -> list:
     """NOTE [Loops run as Python]: rewrite the loop's calls and point its exit at a trampoline (returned)."""
     from . import python_loops
     loop_index, helper, hook, after = python_loop
@@ -329,16 +349,17 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
     depth = sum(1 if isinstance(i, TryBegin) else -1 if isinstance(i, TryEnd) else 0 for i in items)
     if depth:
         raise ValueError("the code ends inside an exception region: no place for trampolines")
-    out = entry + _trampoline_call(hook, after, live_locals, set(code.co_cellvars), cells, _safe_leading(code))
+    out = entry + _trampoline_call(hook, after, live_locals, set(code.co_cellvars), cells, _safe_leading(code), hidden)
     _set_line(out, items[position].lineno if isinstance(items[position].lineno, int) else code.co_firstlineno)
     return out
 
 
 def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cellvars: set[str],
-                     cells: tuple[str, ...] = (), first: str | None = None) -> list:
+                     cells: tuple[str, ...] = (), first: str | None = None, hidden: frozenset = frozenset()) -> list:
     """Store the stack `after` into temporaries and return hook(*stack, *live locals); the locals named
     in `cells` as their cells (NOTE [Cells passed to resume functions]); `first` (NOTE [The instance comes
-    first]) before the stack, None when it is not live."""
+    first]) before the stack, None when it is not live; those in `hidden`, which may be unbound, as
+    `Unbound` then (NOTE [Unbound hidden from eager runs])."""
     temps = [f"___tramp{k}" for k in range(len(after))]
     out: list = [Instr("STORE_FAST", t) for t in reversed(temps)]
     args = []
@@ -350,10 +371,13 @@ def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cell
         else:
             args.append(Instr("LOAD_FAST", temp))
     loads = {name: emit.load_closure(name) if name in cells else
-             Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else Instr("LOAD_FAST", name)
+             Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else
+             emit.call_const(local_or_unbound, [Instr("LOAD_CONST", name)]) if name in hidden else
+             Instr("LOAD_FAST", name)
              for name in live_locals}
     lead = [loads.pop(first, Instr("LOAD_CONST", None))] if first else []
-    out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + lead + args + list(loads.values())
+    rest = [i for load in loads.values() for i in (load if isinstance(load, list) else [load])]
+    out += emit.null_before_callable() + [Instr("LOAD_CONST", hook)] + lead + args + rest
     count = sum(kind != "null" for kind in after)
     return out + emit.call(count + len(lead) + len(loads)) + [Instr("RETURN_VALUE")]
 

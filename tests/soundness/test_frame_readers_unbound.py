@@ -75,6 +75,15 @@ def _aliased_vars_in_loop(x):
     return out, z
 
 
+def _reader_in_a_loop_run_as_python(x, n):
+    out = []
+    for i in range(n):
+        y = _opaque(x + i)
+        out.append(_peek_disabled())
+        z = y * 2
+    return out
+
+
 def _plain(v):
     if isinstance(v, torch.Tensor):
         return ("tensor", tuple(v.shape), v.tolist())
@@ -88,6 +97,14 @@ def _check(fn):
     for n in (2, 3, 4):
         x = torch.arange(float(n)) * n
         assert _plain(compiled(x)) == _plain(fn(x))
+
+
+def test_reader_in_a_loop_run_as_python():
+    # a long loop breaking on every pass runs as Python (NOTE [Loops run as Python]): its frame is a tail function
+    compiled = framejit.compile(_reader_in_a_loop_run_as_python, backend="eager")
+    for n in (3, 12, 30):
+        x = torch.arange(2.0) * n
+        assert _plain(compiled(x, n)) == _plain(_reader_in_a_loop_run_as_python(x, n))
 
 
 def test_disabled_reader_after_a_break_in_a_loop():
