@@ -29,7 +29,7 @@ from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph
 from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_comprehensions, persisted_code, python_loops
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
-from .python_draws import emit_draws, feeds_graph, has_draws
+from .python_draws import emit_draws, has_draws
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .shapes import ConstraintViolationError, check_marked_dims
@@ -302,8 +302,6 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     cg = Codegen()
     output_index: dict[int, int] = {}
     gm = compiled = None
-    if feeds_graph(output):
-        emit_draws(cg, output)  # NOTE [Draws as graph inputs]: the graph reads them
     if outputs or output.op_count:
         output.output(outputs)
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
@@ -314,8 +312,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
                                      output.output_versions)
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
-    if not feeds_graph(output):
-        emit_draws(cg, output)  # NOTE [Draws from the random module]: after the graph, before anything else
+    emit_draws(cg, output)  # NOTE [Draws from the random module]: after the graph, before anything else
     rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)
     rebuild.preload([ret, *output.side_effects.values()], sourced=bool(output.side_effects))
     output.side_effects.emit(rebuild)
@@ -326,7 +323,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     _log_bytecode(fn, transformed)
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
-                  rerun=None if feeds_graph(output) else rerun_state(gm, output.mutated_inputs))
+                  rerun=rerun_state(gm, output.mutated_inputs))
     entry.on_graph_error = on_graph_error(fn, shape, output, gm is not None, entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):
         try:
@@ -405,8 +402,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs,
                   graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
-                  rerun=None if feeds_graph(output) else rerun_state(graphs[0] if graphs else None,
-                                                                     output.mutated_inputs))
+                  rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs))
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
         # break code]; NOTE [Draws from the random module]: not persisted

@@ -403,9 +403,6 @@ class OutputGraph:
     # ---- operations ---------------------------------------------------------------------------
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
-        if "python_draws" in self.__dict__:  # NOTE [Draws as graph inputs]
-            from .python_draws import draws_as_inputs
-            args = draws_as_inputs(self, kind, target, tuple(args))
         args, kwargs = self._checked_call_args(kind, target, args, kwargs)
         if getattr(self, "getitem_to_index", 0):
             from .getitem_mode import check_call  # NOTE [Breaks inside getitem-to-index blocks]

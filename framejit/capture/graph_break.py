@@ -175,13 +175,10 @@ class BreakCodegen:
 
     def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
         cg, rebuild = self.cg, Reconstructor(self.cg, output_index, GRAPH_OUT, self.fn.__globals__)
-        from .python_draws import emit_draws, feeds_graph
-        if feeds_graph(self.tx.output):
-            emit_draws(cg, self.tx.output)  # NOTE [Draws as graph inputs]: the graph reads them
         if compiled is not None:
             cg.call_graph(compiled, [inp.source for inp in inputs])
-        if not feeds_graph(self.tx.output):
-            emit_draws(cg, self.tx.output)  # NOTE [Draws from the random module]: before the reloads below
+        from .python_draws import emit_draws
+        emit_draws(cg, self.tx.output)  # NOTE [Draws from the random module]: before the reloads below
         live = self.stack + self._live_locals()
         # NOTE [Reload before the break's call]: a value read while tracing from a source (`a = L[0]`,
         # `g = D.get(k)`, the first item of a list read lazily: NOTE [Lists from outside]) is loaded now,

@@ -25,26 +25,13 @@ drop in eval) it costs nothing. Only calls with constant arguments on `random._i
 `random.seed`/`getstate`/`setstate` included, is the break it was. Entries holding draws are not persisted
 (frame_cache): the calls are objects the persisted plan does not describe.
 
-NOTE [Draws as graph inputs]: `(x + 1) * random.uniform(0, 1)` (a scale drawn per call, data augmentation) broke
-at the multiplication, so fullgraph raised. A draw given, as a positional argument, to an elementwise arithmetic
-or comparison op beside a tensor is now a graph input (a float placeholder, as NOTE [Dynamic floats] makes
-them): the op's result has the tensor operand's broadcast shape and a dtype that depends on the operand being a
-Python float, never on its value, so the example value the trace uses (the middle of the range) decides nothing.
-The input carries no guard and no symbol: nothing may specialise it (every other use is the break it was). The
-transformed code then makes its draws before the graph call (the graph reads them), still in trace order and
-before anything else of the frame's; such an entry never reruns eagerly when its graph fails (NOTE [Graph
-failures rerun eagerly]: the rerun would draw again), so the graph's exception propagates as raised.
-
 Known difference: a frame that raises after its graph and before eager would have reached a draw (a
 replayed side effect or the break's own call raising) has drawn in compiled code and not in eager.
 """
 from __future__ import annotations
 
-import operator
 import random
 from typing import Any
-
-import torch
 
 from .breaks import BreakKind, Unsupported
 from .sources import Source
@@ -148,46 +135,3 @@ def emit_draws(cg, output) -> None:
 
 def has_draws(output) -> bool:
     return bool(output.__dict__.get("python_draws"))
-
-
-# ops whose result's shape and dtype do not depend on the value of a Python float operand beside a tensor
-_VALUE_FREE_FUNCTIONS = frozenset({operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
-                                   operator.lt, operator.le, operator.gt, operator.ge, torch.add, torch.sub,
-                                   torch.mul, torch.div, torch.pow})
-_VALUE_FREE_METHODS = frozenset({"add", "sub", "mul", "div", "pow", "lt", "le", "gt", "ge"})
-
-
-def draws_as_inputs(out, kind: str, target: Any, args: tuple) -> tuple:
-    """`args` with each draw made a graph input where the op allows it (NOTE [Draws as graph inputs])."""
-    if not any(isinstance(a, DrawValue) for a in args):
-        return args
-    from .values.tensor import TensorValue
-    value_free = target in _VALUE_FREE_FUNCTIONS if kind == "call_function" else target in _VALUE_FREE_METHODS
-    if not value_free or not any(isinstance(a, TensorValue) for a in args):
-        return args
-    return tuple(_draw_input(out, a) if isinstance(a, DrawValue) else a for a in args)
-
-
-def _draw_input(out, draw: DrawValue) -> Value:
-    made = out.__dict__.setdefault("draw_inputs", {})
-    if draw.index not in made:
-        from .graph import GraphInput
-        from .graph_calls import _placeholder
-        from .values.scalars import SymFloatValue
-        fn, args = out.python_draws[draw.index]
-        example = (args[0] + args[1]) / 2 if len(args) == 2 else 0.5  # uniform(a, b) / random()
-        node = _placeholder(out.graph, f"draw_{draw.index}")
-        node.meta["val"] = example
-        node.meta["source"] = draw.source.describe()
-        node.meta["dynamic_float"] = True  # backends/state.py
-        value = SymFloatValue(out, node, example, (), draw.source, None)
-        value.roots = (value,)  # never specialised: only the op above reads it
-        out.inputs.append(GraphInput(draw.source, example, value))
-        made[draw.index] = value
-    return made[draw.index]
-
-
-def feeds_graph(output) -> bool:
-    """A draw is a graph input: the transformed code draws before the graph call (NOTE [Draws as graph
-    inputs])."""
-    return bool(output.__dict__.get("draw_inputs"))

@@ -432,20 +432,20 @@ def shape_guards(out) -> list[Guard]:
 
 def _occurrences(out, inp) -> list[tuple[str, Any, str]]:
     """(expression, SymInt or int, what) for each size, stride and the storage offset of a symbolic input."""
+    e = inp.source.expr(out.names)
     value = inp.value
     fake = getattr(value, "fake", None)
     if isinstance(fake, torch.Tensor):
         if not is_symbolic(fake):
             return []
-        e = inp.source.expr(out.names)
         occ = [(f"{e}.size({d})", s, f"size of dim {d}") for d, s in enumerate(fake.shape)]
         occ += [(f"{e}.stride({d})", s, f"stride of dim {d}") for d, s in enumerate(fake.stride())]
         occ.append((f"{e}.storage_offset()", fake.storage_offset(), "storage offset"))
         return occ
     sym = getattr(value, "sym", None)
     if isinstance(sym, (torch.SymInt, torch.SymFloat)):
-        return [(inp.source.expr(out.names), sym, "value")]
-    return []  # NOTE [Draws as graph inputs]: a draw has no symbol, and no expression a guard could read
+        return [(e, sym, "value")]
+    return []
 
 
 def _relation_guards(out, env, inputs) -> list[Guard]:
