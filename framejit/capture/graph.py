@@ -427,6 +427,8 @@ class OutputGraph:
             if _refuses_sym_sizes(e) and _is_none(kwargs.get("generator")):  # NOTE [Symbolic sizes an op refuses]
                 return self.call(kind, target, args, {k: v for k, v in kwargs.items() if k != "generator"})
             args, result = self._after_failed_fake_call(e, kind, target, args, kwargs, fake_args, fake_kwargs)
+        if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
+            _forget_constants(result)  # NOTE [Dynamic floats fold into no constant]
         check_arithmetic(kind, target, args, kwargs)  # NOTE [Arithmetic checks of eager kernels]
         self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
@@ -737,3 +739,16 @@ class OutputGraph:
                     erased.update((first, second))
                     self.graph.erase_node(first)
                     self.graph.erase_node(second)
+
+
+# NOTE [Dynamic floats fold into no constant]: a dynamic float (NOTE [Dynamic floats]) is run through fake
+# tensors as its example value, a plain Python float, so FakeTensorMode's constant propagation made
+# `torch.tensor(10) * r` a fake carrying the data 10 * r-of-the-trace: int()/bool()/a slice bound read it as known
+# data with no guard on r, and every later value of r got the trace's answer (review revH H8 / revI I3:
+# `x[:int(torch.tensor(x.shape[0]) * r)]` kept 7 rows for every r after r = 0.75 made it dynamic). A tensor
+# computed from a dynamic float carries no known data: a Python read of it is the data-dependent break it is
+# for any graph value.
+def _forget_constants(result: Any) -> None:
+    for leaf in tree_leaves(result):
+        if isinstance(leaf, torch.Tensor) and getattr(leaf, "constant", None) is not None:
+            leaf.constant = None

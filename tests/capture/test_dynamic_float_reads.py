@@ -1,0 +1,45 @@
+"""NOTE [Dynamic floats fold into no constant] (capture/graph.py): a Python read (int(), a comparison, a slice bound)
+of a tensor computed from a dynamic float takes each call's float, never the value the trace saw."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import CountingBackend
+
+
+def crop(x, r):
+    n = torch.tensor(x.shape[0]) * r
+    return x[: int(n)]
+
+
+def add_int(x, r):
+    return x + int(torch.tensor(10.0) * r)
+
+
+def branch(x, r):
+    return x * (1 if torch.tensor(2.0) * r > 1 else 0)
+
+
+def scaled_new_tensor(x, r):
+    return x[: int(x.new_tensor(10.0) * r)] * r
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("fn", [crop, add_int, branch, scaled_new_tensor], ids=lambda f: f.__name__)
+def test_python_reads_of_tensors_made_from_a_dynamic_float_follow_each_call(fn, dynamic):
+    compiled = framejit.compile(fn, backend="eager", dynamic=dynamic)
+    for r in (0.25, 0.75, 0.5, 0.9, 0.1):  # the float is dynamic from the second value (None) or the first (True)
+        x = torch.arange(10.0) + r
+        want, got = fn(x, r), compiled(x, r)
+        assert got.shape == want.shape and torch.equal(got, want), r
+
+
+def test_tensor_arithmetic_with_a_dynamic_float_stays_one_graph():
+    backend = CountingBackend()
+    compiled = framejit.compile(lambda x, r: (x * torch.tensor(2.0)) * r + r, backend=backend, dynamic=True)
+    for r in (0.25, 0.75, 0.5):
+        x = torch.randn(4)
+        assert torch.equal(compiled(x, r), (x * torch.tensor(2.0)) * r + r)
+    assert backend.graph_count == 1
