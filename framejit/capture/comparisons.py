@@ -49,7 +49,7 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
             return result
     if fn in (operator.eq, operator.ne) and _identity_comparable(a, b) and _plain_ne(fn, a, b):
         _guard_default_eq(tx, a, b, fn)
-        same = _same_object(a, b)
+        same = _same_object(tx, a, b)  # NOTE [Identity of objects guarded]
         return ConstantValue(same if fn is operator.eq else not same)
     if fn in (operator.eq, operator.ne) and _default_eq(a) and _default_eq(b) and _plain_ne(fn, a, b):
         _guard_default_eq(tx, a, b, fn)
@@ -121,8 +121,12 @@ def _guard_default_eq(tx, a: Value, b: Value, fn: Callable) -> None:
                 lookup.guard_lookup(tx.output, cls, "__ne__")
 
 
-def _same_object(a: Value, b: Value) -> bool:
-    return a is b or (isinstance(a, ObjectValue) and isinstance(b, ObjectValue) and a.obj is b.obj)
+def _same_object(tx, a: Value, b: Value) -> bool:
+    """`a is b` where both may be objects from outside: their relation is guarded (NOTE [Identity of objects
+    guarded]); any other two values are the same only as one Value."""
+    if a is b:
+        return True
+    return isinstance(a, ObjectValue) and isinstance(b, ObjectValue) and _same_object_guarded(tx, a, b)
 
 
 # NOTE [Identity of constants]: two constants are compared by value guards (`x == 1000000`), not by
@@ -198,7 +202,8 @@ def is_same(tx, a: Value, b: Value) -> bool:
 # from the objects of the first call, and their guards pin each one's type only: after `B = A` the entry traced
 # for two objects still answered False (eager True), in the same process and in a warm one (review revE E6's
 # f4). The answer is guarded as the relation of the two sources (`G['A'] is G['B']` / `is not`), which names
-# no object, so the entry still persists.
+# no object, so the entry still persists. `A == B`, `A != B` of objects with object's own __eq__, and `B in L`
+# (each item compared `is` first) are answered by identity too and guarded the same way (review revH H4).
 def _same_object_guarded(tx, a: ObjectValue, b: ObjectValue) -> bool:
     same = a.obj is b.obj
     if a.source is not None and b.source is not None and a.source != b.source:
@@ -286,7 +291,7 @@ def contains(tx, item: Value, container: Value) -> bool:
                 continue
             if _container_and_scalar(x, item):
                 continue  # a list/tuple/dict/set never equals a number, string or None
-            if _same_object(x, item) or truth(tx, compare(tx, operator.eq, x, item)):
+            if _same_object(tx, x, item) or truth(tx, compare(tx, operator.eq, x, item)):
                 return True  # CPython: `x is item or x == item` per element (an object's __eq__ runs)
         return False
     if isinstance(container, ConstantValue):
