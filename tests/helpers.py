@@ -378,3 +378,9 @@ def logged_breaks():
     finally:
         framejit.set_logs("")
         logger.removeHandler(handler)
+
+
+def eager_frames() -> int:
+    """Frames run wholly eagerly so far in this process: a cumulative stat (framejit.reset() keeps it), so tests
+    compare it before and after."""
+    return int(framejit.stats()["eager_frames"])

@@ -154,6 +154,23 @@ def reads_storage_offset(gm: torch.fx.GraphModule) -> bool:
                for node in gm.graph.nodes if node.op in ("call_method", "call_function"))
 
 
+def _range_checks(env, symbols) -> list[str]:
+    """The bounds tracing gave each symbol (one replaced by an expression is checked by the guard that says so)."""
+    import sympy
+
+    checks = []
+    for sym in symbols:
+        value_range = env.var_to_range.get(sym)
+        if sym in env.replacements:  # tracing found it equal to something: the guard says what
+            continue
+        if value_range is not None:
+            if isinstance(value_range.lower, sympy.Integer):
+                checks.append(f"{sym} >= {int(value_range.lower)}")
+            if isinstance(value_range.upper, sympy.Integer):
+                checks.append(f"{sym} <= {int(value_range.upper)}")
+    return checks
+
+
 class SymbolicInputs:
     """Fake inputs over fresh symbols for one graph, and, after tracing, the `bind` check (module doc)."""
 
@@ -387,15 +404,7 @@ class SymbolicInputs:
                 if pending:
                     raise NotSymbolic(f"size {expr} is read before its symbols")
                 checks.append(f"{read} == {printer.doprint(backend)}")
-        for sym in self.symbols:
-            value_range = env.var_to_range.get(sym)
-            if sym in env.replacements:  # tracing found it equal to something: the guard says what
-                continue
-            if value_range is not None:
-                if isinstance(value_range.lower, sympy.Integer):
-                    checks.append(f"{sym} >= {int(value_range.lower)}")
-                if isinstance(value_range.upper, sympy.Integer):
-                    checks.append(f"{sym} <= {int(value_range.upper)}")
+        checks += _range_checks(env, self.symbols)
         defined = [sympy.Eq(sym, expr) for sym, expr in self.definitions]  # NOTE [Extrema of sizes as inputs]
         for expr in [env.simplify(guard.expr) for guard in env.guards] + defined:
             unknown = [s for s in expr.free_symbols if s not in names]

@@ -165,6 +165,11 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return _dict_attr(tx, obj, name)
     if isinstance(obj, SetValue):
         return _set_attr(tx, obj, name)
+    return _namespace_or_object_attr(tx, obj, name)
+
+
+def _namespace_or_object_attr(tx, obj: Value, name: str) -> Value:
+    """getattr_value for modules, backend flags, classes, objects, functions and the remaining kinds of value."""
     if isinstance(obj, PyModuleValue):
         return _module_attr(tx, obj, name)
     from .compile_state import BackendFlagsValue, flag_attr
@@ -690,6 +695,12 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
             lookup.guard_not_in_instance(tx.output, obj.source, real, name)
         entry = lookup.guard_found_on_class(tx.output, cls, name, index)
         return class_level_attr(tx, obj, cls, name, attr, entry)
+    return _attr_not_found(tx, obj, name, cls, real, guarded, default_lookup)
+
+
+def _attr_not_found(tx, obj: Value, name: str, cls: type, real, guarded: bool, default_lookup: bool) -> Value:
+    """object_attr where `name` is on no class of the MRO and not in the instance: nn.Module's slots, a user
+    __getattr__ (inlined), or AttributeError (absence guarded)."""
     getattr_index, getattr_impl = lookup.mro_lookup(cls, "__getattr__")
     if issubclass(cls, torch.nn.Module) and getattr_impl is torch.nn.Module.__getattr__:
         lookup.guard_class_absent(tx.output, cls.__mro__, name)

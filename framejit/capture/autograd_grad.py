@@ -214,21 +214,7 @@ def _plan(cls: type, args: list, result, ctx: NewObjectValue):
     tensor_args = [args[i] for i in positions]
     arg_slots = tuple(positions.index(i) if i in positions else None for i in range(len(args)))
     single = isinstance(result, TensorValue)
-    if single:
-        outs, items = [result], [None]
-    elif isinstance(result, TupleValue) and result.python_type() is tuple and any(
-            isinstance(i, TensorValue) for i in result.items):
-        outs, items = [], []
-        for item in result.items:
-            if isinstance(item, TensorValue):
-                outs.append(item)
-                items.append(None)
-            elif item.is_constant():
-                items.append(item)
-            else:
-                raise _break(cls, "its forward returns a tuple holding something other than tensors and constants")
-    else:
-        raise _break(cls, "its forward returns something other than a tensor or a tuple of tensors")
+    outs, items = _plan_outputs(cls, result)
     extras: list = []
 
     def extra(value) -> int:
@@ -272,6 +258,25 @@ def _plan(cls: type, args: list, result, ctx: NewObjectValue):
     plan = Plan(cls, arg_slots, len(outs), single, constant_outputs, tuple(saved), attrs,
                 tuple(non_differentiable), bool(materialize.as_constant()))
     return plan, tensor_args, outs, extras, single, items
+
+
+def _plan_outputs(cls: type, result) -> tuple[list, list]:
+    """The forward's tensor results, and per result item None (a tensor) or the constant it is."""
+    if isinstance(result, TensorValue):
+        return [result], [None]
+    if isinstance(result, TupleValue) and result.python_type() is tuple and any(
+            isinstance(i, TensorValue) for i in result.items):
+        outs, items = [], []
+        for item in result.items:
+            if isinstance(item, TensorValue):
+                outs.append(item)
+                items.append(None)
+            elif item.is_constant():
+                items.append(item)
+            else:
+                raise _break(cls, "its forward returns a tuple holding something other than tensors and constants")
+        return outs, items
+    raise _break(cls, "its forward returns something other than a tensor or a tuple of tensors")
 
 
 def _attr_value(spec, extras: list):

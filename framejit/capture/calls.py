@@ -636,27 +636,10 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
         return make_set_subclass(tx, cls, args, kwargs)
     if can_create_dict_object(cls):  # NOTE [Dict-subclass objects made while tracing]
         return create_dict_object(tx, cls, args, kwargs)
-    if cls.__new__ is object.__new__ and getattr(cls, "__abstractmethods__", None) and _is_plain_class(cls, True):
-        from .lookup import guard_lookup  # an abstract class: object.__new__ raises CPython's own TypeError
-        guard_lookup(tx.output, cls, "__abstractmethods__")
-        try:
-            object.__new__(cls)
-        except TypeError as e:
-            raise UserException(e) from None
-    if cls.__new__ is object.__new__ and _is_plain_class(cls):
-        _guard_plain_construction(tx, cls)
-        if _has_finalizer(cls):  # NOTE [Objects with a finalizer]
-            e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating an instance of {cls.__qualname__}, whose "
-                            "class defines __del__: the frame runs eagerly")
-            e.frame_eager = True
-            raise e
-        obj = NewObjectValue(cls)
-        init = getattr(cls, "__init__")
-        if isinstance(init, types.FunctionType):
-            tx.inline(UserFunctionValue(init), [obj, *args], kwargs)
-        elif args or kwargs:
-            raise UserException(TypeError(f"{cls.__name__}() takes no arguments"))
-        return obj
+    if cls.__new__ is object.__new__:
+        made = _construct_plain_object(tx, cls, args, kwargs)
+        if made is not None:
+            return made
     if getattr(cls, "__module__", "") == "torch._C" and hasattr(cls, "__enter__"):
         # NOTE [torch._C guards are never run while tracing]: _InferenceMode, _DisableFuncTorch, the dispatch-key
         # guards... save the thread's dispatch state when made or entered and put it back when exited or freed;
@@ -666,6 +649,33 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
     if issubclass(cls, torch.Tensor) or getattr(cls, "__module__", "").startswith("torch"):
         return tx.output.call("call_function", cls, tuple(args), kwargs)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating an instance of {cls.__qualname__}")
+
+
+def _construct_plain_object(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
+    """`cls(...)` for a class whose __new__ is object.__new__: a new object whose Python __init__ is inlined, or
+    CPython's TypeError for an abstract class; None where the class is not plain (the caller goes on)."""
+    if getattr(cls, "__abstractmethods__", None) and _is_plain_class(cls, True):
+        from .lookup import guard_lookup  # an abstract class: object.__new__ raises CPython's own TypeError
+        guard_lookup(tx.output, cls, "__abstractmethods__")
+        try:
+            object.__new__(cls)
+        except TypeError as e:
+            raise UserException(e) from None
+    if not _is_plain_class(cls):
+        return None
+    _guard_plain_construction(tx, cls)
+    if _has_finalizer(cls):  # NOTE [Objects with a finalizer]
+        e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating an instance of {cls.__qualname__}, whose "
+                        "class defines __del__: the frame runs eagerly")
+        e.frame_eager = True
+        raise e
+    obj = NewObjectValue(cls)
+    init = getattr(cls, "__init__")
+    if isinstance(init, types.FunctionType):
+        tx.inline(UserFunctionValue(init), [obj, *args], kwargs)
+    elif args or kwargs:
+        raise UserException(TypeError(f"{cls.__name__}() takes no arguments"))
+    return obj
 
 
 def _guard_plain_construction(tx, cls: type) -> None:

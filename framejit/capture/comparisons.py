@@ -294,6 +294,11 @@ def contains(tx, item: Value, container: Value) -> bool:
             if _same_object(tx, x, item) or truth(tx, compare(tx, operator.eq, x, item)):
                 return True  # CPython: `x is item or x == item` per element (an object's __eq__ runs)
         return False
+    return _object_contains(tx, item, container)
+
+
+def _object_contains(tx, item: Value, container: Value) -> bool:
+    """contains for constants, modules and objects with their own __contains__, __iter__ or __getitem__."""
     if isinstance(container, ConstantValue):
         try:
             return item.as_constant() in container.value

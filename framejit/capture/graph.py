@@ -446,6 +446,10 @@ class OutputGraph:
         if not mutated and not _contains_tensor(result):
             if not has_sym(result) or not has_sym(sym_or_int(result)):
                 return self._wrap_constant_result(target, sym_or_int(result))
+        return self._record_node(kind, target, args, kwargs, result, mutated)
+
+    def _record_node(self, kind: str, target: Any, args: tuple, kwargs: dict, result: Any, mutated: bool) -> Value:
+        """The graph node of a call whose fake run gave `result` (`mutated`: it bumped a version), as a Value."""
         node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)
         _check_no_function_args(target, (node_args, node_kwargs))
         if kind == "call_method" or (getattr(target, "__module__", None) or "").startswith("torch"):

@@ -504,6 +504,11 @@ def getitem(tx, obj: Value, key: Value) -> Value:
             return obj.items[operator.index(k)]
         except Exception as e:
             raise UserException(e) from None
+    return _mapping_or_object_getitem(tx, obj, key)
+
+
+def _mapping_or_object_getitem(tx, obj: Value, key: Value) -> Value:
+    """getitem for dicts, constants, modules, typing forms and objects with their own __getitem__."""
     if isinstance(obj, OutsideDictValue) and not obj.materialized:
         from .identity_keys import dict_key
         k = dict_key(tx, key)

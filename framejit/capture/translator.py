@@ -490,23 +490,7 @@ class Translator:
                 id(v) in reachable for v in side_effects.touched[touched:])
         start = (side_effects.version, len(side_effects.touched))
         child.yielded = []
-        try:
-            returned = child.run()
-        except UserException as raised:
-            # eager raises it only once the consumer reaches it, after using the items before it (and a
-            # StopIteration leaving a generator is a RuntimeError, PEP 479): a handler around the call must
-            # not see it here (NOTE [Exceptions caught while tracing])
-            e = Unsupported(BreakKind.EXCEPTION_RAISED, f"the generator {f.__qualname__} raises "
-                            f"{type(raised.exc).__name__}: it runs lazily, as Python")
-            e.frame_eager = has_handlers(f.__code__)
-            raise e from None
-        except Unsupported as e:
-            # a step of the body cannot be traced (a print in its finally): the break lands at the call
-            # that made the generator, which then lives on in the resume function's arguments
-            # (NOTE [Generators with finalizers])
-            if has_handlers(f.__code__):
-                e.frame_eager = True
-            raise
+        returned = _run_generator_body(child, f)
         # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
         # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
         # resume function it stays referenced by the call's arguments until that function returns, so
@@ -711,3 +695,25 @@ def _function_source(fn: UserFunctionValue):
     if fn.closure is not None or module.split(".")[0] in LIBRARY_MODULE_PREFIXES:
         return None
     return ObjectSource(Ref(fn.fn, fn.fn.__name__ if fn.fn.__name__.isidentifier() else "fn"))
+
+
+def _run_generator_body(child, f: Any) -> Any:
+    """Run the generator's body to its end (NOTE [Eager generators]); its return value. An exception it raises
+    or a step that cannot be traced is a break at the call that made the generator."""
+    try:
+        return child.run()
+    except UserException as raised:
+        # eager raises it only once the consumer reaches it, after using the items before it (and a
+        # StopIteration leaving a generator is a RuntimeError, PEP 479): a handler around the call must
+        # not see it here (NOTE [Exceptions caught while tracing])
+        e = Unsupported(BreakKind.EXCEPTION_RAISED, f"the generator {f.__qualname__} raises "
+                        f"{type(raised.exc).__name__}: it runs lazily, as Python")
+        e.frame_eager = has_handlers(f.__code__)
+        raise e from None
+    except Unsupported as e:
+        # a step of the body cannot be traced (a print in its finally): the break lands at the call
+        # that made the generator, which then lives on in the resume function's arguments
+        # (NOTE [Generators with finalizers])
+        if has_handlers(f.__code__):
+            e.frame_eager = True
+        raise

@@ -27,11 +27,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint as ckpt
 
 import framejit
-from tests.helpers import CountingBackend, assert_same
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, assert_same, eager_frames
 
 
 def _stock_graphs(make_model, calls, train_step) -> int:
@@ -77,11 +73,11 @@ def check(make_model, calls, *, max_graphs=None):
     model = build()
     backend = CountingBackend()
     compiled = framejit.compile(model, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for i, (call, want) in enumerate(zip(calls, expected)):
         got = _step(model, compiled, call)
         assert_same(got, want, rtol=1e-5, atol=1e-5)
-    assert _eager_frames() == before, framejit.stats()["eager_frame_reasons"][before:]
+    assert eager_frames() == before, framejit.stats()["eager_frame_reasons"][before:]
     assert 1 <= backend.graph_count <= stock, (backend.graph_count, stock)
     return backend, model, eager_model
 
@@ -223,13 +219,13 @@ def test_checkpoint_reentrant_still_matches_eager():
         return Fn(lambda self, x: ckpt.checkpoint(self.l1, x, use_reentrant=True) + 1, l1=nn.Linear(4, 4))
     model = make()
     compiled = framejit.compile(model, backend=CountingBackend())
-    before = _eager_frames()
+    before = eager_frames()
     for seed in (0, 1):
         x = _x(2, 4, seed=seed)
         got, want = compiled(x), model(x)
         assert got.requires_grad is want.requires_grad is False
         torch.testing.assert_close(got, want)
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_transformers_gradient_checkpointing_training_step():
@@ -296,13 +292,13 @@ def test_lru_cache_method_on_a_logger_warns_once_in_the_graph():
     backend = CountingBackend()
     compiled = framejit.compile(make_fn(compiled_logger), backend=backend)
     eager = make_fn(eager_logger)
-    before = _eager_frames()
+    before = eager_frames()
     for seed, training in ((0, True), (1, True), (2, False), (3, True)):
         x = _x(3, seed=seed)
         torch.testing.assert_close(compiled(x, training), eager(x, training))
         assert compiled_logger.handlers[0].messages == eager_logger.handlers[0].messages
     assert len(eager_logger.handlers[0].messages) == 1
-    assert _eager_frames() == before and backend.graph_count == 2  # one per value of `training`, no break
+    assert eager_frames() == before and backend.graph_count == 2  # one per value of `training`, no break
     other = _once_logger("h3.other")  # another logger (not cached yet): recompiles, warns once
     assert framejit.compile(make_fn(other), backend=backend)(_x(3), True) is not None
     assert len(other.handlers[0].messages) == 1
@@ -399,14 +395,14 @@ def test_id_of_a_module_keys_a_cache_and_recompiles_for_another():
     a, b = nn.Linear(3, 3), nn.Linear(3, 3)
     backend = CountingBackend()
     compiled = framejit.compile(fn, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     with torch.no_grad():
         for module, seed in ((a, 0), (a, 1), (b, 2), (a, 3)):
             x = _x(2, 3, seed=seed)
             got = compiled(module, x)
             torch.testing.assert_close(got, (x + 1) @ (module.weight * 2).t())
     assert set(cache) == {(id(a), "weight"), (id(b), "weight")}
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert backend.graph_count == 4  # a fills the cache, a reads it, b fills it, a reads the new cache: no break
 
 
@@ -446,7 +442,7 @@ def test_packed_gru_is_one_graph_after_packing():
     batch size change without a recompile once dynamic, and `h0` given reads `int(batch_sizes[0])`."""
     def make():
         return Fn(_packed_gru, rnn=nn.GRU(4, 6, bidirectional=True))
-    graphs, eager = framejit.stats()["graphs"], _eager_frames()
+    graphs, eager = framejit.stats()["graphs"], eager_frames()
     calls = [[_x(6, 3, 4, seed=0), torch.tensor([5, 3, 2]), None],
              [_x(6, 3, 4, seed=1), torch.tensor([4, 6, 1]), None],   # sum(lengths) changes: dynamic
              [_x(6, 4, 4, seed=2), torch.tensor([2, 6, 6, 1]), None],  # batch size changes: dynamic
@@ -456,7 +452,7 @@ def test_packed_gru_is_one_graph_after_packing():
     # batch_sizes[0], the packed kernel and pad_packed_sequence each broke); now the x * 2 graph and the one
     # after packing, each recompiled as sum(lengths) and then the batch size become dynamic (the second twice)
     assert backend.graph_count == 5, backend.graph_count
-    assert framejit.stats()["graphs"] - graphs == backend.graph_count and _eager_frames() == eager
+    assert framejit.stats()["graphs"] - graphs == backend.graph_count and eager_frames() == eager
     with_h0 = [[_x(6, 3, 4, seed=4), torch.tensor([5, 6, 2]), _x(2, 3, 6, seed=5)]]
     backend, _, _ = check(make, with_h0, max_graphs=2)
     assert not any(gm.graph.find_nodes(op="call_function", target=torch._C._VariableFunctions._pack_padded_sequence)
@@ -474,10 +470,10 @@ def test_mask_left_aligned_check_reads_the_real_mask():
         return y - 1
 
     compiled = framejit.compile(fn, backend=CountingBackend())
-    before = _eager_frames()
+    before = eager_frames()
     right_padded = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
     left_padded = torch.tensor([[True] + [False] * 5, [False] * 6])
     for seed, pad in ((0, right_padded), (1, left_padded), (2, right_padded)):
         x = _x(2, 6, 4, seed=seed)
         torch.testing.assert_close(compiled(x, pad), fn(x, pad))
-    assert _eager_frames() == before
+    assert eager_frames() == before

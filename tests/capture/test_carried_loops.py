@@ -14,7 +14,7 @@ import torch.nn as nn
 
 import framejit
 from framejit.capture import carried_loops
-from tests.helpers import CountingBackend
+from tests.helpers import CountingBackend, eager_frames
 
 
 @pytest.fixture(autouse=True)
@@ -22,11 +22,6 @@ def _fresh():
     framejit.reset()
     yield
     framejit.reset()
-
-
-def _eager_frames() -> int:
-    """Frames run wholly eagerly so far in this process (a cumulative stat: tests compare before and after)."""
-    return int(framejit.stats()["eager_frames"])
 
 
 def _run(fn, compiled, make_args, calls):
@@ -56,9 +51,9 @@ def _rows_args(seed):
 def test_long_loop_over_tensor_rows_breaking_every_step():
     backend = CountingBackend()
     compiled = framejit.compile(rows_with_print, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     _run(rows_with_print, compiled, _rows_args, calls=3)
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert backend.graph_count <= 10  # 12 steps a call: one entry per step would pass the recompile limit
 
 
@@ -69,9 +64,9 @@ def test_long_loop_without_step_breaks_hits_the_limit(monkeypatch):
     # locals on every pass]): 2 * 5 < 12 steps
     monkeypatch.setattr(framejit.config, "recompile_limit", 5)
     compiled = framejit.compile(rows_with_print, backend=CountingBackend())
-    before = _eager_frames()
+    before = eager_frames()
     _run(rows_with_print, compiled, _rows_args, calls=2)
-    assert _eager_frames() > before
+    assert eager_frames() > before
 
 
 class Dense(nn.Module):
@@ -115,10 +110,10 @@ def test_moe_expert_loop_runs_no_frame_eagerly():
     torch.manual_seed(0)
     model = Experts().eval()
     compiled = framejit.compile(model, backend=CountingBackend())
-    before = _eager_frames()
+    before = eager_frames()
     with torch.no_grad():
         _run(model, compiled, _routing, calls=6)
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 class NamedLayers(nn.ModuleDict):
@@ -144,7 +139,7 @@ def test_module_names_from_tensor_data_become_opaque():
         g = torch.Generator().manual_seed(seed)
         return torch.randn(2, 4, generator=g), torch.randperm(6, generator=g)
 
-    before = _eager_frames()
+    before = eager_frames()
     with torch.no_grad():
         _run(model, compiled, args, calls=4)
-    assert _eager_frames() == before
+    assert eager_frames() == before

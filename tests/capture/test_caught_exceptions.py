@@ -4,11 +4,7 @@
 import torch
 
 import framejit
-from tests.helpers import run_differential
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import run_differential, eager_frames
 
 
 def _lookup_or_count(x, d):
@@ -51,11 +47,11 @@ def _op_error_caught(x):
 def test_key_error_caught_in_the_frame_is_one_graph():
     """`try: d[k] except KeyError:` in the compiled frame: 0 graphs and no eager frame counted before (the
     lookup ran as Python in an unhooked tail); now one graph per kind of `d`, no break."""
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(_lookup_or_count, lambda seed: (torch.randn(3) + seed, {} if seed % 2 else {"a": seed}),
                                seeds=(1, 3, 0, 2), fullgraph=True)
     assert backend.graph_count == 3  # missing key (add, mul); a=0 and a=2 are specialised ints (mul each)
-    assert _eager_frames() == before
+    assert eager_frames() == before
     # where the trace gives up on a handler it falls back to breaking before the raising instruction:
     # an except clause that does not match (the exception leaves after `finally`), a break inside one
     run_differential(_unmatched, lambda seed: (torch.randn(2), {} if seed % 2 else {"a": 3.0}, []),

@@ -20,11 +20,7 @@ import torch.nn.functional as F
 
 import framejit
 from framejit.capture.codegen import FunctionShape
-from tests.helpers import CountingBackend, run_differential
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, run_differential, eager_frames
 
 
 def _eager_frame_reasons(since: int) -> list[dict]:
@@ -69,7 +65,7 @@ def _nested(x, w):
 def test_comprehension_over_a_generator_run_as_python(fn):
     """3.11: the comprehension's frame is called through its hook at the break and stepped over the
     generator (SyntaxError before; then `[]`/`{}` for the comprehension's result). 3.12+: inlined."""
-    before = _eager_frames()
+    before = eager_frames()
     run_differential(fn, lambda seed: (torch.randn(4 + seed), 2 + seed), seeds=(0, 1, 1), fullgraph=False)
     # the comprehension frames were captured: only the generator's own frame runs as Python (counted)
     assert {e["function"] for e in _eager_frame_reasons(before)} <= {"_batches"}
@@ -136,11 +132,11 @@ def test_guard_function_that_is_not_python_runs_eagerly(monkeypatch):
     monkeypatch.setattr(FunctionShape, "params_source", lambda self: ".0")
     backend = CountingBackend()
     compiled = framejit.compile(_scale, backend=backend)
-    before, traced = _eager_frames(), framejit.stats()["frames_traced"]
+    before, traced = eager_frames(), framejit.stats()["frames_traced"]
     for n in (3, 5):
         x = torch.randn(n)
         torch.testing.assert_close(compiled(x), _scale(x))
-    assert _eager_frames() == before + 1
+    assert eager_frames() == before + 1
     assert "SyntaxError" in framejit.stats()["eager_frame_reasons"][-1]["reason"]
     assert framejit.stats()["frames_traced"] == traced + 1  # the second call was not traced again
     strict = framejit.compile(_scale, backend=CountingBackend(), fullgraph=True)

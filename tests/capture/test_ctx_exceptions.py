@@ -13,8 +13,7 @@ import contextlib
 
 import torch
 
-import framejit
-from tests.helpers import run_differential
+from tests.helpers import run_differential, eager_frames
 
 
 @contextlib.contextmanager
@@ -33,10 +32,6 @@ def _args(seed: int):
     return torch.randn(3, generator=torch.Generator().manual_seed(seed)) + seed, [], seed % 2 == 0
 
 
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
-
-
 def test_raise_swallowed_by_the_manager_breaks_before_it():
     def f(x, log, raising):
         y = x.cos() * 2
@@ -48,7 +43,7 @@ def test_raise_swallowed_by_the_manager_breaks_before_it():
         log.append("after")
         return y.tan()
 
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(f, _args, seeds=(0, 1, 2, 3), fullgraph=False)
     # the first call (raising) breaks before the manager, having read nothing of `raising`: that entry and
     # its graph (cos, mul) serve every seed; its resume function enters the real manager at its `with` as
@@ -57,7 +52,7 @@ def test_raise_swallowed_by_the_manager_breaks_before_it():
     # manager's exception table catches it), and the code after the block once (tan)
     assert backend.graph_count == 4
     assert [backend.op_count(i) for i in range(4)] == [2, 1, 2, 1]
-    assert _eager_frames() == before  # the frame ran wholly eagerly before
+    assert eager_frames() == before  # the frame ran wholly eagerly before
 
 
 def test_raise_leaving_the_manager_is_caught_by_the_frame():
@@ -73,10 +68,10 @@ def test_raise_leaving_the_manager_is_caught_by_the_frame():
             y = y - 1
         return y * 2
 
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(f, _args, seeds=(0, 1, 2), fullgraph=False)
     assert backend.graph_count >= 1 and backend.op_count(0) == 2  # exp, sub: captured before the manager
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_raise_leaving_the_frame_raises_as_eager():
@@ -87,10 +82,10 @@ def test_raise_leaving_the_frame_raises_as_eager():
             raise TypeError("out")
         return y
 
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(f, lambda seed: _args(seed)[:2], seeds=(0, 1), fullgraph=False)
     assert backend.graph_count == 1 and backend.op_count(0) == 2  # sin, add
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_fullgraph_still_raises_nothing_the_user_did_not():
@@ -103,9 +98,9 @@ def test_fullgraph_still_raises_nothing_the_user_did_not():
             x = x + z
         return x * 2
 
-    before = _eager_frames()
+    before = eager_frames()
     run_differential(f, _args, seeds=(0, 2), fullgraph=True)  # raising on both seeds
-    assert _eager_frames() == before + 1
+    assert eager_frames() == before + 1
 
 
 def _lookup(d: dict, key: str, log: list):
@@ -127,12 +122,12 @@ def test_exception_caught_in_a_callee_is_traced_through_its_handler():
         scale = _lookup(d, "scale", log)
         return y * scale + 1
 
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(f, lambda seed: (torch.randn(3) + seed, {} if seed % 2 else {"scale": 3.0}, []),
                                seeds=(1, 3, 0), fullgraph=True)
     # seeds 1 and 3 (key missing) share an entry; seed 0 (scale 3.0) recompiles: sin, mul, mul, add each
     assert [backend.op_count(i) for i in range(backend.graph_count)] == [4, 4]
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_exception_leaving_a_callee_through_its_finally_raises_as_eager():
@@ -141,7 +136,7 @@ def test_exception_leaving_a_callee_through_its_finally_raises_as_eager():
         _lookup([], "k", log)  # a list indexed by a str: TypeError, not caught; `finally` logs
         return y
 
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(f, lambda seed: (torch.randn(2), []), seeds=(0, 1), fullgraph=False)
     assert backend.graph_count == 1 and backend.op_count(0) == 2  # cos, add before the call
-    assert _eager_frames() == before
+    assert eager_frames() == before

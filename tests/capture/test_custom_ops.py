@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, logged_breaks
+from tests.helpers import CountingBackend, logged_breaks, eager_frames
 
 
 @torch.library.custom_op("fjtest::scaled_sin", mutates_args=())
@@ -48,22 +48,18 @@ def no_fake(x: torch.Tensor) -> torch.Tensor:
     return x[x > 0].clone()
 
 
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
-
-
 def test_a_custom_op_is_one_node_of_the_graph_over_changing_sizes():
     def f(x):
         return scaled_sin(x + 1, 2.0).relu()
 
     be = CountingBackend()
     cf = framejit.compile(f, backend=be)
-    before = _eager_frames()
+    before = eager_frames()
     with logged_breaks() as breaks:
         for n in (3, 5, 7, 9):
             x = torch.randn(n)
             torch.testing.assert_close(cf(x), f(x))
-    assert breaks == [] and _eager_frames() == before
+    assert breaks == [] and eager_frames() == before
     assert be.graph_count == 2  # static, then one symbolic graph for every later size
     assert any(getattr(n.target, "_schema", None) is not None and "scaled_sin" in str(n.target)
                for n in be.graphs[-1].graph.nodes)
@@ -75,14 +71,14 @@ def test_gradients_through_a_custom_op_use_its_autograd_formula():
 
     be = CountingBackend()
     cf = framejit.compile(f, backend=be)
-    before = _eager_frames()
+    before = eager_frames()
     for _ in range(2):
         x = torch.randn(4, requires_grad=True)
         x2 = x.detach().clone().requires_grad_(True)
         f(x).backward()
         cf(x2).backward()
         torch.testing.assert_close(x2.grad, x.grad)
-    assert be.graph_count == 1 and _eager_frames() == before
+    assert be.graph_count == 1 and eager_frames() == before
 
 
 def test_a_mutating_custom_op_writes_its_argument_as_eager():
@@ -92,7 +88,7 @@ def test_a_mutating_custom_op_writes_its_argument_as_eager():
 
     be = CountingBackend()
     cf = framejit.compile(f, backend=be)
-    before = _eager_frames()
+    before = eager_frames()
     for _ in range(2):
         acc, x = torch.zeros(3), torch.randn(3)
         acc2 = acc.clone()
@@ -100,7 +96,7 @@ def test_a_mutating_custom_op_writes_its_argument_as_eager():
         got = cf(acc2, x)
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(acc2, acc)
-    assert be.graph_count == 1 and _eager_frames() == before
+    assert be.graph_count == 1 and eager_frames() == before
 
 
 def test_a_custom_op_without_a_fake_breaks_and_keeps_eager_values():
@@ -108,8 +104,8 @@ def test_a_custom_op_without_a_fake_breaks_and_keeps_eager_values():
         return no_fake(x * 2).sum() + 1
 
     cf = framejit.compile(f, backend="eager")
-    before = _eager_frames()
+    before = eager_frames()
     for _ in range(2):
         x = torch.randn(6)
         torch.testing.assert_close(cf(x), f(x))
-    assert _eager_frames() == before
+    assert eager_frames() == before

@@ -10,13 +10,9 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same
+from tests.helpers import CountingBackend, assert_same, eager_frames
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
 
 
 def made_inside(x, dt):
@@ -37,17 +33,17 @@ def default_dtype(x):
 def test_device_autocast_made_inside_is_captured():
     backend = CountingBackend()
     compiled = framejit.compile(made_inside, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for dt, shape in ((torch.bfloat16, (4, 4)), (torch.float16, (3, 5)), (torch.bfloat16, (2, 6))):
         x = torch.randn(*shape)
         assert_same(compiled(x, dt), made_inside(x, dt))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert backend.graph_count >= 1
 
 
 def test_default_dtype_is_the_classs_own_not_the_autocast_setting():
     compiled = framejit.compile(default_dtype, backend="eager")
-    before = _eager_frames()
+    before = eager_frames()
     old = torch.get_autocast_dtype("cpu")
     try:
         for setting in (torch.bfloat16, torch.float16, torch.bfloat16):
@@ -56,7 +52,7 @@ def test_default_dtype_is_the_classs_own_not_the_autocast_setting():
             assert_same(compiled(x), default_dtype(x))
     finally:
         torch.set_autocast_dtype("cpu", old)
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_device_autocast_object_from_outside():
@@ -65,7 +61,7 @@ def test_device_autocast_object_from_outside():
             return x @ x.T
 
     compiled = framejit.compile(f, backend="eager")
-    before = _eager_frames()
+    before = eager_frames()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ctxs = [torch.cpu.amp.autocast(), torch.cpu.amp.autocast(dtype=torch.float16),
@@ -73,7 +69,7 @@ def test_device_autocast_object_from_outside():
     for ctx in ctxs:
         x = torch.randn(4, 2)
         assert_same(compiled(x, ctx), f(x, ctx))
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_cuda_autocast_class_on_cpu_tensors():
@@ -83,13 +79,13 @@ def test_cuda_autocast_class_on_cpu_tensors():
         return y, y.dtype
 
     compiled = framejit.compile(f, backend="eager")
-    before = _eager_frames()
+    before = eager_frames()
     for shape in ((3, 3), (2, 5)):
         x = torch.randn(*shape)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             assert_same(compiled(x), f(x))
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_bad_arguments_raise_as_eager():

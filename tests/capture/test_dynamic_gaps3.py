@@ -22,11 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import framejit
-from tests.helpers import CountingBackend, assert_same
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, assert_same, eager_frames
 
 
 # ---- SymBool arguments of ops (NOTE [SymBool arguments of ops]) -------------------------------------------
@@ -64,7 +60,7 @@ ATTENTION = CausalAttention()
 def test_a_size_relation_given_as_a_bool_argument_is_guarded(fn, dynamic):
     backend = CountingBackend()
     compiled = framejit.compile(fn, backend=backend, dynamic=dynamic)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     # lengths 1 and 2 give a query of length 1 (not causal: with 1 query and several keys, causal would mask
     # all keys but the first, so a wrongly kept is_causal=True differs from eager)
     lengths = [4, 6, 9, 2, 7, 1, 5, 3]
@@ -72,7 +68,7 @@ def test_a_size_relation_given_as_a_bool_argument_is_guarded(fn, dynamic):
         torch.manual_seed(i)
         x = torch.randn(2, 2, s, 4)
         assert_same(compiled(x), fn(x), rtol=1e-5, atol=1e-6)
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     # one entry for sizes where the relation holds, one where it does not (length 2), one for length 1 (sizes
     # 0 and 1 stay specialised), plus the first static one under automatic dynamic
     assert backend.graph_count <= (3 if dynamic else 4), backend.graph_count
@@ -132,7 +128,7 @@ def loop_over_built_list(x):
 @pytest.mark.parametrize("dynamic", [None, True])
 def test_a_loop_over_a_list_of_changing_length_stops_recompiling(dynamic):
     compiled = framejit.compile(loop_over_built_list, backend=CountingBackend(), dynamic=dynamic)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     traced = []
     for i, n in enumerate([3, 5, 7, 4, 9, 6, 11, 8, 10, 12, 13, 2, 14, 15]):
         torch.manual_seed(i)
@@ -142,7 +138,7 @@ def test_a_loop_over_a_list_of_changing_length_stops_recompiling(dynamic):
         traced.append(framejit.stats()["frames_traced"] - before)
     # before: the resume function at the second loop read the list iterator as a plain argument, guarded by
     # its list's length: one entry per length until the recompile limit ran it eagerly
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert sum(traced[-5:]) == 0, traced
 
 
@@ -159,7 +155,7 @@ def append_after_the_loop(x):
 @pytest.mark.parametrize("dynamic", [None, True])
 def test_a_method_call_on_a_list_of_changing_length_stops_recompiling(dynamic):
     compiled = framejit.compile(append_after_the_loop, backend=CountingBackend(), dynamic=dynamic)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     traced = []
     for i, n in enumerate([3, 5, 7, 4, 9, 6, 11, 8, 10, 12, 2, 13, 14, 15]):
         torch.manual_seed(i)
@@ -169,7 +165,7 @@ def test_a_method_call_on_a_list_of_changing_length_stops_recompiling(dynamic):
         traced.append(framejit.stats()["frames_traced"] - before)
     # before: the bound method `outs.append` reached the next resume function guarded by identity (a new
     # object each call): a trace per call until the recompile limit ran it eagerly
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert sum(traced[-5:]) == 0, traced
 
 
@@ -187,7 +183,7 @@ def layers_with_a_break(x, mask):
 
 def test_a_resume_function_with_an_entry_per_loop_position_becomes_dynamic(capsys):
     compiled = framejit.compile(layers_with_a_break, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     traced = []
     for i, b in enumerate([2, 3, 5, 4, 6, 7, 8]):
         torch.manual_seed(i)
@@ -200,5 +196,5 @@ def test_a_resume_function_with_an_entry_per_loop_position_becomes_dynamic(capsy
         traced.append(framejit.stats()["frames_traced"] - before)
     # before: the newest entry (the other loop position) failed first on the position, so the sizes were
     # never made symbolic: every size traced both positions again until the recompile limit (an eager frame)
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert sum(traced[-4:]) == 0, traced

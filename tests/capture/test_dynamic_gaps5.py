@@ -13,11 +13,7 @@ from __future__ import annotations
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, assert_same, eager_frames
 
 
 def _sum_and_mean(x):
@@ -27,13 +23,13 @@ def _sum_and_mean(x):
 def test_a_marked_dim_of_size_0_or_1_is_served_again_by_its_entry():
     backend = CountingBackend()
     compiled = framejit.compile(_sum_and_mean, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for i, size in enumerate([3, 0, 1, 2, 5, 0, 1, 4, 0, 1]):
         torch.manual_seed(i)
         x = torch.randn(size, 3)
         framejit.mark_dynamic(x, 0)
         assert_same(compiled(x), _sum_and_mean(x))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert backend.graph_count == 3, backend.graph_count  # symbolic, 0, 1 (stock torch.compile: 3)
 
 
@@ -71,7 +67,7 @@ def test_an_int_argument_of_a_compiled_module_is_symbolic_from_the_first_call_un
     model = _Decoder().eval()
     backend = CountingBackend()
     compiled = framejit.compile(model, backend=backend, dynamic=True)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     torch.manual_seed(1)
     x = torch.randn(2, 3, 4)
     with torch.no_grad():
@@ -82,7 +78,7 @@ def test_an_int_argument_of_a_compiled_module_is_symbolic_from_the_first_call_un
             expected = model(x, past, 3 + step)
             assert_same(compiled(x, past, 3 + step), expected)
             past = expected[1]
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     # stock torch.compile(dynamic=True): 2 graphs; the offset (an item of module_call's *args) was static
     # on its first value, one more graph when it changed
     assert backend.graph_count == 2, backend.graph_count
@@ -118,12 +114,12 @@ def test_a_float_power_of_a_size_stays_symbolic():
     for dynamic, expected in ((True, 1), (None, 2)):
         backend = CountingBackend()
         compiled = framejit.compile(_scaled, backend=backend, dynamic=dynamic)
-        eager_before = _eager_frames()
+        eager_before = eager_frames()
         for i, (b, s) in enumerate([(2, 5), (3, 7), (4, 3), (2, 9), (5, 4), (3, 6), (2, 8), (4, 2), (3, 11)]):
             torch.manual_seed(i)
             x = torch.randn(b, s)
             assert_same(compiled(x), _scaled(x))
-        assert _eager_frames() == eager_before
+        assert eager_frames() == eager_before
         assert backend.graph_count == expected, (dynamic, backend.graph_count)  # stock torch.compile: 1 and 2
 
 
@@ -135,7 +131,7 @@ def _temperature(x, scale: float):
 def test_a_float_argument_is_a_graph_input_from_the_first_call_under_dynamic_true():
     backend = CountingBackend()
     compiled = framejit.compile(_temperature, backend=backend, dynamic=True)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for i, scale in enumerate([0.5, 1.5, -2.0, 3.25, 0.0, 7.0]):
         torch.manual_seed(i)
         x = torch.randn(2, 3 + i)
@@ -144,4 +140,4 @@ def test_a_float_argument_is_a_graph_input_from_the_first_call_under_dynamic_tru
     for scale in (float("inf"), float("nan"), 2.5):  # no symbol for these: still equal to eager
         x = torch.randn(2, 4)
         assert_same(compiled(x, scale), _temperature(x, scale))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before

@@ -13,17 +13,13 @@ from __future__ import annotations
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same
+from tests.helpers import CountingBackend, assert_same, eager_frames
 
 _SCALES = {f"layer_{i}": float(i + 1) for i in range(16)}
 
 
 def _traced() -> int:
     return framejit.stats()["frames_traced"]
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
 
 
 def _layer_scale(x, i):
@@ -48,14 +44,14 @@ def _run_values(fn, dynamic, values):
     """Compiled vs eager over `values` of the int; frames traced after the 4th call and at the end."""
     backend = CountingBackend()
     compiled = framejit.compile(fn, backend=backend, dynamic=dynamic)
-    traced, eager = _traced(), _eager_frames()
+    traced, eager = _traced(), eager_frames()
     after_four = None
     for n, i in enumerate(values):
         x = torch.randn(5)
         assert_same(compiled(x, i), fn(x, i))
         if n == 3:
             after_four = _traced() - traced
-    return backend.graph_count, after_four, _traced() - traced, _eager_frames() - eager
+    return backend.graph_count, after_four, _traced() - traced, eager_frames() - eager
 
 
 VALUES = [0, 1, 2, 3, 5, 7, 9, 10, 12, 4, 15, 11]
@@ -93,13 +89,13 @@ SIZES = [3, 4, 6, 2, 9, 5, 7, 11, 8, 10, 13, 1]
 def test_a_symbolic_size_formatted_into_a_string_is_not_traced_per_size():
     backend = CountingBackend()
     compiled = framejit.compile(_size_key, backend=backend)
-    traced, eager = _traced(), _eager_frames()
+    traced, eager = _traced(), eager_frames()
     for n, size in enumerate(SIZES[:-1]):
         x = torch.randn(size, 3)
         assert_same(compiled(x), _size_key(x))
         if n == 3:
             after_four = _traced() - traced
-    assert _eager_frames() == eager
+    assert eager_frames() == eager
     assert _traced() - traced == after_four, (after_four, _traced() - traced)
 
 
@@ -107,12 +103,12 @@ def test_a_marked_dim_formatted_into_a_string_runs_instead_of_violating_its_mark
     # stock torch.compile raises ConstraintViolationError here (the mark is specialised by the format)
     backend = CountingBackend()
     compiled = framejit.compile(_size_key, backend=backend)
-    eager = _eager_frames()
+    eager = eager_frames()
     for size in SIZES:
         x = torch.randn(size, 3)
         framejit.mark_dynamic(x, 0)
         assert_same(compiled(x), _size_key(x))
-    assert _eager_frames() == eager
+    assert eager_frames() == eager
     assert backend.graph_count <= 3, backend.graph_count  # symbolic (graph before and after), size 1
 
 
@@ -140,14 +136,14 @@ def test_a_list_of_tensors_indexed_by_a_changing_int_is_not_traced_per_value():
 def test_a_list_argument_of_tensors_indexed_by_a_changing_int_under_dynamic_true():
     backend = CountingBackend()
     compiled = framejit.compile(_indexed_list, backend=backend, dynamic=True)
-    traced, eager = _traced(), _eager_frames()
+    traced, eager = _traced(), eager_frames()
     ws = [torch.randn(5) for _ in range(16)]
     for n, i in enumerate(VALUES[1:]):
         x = torch.randn(5)
         assert_same(compiled(x, ws, i), _indexed_list(x, ws, i))
         if n == 3:
             after_four = _traced() - traced
-    assert _eager_frames() == eager
+    assert eager_frames() == eager
     assert _traced() - traced == after_four, (after_four, _traced() - traced)
 
 

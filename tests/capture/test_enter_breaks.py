@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, run_differential
+from tests.helpers import CountingBackend, assert_same, run_differential, eager_frames
 
 
 @framejit.disable
@@ -38,10 +38,6 @@ class Managed:
         return self.swallow is not None and kind is not None and issubclass(kind, self.swallow)
 
 
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
-
-
 def _ops(backend) -> list[int]:
     return [backend.op_count(i) for i in range(backend.graph_count)]
 
@@ -58,12 +54,12 @@ def test_the_block_and_the_code_after_it_are_captured():
         log.append("after")
         return z * 3 - k
 
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(f, _args, seeds=(0, 6, 3), fullgraph=False)  # k = 0; shapes 3, 3, 4
     # before the with (sin, mul); the block, the traced __exit__ and the code after it (cos, add, mul, sub);
     # the second call reuses both, the third (a new size) compiles again
     assert _ops(backend)[:2] == [2, 4] and backend.graph_count <= 4
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 @pytest.mark.parametrize("swallow", [None, ValueError])
@@ -78,10 +74,10 @@ def test_an_exception_in_the_block_reaches_the_managers_exit(swallow):
         log.append("after")
         return y.tanh()
 
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(f, _args, seeds=(0, 1, 3, 4), fullgraph=False)  # k = 0, 1, 0, 1
     assert backend.graph_count >= 3 and backend.op_count(0) == 1  # exp; the block and the rest captured
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_a_return_inside_the_block_runs_the_exit():
@@ -110,9 +106,9 @@ def test_a_with_inside_a_loop_with_break_and_continue():
                     break
         return total
 
-    before = _eager_frames()
+    before = eager_frames()
     run_differential(f, _args, seeds=(0, 1, 2, 3), fullgraph=False)
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_an_untraceable_manager_inside_a_torch_block_is_exact():

@@ -7,11 +7,7 @@ from __future__ import annotations
 import torch
 
 import framejit
-from tests.helpers import CountingBackend
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, eager_frames
 
 
 # ---- a frame with a parameter called `locals` ------------------------------------------------------------
@@ -25,9 +21,9 @@ def _scaled_sum(x, scale, locals=None, globals=2):
 def test_frame_with_a_parameter_named_locals_recompiles():
     backend = CountingBackend()
     compiled = framejit.compile(_scaled_sum, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for scale in (2.0, 3.0, 4.0):  # the second call misses the first entry: its guards bind the frame
         x = torch.randn(4)
         torch.testing.assert_close(compiled(x, scale), _scaled_sum(x, scale))
     torch.testing.assert_close(compiled(x, 5.0, None, 7), _scaled_sum(x, 5.0, None, 7))
-    assert _eager_frames() == before
+    assert eager_frames() == before

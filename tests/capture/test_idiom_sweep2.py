@@ -12,11 +12,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, eager_frames
 
 
 # ---- itertools.pairwise over a layer list (stock: 1 graph; framejit before: 0 graphs, an eager frame) -------
@@ -29,12 +25,12 @@ def test_pairwise_over_a_module_list_is_one_graph():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for seed in range(3):
         x = torch.randn(4, 2, generator=torch.Generator().manual_seed(seed))
         torch.testing.assert_close(compiled(x), f(x))
     assert backend.graph_count == 1
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 def test_pairwise_follows_the_list_it_was_made_from():
@@ -75,11 +71,11 @@ def test_a_loop_over_an_itertools_object_from_outside_runs_compiled(kind):
         return s
 
     compiled = framejit.compile(f, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for seed in range(3):
         x = torch.randn(3, generator=torch.Generator().manual_seed(seed))
         torch.testing.assert_close(compiled(x, make(x)), f(x, make(x)))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 def test_pairwise_with_a_break_in_the_loop_body():
@@ -91,11 +87,11 @@ def test_pairwise_with_a_break_in_the_loop_body():
         return s
 
     compiled = framejit.compile(f, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for n in (3, 4):
         x = torch.randn(2)
         torch.testing.assert_close(compiled(x, [x + i for i in range(n)]), f(x, [x + i for i in range(n)]))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 # ---- a module (or object) whose class defines its own __getattr__ (config values served from a dict, falling
@@ -120,7 +116,7 @@ def test_a_module_with_its_own_getattr_is_one_graph_and_follows_its_dict():
     m = ConfigModule()
     backend = CountingBackend()
     compiled = framejit.compile(m.forward, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for step in range(4):
         if step == 2:
             m._extra["scale"] = 5.0  # the dict __getattr__ reads changed: the guard on it recompiles
@@ -129,7 +125,7 @@ def test_a_module_with_its_own_getattr_is_one_graph_and_follows_its_dict():
         x = torch.randn(3, 2)
         torch.testing.assert_close(compiled(x), m(x))
     assert backend.graph_count == 3
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 class Delegating:

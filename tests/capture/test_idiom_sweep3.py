@@ -13,11 +13,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, assert_same, eager_frames
 
 
 # ---- a function with a lambda default, held by a closure cell (NOTE [Defaults that lead back]) --------------
@@ -41,12 +37,12 @@ def test_a_closure_function_with_a_lambda_default_persists_or_stays_in_memory(mo
     torch.manual_seed(0)
     f = _block_factory()
     compiled = framejit.compile(f, backend="eager")
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for n in (2, 2, 4):
         x = torch.randn(n, 3)
         for got, want in zip(compiled(x), f(x)):
             torch.testing.assert_close(got, want)
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 # ---- itertools.groupby (NOTE [groupby evaluated when made], itertools_support.py) ---------------------------
@@ -67,7 +63,7 @@ def test_groupby_over_sorted_module_names_is_one_graph():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for _ in range(3):
         x = torch.randn(2, 3)
         got, want = compiled(x), f(x)
@@ -75,7 +71,7 @@ def test_groupby_over_sorted_module_names_is_one_graph():
         for k in want:
             torch.testing.assert_close(got[k], want[k])
     assert backend.graph_count == 1
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 def _groupby_programs():
@@ -118,11 +114,11 @@ _same = assert_same  # eager vs compiled, containers item by item
 @pytest.mark.parametrize("program", _groupby_programs(), ids=lambda p: p.__name__)
 def test_groupby_programs_match_eager(program):
     compiled = framejit.compile(program, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for keys in ([1, 1, 2, 3, 3, 3], [5, 5, 6], [2, 1, 1, 2]):
         x = torch.randn(3)
         _same(compiled(x, list(keys)), program(x, list(keys)))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 # ---- tuples holding tensors compared item by item (NOTE [Tuples compared item by item], comparisons.py) -------
@@ -138,12 +134,12 @@ def test_sorted_items_of_a_dict_of_tensors_has_no_eager_frame():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for feats in ({"a": torch.randn(3), "b": None, "skip": torch.randn(3)},
                   {"a": torch.randn(2, 3), "b": torch.randn(3), "skip": None},
                   {"a": torch.randn(3), "b": None, "skip": torch.randn(3)}):
         _same(compiled(dict(feats)), f(dict(feats)))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert backend.graph_count <= 4
 
 
@@ -157,7 +153,7 @@ def _tuple_compare(x, y, k1, k2):
 def test_tuples_with_tensors_compare_as_eager(keys):
     backend = CountingBackend()
     compiled = framejit.compile(_tuple_compare, backend=backend)
-    eager_before, traced_before = _eager_frames(), framejit.stats()["frames_traced"]
+    eager_before, traced_before = eager_frames(), framejit.stats()["frames_traced"]
     for _ in range(2):
         x, y = torch.randn(2), torch.randn(2)
         k1, k2 = keys[:2] if len(keys) == 2 else ("a", "a")
@@ -168,7 +164,7 @@ def test_tuples_with_tensors_compare_as_eager(keys):
         else:
             _same(got, want)
     if len(keys) == 2:  # stock: 1 graph (framejit before: a break at the first comparison, 2 graphs)
-        assert _eager_frames() == eager_before
+        assert eager_frames() == eager_before
         assert backend.graph_count == 1 and framejit.stats()["frames_traced"] == traced_before + 1
 
 
@@ -190,7 +186,7 @@ def test_a_range_live_at_a_print_break_is_carried(capsys):
         return y + sum(r), r.start, list(r)
 
     compiled = framejit.compile(f, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for n in (6, 6, 9):
         x = torch.randn(3)
         got = compiled(x, n)
@@ -198,7 +194,7 @@ def test_a_range_live_at_a_print_break_is_carried(capsys):
         want = f(x, n)
         assert printed == capsys.readouterr().out
         _same(got, want)
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 def test_ranges_passed_in_are_guarded_by_start_stop_and_step():
@@ -206,11 +202,11 @@ def test_ranges_passed_in_are_guarded_by_start_stop_and_step():
         return x * r.start + len(r), r.step
 
     compiled = framejit.compile(f, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for r in (range(3), range(3), range(1, 4), range(0), range(5, 5), range(0, 6, 2)):
         x = torch.randn(2)
         _same(compiled(x, r), f(x, r))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 # ---- `f(**a, **b)` with a graph break between the two merges (handlers/build.py DICT_MERGE) ----------------
@@ -231,7 +227,7 @@ def _merged_call(x, extra):
                          ids=["distinct", "duplicate"])
 def test_keyword_merge_across_a_break(extras, capsys):
     compiled = framejit.compile(_merged_call, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for extra in extras:
         x = torch.randn(3)
         got = _call(compiled, x, dict(extra))
@@ -243,7 +239,7 @@ def test_keyword_merge_across_a_break(extras, capsys):
         else:
             _same(got, want)
     if extras[0] == {"b": 2.0}:  # (a frame that raises runs eagerly to raise it, by design)
-        assert _eager_frames() == eager_before
+        assert eager_frames() == eager_before
 
 
 # ---- dataclasses.asdict of a config whose int field changes between calls (copies.py _ATOMIC) --------------
@@ -263,11 +259,11 @@ def test_asdict_of_a_config_whose_int_changes_does_not_break():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for n in (1, 2, 3, 4):
         x = torch.randn(2, 3)
         _same(compiled(x, Cfg(repeat=n)), f(x, Cfg(repeat=n)))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert backend.graph_count <= 2  # the first trace, then one with the int symbolic (before: 3, a break)
 
 
@@ -357,11 +353,11 @@ import pytest  # noqa: E402
 @pytest.mark.parametrize("program", _list_method_programs(), ids=lambda f: f.__name__)
 def test_list_methods_over_lists_of_lists_keep_the_programs_lists(program):
     compiled = framejit.compile(program, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for n, size in ((5, 2), (5, 2), (4, 3), (6, 3)):
         x = torch.randn(size)
         _same(compiled(x, n), program(x, n))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 # ---- WRONG VALUES before: operator functions that are statements, folded on copies ------------------------
@@ -383,8 +379,8 @@ def test_operator_statements_on_containers_made_in_the_frame():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for k, size in (("a", 2), ("a", 2), ("b", 3)):
         x = torch.randn(size)
         _same(compiled(x, k), f(x, k))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before

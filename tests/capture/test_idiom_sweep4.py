@@ -17,11 +17,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, logged_breaks
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, assert_same, logged_breaks, eager_frames
 
 
 _same = assert_same  # eager vs compiled, containers item by item
@@ -51,12 +47,12 @@ def test_astuple_of_a_config_holding_an_enum_is_not_traced_per_call():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for i in range(12):
         x = torch.randn(3)
         cfg = _Cfg(act=_Act.GELU, depth=i % 3)
         _same(compiled(x, cfg), f(x, cfg))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert backend.graph_count <= 2
 
 
@@ -83,11 +79,11 @@ def test_a_global_dict_keyed_by_modules_is_read_and_iterated_in_the_graph():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for n in (3, 3, 5):
         x = torch.randn(n, 2)
         _same(compiled(x), f(x))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert backend.graph_count <= 2  # the first trace and one with a dynamic size, no break
 
 
@@ -100,13 +96,13 @@ def test_a_dict_keyed_by_modules_passed_in_and_changed_between_calls():
         return [m(x) * s for m, s in d.items()], {m: s * 2 for m, s in d.items()}[a], len(d)
 
     compiled = framejit.compile(f, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for make in (lambda: {a: 1.0}, lambda: {a: 1.0, b: 2.0}, lambda: {b: 1.0, a: 2.0}, lambda: {a: 3.0}):
         x = torch.randn(2)
         got_d, want_d = make(), make()
         _same(compiled(x, got_d, 4.0), f(x, want_d, 4.0))
         assert list(got_d) == list(want_d) and list(got_d.values()) == list(want_d.values())
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 # ---- itertools.product(..., repeat=r) and bisect over a sorted list of constants ----------------------------
@@ -125,11 +121,11 @@ def test_product_with_repeat_and_bisect_are_captured():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for n, sizes, r in ((3, [1, 2, 3], 1), (3, [1, 2, 3], 1), (20, [4, 2, 5], 1)):
         x = torch.randn(n)
         _same(compiled(x, sizes, r), f(x, sizes, r))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert backend.graph_count <= 2  # no break: the first trace, then one for the new size and items
 
 
@@ -170,13 +166,13 @@ def test_a_dict_keyed_by_functions_is_looked_up_iterated_and_rebuilt():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for act in (torch.tanh, torch.tanh, _weighted_act, torch.nn.functional.gelu):
         x = torch.randn(3)
         got, want = compiled(x, act), f(x, act)
         _same(got, want)
         assert all(g is w for g, w in zip(got[3], want[3]))  # the functions themselves
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert backend.graph_count == 3  # one per function passed in (its identity is guarded), no break
 
 
@@ -186,13 +182,13 @@ def test_a_dict_argument_keyed_by_functions_changes_between_calls():
         return [fn(x) * w for fn, w in table.items()]
 
     compiled = framejit.compile(f, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for make in (lambda: {torch.relu: 1}, lambda: {torch.tanh: 1}, lambda: {torch.tanh: 2, _weighted_act: 3}):
         x = torch.randn(2)
         got_t, want_t = make(), make()
         _same(compiled(x, got_t), f(x, want_t))
         assert list(got_t.items()) == list(want_t.items())
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 # ---- WRONG behaviour before: a dict iterator rebuilt before the replay of a store (NOTE [Dict iterators built
@@ -212,7 +208,7 @@ def test_a_dict_iterator_made_after_a_store_survives_a_break(capsys):
         return x * len(keys), first, rest, list(keys)
 
     compiled = framejit.compile(f, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for make in (lambda: {"a": 1}, lambda: {"a": 1, "b": 2}, lambda: {"c": 3}):
         x = torch.randn(2)
         got_d, want_d = make(), make()
@@ -220,7 +216,7 @@ def test_a_dict_iterator_made_after_a_store_survives_a_break(capsys):
         assert got_d == want_d
     out = capsys.readouterr().out.splitlines()
     assert out[0::2] == out[1::2]  # compiled and eager printed the same, call by call
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 def test_a_returned_dict_iterator_made_after_a_store_is_one_live_iterator():
@@ -274,12 +270,12 @@ def test_a_cached_list_is_the_same_list_on_every_call():
 
     compiled = framejit.compile(program(sizes_compiled), backend=CountingBackend())
     eager = program(sizes_eager)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for n in (1, 1, 2, 1):
         x = torch.randn(2)
         _same(compiled(x, n), eager(x, n))
     assert sizes_compiled(1) == sizes_eager(1) == [1, 2, 0, 0, 0]
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 def test_cached_tables_tensors_and_modules_are_the_cached_objects():
@@ -325,14 +321,14 @@ def test_str_join_of_a_generator_is_folded():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     with logged_breaks() as breaks:
         for cfg in ({"a": 1}, {"a": 1}, {"a": 1, "b": 2.5}):
             x = torch.randn(2)
             _same(compiled(x, cfg), f(x, cfg))
     assert breaks == []
     assert backend.graph_count == 2  # one per key set of cfg
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 def test_str_join_of_a_generator_with_a_bad_item_raises_as_eager():

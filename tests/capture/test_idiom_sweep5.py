@@ -18,25 +18,21 @@ import typing
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, logged_breaks
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, assert_same, logged_breaks, eager_frames
 
 
 def _run(f, make_args, calls=3):
     """Runs f eagerly and compiled on the same fresh arguments; returns (backend, break records)."""
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     with logged_breaks() as records:
         for i in range(calls):
             torch.manual_seed(i)
             expected = f(*make_args(i))
             torch.manual_seed(i)
             assert_same(compiled(*make_args(i)), expected)
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     return backend, list(records)
 
 
@@ -212,11 +208,11 @@ def test_a_module_made_in_forward_and_stored_on_self_keeps_the_frame_captured():
         eager_module, compiled_module = cls(), cls()
         backend = CountingBackend()
         compiled = framejit.compile(compiled_module, backend=backend)
-        eager_before = _eager_frames()
+        eager_before = eager_frames()
         for i in range(3):
             x = torch.randn(2, 3)
             assert_same(compiled(x), eager_module(x))
-        assert _eager_frames() == eager_before
+        assert eager_frames() == eager_before
         assert backend.graph_count >= 1
         assert type(compiled_module.__dict__["_modules"][next(iter(compiled_module._modules))]) in (
             torch.nn.Identity, torch.nn.GELU)
@@ -329,7 +325,7 @@ def test_a_hook_registered_and_removed_per_call_is_traced_once():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for i in range(12):
         x = torch.randn(2, 3)
         start = RemovableHandle.next_id
@@ -339,7 +335,7 @@ def test_a_hook_registered_and_removed_per_call_is_traced_once():
         assert_same(compiled(x), expected)
         assert RemovableHandle.next_id - start == eager_ids == 2
         assert not lin._forward_hooks and not lin._forward_pre_hooks
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert backend.graph_count == 1
 
 
@@ -471,7 +467,7 @@ def test_an_exception_raised_inside_is_caught_outside_with_the_rest_captured():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for i in range(4):
         x = torch.randn(3) if i % 2 else torch.randn(2, 3)
         outcomes = []
@@ -482,7 +478,7 @@ def test_an_exception_raised_inside_is_caught_outside_with_the_rest_captured():
                 outcomes.append(("raised", str(e)))
         assert outcomes[0][0] == outcomes[1][0]
         assert_same(outcomes[1][1], outcomes[0][1])
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     assert backend.graph_count >= 2  # the 2-d trace, and the 1-d trace's part before the raise
 
 

@@ -17,11 +17,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, logged_breaks
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, assert_same, logged_breaks, eager_frames
 
 
 def _norm(v):
@@ -39,14 +35,14 @@ def _run(f, make_args, calls=3, backend=None):
     """Runs f eagerly and compiled on the same fresh arguments; returns (backend, break records)."""
     backend = backend or CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     with logged_breaks() as records:
         for i in range(calls):
             torch.manual_seed(i)
             expected = f(*make_args(i))
             torch.manual_seed(i)
             assert_same(_norm(compiled(*make_args(i))), _norm(expected))
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     return backend, list(records)
 
 
@@ -562,9 +558,9 @@ def test_attributes_of_a_partial_made_in_the_trace():
         return p
 
     compiled = framejit.compile(escapes, backend=CountingBackend())
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     for i in range(2):
         x = torch.randn(3)
         c, e = compiled(x), escapes(x)
         assert c.tag == e.tag and torch.equal(c(1), e(1))
-    assert _eager_frames() == eager_before  # a break at the store, not a frame run eagerly
+    assert eager_frames() == eager_before  # a break at the store, not a frame run eagerly

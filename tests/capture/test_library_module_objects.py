@@ -12,16 +12,12 @@ import torch
 from torch.distributions import AffineTransform, Normal, TransformedDistribution, constraints
 
 import framejit
-from tests.helpers import CountingBackend, logged_breaks
+from tests.helpers import CountingBackend, logged_breaks, eager_frames
 
 
 def _compiled(fn):
     backend = CountingBackend()
     return framejit.compile(fn, backend=backend), backend
-
-
-def _eager_frames():
-    return framejit.stats()["eager_frames"]
 
 
 def test_transformed_distribution_log_prob_is_one_graph():
@@ -31,7 +27,7 @@ def test_transformed_distribution_log_prob_is_one_graph():
         return dist.log_prob(value), dist.base_dist.mean
 
     compiled, backend = _compiled(log_prob)
-    eager0 = _eager_frames()
+    eager0 = eager_frames()
     gen = torch.Generator().manual_seed(0)
     with logged_breaks() as breaks:
         for n in (4, 4, 4):
@@ -40,7 +36,7 @@ def test_transformed_distribution_log_prob_is_one_graph():
             torch.testing.assert_close(got, want)
     assert breaks == []
     assert backend.graph_count == 1
-    assert _eager_frames() == eager0
+    assert eager_frames() == eager0
 
 
 def test_library_object_is_returned_as_itself_and_its_methods_are_traced():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, run_differential
+from tests.helpers import CountingBackend, run_differential, eager_frames
 
 
 def _rows(n):
@@ -168,25 +168,21 @@ CASES = {
 }
 
 
-def _eager_frames() -> int:
-    return int(framejit.stats()["eager_frames"])
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_loop_over_combinator_with_a_break_resumes(name):
     fn, make_args, most = CASES[name]
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(fn, make_args, seeds=(0, 1, 2), fullgraph=False)
-    assert _eager_frames() == before, framejit.stats().get("eager_frame_reasons", [])[before:]
+    assert eager_frames() == before, framejit.stats().get("eager_frame_reasons", [])[before:]
     assert 1 <= backend.graph_count <= most, backend.graph_count
 
 
 def test_module_list_zip_with_a_data_dependent_branch():
     module = _Layers()
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(module, lambda s: (torch.randn(3), [0.5, 2.0 - s, 1.5]), seeds=(0, 1, 2),
                                fullgraph=False, compiled=None)
-    assert _eager_frames() == before, framejit.stats().get("eager_frame_reasons", [])[before:]
+    assert eager_frames() == before, framejit.stats().get("eager_frame_reasons", [])[before:]
     assert 1 <= backend.graph_count <= 8, backend.graph_count
 
 
@@ -204,7 +200,7 @@ def test_loop_over_rows_of_a_symbolic_length_steps_in_python():
     for every new count (19 graphs over these 6 calls before, one more recompile per new count)."""
     backend = CountingBackend()
     compiled = framejit.compile(_expert_rows, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     g = torch.Generator().manual_seed(0)
     for k, cols in enumerate([[0, 2], [1, 2, 3], [0], [0, 1, 2, 3], [3, 1], [2, 0, 1]]):
         x = torch.randn(6, 4, generator=g)
@@ -213,5 +209,5 @@ def test_loop_over_rows_of_a_symbolic_length_steps_in_python():
             mask[(j + k) % 6, col] = True
             mask[(j + k + 2) % 6, col] = j % 2 == 0
         torch.testing.assert_close(compiled(x, mask), _expert_rows(x, mask))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert backend.graph_count <= 15, backend.graph_count

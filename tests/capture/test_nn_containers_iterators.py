@@ -13,11 +13,7 @@ from __future__ import annotations
 import torch
 
 import framejit
-from tests.helpers import CountingBackend
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, eager_frames
 
 
 class Heads(torch.nn.Module):
@@ -38,7 +34,7 @@ class Heads(torch.nn.Module):
 
 def test_parameter_dict_protocol_is_captured_and_tracks_new_keys():
     framejit.reset()
-    model, backend, eager = Heads(), CountingBackend(), _eager_frames()
+    model, backend, eager = Heads(), CountingBackend(), eager_frames()
     compiled = framejit.compile(model, backend=backend)
     for step in range(4):
         if step == 2:  # a key added after the first calls: the guards on its keys recompile
@@ -50,7 +46,7 @@ def test_parameter_dict_protocol_is_captured_and_tracks_new_keys():
         want, want_pairs = model(x)
         torch.testing.assert_close(out, want)
         assert pairs == want_pairs
-    assert _eager_frames() == eager
+    assert eager_frames() == eager
     assert backend.graph_count == 2  # one per key set, no break
 
 
@@ -108,12 +104,12 @@ def set_iterator_sorted(x):
 def test_dict_and_set_iterators_cross_a_break(capsys):
     for fn in (keys_then_print, values_reversed_then_print, items_partly_drawn, set_iterator_sorted):
         framejit.reset()
-        backend, eager = CountingBackend(), _eager_frames()
+        backend, eager = CountingBackend(), eager_frames()
         compiled = framejit.compile(fn, backend=backend)
         for _ in range(2):
             x = torch.randn(3)
             torch.testing.assert_close(compiled(x), fn(x))
-        assert _eager_frames() == eager, fn.__name__
+        assert eager_frames() == eager, fn.__name__
         assert backend.graph_count >= 1, fn.__name__
     assert capsys.readouterr().out == "step\n" * 16
 
@@ -138,7 +134,7 @@ def test_dicts_keyed_by_classes_are_read_in_the_graph():
     """NOTE [Classes as dict keys]: a registry keyed by classes (torch.distributions.kl's _KL_MEMOIZE) was
     'non-constant keys'; the resume function after that break ran wholly eagerly."""
     framejit.reset()
-    backend, eager = CountingBackend(), _eager_frames()
+    backend, eager = CountingBackend(), eager_frames()
     compiled = framejit.compile(by_class, backend=backend)
     try:
         for step, dist in enumerate([Gauss(), Gauss(), Laplace(), Gauss(), Laplace()]):
@@ -149,7 +145,7 @@ def test_dicts_keyed_by_classes_are_read_in_the_graph():
             torch.testing.assert_close(compiled(x, dist), by_class(x, dist))
     finally:
         PAIR_RULE[(Gauss, Laplace)], SCALE_OF[Gauss] = 5.0, 1.0
-    assert _eager_frames() == eager
+    assert eager_frames() == eager
     assert 1 <= backend.graph_count <= 4
 
 
@@ -187,7 +183,7 @@ def test_non_data_descriptors_written_in_python_are_inlined():
     """NOTE [Non-data descriptors written in Python]: lazy_property's `probs` (Categorical.entropy) was a
     graph break; a user's caching descriptor reads, stores on the instance, and is read back from it."""
     framejit.reset()
-    backend, eager = CountingBackend(), _eager_frames()
+    backend, eager = CountingBackend(), eager_frames()
     compiled = framejit.compile(entropy_and_probs, backend=backend)
     for _ in range(2):
         x = torch.randn(3, 4)
@@ -204,4 +200,4 @@ def test_non_data_descriptors_written_in_python_are_inlined():
         torch.testing.assert_close(got, want)
     kept.doubled = torch.zeros(2)  # the instance's value is read, not the first call's
     torch.testing.assert_close(compiled(kept, torch.ones(2)), torch.ones(2))
-    assert _eager_frames() == eager
+    assert eager_frames() == eager

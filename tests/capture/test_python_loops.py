@@ -8,11 +8,7 @@ import torch
 from torch import nn
 
 import framejit
-from tests.helpers import CountingBackend
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, eager_frames
 
 
 class Dense(nn.Module):
@@ -52,7 +48,7 @@ def test_expert_loop_runs_as_python_and_captures_the_experts():
     model = Experts().eval()
     backend = CountingBackend()
     compiled = framejit.compile(model, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     # experts hit with 3, 2, 3 rows; then all four with 2 rows each (no expert gets 0 < rows < 2)
     for assign in ([0, 0, 0, 1, 1, 3, 3, 3], [2, 2, 1, 1, 0, 0, 3, 3], [1, 1, 1, 1, 2, 2, 0, 0]):
         h, w = torch.randn(8, 8), torch.rand(8)
@@ -61,7 +57,7 @@ def test_expert_loop_runs_as_python_and_captures_the_experts():
     # 1: zeros_like, sum, greater (before nonzero); the loop makes none; Dense.forward: 2 (3 rows static,
     # then 2 rows: dynamic, which serves every later row count >= 2); `out * 2` after the loop: 1
     assert backend.graph_count == 4, [g.code for g in backend.graphs]
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
     ops = [sorted(str(n.target) for n in g.graph.nodes if n.op == "call_function") for g in backend.graphs]
     assert sum("<built-in function linear>" in o for o in ops) == 2  # only Dense graphs hold the experts
 
@@ -79,14 +75,14 @@ def test_boolean_mask_loop_calls_user_function_through_its_hook():
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    eager_before = _eager_frames()
+    eager_before = eager_frames()
     masks = ([[1, 1, 1, 0, 0], [0, 0, 0, 1, 1]], [[1, 1, 0, 0, 0], [0, 0, 1, 1, 1]], [[1, 0, 1, 0, 1], [0, 1, 1, 0, 1]])
     for m in masks:
         x, groups = torch.randn(5, 3), torch.tensor(m, dtype=torch.bool)
         torch.testing.assert_close(compiled(x, groups), f(x, groups))
     # clone before the loop: 1; _scale: 2 (3 rows static, then 2 rows dynamic); sum after the loop: 1
     assert backend.graph_count == 4, [g.code for g in backend.graphs]
-    assert _eager_frames() == eager_before
+    assert eager_frames() == eager_before
 
 
 class Stack(nn.ModuleDict):

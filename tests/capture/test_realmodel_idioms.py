@@ -17,15 +17,11 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, run_differential
+from tests.helpers import CountingBackend, run_differential, eager_frames
 
 
 def _x(seed):
     return (torch.randn(3, 4),)
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
 
 
 # ---- dict-subclass objects from outside, read through dict's and OrderedDict's own methods ------------------
@@ -238,9 +234,9 @@ def test_code_below_a_break_in_decorated_forwards_is_captured():
     try/finally; each callee still runs through a frame hook, so the linear layer and what follows the
     break are in graphs and no frame runs wholly eagerly."""
     model = Outer()
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(model, _x, fullgraph=False)
-    assert _eager_frames() == before
+    assert eager_frames() == before
     ops = [n.target for gm in backend.graphs for n in gm.graph.nodes if n.op in ("call_function", "call_method",
                                                                                   "call_module")]
     assert torch.nn.functional.linear in ops or any("lin" in str(t) for t in ops), ops
@@ -259,9 +255,9 @@ def test_f_string_of_a_tensor_breaks_and_resumes():
                 y = y + self[f"e_{row[0]}"](x) + float(f"{row[0]:>4}")
             return y
 
-    before = _eager_frames()
+    before = eager_frames()
     run_differential(Experts(), lambda seed: (torch.randn(2, 3), torch.tensor([[seed], [2]])), fullgraph=False)
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 # ---- in-place updates of an input while other inputs alias each other ------------------------------------

@@ -19,11 +19,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, run_differential
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, assert_same, run_differential, eager_frames
 
 
 # ---- a context manager whose __enter__ cannot be traced -----------------------------------------------------
@@ -36,12 +32,12 @@ def test_cudnn_flags_block_after_compute():
             z = y.cos() + 1
         return z * 3, inside, torch.backends.cudnn.enabled
 
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(f, lambda seed: (torch.randn(4, 3),), fullgraph=False)
     # sin, mul before the break; the manager is entered as Python and the block resumes captured (cos, add;
     # NOTE [Breaks at BEFORE_WITH]); its exit runs as Python, and the code after it is captured (mul)
     assert [backend.op_count(i) for i in range(backend.graph_count)] == [2, 2, 1]
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 @contextlib.contextmanager
@@ -78,7 +74,7 @@ def test_generator_manager_from_outside(raising):
 
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     counts = []
     for seed in range(6):
         x, cm, log = _made_outside(seed)
@@ -100,7 +96,7 @@ def test_generator_manager_from_outside(raising):
         # for any later value (it was one trace per value, up to the recompile limit).
         assert counts[-1] <= 4 and counts[2:] == [counts[2]] * 4  # nothing traced from the 3rd value on
         assert all(backend.op_count(i) >= 1 for i in range(backend.graph_count))
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 # ---- a class with its own __setattr__ -------------------------------------------------------------------------
@@ -293,10 +289,10 @@ def test_distributions_with_validation_break_but_match():
         scale = torch.rand(3, generator=g) + 0.1
         return torch.randn(3, generator=g), scale if seed != 2 else -scale  # seed 2: ValueError
 
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(f, make, seeds=(0, 1, 2), fullgraph=False)
     assert backend.graph_count >= 1
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_distributions_class_data_changed_between_calls():

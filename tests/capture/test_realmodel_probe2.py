@@ -11,16 +11,12 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 import framejit
-from tests.helpers import CountingBackend
+from tests.helpers import CountingBackend, eager_frames
 
 
 def _compiled(fn):
     backend = CountingBackend()
     return framejit.compile(fn, backend=backend), backend
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
 
 
 class _UNet(nn.Module):
@@ -39,11 +35,11 @@ def test_conv_transpose_with_output_size_is_one_graph():
     torch.manual_seed(0)
     model = _UNet()
     compiled, backend = _compiled(model)
-    before = _eager_frames()
+    before = eager_frames()
     for h, w in ((7, 9), (8, 9), (7, 9)):  # odd and even heights need different output paddings
         x = torch.randn(1, 2, h, w)
         torch.testing.assert_close(compiled(x), model(x))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert backend.graph_count == 2  # one per input size
 
 
@@ -61,7 +57,7 @@ def test_sentinel_object_is_compared_by_identity():
     """`_MISSING = object()` (torch.nn.utils._named_member_accessor, many libraries' sentinels) was an
     unsupported value: every comparison with it was a graph break."""
     compiled, backend = _compiled(_fill)
-    before = _eager_frames()
+    before = eager_frames()
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), x + 1)
     torch.testing.assert_close(compiled(x, 2.0), x * 2.0)
@@ -76,7 +72,7 @@ def test_sentinel_object_is_compared_by_identity():
     finally:
         _MISSING = saved
     torch.testing.assert_close(compiled(x), x + 1)
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 class _Tied(nn.Module):
@@ -107,7 +103,7 @@ def test_named_members_with_prefix_and_duplicates():
     torch.manual_seed(0)
     model = _Tied()
     compiled, backend = _compiled(_names_and_sums)
-    before = _eager_frames()
+    before = eager_frames()
     for n in (2, 2, 5):
         x = torch.randn(n, 3)
         got, want = compiled(model, x), _names_and_sums(model, x)
@@ -115,7 +111,7 @@ def test_named_members_with_prefix_and_duplicates():
         assert got[1:] == want[1:]
         if n == 2:  # one graph for the size (the second size compiles a dynamic one)
             assert backend.graph_count == 1
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def _with_params(net, x, scale):
@@ -130,7 +126,7 @@ def test_functional_call_runs_the_module_with_the_given_tensors():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     compiled, backend = _compiled(_with_params)
-    before = _eager_frames()
+    before = eager_frames()
     for n in (4, 4, 6):
         x, scale = torch.randn(n, 3), torch.rand(())
         got, want = compiled(net, x, scale), _with_params(net, x, scale)
@@ -139,7 +135,7 @@ def test_functional_call_runs_the_module_with_the_given_tensors():
         assert all(type(p) is nn.Parameter for p in net.parameters())  # swapped back, as in eager
         if n == 4:
             assert backend.graph_count == 1
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def _swap_weight(model, x, w):
@@ -158,7 +154,7 @@ def test_writes_into_a_modules_parameter_dict_are_seen_by_its_forward(backend_na
     model = nn.Linear(3, 2)
     backend = CountingBackend() if backend_name == "counting" else "onnxrt"
     compiled = framejit.compile(_swap_weight, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for n in (2, 2, 3):
         x, w = torch.randn(n, 3), torch.randn(2, 3)
         got, want = compiled(model, x, w), _swap_weight(model, x, w)
@@ -166,7 +162,7 @@ def test_writes_into_a_modules_parameter_dict_are_seen_by_its_forward(backend_na
         assert model._parameters["weight"] is model.weight and type(model.weight) is nn.Parameter
         if n == 2 and backend_name == "counting":
             assert backend.graph_count == 1
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def _maml_loss(net, x, y):
@@ -182,10 +178,10 @@ def test_maml_inner_step_matches_eager():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.Linear(5, 1))
     compiled, backend = _compiled(_maml_loss)
-    before = _eager_frames()
+    before = eager_frames()
     for n in (4, 4, 7):
         x, y = torch.randn(n, 3), torch.randn(n, 1)
         torch.testing.assert_close(compiled(net, x, y), _maml_loss(net, x, y))
         if n == 4:  # torch.autograd.grad is a break: 2 graphs for the size, as stock torch.compile
             assert backend.graph_count == 2
-    assert _eager_frames() == before
+    assert eager_frames() == before

@@ -17,11 +17,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import CountingBackend, assert_same, eager_frames
 
 
 def _explain_breaks(fn, *args) -> int:
@@ -62,11 +58,11 @@ def test_functools_wraps_inside_the_compiled_region_is_one_graph():
     break ("assignment to the attribute '__module__' of Function(...)") at every such decorator."""
     backend = CountingBackend()
     compiled = framejit.compile(_decorate_and_call, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for n, factor in ((3, 2.0), (5, 2.0), (4, 2.0), (4, 3.0)):
         x = torch.randn(n)
         assert_same(compiled(x, factor), _decorate_and_call(x, factor))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_decorate_and_call, torch.randn(3), 2.0) == 0
     assert backend.graph_count == 3  # static, then a dynamic size, then a dynamic factor (NOTE [Dynamic floats])
 
@@ -92,7 +88,7 @@ def test_a_wrapper_made_inside_the_compiled_region_escapes_with_its_attributes()
     the same object wherever it is returned, as in eager."""
     backend = CountingBackend()
     compiled = framejit.compile(_make_wrapper, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for n in (3, 5, 3):
         x = torch.randn(n)
         w_eager, ws_eager, out_eager = _make_wrapper(x)
@@ -103,7 +99,7 @@ def test_a_wrapper_made_inside_the_compiled_region_escapes_with_its_attributes()
         assert_same(w.extra, w_eager.extra)
         z = torch.randn(n)
         assert_same(w(z), w_eager(z))  # the rebuilt closure still calls the rebuilt inner
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_make_wrapper, torch.randn(3)) == 0
     assert backend.graph_count == 2
 
@@ -137,12 +133,12 @@ def _wrapper_across_a_break(x):
 def test_a_wrapper_with_stored_attributes_crosses_a_graph_break(capsys):
     backend = CountingBackend()
     compiled = framejit.compile(_wrapper_across_a_break, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for n in (3, 4):
         x = torch.randn(n)
         expected = _wrapper_across_a_break(x)
         assert_same(compiled(x), expected)
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert capsys.readouterr().out == "between\n" * 4
     assert backend.graph_count == 4  # before and after the print, static then with a dynamic size
     assert _explain_breaks(_wrapper_across_a_break, torch.randn(3)) == 1  # the print only
@@ -175,11 +171,11 @@ def test_a_comprehension_stepped_as_python_keeps_its_items(fn):
     LIST_APPEND/MAP_ADD/SET_ADD wrote only into the trace's copy of it: the list came back empty, silently
     (heapq.nlargest(n, ...) and Counter.most_common(n) returned [])."""
     compiled = framejit.compile(fn, backend=CountingBackend())
-    before = _eager_frames()
+    before = eager_frames()
     for items in (["a", "b", "c"], ["d", "e", "f", "g"]):
         x = torch.randn(2)
         assert_same(compiled(x, items), fn(x, items))
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 # ---- collections.Counter, operator getters, max/min with key= -----------------------------------------------
@@ -201,7 +197,7 @@ def test_counter_made_inside_the_compiled_region_is_one_graph():
     tracer (eager frame), operator.itemgetter and max(key=) were breaks."""
     backend = CountingBackend()
     compiled = framejit.compile(_count, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for tokens in (["a", "b", "a", "c"], ["a", "c", "c", "d", "a"]):
         for n in (3, 4):
             x = torch.randn(n)
@@ -209,7 +205,7 @@ def test_counter_made_inside_the_compiled_region_is_one_graph():
             assert_same(got[0], expected[0])
             assert got[1:5] == expected[1:5]
             assert type(got[5]) is collections.Counter and got[5] == expected[5]
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_count, torch.randn(3), ["a", "b"]) == 0
     assert backend.graph_count == 3  # static, a dynamic size, then the other token list (guarded by value)
 
@@ -223,7 +219,7 @@ def test_counter_from_outside_answers_absent_keys_through_missing():
     absence is guarded with the contents, so adding the key later recompiles."""
     backend = CountingBackend()
     compiled = framejit.compile(_read_counts, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     counts = collections.Counter("aab")
     x = torch.randn(3)
     assert_same(compiled(x, counts), _read_counts(x, counts))
@@ -231,7 +227,7 @@ def test_counter_from_outside_answers_absent_keys_through_missing():
     assert_same(compiled(x, counts), _read_counts(x, counts))
     del counts["missing"]
     assert_same(compiled(x, counts), _read_counts(x, counts))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_read_counts, x, collections.Counter("ab")) == 0
 
 
@@ -250,11 +246,11 @@ def _extremes(x, pairs, names):
 def test_max_min_and_sorted_with_a_key_are_captured():
     backend = CountingBackend()
     compiled = framejit.compile(_extremes, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for pairs, names in (([("a", 2), ("b", 3), ("c", 3)], ["xy", "z", "uv"]), ([("d", 1), ("e", 0)], ["p", "qr"])):
         x = torch.randn(2)
         assert_same(compiled(x, pairs, names), _extremes(x, pairs, names))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_extremes, torch.randn(2), [("a", 2)], ["xy", "z"]) == 0
     with pytest.raises(ValueError):
         compiled(torch.randn(2), [], ["a", "b"])  # max() of an empty sequence, with key=
@@ -274,12 +270,12 @@ def test_most_common_and_heapq_n_largest_are_captured():
     first-seen order, as heapq's heap does."""
     backend = CountingBackend()
     compiled = framejit.compile(_top, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for tokens, n in ((["a", "bb", "a", "c", "dd", "c", "e"], 2), (["x", "y", "yy", "x", "z"], 3),
                       (["a", "b"], 0), (["q", "r", "q"], 5)):
         x = torch.randn(2)
         assert_same(compiled(x, list(tokens), n), _top(x, list(tokens), n))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_top, torch.randn(2), ["a", "b", "a", "c"], 2) == 0
 
 
@@ -339,7 +335,7 @@ def test_binary_operators_of_python_classes_are_inlined():
     on, `+=` tries __iadd__), and operands no method accepts raise eager's TypeError."""
     backend = CountingBackend()
     compiled = framejit.compile(_vector_math, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for n, k in ((3, 2), (4, 2), (4, 3)):
         x = torch.randn(n)
         assert_same(compiled(x, k), _vector_math(x, k))
@@ -349,7 +345,7 @@ def test_binary_operators_of_python_classes_are_inlined():
         got, expected = counted(x, left, right), _counter_sums(x, left, right)
         assert_same(got[0], expected[0])
         assert got[1:] == expected[1:] and all(type(c) is collections.Counter for c in got[1:])
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_vector_math, torch.randn(3), 2) == 0
     assert _explain_breaks(_counter_sums, torch.randn(3), "ab", "b") == 0
     plain = framejit.compile(lambda x: (_Plain() + _Plain(), x))
@@ -396,11 +392,11 @@ def test_comparisons_and_unary_operators_of_python_classes_are_inlined():
     with __neg__ were graph breaks ("comparison lt of New(V) and New(V)", "neg of New(V)")."""
     backend = CountingBackend()
     compiled = framejit.compile(_comparisons, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for i, j in ((1, 2), (2, 2), (3, 1)):
         x = torch.randn(3)
         assert_same(compiled(x, i, j), _comparisons(x, i, j))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_comparisons, torch.randn(3), 1, 2) == 0
     ordered = framejit.compile(lambda x: (x, _Key(1) <= _Key(2)))  # no __le__, object's answers NotImplemented
     with pytest.raises(TypeError, match="not supported between instances"):
@@ -423,11 +419,11 @@ def test_counter_elements_starmap_and_repeat_are_captured():
     starmap", "iteration over a chain")."""
     backend = CountingBackend()
     compiled = framejit.compile(_elements, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for tokens, weights in ((["a", "b", "a"], [1.0, 2.0, 3.0]), (["c", "c", "d", "e"], [0.5, 1.5, 2.5])):
         x = torch.randn(2)
         assert_same(compiled(x, list(tokens), list(weights)), _elements(x, list(tokens), list(weights)))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_elements, torch.randn(2), ["a", "b", "a"], [1.0, 2.0, 3.0]) == 0
 
 
@@ -455,11 +451,11 @@ def test_sorted_max_and_min_of_objects_compare_as_eager():
     `<` is the traced comparison, so the comparisons happen in eager's order (the log) and give its result."""
     backend = CountingBackend()
     compiled = framejit.compile(_ordering, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for ks in ([3, 1, 2, 5, 4], [2, 2, 7, 0]):
         x = torch.randn(2)
         assert_same(compiled(x, list(ks)), _ordering(x, list(ks)))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_ordering, torch.randn(2), [3, 1, 2]) == 0
     mixed = framejit.compile(lambda x: (x, sorted([_Key(1), 2])))
     with pytest.raises(TypeError):
@@ -477,13 +473,13 @@ def test_a_getter_crossing_a_break_does_not_recompile_per_call(capsys):
     identity: every call recompiled, until the recompile limit ran the resume function eagerly."""
     backend = CountingBackend()
     compiled = framejit.compile(_getter_across_a_break, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for _ in range(10):
         x = torch.randn(3)
         got, expected = compiled(x, [("a", 1), ("b", 2)]), _getter_across_a_break(x, [("a", 1), ("b", 2)])
         assert_same(got[0], expected[0])
         assert type(got[1]) is operator.itemgetter and got[1](("p", "q")) == "q"
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert backend.graph_count == 1  # the code after the print, once (nothing before it is a tensor op)
     capsys.readouterr()
 
@@ -503,13 +499,13 @@ def test_list_sort_of_objects_compares_as_eager():
     items", "list.sort() with keys that are not constants")."""
     backend = CountingBackend()
     compiled = framejit.compile(_sort_in_place, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for ks in ([3, 1, 2], [5, 4, 4, 1]):
         x = torch.randn(2)
         mine, theirs = [_Point(k % 2, k) for k in ks], [_Point(k % 2, k) for k in ks]
         assert_same(compiled(x, list(ks), mine), _sort_in_place(x, list(ks), theirs))
         assert mine == theirs
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_sort_in_place, torch.randn(2), [3, 1, 2], [_Point(1, 1), _Point(0, 2)]) == 0
 
 
@@ -526,11 +522,11 @@ def test_abs_of_a_python_class_is_inlined():
     fn = lambda x, k: x * abs(_Signed(k)).v  # noqa: E731
     backend = CountingBackend()
     compiled = framejit.compile(fn, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for k in (-2, 3):
         x = torch.randn(2)
         assert_same(compiled(x, k), fn(x, k))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(fn, torch.randn(2), -2) == 0
     with pytest.raises(TypeError, match=r"bad operand type for abs\(\)"):
         framejit.compile(lambda x: (x, abs(_Plain())))(torch.randn(2))
@@ -544,9 +540,9 @@ def _counter_relations(x, a, b):
 def test_counter_comparisons_are_inlined():
     """Counter's ==, !=, <, <= are Python methods of a dict subclass: they were graph breaks."""
     compiled = framejit.compile(_counter_relations, backend=CountingBackend())
-    before = _eager_frames()
+    before = eager_frames()
     for a, b in (("aab", "aba"), ("ab", "b"), ("a", "aa")):
         x = torch.randn(2)
         assert_same(compiled(x, a, b), _counter_relations(x, a, b))
-    assert _eager_frames() == before
+    assert eager_frames() == before
     assert _explain_breaks(_counter_relations, torch.randn(2), "aab", "aba") == 0

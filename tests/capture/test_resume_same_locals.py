@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend
+from tests.helpers import CountingBackend, eager_frames
 
 
 @pytest.fixture(autouse=True)
@@ -22,10 +22,6 @@ def _fresh():
     framejit.reset()
     yield
     framejit.reset()
-
-
-def _eager_frames() -> int:
-    return int(framejit.stats()["eager_frames"])
 
 
 def _outcome(fn, args):
@@ -42,7 +38,7 @@ def _check(fn, make_args, calls=3):
     """Eager vs compiled on each call's fresh inputs; returns (graphs, frames run eagerly by framejit)."""
     backend = CountingBackend()
     compiled = framejit.compile(fn, backend=backend)
-    before = _eager_frames()
+    before = eager_frames()
     for seed in range(calls):
         torch.manual_seed(seed)
         expected = _outcome(fn, make_args(seed))
@@ -53,7 +49,7 @@ def _check(fn, make_args, calls=3):
         else:
             torch.testing.assert_close(got[0], expected[0])
         assert got[1] == expected[1]
-    return backend.graph_count, _eager_frames() - before
+    return backend.graph_count, eager_frames() - before
 
 
 def _sizes(t):

@@ -2,11 +2,7 @@
 import torch
 
 import framejit
-from tests.helpers import run_differential
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import run_differential, eager_frames
 
 
 def _two_sides_of_a_print(x, xs):
@@ -42,7 +38,7 @@ def _handed_back(x, it):
 
 def test_reversed_iterator_crossing_a_break_is_captured():
     """Both sides of the break are graphs; the resume function no longer runs eagerly."""
-    before = _eager_frames()
+    before = eager_frames()
     backend = run_differential(_two_sides_of_a_print, lambda seed: (torch.randn(3), [1.0, 2.0, 3.0 + seed]),
                                seeds=(0, 1), fullgraph=False)
     assert backend.graph_count >= 1
@@ -50,13 +46,13 @@ def test_reversed_iterator_crossing_a_break_is_captured():
                      seeds=(0, 1), fullgraph=False)
     run_differential(_mutates_after_the_break, lambda seed: (torch.randn(2), [1.0, 2.0, 4.0 + seed], []),
                      seeds=(0, 1), fullgraph=False)
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 def test_reversed_iterator_argument_is_advanced_as_in_eager():
     """An iterator passed in and returned: the caller sees it advanced by the compiled frame, exhausted
     or not, exactly as eager leaves it; no frame runs eagerly (the resume function did before)."""
-    before = _eager_frames()
+    before = eager_frames()
     compiled = framejit.compile(_handed_back)
     for n in (3, 2, 5):
         xs = [float(i + 1) for i in range(n)]
@@ -65,4 +61,4 @@ def test_reversed_iterator_argument_is_advanced_as_in_eager():
         actual, compiled_it = compiled(x, reversed(list(xs)))
         torch.testing.assert_close(actual, expected)
         assert list(compiled_it) == list(eager_it)
-    assert _eager_frames() == before
+    assert eager_frames() == before

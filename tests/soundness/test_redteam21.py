@@ -7,10 +7,7 @@ import pytest
 import torch
 
 import framejit
-
-
-def _eager_frames() -> int:
-    return framejit.stats()["eager_frames"]
+from tests.helpers import eager_frames
 
 
 _HOST_DEVICE_PROGRAMS = {
@@ -31,11 +28,11 @@ def test_a_tensor_made_on_an_indexed_host_device_reports_no_index(name):
     # `.device.index` 0, get_device() 0, a dict keyed by x.device missed.
     f = _HOST_DEVICE_PROGRAMS[name]
     cf = framejit.compile(f, backend="eager")
-    before = _eager_frames()
+    before = eager_frames()
     for d in ("cpu:0", "cpu", torch.device("cpu", 0), "cpu:0"):
         x = torch.ones(1)
         assert cf(x, d) == f(x, d)
-    assert _eager_frames() == before
+    assert eager_frames() == before
 
 
 _OTHER_DEVICE_PROGRAMS = {

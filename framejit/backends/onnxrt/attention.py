@@ -416,28 +416,9 @@ def emit(graph, node: torch.fx.Node, match: Match, values: dict) -> None:
     """Append the com.microsoft MultiHeadAttention (Attention when q, k and v are projections, NOTE [Projections
     inside the attention op]) standing for `match` to the onnx_ir `graph`; its result
     (reshaped to `node`'s shape) becomes `values[node.name]`."""
-    import numpy as np
-    import onnx_ir as ir
     from torch.onnx._internal.exporter import _core
 
-    count = [0]
-
-    def add(op_type, inputs, domain="", **attributes):  # attributes: list -> INTS, int -> INT, float -> FLOAT
-        onnx_node = ir.Node(domain, op_type, inputs, attributes=[
-            ir.AttrInt64s(k, v) if isinstance(v, list) else ir.AttrInt64(k, v) if isinstance(v, int)
-            else ir.AttrFloat32(k, v) for k, v in attributes.items()],
-            name=f"node_{node.name}__{count[0]}")
-        count[0] += 1
-        graph.append(onnx_node)
-        return onnx_node.outputs[0]
-
-    def const(numbers, dtype=np.int64):
-        onnx_node = ir.Node("", "Constant", [], attributes=[
-            ir.AttrTensor("value", ir.tensor(np.array(numbers, dtype=dtype)))],
-            name=f"node_{node.name}__{count[0]}")
-        count[0] += 1
-        graph.append(onnx_node)
-        return onnx_node.outputs[0]
+    add, const = _node_builders(graph, node)
 
     def operand(op: Operand, seq: int):
         value = add("Reshape", [values[op.base.name], const([match.batch, seq, op.width])])
@@ -478,6 +459,33 @@ def emit(graph, node: torch.fx.Node, match: Match, values: dict) -> None:
     _core._set_shape_type(out, node.meta["val"], complex_to_float=True)
     out.name = node.name
     values[node.name] = out
+
+
+def _node_builders(graph, node: torch.fx.Node):
+    """(add, const): append an ONNX node (attributes: list -> INTS, int -> INT, float -> FLOAT) or an int64
+    Constant to `graph`, named after `node`, and return its first output."""
+    import numpy as np
+    import onnx_ir as ir
+
+    count = [0]
+
+    def append(onnx_node):
+        count[0] += 1
+        graph.append(onnx_node)
+        return onnx_node.outputs[0]
+
+    def add(op_type, inputs, domain="", **attributes):
+        return append(ir.Node(domain, op_type, inputs, attributes=[
+            ir.AttrInt64s(k, v) if isinstance(v, list) else ir.AttrInt64(k, v) if isinstance(v, int)
+            else ir.AttrFloat32(k, v) for k, v in attributes.items()],
+            name=f"node_{node.name}__{count[0]}"))
+
+    def const(numbers, dtype=np.int64):
+        return append(ir.Node("", "Constant", [], attributes=[
+            ir.AttrTensor("value", ir.tensor(np.array(numbers, dtype=dtype)))],
+            name=f"node_{node.name}__{count[0]}"))
+
+    return add, const
 
 
 def _projected_inputs(match: Match, values: dict, add, const) -> list:
