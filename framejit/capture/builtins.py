@@ -519,7 +519,7 @@ def _setattr(tx, args, kwargs):
 def _super(tx, args, kwargs):
     if len(args) == 2:
         from .attributes import SuperValue
-        return SuperValue(args[0].as_constant(), args[1])
+        return SuperValue(_super_checked(args[0].as_constant(), args[1]), args[1])
     from .resume import origin
     if args or "__class__" not in tx.cells or not origin(tx.code, 0)[0].co_argcount:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "super() outside a method")
@@ -528,7 +528,31 @@ def _super(tx, args, kwargs):
     first = tx.code.co_varnames[0]
     if first not in tx.locals and first not in tx.cells:  # `del self` before super(), as 3.11's super() says
         raise UserException(RuntimeError("super(): arg[0] deleted"))
-    return SuperValue(tx.load_cell("__class__").as_constant(), tx.load_local(first))
+    obj = tx.load_local(first)
+    return SuperValue(_super_checked(tx.load_cell("__class__").as_constant(), obj), obj)
+
+
+# NOTE [super() checks its arguments]: CPython's super(type, obj) raises TypeError when obj is neither an instance
+# nor a subclass of type (a reassigned `self`, `super(K, 5)`); traced without the check, the error surfaced later,
+# outside the handler the trace had modelled, so `try: super().f(x) except TypeError:` raised (review revH H3).
+# The check reads the types the trace already guards (an object's type, a class value, a constant's value).
+def _super_checked(cls, obj: Value):
+    if not isinstance(cls, type):
+        raise UserException(TypeError(f"super() argument 1 must be a type, not {type(cls).__name__}"))
+    from .values import ClassValue
+    if isinstance(obj, ClassValue) and isinstance(obj.obj, type) and issubclass(obj.obj, cls):
+        return cls
+    if isinstance(obj, ConstantValue) and isinstance(obj.value, type) and issubclass(obj.value, cls):
+        return cls
+    try:
+        kind = obj.python_type()
+    except Unsupported:
+        return cls  # not known here: the check is left to the call, as before
+    if any("__class__" in vars(k) for k in getattr(kind, "__mro__", (object,))[:-1]):
+        return cls  # CPython's super also accepts an instance whose __class__ is a subclass: not checked here
+    if isinstance(kind, type) and not issubclass(kind, cls) and not isinstance(obj, ClassValue):
+        raise UserException(TypeError("super(type, obj): obj must be an instance or subtype of type"))
+    return cls
 
 
 @handles(object.__init__)
