@@ -427,7 +427,7 @@ class OutputGraph:
             if _refuses_sym_sizes(e) and _is_none(kwargs.get("generator")):  # NOTE [Symbolic sizes an op refuses]
                 return self.call(kind, target, args, {k: v for k, v in kwargs.items() if k != "generator"})
             args, result = self._after_failed_fake_call(e, kind, target, args, kwargs, fake_args, fake_kwargs)
-        if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
+        if any(isinstance(v, (SymFloatValue, SymNodeValue)) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
             _forget_constants(result)  # NOTE [Dynamic floats fold into no constant]
         check_arithmetic(kind, target, args, kwargs)  # NOTE [Arithmetic checks of eager kernels]
         self._check_input_mutation(target, fakes)
@@ -749,9 +749,13 @@ class OutputGraph:
 # tensors as its example value, a plain Python float, so FakeTensorMode's constant propagation made
 # `torch.tensor(10) * r` a fake carrying the data 10 * r-of-the-trace: int()/bool()/a slice bound read it as known
 # data with no guard on r, and every later value of r got the trace's answer (review revH H8 / revI I3:
-# `x[:int(torch.tensor(x.shape[0]) * r)]` kept 7 rows for every r after r = 0.75 made it dynamic). A tensor
-# computed from a dynamic float carries no known data: a Python read of it is the data-dependent break it is
-# for any graph value.
+# `x[:int(torch.tensor(x.shape[0]) * r)]` kept 7 rows for every r after r = 0.75 made it dynamic). Symbolic
+# sizes and ints (SymNodeValue: a SymInt, a SymFloat such as `x.shape[0] / 3`, a SymBool such as `n % 2 == 1`)
+# fold the same way: the fake run took a SymFloat as NaN and a SymBool as True (review revI I6/I7:
+# float(torch.tensor(2.0) * (x.shape[0] / 3)) was NaN, torch.tensor(2) * (x.shape[0] % 2 == 1) padded even
+# sizes). A tensor computed from a dynamic float or a symbolic value carries no known data: a Python read of it
+# is the data-dependent break it is for any graph value (NOTE [Ints of tensors computed from sizes] may still
+# derive it from the sizes).
 def _forget_constants(result: Any) -> None:
     for leaf in tree_leaves(result):
         if isinstance(leaf, torch.Tensor) and getattr(leaf, "constant", None) is not None:
