@@ -43,3 +43,27 @@ def test_tensor_arithmetic_with_a_dynamic_float_stays_one_graph():
         x = torch.randn(4)
         assert torch.equal(compiled(x, r), (x * torch.tensor(2.0)) * r + r)
     assert backend.graph_count == 1
+
+
+def third_of_rows(x):
+    return x * float(torch.tensor(2.0) * (x.shape[0] / 3))
+
+
+def pad_odd_rows(x):
+    pad = torch.tensor(2) * (x.shape[0] % 2 == 1)
+    return torch.nn.functional.pad(x, (0, 0, 0, int(pad)))
+
+
+def gate_by_rows(x):
+    return x * int(torch.tensor(3) * (x.shape[0] > 4))
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("fn", [third_of_rows, pad_odd_rows, gate_by_rows], ids=lambda f: f.__name__)
+def test_python_reads_of_tensors_made_from_symbolic_sizes_follow_each_size(fn, dynamic):
+    # review revI I6/I7: a SymFloat was folded as NaN, a SymBool as True
+    compiled = framejit.compile(fn, backend="eager", dynamic=dynamic)
+    for rows in (3, 4, 5, 6, 9, 2):
+        x = torch.ones(rows, 2)
+        want, got = fn(x), compiled(x)
+        assert got.shape == want.shape and torch.equal(got, want), rows
