@@ -204,7 +204,8 @@ def stats() -> dict[str, Any]:
     graphs, compile_time_s, cache "hit"/"miss"); `eager_frames` counts the frames framejit decided to run
     wholly eagerly and `eager_frame_reasons` lists them ({function, location, reason}; NOTE [Eager frames]);
     `graphs_own_code` counts graphs a training backend compiled that run as their own code instead, because the
-    program observes their results' autograd state (NOTE [Autograd state observed after a break])."""
+    program may observe their results' autograd state (a graph ending at a break that passes on a tensor that
+    requires grad, a hook on a result: NOTE [Autograd state observed after a break])."""
     return capture.stats()
 
 

@@ -357,7 +357,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         return None
     output = _retrace_output(first)
     from .tensor_hooks import mark_result_node_reads  # NOTE [Autograd nodes of a graph's results]
-    mark_result_node_reads(exc, output, fn, site.inst.index)  # NOTE [Autograd state observed after a break]
+    mark_result_node_reads(exc, output)
     tx = _root_translator(fn, args, kwargs, output)
     tx.stop_at = site.inst.index
     try:
@@ -416,6 +416,8 @@ def _compile_before_break(fn, gen, output, request) -> tuple:
     outputs = break_sites.live_tensors(gen.values())
     if not outputs and not output.op_count:
         return None, {}, []
+    from .tensor_hooks import mark_results_across_break  # NOTE [Autograd state observed after a break]
+    mark_results_across_break(output, outputs)
     output.output(outputs)
     gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]

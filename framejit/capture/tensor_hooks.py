@@ -29,8 +29,8 @@ Python code sees the graph's output y. From a backend's joint that is the node o
 the graph's inputs (eager: of the op's inputs; a hook returning one value where the op has two raised in eager
 and passed compiled), `register_prehook` saw every output's gradient. So a graph one of whose results has its
 `grad_fn` read at the break runs as its own code too (`grad_fn_break`); reads later in the frame (and hooks,
-retain_grad, autograd.grad on its results there): NOTE [Autograd state observed after a break] in
-autograd_reads.py. Reads of `grad_fn` of a tensor that an earlier frame's graph returned (a compiled callee's
+retain_grad, autograd.grad on its results there): NOTE [Autograd state observed after a break]
+(`mark_results_across_break`). Reads of `grad_fn` of a tensor that an earlier frame's graph returned (a compiled callee's
 result) see that graph's node, as with stock torch.compile.
 
 NOTE [Retained gradients of inputs written in place]: `y.retain_grad()` is a graph break; when a later graph
@@ -80,19 +80,38 @@ def grad_fn_break(tensor: TensorValue, output=None) -> Unsupported:
     return e
 
 
-def mark_result_node_reads(exc, output, fn=None, index: int | None = None) -> None:
+def mark_result_node_reads(exc, output) -> None:
     """The graph traced up to the break at `exc` runs as its own code when the break reads a result's
-    `grad_fn` (convert._break_entry, on the trace made again up to the break); and, where the graph records
-    autograd, when the code of `fn` from the break's instruction `index` on may observe its results' autograd
-    state (NOTE [Autograd state observed after a break], decided in `own_code_reason`)."""
+    `grad_fn` (convert._break_entry, on the trace made again up to the break)."""
     if getattr(exc, "reads_result_node", False):
         output.__dict__.setdefault("hooked_outputs", "Tensor.grad_fn of one of its results is read after it")
         output.__dict__["process_local"] = "the graph's results have their autograd nodes read"
-    if fn is not None and index is not None:
-        from .autograd_reads import observes_autograd_after
-        reason = observes_autograd_after(fn, index)
-        if reason:
-            output.__dict__["observed_after_break"] = reason
+
+
+def mark_results_across_break(output, live: list) -> None:
+    """NOTE [Autograd state observed after a break]: a backend's joint (onnxrt, triton: AOT autograd, one
+    autograd.Function per graph) hands the Python code after a break new output tensors: their `grad_fn` is the
+    node of the whole graph, and the graph's own uses of an intermediate do not flow through the output tensor.
+    Code after the break that looks at the autograd graph of a result sees what eager never shows:
+    `y.grad_fn.register_hook(h)` saw other gradients (review revG G4), `type(y.grad_fn).__name__` named the
+    joint (revE E7), `y.register_hook(h)`, `y.retain_grad()`, `torch.autograd.grad(loss, y)`,
+    `backward(inputs=[y])` missed the gradient of y's uses before the break; an input the graph wrote in place
+    got the joint's write-back as its node (G7). None of it can be repaired once the joint ran, and what the code
+    after the break does cannot be known from its instructions: a submodule's forward, a helper in another
+    module, a functools.partial, a bound method taken before the break or torch.autograd under another name
+    (review revI I2/I4) defeated a scan of that code (025dbb8). So a graph that ends at a break and passes on
+    a tensor that requires grad (a result live at the break, or an input it wrote in place) runs as its own
+    code (its autograd records eager's nodes) where it records autograd (`own_code_reason`): logged under
+    `eager_fallback`, counted in `framejit.stats()["graphs_own_code"]`, the entry not persisted. The graph the
+    frame returns from is not concerned: its results go to the caller, which sees the joint's node as with stock
+    torch.compile. Cost: a training frame with a break runs its graphs before the break as eager autograd on
+    the training backends (the graph after the last break keeps the joint)."""
+    passed = [v for v in live if v.source is None and v.fake.requires_grad]
+    written = [e for e in output.mutated_entries if getattr(getattr(e, "value", None), "fake", None) is not None
+               and e.value.fake.grad_fn is not None]  # a write autograd recorded (not an optimizer step)
+    if passed or written:
+        output.__dict__["observed_after_break"] = "a tensor that requires grad lives across its break " \
+            "(the code after it may observe its autograd node)"
 
 
 def own_code_reason(output, gm, example_inputs: list) -> str | None:

@@ -263,14 +263,17 @@ def test_forward_split_by_a_graph_break_trains(backend, capsys):
 
         def forward(self, x):
             h = torch.tanh(self.a(x))
-            print("between graphs")  # a graph break: each half is its own joint graph
+            print("between graphs")  # a graph break
             return self.b(h).square()
 
     torch.manual_seed(0)
     batches = [((torch.randn(3, 4, generator=torch.Generator().manual_seed(s)),), {}) for s in range(STEPS)]
+    own_code = framejit.stats()["graphs_own_code"]
     recording = compare_training(TwoGraphs(), batches, backend)
-    assert len(recording.joints()) == 2
-    assert all(graph.stats["backward"] == STEPS for graph in recording.joints())
+    # the graph before the break passes h (requires grad) on to the code after it, so it runs as its own code
+    # (NOTE [Autograd state observed after a break], tensor_hooks.py); the graph after it is the backend's joint
+    assert framejit.stats()["graphs_own_code"] > own_code
+    assert [g.stats["backward"] for g in recording.joints() if g.stats["backward"]] == [STEPS]
     assert capsys.readouterr().out.count("between graphs") == 2 * STEPS
 
 

@@ -1,6 +1,6 @@
 """Autograd state of a graph's results observed after a graph break, and hooks on inputs a graph writes in place
-(issue 14; NOTE [Autograd state observed after a break] in capture/autograd_reads.py, NOTE [Hooks on inputs
-written in place] in capture/tensor_hooks.py; review revG G4/G7, revE E7).
+(issue 14; NOTE [Autograd state observed after a break] and NOTE [Hooks on inputs written in place] in
+capture/tensor_hooks.py; review revG G4/G7, revE E7, revI I2/I4).
 
 A training backend's joint (onnxrt, triton) hands the code after a break new tensors whose node is the whole
 graph's and whose gradient misses the graph's own uses: node hooks saw other gradients, tensor hooks,
@@ -12,8 +12,12 @@ prints keeps the backend's joint.
 """
 from __future__ import annotations
 
+import functools
+import types
+
 import pytest
 import torch
+from torch import autograd as A
 
 import framejit
 from framejit.backends import joint
@@ -89,7 +93,78 @@ def node_type_of_written_input(y, w):
     return y.sin().sum() + len(type(y.grad_fn).__name__)
 
 
-PROGRAMS = [node_hook_after_print, node_prehook_two_results, node_type_after_disabled_call, node_type_in_helper,
+class _Inner(torch.nn.Module):  # revI I2 (a): the hook is registered after a break in a submodule's forward
+    def forward(self, y):
+        print("b")
+        y.register_hook(lambda g: _note(g) * 2)
+        return y * 3
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _Inner()
+
+    def forward(self, x, w):
+        y = x.exp()
+        a = (y * y).sum()  # y used inside the graph before the break
+        return self.inner(y).sum() + a
+
+
+OUTER = _Outer()
+
+
+def hook_in_submodule(x, w):
+    return OUTER(x, w)
+
+
+def _register(t, k):
+    t.register_hook(lambda g: _note(g) * k)
+
+
+REGISTER = functools.partial(_register, k=3)
+
+
+def hook_by_partial(x, w):  # revI I2 (b)
+    y = x.exp()
+    a = (y * y).sum()
+    print("b")
+    REGISTER(y)
+    return y.sum() + a
+
+
+H = types.ModuleType("observed_helpers")  # a helper in another module, called as its attribute
+exec("def watch(t, note):\n    t.register_hook(lambda g: note(g) * 2)\n", H.__dict__)
+
+
+def hook_by_module_helper(x, w):  # revI I2 (c)
+    y = x.exp()
+    a = (y * y).sum()
+    print("b")
+    H.watch(y, _note)
+    return y.sum() + a
+
+
+def hook_method_taken_before_break(x, w):  # revI I4 d2
+    y = x.exp()
+    a = (y * y).sum()
+    reg = y.register_hook
+    print("b")
+    reg(lambda g: _note(g) * 2)
+    return a + y.sum()
+
+
+def autograd_grad_under_another_name(x, w):  # revI I4 d5
+    y = x.exp()
+    a = (y * y).sum()
+    print("b")
+    gy, = A.grad(a + y.sum(), y, retain_graph=True)
+    _note(gy)
+    return gy.sum() + a
+
+
+PROGRAMS = [hook_in_submodule, hook_by_partial, hook_by_module_helper, hook_method_taken_before_break,
+            autograd_grad_under_another_name, node_hook_after_print, node_prehook_two_results, node_type_after_disabled_call, node_type_in_helper,
             tensor_hook_after_print, autograd_grad_of_result, hook_on_written_input, node_type_of_written_input]
 WRITES_INPUT = (hook_on_written_input, node_type_of_written_input)
 
@@ -129,7 +204,10 @@ def test_observed_autograd_state_as_in_eager(fn, backend, capsys):
         assert framejit.stats().get("graphs_own_code", 0) > own_code
 
 
-def test_a_frame_that_only_prints_keeps_the_backend():
+def test_a_frame_that_only_prints_runs_the_graph_before_its_break_as_its_own_code():
+    """The rule is sound whatever the code after the break does, so a frame that only prints there also runs the
+    graph before its break as its own code (its result y requires grad and lives across the break); the graph
+    after the break, whose results go to the caller, keeps the backend's joint."""
     def step(x, w):
         y = (x * w).exp()
         print("b")
@@ -143,5 +221,22 @@ def test_a_frame_that_only_prints_keeps_the_backend():
         step(x, w).backward()
         compiled(xc, w).backward()
         torch.testing.assert_close(xc.grad, x.grad)
+    assert framejit.stats().get("graphs_own_code", 0) > own_code
+    assert joint.STATS["traced"] + joint.STATS["loaded"] > joints  # the graph after the break is the backend's
+
+
+def test_a_graph_passing_on_no_tensor_that_requires_grad_keeps_the_backend():
+    def step(x, w):
+        n = float((x * w).sum().detach())
+        print("b")
+        return (x * n).sum()
+
+    compiled = framejit.compile(step, backend="onnxrt")
+    own_code = framejit.stats().get("graphs_own_code", 0)
+    for rows in (3, 5):
+        x, w = torch.randn(rows, 4, requires_grad=True), torch.randn(rows, 4)
+        xc = x.detach().clone().requires_grad_()
+        step(x, w).backward()
+        compiled(xc, w).backward()
+        torch.testing.assert_close(xc.grad, x.grad)
     assert framejit.stats().get("graphs_own_code", 0) == own_code
-    assert joint.STATS["traced"] + joint.STATS["loaded"] > joints  # the backward is the backend's
