@@ -106,7 +106,7 @@ def mark_results_across_break(output, live: list) -> None:
     frame returns from is not concerned: its results go to the caller, which sees the joint's node as with stock
     torch.compile. Cost: a training frame with a break runs its graphs before the break as eager autograd on
     the training backends (the graph after the last break keeps the joint)."""
-    passed = [v for v in live if v.source is None and v.fake.requires_grad]
+    passed = [v for v in live if isinstance(v, TensorValue) and v.source is None and v.fake.requires_grad]
     written = [e for e in output.mutated_entries if getattr(getattr(e, "value", None), "fake", None) is not None
                and e.value.fake.grad_fn is not None]  # a write autograd recorded (not an optimizer step)
     if passed or written:
