@@ -427,8 +427,9 @@ class OutputGraph:
             if _refuses_sym_sizes(e) and _is_none(kwargs.get("generator")):  # NOTE [Symbolic sizes an op refuses]
                 return self.call(kind, target, args, {k: v for k, v in kwargs.items() if k != "generator"})
             args, result = self._after_failed_fake_call(e, kind, target, args, kwargs, fake_args, fake_kwargs)
-        if any(isinstance(v, (SymFloatValue, SymNodeValue)) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
-            _forget_constants(result)  # NOTE [Dynamic floats fold into no constant]
+        if _has_symbolic((args, kwargs)):
+            written = [t for t, v in zip(fakes, versions) if _version(t) != v]
+            _forget_constants(result, written)  # NOTE [Dynamic floats fold into no constant]
         check_arithmetic(kind, target, args, kwargs)  # NOTE [Arithmetic checks of eager kernels]
         self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
@@ -762,7 +763,21 @@ class OutputGraph:
 # sizes). A tensor computed from a dynamic float or a symbolic value carries no known data: a Python read of it
 # is the data-dependent break it is for any graph value (NOTE [Ints of tensors computed from sizes] may still
 # derive it from the sizes).
-def _forget_constants(result: Any) -> None:
-    for leaf in tree_leaves(result):
-        if isinstance(leaf, torch.Tensor) and getattr(leaf, "constant", None) is not None:
-            leaf.constant = None
+# The float may sit in a list or tuple (`torch.tensor((r,))`, `x.new_tensor([r])`), and an op written in place
+# (`t.view(1).mul_(r)`) changes the tensor arguments it writes and the bases they view, whose data
+# FakeTensorMode keeps (review revH H9): those forget their data too.
+def _has_symbolic(tree: Any) -> bool:
+    for v in tree_leaves(tree, is_leaf=_is_value):
+        if isinstance(v, (SymFloatValue, SymNodeValue)):
+            return True
+        if isinstance(v, SequenceValue) and _has_symbolic(list(v.items)):
+            return True
+    return False
+
+
+def _forget_constants(result: Any, operands: list) -> None:
+    for leaf in [*tree_leaves(result), *operands]:
+        while isinstance(leaf, torch.Tensor):
+            if getattr(leaf, "constant", None) is not None:
+                leaf.constant = None
+            leaf = leaf._base

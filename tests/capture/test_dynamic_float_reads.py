@@ -67,3 +67,27 @@ def test_python_reads_of_tensors_made_from_symbolic_sizes_follow_each_size(fn, d
         x = torch.ones(rows, 2)
         want, got = fn(x), compiled(x)
         assert got.shape == want.shape and torch.equal(got, want), rows
+
+
+def float_in_a_list(x, r):
+    return x[: int(x.new_tensor([r])[0] * 10)]
+
+
+def float_in_a_tuple(x, r):
+    return x * int(torch.tensor((r,)) * 10)
+
+
+def written_through_a_view(x, r):
+    t = torch.tensor(10.0)
+    t.view(1).mul_(r)
+    return x * int(t)
+
+
+@pytest.mark.parametrize("fn", [float_in_a_list, float_in_a_tuple, written_through_a_view], ids=lambda f: f.__name__)
+def test_dynamic_floats_in_containers_and_written_views_follow_each_call(fn):
+    # review revH H9: the check stopped at the list/tuple; the base of a written view kept the trace's data
+    compiled = framejit.compile(fn, backend="eager")
+    for r in (0.25, 0.75, 0.5, 0.9):
+        x = torch.arange(10.0)
+        want, got = fn(x, r), compiled(x, r)
+        assert got.shape == want.shape and torch.equal(got, want), r
