@@ -483,8 +483,6 @@ class OutputGraph:
         if self.__dict__.get("speculated_checks"):
             from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
             check_after_speculation(self, kind, target, args, kwargs)
-        from .handler_reruns import check_call as check_handler_call  # NOTE [Failing graphs inside handlers]
-        check_handler_call(self, kind, target, args, kwargs)
         if target is _BUFFER and target is not None:  # NOTE [Tensors marked as buffers or parameters]
             # (builtins.py): nn.Buffer(t) marks a plain Tensor with Python attributes (`_is_buffer`,
             # `persistent`) that its traced value lacked: made by Python at a break
@@ -557,8 +555,6 @@ class OutputGraph:
 
     def record_effect(self, target: Any, args: tuple) -> torch.fx.Node:
         """A node kept for its effect on global state (grad mode, autocast); returns the node."""
-        from .handler_reruns import check_effect  # NOTE [Failing graphs inside handlers]
-        check_effect(self, target)
         node = self.graph.call_function(target, args)
         node.meta["effect"] = True
         node.meta["stack_trace"] = self.stack_trace()
@@ -640,8 +636,6 @@ class OutputGraph:
                 if self.__dict__.get("speculated_checks"):  # NOTE [Speculated checks]: a rerun must be exact
                     raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes an input "
                                       "after a speculated check")
-                from .handler_reruns import check_input_write  # NOTE [Failing graphs inside handlers]
-                check_input_write(self, target)
                 self.mutated_inputs = True
                 if entry not in self.mutated_entries:
                     self.mutated_entries.append(entry)
