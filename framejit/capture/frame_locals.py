@@ -189,6 +189,8 @@ def caller_namespace_break(tx: Any, fn: Any, args: list, kwargs: dict) -> Unsupp
     root = tx
     while root.parent is not None:
         root = root.parent
+    if root is tx and _names_reader(tx.code, name):
+        return None  # named in the frame's own code: decided by reads_own_locals (convert.py) as before
     e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name}() reads the calling frame's locals: "
                     + ("runs eagerly" if root is tx else "its call runs in Python"))
     if root is tx:
@@ -196,6 +198,13 @@ def caller_namespace_break(tx: Any, fn: Any, args: list, kwargs: dict) -> Unsupp
     else:
         e.frame_reader_index = root.current.index if root.current is not None else -1
     return e
+
+
+def _names_reader(code: types.CodeType, name: str) -> bool:
+    """Whether `code` loads the builtin `name` by its global name (what reads_own_locals looks at)."""
+    from .normalize import normalize
+    return name in code.co_names and any(inst.name in ("LOAD_GLOBAL", "LOAD_NAME") and _loaded_name(inst.arg) == name
+                                         for inst in normalize(code).insts)
 
 
 def reader_break_ok(code: types.CodeType, exc: Any, inst: Any, in_handler: bool,
