@@ -114,13 +114,15 @@ def mark_results_across_break(output, live: list) -> None:
             "(the code after it may observe its autograd node)"
 
 
-def own_code_reason(output, gm, example_inputs: list) -> str | None:
-    """Why the graph must run as its own code rather than the backend's (convert._backend_compile), or None."""
+def own_code_reason(output, gm, example_inputs: list, compiled_is_own: bool = False) -> str | None:
+    """Why the graph must run as its own code rather than the backend's (convert._backend_compile), or None.
+    `compiled_is_own`: the backend returned the graph's own code (the eager backend), whose autograd is eager's:
+    a tensor passed across a break needs nothing then, and the entry persists as before."""
     if output.__dict__.get("hooked_outputs"):
         return output.__dict__["hooked_outputs"]
     reason = output.__dict__.get("observed_after_break")
     from .saved_hooks import records_autograd
-    if reason and records_autograd(gm, output.grad_enabled, example_inputs):
+    if reason and not compiled_is_own and records_autograd(gm, output.grad_enabled, example_inputs):
         output.__dict__["process_local"] = "the code after the graph observes its results' autograd state"
         return reason
     return None

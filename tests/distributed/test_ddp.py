@@ -279,8 +279,13 @@ def _check_rank(rank: int, results: dict, mode: str, backend_name: str, opt_name
     expected = (0, 0) if mode == "warm" else (GRAPHS, GRAPHS * parts)
     assert graphs == expected, (rank, mode, backend_name, cap_mb, graphs)
     assert traced in (None, 0 if mode == "warm" else GRAPHS), (rank, mode, traced)
-    if backend_name != "counting":  # every step's backward ran through the compiled joint graphs
+    if backend_name != "counting" and mode != "fsdp2":  # every step's backward ran through the compiled joints
         assert backwards == STEPS * parts, (rank, mode, backend_name, backwards)
+    if backend_name != "counting" and mode == "fsdp2":
+        # NOTE [Autograd state observed after a break] (capture/tensor_hooks.py): FSDP2's forward hooks break the
+        # frame and receive the forward's results, which require grad, so the graph before the break runs as
+        # its own code (eager autograd) and no compiled joint runs a backward; the parameters still match eager
+        assert backwards == 0, (rank, mode, backend_name, backwards)
     if mode == "fsdp2":
         return
     # the same bucket all-reduces per step as eager DDP, each launched from inside the backward
