@@ -500,9 +500,10 @@ def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, 
     guard_ddp(output, example_inputs)  # NOTE [Entries guarded on DDP]
     compiled = compile_in_buckets(gm, example_inputs, compile_part) or compile_part(gm, example_inputs)
     from .tensor_hooks import own_code_reason  # NOTE [Tensor hooks registered after the graph] (tensor_hooks.py)
-    reason = own_code_reason(output, gm, example_inputs, getattr(compiled, "__self__", None) is gm)
+    compiled_is_own = getattr(compiled, "__self__", None) is gm  # the eager backend
+    reason = own_code_reason(output, gm, example_inputs, compiled_is_own)
     if reason:
-        if getattr(compiled, "__self__", None) is not gm:
+        if not compiled_is_own:
             STATS["graphs_own_code"] += 1
             logs.log("eager_fallback", "%s: graph %d runs as its own code: %s", where, STATS["graphs"], reason)
         return eager_forward
