@@ -10,7 +10,7 @@ generated triton modules asserted.
   graph compiled per shape (NOTE [Degenerate sizes are not probed], triton/dynamic.py).
 - `F.pad(x, (0, y.size(-1) - x.size(-1)))`: the pad is a size relation that is positive at some probes and
   negative (a crop) at others; digits after a minus sign were not literals, so the wrappers differed and the
-  graph compiled per shape (NOTE [Literals that change sign], triton/dynamic.py).
+  graph compiled per shape (NOTE [Literals that change sign], triton/literal_fits.py).
 - conv2d with its weight an input under dynamic=True: 7 symbols (the limit was 6); the frontend bounds the
   kernel width to 2..3 (too few sizes to probe) and relates the kernel height to the image's (`kh <= h + 2`),
   which probes in every order broke (NOTE [Symbols with too few sizes to probe], triton/dynamic.py; NOTE

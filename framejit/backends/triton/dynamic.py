@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 
 import torch
 import torch.utils._pytree as pytree
@@ -45,6 +44,8 @@ from framejit.backends.layout import output_layouts, restore as restore_layouts
 from framejit.backends.state import switches_grad_on
 
 from . import codegen, probe_relations, size_exprs
+from .literal_fits import (NotGeneric, _SkeletonDiffers, _generic_source, _has_fraction,
+                           _same_skeleton, _split, _with_params)
 from .lowering import lower, to_aten
 from .runtime import load_module, needs_autograd, register_kernels, rerun_exactly, rerun_on_error, written_versions
 from .scheduler import FusedGroup, describe, schedule
@@ -89,7 +90,7 @@ def _probes(n: int, example: list[int], ranges: list | None = None, example_dege
 # depends on it being 1 (broadcasting, squeeze). So sizes where a size expression of the graph is 1 and it is
 # larger at the three probes of primes (or 0 where it is not 0 there) are not probed: the example's sizes give way to a fourth probe of
 # primes, and odd probes and disambiguating probes at such sizes are skipped; the module serves them. (Such
-# a probe's module can also have fewer literals: NOTE [Literal counts differ between probes].)
+# a probe's module can also have fewer literals: NOTE [Literal counts differ between probes] (literal_fits.py).)
 
 
 _MAX_SYMBOLS = 8  # 3**8 candidate monomials per literal
@@ -153,14 +154,6 @@ def _tensors(args, positions: frozenset) -> list:
     return [a for i, a in enumerate(args) if i not in positions]
 
 
-class NotGeneric(Exception):
-    """The graph cannot be served by one size-generic module (the reason is the message)."""
-
-
-class _SkeletonDiffers(NotGeneric):
-    """The kernels generated at the probes differ in structure (NOTE [Recombination off at probes])."""
-
-
 def _generate(gm, inputs: list, device: torch.device, opts: dict, configs: dict | None, ints: frozenset):
     """compile_graph's pipeline up to the module source (no loading); `configs` forces launch configs;
     the ints at positions `ints` are fixed into the graph (their values reach the source as literals)."""
@@ -181,20 +174,6 @@ def _generate(gm, inputs: list, device: torch.device, opts: dict, configs: dict 
     return source, kernels, sched, graph, extra, fallbacks, used
 
 
-# integer literals, and integer-valued float literals (`* 6.0` for `* s0`, `/ 12.0` for a mean): group 2
-# is ".0" for the floats; a minus sign written before the digits (`[0, -32]`, `(-5)`) belongs to the literal
-# (NOTE [Literals that change sign]); digits after an exponent are not literals of their own
-_INT = re.compile(r"(?<![\w.+\-])(-?\d+)(\.0)?(?![\w.])")
-_CONSTANT = re.compile(r"-?\d+")
-
-# NOTE [Literals that change sign]: a size the graph computes may be negative at some sizes and positive at
-# others, with the same meaning for both: F.pad(x, (0, y.size(-1) - x.size(-1))) pads x to y's width or crops
-# it (constant_pad_nd, an extern, takes either sign), and the probes of primes come in several orders, so the
-# pad is 32 at one probe and -32 at another. Digits after a sign were not literals, so the wrappers differed
-# beyond their literals and the graph compiled per shape; the sign is now part of the literal, which is fitted
-# as any other (`s2 - s1`, a size expression of the graph).
-
-
 # NOTE [Constants made from sizes]: make_fx traces each probe with fake tensors of concrete sizes, so a tensor
 # made from a size (`y[0] = x.size(1)` is aten.scalar_tensor(size) then fill_) becomes a constant of that probe's
 # graph (`const0`), passed to the module at run time, not a literal of its source: the sources agreed and the
@@ -212,141 +191,6 @@ def _same_constants(graphs: list) -> bool:
                                       or not torch.equal(tensor, ref)):
                 return False
     return True
-
-
-def _split(source: str) -> tuple[str, str]:
-    head, sep, call = source.partition("\ndef call(")
-    if not sep:
-        raise NotGeneric("the generated module has no call function")
-    return head, sep + call
-
-
-def _fit(values: list[int], probes: list[list[int]], names: list[str], exprs=None) -> str | None:
-    """A Python expression `c * s0**e0 * ...` (c a fraction with denominator up to 16: `s1 // 2` after
-    view(s0, 2, -1)) over `names` giving `values[k]` at `probes[k]`, else one of the graph's size
-    expressions `exprs` (NOTE [Literals fitted to the graph's size expressions]), or None."""
-    if len(set(values)) == 1:
-        return str(values[0])
-    monomial = _fit_monomial(values, probes, names)
-    if monomial is None and exprs:
-        return exprs.fit(values, probes)
-    return monomial
-
-
-def _fit_monomial(values: list[int], probes: list[list[int]], names: list[str]) -> str | None:
-    # a module repeats its sizes in many literals (3**8 exponent tuples each with 8 symbols): cached
-    fit = size_exprs.monomial_of(tuple(values), tuple(map(tuple, probes)))
-    if fit is None:
-        return None
-    c, exponents = fit
-    terms = "*".join(n if e == 1 else f"{n}**{e}" for n, e in zip(names, exponents) if e)
-    if c.denominator == 1:
-        return terms if c == 1 else f"{c.numerator}*{terms}"
-    return f"{c.numerator}*{terms}//{c.denominator}"
-
-
-def _literals(text: str) -> tuple[list, list, list]:
-    """(the text between literals, the literals' int values, whether each is a float)."""
-    pieces, values, floats, last = [], [], [], 0
-    for m in _INT.finditer(text):
-        pieces.append(text[last:m.start()])
-        values.append(int(m.group(1)))
-        floats.append(m.group(2) is not None)
-        last = m.end()
-    pieces.append(text[last:])
-    return pieces, values, floats
-
-
-def _same_skeleton(texts: list[str]) -> bool:
-    return len({_INT.sub(lambda m: "#" + (m.group(2) or ""), t) for t in texts}) == 1
-
-
-def _fitted(texts: list[str], probes: list, names: list[str], where: str,
-            exprs=None) -> tuple[list[str], list[tuple]]:
-    """The pieces of texts[0] between its integer literals, and for each literal (expression over the symbols
-    fitted at the probes, whether it was a float); raises NotGeneric for a literal no product of symbols fits."""
-    literals = [_literals(t)[1] for t in texts]
-    # NOTE [Literal counts differ between probes]: texts that differ in structure (checked by the callers'
-    # `_same_skeleton`, but `_has_fraction` fits before that check) are a skeleton difference, not an IndexError
-    if len({len(lits) for lits in literals}) > 1:
-        raise _SkeletonDiffers(f"{where} generated at different sizes has different numbers of integer literals")
-    pieces, _, floats = _literals(texts[0])
-    fits = []
-    for position in range(len(pieces) - 1):
-        values = [lits[position] for lits in literals]
-        expr = _fit(values, probes, names, exprs)
-        if expr is None:
-            raise NotGeneric(f"a size in {where} is neither a product of symbols nor a size expression of the "
-                             f"graph ({values} at the probes {probes})")
-        fits.append((expr, floats[position]))
-    return pieces, fits
-
-
-def _generic_call(calls: list[str], probes: list[list[int]], names: list[str], bind_lines: list[str],
-                  exprs=None) -> str:
-    if not _same_skeleton(calls):
-        raise NotGeneric("the wrappers generated at different sizes differ beyond their integer literals "
-                         "(fusion or extern choices depend on sizes)")
-    pieces, fits = _fitted(calls, probes, names, "the wrapper", exprs)
-    out = [pieces[0]]
-    for (expr, is_float), piece in zip(fits, pieces[1:]):
-        if _CONSTANT.fullmatch(expr):
-            out.append(expr + (".0" if is_float else ""))
-        else:
-            out.append(f"float({expr})" if is_float else f"({expr})")
-        out.append(piece)
-    text = "".join(out)
-    header, _, body = text.partition("):\n")
-    return f"{header.replace('def call(', 'def call(_sizes, ', 1)}):\n" + "".join(bind_lines) + body
-
-
-_KERNEL_DEF = re.compile(r"\ndef (\w+)\(")
-
-
-def _generic_kernels(heads: list[str], probes: list, names: list[str], exprs=None) -> tuple[str, dict]:
-    """The kernels' text with every size-dependent integer literal replaced by a kernel argument; returns
-    (text, {kernel: {expression: argument name}})."""
-    if not _same_skeleton(heads):
-        raise _SkeletonDiffers("a kernel body depends on a symbolic size beyond integer literals (a float that is "
-                         "not a whole number, or a different kernel structure)")
-    pieces, fits = _fitted(heads, probes, names, "a kernel", exprs)
-    out = [pieces[0]]
-    kernel_args: dict = {}
-    for (expr, is_float), piece in zip(fits, pieces[1:]):
-        if _CONSTANT.fullmatch(expr):
-            out.append(expr + (".0" if is_float else ""))
-        else:
-            kernel = _KERNEL_DEF.findall("".join(out))[-1]
-            args = kernel_args.setdefault(kernel, {})
-            arg = args.setdefault(expr, f"ks{len(args)}")
-            out.append(f"{arg}.to(tl.float32)" if is_float else arg)
-        out.append(piece)
-    text = "".join(out)
-    for kernel, args in kernel_args.items():
-        text = re.sub(rf"(\ndef {kernel}\([^)]*?)(, XBLOCK: tl\.constexpr)",
-                      lambda m: m.group(1) + "".join(f", {a}" for a in args.values()) + m.group(2), text, count=1)
-    return text, kernel_args
-
-
-def _with_kernel_args(call: str, kernel_args: dict) -> str:
-    for kernel, args in kernel_args.items():
-        values = "".join(f", ({expr})" for expr in args)
-        call = re.sub(rf"(\n\s*{kernel}\[.*?)(, XBLOCK=)", lambda m: m.group(1) + values + m.group(2), call, count=1)
-    return call
-
-
-def _with_params(kernel, args: dict):
-    """The KernelSource with its size arguments in its signature (runtime.KERNELS, offline compiles)."""
-    import dataclasses
-
-    if not args:
-        return kernel
-    signature = {}
-    for key, value in kernel.signature.items():
-        if key == "XBLOCK":
-            signature.update({a: "i64" for a in args.values()})
-        signature[key] = value
-    return dataclasses.replace(kernel, signature=signature)
 
 
 class _FusionsDiffer(NotGeneric):
@@ -383,6 +227,52 @@ def compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict) 
 
 def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
                      pins: frozenset = frozenset()) -> "DynamicGraph":
+    sym, names, example_sizes = _symbolic_inputs(gm, example_inputs, pins)
+    exprs = _size_expressions(gm, sym, example_inputs)  # NOTE [Literals fitted to the graph's size expressions]
+    probes = _probes(len(names), list(example_sizes), sym.ranges())
+    if exprs.degenerate_at(probes[0], probes[1:]):  # NOTE [Degenerate sizes are not probed]
+        probes = _probes(len(names), list(example_sizes), sym.ranges(), example_degenerate=True)
+    relations = probe_relations.relations_of(sym)  # NOTE [Probes within the frontend's relations]
+    fixed = {k for k, (lower, upper) in enumerate(sym.ranges()) if lower is not None and lower == upper}
+    probes = probe_relations.within_relations(probes, relations, fixed)
+    branches = probe_relations.extrema_untold(sym, probes)
+    for branch in branches:  # NOTE [Extrema of sizes as inputs] (size_floats.py)
+        sym.require(branch)  # the module serves the branch the probes took; the others compile per shape
+    unmet = probe_relations.unmet_symbols(sym, probes, degenerate=False,  # NOTE [Probes that break a guard]
+                                          dims=probe_relations.tensor_dims(gm, sym._mapping),
+                                          example=list(example_sizes)) - fixed  # NOTE [Fewest symbols pinned]
+    if unmet:
+        more = frozenset(names[k] for k in unmet)
+        if more <= pins:
+            raise NotGeneric(f"probes break the frontend's guards over {', '.join(sorted(more))}")
+        return _compile_dynamic(gm, example_inputs, device, opts, pins | more)
+    probing = _Probing(gm, example_inputs, device, opts, sym, names, fixed, pins)
+    try:  # both passes: a probe that fails with looped reductions pins its symbols too (not 'internal error')
+        runs, configs = probing.generate_all(probes, None)
+        if _loop_varying_reductions(runs, configs):
+            runs, _ = probing.generate_all(probes, configs)
+    except _PinAndRetry as retry:
+        return _compile_dynamic(gm, example_inputs, device, opts, retry.pins)
+    heads = [_split(r[0])[0] for r in runs]
+    # NOTE [Odd probes]
+    if _has_fraction(heads, [_split(r[0])[1] for r in runs], probes, names) or _rounds_sizes(gm) or exprs.rounds():
+        runs, probes = probing.add_odd_probes(runs, probes, exprs, relations, configs)
+        heads = [_split(r[0])[0] for r in runs]
+    untold = size_exprs.untold(exprs, probes, {sym.symbols[k]: sym.ranges()[k][0] for k in fixed}, relations, branches,
+                               lambda point: _served_at(point, sym, gm, example_inputs, relations))
+    if untold is not None:  # NOTE [Size expressions the probes cannot tell] (size_exprs.py)
+        raise NotGeneric(f"the probes cannot tell a size expression of the graph: {untold}")
+    _check_runs(runs, heads)
+
+    def probe_at(points):
+        return _probe_where_they_differ(points, sym, gm, example_inputs, device, opts, configs, exprs.excluded,
+                                        lambda point: exprs.degenerate_at(point, probes[1:4]), relations)
+    source, kernel_args = _generic_source(runs, probes, names, exprs, probe_at)
+    return _dynamic_graph(gm, sym, names, runs, source, kernel_args, device, opts)
+
+
+def _symbolic_inputs(gm, example_inputs: list, pins: frozenset):
+    """The graph's inputs with symbolic sizes, the symbols' names and the example's sizes, or NotGeneric."""
     try:
         sym = symbolic.SymbolicInputs(gm, example_inputs, strided=True)  # NOTE [Strided inputs of symbolic programs]
         pinned = _pin_narrow_symbols(sym, pins)
@@ -404,76 +294,60 @@ def _compile_dynamic(gm, example_inputs: list, device: torch.device, opts: dict,
     example_sizes = sym.bind(example_inputs)
     if example_sizes is None:
         raise NotGeneric("the example inputs fail their own size check")
-    exprs = _size_expressions(gm, sym, example_inputs)  # NOTE [Literals fitted to the graph's size expressions]
-    probes = _probes(len(names), list(example_sizes), sym.ranges())
-    if exprs.degenerate_at(probes[0], probes[1:]):  # NOTE [Degenerate sizes are not probed]
-        probes = _probes(len(names), list(example_sizes), sym.ranges(), example_degenerate=True)
-    relations = probe_relations.relations_of(sym)  # NOTE [Probes within the frontend's relations]
-    fixed = {k for k, (lower, upper) in enumerate(sym.ranges()) if lower is not None and lower == upper}
-    probes = probe_relations.within_relations(probes, relations, fixed)
-    branches = probe_relations.extrema_untold(sym, probes)
-    for branch in branches:  # NOTE [Extrema of sizes as inputs] (size_floats.py)
-        sym.require(branch)  # the module serves the branch the probes took; the others compile per shape
-    unmet = probe_relations.unmet_symbols(sym, probes, degenerate=False,  # NOTE [Probes that break a guard]
-                                          dims=probe_relations.tensor_dims(gm, sym._mapping),
-                                          example=list(example_sizes)) - fixed  # NOTE [Fewest symbols pinned]
-    if unmet:
-        more = frozenset(names[k] for k in unmet)
-        if more <= pins:
-            raise NotGeneric(f"probes break the frontend's guards over {', '.join(sorted(more))}")
-        return _compile_dynamic(gm, example_inputs, device, opts, pins | more)
+    return sym, names, example_sizes
 
-    def generate_all(configs):
+
+class _Probing:
+    """Generating the graph's program at probe sizes, for _compile_dynamic."""
+
+    def __init__(self, gm, example_inputs, device, opts, sym, names, fixed, pins):
+        self.gm, self.example_inputs, self.device, self.opts = gm, example_inputs, device, opts
+        self.sym, self.names, self.fixed, self.pins = sym, names, fixed, pins
+
+    def generate(self, probe, configs):
+        inputs = _probe_inputs(self.sym, dict(zip(self.sym.symbols, probe)), self.example_inputs)
+        return _generate(self.gm, inputs, self.device, self.opts, configs, self.sym.symbolic_ints)
+
+    def generate_all(self, probes, configs):
         runs = []
         for probe in probes:
-            inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
             try:
-                runs.append(_generate(gm, inputs, device, opts, configs, sym.symbolic_ints))
+                runs.append(self.generate(probe, configs))
             except Exception as exc:
-                unmet = probe_relations.unmet_symbols(sym, [probe]) - fixed
-                if unmet and not pins:  # NOTE [Symbols pinned by guards the probes miss] (probe_relations.py)
-                    raise _PinAndRetry(frozenset(names[k] for k in unmet)) from None
+                unmet = probe_relations.unmet_symbols(self.sym, [probe]) - self.fixed
+                if unmet and not self.pins:  # NOTE [Symbols pinned by guards the probes miss] (probe_relations.py)
+                    raise _PinAndRetry(frozenset(self.names[k] for k in unmet)) from None
                 raise NotGeneric(f"generating at probe sizes {probe} failed ({type(exc).__name__}: {exc})") from None
             if configs is None:
                 configs = {name: config for name, (config, _) in runs[0][6].items()}
         return runs, configs
 
-    try:  # both passes: a probe that fails with looped reductions pins its symbols too (not 'internal error')
-        runs, configs = generate_all(None)
-        if _loop_varying_reductions(runs, configs):
-            runs, _ = generate_all(configs)
-    except _PinAndRetry as retry:
-        return _compile_dynamic(gm, example_inputs, device, opts, retry.pins)
-    heads, calls = zip(*(_split(r[0]) for r in runs))
-    # NOTE [Odd probes]
-    if _has_fraction(list(heads), list(calls), probes, names) or _rounds_sizes(gm) or exprs.rounds():
-        for probe in _odd_probes(sym, probes, example_inputs):
+    def add_odd_probes(self, runs, probes, exprs, relations, configs):
+        """NOTE [Odd probes]: the runs and probes with the odd probes the graph can take added."""
+        for probe in _odd_probes(self.sym, probes, self.example_inputs):
             probe = relations.defined(probe)  # NOTE [Probes within the frontend's relations]
             if exprs.degenerate_at(probe, probes[1:4]) or not relations.hold(probe) or probe in probes:
                 continue  # NOTE [Degenerate sizes are not probed]
-            inputs = _probe_inputs(sym, dict(zip(sym.symbols, probe)), example_inputs)
             try:
-                run = _generate(gm, inputs, device, opts, configs, sym.symbolic_ints)
+                run = self.generate(probe, configs)
             except Exception:  # noqa: BLE001 - sizes the graph cannot take (a view needs them even): no probe
                 continue
             runs, probes = [*runs, run], [*probes, probe]
-        heads, calls = zip(*(_split(r[0]) for r in runs))
-    untold = size_exprs.untold(exprs, probes, {sym.symbols[k]: sym.ranges()[k][0] for k in fixed}, relations, branches,
-                               lambda point: _served_at(point, sym, gm, example_inputs, relations))
-    if untold is not None:  # NOTE [Size expressions the probes cannot tell] (size_exprs.py)
-        raise NotGeneric(f"the probes cannot tell a size expression of the graph: {untold}")
+        return runs, probes
+
+
+def _check_runs(runs: list, heads: list) -> None:
+    """NotGeneric (or _FusionsDiffer) where the probes' programs differ in what one module cannot serve."""
     if not _same_constants([r[3] for r in runs]):  # NOTE [Constants made from sizes]
         raise NotGeneric("a constant the lowering made differs between probe sizes (a value computed from sizes)")
     kept_apart = set().union(*(r[2].kept_apart for r in runs))  # NOTE [Fusions kept apart at every probe]
-    if not _same_skeleton(list(heads)) and any(r[2].kept_apart != kept_apart for r in runs):
+    if not _same_skeleton(heads) and any(r[2].kept_apart != kept_apart for r in runs):
         raise _FusionsDiffer(kept_apart)
     if any(r[4] for r in runs):
         raise NotGeneric("the wrapper passes values it cannot spell (extra)")
 
-    def probe_at(points):
-        return _probe_where_they_differ(points, sym, gm, example_inputs, device, opts, configs, exprs.excluded,
-                                        lambda point: exprs.degenerate_at(point, probes[1:4]), relations)
-    source, kernel_args = _generic_source(runs, probes, names, exprs, probe_at)
+
+def _dynamic_graph(gm, sym, names, runs, source, kernel_args, device, opts) -> "DynamicGraph":
     kernels = {name: _with_params(k, kernel_args.get(name, {})) for name, k in runs[0][1].items()}
     sched, graph, fallbacks = runs[0][2], runs[0][3], runs[0][5]
     module, path = load_module(source)
@@ -517,31 +391,6 @@ def _symbol_sources(sym: symbolic.SymbolicInputs) -> str:
             where = "" if dim is None else f" {symbolic._read_of(dim)}"
             seen[backend] = f"{backend} = input {index}{where}"
     return ", ".join(seen.values())
-
-
-def _has_fraction(heads: list[str], calls: list[str], probes: list, names: list[str]) -> bool:
-    try:
-        fits = _fitted(heads, probes, names, "a kernel")[1] + _fitted(calls, probes, names, "the wrapper")[1]
-    except NotGeneric:
-        return True  # a literal no product fits: the graph's size expressions may, checked at odd probes too
-    return any("//" in expr for expr, _ in fits)
-
-
-def _generic_source(runs: list, probes: list, names: list[str], exprs, probe_at) -> tuple[str, dict]:
-    """The size-generic module's source and its kernels' size arguments, fitted over `runs` at `probes`;
-    a literal several size expressions fit gets a probe where they differ (`probe_at`), then is fitted again."""
-    for _ in range(6):  # NOTE [Literals fitted to the graph's size expressions]
-        heads, calls = zip(*(_split(r[0]) for r in runs))
-        try:
-            head, kernel_args = _generic_kernels(list(heads), probes, names, exprs)
-            bind_lines = [f"    {', '.join(names)}, = _sizes\n"]
-            call = _with_kernel_args(_generic_call(list(calls), probes, names, bind_lines, exprs), kernel_args)
-            return head + call, kernel_args
-        except size_exprs.Ambiguous as ambiguous:
-            probed = probe_at(ambiguous.points)  # None: every such point excluded (the graph cannot take it)
-            if probed is not None:
-                runs, probes = [*runs, probed[1]], [*probes, probed[0]]
-    raise NotGeneric("a literal fits several size expressions of the graph at every probe")
 
 
 def _probe_where_they_differ(points: list, sym, gm, example_inputs, device, opts, configs,
