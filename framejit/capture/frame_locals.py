@@ -49,8 +49,9 @@ Where this cannot be exact, the frame runs eagerly as before (`reader_break_ok` 
 a try or with-block (it would run in a tail function or through `run_in_blocks`, a frame of framejit's
 between), the break moved to an earlier instruction (a generator context manager made before it), it is not
 a plain CALL, or the code before the call branches. Not exact in either form: the frames above the user's
-frame (framejit's hook frames; a resume function is called by the frame that broke before it), and a resume
-function's `f_code` (its `co_varnames`/`co_argcount`, e.g. `inspect.getargvalues`) is not the original's.
+frame (framejit's hook frames; a resume function is called by the frame that broke before it). In a resume function the call is made from a frame
+with the original code's shape, one frame more (NOTE [User frames for readers in resume functions] in
+user_frames.py).
 """
 from __future__ import annotations
 
@@ -228,10 +229,13 @@ _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 
 
 def emit_user_frame_call(cg: Any, rebuild: Any, fn: types.FunctionType, user_locals: dict[str, Any],
-                         operands: Callable[[Callable[[Any], None]], None], call: Callable[[], None]) -> None:
+                         operands: Callable[[Callable[[Any], None]], None], call: Callable[[], None],
+                         parts: tuple | None = None) -> None:
     """The call at a break, made from a frame holding the user's locals (NOTE [Breaks at calls that read
     frames]). `user_locals` maps the user's bound locals to their values (or LazyArg), `operands(load)` pushes
-    the call's operands through `load(value)`, `call()` writes the call itself."""
+    the call's operands through `load(value)`, `call()` writes the call itself. `parts`: (the callee and its
+    arguments, keyword names, the break's line), for a call from a resume function (NOTE [User frames for
+    readers in resume functions] in user_frames.py)."""
     if any(isinstance(i, bytecode.Label) or getattr(i, "opcode", None) in _JUMPS for i in cg.insts):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a frame reader's call after code that branches: the "
                           "frame runs eagerly")
@@ -254,6 +258,8 @@ def emit_user_frame_call(cg: Any, rebuild: Any, fn: types.FunctionType, user_loc
     slots = {}
     for name in names:
         slots.setdefault(id(user_locals[name]), name)
+    if parts is not None and _from_user_frame(cg, rebuild, fn, names, slots, *parts):
+        return
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         try:
             cell.cell_contents
@@ -288,6 +294,49 @@ def emit_user_frame_call(cg: Any, rebuild: Any, fn: types.FunctionType, user_loc
         cg.emit("UNPACK_SEQUENCE", len(temps))
         for name in temps:
             cg.store_fast(name)
+
+
+def _from_user_frame(cg: Any, rebuild: Any, fn: types.FunctionType, names: list[str], slots: dict[int, str],
+                     values: list, kw_names: tuple[str, ...], line: int | None) -> bool:
+    """NOTE [User frames for readers in resume functions]: the call made from a frame with the original code's
+    shape, when `fn` is a resume function (False: not one, the call is made from the transformed frame)."""
+    from .resume import origin
+    from .sources import safe_local
+    from .user_frames import make_user_frame
+    original, _ = origin(fn.__code__, 0)
+    closure = tuple(fn.__closure__ or ())
+    if original is fn.__code__ or line is None or len(closure) != len(original.co_freevars):
+        return False
+    user_name = {safe_local(n): n for n in original.co_varnames + original.co_cellvars}
+    if any(n not in user_name for n in names):
+        return False
+
+    def load(value: Any) -> None:
+        name = slots.get(id(value))
+        cg.load_fast(name) if name is not None else rebuild.emit(value)
+    cg.push_null()  # the call of the made function, with no arguments
+    cg.push_null()
+    cg.load_const(make_user_frame)
+    for const in (original, tuple(user_name[n] for n in names), line, tuple(kw_names), closure):
+        cg.load_const(const)
+    for name in names:
+        cg.load_fast(name)
+    load(values[0])
+    cg.build("BUILD_TUPLE", len(names) + 1)
+    arguments = values[1:]
+    split = len(arguments) - len(kw_names)
+    for group in (arguments[:split], arguments[split:]):
+        for value in group:
+            load(value)
+        cg.build("BUILD_TUPLE", len(group))
+    cg.call(8)
+    cg.call(0)
+    cg.emit("UNPACK_SEQUENCE", 2)  # (the call's result, the user's locals after it)
+    cg.emit("SWAP", 2)
+    cg.emit("UNPACK_SEQUENCE", len(names))
+    for name in names:
+        cg.store_fast(name)
+    return True
 
 
 def call_frame_reader_directly(hook) -> None:

@@ -335,7 +335,8 @@ class BreakCodegen:
                 load(value)
         user_locals = {n: self._local(n) for n in self.local_names}
         emit_user_frame_call(self.cg, rebuild, self.fn, user_locals, operands,
-                             lambda: self.cg.call(len(leading) + len(args), self.tx.kw_names))
+                             lambda: self.cg.call(len(leading) + len(args), self.tx.kw_names),
+                             ([callee, *leading, *args], tuple(self.tx.kw_names or ()), self.site.inst.lineno))
 
     def _emit_call_ex(self, rebuild: Reconstructor) -> None:
         """f(*args, **kwargs) at the break, hooked and wrapped like `_emit_call`."""
