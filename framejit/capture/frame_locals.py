@@ -184,13 +184,17 @@ def frame_reader_break(code: types.CodeType, root_index: int | None = None) -> U
 def caller_namespace_break(tx: Any, fn: Any, args: list, kwargs: dict) -> Unsupported | None:
     """The break for a call of builtins.locals/vars()/dir()/eval/exec reading the calling frame, or None."""
     name = next((n for n in _READERS if getattr(builtins, n) is fn), None) if callable(fn) else None
-    if name is None or (name in _NEED_NO_ARGS and (args or kwargs)) or \
-            (name in ("eval", "exec") and len(args) + len(kwargs) >= 2):
+    passed = None if name is not None or isinstance(fn, types.FunctionType) or any(fn is c for c in _NEVER_CALL) \
+        else _reader_passed(args, kwargs)
+    if passed is None and (name is None or (name in _NEED_NO_ARGS and (args or kwargs)) or
+                           (name in ("eval", "exec") and len(args) + len(kwargs) >= 2)):
         return None
     root = tx
     while root.parent is not None:
         root = root.parent
-    if root is tx and _names_reader(tx.code, name):
+    if passed is not None:
+        name = f"{getattr(fn, '__name__', type(fn).__name__)}({passed})"
+    elif root is tx and _names_reader(tx.code, name):
         return None  # named in the frame's own code: decided by reads_own_locals (convert.py) as before
     e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name}() reads the calling frame's locals: "
                     + ("runs eagerly" if root is tx else "its call runs in Python"))
@@ -199,6 +203,27 @@ def caller_namespace_break(tx: Any, fn: Any, args: list, kwargs: dict) -> Unsupp
     else:
         e.frame_reader_index = root.current.index if root.current is not None else -1
     return e
+
+
+# NOTE [Frame readers passed to library callables]: a C callable that calls its argument (`operator.call(LC)`,
+# `operator.call(EV, "y + 1")` with `LC = locals`, `EV = eval` at module level) runs the reader with no frame of
+# its own, so it reads the frame that made the call. Folded at trace time (a call of constants), it read
+# framejit's own frame and baked that dict in: sorted(d) was ['fn', 'kwargs', 'values'] on every call where eager
+# lists ['x', 'y'] (review revJ J4). A library callable (not a Python function, which is inlined and reaches
+# the reader's call itself) given one of the readers as an argument is therefore treated as a call of the
+# reader, whatever it does with it: the frame runs eagerly, or in a callee the root frame breaks at its call.
+_NEVER_CALL = (callable, id, repr, str, hash, type, isinstance, issubclass, getattr, hasattr)  # never call it
+
+
+def _reader_passed(args: list, kwargs: dict) -> str | None:
+    """The name of the first builtin frame reader among the argument values, or None."""
+    from .values import BuiltinValue
+    for value in (*args, *kwargs.values()):
+        obj = value.obj if isinstance(value, BuiltinValue) else None
+        name = next((n for n in _READERS if getattr(builtins, n) is obj), None) if obj is not None else None
+        if name is not None:
+            return name
+    return None
 
 
 def _names_reader(code: types.CodeType, name: str) -> bool:
