@@ -551,6 +551,8 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
     """`module(*args)`: nn.Module.__call__ without hooks is exactly `forward(*args)`, with forward hooks it
     is module_hooks.call_with_hooks; a class that overrides `__call__` has that method inlined instead (its
     type is guarded)."""
+    from .lazy_modules import initialise_at_trace
+    initialise_at_trace(tx, mod_value, args, kwargs)  # NOTE [Lazy modules initialised while tracing]
     call = type(mod_value.obj).__call__
     _guard_call_path(tx, type(mod_value.obj))
     if call is not _MODULE_CALL and not calls_module_call(tx, mod_value, _MODULE_CALL) or \

@@ -13,7 +13,8 @@ called bookkeeping), a module call is planned here:
   callable objects of torch's own classes, such as prune's and spectral_norm's, have their `__call__`
   inlined) and the key lists of every hook dict read are guarded, so adding, removing or reordering a
   hook, or a global hook registered later (also in a new process over a warm frame cache), recompiles;
-- backward hooks (per-module or global), or a lazy module whose parameters are not initialised yet:
+- backward hooks (per-module or global), or a lazy module whose parameters are not initialised yet (one
+  that NOTE [Lazy modules initialised while tracing] did not initialise, lazy_modules.py):
   Unsupported(MODULE_HOOKS), so the module call is a graph break (`fullgraph=True` raises).
 
 At a graph break (`callee_at_break`, NOTE [Module calls at breaks]) the module call becomes a call of a
