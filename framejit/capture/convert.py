@@ -25,13 +25,13 @@ from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import frame_reader_break, reads_own_locals
+from .caught_exceptions import emit_final_locals, final_locals, final_values  # NOTE [Locals of a frame in a traceback]
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
 from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_comprehensions, persisted_code, python_loops
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .python_draws import emit_draws, has_draws
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
-from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .shapes import ConstraintViolationError, check_marked_dims
 from .size_graphs import reads_sizes_only
@@ -121,7 +121,7 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             builtins_break.frame_eager = True
             raise builtins_break
         ret = tx.run()
-        entry = _compile_entry(fn, shape, output, ret, request)
+        entry = _compile_entry(fn, shape, output, ret, request, final_locals(tx))
         STATS["frames_compiled"] += 1
     except Unsupported as e:
         if request.fullgraph:
@@ -295,10 +295,11 @@ def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
     return Entry(guard, eager_function(fn), [], graph_break, user_error)
 
 
-def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest) -> Entry:
+def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest, final=None) -> Entry:
     graph_break = _tracing()[1]
     output.hook_id_roots = [ret, *output.side_effects.values()]  # the trace returned (NOTE [Hook ids that ...])
-    outputs = break_sites.live_tensors([ret, *output.side_effects.values()])
+    kept = final_values(final or {})  # NOTE [Locals of a frame in a traceback]
+    outputs = break_sites.live_tensors([ret, *output.side_effects.values(), *kept])
     graphs = []
     cg = Codegen()
     output_index: dict[int, int] = {}
@@ -309,22 +310,23 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         function_regions(gm)  # NOTE [Custom autograd functions in the graph]
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
-        compiled = restoring(keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
-                                           output.output_versions), restore_plan(output))
+        compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
+                                     output.output_versions)
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
     emit_draws(cg, output)  # NOTE [Draws from the random module]: after the graph, before anything else
     rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)
-    rebuild.preload([ret, *output.side_effects.values()], sourced=bool(output.side_effects))
+    rebuild.preload([ret, *output.side_effects.values(), *kept], sourced=bool(output.side_effects))
     output.side_effects.emit(rebuild)
     graph_break.restore_grad_mode(cg, output)
     rebuild.emit(ret)
+    emit_final_locals(cg, rebuild, fn.__code__, final or {})
     cg.return_value()
     transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
     _log_bytecode(fn, transformed)
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
-                  rerun=rerun_state(gm, output.mutated_inputs, restore_plan(output) is not None))
+                  rerun=rerun_state(gm, output.mutated_inputs))
     entry.on_graph_error = on_graph_error(fn, shape, output, gm is not None, entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):
         try:
@@ -403,8 +405,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs,
                   graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
-                  rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs,
-                                    restore_plan(output) is not None))
+                  rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs))
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
         # break code]; NOTE [Draws from the random module]: not persisted
@@ -424,8 +425,8 @@ def _compile_before_break(fn, gen, output, request) -> tuple:
     gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]
     checkpoint_regions(gm)  # NOTE [Checkpointed regions]
-    compiled = restoring(keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
-                                       output.output_versions), restore_plan(output))
+    compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
+                             output.output_versions)
     return compiled, {id(v.node): i for i, v in enumerate(outputs)}, [gm]
 
 
