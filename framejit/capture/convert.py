@@ -32,6 +32,7 @@ from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .python_draws import emit_draws, has_draws
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
+from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .shapes import ConstraintViolationError, check_marked_dims
 from .size_graphs import reads_sizes_only
@@ -310,8 +311,8 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         function_regions(gm)  # NOTE [Custom autograd functions in the graph]
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
-        compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
-                                     output.output_versions)
+        compiled = restoring(keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
+                                           output.output_versions), restore_plan(output))
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
     emit_draws(cg, output)  # NOTE [Draws from the random module]: after the graph, before anything else
@@ -326,7 +327,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     _log_bytecode(fn, transformed)
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
-                  rerun=rerun_state(gm, output.mutated_inputs))
+                  rerun=rerun_state(gm, output.mutated_inputs, restore_plan(output) is not None))
     entry.on_graph_error = on_graph_error(fn, shape, output, gm is not None, entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):
         try:
@@ -405,7 +406,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs,
                   graph_break=getattr(exc, "graph_break", None), backend_outputs=output.backend_outputs,
-                  rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs))
+                  rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs,
+                                    restore_plan(output) is not None))
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
         # break code]; NOTE [Draws from the random module]: not persisted
@@ -425,8 +427,8 @@ def _compile_before_break(fn, gen, output, request) -> tuple:
     gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]
     checkpoint_regions(gm)  # NOTE [Checkpointed regions]
-    compiled = keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
-                             output.output_versions)
+    compiled = restoring(keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
+                                       output.output_versions), restore_plan(output))
     return compiled, {id(v.node): i for i, v in enumerate(outputs)}, [gm]
 
 

@@ -40,6 +40,7 @@ from .locators import (NotPersistable, _class_attribute, _import_locator, closur
 from .break_locations import persisted_break, restored_break
 from .guard_origins import live_origins, origin_places, relocated_source
 from .input_versions import input_writes, keep_versions, unwrapped
+from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .persisted_code import load_code
 from .size_graphs import reads_sizes_only
 from .sources import (AttrSource, CallSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource,
@@ -180,6 +181,7 @@ class Persisted:
     code: bytes = b""  # a break's transformed code, instruction by instruction (NOTE [Persisted break code])
     writes: tuple = ()  # NOTE [Version counts of written inputs] (input_versions.py)
     out_versions: tuple = ()  # NOTE [Version counts of graph outputs] (input_versions.py)
+    restore: tuple = ()  # NOTE [Failing graphs inside handlers] (handler_reruns.restore_plan)
     split: tuple = ()  # a graph split at DDP's buckets: (its BucketedGraph's assignment, each part's artifact)
     graph_break: Any = None  # the entry's breaks.GraphBreak (plain data), for explain and the logs of a warm process
     break_places: tuple = ()  # NOTE [Break locations from the live code] (break_locations.py)
@@ -252,7 +254,7 @@ def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Pers
     graph = dump_graph(gm) if gm is not None else b""
     return Persisted(guards, namespace, callees, inputs, ret_data, (output.entry_grad_enabled, output.grad_enabled),
                      graph, artifact, code=code or b"", writes=input_writes(output), split=split,
-                     out_versions=output.output_versions, origin_places=places)
+                     out_versions=output.output_versions, origin_places=places, restore=restore_plan(output) or ())
 
 
 def _locate_in_entry(obj: Any, fn: types.FunctionType, output) -> tuple:
@@ -612,7 +614,7 @@ def restore(fn: types.FunctionType, persisted: Persisted, request, args: tuple, 
             compiled = _LoadAtFirstCall(make, gm)
         else:
             compiled = make(examples)
-        compiled = keep_versions(compiled, gm, persisted.writes, persisted.out_versions)
+        compiled = restoring(keep_versions(compiled, gm, persisted.writes, persisted.out_versions), persisted.restore)
         cg.call_graph(compiled, sources)
     if persisted.code:  # NOTE [Persisted break code]
         body = load_code(fn, persisted.code, compiled if persisted.graph else None, request.hooks)

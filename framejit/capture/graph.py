@@ -451,6 +451,8 @@ class OutputGraph:
 
     def _record_node(self, kind: str, target: Any, args: tuple, kwargs: dict, result: Any, mutated: bool) -> Value:
         """The graph node of a call whose fake run gave `result` (`mutated`: it bumped a version), as a Value."""
+        from .handler_reruns import note_op  # NOTE [Failing graphs inside handlers]
+        note_op(self, target, args, kwargs, result)
         node_args, node_kwargs = tree_map(_node_of, (args, kwargs), is_leaf=_is_value)
         _check_no_function_args(target, (node_args, node_kwargs))
         if kind == "call_method" or (getattr(target, "__module__", None) or "").startswith("torch"):
@@ -555,6 +557,8 @@ class OutputGraph:
 
     def record_effect(self, target: Any, args: tuple) -> torch.fx.Node:
         """A node kept for its effect on global state (grad mode, autocast); returns the node."""
+        from .handler_reruns import note_effect  # NOTE [Failing graphs inside handlers]
+        note_effect(self, target)
         node = self.graph.call_function(target, args)
         node.meta["effect"] = True
         node.meta["stack_trace"] = self.stack_trace()
@@ -636,6 +640,8 @@ class OutputGraph:
                 if self.__dict__.get("speculated_checks"):  # NOTE [Speculated checks]: a rerun must be exact
                     raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes an input "
                                       "after a speculated check")
+                from .handler_reruns import note_input_write  # NOTE [Failing graphs inside handlers]
+                note_input_write(self, entry, target)
                 self.mutated_inputs = True
                 if entry not in self.mutated_entries:
                     self.mutated_entries.append(entry)

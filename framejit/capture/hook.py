@@ -265,7 +265,8 @@ class FrameHook:
                 continue
             gm = graphs[0] if graphs else None
             loaded.append(Entry(guard, fn, graphs, graph_break=graph_break, persisted=persisted,
-                                rerun=rerun_state(gm, gm is not None and mutates_in_place(gm))))
+                                rerun=rerun_state(gm, gm is not None and mutates_in_place(gm),
+                                                  bool(getattr(persisted, "restore", ())))))
 
     def reset(self) -> None:
         self.entries = []

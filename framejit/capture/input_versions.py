@@ -167,6 +167,7 @@ def keep_versions(compiled: Callable, gm, writes: tuple[tuple[int, int], ...],
 def unwrapped(compiled: Callable) -> Callable:
     """What the backend returned (the artifact it saves is of that object)."""
     from .saved_hooks import HookAware  # NOTE [Saved-tensors hooks at the call]
-    while isinstance(compiled, (KeptVersions, HookAware)):
+    from .handler_reruns import RestoredOnError  # NOTE [Failing graphs inside handlers]
+    while isinstance(compiled, (KeptVersions, HookAware, RestoredOnError)):
         compiled = compiled.compiled
     return compiled

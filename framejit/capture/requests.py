@@ -105,14 +105,16 @@ def draws_random(target: Any, args: tuple = (), kwargs: dict | None = None) -> b
     return any(w.startswith("rand") for w in words) or not _RANDOM_WORDS.isdisjoint(words)
 
 
-def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool) -> RerunState | None:
+def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool, restored: bool = False) -> RerunState | None:
     """The state to restore before rerunning a frame whose graph failed, or None when a rerun would not
-    be exact (NOTE [Graph failures rerun eagerly])."""
+    be exact (NOTE [Graph failures rerun eagerly]); `restored`: the graph's callable puts back the inputs it
+    writes and the random generators it draws from when it fails (NOTE [Failing graphs inside handlers])."""
     if gm is None:
         return None
-    exact = not mutates_inputs
+    exact = not mutates_inputs or restored
     for node in gm.graph.nodes:
-        if node.op in ("call_function", "call_method") and draws_random(node.target, node.args, node.kwargs):
+        if node.op in ("call_function", "call_method") and draws_random(node.target, node.args, node.kwargs) \
+                and not restored:
             exact = False  # a rerun would draw other random numbers than eager draws
         if node.target is torch.autograd.grad_mode._enter_inference_mode:
             exact = False  # an aborted inference-mode block cannot be exited from outside

@@ -130,6 +130,7 @@ def eager_function(fn: types.FunctionType) -> types.FunctionType:
         return fn
     bc = bytecode.Bytecode.from_code(fn.__code__)
     items = list(bc)
+    _copy_handler_depths(fn.__code__, items)  # NOTE [Exception tables of resume code]: the table's own depths
     line = next((i.lineno for i in items if isinstance(i, Instr) and isinstance(i.lineno, int)),
                 fn.__code__.co_firstlineno)
     block = _unbound_deleted(names, fn.__code__)

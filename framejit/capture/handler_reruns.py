@@ -1,0 +1,191 @@
+"""Graphs that fail at run time inside the traced code's own handlers: their eager rerun made exact.
+
+NOTE [Failing graphs inside handlers]: the trace models the frame's try/except, try/finally and with-blocks for
+the exceptions it sees while tracing; an exception the graph raises at run time (an index out of range, a
+singular matrix) reaches the user's handler only through NOTE [Graph failures rerun eagerly], which reruns the
+frame as plain Python. That rerun was refused for a graph that draws random numbers (dropout), writes an input
+(an in-place update, batch_norm's running statistics) or enters inference mode (requests.rerun_state): its
+exception left the transformed code past the handler (`try: buf.add_(1); return x[idx] except IndexError:`,
+eager "caught", framejit IndexError), a suppressing with-block did not suppress, and a finally block or a
+with-block's `__exit__` did not run (review revH H6).
+
+When some op of the graph was recorded inside a handler's block in any frame of the trace (a try of either
+kind, or a with-block other than torch's own state blocks, whose state a failing graph puts back anyway:
+`under_handler`), such a graph's rerun is made exact instead (`restore_plan`, `RestoredOnError`): before each
+call the wrapper saves the default random generators' states of the devices the graph draws on and clones the
+inputs it writes (their values and version counters); when the call raises, it puts all of them back before
+the exception leaves, and the hook reruns the frame eagerly as for any other graph. Nothing is saved for a
+graph with no op under a handler (its exception propagates to a caller outside the trace, as in eager), so
+training graphs outside try blocks pay nothing, and no graph is split.
+
+What cannot be put back is a graph break where it would meet an op under a handler (whichever of the two is
+recorded second breaks before it; `_check`): entering inference mode (an aborted inference-mode block cannot
+be exited from outside the graph), an in-place write to an input that autograd tracks as a non-leaf (the
+graph's write stays in its history), a random op given its own generator or on a device other than CPU and
+CUDA. The break runs the instruction as plain Python (NOTE [Breaks inside try blocks]), where a real handler
+catches the real exception. A previous attempt (e970f2d, reverted) split the graph at every such pair, which
+made fullgraph captures of torch.func transforms (their own try/finally blocks) Unsupported.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch._C._autograd import _unsafe_set_version_counter
+
+from .breaks import BreakKind, Unsupported
+
+_RESTORABLE_DEVICES = ("cpu", "cuda")
+
+
+def _under_handler(tx) -> bool:
+    """The instruction `tx` is at lies in a try block, or in a with-block whose exit is not a torch state
+    block (context.ExitValue: grad mode, autocast, inference mode)."""
+    from .context import ExitValue
+    from .normalize import is_user_handler
+    inst = tx.current
+    if inst is None:
+        return False
+    insts = tx.program.insts
+    handler, depth = inst.handler, inst.handler_depth
+    for _ in range(256):  # outward through the handlers around each block's own handler
+        if handler is None:
+            return False
+        if is_user_handler(insts, handler):
+            if insts[handler + 1].name != "WITH_EXCEPT_START":
+                return True
+            exit_fn = tx.stack[depth - 1] if depth is not None and 0 < depth <= len(tx.stack) else None
+            if not isinstance(exit_fn, ExitValue):
+                return True
+        handler, depth = insts[handler].handler, insts[handler].handler_depth
+    return True
+
+
+def under_handler(out) -> bool:
+    """Some frame of the trace is at an instruction inside one of its own handlers' blocks."""
+    return any(_under_handler(tx) for tx in out.tx_stack)
+
+
+def _check(out, under: bool, unrestorable: str | None) -> None:
+    """One op recorded: `under` a handler, and/or making the graph's rerun impossible to restore (why)."""
+    flags = out.__dict__
+    if unrestorable is not None and (under or flags.get("op_in_handler")) or \
+            under and flags.get("unrestorable"):
+        what = unrestorable or flags["unrestorable"]
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"{what} in a graph with an op inside a try or with-block: the "
+                          "graph could not rerun exactly for the handler (NOTE [Failing graphs inside handlers])")
+    if under:
+        out.op_in_handler = True
+    if unrestorable is not None:
+        out.unrestorable = unrestorable
+
+
+def _devices(values: Any) -> set:
+    from torch.utils._pytree import tree_leaves
+    from .values import TensorValue
+    found = set()
+    for leaf in tree_leaves(values, is_leaf=lambda v: isinstance(v, TensorValue)):
+        fake = leaf.fake if isinstance(leaf, TensorValue) else leaf
+        if isinstance(fake, torch.Tensor):
+            found.add(fake.device)
+    return found
+
+
+def _draws(target: Any, args: tuple, kwargs: dict) -> bool:
+    """requests.draws_random, reading as constants only a dropout's `training` argument (reading the others,
+    sizes among them, would specialise symbolic ones)."""
+    from .requests import draws_random
+    from .speculated_checks import _plain
+    if not draws_random(target):
+        return False
+    training = {k: _plain(v) for k, v in kwargs.items() if k in ("training", "train")}
+    return draws_random(target, tuple(_plain(a) if i == 2 else None for i, a in enumerate(args[:3])), training)
+
+
+def note_op(out, target: Any, args: tuple, kwargs: dict, result: Any) -> None:
+    """Before `target`'s node is recorded (OutputGraph._record_node)."""
+    unrestorable = None
+    if _draws(target, args, kwargs):
+        generator = kwargs.get("generator")
+        if generator is not None and not (getattr(generator, "is_constant", lambda: False)() and
+                                          generator.as_constant() is None):
+            unrestorable = f"{getattr(target, '__name__', target)} draws from a generator of its own"
+        devices = _devices((args, kwargs, result))
+        if any(d.type not in _RESTORABLE_DEVICES for d in devices):
+            unrestorable = unrestorable or f"{getattr(target, '__name__', target)} draws on {sorted(map(str, devices))}"
+        out.__dict__.setdefault("rng_devices", set()).update(str(torch.device(d.type, d.index or 0)) for d in devices)
+    _check(out, under_handler(out), unrestorable)
+
+
+def note_input_write(out, entry: Any, target: Any) -> None:
+    """An op wrote the graph input `entry` (OutputGraph._check_input_mutation)."""
+    fake = entry.value.fake
+    if fake.requires_grad and not fake.is_leaf or fake.layout is not torch.strided:
+        _check(out, under_handler(out), f"in-place {getattr(target, '__name__', target)} writes "
+               f"{entry.source.describe()}, a tensor autograd tracks")
+
+
+def note_effect(out, target: Any) -> None:
+    """A node kept for its effect (OutputGraph.record_effect): entering inference mode cannot be put back."""
+    if target is torch.autograd.grad_mode._enter_inference_mode:
+        _check(out, under_handler(out), "entering inference mode")
+
+
+def restore_plan(output) -> tuple | None:
+    """((written graph input positions), (devices drawn on)) when the graph has an op under a handler and its
+    rerun needs them put back; None otherwise."""
+    if not output.__dict__.get("op_in_handler"):
+        return None
+    from .input_versions import input_writes
+    written = {i for i, _ in input_writes(output)}
+    positions = {id(entry): i for i, entry in enumerate(output.inputs)}
+    written.update(positions[id(entry)] for entry in output.mutated_entries if id(entry) in positions)
+    devices = tuple(sorted(output.__dict__.get("rng_devices", ())))
+    if not written and not devices:
+        return None
+    return tuple(sorted(written)), devices
+
+
+def _generator(device: str) -> torch.Generator:
+    d = torch.device(device)
+    return torch.default_generator if d.type == "cpu" else torch.cuda.default_generators[d.index or 0]
+
+
+class RestoredOnError:
+    """`compiled`, after whose failing call the written inputs and the random generators are as before it."""
+
+    __slots__ = ("compiled", "written", "devices")
+
+    def __init__(self, compiled: Callable, written: tuple, devices: tuple) -> None:
+        self.compiled = compiled
+        self.written = written
+        self.devices = devices
+
+    def __call__(self, *args: Any) -> Any:
+        states = [(g, g.get_state()) for g in map(_generator, self.devices)]
+        with torch.no_grad():
+            saved = [(t, t.clone(), None if t.is_inference() else t._version)
+                     for t in (args[i] for i in self.written)]
+        try:
+            return self.compiled(*args)
+        except Exception:
+            _restore(states, saved)
+            raise
+
+
+def _restore(states: list, saved: list) -> None:
+    for generator, state in states:
+        generator.set_state(state)
+    with torch.no_grad():
+        for tensor, copy, version in saved:
+            if tensor.is_inference():
+                with torch.inference_mode():
+                    tensor.copy_(copy)
+            else:
+                tensor.copy_(copy)
+                _unsafe_set_version_counter((tensor,), [version])
+
+
+def restoring(compiled: Callable, plan: tuple | None) -> Callable:
+    """`compiled`, wrapped to put back what its failing call changed when `plan` (restore_plan) says what."""
+    return compiled if not plan else RestoredOnError(compiled, *plan)
