@@ -130,14 +130,15 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
     return None
 
 
-def live_tensors(values: list[Any]) -> list[TensorValue]:
+def live_tensors(values: list[Any], inputs: bool = False) -> list[TensorValue]:
     from .values.outside import OutsideDictValue, OutsideListValue, OutsideSetValue
-    """Tensors made by the graph that `values` hold (graph outputs), in first-seen order."""
+    """Tensors made by the graph that `values` hold (graph outputs), in first-seen order; with `inputs`, the
+    graph's inputs among them too."""
     seen: dict[int, TensorValue] = {}
 
     def visit(v: Any) -> None:
         if isinstance(v, (TensorValue, SymNodeValue)):  # a size computed by the graph is an output too
-            if v.node.op != "placeholder":
+            if inputs or v.node.op != "placeholder":
                 seen.setdefault(id(v.node), v)
         elif isinstance(v, (OutsideListValue, OutsideDictValue, OutsideSetValue)) and not v.materialized:
             for item in v.pending():  # NOTE [Lists from outside]: the rest is the caller's, unread

@@ -339,6 +339,8 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
             entry.persisted.guard_source = entry.guard.source
         except frame_cache.NotPersistable as e:
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
+    from .kept_joints import passes_arguments_only_to_graphs  # NOTE [Joints kept across a plain break]
+    entry.passes_arguments_only_to_graphs = passes_arguments_only_to_graphs(output, ret)
     return entry
 
 
@@ -422,7 +424,7 @@ def _compile_before_break(fn, gen, output, request) -> tuple:
     if not outputs and not output.op_count:
         return None, {}, []
     from .tensor_hooks import mark_results_across_break  # NOTE [Autograd state observed after a break]
-    mark_results_across_break(output, outputs)
+    mark_results_across_break(output, outputs, gen)
     output.output(outputs)
     gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]
@@ -513,7 +515,9 @@ def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, 
             logs.log("eager_fallback", "%s: graph %d runs as its own code: %s", where, STATS["graphs"], reason)
         return eager_forward
     from .saved_hooks import hook_aware  # NOTE [Saved-tensors hooks at the call]
-    return hook_aware(gm, compiled, eager_forward, output.grad_enabled, example_inputs)
+    from .kept_joints import speculated  # NOTE [Joints kept across a plain break]
+    return speculated(output, hook_aware(gm, compiled, eager_forward, output.grad_enabled, example_inputs),
+                      eager_forward, where)
 
 
 def describe_backend_output(gm: torch.fx.GraphModule, compiled: Callable) -> str:

@@ -57,6 +57,7 @@ from .break_callees import (shared_cells, closure_from_outside, hookable, makes_
 from .inherited_symbols import inherit_symbols
 from .break_sites import _CONDITIONAL, _LOADS, _OR_POP, _SIMPLE, BreakSite
 from .resume import STACK_PREFIX, leading_first, origin
+from .kept_joints import is_speculated, settling
 from .translator import LazyArg, RealCell
 from .values import (NULL, BoundMethodValue, BuiltinValue, CellValue, ConstantValue, IteratorValue, ListValue,
                      NNModuleValue, SequenceValue, TupleValue, UserFunctionValue, Value)
@@ -175,6 +176,7 @@ class BreakCodegen:
 
     def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
         cg, rebuild = self.cg, Reconstructor(self.cg, output_index, GRAPH_OUT, self.fn.__globals__)
+        self.settles = compiled if is_speculated(compiled) else None  # NOTE [Joints kept across a plain break]
         if compiled is not None:
             cg.call_graph(compiled, [inp.source for inp in inputs])
         from .python_draws import emit_draws
@@ -491,7 +493,7 @@ class BreakCodegen:
                                **{f"L['{n}'].cell_contents": self._local(n) for n in self.cell_args
                                   if self._local(n) is not None}}, self.tx.output)
         cg.push_null()
-        cg.load_const(hook)
+        cg.load_const(settling(hook, self.settles) if self.settles else hook)  # NOTE [Joints kept across a plain break]
         first, rest = leading_first(code, names)  # NOTE [The instance comes first] in resume.py
         if first in names:
             self._emit_passed(rebuild, first)

@@ -88,7 +88,7 @@ def mark_result_node_reads(exc, output) -> None:
         output.__dict__["process_local"] = "the graph's results have their autograd nodes read"
 
 
-def mark_results_across_break(output, live: list) -> None:
+def mark_results_across_break(output, live: list, gen=None) -> None:
     """NOTE [Autograd state observed after a break]: a backend's joint (onnxrt, triton: AOT autograd, one
     autograd.Function per graph) hands the Python code after a break new output tensors: their `grad_fn` is the
     node of the whole graph, and the graph's own uses of an intermediate do not flow through the output tensor.
@@ -105,10 +105,19 @@ def mark_results_across_break(output, live: list) -> None:
     `eager_fallback`, counted in `framejit.stats()["graphs_own_code"]`, the entry not persisted. The graph the
     frame returns from is not concerned: its results go to the caller, which sees the joint's node as with stock
     torch.compile. Cost: a training frame with a break runs its graphs before the break as eager autograd on
-    the training backends (the graph after the last break keeps the joint)."""
+    the training backends (the graph after the last break keeps the joint), except where the break is plain and
+    the code after it provably passes those results only to graphs: NOTE [Joints kept across a plain break]
+    (kept_joints.py)."""
     passed = [v for v in live if isinstance(v, TensorValue) and v.source is None and v.fake.requires_grad]
     written = [e for e in output.mutated_entries if getattr(getattr(e, "value", None), "fake", None) is not None
                and e.value.fake.grad_fn is not None]  # a write autograd recorded (not an optimizer step)
+    if passed and not written and gen is not None:
+        from .kept_joints import speculable  # NOTE [Joints kept across a plain break]
+        if speculable(output, gen, live):
+            output.__dict__["speculated"] = True
+            output.__dict__["process_local"] = "the graph keeps its joint only while the code after its break " \
+                "cannot observe its results' autograd"
+            return
     if passed or written:
         output.__dict__["observed_after_break"] = "a tensor that requires grad lives across its break " \
             "(the code after it may observe its autograd node)"

@@ -204,10 +204,10 @@ def test_observed_autograd_state_as_in_eager(fn, backend, capsys):
         assert framejit.stats().get("graphs_own_code", 0) > own_code
 
 
-def test_a_frame_that_only_prints_runs_the_graph_before_its_break_as_its_own_code():
-    """The rule is sound whatever the code after the break does, so a frame that only prints there also runs the
-    graph before its break as its own code (its result y requires grad and lives across the break); the graph
-    after the break, whose results go to the caller, keeps the backend's joint."""
+def test_a_frame_that_only_prints_keeps_the_joint_of_the_graph_before_its_break():
+    """The code after the print hands y only to the graph after it, so the graph before the break keeps the
+    backend's joint too (NOTE [Joints kept across a plain break] in capture/kept_joints.py); the programs above,
+    which observe y there, get the graph's own results."""
     def step(x, w):
         y = (x * w).exp()
         print("b")
@@ -221,8 +221,8 @@ def test_a_frame_that_only_prints_runs_the_graph_before_its_break_as_its_own_cod
         step(x, w).backward()
         compiled(xc, w).backward()
         torch.testing.assert_close(xc.grad, x.grad)
-    assert framejit.stats().get("graphs_own_code", 0) > own_code
-    assert joint.STATS["traced"] + joint.STATS["loaded"] > joints  # the graph after the break is the backend's
+    assert framejit.stats().get("graphs_own_code", 0) == own_code
+    assert joint.STATS["traced"] + joint.STATS["loaded"] >= joints + 2  # both graphs are the backend's joints
 
 
 def test_a_graph_passing_on_no_tensor_that_requires_grad_keeps_the_backend():

@@ -1,0 +1,208 @@
+"""A training graph that ends at a graph break keeps the backend's joint where the code after it cannot tell.
+
+NOTE [Joints kept across a plain break]: NOTE [Autograd state observed after a break] (tensor_hooks.py) runs a
+graph as its own code when it ends at a break and passes on a tensor that requires grad: the joint's results
+differ from eager's in what only autograd shows. Measured (/tmp/hfsdp/adv.py, onnxrt, the joint forced on):
+`y.grad_fn` (its name, `next_functions`, node hooks, `print(y)`'s `grad_fn=<...>`, anomaly mode's message),
+`y._version` after a write inside the graph, `y.register_hook` / `retain_grad` / `autograd.grad(.., y)` where
+another result was computed from y inside the graph (they miss that part of y's gradient), the order of hooks
+on two results, and a backward through the joint with `retain_graph=True` or `create_graph=True` (its donated
+buffers raise). A hook on a result no other result was computed from, `is_leaf`, `requires_grad`, a backward,
+the values and the gradients are the same. Every one of those reads needs the code after the break to reach
+the result, so the graph keeps its joint where that code provably does not, and this is decided where it is
+known, call by call:
+
+- at the break (`speculable`): the graph mutates no input, draws no random numbers, replays no side effect, and
+  passes its results on as plain locals or stack slots (no container, object or cell holds one), and the
+  instruction at the break cannot reach them: a builtin `print` of constants, or a branch on a tensor's truth
+  (`if y.sum() > 0:`), outside any try or with-block. Then its compiled callable is a `Speculated`: the joint,
+  with the graph's own code kept beside it.
+- at the resume function (`Settling`, called instead of its FrameHook): the entry that serves the call is looked
+  up first (compiled now on a miss: a trace reads no autograd state of its arguments). Where that entry
+  `passes_arguments_only_to_graphs` (set by convert._compile_entry: a frame that finishes without a break,
+  replays no side effect and returns none of its tensor arguments that require grad as they are; every read
+  of autograd state, `grad_fn`, `_version`, `is_leaf`, `retain_grad`, `backward`, `autograd.grad`, is a graph
+  break, and a hook registered is a side effect), it runs with the joint's results: nothing after the break
+  sees more than their values and the gradients they pass back, which are eager's. Otherwise (a break in the
+  resume function, an eager entry, a state the hook would handle first) the graph runs again as its own code on
+  the same inputs (it changed nothing, and neither did the print or the truth test) and the resume function
+  gets those results instead, each in the slot of the joint's: the joint's results are then unreachable and
+  its backward never runs. An entry that reruns eagerly after its graph failed (NOTE [Graph failures rerun
+  eagerly]) gets them too before the rerun. The first such call counts the graph in `graphs_own_code`.
+- After `_MAX_RECOMPUTES` such recomputations the graph stops speculating and runs as its own code (logged under
+  `eager_fallback`), as before this NOTE.
+
+The graph before a break that another break follows in the same frame, one whose instruction gets its results
+(FSDP2's forward hooks, a callee), or that writes an input still runs as its own code. Such an entry is not
+persisted (the choice lives in this process).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import torch
+
+from .. import logs
+from .break_sites import _CONDITIONAL, _OR_POP, live_tensors
+from .values import BuiltinValue, ConstantValue, TensorValue
+
+_MAX_RECOMPUTES = 4
+_PENDING = threading.local()  # .value: (Speculated, graph inputs, joint results, grad mode) of the last call
+_PLAIN_CONSTANTS = (str, int, float, bool, type(None))
+
+
+def speculable(output, gen, outputs: list) -> bool:
+    """Whether the graph traced up to `gen`'s break may keep its joint (NOTE [Joints kept across a plain break])."""
+    from .python_draws import has_draws
+    from .requests import draws_random
+    site = gen.site
+    if site.tail or site.loop is not None or site.frame_reader or gen.exits or gen.cell_args:
+        return False
+    if output.mutated_entries or output.side_effects or has_draws(output):
+        return False
+    if any(node.op in ("call_function", "call_method") and draws_random(node.target, node.args, node.kwargs)
+           for node in output.graph.nodes):
+        return False
+    nested = {id(v.node) for v in live_tensors([v for v in gen.values() if not isinstance(v, TensorValue)])}
+    if any(id(v.node) in nested for v in outputs):
+        return False  # a container, an object or a closure holds a result: it cannot be swapped
+    return _plain_instruction(site.inst, gen)
+
+
+def _plain_instruction(inst, gen) -> bool:
+    """The instruction at the break reaches no result of the graph's autograd: a truth test of a tensor, or
+    the builtin print of constants."""
+    if inst.name in _CONDITIONAL or inst.name in _OR_POP:
+        return len(gen.top) == 1 and isinstance(gen.top[0], TensorValue)
+    if inst.name != "CALL" or len(gen.top) < 2:
+        return False
+    from .emit import callee_and_self
+    from .values import NULL
+    callee, leading = callee_and_self(gen.top[0], gen.top[1], NULL)
+    args = gen.top[2:]
+    return (isinstance(callee, BuiltinValue) and callee.obj is print and not leading and
+            all(isinstance(a, ConstantValue) and type(a.value) in _PLAIN_CONSTANTS for a in args) and
+            all(name in ("sep", "end") for name in (gen.tx.kw_names or ())))
+
+
+class Speculated:
+    """The backend's joint of a graph before a plain break, with the graph's own code beside it."""
+
+    __slots__ = ("joint", "own", "where", "recomputes", "__weakref__")
+
+    def __init__(self, joint: Callable, own: Callable, where: str) -> None:
+        self.joint, self.own, self.where, self.recomputes = joint, own, where, 0
+
+    def __call__(self, *args: Any) -> Any:
+        if self.recomputes >= _MAX_RECOMPUTES:
+            _PENDING.value = None
+            return self.own(*args)
+        results = self.joint(*args)
+        _PENDING.value = (self, args, results, torch.is_grad_enabled())
+        return results
+
+    def recompute(self, args: tuple, results: Any, grad_enabled: bool) -> dict[int, Any]:
+        """The graph's own results for the joint's, by the joint result's id."""
+        self.recomputes += 1
+        if self.recomputes == 1:  # counted once per graph, as a graph compiled to run as its own code
+            from .requests import STATS
+            STATS["graphs_own_code"] += 1
+        logs.log("eager_fallback", "%s: the graph before the break ran again as its own code (%d of %d): the code "
+                 "after it may observe its results' autograd (NOTE [Joints kept across a plain break])%s", self.where,
+                 self.recomputes, _MAX_RECOMPUTES, "; from now on it runs as its own code only"
+                 if self.recomputes == _MAX_RECOMPUTES else "")
+        with torch.set_grad_enabled(grad_enabled):
+            own = self.own(*args)
+        pairs = zip(results, own) if isinstance(results, (tuple, list)) else [(results, own)]
+        return {id(joint): mine for joint, mine in pairs if isinstance(joint, torch.Tensor)}
+
+
+def speculated(output, compiled: Callable, own: Callable, where: str) -> Callable:
+    """`compiled` as a Speculated where the break allows it (set by tensor_hooks.mark_results_across_break)."""
+    if not output.__dict__.get("speculated") or compiled is own:
+        return compiled
+    return Speculated(compiled, own, where)
+
+
+def is_speculated(compiled: Any) -> bool:
+    """Whether `compiled` (as wrapped by keep_versions and restoring) is a Speculated."""
+    while compiled is not None and not isinstance(compiled, Speculated):
+        compiled = getattr(compiled, "compiled", None)
+    return compiled is not None
+
+
+def settling(hook: Any, compiled: Any) -> "Settling":
+    while not isinstance(compiled, Speculated):
+        compiled = compiled.compiled
+    return Settling(hook, compiled)
+
+
+class Settling:
+    """Calls the resume function after a Speculated graph's break (see the NOTE)."""
+
+    __slots__ = ("hook", "speculation")
+
+    def __init__(self, hook: Any, speculation: Speculated) -> None:
+        self.hook, self.speculation = hook, speculation
+
+    def __call__(self, *args: Any) -> Any:
+        pending = getattr(_PENDING, "value", None)
+        _PENDING.value = None
+        hook = self.hook
+        if pending is None or pending[0] is not self.speculation:
+            return hook(*args)
+        entry = _serving_entry(hook, args)
+        if entry is None or not getattr(entry, "passes_arguments_only_to_graphs", False):
+            return hook(*_swapped(pending, args))
+        try:
+            return entry.fn(*args)
+        except Exception as e:
+            if not hook._reruns(entry, e, args, {}):
+                raise
+        return hook.eager(*_swapped(pending, args))  # NOTE [Graph failures rerun eagerly]
+
+
+def _serving_entry(hook: Any, args: tuple) -> Any:
+    """The entry FrameHook.__call__ would run for `args`, compiled now on a miss (a trace reads no autograd
+    state of its arguments), or None where the frame runs eagerly or the hook's state changed."""
+    from .. import config
+    from .breaks import DISABLED
+    fn = hook.fn
+    if config.disable or fn.__code__ is not hook.code or fn.__defaults__ is not hook.defaults[0] or \
+            fn.__kwdefaults__ is not hook.defaults[1]:
+        return None
+    for entry in hook.entries:
+        try:
+            hit = entry.guard.check(*args)
+        except Exception:
+            hit = False
+        if hit:
+            return entry
+    if fn.__code__ in DISABLED:
+        return None
+    return hook._find_or_compile(args, {})
+
+
+def _swapped(pending: tuple, args: tuple) -> tuple:
+    speculation, inputs, results, grad_enabled = pending
+    own = speculation.recompute(inputs, results, grad_enabled)
+    return tuple(own.get(id(a), a) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def passes_arguments_only_to_graphs(output, ret) -> bool:
+    """The finished trace hands none of its tensor arguments that require grad to code outside its graphs: no
+    side effect replayed, none returned as it is or as a view of it (reads of autograd state are graph breaks)."""
+    if output.side_effects:
+        return False
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from .sources import LocalSource
+    try:
+        arguments = {StorageWeakRef(inp.value.fake.untyped_storage()) for inp in output.inputs
+                     if isinstance(inp.value, TensorValue) and isinstance(inp.source, LocalSource)
+                     and inp.value.fake.requires_grad}
+        returned = [StorageWeakRef(v.fake.untyped_storage()) for v in live_tensors([ret], inputs=True)
+                    if isinstance(v, TensorValue)]
+    except Exception:  # a tensor without storage (sparse, nested): not known to be unobserved
+        return False
+    return not any(storage in arguments for storage in returned)
