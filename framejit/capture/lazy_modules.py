@@ -18,7 +18,10 @@ eager does at that call:
 - no dispatch mode is active (the parameters must be real tensors), and the trace entered no inference-mode
   block (eager would materialise inference tensors inside it; grad mode does not matter: the hooks
   materialise and fill the parameters under no_grad).
-Otherwise the call stays the break it was. The next call with an uninitialised module at the same source
+A lazy module with nothing to materialise (LazyBatchNorm2d(affine=False, track_running_stats=False)) still
+has the pre-hook, which only removes itself and changes the class: it is run the same way (tracing it
+failed at the weakref call inside RemovableHandle.remove, so fullgraph=True raised). Otherwise the call
+stays the break it was. The next call with an uninitialised module at the same source
 fails the entry's NO_HOOKS guard (its pre-hook dict is not empty) and the type guards of its parameters.
 Known difference (failing graphs only): a graph op before the call that raises at run time leaves the
 module initialised where eager leaves it uninitialised (the exception itself is eager's).
@@ -42,8 +45,8 @@ def initialise_at_trace(tx, mod_value, args: list, kwargs: dict) -> None:
     NOTE [Lazy modules initialised while tracing] hold; otherwise leave the module as it is (its call is
     then a break, module_hooks.plan_module_call)."""
     m = mod_value.obj
-    if not (isinstance(m, _lazy.LazyModuleMixin) and m.has_uninitialized_params()):
-        return
+    if not (isinstance(m, _lazy.LazyModuleMixin) and "_initialize_hook" in m.__dict__):
+        return  # initialised (or its hook removed): an ordinary module
     stand_ins = _meta_stand_ins(args, kwargs)
     if stand_ins is None or mod_value.source is None or not _only_own_hook(m) or not _trace_allows(tx):
         return

@@ -155,3 +155,11 @@ def test_inference_mode_block_in_the_frame_keeps_the_break_and_eager_state():
         assert_same(compiled(lazy, x), expected)
     assert lazy.weight.is_inference() == eager.weight.is_inference()
     assert_same(lazy.weight, eager.weight)
+
+
+def test_a_lazy_norm_without_parameters_is_captured_with_fullgraph():
+    # nothing to materialise: the pre-hook only removes itself and turns the module into BatchNorm2d
+    lazy, backend = _run_pair(lambda: nn.LazyBatchNorm2d(affine=False, track_running_stats=False),
+                              lambda call: torch.randn(2, 3, 4, 4) + call, fullgraph=True)
+    assert type(lazy) is nn.BatchNorm2d and not lazy._forward_pre_hooks
+    assert backend.graph_count == 1
