@@ -13,6 +13,7 @@ from .folded_results import permuted_like
 from .comparisons import contains
 from .container_slots import call_container_slot, check_method_arguments, is_container_slot
 from .protocol import constant_fold, extend_list, getitem, iterate, length
+from .values.objects import ObjectValue
 from .values.outside import OutsideDictValue, OutsideSetValue, set_has
 from .values import (ConstantValue, DictValue, DictViewValue, ListValue, SequenceValue, SetValue, TensorValue,
                      TupleValue, Value)
@@ -120,6 +121,9 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
         return _set_method(tx, self_value, name, rest, kwargs)
     if owner in (dict, collections.OrderedDict):
         return _dict_method(tx, self_value, name, rest, kwargs)
+    if isinstance(self_value, ObjectValue):  # an instance of a list subclass kept as an object
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{owner.__name__}.{name} called on a "
+                          f"{self_value.python_type().__name__} object")
     if not isinstance(self_value, ListValue) or name in ("index", "count", "copy"):
         return _sequence_method(tx, self_value, name, rest, kwargs)
     if name in ("append", "extend") and not kwargs and len(rest) == 1:

@@ -107,6 +107,7 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
         if modes is not None:  # NOTE [Torch function and dispatch modes]
             mode_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"called under {modes}: runs eagerly")
             mode_break.frame_eager = True
+            mode_break.callees_plain = True  # NOTE [Callees of frames run eagerly]: they would meet the mode
             raise mode_break
         reader = reads_own_locals(fn)
         if reader is not None:  # NOTE [Frames that read their locals]
@@ -130,7 +131,7 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
         entry = None if getattr(e, "frame_eager", False) else _break_entry(  # NOTE [Generators with finalizers]
             fn, shape, args, kwargs, request, e, output)
         entry = entry or _eager_entry(
-            fn, shape, output, graph_break=e.graph_break)
+            fn, shape, output, graph_break=e.graph_break, routed=not getattr(e, "callees_plain", False))
         _log_break(fn, e.graph_break)
     except UserException as e:
         moved = None if request.fullgraph else \
@@ -274,7 +275,7 @@ def _guard_function(fn: types.FunctionType, shape: FunctionShape, output) -> Gua
 # identifiers] in sources.py). Then the entry gets a guard that accepts every call, so the frame runs
 # eagerly from then on without being traced again, and its eager-frame record says why. With
 # fullgraph=True an internal error raises Unsupported before any eager entry is made (convert_frame).
-def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
+def _eager_entry(fn, shape, output, graph_break=None, user_error=None, routed=True) -> Entry:
     STATS["eager_entries"] += 1
     from .eager_frames import record  # NOTE [Eager frames]
     try:
@@ -293,7 +294,7 @@ def _eager_entry(fn, shape, output, graph_break=None, user_error=None) -> Entry:
         record(fn.__code__, (f"the traced code raised {type(user_error).__name__}: {user_error}" if user_error
                is not None else "no graph could be built") + unguarded)
     from .resume import eager_function  # NOTE [Unbound hidden from eager runs]
-    return Entry(guard, eager_function(fn), [], graph_break, user_error)
+    return Entry(guard, eager_function(fn), [], graph_break, user_error, routes_callees=routed)
 
 
 def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest, final=None) -> Entry:

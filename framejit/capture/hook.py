@@ -42,6 +42,7 @@ from .breaks import DISABLED
 from .codegen import frame_signature
 from .convert import convert_frame
 from .module_frame import module_call
+from .numpy_scalars import numpy_scalar_text
 from .graph_errors import make_effects
 from .locators import ModuleNotImported
 from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
@@ -142,13 +143,24 @@ class FrameHook:
             return self.eager(*args, **kwargs)
         entry = self._find_or_compile(args, kwargs)
         if entry is None:
-            return self.eager(*args, **kwargs)
+            return self._limit_eager()(*args, **kwargs) if self.limit_logged else self.eager(*args, **kwargs)
         try:
             return entry.fn(*args, **kwargs)
         except Exception as e:
             if not self._reruns(entry, e, args, kwargs):
                 raise
         return self.eager(*args, **kwargs)
+
+    def _limit_eager(self):
+        """What runs a call past the recompile limit: the frame's code with its callees routed through their
+        hooks (NOTE [Callees of frames run eagerly] in routed_eager.py)."""
+        if not self.entries:  # a limit of 0: nothing is compiled, below this frame either
+            return self.eager
+        routed = getattr(self, "_routed", None)
+        if routed is None or routed[0] is not self.eager or routed[1] is not self.fn.__code__:
+            from .routed_eager import routed_eager
+            routed = self._routed = (self.eager, self.fn.__code__, routed_eager(self.eager, self.request.hooks))
+        return routed[2]
 
     # NOTE [Threads]: tracing, backend compilation and the installation of entries happen under one
     # process-wide lock (COMPILE_LOCK); the call itself runs outside it. Under the lock a miss first looks
@@ -191,6 +203,9 @@ class FrameHook:
             with _no_gc(), fake_modes.tracing():
                 entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
                                       self.dynamic_ints)
+            if entry.routes_callees:  # NOTE [Callees of frames run eagerly] in routed_eager.py
+                from .routed_eager import routed_eager
+                entry.fn = routed_eager(entry.fn, self.request.hooks)
             self._record(len(entry.graphs), time.perf_counter() - start, "miss")
             if config.dump_dir:
                 self._dump(entry)
@@ -330,7 +345,8 @@ class FrameHook:
         def changed_value(failure) -> bool:  # a size, an int or a float (made an input above) that changed
             return failure.guard.kind in ("TENSOR_SHAPE", *layout) or (
                 failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected, sizes=True)
-                                                            or failure.guard.source in self.dynamic_floats))
+                                                            or failure.guard.source in self.dynamic_floats
+                                                            or numpy_scalar_text(failure.guard.expected)))
         failure = self.entries[0].guard.first_failure(*args, **kwargs)
         failures = []
         if failure is not None and changed_value(failure):
@@ -343,11 +359,12 @@ class FrameHook:
         # a step counter that change together recompile once
         for failure in failures:
             source = failure.guard.source
-            if failure.guard.kind == "CONSTANT_MATCH" and _int_text(failure.guard.expected, sizes=True) and \
-                    source not in self.dynamic_ints:
-                self.dynamic_ints = self.dynamic_ints | {source}
+            if failure.guard.kind == "CONSTANT_MATCH" and source not in self.dynamic_ints and (
+                    _int_text(failure.guard.expected, sizes=True) or numpy_scalar_text(failure.guard.expected)):
+                self.dynamic_ints = self.dynamic_ints | {source}  # NOTE [Dynamic NumPy scalars]
                 logs.log("recompiles", "%s: the %s %s changed value; it is symbolic from now on", self._name(),
-                         "int" if _int_text(failure.guard.expected) else "torch.Size", source)
+                         "int" if _int_text(failure.guard.expected) else "torch.Size" if _int_text(
+                             failure.guard.expected, sizes=True) else "NumPy scalar", source)
             # under dynamic=True only a static offset fails: a 0-dim tensor's (NOTE [Changing offsets of scalar views])
             if self.request.dynamic is True and failure.guard.kind != "TENSOR_STORAGE_OFFSET":
                 continue  # sizes and layouts: all symbolic already (a size 1, a mark_static dim stay static)

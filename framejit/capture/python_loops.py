@@ -75,8 +75,24 @@ def iterates_rows(value: Any) -> bool:
         return type(value.obj) is type(iter(()))
     if isinstance(value, IteratorValue):
         return value.owner is None and value.made_at is None and bool(value.items) and \
-            all(isinstance(i, TensorValue) for i in value.items)
+            all(_row_item(i) for i in value.items)
     return isinstance(value, TensorValue) and value.fake.dim() > 0
+
+
+# NOTE [Rows zipped and enumerated]: `for i, (emb, dur) in enumerate(zip(embeddings, durations))` (HF
+# FastSpeech2's length regulator, DETR-style per-image loops) steps over the rows of tensors as tuples of
+# rows and step numbers. Such a loop whose body breaks on data runs as Python as a loop over one tensor's
+# rows does; stepped instead, its resume functions recompiled for each step number and row length, then
+# ran as Python anyway (/tmp/h11s5/min/lr.py: 5/8/15 graphs over 3 calls where stock makes 2/2/4).
+def _row_item(item: Any) -> bool:
+    """An item of a loop over rows: a tensor, or a (nested) tuple of tensors and ints holding a tensor."""
+    from .values import ConstantValue, TensorValue, TupleValue
+    if isinstance(item, TensorValue):
+        return True
+    if not isinstance(item, TupleValue) or not item.items:
+        return False
+    leaves = [i for i in item.items if not (isinstance(i, ConstantValue) and type(i.value) is int)]
+    return bool(leaves) and all(_row_item(i) for i in leaves)
 
 
 # NOTE [Locals first bound in a loop run as Python]: the trampoline at the exit of a loop run as Python
@@ -235,6 +251,9 @@ def _method_load_as_attr(instr: Instr, route: Any) -> list[Instr]:
 
 def _rewrite_call(items: list, p: int, lo: int, route: Any) -> bool:
     group = normalize.raw_call(items, p)
+    call = items[p]
+    if group is None and call.name == "CALL_FUNCTION_EX":  # `f(*args, **kwargs)`: its tuple (and dict) on top
+        group = p, 1 + (call.arg & 1), ()
     if group is None:
         return False
     start, n, names = group
@@ -279,10 +298,12 @@ def hook_loop_calls(items: list, for_iter_pos: int, route: Any) -> None:
         _rewrite_call(items, position, for_iter_pos, route)
 
 
-def route_calls(items: list, route: Any) -> None:
+def route_calls(items: list, route: Any, unpacking: bool = False) -> None:
     """Route the callable of every call in `items` through `route(callable)` where it can be traced back
-    (NOTE [Caller-naming calls in tail functions] in caller_frames.py)."""
-    calls = [item for item in items if isinstance(item, Instr) and item.name in ("CALL", "CALL_KW")]
+    (NOTE [Caller-naming calls in tail functions] in caller_frames.py); with `unpacking`, the calls with
+    `*args`/`**kwargs` (CALL_FUNCTION_EX) too (NOTE [Callees of frames run eagerly] in routed_eager.py)."""
+    names = ("CALL", "CALL_KW", "CALL_FUNCTION_EX") if unpacking else ("CALL", "CALL_KW")
+    calls = [item for item in items if isinstance(item, Instr) and item.name in names]
     for call in reversed(calls):
         position = next(k for k, item in enumerate(items) if item is call)
         _rewrite_call(items, position, -1, route)

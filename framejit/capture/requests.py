@@ -44,6 +44,7 @@ class Entry:
     rerun: "RerunState | None" = None  # set when a failing graph call may rerun the frame eagerly
     on_graph_error: Callable | None = None  # NOTE [Effects before a failing graph] (graph_errors.py)
     served: bool = False  # chosen for a call by FrameHook._find_or_compile (what explain() reports)
+    routes_callees: bool = False  # an eager frame whose callees go through hooks (NOTE [Callees of frames run eagerly])
 
     @property
     def check(self) -> Callable:

@@ -10,6 +10,7 @@ from ..breaks import BreakKind, Unsupported
 from ..sources import Source
 from .base import ConstantValue, Value
 from .containers import IteratorValue, TupleValue
+from .objects import ObjectValue
 
 _LIST_ITERATOR = type(iter([]))
 
@@ -33,6 +34,9 @@ def _wrap_list_iterator(out, obj: Any, source: Source) -> Value:
         iterator.exhausted = True
     else:
         items = _wrap(out, iterated_list(obj), CallSource(Ref(iterated_list, "iterated_list"), source))
+        if isinstance(items, ObjectValue):  # a list subclass's instance kept as an object: no items to step
+            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"an iterator over a {type(iterated_list(obj)).__name__} "
+                              "object from outside")
         iterator = IteratorValue([], owner=items)
         iterator.index = iterator.start = index
         out.side_effects.iterators[id(iterator)] = iterator

@@ -61,6 +61,19 @@ def test_generate_of_the_compiled_module(name):
     assert 1 <= backend.graph_count <= stock.graph_count, (backend.graph_count, stock.graph_count)
 
 
+def test_generate_compiled_as_a_function_captures_the_decoding_steps():
+    """`framejit.compile(model.generate)`: generate's own frame runs eagerly (its code reads `locals()`),
+    but its callees are captured (NOTE [Callees of frames run eagerly]): before, 0 graphs."""
+    model = catalog.get("gpt2").build()
+    expected = [harness.run(model.generate, kwargs) for kwargs in _prompts()]
+    backend = CountingBackend()
+    compiled = framejit.compile(model.generate, backend=backend)
+    for kwargs, want in zip(_prompts(), expected):
+        got = harness.run(compiled, kwargs)
+        assert torch.equal(got, want), (got, want)
+    assert backend.graph_count >= 2, backend.graph_count  # the prefill's forward and the decoding step's
+
+
 # name -> the model class with a loss head
 TRAINED = {"gpt2": "GPT2LMHeadModel", "bert": "BertForMaskedLM", "llama": "LlamaForCausalLM"}
 

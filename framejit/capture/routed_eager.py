@@ -1,0 +1,75 @@
+"""Frames that run eagerly keep their callees captured.
+
+NOTE [Callees of frames run eagerly]: framejit runs a frame wholly as Python when it cannot capture it
+soundly (its code reads its own locals: `locals()`, `eval`; a reader of the frame stack; no break point it
+could resume from; an internal error; the recompile limit). That frame's calls went straight to their
+callees, so nothing below it was captured either: `framejit.compile(model.generate)` (HF's generate has a
+`locals()` in a branch) made 0 graphs where stock torch.compile, which skips only the frame itself and
+still compiles the frames its calls enter, captures each decoding step's forward. Such a frame now runs a
+copy of its code whose calls are routed as in a loop run as Python (NOTE [Callees routed in loops run as
+Python] in python_loops.py): each callable that can be traced back in the bytecode is replaced, right after
+it is loaded, by `route(callable)`'s answer, which calls a user or library function through its frame hook,
+a module with a forward of its own and no hooks through its forward's hook, and leaves everything else
+(torch and the standard library, builtins, callees that name their caller, generator functions,
+framejit.disable'd functions) to be called as it is. The copy has the same locals, line numbers, exception
+table and closure, so what the frame itself computes and observes is eager's; only its callees' frames are
+captured (each guarded, counted and logged as any frame).
+Not routed: generator and coroutine code (a copy would be a new function object per call), framejit's own
+code, frames that run eagerly under a torch function or dispatch mode (their callees would meet the same
+mode), and the eager reruns of a failing graph (NOTE [Graph failures rerun eagerly]), which run the
+original code for that one call.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import types
+
+import bytecode
+from bytecode import Instr
+
+from . import emit, python_loops
+from .resume import _copy_handler_depths
+
+_NOT_ROUTED = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | \
+    inspect.CO_ITERABLE_COROUTINE
+_FRAMEJIT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+
+
+def routed_eager(fn: types.FunctionType, hooks) -> types.FunctionType:
+    """`fn`, or a function running a copy of its code whose calls go through `hooks`' frame hooks (NOTE
+    [Callees of frames run eagerly]); `hooks` is the request's hook.Hooks."""
+    code = fn.__code__
+    if hooks is None or code.co_flags & _NOT_ROUTED or code.co_filename.startswith(_FRAMEJIT_DIR):
+        return fn
+    key = ("routed eager", code)
+    routed = hooks.by_key.get(key)
+    if routed is None:
+        try:
+            routed = hooks.by_key[key] = _routed_code(code, hooks.call_hooked())
+        except Exception:  # noqa: BLE001 - code the bytecode library cannot round-trip: run as it is
+            routed = hooks.by_key[key] = code
+    if routed is code:
+        return fn
+    new = types.FunctionType(routed, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__ = fn.__qualname__
+    new.__dict__.update(fn.__dict__)
+    return new
+
+
+def _routed_code(code: types.CodeType, route) -> types.CodeType:
+    """`code` with its traceable calls routed through `route`, or `code` itself when none is."""
+    bc = bytecode.Bytecode.from_code(code)
+    items = list(bc)
+    calls = sum(1 for item in items if isinstance(item, Instr) and item.name in ("CALL", "CALL_KW", "CALL_FUNCTION_EX"))
+    if not calls:
+        return code
+    _copy_handler_depths(code, items)
+    before = len(items)
+    python_loops.route_calls(items, route, unpacking=True)
+    if len(items) == before:
+        return code
+    bc.clear()
+    bc.extend(emit.unpaired_locals(items))  # NOTE [Paired locals in copied code]
+    return bc.to_code(stacksize=code.co_stacksize + 4, compute_exception_stack_depths=False)
