@@ -145,6 +145,10 @@ def _convert(kind: type):
         if kind is str and len(args) == 1 and not kwargs:
             from .carried_loops import check_dynamic_format
             check_dynamic_format(tx, v)  # NOTE [Dynamic ints formatted into strings]
+        from .numpy_scalars import torch_number  # NOTE [Dynamic NumPy scalars]
+        number = torch_number(v) if kind is not str and len(args) == 1 and not kwargs else None
+        if number is not None:  # the number itself when it is of that kind already (not specialised)
+            return number if number.python_type() is kind else handler(tx, [number], kwargs)
         from .sym_arith import convert  # NOTE [Size arithmetic stays symbolic]
         kept = convert(tx, kind, args, kwargs)
         if kept is not None:

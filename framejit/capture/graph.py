@@ -33,6 +33,7 @@ from .kernel_checks import check_arithmetic
 from .mixed_dtype import check_mixed_norm
 from .parametrized_classes import is_parametrized_class, type_check as parametrized_type_check
 from .side_effects import SideEffects
+from .numpy_scalars import check_data_arguments
 from .sources import NameTable, Source
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
 
@@ -404,6 +405,7 @@ class OutputGraph:
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         args, kwargs = self._checked_call_args(kind, target, args, kwargs)
+        check_data_arguments(kind, target, args, kwargs)  # NOTE [Dynamic NumPy scalars]
         if getattr(self, "getitem_to_index", 0):
             from .getitem_mode import check_call  # NOTE [Breaks inside getitem-to-index blocks]
             check_call(self, kind, target, args)

@@ -232,6 +232,10 @@ def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
         return slice(*(leaf(p) for p in v.parts))
     if v.is_constant():
         return v.as_constant()
+    from .numpy_scalars import torch_number  # NOTE [Dynamic NumPy scalars]
+    number = torch_number(v)
+    if number is not None:
+        return leaf(number)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{v.describe()} cannot be passed to a graph op")
 
 

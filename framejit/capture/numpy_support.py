@@ -430,7 +430,12 @@ def call_method(tx, method: NdarrayMethodValue, args: list[Value], kwargs: dict[
     name = method.name
     if name in _UNSUPPORTED_METHODS:
         raise Unsupported(_UNSUPPORTED_METHODS[name], f"ndarray.{name}() reads array data into Python")
-    return _record(tx, NumpyOp("method", name), [method.array, *args], kwargs, keeps_array=name in _KEEP_ARRAY)
+    keeps_array = name in _KEEP_ARRAY
+    if method.array.scalar and keeps_array:  # a NumPy scalar's astype/copy give a scalar, its reshape an array
+        if name not in ("astype", "copy"):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name}() of a NumPy scalar")
+        keeps_array = False
+    return _record(tx, NumpyOp("method", name), [method.array, *args], kwargs, keeps_array=keeps_array)
 
 
 def _all_constant(args: list[Value], kwargs: dict[str, Value]) -> bool:
@@ -676,6 +681,11 @@ _INPLACE = {operator.iadd, operator.isub, operator.imul, operator.itruediv, oper
 
 
 def binary(tx, fn: Any, a: Value, b: Value) -> Value:
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        from .numpy_scalars import tensor_operator
+        result = tensor_operator(tx, fn, a, b)  # NOTE [Dynamic NumPy scalars]
+        if result is not None:
+            return result
     if isinstance(a, (TensorValue, NdarrayMethodValue)) or isinstance(b, (TensorValue, NdarrayMethodValue)):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} of an ndarray and a tensor (or method)")
     if fn in _INPLACE:

@@ -155,8 +155,11 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
             return _nested_tensor(out, obj, source)
         return out.add_input(obj, source)
     if type(obj).__module__.startswith("numpy"):
+        from ..numpy_scalars import wrap_dynamic_scalar
         from ..numpy_support import wrap_numpy
-        value = wrap_numpy(out, obj, source)  # NOTE [NumPy as torch]
+        value = wrap_dynamic_scalar(out, obj, source, _is_argument(source))  # NOTE [Dynamic NumPy scalars]
+        if value is None:
+            value = wrap_numpy(out, obj, source)  # NOTE [NumPy as torch]
         if value is not None:
             return value
     for rule in (_wrap_number_or_constant, _wrap_container):
