@@ -140,10 +140,17 @@ def restore_plan(output) -> tuple | None:
     written = {i for i, _ in input_writes(output)}
     positions = {id(entry): i for i, entry in enumerate(output.inputs)}
     written.update(positions[id(entry)] for entry in output.mutated_entries if id(entry) in positions)
-    devices = tuple(sorted(output.__dict__.get("rng_devices", ())))
+    devices = set(output.__dict__.get("rng_devices", ()))
+    from .requests import draws_random
+    for node in output.graph.nodes:  # also random nodes recorded other than by _record_node, as rerun_state sees
+        if node.op in ("call_function", "call_method") and draws_random(node.target, node.args, node.kwargs):
+            found = _devices((node.meta.get("val"), [n.meta.get("val") for n in node.all_input_nodes]))
+            if not found or any(d.type not in _RESTORABLE_DEVICES for d in found):
+                return None  # no generator known to put back: no exact rerun (as before)
+            devices.update(str(torch.device(d.type, d.index or 0)) for d in found)
     if not written and not devices:
         return None
-    return tuple(sorted(written)), devices
+    return tuple(sorted(written)), tuple(sorted(devices))
 
 
 def _generator(device: str) -> torch.Generator:
