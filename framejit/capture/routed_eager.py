@@ -15,7 +15,8 @@ framejit.disable'd functions) to be called as it is. The copy has the same local
 table and closure, so what the frame itself computes and observes is eager's; only its callees' frames are
 captured (each guarded, counted and logged as any frame).
 Not routed: generator and coroutine code (a copy would be a new function object per call), framejit's own
-code, frames that run eagerly under a torch function or dispatch mode (their callees would meet the same
+code, a function whose module's `__builtins__` were swapped after it was made (a function made now would
+take the new ones: NOTE [Builtins of a function]), frames that run eagerly under a torch function or dispatch mode (their callees would meet the same
 mode), and the eager reruns of a failing graph (NOTE [Graph failures rerun eagerly]), which run the
 original code for that one call.
 """
@@ -52,6 +53,8 @@ def routed_eager(fn: types.FunctionType, hooks) -> types.FunctionType:
     if routed is code:
         return fn
     new = types.FunctionType(routed, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    if new.__builtins__ is not fn.__builtins__:  # NOTE [Builtins of a function]: its module's were swapped since
+        return fn
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__qualname__ = fn.__qualname__
     new.__dict__.update(fn.__dict__)
