@@ -119,9 +119,16 @@ class Speculated:
 
 
 def speculated(output, compiled: Callable, own: Callable, where: str) -> Callable:
-    """`compiled` as a Speculated where the break allows it (set by tensor_hooks.mark_results_across_break)."""
-    if not output.__dict__.get("speculated") or compiled is own:
+    """`compiled` as a Speculated where the break allows it (set by tensor_hooks.mark_results_across_break) and
+    the backend made something else than the graph's own code (the eager backend's autograd is eager's: its entry
+    persists as before, NOTE [Autograd state observed after a break])."""
+    made = compiled
+    while getattr(made, "compiled", None) is not None:  # saved_hooks.HookAware
+        made = made.compiled
+    if not output.__dict__.get("speculated") or made is own or getattr(made, "__self__", None) is own.__self__:
         return compiled
+    output.__dict__["process_local"] = "the graph keeps its joint only while the code after its break cannot " \
+        "observe its results' autograd"
     return Speculated(compiled, own, where)
 
 

@@ -114,9 +114,7 @@ def mark_results_across_break(output, live: list, gen=None) -> None:
     if passed and not written and gen is not None:
         from .kept_joints import speculable  # NOTE [Joints kept across a plain break]
         if speculable(output, gen, live):
-            output.__dict__["speculated"] = True
-            output.__dict__["process_local"] = "the graph keeps its joint only while the code after its break " \
-                "cannot observe its results' autograd"
+            output.__dict__["speculated"] = True  # kept_joints.speculated wraps the backend's joint
             return
     if passed or written:
         output.__dict__["observed_after_break"] = "a tensor that requires grad lives across its break " \

@@ -256,3 +256,13 @@ def _run(fn, seed: int):
     except RuntimeError as e:
         return f"{type(e).__name__}: {str(e).splitlines()[0]}"
     return loss.detach(), x.grad, w.grad, list(LOG)
+
+
+def test_the_eager_backends_graph_is_not_run_twice(capsys):
+    """The eager backend runs the graph's own code, whose autograd is eager's: nothing is kept beside it, nothing
+    is run again, and its entry persists as before (NOTE [Autograd state observed after a break])."""
+    own_code = framejit.stats()["graphs_own_code"]
+    compiled = framejit.compile(_always_observes, backend="eager")
+    for seed in range(2):
+        torch.testing.assert_close(_run(compiled, seed), _run(_always_observes, seed))
+    assert framejit.stats()["graphs_own_code"] == own_code
