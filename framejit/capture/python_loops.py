@@ -349,6 +349,9 @@ def _module_target(hooks, module) -> Any:
     if cls.__call__ is not torch.nn.Module.__call__ or not isinstance(forward, types.FunctionType) \
             or _skipped(forward.__code__) or "forward" in module.__dict__:
         return None
+    from .routed_eager import reads_frames_below
+    if reads_frames_below(forward):  # NOTE [Callees of frames run eagerly]
+        return None
     if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or \
             module._backward_pre_hooks or any(getattr(torch.nn.modules.module, d) for d in _GLOBAL_DICTS):
         return None
@@ -377,6 +380,7 @@ def make_call_hooked(hooks) -> Any:
     import torch
     from .break_callees import makes_generator, names_its_caller
     from .caller_frames import tail_callee
+    from .routed_eager import reads_frames_below
 
     def route(target):
         callee = tail_callee(target)  # NOTE [Caller-naming calls in tail functions] in caller_frames.py
@@ -387,7 +391,7 @@ def make_call_hooked(hooks) -> Any:
         if isinstance(target, (types.FunctionType, types.MethodType)):
             fn = target.__func__ if isinstance(target, types.MethodType) else target
             if isinstance(fn, types.FunctionType) and not _skipped(fn.__code__) and not names_its_caller(fn) \
-                    and not makes_generator(fn):
+                    and not makes_generator(fn) and not reads_frames_below(fn):  # NOTE [Callees of frames run eagerly]
                 return functools.partial(hooks.call_through_hook, target)
         return target
 

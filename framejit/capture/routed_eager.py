@@ -14,6 +14,12 @@ a module with a forward of its own and no hooks through its forward's hook, and 
 framejit.disable'd functions) to be called as it is. The copy has the same locals, line numbers, exception
 table and closure, so what the frame itself computes and observes is eager's; only its callees' frames are
 captured (each guarded, counted and logged as any frame).
+A callee that reads frames two or more levels up (`sys._getframe(2)`, `inspect.stack()`, a helper it calls
+that reads its caller's frame) would see framejit's hook frames where eager shows the eager frame (review
+revK E1): a callee is called directly when its code, or the code of a module-level function it names (two
+levels down, outside torch and the standard library), reads frames (`reads_frames_below`). That is a static
+look at names, so a reader reached another way (a method of an argument) still sees the hook's frames, as
+below any compiled function.
 Not routed: generator and coroutine code (a copy would be a new function object per call), framejit's own
 code, a function whose module's `__builtins__` were swapped after it was made (a function made now would
 take the new ones: NOTE [Builtins of a function]), frames that run eagerly under a torch function or dispatch mode (their callees would meet the same
@@ -76,3 +82,32 @@ def _routed_code(code: types.CodeType, route) -> types.CodeType:
     bc.clear()
     bc.extend(emit.unpaired_locals(items))  # NOTE [Paired locals in copied code]
     return bc.to_code(stacksize=code.co_stacksize + 4, compute_exception_stack_depths=False)
+
+
+_READS_BELOW: dict = {}
+
+
+def reads_frames_below(fn: types.FunctionType, depth: int = 2) -> bool:
+    """Whether `fn`'s code, or (down to `depth` levels) a module-level function its code names, reads frames
+    (NOTE [Callees of frames run eagerly]; frame_locals.reads_frames)."""
+    from .frame_locals import reads_frames
+    from .python_loops import _skipped
+    code = fn.__code__
+    key = (code, id(fn.__globals__), depth)
+    known = _READS_BELOW.get(key)
+    if known is not None:
+        return known
+    if len(_READS_BELOW) > 4096:
+        _READS_BELOW.clear()
+    _READS_BELOW[key] = False  # recursion guard
+    codes = [code, *(c for c in code.co_consts if isinstance(c, types.CodeType))]
+    found = any(reads_frames(c) for c in codes)
+    if not found and depth > 0:
+        for name in {n for c in codes for n in c.co_names}:
+            callee = fn.__globals__.get(name)
+            if isinstance(callee, types.FunctionType) and not _skipped(callee.__code__) and \
+                    reads_frames_below(callee, depth - 1):
+                found = True
+                break
+    _READS_BELOW[key] = found
+    return found

@@ -178,3 +178,40 @@ def test_a_frame_run_eagerly_under_a_recompile_limit_of_zero_compiles_nothing(mo
 
     _run(f, [(torch.randn(3),), (torch.randn(3),)], backend)
     assert backend.graph_count == 0
+
+
+def _grand():
+    frame = sys._getframe(2)
+    return frame.f_code.co_name, sorted(frame.f_locals)
+
+
+def _callee_naming_its_grandcaller(x):
+    return x * 2 + 1, _grand()
+
+
+def _stack_names(x):
+    import inspect
+    return x * 2, [f.function for f in inspect.stack()[1:3]]
+
+
+def _middle(x):
+    return _stack_names(x + 1)
+
+
+def _eager_with_readers_below(x, flag=False):
+    if flag:
+        print(locals())
+    z = x + 1
+    return _callee_naming_its_grandcaller(z), _middle(z)
+
+
+def test_callees_whose_helpers_read_frames_above_them_are_called_directly():
+    # review revK E1: routed through a hook, _grand's sys._getframe(2) and inspect.stack() named hook.py's
+    # frames ('miss', locals args/entry/kwargs/self) where eager names the eager frame
+    compiled = framejit.compile(_eager_with_readers_below, backend="eager")
+    for n in (2, 3):
+        x = torch.randn(n)
+        expected, got = _eager_with_readers_below(x), compiled(x)
+        assert got[0][1] == expected[0][1] == ("_eager_with_readers_below", ["flag", "x", "z"])
+        assert got[1][1] == expected[1][1] == ["_middle", "_eager_with_readers_below"]
+        assert_same(got, expected)
