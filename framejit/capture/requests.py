@@ -90,7 +90,20 @@ class RerunState:
 # speculated check after them: Autoformer's likelihood head broke 4 times where stock torch.compile has no
 # break), and "shuffle" made pixel_shuffle random.
 _RANDOM_WORDS = frozenset(("bernoulli", "multinomial", "normal", "poisson", "uniform", "exponential", "geometric",
-                           "cauchy", "gamma", "dirichlet", "binomial", "rrelu"))
+                           "cauchy", "gamma", "dirichlet", "binomial", "rrelu", "gumbel", "fractional"))
+# NOTE [Random ops by name], continued: F.gumbel_softmax and F.fractional_max_pool2d/3d draw too (review revK
+# J2: a kept joint recomputed as its own code drew a second time); so do aten overloads tagged
+# nondeterministic_seeded, and torch.nn.init's orthogonal_/sparse_ (they draw through normal_ inside).
+_RANDOM_BY_IDENTITY: set = set()
+
+
+def _random_by_identity(target: Any) -> bool:
+    if not _RANDOM_BY_IDENTITY:
+        _RANDOM_BY_IDENTITY.update((torch.nn.init.orthogonal_, torch.nn.init.sparse_))
+    try:
+        return target in _RANDOM_BY_IDENTITY
+    except TypeError:  # an unhashable target
+        return False
 
 
 def draws_random(target: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
@@ -102,6 +115,10 @@ def draws_random(target: Any, args: tuple = (), kwargs: dict | None = None) -> b
         kwargs = kwargs or {}
         training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
         return training is not False
+    if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+        return True
+    if _random_by_identity(target):
+        return True
     words = re.split(r"[_.]", name)  # also OpOverload names: "bernoulli.p", "normal.tensor_float"
     return any(w.startswith("rand") for w in words) or not _RANDOM_WORDS.isdisjoint(words)
 
