@@ -28,6 +28,7 @@ original code for that one call.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import types
@@ -88,10 +89,11 @@ _READS_BELOW: dict = {}
 
 
 def reads_frames_below(fn: types.FunctionType, depth: int = 2) -> bool:
-    """Whether `fn`'s code, or (down to `depth` levels) a module-level function its code names, reads frames
-    (NOTE [Callees of frames run eagerly]; frame_locals.reads_frames)."""
+    """Whether `fn`'s code, or (down to `depth` levels) a function its code can reach by name, reads frames
+    (NOTE [Callees of frames run eagerly]; frame_locals.reads_frames): module-level functions, the methods
+    and static methods named on module-level objects and classes, functions in module-level dicts and
+    partials, and the function's own function-valued defaults."""
     from .frame_locals import reads_frames
-    from .python_loops import _skipped
     code = fn.__code__
     key = (code, id(fn.__globals__), depth)
     known = _READS_BELOW.get(key)
@@ -103,11 +105,45 @@ def reads_frames_below(fn: types.FunctionType, depth: int = 2) -> bool:
     codes = [code, *(c for c in code.co_consts if isinstance(c, types.CodeType))]
     found = any(reads_frames(c) for c in codes)
     if not found and depth > 0:
-        for name in {n for c in codes for n in c.co_names}:
-            callee = fn.__globals__.get(name)
-            if isinstance(callee, types.FunctionType) and not _skipped(callee.__code__) and \
-                    reads_frames_below(callee, depth - 1):
-                found = True
-                break
+        found = any(reads_frames_below(callee, depth - 1) for callee in _reachable(fn, codes))
     _READS_BELOW[key] = found
     return found
+
+
+def _reachable(fn: types.FunctionType, codes: list) -> list:
+    """User functions `fn`'s code can call by name (reads_frames_below), at most 64."""
+    from .python_loops import _skipped
+    names = {n for c in codes for n in c.co_names}
+    found: list = []
+
+    def add(obj) -> None:
+        if isinstance(obj, functools.partial):
+            obj = obj.func
+        if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
+            obj = obj.__func__
+        if isinstance(obj, types.FunctionType) and not _skipped(obj.__code__) and len(found) < 64:
+            found.append(obj)
+
+    for value in (*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()):
+        add(value)
+    for name in names:
+        obj = fn.__globals__.get(name)
+        if obj is None or isinstance(obj, types.ModuleType) and _skipped_module(obj):
+            continue
+        add(obj)
+        if isinstance(obj, dict) and len(obj) <= 64:
+            for value in list(obj.values()):
+                add(value)
+        elif not isinstance(obj, (types.FunctionType, int, float, str, bytes, tuple, list)):
+            for attr in names:  # `U.g()`, `Util.sg()`, `ns.grand()`: an attribute the code names
+                holder = obj if isinstance(obj, (type, types.ModuleType)) else type(obj)
+                add(inspect.getattr_static(holder, attr, None))
+                if not isinstance(obj, (type, types.ModuleType)):
+                    add(vars(obj).get(attr) if hasattr(obj, "__dict__") else None)
+    return found
+
+
+def _skipped_module(module: types.ModuleType) -> bool:
+    from .python_loops import _skipped
+    path = getattr(module, "__file__", None)
+    return path is None or _skipped(types.SimpleNamespace(co_filename=path))

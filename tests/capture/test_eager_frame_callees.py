@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 
 import framejit
@@ -215,3 +216,53 @@ def test_callees_whose_helpers_read_frames_above_them_are_called_directly():
         assert got[0][1] == expected[0][1] == ("_eager_with_readers_below", ["flag", "x", "z"])
         assert got[1][1] == expected[1][1] == ["_middle", "_eager_with_readers_below"]
         assert_same(got, expected)
+
+
+class _Util:
+    def reader(self):
+        return sys._getframe(2).f_code.co_name
+
+    @staticmethod
+    def static_reader():
+        return sys._getframe(2).f_code.co_name
+
+
+_UTIL = _Util()
+_TABLE = {"reader": _Util.static_reader}
+_PARTIAL = __import__("functools").partial(_Util.static_reader)
+
+
+def _via_method(x):
+    return x * 2, _UTIL.reader()
+
+
+def _via_static(x):
+    return x * 2, _Util.static_reader()
+
+
+def _via_table(x):
+    return x * 2, _TABLE["reader"]()
+
+
+def _via_partial(x):
+    return x * 2, _PARTIAL()
+
+
+def _via_default(x, fn=_Util.static_reader):
+    return x * 2, fn()
+
+
+@pytest.mark.parametrize("callee", [_via_method, _via_static, _via_table, _via_partial, _via_default])
+def test_frame_readers_reached_through_objects_tables_partials_and_defaults(callee):
+    # review revK e5.py: the static look followed module-level functions only; these named hook.py's frame
+    def eager_frame(x, flag=False):
+        if flag:
+            print(locals())
+        return callee(x + 1)
+
+    compiled = framejit.compile(eager_frame, backend="eager")
+    for n in (2, 3):
+        x = torch.randn(n)
+        expected, got = eager_frame(x), compiled(x)
+        assert got[1] == expected[1] == "eager_frame"
+        assert_same(got[0], expected[0])
