@@ -431,7 +431,7 @@ class OutputGraph:
             args, result = self._after_failed_fake_call(e, kind, target, args, kwargs, fake_args, fake_kwargs)
         if _has_symbolic((args, kwargs)):
             written = [t for t, v in zip(fakes, versions) if _version(t) != v]
-            _forget_constants(result, written)  # NOTE [Dynamic floats fold into no constant]
+            _forget_constants(result, written, self.graph)  # NOTE [Dynamic floats fold into no constant]
         check_arithmetic(kind, target, args, kwargs)  # NOTE [Arithmetic checks of eager kernels]
         self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
@@ -767,7 +767,9 @@ class OutputGraph:
 # derive it from the sizes).
 # The float may sit in a list or tuple (`torch.tensor((r,))`, `x.new_tensor([r])`), and an op written in place
 # (`t.view(1).mul_(r)`) changes the tensor arguments it writes and the bases they view, whose data
-# FakeTensorMode keeps (review revH H9): those forget their data too.
+# FakeTensorMode keeps (review revH H9): those forget their data too, and so does every other fake of the graph
+# whose data shares their storage (a view made before the write, `t.data`, `t.detach()`: review revK K1,
+# `u = t.unsqueeze(0); t.add_(r); int(u.sum() * 10)` answered the trace's r on every call).
 def _has_symbolic(tree: Any) -> bool:
     for v in tree_leaves(tree, is_leaf=_is_value):
         if isinstance(v, (SymFloatValue, SymNodeValue)):
@@ -777,9 +779,21 @@ def _has_symbolic(tree: Any) -> bool:
     return False
 
 
-def _forget_constants(result: Any, operands: list) -> None:
-    for leaf in [*tree_leaves(result), *operands]:
+def _forget_constants(result: Any, operands: list, graph: torch.fx.Graph) -> None:
+    written: set = set()
+    for leaf in [*operands, *tree_leaves(result)]:
+        is_written = any(leaf is op for op in operands)
         while isinstance(leaf, torch.Tensor):
-            if getattr(leaf, "constant", None) is not None:
+            constant = getattr(leaf, "constant", None)
+            if constant is not None:
+                if is_written:
+                    written.add(constant.untyped_storage().data_ptr())
                 leaf.constant = None
             leaf = leaf._base
+    written.discard(0)
+    if written:  # every other view of the written data (made before the write: `u = t.unsqueeze(0)`, `t.data`)
+        for node in graph.nodes:
+            for value in tree_leaves(node.meta.get("val")):
+                constant = getattr(value, "constant", None) if isinstance(value, torch.Tensor) else None
+                if constant is not None and constant.untyped_storage().data_ptr() in written:
+                    value.constant = None

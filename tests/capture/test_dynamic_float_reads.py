@@ -91,3 +91,34 @@ def test_dynamic_floats_in_containers_and_written_views_follow_each_call(fn):
         x = torch.arange(10.0)
         want, got = fn(x, r), compiled(x, r)
         assert got.shape == want.shape and torch.equal(got, want), r
+
+
+_VIEWS_MADE_BEFORE_THE_WRITE = {
+    "unsqueeze": lambda t: t.unsqueeze(0),
+    "view": lambda t: t.view(1, 1),
+    "expand": lambda t: t.expand(3),
+    "detach": lambda t: t.detach(),
+    "slice": lambda t: t[:],
+    "reshape": lambda t: t.reshape(1),
+    "select": lambda t: t[0],
+    "data": lambda t: t.data,
+}
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+@pytest.mark.parametrize("view", sorted(_VIEWS_MADE_BEFORE_THE_WRITE))
+def test_a_view_made_before_a_write_with_a_dynamic_float_follows_each_call(view, dynamic):
+    # review revK K1: the write forgot the constant of the written tensor and its bases only; a view made
+    # before it kept the trace's data (`u = t.unsqueeze(0); t.add_(r); int(u.sum() * 10)`: 135 on every call)
+    make_view = _VIEWS_MADE_BEFORE_THE_WRITE[view]
+
+    def fn(x, r):
+        t = torch.tensor([10.0])
+        u = make_view(t)
+        t.add_(r)
+        return x * int(u.sum() * 10)
+
+    compiled = framejit.compile(fn, backend="eager", dynamic=dynamic)
+    for r in (0.25, 0.75, 0.5, 0.9):
+        x = torch.ones(2)
+        assert torch.equal(compiled(x, r), fn(x, r)), r
