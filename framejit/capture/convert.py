@@ -354,13 +354,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         python_loops.moved_break(fn.__code__, exc, symbolic)  # NOTE [Loops run as Python]
     if loop_exc is not None:
         return _break_entry(fn, shape, args, kwargs, request, loop_exc, first)
-    site = break_sites.break_site(fn.__code__, exc)
+    site = _resumable_site(fn, exc, first)
     if site is None:
-        first.no_break_reason = "the instruction is not one a frame can resume after"  # NOTE [Eager frames]
-        return None
-    if break_sites.super_without_instance(fn.__code__, site.inst.index):  # NOTE [Zero-argument super() at breaks]
-        first.no_break_reason = "zero-argument super() at or after the break needs the frame's own first local " \
-            "and __class__ cell"
         return None
     output = _retrace_output(first)
     from .tensor_hooks import mark_result_node_reads  # NOTE [Autograd nodes of a graph's results]
@@ -416,6 +411,20 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         # break code]; NOTE [Draws from the random module]: not persisted
         _persist_break_entry(entry, fn, output, request, cg, compiled, output_index, graphs, recorder)
     return entry
+
+
+def _resumable_site(fn, exc: Unsupported | UserException, first):
+    """The break site of `exc` in `fn`'s code, or None (with the reason in `first.no_break_reason`) where no
+    resume function can continue from it."""
+    site = break_sites.break_site(fn.__code__, exc)
+    if site is None:
+        first.no_break_reason = "the instruction is not one a frame can resume after"  # NOTE [Eager frames]
+        return None
+    if break_sites.super_without_instance(fn.__code__, site.inst.index):  # NOTE [Zero-argument super() at breaks]
+        first.no_break_reason = "zero-argument super() at or after the break needs the frame's own first local " \
+            "and __class__ cell"
+        return None
+    return site
 
 
 def _compile_before_break(fn, gen, output, request) -> tuple:

@@ -261,15 +261,8 @@ def emit_user_frame_call(cg: Any, rebuild: Any, fn: types.FunctionType, user_loc
     the call's operands through `load(value)`, `call()` writes the call itself. `parts`: (the callee and its
     arguments, keyword names, the break's line), for a call from a resume function (NOTE [User frames for
     readers in resume functions] in user_frames.py)."""
-    if any(isinstance(i, bytecode.Label) or getattr(i, "opcode", None) in _JUMPS for i in cg.insts):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a frame reader's call after code that branches: the "
-                          "frame runs eagerly")
     code = fn.__code__
-    from .resume import maybe_unbound
-    if any(isinstance(v, LazyArg) and v.name in maybe_unbound(code) for v in user_locals.values()):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a frame reader's call where a local may hold "
-                          "Unbound (NOTE [Resume functions take the same locals on every pass]): the frame runs "
-                          "eagerly")
+    _check_user_frame_call(cg, code, user_locals)
     order = {n: i for i, n in enumerate(code.co_varnames + code.co_cellvars)}
     names = sorted(user_locals, key=lambda n: order.get(n, len(order)))
     # every value is loaded before any slot is written (`residual = x` then `x = ...` leaves a LazyArg of `x`
@@ -285,15 +278,7 @@ def emit_user_frame_call(cg: Any, rebuild: Any, fn: types.FunctionType, user_loc
         slots.setdefault(id(user_locals[name]), name)
     if parts is not None and _from_user_frame(cg, rebuild, fn, names, slots, *parts):
         return
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            cell.cell_contents
-        except ValueError:  # unbound: eager's f_locals leaves it out too
-            continue
-        cg.load_const(cell)
-        cg.load_attr("cell_contents")
-        cg.store_fast(name)
-        user_locals = {**user_locals, name: None}
+    user_locals = _store_free_variables(cg, fn, user_locals)
     params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
                               + bool(code.co_flags & inspect.CO_VARKEYWORDS)]
     stored = [i.arg for i in cg.insts if isinstance(i, bytecode.Instr) and i.name == "STORE_FAST"]
@@ -319,6 +304,33 @@ def emit_user_frame_call(cg: Any, rebuild: Any, fn: types.FunctionType, user_loc
         cg.emit("UNPACK_SEQUENCE", len(temps))
         for name in temps:
             cg.store_fast(name)
+
+
+def _check_user_frame_call(cg: Any, code: types.CodeType, user_locals: dict[str, Any]) -> None:
+    """Unsupported where the frame holding the user's locals cannot be made (emit_user_frame_call)."""
+    if any(isinstance(i, bytecode.Label) or getattr(i, "opcode", None) in _JUMPS for i in cg.insts):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a frame reader's call after code that branches: the "
+                          "frame runs eagerly")
+    from .resume import maybe_unbound
+    if any(isinstance(v, LazyArg) and v.name in maybe_unbound(code) for v in user_locals.values()):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a frame reader's call where a local may hold "
+                          "Unbound (NOTE [Resume functions take the same locals on every pass]): the frame runs "
+                          "eagerly")
+
+
+def _store_free_variables(cg: Any, fn: types.FunctionType, user_locals: dict[str, Any]) -> dict[str, Any]:
+    """Store each bound free variable of `fn` in the frame under its name (eager's f_locals lists them);
+    `user_locals` with those names added."""
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            cell.cell_contents
+        except ValueError:  # unbound: eager's f_locals leaves it out too
+            continue
+        cg.load_const(cell)
+        cg.load_attr("cell_contents")
+        cg.store_fast(name)
+        user_locals = {**user_locals, name: None}
+    return user_locals
 
 
 def _from_user_frame(cg: Any, rebuild: Any, fn: types.FunctionType, names: list[str], slots: dict[int, str],

@@ -193,7 +193,11 @@ class BreakCodegen:
         rebuild.preload(rebuild.after_replay, sourced=False)  # NOTE [Dict iterators built after replay]
         restore_grad_mode(cg, self.tx.output)
         self._make_blocks(rebuild)
-        inst = self.site.inst
+        return self._emit_step(rebuild)
+
+    def _emit_step(self, rebuild: Reconstructor) -> Codegen:
+        """The unsupported instruction itself, run in plain Python, then the call of the resume function."""
+        cg, inst = self.cg, self.site.inst
         step_start = len(cg.insts)
         if self.site.tail:
             self._resume(rebuild, inst.index, produced=0, hooked=False)
@@ -213,15 +217,7 @@ class BreakCodegen:
         elif inst.name == "FOR_ITER":
             self._emit_for_iter(rebuild)
         elif inst.name in _LOADS and self.exits and inst.name != "LOAD_GLOBAL":
-            cg.push_null()  # getattr(obj, name) inside the blocks: user attribute code runs there
-            for value in self._in_blocks_prefix(rebuild):
-                rebuild.emit(value)
-            cg.load_const(getattr)
-            rebuild.emit(self.top[0])
-            cg.load_const(inst.arg)
-            cg.call(5)
-            self._unpack_in_blocks()
-            self._resume(rebuild, inst.index + 1, produced=1, with_null=inst.name == "LOAD_METHOD")
+            self._emit_load_in_blocks(rebuild, inst)
         elif inst.name in _LOADS:
             for value in self.top:
                 rebuild.emit(value)
@@ -241,6 +237,19 @@ class BreakCodegen:
             if produced == 1:  # NOTE [Dynamic ints formatted into strings] in carried_loops.py
                 carried_loops.inherit_dynamic_results(body, inst, self.top, len(self.below))
         return _at_line(cg, step_start, inst)
+
+    def _emit_load_in_blocks(self, rebuild: Reconstructor, inst: Inst) -> None:
+        """getattr(obj, name) inside the blocks (user attribute code runs there), then the resume function."""
+        cg = self.cg
+        cg.push_null()
+        for value in self._in_blocks_prefix(rebuild):
+            rebuild.emit(value)
+        cg.load_const(getattr)
+        rebuild.emit(self.top[0])
+        cg.load_const(inst.arg)
+        cg.call(5)
+        self._unpack_in_blocks()
+        self._resume(rebuild, inst.index + 1, produced=1, with_null=inst.name == "LOAD_METHOD")
 
     def _emit_delete_cell(self, inst: Inst) -> None:
         """`del v` of a real cell (NOTE [Deleting a closure variable]): `delete_cell(cell, v, own)` empties
