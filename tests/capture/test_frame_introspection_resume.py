@@ -12,25 +12,7 @@ import pytest
 import torch
 
 import framejit
-
-
-class _Counter:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
-
-
-def _plain(v):
-    if isinstance(v, torch.Tensor):
-        return ("tensor", tuple(v.shape), v.detach().tolist())
-    if isinstance(v, (list, tuple)):
-        return (type(v).__name__, [_plain(a) for a in v])
-    if isinstance(v, dict):
-        return ("dict", [(k, _plain(a)) for k, a in v.items()])
-    return v
+from tests.capture.test_frame_readers2 import _Counter, _plain  # the same counter and value form
 
 
 def _run(fn, args, kwargs):
