@@ -85,3 +85,22 @@ def _data_of_numpy_scalars(x, y):
 def test_torch_tensor_of_a_list_with_a_numpy_scalar_keeps_its_dtype():
     # eager infers float64 from np.float64 inside the list (a Python float would give float32)
     _run(_data_of_numpy_scalars, [(torch.ones(2), np.float64(v / 3)) for v in (1, 2, 4)])
+
+
+def _numpy_constants(x):
+    return np.float64(0.0), np.int64(0), np.False_, np.uint8(0), b"\0" * 8, x + 1
+
+
+def _true_and_floor_division(x, y):
+    return y / 3, y // 3, x * 2
+
+
+def test_constants_equal_in_bytes_keep_their_types():
+    # NOTE [Constants kept apart by type] (codegen.py): the bytecode library shared one co_consts slot between
+    # objects whose marshal bytes are equal, so np.int64(0) came back as np.float64(0.0) (/tmp/hnp/p7.py)
+    for fn, args in ((_numpy_constants, (torch.ones(2),)), (_true_and_floor_division, (torch.ones(2), np.int64(0)))):
+        compiled = framejit.compile(fn, backend="eager")
+        for _ in range(2):
+            want, got = fn(*args), compiled(*args)
+            assert [type(v) for v in got] == [type(v) for v in want]
+            assert all(torch.equal(g, w) if isinstance(w, torch.Tensor) else g == w for g, w in zip(got, want))
