@@ -544,9 +544,11 @@ def _super_checked(cls, obj: Value):
     if not isinstance(cls, type):
         raise UserException(TypeError(f"super() argument 1 must be a type, not {type(cls).__name__}"))
     from .values import ClassValue
-    if isinstance(obj, ClassValue) and isinstance(obj.obj, type) and issubclass(obj.obj, cls):
-        return cls
-    if isinstance(obj, ConstantValue) and isinstance(obj.value, type) and issubclass(obj.value, cls):
+    if isinstance(obj, ClassValue) and isinstance(obj.obj, type):
+        if _subtype(obj.obj, cls) or _subtype(type(obj.obj), cls) or "__class__" in vars(type(obj.obj)):
+            return cls
+        raise UserException(TypeError("super(type, obj): obj must be an instance or subtype of type"))
+    if isinstance(obj, ConstantValue) and isinstance(obj.value, type) and _subtype(obj.value, cls):
         return cls
     try:
         kind = obj.python_type()
@@ -554,9 +556,15 @@ def _super_checked(cls, obj: Value):
         return cls  # not known here: the check is left to the call, as before
     if any("__class__" in vars(k) for k in getattr(kind, "__mro__", (object,))[:-1]):
         return cls  # CPython's super also accepts an instance whose __class__ is a subclass: not checked here
-    if isinstance(kind, type) and not issubclass(kind, cls) and not isinstance(obj, ClassValue):
+    if isinstance(kind, type) and not _subtype(kind, cls) and not isinstance(obj, ClassValue):
         raise UserException(TypeError("super(type, obj): obj must be an instance or subtype of type"))
     return cls
+
+
+def _subtype(kind: type, cls: type) -> bool:
+    """CPython's own subtype test (the MRO), which super() uses: not issubclass(), which an ABC's register() or a
+    metaclass's __subclasscheck__ answer (review revK K5)."""
+    return cls in getattr(kind, "__mro__", ())
 
 
 @handles(object.__init__)

@@ -275,3 +275,50 @@ class ExplicitBadSuper(Base):
 def test_super_of_a_non_instance_raises_inside_the_handler(cls):
     # NOTE [super() checks its arguments] (review revH H3): the TypeError escaped the handler on 3.11
     run_compared(lambda: cls().f, vector)
+
+
+class _Root:
+    def f(self, x):
+        return x + 100
+
+
+class _AbstractBase(__import__("abc").ABC):
+    def f(self, x):
+        return x + 1
+
+
+class _Registered(_Root):
+    def f(self, x):
+        return x * 2
+
+
+_AbstractBase.register(_Registered)
+
+
+class _SaysYes(type):
+    def __subclasscheck__(cls, sub):
+        return True
+
+
+class _AnySubclass(metaclass=_SaysYes):
+    def f(self, x):
+        return x - 1
+
+
+def _super_of(cls, obj, x):
+    try:
+        return super(cls, obj).f(x)
+    except TypeError as e:
+        return "caught " + str(e)
+
+
+@pytest.mark.parametrize("cls, obj", [(_AbstractBase, _Registered()), (_AnySubclass, _Registered()),
+                                      (_AbstractBase, _Root), (_AbstractBase, _Registered)],
+                         ids=["abc_registered", "subclasscheck_yes", "unrelated_class", "registered_class"])
+def test_super_checks_the_mro_not_issubclass(cls, obj):
+    # review revK K5: the check used issubclass(), which an ABC's register() or a metaclass's __subclasscheck__
+    # answer yes, and let a class object that is no subclass through: eager's TypeError escaped the handler (3.11)
+    def fn(x):
+        return _super_of(cls, obj, x)
+
+    run_compared(lambda: fn, vector)
