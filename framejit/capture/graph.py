@@ -406,9 +406,7 @@ class OutputGraph:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         args, kwargs = self._checked_call_args(kind, target, args, kwargs)
         check_data_arguments(kind, target, args, kwargs)  # NOTE [Dynamic NumPy scalars]
-        same = _dropout_identity(kind, target, args, kwargs)
-        if same is not None:  # NOTE [Dropouts that return their input]
-            return same
+        same = _dropout_identity(kind, target, args, kwargs)  # NOTE [Dropouts that return their input]
         if getattr(self, "getitem_to_index", 0):
             from .getitem_mode import check_call  # NOTE [Breaks inside getitem-to-index blocks]
             check_call(self, kind, target, args)
@@ -452,7 +450,8 @@ class OutputGraph:
         if not mutated and not _contains_tensor(result):
             if not has_sym(result) or not has_sym(sym_or_int(result)):
                 return self._wrap_constant_result(target, sym_or_int(result))
-        return self._record_node(kind, target, args, kwargs, result, mutated)
+        value = self._record_node(kind, target, args, kwargs, result, mutated)
+        return value if same is None else same
 
     def _record_node(self, kind: str, target: Any, args: tuple, kwargs: dict, result: Any, mutated: bool) -> Value:
         """The graph node of a call whose fake run gave `result` (`mutated`: it bumped a version), as a Value."""
@@ -777,8 +776,8 @@ class OutputGraph:
 # nothing (`training=False`, or p == 0: aten's _dropout returns `input`), so `F.dropout(y, 0.5, training=False)
 # is y` holds. The fake run mirrored that with static sizes, but with symbolic sizes fake tensors run the
 # decomposition, which returns `input.clone()`: the identity answered False (review revK K8). Such a call is
-# answered with its input value, no node, when p and training are constants (a p outside [0, 1] raises in
-# eager: left to the op).
+# answered with its input value when p and training are constants (a p outside [0, 1] raises in eager: left to
+# the op); its node stays in the graph, unused, as stock's graphs keep eval dropouts.
 _DROPOUT_PARAMS = {"dropout": ("input", "p", "training", "inplace"), "dropout_": ("input", "p", "train")}
 
 
