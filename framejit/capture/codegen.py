@@ -39,28 +39,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .stdlib import GETTERS, getter_args
 from .caught_exceptions import temporaries_cleared
 
-# NOTE [Constants kept apart by type]: the `bytecode` library shares one co_consts slot between constants whose
-# marshal.dumps bytes are equal (bytecode.instr.const_key). marshal writes any object with the buffer protocol
-# as its raw bytes, so NumPy scalars equal in bytes but not in type or value shared a slot: a function returning
-# `(y / 3, y // 3)` for y = np.int64(0) got (np.float64(0.0), np.float64(0.0)) where eager returns (np.float64(0.0),
-# np.int64(0)); np.False_ and np.uint8(0) alike, and a NumPy array with b"\0" * 8 (review of hnp, /tmp/hnp/p7.py).
-# Constants are keyed by their bytes only when marshal writes them by type (None, bool, int, float, complex, str,
-# bytes, Ellipsis, code, and tuples/frozensets of those); any other object by its identity.
-_BY_TYPE = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), types.CodeType)
-_LIBRARY_CONST_KEY = bytecode.concrete.const_key
-
-
-def _marshalled_by_type(obj: Any) -> bool:
-    if type(obj) in (tuple, frozenset):
-        return all(_marshalled_by_type(item) for item in obj)
-    return type(obj) in _BY_TYPE
-
-
-def _const_key(obj: Any) -> Any:
-    return _LIBRARY_CONST_KEY(obj) if _marshalled_by_type(obj) else (type(obj), id(obj))
-
-
-bytecode.concrete.const_key = _const_key
+from . import const_keys  # noqa: F401,E402 - NOTE [Constants kept apart by type]: installed on import
 from .mappings_runtime import fresh_exception, fresh_exception_raised_at, grad_mode_manager, make_defaultdict, view_of, view_of_object
 from .values.mappings import IdentityKey, key_value, viewed_object
 from .partials import check_rebuildable, make_partial, partial_parts

@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from .. import fake_modes
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
+from .dropout_identity import dropout_identity
 from .breaks import BreakKind, Unsupported, UserException
 from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
@@ -406,7 +407,7 @@ class OutputGraph:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         args, kwargs = self._checked_call_args(kind, target, args, kwargs)
         check_data_arguments(kind, target, args, kwargs)  # NOTE [Dynamic NumPy scalars]
-        same = _dropout_identity(kind, target, args, kwargs)  # NOTE [Dropouts that return their input]
+        same = dropout_identity(kind, target, args, kwargs)  # NOTE [Dropouts that return their input]
         if getattr(self, "getitem_to_index", 0):
             from .getitem_mode import check_call  # NOTE [Breaks inside getitem-to-index blocks]
             check_call(self, kind, target, args)
@@ -772,41 +773,6 @@ class OutputGraph:
 # FakeTensorMode keeps (review revH H9): those forget their data too, and so does every other fake of the graph
 # whose data shares their storage (a view made before the write, `t.data`, `t.detach()`: review revK K1,
 # `u = t.unsqueeze(0); t.add_(r); int(u.sum() * 10)` answered the trace's r on every call).
-# NOTE [Dropouts that return their input]: eager's dropout returns its input object itself when it does
-# nothing (`training=False`, or p == 0: aten's _dropout returns `input`), so `F.dropout(y, 0.5, training=False)
-# is y` holds. The fake run mirrored that with static sizes, but with symbolic sizes fake tensors run the
-# decomposition, which returns `input.clone()`: the identity answered False (review revK K8). Such a call is
-# answered with its input value when p and training are constants (a p outside [0, 1] raises in eager: left to
-# the op); its node stays in the graph, unused, as stock's graphs keep eval dropouts.
-_DROPOUT_PARAMS = {"dropout": ("input", "p", "training", "inplace"), "dropout_": ("input", "p", "train")}
-
-
-def _dropout_identity(kind: str, target: Any, args: tuple, kwargs: dict) -> Value | None:
-    if kind != "call_function" or target not in (torch.nn.functional.dropout, torch.dropout, torch.dropout_):
-        return None
-    names = _DROPOUT_PARAMS["dropout" if target is torch.nn.functional.dropout else "dropout_"]
-    if len(args) > len(names) or any(k not in names for k in kwargs):
-        return None
-    bound = {**dict(zip(names, args)), **kwargs}
-    default_p = 0.5 if target is torch.nn.functional.dropout else None
-    values = []
-    for name, default in (("p", default_p), (names[2], True)):
-        value = bound.get(name)
-        if value is None:
-            if default is None:
-                return None
-            values.append(default)
-        elif isinstance(value, ConstantValue) and isinstance(value.value, (bool, int, float)):
-            values.append(value.value)
-        else:
-            return None
-    p, training = values
-    source = bound.get("input")
-    if not isinstance(source, TensorValue) or not 0 <= p <= 1 or (training and p != 0):
-        return None
-    return source
-
-
 def _has_symbolic(tree: Any) -> bool:
     for v in tree_leaves(tree, is_leaf=_is_value):
         if isinstance(v, (SymFloatValue, SymNodeValue)):
