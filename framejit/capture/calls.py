@@ -145,7 +145,7 @@ def _call_numpy_or_tensor_maker(tx, fn: Value, args: list[Value], kwargs: dict[s
 
 
 def _call_user_function(tx, fn: UserFunctionValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    draw = drawing_call(fn.fn, args, kwargs)  # `random.uniform(0, 1)`
+    draw = drawing_call(tx, fn.fn, args, kwargs)  # `random.uniform(0, 1)`, `rng.gauss()`
     if draw is not None:  # NOTE [Draws from the random module]
         return record_draw(tx, draw)
     if fn.fn is entry_check:  # NOTE [Entry checks]
@@ -196,6 +196,9 @@ def _call_builtin_value(tx, fn: BuiltinValue, args: list[Value], kwargs: dict[st
     bound = _bound_slot_wrapper(tx, fn)
     if bound is not None:
         return call_value(tx, bound, args, kwargs)
+    draw = drawing_call(tx, fn.obj, args, kwargs, fn.source)  # `random.random()`, `rng.random()`
+    if draw is not None:  # NOTE [Draws from the random module]
+        return record_draw(tx, draw)
     return call_builtin(tx, fn.obj, args, kwargs)
 
 
@@ -434,9 +437,6 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         raise reader
     from .stdlib import forced_break
     forced_break(fn)
-    draw = drawing_call(fn, args, kwargs)  # `random.random()`
-    if draw is not None:  # NOTE [Draws from the random module]
-        return record_draw(tx, draw)
     handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
     if handler is None:
         handler = state_query_handler(fn) or GETATTRIBUTE_HANDLERS.get(fn)  # NOTE [Compile-aware library paths]

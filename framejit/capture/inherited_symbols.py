@@ -29,6 +29,7 @@ def inherit_symbols(body: Any, slots: dict[str, Any], out: Any) -> None:
         return
     from .carried_loops import OpaqueStringValue, _dynamic_scalar
     from .values.base import LazyArg
+    from .python_draws import DrawValue
     from .values.scalars import SymFloatValue
     dims, ints, floats = dict(body.dynamic_dims), set(body.dynamic_ints), set(body.dynamic_floats)
     for source, value in slots.items():
@@ -44,6 +45,8 @@ def inherit_symbols(body: Any, slots: dict[str, Any], out: Any) -> None:
             ints.add(source)  # a symbol, a torch.Size of symbols, an opaque string there too
         elif type(value) is SymFloatValue and _dynamic_scalar(value):
             floats.add(source)  # a graph input there (NOTE [Dynamic floats])
+        elif type(value) is DrawValue and value.kind in (int, float):  # NOTE [Draws from the random module]
+            (ints if value.kind is int else floats).add(source)  # drawn anew each call
     if dims != body.dynamic_dims:
         body.dynamic_dims = dims
     if len(ints) != len(body.dynamic_ints):

@@ -19,28 +19,64 @@ rerun eagerly]) has drawn nothing yet.
 The value is opaque: no guard can name it (its source's `expr` is a break: a guard runs before the draw),
 and any operation on it (arithmetic, a comparison, a branch, a tensor op) needs its Python value, which the
 trace does not have: a graph break at that instruction, where the value, already drawn, is handed to the
-Python code and the resume function like any local. Returned, stored, passed along or left unused (layer
-drop in eval) it costs nothing. Only calls with constant arguments on `random._inst` itself are recorded
-(its identity is fixed; another `random.Random` would need a guard on which object it is); anything else,
-`random.seed`/`getstate`/`setstate` included, is the break it was. Entries holding draws are not persisted
-(frame_cache): the calls are objects the persisted plan does not describe.
+Python code and the resume function like any local (which marks it dynamic there from the first trace:
+NOTE [Symbols carried into resume functions]). Returned, stored, passed along or left unused (layer drop in
+eval) it costs nothing. Recorded: the drawing methods of an exact `random.Random` listed in `_DRAWS`
+(random, uniform, gauss, randint, randrange, choice, ...) called with constant arguments that they take
+without raising, on `random._inst` (the module's functions) or on a generator read from a source (NOTE
+[Generators read where the trace read them]). Before, only random() and uniform() of `random._inst` were:
+`rng.gauss(0, 1)`, `random.randint(1, 5)` or `m.rng.random()` were inlined down to the C draws of random.py,
+each a break whose resume function guarded the number drawn (a recompile per new value until it turned
+dynamic): 9-22 frames traced over 4 calls where the draws are now 2-6 (the shape changes). Anything else
+(`random.seed`/`getstate`/`setstate`, shuffle, sample, a subclass of Random) is the break it was. Entries
+holding draws are not persisted (frame_cache): the calls are objects the persisted plan does not describe.
 
 Known difference: a frame that raises after its graph and before eager would have reached a draw (a
 replayed side effect or the break's own call raising) has drawn in compiled code and not in eager.
 """
 from __future__ import annotations
 
+import inspect
 import random
+import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported
-from .sources import Source
+from .sources import AttrSource, GlobalSource, LocalSource, Source
 from .values.base import ConstantValue, Value
 
 DRAWS_LOCAL = "___python_draws"  # the transformed code's list of this call's draws
 
-# the module's functions that draw, as methods of `random._inst`: (function, number of constant arguments)
-_DRAWS: dict[Any, tuple[int, ...]] = {random.Random.random: (0,), random.Random.uniform: (2,)}
+
+def _numbers(*args) -> bool:
+    return all(type(a) in (int, float) for a in args)
+
+
+def _ints(*args) -> bool:
+    return all(type(a) is int for a in args)
+
+
+def _randrange_ok(start, stop=None, step=1) -> bool:
+    return _ints(start, step) and (stop is None or type(stop) is int) and step != 0 and \
+        len(range(start, stop, step) if stop is not None else range(start)) > 0
+
+
+# NOTE [Draws from the random module]: the methods of random.Random recorded as draws, each with the check
+# its (bound) arguments must pass for the call to return what eager's does without raising, and the type of
+# its result (None: the common type of the items of `choice`'s constant sequence).
+_DRAWS: dict[Any, tuple[Any, type | None]] = {
+    random.Random.random: (lambda: True, float),
+    random.Random.uniform: (_numbers, float),
+    random.Random.gauss: (_numbers, float),
+    random.Random.normalvariate: (_numbers, float),
+    random.Random.lognormvariate: (_numbers, float),
+    random.Random.expovariate: (lambda lambd=1.0: _numbers(lambd) and lambd != 0, float),
+    random.Random.getrandbits: (lambda k: _ints(k) and k >= 0, int),
+    random.Random.randint: (lambda a, b: _ints(a, b) and a <= b, int),
+    random.Random.randrange: (_randrange_ok, int),
+    random.Random.choice: (lambda seq: type(seq) in (tuple, str) and len(seq) > 0, None),
+}
+_C_METHODS = {"random": random.Random.random, "getrandbits": random.Random.getrandbits}
 
 
 class DrawSource(Source):
@@ -69,35 +105,95 @@ class DrawSource(Source):
 
 
 class DrawValue(Value):
-    """The result of a recorded draw: a float nobody in the trace knows (NOTE [Draws from the random module])."""
+    """The result of a recorded draw: a number nobody in the trace knows (NOTE [Draws from the random module])."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, kind: type = float) -> None:
         self.index = index
+        self.kind = kind
         self.source = DrawSource(index)
 
     def python_type(self) -> type:
-        return float  # Random.random and Random.uniform of numbers return floats
+        return self.kind  # Random.random and uniform return floats, randint ints, choice an item of its sequence
 
     def describe(self) -> str:
         return f"a number drawn from Python's random module (draw {self.index})"
 
 
-def drawing_call(fn: Any, args: list[Value], kwargs: dict[str, Value]) -> tuple | None:
-    """(Random method, constant arguments) when `fn(*args, **kwargs)` draws from `random._inst` with
-    constant numbers (`random.random()`: a builtin bound to it; `random.uniform(0, 1)`: Random.uniform
-    called with it first), else None."""
-    if kwargs:
-        return None
-    if getattr(fn, "__self__", None) is random._inst and getattr(fn, "__name__", None) == "random":
-        method, rest = random.Random.random, args
-    elif _is_draw_function(fn) and args and getattr(args[0], "obj", None) is random._inst:
-        method, rest = fn, args[1:]
+def drawing_call(tx, fn: Any, args: list[Value], kwargs: dict[str, Value], fn_source: Source | None = None):
+    """(Random method, generator, constant arguments, result type) when `fn(*args, **kwargs)` draws from a
+    `random.Random` whose identity is known (`random._inst`, or one read from a source, which is guarded),
+    with constant arguments that the method takes without raising; else None. `fn` is the method bound to the
+    generator (`random.random`, `rng.random`: `fn_source` is where it was read) or the function called with
+    the generator first (`random.uniform(0, 1)`: Random.uniform and the ObjectValue of `random._inst`)."""
+    owner = getattr(fn, "__self__", None)
+    if type(owner) is random.Random and _C_METHODS.get(getattr(fn, "__name__", None)) is not None:
+        method, rest = _C_METHODS[fn.__name__], args
+        receiver = fn_source.base if isinstance(fn_source, AttrSource) else None
+    elif _is_draw_function(fn) and args and type(getattr(args[0], "obj", None)) is random.Random:
+        method, rest, owner, receiver = fn, args[1:], args[0].obj, args[0].source
     else:
         return None
-    if len(rest) not in _DRAWS[method] or not all(
-            isinstance(a, ConstantValue) and type(a.value) in (int, float) for a in rest):
+    values = _constant_arguments(rest, kwargs)
+    kind = None if values is None else _result_type(method, *values)
+    if kind is None or owner is not random._inst and receiver is None:
         return None
-    return method, tuple(a.value for a in rest)
+    if owner is random._inst:
+        receiver = None  # the module's own generator: always this object
+    elif _reloadable(receiver):  # NOTE [Generators read where the trace read them]
+        tx.output.guard_type(receiver, random.Random)
+        owner = None
+    else:
+        tx.output.guard_id(receiver, owner)
+        receiver = None
+    return method, owner, receiver, values, kind
+
+
+# NOTE [Generators read where the trace read them]: a draw from a generator other than `random._inst` (a
+# user's `rng = random.Random(0)` global, `self.rng`, an argument) is made on the object the transformed code
+# reads from the same place the trace read it (a local, a global, attributes of those), right after the
+# graph, so a new generator there (one per call, or a module's reassigned `rng`) needs no recompile; the
+# guard is on its exact type (a subclass may draw otherwise). Nothing the frame does runs between the guard
+# and the draws (the graph runs no Python; the replayed stores and the break's call come after them). A
+# generator read another way is guarded by identity and named by the transformed code as a constant.
+def _reloadable(source: Source | None) -> bool:
+    if isinstance(source, (LocalSource, GlobalSource)):
+        return True
+    return isinstance(source, AttrSource) and not source.raw and _reloadable(source.base)
+
+
+def _constant_arguments(args: list[Value], kwargs: dict[str, Value]) -> tuple | None:
+    """(positional values, keyword values) of constant arguments (a tuple or list of constants: a tuple),
+    else None."""
+    def plain(v: Value):
+        if isinstance(v, ConstantValue):
+            return v.value
+        items = getattr(v, "items", None)
+        if type(v).__name__ in ("ListValue", "TupleValue") and all(isinstance(i, ConstantValue) for i in items):
+            return tuple(i.value for i in items)
+        raise LookupError
+    try:
+        return tuple(plain(a) for a in args), {k: plain(v) for k, v in kwargs.items()}
+    except LookupError:
+        return None
+
+
+def _result_type(method: Any, positional: tuple, keywords: dict) -> type | None:
+    """The type of what `method(generator, *positional, **keywords)` returns, when the arguments pass the
+    method's check (so the call does not raise), else None."""
+    check, kind = _DRAWS[method]
+    try:
+        if isinstance(method, types.FunctionType):  # the method's own arity and keywords
+            inspect.signature(method).bind(None, *positional, **keywords)
+        if not check(*positional, **keywords):
+            return None
+    except TypeError:  # another number of arguments than the method takes
+        return None
+    if kind is None:  # choice: an item of a constant sequence, all of one plain type
+        kinds = {type(item) for item in positional[0] if type(item) in (int, float, str, bool)}
+        if len(kinds) != 1 or len(positional[0]) != sum(type(i) in kinds for i in positional[0]):
+            return None
+        kind = kinds.pop()
+    return kind
 
 
 def _is_draw_function(fn: Any) -> bool:
@@ -110,26 +206,33 @@ def _is_draw_function(fn: Any) -> bool:
 def record_draw(tx, call: tuple) -> DrawValue:
     """Record a draw (drawing_call's result) as this trace's next one."""
     draws = tx.output.__dict__.setdefault("python_draws", [])
-    draws.append(call)
+    method, owner, receiver, (positional, keywords), kind = call
+    draws.append((method, owner, receiver, positional, keywords))
     tx.output.side_effects.version += 1  # an effect on outside state (NOTE [Eager generators]: not reordered)
-    return DrawValue(len(draws) - 1)
+    return DrawValue(len(draws) - 1, kind)
 
 
-def make_draws(calls: tuple) -> list:
-    """Run the recorded draws, in order (called by the transformed code)."""
-    inst = random._inst
-    return [fn(inst, *args) for fn, args in calls]
+def make_draws(calls: tuple, owners: tuple) -> list:
+    """Run the recorded draws, in order, on the generators `owners` read now (called by the transformed
+    code)."""
+    return [fn(owner, *args, **kwargs) for (fn, args, kwargs), owner in zip(calls, owners)]
 
 
 def emit_draws(cg, output) -> None:
-    """`___python_draws = make_draws(calls)` where the trace recorded draws."""
+    """`___python_draws = make_draws(calls, (generators...))` where the trace recorded draws."""
     draws = output.__dict__.get("python_draws")
     if not draws:
         return
     cg.push_null()
     cg.load_const(make_draws)
-    cg.load_const(tuple(draws))
-    cg.call(1)
+    cg.load_const(tuple((fn, args, kwargs) for fn, _, _, args, kwargs in draws))
+    for _, owner, receiver, _, _ in draws:
+        if receiver is not None:  # NOTE [Generators read where the trace read them]
+            receiver.reload(cg)
+        else:
+            cg.load_const(owner)
+    cg.build("BUILD_TUPLE", len(draws))
+    cg.call(2)
     cg.store_fast(DRAWS_LOCAL)
 
 
