@@ -59,6 +59,8 @@ for _fn in (round, divmod, chr, ord, hash, repr, format, slice, range, complex, 
 @handles(range)
 def _range(tx, args, kwargs):
     from .sym_arith import make_range  # NOTE [Size arithmetic stays symbolic]
+    from .numpy_scalars import integer_number  # NOTE [Dynamic NumPy scalars]: range() takes its __index__
+    args = [integer_number(a) or a for a in args]
     return make_range(args, kwargs) or _fold(range)(tx, args, kwargs)
 
 

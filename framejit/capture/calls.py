@@ -129,6 +129,10 @@ def _call_numpy_or_tensor_maker(tx, fn: Value, args: list[Value], kwargs: dict[s
     if real_numpy is not None:
         return call_numpy(tx, real_numpy, args, kwargs)
     if isinstance(fn, BuiltinValue) and _is_graph_op(fn.obj) and involves_ndarray(*args, *kwargs.values()):
+        from .numpy_scalars import torch_call_arguments  # NOTE [Dynamic NumPy scalars]
+        numbers = torch_call_arguments(fn.obj, args, kwargs)
+        if numbers is not None:
+            return call_value(tx, fn, *numbers)
         from .numpy_support import torch_call_on_arrays
         return torch_call_on_arrays(tx, fn.obj, args, kwargs)
     if isinstance(fn, BuiltinValue) and fn.obj is torch.linspace:

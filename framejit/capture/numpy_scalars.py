@@ -20,10 +20,17 @@ torch reads it as the Python number it equals (`int(y)`, `float(y)`: a np.float3
 there the value is that number, a second graph input made on first use from the same argument
 (`torch_number`: a symbolic int, 0 and 1 specialised as for any int, or a float input), as it is for
 `int(y)` and `float(y)`. Exception: torch.tensor/as_tensor/asarray infer a dtype from a NumPy scalar
-inside a list (`torch.tensor([np.float64(.5)])` is float64, of a Python float float32), so a NumPy scalar
-nested in their data is a break (`check_data_arguments`; that was a wrong dtype for constants before).
-Any other use that needs the value (str, a branch on it, an index, a shape) is a break, as for a NumPy
-scalar computed from an array; the value, carried into the resume function, is specialised there and
+inside a list or alone (`torch.tensor([np.float64(.5)])` is float64, of a Python float float32), so a NumPy
+scalar nested in their data, or a constant one as their data, is a break (`check_data_arguments`; that was a
+wrong dtype for constants before; a dynamic one alone is torch_call_on_arrays' copy of its 0-d tensor).
+A dynamic NumPy integer is that int also where torch or Python take its __index__: a tensor index (alone, in
+a tuple or a slice: `index_numbers`), `range()` (`integer_number`), and sizes and other arguments of torch
+functions (`torch.arange(n)`, `torch.zeros(n)`, `torch.full(shape, y)`: `torch_call_arguments`), which before
+were one entry per value (`x[i]`, `x[:, i]`: a guard on the int's value; `torch.arange(i)`, `range(i)`: a
+break, then a resume function guarding the value or the range; 7-9 traces over 8 values where Python ints
+make 2). A NumPy scalar computed in the graph (`-y`, `y * 3`) is data: an index or a size by it is a break.
+Any other use that needs the value (str, a branch on it) is a break, as for a NumPy scalar computed from an
+array; the value, carried into the resume function, is specialised there and
 becomes dynamic there when it changes. np.bool_, complex, float16 and wider types stay constants guarded
 by value (NumPy's float16 and longdouble arithmetic is not torch's).
 
@@ -92,6 +99,50 @@ def torch_number(value: Value) -> Value | None:
     return known if known is not None else add(convert(obj), number_source)
 
 
+def integer_number(value: Value) -> Value | None:
+    """The int a dynamic NumPy integer scalar is to `range()` and to an index (its __index__): torch_number,
+    or None for any other value (a NumPy float there raises in eager, as before)."""
+    info = getattr(value, "number_of", None)
+    import numpy as np
+    return torch_number(value) if info is not None and isinstance(info[2], np.integer) else None
+
+
+def index_numbers(key: Value) -> Value:
+    """A tensor index `key` with each dynamic NumPy integer in it (alone, in a tuple, a slice bound) replaced
+    by its int (NOTE [Dynamic NumPy scalars]: torch indexes by its __index__, as it would by that int)."""
+    from .values import SliceValue, TupleValue
+    number = integer_number(key)
+    if number is not None:
+        return number
+    if type(key) is TupleValue and any(getattr(i, "number_of", None) for i in _index_leaves(key)):
+        return TupleValue([index_numbers(i) for i in key.items], cls=key.cls)
+    if isinstance(key, SliceValue) and any(integer_number(p) is not None for p in key.parts):
+        return SliceValue(*(integer_number(p) or p for p in key.parts))
+    return key
+
+
+def _index_leaves(key: Value) -> list[Value]:
+    from .values import SliceValue
+    return [p for i in key.items for p in (i.parts if isinstance(i, SliceValue) else [i])]
+
+
+def torch_call_arguments(fn: Any, args: list[Value], kwargs: dict[str, Value]) -> tuple | None:
+    """(args, kwargs) of a torch function call other than torch.tensor/as_tensor/asarray/from_numpy whose
+    only NumPy values are dynamic NumPy scalars (top level), each replaced by its number (NOTE [Dynamic NumPy
+    scalars]: `torch.arange(n)`, `torch.full((2,), y)`); None otherwise (the NumPy path decides as before)."""
+    from .numpy_support import NdarrayMethodValue, NdarrayValue
+    if any(fn is f for f in (*_DATA_FUNCTIONS, torch.from_numpy)):
+        return None
+    values = [*args, *kwargs.values()]
+    if not all(getattr(v, "number_of", None) is not None for v in values
+               if isinstance(v, (NdarrayValue, NdarrayMethodValue))):
+        return None
+    def number(v: Value) -> Value:
+        made = torch_number(v) if isinstance(v, NdarrayValue) else None
+        return made if made is not None else v
+    return [number(a) for a in args], {k: number(v) for k, v in kwargs.items()}
+
+
 def tensor_operator(tx, fn: Any, a: Value, b: Value) -> Value | None:
     """The operator `fn(a, b)` with a dynamic NumPy scalar beside a tensor, with the scalar replaced by
     its number (eager's tensor operators read it so; NumPy defers to the tensor's reflected operator), or
@@ -114,12 +165,13 @@ _DATA_FUNCTIONS = (torch.tensor, torch.as_tensor, torch.asarray)
 
 
 def check_data_arguments(kind: str, target: Any, args: tuple, kwargs: dict) -> None:
-    """torch.tensor/as_tensor/asarray of a sequence holding a NumPy scalar: a break (the dtype is
-    inferred from the NumPy type, which a Python number in its place would change)."""
+    """torch.tensor/as_tensor/asarray of a NumPy scalar constant or of a sequence holding a NumPy scalar: a
+    break (the dtype is inferred from the NumPy type, which a Python number in its place would change:
+    `torch.tensor(np.float64(.5))` is float64 in eager, and was float32 compiled)."""
     if kind != "call_function" or not any(target is f for f in _DATA_FUNCTIONS):
         return
     data = args[0] if args else kwargs.get("data")
-    if isinstance(data, SequenceValue) and _holds_numpy_scalar(data):
+    if (isinstance(data, SequenceValue) or data is not None and data.is_constant()) and _holds_numpy_scalar(data):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{target.__name__} of a sequence holding a NumPy scalar "
                           "(its dtype comes from the NumPy type; NOTE [Dynamic NumPy scalars])")
 

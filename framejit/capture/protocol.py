@@ -545,6 +545,8 @@ def _tensor_getitem(tx, obj: TensorValue, key: Value) -> Value:
     """`obj[key]` as torch's own __getitem__ computes it (also the rows Tensor.__iter__ yields)."""
     from .sym_arith import select  # NOTE [Symbolic int indices]
     from . import getitem_mode
+    from .numpy_scalars import index_numbers  # NOTE [Dynamic NumPy scalars]
+    key = index_numbers(key)
     if getitem_mode.active(tx.output):  # NOTE [Getitem-to-index blocks]
         indexed = getitem_mode.subscript(tx, obj, key)
         if indexed is not None:
