@@ -25,6 +25,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ... import fake_modes
+from . import view_writes
 from .lstm_whole import keep_lstm_whole  # NOTE [LSTM kept whole]; defines the op persisted sources call
 
 # NOTE [Weights are inputs]
@@ -231,6 +232,10 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
     from ..torch_methods import original_api_functions  # NOTE [Patched torch functions while lowering]
     with original_api_functions(gm):
         lowered = _trace(flat_fn, table, args, functionalize=not symbolic)  # NOTE [Symbolic lowering]
+        plain = lowered if symbolic else (_trace(flat_fn, table, args, functionalize=False)
+                                          if view_writes.calls_unfold(gm) else None)
+    if plain is not None and view_writes.writes_through_unfold(plain):
+        raise RuntimeError(view_writes.REASON)  # NOTE [Writes through unfold]: the graph runs eagerly
     if any(n.op == "call_function" and n.target is torch.set_default_dtype for n in gm.graph.nodes):
         pin_default_dtypes(lowered)  # NOTE [Default dtype in the lowered graph]: before a second trace
     out_spec = spec_box[-1]

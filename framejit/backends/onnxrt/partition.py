@@ -15,6 +15,7 @@ run in ORT read their own copy of it (NOTE [Returned views read by ORT]).
 """
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import operator
@@ -196,10 +197,15 @@ def copies_outside_computation(graph: torch.fx.Graph, supported) -> set[str]:
 # and the fused graph is sorted with it; that argument is dropped after fusing.
 def _chain_random_draws(graph: torch.fx.Graph, supported: dict) -> set[str]:
     """Make each random op left to torch depend on the one before it (a last argument); returns their names."""
+    return _chain(graph, lambda node: node.op == "call_function" and not supported.get(node) and
+                  torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()))
+
+
+def _chain(graph: torch.fx.Graph, selected) -> set[str]:
+    """Make each node that `selected` picks depend on the one before it (a last argument); returns their names."""
     previous, chained = None, set()
     for node in graph.nodes:
-        if node.op != "call_function" or supported.get(node) or \
-                torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+        if not selected(node):
             continue
         if previous is not None:
             chained.add(node.name)
@@ -208,24 +214,66 @@ def _chain_random_draws(graph: torch.fx.Graph, supported: dict) -> set[str]:
     return chained
 
 
+WRITTEN_REASON = "reads or aliases a temporary that torch writes in place (NOTE [Temporaries written in place])"
+
+
+# NOTE [Temporaries written in place]
+# A lowered graph is functional but for input write-backs, except where a decomposition that the table runs
+# below functionalization mutates a temporary it made: the refs of diagonal_scatter (the view replay of
+# `t.diagonal().mul_(10)`) clone the base and `prims.copy_to` into a view of the clone. The mutation runs in
+# torch (ORT has no in-place op), but the clone and its views were put in an ORT part, whose outputs are
+# fresh copies: torch wrote into a copy and the input kept its old values (with symbolic sizes, where views
+# and copies are not kept in torch, NOTE [Copies stay in torch]; the static program was right by that
+# rule only). So the written temporary's base, every view of it, and every op that reads one of them run
+# in torch, in the graph's order, as they would eagerly (each takes the one before it as an extra argument while
+# partitioning, as NOTE [Random draws keep their order] does: fusing would otherwise move a reader of the clone
+# that feeds a part, `sum(clone)`, before the write); the values they compute may feed ORT parts.
+def written_temporaries(graph: torch.fx.Graph) -> set[str]:
+    """Names of the nodes that alias or read a temporary written in place (not an input write-back)."""
+    family: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is None or not schema.is_mutable:
+            continue
+        for arg, value in zip(schema.arguments, node.args):
+            if arg.alias_info is None or not arg.alias_info.is_write or not isinstance(value, torch.fx.Node):
+                continue
+            base = value
+            while is_view(base):
+                base = base.args[0]
+            if base.op != "placeholder":
+                family.add(base)
+    pending = list(family)
+    while pending:
+        for user in pending.pop().users:
+            if is_view(user) and user not in family:
+                family.add(user)
+                pending.append(user)
+    readers = {user for node in family for user in node.users}
+    return {n.name for n in family | readers if n.op == "call_function"}
+
+
 def partition(gm: torch.fx.GraphModule, blocked: dict[str, str], fallback_ops: frozenset) -> Partitioned:
     graph = copy.deepcopy(gm.graph)
     work = torch.fx.GraphModule(gm, graph)
     aliased = aliased_output_views(graph)
-    support = _Support(blocked, fallback_ops, dict.fromkeys(aliased, ALIAS_REASON))
+    written = written_temporaries(graph)  # NOTE [Temporaries written in place]
+    support = _Support(blocked, fallback_ops, {**dict.fromkeys(written, WRITTEN_REASON),
+                                               **dict.fromkeys(aliased, ALIAS_REASON)})
     _computed_copies_of_views(graph, aliased, lambda n: support.is_node_supported(None, n))
     supported = {n: support.is_node_supported(None, n) for n in graph.nodes}
     copies = copies_outside_computation(graph, supported.get)
     for node in graph.nodes:
         if node.name in copies:
             support.reasons[node.name] = FREE_OP_REASON if _is_free(node) else MOVEMENT_REASON
-    chained = _chain_random_draws(graph, supported)  # NOTE [Random draws keep their order]
+    chained = collections.Counter(_chain_random_draws(graph, supported))  # NOTE [Random draws keep their order]
+    chained.update(_chain(graph, lambda node: node.name in written))  # NOTE [Temporaries written in place]
     partitioner = CapabilityBasedPartitioner(work, support, allows_single_node_partition=True)
     proposed = [p for p in partitioner.propose_partitions() if not all(_is_free(n) for n in p.nodes)]
     fused = partitioner.fuse_partitions(proposed, prefix="ort_")
     for node in fused.graph.nodes:  # a copy of `graph`, inputs replaced by part outputs: drop the last argument
         if node.name in chained:
-            node.args = node.args[:-1]
+            node.args = node.args[:-chained[node.name]]
     if chained:
         fused.recompile()
     parts: dict[str, torch.fx.GraphModule] = {}

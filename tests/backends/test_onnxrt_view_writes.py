@@ -1,0 +1,52 @@
+"""In-place writes through views on the onnxrt backend (helper hsound, issue 12): differential, eager vs
+framejit.compile(backend="onnxrt") over sizes that change, so the later calls run the program of symbolic
+sizes; the input mutated in place and the returned value are compared after every call.
+
+- NOTE [Temporaries written in place] (backends/onnxrt/partition.py): the view replay of
+  `t.diagonal().mul_(10)` writes into a clone of `t` with `prims.copy_to`; the clone and its views were in an
+  ORT part (fresh copies) and the write was lost on every call with symbolic sizes.
+- NOTE [Writes through unfold] (backends/onnxrt/view_writes.py): functionalization's inverse of unfold zeroed
+  the elements no window covers, static sizes or not.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import assert_same
+
+PROGRAMS = {
+    "diagonal_returned": lambda t: t.diagonal().mul_(10),
+    "diagonal_then_read": lambda t: (t.diagonal().mul_(10), t.sum() * 2)[1],
+    "diagonal_of_a_clone": lambda t: (lambda c: (c.diagonal().add_(5), c.exp().sum(0))[1])(t.clone()),
+    "diagonal_read_before_and_after": lambda t: (lambda s: (t.diagonal().mul_(3), s + t.sum())[1])(t.sum()),
+    "unfold_uncovered": lambda t: t.view(-1).unfold(0, 2, 2).mul_(3),
+    "unfold_view_of_window": lambda t: (t.view(-1).unfold(0, 3, 3)[:, 0].add_(7), t * 1)[1],
+}
+
+
+@pytest.mark.parametrize("dynamic", [None, False])
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_writes_through_views_reach_the_input(name, dynamic):
+    fn = PROGRAMS[name]
+    compiled = framejit.compile(fn, backend="onnxrt", dynamic=dynamic)
+    for n in (3, 2, 4, 5):
+        expected_input = torch.arange(float(n * n)).reshape(n, n) - 4
+        actual_input = expected_input.clone()
+        expected = fn(expected_input)
+        actual = compiled(actual_input)
+        assert_same(actual, expected)
+        assert_same(actual_input, expected_input)
+
+
+def test_graphs_without_writes_through_unfold_keep_running_in_ort():
+    """The unfold check only sends graphs that write into a window to eager torch."""
+    from framejit.backends.onnxrt import onnxrt
+    fn = lambda t: (t.view(-1).unfold(0, 2, 2).clone().mul_(3) + 1).sum(-1)  # noqa: E731
+    compiled = onnxrt(torch.fx.symbolic_trace(fn), [torch.randn(9)])
+    for n in (9, 9):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), fn(x))
+    (info,) = compiled.summary()
+    assert info["parts"] >= 1 and not info["eager_graph"], info
