@@ -642,6 +642,9 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
         return make_set_subclass(tx, cls, args, kwargs)
     if can_create_dict_object(cls):  # NOTE [Dict-subclass objects made while tracing]
         return create_dict_object(tx, cls, args, kwargs)
+    from .list_objects import can_create as can_create_list_object, create as create_list_object
+    if can_create_list_object(cls):  # NOTE [List-subclass objects made while tracing]
+        return create_list_object(tx, cls, args, kwargs)
     if cls.__new__ is object.__new__:
         made = _construct_plain_object(tx, cls, args, kwargs)
         if made is not None:

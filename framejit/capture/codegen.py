@@ -387,6 +387,9 @@ class Reconstructor:
             self._own_type_iterator(value)  # NOTE [Iterators of their own type] in values/containers.py
         elif value.exhausted:
             self._call_const(exhausted_list_iterator, [])
+        elif getattr(value.owner, "list_object", None) is not None:  # NOTE [List subclasses]: list's own iterator
+            from .list_objects import list_object_iterator_at
+            self._call_const(list_object_iterator_at, [value.owner.list_object, ConstantValue(value.index)])
         elif isinstance(value.owner, ListValue):
             self._call_const(list_iterator_at, [value.owner, ConstantValue(value.index)])  # NOTE [Live iteration]
         elif value.owner is not None:

@@ -17,6 +17,7 @@ import types
 from typing import Any
 
 from .dict_objects import STORAGE as DICT_STORAGE
+from .list_objects import STORAGE as LIST_STORAGE
 
 
 def make_closure(code: types.CodeType, name: str, defaults: tuple, kwdefaults: dict, cells: tuple,
@@ -241,7 +242,11 @@ def new_object(cls: type, attrs: dict) -> Any:
     traced `__init__` set, without running `__init__` again. A dict subclass also gets its items back
     (NOTE [Dict-subclass objects made while tracing])."""
     items = attrs.pop(DICT_STORAGE, None)
-    if items is None:
+    list_items = attrs.pop(LIST_STORAGE, None)
+    if list_items is not None:  # NOTE [List-subclass objects made while tracing]
+        obj = list.__new__(cls)
+        list.extend(obj, list_items)
+    elif items is None:
         obj = object.__new__(cls)
     else:
         obj = dict.__new__(cls)

@@ -311,6 +311,9 @@ def _object_contains(tx, item: Value, container: Value) -> bool:
         if isinstance(container.obj, torch.nn.ModuleDict):
             tx.guard_module_keys(container)
             return item.as_constant() in container.obj._modules
+    from .list_objects import keeps_list_slot, list_contents
+    if keeps_list_slot(tx, container, "__contains__"):  # NOTE [List subclasses]
+        return contains(tx, item, list_contents(tx.output, container))
     if base_slot_owner(tx, container, "__contains__") is not None:  # NOTE [Dict objects from outside through
         return contains(tx, item, dict_contents(tx, container, "__contains__"))  # the protocol]
     if isinstance(container, (ObjectValue, NewObjectValue)) and not isinstance(container, NNModuleValue):

@@ -99,8 +99,11 @@ def is_container_method(fn: Any) -> bool:
 
 def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .dict_objects import dict_contents, is_dict_object, own_missing, store_item
+    from .list_objects import call_list_method, is_list_object
     owner, name = fn.__objclass__, fn.__name__
     self_value, rest = args[0], args[1:]
+    if owner is list and is_list_object(self_value):  # NOTE [List subclasses]
+        return call_list_method(tx, fn, self_value, rest, kwargs)
     if is_container_slot(owner, name, self_value):  # NOTE [Container slots called as methods]
         return call_container_slot(tx, owner, name, self_value, rest, kwargs)
     if owner in (list, tuple):  # NOTE [Argument errors of container methods]

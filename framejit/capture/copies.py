@@ -54,8 +54,9 @@ def _plain_copyable(cls: type) -> bool:
 def _instance_attrs(tx, obj: Value) -> dict[str, Value]:
     if isinstance(obj, NewObjectValue):
         from .dict_objects import STORAGE
-        if STORAGE in obj.attrs:
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"copying a {obj.cls.__name__} (a dict subclass)")
+        from .list_objects import STORAGE as LIST_STORAGE
+        if STORAGE in obj.attrs or LIST_STORAGE in obj.attrs:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"copying a {obj.cls.__name__} (a dict or list subclass)")
         return dict(obj.attrs)
     real = obj.obj
     if obj.source is None or any(key[0] == id(real) for key in tx.output.side_effects.attrs):

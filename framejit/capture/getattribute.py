@@ -110,7 +110,8 @@ def instance_dict(obj: NewObjectValue) -> Value:
     """`obj.__dict__` of an object made while tracing: a dict value sharing its attributes, so writes
     through it are attribute writes (NOTE [Dict-subclass objects made while tracing] keeps items apart)."""
     from .dict_objects import STORAGE
-    if STORAGE in obj.attrs or _overrides_dict(obj.cls) or _has_slots(obj.cls):
+    from .list_objects import STORAGE as LIST_STORAGE
+    if STORAGE in obj.attrs or LIST_STORAGE in obj.attrs or _overrides_dict(obj.cls) or _has_slots(obj.cls):
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"__dict__ of a {obj.cls.__name__} made while tracing")
     view = DictValue({})
     view.items = obj.attrs

@@ -69,6 +69,10 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
     from . import numpy_support as nps
     if nps.involves_ndarray(a, b):  # NOTE [NumPy as torch]
         return nps.binary(tx, fn, a, b)
+    from .list_objects import list_binary
+    result = list_binary(tx, fn, a, b)  # NOTE [List subclasses]
+    if result is not None:
+        return result
     if isinstance(a, (ObjectValue, NewObjectValue)) or isinstance(b, (ObjectValue, NewObjectValue)):
         from .user_operators import user_binary  # NOTE [Operators of Python classes]
         result = user_binary(tx, fn, a, b)
@@ -404,6 +408,10 @@ def object_iterator(tx, v: Value) -> IteratorValue | None:
     an iterator made while tracing; None for any other value (iterate's list of items stands for it)."""
     if not isinstance(v, (ObjectValue, NewObjectValue)) or isinstance(v, NNModuleValue) or is_new_dict_object(v):
         return None
+    from .list_objects import iterator_over_object
+    over_contents = iterator_over_object(tx, v)  # NOTE [List subclasses]
+    if over_contents is not None:
+        return over_contents
     cls = v.python_type()
     impl = getattr(cls, "__iter__", None)
     if impl is None and hasattr(cls, "__getitem__") and not any("__iter__" in k.__dict__ for k in cls.__mro__):

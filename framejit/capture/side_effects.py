@@ -356,6 +356,8 @@ class SideEffects:
             elif isinstance(container, ListValue) and container.cls is collections.deque:
                 _call_method(cg, container, "clear", [])  # NOTE [Deques from outside]: no slice assignment
                 _call_method(cg, container, "extend", arg_temps)
+            elif getattr(container, "list_object", None) is not None:  # NOTE [List subclasses]
+                _call_method(cg, container, "__setitem__", [None, *arg_temps])
             elif isinstance(container, ListValue):
                 cg.load_fast(arg_temps[0])
                 container.source.reload(cg)
@@ -455,13 +457,22 @@ def _final_contents(c: Value) -> Value:
 
 
 def _call_method(cg, container: Value, method: str, arg_temps: list[str]) -> None:
-    """`container.method(*args)`, its result dropped."""
+    """`container.method(*args)`, its result dropped; `list.method(obj, *args)` for the contents of a list
+    object (NOTE [List subclasses]: list's own method, not its class's; a None temp is `slice(None)`)."""
     cg.push_null()
-    container.source.reload(cg)
-    cg.load_attr(method)
+    target = getattr(container, "list_object", None)
+    if target is not None:
+        cg.load_const(getattr(list, method))
+        target.source.reload(cg)
+    else:
+        container.source.reload(cg)
+        cg.load_attr(method)
     for temp in arg_temps:
-        cg.load_fast(temp)
-    cg.call(len(arg_temps))
+        if temp is None:
+            cg.load_const(slice(None))
+        else:
+            cg.load_fast(temp)
+    cg.call(len(arg_temps) + (target is not None))
     cg.emit("POP_TOP")
 
 

@@ -132,6 +132,10 @@ def _store_item(tx, obj, key, value):
     if _python_slot(tx, obj, "__setitem__"):  # a Python class's own __setitem__ (ChainMap, a config object)
         tx.call_special_of(obj, "__setitem__", [key, value], {})
         return
+    from ..list_objects import call_list_method, keeps_list_slot
+    if keeps_list_slot(tx, obj, "__setitem__"):  # NOTE [List subclasses]
+        call_list_method(tx, list.__setitem__, obj, [key, value], {})
+        return
     owner = base_slot_owner(tx, obj, "__setitem__")  # NOTE [Dict objects from outside through the protocol]
     if owner is not None:
         store_item(tx, obj, owner, [key, value], {})

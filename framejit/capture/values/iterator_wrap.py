@@ -34,6 +34,9 @@ def _wrap_list_iterator(out, obj: Any, source: Source) -> Value:
         iterator.exhausted = True
     else:
         items = _wrap(out, iterated_list(obj), CallSource(Ref(iterated_list, "iterated_list"), source))
+        from ..list_objects import is_list_object, list_contents
+        if is_list_object(items) and items.source is not None:  # NOTE [List subclasses]: its contents
+            items = list_contents(out, items)
         if isinstance(items, ObjectValue):  # a list subclass's instance kept as an object: no items to step
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"an iterator over a {type(iterated_list(obj)).__name__} "
                               "object from outside")
