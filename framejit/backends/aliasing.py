@@ -69,10 +69,20 @@ def is_view(node: torch.fx.Node) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and node.target.is_view
 
 
-def _view_chain(leaf: torch.fx.Node) -> tuple[list[torch.fx.Node], torch.fx.Node]:
-    """The view nodes from `leaf` down to its base (leaf first), and the base."""
+
+
+# NOTE [Views over a copied view]
+# The value written back into an input is itself often a view of the replayed write: `t.T[0].zero_()` is
+# functionalized as `s = select_scatter(t.permute(1, 0), zeros, 0, 0); p = s.permute(1, 0); copy_(t, p)`, and
+# the returned `t.T[0]` as `p.permute(1, 0).select(0, 0)`. The chain from the output down to its base
+# (`s`) passes over `p`, the copy_ source, so the output is rebuilt from the first node of its chain that is a
+# copy_ source, not only from a base that is one (onnxrt returned a fresh copy for t.T[0].zero_(),
+# t.view(-1)[::2].mul_(2), t.unsqueeze(0)[0, 0].add_(1), t.reshape(-1).mul_(2), ...: writes through the result
+# did not reach `t`).
+def _chain_to_copied(leaf: torch.fx.Node, copies: dict) -> tuple[list[torch.fx.Node], torch.fx.Node]:
+    """The view nodes from `leaf` down to the first node that is a copy_ source (or the base), and that node."""
     chain, node = [], leaf
-    while is_view(node):
+    while node not in copies and is_view(node):
         chain.append(node)
         node = node.args[0]
     return chain, node
@@ -88,7 +98,7 @@ def alias_mutated_inputs(gm: torch.fx.GraphModule) -> int:
     last_copy = [n for n in graph.nodes if n in copies.values()][-1]
     replaced: dict[torch.fx.Node, torch.fx.Node] = {}
     for leaf in [a for a in pytree.tree_leaves(output.args[0]) if isinstance(a, torch.fx.Node)]:
-        chain, base = _view_chain(leaf)
+        chain, base = _chain_to_copied(leaf, copies)
         if base not in copies or leaf in replaced:
             continue
         new: torch.fx.Node = copies[base]
