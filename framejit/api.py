@@ -121,7 +121,12 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
     cls = type(module)
 
     def __call__(self, *args, **kwargs):
-        return hook(type(self)._orig_mod, *args, **kwargs)
+        try:
+            return hook(type(self)._orig_mod, *args, **kwargs)
+        except Exception as e:
+            from .capture.user_tracebacks import clean
+            clean(e)  # NOTE [Tracebacks past the hook] in capture/user_tracebacks.py
+            raise
 
     if _is_ddp(module):  # NOTE [Compiling a DistributedDataParallel module]
         inner = {}

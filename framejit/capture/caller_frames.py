@@ -73,7 +73,12 @@ class ModuleCall:
         self.hook = hook
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.hook(*args, **kwargs)
+        try:
+            return self.hook(*args, **kwargs)
+        except Exception as e:
+            from .user_tracebacks import clean
+            clean(e)  # NOTE [Tracebacks past the hook] in user_tracebacks.py
+            raise
 
 
 def _is_framejit(code: types.CodeType) -> bool:

@@ -77,7 +77,7 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     line = inst.lineno if tx.parent is None else None  # NOTE [Tracebacks of caught exceptions]
     if line is not None:
         tx.output.frame_in_traceback = True  # NOTE [Locals of a frame in a traceback]
-    tx.push(CaughtException(e.exc, line))
+    tx.push(CaughtException(e.exc, line, _callee_entries(tx, e) if line is not None else ()))
     tx.jump(handler)
     return True
 
@@ -111,16 +111,32 @@ def handling_anywhere(tx) -> bool:
 # root frame, the rebuilt exception gets eager's first traceback entry: the frame running the compiled code
 # (the function's own transformed code or a resume function of it: the user's file, name and line numbers)
 # at the line of the instruction that raised (the `raise`, or the call into a callee that raised). The
-# entries of callees that raised (inlined: their frames never exist) are missing, and so is the traceback of
-# an exception caught in an inlined callee (no frame of the callee to point at): None there, as before.
+# entries of the inlined callees it was raised in (their frames never exist) follow it, one per callee at the
+# line that raised or called on (`_callee_entries`, from the exception's user stack), each in a frame made
+# for it (mappings_runtime.made_frame: the callee's name, qualified name, file, first line and module
+# globals; no locals), so `traceback.extract_tb(e.__traceback__)` of a stored exception that `_inner(y)`
+# raised lists eager's entries (before: the caller's only; `raise err` after a break had 2 entries where
+# eager has 3). The traceback of an exception caught in an inlined callee is still None (no frame of the
+# callee to point at).
 class CaughtException(ConstantValue):
     """An exception constant caught by a followed handler, with the user's line that raised it when the handler
-    is the root frame's (None in a callee); rebuilt with the context eager's has (NOTE [Exceptions raised while
-    handling])."""
+    is the root frame's (None in a callee) and the callees' entries below it; rebuilt with the context eager's
+    has (NOTE [Exceptions raised while handling])."""
 
-    def __init__(self, value: BaseException, raise_line: int | None) -> None:
+    def __init__(self, value: BaseException, raise_line: int | None, callees: tuple = ()) -> None:
         super().__init__(value)
         self.raise_line = raise_line
+        self.callees = callees
+
+
+def _callee_entries(tx, e: UserException) -> tuple:
+    """(name, qualified name, file, first line, module, line) of each inlined callee `e` was raised in, outermost
+    first (NOTE [Tracebacks of caught exceptions])."""
+    stack = list(getattr(e, "user_stack", ()) or ())
+    if stack and stack[0].code is tx.code:
+        del stack[0]
+    return tuple((f.code.co_name, getattr(f.code, "co_qualname", f.code.co_name), f.code.co_filename,
+                  f.code.co_firstlineno, f.module, f.lineno) for f in stack if f.code is not None)
 
 
 def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | UserException:

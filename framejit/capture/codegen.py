@@ -297,7 +297,8 @@ class Reconstructor:
             cg.load_const(value.value)
             if caught:
                 cg.load_const(value.raise_line)
-            cg.call(2 if caught else 1)
+                cg.load_const(getattr(value, "callees", ()))
+            cg.call(3 if caught else 1)
         elif type(value.value) in GETTERS:  # NOTE [Operator getters]
             cg.push_null()
             cg.load_const(type(value.value))

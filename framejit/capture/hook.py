@@ -49,6 +49,7 @@ from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_stat
 from .resume import eager_function, make_resume_code
 from .resume import _ORIGIN
 from .shapes import LAYOUT
+from .user_tracebacks import clean as clean_traceback
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
 COMPILE_LOCK = threading.RLock()  # NOTE [Threads]
@@ -79,26 +80,30 @@ class FrameHook:
             kept.append(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if config.disable:
-            return self.eager(*args, **kwargs)
-        fn = self.fn
-        if fn.__code__ is not self.code:
-            self._switch_code()
-        if fn.__defaults__ is not self.defaults[0] or fn.__kwdefaults__ is not self.defaults[1]:
-            self._install_defaults()
-        for entry in self.entries:
-            try:
-                hit = entry.guard.check(*args, **kwargs)
-            except Exception:
-                hit = False
-            if hit:
-                try:
-                    return entry.fn(*args, **kwargs)
-                except Exception as e:
-                    if not self._reruns(entry, e, args, kwargs):
-                        raise
+        try:
+            if config.disable:
                 return self.eager(*args, **kwargs)
-        return self.miss(args, kwargs)
+            fn = self.fn
+            if fn.__code__ is not self.code:
+                self._switch_code()
+            if fn.__defaults__ is not self.defaults[0] or fn.__kwdefaults__ is not self.defaults[1]:
+                self._install_defaults()
+            for entry in self.entries:
+                try:
+                    hit = entry.guard.check(*args, **kwargs)
+                except Exception:
+                    hit = False
+                if hit:
+                    try:
+                        return entry.fn(*args, **kwargs)
+                    except Exception as e:
+                        if not self._reruns(entry, e, args, kwargs):
+                            raise
+                    return self.eager(*args, **kwargs)
+            return self.miss(args, kwargs)
+        except Exception as e:
+            clean_traceback(e)  # NOTE [Tracebacks past the hook]: a bare raise adds no entry
+            raise
 
     def _switch_code(self) -> None:
         """`fn.__code__` was reassigned: the entries of the new code (NOTE [Code replaced])."""
@@ -591,11 +596,15 @@ class Hooks:
 
     def call_through_hook(self, target, *args, **kwargs):
         """`target(*args, **kwargs)` for a function or bound method, through the hook of its function."""
-        if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
-            return self.for_object(target.__func__)(target.__self__, *args, **kwargs)
-        if isinstance(target, types.FunctionType):
-            return self.for_object(target)(*args, **kwargs)
-        return target(*args, **kwargs)
+        try:
+            if isinstance(target, types.MethodType) and isinstance(target.__func__, types.FunctionType):
+                return self.for_object(target.__func__)(target.__self__, *args, **kwargs)
+            if isinstance(target, types.FunctionType):
+                return self.for_object(target)(*args, **kwargs)
+            return target(*args, **kwargs)
+        except Exception as e:
+            clean_traceback(e)  # NOTE [Tracebacks past the hook]
+            raise
 
     # NOTE [Reentrant checkpoint at a break]: `torch.utils.checkpoint.checkpoint(fn, ...)` other than the
     # traced non-reentrant form (NOTE [Activation checkpointing]: `use_reentrant=True` or missing, a

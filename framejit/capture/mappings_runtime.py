@@ -7,6 +7,7 @@ translator when it runs.
 from __future__ import annotations
 
 import collections
+import functools
 import types
 from typing import Any
 
@@ -44,20 +45,44 @@ def fresh_exception(template: BaseException) -> BaseException:
     return exc
 
 
-def fresh_exception_raised_at(template: BaseException, line: int | None) -> BaseException:
+def fresh_exception_raised_at(template: BaseException, line: int | None, callees: tuple = ()) -> BaseException:
     """fresh_exception(template) with the traceback eager's would start with: the calling frame (the compiled
-    code of the function that caught it) at the user's line `line` (NOTE [Tracebacks of caught exceptions]; none
-    for None: caught in an inlined callee), and eager's context."""
+    code of the function that caught it) at the user's line `line`, then an entry per inlined callee it was
+    raised in (NOTE [Tracebacks of caught exceptions]; none for None: caught in an inlined callee), and eager's
+    context."""
     import sys
     exc = fresh_exception(template)
     if line is not None:
-        exc.__traceback__ = types.TracebackType(None, sys._getframe(1), -1, line)
+        tb = None
+        for name, qualname, filename, firstlineno, module, lineno in reversed(callees):
+            tb = types.TracebackType(tb, made_frame(name, qualname, filename, firstlineno, module), -1, lineno)
+        exc.__traceback__ = types.TracebackType(tb, sys._getframe(1), -1, line)
     # NOTE [Exceptions raised while handling] (caught_exceptions.py): raised where no handler of the trace was
     # active, its eager context is the exception being handled around the call (a caller's except block)
     context = sys.exc_info()[1]
     if context is not None and context is not exc:
         exc.__context__ = context
     return exc
+
+
+def _made():  # the code of made_frame's frames: a generator's, so its frame exists before it runs
+    yield
+
+
+@functools.lru_cache(maxsize=256)
+def _made_code(name: str, qualname: str, filename: str, firstlineno: int) -> types.CodeType:
+    return _made.__code__.replace(co_name=name, co_qualname=qualname, co_filename=filename,
+                                  co_firstlineno=firstlineno)
+
+
+def made_frame(name: str, qualname: str, filename: str, firstlineno: int, module: str | None) -> types.FrameType:
+    """A frame standing for an inlined callee's in a traceback (NOTE [Tracebacks of caught exceptions]): its
+    code has the callee's names, file and first line, its globals are the callee's module's (where the
+    traceback module looks for the source), and it holds no locals."""
+    import sys
+    found = sys.modules.get(module) if module else None
+    f_globals = found.__dict__ if isinstance(getattr(found, "__dict__", None), dict) else {"__name__": module}
+    return types.FunctionType(_made_code(name, qualname, filename, firstlineno), f_globals)().gi_frame
 
 
 def grad_mode_manager(cls: type, mode: Any, prev: Any) -> Any:

@@ -12,8 +12,9 @@ call (`make_user_frame`) whose code has the original code's name, qualified name
 signature (argument counts, `*args`/`**kwargs` flags, parameter names), `co_varnames` in the original's order
 and free variables (the original's closure cells), and every instruction at the break's line. Its arguments
 are bound from defaults, its prologue deletes the parameters the user's frame has not bound, stores the
-user's bound locals into their slots from a cell (`___data`, made for this call and emptied before the
-reader runs, so `f_locals` lists only the user's names), makes the call with `CALL_FUNCTION_EX`, and returns
+user's bound locals into their slots from a per-thread slot (`_take`: set by make_user_frame for this call and
+emptied before the reader runs; before, two cells `___data`/`___call` that `co_freevars` listed beside the
+user's free variables), makes the call with `CALL_FUNCTION_EX`, and returns
 (result, the locals after the call): a reader writing through `f_locals` (3.13) is seen by the rest of the
 function. Not exact: one more frame of the user's name stands between the reader and the caller's caller
 (the resume function's transformed frame above it; the frames above a user's frame were framejit's already),
@@ -23,15 +24,26 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import types
 from typing import Any
 
 import bytecode
-from bytecode import FreeVar, Instr
+from bytecode import Instr
 
 from . import emit
+from .user_tracebacks import add_reader_code
 
-_DATA, _CALL = "___data", "___call"
+# NOTE [User frames for readers in resume functions]: what make_user_frame hands its function, per thread
+_PENDING = threading.local()
+
+
+def _take(call: bool) -> tuple:
+    """The locals' values (then the call's (kwargs, args), forgetting both) make_user_frame left for its function."""
+    data = _PENDING.data
+    if call:
+        del _PENDING.data
+    return data[call]
 
 
 def make_user_frame(original: types.CodeType, names: tuple[str, ...], line: int, kw_names: tuple[str, ...],
@@ -41,9 +53,9 @@ def make_user_frame(original: types.CodeType, names: tuple[str, ...], line: int,
     Its globals are the caller's (the transformed function's, the user's module's)."""
     import sys
     code = _user_frame_code(original, names, line)
-    kwargs = dict(zip(kw_names, kwvalues))
-    cells = tuple(closure) + (types.CellType(values), types.CellType((kwargs, args)))
-    fn = types.FunctionType(code, sys._getframe(1).f_globals, original.co_name, (None,) * original.co_argcount, cells)
+    _PENDING.data = (values, (dict(zip(kw_names, kwvalues)), args))  # taken by the function's prologue
+    fn = types.FunctionType(code, sys._getframe(1).f_globals, original.co_name, (None,) * original.co_argcount,
+                            tuple(closure) or None)
     if original.co_kwonlyargcount:
         kwonly = original.co_varnames[original.co_argcount:original.co_argcount + original.co_kwonlyargcount]
         fn.__kwdefaults__ = dict.fromkeys(kwonly)
@@ -64,17 +76,17 @@ def _user_frame_code(original: types.CodeType, names: tuple[str, ...], line: int
     # every slot named first in the original's order (jumped over, never run), so co_varnames is the original's
     start = bytecode.Label()
     load = "LOAD_FAST_CHECK" if emit.PY312 else "LOAD_FAST"
-    body: list = [Instr("COPY_FREE_VARS", len(original.co_freevars) + 2), Instr("RESUME", 0), emit.jump_forward(start)]
+    body: list = [Instr("COPY_FREE_VARS", len(original.co_freevars))] if original.co_freevars else []
+    body += [Instr("RESUME", 0), emit.jump_forward(start)]
     for name in slots:
         body += [Instr(load, name), Instr("POP_TOP")]
     body.append(start)
     body += [Instr("DELETE_FAST", name) for name in params if name not in names]
     body += emit.null_before_callable()
-    body += [Instr("LOAD_DEREF", FreeVar(_DATA)), Instr("UNPACK_SEQUENCE", len(names) + 1)]
+    body += emit.call_const(_take, [Instr("LOAD_CONST", False)]) + [Instr("UNPACK_SEQUENCE", len(names) + 1)]
     body += [Instr("STORE_FAST", name) for name in names]
     body += emit.null_after_callable()
-    body += [Instr("LOAD_DEREF", FreeVar(_CALL)), Instr("UNPACK_SEQUENCE", 2),
-             Instr("DELETE_DEREF", FreeVar(_DATA)), Instr("DELETE_DEREF", FreeVar(_CALL))]
+    body += emit.call_const(_take, [Instr("LOAD_CONST", True)]) + [Instr("UNPACK_SEQUENCE", 2)]
     body += emit.call_ex(True)
     body += [Instr(load, name) for name in names] + [Instr("BUILD_TUPLE", len(names)), Instr("BUILD_TUPLE", 2),
                                                      Instr("RETURN_VALUE")]
@@ -86,7 +98,7 @@ def _user_frame_code(original: types.CodeType, names: tuple[str, ...], line: int
     bc.posonlyargcount = original.co_posonlyargcount
     bc.kwonlyargcount = original.co_kwonlyargcount
     bc.argnames = list(params)
-    bc.freevars = list(original.co_freevars) + [_DATA, _CALL]
+    bc.freevars = list(original.co_freevars)
     bc.name = original.co_name
     if hasattr(bc, "qualname"):
         bc.qualname = original.co_qualname
@@ -94,7 +106,9 @@ def _user_frame_code(original: types.CodeType, names: tuple[str, ...], line: int
     bc.first_lineno = original.co_firstlineno
     bc.flags = bytecode.CompilerFlags.OPTIMIZED | bytecode.CompilerFlags.NEWLOCALS | \
         (original.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_NESTED))
-    return bc.to_code()
+    code = bc.to_code()
+    add_reader_code(code)  # NOTE [Tracebacks past the hook]: its caller's entry is not eager's
+    return code
 
 
 __all__ = ["make_user_frame"]

@@ -83,13 +83,32 @@ def test_traceback_as_eager(fn):
             assert c.__traceback__.tb_frame.f_code.co_filename == e.__traceback__.tb_frame.f_code.co_filename
 
 
-def test_callee_raise_keeps_the_catching_frame_entry():
-    # eager's traceback also holds the callee's frame, which the inlined callee never had: only the first
-    # entry (the catching frame, at the call's line) is there
+def _nested_raiser(k):
+    return _raiser(k * 2)
+
+
+def raised_two_callees_down(x, k):
+    try:
+        _nested_raiser(k)
+    except KeyError as e:
+        saved = e
+    return x + 3, saved
+
+
+@pytest.mark.parametrize("fn", [raised_by_a_callee, raised_two_callees_down])
+def test_callee_raise_has_eagers_entries(fn):
+    # the inlined callees' frames never exist: each has an entry in a frame made for it, at eager's line
     framejit.reset()
-    compiled = framejit.compile(raised_by_a_callee, backend="eager")
-    for k in ("a", "b"):
-        expected, actual = raised_by_a_callee(torch.ones(2), k)[1], compiled(torch.ones(2), k)[1]
-        tb_e, tb_c = expected.__traceback__, actual.__traceback__
-        assert tb_c is not None and tb_c.tb_next is None
-        assert (tb_c.tb_lineno, tb_c.tb_frame.f_code.co_name) == (tb_e.tb_lineno, tb_e.tb_frame.f_code.co_name)
+    compiled = framejit.compile(fn, backend="eager")
+    for k in ("a", "b", "cd"):
+        expected, actual = fn(torch.ones(2), k)[1], compiled(torch.ones(2), k)[1]
+        entries = [(t.filename, t.name, t.lineno, t.line) for t in traceback.extract_tb(expected.__traceback__)]
+        assert [(t.filename, t.name, t.lineno, t.line) for t in traceback.extract_tb(actual.__traceback__)] == entries
+        # the made entries carry no column positions (tb_lasti -1), so eager's `^^^` marks under a call that is
+        # part of its line are not drawn
+        assert _without_marks(_text(actual)) == _without_marks(_text(expected))
+        assert actual.__traceback__.tb_frame.f_code.co_name == fn.__name__
+
+
+def _without_marks(text):
+    return [line for line in text.splitlines() if set(line.strip()) - set("^~")]

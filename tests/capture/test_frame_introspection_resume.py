@@ -46,7 +46,8 @@ def _log_call():
     return ({a: type(info.locals.get(a, _log_call)).__name__ for a in info.args}, info.varargs, info.keywords,
             inspect.formatargvalues(*info, formatvalue=lambda v: "=" + type(v).__name__)
             if all(a in info.locals for a in info.args) else None,
-            code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_varnames, code.co_name,
+            code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_varnames, code.co_freevars,
+            code.co_name,
             frame.f_lineno - code.co_firstlineno, sorted(frame.f_locals))
 
 

@@ -1,0 +1,114 @@
+"""Tracebacks of exceptions leaving compiled code, with the entries eager's has.
+
+NOTE [Tracebacks past the hook]: framejit has no frame-evaluation hook (NOTE [Warnings past the hook] in
+caller_frames.py), so an exception raised below compiled code passed framejit's own frames on its way out: the
+FrameHook's `__call__` and `miss` above every compiled frame and every callee called at a break,
+`call_through_hook`, a ModuleCall, a compiled module's `__call__`; and a frame that broke was two entries, the
+transformed function (or resume function) at the line of the break calling its resume function, then the
+resume function at the line that raised. `traceback.extract_tb(e.__traceback__)` of `raise KeyError` two calls
+below a break listed 10 entries where eager lists 3 (`f`, `helper`, `callee`), and a formatted traceback named
+hook.py six times. Each of those framejit frames now catches what leaves it (`except Exception`: zero cost when
+nothing is raised), rewrites the exception's `__traceback__` (`user_traceback`) and re-raises it with a bare
+`raise`, which CPython does without adding the re-raising frame (do_raise's re-raise goes straight to the
+unwinding), so the entry of the frame that catches is gone too. The rewrite drops every entry of framejit's
+own code (its package directory), then every entry of a user frame whose next entry is a resume function of
+the same code or the frame made for a frame reader's call (NOTE [User frames for readers in resume
+functions]): that frame only called its continuation, which stands for the same user frame at the line eager
+shows. The chain is rebuilt from the first change on (new traceback objects; the exception's old ones are not
+mutated) and an exception whose entries are all kept keeps its traceback object. The frame of a kept resume
+entry is the resume function's (its locals are the live ones: NOTE [Locals of a frame in a traceback]).
+Not covered: torch's frames eager has for a module call (`_wrapped_call_impl`, `_call_impl`) are not made up;
+an exception raised inside a graph keeps the graph module's frames; a framejit frame that does not catch
+(module_hooks.py's copies of `_call_impl` stand for torch's frames and are kept, as are frames of other
+wrappers not listed above) keeps its entry; the entries of inlined callees of an exception the trace caught
+itself are missing (NOTE [Tracebacks of caught exceptions]).
+"""
+from __future__ import annotations
+
+import os
+import re
+import types
+import weakref
+
+_FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_MODULE_HOOKS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "module_hooks.py")
+_RESUME = ".<resume at "
+
+# codes made for a frame reader's call (user_frames._user_frame_code), by id (a code holding a dict constant
+# is unhashable): they stand for the frame above them
+_READER_CODES: dict[int, weakref.ref] = {}
+
+
+def add_reader_code(code: types.CodeType) -> None:
+    key = id(code)
+    _READER_CODES[key] = weakref.ref(code, lambda _, key=key: _READER_CODES.pop(key, None))
+
+
+def _reader_code(code: types.CodeType) -> bool:
+    ref = _READER_CODES.get(id(code))
+    return ref is not None and ref() is code
+
+
+def _hidden(code: types.CodeType) -> bool:
+    filename = code.co_filename
+    return filename.startswith(_FRAMEJIT_DIR) and filename != _MODULE_HOOKS_FILE
+
+
+_MADE = re.compile(r"(\.<(resume at \d+|framejit|graph_error)>)+$")  # codegen.make_function, resume.py
+
+
+def _base(code: types.CodeType) -> str:
+    """The qualified name of the user's code that `code` was made for."""
+    return _MADE.sub("", getattr(code, "co_qualname", code.co_name))
+
+
+def _continued_by(t: types.TracebackType, below: types.TracebackType) -> bool:
+    """The frame of `below` (the next kept entry) is a resume function of the user frame `t` names, or the
+    frame made for a reader's call in it, called by `t`'s frame through framejit's frames only: the entry of `t`
+    is not one of eager's."""
+    code, called = t.tb_frame.f_code, below.tb_frame.f_code
+    if not (_resume_of(called, code) or _reader_code(called) and _base(called) == _base(code)):
+        return False
+    # f_back is kept by a finished frame that has a frame object (a traceback's have); a resume function of the
+    # same code on the way stands for the same user frame (its entry was dropped by a hook below)
+    caller = below.tb_frame.f_back
+    for _ in range(32):
+        if caller is None or caller is t.tb_frame or not (_hidden(caller.f_code) or _resume_of(caller.f_code, code)):
+            break
+        caller = caller.f_back
+    return caller is t.tb_frame
+
+
+def _resume_of(called: types.CodeType, code: types.CodeType) -> bool:
+    return _RESUME in getattr(called, "co_qualname", "") and called.co_filename == code.co_filename and \
+        _base(called) == _base(code)
+
+
+def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """`tb` with the entries eager's traceback has (NOTE [Tracebacks past the hook])."""
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    kept = [t for t in entries if not _hidden(t.tb_frame.f_code)]
+    kept = [t for t, below in zip(kept, kept[1:] + [None]) if below is None or not _continued_by(t, below)]
+    if len(kept) == len(entries):
+        return entries[0] if entries else None
+    same = 0  # the longest tail of `entries` kept as it is is shared; new objects above it
+    while same < len(kept) and kept[-1 - same] is entries[-1 - same]:
+        same += 1
+    chain = kept[len(kept) - same] if same else None
+    for t in reversed(kept[:len(kept) - same]):
+        chain = types.TracebackType(chain, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return chain
+
+
+def clean(exc: BaseException) -> None:
+    """Rewrite `exc.__traceback__` in place before a bare `raise` re-raises it."""
+    tb = exc.__traceback__
+    try:
+        new = user_traceback(tb)
+    except Exception:  # never in the way of the user's exception
+        return
+    if new is not tb:
+        exc.__traceback__ = new
