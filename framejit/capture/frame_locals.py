@@ -84,11 +84,19 @@ def reads_own_locals(fn: types.FunctionType) -> str | None:
         if name not in _READERS or name in fn.__globals__ or getattr(builtins, name, None) is None:
             continue
         following = instructions[k + 1] if k + 1 < len(instructions) else None
-        if name in _NEED_NO_ARGS and not (following is not None and following.opname == "CALL"
-                                          and following.arg == 0):
+        if name in _NEED_NO_ARGS and following is not None and _argument_load(following):
             continue
         return name
     return None
+
+
+# NOTE [vars() and dir() reached otherwise]: `vars(obj)` and `dir(obj)` read `obj` only; `vars()`/`dir()` read
+# the frame. A `vars`/`dir` load is taken for a read of the frame unless the next instruction loads its argument
+# (a LOAD_* other than an attribute's: `vars(self.config)` loads `self` next). Before, only a call with no
+# arguments right after the load counted, so `vars.__call__()`, `f = vars; f()`, `operator.call(dir)` listed
+# the transformed frame's `___graph_out` where eager lists the user's locals.
+def _argument_load(inst) -> bool:
+    return inst.opname.startswith("LOAD_") and inst.opname not in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR")
 
 
 # NOTE [Locals read inside inlined comprehensions]: 3.12+ inline a comprehension into its frame (PEP 709), so
