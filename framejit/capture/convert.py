@@ -342,6 +342,8 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
     from .kept_joints import passes_arguments_only_to_graphs  # NOTE [Joints kept across a plain break]
     entry.passes_arguments_only_to_graphs = passes_arguments_only_to_graphs(output, ret)
+    if entry.persisted is not None:  # NOTE [Clean entries of a warm process]
+        entry.persisted.clean = entry.passes_arguments_only_to_graphs
     return entry
 
 
@@ -407,6 +409,8 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
                   rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs,
                                     restore_plan(output) is not None))
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
+    from .kept_joints import break_entry_settles  # NOTE [Joints kept across several breaks]
+    entry.passes_arguments_only_to_graphs, entry.kept_speculation = break_entry_settles(output, gen, compiled)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
         # break code]; NOTE [Draws from the random module]: not persisted
         _persist_break_entry(entry, fn, output, request, cg, compiled, output_index, graphs, recorder)

@@ -186,6 +186,7 @@ class Persisted:
     graph_break: Any = None  # the entry's breaks.GraphBreak (plain data), for explain and the logs of a warm process
     break_places: tuple = ()  # NOTE [Break locations from the live code] (break_locations.py)
     origin_places: tuple = ()  # NOTE [Guard origins from the live code] (guard_origins.py)
+    clean: bool = False  # passes its arguments only to graphs (NOTE [Clean entries of a warm process], kept_joints.py)
 
 
 def persist(fn: types.FunctionType, output, ret: Value, gm: torch.fx.GraphModule | None, compiled: Any,

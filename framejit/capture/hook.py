@@ -287,6 +287,8 @@ class FrameHook:
             loaded.append(Entry(guard, fn, graphs, graph_break=graph_break, persisted=persisted,
                                 rerun=rerun_state(gm, gm is not None and mutates_in_place(gm),
                                                   bool(getattr(persisted, "restore", ())))))
+            # NOTE [Clean entries of a warm process] (kept_joints.py); an entry saved before the flag reads False
+            loaded[-1].passes_arguments_only_to_graphs = bool(getattr(persisted, "clean", False))
 
     def reset(self) -> None:
         self.entries = []
