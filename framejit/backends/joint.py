@@ -479,7 +479,8 @@ class _Joint:
         try:
             lean = lean_call(aot, forward, backward, params_buffers, hooks_disabled=hooks_disabled,
                              disable_amp=disable_amp, checked_outputs=self.checks.saved if self.checks else (),
-                             copied_outputs=tuple(k for k, _ in self.checks.reached_from) if self.checks else ())
+                             copied_outputs=tuple(k for k, _ in self.checks.reached_from) if self.checks else (),
+                             described=self.checks.described if self.checks else {})
         except Exception as exc:  # AOT autograd's callable stays
             lean = f"{type(exc).__name__}: {exc}"
         if isinstance(lean, str):

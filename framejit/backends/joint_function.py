@@ -7,6 +7,8 @@ joint is not one this module serves (the caller keeps AOT autograd's callable th
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 # NOTE [Lean joint calls]
@@ -108,12 +110,14 @@ def _reason(aot: dict, params_buffers: list, hooks_disabled: bool, disable_amp: 
 # without its storage, so an activation from an earlier graph is not kept alive by this: about 10 us per
 # such input and call).
 def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, hooks_disabled: bool,
-              disable_amp: bool, checked_outputs: tuple = (), copied_outputs: tuple = ()):
+              disable_amp: bool, checked_outputs: tuple = (), copied_outputs: tuple = (), described: dict = {}):
     """`run(args) -> list of outputs`, or a str (why not: NOTE [Lean joint calls])."""
     why = _reason(aot, params_buffers, hooks_disabled, disable_amp)
     if why is not None:
         return why
     plan = _LeanPlan(aot["fw_metadata"], aot, checked_outputs, copied_outputs)
+    plan.described = {plan.n_mut + k: d for k, d in described.items()}  # NOTE [Eager's words for a changed ...]
+    plan.referred = tuple(m for m, d in plan.described.items() if not d[3])  # named by their node at the backward
 
     class LeanJoint(torch.autograd.Function):  # its node is LeanJointBackward (joint_outputs._JOINT_NODES)
         forward = staticmethod(_lean_forward(plan, forward_half))
@@ -187,6 +191,8 @@ def _lean_forward(plan: _LeanPlan, forward_half):
         if checked:
             ctx.n_saved = len(saved)
             saved += [outs[k] for k in checked]
+            if plan.referred:  # NOTE [Eager's words for a changed saved output] (joint_outputs.py)
+                ctx.refs = {m: weakref.ref(outs[m]) for m in plan.referred}
         ctx.save_for_backward(*saved)
         if non_diff:
             ctx.mark_non_differentiable(*[outs[k] for k in non_diff if isinstance(outs[k], torch.Tensor)])
@@ -217,6 +223,7 @@ def _lean_backward(plan: _LeanPlan, backward_half):
     survivors, formats, tangent_metas = plan.survivors, plan.formats, plan.tangent_metas
     tangent_descs, stack_traces, compile_id = plan.tangent_descs, plan.stack_traces, plan.compile_id
     inputs_require_grad, grad_non_leaves = plan.inputs_require_grad, plan.grad_non_leaves
+    from .joint_outputs import eager_words
 
     def backward_impl(ctx, all_args):
         ctx.maybe_clear_saved_tensors()
@@ -227,7 +234,13 @@ def _lean_backward(plan: _LeanPlan, backward_half):
             raise RuntimeError(_VMAP)
         if check_deterministic and torch.are_deterministic_algorithms_enabled():
             raise RuntimeError(_DETERMINISTIC)
-        saved = ctx.saved_tensors
+        try:
+            saved = ctx.saved_tensors
+        except RuntimeError as exc:  # NOTE [Eager's words for a changed saved output] (joint_outputs.py)
+            words = eager_words(exc, plan.described, getattr(ctx, "refs", {}))
+            if words is None:
+                raise
+            raise words from None
         if checked:
             saved = saved[:ctx.n_saved]
         if has_no_vc:

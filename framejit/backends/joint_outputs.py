@@ -7,6 +7,8 @@ check on the joint's backward node for outputs whose storage eager's autograd sa
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.utils._pytree as pytree
 
@@ -74,10 +76,13 @@ _JOINT_NODES = ("CompiledFunctionBackward", "LeanJointBackward")
 class OutputChecks:
     """What a joint call does to its flat outputs (NOTE [In-place changes of joint outputs])."""
 
-    __slots__ = ("saved", "multiple_views", "no_grad_views", "views", "logged", "reached_from", "checked_from")
+    __slots__ = ("saved", "multiple_views", "no_grad_views", "views", "logged", "reached_from", "checked_from",
+                 "described")
 
-    def __init__(self, saved: tuple, multiple_views: tuple, no_grad_views: tuple, reached_from: tuple = ()):
+    def __init__(self, saved: tuple, multiple_views: tuple, no_grad_views: tuple, reached_from: tuple = (),
+                 described: dict | None = None):
         self.saved, self.multiple_views, self.no_grad_views = saved, multiple_views, no_grad_views
+        self.described = described or {}  # NOTE [Eager's words for a changed saved output]
         # NOTE [Checks where eager's backward reaches]: ((k, (j, ...)), ...): output k's storage is saved by
         # a node that only the backward of outputs j reaches
         self.reached_from = reached_from
@@ -111,13 +116,14 @@ class OutputChecks:
             if isinstance(outs[k], torch.Tensor) and any(_same_storage(t, outs[k]) for t in joint_saved):
                 outs[k] = outs[k].clone()
         if self.reached_from:
-            watched = {k: (k, outs[k].detach(), outs[k]._version) for k, _ in self.reached_from
+            watched = {k: (k, outs[k].detach(), outs[k]._version, *self._words(k, outs[k]))
+                       for k, _ in self.reached_from
                        if isinstance(outs[k], torch.Tensor)}
             for j, ks in self.checked_from:  # one hook per output whose backward reads such outputs
                 if isinstance(outs[j], torch.Tensor) and outs[j].requires_grad:
                     outs[j].register_hook(_when_reached(_version_check([watched[k] for k in ks if k in watched])))
         if versions and self.saved:
-            watched = [(k, outs[k].detach(), outs[k]._version) for k in self.saved
+            watched = [(k, outs[k].detach(), outs[k]._version, *self._words(k, outs[k])) for k in self.saved
                        if isinstance(outs[k], torch.Tensor)]
             node = _joint_node(outs)
             if node is not None:
@@ -127,6 +133,11 @@ class OutputChecks:
                 logs.log("output_code", "joint: no backward node found for the version checks of outputs %s",
                          list(self.saved))
         return outs
+
+    def _words(self, k: int, out) -> tuple:
+        """(eager's description of output k, a weak reference to it where eager names its node at the backward)."""
+        described = self.described.get(k)
+        return described, weakref.ref(out) if described is not None and not described[3] else None
 
 
 def _when_reached(check):
@@ -139,13 +150,81 @@ def _when_reached(check):
 
 def _version_check(watched: list):
     def check(grad_outputs):
-        for k, alias, then in watched:
+        for k, alias, then, described, ref in watched:
             now = alias._version
             if now != then:
-                raise RuntimeError(_VERSION_ERROR.format(kind=alias.type(), shape=list(alias.shape), index=k,
-                                                         now=now, then=then))
+                if described is None:
+                    raise RuntimeError(_VERSION_ERROR.format(kind=alias.type(), shape=list(alias.shape), index=k,
+                                                             now=now, then=then))
+                raise RuntimeError(_eager_message(alias.type(), described, ref, now, then))
         return None
     return check
+
+
+# NOTE [Eager's words for a changed saved output]: eager's error names the saved tensor autograd unpacked, as
+# "[type sizes], which is output <output_nr> of <forward op>" (SavedVariable::unpack: the node's
+# forward_op_name, its class name without "Backward<n>"), then versions and a hint that depends on anomaly
+# mode. The fake run that classifies the outputs (output_checks) sees eager's autograd graph, so it records
+# for each storage the saved tensor over it that eager's backward unpacks first (the node latest in the forward:
+# the engine runs the highest sequence number first): its sizes, its node's forward name and output number,
+# and whether it was saved as that node's own output. The check raises eager's message with them; a tensor
+# saved as another node's input (mm's, mul's) is named by eager with its node at the backward, the node of the
+# in-place change (`Add`, `CopySlices`), read then from the output (a weak reference kept per call for such
+# outputs only; where the program no longer holds that output at the backward, as with `out = sum(out)`
+# rebinding the only name, the reference is dead and the node that made it is named, `Relu` where eager says
+# `Add`: holding it strongly would tie the joint's node to its own output, a cycle through C++ autograd that
+# Python's collector cannot free). The hint is taken from eager itself (a one-time change of a saved result of exp on a
+# 1-element tensor, in the current anomaly mode, warnings silenced). Where two nodes are not ordered so (other
+# devices, reentrant backward) eager may name another saved tensor (the type and the versions are the same).
+# Under anomaly mode eager also warns with the forward traceback of the failing node; the joint's node has none.
+_EAGER_VERSION_ERROR = ("one of the variables needed for gradient computation has been modified by an inplace "
+                        "operation: [{kind} {shape}], which is output {index} of {name}, is at version {now}; "
+                        "expected version {then} instead. {hint}")
+_HINTS: dict = {}
+
+
+def _eager_message(kind: str, described: tuple, ref, now, then) -> str:
+    shape, name, output_nr, _ = described
+    out = ref() if ref is not None else None
+    if out is not None and out.grad_fn is not None:  # saved as another node's input: its node now
+        name, output_nr = _forward_name(out.grad_fn), out.output_nr
+    return _EAGER_VERSION_ERROR.format(kind=kind, shape=shape, index=output_nr, name=name, now=now, then=then,
+                                       hint=_eager_hint())
+
+
+def _eager_hint() -> str:
+    import warnings
+    anomaly = torch.is_anomaly_enabled()
+    if anomaly not in _HINTS:
+        _HINTS[anomaly] = "Hint: enable anomaly detection"
+        with warnings.catch_warnings(), torch.enable_grad(), torch.autograd.set_detect_anomaly(anomaly):
+            warnings.simplefilter("ignore")
+            y = torch.ones(1, requires_grad=True).exp()
+            y.add_(1)
+            try:
+                y.backward()
+            except RuntimeError as e:
+                text = str(e)
+                _HINTS[anomaly] = text[text.index("Hint:"):] if "Hint:" in text else ""
+    return _HINTS[anomaly]
+
+
+def eager_words(exc: RuntimeError, described: dict, refs: dict) -> RuntimeError | None:
+    """Autograd's version error on a lean joint's saved output (`described`, `refs`: by the Function's return
+    index), in eager's words (NOTE [Eager's words for a changed saved output]), or None where it names none."""
+    import re
+    found = re.search(r"\], which is output (\d+) of \w+, is at version (\d+); expected version (\d+) instead",
+                      str(exc))
+    if found is None or int(found.group(1)) not in described:
+        return None
+    index = int(found.group(1))
+    kind = str(exc).split("[", 1)[1].split(" ", 1)[0]
+    return RuntimeError(_eager_message(kind, described[index], refs.get(index), found.group(2), found.group(3)))
+
+
+def _forward_name(node) -> str:
+    import re
+    return re.sub(r"Backward\d*$", "", node.name())
 
 
 def _same_storage(a, b) -> bool:
@@ -203,7 +282,8 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
         inputs = {storage(t) for t in [*fake_state.values(), *fake_args] if isinstance(t, torch.Tensor)}
         saved_by: dict = {}  # node -> storages it saved
         differentiable = [j for j, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.grad_fn is not None]
-        reach = {j: _saved_below(outs[j].grad_fn, saved_by, storage) for j in differentiable}
+        described: dict = {}  # storage -> (sizes, forward name, output number): NOTE [Eager's words for a ...]
+        reach = {j: _saved_below(outs[j].grad_fn, saved_by, storage, described) for j in differentiable}
         saved = set().union(*reach.values())
         kept, multiple_views, no_grad_views, reached_from = [], [], [], []
         for k, out in enumerate(outs):
@@ -232,10 +312,12 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
                              "reproduced", k, str(exc).split(".")[0])
     if not (kept or multiple_views or no_grad_views or reached_from):
         return None
-    return OutputChecks(tuple(kept), tuple(multiple_views), tuple(no_grad_views), tuple(reached_from))
+    checked = [*kept, *(k for k, _ in reached_from)]
+    return OutputChecks(tuple(kept), tuple(multiple_views), tuple(no_grad_views), tuple(reached_from),
+                        {k: described[storage(outs[k])][1:] for k in checked if storage(outs[k]) in described})
 
 
-def _saved_below(root, saved_by: dict, storage) -> set:
+def _saved_below(root, saved_by: dict, storage, described: dict) -> set:
     """The storages saved by `root` and every autograd node below it (`saved_by` memoises per node)."""
     found, seen, stack = set(), set(), [root]
     while stack:
@@ -255,7 +337,13 @@ def _saved_below(root, saved_by: dict, storage) -> set:
                 values.append(getattr(node, "saved_tensors", ()))
             except Exception:
                 pass
-            saved_by[node] = {storage(v) for v in pytree.tree_leaves(values) if isinstance(v, torch.Tensor)}
+            tensors = [v for v in pytree.tree_leaves(values) if isinstance(v, torch.Tensor)]
+            saved_by[node] = {storage(v) for v in tensors}
+            order = node._sequence_nr()  # eager's backward runs the latest node first
+            for v in tensors:
+                if v.grad_fn is not None and described.get(storage(v), (-1,))[0] < order:
+                    as_output = v.grad_fn._sequence_nr() == order and v.grad_fn.name() == node.name()
+                    described[storage(v)] = (order, list(v.shape), _forward_name(v.grad_fn), v.output_nr, as_output)
         found |= saved_by[node]
         stack.extend(n for n, _ in node.next_functions if n is not None)
     return found
