@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import pickle
 import sys
 import types
 from typing import Any, Callable
@@ -68,7 +69,9 @@ def _make_request(backend, fullgraph, dynamic, options, mode) -> CompileRequest:
     if options and isinstance(backend, str):
         registry.check_options(backend, options)  # raises naming the backend and the accepted keys
     return CompileRequest(backend_fn, options or None, fullgraph, version_key=version_key,
-                          artifacts=_artifacts(backend), dynamic=dynamic)
+                          artifacts=_artifacts(backend), dynamic=dynamic,
+                          compile_args={"backend": backend, "fullgraph": fullgraph, "dynamic": dynamic,
+                                        "options": options})
 
 
 def _artifacts(backend) -> tuple | None:
@@ -144,13 +147,32 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
     def __copy__(self):
         return _compile_module(copy.copy(type(self)._orig_mod), request)
 
-    namespace = {"__call__": __call__, "__deepcopy__": __deepcopy__, "__copy__": __copy__, "_orig_mod": module,
+    def __reduce_ex__(self, protocol):  # NOTE [Pickled compiled modules]
+        if request.compile_args is None:
+            raise pickle.PicklingError(f"cannot pickle a framejit-compiled {cls.__qualname__}: its compile "
+                                       f"arguments are unknown")
+        return _compiled_from_pickle, (type(self)._orig_mod, request.compile_args)
+
+    namespace = {"__call__": __call__, "__deepcopy__": __deepcopy__, "__copy__": __copy__,
+                 "__reduce_ex__": __reduce_ex__, "_orig_mod": module,
                  "_framejit_compiled": True, "_framejit_hook": hook, "__module__": cls.__module__,
                  "__qualname__": cls.__qualname__}
     compiled_cls = type(cls.__name__, (cls,), namespace)
     compiled = object.__new__(compiled_cls)
     object.__setattr__(compiled, "__dict__", module.__dict__)
     return compiled
+
+
+# NOTE [Pickled compiled modules]: the generated class of a compiled module has its class's name and
+# qualname but is not the object that name resolves to, so pickle's default reduction (the class by
+# reference) raised PicklingError where torch.compile's module pickles: `torch.save(compiled)` failed. A
+# compiled module now pickles as its original module plus compile()'s own arguments (backend by name or
+# the callable given, fullgraph, dynamic, options), and unpickling compiles the unpickled original again
+# with them: like a copy (NOTE [Compiled modules]), the result runs with its own parameters and starts
+# with no compiled entries (they are process state; the frame cache may still serve them). A backend
+# callable that cannot be pickled fails as pickling it alone does.
+def _compiled_from_pickle(module: torch.nn.Module, compile_args: dict) -> torch.nn.Module:
+    return compile(module, **compile_args)
 
 
 # NOTE [Compiling a DistributedDataParallel module]

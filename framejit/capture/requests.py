@@ -168,6 +168,7 @@ class CompileRequest:
     version_key: str = ""  # the backend's cache version key
     artifacts: tuple | None = None  # the backend's (save, load) for the frame cache; None: not persistable
     dynamic: bool | None = None  # compile(dynamic=...) (NOTE [Symbolic shapes] in shapes.py)
+    compile_args: dict | None = dataclasses.field(default=None, repr=False)  # compile()'s own arguments
 
 
 __all__ = ["CompileRequest", "Entry", "RerunState", "STATS", "mutates_in_place", "rerun_state"]
