@@ -161,6 +161,9 @@ def _symbolic_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
         kept = sym_arith.binary(tx, fn, a, b)
         if kept is not None:
             return kept
+    if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and fn in _FLOAT_OPS:
+        from .sym_arith import float_of_int  # NOTE [Symbolic ints beside dynamic floats]
+        a, b = float_of_int(tx, a), float_of_int(tx, b)
     if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and _is_number(a) and _is_number(b) \
             and fn in _FLOAT_OPS:
         return tx.output.float_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))

@@ -601,3 +601,31 @@ def range_contains(tx, item: Value, r: SymRangeValue) -> bool | None:
         return inside
     offset = binary_op(tx, operator.mod, binary_op(tx, operator.sub, item, start), ConstantValue(abs(r.step)))
     return truth(tx, compare_values(tx, operator.eq, offset, ConstantValue(0)))
+
+
+# NOTE [Symbolic ints beside dynamic floats]: `a + n`, `loss.item() / n`, `lr * step` with `a` a dynamic float
+# (a graph input: NOTE [Dynamic floats]) and `n` a symbolic int argument had no symbolic path (float_op takes
+# floats and constants, sym_arith ints and ShapeEnv floats), so both were specialised: one entry per value of
+# either, under dynamic=True too (6 traces over 6 calls of `return a + n`; a resume function adding a
+# `.item()` to a step counter recompiled every call). Python's float arithmetic converts an int operand with
+# float() (float.__add__/__radd__, __mul__, __truediv__, __pow__ ..., rounding beyond 2**53 and raising
+# OverflowError the same way), so the int is used as `float(n)`: a float graph input read from the int's own
+# source (CallSource(float, source)), made once per trace, and the result is a computed float like any other
+# (rebuilt in Python from its inputs when it escapes: NOTE [Computed floats rebuilt in Python]; specialised,
+# it guards `float(n) == value`, which pins n). Only an int with a source (an argument, an attribute) is so
+# used; a size or an int computed in the trace still specialises.
+def float_of_int(tx, v: Value) -> Value:
+    """`v` itself, or, for a symbolic int read from a source, the float input `float(v)` (NOTE [Symbolic ints
+    beside dynamic floats])."""
+    from .. import config
+    from .sources import CallSource, Ref
+    if not (is_sym(v) and _number_type(v) is int and v.source is not None and config.dynamic_floats):
+        return v
+    source = CallSource(Ref(float, "___float"), v.source)
+    known = tx.output.cached(source)
+    if known is not None:
+        return known
+    hint = v.sym.node.hint
+    if type(hint) is not int:
+        return v
+    return tx.output.add_float_input(float(hint), source)
