@@ -42,6 +42,10 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
             return kept
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
+    from .list_objects import list_compare
+    kept = list_compare(tx, fn, a, b)  # NOTE [List subclasses]
+    if kept is not None:
+        return kept
     if isinstance(a, (ObjectValue, NewObjectValue)) or isinstance(b, (ObjectValue, NewObjectValue)):
         from .user_operators import user_compare  # NOTE [Comparisons of Python classes]
         result = user_compare(tx, fn, a, b)

@@ -114,6 +114,30 @@ def list_binary(tx, fn: Any, a: Value, b: Value) -> Value | None:
     return call_list_method(tx, list.__dict__[name], a, [b], {})
 
 
+_REFLECTED = {operator.eq: ("__eq__", "__eq__"), operator.ne: ("__ne__", "__ne__"), operator.lt: ("__lt__", "__gt__"),
+              operator.le: ("__le__", "__ge__"), operator.gt: ("__gt__", "__lt__"), operator.ge: ("__ge__", "__le__")}
+
+
+def list_compare(tx, fn: Any, a: Value, b: Value) -> Value | None:
+    """`a < b`, `a == b`, ... where one side is a list object and the other a list (or one more list object):
+    list's own comparison of the contents when each list object's class keeps list's slot for its side (the
+    reflected one for the right-hand side, which CPython tries first for a subclass); None otherwise."""
+    names = _REFLECTED.get(fn)
+    if names is None or not (is_list_object(a) or is_list_object(b)):
+        return None
+    sides = []
+    for value, name in ((a, names[0]), (b, names[1])):
+        if is_list_object(value):
+            if not keeps_list_slot(tx, value, name):
+                return None
+            value = list_contents(tx.output, value)
+        elif not (isinstance(value, ListValue) and value.cls is list):
+            return None
+        sides.append(value)
+    from .comparisons import compare
+    return compare(tx, fn, *sides)
+
+
 def iterator_over_object(tx, obj: Value):
     """`iter(obj)` of a list object whose class keeps list's `__iter__`: list's iterator over its contents
     (live: NOTE [Live iteration]); None for any other value."""

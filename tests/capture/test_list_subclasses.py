@@ -99,6 +99,12 @@ def _pop_and_insert(x, o):
     return x + last + len(o), list(o)
 
 
+def _compare_and_delete(x, o):
+    same, before, after = o == [1, 2], o < [1, 5], [0] < o
+    del o[0]
+    return x * len(o), same, before, after, o != [2], o >= o
+
+
 def _raw(o):
     return type(o), list.copy(o), dict(getattr(o, "__dict__", {}))
 
@@ -137,7 +143,7 @@ def _grow(o, seed):
 
 
 @pytest.mark.parametrize("cls", [Plain, WithAttrs, OwnIter, OwnGetitem, OwnAppend])
-@pytest.mark.parametrize("fn", [_len_and_items, _loop, _mutate, _pop_and_insert])
+@pytest.mark.parametrize("fn", [_len_and_items, _loop, _mutate, _pop_and_insert, _compare_and_delete])
 def test_list_subclass_objects(fn, cls):
     _differential(fn, lambda seed: cls([1, 2, 3, seed][: 2 + seed]), change=_grow)
 

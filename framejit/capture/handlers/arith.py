@@ -179,6 +179,7 @@ def delete_subscr(tx, inst):
 def delete_item(tx, obj, key) -> None:
     """`del obj[key]` (also `operator.delitem(obj, key)`)."""
     _read_only_mapping(obj, "deletion")
+    from ..list_objects import call_list_method, keeps_list_slot
     if isinstance(obj, ListValue) and obj.cls is list:
         k = key.as_constant()
         changed = list(obj.items)
@@ -194,6 +195,9 @@ def delete_item(tx, obj, key) -> None:
             raise UserException(KeyError(key_value(k).as_constant() if key_value(k).is_constant() else k))
     elif _python_slot(tx, obj, "__delitem__"):
         tx.call_special_of(obj, "__delitem__", [key], {})
+        return
+    elif keeps_list_slot(tx, obj, "__delitem__"):  # NOTE [List subclasses]
+        call_list_method(tx, list.__delitem__, obj, [key], {})
         return
     else:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"deleting an item of {obj.describe()}")
