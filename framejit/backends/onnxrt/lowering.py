@@ -208,6 +208,8 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
     """Trace `gm(*inputs)` to a functional aten graph over (state..., inputs...); see module docstring."""
     from ..foreach import expand_foreach  # NOTE [Foreach expansion]
     gm = expand_foreach(gm)
+    if view_writes.writes_over_its_reads(gm):
+        raise RuntimeError(view_writes.OVERLAP_REASON)  # NOTE [Writes over their own reads]: runs eagerly
     state = _state_of(gm)
     names = list(state)
     spec_box: list[pytree.TreeSpec] = []

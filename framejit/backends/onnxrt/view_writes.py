@@ -1,4 +1,4 @@
-"""Writes through views whose functional inverse loses values: such graphs run eagerly (lowering.py).
+"""Writes that a functional graph cannot express as eager runs them: such graphs run eagerly (lowering.py).
 
 NOTE [Writes through unfold]
 Functionalization replays an in-place write through a view with the view's inverse. unfold's inverse is
@@ -8,11 +8,24 @@ eager's windows on onnxrt but zeroed x[8], which eager leaves as it was, on ever
 (Windows that overlap cannot be written eagerly: eager raises for a write into overlapping memory.) A graph
 that writes into an unfold result, or into a view of one, therefore runs eagerly: its aten graph is traced
 once without functionalization (only when the captured graph calls unfold at all) and checked.
+
+NOTE [Writes over their own reads]
+Eager refuses an in-place op whose destination partially overlaps one of its sources (`t[1:].copy_(t[:-1])`,
+`t.mul_(t.T)`, `t.copy_(t.T)`: RuntimeError "some elements of the input tensor and the written-to tensor refer
+to a single memory location"), and leaves the tensor as it was. The functionalized graph computes the sources
+first and writes after, so onnxrt returned a value and changed the input where eager raised. A captured graph
+with an in-place op whose destination shares storage with another tensor argument, other than the very same
+view (`t.add_(t)` is allowed), runs eagerly: eager's kernel raises, or computes what eager computes. The storage
+is read from the captured graph's fake values, which keep eager's aliasing (inputs passed twice included).
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..aliasing import is_view
 
@@ -41,5 +54,46 @@ def writes_through_unfold(aten_gm: torch.fx.GraphModule) -> bool:
             continue
         for arg, value in zip(schema.arguments, node.args):
             if arg.alias_info is not None and arg.alias_info.is_write and value in views:
+                return True
+    return False
+
+
+OVERLAP_REASON = "writes in place into a tensor that shares memory with one of the op's sources " \
+                 "(NOTE [Writes over their own reads])"
+_IN_PLACE_OPERATORS = frozenset({operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                                 operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
+                                 operator.ixor, operator.ilshift, operator.irshift, operator.imatmul})
+
+
+def _writes_in_place(node: torch.fx.Node) -> bool:
+    if node.op == "call_method":
+        name = node.target
+    elif node.op == "call_function":
+        if node.target in _IN_PLACE_OPERATORS:
+            return True
+        name = getattr(node.target, "__name__", "")
+    else:
+        return False
+    return isinstance(name, str) and name.endswith("_") and not name.startswith("_")
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return tuple(str(v) for v in (*t.shape, "|", *t.stride(), "|", t.storage_offset()))
+
+
+def writes_over_its_reads(gm: torch.fx.GraphModule) -> bool:
+    """Whether an in-place op of the captured graph writes into memory shared with another of its tensor
+    arguments, other than the same view (NOTE [Writes over their own reads])."""
+    for node in gm.graph.nodes:
+        if not _writes_in_place(node) or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        dest = node.args[0].meta.get("val")
+        if not isinstance(dest, torch.Tensor):
+            continue
+        storage = StorageWeakRef(dest.untyped_storage())
+        for arg in pytree.tree_leaves((node.args[1:], node.kwargs)):
+            val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+            if isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) == storage \
+                    and _layout(val) != _layout(dest):
                 return True
     return False
