@@ -61,6 +61,8 @@ for k, v in TINY.items():
     if hasattr(default, k) or k in cls.__init__.__code__.co_varnames:
         if k == "layer_types" or k == "sliding_window":
             continue
+        if isinstance(getattr(cls, k, None), property) and getattr(cls, k).fset is None:
+            continue  # a derived value (xLSTMConfig.v_head_dim): the config computes it
         kw[k] = v
 for k, v in override.items():
     kw[k] = eval(v)
