@@ -34,6 +34,7 @@ from typing import Any, Callable
 import torch
 
 from . import capture, config, versions
+from .capture.user_tracebacks import clean as clean_traceback, stands_for_module_call
 from .backends import registry
 from .capture import (BackendCompilerFailed, CompileRequest, ConstraintViolationError, FrameHook, FramejitError,
                       GraphBreak, Unsupported, module_call)
@@ -127,9 +128,10 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
         try:
             return hook(type(self)._orig_mod, *args, **kwargs)
         except Exception as e:
-            from .capture.user_tracebacks import clean
-            clean(e)  # NOTE [Tracebacks past the hook] in capture/user_tracebacks.py
+            clean_traceback(e)  # NOTE [Tracebacks past the hook] in capture/user_tracebacks.py
             raise
+
+    stands_for_module_call(__call__.__code__)  # its frame stands for torch's two levels of a module call
 
     if _is_ddp(module):  # NOTE [Compiling a DistributedDataParallel module]
         inner = {}

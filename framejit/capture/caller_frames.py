@@ -52,6 +52,8 @@ import types
 import warnings
 from typing import Any, Iterator, NamedTuple
 
+from .user_tracebacks import stands_for_module_call
+
 
 _FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -297,4 +299,5 @@ def _caller_as(level: Level) -> types.FunctionType:
 
 
 _MODULE_CALL_CODE = ModuleCall.__call__.__code__
+stands_for_module_call(_MODULE_CALL_CODE)  # NOTE [Tracebacks past the hook] in user_tracebacks.py
 _MODULE_HOOKS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "module_hooks.py")

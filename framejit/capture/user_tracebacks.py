@@ -17,11 +17,14 @@ functions]): that frame only called its continuation, which stands for the same 
 shows. The chain is rebuilt from the first change on (new traceback objects; the exception's old ones are not
 mutated) and an exception whose entries are all kept keeps its traceback object. The frame of a kept resume
 entry is the resume function's (its locals are the live ones: NOTE [Locals of a frame in a traceback]).
-Not covered: torch's frames eager has for a module call (`_wrapped_call_impl`, `_call_impl`) are not made up;
-an exception raised inside a graph keeps the graph module's frames; a framejit frame that does not catch
-(module_hooks.py's copies of `_call_impl` stand for torch's frames and are kept, as are frames of other
-wrappers not listed above) keeps its entry; the entries of inlined callees of an exception the trace caught
-itself are missing (NOTE [Tracebacks of caught exceptions]).
+A frame that stands for torch's levels of a module call (`Module._wrapped_call_impl`, `_call_impl`: a
+ModuleCall's, a compiled module's `__call__`; and `inner` too for module_hooks.py's copies of `_call_impl`,
+NOTE [Module calls past the hook]) is those entries at eager's lines, in frames made for them
+(mappings_runtime.made_frame: no locals), made once where a compiled module's `__call__` and the ModuleCall
+below it stand for the same call. Not covered: an exception raised inside a graph keeps the graph module's
+frames (graphs that fail rerun eagerly: NOTE [Graph failures rerun eagerly]); a framejit frame other than those
+above keeps its entry until a hook above it rewrites the traceback (a handler between them sees it); framejit's
+own internal errors lose framejit's entries too; made entries carry no column positions (no `^^^` marks).
 """
 from __future__ import annotations
 
@@ -50,8 +53,7 @@ def _reader_code(code: types.CodeType) -> bool:
 
 
 def _hidden(code: types.CodeType) -> bool:
-    filename = code.co_filename
-    return filename.startswith(_FRAMEJIT_DIR) and filename != _MODULE_HOOKS_FILE
+    return code.co_filename.startswith(_FRAMEJIT_DIR) or id(code) in _MODULE_CALLS
 
 
 _MADE = re.compile(r"(\.<(resume at \d+|framejit|graph_error)>)+$")  # codegen.make_function, resume.py
@@ -84,13 +86,71 @@ def _resume_of(called: types.CodeType, code: types.CodeType) -> bool:
         _base(called) == _base(code)
 
 
+# ids of the codes whose frames stand for torch's Module._wrapped_call_impl and _call_impl (ModuleCall.__call__,
+# a compiled module's __call__: NOTE [Module calls past the hook] in caller_frames.py); their functions live on
+_MODULE_CALLS: set[int] = set()
+
+
+def stands_for_module_call(code: types.CodeType) -> None:
+    _MODULE_CALLS.add(id(code))
+
+
+def _torch_levels(t: types.TracebackType) -> list | None:
+    """The levels of torch's module call (outermost first) the frame of `t` stands for; None: not such a frame."""
+    code = t.tb_frame.f_code
+    if id(code) not in _MODULE_CALLS and code.co_filename != _MODULE_HOOKS_FILE:
+        return None
+    from .caller_frames import _hooked_call_levels, _module_call_levels
+    if id(code) in _MODULE_CALLS:
+        return list(reversed(_module_call_levels())) if t.tb_next is not None else []
+    return list(reversed(_hooked_call_levels(t.tb_lineno)))
+
+
+def _torch_code(name: str) -> types.CodeType | None:
+    import torch
+    codes = [torch.nn.Module._wrapped_call_impl.__code__, torch.nn.Module._call_impl.__code__]
+    codes += [c for c in codes[1].co_consts if isinstance(c, types.CodeType)]
+    return next((c for c in codes if c.co_name == name), None)
+
+
+def _made_levels(levels: list) -> list[types.TracebackType]:
+    """Entries for `levels` of torch's module call, in frames made for them (no locals)."""
+    from .mappings_runtime import made_frame
+    out = []
+    for level in levels:
+        code = _torch_code(level.name)
+        if code is not None:
+            frame = made_frame(code.co_name, code.co_qualname, code.co_filename, code.co_firstlineno,
+                               level.globals.get("__name__"))
+            out.append(types.TracebackType(None, frame, -1, level.lineno))
+    return out
+
+
+def _made_torch_entry(t: types.TracebackType) -> bool:
+    code = t.tb_frame.f_code
+    return code.co_filename == _module_file() and code is not _torch_code(code.co_name)
+
+
+def _module_file() -> str:
+    import torch
+    return torch.nn.Module._call_impl.__code__.co_filename
+
+
 def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
     """`tb` with the entries eager's traceback has (NOTE [Tracebacks past the hook])."""
     entries = []
     while tb is not None:
         entries.append(tb)
         tb = tb.tb_next
-    kept = [t for t in entries if not _hidden(t.tb_frame.f_code)]
+    kept: list = []
+    for k, t in enumerate(entries):
+        levels = _torch_levels(t)
+        if levels is not None:
+            below = next((u for u in entries[k + 1:] if not _hidden(u.tb_frame.f_code)), None)
+            if not (below is not None and _made_torch_entry(below)):  # a stand-in below already made them
+                kept += _made_levels(levels)
+        elif not _hidden(t.tb_frame.f_code):
+            kept.append(t)
     kept = [t for t, below in zip(kept, kept[1:] + [None]) if below is None or not _continued_by(t, below)]
     if len(kept) == len(entries):
         return entries[0] if entries else None
