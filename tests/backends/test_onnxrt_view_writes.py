@@ -91,6 +91,9 @@ OVERLAPPING_WRITES = {  # NOTE [Writes over their own reads] (backends/onnxrt/vi
     "add_self": lambda t: t.add_(t),
     "row_plus_diagonal": lambda t: t[0].add_(t.diagonal()),
     "copy_of_a_clone": lambda t: t[1:].copy_(t[:-1].clone()),
+    "setitem_shifted": lambda t: (operator.setitem(t, slice(1, None), t[:-1]), t)[1],
+    "setitem_column_into_row": lambda t: (operator.setitem(t, 0, t[:, 0]), t)[1],
+    "setitem_of_a_product": lambda t: (operator.setitem(t, (slice(None), slice(1, None)), t[:, :-1] * 2), t)[1],
 }
 
 

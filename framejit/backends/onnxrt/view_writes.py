@@ -17,6 +17,8 @@ first and writes after, so onnxrt returned a value and changed the input where e
 with an in-place op whose destination shares storage with another tensor argument, other than the very same
 view (`t.add_(t)` is allowed), runs eagerly: eager's kernel raises, or computes what eager computes. The storage
 is read from the captured graph's fake values, which keep eager's aliasing (inputs passed twice included).
+`t[1:] = t[:-1]` (operator.setitem: its destination `t[1:]` is no node) runs eagerly whenever the value
+shares storage with `t`.
 """
 from __future__ import annotations
 
@@ -85,15 +87,17 @@ def writes_over_its_reads(gm: torch.fx.GraphModule) -> bool:
     """Whether an in-place op of the captured graph writes into memory shared with another of its tensor
     arguments, other than the same view (NOTE [Writes over their own reads])."""
     for node in gm.graph.nodes:
-        if not _writes_in_place(node) or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        setitem = node.op == "call_function" and node.target is operator.setitem
+        if not (setitem or _writes_in_place(node)) or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
         dest = node.args[0].meta.get("val")
         if not isinstance(dest, torch.Tensor):
             continue
         storage = StorageWeakRef(dest.untyped_storage())
-        for arg in pytree.tree_leaves((node.args[1:], node.kwargs)):
+        sources = node.args[2:] if setitem else (node.args[1:], node.kwargs)
+        for arg in pytree.tree_leaves(sources):
             val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
             if isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) == storage \
-                    and _layout(val) != _layout(dest):
+                    and (setitem or _layout(val) != _layout(dest)):
                 return True
     return False
