@@ -28,6 +28,7 @@ from .frame_locals import frame_reader_break, reads_own_locals
 from .caught_exceptions import emit_final_locals, final_locals, final_values  # NOTE [Locals of a frame in a traceback]
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
 from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_comprehensions, persisted_code, python_loops
+from . import deferred_readers
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .python_draws import emit_draws, has_draws
@@ -110,7 +111,9 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             mode_break.callees_plain = True  # NOTE [Callees of frames run eagerly]: they would meet the mode
             raise mode_break
         reader = reads_own_locals(fn)
-        if reader is not None:  # NOTE [Frames that read their locals]
+        if reader is not None and deferred_readers.traced_despite_readers(fn):
+            output.readers_deferred = True  # NOTE [Locals readers decided where they are reached]
+        elif reader is not None:  # NOTE [Frames that read their locals]
             locals_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{reader}() reads the frame's locals: runs eagerly")
             locals_break.frame_eager = True
             raise locals_break
@@ -359,6 +362,9 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     site = _resumable_site(fn, exc, first)
     if site is None:
         return None
+    if getattr(first, "readers_deferred", False) and deferred_readers.break_reaches_reader(fn, site.inst.index):
+        first.no_break_reason = "locals() can run after it"  # NOTE [Locals readers decided where they are reached]
+        return None
     output = _retrace_output(first)
     from .tensor_hooks import mark_result_node_reads  # NOTE [Autograd nodes of a graph's results]
     mark_result_node_reads(exc, output)
@@ -454,6 +460,7 @@ def _retrace_output(first):
     output.dynamic_floats = first.dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
     output.fullgraph, output.entry_exception = first.fullgraph, first.entry_exception
+    output.readers_deferred = getattr(first, "readers_deferred", False)
     output.entry_default_device = output.default_device  # NOTE [Device blocks]: the mode stack at entry
     _global_guards(output)
     return output

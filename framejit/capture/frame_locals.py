@@ -202,8 +202,9 @@ def caller_namespace_break(tx: Any, fn: Any, args: list, kwargs: dict) -> Unsupp
         root = root.parent
     if passed is not None:
         name = f"{getattr(fn, '__name__', type(fn).__name__)}({passed})"
-    elif root is tx and _names_reader(tx.code, name):
+    elif root is tx and _names_reader(tx.code, name) and not getattr(tx.output, "readers_deferred", False):
         return None  # named in the frame's own code: decided by reads_own_locals (convert.py) as before
+    # (reached in a frame traced under NOTE [Locals readers decided where they are reached]: it runs eagerly)
     e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name}() reads the calling frame's locals: "
                     + ("runs eagerly" if root is tx else "its call runs in Python"))
     if root is tx:

@@ -20,8 +20,9 @@ def _sin2(x):
 
 
 def _reads_locals(x, dump=False):
-    if dump:  # a frame whose code reads its own locals runs wholly eagerly
-        print(sorted(locals()))
+    names = sorted(locals())  # a frame that reaches a read of its own locals runs wholly eagerly
+    if dump:
+        print(names)
     y = _sin2(x)
     return y + 1
 
@@ -145,8 +146,9 @@ def test_an_exception_from_a_routed_callee_reaches_the_eager_frames_handler():
         return x[i] * 2
 
     def f(x, i, flag=False):
+        names = locals()  # reached on every call: the frame runs wholly eagerly
         if flag:
-            print(locals())
+            print(names)
         try:
             return bad(x, i)
         except IndexError as e:

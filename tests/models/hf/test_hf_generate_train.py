@@ -62,16 +62,20 @@ def test_generate_of_the_compiled_module(name):
 
 
 def test_generate_compiled_as_a_function_captures_the_decoding_steps():
-    """`framejit.compile(model.generate)`: generate's own frame runs eagerly (its code reads `locals()`),
-    but its callees are captured (NOTE [Callees of frames run eagerly]): before, 0 graphs."""
+    """`framejit.compile(model.generate)`: generate's own frame is traced (its `locals()` sits on a path the
+    trace does not take: NOTE [Locals readers decided where they are reached]) and no frame runs wholly
+    eagerly (before: generate itself, and `_sample`'s resume function inside its loop over a
+    StoppingCriteriaList, NOTE [List subclasses])."""
     model = catalog.get("gpt2").build()
     expected = [harness.run(model.generate, kwargs) for kwargs in _prompts()]
     backend = CountingBackend()
+    before = harness.eager_frame_count()
     compiled = framejit.compile(model.generate, backend=backend)
     for kwargs, want in zip(_prompts(), expected):
         got = harness.run(compiled, kwargs)
         assert torch.equal(got, want), (got, want)
     assert backend.graph_count >= 2, backend.graph_count  # the prefill's forward and the decoding step's
+    assert harness.eager_frame_count() == before, harness.eager_frame_reasons()
 
 
 # name -> the model class with a loss head
