@@ -6,8 +6,10 @@ only what it needs: a local that nothing reads later is never stored, and code a
 in a resume function whose locals are the live values (plus its own helpers). So `len(locals())` after
 `a = 1` gave 1 where eager gives 2, `eval("a + 1")` raised NameError, and `locals()` after a break listed
 the resume function's names (red team 6). A root frame whose code names one of these builtins (and does
-not define it as a global of its own) runs wholly eagerly; a callee inlined into a traced frame is not
-concerned (its call runs the builtin at a break, in its own frame).
+not define it as a global of its own) runs wholly eagerly, from where the trace reaches the call when every
+such read is a no-argument `locals()`/`vars()`/`dir()` (NOTE [Locals readers decided where they are reached]
+in deferred_readers.py); a callee inlined into a traced frame is not concerned (its call runs the builtin at
+a break, in its own frame).
 
 NOTE [Frames read through the frame stack]: `sys._getframe(n)`, `inspect.currentframe()` / `.f_back`,
 `inspect.stack()` / `getouterframes`, `traceback.extract_stack()` / `print_stack()` and a frame's
