@@ -93,6 +93,8 @@ OVERLAPPING_WRITES = {  # NOTE [Writes over their own reads] (backends/onnxrt/vi
     "copy_of_a_clone": lambda t: t[1:].copy_(t[:-1].clone()),
     "setitem_shifted": lambda t: (operator.setitem(t, slice(1, None), t[:-1]), t)[1],
     "setitem_column_into_row": lambda t: (operator.setitem(t, 0, t[:, 0]), t)[1],
+    "overlapping_as_strided": lambda t: t.as_strided((3, 2), (1, 1)).mul_(2),
+    "expanded_row": lambda t: t[:1].expand(3, -1).zero_(),
     "setitem_of_a_product": lambda t: (operator.setitem(t, (slice(None), slice(1, None)), t[:, :-1] * 2), t)[1],
 }
 

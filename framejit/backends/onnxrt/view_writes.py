@@ -18,7 +18,9 @@ with an in-place op whose destination shares storage with another tensor argumen
 view (`t.add_(t)` is allowed), runs eagerly: eager's kernel raises, or computes what eager computes. The storage
 is read from the captured graph's fake values, which keep eager's aliasing (inputs passed twice included).
 `t[1:] = t[:-1]` (operator.setitem: its destination `t[1:]` is no node) runs eagerly whenever the value
-shares storage with `t`.
+shares storage with `t`. So does an in-place write into a view whose own elements share memory
+(`t.as_strided((3, 2), (1, 1)).mul_(2)`): eager's kernel writes a shared element once per index that reaches
+it ([[0, 4], [4, 8], [8, 6]] for a 4x4 arange), where the functional graph wrote it once ([[0, 2], [2, 4], ...]).
 """
 from __future__ import annotations
 
@@ -83,6 +85,20 @@ def _layout(t: torch.Tensor) -> tuple:
     return tuple(str(v) for v in (*t.shape, "|", *t.stride(), "|", t.storage_offset()))
 
 
+def _overlaps_itself(t: torch.Tensor) -> bool:
+    """Whether two elements of `t` (static sizes and strides) may share memory: dims by increasing stride, each
+    stride must pass the farthest offset that the smaller ones reach."""
+    dims = [(st, sz) for sz, st in zip(t.shape, t.stride()) if not (isinstance(sz, int) and sz == 1)]
+    if any(not isinstance(v, int) for d in dims for v in d):
+        return False  # symbolic: not decided here
+    reach = 0
+    for stride, size in sorted(dims):
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
 def writes_over_its_reads(gm: torch.fx.GraphModule) -> bool:
     """Whether an in-place op of the captured graph writes into memory shared with another of its tensor
     arguments, other than the same view (NOTE [Writes over their own reads])."""
@@ -93,6 +109,8 @@ def writes_over_its_reads(gm: torch.fx.GraphModule) -> bool:
         dest = node.args[0].meta.get("val")
         if not isinstance(dest, torch.Tensor):
             continue
+        if not setitem and _overlaps_itself(dest):
+            return True
         storage = StorageWeakRef(dest.untyped_storage())
         sources = node.args[2:] if setitem else (node.args[1:], node.kwargs)
         for arg in pytree.tree_leaves(sources):
