@@ -121,8 +121,8 @@ def _trampoline(target: Callable) -> types.FunctionType:
 def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.nn.Module:
     original = getattr(type(module), "_orig_mod", None) if getattr(type(module), "_framejit_compiled", False) else None
     module = original or module
-    hook = _hook(module_call, request)
     cls = type(module)
+    hook = _module_hook(cls, request)
 
     def __call__(self, *args, **kwargs):
         try:
@@ -163,6 +163,36 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
     compiled = object.__new__(compiled_cls)
     object.__setattr__(compiled, "__dict__", module.__dict__)
     return compiled
+
+
+# NOTE [Compiled modules of one class share their code]: every compiled module's frame is `module_call(module,
+# *args)` with the module an argument, so its entries are guarded on the module as on any argument (its
+# type, attributes and parameters as graph inputs), and an entry traced for one instance serves another
+# of the same class when its guards pass. Compiling each block of a model on its own (PyTorch's regional
+# compilation recipe, `for b in blocks: b.compile()` or `[framejit.compile(b) for b in blocks]`) therefore
+# shares one hook per class and compile arguments, as torch.compile shares entries per code object: 12
+# blocks made 12 graphs (one trace each), now 1. Each module compiled adds one recompile limit to the hook's
+# budget (`entry_budget`), so blocks that need entries of their own (a `layer_idx` used as an index) still get
+# as many as they got alone. Compile arguments that are not hashable (an unhashable
+# backend callable, options holding lists) get a hook of their own, as before; so does a DDP module.
+# `framejit.reset()` forgets the shared hooks.
+_MODULE_HOOKS: dict = {}
+
+
+def _module_hook(cls: type, request: CompileRequest) -> FrameHook:
+    args = request.compile_args or {}
+    try:
+        key = (cls, request.backend, args.get("backend"), tuple(sorted((args.get("options") or {}).items())),
+               request.fullgraph, request.dynamic)
+        hash(key)
+    except TypeError:
+        return _hook(module_call, request)
+    hook = _MODULE_HOOKS.get(key)
+    if hook is None:
+        hook = _MODULE_HOOKS[key] = _hook(module_call, request)
+        hook.entry_budget = 0
+    hook.entry_budget += 1  # each module sharing the hook keeps the recompile budget it had alone
+    return hook
 
 
 # NOTE [Pickled compiled modules]: the generated class of a compiled module has its class's name and
@@ -225,6 +255,7 @@ def disable(fn: Callable | None = None, recursive: bool = True):
 def reset() -> None:
     """Forget everything compiled in this process (compiled wrappers recompile on their next call)."""
     capture.reset()
+    _MODULE_HOOKS.clear()  # NOTE [Compiled modules of one class share their code]
 
 
 def stats() -> dict[str, Any]:
