@@ -47,7 +47,7 @@ from bytecode import Instr, Label
 from .breaks import BreakKind, Unsupported
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .frame_locals import emit_user_frame_call
-from . import carried_loops, emit, inlined_comprehensions, local_liveness
+from . import carried_loops, emit, inlined_comprehensions, local_liveness, python_loops
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .codegen_runtime import delete_cell, new_cell
 from .normalize import Inst, jump_targets, normalize
@@ -158,7 +158,7 @@ class BreakCodegen:
         code, target = origin(self.fn.__code__, inst.index)
         if self.site.frame_reader or local_liveness.resume_locals(code, target, []) is None:
             return names
-        exits = [self.site.loop.arg] if self.site.loop else [inst.index + 1] + (
+        exits = [python_loops.loop_exit(self.site.loop)] if self.site.loop else [inst.index + 1] + (
             [inst.arg] if inst.name in _CONDITIONAL or inst.name in _OR_POP else [])
         wanted = {n for index in exits for n in self._names_at(index) if n not in names}
         fast = [n for n in names if n not in self.cell_values and n not in self.cell_args]
@@ -559,11 +559,15 @@ class BreakCodegen:
             slot = len(self.stack) - 1
         else:  # the resume point inside the body: the loop's iterator is the last one on the stack
             slot = max(i for i, v in enumerate(self.stack) if _slot_kind(v) == "iter")
-        layout = tuple(_slot_kind(v) for v in self.stack[:slot])
-        code, exit_index = origin(self.fn.__code__, loop.arg)
+        if loop.name == "CALL":  # its function under the range (NOTE [Comprehensions over symbolic ranges])
+            slot -= 1
+        layout = tuple(_slot_kind(v) for v in self.stack[:slot]) + (("value",) if loop.name == "CALL" else ())
+        code, exit_index = origin(self.fn.__code__, python_loops.loop_exit(loop))
         names = self._tail_names()  # its trampoline passes the tail function's locals
         comp = inlined_comprehensions.at_loop(code, origin(self.fn.__code__, loop.index)[1])
-        if comp is not None and "block" not in layout:  # NOTE [Breaks inside inlined comprehensions]
+        if loop.name == "CALL" and "block" not in layout:  # NOTE [Comprehensions over symbolic ranges]
+            pass  # a NULL under it is passed as a comprehension's is (NOTE [Breaks inside inlined comprehensions])
+        elif comp is not None and "block" not in layout:  # NOTE [Breaks inside inlined comprehensions]
             exit_index, layout, names = inlined_comprehensions.after_loop(code, comp, layout, names)
         elif any(kind in ("null", "block") for kind in layout):
             raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop run as Python with a NULL or a block "

@@ -60,8 +60,9 @@ def enclosing_loop(insts: list, index: int):
 # length (plus 0/1 where they specialise, or where the env folds the length to a number: those unroll),
 # the body runs as Python with its calls through their frame hooks (a layer's forward is captured once for
 # every step), and the code after the loop is captured again. Not taken with fullgraph=True (unrolled and
-# specialised, as stock does), in generators, for a loop in a try or with block, or for a comprehension's
-# iterator (3.11 passes it to the comprehension's function; 3.12+ inline it inside a cleanup region).
+# specialised, as stock does), in generators, or for a loop in a try or with block. A list, set or dict
+# comprehension's iterator has its own form (NOTE [Comprehensions over symbolic ranges]); a generator
+# expression's still unrolls.
 def iterates_rows(value: Any) -> bool:
     """A loop iterator over the rows of a tensor: an unrolled iterator whose items are tensors taken
     from one tensor, or a tensor's tuple iterator made in Python (NOTE [Loops over symbolic rows]); or a
@@ -133,9 +134,12 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
         return None
     insts = normalize(tx.code).insts
     loop = insts[inst.index + 1] if inst.index + 1 < len(insts) else None
+    comp = _comprehension_over(tx, inst, loop, iterable)  # NOTE [Comprehensions over symbolic ranges]
+    if comp is not None:
+        return _comprehension_break(tx, inst, loop, iterable, comp)
     if loop is None or loop.name != "FOR_ITER" or inst.handler is not None or loop.handler is not None or \
             not symbolic_length(tx, iterable) or body_binds_locals_read_after(tx.code, loop, tx.locals):
-        return None  # a comprehension's iterator (3.11: passed to its function; 3.12: in a cleanup region),
+        return None  # a generator expression's iterator (passed to its function), another comprehension's,
         # a loop inside a try or with block, a length the env knows, or a local first bound in the body and
         # read after it (NOTE [Locals first bound in a loop run as Python]): unrolled as before
     exc = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, f"a for loop over {iterable.describe()}, whose length is "
@@ -144,6 +148,67 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
     if tx.parent is None:  # in an inlined callee, the root frame breaks at the call (its own frame then loops)
         exc.root_index, exc.range_loop = inst.index, loop.index
     return exc
+
+
+# NOTE [Comprehensions over symbolic ranges]: `[i * 2 for i in range(x.size(0) // 2, x.size(0))]`, `{i: i * i
+# for i in range(n)}` unrolled the range, which specialised the size or int: one entry per value until the
+# recompile limit ran the frame eagerly (stock torch.compile: 2 frames and no graph when the comprehension
+# makes no tensor). Such a comprehension runs as Python like a loop over a symbolic range (NOTE [Loops over
+# symbolic ranges]), its break taken at the GET_ITER:
+# - 3.12+ inline it (PEP 709): the tail function runs it and trampolines after its epilogue, as for a break
+#   in its body (NOTE [Breaks inside inlined comprehensions] in inlined_comprehensions.py);
+# - on 3.11 it is `GET_ITER; CALL 0` of its own `<listcomp>` function: the tail function makes that call as a
+#   plain call (through its hook, its frame would guard the range iterator `.0` by value and recompile per
+#   size) and trampolines to the resume function after the CALL with its result (`loop_exit`).
+# Only list, set and dict comprehensions (a generator expression's consumer, `sum(...)`, is another call,
+# which would unroll it in the resume function); only in the root frame (in an inlined callee the root
+# breaks at the call, and the callee's own frame then runs it so). When it cannot run as Python (a block
+# under it), the break stays at the GET_ITER. The result is a resume function's argument: a list read
+# after it is guarded by its length (stack arguments are not made opaque: NOTE [Sequences of changing
+# length carried across breaks]), so that function compiles per length, the owner frame does not.
+_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>")
+
+
+def _comprehension_over(tx, inst: Any, call: Any, iterable: Any) -> Any:
+    """At GET_ITER `inst` over a symbolic range: the inlined comprehension it starts (3.12+), True for the
+    call of a comprehension's function that follows it (3.11), else None."""
+    from . import inlined_comprehensions
+    from .sym_arith import symbolic_length
+    from .values.callables import UserFunctionValue
+    if not symbolic_length(tx, iterable):
+        return None
+    comp = next((c for c in inlined_comprehensions.comprehensions(tx.code) if c.get_iter == inst.index), None)
+    if comp is not None:
+        return None if inlined_comprehensions.body_binds_unbound(tx.code, comp, tx.locals) else comp
+    if call is None or call.name != "CALL" or call.arg != 0 or inst.handler is not None or \
+            call.handler is not None or len(tx.stack) < 2:
+        return None
+    fn = tx.stack[-2]
+    code = getattr(fn.fn, "__code__", fn.fn) if isinstance(fn, UserFunctionValue) else None
+    return True if isinstance(code, types.CodeType) and code.co_name in _COMPREHENSIONS else None
+
+
+def _comprehension_break(tx, inst: Any, call: Any, iterable: Any, comp: Any) -> Any:
+    """The break that runs the comprehension as Python (NOTE [Comprehensions over symbolic ranges])."""
+    from .breaks import BreakKind, Unsupported
+    why = (f"a comprehension over {iterable.describe()}, whose length is symbolic: it runs as Python instead "
+           "of unrolling (NOTE [Comprehensions over symbolic ranges])")
+    exc = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, why)
+    if tx.parent is not None:  # the root frame breaks at the call; the callee's own frame runs it so
+        return exc
+    exc.root_index = inst.index
+    if comp is True:  # 3.11: python_loops.moved_break makes the call the loop run as Python
+        exc.range_loop = call.index
+        return exc
+    exc.loop_tried = exc.comprehension_tried = True  # the fallback: a plain break at the GET_ITER
+    moved = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, why)
+    moved.root_index, moved.python_loop, moved.moved_from, moved.comprehension = inst.index, comp.loop, exc, comp
+    return moved
+
+
+def loop_exit(loop: Any) -> int:
+    """Where a loop run as Python leaves: the FOR_ITER's exhausted edge, or after a comprehension's call."""
+    return loop.index + 1 if loop.name == "CALL" else loop.arg
 
 
 def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:

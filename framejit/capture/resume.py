@@ -339,8 +339,12 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
         last_at = normalize(code).insts[comp.after - 1].position
         last = items[last_at + (last_at >= label_at)]
         live_locals = inlined_comprehensions.after_loop(code, comp, (), live_locals)[2]
-    python_loops.hook_loop_calls(items, position, helper)
-    if comp is not None:
+    called = normalize(code).insts[loop_index].name == "CALL"  # NOTE [Comprehensions over symbolic ranges]
+    if called:
+        last = items[position]
+    else:
+        python_loops.hook_loop_calls(items, position, helper)
+    if comp is not None or called:
         entry = [Label()]
         at = next(k for k, item in enumerate(items) if item is last)
         items.insert(at + 1, emit.jump_forward(entry[0]))
