@@ -174,6 +174,9 @@ def is_same(tx, a: Value, b: Value) -> bool:
     """`a is b`."""
     if a is b:
         return True
+    from .python_draws import DrawValue
+    if isinstance(a, DrawValue) or isinstance(b, DrawValue):  # NOTE [Draws have no truth while tracing]
+        raise Unsupported(BreakKind.DATA_DEPENDENT, "identity of a number drawn after the graph")
     if isinstance(a, ConstantValue) and isinstance(b, ConstantValue):
         return _same_constant(tx, a, b)
     if isinstance(a, TensorValue) and isinstance(b, TensorValue):

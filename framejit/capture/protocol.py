@@ -295,7 +295,16 @@ def truth(tx, v: Value) -> bool:
         return bool(v.sym != 0)  # `if n:` guards the relation n != 0 (often known: a size >= 2), not n's value
     if v.is_constant():
         return bool(v.as_constant())
+    from .python_draws import DrawValue
+    if isinstance(v, DrawValue):  # NOTE [Draws have no truth while tracing]
+        raise Unsupported(BreakKind.DATA_DEPENDENT, f"the truth value of {v.describe()} is known only after the graph")
     return True  # functions, modules, classes and other objects without __bool__/__len__
+
+
+# NOTE [Draws have no truth while tracing]: a recorded draw (NOTE [Draws from the random module]) is made
+# after the graph, so its value is unknown to the trace; `if random.getrandbits(1):`, `while rng.randint(0, 2)`,
+# `any(draws)` or `d or 5` fell to the default answer for objects (True) and took one side on every call
+# (review revM F1). Its truth, and its identity (`v is 0`, comparisons.is_same), are a break.
 
 
 # NOTE [Results of __bool__ and __len__]: CPython checks what a user's `__bool__` and `__len__` return:

@@ -49,7 +49,9 @@ DRAWS_LOCAL = "___python_draws"  # the transformed code's list of this call's dr
 
 
 def _numbers(*args) -> bool:
-    return all(type(a) in (int, float) for a in args)
+    """Ints and floats the float arithmetic of the methods takes without raising (an int past float's range
+    raises OverflowError when it meets a float: NOTE [Draws that cannot raise])."""
+    return all(type(a) is float or (type(a) is int and abs(a) < 2 ** 1000) for a in args)
 
 
 def _ints(*args) -> bool:
@@ -61,6 +63,12 @@ def _randrange_ok(start, stop=None, step=1) -> bool:
         len(range(start, stop, step) if stop is not None else range(start)) > 0
 
 
+# NOTE [Draws that cannot raise]: a recorded draw is made after the graph, so a draw that raises would raise
+# after writes eager never made (review revM F3: `random.lognormvariate(1000, 1)` raises OverflowError from
+# exp(); eager raised before the frame's `xs[0].add_(1)`, framejit after it). lognormvariate is therefore
+# not recorded (it is traced as before), and number arguments must be floats or ints that convert to float.
+
+
 # NOTE [Draws from the random module]: the methods of random.Random recorded as draws, each with the check
 # its (bound) arguments must pass for the call to return what eager's does without raising, and the type of
 # its result (None: the common type of the items of `choice`'s constant sequence).
@@ -69,7 +77,6 @@ _DRAWS: dict[Any, tuple[Any, type | None]] = {
     random.Random.uniform: (_numbers, float),
     random.Random.gauss: (_numbers, float),
     random.Random.normalvariate: (_numbers, float),
-    random.Random.lognormvariate: (_numbers, float),
     random.Random.expovariate: (lambda lambd=1.0: _numbers(lambd) and lambd != 0, float),
     random.Random.getrandbits: (lambda k: _ints(k) and k >= 0, int),
     random.Random.randint: (lambda a, b: _ints(a, b) and a <= b, int),
@@ -128,7 +135,7 @@ def drawing_call(tx, fn: Any, args: list[Value], kwargs: dict[str, Value], fn_so
     owner = getattr(fn, "__self__", None)
     if type(owner) is random.Random and _C_METHODS.get(getattr(fn, "__name__", None)) is not None:
         method, rest = _C_METHODS[fn.__name__], args
-        receiver = fn_source.base if isinstance(fn_source, AttrSource) else None
+        receiver = _owner_source(tx, fn_source, owner)
     elif _is_draw_function(fn) and args and type(getattr(args[0], "obj", None)) is random.Random:
         method, rest, owner, receiver = fn, args[1:], args[0].obj, args[0].source
     else:
@@ -146,6 +153,22 @@ def drawing_call(tx, fn: Any, args: list[Value], kwargs: dict[str, Value], fn_so
         tx.output.guard_id(receiver, owner)
         receiver = None
     return method, owner, receiver, values, kind
+
+
+def _owner_source(tx, fn_source: Source | None, owner: Any) -> Source | None:
+    """Where the generator a bound draw method belongs to was read: the base of `rng.random` when the trace
+    read that base as the generator itself, else None (NOTE [Draw methods held by other objects])."""
+    if not isinstance(fn_source, AttrSource) or fn_source.raw:
+        return None
+    base = tx.output.cached(fn_source.base)
+    return fn_source.base if getattr(base, "obj", None) is owner else None
+
+
+# NOTE [Draw methods held by other objects]: a generator's bound method kept by another object
+# (`self.sample = self.rng.random`, then `S.sample()`) is read as an attribute of that object, not of the
+# generator: reloading "the base of the method's source" drew from the Sampler (TypeError on every call, a
+# recompile each: review revM F2). A method is recorded with a reloaded generator only when the trace read
+# its base as that very generator; otherwise the call is not recorded (it is traced as before: a break).
 
 
 # NOTE [Generators read where the trace read them]: a draw from a generator other than `random._inst` (a
