@@ -56,7 +56,8 @@ def writes_through_unfold(aten_gm: torch.fx.GraphModule) -> bool:
         schema = getattr(node.target, "_schema", None)
         if schema is None or not schema.is_mutable:
             continue
-        for arg, value in zip(schema.arguments, node.args):
+        for i, arg in enumerate(schema.arguments):  # positional, or by name (`out=` is keyword-only)
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
             if arg.alias_info is not None and arg.alias_info.is_write and value in views:
                 return True
     return False
