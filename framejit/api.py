@@ -122,9 +122,13 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
     original = getattr(type(module), "_orig_mod", None) if getattr(type(module), "_framejit_compiled", False) else None
     module = original or module
     cls = type(module)
-    hook = _module_hook(cls, request)
+    shared, own = _module_hook(cls, request), []
 
     def __call__(self, *args, **kwargs):
+        hook = own[0] if own else shared
+        if hook.limit_logged and not own:  # NOTE [Compiled modules of one class share their code]
+            own.append(_hook(module_call, request))
+            hook = own[0]
         try:
             return hook(type(self)._orig_mod, *args, **kwargs)
         except Exception as e:
@@ -157,7 +161,7 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
 
     namespace = {"__call__": __call__, "__deepcopy__": __deepcopy__, "__copy__": __copy__,
                  "__reduce_ex__": __reduce_ex__, "_orig_mod": module,
-                 "_framejit_compiled": True, "_framejit_hook": hook, "__module__": cls.__module__,
+                 "_framejit_compiled": True, "_framejit_hook": shared, "__module__": cls.__module__,
                  "__qualname__": cls.__qualname__}
     compiled_cls = type(cls.__name__, (cls,), namespace)
     compiled = object.__new__(compiled_cls)
@@ -173,7 +177,9 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
 # shares one hook per class and compile arguments, as torch.compile shares entries per code object: 12
 # blocks made 12 graphs (one trace each), now 1. Each module compiled adds one recompile limit to the hook's
 # budget (`entry_budget`), so blocks that need entries of their own (a `layer_idx` used as an index) still get
-# as many as they got alone. Compile arguments that are not hashable (an unhashable
+# as many as they got alone; and once the shared hook has reached its limit (one block that recompiles on
+# every call would use up the budget of all), each module compiled on it goes on with a hook of its own, with
+# a limit of its own, rather than run eagerly without ever being traced (review revN N6). Compile arguments that are not hashable (an unhashable
 # backend callable, options holding lists) get a hook of their own, as before; so does a DDP module.
 # `framejit.reset()` forgets the shared hooks.
 _MODULE_HOOKS: dict = {}

@@ -124,3 +124,34 @@ def test_reset_forgets_shared_code():
         again = [framejit.compile(b, backend=be) for b in blocks]
         assert torch.allclose(_chain(again, x), _chain(blocks, x), atol=1e-6)
     assert be.graph_count == 2
+
+
+class Tagged(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.tag = "t0"
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.tag.endswith("7"):
+            y = y * 2
+        return y + len(self.tag)
+
+
+def test_a_block_that_always_recompiles_does_not_starve_the_others():
+    """Review revN N6: one instance whose trace reads a string that changes on every call used up the
+    shared hook's budget, and a steady instance of the class then ran eagerly without ever being traced."""
+    noisy, steady = Tagged(), Tagged()
+    be = CountingBackend()
+    c_noisy, c_steady = framejit.compile(noisy, backend=be), framejit.compile(steady, backend=be)
+    with torch.no_grad():
+        for i in range(30):
+            noisy.tag = "t" * (i % 7 + 1) + str(i)
+            x = torch.randn(2, 4)
+            assert torch.equal(c_noisy(x), noisy(x))
+        before = be.graph_count
+        for _ in range(3):
+            x = torch.randn(2, 4)
+            assert torch.equal(c_steady(x), steady(x))
+    assert be.graph_count == before + 1, (before, be.graph_count)
