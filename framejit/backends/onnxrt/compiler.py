@@ -27,7 +27,7 @@ import torch.utils._pytree as pytree
 from ... import logs, tensor_watch
 from .. import aliasing, joint, state, symbolic
 from ..layout import output_layouts, restore as restore_layouts
-from . import lowering, partition, runtime, semantics, translate
+from . import lowering, partition, runtime, semantics, translate, view_writes
 from .options import OnnxrtOptions
 
 # NOTE [Correct before fast]
@@ -337,6 +337,8 @@ def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
         return "it has an inference_mode(False) block (under an outer inference_mode its values are normal tensors)"
     if aliasing.changes_metadata_in_place(gm):
         return "it changes a tensor's shape or strides in place (x.t_()), which functionalization cannot express"
+    if view_writes.captured_writes_into_unfold(gm):  # NOTE [Writes through unfold], training graphs included
+        return view_writes.REASON
     if state.has_dynamic_float_input(gm):
         return "a float input changes between calls (no ONNX program is built per value)"
     from ..eager_raises import batch_norm_dtypes_rejected  # NOTE [Dtypes eager's batch norm rejects]

@@ -8,6 +8,9 @@ eager's windows on onnxrt but zeroed x[8], which eager leaves as it was, on ever
 (Windows that overlap cannot be written eagerly: eager raises for a write into overlapping memory.) A graph
 that writes into an unfold result, or into a view of one, therefore runs eagerly: its aten graph is traced
 once without functionalization (only when the captured graph calls unfold at all) and checked.
+Training graphs go through AOT autograd's functionalization, with the same inverse (loss, result and gradient
+lost the uncovered element): the captured graph itself is checked too (captured_writes_into_unfold, from the
+fake values' storages), and such a graph runs eagerly whether it needs gradients or not.
 
 NOTE [Writes over their own reads]
 Eager refuses an in-place op whose destination partially overlaps one of its sources (`t[1:].copy_(t[:-1])`,
@@ -119,4 +122,32 @@ def writes_over_its_reads(gm: torch.fx.GraphModule) -> bool:
             if isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) == storage \
                     and (setitem or _layout(val) != _layout(dest)):
                 return True
+    return False
+
+
+def _storage(node) -> StorageWeakRef | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return StorageWeakRef(val.untyped_storage()) if isinstance(val, torch.Tensor) else None
+
+
+def captured_writes_into_unfold(gm: torch.fx.GraphModule) -> bool:
+    """Whether the captured graph writes in place into an unfold result or a view of one (NOTE [Writes through
+    unfold]): a view is a node whose first argument is one and whose fake value shares its storage. Checked on
+    the captured graph, so that training graphs (AOT autograd's functionalization) run eagerly too."""
+    if not calls_unfold(gm):
+        return False
+    views: set[torch.fx.Node] = set()
+    for node in gm.graph.nodes:
+        if node.op not in ("call_method", "call_function") or not node.args:
+            continue
+        base = node.args[0]
+        if (node.op == "call_function" and node.target is operator.setitem) or _writes_in_place(node):
+            if base in views:
+                return True
+            continue
+        if "unfold" in str(getattr(node.target, "__name__", node.target)) and _storage(node) is not None \
+                and _storage(node) == _storage(base):
+            views.add(node)
+        elif base in views and _storage(node) is not None and _storage(node) == _storage(base):
+            views.add(node)
     return False
