@@ -131,7 +131,7 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
             hook = own[0]
         try:
             return hook(type(self)._orig_mod, *args, **kwargs)
-        except Exception as e:
+        except BaseException as e:  # KeyboardInterrupt too (review revN N1)
             clean_traceback(e)  # NOTE [Tracebacks past the hook] in capture/user_tracebacks.py
             raise
 

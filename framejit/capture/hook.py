@@ -101,7 +101,7 @@ class FrameHook:
                             raise
                     return self.eager(*args, **kwargs)
             return self.miss(args, kwargs)
-        except Exception as e:
+        except BaseException as e:  # KeyboardInterrupt too (review revN N1)
             clean_traceback(e)  # NOTE [Tracebacks past the hook]: a bare raise adds no entry
             raise
 
@@ -604,7 +604,7 @@ class Hooks:
             if isinstance(target, types.FunctionType):
                 return self.for_object(target)(*args, **kwargs)
             return target(*args, **kwargs)
-        except Exception as e:
+        except BaseException as e:
             clean_traceback(e)  # NOTE [Tracebacks past the hook]
             raise
 

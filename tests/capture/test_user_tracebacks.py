@@ -175,3 +175,27 @@ def test_module_calls_have_torchs_entries(make):
     for n in (2, 2, 3):
         x = torch.randn(n)
         assert _outcome(compiled, x.clone()) == _outcome(module, x.clone())
+
+
+def _interrupted(x):
+    y = x * 2
+    print("before", y.sum() > 0)
+    raise KeyboardInterrupt("stop")
+
+
+def test_keyboard_interrupt_has_eagers_entries():
+    """A BaseException that is no Exception (Ctrl-C in a compiled loop) loses framejit's entries too (review
+    revN N1: the hooks cleaned `except Exception` only, and a KeyboardInterrupt listed hook.py frames)."""
+    def outcome(fn, x):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                fn(x)
+        except KeyboardInterrupt as e:
+            text = "".join(traceback.format_exception(e))
+            return [(t.name, t.lineno) for t in traceback.extract_tb(e.__traceback__)][1:], "framejit" in text
+        raise AssertionError("no KeyboardInterrupt")
+
+    compiled = framejit.compile(_interrupted, backend="eager")
+    for n in (3, 4):
+        x = torch.ones(n)
+        assert outcome(compiled, x) == outcome(_interrupted, x)
