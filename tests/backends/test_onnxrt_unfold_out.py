@@ -30,3 +30,33 @@ def test_out_into_unfold_view_keeps_uncovered_elements(fn, dynamic):
         got = compiled(got_t)
         assert torch.equal(got_t, want_t), (n, got_t, want_t)
         assert torch.equal(got, want)
+
+
+def out_over_its_source(t):
+    torch.add(t[:-1], 1, out=t[1:])
+    return t
+
+
+def out_is_its_source(t):
+    torch.mul(t[1:], 2, out=t[1:])
+    return t
+
+
+@pytest.mark.parametrize("fn", [out_over_its_source, out_is_its_source])
+@pytest.mark.parametrize("dynamic", [None, False])
+def test_out_sharing_memory_with_a_source_as_eager(fn, dynamic):
+    """Review revM F6: eager raises for an out= tensor that partially overlaps a source and leaves t as it was
+    (NOTE [Writes over their own reads]); onnxrt returned normally and changed t. The same view is allowed."""
+    compiled = framejit.compile(fn, backend="onnxrt", dynamic=dynamic)
+    for n in (3, 4, 3, 5):
+        want_t, got_t = torch.arange(float(n * n)).view(n, n), torch.arange(float(n * n)).view(n, n)
+        try:
+            want = ("ok", fn(want_t).clone())
+        except RuntimeError as e:
+            want = ("raised", str(e).split("\n")[0])
+        try:
+            got = ("ok", compiled(got_t).clone())
+        except RuntimeError as e:
+            got = ("raised", str(e).split("\n")[0])
+        assert got[0] == want[0] and (got[0] == "raised" and got[1] == want[1] or torch.equal(got[1], want[1]))
+        assert torch.equal(got_t, want_t)

@@ -108,15 +108,20 @@ def writes_over_its_reads(gm: torch.fx.GraphModule) -> bool:
     arguments, other than the same view (NOTE [Writes over their own reads])."""
     for node in gm.graph.nodes:
         setitem = node.op == "call_function" and node.target is operator.setitem
-        if not (setitem or _writes_in_place(node)) or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        out = node.kwargs.get("out") if node.op in ("call_function", "call_method") else None
+        if isinstance(out, torch.fx.Node):  # `torch.add(a, b, out=d)` writes d (review revM F6)
+            dest_node, sources = out, (node.args, {k: v for k, v in node.kwargs.items() if k != "out"})
+        elif not (setitem or _writes_in_place(node)) or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
-        dest = node.args[0].meta.get("val")
+        else:
+            dest_node = node.args[0]
+            sources = node.args[2:] if setitem else (node.args[1:], node.kwargs)
+        dest = dest_node.meta.get("val")
         if not isinstance(dest, torch.Tensor):
             continue
         if not setitem and _overlaps_itself(dest):
             return True
         storage = StorageWeakRef(dest.untyped_storage())
-        sources = node.args[2:] if setitem else (node.args[1:], node.kwargs)
         for arg in pytree.tree_leaves(sources):
             val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
             if isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) == storage \
