@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import traceback
 import types
+from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
 from .normalize import Inst, is_user_handler

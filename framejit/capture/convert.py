@@ -408,6 +408,14 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         logs.log("eager_fallback", "%s: graph break failed (%s: %s); the frame runs eagerly",
                  fn.__code__.co_qualname, type(e).__name__, e)
         return None
+    return _finish_break_entry(fn, shape, exc, output, request, transformed,
+                               (gen, compiled, cg, output_index, graphs, recorder))
+
+
+def _finish_break_entry(fn, shape: FunctionShape, exc, output, request: CompileRequest, transformed,
+                        made: tuple) -> Entry:
+    """The Entry of a frame whose break code `transformed` was generated (`made`: what _break_entry made)."""
+    gen, compiled, cg, output_index, graphs, recorder = made
     _log_bytecode(fn, transformed)
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import functools
 import gc
 import inspect
 import re

@@ -26,7 +26,6 @@ import functools
 import inspect
 import threading
 import types
-from typing import Any
 
 import bytecode
 from bytecode import Instr
