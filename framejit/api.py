@@ -29,6 +29,7 @@ import functools
 import pickle
 import sys
 import types
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -182,20 +183,24 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
 # a limit of its own, rather than run eagerly without ever being traced (review revN N6). Compile arguments that are not hashable (an unhashable
 # backend callable, options holding lists) get a hook of their own, as before; so does a DDP module.
 # `framejit.reset()` forgets the shared hooks.
-_MODULE_HOOKS: dict = {}
+# The table holds its hooks weakly (the compiled modules hold them), keyed by the class's id, so that a dropped
+# model of a class made at run time frees its class, its hook and its graphs (review revN N10: a table keyed by
+# the class kept them for the whole process).
+_MODULE_HOOKS: "weakref.WeakValueDictionary[tuple, FrameHook]" = weakref.WeakValueDictionary()
 
 
 def _module_hook(cls: type, request: CompileRequest) -> FrameHook:
     args = request.compile_args or {}
     try:
-        key = (cls, request.backend, args.get("backend"), tuple(sorted((args.get("options") or {}).items())),
+        key = (id(cls), request.backend, args.get("backend"), tuple(sorted((args.get("options") or {}).items())),
                request.fullgraph, request.dynamic)
         hash(key)
     except TypeError:
         return _hook(module_call, request)
     hook = _MODULE_HOOKS.get(key)
-    if hook is None:
+    if hook is None or hook.shared_class() is not cls:  # a class freed and its id reused
         hook = _MODULE_HOOKS[key] = _hook(module_call, request)
+        hook.shared_class = weakref.ref(cls)
         hook.entry_budget = 0
     hook.entry_budget += 1  # each module sharing the hook keeps the recompile budget it had alone
     return hook

@@ -136,12 +136,18 @@ def _module_file() -> str:
     return torch.nn.Module._call_impl.__code__.co_filename
 
 
+# NOTE [framejit's own errors keep their frames]: an exception raised by framejit's own code (an internal error
+# at run time, a fullgraph or argument error) keeps every entry: dropping framejit's frames left only the user's
+# call line and a message with no location (review revN N7). Only exceptions raised below, in the user's code
+# or in torch, are rewritten to eager's entries.
 def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
     """`tb` with the entries eager's traceback has (NOTE [Tracebacks past the hook])."""
     entries = []
     while tb is not None:
         entries.append(tb)
         tb = tb.tb_next
+    if entries and entries[-1].tb_frame.f_code.co_filename.startswith(_FRAMEJIT_DIR):
+        return entries[0]  # NOTE [framejit's own errors keep their frames]
     kept: list = []
     for k, t in enumerate(entries):
         levels = _torch_levels(t)

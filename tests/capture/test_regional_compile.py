@@ -155,3 +155,22 @@ def test_a_block_that_always_recompiles_does_not_starve_the_others():
             x = torch.randn(2, 4)
             assert torch.equal(c_steady(x), steady(x))
     assert be.graph_count == before + 1, (before, be.graph_count)
+
+
+def test_a_dropped_model_of_a_class_made_at_run_time_is_freed():
+    """Review revN N10: the table of shared hooks kept classes made at run time (and their graphs) alive."""
+    import gc
+    import weakref
+
+    def make():
+        cls = type("Made", (Block,), {})
+        m = cls()
+        c = framejit.compile(m, backend="eager")
+        x = torch.randn(2, 8)
+        with torch.no_grad():
+            assert torch.allclose(c(x), m(x)) and torch.allclose(c(x), m(x))
+        return weakref.ref(cls), weakref.ref(m)
+
+    refs = [make() for _ in range(3)]
+    gc.collect()
+    assert [r() for pair in refs for r in pair] == [None] * 6

@@ -199,3 +199,15 @@ def test_keyboard_interrupt_has_eagers_entries():
     for n in (3, 4):
         x = torch.ones(n)
         assert outcome(compiled, x) == outcome(_interrupted, x)
+
+
+def test_framejits_own_errors_keep_their_frames(monkeypatch):
+    """Review revN N7: an error raised by framejit's own code at run time lost every framejit entry (the user's
+    call line and a message with no location were left); NOTE [framejit's own errors keep their frames]."""
+    from framejit.capture import hook as hook_module
+    monkeypatch.setattr(hook_module, "COMPILE_LOCK", None)  # `with COMPILE_LOCK:` fails inside framejit
+    compiled = framejit.compile(_interrupted, backend="eager")
+    with pytest.raises((TypeError, AttributeError)) as info:
+        compiled(torch.ones(2))
+    names = [t.name for t in traceback.extract_tb(info.value.__traceback__)]
+    assert names[-1] == "_find_or_compile" and "miss" in names, names
