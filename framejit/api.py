@@ -123,18 +123,21 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
     original = getattr(type(module), "_orig_mod", None) if getattr(type(module), "_framejit_compiled", False) else None
     module = original or module
     cls = type(module)
-    shared, own = _module_hook(cls, request), []
+    shared, own, traced = _module_hook(cls, request), [], [0]
 
     def __call__(self, *args, **kwargs):
+        if not own and (shared.limit_logged or traced[0] >= config.recompile_limit):
+            own.append(_own_module_hook(request, traced[0] >= config.recompile_limit))
         hook = own[0] if own else shared
-        if hook.limit_logged and not own:  # NOTE [Compiled modules of one class share their code]
-            own.append(_hook(module_call, request))
-            hook = own[0]
+        before = None if own else len(shared.entries) - len(shared.loaded)
         try:
             return hook(type(self)._orig_mod, *args, **kwargs)
         except BaseException as e:  # KeyboardInterrupt too (review revN N1)
             clean_traceback(e)  # NOTE [Tracebacks past the hook] in capture/user_tracebacks.py
             raise
+        finally:
+            if before is not None:  # entries this module's calls traced (NOTE [Compiled modules of one class
+                traced[0] += max(0, len(shared.entries) - len(shared.loaded) - before)  # share their code])
 
     stands_for_module_call(__call__.__code__)  # its frame stands for torch's two levels of a module call
 
@@ -180,7 +183,10 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.n
 # budget (`entry_budget`), so blocks that need entries of their own (a `layer_idx` used as an index) still get
 # as many as they got alone; and once the shared hook has reached its limit (one block that recompiles on
 # every call would use up the budget of all), each module compiled on it goes on with a hook of its own, with
-# a limit of its own, rather than run eagerly without ever being traced (review revN N6). Compile arguments that are not hashable (an unhashable
+# a limit of its own, rather than run eagerly without ever being traced (review revN N6). A module that itself
+# traced a recompile limit's worth of entries on the shared hook runs eagerly from then on, as it did alone, so
+# one block that recompiles on every call cannot spend the whole pooled budget (review revM F9: 6 blocks, one
+# storming, 41 traces where one hook per block made 13). Compile arguments that are not hashable (an unhashable
 # backend callable, options holding lists) get a hook of their own, as before; so does a DDP module.
 # `framejit.reset()` forgets the shared hooks.
 # The table holds its hooks weakly (the compiled modules hold them), keyed by the class's id, so that a dropped
@@ -203,6 +209,15 @@ def _module_hook(cls: type, request: CompileRequest) -> FrameHook:
         hook.shared_class = weakref.ref(cls)
         hook.entry_budget = 0
     hook.entry_budget += 1  # each module sharing the hook keeps the recompile budget it had alone
+    return hook
+
+
+def _own_module_hook(request: CompileRequest, limited: bool) -> FrameHook:
+    """A module's own hook once the shared one cannot serve it: with no budget (it runs eagerly, its callees
+    routed) when the module itself traced a recompile limit's worth of entries on the shared hook."""
+    hook = _hook(module_call, request)
+    if limited:
+        hook.entry_budget = 0
     return hook
 
 

@@ -143,6 +143,7 @@ def test_a_block_that_always_recompiles_does_not_starve_the_others():
     """Review revN N6: one instance whose trace reads a string that changes on every call used up the
     shared hook's budget, and a steady instance of the class then ran eagerly without ever being traced."""
     noisy, steady = Tagged(), Tagged()
+    steady.tag = "steady"  # a value none of the noisy block's entries was traced for
     be = CountingBackend()
     c_noisy, c_steady = framejit.compile(noisy, backend=be), framejit.compile(steady, backend=be)
     with torch.no_grad():
@@ -174,3 +175,18 @@ def test_a_dropped_model_of_a_class_made_at_run_time_is_freed():
     refs = [make() for _ in range(3)]
     gc.collect()
     assert [r() for pair in refs for r in pair] == [None] * 6
+
+
+def test_a_storming_block_gets_one_limit_not_the_pool():
+    """Review revM F9: the pooled budget let one block that recompiles on every call trace (blocks x limit)
+    times; it now stops at one recompile limit, as when compiled alone, and the others still share one entry."""
+    from framejit import config
+    blocks = [Tagged() for _ in range(6)]
+    be = CountingBackend()
+    compiled = [framejit.compile(b, backend=be) for b in blocks]
+    with torch.no_grad():
+        for i in range(40):
+            blocks[0].tag = "t" * (i % 7 + 1) + str(i)
+            x = torch.randn(2, 4)
+            assert torch.equal(_chain(compiled, x), _chain(blocks, x))
+    assert be.graph_count <= config.recompile_limit + 2, be.graph_count
