@@ -60,3 +60,26 @@ def test_out_sharing_memory_with_a_source_as_eager(fn, dynamic):
             got = ("raised", str(e).split("\n")[0])
         assert got[0] == want[0] and (got[0] == "raised" and got[1] == want[1] or torch.equal(got[1], want[1]))
         assert torch.equal(got_t, want_t)
+
+
+def max_into_a_row(t):
+    v, i = t[0], torch.zeros(t.shape[1], dtype=torch.long)
+    torch.max(t, 0, out=(v, i))
+    return t, i
+
+
+@pytest.mark.parametrize("dynamic", [None, False])
+def test_tuple_out_sharing_memory_with_a_source_as_eager(dynamic):
+    """Review revM F10: `out=(v, i)` with v a row of the source: eager raises, onnxrt wrote t."""
+    compiled = framejit.compile(max_into_a_row, backend="onnxrt", dynamic=dynamic)
+    for n in (3, 4, 3, 5):
+        want_t, got_t = torch.arange(float(n * n)).view(n, n), torch.arange(float(n * n)).view(n, n)
+        outcomes = []
+        for fn, t in ((max_into_a_row, want_t), (compiled, got_t)):
+            try:
+                outcomes.append(("ok", [r.clone() for r in fn(t)]))
+            except RuntimeError as e:
+                outcomes.append(("raised", str(e).split("\n")[0]))
+        (kind_e, want), (kind_c, got) = outcomes
+        assert kind_c == kind_e and (kind_e == "raised" and got == want or all(map(torch.equal, got, want)))
+        assert torch.equal(got_t, want_t)

@@ -109,24 +109,32 @@ def writes_over_its_reads(gm: torch.fx.GraphModule) -> bool:
     for node in gm.graph.nodes:
         setitem = node.op == "call_function" and node.target is operator.setitem
         out = node.kwargs.get("out") if node.op in ("call_function", "call_method") else None
-        if isinstance(out, torch.fx.Node):  # `torch.add(a, b, out=d)` writes d (review revM F6)
-            dest_node, sources = out, (node.args, {k: v for k, v in node.kwargs.items() if k != "out"})
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if out is not None and all(isinstance(o, torch.fx.Node) for o in outs):  # `torch.add(a, b, out=d)`,
+            # `torch.max(t, 0, out=(v, i))` write d, v and i (review revM F6, F10)
+            dests, sources = outs, (node.args, {k: v for k, v in node.kwargs.items() if k != "out"})
         elif not (setitem or _writes_in_place(node)) or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
         else:
-            dest_node = node.args[0]
+            dests = (node.args[0],)
             sources = node.args[2:] if setitem else (node.args[1:], node.kwargs)
-        dest = dest_node.meta.get("val")
-        if not isinstance(dest, torch.Tensor):
-            continue
-        if not setitem and _overlaps_itself(dest):
+        if any(_writes_over(dest_node.meta.get("val"), sources, setitem) for dest_node in dests):
             return True
-        storage = StorageWeakRef(dest.untyped_storage())
-        for arg in pytree.tree_leaves(sources):
-            val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
-            if isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) == storage \
-                    and (setitem or _layout(val) != _layout(dest)):
-                return True
+    return False
+
+
+def _writes_over(dest, sources, setitem: bool) -> bool:
+    """Whether a write into `dest` overlaps itself or one of `sources` in another layout."""
+    if not isinstance(dest, torch.Tensor):
+        return False
+    if not setitem and _overlaps_itself(dest):
+        return True
+    storage = StorageWeakRef(dest.untyped_storage())
+    for arg in pytree.tree_leaves(sources):
+        val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and StorageWeakRef(val.untyped_storage()) == storage \
+                and (setitem or _layout(val) != _layout(dest)):
+            return True
     return False
 
 
