@@ -83,3 +83,28 @@ def test_tuple_out_sharing_memory_with_a_source_as_eager(dynamic):
         (kind_e, want), (kind_c, got) = outcomes
         assert kind_c == kind_e and (kind_e == "raised" and got == want or all(map(torch.equal, got, want)))
         assert torch.equal(got_t, want_t)
+
+
+def overlapping_rows(t):
+    t.as_strided((t.shape[0] - 1, 2), (1, 1)).mul_(2)
+    return t
+
+
+def plain_writes(t):
+    t[:, 0].mul_(2)
+    t.T.add_(1)
+    t.view(-1)[::2].add_(3)
+    return t.sum()
+
+
+@pytest.mark.parametrize("fn", [overlapping_rows, plain_writes])
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_writes_into_views_with_symbolic_layouts_as_eager(fn, dynamic):
+    """Review revM F7: with a symbolic size, a view whose own elements share memory was taken as not
+    overlapping (eager writes a shared element once per index, the functional graph once); plain_writes are
+    views the shape environment proves apart."""
+    compiled = framejit.compile(fn, backend="onnxrt", dynamic=dynamic)
+    for n in (4, 5, 6):
+        want_t, got_t = torch.arange(float(n * n)).view(n, n), torch.arange(float(n * n)).view(n, n)
+        assert torch.equal(compiled(got_t), fn(want_t))
+        assert torch.equal(got_t, want_t)

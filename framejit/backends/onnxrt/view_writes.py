@@ -94,12 +94,34 @@ def _overlaps_itself(t: torch.Tensor) -> bool:
     stride must pass the farthest offset that the smaller ones reach."""
     dims = [(st, sz) for sz, st in zip(t.shape, t.stride()) if not (isinstance(sz, int) and sz == 1)]
     if any(not isinstance(v, int) for d in dims for v in d):
-        return False  # symbolic: not decided here
+        return _may_overlap_symbolic(dims)
     reach = 0
     for stride, size in sorted(dims):
         if stride <= reach:
             return True
         reach += (size - 1) * stride
+    return False
+
+
+def _may_overlap_symbolic(dims: list) -> bool:
+    """The same test with symbolic sizes or strides: no overlap only where the shape environment proves each
+    stride passes the reach of the smaller ones for every size the entry serves (review revM F7: an as_strided
+    view `(s0 - 1, 2)` with strides (1, 1) was taken as not overlapping and written once per element)."""
+    from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
+
+    def hint(v):
+        return v if isinstance(v, int) else v.node.hint
+    try:
+        ordered = sorted(dims, key=lambda d: hint(d[0]))
+        reach = 0
+        for stride, size in ordered:
+            if guard_or_false(size == 1):
+                continue
+            if not statically_known_true(stride > reach):
+                return True
+            reach = reach + (size - 1) * stride
+    except Exception:  # a hint the environment does not have: the write runs eagerly
+        return True
     return False
 
 
