@@ -83,9 +83,9 @@ def _artifacts(backend) -> tuple | None:
         return None
 
 
-def _compile_one(model: Any, request: CompileRequest):
+def _compile_one(model: Any, request: CompileRequest, share: bool = True):
     if isinstance(model, torch.nn.Module):
-        return _compile_module(model, request)
+        return _compile_module(model, request, share)
     if isinstance(model, FrameHook):
         model = model.fn
     if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
@@ -119,11 +119,12 @@ def _trampoline(target: Callable) -> types.FunctionType:
 # only __call__ differs: it enters capture with the original module as the frame's argument. A copy
 # (`copy.deepcopy`, `copy.copy`) of a compiled module is the compiled form of a copy of the original, so
 # it runs with its own parameters and entries, not those of the module it was copied from.
-def _compile_module(module: torch.nn.Module, request: CompileRequest) -> torch.nn.Module:
+def _compile_module(module: torch.nn.Module, request: CompileRequest, share: bool = True) -> torch.nn.Module:
     original = getattr(type(module), "_orig_mod", None) if getattr(type(module), "_framejit_compiled", False) else None
     module = original or module
     cls = type(module)
-    shared, own, traced = _module_hook(cls, request), [], [0]
+    shared = _module_hook(cls, request) if share else _hook(module_call, request)  # explain(): its own hook
+    own, traced = [], [0]
 
     def __call__(self, *args, **kwargs):
         if not own and (shared.limit_logged or traced[0] >= config.recompile_limit):
@@ -326,7 +327,7 @@ def explain(fn: Callable, *, backend: str | Callable = "eager"):
 
     def run(*args, **kwargs) -> ExplainOutput:
         request = _make_request(backend, False, None, None, None)
-        compiled = _compile_one(fn, request)
+        compiled = _compile_one(fn, request, share=False)  # a report of this call's traces only
         capture.uncall_directly(_find_hook(compiled))  # explain traces it to report why it runs eagerly
         before = capture.eager_frame_count()
         compiled(*args, **kwargs)

@@ -91,6 +91,7 @@ def test_blocks_that_need_their_own_entries_keep_their_budget():
     blocks = [Indexed(i, table) for i in range(12)]
     be = CountingBackend()
     compiled = [framejit.compile(b, backend=be) for b in blocks]
+    eager_before = framejit.stats()["eager_frames"]  # a process-wide count: other tests' frames are in it
     for n in (2, 4):
         x = torch.randn(n)
         for b, c in zip(blocks, compiled):
@@ -98,7 +99,7 @@ def test_blocks_that_need_their_own_entries_keep_their_budget():
     table[5] = -1.0
     x = torch.randn(3)
     assert all(torch.equal(c(x), b(x)) for b, c in zip(blocks, compiled))
-    assert framejit.stats()["eager_frames"] == 0, framejit.stats()["eager_frame_reasons"]
+    assert framejit.stats()["eager_frames"] == eager_before, framejit.stats()["eager_frame_reasons"][-3:]
 
 
 def test_different_compile_arguments_do_not_share():
