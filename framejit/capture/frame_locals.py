@@ -80,13 +80,15 @@ def reads_own_locals(fn: types.FunctionType) -> str | None:
     code = fn.__code__
     if not _READERS.intersection(code.co_names) or _readers_in_comprehensions(fn):
         return None
-    instructions = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "PRECALL", "PUSH_NULL")]
+    raw = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    instructions = [i for i in raw if i.opname not in ("PRECALL", "PUSH_NULL")]
     for k, inst in enumerate(instructions):
         name = inst.argval if inst.opname in ("LOAD_GLOBAL", "LOAD_NAME") else None
         if name not in _READERS or name in fn.__globals__ or getattr(builtins, name, None) is None:
             continue
         following = instructions[k + 1] if k + 1 < len(instructions) else None
-        if name in _NEED_NO_ARGS and following is not None and _argument_load(following):
+        if (name in _NEED_NO_ARGS and following is not None and _argument_load(following)
+                and not _spread_call(raw, raw.index(inst))):
             continue
         return name
     return None
@@ -99,6 +101,35 @@ def reads_own_locals(fn: types.FunctionType) -> str | None:
 # the transformed frame's `___graph_out` where eager lists the user's locals.
 def _argument_load(inst) -> bool:
     return inst.opname.startswith("LOAD_") and inst.opname not in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR")
+
+
+# NOTE [vars(*a) may pass nothing]: an argument load after `vars`/`dir` is no proof of an argument: in
+# `vars(*a)`, `dir(*a)` and `vars(**kw)` the load is the star argument, which may be empty, and then the call
+# reads the frame (eager lists ['a', 'x', 'y'] where the traced frame listed ['___graph_out', 'a', 'x'], review
+# revM F8). From the load, the stack is followed in straight-line code (net stack effects) to the first call
+# that reaches the loaded builtin; a call spreading its arguments (CALL_FUNCTION_EX), naming keywords
+# (KW_NAMES before it, CALL_KW), a jump, or a COPY/SWAP before it makes the load a read of the frame.
+_CALLS = frozenset({"PRECALL", "CALL", "CALL_KW", "CALL_FUNCTION_EX"})
+
+
+def _spread_call(raw: list, k: int) -> bool:
+    """Whether the builtin loaded at raw[k] may be called without a positional argument."""
+    height, after_precall, keywords = 0, False, False
+    for inst in raw[k + 1:]:
+        name = inst.opname
+        if name in ("COPY", "SWAP") or inst.opcode in dis.hasjrel or inst.opcode in dis.hasjabs:
+            return True
+        if name in _CALLS and not (name == "CALL" and after_precall):
+            above = {"CALL_FUNCTION_EX": 1 + (inst.arg or 0) % 2, "CALL_KW": (inst.arg or 0) + 1}.get(name, inst.arg)
+            if height - above <= 0:
+                return keywords or name in ("CALL_FUNCTION_EX", "CALL_KW")
+            keywords = False
+        keywords = keywords or name == "KW_NAMES"  # 3.11/3.12: names the keywords of the next call
+        after_precall = name == "PRECALL"
+        height += dis.stack_effect(inst.opcode, inst.arg if inst.opcode >= dis.HAVE_ARGUMENT else None)
+        if height < 0 or name.startswith(("RETURN", "RAISE")):
+            return True
+    return True
 
 
 # NOTE [Locals read inside inlined comprehensions]: 3.12+ inline a comprehension into its frame (PEP 709), so

@@ -36,6 +36,36 @@ def vars_of_an_object(x, n):
     return x * n, sorted(vars(_NS)), dir(torch.nn.Identity)
 
 
+def vars_of_a_call_result(x, n):
+    return x * n, sorted(vars(types.SimpleNamespace(a=n))), sorted(vars(_ns(n)))
+
+
+def _ns(n):
+    return types.SimpleNamespace(b=n)
+
+
+def vars_star_empty(x, a):
+    y = x * 2
+    return y, sorted(vars(*a))
+
+
+def dir_star_empty(x, a):
+    y = x + 1
+    return y, dir(*a)
+
+
+def vars_double_star_empty(x, kw):
+    y = x - 1
+    return y, sorted(vars(**kw))
+
+
+def vars_star_then_print_break(x, a):
+    y = x * 3
+    print("", end="")
+    z = y + 1
+    return z, sorted(vars(*a))
+
+
 @pytest.mark.parametrize("fn", [vars_dunder_call, vars_bound_to_a_name, dir_through_operator_call])
 def test_locals_read_through_vars_or_dir_as_eager(fn):
     framejit.reset()
@@ -54,6 +84,35 @@ def test_vars_of_an_object_keeps_the_frame_captured():
     for n in (1, 2):
         x = torch.randn(4)
         expected, actual = vars_of_an_object(x, n), compiled(x, n)
+        assert torch.equal(actual[0], expected[0]) and actual[1:] == expected[1:]
+    after = stats()
+    assert after["eager_frames"] == before["eager_frames"] and after["graphs"] > before["graphs"]
+
+
+@pytest.mark.parametrize("fn", [vars_star_empty, dir_star_empty, vars_double_star_empty, vars_star_then_print_break])
+def test_vars_and_dir_with_empty_star_arguments_read_the_users_locals(fn):
+    # NOTE [vars(*a) may pass nothing]: the load after `vars` is a star argument; an empty one reads the frame
+    framejit.reset()
+    compiled = framejit.compile(fn, backend="eager")
+    empty = {} if fn is vars_double_star_empty else ()
+    for size in (3, 3, 5):
+        x = torch.randn(size)
+        expected, actual = fn(x, empty), compiled(x, empty)
+        assert torch.equal(actual[0], expected[0])
+        assert actual[1] == expected[1]
+    if fn is not vars_double_star_empty:  # a star argument naming an object reads that object, as eager
+        x = torch.randn(3)
+        expected, actual = fn(x, (_NS,)), compiled(x, (_NS,))
+        assert torch.equal(actual[0], expected[0]) and actual[1] == expected[1]
+
+
+def test_vars_of_call_results_keeps_the_frame_captured():
+    framejit.reset()
+    compiled = framejit.compile(vars_of_a_call_result, backend="eager")
+    before = stats()
+    for n in (1, 2):
+        x = torch.randn(4)
+        expected, actual = vars_of_a_call_result(x, n), compiled(x, n)
         assert torch.equal(actual[0], expected[0]) and actual[1:] == expected[1:]
     after = stats()
     assert after["eager_frames"] == before["eager_frames"] and after["graphs"] > before["graphs"]
