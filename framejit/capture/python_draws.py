@@ -142,7 +142,7 @@ def drawing_call(tx, fn: Any, args: list[Value], kwargs: dict[str, Value], fn_so
         return None
     values = _constant_arguments(rest, kwargs)
     kind = None if values is None else _result_type(method, *values)
-    if kind is None or owner is not random._inst and receiver is None:
+    if kind is None or owner is not random._inst and receiver is None or _written(tx, owner):
         return None
     if owner is random._inst:
         receiver = None  # the module's own generator: always this object
@@ -153,6 +153,18 @@ def drawing_call(tx, fn: Any, args: list[Value], kwargs: dict[str, Value], fn_so
         tx.output.guard_id(receiver, owner)
         receiver = None
     return method, owner, receiver, values, kind
+
+
+# NOTE [Draws after stores to their generator]: recorded draws are made right after the graph, before the
+# replayed stores; a store the trace made to the generator before the draw (`rng.gauss_next = None` between
+# two `rng.gauss(0, 1)`, review revM F4; `setattr(rng, ...)`, a write into `vars(rng)`) would then land after
+# it, and the second gauss returned the cached half of the first pair where eager draws anew. A draw from a
+# generator with such a pending store is not recorded (it is traced as before, reading the stored value).
+def _written(tx, owner: Any) -> bool:
+    effects = tx.output.side_effects
+    if any(key[0] == id(owner) for key in effects.attrs):
+        return True
+    return effects.written_dict(getattr(owner, "__dict__", None)) is not None
 
 
 def _owner_source(tx, fn_source: Source | None, owner: Any) -> Source | None:

@@ -118,3 +118,48 @@ def test_a_draw_that_raises_raises_before_later_writes():
         got = _run(compiled, torch.ones(n), xs_c)
         assert got[:2] == want[:2] == ("exc", OverflowError)
         assert torch.equal(xs_c[0], xs_e[0])  # eager raised before the add_
+
+
+def gauss_next_store(x):
+    a = RNG.gauss(0, 1)
+    RNG.gauss_next = None
+    return x + 1, a, RNG.gauss(0, 1)
+
+
+def gauss_next_setattr_module(x):
+    a = random.gauss(0, 1)
+    setattr(random._inst, "gauss_next", None)
+    return x * 2, a, random.gauss(0, 1), random.random()
+
+
+def gauss_next_through_vars(x):
+    a = RNG.gauss(0, 1)
+    vars(RNG)["gauss_next"] = None
+    return x - 1, a, RNG.gauss(0, 1)
+
+
+def gauss_next_store_in_callee(x):
+    a = RNG.gauss(0, 1)
+    _forget_pair(RNG)
+    return x + 2, a, RNG.gauss(0, 1), RNG.uniform(0, 1)
+
+
+def _forget_pair(rng):
+    rng.gauss_next = None
+
+
+@pytest.mark.parametrize("fn", [gauss_next_store, gauss_next_setattr_module, gauss_next_through_vars,
+                                gauss_next_store_in_callee])
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_draws_after_a_store_to_their_generator_see_it(fn, dynamic):
+    # NOTE [Draws after stores to their generator]: the store is made before the second draw, as in eager
+    compiled = framejit.compile(fn, backend="eager", dynamic=dynamic)
+    for call in range(4):
+        x = torch.arange(float(3 + call % 2))
+        random.seed(call), RNG.seed(call)
+        want = _run(fn, x.clone())
+        states = (random.getstate(), RNG.getstate(), RNG.gauss_next, random._inst.gauss_next)
+        random.seed(call), RNG.seed(call)
+        got = _run(compiled, x.clone())
+        assert _same(got, want), (call, got, want)
+        assert (random.getstate(), RNG.getstate(), RNG.gauss_next, random._inst.gauss_next) == states
