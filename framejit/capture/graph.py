@@ -31,6 +31,7 @@ from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _target_name, _version)
 from .function_reads import guard_reads, is_whole_torch_function
 from .kernel_checks import check_arithmetic
+from .kernel_ints import static_kernel_ints
 from .mixed_dtype import check_mixed_norm
 from .parametrized_classes import is_parametrized_class, type_check as parametrized_type_check
 from .side_effects import SideEffects
@@ -406,6 +407,7 @@ class OutputGraph:
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Value:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         args, kwargs = self._checked_call_args(kind, target, args, kwargs)
+        args, kwargs = static_kernel_ints(kind, target, args, kwargs)  # NOTE [Ints that shape a kernel stay static]
         check_data_arguments(kind, target, args, kwargs)  # NOTE [Dynamic NumPy scalars]
         same = dropout_identity(kind, target, args, kwargs)  # NOTE [Dropouts that return their input]
         if getattr(self, "getitem_to_index", 0):
