@@ -583,6 +583,9 @@ def _replayable_float(value: Any) -> bool:
     import torch.fx
     if value.source is not None or not value.roots or value.roots == (value,):
         return False
+    from .sym_arith import float_inputs_unchanged  # NOTE [Sizes beside dynamic floats]
+    if not float_inputs_unchanged(value.roots):
+        return False
     inputs = {root.node for root in value.roots}
     pending = [value.node]
     while pending:

@@ -613,19 +613,76 @@ def range_contains(tx, item: Value, r: SymRangeValue) -> bool | None:
 # source (CallSource(float, source)), made once per trace, and the result is a computed float like any other
 # (rebuilt in Python from its inputs when it escapes: NOTE [Computed floats rebuilt in Python]; specialised,
 # it guards `float(n) == value`, which pins n). Only an int with a source (an argument, an attribute) is so
-# used; a size or an int computed in the trace still specialises.
+# used; an int computed in the trace still specialises. A size is read from its tensor the same way: NOTE
+# [Sizes beside dynamic floats].
 def float_of_int(tx, v: Value) -> Value:
     """`v` itself, or, for a symbolic int read from a source, the float input `float(v)` (NOTE [Symbolic ints
     beside dynamic floats])."""
     from .. import config
     from .sources import CallSource, Ref
-    if not (is_sym(v) and _number_type(v) is int and v.source is not None and config.dynamic_floats):
+    if not (is_sym(v) and _number_type(v) is int and config.dynamic_floats):
         return v
-    source = CallSource(Ref(float, "___float"), v.source)
+    size_of = None if v.source is not None else _size_origin(tx, v)
+    base = v.source if size_of is None else size_of[0]
+    if base is None:
+        return v
+    source = CallSource(Ref(float, "___float"), base)
     known = tx.output.cached(source)
     if known is not None:
         return known
     hint = v.sym.node.hint
     if type(hint) is not int:
         return v
-    return tx.output.add_float_input(float(hint), source)
+    result = tx.output.add_float_input(float(hint), source)
+    if size_of is not None:
+        result.size_of = size_of[1:]  # read again after the graph: float_inputs_unchanged
+    return result
+
+
+# NOTE [Sizes beside dynamic floats]: `x.size(0) + a`, `x * (x.shape[0] * scale)` with `a` a dynamic float: a
+# size symbol has no source of its own (it is read from a tensor's fake), so it specialised, and the frame
+# compiled once per size under dynamic=True too (5 traces over 5 sizes; stock torch.compile 1). A size that
+# is a plain symbol made for a dimension of a tensor graph input is read from that tensor's source,
+# `float(torch.Tensor.size(t)[d])`, as NOTE [Symbolic ints beside dynamic floats] reads an int argument. The
+# dimension is the one the ShapeEnv made the symbol for (its TensorPropertySource), not where the symbol
+# sits in the fake now (an in-place `x.unsqueeze_(0)` or `x.t_()` earlier in the trace moved it). The graph
+# gets the float read before it runs; a float rebuilt in Python after the graph (NOTE [Computed floats
+# rebuilt in Python]) reads the size again, from the tensor as the graph left it, so it is rebuilt only
+# when the input's fake still has the symbol at that dimension at the end of the trace (the graph changed
+# no metadata there: float_inputs_unchanged); otherwise it is specialised. The shape guards pin
+# what the trace assumed of the symbol; the float input only carries its value, guarded by type. A computed
+# size (`2 * x.size(0)`, a sum of sizes) or a symbol of another origin still specialises.
+def _size_origin(tx, v: SymNodeValue) -> tuple | None:
+    """(the source, the input's fake, the dimension, the symbol) of the input tensor dimension the plain
+    symbol `v` was made for (None: not one)."""
+    import sympy
+    from .sources import CallSource, ItemSource, Ref
+    expr = v.sym.node.expr
+    env = v.sym.node.shape_env
+    if not isinstance(expr, sympy.Symbol) or env is None:
+        return None
+    for origin in env.var_to_sources.get(expr, ()):
+        # torch's TensorPropertySource, read by its fields (framejit does not import torch._dynamo)
+        prop, dim = getattr(getattr(origin, "prop", None), "name", None), getattr(origin, "idx", None)
+        if prop != "SIZE" or type(dim) is not int:
+            continue
+        text = getattr(getattr(origin, "base", None), "text", None)
+        for graph_input in tx.output.inputs:
+            if isinstance(graph_input.value, TensorValue) and graph_input.source.expr(tx.output.names) == text:
+                source = ItemSource(CallSource(Ref(torch.Tensor.size, "size"), graph_input.source), dim)
+                return source, graph_input.value.fake, dim, expr
+    return None
+
+
+def float_inputs_unchanged(roots: tuple) -> bool:
+    """Whether every float input read from a tensor's size reads the same size after the graph (NOTE [Sizes
+    beside dynamic floats]): the input's fake has the same symbol at that dimension."""
+    for root in roots:
+        size_of = getattr(root, "size_of", None)
+        if size_of is None:
+            continue
+        fake, dim, symbol = size_of
+        size = fake.shape[dim] if dim < fake.dim() else None
+        if not isinstance(size, torch.SymInt) or size.node.expr != symbol:
+            return False
+    return True
