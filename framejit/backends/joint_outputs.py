@@ -173,7 +173,9 @@ def _version_check(watched: list):
 # outputs only; where the program no longer holds that output at the backward, as with `out = sum(out)`
 # rebinding the only name, the reference is dead and the node that made it is named, `Relu` where eager says
 # `Add`: holding it strongly would tie the joint's node to its own output, a cycle through C++ autograd that
-# Python's collector cannot free). The hint is taken from eager itself (a one-time change of a saved result of exp on a
+# Python's collector cannot free). A change under no_grad (`with torch.no_grad(): y.mul_(2)`) leaves the output's
+# node as it was, which is then the joint's own (CompiledFunction): eager names the node that made it (`Tanh`),
+# the name the fake run recorded (review revN N4). The hint is taken from eager itself (a one-time change of a saved result of exp on a
 # 1-element tensor, in the current anomaly mode, warnings silenced). Where two nodes are not ordered so (other
 # devices, reentrant backward) eager may name another saved tensor (the type and the versions are the same).
 # Under anomaly mode eager also warns with the forward traceback of the failing node; the joint's node has none.
@@ -186,7 +188,8 @@ _HINTS: dict = {}
 def _eager_message(kind: str, described: tuple, ref, now, then) -> str:
     shape, name, output_nr, _ = described
     out = ref() if ref is not None else None
-    if out is not None and out.grad_fn is not None:  # saved as another node's input: its node now
+    # saved as another node's input: its node now, unless still the joint's own (changed under no_grad)
+    if out is not None and out.grad_fn is not None and out.grad_fn.name() not in _JOINT_NODES:
         name, output_nr = _forward_name(out.grad_fn), out.output_nr
     return _EAGER_VERSION_ERROR.format(kind=kind, shape=shape, index=output_nr, name=name, now=now, then=then,
                                        hint=_eager_hint())
