@@ -62,6 +62,13 @@ leaves the generators as eager leaves them (the break's print or truth test draw
 draw from a generator of its own or on another device, or from Python's `random` (NOTE [Draws from the random
 module]), still makes the graph run as its own code.
 
+NOTE [Draws between the joint and its recomputation]: code that runs between the joint call and the
+recomputation may draw from the same generator (a print to a stream whose write draws, another thread): putting
+the saved state back and leaving the generator where the own code's draws left it erased those draws, so the
+next `torch.rand` after a step repeated numbers eager had already used (review revN N9: 0.8036 where eager gives
+0.2197). The generators' states at the recomputation are saved first and put back after the own code ran: its
+draws repeat the joint's, and the generators stay where the program's draws left them.
+
 NOTE [Clean entries of a warm process]: whether an entry passes its arguments only to graphs is decided by its
 trace; a persisted entry carries it (`Persisted.clean`) and a warm process's loaded entry gets it back
 (hook._restore_into): without it every call recomputed the graph before the break and the graph ran as its own
@@ -165,10 +172,13 @@ class Speculated:
                  "after it may observe its results' autograd (NOTE [Joints kept across a plain break])%s", self.where,
                  self.recomputes, _MAX_RECOMPUTES, "; from now on it runs as its own code only"
                  if self.recomputes == _MAX_RECOMPUTES else "")
+        now = [(generator, generator.get_state()) for generator, _ in states]
         for generator, state in states:  # the draws of the joint, drawn again as eager drew them
             generator.set_state(state)
         with torch.set_grad_enabled(grad_enabled):
             own = self.own(*args)
+        for generator, state in now:  # NOTE [Draws between the joint and its recomputation]
+            generator.set_state(state)
         pairs = zip(results, own) if isinstance(results, (tuple, list)) else [(results, own)]
         return {id(joint): mine for joint, mine in pairs if isinstance(joint, torch.Tensor)}
 

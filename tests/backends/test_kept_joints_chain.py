@@ -318,3 +318,36 @@ def test_a_recomputed_graph_draws_eagers_numbers(fn, capsys):
         torch.testing.assert_close(results[1][:3], results[0][:3])
         assert results[1][3] == results[0][3]
         torch.testing.assert_close(results[1][4], results[0][4])
+
+
+class _DrawingStream:
+    """A stdout whose write draws from torch's default generator (NOTE [Draws between the joint and its
+    recomputation])."""
+
+    def __init__(self) -> None:
+        self.text = []
+
+    def write(self, s):
+        self.text.append((s, torch.rand(1).item()))
+        return len(s)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("fn", [dropout_observed_after_the_last_break, dropout_observed_after_one_break],
+                         ids=lambda f: f.__name__)
+def test_draws_made_by_the_break_survive_the_recomputation(fn):
+    import contextlib
+    compiled = framejit.compile(fn, backend="onnxrt")
+    for seed in range(3):
+        results = []
+        for run in (fn, compiled):
+            torch.manual_seed(seed)
+            stream = _DrawingStream()
+            with contextlib.redirect_stdout(stream):
+                ran = _run(run, seed)
+            results.append((*ran, stream.text, torch.rand(3)))
+        torch.testing.assert_close(results[1][:3], results[0][:3])
+        assert results[1][3:5] == results[0][3:5]  # names seen, and the numbers the prints drew
+        assert torch.equal(results[1][5], results[0][5])  # the generator after the call is eager's
