@@ -140,41 +140,78 @@ def _module_file() -> str:
 # at run time, a fullgraph or argument error) keeps every entry: dropping framejit's frames left only the user's
 # call line and a message with no location (review revN N7). Only exceptions raised below, in the user's code
 # or in torch, are rewritten to eager's entries.
-def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """`tb` with the entries eager's traceback has (NOTE [Tracebacks past the hook])."""
+def user_traceback(tb: types.TracebackType | None,
+                   tail: types.TracebackType | None = None) -> types.TracebackType | None:
+    """`tb` with the entries eager's traceback has (NOTE [Tracebacks past the hook]); `tail`: an entry of `tb`
+    from which on it was cleaned already (NOTE [Tracebacks cleaned level by level])."""
     entries = []
-    while tb is not None:
+    while tb is not None and tb is not tail:
         entries.append(tb)
         tb = tb.tb_next
-    if entries and entries[-1].tb_frame.f_code.co_filename.startswith(_FRAMEJIT_DIR):
+    if tail is None and entries and entries[-1].tb_frame.f_code.co_filename.startswith(_FRAMEJIT_DIR):
         return entries[0]  # NOTE [framejit's own errors keep their frames]
     kept: list = []
     for k, t in enumerate(entries):
         levels = _torch_levels(t)
         if levels is not None:
-            below = next((u for u in entries[k + 1:] if not _hidden(u.tb_frame.f_code)), None)
+            below = next((u for u in entries[k + 1:] if not _hidden(u.tb_frame.f_code)), tail)
             if not (below is not None and _made_torch_entry(below)):  # a stand-in below already made them
                 kept += _made_levels(levels)
         elif not _hidden(t.tb_frame.f_code):
             kept.append(t)
-    kept = [t for t, below in zip(kept, kept[1:] + [None]) if below is None or not _continued_by(t, below)]
-    if len(kept) == len(entries):
-        return entries[0] if entries else None
+    kept = [t for t, below in zip(kept, kept[1:] + [tail]) if below is None or not _continued_by(t, below)]
+    if len(kept) == len(entries) and all(k is e for k, e in zip(kept, entries)):  # (made entries can be as many)
+        return entries[0] if entries else tail
     same = 0  # the longest tail of `entries` kept as it is is shared; new objects above it
     while same < len(kept) and kept[-1 - same] is entries[-1 - same]:
         same += 1
-    chain = kept[len(kept) - same] if same else None
+    chain = kept[len(kept) - same] if same else tail
     for t in reversed(kept[:len(kept) - same]):
         chain = types.TracebackType(chain, t.tb_frame, t.tb_lasti, t.tb_lineno)
     return chain
 
 
+# NOTE [Tracebacks cleaned level by level]: an exception leaving N nested compiled calls (a recursive compiled
+# function) is cleaned by each of their hooks on its way out, and each rewrote the whole traceback below it:
+# quadratic (a raise at depth 800 took 830 ms, 68 in eager; review revN N3). Below the entries the exception
+# gained since the last clean, its traceback is the chain that clean made, so only those new entries are
+# looked at. The last clean is remembered by ids only: an exception or traceback kept alive here would keep
+# its frames, and their tensors, alive after the user dropped it (a batch-size finder that catches an
+# out-of-memory error and retries smaller must get that memory back). The ids are trusted only for the same
+# exception object, whose chain holds an entry of that id on the same frame at the same instruction; an
+# address reused by another exception gives that only for an entry at the same place in the same frame.
+_LAST = (0, 0, 0, -1)  # ids of the exception last cleaned, of the head of its chain and its frame; its tb_lasti
+
+
+def _cleaned_tail(exc: BaseException, tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The entry of `tb` from which on the last clean of `exc` left it, or None."""
+    exc_id, head_id, frame_id, lasti = _LAST  # one read: another thread may clean at the same time
+    if exc_id != id(exc):
+        return None
+    while tb is not None and id(tb) != head_id:
+        tb = tb.tb_next
+    return tb if tb is not None and id(tb.tb_frame) == frame_id and tb.tb_lasti == lasti else None
+
+
+def _innermost(tb: types.TracebackType) -> types.TracebackType:
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb
+
+
 def clean(exc: BaseException) -> None:
     """Rewrite `exc.__traceback__` in place before a bare `raise` re-raises it."""
+    global _LAST
     tb = exc.__traceback__
     try:
-        new = user_traceback(tb)
+        tail = _cleaned_tail(exc, tb)
+        new = user_traceback(tb, tail)
+        own = tail is None and tb is not None and _innermost(tb).tb_frame.f_code.co_filename.startswith(_FRAMEJIT_DIR)
     except Exception:  # never in the way of the user's exception
+        _LAST = (0, 0, 0, -1)
         return
+    # NOTE [Tracebacks cleaned level by level]; framejit's own errors are never rewritten (no tail for them)
+    _LAST = (0, 0, 0, -1) if own or new is None else (id(exc), id(new), id(new.tb_frame), new.tb_lasti)
     if new is not tb:
         exc.__traceback__ = new
+
