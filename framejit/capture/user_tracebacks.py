@@ -214,4 +214,3 @@ def clean(exc: BaseException) -> None:
     _LAST = (0, 0, 0, -1) if own or new is None else (id(exc), id(new), id(new.tb_frame), new.tb_lasti)
     if new is not tb:
         exc.__traceback__ = new
-
