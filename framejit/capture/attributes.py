@@ -599,6 +599,10 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
         return UserFunctionValue(attr)
     if entry is not None and not hasattr(type(attr), "__get__"):
         return wrap(tx.output, attr, entry)  # plain class data, read raw from the owner's dict
+    if name == "__dict__" and obj.source is None and not lookup.is_fixed_class(cls):
+        # NOTE [Class names guarded], for the class's dict: `len(type(o).__dict__)`, `"k" in type(o).__dict__`
+        # were folded from an unguarded snapshot; read through the class itself, the proxy is guarded
+        return wrap(tx.output, cls.__dict__, AttrSource(ObjectSource(Ref(cls, cls.__name__)), name))
     value = getattr(cls, name)
     if isinstance(value, type(attr)) and hasattr(type(attr), "__get__") and not callable(value) and \
             not isinstance(attr, type) and obj.source is None:

@@ -580,8 +580,9 @@ def _tensor_getitem(tx, obj: TensorValue, key: Value) -> Value:
 def _builtin_generic_alias(obj: Value, key: Value) -> bool:
     """A builtin class (immutable, so unguarded) subscripted with constants makes a types.GenericAlias."""
     from .values import ClassValue
+    from .lookup import is_immutable_class  # NOTE [Classes made by exec]: "builtins" alone is no proof
     return isinstance(obj, ClassValue) and isinstance(obj.obj, type) and obj.obj.__module__ == "builtins" and \
-        "__class_getitem__" in vars(obj.obj) and key.is_constant()
+        is_immutable_class(obj.obj) and "__class_getitem__" in vars(obj.obj) and key.is_constant()
 
 
 def build_slice(parts: list[Value]) -> Value:

@@ -149,5 +149,9 @@ def _callable(tx, args, kwargs):
     if v.is_constant():
         return ConstantValue(callable(v.as_constant()))
     if isinstance(v, ObjectValue):
+        # NOTE [callable() of an object]: the answer is whether its class resolves `__call__` (the type's call
+        # slot): guarded as that lookup, so `C.__call__ = f` after the first call is seen (it answered False)
+        from .lookup import guard_lookup
+        guard_lookup(tx.output, type(v.obj), "__call__")
         return ConstantValue(callable(v.obj))
     return ConstantValue(not isinstance(v, (TensorValue, SequenceValue, DictValue)))
