@@ -4,7 +4,9 @@ Usage (from the repository root; one process per model, so a crash or hang costs
     .venv/bin/python tools/hf_sweep.py MODULE [MODE] [config_key=python_expr ...]
 MODULE is a `transformers.models.<MODULE>` package name (deepseek_v2, modernbert, ...): its shortest
 `*Config` class is built with the tiny settings of TINY (only the keys the config knows: 2 layers, hidden
-32, 2 heads, vocab 100, 4 experts, ...; overrides on the command line), random weights, offline, and the
+32, 2 heads, vocab 100, 4 experts, ...; overrides on the command line, `text_config.KEY=...` for a key of a
+sub-config), and so is each sub-config of a composite config (text_config, vision_config: VLMs, Llama4),
+random weights, offline, and the
 model is AutoModelForCausalLM, else AutoModelForSeq2SeqLM, else AutoModel of that config.
 MODE: fwd (2 calls at batch 2 / seq 8, then batch 1 / seq 12), pad (left padding: attention_mask zeros,
 batch 3 / seq 12 for the third call), flags (output_attentions, output_hidden_states, return_dict=False),
@@ -54,18 +56,32 @@ def config_class(mod):
     cands.sort(key=lambda c: (len(c.__name__)))
     return cands[0]
 
+def tiny_kwargs(cls, depth=0):
+    default = cls()
+    kw = {}
+    for k, v in TINY.items():
+        if hasattr(default, k) or k in cls.__init__.__code__.co_varnames:
+            if k == "layer_types" or k == "sliding_window":
+                continue
+            if isinstance(getattr(cls, k, None), property) and getattr(cls, k).fset is None:
+                continue  # a derived value (xLSTMConfig.v_head_dim): the config computes it
+            kw[k] = v
+    # A composite config (text_config, vision_config, ...: VLMs, Llama4, Blt) gets tiny sub-configs too;
+    # with only the top level made tiny the sub-models keep their full size (out of memory, or minutes a call).
+    for sub, sub_cls in (getattr(cls, "sub_configs", None) or {}).items():
+        if depth < 2 and isinstance(sub_cls, type) and issubclass(sub_cls, transformers.PretrainedConfig) \
+                and sub_cls is not cls:
+            kw[sub] = tiny_kwargs(sub_cls, depth + 1)
+    return kw
+
 cls = config_class(name)
-default = cls()
-kw = {}
-for k, v in TINY.items():
-    if hasattr(default, k) or k in cls.__init__.__code__.co_varnames:
-        if k == "layer_types" or k == "sliding_window":
-            continue
-        if isinstance(getattr(cls, k, None), property) and getattr(cls, k).fset is None:
-            continue  # a derived value (xLSTMConfig.v_head_dim): the config computes it
-        kw[k] = v
-for k, v in override.items():
-    kw[k] = eval(v)
+kw = tiny_kwargs(cls)
+for k, v in override.items():  # "text_config.rope_theta=1e4" sets a key of a sub-config
+    *path, last = k.split(".")
+    d = kw
+    for p in path:
+        d = d.setdefault(p, {})
+    d[last] = eval(v)
 config = cls(**kw)
 if getattr(config, "layer_types", None) is not None and len(config.layer_types) != config.num_hidden_layers:
     config.layer_types = config.layer_types[:config.num_hidden_layers]
