@@ -121,6 +121,10 @@ _CONVERT_DUNDERS = {float: ("__float__",), int: ("__int__",), complex: ("__compl
                     str: ("__str__", "__repr__")}
 
 
+# NOTE [Strings of tensors follow the print options]: `str(t)` of a tensor made from constants was folded
+# while tracing, with the print options of that moment (torch.set_printoptions: global state no guard names),
+# so `len(str(torch.tensor([1.123456789])))` stayed 16 after `set_printoptions(precision=2)` where eager gives
+# 14 (/tmp/hsound2/l.py printoptions_str). It is no longer folded: it takes the path of any tensor's str.
 def _convert(kind: type):
     def handler(tx, args, kwargs):
         if not args:
@@ -129,7 +133,8 @@ def _convert(kind: type):
         if isinstance(v, TensorValue) and kind in _CONVERT_DUNDERS:  # NOTE [Patched tensor operators]
             from .tensor_operators import check_tensor_dunder
             check_tensor_dunder(tx, v, *_CONVERT_DUNDERS[kind])
-        if isinstance(v, TensorValue) and v.known_data() is not None and len(args) == 1 and not kwargs:
+        if isinstance(v, TensorValue) and v.known_data() is not None and len(args) == 1 and not kwargs and \
+                kind is not str:  # NOTE [Strings of tensors follow the print options]
             return constant_fold(kind, v.known_data())  # a tensor made from constants: its data is known
         if isinstance(v, TensorValue):
             if kind is int and len(args) == 1 and not kwargs:
