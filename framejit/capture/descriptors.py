@@ -36,7 +36,10 @@ def descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
         return tx.call(UserFunctionValue(attr.fget), [obj], {})
     if isinstance(attr, (types.MemberDescriptorType, types.GetSetDescriptorType)) and isinstance(obj, ObjectValue):
-        value = attr.__get__(obj.obj, type(obj.obj))
+        try:
+            value = attr.__get__(obj.obj, type(obj.obj))
+        except AttributeError as e:
+            return _unset_member(tx, obj, name, attr, e)
         if obj.source is None:
             return wrap_unguarded(value)
         return wrap(tx.output, value, lookup.attr_source(obj.source, obj.obj, name))
@@ -54,6 +57,33 @@ def descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
     if got is not None:
         return got
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"descriptor {type(attr).__name__} for {name!r}")
+
+
+# NOTE [Unset slots]: a `__slots__` entry never assigned (or deleted) raises AttributeError when read, and
+# `hasattr(o, "extra")` on it is False: a common optional field (`__slots__ = ("base", "extra")`). The read
+# raised inside framejit (an internal error: the whole frame ran eagerly). Now it is the user's
+# AttributeError, with the slot guarded unset (`slot_unset(o, name)`: a later assignment recompiles) and, as
+# a missing slot then goes to the class's `__getattr__`, that guarded absent; a class with a `__getattr__`,
+# a getset descriptor that raises (C code's own reasons) and an object without a source are graph breaks.
+def slot_unset(obj: Any, name: str) -> bool:
+    """The member descriptor `name` of `type(obj)` holds no value for `obj` (reading it raises)."""
+    try:
+        lookup.mro_lookup(type(obj), name)[1].__get__(obj, type(obj))
+    except AttributeError:
+        return True
+    return False
+
+
+def _unset_member(tx, obj: ObjectValue, name: str, attr: Any, error: AttributeError) -> Value:
+    cls = type(obj.obj)
+    if not isinstance(attr, types.MemberDescriptorType) or obj.source is None or \
+            lookup.mro_lookup(cls, "__getattr__")[0] is not None:
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"reading the unset attribute {name!r} of a {cls.__name__}")
+    lookup.guard_class_absent(tx.output, cls.__mro__, "__getattr__")
+    e = obj.source.expr(tx.output.names)
+    tx.output.add_guard("SLOT_UNSET", f"{tx.output.name_of(slot_unset, 'slot_unset')}({e}, {name!r})", obj.source,
+                        expected=f"slot {name!r} unset", actual=f"{e}.{name}")
+    raise UserException(AttributeError(*error.args))
 
 
 # NOTE [Data descriptors written in Python]: a class attribute whose type defines `__get__`/`__set__` in Python
