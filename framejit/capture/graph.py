@@ -437,9 +437,10 @@ class OutputGraph:
             written = [t for t, v in zip(fakes, versions) if _version(t) != v]
             _forget_constants(result, written, self.graph)  # NOTE [Dynamic floats fold into no constant]
         check_arithmetic(kind, target, args, kwargs)  # NOTE [Arithmetic checks of eager kernels]
-        self._check_input_mutation(target, fakes)
         mutated = any(_version(t) != v for t, v in zip(fakes, versions)) or (
             result is None and None in versions)  # an inference tensor has no version: assume an effect
+        if mutated or None in versions and _inplace(target):  # NOTE [Inputs of large graphs] in graph_calls.py
+            self._check_input_mutation(target, fakes)
         if mutated:
             if self.__dict__.get("hooked_fakes"):
                 from .tensor_hooks import check_hooked_unchanged  # NOTE [Tensor hooks registered after the graph]

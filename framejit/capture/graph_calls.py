@@ -271,13 +271,21 @@ def _lazy_bits_check(e: str, t: torch.Tensor) -> tuple[str, str, str]:
     return f"{e}.is_neg() is {t.is_neg()}", f"is_neg() {t.is_neg()}", f"{e}.is_neg()"
 
 
+# NOTE [Inputs of large graphs]: a graph of 300 conv blocks has 1800 inputs (parameters, buffers) and
+# 3000 calls. Each call (OutputGraph.call) compared the version of every input with its last one
+# (OutputGraph._check_input_mutation; 3000 x 1800 reads: 30 s of a 215 s cold compile, cProfile) and each
+# new input listed every node of the graph to find the input names taken (5 s). A write that bumps an input's version bumps
+# the version of the tensor written, which shares the input's counter (it is the input or a view of it)
+# and is an argument of the call: a call that changed none of its arguments' versions changed no input's,
+# so the inputs are compared only after a call that did, or after an in-place call on an inference tensor
+# (it has no version: compared as before). Names come from the graph's own table of placeholders.
 def _placeholder(graph: torch.fx.Graph, description: str) -> torch.fx.Node:
     """A graph input named as TorchDynamo names it: the parameter is the source with every run of other
     characters made one `_` (`L['x']` -> `L_x_`), the node that uses it its lower-case form (`l_x_`)."""
     target = re.sub(r"[^0-9a-zA-Z]+", "_", description) or "input"
     if not target[0].isalpha():
         target = f"input_{target}"
-    taken = {n.target for n in graph.nodes if n.op == "placeholder"}
+    taken = {n.target for n in graph.find_nodes(op="placeholder")}
     base, n = target, 1
     while target in taken:
         target, n = f"{base}_{n}", n + 1

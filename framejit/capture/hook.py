@@ -36,6 +36,7 @@ import weakref
 from typing import Any
 
 from .. import config, fake_modes, logs
+from ..guards.codegen import Explanations as _Explanations
 from . import frame_cache
 from .breaks import DISABLED
 from .codegen import frame_signature
@@ -193,10 +194,10 @@ class FrameHook:
             if not _binds(self.fn, args, kwargs):
                 return None  # eager raises CPython's own TypeError for the bad call
             if self.entries:
-                self._log_recompile(args, kwargs)
-                self._mark_dynamic_float(args, kwargs)
-                self._mark_automatic_dynamic(args, kwargs)
-                self._mark_carried_values(args, kwargs)
+                self._log_recompile(args, kwargs, explain := _Explanations(args, kwargs))  # NOTE [One explanation per miss]
+                self._mark_dynamic_float(args, kwargs, explain)
+                self._mark_automatic_dynamic(args, kwargs, explain)
+                self._mark_carried_values(args, kwargs, explain)
             loaded = self._load_persisted(args, kwargs)
             if loaded is not None:
                 loaded.served = True
@@ -314,7 +315,7 @@ class FrameHook:
         code = self.fn.__code__
         return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
 
-    def _mark_dynamic_float(self, args: tuple, kwargs: dict) -> None:
+    def _mark_dynamic_float(self, args: tuple, kwargs: dict, explain: _Explanations) -> None:
         """A recompile because a float changed value (an argument, an attribute, a closure's variable)
         makes that float a graph input from now on (NOTE [Dynamic floats] in values/scalars.py)."""
         if not config.dynamic_floats:
@@ -322,7 +323,7 @@ class FrameHook:
         # every float that changed, not only the first failing guard's (as for ints, NOTE [Automatic
         # dynamic]): an optimizer's first step creates its state and the scheduler has changed `lr` by the
         # second, so the state's guard fails first; `lr` still becomes an input then, not one call later
-        for failure in self.entries[0].guard.all_failures(*args, **kwargs):
+        for failure in explain(self.entries[0]):
             if failure.guard.kind != "CONSTANT_MATCH" or failure.guard.source in self.dynamic_floats:
                 continue
             try:
@@ -341,7 +342,7 @@ class FrameHook:
     # allow, so a function called with 6 batch sizes compiles twice, plus once more if size 1 comes (1 is
     # specialised: broadcasting differs). The same for an int argument or attribute that changed value
     # (NOTE [Dynamic ints]): it becomes a symbol like a size. The `recompiles` log names the dimension.
-    def _mark_automatic_dynamic(self, args: tuple, kwargs: dict) -> None:
+    def _mark_automatic_dynamic(self, args: tuple, kwargs: dict, explain: _Explanations) -> None:
         if self.request.dynamic is False or not config.automatic_dynamic:
             return  # dynamic=True: every size is symbolic already; an int attribute that changed becomes one
         # NOTE [Dynamic layouts]; a storage offset that changed marks any frame's tensor (NOTE [Changing
@@ -356,9 +357,9 @@ class FrameHook:
         failure = self.entries[0].guard.first_failure(*args, **kwargs)
         failures = []
         if failure is not None and changed_value(failure):
-            failures = self.entries[0].guard.all_failures(*args, **kwargs)
+            failures = explain(self.entries[0])
         if not any(f.guard.kind in ("TENSOR_SHAPE", *layout) for f in failures):
-            failures = failures + self._older_entry_sizes(args, kwargs, changed_value)
+            failures = failures + self._older_entry_sizes(explain, changed_value)
         # every int and every size of the frame's state that changed, not only the first (as Dynamo compares
         # the whole frame state): `sizes = t.tolist()` at a break gives the resume function a list of ints
         # that change together (JetMoE's expert sizes: one recompile, not one per item); a batch size and
@@ -400,17 +401,17 @@ class FrameHook:
     # again, until the recompile limit ran the frame eagerly. When the newest entry names no size that
     # changed, the first older entry whose failures are all changed values (the one this call would have
     # hit with those sizes symbolic) marks them too.
-    def _older_entry_sizes(self, args: tuple, kwargs: dict, changed_value) -> list:
+    def _older_entry_sizes(self, explain: _Explanations, changed_value) -> list:
         for entry in self.entries[1:]:
             try:
-                failures = entry.guard.all_failures(*args, **kwargs)
+                failures = explain(entry)
             except Exception:  # noqa: BLE001 - a signature that does not bind: not this entry
                 continue
             if failures and all(changed_value(f) for f in failures):
                 return failures
         return []
 
-    def _mark_carried_values(self, args: tuple, kwargs: dict) -> None:
+    def _mark_carried_values(self, args: tuple, kwargs: dict, explain: _Explanations) -> None:
         """A resume function that recompiles on guards of the for loop carried into it breaks at that loop's
         steps from now on, and a str argument that changed is opaque from now on (NOTE [Loops carried
         across breaks], [Strings carried across breaks] in carried_loops.py)."""
@@ -418,7 +419,7 @@ class FrameHook:
         if kwargs or code not in _ORIGIN:  # resume functions take positional arguments
             return
         from .carried_loops import changed_lengths, changed_strings, dynamic_loops
-        failures = list(self.entries[0].guard.all_failures(*args))
+        failures = list(explain(self.entries[0]))
         loops = dynamic_loops(code, args, failures, self.loop_positions) - self.dynamic_ints
         strings = changed_strings(code, args, failures) - self.dynamic_ints  # NOTE [Strings carried across breaks]
         # NOTE [Sequences of changing length carried across breaks] in carried_loops.py
@@ -434,7 +435,7 @@ class FrameHook:
             logs.log("recompiles", "%s: the string %s changed; it is opaque from now on", self._name(),
                      ", ".join(sorted(strings)))
 
-    def _log_recompile(self, args: tuple, kwargs: dict) -> None:
+    def _log_recompile(self, args: tuple, kwargs: dict, explain: _Explanations) -> None:
         if logs.enabled("recompiles"):
             # every entry's first failure (newest first), as a dynamic entry older than a size-1 one may be the
             # one whose relation failed; a changed shape names its dimensions (issue 13)
@@ -448,7 +449,7 @@ class FrameHook:
             logs.log("recompiles", "recompiling %s: %s", name, text)
         if logs.enabled("recompiles_verbose"):
             for i, entry in enumerate(self.entries):
-                for failure in entry.guard.all_failures(*args, **kwargs):
+                for failure in explain(entry):
                     logs.log("recompiles_verbose", "recompiling %s: entry %d: %s", self._name(), i, failure)
 
     def _log_limit(self, args: tuple, kwargs: dict) -> None:

@@ -149,8 +149,9 @@ class GuardFunction:
         failures: list[Failure] = []
         unsafe: set[str] = set()
         fact_failed = False
+        facts = _FactsTable()  # NOTE [Guard facts once per pass]
         for g in self.guards:
-            bases = _facts(g.expr).bases
+            bases = facts[g.expr].bases
             if any(b in unsafe for b in bases) or fact_failed and not all(self._named(b) for b in bases):
                 continue
             if failures and g.kind == "CACHED_CALL":  # NOTE [No cached call past a failed guard]
@@ -159,7 +160,7 @@ class GuardFunction:
                 failures.append(self._failure(g, frame_locals))
                 if g.kind == "TORCH_MODES":  # NOTE [No guard past a new torch mode]
                     break
-                subject = _facts(g.expr).subject
+                subject = facts[g.expr].subject
                 if subject is not None:
                     unsafe.add(subject)
                 fact_failed = fact_failed or g.kind in _LOOKUP_FACTS or ".__dict__[" in g.expr
@@ -173,6 +174,27 @@ class GuardFunction:
         its attribute ran a property the class had gained since."""
         name = base[:-len(".__dict__")] if base.endswith(".__dict__") else base
         return name.isidentifier() and name in self.namespace
+
+
+# NOTE [One explanation per miss]: a miss explains itself several times over: a float that changed
+# (NOTE [Dynamic floats]), a size or int that changed (NOTE [Automatic dynamic]), values carried across a
+# break, and the verbose recompile log each asked the newest entry for all its failing guards, and each
+# answer evaluated every guard of the entry one by one (eval of each expression, parsed again once an
+# entry has more expressions than the caches keep): about 20 s per question for 300 conv blocks
+# (cProfile). The guards read the same call's arguments each time, with no user code run in between, so
+# one miss asks each entry once and the answers are shared.
+class Explanations:
+    """`explain(entry)`: `entry.guard.all_failures(*args, **kwargs)` for one miss, computed once per entry."""
+
+    def __init__(self, args: tuple, kwargs: dict) -> None:
+        self.args, self.kwargs = args, kwargs
+        self.answers: dict[int, tuple[Any, list[Failure]]] = {}  # id(entry) -> (entry, failures)
+
+    def __call__(self, entry: Any) -> list[Failure]:
+        known = self.answers.get(id(entry))
+        if known is None:
+            known = self.answers[id(entry)] = (entry, entry.guard.all_failures(*self.args, **self.kwargs))
+        return known[1]
 
 
 _LOOKUP_FACTS = ("CLASS_ATTR_ABSENT", "INSTANCE_ATTR_ABSENT", "MODULE_ATTR_ABSENT")
@@ -257,9 +279,10 @@ def _expression_code(expr: str) -> Any:
 # itself (`___type(P) is K`, `P is obj`): those are pulled forward. The lookup facts are identity-cost
 # guards on class dicts, added before the value they justify is guarded, so they precede it already.
 # Shared subexpressions (NOTE [Guard subexpressions]) are computed right before their first use.
-def _order(guards: Sequence[Guard]) -> list[Guard]:
+def _order(guards: Sequence[Guard], facts: dict[str, _Facts] | None = None) -> list[Guard]:
     """De-duplicated (the same expression is checked once), cheapest first, and every guard after the
     guards that pin the objects it reads through."""
+    facts = _FactsTable() if facts is None else facts
     seen: set[str] = set()
     unique = []
     for g in guards:
@@ -268,7 +291,7 @@ def _order(guards: Sequence[Guard]) -> list[Guard]:
             unique.append(g)
     pinned: dict[str, list[int]] = {}
     for i, g in enumerate(unique):
-        subject = _facts(g.expr).subject
+        subject = facts[g.expr].subject
         if subject is not None:
             pinned.setdefault(subject, []).append(i)
     ordered: list[Guard] = []
@@ -278,7 +301,7 @@ def _order(guards: Sequence[Guard]) -> list[Guard]:
         if i in done:
             return
         done.add(i)
-        for base in _facts(unique[i].expr).bases:
+        for base in facts[unique[i].expr].bases:
             for j in pinned.get(base, ()):
                 if j < i:
                     emit(j)
@@ -313,6 +336,20 @@ def _facts(expr: str) -> _Facts:
                   for n, _ in links if id(n) not in called and _chain_text(n, texts) is not None)
     bases = frozenset(text for _, base in links if (text := _chain_text(base, texts)) is not None)
     return _Facts(_subject(tree.body, texts), bases, spans)
+
+
+# NOTE [Guard facts once per pass]: `_facts` keeps the facts of the last 16384 expressions. A large model's
+# entry has more: EfficientNet-B7 or 300 conv blocks guard ~22000 distinct expressions, whose ~22000
+# shared chains make 44000 keys. Compiling the guard function read the facts of every expression three
+# times in turn (ordering twice, then sharing) and the least recently used was always the next one read, so
+# every read parsed again: 173000 parses, about 100 s of a 270 s cold compile of 300 blocks (cProfile).
+# Each pass (compiling one guard function, explaining one miss) reads them through one table, which parses
+# each expression at most once; the chains' own spans are cut from the spans of the expression that holds
+# them (NOTE [Guard subexpressions]) instead of parsing the chains again.
+class _FactsTable(dict):
+    def __missing__(self, expr: str) -> _Facts:
+        facts = self[expr] = _facts(expr)
+        return facts
 
 
 # NOTE [Nodes in walk order]: the nodes in `ast.walk`'s order (breadth first, each node's children in field
@@ -396,8 +433,9 @@ def compile_guards(
     cache keeps it), which is then only executed."""
     _counter[0] += 1
     if source is None:
-        ordered = _order(guards)
-        source = _guard_source(ordered, params, re.sub(r"\W", "_", name))
+        facts = _FactsTable()  # NOTE [Guard facts once per pass]
+        ordered = _order(guards, facts)
+        source = _guard_source(ordered, params, re.sub(r"\W", "_", name), facts)
     else:  # NOTE [Guard order of a kept source]
         guards = list(guards)
         ordered = lambda: _order(guards)  # noqa: E731
@@ -427,13 +465,13 @@ def compile_guards(
 # `_order`'s order; the ordered list is needed only to explain a failure (first_failure, all_failures,
 # explain), so a restored entry orders its guards when one of those first reads them. Ordering parses and
 # unparses every guard expression: 0.15 s of the 0.47 s a warm process spent on the zoo's mlp first call.
-def _guard_source(ordered: list[Guard], params: str, name: str) -> str:
+def _guard_source(ordered: list[Guard], params: str, name: str, facts: dict[str, _Facts]) -> str:
     fn_name = f"___{name}_{_counter[0]}"
     lines = [f"def {fn_name}({params}):"]
     remembered = _remembered_tensor_checks(ordered)
     if remembered:  # NOTE [Facts remembered with what was read before them]
         lines.append(f"    {EPOCH_LOCAL} = ___data_epoch[0]")
-    shared, rewrite = _common_subexpressions([remembered.get(g.expr, g.expr) for g in ordered])
+    shared, rewrite = _common_subexpressions([remembered.get(g.expr, g.expr) for g in ordered], facts)
     definitions = dict(shared)
     defined: set[str] = set()
 
@@ -471,20 +509,31 @@ def _locals_literal(params: str) -> str:
 # used more than once are computed once into locals, shortest first so that longer chains build on
 # shorter ones, each right before the first guard that uses it (not earlier: NOTE [Guards run no user
 # code]). Any exception makes the whole guard fail.
-def _common_subexpressions(exprs: list[str]):
+def _common_subexpressions(exprs: list[str], facts: dict[str, _Facts] | None = None):
     """(shared definitions, expr -> rewritten expr). Works on text spans (ast offsets), no unparsing."""
+    facts = _FactsTable() if facts is None else facts
     spans_of: dict[str, list[tuple[int, int, str]]] = {}
     counts: dict[str, int] = {}
+    holder: dict[str, tuple[tuple[int, int, str], ...]] = {}  # a chain's text -> spans of an expression holding it
     for expr in exprs:
-        spans = _facts(expr).spans
+        spans = facts[expr].spans
         spans_of[expr] = spans
         for _, _, text in spans:
             counts[text] = counts.get(text, 0) + 1
+            holder.setdefault(text, spans)
     chosen = sorted((t for t, n in counts.items() if n > 1), key=len)
     names = {text: f"___s{i}" for i, text in enumerate(chosen)}
-    shared = [(names[t], _replace_spans(t, _facts(t).spans, names, skip=t)) for t in chosen]
+    shared = [(names[t], _replace_spans(t, _inner_spans(t, holder[t]), names, skip=t)) for t in chosen]
     rewritten = {expr: _replace_spans(expr, spans, names) for expr, spans in spans_of.items()}
     return shared, lambda expr: rewritten.get(expr, expr)
+
+
+def _inner_spans(text: str, spans: tuple[tuple[int, int, str], ...]) -> list[tuple[int, int, str]]:
+    """The spans `_facts(text)` finds in the chain `text`, cut from the spans of an expression holding it:
+    a rooted chain is a subtree of that expression (no parentheses, no call inside), so its links are the
+    spans lying within its own, shifted to start at 0 (NOTE [Guard facts once per pass])."""
+    start, end = next((s, e) for s, e, t in spans if t == text)
+    return [(s - start, e - start, t) for s, e, t in spans if start <= s and e <= end]
 
 
 def _replace_spans(expr: str, spans: list[tuple[int, int, str]], names: dict[str, str], skip: str | None = None) -> str:
