@@ -297,9 +297,11 @@ def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
     function `body` (a FrameHook): a result made from a dynamic value is dynamic there from its first trace
     (NOTE [Dynamic ints formatted into strings])."""
     if not hasattr(body, "dynamic_ints") or not any(
-            type(v) is OpaqueStringValue or _dynamic_scalar(v) for v in operands):
+            type(v) in (OpaqueStringValue, OpaqueSequenceValue) or _dynamic_scalar(v) for v in operands):
         return
     source = LocalSource(f"{STACK_PREFIX}{slot}").describe()
+    if any(type(v) is OpaqueSequenceValue for v in operands):  # NOTE [Comprehension results of changing length]
+        body.dynamic_ints = body.dynamic_ints | {source}  # an int a symbol, a list or tuple opaque, a str too
     makes_string = inst.name in _STRING_MAKERS or inst.name == "CALL" and any(
         getattr(v, "obj", None) is maker for v in operands[:2] for maker in (str, repr, format))
     if makes_string:  # a str there is opaque (an int or a list is not made by these)
@@ -352,8 +354,9 @@ class OpaqueSequenceValue(Value):
 # first use (`torch.stack(outs)`, `len(outs)`, a loop over it) breaks and runs in Python, and the code after
 # that use is a resume function again, whose tensors (the stacked result: its size is the length) become
 # symbolic by automatic dynamic. So the resume function compiles twice for every length. Only locals of
-# resume functions (not stack arguments: carried loops have their own rule, NOTE [Loops carried across
-# breaks]); a user function's list argument is guarded by length as stock does.
+# resume functions and their stack arguments of kind "value" (not a loop's iterator: carried loops have their
+# own rule, NOTE [Loops carried across breaks]; NOTE [Comprehension results of changing length]); a user
+# function's list argument is guarded by length as stock does.
 #
 # NOTE [Mutable buffers carried across breaks]: a `bytearray` or `memoryview` (made after a break at its
 # construction, or passed in) has no value of its own; it was "L['b'] is a bytearray" when the resume
@@ -461,11 +464,32 @@ def _returned_as_is(tx, inst) -> bool:
     return inst.name in ("BUILD_TUPLE", "BUILD_LIST") and tx.pc < len(insts) and insts[tx.pc].name == "RETURN_VALUE"
 
 
+# NOTE [Comprehension results of changing length]: the list a comprehension over a symbolic range makes
+# (NOTE [Comprehensions over symbolic ranges] in python_loops.py) reaches the resume function after it (a stack
+# argument on 3.11, a stack argument or a local on 3.12+) guarded by its length, so that function compiled once
+# per size (5 traces over 5 sizes; 8, then eager, over 10: stock torch.compile the same). Its length is known
+# to change with the size, so it is opaque there from the first trace (as a string made from a dynamic int:
+# NOTE [Dynamic ints formatted into strings]), and a stack argument of kind "value" whose length changed is
+# made opaque like a local (resume.value_stack_args; a loop's iterator keeps NOTE [Loops carried across
+# breaks]). An opaque sequence passed on to the next resume function is opaque there too
+# (inherited_symbols.inherit_symbols), and what a call that read one returns (`len(ys)`, `sum(ys)`,
+# `sorted(ys)`) is dynamic in the resume function after it from its first trace (`inherit_dynamic_results`):
+# an int or float is a symbol or graph input, a list or tuple opaque. A tensor it returns (`torch.stack(ys)`)
+# goes by automatic dynamic. Values are unchanged: each use of an opaque sequence runs in Python.
+def changing_result(body: Any, name: str | None) -> None:
+    """Mark the local or stack argument `name` of the resume function `body` (a FrameHook) opaque from its
+    first trace when it holds a list or tuple (NOTE [Comprehension results of changing length])."""
+    if name is not None and hasattr(body, "dynamic_ints"):
+        body.dynamic_ints = body.dynamic_ints | {LocalSource(name).describe()}
+
+
 def changed_lengths(fn_code, args: tuple, failures) -> set[str]:
     """The list or tuple locals of a resume function whose length guards failed in a recompile (NOTE
     [Sequences of changing length carried across breaks])."""
+    from .resume import value_stack_args
+    values = value_stack_args(fn_code)
     return _failed_arguments(fn_code, args, failures, "LENGTH", lambda name, value:
-                             not name.startswith(STACK_PREFIX) and type(value) in (list, tuple))
+                             (not name.startswith(STACK_PREFIX) or name in values) and type(value) in (list, tuple))
 
 
 _DONE = object()

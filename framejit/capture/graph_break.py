@@ -573,8 +573,23 @@ class BreakCodegen:
             raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop run as Python with a NULL or a block "
                               "under it")
         cells = tuple(n for n in self.cell_args if n in names)
-        return origin(self.fn.__code__, loop.index)[1], self.hooks.resume(code, exit_index, layout, names,
-                                                                           cells=cells), layout
+        hook = self.hooks.resume(code, exit_index, layout, names, cells=cells)
+        if self._over_symbolic_range() and (loop.name == "CALL" or comp is not None and "block" not in layout):
+            result = f"{STACK_PREFIX}{len(layout) - 1}" if loop.name == "CALL" or comp.result_on_stack \
+                else comp.result_var
+            carried_loops.changing_result(hook, result)  # NOTE [Comprehension results of changing length]
+            # NOTE [Symbols carried into resume functions]: the loop runs in Python, its exit calls `hook`
+            inherit_symbols(hook, {**{f"L['{STACK_PREFIX}{i}']": v for i, v in enumerate(self.stack[:slot])},
+                                   **{f"L['{n}']": self._local(n) for n in names
+                                      if n not in self.cell_args and n in self.tx.locals}}, self.tx.output)
+        return origin(self.fn.__code__, loop.index)[1], hook, layout
+
+    def _over_symbolic_range(self) -> bool:
+        """The break is at the GET_ITER of a range whose length is symbolic (a comprehension over it runs as
+        Python: NOTE [Comprehensions over symbolic ranges]), not at a break in a loop's body."""
+        from .sym_arith import SymRangeValue, symbolic_length
+        iterable = self.stack[-1] if self.site.inst.name == "GET_ITER" and self.stack else None
+        return isinstance(iterable, SymRangeValue) and symbolic_length(self.tx, iterable)
 
     def _tail_callee(self) -> tuple[int, Any, Value | None] | None:
         """For a tail function whose instruction is a call: (stack position of the callee, its hook, the

@@ -25,9 +25,14 @@ from typing import Any
 def inherit_symbols(body: Any, slots: dict[str, Any], out: Any) -> None:
     """Mark in `body` (a resume function's FrameHook) the arguments `slots` ({source text: value in the
     breaking trace `out`}) that are symbolic there."""
-    if not hasattr(body, "dynamic_dims") or getattr(getattr(body, "request", None), "dynamic", None) is not None:
+    if not hasattr(body, "dynamic_dims"):
         return
-    from .carried_loops import OpaqueStringValue, _dynamic_scalar
+    from .carried_loops import OpaqueSequenceValue, OpaqueStringValue, _dynamic_scalar
+    opaque = {source for source, value in slots.items() if type(value) is OpaqueSequenceValue}
+    if not opaque <= body.dynamic_ints:  # NOTE [Comprehension results of changing length] in carried_loops.py
+        body.dynamic_ints = body.dynamic_ints | opaque
+    if getattr(getattr(body, "request", None), "dynamic", None) is not None:
+        return
     from .values.base import LazyArg
     from .python_draws import DrawValue
     from .values.scalars import SymFloatValue

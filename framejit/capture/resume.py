@@ -93,9 +93,19 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     _ORIGIN[new_code] = (code, jump.arg - index)
     if cells:
         _CELL_ARGS[new_code] = frozenset(cells)
+    _VALUE_ARGS[new_code] = frozenset(f"{STACK_PREFIX}{i}" for i, kind in enumerate(layout) if kind == "value")
     from .local_liveness import maybe_unbound
     _DEAD_ARGS[new_code] = maybe_unbound(code, index, live_locals)
     return new_code
+
+
+# resume code -> its stack arguments of kind "value" (not a loop's iterator: NOTE [Sequences of changing length
+# carried across breaks] in carried_loops.py)
+_VALUE_ARGS: dict[types.CodeType, frozenset[str]] = {}
+
+
+def value_stack_args(code: types.CodeType) -> frozenset[str]:
+    return _VALUE_ARGS.get(code, frozenset())
 
 
 # resume code -> its locals that may hold local_liveness.Unbound (NOTE [Resume functions take the same locals

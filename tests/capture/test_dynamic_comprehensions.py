@@ -61,10 +61,9 @@ def test_a_comprehension_over_a_symbolic_range_compiles_a_bounded_number_of_time
 
 @pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
 def test_a_comprehension_whose_result_is_read_after_it_equals_eager(dynamic):
-    # the owner frame serves every size; the function after the comprehension reads the list (its length
-    # guarded: a stack argument is not made opaque, NOTE [Sequences of changing length carried across
-    # breaks]), so it compiles per length until the recompile limit runs it eagerly (stock: the same for
-    # the whole frame)
+    # the owner frame serves every size; the function after the comprehension takes the list as opaque from
+    # its first trace (NOTE [Comprehension results of changing length]; more in
+    # test_dynamic_comprehension_results.py)
     before = len(framejit.stats()["frames"])
     compiled = framejit.compile(closure_and_after, backend="eager", dynamic=dynamic)
     for size in SIZES:

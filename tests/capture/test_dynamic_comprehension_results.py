@@ -1,0 +1,120 @@
+"""Dynamic shapes, issue 13: the list a comprehension over a symbolic range makes, read after it (len(),
+indexing, slicing, torch.stack, sum, unpacking, mutation), no longer makes the function after the comprehension
+compile once per length (NOTE [Comprehension results of changing length] in carried_loops.py). Before, that
+resume function was guarded by the list's length: one trace per size until the recompile limit ran it eagerly
+(stock torch.compile: one graph per size, then the frame eagerly). Now the list is opaque there from the first
+trace: each use runs in Python, and every frame after it is traced at most twice (a tensor built from the list
+goes by automatic dynamic). Differential: eager vs compiled on fresh inputs of changing sizes, values, types,
+exceptions and a log of side effects compared; per-frame trace counts asserted."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+import framejit
+
+SIZES = [3, 5, 7, 4, 9, 6, 11, 2, 8, 10]  # more sizes than the recompile limit (8)
+LOG: list = []
+
+
+def stacked(x):
+    ys = [x[i] * i for i in range(x.size(0))]
+    return torch.stack(ys).sum(0), len(ys)
+
+
+def indexed(x):
+    ys = [i * 2 for i in range(x.size(0))]
+    return x * ys[-1] + len(ys), ys[0]
+
+
+def summed(x):
+    ys = [i for i in range(x.size(0))]
+    return x + sum(ys)
+
+
+def sliced(x):
+    ys = [i * i for i in range(x.size(0))]
+    return ys[1:], ys[::-1], ys[-2:], ys * 2, ys + [9]
+
+
+def mutated(x):
+    ys = [i for i in range(1, x.size(0))]
+    ys.append(100)
+    zs = ys
+    zs.insert(0, -1)
+    return ys, zs is ys, len(ys)
+
+
+def unpacked(x):  # UNPACK_EX of an opaque list: no break can be taken there, the frame after runs eagerly
+    ys = [i for i in range(x.size(0))]
+    a, *rest = ys
+    return a, rest, x * a
+
+
+def logged(x):
+    LOG.append("a")
+    ys = [LOG.append(i) or i for i in range(x.size(0))]
+    LOG.append(len(ys))
+    return x * sum(ys)
+
+
+def made_tuple(x):
+    t = tuple([i for i in range(x.size(0))])
+    return t, len(t), x * len(t)
+
+
+def extremes(x):
+    ys = [i - 3 for i in range(x.size(0))]
+    return max(ys), min(ys)
+
+
+PROGRAMS = [stacked, indexed, summed, sliced, mutated, logged, made_tuple, extremes]
+
+
+def _outcome(fn, x):
+    LOG.clear()
+    try:
+        result = ("value", fn(x))
+    except Exception as e:  # noqa: BLE001 (compared with eager's)
+        result = ("raised", type(e), str(e))
+    return result, list(LOG)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _run(fn, dynamic, sizes) -> collections.Counter:
+    framejit.reset()
+    before = len(framejit.stats()["frames"])
+    compiled = framejit.compile(fn, backend="eager", dynamic=dynamic)
+    for size in sizes:
+        torch.manual_seed(size)
+        x = torch.randn(size, 3)
+        want, got = _outcome(fn, x.clone()), _outcome(compiled, x.clone())
+        assert _same(want, got), (size, want, got)
+    return collections.Counter(row["function"] for row in framejit.stats()["frames"][before:]
+                               if row["cache"] == "miss")
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+@pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
+def test_a_comprehension_result_read_after_it_compiles_each_frame_at_most_twice(fn, dynamic):
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, dynamic, SIZES)
+    assert max(traces.values()) <= 2, traces
+    assert traces[fn.__name__] <= (2 if dynamic is None else 1), traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+@pytest.mark.parametrize("fn", [*PROGRAMS, unpacked], ids=lambda f: f.__name__)
+def test_sizes_zero_and_one_raise_and_return_as_eager(fn, dynamic):
+    # an empty list: ys[-1], a, *rest = ys and max(ys) raise; size 1: one item
+    _run(fn, dynamic, [3, 0, 5, 1, 4, 0, 6])
