@@ -300,20 +300,41 @@ def _read_scalar_inputs(graph, fx_nodes: dict, builder: _ShapeBuilder) -> int:
 
 
 def _remove_unused(graph) -> None:
-    """Drop nodes whose outputs nothing reads, then scalar graph inputs nothing reads (not in graphs with
-    subgraphs, If/Loop bodies, whose reads of outer values this does not look into)."""
-    import onnx_ir as ir
+    """Drop nodes whose outputs nothing reads, then scalar graph inputs nothing reads; an outer value that an
+    If/Loop body reads counts as read (NOTE [ORT's LSTM eats NaN]: an LSTM's guard holds such bodies)."""
+    read_inside = _read_by_subgraphs(graph)
 
-    if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
-           for node in graph for attr in node.attributes.values()):
-        return
+    def unread(value) -> bool:
+        return not value.uses() and not value.is_graph_output() and value not in read_inside
+
     for node in reversed(list(graph)):
-        if all(not v.uses() and not v.is_graph_output() for v in node.outputs):
+        if all(unread(v) for v in node.outputs):
             graph.remove(node, safe=True)
     for value in list(graph.inputs):
         shape = value.shape
-        if not value.uses() and not value.is_graph_output() and shape is not None and len(shape) == 0:
+        if unread(value) and shape is not None and len(shape) == 0:
             graph.inputs.remove(value)
+
+
+def _read_by_subgraphs(graph) -> set:
+    """The values that nodes inside `graph`'s subgraphs (If branches, Loop bodies, nested) read."""
+    import onnx_ir as ir
+
+    read, pending = set(), [graph]
+    while pending:
+        for node in pending.pop():
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.GRAPH:
+                    subgraphs = [attr.value]
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    subgraphs = list(attr.value)
+                else:
+                    continue
+                for sub in subgraphs:
+                    read.update(v for inner in sub for v in inner.inputs if v is not None)
+                    read.update(sub.outputs)
+                    pending.append(sub)
+    return read
 
 
 # NOTE [Batched matmuls without views]

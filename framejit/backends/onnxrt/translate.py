@@ -25,7 +25,7 @@ import weakref
 import torch
 import torch.fx
 
-from . import attention, attention_masks, shapes, splits
+from . import attention, attention_masks, lstm_guard, lstm_whole, shapes, splits
 
 # NOTE [Private torch.onnx pieces]
 # The per-node translation reuses torch's dynamo-exporter internals (`torch.onnx._internal.exporter`:
@@ -64,7 +64,9 @@ def registry():
     from torch.onnx._internal.exporter import _registration
 
     with _quiet():
-        return _registration.ONNXRegistry.from_torchlib()
+        reg = _registration.ONNXRegistry.from_torchlib()
+    lstm_whole.register_translation(reg)  # NOTE [LSTM kept whole]: ORT's LSTM op
+    return reg
 
 
 @functools.lru_cache(maxsize=None)
@@ -318,6 +320,8 @@ def _differs_from_eager(node: torch.fx.Node, overload: str, vals: list) -> str |
         return "its result's memory layout is read by an as_strided (NOTE [Storage read by as_strided])"
     if schema_name in _TIE_ORDER:
         return f"{overload}: the order of tied values' indices is eager's own partial sort, not ORT's"
+    if node.target is lstm_whole.LSTM_WHOLE and lstm_whole.stays_in_torch(node) is not None:
+        return lstm_whole.stays_in_torch(node)
     if schema_name in _EMBEDDING_BAG:
         return f"{overload}: torchlib computes only its first output and crashed ORT in mean mode"
     ignored = [name for name in _IGNORED_ARGUMENTS.get(schema_name, ()) if _argument(node, name) is not None]
@@ -401,6 +405,8 @@ def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
                     splits.emit(graph, node, values)
                 else:
                     _translate_node(model, graph, node, values, reg, onnx_opset, constant_farm)
+                if node.target is lstm_whole.LSTM_WHOLE:
+                    lstm_guard.guard(graph, node, values)  # NOTE [ORT's LSTM eats NaN]
             except Exception as exc:  # torchlib raises many kinds; all mean "this node cannot go"
                 raise NodeTranslationError(node.name, f"{type(exc).__name__}: {exc}") from exc
         attention_masks.move_fallbacks(graph, fallbacks)
