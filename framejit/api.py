@@ -39,6 +39,7 @@ from .capture.user_tracebacks import clean as clean_traceback, stands_for_module
 from .backends import registry
 from .capture import (BackendCompilerFailed, CompileRequest, ConstraintViolationError, FrameHook, FramejitError,
                       GraphBreak, Unsupported, module_call)
+from .capture.module_frame import module_forward
 
 
 def compile(model: Callable | None = None, *, backend: str | Callable = "eager", fullgraph: bool = False,
@@ -164,14 +165,31 @@ def _compile_module(module: torch.nn.Module, request: CompileRequest, share: boo
                                        f"arguments are unknown")
         return _compiled_from_pickle, (type(self)._orig_mod, request.compile_args)
 
-    namespace = {"__call__": __call__, "__deepcopy__": __deepcopy__, "__copy__": __copy__,
-                 "__reduce_ex__": __reduce_ex__, "_orig_mod": module,
+    namespace = {"__call__": __call__, "forward": _compiled_forward(cls, request), "__deepcopy__": __deepcopy__,
+                 "__copy__": __copy__, "__reduce_ex__": __reduce_ex__, "_orig_mod": module,
                  "_framejit_compiled": True, "_framejit_hook": shared, "__module__": cls.__module__,
                  "__qualname__": cls.__qualname__}
     compiled_cls = type(cls.__name__, (cls,), namespace)
     compiled = object.__new__(compiled_cls)
     object.__setattr__(compiled, "__dict__", module.__dict__)
     return compiled
+
+
+# NOTE [The forward of a compiled module]: `compiled.forward(x)` found the class's own forward (the compiled
+# class inherits it) and ran it eagerly, bound to the compiled module: nothing was captured where
+# torch.compile's module compiles that call too (code that calls `model.forward(...)` after compiling, or
+# passes the bound method on). The compiled class's `forward` now calls the module's forward through a hook
+# of its own (module_frame.module_forward, made with the module's compile request): as `module.forward(x)` in
+# eager it runs no hooks. It carries the class forward's name and signature (`inspect.signature` of the bound
+# method names its parameters, which some callers read); a `forward` set on the instance still wins, as it
+# does on the original (the instance dict is shared).
+def _compiled_forward(cls: type, request: CompileRequest):
+    hook = _hook(module_forward, request)
+
+    @functools.wraps(cls.forward)
+    def forward(self, *args, **kwargs):
+        return hook(type(self)._orig_mod, *args, **kwargs)
+    return forward
 
 
 # NOTE [Compiled modules of one class share their code]: every compiled module's frame is `module_call(module,

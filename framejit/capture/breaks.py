@@ -19,6 +19,19 @@ import enum
 DISABLED: "set" = set()
 
 
+# NOTE [Compiled callables under FX tracing]: `torch.fx.symbolic_trace` of a model that calls a compiled
+# function, or of a compiled module (FX calls the class's `forward`: NOTE [The forward of a compiled module]
+# in api.py), calls the hook with FX Proxies; no entry's guards accept them, and tracing them failed (an
+# AttributeError, or "symbolically traced variables cannot be used as inputs to control flow"). A hook called
+# while FX traces runs its function as plain Python, so FX records its operations, as with torch.compile
+# (whose compiled callables run the original function under FX symbolic tracing).
+def fx_tracing() -> bool:
+    import sys
+    fx = sys.modules.get("torch.fx._symbolic_trace")
+    getter = getattr(fx, "_get_is_fx_tracing", None)  # a per-thread flag in newer torch, a global before
+    return bool(getter() if getter is not None else getattr(fx, "_is_fx_tracing_flag", False))
+
+
 class FramejitError(Exception):
     """Base class of framejit's own exceptions."""
 

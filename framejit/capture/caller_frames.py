@@ -240,8 +240,8 @@ def logging_call(fn: Any) -> bool:
     """A method of logging's Logger or LoggerAdapter, or logging's module function, that makes a record
     (NOTE [Logging past the hook])."""
     import logging
-    code = getattr(fn, "__code__", None)
-    return code is not None and code.co_filename == logging.__file__ and code.co_name in _LOGGING_CALLS
+    code = getattr(fn, "__code__", None)  # an object answering every attribute (an FX Proxy) has no code
+    return type(code) is types.CodeType and code.co_filename == logging.__file__ and code.co_name in _LOGGING_CALLS
 
 
 def log(method, /, *args, **kwargs):

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
+from .compiled_callees import compiled_function, original_module
 from .python_draws import drawing_call, record_draw
 from .module_protocol import ModuleSliceValue
 from .protocol import constant_fold
@@ -228,6 +229,8 @@ def _call_other(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> V
     getter = getter_of(tx, fn)
     if getter is not None:  # NOTE [Operator getters]
         return call_getter(tx, getter, args, kwargs)
+    if (original := compiled_function(tx, fn)) is not None:  # NOTE [Compiled callables called while tracing]
+        return call_value(tx, original, args, kwargs)
     if isinstance(fn, ObjectValue) and callable(fn.obj):  # `o(...)` finds __call__ on type(o) only
         return tx.call_special_of(fn, "__call__", args, kwargs)  # NOTE [Special method lookup]
     if isinstance(fn, NewObjectValue) and _python_call(fn.cls):
@@ -555,6 +558,8 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
     """`module(*args)`: nn.Module.__call__ without hooks is exactly `forward(*args)`, with forward hooks it
     is module_hooks.call_with_hooks; a class that overrides `__call__` has that method inlined instead (its
     type is guarded)."""
+    if (original := original_module(tx, mod_value)) is not None:  # NOTE [Compiled callables called while tracing]
+        return call_module(tx, original, args, kwargs)
     from .lazy_modules import initialise_at_trace
     initialise_at_trace(tx, mod_value, args, kwargs)  # NOTE [Lazy modules initialised while tracing]
     call = type(mod_value.obj).__call__

@@ -38,7 +38,7 @@ from typing import Any
 from .. import config, fake_modes, logs
 from ..guards.codegen import Explanations as _Explanations
 from . import frame_cache
-from .breaks import DISABLED
+from .breaks import DISABLED, fx_tracing
 from .codegen import frame_signature
 from .convert import convert_frame
 from .module_frame import module_call
@@ -144,8 +144,8 @@ class FrameHook:
         return self if obj is None else types.MethodType(self, obj)
 
     def miss(self, args: tuple, kwargs: dict) -> Any:
-        if self.fn.__code__ in DISABLED:  # NOTE [Disable after compiling]
-            return self.eager(*args, **kwargs)
+        if self.fn.__code__ in DISABLED or fx_tracing():  # NOTE [Disable after compiling], NOTE [Compiled
+            return self.eager(*args, **kwargs)  # callables under FX tracing] in breaks.py
         entry = self._find_or_compile(args, kwargs)
         if entry is None:
             return self._limit_eager()(*args, **kwargs) if self.limit_logged else self.eager(*args, **kwargs)

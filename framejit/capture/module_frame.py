@@ -1,4 +1,4 @@
-"""`module_call`: the frame a compiled nn.Module's call runs through.
+"""`module_call` and `module_forward`: the frames a compiled nn.Module's call and its `forward` run through.
 
 `framejit.compile(module)` compiles this function (its first argument is the original module), and code
 at graph breaks calls a module through its hook. The frame cache names it in its keys (with the module's
@@ -13,4 +13,10 @@ def module_call(module, /, *args, **kwargs):
     return module(*args, **kwargs)
 
 
-__all__ = ["module_call"]
+def module_forward(module, /, *args, **kwargs):
+    """The frame compiled for `compiled_module.forward(...)`: the module's forward without its hooks, as eager
+    (NOTE [The forward of a compiled module] in api.py)."""
+    return module.forward(*args, **kwargs)
+
+
+__all__ = ["module_call", "module_forward"]

@@ -1,0 +1,49 @@
+"""Compiled functions and modules called by the code being traced: their original code is inlined.
+
+NOTE [Compiled callables called while tracing]: a function made by `framejit.compile(f)` is a FrameHook,
+and a compiled module is an instance of a generated subclass whose `__call__` calls the module's hook
+(NOTE [Compiled modules] in api.py). Called from a traced frame (`def outer(x): return compiled_f(x) + 1`,
+a parent module holding a compiled block, `[framejit.compile(b) for b in blocks]` called from a compiled
+model), the trace inlined FrameHook.__call__ itself, framejit's own code, and broke at its first identity
+test of a code object ("identity comparison of Constant(<code object f>) and Constant(<code object f>)"):
+every such call was a graph break, the callee a graph of its own. In eager, calling the compiled form runs
+the original function (or the original module's `__call__`, hooks included) with the same arguments, so the
+trace inlines that instead, as torch.compile inlines a compiled callee: the callee joins the caller's graph
+under the caller's backend and options.
+- a FrameHook made by framejit.compile (it carries `__wrapped__`, its function; the hooks framejit makes for
+  resume functions and callees at breaks do not, and user code never reaches them): its type is guarded and
+  its `fn` is read as the attribute it is, so the function's own guards (its code, defaults) apply;
+- a compiled module: its generated class is guarded (TYPE_MATCH, as for any module) and the call is the
+  original module's call, read as `compiled._orig_mod` (the class attribute), hooks and all. The compiled
+  class's `forward` (NOTE [The forward of a compiled module]) is a FrameHook call as well.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .sources import AttrSource
+from .values import NNModuleValue, ObjectValue
+from .values.base import Value
+
+
+def compiled_function(tx, fn: Value) -> Value | None:
+    """The function a compiled function `fn` wraps, when `fn` is one made by framejit.compile; else None."""
+    from .hook import FrameHook
+    obj: Any = getattr(fn, "obj", None)
+    if not isinstance(fn, ObjectValue) or type(obj) is not FrameHook or fn.source is None:
+        return None
+    if obj.__dict__.get("__wrapped__") is not obj.fn:
+        return None
+    from .values.builder import wrap
+    tx.output.guard_type(fn.source, FrameHook)
+    return wrap(tx.output, obj.fn, AttrSource(fn.source, "fn"))
+
+
+def original_module(tx, mod_value: NNModuleValue) -> Value | None:
+    """The original module of a compiled module `mod_value`, read through it; else None."""
+    cls = type(mod_value.obj)
+    if not cls.__dict__.get("_framejit_compiled") or mod_value.source is None:
+        return None
+    from .values.builder import wrap
+    tx.output.guard_type(mod_value.source, cls)
+    return wrap(tx.output, cls._orig_mod, AttrSource(mod_value.source, "_orig_mod"))

@@ -1,0 +1,171 @@
+"""Compiled functions and modules called by compiled code, a compiled module's `forward`, and both under FX
+symbolic tracing (NOTE [Compiled callables called while tracing] in capture/compiled_callees.py, NOTE [The
+forward of a compiled module] in api.py, NOTE [Compiled callables under FX tracing] in capture/breaks.py).
+Every result is compared with the same program run eagerly."""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+import framejit
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x))
+
+
+def _close(a, b):
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_compiled_function_called_by_compiled_code_joins_its_graph():
+    def scale(x):
+        return x.sin() * 2
+
+    def shift(x):
+        return x.cos() - 3
+
+    inner = {"f": framejit.compile(scale)}
+
+    def outer(x):
+        return inner["f"](x) + 1
+
+    cnt = Counter()
+    compiled = framejit.compile(outer, backend=cnt)
+    for n in (3, 3, 5):
+        x = torch.randn(n)
+        _close(compiled(x), outer(x))
+    report = framejit.explain(outer)(torch.randn(3))
+    assert report.graph_break_count == 0 and report.graph_count == 1
+    graphs_before = len(cnt.graphs)
+    inner["f"] = framejit.compile(shift)  # another compiled function: the guards on its code fail
+    x = torch.randn(3)
+    _close(compiled(x), outer(x))
+    inner["f"] = shift  # the plain function
+    _close(compiled(x), outer(x))
+    assert len(cnt.graphs) > graphs_before
+
+
+def test_a_compiled_module_called_by_a_compiled_parent_runs_its_hooks_and_sees_new_weights():
+    torch.manual_seed(0)
+    block = Block()
+    child = framejit.compile(block)
+
+    class Parent(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.child = child
+
+        def forward(self, x):
+            return self.child(x) * 2 + self.child.forward(x)
+
+    parent = Parent()
+    cnt = Counter()
+    compiled = framejit.compile(parent, backend=cnt)
+    for step in range(3):
+        with torch.no_grad():
+            block.lin.weight.add_(0.25)  # state changed between calls
+        x = torch.randn(2 + step, 4)
+        _close(compiled(x), parent(x))
+    handle = block.register_forward_hook(lambda mod, args, out: out + 100)  # runs on child(x), not on forward
+    x = torch.randn(3, 4)
+    _close(compiled(x), parent(x))
+    handle.remove()
+    _close(compiled(x), parent(x))
+    report = framejit.explain(parent)(x)
+    assert report.graph_break_count == 0 and report.graph_count == 1
+
+
+def test_gradients_flow_through_a_compiled_child():
+    torch.manual_seed(0)
+
+    class Parent(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.child = framejit.compile(Block())
+
+        def forward(self, x):
+            return self.child(x).square().sum()
+
+    parent = Parent()
+    compiled = framejit.compile(parent)
+    for n in (2, 3):
+        x = torch.randn(n, 4)
+        compiled(x).backward()
+        got = parent.child.lin.weight.grad.clone()
+        parent.zero_grad()
+        parent(x).backward()
+        _close(got, parent.child.lin.weight.grad)
+        parent.zero_grad()
+
+
+def test_the_forward_of_a_compiled_module_is_compiled_and_runs_no_hooks():
+    torch.manual_seed(0)
+    block = Block()
+    cnt = Counter()
+    compiled = framejit.compile(block, backend=cnt, fullgraph=True)
+    assert str(inspect.signature(compiled.forward)) == str(inspect.signature(block.forward))
+    for n in (2, 2, 3):
+        x = torch.randn(n, 4)
+        _close(compiled.forward(x), block.forward(x))
+    assert len(cnt.graphs) >= 1
+    handle = block.register_forward_hook(lambda mod, args, out: out * 0)
+    x = torch.randn(2, 4)
+    _close(compiled.forward(x), block.forward(x))  # eager's forward() skips the hooks
+    _close(compiled(x), block(x))  # the call runs them
+    handle.remove()
+    block.forward = lambda x: x + 42  # a forward set on the instance wins, as on the original
+    _close(compiled.forward(x), block.forward(x))
+    _close(compiled(x), block(x))
+
+
+def test_a_list_argument_mutated_through_forward_in_one_graph():
+    class Fill(torch.nn.Module):
+        def forward(self, items):
+            out = items[3:5]
+            for _ in range(4):
+                out[0] = torch.abs(items[0]) + 1
+            return out
+
+    cnt = Counter()
+    compiled = framejit.compile(Fill(), backend=cnt, fullgraph=True)
+    for n in (10, 10, 7):
+        items = [torch.randn(3) for _ in range(n)]
+        got, want = compiled.forward(list(items)), Fill().forward(list(items))
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            _close(a, b)
+    assert 1 <= len(cnt.graphs) <= 2
+
+
+def test_fx_symbolic_trace_of_compiled_callables_records_their_operations():
+    def inner(x):
+        return x.sin() + 1
+
+    compiled_inner = framejit.compile(inner)
+
+    class UsesCompiled(torch.nn.Module):
+        def forward(self, x):
+            return compiled_inner(x) * 2
+
+    block = Block()
+    for root, eager in ((UsesCompiled(), UsesCompiled()), (framejit.compile(block), block)):
+        gm = torch.fx.symbolic_trace(root)
+        for n in (2, 3):
+            x = torch.randn(n, 4)
+            _close(gm(x), eager(x))
