@@ -57,11 +57,32 @@ COMPARE_OPS: dict[str, Callable] = {
 def constant_fold(fn: Callable, /, *values: Any, **kwargs: Any) -> Value:
     """Apply `fn` to Python constants; an exception is the user's (CPython raises it too)."""
     note_fold(fn, (*values, *kwargs.values()))  # NOTE [Hash-seeded facts]
+    if any(type(v).__module__ == "numpy" for v in (*values, *kwargs.values())):
+        return _numpy_fold(fn, values, kwargs)
     try:
         result = fn(*values, **kwargs)
     except Exception as e:
         raise UserException(e) from None
     return folded_value(result)  # NOTE [Mutable results of folded calls]
+
+
+# NOTE [NumPy folds and the error state]: NumPy's floating-point errors (divide by zero, overflow, invalid,
+# underflow) warn, raise, call a handler or pass according to `np.seterr`, global state no guard names; a fold
+# made while tracing answered with the trace's state on every later call (`np.float64(1.0) / np.float64(0.0)`
+# returned inf after `np.seterr(all="raise")`, where eager raises FloatingPointError; /tmp/hsound2/q.py
+# numpy_const_div_zero_seterr). A fold on NumPy values is made under errstate(all="raise"): one that meets
+# such an error is not folded (a break: the operation runs in Python, under the state of that call).
+def _numpy_fold(fn: Callable, values: tuple, kwargs: dict) -> Value:
+    import numpy
+    try:
+        with numpy.errstate(all="raise"):
+            result = fn(*values, **kwargs)
+    except FloatingPointError:
+        raise Unsupported(BreakKind.DATA_DEPENDENT, f"{getattr(fn, '__name__', fn)} of NumPy values meets a "
+                                                    "floating-point error, handled as np.seterr says") from None
+    except Exception as e:
+        raise UserException(e) from None
+    return folded_value(result)
 
 
 def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
