@@ -26,6 +26,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
 from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
+from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
 from .getattribute import custom_getattribute, inline_getattribute, instance_dict
 from .vmap_capture import check_grad_fact
 
@@ -137,6 +138,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return CloneValue(obj)
     if isinstance(obj, TensorValue):
         return _tensor_attr(tx, obj, name)
+    if getattr(obj, "opaque_tensor", None):
+        opaque_attr_check(obj, name)  # NOTE [Tensor subclasses traced as tensors]
     from .numpy_support import NdarrayValue, ndarray_attr
     if isinstance(obj, NdarrayValue):  # NOTE [NumPy as torch]
         return ndarray_attr(tx, obj, name)
@@ -253,6 +256,10 @@ def _builtin_attr(tx, obj: BuiltinValue, name: str) -> Value:
 
 
 def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
+    if is_subclass_type(t.cls):  # NOTE [Tensor subclasses traced as tensors]: the subclass's own methods first
+        found = subclass_attr(tx, t, name)
+        if found is not None:
+            return found
     if name == "grad" and _input_leaf(tx, t) is not None:
         return wrap(tx.output, _input_leaf(tx, t).grad, AttrSource(t.source, "grad"))  # NOTE [Gradients of inputs]
     if name in TENSOR_UNSUPPORTED_ATTRS:
@@ -349,7 +356,7 @@ def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
     elif t.source is not None:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Python attribute {name!r} of a tensor")
     lookup.guard_class_absent(tx.output, cls.__mro__, "__getattr__")
-    raise UserException(AttributeError(f"'Tensor' object has no attribute '{name}'"))
+    raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'"))
 
 
 def _constant_attr(obj: ConstantValue, name: str) -> Value:

@@ -260,6 +260,9 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
     if name == "type":
         from .stdlib import tensor_type
         return tensor_type(tx, tensor, args, kwargs)
+    if name == "as_subclass":  # NOTE [Tensor subclasses traced as tensors]
+        from .tensor_subclasses import as_subclass
+        return as_subclass(tx, tensor, args, kwargs)
     if name == "numpy":  # NOTE [NumPy as torch]
         from .numpy_support import tensor_to_ndarray
         return tensor_to_ndarray(tx, tensor, args, kwargs)

@@ -248,6 +248,8 @@ def _same_tensor(tx, a: TensorValue, b: TensorValue) -> bool:
     through two sources has one fake (and an ALIAS guard). So equal fakes mean the same object, and
     different fakes different objects; when both are graph inputs read from sources, that they are
     distinct is guarded (`a is not b`), so a later call passing one tensor twice recompiles."""
+    if a.cls is not b.cls:  # NOTE [Tensor subclasses traced as tensors]: `as_subclass` made a new object
+        return False
     if a.node is b.node or (a.fake is not None and a.fake is b.fake):
         return True
     if a.fake is None or b.fake is None:

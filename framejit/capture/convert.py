@@ -22,6 +22,7 @@ import torch
 from .. import config, logs
 from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
+from .tensor_subclasses import plain_tensor, subclass_boundary
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import frame_reader_break, reads_own_locals
@@ -315,8 +316,9 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         function_regions(gm)  # NOTE [Custom autograd functions in the graph]
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
-        compiled = restoring(keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
-                                           output.output_versions), restore_plan(output))
+        compiled = subclass_boundary(restoring(keep_versions(  # NOTE [Tensor subclasses traced as tensors]
+            _backend_compile(gm, output, request, fn), gm, input_writes(output), output.output_versions),
+            restore_plan(output)), output, outputs)
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
     emit_draws(cg, output)  # NOTE [Draws from the random module]: after the graph, before anything else
@@ -457,8 +459,9 @@ def _compile_before_break(fn, gen, output, request) -> tuple:
     gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]
     checkpoint_regions(gm)  # NOTE [Checkpointed regions]
-    compiled = restoring(keep_versions(_backend_compile(gm, output, request, fn), gm, input_writes(output),
-                                       output.output_versions), restore_plan(output))
+    compiled = subclass_boundary(restoring(keep_versions(  # NOTE [Tensor subclasses traced as tensors]
+        _backend_compile(gm, output, request, fn), gm, input_writes(output), output.output_versions),
+        restore_plan(output)), output, outputs)
     return compiled, {id(v.node): i for i, v in enumerate(outputs)}, [gm]
 
 
@@ -513,7 +516,7 @@ class _BoundHooks:
 def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, fn: types.FunctionType) -> Callable:
     if reads_sizes_only(gm):
         return gm.forward  # NOTE [Graphs that only read sizes]: not a compilation
-    example_inputs = [inp.tensor for inp in output.inputs]
+    example_inputs = [plain_tensor(inp.tensor) for inp in output.inputs]  # NOTE [Tensor subclasses traced as tensors]
     STATS["graphs"] += 1
     if logs.enabled("graph_code"):
         logs.log("graph_code", "%s", gm.print_readable(print_output=False))

@@ -37,6 +37,7 @@ from .parametrized_classes import is_parametrized_class, type_check as parametri
 from .side_effects import SideEffects
 from .numpy_scalars import check_data_arguments
 from .sources import NameTable, Source
+from .tensor_subclasses import check_input_class, metadata_expr, result_class, settle_result
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
 
 
@@ -195,7 +196,7 @@ class OutputGraph:
     def guard_tensor(self, source: Source, t: torch.Tensor, fake: torch.Tensor | None = None) -> None:
         """One combined guard per tensor: type, dtype, device, shape, strides, requires_grad. With a
         symbolic `fake`, only its static sizes and strides (shapes.shape_guards checks the others)."""
-        e = source.expr(self.names)
+        te, e = metadata_expr(self, t, source.expr(self.names))  # NOTE [Guards read subclass tensors as Tensors]
         shape_check = (f"{e}.shape == {tuple(t.shape)!r}", str(tuple(t.shape)))
         stride_check = f"{e}.stride() == {t.stride()!r}"
         offset_check = f"{e}.storage_offset() == {t.storage_offset()}"
@@ -209,8 +210,8 @@ class OutputGraph:
             stride_check = " and ".join([f"{e}.stride({d}) == {s}" for d, s in enumerate(fake.stride())
                                          if not isinstance(s, torch.SymInt)]) or "True"
         checks = [
-            ("TENSOR_TYPE", f"___type({e}) is {self.name_of(type(t), type(t).__name__)}",
-             type(t).__name__, f"___type({e})"),
+            ("TENSOR_TYPE", f"___type({te}) is {self.name_of(type(t), type(t).__name__)}",
+             type(t).__name__, f"___type({te})"),
             ("TENSOR_DTYPE", f"{e}.dtype is {self.name_of(t.dtype, str(t.dtype).split('.')[-1])}",
              str(t.dtype), f"{e}.dtype"),
             ("TENSOR_DEVICE", self._device_check(e, t.device), str(t.device), f"{e}.device"),
@@ -218,8 +219,8 @@ class OutputGraph:
             ("TENSOR_STRIDE", stride_check, str(t.stride()), f"{e}.stride()"),
             ("TENSOR_STORAGE_OFFSET", offset_check, str(t.storage_offset()),
              f"{e}.storage_offset()"),
-            ("TENSOR_REQUIRES_GRAD", f"{e}.requires_grad is {t.requires_grad}", str(t.requires_grad),
-             f"{e}.requires_grad"),
+            ("TENSOR_REQUIRES_GRAD", f"{te}.requires_grad is {t.requires_grad}", str(t.requires_grad),
+             f"{te}.requires_grad"),
             ("TENSOR_LAZY_BITS", *_lazy_bits_check(e, t)),
         ]
         where, origin = source.describe(), self.location()
@@ -285,13 +286,7 @@ class OutputGraph:
             self.add_guard("ALIAS", f"{source.expr(self.names)} is {same.source.expr(self.names)}", source,
                            expected=f"the same tensor as {same.source.describe()}", cost=COST_ID)
             return self.remember(source, same.value)
-        if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
-            # NOTE [Subclass tensors guarded by type]: the value never enters a graph, so its type is the
-            # only fact; reading its metadata (shape, stride(), is_neg()) in the trace or in the guards ran
-            # the subclass's __torch_function__, a call eager never makes (a subclass logging its calls
-            # logged 7 more per call).
-            self.guard_type(source, type(tensor))
-            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"tensor subclass {type(tensor).__name__} at {source.describe()}")
+        check_input_class(self, tensor, source)  # NOTE [Subclass tensors guarded by type] (tensor_subclasses.py)
         if tensor.is_neg() or tensor.is_conj():  # NOTE [Lazy negation and conjugation bits]
             self.guard_tensor(source, tensor)
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE,
@@ -408,6 +403,7 @@ class OutputGraph:
         """Record `target(*args, **kwargs)` (kind call_function) or `args[0].target(...)` (call_method)."""
         args, kwargs = self._checked_call_args(kind, target, args, kwargs)
         args, kwargs = static_kernel_ints(kind, target, args, kwargs)  # NOTE [Ints that shape a kernel stay static]
+        subclass = result_class(kind, target, args, kwargs)  # NOTE [Tensor subclasses traced as tensors]
         check_data_arguments(kind, target, args, kwargs)  # NOTE [Dynamic NumPy scalars]
         same = dropout_identity(kind, target, args, kwargs)  # NOTE [Dropouts that return their input]
         if getattr(self, "getitem_to_index", 0):
@@ -455,7 +451,7 @@ class OutputGraph:
             if not has_sym(result) or not has_sym(sym_or_int(result)):
                 return self._wrap_constant_result(target, sym_or_int(result))
         value = self._record_node(kind, target, args, kwargs, result, mutated)
-        return value if same is None else same
+        return settle_result(value, subclass, mutated, result, args, kwargs, self.grad_enabled) if same is None else same
 
     def _record_node(self, kind: str, target: Any, args: tuple, kwargs: dict, result: Any, mutated: bool) -> Value:
         """The graph node of a call whose fake run gave `result` (`mutated`: it bumped a version), as a Value."""

@@ -236,6 +236,8 @@ def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
     number = torch_number(v)
     if number is not None:
         return leaf(number)
+    if getattr(v, "opaque_tensor", None):  # NOTE [Tensor subclasses traced as tensors]
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{v.opaque_tensor}: an op on it runs in Python")
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{v.describe()} cannot be passed to a graph op")
 
 

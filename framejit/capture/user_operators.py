@@ -42,6 +42,13 @@ def _object_type(v: Value) -> type | None:
     return None
 
 
+def not_python_reason(cls: type, name: str) -> str:
+    import torch
+    from .tensor_subclasses import opaque_reason  # NOTE [Tensor subclasses traced as tensors]
+    reason = opaque_reason(cls) if issubclass(cls, torch.Tensor) else None
+    return f"{cls.__name__}.{name} of a {reason}" if reason else f"{cls.__name__}.{name} is not a Python function"
+
+
 def _method(tx, cls: type, name: str) -> Any:
     """The Python function `name` resolves to on `cls` (guarded), None when absent; Unsupported when it is
     something else (a C slot of a builtin base, a descriptor)."""
@@ -53,7 +60,7 @@ def _method(tx, cls: type, name: str) -> Any:
         return found
     if found is None:  # `__add__ = None`: CPython raises TypeError at the call
         raise UserException(TypeError("'NoneType' object is not callable"))
-    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.{name} is not a Python function")
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, not_python_reason(cls, name))
 
 
 def _applies(a: Value, b: Value) -> bool:
@@ -153,7 +160,7 @@ def _compare_with(tx, op: Callable, side: Value, other: Value, cls: type) -> Val
     if isinstance(found, types.FunctionType):
         return tx.call_special_of(side, name, [other], {})
     if found is not object.__dict__[name]:
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.{name} is not a Python function")
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, not_python_reason(cls, name))
     if op is operator.eq:
         return ConstantValue(True) if is_same(tx, side, other) else ConstantValue(NotImplemented)
     if op is operator.ne:

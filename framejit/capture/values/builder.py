@@ -26,6 +26,7 @@ import torch
 from ..breaks import BreakKind, Unsupported
 from ..parametrized_classes import rely_on_identity
 from ..sources import AttrSource, ItemSource, Source
+from ..tensor_subclasses import opaque_subclass
 from .base import ConstantValue, Value
 from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMethodValue, UserFunctionValue
 from .containers import DictValue, ListValue, SetValue, TupleValue
@@ -153,7 +154,8 @@ def _wrap_guarded(out, obj: Any, source: Source) -> Value:
     if isinstance(obj, torch.Tensor):
         if type(obj) is torch.Tensor and obj.is_nested:
             return _nested_tensor(out, obj, source)
-        return out.add_input(obj, source)
+        return opaque_subclass(out, obj, source) or out.add_input(obj, source)  # NOTE [Tensor subclasses traced
+        # as tensors]: one with its own __torch_function__ or __torch_dispatch__ is an opaque object
     if type(obj).__module__.startswith("numpy"):
         from ..numpy_scalars import wrap_dynamic_scalar
         from ..numpy_support import wrap_numpy
