@@ -207,6 +207,9 @@ def _namespace_or_object_attr(tx, obj: Value, name: str) -> Value:
     from .state_blocks import OpaqueProfilerValue
     if isinstance(obj, OpaqueProfilerValue):  # NOTE [Profiler objects used]
         raise obj.used(f"attribute {name!r} of {obj.describe()}")
+    from .values.containers import SliceValue
+    if isinstance(obj, SliceValue) and name in ("start", "stop", "step"):  # NOTE [Slices from outside]
+        return obj.parts[("start", "stop", "step").index(name)]
     if isinstance(obj, IteratorValue) and name in ("__iter__", "__next__"):  # `it.__next__()` is next(it)
         return BoundMethodValue(BuiltinValue(iter if name == "__iter__" else next), obj)
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of {obj.describe()}")

@@ -16,7 +16,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .builtins import _consts, handles
 from .protocol import constant_fold
 from .parametrized_classes import rely_on_identity
-from .values import ClassValue, ConstantValue, DictValue, ObjectValue, SequenceValue, TensorValue, Value
+from .values import ClassValue, ConstantValue, ObjectValue, Value
 
 _TENSOR_MARKERS = {k: v for k, v in ((getattr(torch.nn, "Buffer", None), "_is_buffer"),
                                        (torch.nn.Parameter, "_is_param")) if k is not None}
@@ -154,4 +154,26 @@ def _callable(tx, args, kwargs):
         from .lookup import guard_lookup
         guard_lookup(tx.output, type(v.obj), "__call__")
         return ConstantValue(callable(v.obj))
-    return ConstantValue(not isinstance(v, (TensorValue, SequenceValue, DictValue)))
+    return ConstantValue(_type_is_callable(tx, v))
+
+
+# NOTE [callable() of other values]: for any other value the answer is whether its type has a call slot,
+# `__call__` found in the dict of a class of its MRO (not `hasattr(cls, "__call__")`, which finds the
+# metaclass's). It answered True for every value that was not a tensor, sequence or dict, so a NumPy array,
+# a generator, an iterator, `zip(...)` or `map(...)` was callable (`default() if callable(default) else
+# default` took the wrong branch; review revO O2). A class defined in Python has the lookup guarded (a
+# `__call__` added later); a value whose type the trace does not know is a graph break.
+def _type_is_callable(tx, v: Value) -> bool:
+    from .values.callables import PartialValue
+    if isinstance(v, PartialValue):
+        return True  # functools.partial has a call slot (its python_type is not modelled)
+    try:
+        cls = v.python_type()
+    except Exception:  # noqa: BLE001 - a value kind without a known Python type
+        cls = None
+    if not isinstance(cls, type):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"callable() of {v.describe()}")
+    if cls.__flags__ & (1 << 9):  # Py_TPFLAGS_HEAPTYPE: a class statement's, whose dict can change
+        from .lookup import guard_lookup
+        guard_lookup(tx.output, cls, "__call__")
+    return any("__call__" in vars(k) for k in cls.__mro__)
