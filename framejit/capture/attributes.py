@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import random
 import types
 from typing import Any
 
@@ -670,6 +671,9 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
     (NOTE [Lookup facts]). `default_lookup`: object.__getattribute__ itself (NOTE [Custom __getattribute__])."""
     real = obj.obj if isinstance(obj, ObjectValue) else None
     cls = type(real) if real is not None else obj.cls
+    if isinstance(real, random.Random):
+        from .python_draws import check_state_read  # NOTE [Generator state read after a draw]
+        check_state_read(tx, real, name)
     if not default_lookup:
         impl = custom_getattribute(tx, cls)
         if impl is not None:

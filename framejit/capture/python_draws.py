@@ -273,3 +273,13 @@ def emit_draws(cg, output) -> None:
 
 def has_draws(output) -> bool:
     return bool(output.__dict__.get("python_draws"))
+
+
+# NOTE [Generator state read after a draw]: a recorded draw is made after the graph, so the trace sees the
+# generator's state from before it: `a = rng.gauss(0, 1); g = rng.gauss_next` read None where eager reads the
+# cached half of the pair (review revO O1), and `vars(rng)` the old dict. Reading a generator's own data
+# (its `__dict__`, or a name in it) after this trace recorded a draw is a graph break: the draws made so far
+# are made at the break, then Python reads the state they left.
+def check_state_read(tx, obj: random.Random, name: str) -> None:
+    if has_draws(tx.output) and (name == "__dict__" or name in getattr(obj, "__dict__", {})):
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"reading {name!r} of a random generator after a draw")
