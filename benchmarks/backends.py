@@ -3,11 +3,14 @@
 Usage:
     .venv/bin/python benchmarks/backends.py --backend onnxrt [--device cpu] [--size bench]
         [--models mlp,cnn] [--no-inductor] [--seconds 1.0] [--threads N|1,0] [--repeats 5] [--block 5]
-        [--clock cpu]
+        [--clock cpu] [--hf bert,gpt2] [--hf-size bench]
 
 Prints one table row per model: median latency of eager, framejit+backend and inductor (ms), the
 speedup of framejit over eager, framejit's latency relative to inductor (< 1.0: faster), and first-call
 (compile) times; then the geometric means. Everything runs under `torch.no_grad()`.
+`--hf bert,gpt2` adds real transformers models from the HF catalog (tests/models/hf/catalog.py, built
+offline from configs; NOTE [HF models in the backend benchmark]) as rows after the zoo's (`--models ""`
+with `--hf`: only them; `--models none` skips the zoo).
 
 NOTE [Honest timings]
 All three columns run with the same thread count (`--threads`, default: torch's default for this
@@ -62,6 +65,49 @@ from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
 from framejit.backends import lookup_backend  # noqa: E402
 from tests.models import zoo  # noqa: E402
+
+# NOTE [HF models in the backend benchmark]
+# The zoo's bert and gpt are written for this repository; `--hf` also times the transformers library's own
+# BertModel and GPT2LMHeadModel (any catalog name), with their decorators, masks and ModelOutput. The
+# catalog's configs are tiny (hidden 32: a call is mostly per-op overhead); `--hf-size bench` (the default)
+# widens them to hidden 256, 4 heads, FFN 1024, 2 layers, with batch 4 x 64 tokens (an attention mask with
+# padding, as users pass it), `tiny` keeps the catalog's sizes and its batch 2 x 8. Decoders run without a
+# KV cache (use_cache=False). Each column calls the model with the catalog's keyword inputs and returns
+# every tensor of its output (pooler included), so no column can skip work another does.
+HF_BENCH = {"hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024, "num_hidden_layers": 2,
+            "max_position_embeddings": 128, "n_embd": 256, "n_head": 4, "n_layer": 2, "n_positions": 128}
+HF_SIZES = {"tiny": (None, 2, 8), "bench": (HF_BENCH, 4, 64)}
+
+
+class HFCall(torch.nn.Module):
+    """A catalog model called with keyword inputs given positionally; returns its output's tensors."""
+
+    def __init__(self, model: torch.nn.Module, keys: tuple, extra: dict):
+        super().__init__()
+        self.model, self.keys, self.extra = model, keys, extra
+
+    def forward(self, *values):
+        out = self.model(**dict(zip(self.keys, values)), **self.extra)
+        return tuple(v for v in out.to_tuple() if isinstance(v, torch.Tensor))
+
+
+def hf_case(name: str, size: str):
+    """A zoo-like case (name, model, make_inputs, fx_traceable, tolerance) for catalog model `name`."""
+    import dataclasses
+    import types
+
+    from tests.models.hf import catalog
+
+    arch = catalog.get(name)
+    overrides, batch, seq = HF_SIZES[size]
+    if overrides:
+        arch = dataclasses.replace(arch, config_kwargs={**arch.config_kwargs, **{
+            k: v for k, v in overrides.items() if k in arch.config_kwargs}})
+    keys = tuple(arch.make_inputs(0, batch, seq))
+    extra = {"use_cache": False} if arch.family == "decoder" else {}
+    model = HFCall(arch.build(), keys, extra)
+    return types.SimpleNamespace(name=f"hf_{name}", model=model, fx_traceable=False,
+                                 make_inputs=lambda seed: tuple(arch.make_inputs(seed, batch, seq).values()))
 
 # backend name -> options passed to it (NOTE [No spinning]: onnxrt keeps ORT threads from spinning)
 BACKEND_SETUP: dict[str, dict] = {
@@ -148,11 +194,14 @@ def first_call_seconds(make, inputs):
 
 
 def run(args) -> None:
-    names = args.models.split(",") if args.models else zoo.names()
+    names = args.models.split(",") if args.models else ([] if args.hf else zoo.names())
+    names = [] if names == ["none"] else names
+    cases = [(name, lambda name=name: zoo.get(name, size=args.size)) for name in names]
+    cases += [(f"hf_{name}", lambda name=name: hf_case(name, args.hf_size)) for name in args.hf.split(",") if name]
     rows = {}
     with torch.no_grad():
-        for name in names:  # phase 1: framejit compiles
-            case = zoo.get(name, size=args.size)
+        for name, make_case in cases:  # phase 1: framejit compiles
+            case = make_case()
             case.model.to(args.device)
             inputs = to_device(case.make_inputs(0), args.device)
             row = rows[name] = {"fns": {"eager": case.model}, "inputs": inputs}
@@ -223,6 +272,8 @@ def main(argv=None) -> None:
     parser.add_argument("--size", default="bench", choices=list(zoo.SIZES))
     parser.add_argument("--models", default="", help="comma list of zoo names (default: all)")
     parser.add_argument("--seconds", type=float, default=1.0, help="timing budget per measurement")
+    parser.add_argument("--hf", default="", help="comma list of HF catalog names to add (NOTE [HF models in the backend benchmark])")
+    parser.add_argument("--hf-size", default="bench", choices=sorted(HF_SIZES), help="sizes of the --hf models")
     parser.add_argument("--via", default="auto", choices=["auto", "compile", "fx"],
                         help="framejit column: framejit.compile, the backend on an FX graph, or auto")
     parser.add_argument("--no-inductor", action="store_true", help="skip the torch.compile column")
