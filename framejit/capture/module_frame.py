@@ -16,7 +16,10 @@ def module_call(module, /, *args, **kwargs):
 def module_forward(module, /, *args, **kwargs):
     """The frame compiled for `compiled_module.forward(...)`: the module's forward without its hooks, as eager
     (NOTE [The forward of a compiled module] in api.py)."""
-    return module.forward(*args, **kwargs)
+    # the class's forward, not `module.forward`: the bound method a caller took (`orig = compiled.forward`) is
+    # what a `forward` later set on the instance wraps (accelerate's hooks: `m.forward = partial(new, m)` calling
+    # the old one); looking `forward` up again found that wrapper and recursed (review revO O6)
+    return type(module).forward(module, *args, **kwargs)
 
 
 __all__ = ["module_call", "module_forward"]

@@ -169,3 +169,28 @@ def test_fx_symbolic_trace_of_compiled_callables_records_their_operations():
         for n in (2, 3):
             x = torch.randn(n, 4)
             _close(gm(x), eager(x))
+
+
+def test_a_forward_set_on_the_instance_that_wraps_the_old_one():
+    # accelerate's add_hook_to_module: `m._old_forward = m.forward; m.forward = partial(new_forward, m)`, with
+    # new_forward calling the old bound forward (review revO O6: RecursionError when the module was compiled)
+    import functools
+
+    def wrap(module):
+        module._old_forward = module.forward
+
+        def new_forward(mod, x):
+            return mod._old_forward(x) * 2 + 1
+        module.forward = functools.partial(new_forward, module)
+        return module
+
+    torch.manual_seed(0)
+    eager = torch.nn.Linear(3, 3)
+    twin = torch.nn.Linear(3, 3)
+    twin.load_state_dict(eager.state_dict())
+    compiled = wrap(framejit.compile(twin, backend="eager"))
+    wrap(eager)
+    for n in (1, 2, 2):
+        x = torch.randn(n, 3)
+        _close(compiled(x), eager(x))
+        _close(compiled.forward(x), eager.forward(x))
