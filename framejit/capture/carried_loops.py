@@ -479,7 +479,7 @@ def _returned_as_is(tx, inst) -> bool:
 def changing_result(body: Any, name: str | None) -> None:
     """Mark the local or stack argument `name` of the resume function `body` (a FrameHook) opaque from its
     first trace when it holds a list or tuple (NOTE [Comprehension results of changing length])."""
-    if name is not None and hasattr(body, "dynamic_ints"):
+    if name is not None and hasattr(body, "dynamic_ints") and getattr(body.request, "dynamic", None) is not True:
         body.dynamic_ints = body.dynamic_ints | {LocalSource(name).describe()}
 
 

@@ -118,3 +118,26 @@ def test_a_comprehension_result_read_after_it_compiles_each_frame_at_most_twice(
 def test_sizes_zero_and_one_raise_and_return_as_eager(fn, dynamic):
     # an empty list: ys[-1], a, *rest = ys and max(ys) raise; size 1: one item
     _run(fn, dynamic, [3, 0, 5, 1, 4, 0, 6])
+
+
+def test_under_dynamic_true_a_list_of_unchanging_length_stays_in_the_graph():
+    # review revO O5: the resume function took the list as opaque from its first trace, so under dynamic=True
+    # with a size that never changes `torch.stack(ys)` and `torch.cat(ys)` ran outside every graph; the list
+    # is opaque once its length changed (automatic dynamic), as under dynamic=None
+    def f(x):
+        ys = [x[i] * i for i in range(x.size(0))]
+        return torch.stack(ys).relu() * 2 + 1, torch.cat(ys).sum()
+
+    from tests.helpers import CountingBackend
+    be = CountingBackend()
+    compiled = framejit.compile(f, backend=be, dynamic=True)
+    for _ in range(3):
+        x = torch.randn(4, 3)
+        for got, want in zip(compiled(x), f(x)):
+            torch.testing.assert_close(got, want)
+    targets = [n.target for gm in be.graphs for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.stack in targets and torch.cat in targets, targets
+    for n in (5, 6, 2):  # then lengths change: values still equal, no frame run eagerly
+        x = torch.randn(n, 3)
+        for got, want in zip(compiled(x), f(x)):
+            torch.testing.assert_close(got, want)
