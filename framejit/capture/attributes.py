@@ -146,7 +146,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return ndarray_attr(tx, obj, name)
     if isinstance(obj, ConstantValue):
         if isinstance(obj.value, enum.Enum) and not lookup.is_fixed_class(type(obj.value)):
-            return _enum_member_attr(tx, obj, name)  # NOTE [Attributes of enum members]
+            from .enum_attributes import enum_member_attr
+            return enum_member_attr(tx, obj, name)  # NOTE [Attributes of enum members]
         return _constant_attr(obj, name)
     if isinstance(obj, SymFloatValue):  # a float method or attribute needs the value: specialised
         return _constant_attr(ConstantValue(obj.as_constant()), name)
@@ -390,42 +391,6 @@ def _constant_attr(obj: ConstantValue, name: str) -> Value:
 
 _VALUE_TYPES = (int, float, complex, str, bytes, tuple)
 _C_METHOD_DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType)
-
-
-# NOTE [Attributes of enum members]: a member of a user Enum is a constant (pinned by identity), but it is
-# an ordinary object of a mutable class: a `@property` of the enum (`Mode.A.scale` reading a dict), a
-# method, an attribute `__init__` set on the member (`Planet.EARTH.mass`) or one replaced on the class
-# later. Reading them all with getattr while tracing folded the answer unguarded (a property reading a
-# dict kept returning the first call's value). Only what Enum itself defines (`name`, `value`, read from
-# the member's `_name_`/`_value_`) is folded; the rest follows NOTE [Lookup facts]: a property is inlined,
-# a method bound, class data and instance attributes read through guarded sources.
-def _enum_member_attr(tx, obj: ConstantValue, name: str) -> Value:
-    member = obj.value
-    cls = type(member)
-    source = obj.source if obj.source is not None else ObjectSource(Ref(member, f"{cls.__name__}_{member.name}"))
-    index, attr = lookup.mro_lookup(cls, name)
-    own = vars(member)
-    if index is not None and lookup.is_fixed_class(cls.__mro__[index]) and (
-            name not in own or is_data_descriptor(attr)):
-        lookup.guard_found_on_class(tx.output, cls, name, index)
-        return _constant_attr(obj, name)  # Enum's own name/value, object's methods
-    if index is not None and is_data_descriptor(attr):
-        entry = lookup.guard_found_on_class(tx.output, cls, name, index)
-        lookup.guard_entry_identity(tx.output, entry, attr)
-        return descriptor_attr(tx, obj, name, attr)
-    if name in own:
-        lookup.guard_lookup(tx.output, cls, name)
-        return wrap(tx.output, own[name], AttrSource(source, name))
-    if index is None:
-        if lookup.mro_lookup(cls, "__getattr__")[0] is not None:
-            raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.__getattr__ for {name!r}")
-        lookup.guard_absent(tx.output, source, member, cls, name)
-        raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'"))
-    lookup.guard_not_in_instance(tx.output, source, member, name)
-    entry = lookup.guard_found_on_class(tx.output, cls, name, index)
-    if entry is None:
-        return _constant_attr(obj, name)
-    return class_level_attr(tx, obj, cls, name, attr, entry)
 
 
 def _sequence_attr(tx, obj: SequenceValue, name: str) -> Value:

@@ -659,9 +659,8 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
             return made
     if getattr(cls, "__module__", "") == "torch._C" and hasattr(cls, "__enter__"):
         # NOTE [torch._C guards are never run while tracing]: _InferenceMode, _DisableFuncTorch, the dispatch-key
-        # guards... save the thread's dispatch state when made or entered and put it back when exited or freed;
-        # made on fake tensors while tracing, they saved the fake mode's Python keys and left them set after the
-        # trace (every later op: 'Hit Python dispatch key but no arguments had PyInterpreter').
+        # guards... save the thread's dispatch state when made or entered and restore it when exited or freed;
+        # made on fake tensors while tracing, they left the fake mode's Python keys set after the trace.
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}() changes thread-local dispatch state")
     if issubclass(cls, torch.Tensor) or getattr(cls, "__module__", "").startswith("torch"):
         return tx.output.call("call_function", cls, tuple(args), kwargs)

@@ -489,9 +489,8 @@ class OutputGraph:
         if self.__dict__.get("speculated_checks"):
             from .speculated_checks import check_after_speculation  # NOTE [Speculated checks]
             check_after_speculation(self, kind, target, args, kwargs)
-        if target is _BUFFER and target is not None:  # NOTE [Tensors marked as buffers or parameters]
-            # (builtins.py): nn.Buffer(t) marks a plain Tensor with Python attributes (`_is_buffer`,
-            # `persistent`) that its traced value lacked: made by Python at a break
+        if target is _BUFFER and target is not None:  # NOTE [Tensors marked as buffers or parameters] (builtins.py):
+            # nn.Buffer(t) marks a plain Tensor with attributes its traced value lacked: made by Python at a break
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.nn.Buffer marks its tensor with Python attributes")
         return args, kwargs
 

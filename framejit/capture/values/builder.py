@@ -289,8 +289,7 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         return stepped
     if type(obj) is object:
         # NOTE [Sentinel objects]: a bare `object()` (`_MISSING = object()` in torch.func.functional_call,
-        # `_sentinel` defaults) has no state but its identity, so it is guarded by identity and compared
-        # with `is` like any object.
+        # `_sentinel` defaults) has no state but its identity: guarded by identity, compared with `is`.
         out.guard_id(source, obj)
         return ObjectValue(obj, source)
     if type(obj) is range:
@@ -303,13 +302,8 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
             out.guard_constant(AttrSource(source, part), getattr(obj, part))
         return ConstantValue(obj, source)
     if type(obj) is slice and all(type(p) in (int, bool, type(None)) for p in (obj.start, obj.stop, obj.step)):
-        # NOTE [Slices from outside]: a slice is immutable; one passed in (`x[sl]` with `sl` an argument or an
-        # attribute, a slice live at a break) is a SliceValue whose parts are read through `.start`, `.stop`,
-        # `.step` like any int (guarded, or dynamic ints once they change). It was "L['sl'] is a slice" and
-        # the frame ran wholly eagerly. Slices of other objects (tensors, floats) stay as they were.
-        from .containers import SliceValue
-        out.guard_type(source, slice)
-        return SliceValue(*(wrap(out, getattr(obj, p), AttrSource(source, p)) for p in ("start", "stop", "step")))
+        from .containers import outside_slice
+        return outside_slice(out, obj, source)  # NOTE [Slices from outside] in values/containers.py
     if type(obj) in (re.Pattern, re.Match):  # immutable (NOTE [Regular expressions on constants])
         out.guard_id(source, obj)
         return ConstantValue(obj, source)

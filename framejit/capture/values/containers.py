@@ -136,6 +136,17 @@ class SliceValue(Value):
         return slice(*(p.as_constant() for p in self.parts))
 
 
+# NOTE [Slices from outside]: a slice is immutable; one passed in (`x[sl]` with `sl` an argument or an
+# attribute, a slice live at a break) is a SliceValue whose parts are read through `.start`, `.stop`, `.step`
+# like any int (guarded, or dynamic ints once they change). It was "L['sl'] is a slice" and the frame ran
+# wholly eagerly. Slices of other objects (tensors, floats) stay as they were.
+def outside_slice(out, obj: slice, source) -> SliceValue:
+    from ..sources import AttrSource
+    from .builder import wrap
+    out.guard_type(source, slice)
+    return SliceValue(*(wrap(out, getattr(obj, p), AttrSource(source, p)) for p in ("start", "stop", "step")))
+
+
 class IteratorValue(Value):
     """An iterator over a known list of values (range, list, tuple, dict keys, zip, enumerate, ...).
 
