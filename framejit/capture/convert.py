@@ -353,13 +353,17 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     return entry
 
 
+def _refused(first, reason: str) -> None:
+    """No break taken for the frame `first` traced: `reason` is what explain() reports (NOTE [Eager frames])."""
+    first.no_break_reason = reason
+
+
 def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
                  exc: Unsupported | UserException, first) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
     graph_break = _tracing()[1]
     if hands_on_finalizing(first, getattr(exc, "root_index", None)):  # NOTE [Finalizing generators at breaks]
-        first.no_break_reason = "a generator with finalizers made there would be passed to the resume function"
-        return None
+        return _refused(first, "a generator with finalizers made there would be passed to the resume function")
     symbolic = bool(first.dynamic or first.dynamic_dims or first.dynamic_ints)
     loop_exc = inlined_comprehensions.moved_break(fn.__code__, exc) or \
         python_loops.moved_break(fn.__code__, exc, symbolic)  # NOTE [Loops run as Python]
@@ -369,8 +373,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     if site is None:
         return None
     if getattr(first, "readers_deferred", False) and deferred_readers.break_reaches_reader(fn, site.inst.index):
-        first.no_break_reason = "locals() can run after it"  # NOTE [Locals readers decided where they are reached]
-        return None
+        return _refused(first, "locals() can run after it")  # NOTE [Locals readers decided where they are reached]
     output = _retrace_output(first)
     from .tensor_hooks import mark_result_node_reads  # NOTE [Autograd nodes of a graph's results]
     mark_result_node_reads(exc, output)
@@ -382,11 +385,10 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         comp = getattr(exc, "comprehension", None)  # NOTE [Breaks inside inlined comprehensions]
         if comp is not None and inlined_comprehensions.body_binds_unbound(fn.__code__, comp, tx.locals):
             return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
-        if site.loop is not None and comp is None and (
+        if site.loop is not None and comp is None and (  # NOTE [Locals first bound in a loop run as Python]
                 not python_loops.iterates_rows_at(tx.stack, site.inst, exc.moved_from) or
                 python_loops.body_binds_locals_read_after(fn.__code__, site.loop, tx.locals)):
-            return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)  # NOTE [Locals
-            # first bound in a loop run as Python] in python_loops.py
+            return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
         compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
