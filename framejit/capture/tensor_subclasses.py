@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from .breaks import BreakKind, Unsupported
 
 _DEFAULT_TF = torch.Tensor.__torch_function__.__func__
 _DISABLED_TF = torch._C._disabled_torch_function_impl
@@ -74,7 +75,25 @@ def opaque_reason(cls: type) -> str | None:
     hooks = [n for n in ("__getattribute__", "__getattr__", "__setattr__") if any(n in vars(k) for k in _user_layers(cls))]
     if hooks:
         return f"tensor subclass {cls.__qualname__} defines {hooks[0]}"
+    overrides = sorted(n for k in _user_layers(cls) for n in vars(k) if n in _TENSOR_NAMES and n not in _SAFE_NAMES)
+    if overrides:  # NOTE [Subclasses that override Tensor's names]
+        return f"tensor subclass {cls.__qualname__} overrides Tensor.{overrides[0]}"
     return None
+
+
+# NOTE [Subclasses that override Tensor's names]: a subclass traced as a tensor has its ops computed by
+# framejit's own model of Tensor: CPython's operator protocol (a reflected `__radd__` of the right operand tried
+# first, `__eq__`), `len()`, torch's C getters (`shape`, `numel()` ignore a Python `size`) and the Tensor methods
+# written in Python (`__iter__` calls `unbind`, `__rtruediv__` calls `reciprocal`, `__len__` reads `dim()`), none of
+# which consult the subclass's own overrides of those names (review revP P1, P2, P7, P8: `p + x` gave p + x where
+# eager calls x.__radd__; `len(x)` the size where __len__ returns 42). A subclass whose own classes define any name
+# torch.Tensor has (other than construction, printing and class metadata) is therefore an opaque object: each
+# op on it breaks and runs in Python, as eager runs it. Added methods and attributes of new names stay traced.
+_TENSOR_NAMES = frozenset(dir(torch.Tensor))
+_SAFE_NAMES = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__",
+                         "__annotations__", "__init__", "__new__", "__init_subclass__", "__class_getitem__",
+                         "__repr__", "__str__", "__firstlineno__", "__static_attributes__", "__torch_function__",
+                         "__torch_dispatch__", "__orig_bases__", "__parameters__", "__type_params__"})
 
 
 def guard_subclass(out, cls: type) -> None:
@@ -207,21 +226,32 @@ class SubclassBoundary:
         self.wrap = wrap
 
     def __call__(self, *args: Any) -> Any:
+        originals = {}
         if self.unwrap:
             args = list(args)
             with torch.enable_grad():  # under no_grad the alias would lose requires_grad and the autograd link
                 for i in self.unwrap:
-                    args[i] = args[i].as_subclass(torch.Tensor)
+                    alias = args[i].as_subclass(torch.Tensor)
+                    originals[id(alias)] = (alias, args[i])
+                    args[i] = alias
         out = self.compiled(*args)
         if self.wrap:
             out = list(out)
             mode = torch.is_grad_enabled()
             for i, cls, grad in self.wrap:
+                # an op that returned its input itself (`x.float()` on float32, out=), or one graph result returned
+                # twice (`z = y.contiguous()`): that one object, its attributes kept, as eager (review revP P4, P6)
+                plain = out[i]
+                known = originals.get(id(plain))
+                if known is not None and known[0] is plain and type(known[1]) is cls:
+                    out[i] = known[1]
+                    continue
                 if grad is not None and grad is not mode:
                     with torch.set_grad_enabled(grad):
                         out[i] = out[i].as_subclass(cls)
                 else:
                     out[i] = out[i].as_subclass(cls)
+                originals[id(plain)] = (plain, out[i])
         return out
 
 
@@ -256,6 +286,12 @@ def subclass_attr(tx, t: Any, name: str) -> Any:
     if index is None or cls.__mro__[index] not in layers:
         lookup.guard_mro(tx.output, cls)
         lookup.guard_class_absent(tx.output, layers, name)
+        real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
+        if real is not None and name in _TENSOR_NAMES and name in real.__dict__:  # review revP P5
+            raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"the attribute {name!r} of this "
+                              f"{cls.__qualname__} shadows Tensor.{name}")
+        if real is not None and t.source is not None and name in _TENSOR_NAMES:
+            lookup.guard_not_in_instance(tx.output, t.source, real, name)
         return None
     entry = lookup.guard_found_on_class(tx.output, cls, name, index)
     if is_data_descriptor(attr):
