@@ -30,6 +30,7 @@ import re
 import types
 from typing import Any
 
+from .. import logs
 from .breaks import BreakKind, Unsupported
 from .resume import STACK_PREFIX
 from .sources import CallSource, LocalSource, Ref, Source
@@ -479,8 +480,39 @@ def _returned_as_is(tx, inst) -> bool:
 def changing_result(body: Any, name: str | None) -> None:
     """Mark the local or stack argument `name` of the resume function `body` (a FrameHook) opaque from its
     first trace when it holds a list or tuple (NOTE [Comprehension results of changing length])."""
-    if name is not None and hasattr(body, "dynamic_ints") and getattr(body.request, "dynamic", None) is not True:
+    if name is not None and hasattr(body, "dynamic_ints") and getattr(body.request, "dynamic", None) is not True \
+            and LocalSource(name).describe() not in getattr(body, "never_opaque", ()):
         body.dynamic_ints = body.dynamic_ints | {LocalSource(name).describe()}
+
+
+# NOTE [Opaque sequences that cannot be carried]: an opaque list's first use may be an instruction no graph
+# break can be taken at (a closure capturing it: STORE_DEREF; `[*ys, 1]`, `(*ys,)`, `{*ys}`, `f(*ys)`:
+# LIST_EXTEND/SET_UPDATE; `{"ys": ys}`; review revP P3). The resume function then ran wholly eagerly from its
+# first call (before NOTE [Comprehension results of changing length] it compiled once per length). When a
+# trace with opaque sequence arguments ends in such an eager entry, the hook traces it again with those
+# arguments' lengths guarded, and never makes them opaque again: one entry per length, as before.
+_ARG = re.compile(r"L\['(.+)'\]")
+
+
+def retrace_with_lengths(hook: Any, entry: Any, args: tuple, kwargs: dict) -> Any:
+    """A new entry for the call traced with its opaque sequence arguments' lengths guarded, or None."""
+    gb = getattr(entry, "graph_break", None)
+    if not getattr(entry, "runs_eagerly", False) or gb is None or "of changing length" not in gb.explanation or kwargs:
+        return None
+    values = dict(zip(hook.fn.__code__.co_varnames, args))
+    opaque = frozenset(s for s in hook.dynamic_ints if (m := _ARG.fullmatch(s)) and type(values.get(m.group(1))) in (list, tuple))
+    if not opaque:
+        return None
+    from . import eager_frames
+    from .convert import convert_frame
+    from .requests import STATS
+    eager_frames.forget(hook.fn.__code__, "of changing length")
+    STATS["eager_entries"] -= 1
+    hook.never_opaque = getattr(hook, "never_opaque", frozenset()) | opaque
+    hook.dynamic_ints = hook.dynamic_ints - opaque
+    logs.log("recompiles", "%s: %s cannot stay opaque (%s); its length is guarded from now on",
+             hook.fn.__code__.co_qualname, ", ".join(sorted(opaque)), gb.explanation)
+    return convert_frame(hook.fn, args, kwargs, hook.request, hook.dynamic_floats, hook.dynamic_dims, hook.dynamic_ints)
 
 
 def changed_lengths(fn_code, args: tuple, failures) -> set[str]:

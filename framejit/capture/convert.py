@@ -299,7 +299,9 @@ def _eager_entry(fn, shape, output, graph_break=None, user_error=None, routed=Tr
         record(fn.__code__, (f"the traced code raised {type(user_error).__name__}: {user_error}" if user_error
                is not None else "no graph could be built") + unguarded)
     from .resume import eager_function  # NOTE [Unbound hidden from eager runs]
-    return Entry(guard, eager_function(fn), [], graph_break, user_error, routes_callees=routed)
+    entry = Entry(guard, eager_function(fn), [], graph_break, user_error, routes_callees=routed)
+    entry.runs_eagerly = True  # NOTE [Opaque sequences that cannot be carried] in carried_loops.py
+    return entry
 
 
 def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest, final=None) -> Entry:

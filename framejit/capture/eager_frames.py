@@ -31,6 +31,15 @@ def record(code: types.CodeType, reason: str, location: str | None = None) -> di
     return entry
 
 
+def forget(code: types.CodeType, needle: str) -> None:
+    """Drop the newest record of `code` whose reason holds `needle` (a frame traced again instead)."""
+    with _LOCK:
+        for i in range(len(EAGER_FRAMES) - 1, -1, -1):
+            if EAGER_FRAMES[i]["function"] == code.co_qualname and needle in EAGER_FRAMES[i]["reason"]:
+                del EAGER_FRAMES[i]
+                return
+
+
 def count() -> int:
     return len(EAGER_FRAMES)
 

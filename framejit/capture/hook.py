@@ -46,8 +46,8 @@ from .numpy_scalars import numpy_scalar_text
 from .graph_errors import make_effects
 from .locators import ModuleNotImported
 from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
-from .resume import eager_function, make_resume_code
-from .resume import _ORIGIN
+from .carried_loops import retrace_with_lengths
+from .resume import _ORIGIN, eager_function, make_resume_code
 from .shapes import LAYOUT
 from .user_tracebacks import clean as clean_traceback
 
@@ -208,6 +208,7 @@ class FrameHook:
             with _no_gc(), fake_modes.tracing():
                 entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
                                       self.dynamic_ints)
+                entry = retrace_with_lengths(self, entry, args, kwargs) or entry  # NOTE [Opaque sequences that ...
             if entry.routes_callees:  # NOTE [Callees of frames run eagerly] in routed_eager.py
                 from .routed_eager import routed_eager
                 entry.fn = routed_eager(entry.fn, self.request.hooks)
@@ -423,11 +424,10 @@ class FrameHook:
         loops = dynamic_loops(code, args, failures, self.loop_positions) - self.dynamic_ints
         strings = changed_strings(code, args, failures) - self.dynamic_ints  # NOTE [Strings carried across breaks]
         # NOTE [Sequences of changing length carried across breaks] in carried_loops.py
-        lengths = changed_lengths(code, args, failures) - self.dynamic_ints
+        lengths = changed_lengths(code, args, failures) - self.dynamic_ints - self.__dict__.get("never_opaque", set())
         self.dynamic_ints = self.dynamic_ints | loops | strings | lengths
         if lengths:
-            logs.log("recompiles", "%s: the length of %s changed; it is opaque from now on (its first use "
-                     "breaks)", self._name(), ", ".join(sorted(lengths)))
+            logs.log("recompiles", "%s: the length of %s changed; opaque from now on", self._name(), ", ".join(sorted(lengths)))
         if loops:
             logs.log("recompiles", "%s: the for loop at %s came back at another position; its steps run as "
                      "Python from now on", self._name(), ", ".join(sorted(loops)))

@@ -141,3 +141,38 @@ def test_under_dynamic_true_a_list_of_unchanging_length_stays_in_the_graph():
         x = torch.randn(n, 3)
         for got, want in zip(compiled(x), f(x)):
             torch.testing.assert_close(got, want)
+
+
+def _first_use_star(x):
+    ys = [i for i in range(x.size(0))]
+    return x * len([*ys, 1])
+
+
+def _first_use_closure(x):
+    ys = [i * 2 for i in range(x.size(0))]
+
+    def g():
+        return len(ys) + sum(ys)
+    ys.append(100)
+    return x * g(), g()
+
+
+def _first_use_dict(x):
+    ys = [i for i in range(x.size(0))]
+    d = {"ys": ys, "n": 1}
+    return x * (len(d["ys"]) + d["n"])
+
+
+@pytest.mark.parametrize("fn", [_first_use_star, _first_use_closure, _first_use_dict],
+                         ids=["star", "closure", "dict"])
+def test_a_list_whose_first_use_cannot_break_is_traced_by_length(fn):
+    # review revP P3: an opaque list's first use (LIST_EXTEND, STORE_DEREF, BUILD_CONST_KEY_MAP) is no place for
+    # a break, and the resume function ran wholly eagerly from its first call; it is traced again with the
+    # list's length guarded (NOTE [Opaque sequences that cannot be carried])
+    compiled = framejit.compile(fn, backend="eager")
+    before = framejit.stats()["eager_frames"]
+    for n in (3, 5, 4, 6):
+        x = torch.randn(n)
+        got, want = compiled(x), fn(x)
+        assert _same(got, want), (got, want)
+    assert framejit.stats()["eager_frames"] == before
