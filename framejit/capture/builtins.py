@@ -20,7 +20,6 @@ from .object_str import is_user_object, user_repr, user_str
 from .comparisons import compare, contains, is_same
 from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
 from . import lazy_combinators
-from .lazy_generators import LazyEnumerateValue, iterate_whole
 from .values.containers import dict_iterator, drain_lent, iterates_as_tuple
 from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, PartialValue, SetValue,
                      TensorValue, TupleValue, Value)
@@ -176,7 +175,7 @@ BUILTIN_HANDLERS[str] = _convert(str)
 def _tuple(tx, args, kwargs):
     if args and _exact_tuple(args[0]):
         return args[0]  # CPython's tuple(t) of an exact tuple is t itself: `tuple(t) is t`
-    return TupleValue(iterate_whole(tx, args[0]) if args else [])  # NOTE [Generators closed when dropped]
+    return TupleValue(iterate(tx, args[0]) if args else [])
 
 
 def _exact_tuple(value: Value) -> bool:
@@ -200,7 +199,7 @@ def _tuple_new(tx, args, kwargs):
 
 @handles(list)
 def _list(tx, args, kwargs):
-    return ListValue(iterate_whole(tx, args[0]) if args else [])
+    return ListValue(iterate(tx, args[0]) if args else [])
 
 
 @handles(dict)
@@ -274,8 +273,6 @@ def _typed(result: IteratorValue, kind: type | None) -> IteratorValue:
 @handles(enumerate)
 def _enumerate(tx, args, kwargs):
     start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))).as_constant()
-    if getattr(args[0], "finalizes", False) and isinstance(start, int):  # NOTE [Generators closed when dropped]
-        return LazyEnumerateValue(args[0], start)
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     rows = IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(column)])

@@ -57,9 +57,6 @@ class Handling:
 
 def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     """Continue the trace at the handler that catches `e` raised by `inst`, if it is a try's handler."""
-    if tx.closing and isinstance(e.exc, GeneratorExit):
-        from .generator_close import follow_exit  # NOTE [Generators closed when dropped]
-        return follow_exit(tx, inst, e)
     insts = tx.program.insts
     handler = inst.handler
     if handler is None or not is_user_handler(insts, handler) or not isinstance(e.exc, Exception) or \

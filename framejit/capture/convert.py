@@ -26,7 +26,6 @@ from .tensor_subclasses import plain_tensor, subclass_boundary
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import frame_reader_break, reads_own_locals
-from .generator_close import hands_on_finalizing
 from .caught_exceptions import emit_final_locals, final_locals, final_values  # NOTE [Locals of a frame in a traceback]
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
 from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_comprehensions, persisted_code, python_loops
@@ -364,8 +363,6 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
                  exc: Unsupported | UserException, first) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
     graph_break = _tracing()[1]
-    if hands_on_finalizing(first, getattr(exc, "root_index", None)):  # NOTE [Finalizing generators at breaks]
-        return _refused(first, "a generator with finalizers made there would be passed to the resume function")
     symbolic = bool(first.dynamic or first.dynamic_dims or first.dynamic_ints)
     loop_exc = inlined_comprehensions.moved_break(fn.__code__, exc) or \
         python_loops.moved_break(fn.__code__, exc, symbolic)  # NOTE [Loops run as Python]

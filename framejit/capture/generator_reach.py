@@ -50,7 +50,6 @@ def reachable_value_map(roots: list[Any]) -> dict[int, Value]:
             todo.extend([v.func, v.self_value])
         elif isinstance(v, IteratorValue):
             todo.extend([v.owner] if v.owner is not None else v.items)
-            todo.extend([v.gen] if getattr(v, "gen", None) is not None else [])  # lazy_generators.LazyEnumerateValue
         elif isinstance(v, UserFunctionValue):
             todo.extend(closure_cells(v))
             todo.extend(v.defaults or ())

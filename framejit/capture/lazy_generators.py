@@ -5,8 +5,8 @@ translator.py) cannot take values sent in: `g = acc(); next(g); for t in xs: y =
 coroutine-style accumulator, often an endless `while True: t = yield total`) broke at every `send`
 (run ahead, `total + None` raised, or the endless loop hit the trace limit). A generator function called
 by a frame that drives generators with `send` (the name `send` is among the `co_names` of the calling
-frame or of a frame above it in the trace), or whose body has a try/with block of its own (NOTE
-[Generators closed when dropped] in generator_close.py), becomes a LazyGeneratorValue: a translator for its body, bound and not yet run, that `next(g)`, `g.send(v)`,
+frame or of a frame above it in the trace) and whose body has no try/with block of its own becomes a
+LazyGeneratorValue: a translator for its body, bound and not yet run, that `next(g)`, `g.send(v)`,
 `g.__next__()`, `g.close()`, `for x in g`, `list(g)` resume up to the next `yield` (YIELD_VALUE
 suspends it, Translator.suspend_at_yield, as for a generator context manager) with the value sent in
 as the result of that `yield`. The body's steps thus interleave with the consumer's exactly as in
@@ -15,16 +15,15 @@ eager, so its side effects and the consumer's are recorded in eager's order (no 
 CPython's own rules are kept: a non-None value sent to a generator not started raises TypeError; a
 generator that returns raises StopIteration(value) at the step that ends it and StopIteration() at any
 later step; an exception its body raises ends it and reaches the consumer; close() of a generator
-without handlers ends it and runs nothing (one with handlers: NOTE [Generators closed when dropped]). A StopIteration raised by the body (PEP 479's RuntimeError),
+without handlers ends it and runs nothing. A StopIteration raised by the body (PEP 479's RuntimeError),
 a return value that is not a constant, and `throw()` are graph breaks.
 
 A suspended generator cannot be rebuilt in Python, so such a value is live from its call until it ends:
 a graph break while it is live moves before the root frame's instruction that called the generator
 function (break_before_generator_cms, as for a live generator context manager), so plain Python makes the
 real generator and the resume function goes on from there; returning or storing it is a break there too
-(`made_at`, codegen.escaped_generator). A suspended generator without handlers simply dropped when the frame
-returns is unobservable (one with handlers is closed where it is dropped: NOTE [Generators closed when
-dropped]). A generator from outside (an argument, a
+(`made_at`, codegen.escaped_generator). A suspended generator simply dropped when the frame returns is
+unobservable: its body has no handler that close() would run. A generator from outside (an argument, a
 global) is a real suspended frame: its `send` stays a graph break.
 """
 from __future__ import annotations
@@ -33,7 +32,7 @@ import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
-from .values import ConstantValue, IteratorValue, TupleValue, Value
+from .values import ConstantValue, IteratorValue, Value
 
 
 def drives_with_send(tx) -> bool:
@@ -60,14 +59,8 @@ def uses_sent_values(code: Any) -> bool:
 
 
 def wants_lazy(tx, f: Any) -> bool:
-    return drives_with_send(tx) or uses_sent_values(f.__code__) or finalizes(f.__code__)
-
-
-def finalizes(code: Any) -> bool:
-    """Dropping a generator of `code` before its end runs code of its own (NOTE [Generators closed when dropped]
-    in generator_close.py): it has handlers of its own."""
     from .normalize import has_handlers
-    return has_handlers(code)
+    return (drives_with_send(tx) or uses_sent_values(f.__code__)) and not has_handlers(f.__code__)
 
 
 class LazyGeneratorValue(IteratorValue):
@@ -82,9 +75,7 @@ class LazyGeneratorValue(IteratorValue):
         self.started = False
         self.finished = False  # it returned, raised or was closed: later steps give StopIteration
         self.done = False  # ... and nothing of it is left that plain Python would need (not live)
-        self.finalizes = finalizes(frame.code)  # NOTE [Generators closed when dropped] in generator_close.py
         frame.yielded, frame.suspend_at_yield = [], True
-        frame.lazy_gen = self  # NOTE [Generators closed when dropped]: a `yield from` may make it finalize
 
     def python_type(self) -> type:
         return types.GeneratorType
@@ -98,13 +89,7 @@ class LazyGeneratorValue(IteratorValue):
             raise lent_error(self)
         return self.resume(ConstantValue(None))
 
-    def remaining(self, whole: bool = False) -> list[Value]:
-        """The rest of its items; `whole`: the consumer draws them all, there (list(), tuple(), unpacking,
-        `*g`). Other consumers of a generator with finalizers are evaluated early or stop early, which would
-        move its effects (NOTE [Generators closed when dropped] in generator_close.py)."""
-        if self.finalizes and not whole and not self.finished:
-            raise self.made_here(Unsupported(BreakKind.SIDE_EFFECT, f"the generator {self.name} has finalizers "
-                                             "and is consumed lazily: it runs as Python"))
+    def remaining(self) -> list[Value]:
         rest = []
         while (item := self.next()) is not None:
             rest.append(item)
@@ -154,10 +139,7 @@ class LazyGeneratorValue(IteratorValue):
         return e
 
     def close(self) -> Value:
-        if self.finalizes and self.started and not self.finished:
-            from .generator_close import throw_exit  # NOTE [Generators closed when dropped]
-            throw_exit(self)
-        self.finished = self.done = True  # a generator without handlers runs nothing: GeneratorExit ends it
+        self.finished = self.done = True  # no handler of its own runs (wants_lazy): GeneratorExit ends it
         return ConstantValue(None)
 
 
@@ -197,56 +179,9 @@ def make_lazy_generator(tx, child: Any, f: Any) -> LazyGeneratorValue:
     while root.parent is not None:
         root = root.parent
     gen = LazyGeneratorValue(child, f.__qualname__, root.current.index if root.current is not None else None)
-    gen.made_by_root = tx.parent is None  # NOTE [Finalizing generators at breaks] in generator_close.py
     tx.output.__dict__.setdefault("live_lazy_generators", []).append(gen)
-    if gen.finalizes:  # NOTE [Generators closed when dropped] in generator_close.py
-        from .generator_close import note_finalizing
-        note_finalizing(tx.output, gen)
     return gen
 
 
-class LazyEnumerateValue(IteratorValue):
-    """`enumerate(g)` of a generator with finalizers: each row is drawn from `g` when the consumer draws it
-    (CPython's enumerate is lazy; NOTE [Generators closed when dropped] in generator_close.py). It holds `g`
-    (`gen`: generator_reach follows it), so the generator is dropped when the enumerate object is."""
-
-    iter_type = enumerate
-
-    def __init__(self, gen: LazyGeneratorValue, start: int) -> None:
-        super().__init__([])
-        self.gen = gen
-        self.count = start
-
-    def describe(self) -> str:
-        return f"enumerate over the {self.gen.describe()}"
-
-    def next(self) -> Value | None:
-        if self.exhausted:
-            return None
-        item = self.gen.next()
-        if item is None:
-            self.exhausted = True
-            return None
-        self.count += 1
-        return TupleValue([ConstantValue(self.count - 1), item])
-
-    def remaining(self, whole: bool = False) -> list[Value]:
-        if not whole:
-            raise self.gen.made_here(Unsupported(BreakKind.SIDE_EFFECT, f"the {self.describe()} is consumed "
-                                                 "lazily: it runs as Python"))
-        rest = []
-        while (row := self.next()) is not None:
-            rest.append(row)
-        return rest
-
-
-def iterate_whole(tx, v: Value) -> list[Value]:
-    """protocol.iterate for a consumer that draws every item at once, there (list(), tuple(), unpacking)."""
-    if isinstance(v, (LazyGeneratorValue, LazyEnumerateValue)):
-        return v.remaining(whole=True)
-    from .protocol import iterate
-    return iterate(tx, v)
-
-
-__all__ = ["LazyEnumerateValue", "LazyGenMethodValue", "LazyGeneratorValue", "call_lazy_gen_method", "drives_with_send", "finalizes",
-           "iterate_whole", "lazy_gen_attr", "make_lazy_generator", "wants_lazy"]
+__all__ = ["LazyGenMethodValue", "LazyGeneratorValue", "call_lazy_gen_method", "drives_with_send",
+           "lazy_gen_attr", "make_lazy_generator", "wants_lazy"]

@@ -34,7 +34,6 @@ from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method, made_module_site
 from .module_hooks import TRACE_TIME, plan_module_call
 from .generator_ctx import break_before_generator_cms, exception_in_generator_cms
-from .generator_close import close_dropped, finalizers_made
 from .lazy_generators import LazyGeneratorValue, lazy_gen_attr, make_lazy_generator, wants_lazy
 from .getattribute import custom_setattr
 from .generator_reach import closure_cells as _closure_cells, reachable_values
@@ -90,7 +89,6 @@ class Translator:
         self.suspended = False  # ... stopped at a yield, to be resumed by run() again
         self.stop_at: int | None = None  # root frame only: stop before this instruction (a graph break)
         self.handling: list[Handling] = []  # NOTE [Exceptions caught while tracing]
-        self.closing = False  # a generator frame GeneratorExit is raised in (NOTE [Generators closed when dropped])
 
     # ---- the loop -----------------------------------------------------------------------------
     def run(self) -> Value:
@@ -116,10 +114,8 @@ class Translator:
                 except UserException as e:
                     if not follow_handler(self, inst, e):  # NOTE [Exceptions caught while tracing]
                         raise
-                if self.output.__dict__.get("finalizing_generators"):
-                    close_dropped(self.output)  # NOTE [Generators closed when dropped]
         except (Unsupported, UserException) as raised:
-            e = give_up_handlers(self, raised) if self.handling and not self.closing else raised
+            e = give_up_handlers(self, raised) if self.handling else raised
             if self.parent is not None and isinstance(e, UserException) and self._handles(e) and \
                     getattr(e, "callee_break", None) is None:  # NOTE [Exceptions caught in callees]
                 e.callee_break = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(e.exc).__name__} raised where "
@@ -494,17 +490,13 @@ class Translator:
                 id(v) in reachable for v in side_effects.touched[touched:])
         start = (side_effects.version, len(side_effects.touched))
         child.yielded = []
-        made_before = finalizers_made(self.output)  # NOTE [Finalizing generators run ahead] in generator_close.py
-        returned = _run_generator_body(child, f, made_before)
+        returned = _run_generator_body(child, f)
         # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
         # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
         # resume function it stays referenced by the call's arguments until that function returns, so
         # `finally` ran after code eager runs after it. Such a generator makes the frame being compiled run
-        # eagerly (also when an inlined callee made it: the callee may return it to this frame). A generator
-        # function with handlers of its own is no longer run ahead (NOTE [Generators closed when dropped] in
-        # generator_close.py): this remains for one run ahead that delegates to such a generator.
-        frame_eager = has_handlers(f.__code__) or child.delegates_finalizers or \
-            finalizers_made(self.output) != made_before
+        # eagerly (also when an inlined callee made it: the callee may return it to this frame).
+        frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
         if mutated_since(*start):
             e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
                             "lazily, as Python")
@@ -705,7 +697,7 @@ def _function_source(fn: UserFunctionValue):
     return ObjectSource(Ref(fn.fn, fn.fn.__name__ if fn.fn.__name__.isidentifier() else "fn"))
 
 
-def _run_generator_body(child, f: Any, made_before: int) -> Any:
+def _run_generator_body(child, f: Any) -> Any:
     """Run the generator's body to its end (NOTE [Eager generators]); its return value. An exception it raises
     or a step that cannot be traced is a break at the call that made the generator."""
     try:
@@ -716,12 +708,12 @@ def _run_generator_body(child, f: Any, made_before: int) -> Any:
         # not see it here (NOTE [Exceptions caught while tracing])
         e = Unsupported(BreakKind.EXCEPTION_RAISED, f"the generator {f.__qualname__} raises "
                         f"{type(raised.exc).__name__}: it runs lazily, as Python")
-        e.frame_eager = has_handlers(f.__code__) or finalizers_made(child.output) != made_before
+        e.frame_eager = has_handlers(f.__code__)
         raise e from None
     except Unsupported as e:
         # a step of the body cannot be traced (a print in its finally): the break lands at the call
         # that made the generator, which then lives on in the resume function's arguments
         # (NOTE [Generators with finalizers])
-        if has_handlers(f.__code__) or finalizers_made(child.output) != made_before:
-            e.frame_eager = True  # NOTE [Finalizing generators run ahead] in generator_close.py
+        if has_handlers(f.__code__):
+            e.frame_eager = True
         raise

@@ -26,9 +26,6 @@ def load_assertion_error(tx, inst):
 def raise_varargs(tx, inst):
     """Raising is the user's exception: a try around it in the trace catches it (NOTE [Exceptions caught
     while tracing]); otherwise the frame lets CPython raise it for real."""
-    if inst.arg == 0 and tx.closing and tx.handling and isinstance(tx.handling[-1].exception.exc, GeneratorExit):
-        raise UserException(tx.handling[-1].exception.exc)  # NOTE [Generators closed when dropped]: `except
-        # GeneratorExit: ...; raise` in a generator being closed passes the GeneratorExit on
     if inst.arg == 0:
         raise Unsupported(BreakKind.EXCEPTION_RAISED, "bare `raise` re-raises an exception being handled")
     values = tx.popn(inst.arg)
@@ -128,11 +125,7 @@ def get_yield_from_iter(tx, inst):
     from ..values import IteratorValue
     from ..values.containers import iterator_over
     source = tx.pop()
-    if getattr(source, "finalizes", False) and getattr(tx, "lazy_gen", None) is not None:
-        from ..generator_close import delegates_finalizers  # NOTE [Generators closed when dropped]
-        delegates_finalizers(tx.output, tx.lazy_gen)
-    if getattr(source, "frame_eager", False) or getattr(source, "finalizes", False):  # a delegate with
-        # finalizers (NOTE [Generators closed when dropped]) is closed when this generator is
+    if getattr(source, "frame_eager", False):  # a delegate with finalizers is closed when this generator is
         tx.delegates_finalizers = True  # (NOTE [Handlers the compiler adds] in normalize.py)
     tx.push(source if isinstance(source, IteratorValue) else iterator_over(source, iterate(tx, source)))
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from ..breaks import BreakKind, Unsupported, UserException
-from ..lazy_generators import iterate_whole
 from ..protocol import iterate
 from ..values import ConstantValue, DictValue, ListValue, SetValue, TupleValue
 from . import op
@@ -57,7 +56,7 @@ def list_extend(tx, inst):
     if _from_outside(target):  # NOTE [Building into a container from outside]
         _call_on(tx, list.extend, target, iterable)
         return
-    target.items.extend(iterate_whole(tx, iterable))  # NOTE [Generators closed when dropped]
+    target.items.extend(iterate(tx, iterable))
 
 
 @op("BUILD_MAP")
@@ -165,7 +164,7 @@ def format_value(tx, inst):
 
 @op("UNPACK_SEQUENCE")
 def unpack_sequence(tx, inst):
-    items = iterate_whole(tx, tx.pop())
+    items = iterate(tx, tx.pop())
     if len(items) != inst.arg:  # CPython's message differs by version and kind of iterable, and it stops
         # reading an iterator at the first item too many: it raises for real, as Python
         raise Unsupported(BreakKind.EXCEPTION_RAISED, f"unpacking {len(items)} values into {inst.arg}")
@@ -176,7 +175,7 @@ def unpack_sequence(tx, inst):
 @op("UNPACK_EX")
 def unpack_ex(tx, inst):
     before, after = inst.arg & 0xFF, inst.arg >> 8
-    items = iterate_whole(tx, tx.pop())
+    items = iterate(tx, tx.pop())
     if len(items) < before + after:
         raise UserException(ValueError(f"not enough values to unpack (expected at least {before + after}, got {len(items)})"))
     middle = ListValue(items[before:len(items) - after])
