@@ -9,7 +9,6 @@ compiled on three fresh input sets (tests/helpers.run_differential) and asserts 
 """
 from __future__ import annotations
 
-import sys
 
 import pytest
 import torch
@@ -85,11 +84,10 @@ CASES = [
     (nonlocal_writer_before_break, one(3), 2),
     # sum before the print; the resume inlines add() twice, writing its own new cell: 2
     (nonlocal_writer_after_break, one(3), 2),
-    # i is assigned again by the loop after closures over its cell were made: eager after the first
-    # print; the first iteration's graph is empty. The resume function runs eagerly, its calls routed (NOTE
-    # [Callees of frames run eagerly]): on 3.12+ the inlined comprehension calls each closure through its
-    # hook, one graph (`x * i`) serving all three; 3.11's <listcomp> frame makes none: 0 / 1
-    (closures_in_loop, one(3), 0 if sys.version_info < (3, 12) else 1),
+    # i is assigned again by the loop after closures over its cell were made; the first iteration's graph is
+    # empty. The loop's resume function holds `fs`, opaque, then traced by its length (NOTE [Opaque sequences
+    # that cannot be carried]; before e5688aa it ran wholly eagerly on 3.11, 0 graphs): one graph (`x * i`)
+    (closures_in_loop, one(3), 1),
     (cell_in_try, lambda s: (torch.randn(3), []), 2),
     # the comprehension's graph; sorted() calls the key (with .item()) in plain Python: 1
     (key_closure_item, one(3), 1),
