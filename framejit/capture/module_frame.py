@@ -7,6 +7,8 @@ all import.
 """
 from __future__ import annotations
 
+import inspect
+
 
 def module_call(module, /, *args, **kwargs):
     """The frame compiled for `compiled_module(...)` (and for module calls after a graph break)."""
@@ -16,10 +18,13 @@ def module_call(module, /, *args, **kwargs):
 def module_forward(module, /, *args, **kwargs):
     """The frame compiled for `compiled_module.forward(...)`: the module's forward without its hooks, as eager
     (NOTE [The forward of a compiled module] in api.py)."""
-    # the class's forward, not `module.forward`: the bound method a caller took (`orig = compiled.forward`) is
-    # what a `forward` later set on the instance wraps (accelerate's hooks: `m.forward = partial(new, m)` calling
-    # the old one); looking `forward` up again found that wrapper and recursed (review revO O6)
-    return type(module).forward(module, *args, **kwargs)
+    # with a `forward` set on the instance, the class's: the bound method a caller took (`orig = compiled.forward`)
+    # is what that instance forward wraps (accelerate's hooks: `m.forward = partial(new, m)` calling the old one);
+    # looking `forward` up again found the wrapper and recursed (review revO O6). The class's entry is bound as
+    # attribute access binds it, so a staticmethod or classmethod forward gets no module argument (revO O11).
+    if "forward" not in module.__dict__:
+        return module.forward(*args, **kwargs)
+    return inspect.getattr_static(type(module), "forward").__get__(module, type(module))(*args, **kwargs)
 
 
 __all__ = ["module_call", "module_forward"]

@@ -194,3 +194,29 @@ def test_a_forward_set_on_the_instance_that_wraps_the_old_one():
         x = torch.randn(n, 3)
         _close(compiled(x), eager(x))
         _close(compiled.forward(x), eager.forward(x))
+
+
+def test_forward_of_a_compiled_module_whose_forward_is_a_static_or_class_method():
+    # review revO O11: module_forward passed the module to an unbound staticmethod/classmethod
+    def fwd(x):
+        return x * 3
+
+    class Static(torch.nn.Module):
+        forward = staticmethod(fwd)
+
+    class Klass(torch.nn.Module):
+        @classmethod
+        def forward(cls, x):
+            return x * 4
+
+    for cls in (Static, Klass):
+        eager, compiled = cls(), framejit.compile(cls(), backend="eager")
+        for n in (2, 3):
+            x = torch.randn(n)
+            _close(compiled.forward(x), eager.forward(x))
+            _close(compiled(x), eager(x))
+        compiled.forward = lambda x: x - 1  # an instance forward wins over the class's
+        eager.forward = lambda x: x - 1
+        x = torch.randn(2)
+        _close(compiled(x), eager(x))
+        _close(compiled.forward(x), eager.forward(x))
