@@ -164,7 +164,11 @@ def _written(tx, owner: Any) -> bool:
     effects = tx.output.side_effects
     if any(key[0] == id(owner) for key in effects.attrs):
         return True
-    return effects.written_dict(getattr(owner, "__dict__", None)) is not None
+    state = getattr(owner, "__dict__", None)
+    seen = tx.output.__dict__.get("_by_object", {}).get(id(state))
+    if seen is not None and seen[0] is state:
+        return True  # its __dict__ is a value of the trace (NOTE [Generator state read after a draw]): not recorded
+    return effects.written_dict(state) is not None
 
 
 def _owner_source(tx, fn_source: Source | None, owner: Any) -> Source | None:
@@ -279,7 +283,10 @@ def has_draws(output) -> bool:
 # generator's state from before it: `a = rng.gauss(0, 1); g = rng.gauss_next` read None where eager reads the
 # cached half of the pair (review revO O1), and `vars(rng)` the old dict. Reading a generator's own data
 # (its `__dict__`, or a name in it) after this trace recorded a draw is a graph break: the draws made so far
-# are made at the break, then Python reads the state they left.
+# are made at the break, then Python reads the state they left. The other order too: a draw from a generator
+# whose `__dict__` the trace holds as a value (`d = vars(rng)` carried into a resume function, then
+# `d["gauss_next"]` and a draw) is not recorded (_written): the value read from the dict would be rebuilt
+# from it after the draw (review revO O1).
 def check_state_read(tx, obj: random.Random, name: str) -> None:
     if has_draws(tx.output) and (name == "__dict__" or name in getattr(obj, "__dict__", {})):
         raise Unsupported(BreakKind.SIDE_EFFECT, f"reading {name!r} of a random generator after a draw")

@@ -32,11 +32,19 @@ def _vars_after_draw(x):
     return x * a, state
 
 
+def _vars_item_between_draws(x):  # review revO O1: the dict read, then a draw, then the item returned
+    a = RNG.gauss(0, 1)
+    g = vars(RNG)["gauss_next"]
+    b = RNG.gauss(0, 1)
+    return x * a + b, g
+
+
 def _draws_only(x):  # no state read: the draws stay recorded, one graph
     return x * RNG.random() + RNG.uniform(0, 1)
 
 
-@pytest.mark.parametrize("fn", [_gauss_next, _module_generator, _vars_after_draw, _draws_only])
+@pytest.mark.parametrize("fn", [_gauss_next, _module_generator, _vars_after_draw, _vars_item_between_draws,
+                                _draws_only])
 def test_state_reads_after_a_draw_as_eager(fn):
     compiled = framejit.compile(fn, backend="eager")
     for n in (2, 2, 3):
