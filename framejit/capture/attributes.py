@@ -636,7 +636,7 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
     (NOTE [Lookup facts]). `default_lookup`: object.__getattribute__ itself (NOTE [Custom __getattribute__])."""
     real = obj.obj if isinstance(obj, ObjectValue) else None
     cls = type(real) if real is not None else obj.cls
-    if isinstance(real, random.Random):
+    if real is not None and issubclass(cls, random.Random):  # by type: isinstance reads a user __class__ (redteam4)
         from .python_draws import check_state_read  # NOTE [Generator state read after a draw]
         check_state_read(tx, real, name)
     if not default_lookup:

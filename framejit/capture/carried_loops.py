@@ -494,8 +494,9 @@ def changing_result(body: Any, name: str | None) -> None:
 _ARG = re.compile(r"L\['(.+)'\]")
 
 
-def retrace_with_lengths(hook: Any, entry: Any, args: tuple, kwargs: dict) -> Any:
-    """A new entry for the call traced with its opaque sequence arguments' lengths guarded, or None."""
+def retrace_with_lengths(hook: Any, entry: Any, args: tuple, kwargs: dict, convert_frame: Any) -> Any:
+    """A new entry for the call traced (by hook.py's `convert_frame`: capture imports go one way, test_import)
+    with its opaque sequence arguments' lengths guarded, or None."""
     gb = getattr(entry, "graph_break", None)
     if not getattr(entry, "runs_eagerly", False) or gb is None or "of changing length" not in gb.explanation or kwargs:
         return None
@@ -504,7 +505,6 @@ def retrace_with_lengths(hook: Any, entry: Any, args: tuple, kwargs: dict) -> An
     if not opaque:
         return None
     from . import eager_frames
-    from .convert import convert_frame
     from .requests import STATS
     eager_frames.forget(hook.fn.__code__, "of changing length")
     STATS["eager_entries"] -= 1

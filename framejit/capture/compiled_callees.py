@@ -19,6 +19,7 @@ under the caller's backend and options.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from .sources import AttrSource
@@ -28,14 +29,16 @@ from .values.base import Value
 
 def compiled_function(tx, fn: Value) -> Value | None:
     """The function a compiled function `fn` wraps, when `fn` is one made by framejit.compile; else None."""
-    from .hook import FrameHook
+    # hook.py's class, found without importing it: capture imports go one way, hook -> convert (test_import);
+    # with hook.py not loaded no FrameHook exists
+    frame_hook = getattr(sys.modules.get(f"{__package__}.hook"), "FrameHook", None)
     obj: Any = getattr(fn, "obj", None)
-    if not isinstance(fn, ObjectValue) or type(obj) is not FrameHook or fn.source is None:
+    if not isinstance(fn, ObjectValue) or frame_hook is None or type(obj) is not frame_hook or fn.source is None:
         return None
     if obj.__dict__.get("__wrapped__") is not obj.fn:
         return None
     from .values.builder import wrap
-    tx.output.guard_type(fn.source, FrameHook)
+    tx.output.guard_type(fn.source, frame_hook)
     return wrap(tx.output, obj.fn, AttrSource(fn.source, "fn"))
 
 

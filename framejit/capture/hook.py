@@ -208,7 +208,7 @@ class FrameHook:
             with _no_gc(), fake_modes.tracing():
                 entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
                                       self.dynamic_ints)
-                entry = retrace_with_lengths(self, entry, args, kwargs) or entry  # NOTE [Opaque sequences that ...
+                entry = retrace_with_lengths(self, entry, args, kwargs, convert_frame) or entry  # NOTE [Opaque ...
             if entry.routes_callees:  # NOTE [Callees of frames run eagerly] in routed_eager.py
                 from .routed_eager import routed_eager
                 entry.fn = routed_eager(entry.fn, self.request.hooks)
