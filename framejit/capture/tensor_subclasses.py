@@ -283,10 +283,10 @@ def subclass_attr(tx, t: Any, name: str) -> Any:
     cls = t.python_type()
     layers = _user_layers(cls)
     index, attr = lookup.mro_lookup(cls, name)
+    real = next((i.tensor for i in tx.output.inputs if i.value is t), None)  # the input's tensor, if it is one
     if index is None or cls.__mro__[index] not in layers:
         lookup.guard_mro(tx.output, cls)
         lookup.guard_class_absent(tx.output, layers, name)
-        real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
         if real is not None and name in _TENSOR_NAMES and name in real.__dict__:  # review revP P5
             raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"the attribute {name!r} of this "
                               f"{cls.__qualname__} shadows Tensor.{name}")
@@ -297,7 +297,6 @@ def subclass_attr(tx, t: Any, name: str) -> Any:
     if is_data_descriptor(attr):
         lookup.guard_entry_identity(tx.output, entry, attr)
         return descriptor_attr(tx, t, name, attr)
-    real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
     if real is not None and name in real.__dict__:
         return None  # the instance's own attribute shadows a method or class constant
     if real is not None and t.source is not None:
