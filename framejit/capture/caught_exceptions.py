@@ -60,8 +60,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     insts = tx.program.insts
     handler = inst.handler
     if handler is None or not is_user_handler(insts, handler) or not isinstance(e.exc, Exception) or \
-            isinstance(e.exc, RuntimeError):
-        return False
+            isinstance(e.exc, RuntimeError) or getattr(e, "symbolic", False):
+        return False  # NOTE [Errors of ops on symbolic values] in graph_calls.py
     if insts[handler + 1].name == "WITH_EXCEPT_START" and not traced_exit(tx, inst) or \
             inst.name == "RAISE_VARARGS" and inst.arg == 2:
         return False  # a with-block's exit not traced; `raise X from Y`, whose cause the constant lacks

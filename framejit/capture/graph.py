@@ -26,8 +26,8 @@ from .dropout_identity import dropout_identity
 from .breaks import BreakKind, Unsupported, UserException
 from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
-                          _fake_of, _float_check, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
-                          _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
+                          _fake_of, _float_check, _has_sym as _has_symbolic, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
+                          mark_symbolic_error, _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
                           _target_name, _version)
 from .function_reads import guard_reads, is_whole_torch_function
 from .kernel_checks import check_arithmetic
@@ -423,6 +423,7 @@ class OutputGraph:
         try:
             result = self._run_fake(kind, target, fake_args, fake_kwargs)
         except (Unsupported, UserException) as e:
+            mark_symbolic_error(e, (args, kwargs), fakes)  # NOTE [Errors of ops on symbolic values]
             if isinstance(e, UserException) and _refuses_sym_bool(e, args, kwargs):
                 args, kwargs = _specialise_sym_bools((args, kwargs))  # NOTE [SymBool arguments of ops]
                 return self.call(kind, target, args, kwargs)
@@ -771,15 +772,6 @@ class OutputGraph:
 # FakeTensorMode keeps (review revH H9): those forget their data too, and so does every other fake of the graph
 # whose data shares their storage (a view made before the write, `t.data`, `t.detach()`: review revK K1,
 # `u = t.unsqueeze(0); t.add_(r); int(u.sum() * 10)` answered the trace's r on every call).
-def _has_symbolic(tree: Any) -> bool:
-    for v in tree_leaves(tree, is_leaf=_is_value):
-        if isinstance(v, (SymFloatValue, SymNodeValue)):
-            return True
-        if isinstance(v, SequenceValue) and _has_symbolic(list(v.items)):
-            return True
-    return False
-
-
 def _forget_constants(result: Any, operands: list, graph: torch.fx.Graph) -> None:
     written: set = set()
     for leaf in [*operands, *tree_leaves(result)]:

@@ -66,6 +66,24 @@ def _specialise_sym_bools(tree: Any) -> Any:
     return tree_map(leaf, tree, is_leaf=_is_value)
 
 
+def mark_symbolic_error(error: Exception, tree: Any, fakes: list) -> None:
+    """NOTE [Errors of ops on symbolic values]: an op that raises while tracing with a symbolic int among its
+    arguments or a fake tensor of symbolic shape raises with the fake run's message ("index s3 out of range",
+    torch.select's wording where eager's indexing has its own). The trace may still break before the op, where
+    plain Python raises eager's exception, but a handler of the traced code must not catch that message as a
+    constant: `symbolic` makes follow_handler refuse it (caught_exceptions.py)."""
+    if isinstance(error, UserException) and (_has_sym(tree) or any(
+            not isinstance(d, int) for t in fakes for d in (*t.shape, t.storage_offset()))):
+        error.symbolic = True
+
+
+def _has_sym(tree: Any) -> bool:
+    for v in tree_leaves(tree, is_leaf=_is_value):
+        if isinstance(v, (SymFloatValue, SymNodeValue)) or isinstance(v, SequenceValue) and _has_sym(list(v.items)):
+            return True
+    return False
+
+
 def _drop_unused_sizes(graph: torch.fx.Graph) -> None:
     """Size nodes the graph computed for Python code that then specialised them (NOTE [Symbolic shapes])
     are dropped: they have no effect."""

@@ -544,8 +544,19 @@ def getitem(tx, obj: Value, key: Value) -> Value:
                 return obj.item(operator.index(k))  # NOTE [Lists from outside]
             return obj.items[operator.index(k)]
         except Exception as e:
-            raise UserException(e) from None
+            raise UserException(_index_error(obj, k, e)) from None
     return _mapping_or_object_getitem(tx, obj, key)
+
+
+def _index_error(obj: SequenceValue, k: Any, error: Exception) -> Exception:
+    """The exception CPython's own indexing raises: a tuple's items are kept in a list, whose messages say
+    "list index out of range" and "'str' object cannot be interpreted as an integer"."""
+    kind = tuple if type(obj.cls) is type and issubclass(obj.cls, tuple) else list
+    try:
+        kind(obj.items)[k]
+    except Exception as e:
+        return e
+    return error
 
 
 def _mapping_or_object_getitem(tx, obj: Value, key: Value) -> Value:
