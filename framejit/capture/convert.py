@@ -66,7 +66,8 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     from .default_device import sole_device_mode_device, traced_without_mode  # NOTE [Default device mode]
     output.default_device = output.entry_default_device = sole_device_mode_device()
     try:
-        with _quiet_fake_tensor_errors(), traced_without_mode(output.default_device), cached_calls.conversion():
+        with _quiet_fake_tensor_errors(), traced_without_mode(output.default_device), cached_calls.conversion(), \
+                _saved_hooks_held_back():  # NOTE [Saved-tensors hooks while tracing]
             entry = _convert(fn, shape, args, kwargs, request, output)  # NOTE [Cached calls counted as eager counts them]
     except (Unsupported, BackendCompilerFailed, ConstraintViolationError):  # NOTE [Backend failures raise] in
         raise  # backend_call.py, NOTE [Broken mark_dynamic contracts] in shapes.py
@@ -98,6 +99,22 @@ def _quiet_fake_tensor_errors():
         yield
     finally:
         logger.removeFilter(drop)
+
+
+# NOTE [Saved-tensors hooks while tracing]: saved-tensors hooks the caller (or a graph break inside the
+# frame) pushed stay in force while a frame is traced, and the fake-tensor runs of the traced ops that
+# autograd records called the user's pack hook on fake tensors: `with saved_tensors_hooks(pack, unpack):
+# y = (x * x).sum()` (a break at the push, the rest traced) logged "pack" 6 times on the first call where eager
+# logs it twice. While a frame is converted torch's tracing flag is set (what torch.compile does), so
+# `_top_saved_tensors_default_hooks(False)` answers None and autograd calls no hook; hooks in force at a call
+# still see the real run (NOTE [Saved-tensors hooks at the call] in saved_hooks.py).
+@contextlib.contextmanager
+def _saved_hooks_held_back():
+    prior = torch._C._autograd._saved_tensors_hooks_set_tracing(True)
+    try:
+        yield
+    finally:
+        torch._C._autograd._saved_tensors_hooks_set_tracing(prior)
 
 
 def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest, output) -> Entry:
