@@ -32,6 +32,60 @@ def fx_tracing() -> bool:
     return bool(getter() if getter is not None else getattr(fx, "_is_fx_tracing_flag", False))
 
 
+# NOTE [Compiled callables under the TorchScript tracer]: `torch.jit.trace` and `torch.onnx.export(...,
+# dynamo=False)` record the aten ops that run while the tracer's state is set. An entry's graph ran through
+# its backend there: an ORT session or a Triton kernel hands back tensors the tracer never saw (a segfault in
+# trace_module, review revO O10), and the eager backend's FX graph traced differently on the check run
+# (TracingCheckError "Graphs differed across invocations"). A hook called while the tracer is active
+# (`torch._C._is_tracing()`, checked first on every call, hits included) runs its function as plain Python,
+# with no guard check, cache lookup or trace, so the trace records the callable's own ops, as tracing the
+# uncompiled callable does. (Stock torch.compile raises RuntimeError there, "Detected that you are using FX
+# to torch.jit.trace a dynamo-optimized function"; running the code unchanged is what the user asked the
+# tracer for.) Logged once per hook.
+class TracerInterop:
+    """What a FrameHook does under torch's other tracers and compilers (its base class)."""
+
+    def run_uncompiled(self, args: tuple, kwargs: dict):
+        """A call under config.disable or the TorchScript tracer: the function, as plain Python."""
+        from .. import config
+        if not config.disable and not getattr(self, "jit_trace_logged", False):
+            from .. import logs
+            self.jit_trace_logged = True
+            logs.log("eager_fallback", "%s runs as Python while torch.jit.trace (or torch.onnx.export with "
+                     "dynamo=False) traces it", getattr(self.fn, "__qualname__", self.fn))
+            from .module_frame import module_call
+            self.jit_scoped = self.fn is module_call
+        if getattr(self, "jit_scoped", False) and not config.disable:
+            return _in_compiled_scope(self.eager, args, kwargs)
+        return self.eager(*args, **kwargs)
+
+    def __prepare_scriptable__(self):
+        """`torch.jit.script(compiled_f)` scripts f, as it scripts the function torch.compile's wrapper wraps
+        (it failed with "Compiled functions can't take variable number of arguments": it scripted the hook's
+        `__call__`). A compiled module's scripted `forward` is already its class's (api._compiled_forward wraps it)."""
+        return self.fn
+
+
+def _in_compiled_scope(module_call, args: tuple, kwargs: dict):
+    """`module_call(module, ...)` with the module named in the tracer's scopes as its compiled form is: the
+    tracer names the modules of the traced root (the compiled module, whose children are the original's), and
+    the original module's call pushes its scope only under a name (Module._slow_forward), so without it the
+    ops had no `__module` scope and torch.onnx.export named its nodes `a/Gemm` instead of `/a/Gemm`."""
+    import torch.jit._trace
+    names, module = torch.jit._trace._trace_module_map, args[0] if args else None
+    if not names or module in names:
+        return module_call(*args, **kwargs)
+    name = next((name for compiled, name in names.items() if getattr(type(compiled), "_framejit_compiled", False)
+                 and type(compiled)._orig_mod is module), None)
+    if name is None:
+        return module_call(*args, **kwargs)
+    names[module] = name
+    try:
+        return module_call(*args, **kwargs)
+    finally:
+        names.pop(module, None)
+
+
 class FramejitError(Exception):
     """Base class of framejit's own exceptions."""
 

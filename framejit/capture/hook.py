@@ -38,7 +38,7 @@ from typing import Any
 from .. import config, fake_modes, logs
 from ..guards.codegen import Explanations as _Explanations
 from . import frame_cache
-from .breaks import DISABLED, fx_tracing
+from .breaks import DISABLED, TracerInterop, fx_tracing
 from .codegen import frame_signature
 from .convert import convert_frame
 from .module_frame import module_call
@@ -50,13 +50,14 @@ from .carried_loops import retrace_with_lengths
 from .resume import _ORIGIN, eager_function, make_resume_code
 from .shapes import LAYOUT
 from .user_tracebacks import clean as clean_traceback
+from torch._C import _is_tracing as jit_tracing  # NOTE [Compiled callables under the TorchScript tracer]
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
 COMPILE_LOCK = threading.RLock()  # NOTE [Threads]
 FRAMES: list[dict] = []  # one row per compiled or loaded frame entry, for framejit.stats()
 
 
-class FrameHook:
+class FrameHook(TracerInterop):
     def __init__(self, fn: types.FunctionType, request: CompileRequest) -> None:
         self.fn = fn
         self.eager = fn  # what runs when the frame runs eagerly (NOTE [Unbound hidden from eager runs])
@@ -81,8 +82,8 @@ class FrameHook:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            if config.disable:
-                return self.eager(*args, **kwargs)
+            if config.disable or jit_tracing():  # NOTE [Compiled callables under the TorchScript tracer] in breaks.py
+                return self.run_uncompiled(args, kwargs)
             fn = self.fn
             if fn.__code__ is not self.code:
                 self._switch_code()
@@ -260,13 +261,12 @@ class FrameHook:
         self.entries = [*loaded, *self.entries]
         return next((e for e in loaded if _accepts(e, args, kwargs)), None)
 
-    # NOTE [Entries waiting for an import]: a persisted entry whose locators name a user module this process
-    # has not imported is not loaded (NOTE [Locators import no user module] in locators.py). A module the
-    # compiled function imports itself (`def f(x): import mymod; return mymod.g(x)`) is imported only by the
-    # first call, after the entries were looked up: the cold process's later entries (traced once the module
-    # was imported: a new shape, a new value) were dropped and traced again in every warm process. Such an
-    # entry now waits, with the module it needs; a later miss loads the waiting entries whose module has been
-    # imported since, before tracing.
+    # NOTE [Entries waiting for an import]: a persisted entry whose locators name a user module this process has
+    # not imported is not loaded (NOTE [Locators import no user module] in locators.py). A module the compiled
+    # function imports itself (`def f(x): import mymod; return mymod.g(x)`) is imported only by the first call,
+    # after the entries were looked up: the cold process's later entries (traced once the module was imported:
+    # a new shape, a new value) were dropped and traced again in every warm process. Such an entry now waits,
+    # with the module it needs; a later miss loads the waiting entries whose module was imported since, before tracing.
     def _imported_since(self, owner) -> list:
         ready = [w for w in self.waiting if w[0] is owner and w[1] in sys.modules]
         self.waiting = [w for w in self.waiting if not any(w is r for r in ready)]
