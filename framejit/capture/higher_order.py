@@ -44,6 +44,14 @@ inlined (checkpoint changes nothing there, and backends lower it as usual); a re
 contiguous (something else was inserted among them) stays inlined too, which is correct but keeps the
 activations. Such graphs call a submodule, persisted as its region's graph (NOTE [Persisted checkpointed
 regions] in frame_cache.py).
+
+NOTE [Checkpointed Python effects]: eager's non-reentrant checkpoint calls `fn` again during backward,
+so the Python effects of `fn` happen twice: `def blk(x): log.append("run"); return torch.sin(x) * 2` logs
+"run" on the forward and again on `loss.backward()`. The traced region recomputes only the graph's ops, so
+a replayed effect happened once (a log of 1 where eager has 2). A checkpointed call whose inlining recorded
+an effect on state outside the trace (a container, attribute, global or cell store, a Python random draw:
+side_effects.version, less in-place tensor ops, which the region's recomputation repeats as eager's does) is
+a graph break instead: torch's checkpoint runs, `fn` through its frame hook, and calls it again in backward.
 """
 from __future__ import annotations
 
@@ -109,15 +117,38 @@ _REGIONS = [0]
 
 def _checkpoint_handler(tx, args, kwargs):
     """Inline `checkpoint` and tag the nodes `fn` added (NOTE [Checkpointed regions])."""
+    from .breaks import BreakKind, Unsupported
     from .values import UserFunctionValue
-    graph = tx.output.graph
-    before = set(graph.nodes)
+    graph, effects = tx.output.graph, tx.output.side_effects
+    before, python_effects = set(graph.nodes), effects.version - effects.tensor_writes
     result = tx.inline(UserFunctionValue(checkpoint), args, kwargs)
+    if effects.version - effects.tensor_writes != python_effects:  # NOTE [Checkpointed Python effects]
+        raise Unsupported(BreakKind.SIDE_EFFECT, "a checkpointed function with effects on Python state (the "
+                                                 "backward runs it again)")
     _REGIONS[0] += 1
     for node in graph.nodes:
         if node not in before and node.op in ("call_function", "call_method", "call_module"):
             node.meta["fj_checkpoint"] = _REGIONS[0]  # an enclosing checkpoint retags its inner ones
     return result
+
+
+# NOTE [Non-reentrant recomputation runs eagerly]: at a break (NOTE [Reentrant checkpoint at a break] in
+# hook.py) the non-reentrant checkpoint reruns its function during backward and stops it, raising from its
+# pack hook, once the last tensor it saves is recomputed: the Python effects before that point happen again,
+# those after it do not (`log.append` calls around the ops of `fn` give [a, b, c, a, b] where the stop falls
+# between b and c). A compiled frame replays its effects after its graph, which the stop leaves: so only the
+# forward goes through the frame hook, and a recomputation calls the function itself, as eager does.
+def checkpoint_at_break(hooked, function, args: tuple, kwargs: dict):
+    """torch's `checkpoint(hooked, *args, **kwargs)`; non-reentrant: `function` itself recomputes."""
+    from torch.utils.checkpoint import checkpoint as torch_checkpoint
+    if kwargs.get("use_reentrant") is not False or hooked is function:
+        return torch_checkpoint(hooked, *args, **kwargs)
+    calls = [0]
+
+    def run(*inner_args, **inner_kwargs):
+        calls[0] += 1
+        return (hooked if calls[0] == 1 else function)(*inner_args, **inner_kwargs)
+    return torch_checkpoint(run, *args, **kwargs)
 
 
 class _Checkpointed(torch.nn.Module):

@@ -621,7 +621,7 @@ class Hooks:
         """`torch.utils.checkpoint.checkpoint(function, *args, **kwargs)` with `function` called through
         its frame hook (NOTE [Reentrant checkpoint at a break])."""
         import torch
-        from torch.utils.checkpoint import checkpoint
+        from .higher_order import checkpoint_at_break  # NOTE [Non-reentrant recomputation runs eagerly]
         if isinstance(function, torch.nn.Module) and type(function).__call__ is torch.nn.Module.__call__:
             hook = self.module_call()
 
@@ -632,7 +632,7 @@ class Hooks:
                 return self.call_through_hook(function, *inner_args, **inner_kwargs)
         else:
             run = function
-        return checkpoint(run, *args, **kwargs)
+        return checkpoint_at_break(run, function, args, kwargs)
 
     def call_hooked(self):
         """The call helper of loops run as Python (NOTE [Loops run as Python] in python_loops.py)."""

@@ -68,6 +68,8 @@ class RerunState:
         """`exc` was raised by the graph call of `code` (the transformed function)."""
         if self.entry_checks_only and not (type(exc) is RuntimeError and str(exc).startswith(ENTRY_CHECK)):
             return False
+        if type(exc) is _stop_recomputation():  # NOTE [Recomputation stopped inside a graph]
+            return False
         start, end = graph_call_span(code)  # NOTE [Graph call span]
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code is not code:
@@ -81,6 +83,18 @@ class RerunState:
             torch.set_autocast_dtype(device_type, dtype)
         for fn, args in self.restores:
             fn(*args)
+
+
+# NOTE [Recomputation stopped inside a graph]: during backward, torch's non-reentrant checkpoint reruns
+# its function and stops it early by raising `_StopRecomputationError` from its saved-tensors pack hook once
+# the last tensor it needs is saved. When the function is a compiled frame (NOTE [Reentrant checkpoint at a
+# break] in hook.py), the exception leaves the frame's graph: it is torch's control flow, not a failure of
+# the graph, so it propagates as in eager (the effects that precede the graph's ops are made, NOTE [Effects
+# before a failing graph]); rerunning the frame eagerly called the pack hook again after the stop, and
+# torch raised "AssertionError: Unexpected state: target_frame.early_stop is set" in the backward.
+def _stop_recomputation() -> type:
+    from torch.utils.checkpoint import _StopRecomputationError
+    return _StopRecomputationError
 
 
 # NOTE [Random ops by name]: a call draws random numbers when a "_"/"."-separated word of its name starts with
