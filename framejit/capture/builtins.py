@@ -20,6 +20,7 @@ from .object_str import is_user_object, user_repr, user_str
 from .comparisons import compare, contains, is_same
 from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
 from . import lazy_combinators
+from .values.base import MADE_ORDER
 from .values.containers import dict_iterator, drain_lent, iterates_as_tuple
 from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, PartialValue, SetValue,
                      TensorValue, TupleValue, Value)
@@ -338,15 +339,26 @@ def _calls_made_early(tx, what: str, run):
     made, where CPython makes them one by one as it is consumed. Only calls without effect may run early:
     one that mutates anything or raises is a graph break here (the combinator then runs in Python)."""
     side_effects = tx.output.side_effects
-    before = (side_effects.version, len(side_effects.touched))
+    version, n_touched = side_effects.version, len(side_effects.touched)
+    first_new = next(MADE_ORDER)  # NOTE [Objects map makes]
     try:
         result = run()
     except UserException as e:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"the function of {what}() raises {type(e.exc).__name__} for some "
                           "item: it runs lazily, as Python") from None
-    if (side_effects.version, len(side_effects.touched)) != before:
+    if side_effects.version != version or any(getattr(v, "serial", -1) < first_new
+                                              for v in side_effects.touched[n_touched:]):
         raise Unsupported(BreakKind.SIDE_EFFECT, f"the function of {what}() has side effects: it runs lazily, as Python")
     return result
+
+
+# NOTE [Objects map makes]: `a, b = map(Box, [1, 2])` or `list(map(make, items))` with a class, or a function
+# that makes and fills a list or object, changes only values made by those very calls: no code sees them
+# before map yields them, so making them when map is made (as the trace does) is the same as eager making
+# them as they are drawn. Stores into values that existed before (the function's closure, the items, a
+# global's object) still make map run lazily, as Python. A class with a Python __init__ counts as reading
+# state (it may read globals; lazy_combinators._reads_nothing_else): NOTE [Lazy combinators] then checks
+# before each draw that nothing changed since map was made.
 
 
 @handles(filter)

@@ -74,7 +74,8 @@ def _reads_nothing_else(fn: Value | None, items: list[list[Value]]) -> bool:
     if not fn.is_constant() and not hasattr(fn, "fn"):
         return False
     target = fn.as_constant() if fn.is_constant() else getattr(fn, "fn", None)
-    builtin = target is None or isinstance(target, (types.BuiltinFunctionType, type))
+    builtin = target is None or isinstance(target, types.BuiltinFunctionType) or isinstance(target, type) and \
+        not isinstance(getattr(target, "__init__", None), types.FunctionType)  # NOTE [Objects map makes]
     return builtin and all(isinstance(v, ConstantValue) for column in items for v in column)
 
 

@@ -6,10 +6,17 @@ containers created while tracing (lists, dicts, iterators, cells), whose mutatio
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from ..breaks import BreakKind, Unsupported
 from ..sources import Source
+
+# NOTE [Values made in order]: the mutable values made while tracing (lists, dicts, sets, objects of user
+# classes) take a number from this count when they are made, so code can tell the values made after a point
+# of the trace from those that existed before it (builtins._calls_made_early: map's function may initialise
+# objects it makes itself). A copy of a value keeps its number (it then counts as old: the safe side).
+MADE_ORDER = itertools.count()
 
 
 class Value:

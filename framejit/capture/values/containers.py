@@ -13,7 +13,7 @@ from typing import Any
 
 from ..breaks import BreakKind, Unsupported, UserException
 from ..sources import Source
-from .base import ConstantValue, Value
+from .base import MADE_ORDER, ConstantValue, Value
 
 
 class SequenceValue(Value):
@@ -23,6 +23,7 @@ class SequenceValue(Value):
         self.items = list(items)
         self.source = source
         self.cls = cls or self.kind
+        self.serial = next(MADE_ORDER)  # NOTE [Values made in order]
 
     def python_type(self) -> type:
         return self.cls
@@ -59,6 +60,7 @@ class DictValue(Value):
         self.items = dict(items)
         self.source = source
         self.cls = cls
+        self.serial = next(MADE_ORDER)  # NOTE [Values made in order]
 
     def python_type(self) -> type:
         return self.cls
@@ -101,6 +103,7 @@ class SetValue(Value):
         self.exact = exact
         self.order: list | None = None  # NOTE [Set order]
         self.frozen: frozenset | None = None  # the real frozenset from outside, when it is one
+        self.serial = next(MADE_ORDER)  # NOTE [Values made in order]
 
     def python_type(self) -> type:
         return self.cls

@@ -9,7 +9,7 @@ import types
 from typing import Any
 
 from ..sources import Source
-from .base import Value
+from .base import MADE_ORDER, Value
 
 
 class ObjectValue(Value):
@@ -56,6 +56,7 @@ class NewObjectValue(Value):
     def __init__(self, cls: type, attrs: dict[str, Value] | None = None) -> None:
         self.cls = cls
         self.attrs = dict(attrs or {})
+        self.serial = next(MADE_ORDER)  # NOTE [Values made in order]
 
     def python_type(self) -> type:
         return self.cls
