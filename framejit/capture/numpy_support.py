@@ -348,12 +348,7 @@ def call_numpy(tx, real: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         raise Unsupported(BreakKind.UNSUPPORTED_CALL,
                           f"np.random.{getattr(real, '__name__', '?')} (NumPy's generator is not torch's: run eagerly)")
     if _all_constant(args, kwargs) and _foldable(real, args):
-        if isinstance(real, np.ufunc):
-            _guard_error_state(tx)  # NOTE [NumPy error state]: folded now, under the state of this call
-        try:
-            result = real(*(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
-        except Exception as e:
-            raise UserException(e) from None
+        result = _fold(real, args, kwargs)  # NOTE [NumPy calls folded under the error state]
         if is_numpy_constant(result) or type(result) in (int, float, bool, str, type(None)):
             return ConstantValue(result)
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"np.{real.__name__} returned {type(result).__name__}")
@@ -363,6 +358,26 @@ def call_numpy(tx, real: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
                           f"numpy.{getattr(real, '__name__', real)} has no torch._numpy equivalent")
     keeps = path.split(".")[-1] in _KEEP_ARRAY
     return _record(tx, NumpyOp("func", path), args, kwargs, keeps_array=keeps, real=real)
+
+
+# NOTE [NumPy calls folded under the error state]: a fold of a NumPy function or constructor on constants
+# met NumPy's error state like an operator's fold (NOTE [NumPy folds and the error state] in protocol.py), but
+# only operators on NumPy operands were folded under errstate(all="raise"): `np.float32(1e39)` (overflow in the
+# cast, a constructor folded with no guard on the state) returned inf on every call after `np.seterr(all=
+# "raise")`, where eager raises FloatingPointError (review revO O7), and a ufunc met its error under the quiet
+# state the trace guards (`np.exp(1000.0)` under "warn": inf without the warning eager gives). Each fold runs
+# under errstate(all="raise"): one that meets a floating-point error is a break, so the call runs in Python
+# under the state of each call; one that meets none is the same under every state and stays folded, with no
+# guard on the state (a ufunc fold guarded it quiet, so `np.sqrt(d_model)` broke under `np.seterr(all="raise")`).
+def _fold(real: Any, args: list[Value], kwargs: dict[str, Value]) -> Any:
+    try:
+        with _np().errstate(all="raise"):
+            return real(*(a.as_constant() for a in args), **{k: v.as_constant() for k, v in kwargs.items()})
+    except FloatingPointError:
+        raise Unsupported(BreakKind.DATA_DEPENDENT, f"np.{getattr(real, '__name__', real)} of constants meets a "
+                          "floating-point error, handled as np.seterr says") from None
+    except Exception as e:
+        raise UserException(e) from None
 
 
 def _foldable(real: Any, args: list[Value]) -> bool:
@@ -455,8 +470,8 @@ def _constant(v: Value) -> bool:
 # write eager hides. Such a write is a graph break, so NumPy itself makes it. Arrays passed in (graph inputs
 # through `torch.from_numpy`, a tensor of their own) and arrays made by NumPy ops are written in the graph.
 # NOTE [NumPy error state]: NumPy raises, prints or calls a handler on a floating-point error (divide by
-# zero, overflow, invalid) as `np.seterr` / `np.errstate` say; torch._numpy ops never do, and a NumPy call
-# folded at trace time ran under the state of that moment. So a trace with NumPy ops needs a state in which
+# zero, overflow, invalid) as `np.seterr` / `np.errstate` say; torch._numpy ops never do (a NumPy call folded
+# at trace time: NOTE [NumPy calls folded under the error state]). So a trace with NumPy ops needs a state in which
 # every error only warns or is ignored (the warning is not reproduced, as under stock torch.compile), else
 # it is a graph break, and that is guarded: `np.seterr(divide="raise")` after the first call reruns NumPy.
 _QUIET_ERRORS = ("warn", "ignore")
