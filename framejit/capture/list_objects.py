@@ -104,6 +104,8 @@ def list_binary(tx, fn: Any, a: Value, b: Value) -> Value | None:
     """`a + b`, `a += b`, `a * b`, `a *= b` for a list object `a` whose class keeps list's slot, with a `b` of
     a builtin type (an object could answer first with a reflected method); None otherwise."""
     name = _LIST_OPERATORS.get(fn)
+    if name is not None and is_list_object(b) and not isinstance(a, (ObjectValue, NewObjectValue)):
+        return _list_right(tx, name, a, b)
     if name is None or isinstance(b, (ObjectValue, NewObjectValue)) or not is_list_object(a):
         return None
     if name.startswith("__i") and not keeps_list_slot(tx, a, name):
@@ -112,6 +114,26 @@ def list_binary(tx, fn: Any, a: Value, b: Value) -> Value | None:
     if not name.startswith("__i") and not keeps_list_slot(tx, a, plain):
         return None
     return call_list_method(tx, list.__dict__[name], a, [b], {})
+
+
+def _list_right(tx, name: str, a: Value, b: Value) -> Value | None:
+    """NOTE [List objects as right operands]: `[1] + o` and `n * o` with `o` a list object and `a` a plain
+    list or an int: CPython calls the class's reflected method first (`__radd__`, which list lacks, or an
+    overridden `__rmul__`; the lookup is guarded), then list's concatenation reads `o`'s own storage and
+    `n * o` is list's `__rmul__`: both make a plain list of the contents. In-place forms (`lst += o` iterates
+    `o` through its class) and other left operands keep the paths above."""
+    from . import lookup
+    from .container_methods import call_container_method
+    cls = b.python_type()
+    if name == "__add__" and isinstance(a, ListValue) and a.cls is list:
+        lookup.guard_lookup(tx.output, cls, "__radd__")
+        if lookup.mro_lookup(cls, "__radd__")[1] is not None:
+            return None
+        return call_container_method(tx, list.__add__, [a, list_contents(tx.output, b)], {})
+    if name == "__mul__" and isinstance(a, ConstantValue) and type(a.value) in (int, bool) and \
+            keeps_list_slot(tx, b, "__rmul__"):
+        return call_list_method(tx, list.__rmul__, b, [a], {})
+    return None
 
 
 _REFLECTED = {operator.eq: ("__eq__", "__eq__"), operator.ne: ("__ne__", "__ne__"), operator.lt: ("__lt__", "__gt__"),
