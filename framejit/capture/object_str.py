@@ -2,7 +2,8 @@
 
 NOTE [Strings of user objects]: `str(o)` is `type(o).__str__(o)`; `object.__str__` is `type(o).__repr__(o)`,
 and `f"{o}"` with no format spec is `type(o).__format__(o, "")`, which for `object.__format__` is `str(o)`.
-For an object made while tracing or from outside whose class (not a library class) defines these in
+For an object made while tracing or from outside whose class (not a library class, except one of the torch
+packages inlined like user code: values/builder.py _INLINED_TORCH_PACKAGES) defines these in
 Python, the function found is inlined and its class entry guarded by identity (classes before it guarded
 to stay without one). Its result must be a plain str constant, as CPython requires ("__str__ returned
 non-string" is the same TypeError). `object.__repr__` itself (`<mod.C object at 0x...>`) shows an address
@@ -37,10 +38,16 @@ def _method(tx, cls: type, name: str) -> types.FunctionType | None:
     if owner is object:
         lookup.guard_lookup(tx.output, cls, name)  # no class before `object` gains one
         return None
-    if lookup.is_fixed_class(owner) or not isinstance(impl, types.FunctionType):
+    if lookup.is_fixed_class(owner) and not _inlined_library_class(owner) or not isinstance(impl, types.FunctionType):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name} of a {cls.__name__}")
     lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, name, index), impl)
     return impl
+
+
+def _inlined_library_class(cls: type) -> bool:
+    """A class of the torch packages whose Python is inlined like user code (OrderedSet's `__repr__`)."""
+    from .values.builder import _INLINED_TORCH_PACKAGES
+    return (getattr(cls, "__module__", "") or "").startswith(_INLINED_TORCH_PACKAGES)
 
 
 def _call(tx, impl: types.FunctionType, value: Value, name: str) -> Value:

@@ -8,13 +8,15 @@ subscript was a graph break: crossvit_tiny_240 captured 10 graphs over 3 calls i
 subscript is a pure function of the form and its arguments whose result typing caches (`List[int] is
 List[int]` in eager too), so it is evaluated at trace time: the form is an object of the `typing` or
 `typing_extensions` module, or a class whose `__class_getitem__` is `typing.Generic`'s (a user generic
-class, whose own override would be user code), and the arguments are constants, classes, other typing
+class, whose own override would be user code) or `types.GenericAlias` (a subclass of a collections.abc
+class, `class S(MutableSet[T])`: `S[T]` in a cast), and the arguments are constants, classes, other typing
 objects or tuples of those. The form and every typing object among the arguments read from outside are
 guarded by identity (a rebound global is another form); an error typing raises is the user's, as eager.
 """
 from __future__ import annotations
 
 import operator
+import types
 import typing
 from typing import Any
 
@@ -49,8 +51,8 @@ def _is_form(v: Value) -> bool:
     if _typing_object(v):
         return True
     if isinstance(v, ClassValue) and isinstance(v.obj, type):
-        getitem = getattr(v.obj, "__class_getitem__", None)
-        return _GENERIC_GETITEM is not None and getattr(getitem, "__func__", None) is _GENERIC_GETITEM
+        func = getattr(getattr(v.obj, "__class_getitem__", None), "__func__", None)
+        return func is types.GenericAlias or _GENERIC_GETITEM is not None and func is _GENERIC_GETITEM
     return False
 
 

@@ -23,7 +23,8 @@ from typing import Any, Callable
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .parametrized_classes import rely_on_identity
-from .values import ClassValue, ConstantValue, NewObjectValue, ObjectValue, PyModuleValue, Value
+from .values import (ClassValue, ConstantValue, DictValue, NewObjectValue, ObjectValue, PyModuleValue, SequenceValue,
+                     SetValue, Value)
 
 _NAMES = {operator.add: ("add", "+"), operator.sub: ("sub", "-"), operator.mul: ("mul", "*"),
           operator.truediv: ("truediv", "/"), operator.floordiv: ("floordiv", "//"), operator.mod: ("mod", "%"),
@@ -125,8 +126,12 @@ def _type_name(v: Value) -> str:
 # NotImplemented, `__ne__` inverts the class's `__eq__`, the orderings answer NotImplemented. Engaged only
 # when one of the methods consulted is a Python function (else comparisons.compare's identity rules, which
 # guard `__eq__`/`__ne__`, answer as before); the other operand may be an int, float, bool, complex, str,
-# bytes or None constant (their methods answer NotImplemented to any other object). A dict subclass takes
-# part (Counter's ==, <, <= are Python); where the lookup finds dict's own C method instead, that is a break.
+# bytes or None constant (their methods answer NotImplemented to any other object), or a plain set, frozenset,
+# list, tuple or dict (their comparisons answer NotImplemented to an object of another type: set_richcompare
+# to anything but a set or frozenset, list_richcompare, tuplerichcompare, dict_richcompare to anything but
+# their own type; a class deriving collections.abc.Set compares `MySet(...) == {"a", "b"}` so). A dict
+# subclass takes part (Counter's ==, <, <= are Python); where the lookup finds dict's own C method instead,
+# that is a break.
 _COMPARISONS = {operator.lt: ("__lt__", "<", operator.gt), operator.le: ("__le__", "<=", operator.ge),
                 operator.gt: ("__gt__", ">", operator.lt), operator.ge: ("__ge__", ">=", operator.le),
                 operator.eq: ("__eq__", "==", operator.eq), operator.ne: ("__ne__", "!=", operator.ne)}
@@ -138,10 +143,15 @@ def _compared_type(v: Value) -> type | None:
     return None if t is None or issubclass(t, _NUMBERS + (str, bytes, list, tuple, set, frozenset)) else t
 
 
+_PLAIN_CONTAINERS = (set, frozenset, list, tuple, dict)
+
+
 def _compares(a: Value, b: Value) -> bool:
     for side in (a, b):
         if _compared_type(side) is None and not (isinstance(side, ConstantValue)
-                                                 and type(side.value) in _COMPARED_CONSTANTS):
+                                                 and type(side.value) in _COMPARED_CONSTANTS + _PLAIN_CONTAINERS) \
+                and not (isinstance(side, (SetValue, SequenceValue, DictValue))
+                         and side.python_type() in _PLAIN_CONTAINERS):
             return False
     return _compared_type(a) is not None or _compared_type(b) is not None
 

@@ -592,8 +592,7 @@ def _has_identity(obj: Any) -> bool:
     if _lookup_runs_user_code(obj):
         return not issubclass(type(obj), torch.Tensor)
     if type(obj) in (list, dict, set, collections.OrderedDict, collections.deque, _LIST_ITERATOR,
-                     _LIST_REVERSE_ITERATOR,
-                     *_SEQUENCE_ITERATORS) or isinstance(obj, torch.nn.Module):
+                     _LIST_REVERSE_ITERATOR, *_SEQUENCE_ITERATORS) or isinstance(obj, torch.nn.Module):
         return True
     return hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType, types.FunctionType,
                                                              types.MethodType, torch.Tensor, functools.partial,
@@ -651,7 +650,8 @@ def _is_namedtuple(obj: Any) -> bool:
 # code, so `framejit.compile(opt.step)` records the update's tensor ops, not one opaque call that neither
 # the guards nor the lowering backends could see into. tests/capture/test_compiled_optimizers.py.
 # torch.nn.utils likewise (NOTE [Gradient clipping]), its rnn helpers included (NOTE [Packed sequences]).
-_INLINED_TORCH_PACKAGES = ("torch.nn.modules", "torch.distributions", "torch.optim", "torch.nn.utils")
+_INLINED_TORCH_PACKAGES = ("torch.nn.modules", "torch.distributions", "torch.optim", "torch.nn.utils",
+                           "torch.utils._ordered_set")  # and OrderedSet, a MutableSet over a dict: no tensors
 
 
 def _packing_functions() -> frozenset:
