@@ -743,5 +743,6 @@ __all__ = ["BUILTIN_HANDLERS"]
 
 from . import itertools_support, mappings, state_blocks, stdlib, type_checks  # noqa: E402,F401  (register their handlers)
 from . import string_formats  # noqa: E402,F401  (NOTE [format_map through the mapping's protocol])
+from . import user_exceptions  # noqa: E402,F401  (NOTE [Exceptions with a Python __init__])
 from . import pytree_support  # noqa: E402  (NOTE [pytree calls])
 pytree_support.register(BUILTIN_HANDLERS)

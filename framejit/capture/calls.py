@@ -21,8 +21,7 @@ from .python_draws import drawing_call, record_draw
 from .module_protocol import ModuleSliceValue
 from .protocol import constant_fold
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
-                     ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue,
-                     Value)
+                     ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue, Value)
 from .vmap_capture import check_functorch_call
 
 # Tensor methods that read data into Python or touch state outside the graph.
@@ -664,7 +663,8 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}() changes thread-local dispatch state")
     if issubclass(cls, torch.Tensor) or getattr(cls, "__module__", "").startswith("torch"):
         return tx.output.call("call_function", cls, tuple(args), kwargs)
-    raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating an instance of {cls.__qualname__}")
+    from .user_exceptions import make_exception  # NOTE [Exceptions with a Python __init__]; else a break
+    return make_exception(tx, cls, args, kwargs)
 
 
 def _construct_plain_object(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> Value | None:

@@ -39,7 +39,8 @@ def view_of_object(obj: dict, ordered: bool, kind: str) -> Any:
 # from other arguments that type(e)(*e.args) would not rebuild), so making such an exception is a graph break.
 def fresh_exception(template: BaseException) -> BaseException:
     """A new exception equal to `template` (NOTE [Exceptions made while tracing])."""
-    exc = type(template)(*template.args)
+    cls = type(template)  # NOTE [Exceptions with a Python __init__]: made as CPython's __new__ makes it
+    exc = cls.__new__(cls, *template.args) if isinstance(cls.__init__, types.FunctionType) else cls(*template.args)
     for name, value in getattr(template, "__dict__", {}).items():
         setattr(exc, name, value.copy() if type(value) is list else value)
     return exc
