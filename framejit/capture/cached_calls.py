@@ -39,6 +39,7 @@ import threading
 
 from ..guards.guard import COST_CONTAINER
 from .breaks import BreakKind, Unsupported, UserException
+from .graph_calls import short_text  # NOTE [Guard texts run no user code]
 from .sources import AttrSource
 from .values import ConstantValue, ObjectValue, Value
 from .values.builder import wrap
@@ -186,7 +187,7 @@ def _guard_answer(tx, fn: ObjectValue, args: list, kwargs: dict, result, same=No
     # guard, the shape env's too: an int argument made symbolic keeps its value as a SHAPE_ENV guard (cost
     # COST_TENSOR + 1), and the call checked before it looked up `h(2)` on a call with `k == 3`, a lookup
     # eager never makes (with a bounded cache it ran `h` again and reordered the cache).
-    out.add_guard("CACHED_CALL", expr, fn.source, expected=f"the cached answer {result!r}", actual=expr,
+    out.add_guard("CACHED_CALL", expr, fn.source, expected=f"the cached answer {short_text(result)}", actual=expr,
                   cost=COST_CONTAINER + 1)
 
 

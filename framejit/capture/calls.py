@@ -785,13 +785,13 @@ def _namedtuple_defaults(tx, cls: type) -> dict:
     only a record of them), guarded by value (`NT.__new__.__defaults__ = (5.0,)` after the first call
     kept the old default; red team, test_redteam2.py)."""
     values = getattr(cls.__new__, "__defaults__", None)
-    klass = tx.output.name_of(cls, cls.__name__)
-    expr = f"{klass}.__new__.__defaults__"
+    expr = f"{tx.output.name_of(cls, cls.__name__)}.__new__.__defaults__"
     plain = values is not None and all(type(v) in (int, str, bool, type(None)) or (
         type(v) is float and v == v and v not in (float("inf"), float("-inf")) and v != 0.0) for v in values)
     check = (f"{expr} is None" if values is None else f"{expr} == {values!r}" if plain
              else f"{expr} is {tx.output.name_of(values, 'defaults')}")
-    tx.output.add_guard("ID_MATCH", check, None, expected=f"the defaults {values!r}", actual=expr)
+    described = repr(values) if plain or values is None else "by identity"  # NOTE [Guard texts run no user code]
+    tx.output.add_guard("ID_MATCH", check, None, expected=f"the defaults {described}", actual=expr)
     if not values:
         return {}
     return dict(zip(cls._fields[len(cls._fields) - len(values):], values))

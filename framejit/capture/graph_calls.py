@@ -340,7 +340,25 @@ def _literal_ok(value: Any) -> bool:
     return False
 
 
+# NOTE [Guard texts run no user code]: a guard's `expected` text (the recompiles log's explanation) was
+# `repr(obj)` of the object guarded, made while tracing: a class's own `__repr__` ran on every trace, where
+# eager never calls it (a counting `__repr__` read 2 after one call of `f(x) = x * 2, id(r)`; one that raises
+# made the frame run eagerly as an internal error), and an nn.Module's repr walked the whole model. Objects
+# other than plain constants, functions, classes and modules are described by their type and id.
+_PLAIN_REPR = (int, float, complex, str, bytes, bool, type(None), types.FunctionType, types.BuiltinFunctionType,
+               types.ModuleType, torch.dtype, torch.device)
+
+
 def _short(obj: Any) -> str:
-    text = repr(obj)
+    if type(obj) in _PLAIN_REPR:
+        text = repr(obj)
+    elif isinstance(obj, type):
+        text = type.__repr__(obj)
+    elif type(obj) in (tuple, list) and len(obj) <= 8:
+        text = "(%s)" % ", ".join(map(_short, obj)) if type(obj) is tuple else "[%s]" % ", ".join(map(_short, obj))
+    else:
+        text = f"<{type(obj).__qualname__} object at {id(obj):#x}>"
     return text if len(text) < 60 else text[:57] + "..."
 
+
+short_text = _short

@@ -1,0 +1,87 @@
+"""Tracing runs none of the user's code that eager does not run: the texts of guards (what the recompiles
+log shows as expected) describe user objects without calling their `__repr__` (NOTE [Guard texts run no user
+code] in capture/graph_calls.py). Each program runs eagerly and compiled over several calls and compares
+values and how often the user's `__repr__` ran."""
+from __future__ import annotations
+
+import collections
+import functools
+
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, assert_same
+
+
+class _Counted:
+    def __init__(self, log, scale=2.0):
+        self.log, self.scale = log, scale
+
+    def __repr__(self):
+        self.log.append("repr")
+        return "Counted()"
+
+
+class _Refusing:
+    scale = 3.0
+
+    def __repr__(self):
+        raise RuntimeError("no repr for you")
+
+
+def _compare(make, calls=3):
+    results = []
+    for compiled in (False, True):
+        log = []
+        fn = make(log)
+        f = framejit.compile(fn, backend="eager") if compiled else fn
+        results.append([(f(torch.arange(float(n))), list(log)) for n in range(2, 2 + calls)])
+    assert_same(results[1], results[0])
+
+
+def test_identity_of_a_global_object():
+    # before: id(r) guards r by identity and the guard's text was repr(r): log ["repr"] where eager has []
+    def make(log):
+        r = _Counted(log)
+
+        def fn(x):
+            return x * 2, id(r) == id(r)
+        return fn
+    _compare(make)
+
+
+def test_namedtuple_default_object():
+    def make(log):
+        nt = collections.namedtuple("NT", "a b", defaults=[_Counted(log)])
+
+        def fn(x):
+            return x * nt(1).b.scale
+        return fn
+    _compare(make)
+
+
+def test_cached_call_answering_an_object():
+    def make(log):
+        @functools.lru_cache(None)
+        def settings(k):
+            return _Counted(log, scale=float(k))
+
+        def fn(x):
+            return x * settings(3).scale
+        return fn
+    _compare(make)
+
+
+def test_object_whose_repr_raises_is_still_traced():
+    # before: repr raised while the guard text was made, an internal error: the frame ran wholly eagerly
+    r = _Refusing()
+
+    def fn(x):
+        return x * r.scale + 1, id(r) == id(r)
+
+    backend = CountingBackend()
+    f = framejit.compile(fn, backend=backend)
+    for n in (2, 3):
+        x = torch.arange(float(n))
+        assert_same(f(x), fn(x))
+    assert backend.graph_count >= 1
