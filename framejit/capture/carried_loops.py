@@ -477,10 +477,20 @@ def _returned_as_is(tx, inst) -> bool:
 # `sorted(ys)`) is dynamic in the resume function after it from its first trace (`inherit_dynamic_results`):
 # an int or float is a symbol or graph input, a list or tuple opaque. A tensor it returns (`torch.stack(ys)`)
 # goes by automatic dynamic. Values are unchanged: each use of an opaque sequence runs in Python.
-def changing_result(body: Any, name: str | None) -> None:
+# NOTE [Dict and set results of changing size]: a dict or set comprehension's result was not opaque: the resume
+# function after `d = {i: i * 2 for i in range(x.size(0))}` was guarded by its keys (DICT_KEYS, then an item's
+# type) and compiled once per size, 11 traces over 10 sizes where stock compiles 8 frames and then runs the
+# frame eagerly. It is opaque as a list is (the same OpaqueSequenceValue: any read of it breaks and runs in
+# Python; `len(d)` is dynamic after it), from its first trace under dynamic=None and dynamic=True alike (a
+# list stays unopaque under dynamic=True until its length changes, so `torch.stack(ys)` of a fixed length
+# stays in the graph; a dict's keys are guarded one by one, so its size cannot be kept symbolic anyway).
+# Only a comprehension's (or `dict(...)`/`set(...)` of a generator expression's) result: a dict or set
+# argument whose keys change elsewhere keeps its guards (changed_lengths takes lists and tuples only).
+def changing_result(body: Any, name: str | None, keyed: bool = False) -> None:
     """Mark the local or stack argument `name` of the resume function `body` (a FrameHook) opaque from its
-    first trace when it holds a list or tuple (NOTE [Comprehension results of changing length])."""
-    if name is not None and hasattr(body, "dynamic_ints") and getattr(body.request, "dynamic", None) is not True \
+    first trace when it holds a list, tuple, dict or set (NOTE [Comprehension results of changing length],
+    [Dict and set results of changing size])."""
+    if name is not None and hasattr(body, "dynamic_ints") and (keyed or getattr(body.request, "dynamic", None) is not True) \
             and LocalSource(name).describe() not in getattr(body, "never_opaque", ()):
         body.dynamic_ints = body.dynamic_ints | {LocalSource(name).describe()}
 
@@ -501,7 +511,8 @@ def retrace_with_lengths(hook: Any, entry: Any, args: tuple, kwargs: dict, conve
     if not getattr(entry, "runs_eagerly", False) or gb is None or "of changing length" not in gb.explanation or kwargs:
         return None
     values = dict(zip(hook.fn.__code__.co_varnames, args))
-    opaque = frozenset(s for s in hook.dynamic_ints if (m := _ARG.fullmatch(s)) and type(values.get(m.group(1))) in (list, tuple))
+    opaque = frozenset(s for s in hook.dynamic_ints if (m := _ARG.fullmatch(s)) and
+                       type(values.get(m.group(1))) in (list, tuple, dict, set, frozenset))
     if not opaque:
         return None
     from . import eager_frames

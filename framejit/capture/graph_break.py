@@ -559,8 +559,8 @@ class BreakCodegen:
             slot = len(self.stack) - 1
         else:  # the resume point inside the body: the loop's iterator is the last one on the stack
             slot = max(i for i, v in enumerate(self.stack) if _slot_kind(v) == "iter")
-        if loop.name == "CALL":  # its function under the range (NOTE [Comprehensions over symbolic ranges])
-            slot -= 1
+        if loop.name == "CALL":  # its function under the range (NOTE [Comprehensions over symbolic ranges]),
+            slot -= 1 if loop.arg == 0 else 3  # and a generator expression's consumer and NULL under that
         layout = tuple(_slot_kind(v) for v in self.stack[:slot]) + (("value",) if loop.name == "CALL" else ())
         code, exit_index = origin(self.fn.__code__, python_loops.loop_exit(loop))
         names = self._tail_names()  # its trampoline passes the tail function's locals
@@ -577,7 +577,8 @@ class BreakCodegen:
         if self._over_symbolic_range() and (loop.name == "CALL" or comp is not None and "block" not in layout):
             result = f"{STACK_PREFIX}{len(layout) - 1}" if loop.name == "CALL" or comp.result_on_stack \
                 else comp.result_var
-            carried_loops.changing_result(hook, result)  # NOTE [Comprehension results of changing length]
+            keyed = python_loops.keyed_result(code, loop, comp, self.stack[slot:slot + 2])
+            carried_loops.changing_result(hook, result, keyed)  # NOTE [Comprehension results of changing length]
             # NOTE [Symbols carried into resume functions]: the loop runs in Python, its exit calls `hook`
             inherit_symbols(hook, {**{f"L['{STACK_PREFIX}{i}']": v for i, v in enumerate(self.stack[:slot])},
                                    **{f"L['{n}']": self._local(n) for n in names

@@ -16,9 +16,17 @@ iteration variables and bind or keep its result) that calls the hooked resume fu
 then (the result when it stays on the stack; a NULL under it, of a call the comprehension is an argument of,
 is stored into a temporary and pushed again by the resume function's prologue) and the live locals plus the
 variable the result went to. 3.12/3.13 now give the graphs 3.11 and stock give (`stored`: 2 over 3 calls).
-Not taken (the break stays where it was) when the body binds a local that was unbound at the break (a walrus
-target: the trampoline could not pass it), when the epilogue is not the plain shape below, or where the
-epilogue's last store is merged with the next instruction (3.13's STORE_FAST_LOAD_FAST).
+Not taken (the break stays where it was) when the body deletes a local or binds a cell that was unbound at the
+break, when the epilogue is not the plain shape below, or where the epilogue's last store is merged with the
+next instruction (3.13's STORE_FAST_LOAD_FAST).
+
+NOTE [Walrus targets of comprehensions run as Python]: `ys = [(last := i * 2) for i in range(x.size(0))]`
+binds `last` in the frame. Such a comprehension was not run as Python (the trampoline after it could not
+pass a local first bound in its body), so over a symbolic range it unrolled and the frame compiled once per
+size until the recompile limit ran it eagerly (3.13: 8 traces and an eager frame over 10 sizes; stock the
+same). The trampoline now passes each plain-local walrus target too, as `local_or_unbound(name)` (NOTE
+[Unbound hidden from eager runs] in resume.py): its value, or `Unbound` when the range was empty, which the
+resume function reads as an unbound local (UnboundLocalError where eager raises it).
 """
 from __future__ import annotations
 
@@ -146,12 +154,13 @@ def moved_break(code: types.CodeType, exc: Any) -> Any:
 
 
 def body_binds_unbound(code: types.CodeType, comp: Comprehension, bound: Any) -> bool:
-    """The comprehension's body stores a local other than its own variables that is not in `bound`, or
-    deletes one: the trampoline after it could not pass it (a walrus target first bound there)."""
+    """The comprehension's body stores a cell other than its own variables that is not in `bound`, or
+    deletes a local: the trampoline after it could not pass it (NOTE [Walrus targets of comprehensions run
+    as Python])."""
     insts = normalize(code).insts
     for inst in insts[comp.loop + 1:comp.exit]:
         if inst.name in _STORES and str(inst.arg) not in comp.saved and \
-                (inst.name.startswith("DELETE") or str(inst.arg) not in bound):
+                (inst.name != "STORE_FAST" and str(inst.arg) not in bound or inst.name.startswith("DELETE")):
             return True
     return False
 
@@ -161,7 +170,15 @@ def after_loop(code: types.CodeType, comp: Comprehension, below: tuple[str, ...]
     """(canonical index after the epilogue, stack layout there, live locals there) for a comprehension
     whose GET_ITER had the stack `below` (layout) under its iterable and the live locals `names`."""
     layout = below + (("value",) if comp.result_on_stack else ())
-    after_names = names
+    after_names = names + tuple(n for n in walrus_targets(code, comp) if n not in names)
     if comp.result_var is not None and comp.result_var not in names:
-        after_names = names + (comp.result_var,)
+        after_names = after_names + (comp.result_var,)
     return comp.after, layout, after_names
+
+
+def walrus_targets(code: types.CodeType, comp: Comprehension) -> tuple[str, ...]:
+    """The plain locals the comprehension's body binds other than its own variables, in order (NOTE [Walrus
+    targets of comprehensions run as Python])."""
+    insts = normalize(code).insts
+    found = [str(i.arg) for i in insts[comp.loop + 1:comp.exit] if i.name == "STORE_FAST" and str(i.arg) not in comp.saved]
+    return tuple(dict.fromkeys(found))

@@ -61,8 +61,8 @@ def enclosing_loop(insts: list, index: int):
 # the body runs as Python with its calls through their frame hooks (a layer's forward is captured once for
 # every step), and the code after the loop is captured again. Not taken with fullgraph=True (unrolled and
 # specialised, as stock does), in generators, or for a loop in a try or with block. A list, set or dict
-# comprehension's iterator has its own form (NOTE [Comprehensions over symbolic ranges]); a generator
-# expression's still unrolls.
+# comprehension's iterator has its own form (NOTE [Comprehensions over symbolic ranges]), and so has a generator
+# expression's passed straight to a builtin consumer (NOTE [Generator expressions over symbolic ranges]).
 def iterates_rows(value: Any) -> bool:
     """A loop iterator over the rows of a tensor: an unrolled iterator whose items are tensors taken
     from one tensor, or a tensor's tuple iterator made in Python (NOTE [Loops over symbolic rows]); or a
@@ -160,8 +160,8 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
 # - on 3.11 it is `GET_ITER; CALL 0` of its own `<listcomp>` function: the tail function makes that call as a
 #   plain call (through its hook, its frame would guard the range iterator `.0` by value and recompile per
 #   size) and trampolines to the resume function after the CALL with its result (`loop_exit`).
-# Only list, set and dict comprehensions (a generator expression's consumer, `sum(...)`, is another call,
-# which would unroll it in the resume function); only in the root frame (in an inlined callee the root
+# Only list, set and dict comprehensions here (a generator expression's consumer is another call: NOTE
+# [Generator expressions over symbolic ranges]); only in the root frame (in an inlined callee the root
 # breaks at the call, and the callee's own frame then runs it so). When it cannot run as Python (a block
 # under it), the break stays at the GET_ITER. The result is a resume function's argument: a list read
 # after it is guarded by its length (stack arguments are not made opaque: NOTE [Sequences of changing
@@ -185,7 +185,56 @@ def _comprehension_over(tx, inst: Any, call: Any, iterable: Any) -> Any:
         return None
     fn = tx.stack[-2]
     code = getattr(fn.fn, "__code__", fn.fn) if isinstance(fn, UserFunctionValue) else None
+    if isinstance(code, types.CodeType) and code.co_name == "<genexpr>":
+        return _genexpr_consumer(tx, call)  # NOTE [Generator expressions over symbolic ranges]
     return True if isinstance(code, types.CodeType) and code.co_name in _COMPREHENSIONS else None
+
+
+# NOTE [Generator expressions over symbolic ranges]: `sum(x[i] for i in range(x.size(0)))`, `tuple(i for i in
+# range(n))`: the generator is made by its own `<genexpr>` function (on every version: PEP 709 inlines only
+# list, set and dict comprehensions) and consumed by the next call. Unrolled, the range specialised the size:
+# one entry per size until the recompile limit ran the frame eagerly (stock torch.compile: the same). When
+# that next call is `consumer(genexpr)` with a Python builtin consumer that only iterates (sum, any, all,
+# tuple, list, set, sorted, min, max, ...), the tail function makes both calls as plain calls, as for a
+# comprehension's (NOTE [Comprehensions over symbolic ranges]), and trampolines after the consumer's call
+# with its result: the owner frame serves every size. A user function or torch consumer is not taken (its
+# body would run uncaptured): the genexpr unrolls there as before. The generator's own frame is not hooked,
+# so a call in its body runs eagerly (it is not captured as its own frame).
+_CONSUMERS = (sum, any, all, tuple, list, set, frozenset, sorted, min, max, dict)
+
+
+def _genexpr_consumer(tx, call: Any) -> Any:
+    """The consumer call after the generator expression's CALL `call`, when it is `consumer(genexpr)` with a
+    builtin consumer (NOTE above), else None."""
+    from .normalize import normalize
+    from .values import NULL
+    from .values.callables import BuiltinValue
+    from .values.objects import ClassValue
+    insts = normalize(tx.code).insts
+    consumer = insts[call.index + 1] if call.index + 1 < len(insts) else None
+    if consumer is None or consumer.name != "CALL" or consumer.arg != 1 or consumer.handler is not None or \
+            len(tx.stack) < 4:
+        return None
+    below = [v for v in tx.stack[-4:-2] if v is not NULL]
+    if len(below) != 1 or not isinstance(below[0], (BuiltinValue, ClassValue)) or \
+            not any(below[0].obj is c for c in _CONSUMERS):
+        return None
+    return consumer
+
+
+def keyed_result(code: types.CodeType, loop: Any, comp: Any, callees: list) -> bool:
+    """The comprehension (or generator expression's consumer) run as Python at `loop` makes a dict or set
+    (NOTE [Dict and set results of changing size] in carried_loops.py); `callees`: the stack slots of its
+    function (3.11), or of the consumer and its NULL."""
+    from .normalize import normalize
+    if comp is not None:  # 3.12+: the comprehension's BUILD_* before its FOR_ITER
+        return normalize(code).insts[comp.loop - 2].name in ("BUILD_MAP", "BUILD_SET")
+    if loop.name != "CALL":
+        return False
+    objs = [getattr(v, "obj", None) for v in callees] + [getattr(getattr(v, "fn", None), "__code__", None)
+                                                          for v in callees]
+    return any(o is dict or o is set or o is frozenset for o in objs) or \
+        any(isinstance(o, types.CodeType) and o.co_name in ("<dictcomp>", "<setcomp>") for o in objs)
 
 
 def _comprehension_break(tx, inst: Any, call: Any, iterable: Any, comp: Any) -> Any:
@@ -197,8 +246,8 @@ def _comprehension_break(tx, inst: Any, call: Any, iterable: Any, comp: Any) -> 
     if tx.parent is not None:  # the root frame breaks at the call; the callee's own frame runs it so
         return exc
     exc.root_index = inst.index
-    if comp is True:  # 3.11: python_loops.moved_break makes the call the loop run as Python
-        exc.range_loop = call.index
+    if comp is True or getattr(comp, "name", None) == "CALL":  # 3.11, or a generator expression's consumer:
+        exc.range_loop = call.index if comp is True else comp.index  # moved_break makes it the loop run as Python
         return exc
     exc.loop_tried = exc.comprehension_tried = True  # the fallback: a plain break at the GET_ITER
     moved = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, why)

@@ -349,6 +349,7 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
         last_at = normalize(code).insts[comp.after - 1].position
         last = items[last_at + (last_at >= label_at)]
         live_locals = inlined_comprehensions.after_loop(code, comp, (), live_locals)[2]
+        hidden = hidden | frozenset(inlined_comprehensions.walrus_targets(code, comp))  # may stay unbound
     called = normalize(code).insts[loop_index].name == "CALL"  # NOTE [Comprehensions over symbolic ranges]
     if called:
         last = items[position]

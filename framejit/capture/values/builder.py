@@ -196,8 +196,8 @@ def _wrap_number_or_constant(out, obj: Any, source: Source) -> Value | None:
     if type(obj) is str and out.dynamic_ints and source.describe() in out.dynamic_ints:
         from ..carried_loops import opaque_string
         return opaque_string(out, obj, source)  # NOTE [Strings carried across breaks]
-    if type(obj) in (list, tuple) and out.dynamic_ints and source.describe() in out.dynamic_ints:
-        from ..carried_loops import opaque_sequence
+    if type(obj) in (list, tuple, dict, set, frozenset) and out.dynamic_ints and source.describe() in out.dynamic_ints:
+        from ..carried_loops import opaque_sequence  # a dict or set: NOTE [Dict and set results of changing size]
         return opaque_sequence(out, obj, source)  # NOTE [Sequences of changing length carried across breaks]
     if type(obj) in _SCALARS:
         out.guard_constant(source, obj)

@@ -1,0 +1,205 @@
+"""Dynamic shapes, issue 13: generator expressions over a symbolic range consumed by a builtin (`sum(x[i] for i
+in range(x.size(0)))`, `tuple(...)`, `dict(...)`; NOTE [Generator expressions over symbolic ranges] in
+python_loops.py), dict and set comprehension results read after them (NOTE [Dict and set results of changing
+size] in carried_loops.py) and walrus targets of inlined comprehensions (3.12+; NOTE [Walrus targets of
+comprehensions run as Python] in inlined_comprehensions.py) no longer compile once per size. Before, each
+compiled per size until the recompile limit (8) ran the frame eagerly (stock torch.compile: the same). Now the
+generator or comprehension runs as Python, the frame that owns it serves every size (plus its static first
+trace under dynamic=None and the 0/1 specialisations), and the frame after it is traced at most twice.
+Differential: eager vs compiled on fresh inputs of changing sizes (0 and 1 included), values, types,
+exceptions and a log of side effects compared; trace counts asserted."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+import framejit
+
+SIZES = [3, 5, 7, 4, 9, 6, 11, 2, 0, 1, 8, 10]  # more sizes than the recompile limit (8), 0 and 1 among them
+LOG: list = []
+
+
+def summed_rows(x):
+    return sum(x[i] for i in range(x.size(0)))
+
+
+def summed_ints(x):
+    return x * sum(i * i for i in range(x.size(0)))
+
+
+def tuple_of_ints(x):
+    return x, tuple(i for i in range(x.size(0)))
+
+
+def any_row(x):
+    return x + any(x[i].sum() > 0 for i in range(x.size(0)))
+
+
+def nested(x):
+    return sum(sum(x[i, j] for j in range(x.size(1))) for i in range(x.size(0)))
+
+
+def logged(x):
+    LOG.append("a")
+    out = sum((LOG.append(i) or x[i]) for i in range(x.size(0)))
+    LOG.append("b")
+    return out
+
+
+def largest(x):  # max() of an empty generator raises ValueError, as eager
+    return max(x[i].sum() for i in range(x.size(0)))
+
+
+def dict_of_rows(x):
+    d = dict((i, x[i] + 1) for i in range(x.size(0)))
+    return len(d), d
+
+
+def sets(x):
+    s = set(i % 4 for i in range(x.size(0)))
+    return x * len(s), frozenset(i for i in range(x.size(0)))
+
+
+def dict_comprehension(x):
+    d = {i: i * 2 for i in range(x.size(0))}
+    return x * len(d), d
+
+
+def set_comprehension(x):
+    s = {i % 3 for i in range(x.size(0))}
+    return x + len(s), s
+
+
+def dict_get(x):
+    d = {i: x[i] * 2 for i in range(x.size(0))}
+    return d.get(1, x.sum()), len(d)
+
+
+def dict_mutated(x):
+    d = {i: i for i in range(x.size(0))}
+    e = d
+    e[100] = x.sum()
+    d.pop(0, None)
+    return d, e is d, x * len(d)
+
+
+def set_added(x):
+    s = {i * 2 for i in range(x.size(0))}
+    s.add(-1)
+    return x * (4 in s), sorted(s)
+
+
+def walrus(x):  # `last` unbound after an empty range: UnboundLocalError, as eager
+    ys = [(last := i * 2) for i in range(x.size(0))]
+    return x * last, ys
+
+
+def walrus_prebound(x):
+    last = -1
+    ys = [(last := i) for i in range(x.size(0))]
+    return x + last, len(ys)
+
+
+def walrus_tensor(x):
+    ys = [(acc := x[i] * 2) for i in range(x.size(0))]
+    return acc, len(ys)
+
+
+GENERATORS = [summed_rows, summed_ints, tuple_of_ints, any_row, nested, logged, largest, dict_of_rows, sets]
+KEYED = [dict_comprehension, set_comprehension, dict_get, dict_mutated, set_added]
+WALRUS = [walrus, walrus_prebound, walrus_tensor]
+
+
+def _outcome(fn, x):
+    LOG.clear()
+    try:
+        result = ("value", fn(x))
+    except Exception as e:  # noqa: BLE001 (compared with eager's)
+        result = ("raised", type(e), str(e))
+    return result, list(LOG)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return type(a) is type(b) and list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _run(fn, dynamic, sizes) -> collections.Counter:
+    framejit.reset()
+    before = len(framejit.stats()["frames"])
+    compiled = framejit.compile(fn, backend="eager", dynamic=dynamic)
+    for size in sizes:
+        x = torch.randn(size, 3, generator=torch.Generator().manual_seed(size))
+        want, got = _outcome(fn, x.clone()), _outcome(compiled, x.clone())
+        assert _same(want, got), (size, want, got)
+    return collections.Counter(row["function"] for row in framejit.stats()["frames"][before:]
+                               if row["cache"] == "miss")
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+@pytest.mark.parametrize("fn", GENERATORS + KEYED + WALRUS, ids=lambda f: f.__name__)
+def test_one_compilation_serves_every_size(fn, dynamic):
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, dynamic, SIZES)
+    # the owner frame: static first (dynamic=None), symbolic, then size 0 and size 1 where they specialise
+    assert traces[fn.__name__] <= (4 if dynamic is None else 3), traces
+    assert max(traces.values()) <= 4 and sum(traces.values()) <= 10, traces
+    # an eager entry only where an unrolled trace met eager's own exception (walrus at size 0, static)
+    assert framejit.stats()["eager_frames"] - eager <= (1 if fn in WALRUS else 0)
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+@pytest.mark.parametrize("fn", GENERATORS + KEYED + WALRUS, ids=lambda f: f.__name__)
+def test_sizes_zero_and_one_first_raise_and_return_as_eager(fn, dynamic):
+    _run(fn, dynamic, [0, 3, 1, 5, 0, 4, 1, 6])
+
+
+def _with_start(x):  # sum(gen, start): not a one-argument consumer, unrolled as before
+    return sum((x[i] for i in range(x.size(0))), torch.zeros(3))
+
+
+def _user_consumer(x):  # a user function consumes it: inlined and unrolled as before
+    def total(gen):
+        return sum(gen)
+    return total(x[i] * 2 for i in range(x.size(0)))
+
+
+def _shadowed(x):
+    tuple = list  # noqa: A001 (a consumer that is not the builtin it is named after)
+    return tuple(i for i in range(x.size(0)))
+
+
+def _captured_dict(x):  # the opaque dict's first use cannot break (a closure captures it)
+    d = {i: i for i in range(x.size(0))}
+
+    def g():
+        return len(d)
+    d[-1] = 0
+    return x * g(), g()
+
+
+@pytest.mark.parametrize("fn", [_with_start, _user_consumer, _shadowed, _captured_dict],
+                         ids=["start", "user_consumer", "shadowed", "captured_dict"])
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_other_consumers_and_uses_still_match_eager(fn, dynamic):
+    _run(fn, dynamic, [3, 5, 0, 1, 4, 6])
+
+
+def test_the_recompile_log_names_the_dimension_once(caplog):
+    import logging
+    framejit.set_logs("recompiles")
+    try:
+        with caplog.at_level(logging.INFO):
+            _run(summed_rows, None, [3, 5, 7, 4, 9])
+    finally:
+        framejit.set_logs("")
+    text = caplog.text
+    assert "size of dim 0 of L['x'] changed" in text, text
+    assert text.count("recompiling summed_rows ") == 1, text
