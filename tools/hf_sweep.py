@@ -18,7 +18,9 @@ Each mode runs eager, stock torch.compile with a counting eager backend (the ref
 reset around it; breaks from torch._dynamo's counters) and framejit with a counting backend and the
 graph_breaks, recompiles and eager_fallback logs, compares every output with eager's
 (tests/models/hf/harness.assert_outputs_close) and prints one `ROW` line: graphs after each call,
-breaks, frames run eagerly, then the first 40 log records.
+breaks, frames run eagerly, then the first 40 log records. With SWEEP_ONNXRT=1 a fourth run compiles with
+framejit on the onnxrt backend (outputs within 1e-4 of eager's) and adds its graphs, ORT/eager node counts and
+the distinct reasons nodes stayed in torch (`ORT-EAGER` lines) to the row.
 """
 import sys, os, logging, time, importlib, warnings
 os.environ["HF_HUB_OFFLINE"] = "1"; os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -212,7 +214,28 @@ except Exception as e:
     fc = f"ERR {type(e).__name__}: {str(e)[:300]}"; ft = 0
 framejit.set_logs("")
 ef = harness.eager_frame_count() - e0
+oc = "-"
+if os.environ.get("SWEEP_ONNXRT"):  # framejit on the onnxrt backend too (looser tolerance: ORT kernels)
+    from tests.helpers import RecordingBackend
+    framejit.reset(); ob = RecordingBackend("onnxrt"); e1 = harness.eager_frame_count()
+    _close = harness.assert_outputs_close
+    harness.assert_outputs_close = lambda a, e, path="out", atol=1e-4, rtol=1e-4: \
+        _close(a, e, path, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
+    try:
+        om = framejit.compile(model, backend=ob)
+        oc = calls(om.generate if mode == "gen" else om, ob)
+        rows = [r for c in ob.compiled for r in (c.summary() if hasattr(c, "summary") else [])]
+        oc = f"{oc} ort_nodes={sum(r.get('ort_nodes', 0) for r in rows)} " \
+             f"eager_nodes={sum(len(r['eager_nodes']) for r in rows)} " \
+             f"eager_graphs={sum(r['eager_graph'] for r in rows)} eager={harness.eager_frame_count() - e1}"
+        why = sorted({str(v)[:90] for r in rows for v in r["eager_nodes"].values()})
+        oc += "".join(f"\n    ORT-EAGER {w}" for w in why[:8])
+    except Exception as e:
+        import traceback; traceback.print_exc()
+        oc = f"ERR {type(e).__name__}: {str(e)[:300]}"
+    finally:
+        harness.assert_outputs_close = _close
 print(f"ROW {name}.{mode} {type(model).__name__} stock graphs/call={sc} breaks={sbreaks} | framejit graphs/call={fc} "
-      f"breaks={h.n} eager={ef} | {st:.0f}s/{ft:.0f}s")
+      f"breaks={h.n} eager={ef} | {st:.0f}s/{ft:.0f}s" + (f" | onnxrt graphs/call={oc}" if oc != "-" else ""))
 for m in h.msgs[:40]:
     print("   ", " | ".join(x.strip() for x in m))
