@@ -145,6 +145,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, NdarrayValue):  # NOTE [NumPy as torch]
         return ndarray_attr(tx, obj, name)
     if isinstance(obj, ConstantValue):
+        if name == "obj" and getattr(obj, "attr_obj", None) is not None:
+            return obj.attr_obj  # a caught AttributeError's object (NOTE [Members of caught exceptions])
         if isinstance(obj.value, enum.Enum) and not lookup.is_fixed_class(type(obj.value)):
             from .enum_attributes import enum_member_attr
             return enum_member_attr(tx, obj, name)  # NOTE [Attributes of enum members]

@@ -42,8 +42,8 @@ from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
 from .normalize import Inst, is_user_handler
-from .values import BoundMethodValue, ClassValue, ConstantValue, NewObjectValue, ObjectValue, TupleValue, \
-    UserFunctionValue, Value
+from .values import BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, ObjectValue, \
+    TupleValue, UserFunctionValue, Value
 
 
 @dataclasses.dataclass
@@ -69,6 +69,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
         return False  # NOTE [Handlers of callees given up]
     if handling_anywhere(tx):
         return False  # NOTE [Exceptions raised while handling]
+    if getattr(e, "attr_obj", None) is not None and not _rebuilt_per_call(e.attr_obj):
+        return False  # NOTE [Members of caught exceptions]
     effects = tx.output.side_effects
     tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched)))
     del tx.stack[inst.handler_depth:]
@@ -78,9 +80,52 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     line = inst.lineno if tx.parent is None else None  # NOTE [Tracebacks of caught exceptions]
     if line is not None:
         tx.output.frame_in_traceback = True  # NOTE [Locals of a frame in a traceback]
-    tx.push(CaughtException(e.exc, line, _callee_entries(tx, e) if line is not None else ()))
+    tx.push(CaughtException(e.exc, line, _callee_entries(tx, e) if line is not None else (), getattr(e, "attr_obj", None)))
     tx.jump(handler)
     return True
+
+
+# NOTE [Members of caught exceptions]: an AttributeError that leaves a getattr (LOAD_ATTR, a method load,
+# getattr()) with neither `name` nor `obj` set gets the attribute's name and the object from CPython
+# (set_attribute_error_context: `except AttributeError as e: e.name, e.obj is o`, read by "Did you mean"
+# suggestions); a NameError of a global or free variable gets `name`, an ImportError of `from m import x` its
+# `name` (m) and `path`. The trace made its exceptions without them, and the per-call rebuild (NOTE
+# [Exceptions made while tracing]) copied args and __dict__ only, so a caught one had None (review revO O4). The
+# trace sets them as CPython does (attribute_error_context at translator.getattr); the rebuild passes those
+# members as constants (`exception_members`: a pickled template loses them) and, for an AttributeError, its
+# object: the value the trace read the attribute of, rebuilt per call (its source, or a fixed object). A caught
+# AttributeError whose object cannot be rebuilt so (an object or tensor made by the trace) is not followed: the
+# frame breaks before the instruction and Python sets them. Nor is one that a getter raised (a property's, a
+# descriptor's `__get__`: descriptors.getter_call): whether CPython sets its members depends on the version
+# and the form of the read (3.11's `o.prop` and every `getattr(o, "prop")` set them; a method load `o.prop()`,
+# and 3.12+'s `o.prop`, specialized as LOAD_ATTR_PROPERTY, leave None).
+def attribute_error_context(e: UserException, obj: Value, name: str) -> None:
+    """`e` leaves `getattr(obj, name)`: an AttributeError with no name and object gets them, as in CPython."""
+    exc = e.exc
+    if not isinstance(exc, AttributeError) or hasattr(e, "attr_obj"):
+        return
+    if getattr(e, "getter_raised", False):
+        e.attr_obj = _UNKNOWN  # not followed: Python sets the members, or not
+        return
+    real = obj.value if isinstance(obj, ConstantValue) else getattr(obj, "obj", None)
+    if exc.name is None and exc.obj is None or exc.name == name and real is not None and exc.obj is real:
+        exc.name, exc.obj = name, None  # the object is the value's, rebuilt per call: not the trace's one
+        e.attr_obj = obj
+
+
+_UNKNOWN = Value()  # the object of a getter's AttributeError: never rebuilt
+
+
+def _rebuilt_per_call(value: Value) -> bool:
+    return value is not _UNKNOWN and value.source is not None or isinstance(value, (ObjectValue, BuiltinValue)) or \
+        isinstance(value, ConstantValue) and not isinstance(value.value, BaseException)
+
+
+def exception_members(exc: BaseException) -> tuple:
+    """(name, value) of the members CPython sets on `exc` that its args and __dict__ do not rebuild."""
+    names = ("name", "path", "name_from") if isinstance(exc, ImportError) else \
+        ("name",) if isinstance(exc, (AttributeError, NameError)) else ()
+    return tuple((n, getattr(exc, n)) for n in names if getattr(exc, n, None) is not None)
 
 
 # NOTE [Exceptions raised while handling]: CPython sets an exception's `__context__` to the exception being
@@ -124,10 +169,12 @@ class CaughtException(ConstantValue):
     is the root frame's (None in a callee) and the callees' entries below it; rebuilt with the context eager's
     has (NOTE [Exceptions raised while handling])."""
 
-    def __init__(self, value: BaseException, raise_line: int | None, callees: tuple = ()) -> None:
+    def __init__(self, value: BaseException, raise_line: int | None, callees: tuple = (),
+                 attr_obj: Value | None = None) -> None:
         super().__init__(value)
         self.raise_line = raise_line
         self.callees = callees
+        self.attr_obj = attr_obj  # an AttributeError's `obj` (NOTE [Members of caught exceptions])
 
 
 def _callee_entries(tx, e: UserException) -> tuple:

@@ -37,7 +37,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      PyModuleValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
 from .stdlib import GETTERS, getter_args
-from .caught_exceptions import temporaries_cleared
+from .caught_exceptions import exception_members, temporaries_cleared
 
 from . import const_keys  # noqa: F401,E402 - NOTE [Constants kept apart by type]: installed on import
 from .mappings_runtime import fresh_exception, fresh_exception_raised_at, grad_mode_manager, make_defaultdict, view_of, view_of_object
@@ -295,10 +295,13 @@ class Reconstructor:
             cg.push_null()  # while handling]; NOTE [Exceptions made while tracing]
             cg.load_const(fresh_exception_raised_at if caught else fresh_exception)
             cg.load_const(value.value)
-            if caught:
+            if caught:  # NOTE [Members of caught exceptions]: the members, and an AttributeError's object
                 cg.load_const(value.raise_line)
                 cg.load_const(getattr(value, "callees", ()))
-            cg.call(3 if caught else 1)
+                cg.load_const(exception_members(value.value))
+                if value.attr_obj is not None:
+                    self.emit(value.attr_obj)
+            cg.call(1 if not caught else 5 if value.attr_obj is not None else 4)
         elif type(value.value) in GETTERS:  # NOTE [Operator getters]
             cg.push_null()
             cg.load_const(type(value.value))

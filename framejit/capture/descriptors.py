@@ -34,7 +34,7 @@ def _pybind_field(obj: Value, attr: Any) -> bool:
 
 def descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
     if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-        return tx.call(UserFunctionValue(attr.fget), [obj], {})
+        return getter_call(tx, UserFunctionValue(attr.fget), [obj])
     if isinstance(attr, (types.MemberDescriptorType, types.GetSetDescriptorType)) and isinstance(obj, ObjectValue):
         try:
             value = attr.__get__(obj.obj, type(obj.obj))
@@ -102,7 +102,18 @@ def python_data_descriptor(tx, obj: Value, attr: Any, method: str, args: list[Va
     lookup.guard_lookup(tx.output, type(attr), method)
     _guard_descriptor_kind(tx, attr)
     descriptor = wrap(tx.output, attr, ObjectSource(Ref(attr, type(attr).__name__)))
-    return tx.call(UserFunctionValue(fn), [descriptor, obj, *args], {})
+    return getter_call(tx, UserFunctionValue(fn), [descriptor, obj, *args])
+
+
+def getter_call(tx, fn: Value, args: list[Value]) -> Value:
+    """`fn(*args)`, a getter (a property's, a descriptor's `__get__`) called by an attribute lookup: an
+    AttributeError of its own is marked (NOTE [Members of caught exceptions] in caught_exceptions.py)."""
+    try:
+        return tx.call(fn, args, {})
+    except UserException as e:
+        if isinstance(e.exc, AttributeError) and e.exc.name is None and e.exc.obj is None:
+            e.getter_raised = True
+        raise
 
 
 # NOTE [A descriptor's kind is guarded]: whether a class attribute is a data descriptor (its type has `__set__`
@@ -132,7 +143,7 @@ def _python_descriptor_get(tx, obj: Value, cls: type, name: str, attr: Any, entr
     if type(attr) is functools.cached_property and attr.attrname == name:  # not in the instance dict: its
         from .library_substitutes import cached_property_first_read  # NOTE [cached_property's first read]
         get = cached_property_first_read
-    return tx.call(UserFunctionValue(get), [descriptor, obj, ClassValue(cls)], {})
+    return getter_call(tx, UserFunctionValue(get), [descriptor, obj, ClassValue(cls)])
 
 
 def class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None) -> Value:

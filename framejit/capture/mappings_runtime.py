@@ -46,13 +46,19 @@ def fresh_exception(template: BaseException) -> BaseException:
     return exc
 
 
-def fresh_exception_raised_at(template: BaseException, line: int | None, callees: tuple = ()) -> BaseException:
+def fresh_exception_raised_at(template: BaseException, line: int | None, callees: tuple = (), members: tuple = (),
+                              *obj: Any) -> BaseException:
     """fresh_exception(template) with the traceback eager's would start with: the calling frame (the compiled
     code of the function that caught it) at the user's line `line`, then an entry per inlined callee it was
     raised in (NOTE [Tracebacks of caught exceptions]; none for None: caught in an inlined callee), and eager's
-    context."""
+    context; with the members CPython set on it, and an AttributeError's object when given (NOTE [Members of
+    caught exceptions] in caught_exceptions.py)."""
     import sys
     exc = fresh_exception(template)
+    for name, value in members:
+        setattr(exc, name, value)
+    if obj:
+        exc.obj = obj[0]
     if line is not None:
         tb = None
         for name, qualname, filename, firstlineno, module, lineno in reversed(callees):

@@ -27,7 +27,7 @@ from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .break_locations import user_frame
 from .calls import call_value
-from .caught_exceptions import Handling, follow_handler, give_up_handlers
+from .caught_exceptions import Handling, attribute_error_context, follow_handler, give_up_handlers
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .library_substitutes import library_substitute
@@ -247,8 +247,9 @@ class Translator:
             if name in self.code.co_cellvars:
                 raise UserException(UnboundLocalError(
                     f"cannot access local variable '{name}' where it is not associated with a value"))
-            raise UserException(NameError(
-                f"cannot access free variable '{name}' where it is not associated with a value in enclosing scope"))
+            raise UserException(NameError(  # NOTE [Members of caught exceptions]
+                f"cannot access free variable '{name}' where it is not associated with a value in enclosing scope",
+                name=name))
         if isinstance(cell.contents, LazyArg):
             cell.contents = wrap(self.output, cell.contents.obj, LocalSource(cell.contents.name))
         return cell.contents
@@ -278,7 +279,7 @@ class Translator:
             b = self.output.name_of(builtins_dict, "B")
             self.output.add_guard("GLOBAL_ABSENT", f"{name!r} not in {g} and {name!r} not in {b}", None,
                                   expected=f"{name} is not defined")
-            raise UserException(NameError(f"name '{name}' is not defined"))
+            raise UserException(NameError(f"name '{name}' is not defined", name=name))
         self.output.add_guard("BUILTIN_NOT_SHADOWED", f"{name!r} not in {g}", None, expected=f"{name} is the builtin")
         # the builtin itself may be monkeypatched (`builtins.print = f`): pinned by identity (NOTE [Lookup facts])
         self.output.guard_id(ItemSource(ObjectSource(Ref(builtins_dict, "B")), name), builtins_dict[name])
@@ -307,7 +308,11 @@ class Translator:
     def getattr(self, obj: Value, name: str) -> Value:
         if isinstance(obj, LazyGeneratorValue):  # NOTE [Generators driven by send]
             return lazy_gen_attr(obj, name)
-        return getattr_value(self, obj, name)
+        try:
+            return getattr_value(self, obj, name)
+        except UserException as e:
+            attribute_error_context(e, obj, name)  # NOTE [Members of caught exceptions]
+            raise
 
     def call(self, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
         return call_value(self, fn, args, kwargs)

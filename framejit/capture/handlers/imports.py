@@ -61,7 +61,23 @@ def import_from(tx, inst):
     if submodule in sys.modules:
         tx.push(_module_value(tx, submodule))
         return
-    raise UserException(ImportError(f"cannot import name {name!r} from {real.__name__!r}"))
+    raise UserException(_import_error(real, name))
+
+
+def _import_error(module: types.ModuleType, name: str) -> ImportError:
+    """CPython's error for `from module import name` (ceval's import_from), with its `name`, `path` and, from 3.12,
+    `name_from` (NOTE [Members of caught exceptions] in caught_exceptions.py)."""
+    module_name, path = getattr(module, "__name__", None), module.__dict__.get("__file__")
+    shown = module_name if isinstance(module_name, str) else "<unknown module name>"
+    if not isinstance(path, str):
+        error = ImportError(f"cannot import name {name!r} from {shown!r} (unknown location)", name=module_name)
+    elif getattr(getattr(module, "__spec__", None), "_initializing", False):
+        raise Unsupported(BreakKind.UNSUPPORTED_OPCODE, f"from-import out of the partially initialized {shown}")
+    else:
+        error = ImportError(f"cannot import name {name!r} from {shown!r} ({path})", name=module_name, path=path)
+    if hasattr(error, "name_from"):
+        error.name_from = name
+    return error
 
 
 def _guard_default_import(tx) -> None:
