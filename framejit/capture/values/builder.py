@@ -25,7 +25,7 @@ import torch
 
 from ..breaks import BreakKind, Unsupported
 from ..parametrized_classes import rely_on_identity
-from ..sources import AttrSource, ItemSource, Source
+from ..sources import AttrSource, ItemSource, LocalSource, Source
 from ..tensor_subclasses import opaque_subclass
 from .base import ConstantValue, Value
 from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMethodValue, UserFunctionValue
@@ -684,16 +684,18 @@ def _bound_builtin(out, obj: Any, source: Source) -> Value:
         return ObjectValue(obj, source)
     if type(obj.__self__) in _SCALARS:  # `k.__add__`: an equal number behaves the same, whatever its object
         out.guard_constant(AttrSource(source, "__self__"), obj.__self__)
-    elif _container_method_of(obj) is not None and _stack_slot(source):
+    elif _container_method_of(obj) is not None and isinstance(source, LocalSource):
         # NOTE [Container methods from outside]: `out.append` on the stack at a break (`out.append(f(x))` where
         # f breaks) reached the resume function as this bound method of a list made anew on every call: its
         # identity guard failed on every call, so the resume function was traced again on each one and ran
         # eagerly from the recompile limit on (vilt's `select.append(...)`). Bound to an exact list, dict or
         # set, a resume function's stack value is now what `out.append` is in the trace: the container's method
         # over the container, read (and guarded: type, length, items; aliasing with other reads of it) through
-        # `__self__`, answering type() as the builtin method. Only stack values (a call's callee or argument
-        # being built): a named local keeps the identity guard and the real object (its `==`, hash and repr
-        # are the builtin method's: test_redteam18).
+        # `__self__`, answering type() as the builtin method (its `==`, hash and repr are the builtin method's:
+        # test_redteam18). Named locals and arguments too (`append = out.append` before a break, the stdlib's
+        # idiom; `f(x, out.append)`): each call of it was a break, "call of list.append", traced again on each
+        # call. Not a global or an attribute (`log = LOG.append` of a list that grows on every call): its
+        # length and items would be guarded where the method alone kept one entry.
         return _BoundContainerMethod(BuiltinValue(_container_method_of(obj)),
                                      wrap(out, obj.__self__, AttrSource(source, "__self__")), source)
     else:
@@ -707,12 +709,6 @@ class _BoundContainerMethod(BoundMethodValue):
 
     def python_type(self) -> type:
         return types.BuiltinMethodType
-
-
-def _stack_slot(source: Source) -> bool:
-    from ..resume import STACK_PREFIX
-    from ..sources import LocalSource
-    return isinstance(source, LocalSource) and source.name.startswith(STACK_PREFIX)
 
 
 def _container_method_of(obj: Any) -> Any:
