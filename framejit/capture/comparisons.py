@@ -270,9 +270,9 @@ def contains(tx, item: Value, container: Value) -> bool:
         result = dunder(tx, container, "__contains__", [item])
         return truth(tx, result) if result is not None else contains(tx, item, storage(container))
     if isinstance(container, SetValue):
-        from .identity_keys import set_element
-        from .values.outside import set_has
-        return set_has(container, set_element(tx, item, container))  # NOTE [Sets of tensors], [Sets from outside]
+        from .identity_keys import set_lookup_element  # NOTE [Sets looked up as frozensets]
+        from .values.outside import set_has  # NOTE [Sets of tensors], [Sets from outside]
+        return set_has(container, set_lookup_element(tx, item, container))
     if isinstance(container, OutsideDictValue):
         from .identity_keys import dict_key
         return container.has(dict_key(tx, item))  # NOTE [Dicts from outside]

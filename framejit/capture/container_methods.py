@@ -271,7 +271,7 @@ _SET_ANSWERS = ("isdisjoint", "issubset", "issuperset", "__contains__", "__len__
 
 def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     """Set methods over sets of constants: evaluated on the real Python set the value holds."""
-    from .identity_keys import known_layout, set_element, set_operand
+    from .identity_keys import known_layout, set_element, set_lookup_element, set_operand
     if not isinstance(s, SetValue) or kwargs:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"set.{name} on {s.describe()}")
     if len(args) != _SET_ARITY.get(name, len(args)) and issubclass(s.cls, set):
@@ -283,8 +283,12 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
     mutates = name in _SET_MUTATORS
     # isdisjoint/issubset/issuperset answer a bool: the operands' elements suffice, not their layout
     ordered = not mutates and name not in _SET_ANSWERS
-    consts = [set_operand(tx, a, strict=ordered) if name not in _SET_ELEMENT_METHODS
-              else set_element(tx, a, s) for a in args]  # NOTE [Set order]: as CPython gets them
+    consts = [set_operand(tx, a, strict=ordered) if name not in _SET_ELEMENT_METHODS else set_element(tx, a, s)
+              if name == "add" else set_lookup_element(tx, a, s) for a in args]  # NOTE [Set order]: as CPython gets them
+    if name == "remove" and isinstance(args[0], SetValue) and issubclass(args[0].cls, set) and \
+            not set_has(s, consts[0]):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "set.remove of a set it does not hold (NOTE [Sets looked up "
+                                                      "as frozensets])")
     if mutates and not all(known_layout(a) for a in args if isinstance(a, SetValue)):
         from .set_replay import unknown_operand_layout  # NOTE [Set operands in the replay]
         unknown_operand_layout(s, args)

@@ -85,6 +85,20 @@ def set_element(tx, value: Value, into: Any = None) -> Any:
     return constant
 
 
+# NOTE [Sets looked up as frozensets]: `set("ab") in {frozenset("ab")}`, `s.discard(set("ab"))` and
+# `s.remove(...)` find the frozenset element: CPython's set_contains/set_discard/set_remove, when hashing the key
+# fails with TypeError and the key is a set, look up `frozenset(key)` instead (only for lookups: `add` and dict
+# keys keep the TypeError). A set value of constants (not tensors) is looked up so; its class must leave
+# `__hash__` None (a subclass that defines one is hashed as itself). It was a break ("as a set element or dict
+# key"). A `remove` that does not find it raises KeyError holding the set object itself: left to Python.
+def set_lookup_element(tx, value: Value, into: Any) -> Any:
+    """The element `value` is looked up as in a set (NOTE [Sets looked up as frozensets])."""
+    if isinstance(value, SetValue) and issubclass(value.cls, set) and value.cls.__hash__ is None and \
+            not any(isinstance(k, IdentityKey) for k in value.items):
+        return frozenset(value.items)
+    return set_element(tx, value, into)
+
+
 def _by_identity(tx, value) -> bool:
     """A function guarded by identity, or a top-level lambda (guarded by code so that its entries persist:
     NOTE [Code found through the call's arguments]) whose identity is guarded now, as a key needs it."""

@@ -10,7 +10,9 @@ and inlined; each lookup, found or absent, is guarded (NOTE [Lookup facts]).
 
 Handled when an operand is an object (made while tracing or from outside) whose class defines one of the
 methods as a plain Python function, and the other operand is such an object or a number constant (an int,
-float, bool or complex answers NotImplemented for any other operand, so only the object's methods run).
+float, bool or complex answers NotImplemented for any other operand, so only the object's methods run), or a
+plain set, frozenset, list, tuple or dict (`ordered_set -= [x]`: their operator methods answer NotImplemented
+to another class; where all answer so, the break leaves the sequence fallbacks and the TypeError to Python).
 Anything else (a tensor, a string or list operand, a method that is a C slot or a descriptor) is left to
 protocol.binary as before.
 """
@@ -69,7 +71,8 @@ def _applies(a: Value, b: Value) -> bool:
     if ta is None and tb is None:
         return False
     for side, t in ((a, ta), (b, tb)):
-        if t is None and not (isinstance(side, ConstantValue) and type(side.value) in _NUMBERS):
+        if t is None and not (isinstance(side, ConstantValue) and type(side.value) in _NUMBERS) and \
+                not _plain_container(side):
             return False
         if t is not None and issubclass(t, _NUMBERS + (str, bytes, list, tuple)):
             return False  # a builtin base's C methods take part
@@ -107,7 +110,18 @@ def user_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
         result = tx.call_special_of(b, f"__r{stem}__", [a], {})
         if not _not_implemented(result):
             return result
+    if _plain_container(a) or _plain_container(b):  # a list's concatenation, a tuple's repeat...: as Python
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{symbol} of {a.describe()} and {b.describe()} after "
+                                                      "NotImplemented")
     raise UserException(TypeError(f"unsupported operand type(s) for {symbol}: '{_type_name(a)}' and '{_type_name(b)}'"))
+
+
+def _plain_container(v: Value) -> bool:
+    """A plain set, frozenset, list, tuple or dict: with an object of another class, its own operator methods
+    answer NotImplemented (NOTE [Operators of Python classes]); the sequence fallbacks of `+`/`*` are not
+    modelled (the caller breaks when every method answered NotImplemented)."""
+    return isinstance(v, ConstantValue) and type(v.value) in (tuple, frozenset) or \
+        isinstance(v, (SetValue, SequenceValue, DictValue)) and v.python_type() in _PLAIN_CONTAINERS
 
 
 def _not_implemented(result: Value) -> bool:

@@ -161,3 +161,43 @@ def test_text_of_ordered_sets_and_optimizers_follows_their_state():
         outside.discard(9)
     report = framejit.explain(texts)(torch.randn(3))
     assert report.graph_count == 1 and report.graph_break_count == 0
+
+
+class Joined:
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __add__(self, other):
+        return Joined(self.items + other) if isinstance(other, list) else NotImplemented
+
+    def __radd__(self, other):
+        return NotImplemented
+
+
+def in_place_with_plain_containers(x):
+    kept = OrderedSet("abc")
+    kept -= ["a"]
+    kept |= ("z",)
+    kept &= {"b", "c", "z"}
+    mine = KeySet("ab")
+    both = mine - {"a"}, mine | {"q"}, {"a", "q"} - mine, {"q"} | mine
+    try:
+        kept -= [[]]  # discard([]) raises TypeError inside __isub__
+    except TypeError:
+        x = x - 1
+    return x + len(kept) + sum(len(b) for b in both) + len((Joined([1]) + [2, 3]).items), list(kept)
+
+
+def concatenation_left_to_python(x):
+    try:
+        [1] + Joined([2])
+    except TypeError as e:
+        return x - len(str(e))
+    return x
+
+
+def test_operators_with_plain_containers():
+    report = _check(in_place_with_plain_containers)
+    assert report.graph_count == 1 and report.graph_break_count == 0
+    report = _check(concatenation_left_to_python)
+    assert report.graph_break_count == 1
