@@ -20,6 +20,7 @@ import sys
 import types
 from typing import Any
 
+from .torch_function_inline import STEPPING, start_trace
 from .. import config
 from ..guards import COST_ID
 from . import closure_cells, hash_order, lookup
@@ -94,7 +95,8 @@ class Translator:
     def run(self) -> Value:
         insts = self.program.insts
         self.output.tx_stack.append(self)
-        with hash_order.tracing(self.output):  # NOTE [Hash-seeded facts]
+        # NOTE [Inlined __torch_function__]: a trace reads real inputs (storages, metadata) with no subclass code
+        with hash_order.tracing(self.output), start_trace(self.parent is None):  # NOTE [Hash-seeded facts]
             return self._run(insts)
 
     def _run(self, insts) -> Value:
@@ -185,7 +187,8 @@ class Translator:
             check_opaque_operands(self, inst)
         # the stack before the instruction: a break re-runs it with these operands (_note_live_made_modules)
         self.operands = list(self.stack) if self.output.__dict__.get("made_modules") else None
-        handler(self, inst)
+        with STEPPING:  # NOTE [Inlined __torch_function__]: a gated tensor's fake is not read by an instruction
+            handler(self, inst)
 
     # ---- stack and locals ---------------------------------------------------------------------
     def push(self, value: Value) -> None:
