@@ -45,8 +45,9 @@ def is_list_object(value: Value) -> bool:
     """An instance of a list subclass from outside (an ObjectValue) or made while tracing."""
     if isinstance(value, NewObjectValue):
         return STORAGE in value.attrs
+    # the real type, not isinstance(): that reads `__class__` through a Python __getattribute__ (review revO O12)
     return isinstance(value, ObjectValue) and not isinstance(value, NNModuleValue) and \
-        isinstance(value.obj, list) and type(value.obj) is not list
+        issubclass(type(value.obj), list) and type(value.obj) is not list
 
 
 class ListObjectContents(OutsideListValue):

@@ -337,7 +337,9 @@ def _wrap_bound_or_builtin(out, obj: Any, source: Source) -> Value | None:
         out.guard_type(source, types.BuiltinMethodType)
         out.guard_constant(AttrSource(source, "__name__"), obj.__name__)
         tensor = wrap(out, obj.__self__, AttrSource(source, "__self__"))
-        return TensorMethodValue(tensor, obj.__name__)
+        method = TensorMethodValue(tensor, obj.__name__)
+        method.source = source  # rebuilt as itself: rebuilt as `tensor.<name>`, the read ran a subclass's Python
+        return method  # __getattribute__ once more than eager at the break (review revO O12)
     if _fresh_bound_builtin(obj):
         return _bound_builtin(out, obj, source)  # NOTE [Bound builtin methods by their parts]
     overload = _custom_op_overload(obj)
