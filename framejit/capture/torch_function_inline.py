@@ -261,6 +261,8 @@ class TorchFunctionCall(Value):
             return ConstantValue(routed(_has_tf_args(self.func, args), kwargs) is not None)
         if self.func is torch.overrides.handle_torch_function:
             return handle_torch_function(tx, args, kwargs)
+        if self.func is _DEFAULT_TF:  # `torch.Tensor.__torch_function__(...)`, read as a torch callable
+            return default_torch_function(tx, args, kwargs)
         cls = routed(args, kwargs)
         if cls is None:
             return _plain_call(tx, self, args, kwargs)
@@ -273,7 +275,7 @@ def torch_function_call(tx, fn: Any, args: list, kwargs: dict) -> Any:
     """For calls.py: a TorchFunctionCall when calling the BuiltinValue `fn` goes through an inlined
     __torch_function__ (a C function of torch, or a torch Python function that handles it), else None."""
     obj = getattr(fn, "obj", None)
-    if obj is torch.overrides.handle_torch_function and not _STATE.disabled:
+    if obj is torch.overrides.handle_torch_function and not _STATE.disabled or obj is _DEFAULT_TF:
         return TorchFunctionCall(obj, fn)
     if obj in _HAS_TORCH_FUNCTION:
         return TorchFunctionCall(obj, fn) if routed(_has_tf_args(obj, args), kwargs) is not None else None
