@@ -20,6 +20,7 @@ the hook, the frame cache or torch through this package.
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 from typing import Any
 
@@ -45,6 +46,9 @@ def reset() -> None:
     """Forget everything compiled in this process (compiled functions recompile on their next call)."""
     from .hook import reset_all
     reset_all()
+    lazy = sys.modules.get(__name__ + ".lazy_generators")
+    if lazy is not None:  # NOTE [Generators with finalizers traced lazily]
+        lazy.LAZY_CODES.clear()
 
 
 def disable_code(code: types.CodeType) -> None:

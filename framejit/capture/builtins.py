@@ -20,6 +20,7 @@ from .object_str import is_user_object, user_repr, user_str
 from .comparisons import compare, contains, is_same
 from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
 from . import lazy_combinators
+from .lazy_generators import drain_whole
 from .values.base import MADE_ORDER
 from .values.containers import dict_iterator, drain_lent, iterates_as_tuple
 from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, PartialValue, SetValue,
@@ -176,7 +177,7 @@ BUILTIN_HANDLERS[str] = _convert(str)
 def _tuple(tx, args, kwargs):
     if args and _exact_tuple(args[0]):
         return args[0]  # CPython's tuple(t) of an exact tuple is t itself: `tuple(t) is t`
-    return TupleValue(iterate(tx, args[0]) if args else [])
+    return TupleValue(drain_whole(tx, args[0]) if args else [])
 
 
 def _exact_tuple(value: Value) -> bool:
@@ -200,7 +201,7 @@ def _tuple_new(tx, args, kwargs):
 
 @handles(list)
 def _list(tx, args, kwargs):
-    return ListValue(iterate(tx, args[0]) if args else [])
+    return ListValue(drain_whole(tx, args[0]) if args else [])
 
 
 @handles(dict)

@@ -45,6 +45,11 @@ from .values import Value
 # cache runs without ever importing them.
 
 
+def traced_lazily_from_now(e: Unsupported) -> bool:
+    from .lazy_generators import retry_lazily
+    return retry_lazily(e)
+
+
 def _tracing():
     from . import graph, graph_break, normalize, translator
     return graph, graph_break, normalize, translator
@@ -57,8 +62,30 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     `dynamic_floats`: float arguments that become graph inputs (NOTE [Dynamic floats])."""
     start = time.perf_counter()
     STATS["frames_traced"] += 1
+    for _attempt in range(_LAZY_RETRIES):  # NOTE [Generators with finalizers traced lazily] in lazy_generators.py
+        try:
+            entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints)
+            break
+        except _RetryLazy:
+            continue
+    else:
+        entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, retry=False)
+    STATS["compile_time_s"] += time.perf_counter() - start
+    return entry
+
+
+_LAZY_RETRIES = 4  # a wrapper generator over one that finalizes becomes lazy after it: one trace each
+
+
+class _RetryLazy(Exception):
+    """A generator with finalizers changed state when run ahead: trace the frame again, with it lazy."""
+
+
+def _convert_once(fn, args: tuple, kwargs: dict, request: CompileRequest, dynamic_floats: frozenset,
+                  dynamic_dims: dict | None, dynamic_ints: frozenset, retry: bool = True) -> Entry:
     shape = FunctionShape.of(fn.__code__)
     output = _tracing()[0].OutputGraph()
+    output.retry_lazy = retry
     output.dynamic_floats = dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = request.dynamic, dynamic_dims or {}, dynamic_ints
     output.fullgraph = request.fullgraph
@@ -69,6 +96,8 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
         with _quiet_fake_tensor_errors(), traced_without_mode(output.default_device), cached_calls.conversion(), \
                 _saved_hooks_held_back():  # NOTE [Saved-tensors hooks while tracing]
             entry = _convert(fn, shape, args, kwargs, request, output)  # NOTE [Cached calls counted as eager counts them]
+    except _RetryLazy:
+        raise
     except (Unsupported, BackendCompilerFailed, ConstraintViolationError):  # NOTE [Backend failures raise] in
         raise  # backend_call.py, NOTE [Broken mark_dynamic contracts] in shapes.py
     except Exception as e:  # a framejit bug: the user's program must not see it
@@ -77,7 +106,6 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
         logs.log("eager_fallback", "%s runs eagerly after an internal error: %s",
                  fn.__code__.co_qualname, "".join(traceback.format_exception(e)[-3:]).strip())
         entry = _eager_entry(fn, shape, output, graph_break=GraphBreak(BreakKind.INTERNAL_ERROR, f"{type(e).__name__}: {e}"))
-    STATS["compile_time_s"] += time.perf_counter() - start
     return entry
 
 
@@ -147,6 +175,8 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
         entry = _compile_entry(fn, shape, output, ret, request, final_locals(tx))
         STATS["frames_compiled"] += 1
     except Unsupported as e:
+        if output.retry_lazy and traced_lazily_from_now(e):  # NOTE [Generators with finalizers traced lazily]
+            raise _RetryLazy() from None
         if request.fullgraph:
             raise
         entry = None if getattr(e, "frame_eager", False) else _break_entry(  # NOTE [Generators with finalizers]
@@ -376,6 +406,25 @@ def _refused(first, reason: str) -> None:
     first.no_break_reason = reason
 
 
+def _moves_earlier(e: Exception, site) -> bool:
+    """A break could not be taken at `site` because of `e`, which names an earlier instruction to break at
+    instead (NOTE [Breaks moved earlier]); not one that makes the frame eager (NOTE [Generators with
+    finalizers traced lazily] in lazy_generators.py: the resume function would keep the generator alive)."""
+    earlier = getattr(e, "root_index", None)
+    return isinstance(e, Unsupported) and not getattr(e, "frame_eager", False) and earlier is not None and \
+        earlier < site.inst.index
+
+
+def _finalizer_suspended(output, first) -> bool:
+    """At a break: a generator with finalizers made by the trace is suspended (NOTE [Generators with
+    finalizers traced lazily]): the frame runs eagerly."""
+    from .lazy_generators import suspended_finalizers
+    if suspended_finalizers(output):
+        _refused(first, "a generator with finalizers is suspended at the break")
+        return True
+    return False
+
+
 def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
                  exc: Unsupported | UserException, first) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
@@ -396,7 +445,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     tx = _root_translator(fn, args, kwargs, output)
     tx.stop_at = site.inst.index
     try:
-        if tx.run() is not None:
+        if tx.run() is not None or _finalizer_suspended(output, first):
             return None
         comp = getattr(exc, "comprehension", None)  # NOTE [Breaks inside inlined comprehensions]
         if comp is not None and inlined_comprehensions.body_binds_unbound(fn.__code__, comp, tx.locals):
@@ -413,8 +462,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
     except (Unsupported, UserException) as e:
         if site.loop is not None:  # the loop cannot run as Python here: break where the trace did
             return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
-        earlier = getattr(e, "root_index", None)
-        if isinstance(e, Unsupported) and earlier is not None and earlier < site.inst.index:
+        if _moves_earlier(e, site):
             # NOTE [Breaks moved earlier]: the break could not be taken here because a value live at it
             # must break where it was made (a generator or a lazy combinator escaping: NOTE [Eager
             # generators]): break there instead, an earlier instruction, so the trace ends sooner each time

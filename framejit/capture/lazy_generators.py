@@ -5,7 +5,8 @@ translator.py) cannot take values sent in: `g = acc(); next(g); for t in xs: y =
 coroutine-style accumulator, often an endless `while True: t = yield total`) broke at every `send`
 (run ahead, `total + None` raised, or the endless loop hit the trace limit). A generator function called
 by a frame that drives generators with `send` (the name `send` is among the `co_names` of the calling
-frame or of a frame above it in the trace) and whose body has no try/with block of its own becomes a
+frame or of a frame above it in the trace) and whose body has no try/with block of its own (one that has
+is lazy once it changed state when run ahead: NOTE [Generators with finalizers traced lazily]) becomes a
 LazyGeneratorValue: a translator for its body, bound and not yet run, that `next(g)`, `g.send(v)`,
 `g.__next__()`, `g.close()`, `for x in g`, `list(g)` resume up to the next `yield` (YIELD_VALUE
 suspends it, Translator.suspend_at_yield, as for a generator context manager) with the value sent in
@@ -23,7 +24,8 @@ a graph break while it is live moves before the root frame's instruction that ca
 function (break_before_generator_cms, as for a live generator context manager), so plain Python makes the
 real generator and the resume function goes on from there; returning or storing it is a break there too
 (`made_at`, codegen.escaped_generator). A suspended generator simply dropped when the frame returns is
-unobservable: its body has no handler that close() would run. A generator from outside (an argument, a
+unobservable: its body has no handler that close() would run (one with handlers: NOTE [Generators with
+finalizers traced lazily]). A generator from outside (an argument, a
 global) is a real suspended frame: its `send` stays a graph break.
 """
 from __future__ import annotations
@@ -58,9 +60,31 @@ def uses_sent_values(code: Any) -> bool:
     return False
 
 
+LAZY_CODES: set = set()  # NOTE [Generators with finalizers traced lazily]: found to change state when run ahead
+
+
 def wants_lazy(tx, f: Any) -> bool:
     from .normalize import has_handlers
+    if f.__code__ in LAZY_CODES:
+        return True
     return (drives_with_send(tx) or uses_sent_values(f.__code__)) and not has_handlers(f.__code__)
+
+
+def lazy_from_now(e: Unsupported, code: Any) -> Unsupported:
+    """Mark a break of a run-ahead generator with finalizers (or one over such a generator) that changed
+    state or raised: the frame is traced again with `code` lazy (convert.py), else runs eagerly."""
+    if code not in LAZY_CODES:
+        e.retry_lazy = code
+    e.frame_eager = True
+    return e
+
+
+def retry_lazily(e: Unsupported) -> bool:
+    code = getattr(e, "retry_lazy", None)
+    if code is None or code in LAZY_CODES:
+        return False
+    LAZY_CODES.add(code)
+    return True
 
 
 class LazyGeneratorValue(IteratorValue):
@@ -75,7 +99,9 @@ class LazyGeneratorValue(IteratorValue):
         self.started = False
         self.finished = False  # it returned, raised or was closed: later steps give StopIteration
         self.done = False  # ... and nothing of it is left that plain Python would need (not live)
+        self.finalizes = False  # NOTE [Generators with finalizers traced lazily]
         frame.yielded, frame.suspend_at_yield = [], True
+        frame.lazy_generator = self
 
     def python_type(self) -> type:
         return types.GeneratorType
@@ -89,10 +115,18 @@ class LazyGeneratorValue(IteratorValue):
             raise lent_error(self)
         return self.resume(ConstantValue(None))
 
-    def remaining(self) -> list[Value]:
+    def remaining(self, whole: bool = False) -> list[Value]:
+        out = self.frame.output
+        steps = out.__dict__.get("finalizer_steps", 0)
+        if self.finalizes and not whole:  # NOTE [Generators with finalizers traced lazily]
+            raise self.made_here(finalizer_break(f"the generator {self.name} has finalizers and is drawn by a "
+                                                 "consumer that may stop early or interleave: it runs as Python"))
         rest = []
         while (item := self.next()) is not None:
             rest.append(item)
+        if not whole and (self.finalizes or out.__dict__.get("finalizer_steps", 0) != steps):
+            raise self.made_here(finalizer_break(f"the generator {self.name} drives one with finalizers and is "
+                                                 "drawn all at once where eager may stop early: it runs as Python"))
         return rest
 
     def send(self, sent: Value) -> Value:
@@ -120,6 +154,8 @@ class LazyGeneratorValue(IteratorValue):
             frame.stack[-1] = sent  # the result of the `yield` it is suspended at (YIELD_VALUE pushed None)
         self.started = True
         frame.suspended = False
+        if self.finalizes:
+            self._check_consumer()
         try:
             frame.run()
         except UserException as raised:
@@ -133,13 +169,25 @@ class LazyGeneratorValue(IteratorValue):
         self.finished = self.done = self.exhausted = True
         return None
 
+    def _check_consumer(self) -> None:
+        """NOTE [Generators with finalizers traced lazily]: each step is counted (a drain that drove one is
+        seen); a generator run ahead of its consumer (NOTE [Eager generators]) must not step it."""
+        out = self.frame.output
+        out.finalizer_steps = out.__dict__.get("finalizer_steps", 0) + 1
+        if any(t.yielded is not None and not t.suspend_at_yield for t in out.tx_stack):
+            raise self.made_here(finalizer_break(f"the generator {self.name}, which has finalizers, is drawn by a "
+                                                 "generator run ahead of its consumer: the frame runs as Python"))
+
     def made_here(self, e: Unsupported) -> Unsupported:
         """A break for a generator that has ended: where it was made, as while it is live."""
         e.root_index = self.made_at
         return e
 
     def close(self) -> Value:
-        self.finished = self.done = True  # no handler of its own runs (wants_lazy): GeneratorExit ends it
+        if self.finalizes and self.started and not self.finished:  # NOTE [Generators with finalizers traced
+            raise self.made_here(finalizer_break(f"close() of the suspended generator {self.name}, which has "  # lazily]
+                                                 "finalizers: it runs as Python"))
+        self.finished = self.done = True  # GeneratorExit ends it and runs nothing (not started, or no handlers)
         return ConstantValue(None)
 
 
@@ -180,8 +228,90 @@ def make_lazy_generator(tx, child: Any, f: Any) -> LazyGeneratorValue:
         root = root.parent
     gen = LazyGeneratorValue(child, f.__qualname__, root.current.index if root.current is not None else None)
     tx.output.__dict__.setdefault("live_lazy_generators", []).append(gen)
+    from .normalize import has_handlers
+    if has_handlers(f.__code__):  # NOTE [Generators with finalizers traced lazily]
+        gen.finalizes = gen.frame_eager = True
+        frame = tx
+        while frame is not None:  # a generator that made it may drop it: it finalizes too
+            frame.delegates_finalizers = True  # (a run-ahead one: NOTE [Generators with finalizers])
+            outer = getattr(frame, "lazy_generator", None)
+            if outer is not None:
+                outer.finalizes = outer.frame_eager = True
+            frame = frame.parent
     return gen
 
 
-__all__ = ["LazyGenMethodValue", "LazyGeneratorValue", "call_lazy_gen_method", "drives_with_send",
-           "lazy_gen_attr", "make_lazy_generator", "wants_lazy"]
+# NOTE [Generators with finalizers traced lazily]: a generator function whose body has a try/finally, an
+# except or a with-block of its own (normalize.has_handlers) is a LazyGeneratorValue too (`finalizes`),
+# stepped in its consumer's order, so what its body does (a log, a flag set and reset in `finally`, a
+# stack push, `with torch.no_grad()` around its yields) is traced where eager does it, and its normal end
+# (the step that returns: the `finally` runs then, in eager as here) too. What eager does when such a
+# generator is dropped while suspended at a yield (close(): GeneratorExit thrown in, its handlers run, at
+# CPython's point of release: a loop's `break`, `del g`, a list of them cleared, a traceback released) is
+# not modelled. Instead, the trace keeps a generator only while that cannot happen unseen, and otherwise
+# makes the frame run wholly eagerly (`frame_eager`: what it did before for any such generator that
+# changes state), never a graph break, since a resume function's arguments would keep the real generator
+# alive past the point where eager closes it:
+# - the root frame returns while one is started and not ended (it was dropped, or is returned or kept
+#   suspended): check_finalizers_at_return;
+# - a user exception is raised while one is suspended (an exception leaving a loop over it closes it during
+#   unwinding, before the handler; a traceback holding a callee's frame closes it after): raised_with_
+#   suspended_finalizers, also for exceptions the trace would follow into a handler;
+# - any graph break while one is made and not ended normally (`done`): the break would move before its
+#   call (break_before_generator_cms) and hand the real generator to the resume function;
+# - it escapes (returned, stored, live at a break: codegen.escaped_generator reads `frame_eager`);
+# - close() while suspended; a consumer other than a for loop, next(), send() or a whole drain (list(),
+#   tuple(), `[*g]`, f(*g): remaining(whole=True)), e.g. zip/enumerate/any/map, which drain it at once
+#   where eager interleaves or stops early (remaining()).
+# A lazy generator whose body made one finalizes too (it may drop it, and closing it closes a `yield from`
+# delegate), and a run-ahead generator that made one runs its frame eagerly at a break (delegates_finalizers).
+# Unstarted generators dropped run nothing (CPython's close() of a generator not started runs no code).
+
+
+def finalizer_break(message: str) -> Unsupported:
+    e = Unsupported(BreakKind.SIDE_EFFECT, message)
+    e.frame_eager = True
+    return e
+
+
+def _finalizing(out) -> list:
+    return [g for g in out.__dict__.get("live_lazy_generators", ()) if g.finalizes]
+
+
+def finalizers_pending(out) -> bool:
+    """A generator with finalizers was made by the trace and has not ended normally."""
+    return any(not g.done for g in _finalizing(out))
+
+
+def suspended_finalizers(out) -> list:
+    return [g for g in _finalizing(out) if g.started and not g.finished and g.frame.suspended]
+
+
+def raised_with_suspended_finalizers(out, exc: UserException) -> None:
+    """NOTE [Generators with finalizers traced lazily]: a user exception raised while one is suspended."""
+    for g in suspended_finalizers(out):
+        raise g.made_here(finalizer_break(f"{type(exc.exc).__name__} raised while the generator {g.name}, which "
+                                          "has finalizers, is suspended: the frame runs as Python"))
+
+
+def check_finalizers_at_return(out) -> None:
+    for g in _finalizing(out):
+        if g.started and not g.finished:
+            raise g.made_here(finalizer_break(f"the generator {g.name}, which has finalizers, is still suspended "
+                                              "when the frame returns: the frame runs as Python"))
+
+
+def drain_whole(tx, value: Value) -> list[Value]:
+    """The items of `value` drawn at once by a consumer that draws them all with no code of its own between
+    (list(), tuple(), `[*g]`, f(*g)): a lazy generator is stepped to its end (NOTE [Generators with
+    finalizers traced lazily])."""
+    if isinstance(value, LazyGeneratorValue):
+        return value.remaining(whole=True)
+    from .protocol import iterate
+    return iterate(tx, value)
+
+
+__all__ = ["LazyGenMethodValue", "LazyGeneratorValue", "call_lazy_gen_method", "check_finalizers_at_return",
+           "drain_whole", "drives_with_send", "finalizer_break", "finalizers_pending", "lazy_gen_attr",
+           "lazy_from_now", "make_lazy_generator", "raised_with_suspended_finalizers", "retry_lazily",
+           "suspended_finalizers", "wants_lazy", "LAZY_CODES"]

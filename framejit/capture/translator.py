@@ -35,7 +35,8 @@ from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method, made_module_site
 from .module_hooks import TRACE_TIME, plan_module_call
 from .generator_ctx import break_before_generator_cms, exception_in_generator_cms
-from .lazy_generators import LazyGeneratorValue, lazy_gen_attr, make_lazy_generator, wants_lazy
+from .lazy_generators import LazyGeneratorValue, check_finalizers_at_return, finalizer_break, finalizers_pending, \
+    lazy_from_now, lazy_gen_attr, make_lazy_generator, raised_with_suspended_finalizers, wants_lazy
 from .getattribute import custom_setattr
 from .generator_reach import closure_cells as _closure_cells, reachable_values
 from .stdlib import forced_break
@@ -114,6 +115,7 @@ class Translator:
                 try:
                     self.step(inst)
                 except UserException as e:
+                    raised_with_suspended_finalizers(self.output, e)  # NOTE [Generators with finalizers traced lazily]
                     if not follow_handler(self, inst, e):  # NOTE [Exceptions caught while tracing]
                         raise
         except (Unsupported, UserException) as raised:
@@ -138,10 +140,13 @@ class Translator:
                         e.callee_break.root_index = break_before_generator_cms(self.output, e.root_index)
             if self.parent is None and getattr(e, "made_site", None) is not None and e.root_index is not None:
                 e.root_index = break_before_generator_cms(self.output, min(e.root_index, e.made_site))
+            if self.parent is None and finalizers_pending(self.output):  # NOTE [Generators with finalizers
+                e = _frame_eager(e)  # traced lazily] in lazy_generators.py
             raise e
         finally:
             self.output.tx_stack.pop()
         if self.parent is None and self.return_value is not None:
+            check_finalizers_at_return(self.output)  # NOTE [Generators with finalizers traced lazily]
             made_at = made_module_site(self.output, [self.return_value, *self.output.side_effects.values()])
             if made_at is not None:  # NOTE [Modules made while tracing that outlive the trace]
                 e = Unsupported(BreakKind.UNSUPPORTED_VALUE, "a module made in the compiled region is returned or "
@@ -503,13 +508,15 @@ class Translator:
         # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
         # resume function it stays referenced by the call's arguments until that function returns, so
         # `finally` ran after code eager runs after it. Such a generator makes the frame being compiled run
-        # eagerly (also when an inlined callee made it: the callee may return it to this frame).
+        # eagerly (also when an inlined callee made it: the callee may return it to this frame). One whose
+        # run changed state is traced again lazily (NOTE [Generators with finalizers traced lazily]).
         frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
         if mutated_since(*start):
             e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
                             "lazily, as Python")
             e.frame_eager = frame_eager
-            raise e
+            raise lazy_from_now(e, f.__code__) if frame_eager else e  # NOTE [Generators with finalizers traced
+            # lazily] in lazy_generators.py
         iterator = IteratorValue(child.yielded)
         iterator.frame_eager = frame_eager
         iterator.return_value = returned  # what `yield from` this generator evaluates to
@@ -525,7 +532,7 @@ class Translator:
                                 "consumed: it runs lazily, as Python")
                 e.root_index = iterator.made_at  # break where the generator is made
                 e.frame_eager = frame_eager  # NOTE [Generators with finalizers]
-                raise e
+                raise lazy_from_now(e, f.__code__) if frame_eager else e
         iterator.check = check
         return iterator
 
@@ -611,6 +618,16 @@ class Translator:
                 frames.append(tx.frame_info())
             tx = tx.parent
         return tuple(reversed(frames))
+
+
+def _frame_eager(e: Exception) -> Unsupported:
+    """A break or an exception at the root while a generator with finalizers made by the trace has not ended:
+    the frame runs eagerly (NOTE [Generators with finalizers traced lazily] in lazy_generators.py)."""
+    if isinstance(e, UserException):
+        e = finalizer_break(f"{type(e.exc).__name__} raised while a generator with finalizers made here has "
+                            "not ended: the frame runs as Python").with_stack(e.user_stack)
+    e.frame_eager = True
+    return e
 
 
 def _attach_stack(e: Exception, stack: tuple[UserFrame, ...]) -> None:
@@ -716,12 +733,12 @@ def _run_generator_body(child, f: Any) -> Any:
         # not see it here (NOTE [Exceptions caught while tracing])
         e = Unsupported(BreakKind.EXCEPTION_RAISED, f"the generator {f.__qualname__} raises "
                         f"{type(raised.exc).__name__}: it runs lazily, as Python")
-        e.frame_eager = has_handlers(f.__code__)
-        raise e from None
+        e.frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
+        raise (lazy_from_now(e, f.__code__) if e.frame_eager else e) from None
     except Unsupported as e:
         # a step of the body cannot be traced (a print in its finally): the break lands at the call
         # that made the generator, which then lives on in the resume function's arguments
         # (NOTE [Generators with finalizers])
-        if has_handlers(f.__code__):
+        if has_handlers(f.__code__) or child.delegates_finalizers:
             e.frame_eager = True
         raise

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..breaks import BreakKind, Unsupported, UserException
+from ..lazy_generators import drain_whole
 from ..protocol import iterate
 from ..values import ConstantValue, DictValue, ListValue, SetValue, TupleValue
 from . import op
@@ -56,7 +57,7 @@ def list_extend(tx, inst):
     if _from_outside(target):  # NOTE [Building into a container from outside]
         _call_on(tx, list.extend, target, iterable)
         return
-    target.items.extend(iterate(tx, iterable))
+    target.items.extend(drain_whole(tx, iterable))  # NOTE [Generators with finalizers traced lazily]
 
 
 @op("BUILD_MAP")

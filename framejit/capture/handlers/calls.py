@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..breaks import BreakKind, Unsupported, UserException
 from ..emit import callee_and_self
-from ..protocol import iterate
+from ..lazy_generators import drain_whole
 from ..values import NULL, CellValue, DictValue, UserFunctionValue
 from . import op
 
@@ -51,7 +51,7 @@ def call_function_ex(tx, inst):
         if not all(type(k) is str for k in items):
             raise UserException(TypeError("keywords must be strings"))
         kwargs_value = DictValue(items)
-    tx.push(tx.call(fn, iterate(tx, args_value), dict(kwargs_value.items)))
+    tx.push(tx.call(fn, drain_whole(tx, args_value), dict(kwargs_value.items)))
 
 
 @op("MAKE_FUNCTION")
