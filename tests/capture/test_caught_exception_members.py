@@ -157,3 +157,37 @@ def test_caught_exceptions_carry_eager_members(program):
 def test_a_caught_attribute_error_stays_in_one_graph():
     report = framejit.explain(missing_attribute)(torch.randn(3), Obj(2))
     assert report.graph_count == 1 and report.graph_break_count == 0
+
+
+def test_a_failed_from_import_is_guarded():
+    """`from m import later` failed while tracing: a later `m.later = v`, or the submodule `m.later` imported,
+    must not keep raising (the absence was not guarded)."""
+    import sys
+    import types
+    module = types.ModuleType("hjit_members_mod")
+    module.__file__ = "/nonexistent/hjit_members_mod.py"
+    sys.modules["hjit_members_mod"] = module
+
+    def read(x):
+        try:
+            from hjit_members_mod import later
+        except ImportError as e:
+            return x, e.name, str(e)
+        return x + (later if isinstance(later, int) else 1), None, type(later).__name__
+
+    try:
+        compiled = framejit.compile(read, backend="eager")
+        x = torch.ones(2)
+        for step in range(3):
+            if step == 1:
+                module.later = 5
+            if step == 2:
+                del module.later
+                sys.modules["hjit_members_mod.later"] = types.ModuleType("hjit_members_mod.later")
+            expected = read(x)
+            got = compiled(x)
+            assert _plain(got[1:]) == _plain(expected[1:]) and type(got[0]) is type(expected[0])
+            assert torch.equal(got[0], expected[0])
+    finally:
+        sys.modules.pop("hjit_members_mod", None)
+        sys.modules.pop("hjit_members_mod.later", None)

@@ -61,6 +61,14 @@ def import_from(tx, inst):
     if submodule in sys.modules:
         tx.push(_module_value(tx, submodule))
         return
+    # the error is a fact like any other: a later `module.name = v` or import of the submodule must miss
+    try:
+        tx.push(tx.getattr(module, name))  # raises, the name guarded absent from the module
+        return
+    except UserException:
+        pass
+    modules = tx.output.name_of(sys.modules, "modules")
+    tx.output.add_guard("MODULE_ABSENT", f"{submodule!r} not in {modules}", None, expected=f"{submodule} not imported")
     raise UserException(_import_error(real, name))
 
 
