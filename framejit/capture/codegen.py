@@ -208,8 +208,10 @@ class Reconstructor:
                 self._defer(value)  # NOTE [Dict iterators built after replay]
                 return
             self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
-        elif type(value) is TupleValue:
-            self._store_preloaded(value)  # one tuple object: `u[0] is t`, `t.count.__self__ is t` after a break
+        elif type(value) is TupleValue or isinstance(value, (BoundMethodValue, TensorMethodValue)):
+            # one tuple object: `u[0] is t`, `t.count.__self__ is t` after a break; one bound method object:
+            # `m = o.f; m2 = m` is `m is m2` after it (each rebuild read `o.f` again, a new object each time)
+            self._store_preloaded(value)
 
     def _preload_cells(self, value: UserFunctionValue) -> None:
         """NOTE [Cells shared by rebuilt closures]: functions made while tracing over the same variable of
