@@ -8,6 +8,7 @@ bitwise], [Lazy negation and conjugation bits]). Pure functions: no state of the
 """
 from __future__ import annotations
 
+import enum
 import functools
 import math
 import operator
@@ -349,13 +350,15 @@ _PLAIN_REPR = (int, float, complex, str, bytes, bool, type(None), types.Function
                types.ModuleType, torch.dtype, torch.device)
 
 
-def _short(obj: Any) -> str:
-    if type(obj) in _PLAIN_REPR:
+def _short(obj: Any, depth: int = 0) -> str:
+    if type(obj) in _PLAIN_REPR or isinstance(obj, enum.Enum) and type(obj).__repr__ in (enum.Enum.__repr__,
+                                                                                          enum.IntEnum.__repr__):
         text = repr(obj)
     elif isinstance(obj, type):
         text = type.__repr__(obj)
-    elif type(obj) in (tuple, list) and len(obj) <= 8:
-        text = "(%s)" % ", ".join(map(_short, obj)) if type(obj) is tuple else "[%s]" % ", ".join(map(_short, obj))
+    elif type(obj) in (tuple, list) and len(obj) <= 8 and depth < 3:  # a list holding itself: depth, not a cycle
+        items = ", ".join(_short(item, depth + 1) for item in obj)
+        text = f"({items})" if type(obj) is tuple else f"[{items}]"
     else:
         text = f"<{type(obj).__qualname__} object at {id(obj):#x}>"
     return text if len(text) < 60 else text[:57] + "..."

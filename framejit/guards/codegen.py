@@ -16,7 +16,9 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import types
 import dataclasses
+import enum
 import functools
 import linecache
 import weakref
@@ -257,9 +259,18 @@ def short_repr(value: Any, depth: int = 0) -> str:
         items = ", ".join(short_repr(v, depth + 1) for v in value[:8])
         more = ", ..." if len(value) > 8 else ("," if type(value) is tuple and len(value) == 1 else "")
         text = ("({})" if type(value) is tuple else "[{}]").format(items + more)
-    else:
+    elif isinstance(value, type):
+        text = type.__repr__(value)
+    elif type(value) in _PLAIN_REPR or isinstance(value, (torch.dtype, torch.device, torch.Size)) or \
+            isinstance(value, enum.Enum) and type(value).__repr__ in (enum.Enum.__repr__, enum.IntEnum.__repr__):
         text = repr(value)
+    else:  # NOTE [Guard texts run no user code] (capture/graph_calls.py): a failing guard's object, by type and id
+        text = f"<{type(value).__qualname__} object at {id(value):#x}>"
     return text if len(text) <= _REPR_LIMIT else text[:_REPR_LIMIT] + "..."
+
+
+_PLAIN_REPR = (int, float, complex, str, bytes, bool, type(None), types.FunctionType, types.BuiltinFunctionType,
+               types.ModuleType, slice, range)
 
 
 # NOTE [Compiled guard expressions]: a recompile explains itself by evaluating every guard of every entry

@@ -85,3 +85,40 @@ def test_object_whose_repr_raises_is_still_traced():
         x = torch.arange(float(n))
         assert_same(f(x), fn(x))
     assert backend.graph_count >= 1
+
+
+def test_a_failing_guard_does_not_repr_its_new_object():
+    # the `got ...` side of a recompile reason (guards/codegen.short_repr): a new object under the same name
+    # was described by calling its __repr__ on every recompile, logging on or off (review revQ Q4 / revR R4)
+    log = []
+    holder = {"o": _Counted(log)}
+
+    def f(x):
+        return x * 2, id(holder["o"]) > 0
+    compiled = framejit.compile(f, backend="eager")
+    for i in range(4):
+        holder["o"] = _Counted(log) if i % 2 else _Refusing()
+        want, got = f(torch.ones(2) * i), compiled(torch.ones(2) * i)
+        assert_same(got, want)
+    assert log == []
+
+
+def test_a_list_holding_itself_keeps_its_frame_compiled():
+    # review revQ Q3 / revR R3: the guard text of a cached call's result recursed into a self-containing list
+    # (RecursionError, an internal error: the frame ran wholly eagerly)
+    items = [1]
+    items.append(items)
+
+    @functools.lru_cache
+    def cached(k):
+        return items
+
+    def f(x):
+        r = cached(2)
+        return x + len(r), r[1] is r
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = framejit.stats().get("eager_entries", 0)
+    for n in (2, 2, 3):
+        assert_same(compiled(torch.ones(n)), f(torch.ones(n)))
+    assert backend.graph_count >= 1 and framejit.stats().get("eager_entries", 0) == eager_before
