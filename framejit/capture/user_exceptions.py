@@ -46,9 +46,9 @@ def make_exception(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -
     exception class: calls.call_class's last case)."""
     if not python_init(cls):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating an instance of {cls.__qualname__}")
-    if not all(a.is_constant() for a in args):
+    if not all(_immutable(a) for a in args):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating an instance of {cls.__qualname__} from values "
-                                                      "that are not constants")
+                                                      "that are not immutable constants")
     lookup.guard_lookup(tx.output, type(cls), "__call__")
     for name in ("__new__", "__init__"):
         lookup.guard_lookup(tx.output, cls, name)
@@ -61,7 +61,7 @@ def make_exception(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -
     if not (result.is_constant() and result.as_constant() is None):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}.__init__ returned {result.describe()}")
     if effects.version != version or any(v is not obj for v in effects.touched[n_touched:]) or \
-            not all(v.is_constant() for v in obj.attrs.values()):
+            not all(_immutable(v) for v in obj.attrs.values()):
         raise Unsupported(BreakKind.SIDE_EFFECT, f"{cls.__qualname__}.__init__ does more than store constants on "
                                                  "the new exception")
     exc = cls.__new__(cls, *(a.as_constant() for a in args))
@@ -72,10 +72,33 @@ def make_exception(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -
     return ConstantValue(exc)
 
 
+# NOTE [Immutable exception contents]: the exception is one object folded at trace time and copied per call,
+# so what it holds must have no identity a program could see: a list or dict stored on it (or passed as an
+# argument, kept in `args`) was shared by every call's exception and a copy of the user's own object (a
+# global dict stored as `self.cfg`: writes through `e.cfg` were lost). Numbers, strings, None, classes and
+# tuples/frozensets of those made while tracing only; anything else is a break, as before.
+_SCALARS = (int, float, complex, str, bytes, bool, type(None), type)
+
+
+def _immutable(value: Value) -> bool:
+    if not value.is_constant():
+        return False
+    constant = value.as_constant()
+    if type(constant) in (tuple, frozenset):
+        return getattr(value, "source", None) is None and _deep_immutable(constant)
+    return isinstance(constant, type) or type(constant) in _SCALARS
+
+
+def _deep_immutable(obj) -> bool:
+    if type(obj) in (tuple, frozenset):
+        return all(_deep_immutable(item) for item in obj)
+    return isinstance(obj, type) or type(obj) in _SCALARS
+
+
 def _base_init(base_init):
     def handler(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
         obj = args[0] if args else None
-        if getattr(obj, "base_inits", None) is None or kwargs or not all(a.is_constant() for a in args[1:]):
+        if getattr(obj, "base_inits", None) is None or kwargs or not all(_immutable(a) for a in args[1:]):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {base_init.__qualname__}")
         obj.base_inits.append((base_init, tuple(a.as_constant() for a in args[1:])))
         return ConstantValue(None)
