@@ -28,7 +28,6 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
 from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
 from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
-from .torch_function_inline import tensor_attr
 from .getattribute import custom_getattribute, inline_getattribute, instance_dict
 from .vmap_capture import check_grad_fact
 
@@ -265,7 +264,7 @@ def _builtin_attr(tx, obj: BuiltinValue, name: str) -> Value:
 
 def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
     if is_subclass_type(t.cls):  # NOTE [Tensor subclasses traced as tensors]: the subclass's own methods first
-        found = subclass_attr(tx, t, name) or tensor_attr(tx, t, name)  # NOTE [Inlined __torch_function__]
+        found = subclass_attr(tx, t, name)
         if found is not None:
             return found
     if name == "grad" and _input_leaf(tx, t) is not None:

@@ -22,7 +22,6 @@ from .module_protocol import ModuleSliceValue
 from .protocol import constant_fold
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
                      ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue, Value)
-from .torch_function_inline import construct_subclass, tensor_method_call, torch_function_call
 from .vmap_capture import check_functorch_call
 
 # Tensor methods that read data into Python or touch state outside the graph.
@@ -78,6 +77,7 @@ def _bind_call_value_imports() -> None:
     from .library_substitutes import call_pure, is_pure_on_constants
     from .fx_modules import calls_module_call
     from .lazy_generators import LazyGenMethodValue, call_lazy_gen_method
+
     from .numpy_support import NdarrayMethodValue, call_method, call_numpy, involves_ndarray, numpy_callable
     globals().update(locals())
     _CALL_VALUE_IMPORTS_BOUND = True
@@ -119,7 +119,8 @@ _UNHANDLED = object()
 
 
 def _call_numpy_or_tensor_maker(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Any:
-    """NumPy calls (NOTE [NumPy as torch]), lazy generator methods, `torch.tensor` of symbolic ints; else _UNHANDLED."""
+    """NumPy calls (NOTE [NumPy as torch]), a lazy generator's methods, and `torch.tensor` of symbolic ints;
+    _UNHANDLED for every other call."""
     if isinstance(fn, NdarrayMethodValue):  # NOTE [NumPy as torch]
         return call_method(tx, fn, args, kwargs)
     if isinstance(fn, LazyGenMethodValue):  # NOTE [Generators driven by send] in lazy_generators.py
@@ -196,8 +197,8 @@ def _call_builtin_value(tx, fn: BuiltinValue, args: list[Value], kwargs: dict[st
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.obj.__qualname__} of an object read as opaque")
     if signature_bind_method(fn.obj) is not None:  # NOTE [Binding a signature at trace time]
         return call_value(tx, signature_bind_method(fn.obj), args, kwargs)
-    bound = _bound_slot_wrapper(tx, fn) or torch_function_call(tx, fn, args, kwargs)
-    if bound is not None:  # NOTE [Inlined __torch_function__]: torch_function_call
+    bound = _bound_slot_wrapper(tx, fn)
+    if bound is not None:
         return call_value(tx, bound, args, kwargs)
     draw = drawing_call(tx, fn.obj, args, kwargs, fn.source)  # `random.random()`, `rng.random()`
     if draw is not None:  # NOTE [Draws from the random module]
@@ -289,7 +290,7 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
             return element
     if kind is not None:
         raise Unsupported(kind, f"Tensor.{name}() {'reads tensor data into Python' if kind is BreakKind.DATA_DEPENDENT else 'has effects outside the graph'}")
-    return tensor_method_call(tx, tensor, name, args, kwargs)  # NOTE [Inlined __torch_function__]
+    return tx.output.call("call_method", name, (tensor, *args), kwargs)
 
 
 def _sets_backend_state(fn: Any) -> bool:
@@ -382,7 +383,8 @@ def _lazy_disable_code() -> types.CodeType | None:
 
 
 def _not_a_graph_arg(value: Value) -> bool:
-    """A module, an iterator (`m.parameters()`) or a Python callable: a torch function given one is inlined."""
+    """A module, an iterator (`m.parameters()`) or a Python callable: a torch Python function given one is
+    inlined (it cannot be a graph op)."""
     from .values.containers import IteratorValue
     return isinstance(value, (NNModuleValue, IteratorValue, UserFunctionValue, BoundMethodValue, PartialValue))
 
@@ -605,6 +607,7 @@ def _guard_call_path(tx, cls: type) -> None:
 
 def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
     from .builtins import BUILTIN_HANDLERS
+
     from .context import is_ctx_class, make_ctx
     from .dict_objects import can_create as can_create_dict_object, create as create_dict_object
 
@@ -659,7 +662,7 @@ def call_class(tx, cls_value: ClassValue, args: list[Value], kwargs: dict[str, V
         # made on fake tensors while tracing, they left the fake mode's Python keys set after the trace.
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}() changes thread-local dispatch state")
     if issubclass(cls, torch.Tensor) or getattr(cls, "__module__", "").startswith("torch"):
-        return construct_subclass(tx, cls, args, kwargs)  # NOTE [Inlined __torch_function__], else a graph op
+        return tx.output.call("call_function", cls, tuple(args), kwargs)
     from .user_exceptions import make_exception  # NOTE [Exceptions with a Python __init__]; else a break
     return make_exception(tx, cls, args, kwargs)
 

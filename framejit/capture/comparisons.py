@@ -18,7 +18,6 @@ from .dict_objects import base_slot_owner, dict_contents, dunder, is_new_dict_ob
 from .protocol import _SYM_COMPARE_OPS, INPLACE_TO_PLAIN, _is_int, constant_fold, truth
 from .values import (BoundMethodValue, ConstantValue, DictValue, DictViewValue, ListValue, NewObjectValue,
                      NNModuleValue, ObjectValue, SequenceValue, SetValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue, Value)
-from .values import BuiltinValue
 from .values.outside import OutsideDictValue
 
 def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
@@ -171,14 +170,6 @@ def _same_constant(tx, a: ConstantValue, b: ConstantValue) -> bool:
     return same
 
 
-def _unbound(obj) -> bool:
-    """A function or method descriptor not bound to an instance (each read of a bound method is a new object)."""
-    import types
-    kinds = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType, types.FunctionType)
-    return isinstance(obj, kinds) and (getattr(obj, "__self__", None) is None or
-                                       isinstance(getattr(obj, "__self__", None), types.ModuleType))
-
-
 def is_same(tx, a: Value, b: Value) -> bool:
     """`a is b`."""
     if a is b:
@@ -197,8 +188,6 @@ def is_same(tx, a: Value, b: Value) -> bool:
     if isinstance(a, UserFunctionValue) and isinstance(b, UserFunctionValue):
         from .function_attrs import same_function
         return same_function(tx, a, b)
-    if isinstance(a, BuiltinValue) and isinstance(b, BuiltinValue) and _unbound(a.obj) and _unbound(b.obj):
-        return a.obj is b.obj  # `func is torch.add` (NOTE [Inlined __torch_function__]): module-level objects
     if _fresh_mutable(a) or _fresh_mutable(b):  # two equal lists made while tracing are two lists
         return False
     if a.is_constant() and b.is_constant():

@@ -196,7 +196,7 @@ class OutputGraph:
     def guard_tensor(self, source: Source, t: torch.Tensor, fake: torch.Tensor | None = None) -> None:
         """One combined guard per tensor: type, dtype, device, shape, strides, requires_grad. With a
         symbolic `fake`, only its static sizes and strides (shapes.shape_guards checks the others)."""
-        te, e, rg = metadata_expr(self, t, source.expr(self.names))  # NOTE [Guards read subclass tensors as Tensors]
+        te, e = metadata_expr(self, t, source.expr(self.names))  # NOTE [Guards read subclass tensors as Tensors]
         shape_check = (f"{e}.shape == {tuple(t.shape)!r}", str(tuple(t.shape)))
         stride_check = f"{e}.stride() == {t.stride()!r}"
         offset_check = f"{e}.storage_offset() == {t.storage_offset()}"
@@ -219,7 +219,8 @@ class OutputGraph:
             ("TENSOR_STRIDE", stride_check, str(t.stride()), f"{e}.stride()"),
             ("TENSOR_STORAGE_OFFSET", offset_check, str(t.storage_offset()),
              f"{e}.storage_offset()"),
-            ("TENSOR_REQUIRES_GRAD", f"{rg} is {t.requires_grad}", str(t.requires_grad), rg),
+            ("TENSOR_REQUIRES_GRAD", f"{te}.requires_grad is {t.requires_grad}", str(t.requires_grad),
+             f"{te}.requires_grad"),
             ("TENSOR_LAZY_BITS", *_lazy_bits_check(e, t)),
         ]
         where, origin = source.describe(), self.location()

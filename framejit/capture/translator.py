@@ -20,7 +20,6 @@ import sys
 import types
 from typing import Any
 
-from .torch_function_inline import STEPPING, start_trace
 from .. import config
 from ..guards import COST_ID
 from . import closure_cells, hash_order, lookup
@@ -96,8 +95,7 @@ class Translator:
     def run(self) -> Value:
         insts = self.program.insts
         self.output.tx_stack.append(self)
-        # NOTE [Inlined __torch_function__]: a trace reads real inputs (storages, metadata) with no subclass code
-        with hash_order.tracing(self.output), start_trace(self.parent is None):  # NOTE [Hash-seeded facts]
+        with hash_order.tracing(self.output):  # NOTE [Hash-seeded facts]
             return self._run(insts)
 
     def _run(self, insts) -> Value:
@@ -192,8 +190,7 @@ class Translator:
             check_opaque_operands(self, inst)
         # the stack before the instruction: a break re-runs it with these operands (_note_live_made_modules)
         self.operands = list(self.stack) if self.output.__dict__.get("made_modules") else None
-        with STEPPING:  # NOTE [Inlined __torch_function__]: a gated tensor's fake is not read by an instruction
-            handler(self, inst)
+        handler(self, inst)
 
     # ---- stack and locals ---------------------------------------------------------------------
     def push(self, value: Value) -> None:

@@ -4,9 +4,8 @@ Differential: every function runs eagerly and compiled on fresh inputs made the 
 their Python attributes, which a clone would drop), comparing values, the exact `type()` of every tensor, the
 tensors' own attributes, identities eager establishes (`x.add_(1) is x`) and what a `__torch_function__`
 records. A subclass with torch's own __torch_function__ is captured like a plain tensor (one graph, as stock
-torch.compile makes); one with its own __torch_function__ has it inlined (test_torch_function_inline.py)
-unless the class also overrides a Tensor name (Logged's `log` here: it breaks at each op on it, never making
-the whole frame eager), as one with a __torch_dispatch__ does.
+torch.compile makes); one with its own __torch_function__ or a __torch_dispatch__ breaks at each op on it,
+never making the whole frame eager.
 """
 from __future__ import annotations
 

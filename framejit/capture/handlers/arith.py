@@ -10,46 +10,36 @@ from ..protocol import BINARY_OPS, COMPARE_OPS, binary, build_slice, getitem, it
 from ..dict_objects import base_slot_owner, dunder, is_new_dict_object, storage, store_item
 from ..values import ConstantValue, DictValue, ListValue, TensorValue
 from ..values.outside import OutsideDictValue
-from ..torch_function_inline import GatedTensorValue, operator_call
 from . import op
-
-
-def _routed(tx, fn, *operands):
-    """NOTE [Inlined __torch_function__]: an operator on a tensor whose class has its own __torch_function__."""
-    return operator_call(tx, fn, list(operands)) if any(type(v) is GatedTensorValue for v in operands) else None
 
 
 @op("BINARY_OP")
 def binary_op(tx, inst):
     b = tx.pop()
     a = tx.pop()
-    tx.push(_routed(tx, BINARY_OPS[inst.arg.name], a, b) or binary(tx, BINARY_OPS[inst.arg.name], a, b))
+    tx.push(binary(tx, BINARY_OPS[inst.arg.name], a, b))
 
 
 @op("COMPARE_OP")
 def compare_op(tx, inst):
     b = tx.pop()
     a = tx.pop()
-    fn = COMPARE_OPS[inst.arg.name.replace("_CAST", "")]
-    tx.push(_routed(tx, fn, a, b) or compare(tx, fn, a, b))
+    tx.push(compare(tx, COMPARE_OPS[inst.arg.name.replace("_CAST", "")], a, b))
 
 
 @op("UNARY_NEGATIVE")
 def unary_negative(tx, inst):
-    a = tx.pop()
-    tx.push(_routed(tx, operator.neg, a) or unary(tx, operator.neg, a))
+    tx.push(unary(tx, operator.neg, tx.pop()))
 
 
 @op("UNARY_POSITIVE")
 def unary_positive(tx, inst):
-    a = tx.pop()
-    tx.push(_routed(tx, operator.pos, a) or unary(tx, operator.pos, a))
+    tx.push(unary(tx, operator.pos, tx.pop()))
 
 
 @op("UNARY_INVERT")
 def unary_invert(tx, inst):
-    a = tx.pop()
-    tx.push(_routed(tx, operator.invert, a) or unary(tx, operator.invert, a))
+    tx.push(unary(tx, operator.invert, tx.pop()))
 
 
 @op("UNARY_NOT")
@@ -77,7 +67,7 @@ def contains_op(tx, inst):
 def binary_subscr(tx, inst):
     key = tx.pop()
     obj = tx.pop()
-    tx.push(_routed(tx, operator.getitem, obj, key) or getitem(tx, obj, key))
+    tx.push(getitem(tx, obj, key))
 
 
 @op("BINARY_SLICE")
