@@ -29,14 +29,32 @@ from .guard import Guard
 # Helpers every guard function may use; names start with ___ so that no frame argument can shadow them.
 def _distinct_storages(*tensors: Any) -> bool:
     """No two of the tensors share memory (guards frames that mutate an input in place)."""
-    pointers = [t.untyped_storage().data_ptr() for t in tensors]
+    pointers = [_storage_pointer(t) for t in tensors]
     return len(set(pointers)) == len(pointers)
 
 
 def _storage_apart(tensor: Any, *others: Any) -> bool:
     """`tensor` shares memory with none of `others` (guards frames that mutate `tensor` in place)."""
-    pointer = tensor.untyped_storage().data_ptr()
-    return all(t.untyped_storage().data_ptr() != pointer for t in others)
+    pointer = _storage_pointer(tensor)
+    return all(_storage_pointer(t) != pointer for t in others)
+
+
+def _storage_pointer(t: Any) -> int:
+    """NOTE [Guards run no user code]: a tensor subclass's own `__torch_function__` would see `untyped_storage`
+    (eager never calls it there: review revQ Q9), so a subclass's storage is read with subclass dispatch off."""
+    if type(t).__torch_function__ is _TENSOR_TF:
+        return t.untyped_storage().data_ptr()
+    import torch
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.untyped_storage().data_ptr()
+
+
+def _default_tf() -> Any:
+    import torch
+    return torch.Tensor.__torch_function__
+
+
+_TENSOR_TF = _default_tf()
 
 
 def _distinct_objects(*objects: Any) -> bool:

@@ -686,7 +686,7 @@ def _bound_builtin(out, obj: Any, source: Source) -> Value:
         return ObjectValue(obj, source)
     if type(obj.__self__) in _SCALARS:  # `k.__add__`: an equal number behaves the same, whatever its object
         out.guard_constant(AttrSource(source, "__self__"), obj.__self__)
-    elif _container_method_of(obj) is not None and isinstance(source, LocalSource):
+    elif _container_method_of(obj) is not None and _stack_slot(source):
         # NOTE [Container methods from outside]: `out.append` on the stack at a break (`out.append(f(x))` where
         # f breaks) reached the resume function as this bound method of a list made anew on every call: its
         # identity guard failed on every call, so the resume function was traced again on each one and ran
@@ -694,10 +694,7 @@ def _bound_builtin(out, obj: Any, source: Source) -> Value:
         # set, a resume function's stack value is now what `out.append` is in the trace: the container's method
         # over the container, read (and guarded: type, length, items; aliasing with other reads of it) through
         # `__self__`, answering type() as the builtin method (its `==`, hash and repr are the builtin method's:
-        # test_redteam18). Named locals and arguments too (`append = out.append` before a break, the stdlib's
-        # idiom; `f(x, out.append)`): each call of it was a break, "call of list.append", traced again on each
-        # call. Not a global or an attribute (`log = LOG.append` of a list that grows on every call): its
-        # length and items would be guarded where the method alone kept one entry.
+        # test_redteam18). Only stack values (a call's callee or argument being built; named locals: revR R1/R5/R6).
         return _BoundContainerMethod(BuiltinValue(_container_method_of(obj)),
                                      wrap(out, obj.__self__, AttrSource(source, "__self__")), source)
     else:
@@ -711,6 +708,11 @@ class _BoundContainerMethod(BoundMethodValue):
 
     def python_type(self) -> type:
         return types.BuiltinMethodType
+
+
+def _stack_slot(source: Source) -> bool:
+    from ..resume import STACK_PREFIX
+    return isinstance(source, LocalSource) and source.name.startswith(STACK_PREFIX)
 
 
 def _container_method_of(obj: Any) -> Any:
