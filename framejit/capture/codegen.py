@@ -129,6 +129,7 @@ def escaped_generator(value: IteratorValue) -> Unsupported:
     e = Unsupported(BreakKind.SIDE_EFFECT, "a generator made in the compiled region escapes it: it runs as Python")
     e.root_index = value.made_at
     e.frame_eager = getattr(value, "frame_eager", False)  # NOTE [Generators with finalizers] in translator.py
+    e.finalizes = getattr(value, "finalizes", False)  # a lazy one whose finally changes state: not moved earlier
     return e
 
 

@@ -411,8 +411,9 @@ def _moves_earlier(e: Exception, site) -> bool:
     instead (NOTE [Breaks moved earlier]); not one that makes the frame eager (NOTE [Generators with
     finalizers traced lazily] in lazy_generators.py: the resume function would keep the generator alive)."""
     earlier = getattr(e, "root_index", None)
-    return isinstance(e, Unsupported) and not getattr(e, "frame_eager", False) and earlier is not None and \
-        earlier < site.inst.index
+    refused = getattr(e, "finalizes", getattr(e, "frame_eager", False))  # a run-ahead generator (its run changed
+    # nothing) breaks where it was made, as before c54dc4e (review revT T3)
+    return isinstance(e, Unsupported) and not refused and earlier is not None and earlier < site.inst.index
 
 
 def _finalizer_suspended(output, first) -> bool:

@@ -555,6 +555,7 @@ class OutputGraph:
         """Change grad mode at this point of the graph (and in the tracer's view of it). A context manager
         records a node only where the mode changes; a raw `torch._C._set_grad_enabled(b)` call (`always`)
         records one where eager makes the call (NOTE [Grad-mode nodes])."""
+        self.effects_recorded = getattr(self, "effects_recorded", 0) + 1  # NOTE [Torch state across yields]
         if mode != self.grad_enabled or always:
             self.record_effect(torch._C._set_grad_enabled, (mode,))
             self.grad_enabled = mode
@@ -566,6 +567,7 @@ class OutputGraph:
         node = self.graph.call_function(target, args)
         node.meta["effect"] = True
         node.meta["stack_trace"] = self.stack_trace()
+        self.effects_recorded = getattr(self, "effects_recorded", 0) + 1  # NOTE [Torch state across yields]
         return node
 
     def _run_fake(self, kind: str, target: Any, args: tuple, kwargs: dict) -> Any:

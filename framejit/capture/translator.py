@@ -30,6 +30,7 @@ from .calls import call_value
 from .caught_exceptions import Handling, attribute_error_context, follow_handler, give_up_handlers
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
+from .handlers.blocks import torch_state
 from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method, made_module_site
 from .module_hooks import TRACE_TIME, plan_module_call
@@ -500,6 +501,8 @@ class Translator:
                 id(v) in reachable for v in side_effects.touched[touched:])
         start = (side_effects.version, len(side_effects.touched))
         child.yielded = []
+        child.yield_state = torch_state(self.output)  # NOTE [Torch state across yields] in handlers/blocks.py
+        effects = getattr(self.output, "effects_recorded", 0)  # its grad-mode sets run where eager runs them
         returned = _run_generator_body(child, f)
         # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
         # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
@@ -508,6 +511,9 @@ class Translator:
         # eagerly (also when an inlined callee made it: the callee may return it to this frame). One whose
         # run changed state is traced again lazily (NOTE [Generators with finalizers traced lazily]).
         frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
+        if getattr(self.output, "effects_recorded", 0) != effects:
+            raise lazy_from_now(Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} sets torch state: "
+                                            "it runs lazily"), f.__code__)
         if mutated_since(*start):
             e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
                             "lazily, as Python")
@@ -733,6 +739,8 @@ def _run_generator_body(child, f: Any) -> Any:
         e.frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
         raise (lazy_from_now(e, f.__code__) if e.frame_eager else e) from None
     except Unsupported as e:
+        if getattr(e, "state_across_yield", False):  # NOTE [Torch state across yields] in handlers/blocks.py
+            raise lazy_from_now(e, f.__code__)
         # a step of the body cannot be traced (a print in its finally): the break lands at the call
         # that made the generator, which then lives on in the resume function's arguments
         # (NOTE [Generators with finalizers])

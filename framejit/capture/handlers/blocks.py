@@ -106,6 +106,18 @@ def yield_value(tx, inst):
     """Generators are run to completion when called (NOTE [Eager generators] in translator.py)."""
     if tx.yielded is None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "yield outside a generator being inlined")
+    start = getattr(tx, "yield_state", None)
+    if start is not None and torch_state(tx.output) != start:
+        # NOTE [Torch state across yields]: `with torch.no_grad(): yield x * 2` leaves grad mode off while the
+        # generator is suspended, so eager runs the consumer's code between its steps under it; a generator run
+        # ahead of its consumer (NOTE [Eager generators]) restored the mode before the consumer was traced
+        # (review revQ Q8: `v * x` recorded for autograd where eager's is not). Such a generator is traced
+        # again lazily, stepped in the consumer's order (the mode it leaves set is then the consumer's), or
+        # the frame runs eagerly.
+        e = Unsupported(BreakKind.SIDE_EFFECT, "the generator yields inside a block that changes torch state "
+                        "(grad mode, inference mode, autocast, default dtype): it runs lazily")
+        e.state_across_yield = True
+        raise e
     tx.yielded.append(tx.pop())
     tx.push(ConstantValue(None))
     tx.suspended = tx.suspend_at_yield  # NOTE [Generator context managers]
@@ -153,3 +165,8 @@ def end_send(tx, inst):
     result = tx.pop()
     tx.pop()
     tx.push(result)
+
+
+def torch_state(out) -> tuple:
+    """The torch state a with-block in the traced code can change (NOTE [Torch state across yields])."""
+    return out.grad_enabled, out.inference_mode, tuple(out.autocast_stack), out.__dict__.get("default_dtype")
