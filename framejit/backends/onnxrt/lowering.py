@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from typing import Any
 
 import torch
@@ -204,6 +205,20 @@ def _trace(fn, table: dict, args: list, functionalize: bool = True) -> torch.fx.
 # a parameter changed in place under no_grad (`with torch.no_grad(): self.w.mul_(0.99)` in forward) is a
 # leaf that requires grad, so the trace raised and the inference program (no_grad calls, evaluation after
 # training) ran eagerly. The graph's call restores the trace's grad mode when it returns.
+# NOTE [In-place bitwise operators while lowering]: `m[0] |= v` calls `aten::__ior__`, whose schema returns an
+# alias of self that torch.func.functionalize refuses ("a custom (non-ATen) operator whose output has alias
+# annotations"): the graph ran eagerly (hsweep8: smolvlm's vision and text model). Such a graph is first traced
+# without functionalization, where the dunder decomposes to `bitwise_or_`, then functionalized from that aten
+# graph, as NOTE [Symbolic lowering] does.
+_BITWISE_DUNDERS = frozenset({operator.ior, operator.iand, operator.ixor, operator.ilshift, operator.irshift})
+
+
+def _calls_bitwise_dunders(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op == "call_function" and n.target in _BITWISE_DUNDERS or
+               n.op == "call_method" and n.target in ("__ior__", "__iand__", "__ixor__", "__ilshift__", "__irshift__")
+               for n in gm.graph.nodes)
+
+
 def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> Lowered:
     """Trace `gm(*inputs)` to a functional aten graph over (state..., inputs...); see module docstring."""
     from ..foreach import expand_foreach  # NOTE [Foreach expansion]
@@ -231,17 +246,18 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
     table = decomposition_table(translated_ops)
     args = [*state.values(), *inputs]
     symbolic = _has_symbolic_sizes(args)
+    unfunctional = symbolic or _calls_bitwise_dunders(gm)
     from ..torch_methods import original_api_functions  # NOTE [Patched torch functions while lowering]
     with original_api_functions(gm):
-        lowered = _trace(flat_fn, table, args, functionalize=not symbolic)  # NOTE [Symbolic lowering]
-        plain = lowered if symbolic else (_trace(flat_fn, table, args, functionalize=False)
-                                          if view_writes.calls_unfold(gm) else None)
+        lowered = _trace(flat_fn, table, args, functionalize=not unfunctional)  # NOTE [Symbolic lowering]
+        plain = lowered if unfunctional else (_trace(flat_fn, table, args, functionalize=False)
+                                              if view_writes.calls_unfold(gm) else None)
     if plain is not None and view_writes.writes_through_unfold(plain):
         raise RuntimeError(view_writes.REASON)  # NOTE [Writes through unfold]: the graph runs eagerly
     if any(n.op == "call_function" and n.target is torch.set_default_dtype for n in gm.graph.nodes):
         pin_default_dtypes(lowered)  # NOTE [Default dtype in the lowered graph]: before a second trace
     out_spec = spec_box[-1]
-    if symbolic or _mutates_intermediates(lowered):
+    if unfunctional or _mutates_intermediates(lowered):
         from .prims_views import as_aten_views
         as_aten_views(lowered)  # NOTE [prims views before refunctionalizing]
         lowered = _trace(lowered, table, pytree.tree_leaves(args))

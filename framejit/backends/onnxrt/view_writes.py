@@ -137,12 +137,36 @@ def writes_over_its_reads(gm: torch.fx.GraphModule) -> bool:
             dests, sources = outs, (node.args, {k: v for k, v in node.kwargs.items() if k != "out"})
         elif not (setitem or _writes_in_place(node)) or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
+        elif setitem and _writes_its_own_view(node):
+            continue
         else:
             dests = (node.args[0],)
             sources = node.args[2:] if setitem else (node.args[1:], node.kwargs)
         if any(_writes_over(dest_node.meta.get("val"), sources, setitem) for dest_node in dests):
             return True
     return False
+
+
+def _writes_its_own_view(node: torch.fx.Node) -> bool:
+    """`t[i] = v` where `v` is `t[i]` itself (same storage, sizes, strides and offset): the augmented assignment
+    `t[i] |= m` ends so (its in-place op already wrote the view); eager copies the view onto itself, a no-op, and
+    so does the functional graph. Refusing it ran whole graphs in torch (hsweep8: smolvlm's vision and text
+    model). The index must be constant (ints, slices, None, Ellipsis)."""
+    base, index, value = (node.args + (None,) * 3)[:3]
+    dest = base.meta.get("val") if isinstance(base, torch.fx.Node) else None
+    val = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+    items = index if type(index) is tuple else (index,)
+    if not isinstance(dest, torch.Tensor) or not isinstance(val, torch.Tensor) or \
+            not all(type(i) in (int, slice, type(None), type(Ellipsis)) for i in items) or \
+            any(type(i) is slice and not all(type(p) in (int, type(None)) for p in (i.start, i.stop, i.step))
+                for i in items):
+        return False
+    try:
+        view = dest[index]
+    except Exception:
+        return False
+    return StorageWeakRef(view.untyped_storage()) == StorageWeakRef(val.untyped_storage()) and \
+        _layout(view) == _layout(val)
 
 
 def _writes_over(dest, sources, setitem: bool) -> bool:
