@@ -277,6 +277,10 @@ def short_repr(value: Any, depth: int = 0) -> str:
         items = ", ".join(short_repr(v, depth + 1) for v in value[:8])
         more = ", ..." if len(value) > 8 else ("," if type(value) is tuple and len(value) == 1 else "")
         text = ("({})" if type(value) is tuple else "[{}]").format(items + more)
+    elif type(value) is dict and depth < 3:  # a SHAPE_ENV guard's symbol values: {'x.size(0)': 6}
+        pairs = list(value.items())
+        items = ", ".join(f"{short_repr(k, depth + 1)}: {short_repr(v, depth + 1)}" for k, v in pairs[:8])
+        text = "{" + items + (", ..." if len(pairs) > 8 else "") + "}"
     elif isinstance(value, type):
         text = type.__repr__(value)
     elif type(value) in _PLAIN_REPR or isinstance(value, (torch.dtype, torch.device, torch.Size)) or \
