@@ -77,16 +77,15 @@ def make_exception(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -
 # argument, kept in `args`) was shared by every call's exception and a copy of the user's own object (a
 # global dict stored as `self.cfg`: writes through `e.cfg` were lost). Numbers, strings, None, classes and
 # tuples/frozensets of those made while tracing only; anything else is a break, as before.
-_SCALARS = (int, float, complex, str, bytes, bool, type(None), type)
+_SCALARS = (int, float, complex, str, bytes, bool, type(None))
 
 
 def _immutable(value: Value) -> bool:
     if not value.is_constant():
         return False
-    constant = value.as_constant()
-    if type(constant) in (tuple, frozenset):
-        return getattr(value, "source", None) is None and _deep_immutable(constant)
-    return isinstance(constant, type) or type(constant) in _SCALARS
+    constant = value.as_constant()  # a tuple read from outside has an identity `e.t is t` would see
+    return (type(constant) not in (tuple, frozenset) or getattr(value, "source", None) is None) and \
+        _deep_immutable(constant)
 
 
 def _deep_immutable(obj) -> bool:
