@@ -77,7 +77,7 @@ def _bind_call_value_imports() -> None:
     from .library_substitutes import call_pure, is_pure_on_constants
     from .fx_modules import calls_module_call
     from .lazy_generators import LazyGenMethodValue, call_lazy_gen_method
-
+    from .weak_refs import call_read_weak_ref, is_read_weak_ref
     from .numpy_support import NdarrayMethodValue, call_method, call_numpy, involves_ndarray, numpy_callable
     globals().update(locals())
     _CALL_VALUE_IMPORTS_BOUND = True
@@ -225,15 +225,14 @@ def _call_other(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> V
     if is_cached_function(fn):  # NOTE [Cached functions]
         return call_cached(tx, fn, args, kwargs)
     from .stdlib import call_getter, getter_of
-    getter = getter_of(tx, fn)
-    if getter is not None:  # NOTE [Operator getters]
+    if (getter := getter_of(tx, fn)) is not None:  # NOTE [Operator getters]
         return call_getter(tx, getter, args, kwargs)
     if (original := compiled_function(tx, fn)) is not None:  # NOTE [Compiled callables called while tracing]
         return call_value(tx, original, args, kwargs)
-    if isinstance(fn, ObjectValue) and callable(fn.obj):  # `o(...)` finds __call__ on type(o) only
-        return tx.call_special_of(fn, "__call__", args, kwargs)  # NOTE [Special method lookup]
-    if isinstance(fn, NewObjectValue) and _python_call(fn.cls):
-        return tx.call_special_of(fn, "__call__", args, kwargs)  # an object made in the trace (a Transform)
+    if is_read_weak_ref(fn):  # NOTE [Weak references read from the program]
+        return call_read_weak_ref(tx, fn, args, kwargs)
+    if isinstance(fn, ObjectValue) and callable(fn.obj) or isinstance(fn, NewObjectValue) and _python_call(fn.cls):
+        return tx.call_special_of(fn, "__call__", args, kwargs)  # on type(o) only: NOTE [Special method lookup]
     if fn.is_constant() and not callable(fn.as_constant()):
         raise UserException(TypeError(f"'{type(fn.as_constant()).__name__}' object is not callable"))
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {fn.describe()}")

@@ -14,6 +14,13 @@ referent (alive: the frame holds it); where it outlives the graph it is rebuilt 
 after the graph, which is eager's object (CPython shares the one callback-free ref of an object) or an equal
 one, dead exactly when eager's would be. A type without weak reference support raises eager's TypeError.
 Anything else (a callback, a tensor or constant referent, a subclass of ref) is a graph break.
+
+NOTE [Weak references read from the program]: a `weakref.ref` object the frame reads (a closure cell, an
+attribute) and calls, e.g. the wrapper `LRScheduler` puts on `optimizer.step` (`opt = opt_ref()`), answers its
+referent read through the source `deref(<ref>)`: the ref's exact type is guarded, and the referent is wrapped as
+any value read from the program, so its own guards (identity, type, attributes, or `deref(...) is None` for a
+dead referent) come from how the trace uses it. A subclass of `weakref.ref` is left to the generic call path (its
+`__call__` may be overridden). Before, every such call was a graph break ("call of ReferenceType.__call__").
 """
 from __future__ import annotations
 
@@ -21,7 +28,8 @@ import weakref
 
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import handles
-from .values import ConstantValue, DictValue, ListValue, NewObjectValue, TensorValue, Value
+from .sources import CallSource, Ref
+from .values import ConstantValue, DictValue, ListValue, NewObjectValue, ObjectValue, TensorValue, Value
 
 
 class WeakRefValue(Value):
@@ -74,3 +82,25 @@ def weak_ref(tx, referent: Value) -> WeakRefValue:
     if cls is None or not _rebuilt_as_itself(referent):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"weakref.ref() of {referent.describe()}")
     return WeakRefValue(referent)
+
+
+def deref(ref: weakref.ReferenceType):
+    """The referent of `ref` (None once it died): the reload and guard expression of a referent's source."""
+    return ref()
+
+
+_DEREF = Ref(deref, "deref")
+
+
+def is_read_weak_ref(fn: Value) -> bool:
+    """A plain `weakref.ref` object read through a source (NOTE [Weak references read from the program])."""
+    return isinstance(fn, ObjectValue) and type(fn.obj) is weakref.ReferenceType and fn.source is not None
+
+
+def call_read_weak_ref(tx, fn: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`ref()` of a weak reference read from the program: its referent, read through `deref(<ref source>)`."""
+    from .values.builder import wrap
+    tx.output.guard_type(fn.source, weakref.ReferenceType)
+    if args or kwargs:
+        raise UserException(TypeError(f"weakref() takes no arguments ({len(args) + len(kwargs)} given)"))
+    return wrap(tx.output, fn.obj(), CallSource(_DEREF, fn.source))

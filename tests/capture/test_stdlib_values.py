@@ -6,12 +6,15 @@ Differential (eager vs compiled on fresh inputs, several calls), graph counts as
 from __future__ import annotations
 
 import dataclasses
+import gc
 import sys
+import weakref
 from typing import Dict, List
 
 import torch
 
-from tests.helpers import run_differential
+import framejit
+from tests.helpers import CountingBackend, assert_same, run_differential
 
 
 def _two(seed):
@@ -123,3 +126,39 @@ def test_class_dict_with_c_descriptors():
         d = type(_INSTANCE).__dict__  # holds getset descriptors (__dict__, __weakref__)
         return (x + 1 if "x" in d else x + 2), "a" in d, "__weakref__" in d
     assert run_differential(fn, lambda seed: (torch.randn(3),)).graph_count == 1
+
+
+class _Held:
+    def __init__(self, k):
+        self.k, self.calls = k, 0
+
+
+def _reading_through_a_weak_reference(obj):
+    ref = weakref.ref(obj)  # as LRScheduler's wrapper of optimizer.step holds `opt_ref`
+
+    def step(x):
+        held = ref()
+        if held is None:
+            return x - 1
+        held.calls += 1
+        return x * held.k
+    return step
+
+
+def test_weak_reference_read_from_a_closure_is_called_in_the_trace():
+    # NOTE [Weak references read from the program]: `ref()` answers its referent, guarded; a dead one recompiles
+    backend = CountingBackend()
+    runs = []
+    for compile_ in (lambda f: f, lambda f: framejit.compile(f, backend=backend, fullgraph=True)):
+        obj = _Held(2)
+        f = compile_(_reading_through_a_weak_reference(obj))
+        out = [f(torch.ones(2)), f(torch.ones(2) * 3)]
+        obj.k = 5
+        out += [f(torch.ones(2)), obj.calls]
+        del obj
+        gc.collect()
+        out.append(f(torch.ones(2)))  # the referent died: eager takes the other branch
+        runs.append(out)
+    assert_same(runs[1], runs[0])
+    # fullgraph: no break; entries: first call, `calls` changed (int symbolic), k changed, referent dead
+    assert backend.graph_count == 4
