@@ -222,6 +222,62 @@ def _genexpr_consumer(tx, call: Any) -> Any:
     return consumer
 
 
+# NOTE [Comprehension bodies routed]: a generator expression passed to a builtin consumer (NOTE [Generator
+# expressions over symbolic ranges]) and, on 3.11, a list/set/dict comprehension (its own `<listcomp>`
+# function, NOTE [Comprehensions over symbolic ranges]) run as Python by a plain call of their function
+# from the tail function. Their bodies' calls then ran eagerly: `sum(lin(x[i]) for i in range(x.size(0)))`
+# under dynamic=True lost its whole graph (320 ops at size 64; revR R7) where stock unrolls it. Now the
+# function made for the comprehension is replaced, right after the tail's GET_ITER, by one over a copy of
+# its code whose calls go through `route(callable)` as a loop body's do (NOTE [Callees routed in loops run
+# as Python]): `lin`'s forward, a user function in the body, are captured as their own frames and compiled
+# once for every step (the row's shape does not change with the range's length). The copy keeps the
+# function's globals, defaults, closure and names, so the body computes what eager's does; its own
+# generator frame is the callee's caller, as in eager. Copies are made once per code object and route.
+_ROUTED_CODES: Any = None
+
+
+def routed_comprehension(route: Any, fn: Any) -> Any:
+    """`fn` (the comprehension's function the tail function is about to call) over a copy of its code whose
+    calls go through `route` (NOTE [Comprehension bodies routed]); anything else as it is."""
+    global _ROUTED_CODES
+    if type(fn) is not types.FunctionType or fn.__code__.co_name not in _COMPREHENSIONS + ("<genexpr>",):
+        return fn
+    if _ROUTED_CODES is None:
+        import weakref
+        _ROUTED_CODES = weakref.WeakKeyDictionary()
+    per_route = _ROUTED_CODES.setdefault(route, {})
+    code = per_route.get(fn.__code__)
+    if code is None:
+        from .routed_eager import _routed_code
+        try:
+            code = per_route[fn.__code__] = _routed_code(fn.__code__, route)
+        except Exception:  # noqa: BLE001 - code the bytecode library cannot round-trip: run as it is
+            code = per_route[fn.__code__] = fn.__code__
+    if code is fn.__code__:
+        return fn
+    copy = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    if copy.__builtins__ is not fn.__builtins__:  # NOTE [Builtins of a function]
+        return fn
+    copy.__qualname__, copy.__kwdefaults__ = fn.__qualname__, fn.__kwdefaults__
+    return copy
+
+
+def route_comprehension_calls(items: list, label_at: int, route: Any) -> None:
+    """After the GET_ITER at the tail function's resume label (items[label_at]), replace the comprehension's
+    function below the iterator with `routed_comprehension(route, function)` (NOTE [Comprehension bodies
+    routed])."""
+    at = next(k for k in range(label_at + 1, len(items)) if isinstance(items[k], Instr))
+    if items[at].name != "GET_ITER":
+        return
+    temp = "___comprehension"
+    fix = [Instr("SWAP", 2), Instr("STORE_FAST", temp)]
+    fix += emit.call_const(functools.partial(routed_comprehension, route), [Instr("LOAD_FAST", temp)])
+    fix += [Instr("SWAP", 2), Instr("DELETE_FAST", temp)]
+    for i in fix:
+        i.lineno = items[at].lineno
+    items[at + 1:at + 1] = fix
+
+
 def keyed_result(code: types.CodeType, loop: Any, comp: Any, callees: list) -> bool:
     """The comprehension (or generator expression's consumer) run as Python at `loop` makes a dict or set
     (NOTE [Dict and set results of changing size] in carried_loops.py); `callees`: the stack slots of its
@@ -450,24 +506,42 @@ def _skipped(code: types.CodeType) -> bool:
         _SKIPPED_DIRS.append(os.path.join(os.path.dirname(torch.__file__), ""))
         _SKIPPED_DIRS.extend(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib"))
     name = code.co_filename
-    if name.startswith(_SKIPPED_DIRS[0]):
-        return True
-    return "site-packages" not in name and name.startswith(tuple(_SKIPPED_DIRS[1:]))
+    known = _SKIPPED_FILES.get(name)
+    if known is None:  # routed calls ask on every call: one answer per file name
+        if len(_SKIPPED_FILES) > 4096:
+            _SKIPPED_FILES.clear()
+        known = _SKIPPED_FILES[name] = name.startswith(_SKIPPED_DIRS[0]) or \
+            "site-packages" not in name and name.startswith(tuple(_SKIPPED_DIRS[1:]))
+    return known
+
+
+_SKIPPED_FILES: dict[str, bool] = {}
+
+
+_RUNTIME: list = []  # (Module.__call__, torch.nn.modules.module's globals, their hook dict names, reads_frames_below)
+
+
+def _runtime() -> list:
+    """What `route` reads on every call, imported once (a relative import in the function cost ~10 us a call)."""
+    if not _RUNTIME:
+        import torch
+        from .module_hooks import _GLOBAL_DICTS
+        from .routed_eager import reads_frames_below
+        _RUNTIME.extend((torch.nn.Module.__call__, vars(torch.nn.modules.module), _GLOBAL_DICTS, reads_frames_below))
+    return _RUNTIME
 
 
 def _module_target(hooks, module) -> Any:
-    import torch
-    from .module_hooks import _GLOBAL_DICTS
+    module_call, hook_globals, global_dicts, reads_frames_below = _runtime()
     cls = type(module)
     forward = getattr(cls, "forward", None)
-    if cls.__call__ is not torch.nn.Module.__call__ or not isinstance(forward, types.FunctionType) \
+    if cls.__call__ is not module_call or not isinstance(forward, types.FunctionType) \
             or _skipped(forward.__code__) or "forward" in module.__dict__:
         return None
-    from .routed_eager import reads_frames_below
     if reads_frames_below(forward):  # NOTE [Callees of frames run eagerly]
         return None
     if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or \
-            module._backward_pre_hooks or any(getattr(torch.nn.modules.module, d) for d in _GLOBAL_DICTS):
+            module._backward_pre_hooks or any([hook_globals[d] for d in global_dicts]):
         return None
     return functools.partial(hooks.module_forward(forward), module)  # NOTE [Module calls past the hook]
 

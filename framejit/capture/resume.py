@@ -353,6 +353,7 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
     called = normalize(code).insts[loop_index].name == "CALL"  # NOTE [Comprehensions over symbolic ranges]
     if called:
         last = items[position]
+        python_loops.route_comprehension_calls(items, label_at, helper)  # NOTE [Comprehension bodies routed]
     else:
         python_loops.hook_loop_calls(items, position, helper)
     if comp is not None or called:

@@ -93,12 +93,12 @@ def reads_frames_below(fn: types.FunctionType, depth: int = 2) -> bool:
     (NOTE [Callees of frames run eagerly]; frame_locals.reads_frames): module-level functions, the methods
     and static methods named on module-level objects and classes, functions in module-level dicts and
     partials, and the function's own function-valued defaults."""
-    from .frame_locals import reads_frames
     code = fn.__code__
     key = (code, id(fn.__globals__), depth)
     known = _READS_BELOW.get(key)
-    if known is not None:
+    if known is not None:  # before any import: routed calls ask on every call (python_loops._runtime)
         return known
+    from .frame_locals import reads_frames
     if len(_READS_BELOW) > 4096:
         _READS_BELOW.clear()
     _READS_BELOW[key] = False  # recursion guard

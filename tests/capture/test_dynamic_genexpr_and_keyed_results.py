@@ -203,3 +203,44 @@ def test_the_recompile_log_names_the_dimension_once(caplog):
     text = caplog.text
     assert "size of dim 0 of L['x'] changed" in text, text
     assert text.count("recompiling summed_rows ") == 1, text
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, v):
+        LOG.append("forward")
+        return torch.relu(self.lin(v))
+
+
+_LAYER = _Layer()
+
+
+def _row(v, k=1):
+    LOG.append(("row", k))
+    return v * 2 + k
+
+
+def _module_in_body(x):
+    return sum(_LAYER(x[i]) for i in range(x.size(0)))
+
+
+def _function_in_body(x):
+    return tuple(_row(x[i], k=i) for i in range(x.size(0)))
+
+
+def _function_in_listcomp(x):  # 3.11: the comprehension's own function; 3.12+: inlined
+    return torch.stack([_row(x[i]) for i in range(x.size(0))] + [x.sum(0)])
+
+
+@pytest.mark.parametrize("fn, callee", [(_module_in_body, "_Layer.forward"), (_function_in_body, "_row"),
+                                        (_function_in_listcomp, "_row")], ids=["module", "function", "listcomp"])
+def test_calls_in_the_body_are_captured_as_frames(fn, callee):
+    # NOTE [Comprehension bodies routed]: the body's callees are traced (once, plus once when the row's
+    # storage offset first changes), the owner once; before, the callee ran eagerly on every call
+    with torch.no_grad():
+        traces = _run(fn, True, [3, 5, 0, 4, 2])
+    assert 1 <= traces[callee] <= 2, traces
+    assert traces[fn.__name__] <= 2, traces
