@@ -118,6 +118,13 @@ def pytest_runtest_teardown(item, nextitem):
 # NOT_SPLIT runs on every shard: the sm_90 compile check takes the kernels its own process generated, and the
 # core frame-cache files check warm starts on every interpreter's bytecode. The fresh-clone CI took 1818 s of the
 # 1800 allowed with the rest of tests/cache on every interpreter.
+# NOTE [Backend variants split between interpreters]: a frontend test parametrized over backends captures the same
+# graphs for each of them; what its onnxrt and triton variants add (lowering, ORT sessions, kernels, their copies
+# and strides) does not branch on the interpreter's version, while its eager variant checks the capture itself.
+# A test whose parameters name `onnxrt` or `triton` (a `-`-separated part of the id's [...]) is split as the
+# heavy tests are; the eager variant runs on every interpreter. These were 370 of the ~4700 tests of each
+# shard and a larger share of its time (ORT sessions and interpreted kernels): the fresh-clone CI took 1527-1648 s
+# of the 1800 allowed with them on every interpreter.
 # Unset (plain `pytest`, `make test311`), everything runs; deselected tests are counted in the summary line.
 SPLIT_PATHS = ("tests/models/", "tests/backends/", "tests/distributed/", "tests/training/",
                # the frame cache's cold/warm programs (about 250 s of CPU per interpreter): each starts child
@@ -150,9 +157,23 @@ def shard() -> tuple[int, int] | None:
     return index, count
 
 
+SPLIT_BACKENDS = frozenset({"onnxrt", "triton"})
+
+
+def is_split(nodeid: str) -> bool:
+    """Whether the test `nodeid` runs on one shard only (NOTE [Heavy tests split between interpreters], NOTE
+    [Backend variants split between interpreters])."""
+    if nodeid.startswith(NOT_SPLIT):
+        return False
+    if nodeid.startswith(SPLIT_PATHS):
+        return True
+    params = nodeid.rpartition("::")[2].partition("[")[2].rstrip("]")
+    return not SPLIT_BACKENDS.isdisjoint(params.split("-"))
+
+
 def split_tests(nodeids: list[str], index: int, count: int) -> set[str]:
     """The ids among `nodeids` that shard `index` of `count` does not run."""
-    split = sorted(n for n in nodeids if n.startswith(SPLIT_PATHS) and not n.startswith(NOT_SPLIT))
+    split = sorted(n for n in nodeids if is_split(n))
     return {n for k, n in enumerate(split) if k % count != index}
 
 

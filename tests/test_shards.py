@@ -30,12 +30,15 @@ def test_shards_partition_the_split_tests(count):
           [f"tests/backends/test_x.py::test_{i}" for i in range(5)] + \
           ["tests/backends/test_triton_sm90.py::test_every_generated_kernel_compiles_for_sm90",
            "tests/capture/test_breadth.py::test_a", "tests/cache/test_frame_cache.py::test_b",
-           "tests/cache/test_remote_redis.py::test_c"]
+           "tests/cache/test_remote_redis.py::test_c"] + \
+          [f"tests/soundness/test_r.py::test_{i}[{p}]" for i, p in enumerate(("eager", "onnxrt", "triton-grad",
+                                                                                 "x-onnxrt", "onnxrt_like", "a-b"))]
     runs = [set(ids) - conftest.split_tests(ids, index, count) for index in range(count)]
     assert set().union(*runs) == set(ids)
     for nodeid in ids:
         on = sum(nodeid in run for run in runs)
         split = nodeid.startswith(conftest.SPLIT_PATHS) and not nodeid.startswith(conftest.NOT_SPLIT)
+        split = split or nodeid.endswith(("[onnxrt]", "[triton-grad]", "[x-onnxrt]"))   # backend variants
         assert on == (1 if split else count), nodeid
     sizes = [len(run) for run in runs]
     assert max(sizes) - min(sizes) <= 1
@@ -43,14 +46,15 @@ def test_shards_partition_the_split_tests(count):
 
 def test_real_collection_splits():
     """Collected for real (one split file and one that is not): shards 0 and 1 of 2 run disjoint halves of the
-    model zoo's tests and all of the guards' ones."""
-    paths = ["tests/models/test_zoo.py", "tests/guards/test_kept_source_order.py"]
+    model zoo's tests and of the frontend file's onnxrt and triton variants, and all of its other tests."""
+    paths = ["tests/models/test_zoo.py", "tests/soundness/test_redteam23.py"]
     halves = [set(_collected(*paths, env_shard=f"{i}/2")) for i in range(2)]
     both = halves[0] | halves[1]
     models = {n for n in both if n.startswith("tests/models/")}
-    guards = both - models
-    assert len(models) > 10 and len(guards) >= 3
-    assert halves[0] & halves[1] == guards
+    variants = {n for n in both - models if n.endswith(("-onnxrt]", "-triton]", "[onnxrt]", "[triton]"))}
+    frontend = both - models - variants
+    assert len(models) > 10 and len(variants) > 10 and len(frontend) > 10
+    assert halves[0] & halves[1] == frontend
     assert abs(len(halves[0]) - len(halves[1])) <= 1
 
 
