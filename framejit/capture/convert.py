@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 import types
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -45,9 +45,9 @@ from .values import Value
 # cache runs without ever importing them.
 
 
-def traced_lazily_from_now(e: Unsupported) -> bool:
-    from .lazy_generators import retry_lazily
-    return retry_lazily(e)
+def traced_lazily_from_now(e: Unsupported, output) -> bool:
+    decisions = getattr(output, "lazy_decisions", None)  # NOTE [Lazy generators decided per frame]
+    return decisions is not None and decisions.retry(e)
 
 
 def _tracing():
@@ -62,14 +62,17 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     `dynamic_floats`: float arguments that become graph inputs (NOTE [Dynamic floats])."""
     start = time.perf_counter()
     STATS["frames_traced"] += 1
+    from .lazy_generators import LazyDecisions  # NOTE [Lazy generators decided per frame]
+    decisions = LazyDecisions(fn.__code__)
     for _attempt in range(_LAZY_RETRIES):  # NOTE [Generators with finalizers traced lazily] in lazy_generators.py
         try:
-            entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints)
+            entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, decisions)
             break
         except _RetryLazy:
             continue
     else:
-        entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, retry=False)
+        entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, decisions,
+                              retry=False)
     STATS["compile_time_s"] += time.perf_counter() - start
     return entry
 
@@ -82,10 +85,12 @@ class _RetryLazy(Exception):
 
 
 def _convert_once(fn, args: tuple, kwargs: dict, request: CompileRequest, dynamic_floats: frozenset,
-                  dynamic_dims: dict | None, dynamic_ints: frozenset, retry: bool = True) -> Entry:
+                  dynamic_dims: dict | None, dynamic_ints: frozenset, decisions: Any, retry: bool = True) -> Entry:
     shape = FunctionShape.of(fn.__code__)
     output = _tracing()[0].OutputGraph()
     output.retry_lazy = retry
+    decisions.used = set()
+    output.lazy_decisions = decisions
     output.dynamic_floats = dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = request.dynamic, dynamic_dims or {}, dynamic_ints
     output.fullgraph = request.fullgraph
@@ -175,7 +180,7 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
         entry = _compile_entry(fn, shape, output, ret, request, final_locals(tx))
         STATS["frames_compiled"] += 1
     except Unsupported as e:
-        if output.retry_lazy and traced_lazily_from_now(e):  # NOTE [Generators with finalizers traced lazily]
+        if output.retry_lazy and traced_lazily_from_now(e, output):  # NOTE [Generators with finalizers traced lazily]
             raise _RetryLazy() from None
         if request.fullgraph:
             raise
@@ -543,6 +548,7 @@ def _retrace_output(first):
     output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
     output.fullgraph, output.entry_exception = first.fullgraph, first.entry_exception
     output.readers_deferred = getattr(first, "readers_deferred", False)
+    output.lazy_decisions = getattr(first, "lazy_decisions", None)  # NOTE [Lazy generators decided per frame]
     output.entry_default_device = output.default_device  # NOTE [Device blocks]: the mode stack at entry
     _global_guards(output)
     return output

@@ -60,31 +60,69 @@ def uses_sent_values(code: Any) -> bool:
     return False
 
 
-LAZY_CODES: set = set()  # NOTE [Generators with finalizers traced lazily]: found to change state when run ahead
+LAZY_CODES: set = set()  # (root code, generator code): NOTE [Lazy generators decided per frame]
 
 
 def wants_lazy(tx, f: Any) -> bool:
     from .normalize import has_handlers
-    if f.__code__ in LAZY_CODES:
+    if _lazy_for_frame(tx.output, f.__code__):
         return True
     return (drives_with_send(tx) or uses_sent_values(f.__code__)) and not has_handlers(f.__code__)
+
+
+# NOTE [Lazy generators decided per frame]: a generator with finalizers runs ahead of its consumer (NOTE [Eager
+# generators]) until a run ahead changes state; the frame is then traced again with it lazy (NOTE [Generators
+# with finalizers traced lazily]). That finding is remembered for the frame being compiled (its code) only, not
+# for the generator's code everywhere: another frame drawing the same generator through enumerate/zip/any (which
+# a lazy generator with finalizers cannot serve: remaining()) with arguments under which it changes nothing ran
+# wholly eagerly once any frame had seen it change state (review revT T4). Within one frame the finding is a
+# hint: a trace that took a remembered lazy generator and then could only run the frame eagerly is traced once
+# more with that generator run ahead; if that run ahead changes state, it is lazy for this conversion for certain
+# (`LazyDecisions.proven`) and the frame runs eagerly as before.
+class LazyDecisions:
+    """The lazy choices of one conversion of a frame, kept across its retraces (convert.convert_frame)."""
+
+    def __init__(self, root_code: Any) -> None:
+        self.root_code = root_code
+        self.proven: set = set()  # generator codes whose run ahead changed state in this conversion
+        self.run_ahead: set = set()  # remembered ones to run ahead anyway in this conversion
+        self.used: set = set()  # remembered (not proven) ones the current trace made lazy
+
+    def retry(self, e: Unsupported) -> bool:
+        """Whether to trace the frame again after `e`, with a changed choice."""
+        code = getattr(e, "retry_lazy", None)
+        if code is not None:
+            if code in self.proven:
+                return False
+            self.proven.add(code)
+            self.run_ahead.discard(code)
+            LAZY_CODES.add((self.root_code, code))
+            return True
+        unproven = self.used - self.proven
+        if getattr(e, "frame_eager", False) and unproven:
+            self.run_ahead |= unproven
+            return True
+        return False
+
+
+def _lazy_for_frame(out, code: Any) -> bool:
+    decisions = getattr(out, "lazy_decisions", None)
+    if decisions is None or code in decisions.run_ahead:
+        return False
+    if code in decisions.proven:
+        return True
+    if (decisions.root_code, code) not in LAZY_CODES:
+        return False
+    decisions.used.add(code)
+    return True
 
 
 def lazy_from_now(e: Unsupported, code: Any) -> Unsupported:
     """Mark a break of a run-ahead generator with finalizers (or one over such a generator) that changed
     state or raised: the frame is traced again with `code` lazy (convert.py), else runs eagerly."""
-    if code not in LAZY_CODES:
-        e.retry_lazy = code
+    e.retry_lazy = code
     e.frame_eager = True
     return e
-
-
-def retry_lazily(e: Unsupported) -> bool:
-    code = getattr(e, "retry_lazy", None)
-    if code is None or code in LAZY_CODES:
-        return False
-    LAZY_CODES.add(code)
-    return True
 
 
 class LazyGeneratorValue(IteratorValue):
@@ -313,5 +351,5 @@ def drain_whole(tx, value: Value) -> list[Value]:
 
 __all__ = ["LazyGenMethodValue", "LazyGeneratorValue", "call_lazy_gen_method", "check_finalizers_at_return",
            "drain_whole", "drives_with_send", "finalizer_break", "finalizers_pending", "lazy_gen_attr",
-           "lazy_from_now", "make_lazy_generator", "raised_with_suspended_finalizers", "retry_lazily",
+           "lazy_from_now", "make_lazy_generator", "raised_with_suspended_finalizers", "LazyDecisions",
            "suspended_finalizers", "wants_lazy", "LAZY_CODES"]

@@ -329,3 +329,49 @@ def state_changes_between_calls(x):
 def test_state_read_by_the_generator_is_guarded():
     backend, eager = _compare(state_changes_between_calls, calls=6)
     assert eager == 0 and backend.graph_count == 4  # two values of STATE["k"], two shapes
+
+
+def blocks_maybe_logged(x, logged):
+    try:
+        for c in x.chunk(4):
+            yield c
+    finally:
+        if logged:
+            LOG.append("fin")
+
+
+def enumerated_blocks(x, logged):  # enumerate() cannot draw a lazy generator with finalizers one step at a time
+    s = x.sum() * 0
+    for i, t in enumerate(blocks_maybe_logged(x, logged)):
+        s = s + t.sum() * i
+    return s
+
+
+def looped_blocks(x, logged):
+    s = x.sum() * 0
+    for t in blocks_maybe_logged(x, logged):
+        s = s + t.sum()
+    return s
+
+
+def test_lazy_decision_is_per_frame_and_call():
+    """NOTE [Lazy generators decided per frame] (review revT T4): `looped_blocks(x, True)` finds the generator
+    changing state and traces it lazily; that no longer makes `enumerated_blocks(x, False)` (under which the
+    generator changes nothing, so it runs ahead) run wholly eagerly, nor does the frame's own earlier lazy call
+    `enumerated_blocks(x, True)` (eager: enumerate over a lazy one) decide its later calls with False."""
+    backend_a, backend_b = CountingBackend(), CountingBackend()
+    a, b = framejit.compile(enumerated_blocks, backend=backend_a), framejit.compile(looped_blocks, backend=backend_b)
+    eager_frames = []
+    for n, logged in ((8, True), (8, False), (12, False), (16, True), (20, False)):
+        before = framejit.stats()["eager_frames"]
+        for fn, compiled in ((looped_blocks, b), (enumerated_blocks, a)):
+            x = torch.randn(n, 3)
+            LOG.clear()
+            want = (fn(x, logged), list(LOG))
+            LOG.clear()
+            got = (compiled(x, logged), list(LOG))
+            assert_same(got[0], want[0])
+            assert got[1] == want[1]
+        eager_frames.append(framejit.stats()["eager_frames"] - before)
+    assert eager_frames == [1, 0, 0, 1, 0]  # only enumerate over the generator that logs
+    assert backend_b.graph_count >= 2 and backend_a.graph_count >= 2
