@@ -470,3 +470,24 @@ def test_signatures_no_symbolic_program_serves_skip_the_layout_checks(monkeypatc
             if round_ == 2:  # (the contiguous call that built its program is remembered at its next call)
                 assert layouts[0] == 0  # before: one layout per transposed call (2)
     assert _sizes_seen(compiled) == (1, 3)  # contiguous sizes share one program; transposed, empty: per shape
+
+
+def _class_weighted_and_smoothed(x, t):
+    w = torch.arange(1., x.shape[1] + 1)  # NOTE [arange with bounds of two types]
+    return F.cross_entropy(x, t, label_smoothing=0.15), x * w  # NOTE [Symbolic scalars of Scalar overloads]
+
+
+def test_loss_scalars_and_float_aranges_run_in_onnxrt():
+    import framejit
+    from framejit.backends.onnxrt import partition, translate
+    from tests.helpers import RecordingBackend
+    backend = RecordingBackend("onnxrt")
+    compiled = framejit.compile(_class_weighted_and_smoothed, backend=backend)
+    for n, c in ((6, 4), (9, 5)):  # the second call makes both sizes symbolic
+        x, t = torch.randn(n, c), torch.randint(0, c, (n,))
+        torch.testing.assert_close(compiled(x, t), _class_weighted_and_smoothed(x, t))  # ORT's sums: float32 ulps
+    benign = {partition.FREE_OP_REASON, partition.SIZE_REASON, partition.MOVEMENT_REASON,
+              translate.WRITE_BACK_REASON}
+    rows = [r for c in backend.compiled for r in c.summary()]
+    assert len(rows) == 2 and rows[1]["symbolic"] and all(r["ort_nodes"] > 0 for r in rows)
+    assert [reason for r in rows for reason in r["eager_nodes"].values() if reason not in benign] == []

@@ -645,6 +645,28 @@ def _rewrite_reduced_scalar(b: _Builder, node: torch.fx.Node) -> bool:
     return True
 
 
+# NOTE [Symbolic scalars of Scalar overloads]: `F.cross_entropy(x, t, label_smoothing=0.1)` with a dynamic class
+# count multiplies by `0.1 / n`, a number known only at run time: `aten.mul.Scalar(t, truediv)` with `truediv` a
+# scalar input of the ORT part. torchlib writes every `.Scalar` overload as `ir.tensor(other)` of a Python
+# number, so the translation raised (float() of a SymbolicTensor) and the node ran in torch (eager_fallback). A
+# float32 `add/sub/mul/div.Scalar` of such a number becomes the `.Tensor` overload with the number as a float32
+# 0-dim tensor: the scalar input arrives rounded once from Python's double to float32, as eager's kernel rounds
+# its wrapped scalar, so the values are eager's; other dtypes keep the node (float64 inputs of ORT parts are
+# not guaranteed to carry the double).
+_SYMBOLIC_SCALAR_OPS = {aten.mul.Scalar: aten.mul.Tensor, aten.div.Scalar: aten.div.Tensor,
+                        aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor}
+
+
+def _rewrite_symbolic_scalar(b: _Builder, node: torch.fx.Node) -> bool:
+    out, self_val = _val(node), _val(node.args[0])
+    if len(node.args) != 2 or node.kwargs or not _symbolic_scalar(node.args[1]) or not isinstance(
+            out, torch.Tensor) or out.dtype != torch.float32 or self_val.dtype != torch.float32:
+        return False
+    scalar = b(aten.scalar_tensor.default, node.args[1], dtype=torch.float32, device=out.device)
+    _replace_uses(node, b(_SYMBOLIC_SCALAR_OPS[node.target], node.args[0], scalar), set())
+    return True
+
+
 def _position(node: torch.fx.Node) -> int:
     return node.meta.setdefault("_semantics_order", 0)
 
@@ -666,6 +688,8 @@ def _rewrite(b: _Builder, node: torch.fx.Node) -> bool:
         return True
     if not node.args or not _is_float_tensor_node(node.args[0]):
         return False
+    if target in _SYMBOLIC_SCALAR_OPS and _rewrite_symbolic_scalar(b, node):
+        return True  # NOTE [Symbolic scalars of Scalar overloads]
     if target in _SCALAR_ARITH:
         return _rewrite_reduced_scalar(b, node)  # NOTE [Scalars of half-precision arithmetic]
     if target in _NAN_VALUE_REDUCTIONS:

@@ -372,6 +372,25 @@ def insert_type_promotion(gm: torch.fx.GraphModule) -> None:
             passes.InsertTypePromotion(gm).run()
     finally:
         type_promotion.get_type_promotion_rule = rule_of
+    _pin_arange_dtypes(gm)
+
+
+# NOTE [arange with bounds of two types]: `torch.arange(1., n + 1)` (a class-weight vector, positions from a
+# float start) is traced as `aten.arange.start(1.0, 5)` with no dtype: eager makes the default float dtype.
+# torchlib's translation without a dtype feeds the bounds to ONNX Range as they are, a float and an int64, which
+# ORT refuses to load ("Type parameter (T) of Optype (Range) bound to different types"), so the node ran in
+# torch (logged under eager_fallback). Every arange whose dtype is unset gets its traced result's dtype, for
+# which torchlib casts both bounds first; the node means the same in torch.
+_ARANGES = (torch.ops.aten.arange.default, torch.ops.aten.arange.start, torch.ops.aten.arange.start_step)
+
+
+def _pin_arange_dtypes(gm: torch.fx.GraphModule) -> None:
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "call_function" and node.target in _ARANGES and node.kwargs.get("dtype") is None \
+                and isinstance(val, torch.Tensor):
+            node.kwargs = {**node.kwargs, "dtype": val.dtype}
+    gm.recompile()
 
 
 def to_onnx_bytes(gm: torch.fx.GraphModule, opset: int | None) -> bytes:
