@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..guards.plain_reads import is_a
 from .breaks import BreakKind, Unsupported, UserException
 from .compiled_callees import compiled_function, original_module
 from .python_draws import drawing_call, record_draw
@@ -469,7 +470,7 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
             from .compile_state import guard_state_getter
             guard_state_getter(tx, fn)  # NOTE [Zero-argument state getters]
         return tx.output.call("call_function", fn, tuple(args), kwargs)
-    if isinstance(getattr(fn, "__self__", None), re.Pattern):
+    if is_a(getattr(fn, "__self__", None), re.Pattern):  # NOTE [Type facts without user code]
         from .regex_calls import regex_call  # NOTE [Regular expressions with Python callbacks]
         result = regex_call(tx, fn, args, kwargs)
         if result is not None:
@@ -533,9 +534,10 @@ def _is_pure(fn: Any) -> bool:
     owner = getattr(fn, "__self__", _NO_OWNER)
     if owner is None and not _method_of_none(fn):
         return False  # a callable without an owner (np.random.seed, a Cython function): not a method of None
-    if isinstance(owner, (re.Pattern, re.Match)):  # NOTE [Regular expressions on constants]
+    if is_a(owner, (re.Pattern, re.Match)):  # NOTE [Regular expressions on constants]
         return getattr(fn, "__name__", None) in _PURE_RE_METHODS
-    return isinstance(owner, _PURE_CONSTANT_TYPES) or (isinstance(owner, type) and issubclass(owner, enum.Enum))
+    # NOTE [Type facts without user code] (guards/plain_reads.py): the owner may be a user object
+    return is_a(owner, _PURE_CONSTANT_TYPES) or (is_a(owner, type) and issubclass(owner, enum.Enum))
 
 
 # Pattern.finditer and Pattern.scanner return stateful iterators/scanners: folded, one object made at trace time

@@ -209,9 +209,11 @@ class Reconstructor:
                 self._defer(value)  # NOTE [Dict iterators built after replay]
                 return
             self._store_preloaded(value)  # one iterator object: `it` and the loop's iterator advance together
-        elif type(value) is TupleValue or isinstance(value, (BoundMethodValue, TensorMethodValue)):
+        elif type(value) is TupleValue or isinstance(value, (BoundMethodValue, TensorMethodValue)) \
+                or isinstance(value, BuiltinValue) and getattr(value, "bound_owner", None) is not None:
             # one tuple object: `u[0] is t`, `t.count.__self__ is t` after a break; one bound method object:
-            # `m = o.f; m2 = m` is `m is m2` after it (each rebuild read `o.f` again, a new object each time)
+            # `m = o.f; m2 = m` is `m is m2` after it (each rebuild read `o.f` again, a new object each time;
+            # `e = s.upper; e2 = e` of a str from outside too)
             self._store_preloaded(value)
 
     def _preload_cells(self, value: UserFunctionValue) -> None:

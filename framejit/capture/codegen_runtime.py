@@ -288,7 +288,7 @@ def real_instance_dict(obj: Any) -> dict | None:
     try:
         if not dict_overridden(type(obj)):  # the getset (a module's member), or no __dict__ at all
             d = object.__getattribute__(obj, "__dict__")
-        elif isinstance(obj, type):  # a class whose metaclass overrides __dict__: its real one is no dict
+        elif issubclass(type(obj), type):  # a class whose metaclass overrides __dict__: its real one is no dict
             return None
         else:
             d = _generic_get_dict()(obj, None)

@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from .. import fake_modes
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
+from ..guards.plain_reads import plain_name
 from .dropout_identity import dropout_identity
 from .breaks import BreakKind, Unsupported, UserException
 from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
@@ -178,7 +179,7 @@ class OutputGraph:
 
     def guard_id(self, source: Source, obj: Any) -> None:
         e = source.expr(self.names)
-        hint = getattr(obj, "__name__", type(obj).__name__)
+        hint = plain_name(obj, type(obj).__name__)  # NOTE [Type facts without user code]
         self.add_guard("ID_MATCH", f"{e} is {self.name_of(obj, hint if isinstance(hint, str) else '')}",
                        source, expected=f"the object {_short(obj)}", actual=e, cost=COST_ID)
 

@@ -20,6 +20,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_leaves, tree_map
 
+from ..guards.plain_reads import is_a
 from .breaks import BreakKind, Unsupported, UserException
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, Value
 from .values.containers import DictValue, SliceValue
@@ -351,10 +352,10 @@ _PLAIN_REPR = (int, float, complex, str, bytes, bool, type(None), types.Function
 
 
 def _short(obj: Any, depth: int = 0) -> str:
-    if type(obj) in _PLAIN_REPR or isinstance(obj, enum.Enum) and type(obj).__repr__ in (enum.Enum.__repr__,
-                                                                                          enum.IntEnum.__repr__):
+    if type(obj) in _PLAIN_REPR or is_a(obj, enum.Enum) and type(obj).__repr__ in (enum.Enum.__repr__,
+                                                                                    enum.IntEnum.__repr__):
         text = repr(obj)
-    elif isinstance(obj, type):
+    elif is_a(obj, type):  # NOTE [Type facts without user code] (guards/plain_reads.py)
         text = type.__repr__(obj)
     elif type(obj) in (tuple, list) and len(obj) <= 8 and depth < 3:  # a list holding itself: depth, not a cycle
         items = ", ".join(_short(item, depth + 1) for item in obj)

@@ -13,6 +13,7 @@ import torch
 
 from ..guards import COST_ID
 from .breaks import BreakKind, Unsupported, UserException
+from . import lookup
 from .builtins import _consts, handles
 from .protocol import constant_fold
 from .parametrized_classes import rely_on_identity
@@ -61,9 +62,33 @@ def _isinstance(tx, args, kwargs):
     _check_plain_metaclasses(tx, spec, "__instancecheck__", cls)
     _check_plain_metaclasses(tx, spec, "__subclasscheck__", cls)
     try:
-        return ConstantValue(issubclass(cls, spec))
+        answer = issubclass(cls, spec)
     except TypeError as e:
         raise UserException(e) from None
+    if isinstance(obj, ObjectValue) and lookup.has_custom_getattribute(cls) and spec is not cls and (
+            not answer or any(isinstance(type(k), abc.ABCMeta) for k in _flat(spec))):
+        _read_class_as_cpython(tx, obj, cls, spec)
+    return ConstantValue(answer)
+
+
+# NOTE [isinstance reads __class__]: where type(o) is no subclass of K, CPython's isinstance(o, K) reads
+# `o.__class__`, once per class of a tuple, through the class's own lookup: a Python `__getattribute__`
+# runs there (eager logged 2 reads for `isinstance(o, (int, float))`, the fold none). Those reads are
+# traced as eager makes them; an answer other than type(o) itself (a `__getattribute__` answering another
+# class) is not modelled: a graph break, as is a check against an ABC (ABCMeta reads `__class__` whatever
+# the answer).
+def _read_class_as_cpython(tx, obj: Value, cls: type, spec: Any) -> None:
+    for klass in _flat(spec):
+        if isinstance(type(klass), abc.ABCMeta) or not isinstance(klass, type):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance of a {cls.__name__}, whose Python "
+                                                          "__getattribute__ the check calls")
+        answer = tx.getattr(obj, "__class__")
+        if not (isinstance(answer, ClassValue) and answer.as_constant() is cls):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.__getattribute__ answers __class__")
+
+
+def _flat(spec: Any) -> list:
+    return [k for item in spec for k in _flat(item)] if isinstance(spec, tuple) else [spec]
 
 
 @handles(issubclass)
@@ -79,7 +104,6 @@ def _check_no_class_override(tx, obj, cls: type) -> None:
     class defining its own `__class__` (a property answering `list`) makes that the answer, so it is a
     graph break; without one, user classes are guarded to stay without one (red team, test_redteam2.py:
     the answer came from type(o) alone, wrong from the first call)."""
-    from . import lookup
     from .values import NewObjectValue, ObjectValue
     if not isinstance(obj, (ObjectValue, NewObjectValue)) or not isinstance(cls, type):
         return
@@ -94,7 +118,6 @@ def _check_plain_metaclasses(tx, spec: Any, hook: str, subject: Any) -> None:
     unless a user metaclass defines `__instancecheck__`/`__subclasscheck__`: then the answer is its code's
     (a graph break); without one, it is guarded to stay without one (NOTE [Lookup facts]). The answer
     also depends on the subject's MRO (NOTE [MRO guarded]) and, for an ABC, on its registry."""
-    from . import lookup
     lookup.guard_mro(tx.output, subject)
     for klass in spec if isinstance(spec, tuple) else (spec,):
         meta = type(klass)

@@ -25,6 +25,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from .guard import Guard
+from .plain_reads import is_a
 
 # Helpers every guard function may use; names start with ___ so that no frame argument can shadow them.
 def _distinct_storages(*tensors: Any) -> bool:
@@ -271,8 +272,10 @@ _REPR_LIMIT = 200
 def short_repr(value: Any, depth: int = 0) -> str:
     """repr(value) for a log line: tensors by shape and dtype, containers of them by their items, cut."""
     import torch
-    if isinstance(value, torch.Tensor):
-        return f"{type(value).__name__}(shape={tuple(value.shape)}, dtype={value.dtype})"
+    if is_a(value, torch.Tensor):  # NOTE [Type facts without user code] (guards/plain_reads.py)
+        with torch._C.DisableTorchFunctionSubclass():
+            shape, dtype = torch.Tensor.shape.__get__(value), torch.Tensor.dtype.__get__(value)
+        return f"{type(value).__name__}(shape={tuple(shape)}, dtype={dtype})"
     if type(value) in (tuple, list) and depth < 3:
         items = ", ".join(short_repr(v, depth + 1) for v in value[:8])
         more = ", ..." if len(value) > 8 else ("," if type(value) is tuple and len(value) == 1 else "")
@@ -281,10 +284,10 @@ def short_repr(value: Any, depth: int = 0) -> str:
         pairs = list(value.items())
         items = ", ".join(f"{short_repr(k, depth + 1)}: {short_repr(v, depth + 1)}" for k, v in pairs[:8])
         text = "{" + items + (", ..." if len(pairs) > 8 else "") + "}"
-    elif isinstance(value, type):
+    elif is_a(value, type):
         text = type.__repr__(value)
-    elif type(value) in _PLAIN_REPR or isinstance(value, (torch.dtype, torch.device, torch.Size)) or \
-            isinstance(value, enum.Enum) and type(value).__repr__ in (enum.Enum.__repr__, enum.IntEnum.__repr__):
+    elif type(value) in _PLAIN_REPR or is_a(value, (torch.dtype, torch.device, torch.Size)) or \
+            is_a(value, enum.Enum) and type(value).__repr__ in (enum.Enum.__repr__, enum.IntEnum.__repr__):
         text = repr(value)
     else:  # NOTE [Guard texts run no user code] (capture/graph_calls.py): a failing guard's object, by type and id
         text = f"<{type(value).__qualname__} object at {id(value):#x}>"

@@ -29,3 +29,19 @@ def test_a_bound_method_is_one_object_after_a_break():
         args = (_Thing(), {"k": i}, threading.Lock())
         want, got = one_method_two_names(x, *args), compiled(x, *args)
         assert torch.equal(want[0], got[0]) and want[1:] == got[1:], (want, got)
+
+
+def str_method_two_names(x, s):
+    e = s.upper
+    e2 = e
+    print("break")
+    return x + 1, e is e2, e2(), id(e) == id(e2)
+
+
+def test_a_method_of_a_str_is_one_object_after_a_break():
+    # NOTE [One object per value] (capture/codegen.py): `s.upper` of a str from outside was rebuilt per name
+    compiled = framejit.compile(str_method_two_names, backend="eager")
+    for i, s in enumerate(("ab", "ab", "cd")):
+        x = torch.randn(2) + i
+        want, got = str_method_two_names(x, s), compiled(x, s)
+        assert torch.equal(want[0], got[0]) and want[1:] == got[1:] == (True, s.upper(), True), (want, got)

@@ -5,6 +5,7 @@ values and how often the user's `__repr__` ran."""
 from __future__ import annotations
 
 import collections
+import collections.abc
 import functools
 
 import torch
@@ -122,3 +123,52 @@ def test_a_list_holding_itself_keeps_its_frame_compiled():
     for n in (2, 2, 3):
         assert_same(compiled(torch.ones(n)), f(torch.ones(n)))
     assert backend.graph_count >= 1 and framejit.stats().get("eager_entries", 0) == eager_before
+
+
+def _counting(base):
+    log = []
+
+    class Counting(base):
+        def __getattribute__(self, name):
+            log.append(name)
+            return super().__getattribute__(name)
+    return Counting, log
+
+
+def _append_break_count(x, o):
+    o.append(3)
+    print("b")
+    return x * len(o), o.count(3)
+
+
+def _isinstance_reads(x, o):
+    return x + isinstance(o, (int, float)), isinstance(o, object), isinstance(o, collections.abc.Mapping)
+
+
+def test_framejits_own_type_reads_run_no_getattribute(capsys):
+    # NOTE [Type facts without user code] (guards/plain_reads.py): isinstance() and `__name__` reads of a
+    # list subclass (tracing a bound builtin, the recompiles explanation of a failing identity guard) ran its
+    # counting __getattribute__: 66, 90, 102 reads per call, eager 2 (review revQ Q10)
+    Counting, log = _counting(list)
+    compiled = framejit.compile(_append_break_count, backend="eager")
+    for i in range(3):
+        runs = []
+        for f in (_append_break_count, compiled):
+            log.clear()
+            runs.append((f(torch.ones(2) * i, Counting([i])), list(log)))
+        assert_same(runs[0][0], runs[1][0])
+        assert runs[0][1] == runs[1][1] == ["append", "count"]
+
+
+def test_isinstance_reads_class_through_getattribute():
+    # NOTE [isinstance reads __class__] (capture/type_checks.py): eager reads `o.__class__` once per class the
+    # type check fails (and an ABC always), the fold read nothing
+    Counting, log = _counting(object)
+    compiled = framejit.compile(_isinstance_reads, backend="eager")
+    for i in range(3):
+        runs = []
+        for f in (_isinstance_reads, compiled):
+            log.clear()
+            runs.append((f(torch.ones(2) * i, Counting()), list(log)))
+        assert_same(runs[0][0], runs[1][0])
+        assert runs[0][1] == runs[1][1] and len(runs[0][1]) >= 3

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ...guards.plain_reads import is_a
 from ..breaks import BreakKind, Unsupported
 from ..parametrized_classes import rely_on_identity
 from ..sources import AttrSource, ItemSource, LocalSource, Source
@@ -332,7 +333,7 @@ def _wrap_bound_or_builtin(out, obj: Any, source: Source) -> Value | None:
         out.guard_id(AttrSource(source, "__thisclass__"), obj.__thisclass__)
         from ..attributes import SuperValue
         return SuperValue(obj.__thisclass__, wrap(out, obj.__self__, AttrSource(source, "__self__")))
-    if isinstance(obj, types.BuiltinMethodType) and isinstance(getattr(obj, "__self__", None), torch.Tensor):
+    if isinstance(obj, types.BuiltinMethodType) and is_a(getattr(obj, "__self__", None), torch.Tensor):
         # a bound tensor method, e.g. `x.mul` left on the stack at a graph break
         out.guard_type(source, types.BuiltinMethodType)
         out.guard_constant(AttrSource(source, "__name__"), obj.__name__)
@@ -731,7 +732,7 @@ def _fresh_bound_builtin(obj: Any) -> bool:
     if not isinstance(obj, (types.BuiltinMethodType, types.MethodWrapperType)):
         return False
     owner, name = getattr(obj, "__self__", None), getattr(obj, "__name__", None)
-    if owner is None or isinstance(owner, (type, types.ModuleType)) or not isinstance(name, str):
+    if owner is None or is_a(owner, (type, types.ModuleType)) or not isinstance(name, str):
         return False
     return isinstance(getattr(type(owner), name, None), (types.MethodDescriptorType, types.WrapperDescriptorType))
 
