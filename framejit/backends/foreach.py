@@ -11,6 +11,9 @@ or the result of an expanded call) gives its i-th item; a 1-d `scalars` tensor o
 its i-th element, applied as `self + value * (t1 op t2)` (torch.addcdiv takes a number there); other
 arguments are the same for every element; an in-place form is `self[i].copy_(result)`. Uses of the
 result by index then name the element nodes. A call whose result is used otherwise stays whole.
+Training joints (backends/joint.py) expand before AOT autograd traces the graph: an EMA update under
+`torch.no_grad()` inside the graph over weights that require grad is a joint, and its `_foreach_lerp_` reached
+the backend whole and ran in torch (onnxrt: "no torchlib translation for aten::_foreach_lerp").
 """
 from __future__ import annotations
 

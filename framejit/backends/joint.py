@@ -333,7 +333,9 @@ class JointGraph:
         from torch._functorch.aot_autograd import aot_module_simplified
 
         try:
+            from .foreach import expand_foreach  # NOTE [Foreach expansion]: before AOT autograd traces them whole
             flat_gm, rebuild = _flat_outputs(self.gm)
+            flat_gm = expand_foreach(flat_gm)
             checks = _output_checks(flat_gm, args, self.backend_name)  # NOTE [In-place changes of joint outputs]
             loaded, key = self._load(flat_gm, args)
             if loaded is not None:

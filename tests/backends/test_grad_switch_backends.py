@@ -68,3 +68,27 @@ def test_grad_switched_on_for_an_input_that_requires_grad_runs_eagerly(name, fal
                          backend=backend, rtol=1e-4, atol=1e-5)
     assert len(backend.graphs) == 1
     assert [r for r in fallback_log.records if "eager" in r.getMessage()]
+
+
+def test_no_grad_foreach_update_of_weights_that_require_grad_is_expanded(fallback_log):
+    # an EMA update (timm's ModelEmaV3 form): `@torch.no_grad()` inside the graph switches grad mode, the
+    # weights require grad, so the graph is a joint; its foreach call is expanded before AOT autograd traces
+    # it (NOTE [Foreach expansion]), not left whole to run in torch
+    import framejit
+
+    def update(ema, model, decay):
+        with torch.no_grad():
+            torch._foreach_lerp_(ema, model, 1 - decay)
+            torch._foreach_mul_(ema, 1.0)
+
+    def make():
+        g = torch.Generator().manual_seed(0)
+        return [torch.randn(3, 2, generator=g).requires_grad_() for _ in range(2)], \
+            [torch.randn(3, 2, generator=g).requires_grad_() for _ in range(2)]
+    (ema_e, model_e), (ema_c, model_c) = make(), make()
+    compiled = framejit.compile(update, backend="onnxrt")
+    for decay in (0.9, 0.99, 0.5):
+        update(ema_e, model_e, decay)
+        compiled(ema_c, model_c, decay)
+        torch.testing.assert_close(ema_c, ema_e)
+    assert not [r for r in fallback_log.records if "_foreach" in r.getMessage()]
