@@ -298,10 +298,12 @@ def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
     function `body` (a FrameHook): a result made from a dynamic value is dynamic there from its first trace
     (NOTE [Dynamic ints formatted into strings])."""
     if not hasattr(body, "dynamic_ints") or not any(
-            type(v) in (OpaqueStringValue, OpaqueSequenceValue) or _dynamic_scalar(v) for v in operands):
+            type(v) in (OpaqueStringValue, OpaqueSequenceValue, OpaqueMethodValue) or _dynamic_scalar(v)
+            for v in operands):
         return
     source = LocalSource(f"{STACK_PREFIX}{slot}").describe()
-    if any(type(v) is OpaqueSequenceValue for v in operands):  # NOTE [Comprehension results of changing length]
+    if any(type(v) in (OpaqueSequenceValue, OpaqueMethodValue) for v in operands):  # NOTE [Comprehension results
+        # of changing length]; a method's result too: `d.items()` (NOTE [Loops over sequences of changing length])
         body.dynamic_ints = body.dynamic_ints | {source}  # an int a symbol, a list or tuple opaque, a str too
     makes_string = inst.name in _STRING_MAKERS or inst.name == "CALL" and any(
         getattr(v, "obj", None) is maker for v in operands[:2] for maker in (str, repr, format))
@@ -445,7 +447,11 @@ def check_opaque_operands(tx, inst) -> None:
         if type(v) is OpaqueSequenceValue and returned:
             continue  # returned as itself, reloaded from its source (as an opaque string below)
         if type(v) is OpaqueSequenceValue or type(v) is OpaqueMethodValue:
-            raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads {v.describe()}: it runs as Python")
+            exc = Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads {v.describe()}: it runs as Python")
+            if inst.name == "GET_ITER":  # NOTE [Loops over sequences of changing length] in python_loops.py
+                from .python_loops import opaque_sequence_loop
+                opaque_sequence_loop(tx, inst, exc)
+            raise exc
         if type(v) is OpaqueStringValue and not returned:  # NOTE [Strings carried across breaks]: `if name:`
             # was True for ''
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads a string that changes between "

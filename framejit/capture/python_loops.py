@@ -150,6 +150,33 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
     return exc
 
 
+# NOTE [Loops over sequences of changing length]: `d = {i: i * i for i in range(x.size(0))}; for k in d: out =
+# out + d[k]`: the dict is opaque in the resume function after the comprehension (NOTE [Dict and set results of
+# changing size] in carried_loops.py), so the loop's GET_ITER broke and the loop stepped in Python (NOTE
+# [Iterators stepped as Python]) with its body as a resume function taking the key: `d[k]` specialised the
+# key, so that function compiled once per key (11 traces over 10 sizes, hdyn4's d_iter; a list or the
+# `.items()` of such a dict the same, until the recompile limit ran it eagerly). Such a loop over an opaque
+# sequence (a list, tuple, dict or set of changing length) now runs as Python like a loop over a symbolic
+# range: the break at its GET_ITER becomes the loop's, the tail function runs the loop with its calls routed
+# through their frame hooks, and the code after it is a resume function again. Same conditions as there: the
+# root frame, no try or with block around the loop, not a generator, not fullgraph, no local first bound in
+# the body read after it; otherwise the loop steps as before.
+def opaque_sequence_loop(tx, inst: Any, exc: Any) -> None:
+    """At GET_ITER `inst` over an opaque sequence: mark the break `exc` as the for loop's that follows, so that
+    the loop runs as Python (NOTE above) where it can."""
+    import inspect
+    from .normalize import normalize
+    if tx.parent is not None or getattr(tx.output, "fullgraph", False) or \
+            tx.code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        return
+    insts = normalize(tx.code).insts
+    loop = insts[inst.index + 1] if inst.index + 1 < len(insts) else None
+    if loop is None or loop.name != "FOR_ITER" or inst.handler is not None or loop.handler is not None or \
+            body_binds_locals_read_after(tx.code, loop, tx.locals):
+        return
+    exc.root_index, exc.range_loop = inst.index, loop.index
+
+
 # NOTE [Comprehensions over symbolic ranges]: `[i * 2 for i in range(x.size(0) // 2, x.size(0))]`, `{i: i * i
 # for i in range(n)}` unrolled the range, which specialised the size or int: one entry per value until the
 # recompile limit ran the frame eagerly (stock torch.compile: 2 frames and no graph when the comprehension
@@ -350,13 +377,15 @@ def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:
 
 def iterates_rows_at(stack: list, inst: Any, moved_from: Any) -> bool:
     """At the break moved from `moved_from`, the loop's iterable (GET_ITER) or iterator is over a tensor's
-    rows; for a break of another kind than DATA_DEPENDENT, the iterable is a symbolic range (GET_ITER)."""
+    rows; for a break of another kind than DATA_DEPENDENT, the iterable is a symbolic range or an opaque sequence
+    (GET_ITER)."""
     from .breaks import BreakKind
+    from .carried_loops import OpaqueSequenceValue
     from .sym_arith import SymRangeValue
     if not stack:
         return False
-    if moved_from.kind is not BreakKind.DATA_DEPENDENT:
-        return inst.name == "GET_ITER" and isinstance(stack[-1], SymRangeValue)
+    if moved_from.kind is not BreakKind.DATA_DEPENDENT:  # NOTE [Loops over sequences of changing length]
+        return inst.name == "GET_ITER" and isinstance(stack[-1], (SymRangeValue, OpaqueSequenceValue))
     if inst.name in ("GET_ITER", "FOR_ITER"):
         return iterates_rows(stack[-1])
     from .graph_break import _slot_kind

@@ -244,3 +244,48 @@ def test_calls_in_the_body_are_captured_as_frames(fn, callee):
         traces = _run(fn, True, [3, 5, 0, 4, 2])
     assert 1 <= traces[callee] <= 2, traces
     assert traces[fn.__name__] <= 2, traces
+
+
+def _keys_looped(x):
+    d = {i: i * i for i in range(x.size(0))}
+    out = x.clone()
+    for k in d:
+        out = out + d[k]
+    return out
+
+
+def _items_looped(x):
+    d = {i: x[i] for i in range(x.size(0))}
+    out = x.sum()
+    for n, (k, v) in enumerate(d.items()):
+        if k == 6:
+            return out * 3
+        out = out + v.sum() * n
+    return out
+
+
+def _set_looped(x):
+    s = {i % 4 for i in range(x.size(0))}
+    out = []
+    for k in s:
+        out.append(_row(x[0] if len(x) else x.sum(), k=k))
+    return x * len(out), out
+
+
+def _values_list_looped(x):
+    vals = list({i: x[i] for i in range(x.size(0))}.values())
+    acc = x.new_zeros(3)
+    for v in vals:
+        LOG.append("v")
+        acc = acc + v
+    return acc
+
+
+@pytest.mark.parametrize("fn", [_keys_looped, _items_looped, _set_looped, _values_list_looped],
+                         ids=["keys", "items", "set", "values_list"])
+def test_a_loop_over_a_result_of_changing_size_runs_as_python(fn):
+    # NOTE [Loops over sequences of changing length]: the loop ran a resume function per step whose key
+    # specialised (one trace per key value until the recompile limit); now no frame compiles per key or size
+    traces = _run(fn, None, [3, 5, 0, 1, 7, 2, 6])
+    assert traces[fn.__name__] <= 4, traces  # static, symbolic, 0 and 1
+    assert all(n <= 3 for name, n in traces.items() if name != fn.__name__), traces

@@ -41,6 +41,7 @@ _ID_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format, type(Ellipsis),
                  types.GetSetDescriptorType, types.MemberDescriptorType,  # C-level descriptors (a class __dict__)
                  torch.nn.attention.SDPBackend)  # NOTE [SDPA backend flags] (pybind enum members are singletons)
 _IMMUTABLE_OBJECTS = (types.CodeType, inspect.Signature, inspect.Parameter)
+_OPAQUE_CONTAINERS = (list, tuple, dict, set, frozenset, type({}.keys()), type({}.values()), type({}.items()))
 _BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
                       types.MethodDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
                       torch._ops.OpOverload, torch._ops.OpOverloadPacket)
@@ -197,7 +198,8 @@ def _wrap_number_or_constant(out, obj: Any, source: Source) -> Value | None:
     if type(obj) is str and out.dynamic_ints and source.describe() in out.dynamic_ints:
         from ..carried_loops import opaque_string
         return opaque_string(out, obj, source)  # NOTE [Strings carried across breaks]
-    if type(obj) in (list, tuple, dict, set, frozenset) and out.dynamic_ints and source.describe() in out.dynamic_ints:
+    if type(obj) in _OPAQUE_CONTAINERS and out.dynamic_ints and source.describe() in out.dynamic_ints or \
+            type(obj) in (bytearray, memoryview):  # NOTE [Mutable buffers carried across breaks]: from any source
         from ..carried_loops import opaque_sequence  # a dict or set: NOTE [Dict and set results of changing size]
         return opaque_sequence(out, obj, source)  # NOTE [Sequences of changing length carried across breaks]
     if type(obj) in _SCALARS:
@@ -311,9 +313,6 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
     if type(obj) is collections.deque:
         from ..mappings import outside_deque  # NOTE [Deques from outside]
         return outside_deque(out, obj, source)
-    if type(obj) in (bytearray, memoryview):  # NOTE [Mutable buffers carried across breaks]
-        from ..carried_loops import opaque_sequence
-        return opaque_sequence(out, obj, source)
     if type(obj).__module__ == "builtins" and not hasattr(obj, "__dict__"):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{source.describe()} is a {type(obj).__name__}")
     out.guard_type(source, type(obj))
