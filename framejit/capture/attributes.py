@@ -367,6 +367,8 @@ def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
 
 
 def _constant_attr(obj: ConstantValue, name: str) -> Value:
+    if name == "__context__" and getattr(obj, "context", None) is not None:
+        return obj.context  # NOTE [Contexts of exceptions raised while handling]
     if isinstance(obj.value, BaseException) and name in ("__traceback__", "__context__"):
         # NOTE [Exceptions caught while tracing]: an exception the trace made or caught was never raised
         # by CPython, so it has no traceback and no context where eager's has them

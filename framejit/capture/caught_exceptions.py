@@ -53,36 +53,92 @@ class Handling:
     index: int
     version: int
     touched: int
+    caught: Value | None = None  # the CaughtException pushed for it (a bare `raise` re-raises it)
 
 
 def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     """Continue the trace at the handler that catches `e` raised by `inst`, if it is a try's handler."""
     insts = tx.program.insts
     handler = inst.handler
-    if handler is None or not is_user_handler(insts, handler) or not isinstance(e.exc, Exception) or \
-            isinstance(e.exc, RuntimeError) or getattr(e, "symbolic", False):
+    if handler is not None and getattr(e, "reraised", None) is not None:
+        return _follow_reraise(tx, inst, e)  # NOTE [Exceptions re-raised from followed handlers]
+    if handler is None or not isinstance(e.exc, Exception) or isinstance(e.exc, RuntimeError) or \
+            getattr(e, "symbolic", False):
         return False  # NOTE [Errors of ops on symbolic values] in graph_calls.py
-    if insts[handler + 1].name == "WITH_EXCEPT_START" and not traced_exit(tx, inst) or \
+    context = _handled_context(tx, e) if handling_anywhere(tx) else None
+    if handling_anywhere(tx) and context is None:
+        return False  # NOTE [Exceptions raised while handling]
+    user = is_user_handler(insts, handler)
+    if not user and context is None:  # a cleanup CPython runs as the exception leaves a handler: only then
+        return False  # NOTE [Contexts of exceptions raised while handling]
+    if user and insts[handler + 1].name == "WITH_EXCEPT_START" and not traced_exit(tx, inst) or \
             inst.name == "RAISE_VARARGS" and inst.arg == 2:
         return False  # a with-block's exit not traced; `raise X from Y`, whose cause the constant lacks
     if getattr(e, "callee_break", None) is not None and not getattr(e, "escape_traced", False):
         return False  # NOTE [Handlers of callees given up]
-    if handling_anywhere(tx):
-        return False  # NOTE [Exceptions raised while handling]
     if getattr(e, "attr_obj", None) is not None and not _rebuilt_per_call(e.attr_obj):
         return False  # NOTE [Members of caught exceptions]
-    effects = tx.output.side_effects
-    tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched)))
+    line = inst.lineno if tx.parent is None else None  # NOTE [Tracebacks of caught exceptions]
+    if line is not None:
+        tx.output.frame_in_traceback = True  # NOTE [Locals of a frame in a traceback]
+    caught = CaughtException(e.exc, line, _callee_entries(tx, e) if line is not None else (), getattr(e, "attr_obj", None))
+    caught.context = context
+    if user:
+        effects = tx.output.side_effects
+        tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched), caught))
+    caught.origin, caught.origin_tx = tx.handling[0], tx  # NOTE [Exceptions re-raised from followed handlers]
+    return _enter_handler(tx, inst, caught)
+
+
+def _enter_handler(tx, inst: Inst, caught: CaughtException) -> bool:
+    """Go on at the handler of `inst` as CPython does: the stack cut to its depth, the raising offset when the
+    entry says `lasti`, the exception."""
     del tx.stack[inst.handler_depth:]
     tx.kw_names = ()
     if inst.handler_lasti:
         tx.push(ConstantValue(inst.position))
-    line = inst.lineno if tx.parent is None else None  # NOTE [Tracebacks of caught exceptions]
-    if line is not None:
-        tx.output.frame_in_traceback = True  # NOTE [Locals of a frame in a traceback]
-    tx.push(CaughtException(e.exc, line, _callee_entries(tx, e) if line is not None else (), getattr(e, "attr_obj", None)))
-    tx.jump(handler)
+    tx.push(caught)
+    tx.jump(inst.handler)
     return True
+
+
+# NOTE [Exceptions re-raised from followed handlers]: a bare `raise` in a followed handler, an `except` clause
+# that does not match, and the end of a `finally` (RERAISE) raise the exception being handled again: the same
+# object, whose `__context__` and traceback CPython leaves as they are (a re-raise sets no context and, unlike
+# `raise e`, adds no traceback entry). The trace follows it too (before, it gave the handler up, so
+# `try: (try: 1/0 except ZeroDivisionError: raise) except ZeroDivisionError: ...` ran from the division on as
+# plain Python, uncounted even under fullgraph): the UserException carries the CaughtException (`reraised`),
+# and the handlers it reaches are followed whatever else is being handled: the cleanup CPython runs while the
+# exception leaves a handler (3.11+: COPY 3, POP_EXCEPT, RERAISE 1; the `except E as e` cleanup that unbinds
+# `e`), then the next try's or traced with-block's handler, which gets the same CaughtException (eager's object
+# there is the same: `e2 is e`, same traceback). Such a handler stays speculative with the origin of the first
+# one (the instruction that raised first, the side-effect state then): if anything escapes the frame, even
+# after the cleanup's POP_EXCEPT ended the handlers that were active, the trace gives them up from there
+# (give_up_handlers). `raise e` is not a re-raise here (it adds a traceback entry); a new exception raised
+# while handling is NOTE [Contexts of exceptions raised while handling].
+def _follow_reraise(tx, inst: Inst, e: UserException) -> bool:
+    insts, handler, caught = tx.program.insts, inst.handler, e.reraised
+    if is_user_handler(insts, handler):
+        if insts[handler + 1].name == "WITH_EXCEPT_START" and not traced_exit(tx, inst):
+            return False
+        origin = caught.origin
+        tx.handling.append(Handling(origin.exception, origin.index, origin.version, origin.touched, caught))
+    return _enter_handler(tx, inst, caught)
+
+
+def reraised_here(tx, raised: Exception) -> bool:
+    """`raised` re-raises an exception whose handlers `tx` followed (and may all have ended)."""
+    caught = getattr(raised, "reraised", None)
+    return caught is not None and caught.origin_tx is tx
+
+
+def reraised(tx, value: Value, exc: BaseException) -> UserException:
+    """The UserException of re-raising `value` (RERAISE, a bare `raise`): tagged when it is a CaughtException of
+    a handler `tx` followed (NOTE [Exceptions re-raised from followed handlers])."""
+    e = UserException(exc)
+    if isinstance(value, CaughtException) and getattr(value, "origin_tx", None) is tx:
+        e.reraised = value
+    return e
 
 
 # NOTE [Members of caught exceptions]: an AttributeError that leaves a getattr (LOAD_ATTR, a method load,
@@ -121,6 +177,20 @@ def _rebuilt_per_call(value: Value) -> bool:
         isinstance(value, ConstantValue) and not isinstance(value.value, BaseException)
 
 
+def exception_rebuild(value: ConstantValue) -> tuple[Any, tuple, list[Value]]:
+    """How the emitted code makes the exception constant `value` each call: the function, its constant
+    arguments, then the values emitted after them (NOTE [Exceptions made while tracing], [Tracebacks of caught
+    exceptions], [Members of caught exceptions], [Contexts of exceptions raised while handling])."""
+    from .mappings_runtime import fresh_exception, fresh_exception_raised_at, fresh_exception_with_context
+    if not isinstance(value, CaughtException):
+        return fresh_exception, (value.value,), []
+    constants = (value.value, value.raise_line, value.callees, exception_members(value.value))
+    obj = [value.attr_obj] if value.attr_obj is not None else []
+    if value.context is not None:
+        return fresh_exception_with_context, constants, [value.context, *obj]
+    return fresh_exception_raised_at, constants, obj
+
+
 def exception_members(exc: BaseException) -> tuple:
     """(name, value) of the members CPython sets on `exc` that its args and __dict__ do not rebuild."""
     names = ("name", "path", "name_from") if isinstance(exc, ImportError) else \
@@ -141,6 +211,22 @@ def exception_members(exc: BaseException) -> tuple:
 # rebuilt object (a CaughtException, caught in the root frame or in an inlined callee) takes that one,
 # `sys.exc_info()` when it is rebuilt, as its context (mappings_runtime.fresh_exception_raised_at). An
 # exception made and never raised keeps None (plain fresh_exception), as eager's.
+#
+# NOTE [Contexts of exceptions raised while handling]: a new exception raised where a handler of the same frame
+# is active (`except ZeroDivisionError: try: raise KeyError except KeyError as e: e.__context__`; an inlined
+# `__exit__` that raises ValueError for the KeyError of its block) is followed as any other, with that
+# handler's exception (a CaughtException) as its context: `e.__context__` reads that value in the trace, and the
+# rebuilt exception gets the rebuilt handled one as `__context__` (codegen: one object however reached, as
+# preloaded). Not followed still: one raised where only a caller's handler is active, a re-raise of an older
+# exception that already has a context or is the handled one itself (`raise e`), an exception with a cause.
+def _handled_context(tx, e: UserException) -> Value | None:
+    """The CaughtException that becomes the context of `e`, raised while `tx` handles it, or None."""
+    caught = tx.handling[-1].caught if tx.handling else None
+    if caught is None or e.exc is caught.value or e.exc.__context__ is not None or e.exc.__cause__ is not None:
+        return None
+    return caught
+
+
 def handling_anywhere(tx) -> bool:
     """A handler followed by `tx` or by a translator it is inlined into is active."""
     while tx is not None:
@@ -175,6 +261,7 @@ class CaughtException(ConstantValue):
         self.raise_line = raise_line
         self.callees = callees
         self.attr_obj = attr_obj  # an AttributeError's `obj` (NOTE [Members of caught exceptions])
+        self.context: Value | None = None  # NOTE [Contexts of exceptions raised while handling]
 
 
 def _callee_entries(tx, e: UserException) -> tuple:
@@ -190,8 +277,11 @@ def _callee_entries(tx, e: UserException) -> tuple:
 def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | UserException:
     """What escapes a frame from inside followed handlers: the first handler's own exception, raised again
     from its instruction (or a graph break when a callee's handler already mutated state)."""
-    first = tx.handling[0]
+    first = tx.handling[0] if tx.handling else raised.reraised.origin  # NOTE [Exceptions re-raised from ...]
     tx.handling.clear()
+    if tx.parent is None and (isinstance(raised, Unsupported) or tx.current is not None and
+                              caught_in_frame(tx.program.insts, tx.current)):
+        first.exception.handler_given_up = _given_up_break(tx, first, raised)  # NOTE [Handlers given up in ...]
     effects = tx.output.side_effects
     if tx.parent is not None and (effects.version != first.version or len(effects.touched) != first.touched):
         return Unsupported(BreakKind.EXCEPTION_RAISED,
@@ -201,6 +291,37 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
     if isinstance(raised, UserException) and type(raised.exc) is type(first.exception.exc):
         first.exception.escape_traced = True  # NOTE [Handlers of callees given up]: traced to a raise of it
     return first.exception
+
+
+# NOTE [Handlers given up in the root frame]: when the root frame gives up a followed handler because something
+# else than the handled exception leaving the frame escaped it (a graph break inside the handler, or a new
+# exception that a handler of the frame catches: `except ZeroDivisionError: try: raise KeyError except
+# KeyError: ...`), the frame breaks before the instruction that raised first and runs from there as Python,
+# going on after its handlers. That is a graph break like any other: under fullgraph=True it is raised
+# (before, the frame's rest ran as Python with no error), otherwise it is the entry's break, counted and
+# logged (convert.py). Where only the handled exception, or one no handler of the frame catches, leaves the
+# frame, eager raises it out of the frame too, and breaking before the raise stays NOTE [Exceptions raised
+# by the traced code].
+def caught_in_frame(insts: list[Inst], inst: Inst) -> bool:
+    """What `inst` raises may reach a try's or with-block's handler of its code: through the cleanup
+    handlers CPython runs while an exception leaves a handler (each ends in RERAISE)."""
+    handler, seen = inst.handler, set()
+    while handler is not None and handler not in seen:
+        seen.add(handler)
+        if is_user_handler(insts, handler):
+            return True
+        end = next((i for i in range(handler, len(insts)) if insts[i].name == "RERAISE"), None)
+        handler = insts[end].handler if end is not None else None
+    return False
+
+
+def _given_up_break(tx, first: Handling, raised: Exception) -> Unsupported:
+    why = str(getattr(raised, "graph_break", None) or "").split("\n")[0] if isinstance(raised, Unsupported) else \
+        f"{type(raised.exc).__name__} raised while handling it"
+    brk = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(first.exception.exc).__name__} is caught by a handler of "
+                      f"{tx.code.co_qualname} that could not be traced ({why}): the frame runs as Python from where "
+                      "it is raised")
+    return brk.with_stack(tx.user_stack())
 
 
 def exception_types(value: Value) -> type | tuple:

@@ -37,10 +37,10 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      PyModuleValue, SequenceValue, SetValue, SymNodeValue, TensorMethodValue, TensorValue, TupleValue,
                      UserFunctionValue, Value)
 from .stdlib import GETTERS, getter_args
-from .caught_exceptions import exception_members, temporaries_cleared
+from .caught_exceptions import exception_rebuild, temporaries_cleared
 
 from . import const_keys  # noqa: F401,E402 - NOTE [Constants kept apart by type]: installed on import
-from .mappings_runtime import fresh_exception, fresh_exception_raised_at, grad_mode_manager, make_defaultdict, view_of, view_of_object
+from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of, view_of_object
 from .values.mappings import IdentityKey, key_value, viewed_object
 from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
@@ -296,17 +296,14 @@ class Reconstructor:
     def _constant(self, value: ConstantValue) -> None:
         cg = self.cg
         if isinstance(value.value, BaseException):
-            caught = hasattr(value, "raise_line")  # NOTE [Tracebacks of caught exceptions], [Exceptions raised
-            cg.push_null()  # while handling]; NOTE [Exceptions made while tracing]
-            cg.load_const(fresh_exception_raised_at if caught else fresh_exception)
-            cg.load_const(value.value)
-            if caught:  # NOTE [Members of caught exceptions]: the members, and an AttributeError's object
-                cg.load_const(value.raise_line)
-                cg.load_const(getattr(value, "callees", ()))
-                cg.load_const(exception_members(value.value))
-                if value.attr_obj is not None:
-                    self.emit(value.attr_obj)
-            cg.call(1 if not caught else 5 if value.attr_obj is not None else 4)
+            fn, constants, values = exception_rebuild(value)  # NOTE [Exceptions made while tracing]
+            cg.push_null()
+            cg.load_const(fn)
+            for constant in constants:
+                cg.load_const(constant)
+            for item in values:
+                self.emit(item)
+            cg.call(len(constants) + len(values))
         elif type(value.value) in GETTERS:  # NOTE [Operator getters]
             cg.push_null()
             cg.load_const(type(value.value))
@@ -629,6 +626,8 @@ def _children(value: Value) -> list:
         return [value.func, value.self_value]
     if isinstance(value, TensorMethodValue):
         return [value.tensor]
+    if isinstance(value, ConstantValue) and getattr(value, "context", None) is not None:
+        return [value.context]  # NOTE [Contexts of exceptions raised while handling]: built first
     if _numpy_value(value):  # NOTE [NumPy as torch]
         return sys.modules[_NUMPY_SUPPORT].children(value)
     if isinstance(value, IteratorValue) and spec_children(value):

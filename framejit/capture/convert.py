@@ -190,6 +190,9 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             fn, shape, output, graph_break=e.graph_break, routed=not getattr(e, "callees_plain", False))
         _log_break(fn, e.graph_break)
     except UserException as e:
+        given_up = getattr(e, "handler_given_up", None)  # NOTE [Handlers given up in the root frame]
+        if given_up is not None and request.fullgraph:
+            raise given_up from None
         moved = None if request.fullgraph else \
             getattr(e, "generator_cm_break", None) or getattr(e, "callee_break", None)
         if moved is not None:  # NOTE [Exceptions in generator context manager blocks] in generator_ctx.py,
@@ -203,6 +206,9 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
         # code before it stays captured; the frame ran wholly eagerly only where no break can be taken
         entry = _break_entry(fn, shape, args, kwargs, request, e, output) or \
             _eager_entry(fn, shape, output, user_error=e.exc)
+        if given_up is not None and entry.graph_break is None:
+            entry.graph_break = given_up.graph_break  # counted as the frame's break
+            _log_break(fn, given_up.graph_break)
         logs.log("eager_fallback", "%s runs eagerly: the traced code raised %s: %s", code.co_qualname,
                  type(e.exc).__name__, e.exc)
     return entry

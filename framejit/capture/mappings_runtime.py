@@ -72,6 +72,15 @@ def fresh_exception_raised_at(template: BaseException, line: int | None, callees
     return exc
 
 
+def fresh_exception_with_context(template: BaseException, line: int | None, callees: tuple, members: tuple,
+                                 context: BaseException, *obj: Any) -> BaseException:
+    """fresh_exception_raised_at(...) raised while `context` was handled (NOTE [Contexts of exceptions raised
+    while handling] in caught_exceptions.py)."""
+    exc = fresh_exception_raised_at(template, line, callees, members, *obj)
+    exc.__context__ = context
+    return exc
+
+
 def _made():  # the code of made_frame's frames: a generator's, so its frame exists before it runs
     yield
 

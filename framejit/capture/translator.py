@@ -27,7 +27,7 @@ from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .break_locations import user_frame
 from .calls import call_value
-from .caught_exceptions import Handling, attribute_error_context, follow_handler, give_up_handlers
+from .caught_exceptions import Handling, attribute_error_context, follow_handler, give_up_handlers, reraised_here
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .handlers.blocks import torch_state
@@ -118,7 +118,7 @@ class Translator:
                     if not follow_handler(self, inst, e):  # NOTE [Exceptions caught while tracing]
                         raise
         except (Unsupported, UserException) as raised:
-            e = give_up_handlers(self, raised) if self.handling else raised
+            e = give_up_handlers(self, raised) if self.handling or reraised_here(self, raised) else raised
             if self.parent is not None and isinstance(e, UserException) and self._handles(e) and \
                     getattr(e, "callee_break", None) is None:  # NOTE [Exceptions caught in callees]
                 e.callee_break = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(e.exc).__name__} raised where "

@@ -1,10 +1,13 @@
 """Exceptions the traced code catches itself: the trace follows its except clause
 (NOTE [Exceptions caught while tracing] in capture/caught_exceptions.py)."""
 
+import traceback
+
+import pytest
 import torch
 
 import framejit
-from tests.helpers import run_differential, eager_frames
+from tests.helpers import CountingBackend, run_differential, eager_frames
 
 
 def _lookup_or_count(x, d):
@@ -136,3 +139,102 @@ def test_sdpa_kernel_backends_named_through_the_module():
 
     backend = run_differential(f, lambda seed: (torch.randn(1, 2, 3 + seed, 4),), seeds=(0, 1), fullgraph=True)
     assert backend.graph_count == 2
+
+
+def _reraised_to_outer(x, d, log):
+    try:
+        try:
+            v = d["a"]
+        except KeyError as e:
+            log.append(("inner", str(e)))
+            first = e
+            raise
+        finally:
+            log.append("finally")
+    except KeyError as e2:
+        log.append((e2 is first, str(e2)))
+        x, v = x + len(e2.args), 2.0
+    return x * v
+
+
+def _unmatched_to_outer(x, d):
+    try:
+        try:
+            v = d["a"]
+        except IndexError:
+            v = -1.0
+    except LookupError as e:
+        v = float(len(str(e)))
+    return x * v
+
+
+def test_exception_re_raised_to_an_outer_handler_is_one_graph():
+    """NOTE [Exceptions re-raised from followed handlers]: a bare `raise`, an except clause that does not match
+    and a `finally` pass the handled exception on to the frame's outer handler in the trace (before: the frame
+    ran from the lookup on as Python, 0 graphs, and fullgraph=True did not say so)."""
+    backend = run_differential(_reraised_to_outer, lambda seed: (torch.randn(2), {"a": 3.0} if seed % 2 else {}, []),
+                               seeds=(0, 1, 2), fullgraph=True)
+    assert backend.graph_count == 2  # missing key, present key
+    backend = run_differential(_unmatched_to_outer, lambda seed: (torch.randn(2), {"a": 3.0} if seed % 2 else {}),
+                               seeds=(0, 1, 2), fullgraph=True)
+    assert backend.graph_count == 2
+
+
+def _new_exception_while_handling(x, d, log):
+    try:
+        try:
+            v = d["a"]
+        except KeyError as k:
+            for kind in (ValueError, IndexError):
+                try:
+                    raise kind("inner")
+                except kind as e:
+                    log.append((type(e.__context__).__name__, e.__context__ is k))
+                    last = e
+            raise
+    except KeyError:
+        return x * 5, last  # the IndexError: its context (the KeyError) and traceback are rebuilt per call
+    return x * v, None
+
+
+def _break_in_nested_handler(x, d):
+    try:
+        v = d["a"]
+    except KeyError:
+        try:
+            raise ValueError("v")
+        except ValueError as e:
+            print("handled", type(e.__context__).__name__)
+            v = 2.0
+    return x * v
+
+
+def _described(exc):
+    """An exception and its context as eager and compiled code can both have them (not by identity)."""
+    if exc is None:
+        return None
+    lines = [f.lineno - _new_exception_while_handling.__code__.co_firstlineno for f in traceback.extract_tb(exc.__traceback__)]
+    return type(exc).__name__, exc.args, lines, _described(exc.__context__)
+
+
+def test_exception_raised_while_handling_has_its_context():
+    """NOTE [Contexts of exceptions raised while handling]: `raise kind(...)` inside `except KeyError as k` is
+    followed with `k` as its context (before: the frame ran from the lookup on as Python, 0 graphs, and
+    fullgraph=True did not say so). NOTE [Handlers given up in the root frame]: a break inside such a handler
+    is a counted break, an error under fullgraph."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_new_exception_while_handling, backend=backend, fullgraph=True)
+    for seed in (0, 1, 2, 4):
+        d, x = {"a": 3.0} if seed % 2 else {}, torch.randn(2)
+        (want, want_exc), want_log = _new_exception_while_handling(x, d, []), []
+        _new_exception_while_handling(x, d, want_log)
+        log = []
+        got, got_exc = compiled(x, d, log)
+        torch.testing.assert_close(got, want)
+        assert log == want_log and _described(got_exc) == _described(want_exc)
+    assert backend.graph_count == 2
+    run_differential(_break_in_nested_handler, lambda seed: (torch.randn(2), {"a": 3.0} if seed % 2 else {}),
+                     seeds=(0, 1, 2), fullgraph=False)
+    assert framejit.explain(_break_in_nested_handler)(torch.randn(2), {}).graph_break_count == 1
+    with pytest.raises(framejit.Unsupported, match="KeyError is caught by a handler of _break_in_nested_handler"):
+        framejit.compile(_break_in_nested_handler, backend="eager", fullgraph=True)(torch.randn(2), {})

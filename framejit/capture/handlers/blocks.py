@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..breaks import BreakKind, Unsupported, UserException
 from ..calls import builtin_made
-from ..caught_exceptions import call_exit, exception_types
+from ..caught_exceptions import call_exit, exception_types, reraised
 from ..context import enter
 from ..values import ClassValue, ConstantValue
 from . import op
@@ -27,7 +27,10 @@ def raise_varargs(tx, inst):
     """Raising is the user's exception: a try around it in the trace catches it (NOTE [Exceptions caught
     while tracing]); otherwise the frame lets CPython raise it for real."""
     if inst.arg == 0:
-        raise Unsupported(BreakKind.EXCEPTION_RAISED, "bare `raise` re-raises an exception being handled")
+        caught = tx.handling[-1].caught if tx.handling else None
+        if caught is None:
+            raise Unsupported(BreakKind.EXCEPTION_RAISED, "bare `raise` re-raises an exception being handled")
+        raise reraised(tx, caught, caught.value)  # NOTE [Exceptions re-raised from followed handlers]
     values = tx.popn(inst.arg)
     exc = values[0]
     if isinstance(exc, ClassValue) and issubclass(exc.obj, BaseException) and builtin_made(exc.obj):
@@ -79,7 +82,8 @@ def pop_except(tx, inst):
 
 @op("RERAISE")
 def reraise(tx, inst):
-    raise UserException(tx.pop().value)
+    value = tx.pop()
+    raise reraised(tx, value, value.value)  # NOTE [Exceptions re-raised from followed handlers]
 
 
 @op("LOAD_SUPER_ATTR")
