@@ -68,6 +68,37 @@ def names_its_caller(fn: Any) -> bool:
                                  or import_machinery(fn))  # NOTE [Import machinery at breaks]
 
 
+# NOTE [Torch internals at breaks]: a callee at a break goes through a frame hook so that its code is captured
+# as a frame of its own. torch's own Python code outside its model libraries (the profiler, serialization, jit,
+# onnx, cuda and distributed plumbing, fx, testing, ...) holds no model ops to capture: traced, it breaks again
+# at nearly every line (`time.perf_counter_ns()`, C objects of the profiler) and each piece recompiles per
+# value until the recompile limit (`with torch.profiler.profile() as p: ...; p.key_averages()`: 76 s of
+# tracing on the first call against 4.8 s eager, and "hit the recompile limit" for torch's
+# FunctionEventAvg.add). Stock Dynamo skips these files too (its skip files), inlining only the model
+# libraries. Such a callee is called directly, as a builtin would be; the libraries users' models are made of
+# (torch.nn, torch.optim, torch.distributions, functorch's transforms, higher-order ops, pytree, checkpoint,
+# amp, autograd.Function) still go through a hook.
+_TORCH_LIBRARIES = ("nn/", "optim/", "distributions/", "_functorch/", "func/", "_higher_order_ops/", "amp/",
+                    "ao/", "sparse/", "masked/", "utils/checkpoint.py", "utils/_pytree.py", "functional.py",
+                    "_tensor.py", "autograd/function.py", "autograd/__init__.py", "autograd/functional.py",
+                    "random.py", "overrides.py")
+_TORCH_DIR: list[str] = []
+
+
+def torch_internals(fn: Any) -> bool:
+    """NOTE [Torch internals at breaks]: whether `fn`'s code is torch's own plumbing, called directly at a break."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    if not _TORCH_DIR:
+        import os
+        import torch
+        _TORCH_DIR.append(os.path.join(os.path.dirname(torch.__file__), ""))
+    name = code.co_filename
+    return name.startswith(_TORCH_DIR[0]) and not name[len(_TORCH_DIR[0]):].replace("\\", "/").startswith(
+        _TORCH_LIBRARIES)
+
+
 # NOTE [Callees that read their caller's frame]: `sys._getframe(1)` / `inspect.currentframe().f_back` in a
 # callee at a break names the frame that called it; through a frame hook that is framejit's hook.py frame
 # (its locals are `args`/`kwargs`, its name `__call__`), where eager gives the user's frame. A callee whose

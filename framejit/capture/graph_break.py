@@ -53,7 +53,7 @@ from .codegen_runtime import delete_cell, new_cell
 from .normalize import Inst, jump_targets, normalize
 from .caller_frames import log, logging_call
 from .break_callees import (shared_cells, closure_from_outside, hookable, makes_generator, modelled,
-                            names_its_caller)
+                            names_its_caller, torch_internals)
 from .inherited_symbols import inherit_symbols
 from .break_sites import _CONDITIONAL, _LOADS, _OR_POP, _SIMPLE, BreakSite
 from .resume import STACK_PREFIX, leading_first, origin
@@ -396,7 +396,8 @@ class BreakCodegen:
         if isinstance(function, UserFunctionValue) and logging_call(function.fn):
             return log, callee  # NOTE [Logging past the hook]
         if isinstance(function, UserFunctionValue) and (names_its_caller(function.fn) or modelled(function.fn)
-                                                         or makes_generator(function.fn)):
+                                                         or makes_generator(function.fn)
+                                                         or torch_internals(function.fn)):
             return None
         if isinstance(callee, UserFunctionValue) and hookable(callee):
             return self.hooks.function(callee.fn), None
