@@ -243,3 +243,25 @@ def test_a_submodule_with_hooks_called_at_a_break(level, kw):
         module = _OuterWithHooked(level, **kw)
         return (lambda x: module(x.requires_grad_())) if kw.get("backward") else module
     _differential(make)
+
+
+def _copies(x):
+    return torch.tensor(x) + torch.nn.functional.softmax(x) * 2  # two op warnings: copy construct, implicit dim
+
+
+def _op_warnings(f, action):
+    """(category, file, line) of the warnings 3 calls of f show under `action`."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(action)
+        for size in (3, 3, 4):
+            f(torch.randn(2, size))
+    return [(w.category, w.filename, w.lineno) for w in caught]
+
+
+@pytest.mark.parametrize("action", ["default", "always"])
+def test_warnings_of_ops_in_a_graph_show_as_in_eager(action):
+    # NOTE [Warnings of graph ops] (capture/op_warnings.py): the fake run warned at trace time from
+    # framejit's file, then the graph's real op again (default: 6 warnings, eager 2; always: 10, eager 6)
+    eager = _op_warnings(_copies, action)
+    assert len(eager) == (2 if action == "default" else 6) and {w[1] for w in eager} == {__file__}
+    assert _op_warnings(framejit.compile(_copies, backend="eager"), action) == eager
