@@ -259,8 +259,20 @@ def _genexpr_consumer(tx, call: Any) -> Any:
 # as Python]): `lin`'s forward, a user function in the body, are captured as their own frames and compiled
 # once for every step (the row's shape does not change with the range's length). The copy keeps the
 # function's globals, defaults, closure and names, so the body computes what eager's does; its own
-# generator frame is the callee's caller, as in eager. Copies are made once per code object and route.
+# generator frame is the callee's caller, as in eager. Copies are made once per code object and route; the
+# comprehensions and generator expressions made in the body are copied so too (`_routed_tree`).
 _ROUTED_CODES: Any = None
+
+
+def _routed_tree(code: types.CodeType, route: Any) -> types.CodeType:
+    """`code` with its calls routed, and those of the comprehensions and generator expressions it makes (a
+    nested `sum(sum(f(v) for v in row) for row in rows)`: the inner one's function is made in the outer's body)."""
+    from .routed_eager import _routed_code
+    consts = tuple(_routed_tree(c, route) if isinstance(c, types.CodeType) and c.co_name in _COMPREHENSIONS +
+                   ("<genexpr>",) else c for c in code.co_consts)
+    if any(a is not b for a, b in zip(consts, code.co_consts)):
+        code = code.replace(co_consts=consts)
+    return _routed_code(code, route)
 
 
 def routed_comprehension(route: Any, fn: Any) -> Any:
@@ -275,9 +287,8 @@ def routed_comprehension(route: Any, fn: Any) -> Any:
     per_route = _ROUTED_CODES.setdefault(route, {})
     code = per_route.get(fn.__code__)
     if code is None:
-        from .routed_eager import _routed_code
         try:
-            code = per_route[fn.__code__] = _routed_code(fn.__code__, route)
+            code = per_route[fn.__code__] = _routed_tree(fn.__code__, route)
         except Exception:  # noqa: BLE001 - code the bytecode library cannot round-trip: run as it is
             code = per_route[fn.__code__] = fn.__code__
     if code is fn.__code__:
