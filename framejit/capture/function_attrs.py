@@ -242,6 +242,8 @@ def _bad_slot(value: Value, name: str, what: str) -> Exception:
 def method_attr(tx, method: BoundMethodValue, name: str) -> Value:
     """`obj.method.name`: `__func__` and `__self__` are the parts; other reads go to the function, as
     a bound method forwards attribute reads to `__func__`."""
+    if isinstance(method.func, BuiltinValue) and isinstance(method.func.obj, tuple(_C_METHODS)):
+        return _c_method_attr(method, name)
     if name == "__func__":
         return method.func
     if name == "__self__":
@@ -251,6 +253,35 @@ def method_attr(tx, method: BoundMethodValue, name: str) -> Value:
         return function_attr(tx, func, name)
     if isinstance(func, BuiltinValue) and name in _PLAIN:
         return ConstantValue(getattr(func.obj, name))
+    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of {method.describe()}")
+
+
+# NOTE [Attributes of bound C methods]: `seen.add` read in the trace, or held in a local before a break (NOTE
+# [Container methods from outside] in values/builder.py), is a BoundMethodValue over the method descriptor, but
+# stands for CPython's bound builtin method (a method-wrapper for a slot such as `__len__`), which is not a Python
+# method: it has `__self__`, `__name__`, `__qualname__`, `__doc__`, `__text_signature__` (and `__module__` None,
+# a method-wrapper `__objclass__` instead), and no `__func__` (review revR R5: it answered the descriptor, so
+# `hasattr(m, "__func__")` was True; R6: `m.__module__` read the descriptor's, which has none: an internal error
+# that ran the frame eagerly). Any other attribute the real type has is a break; one it lacks, AttributeError.
+_C_METHODS = {types.MethodDescriptorType: types.BuiltinMethodType, types.WrapperDescriptorType: types.MethodWrapperType}
+_C_METHOD_ATTRS = {types.BuiltinMethodType: frozenset(dir([].append)), types.MethodWrapperType: frozenset(dir([].__len__))}
+
+
+def _c_method_attr(method: BoundMethodValue, name: str) -> Value:
+    descriptor = method.func.obj
+    bound_type = _C_METHODS[type(descriptor)]
+    if name == "__self__":
+        return method.self_value
+    if name == "__class__":
+        return ClassValue(bound_type)
+    if name == "__module__" and bound_type is types.BuiltinMethodType:
+        return ConstantValue(None)
+    if name == "__objclass__" and bound_type is types.MethodWrapperType:
+        return ClassValue(descriptor.__objclass__)
+    if name in ("__name__", "__qualname__", "__doc__", "__text_signature__"):
+        return ConstantValue(getattr(descriptor, name))
+    if name not in _C_METHOD_ATTRS[bound_type]:
+        raise UserException(AttributeError(f"'{bound_type.__name__}' object has no attribute '{name}'"))
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{name} of {method.describe()}")
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .breaks import BreakKind, Unsupported, UserException
-from .values import ConstantValue, SetValue, TensorValue, Value
+from .values import ConstantValue, DictValue, ListValue, SetValue, TensorValue, Value
 from .values.mappings import HOOK_IDS_LIVE, IdentityKey, ValueKey, key_value
 
 
@@ -62,7 +62,7 @@ def set_element(tx, value: Value, into: Any = None) -> Any:
         check_tensor_dunder(tx, value, "__hash__")  # NOTE [Patched tensor operators]
         _guard_distinct_inputs(tx, value)
         return IdentityKey(value, ("tensor", id(value.fake)))
-    key = _object_key(tx, value)
+    key = _object_key(tx, value) or _c_method_key(tx, value) or _tuple_key(tx, value)
     if key is not None:
         return key
     real = _value_key(tx, value)
@@ -139,6 +139,68 @@ def _object_key(tx, value: Value) -> IdentityKey | None:
         return None
     tx.output.guard_id(value.source, value.obj)
     return IdentityKey(value, ("object", id(value.obj)))
+
+
+# NOTE [Bound C methods as keys]: CPython hashes and compares a bound builtin method (`seen.add`, `out.append`)
+# by the identity of its `__self__` and by its method: `{app: 1}`, `d.get(GL.append)`. Such a method modelled
+# on its container (a BoundMethodValue over the method descriptor: read in the trace, or held in a local before
+# a break, NOTE [Container methods from outside] in values/builder.py) is a MethodKey. Bound to an object from
+# outside, that object's identity is guarded and the key hashes and compares as the real bound method, so it
+# meets the same method read as a constant (a global's `GL.append`, a key of a dict from outside); bound to a
+# container made in the trace, it is equal only to the same method of the same container value (nothing from
+# before the call can hold it). It was "as a set element or dict key (only constants and tensors)", where no
+# break could be taken (BUILD_MAP), and the frame ran eagerly (review revR R1). A tuple holding one (`{(app, 1):
+# 2}`, R1b) is a TupleKey: it hashes and compares as the tuple of its elements' keys.
+class MethodKey(IdentityKey):
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IdentityKey):
+            return other.token == self.token
+        return not (type(self.token) is tuple and self.token[0] is _MADE_HERE) and self.token == other
+
+    def __hash__(self) -> int:
+        return hash(self.token)
+
+
+class TupleKey(IdentityKey):
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return self.token == (other.token if isinstance(other, TupleKey) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.token)
+
+
+_MADE_HERE = object()  # a MethodKey's token for a method of a container made in the trace: equal to no real key
+
+
+def _tuple_key(tx, value: Value) -> TupleKey | None:
+    from .values import BoundMethodValue, TupleValue
+    if not (isinstance(value, TupleValue) and value.python_type() is tuple) or value.is_constant() or \
+            not any(isinstance(item, (BoundMethodValue, TupleValue)) for item in value.items):
+        return None
+    keys = tuple(set_element(tx, item) for item in value.items)
+    return TupleKey(value, keys) if any(isinstance(k, (MethodKey, TupleKey)) for k in keys) else None
+
+
+def _c_method_key(tx, value: Value) -> MethodKey | None:
+    from .function_attrs import _C_METHODS
+    from .values import BoundMethodValue, BuiltinValue
+    if not (isinstance(value, BoundMethodValue) and isinstance(value.func, BuiltinValue)
+            and isinstance(value.func.obj, tuple(_C_METHODS))):
+        return None
+    descriptor, owner = value.func.obj, value.self_value
+    if not isinstance(owner, (ListValue, DictValue, SetValue)) or owner.python_type() not in (list, dict, set):
+        return None
+    if owner.source is None:
+        return MethodKey(value, (_MADE_HERE, id(owner), descriptor))
+    real = next((obj for obj, _, v in tx.output._by_object.values() if v is owner), None)
+    if real is None:
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{value.describe()} as a set element or dict key")
+    tx.output.guard_id(owner.source, real)
+    return MethodKey(value, descriptor.__get__(real, type(real)))
 
 
 def _value_key(tx, value: Value) -> ValueKey | None:

@@ -686,7 +686,7 @@ def _bound_builtin(out, obj: Any, source: Source) -> Value:
         return ObjectValue(obj, source)
     if type(obj.__self__) in _SCALARS:  # `k.__add__`: an equal number behaves the same, whatever its object
         out.guard_constant(AttrSource(source, "__self__"), obj.__self__)
-    elif _container_method_of(obj) is not None and _stack_slot(source):
+    elif _container_method_of(obj) is not None and isinstance(source, LocalSource):
         # NOTE [Container methods from outside]: `out.append` on the stack at a break (`out.append(f(x))` where
         # f breaks) reached the resume function as this bound method of a list made anew on every call: its
         # identity guard failed on every call, so the resume function was traced again on each one and ran
@@ -694,7 +694,12 @@ def _bound_builtin(out, obj: Any, source: Source) -> Value:
         # set, a resume function's stack value is now what `out.append` is in the trace: the container's method
         # over the container, read (and guarded: type, length, items; aliasing with other reads of it) through
         # `__self__`, answering type() as the builtin method (its `==`, hash and repr are the builtin method's:
-        # test_redteam18). Only stack values (a call's callee or argument being built; named locals: revR R1/R5/R6).
+        # test_redteam18). Named locals and arguments too (`add = seen.add` before a break, the stdlib's dedup
+        # idiom; `f(x, out.append)`): each call of it was a break, traced again on each call. Its attributes are
+        # the builtin method's (NOTE [Attributes of bound C methods] in function_attrs.py) and it is a key as
+        # eager hashes it (NOTE [Bound C methods as keys] in identity_keys.py): reviews revR R1/R5/R6. Not one
+        # held by a global or an attribute (`_log = LOG.append` at module level, LOG growing on every call): its
+        # length and items would be guarded where the identity guard kept one entry.
         return _BoundContainerMethod(BuiltinValue(_container_method_of(obj)),
                                      wrap(out, obj.__self__, AttrSource(source, "__self__")), source)
     else:
@@ -708,11 +713,6 @@ class _BoundContainerMethod(BoundMethodValue):
 
     def python_type(self) -> type:
         return types.BuiltinMethodType
-
-
-def _stack_slot(source: Source) -> bool:
-    from ..resume import STACK_PREFIX
-    return isinstance(source, LocalSource) and source.name.startswith(STACK_PREFIX)
 
 
 def _container_method_of(obj: Any) -> Any:
