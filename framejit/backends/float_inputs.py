@@ -14,10 +14,13 @@ the call's float into one, and the backend compiles the rewritten graph once, fo
 - where such a value meets tensors (`lr / bias_correction`, `p.mul_(1 - lr * wd)`, `add_(g, alpha=-lr)`,
   `addcdiv_(a, b, value=v)`, `lerp_(g, w)`), it is first cast to the result's dtype, as torch casts a Python
   scalar for float32 and float64 math (opmath); other result dtypes (half, bfloat16, whose opmath is
-  float32; complex; bool from comparisons) are not taken. `alpha=` becomes `other * alpha` and `value=` of
+  float32; complex) are not taken. `alpha=` becomes `other * alpha` and `value=` of
   addcmul/addcdiv `(value * t1) op t2`, as torch's kernels compute them (the addition rounds separately
   where the kernel may fuse it: within an ulp).
-- any other use (a list argument, an unexpanded foreach call, a graph output, a comparison, a call not
+- a comparison (`cum > top_p`, `torch.lt(x, p)`, `p <= x`) with a float32 or float64 tensor casts the value to
+  that tensor's dtype: eager compares in the common dtype, to which a Python scalar does not promote (top-p
+  sampling ran wholly eagerly once `top_p` changed). A comparison with an int or reduced tensor is not taken.
+- any other use (a list argument, an unexpanded foreach call, a graph output, another comparison, a call not
   listed) and the graph is not rewritten: the backend runs it eagerly, as before. Nothing is guessed: the
   float never reaches a Scalar argument of a traced op, where make_fx would bake its value.
 
@@ -56,6 +59,8 @@ _BOUNDS = ("min", "max")  # clamp's keywords: cast as its positional bounds are 
 _FUSED = {"addcmul": torch.mul, "addcdiv": torch.div}  # `value=` scales t1 before this op
 _CAST_DTYPES = (torch.float32, torch.float64)  # opmath is the dtype itself: casting first is what torch does
 _MAX_EXACT_INT = 2 ** 53
+_OPERATOR_COMPARISONS = {operator.gt, operator.lt, operator.ge, operator.le, operator.eq, operator.ne}
+_COMPARISONS = {"gt", "lt", "ge", "le", "eq", "ne", "greater", "less", "greater_equal", "less_equal", "not_equal"}
 
 
 class NotRewritable(Exception):
@@ -73,6 +78,15 @@ def _name(node: torch.fx.Node) -> str | None:
         return None
     base = name[:-1] if name.endswith("_") and not name.startswith("_") else name
     return base if base in _ARITHMETIC else None
+
+
+def _is_comparison(node: torch.fx.Node) -> bool:
+    """`t > p` (operator), `torch.gt(t, p)` or `t.gt(p)`, and the other comparisons."""
+    target = node.target
+    if node.op == "call_method":
+        return target in _COMPARISONS
+    return node.op == "call_function" and (target in _OPERATOR_COMPARISONS or getattr(
+        target, "__name__", None) in _COMPARISONS and getattr(torch, target.__name__, None) is target)
 
 
 def _zero_dim(value: Any) -> bool:
@@ -159,6 +173,8 @@ class _Rewriter:
         if node.op == "call_function" and node.target is operator.setitem:
             return self.setitem(node)
         val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype is torch.bool and _is_comparison(node):
+            return self.comparison(node)
         if not isinstance(val, torch.Tensor) or val.dtype not in _CAST_DTYPES:
             raise NotRewritable(f"{node.format_node()}: a float input meets a {type(val).__name__} result "
                                 f"{getattr(val, 'dtype', '')}")
@@ -205,6 +221,18 @@ class _Rewriter:
         with self.graph.inserting_before(node):
             other = self.new("call_function", torch.mul, (args[1], factor))
         node.args, node.kwargs = (args[0], other), kwargs
+
+    def comparison(self, node: torch.fx.Node) -> None:
+        """`t > p` (`lt`, `ge`, `eq`, ...) of a float32/float64 tensor and a float input: the value cast to the
+        tensor's dtype, as eager compares in the common dtype, where a Python scalar does not promote (NOTE
+        [Float inputs as tensors]); an int or reduced tensor there (compared in another dtype) is not taken."""
+        others = [a for a in node.args if a not in self.scalars]
+        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in others]
+        if len(node.args) != 2 or node.kwargs or len(others) != 1 or not isinstance(vals[0], torch.Tensor) \
+                or vals[0].dtype not in _CAST_DTYPES:
+            raise NotRewritable(f"{node.format_node()}: a float input compared other than with a float tensor")
+        with self.graph.inserting_before(node):
+            node.args = tuple(self.cast(a, vals[0].dtype) if a in self.scalars else a for a in node.args)
 
     def scalar_tensor(self, node: torch.fx.Node, val: torch.Tensor) -> None:
         """`torch.scalar_tensor(s, dtype=...)` of a float input (`x.new_tensor([x.size(0) / 3])`, NOTE [Tensors

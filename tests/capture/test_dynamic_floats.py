@@ -108,3 +108,24 @@ def test_ops_whose_shapes_depend_on_the_float_specialise_it():
     them (a fake-tensor probe with another value shows it), so shapes read later are right."""
     backend, _ = run_values(shapes_from_float, [(torch.randn(1, 1, 4), t) for t in (2.0, 3.0, 2.0, 4.0, 3.0)])
     assert backend.graph_count == 3  # one per distinct value: 2.0, 3.0, 4.0
+
+
+def nucleus_mask(x, p):
+    keep = x.softmax(-1).cumsum(-1) > p
+    return x.masked_fill(keep, 0.0), torch.lt(x, p), p <= x.double(), x.ne(p)
+
+
+@pytest.mark.parametrize("backend", ["onnxrt"])  # split between interpreters (tests/conftest.py)
+def test_float_compared_with_a_tensor_stays_in_the_backend(backend, caplog):
+    # NOTE [Float inputs as tensors]: a comparison with a float32/float64 tensor casts the value to its dtype;
+    # before, the whole graph ran eagerly on onnxrt once p was a graph input (top-p sampling)
+    from tests.helpers import RecordingBackend
+    framejit.set_logs("eager_fallback")
+    try:
+        with caplog.at_level(logging.INFO, logger="framejit"):
+            backend, _ = run_values(nucleus_mask, [(torch.randn(2, 5), p) for p in (0.9, 0.5, float("nan"), 0.3)],
+                                    backend=RecordingBackend(backend))
+    finally:
+        framejit.set_logs("")
+    assert backend.graph_count == 2
+    assert not [r for r in caplog.records if "float input" in r.getMessage()]
