@@ -77,9 +77,11 @@ def names_its_caller(fn: Any) -> bool:
 # FunctionEventAvg.add). Stock Dynamo skips these files too (its skip files), inlining only the model
 # libraries. Such a callee is called directly, as a builtin would be; the libraries users' models are made of
 # (torch.nn, torch.optim, torch.distributions, functorch's transforms, higher-order ops, pytree, checkpoint,
-# amp, autograd.Function) still go through a hook.
+# amp, autograd.Function, the wrapper `@torch.no_grad()` and the other grad-mode decorators put around a user
+# function) still go through a hook.
 _TORCH_LIBRARIES = ("nn/", "optim/", "distributions/", "_functorch/", "func/", "_higher_order_ops/", "amp/",
                     "ao/", "sparse/", "masked/", "utils/checkpoint.py", "utils/_pytree.py", "functional.py",
+                    "utils/_contextlib.py",  # the wrapper of a function decorated with @torch.no_grad() & co.
                     "_tensor.py", "autograd/function.py", "autograd/__init__.py", "autograd/functional.py",
                     "random.py", "overrides.py")
 _TORCH_DIR: list[str] = []

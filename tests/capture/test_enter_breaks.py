@@ -131,13 +131,43 @@ def test_the_profiler_records_the_captured_block():
         names = {e.key for e in p.key_averages()}
         return y.relu(), "aten::mm" in names
 
+    before = len(framejit.stats()["frames"])
     backend = run_differential(f, lambda seed: (torch.randn(3, 3),), seeds=(0, 1), fullgraph=False)
     assert backend.graph_count >= 2 and 1 in _ops(backend)  # the block's mm is a graph of its own
     # NOTE [Torch internals at breaks]: the profiler's own code (key_averages, __exit__) runs as it is: only f
     # and its resume functions are traced (before: key_averages, _ensure_function_events, FunctionEventAvg.add
     # up to the recompile limit, ~70 s)
-    traced = {frame["function"].partition(".<resume")[0] for frame in framejit.stats()["frames"]}
+    traced = {frame["function"].partition(".<resume")[0] for frame in framejit.stats()["frames"][before:]}
     assert traced == {f.__qualname__}, traced
+
+
+@torch.no_grad()
+def _decorated_helper(x, log):
+    log.append(x.shape[0])  # a break: the list is the caller's
+    print("helper", x.shape[0])
+    return x.sin() * 2
+
+
+def test_a_grad_mode_decorated_function_called_at_a_break_is_captured(capsys):
+    # NOTE [Torch internals at breaks]: torch/utils/_contextlib.py's wrapper around a @torch.no_grad() function
+    # still goes through a hook at a break, so the function's own ops are captured
+    def f(x, log):
+        y = x.cos()
+        print("f", y.shape[0])
+        return _decorated_helper(y, log) + 1
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    for n in (3, 4):
+        x = torch.randn(n, requires_grad=True)
+        want_log, got_log = [], []
+        want = f(x, want_log)
+        want_out = capsys.readouterr().out
+        got = compiled(x, got_log)
+        assert capsys.readouterr().out == want_out
+        assert_same(got, want)
+        assert got.requires_grad == want.requires_grad and got_log == want_log
+    assert 2 in _ops(backend)  # the helper's sin, mul (called directly: graphs of 1 op only)
 
 
 _LOCK = threading.Lock()
