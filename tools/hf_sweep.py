@@ -8,6 +8,9 @@ MODULE is a `transformers.models.<MODULE>` package name (deepseek_v2, modernbert
 sub-config), and so is each sub-config of a composite config (text_config, vision_config: VLMs, Llama4),
 random weights, offline, and the
 model is AutoModelForCausalLM, else AutoModelForSeq2SeqLM, else AutoModel of that config.
+Inputs: input_ids (+ decoder_input_ids for seq2seq; + pixel_values too with SWEEP_PIX=1: CLIP-style dual
+encoders), else pixel_values, else input_features (batch, 4*seq, num_mel_bins|feature_size), else input_values.
+SWEEP_SEED=1 seeds torch before every call (models that sample in eval: ViLT's patch selection).
 MODE: fwd (2 calls at batch 2 / seq 8, then batch 1 / seq 12), pad (left padding: attention_mask zeros,
 batch 3 / seq 12 for the third call), flags (output_attentions, output_hidden_states, return_dict=False),
 cache (use_cache=True, then one more token with the returned past_key_values, twice per call), gen
@@ -22,9 +25,10 @@ breaks, frames run eagerly, then the first 40 log records. With SWEEP_ONNXRT=1 a
 framejit on the onnxrt backend (outputs within 1e-4 of eager's) and adds its graphs, ORT/eager node counts and
 the distinct reasons nodes stayed in torch (`ORT-EAGER` lines) to the row.
 """
-import sys, os, logging, time, importlib, warnings
+import sys, os, logging, time, importlib
 os.environ["HF_HUB_OFFLINE"] = "1"; os.environ["TRANSFORMERS_OFFLINE"] = "1"
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# SWEEP_ROOT: the checkout to import framejit and tests from (a worktree), else this file's repository
+sys.path.insert(0, os.environ.get("SWEEP_ROOT") or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 import framejit
 from tests.helpers import CountingBackend
@@ -114,12 +118,19 @@ def inputs(seed, batch=2, seq=SEQ, pad=False):
             kw["attention_mask"][0, :3] = 0  # left padding on the first row
         if seq2seq:
             kw["decoder_input_ids"] = torch.randint(3, 100, (batch, seq // 2 + 1), generator=g)
+        if os.environ.get("SWEEP_PIX") and "pixel_values" in fwd_params:
+            size = getattr(getattr(config, "vision_config", config), "image_size", 32)
+            size = size if isinstance(size, int) else size[0]
+            kw["pixel_values"] = torch.randn(batch, 3, size, size, generator=g)
         return kw
     if "pixel_values" in fwd_params:
         size = getattr(config, "image_size", 32)
         size = size if isinstance(size, int) else size[0]
         nc = getattr(config, "num_channels", 3)
         return {"pixel_values": torch.randn(batch, nc, size, size, generator=g)}
+    if "input_features" in fwd_params:
+        nf = getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", None) or 80
+        return {"input_features": torch.randn(batch, seq * 4, nf, generator=g)}
     if "input_values" in fwd_params:
         return {"input_values": torch.randn(batch, seq * 400, generator=g)}
     raise SystemExit(f"{name}: no input maker for {fwd_params[:8]}")
@@ -137,6 +148,8 @@ class Breaks(logging.Handler):
 def run(f, kw):
     if mode == "train":
         return train_step(f, kw, 0)
+    if os.environ.get("SWEEP_SEED"):  # models that draw random numbers in eval (ViLT's patch sampling)
+        torch.manual_seed(0)
     with torch.no_grad():
         return f(**kw)
 
@@ -165,7 +178,6 @@ if mode == "cache":  # step 1: prompt with use_cache; step 2: one token with the
                "attention_mask": torch.ones(2, seq + 1, dtype=torch.long)}
         out2 = run(f, kw2)
         return (out1.logits, out2.logits)
-    import copy
     runs = [(0, 6), (1, 6), (2, 9)]
     want = [call(model, s, q) for s, q in runs]
     def calls(f, backend):
