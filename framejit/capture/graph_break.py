@@ -158,7 +158,8 @@ class BreakCodegen:
         code, target = origin(self.fn.__code__, inst.index)
         if self.site.frame_reader or local_liveness.resume_locals(code, target, []) is None:
             return names
-        exits = [python_loops.loop_exit(self.site.loop)] if self.site.loop else [inst.index + 1] + (
+        exits = [python_loops.loop_exit(self.site.loop, normalize(self.fn.__code__).insts)] if self.site.loop \
+            else [inst.index + 1] + (
             [inst.arg] if inst.name in _CONDITIONAL or inst.name in _OR_POP else [])
         wanted = {n for index in exits for n in self._names_at(index) if n not in names}
         fast = [n for n in names if n not in self.cell_values and n not in self.cell_args]
@@ -563,9 +564,15 @@ class BreakCodegen:
         if loop.name == "CALL":  # its function under the range (NOTE [Comprehensions over symbolic ranges]),
             slot -= 1 if loop.arg == 0 else 3  # and a generator expression's consumer and NULL under that
         layout = tuple(_slot_kind(v) for v in self.stack[:slot]) + (("value",) if loop.name == "CALL" else ())
-        code, exit_index = origin(self.fn.__code__, python_loops.loop_exit(loop))
+        exit_at = python_loops.loop_exit(loop, normalize(self.fn.__code__).insts)
+        code, exit_index = origin(self.fn.__code__, exit_at)
         names = self._tail_names()  # its trampoline passes the tail function's locals
         comp = inlined_comprehensions.at_loop(code, origin(self.fn.__code__, loop.index)[1])
+        if loop.name == "FOR_ITER" and exit_at != loop.arg:  # NOTE [Loops run as Python at the end of a
+            if layout[-1:] != ("block",):  # with-block]: a torch state block, exited before the trampoline
+                raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop run as Python at the end of a with-block "
+                                  "over a context manager that is not a torch state block")
+            layout = layout[:-1]
         if loop.name == "CALL" and "block" not in layout:  # NOTE [Comprehensions over symbolic ranges]
             pass  # a NULL under it is passed as a comprehension's is (NOTE [Breaks inside inlined comprehensions])
         elif comp is not None and "block" not in layout:  # NOTE [Breaks inside inlined comprehensions]

@@ -137,7 +137,7 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
     comp = _comprehension_over(tx, inst, loop, iterable)  # NOTE [Comprehensions over symbolic ranges]
     if comp is not None:
         return _comprehension_break(tx, inst, loop, iterable, comp)
-    if loop is None or loop.name != "FOR_ITER" or inst.handler is not None or loop.handler is not None or \
+    if loop is None or loop.name != "FOR_ITER" or not _loop_handlers_allowed(insts, inst, loop) or \
             not symbolic_length(tx, iterable) or body_binds_locals_read_after(tx.code, loop, tx.locals):
         return None  # a generator expression's iterator (passed to its function), another comprehension's,
         # a loop inside a try or with block, a length the env knows, or a local first bound in the body and
@@ -349,9 +349,39 @@ def _comprehension_break(tx, inst: Any, call: Any, iterable: Any, comp: Any) -> 
     return moved
 
 
-def loop_exit(loop: Any) -> int:
-    """Where a loop run as Python leaves: the FOR_ITER's exhausted edge, or after a comprehension's call."""
-    return loop.index + 1 if loop.name == "CALL" else loop.arg
+def loop_exit(loop: Any, insts: list | None = None) -> int:
+    """Where a loop run as Python leaves: the FOR_ITER's exhausted edge, after a comprehension's call, or
+    after the with-block the loop ends (NOTE [Loops run as Python at the end of a with-block]; `insts`: the
+    code's canonical instructions)."""
+    if loop.name == "CALL":
+        return loop.index + 1
+    after = with_exit(insts, loop) if insts is not None and loop.handler is not None else None
+    return loop.arg if after is None else after
+
+
+# NOTE [Loops run as Python at the end of a with-block]: `with torch.no_grad(): for i in range(x.size(0)): ...`
+# unrolled (a loop inside a with block did not run as Python: the trampoline at its exit would return from
+# inside the block without exiting it), so the frame compiled per size until the recompile limit (stock: the
+# same). When the loop is the last statement of one with-block (its exhausted edge goes straight to the block's
+# normal exit `LOAD_CONST None x3; CALL 2; POP_TOP`) over a torch state block (the break re-enters it in the
+# tail function's prologue, NOTE [Breaks inside with-blocks]), it runs as Python: the tail function runs the
+# loop and the block's exit, and the trampoline comes after that exit, with the stack below the block.
+def with_exit(insts: list, loop: Any) -> int | None:
+    """The index after the normal exit of the one with-block whose body ends with `loop` (a FOR_ITER), or None."""
+    k = loop.arg
+    exit_seq = insts[k:k + 5]
+    if normalize.with_depth(insts, loop) != 1 or [i.name for i in exit_seq] != ["LOAD_CONST"] * 3 + ["CALL", "POP_TOP"] \
+            or any(i.arg is not None for i in exit_seq[:3]) or exit_seq[3].arg != 2 or \
+            any(i.handler is not None for i in exit_seq):
+        return None
+    return k + 5
+
+
+def _loop_handlers_allowed(insts: list, inst: Any, loop: Any) -> bool:
+    """No handler covers the loop, or only the with-block it ends (NOTE above)."""
+    if inst.handler is None and loop.handler is None:
+        return True
+    return inst.handler == loop.handler and with_exit(insts, loop) is not None
 
 
 def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:

@@ -350,13 +350,19 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
         last = items[last_at + (last_at >= label_at)]
         live_locals = inlined_comprehensions.after_loop(code, comp, (), live_locals)[2]
         hidden = hidden | frozenset(inlined_comprehensions.walrus_targets(code, comp))  # may stay unbound
-    called = normalize(code).insts[loop_index].name == "CALL"  # NOTE [Comprehensions over symbolic ranges]
-    if called:
+    insts = normalize(code).insts
+    called = insts[loop_index].name == "CALL"  # NOTE [Comprehensions over symbolic ranges]
+    after_block = not called and python_loops.loop_exit(insts[loop_index], insts) != insts[loop_index].arg
+    if after_block:  # NOTE [Loops run as Python at the end of a with-block]: after the block's exit
+        last_at = insts[python_loops.loop_exit(insts[loop_index], insts) - 1].position
+        last = items[last_at + (last_at >= label_at)]  # found before the calls' rewrite moves positions
+        python_loops.hook_loop_calls(items, position, helper)
+    elif called:
         last = items[position]
         python_loops.route_comprehension_calls(items, label_at, helper)  # NOTE [Comprehension bodies routed]
     else:
         python_loops.hook_loop_calls(items, position, helper)
-    if comp is not None or called:
+    if comp is not None or called or after_block:
         entry = [Label()]
         at = next(k for k, item in enumerate(items) if item is last)
         items.insert(at + 1, emit.jump_forward(entry[0]))

@@ -294,3 +294,38 @@ def test_a_loop_over_a_result_of_changing_size_runs_as_python(fn):
     traces = _run(fn, None, [3, 5, 0, 1, 7, 2, 6])
     assert traces[fn.__name__] <= 4, traces  # static, symbolic, 0 and 1
     assert all(n <= 3 for name, n in traces.items() if name != fn.__name__), traces
+
+
+_W = torch.nn.Parameter(torch.ones(3))
+
+
+def _no_grad_loop(x):
+    out = (x * _W).sum()
+    with torch.no_grad():
+        for i in range(x.size(0)):
+            LOG.append(torch.is_grad_enabled())
+            if i == 6:
+                raise KeyError(i)  # as eager: the block exits (grad mode restored), the error propagates
+            out = out + _row(x[i]).sum()
+    return out, out.requires_grad, torch.is_grad_enabled()
+
+
+def _set_grad_loop_break(x):
+    out = (x * _W).sum()
+    with torch.set_grad_enabled(False):
+        for i in range(x.size(0)):
+            if i == 4:
+                break
+            out = out + x[i].sum() * i
+    return out * 2, out.requires_grad, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("fn", [_no_grad_loop, _set_grad_loop_break], ids=["no_grad", "set_grad_break"])
+def test_a_loop_ending_a_torch_state_block_runs_as_python(fn):
+    # NOTE [Loops run as Python at the end of a with-block]: it unrolled (one trace per size, then the recompile
+    # limit ran the frame eagerly); now the owner frame compiles for the static, symbolic, 0 and 1 sizes
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, None, [3, 5, 0, 1, 7, 2, 6, 4, 9, 8])
+    assert traces[fn.__name__] <= 4, traces
+    assert all(n <= 2 for name, n in traces.items() if name != fn.__name__), traces
+    assert framejit.stats()["eager_frames"] == eager
