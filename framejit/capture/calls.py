@@ -1,9 +1,9 @@
 """Calls over abstract values: what `f(*args, **kwargs)` means for each kind of callable.
 
-User functions and methods are inlined (Translator.inline); nn.Modules inline their forward, with their
-forward hooks around it (module_hooks.py); torch functions and Tensor methods become graph nodes; Python
-builtins are modelled in builtins.py, container methods in container_methods.py; classes construct namedtuples, dataclasses and plain objects.
-"""
+User functions and methods are inlined (Translator.inline); nn.Modules inline their forward, with their forward
+hooks around it (module_hooks.py); torch functions and Tensor methods become graph nodes; Python builtins are
+modelled in builtins.py, container methods in container_methods.py; classes construct namedtuples, dataclasses
+and plain objects."""
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +20,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .compiled_callees import compiled_function, original_module
 from .python_draws import drawing_call, record_draw
 from .module_protocol import ModuleSliceValue
-from .protocol import constant_fold
+from .protocol import constant_fold, hashable as _hashable
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
                      ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue, Value)
 from .vmap_capture import check_functorch_call
@@ -492,14 +492,6 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
 def _makes_a_leaf_that_requires_grad(kwargs: dict[str, Value]) -> bool:
     flag = kwargs.get("requires_grad")
     return flag is not None and flag.is_constant() and flag.as_constant() is True
-
-
-def _hashable(x: Any) -> bool:
-    try:
-        hash(x)
-        return True
-    except TypeError:
-        return False
 
 
 def _name(fn: Any) -> str:

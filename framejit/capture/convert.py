@@ -150,32 +150,37 @@ def _saved_hooks_held_back():
         torch._C._autograd._saved_tensors_hooks_set_tracing(prior)
 
 
+def _refuse_untraceable_frame(fn, output) -> None:
+    """Raise the break of a frame that runs eagerly as a whole before any of it is traced."""
+    modes = _active_modes()
+    if modes is not None:  # NOTE [Torch function and dispatch modes]
+        mode_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"called under {modes}: runs eagerly")
+        mode_break.frame_eager = True
+        mode_break.callees_plain = True  # NOTE [Callees of frames run eagerly]: they would meet the mode
+        raise mode_break
+    reader = reads_own_locals(fn)
+    if reader is not None and deferred_readers.traced_despite_readers(fn):
+        output.readers_deferred = True  # NOTE [Locals readers decided where they are reached]
+    elif reader is not None:  # NOTE [Frames that read their locals]
+        locals_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{reader}() reads the frame's locals: runs eagerly")
+        locals_break.frame_eager = True
+        raise locals_break
+    frame_break = frame_reader_break(fn.__code__)
+    if frame_break is not None:  # NOTE [Frames read through the frame stack]
+        raise frame_break
+    if fn.__builtins__ is not _tracing()[3].builtins_of(fn.__globals__):  # NOTE [Builtins of a function]
+        builtins_break = Unsupported(BreakKind.UNSUPPORTED_VALUE, "its module's __builtins__ was swapped after "
+                                     "it was defined (functions made from the globals now would differ)")
+        builtins_break.frame_eager = True
+        raise builtins_break
+
+
 def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest, output) -> Entry:
     code = fn.__code__
     _global_guards(output)
     tx = _root_translator(fn, args, kwargs, output)
     try:
-        modes = _active_modes()
-        if modes is not None:  # NOTE [Torch function and dispatch modes]
-            mode_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"called under {modes}: runs eagerly")
-            mode_break.frame_eager = True
-            mode_break.callees_plain = True  # NOTE [Callees of frames run eagerly]: they would meet the mode
-            raise mode_break
-        reader = reads_own_locals(fn)
-        if reader is not None and deferred_readers.traced_despite_readers(fn):
-            output.readers_deferred = True  # NOTE [Locals readers decided where they are reached]
-        elif reader is not None:  # NOTE [Frames that read their locals]
-            locals_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{reader}() reads the frame's locals: runs eagerly")
-            locals_break.frame_eager = True
-            raise locals_break
-        frame_break = frame_reader_break(code)
-        if frame_break is not None:  # NOTE [Frames read through the frame stack]
-            raise frame_break
-        if fn.__builtins__ is not _tracing()[3].builtins_of(fn.__globals__):  # NOTE [Builtins of a function]
-            builtins_break = Unsupported(BreakKind.UNSUPPORTED_VALUE, "its module's __builtins__ was swapped after "
-                                         "it was defined (functions made from the globals now would differ)")
-            builtins_break.frame_eager = True
-            raise builtins_break
+        _refuse_untraceable_frame(fn, output)
         ret = tx.run()
         entry = _compile_entry(fn, shape, output, ret, request, final_locals(tx))
         STATS["frames_compiled"] += 1

@@ -621,3 +621,12 @@ def build_slice(parts: list[Value]) -> Value:
     if all(p.is_constant() and not isinstance(p, SymNodeValue) for p in parts):
         return ConstantValue(slice(*(p.as_constant() for p in parts)))
     return SliceValue(*parts) if len(parts) == 3 else SliceValue(*parts, ConstantValue(None))
+
+
+def hashable(x: Any) -> bool:
+    """Whether hash(x) succeeds (a callable used as a key of the handler tables may be unhashable)."""
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
