@@ -357,7 +357,8 @@ class JointGraph:
                 joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder, made),
                                               bw_compiler=self._compiler("backward", recorder, made),
                                               partition_fn=functools.partial(_partition, config=self.partition_config),
-                                              decompositions=self.decompositions)
+                                              decompositions=self.decompositions,
+                                              keep_inference_input_mutations=keeps_input_mutations(flat_gm))
             STATS["traced"] += 1
             flags = _runtime_flags()
         except Exception as exc:
@@ -415,6 +416,28 @@ class JointGraph:
 # backward was a plain one and a later one retained the graph. framejit's backends never write into saved
 # tensors, so joints are built with the option off (it is in the persisted key through torch._functorch's
 # config only at build time; the key is taken before, so persisted joints are built the same way).
+# NOTE [Writes under no_grad kept in the forward graph]
+# An input that requires grad and is written in place only under `torch.no_grad()` inside the graph
+# (`with torch.no_grad(): b.mul_(0.5)`, an EMA or a clamp of a weight) is, by AOT autograd's default, a
+# mutation done outside the graph: its new value is one more output of the autograd.Function, a
+# differentiable one (the input requires grad), whose backward hands the output's tangent straight to the
+# input. Nobody uses that output, so autograd materialises a zero tangent and the input's `.grad` became a
+# zero tensor where eager leaves None (the write is invisible to autograd); AdamW then decayed and stepped
+# a weight eager skips (/tmp/hprog/adv_f5.py). Stock `aot_eager` and inductor pass
+# `keep_inference_input_mutations=True`: such a write (and a buffer's data write) stays in the forward graph
+# as a `copy_` into the input, the input is no output of the Function and gets no gradient from it. framejit
+# passes it where the graph switches grad off somewhere inside (the only place such writes come from; a
+# joint runs with grad on at the call), so other joints keep their lean calls (NOTE [Buffers written back]
+# in joint_function.py). The backends lower the `copy_` into an input as any input write. A persisted joint
+# is loaded with the same flag (joint_cache.load).
+def keeps_input_mutations(flat_gm: torch.fx.GraphModule) -> bool:
+    """NOTE [Writes under no_grad kept in the forward graph]: the graph has a no_grad or inference_mode region."""
+    from torch.autograd.grad_mode import _enter_inference_mode
+    return any(node.op == "call_function" and node.args and (
+        (node.target is torch._C._set_grad_enabled and node.args[0] is False)
+        or (node.target is _enter_inference_mode and node.args[0] is True)) for node in flat_gm.graph.nodes)
+
+
 def _runtime_flags() -> tuple[bool, bool]:
     """(saved-tensor hooks disabled around the call, autocast disabled around the halves): what AOT autograd
     decides when it makes its runtime wrapper (NOTE [Lean joint calls]: either one keeps AOT's callable)."""

@@ -275,7 +275,9 @@ def load(files: dict, flat_gm: torch.fx.GraphModule, args: list, decompositions,
     for kind in ("forward", "backward"):
         gm = load_graph(files[kind + ".graph"])
         halves[kind] = wrap(kind, gm, load_half(files[kind + ".artifact"], gm))
-    prepared = prepare_aot_module_simplified(flat_gm, args, None, decompositions, False, False, flatten=False)
+    from .joint import keeps_input_mutations  # NOTE [Writes under no_grad kept in the forward graph]
+    prepared = prepare_aot_module_simplified(flat_gm, args, None, decompositions, keeps_input_mutations(flat_gm),
+                                             False, flatten=False)
     params_buffers, aot_config = prepared[1], prepared[6]
     result = GenericAOTAutogradResult(
         compiled_fw=None, compiled_bw=_Backward(aot["num_symints_saved_for_bw"]), aot_joint_graph_str=None,

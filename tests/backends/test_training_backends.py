@@ -332,3 +332,36 @@ def test_onnxrt_joints_recompute_pointwise_ops_instead_of_saving_them():
     assert [n.target for n in saved if n.op == "call_function"] == [torch.ops.aten.addmm.default], forward.code
     assert any(n.target is torch.ops.aten.gelu.default for n in backward.graph.nodes), backward.code
     assert joint.stats["backward"] == 2 and joint.compiled_backwards[0].session_count() >= 1, joint.stats
+
+
+@pytest.mark.parametrize("name", ["onnxrt", "triton"])
+def test_inputs_written_under_no_grad_get_no_gradient(name):
+    # NOTE [Writes under no_grad kept in the forward graph]: b written only under no_grad and otherwise unused,
+    # c read only under no_grad, d written while also used: eager leaves b.grad and c.grad None, so AdamW
+    # neither decays nor steps them; framejit gave b a zero gradient (AdamW then moved b)
+    def step(a, b, c, d):
+        y = (d * 3).sum()
+        with torch.no_grad():
+            b.mul_(0.5)
+            c.add_(a * 2)
+            d.add_(1.0)
+        return y + (a * a).sum()
+
+    def run(fn):
+        g = torch.Generator().manual_seed(0)
+        params = [torch.randn(3, generator=g).requires_grad_() for _ in range(4)]
+        opt = torch.optim.AdamW(params, lr=0.1, weight_decay=0.1)
+        grads = []
+        for _ in range(STEPS):
+            opt.zero_grad()
+            fn(*params).backward()
+            grads.append([p.grad if p.grad is None else p.grad.clone() for p in params])
+            opt.step()
+        return grads, [p.detach() for p in params]
+    recording = Recording(name)
+    (grads_e, params_e), (grads_c, params_c) = run(step), run(framejit.compile(step, backend=recording))
+    assert [[g is None for g in row] for row in grads_c] == [[g is None for g in row] for row in grads_e] \
+        == [[False, True, True, False]] * STEPS
+    torch.testing.assert_close(grads_c, grads_e)
+    torch.testing.assert_close(params_c, params_e)
+    assert_backward_in_backend(recording)
