@@ -154,6 +154,14 @@ def reads_storage_offset(gm: torch.fx.GraphModule) -> bool:
                for node in gm.graph.nodes if node.op in ("call_method", "call_function"))
 
 
+def reads_storage(gm: torch.fx.GraphModule) -> bool:
+    """Whether `gm` reads an input's storage by position (`as_strided`: NOTE [Storage read by as_strided] in
+    backends/onnxrt/translate.py), or its offset (reads_storage_offset)."""
+    return reads_storage_offset(gm) or any(
+        node.target in ("as_strided", torch.as_strided, torch.ops.aten.as_strided.default)
+        for node in gm.graph.nodes if node.op in ("call_method", "call_function"))
+
+
 def _range_checks(env, symbols) -> list[str]:
     """The bounds tracing gave each symbol (one replaced by an expression is checked by the guard that says so)."""
     import sympy

@@ -297,9 +297,9 @@ class OutputGraph:
         from .shapes import dynamic_dims, is_symbolic, symbolic_fake  # NOTE [Symbolic shapes]
         dims = dynamic_dims(self, tensor, source.describe()) if tensor.dim() and not tensor.is_sparse else {}
         fake = symbolic_fake(self, tensor, source.expr(self.names), dims) if dims else None
-        if tensor.dim() == 0 and not tensor.is_sparse:
-            from .shapes import scalar_view_fake  # NOTE [Changing offsets of scalar views]
-            fake = scalar_view_fake(self, tensor, source)
+        if not tensor.is_sparse:  # NOTE [Changing offsets of scalar views], NOTE [Changing offsets of rows]
+            from .shapes import offset_view_fake
+            fake = offset_view_fake(self, tensor, source, fake)
         if fake is None or not is_symbolic(fake):
             fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
             self.guard_tensor(source, tensor)

@@ -48,7 +48,7 @@ from .locators import ModuleNotImported
 from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
 from .carried_loops import retrace_with_lengths
 from .resume import _ORIGIN, eager_function, make_resume_code
-from .shapes import LAYOUT
+from .shapes import LAYOUT, OFFSET
 from .user_tracebacks import clean as clean_traceback
 from torch._C import _is_tracing as jit_tracing  # NOTE [Compiled callables under the TorchScript tracer]
 
@@ -346,8 +346,7 @@ class FrameHook(TracerInterop):
     def _mark_automatic_dynamic(self, args: tuple, kwargs: dict, explain: _Explanations) -> None:
         if self.request.dynamic is False or not config.automatic_dynamic:
             return  # dynamic=True: every size is symbolic already; an int attribute that changed becomes one
-        # NOTE [Dynamic layouts]; a storage offset that changed marks any frame's tensor (NOTE [Changing
-        # offsets of scalar views]), a stride only a resume function's
+        # NOTE [Dynamic layouts]; an offset that changed marks any frame's tensor OFFSET, a stride only a resume's
         layout = ("TENSOR_STRIDE", "TENSOR_STORAGE_OFFSET") if self.fn.__code__ in _ORIGIN else ("TENSOR_STORAGE_OFFSET",)
 
         def changed_value(failure) -> bool:  # a size, an int or a float (made an input above) that changed
@@ -376,8 +375,9 @@ class FrameHook(TracerInterop):
             # under dynamic=True only a static offset fails: a 0-dim tensor's (NOTE [Changing offsets of scalar views])
             if self.request.dynamic is True and failure.guard.kind != "TENSOR_STORAGE_OFFSET":
                 continue  # sizes and layouts: all symbolic already (a size 1, a mark_static dim stay static)
-            if failure.guard.kind in layout and LAYOUT not in self.dynamic_dims.get(source, frozenset()):
-                self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | {LAYOUT}}
+            mark = OFFSET if failure.guard.kind == "TENSOR_STORAGE_OFFSET" else LAYOUT  # NOTE [Changing offsets of rows]
+            if failure.guard.kind in layout and mark not in self.dynamic_dims.get(source, frozenset()):
+                self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | {mark}}
                 logs.log("recompiles", "%s: the layout of %s changed (%s -> %s); symbolic from now on (NOTE "
                          "[Dynamic layouts])", self._name(), source, failure.guard.expected, failure.actual)
             if failure.guard.kind != "TENSOR_SHAPE":

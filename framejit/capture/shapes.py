@@ -138,7 +138,7 @@ def dynamic_dims(out, tensor: torch.Tensor, description: str) -> dict[int, tuple
         marked = out.dynamic_dims.get(description, ())
         if LAYOUT in marked:  # NOTE [Dynamic layouts]: every dim, so that strides and offset get symbols
             marked = range(tensor.dim())
-        dims.update((d, (None, None)) for d in marked if d < tensor.dim())
+        dims.update((d, (None, None)) for d in marked if 0 <= d < tensor.dim())  # not LAYOUT/OFFSET
     for attr in ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices"):
         dims.update((d, (None, None)) for d in (getattr(tensor, attr, ()) or ()) if d < tensor.dim())
     for r in getattr(tensor, "_dynamo_dynamic_range", ()) or ():
@@ -201,17 +201,31 @@ LAYOUT = -1
 # ints, NOTE [Dynamic ints]): the miss that made it symbolic is mostly the step from timesteps[0] to
 # timesteps[1], and a symbol specialised to 1 recompiled again at timesteps[2] (diffusers' Euler step
 # compiled 9 graphs over 4 timesteps, stock 5).
-def scalar_view_fake(out, tensor: torch.Tensor, source) -> torch.Tensor | None:
-    """A 0-dim fake of `tensor` whose storage offset is symbolic, or None (NOTE [Changing offsets of
-    scalar views])."""
-    if LAYOUT not in out.dynamic_dims.get(source.describe(), ()):
-        return None
+#
+# NOTE [Changing offsets of rows]: the same for a tensor of any rank whose storage offset alone changed
+# (`inner(feats[i], sizes[i])` for each image of a VLM batch, a helper that breaks on `sz.tolist()`: its
+# rows have the sizes and strides of row 0 at offsets 0, 16, 32, ...). The hook marks it OFFSET, not LAYOUT
+# (NOTE [Dynamic layouts] would make its sizes symbolic too): sizes and strides stay static and guarded,
+# the offset is an unspecialised symbol (0 and 1 included: rows 0 and 1 share the entry). A trace that
+# reads the offset (`x.storage_offset()`, `x.data_ptr()` specialises, as_strided keeps it symbolic) is
+# guarded through the env; backends get the real tensors and read their offsets per call (NOTE [Storage
+# offsets read by the graph] in backends/onnxrt/compiler.py). One recompile per helper, not per row. A
+# tensor whose sizes are symbolic too keeps this offset symbol (torch's own specialises offset 0).
+OFFSET = -2
+
+
+def offset_view_fake(out, tensor: torch.Tensor, source, fake: torch.Tensor | None) -> torch.Tensor | None:
+    """`fake` (None: static sizes and strides) as a view at a symbolic storage offset where the hook marked
+    the offset, else `fake` (NOTE [Changing offsets of scalar views], NOTE [Changing offsets of rows])."""
+    marked = out.dynamic_dims.get(source.describe(), ())
+    if OFFSET not in marked and not (LAYOUT in marked and tensor.dim() == 0):
+        return fake
     offset = symbolic_int(out, tensor.storage_offset(), f"{source.expr(out.names)}.storage_offset()")
     if not isinstance(offset, torch.SymInt):
-        return None
-    static = out.fake_mode.from_tensor(tensor, static_shapes=True)
+        return fake
+    base = fake if fake is not None else out.fake_mode.from_tensor(tensor, static_shapes=True)
     with out.fake_mode:
-        return static.as_strided((), (), offset)
+        return base.as_strided(base.shape, base.stride(), offset)
 
 
 # NOTE [Dynamic ints]: an int argument or attribute is specialised (guarded by value) until a call misses

@@ -206,3 +206,28 @@ def test_facts_of_a_scalar_views_offset_stay_exact(backend):
             args_compiled = (ts_compiled if fn is through_base else x, ts_compiled[i])
             assert_same(compiled(*args_compiled), fn(*args_eager))
             assert torch.equal(ts_compiled, ts_eager)
+
+
+def _row_helper(feat, sz):
+    y = torch.sin(feat) * 2
+    h, w = sz.tolist()  # a break: the helper is a frame of its own, given one row at a time
+    return torch.cos(y[:h, :w]) + 1
+
+
+def test_rows_of_a_batch_recompile_a_helper_once():
+    """NOTE [Changing offsets of rows]: rows 0..3 of a batch (the same sizes, offsets 0, 16, 32, 48), then a
+    batch of rows of another size. The helper is traced again once for the offset, and once for the new size;
+    its resume function once for that size (as stock torch.compile: 2 graphs per trace). The entry made for
+    the offset keeps static sizes (before: NOTE [Dynamic layouts] made every size of both rows symbolic)."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_row_helper, backend=backend)
+    counts = []
+    for n, size in ((4, 4), (4, 4), (5, 6)):
+        feats, sizes = torch.randn(n, size, 4), torch.tensor([[3, 4]] * n)
+        for i in range(n):
+            assert_same(compiled(feats[i], sizes[i]), _row_helper(feats[i], sizes[i]))
+        counts.append(backend.graph_count)
+    assert counts == [3, 3, 5]
+    rows = [n.meta["val"] for n in backend.graphs[2].graph.find_nodes(op="placeholder")]  # the offset's entry
+    assert [tuple(map(type, row.shape)) for row in rows] == [(int, int), (int,)]
+    assert all(isinstance(row.storage_offset(), torch.SymInt) for row in rows)

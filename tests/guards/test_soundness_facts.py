@@ -459,6 +459,31 @@ def test_storage_offset_is_guarded(backend):
     run_steps(fn, lambda: (next(views),), [None] * 4, backend=backend)
 
 
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_rows_at_changing_offsets_keep_offset_facts_exact(backend):
+    """A helper given the rows of a batch one by one, as a VLM's per-image loop does (NOTE [Changing offsets
+    of rows]): after its first recompile the offset is a symbol, and what the trace reads of it stays exact:
+    the offset itself, as_strided from the row's own offset and at an absolute one (onnxrt ran that over the
+    row as a dense buffer: NOTE [Storage offsets read by the graph]), a view of the row."""
+    def read(r, s):
+        return r * r.storage_offset() + s
+
+    def strided(r, s):
+        return r.as_strided((2,), (1,)) + r.as_strided((2,), (1,), 3) + s
+
+    def view(r, s):
+        return r[1:] * 2 + s
+
+    for fn in (read, strided, view):
+        rows = iter([(4, 8, i) for i in range(4)] + [(3, 6, i) for i in range(3)])
+
+        def make():
+            n, size, i = next(rows)
+            return torch.arange(float(n * size)).view(n, size)[i], torch.tensor([i + 1])
+
+        run_steps(fn, make, [None] * 7, backend=backend)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_negative_zero_does_not_hit_the_entry_for_zero(backend):
     import math

@@ -317,16 +317,16 @@ def _exact_signature(inputs) -> tuple:
     return tuple(sig)
 
 
-# NOTE [Storage offsets read by the graph]: a graph may read an input's storage offset
-# (`x.storage_offset()`; framejit makes it symbolic once it changed between calls, NOTE [Dynamic layouts]).
-# Lowering over real inputs bakes the example's offset in as a constant, and offsets were not part of a
+# NOTE [Storage offsets read by the graph]: a graph may read an input's storage offset (`x.storage_offset()`,
+# symbolic once it changed, NOTE [Dynamic layouts]). Lowering bakes the example's in, and offsets were not part of a
 # static program's signature: a program built for offset 3 was reused for offset 5 and added 3 (fuzzer
-# seed 30222). Graphs that read offsets key their programs by the inputs' offsets too (an extra trailing
-# item, which persist.py does not encode: such programs are not persisted), and are never served by a
-# symbolic program (symbolic.reads_storage_offset: its fake inputs have offset 0).
+# seed 30222). Graphs that read offsets, or storage by position (as_strided: NOTE [Storage read by as_strided]
+# runs it in ORT over dense inputs only; rows r = base[i] read row 0's data for `r.as_strided((2,), (1,), 3)`)
+# key programs by the inputs' offsets and storage sizes too (a trailing item persist.py does not encode: not
+# persisted), and are never served by a symbolic program (symbolic.reads_storage: its fakes are dense).
 def _offsets(inputs) -> tuple:
-    return ("storage_offsets",) + tuple(value.storage_offset() if isinstance(value, torch.Tensor) else None
-                                        for value in inputs)
+    return ("storage_offsets",) + tuple((value.storage_offset(), value.untyped_storage().nbytes())
+                                        if isinstance(value, torch.Tensor) else None for value in inputs)
 
 
 def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
@@ -483,7 +483,8 @@ class OnnxrtCompiled:
         self.programs: dict[tuple, Program | None] = {}  # None: this signature runs eagerly
         # NOTE [One program for every size]: layout -> [(bind, Program)]
         self.dynamic_programs: dict[tuple, list] = {}
-        self._symbolic = symbolic.is_symbolic(gm)
+        self._reads_offsets = symbolic.reads_storage(gm)  # NOTE [Storage offsets read by the graph]
+        self._symbolic = symbolic.is_symbolic(gm) and not self._reads_offsets
         self._symbolic_ints = symbolic.symbolic_int_positions(gm)
         self._static_layouts: set = set()  # layouts that compile per signature (logged once each)
         self._dynamic_hits: dict = {}  # NOTE [Symbolic programs by exact signature]
@@ -491,7 +492,6 @@ class OnnxrtCompiled:
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
         self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
         self._run_eagerly = _eager_reason(gm)
-        self._reads_offsets = symbolic.reads_storage_offset(gm)  # NOTE [Storage offsets read by the graph]
         self._out_layouts = output_layouts(gm)  # NOTE [Output strides follow eager] (backends/layout.py)
         self._weight_memo: _WeightMemo | None = None  # NOTE [Weights in the signature]
         self._sources = [n.meta.get("source") for n in gm.graph.nodes if n.op == "placeholder"]
