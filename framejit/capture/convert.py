@@ -152,6 +152,11 @@ def _saved_hooks_held_back():
 
 def _refuse_untraceable_frame(fn, output) -> None:
     """Raise the break of a frame that runs eagerly as a whole before any of it is traced."""
+    if _dual_level() >= 0:  # NOTE [Frames under forward-mode AD]
+        dual_break = Unsupported(BreakKind.UNSUPPORTED_CALL, "called inside a forward-mode AD dual level: runs eagerly "
+                                 "(tangents of its tensors are not traced)")
+        dual_break.frame_eager = True
+        raise dual_break
     modes = _active_modes()
     if modes is not None:  # NOTE [Torch function and dispatch modes]
         mode_break = Unsupported(BreakKind.UNSUPPORTED_CALL, f"called under {modes}: runs eagerly")
@@ -272,6 +277,21 @@ def _global_guards(output) -> None:
         _autocast_guards(output)
     output.ambient_autocast = len(output.autocast_stack)
     _mode_guards(output)
+    forward_ad = output.name_of(torch.autograd.forward_ad, "forward_ad")  # NOTE [Frames under forward-mode AD]
+    output.add_guard("GLOBAL_STATE", f"{forward_ad}._current_level == {_dual_level()}", None,
+                     expected=f"forward-AD level {_dual_level()}", actual=f"{forward_ad}._current_level", cost=COST_ID)
+
+
+# NOTE [Frames under forward-mode AD]: inside `forward_ad.dual_level()` a tensor may carry a tangent, which fake
+# tensors do not: traced, `unpack_dual(d.sin()).tangent` folded to a constant None, and a backend other than
+# eager computes no tangents at all (review revV V2: a dual tensor passed to a compiled function gave None
+# every call; `make_dual` after a break inside the function, None on the first call). A frame entered while a
+# dual level is open runs eagerly (counted and logged as any eager frame), and every entry is guarded on the
+# level it was made at, so an entry traced outside a level is never served inside one. Entering a level inside
+# a traced frame is a break already (enter_dual_level changes state outside the graph): the rest of the frame
+# runs as such an eager resume function.
+def _dual_level() -> int:
+    return torch.autograd.forward_ad._current_level
 
 
 def _autocast_guards(output) -> None:
