@@ -47,7 +47,7 @@ def fresh_exception(template: BaseException) -> BaseException:
 
 
 def fresh_exception_raised_at(template: BaseException, line: int | None, callees: tuple = (), members: tuple = (),
-                              *obj: Any) -> BaseException:
+                              *obj: Any, _depth: int = 1) -> BaseException:
     """fresh_exception(template) with the traceback eager's would start with: the calling frame (the compiled
     code of the function that caught it) at the user's line `line`, then an entry per inlined callee it was
     raised in (NOTE [Tracebacks of caught exceptions]; none for None: caught in an inlined callee), and eager's
@@ -63,7 +63,7 @@ def fresh_exception_raised_at(template: BaseException, line: int | None, callees
         tb = None
         for name, qualname, filename, firstlineno, module, lineno in reversed(callees):
             tb = types.TracebackType(tb, made_frame(name, qualname, filename, firstlineno, module), -1, lineno)
-        exc.__traceback__ = types.TracebackType(tb, sys._getframe(1), -1, line)
+        exc.__traceback__ = types.TracebackType(tb, sys._getframe(_depth), -1, line)
     # NOTE [Exceptions raised while handling] (caught_exceptions.py): raised where no handler of the trace was
     # active, its eager context is the exception being handled around the call (a caller's except block)
     context = sys.exc_info()[1]
@@ -76,7 +76,7 @@ def fresh_exception_with_context(template: BaseException, line: int | None, call
                                  context: BaseException, *obj: Any) -> BaseException:
     """fresh_exception_raised_at(...) raised while `context` was handled (NOTE [Contexts of exceptions raised
     while handling] in caught_exceptions.py)."""
-    exc = fresh_exception_raised_at(template, line, callees, members, *obj)
+    exc = fresh_exception_raised_at(template, line, callees, members, *obj, _depth=2)  # the caller's frame, not ours
     exc.__context__ = context
     return exc
 

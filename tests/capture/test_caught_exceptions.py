@@ -213,7 +213,10 @@ def _described(exc):
     """An exception and its context as eager and compiled code can both have them (not by identity)."""
     if exc is None:
         return None
-    lines = [f.lineno - _new_exception_while_handling.__code__.co_firstlineno for f in traceback.extract_tb(exc.__traceback__)]
+    first = _new_exception_while_handling.__code__.co_firstlineno
+    # the function and file of each entry too (review revV V1: the compiled one named framejit's
+    # fresh_exception_with_context in mappings_runtime.py at the user's line)
+    lines = [(f.name, f.filename, f.lineno - first) for f in traceback.extract_tb(exc.__traceback__)]
     return type(exc).__name__, exc.args, lines, _described(exc.__context__)
 
 
