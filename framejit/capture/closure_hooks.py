@@ -64,6 +64,18 @@ class ClosureHook(FrameHook):
     def fn(self, value: types.FunctionType) -> None:
         self.first = value
 
+    # NOTE [A shared closure hook runs the object called now]: what runs a call eagerly (past the recompile
+    # limit, a graph error's rerun, a disabled code, FX tracing) is the closure object of this call, over its
+    # own cells. The first object (FrameHook.__init__'s `eager`) is a dead call's closure: its results came
+    # from that call's cells and its appends went to that call's list (review revU U3/U3b).
+    @property
+    def eager(self) -> types.FunctionType:
+        return self.fn
+
+    @eager.setter
+    def eager(self, value: types.FunctionType) -> None:
+        pass  # always the object called now (above)
+
     def call(self, fn: types.FunctionType, *args: Any, **kwargs: Any) -> Any:
         current = self.current
         previous, current.fn = current.fn, fn

@@ -345,3 +345,43 @@ def test_a_closure_read_before_its_variable_is_set(capsys):
     _run(read_before_it_is_set, [_xk(3, 1.0, 1), _xk(3, 2.0, 2), _xk(4, 1.0, 3)])
     out = capsys.readouterr().out
     assert out.count("cannot access free variable 'n'") == 6  # eager's and the compiled run's, 3 calls each
+
+
+def _noting(x):
+    seen = []
+
+    def note(v):
+        seen.append(len(seen))
+        return v + len(seen)
+    return tuple(note(x[i]) for i in range(x.size(0))), list(seen)
+
+
+def _factored(x, m):
+    def chol(v):
+        return torch.linalg.cholesky(m) @ v
+    return tuple(chol(x[i]) for i in range(x.size(0)))
+
+
+def test_past_the_limit_and_on_a_rerun_the_closure_called_now_runs(monkeypatch):
+    # NOTE [A shared closure hook runs the object called now]: past the recompile limit the first call's `note`
+    # ran (its dead `seen`); a graph error's eager rerun ran the first `chol` (call 1's m: no exception)
+    monkeypatch.setattr(config, "recompile_limit", 2)
+    compiled = framejit.compile(_noting, dynamic=True)
+    for n in (2, 3, 5):
+        x = torch.randn(n, 1)
+        _same(compiled(x), _noting(x))
+    compiled = framejit.compile(_factored, dynamic=True)
+    for m in (torch.eye(2) * 4, torch.tensor([[1., 2.], [2., 1.]]), torch.eye(2)):
+        x = torch.randn(2, 2)
+        try:
+            want = _factored(x, m)
+        except Exception as e:  # noqa: BLE001
+            want = type(e)
+        try:
+            got = compiled(x, m)
+        except Exception as e:  # noqa: BLE001
+            got = type(e)
+        if isinstance(want, type):
+            assert got is want
+        else:
+            _same(got, want)
