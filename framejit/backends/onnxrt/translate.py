@@ -343,6 +343,10 @@ def _differs_from_eager(node: torch.fx.Node, overload: str, vals: list) -> str |
         # overflows or is inf (3 ** 41, 0 ** -2 in int64); eager multiplies (wrapping) and gives 0 for
         # 0 ** -n (tests/backends/test_integer_and_negative_powers.py)
         return f"{overload} of integers: ORT's Pow is a double pow (INT_MIN on overflow and 0 ** -n), not eager's"
+    if node.target in _ARANGES and _tensor_vals(node.meta["val"])[0].is_floating_point() and \
+            not _exact_float_arange(node):
+        return f"{overload} of floats: ORT's Range counts and steps in the result's dtype, eager in double " \
+            "(NOTE [Float aranges that ORT computes exactly])"
     if _no_degrees_of_freedom(node):
         return f"{overload} has no degrees of freedom left: eager warns on every call"
     if _reduces_nothing(node):
@@ -380,8 +384,33 @@ def insert_type_promotion(gm: torch.fx.GraphModule) -> None:
 # torchlib's translation without a dtype feeds the bounds to ONNX Range as they are, a float and an int64, which
 # ORT refuses to load ("Type parameter (T) of Optype (Range) bound to different types"), so the node ran in
 # torch (logged under eager_fallback). Every arange whose dtype is unset gets its traced result's dtype, for
-# which torchlib casts both bounds first; the node means the same in torch.
+# which torchlib casts both bounds first; for a float dtype that is eager's result only where NOTE [Float
+# aranges that ORT computes exactly] holds (other float aranges stay in torch).
 _ARANGES = (torch.ops.aten.arange.default, torch.ops.aten.arange.start, torch.ops.aten.arange.start_step)
+
+
+# NOTE [Float aranges that ORT computes exactly]: ONNX Range, given float bounds (torchlib casts them to the
+# result's dtype), counts `ceil((limit - start) / delta)` and accumulates `value += delta` in that dtype; eager
+# counts in double and computes each value from double `start + i * step`. `arange(1.0, 1.3, 0.1)` had 3
+# elements in ORT and 4 in eager, `arange(0, 1, 0.1)` drifted by ulps, and `arange(1., n + 1)` with n = 2**24 + 8
+# lost an element and stuck at 2**24 (review revU U2, U4). The node goes to ORT only where both computations are
+# exact: bounds that are plain numbers (a symbolic size has no bound known here), integer-valued, a step of 1
+# or -1, and every bound within the dtype's exact integers (|v| + 1 <= 2**mantissa bits), so the count and
+# every value are the same integers in any precision. Any other float arange runs in torch.
+def _exact_float_arange(node: torch.fx.Node) -> bool:
+    start, end, step = 0, None, 1
+    if node.target is torch.ops.aten.arange.default:
+        end = _argument(node, "end")
+    else:
+        start, end = _argument(node, "start"), _argument(node, "end")
+        if node.target is torch.ops.aten.arange.start_step:
+            step = _argument(node, "step")
+    bounds = (start, end, step)
+    if not all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) and b == int(b)
+               for b in bounds) or abs(step) != 1:
+        return False
+    limit = round(1 / torch.finfo(_tensor_vals(node.meta["val"])[0].dtype).eps)  # 2 ** mantissa bits
+    return max(abs(start), abs(end)) + 1 <= limit
 
 
 def _pin_arange_dtypes(gm: torch.fx.GraphModule) -> None:
