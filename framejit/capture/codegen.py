@@ -44,7 +44,7 @@ from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of, view
 from .values.mappings import IdentityKey, key_value, viewed_object
 from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
-from .sources import LocalSource, ObjectSource, safe_local
+from .sources import LocalSource, ObjectSource, safe_local, with_prologue
 from .sym_arith import SymRangeValue
 from .values.scalars import SymFloatValue
 
@@ -58,6 +58,7 @@ class Codegen:
     def __init__(self) -> None:
         self.insts: list[Instr] = []
         self.graph_call: Instr | None = None  # the CALL of the compiled graph (NOTE [Graph call span])
+        self.prologue, self.kept = [], {}  # NOTE [Referents loaded once, at entry] (sources.kept_local)
 
     def emit(self, name: str, arg: Any = bytecode.UNSET) -> None:
         self.insts.append(Instr(name, arg) if arg is not bytecode.UNSET else Instr(name))
@@ -744,7 +745,7 @@ def make_function(shape: FunctionShape, body: Codegen, f_globals: dict, defaults
     bc.first_lineno = shape.firstlineno
     bc.flags = bytecode.CompilerFlags.OPTIMIZED | bytecode.CompilerFlags.NEWLOCALS | shape.flags
     bc.append(Instr("RESUME", 0))
-    bc.extend(temporaries_cleared(body.insts, shape.argnames))  # NOTE [Temporaries cleared before return]
+    bc.extend(temporaries_cleared(with_prologue(body), shape.argnames))  # NOTE [Temporaries cleared before return]
     code = _assemble(bc, body.graph_call)
     fn = types.FunctionType(code, f_globals, shape.name, defaults)
     fn.__kwdefaults__ = kwdefaults

@@ -323,7 +323,8 @@ def emit_user_frame_call(cg: Any, rebuild: Any, fn: types.FunctionType, user_loc
     user_locals = _store_free_variables(cg, fn, user_locals)
     params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS)
                               + bool(code.co_flags & inspect.CO_VARKEYWORDS)]
-    stored = [i.arg for i in cg.insts if isinstance(i, bytecode.Instr) and i.name == "STORE_FAST"]
+    stored = [i.arg for i in [*getattr(cg, "prologue", ()), *cg.insts] if isinstance(i, bytecode.Instr) and
+              i.name == "STORE_FAST"]
     temps = [n for n in dict.fromkeys([*params, *stored]) if n not in user_locals]
 
     def load(value: Any) -> None:

@@ -32,6 +32,7 @@ import bytecode
 from bytecode import CellVar, FreeVar, Instr, Label
 
 from .codegen import Codegen
+from .sources import with_prologue
 from .locators import NotPersistable, _import_locator, code_hash, code_locator, locate, resolve
 
 
@@ -169,7 +170,7 @@ def dump_code(fn: types.FunctionType, cg: Codegen, compiled: Any, recorder: Reco
     """The persisted form of the instructions `cg` holds (raises NotPersistable)."""
 
     insts, graph_call, call = [], None, getattr(cg, "graph_call", None)
-    for inst in cg.insts:
+    for inst in with_prologue(cg):  # NOTE [Referents loaded once, at entry]
         if call is not None and inst is call:
             graph_call = len(insts)
         if not isinstance(inst, Instr):

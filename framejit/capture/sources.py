@@ -271,6 +271,12 @@ class CallSource(Source):
         return f"{names.name_for(self.fn_ref.obj, self.fn_ref.label)}({self.base.expr(names)})"
 
     def reload(self, cg) -> None:
+        if getattr(self.fn_ref.obj, "once_per_call", False) and hasattr(cg, "kept"):
+            kept_local(cg, self, lambda: self._call(cg))  # NOTE [Referents loaded once, at entry]
+        else:
+            self._call(cg)
+
+    def _call(self, cg) -> None:
         cg.push_null()
         cg.load_const(self.fn_ref.obj)
         self.base.reload(cg)
@@ -281,6 +287,28 @@ class CallSource(Source):
 
     def describe(self) -> str:
         return f"{self.fn_ref.label}({self.base.describe()})"
+
+
+def kept_local(cg, source: Source, load) -> None:
+    """Push `source`'s value as the prologue of `cg` (a codegen.Codegen) loaded it at entry; `load()` emits its
+    reload, once (NOTE [Referents loaded once, at entry] in weak_refs.py)."""
+    name = cg.kept.get(source)
+    if name is None:
+        name = f"___kept{len(cg.kept)}"
+        saved, cg.insts = cg.insts, []
+        try:
+            load()  # a kept source inside it is added to the prologue first
+            cg.store_fast(name)
+            cg.prologue += cg.insts
+        finally:
+            cg.insts = saved
+        cg.kept[source] = name
+    cg.load_fast(name)
+
+
+def with_prologue(cg) -> list:
+    """The instructions of `cg`, its prologue (NOTE [Referents loaded once, at entry]) first."""
+    return [*getattr(cg, "prologue", ()), *cg.insts]
 
 
 @dataclasses.dataclass(frozen=True)

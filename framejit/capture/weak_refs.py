@@ -84,9 +84,38 @@ def weak_ref(tx, referent: Value) -> WeakRefValue:
     return WeakRefValue(referent)
 
 
+class _NotARef:
+    """The answer of `deref` for anything but a plain weak reference (NOTE [deref calls only a weak reference])."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<not a weakref>"
+
+
+_NOT_A_REF = _NotARef()
+
+
+# NOTE [deref calls only a weak reference]: the guards of a referent read `deref(<ref source>)`, and they are
+# not all evaluated after the ref's own TYPE_MATCH: lookup facts on the referent (`'_call_impl' not in
+# deref(s).__dict__`) sort first as the cheapest, and `all_failures` (explaining a miss) reads guards past a
+# failed one. Where the slot was rebound to another callable, `ref()` ran that callable from the guards (46
+# times for 3 calls of one program). `deref` calls only an object whose type is exactly `weakref.ref` (a
+# subclass may override `__call__`: NOTE [Weak references read from the program]) and otherwise answers a
+# private object no guard accepts (no attributes, not None, not any guarded object or type).
 def deref(ref: weakref.ReferenceType):
     """The referent of `ref` (None once it died): the reload and guard expression of a referent's source."""
-    return ref()
+    return ref() if type(ref) is weakref.ReferenceType else _NOT_A_REF
+
+
+# NOTE [Referents loaded once, at entry]: eager's `o = r()` holds the referent for the rest of the frame; the
+# transformed function reloaded `deref(<ref>)` at each use, and a replayed effect that dropped the referent's
+# last other reference (`holder.clear()`) before a replayed store into it (`o.k = 5`) read None: AttributeError
+# where eager returned (review revU U7). The transformed function now loads each `deref` source once, in a
+# prologue before anything else (sources.kept_local), and every use (graph input, replayed store, rebuilt
+# return value) reads that local, which also keeps the referent alive until the function returns, as eager's
+# local does.
+deref.once_per_call = True
 
 
 _DEREF = Ref(deref, "deref")

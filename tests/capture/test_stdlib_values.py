@@ -162,3 +162,54 @@ def test_weak_reference_read_from_a_closure_is_called_in_the_trace():
     assert_same(runs[1], runs[0])
     # fullgraph: no break; entries: first call, `calls` changed (int symbolic), k changed, referent dead
     assert backend.graph_count == 4
+
+
+_SLOT = [None]
+
+
+class _Box:
+    def __init__(self):
+        self.k = 0
+
+
+def _store_after_dropping(holder):
+    def f(x):
+        o = _SLOT[0]()
+        holder.clear()  # eager's local `o` keeps the object alive until f returns
+        o.k = 5
+        return x + o.k
+    return f
+
+
+def test_a_rebound_weak_reference_slot_and_a_referent_kept_through_the_frame():
+    # NOTE [deref calls only a weak reference]: a guard called the callable that replaced the ref (46 times for
+    # 3 calls); NOTE [Referents loaded once, at entry]: a replayed store reloaded the dead ref (AttributeError)
+    lin = torch.nn.Linear(2, 2)
+    results = []
+    for compile_ in (lambda f: f, lambda f: framejit.compile(f, backend="eager")):
+        calls, boxes, holder = [], [], []
+        rr = weakref.ref(lin)
+
+        def f(x):
+            return rr()(x)
+        g, out = compile_(f), []
+        out += [g(torch.ones(2)), g(torch.full((2,), 3.0))]
+
+        def counted():
+            calls.append(1)
+            return lin
+        rr = counted
+        out += [g(torch.ones(2)), g(torch.zeros(2))]
+        store = compile_(_store_after_dropping(holder))
+        for k in range(2):  # a new referent per call, held only by `holder`
+            box = _Box()
+            holder.append(box)
+            _SLOT[0] = weakref.ref(box)
+            boxes.append(_SLOT[0])
+            del box
+            out.append(store(torch.ones(1) * k))
+        gc.collect()  # (a trace's own cycles may hold the first call's referent until collected)
+        results.append((out, len(calls), [b() for b in boxes]))
+    (want, want_calls, want_alive), (got, got_calls, got_alive) = results
+    assert_same(got, want)
+    assert got_calls == want_calls == 2 and got_alive == want_alive == [None, None]
