@@ -589,7 +589,7 @@ class OutputGraph:
                 stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
                 for device_type, dtype, enabled, cache in self.autocast_stack:
                     stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache))
-                stack.enter_context(warnings_noted(_target_name(target)))  # NOTE [Warnings of graph ops]
+                stack.enter_context(warnings_noted(_target_name(target), self))  # NOTE [Warnings of graph ops]
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
                 if not kwargs:
