@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 
 import torch
 import torch.fx
@@ -160,6 +161,31 @@ def reads_storage(gm: torch.fx.GraphModule) -> bool:
     return reads_storage_offset(gm) or any(
         node.target in ("as_strided", torch.as_strided, torch.ops.aten.as_strided.default)
         for node in gm.graph.nodes if node.op in ("call_method", "call_function"))
+
+
+_IN_PLACE_OPERATORS = frozenset({operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                                  operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
+                                  operator.ixor, operator.ilshift, operator.irshift, operator.imatmul})
+
+
+def _in_place(node: torch.fx.Node) -> bool:
+    target = node.target
+    if target in _IN_PLACE_OPERATORS or "out" in node.kwargs:
+        return True
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.is_mutable
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return name.endswith("_") and not name.endswith("__")
+
+
+# NOTE [Storage read after a write]: a graph that writes a tensor in place and reads storage positions or offsets
+# (`r.mul_(2); r.as_strided(..., 0)`, `r * r.storage_offset()`) runs eagerly on the onnxrt and triton backends:
+# functionalized, the read saw the written value as a new dense tensor at offset 0 instead of the view into its
+# base (review revY F1: row 1 of a (2, 4) base gave [8, 10] where eager gives [0, 1], and offset 0 after a write).
+def reads_storage_after_a_write(gm: torch.fx.GraphModule) -> bool:
+    """NOTE [Storage read after a write]: whether `gm` both writes in place and reads storage (reads_storage)."""
+    nodes = [n for n in gm.graph.nodes if n.op in ("call_method", "call_function")]
+    return any(_in_place(n) for n in nodes) and reads_storage(gm)
 
 
 def _range_checks(env, symbols) -> list[str]:
