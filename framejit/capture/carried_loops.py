@@ -298,11 +298,11 @@ def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
     function `body` (a FrameHook): a result made from a dynamic value is dynamic there from its first trace
     (NOTE [Dynamic ints formatted into strings])."""
     if not hasattr(body, "dynamic_ints") or not any(
-            type(v) in (OpaqueStringValue, OpaqueSequenceValue, OpaqueMethodValue) or _dynamic_scalar(v)
+            type(v) in (OpaqueStringValue, OpaqueSequenceValue) or _iteration_method(v) or _dynamic_scalar(v)
             for v in operands):
         return
     source = LocalSource(f"{STACK_PREFIX}{slot}").describe()
-    if any(type(v) in (OpaqueSequenceValue, OpaqueMethodValue) for v in operands):  # NOTE [Comprehension results
+    if any(type(v) is OpaqueSequenceValue or _iteration_method(v) for v in operands):  # NOTE [Comprehension results
         # of changing length]; a method's result too: `d.items()` (NOTE [Loops over sequences of changing length])
         body.dynamic_ints = body.dynamic_ints | {source}  # an int a symbol, a list or tuple opaque, a str too
     makes_string = inst.name in _STRING_MAKERS or inst.name == "CALL" and any(
@@ -310,6 +310,18 @@ def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
     if makes_string:  # a str there is opaque (an int or a list is not made by these)
         body.dynamic_ints = body.dynamic_ints | {source}
     body.dynamic_floats = body.dynamic_floats | {source}  # a float there is a graph input
+
+
+# NOTE [Only views of opaque containers are opaque]: the result of `d.keys()`, `.values()`, `.items()` of an
+# opaque container is opaque in the next resume function, so a loop over it runs as Python; the result of any
+# other method (`k, v = d.popitem()`, `d.pop(0)`, `l.index(v)`) is not: an opaque tuple there broke again at
+# its UNPACK_SEQUENCE, and the dict itself was then guarded by its keys in the resume function after that
+# break, once per size until the recompile limit ran it eagerly.
+_ITERATION_METHODS = frozenset({"keys", "values", "items", "__iter__"})
+
+
+def _iteration_method(value: Value) -> bool:
+    return type(value) is OpaqueMethodValue and getattr(value.obj, "__name__", None) in _ITERATION_METHODS
 
 
 def _failed_arguments(fn_code, args: tuple, failures, kind: str, accept) -> set[str]:
@@ -425,7 +437,15 @@ _READS = {"LOAD_ATTR": lambda a: 1, "LOAD_METHOD": lambda a: 1, "UNARY_NEGATIVE"
           "BUILD_LIST": lambda a: a, "BUILD_SET": lambda a: a, "BUILD_STRING": lambda a: a,
           "BUILD_MAP": lambda a: 2 * a, "BUILD_SLICE": lambda a: a, "FORMAT_SIMPLE": lambda a: 1,
           "FORMAT_VALUE": lambda a: 1 + bool((a if isinstance(a, int) else 4 * bool(a[1])) & 4),
-          "FORMAT_WITH_SPEC": lambda a: 2, "CONVERT_VALUE": lambda a: 1}
+          "FORMAT_WITH_SPEC": lambda a: 2, "CONVERT_VALUE": lambda a: 1,
+          # NOTE [Readers of opaque operands]: these read only their top slot (the target list, set or dict
+          # deeper down is one the frame builds), and MAKE_FUNCTION its code object and the flagged tuples:
+          # any other slot under them (`ks == {0, 1, 2}`, `sorted(it, key=lambda kv: kv[0])`) is read by a
+          # later instruction, where the break is taken; a whole-stack window broke here, where no frame can
+          # resume, and the function ran eagerly
+          "SET_UPDATE": lambda a: 1, "LIST_EXTEND": lambda a: 1, "DICT_UPDATE": lambda a: 1,
+          "DICT_MERGE": lambda a: 1, "LIST_APPEND": lambda a: 1, "SET_ADD": lambda a: 1, "MAP_ADD": lambda a: 2,
+          "MAKE_FUNCTION": lambda a: 1 + bin(a & 15).count("1"), "SET_FUNCTION_ATTRIBUTE": lambda a: 2}
 
 
 def check_opaque_operands(tx, inst) -> None:
@@ -508,6 +528,8 @@ def changing_result(body: Any, name: str | None, keyed: bool = False) -> None:
 # trace with opaque sequence arguments ends in such an eager entry, the hook traces it again with those
 # arguments' lengths guarded, and never makes them opaque again: one entry per length, as before.
 _ARG = re.compile(r"L\['(.+)'\]")
+# a dict's view too (`[*d.values()]`: NOTE [Only views of opaque containers are opaque])
+_RETRACED_TYPES = (list, tuple, dict, set, frozenset, type({}.keys()), type({}.values()), type({}.items()))
 
 
 def retrace_with_lengths(hook: Any, entry: Any, args: tuple, kwargs: dict, convert_frame: Any) -> Any:
@@ -518,7 +540,7 @@ def retrace_with_lengths(hook: Any, entry: Any, args: tuple, kwargs: dict, conve
         return None
     values = dict(zip(hook.fn.__code__.co_varnames, args))
     opaque = frozenset(s for s in hook.dynamic_ints if (m := _ARG.fullmatch(s)) and
-                       type(values.get(m.group(1))) in (list, tuple, dict, set, frozenset))
+                       type(values.get(m.group(1))) in _RETRACED_TYPES)
     if not opaque:
         return None
     from . import eager_frames

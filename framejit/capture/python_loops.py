@@ -137,7 +137,7 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
     comp = _comprehension_over(tx, inst, loop, iterable)  # NOTE [Comprehensions over symbolic ranges]
     if comp is not None:
         return _comprehension_break(tx, inst, loop, iterable, comp)
-    if loop is None or loop.name != "FOR_ITER" or not _loop_handlers_allowed(insts, inst, loop) or \
+    if loop is None or loop.name != "FOR_ITER" or not _loop_handlers_allowed(tx, insts, inst, loop) or \
             not symbolic_length(tx, iterable) or body_binds_locals_read_after(tx.code, loop, tx.locals):
         return None  # a generator expression's iterator (passed to its function), another comprehension's,
         # a loop inside a try or with block, a length the env knows, or a local first bound in the body and
@@ -377,11 +377,17 @@ def with_exit(insts: list, loop: Any) -> int | None:
     return k + 5
 
 
-def _loop_handlers_allowed(insts: list, inst: Any, loop: Any) -> bool:
-    """No handler covers the loop, or only the with-block it ends (NOTE above)."""
+def _loop_handlers_allowed(tx, insts: list, inst: Any, loop: Any) -> bool:
+    """No handler covers the loop, or only the with-block it ends, over a torch state block (NOTE above)."""
+    from .context import ExitValue
     if inst.handler is None and loop.handler is None:
         return True
-    return inst.handler == loop.handler and with_exit(insts, loop) is not None
+    # NOTE [Loops run as Python at the end of a with-block]: only a torch state block (its `__exit__` an
+    # ExitValue under the range) is re-entered by the tail function; any other manager (a contextlib or
+    # user class, sdpa_kernel) is refused here, when the loop is chosen, so the range unrolls as before
+    # instead of the break failing in code generation and the frame running eagerly.
+    return inst.handler == loop.handler and with_exit(insts, loop) is not None and len(tx.stack) >= 2 and \
+        isinstance(tx.stack[-2], ExitValue)
 
 
 def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:

@@ -11,6 +11,7 @@ exceptions and a log of side effects compared; trace counts asserted."""
 from __future__ import annotations
 
 import collections
+import contextlib
 
 import pytest
 import torch
@@ -328,4 +329,91 @@ def test_a_loop_ending_a_torch_state_block_runs_as_python(fn):
     traces = _run(fn, None, [3, 5, 0, 1, 7, 2, 6, 4, 9, 8])
     assert traces[fn.__name__] <= 4, traces
     assert all(n <= 2 for name, n in traces.items() if name != fn.__name__), traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
+@contextlib.contextmanager
+def _logging_manager():
+    LOG.append("enter")
+    yield
+    LOG.append("exit")
+
+
+def _user_manager_loop(x):
+    out = x.sum()
+    with _logging_manager():
+        for i in range(x.size(0)):
+            out = out + x[i].sum() * i
+    return out
+
+
+def _suppress_loop(x):
+    out = x.sum()
+    with contextlib.suppress(KeyError):
+        for i in range(x.size(0)):
+            if i == 4:
+                raise KeyError(i)  # suppressed by the block, as eager
+            out = out + x[i].sum()
+    return out
+
+
+def _sdpa_kernel_loop(x):
+    out = x.sum()
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        for i in range(x.size(0)):
+            out = out + x[i].sum()
+    return out
+
+
+@pytest.mark.parametrize("fn", [_user_manager_loop, _suppress_loop, _sdpa_kernel_loop],
+                         ids=["contextmanager", "suppress", "sdpa_kernel"])
+def test_a_loop_ending_another_with_block_unrolls_as_before(fn):
+    # NOTE [Loops run as Python at the end of a with-block]: a manager that is not a torch state block was
+    # refused only in code generation, after the loop was chosen: the frame ran eagerly from the second size
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, None, [3, 5, 3, 5])
+    assert traces == {fn.__name__: 2}, traces  # one unrolled trace per size, each served again
+    assert framejit.stats()["eager_frames"] == eager
+
+
+def _values_starred(x):
+    vs = {i: x[i] for i in range(x.size(0))}.values()
+    rows = [x.sum(0), *vs]  # LIST_EXTEND reads the view: no break there, the view's length is guarded
+    return torch.stack(rows).sum(0) * 2
+
+
+def _keys_compared(x):
+    ks = {i: i for i in range(x.size(0))}.keys()
+    same = ks == {0, 1, 2}  # the set display's SET_UPDATE does not read the view; the COMPARE_OP does
+    return x + int(same), same
+
+
+def _items_sorted(x):
+    it = {i: x[i] for i in range(x.size(0))}.items()
+    return sum(v.sum() for k, v in sorted(it, key=lambda kv: -kv[0])) + x.sum()  # the lambda's MAKE_FUNCTION
+
+
+@pytest.mark.parametrize("fn", [_values_starred, _keys_compared, _items_sorted],
+                         ids=["starred", "compared", "sorted"])
+def test_a_view_read_inside_an_expression_breaks_at_its_reader(fn):
+    # NOTE [Readers of opaque operands]: the break came at an instruction that no frame can resume after, so
+    # the resume function holding the view (and its tensor code) ran eagerly on every call
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, None, [3, 5, 0, 1, 4])
+    assert traces[fn.__name__] <= 4, traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
+def _popped(x):
+    d = {i: x[i] for i in range(x.size(0))}
+    if d:
+        k, v = d.popitem()  # a tuple, not a view: not opaque (NOTE [Only views of opaque containers are opaque])
+        return v * k, len(d)
+    return x, 0
+
+
+def test_a_popped_item_does_not_recompile_per_size():
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(_popped, True, [3, 5, 0, 1, 4, 7, 2, 6, 9, 10])
+    assert sum(traces.values()) <= 8 and max(traces.values()) <= 3, traces  # was 14, then an eager frame
     assert framejit.stats()["eager_frames"] == eager
