@@ -182,10 +182,13 @@ def _in_place(node: torch.fx.Node) -> bool:
 # (`r.mul_(2); r.as_strided(..., 0)`, `r * r.storage_offset()`) runs eagerly on the onnxrt and triton backends:
 # functionalized, the read saw the written value as a new dense tensor at offset 0 instead of the view into its
 # base (review revY F1: row 1 of a (2, 4) base gave [8, 10] where eager gives [0, 1], and offset 0 after a write).
-def reads_storage_after_a_write(gm: torch.fx.GraphModule) -> bool:
-    """NOTE [Storage read after a write]: whether `gm` both writes in place and reads storage (reads_storage)."""
+def storage_read_after_a_write(gm: torch.fx.GraphModule) -> str | None:
+    """NOTE [Storage read after a write]: why `gm` runs eagerly when it both writes in place and reads storage
+    (reads_storage), else None."""
     nodes = [n for n in gm.graph.nodes if n.op in ("call_method", "call_function")]
-    return any(_in_place(n) for n in nodes) and reads_storage(gm)
+    if any(_in_place(n) for n in nodes) and reads_storage(gm):
+        return "the graph reads a tensor's storage offset or positions (as_strided) and writes in place"
+    return None
 
 
 def _range_checks(env, symbols) -> list[str]:

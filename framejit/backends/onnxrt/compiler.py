@@ -341,10 +341,8 @@ def _eager_reason(gm: torch.fx.GraphModule) -> str | None:
         return view_writes.REASON
     if state.has_dynamic_float_input(gm):
         return "a float input changes between calls (no ONNX program is built per value)"
-    if symbolic.reads_storage_after_a_write(gm):  # NOTE [Storage read after a write] in backends/symbolic.py
-        return "it reads a tensor's storage offset or positions (as_strided) and writes in place"
     from ..eager_raises import batch_norm_dtypes_rejected  # NOTE [Dtypes eager's batch norm rejects]
-    return batch_norm_dtypes_rejected(gm)
+    return symbolic.storage_read_after_a_write(gm) or batch_norm_dtypes_rejected(gm)  # NOTE [Storage read after a write]
 
 
 # NOTE [Empty inputs compile per signature]

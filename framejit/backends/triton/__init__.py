@@ -118,8 +118,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs, opts: dict, options: dict
                                        if i not in size_inputs | fixed_ints])
     training = problem is None and needs_autograd(example_inputs, any(p.requires_grad for p in gm.parameters()),
                                                   switches_grad_on(gm))
-    if problem is None and symbolic.reads_storage_after_a_write(gm):  # NOTE [Storage read after a write]
-        problem = "the graph reads a tensor's storage offset or positions (as_strided) and writes in place"
+    if problem is None:  # NOTE [Storage read after a write] in backends/symbolic.py
+        problem = symbolic.storage_read_after_a_write(gm)
     if problem is None and changes_metadata_in_place(gm):
         problem = "the graph changes a tensor's shape or strides in place (x.t_()); eager does that exactly"
     if problem is None and enters_inference_mode(gm):
