@@ -37,7 +37,6 @@ from .mixed_dtype import check_mixed_norm
 from .parametrized_classes import is_parametrized_class, type_check as parametrized_type_check
 from .side_effects import SideEffects
 from .numpy_scalars import check_data_arguments
-from .op_warnings import warnings_noted
 from .sources import NameTable, Source
 from .tensor_subclasses import check_input_class, metadata_expr, result_class, settle_result
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
@@ -589,7 +588,6 @@ class OutputGraph:
                 stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
                 for device_type, dtype, enabled, cache in self.autocast_stack:
                     stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache))
-                stack.enter_context(warnings_noted(_target_name(target), self))  # NOTE [Warnings of graph ops]
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
                 if not kwargs:
