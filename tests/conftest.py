@@ -71,6 +71,20 @@ def pytest_collection_finish(session):
     atexit.register(gc.unfreeze)
 
 
+# NOTE [Collections of a test's own objects]: a test that checks an object died (a weak reference, a traceback's
+# frame) calls gc.collect(), and a full collection walks every object the session made and kept since the
+# imports were frozen (modules imported by tests, their globals, compiled state: ~500,000 objects by
+# tests/soundness, 0.5-3 s per collection on the loaded CI machine; test_caught_exception_frames's six took
+# 12-23 s). Such a test takes the `own_objects` fixture: what exists when it starts is frozen too, so its
+# collections walk only the objects made since, which are all the objects its checks are about (an object made
+# before it starts cannot become part of its garbage). Garbage made before it started and not yet collected
+# stays until the interpreter exits (NOTE [Unfrozen at exit]), as it did when no later full collection came.
+@pytest.fixture
+def own_objects():
+    gc.freeze()
+    yield
+
+
 # NOTE [No pytest handlers on torch's trace log]: pytest attaches its capture handlers (caplog's, the report's,
 # the live/file log's) to every logger that does not propagate, including torch's structured-trace logger
 # `torch.__trace`, and torch's `trace_structured` builds its payload whenever that logger has any handler:

@@ -159,7 +159,7 @@ def test_a_block_that_always_recompiles_does_not_starve_the_others():
     assert be.graph_count == before + 1, (before, be.graph_count)
 
 
-def test_a_dropped_model_of_a_class_made_at_run_time_is_freed():
+def test_a_dropped_model_of_a_class_made_at_run_time_is_freed(own_objects):
     """Review revN N10: the table of shared hooks kept classes made at run time (and their graphs) alive."""
     import gc
     import weakref

@@ -145,7 +145,7 @@ def _reading_through_a_weak_reference(obj):
     return step
 
 
-def test_weak_reference_read_from_a_closure_is_called_in_the_trace():
+def test_weak_reference_read_from_a_closure_is_called_in_the_trace(own_objects):
     # NOTE [Weak references read from the program]: `ref()` answers its referent, guarded; a dead one recompiles
     backend = CountingBackend()
     runs = []
@@ -181,7 +181,7 @@ def _store_after_dropping(holder):
     return f
 
 
-def test_a_rebound_weak_reference_slot_and_a_referent_kept_through_the_frame():
+def test_a_rebound_weak_reference_slot_and_a_referent_kept_through_the_frame(own_objects):
     # NOTE [deref calls only a weak reference]: a guard called the callable that replaced the ref (46 times for
     # 3 calls); NOTE [Referents loaded once, at entry]: a replayed store reloaded the dead ref (AttributeError)
     lin = torch.nn.Linear(2, 2)

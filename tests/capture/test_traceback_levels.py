@@ -53,7 +53,7 @@ def test_deep_recursion_is_cleaned_in_linear_work(monkeypatch):
         sys.setrecursionlimit(limit)
 
 
-def test_a_caught_exception_frees_the_frames_it_passed():
+def test_a_caught_exception_frees_the_frames_it_passed(own_objects):
     def f(x, keep):
         big = x * 2
         keep.append(weakref.ref(big))

@@ -41,7 +41,7 @@ def _run(fn, n):
     return out.tolist(), [r() is None for r in _REFS], sorted(k for k in frame.f_locals if k.startswith("___"))
 
 
-def test_a_stored_caught_exception_keeps_no_temporaries():
+def test_a_stored_caught_exception_keeps_no_temporaries(own_objects):
     compiled = framejit.compile(_drops_then_returns, backend="eager")
     for n in (2, 3, 4):
         want = _run(_drops_then_returns, n)

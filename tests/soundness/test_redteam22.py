@@ -64,7 +64,7 @@ def _swap_in(module, value):
 
 @pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
 @pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
-def test_swap_tensors_of_a_parameter_after_compiled_calls(backend, grad):
+def test_swap_tensors_of_a_parameter_after_compiled_calls(backend, grad, own_objects):
     # The trace's fake tensor mode (and onnxrt's make_fx and AOT autograd modes) kept a weak reference to
     # every real tensor it converted for as long as the compiled graph lived, and torch.utils.swap_tensors
     # refuses a tensor with one: after one compiled call, `swap_tensors(m[0].weight, p)` raised "Cannot swap
