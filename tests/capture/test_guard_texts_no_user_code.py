@@ -4,6 +4,7 @@ code] in capture/graph_calls.py). Each program runs eagerly and compiled over se
 values and how often the user's `__repr__` ran."""
 from __future__ import annotations
 
+import abc
 import collections
 import collections.abc
 import functools
@@ -172,3 +173,29 @@ def test_isinstance_reads_class_through_getattribute():
             runs.append((f(torch.ones(2) * i, Counting()), list(log)))
         assert_same(runs[0][0], runs[1][0])
         assert runs[0][1] == runs[1][1] and len(runs[0][1]) >= 3
+
+
+class _RegisteredABC(abc.ABC):
+    pass
+
+
+def _isinstance_reads_answering_true(x, o, make):
+    n = make()
+    return (x + isinstance(o, _RegisteredABC), isinstance(o, (int, type(o), float)),
+            isinstance(n, _RegisteredABC), isinstance(n, (collections.abc.Sized, object)), isinstance(n, int))
+
+
+def test_isinstance_reads_class_when_an_abc_or_a_later_class_answers_true():
+    # NOTE [isinstance reads __class__]: an ABC answering True (a registered class) and a tuple whose later
+    # class answers True read `o.__class__` as eager does (revW W3: folded with no read), also for an object
+    # made inside the function (read nothing)
+    Counting, log = _counting(object)
+    _RegisteredABC.register(Counting)
+    compiled = framejit.compile(_isinstance_reads_answering_true, backend="eager")
+    for i in range(3):
+        runs = []
+        for f in (_isinstance_reads_answering_true, compiled):
+            log.clear()
+            runs.append((f(torch.ones(2) * i, Counting(), Counting), list(log)))
+        assert_same(runs[0][0], runs[1][0])
+        assert runs[0][1] == runs[1][1] and len(runs[0][1]) == 5
