@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests import conftest
 from tests.soundness import fuzz
 from tests.soundness.compare import diff
 from tests.soundness.excluded import EXCLUDED
@@ -21,10 +22,39 @@ pytestmark = pytest.mark.filterwarnings("ignore:var\\(\\)|std\\(\\):UserWarning"
 BUDGET = {"eager": range(0, 80), "onnxrt": range(0, 60, 6), "triton": range(3, 63, 10)}
 
 
+# NOTE [Fuzzed programs split between interpreters]: `make test` runs this file on three interpreters at once
+# (NOTE [Heavy tests split between interpreters] in tests/conftest.py), and the 80 eager programs, the same on
+# each, took 15-28 s of each one's time. Under FRAMEJIT_TEST_SHARD=i/n shard i runs programs of its own seeds
+# (rounds i, i + n, ... of one seed per family; seed n starts with family n mod count): first the fewest that
+# together hold every family of the fuzzer (greedily, ~30), then the next ones up to its share of
+# SPLIT_PROGRAMS. So every interpreter still runs every family (what capture does with each depends on its
+# bytecode), and together the shards run more distinct programs than BUDGET's 80 (36 each of 3).
+SPLIT_PROGRAMS = 108
+
+
+def eager_seeds(which: tuple[int, int] | None) -> list[int]:
+    """The eager campaign's seeds of shard `which` (index, count), or BUDGET's when the suite is not split."""
+    if which is None:
+        return list(BUDGET["eager"])
+    index, count = which
+    factories = fuzz.factories_for("eager")
+    rounds = range(index, 4 * count, count)
+    pool = {seed: set(fuzz.program_for(seed, "eager", factories).families)
+            for r in rounds for seed in range(r * len(factories), (r + 1) * len(factories))}
+    left, chosen = {fuzz.family_of(f) for f in factories}, []
+    while left:
+        seed = max(pool, key=lambda s: (len(pool[s] & left), -s))
+        assert pool[seed] & left, f"no seed of shard {index}/{count} has families {sorted(left)}"
+        chosen.append(seed)
+        left -= pool.pop(seed)
+    return sorted(chosen + list(pool)[:max(0, -(-SPLIT_PROGRAMS // count) - len(chosen))])
+
+
 @pytest.mark.parametrize("backend", sorted(BUDGET))
 def test_fuzzed_programs_match_eager(backend):
-    result = fuzz.campaign(backend, BUDGET[backend])
-    assert result.programs == len(BUDGET[backend])
+    seeds = eager_seeds(conftest.shard()) if backend == "eager" else BUDGET[backend]
+    result = fuzz.campaign(backend, seeds)
+    assert result.programs == len(seeds)
     # compiled code really ran: graphs were built for (nearly) every program, not an eager fallback
     assert result.counters["programs without a graph"] <= result.programs // 4, result.counters
     assert result.counters["graphs"] >= result.programs, result.counters
@@ -48,6 +78,12 @@ def test_budget_covers_every_enabled_family():
         seen.update(fuzz.program_for(seed, "eager", fuzz.factories_for("eager")).families)
     enabled = {fuzz.family_of(f) for f in fuzz.factories_for("eager")}
     assert enabled - seen == set()
+    for count in (2, 3):  # NOTE [Fuzzed programs split between interpreters]
+        shards = [eager_seeds((index, count)) for index in range(count)]
+        assert len(set().union(*shards)) == sum(map(len, shards)) >= SPLIT_PROGRAMS  # disjoint, more than BUDGET
+        for seeds in shards:
+            seen = set().union(*(fuzz.program_for(s, "eager", fuzz.factories_for("eager")).families for s in seeds))
+            assert enabled - seen == set()
     every = {fuzz.family_of(f) for f in fuzz.ALL_FACTORIES}
     assert {key.split("@")[0] for key in EXCLUDED} <= every, "EXCLUDED names a family the fuzzer does not have"
 
