@@ -131,7 +131,7 @@ def test_warm_process_does_not_trace_or_compile(cold, after_cold):
     {"scale": 3.0},               # a global it reads changed (guarded value)
     {"dtype": "float64"},         # input dtype
     {"options": {"allow_spinning": False}, "backend": "onnxrt"},  # another backend / options
-])
+], ids=["source", "global_value", "dtype", "onnxrt_options"])
 def test_changes_are_misses(after_cold, change):
     changed = run(*after_cold, **change)
     assert changed["traced"] >= 1
