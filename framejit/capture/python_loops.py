@@ -72,12 +72,26 @@ def iterates_rows(value: Any) -> bool:
     from .values import IteratorValue, TensorValue
     if isinstance(value, SymRangeValue):
         return True
-    if isinstance(value, CarriedIteratorValue):
-        return type(value.obj) is type(iter(()))
+    if isinstance(value, CarriedIteratorValue):  # NOTE [Loops breaking on every step]
+        return type(value.obj) in (type(iter(())), type(iter([])), list)
     if isinstance(value, IteratorValue):
         return value.owner is None and value.made_at is None and bool(value.items) and \
             all(_row_item(i) for i in value.items)
     return isinstance(value, TensorValue) and value.fake.dim() > 0
+
+
+# NOTE [Loops breaking on every step]: a per-image loop of a vision-language model (`for i in range(n):
+# out.append(helper(feats[i], sizes[i]))` with a `.tolist()` in the helper; a loop over a list of rows) breaks
+# on data in every step. Its iterator is a list (iterator) passed to the body's resume function, which read it
+# and guarded its position: one entry per loop position (2-3 per image loop, below LOOP_POSITIONS, so never
+# stepped as Python; NOTE [Loops carried across breaks]) and each again for every new size, where stock runs
+# the loop as Python. A resume function that starts inside the body and breaks on data again before it leaves
+# the loop (the next step's break, or a second one in the same step) now runs the rest of the loop as Python
+# from its resume point, as a loop over rows does: its trace stops before reading the iterator (no guard on
+# it), so one entry serves every position and length, and the body's calls are captured as their frames. A
+# break taken once (`if i == 0: n = t.item()`) does not reach this: the resume function unrolls the rest as
+# before; the owner frame still traces the first step (a loop over a constant range or list is not known to
+# break again there).
 
 
 # NOTE [Rows zipped and enumerated]: `for i, (emb, dur) in enumerate(zip(embeddings, durations))` (HF

@@ -106,3 +106,48 @@ def test_fstring_of_a_python_int_selects_modules_without_a_break():
         x = torch.randn(batch, 4)
         torch.testing.assert_close(compiled(x), model(x))
     assert backend.graph_count == 1  # the f-string of a Python int is a constant: one graph, no break
+
+
+def _crop(feat, size):
+    y = torch.sin(feat) * 2
+    h, w = size.tolist()  # breaks on data
+    return torch.cos(y[:h, :w]) + 1
+
+
+def _misses() -> int:
+    return sum(1 for frame in framejit.stats()["frames"] if frame.get("cache") == "miss")
+
+
+def test_a_loop_breaking_on_every_step_runs_as_python_from_its_second_step():
+    # NOTE [Loops breaking on every step]: a per-image loop (VLMs) over a constant range or a list: its resume
+    # function inside the body meets the break again at the next step, so the rest of the loop runs as
+    # Python with its calls captured as frames, instead of one resume entry per loop position
+    def over_range(feats, sizes):
+        out = []
+        for i in range(4):
+            out.append(_crop(feats[i], sizes[i]))
+        return out
+
+    def over_list(feats, sizes):
+        out = []
+        for row in list(feats.unbind(0)):
+            out.append(_crop(row, sizes[len(out)]))
+        return out
+
+    for fn in (over_range, over_list):
+        backend = CountingBackend()
+        compiled = framejit.compile(fn, backend=backend)
+        misses, eager_before = _misses(), eager_frames()
+        for seed in range(2):
+            torch.manual_seed(seed)
+            feats, sizes = torch.randn(4, 4, 4), torch.tensor([[3, 4], [2, 3], [3, 4], [4, 2]])
+            for got, want in zip(compiled(feats, sizes), fn(feats, sizes), strict=True):
+                torch.testing.assert_close(got, want)
+        # fn up to the first step's break: 1 (the row selects); _crop: 2 (row 0, then a row at another
+        # storage offset: symbolic layout); _crop after its break: 2 (h, w of row 0, then symbolic ints);
+        # the loop run as Python and the code after it: none
+        assert backend.graph_count == 5, (fn.__name__, [g.code for g in backend.graphs])
+        # those 5, fn's resume function inside the body once (it runs the rest of the loop) and the
+        # one after the loop once (an unrolled loop compiled the first one once per position)
+        assert _misses() - misses == 7, fn.__name__
+        assert eager_frames() == eager_before

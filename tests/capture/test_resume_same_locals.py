@@ -115,10 +115,12 @@ def test_a_batch_loop_with_an_inner_loop_after_its_break():
         return torch.randn(3, 6) + seed, torch.tensor([[2, 4], [3, 3], [1, 5]])
     graphs, eager = _check(rope_like, make)
     assert eager == 0
-    # the frame up to row 0's .tolist(), then one resume function for every row (before: two, the second
-    # taking pieces/pos/length/piece bound from row 0), traced 3 times: the rows' lengths and the loop's
-    # position are constants in its first trace, symbolic after (4 graphs before and after)
-    assert graphs == 4
+    # the frame up to row 0's .tolist() (x[0] * 2) and torch.stack after the loop. Row 0's resume function
+    # meets row 1's .tolist(), so the rest of the loop runs as Python from its resume point (NOTE [Loops
+    # breaking on every step]): one resume function for every row (before d0833af: two, the second taking
+    # pieces/pos/length/piece bound from row 0), whose pieces make no graph, as in stock. Before that rule
+    # it was traced once per loop position (3 rows: 4 graphs, one more per row up to LOOP_POSITIONS)
+    assert graphs == 2
 
 
 # ---- every loop form keeps eager's results ------------------------------------------------------------
