@@ -11,8 +11,8 @@ inside a for loop over the rows of a tensor, the break moves to the loop's GET_I
 resume point of a resume function that starts inside the body), and from there the code runs in a plain
 "tail" function (NOTE [Breaks inside try blocks] in graph_break.py) in which
 - every call inside the loop whose callable can be told from the bytecode calls `route(callable)`'s answer
-  instead (NOTE [Callees routed in loops run as Python]): a module with a forward of its own (not torch's)
-  and no hooks runs `type(m).forward` through its frame hook, a function or method outside torch and the
+  instead (NOTE [Callees routed in loops run as Python]): a module with a forward of its own or a torch.nn
+  layer (NOTE [torch.nn layers routed]) and no hooks runs `type(m).forward` through its frame hook, a function or method outside torch and the
   standard library through its hook (Hooks.call_through_hook), so those callees are captured as frames,
   as stock captures them;
 - the loop's exit edge goes to a trampoline that calls the hooked resume function after the loop, so the
@@ -621,12 +621,32 @@ def _runtime() -> list:
     return _RUNTIME
 
 
+# NOTE [torch.nn layers routed]: a torch.nn layer called in a loop or comprehension run as Python
+# (`sum(lin(x[i]) for i in range(x.size(0)))` with lin an nn.Linear or nn.Sequential, a per-row
+# TransformerEncoderLayer) ran as it is: its forward is torch's code, which `_skipped` leaves to eager, so
+# the body was never captured (0 graphs) although the same layer is traced fine from a traced frame. A
+# module whose forward is in torch/nn/modules/ (not Module's own unimplemented one) is routed as a user
+# module is: its forward through its frame hook, under the same checks (no instance or global hooks, no
+# forward in the instance's dict, `__call__` not overridden); the frame's guards are the hook's as for any
+# module. Other torch modules (torch.ao, DDP, ...) are still called as they are.
+def _torch_layer(forward: types.FunctionType) -> bool:
+    """`forward` is a torch.nn layer's own (NOTE above)."""
+    if not _LAYERS:
+        import os
+        import torch
+        _LAYERS.extend((os.path.join(os.path.dirname(torch.__file__), "nn", "modules", ""), torch.nn.Module.forward))
+    return forward is not _LAYERS[1] and forward.__code__.co_filename.startswith(_LAYERS[0])
+
+
+_LAYERS: list = []  # torch/nn/modules/, Module.forward (read on every routed call: imported once)
+
+
 def _module_target(hooks, module) -> Any:
     module_call, hook_globals, global_dicts, reads_frames_below = _runtime()
     cls = type(module)
     forward = getattr(cls, "forward", None)
     if cls.__call__ is not module_call or not isinstance(forward, types.FunctionType) \
-            or _skipped(forward.__code__) or "forward" in module.__dict__:
+            or _skipped(forward.__code__) and not _torch_layer(forward) or "forward" in module.__dict__:
         return None
     if reads_frames_below(forward):  # NOTE [Callees of frames run eagerly]
         return None

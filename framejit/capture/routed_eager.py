@@ -9,7 +9,8 @@ still compiles the frames its calls enter, captures each decoding step's forward
 copy of its code whose calls are routed as in a loop run as Python (NOTE [Callees routed in loops run as
 Python] in python_loops.py): each callable that can be traced back in the bytecode is replaced, right after
 it is loaded, by `route(callable)`'s answer, which calls a user or library function through its frame hook,
-a module with a forward of its own and no hooks through its forward's hook, and leaves everything else
+a module with a forward of its own (or a torch.nn layer's: NOTE [torch.nn layers routed]) and no hooks
+through its forward's hook, and leaves everything else
 (torch and the standard library, builtins, callees that name their caller, generator functions,
 framejit.disable'd functions) to be called as it is. The copy has the same locals, line numbers, exception
 table and closure, so what the frame itself computes and observes is eager's; only its callees' frames are

@@ -232,6 +232,13 @@ def _function_in_body(x):
     return tuple(_row(x[i], k=i) for i in range(x.size(0)))
 
 
+_TORCH_LAYERS = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+
+
+def _torch_layers_in_body(x):  # NOTE [torch.nn layers routed]: torch's own forward, routed too
+    return sum(_TORCH_LAYERS(x[i]) for i in range(x.size(0)))
+
+
 def _function_in_nested(x):  # the inner generator expression's function is made in the outer's body
     return sum(sum(_row(x[i]) for _ in range(2)) for i in range(x.size(0)))
 
@@ -241,8 +248,9 @@ def _function_in_listcomp(x):  # 3.11: the comprehension's own function; 3.12+: 
 
 
 @pytest.mark.parametrize("fn, callee", [(_module_in_body, "_Layer.forward"), (_function_in_body, "_row"),
-                                        (_function_in_nested, "_row"), (_function_in_listcomp, "_row")],
-                         ids=["module", "function", "nested", "listcomp"])
+                                        (_function_in_nested, "_row"), (_function_in_listcomp, "_row"),
+                                        (_torch_layers_in_body, "Sequential.forward")],
+                         ids=["module", "function", "nested", "listcomp", "torch_layers"])
 def test_calls_in_the_body_are_captured_as_frames(fn, callee):
     # NOTE [Comprehension bodies routed]: the body's callees are traced (once, plus once when the row's
     # storage offset first changes), the owner once; before, the callee ran eagerly on every call

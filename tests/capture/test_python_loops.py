@@ -151,3 +151,39 @@ def test_a_loop_breaking_on_every_step_runs_as_python_from_its_second_step():
         # one after the loop once (an unrolled loop compiled the first one once per position)
         assert _misses() - misses == 7, fn.__name__
         assert eager_frames() == eager_before
+
+
+def test_torch_layers_in_a_loop_run_as_python_are_captured_unless_hooked():
+    # NOTE [torch.nn layers routed]: nn.Linear called in a loop over rows that breaks on data: its forward is
+    # captured as a frame (it ran uncaptured: torch's code); with a forward hook it is called as it is
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+
+    def f(x):
+        out = []
+        for r in x:
+            k = int(r.abs().sum().item()) % 3
+            out.append(lin(r) * k)
+        return torch.cat(out)
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    eager_before = eager_frames()
+    for n in (3, 3, 4):
+        x = torch.randn(n, 2, 4)
+        torch.testing.assert_close(compiled(x), f(x))
+    linear_graphs = [g for g in backend.graphs if any("linear" in str(n.target) for n in g.graph.nodes)]
+    # Linear.forward: row 0, then a symbolic layout (row 1) serving every row; the loop over rows runs as
+    # Python from its first step, so no other graph holds the linear
+    assert len(linear_graphs) == 2, [g.code for g in backend.graphs]
+    handle = lin.register_forward_hook(lambda m, a, o: o * 2)
+    try:
+        count = backend.graph_count
+        x = torch.randn(3, 2, 4)
+        torch.testing.assert_close(compiled(x), f(x))
+    finally:
+        handle.remove()
+    x = torch.randn(5, 2, 4)
+    torch.testing.assert_close(compiled(x), f(x))
+    assert backend.graph_count == count  # hooked: called as it is; unhooked again: its entries serve it
+    assert eager_frames() == eager_before
