@@ -164,7 +164,10 @@ SPLIT_PATHS = ("tests/models/", "tests/backends/", "tests/distributed/", "tests/
                "tests/cache/test_frame_cache.py::test_changes_are_misses[onnxrt_options]",
                "tests/test_shards.py::test_real_collection_splits",
                # an onnxrt program's input versions, cold and warm (two processes with onnx and onnxscript)
-               "tests/soundness/test_redteam7.py::test_written_input_versions_from_a_warm_cache")
+               "tests/soundness/test_redteam7.py::test_written_input_versions_from_a_warm_cache",
+               # `framejit warm` in a new interpreter (the command's plumbing: the script's argv, exit status,
+               # the cache turned on, the summary), every test whose name starts so
+               "tests/test_cli.py::test_subprocess_warm_")
 NOT_SPLIT = ("tests/backends/test_triton_sm90.py",
              # resume functions, comprehension frames and generated guards written by one process and run by
              # another, on each interpreter's own bytecode

@@ -48,7 +48,7 @@ from .sources import (AttrSource, CallSource, ClosureSource, DictSlotSource, Glo
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
                      Value)
 
-FORMAT = 13  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
+FORMAT = 14  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup facts guarded (NOTE [Lookup facts]);
 # 4: library class attributes guarded, guards ordered so that none runs user code (NOTE [Guards run no user code]);
 # 5: inlined code objects, MROs and ABC answers guarded (NOTE [Code replaced], [MRO guarded], [ABC answers]);
 # 6: raw attribute sources (NOTE [Raw attribute reads]), version counts of written inputs (NOTE [Version counts
@@ -57,7 +57,7 @@ FORMAT = 13  # 2: graphs saved node by node (NOTE [Persisted graphs]); 3: lookup
 # (NOTE [Persisted custom Function calls] in function_regions.py); 10: cells and functions by their path through
 # closures (NOTE [Closure cells by path] in locators.py); 11: the break record (Persisted.graph_break); 12: its
 # frames' places in the code (NOTE [Break locations from the live code] in break_locations.py); 13: items keyed
-# by a source (NOTE [Keys by their source] in sources.py) and call sources
+# by a source (NOTE [Keys by their source] in sources.py) and call sources; 14: effect nodes (NOTE [Persisted graphs])
 
 
 # ---- sources and values -----------------------------------------------------------------------------
@@ -389,15 +389,16 @@ def _function_locator(f: types.FunctionType, fn: types.FunctionType) -> tuple:
 # NOTE [Persisted graphs]: a GraphModule's own pickling saves its generated code and rebuilds the graph
 # by symbolically tracing that code, which *runs* calls whose arguments are all constants instead of
 # recording them: grad-mode and autocast nodes (`torch._C._set_grad_enabled(False)`) would vanish, and
-# the loaded graph would compute under the wrong state. So the graph is saved node by node.
+# the loaded graph would compute under the wrong state. So the graph is saved node by node, with the marks a
+# backend reads (`effect`: a persisted joint's key hashes it, NOTE [What a joint depends on] in joint_cache.py).
 @dataclasses.dataclass(frozen=True)
 class _NodeRef:
     index: int
 
 
 def dump_graph(gm: torch.fx.GraphModule) -> bytes:
-    """Every node of `gm` as (op, name, target, args, kwargs, dynamic float input), node arguments as
-    _NodeRef."""
+    """Every node of `gm` as (op, name, target, args, kwargs, (dynamic float input, effect)), node arguments
+    as _NodeRef."""
     index: dict[torch.fx.Node, int] = {}
     nodes = []
     from .higher_order import _Checkpointed as Checkpointed
@@ -410,7 +411,8 @@ def dump_graph(gm: torch.fx.GraphModule) -> bytes:
         index[node] = len(nodes)
         args = torch.fx.node.map_arg(node.args, lambda n: _NodeRef(index[n]))
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _NodeRef(index[n]))
-        nodes.append((node.op, node.name, target, args, kwargs, bool(node.meta.get("dynamic_float"))))
+        nodes.append((node.op, node.name, target, args, kwargs, (bool(node.meta.get("dynamic_float")),
+                                                                 bool(node.meta.get("effect")))))
     buffer = io.BytesIO()
     try:
         _GraphPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(nodes)
@@ -555,7 +557,7 @@ def load_graph(data: bytes) -> torch.fx.GraphModule:
     graph = new_graph()
     made: list[torch.fx.Node] = []
     root = torch.nn.Module()
-    for op, name, target, args, kwargs, dynamic_float in pickle.loads(data):
+    for op, name, target, args, kwargs, (dynamic_float, effect) in pickle.loads(data):
         args, kwargs = torch.fx.node.map_aggregate((args, kwargs), lambda a: made[a.index] if isinstance(a, _NodeRef) else a)
         if op == "call_module":  # NOTE [Persisted checkpointed regions]
             target, module = target
@@ -564,8 +566,7 @@ def load_graph(data: bytes) -> torch.fx.GraphModule:
             node = graph.output(args[0])
         else:
             node = graph.create_node(op, target, args, kwargs, name=name)
-        if dynamic_float:
-            node.meta["dynamic_float"] = True
+        node.meta.update({key: True for key, on in (("dynamic_float", dynamic_float), ("effect", effect)) if on})
         made.append(node)
     return torch.fx.GraphModule(root, graph)
 

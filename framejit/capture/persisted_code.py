@@ -68,12 +68,13 @@ class Recorder:
     def resume(self, code, index, layout, names, hooked=True, successors=(), python_loop=None, cells=()):
         # NOTE [Persisted loops run as Python]: the tail function of a loop run as Python is described by
         # its loop (FOR_ITER index, the hooked resume function after the loop, that one's stack layout);
-        # the hook after the loop was made through this recorder too, so it is found by identity
+        # the hook after the loop was made through this recorder too, so it is found by identity; its live
+        # names, where they are not the tail's (an inlined comprehension's result, 3.12+), are described too
         loop = None
         if python_loop:
             loop_index, after_hook, after_layout = python_loop
             after = self.made.get(id(after_hook))
-            loop = (loop_index, after, after_layout) if after and after[0] == "resume" else False
+            loop = (loop_index, after, after_layout, after_hook) if after and after[0] == "resume" else False
         # NOTE [Persisted cells passed on]: the names of the locals passed as cells (NOTE [Cells passed to
         # resume functions] in resume.py) are described with the live names, as (names, cells)
         return self._note(self.hooks.resume(code, index, layout, names, hooked, successors, python_loop, cells),
@@ -114,14 +115,16 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
                 raise NotPersistable("the loop run as Python resumes in a function made elsewhere")
             tail = _describe_successors(recorder, code, names, successors) if successors else None
             if loop is not None:  # NOTE [Persisted loops run as Python]
-                loop_index, after, after_layout = loop
+                loop_index, after, after_layout, after_hook = loop
                 _, after_code, exit_index, _, after_names, after_hooked, _, _ = after
-                if after_code is not code or after_names != names or not after_hooked:
+                if after_code is not code or not after_hooked:
                     raise NotPersistable("the loop run as Python resumes in another function after it")
-                loop = (loop_index, exit_index, after_layout)
+                # the function after an inlined comprehension (3.12+) takes its result as a local too
+                loop = (loop_index, exit_index, after_layout, _dynamic_state(after_hook)) + \
+                    ((after_names,) if after_names != names else ())
             if tail is not None:  # NOTE [Persisted try-block successors]
                 loop = None
-            extra = (None, tail) if tail is not None else (loop,) if loop else ()
+            extra = (loop or None, tail, _dynamic_state(value))  # NOTE [Persisted dynamic state of resume hooks]
             if code is fn.__code__:
                 return ("resume", index, layout, names, hooked) + extra
             # a break inside a resume function resumes in the original function's code: found by name, and
@@ -155,7 +158,7 @@ def _describe_successors(recorder: Recorder, code: types.CodeType, names: tuple,
         if made is None or made[0] != "resume" or made[1] is not code or made[4] != names or not made[5] \
                 or made[6] or made[7] is not None or made[3] != after:
             raise NotPersistable("the break has try-block successors that are no resume functions of its code")
-        described.append((edge, made[2], after))
+        described.append((edge, made[2], after, _dynamic_state(hook)))
     return tuple(described)
 
 
@@ -235,22 +238,61 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
     return cg
 
 
+# NOTE [Persisted dynamic state of resume hooks]: a break hands the resume function's hook what is dynamic
+# there from its first trace (NOTE [Dynamic ints formatted into strings], NOTE [Symbols carried into resume
+# functions], NOTE [Loops over sequences of changing length]: `d` of `d = {i: x[i] for i in ...}` is opaque, so
+# a loop over it runs as Python). That happens while the breaking frame is traced: in a warm process whose
+# breaking frame is loaded from the frame cache, a resume function that is not served from the cache (an entry
+# kept in memory only, a new size) was traced with nothing marked: the loop over the dict was unrolled per
+# size, or stepped into the dict's mutation (8 eager frames, review revX F3). The hook's marks (dynamic ints,
+# floats, dims) are persisted with the code that calls it and given back to the hook when that code is loaded.
+# They only make values symbolic or opaque, each still guarded by type or relation, so they are never unsound.
+def _dynamic_state(hook: Any) -> tuple | None:
+    state = tuple(getattr(hook, name, None) for name in ("dynamic_ints", "dynamic_floats", "dynamic_dims"))
+    if None in state or not any(state):
+        return None
+    ints, floats, dims = state
+    return (frozenset(ints), frozenset(floats), {source: frozenset(d) for source, d in dims.items()})
+
+
+def _restore_dynamic_state(hook: Any, state: tuple | None) -> Any:
+    if state is not None and hasattr(hook, "dynamic_dims"):
+        ints, floats, dims = state
+        hook.dynamic_ints = hook.dynamic_ints | (ints - hook.__dict__.get("never_opaque", frozenset()))
+        hook.dynamic_floats = hook.dynamic_floats | floats
+        merged = dict(hook.dynamic_dims)
+        for source, d in dims.items():
+            merged[source] = merged.get(source, frozenset()) | d
+        hook.dynamic_dims = merged
+    return hook
+
+
 def _load_resume(hooks, fn: types.FunctionType, code: types.CodeType, index: int, layout: tuple, names: tuple,
-                 hooked: bool, loop: tuple | None = None, tail: tuple | None = None):
+                 hooked: bool, loop: tuple | None = None, tail: tuple | None = None, state: tuple | None = None):
     """The resume (or tail) function described by `_describe` (NOTE [Persisted loops run as Python], NOTE
-    [Persisted try-block successors]): the hooked resume functions a tail trampolines into, or the one after
-    a loop run as Python, are made first, as BreakCodegen made them."""
+    [Persisted try-block successors]), with its hook's dynamic `state` (NOTE [Persisted dynamic state of resume
+    hooks]): the hooked resume functions a tail trampolines into, or the one after a loop run as Python, are
+    made first, as BreakCodegen made them."""
+    return _restore_dynamic_state(_made_resume(hooks, fn, code, index, layout, names, hooked, loop, tail), state)
+
+
+def _made_resume(hooks, fn, code, index, layout, names, hooked, loop, tail):
     cells: tuple = ()
     if names and type(names[0]) is tuple:  # NOTE [Persisted cells passed on]
         names, cells = names
     if tail is not None:
-        successors = tuple((edge, hooks.resume(code, at, after, names, fn, cells=cells), after)
-                           for edge, at, after in tail)
+        successors = tuple((edge, _restore_dynamic_state(hooks.resume(code, at, after, names, fn, cells=cells),
+                                                         state[0] if state else None), after)
+                           for edge, at, after, *state in tail)
         return hooks.resume(code, index, layout, names, fn, hooked, successors, cells=cells)
     if loop is None:
         return hooks.resume(code, index, layout, names, fn, hooked, (), cells=cells)
-    loop_index, exit_index, after_layout = loop
-    after = hooks.resume(code, exit_index, after_layout, names, fn, cells=cells)
+    loop_index, exit_index, after_layout, *rest = loop
+    after_names, after_cells = names, cells
+    if len(rest) > 1:  # NOTE [Persisted loops run as Python]: other live names after the loop
+        after_names, after_cells = rest[1] if rest[1] and type(rest[1][0]) is tuple else (rest[1], ())
+    after = _restore_dynamic_state(hooks.resume(code, exit_index, after_layout, after_names, fn, cells=after_cells),
+                                   rest[0] if rest else None)
     return hooks.resume(code, index, layout, names, fn, hooked, (), (loop_index, after, after_layout), cells=cells)
 
 

@@ -79,6 +79,39 @@ def test_a_later_joint_loads_the_persisted_halves_and_trains_as_eager(cache_on, 
     assert joint.STATS["loaded"] - before.get("loaded", 0) == 0
 
 
+
+def _write_under_no_grad(a, b, d):
+    y = (d * 3).sum()
+    with torch.no_grad():  # grad-mode nodes: kept for their effect, which the loaded frame's graph must keep too
+        b.mul_(0.5)
+        d.add_(1.0)
+    return y + (a * 2).sum()
+
+
+def test_a_joint_whose_graph_switches_grad_mode_loads_after_the_frame_loads(cache_on):
+    """The frame cache kept no `effect` mark on the grad-mode nodes of a loaded graph, so the joint's key (which
+    hashes the graph) differed from the one stored: every process traced and stored the joint again."""
+    def run(fn, params):
+        losses = []
+        for _ in range(2):
+            loss = fn(*params)
+            loss.backward()
+            losses.append(loss.detach())
+        return losses, [p.grad for p in params], [p.detach() for p in params]
+
+    def fresh():
+        torch.manual_seed(0)
+        return [torch.randn(3).requires_grad_() for _ in range(3)]
+
+    want = run(_write_under_no_grad, fresh())
+    for expect in ({"traced": 1, "loaded": 0}, {"traced": 0, "loaded": 1}):  # cold, then warm after a reset
+        framejit.reset()
+        before, traced = dict(joint.STATS), framejit.stats()["frames_traced"]
+        got = run(framejit.compile(_write_under_no_grad, backend="onnxrt"), fresh())
+        torch.testing.assert_close(got, want)
+        assert {k: joint.STATS[k] - before.get(k, 0) for k in expect} == expect
+    assert framejit.stats()["frames_traced"] == traced  # the warm frame came from the store
+
 def test_the_key_names_what_the_joint_depends_on():
     from framejit.backends import joint_cache
 
