@@ -167,7 +167,13 @@ SPLIT_PATHS = ("tests/models/", "tests/backends/", "tests/distributed/", "tests/
                "tests/soundness/test_redteam7.py::test_written_input_versions_from_a_warm_cache",
                # `framejit warm` in a new interpreter (the command's plumbing: the script's argv, exit status,
                # the cache turned on, the summary), every test whose name starts so
-               "tests/test_cli.py::test_subprocess_warm_")
+               "tests/test_cli.py::test_subprocess_warm_",
+               # the fuzzer's checks of itself (planted bugs: a 'compiler' without guards or without side
+               # effects, a perturbing backend; a shrunk reproducer run as a script in a new interpreter): what
+               # they test is the fuzzer's detection and shrinking; the campaigns of test_fuzzed_programs_match_eager
+               # run on every interpreter (NOTE [Fuzzed programs split between interpreters])
+               "tests/soundness/test_fuzz.py::test_catches_",
+               "tests/soundness/test_fuzz.py::test_a_shrunk_reproducer_runs_standalone")
 NOT_SPLIT = ("tests/backends/test_triton_sm90.py",
              # resume functions, comprehension frames and generated guards written by one process and run by
              # another, on each interpreter's own bytecode
