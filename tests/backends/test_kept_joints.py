@@ -296,3 +296,124 @@ def test_a_graph_drawing_random_numbers_through_a_functional_keeps_eagers_draws(
             results.append((out.detach(), w.grad, torch.rand(2)))
         for got, want in zip(results[1], results[0]):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---- NOTE [Joints kept across a backward break] ----------------------------------------------------------------
+def _backward_steps(fn, make, calls, *, zero: bool = True) -> list:
+    """Each call on fresh inputs: what it returned (or raised) and the parameters' gradients after it."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 2))
+    step, seen = fn if make is None else make(model), []
+    for k, kwargs in enumerate(calls):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(k))
+        try:
+            out = step(x, **kwargs)
+        except RuntimeError as e:
+            out = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        seen.append((out, [None if p.grad is None else p.grad.clone() for p in model.parameters()], list(LOG)))
+        LOG.clear()
+        if zero:
+            model.zero_grad()
+    return seen
+
+
+def _micro_step(model, compile_with=None):
+    def micro(x, observe=False, use_function=False):
+        logits = model(x)
+        loss = logits.square().mean() / 3
+        if use_function:
+            torch.autograd.backward(loss)
+        else:
+            loss.backward()
+        if observe:  # what the joint's results would show: eager's node, and a second backward that raises
+            LOG.append(type(loss.grad_fn).__name__)
+            loss.backward()
+        return loss.detach(), (logits.argmax(-1) == 1).sum()
+    return micro if compile_with is None else framejit.compile(micro, backend=compile_with)
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_a_step_that_calls_backward_runs_the_joints_forward_and_backward(backend):
+    """`loss.backward()` inside the compiled step, gradients accumulated over the calls (no zero_grad): the graph
+    before the break runs the joint from the second call on, once the resume function is known to hand its
+    arguments only to graphs or return them detached; before, it always ran as its own code."""
+    own_code, recording = framejit.stats()["graphs_own_code"], _Recording(backend)
+    calls = [{}, {}, {}, {"use_function": True}, {"use_function": True}]
+    want = _backward_steps(None, _micro_step, calls, zero=False)
+    got = _backward_steps(None, lambda m: _micro_step(m, recording), calls, zero=False)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert framejit.stats()["graphs_own_code"] == own_code
+    assert sum(recording.runs("backward")) == 3  # the first call of each entry ran the graph's own code
+
+
+def test_a_resume_function_that_observes_the_backwarded_results_gets_eagers(capsys):
+    """A call whose resume function reads the result's node and backwards it again (eager raises: its graph was
+    freed) gets the graph's own results, released as eager's backward released its: same name, same error, no
+    gradient accumulated twice; the calls that do not observe keep the joint, and the fallback is counted."""
+    from framejit.capture import kept_joints
+    own_code, recording = framejit.stats()["graphs_own_code"], _Recording("onnxrt")
+    calls = [{}, {}, {"observe": True}, {}, {}, {"observe": True}]
+    want = _backward_steps(None, _micro_step, calls)
+    got = _backward_steps(None, lambda m: _micro_step(m, recording), calls)
+    assert [w[0] for w in want if isinstance(w[0], str)] == [g[0] for g in got if isinstance(g[0], str)] != []
+    assert [g[2] for g in got] == [w[2] for w in want]  # the node's name each observing call logged
+    torch.testing.assert_close([g[1] for g in got], [w[1] for w in want], rtol=1e-4, atol=1e-5)
+    assert framejit.stats()["graphs_own_code"] == own_code + 1
+    assert sum(recording.runs("backward")) == 4  # calls 2, 3, 5, 6 ran the joint (3 and 6 then fell back)
+    assert kept_joints._MAX_RECOMPUTES > 2
+
+
+def _backward_with(x, w, how):
+    loss = (x * w).sin().sum()
+    if how == "retain":
+        loss.backward(retain_graph=True)
+        loss.backward()
+    elif how == "create":
+        loss.backward(create_graph=True)
+        return (w.grad.square().sum() + loss).detach()
+    else:  # nothing saved for the backward in eager: a second backward accumulates again
+        loss = (w + 2).sum() + x.sum()
+        loss.backward()
+        loss.backward()
+    return loss.detach()
+
+
+def test_backward_breaks_with_retained_or_created_graphs_keep_eagers_autograd():
+    """retain_graph and create_graph are never run through the joint (its donated buffers raise); the results
+    and gradients are eager's."""
+    compiled = framejit.compile(_backward_with, backend="onnxrt")
+    own_code = framejit.stats()["graphs_own_code"]
+    for how in ("retain", "create", "plain"):
+        for seed in range(2):
+            results = []
+            for run in (_backward_with, compiled):
+                gen = torch.Generator().manual_seed(seed)
+                x, w = torch.randn(5, generator=gen), torch.randn(5, generator=gen).requires_grad_()
+                results.append((run(x, w, how), w.grad))
+            torch.testing.assert_close(results[1], results[0])
+    assert framejit.stats()["graphs_own_code"] > own_code  # the retain and create graphs, counted
+
+
+def _checked_step(model):
+    def step(x, observe=False):
+        loss = model(x).square().mean()
+        if not torch.isfinite(loss):  # a truth-test break before the backward break: a chain
+            return None
+        (loss * 2).backward()
+        if observe:
+            LOG.append(type(loss.grad_fn).__name__)
+            loss.backward()  # eager raises: the backward above freed loss's graph
+        return loss.detach()
+    return step
+
+
+def test_a_backward_break_after_a_truth_test_never_consumes_the_earlier_joint():
+    """The frame after the truth test breaks at the backward: it must not settle (its backward would consume the
+    earlier graph's joint, and a swap for the observing call would then recompute a fresh graph that a second
+    backward runs through without the error eager raises)."""
+    calls = [{}, {}, {"observe": True}, {}, {"observe": True}]
+    want = _backward_steps(None, _checked_step, calls)
+    got = _backward_steps(None, lambda m: framejit.compile(_checked_step(m), backend="onnxrt"), calls)
+    assert [g[0] for g in got if isinstance(g[0], str)] == [w[0] for w in want if isinstance(w[0], str)] != []
+    assert [g[2] for g in got] == [w[2] for w in want]
+    torch.testing.assert_close([g[1] for g in got], [w[1] for w in want], rtol=1e-4, atol=1e-5)
