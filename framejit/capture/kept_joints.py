@@ -70,8 +70,9 @@ next `torch.rand` after a step repeated numbers eager had already used (review r
 draws repeat the joint's, and the generators stay where the program's draws left them.
 
 NOTE [Joints kept across a backward break]: the most common training frame calls `loss.backward()` (or
-`torch.autograd.backward(loss)`, no other argument: retain_graph and create_graph would meet the joint's donated
-buffers) on a result of its graph, then steps or returns `loss.detach()`. The break instruction reaches the
+`torch.autograd.backward(loss)`, or `torch.autograd.grad(loss, inputs)` where every input is one the graph takes
+in; no other argument: retain_graph and create_graph would meet the joint's donated buffers) on a result of its
+graph, then steps or returns `loss.detach()`. The break instruction reaches the
 result and consumes its graph, so the recomputation above comes too late: once the joint's backward ran, the own
 code's graph would be a fresh one a second backward could run again (eager raises), and the gradients are
 already in `.grad`. So the decision is made the call before (`Speculated.trusted`): a graph whose break
@@ -89,10 +90,10 @@ where nothing was saved); the resume function gets those, the graph is trusted n
 finds a clean entry again, and after `_MAX_RECOMPUTES` such calls it runs as its own code for good. Inside a
 settled chain (NOTE [Joints kept across several breaks]) it runs as its own code, and a frame that breaks there
 does not settle (`break_entry_settles`): the backward would consume the earlier graphs' joints, and a later swap
-would recompute them as fresh graphs a second backward could run again (/tmp/hbw/adv2.py). Gradients and their accumulation into `.grad` are
-eager's either way; parameter hooks run in the joint's order (as for any joint: one node hands out all the
-inputs' gradients). A warm process's loaded entry has no `consumed_clean` (not persisted): the graph runs as its
-own code there.
+would recompute them as fresh graphs a second backward could run again (/tmp/hbw/adv2.py). Gradients and their
+accumulation into `.grad` are eager's either way; parameter hooks run in the joint's order (as for any joint: one
+node hands out all the inputs' gradients). A warm process's loaded entry has no `consumed_clean` (not
+persisted): the graph runs as its own code there.
 
 NOTE [Clean entries of a warm process]: whether an entry passes its arguments only to graphs is decided by its
 trace; a persisted entry carries it (`Persisted.clean`) and a warm process's loaded entry gets it back
@@ -155,6 +156,9 @@ def _backward_of_result(inst, gen, outputs: list) -> tuple:
         tensor = callee.tensor
     elif isinstance(callee, BuiltinValue) and callee.obj is torch.autograd.backward and len(args) == 1:
         tensor = args[0]
+    elif isinstance(callee, BuiltinValue) and callee.obj is torch.autograd.grad and len(args) == 2 and \
+            _graph_inputs(args[1]):
+        tensor = args[0]
     else:
         return None, None
     if not isinstance(tensor, TensorValue) or tensor.source is not None or not tensor.fake.requires_grad or \
@@ -178,6 +182,15 @@ def _draw_devices(output) -> tuple | None:
                 return None
             devices.update(str(torch.device(d.type, d.index or 0)) for d in found)
     return tuple(sorted(devices))
+
+
+def _graph_inputs(value) -> bool:
+    """`inputs` of `torch.autograd.grad` are tensors the graph takes in (their gradients through the joint are
+    eager's; a result's would miss its uses inside the graph, NOTE [Autograd state observed after a break])."""
+    from .values import SequenceValue
+    items = [value] if isinstance(value, TensorValue) else value.items if isinstance(value, SequenceValue) and \
+        value.cls in (list, tuple) else None
+    return bool(items) and all(isinstance(v, TensorValue) and v.node.op == "placeholder" for v in items)
 
 
 def _plain_instruction(inst, gen) -> bool:

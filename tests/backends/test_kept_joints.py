@@ -318,9 +318,12 @@ def _backward_steps(fn, make, calls, *, zero: bool = True) -> list:
 
 
 def _micro_step(model, compile_with=None):
-    def micro(x, observe=False, use_function=False):
+    def micro(x, observe=False, use_function=False, use_grad=False):
         logits = model(x)
         loss = logits.square().mean() / 3
+        if use_grad:  # gradients of the graph's inputs only: returned, not accumulated
+            grads = torch.autograd.grad(loss, list(model.parameters()))
+            return loss.detach(), grads
         if use_function:
             torch.autograd.backward(loss)
         else:
@@ -334,16 +337,17 @@ def _micro_step(model, compile_with=None):
 
 @pytest.mark.parametrize("backend", ["onnxrt", "triton"])
 def test_a_step_that_calls_backward_runs_the_joints_forward_and_backward(backend):
-    """`loss.backward()` inside the compiled step, gradients accumulated over the calls (no zero_grad): the graph
-    before the break runs the joint from the second call on, once the resume function is known to hand its
-    arguments only to graphs or return them detached; before, it always ran as its own code."""
+    """`loss.backward()` (`torch.autograd.backward`, `torch.autograd.grad` of the parameters) inside the compiled
+    step, gradients accumulated over the calls (no zero_grad): the graph before the break runs the joint from the
+    second call of each entry on, once the resume function is known to hand its arguments only to graphs or
+    return them detached; before, it always ran as its own code."""
     own_code, recording = framejit.stats()["graphs_own_code"], _Recording(backend)
-    calls = [{}, {}, {}, {"use_function": True}, {"use_function": True}]
+    calls = [{}, {}, {}, {"use_function": True}, {"use_function": True}, {"use_grad": True}, {"use_grad": True}]
     want = _backward_steps(None, _micro_step, calls, zero=False)
     got = _backward_steps(None, lambda m: _micro_step(m, recording), calls, zero=False)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert framejit.stats()["graphs_own_code"] == own_code
-    assert sum(recording.runs("backward")) == 3  # the first call of each entry ran the graph's own code
+    assert sum(recording.runs("backward")) == 4  # the first call of each entry ran the graph's own code
 
 
 def test_a_resume_function_that_observes_the_backwarded_results_gets_eagers(capsys):
