@@ -106,6 +106,18 @@ def loop_marker(source: Source) -> str:
     return "steps of " + position_source(source).describe()
 
 
+# NOTE [Iterators over sequences of changing length]: `for k in reversed(d)`, `it = iter(d); for k in it`,
+# `for j, k in enumerate(d)`, `for t in reversed(l)` over a dict or list of changing size (opaque: NOTE
+# [Loops over sequences of changing length] in python_loops.py): the call making the iterator reads the
+# opaque container, so it broke and ran as Python, and the resume function after it took the iterator as a
+# plain iterator argument, stepped in Python one step at a time (NOTE [Iterators stepped as Python]) with
+# the body as a resume function that specialised each key: 16 traces, then the recompile limit (review revX
+# F7). An iterator made from an opaque operand at a break is marked dynamic in the next resume function
+# (`inherit_dynamic_results`), like `d.items()`; such an iterator of a builtin container (its own, reversed,
+# enumerate, zip of them) is wrapped as an opaque sequence there (values/builder.py `_OPAQUE_CONTAINERS`,
+# guarded by type), not as a carried iterator: a for loop over it runs as Python as over the container, and
+# any other use of it (`next(it)`, `list(it)`) breaks and runs in Python. Python steps it, so it raises when
+# its container changed size, as eager does.
 def carried_argument(tx, inst) -> CarriedIteratorValue | None:
     """The value of LOAD_FAST `inst` when it loads a resume function's loop iterator in its prologue (a
     stack argument not read yet, iterated by the next instruction), else None."""
@@ -119,6 +131,8 @@ def carried_argument(tx, inst) -> CarriedIteratorValue | None:
     insts = tx.program.insts
     if tx.pc >= len(insts):
         return None
+    if insts[tx.pc].name == "GET_ITER" and LocalSource(name).describe() in (tx.output.dynamic_ints or ()):
+        return None  # NOTE [Iterators over sequences of changing length]: wrapped as an opaque sequence
     if insts[tx.pc].name != "GET_ITER":
         if not _stepped_next(insts, tx.pc, lazy.obj):
             return None
@@ -297,7 +311,8 @@ def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
     """A break at `inst`, which read `operands` and leaves its result at stack slot `slot` of the resume
     function `body` (a FrameHook): a result made from a dynamic value is dynamic there from its first trace
     (NOTE [Dynamic ints formatted into strings])."""
-    if not hasattr(body, "dynamic_ints") or not any(
+    if not hasattr(body, "dynamic_ints") or inst.name == "GET_ITER" or not any(  # a loop's own iterator: NOTE
+            # [Loops carried across breaks] (NOTE [Iterators over sequences of changing length])
             type(v) in (OpaqueStringValue, OpaqueSequenceValue) or _iteration_method(v) or _dynamic_scalar(v)
             for v in operands):
         return

@@ -305,6 +305,52 @@ def test_a_loop_over_a_result_of_changing_size_runs_as_python(fn):
     assert all(n <= 3 for name, n in traces.items() if name != fn.__name__), traces
 
 
+def _reversed_mutated(x):
+    d = {i: x[i] for i in range(x.size(0))}
+    out = x.sum()
+    for k in reversed(d):
+        if k == 5:
+            d[50] = out  # eager raises RuntimeError at the next step
+        out = out * 0.5 + d[k].sum()
+    return out
+
+
+def _iter_next_rest(x):
+    d = {i: x[i] for i in range(x.size(0))}
+    it = iter(d)
+    first = next(it, None)
+    out = x.sum()
+    for k in it:
+        if k == 3:
+            break
+        out = out + d[k].sum() * k
+    return out, first, list(it)
+
+
+def _enumerate_reversed_list(x):
+    rows = [x[i] for i in range(x.size(0))]
+    out = x.sum()
+    for j, t in enumerate(reversed(rows)):
+        LOG.append(j)
+        if j == 4:
+            break
+        out = out + t.sum() * j
+    else:
+        out = out * 2
+    return out
+
+
+@pytest.mark.parametrize("fn", [_reversed_mutated, _iter_next_rest, _enumerate_reversed_list],
+                         ids=["reversed", "iter_next", "enumerate_reversed"])
+def test_a_loop_over_an_iterator_of_changing_length_runs_as_python(fn):
+    # NOTE [Iterators over sequences of changing length]: the iterator was stepped in Python with the body as
+    # a resume function that specialised each key (16 traces, then the recompile limit and an eager frame)
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, True, [3, 6, 0, 1, 7, 2])
+    assert max(traces.values()) <= 3, traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
 _W = torch.nn.Parameter(torch.ones(3))
 
 

@@ -41,7 +41,8 @@ _ID_CONSTANTS = (torch.dtype, torch.layout, torch.memory_format, type(Ellipsis),
                  types.GetSetDescriptorType, types.MemberDescriptorType,  # C-level descriptors (a class __dict__)
                  torch.nn.attention.SDPBackend)  # NOTE [SDPA backend flags] (pybind enum members are singletons)
 _IMMUTABLE_OBJECTS = (types.CodeType, inspect.Signature, inspect.Parameter)
-_OPAQUE_CONTAINERS = (list, tuple, dict, set, frozenset, type({}.keys()), type({}.values()), type({}.items()))
+_OPAQUE_CONTAINERS = (list, tuple, dict, set, frozenset, type({}.keys()), type({}.values()), type({}.items()), enumerate,
+                      zip, reversed, type(iter(set())), *{type(f(c)) for f in (iter, reversed) for c in ([], (), {}, {}.values(), {}.items())})
 _BUILTIN_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
                       types.MethodDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType,
                       torch._ops.OpOverload, torch._ops.OpOverloadPacket)
@@ -287,8 +288,7 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
     if isinstance(obj, functools.partial):
         return _wrap_partial(out, obj, source)
     from ..carried_loops import opaque_iterator
-    stepped = opaque_iterator(out, obj, source)  # NOTE [Iterators stepped as Python]
-    if stepped is not None:
+    if (stepped := opaque_iterator(out, obj, source)) is not None:  # NOTE [Iterators stepped as Python]
         return stepped
     if type(obj) is object:
         # NOTE [Sentinel objects]: a bare `object()` (`_MISSING = object()` in torch.func.functional_call,
