@@ -591,6 +591,9 @@ class BreakCodegen:
             inherit_symbols(hook, {**{f"L['{STACK_PREFIX}{i}']": v for i, v in enumerate(self.stack[:slot])},
                                    **{f"L['{n}']": self._local(n) for n in names
                                       if n not in self.cell_args and n in self.tx.locals}}, self.tx.output)
+        else:  # NOTE [Loops over sequences of changing length]: what is opaque at the loop stays so after it
+            hook.dynamic_ints = hook.dynamic_ints | {f"L['{n}']" for n in names if n in self.tx.locals and
+                                                     type(self._local(n)) is carried_loops.OpaqueSequenceValue}
         return origin(self.fn.__code__, loop.index)[1], hook, layout
 
     def _over_symbolic_range(self) -> bool:

@@ -163,6 +163,17 @@ def resume_locals(code: types.CodeType, index: int, bound: list[str]) -> tuple[l
     return names, frozenset(safe_local(n) for n in dead if n not in spelled)
 
 
+def live_after(code: types.CodeType, first: int, end: int) -> frozenset[str] | None:
+    """The fast locals live where control leaves canonical instructions `first`..`end`-1 of `code` (a loop:
+    NOTE [Locals first bound in a loop run as Python] in python_loops.py), or None when every local stays live."""
+    facts = _facts(code)
+    if facts is None:
+        return None
+    insts = normalize(code).insts
+    exits = {s for inst in insts[first:end] for s in _successors(insts, inst) if not first <= s < end}
+    return frozenset().union(*(facts[0][s] for s in exits))
+
+
 def in_loop(code: types.CodeType, index: int) -> bool:
     """Canonical instruction `index` of `code` lies in a loop (a backward jump's range covers it)."""
     for inst in normalize(code).insts:
@@ -207,4 +218,5 @@ def maybe_unbound(code: types.CodeType, index: int, names) -> frozenset[str]:
     return frozenset(n for n in dead_arguments(code, index, names) if raw[n] not in facts[2][index])
 
 
-__all__ = ["Unbound", "dead_arguments", "deleted", "in_loop", "in_order", "maybe_unbound", "resume_locals"]
+__all__ = ["Unbound", "dead_arguments", "deleted", "in_loop", "in_order", "live_after", "maybe_unbound",
+           "resume_locals"]

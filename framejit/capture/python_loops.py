@@ -117,6 +117,12 @@ def _row_item(item: Any) -> bool:
 # body deletes would fail in the trampoline). Such a loop does not run as Python: `body_binds_locals_read_
 # after` finds, conservatively, a name the body stores or deletes that was not bound at the break and that
 # an instruction outside the body reads (a plain read of the loop variable after `for i in range(n)`).
+# A fast local the body stores is refused only where it is live where control leaves the loop (some path from
+# there reads it before storing it: local_liveness.live_after): `for k in d: ...` then `for k in d: ...`
+# reuses the name, and the second loop stores `k` before any read, so the first one runs as Python too (it
+# stepped per key before, 16 traces and the recompile limit: review revX F6). Such a dead local reaches the
+# resume function after the loop as the body left it, or as `Unbound` (NOTE [Resume functions take the same
+# locals on every pass] in local_liveness.py), and is never read there before it is stored.
 _READS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_DEREF", "LOAD_CLOSURE", "DELETE_FAST",
           "DELETE_DEREF")
 _WRITES = ("STORE_FAST", "STORE_DEREF", "DELETE_FAST", "DELETE_DEREF")
@@ -133,6 +139,12 @@ def body_binds_locals_read_after(code: types.CodeType, loop: Any, bound: Any) ->
     if not written:
         return False
     read = {str(i.arg) for i in insts if not loop.index < i.index < loop.arg and i.name in _READS}
+    stored = {str(i.arg) for i in inside if i.name == "STORE_FAST"} - {
+        str(i.arg) for i in inside if i.name != "STORE_FAST" and i.name in _WRITES}
+    if not (written - stored) & read and (written & read):  # only fast locals stored in the body are read
+        from .local_liveness import live_after
+        live = live_after(code, loop.index, loop.arg)
+        return live is None or bool(written & read & live)
     return bool(written & read)
 
 

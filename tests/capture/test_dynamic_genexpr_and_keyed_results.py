@@ -351,6 +351,40 @@ def test_a_loop_over_an_iterator_of_changing_length_runs_as_python(fn):
     assert framejit.stats()["eager_frames"] == eager
 
 
+def _name_reused(x):
+    d = {i: x[i] for i in range(x.size(0))}
+    out = x.sum()
+    for k in d:
+        out = out + d[k].sum()
+        if k == 5:
+            d[k + 100] = out  # eager raises RuntimeError at the next step
+    for k in d:  # stores `k` before reading it: the first loop's `k` is dead after it
+        out = out * 1.01 + k
+    return out
+
+
+def _name_reused_in_outer_loop(x):
+    d = {i: x[i] for i in range(x.size(0))}
+    out = x.sum()
+    for r in range(2):
+        for k in d:
+            out = out + d[k].sum() * r
+        LOG.append(r)
+        k = -1
+        out = out + k
+    return out
+
+
+@pytest.mark.parametrize("fn", [_name_reused, _name_reused_in_outer_loop], ids=["two_loops", "outer_loop"])
+def test_a_loop_whose_variable_is_stored_again_before_a_read_runs_as_python(fn):
+    # NOTE [Locals first bound in a loop run as Python]: the loop variable was read after the first loop, so
+    # that loop stepped per key (16 traces, the recompile limit, an eager frame)
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, True, [3, 6, 0, 1, 7, 2])
+    assert max(traces.values()) <= 3, traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
 _W = torch.nn.Parameter(torch.ones(3))
 
 
