@@ -569,10 +569,11 @@ class BreakCodegen:
         names = self._tail_names()  # its trampoline passes the tail function's locals
         comp = inlined_comprehensions.at_loop(code, origin(self.fn.__code__, loop.index)[1])
         if loop.name == "FOR_ITER" and exit_at != loop.arg:  # NOTE [Loops run as Python at the end of a
-            if layout[-1:] != ("block",):  # with-block]: a torch state block, exited before the trampoline
+            depth = python_loops.with_depth_exited(normalize(self.fn.__code__).insts, loop)  # with-block]: torch
+            if depth < 1 or layout[-depth:] != ("block",) * depth:  # state blocks, exited before the trampoline
                 raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop run as Python at the end of a with-block "
                                   "over a context manager that is not a torch state block")
-            layout = layout[:-1]
+            layout = layout[:-depth]
         if loop.name == "CALL" and "block" not in layout:  # NOTE [Comprehensions over symbolic ranges]
             pass  # a NULL under it is passed as a comprehension's is (NOTE [Breaks inside inlined comprehensions])
         elif comp is not None and "block" not in layout:  # NOTE [Breaks inside inlined comprehensions]

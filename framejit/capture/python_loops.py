@@ -133,17 +133,18 @@ def body_binds_locals_read_after(code: types.CodeType, loop: Any, bound: Any) ->
     (or deletes one), and an instruction outside the body reads it (NOTE above)."""
     from .normalize import normalize
     insts = normalize(code).insts
-    inside = [i for i in insts if loop.index < i.index < loop.arg]
+    end = loop_exit(loop, insts)  # NOTE [Loops run as Python at the end of a with-block]: up to the blocks' exit
+    inside = [i for i in insts if loop.index < i.index < end]
     written = {str(i.arg) for i in inside if i.name in _WRITES and (i.name.startswith("DELETE") or
                                                                        str(i.arg) not in bound)}
     if not written:
         return False
-    read = {str(i.arg) for i in insts if not loop.index < i.index < loop.arg and i.name in _READS}
+    read = {str(i.arg) for i in insts if not loop.index < i.index < end and i.name in _READS}
     stored = {str(i.arg) for i in inside if i.name == "STORE_FAST"} - {
         str(i.arg) for i in inside if i.name != "STORE_FAST" and i.name in _WRITES}
     if not (written - stored) & read and (written & read):  # only fast locals stored in the body are read
         from .local_liveness import live_after
-        live = live_after(code, loop.index, loop.arg)
+        live = live_after(code, loop.index, end)
         return live is None or bool(written & read & live)
     return bool(written & read)
 
@@ -388,23 +389,51 @@ def loop_exit(loop: Any, insts: list | None = None) -> int:
 # NOTE [Loops run as Python at the end of a with-block]: `with torch.no_grad(): for i in range(x.size(0)): ...`
 # unrolled (a loop inside a with block did not run as Python: the trampoline at its exit would return from
 # inside the block without exiting it), so the frame compiled per size until the recompile limit (stock: the
-# same). When the loop is the last statement of one with-block (its exhausted edge goes straight to the block's
-# normal exit `LOAD_CONST None x3; CALL 2; POP_TOP`) over a torch state block (the break re-enters it in the
-# tail function's prologue, NOTE [Breaks inside with-blocks]), it runs as Python: the tail function runs the
-# loop and the block's exit, and the trampoline comes after that exit, with the stack below the block.
+# same). When the loop's exhausted edge reaches the block's normal exit `LOAD_CONST None x3; CALL 2; POP_TOP`
+# through straight-line code only (no jump, no return, no other block: `out = out * 2` after the loop inside the
+# block), and from there the exits of the blocks around it in the same way (`with no_grad(): ... with
+# enable_grad(): for ...`: the JUMP after an inner exit leads to the outer one), over torch state blocks only (the
+# break re-enters them in the tail function's prologue, NOTE [Breaks inside with-blocks]), it runs as Python: the
+# tail function runs the loop, the code after it and the blocks' exits, and the trampoline comes after the last
+# exit, with the stack below the blocks. A local that code stores is one the body binds (NOTE [Locals first bound
+# in a loop run as Python]: `body_binds_locals_read_after` covers everything up to that exit).
+_WITH_EXIT = ["LOAD_CONST"] * 3 + ["CALL", "POP_TOP"]
+
+
 def with_exit(insts: list, loop: Any) -> int | None:
-    """The index after the normal exit of the one with-block whose body ends with `loop` (a FOR_ITER), or None."""
-    k = loop.arg
-    exit_seq = insts[k:k + 5]
-    if normalize.with_depth(insts, loop) != 1 or [i.name for i in exit_seq] != ["LOAD_CONST"] * 3 + ["CALL", "POP_TOP"] \
-            or any(i.arg is not None for i in exit_seq[:3]) or exit_seq[3].arg != 2 or \
-            any(i.handler is not None for i in exit_seq):
-        return None
-    return k + 5
+    """The index after the normal exit of the outermost with-block around `loop` (a FOR_ITER), when straight-line
+    code leads there from the loop's exhausted edge (NOTE above), or None."""
+    depth, k, handler = normalize.with_depth(insts, loop), loop.arg, loop.handler
+    for level in range(depth or 0):
+        while k < len(insts) and [i.name for i in insts[k:k + 5]] != _WITH_EXIT:
+            inst = insts[k]
+            if inst.handler != handler or inst.name in _NOT_STRAIGHT or inst.instr is None or inst.instr.has_jump():
+                return None
+            k += 1
+        exit_seq, outer = insts[k:k + 5], insts[handler + 1].handler  # the block's cleanup: the next region
+        outer = insts[outer].handler if outer is not None else None
+        if len(exit_seq) < 5 or any(i.arg is not None for i in exit_seq[:3]) or exit_seq[3].arg != 2 or \
+                any(i.handler != outer for i in exit_seq):
+            return None
+        k, handler = k + 5, outer
+        if level + 1 < depth and k < len(insts) and insts[k].name == "JUMP":  # over this block's handler (3.11)
+            if not isinstance(insts[k].arg, int) or insts[k].arg <= k:
+                return None
+            k = insts[k].arg
+    return k if depth else None
+
+
+_NOT_STRAIGHT = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "YIELD_VALUE", "GET_ITER",
+                           "FOR_ITER", "BEFORE_WITH", "SETUP_WITH", "PUSH_EXC_INFO", "SEND", "GET_AWAITABLE"})
+
+
+def with_depth_exited(insts: list, loop: Any) -> int:
+    """How many with-blocks a loop run as Python at their end exits (NOTE above): 0 for a plain loop."""
+    return (normalize.with_depth(insts, loop) or 0) if loop.name == "FOR_ITER" and loop.handler is not None else 0
 
 
 def _loop_handlers_allowed(tx, insts: list, inst: Any, loop: Any) -> bool:
-    """No handler covers the loop, or only the with-block it ends, over a torch state block (NOTE above)."""
+    """No handler covers the loop, or only with-blocks it ends, over torch state blocks (NOTE above)."""
     from .context import ExitValue
     if inst.handler is None and loop.handler is None:
         return True
@@ -412,8 +441,9 @@ def _loop_handlers_allowed(tx, insts: list, inst: Any, loop: Any) -> bool:
     # ExitValue under the range) is re-entered by the tail function; any other manager (a contextlib or
     # user class, sdpa_kernel) is refused here, when the loop is chosen, so the range unrolls as before
     # instead of the break failing in code generation and the frame running eagerly.
-    return inst.handler == loop.handler and with_exit(insts, loop) is not None and len(tx.stack) >= 2 and \
-        isinstance(tx.stack[-2], ExitValue)
+    depth = with_depth_exited(insts, loop)  # each block's `__exit__` is a slot: those right under the range
+    return inst.handler == loop.handler and with_exit(insts, loop) is not None and len(tx.stack) > depth and \
+        all(isinstance(v, ExitValue) for v in tx.stack[-1 - depth:-1])
 
 
 def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:

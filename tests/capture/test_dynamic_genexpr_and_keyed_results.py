@@ -420,6 +420,40 @@ def test_a_loop_ending_a_torch_state_block_runs_as_python(fn):
     assert framejit.stats()["eager_frames"] == eager
 
 
+def _code_after_the_loop_in_block(x):
+    out = (x * _W).sum()
+    with torch.no_grad():
+        for i in range(x.size(0)):
+            out = out + _row(x[i]).sum() * i
+        LOG.append(torch.is_grad_enabled())
+        out = out * 2
+        seven = [0] * 7
+        seven[x.size(0)]  # IndexError at size 7 (or more), after the loop, inside the block
+    return out, out.requires_grad, torch.is_grad_enabled()
+
+
+def _nested_blocks_loop(x):
+    out = (x * _W).sum()
+    with torch.no_grad():
+        with torch.enable_grad():
+            for i in range(x.size(0)):
+                LOG.append(torch.is_grad_enabled())
+                if i == 4:
+                    break
+                out = out + x[i].sum() * i
+    return out, out.requires_grad, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("fn", [_code_after_the_loop_in_block, _nested_blocks_loop], ids=["code_after", "nested"])
+def test_a_loop_ending_torch_state_blocks_through_straight_code_runs_as_python(fn):
+    # NOTE [Loops run as Python at the end of a with-block]: code after the loop inside the block, or blocks
+    # nested, unrolled the range (one trace per size, the recompile limit, an eager frame)
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, True, [3, 5, 0, 1, 7, 2, 6, 4, 9])
+    assert max(traces.values()) <= 3, traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
 @contextlib.contextmanager
 def _logging_manager():
     LOG.append("enter")
