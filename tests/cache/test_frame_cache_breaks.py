@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import textwrap
 
 import pytest
 import torch
 
-from tests.helpers import run_program
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROGRAM = textwrap.dedent('''
     import json, sys
@@ -69,27 +72,36 @@ PROGRAM = textwrap.dedent('''
 ''')
 
 
-def run(tmp_path) -> dict:
-    """The program in a new process (a forked child of a program server, NOTE [Programs in forked children])."""
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory) -> str:
+    """A copy of framejit for the child processes (a shared checkout may change between two processes,
+    and framejit's source digest is part of every key)."""
+    root = tmp_path_factory.mktemp("framejit_install")
+    shutil.copytree(os.path.join(REPO, "framejit"), root / "framejit", ignore=shutil.ignore_patterns("__pycache__"))
+    return str(root)
+
+
+def run(tmp_path, snapshot) -> dict:
     script = tmp_path / "real_code.py"
     script.write_text(PROGRAM)
-    env = dict(os.environ, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1", FRAMEJIT_LOGS="cache")
+    env = dict(os.environ, PYTHONPATH=snapshot, FRAMEJIT_CACHE_DIR=str(tmp_path / "cache"), FRAMEJIT_CACHE="1",
+               FRAMEJIT_LOGS="cache")
     env.pop("FRAMEJIT_REMOTE_CACHE", None)
-    rc, out, err = run_program(tmp_path, script, env=env)
-    assert rc == 0, err
-    lines = out.splitlines()
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
     data = json.loads(lines[-1])
     data["printed"] = lines[:-1]
-    data["stderr"] = err
+    data["stderr"] = result.stderr
     assert all(data["equal"]), data  # every compiled result equals eager's, cold or warm
     return data
 
 
-def test_real_code_with_breaks_starts_warm_with_zero_traces(tmp_path):
-    cold = run(tmp_path)
+def test_real_code_with_breaks_starts_warm_with_zero_traces(tmp_path, snapshot):
+    cold = run(tmp_path, snapshot)
     assert cold["traced"] > 0 and cold["loaded"] == 0
     assert "kept in memory only" not in cold["stderr"], cold["stderr"]
-    warm = run(tmp_path)
+    warm = run(tmp_path, snapshot)
     assert warm["traced"] == 0 and warm["compiles"] == 0, warm["stderr"]
     assert warm["loaded"] == cold["traced"]
     # side effects and prints happen in eager's order and number, compiled and eager calls alike
