@@ -644,10 +644,14 @@ def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, 
             logs.log("output_code", "%s", output.backend_outputs[-1])
         return compiled
 
-    eager_forward = gm.forward  # bound now: the graph's own code, whatever the backend does to gm later
+    from .op_warnings import close_graph, compiling, located_forward, with_replay  # NOTE [Warnings of graph ops]
+    close_graph(output)
+    located = located_forward(gm)
+    eager_forward = located or gm.forward  # bound now: the graph's own code, whatever the backend does to gm later
     from .ddp_buckets import compile_in_buckets, guard_ddp  # NOTE [Graphs split at DDP's buckets]
     guard_ddp(output, example_inputs)  # NOTE [Entries guarded on DDP]
-    compiled = compile_in_buckets(gm, example_inputs, compile_part) or compile_part(gm, example_inputs)
+    compiled = compiling(gm, lambda: compile_in_buckets(gm, example_inputs, compile_part) or
+                         compile_part(gm, example_inputs))
     from .tensor_hooks import own_code_reason  # NOTE [Tensor hooks registered after the graph] (tensor_hooks.py)
     compiled_is_own = getattr(compiled, "__self__", None) is gm  # the eager backend
     reason = own_code_reason(output, gm, example_inputs, compiled_is_own)
@@ -656,6 +660,8 @@ def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, 
             STATS["graphs_own_code"] += 1
             logs.log("eager_fallback", "%s: graph %d runs as its own code: %s", where, STATS["graphs"], reason)
         return eager_forward
+    if located is not None:  # NOTE [Warnings of graph ops]: a backend that returns gm runs its code too
+        compiled = eager_forward if compiled_is_own or compiled is gm else with_replay(gm, compiled, eager_forward)
     from .saved_hooks import hook_aware  # NOTE [Saved-tensors hooks at the call]
     from .kept_joints import speculated  # NOTE [Joints kept across a plain break]
     return speculated(output, hook_aware(gm, compiled, eager_forward, output.grad_enabled, example_inputs),

@@ -37,6 +37,7 @@ from .mixed_dtype import check_mixed_norm
 from .parametrized_classes import is_parametrized_class, type_check as parametrized_type_check
 from .side_effects import SideEffects
 from .numpy_scalars import check_data_arguments
+from .op_warnings import mark_node, note_folded, run_held  # NOTE [Warnings of graph ops]
 from .sources import NameTable, Source
 from .tensor_subclasses import check_input_class, metadata_expr, result_class, settle_result
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
@@ -470,6 +471,7 @@ class OutputGraph:
             guard_reads(self, target)  # NOTE [Names read by whole torch functions]
         node.meta["val"] = result
         node.meta["stack_trace"] = self.stack_trace()
+        mark_node(self, node, kind, target)  # NOTE [Warnings of graph ops]
         self.op_count += 1
         if result is None:
             return ConstantValue(None)  # an in-place op kept for its effect (e.g. operator.setitem)
@@ -589,11 +591,12 @@ class OutputGraph:
                 for device_type, dtype, enabled, cache in self.autocast_stack:
                     stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache))
                 if kind == "call_method":
-                    return getattr(args[0], target)(*args[1:], **kwargs)
+                    return run_held(self, target, lambda: getattr(args[0], target)(*args[1:], **kwargs))
+                run = target
                 if not kwargs:
                     from .packed_sequences import padded_rnn_rule
-                    target = padded_rnn_rule(target, args) or target  # NOTE [Padded RNN kernels with symbolic lengths]
-                return self._fake_meta(target(*args, **kwargs))
+                    run = padded_rnn_rule(target, args) or target  # NOTE [Padded RNN kernels with symbolic lengths]
+                return self._fake_meta(run_held(self, target, lambda: run(*args, **kwargs)))
         except (_fake_tensor().DataDependentOutputException, _fake_tensor().DynamicOutputShapeException) as e:
             raise Unsupported(BreakKind.DATA_DEPENDENT,
                               f"{_target_name(target)} needs tensor data to decide ({type(e).__name__})") from None
@@ -686,6 +689,7 @@ class OutputGraph:
                                     "mutated in place)", cost=COST_TENSOR + 1)
 
     def _wrap_constant_result(self, target: Any, result: Any) -> Value:
+        note_folded(self)  # NOTE [Warnings of graph ops]: no node, its warnings are replayed
         if result is None or isinstance(result, (bool, int, float, torch.dtype, torch.device, torch.Size)) or (
                 isinstance(result, tuple) and all(isinstance(r, (int, float, bool)) for r in result)):
             return ConstantValue(result)

@@ -68,8 +68,8 @@ class RerunState:
         """`exc` was raised by the graph call of `code` (the transformed function)."""
         if self.entry_checks_only and not (type(exc) is RuntimeError and str(exc).startswith(ENTRY_CHECK)):
             return False
-        if type(exc) is _stop_recomputation():  # NOTE [Recomputation stopped inside a graph]
-            return False
+        if type(exc) is _stop_recomputation() or getattr(exc, "framejit_replayed_once", False):
+            return False  # NOTE [Recomputation stopped inside a graph], NOTE [Warnings of graph ops]
         start, end = graph_call_span(code)  # NOTE [Graph call span]
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code is not code:

@@ -1,0 +1,362 @@
+"""Warnings of the ops in a graph, shown as eager shows them: never at the trace, never a graph break.
+
+NOTE [Warnings of graph ops]: every op is run on fake tensors while tracing. An op that warns in eager
+(`torch.tensor(t)`'s "To copy construct from a tensor", `F.softmax` without `dim`, `torch.range`, `x.T` on
+3 dimensions) also warned in that fake run, at the trace, from framejit's own file (and under the "error"
+filter raised there); the eager backend's graph then ran the real op, which warned again from the graph's
+`<eval_with_key>` line (other filename, other once-registry), and onnxrt/triton ran no torch code (no
+warning on later calls). Making such an op a graph break (8e6c094, reverted) cost splits on every trace of
+ops whose TORCH_WARN_ONCE warning is spent (LSTM projections), broke fullgraph=True and library code.
+Now:
+- The fake run's warnings are held back (`run_held`): the filters are swapped to "always" and
+  `warnings._showwarnmsg` to a collector (reached whatever `warnings.showwarning` is: logging.captureWarnings,
+  user hooks), not with `catch_warnings()`, which marks the filters changed and empties every module's
+  once-registry. torch's warn-always flag is on, so a TORCH_WARN_ONCE fires without spending the once that
+  eager's real call shows. Warnings of other threads in that window are not the op's: the user's filters
+  judge them and they are shown at once. Warnings of the fake-tensor machinery's own files are dropped.
+- A held warning is recorded on the op's node (`node.meta["op_warnings"]`, an OpMarks with the user's site:
+  file, line and module globals of the user frame the warning names: the op's caller, or for a Python
+  warning whose stacklevel goes further, that caller's caller...). Whether it is a TORCH_WARN_ONCE is found
+  by two more fake runs with warn-always off (not for in-place ops): a warning neither shows is a once
+  already spent (never shown: eager shows none); one only the first shows is a once the probe spent (shown
+  once per process, replayed); one both show is a plain warning. A call folded to a constant (no node:
+  functorch's deprecated `vmap` calls torch's `warn_deprecated`) has its warnings replayed before the first
+  op node after it (`close_graph`; a region such as vmap's replaces the nodes made inside it).
+- The eager backend (and every graph that runs as its own code): the graph runs with each marked node
+  called through a located trampoline, a one-line function whose code has the user's filename and line and
+  whose globals are the user module's. The real op then warns as eager's call does (C++ warnings name the
+  innermost Python frame; Python ones with stacklevel pass through the trampoline as through the user's
+  frame): filters, `__warningregistry__`, "error" raising at the op after the ops before it ran, showwarning.
+  The trampoline first replays what no real run shows (a spent once, a folded call's). Size-dependent
+  kernel warnings the fake run cannot see (`x.std(0)` of one row: "degrees of freedom is <= 0") come from
+  the real kernel, so var/std nodes are located too.
+- Other backends (their code runs no op as torch does): every recorded warning is replayed before the graph
+  runs, in node order, with `warnings.warn_explicit` at the site's file, line, module and registry. One the
+  "error" filter raises runs the located graph code first (the ops before it make their effects, its real
+  op raises as eager's). The backend's own runs of the ops while compiling (constant folding) are silent.
+Graphs without marked nodes are unchanged (no cost at call time). A graph with recorded warnings is kept
+in memory only (the frame cache does not persist the records), so a warm process traces it again.
+Not covered: an op inside a region made into a submodule (custom autograd Function, checkpoint) warns from
+the region's code; a folded call's warning in a frame with no graph is lost; onnxrt/triton compute var/std
+their own way (onnxrt: torch's `var()` warning from torch's file; triton: NumPy's under TRITON_INTERPRET).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+import warnings
+from typing import Any, Callable, NamedTuple
+
+import torch
+
+# files whose warnings come from tracing machinery, never from the op as eager runs it
+_MACHINERY = ("/torch/_subclasses/", "/torch/fx/", "/torch/_dispatch/", "/torch/_guards", "/torch/_library/fake")
+_FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# kernels that warn from sizes their fake (meta) run does not check (NOTE [Warnings of graph ops])
+_SIZE_WARNINGS = frozenset({"std", "var", "std_mean", "var_mean"})
+_ONCE_SHOWN: set = set()  # (category, message) of TORCH_WARN_ONCE warnings replayed in this process
+
+
+class OpWarning(NamedTuple):
+    category: type
+    message: str
+    filename: str
+    lineno: int
+    module_globals: dict | None  # the module whose __name__ and __warningregistry__ eager's warning uses
+    once: bool  # a TORCH_WARN_ONCE the fake probe spent: shown once per process
+
+
+class OpMarks(NamedTuple):
+    """A node's `meta["op_warnings"]`: what its real op shows at the site, and what is replayed before it."""
+    real: tuple  # OpWarnings the op itself raises when it runs at `site` (the graph's own code shows them)
+    site: tuple  # (filename, lineno, module globals) of the user's frame that calls the op
+    replayed: tuple  # OpWarnings no real run shows: a once the probe spent, a folded call's (NOTE [Warnings of graph ops])
+
+
+def run_held(output: Any, target: Any, call: Callable[[], Any]) -> Any:
+    """`call()` (the fake run of `target`) with its warnings held back and noted for the op's node."""
+    output.__dict__["op_warnings"] = None
+    first = _held(call, True)
+    if first[1] is not None:
+        raise first[1]
+    if first[0]:
+        output.__dict__["op_warnings"] = (target, _records(first[0], _probe_once(call, target, first[0]), output))
+    return first[2]
+
+
+def _held(call: Callable[[], Any], warn_always: bool) -> tuple:
+    """([(warning, user levels)] of the op, exception or None, result) of `call()`."""
+    caught: list = []
+    me = threading.get_ident()
+    always, filters, show = torch._C._get_warnAlways(), warnings.filters, warnings._showwarnmsg
+    user_filters = list(filters)
+
+    def hold(msg: Any) -> None:
+        if threading.get_ident() == me:
+            caught.append((msg, _user_levels(msg, sys._getframe(1))))
+        else:
+            _forward(msg, user_filters, show)
+
+    torch._C._set_warnAlways(warn_always)
+    warnings.filters, warnings._showwarnmsg = [("always", None, Warning, None, 0)], hold
+    try:
+        result, error = call(), None
+    except BaseException as e:  # the op's error: eager's real call raises it (and shows its warnings)
+        result, error, caught = None, e, []
+    finally:
+        warnings.filters, warnings._showwarnmsg = filters, show
+        torch._C._set_warnAlways(always)
+    ops = [m for m in caught if not any(p in str(m[0].filename).replace("\\", "/") for p in _MACHINERY)]
+    return ops, error, result
+
+
+def _user_levels(msg: Any, frame: Any) -> int:
+    """How far past the op's call the warning's location is: 0 inside the op's own (library) code, 1 the
+    user's frame that calls the op (C++ warnings name framejit's frame that runs the op), 2 its caller, ..."""
+    levels, entered = 0, False
+    while frame is not None:
+        entered = entered or frame.f_code.co_filename.startswith(_FRAMEJIT_DIR)
+        levels += entered
+        if frame.f_code.co_filename == msg.filename and frame.f_lineno == msg.lineno:
+            return levels
+        frame = frame.f_back
+    return 0
+
+
+def _key(msg: Any) -> tuple:
+    return msg.category, str(msg.message)
+
+
+def _probe_once(call: Callable[[], Any], target: Any, held: list) -> dict:
+    """{key: "plain" | "once" | "spent"} of the held warnings (NOTE [Warnings of graph ops]). An in-place op
+    is not run again (its fake result would change twice): its warnings count as plain."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name.endswith("_") and not name.endswith("__"):
+        return {_key(m): "plain" for m, _ in held}
+    try:
+        first = {_key(m) for m, _ in _held(call, False)[0]}
+        second = {_key(m) for m, _ in _held(call, False)[0]}
+    except Exception:  # noqa: BLE001 - a probe must never change the trace
+        return {_key(m): "plain" for m, _ in held}
+    return {_key(m): "plain" if _key(m) in second else "once" if _key(m) in first else "spent" for m, _ in held}
+
+
+def _records(held: list, kinds: dict, output: Any) -> list:
+    """[(OpWarning, shown by the real op at the node's site)] of the held warnings eager shows."""
+    out = []
+    for msg, levels in held:
+        if kinds[_key(msg)] == "spent":
+            continue
+        if levels:  # a user frame's line: the op's caller, or (stacklevel) one of its callers
+            filename, lineno, module_globals = user_site(output, levels)
+        else:  # a Python warning inside library code (stacklevel=1): its own line and module
+            filename, lineno, module_globals = str(msg.filename), msg.lineno, _module_globals(str(msg.filename))
+        once = kinds[_key(msg)] == "once"
+        out.append((OpWarning(msg.category, str(msg.message), filename, lineno, module_globals, once),
+                    levels <= 1 and not once))
+    return out
+
+
+def user_site(output: Any, levels: int = 1) -> tuple:
+    """(filename, lineno, module globals) of the user frame `levels` out from the innermost one of the trace
+    (1: the frame calling the op, where eager's C++ warnings point)."""
+    tx = output.tx_stack[-1] if output.tx_stack else None
+    while tx is not None and tx.parent is not None and tx.code.co_filename.startswith(_FRAMEJIT_DIR):
+        tx = tx.parent
+    for _ in range(levels - 1):
+        tx = tx.parent if tx is not None else None
+    if tx is None:
+        return "sys", 1, None  # CPython's warn past the outermost frame
+    return tx.code.co_filename, tx.frame_info().lineno, tx.f_globals
+
+
+def _module_globals(filename: str) -> dict | None:
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) == filename:
+            return vars(module)
+    return None
+
+
+def mark_node(output: Any, node: Any, kind: str, target: Any) -> None:
+    """Notes the held warnings of the op just run (and the user's site) on its node."""
+    ran, held = output.__dict__.pop("op_warnings", None) or (target, ())
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if not held and not (kind in ("call_function", "call_method") and name in _SIZE_WARNINGS):
+        return
+    if ran is not target and ran != target:  # the fake run of a call whose node was made elsewhere: its op does not run here
+        held = [(w, False) for w, _ in held]
+    node.meta["op_warnings"] = OpMarks(tuple(w for w, real in held if real), user_site(output),
+                                       tuple(w for w, real in held if not real))
+    if held:
+        output.__dict__["process_local"] = _PROCESS_LOCAL
+
+
+_PROCESS_LOCAL = "a graph op warns (NOTE [Warnings of graph ops]): its records are kept in memory only"
+
+
+def note_folded(output: Any) -> None:
+    """The op just run gave a constant (no node): its warnings are replayed before the next op's node."""
+    _, held = output.__dict__.pop("op_warnings", None) or (None, ())
+    if held:
+        last = next(iter(reversed(output.graph.nodes)), None)
+        output.__dict__.setdefault("folded_warnings", []).append((last, tuple(w for w, _ in held)))
+        output.__dict__["process_local"] = _PROCESS_LOCAL
+
+
+def close_graph(output: Any) -> None:
+    """Each folded call's warnings go to the first op node after the node that preceded the call (regions
+    such as vmap's replace the nodes made since), or to the graph's output node."""
+    for last, records in output.__dict__.pop("folded_warnings", ()):
+        node = last if last is not None and not getattr(last, "_erased", False) else None
+        node = node.next if node is not None else next(iter(output.graph.nodes), None)
+        while node is not None and node.op not in ("call_function", "call_method", "output", "root"):
+            node = node.next
+        if node is None or node.op == "root":
+            continue
+        marks = node.meta.get("op_warnings") or OpMarks((), user_site_of(node), ())
+        node.meta["op_warnings"] = marks._replace(replayed=records + marks.replayed)
+
+
+def user_site_of(node: Any) -> tuple:
+    """A node's site where none was noted: the innermost frame of its stack trace (its module unknown)."""
+    for line in reversed((node.meta.get("stack_trace") or "").strip().splitlines()):
+        line = line.strip()
+        if line.startswith('File "'):
+            filename, _, rest = line[len('File "'):].partition('", line ')
+            return filename, int(rest.split(",")[0]), None
+    return "sys", 1, None
+
+
+def compiling(gm: torch.fx.GraphModule, call: Callable[[], Any]) -> Any:
+    """`call()` (the backend compiling gm) without the warnings of gm's marked ops, which the backend's own runs
+    of them (constant folding, checks) raise: eager shows them where the op runs, the graph's call does."""
+    ops = {(w.category, w.message) for w in _all_records(gm)}
+    if not ops:
+        return call()
+    user_filters, show = list(warnings.filters), warnings._showwarnmsg
+    held, error, result = _held(call, True)
+    if error is not None:
+        raise error
+    for msg, _ in held:
+        if _key(msg) not in ops:
+            _forward(msg, user_filters, show)
+    return result
+
+
+def _all_records(gm: torch.fx.GraphModule) -> list:
+    """Every recorded warning of gm, in the order eager shows them (each node's replayed ones first)."""
+    return [w for n in gm.graph.nodes if "op_warnings" in n.meta
+            for w in (*n.meta["op_warnings"].replayed, *n.meta["op_warnings"].real)]
+
+
+def _forward(msg: Any, user_filters: list, show: Callable) -> None:
+    """Another thread's warning in the held-back window: the user's filters decide, as they would have."""
+    message = msg.message if isinstance(msg.message, Warning) else msg.category(str(msg.message))
+    filename = str(msg.filename)
+    module = filename[:-3] if filename.endswith(".py") else filename
+    action = _action(user_filters, str(message), message.__class__, module, msg.lineno)
+    if action == "error":
+        raise message
+    if action != "ignore":
+        show(msg)
+
+
+def _action(user_filters: list, text: str, category: type, module: str, lineno: int) -> str:
+    for action, msg, cat, mod, ln in user_filters:
+        if ((msg is None or msg.match(text)) and issubclass(category, cat)
+                and (mod is None or mod.match(module)) and (ln == 0 or lineno == ln)):
+            return action
+    return warnings.defaultaction
+
+
+# ---- at call time ------------------------------------------------------------------------------------------
+def _template(_fn: Any, _pre: Any) -> Callable:
+    def _op(*args, **kwargs): return _pre() or _fn(*args, **kwargs)  # noqa: E704 - one line: the user's line
+    return _op
+
+
+def _method_template(_name: str, _pre: Any) -> Callable:
+    def _op(self, *args, **kwargs): return _pre() or getattr(self, _name)(*args, **kwargs)  # noqa: E704
+    return _op
+
+
+_CALL, _METHOD = _template(None, None).__code__, _method_template("", None).__code__
+
+
+def _nothing() -> None:
+    return None
+
+
+def _located(code: types.CodeType, closed: Any, marks: OpMarks) -> Callable:
+    filename, lineno, module_globals = marks.site
+    located = code.replace(co_filename=filename, co_firstlineno=max(lineno, 1))
+    pre = (lambda: show(marks.replayed)) if marks.replayed else _nothing
+    cells = {"_fn": closed, "_name": closed, "_pre": pre}
+    fn = types.FunctionType(located, module_globals if module_globals is not None else {"__name__": "<string>"},
+                            "_located_op", None, tuple(types.CellType(cells[n]) for n in code.co_freevars))
+    fn.__module__ = __name__  # FX names it as a global of the graph's code, not as an importable torch name
+    return fn
+
+
+def located_forward(gm: torch.fx.GraphModule) -> Callable | None:
+    """gm's forward with every marked node called through a trampoline at the user's line (NOTE [Warnings of
+    graph ops]), bound to gm; None when no node is marked."""
+    marked = [n for n in gm.graph.nodes if "op_warnings" in n.meta]
+    if not marked:
+        return None
+    graph, copies = torch.fx.Graph(), {}
+    graph.output(graph.graph_copy(gm.graph, copies))
+    for node in marked:
+        copy, marks = copies.get(node), node.meta["op_warnings"]
+        if node.op == "call_method":
+            copy.op, copy.target = "call_function", _located(_METHOD, node.target, marks)
+        elif node.op == "call_function":
+            copy.target = _located(_CALL, node.target, marks)
+        elif node.op == "output":
+            with graph.inserting_before(next(iter(reversed(graph.nodes)))):
+                graph.call_function(show, (list(marks.replayed),))
+    own = torch.fx.GraphModule(gm, graph)
+    return types.MethodType(type(own).forward, gm)
+
+
+def with_replay(gm: torch.fx.GraphModule, compiled: Callable, own: Callable | None) -> Callable:
+    """`compiled` (a backend's code, which runs no op of the graph as torch), first replaying all the graph's
+    recorded warnings. A replay the "error" filter raises runs `own` (the located graph code) first, so the ops
+    before the warning's op make their effects and its real op raises, as in eager."""
+    replays = _all_records(gm)
+    if not replays:
+        return compiled
+
+    def replaying(*args: Any) -> Any:
+        try:
+            show(replays)
+        except Warning:
+            if own is not None:
+                own(*args)
+            raise
+        return compiled(*args)
+    replaying.compiled_without_warnings = compiled  # type: ignore[attr-defined]
+    return replaying
+
+
+def show(replays: list) -> None:
+    """Each recorded warning as eager's call shows it (filters, registry, "error" raises)."""
+    for w in replays:
+        if w.once:
+            if (w.category, w.message) in _ONCE_SHOWN:
+                continue
+            _ONCE_SHOWN.add((w.category, w.message))
+        g = w.module_globals
+        module = g.get("__name__", "<string>") if g is not None else None
+        registry = g.setdefault("__warningregistry__", {}) if g is not None else None
+        try:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, module, registry)
+        except Warning as e:  # the "error" filter; for a once the probe spent, an eager rerun would not raise
+            e.framejit_replayed_once = w.once  # type: ignore[attr-defined] (requests.raised_in_graph)
+            raise
+
+
+__all__ = ["OpMarks", "OpWarning", "close_graph", "compiling", "located_forward", "mark_node", "note_folded", "run_held",
+           "show", "user_site", "with_replay"]
