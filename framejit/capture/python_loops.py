@@ -394,9 +394,10 @@ def loop_exit(loop: Any, insts: list | None = None) -> int:
 # block), and from there the exits of the blocks around it in the same way (`with no_grad(): ... with
 # enable_grad(): for ...`: the JUMP after an inner exit leads to the outer one), over torch state blocks only (the
 # break re-enters them in the tail function's prologue, NOTE [Breaks inside with-blocks]), it runs as Python: the
-# tail function runs the loop, the code after it and the blocks' exits, and the trampoline comes after the last
-# exit, with the stack below the blocks. A local that code stores is one the body binds (NOTE [Locals first bound
-# in a loop run as Python]: `body_binds_locals_read_after` covers everything up to that exit).
+# tail function runs the loop, the code after it (its calls routed like the body's: `hook_calls_after_loop`) and
+# the blocks' exits, and the trampoline comes after the last exit, with the stack below the blocks. A local that
+# code stores is one the body binds (NOTE [Locals first bound in a loop run as Python]:
+# `body_binds_locals_read_after` covers everything up to that exit).
 _WITH_EXIT = ["LOAD_CONST"] * 3 + ["CALL", "POP_TOP"]
 
 
@@ -598,6 +599,17 @@ def hook_loop_calls(items: list, for_iter_pos: int, route: Any) -> None:
     for call in reversed(body):  # from the end; a rewrite inserts only before its call, so found again by identity
         position = next(k for k, item in enumerate(items) if item is call)
         _rewrite_call(items, position, for_iter_pos, route)
+
+
+def hook_calls_after_loop(items: list, for_iter_pos: int, last: Any, route: Any) -> None:
+    """Route the calls of the straight-line code between the loop's exit and `last` (the end of the with-blocks'
+    exits: NOTE [Loops run as Python at the end of a with-block]); a block's `__exit__` call is left alone (its
+    callable comes from before the loop, so it cannot be traced back from there)."""
+    lo = items.index(items[for_iter_pos].arg)
+    hi = next(k for k, item in enumerate(items) if item is last)
+    calls = [item for item in items[lo:hi] if isinstance(item, Instr) and item.name in ("CALL", "CALL_KW")]
+    for call in reversed(calls):
+        _rewrite_call(items, next(k for k, item in enumerate(items) if item is call), lo, route)
 
 
 def route_calls(items: list, route: Any, unpacking: bool = False) -> None:

@@ -356,6 +356,7 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
     if after_block:  # NOTE [Loops run as Python at the end of a with-block]: after the block's exit
         last_at = insts[python_loops.loop_exit(insts[loop_index], insts) - 1].position
         last = items[last_at + (last_at >= label_at)]  # found before the calls' rewrite moves positions
+        python_loops.hook_calls_after_loop(items, position, last, helper)
         python_loops.hook_loop_calls(items, position, helper)
     elif called:
         last = items[position]

@@ -420,13 +420,18 @@ def test_a_loop_ending_a_torch_state_block_runs_as_python(fn):
     assert framejit.stats()["eager_frames"] == eager
 
 
+def _doubled(v):
+    LOG.append(("doubled", torch.is_grad_enabled()))
+    return v * 2
+
+
 def _code_after_the_loop_in_block(x):
     out = (x * _W).sum()
     with torch.no_grad():
         for i in range(x.size(0)):
             out = out + _row(x[i]).sum() * i
         LOG.append(torch.is_grad_enabled())
-        out = out * 2
+        out = _doubled(out)  # routed: captured as its own frame
         seven = [0] * 7
         seven[x.size(0)]  # IndexError at size 7 (or more), after the loop, inside the block
     return out, out.requires_grad, torch.is_grad_enabled()
@@ -452,6 +457,7 @@ def test_a_loop_ending_torch_state_blocks_through_straight_code_runs_as_python(f
     traces = _run(fn, True, [3, 5, 0, 1, 7, 2, 6, 4, 9])
     assert max(traces.values()) <= 3, traces
     assert framejit.stats()["eager_frames"] == eager
+    assert fn is _nested_blocks_loop or traces["_doubled"] >= 1, traces
 
 
 @contextlib.contextmanager
