@@ -432,8 +432,6 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
             logs.log("cache", "frame entry of %s kept in memory only: %s", fn.__code__.co_qualname, e)
     from .kept_joints import passes_arguments_only_to_graphs  # NOTE [Joints kept across a plain break]
     entry.passes_arguments_only_to_graphs = passes_arguments_only_to_graphs(output, ret)
-    entry.consumed_clean = passes_arguments_only_to_graphs(output, ret, detached=True)  # NOTE [Joints kept
-    # across a backward break]
     if entry.persisted is not None:  # NOTE [Clean entries of a warm process]
         entry.persisted.clean = entry.passes_arguments_only_to_graphs
     return entry

@@ -69,32 +69,6 @@ next `torch.rand` after a step repeated numbers eager had already used (review r
 0.2197). The generators' states at the recomputation are saved first and put back after the own code ran: its
 draws repeat the joint's, and the generators stay where the program's draws left them.
 
-NOTE [Joints kept across a backward break]: the most common training frame calls `loss.backward()` (or
-`torch.autograd.backward(loss)`, or `torch.autograd.grad(loss, inputs)` where every input is one the graph takes
-in; no other argument: retain_graph and create_graph would meet the joint's donated buffers) on a result of its
-graph, then steps or returns `loss.detach()`. The break instruction reaches the
-result and consumes its graph, so the recomputation above comes too late: once the joint's backward ran, the own
-code's graph would be a fresh one a second backward could run again (eager raises), and the gradients are
-already in `.grad`. So the decision is made the call before (`Speculated.trusted`): a graph whose break
-backwards one of its results (`_backward_of_result`; no result written inside the graph, so their `_version`
-is eager's) runs as its own code until Settling finds that the resume function's serving entry is a frame
-without a break that hands its arguments only to graphs or returns them detached (`consumed_clean`, set by
-convert._compile_entry: a tensor that does not require grad shows no autograd state; its `_version` is eager's 0);
-from the next call on it runs the joint, forward and backward through the backend, and the resume function gets
-the joint's results while the entry serving it is still such an entry. Where it is not (a guard chose another
-entry, or the entry failed and reruns eagerly), the graph's own code runs again on views of its inputs that
-require grad and its graph is released by `torch.autograd.grad` from the backwarded result to those views
-(`_released`): it accumulates nothing and runs no hook of the inputs, and leaves the own results as eager's
-backward left eager's (a second backward raises where eager's would, or reaches the inputs through the views
-where nothing was saved); the resume function gets those, the graph is trusted no more until a later call
-finds a clean entry again, and after `_MAX_RECOMPUTES` such calls it runs as its own code for good. Inside a
-settled chain (NOTE [Joints kept across several breaks]) it runs as its own code, and a frame that breaks there
-does not settle (`break_entry_settles`): the backward would consume the earlier graphs' joints, and a later swap
-would recompute them as fresh graphs a second backward could run again (/tmp/hbw/adv2.py). Gradients and their
-accumulation into `.grad` are eager's either way; parameter hooks run in the joint's order (as for any joint: one
-node hands out all the inputs' gradients). A warm process's loaded entry has no `consumed_clean` (not
-persisted): the graph runs as its own code there.
-
 NOTE [Clean entries of a warm process]: whether an entry passes its arguments only to graphs is decided by its
 trace; a persisted entry carries it (`Persisted.clean`) and a warm process's loaded entry gets it back
 (hook._restore_into): without it every call recomputed the graph before the break and the graph ran as its own
@@ -130,41 +104,10 @@ def speculable(output, gen, outputs: list) -> bool:
     if devices is None:
         return False
     output.__dict__["speculated_rng"] = devices
-    backward, callee = _backward_of_result(site.inst, gen, outputs)
-    nested = {id(v.node) for v in live_tensors([v for v in gen.values()
-                                                 if not isinstance(v, TensorValue) and v is not callee])}
+    nested = {id(v.node) for v in live_tensors([v for v in gen.values() if not isinstance(v, TensorValue)])}
     if any(id(v.node) in nested for v in outputs):
         return False  # a container, an object or a closure holds a result: it cannot be swapped
-    if backward is not None:  # NOTE [Joints kept across a backward break]
-        if any(v.source is None and v.fake._version for v in outputs):
-            return False
-        output.__dict__["speculated_backward"] = backward.node.name
-        return True
     return _plain_instruction(site.inst, gen)
-
-
-def _backward_of_result(inst, gen, outputs: list) -> tuple:
-    """(the result the break's `result.backward()` / `torch.autograd.backward(result)` backwards, the callee
-    value) where the instruction at the break is one, else (None, None)."""
-    from .emit import callee_and_self
-    from .values import NULL, TensorMethodValue
-    if inst.name != "CALL" or len(gen.top) < 2 or gen.tx.kw_names:
-        return None, None
-    callee, leading = callee_and_self(gen.top[0], gen.top[1], NULL)
-    args = [*leading, *gen.top[2:]]
-    if isinstance(callee, TensorMethodValue) and callee.name == "backward" and not args:
-        tensor = callee.tensor
-    elif isinstance(callee, BuiltinValue) and callee.obj is torch.autograd.backward and len(args) == 1:
-        tensor = args[0]
-    elif isinstance(callee, BuiltinValue) and callee.obj is torch.autograd.grad and len(args) == 2 and \
-            _graph_inputs(args[1]):
-        tensor = args[0]
-    else:
-        return None, None
-    if not isinstance(tensor, TensorValue) or tensor.source is not None or not tensor.fake.requires_grad or \
-            not any(v.node is tensor.node for v in outputs):
-        return None, None
-    return tensor, callee
 
 
 def _draw_devices(output) -> tuple | None:
@@ -182,15 +125,6 @@ def _draw_devices(output) -> tuple | None:
                 return None
             devices.update(str(torch.device(d.type, d.index or 0)) for d in found)
     return tuple(sorted(devices))
-
-
-def _graph_inputs(value) -> bool:
-    """`inputs` of `torch.autograd.grad` are tensors the graph takes in (their gradients through the joint are
-    eager's; a result's would miss its uses inside the graph, NOTE [Autograd state observed after a break])."""
-    from .values import SequenceValue
-    items = [value] if isinstance(value, TensorValue) else value.items if isinstance(value, SequenceValue) and \
-        value.cls in (list, tuple) else None
-    return bool(items) and all(isinstance(v, TensorValue) and v.node.op == "placeholder" for v in items)
 
 
 def _plain_instruction(inst, gen) -> bool:
@@ -212,19 +146,15 @@ def _plain_instruction(inst, gen) -> bool:
 class Speculated:
     """The backend's joint of a graph before a plain break, with the graph's own code beside it."""
 
-    __slots__ = ("joint", "own", "where", "recomputes", "generators", "consumed", "trusted", "counted",
-                 "__weakref__")
+    __slots__ = ("joint", "own", "where", "recomputes", "generators", "__weakref__")
 
-    def __init__(self, joint: Callable, own: Callable, where: str, devices: tuple = (),
-                 consumed: int | None = None) -> None:
+    def __init__(self, joint: Callable, own: Callable, where: str, devices: tuple = ()) -> None:
         self.joint, self.own, self.where, self.recomputes = joint, own, where, 0
         from .handler_reruns import _generator
         self.generators = tuple(map(_generator, devices))  # NOTE [Kept joints that draw random numbers]
-        # NOTE [Joints kept across a backward break]: the index of the result the break backwards, or None
-        self.consumed, self.trusted, self.counted = consumed, False, False
 
     def __call__(self, *args: Any) -> Any:
-        if self.recomputes >= _MAX_RECOMPUTES or (self.consumed is not None and (not self.trusted or _chain())):
+        if self.recomputes >= _MAX_RECOMPUTES:
             _PENDING.value = None
             return self.own(*args)
         states = [(g, g.get_state()) for g in self.generators]
@@ -235,7 +165,9 @@ class Speculated:
     def recompute(self, args: tuple, results: Any, grad_enabled: bool, states: list) -> dict[int, Any]:
         """The graph's own results for the joint's, by the joint result's id."""
         self.recomputes += 1
-        self.count()
+        if self.recomputes == 1:  # counted once per graph, as a graph compiled to run as its own code
+            from .requests import STATS
+            STATS["graphs_own_code"] += 1
         logs.log("eager_fallback", "%s: the graph before the break ran again as its own code (%d of %d): the code "
                  "after it may observe its results' autograd (NOTE [Joints kept across a plain break])%s", self.where,
                  self.recomputes, _MAX_RECOMPUTES, "; from now on it runs as its own code only"
@@ -250,12 +182,6 @@ class Speculated:
         pairs = zip(results, own) if isinstance(results, (tuple, list)) else [(results, own)]
         return {id(joint): mine for joint, mine in pairs if isinstance(joint, torch.Tensor)}
 
-    def count(self) -> None:
-        if not self.counted:  # counted once per graph, as a graph compiled to run as its own code
-            from .requests import STATS
-            STATS["graphs_own_code"] += 1
-            self.counted = True
-
 
 def speculated(output, compiled: Callable, own: Callable, where: str) -> Callable:
     """`compiled` as a Speculated where the break allows it (set by tensor_hooks.mark_results_across_break) and
@@ -268,20 +194,7 @@ def speculated(output, compiled: Callable, own: Callable, where: str) -> Callabl
         return compiled
     output.__dict__["process_local"] = "the graph keeps its joint only while the code after its break cannot " \
         "observe its results' autograd"
-    consumed = None
-    name = output.__dict__.get("speculated_backward")  # NOTE [Joints kept across a backward break]
-    if name is not None:
-        ret = next(n for n in own.__self__.graph.nodes if n.op == "output").args[0]
-        found = [k for k, n in enumerate(ret) if isinstance(n, torch.fx.Node) and n.name == name] \
-            if isinstance(ret, (tuple, list)) else []
-        if not found:
-            from .requests import STATS
-            STATS["graphs_own_code"] += 1
-            logs.log("eager_fallback", "%s: the graph runs as its own code: its backwarded result is not one of "
-                     "its outputs", where)
-            return own
-        consumed = found[0]
-    return Speculated(compiled, own, where, output.__dict__.get("speculated_rng", ()), consumed)
+    return Speculated(compiled, own, where, output.__dict__.get("speculated_rng", ()))
 
 
 def is_speculated(compiled: Any) -> bool:
@@ -310,16 +223,7 @@ class Settling:
         _PENDING.value = None
         hook = self.hook
         if pending is None or pending[0] is not self.speculation:
-            speculation = self.speculation
-            if speculation.consumed is not None:  # NOTE [Joints kept across a backward break]
-                speculation.trusted = not _chain() and _consumed_clean(_serving_entry(hook, args))
-                if not speculation.trusted and not speculation.counted:
-                    speculation.count()
-                    logs.log("eager_fallback", "%s: the graph before the backward break runs as its own code: the "
-                             "code after it may observe its results' autograd", speculation.where)
             return hook(*_chain_swapped(args)) if _chain() else hook(*args)
-        if self.speculation.consumed is not None:
-            return _settle_consumed(hook, pending, args)
         entry = _serving_entry(hook, args)
         if entry is None or not _clean(entry):
             return hook(*_swapped(pending, args))
@@ -333,40 +237,6 @@ class Settling:
         finally:
             chain.pop()
         return hook.eager(*_swapped(pending, args))  # NOTE [Graph failures rerun eagerly]
-
-
-def _consumed_clean(entry: Any) -> bool:
-    return entry is not None and getattr(entry, "kept_speculation", None) is None and \
-        getattr(entry, "consumed_clean", False)
-
-
-def _settle_consumed(hook: Any, pending: tuple, args: tuple) -> Any:
-    """The resume function after a backward break whose graph ran the joint (NOTE [Joints kept across a
-    backward break])."""
-    entry = _serving_entry(hook, args)
-    if _consumed_clean(entry):
-        try:
-            return entry.fn(*args)
-        except Exception as e:
-            if not hook._reruns(entry, e, args, {}):
-                raise
-        return hook.eager(*_released(pending, args))
-    pending[0].trusted = False
-    return hook(*_released(pending, args))
-
-
-def _released(pending: tuple, args: tuple) -> tuple:
-    """`args` with the graph's own results, recomputed on views of its inputs that require grad, in place of the
-    joint's; the own graph released from the backwarded result down to those views."""
-    speculation, inputs, results, grad_enabled, states = pending
-    with torch.set_grad_enabled(grad_enabled):
-        stops = tuple(a.view_as(a) if isinstance(a, torch.Tensor) and a.requires_grad else a for a in inputs)
-    mapping = speculation.recompute(stops, results, grad_enabled, states)
-    joint = results[speculation.consumed] if isinstance(results, (tuple, list)) else results
-    root, edges = mapping.get(id(joint)), [s for s in stops if isinstance(s, torch.Tensor) and s.requires_grad]
-    if root is not None and root.requires_grad and edges:
-        torch.autograd.grad(root, edges, allow_unused=True)  # frees what eager's backward freed; accumulates nothing
-    return tuple(mapping.get(id(a), a) if isinstance(a, torch.Tensor) else a for a in args)
 
 
 def _clean(entry: Any) -> bool:
@@ -438,9 +308,8 @@ def break_entry_settles(output, gen, compiled: Any) -> tuple[bool, Any]:
     several breaks])."""
     while compiled is not None and not isinstance(compiled, Speculated):
         compiled = getattr(compiled, "compiled", None)
-    if compiled is None or compiled.consumed is not None or output.side_effects or output.mutated_entries or \
-            gen.cell_args:  # a backward break consumes the earlier graphs' joints (NOTE [Joints kept across a
-        return False, None  # backward break])
+    if compiled is None or output.side_effects or output.mutated_entries or gen.cell_args:
+        return False, None
     from torch.multiprocessing.reductions import StorageWeakRef
     from .sources import LocalSource
     try:
@@ -456,11 +325,9 @@ def break_entry_settles(output, gen, compiled: Any) -> tuple[bool, Any]:
     return True, compiled
 
 
-def passes_arguments_only_to_graphs(output, ret, detached: bool = False) -> bool:
+def passes_arguments_only_to_graphs(output, ret) -> bool:
     """The finished trace hands none of its tensor arguments that require grad to code outside its graphs: no
-    side effect replayed, none returned as it is or as a view of it (reads of autograd state are graph breaks).
-    `detached`: a returned tensor that shares an argument's storage but does not require grad is allowed
-    (NOTE [Joints kept across a backward break])."""
+    side effect replayed, none returned as it is or as a view of it (reads of autograd state are graph breaks)."""
     if output.side_effects:
         return False
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -470,7 +337,7 @@ def passes_arguments_only_to_graphs(output, ret, detached: bool = False) -> bool
                      if isinstance(inp.value, TensorValue) and isinstance(inp.source, LocalSource)
                      and inp.value.fake.requires_grad}
         returned = [StorageWeakRef(v.fake.untyped_storage()) for v in live_tensors([ret], inputs=True)
-                    if isinstance(v, TensorValue) and not (detached and not v.fake.requires_grad)]
+                    if isinstance(v, TensorValue)]
     except Exception:  # a tensor without storage (sparse, nested): not known to be unobserved
         return False
     return not any(storage in arguments for storage in returned)
