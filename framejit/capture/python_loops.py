@@ -702,6 +702,11 @@ def _module_target(hooks, module) -> Any:
     if cls.__call__ is not module_call or not isinstance(forward, types.FunctionType) \
             or _skipped(forward.__code__) and not _torch_layer(forward) or "forward" in module.__dict__:
         return None
+    # Module.__call__ calls `self._compiled_call_impl` when set (Module.compile()) or else `self._call_impl`: a
+    # class or instance that replaces either is called as it is (review revB H1).
+    if cls._call_impl is not hook_globals["Module"]._call_impl or "_call_impl" in module.__dict__ \
+            or getattr(module, "_compiled_call_impl", None) is not None:
+        return None
     if reads_frames_below(forward):  # NOTE [Callees of frames run eagerly]
         return None
     if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or \

@@ -187,3 +187,46 @@ def test_torch_layers_in_a_loop_run_as_python_are_captured_unless_hooked():
     torch.testing.assert_close(compiled(x), f(x))
     assert backend.graph_count == count  # hooked: called as it is; unhooked again: its entries serve it
     assert eager_frames() == eager_before
+
+
+def test_a_layer_whose_call_impl_is_replaced_is_called_as_it_is_in_a_loop_run_as_python():
+    # review revB H1: torch's Module.__call__ runs `self._compiled_call_impl` when set, else `self._call_impl`;
+    # a layer routed straight to its forward skipped a subclass's `_call_impl` (results 10x off, its log empty)
+    log = []
+
+    class Scaled(nn.Linear):
+        def _call_impl(self, *args, **kwargs):
+            log.append("call_impl")
+            return super()._call_impl(*args, **kwargs) * 10
+
+    torch.manual_seed(0)
+    lin = Scaled(4, 4)
+    plain = nn.Linear(4, 4)
+
+    def f(x):
+        out = []
+        for r in x:
+            k = int(r.abs().sum().item()) % 3
+            out.append(lin(r) * k + plain(r))
+        return torch.cat(out)
+
+    def g(x):
+        return sum(lin(x[i]) + plain(x[i]) for i in range(x.size(0)))
+
+    for fn, kwargs in ((f, {}), (g, {"dynamic": True})):
+        compiled = framejit.compile(fn, backend="eager", **kwargs)
+        for n in (3, 4):
+            x = torch.randn(n, 4)
+            del log[:]
+            expected, expected_log = fn(x), list(log)
+            del log[:]
+            torch.testing.assert_close(compiled(x), expected)
+            assert log == expected_log
+        plain._call_impl = lambda *a, **k: torch.zeros(4)  # on the instance: read by Module.__call__ too
+        try:
+            x = torch.randn(3, 4)
+            del log[:]
+            expected = fn(x)
+            torch.testing.assert_close(compiled(x), expected)
+        finally:
+            del plain._call_impl
