@@ -58,7 +58,10 @@ def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__} defines __getattribute__ and __getattr__")
     entry = lookup.guard_found_on_class(tx.output, cls, "__getattribute__", index)
     lookup.guard_entry_identity(tx.output, entry, impl)
-    lookup.guard_class_absent(tx.output, mro, "__getattr__")
+    if getattr_index is None:
+        lookup.guard_class_absent(tx.output, mro, "__getattr__")
+    else:  # NOTE [Library __getattr__ after a custom __getattribute__]
+        lookup.guard_found_on_class(tx.output, cls, "__getattr__", getattr_index)
     return impl
 
 
@@ -153,8 +156,21 @@ def STORAGE_NAME() -> str:
     return STORAGE
 
 
+# NOTE [Library __getattr__ after a custom __getattribute__]: a user subclass of a library class that defines
+# `__getattr__` (nn.Module's, which serves parameters, buffers and submodules) with its own Python
+# `__getattribute__`: guarding `__getattr__` absent from the whole MRO failed on every call (a new trace per
+# call, review revA A4). The library entry is pinned instead (found on its owner, absent before it), and where
+# the inlined `__getattribute__` raises AttributeError, which CPython answers by calling that `__getattr__`
+# (not modelled here), the read is a graph break.
 def inline_getattribute(tx, impl: types.FunctionType, obj: Value, name: str) -> Value:
-    return tx.inline(UserFunctionValue(impl), [obj, ConstantValue(name)], {})
+    try:
+        return tx.inline(UserFunctionValue(impl), [obj, ConstantValue(name)], {})
+    except UserException as e:
+        cls = obj.python_type()
+        if isinstance(e.exc, AttributeError) and lookup.mro_lookup(cls, "__getattr__")[0] is not None:
+            raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.__getattribute__ raised "
+                                                               "AttributeError: __getattr__ answers") from None
+        raise
 
 
 def _object_getattribute(tx, args: list[Value], kwargs: dict) -> Value:

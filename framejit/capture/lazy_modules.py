@@ -45,7 +45,7 @@ def initialise_at_trace(tx, mod_value, args: list, kwargs: dict) -> None:
     NOTE [Lazy modules initialised while tracing] hold; otherwise leave the module as it is (its call is
     then a break, module_hooks.plan_module_call)."""
     m = mod_value.obj
-    if not (isinstance(m, _lazy.LazyModuleMixin) and "_initialize_hook" in m.__dict__):
+    if not (issubclass(type(m), _lazy.LazyModuleMixin) and "_initialize_hook" in m.__dict__):
         return  # initialised (or its hook removed): an ordinary module
     stand_ins = _meta_stand_ins(args, kwargs)
     if stand_ins is None or mod_value.source is None or not _only_own_hook(m) or not _trace_allows(tx):

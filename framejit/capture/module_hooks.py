@@ -339,7 +339,7 @@ def _guard_hooked_path(tx, mod_value: NNModuleValue, module_dicts: tuple, global
 
 
 def _uninitialised_lazy(m: torch.nn.Module) -> bool:
-    return isinstance(m, _lazy.LazyModuleMixin) and m.has_uninitialized_params()
+    return issubclass(type(m), _lazy.LazyModuleMixin) and m.has_uninitialized_params()  # by type (revA A4)
 
 
 def _guard_no_global_hooks(tx, names: list[str]) -> None:

@@ -38,6 +38,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ..guards import COST_CONSTANT, COST_TENSOR
+from ..guards.plain_reads import is_a
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import CallSource, Ref, Source
 from .values import ConstantValue, DictValue, ListValue, SequenceValue, TensorValue, TupleValue, Value
@@ -186,9 +187,9 @@ def _is_numpy_object(obj: Any) -> bool:
     np = _np()
     if np is None:
         return False
-    if isinstance(obj, np.ufunc):
+    if is_a(obj, np.ufunc):  # by type: NOTE [Type facts without user code] (review revA A4)
         return True
-    if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):  # no user __getattr__
+    if is_a(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):  # no user __getattr__
         module = obj.__module__
         if not isinstance(module, str):  # a builtin method: its owner's class decides
             module = type(getattr(obj, "__self__", None)).__module__

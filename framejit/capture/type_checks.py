@@ -7,6 +7,7 @@ protocol is a graph break (NOTE [Lookup facts], NOTE [ABC answers]).
 from __future__ import annotations
 
 import abc
+import types
 from typing import Any
 
 import torch
@@ -65,9 +66,43 @@ def _isinstance(tx, args, kwargs):
         answer = issubclass(cls, spec)
     except TypeError as e:
         raise UserException(e) from None
-    if isinstance(obj, (ObjectValue, NewObjectValue)) and lookup.has_custom_getattribute(cls):
-        _read_class_as_cpython(tx, obj, cls, spec)
+    if isinstance(obj, (ObjectValue, NewObjectValue)) and _reads_class(cls, spec):
+        _class_read(tx, obj, cls, spec)
     return ConstantValue(answer)
+
+
+# NOTE [The __class__ read guarded]: where CPython's isinstance reads `o.__class__` (NOTE [isinstance reads
+# __class__]), its answer is whatever type(o)'s `__getattribute__` returns. A user one (any object in a
+# class dict, a function or not: a descriptor, a functools.partialmethod) is traced, and breaks unless it is a
+# plain function (getattribute.custom_getattribute); the default one (object's, type's, a module's) is
+# guarded to stay the default: no user class of the MRO gains `__getattribute__` (review revA A1: one added to
+# the class or a base after the first call went unseen, the answer stayed the first trace's). Any other C
+# `__getattribute__` may forward the read (weakref.proxy answers its referent's class: eager True, the fold
+# False, revA A2): a graph break. No read, no guard: a plain object's checks that answer True cost nothing more.
+_GENERIC_CLASS_READS = tuple(k.__dict__["__getattribute__"] for k in (object, type, types.ModuleType))
+
+
+def _reads_class(cls: type, spec: Any) -> bool:
+    """CPython's isinstance(o, spec) reads `o.__class__` for an `o` of type `cls`: the first class of the
+    tuple either answers True without a read or reads."""
+    klass = next(iter(_flat(spec)), cls)
+    return klass is not cls and (not isinstance(klass, type) or isinstance(klass, abc.ABCMeta) or
+                                 not issubclass(cls, klass))
+
+
+def _class_read(tx, obj: Value, cls: type, spec: Any) -> None:
+    if lookup.has_custom_getattribute(cls):
+        _read_class_as_cpython(tx, obj, cls, spec)
+        return
+    index, impl = lookup.mro_lookup(cls, "__getattribute__")
+    if not any(impl is generic for generic in _GENERIC_CLASS_READS):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance of a {cls.__name__}, whose C __getattribute__ "
+                                                      "may answer __class__")
+    lookup.guard_mro(tx.output, cls)  # NOTE [MRO guarded] in lookup.py
+    lookup.guard_class_absent(tx.output, [k for k in cls.__mro__[:index] if not lookup.is_fixed_class(k)],
+                              "__getattribute__")
+    if not lookup.is_fixed_class(cls.__mro__[index]):  # `__getattribute__ = object.__getattribute__` in a class
+        lookup.guard_entry_identity(tx.output, lookup.entry_source(cls.__mro__[index], "__getattribute__"), impl)
 
 
 # NOTE [isinstance reads __class__]: CPython's isinstance(o, K) reads `o.__class__` through the class's own

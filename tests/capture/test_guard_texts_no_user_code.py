@@ -199,3 +199,113 @@ def test_isinstance_reads_class_when_an_abc_or_a_later_class_answers_true():
             runs.append((f(torch.ones(2) * i, Counting(), Counting), list(log)))
         assert_same(runs[0][0], runs[1][0])
         assert runs[0][1] == runs[1][1] and len(runs[0][1]) == 5
+
+
+class _Other:
+    pass
+
+
+def _isinstance_other(x, o):
+    return x + 1, isinstance(o, _Other), isinstance(o, (int, _RegisteredABC))
+
+
+def _answering_other(log):
+    def getattribute(self, name):
+        log.append(name)
+        return _Other if name == "__class__" else object.__getattribute__(self, name)
+    return getattribute
+
+
+class _Deferred:
+    """A `__getattribute__` that is no function: a descriptor object answering a bound callable."""
+    def __init__(self, f):
+        self.f = f
+
+    def __get__(self, obj, owner=None):
+        return lambda name: self.f(obj, name)
+
+
+def _class_read_programs():
+    """Per program: (make the argument of call i, change the classes before call i); fresh classes per side."""
+    import weakref
+
+    def later(on_base):  # review revA A1: a Python __getattribute__ added after call 0, removed after call 2
+        log, base = [], type("Base", (), {})
+        cls = type("P", (base,), {})
+        def between(i):
+            target = base if on_base else cls
+            if i == 1:
+                target.__getattribute__ = _answering_other(log)
+            elif i == 3:
+                del target.__getattribute__
+        return log, lambda i: cls(), between
+
+    def proxy():  # revA A2: the proxy forwards __class__ to its referent
+        keep = []
+        def make(i):
+            keep.append(_Other())
+            return weakref.proxy(keep[-1])
+        return [], make, lambda i: None
+
+    def no_function(wrap):  # revA A3: a descriptor object, a functools.partialmethod
+        log = []
+        cls = type("R", (), {"__getattribute__": wrap(_answering_other(log))})
+        return log, lambda i: cls(), lambda i: None
+    return [lambda: later(False), lambda: later(True), proxy, lambda: no_function(_Deferred),
+            lambda: no_function(functools.partialmethod)]
+
+
+def test_isinstance_class_read_of_later_or_foreign_getattribute():
+    # NOTE [The __class__ read guarded] (capture/type_checks.py): eager answered True (with the read logged), the
+    # fold False from the first trace's type, on every call
+    for program in _class_read_programs():
+        runs = []
+        for compiled in (False, True):
+            log, make, between = program()
+            f = framejit.compile(_isinstance_other, backend="eager") if compiled else _isinstance_other
+            calls = []
+            for i in range(5):
+                between(i)
+                log.clear()
+                calls.append((f(torch.ones(2) * i, make(i)), list(log)))
+            runs.append(calls)
+        for eager, fjit in zip(*runs):
+            assert_same(eager[0], fjit[0])
+            assert eager[1] == fjit[1]
+        assert any(call[0][1] for call in runs[0])
+
+
+class _CountingModule(torch.nn.Module):
+    def __init__(self, log):
+        super().__init__()
+        self.log, self.w = log, torch.nn.Parameter(torch.ones(2))
+
+    def __getattribute__(self, name):
+        if name in ("__class__", "w"):
+            object.__getattribute__(self, "log").append(name)
+        return super().__getattribute__(name)  # `w`: AttributeError here, Module.__getattr__ answers
+
+    def forward(self, x):
+        return x * self.w
+
+
+def _module_reads(x, m):
+    return m(x) + m.w, isinstance(m, _Other), isinstance(m, torch.nn.Linear)
+
+
+def test_module_with_getattribute_compiles_once():
+    # NOTE [Library __getattr__ after a custom __getattribute__] (capture/getattribute.py): a new trace per call
+    # (`'__getattr__' not in Module.__dict__` guarded), each calling the user's __getattribute__ 17-68 times while
+    # wrapping the module (review revA A4)
+    backend = CountingBackend()
+    compiled = framejit.compile(_module_reads, backend=backend)
+    log = []
+    for m in (_CountingModule(log), _CountingModule(log)):
+        for i in range(2):
+            runs = []
+            for f in (_module_reads, compiled):
+                log.clear()
+                runs.append((f(torch.ones(2) * i, m), list(log)))
+            assert_same(runs[0][0], runs[1][0])
+            assert runs[0][1] == runs[1][1] == ["w", "w", "__class__", "__class__"]
+    assert backend.graph_count == 1

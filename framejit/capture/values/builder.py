@@ -151,9 +151,9 @@ def _floats_dynamic() -> bool:
 
 
 def _wrap_guarded(out, obj: Any, source: Source) -> Value:
-    if _lookup_runs_user_code(obj) and not issubclass(type(obj), (torch.Tensor, torch.nn.Module)):
-        out.guard_type(source, type(obj))
-        return ObjectValue(obj, source)
+    if _lookup_runs_user_code(obj) and not issubclass(type(obj), torch.Tensor):
+        out.guard_type(source, type(obj))  # NOTE [Wrapping without running user code]
+        return NNModuleValue(obj, source) if issubclass(type(obj), torch.nn.Module) else ObjectValue(obj, source)
     if isinstance(obj, torch.Tensor):
         if type(obj) is torch.Tensor and obj.is_nested:
             return _nested_tensor(out, obj, source)
@@ -610,12 +610,12 @@ def _lookup_runs_user_code(obj: Any) -> bool:
     51 on the first call where eager gives 1). Such an object is wrapped as a plain object, guarded by its
     exact type, after only the tests that look at `type(obj)`."""
     cls = type(obj)
-    if isinstance(cls.__getattribute__, types.FunctionType):
-        return True
+    from ..codegen_runtime import dict_overridden
+    from ..lookup import has_custom_getattribute  # a function or any object a user class holds (revA A3)
     # a `__dict__` of the class's own (a property): `hasattr(obj, "__dict__")` would run it (NOTE [Instance
     # dicts read without user code] in codegen_runtime.py)
-    from ..codegen_runtime import dict_overridden
-    return any("__class__" in vars(k) for k in cls.__mro__[:-1]) or dict_overridden(cls)
+    return has_custom_getattribute(cls) or any("__class__" in vars(k) for k in cls.__mro__[:-1]) or \
+        dict_overridden(cls)
 
 
 def wrap_unguarded(obj: Any) -> Value:
