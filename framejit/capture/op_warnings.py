@@ -66,6 +66,8 @@ class OpWarning(NamedTuple):
     lineno: int
     module_globals: dict | None  # the module whose __name__ and __warningregistry__ eager's warning uses
     once: bool  # a TORCH_WARN_ONCE the fake probe spent: shown once per process
+    instance: Any = None  # the Warning the fake run raised: replayed as it is (a subclass's __init__ may take
+    # other arguments than the message; review revD HIGH-1)
 
 
 class OpMarks(NamedTuple):
@@ -92,6 +94,9 @@ def _held(call: Callable[[], Any], warn_always: bool) -> tuple:
     me = threading.get_ident()
     always, filters, show = torch._C._get_warnAlways(), warnings.filters, warnings._showwarnmsg
     user_filters = list(filters)
+    # The filters' contents are swapped in place, never the list object: another thread's catch_warnings() in
+    # this window saves and restores the same object, so it cannot put the held-back filters back for good
+    # (review revD HIGH-3).
 
     def hold(msg: Any) -> None:
         if threading.get_ident() == me:
@@ -100,13 +105,13 @@ def _held(call: Callable[[], Any], warn_always: bool) -> tuple:
             _forward(msg, user_filters, show)
 
     torch._C._set_warnAlways(warn_always)
-    warnings.filters, warnings._showwarnmsg = [("always", None, Warning, None, 0)], hold
+    filters[:], warnings._showwarnmsg = [("always", None, Warning, None, 0)], hold
     try:
         result, error = call(), None
     except BaseException as e:  # the op's error: eager's real call raises it (and shows its warnings)
         result, error, caught = None, e, []
     finally:
-        warnings.filters, warnings._showwarnmsg = filters, show
+        filters[:], warnings._showwarnmsg = user_filters, show
         torch._C._set_warnAlways(always)
     ops = [m for m in caught if not any(p in str(m[0].filename).replace("\\", "/") for p in _MACHINERY)]
     return ops, error, result
@@ -154,7 +159,8 @@ def _records(held: list, kinds: dict, output: Any) -> list:
         else:  # a Python warning inside library code (stacklevel=1): its own line and module
             filename, lineno, module_globals = str(msg.filename), msg.lineno, _module_globals(str(msg.filename))
         once = kinds[_key(msg)] == "once"
-        out.append((OpWarning(msg.category, str(msg.message), filename, lineno, module_globals, once),
+        instance = msg.message if isinstance(msg.message, Warning) else None
+        out.append((OpWarning(msg.category, str(msg.message), filename, lineno, module_globals, once, instance),
                     levels <= 1 and not once))
     return out
 
@@ -277,12 +283,13 @@ def _template(_fn: Any, _pre: Any) -> Callable:
     return _op
 
 
-def _method_template(_name: str, _pre: Any) -> Callable:
-    def _op(self, *args, **kwargs): return _pre() or getattr(self, _name)(*args, **kwargs)  # noqa: E704
+def _method_template(_name: str, _pre: Any, _getattr: Any) -> Callable:
+    # `_getattr` is a cell: the code runs with the user module's globals, which may bind `getattr` (revD HIGH-2)
+    def _op(self, *args, **kwargs): return _pre() or _getattr(self, _name)(*args, **kwargs)  # noqa: E704
     return _op
 
 
-_CALL, _METHOD = _template(None, None).__code__, _method_template("", None).__code__
+_CALL, _METHOD = _template(None, None).__code__, _method_template("", None, None).__code__
 
 
 def _nothing() -> None:
@@ -293,7 +300,7 @@ def _located(code: types.CodeType, closed: Any, marks: OpMarks) -> Callable:
     filename, lineno, module_globals = marks.site
     located = code.replace(co_filename=filename, co_firstlineno=max(lineno, 1))
     pre = (lambda: show(marks.replayed)) if marks.replayed else _nothing
-    cells = {"_fn": closed, "_name": closed, "_pre": pre}
+    cells = {"_fn": closed, "_name": closed, "_pre": pre, "_getattr": getattr}
     fn = types.FunctionType(located, module_globals if module_globals is not None else {"__name__": "<string>"},
                             "_located_op", None, tuple(types.CellType(cells[n]) for n in code.co_freevars))
     fn.__module__ = __name__  # FX names it as a global of the graph's code, not as an importable torch name
@@ -332,8 +339,8 @@ def with_replay(gm: torch.fx.GraphModule, compiled: Callable, own: Callable | No
     def replaying(*args: Any) -> Any:
         try:
             show(replays)
-        except Warning:
-            if own is not None:
+        except Exception:  # "error" filter, or a showwarning hook that raises (review revD HIGH-4): the ops
+            if own is not None:  # before the warning's op run, and its real op raises as in eager
                 own(*args)
             raise
         return compiled(*args)
@@ -352,7 +359,8 @@ def show(replays: list) -> None:
         module = g.get("__name__", "<string>") if g is not None else None
         registry = g.setdefault("__warningregistry__", {}) if g is not None else None
         try:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, module, registry)
+            warnings.warn_explicit(w.instance if w.instance is not None else w.message, w.category, w.filename,
+                                   w.lineno, module, registry)
         except Warning as e:  # the "error" filter; for a once the probe spent, an eager rerun would not raise
             e.framejit_replayed_once = w.once  # type: ignore[attr-defined] (requests.raised_in_graph)
             raise
