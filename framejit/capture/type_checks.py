@@ -82,6 +82,12 @@ def _isinstance(tx, args, kwargs):
 _GENERIC_CLASS_READS = tuple(k.__dict__["__getattribute__"] for k in (object, type, types.ModuleType))
 
 
+def _builtin_slot(impl: Any) -> bool:
+    """`impl` is the `__getattribute__` slot of a builtins type (property, function, ...: their own slot wrapper,
+    which reads `__class__` from the type), not of a proxy; weakref's proxies are in module `weakref`."""
+    return isinstance(impl, types.WrapperDescriptorType) and getattr(impl.__objclass__, "__module__", None) == "builtins"
+
+
 def _reads_class(cls: type, spec: Any) -> bool:
     """CPython's isinstance(o, spec) reads `o.__class__` for an `o` of type `cls`: the first class of the
     tuple either answers True without a read or reads."""
@@ -95,7 +101,7 @@ def _class_read(tx, obj: Value, cls: type, spec: Any) -> None:
         _read_class_as_cpython(tx, obj, cls, spec)
         return
     index, impl = lookup.mro_lookup(cls, "__getattribute__")
-    if not any(impl is generic for generic in _GENERIC_CLASS_READS):
+    if not any(impl is generic for generic in _GENERIC_CLASS_READS) and not _builtin_slot(impl):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance of a {cls.__name__}, whose C __getattribute__ "
                                                       "may answer __class__")
     lookup.guard_mro(tx.output, cls)  # NOTE [MRO guarded] in lookup.py
