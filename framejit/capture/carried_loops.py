@@ -25,6 +25,7 @@ Two rules make such a loop compile a bounded number of times:
 from __future__ import annotations
 
 import collections
+import inspect
 import itertools
 import re
 import types
@@ -73,7 +74,7 @@ class CarriedIteratorValue(Value):
         self.source = source
 
     def python_type(self) -> type:
-        return type(self.obj) if type(self.obj) in _STEPPED_TYPES else _LIST_ITERATOR
+        return _LIST_ITERATOR if type(self.obj) is list else type(self.obj)
 
     def describe(self) -> str:
         return f"CarriedIterator({self.source.describe()})"
@@ -82,7 +83,8 @@ class CarriedIteratorValue(Value):
 def opaque_iterator(out, obj: Any, source: Source) -> CarriedIteratorValue | None:
     """`obj` unread, when it is a lazy iterator a for loop steps in Python (NOTE [Iterators stepped as
     Python]), else None."""
-    if type(obj) not in _STEPPED_TYPES or not _finalized_like_eager(obj):
+    if type(obj) not in _STEPPED_TYPES and (hasattr(obj, "__dict__") or not _builtin_iterator(obj)) \
+            or not _finalized_like_eager(obj):  # NOTE [Other iterators stepped as Python]
         return None
     out.guard_type(source, type(obj))
     return CarriedIteratorValue(obj, source)
@@ -106,6 +108,62 @@ def loop_marker(source: Source) -> str:
     return "steps of " + position_source(source).describe()
 
 
+# NOTE [Other iterators stepped as Python]: a for loop over an iterator that no value models reaches the resume
+# function's FOR_ITER as the iterator itself, made by Python where the loop's GET_ITER broke: an object of a
+# user class whose `__iter__` returns self and whose `__next__` steps it, iter(callable, sentinel), an
+# OrderedDict's, an array's, a StringIO, itertools.tee's. Wrapped as a plain object, FOR_ITER had no step
+# for it: an internal error ("'ObjectValue' object has no attribute 'next'") or "L['___stack0'] is a
+# callable_iterator", and the resume function ran wholly eagerly (review revB M2). It is taken unread like a
+# generator (guarded by its type): each step of the loop runs as Python (`next(it)`, so its own `__next__`
+# runs once per step as in eager, StopIteration ends the loop), the body a resume function that takes the item.
+# Only an iterator whose `__iter__` returns itself and does nothing else (a builtin iterator's, or a user
+# class's `return self`, its lookup guarded): the body's resume function takes it in an "iter" slot, whose
+# prologue applies GET_ITER again when it runs as Python. Another (its `__iter__` logs) still breaks at that
+# FOR_ITER with no resume point (the resume function runs as Python: no internal error). The iterators that
+# values model from outside (reversed-list and range iterators) keep their own form. A builtin iterator with no
+# other form (callable_iterator, odict_iterator, memory_iterator, array's, itertools.tee's: "L['___stack0']
+# is a callable_iterator" where the body's resume function took it) is wrapped so wherever it is read
+# (`opaque_iterator`); an object of a user class only where a for loop steps it.
+_MODELLED_ITERATORS = (_LIST_ITERATOR, type(reversed([])), type(iter(range(0))))
+
+
+def _returns_self(self):
+    return self
+
+
+_KINDS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS | inspect.CO_GENERATOR | inspect.CO_COROUTINE | \
+    inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+
+
+def _other_iterator(out, obj: Any) -> bool:
+    """An iterator that no value models and whose `__iter__` is the identity: stepped in Python by a for loop
+    (guards on the lookup of a Python `__iter__`)."""
+    cls = type(obj)
+    if cls in _MODELLED_ITERATORS or isinstance(obj, type) or not hasattr(cls, "__next__"):
+        return False
+    impl = inspect.getattr_static(cls, "__iter__", None)
+    if isinstance(impl, types.FunctionType):
+        code, ref = impl.__code__, _returns_self.__code__
+        if (code.co_code, code.co_argcount, code.co_flags & _KINDS) != (ref.co_code, ref.co_argcount, 0):
+            return False
+        from .lookup import guard_lookup
+        guard_lookup(out, cls, "__iter__")
+        return True
+    return _builtin_iterator(obj)
+
+
+def _builtin_iterator(obj: Any) -> bool:
+    """An iterator of a C type that returns itself from iter() (CPython's own iterators)."""
+    cls = type(obj)
+    if cls in _MODELLED_ITERATORS or not hasattr(cls, "__next__") or \
+            not isinstance(inspect.getattr_static(cls, "__iter__", None), types.WrapperDescriptorType):
+        return False
+    try:
+        return iter(obj) is obj
+    except Exception:
+        return False
+
+
 # NOTE [Iterators over sequences of changing length]: `for k in reversed(d)`, `it = iter(d); for k in it`,
 # `for j, k in enumerate(d)`, `for t in reversed(l)` over a dict or list of changing size (opaque: NOTE
 # [Loops over sequences of changing length] in python_loops.py): the call making the iterator reads the
@@ -125,12 +183,17 @@ def carried_argument(tx, inst) -> CarriedIteratorValue | None:
     if tx.parent is not None or not isinstance(name, str) or not name.startswith(STACK_PREFIX):
         return None
     lazy = tx.locals.get(name)
-    if not isinstance(lazy, LazyArg) or type(lazy.obj) not in _CARRIED_TYPES + _STEPPED_TYPES \
-            or not _finalized_like_eager(lazy.obj):
+    if not isinstance(lazy, LazyArg) or not _finalized_like_eager(lazy.obj):
         return None
     insts = tx.program.insts
     if tx.pc >= len(insts):
         return None
+    if type(lazy.obj) not in _CARRIED_TYPES + _STEPPED_TYPES:
+        if not (insts[tx.pc].name == "GET_ITER" or _stepped_next(insts, tx.pc, lazy.obj)) \
+                or not _other_iterator(tx.output, lazy.obj):
+            return None
+        tx.output.guard_type(LocalSource(lazy.name), type(lazy.obj))  # NOTE [Other iterators stepped as Python]
+        return CarriedIteratorValue(lazy.obj, LocalSource(lazy.name))
     if insts[tx.pc].name == "GET_ITER" and LocalSource(name).describe() in (tx.output.dynamic_ints or ()):
         return None  # NOTE [Iterators over sequences of changing length]: wrapped as an opaque sequence
     if insts[tx.pc].name != "GET_ITER":
@@ -159,7 +222,7 @@ def step_value(tx, value: CarriedIteratorValue) -> Value:
     """What FOR_ITER steps: the iterator read and guarded (its position a constant), or, once the loop's
     position is dynamic for this frame, a break at this FOR_ITER (NOTE [Loops carried across breaks])."""
     out = tx.output
-    if type(value.obj) in _STEPPED_TYPES:  # NOTE [Combinators rebuilt at breaks] in lazy_combinators.py
+    if type(value.obj) not in _CARRIED_TYPES:  # NOTE [Combinators rebuilt at breaks] in lazy_combinators.py
         e = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, f"the loop's {type(value.obj).__name__} object was "
                         "made by Python: each step of the loop runs as Python, its body as a resume function "
                         "(NOTE [Iterators stepped as Python])")
@@ -583,7 +646,7 @@ _DONE = object()
 
 def loop_iterator(obj: Any) -> Any:
     """The iterator a carried loop argument stands for (a list's own iterator at its start)."""
-    return obj if type(obj) is _LIST_ITERATOR else iter(obj)
+    return iter(obj) if type(obj) is list else obj  # any other is an iterator: iter() of a user's could log
 
 
 def loop_next(iterator: Any) -> Any:

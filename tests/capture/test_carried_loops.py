@@ -143,3 +143,60 @@ def test_module_names_from_tensor_data_become_opaque():
     with torch.no_grad():
         _run(model, compiled, args, calls=4)
     assert eager_frames() == before
+
+
+class _Stepper:
+    """An iterator class whose `__iter__` returns self and whose `__next__` logs each step."""
+
+    def __init__(self, rows, log):
+        self.rows, self.i, self.log = rows, 0, log
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.log.append(("next", self.i))
+        if self.i >= self.rows.shape[0]:
+            raise StopIteration
+        self.i += 1
+        return self.rows[self.i - 1]
+
+
+def loop_over_user_iterator(x, log):
+    out = []
+    for v in _Stepper(x, log):
+        s = v.sum().item()  # a break on data in every step
+        log.append("body")
+        out.append(v * s)
+    return out
+
+
+def loop_over_callable_iterator(x, log):
+    rows, pos = list(x.unbind(0)), [0]
+
+    def draw():
+        pos[0] += 1
+        log.append(pos[0])
+        return rows[pos[0] - 1] if pos[0] <= len(rows) else None
+    out = []
+    for v in iter(draw, None):
+        s = v.sum().item()
+        out.append(v * s)
+    return out
+
+
+@pytest.mark.parametrize("fn", [loop_over_user_iterator, loop_over_callable_iterator])
+def test_loop_over_an_iterator_no_value_models_steps_in_python(fn):
+    """NOTE [Other iterators stepped as Python]: the resume function's FOR_ITER got the iterator itself (an
+    internal error, or "L['___stack0'] is a callable_iterator"): it ran wholly eagerly. Now each step runs
+    as Python (its `__next__` once per step, as eager) and the body is one resume function for every length."""
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    before = eager_frames()
+    for n in (3, 5, 2, 4):
+        x = torch.randn(n, 4)
+        expected_log, got_log = [], []
+        torch.testing.assert_close(compiled(x, got_log), fn(x, expected_log))
+        assert got_log == expected_log
+    assert eager_frames() == before, framejit.stats()["eager_frame_reasons"][before:]
+    assert 1 <= backend.graph_count <= 10, backend.graph_count

@@ -112,6 +112,9 @@ def _symbolic_rows(value) -> bool:
 def for_iter(tx, inst):
     if isinstance(tx.peek(), CarriedIteratorValue):  # NOTE [Loops carried across breaks]
         tx.stack[-1] = step_value(tx, tx.peek())
+    if not isinstance(tx.peek(), IteratorValue):  # NOTE [Other iterators stepped as Python] in carried_loops.py
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a for loop over {tx.peek().describe()}, an iterator "
+                          "the trace cannot step")
     tx.peek().looped = True  # NOTE [Iterators of their own type] in values/containers.py
     item = tx.peek().next()
     if item is None:
