@@ -43,6 +43,7 @@ from .codegen import frame_signature
 from .convert import convert_frame
 from .module_frame import module_call
 from .numpy_scalars import numpy_scalar_text
+from .op_warnings import rerun_without, shown_before_failure
 from .graph_errors import make_effects
 from .locators import ModuleNotImported
 from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
@@ -98,9 +99,9 @@ class FrameHook(TracerInterop):
                     try:
                         return entry.fn(*args, **kwargs)
                     except Exception as e:
-                        if not self._reruns(entry, e, args, kwargs):
+                        if (shown := self._reruns(entry, e, args, kwargs)) is None:
                             raise
-                    return self.eager(*args, **kwargs)
+                    return rerun_without(shown, self.eager, args, kwargs)
             return self.miss(args, kwargs)
         except BaseException as e:  # KeyboardInterrupt too (review revN N1)
             clean_traceback(e)  # NOTE [Tracebacks past the hook]: a bare raise adds no entry
@@ -126,19 +127,18 @@ class FrameHook(TracerInterop):
                         self.fn.__code__.co_argcount:
                     function.__defaults__, function.__kwdefaults__ = defaults, kwdefaults
 
-    def _reruns(self, entry: Entry, exc: Exception, args: tuple, kwargs: dict) -> bool:
-        """True when `exc` was raised by the entry's graph and the call is to rerun eagerly, with the
-        global state restored (NOTE [Graph failures rerun eagerly] in convert.py); otherwise the effects
-        that precede the graph's ops are made (NOTE [Effects before a failing graph])."""
+    def _reruns(self, entry: Entry, exc: Exception, args: tuple, kwargs: dict) -> list | None:
+        """`exc` raised by the entry's graph: the call reruns eagerly, global state restored (NOTE [Graph failures rerun
+        eagerly]); returns the warnings the graph showed, for the rerun to drop (NOTE [Warnings of a graph that raised]).
+        Else None: the effects before the graph's ops are made (NOTE [Effects before a failing graph])."""
         if entry.rerun is None or not entry.rerun.raised_in_graph(exc, entry.fn.__code__):
             if entry.on_graph_error is not None:
                 make_effects(entry, exc, args, kwargs)
-            return False
+            return None
         entry.rerun.restore()
-        logs.log("eager_fallback", "a graph of %s raised at run time (%s: %.300s); this call reruns eagerly, so "
-                 "the exception is raised (and handled) by the function's own code", self._name(),
-                 type(exc).__name__, exc)
-        return True
+        logs.log("eager_fallback", "a graph of %s raised at run time (%s: %.300s); this call reruns eagerly, so the "
+                 "exception is raised (and handled) by the function's own code", self._name(), type(exc).__name__, exc)
+        return shown_before_failure(exc)
 
     def __get__(self, obj: Any, objtype: type | None = None) -> Any:
         """A compiled function used as a method binds like the function it wraps."""
@@ -153,9 +153,9 @@ class FrameHook(TracerInterop):
         try:
             return entry.fn(*args, **kwargs)
         except Exception as e:
-            if not self._reruns(entry, e, args, kwargs):
+            if (shown := self._reruns(entry, e, args, kwargs)) is None:
                 raise
-        return self.eager(*args, **kwargs)
+        return rerun_without(shown, self.eager, args, kwargs)
 
     def _limit_eager(self):
         """What runs a call past the recompile limit: the frame's code with its callees routed through their

@@ -232,11 +232,12 @@ class Settling:
         try:
             return entry.fn(*args)
         except Exception as e:
-            if not hook._reruns(entry, e, args, {}):
+            if (shown := hook._reruns(entry, e, args, {})) is None:
                 raise
         finally:
             chain.pop()
-        return hook.eager(*_swapped(pending, args))  # NOTE [Graph failures rerun eagerly]
+        from .op_warnings import rerun_without  # NOTE [Warnings of a graph that raised]
+        return rerun_without(shown, hook.eager, _swapped(pending, args), {})  # NOTE [Graph failures rerun eagerly]
 
 
 def _clean(entry: Any) -> bool:

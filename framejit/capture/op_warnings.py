@@ -239,8 +239,11 @@ def compiling(gm: torch.fx.GraphModule, call: Callable[[], Any]) -> Any:
     """`call()` (the backend compiling gm) without the warnings of gm's marked ops, which the backend's own runs
     of them (constant folding, checks) raise: eager shows them where the op runs, the graph's call does."""
     ops = {(w.category, w.message) for w in _all_records(gm)}
-    if not ops:
-        return call()
+    return _without(ops, call) if ops else call()
+
+
+def _without(ops: set, call: Callable[[], Any]) -> Any:
+    """`call()` without the warnings whose (category, text) is in `ops`; the user's filters judge the others."""
     user_filters, show = list(warnings.filters), warnings._showwarnmsg
     held, error, result = _held(call, True)
     if error is not None:
@@ -313,7 +316,7 @@ def located_forward(gm: torch.fx.GraphModule) -> Callable | None:
     marked = [n for n in gm.graph.nodes if "op_warnings" in n.meta]
     if not marked:
         return None
-    graph, copies = torch.fx.Graph(), {}
+    graph, copies, shows = torch.fx.Graph(), {}, []
     graph.output(graph.graph_copy(gm.graph, copies))
     for node in marked:
         copy, marks = copies.get(node), node.meta["op_warnings"]
@@ -323,8 +326,13 @@ def located_forward(gm: torch.fx.GraphModule) -> Callable | None:
             copy.target = _located(_CALL, node.target, marks)
         elif node.op == "output":
             with graph.inserting_before(next(iter(reversed(graph.nodes)))):
-                graph.call_function(show, (list(marks.replayed),))
+                copy = graph.call_function(show, (list(marks.replayed),))
+        else:
+            continue
+        shows.append((copy, (*marks.replayed, *marks.real)))
     own = torch.fx.GraphModule(gm, graph)
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    type(own).forward.__globals__[_SHOWS] = (own._lineno_map, own._prologue_start, [(index[n], r) for n, r in shows])
     return types.MethodType(type(own).forward, gm)
 
 
@@ -335,6 +343,7 @@ def with_replay(gm: torch.fx.GraphModule, compiled: Callable, own: Callable | No
     replays = _all_records(gm)
     if not replays:
         return compiled
+    _quiet_forward(gm, {(w.category, w.message) for w in replays})
 
     def replaying(*args: Any) -> Any:
         try:
@@ -343,9 +352,21 @@ def with_replay(gm: torch.fx.GraphModule, compiled: Callable, own: Callable | No
             if own is not None:  # before the warning's op run, and its real op raises as in eager
                 own(*args)
             raise
-        return compiled(*args)
+        replayed = compiled  # bound once the replays are shown: read from a traceback (NOTE [Warnings of a graph that raised])
+        return replayed(*args)
     replaying.compiled_without_warnings = compiled  # type: ignore[attr-defined]
     return replaying
+
+
+def _quiet_forward(gm: torch.fx.GraphModule, ops: set) -> None:
+    """The backend's own runs of gm's code (onnxrt's torch run after a failed ORT run, or of a signature it does
+    not lower) do not show the replayed warnings again (NOTE [Warnings of a graph that raised]). FX gives each
+    GraphModule its own class: its forward is wrapped (a deepcopy or a recompile makes a plain one)."""
+    cls, forward = type(gm), type(gm).forward
+
+    def quiet(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _without(ops, lambda: forward(self, *args, **kwargs))
+    cls.forward = quiet
 
 
 def show(replays: list) -> None:
@@ -366,5 +387,60 @@ def show(replays: list) -> None:
             raise
 
 
-__all__ = ["OpMarks", "OpWarning", "close_graph", "compiling", "located_forward", "mark_node", "note_folded", "run_held",
-           "show", "user_site", "with_replay"]
+# NOTE [Warnings of a graph that raised]: a graph that raises at run time is rerun eagerly (NOTE [Graph failures
+# rerun eagerly] in convert.py). The graph's located code had shown the warnings of its marked nodes up to the
+# one that raised, a replaying backend's wrapper all of its records; the rerun showed them again (review revD
+# MED-5: "always" showed each warning of the failing call twice). The rerun now drops, once each, the warnings
+# (category, text, file, line) the failing call showed: found from the exception's traceback, so a call that
+# does not raise pays nothing. The located forward's globals keep, per marked node, its line in the generated
+# code (FX's line map) and its records; `replaying` marks in a local that the replays were shown.
+_SHOWS = "__framejit_op_warnings__"
+
+
+def shown_before_failure(exc: BaseException) -> list:
+    """[(category, text, filename, lineno)] of the recorded warnings the graph call that raised `exc` showed."""
+    try:
+        return _shown_in(exc.__traceback__)
+    except Exception:  # noqa: BLE001 - finding them must never replace the user's exception
+        return []
+
+
+def _shown_in(tb: Any) -> list:
+    out: list = []
+    while tb is not None:
+        frame = tb.tb_frame
+        shows = frame.f_globals.get(_SHOWS) if frame.f_code.co_name == "forward" else None
+        if shows is not None:
+            lineno_map, prologue_start, marked = shows
+            failing = (lineno_map or {}).get(tb.tb_lineno - prologue_start + 1)
+            if failing is not None:
+                out.extend(w for index, records in marked if index <= failing for w in records)
+        elif frame.f_code.co_name == "replaying" and frame.f_code.co_filename == __file__ \
+                and "replayed" in frame.f_locals:
+            out.extend(frame.f_locals["replays"])
+        tb = tb.tb_next
+    return [(w.category, w.message, w.filename, w.lineno) for w in out]
+
+
+def rerun_without(shown: list, call: Callable, args: tuple, kwargs: dict) -> Any:
+    """`call(*args, **kwargs)` (the eager rerun of a failed graph call) with the warnings `shown` dropped once each."""
+    if not shown:
+        return call(*args, **kwargs)
+    me, show_user = threading.get_ident(), warnings._showwarnmsg
+
+    def drop(msg: Any) -> None:
+        key = (msg.category, str(msg.message), str(msg.filename), msg.lineno)
+        if threading.get_ident() == me and key in shown:
+            shown.remove(key)
+        else:
+            show_user(msg)
+    warnings._showwarnmsg = drop
+    try:
+        return call(*args, **kwargs)
+    finally:
+        if warnings._showwarnmsg is drop:
+            warnings._showwarnmsg = show_user
+
+
+__all__ = ["OpMarks", "OpWarning", "close_graph", "compiling", "located_forward", "mark_node", "note_folded", "rerun_without",
+           "run_held", "show", "shown_before_failure", "user_site", "with_replay"]

@@ -338,3 +338,33 @@ def test_a_warning_class_with_other_init_arguments_is_replayed_as_it_is():
         torch.testing.assert_close(out, torch.full((3,), 5.0))
         assert x.sum().item() == 6.0
         assert caught and {w.category for w in caught} == {_TwoArgWarning}
+
+
+def _warns_then_indexes(x, i):
+    y = torch.nn.functional.softmax(x) * 2  # warns, then the graph raises at y[i] for i out of range
+    return y[i] + 1
+
+
+def _calls_of_a_graph_that_raises(f, action):
+    """[(value or exception, warnings as (category, text, file, line))] of calls whose graph raises on odd calls."""
+    out = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(action)
+        for i in (0, 5, 1, 7):
+            try:
+                got = f(torch.ones(2, 3), torch.tensor([i])).sum().item()
+            except IndexError as e:
+                got = str(e)
+            out.append((got, [(w.category, str(w.message), w.filename, w.lineno) for w in caught]))
+            caught.clear()
+    return out
+
+
+@pytest.mark.parametrize("backend", ["counting", "onnxrt"])
+def test_a_graph_that_raises_shows_its_warnings_once_in_the_eager_rerun(backend):
+    # review revD MED-5: the graph's located code (eager backend) or replay (onnxrt) showed the softmax warning,
+    # then the graph raised and the eager rerun showed it again; onnxrt's torch run after its failed ORT run
+    # showed it a third time (from `<eval_with_key>`), and on every later call
+    for action in ("always", "default"):
+        compiled = framejit.compile(_warns_then_indexes, backend=CountingBackend() if backend == "counting" else backend)
+        assert _calls_of_a_graph_that_raises(compiled, action) == _calls_of_a_graph_that_raises(_warns_then_indexes, action)
