@@ -689,7 +689,7 @@ def _attr_not_found(tx, obj: Value, name: str, cls: type, real, guarded: bool, d
     """object_attr where `name` is on no class of the MRO and not in the instance: nn.Module's slots, a user
     __getattr__ (inlined), or AttributeError (absence guarded)."""
     getattr_index, getattr_impl = lookup.mro_lookup(cls, "__getattr__")
-    if issubclass(cls, torch.nn.Module) and getattr_impl is torch.nn.Module.__getattr__:
+    if issubclass(cls, torch.nn.Module) and lookup.is_module_default(getattr_impl, "__getattr__"):
         lookup.guard_class_absent(tx.output, cls.__mro__, name)
         lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, "__getattr__",
                                                                            getattr_index), getattr_impl)

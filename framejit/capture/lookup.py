@@ -168,6 +168,23 @@ def pin_library_entry(out, owner: type, name: str) -> None:
         out.guard_id(source, value)
 
 
+# NOTE [Library defaults patched]: the trace models some library functions natively instead of running
+# them: nn.Module's `__getattr__` (parameters, buffers and submodules served from their dicts) and
+# `__setattr__` (a plain store replayed after the graph). A user may patch one on the class itself
+# (`nn.Module.__getattr__ = f`, to serve or log names): asking `impl is torch.nn.Module.__getattr__` then
+# compares the patch with itself and the patch was never run (/tmp/hadv/p11.py: eager 5 * x, framejit
+# x * w; a patched `__setattr__`'s log stayed empty). torch's own function is told by its code (where and
+# under which name it was defined; a functools.wraps wrapper copies the name but not the code); a patch is
+# then user code (inlined or a graph break), and the owner's entry is pinned by identity as any library
+# entry (NOTE [Library class attributes]), so patching it later fails a guard.
+def is_module_default(impl: Any, name: str) -> bool:
+    """`impl` is torch's own `nn.Module.<name>` (not a replacement patched onto the class)."""
+    import torch.nn.modules.module as module_py
+    code = getattr(impl, "__code__", None)
+    return isinstance(impl, types.FunctionType) and code is not None and \
+        getattr(code, "co_qualname", code.co_name) == f"Module.{name}" and code.co_filename == module_py.__file__
+
+
 def guard_lookup(out, cls: type, name: str) -> None:
     """Every class of the MRO keeps resolving `name` as it does now (absent, or the same entry)."""
     index, attr = mro_lookup(cls, name)
@@ -263,11 +280,11 @@ def guard_absent(out, obj_source: Source | None, real: Any, cls: type, name: str
 
 def guard_plain_store(out, cls: type, name: str) -> None:
     """A store `o.name = v` traced as a plain instance-dict write stays one: no class gains a
-    `__setattr__` before the (fixed) one that does the write, and the class attribute `name`, if any,
-    stays the same object (a data descriptor added later would take the store)."""
+    `__setattr__` before the (fixed) one that does the write, that one is not replaced (NOTE [Library
+    defaults patched]), and the class attribute `name`, if any, stays the same object (a data descriptor
+    added later would take the store)."""
     index, _ = mro_lookup(cls, "__setattr__")
-    guard_mro(out, cls)
-    guard_class_absent(out, cls.__mro__[:index], "__setattr__")
+    guard_found_on_class(out, cls, "__setattr__", index)
     index, attr = mro_lookup(cls, name)
     if index is None:
         guard_class_absent(out, cls.__mro__, name)

@@ -406,11 +406,11 @@ def _user_init(cls: type):
 # made while tracing (no parameters or buffers, no RNG use: NOTE [Modules made while tracing]).
 def _construct_with_user_init(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> torch.nn.Module:
     from .calls import _guard_plain_construction, _has_finalizer
-    from .lookup import guard_lookup
+    from .lookup import guard_lookup, is_module_default
     init = getattr(cls, "__init__")
     if cls.__new__ is not object.__new__ or type(cls).__call__ is not type.__call__ or _has_finalizer(cls) or \
-            not isinstance(init, types.FunctionType) or cls.__setattr__ is not torch.nn.Module.__setattr__ or \
-            cls.__delattr__ is not torch.nn.Module.__delattr__ or getattr(cls, "call_super_init", False):
+            not isinstance(init, types.FunctionType) or not is_module_default(cls.__setattr__, "__setattr__") or \
+            not is_module_default(cls.__delattr__, "__delattr__") or getattr(cls, "call_super_init", False):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"creating the module {cls.__name__} inside compiled code "
                                                       f"({cls.__name__}.__init__)")
     _guard_plain_construction(tx, cls)

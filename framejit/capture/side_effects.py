@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from .breaks import BreakKind, Unsupported
+from .lookup import is_module_default
 from .sources import AttrSource, GlobalSource
 from .values import ConstantValue, DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, TupleValue, Value
 
@@ -485,7 +486,7 @@ def _check_plain_setattr(obj: ObjectValue, name: str, value: Value, raw: bool = 
     """Only stores whose replay is a plain setattr with the same effect are recorded."""
     cls = type(obj.obj)
     setattr_impl = getattr(cls, "__setattr__", object.__setattr__)
-    if not raw and setattr_impl not in (object.__setattr__, torch.nn.Module.__setattr__):
+    if not raw and setattr_impl is not object.__setattr__ and not is_module_default(setattr_impl, "__setattr__"):
         raise Unsupported(BreakKind.SIDE_EFFECT, f"{cls.__name__} defines __setattr__")
     for klass in cls.__mro__:
         attr = klass.__dict__.get(name)

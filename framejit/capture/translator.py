@@ -408,7 +408,8 @@ class Translator:
             lookup.guard_entry_identity(self.output, lookup.guard_found_on_class(self.output, cls, name, index), attr)
             return python_data_descriptor(self, obj, attr, "__set__", [value]) is not None
         if not (isinstance(attr, property) and isinstance(attr.fset, types.FunctionType)) or \
-                getattr(cls, "__setattr__", None) not in (object.__setattr__, torch.nn.Module.__setattr__):
+                not (getattr(cls, "__setattr__", None) is object.__setattr__ or
+                     lookup.is_module_default(getattr(cls, "__setattr__", None), "__setattr__")):
             return False
         if isinstance(obj, NNModuleValue) and (
                 issubclass(value.python_type(), (torch.nn.Parameter, torch.nn.Module)) or

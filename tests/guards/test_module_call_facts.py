@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import framejit
 from tests.guards.test_soundness_facts import run_steps
 
 BACKENDS = ["eager", "onnxrt"]
@@ -138,3 +139,43 @@ def test_truth_of_a_module_list_that_grows_and_of_a_module_with___len__():
 
     run_steps(fn, _x, [None, lambda: layers.append(torch.nn.ReLU()), None, lambda: setattr(counted, "n", 4), None,
                        lambda: setattr(Counted, "__bool__", lambda self: False), None])
+
+
+def test_getattr_and_setattr_patched_on_nn_module_are_run():
+    """NOTE [Library defaults patched] (capture/lookup.py): `nn.Module.__getattr__`/`__setattr__` replaced on
+    torch's class (a wrapper that serves or logs names) run as eager runs them, patched before the first
+    call, after it, and removed again."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            self.seen = x.shape[0]
+            return x * self.w
+    original_getattr, original_setattr = torch.nn.Module.__getattr__, torch.nn.Module.__setattr__
+
+    def getattr_(self, name):
+        value = original_getattr(self, name)
+        return value * 5 if name == "w" else value
+
+    def setattr_(self, name, value):
+        if type(self) is Net:
+            self.__dict__.setdefault("stores", []).append(name)
+        original_setattr(self, name, value)
+    patches = [{"__getattr__": getattr_}, {}, {"__getattr__": getattr_, "__setattr__": setattr_}, {}, {"__setattr__": setattr_}]
+
+    def run(compile):
+        net = Net()
+        fn = compile(lambda x: (net(x), list(net.__dict__.get("stores", []))))
+        results = []
+        for patch in patches:
+            for name, impl in patch.items():
+                setattr(torch.nn.Module, name, impl)
+            try:
+                out, stores = fn(torch.arange(4.0))
+            finally:
+                torch.nn.Module.__getattr__, torch.nn.Module.__setattr__ = original_getattr, original_setattr
+            results.append((out.tolist(), stores))
+        return results
+    assert run(lambda f: framejit.compile(f, backend="eager")) == run(lambda f: f)
