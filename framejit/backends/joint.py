@@ -337,10 +337,11 @@ class JointGraph:
             flat_gm, rebuild = _flat_outputs(self.gm)
             flat_gm = expand_foreach(flat_gm)
             checks = _output_checks(flat_gm, args, self.backend_name)  # NOTE [In-place changes of joint outputs]
+            order = _accumulation_order(flat_gm, args)  # NOTE [Leaf gradients in eager's order]
             loaded, key = self._load(flat_gm, args)
             if loaded is not None:
                 return _Joint(loaded, rebuild, self, getattr(loaded, "lean_parts", None) if self.lean else None,
-                              checks)
+                              checks, order, getattr(loaded, "boxed", None))
             from .recurrent import dropout_between_layers, keep_lstm_layers
             from .torch_methods import eager_dropout, original_api_functions, original_tensor_methods
             from .joint_cache import Recorder
@@ -370,7 +371,9 @@ class JointGraph:
             if recorder.aot is None or "forward" not in made or "backward" not in made:
                 return None
             return made["forward"], made["backward"], recorder.aot, params_buffers, flags
-        return _Joint(joint, rebuild, self, lean_parts if self.lean else None, checks)
+        boxed = getattr(joint, "__wrapped__", None)  # NOTE [Leaf gradients in eager's order]
+        return _Joint(joint, rebuild, self, lean_parts if self.lean else None, checks, order,
+                      (boxed, params_buffers, recorder.aot) if boxed is not None else None)
 
     def _load(self, flat_gm: torch.fx.GraphModule, args: list) -> tuple:
         """(the joint loaded from the persistent store or None, the store key or None: NOTE [Persisted joints])."""
@@ -460,6 +463,15 @@ def _output_checks(flat_gm: torch.fx.GraphModule, args: list, backend_name: str)
         return None
 
 
+def _accumulation_order(flat_gm: torch.fx.GraphModule, args: list) -> tuple:
+    from .joint_function import accumulation_order
+    try:
+        return accumulation_order(flat_gm, _params_buffers(flat_gm), args)
+    except Exception as exc:  # the joint's node keeps its own order
+        logs.log("output_code", "joint: no accumulation order (%s: %s)", type(exc).__name__, exc)
+        return ()
+
+
 def _params_buffers(flat_gm: torch.fx.GraphModule) -> list:
     """The weights aot_module_simplified passes before the call's arguments, in its order."""
     return [*dict(flat_gm.named_parameters(remove_duplicate=False)).values(),
@@ -470,11 +482,16 @@ class _Joint:
     """One signature's joint: AOT autograd's callable (`aot(*args)`) until the joint's backward has run once,
     then framejit's own autograd.Function where the joint allows it (NOTE [Lean joint calls])."""
 
-    __slots__ = ("aot", "rebuild", "owner", "parts", "lean", "checks")
+    __slots__ = ("aot", "rebuild", "owner", "parts", "lean", "checks", "order", "boxed")
 
-    def __init__(self, aot, rebuild, owner: "JointGraph", parts: Callable | None, checks=None):
+    def __init__(self, aot, rebuild, owner: "JointGraph", parts: Callable | None, checks=None, order=(),
+                 boxed=None):
+        from .joint_function import boxed_in_order
+
         self.aot, self.rebuild, self.owner, self.parts, self.lean = aot, rebuild, owner, parts, None
         self.checks = checks  # NOTE [In-place changes of joint outputs] (joint_outputs.py)
+        self.order = order  # NOTE [Leaf gradients in eager's order] (joint_function.py)
+        self.boxed = boxed_in_order(boxed, order)
 
     def __call__(self, args: tuple):
         lean = self.lean
@@ -486,7 +503,7 @@ class _Joint:
             if self.checks is not None and self.checks.views:  # lean calls save checked outputs themselves
                 outs = self.checks(outs, versions=False)
             return self.rebuild(outs)
-        outs = self.aot(*args)
+        outs = self.aot(*args) if self.boxed is None else self.boxed(args)
         if self.checks is not None:
             outs = self.checks(outs)
         from .joint_function import tie_double_backward
@@ -505,7 +522,7 @@ class _Joint:
             lean = lean_call(aot, forward, backward, params_buffers, hooks_disabled=hooks_disabled,
                              disable_amp=disable_amp, checked_outputs=self.checks.saved if self.checks else (),
                              copied_outputs=tuple(k for k, _ in self.checks.reached_from) if self.checks else (),
-                             described=self.checks.described if self.checks else {})
+                             described=self.checks.described if self.checks else {}, order=self.order)
         except Exception as exc:  # AOT autograd's callable stays
             lean = f"{type(exc).__name__}: {exc}"
         if isinstance(lean, str):

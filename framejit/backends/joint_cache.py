@@ -294,6 +294,7 @@ def load(files: dict, flat_gm: torch.fx.GraphModule, args: list, decompositions,
         return compiled_fn([*params_buffers, *call_args])
     # NOTE [Lean joint calls] in joint_function.py: the same halves, metadata and weights, once the backward ran
     forward.lean_parts = lambda: (halves["forward"], halves["backward"], aot, list(params_buffers), flags)
+    forward.boxed = (compiled_fn, list(params_buffers), aot)  # NOTE [Leaf gradients in eager's order]
     return forward
 
 

@@ -96,3 +96,52 @@ def test_autograd_state_of_intermediates_as_in_eager(fn, backend, fallback_log):
         torch.testing.assert_close(got[3], expected[3])
     if fn is not _retain_then_write:  # that one runs its second graph as its own code per call, unlogged
         assert [r for r in fallback_log.records if "runs as its own code" in r.getMessage()]
+
+
+def _hooked_model_run(backend, steps=4):
+    """Tensor and post-accumulate hooks on parameters of a linear-tanh-conv model; the first layer's weight
+    hook raises on step 2. Per step (the first through AOT autograd's callable, then lean calls): the error,
+    which .grad are set, the grads, the hooks' log in order."""
+    torch.manual_seed(0)
+    lin, conv, emb = torch.nn.Linear(4, 6), torch.nn.Conv1d(6, 3, 1), torch.nn.Parameter(torch.randn(3))
+    named = {"lin.weight": lin.weight, "lin.bias": lin.bias, "conv.weight": conv.weight, "conv.bias": conv.bias,
+             "emb": emb}
+    log, step = [], [0]
+
+    def raising(g):
+        log.append("lin.weight")
+        if step[0] == 2:
+            raise ValueError("hook says no")
+    lin.weight.register_hook(raising)
+    for name in ("conv.weight", "emb"):
+        named[name].register_post_accumulate_grad_hook(lambda p, name=name: log.append(name))
+    lin.bias.register_hook(lambda g: log.append("lin.bias"))
+
+    def fn(x):  # emb is used first and last: eager accumulates it last
+        h = torch.tanh(lin(x * emb.sum())).unsqueeze(-1)
+        return (conv(h).squeeze(-1) * emb).square().mean()
+    run = fn if backend is None else framejit.compile(fn, backend=backend)
+    results = []
+    for step[0] in range(steps):
+        for p in named.values():
+            p.grad = None
+        log.clear()
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(step[0]))
+        try:
+            run(x).backward()
+            error = None
+        except ValueError as exc:
+            error = str(exc)
+        results.append((error, {n: p.grad for n, p in named.items()}, list(log)))
+    return results
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_parameter_hooks_see_eagers_accumulation_order(backend):
+    """NOTE [Leaf gradients in eager's order] (review revC F3): a hook on the first layer's weight that raises
+    leaves the other parameters' grads accumulated as eager's engine does, and hooks fire in eager's order."""
+    for (error, grads, log), (c_error, c_grads, c_log) in zip(_hooked_model_run(None),
+                                                              _hooked_model_run(backend)):
+        assert c_error == error and c_log == log
+        assert {n: g is None for n, g in c_grads.items()} == {n: g is None for n, g in grads.items()}
+        torch.testing.assert_close(c_grads, grads)
