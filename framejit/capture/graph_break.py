@@ -47,7 +47,7 @@ from bytecode import Instr, Label
 from .breaks import BreakKind, Unsupported
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .frame_locals import emit_user_frame_call
-from . import carried_loops, emit, inlined_comprehensions, local_liveness, python_loops
+from . import block_loops, carried_loops, emit, inlined_comprehensions, local_liveness, python_loops
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .codegen_runtime import delete_cell, new_cell
 from .normalize import Inst, jump_targets, normalize
@@ -163,7 +163,10 @@ class BreakCodegen:
             [inst.arg] if inst.name in _CONDITIONAL or inst.name in _OR_POP else [])
         wanted = {n for index in exits for n in self._names_at(index) if n not in names}
         fast = [n for n in names if n not in self.cell_values and n not in self.cell_args]
-        fast = local_liveness.in_order(code, fast + list(local_liveness.dead_arguments(code, target, wanted)))
+        after = block_loops.bound_after_loop(normalize(code).insts, normalize(code).insts[origin(
+            self.fn.__code__, self.site.loop.index)[1]]) if self.site.loop else frozenset()
+        fast = local_liveness.in_order(code, fast + list(local_liveness.dead_arguments(code, target, wanted)) +
+                                       [n for n in after if n not in fast and n not in self.tx.locals])
         return tuple(fast) + tuple(self.cell_values) + tuple(self.cell_args)
 
     def _passed(self, name: str) -> Any:
@@ -563,17 +566,20 @@ class BreakCodegen:
             slot = max(i for i, v in enumerate(self.stack) if _slot_kind(v) == "iter")
         if loop.name == "CALL":  # its function under the range (NOTE [Comprehensions over symbolic ranges]),
             slot -= 1 if loop.arg == 0 else 3  # and a generator expression's consumer and NULL under that
-        layout = tuple(_slot_kind(v) for v in self.stack[:slot]) + (("value",) if loop.name == "CALL" else ())
         exit_at = python_loops.loop_exit(loop, normalize(self.fn.__code__).insts)
+        after_block = exit_at != block_loops.natural_exit(loop)
+        layout = tuple(_slot_kind(v) for v in self.stack[:slot]) + (
+            ("value",) if loop.name == "CALL" and not after_block else ())
         code, exit_index = origin(self.fn.__code__, exit_at)
         names = self._tail_names()  # its trampoline passes the tail function's locals
         comp = inlined_comprehensions.at_loop(code, origin(self.fn.__code__, loop.index)[1])
-        if loop.name == "FOR_ITER" and exit_at != loop.arg:  # NOTE [Loops run as Python at the end of a
-            depth = python_loops.with_depth_exited(normalize(self.fn.__code__).insts, loop)  # with-block]: torch
-            if depth < 1 or layout[-depth:] != ("block",) * depth:  # state blocks, exited before the trampoline
+        if after_block:  # NOTE [Loops run as Python at the end of a with-block], [Comprehensions ending a with-block]:
+            depth = block_loops.with_depth_exited(normalize(self.fn.__code__).insts, loop)  # torch state blocks,
+            if depth < 1 or layout[-depth:] != ("block",) * depth:  # exited before the trampoline
                 raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a loop run as Python at the end of a with-block "
                                   "over a context manager that is not a torch state block")
             layout = layout[:-depth]
+            slot -= depth
         if loop.name == "CALL" and "block" not in layout:  # NOTE [Comprehensions over symbolic ranges]
             pass  # a NULL under it is passed as a comprehension's is (NOTE [Breaks inside inlined comprehensions])
         elif comp is not None and "block" not in layout:  # NOTE [Breaks inside inlined comprehensions]
@@ -584,9 +590,10 @@ class BreakCodegen:
         cells = tuple(n for n in self.cell_args if n in names)
         hook = self.hooks.resume(code, exit_index, layout, names, cells=cells)
         if self._over_symbolic_range() and (loop.name == "CALL" or comp is not None and "block" not in layout):
-            result = f"{STACK_PREFIX}{len(layout) - 1}" if loop.name == "CALL" or comp.result_on_stack \
-                else comp.result_var
-            keyed = python_loops.keyed_result(code, loop, comp, self.stack[slot:slot + 2])
+            result = block_loops.stored_result(normalize(self.fn.__code__).insts, loop) if after_block else \
+                f"{STACK_PREFIX}{len(layout) - 1}" if loop.name == "CALL" or comp.result_on_stack else comp.result_var
+            callees = self.stack[slot + depth:slot + depth + 2] if after_block else self.stack[slot:slot + 2]
+            keyed = python_loops.keyed_result(code, loop, comp, callees)
             carried_loops.changing_result(hook, result, keyed)  # NOTE [Comprehension results of changing length]
             # NOTE [Symbols carried into resume functions]: the loop runs in Python, its exit calls `hook`
             inherit_symbols(hook, {**{f"L['{STACK_PREFIX}{i}']": v for i, v in enumerate(self.stack[:slot])},

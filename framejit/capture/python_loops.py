@@ -32,6 +32,7 @@ from typing import Any
 from bytecode import Instr, Label
 
 from . import emit, normalize
+from .block_loops import _READS, _WRITES, bound_after_loop, ends_torch_blocks, loop_handlers_allowed, with_exit
 
 
 def enclosing_loop(insts: list, index: int):
@@ -123,20 +124,18 @@ def _row_item(item: Any) -> bool:
 # stepped per key before, 16 traces and the recompile limit: review revX F6). Such a dead local reaches the
 # resume function after the loop as the body left it, or as `Unbound` (NOTE [Resume functions take the same
 # locals on every pass] in local_liveness.py), and is never read there before it is stored.
-_READS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_DEREF", "LOAD_CLOSURE", "DELETE_FAST",
-          "DELETE_DEREF")
-_WRITES = ("STORE_FAST", "STORE_DEREF", "DELETE_FAST", "DELETE_DEREF")
-
-
 def body_binds_locals_read_after(code: types.CodeType, loop: Any, bound: Any) -> bool:
     """The body of `loop` (a canonical FOR_ITER of `code`) stores or deletes a local that is not in `bound`
     (or deletes one), and an instruction outside the body reads it (NOTE above)."""
     from .normalize import normalize
+    from .sources import safe_local
     insts = normalize(code).insts
     end = loop_exit(loop, insts)  # NOTE [Loops run as Python at the end of a with-block]: up to the blocks' exit
     inside = [i for i in insts if loop.index < i.index < end]
     written = {str(i.arg) for i in inside if i.name in _WRITES and (i.name.startswith("DELETE") or
                                                                        str(i.arg) not in bound)}
+    written -= {n for n in written if safe_local(n) in bound_after_loop(insts, loop)}  # NOTE [Locals bound after a
+    # loop inside its with-block]
     if not written:
         return False
     read = {str(i.arg) for i in insts if not loop.index < i.index < end and i.name in _READS}
@@ -164,7 +163,7 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
     comp = _comprehension_over(tx, inst, loop, iterable)  # NOTE [Comprehensions over symbolic ranges]
     if comp is not None:
         return _comprehension_break(tx, inst, loop, iterable, comp)
-    if loop is None or loop.name != "FOR_ITER" or not _loop_handlers_allowed(tx, insts, inst, loop) or \
+    if loop is None or loop.name != "FOR_ITER" or not loop_handlers_allowed(tx, insts, inst, loop) or \
             not symbolic_length(tx, iterable) or body_binds_locals_read_after(tx.code, loop, tx.locals):
         return None  # a generator expression's iterator (passed to its function), another comprehension's,
         # a loop inside a try or with block, a length the env knows, or a local first bound in the body and
@@ -234,14 +233,19 @@ def _comprehension_over(tx, inst: Any, call: Any, iterable: Any) -> Any:
     comp = next((c for c in inlined_comprehensions.comprehensions(tx.code) if c.get_iter == inst.index), None)
     if comp is not None:
         return None if inlined_comprehensions.body_binds_unbound(tx.code, comp, tx.locals) else comp
-    if call is None or call.name != "CALL" or call.arg != 0 or inst.handler is not None or \
-            call.handler is not None or len(tx.stack) < 2:
+    if call is None or call.name != "CALL" or call.arg != 0 or len(tx.stack) < 2:
         return None
     fn = tx.stack[-2]
     code = getattr(fn.fn, "__code__", fn.fn) if isinstance(fn, UserFunctionValue) else None
-    if isinstance(code, types.CodeType) and code.co_name == "<genexpr>":
-        return _genexpr_consumer(tx, call)  # NOTE [Generator expressions over symbolic ranges]
-    return True if isinstance(code, types.CodeType) and code.co_name in _COMPREHENSIONS else None
+    if not isinstance(code, types.CodeType):
+        return None
+    if code.co_name == "<genexpr>":
+        found, above = _genexpr_consumer(tx, call), 4  # NOTE [Generator expressions over symbolic ranges]
+    else:
+        found, above = (True if code.co_name in _COMPREHENSIONS else None), 2
+    if found is None or not ends_torch_blocks(tx, inst, call if found is True else found, above):
+        return None
+    return found
 
 
 # NOTE [Generator expressions over symbolic ranges]: `sum(x[i] for i in range(x.size(0)))`, `tuple(i for i in
@@ -266,7 +270,7 @@ def _genexpr_consumer(tx, call: Any) -> Any:
     from .values.objects import ClassValue
     insts = normalize(tx.code).insts
     consumer = insts[call.index + 1] if call.index + 1 < len(insts) else None
-    if consumer is None or consumer.name != "CALL" or consumer.arg != 1 or consumer.handler is not None or \
+    if consumer is None or consumer.name != "CALL" or consumer.arg != 1 or consumer.handler != call.handler or \
             len(tx.stack) < 4:
         return None
     below = [v for v in tx.stack[-4:-2] if v is not NULL]
@@ -380,71 +384,12 @@ def loop_exit(loop: Any, insts: list | None = None) -> int:
     """Where a loop run as Python leaves: the FOR_ITER's exhausted edge, after a comprehension's call, or
     after the with-block the loop ends (NOTE [Loops run as Python at the end of a with-block]; `insts`: the
     code's canonical instructions)."""
-    if loop.name == "CALL":
-        return loop.index + 1
     after = with_exit(insts, loop) if insts is not None and loop.handler is not None else None
-    return loop.arg if after is None else after
+    if after is not None:  # NOTE [Comprehensions ending a with-block] for a comprehension's call
+        return after
+    return loop.index + 1 if loop.name == "CALL" else loop.arg
 
 
-# NOTE [Loops run as Python at the end of a with-block]: `with torch.no_grad(): for i in range(x.size(0)): ...`
-# unrolled (a loop inside a with block did not run as Python: the trampoline at its exit would return from
-# inside the block without exiting it), so the frame compiled per size until the recompile limit (stock: the
-# same). When the loop's exhausted edge reaches the block's normal exit `LOAD_CONST None x3; CALL 2; POP_TOP`
-# through straight-line code only (no jump, no return, no other block: `out = out * 2` after the loop inside the
-# block), and from there the exits of the blocks around it in the same way (`with no_grad(): ... with
-# enable_grad(): for ...`: the JUMP after an inner exit leads to the outer one), over torch state blocks only (the
-# break re-enters them in the tail function's prologue, NOTE [Breaks inside with-blocks]), it runs as Python: the
-# tail function runs the loop, the code after it (its calls routed like the body's: `hook_calls_after_loop`) and
-# the blocks' exits, and the trampoline comes after the last exit, with the stack below the blocks. A local that
-# code stores is one the body binds (NOTE [Locals first bound in a loop run as Python]:
-# `body_binds_locals_read_after` covers everything up to that exit).
-_WITH_EXIT = ["LOAD_CONST"] * 3 + ["CALL", "POP_TOP"]
-
-
-def with_exit(insts: list, loop: Any) -> int | None:
-    """The index after the normal exit of the outermost with-block around `loop` (a FOR_ITER), when straight-line
-    code leads there from the loop's exhausted edge (NOTE above), or None."""
-    depth, k, handler = normalize.with_depth(insts, loop), loop.arg, loop.handler
-    for level in range(depth or 0):
-        while k < len(insts) and [i.name for i in insts[k:k + 5]] != _WITH_EXIT:
-            inst = insts[k]
-            if inst.handler != handler or inst.name in _NOT_STRAIGHT or inst.instr is None or inst.instr.has_jump():
-                return None
-            k += 1
-        exit_seq, outer = insts[k:k + 5], insts[handler + 1].handler  # the block's cleanup: the next region
-        outer = insts[outer].handler if outer is not None else None
-        if len(exit_seq) < 5 or any(i.arg is not None for i in exit_seq[:3]) or exit_seq[3].arg != 2 or \
-                any(i.handler != outer for i in exit_seq):
-            return None
-        k, handler = k + 5, outer
-        if level + 1 < depth and k < len(insts) and insts[k].name == "JUMP":  # over this block's handler (3.11)
-            if not isinstance(insts[k].arg, int) or insts[k].arg <= k:
-                return None
-            k = insts[k].arg
-    return k if depth else None
-
-
-_NOT_STRAIGHT = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "YIELD_VALUE", "GET_ITER",
-                           "FOR_ITER", "BEFORE_WITH", "SETUP_WITH", "PUSH_EXC_INFO", "SEND", "GET_AWAITABLE"})
-
-
-def with_depth_exited(insts: list, loop: Any) -> int:
-    """How many with-blocks a loop run as Python at their end exits (NOTE above): 0 for a plain loop."""
-    return (normalize.with_depth(insts, loop) or 0) if loop.name == "FOR_ITER" and loop.handler is not None else 0
-
-
-def _loop_handlers_allowed(tx, insts: list, inst: Any, loop: Any) -> bool:
-    """No handler covers the loop, or only with-blocks it ends, over torch state blocks (NOTE above)."""
-    from .context import ExitValue
-    if inst.handler is None and loop.handler is None:
-        return True
-    # NOTE [Loops run as Python at the end of a with-block]: only a torch state block (its `__exit__` an
-    # ExitValue under the range) is re-entered by the tail function; any other manager (a contextlib or
-    # user class, sdpa_kernel) is refused here, when the loop is chosen, so the range unrolls as before
-    # instead of the break failing in code generation and the frame running eagerly.
-    depth = with_depth_exited(insts, loop)  # each block's `__exit__` is a slot: those right under the range
-    return inst.handler == loop.handler and with_exit(insts, loop) is not None and len(tx.stack) > depth and \
-        all(isinstance(v, ExitValue) for v in tx.stack[-1 - depth:-1])
 
 
 def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:
@@ -605,7 +550,7 @@ def hook_calls_after_loop(items: list, for_iter_pos: int, last: Any, route: Any)
     """Route the calls of the straight-line code between the loop's exit and `last` (the end of the with-blocks'
     exits: NOTE [Loops run as Python at the end of a with-block]); a block's `__exit__` call is left alone (its
     callable comes from before the loop, so it cannot be traced back from there)."""
-    lo = items.index(items[for_iter_pos].arg)
+    lo = items.index(items[for_iter_pos].arg) if items[for_iter_pos].name == "FOR_ITER" else for_iter_pos + 1
     hi = next(k for k, item in enumerate(items) if item is last)
     calls = [item for item in items[lo:hi] if isinstance(item, Instr) and item.name in ("CALL", "CALL_KW")]
     for call in reversed(calls):

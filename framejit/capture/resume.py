@@ -188,6 +188,8 @@ def _resume_body(code, items, target, layout, live_locals, successors, python_lo
         prologue[-1:-1] = [Instr("DELETE_FAST", name) for name in stack_args]
         from .local_liveness import maybe_unbound as unbound_at
         hidden = unbound_at(code, target.index, live_locals)  # NOTE [Unbound hidden from eager runs]
+        from .block_loops import bound_after_loop  # NOTE [Locals bound after a loop inside its with-block]
+        hidden |= frozenset(live_locals) & bound_after_loop(normalize(code).insts, normalize(code).insts[python_loop[0]])
         prologue[:0] = _unbound_deleted(hidden, code)
     prologue[-1:-1] = emit.truth_test_prefix(target)  # 3.13: the value a truth test reads is a bool
     first = _safe_leading(code)
@@ -339,7 +341,7 @@ def _prologue(layout: tuple[str, ...], label: Label) -> tuple[list, list[str]]:
 def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types.CodeType,
                      live_locals: tuple[str, ...], cells: tuple[str, ...] = (), hidden: frozenset = frozenset()) -> list:
     """NOTE [Loops run as Python]: rewrite the loop's calls and point its exit at a trampoline (returned)."""
-    from . import python_loops
+    from . import block_loops, python_loops
     loop_index, helper, hook, after = python_loop
     position = normalize(code).insts[loop_index].position
     position += position >= label_at  # the resume label was inserted before it
@@ -352,12 +354,15 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
         hidden = hidden | frozenset(inlined_comprehensions.walrus_targets(code, comp))  # may stay unbound
     insts = normalize(code).insts
     called = insts[loop_index].name == "CALL"  # NOTE [Comprehensions over symbolic ranges]
-    after_block = not called and python_loops.loop_exit(insts[loop_index], insts) != insts[loop_index].arg
+    after_block = python_loops.loop_exit(insts[loop_index], insts) != block_loops.natural_exit(insts[loop_index])
     if after_block:  # NOTE [Loops run as Python at the end of a with-block]: after the block's exit
         last_at = insts[python_loops.loop_exit(insts[loop_index], insts) - 1].position
         last = items[last_at + (last_at >= label_at)]  # found before the calls' rewrite moves positions
         python_loops.hook_calls_after_loop(items, position, last, helper)
-        python_loops.hook_loop_calls(items, position, helper)
+        if called:  # NOTE [Comprehensions ending a with-block]
+            python_loops.route_comprehension_calls(items, label_at, helper)
+        else:
+            python_loops.hook_loop_calls(items, position, helper)
     elif called:
         last = items[position]
         python_loops.route_comprehension_calls(items, label_at, helper)  # NOTE [Comprehension bodies routed]

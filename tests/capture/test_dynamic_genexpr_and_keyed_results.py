@@ -460,6 +460,61 @@ def test_a_loop_ending_torch_state_blocks_through_straight_code_runs_as_python(f
     assert fn is _nested_blocks_loop or traces["_doubled"] >= 1, traces
 
 
+def _bound_after_the_loop(x):
+    out = (x * _W).sum()
+    with torch.no_grad():
+        for i in range(x.size(0)):
+            out = out + x[i].sum() * i
+        doubled = out * 2  # first bound here, read after the block
+        LOG.append(torch.is_grad_enabled())
+    return doubled, doubled.requires_grad, torch.is_grad_enabled()
+
+
+def _bound_between_exits(x):
+    out = (x * _W).sum()
+    with torch.no_grad():
+        with torch.enable_grad():
+            for i in range(x.size(0)):
+                out = out + x[i].sum() * i
+            scaled = out * 3
+        shifted = scaled + 1
+    return scaled, shifted, shifted.requires_grad
+
+
+@pytest.mark.parametrize("fn", [_bound_after_the_loop, _bound_between_exits], ids=["after_loop", "between_exits"])
+def test_a_local_bound_after_the_loop_in_its_block_runs_as_python(fn):
+    # NOTE [Locals bound after a loop inside its with-block]: a local first bound after the loop and read after
+    # the block counted as one the body binds: the range unrolled (one trace per size, the recompile limit)
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, True, [3, 5, 0, 1, 7, 2, 6, 4, 9])
+    assert max(traces.values()) <= 3, traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
+def _comprehension_in_block(x):
+    with torch.no_grad():
+        rows = [_doubled(x[i]) for i in range(x.size(0))]  # 3.11: its own function's call; 3.12+: inlined
+        n = len(rows) + 1  # first bound after it, read after the block
+    return torch.stack(rows) if rows else x, n, torch.is_grad_enabled()
+
+
+def _genexpr_in_block(x):
+    with torch.enable_grad():
+        with torch.no_grad():
+            total = sum(x[i] * i for i in range(x.size(0)))
+    return total, getattr(total, "requires_grad", None)
+
+
+@pytest.mark.parametrize("fn", [_comprehension_in_block, _genexpr_in_block], ids=["listcomp", "genexpr"])
+def test_a_comprehension_ending_a_torch_state_block_runs_as_python(fn):
+    # NOTE [Comprehensions ending a with-block]: the range unrolled under the block (one trace per size, the
+    # recompile limit, an eager frame)
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, True, [3, 5, 0, 1, 7, 2, 6, 4, 9])
+    assert max(traces.values()) <= 3, traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
 @contextlib.contextmanager
 def _logging_manager():
     LOG.append("enter")

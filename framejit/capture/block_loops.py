@@ -1,0 +1,158 @@
+"""Loops and comprehensions run as Python where they end torch state with-blocks: where the tail function's
+trampoline goes (after the blocks' normal exits), and which locals the straight-line code up to there binds.
+
+Split from python_loops.py (which re-exports what other modules use); see NOTE [Loops run as Python at the end of
+a with-block], NOTE [Locals bound after a loop inside its with-block] and NOTE [Comprehensions ending a with-block].
+The instructions here are canonical ones (normalize.py) of the frame's code; a "loop" is a FOR_ITER, or the CALL
+that runs a comprehension or a generator expression's consumer (NOTE [Comprehensions over symbolic ranges]).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .normalize import with_depth
+
+
+def natural_exit(loop: Any) -> int:
+    """Where a loop run as Python leaves when it ends no with-block: after the call, or the exhausted edge."""
+    return loop.index + 1 if loop.name == "CALL" else loop.arg
+
+
+_READS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_DEREF", "LOAD_CLOSURE", "DELETE_FAST",
+          "DELETE_DEREF")
+_WRITES = ("STORE_FAST", "STORE_DEREF", "DELETE_FAST", "DELETE_DEREF")
+
+
+# NOTE [Comprehensions ending a with-block]: `with torch.no_grad(): r = [f(x[i]) for i in range(x.size(0))]` (3.11's
+# `<listcomp>` call) or `s = sum(x[i] for i in range(x.size(0)))` (every version: a generator expression's consumer)
+# unrolled the range under the block: one trace per size, then the recompile limit (stock: the same). As a loop
+# ending torch state blocks (NOTE [Loops run as Python at the end of a with-block]), the call runs as Python when
+# straight-line code leads from it to the blocks' normal exits (`r = ...`: STORE_FAST, then the exit), the blocks
+# are torch state blocks right under the comprehension's function (or the consumer), and no local first bound in
+# that code is read after the blocks unless it is bound there on every path (NOTE [Locals bound after a loop
+# inside its with-block]): the tail function makes the call, runs that code and the exits, and trampolines after
+# the last exit with the stack below the blocks. A result stored right after the call is a changing result in
+# the resume function there (NOTE [Comprehension results of changing length] in carried_loops.py).
+def ends_torch_blocks(tx, inst: Any, call: Any, above: int) -> bool:
+    """No handler covers the GET_ITER `inst` or the `call` that runs a comprehension, or only torch state blocks
+    it ends (NOTE above); `above`: the stack slots over the blocks' `__exit__`s at the GET_ITER."""
+    from .context import ExitValue
+    from .normalize import normalize
+    if inst.handler is None and call.handler is None:
+        return True
+    insts = normalize(tx.code).insts
+    from .python_loops import body_binds_locals_read_after
+    if inst.handler != call.handler or with_exit(insts, call) is None or \
+            body_binds_locals_read_after(tx.code, call, tx.locals):
+        return False
+    depth = with_depth_exited(insts, call)
+    return depth > 0 and len(tx.stack) >= above + depth and \
+        all(isinstance(v, ExitValue) for v in tx.stack[-above - depth:-above])
+
+
+def stored_result(insts: list, call: Any) -> str | None:
+    """The local a comprehension's result is stored into right after its `call` (NOTE [Comprehensions ending a
+    with-block]), or None."""
+    after = insts[call.index + 1] if call.index + 1 < len(insts) else None
+    return str(after.arg) if after is not None and after.name == "STORE_FAST" else None
+
+
+# NOTE [Loops run as Python at the end of a with-block]: `with torch.no_grad(): for i in range(x.size(0)): ...`
+# unrolled (a loop inside a with block did not run as Python: the trampoline at its exit would return from
+# inside the block without exiting it), so the frame compiled per size until the recompile limit (stock: the
+# same). When the loop's exhausted edge reaches the block's normal exit `LOAD_CONST None x3; CALL 2; POP_TOP`
+# through straight-line code only (no jump, no return, no other block: `out = out * 2` after the loop inside the
+# block), and from there the exits of the blocks around it in the same way (`with no_grad(): ... with
+# enable_grad(): for ...`: the JUMP after an inner exit leads to the outer one), over torch state blocks only (the
+# break re-enters them in the tail function's prologue, NOTE [Breaks inside with-blocks]), it runs as Python: the
+# tail function runs the loop, the code after it (its calls routed like the body's: `hook_calls_after_loop`) and
+# the blocks' exits, and the trampoline comes after the last exit, with the stack below the blocks. A local that
+# code stores is one the body binds (NOTE [Locals first bound in a loop run as Python]:
+# `body_binds_locals_read_after` covers everything up to that exit).
+_WITH_EXIT = ["LOAD_CONST"] * 3 + ["CALL", "POP_TOP"]
+
+
+def with_exit(insts: list, loop: Any) -> int | None:
+    """The index after the normal exit of the outermost with-block around `loop` (a FOR_ITER), when straight-line
+    code leads there from the loop's exhausted edge (NOTE above), or None."""
+    found = _with_exit_path(insts, loop)
+    return None if found is None else found[0]
+
+
+def _with_exit_path(insts: list, loop: Any) -> tuple[int, list] | None:
+    """(with_exit's index, the instructions of the straight-line code run from the loop's exit up to there)."""
+    depth, k, handler = with_depth(insts, loop), natural_exit(loop), loop.handler
+    path: list = []
+    for level in range(depth or 0):
+        while k < len(insts) and [i.name for i in insts[k:k + 5]] != _WITH_EXIT:
+            inst = insts[k]
+            if inst.handler != handler or inst.name in _NOT_STRAIGHT or inst.instr is None or inst.instr.has_jump():
+                return None
+            path.append(inst)
+            k += 1
+        exit_seq, outer = insts[k:k + 5], insts[handler + 1].handler  # the block's cleanup: the next region
+        outer = insts[outer].handler if outer is not None else None
+        if len(exit_seq) < 5 or any(i.arg is not None for i in exit_seq[:3]) or exit_seq[3].arg != 2 or \
+                any(i.handler != outer for i in exit_seq):
+            return None
+        k, handler = k + 5, outer
+        if level + 1 < depth and k < len(insts) and insts[k].name == "JUMP":  # over this block's handler (3.11)
+            if not isinstance(insts[k].arg, int) or insts[k].arg <= k:
+                return None
+            k = insts[k].arg
+    return (k, path) if depth else None
+
+
+# NOTE [Locals bound after a loop inside its with-block]: `with torch.no_grad(): for i in range(x.size(0)): ...;
+# y = out * 2` then `return y`: `y` is first bound after the loop, so it was one the body binds and read after it
+# (NOTE [Locals first bound in a loop run as Python]) and the loop unrolled per size (review revB L2, hdyn6's open
+# item 2). The straight-line code between the loop's exit and the blocks' exits runs on every path to the
+# trampoline, so a fast local it stores (the code deleting it nowhere, and reading it nowhere from the loop's
+# GET_ITER up to that store) is bound there: it is not counted. The tail function takes it (`Unbound` at the
+# break, deleted by its prologue: NOTE [Unbound hidden from eager runs]), that code binds it, and the trampoline
+# passes it on to the resume function after the blocks (GraphBreak._tail_names). (Liveness alone keeps such a
+# local live at the loop: a block's handler could suppress an exception and skip the store; a torch state
+# block, the only kind taken here, never does.)
+def bound_after_loop(insts: list, loop: Any) -> frozenset[str]:
+    """The fast locals (their safe names) that the straight-line code after `loop` inside its with-blocks stores,
+    last written by a store there, and that the code deletes nowhere and does not read before (NOTE above)."""
+    from .sources import safe_local
+    found = _with_exit_path(insts, loop) if loop.name in ("FOR_ITER", "CALL") and loop.handler is not None else None
+    if found is None:
+        return frozenset()
+    last: dict[str, str] = {}
+    first_store: dict[str, int] = {}
+    for inst in found[1]:
+        if inst.name in _WRITES:
+            last[str(inst.arg)] = inst.name
+            if inst.name == "STORE_FAST":
+                first_store.setdefault(str(inst.arg), inst.index)
+    gone = {str(i.arg) for i in insts if i.name in ("DELETE_FAST", "LOAD_FAST_AND_CLEAR")}
+    read_before = {str(i.arg) for i in insts if i.name in _READS and str(i.arg) in first_store and
+                   loop.index - 1 <= i.index < first_store[str(i.arg)]}
+    return frozenset(safe_local(n) for n, how in last.items() if how == "STORE_FAST" and n not in gone and
+                     n not in read_before)
+
+
+_NOT_STRAIGHT = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "YIELD_VALUE", "GET_ITER",
+                           "FOR_ITER", "BEFORE_WITH", "SETUP_WITH", "PUSH_EXC_INFO", "SEND", "GET_AWAITABLE"})
+
+
+def with_depth_exited(insts: list, loop: Any) -> int:
+    """How many with-blocks a loop run as Python at their end exits (NOTE above): 0 for a plain loop."""
+    return (with_depth(insts, loop) or 0) if loop.name in ("FOR_ITER", "CALL") and loop.handler is not None \
+        else 0
+
+
+def loop_handlers_allowed(tx, insts: list, inst: Any, loop: Any) -> bool:
+    """No handler covers the loop, or only with-blocks it ends, over torch state blocks (NOTE above)."""
+    from .context import ExitValue
+    if inst.handler is None and loop.handler is None:
+        return True
+    # NOTE [Loops run as Python at the end of a with-block]: only a torch state block (its `__exit__` an
+    # ExitValue under the range) is re-entered by the tail function; any other manager (a contextlib or
+    # user class, sdpa_kernel) is refused here, when the loop is chosen, so the range unrolls as before
+    # instead of the break failing in code generation and the frame running eagerly.
+    depth = with_depth_exited(insts, loop)  # each block's `__exit__` is a slot: those right under the range
+    return inst.handler == loop.handler and with_exit(insts, loop) is not None and len(tx.stack) > depth and \
+        all(isinstance(v, ExitValue) for v in tx.stack[-1 - depth:-1])
