@@ -37,7 +37,7 @@ from .input_versions import input_writes, keep_versions  # NOTE [Version counts 
 from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .shapes import ConstraintViolationError, check_marked_dims
-from .size_graphs import reads_sizes_only
+from .size_graphs import runs_as_its_own_code
 from .values import Value
 
 # NOTE [Warm path imports]: the translator, its handlers and the graph builder are imported by the
@@ -622,8 +622,8 @@ class _BoundHooks:
 
 
 def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, fn: types.FunctionType) -> Callable:
-    if reads_sizes_only(gm):
-        return gm.forward  # NOTE [Graphs that only read sizes]: not a compilation
+    if runs_as_its_own_code(gm):
+        return gm.forward  # NOTE [Graphs that only read sizes] / [... select rows]: not a compilation
     example_inputs = [plain_tensor(inp.tensor) for inp in output.inputs]  # NOTE [Tensor subclasses traced as tensors]
     STATS["graphs"] += 1
     if logs.enabled("graph_code"):

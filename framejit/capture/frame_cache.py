@@ -42,7 +42,7 @@ from .guard_origins import live_origins, origin_places, relocated_source
 from .input_versions import input_writes, keep_versions, unwrapped
 from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .persisted_code import load_code
-from .size_graphs import reads_sizes_only
+from .size_graphs import runs_as_its_own_code
 from .sources import (AttrSource, CallSource, ClosureSource, DictSlotSource, GlobalSource, ItemSource, LocalSource,
                       ObjectSource, Ref, Source)
 from .values import (ConstantValue, DictValue, ListValue, NewObjectValue, SequenceValue, TensorValue, TupleValue,
@@ -243,7 +243,7 @@ def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Pers
         split = (compiled.assignment, tuple(request.artifacts[0](part) for part in compiled.parts))
         artifact = None if None in split[1] else b""
     else:
-        artifact = request.artifacts[0](compiled) if gm is not None and not reads_sizes_only(gm) else b""
+        artifact = request.artifacts[0](compiled) if gm is not None and not runs_as_its_own_code(gm) else b""
     if artifact is None:
         raise NotPersistable("the backend could not save this graph")
     guards = [_guard_data(g) for g in output.guards]
@@ -663,8 +663,8 @@ def _artifact_maker(gm, persisted: Persisted, load):
     eager_forward = gm.forward  # NOTE [Saved-tensors hooks at the call]
 
     def make(examples: list):
-        if reads_sizes_only(gm):
-            return eager_forward  # NOTE [Graphs that only read sizes]: no artifact was saved
+        if runs_as_its_own_code(gm):
+            return eager_forward  # NOTE [Graphs that only read sizes] / [... select rows]: no artifact
         if persisted.split:  # NOTE [Graphs split at DDP's buckets]
             from .ddp_buckets import restore_split
             compiled = restore_split(gm, *persisted.split, load)

@@ -143,11 +143,11 @@ def test_a_loop_breaking_on_every_step_runs_as_python_from_its_second_step():
             feats, sizes = torch.randn(4, 4, 4), torch.tensor([[3, 4], [2, 3], [3, 4], [4, 2]])
             for got, want in zip(compiled(feats, sizes), fn(feats, sizes), strict=True):
                 torch.testing.assert_close(got, want)
-        # fn up to the first step's break: 1 (the row selects); _crop: 2 (row 0, then a row at another
-        # storage offset: symbolic layout); _crop after its break: 2 (h, w of row 0, then symbolic ints);
-        # the loop run as Python and the code after it: none
-        assert backend.graph_count == 5, (fn.__name__, [g.code for g in backend.graphs])
-        # those 5, fn's resume function inside the body once (it runs the rest of the loop) and the
+        # fn up to the first step's break: none (only row selects: NOTE [Graphs that only select rows]);
+        # _crop: 2 (row 0, then a row at another storage offset: symbolic layout); _crop after its break: 2
+        # (h, w of row 0, then symbolic ints); the loop run as Python and the code after it: none
+        assert backend.graph_count == 4, (fn.__name__, [g.code for g in backend.graphs])
+        # fn, those 4, fn's resume function inside the body once (it runs the rest of the loop) and the
         # one after the loop once (an unrolled loop compiled the first one once per position)
         assert _misses() - misses == 7, fn.__name__
         assert eager_frames() == eager_before

@@ -42,3 +42,28 @@ def test_length_regulator_matches_eager_and_its_graphs_do_not_grow_with_rows():
     # stepped, every step of the loop was a resume function traced again (measured before: 5 graphs at 2 rows, 9 at 5)
     assert five[0] == two[0], (two, five)
 
+
+
+def length_regulator_returning_the_buffer(embeddings, durations):
+    max_len = torch.sum(durations, dim=1).max()
+    out = torch.zeros((embeddings.size(0), max_len, embeddings.size(2)))
+    for i, (emb, dur) in enumerate(zip(embeddings, durations)):
+        repeated = torch.repeat_interleave(emb, dur, dim=0)
+        out[i, : repeated.size(0)] = repeated
+    return out
+
+
+def test_the_rows_taken_before_a_loop_run_as_python_are_not_a_graph():
+    """NOTE [Graphs that only select rows]: the frame after `torch.zeros` only takes the rows the loop run as
+    Python steps over; they were a graph of subscripts compiled again for each data-dependent `max_len` and
+    batch (3/4/7/7 graphs; stock torch.compile runs that frame as Python: 1/1/2/2 here, measured)."""
+    framejit.reset()
+    backend = CountingBackend()
+    compiled = framejit.compile(length_regulator_returning_the_buffer, backend=backend)
+    counts = []
+    for seed, batch, seq in ((0, 2, 5), (1, 2, 5), (2, 3, 7), (4, 3, 7)):  # max_len 8, 5, 8, 7
+        args = _inputs(seed, batch, seq)
+        want = length_regulator_returning_the_buffer(*[a.clone() for a in args])
+        torch.testing.assert_close(compiled(*args), want, rtol=0, atol=0)
+        counts.append(backend.graph_count)
+    assert counts == [1, 1, 2, 2]  # the max_len graph, again for the new batch size
