@@ -297,8 +297,9 @@ class JointGraph:
             return self.gm.forward(*args)
         sig = _signature(args, self.weights)
         joint = self.joints.get(sig)
-        if joint is None:
-            joint = self.joints[sig] = self._build(list(args))
+        if joint is None:  # NOTE [Warnings of graph ops at compile time] (capture/op_warnings.py)
+            quietly = getattr(self.gm, "compile_quietly", None)
+            joint = self.joints[sig] = quietly(lambda: self._build(list(args))) if quietly else self._build(list(args))
         if joint is _FAILED:
             return self.gm.forward(*args)
         self.stats["joint_calls"] += 1

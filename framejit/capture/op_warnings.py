@@ -239,11 +239,14 @@ def compiling(gm: torch.fx.GraphModule, call: Callable[[], Any]) -> Any:
     """`call()` (the backend compiling gm) without the warnings of gm's marked ops, which the backend's own runs
     of them (constant folding, checks) raise: eager shows them where the op runs, the graph's call does."""
     ops = {(w.category, w.message) for w in _all_records(gm)}
-    return _without(ops, call) if ops else call()
+    return _without(ops, call, True) if ops else call()
 
 
-def _without(ops: set, call: Callable[[], Any]) -> Any:
-    """`call()` without the warnings whose (category, text) is in `ops`; the user's filters judge the others."""
+def _without(ops: set, call: Callable[[], Any], compile_time: bool = False) -> Any:
+    """`call()` without the warnings whose (category, text) is in `ops`; the user's filters judge the others. At
+    compile time, the once-registries stay valid (NOTE [Warnings of graph ops at compile time])."""
+    if compile_time:
+        return _registries_kept(lambda: _without(ops, call))
     user_filters, show = list(warnings.filters), warnings._showwarnmsg
     held, error, result = _held(call, True)
     if error is not None:
@@ -361,12 +364,49 @@ def with_replay(gm: torch.fx.GraphModule, compiled: Callable, own: Callable | No
 def _quiet_forward(gm: torch.fx.GraphModule, ops: set) -> None:
     """The backend's own runs of gm's code (onnxrt's torch run after a failed ORT run, or of a signature it does
     not lower) do not show the replayed warnings again (NOTE [Warnings of a graph that raised]). FX gives each
-    GraphModule its own class: its forward is wrapped (a deepcopy or a recompile makes a plain one)."""
+    GraphModule its own class: its forward is wrapped (a deepcopy or a recompile makes a plain one), and
+    `compile_quietly` runs a backend's later compile work (NOTE [Warnings of graph ops at compile time])."""
     cls, forward = type(gm), type(gm).forward
 
     def quiet(self: Any, *args: Any, **kwargs: Any) -> Any:
         return _without(ops, lambda: forward(self, *args, **kwargs))
     cls.forward = quiet
+    cls.compile_quietly = staticmethod(lambda call: _without(ops, call, True))
+
+
+# NOTE [Warnings of graph ops at compile time]: a backend runs the graph's ops while compiling it (constant
+# folding, checks) and, for a graph that needs autograd, while tracing its joint at the first training call
+# (backends/joint.py: AOT autograd runs gm's code under torch function modes): those runs showed the graph's
+# warnings from `<eval_with_key>` and torch_methods.py, and torch's catch_warnings() in that work marked the
+# filters changed, which empties every module's `__warningregistry__` at its next warning: under "default" the
+# replay of the next call showed again what eager shows once (review revD MED-2, /tmp/revD/wide.py `mod`).
+# The backend compile (`compiling`) and the joint's build (`gm.compile_quietly`, an attribute of gm's FX class:
+# backends see only the graph module) run without the records' warnings, and when the filters are the same
+# after the work, the registries valid before are valid again.
+def _registries_kept(call: Callable[[], Any]) -> Any:
+    before, filters = _filters_version(), list(warnings.filters)
+    try:
+        return call()
+    finally:
+        after = _filters_version()
+        if after != before and warnings.filters == filters:
+            for registry in [warnings.onceregistry, *(vars(m).get("__warningregistry__") for m in list(sys.modules.values())
+                                                      if isinstance(m, types.ModuleType))]:
+                if isinstance(registry, dict) and registry.get("version") == before:
+                    registry["version"] = after
+
+
+def _filters_version() -> Any:
+    """CPython's count of filter changes (a registry with another count is emptied at its next use): read as the
+    count a warning that every filter ignores stamps on a new registry."""
+    registry: dict = {}
+    filters = warnings.filters[:]
+    warnings.filters[:] = [("ignore", None, Warning, None, 0)]
+    try:
+        warnings.warn_explicit("", Warning, "", 0, registry=registry)
+    finally:
+        warnings.filters[:] = filters
+    return registry.get("version")
 
 
 def show(replays: list) -> None:
