@@ -55,6 +55,25 @@ def tracing():
             _MODES.clear()
             for mode in modes:
                 forget_real_tensors(mode)
+            del modes
+            _collect_young()  # NOTE [Trace garbage collected]
+
+
+# NOTE [Trace garbage collected]: a trace leaves reference cycles behind (its values and OutputGraph refer to each
+# other; exceptions caught while tracing keep their tracebacks, whose frames hold the exception; the first
+# trace of a process imports torch._dynamo, whose `torch.fx.wrap()` keeps its own frame in a local), and
+# through the frames of framejit's convert and translator calls they hold every object the traced call got
+# or made: the arguments, a resume function's locals. Eager keeps none of them past its own frame, so after
+# a call that traced, `weakref.WeakValueDictionary` caches still answered objects eager had dropped, a local
+# deleted after a break outlived eager's `del` (its `weakref.finalize` ran at the next automatic collection,
+# never with collection off), where hit calls already freed it (NOTE [Arguments handed to resume functions] in
+# capture/lifetimes.py). Tracing runs with collection off (NOTE [No GC while restoring] in capture/hook.py),
+# so everything it made is in the youngest generation: collecting only that one when the outermost trace
+# ends frees those cycles (their frames, values and graphs, never the entry: the hook still holds it) and
+# costs a walk of what the trace made (a full collection of the process heap costs 0.3-0.7 s).
+def _collect_young() -> None:
+    import gc
+    gc.collect(0)
 
 
 def forget_modes_of(gm) -> None:

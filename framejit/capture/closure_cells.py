@@ -44,16 +44,20 @@ class Current(threading.local):
     fn: Any = None
 
 
-def tracing_through(fn: types.FunctionType, current: Current):
-    """Context: the root cells of `fn` are read through `current.fn` while it is traced."""
-    class _Context:
-        def __enter__(self):
-            self.previous = getattr(_TRACING, "root", None)
-            _TRACING.root = (fn, AttrSource(ObjectSource(Ref(current, "closure_call")), "fn"))
+class tracing_through:
+    """Context: the root cells of `fn` are read through `current.fn` while it is traced. A class of its own (a
+    class made per call is a reference cycle: it kept the traced closure and its cells alive until the cyclic
+    collector ran, NOTE [The shared hook keeps no cells] in closure_hooks.py)."""
 
-        def __exit__(self, *exc):
-            _TRACING.root = self.previous
-    return _Context()
+    def __init__(self, fn: types.FunctionType, current: Current) -> None:
+        self.fn, self.current = fn, current
+
+    def __enter__(self):
+        self.previous = getattr(_TRACING, "root", None)
+        _TRACING.root = (self.fn, AttrSource(ObjectSource(Ref(self.current, "closure_call")), "fn"))
+
+    def __exit__(self, *exc):
+        _TRACING.root = self.previous
 
 
 def root_cells(fn: types.FunctionType, real_cell: type) -> dict[str, Any]:

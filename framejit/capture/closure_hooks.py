@@ -54,6 +54,8 @@ class ClosureHook(FrameHook):
         self.per_object = per_object
         self.own = current is not None  # the hook of one object, sharing `current` with the shared hook
         super().__init__(fn, dataclasses.replace(request, artifacts=None))  # never persisted (see the NOTE)
+        if not self.own:  # NOTE [The shared hook keeps no cells]
+            self.first = _over_empty_cells(fn)
 
     @property
     def fn(self) -> types.FunctionType:
@@ -106,6 +108,19 @@ class ClosureHook(FrameHook):
                      "each from now on (NOTE [Closures made per call share a hook through their cells])",
                      self.code.co_qualname)
             return entry
+
+
+# NOTE [The shared hook keeps no cells]: the shared hook lives as long as its Hooks and kept its first closure
+# object, whose cells held that call's variables for good: `k = T(); def get(): return k.n` in a compiled
+# function whose call breaks kept the first call's `k` alive after the call returned (its `__del__`, a weakref
+# callback never ran; eager frees it when the call returns). What the hook needs of that object outside a call
+# is its code, globals and defaults (the key's); every call runs the object called now. So it keeps a copy of
+# the first object over empty cells.
+def _over_empty_cells(fn: types.FunctionType) -> types.FunctionType:
+    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__,
+                              tuple(types.CellType() for _ in fn.__closure__))
+    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    return copy
 
 
 def _whole_frame(entry, code: types.CodeType) -> bool:

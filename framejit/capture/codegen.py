@@ -24,7 +24,7 @@ from typing import Any
 import bytecode
 from bytecode import Instr
 
-from . import emit
+from . import emit, lifetimes
 from .breaks import BreakKind, Unsupported
 from .codegen_runtime import (bound_c_method, deque_iterator_at, exhausted_list_iterator, failing_iterator,
                               keys_iterator_at, list_iterator_at, make_closure, mutated_deque_iterator, namedtuple_of,
@@ -745,7 +745,7 @@ def make_function(shape: FunctionShape, body: Codegen, f_globals: dict, defaults
     bc.first_lineno = shape.firstlineno
     bc.flags = bytecode.CompilerFlags.OPTIMIZED | bytecode.CompilerFlags.NEWLOCALS | shape.flags
     bc.append(Instr("RESUME", 0))
-    bc.extend(temporaries_cleared(with_prologue(body), shape.argnames))  # NOTE [Temporaries cleared before return]
+    bc.extend(lifetimes.expand_release(temporaries_cleared(with_prologue(body), shape.argnames), shape.argnames))
     code = _assemble(bc, body.graph_call)
     fn = types.FunctionType(code, f_globals, shape.name, defaults)
     fn.__kwdefaults__ = kwdefaults

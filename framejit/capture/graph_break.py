@@ -47,7 +47,7 @@ from bytecode import Instr, Label
 from .breaks import BreakKind, Unsupported
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .frame_locals import emit_user_frame_call
-from . import block_loops, carried_loops, emit, inlined_comprehensions, local_liveness, python_loops
+from . import block_loops, carried_loops, emit, inlined_comprehensions, lifetimes, local_liveness, python_loops
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .codegen_runtime import delete_cell, new_cell
 from .normalize import Inst, jump_targets, normalize
@@ -506,9 +506,8 @@ class BreakCodegen:
                                   and (n in self.tx.locals or n in self.cell_values)},
                                **{f"L['{n}'].cell_contents": self._local(n) for n in self.cell_args
                                   if self._local(n) is not None}}, self.tx.output)
-        cg.push_null()
-        cg.load_const(settling(hook, self.settles) if self.settles else hook)  # NOTE [Joints kept across a plain break]
         first, rest = leading_first(code, names)  # NOTE [The instance comes first] in resume.py
+        nargs = self._load_resume_callee(hook, hooked, layout, first, rest)
         if first in names:
             self._emit_passed(rebuild, first)
         elif first is not None:  # unbound at the break: the prologue deletes it
@@ -539,9 +538,29 @@ class BreakCodegen:
             self._emit_passed(rebuild, name)
         if self.blocks:  # the grad mode the prologue sets after re-entering the blocks
             cg.load_const(self.tx.output.grad_enabled) if not hooked else cg.load_fast("___grad")
-        cg.call(sum(kind != "null" for kind in layout) + (first is not None) + len(rest) + bool(self.blocks))
+        if not self.settles:  # NOTE [Arguments handed to resume functions]: the frame keeps no local
+            cg.insts += lifetimes.release_marker()
+        cg.call(nargs)
         cg.return_value()
         return hook
+
+    def _load_resume_callee(self, hook: Any, hooked: bool, layout: tuple, first: Any, rest: list) -> int:
+        """Start the call of the resume function `hook`; the number of arguments it takes (NOTE [Arguments
+        handed to resume functions])."""
+        cg = self.cg
+        nargs = sum(kind != "null" for kind in layout) + (first is not None) + len(rest) + bool(self.blocks)
+        cg.push_null()
+        if self.settles:
+            cg.load_const(settling(hook, self.settles))  # NOTE [Joints kept across a plain break]
+        elif hooked and type(hook).__name__ == "FrameHook":  # a plain function of nargs parameters
+            cg.push_null()
+            cg.load_const(lifetimes.caller)
+            cg.load_const(hook)
+            cg.load_const(nargs)
+            cg.call(2)
+        else:
+            cg.load_const(hook)
+        return nargs
 
     def _emit_passed(self, rebuild: Reconstructor, name: str) -> None:
         """Load the value of local `name` passed to a resume function."""

@@ -72,6 +72,21 @@ def singular_matrix(x, idx, log):
         return x
 
 
+def uncaught_after_break(x, idx, log):
+    # NOTE [Arguments handed to resume functions]: the resume function's graph fails; the rerun reads the
+    # arguments back from its frame
+    log.append("start")
+    print("break")
+    y = x * 2
+    log.append("after")
+    return y[idx]
+def early_effect_after_break(x, idx, log):
+    print("break")
+    log.append("early")  # made before the graph's first op (NOTE [Effects before a failing graph])
+    x.mul_(2)  # no rerun: the graph writes an input
+    return x[idx] + 1
+
+
 def matrix_args(seed):
     return torch.randn(3, 3) + 3 * torch.eye(3), torch.tensor([1 if seed % 2 == 0 else 0]), []
 
@@ -84,6 +99,8 @@ CASES = [
     (caught_after_break, index_args, 2),
     (finally_runs_once, index_args, 1),
     (singular_matrix, matrix_args, 1),
+    (uncaught_after_break, index_args, 1),
+    (early_effect_after_break, index_args, 1),
 ]
 
 

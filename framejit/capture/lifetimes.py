@@ -1,0 +1,203 @@
+"""Resume functions called with their arguments handed over, so objects die where eager's die.
+
+NOTE [Arguments handed to resume functions]: at a graph break eager's frame holds its live locals in one
+place, its own slots: `y = x * 2; r = weakref.ref(y); print(); del y` frees y at the `del`. Compiled, the
+code after the break runs in a resume function called by the transformed function, and every frame on the
+way held the same objects: the transformed function's slots (its arguments, `___graph_out` with the graph's
+outputs, `___pre0`, `___result0`), its value stack (CPython keeps a call's arguments there until the call
+returns, unless the callee is a plain Python function: 3.11+ then moves them into the new frame), and the
+FrameHook's `__call__(*args)`, whose tuple lives for the whole call. So `r() is None` answered False where
+eager answers True, a `weakref.finalize` or `__del__` ran after the function returned, not at the `del`.
+Now the tail call of a transformed function into a hooked resume function (graph_break._resume) loads
+`caller(hook, n)`, a plain function of n parameters made once per hook and arity, and, after loading the
+arguments, `release_locals` marks the place where make_function sets every fast local of the transformed
+function to None and deletes it (nothing reads them after the call: RETURN_VALUE follows). The plain
+function moves its parameters into a list (its slots deleted), picks the entry as FrameHook.__call__ does
+(guards; the miss path traces with a tuple of them that dies with the trace), and calls the entry's
+function with `box.pop()` for each argument: values on its stack only, which CPython moves into the resume
+function's frame. A graph that fails reruns the frame eagerly or makes its early effects (NOTE [Graph
+failures rerun eagerly], NOTE [Effects before a failing graph]); both need the arguments, which are read
+back from the failed frame in the traceback (the graph call comes first, before any of them is stored
+again; an entry whose code stores one earlier, or takes cells, `*args` or keywords, is called as before,
+holding them). Anything the plain path does not model (compile disabled, the TorchScript tracer, `__code__`
+or defaults reassigned) calls the hook itself, as before. Not covered: the top-level call of a compiled
+function (the FrameHook object is no plain function: its caller's stack holds the arguments, which eager's
+caller also holds unless it passed a temporary), try-block trampolines and loops run as Python (their frame
+is the user's own code), and tail functions' callees.
+"""
+from __future__ import annotations
+
+import dis
+import functools
+from typing import Any
+
+from bytecode import CellVar, FreeVar, Instr, TryBegin
+
+from .. import config
+from .breaks import DISABLED, fx_tracing
+from .op_warnings import rerun_without
+from .user_tracebacks import clean as clean_traceback
+from torch._C import _is_tracing as jit_tracing
+
+
+def release_locals() -> None:
+    """A marker constant (never called): make_function clears the fast locals where it is loaded."""
+
+
+def release_marker() -> list:
+    """Where make_function clears the fast locals (expand_release)."""
+    return [Instr("LOAD_CONST", release_locals), Instr("POP_TOP")]
+
+
+def caller(hook: Any, n: int):
+    """The plain function of `n` parameters that calls `hook`'s entry with them handed over."""
+    made = hook.__dict__.get("_handed")
+    if made is None:
+        made = hook._handed = {}
+    fn = made.get(n)
+    if fn is None:
+        fn = made[n] = _template(n)(hook, _select, _failed, clean_traceback, rerun_without)
+    return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _template(n: int):
+    names = [f"a{i}" for i in range(n)]
+    params = ", ".join(names)
+    lines = ["def make(hook, select, failed, clean, rerun):",
+             f"    def call({params}):",
+             f"        box = [{', '.join(reversed(names))}]"]
+    if n:
+        lines.append(f"        del {params}")
+    lines += ["        try:",
+              "            entry, fn = select(hook, box)",
+              "            try:",
+              f"                return fn({', '.join(['box.pop()'] * n)})",
+              "            except Exception as e:",
+              "                failure = failed(hook, entry, e)",
+              "                if failure is None:",
+              "                    raise",
+              "            return rerun(failure[1], hook.eager, failure[0], {})",
+              "        except BaseException as e:",
+              "            clean(e)",
+              "            raise",
+              "    return call"]
+    namespace: dict = {}
+    exec(compile("\n".join(lines) + "\n", __file__, "exec"), namespace)  # noqa: S102 - fixed template
+    return namespace["make"]
+
+
+def _select(hook: Any, box: list) -> tuple:
+    """(entry, function) to call with the arguments in `box` (reversed), as FrameHook.__call__ and miss
+    choose; entry None: a function that handles everything itself."""
+    args = tuple(reversed(box))
+    fn = hook.fn
+    if config.disable or jit_tracing() or fn.__code__ is not hook.code or \
+            fn.__defaults__ is not hook.defaults[0] or fn.__kwdefaults__ is not hook.defaults[1]:
+        return None, hook
+    for entry in hook.entries:
+        try:
+            hit = entry.guard.check(*args)
+        except Exception:
+            hit = False
+        if hit:
+            return _entry_call(hook, entry)
+    if fn.__code__ in DISABLED or fx_tracing():
+        return None, hook.eager
+    entry = hook._find_or_compile(args, {})
+    del args
+    if entry is None:
+        return None, hook._limit_eager() if hook.limit_logged else hook.eager
+    return _entry_call(hook, entry)
+
+
+def _entry_call(hook: Any, entry: Any) -> tuple:
+    if (entry.rerun is None and entry.on_graph_error is None) or _arguments_in_frame(entry):
+        return entry, entry.fn
+    return None, functools.partial(_holding, hook, entry)
+
+
+def _holding(hook: Any, entry: Any, *args: Any) -> Any:
+    """The entry's call holding its arguments, for a rerun after a failing graph (FrameHook.__call__)."""
+    try:
+        return entry.fn(*args)
+    except Exception as e:
+        if (shown := hook._reruns(entry, e, args, {})) is None:
+            raise
+    return rerun_without(shown, hook.eager, args, {})
+
+
+def _arguments_in_frame(entry: Any) -> bool:
+    """The entry's transformed function keeps its parameters in their slots up to its graph call."""
+    known = entry.__dict__.get("_args_in_frame")
+    if known is None:
+        known = entry._args_in_frame = _keeps_parameters(getattr(entry.fn, "__code__", None))
+    return known
+
+
+def _keeps_parameters(code: Any) -> bool:
+    from .codegen import graph_call_span
+    if code is None or code.co_flags & (0x04 | 0x08) or code.co_kwonlyargcount:
+        return False
+    params = set(code.co_varnames[:code.co_argcount])
+    if params & set(code.co_cellvars):
+        return False
+    start, end = graph_call_span(code)
+    if start < 0:
+        return False
+    for inst in dis.get_instructions(code):
+        if inst.offset >= end:
+            break
+        if ("STORE_FAST" in inst.opname or "DELETE_FAST" in inst.opname or "AND_CLEAR" in inst.opname) and \
+                not params.isdisjoint(inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)):
+            return False
+    return True
+
+
+def _failed(hook: Any, entry: Any, exc: BaseException) -> tuple | None:
+    """(arguments, warnings shown) to rerun the frame eagerly with, when `exc` came from the entry's graph
+    and the entry reruns (its early effects are made otherwise: FrameHook._reruns); None: it propagates."""
+    if entry is None or (entry.rerun is None and entry.on_graph_error is None):
+        return None
+    from .codegen import graph_call_span
+    code = entry.fn.__code__
+    start, end = graph_call_span(code)
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not code:
+        tb = tb.tb_next
+    if tb is None or not start <= tb.tb_lasti < end:
+        return None
+    values = tb.tb_frame.f_locals
+    args = tuple(values[name] for name in code.co_varnames[:code.co_argcount])
+    shown = hook._reruns(entry, exc, args, {})
+    return None if shown is None else (args, shown)
+
+
+def expand_release(insts: list, argnames) -> list:
+    """`insts` (a transformed function's body, its temporaries cleared before each return: NOTE [Temporaries
+    cleared before return] in caught_exceptions.py) with each `LOAD_CONST release_locals` replaced by clearing
+    every fast local of the function (set to None, then deleted), then `LOAD_CONST None` for the POP_TOP after
+    it (NOTE [Arguments handed to resume functions])."""
+    if not any(isinstance(i, Instr) and i.name == "LOAD_CONST" and i.arg is release_locals for i in insts):
+        return insts
+    cells = {i.arg.name for i in insts if isinstance(i, Instr) and isinstance(i.arg, (CellVar, FreeVar))}
+    names = dict.fromkeys(argnames)
+    for i in insts:
+        if isinstance(i, Instr) and "FAST" in i.name:
+            names.update(dict.fromkeys(a for a in (i.arg if isinstance(i.arg, tuple) else (i.arg,))
+                                       if isinstance(a, str)))
+    names = [n for n in names if n not in cells]
+    if any(isinstance(i, TryBegin) for i in insts):
+        names = []  # a handler could read them (transformed code has none so far)
+    out = []
+    for inst in insts:
+        if isinstance(inst, Instr) and inst.name == "LOAD_CONST" and inst.arg is release_locals:
+            for name in names:
+                out += [Instr("LOAD_CONST", None, lineno=inst.lineno), Instr("STORE_FAST", name, lineno=inst.lineno),
+                        Instr("DELETE_FAST", name, lineno=inst.lineno)]
+            inst = Instr("LOAD_CONST", None, lineno=inst.lineno)
+        out.append(inst)
+    return out
+
+
+__all__ = ["caller", "expand_release", "release_locals"]
