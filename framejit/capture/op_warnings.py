@@ -248,7 +248,7 @@ def _without(ops: set, call: Callable[[], Any], compile_time: bool = False) -> A
     if compile_time:
         return _registries_kept(lambda: _without(ops, call))
     user_filters, show = list(warnings.filters), warnings._showwarnmsg
-    held, error, result = _held(call, True)
+    held, error, result = _held(call, torch._C._get_warnAlways())  # a spent TORCH_WARN_ONCE stays spent (revD MED-3)
     if error is not None:
         raise error
     for msg, _ in held:
@@ -382,7 +382,9 @@ def _quiet_forward(gm: torch.fx.GraphModule, ops: set) -> None:
 # replay of the next call showed again what eager shows once (review revD MED-2, /tmp/revD/wide.py `mod`).
 # The backend compile (`compiling`) and the joint's build (`gm.compile_quietly`, an attribute of gm's FX class:
 # backends see only the graph module) run without the records' warnings, and when the filters are the same
-# after the work, the registries valid before are valid again.
+# after the work, the registries valid before are valid again. Warn-always stays as the user set it: with it
+# on, a TORCH_WARN_ONCE the work hits that eager had spent before was shown again (review revD MED-3; a once
+# of the graph's own ops is replayed from its record, not from the real op).
 def _registries_kept(call: Callable[[], Any]) -> Any:
     before, filters = _filters_version(), list(warnings.filters)
     try:

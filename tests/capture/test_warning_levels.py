@@ -397,3 +397,23 @@ def test_a_training_graphs_warnings_show_as_in_eager_on_onnxrt():
     module = _SoftmaxOfLinear()
     compiled = framejit.compile(module, backend="onnxrt")
     assert _calls_of_a_training_graph(compiled, "default") == _calls_of_a_training_graph(module, "default")
+
+
+def _transposes_3d(x):
+    return x.T.sum() + torch.nn.functional.softmax(x.sum(0)).sum()  # x.T of 3 dims: a TORCH_WARN_ONCE
+
+
+def test_a_spent_torch_warn_once_is_not_shown_again_by_the_backend_compile():
+    # review revD MED-3: onnxrt's compile ran with torch's warn-always on, so the x.T once, spent by eager before
+    # the compile, showed again from backends/torch_methods.py
+    with warnings.catch_warnings(record=True):
+        torch.ones(2, 2, 2).T  # spent in this process, whatever ran before
+    compiled = framejit.compile(_transposes_3d, backend="onnxrt")
+    for action in ("always", "default"):
+        shown = []
+        for f in (_transposes_3d, compiled, compiled):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter(action)
+                out = _caller(f, torch.ones(2, 3, 4)).item()
+            shown.append((out, [(w.category, str(w.message), w.filename, w.lineno) for w in caught]))
+        assert shown[1] == shown[2] == shown[0], action
