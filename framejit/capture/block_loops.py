@@ -86,6 +86,11 @@ def _with_exit_path(insts: list, loop: Any) -> tuple[int, list] | None:
     for level in range(depth or 0):
         while k < len(insts) and [i.name for i in insts[k:k + 5]] != _WITH_EXIT:
             inst = insts[k]
+            arm_end = _raising_arm(insts, k, handler)  # NOTE [Raising arms before a with-block's exit]
+            if arm_end is not None:
+                path.append(inst)
+                k = arm_end
+                continue
             if inst.handler != handler or inst.name in _NOT_STRAIGHT or inst.instr is None or inst.instr.has_jump():
                 return None
             path.append(inst)
@@ -101,6 +106,30 @@ def _with_exit_path(insts: list, loop: Any) -> tuple[int, list] | None:
                 return None
             k = insts[k].arg
     return (k, path) if depth else None
+
+
+# NOTE [Raising arms before a with-block's exit]: `if x.size(0) == 5: raise KeyError("five")` between the loop and
+# the block's exit (review revB L2, d2.py w_nested_escape) is a conditional jump over code that only raises: the
+# path to the exit is still straight on every path that reaches it, so the loop runs as Python there too. The
+# raise happens in the tail function, inside the block, whose own handler exits the block (grad mode restored)
+# and re-raises, as eager. What the arm stores is not on the path (it never reaches the exit).
+_CONDITIONAL_JUMPS = frozenset({"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"})
+
+
+def _raising_arm(insts: list, k: int, handler: Any) -> int | None:
+    """When insts[k] is a forward conditional jump over straight-line code under `handler` that ends in a raise,
+    the jump's target (NOTE above), else None."""
+    inst = insts[k]
+    if inst.name not in _CONDITIONAL_JUMPS or inst.handler != handler or not isinstance(inst.arg, int) or \
+            isinstance(inst.arg, bool) or inst.arg <= k + 1 or inst.arg > len(insts):
+        return None
+    arm = insts[k + 1:inst.arg]
+    if arm[-1].name != "RAISE_VARARGS" or arm[-1].handler != handler:
+        return None
+    for i in arm[:-1]:
+        if i.handler != handler or i.name in _NOT_STRAIGHT or i.instr is None or i.instr.has_jump():
+            return None
+    return inst.arg
 
 
 # NOTE [Locals bound after a loop inside its with-block]: `with torch.no_grad(): for i in range(x.size(0)): ...;

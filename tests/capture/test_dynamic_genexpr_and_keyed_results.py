@@ -449,15 +449,30 @@ def _nested_blocks_loop(x):
     return out, out.requires_grad, torch.is_grad_enabled()
 
 
-@pytest.mark.parametrize("fn", [_code_after_the_loop_in_block, _nested_blocks_loop], ids=["code_after", "nested"])
+def _raising_arm_before_exit(x):
+    out = (x * _W).sum()
+    with torch.enable_grad():
+        with torch.no_grad():
+            for i in range(x.size(0)):
+                out = out + x[i].sum() * i
+            if x.size(0) == 5:  # NOTE [Raising arms before a with-block's exit]: raised in the tail, as eager
+                raise KeyError("five", torch.is_grad_enabled())
+            if x.size(0) == 7:
+                raise ValueError("seven") from KeyError(7)
+        out = out * 3
+    return out, out.requires_grad, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("fn", [_code_after_the_loop_in_block, _nested_blocks_loop, _raising_arm_before_exit],
+                         ids=["code_after", "nested", "raising_arm"])
 def test_a_loop_ending_torch_state_blocks_through_straight_code_runs_as_python(fn):
-    # NOTE [Loops run as Python at the end of a with-block]: code after the loop inside the block, or blocks
-    # nested, unrolled the range (one trace per size, the recompile limit, an eager frame)
+    # NOTE [Loops run as Python at the end of a with-block]: code after the loop inside the block, blocks nested,
+    # or a conditional raise before the exit, unrolled the range (one trace per size, the recompile limit)
     eager = framejit.stats()["eager_frames"]
     traces = _run(fn, True, [3, 5, 0, 1, 7, 2, 6, 4, 9])
     assert max(traces.values()) <= 3, traces
     assert framejit.stats()["eager_frames"] == eager
-    assert fn is _nested_blocks_loop or traces["_doubled"] >= 1, traces
+    assert fn is not _code_after_the_loop_in_block or traces["_doubled"] >= 1, traces
 
 
 def _bound_after_the_loop(x):
