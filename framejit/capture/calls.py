@@ -572,7 +572,8 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
     return call_value(tx, forward, args, kwargs)
 
 
-_MODULE_CALL, _MODULE_CALL_IMPL = torch.nn.Module.__call__, torch.nn.Module._call_impl  # torch's own (unpatched)
+# torch's own (unpatched: `Module.__call__` is `_wrapped_call_impl` unless patched; NOTE [Library defaults patched])
+_MODULE_CALL, _MODULE_CALL_IMPL = torch.nn.Module._wrapped_call_impl, torch.nn.Module._call_impl
 
 
 def _guard_no_instance_call_impl(tx, mod_value: NNModuleValue) -> None:

@@ -620,9 +620,9 @@ class Hooks:
     def checkpoint_through_hook(self, function, *args, **kwargs):
         """`torch.utils.checkpoint.checkpoint(function, *args, **kwargs)` with `function` called through
         its frame hook (NOTE [Reentrant checkpoint at a break])."""
-        import torch
         from .higher_order import checkpoint_at_break  # NOTE [Non-reentrant recomputation runs eagerly]
-        if isinstance(function, torch.nn.Module) and type(function).__call__ is torch.nn.Module.__call__:
+        from .lookup import is_module_default  # an nn.Module called as torch calls it (NOTE [Library defaults patched])
+        if is_module_default(getattr(type(function), "__call__", None), "__call__"):
             hook = self.module_call()
 
             def run(*inner_args, **inner_kwargs):

@@ -35,6 +35,8 @@ from torch.nn.modules import lazy as _lazy
 from torch.nn.modules import module as _torch_module
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from .lookup import is_module_default
+
 _GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                       "_global_backward_pre_hooks")
 _OTHER_HOOK_DICTS = ("_forward_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -83,7 +85,7 @@ def _only_own_hook(m: torch.nn.Module) -> bool:
     cls = type(m)
     if not cls.__module__.startswith("torch.nn.modules.") or \
             cls._infer_parameters is not _lazy.LazyModuleMixin._infer_parameters or \
-            cls.__call__ is not torch.nn.Module.__call__ or cls._call_impl is not torch.nn.Module._call_impl:
+            not is_module_default(cls.__call__, "__call__") or not is_module_default(cls._call_impl, "_call_impl"):
         return False
     if "_call_impl" in m.__dict__ or "_compiled_call_impl" in m.__dict__:
         return False

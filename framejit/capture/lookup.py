@@ -178,11 +178,13 @@ def pin_library_entry(out, owner: type, name: str) -> None:
 # then user code (inlined or a graph break), and the owner's entry is pinned by identity as any library
 # entry (NOTE [Library class attributes]), so patching it later fails a guard.
 def is_module_default(impl: Any, name: str) -> bool:
-    """`impl` is torch's own `nn.Module.<name>` (not a replacement patched onto the class)."""
+    """`impl` is torch's own `nn.Module.<name>` (not a replacement patched onto the class); torch defines
+    `__call__` as `_wrapped_call_impl`."""
     import torch.nn.modules.module as module_py
     code = getattr(impl, "__code__", None)
-    return isinstance(impl, types.FunctionType) and code is not None and \
-        getattr(code, "co_qualname", code.co_name) == f"Module.{name}" and code.co_filename == module_py.__file__
+    defined_as = "_wrapped_call_impl" if name == "__call__" else name
+    return isinstance(impl, types.FunctionType) and code is not None and code.co_filename == module_py.__file__ \
+        and getattr(code, "co_qualname", code.co_name) == f"Module.{defined_as}"
 
 
 def guard_lookup(out, cls: type, name: str) -> None:

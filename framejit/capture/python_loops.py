@@ -616,7 +616,9 @@ def _runtime() -> list:
         import torch
         from .module_hooks import _GLOBAL_DICTS
         from .routed_eager import reads_frames_below
-        _RUNTIME.extend((torch.nn.Module.__call__, vars(torch.nn.modules.module), _GLOBAL_DICTS, reads_frames_below))
+        # torch's own __call__ (NOTE [Library defaults patched]: `Module.__call__` may already be a patch)
+        _RUNTIME.extend((torch.nn.Module._wrapped_call_impl, vars(torch.nn.modules.module), _GLOBAL_DICTS,
+                         reads_frames_below))
     return _RUNTIME
 
 

@@ -179,3 +179,29 @@ def test_getattr_and_setattr_patched_on_nn_module_are_run():
             results.append((out.tolist(), stores))
         return results
     assert run(lambda f: framejit.compile(f, backend="eager")) == run(lambda f: f)
+
+
+def test_module_call_patched_on_nn_module_runs_for_a_module_that_breaks_inside():
+    """NOTE [Library defaults patched]: a module called where the trace breaks (its forward prints) is handed
+    to its forward through the frame hook only while `nn.Module.__call__` is torch's own; a patched one
+    (before the first call, after it, removed again) runs as in eager."""
+    original = torch.nn.Module.__call__
+
+    def doubled(self, *args, **kwargs):
+        return original(self, *args, **kwargs) * 2
+
+    class Printing(torch.nn.Module):
+        def forward(self, x):
+            print("forward")
+            return x + 1
+    net = Printing()
+
+    def fn(x):
+        return net(x) * 3
+
+    def patch(on):
+        return lambda: setattr(torch.nn.Module, "__call__", doubled if on else original)
+    try:
+        run_steps(fn, _x, [patch(True), patch(False), patch(True), patch(False)])
+    finally:
+        torch.nn.Module.__call__ = original
