@@ -591,12 +591,12 @@ class OutputGraph:
                 for device_type, dtype, enabled, cache in self.autocast_stack:
                     stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache))
                 if kind == "call_method":
-                    return run_held(self, target, lambda: getattr(args[0], target)(*args[1:], **kwargs))
+                    return run_held(self, target, lambda: getattr(args[0], target)(*args[1:], **kwargs), kwargs)
                 run = target
                 if not kwargs:
                     from .packed_sequences import padded_rnn_rule
                     run = padded_rnn_rule(target, args) or target  # NOTE [Padded RNN kernels with symbolic lengths]
-                return self._fake_meta(run_held(self, target, lambda: run(*args, **kwargs)))
+                return self._fake_meta(run_held(self, target, lambda: run(*args, **kwargs), kwargs))
         except (_fake_tensor().DataDependentOutputException, _fake_tensor().DynamicOutputShapeException) as e:
             raise Unsupported(BreakKind.DATA_DEPENDENT,
                               f"{_target_name(target)} needs tensor data to decide ({type(e).__name__})") from None

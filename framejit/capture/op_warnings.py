@@ -17,7 +17,7 @@ Now:
 - A held warning is recorded on the op's node (`node.meta["op_warnings"]`, an OpMarks with the user's site:
   file, line and module globals of the user frame the warning names: the op's caller, or for a Python
   warning whose stacklevel goes further, that caller's caller...). Whether it is a TORCH_WARN_ONCE is found
-  by two more fake runs with warn-always off (not for in-place ops): a warning neither shows is a once
+  by two more fake runs with warn-always off (not for ops that write a tensor they are given): a warning neither shows is a once
   already spent (never shown: eager shows none); one only the first shows is a once the probe spent (shown
   once per process, replayed); one both show is a plain warning. A call folded to a constant (no node:
   functorch's deprecated `vmap` calls torch's `warn_deprecated`) has its warnings replayed before the first
@@ -53,6 +53,9 @@ import torch
 
 # files whose warnings come from tracing machinery, never from the op as eager runs it
 _MACHINERY = ("/torch/_subclasses/", "/torch/fx/", "/torch/_dispatch/", "/torch/_guards", "/torch/_library/fake")
+# Python code only the fake run goes through (torch's references of C++ kernels: an `out=` resize warns from
+# _prims_common/wrappers.py where eager's kernel warns from C++, with other text)
+_FAKE_ONLY = ("/torch/_prims_common/", "/torch/_refs/", "/torch/_prims/", "/torch/_decomp/")
 _FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # kernels that warn from sizes their fake (meta) run does not check (NOTE [Warnings of graph ops])
 _SIZE_WARNINGS = frozenset({"std", "var", "std_mean", "var_mean"})
@@ -77,15 +80,34 @@ class OpMarks(NamedTuple):
     replayed: tuple  # OpWarnings no real run shows: a once the probe spent, a folded call's (NOTE [Warnings of graph ops])
 
 
-def run_held(output: Any, target: Any, call: Callable[[], Any]) -> Any:
-    """`call()` (the fake run of `target`) with its warnings held back and noted for the op's node."""
+def run_held(output: Any, target: Any, call: Callable[[], Any], kwargs: dict | None = None) -> Any:
+    """`call()` (the fake run of `target` with keyword arguments `kwargs`) with its warnings held back and noted
+    for the op's node."""
     output.__dict__["op_warnings"] = None
     first = _held(call, True)
     if first[1] is not None:
         raise first[1]
     if first[0]:
-        output.__dict__["op_warnings"] = (target, _records(first[0], _probe_once(call, target, first[0]), output))
+        kinds = _plain(first[0]) if _writes(target, kwargs or {}) else _probe_once(call, first[0])
+        output.__dict__["op_warnings"] = (target, _records(first[0], kinds, output))
     return first[2]
+
+
+# in-place operators (operator.iadd, Tensor.__iadd__, ...) and item assignment, by name without underscores
+_WRITING_OPERATORS = frozenset(("setitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
+                                "iand", "ior", "ixor", "ilshift", "irshift"))
+
+
+def _writes(target: Any, kwargs: dict) -> bool:
+    """An op whose fake run changes a fake tensor it is given: an in-place op, `out=`, `inplace=True`. Its
+    probes would run on the changed tensor (an `out=` already resized warns no more: review revD MED-1)."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__") or name.strip("_") in _WRITING_OPERATORS
+            or kwargs.get("out") is not None or kwargs.get("inplace") is True)
+
+
+def _plain(held: list) -> dict:
+    return {_key(m): "plain" for m, _ in held}
 
 
 def _held(call: Callable[[], Any], warn_always: bool) -> tuple:
@@ -134,17 +156,14 @@ def _key(msg: Any) -> tuple:
     return msg.category, str(msg.message)
 
 
-def _probe_once(call: Callable[[], Any], target: Any, held: list) -> dict:
-    """{key: "plain" | "once" | "spent"} of the held warnings (NOTE [Warnings of graph ops]). An in-place op
-    is not run again (its fake result would change twice): its warnings count as plain."""
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    if name.endswith("_") and not name.endswith("__"):
-        return {_key(m): "plain" for m, _ in held}
+def _probe_once(call: Callable[[], Any], held: list) -> dict:
+    """{key: "plain" | "once" | "spent"} of the held warnings (NOTE [Warnings of graph ops]). An op that writes
+    a tensor it is given is not run again (`_writes`): its warnings count as plain."""
     try:
         first = {_key(m) for m, _ in _held(call, False)[0]}
         second = {_key(m) for m, _ in _held(call, False)[0]}
     except Exception:  # noqa: BLE001 - a probe must never change the trace
-        return {_key(m): "plain" for m, _ in held}
+        return _plain(held)
     return {_key(m): "plain" if _key(m) in second else "once" if _key(m) in first else "spent" for m, _ in held}
 
 
@@ -154,6 +173,8 @@ def _records(held: list, kinds: dict, output: Any) -> list:
     for msg, levels in held:
         if kinds[_key(msg)] == "spent":
             continue
+        if not levels and any(p in str(msg.filename).replace("\\", "/") for p in _FAKE_ONLY):
+            levels = 1  # eager's kernel warns from C++: at the op's caller (its own text: revD MED-1)
         if levels:  # a user frame's line: the op's caller, or (stacklevel) one of its callers
             filename, lineno, module_globals = user_site(output, levels)
         else:  # a Python warning inside library code (stacklevel=1): its own line and module
