@@ -782,7 +782,8 @@ def _namedtuple_defaults(tx, cls: type) -> dict:
     expr = f"{tx.output.name_of(cls, cls.__name__)}.__new__.__defaults__"
     plain = values is not None and all(type(v) in (int, str, bool, type(None)) or (
         type(v) is float and v == v and v not in (float("inf"), float("-inf")) and v != 0.0) for v in values)
-    check = (f"{expr} is None" if values is None else f"{expr} == {values!r}" if plain
+    types = "".join(f" and ___type({expr}[{i}]) is ___type({v!r})" for i, v in enumerate(values if plain else ()))
+    check = (f"{expr} is None" if values is None else f"{expr} == {values!r}{types}" if plain  # (1,) == (True,)
              else f"{expr} is {tx.output.name_of(values, 'defaults')}")
     described = repr(values) if plain or values is None else "by identity"  # NOTE [Guard texts run no user code]
     tx.output.add_guard("ID_MATCH", check, None, expected=f"the defaults {described}", actual=expr)

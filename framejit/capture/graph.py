@@ -27,7 +27,7 @@ from .dropout_identity import dropout_identity
 from .breaks import BreakKind, Unsupported, UserException
 from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
-                          _fake_of, _float_check, _has_sym as _has_symbolic, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
+                          _fake_of, _constant_check, _has_sym as _has_symbolic, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
                           mark_symbolic_error, _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
                           _target_name, _version)
 from .function_reads import guard_reads, is_whole_torch_function
@@ -192,7 +192,7 @@ class OutputGraph:
             return
         self.guard_type(source, type(value))
         literal = repr(value) if _literal_ok(value) else self.name_of(value, "const")
-        check = _float_check(e, value, self.names) if type(value) is float else f"{e} == {literal}"
+        check = _constant_check(e, value, self.names, literal)
         self.add_guard("CONSTANT_MATCH", check, source, expected=repr(value), actual=e)
 
     def guard_tensor(self, source: Source, t: torch.Tensor, fake: torch.Tensor | None = None) -> None:

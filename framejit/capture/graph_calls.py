@@ -21,6 +21,7 @@ import torch.fx
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ..guards.plain_reads import is_a
+from ..guards.same_values import has_zero, same_constant
 from .breaks import BreakKind, Unsupported, UserException
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, Value
 from .values.containers import DictValue, SliceValue
@@ -323,8 +324,14 @@ def _placeholder(graph: torch.fx.Graph, description: str) -> torch.fx.Node:
 # NOTE [Float guards are bitwise]: `==` says -0.0 == 0.0 (yet `math.copysign`, `1 / x` and `atan2`
 # tell them apart) and NaN != NaN (a NaN argument would miss its own entry on every call). A float
 # guard therefore pins the value bit for bit: NaN by `e != e`, zeros with their sign, any other float
-# by `==` (for those equal values have equal bits; NaN payloads are not distinguished).
-def _float_check(e: str, value: float, names) -> str:
+# by `==` (for those equal values have equal bits; NaN payloads are not distinguished). Other constants
+# holding a float zero (a tuple, a complex number, a numpy float) compare item by item with the zeros'
+# signs (guards/same_values.py).
+def _constant_check(e: str, value: Any, names, literal: str) -> str:
+    """The guard expression that `e` is the constant `value` (spelled `literal`)."""
+    if type(value) is not float:
+        return f"{names.name_for(same_constant, 'same_constant')}({literal}, {e})" if has_zero(value) else \
+            f"{e} == {literal}"
     if value != value:
         return f"{e} != {e}"
     if value == 0.0:

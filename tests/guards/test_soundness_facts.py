@@ -515,6 +515,28 @@ def test_zero_constant_attribute_sign_changes():
     run_steps(fn, _x, [None, lambda: setattr(cfg, "eps", -0.0), None])
 
 
+def test_zeros_in_keys_sets_complex_numpy_keep_their_sign_and_namedtuple_defaults_their_type():
+    """NOTE [Float guards are bitwise] (guards/same_values.py): a dict keyed by a float zero, a set and a
+    frozenset of one, a complex and a numpy float argument, each changing sign in turn; and a namedtuple
+    default changed from `1` to `1.0` (equal, not the same)."""
+    import collections
+    import numpy as np
+    Point = collections.namedtuple("Point", "a b", defaults=(1,))
+    flips = [(-0.0,) * 5 + (1,)] + [(0.0,) * i + (-0.0,) * (5 - i) + (1,) for i in range(1, 6)] + [(0.0,) * 5 + (1.0,)]
+    steps = iter(flips)
+
+    def fn(x, d, s, fs, c, n):
+        parts = next(iter(d)), next(iter(s)), next(iter(fs)), c, n
+        return x, torch.full((4,), Point(0).b), [str(p) for p in parts]
+
+    def args():
+        key, element, inner, real, scalar, default = next(steps)
+        Point.__new__.__defaults__ = (default,)
+        return torch.arange(4.0), {key: "a"}, {element}, frozenset([inner]), complex(real, 1.0), np.float64(scalar)
+
+    run_steps(fn, args, [None] * len(flips))
+
+
 # ---- library functions and global torch state -------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_monkeypatched_torch_function(backend, monkeypatch):

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ...guards.plain_reads import is_a
+from ...guards.same_values import has_zero, same_constant, same_items
 from ..breaks import BreakKind, Unsupported
 from ..parametrized_classes import rely_on_identity
 from ..sources import AttrSource, ItemSource, LocalSource, Source
@@ -261,12 +262,11 @@ def _wrap_view_or_iterator(out, obj: Any, source: Source) -> Value | None:
 
 
 def guard_set(out, obj: Any, source: Source) -> None:
-    """A set (or frozenset) of constants, guarded by its type, its elements and their types in its
-    iteration order (NOTE [Set order]: equal sets may iterate differently; `{1} == {True}`)."""
+    """A set or frozenset of constants: its type, its elements and their types in iteration order (NOTE [Set order])."""
     out.guard_type(source, type(obj))
-    e = source.expr(out.names)
-    out.add_guard("CONSTANT_MATCH", f"___list({e}) == {out.name_of(list(obj), 'set')}", source,
-                  expected=repr(list(obj)), actual=f"___list({e})")
+    e, items = source.expr(out.names), out.name_of(list(obj), "set")  # NOTE [Float guards are bitwise]: zeros
+    check = f"{out.name_of(same_items, 'same_items')}({e}, {items})" if has_zero(obj) else f"___list({e}) == {items}"
+    out.add_guard("CONSTANT_MATCH", check, source, expected=repr(list(obj)), actual=f"___list({e})")
     out.add_guard("CONSTANT_MATCH", f"___list(map(___type, {e})) == {out.name_of([type(v) for v in obj], 'types')}",
                   source, expected=repr([type(v).__name__ for v in obj]), actual=f"___list(map(___type, {e}))")
 
@@ -480,8 +480,8 @@ def _key_types(d: dict) -> tuple:
 def _same_keys(d: dict, expected: tuple, types: tuple) -> bool:
     """The keys of `d`, in order, are of `types` and equal `expected`, but for its tensor keys (`...` in
     `expected`), whose identity the guards of their own sources pin (NOTE [Keys by their source])."""
-    return len(d) == len(expected) and all(
-        type(a) is t and (b is ... or a == b) for a, b, t in zip(d, expected, types))
+    return len(d) == len(expected) and all(  # NOTE [Float guards are bitwise]: guards/same_values.py
+        type(a) is t and (b is ... or same_constant(b, a)) for a, b, t in zip(d, expected, types))
 
 
 def _keys_check(out, e: str, keys: list) -> str:

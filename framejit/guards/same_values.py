@@ -1,0 +1,52 @@
+"""Equality of constants as a guard needs it: `==` with float zeros told apart by their sign.
+
+NOTE [Float guards are bitwise] (capture/graph_calls.py) pins a float read by a trace bit for bit, since
+`-0.0 == 0.0` yet `math.copysign`, `1 / x` and `str` tell them apart. Constants compared as a whole with `==`
+lost that: `{-0.0: "a"}` hit the entry made for `{0.0: "a"}` (so did a set or frozenset of floats, a
+`complex(-0.0, 0.0)` or `numpy.float64(-0.0)` argument), and the trace answered the other zero
+(/tmp/hadv/p16.py, p17.py: `str(next(iter(d)))` was "-0.0" where eager had "0.0"). These helpers compare
+item by item, a zero only with a zero of its sign (also inside tuples and complex numbers); they are used
+only where `has_zero` says a zero is there, so other guards keep their plain `==`. NaN never reaches them
+(such keys are not constants; a NaN float argument has its own check).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _inexact(value: Any, kinds: str) -> bool:
+    """A numpy scalar of one of these dtype kinds ("f" float, "c" complex); numpy is never imported here."""
+    return type(value).__module__ == "numpy" and getattr(getattr(value, "dtype", None), "kind", None) in kinds
+
+
+def _is_complex(value: Any) -> bool:
+    return isinstance(value, complex) or _inexact(value, "c")
+
+
+def has_zero(value: Any) -> bool:
+    """Whether a float zero is in `value` (a float or numpy float, a complex part, or in a tuple, list or set)."""
+    if type(value) in (tuple, list, set, frozenset):
+        return any(map(has_zero, value))
+    if _is_complex(value):
+        return has_zero(value.real) or has_zero(value.imag)
+    return (isinstance(value, float) or _inexact(value, "f")) and value == 0.0
+
+
+def same_constant(expected: Any, value: Any) -> bool:
+    """`value == expected`, where a float zero of `expected` (alone, a part of a complex number, an item of a
+    tuple) equals only a zero of the same sign."""
+    if type(expected) is tuple:
+        return type(value) is tuple and len(value) == len(expected) and all(map(same_constant, expected, value))
+    if not has_zero(expected):
+        return value == expected
+    if _is_complex(expected):
+        return value == expected and same_constant(expected.real, value.real) and \
+            same_constant(expected.imag, value.imag)
+    return value == 0.0 and math.copysign(1.0, expected) == math.copysign(1.0, value)
+
+
+def same_items(items: Any, expected: list) -> bool:
+    """The iteration of `items` (a set, a dict) is `expected`, item by item (same_constant)."""
+    got = list(items)
+    return len(got) == len(expected) and all(map(same_constant, expected, got))
