@@ -78,6 +78,7 @@ class OpMarks(NamedTuple):
     real: tuple  # OpWarnings the op itself raises when it runs at `site` (the graph's own code shows them)
     site: tuple  # (filename, lineno, module globals) of the user's frame that calls the op
     replayed: tuple  # OpWarnings no real run shows: a once the probe spent, a folded call's (NOTE [Warnings of graph ops])
+    silent: tuple = ()  # OpWarnings of a custom op's fake implementation: never shown, kept out of the backend compile
 
 
 def run_held(output: Any, target: Any, call: Callable[[], Any], kwargs: dict | None = None) -> Any:
@@ -122,7 +123,8 @@ def _held(call: Callable[[], Any], warn_always: bool) -> tuple:
 
     def hold(msg: Any) -> None:
         if threading.get_ident() == me:
-            caught.append((msg, _user_levels(msg, sys._getframe(1))))
+            frame = sys._getframe(1)
+            caught.append((msg, -1 if _in_fake_impl(frame) else _user_levels(msg, frame)))
         else:
             _forward(msg, user_filters, show)
 
@@ -137,6 +139,18 @@ def _held(call: Callable[[], Any], warn_always: bool) -> tuple:
         torch._C._set_warnAlways(always)
     ops = [m for m in caught if not any(p in str(m[0].filename).replace("\\", "/") for p in _MACHINERY)]
     return ops, error, result
+
+
+def _in_fake_impl(frame: Any) -> bool:
+    """The warning comes from a custom op's fake implementation (`register_fake`), called through torch/_library:
+    code eager never runs (its user levels are -1: recorded as silent). Eager's warnings are the real
+    implementation's, which runs in torch on every backend (its node has no lowering): the fake one's was
+    replayed from the fake's line as well, and shown by the backend's compile (review revD MED-6)."""
+    while frame is not None and not frame.f_code.co_filename.startswith(_FRAMEJIT_DIR):
+        if "/torch/_library/" in frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _user_levels(msg: Any, frame: Any) -> int:
@@ -168,9 +182,12 @@ def _probe_once(call: Callable[[], Any], held: list) -> dict:
 
 
 def _records(held: list, kinds: dict, output: Any) -> list:
-    """[(OpWarning, shown by the real op at the node's site)] of the held warnings eager shows."""
+    """[(OpWarning, shown by the real op at the node's site; None: never shown)] of the held warnings."""
     out = []
     for msg, levels in held:
+        if levels < 0:  # a custom op's fake implementation (`_in_fake_impl`)
+            out.append((OpWarning(msg.category, str(msg.message), str(msg.filename), msg.lineno, None, False), None))
+            continue
         if kinds[_key(msg)] == "spent":
             continue
         if not levels and any(p in str(msg.filename).replace("\\", "/") for p in _FAKE_ONLY):
@@ -213,9 +230,10 @@ def mark_node(output: Any, node: Any, kind: str, target: Any) -> None:
     if not held and not (kind in ("call_function", "call_method") and name in _SIZE_WARNINGS):
         return
     if ran is not target and ran != target:  # the fake run of a call whose node was made elsewhere: its op does not run here
-        held = [(w, False) for w, _ in held]
+        held = [(w, None if real is None else False) for w, real in held]
     node.meta["op_warnings"] = OpMarks(tuple(w for w, real in held if real), user_site(output),
-                                       tuple(w for w, real in held if not real))
+                                       tuple(w for w, real in held if real is False),
+                                       tuple(w for w, real in held if real is None))
     if held:
         output.__dict__["process_local"] = _PROCESS_LOCAL
 
@@ -228,7 +246,7 @@ def note_folded(output: Any) -> None:
     _, held = output.__dict__.pop("op_warnings", None) or (None, ())
     if held:
         last = next(iter(reversed(output.graph.nodes)), None)
-        output.__dict__.setdefault("folded_warnings", []).append((last, tuple(w for w, _ in held)))
+        output.__dict__.setdefault("folded_warnings", []).append((last, tuple(w for w, r in held if r is not None)))
         output.__dict__["process_local"] = _PROCESS_LOCAL
 
 
@@ -259,7 +277,8 @@ def user_site_of(node: Any) -> tuple:
 def compiling(gm: torch.fx.GraphModule, call: Callable[[], Any]) -> Any:
     """`call()` (the backend compiling gm) without the warnings of gm's marked ops, which the backend's own runs
     of them (constant folding, checks) raise: eager shows them where the op runs, the graph's call does."""
-    ops = {(w.category, w.message) for w in _all_records(gm)}
+    ops = {(w.category, w.message) for w in _all_records(gm)} | {
+        (w.category, w.message) for n in gm.graph.nodes if "op_warnings" in n.meta for w in n.meta["op_warnings"].silent}
     return _without(ops, call, True) if ops else call()
 
 
@@ -272,8 +291,8 @@ def _without(ops: set, call: Callable[[], Any], compile_time: bool = False) -> A
     held, error, result = _held(call, torch._C._get_warnAlways())  # a spent TORCH_WARN_ONCE stays spent (revD MED-3)
     if error is not None:
         raise error
-    for msg, _ in held:
-        if _key(msg) not in ops:
+    for msg, levels in held:
+        if levels >= 0 and _key(msg) not in ops:
             _forward(msg, user_filters, show)
     return result
 
