@@ -269,6 +269,10 @@ def call_tensor_method(tx, tensor: TensorValue, name: str, args: list[Value], kw
         return tensor  # already in that state: no effect (transformers' enable_input_require_grads hook)
     if name == "requires_grad_" and _fresh_leaf_without_grad(tensor, args, kwargs):
         return tx.output.call("call_method", name, (tensor, *args), kwargs)  # NOTE [requires_grad_ on fresh tensors]
+    if name == "detach_" and (tensor.source is not None or tensor.node.op == "placeholder"):
+        # NOTE [detach_ of a tensor from outside]: it changes the caller's tensor (requires_grad, grad_fn),
+        # which a backend's compiled graph does not do (onnxrt left it requiring grad): run in Python
+        raise Unsupported(BreakKind.SIDE_EFFECT, "Tensor.detach_() of a tensor from outside the graph")
     if name == "register_hook":
         from .tensor_hooks import register_hook  # NOTE [Tensor hooks registered after the graph]
         return register_hook(tx, tensor, args, kwargs)

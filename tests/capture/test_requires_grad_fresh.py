@@ -69,3 +69,21 @@ def test_requires_grad_on_input_or_with_grad_still_matches_eager():
         out_want.sum().backward()
         torch.testing.assert_close(out_got, out_want)
         torch.testing.assert_close(z_got.grad, z_want.grad)
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_detach_in_place_of_an_input_detaches_the_callers_tensor(backend):
+    """NOTE [detach_ of a tensor from outside] (capture/calls.py): `h.detach_()` on an argument (truncated
+    backpropagation's hidden state) leaves the caller's tensor detached, as eager does; onnxrt's graph left
+    it requiring grad with its grad_fn."""
+    def fn(x):
+        y = x * 2
+        x.detach_()
+        return y, x * 3
+
+    compiled = framejit.compile(fn, backend=backend)
+    for make in (lambda: torch.ones(3, requires_grad=True) * 1, lambda: torch.ones(3, requires_grad=True)):
+        x, x_eager = make(), make()
+        got, want = compiled(x), fn(x_eager)
+        _same(got, want)
+        assert (x.requires_grad, x.grad_fn is None) == (x_eager.requires_grad, x_eager.grad_fn is None)
