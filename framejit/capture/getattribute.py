@@ -40,11 +40,22 @@ from .values import ConstantValue, DictValue, NewObjectValue, ObjectValue, UserF
 _THREAD_LOCAL_GETATTRIBUTE = _thread._local.__dict__["__getattribute__"]
 
 
+# NOTE [Patched library __getattribute__]: a library class's own lookup is the default one (guarded to
+# stay so), but a user function assigned to it (`torch.utils.data.Dataset.__getattribute__ = ga`) is user code:
+# taken for the default, `isinstance(ds, Other)` answered from the type where eager asks `ga` for `__class__`
+# (eager True and one read, framejit False and none, after the recompile the guard caused). A function is the
+# library's own when its module is a library module (LIBRARY_MODULE_PREFIXES).
+def _user_function(impl: Any) -> bool:
+    from .values.builder import LIBRARY_MODULE_PREFIXES
+    return isinstance(impl, types.FunctionType) and \
+        (getattr(impl, "__module__", None) or "").split(".")[0] not in LIBRARY_MODULE_PREFIXES
+
+
 def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
     """The Python `__getattribute__` of `cls` to inline, or None for the default lookup (guarded)."""
     index, impl = lookup.mro_lookup(cls, "__getattribute__")
     mro = cls.__mro__
-    if lookup.is_fixed_class(mro[index]):
+    if lookup.is_fixed_class(mro[index]) and not _user_function(impl):  # NOTE [Patched library __getattribute__]
         if impl is _THREAD_LOCAL_GETATTRIBUTE:  # NOTE [Thread-local objects]
             raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE,
                               f"attribute of a {cls.__name__} (a threading.local: its __dict__ is per thread)")

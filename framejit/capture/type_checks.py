@@ -64,19 +64,29 @@ def _isinstance(tx, args, kwargs):
     _check_plain_metaclasses(tx, spec, "__subclasscheck__", cls)
     try:
         answer = issubclass(cls, spec)
-    except TypeError as e:
-        raise UserException(e) from None
+    except TypeError:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "isinstance raising TypeError (NOTE [isinstance raising "
+                                                      "TypeError] in type_checks.py)") from None
     if isinstance(obj, (ObjectValue, NewObjectValue)) and _reads_class(cls, spec):
         _class_read(tx, obj, cls, spec)
     return ConstantValue(answer)
+
+
+# NOTE [isinstance raising TypeError]: `isinstance(o, (Other, 5))` raises TypeError at `5`, after CPython has
+# read `o.__class__` for `Other` (NOTE [isinstance reads __class__]). The fold's issubclass raised first: no read
+# was traced (review revA A5: eager logged the read through a Python `__getattribute__`, framejit none), and the
+# user saw issubclass's message ("issubclass() arg 2 must be a class, ...") where eager's says "isinstance() arg
+# 2 must be a type, ...". Such a check is a graph break: CPython's own isinstance runs it.
 
 
 # NOTE [The __class__ read guarded]: where CPython's isinstance reads `o.__class__` (NOTE [isinstance reads
 # __class__]), its answer is whatever type(o)'s `__getattribute__` returns. A user one (any object in a
 # class dict, a function or not: a descriptor, a functools.partialmethod) is traced, and breaks unless it is a
 # plain function (getattribute.custom_getattribute); the default one (object's, type's, a module's) is
-# guarded to stay the default: no user class of the MRO gains `__getattribute__` (review revA A1: one added to
-# the class or a base after the first call went unseen, the answer stayed the first trace's). Any other C
+# guarded to stay the default: no class of the MRO but the immutable built-in types gains `__getattribute__`
+# (review revA A1: one added to the class or a base after the first call went unseen, the answer stayed the
+# first trace's; a library base such as torch.utils.data.Dataset was left out of that guard until hsound6:
+# `Dataset.__getattribute__ = ga` after the first call went unseen the same way). Any other C
 # `__getattribute__` may forward the read (weakref.proxy answers its referent's class: eager True, the fold
 # False, revA A2): a graph break. No read, no guard: a plain object's checks that answer True cost nothing more.
 _GENERIC_CLASS_READS = tuple(k.__dict__["__getattribute__"] for k in (object, type, types.ModuleType))
@@ -105,9 +115,8 @@ def _class_read(tx, obj: Value, cls: type, spec: Any) -> None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance of a {cls.__name__}, whose C __getattribute__ "
                                                       "may answer __class__")
     lookup.guard_mro(tx.output, cls)  # NOTE [MRO guarded] in lookup.py
-    lookup.guard_class_absent(tx.output, [k for k in cls.__mro__[:index] if not lookup.is_fixed_class(k)],
-                              "__getattribute__")
-    if not lookup.is_fixed_class(cls.__mro__[index]):  # `__getattribute__ = object.__getattribute__` in a class
+    lookup.guard_class_absent(tx.output, cls.__mro__[:index], "__getattribute__")  # library classes too
+    if not lookup.is_immutable_class(cls.__mro__[index]):  # `__getattribute__ = object.__getattribute__` in a class
         lookup.guard_entry_identity(tx.output, lookup.entry_source(cls.__mro__[index], "__getattribute__"), impl)
 
 
@@ -176,6 +185,7 @@ def _check_plain_metaclasses(tx, spec: Any, hook: str, subject: Any) -> None:
             # a method added to the class later went unseen
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"isinstance against the protocol {klass.__name__}")
         if isinstance(klass, abc.ABCMeta) and isinstance(subject, type):
+            _check_library_subclasshook(klass)
             _guard_abc_answer(tx, subject, klass)
             rely_on_identity(tx.output, subject)  # `K.register(C)` names one class (NOTE [Parametrized classes alike])
         if not isinstance(klass, type) or lookup.is_fixed_class(meta):
@@ -195,6 +205,19 @@ def _check_plain_metaclasses(tx, spec: Any, hook: str, subject: Any) -> None:
 # the answer does (ABCMeta's cache token is a per-process counter, so a token guard never loaded from the
 # frame cache), and a registration that does not change this answer costs no recompile. Recomputing may
 # call a `__subclasshook__` (abc's own protocol, run by eager's `isinstance` at the same moments).
+# NOTE [User subclass hooks run where eager runs them]: the fold computed an ABC's answer at trace time and the
+# guard recomputes it when the function is entered, so a user `__subclasshook__` (called by ABCMeta on a cache
+# miss) ran before every effect the function makes ahead of the check: eager logged ['__class__' read, hook]
+# and ['before', hook], framejit [hook, '__class__'] and [hook, 'before'] (review revA A6). A hook of a
+# library class (collections.abc's, object's) is taken to have no effect; a user one is a graph break: the
+# check then runs in the frame's own code, where eager runs it.
+def _check_library_subclasshook(klass: type) -> None:
+    index, _ = lookup.mro_lookup(klass, "__subclasshook__")
+    if index is not None and not lookup.is_fixed_class(klass.__mro__[index]):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"the ABC {klass.__name__} answers through the user "
+                                                      "__subclasshook__ of " + klass.__mro__[index].__qualname__)
+
+
 def _guard_abc_answer(tx, subject: type, klass: type) -> None:
     """`issubclass(subject, klass)` keeps the answer the trace folded."""
     answer = issubclass(subject, klass)

@@ -251,8 +251,16 @@ def _class_read_programs():
         log = []
         cls = type("R", (), {"__getattribute__": wrap(_answering_other(log))})
         return log, lambda i: cls(), lambda i: None
+    def library_base():  # a user function given to a library class (NOTE [Patched library __getattribute__])
+        log, cls = [], type("S", (torch.utils.data.Sampler,), {})
+        def between(i):
+            if i == 1:
+                torch.utils.data.Sampler.__getattribute__ = _answering_other(log)
+            elif i == 3:
+                del torch.utils.data.Sampler.__getattribute__
+        return log, lambda i: cls(), between
     return [lambda: later(False), lambda: later(True), proxy, lambda: no_function(_Deferred),
-            lambda: no_function(functools.partialmethod)]
+            lambda: no_function(functools.partialmethod), library_base]
 
 
 def test_isinstance_class_read_of_later_or_foreign_getattribute():
@@ -309,3 +317,51 @@ def test_module_with_getattribute_compiles_once():
             assert_same(runs[0][0], runs[1][0])
             assert runs[0][1] == runs[1][1] == ["w", "w", "__class__", "__class__"]
     assert backend.graph_count == 1
+
+
+class _Reading:
+    def __init__(self, log):
+        object.__setattr__(self, "log", log)
+
+    def __getattribute__(self, name):
+        object.__getattribute__(self, "log").append(name)
+        return object.__getattribute__(self, name)
+
+
+def _checks_that_raise(x, o, log):
+    answers = []
+    for spec in ((_Other, 5), (_Other, (int, "s")), (_Reading, 5)):
+        try:
+            answers.append(isinstance(o, spec))
+        except TypeError as e:
+            answers.append(str(e))
+    log.append("hooked next")
+    answers.append(isinstance(o, _Hooked))
+    return x + 1, answers
+
+
+class _Hooked(abc.ABC):
+    @classmethod
+    def __subclasshook__(cls, subclass):
+        _HOOK_LOG[0].append(("hook", subclass.__name__))
+        return NotImplemented
+
+
+_HOOK_LOG = [[]]
+
+
+def test_isinstance_reads_before_a_type_error_and_a_user_subclasshook_runs_in_place():
+    # NOTE [Reads before a TypeError], NOTE [User subclass hooks run where eager runs them] (capture/type_checks.py):
+    # eager reads `__class__` for the classes before the one that raises (framejit made no read), and runs the
+    # ABC's `__subclasshook__` after the effects before the check (framejit ran it first, in the guard)
+    # (review revA A5, A6)
+    compiled = framejit.compile(_checks_that_raise, backend="eager")
+    for i in range(3):
+        runs = []
+        for f in (_checks_that_raise, compiled):
+            _Hooked._abc_caches_clear()
+            log = _HOOK_LOG[0] = []
+            runs.append((f(torch.ones(2) * i, _Reading(log), log), log))
+        assert_same(runs[0][0], runs[1][0])
+        assert runs[0][1] == runs[1][1]
+        assert runs[0][1].count("__class__") == 4 and runs[0][1][-1] == ("hook", "_Reading")
