@@ -41,6 +41,28 @@ def _spectrogram_frames(seed: int, batch: int, seq: int) -> dict:
             "noise_sequence": torch.randn(batch, 2 * seq, 8, generator=gen)}
 
 
+def _text_boxes_pixels(seed: int, batch: int, seq: int) -> dict:
+    """LayoutLMv3: ids, one (x0, y0, x1, y1) box per token in 0..1000, and a 32x32 image."""
+    kwargs = inputs.text(seed, batch, seq)
+    gen = torch.Generator().manual_seed(seed)
+    corner = torch.randint(0, 500, (batch, seq, 2), generator=gen)
+    kwargs["bbox"] = torch.cat([corner, corner + torch.randint(1, 400, (batch, seq, 2), generator=gen)], -1)
+    kwargs["pixel_values"] = torch.randn(batch, 3, 32, 32, generator=gen)
+    return kwargs
+
+
+def _pixels_64(seed: int, batch: int, seq: int) -> dict:
+    """64x64 images: RT-DETR's three feature levels (strides 8, 16, 32)."""
+    return inputs.pixels(seed, batch, seq, size=64)
+
+
+_DETR = dict(use_timm_backbone=False, use_pretrained_backbone=False, backbone=None,
+             backbone_config=dict(model_type="resnet", embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                  layer_type="basic", out_features=["stage2"]),
+             d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+             encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=4)
+
+
 _EXTRA = [
     # encoders
     _a("roformer", "encoder", "RoFormerConfig", "RoFormerModel", dict(_TEXT, embedding_size=32),
@@ -88,6 +110,10 @@ _EXTRA = [
     _a("glm4", "decoder", "Glm4Config", "Glm4ForCausalLM", dict(_DECODER, head_dim=16)),
     _a("helium", "decoder", "HeliumConfig", "HeliumForCausalLM", dict(_DECODER, head_dim=16)),
     _a("cohere2", "decoder", "Cohere2Config", "Cohere2ForCausalLM", dict(_DECODER, sliding_window=4)),
+    _a("dbrx", "moe", "DbrxConfig", "DbrxForCausalLM",  # fused experts, clipped qkv (hsweep11)
+       dict(d_model=32, n_heads=2, n_layers=2, max_seq_len=64, vocab_size=100,
+            attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),
+            ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=2))),
     _a("granitemoe", "moe", "GraniteMoeConfig", "GraniteMoeForCausalLM",
        dict(_DECODER, num_local_experts=4, num_experts_per_tok=2)),
     _a("deepseek_v3", "moe", "DeepseekV3Config", "DeepseekV3ForCausalLM",
@@ -188,6 +214,25 @@ _EXTRA = [
                                  layer_type="basic", out_features=["stage2"]),
             d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
             encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=4), inputs.pixels),
+    # detection heads (hsweep11): DETR's set-prediction head, Deformable DETR's multi-scale deformable attention
+    # (its pure-PyTorch path), RT-DETR's hybrid encoder and query selection, YOLOS's detection tokens
+    _a("detr_detection", "vision", "DetrConfig", "DetrForObjectDetection",
+       dict(_DETR, num_labels=5), inputs.pixels),
+    _a("deformable_detr", "vision", "DeformableDetrConfig", "DeformableDetrForObjectDetection",
+       dict(_DETR, decoder_layers=2, num_labels=5, num_feature_levels=2, encoder_n_points=2, decoder_n_points=2,
+            disable_custom_kernels=True,
+            backbone_config=dict(_DETR["backbone_config"], hidden_sizes=[8, 16, 16], depths=[1, 1, 1],
+                                 out_features=["stage2", "stage3"])), inputs.pixels),
+    _a("rt_detr", "vision", "RTDetrConfig", "RTDetrForObjectDetection",
+       dict(backbone_config=dict(model_type="rt_detr_resnet", embedding_size=8, hidden_sizes=[8, 16, 16, 16],
+                                 depths=[1, 1, 1, 1], layer_type="basic", out_features=["stage2", "stage3", "stage4"]),
+            use_pretrained_backbone=False, use_timm_backbone=False, encoder_hidden_dim=32,
+            encoder_in_channels=[16, 16, 16], feat_strides=[8, 16, 32], encoder_ffn_dim=32, encoder_attention_heads=2,
+            d_model=32, decoder_in_channels=[32, 32, 32], decoder_ffn_dim=64, decoder_attention_heads=2,
+            decoder_layers=1, num_queries=8, num_labels=5, num_denoising=0, decoder_n_points=2,
+            encode_proj_layers=[2]), _pixels_64),
+    _a("yolos_detection", "vision", "YolosConfig", "YolosForObjectDetection",
+       dict(_VIT, image_size=[32, 32], num_detection_tokens=4, num_labels=5), inputs.pixels),
     # audio
     _a("unispeech", "audio", "UniSpeechConfig", "UniSpeechModel", _AUDIO, inputs.waveform),
     _a("sew", "audio", "SEWConfig", "SEWModel", dict(_AUDIO, squeeze_factor=2), inputs.waveform),
@@ -212,6 +257,10 @@ _EXTRA = [
        dict(model_in_channels=8, model_hidden_channels=8, num_mel_bins=16, resblock_kernel_sizes=[3],
             resblock_stride_sizes=[4], resblock_dilation_sizes=[[1, 3]], kernel_predictor_num_blocks=1,
             kernel_predictor_hidden_channels=8), _spectrogram_frames, resize=True),
+    # document layout: text, 2-D boxes and image patches in one encoder (hsweep11)
+    _a("layoutlmv3", "encoder", "LayoutLMv3Config", "LayoutLMv3Model",
+       dict(_TEXT, input_size=32, patch_size=8, max_2d_position_embeddings=1024, coordinate_size=4, shape_size=8,
+            rel_pos_bins=8, max_rel_pos=16, rel_2d_pos_bins=16, max_rel_2d_pos=64), _text_boxes_pixels),
     # multimodal towers
     _a("siglip_text", "encoder", "SiglipTextConfig", "SiglipTextModel", dict(_TEXT, max_position_embeddings=16),
        inputs.ids_only),
