@@ -5,7 +5,8 @@ NOTE [Float guards are bitwise] (capture/graph_calls.py) pins a float read by a 
 lost that: `{-0.0: "a"}` hit the entry made for `{0.0: "a"}` (so did a set or frozenset of floats, a
 `complex(-0.0, 0.0)` or `numpy.float64(-0.0)` argument), and the trace answered the other zero
 (/tmp/hadv/p16.py, p17.py: `str(next(iter(d)))` was "-0.0" where eager had "0.0"). These helpers compare
-item by item, a zero only with a zero of its sign (also inside tuples and complex numbers); they are used
+item by item, a zero only with a zero of its sign (also inside tuples, complex numbers and the fields of a
+frozen dataclass used as a key); they are used
 only where `has_zero` says a zero is there, so other guards keep their plain `==`. NaN never reaches them
 (such keys are not constants; a NaN float argument has its own check).
 """
@@ -24,10 +25,20 @@ def _is_complex(value: Any) -> bool:
     return isinstance(value, complex) or _inexact(value, "c")
 
 
+def _fields(value: Any) -> Any:
+    """The field values of a dataclass instance (a frozen one is a dict key compared by its fields), else None."""
+    if getattr(type(value), "__dataclass_fields__", None) is None or isinstance(value, type):
+        return None
+    return getattr(value, "__dict__", {}).values()
+
+
 def has_zero(value: Any) -> bool:
-    """Whether a float zero is in `value` (a float or numpy float, a complex part, or in a tuple, list or set)."""
+    """Whether a float zero is in `value` (a float or numpy float, a complex part, in a tuple, list or set, or a
+    field of a dataclass instance)."""
     if type(value) in (tuple, list, set, frozenset):
         return any(map(has_zero, value))
+    if (fields := _fields(value)) is not None:
+        return any(map(has_zero, fields))
     if _is_complex(value):
         return has_zero(value.real) or has_zero(value.imag)
     return (isinstance(value, float) or _inexact(value, "f")) and value == 0.0
@@ -40,6 +51,8 @@ def same_constant(expected: Any, value: Any) -> bool:
         return type(value) is tuple and len(value) == len(expected) and all(map(same_constant, expected, value))
     if not has_zero(expected):
         return value == expected
+    if (fields := _fields(expected)) is not None:
+        return value == expected and type(value) is type(expected) and all(map(same_constant, fields, _fields(value)))
     if _is_complex(expected):
         return value == expected and same_constant(expected.real, value.real) and \
             same_constant(expected.imag, value.imag)

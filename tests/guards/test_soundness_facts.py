@@ -517,22 +517,25 @@ def test_zero_constant_attribute_sign_changes():
 
 def test_zeros_in_keys_sets_complex_numpy_keep_their_sign_and_namedtuple_defaults_their_type():
     """NOTE [Float guards are bitwise] (guards/same_values.py): a dict keyed by a float zero, a set and a
-    frozenset of one, a complex and a numpy float argument, each changing sign in turn; and a namedtuple
-    default changed from `1` to `1.0` (equal, not the same)."""
+    frozenset of one, a complex and a numpy float argument, a dict keyed by a frozen dataclass holding one, each
+    changing sign in turn; and a namedtuple default changed from `1` to `1.0` (equal, not the same)."""
     import collections
+    import dataclasses
     import numpy as np
     Point = collections.namedtuple("Point", "a b", defaults=(1,))
-    flips = [(-0.0,) * 5 + (1,)] + [(0.0,) * i + (-0.0,) * (5 - i) + (1,) for i in range(1, 6)] + [(0.0,) * 5 + (1.0,)]
+    Eps = dataclasses.make_dataclass("Eps", ["eps"], frozen=True)
+    flips = [(-0.0,) * 6 + (1,)] + [(0.0,) * i + (-0.0,) * (6 - i) + (1,) for i in range(1, 7)] + [(0.0,) * 6 + (1.0,)]
     steps = iter(flips)
 
-    def fn(x, d, s, fs, c, n):
-        parts = next(iter(d)), next(iter(s)), next(iter(fs)), c, n
+    def fn(x, d, s, fs, c, n, e):
+        parts = next(iter(d)), next(iter(s)), next(iter(fs)), c, n, next(iter(e)).eps
         return x, torch.full((4,), Point(0).b), [str(p) for p in parts]
 
     def args():
-        key, element, inner, real, scalar, default = next(steps)
+        key, element, inner, real, scalar, field, default = next(steps)
         Point.__new__.__defaults__ = (default,)
-        return torch.arange(4.0), {key: "a"}, {element}, frozenset([inner]), complex(real, 1.0), np.float64(scalar)
+        return (torch.arange(4.0), {key: "a"}, {element}, frozenset([inner]), complex(real, 1.0), np.float64(scalar),
+                {Eps(field): 1})
 
     run_steps(fn, args, [None] * len(flips))
 
