@@ -35,7 +35,9 @@ Now:
   "error" filter raises runs the located graph code first (the ops before it make their effects, its real
   op raises as eager's). The backend's own runs of the ops while compiling (constant folding) are silent.
 Graphs without marked nodes are unchanged (no cost at call time). A graph with recorded warnings is kept
-in memory only (the frame cache does not persist the records), so a warm process traces it again.
+in memory only (the frame cache does not persist the records), so a warm process traces it again; so is a
+graph whose op's TORCH_WARN_ONCE was found spent (no record: the once is spent in the writing process only, a
+new process shows it: review revD MED-4).
 Not covered: an op inside a region made into a submodule (custom autograd Function, checkpoint) warns from
 the region's code; a folded call's warning in a frame with no graph is lost; onnxrt/triton compute var/std
 their own way (onnxrt: torch's `var()` warning from torch's file; triton: NumPy's under TRITON_INTERPRET).
@@ -91,6 +93,7 @@ def run_held(output: Any, target: Any, call: Callable[[], Any], kwargs: dict | N
     if first[0]:
         kinds = _plain(first[0]) if _writes(target, kwargs or {}) else _probe_once(call, first[0])
         output.__dict__["op_warnings"] = (target, _records(first[0], kinds, output))
+        output.__dict__.setdefault("process_local", _PROCESS_LOCAL)  # a spent once too: spent in THIS process (revD MED-4)
     return first[2]
 
 

@@ -444,3 +444,25 @@ def test_an_out_argument_resized_warns_at_the_users_line(backend):
                 values = [_caller(f, torch.arange(3.0) + k).sum().item() for k in range(3)]
             shown.append((values, [(w.category, text(str(w.message)), w.filename, w.lineno) for w in caught]))
         assert shown[1] == shown[0], action
+
+
+def _transposes_3d_times_two(x):
+    return x.T * 2
+
+
+def test_a_graph_whose_warn_once_is_spent_here_is_kept_in_memory_only(monkeypatch, tmp_path):
+    # review revD MED-4: x.T's TORCH_WARN_ONCE, spent in this process before the trace, left no record, so the
+    # graph was persisted without marks: a new process loading it showed the once from `<eval_with_key>` (eager
+    # backend) or never (onnxrt), where eager shows it from the user's line. Spent is a fact of this process only.
+    with warnings.catch_warnings(record=True):
+        torch.ones(2, 2, 2).T  # spent in this process, whatever ran before
+    monkeypatch.setattr(framejit.config, "cache_enabled", True)
+    monkeypatch.setattr(framejit.config, "cache_dir", str(tmp_path))
+    compiled = framejit.compile(_transposes_3d_times_two, backend="eager")
+    for size in (3, 3):
+        x = torch.arange(float(2 * size * 4)).reshape(2, size, 4)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert torch.equal(compiled(x), x.permute(2, 1, 0) * 2)
+        assert caught == []  # spent: eager shows nothing either
+    assert {p.name for p in tmp_path.rglob("*") if p.is_file()} <= {"counters"}  # no entry stored
