@@ -117,7 +117,7 @@ def loop_marker(source: Source) -> str:
 # generator (guarded by its type): each step of the loop runs as Python (`next(it)`, so its own `__next__`
 # runs once per step as in eager, StopIteration ends the loop), the body a resume function that takes the item.
 # Only an iterator whose `__iter__` returns itself and does nothing else (a builtin iterator's, or a user
-# class's `return self`, its lookup guarded): the body's resume function takes it in an "iter" slot, whose
+# class's `return self`, its lookup guarded): the body's resume function takes it in a "carried" slot, whose
 # prologue applies GET_ITER again when it runs as Python. Another (its `__iter__` logs) still breaks at that
 # FOR_ITER with no resume point (the resume function runs as Python: no internal error). The iterators that
 # values model from outside (reversed-list and range iterators) keep their own form. A builtin iterator with no

@@ -56,7 +56,7 @@ from .break_callees import (shared_cells, closure_from_outside, hookable, makes_
                             names_its_caller, torch_internals)
 from .inherited_symbols import inherit_symbols
 from .break_sites import _CONDITIONAL, _LOADS, _OR_POP, _SIMPLE, BreakSite
-from .resume import STACK_PREFIX, leading_first, origin
+from .resume import ITERATOR_KINDS, STACK_PREFIX, leading_first, origin
 from .kept_joints import is_speculated, settling
 from .lookup import is_module_default
 from .translator import LazyArg, RealCell
@@ -587,7 +587,7 @@ class BreakCodegen:
         if self.site.inst.name in ("GET_ITER", "FOR_ITER"):
             slot = len(self.stack) - 1
         else:  # the resume point inside the body: the loop's iterator is the last one on the stack
-            slot = max(i for i, v in enumerate(self.stack) if _slot_kind(v) == "iter")
+            slot = max(i for i, v in enumerate(self.stack) if _slot_kind(v) in ITERATOR_KINDS)
         if loop.name == "CALL":  # its function under the range (NOTE [Comprehensions over symbolic ranges]),
             slot -= 1 if loop.arg == 0 else 3  # and a generator expression's consumer and NULL under that
         exit_at = python_loops.loop_exit(loop, normalize(self.fn.__code__).insts)
@@ -754,7 +754,9 @@ def _slot_kind(value: Value) -> str:
         return "null"
     if isinstance(value, ExitValue):
         return "block"
-    return "iter" if isinstance(value, (IteratorValue, carried_loops.CarriedIteratorValue)) else "value"
+    if isinstance(value, carried_loops.CarriedIteratorValue):
+        return "carried"  # NOTE [Unmodelled iterators passed unread] in resume.py
+    return "iter" if isinstance(value, IteratorValue) else "value"
 
 
 

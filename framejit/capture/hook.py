@@ -48,7 +48,7 @@ from .graph_errors import make_effects
 from .locators import ModuleNotImported
 from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
 from .carried_loops import retrace_with_lengths
-from .resume import _ORIGIN, eager_function, make_resume_code
+from .resume import _ORIGIN, eager_function, layout_key, make_resume_code
 from .shapes import LAYOUT, OFFSET
 from .user_tracebacks import clean as clean_traceback
 from torch._C import _is_tracing as jit_tracing  # NOTE [Compiled callables under the TorchScript tracer]
@@ -651,7 +651,7 @@ class Hooks:
         # made here keeps them alive): keyed by code alone, the second object's break resumed in the
         # first object's closure, read its stale variables and replayed side effects on its objects.
         shared_cells, cells = cells, tuple(id(cell) for cell in fn.__closure__ or ())
-        key = ("resume" if hooked else "tail", code, index, layout, names, cells, python_loop) + \
+        key = ("resume" if hooked else "tail", code, index, layout_key(layout), names, cells, python_loop) + \
             ((("cells",) + shared_cells) if shared_cells else ())
         if key not in self.by_key:
             if python_loop:  # NOTE [Loops run as Python]: (FOR_ITER index, hook after the loop, its layout)

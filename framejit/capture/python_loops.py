@@ -459,7 +459,8 @@ def iterates_rows_at(stack: list, inst: Any, moved_from: Any) -> bool:
     if inst.name in ("GET_ITER", "FOR_ITER"):
         return iterates_rows(stack[-1])
     from .graph_break import _slot_kind
-    iterators = [v for v in stack if _slot_kind(v) == "iter"]
+    from .resume import ITERATOR_KINDS
+    iterators = [v for v in stack if _slot_kind(v) in ITERATOR_KINDS]
     return bool(iterators) and iterates_rows(iterators[-1])
 
 

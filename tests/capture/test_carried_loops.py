@@ -200,3 +200,73 @@ def test_loop_over_an_iterator_no_value_models_steps_in_python(fn):
         assert got_log == expected_log
     assert eager_frames() == before, framejit.stats()["eager_frame_reasons"][before:]
     assert 1 <= backend.graph_count <= 10, backend.graph_count
+
+
+class _Queue:
+    """A work queue iterated by a for loop whose body may add work (`__iter__` returns self)."""
+
+    def __init__(self, items, log):
+        self.items, self.log = list(items), log
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.log.append(("next", len(self.items)))
+        if not self.items:
+            raise StopIteration
+        return self.items.pop(0)
+
+
+def drain_work_queue(x, q):
+    out = []
+    for v in q:
+        for w in x:  # an inner loop breaking on data: run as Python, its exit a trampoline
+            out.append(v * w.sum().item())
+        if v.sum().item() > 0 and len(out) < 6:
+            q.items.append(v / 2)  # work the eager loop steps to later
+    return out
+
+
+def take_two(x, it):
+    out = []
+    for v in it:
+        try:  # a try block: the body's rest is a tail function
+            s = v.sum().item()
+        except RuntimeError:
+            s = 0.0
+        out.append(x * s)
+        if len(out) == 2:
+            break
+    return out
+
+
+def _drawn(items, log):
+    items = list(items)
+
+    def draw():
+        log.append(len(items))
+        return items.pop(0) if items else None
+    return iter(draw, None)  # a callable_iterator
+
+
+def test_unmodelled_iterator_is_not_drained_at_a_trampoline():
+    """NOTE [Unmodelled iterators passed unread] (review revE HIGH-1): the loop's iterator reached a tail
+    function's trampoline as `list(it)`: all its later `__next__` ran at the first step, the work the body
+    queued was never seen (6 items where eager steps 16 in revE r2.py) and the caller's iterator was exhausted after a break."""
+    compiled_queue = framejit.compile(drain_work_queue, backend=CountingBackend())
+    compiled_two = framejit.compile(take_two, backend=CountingBackend())
+    for n in (3, 4, 2):
+        g = torch.Generator().manual_seed(n)
+        x, rows = torch.randn(n, 2, generator=g), torch.randn(n, 2, generator=g)
+        expected_log, got_log = [], []
+        expected = drain_work_queue(x, _Queue(rows.unbind(0), expected_log))
+        got = compiled_queue(x, _Queue(rows.unbind(0), got_log))
+        torch.testing.assert_close(got, expected)
+        assert got_log == expected_log
+        for make in (lambda log: _Queue(rows.unbind(0), log), lambda log: _drawn(rows.unbind(0), log)):
+            expected_log, got_log = [], []
+            expected_it, got_it = make(expected_log), make(got_log)
+            torch.testing.assert_close(compiled_two(x[0], got_it), take_two(x[0], expected_it))
+            torch.testing.assert_close(list(got_it), list(expected_it))  # the caller goes on where the loop broke
+            assert got_log == expected_log
