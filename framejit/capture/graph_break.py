@@ -406,6 +406,8 @@ class BreakCodegen:
                                                          or makes_generator(function.fn)
                                                          or torch_internals(function.fn)):
             return None
+        if python_loops.comprehension_function(callee):  # NOTE [Comprehensions called at breaks]
+            return self.hooks.comprehension_call(), callee
         if isinstance(callee, UserFunctionValue) and hookable(callee):
             return self.hooks.function(callee.fn), None
         if isinstance(callee, BoundMethodValue) and isinstance(callee.func, UserFunctionValue) and hookable(callee.func):

@@ -61,6 +61,10 @@ class Recorder:
     def call_through_hook(self):
         return self._note(self.hooks.call_through_hook(), ("call_through_hook",))
 
+    def comprehension_call(self):  # NOTE [Comprehensions called at breaks] in python_loops.py
+        from .python_loops import comprehension_caller
+        return self._note(comprehension_caller(self.hooks.hooks.call_hooked()), ("comprehension_call",))
+
     def checkpoint_through_hook(self):
         # NOTE [Reentrant checkpoint at a break] (hook.py); self.hooks is convert._BoundHooks
         return self._note(self.hooks.hooks.checkpoint_through_hook, ("checkpoint_through_hook",))
@@ -218,6 +222,9 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
                 value = hooks.call_through_hook
             elif kind == "checkpoint_through_hook":
                 value = hooks.checkpoint_through_hook
+            elif kind == "comprehension_call":
+                from .python_loops import comprehension_caller
+                value = comprehension_caller(hooks.call_hooked())
             elif kind == "resume":
                 value = _load_resume(hooks, fn, fn.__code__, *d[1:])
             elif kind == "resume_in":

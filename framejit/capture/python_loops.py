@@ -354,6 +354,39 @@ def routed_comprehension(route: Any, fn: Any) -> Any:
     return copy
 
 
+# NOTE [Comprehensions called at breaks]: on 3.11 a list, set or dict comprehension is a call of its own
+# `<listcomp>` function; a break inside its body (`[inner(a, b) for a, b in zip(feats, sizes)]` with a
+# `.tolist()` in `inner`: hloop's f_zip) is taken by the frame at that call, which then ran the function
+# made for the comprehension as plain Python: `inner` ran eagerly on every step, never captured (1-3 graphs
+# over 5 calls where stock captures 3-7). The call at the break now calls `routed_comprehension(route, fn)`
+# instead (NOTE [Comprehension bodies routed]): the body's calls go through their frame hooks, so `inner` is
+# compiled as its own frame, once for every step. The comprehension's own frame is not traced (its iterator,
+# a zip of rows or a list of changing length, would be stepped per item), as stock leaves it to Python. The
+# call is made by `comprehension_caller(route)(fn, iterator)` (persisted in break code as the route's).
+def comprehension_function(callee: Any) -> bool:
+    """`callee` is a comprehension's function (3.11) made by the frame: routed where it is called at a break."""
+    from .values.callables import UserFunctionValue
+    return isinstance(callee, UserFunctionValue) and type(callee.fn) is types.FunctionType and \
+        callee.fn.__code__.co_name in _COMPREHENSIONS
+
+
+def comprehension_caller(route: Any) -> Any:
+    """`caller(fn, *args)`: the routed copy of the comprehension's function `fn` called (NOTE above), one per route."""
+    global _CALLERS
+    if _CALLERS is None:
+        import weakref
+        _CALLERS = weakref.WeakKeyDictionary()
+    caller = _CALLERS.get(route)
+    if caller is None:
+        def caller(fn, *args, **kwargs):
+            return routed_comprehension(route, fn)(*args, **kwargs)
+        _CALLERS[route] = caller
+    return caller
+
+
+_CALLERS: Any = None
+
+
 def route_comprehension_calls(items: list, label_at: int, route: Any) -> None:
     """After the GET_ITER at the tail function's resume label (items[label_at]), replace the comprehension's
     function below the iterator with `routed_comprehension(route, function)` (NOTE [Comprehension bodies

@@ -260,6 +260,25 @@ def test_calls_in_the_body_are_captured_as_frames(fn, callee):
     assert traces[fn.__name__] <= 2, traces
 
 
+def _row_read_by_python(v, w):
+    n = int(w.item() > 0)  # a break on data inside the comprehension's body
+    LOG.append(("read", n))
+    return v * 2 + n
+
+
+def _breaking_in_zipped_listcomp(x):
+    return [_row_read_by_python(a, b) for a, b in zip(x, x.sum(1))]
+
+
+def test_a_call_breaking_inside_a_comprehension_is_captured_as_a_frame():
+    # NOTE [Comprehensions called at breaks] (3.11: the frame breaks at the `<listcomp>` call and ran the
+    # comprehension as plain Python, its callee never captured; 3.12+: the inlined comprehension's tail routes
+    # it): the callee is traced as its own frame, once (plus its storage offset and resume functions)
+    with torch.no_grad():
+        traces = _run(_breaking_in_zipped_listcomp, None, [3, 4])
+    assert 1 <= traces["_row_read_by_python"] <= 2, traces
+
+
 def _keys_looped(x):
     d = {i: i * i for i in range(x.size(0))}
     out = x.clone()
