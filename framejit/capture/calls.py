@@ -186,9 +186,10 @@ def _call_bound_method(tx, fn: BoundMethodValue, args: list[Value], kwargs: dict
         return call_environ(tx, fn, args, kwargs)
     if abc_method_handler(fn) is not None:  # NOTE [Mapping mixins]
         return abc_method_handler(fn)(tx, args, kwargs)
-    if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):
-        # a method of a torch context manager read from outside, e.g. `no_grad_instance.clone`
+    if isinstance(fn.self_value, CtxValue) and isinstance(fn.func, BuiltinValue):  # `no_grad_instance.clone`
         return call_value(tx, tx.getattr(fn.self_value, fn.func.obj.__name__), args, kwargs)
+    if getattr(fn, "symbolic_self", False):  # NOTE [Methods of symbolic ints]: the call needs the value, guarded
+        return call_value(tx, tx.getattr(ConstantValue(fn.self_value.as_constant()), fn.func.obj.__name__), args, kwargs)
     return call_value(tx, fn.func, [fn.self_value, *args], kwargs)
 
 

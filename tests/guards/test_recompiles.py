@@ -213,3 +213,33 @@ def test_recompile_log_of_a_compiled_module_names_its_forward_and_parameters(cap
         assert not any("module_frame.py" in line or "L['args']" in line for line in lines)
     finally:
         framejit.set_logs("")
+
+
+def _held_int_method(x, n, log):
+    b = n.bit_length
+    log.append("break")  # a break: print into a list would be folded; the list is an argument
+    print(end="")
+    return x + b(), b.__self__ == n
+
+
+def _int_methods_compared(x, n, k):
+    return x + 1, n.bit_length == k.bit_length
+
+
+def test_a_symbolic_int_method_is_specialised_only_when_called():
+    # NOTE [Methods of symbolic ints] (capture/attributes.py): reading `n.bit_length` of an int that went symbolic
+    # specialised n at the read: the top frame recompiled on every call (review revW W6: 2 frames traced per call
+    # where stock traces 1); and `n.bit_length == k.bit_length` of two equal ints that are distinct objects was
+    # folded True (eager False: a builtin method compares its __self__ by identity)
+    compiled = framejit.compile(_held_int_method, backend="eager")
+    traced = []
+    for k in range(5):
+        n = 2 ** k + 1000
+        before = framejit.stats()["frames_traced"]
+        assert_same(compiled(torch.ones(2), n, []), _held_int_method(torch.ones(2), n, []))
+        traced.append(framejit.stats()["frames_traced"] - before)
+    assert traced[3:] == [1, 1]
+    compiled = framejit.compile(_int_methods_compared, backend="eager")
+    for k in range(3):
+        n, m = 2 ** k + 1000, (2 ** k + 1000 if k % 2 else 7)
+        assert_same(compiled(torch.ones(2), n, m), _int_methods_compared(torch.ones(2), n, m))
