@@ -103,6 +103,17 @@ def position_source(source: Source) -> Source:
     return CallSource(Ref(iterator_index, "iterator_index"), source)
 
 
+# NOTE [Loop positions are no symbols]: a resume function that recompiled because a carried loop's position
+# changed (CONSTANT_MATCH on `iterator_index(L['___stack0'])`, or a range iterator's `remaining_range(...)`)
+# logged "the int iterator_index(...) changed value; it is symbolic from now on" and added it to the frame's
+# dynamic ints, where nothing reads it: the position stays a constant guard (`_wrap_list_iterator`), and such a
+# loop is stepped in Python only after LOOP_POSITIONS positions (`dynamic_loops`). Such a source is not made
+# "symbolic" any more, so the log says nothing untrue (hloop's Left 1).
+def loop_position(source: Any) -> bool:
+    """`source` names a loop iterator's position (see the NOTE above)."""
+    return str(source).startswith(("iterator_index(", "remaining_range("))
+
+
 def loop_marker(source: Source) -> str:
     """What the frame's dynamic values hold for a loop that breaks at its steps."""
     return "steps of " + position_source(source).describe()
@@ -666,4 +677,4 @@ def loop_done(item: Any) -> bool:
 
 
 __all__ = ["CarriedIteratorValue", "OpaqueMethodValue", "OpaqueSequenceValue", "OpaqueStringValue", "changed_lengths", "check_opaque_operands", "opaque_sequence", "carried_argument", "opaque_iterator", "changed_strings", "dynamic_loops", "inherit_steps", "loop_done", "loop_iterator", "loop_next", "opaque_method",
-           "opaque_string", "loop_marker", "position_source", "step_value"]
+           "opaque_string", "loop_marker", "loop_position", "position_source", "step_value"]

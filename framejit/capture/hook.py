@@ -47,7 +47,7 @@ from .op_warnings import rerun_without, shown_before_failure
 from .graph_errors import make_effects
 from .locators import ModuleNotImported
 from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
-from .carried_loops import retrace_with_lengths
+from .carried_loops import loop_position, retrace_with_lengths
 from .resume import _ORIGIN, eager_function, layout_key, make_resume_code
 from .shapes import LAYOUT, OFFSET
 from .user_tracebacks import clean as clean_traceback
@@ -367,7 +367,8 @@ class FrameHook(TracerInterop):
         for failure in failures:
             source = failure.guard.source
             if failure.guard.kind == "CONSTANT_MATCH" and source not in self.dynamic_ints and (
-                    _int_text(failure.guard.expected, sizes=True) or numpy_scalar_text(failure.guard.expected)):
+                    _int_text(failure.guard.expected, sizes=True) or numpy_scalar_text(failure.guard.expected)) \
+                    and not loop_position(source):  # NOTE [Loop positions are no symbols] in carried_loops.py
                 self.dynamic_ints = self.dynamic_ints | {source}  # NOTE [Dynamic NumPy scalars]
                 logs.log("recompiles", "%s: the %s %s changed value; it is symbolic from now on", self._name(),
                          "int" if _int_text(failure.guard.expected) else "torch.Size" if _int_text(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 
 import pytest
 import torch
@@ -55,6 +56,21 @@ def test_long_loop_over_tensor_rows_breaking_every_step():
     _run(rows_with_print, compiled, _rows_args, calls=3)
     assert eager_frames() == before
     assert backend.graph_count <= 10  # 12 steps a call: one entry per step would pass the recompile limit
+
+
+def test_a_loop_position_that_changed_is_not_called_symbolic(caplog):
+    """NOTE [Loop positions are no symbols]: the recompile of a resume function for another loop position
+    logged "the int iterator_index(...) changed value; it is symbolic from now on", which nothing made it."""
+    compiled = framejit.compile(rows_with_print, backend="eager")
+    framejit.set_logs("recompiles")
+    try:
+        with caplog.at_level(logging.INFO, logger="framejit"):
+            _run(rows_with_print, compiled, lambda seed: (_rows_args(seed)[0], list(_rows_args(seed)[1][:6])), calls=2)
+    finally:
+        framejit.set_logs("")
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "CONSTANT_MATCH on iterator_index(" in text, text  # the position changed: the program still shows it
+    assert "iterator_index(L['___stack0']) changed value" not in text, text
 
 
 def test_long_loop_without_step_breaks_hits_the_limit(monkeypatch):
