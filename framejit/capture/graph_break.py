@@ -757,7 +757,7 @@ def _slot_kind(value: Value) -> str:
     if isinstance(value, ExitValue):
         return "block"
     if isinstance(value, carried_loops.CarriedIteratorValue):
-        return "carried"  # NOTE [Unmodelled iterators passed unread] in resume.py
+        return "carried"  # NOTE [Iterators passed unread] in resume.py
     return "iter" if isinstance(value, IteratorValue) else "value"
 
 

@@ -45,8 +45,9 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
 
     `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument),
     "iter" (an argument holding the remaining items of a for-loop's iterator as a list, turned back into
-    an iterator by GET_ITER, so the resumed trace can keep unrolling the loop), "carried" (an iterator no
-    value models, passed unread: NOTE [Unmodelled iterators passed unread]), or "block" (an argument
+    an iterator by GET_ITER, so the resumed trace can keep unrolling the loop; from a trampoline the
+    iterator itself, unread: NOTE [Iterators passed unread]), "carried" (an iterator no
+    value models, passed unread: NOTE [Iterators passed unread]), or "block" (an argument
     holding a with-block's block object, entered by BEFORE_WITH, which leaves its `__exit__` in the
     slot; a last argument then holds the grad mode to set after entering the blocks: NOTE [Breaks
     inside with-blocks] in graph_break.py).
@@ -396,10 +397,7 @@ def _trampoline_call(hook: Any, after: tuple, live_locals: tuple[str, ...], cell
     for temp, kind in zip(temps, after):
         if kind == "null":  # a NULL stored into its temporary (as CPython's own restores store one)
             continue
-        if kind == "iter":  # the remaining items of a for loop's iterator, as a list
-            args += emit.call_const(loop_iterator_arg, [Instr("LOAD_FAST", temp)])
-        else:  # "carried": the iterator itself, unread (NOTE [Unmodelled iterators passed unread])
-            args.append(Instr("LOAD_FAST", temp))
+        args.append(Instr("LOAD_FAST", temp))  # an iterator too, unread (NOTE [Iterators passed unread])
     loads = {name: emit.load_closure(name) if name in cells else
              Instr("LOAD_DEREF", CellVar(name)) if name in cellvars else
              emit.call_const(local_or_unbound, [Instr("LOAD_CONST", name)]) if name in hidden else
@@ -434,8 +432,7 @@ def _trampolines(items: list, position: int, successors: tuple, live_locals: tup
     return out
 
 
-_LIST_ITERATOR = type(iter([]))
-# NOTE [Unmodelled iterators passed unread]: a stack slot holding an iterator that no value models (a
+# NOTE [Iterators passed unread]: a stack slot holding an iterator that no value models (a
 # CarriedIteratorValue: a generator, a user class's iterator whose `__iter__` returns self, iter(callable,
 # sentinel), a dict's or an OrderedDict's iterator passed in or made by Python at an earlier break) has kind
 # "carried": a trampoline passes the object itself, never `list(it)`. Drained into a list at the first step
@@ -444,6 +441,10 @@ _LIST_ITERATOR = type(iter([]))
 # `break`, an infinite stream hung, and a pending call argument reached the callee as a list ("'list' object
 # is not an iterator", review revE HIGH-1/HIGH-2). The resume function's prologue applies GET_ITER to it as
 # to an "iter" slot (the identity on an iterator; a carried list argument gets its iterator there).
+# An "iter" slot (an iterator a value models) is passed unread by trampolines as well: made by the trace,
+# it may still be the program's own object (`it = iter(d)` then a loop over `it` or `f(it, [... .item()
+# ...])` on 3.12+): as `list(it)` the local was exhausted after a `break` (StopIteration at the next
+# `next(it)`) and a callee got a list ("'list' object is not an iterator"; /tmp/hfixE/adv4.py).
 ITERATOR_KINDS = ("iter", "carried")
 
 
@@ -451,15 +452,6 @@ def layout_key(layout: tuple[str, ...]) -> tuple[str, ...]:
     """A resume function's stack layout as its cache key: "carried" and "iter" slots have the same prologue
     (a loop's first step reads its iterator, later steps carry it unread: one resume function serves both)."""
     return tuple("iter" if kind == "carried" else kind for kind in layout)
-
-
-def loop_iterator_arg(iterator: Any) -> Any:
-    """What a trampoline passes for a for loop's iterator: a list iterator itself (the resumed trace reads
-    its list and position, NOTE [Live iteration]; it may be reachable elsewhere too, as a local `it` or a
-    global, and must keep advancing as one object: `list(it)` exhausted the caller's iterator), another
-    iterator that a value models as the list of its remaining items (one no value models is passed unread:
-    NOTE [Unmodelled iterators passed unread])."""
-    return iterator if type(iterator) is _LIST_ITERATOR else list(iterator)
 
 
 # NOTE [Resume code has line numbers]: the instructions a resume function adds (prologue, trampolines)

@@ -267,7 +267,7 @@ def _drawn(items, log):
 
 
 def test_unmodelled_iterator_is_not_drained_at_a_trampoline():
-    """NOTE [Unmodelled iterators passed unread] (review revE HIGH-1): the loop's iterator reached a tail
+    """NOTE [Iterators passed unread] (review revE HIGH-1): the loop's iterator reached a tail
     function's trampoline as `list(it)`: all its later `__next__` ran at the first step, the work the body
     queued was never seen (6 items where eager steps 16 in revE r2.py) and the caller's iterator was exhausted after a break."""
     compiled_queue = framejit.compile(drain_work_queue, backend=CountingBackend())
@@ -286,3 +286,27 @@ def test_unmodelled_iterator_is_not_drained_at_a_trampoline():
             torch.testing.assert_close(compiled_two(x[0], got_it), take_two(x[0], expected_it))
             torch.testing.assert_close(list(got_it), list(expected_it))  # the caller goes on where the loop broke
             assert got_log == expected_log
+
+
+def alias_dict_iterator(x, d):
+    it = iter(d)  # made by the trace (a value models it), and the program's own object
+    out = []
+    for k in it:
+        try:
+            s = d[k].sum().item()
+        except RuntimeError:
+            s = 0.0
+        out.append(x * s)
+        if len(out) == 2:
+            break
+    return out, next(it, -1)
+
+
+def test_modelled_iterator_held_by_a_local_is_not_drained_at_a_trampoline():
+    """NOTE [Iterators passed unread]: the try block's trampoline passed `list(it)`, exhausting the local
+    `it`: next(it) after the break gave -1 (exhausted) where eager gives the third key."""
+    compiled = framejit.compile(alias_dict_iterator, backend=CountingBackend())
+    for n in (3, 4, 2):
+        g = torch.Generator().manual_seed(n)
+        d, x = {i: torch.randn(2, generator=g) for i in range(n)}, torch.randn(2, generator=g)
+        torch.testing.assert_close(compiled(x, d), alias_dict_iterator(x, d))
