@@ -568,7 +568,7 @@ def _compile_before_break(fn, gen, output, request) -> tuple:
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]
     checkpoint_regions(gm)  # NOTE [Checkpointed regions]
     compiled = subclass_boundary(restoring(keep_versions(  # NOTE [Tensor subclasses traced as tensors]
-        _backend_compile(gm, output, request, fn), gm, input_writes(output), output.output_versions),
+        _backend_compile(gm, output, request, fn, at_break=True), gm, input_writes(output), output.output_versions),
         restore_plan(output)), output, outputs)
     return compiled, {id(v.node): i for i, v in enumerate(outputs)}, [gm]
 
@@ -623,8 +623,10 @@ class _BoundHooks:
         return self.hooks.resume(code, index, layout, names, self.fn, hooked, successors, python_loop, cells)
 
 
-def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, fn: types.FunctionType) -> Callable:
-    if runs_as_its_own_code(gm):
+def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, fn: types.FunctionType,
+                     at_break: bool = False) -> Callable:
+    if runs_as_its_own_code(gm, rows=at_break):
+        gm.runs_as_own_code = True  # read by frame_cache._persist
         return gm.forward  # NOTE [Graphs that only read sizes] / [... select rows]: not a compilation
     example_inputs = [plain_tensor(inp.tensor) for inp in output.inputs]  # NOTE [Tensor subclasses traced as tensors]
     STATS["graphs"] += 1

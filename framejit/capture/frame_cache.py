@@ -243,7 +243,8 @@ def _persist(fn, output, ret, gm, compiled, output_index, request, code) -> Pers
         split = (compiled.assignment, tuple(request.artifacts[0](part) for part in compiled.parts))
         artifact = None if None in split[1] else b""
     else:
-        artifact = request.artifacts[0](compiled) if gm is not None and not runs_as_its_own_code(gm) else b""
+        artifact = request.artifacts[0](compiled) if gm is not None and not getattr(gm, "runs_as_own_code", False) \
+            else b""
     if artifact is None:
         raise NotPersistable("the backend could not save this graph")
     guards = [_guard_data(g) for g in output.guards]
@@ -663,7 +664,7 @@ def _artifact_maker(gm, persisted: Persisted, load):
     eager_forward = gm.forward  # NOTE [Saved-tensors hooks at the call]
 
     def make(examples: list):
-        if runs_as_its_own_code(gm):
+        if persisted.artifact == b"" and runs_as_its_own_code(gm):
             return eager_forward  # NOTE [Graphs that only read sizes] / [... select rows]: no artifact
         if persisted.split:  # NOTE [Graphs split at DDP's buckets]
             from .ddp_buckets import restore_split

@@ -23,7 +23,10 @@ over three calls where stock makes 4/5/9). A graph whose every node is `operator
 of an input or of such a row, or an `unbind` of one (`for row in list(x.unbind(0))`), and that passes no
 input through, has nothing to compile: a row is a view of the real tensor, made the same way by the graph's
 own `gm.forward`, which runs instead (as for sizes above: no backend call, not counted, no persisted
-artifact). Values, aliasing and autograd are eager's.
+artifact). Values, aliasing and autograd are eager's. Only a graph that ends at a break: a frame whose whole
+work is taking rows (`return x[0], x[1]`) keeps its graph, compiled and counted as stock torch.compile does
+(the persisted entry knows which from its artifact: an empty one is the graph's own code, or the eager
+backend's, which is the same).
 """
 from __future__ import annotations
 
@@ -101,10 +104,10 @@ def _unbinds(node) -> bool:
     return is_unbind and set(node.kwargs) <= {"dim"} and len(dims) <= 1 and all(type(d) is int for d in dims)
 
 
-def runs_as_its_own_code(gm: torch.fx.GraphModule) -> bool:
+def runs_as_its_own_code(gm: torch.fx.GraphModule, rows: bool = True) -> bool:
     """`gm` is not handed to the backend: it runs as `gm.forward` (NOTE [Graphs that only read sizes],
-    NOTE [Graphs that only select rows])."""
-    return reads_sizes_only(gm) or selects_rows_only(gm)
+    NOTE [Graphs that only select rows]; `rows`: the graph ends at a break, not at the frame's return)."""
+    return reads_sizes_only(gm) or rows and selects_rows_only(gm)
 
 
 def _reads_size(node, aten_size_ops) -> bool:

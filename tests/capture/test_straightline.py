@@ -284,8 +284,7 @@ CASES = [
     (cross_entropy, lambda s: (torch.randn(4, 5), torch.randint(0, 5, (4,))), 1),
     (clamp_methods, one(5), 1), (complex_index, one(3, 4), 1), (tensor_method_chain, one(2, 3), 1),
     (float_of_shape, one(4), 1), (keyword_only, one(3), 1), (varargs, two(3), 1), (default_args, one(3), 1),
-    (slicing_list, one(3, 2), 0),  # only row selects: its own code (NOTE [Graphs that only select rows])
-    (bool_constant_ops, one(2), 1), (abs_builtin, one(3), 1),
+    (slicing_list, one(3, 2), 1), (bool_constant_ops, one(2), 1), (abs_builtin, one(3), 1),
     (pow_builtin, one(3), 1), (divmod_const, one(3), 1), (tensor_truediv_int, one(4), 1),
     (where_scalar, one(4), 1),
 ]
