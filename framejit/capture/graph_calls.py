@@ -390,9 +390,22 @@ short_text = _short
 # python_loops.py): one entry of each frame for every length. Not taken with fullgraph=True (specialised, as
 # stock does) nor in a generator, coroutine or async generator frame (which cannot break: the whole frame
 # would run eagerly); a size the shape env folds to a number (0/1, or a dimension marked static) unbinds as
-# before.
+# before. Nor where the result is unpacked at once (`h, c = s.unbind(0)`: the unpack needs that many rows, as
+# eager's raises otherwise, so the size is specialised and the graph goes on; with dynamic=True every size
+# is symbolic from the first call and this broke a frame stock captures whole, review revH M1).
 _UNBINDS = {"unbind", torch.unbind, torch.Tensor.unbind}
 _NOT_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _unpacked_at_once(out) -> bool:
+    """The instruction after the current call of the innermost frame traced unpacks its result into a fixed
+    number of names."""
+    stack = getattr(out, "tx_stack", None)
+    if not stack:
+        return False
+    tx = stack[-1]
+    insts = tx.program.insts
+    return tx.pc < len(insts) and insts[tx.pc].name == "UNPACK_SEQUENCE"  # not `*rest, last =`: any length
 
 
 def check_split(out, target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
@@ -411,7 +424,7 @@ def check_split(out, target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
     if not isinstance(tensor, torch.Tensor) or type(dim) is not int or not -tensor.dim() <= dim < tensor.dim():
         return
     size = tensor.shape[dim]
-    if not isinstance(size, torch.SymInt) or size.node.maybe_as_int() is not None:
+    if not isinstance(size, torch.SymInt) or size.node.maybe_as_int() is not None or _unpacked_at_once(out):
         return
     e = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, f"unbind along dimension {dim}, whose size is symbolic: it runs "
                     "as Python instead of specialising the size (NOTE [Unbind along a symbolic length])")

@@ -4,6 +4,7 @@ and user-function calls are captured as their own frames, and the loop's own pie
 Differential: every call is compared with eager on fresh values; graph counts are deltas of one backend."""
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -272,3 +273,24 @@ def test_unbind_along_a_changing_length_is_not_specialised_per_length():
             counts.append(backend.graph_count)
         assert eager_frames() == before, framejit.stats()["eager_frame_reasons"][before:]
         assert counts[-1] == counts[3], (fn.__name__, counts)  # no graph for a new length after the fourth
+
+
+def _gate_halves(x, s):
+    y = x.sin()
+    h, c = s.unbind(0)
+    return y * h.sum() + c.sum()
+
+
+def test_unbind_unpacked_into_names_stays_in_the_graph_with_dynamic_true():
+    """NOTE [Unbind along a symbolic length] (graph_calls.py): `h, c = s.unbind(0)` needs exactly two rows (eager
+    raises otherwise), so the size is specialised and the frame stays one graph; with dynamic=True every size is
+    symbolic from the first call and this split the frame in two (review revH M1). A wrong row count still
+    raises eager's ValueError."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_gate_halves, backend=backend, dynamic=True)
+    for n in (3, 4, 5, 6):
+        x, s = torch.randn(n), torch.randn(2, n)
+        torch.testing.assert_close(compiled(x, s), _gate_halves(x, s))
+    assert backend.graph_count == 1
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        compiled(torch.randn(3), torch.randn(3, 3))
