@@ -43,14 +43,13 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
                      route: Any = None) -> types.CodeType:
     """Code for `code` resumed at canonical instruction `index` with the given stack and locals.
 
-    `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument),
-    "iter" (an argument holding the remaining items of a for-loop's iterator as a list, turned back into
-    an iterator by GET_ITER, so the resumed trace can keep unrolling the loop; from a trampoline the
-    iterator itself, unread: NOTE [Iterators passed unread]), "carried" (an iterator no
-    value models, passed unread: NOTE [Iterators passed unread]), or "block" (an argument
-    holding a with-block's block object, entered by BEFORE_WITH, which leaves its `__exit__` in the
-    slot; a last argument then holds the grad mode to set after entering the blocks: NOTE [Breaks
-    inside with-blocks] in graph_break.py).
+    `layout` describes the stack, bottom first: "null" (re-pushed as NULL), "value" (an argument), "iter"
+    (an argument holding the remaining items of a for-loop's iterator as a list, turned back into an iterator
+    by GET_ITER, so the resumed trace can keep unrolling the loop; from a trampoline the iterator itself),
+    "carried" (an iterator no value models; both passed unread: NOTE [Iterators passed unread]), or "block"
+    (an argument holding a with-block's block object, entered by BEFORE_WITH, which leaves its `__exit__` in
+    the slot; a last argument then holds the grad mode to set after entering the blocks: NOTE [Breaks inside
+    with-blocks] in graph_break.py).
 
     `successors` (tail functions only, NOTE [Breaks inside try blocks] in graph_break.py): for each way
     control leaves the instruction at `index`, ("next" or "jump", hook, stack layout there); that edge
@@ -61,8 +60,7 @@ def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],
     FOR_ITER, call helper, hook after the loop, stack layout there): the loop's calls go through the
     helper, and its exhausted edge through a trampoline to that hook.
 
-    `cells`: live locals (cell variables of `code`) whose argument is the frame's cell itself, not its
-    contents (NOTE [Cells passed to resume functions]).
+    `cells`: live cell variables of `code`, passed as the cell itself (NOTE [Cells passed to resume functions]).
 
     `route` (tail functions other than loops'): every call in the code calls `route(callable)`'s answer,
     the call helper of loops (NOTE [Caller-naming calls in tail functions] in caller_frames.py).
