@@ -102,35 +102,7 @@ def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | No
         forward, backward = default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
     fold_identity_views(forward, first=num_fwd_outputs)  # NOTE [Identity views between the halves]
     fold_identity_views(backward)
-    _save_clones_of_written_inputs(forward, num_fwd_outputs)
     return forward, backward
-
-
-# NOTE [Inputs written in place are saved as their clone]
-# An input that requires grad and that the graph writes in place (`h.mul_(w)` on an activation passed in)
-# is cloned by AOT autograd at the start of the joint (the clone is what the functional graph computes
-# from), and AOT autograd's runtime wrapper writes the new value back into the input with `copy_` after
-# the forward, which bumps the input's version. Where the partitioner saved the input itself for the
-# backward (mul's backward reads the old h), the backward then raised "one of the variables needed for
-# gradient computation has been modified by an inplace operation" where eager, which saves the original
-# value of an input written in place, succeeds (stock torch.compile with aot_eager raises too). The
-# forward half saves the clone instead: the same value, already computed, which nothing writes.
-def _save_clones_of_written_inputs(forward: torch.fx.GraphModule, num_fwd_outputs: int) -> int:
-    output = forward.graph.output_node()
-    values = list(output.args[0])
-    changed = 0
-    for k in range(num_fwd_outputs, len(values)):
-        node = values[k]
-        if not isinstance(node, torch.fx.Node) or node.op != "placeholder":
-            continue
-        clone = next((u for u in node.users if u.target is torch.ops.aten.clone.default and u.args == (node,)
-                      and u.kwargs.get("memory_format") in (None, torch.preserve_format)), None)
-        if clone is not None:
-            values[k], changed = clone, changed + 1
-    if changed:
-        output.args = (tuple(values),)
-        forward.recompile()
-    return changed
 
 
 # NOTE [Random values are saved, never recomputed]
