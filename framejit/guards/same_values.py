@@ -63,3 +63,21 @@ def same_items(items: Any, expected: list) -> bool:
     """The iteration of `items` (a set, a dict) is `expected`, item by item (same_constant)."""
     got = list(items)
     return len(got) == len(expected) and all(map(same_constant, expected, got))
+
+
+def same_keys(d: dict, expected: tuple, types: tuple) -> bool:
+    """The keys of `d`, in order, are of `types` and equal `expected`, but for its tensor keys (`...` in
+    `expected`), whose identity the guards of their own sources pin (NOTE [Keys by their source], sources.py)."""
+    return len(d) == len(expected) and all(
+        type(a) is t and (b is ... or a == b) for a, b, t in zip(d, expected, types))
+
+
+# NOTE [Exact keys decided when the guard is built]: a key holding a float zero needs `same_constant`
+# (NOTE [Float guards are bitwise]), but calling it for every key of every dict on every guard check made the
+# keys guard of an ordinary dict (string keys) 5x slower (1.3 us -> 6.5 us). Which keys need it is known when
+# the guard is built (values/builder._keys_check): only a dict with such a key gets `same_exact_keys` and its
+# per-key flags; the others keep `same_keys` and its plain `==`.
+def same_exact_keys(d: dict, expected: tuple, types: tuple, exact: tuple) -> bool:
+    """`same_keys`, where a key flagged in `exact` is compared by `same_constant`."""
+    return len(d) == len(expected) and all(type(a) is t and (
+        b is ... or (same_constant(b, a) if x else a == b)) for a, b, t, x in zip(d, expected, types, exact))

@@ -207,3 +207,31 @@ def test_module_state_changes_still_recompile():
     with torch.no_grad():
         counting = run_steps(fn, args, steps)
     assert counting.graph_count == 5
+
+
+def _checks(guard, *args) -> bool:
+    try:
+        return guard.check(*args)
+    except KeyError:  # another entry's key reads (the failure framejit's guard call handles)
+        return False
+
+
+def test_keys_guard_compares_by_sign_only_the_keys_holding_a_zero():
+    """NOTE [Exact keys decided when the guard is built] (guards/same_values.py): the keys guard of a dict of
+    string keys calls no zero check (it did for every key on every check); a dict holding a float zero still
+    tells -0.0 from 0.0 and only its zero key is compared by sign."""
+    def fn(x, d, z):
+        for k in d:
+            x = x + len(k)
+        return x, [str(k) for k in z]
+
+    compiled = framejit.compile(fn, backend="eager")
+    x = torch.ones(2)
+    steps = [({"a": 1, "bb": 2}, {0.5: 1, 0.0: 2}), ({"a": 1, "bb": 2}, {0.5: 1, -0.0: 2}),
+             ({"a": 1, "ccc": 2}, {0.5: 1, 0.0: 2}), ({"a": 1, "bb": 2}, {0.5: 1, 0.0: 2})]
+    for d, z in steps:
+        assert str(compiled(x, d, z)) == str(fn(x, d, z))
+    entry = next(e for e in compiled.entries if _checks(e.guard, x, *steps[0]))
+    python_calls = [name for kind, name in _calls(entry.guard.check, x, *steps[0]) if kind == "py"]
+    assert python_calls.count("same_constant") == 1, python_calls  # the zero key only
+    assert python_calls.count("has_zero") == 1, python_calls  # inside that one same_constant

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from ...guards.plain_reads import is_a
-from ...guards.same_values import has_zero, same_constant, same_items
+from ...guards.same_values import has_zero, same_items
+from ...guards.same_values import same_exact_keys as _same_exact_keys, same_keys as _same_keys
 from ..breaks import BreakKind, Unsupported
 from ..parametrized_classes import rely_on_identity
 from ..sources import AttrSource, ItemSource, LocalSource, Source
@@ -477,13 +478,6 @@ def _key_types(d: dict) -> tuple:
     return tuple(type(k) for k in d)
 
 
-def _same_keys(d: dict, expected: tuple, types: tuple) -> bool:
-    """The keys of `d`, in order, are of `types` and equal `expected`, but for its tensor keys (`...` in
-    `expected`), whose identity the guards of their own sources pin (NOTE [Keys by their source])."""
-    return len(d) == len(expected) and all(  # NOTE [Float guards are bitwise]: guards/same_values.py
-        type(a) is t and (b is ... or same_constant(b, a)) for a, b, t in zip(d, expected, types))
-
-
 def _keys_check(out, e: str, keys: list) -> str:
     """The guard expression of `_same_keys` on the dict named `e`: every name in it has a locator when the
     keys do (a tensor key is `...`, not the object)."""
@@ -492,8 +486,10 @@ def _keys_check(out, e: str, keys: list) -> str:
                 out.name_of(copy.copy(k) if value_key_fields(k) is not None else k, "key")
                 for k in keys]
     types = [out.name_of(type(k), type(k).__name__) for k in keys]
-    return (f"{out.name_of(_same_keys, 'same_keys')}({e}, ({''.join(x + ', ' for x in expected)}), "
-            f"({''.join(t + ', ' for t in types)}))")
+    exact = tuple(x != "..." and has_zero(k) for x, k in zip(expected, keys))
+    fn = out.name_of(_same_exact_keys, 'same_exact_keys') if any(exact) else out.name_of(_same_keys, 'same_keys')
+    return (f"{fn}({e}, ({''.join(x + ', ' for x in expected)}), ({''.join(t + ', ' for t in types)})"
+            + (f", {exact!r})" if any(exact) else ")"))
 
 
 def _sound_ordered(od: collections.OrderedDict) -> bool:
