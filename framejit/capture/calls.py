@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..guards.plain_reads import is_a
+from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .compiled_callees import compiled_function, original_module
 from .python_draws import drawing_call, record_draw
@@ -248,7 +249,6 @@ def _call_other(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> V
 # on; record_function never closed its range). Calling a Python `__enter__`/`__exit__` read this way is
 # a break now: the real method runs in Python at the break.
 def _python_call(cls: type) -> bool:
-    from . import lookup
     return isinstance(lookup.mro_lookup(cls, "__call__")[1], types.FunctionType)
 
 
@@ -564,8 +564,8 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
     initialise_at_trace(tx, mod_value, args, kwargs)  # NOTE [Lazy modules initialised while tracing]
     call = type(mod_value.obj).__call__
     _guard_call_path(tx, type(mod_value.obj))
-    if call is not _MODULE_CALL and not calls_module_call(tx, mod_value, _MODULE_CALL) or \
-            type(mod_value.obj)._call_impl is not _MODULE_CALL_IMPL:  # NOTE [GraphModule calls] (FX's call_wrapped)
+    if not lookup.is_module_default(call, "__call__") and not calls_module_call(tx, mod_value, _MODULE_CALL) or \
+            not lookup.is_module_default(type(mod_value.obj)._call_impl, "_call_impl"):  # NOTE [GraphModule calls]
         if not isinstance(call, types.FunctionType):
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{type(mod_value.obj).__name__}.__call__")
         return tx.inline(UserFunctionValue(call), [mod_value, *args], kwargs)
@@ -578,14 +578,13 @@ def call_module(tx, mod_value: NNModuleValue, args: list[Value], kwargs: dict[st
 
 
 # torch's own (unpatched: `Module.__call__` is `_wrapped_call_impl` unless patched; NOTE [Library defaults patched])
-_MODULE_CALL, _MODULE_CALL_IMPL = torch.nn.Module._wrapped_call_impl, torch.nn.Module._call_impl
+_MODULE_CALL = torch.nn.Module._wrapped_call_impl  # a `_call_impl` patched before this import: is_module_default
 
 
 def _guard_no_instance_call_impl(tx, mod_value: NNModuleValue) -> None:
     """torch's `_wrapped_call_impl` reads `self._compiled_call_impl` and `self._call_impl` on the instance,
     so a function stored on the instance (`m._call_impl = f`; `m.compile()` sets the other) replaces the
     call: not modelled (a graph break calls the module as Python), and guarded absent otherwise."""
-    from . import lookup
     real = mod_value.obj
     for name in ("_call_impl", "_compiled_call_impl"):
         if name in real.__dict__:
@@ -598,7 +597,6 @@ def _guard_call_path(tx, cls: type) -> None:
     """`module(*args)` runs `type(module).__call__`, which for nn.Module is `_wrapped_call_impl` calling
     `_call_impl`: all three class attributes are guarded, so a patched `nn.Module.__call__` (or a
     subclass's new `__call__`) is seen (NOTE [Library class attributes] in lookup.py)."""
-    from . import lookup
     for name in ("__call__", "_wrapped_call_impl", "_call_impl"):
         if lookup.mro_lookup(cls, name)[0] is not None:
             lookup.guard_lookup(tx.output, cls, name)
@@ -696,7 +694,6 @@ def _construct_plain_object(tx, cls: type, args: list[Value], kwargs: dict[str, 
 def _guard_plain_construction(tx, cls: type) -> None:
     """`cls(...)` traced as object.__new__ then `__init__`: the metaclass's `__call__` (type's), `__new__`
     (object's) and `__init__` stay what the lookups found (NOTE [Lookup facts]), and `__del__` too."""
-    from . import lookup
     lookup.guard_lookup(tx.output, type(cls), "__call__")
     for name in ("__new__", "__init__", "__del__"):
         lookup.guard_lookup(tx.output, cls, name)
@@ -742,7 +739,6 @@ def _is_plain_class(cls: type, abstract: bool = False) -> bool:
 # Python). The lookups of `__new__`, `__init__` and the metaclass's `__call__` are guarded, so one added
 # later recompiles. Returns the subclass's own `__new__` function, or None for the generated one.
 def _guard_namedtuple_construction(tx, cls: type) -> types.FunctionType | None:
-    from . import lookup
     from ..guards.codegen import generated_namedtuple_new
     _, new = lookup.mro_lookup(cls, "__new__")
     generated = generated_namedtuple_new(cls)  # not merely found on a class with _fields: a __new__ assigned to

@@ -58,7 +58,7 @@ from .inherited_symbols import inherit_symbols
 from .break_sites import _CONDITIONAL, _LOADS, _OR_POP, _SIMPLE, BreakSite
 from .resume import ITERATOR_KINDS, STACK_PREFIX, leading_first, origin
 from .kept_joints import is_speculated, settling
-from .lookup import is_module_default
+from .lookup import module_call_default
 from .translator import LazyArg, RealCell
 from .values import (NULL, BoundMethodValue, BuiltinValue, CellValue, ConstantValue, IteratorValue, ListValue,
                      NNModuleValue, SequenceValue, TupleValue, UserFunctionValue, Value)
@@ -420,8 +420,8 @@ class BreakCodegen:
             return self.hooks.call_through_hook(), callee  # NOTE [Closures called at breaks] in convert.py
         if isinstance(callee, NNModuleValue) and callee.source is not None and not _forward_on_instance(self.tx, callee):
             forward = type(callee.obj).forward
-            if isinstance(forward, types.FunctionType) and is_module_default(type(callee.obj).__call__, "__call__"):
-                from .calls import _guard_call_path  # the routing relies on torch's own __call__: pinned
+            if isinstance(forward, types.FunctionType) and module_call_default(type(callee.obj)):
+                from .calls import _guard_call_path  # the routing relies on torch's own __call__, _call_impl: pinned
                 _guard_call_path(self.tx, type(callee.obj))
                 from .module_hooks import callee_at_break
                 target = callee_at_break(self.tx, callee)  # NOTE [Module hooks]

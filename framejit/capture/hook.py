@@ -619,8 +619,8 @@ class Hooks:
         """`torch.utils.checkpoint.checkpoint(function, *args, **kwargs)` with `function` called through
         its frame hook (NOTE [Reentrant checkpoint at a break])."""
         from .higher_order import checkpoint_at_break  # NOTE [Non-reentrant recomputation runs eagerly]
-        from .lookup import is_module_default  # an nn.Module called as torch calls it (NOTE [Library defaults patched])
-        if is_module_default(getattr(type(function), "__call__", None), "__call__"):
+        from .lookup import module_call_default  # an nn.Module called as torch calls it (NOTE [Library defaults patched])
+        if module_call_default(type(function)):
             hook = self.module_call()
 
             def run(*inner_args, **inner_kwargs):

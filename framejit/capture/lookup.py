@@ -187,6 +187,13 @@ def is_module_default(impl: Any, name: str) -> bool:
         and getattr(code, "co_qualname", code.co_name) == f"Module.{defined_as}"
 
 
+def module_call_default(cls: type) -> bool:
+    """Calling an instance of `cls` runs torch's own `nn.Module.__call__` and `_call_impl` (neither patched on
+    torch's class nor overridden); the caller pins both entries (calls._guard_call_path)."""
+    return is_module_default(getattr(cls, "__call__", None), "__call__") and \
+        is_module_default(getattr(cls, "_call_impl", None), "_call_impl")
+
+
 def guard_lookup(out, cls: type, name: str) -> None:
     """Every class of the MRO keeps resolving `name` as it does now (absent, or the same entry)."""
     index, attr = mro_lookup(cls, name)

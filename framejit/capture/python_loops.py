@@ -32,6 +32,7 @@ from typing import Any
 from bytecode import Instr, Label
 
 from . import emit, normalize
+from .lookup import is_module_default
 from .block_loops import _READS, _WRITES, bound_after_loop, ends_torch_blocks, loop_handlers_allowed, with_exit
 
 
@@ -706,7 +707,7 @@ def _module_target(hooks, module) -> Any:
         return None
     # Module.__call__ calls `self._compiled_call_impl` when set (Module.compile()) or else `self._call_impl`: a
     # class or instance that replaces either is called as it is (review revB H1).
-    if cls._call_impl is not hook_globals["Module"]._call_impl or "_call_impl" in module.__dict__ \
+    if not is_module_default(cls._call_impl, "_call_impl") or "_call_impl" in module.__dict__ \
             or getattr(module, "_compiled_call_impl", None) is not None:
         return None
     if reads_frames_below(forward):  # NOTE [Callees of frames run eagerly]

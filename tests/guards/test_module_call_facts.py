@@ -205,3 +205,33 @@ def test_module_call_patched_on_nn_module_runs_for_a_module_that_breaks_inside()
         run_steps(fn, _x, [patch(True), patch(False), patch(True), patch(False)])
     finally:
         torch.nn.Module.__call__ = original
+
+
+def test_call_impl_patched_on_nn_module_runs_for_a_module_that_breaks_inside_and_one_that_does_not():
+    """NOTE [Library defaults patched]: `nn.Module._call_impl` patched on torch's class (an instrumentation
+    idiom) runs as in eager, for a module traced whole and for one handed to its forward's frame hook at a
+    break (patched after the first call, removed, patched again)."""
+    original = torch.nn.Module._call_impl
+    log = []
+
+    def doubled(self, *args, **kwargs):
+        log.append(type(self).__name__)
+        return original(self, *args, **kwargs) * 2
+
+    class Printing(torch.nn.Module):
+        def forward(self, x):
+            print("forward")
+            return x + 1
+    torch.manual_seed(0)
+    net, lin = Printing(), torch.nn.Linear(4, 4)
+
+    def fn(x):
+        return net(x) * 3 + lin(x)
+
+    def patch(on):
+        return lambda: (log.clear(), setattr(torch.nn.Module, "_call_impl", doubled if on else original))
+    try:
+        run_steps(fn, _x, [None, patch(True), patch(False), patch(True)])
+        assert log == ["Printing", "Linear"] * 2, log  # eager's calls, then the compiled ones
+    finally:
+        torch.nn.Module._call_impl = original
