@@ -560,11 +560,7 @@ class BreakCodegen:
         if self.settles:
             cg.load_const(settling(hook, self.settles))  # NOTE [Joints kept across a plain break]
         elif hooked and type(hook).__name__ == "FrameHook":  # a plain function of nargs parameters
-            cg.push_null()
-            cg.load_const(lifetimes.caller)
-            cg.load_const(hook)
-            cg.load_const(nargs)
-            cg.call(2)
+            cg.load_const(lifetimes.caller(hook, nargs))
         else:
             cg.load_const(hook)
         return nargs

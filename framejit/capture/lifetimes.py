@@ -9,8 +9,8 @@ returns, unless the callee is a plain Python function: 3.11+ then moves them int
 FrameHook's `__call__(*args)`, whose tuple lives for the whole call. So `r() is None` answered False where
 eager answers True, a `weakref.finalize` or `__del__` ran after the function returned, not at the `del`.
 Now the tail call of a transformed function into a hooked resume function (graph_break._resume) loads
-`caller(hook, n)`, a plain function of n parameters made once per hook and arity, and, after loading the
-arguments, `release_locals` marks the place where make_function sets every fast local of the transformed
+the constant `caller(hook, n)`, a plain function of n parameters made once per hook and arity, and, after
+loading the arguments, `release_locals` marks the place where make_function sets every fast local of the transformed
 function to None and deletes it (nothing reads them after the call: RETURN_VALUE follows). The plain
 function moves its parameters into a list (its slots deleted), picks the entry as FrameHook.__call__ does
 (guards; the miss path traces with a tuple of them that dies with the trace), and calls the entry's
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import os
 from typing import Any
 
 from bytecode import CellVar, FreeVar, Instr, TryBegin
@@ -50,27 +51,59 @@ def release_marker() -> list:
 
 
 def caller(hook: Any, n: int):
-    """The plain function of `n` parameters that calls `hook`'s entry with them handed over."""
+    """The plain function of `n` parameters that calls `hook`'s entry with them handed over; made once per
+    hook and arity, and loaded by the transformed code as a constant (NOTE [The handed call's hit path])."""
     made = hook.__dict__.get("_handed")
     if made is None:
         made = hook._handed = {}
     fn = made.get(n)
     if fn is None:
-        fn = made[n] = _template(n)(hook, _select, _failed, clean_traceback, rerun_without)
+        fn = made[n] = _template(n)(hook, _select, _failed, clean_traceback, rerun_without, config, jit_tracing)
+        fn.__framejit_handed__ = (hook, n)  # persisted_code describes it by these (NOTE [Persisted handed calls])
     return fn
+
+
+# NOTE [The handed call's hit path]: the plain function runs on every call of a function with a break, so its
+# common case is written into it: compiling is on, the hooked function's code and defaults are the entries',
+# and the first entry's guard passes (an entry that reruns after a failing graph: once `_arguments_in_frame`
+# found its arguments in its frame); then it calls the entry's function with the arguments popped from the
+# box. Anything else (another entry, a miss, the plain path not modelled) goes through `_select` as before.
+# The template is compiled under a pseudo file name, so stacks do not show lines of this module for its frame
+# (review revF LOW-1); the name lies in framejit's directory, so the frame stays hidden from tracebacks and
+# warnings' stack levels (user_tracebacks._hidden, op_warnings). Transformed code loads the made function itself (graph_break._load_resume_callee);
+# NOTE [Persisted handed calls] in persisted_code.py makes it again when that code is loaded from the cache.
+_PSEUDO_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "<framejit resume call>")
 
 
 @functools.lru_cache(maxsize=None)
 def _template(n: int):
     names = [f"a{i}" for i in range(n)]
     params = ", ".join(names)
-    lines = ["def make(hook, select, failed, clean, rerun):",
+    in_order = ", ".join(f"box[{n - 1 - i}]" for i in range(n))
+    lines = ["def make(hook, select, failed, clean, rerun, config, jit_tracing):",
              f"    def call({params}):",
              f"        box = [{', '.join(reversed(names))}]"]
     if n:
         lines.append(f"        del {params}")
     lines += ["        try:",
-              "            entry, fn = select(hook, box)",
+              "            f, entries = hook.fn, hook.entries",
+              "            entry = entries[0] if entries and not config.disable and f.__code__ is hook.code and \\",
+              "                f.__defaults__ is hook.defaults[0] and f.__kwdefaults__ is hook.defaults[1] and \\",
+              "                not jit_tracing() else None",
+              "            del f, entries",
+              "            fn = None",
+              "            if entry is not None and (entry.rerun is None and entry.on_graph_error is None or \\",
+              "                                      entry.__dict__.get('_args_in_frame')):",
+              "                try:",
+              f"                    hit = entry.guard.check({in_order})",
+              "                except Exception:",
+              "                    hit = False",
+              "                fn = entry.fn if hit else None",
+              "                skip = 1",
+              "            else:",
+              "                skip = 0",
+              "            if fn is None:",
+              "                entry, fn = select(hook, box, skip)",
               "            try:",
               f"                return fn({', '.join(['box.pop()'] * n)})",
               "            except Exception as e:",
@@ -83,19 +116,20 @@ def _template(n: int):
               "            raise",
               "    return call"]
     namespace: dict = {}
-    exec(compile("\n".join(lines) + "\n", __file__, "exec"), namespace)  # noqa: S102 - fixed template
+    exec(compile("\n".join(lines) + "\n", _PSEUDO_FILE, "exec"), namespace)  # noqa: S102 - fixed template
     return namespace["make"]
 
 
-def _select(hook: Any, box: list) -> tuple:
+def _select(hook: Any, box: list, skip: int = 0) -> tuple:
     """(entry, function) to call with the arguments in `box` (reversed), as FrameHook.__call__ and miss
-    choose; entry None: a function that handles everything itself."""
+    choose, the first `skip` entries' guards known to fail; entry None: a function that handles everything
+    itself."""
     args = tuple(reversed(box))
     fn = hook.fn
     if config.disable or jit_tracing() or fn.__code__ is not hook.code or \
             fn.__defaults__ is not hook.defaults[0] or fn.__kwdefaults__ is not hook.defaults[1]:
         return None, hook
-    for entry in hook.entries:
+    for entry in hook.entries[skip:] if skip else hook.entries:
         try:
             hit = entry.guard.check(*args)
         except Exception:

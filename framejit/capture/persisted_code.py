@@ -105,9 +105,15 @@ class _Const:
         self.description = description
 
 
+# NOTE [Persisted handed calls]: the tail call into a hooked resume function loads the plain function
+# `lifetimes.caller(hook, n)` made for that hook (NOTE [The handed call's hit path] in lifetimes.py). It is
+# described by the hook's description and n, and made again for the loaded hook on load.
 def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recorder | None) -> tuple:
     if compiled is not None and value is compiled:
         return ("graph",)
+    handed = getattr(value, "__framejit_handed__", None) if isinstance(value, types.FunctionType) else None
+    if handed is not None:
+        return ("handed", _describe(handed[0], fn, compiled, recorder), handed[1])
     made = recorder.made.get(id(value)) if recorder is not None else None
     if made is not None:
         kind = made[0]
@@ -206,43 +212,48 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
             continue
         name, arg, lineno = item
         if isinstance(arg, _Const):
-            d = arg.description
-            kind = d[0]
-            if kind == "graph":
-                if compiled is None:
-                    raise NotPersistable("the code calls a graph the entry does not have")
-                value = compiled
-            elif kind == "hook":
-                value = hooks.function(resolve(d[1], fn))
-            elif kind == "module_call":
-                value = hooks.module_call()
-            elif kind == "module_forward":
-                value = hooks.module_forward(resolve(d[1], fn))
-            elif kind == "call_through_hook":
-                value = hooks.call_through_hook
-            elif kind == "checkpoint_through_hook":
-                value = hooks.checkpoint_through_hook
-            elif kind == "comprehension_call":
-                from .python_loops import comprehension_caller
-                value = comprehension_caller(hooks.call_hooked())
-            elif kind == "resume":
-                value = _load_resume(hooks, fn, fn.__code__, *d[1:])
-            elif kind == "resume_in":
-                code = resolve(d[1], fn)
-                code = code if isinstance(code, types.CodeType) else code.__code__
-                if code_hash(code) != d[2]:
-                    raise NotPersistable(f"{code.co_qualname} changed since it was cached")
-                value = _load_resume(hooks, fn, code, *d[3:])
-            elif kind == "value":
-                value = d[1]
-            else:
-                value = resolve(d[1], fn)
-            arg = value
+            arg = _load_const(arg.description, fn, compiled, hooks)
         inst = Instr(name, lineno=lineno) if arg is _NoArg else Instr(name, arg, lineno=lineno)
         cg.insts.append(inst)
     if graph_call is not None:
         cg.graph_call = cg.insts[graph_call]
     return cg
+
+
+def _load_const(d: tuple, fn: types.FunctionType, compiled: Any, hooks) -> Any:
+    """The object a LOAD_CONST operand's description `d` (`_describe`) finds in this process."""
+    kind = d[0]
+    if kind == "graph":
+        if compiled is None:
+            raise NotPersistable("the code calls a graph the entry does not have")
+        return compiled
+    if kind == "handed":  # NOTE [Persisted handed calls]
+        from .lifetimes import caller
+        return caller(_load_const(d[1], fn, compiled, hooks), d[2])
+    if kind == "hook":
+        return hooks.function(resolve(d[1], fn))
+    if kind == "module_call":
+        return hooks.module_call()
+    if kind == "module_forward":
+        return hooks.module_forward(resolve(d[1], fn))
+    if kind == "call_through_hook":
+        return hooks.call_through_hook
+    if kind == "checkpoint_through_hook":
+        return hooks.checkpoint_through_hook
+    if kind == "comprehension_call":
+        from .python_loops import comprehension_caller
+        return comprehension_caller(hooks.call_hooked())
+    if kind == "resume":
+        return _load_resume(hooks, fn, fn.__code__, *d[1:])
+    if kind == "resume_in":
+        code = resolve(d[1], fn)
+        code = code if isinstance(code, types.CodeType) else code.__code__
+        if code_hash(code) != d[2]:
+            raise NotPersistable(f"{code.co_qualname} changed since it was cached")
+        return _load_resume(hooks, fn, code, *d[3:])
+    if kind == "value":
+        return d[1]
+    return resolve(d[1], fn)
 
 
 # NOTE [Persisted dynamic state of resume hooks]: a break hands the resume function's hook what is dynamic
