@@ -65,6 +65,26 @@ def same_items(items: Any, expected: list) -> bool:
     return len(got) == len(expected) and all(map(same_constant, expected, got))
 
 
+def typed_items(value: Any) -> bool:
+    """A tuple whose items `==` may match across types (1 == 1.0 == True): one that is not a str."""
+    return isinstance(value, tuple) and any(type(v) is not str for v in value)
+
+
+def exact_key(key: Any) -> bool:
+    """The keys guard compares `key` by `same_key` (NOTE [Exact keys decided when the guard is built])."""
+    return has_zero(key) or typed_items(key)
+
+
+def same_key(expected: Any, value: Any) -> bool:
+    """`same_constant`, where the items of a tuple (nested too) also keep their types."""
+    if type(value) is not type(expected):
+        return False
+    if isinstance(expected, tuple):
+        return len(value) == len(expected) and (type(expected) is tuple or value == expected) and \
+            all(map(same_key, expected, value))
+    return same_constant(expected, value)
+
+
 def same_keys(d: dict, expected: tuple, types: tuple) -> bool:
     """The keys of `d`, in order, are of `types` and equal `expected`, but for its tensor keys (`...` in
     `expected`), whose identity the guards of their own sources pin (NOTE [Keys by their source], sources.py)."""
@@ -73,11 +93,14 @@ def same_keys(d: dict, expected: tuple, types: tuple) -> bool:
 
 
 # NOTE [Exact keys decided when the guard is built]: a key holding a float zero needs `same_constant`
-# (NOTE [Float guards are bitwise]), but calling it for every key of every dict on every guard check made the
-# keys guard of an ordinary dict (string keys) 5x slower (1.3 us -> 6.5 us). Which keys need it is known when
-# the guard is built (values/builder._keys_check): only a dict with such a key gets `same_exact_keys` and its
-# per-key flags; the others keep `same_keys` and its plain `==`.
+# (NOTE [Float guards are bitwise]), and a tuple key the types of its items: `{(1,): 0}`, `{(True,): 0}` and
+# `{(1.0,): 0}` hit one entry (`==` and hash agree), whose trace read the other key (`repr` "(True,)" for
+# "(1,)", `torch.full((2,), k[0])` int64 where eager is float32). Calling such a comparison for every key of
+# every dict on every guard check made the keys guard of an ordinary dict (string keys) 5x slower (1.3 us ->
+# 6.5 us), but which keys need it is known when the guard is built (values/builder._keys_check, `exact_key`):
+# only a dict with such a key gets `same_exact_keys` and its per-key flags; the others keep `same_keys` and
+# its plain `==`.
 def same_exact_keys(d: dict, expected: tuple, types: tuple, exact: tuple) -> bool:
-    """`same_keys`, where a key flagged in `exact` is compared by `same_constant`."""
+    """`same_keys`, where a key flagged in `exact` is compared by `same_key`."""
     return len(d) == len(expected) and all(type(a) is t and (
-        b is ... or (same_constant(b, a) if x else a == b)) for a, b, t, x in zip(d, expected, types, exact))
+        b is ... or (same_key(b, a) if x else a == b)) for a, b, t, x in zip(d, expected, types, exact))

@@ -654,3 +654,22 @@ def test_lookup_fact_failures_name_the_fact():
         assert text in str(failure), str(failure)
         undo()
         assert guard.first_failure(x) is None
+
+
+def test_tuple_keys_keep_the_types_of_their_items():
+    """NOTE [Exact keys decided when the guard is built] (guards/same_values.py): `(1,)`, `(True,)` and `(1.0,)`
+    are equal dict keys (also nested, also beside a string or a class), yet the trace read its own: the value
+    read back, its repr and the dtype of a tensor made from it follow the key of each call."""
+    keys = [(1, "a"), (True, "a"), (1.0, "a"), ((1, 2), int), ((True, 2), int), ((1.0, 2), int), (1, "a")]
+    steps = iter(keys)
+
+    def fn(x, d):
+        k = next(iter(d))
+        first = k[0] if type(k[0]) is not tuple else k[0][0]
+        return torch.full((2,), first) + x, repr(k), d[k]
+
+    def args():
+        return torch.zeros(2, dtype=torch.int64), {next(steps): 3, "b": 4}
+
+    counting = run_steps(fn, args, [None] * len(keys))
+    assert counting.graph_count == 6  # one per key of its own types; the last call reuses the first entry

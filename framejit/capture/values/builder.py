@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from ...guards.plain_reads import is_a
-from ...guards.same_values import has_zero, same_items
+from ...guards.same_values import exact_key, has_zero, same_items, typed_items
 from ...guards.same_values import same_exact_keys as _same_exact_keys, same_keys as _same_keys
 from ..breaks import BreakKind, Unsupported
 from ..parametrized_classes import rely_on_identity
@@ -486,7 +486,7 @@ def _keys_check(out, e: str, keys: list) -> str:
                 out.name_of(copy.copy(k) if value_key_fields(k) is not None else k, "key")
                 for k in keys]
     types = [out.name_of(type(k), type(k).__name__) for k in keys]
-    exact = tuple(x != "..." and has_zero(k) for x, k in zip(expected, keys))
+    exact = tuple(x != "..." and exact_key(k) for x, k in zip(expected, keys))
     fn = out.name_of(_same_exact_keys, 'same_exact_keys') if any(exact) else out.name_of(_same_keys, 'same_keys')
     return (f"{fn}({e}, ({''.join(x + ', ' for x in expected)}), ({''.join(t + ', ' for t in types)})"
             + (f", {exact!r})" if any(exact) else ")"))
@@ -528,7 +528,7 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
                       source, expected=repr(keys), actual=f"___list({e})")
     if any(type(k) is not str for k in keys):
         check = (f"{out.name_of(_key_types, 'key_types')}({e}) == {out.name_of(_key_types(obj), 'types')}"
-                 if all(_literal_key(k) for k in keys) else
+                 if all(_literal_key(k) and not typed_items(k) for k in keys) else  # NOTE [Exact keys decided ..]
                  _keys_check(out, e, keys))
         out.add_guard("DICT_KEYS", check, source, expected=repr(keys))
     # NOTE [defaultdict items in guards]: `d[k]` on a defaultdict inserts a missing key, so a guard (or a
