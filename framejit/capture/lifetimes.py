@@ -70,7 +70,8 @@ def caller(hook: Any, n: int):
 # box. Anything else (another entry, a miss, the plain path not modelled) goes through `_select` as before.
 # The template is compiled under a pseudo file name, so stacks do not show lines of this module for its frame
 # (review revF LOW-1); the name lies in framejit's directory, so the frame stays hidden from tracebacks and
-# warnings' stack levels (user_tracebacks._hidden, op_warnings). Transformed code loads the made function itself (graph_break._load_resume_callee);
+# warnings' stack levels (user_tracebacks._hidden, op_warnings). Transformed code loads the made function
+# itself (graph_break._load_resume_callee);
 # NOTE [Persisted handed calls] in persisted_code.py makes it again when that code is loaded from the cache.
 _PSEUDO_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "<framejit resume call>")
 
