@@ -137,16 +137,21 @@ def on_graph_error(fn: types.FunctionType, shape: FunctionShape, output: Any, ha
     return make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__, suffix="graph_error")
 
 
-def make_effects(entry: Any, exc: BaseException, args: tuple, kwargs: dict) -> None:
-    """`exc` propagates from `entry`'s transformed function: when the graph call raised it, make the
-    effects that precede the graph's ops (NOTE [Effects before a failing graph])."""
-    function = entry.on_graph_error
+def graph_call_frame(entry: Any, exc: BaseException) -> types.FrameType | None:
+    """The frame of `entry`'s transformed function in `exc`'s traceback when its graph call raised `exc`."""
     code = entry.fn.__code__
     start, end = graph_call_span(code)
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code is not code:
         tb = tb.tb_next
-    if tb is None or not start <= tb.tb_lasti < end:
+    return tb.tb_frame if tb is not None and start <= tb.tb_lasti < end else None
+
+
+def make_effects(entry: Any, exc: BaseException, args: tuple, kwargs: dict) -> None:
+    """`exc` propagates from `entry`'s transformed function: when the graph call raised it, make the
+    effects that precede the graph's ops (NOTE [Effects before a failing graph])."""
+    function = entry.on_graph_error
+    if graph_call_frame(entry, exc) is None:
         return
     # NOTE [Live defaults]: the entry's function binds with the defaults of now
     function.__defaults__, function.__kwdefaults__ = entry.fn.__defaults__, entry.fn.__kwdefaults__
@@ -154,7 +159,7 @@ def make_effects(entry: Any, exc: BaseException, args: tuple, kwargs: dict) -> N
         function(*args, **kwargs)
     except Exception as e:  # internal: never replaces the user's exception
         logs.log("eager_fallback", "the effects before a failing graph of %s were not made: %s: %s",
-                 code.co_qualname, type(e).__name__, e)
+                 entry.fn.__code__.co_qualname, type(e).__name__, e)
 
 
-__all__ = ["make_effects", "on_graph_error"]
+__all__ = ["graph_call_frame", "make_effects", "on_graph_error"]

@@ -194,15 +194,11 @@ def _failed(hook: Any, entry: Any, exc: BaseException) -> tuple | None:
     and the entry reruns (its early effects are made otherwise: FrameHook._reruns); None: it propagates."""
     if entry is None or (entry.rerun is None and entry.on_graph_error is None):
         return None
-    from .codegen import graph_call_span
-    code = entry.fn.__code__
-    start, end = graph_call_span(code)
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code is not code:
-        tb = tb.tb_next
-    if tb is None or not start <= tb.tb_lasti < end:
+    from .graph_errors import graph_call_frame
+    frame = graph_call_frame(entry, exc)
+    if frame is None:
         return None
-    values = tb.tb_frame.f_locals
+    values, code = frame.f_locals, entry.fn.__code__
     args = tuple(values[name] for name in code.co_varnames[:code.co_argcount])
     shown = hook._reruns(entry, exc, args, {})
     return None if shown is None else (args, shown)
