@@ -512,15 +512,25 @@ def _is_frame_hook(value: Any) -> bool:
     return type(value).__name__ == "FrameHook" and hasattr(value, "fn")
 
 
+def _hook_of(value: Any) -> Any:
+    """The FrameHook that `value` is or calls: the plain function a break's tail call loads (NOTE [Arguments
+    handed to resume functions] in capture/lifetimes.py) stands for its hook; else None."""
+    handed = getattr(value, "__framejit_handed__", None)
+    value = handed[0] if type(handed) is tuple and handed else value
+    return value if _is_frame_hook(value) else None
+
+
 def _callable_name(value: Any) -> str | None:
-    target = value.fn if _is_frame_hook(value) else value
+    hook = _hook_of(value)
+    target = hook.fn if hook is not None else value
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
     return name if isinstance(name, str) else None
 
 
 def _describe_constant(obj: Any, graphs: Sequence[torch.fx.GraphModule]) -> str:
     index = _graph_index(obj, graphs)
-    text = f"compiled {obj.fn!r}" if _is_frame_hook(obj) else repr(obj)
+    hook = _hook_of(obj)
+    text = f"compiled {hook.fn!r}" if hook is not None else repr(obj)
     text = strip_addresses(text).replace("\n", " ")
     if len(text) > 120:
         text = text[:117] + "..."
