@@ -401,13 +401,6 @@ def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
     body.dynamic_floats = body.dynamic_floats | {source}  # a float there is a graph input
 
 
-def mark_opaque(body: Any, slot: int) -> None:
-    """The result at stack slot `slot` of the resume function `body` (a FrameHook) is a sequence of changing
-    length there from its first trace."""
-    if hasattr(body, "dynamic_ints"):
-        body.dynamic_ints = body.dynamic_ints | {LocalSource(f"{STACK_PREFIX}{slot}").describe()}
-
-
 # NOTE [Only views of opaque containers are opaque]: the result of `d.keys()`, `.values()`, `.items()` of an
 # opaque container is opaque in the next resume function, so a loop over it runs as Python; the result of any
 # other method (`k, v = d.popitem()`, `d.pop(0)`, `l.index(v)`) is not: an opaque tuple there broke again at
@@ -566,7 +559,7 @@ def check_opaque_operands(tx, inst) -> None:
             exc = Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads {v.describe()}: it runs as Python")
             if inst.name == "GET_ITER":  # NOTE [Loops over sequences of changing length] in python_loops.py
                 from .python_loops import opaque_sequence_loop
-                exc = opaque_sequence_loop(tx, inst, exc) or exc
+                opaque_sequence_loop(tx, inst, exc)
             raise exc
         if type(v) is OpaqueStringValue and not returned:  # NOTE [Strings carried across breaks]: `if name:`
             # was True for ''
