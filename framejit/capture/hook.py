@@ -391,8 +391,7 @@ class FrameHook(TracerInterop):
             if new:
                 self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | new}
                 logs.log("recompiles", "%s: size of dim %s of %s changed (%s -> %s); symbolic from now on",
-                         self._name(), ", ".join(map(str, sorted(new))), source, failure.guard.expected,
-                         failure.actual)
+                         self._name(), ", ".join(map(str, sorted(new))), source, failure.guard.expected, failure.actual)
 
     # NOTE [Automatic dynamic across entries]: the newest entry's failure decides whether a miss is a size
     # that changed. A frame whose entries differ in something else (a loop's resume function, one entry
