@@ -20,6 +20,7 @@ value. Modules keep nn.Module.__setattr__'s own path.
 from __future__ import annotations
 
 import _thread
+import sys
 import types
 from typing import Any
 
@@ -43,24 +44,36 @@ _THREAD_LOCAL_GETATTRIBUTE = _thread._local.__dict__["__getattribute__"]
 # NOTE [Patched library __getattribute__]: a library class's own lookup is the default one (guarded to
 # stay so), but a user function assigned to it (`torch.utils.data.Dataset.__getattribute__ = ga`) is user code:
 # taken for the default, `isinstance(ds, Other)` answered from the type where eager asks `ga` for `__class__`
-# (eager True and one read, framejit False and none, after the recompile the guard caused). A function is the
-# library's own when its module is a library module (LIBRARY_MODULE_PREFIXES).
-def _user_function(impl: Any) -> bool:
-    from .values.builder import LIBRARY_MODULE_PREFIXES
-    return isinstance(impl, types.FunctionType) and \
-        (getattr(impl, "__module__", None) or "").split(".")[0] not in LIBRARY_MODULE_PREFIXES
+# (eager True and one read, framejit False and none, after the recompile the guard caused). The library's own
+# entry is a C slot of a class the object derives from (object's, a thread-local's), or a function defined
+# in the owner's class body in the owner's module: told by its code (file and qualified name), as
+# functools.wraps copies `__module__` and `__qualname__` but not `__code__` (review revI H1: a
+# `functools.wraps(<torch function>)` wrapper, a functools.partialmethod or any callable descriptor given to
+# torch.utils.data.Sampler was taken for the default: eager 7.0 from the patch, framejit 4.0). Anything else
+# is user code: a function is inlined, any other object is a graph break. The owner's entry is pinned when
+# the owner is a mutable library class (NOTE [Library class attributes]); classes before it stay without one.
+def library_getattribute(cls: type, index: int, impl: Any) -> bool:
+    """`impl`, the `__getattribute__` found on `cls.__mro__[index]`, is a library class's own lookup."""
+    owner = cls.__mro__[index]
+    if not lookup.is_fixed_class(owner):
+        return False
+    if isinstance(impl, types.WrapperDescriptorType):
+        return isinstance(impl.__objclass__, type) and issubclass(cls, impl.__objclass__)
+    code = getattr(impl, "__code__", None) if isinstance(impl, types.FunctionType) else None
+    module = sys.modules.get(getattr(owner, "__module__", None) or "")
+    return code is not None and code.co_filename == getattr(module, "__file__", None) and \
+        getattr(code, "co_qualname", code.co_name) == f"{owner.__qualname__}.__getattribute__"
 
 
 def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
     """The Python `__getattribute__` of `cls` to inline, or None for the default lookup (guarded)."""
     index, impl = lookup.mro_lookup(cls, "__getattribute__")
     mro = cls.__mro__
-    if lookup.is_fixed_class(mro[index]) and not _user_function(impl):  # NOTE [Patched library __getattribute__]
+    if library_getattribute(cls, index, impl):  # NOTE [Patched library __getattribute__]
         if impl is _THREAD_LOCAL_GETATTRIBUTE:  # NOTE [Thread-local objects]
             raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE,
                               f"attribute of a {cls.__name__} (a threading.local: its __dict__ is per thread)")
-        lookup.guard_mro(tx.output, cls)  # NOTE [MRO guarded] in lookup.py
-        lookup.guard_class_absent(tx.output, mro[:index], "__getattribute__")
+        lookup.guard_found_on_class(tx.output, cls, "__getattribute__", index)  # NOTE [MRO guarded] in lookup.py
         return None
     if not isinstance(impl, types.FunctionType):
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.__getattribute__ is not a function")

@@ -273,10 +273,9 @@ def attr_source(obj_source: Source, real: Any, name: str) -> AttrSource:
 def has_custom_getattribute(cls: type) -> bool:
     """The class (or a base) defines `__getattribute__` in Python: a function, or any object but a C slot a
     user class holds there (a descriptor, a functools.partialmethod: user code all the same, review revA A3;
-    a C slot: a type of an extension module outside LIBRARY_MODULE_PREFIXES, pybind11's metaclass)."""
-    index, impl = mro_lookup(cls, "__getattribute__")
-    return isinstance(impl, types.FunctionType) or not is_fixed_class(cls.__mro__[index]) and \
-        not isinstance(impl, types.WrapperDescriptorType)
+    a C slot: a type of an extension module outside LIBRARY_MODULE_PREFIXES, pybind11's metaclass); on a
+    library class too (NOTE [Patched library __getattribute__])."""
+    return not isinstance(mro_lookup(cls, "__getattribute__")[1], types.WrapperDescriptorType)
 
 
 def guard_absent(out, obj_source: Source | None, real: Any, cls: type, name: str) -> None:

@@ -39,7 +39,7 @@ def runs_no_python(cls: type, name: str) -> bool:
     `__getattribute__` or `__getattr__`, and no entry `name` there is a descriptor written in Python."""
     for k in cls.__mro__:
         d = k.__dict__
-        if isinstance(d.get("__getattribute__"), types.FunctionType) or \
+        if not isinstance(d.get("__getattribute__", object.__getattribute__), types.WrapperDescriptorType) or \
                 isinstance(d.get("__getattr__"), types.FunctionType):
             return False
         entry = d.get(name)

@@ -251,16 +251,27 @@ def _class_read_programs():
         log = []
         cls = type("R", (), {"__getattribute__": wrap(_answering_other(log))})
         return log, lambda i: cls(), lambda i: None
-    def library_base():  # a user function given to a library class (NOTE [Patched library __getattribute__])
+    def library_base(wrap, at):  # user code given to a library class (NOTE [Patched library __getattribute__])
         log, cls = [], type("S", (torch.utils.data.Sampler,), {})
         def between(i):
-            if i == 1:
-                torch.utils.data.Sampler.__getattribute__ = _answering_other(log)
+            if i == at:
+                torch.utils.data.Sampler.__getattribute__ = wrap(_answering_other(log))
             elif i == 3:
                 del torch.utils.data.Sampler.__getattribute__
         return log, lambda i: cls(), between
     return [lambda: later(False), lambda: later(True), proxy, lambda: no_function(_Deferred),
-            lambda: no_function(functools.partialmethod), library_base]
+            lambda: no_function(functools.partialmethod)] + \
+        [functools.partial(library_base, wrap, at) for wrap in _LIBRARY_LOOKALIKES for at in (0, 1)]
+
+
+def _as_samplers_own(f):
+    """functools.wraps(<torch function>) and more: the names of the library's own entry (review revI H1)."""
+    f = functools.wraps(torch.utils.data.Sampler.__iter__)(f)
+    f.__qualname__ = "Sampler.__getattribute__"
+    return f
+
+
+_LIBRARY_LOOKALIKES = (lambda f: f, _as_samplers_own, functools.partialmethod, _Deferred)
 
 
 def test_isinstance_class_read_of_later_or_foreign_getattribute():
@@ -281,6 +292,30 @@ def test_isinstance_class_read_of_later_or_foreign_getattribute():
             assert_same(eager[0], fjit[0])
             assert eager[1] == fjit[1]
         assert any(call[0][1] for call in runs[0])
+
+
+def test_attribute_read_through_user_code_given_to_a_library_class():
+    # NOTE [Patched library __getattribute__] (capture/getattribute.py): a wraps-copied name, a partialmethod or a
+    # descriptor was taken for the library's default lookup: eager 7.0 from the patch, compiled 4.0
+    def fn(x, s):
+        return x + s.k
+    for wrap in _LIBRARY_LOOKALIKES[1:]:
+        for at in (0, 1):
+            runs = []
+            for compiled in (False, True):
+                f = framejit.compile(fn, backend="eager") if compiled else fn
+                calls = []
+                for i in range(4):
+                    if i == at:
+                        torch.utils.data.Sampler.__getattribute__ = wrap(
+                            lambda o, name: 7.0 + o.__dict__["k"] if name == "k" else object.__getattribute__(o, name))
+                    elif i == 3:
+                        del torch.utils.data.Sampler.__getattribute__
+                    s = type("S", (torch.utils.data.Sampler,), {})()
+                    s.k = float(i)
+                    calls.append(f(torch.ones(2), s))
+                runs.append(calls)
+            assert_same(runs[1], runs[0])
 
 
 class _CountingModule(torch.nn.Module):
