@@ -549,6 +549,60 @@ def test_a_comprehension_ending_a_torch_state_block_runs_as_python(fn):
     assert framejit.stats()["eager_frames"] == eager
 
 
+def _raised_in_try(x):
+    out = (x * _W).sum()
+    try:
+        with torch.no_grad():
+            for i in range(x.size(0)):
+                LOG.append(torch.is_grad_enabled())
+                if i == 3:
+                    raise KeyError(i)  # handled by the tail function's copy of the except body, as eager
+                out = out + x[i].sum() * i
+    except KeyError as e:
+        LOG.append(("caught", e.args, torch.is_grad_enabled()))
+        out = out - 1
+    return out, out.requires_grad, torch.is_grad_enabled()
+
+
+def _comprehension_in_try(x):
+    try:
+        with torch.enable_grad():
+            with torch.no_grad():
+                rows = [x[i] * 2 for i in range(x.size(0))]
+                if x.size(0) == 5:
+                    raise KeyError(5)
+    except KeyError:
+        rows = "caught"
+    return rows, torch.is_grad_enabled()
+
+
+def _raised_after_block_in_try(x):
+    out = (x * _W).sum()
+    try:
+        with torch.no_grad():
+            for i in range(x.size(0)):
+                out = out + x[i].sum()
+        doubled = _doubled(out)  # after the trampoline: in the resume function, inside the try
+        if x.size(0) == 7:
+            raise ValueError("seven")  # handled by the resume function's copy of the except body
+    except ValueError as e:
+        doubled = str(e)
+    finally:
+        LOG.append(("finally", torch.is_grad_enabled()))
+    return doubled, out.requires_grad
+
+
+@pytest.mark.parametrize("fn", [_raised_in_try, _comprehension_in_try, _raised_after_block_in_try],
+                         ids=["raised_in_body", "comprehension", "raised_after"])
+def test_torch_state_blocks_inside_a_try_body_end_a_loop_run_as_python(fn):
+    # NOTE [With-blocks inside a try body]: a try around the blocks refused the loop: the range unrolled (one trace
+    # per size, the recompile limit, an eager frame; stock torch.compile the same)
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, True, [3, 5, 0, 1, 7, 2, 6, 4, 9])
+    assert max(traces.values()) <= 3, traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
 @contextlib.contextmanager
 def _logging_manager():
     LOG.append("enter")
