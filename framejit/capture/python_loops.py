@@ -270,15 +270,45 @@ def _genexpr_consumer(tx, call: Any) -> Any:
     from .values.callables import BuiltinValue
     from .values.objects import ClassValue
     insts = normalize(tx.code).insts
-    consumer = insts[call.index + 1] if call.index + 1 < len(insts) else None
-    if consumer is None or consumer.name != "CALL" or consumer.arg != 1 or consumer.handler != call.handler or \
-            len(tx.stack) < 4:
+    consumer = _consumer_call(insts, call)  # NOTE [Consumers with more arguments]
+    if consumer is None or consumer.handler != call.handler or len(tx.stack) < 4:
         return None
     below = [v for v in tx.stack[-4:-2] if v is not NULL]
     if len(below) != 1 or not isinstance(below[0], (BuiltinValue, ClassValue)) or \
             not any(below[0].obj is c for c in _CONSUMERS):
         return None
     return consumer
+
+
+# NOTE [Consumers with more arguments]: `sum((x[i] for i in range(x.size(0))), x.new_zeros(3))`, `max(gen,
+# default=None)`, `sorted(gen, key=lambda v: -v)` unrolled per size (only a one-argument consumer call right after
+# the generator expression's was taken: revG L2, hdyn7's c_max_gen / c_sum_start; stock: the same, 8 traces and the
+# recompile limit). The consumer is the first CALL that takes the generator as its first argument; what the code
+# between pushes (its other arguments, keyword names) is evaluated by the tail function as plain Python, in eager's
+# order (after the generator is made, before the consumer iterates it). Only loads, attribute reads, calls, function
+# and tuple builds and operators are allowed there (_ARGUMENT_EFFECTS): no store (a walrus), jump (a ternary), or
+# another loop, so no local is bound and the path to the consumer is straight.
+_ARGUMENT_EFFECTS = {"LOAD_CONST": lambda a: 1, "LOAD_FAST": lambda a: 1, "LOAD_DEREF": lambda a: 1,
+                     "LOAD_GLOBAL": lambda a: 1 + bool(a[0]) if isinstance(a, tuple) else 1, "LOAD_ATTR": lambda a: 0,
+                     "LOAD_METHOD": lambda a: 1, "PUSH_NULL": lambda a: 1, "KW_NAMES": lambda a: 0,
+                     "CALL": lambda a: -a - 1, "BINARY_OP": lambda a: -1, "UNARY_NEGATIVE": lambda a: 0,
+                     "MAKE_FUNCTION": lambda a: -bin(a & 0xF).count("1"), "BUILD_TUPLE": lambda a: 1 - a,
+                     "BUILD_LIST": lambda a: 1 - a}
+
+
+def _consumer_call(insts: list, call: Any) -> Any:
+    """The CALL that takes the generator made by `call` as its first argument, with only the argument code of
+    NOTE [Consumers with more arguments] between them, or None."""
+    depth = 0  # values pushed above the generator
+    for inst in insts[call.index + 1:]:
+        if inst.handler != call.handler or inst.name not in _ARGUMENT_EFFECTS:
+            return None
+        if inst.name == "CALL" and inst.arg == depth + 1:
+            return inst
+        depth += _ARGUMENT_EFFECTS[inst.name](inst.arg)
+        if depth < 0:
+            return None
+    return None
 
 
 # NOTE [Comprehension bodies routed]: a generator expression passed to a builtin consumer (NOTE [Generator

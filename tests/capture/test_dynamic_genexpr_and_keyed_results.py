@@ -162,7 +162,7 @@ def test_sizes_zero_and_one_first_raise_and_return_as_eager(fn, dynamic):
     _run(fn, dynamic, [0, 3, 1, 5, 0, 4, 1, 6])
 
 
-def _with_start(x):  # sum(gen, start): not a one-argument consumer, unrolled as before
+def _with_start(x):  # sum(gen, start): NOTE [Consumers with more arguments]
     return sum((x[i] for i in range(x.size(0))), torch.zeros(3))
 
 
@@ -597,6 +597,35 @@ def _raised_after_block_in_try(x):
 def test_torch_state_blocks_inside_a_try_body_end_a_loop_run_as_python(fn):
     # NOTE [With-blocks inside a try body]: a try around the blocks refused the loop: the range unrolled (one trace
     # per size, the recompile limit, an eager frame; stock torch.compile the same)
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, True, [3, 5, 0, 1, 7, 2, 6, 4, 9])
+    assert max(traces.values()) <= 3, traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
+def _summed_from_start(x):
+    with torch.no_grad():
+        total = sum((x[i] * i for i in range(x.size(0))), _doubled(x.new_ones(3)))  # start: after the generator
+    return total, total.requires_grad
+
+
+def _largest_or_default(x):
+    largest = max((x[i].sum() for i in range(x.size(0))), default=None)  # None at size 0, as eager
+    return largest, torch.is_grad_enabled()
+
+
+def _sorted_by_key(x):
+    with torch.enable_grad():
+        with torch.no_grad():
+            rows = sorted((x[i].sum() for i in range(x.size(0))), key=lambda v: -v)
+    return rows
+
+
+@pytest.mark.parametrize("fn", [_summed_from_start, _largest_or_default, _sorted_by_key],
+                         ids=["sum_start", "max_default", "sorted_key"])
+def test_a_generator_consumer_with_more_arguments_runs_as_python(fn):
+    # NOTE [Consumers with more arguments]: only `consumer(genexpr)` was taken: with a start, a default or a key the
+    # range unrolled (one trace per size, the recompile limit, an eager frame; stock torch.compile the same)
     eager = framejit.stats()["eager_frames"]
     traces = _run(fn, True, [3, 5, 0, 1, 7, 2, 6, 4, 9])
     assert max(traces.values()) <= 3, traces
