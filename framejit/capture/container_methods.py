@@ -12,7 +12,8 @@ from .builtins import _TracedOrder, _all_const, _consts, _dict, _iter
 from .folded_results import permuted_like
 from .comparisons import contains
 from .container_slots import call_container_slot, check_method_arguments, is_container_slot
-from .protocol import constant_fold, extend_list, getitem, iterate, length
+from .protocol import (announce_before_drawing, constant_fold, extend_list, getitem, grow_while_drawing, iterate,
+                       length)
 from .values.objects import ObjectValue
 from .values.outside import OutsideDictValue, OutsideSetValue, set_has
 from .values import (ConstantValue, DictValue, DictViewValue, ListValue, SequenceValue, SetValue, TensorValue,
@@ -130,10 +131,15 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
     if not isinstance(self_value, ListValue) or name in ("index", "count", "copy"):
         return _sequence_method(tx, self_value, name, rest, kwargs)
     if name in ("append", "extend") and not kwargs and len(rest) == 1:
-        added = [rest[0]] if name == "append" else iterate(tx, rest[0])
-        tx.output.side_effects.mutate_container(self_value)
-        extend_list(self_value, added)  # NOTE [Lists from outside]: the list itself is not read
-        tx.output.side_effects.record_op(self_value, name, (rest[0],) if name == "append" else (TupleValue(added),))
+        def add(added: list[Value]) -> None:
+            tx.output.side_effects.mutate_container(self_value)
+            extend_list(self_value, added)  # NOTE [Lists from outside]: the list itself is not read
+            tx.output.side_effects.record_op(self_value, name, (rest[0],) if name == "append" else
+                                             (TupleValue(added),))
+        if name == "append":
+            add([rest[0]])
+        else:
+            grow_while_drawing(tx, rest[0], add)  # NOTE [Containers grown while drawing]
         return ConstantValue(None)
     tx.output.side_effects.mutate_container(self_value)
     before = len(self_value.items)
@@ -281,6 +287,8 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
             raise UserException(e) from None
         raise Unsupported(BreakKind.INTERNAL_ERROR, f"set.{name} accepted {len(args)} arguments")
     mutates = name in _SET_MUTATORS
+    if mutates:
+        announce_before_drawing(tx, s, args)  # NOTE [Containers grown while drawing]
     # isdisjoint/issubset/issuperset answer a bool: the operands' elements suffice, not their layout
     ordered = not mutates and name not in _SET_ANSWERS
     consts = [set_operand(tx, a, strict=ordered) if name not in _SET_ELEMENT_METHODS else set_element(tx, a, s)
@@ -346,6 +354,8 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
 def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Value:
     if not isinstance(d, DictValue):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name} on {d.describe()}")
+    if name == "update":
+        announce_before_drawing(tx, d, args)  # NOTE [Containers grown while drawing]
     if name in ("update", "pop", "setdefault", "clear"):
         tx.output.side_effects.mutate_container(d)
     if name in ("keys", "values", "items"):

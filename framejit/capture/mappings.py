@@ -17,7 +17,7 @@ from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import BUILTIN_HANDLERS, _dict, handles
-from .protocol import iterate
+from .protocol import draws_lazily, grow_while_drawing, iterate
 from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictValue, DictValue, ListValue,
                      TupleValue, Value)
 
@@ -253,6 +253,10 @@ def _deque_method(name: str):
         if name in ("index", "count", "remove", "rotate", "reverse"):
             return _constant_deque_method(tx, d, name, rest)
         logged = tuple(rest)
+        if name in ("extend", "extendleft") and len(rest) == 1 and draws_lazily(rest[0]):
+            push = _deque_method("appendleft" if name == "extendleft" else "append")
+            grow_while_drawing(tx, rest[0], lambda added: push(tx, [d, *added], {}))  # NOTE [Containers grown
+            return ConstantValue(None)  # while drawing]
         if name in ("extend", "extendleft"):
             rest = [*iterate(tx, rest[0])]  # before the mutation: `d.extend(d)` adds the old items
             logged = (TupleValue(list(rest)),)

@@ -127,10 +127,11 @@ def _container_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__} on a deque with a maxlen")  # NOTE [Deques
         # with a maxlen]
     if isinstance(a, ListValue) and fn is operator.iadd:
-        added = iterate(tx, b)
-        tx.output.side_effects.mutate_container(a)
-        extend_list(a, added)
-        tx.output.side_effects.record_op(a, "extend", (TupleValue(added),))  # NOTE [Mutation log]
+        def add(added: list[Value]) -> None:
+            tx.output.side_effects.mutate_container(a)
+            extend_list(a, added)
+            tx.output.side_effects.record_op(a, "extend", (TupleValue(added),))  # NOTE [Mutation log]
+        grow_while_drawing(tx, b, add)  # NOTE [Containers grown while drawing]
         return a
     if isinstance(a, ListValue) and a.cls in (list, collections.deque) and fn is operator.imul and b.is_constant() \
             and isinstance(b.as_constant(), int):
@@ -216,6 +217,48 @@ def extend_list(lst: ListValue, added: list[Value]) -> None:
         lst.add(added)
     else:
         lst.items.extend(added)
+
+
+def draws_lazily(v: Value) -> bool:
+    """`v` makes its items as they are drawn: a generator or a lazy map/filter/zip (NOTE [Containers grown while
+    drawing])."""
+    from .lazy_generators import LazyGeneratorValue
+    return isinstance(v, LazyGeneratorValue) or (isinstance(v, IteratorValue) and v.check is not None)
+
+
+# NOTE [Containers grown while drawing]: CPython's list.extend, `lst += it`, deque.extend/extendleft add each item
+# of an iterator as soon as it is drawn, before drawing the next, so a generator (or a map/filter function) that
+# reads the container being grown sees the items added so far: `y = [1]; y.extend(y[-1] + z for z in range(3))`
+# gives [1, 1, 2, 4]. A generator run ahead of its consumer (NOTE [Eager generators]) had read `y` when it was
+# made, and the trace silently gave [1, 1, 2, 3]. Such an iterator is therefore drawn one item at a time and each
+# item is added (the mutation announced) before the next draw: the iterator's per-step check then finds the
+# container it can reach touched (or outside state changed) and breaks where the iterator was made (it runs
+# lazily, as Python); a lazy generator (NOTE [Generators driven by send]) is resumed after the add and reads the
+# grown container, as in eager. set.update and dict.update (and `|=`) announce their mutation before drawing
+# such an iterator at all (conservative: a break also when it yields nothing); a lazy generator given to them is
+# a break where it was made.
+def grow_while_drawing(tx, iterable: Value, add: Callable[[list[Value]], None]) -> None:
+    """Draw `iterable` into a container; `add(items)` adds items to it, announcing the mutation."""
+    if not draws_lazily(iterable):
+        add(iterate(tx, iterable))
+        return
+    while (item := iterable.next()) is not None:
+        add([item])
+
+
+def announce_before_drawing(tx, container: Value, operands: list[Value]) -> None:
+    """NOTE [Containers grown while drawing]: set.update/dict.update of a lazily drawn operand."""
+    from .lazy_generators import LazyGeneratorValue
+    for operand in operands:
+        if isinstance(operand, LazyGeneratorValue):
+            raise operand.made_here(Unsupported(BreakKind.SIDE_EFFECT, f"the {operand.describe()} is drawn by an "
+                                                "update of a set or dict it may read: it runs as Python"))
+    if not any(draws_lazily(operand) for operand in operands):
+        return
+    if container.source is None:
+        tx.output.side_effects.bump(container)
+    else:
+        tx.output.side_effects.version += 1
 
 
 # arithmetic that keeps a symbolic size in the graph (NOTE [Symbolic shapes] in shapes.py); others specialise

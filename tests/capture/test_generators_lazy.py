@@ -115,3 +115,55 @@ def pure_generator_consumed(x):
 def test_pure_generator_is_still_captured_in_one_graph():
     backend = run_aliased(pure_generator_consumed, lambda seed: (torch.randn(3),))
     assert backend.graph_count == 1  # run ahead: no break
+
+
+# ---- NOTE [Containers grown while drawing] (capture/protocol.py) -------------------------------------------------
+def extend_reads_the_list(x):
+    y = [x]
+    y.extend(y[-1] * 2 + k for k in range(3))  # each item reads the one added before it
+    return torch.stack(y)
+
+
+def iadd_reads_the_list(x):
+    y = [x.sum()]
+    y += (y[-1] + len(y) for _ in range(2))
+    return y
+
+
+def deque_extendleft_reads_the_deque(x):
+    import collections
+    q = collections.deque([x], maxlen=3)
+    q.extendleft(q[0] - k for k in range(3))
+    return list(q)
+
+
+def extend_by_a_map_reading_the_list(x):
+    y = [1]
+    y.extend(map(lambda k: y[-1] + k, range(3)))
+    return x * y[-1], y
+
+
+def update_reads_the_set(x):
+    s = {0}
+    s.update(len(s) + k for k in range(3))
+    return x + len(s), sorted(s)
+
+
+def outside_list_extended(x, acc):
+    acc.extend(acc[-1] + k for k in range(2))
+    return x + len(acc)
+
+
+def extend_not_read(x):  # the generator cannot see the fresh list: run ahead, one graph
+    y = [x]
+    y.extend(x * k for k in range(3))
+    return torch.stack(y)
+
+
+def test_a_container_grown_from_a_generator_that_reads_it():
+    for fn in (extend_reads_the_list, iadd_reads_the_list, deque_extendleft_reads_the_deque,
+               extend_by_a_map_reading_the_list, update_reads_the_set):
+        run_aliased(fn, lambda seed: (torch.randn(2) + seed,), min_graphs=0)
+    run_aliased(outside_list_extended, lambda seed: (torch.randn(2), [seed, seed + 1]), min_graphs=0)
+    backend = run_aliased(extend_not_read, lambda seed: (torch.randn(3) + seed,))
+    assert backend.graph_count == 1
