@@ -394,11 +394,40 @@ def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
     if any(type(v) is OpaqueSequenceValue or _iteration_method(v) for v in operands):  # NOTE [Comprehension results
         # of changing length]; a method's result too: `d.items()` (NOTE [Loops over sequences of changing length])
         body.dynamic_ints = body.dynamic_ints | {source}  # an int a symbol, a list or tuple opaque, a str too
+        if any(getattr(v, "changes", False) for v in operands):  # NOTE [Lengths that change between calls]
+            body.dynamic_ints = body.dynamic_ints | {changes_marker(source)}
     makes_string = inst.name in _STRING_MAKERS or inst.name == "CALL" and any(
         getattr(v, "obj", None) is maker for v in operands[:2] for maker in (str, repr, format))
     if makes_string:  # a str there is opaque (an int or a list is not made by these)
         body.dynamic_ints = body.dynamic_ints | {source}
     body.dynamic_floats = body.dynamic_floats | {source}  # a float there is a graph input
+
+
+def mark_opaque(body: Any, slot: int) -> None:
+    """The result at stack slot `slot` of the resume function `body` (a FrameHook) is a sequence of changing
+    length there from its first trace."""
+    if hasattr(body, "dynamic_ints"):  # its size changed between calls (NOTE [Lengths that change between calls])
+        source = LocalSource(f"{STACK_PREFIX}{slot}").describe()
+        body.dynamic_ints = body.dynamic_ints | {source, changes_marker(source)}
+
+
+# NOTE [Lengths that change between calls]: a sequence is opaque (NOTE [Sequences of changing length carried
+# across breaks]) once its length changed between two calls of a resume function; that may be the calls of
+# one loop's steps (`for i in range(3): fs.append(lambda: x * i); print(i)`: fs has 1, 2, 3 items at the
+# print, the same 3 at `[f() for f in fs]` on every call) or calls of the whole frame (fs built from the rows
+# of an input whose size changes). Only the second makes a comprehension over it run as Python (NOTE
+# [Comprehensions over sequences of changing length] in python_loops.py): the first kept its one graph for
+# the comprehension's body (test_breaks_cells's closures_in_loop: 0 graphs on 3.13 when it ran as Python,
+# which reverted 17a3129). The frame's dynamic values hold `changes_marker(source)` for such a sequence: set
+# by the hook when a length guard failed with no loop position among the failures (the same call site,
+# another length), for an unbind's result along a size that changed (mark_opaque), for what a call reading
+# such a sequence returns (`list(rows)`: inherit_dynamic_results), for a comprehension's result over a
+# symbolic range (changing_result), and handed on to the next resume function (inherit_symbols); wrapped as
+# an OpaqueSequenceValue with `changes` set. Without it the comprehension breaks at its GET_ITER as before
+# and its resume function takes the list iterator guarded by its length.
+def changes_marker(source: str) -> str:
+    """What the frame's dynamic values hold for a sequence at `source` whose length changes between calls."""
+    return "length changes: " + source
 
 
 # NOTE [Only views of opaque containers are opaque]: the result of `d.keys()`, `.values()`, `.items()` of an
@@ -435,9 +464,10 @@ class OpaqueSequenceValue(Value):
     """A list or tuple argument of a resume function whose length changed between calls (NOTE [Sequences
     of changing length carried across breaks]): guarded by type only; any use of it is a graph break."""
 
-    def __init__(self, obj: list | tuple, source: Source) -> None:
+    def __init__(self, obj: list | tuple, source: Source, changes: bool = False) -> None:
         self.obj = obj
         self.source = source
+        self.changes = changes  # NOTE [Lengths that change between calls]
 
     def python_type(self) -> type:
         return type(self.obj)
@@ -470,7 +500,7 @@ class OpaqueSequenceValue(Value):
 def opaque_sequence(out, obj: list | tuple | bytearray | memoryview, source: Source) -> OpaqueSequenceValue:
     out.guard_type(source, type(obj))
     out.opaque_sequences = True  # the translator checks its operands from now on (check_opaque_operands)
-    return OpaqueSequenceValue(obj, source)
+    return OpaqueSequenceValue(obj, source, changes_marker(source.describe()) in (out.dynamic_ints or ()))
 
 
 class OpaqueMethodValue(Value):
@@ -502,7 +532,9 @@ def opaque_method(value: Value, name: str) -> OpaqueMethodValue | None:
                                                                  types.MethodDescriptorType):
         return None
     from .sources import AttrSource
-    return OpaqueMethodValue(getattr(value.obj, name), AttrSource(value.source, name))
+    method = OpaqueMethodValue(getattr(value.obj, name), AttrSource(value.source, name))
+    method.changes = value.changes  # `rows.copy()` (NOTE [Lengths that change between calls])
+    return method
 
 
 # instructions that only move values: an opaque sequence on the stack may pass through them
@@ -559,7 +591,7 @@ def check_opaque_operands(tx, inst) -> None:
             exc = Unsupported(BreakKind.UNSUPPORTED_VALUE, f"{inst.name} reads {v.describe()}: it runs as Python")
             if inst.name == "GET_ITER":  # NOTE [Loops over sequences of changing length] in python_loops.py
                 from .python_loops import opaque_sequence_loop
-                opaque_sequence_loop(tx, inst, exc)
+                exc = opaque_sequence_loop(tx, inst, exc) or exc
             raise exc
         if type(v) is OpaqueStringValue and not returned:  # NOTE [Strings carried across breaks]: `if name:`
             # was True for ''
@@ -608,6 +640,8 @@ def changing_result(body: Any, name: str | None, keyed: bool = False) -> None:
     if name is not None and hasattr(body, "dynamic_ints") and (keyed or getattr(body.request, "dynamic", None) is not True) \
             and LocalSource(name).describe() not in getattr(body, "never_opaque", ()):
         body.dynamic_ints = body.dynamic_ints | {LocalSource(name).describe()}
+        if getattr(body.request, "dynamic", None) is None:  # the range's size changed (NOTE [Lengths that change
+            body.dynamic_ints = body.dynamic_ints | {changes_marker(LocalSource(name).describe())}  # between calls])
 
 
 # NOTE [Opaque sequences that cannot be carried]: an opaque list's first use may be an instruction no graph
@@ -645,11 +679,15 @@ def retrace_with_lengths(hook: Any, entry: Any, args: tuple, kwargs: dict, conve
 
 def changed_lengths(fn_code, args: tuple, failures) -> set[str]:
     """The list or tuple locals of a resume function whose length guards failed in a recompile (NOTE
-    [Sequences of changing length carried across breaks])."""
+    [Sequences of changing length carried across breaks]), each with its changes_marker where no loop
+    position failed with them (NOTE [Lengths that change between calls])."""
     from .resume import value_stack_args
     values = value_stack_args(fn_code)
-    return _failed_arguments(fn_code, args, failures, "LENGTH", lambda name, value:
-                             (not name.startswith(STACK_PREFIX) or name in values) and type(value) in (list, tuple))
+    found = _failed_arguments(fn_code, args, failures, "LENGTH", lambda name, value:
+                              (not name.startswith(STACK_PREFIX) or name in values) and type(value) in (list, tuple))
+    if found and not any(loop_position(str(f.guard.source)) for f in failures):
+        found = found | {changes_marker(s) for s in found}
+    return found
 
 
 _DONE = object()

@@ -144,4 +144,24 @@ def closure_hook(hooks, fn: types.FunctionType):
     return functools.partial(hook.call, fn)
 
 
-__all__ = ["ClosureHook", "closure_hook"]
+__all__ = ["ClosureHook", "closure_hook", "objects_exceeded"]
+
+
+# NOTE [Functions made per call with their own defaults]: `fns.append(lambda r=r, s=s: r * s)` in a loop, then
+# `[f() for f in fns]` (or a loop over them) run as Python with its calls routed (NOTE [Callees routed in
+# loops run as Python] in python_loops.py): each lambda has defaults of its own, so each got a hook of its own
+# (Hooks._same_code_hook), traced once and never hit again: one compile per call for ever, every object kept
+# alive by the hook table. As for closures called at breaks (NOTE [Closures called at breaks] in hook.py), a
+# code gets at most OBJECTS_PER_CODE hooks of its own objects; past that its new objects run as plain Python
+# (the `recompiles` log says so once).
+def objects_exceeded(hooks, fn: types.FunctionType) -> bool:
+    """True when `fn` would be a hook of its own past OBJECTS_PER_CODE for its code; else counts it."""
+    counts, code = hooks.objects_per_code, fn.__code__
+    if counts.get(code, 0) < hooks.OBJECTS_PER_CODE:
+        counts[code] = counts.get(code, 0) + 1
+        return False
+    if counts[code] == hooks.OBJECTS_PER_CODE:
+        counts[code] += 1
+        logs.log("recompiles", "%s: more than %d function objects of this code were called through hooks; the "
+                 "others run as plain Python", code.co_qualname, hooks.OBJECTS_PER_CODE)
+    return True

@@ -93,7 +93,7 @@ def _convert_once(fn, args: tuple, kwargs: dict, request: CompileRequest, dynami
     output.lazy_decisions = decisions
     output.dynamic_floats = dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = request.dynamic, dynamic_dims or {}, dynamic_ints
-    output.fullgraph = request.fullgraph
+    output.fullgraph, output.root_flags = request.fullgraph, fn.__code__.co_flags
     output.entry_exception = sys.exc_info()[1] is not None  # NOTE [sys.exc_info while tracing] in stdlib.py
     from .default_device import sole_device_mode_device, traced_without_mode  # NOTE [Default device mode]
     output.default_device = output.entry_default_device = sole_device_mode_device()
@@ -493,6 +493,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
             return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
+        gen.split_result = getattr(exc, "split_result", False)  # NOTE [Unbind along a symbolic length]
         compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
@@ -578,6 +579,7 @@ def _retrace_output(first):
     output.dynamic_floats = first.dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
     output.fullgraph, output.entry_exception = first.fullgraph, first.entry_exception
+    output.root_flags = getattr(first, "root_flags", None)  # NOTE [Unbind along a symbolic length]
     output.readers_deferred = getattr(first, "readers_deferred", False)
     output.lazy_decisions = getattr(first, "lazy_decisions", None)  # NOTE [Lazy generators decided per frame]
     output.entry_default_device = output.default_device  # NOTE [Device blocks]: the mode stack at entry

@@ -29,7 +29,7 @@ from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
                           _fake_of, _constant_check, _has_sym as _has_symbolic, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
                           mark_symbolic_error, _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
-                          _target_name, _version)
+                          _target_name, _version, check_split)
 from .function_reads import guard_reads, is_whole_torch_function
 from .kernel_checks import check_arithmetic
 from .kernel_ints import static_kernel_ints
@@ -422,6 +422,7 @@ class OutputGraph:
         versions = [_version(t) for t in fakes]
         _check_overlapping_write(target, fake_args, fake_kwargs)
         check_mixed_norm(target, fake_args, fake_kwargs)  # NOTE [Mixed dtypes of CPU norms]
+        check_split(self, target, fake_args, fake_kwargs)  # NOTE [Unbind along a symbolic length]
         try:
             result = self._run_fake(kind, target, fake_args, fake_kwargs)
         except (Unsupported, UserException) as e:

@@ -214,6 +214,8 @@ class BreakCodegen:
             self._emit_call(rebuild)
             body = self._resume(rebuild, inst.index + 1, produced=1)
             carried_loops.inherit_dynamic_results(body, inst, self.top, len(self.below))
+            if getattr(self, "split_result", False):  # NOTE [Unbind along a symbolic length] in graph_calls.py
+                carried_loops.mark_opaque(body, len(self.below))
         elif inst.name == "CALL_FUNCTION_EX":
             self._emit_call_ex(rebuild)
             self._resume(rebuild, inst.index + 1, produced=1)

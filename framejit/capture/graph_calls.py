@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import inspect
 import math
 import operator
 import re
@@ -373,3 +374,62 @@ def _short(obj: Any, depth: int = 0) -> str:
 
 
 short_text = _short
+
+
+# NOTE [Unbind along a symbolic length]: `for r in list(x.unbind(0)): s = r.sum().item(); ...` (per-row loops
+# of real models: a list of rows, each step breaking on data) made the frame compile once per length: the
+# fake unbind of a dimension whose size is symbolic (it changed between calls) returns one tensor per row, so
+# the trace specialised the size (a shape-env guard `size == n`) and unrolled the loop, and at the 9th length
+# the recompile limit ran the frame eagerly (review revB M1; stock torch.compile: 0 graphs, the frame as
+# Python). A loop directly over the tensor already steps in Python (NOTE [Loops over symbolic rows] in
+# handlers/jumps.py); `x.unbind(d)` and `torch.unbind(x, d)` along a symbolic size now break instead: the
+# graph before is kept, the unbind runs as Python, and the tuple it makes reaches the resume function as a
+# sequence of changing length (opaque from its first trace: `split_result`, NOTE [Sequences of changing
+# length carried across breaks] in carried_loops.py), so a loop over it, or over a list of it, runs as Python
+# with its calls routed through their frame hooks (NOTE [Loops over sequences of changing length] in
+# python_loops.py): one entry of each frame for every length. Not taken with fullgraph=True (specialised, as
+# stock does) nor in a generator, coroutine or async generator frame (which cannot break: the whole frame
+# would run eagerly); a size the shape env folds to a number (0/1, or a dimension marked static) unbinds as
+# before. Nor where the result is unpacked at once (`h, c = s.unbind(0)`: the unpack needs that many rows, as
+# eager's raises otherwise, so the size is specialised and the graph goes on), nor under dynamic=True: every
+# size is symbolic there from the first call, whether or not it ever changes, and `h, c = s.unbind(0)` of a
+# dimension that is always 2 broke a frame stock captures whole (review revH M1; stock specialises an unbind
+# under dynamic=True too). Under automatic dynamic a size is symbolic only once it changed between calls.
+_UNBINDS = {"unbind", torch.unbind, torch.Tensor.unbind}
+_NOT_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _unpacked_at_once(out) -> bool:
+    """The instruction after the current call of the innermost frame traced unpacks its result into a fixed
+    number of names."""
+    stack = getattr(out, "tx_stack", None)
+    if not stack:
+        return False
+    tx = stack[-1]
+    insts = tx.program.insts
+    return tx.pc < len(insts) and insts[tx.pc].name == "UNPACK_SEQUENCE"  # not `*rest, last =`: any length
+
+
+def check_split(out, target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
+    """Raise the break of NOTE [Unbind along a symbolic length] when `target(*fake_args, **fake_kwargs)`
+    unbinds a tensor along a symbolic size and this frame may break there."""
+    try:
+        if target not in _UNBINDS:
+            return
+    except TypeError:  # an unhashable target
+        return
+    flags = getattr(out, "root_flags", None)  # None: a trace of no frame of its own
+    if getattr(out, "fullgraph", False) or getattr(out, "dynamic", None) is True or flags is None or \
+            flags & _NOT_RESUMABLE:
+        return
+    tensor = fake_args[0] if fake_args else fake_kwargs.get("input", fake_kwargs.get("self"))
+    dim = fake_args[1] if len(fake_args) > 1 else fake_kwargs.get("dim", 0)
+    if not isinstance(tensor, torch.Tensor) or type(dim) is not int or not -tensor.dim() <= dim < tensor.dim():
+        return
+    size = tensor.shape[dim]
+    if not isinstance(size, torch.SymInt) or size.node.maybe_as_int() is not None or _unpacked_at_once(out):
+        return
+    e = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, f"unbind along dimension {dim}, whose size is symbolic: it runs "
+                    "as Python instead of specialising the size (NOTE [Unbind along a symbolic length])")
+    e.split_result = True
+    raise e

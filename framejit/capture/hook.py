@@ -426,8 +426,9 @@ class FrameHook(TracerInterop):
         # NOTE [Sequences of changing length carried across breaks] in carried_loops.py
         lengths = changed_lengths(code, args, failures) - self.dynamic_ints - self.__dict__.get("never_opaque", set())
         self.dynamic_ints = self.dynamic_ints | loops | strings | lengths
-        if lengths:
-            logs.log("recompiles", "%s: the length of %s changed; opaque from now on", self._name(), ", ".join(sorted(lengths)))
+        if any(s.startswith("L[") for s in lengths):  # not only a marker (NOTE [Lengths that change between calls])
+            logs.log("recompiles", "%s: the length of %s changed; opaque from now on", self._name(),
+                     ", ".join(sorted(s for s in lengths if s.startswith("L["))))
         if loops:
             logs.log("recompiles", "%s: the for loop at %s came back at another position; its steps run as "
                      "Python from now on", self._name(), ", ".join(sorted(loops)))
@@ -568,6 +569,9 @@ class Hooks:
         hook = self.by_key.get(key)
         if hook is not None and _runs_alike(hook.fn, fn):
             return hook
+        from .closure_hooks import objects_exceeded  # NOTE [Functions made per call with their own defaults]
+        if objects_exceeded(self, fn):
+            return fn
         if hook is None:  # also the hook of this very object (Hooks.function finds it)
             hook = self.by_key[("function", fn)] = self._hook(key, fn)
             return hook
@@ -583,18 +587,12 @@ class Hooks:
             return self._comprehension_hook(fn)
         if not fn.__code__.co_freevars and fn.__closure__ is None:
             return self._same_code_hook(fn)
-        from .closure_hooks import closure_hook  # NOTE [Closures made per call share a hook through their cells]
-        shared = closure_hook(self, fn)
+        from .closure_hooks import closure_hook, objects_exceeded  # NOTE [Closures made per call share a hook
+        shared = closure_hook(self, fn)  # through their cells]
         if shared is not None:
             return shared
         # a code whose shared trace broke: one hook per object (NOTE [Closures called at breaks])
-        counts = self.objects_per_code
-        if counts.get(fn.__code__, 0) >= self.OBJECTS_PER_CODE:
-            logs.log("recompiles", "%s: more than %d function objects of this code were called at breaks; "
-                     "this one runs as plain Python", fn.__code__.co_qualname, self.OBJECTS_PER_CODE)
-            return fn
-        counts[fn.__code__] = counts.get(fn.__code__, 0) + 1
-        return self.function(fn)
+        return fn if objects_exceeded(self, fn) else self.function(fn)
 
     def call_through_hook(self, target, *args, **kwargs):
         """`target(*args, **kwargs)` for a function or bound method, through the hook of its function."""

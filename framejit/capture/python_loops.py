@@ -163,7 +163,9 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
     loop = insts[inst.index + 1] if inst.index + 1 < len(insts) else None
     comp = _comprehension_over(tx, inst, loop, iterable)  # NOTE [Comprehensions over symbolic ranges]
     if comp is not None:
-        return _comprehension_break(tx, inst, loop, iterable, comp)
+        return _comprehension_break(tx, inst, loop, comp, f"a comprehension over {iterable.describe()}, whose "
+                                    "length is symbolic: it runs as Python instead of unrolling (NOTE "
+                                    "[Comprehensions over symbolic ranges])")
     if loop is None or loop.name != "FOR_ITER" or not loop_handlers_allowed(tx, insts, inst, loop) or \
             not symbolic_length(tx, iterable) or body_binds_locals_read_after(tx.code, loop, tx.locals):
         return None  # a generator expression's iterator (passed to its function), another comprehension's,
@@ -188,20 +190,41 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
 # through their frame hooks, and the code after it is a resume function again. Same conditions as there: the
 # root frame, no try or with block around the loop, not a generator, not fullgraph, no local first bound in
 # the body read after it; otherwise the loop steps as before.
-def opaque_sequence_loop(tx, inst: Any, exc: Any) -> None:
+def opaque_sequence_loop(tx, inst: Any, exc: Any) -> Any:
     """At GET_ITER `inst` over an opaque sequence: mark the break `exc` as the for loop's that follows, so that
-    the loop runs as Python (NOTE above) where it can."""
+    the loop runs as Python (NOTE above) where it can; a comprehension's there, the break that runs it as Python
+    (NOTE [Comprehensions over sequences of changing length]), returned."""
     import inspect
     from .normalize import normalize
     if tx.parent is not None or getattr(tx.output, "fullgraph", False) or \
             tx.code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        return
+        return None
     insts = normalize(tx.code).insts
     loop = insts[inst.index + 1] if inst.index + 1 < len(insts) else None
+    # NOTE [Lengths that change between calls] in carried_loops.py: not a list grown by a loop's steps only
+    comp = _comprehension_at(tx, inst, loop) if getattr(tx.peek(), "changes", False) else None
+    if comp is not None:
+        return _comprehension_break(tx, inst, loop, comp, f"a comprehension over {tx.peek().describe()}, whose "
+                                    "length changes: it runs as Python instead of unrolling (NOTE [Comprehensions "
+                                    "over sequences of changing length])")
     if loop is None or loop.name != "FOR_ITER" or inst.handler is not None or loop.handler is not None or \
             body_binds_locals_read_after(tx.code, loop, tx.locals):
-        return
+        return None
     exc.root_index, exc.range_loop = inst.index, loop.index
+    return None
+
+
+# NOTE [Comprehensions over sequences of changing length]: `return [f() for f in fns]` after a loop that
+# appended to `fns` on every step, `[g(r) for r in rows]` over a list of rows of changing length: the list is
+# opaque there (NOTE [Sequences of changing length carried across breaks]), so the comprehension's GET_ITER
+# broke and ran in Python, and the resume function took the list iterator as an argument, guarded by its
+# list's length: one entry per length until the recompile limit ran it eagerly (revB M1's p_closure: 13
+# graphs and 1 eager frame over 12 lengths; stock: 2 graphs). Such a comprehension runs as Python as one over
+# a symbolic range does (NOTE [Comprehensions over symbolic ranges]), its body's calls routed (NOTE
+# [Comprehension bodies routed]); its result reaches the resume function after it as a sequence of changing
+# length. Only where the length changes between calls of the frame (NOTE [Lengths that change between calls]
+# in carried_loops.py): a list that grew by a loop's steps to the same length on every call keeps the old
+# form, whose body's closures are captured.
 
 
 # NOTE [Comprehensions over symbolic ranges]: `[i * 2 for i in range(x.size(0) // 2, x.size(0))]`, `{i: i * i
@@ -226,11 +249,14 @@ _COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>")
 def _comprehension_over(tx, inst: Any, call: Any, iterable: Any) -> Any:
     """At GET_ITER `inst` over a symbolic range: the inlined comprehension it starts (3.12+), True for the
     call of a comprehension's function that follows it (3.11), else None."""
-    from . import inlined_comprehensions
     from .sym_arith import symbolic_length
+    return _comprehension_at(tx, inst, call) if symbolic_length(tx, iterable) else None
+
+
+def _comprehension_at(tx, inst: Any, call: Any) -> Any:
+    """The comprehension started at GET_ITER `inst` (see _comprehension_over), else None."""
+    from . import inlined_comprehensions
     from .values.callables import UserFunctionValue
-    if not symbolic_length(tx, iterable):
-        return None
     comp = next((c for c in inlined_comprehensions.comprehensions(tx.code) if c.get_iter == inst.index), None)
     if comp is not None:
         return None if inlined_comprehensions.body_binds_unbound(tx.code, comp, tx.locals) else comp
@@ -426,11 +452,9 @@ def keyed_result(code: types.CodeType, loop: Any, comp: Any, callees: list) -> b
         any(isinstance(o, types.CodeType) and o.co_name in ("<dictcomp>", "<setcomp>") for o in objs)
 
 
-def _comprehension_break(tx, inst: Any, call: Any, iterable: Any, comp: Any) -> Any:
+def _comprehension_break(tx, inst: Any, call: Any, comp: Any, why: str) -> Any:
     """The break that runs the comprehension as Python (NOTE [Comprehensions over symbolic ranges])."""
     from .breaks import BreakKind, Unsupported
-    why = (f"a comprehension over {iterable.describe()}, whose length is symbolic: it runs as Python instead "
-           "of unrolling (NOTE [Comprehensions over symbolic ranges])")
     exc = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, why)
     if tx.parent is not None:  # the root frame breaks at the call; the callee's own frame runs it so
         return exc

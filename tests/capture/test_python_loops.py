@@ -4,6 +4,7 @@ and user-function calls are captured as their own frames, and the loop's own pie
 Differential: every call is compared with eager on fresh values; graph counts are deltas of one backend."""
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -230,3 +231,100 @@ def test_a_layer_whose_call_impl_is_replaced_is_called_as_it_is_in_a_loop_run_as
             torch.testing.assert_close(compiled(x), expected)
         finally:
             del plain._call_impl
+
+
+
+def _rows_then_closures(x):
+    fns = []
+    for r in list(x.unbind(0)):
+        s = r.sum().item()  # a break on data in every step
+        fns.append(lambda: r * s)
+    return [f() for f in fns]
+
+
+def _rows_then_lambdas_with_defaults(x):
+    fns = []
+    for r in list(x.unbind(0)):
+        s = r.sum().item()
+        fns.append(lambda r=r, s=s: r * s)  # a function object with defaults of its own per row
+    return [f() for f in fns]
+
+
+def _stacked_rows(x):
+    return torch.stack([r * 2 + 1 for r in x.unbind(1)]).sum(0)
+
+
+def _rows_then_closures_after_a_print(x):
+    fns = []
+    for r in list(x.unbind(0)):
+        s = r.sum().item()
+        fns.append(lambda: r * s)
+    print("built", len(fns))  # another break: fns reaches the comprehension's function through it
+    return [f() for f in fns]
+
+
+def test_unbind_along_a_changing_length_is_not_specialised_per_length():
+    """NOTE [Unbind along a symbolic length] (graph_calls.py) and NOTE [Comprehensions over sequences of
+    changing length] (python_loops.py): the unbind specialised the length, so the owner frame (and the
+    comprehension's resume function after the loop) compiled once per length, until the recompile limit ran
+    them eagerly (revB M1). Now the unbind runs as Python once the length changed, and the loop and the
+    comprehension over its rows run as Python: no new graph for a new length. The lambdas with defaults of
+    their own, called by the comprehension run as Python, get at most OBJECTS_PER_CODE hooks (NOTE [Functions
+    made per call with their own defaults] in hook.py), not one compile per call."""
+    rows, cols = (lambda n: torch.randn(n, 3)), (lambda n: torch.randn(2, n))
+    for fn, make in ((_rows_then_closures, rows), (_stacked_rows, cols), (_rows_then_lambdas_with_defaults, rows),
+                     (_rows_then_closures_after_a_print, rows)):
+        backend = CountingBackend()
+        compiled = framejit.compile(fn, backend=backend)
+        before, counts = eager_frames(), []
+        for n in (3, 4, 5, 6, 7):
+            x = make(n)
+            torch.testing.assert_close(compiled(x), fn(x))
+            counts.append(backend.graph_count)
+        assert eager_frames() == before, framejit.stats()["eager_frame_reasons"][before:]
+        assert counts[-1] == counts[3], (fn.__name__, counts)  # no graph for a new length after the fourth
+
+
+def _gate_halves(x, s):
+    y = x.sin()
+    h, c = s.unbind(0)
+    return y * h.sum() + c.sum()
+
+
+def test_unbind_unpacked_into_names_stays_in_the_graph_with_dynamic_true():
+    """NOTE [Unbind along a symbolic length] (graph_calls.py): `h, c = s.unbind(0)` needs exactly two rows (eager
+    raises otherwise), so the size is specialised and the frame stays one graph; with dynamic=True every size is
+    symbolic from the first call and this split the frame in two (review revH M1). A wrong row count still
+    raises eager's ValueError."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_gate_halves, backend=backend, dynamic=True)
+    for n in (3, 4, 5, 6):
+        x, s = torch.randn(n), torch.randn(2, n)
+        torch.testing.assert_close(compiled(x, s), _gate_halves(x, s))
+    assert backend.graph_count == 1
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        compiled(torch.randn(3), torch.randn(3, 3))
+
+
+def _three_closures_then_comprehension(x):
+    fs = []
+    for i in range(3):
+        fs.append(lambda: x * i)  # noqa: B023 - every closure sees the last i, as Python does
+        print("made", i)
+    return [f() for f in fs]
+
+
+def test_a_list_grown_by_a_breaking_loop_to_a_fixed_length_keeps_its_comprehension_captured(capsys):
+    """NOTE [Lengths that change between calls] (carried_loops.py): fs has 1, 2, 3 items at the loop's
+    breaks, so it is opaque, but 3 at the comprehension on every call: the comprehension is not run as Python
+    (where the closures it calls ran as plain Python on 3.13: 0 graphs, the regression that reverted 17a3129);
+    x's size changes, the frame's graphs follow it by automatic dynamic only."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_three_closures_then_comprehension, backend=backend)
+    before, counts = eager_frames(), []
+    for n in (3, 4, 5, 6):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), _three_closures_then_comprehension(x))
+        counts.append(backend.graph_count)
+    assert eager_frames() == before
+    assert counts[0] == 1 and counts[-1] == counts[1] == 2, counts  # `x * i` captured; one recompile for the size
