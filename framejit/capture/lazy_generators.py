@@ -230,7 +230,8 @@ class LazyGeneratorValue(IteratorValue):
 
 
 class LazyGenMethodValue(Value):
-    """`g.send`, `g.__next__` or `g.close` of a LazyGeneratorValue."""
+    """`g.send`, `g.__next__`, `g.close` or `g.throw` of a LazyGeneratorValue; `g.close`/`g.throw` of a generator
+    run ahead (NOTE [Generators ended by close or throw] in generator_ends.py)."""
 
     def __init__(self, gen: LazyGeneratorValue, name: str) -> None:
         self.gen = gen
@@ -241,19 +242,23 @@ class LazyGenMethodValue(Value):
 
 
 def lazy_gen_attr(gen: LazyGeneratorValue, name: str) -> Value:
-    if name in ("send", "__next__", "close"):
-        return LazyGenMethodValue(gen, name)
+    from .generator_ends import ends_quietly
+    if name in ("send", "__next__", "close") or name == "throw" and ends_quietly(gen):
+        return LazyGenMethodValue(gen, name)  # throw: NOTE [Generators ended by close or throw]
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a {gen.describe()}")
 
 
 def call_lazy_gen_method(tx, method: LazyGenMethodValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    from .generator_ends import close_generator, throw_into  # NOTE [Generators ended by close or throw]
+    if method.name == "throw":
+        return throw_into(tx, method.gen, args, kwargs)
     want = 1 if method.name == "send" else 0
     if kwargs or len(args) != want:
         raise UserException(TypeError(f"{method.name}() takes exactly {want} argument{'s' * (want != 1)} "
                                       f"({len(args) + len(kwargs)} given)"))
     gen = method.gen
     if method.name == "close":
-        return gen.close()
+        return close_generator(gen)
     if method.name == "send":
         return gen.send(args[0])
     return gen.send(ConstantValue(None))  # `__next__`: as send(None), StopIteration carries the return value

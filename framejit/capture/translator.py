@@ -524,6 +524,7 @@ class Translator:
         iterator = IteratorValue(child.yielded)
         iterator.frame_eager = frame_eager
         iterator.return_value = returned  # what `yield from` this generator evaluates to
+        iterator.gen_code = f.__code__  # NOTE [Generators ended by close or throw] in generator_ends.py
         root = self
         while root.parent is not None:
             root = root.parent

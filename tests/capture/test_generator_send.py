@@ -276,6 +276,82 @@ def test_close_ends_it():
     assert (graphs, eager) == (1, 0)
 
 
+def two_steps(x):
+    yield x.sin()
+    yield x.cos()
+
+
+def closed_after_one_step(x):
+    g = two_steps(x)
+    first = next(g)
+    closed = g.close()
+    return first + 1, closed, list(g)
+
+
+def thrown_while_suspended(x):
+    g = (x * k for k in range(3))
+    first = next(g)
+    try:
+        g.throw(KeyError)
+    except KeyError as e:
+        first = first + len(e.args) + 2
+    return first, next(g, "ended")
+
+
+def thrown_before_the_first_step(x):
+    g = two_steps(x)
+    try:
+        g.throw(ValueError(x.shape[0]))
+    except ValueError as e:
+        return x - e.args[0], list(g)
+
+
+def thrown_no_exception(x):  # CPython's TypeError; the generator goes on
+    g = two_steps(x)
+    next(g)
+    try:
+        g.throw(3)
+    except TypeError as e:
+        return x * 2, str(e), list(g)
+
+
+def thrown_into_an_accumulator(x):
+    g = accumulator()
+    next(g)
+    a = g.send(x)
+    try:
+        g.throw(ArithmeticError("stop"))
+    except ArithmeticError as e:
+        return a + len(str(e)), list(g)
+
+
+def thrown_into_a_handler(x):  # its handler yields again: traced as before (not by this rule)
+    def gen():
+        try:
+            yield x.sin()
+        except ValueError:
+            yield x.cos()
+    g = gen()
+    return next(g) + g.throw(ValueError)
+
+
+def closed_while_lent_to_zip(x):  # zip drew its rows when made: a break where zip was made, eager's rows
+    g = two_steps(x)
+    z = zip(g, range(3))
+    g.close()
+    return x + 1, list(z)
+
+
+def test_close_and_throw_of_generators_without_handlers():
+    """NOTE [Generators ended by close or throw]: one graph each, as stock torch.compile (before: breaks)."""
+    for fn in (closed_after_one_step, thrown_while_suspended, thrown_before_the_first_step, thrown_no_exception,
+               thrown_into_an_accumulator):
+        graphs, eager = _compare(fn, lambda i: (torch.randn(3) + i,), calls=2)
+        assert (graphs, eager) == (1, 0), fn.__name__
+    for fn in (thrown_into_a_handler, closed_while_lent_to_zip):
+        _compare(fn, lambda i: (torch.randn(3),), calls=2)
+
+
 @pytest.mark.parametrize("calls", [2])
 def test_a_module_forward_with_a_send_accumulator(calls):
     class M(torch.nn.Module):

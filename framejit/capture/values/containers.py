@@ -168,6 +168,7 @@ class IteratorValue(Value):
 
     made_at: int | None = None  # made by a generator function: the root instruction that called it
     check: Any = None  # a generator's iterator: called before each step (NOTE [Eager generators])
+    gen_code: Any = None  # a generator's iterator: the generator function's code (NOTE [Generators ended by close or throw])
     exhausted = False  # CPython's iterators stay exhausted once they stop (items appended later are not seen)
     start: int | None = None  # a list iterator from outside: its position at entry (NOTE [Iterators from outside])
     reverse_from: int | None = None  # a reversed list iterator from outside: CPython's index at entry

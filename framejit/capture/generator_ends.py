@@ -1,0 +1,104 @@
+"""close() and throw() of generators made in the trace whose bodies have no handlers.
+
+NOTE [Generators ended by close or throw]: `g.close()` and `g.throw(exc)` of a generator made while
+tracing were graph breaks (a generator run ahead of its consumer, NOTE [Eager generators], had no such
+attributes; a lazy one, NOTE [Generators driven by send], had close() only). For a generator whose own
+body has no handler (no try, with or except: normalize.has_handlers) and no `yield from` (which would
+pass the exception on to a delegate that may handle it), CPython's answer does not depend on where the
+body is suspended: the exception raised at the `yield` (GeneratorExit for close()) leaves the frame at
+once, and the generator has ended. So close() ends it and answers None, and throw(exc) ends it and
+raises `exc` (a class is instantiated) to the caller, where the trace follows it like any raise; later
+steps give StopIteration. A run-ahead generator's remaining items were computed by a body that changed
+nothing (NOTE [Eager generators]), so dropping them is unobservable. Kept as graph breaks: a generator
+with handlers or a `yield from` (its handlers would run), a lazy one with finalizers (NOTE [Generators
+with finalizers traced lazily]), one lent to a combinator that already drew its items (NOTE [Lent
+iterators]: a break where the combinator was made), a StopIteration thrown into one not ended (PEP 479
+turns it into a RuntimeError inside the frame), throw() with more than one argument or of a value not
+known while tracing, throw() of a generator that is running.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .breaks import BreakKind, Unsupported, UserException
+from .values import ClassValue, ConstantValue, IteratorValue, Value
+
+
+def _plain_body(code: Any) -> bool:
+    from .normalize import has_handlers, normalize
+    return not has_handlers(code) and not any(inst.name == "GET_YIELD_FROM_ITER" for inst in normalize(code).insts)
+
+
+def ends_quietly(gen: Value) -> bool:
+    """close() and throw() of `gen` are traced (NOTE [Generators ended by close or throw])."""
+    from .lazy_generators import LazyGeneratorValue
+    if isinstance(gen, LazyGeneratorValue):
+        return not gen.finalizes and _plain_body(gen.frame.code)
+    code = getattr(gen, "gen_code", None)
+    return isinstance(gen, IteratorValue) and code is not None and _plain_body(code)
+
+
+def _end(gen: IteratorValue) -> None:
+    from .lazy_generators import LazyGeneratorValue
+    if gen.lent_at is not None:  # drawn by a combinator made earlier (zip, map, enumerate): NOTE [Lent iterators]
+        from .values.containers import lent_error
+        raise lent_error(gen)
+    if isinstance(gen, LazyGeneratorValue):
+        gen.finished = gen.done = gen.exhausted = True
+    else:
+        gen.index, gen.exhausted = len(gen.items), True
+
+
+def close_generator(gen: IteratorValue) -> Value:
+    from .lazy_generators import LazyGeneratorValue
+    if isinstance(gen, LazyGeneratorValue):
+        if gen.lent_at is not None:
+            from .values.containers import lent_error
+            raise lent_error(gen)
+        return gen.close()
+    _end(gen)
+    return ConstantValue(None)
+
+
+def _probe():
+    yield
+
+
+def thrown_exception(value: Value) -> tuple[BaseException, bool]:
+    """The exception `throw(value)` raises, and whether it is raised inside the generator (False: CPython's
+    TypeError for a value that is no exception, raised before the generator is resumed)."""
+    from .calls import builtin_made
+    obj = value.obj if isinstance(value, ClassValue) else value.as_constant() if value.is_constant() else None
+    if isinstance(obj, BaseException):
+        return obj, True
+    if isinstance(obj, type) and issubclass(obj, BaseException):
+        if builtin_made(obj):
+            return obj(), True
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"throw() of {obj.__qualname__}, whose instances run code")
+    if obj is None and not value.is_constant():
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"throw() of {value.describe()}")
+    try:
+        _probe().throw(obj)  # CPython's own TypeError for a value that is no exception
+    except TypeError as e:
+        return e, False
+    raise Unsupported(BreakKind.INTERNAL_ERROR, f"throw() of {obj!r} raised no TypeError")
+
+
+def throw_into(tx, gen: IteratorValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    from .lazy_generators import LazyGeneratorValue
+    if kwargs or len(args) != 1:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "throw() with other than one argument")
+    exc, inside = thrown_exception(args[0])
+    if not inside:
+        raise UserException(exc)  # the generator is not resumed and goes on
+    lazy = isinstance(gen, LazyGeneratorValue)
+    if lazy and gen.started and not gen.frame.suspended and not gen.finished:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"throw() of the running {gen.describe()}")
+    ended = gen.finished if lazy else gen.exhausted
+    if isinstance(exc, StopIteration) and not ended:
+        raise Unsupported(BreakKind.EXCEPTION_RAISED, "StopIteration thrown into a generator (PEP 479)")
+    _end(gen)
+    raise UserException(exc)
+
+
+__all__ = ["close_generator", "ends_quietly", "thrown_exception", "throw_into"]
