@@ -211,3 +211,35 @@ def loop_handlers_allowed(tx, insts: list, inst: Any, loop: Any) -> bool:
     depth = with_depth_exited(insts, loop)  # each block's `__exit__` is a slot: those right under the range
     return inst.handler == loop.handler and with_exit(insts, loop) is not None and len(tx.stack) > depth and \
         all(isinstance(v, ExitValue) for v in tx.stack[-1 - depth:-1])
+
+
+# NOTE [Locals a loop run as Python may leave unbound]: `for k in d: ...` over a dict of changing size, then
+# `return out, k` (or `del k`, or the loop variable of a range read after the loop) stepped or unrolled per size
+# (a local first bound in the body and read after it: NOTE [Locals first bound in a loop run as Python]; hdyn6's
+# f6.py y_read_after_*, revB's y_del_after: 16-32 traces and the recompile limit). Such a fast local (stored in
+# the body only by STORE_FAST, deleted nowhere in it, a cell nowhere, not surely bound where the loop starts)
+# is now one the tail function takes (`Unbound` at the break, deleted by its prologue) and passes on: at the
+# loop's exit its trampoline checks it, and calls the resume function after the loop with it where the loop
+# bound it; where it did not (no step ran), the tail function goes on in its own copy of the frame's code after
+# the loop as plain Python (uncaptured, as eager: reading the local raises UnboundLocalError there). Only a local
+# live where control leaves the loop (a dead one passed on would be guarded by value for nothing). Not for
+# comprehensions (theirs are their own frame's or restored by their epilogue) or a code whose locals a frame
+# reader lists (local_liveness has no facts for it).
+def unbound_after_loop(code: Any, loop: Any) -> frozenset[str]:
+    """The fast locals (their safe names) that a loop run as Python at `loop` (a canonical FOR_ITER of `code`)
+    may leave unbound and the code after it reads (NOTE above)."""
+    from . import inlined_comprehensions, local_liveness
+    from .normalize import normalize
+    from .python_loops import loop_exit
+    from .sources import safe_local
+    facts = local_liveness._facts(code)
+    if loop.name != "FOR_ITER" or facts is None or inlined_comprehensions.at_loop(code, loop.index) is not None:
+        return frozenset()
+    insts = normalize(code).insts
+    end = loop_exit(loop, insts)
+    inside = insts[loop.index + 1:end]
+    stored = {str(i.arg) for i in inside if i.name == "STORE_FAST"}
+    stored -= {str(i.arg) for i in inside if i.name in _WRITES and i.name != "STORE_FAST"}
+    stored -= set(code.co_cellvars) | set(code.co_freevars) | set(facts[2][loop.index])
+    live = local_liveness.live_after(code, loop.index, end) or frozenset()  # passed on only where read after
+    return frozenset(safe_local(n) for n in stored & live)

@@ -164,8 +164,9 @@ class BreakCodegen:
             [inst.arg] if inst.name in _CONDITIONAL or inst.name in _OR_POP else [])
         wanted = {n for index in exits for n in self._names_at(index) if n not in names}
         fast = [n for n in names if n not in self.cell_values and n not in self.cell_args]
-        after = block_loops.bound_after_loop(normalize(code).insts, normalize(code).insts[origin(
-            self.fn.__code__, self.site.loop.index)[1]]) if self.site.loop else frozenset()
+        loop = normalize(code).insts[origin(self.fn.__code__, self.site.loop.index)[1]] if self.site.loop else None
+        after = block_loops.bound_after_loop(normalize(code).insts, loop) | block_loops.unbound_after_loop(code, loop) \
+            if loop else frozenset()  # NOTE [Locals a loop run as Python may leave unbound]
         fast = local_liveness.in_order(code, fast + list(local_liveness.dead_arguments(code, target, wanted)) +
                                        [n for n in after if n not in fast and n not in self.tx.locals])
         return tuple(fast) + tuple(self.cell_values) + tuple(self.cell_args)

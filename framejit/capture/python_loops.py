@@ -33,7 +33,8 @@ from bytecode import Instr, Label
 
 from . import emit, normalize
 from .lookup import is_module_default
-from .block_loops import _READS, _WRITES, bound_after_loop, ends_torch_blocks, loop_handlers_allowed, with_exit
+from .block_loops import (_READS, _WRITES, bound_after_loop, ends_torch_blocks, loop_handlers_allowed,
+                          unbound_after_loop, with_exit)
 
 
 def enclosing_loop(insts: list, index: int):
@@ -137,6 +138,8 @@ def body_binds_locals_read_after(code: types.CodeType, loop: Any, bound: Any) ->
                                                                        str(i.arg) not in bound)}
     written -= {n for n in written if safe_local(n) in bound_after_loop(insts, loop)}  # NOTE [Locals bound after a
     # loop inside its with-block]
+    written -= {n for n in written if safe_local(n) in unbound_after_loop(code, loop)}  # NOTE [Locals a loop run
+    # as Python may leave unbound]
     if not written:
         return False
     read = {str(i.arg) for i in insts if not loop.index < i.index < end and i.name in _READS}

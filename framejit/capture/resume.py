@@ -188,8 +188,9 @@ def _resume_body(code, items, target, layout, live_locals, successors, python_lo
         prologue[-1:-1] = [Instr("DELETE_FAST", name) for name in stack_args]
         from .local_liveness import maybe_unbound as unbound_at
         hidden = unbound_at(code, target.index, live_locals)  # NOTE [Unbound hidden from eager runs]
-        from .block_loops import bound_after_loop  # NOTE [Locals bound after a loop inside its with-block]
-        hidden |= frozenset(live_locals) & bound_after_loop(normalize(code).insts, normalize(code).insts[python_loop[0]])
+        from .block_loops import bound_after_loop, unbound_after_loop  # NOTE [Locals bound after a loop inside its
+        loop = normalize(code).insts[python_loop[0]]  # with-block], [Locals a loop run as Python may leave unbound]
+        hidden |= frozenset(live_locals) & (bound_after_loop(normalize(code).insts, loop) | unbound_after_loop(code, loop))
         prologue[:0] = _unbound_deleted(hidden, code)
     prologue[-1:-1] = emit.truth_test_prefix(target)  # 3.13: the value a truth test reads is a bool
     first = _safe_leading(code)
@@ -373,13 +374,46 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
         at = next(k for k, item in enumerate(items) if item is last)
         items.insert(at + 1, emit.jump_forward(entry[0]))
         items[at + 1].lineno = last.lineno
+        items.insert(at + 2, Label())
+        after_exit = items[at + 2]
     else:
+        after_exit = _after_exhausted(items, items[position].arg)
         entry = python_loops.exit_trampoline_entry(items, position)
+    unbound = frozenset(live_locals) & block_loops.unbound_after_loop(code, insts[loop_index]) if comp is None else ()
+    entry += _unbound_goes_on(sorted(unbound), after_exit)  # NOTE [Locals a loop run as Python may leave unbound]
     depth = sum(1 if isinstance(i, TryBegin) else -1 if isinstance(i, TryEnd) else 0 for i in items)
     if depth:
         raise ValueError("the code ends inside an exception region: no place for trampolines")
     out = entry + _trampoline_call(hook, after, live_locals, set(code.co_cellvars), cells, _safe_leading(code), hidden)
     _set_line(out, items[position].lineno if isinstance(items[position].lineno, int) else code.co_firstlineno)
+    return out
+
+
+def _after_exhausted(items: list, target: Label) -> Label:
+    """A new label where the code goes on after a FOR_ITER whose exhausted edge is `target` (after what CPython
+    skips there: emit.skipped_by_exhausted_for_iter)."""
+    skip = len(emit.skipped_by_exhausted_for_iter())
+    if not skip:
+        return target
+    at = next(k for k, item in enumerate(items) if item is target)
+    while skip:
+        at += 1
+        skip -= isinstance(items[at], Instr)
+    label = Label()
+    items.insert(at + 1, label)
+    return label
+
+
+def _unbound_goes_on(names: list[str], after_exit: Label) -> list:
+    """For each of `names`: where the loop left it unbound, jump back to `after_exit` (NOTE [Locals a loop run as
+    Python may leave unbound])."""
+    from .local_liveness import Unbound
+    out: list = []
+    for name in names:
+        bound = Label()
+        out += emit.call_const(local_or_unbound, [Instr("LOAD_CONST", name)]) + [
+            Instr("LOAD_CONST", Unbound), Instr("IS_OP", 1), *emit.conditional_jump("POP_JUMP_IF_TRUE", bound),
+            Instr("JUMP_BACKWARD", after_exit), bound]
     return out
 
 

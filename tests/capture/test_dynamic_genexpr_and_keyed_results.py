@@ -404,6 +404,49 @@ def test_a_loop_whose_variable_is_stored_again_before_a_read_runs_as_python(fn):
     assert framejit.stats()["eager_frames"] == eager
 
 
+def _variable_read_after(x):
+    d = {i: x[i] for i in range(x.size(0))}
+    out = x.sum()
+    for k in d:
+        out = out + d[k].sum()
+    LOG.append("after")
+    return out, k  # UnboundLocalError after an empty dict, as eager
+
+
+def _variable_deleted_after(x):
+    d = {i: x[i] for i in range(x.size(0))}
+    out = x.sum()
+    for k in d:
+        out = out + d[k].sum()
+    try:
+        del k
+    except NameError as e:  # an empty dict: the loop left it unbound
+        LOG.append(type(e).__name__)
+    return out
+
+
+def _range_variable_in_block(x):
+    out = x.sum()
+    with torch.no_grad():
+        for i in range(x.size(0)):
+            out = out + x[i].sum() * i
+    try:
+        return out, i * 2
+    except UnboundLocalError as e:
+        return out, str(e)
+
+
+@pytest.mark.parametrize("fn", [_variable_read_after, _variable_deleted_after, _range_variable_in_block],
+                         ids=["read_after", "deleted_after", "range_in_block"])
+def test_a_loop_variable_read_after_the_loop_runs_as_python(fn):
+    # NOTE [Locals a loop run as Python may leave unbound]: the loop stepped per key or unrolled per size (16-32
+    # traces, the recompile limit, an eager frame); size 0 traced statically meets eager's UnboundLocalError there
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(fn, True, [3, 5, 0, 1, 7, 2, 6, 4, 9, 0])
+    assert max(traces.values()) <= 3, traces
+    assert framejit.stats()["eager_frames"] - eager <= 1
+
+
 _W = torch.nn.Parameter(torch.ones(3))
 
 
