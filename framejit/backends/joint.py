@@ -41,6 +41,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import inspect
 import operator
 from typing import Callable
 
@@ -88,7 +89,8 @@ def needs_autograd(args, weights_require_grad: bool, grad_inside: bool = False) 
     return weights_require_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
 
-def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | None = None, **kwargs):
+def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | None = None, written: tuple = (),
+               **kwargs):
     from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
     _save_random_values(joint_module)  # NOTE [Random values are saved, never recomputed]
@@ -102,7 +104,83 @@ def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | No
         forward, backward = default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
     fold_identity_views(forward, first=num_fwd_outputs)  # NOTE [Identity views between the halves]
     fold_identity_views(backward)
+    _save_clones_of_written_inputs(forward, num_fwd_outputs, written)
     return forward, backward
+
+
+# NOTE [Inputs written in place are saved as their clone]
+# An input that requires grad and that the graph writes in place (`h.mul_(w)` on an activation passed in)
+# is cloned by AOT autograd at the start of the joint (`maybe_to_fresh_input`: every op of the traced
+# forward reads the clone, never the input), and AOT autograd's runtime wrapper writes the new value back
+# into the input with `copy_` after the forward, which bumps the input's version. Where the partitioner
+# saved the input itself for the backward (mul's backward reads the old h), the backward then raised "one
+# of the variables needed for gradient computation has been modified by an inplace operation" where eager,
+# which saves the original value of an input written in place, succeeds (stock torch.compile with
+# aot_eager raises too). The forward half saves AOT's clone instead: the same value, already computed,
+# which nothing writes. Only for the inputs AOT autograd clones (`written`: data written outside the
+# graph, requiring grad, read off its ViewAndMutationMeta by `partition_sees_mutations`): a user's own
+# `x.clone()` of an input the graph never writes is no such clone, and there the saved input must stay,
+# so that the user's write of x before the backward raises eager's error (review revJ HIGH-1).
+def _save_clones_of_written_inputs(forward: torch.fx.GraphModule, num_fwd_outputs: int, written) -> int:
+    primals = [n for n in forward.graph.find_nodes(op="placeholder") if n.name.startswith("primals_")]
+    written_nodes = {primals[k] for k in written if k < len(primals) and primals[k].name == f"primals_{k + 1}"}
+    if not written_nodes:
+        return 0
+    output = forward.graph.output_node()
+    values = list(output.args[0])
+    changed = 0
+    for k in range(num_fwd_outputs, len(values)):
+        node = values[k]
+        if node not in written_nodes:
+            continue
+        clone = next((u for u in node.users if u.target is torch.ops.aten.clone.default and u.args == (node,)
+                      and u.kwargs.get("memory_format") in (None, torch.preserve_format)), None)
+        if clone is not None:
+            values[k], changed = clone, changed + 1
+    if changed:
+        output.args = (tuple(values),)
+        forward.recompile()
+    return changed
+
+
+@contextlib.contextmanager
+def partition_sees_mutations():
+    """While a joint is traced, framejit's `_partition` gets `written`: the indices of the joint's inputs that
+    AOT autograd clones because the graph writes them (NOTE [Inputs written in place are saved as their
+    clone]), from the metadata AOT autograd hands its partition step. Without that step (another torch),
+    nothing is substituted: the input stays saved."""
+    from torch._functorch._aot_autograd import graph_compile
+    from .joint_cache import _AOT_LOCK
+
+    original = getattr(graph_compile, "_partition_joint_graph_into_fw_bw", None)
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+    if signature is None or not {"inner_meta", "partition_fn"} <= set(signature.parameters):
+        yield
+        return
+
+    def partition(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        fn, meta = bound.arguments["partition_fn"], bound.arguments["inner_meta"]
+        if isinstance(fn, functools.partial) and fn.func is _partition:
+            bound.arguments["partition_fn"] = functools.partial(fn, written=_written_inputs(meta))
+        return original(*bound.args, **bound.kwargs)
+
+    with _AOT_LOCK:
+        graph_compile._partition_joint_graph_into_fw_bw = partition
+        try:
+            yield
+        finally:
+            graph_compile._partition_joint_graph_into_fw_bw = original
+
+
+def _written_inputs(meta) -> tuple:
+    """The inputs AOT autograd's maybe_to_fresh_input clones: written outside the graph, data, requiring grad."""
+    info = meta.input_info
+    return tuple(k for k in meta.mutated_inp_runtime_indices
+                 if k < len(info) and info[k].mutates_data and info[k].requires_grad)
 
 
 # NOTE [Random values are saved, never recomputed]
@@ -355,7 +433,7 @@ class JointGraph:
             # [Dropout drawn as eager draws it]
             with original_tensor_methods(), original_api_functions(flat_gm), eager_dropout(), layers, \
                     dropout_between_layers(), ops_kept_whole(), recorder.recording(), \
-                    torch._functorch.config.patch(donated_buffer=False):
+                    torch._functorch.config.patch(donated_buffer=False), partition_sees_mutations():
                 joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder, made),
                                               bw_compiler=self._compiler("backward", recorder, made),
                                               partition_fn=functools.partial(_partition, config=self.partition_config),
@@ -502,11 +580,11 @@ class _Joint:
         if lean is not None:
             outs = lean(args)
             if self.checks is not None and self.checks.views:  # lean calls save checked outputs themselves
-                outs = self.checks(outs, versions=False)
+                outs = self.checks(outs, versions=False, args=args)
             return self.rebuild(outs)
         outs = self.aot(*args) if self.boxed is None else self.boxed(args)
         if self.checks is not None:
-            outs = self.checks(outs)
+            outs = self.checks(outs, args=args)
         from .joint_function import tie_double_backward
         tie_double_backward(outs, args, self.owner.weights)  # NOTE [Double backward on a signature's first call]
         return self.rebuild(outs)

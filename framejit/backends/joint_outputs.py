@@ -66,10 +66,10 @@ from .. import logs
 # inputs; the joint's node is one.
 
 _VERSION_ERROR = ("one of the variables needed for gradient computation has been modified by an inplace "
-                  "operation: [{kind} {shape}], which is output {index} of the compiled graph, is at version "
-                  "{now}; expected version {then} instead. Hint: an output of the compiled graph that eager "
-                  "would save for the backward (or a view of it) was changed in place before the backward "
-                  "(NOTE [In-place changes of joint outputs])")
+                  "operation: [{kind} {shape}], which is {what} {index} of the compiled graph, is at version "
+                  "{now}; expected version {then} instead. Hint: an output of the compiled graph (or an input it "
+                  "writes) that eager would save for the backward (or a view of it) was changed in place before "
+                  "the backward (NOTE [In-place changes of joint outputs])")
 _JOINT_NODES = ("CompiledFunctionBackward", "LeanJointBackward")
 
 
@@ -77,11 +77,12 @@ class OutputChecks:
     """What a joint call does to its flat outputs (NOTE [In-place changes of joint outputs])."""
 
     __slots__ = ("saved", "multiple_views", "no_grad_views", "views", "logged", "reached_from", "checked_from",
-                 "described")
+                 "described", "inputs")
 
     def __init__(self, saved: tuple, multiple_views: tuple, no_grad_views: tuple, reached_from: tuple = (),
-                 described: dict | None = None):
+                 described: dict | None = None, inputs: tuple = ()):
         self.saved, self.multiple_views, self.no_grad_views = saved, multiple_views, no_grad_views
+        self.inputs = inputs  # NOTE [Inputs the graph writes, saved by eager]: ((input, sources, described), ...)
         self.described = described or {}  # NOTE [Eager's words for a changed saved output]
         # NOTE [Checks where eager's backward reaches]: ((k, (j, ...)), ...): output k's storage is saved by
         # a node that only the backward of outputs j reaches
@@ -91,10 +92,10 @@ class OutputChecks:
             for j in sources:
                 by_source.setdefault(j, []).append(k)
         self.checked_from = tuple((j, tuple(ks)) for j, ks in sorted(by_source.items()))
-        self.views = bool(multiple_views or no_grad_views or reached_from)  # work on lean calls too
+        self.views = bool(multiple_views or no_grad_views or reached_from or inputs)  # work on lean calls too
         self.logged = False
 
-    def __call__(self, outs, versions: bool = True):
+    def __call__(self, outs, versions: bool = True, args=()):
         """`outs` with the view kinds remade and the hooks of NOTE [Checks where eager's backward reaches];
         with `versions` (AOT autograd's callable), a check of the saved outputs' versions on the joint's
         backward node (lean calls save those outputs with the context instead) and the copies of that NOTE."""
@@ -132,7 +133,29 @@ class OutputChecks:
                 self.logged = True
                 logs.log("output_code", "joint: no backward node found for the version checks of outputs %s",
                          list(self.saved))
+        if self.inputs:
+            self._check_inputs(outs, args)
         return outs
+
+    def _check_inputs(self, outs, args) -> None:
+        """NOTE [Inputs the graph writes, saved by eager]: the written inputs' versions after the call (and AOT
+        autograd's write-back) are checked on the joint's node, or where eager's backward reaches their node."""
+        everywhere, by_output = [], {}
+        for source, sources, described in self.inputs:
+            value = args[source] if isinstance(source, int) else source
+            if not isinstance(value, torch.Tensor):
+                continue
+            watched = (source if isinstance(source, int) else -1, value.detach(), value._version, described, None)
+            if sources is None:
+                everywhere.append(watched)
+            for j in sources or ():
+                by_output.setdefault(j, []).append(watched)
+        for j, watched in by_output.items():
+            if j < len(outs) and isinstance(outs[j], torch.Tensor) and outs[j].requires_grad:
+                outs[j].register_hook(_when_reached(_version_check(watched, "input")))
+        node = _joint_node(outs) if everywhere else None
+        if node is not None:
+            node.register_prehook(_version_check(everywhere, "input"))
 
     def _words(self, k: int, out) -> tuple:
         """(eager's description of output k, a weak reference to it where eager names its node at the backward)."""
@@ -148,14 +171,14 @@ def _when_reached(check):
     return hook
 
 
-def _version_check(watched: list):
+def _version_check(watched: list, what: str = "output"):
     def check(grad_outputs):
         for k, alias, then, described, ref in watched:
             now = alias._version
             if now != then:
                 if described is None:
                     raise RuntimeError(_VERSION_ERROR.format(kind=alias.type(), shape=list(alias.shape), index=k,
-                                                             now=now, then=then))
+                                                             now=now, then=then, what=what))
                 raise RuntimeError(_eager_message(alias.type(), described, ref, now, then))
         return None
     return check
@@ -276,9 +299,13 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
         # NOTE [Graph modules called through forward] (onnxrt/lowering.py): functional_call calls the module,
         # which ran the user's global module hooks (register_module_forward_pre_hook) on framejit's GraphModule
         from torch.nn.utils.stateless import _reparametrize_module
+        fake_inputs = [*fake_args, *fake_state.values()]
+        before = [t._version if isinstance(t, torch.Tensor) else None for t in fake_inputs]
         with _reparametrize_module(flat_gm, fake_state, tie_weights=True):
             outs = flat_gm.forward(*fake_args)
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        written = [(t, source) for t, then, source in zip(fake_inputs, before, [*range(len(args)), *state.values()])
+                   if isinstance(t, torch.Tensor) and t._version != then]
 
         def storage(t):
             return StorageWeakRef(t.untyped_storage())
@@ -288,7 +315,7 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
         described: dict = {}  # storage -> (sizes, forward name, output number): NOTE [Eager's words for a ...]
         reach = {j: _saved_below(outs[j].grad_fn, saved_by, storage, described) for j in differentiable}
         saved = set().union(*reach.values())
-        kept, multiple_views, no_grad_views, reached_from = [], [], [], []
+        kept, reached_from = [], []
         for k, out in enumerate(outs):
             if not isinstance(out, torch.Tensor) or storage(out) in inputs:
                 continue
@@ -300,24 +327,57 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
                     kept.append(k)
                 else:
                     reached_from.append((k, sources))
-        for k, out in enumerate(outs):  # after the walk: a tried change rebases the output's history
-            if not isinstance(out, torch.Tensor) or storage(out) in inputs or not out._is_view():
-                continue
-            try:
-                out.copy_(out.detach().clone())
-            except RuntimeError as exc:
-                if "returns multiple views" in str(exc):
-                    multiple_views.append(k)
-                elif "no_grad mode" in str(exc):
-                    no_grad_views.append(k)
-                else:
-                    logs.log("output_code", "joint: output %d cannot change in place in eager (%s); not "
-                             "reproduced", k, str(exc).split(".")[0])
-    if not (kept or multiple_views or no_grad_views or reached_from):
+        multiple_views, no_grad_views = _view_kinds(outs, inputs, storage)  # after the walk (rebases history)
+        written_saved = _written_and_saved(written, differentiable, reach, storage, described)
+    if not (kept or multiple_views or no_grad_views or reached_from or written_saved):
         return None
     checked = [*kept, *(k for k, _ in reached_from)]
     return OutputChecks(tuple(kept), tuple(multiple_views), tuple(no_grad_views), tuple(reached_from),
-                        {k: described[storage(outs[k])][1:] for k in checked if storage(outs[k]) in described})
+                        {k: described[storage(outs[k])][1:] for k in checked if storage(outs[k]) in described},
+                        written_saved)
+
+
+def _view_kinds(outs: list, inputs: set, storage) -> tuple:
+    """(outputs eager forbids to change as outputs of a function returning several views, as views made under
+    no_grad): a change of each view output is tried (it rebases the output's history)."""
+    multiple_views, no_grad_views = [], []
+    for k, out in enumerate(outs):
+        if not isinstance(out, torch.Tensor) or storage(out) in inputs or not out._is_view():
+            continue
+        try:
+            out.copy_(out.detach().clone())
+        except RuntimeError as exc:
+            if "returns multiple views" in str(exc):
+                multiple_views.append(k)
+            elif "no_grad mode" in str(exc):
+                no_grad_views.append(k)
+            else:
+                logs.log("output_code", "joint: output %d cannot change in place in eager (%s); not "
+                         "reproduced", k, str(exc).split(".")[0])
+    return multiple_views, no_grad_views
+
+
+# NOTE [Inputs the graph writes, saved by eager]
+# An input the graph writes in place (`h.mul_(w)` on an activation passed in, or a weight under no_grad)
+# and that eager's autograd saves after the write (`h.sin()` saves h) ties eager's backward to h's version
+# counter: a change of h by the user between the forward and the backward raises "one of the variables
+# needed for gradient computation has been modified by an inplace operation". The joint's forward computes
+# the new value as a fresh tensor and saves that one (AOT autograd then writes it into h with `copy_`, or the
+# graph does under no_grad), so nothing watched h and the backward ran on the value from before the user's
+# change. The fake run records the inputs (arguments by index, weights as themselves) whose version moved
+# and whose storage a node of eager's graph saved, with the outputs from whose backward that node is reached
+# (None: all of them); each call then keeps their versions after the call and a check raises eager's error
+# where eager's backward would (on the joint's node, or through hooks on the outputs as in NOTE [Checks where
+# eager's backward reaches]). Cost per call: only joints with such an input pay, a detach and a hook each.
+def _written_and_saved(written: list, differentiable: list, reach: dict, storage, described: dict) -> tuple:
+    found = []
+    for fake, source in written:
+        reached = tuple(j for j in differentiable if storage(fake) in reach[j])
+        if reached:
+            words = described.get(storage(fake))
+            found.append((source, None if len(reached) == len(differentiable) else reached,
+                          words[1:4] + (True,) if words is not None else None))
+    return tuple(found)
 
 
 def _saved_below(root, saved_by: dict, storage, described: dict) -> set:

@@ -192,6 +192,54 @@ def test_no_grad_region_and_detach_inside_the_graph(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_an_activation_written_in_place_and_saved_for_the_backward(backend):
+    """NOTE [Inputs written in place are saved as their clone]: `h.mul_(w)` on an activation that requires grad
+    saves h's old value for w's gradient; the write-back of the new h into the input raised 'modified by an
+    inplace operation' at the backward where eager succeeds. Two shapes, h's version and value after. NOTE
+    [Inputs the graph writes, saved by eager]: sin saves the new h, so a user's write of h before the
+    backward raises eager's error (the last call)."""
+    def fn(h, w):
+        h.mul_(w)
+        return h.sin().sum() + (h * w).sum()
+    recording = Recording(backend)
+    fast = framejit.compile(fn, backend=recording)
+    for seed, rows, write in ((0, 3, False), (1, 3, False), (2, 5, False), (3, 5, True)):
+        results = []
+        for run in (fn, fast):
+            raw, w = _leaves(seed, (rows, 4), (4,))
+            h = raw * 1
+            loss = run(h, w)
+            if write:
+                with torch.no_grad():
+                    h.add_(1)
+            try:
+                loss.backward()
+                error = None
+            except RuntimeError as exc:
+                error = str(exc)
+            results.append((loss.detach(), h.detach(), h._version, raw.grad, w.grad, error))
+        torch.testing.assert_close(results[1][:5], results[0][:5], **TOL)
+        assert results[1][5] == results[0][5] and (results[0][5] is not None) == write
+    assert_backward_in_backend(recording, steps=2)
+    # review revJ HIGH-1: a user's clone of an input the graph never writes is not saved in its place, so writing
+    # the input before the backward still raises eager's error (mul saves x for w's gradient)
+    def saves_x(x, w):
+        return (x * w).sum() + x.clone().sum()
+    fast = framejit.compile(saves_x, backend=backend)
+    for seed in (3, 4):
+        errors = []
+        for run in (saves_x, fast):
+            x, w = _leaves(seed, (3, 4), (4,))
+            x = x.detach()
+            loss = run(x, w)
+            x.add_(1)
+            with pytest.raises(RuntimeError, match="modified by an inplace operation") as info:
+                loss.backward()
+            errors.append((str(info.value).split(":")[0], w.grad is None))
+        assert errors[1] == errors[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_output_aliasing_an_input_stays_a_view(backend):
     def fn(x, w):
         return torch.relu(x @ w), x.view(-1), w.t()
