@@ -328,6 +328,11 @@ def truth(tx, v: Value) -> bool:
         if derived is not None:
             check_tensor_dunder(tx, v, "__bool__")
             return truth(tx, derived)
+        from .constant_tensors import folded_truth  # NOTE [Tensors made from constants]
+        folded = folded_truth(tx.output, v)
+        if folded is not None:
+            check_tensor_dunder(tx, v, "__bool__")
+            return folded
         raise Unsupported(BreakKind.DATA_DEPENDENT, "the truth value of a tensor depends on its data")
     from .numpy_support import NdarrayValue
     if isinstance(v, NdarrayValue):

@@ -1,0 +1,65 @@
+"""NOTE [Tensors made from constants]: the truth of a tensor computed only from constants (a mask made in the
+forward, compared with torch.nn's causal mask) is evaluated while tracing instead of breaking the graph."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torch.nn.modules.transformer import _detect_is_causal_mask
+
+from tests.helpers import logged_breaks, run_differential, run_sizes
+
+
+def test_torch_nn_causal_mask_detection_is_not_a_break():
+    """What TransformerEncoder/Decoder do with a mask and no `is_causal`: canonicalise it, then detect it."""
+    def f(x):
+        n = x.size(1)
+        bool_mask = F._canonical_mask(mask=torch.zeros(n, n, dtype=torch.bool), mask_name="mask", other_type=None,
+                                      other_name="", target_type=x.dtype, check_other=False)
+        causal = nn.Transformer.generate_square_subsequent_mask(n)
+        masks = (causal, bool_mask, causal[:, :n - 1], torch.zeros(2, n, n).masked_fill(causal.bool(), -1e9))
+        return [x * 2 if _detect_is_causal_mask(m, None, n) else x * 3 for m in masks]
+
+    with logged_breaks() as breaks:
+        backend = run_differential(f, lambda seed: (torch.randn(2, 5 + seed, 8),), seeds=(0, 0), fullgraph=False)
+    assert backend.graph_count == 1 and breaks == []  # before: a break at the first mask
+
+
+def _filled(x):
+    m = torch.zeros(x.size(0), dtype=torch.bool)
+    m[1:] = True  # written by an op on constants: evaluated with it
+    if (m.sum() == x.size(0) - 1).all():
+        return x + 1
+    return x - 1
+
+
+def _written_from_input(x):
+    m = torch.zeros(x.size(0))
+    m.add_(x)  # the data now depends on the input: a break, the branch follows the data
+    if (m > 0).all():
+        return x + 1
+    return x - 1
+
+
+def _written_through_view(x):
+    m = torch.zeros(4)
+    m[:2].copy_(x[:2])  # a view of the constant tensor written from the input
+    if (m == 0).all():
+        return x * 2
+    return x * 3
+
+
+def _random(x):
+    if (torch.rand(3) < 2.0).all():  # random data: never evaluated while tracing
+        return x + 1
+    return x
+
+
+def test_constant_truth_follows_writes_and_refuses_inputs():
+    def zeros_or_positive(seed):
+        return (torch.zeros(4) if seed == 0 else torch.rand(4) + 1,)
+
+    # a break: the graph before it and one per branch taken (both inputs take both sides but _random)
+    for fn, graphs in ((_filled, 1), (_written_from_input, 3), (_written_through_view, 3), (_random, 2)):
+        backend = run_differential(fn, zeros_or_positive, seeds=(0, 1, 0), fullgraph=False)
+        assert backend.graph_count == graphs, fn.__name__
+    assert run_sizes(_filled, lambda n: (torch.randn(n),), (3, 3)).graph_count == 1
