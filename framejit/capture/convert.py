@@ -37,6 +37,7 @@ from .input_versions import input_writes, keep_versions  # NOTE [Version counts 
 from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .shapes import ConstraintViolationError, check_marked_dims
+from .signal_exceptions import raised_by_signal_handlers
 from .size_graphs import runs_as_its_own_code
 from .values import Value
 
@@ -64,15 +65,16 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
     STATS["frames_traced"] += 1
     from .lazy_generators import LazyDecisions  # NOTE [Lazy generators decided per frame]
     decisions = LazyDecisions(fn.__code__)
-    for _attempt in range(_LAZY_RETRIES):  # NOTE [Generators with finalizers traced lazily] in lazy_generators.py
-        try:
-            entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, decisions)
-            break
-        except _RetryLazy:
-            continue
-    else:
-        entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, decisions,
-                              retry=False)
+    with raised_by_signal_handlers():  # NOTE [Signal handlers during compilation]
+        for _attempt in range(_LAZY_RETRIES):  # NOTE [Generators with finalizers traced lazily] in lazy_generators.py
+            try:
+                entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, decisions)
+                break
+            except _RetryLazy:
+                continue
+        else:
+            entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, decisions,
+                                  retry=False)
     STATS["compile_time_s"] += time.perf_counter() - start
     return entry
 

@@ -49,6 +49,19 @@ def snapshot() -> list[dict[str, str]]:
         return [dict(e) for e in EAGER_FRAMES]
 
 
+def snapshot_records() -> list[dict[str, str]]:
+    """The records themselves (not copies), for `drop_records_since`."""
+    with _LOCK:
+        return list(EAGER_FRAMES)
+
+
+def drop_records_since(kept: list) -> None:
+    """Drop the records not in `kept` (a `snapshot_records()`): NOTE [Signal handlers during compilation]."""
+    ids = {id(r) for r in kept}
+    with _LOCK:
+        EAGER_FRAMES[:] = [r for r in EAGER_FRAMES if id(r) in ids]
+
+
 def reset() -> None:
     with _LOCK:
         EAGER_FRAMES.clear()
