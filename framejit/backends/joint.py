@@ -49,6 +49,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from ..grad_mode import grad_mode
 from .. import config, fake_modes, logs
 
 # NOTE [Partition]
@@ -84,7 +85,7 @@ from .. import config, fake_modes, logs
 def needs_autograd(args, weights_require_grad: bool, grad_inside: bool = False) -> bool:
     """Autograd would record the call: grad mode is on (at the call, or switched on inside the graph)
     and an input or weight requires grad."""
-    if not (torch.is_grad_enabled() or grad_inside):
+    if not (torch._C.is_grad_enabled() or grad_inside):
         return False
     return weights_require_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
@@ -287,7 +288,7 @@ def _same_layout(a, b) -> bool:
 
 
 def _signature(args, weights: list[torch.Tensor]) -> tuple:
-    sig = [torch.is_grad_enabled()]
+    sig = [torch._C.is_grad_enabled()]
     for value in args:
         if isinstance(value, torch.Tensor):
             sig.append((value.dtype, tuple(value.shape), value.stride(), value.device, value.requires_grad,
@@ -367,7 +368,7 @@ class JointGraph:
     def __call__(self, *args):
         if not self.needs_autograd(args):
             return self.inference(*args)
-        if self.grad_inside and not torch.is_grad_enabled():  # NOTE [Grad switched on inside]
+        if self.grad_inside and not torch._C.is_grad_enabled():  # NOTE [Grad switched on inside]
             if not self.stats["grad_inside_logged"]:
                 self.stats["grad_inside_logged"] = 1
                 logs.log("eager_fallback", "%s: the graph turns grad mode on inside a call made with grad off; "
@@ -391,7 +392,7 @@ class JointGraph:
             elif self.lstm_layers:
                 from .recurrent import sized_workspaces
                 example_inputs = sized_workspaces(graph, example_inputs)  # NOTE [The workspace's size]
-            with torch.no_grad():
+            with grad_mode(False):
                 compiled = self.compile_fn(graph, list(example_inputs))
             fake_modes.forget_modes_of(graph)  # AOT autograd's mode is done (NOTE [Traces leave no weak references])
             (self.compiled_forwards if kind == "forward" else self.compiled_backwards).append(compiled)

@@ -168,10 +168,10 @@ def joint_key(gm: torch.fx.GraphModule, args, version: str, decompositions: dict
                        value.storage_offset(), str(value.device), value.requires_grad, value.is_leaf,
                        value.is_conj(), value.is_neg(), value.is_inference(), seen.setdefault(id(value), k),
                        storages.setdefault(storage, k)))
-    state = (torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+    state = (torch._C.is_grad_enabled(), torch._C.is_inference_mode_enabled(),
              [(d, torch.is_autocast_enabled(d), str(torch.get_autocast_dtype(d))) for d in ("cpu", "cuda")],
              torch.is_autocast_cache_enabled(), torch.are_deterministic_algorithms_enabled(),
-             str(torch.get_default_dtype()), sorted((k, repr(v)) for k, v in torch._functorch.config.get_config_copy().items()))
+             str(torch._C.get_default_dtype()), sorted((k, repr(v)) for k, v in torch._functorch.config.get_config_copy().items()))
     graph = hashlib.sha256(dump_graph(gm)).hexdigest()
     decomposed = sorted(str(op) for op in (decompositions or {}))
     return cache_key(kind="joint", format=FORMAT, backend=version, graph=graph, inputs=repr(inputs),

@@ -11,6 +11,7 @@ import operator
 import weakref
 
 import torch
+from ..grad_mode import grad_mode
 
 # NOTE [Lean joint calls]
 # AOT autograd glues a joint's compiled forward and backward into an autograd.Function behind layers of
@@ -174,7 +175,7 @@ def _lean_forward(plan: _LeanPlan, forward_half):
 
     def forward(ctx, *args):
         if grad_non_leaves:  # NOTE [Double backward through lean joints] (forward runs with grad mode off)
-            with torch.enable_grad():
+            with grad_mode(True):
                 ctx.grad_inputs = [args[k].as_strided((0,), (1,)).clone() for k in grad_non_leaves]
         outs = forward_half(list(args))
         if not isinstance(outs, list):
@@ -263,7 +264,7 @@ def _lean_backward(plan: _LeanPlan, backward_half):
             return backward_impl(ctx, all_args)
         if torch._C._is_key_in_tls("context") and (cc := torch._C._get_obj_in_tls("context")) is not None:
             impl = _partial(cc.run, impl)
-        if torch.is_grad_enabled() and (inputs_require_grad or any(
+        if torch._C.is_grad_enabled() and (inputs_require_grad or any(
                 t.requires_grad for t in all_args if isinstance(t, torch.Tensor))):
             # NOTE [Double backward through lean joints]: the leaves from the node's edges
             leaves = [leaf for f, _ in ctx.next_functions if (leaf := _leaf_of(f)) is not None]
@@ -426,11 +427,11 @@ def tie_double_backward(outs, args, weights) -> None:
     node = _joint_node(outs) if inputs else None
     if node is None:
         return
-    with torch.enable_grad():
+    with grad_mode(True):
         held = [t if t.is_leaf else t.as_strided((0,), (1,)).clone() for t in inputs]
 
     def tie(grads):
-        if not torch.is_grad_enabled():
+        if not torch._C.is_grad_enabled():
             return None
         return tuple(g if not isinstance(g, torch.Tensor) else _Tied.apply(g, *held) for g in grads)
     node.register_prehook(tie)

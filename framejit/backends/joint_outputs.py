@@ -12,6 +12,7 @@ import weakref
 import torch
 import torch.utils._pytree as pytree
 
+from ..grad_mode import grad_mode
 from .. import logs
 
 # NOTE [In-place changes of joint outputs]
@@ -108,7 +109,7 @@ class OutputChecks:
             out = outs[k]
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 base = out.detach().requires_grad_()
-                with torch.no_grad():
+                with grad_mode(False):
                     outs[k] = base.view(base.shape)
         # NOTE [Checks where eager's backward reaches]: copies where AOT's joint saved the output itself (lean
         # calls copied in their forward), then the hooks
@@ -223,7 +224,7 @@ def _eager_hint() -> str:
     anomaly = torch.is_anomaly_enabled()
     if anomaly not in _HINTS:
         _HINTS[anomaly] = "Hint: enable anomaly detection"
-        with warnings.catch_warnings(), torch.enable_grad(), torch.autograd.set_detect_anomaly(anomaly):
+        with warnings.catch_warnings(), grad_mode(True), torch.autograd.set_detect_anomaly(anomaly):
             warnings.simplefilter("ignore")
             y = torch.ones(1, requires_grad=True).exp()
             y.add_(1)
@@ -295,7 +296,7 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
     with mode:
         fake_state = {name: mode.from_tensor(t) for name, t in state.items()}
         fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-    with mode, torch.enable_grad(), original_tensor_methods(), original_api_functions(flat_gm):
+    with mode, grad_mode(True), original_tensor_methods(), original_api_functions(flat_gm):
         # NOTE [Graph modules called through forward] (onnxrt/lowering.py): functional_call calls the module,
         # which ran the user's global module hooks (register_module_forward_pre_hook) on framejit's GraphModule
         from torch.nn.utils.stateless import _reparametrize_module

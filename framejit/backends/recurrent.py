@@ -20,6 +20,7 @@ import contextlib
 import functools
 
 import torch
+from ..grad_mode import grad_mode
 
 # NOTE [LSTM layers in training graphs]
 # torch's decomposition of `aten.lstm` (torch/_decomp/decompositions.py, `lstm_impl`, which AOT autograd's
@@ -201,7 +202,7 @@ def _measured_workspace(sizes: tuple, scalars: tuple) -> int:
     (a float32 measure for a float64 layer gave the backward a wrong-sized example: 'inputs differ')."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     reverse, batch_sizes, *rest = scalars
-    with unset_fake_temporarily(), torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+    with unset_fake_temporarily(), grad_mode(True), torch._C._AutoDispatchBelowAutograd():
         zeros = [torch.zeros(shape, dtype=dtype) for shape, dtype in sizes]
         workspace = torch.ops.aten.mkldnn_rnn_layer.default(*zeros, reverse, list(batch_sizes), *rest)[3]
     return workspace.numel()

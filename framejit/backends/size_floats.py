@@ -47,6 +47,7 @@ import copy
 from typing import Any, Callable
 
 import torch
+from ..grad_mode import grad_mode
 import torch.fx
 
 _SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
@@ -231,7 +232,7 @@ def compile_with_size_floats(gm: torch.fx.GraphModule, example_inputs, backend: 
         log(f"floats of sizes stay in the graph: splitting failed ({type(error).__name__}: {error})")
         return None
     layout = _layout(gm, floats, inner)
-    with torch.no_grad():
+    with grad_mode(False):
         values = _cast(_casts(layout, len(floats)), prefix.forward(*example_inputs)) if example_inputs is not None else None
     examples = None if example_inputs is None else [*example_inputs, *values]
     return SizeFloatsGraph(backend(inner, examples), prefix, layout)
@@ -269,7 +270,7 @@ def load_size_floats(data: bytes, gm: torch.fx.GraphModule, example_inputs, load
     by_name = {n.name: n for n in gm.graph.nodes}
     try:
         prefix, inner = split(gm, [by_name[name] for name in layout["floats"]], layout)
-        with torch.no_grad():
+        with grad_mode(False):
             values = _cast(_casts(layout, len(layout["floats"])), prefix.forward(*example_inputs))
     except (KeyError, TypeError, ValueError, RuntimeError) as why:
         raise ArtifactError(f"size floats: the loaded graph does not split by the persisted layout ({why})") from None

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch.nn.modules import batchnorm as _batchnorm_module
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..grad_mode import grad_mode
 from .entry_checks import entry_check
 
 
@@ -88,7 +89,7 @@ def batch_norm_forward(self, input):
     self.num_batches_tracked.add_(1)
     stats = torch.full_like(self.running_mean, -0.0), torch.full_like(self.running_var, -0.0)
     out = F.batch_norm(input, stats[0], stats[1], self.weight, self.bias, True, 1.0, self.eps)
-    with torch.no_grad():
+    with grad_mode(False):
         _blend_running_statistics(self, input.dtype, stats[0], stats[1])
     return out
 

@@ -650,7 +650,7 @@ for _fn in (bisect.bisect_left, bisect.bisect_right):  # read a sorted list of c
     BUILTIN_HANDLERS[_fn] = _fold(_fn)
 
 
-@handles(torch.is_grad_enabled)
+@handles(torch._C.is_grad_enabled)
 def _is_grad_enabled(tx, args, kwargs):
     return ConstantValue(tx.output.grad_enabled)
 
@@ -680,7 +680,7 @@ def _jit_annotate(tx, args, kwargs):
     return bound["the_value"]
 
 
-@handles(torch.get_default_dtype)
+@handles(torch._C.get_default_dtype)
 def _default_dtype(tx, args, kwargs):
     from .state_blocks import current_default_dtype  # NOTE [Default dtype changes]
     return ConstantValue(current_default_dtype(tx.output))  # guarded at entry (see convert._global_guards)

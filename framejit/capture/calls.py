@@ -413,7 +413,7 @@ def _fresh_leaf_without_grad(tensor: TensorValue, args: list[Value], kwargs: dic
         else ConstantValue(True) if not args and not kwargs else None
     return flag is not None and flag.is_constant() and type(flag.as_constant()) is bool \
         and tensor.source is None and tensor.node.op in ("call_function", "call_method", "call_module") \
-        and tensor.fake.grad_fn is None and not torch.is_grad_enabled()
+        and tensor.fake.grad_fn is None and not torch._C.is_grad_enabled()
 
 
 # NOTE [Bound slot wrappers from outside]: `m = items.__add__` (a method-wrapper: a slot of list, tuple, dict or

@@ -23,7 +23,7 @@ import torch.autograd.grad_mode as grad_mode
 
 from . import getitem_mode
 from .breaks import BreakKind, Unsupported, UserException
-from .sources import AttrSource, Source
+from .sources import AttrSource, ObjectSource, Ref, Source
 from .values import ConstantValue, NewObjectValue, ObjectValue, Value
 
 GRAD_CLASSES = (grad_mode.no_grad, grad_mode.enable_grad, grad_mode.set_grad_enabled, grad_mode.inference_mode)
@@ -179,7 +179,7 @@ def run_in_blocks(blocks: tuple, grad: bool, fn: Any, /, *args: Any, **kwargs: A
         torch._C._set_grad_enabled(grad)
         args, kwargs = _past_this_frame(fn, args, kwargs)
         result = fn(*args, **kwargs)
-        return torch.is_grad_enabled(), result
+        return torch._C.is_grad_enabled(), result
 
 
 # NOTE [Caller frames at breaks in blocks]: a step run through run_in_blocks has one more frame between it
@@ -239,6 +239,8 @@ def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxV
     kw = {k: v.as_constant() for k, v in kwargs.items()}
     if not plain_ctx_class(cls) and cls not in DEVICE_AUTOCAST:  # NOTE [Subclasses of torch context classes]
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"context manager {cls.__name__} with its own methods")
+    if issubclass(cls, (grad_mode.no_grad, grad_mode.enable_grad, grad_mode.set_grad_enabled)):
+        guard_grad_functions(tx.output, cls)  # NOTE [Grad blocks rely on torch's grad-mode functions]
     if issubclass(cls, grad_mode.no_grad):
         return CtxValue("grad", False, cls)
     if issubclass(cls, grad_mode.enable_grad):
@@ -256,6 +258,19 @@ def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxV
     if issubclass(cls, AUTOCAST_CLASSES) and cls.__init__ is torch.amp.autocast.__init__:
         return CtxValue("autocast", _autocast_args(tx, consts, kw), cls)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"context manager {cls.__name__}")
+
+
+# NOTE [Grad blocks rely on torch's grad-mode functions]: no_grad, enable_grad and set_grad_enabled are modelled as
+# switching the real grad mode and restoring the one before; torch's code reads that mode back through
+# `torch.is_grad_enabled()` and switches through `torch.set_grad_enabled`, module attributes a program may replace
+# (NOTE [Grad mode read from torch._C] in framejit/grad_mode.py). Replaced, eager restores whatever the
+# replacement answers (a patch answering True turned grad on after `with torch.no_grad():` under a caller's
+# no_grad; the model kept it off): the block is a graph break then, and otherwise both names are pinned.
+def guard_grad_functions(out, cls: type) -> None:
+    for name, own in (("is_grad_enabled", torch._C.is_grad_enabled), ("set_grad_enabled", grad_mode.set_grad_enabled)):
+        if getattr(torch, name, None) is not own:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__} while torch.{name} is replaced")
+        out.guard_id(AttrSource(ObjectSource(Ref(torch, "torch")), name), own)
 
 
 # NOTE [Device autocast classes]: torch.cpu.amp.autocast(enabled, dtype, cache_enabled) and
@@ -305,6 +320,8 @@ def _default_autocast_dtype(tx, device_type: str) -> torch.dtype:
 def ctx_from_object(out, obj: Any, source: Source) -> CtxValue:
     """A real context-manager object read from outside (e.g. the `self` of a decorator's clone)."""
     out.guard_type(source, type(obj))
+    if isinstance(obj, (grad_mode.no_grad, grad_mode.enable_grad, grad_mode.set_grad_enabled)):
+        guard_grad_functions(out, type(obj))  # NOTE [Grad blocks rely on torch's grad-mode functions]
     if isinstance(obj, grad_mode.no_grad):
         return CtxValue("grad", False, type(obj), source)
     if isinstance(obj, grad_mode.enable_grad):

@@ -259,15 +259,15 @@ def _root_translator(fn: types.FunctionType, args: tuple, kwargs: dict, output):
 # trace does not read (xpu, hpu, ...) fails it once; the new trace sees autocast on somewhere and guards
 # "cpu" and "cuda" one by one as before, so it is not retraced again.
 def _global_guards(output) -> None:
-    grad = output.name_of(torch.is_grad_enabled, "is_grad_enabled")
+    grad = output.name_of(torch._C.is_grad_enabled, "is_grad_enabled")
     output.add_guard("GRAD_MODE", f"{grad}() is {output.grad_enabled}", None,
                      expected=f"grad mode {output.grad_enabled}", actual=f"{grad}()", cost=COST_ID)
-    inference = output.name_of(torch.is_inference_mode_enabled, "is_inference_mode_enabled")
+    inference = output.name_of(torch._C.is_inference_mode_enabled, "is_inference_mode_enabled")
     output.add_guard("INFERENCE_MODE", f"{inference}() is {output.inference_mode}", None,
                      expected=f"inference mode {'on' if output.inference_mode else 'off'}", actual=f"{inference}()",
                      cost=COST_ID)
-    dtype = torch.get_default_dtype()
-    get_dtype = output.name_of(torch.get_default_dtype, "get_default_dtype")
+    dtype = torch._C.get_default_dtype()  # torch._C's functions: NOTE [Grad mode read from torch._C]
+    get_dtype = output.name_of(torch._C.get_default_dtype, "get_default_dtype")
     output.add_guard("DEFAULT_DTYPE", f"{get_dtype}() is {output.name_of(dtype, 'default_dtype')}", None,
                      expected=str(dtype), actual=f"{get_dtype}()", cost=COST_ID)
     # autocast entered by the caller changes op dtypes: trace under it and pin it

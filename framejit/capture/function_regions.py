@@ -120,7 +120,7 @@ class FunctionCall:
         self.__name__ = f"{plan.cls.__name__}_apply"
 
     def __call__(self, *inputs):
-        if not torch.is_grad_enabled() or not any(i.requires_grad for i in inputs[:self.n_args]):
+        if not torch._C.is_grad_enabled() or not any(i.requires_grad for i in inputs[:self.n_args]):
             with torch.no_grad():  # autograd records nothing: the forward as eager runs it (an inference
                 return tuple(self.region(*inputs))  # lowering also meets no autograd.Function here)
         return CustomCall.apply(self, *inputs)

@@ -20,7 +20,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_leaves, tree_map
 
-from .. import fake_modes
+from .. import fake_modes, grad_mode
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from ..guards.plain_reads import plain_name
 from .dropout_identity import dropout_identity
@@ -124,9 +124,9 @@ class OutputGraph:
         self.guards: list[Guard] = []
         self.names = NameTable("___c")
         self.tx_stack: list = []  # active translators, innermost last (for provenance)
-        self.grad_enabled = torch.is_grad_enabled()
+        self.grad_enabled = torch._C.is_grad_enabled()
         self.entry_grad_enabled = self.grad_enabled
-        self.inference_mode = torch.is_inference_mode_enabled()  # guarded at entry (convert._global_guards)
+        self.inference_mode = torch._C.is_inference_mode_enabled()  # guarded at entry (convert._global_guards)
         self.autocast_stack: list[tuple[str, torch.dtype, bool, bool | None]] = []  # in force while tracing
         self.ambient_autocast = 0  # how many of them the caller entered (they are guarded, not recorded)
         self.dynamic_floats: frozenset[str] = frozenset()  # float arguments made graph inputs (NOTE [Dynamic floats])
@@ -583,12 +583,12 @@ class OutputGraph:
                     from torch._dispatch.python import enable_python_dispatcher  # SymInts, not `int(size)`
                     stack.enter_context(enable_python_dispatcher())
                 dtype = self.__dict__.get("default_dtype")  # NOTE [Default dtype changes]
-                if dtype is not None and dtype is not torch.get_default_dtype():
-                    stack.callback(torch.set_default_dtype, torch.get_default_dtype())
+                if dtype is not None and dtype is not torch._C.get_default_dtype():
+                    stack.callback(torch.set_default_dtype, torch._C.get_default_dtype())
                     torch.set_default_dtype(dtype)
-                if self.inference_mode != torch.is_inference_mode_enabled():
+                if self.inference_mode != torch._C.is_inference_mode_enabled():
                     stack.enter_context(torch.inference_mode(self.inference_mode))
-                stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
+                stack.enter_context(grad_mode.grad_mode(self.grad_enabled))
                 for device_type, dtype, enabled, cache in self.autocast_stack:
                     stack.enter_context(torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache))
                 if kind == "call_method":

@@ -33,6 +33,7 @@ from typing import Any, Callable
 import torch
 from torch._C._autograd import _unsafe_set_version_counter
 
+from ..grad_mode import grad_mode
 from .breaks import BreakKind, Unsupported
 
 _RESTORABLE_DEVICES = ("cpu", "cuda")
@@ -170,7 +171,7 @@ class RestoredOnError:
 
     def __call__(self, *args: Any) -> Any:
         states = [(g, g.get_state()) for g in map(_generator, self.devices)]
-        with torch.no_grad():
+        with grad_mode(False):
             saved = [(t, t.clone(), None if t.is_inference() else t._version)
                      for t in (args[i] for i in self.written)]
         try:
@@ -183,7 +184,7 @@ class RestoredOnError:
 def _restore(states: list, saved: list) -> None:
     for generator, state in states:
         generator.set_state(state)
-    with torch.no_grad():
+    with grad_mode(False):
         for tensor, copy, version in saved:
             if tensor.is_inference():
                 with torch.inference_mode():

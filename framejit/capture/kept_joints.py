@@ -81,6 +81,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..grad_mode import grad_mode
 from .. import logs
 from .break_sites import _CONDITIONAL, _OR_POP, live_tensors
 from .values import BuiltinValue, ConstantValue, TensorValue
@@ -159,7 +160,7 @@ class Speculated:
             return self.own(*args)
         states = [(g, g.get_state()) for g in self.generators]
         results = self.joint(*args)
-        _PENDING.value = (self, args, results, torch.is_grad_enabled(), states)
+        _PENDING.value = (self, args, results, torch._C.is_grad_enabled(), states)
         return results
 
     def recompute(self, args: tuple, results: Any, grad_enabled: bool, states: list) -> dict[int, Any]:
@@ -175,7 +176,7 @@ class Speculated:
         now = [(generator, generator.get_state()) for generator, _ in states]
         for generator, state in states:  # the draws of the joint, drawn again as eager drew them
             generator.set_state(state)
-        with torch.set_grad_enabled(grad_enabled):
+        with grad_mode(grad_enabled):
             own = self.own(*args)
         for generator, state in now:  # NOTE [Draws between the joint and its recomputation]
             generator.set_state(state)

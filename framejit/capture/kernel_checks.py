@@ -144,14 +144,14 @@ def _key(kind: str, target: Any, args: list, kwargs: dict) -> tuple | None:
         raise TypeError
     try:
         seen: dict = {}
-        return (kind, target, torch.get_default_dtype(), tuple(part(v, seen) for v in args),
+        return (kind, target, torch._C.get_default_dtype(), tuple(part(v, seen) for v in args),
                 tuple((k, part(v, seen)) for k, v in sorted(kwargs.items())))
     except TypeError:
         return None
 
 
 def _run(kind: str, target: Any, real_args: list, real_kwargs: dict) -> BaseException | None:
-    grad = torch.is_grad_enabled()
+    grad = torch._C.is_grad_enabled()
     try:
         torch._C._set_grad_enabled(False)
         with torch._C.DisableTorchFunction(), _no_dispatch_modes():

@@ -120,6 +120,11 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
         return path
 
 
+# NOTE [torch's C functions by torch._C]: a C function torch re-exports from torch._C (`torch.is_grad_enabled`,
+# which every entry's grad-mode guard calls, NOTE [Grad mode read from torch._C]) is located in torch._C, where
+# it is defined: by its `torch.` name, a warm process that had replaced `torch.is_grad_enabled` (with a
+# functools.wraps wrapper, which copies the module and name the locator checks) bound the replacement in the
+# guard.
 def _import_locator(obj: Any) -> tuple:
     if isinstance(obj, (classmethod, staticmethod) + _SLOT_DESCRIPTORS):
         return _class_dict_locator(obj)  # NOTE [Class-dict descriptors by name]
@@ -128,6 +133,8 @@ def _import_locator(obj: Any) -> tuple:
     if module is None and isinstance(obj, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         module = obj.__objclass__.__module__  # a C method (`torch.Tensor.detach`): its class's module
     qualname = getattr(named, "__qualname__", None)
+    if isinstance(obj, types.BuiltinFunctionType) and module == "torch" and getattr(torch._C, obj.__name__, None) is obj:
+        return ("import", "torch._C", obj.__name__)  # NOTE [torch's C functions by torch._C]
     if isinstance(obj, types.BuiltinMethodType) and isinstance(obj.__self__, type) and module is None:
         try:  # a C static method of a type (`tuple.__new__`, which a namedtuple's `_make` calls): by its type
             locator = ("getattr", _import_locator(obj.__self__), obj.__name__)

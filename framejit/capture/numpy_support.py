@@ -127,7 +127,7 @@ class NumpyOp:
 
     def __call__(self, *args, **kwargs):
         # torch's default dtype decides `int / int` inside torch._numpy: NumPy's is float64
-        previous = torch.get_default_dtype()
+        previous = torch._C.get_default_dtype()
         torch.set_default_dtype(torch.float64)
         try:
             return self._run(*args, **kwargs)

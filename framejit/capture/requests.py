@@ -157,7 +157,7 @@ def rerun_state(gm: torch.fx.GraphModule | None, mutates_inputs: bool, restored:
     if any(node.target is torch.amp.autocast_mode._enter_autocast for node in gm.graph.nodes):
         autocast = tuple((d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda"))
     from .state_blocks import restores_for
-    return RerunState(torch.is_grad_enabled(), autocast, restores=restores_for(gm), entry_checks_only=entry_checks_only)
+    return RerunState(torch._C.is_grad_enabled(), autocast, restores=restores_for(gm), entry_checks_only=entry_checks_only)
 
 
 def mutates_in_place(gm: torch.fx.GraphModule) -> bool:

@@ -169,7 +169,7 @@ __all__ = ["OpaqueProfilerValue", "PROFILER_CLASSES", "SavedHooksBlock", "ctx_fr
 
 def current_default_dtype(out) -> torch.dtype:
     """The default dtype at this point of the trace (NOTE [Default dtype changes])."""
-    return out.__dict__.get("default_dtype") or torch.get_default_dtype()
+    return out.__dict__.get("default_dtype") or torch._C.get_default_dtype()
 
 
 def set_default_dtype(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -187,14 +187,14 @@ def set_default_dtype(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
 
 def end_default_dtype(out) -> None:
     """At the end of a graph: back to the dtype of its entry (the code after the graph sets the final one)."""
-    if current_default_dtype(out) is not torch.get_default_dtype():
-        out.record_effect(torch.set_default_dtype, (torch.get_default_dtype(),))
+    if current_default_dtype(out) is not torch._C.get_default_dtype():
+        out.record_effect(torch.set_default_dtype, (torch._C.get_default_dtype(),))
     sdp_state.end_flags(out)  # NOTE [SDPA backend flags]
 
 
 def restore_default_dtype(cg, out) -> None:
     """After the graph: `torch.set_default_dtype(final)` where the traced code changed it."""
-    if current_default_dtype(out) is not torch.get_default_dtype():
+    if current_default_dtype(out) is not torch._C.get_default_dtype():
         cg.push_null()
         cg.load_const(torch.set_default_dtype)
         cg.load_const(current_default_dtype(out))
@@ -210,7 +210,7 @@ def restores_for(gm: torch.fx.GraphModule) -> tuple:
     targets = {node.target for node in gm.graph.nodes if node.op == "call_function"}
     restores: tuple = ()
     if torch.set_default_dtype in targets:
-        restores += ((torch.set_default_dtype, (torch.get_default_dtype(),)),)
+        restores += ((torch.set_default_dtype, (torch._C.get_default_dtype(),)),)
     if _disable in targets:
         restores += (_restore_call(_get_message()),)
     return restores + sdp_state.restores_for(targets)

@@ -403,7 +403,7 @@ def tensor_of_ints(tx, args: list[Value], kwargs: dict) -> Value | None:
     dtype = kwargs["dtype"].value if "dtype" in kwargs else None
     if dtype is None:
         kinds = {_number_type(i) or bool for i in flat}
-        dtype = torch.get_default_dtype() if float in kinds else torch.int64 if int in kinds else torch.bool
+        dtype = torch._C.get_default_dtype() if float in kinds else torch.int64 if int in kinds else torch.bool
     options = {"dtype": ConstantValue(dtype)}
     if "device" in kwargs:
         options["device"] = kwargs["device"]
@@ -529,7 +529,7 @@ def _tensor_of_range(tx, r: SymRangeValue, kwargs: dict) -> Value | None:
         options["device"] = kwargs["device"]
     if not truth(tx, compare_values(tx, operator.gt, length, ConstantValue(0))):  # a guarded relation
         # empty: torch.tensor(range(0)) has the default dtype, as torch.tensor([]) (guarded per entry)
-        options["dtype"] = ConstantValue(torch.get_default_dtype() if dtype is None or dtype.value is None
+        options["dtype"] = ConstantValue(torch._C.get_default_dtype() if dtype is None or dtype.value is None
                                          else dtype.value)
         return tx.output.call("call_function", torch.zeros, (ConstantValue(0),), options)
     values = tx.output.call("call_function", torch.arange, (length,), options)

@@ -32,7 +32,7 @@ def linspace(start: float, end: float, steps: int, dtype: Optional[torch.dtype],
 @linspace.register_fake
 def _linspace_fake(start, end, steps, dtype, device):
     torch._check(steps >= 0, lambda: "number of steps must be non-negative")
-    return torch.empty(steps, dtype=dtype if dtype is not None else torch.get_default_dtype(), device=device)
+    return torch.empty(steps, dtype=dtype if dtype is not None else torch._C.get_default_dtype(), device=device)
 
 
 _NAMES = ("start", "end", "steps")

@@ -42,6 +42,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from ..grad_mode import grad_mode
 from .breaks import BreakKind, Unsupported
 
 _DEFAULT_TF = torch.Tensor.__torch_function__.__func__
@@ -237,7 +238,7 @@ class SubclassBoundary:
         out = self.compiled(*args)
         if self.wrap:
             out = list(out)
-            mode = torch.is_grad_enabled()
+            mode = torch._C.is_grad_enabled()
             for i, cls, grad in self.wrap:
                 # an op that returned its input itself (`x.float()` on float32, out=), or one graph result returned
                 # twice (`z = y.contiguous()`): that one object, its attributes kept, as eager (review revP P4, P6)
@@ -247,7 +248,7 @@ class SubclassBoundary:
                     out[i] = known[1]
                     continue
                 if grad is not None and grad is not mode:
-                    with torch.set_grad_enabled(grad):
+                    with grad_mode(grad):
                         out[i] = out[i].as_subclass(cls)
                 else:
                     out[i] = out[i].as_subclass(cls)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import functools
 import os
 import types
 
@@ -592,6 +593,37 @@ def test_grad_mode_set_by_a_user_context_manager(fullgraph):
     for _ in range(3):
         expected, actual = fn(x), compiled(x)
         assert_same(actual, expected)
+
+
+def test_grad_mode_read_from_torch_c_where_torch_is_grad_enabled_is_replaced(monkeypatch):
+    # NOTE [Grad mode read from torch._C] (framejit/grad_mode.py): the guard bound a replaced torch.is_grad_enabled
+    # (the entry traced with grad on ran under the caller's no_grad), and torch's context managers around the
+    # fake run restored the mode the replacement answered (patched before call 0: eager False, framejit True); a
+    # no_grad block restores what the replacement answers in eager (NOTE [Grad blocks rely on torch's grad-mode
+    # functions] in capture/context.py)
+    def fn(x, w):
+        y = x * w
+        with torch.no_grad():
+            z = x * w
+        return y, y.requires_grad, torch.is_grad_enabled(), z, (x * w).requires_grad
+
+    original = torch.is_grad_enabled
+    for at in (0, 1):
+        runs = []
+        for compiled in (False, True):
+            monkeypatch.setattr(torch, "is_grad_enabled", original)
+            f = framejit.compile(fn, backend="eager") if compiled else fn
+            w, log, calls = torch.ones(2, requires_grad=True), [], []
+            for i in range(4):
+                if i == at:
+                    monkeypatch.setattr(torch, "is_grad_enabled", functools.wraps(original)(lambda: log.append(i) or True))
+                torch._C._set_grad_enabled(i != 2)
+                try:
+                    calls.append((f(torch.full((2,), float(i)), w), torch._C.is_grad_enabled(), len(log)))
+                finally:
+                    torch._C._set_grad_enabled(True)
+            runs.append(calls)
+        assert_same(runs[1], runs[0])
 
 
 # ---- copies of compiled modules -----------------------------------------------------------------------------

@@ -524,7 +524,7 @@ class OnnxrtCompiled:
     def __call__(self, *inputs):
         if self._run_eagerly:
             return self.gm.forward(*inputs)
-        if (self._grad_inside or torch.is_grad_enabled()) and self._needs_grad(inputs):
+        if (self._grad_inside or torch._C.is_grad_enabled()) and self._needs_grad(inputs):
             return self.training_graph()(*inputs)
         if self._symbolic:  # NOTE [Symbolic programs by exact signature]
             key = _exact_signature(inputs)

@@ -25,6 +25,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ...grad_mode import grad_mode
 from ... import fake_modes
 from . import view_writes
 from .lstm_whole import keep_lstm_whole  # NOTE [LSTM kept whole]; defines the op persisted sources call
@@ -190,7 +191,7 @@ def _trace(fn, table: dict, args: list, functionalize: bool = True) -> torch.fx.
     traced_fn = torch.func.functionalize(fn, remove="mutations") if functionalize else fn
     from ..torch_methods import eager_dropout, original_tensor_methods
     # NOTE [Patched Tensor methods while lowering], NOTE [Dropout drawn as eager draws it]
-    with torch.no_grad(), original_tensor_methods(), eager_dropout(), keep_lstm_whole():
+    with grad_mode(False), original_tensor_methods(), eager_dropout(), keep_lstm_whole():
         traced = make_fx(traced_fn, decomposition_table=table, tracing_mode=mode)(*args)
     fake_modes.forget_modes_of(traced)  # NOTE [Traces leave no weak references] in fake_modes.py
     traced.graph.eliminate_dead_code()  # keeps impure nodes (the trailing copy_ of input mutations)
@@ -237,7 +238,7 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
         from torch.nn.utils.stateless import _reparametrize_module
         # NOTE [Grad mode after the traced graph]
         with _reparametrize_module(gm, dict(zip(names, flat[: len(names)])), tie_weights=True), \
-                torch.set_grad_enabled(torch.is_grad_enabled()):
+                grad_mode(torch._C.is_grad_enabled()):
             result = gm.forward(*flat[len(names):])
         leaves, spec = pytree.tree_flatten(result)
         spec_box.append(spec)

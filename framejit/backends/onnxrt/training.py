@@ -110,7 +110,7 @@ class TrainingHalf(OnnxrtCompiled):
 
     def __call__(self, *inputs):
         direct = self._direct
-        if direct is not None and not torch.is_grad_enabled():
+        if direct is not None and not torch._C.is_grad_enabled():
             forward, state, kind, shapes, draws = direct
             if len(inputs) == len(shapes) and all(
                     isinstance(a, torch.Tensor) and a.shape == s for a, s in zip(inputs, shapes)):

@@ -38,6 +38,7 @@ from framejit.backends.size_floats import compile_with_size_floats
 from framejit.backends.eager_raises import batch_norm_dtypes_rejected
 from framejit.backends.state import enters_inference_mode, leaves_inference_mode, off_device_outputs, switches_grad_on
 
+from ...grad_mode import grad_mode
 from . import lowering_pointwise, lowering_reductions  # noqa: F401  (register lowerings)
 from . import dynamic
 from .codegen import choose_config, generate_kernel
@@ -192,7 +193,7 @@ class _InferenceOnFirstUse:
 
     def __call__(self, *args):
         if self.compiled is None:
-            with torch.no_grad():
+            with grad_mode(False):
                 self.compiled = triton(self.gm, [a.detach() if isinstance(a, torch.Tensor) else a for a in args],
                                        self.options)
         return self.compiled(*args)
@@ -236,7 +237,7 @@ def _persistence(options):
 
 
 def compile_graph(gm, example_inputs, device: torch.device, opts: dict) -> CompiledGraph:
-    with torch.no_grad():
+    with grad_mode(False):
         aten_gm = to_aten(gm, example_inputs)
     alias_mutated_inputs(aten_gm)  # returned views of mutated inputs stay views of the inputs
     graph, fallbacks = lower(aten_gm)

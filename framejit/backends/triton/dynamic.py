@@ -43,6 +43,7 @@ from framejit.backends.aliasing import alias_mutated_inputs
 from framejit.backends.layout import output_layouts, restore as restore_layouts
 from framejit.backends.state import switches_grad_on
 
+from ...grad_mode import grad_mode
 from . import codegen, probe_relations, size_exprs
 from .literal_fits import (NotGeneric, _SkeletonDiffers, _generic_source, _has_fraction,
                            _same_skeleton, _split, _with_params)
@@ -157,7 +158,7 @@ def _tensors(args, positions: frozenset) -> list:
 def _generate(gm, inputs: list, device: torch.device, opts: dict, configs: dict | None, ints: frozenset):
     """compile_graph's pipeline up to the module source (no loading); `configs` forces launch configs;
     the ints at positions `ints` are fixed into the graph (their values reach the source as literals)."""
-    with torch.no_grad():
+    with grad_mode(False):
         aten_gm = to_aten(_IntsBaked(gm, inputs, ints) if ints else gm, _tensors(inputs, ints))
     alias_mutated_inputs(aten_gm)
     graph, fallbacks = lower(aten_gm)
@@ -430,7 +431,7 @@ def _graph_takes(gm, inputs: list) -> bool:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     try:
-        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
+        with grad_mode(False), FakeTensorMode(allow_non_fake_inputs=True):
             gm.forward(*inputs)
     except Exception:  # noqa: BLE001 - eager raises for these sizes too
         return False
@@ -443,7 +444,7 @@ def _size_expressions(gm, sym: symbolic.SymbolicInputs, example_inputs: list) ->
     graphs = [(gm.graph, sym._mapping)]
     try:
         fresh = symbolic.SymbolicInputs(gm, example_inputs, strided=True)
-        with torch.no_grad():
+        with grad_mode(False):
             aten_gm = to_aten(_IntsBaked(gm, fresh.fake_inputs, fresh.symbolic_ints) if fresh.symbolic_ints else gm,
                               _tensors(fresh.fake_inputs, fresh.symbolic_ints))
         to_frontend = {backend: frontend for frontend, backend in fresh._mapping.items()}

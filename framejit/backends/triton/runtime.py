@@ -116,7 +116,7 @@ def _restrided(args, expected: list) -> list | None:
 def needs_autograd(args, params_require_grad: bool, grad_inside: bool = False) -> bool:
     """Autograd would record the call: grad mode is on (at the call, or switched on inside the graph:
     backends/state.py) and an input or weight requires grad."""
-    if not (torch.is_grad_enabled() or grad_inside):
+    if not (torch._C.is_grad_enabled() or grad_inside):
         return False
     return params_require_grad or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 

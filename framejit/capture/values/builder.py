@@ -769,8 +769,11 @@ def _is_torch_callable(obj: Any) -> bool:
 # graph calling it called torch.sum on the whole batch (a scalar where eager gives one sum per row), and
 # `torch.vmap(torch.Tensor.acos_)` gave `torch._functorch.apis.acos_`, which does not exist (AttributeError
 # at the call). Such a wrapper is a graph op only when that name is the function itself (a torch function
-# decorated in its own module); else it is inlined like user code.
+# decorated in its own module, whose code is torch's); else it is inlined like user code. A user's wrapper installed
+# under the name (`torch.is_grad_enabled = wraps(orig)(f)`) ran only at trace time and in a guard (hsound7 g3.py).
 def _named_as_itself(fn: types.FunctionType) -> bool:
+    if not fn.__code__.co_filename.startswith(torch.__path__[0] + "/"):
+        return False
     try:
         name = torch.fx.node._get_qualified_name(fn)
     except Exception:  # a lambda without source
