@@ -101,6 +101,17 @@ def torch_internals(fn: Any) -> bool:
         _TORCH_LIBRARIES)
 
 
+# NOTE [Traceback formatting at breaks]: `traceback.format_exc()` (and the module's other functions) holds no
+# tensor op; traced, it breaks deep inside (`id(exc_value)` of the exception being formatted, `sys.exc_info()`)
+# and, at each break, the callee there went through a frame hook of its own: 6 frames traced on the first call
+# where stock traces 1 (/tmp/hsound6/rc4.py fmt_exc). A callee of the traceback module is called directly at a
+# break, as a builtin would be (eager's code, so nothing it reads needs a guard).
+def traceback_module(fn: Any) -> bool:
+    import traceback
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename == traceback.__file__
+
+
 # NOTE [Callees that read their caller's frame]: `sys._getframe(1)` / `inspect.currentframe().f_back` in a
 # callee at a break names the frame that called it; through a frame hook that is framejit's hook.py frame
 # (its locals are `args`/`kwargs`, its name `__call__`), where eager gives the user's frame. A callee whose

@@ -53,7 +53,7 @@ from .codegen_runtime import delete_cell, new_cell
 from .normalize import Inst, jump_targets, normalize
 from .caller_frames import log, logging_call
 from .break_callees import (shared_cells, closure_from_outside, hookable, makes_generator, modelled,
-                            names_its_caller, torch_internals)
+                            names_its_caller, torch_internals, traceback_module)
 from .inherited_symbols import inherit_symbols
 from .break_sites import _CONDITIONAL, _LOADS, _OR_POP, _SIMPLE, BreakSite
 from .resume import ITERATOR_KINDS, STACK_PREFIX, leading_first, origin
@@ -405,7 +405,8 @@ class BreakCodegen:
             return log, callee  # NOTE [Logging past the hook]
         if isinstance(function, UserFunctionValue) and (names_its_caller(function.fn) or modelled(function.fn)
                                                          or makes_generator(function.fn)
-                                                         or torch_internals(function.fn)):
+                                                         or torch_internals(function.fn)
+                                                         or traceback_module(function.fn)):
             return None
         if python_loops.comprehension_function(callee):  # NOTE [Comprehensions called at breaks]
             return self.hooks.comprehension_call(), callee

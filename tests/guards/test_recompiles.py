@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import traceback
 
 import pytest
 import torch
@@ -243,3 +244,25 @@ def test_a_symbolic_int_method_is_specialised_only_when_called():
     for k in range(3):
         n, m = 2 ** k + 1000, (2 ** k + 1000 if k % 2 else 7)
         assert_same(compiled(torch.ones(2), n, m), _int_methods_compared(torch.ones(2), n, m))
+
+
+def _formats_the_exception(x):
+    s = traceback.format_exc()
+    return x + 1, s.splitlines()[-1]
+
+
+def test_traceback_formatting_runs_as_a_whole_at_the_break():
+    # NOTE [Traceback formatting at breaks] (capture/break_callees.py): format_exc broke deep inside and each callee
+    # at a break went through a frame hook of its own: 6 frames traced on the first call (stock 1)
+    compiled = framejit.compile(_formats_the_exception, backend="eager")
+    traced = []
+    for i in range(4):
+        before = framejit.stats()["frames_traced"]
+        try:
+            if i in (1, 2):
+                raise KeyError("k")
+            assert_same(compiled(torch.ones(2) * i), _formats_the_exception(torch.ones(2) * i))
+        except KeyError:
+            assert_same(compiled(torch.ones(2) * i), _formats_the_exception(torch.ones(2) * i))
+        traced.append(framejit.stats()["frames_traced"] - before)
+    assert traced[0] <= 2, traced  # then a string read after the break is specialised per value, as in stock
