@@ -17,7 +17,7 @@ inputs nor draws random numbers (the frontend keeps a check only then, and break
 a rerun repeats nothing; the rest of a graph whose check fails may compute garbage or fail itself (the
 rerun raises the user's own error either way).
 Entry checks (NOTE [Entry checks] in capture/entry_checks.py: a message starting with ENTRY_CHECK, the
-condition one op on the graph's inputs, placed before every other op) must fail before the graph writes
+condition one op on the graph's inputs, or a few ops on their sizes, placed before every other op) must fail before the graph writes
 anything, also in the lowered program: `entry_checks` is a small graph of those conditions alone, run as
 torch ops on the call's inputs before the compiled callable (a few microseconds per call), and the checks
 are not outputs of the lowered graph.
@@ -48,17 +48,30 @@ def entry_checks(gm: torch.fx.GraphModule) -> Callable | None:
               and _is_entry_check(node)]
     if not checks:
         return None
-    position = {node: k for k, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
-    conditions = [(check.args[0], check.args[1:]) for check in checks]
-    ops = [(node.op, node.target, node.args, node.kwargs, message) for node, message in conditions]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    steps = [(_condition_steps(gm.graph, check.args[0]), check.args[0], check.args[1:]) for check in checks]
 
     def run(*args: Any) -> None:
-        for op, target, node_args, node_kwargs, message in ops:
-            values, kwargs = torch.fx.node.map_arg((node_args, node_kwargs), lambda n: args[position[n]])
-            condition = getattr(values[0], target)(*values[1:], **kwargs) if op == "call_method" else \
-                target(*values, **kwargs)
-            _CHECK(condition, *message)
+        env = dict(zip(placeholders, args))
+        for nodes, condition, message in steps:
+            for node in nodes:
+                values, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+                env[node] = getattr(values[0], node.target)(*values[1:], **kwargs) if node.op == "call_method" \
+                    else node.target(*values, **kwargs)
+            _CHECK(env[condition], *message)
     return run
+
+
+def _condition_steps(graph: torch.fx.Graph, condition: torch.fx.Node) -> list:
+    """The nodes computing an entry check's condition from the inputs, in graph order: one op, or the few a
+    truth over symbolic sizes copies to the graph's start (NOTE [Truths over symbolic sizes])."""
+    needed, stack = set(), [condition]
+    while stack:
+        node = stack.pop()
+        if node not in needed and node.op != "placeholder":
+            needed.add(node)
+            stack.extend(node.all_input_nodes)
+    return [node for node in graph.nodes if node in needed]
 
 
 def checks_as_outputs(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[tuple], bool]:

@@ -1,4 +1,5 @@
-"""The truth of a tensor the graph computes from constants only: evaluated while tracing, not a graph break.
+"""The truth of a tensor the graph computes from constants and sizes only: evaluated while tracing, not a
+graph break.
 
 NOTE [Tensors made from constants]: torch.nn's Transformer code asks `bool((mask == causal).all())`
 (`_detect_is_causal_mask`, reached by TransformerEncoder/TransformerDecoder/Transformer with a mask and no
@@ -8,14 +9,15 @@ comparison mask is `torch.triu(torch.full((n, n), -inf), 1)`. Fake tensors carry
 data-dependent graph break inside three nested frames: 5 graphs where eager has one path (stock torch.compile
 makes 2 by running the whole torch.nn module eagerly).
 
-When every node the tensor depends on is a deterministic torch op whose arguments are Python constants (no
-graph input, no symbolic size, nothing random or uninitialised such as `empty`), its data is a function of
-those constants alone, which the graph itself already bakes in (static sizes are guarded with the inputs'
-shapes; constants of the code by the code). So the trace runs those nodes, in graph order, on real tensors,
-and takes the truth of the result: exact, and the same for every call the entry's guards admit.
+When every node the tensor depends on is a deterministic torch op whose arguments are Python constants or
+sizes of tensors (no tensor data of a graph input, nothing random or uninitialised such as `empty`), its
+data is a function of those constants and sizes alone, which the graph itself already bakes in (static
+sizes are guarded with the inputs' shapes; constants of the code by the code). So the trace runs those
+nodes, in graph order, on real tensors, and takes the truth of the result: exact, and the same for every
+call the entry's guards admit. A symbolic size is one more condition: NOTE [Truths over symbolic sizes].
 
 The evaluation is refused (the break stays) when:
-- any dependency is a graph input, a symbolic size, a submodule call, or a node outside torch's own ops;
+- any dependency reads a graph input's data, is a submodule call, or is a node outside torch's own ops;
 - an op outside that set (one that reads an input) takes one of the evaluated tensors and may write it
   (in-place methods, `out=`, setitem) or a view of it: the evaluated data would then not be what the graph
   computes;
@@ -76,33 +78,48 @@ def _torch_op(node: torch.fx.Node) -> bool:
     return not draws_random(node.target, node.args, node.kwargs)
 
 
+def _size_value(val: Any) -> bool:
+    """An int, a size, or a tuple of them, with no symbol read from tensor data."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    items = val if isinstance(val, (tuple, list)) else (val,)
+    return bool(items) and all(isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool) for v in items) and \
+        not free_unbacked_symbols(val)
+
+
+def _size_node(node: torch.fx.Node) -> bool:
+    """A size of a graph input (or arithmetic on sizes): NOTE [Truths over symbolic sizes]."""
+    return node.op in ("call_function", "call_method") and not node.meta.get("effect") and \
+        _size_value(node.meta.get("val"))
+
+
 def _dependencies(node: torch.fx.Node) -> set | None:
-    """`node` and every node it depends on, or None when one is not a torch op on constants."""
+    """`node` and every node it depends on, or None when one is not a torch op on constants or sizes. A size
+    read from a tensor's metadata is a leaf: what it was read from is not evaluated."""
     seen: set = set()
     stack = [node]
     while stack:
         n = stack.pop()
         if n in seen:
             continue
-        if not _torch_op(n) or len(seen) >= _MAX_NODES:
+        size = _size_node(n)
+        if not (size or _torch_op(n)) or len(seen) >= _MAX_NODES:
             return None
         seen.add(n)
-        stack.extend(n.all_input_nodes)
+        stack.extend(i for i in n.all_input_nodes if not size or _size_node(i))
     return seen
 
 
 def _elements(node: torch.fx.Node) -> int:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        numel = val.numel()
-        return numel if isinstance(numel, int) else _MAX_ELEMENTS + 1
+        return _hint(val.numel())
     return 0
 
 
 def _closed(graph: torch.fx.Graph, deps: set, last: torch.fx.Node) -> list | None:
     """The nodes to evaluate, in graph order up to `last`: `deps` and the writes to them (or to views of
     them) made by other torch ops on constants; None when another node may write one."""
-    needed, touched = set(deps), set(deps)
+    needed, touched = set(deps), {n for n in deps if not _size_node(n)}
     for n in graph.nodes:
         if n is last:
             return [m for m in graph.nodes if m in needed]  # all of them come before `last` or are `last`
@@ -117,7 +134,16 @@ def _closed(graph: torch.fx.Graph, deps: set, last: torch.fx.Node) -> list | Non
     return None
 
 
+def _hint(val: Any) -> Any:
+    from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw
+    if isinstance(val, (tuple, list)):
+        return type(val)(_hint(v) for v in val) if not isinstance(val, torch.Size) else torch.Size(_hint(list(val)))
+    return guarding_hint_or_throw(val) if isinstance(val, torch.SymInt) else val
+
+
 def _run(node: torch.fx.Node, env: dict) -> Any:
+    if _size_node(node):
+        return _hint(node.meta["val"])  # the size of this call (a check at the graph's start holds it for others)
     args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: env[n])
     if node.op == "call_method":
         return getattr(args[0], node.target)(*args[1:], **kwargs)
@@ -140,6 +166,66 @@ def _evaluate(out, order: list) -> Any:
     return env[order[-1]]
 
 
+def _symbolic(order: list) -> bool:
+    vals = [n.meta["val"] for n in order if _size_node(n)]
+    return any(isinstance(v, torch.SymInt) for val in vals for v in (val if isinstance(val, (tuple, list)) else (val,)))
+
+
+# NOTE [Truths over symbolic sizes]: with a symbolic size (a dimension that changed between calls, NOTE
+# [Automatic dynamic]), the tensor's data is a function of the graph's input sizes, known here only for this
+# call's sizes. The truth is evaluated for them, and the graph checks it for every call: its nodes are
+# copied to the graph's start and an entry check (NOTE [Entry checks]) asserts the same truth there, so a
+# call whose sizes give the other answer reruns eagerly (exactly, before any of the graph's effects) instead of
+# taking the traced path; the copies cost what eager pays on every call (it makes the same masks). A size read
+# from a tensor made in the graph is read at the start from an input dimension with the same symbol; when
+# there is none, the truth stays a break. torch.nn's causal-mask detection gives one answer for every size a
+# symbolic entry admits (sizes 0 and 1 get entries of their own).
+def _input_size(graph: torch.fx.Graph, size: Any, make: bool = True) -> Any:
+    """A node reading `size` (an int, a SymInt that is one dimension of a graph input, or a tuple of them) from
+    the graph's inputs, made at the insertion point when `make`; None when there is none."""
+    if isinstance(size, int):
+        return size
+    if isinstance(size, (tuple, list)):  # a whole `t.size()`: one node per dimension
+        parts = [_input_size(graph, d, make) for d in size]
+        return None if any(p is None for p in parts) else tuple(parts)
+    for ph in (n for n in graph.nodes if n.op == "placeholder"):
+        val = ph.meta.get("val")
+        for dim, d in enumerate(val.shape if isinstance(val, torch.Tensor) else ()):
+            if isinstance(d, torch.SymInt) and d.node.expr == size.node.expr:
+                if not make:
+                    return True
+                node = graph.call_function(torch.ops.aten.sym_size.int, (ph, dim))
+                node.meta["val"] = d
+                return node
+    return None
+
+
+def _check_at_entry(out, order: list, value, answer: bool) -> bool:
+    """NOTE [Truths over symbolic sizes]; False (nothing recorded) when a size is not one of an input's."""
+    from .entry_checks import ENTRY_CHECK
+    graph = out.graph
+    bases = [n for n in order if _size_node(n) and any(not _size_node(i) and i.op != "placeholder"
+                                                       for i in n.all_input_nodes)]  # sizes of tensors made in the graph
+    if any(_input_size(graph, n.meta["val"], make=False) is None for n in bases):
+        return False
+    first = next(n for n in graph.nodes if n.op != "placeholder")
+    copies: dict = {}
+    with graph.inserting_before(first):
+        for n in bases:
+            copies[n] = _input_size(graph, n.meta["val"])
+        for n in order:
+            if n not in copies:
+                copies[n] = graph.node_copy(n, lambda m: copies.get(m, m))
+    cond = value if answer else out.call("call_function", torch.logical_not, (value,), {})
+    if cond is not value:
+        cond.node.replace_input_with(value.node, copies[value.node])
+        first.prepend(cond.node)
+    check = out.record_effect(torch._assert_async, (copies.get(cond.node, cond.node),
+                                                    f"{ENTRY_CHECK}a truth of sizes changed; the call reruns eagerly"))
+    first.prepend(check)
+    return True
+
+
 def folded_truth(out, value) -> bool | None:
     """`bool(value)` for a tensor computed from constants only (NOTE [Tensors made from constants]); None
     when its data depends on anything else."""
@@ -157,4 +243,7 @@ def folded_truth(out, value) -> bool | None:
         return None
     if not isinstance(result, torch.Tensor) or result.numel() != 1:
         return None
-    return bool(result)
+    answer = bool(result)
+    if _symbolic(order) and not _check_at_entry(out, order, value, answer):  # NOTE [Truths over symbolic sizes]
+        return None
+    return answer

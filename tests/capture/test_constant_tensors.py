@@ -16,12 +16,16 @@ def test_torch_nn_causal_mask_detection_is_not_a_break():
         bool_mask = F._canonical_mask(mask=torch.zeros(n, n, dtype=torch.bool), mask_name="mask", other_type=None,
                                       other_name="", target_type=x.dtype, check_other=False)
         causal = nn.Transformer.generate_square_subsequent_mask(n)
-        masks = (causal, bool_mask, causal[:, :n - 1], torch.zeros(2, n, n).masked_fill(causal.bool(), -1e9))
-        return [x * 2 if _detect_is_causal_mask(m, None, n) else x * 3 for m in masks]
+        masks = (causal, bool_mask, causal[:, :n - 1], torch.zeros(n, n).masked_fill(causal.bool(), float("-inf")))
+        short = x + 1 if (torch.arange(n) < 6).all() else x - 1  # False from length 7 on
+        return [x * 2 if _detect_is_causal_mask(m, None, n) else x * 3 for m in masks], short
 
     with logged_breaks() as breaks:
-        backend = run_differential(f, lambda seed: (torch.randn(2, 5 + seed, 8),), seeds=(0, 0), fullgraph=False)
-    assert backend.graph_count == 1 and breaks == []  # before: a break at the first mask
+        # length 7: the symbolic graph (traced at 6) checks `short` at its start, that fails, the call reruns eagerly
+        backend = run_differential(f, lambda length: (torch.randn(2, length, 8),), seeds=(5, 5, 6, 7), fullgraph=False)
+    # one recompile, with the length symbolic: NOTE [Truths over symbolic sizes]; before: a break at the first mask
+    assert backend.graph_count == 2 and breaks == []
+    assert sum(n.target is torch._assert_async for n in backend.graphs[1].graph.nodes) == 4
 
 
 def _filled(x):
