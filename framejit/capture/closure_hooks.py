@@ -140,6 +140,8 @@ def closure_hook(hooks, fn: types.FunctionType):
            tuple((k, id(v)) for k, v in (fn.__kwdefaults__ or {}).items()))
     hook = hooks.by_key.get(key)
     if hook is None:
+        if (fn.__defaults__ or fn.__kwdefaults__) and objects_exceeded(hooks, fn):
+            return None  # NOTE [Functions made per call with their own defaults]: plain Python (for_object)
         hook = hooks.by_key[key] = ClosureHook(fn, hooks.request, per_object)
     return functools.partial(hook.call, fn)
 
@@ -153,7 +155,10 @@ __all__ = ["ClosureHook", "closure_hook", "objects_exceeded"]
 # (Hooks._same_code_hook), traced once and never hit again: one compile per call for ever, every object kept
 # alive by the hook table. As for closures called at breaks (NOTE [Closures called at breaks] in hook.py), a
 # code gets at most OBJECTS_PER_CODE hooks of its own objects; past that its new objects run as plain Python
-# (the `recompiles` log says so once).
+# (the `recompiles` log says so once). The same for closures with defaults of their own (`lambda i=i: x[i] * i`
+# over range(x.size(0))): the shared hook of NOTE [Closures made per call share a hook through their cells] is
+# keyed by its defaults' ids, so each new default value made a new shared hook, traced again for good (graphs
+# grew by about two per call over growing lengths); a new such hook counts as one object of its code.
 def objects_exceeded(hooks, fn: types.FunctionType) -> bool:
     """True when `fn` would be a hook of its own past OBJECTS_PER_CODE for its code; else counts it."""
     counts, code = hooks.objects_per_code, fn.__code__

@@ -328,3 +328,33 @@ def test_a_list_grown_by_a_breaking_loop_to_a_fixed_length_keeps_its_comprehensi
         counts.append(backend.graph_count)
     assert eager_frames() == before
     assert counts[0] == 1 and counts[-1] == counts[1] == 2, counts  # `x * i` captured; one recompile for the size
+
+
+def _closures_with_defaults_over_a_symbolic_range(x):
+    fs = []
+    for i in range(x.size(0)):
+        fs.append(lambda i=i: x[i] * i)  # a closure over x with a default of its own
+        print("made", i)
+    out = []
+    for f in fs:  # a loop over a list of changing length: runs as Python, its calls routed through hooks
+        out.append(f())
+    return out
+
+
+def test_closures_with_defaults_of_their_own_get_a_bounded_number_of_hooks(capsys, monkeypatch):
+    """NOTE [Functions made per call with their own defaults] (closure_hooks.py): the closures' shared hook is
+    keyed by the ids of their defaults, so every new `i` made a new hook, traced anew: graphs grew with every
+    longer input, for good. A code now gets at most OBJECTS_PER_CODE such hooks; later objects run as plain
+    Python (2 here, to keep the test short)."""
+    from framejit.capture.hook import Hooks
+    monkeypatch.setattr(Hooks, "OBJECTS_PER_CODE", 2)
+    backend = CountingBackend()
+    fn = _closures_with_defaults_over_a_symbolic_range
+    compiled = framejit.compile(fn, backend=backend)
+    before, counts = eager_frames(), []
+    for n in range(2, 8):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(compiled(x), fn(x))
+        counts.append(backend.graph_count)
+    assert eager_frames() == before
+    assert counts[-1] == counts[-3], counts  # no new graph for the longest inputs
