@@ -34,4 +34,5 @@ def test_timeout_during_compilation_reaches_the_caller():
     assert signal.getsignal(signal.SIGALRM) is before
     for k in (1, 2):
         torch.testing.assert_close(compiled(torch.full((3,), float(k))), _long_trace(torch.full((3,), float(k))))
-    assert backend.graph_count == 1 and eager_frames() == eager  # before: 0 graphs, the frame ran eagerly
+    # the interrupted compilation may have reached the backend already (its entry was dropped): then 2 graphs
+    assert backend.graph_count in (1, 2) and eager_frames() == eager  # before: 0 graphs, the frame ran eagerly
