@@ -17,15 +17,26 @@ def test_torch_nn_causal_mask_detection_is_not_a_break():
                                       other_name="", target_type=x.dtype, check_other=False)
         causal = nn.Transformer.generate_square_subsequent_mask(n)
         masks = (causal, bool_mask, causal[:, :n - 1], torch.zeros(n, n).masked_fill(causal.bool(), float("-inf")))
-        short = x + 1 if (torch.arange(n) < 6).all() else x - 1  # False from length 7 on
-        return [x * 2 if _detect_is_causal_mask(m, None, n) else x * 3 for m in masks], short
+        return [x * 2 if _detect_is_causal_mask(m, None, n) else x * 3 for m in masks]
 
     with logged_breaks() as breaks:
-        # length 7: the symbolic graph (traced at 6) checks `short` at its start, that fails, the call reruns eagerly
-        backend = run_differential(f, lambda length: (torch.randn(2, length, 8),), seeds=(5, 5, 6, 7), fullgraph=False)
-    # one recompile, with the length symbolic: NOTE [Truths over symbolic sizes]; before: a break at the first mask
+        backend = run_differential(f, lambda seed: (torch.randn(2, 5, 8),), seeds=(0, 1), fullgraph=False)
+    assert backend.graph_count == 1 and breaks == []  # before: a break at the first mask
+
+
+def test_truths_over_symbolic_sizes_are_checked_at_the_graph_start():
+    def f(x):
+        n = x.size(0)
+        causal = x * 2 if _detect_is_causal_mask(nn.Transformer.generate_square_subsequent_mask(n), None, n) else x
+        return causal + 1 if (torch.arange(n) < 6).all() else causal - 1  # False from length 7 on
+
+    with logged_breaks() as breaks:
+        # length 7: the symbolic graph (traced at 6) checks the second truth at its start, that fails, the call
+        # reruns eagerly
+        backend = run_differential(f, lambda length: (torch.randn(length),), seeds=(5, 6, 7), fullgraph=False)
+    # one recompile, with the length symbolic: NOTE [Truths over symbolic sizes]; before: breaks at that call
     assert backend.graph_count == 2 and breaks == []
-    assert sum(n.target is torch._assert_async for n in backend.graphs[1].graph.nodes) == 4
+    assert sum(n.target is torch._assert_async for n in backend.graphs[1].graph.nodes) == 2
 
 
 def _filled(x):
