@@ -91,22 +91,90 @@ def needs_autograd(args, weights_require_grad: bool, grad_inside: bool = False) 
 
 
 def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | None = None, written: tuple = (),
-               **kwargs):
+               eager_saved: frozenset | None = None, **kwargs):
     from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
     _save_random_values(joint_module)  # NOTE [Random values are saved, never recomputed]
-    try:
-        with torch._functorch.config.patch(**(config or {})):
-            forward, backward = min_cut_rematerialization_partition(joint_module, joint_inputs,
-                                                                    num_fwd_outputs=num_fwd_outputs, **kwargs)
-    except Exception as exc:  # NOTE [Partition]
-        logs.log("output_code", "joint: min-cut partition failed (%s: %s); saving every value the backward "
-                 "reads", type(exc).__name__, exc)
-        forward, backward = default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+    for attempt in range(_REPARTITIONS + 1):
+        try:
+            with torch._functorch.config.patch(**(config or {})):
+                forward, backward = min_cut_rematerialization_partition(joint_module, joint_inputs,
+                                                                        num_fwd_outputs=num_fwd_outputs, **kwargs)
+        except Exception as exc:  # NOTE [Partition]
+            logs.log("output_code", "joint: min-cut partition failed (%s: %s); saving every value the backward "
+                     "reads", type(exc).__name__, exc)
+            forward, backward = default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                                                  **kwargs)
+            break
+        if eager_saved is None or attempt == _REPARTITIONS or \
+                not _save_instead_of_inputs(joint_module, forward, backward, num_fwd_outputs, eager_saved):
+            break  # NOTE [Inputs eager does not save stay unsaved]
     fold_identity_views(forward, first=num_fwd_outputs)  # NOTE [Identity views between the halves]
     fold_identity_views(backward)
     _save_clones_of_written_inputs(forward, num_fwd_outputs, written)
     return forward, backward
+
+
+# NOTE [Inputs eager does not save stay unsaved]
+# The min-cut partitioner may save an input to recompute a pointwise op from it in the backward instead of
+# saving the op's result (onnxrt's NOTE [Recomputation for ORT programs] does so aggressively): for
+# `(x * w).tanh().sum()` it saved x and the weight w and recomputed tanh, where eager's autograd saves x and
+# tanh's result. Autograd checks the version of every saved tensor, so a write of w between the forward and
+# the backward (`with torch.no_grad(): w.mul_(0.9)`: an EMA, weight clipping, an optimizer stepped early)
+# made the backward raise "modified by an inplace operation" where eager trains. The fake run of NOTE
+# [In-place changes of joint outputs] records which inputs eager's autograd saves (`eager_saved`, by
+# storage, in AOT autograd's order). Where the partition saves any other input (or a view of one, which
+# shares its version counter), the forward ops the backward recomputes from it are marked MUST_SAVE and the
+# joint is partitioned again (at most _REPARTITIONS times): their results are saved instead, which nobody
+# outside the graph can write. Inputs eager saves are left as they are, so eager's errors stay.
+_REPARTITIONS = 3
+
+
+def _save_instead_of_inputs(joint_module, forward, backward, num_fwd_outputs: int, eager_saved) -> int:
+    """Marks MUST_SAVE the forward ops of `joint_module` the backward recomputes from saved inputs eager does
+    not save; how many (NOTE [Inputs eager does not save stay unsaved])."""
+    from torch.utils.checkpoint import CheckpointPolicy
+    from .aliasing import is_view
+
+    unsaved = [node.name for node in forward.graph.output_node().args[0][num_fwd_outputs:]
+               if _input_index(node, is_view) not in (None, *eager_saved)]
+    if not unsaved:
+        return 0
+    joint_nodes, after_tangents = {}, set()
+    for node in joint_module.graph.nodes:
+        joint_nodes[node.name] = node
+        if (node.op == "placeholder" and node.name.startswith("tangents")) or \
+                any(a in after_tangents for a in node.all_input_nodes):
+            after_tangents.add(node)
+    stack = [n for n in backward.graph.find_nodes(op="placeholder") if n.name in unsaved]
+    marked, seen = 0, set(stack)
+    while stack:
+        for user in stack.pop().users:
+            if user in seen:
+                continue
+            seen.add(user)
+            if is_view(user) and user.target is not operator.getitem:
+                stack.append(user)  # a view of the input has its version counter: save its users
+                continue
+            target = joint_nodes.get(user.name)
+            if target is not None and target.op == "call_function" and target not in after_tangents and \
+                    target.meta.get("recompute") != CheckpointPolicy.MUST_SAVE:
+                target.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+                marked += 1
+    if marked:
+        logs.log("output_code", "joint: the partition saved %s, which eager does not save; %d ops they were read "
+                 "by are saved instead (NOTE [Inputs eager does not save stay unsaved])", unsaved, marked)
+    return marked
+
+
+def _input_index(node, is_view) -> int | None:
+    """The joint input a saved value is (or is a view of): its position, or None."""
+    while isinstance(node, torch.fx.Node) and is_view(node) and node.target is not operator.getitem:
+        node = node.args[0]
+    if not isinstance(node, torch.fx.Node) or node.op != "placeholder" or not node.name.startswith("primals_"):
+        return None
+    number = node.name[len("primals_"):]
+    return int(number) - 1 if number.isdigit() else None
 
 
 # NOTE [Inputs written in place are saved as their clone]
@@ -416,7 +484,7 @@ class JointGraph:
             from .foreach import expand_foreach  # NOTE [Foreach expansion]: before AOT autograd traces them whole
             flat_gm, rebuild = _flat_outputs(self.gm)
             flat_gm = expand_foreach(flat_gm)
-            checks = _output_checks(flat_gm, args, self.backend_name)  # NOTE [In-place changes of joint outputs]
+            checks, eager_saved = _output_checks(flat_gm, args, self.backend_name)  # NOTE [In-place changes ...]
             order = _accumulation_order(flat_gm, args)  # NOTE [Leaf gradients in eager's order]
             loaded, key = self._load(flat_gm, args)
             if loaded is not None:
@@ -437,7 +505,8 @@ class JointGraph:
                     torch._functorch.config.patch(donated_buffer=False), partition_sees_mutations():
                 joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder, made),
                                               bw_compiler=self._compiler("backward", recorder, made),
-                                              partition_fn=functools.partial(_partition, config=self.partition_config),
+                                              partition_fn=functools.partial(_partition, config=self.partition_config,
+                                                                           eager_saved=eager_saved),
                                               decompositions=self.decompositions,
                                               keep_inference_input_mutations=keeps_input_mutations(flat_gm))
             STATS["traced"] += 1
@@ -532,15 +601,16 @@ def _runtime_flags() -> tuple[bool, bool]:
     return bool(utils.saved_tensors_hooks_are_inlineable(hooks)), bool(torch._C._is_any_autocast_enabled())
 
 
-def _output_checks(flat_gm: torch.fx.GraphModule, args: list, backend_name: str):
-    """joint_outputs.output_checks, or None (logged) where the fake run fails: NOTE [In-place changes of joint outputs]."""
-    from .joint_outputs import output_checks
+def _output_checks(flat_gm: torch.fx.GraphModule, args: list, backend_name: str) -> tuple:
+    """joint_outputs.examine: (output checks, inputs eager saves), or (None, None) (logged) where the fake run
+    fails: NOTE [In-place changes of joint outputs], NOTE [Inputs eager does not save stay unsaved]."""
+    from .joint_outputs import examine
     try:
-        return output_checks(flat_gm, args)
+        return examine(flat_gm, args)
     except Exception as exc:
         logs.log("output_code", "joint (%s): outputs not checked for in-place changes (%s: %s)", backend_name,
                  type(exc).__name__, exc)
-        return None
+        return None, None
 
 
 def _accumulation_order(flat_gm: torch.fx.GraphModule, args: list) -> tuple:

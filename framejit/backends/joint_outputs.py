@@ -285,6 +285,12 @@ def _joint_node(outs):
 
 def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | None:
     """Run `flat_gm` on fake copies of `args` and its weights with autograd on and classify its outputs."""
+    return examine(flat_gm, args)[0]
+
+
+def examine(flat_gm: torch.fx.GraphModule, args: list) -> tuple:
+    """(output_checks' result, the positions of the inputs whose storage eager's autograd saves, in AOT
+    autograd's order: weights, then `args`; NOTE [Inputs eager does not save stay unsaved] in joint.py)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.multiprocessing.reductions import StorageWeakRef
 
@@ -330,12 +336,14 @@ def output_checks(flat_gm: torch.fx.GraphModule, args: list) -> OutputChecks | N
                     reached_from.append((k, sources))
         multiple_views, no_grad_views = _view_kinds(outs, inputs, storage)  # after the walk (rebases history)
         written_saved = _written_and_saved(written, differentiable, reach, storage, described)
+        eager_saved = frozenset(k for k, t in enumerate([*fake_state.values(), *fake_args])
+                                if isinstance(t, torch.Tensor) and storage(t) in saved)
     if not (kept or multiple_views or no_grad_views or reached_from or written_saved):
-        return None
+        return None, eager_saved
     checked = [*kept, *(k for k, _ in reached_from)]
     return OutputChecks(tuple(kept), tuple(multiple_views), tuple(no_grad_views), tuple(reached_from),
                         {k: described[storage(outs[k])][1:] for k in checked if storage(outs[k]) in described},
-                        written_saved)
+                        written_saved), eager_saved
 
 
 def _view_kinds(outs: list, inputs: set, storage) -> tuple:
