@@ -649,12 +649,12 @@ def hook_calls_after_loop(items: list, for_iter_pos: int, last: Any, route: Any)
         _rewrite_call(items, next(k for k, item in enumerate(items) if item is call), lo, route)
 
 
-def route_calls(items: list, route: Any, unpacking: bool = False) -> None:
-    """Route the callable of every call in `items` through `route(callable)` where it can be traced back
-    (NOTE [Caller-naming calls in tail functions] in caller_frames.py); with `unpacking`, the calls with
-    `*args`/`**kwargs` (CALL_FUNCTION_EX) too (NOTE [Callees of frames run eagerly] in routed_eager.py)."""
+def route_calls(items: list, route: Any, unpacking: bool = False, calls: list | None = None) -> None:
+    """Route the callable of every call in `items` (or of those listed in `calls`) through `route(callable)` where
+    it can be traced back (NOTE [Caller-naming calls in tail functions] in caller_frames.py); with `unpacking`, the
+    calls with `*args`/`**kwargs` (CALL_FUNCTION_EX) too (NOTE [Callees of frames run eagerly] in routed_eager.py)."""
     names = ("CALL", "CALL_KW", "CALL_FUNCTION_EX") if unpacking else ("CALL", "CALL_KW")
-    calls = [item for item in items if isinstance(item, Instr) and item.name in names]
+    calls = [item for item in items if isinstance(item, Instr) and item.name in names] if calls is None else calls
     for call in reversed(calls):
         position = next(k for k, item in enumerate(items) if item is call)
         _rewrite_call(items, position, -1, route)

@@ -359,13 +359,16 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
     if after_block:  # NOTE [Loops run as Python at the end of a with-block]: after the block's exit
         last_at = insts[python_loops.loop_exit(insts[loop_index], insts) - 1].position
         last = items[last_at + (last_at >= label_at)]  # found before the calls' rewrite moves positions
+    elif called:
+        last = items[position]
+    outside = _calls_outside(items, items[min(position, label_at)], items[position].arg if last is None else last)
+    if after_block:
         python_loops.hook_calls_after_loop(items, position, last, helper)
         if called:  # NOTE [Comprehensions ending a with-block]
             python_loops.route_comprehension_calls(items, label_at, helper)
         else:
             python_loops.hook_loop_calls(items, position, helper)
     elif called:
-        last = items[position]
         python_loops.route_comprehension_calls(items, label_at, helper)  # NOTE [Comprehension bodies routed]
     else:
         python_loops.hook_loop_calls(items, position, helper)
@@ -386,7 +389,26 @@ def _loop_trampoline(items: list, label_at: int, python_loop: tuple, code: types
         raise ValueError("the code ends inside an exception region: no place for trampolines")
     out = entry + _trampoline_call(hook, after, live_locals, set(code.co_cellvars), cells, _safe_leading(code), hidden)
     _set_line(out, items[position].lineno if isinstance(items[position].lineno, int) else code.co_firstlineno)
+    python_loops.route_calls(items, helper, calls=outside)  # NOTE [Calls of a tail function outside its loop]
     return out
+
+
+# NOTE [Calls of a tail function outside its loop]: a tail function runs the loop, then the code up to its trampoline
+# (NOTE [Loops run as Python]); other code of the frame runs there only after an exception of the loop caught by a
+# try around it (NOTE [With-blocks inside a try body]: the except or finally body, then the rest of the frame), where
+# the loop left a local unbound (NOTE [Locals a loop run as Python may leave unbound]) or through an outer loop's
+# back edge. Its calls were plain: an nn.Module or a helper called in the except body or after the try was never
+# compiled, however often that path ran (review revL H1: /tmp/revL/h1_min.py, 50 ops run inside graphs over 10
+# calls where the parent, which unrolled the loop, had 190). They are routed too, as every call of a tail function
+# of another break is (NOTE [Caller-naming calls in tail functions] in caller_frames.py): the calls found before
+# the loop's own are rewritten (last: rewriting moves positions), so the helper calls those insert are not routed
+# again.
+def _calls_outside(items: list, first: Any, last: Any) -> list:
+    """The calls of `items` before the item `first` or after the item `last` (NOTE above)."""
+    lo = next(k for k, item in enumerate(items) if item is first)
+    hi = next(k for k, item in enumerate(items) if item is last)
+    return [item for k, item in enumerate(items)
+            if (k < lo or k > hi) and isinstance(item, Instr) and item.name in ("CALL", "CALL_KW")]
 
 
 def _after_exhausted(items: list, target: Label) -> Label:

@@ -646,6 +646,28 @@ def test_torch_state_blocks_inside_a_try_body_end_a_loop_run_as_python(fn):
     assert framejit.stats()["eager_frames"] == eager
 
 
+def _calls_after_a_raise_in_try(x):
+    out = (x * _W).sum(0)
+    try:
+        with torch.no_grad():
+            for i in range(x.size(0)):
+                if i == 2:
+                    raise KeyError(i)  # every size from 3: the except body runs in the tail function
+                out = out + x[i]
+    except KeyError as e:
+        out = _doubled(out) + e.args[0]  # routed: its own frame
+    return _TORCH_LAYERS(out), out.requires_grad  # after the try, reached from the except body: routed too
+
+
+def test_calls_on_the_exception_path_of_a_loop_in_a_try_are_captured_as_frames():
+    # NOTE [Calls of a tail function outside its loop] in resume.py: the except body and the code after the try ran
+    # in the tail function as plain Python, so `_doubled` and the layers were never compiled (review revL H1)
+    eager = framejit.stats()["eager_frames"]
+    traces = _run(_calls_after_a_raise_in_try, True, [3, 5, 4, 7, 6])
+    assert 1 <= traces["_doubled"] <= 2 and 1 <= traces["Sequential.forward"] <= 2, traces
+    assert framejit.stats()["eager_frames"] == eager
+
+
 def _summed_from_start(x):
     with torch.no_grad():
         total = sum((x[i] * i for i in range(x.size(0))), _doubled(x.new_ones(3)))  # start: after the generator
