@@ -28,7 +28,8 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
 from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
 from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
-from .getattribute import custom_getattribute, inline_getattribute, instance_dict
+from .getattribute import (custom_getattribute, guard_metaclass_getattribute, guard_tensor_getattribute,
+                           inline_getattribute, instance_dict)
 from .vmap_capture import check_grad_fact
 
 # Tensor attributes that are metadata: constant for a traced tensor (inputs are guarded on them).
@@ -362,6 +363,7 @@ def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
     (guarded as absent: NOTE [Lookup facts]). Tensors made inside the graph have no such attributes.
     Either way no class of the tensor's MRO has `name` (`torch.Tensor.name = f` after the first call)."""
     cls = t.python_type()
+    guard_tensor_getattribute(tx, cls)  # NOTE [Python attributes of tensors past a patched __getattribute__]
     lookup.guard_mro(tx.output, cls)
     lookup.guard_class_absent(tx.output, cls.__mro__, name)
     real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
@@ -564,6 +566,7 @@ def _lookup_class(cls: type, name: str) -> tuple[bool, Any]:
 
 def _class_attr(tx, obj: ClassValue, name: str) -> Value:
     cls = obj.obj
+    guard_metaclass_getattribute(tx, type(cls))  # NOTE [Metaclass __getattribute__ guarded]
     index, attr = lookup.mro_lookup(cls, name)
     if index is None:
         lookup.guard_mro(tx.output, cls)  # NOTE [MRO guarded]
@@ -702,6 +705,11 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
 def _attr_not_found(tx, obj: Value, name: str, cls: type, real, guarded: bool, default_lookup: bool) -> Value:
     """object_attr where `name` is on no class of the MRO and not in the instance: nn.Module's slots, a user
     __getattr__ (inlined), or AttributeError (absence guarded)."""
+    if default_lookup:  # NOTE [object.__getattribute__ calls no __getattr__]
+        lookup.guard_not_in_instance(tx.output, obj.source if guarded else None, real, name)
+        lookup.guard_mro(tx.output, cls)
+        lookup.guard_class_absent(tx.output, cls.__mro__, name)
+        raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'"))
     getattr_index, getattr_impl = lookup.mro_lookup(cls, "__getattr__")
     if issubclass(cls, torch.nn.Module) and lookup.is_module_default(getattr_impl, "__getattr__"):
         lookup.guard_class_absent(tx.output, cls.__mro__, name)
@@ -710,11 +718,11 @@ def _attr_not_found(tx, obj: Value, name: str, cls: type, real, guarded: bool, d
         if guarded:  # `object.__setattr__(m, name, v)` puts v in __dict__, where it shadows the slots
             lookup.guard_not_in_instance(tx.output, obj.source, real, name)
         return _module_slot(tx, obj, name)
-    if getattr_index is not None and isinstance(getattr_impl, types.FunctionType) and not default_lookup:
+    if getattr_index is not None and isinstance(getattr_impl, types.FunctionType):
         # NOTE [User __getattr__ inlined]: the name is on no class of the MRO and not in the instance (both
         # guarded, as for nn.Module's slots above), so Python calls the class's own __getattr__ (a config
         # module's `self.scale` served from a dict): it is traced like a property getter, its entry guarded
-        # by identity. object.__getattribute__ called directly never calls it (that stays a break).
+        # by identity. object.__getattribute__ never calls it (NOTE [object.__getattribute__ calls no __getattr__]).
         lookup.guard_class_absent(tx.output, cls.__mro__, name)
         lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, "__getattr__",
                                                                            getattr_index), getattr_impl)

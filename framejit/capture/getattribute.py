@@ -20,7 +20,6 @@ value. Modules keep nn.Module.__setattr__'s own path.
 from __future__ import annotations
 
 import _thread
-import sys
 import types
 from typing import Any
 
@@ -41,28 +40,22 @@ from .values import ConstantValue, DictValue, NewObjectValue, ObjectValue, UserF
 _THREAD_LOCAL_GETATTRIBUTE = _thread._local.__dict__["__getattribute__"]
 
 
-# NOTE [Patched library __getattribute__]: a library class's own lookup is the default one (guarded to
-# stay so), but a user function assigned to it (`torch.utils.data.Dataset.__getattribute__ = ga`) is user code:
-# taken for the default, `isinstance(ds, Other)` answered from the type where eager asks `ga` for `__class__`
-# (eager True and one read, framejit False and none, after the recompile the guard caused). The library's own
-# entry is a C slot of a class the object derives from (object's, a thread-local's), or a function defined
-# in the owner's class body in the owner's module: told by its code (file and qualified name), as
-# functools.wraps copies `__module__` and `__qualname__` but not `__code__` (review revI H1: a
-# `functools.wraps(<torch function>)` wrapper, a functools.partialmethod or any callable descriptor given to
-# torch.utils.data.Sampler was taken for the default: eager 7.0 from the patch, framejit 4.0). Anything else
-# is user code: a function is inlined, any other object is a graph break. The owner's entry is pinned when
-# the owner is a mutable library class (NOTE [Library class attributes]); classes before it stay without one.
+# NOTE [Patched library __getattribute__]: only a C slot is the default lookup: object's (or a thread-local's,
+# a module's) `__getattribute__` found on a class the object derives from, guarded to stay so. Any Python
+# `__getattribute__` runs: a user function assigned to a library class (`torch.utils.data.Dataset.__getattribute__
+# = ga`: taken for the default, `isinstance(ds, Other)` was answered from the type where eager asks `ga` for
+# `__class__`), a `functools.wraps(<torch function>)` wrapper, a functools.partialmethod or any callable
+# descriptor (review revI H1: eager 7.0 from the patch, framejit 4.0), and a library class's own function too
+# (review revK H1: torch._export.serde.union._Union's raises AttributeError for an unset field: taken for the
+# default, `a.as_float` answered None and `hasattr(a, "as_float")` True, eager raises and answers False). A
+# function is inlined (a library one like any library method), any other object is a graph break. The owner's
+# entry is pinned when the owner is a mutable library class (NOTE [Library class attributes]); classes
+# before it stay without one.
 def library_getattribute(cls: type, index: int, impl: Any) -> bool:
-    """`impl`, the `__getattribute__` found on `cls.__mro__[index]`, is a library class's own lookup."""
-    owner = cls.__mro__[index]
-    if not lookup.is_fixed_class(owner):
+    """`impl`, the `__getattribute__` found on `cls.__mro__[index]`, is the default lookup (a C slot)."""
+    if not lookup.is_fixed_class(cls.__mro__[index]) or not isinstance(impl, types.WrapperDescriptorType):
         return False
-    if isinstance(impl, types.WrapperDescriptorType):
-        return isinstance(impl.__objclass__, type) and issubclass(cls, impl.__objclass__)
-    code = getattr(impl, "__code__", None) if isinstance(impl, types.FunctionType) else None
-    module = sys.modules.get(getattr(owner, "__module__", None) or "")
-    return code is not None and code.co_filename == getattr(module, "__file__", None) and \
-        getattr(code, "co_qualname", code.co_name) == f"{owner.__qualname__}.__getattribute__"
+    return isinstance(impl.__objclass__, type) and issubclass(cls, impl.__objclass__)
 
 
 def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
@@ -87,6 +80,36 @@ def custom_getattribute(tx, cls: type) -> types.FunctionType | None:
     else:  # NOTE [Library __getattr__ after a custom __getattribute__]
         lookup.guard_found_on_class(tx.output, cls, "__getattr__", getattr_index)
     return impl
+
+
+# NOTE [Metaclass __getattribute__ guarded]: `K.name` on a class is `type(K).__getattribute__(K, "name")`. A
+# class whose metaclass has a Python one is wrapped as a plain object and that function inlined (builder.
+# _lookup_runs_user_code); every other class attribute read is traced as `type.__getattribute__`, so the
+# metaclass's lookup of `__getattribute__` is guarded to stay so where a class attribute is read (review revK
+# H3: `abc.ABCMeta.__getattribute__ = ga` or `Meta.__getattribute__ = ga` after the first call kept 5 where
+# eager gives 8). One line per mutable metaclass (ABCMeta, a user one); none for `type`. A class reached while
+# its metaclass already has a Python one (`type(o).k`) is a graph break.
+def guard_metaclass_getattribute(tx, meta: type) -> None:
+    """Class attribute reads on a class of metaclass `meta` stay `type.__getattribute__`'s."""
+    if lookup.is_immutable_class(meta):
+        return
+    if lookup.has_custom_getattribute(meta):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"class attribute read through the metaclass "
+                                                           f"{meta.__name__}'s own __getattribute__")
+    lookup.guard_lookup(tx.output, meta, "__getattribute__")
+
+
+# NOTE [Python attributes of tensors past a patched __getattribute__]: a tensor's own Python attribute (`x.k`,
+# from its `__dict__`) was read raw while tracing and guarded as `x.k`, which runs a `torch.Tensor.__getattribute__
+# = ga` patch (review revK M1: the patch ran 11 times on the retrace call and once more per call in a guard, and
+# the trace used the raw value where eager uses the patch's answer). Where the tensor's class has a Python
+# `__getattribute__`, such a read is a graph break (it runs in Python, once); otherwise its lookup is guarded to
+# stay the default (one line, `'__getattribute__' not in Tensor.__dict__`, before the value guards).
+def guard_tensor_getattribute(tx, cls: type) -> None:
+    if lookup.has_custom_getattribute(cls):
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Python attribute of a {cls.__name__} read through "
+                                                           "a Python __getattribute__")
+    lookup.guard_lookup(tx.output, cls, "__getattribute__")
 
 
 def custom_setattr(tx, obj: Value) -> types.FunctionType | None:
@@ -184,19 +207,32 @@ def STORAGE_NAME() -> str:
 # `__getattr__` (nn.Module's, which serves parameters, buffers and submodules) with its own Python
 # `__getattribute__`: guarding `__getattr__` absent from the whole MRO failed on every call (a new trace per
 # call, review revA A4). The library entry is pinned instead (found on its owner, absent before it), and where
-# the inlined `__getattribute__` raises AttributeError, which CPython answers by calling that `__getattr__`
-# (not modelled here), the read is a graph break.
+# the inlined `__getattribute__` raises AttributeError, CPython calls that `__getattr__` (slot_tp_getattr_hook):
+# it is inlined too (a `__getattr__` that is no function is a graph break). That is how a parameter is read
+# through a user `__getattribute__` on a module: `object.__getattribute__(m, "w")` raises (NOTE
+# [object.__getattribute__ calls no __getattr__]) and Module.__getattr__ answers from `_parameters`.
 def inline_getattribute(tx, impl: types.FunctionType, obj: Value, name: str) -> Value:
     try:
         return tx.inline(UserFunctionValue(impl), [obj, ConstantValue(name)], {})
     except UserException as e:
         cls = obj.python_type()
-        if isinstance(e.exc, AttributeError) and lookup.mro_lookup(cls, "__getattr__")[0] is not None:
+        _, getattr_impl = lookup.mro_lookup(cls, "__getattr__")
+        if not isinstance(e.exc, AttributeError) or getattr_impl is None:
+            raise
+        if not isinstance(getattr_impl, types.FunctionType):
             raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.__getattribute__ raised "
                                                                "AttributeError: __getattr__ answers") from None
-        raise
+    return tx.inline(UserFunctionValue(getattr_impl), [obj, ConstantValue(name)], {})
 
 
+# NOTE [object.__getattribute__ calls no __getattr__]: `object.__getattribute__(o, name)` looks at the
+# type's MRO and the instance dict only; a name found in neither raises AttributeError, whatever `__getattr__`
+# the class has. nn.Module keeps parameters, buffers and submodules in `_parameters`, `_buffers`, `_modules`,
+# served by Module.__getattr__: the default lookup answered them (review revK H2: `object.__getattribute__(lin,
+# "bias")` gave the parameter where eager raises; a user `__getattribute__` on nn.Linear adding 10 to
+# `object.__getattribute__(self, "bias")` gave 12 where eager, whose read raised and fell back to
+# Module.__getattr__, gives 2). Where the inlined `__getattribute__` raises, `__getattr__` is inlined after it
+# (NOTE [Library __getattr__ after a custom __getattribute__]).
 def _object_getattribute(tx, args: list[Value], kwargs: dict) -> Value:
     from .attributes import getattr_value, object_attr
 
