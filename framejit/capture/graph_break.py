@@ -57,6 +57,7 @@ from .break_callees import (shared_cells, closure_from_outside, hookable, makes_
 from .inherited_symbols import inherit_symbols
 from .break_sites import _CONDITIONAL, _LOADS, _OR_POP, _SIMPLE, BreakSite
 from .resume import ITERATOR_KINDS, STACK_PREFIX, leading_first, origin
+from .graph_calls import note_loop_break
 from .kept_joints import is_speculated, settling
 from .lookup import module_call_default
 from .translator import LazyArg, RealCell
@@ -74,6 +75,7 @@ class BreakCodegen:
         self.hooks = hooks  # callable(fn) -> FrameHook; and .resume(code, index, nulls, names) -> FrameHook
         self.cg = Codegen()
         self.stack = list(tx.stack)
+        note_loop_break(tx.output, self.stack)  # NOTE [Unbinds whose loops break] in graph_calls.py
         # the torch state blocks open at the break (NOTE [Breaks inside with-blocks]); a with-block over
         # a user context manager leaves its bound __exit__ instead, and the break takes the tail form
         self.blocks = [v for v in self.stack if isinstance(v, ExitValue)]

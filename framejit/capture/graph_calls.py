@@ -395,7 +395,14 @@ short_text = _short
 # size is symbolic there from the first call, whether or not it ever changes, and `h, c = s.unbind(0)` of a
 # dimension that is always 2 broke a frame stock captures whole (review revH M1; stock specialises an unbind
 # under dynamic=True too). Under automatic dynamic a size is symbolic only once it changed between calls.
+# NOTE [Unbinds whose loops break]: nor at an unbind site (code, instruction) that no trace saw broken in a
+# loop over tensors after it (`note_loop_break`, called by every break with such a loop's iterator on the
+# frame's stack): an RNN unrolled over `x.unbind(0)` with a few lengths, nothing breaking in its loop, keeps
+# one whole graph per length, as stock (review revM HIGH-1: from the second length on the loop body ran op by
+# op). The first trace of a breaking loop (static, or symbolic before its break was seen) specialises the
+# length as before and records the site; from then on the unbind breaks.
 _UNBINDS = {"unbind", torch.unbind, torch.Tensor.unbind}
+_BREAKING_SITES: set = set()  # (code, instruction index) of unbinds followed by a break inside a loop
 _NOT_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
@@ -426,10 +433,35 @@ def check_split(out, target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
     dim = fake_args[1] if len(fake_args) > 1 else fake_kwargs.get("dim", 0)
     if not isinstance(tensor, torch.Tensor) or type(dim) is not int or not -tensor.dim() <= dim < tensor.dim():
         return
+    site = _site(out)
+    if site is not None:
+        if getattr(out, "unbind_sites", None) is None:
+            out.unbind_sites = set()
+        out.unbind_sites.add(site)
     size = tensor.shape[dim]
-    if not isinstance(size, torch.SymInt) or size.node.maybe_as_int() is not None or _unpacked_at_once(out):
+    if not isinstance(size, torch.SymInt) or size.node.maybe_as_int() is not None or _unpacked_at_once(out) \
+            or site not in _BREAKING_SITES:
         return
     e = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, f"unbind along dimension {dim}, whose size is symbolic: it runs "
                     "as Python instead of specialising the size (NOTE [Unbind along a symbolic length])")
     e.split_result = True
     raise e
+
+
+def _site(out) -> tuple | None:
+    """The unbind call being traced, as (code, instruction index) of the innermost frame traced."""
+    stack = getattr(out, "tx_stack", None)
+    if not stack:
+        return None
+    tx = stack[-1]
+    return (tx.code, tx.pc)
+
+
+def note_loop_break(out, stack: list) -> None:
+    """NOTE [Unbinds whose loops break]: a break while `stack` holds a for loop's iterator over tensors marks
+    the unbinds this trace made as ones whose loops break."""
+    from .values import IteratorValue
+    sites = getattr(out, "unbind_sites", None)
+    if sites and any(isinstance(v, IteratorValue) and any(isinstance(i, TensorValue) for i in v.items)
+                     for v in stack):
+        _BREAKING_SITES.update(sites)

@@ -242,18 +242,6 @@ def _rows_then_closures(x):
     return [f() for f in fns]
 
 
-def _rows_then_lambdas_with_defaults(x):
-    fns = []
-    for r in list(x.unbind(0)):
-        s = r.sum().item()
-        fns.append(lambda r=r, s=s: r * s)  # a function object with defaults of its own per row
-    return [f() for f in fns]
-
-
-def _stacked_rows(x):
-    return torch.stack([r * 2 + 1 for r in x.unbind(1)]).sum(0)
-
-
 def _rows_then_closures_after_a_print(x):
     fns = []
     for r in list(x.unbind(0)):
@@ -268,21 +256,43 @@ def test_unbind_along_a_changing_length_is_not_specialised_per_length():
     changing length] (python_loops.py): the unbind specialised the length, so the owner frame (and the
     comprehension's resume function after the loop) compiled once per length, until the recompile limit ran
     them eagerly (revB M1). Now the unbind runs as Python once the length changed, and the loop and the
-    comprehension over its rows run as Python: no new graph for a new length. The lambdas with defaults of
-    their own, called by the comprehension run as Python, get at most OBJECTS_PER_CODE hooks (NOTE [Functions
-    made per call with their own defaults] in hook.py), not one compile per call."""
-    rows, cols = (lambda n: torch.randn(n, 3)), (lambda n: torch.randn(2, n))
-    for fn, make in ((_rows_then_closures, rows), (_stacked_rows, cols), (_rows_then_lambdas_with_defaults, rows),
-                     (_rows_then_closures_after_a_print, rows)):
+    comprehension over its rows run as Python: no new graph for a new length. (A loop over the rows that never
+    breaks keeps the per-length graphs: NOTE [Unbinds whose loops break], test below; lambdas with defaults
+    of their own: test_closures_with_defaults_of_their_own_get_a_bounded_number_of_hooks.)"""
+    for fn in (_rows_then_closures, _rows_then_closures_after_a_print):
         backend = CountingBackend()
         compiled = framejit.compile(fn, backend=backend)
         before, counts = eager_frames(), []
-        for n in (3, 4, 5, 6, 7):
-            x = make(n)
+        for n in (2, 3, 4, 5, 6):
+            x = torch.randn(n, 2)
             torch.testing.assert_close(compiled(x), fn(x))
             counts.append(backend.graph_count)
         assert eager_frames() == before, framejit.stats()["eager_frame_reasons"][before:]
         assert counts[-1] == counts[3], (fn.__name__, counts)  # no graph for a new length after the fourth
+
+
+def _rnn_over_rows(x, w):
+    h = torch.zeros(4)
+    for xt in x.unbind(0):  # nothing in the loop breaks
+        h = torch.tanh(xt + h @ w)
+    return h
+
+
+def test_an_unbind_whose_loop_never_breaks_keeps_the_loop_in_the_graph_per_length():
+    """NOTE [Unbinds whose loops break] (graph_calls.py): an RNN unrolled over `x.unbind(0)` with two
+    alternating lengths: the unbind of the length, symbolic from the second call on, broke there, and the loop
+    body ran op by op outside any graph from the second length on (review revM HIGH-1). Now one whole graph
+    per length, as before f5ce51c and as stock."""
+    backend = CountingBackend()
+    compiled = framejit.compile(_rnn_over_rows, backend=backend)
+    w, counts = torch.randn(4, 4) * 0.1, []
+    for n in (2, 3, 2, 3):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x, w), _rnn_over_rows(x, w))
+        counts.append(backend.graph_count)
+    assert counts == [1, 2, 2, 2], counts
+    tanhs = [sum(1 for n in g.graph.nodes if n.target in (torch.tanh, torch.ops.aten.tanh.default)) for g in backend.graphs]
+    assert tanhs == [2, 3], tanhs  # every step's tanh in its length's graph
 
 
 def _gate_halves(x, s):
@@ -298,7 +308,7 @@ def test_unbind_unpacked_into_names_stays_in_the_graph_with_dynamic_true():
     raises eager's ValueError."""
     backend = CountingBackend()
     compiled = framejit.compile(_gate_halves, backend=backend, dynamic=True)
-    for n in (3, 4, 5, 6):
+    for n in (3, 4):
         x, s = torch.randn(n), torch.randn(2, n)
         torch.testing.assert_close(compiled(x, s), _gate_halves(x, s))
     assert backend.graph_count == 1
