@@ -130,7 +130,7 @@ def closure_from_outside(fn: UserFunctionValue) -> bool:
         and (bool(fn.fn.__code__.co_freevars) or _by_code_with_defaults(fn))
 
 
-def shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> set[str]:
+def shared_cells(cells: dict, values: list, insts: list[Inst], index: int, loop: Inst | None = None) -> set[str]:
     """The names of the frame's `cells` (name -> CellValue) that a closure reachable from `values` shares
     and that may be written once the frame resumes: by the frame at or after instruction `index` (or by a
     loop back over an earlier store), or by any closure's code (`nonlocal`). For the others the old and
@@ -142,10 +142,24 @@ def shared_cells(cells: dict, values: list, insts: list[Inst], index: int) -> se
     the break builds the cell empty, once (Reconstructor._preload_cells), rebuilds the closure over it and
     passes it on to the resume function as the cell itself, so the later assignment (by the frame or by the
     closure) is seen by both, and a read before it raises eager's NameError. Before, such a frame ran wholly
-    eagerly."""
+    eagerly.
+
+    NOTE [Closures made by a loop run as Python]: where the break runs the rest of a loop as Python (`loop`,
+    NOTE [Loops run as Python] in python_loops.py), the closures its body makes in the later steps do not exist
+    yet: `k = 1.0; for i in range(2): x.sum().item(); f = lambda: x * k` then `k = 3.0; return f()`. The loop's
+    trampoline closed them over its own cell and the code after the loop got k's value in a new cell, so f
+    read the old k (review revM HIGH-2: x * 1, eager x * 3). A cell the loop's body closes over (LOAD_CLOSURE
+    between the FOR_ITER and its exit) and that is written in or after the loop, or by a nested function
+    (`nonlocal`), is shared too."""
     shared: set[str] = set()
     if not cells:
         return shared
+    if loop is not None and loop.name == "FOR_ITER":
+        for n in cells:
+            if any(i.name == "LOAD_CLOSURE" and i.arg == n and loop.index <= i.index < loop.arg for i in insts) \
+                    and (_written_after(insts, n, loop.index) or any(
+                        isinstance(i.arg, types.CodeType) and _code_writes(i.arg, n) for i in insts)):
+                shared.add(n)
     seen: set[int] = set()
     todo = list(values)
     while todo:

@@ -98,7 +98,7 @@ class BreakCodegen:
         own = set(fn.__code__.co_cellvars)
         cells = {n: c for n, c in tx.cells.items() if n in own and isinstance(c, CellValue)}
         shared = shared_cells(cells, self.stack + list(tx.locals.values()) + [c.contents for c in cells.values()] +
-                              tx.output.side_effects.values(), normalize(fn.__code__).insts, site.inst.index)
+                              tx.output.side_effects.values(), normalize(fn.__code__).insts, site.inst.index, site.loop)
         self.cell_args = {n: c for n, c in tx.cells.items() if n in shared or n in own and _passed_cell(c, n)}
         if self.cell_args and site.frame_reader:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "a frame reader at a break where a cell is passed on")

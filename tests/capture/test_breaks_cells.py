@@ -173,3 +173,54 @@ def test_nonlocal_assignment_through_a_closure_passed_in_is_a_break():
         x = torch.randn(3)
         torch.testing.assert_close(compiled(x, bump), takes_fn(x, bump_ref))
     assert read() == read_ref() == 3
+
+
+def loop_closure_then_rebind(x):
+    k = 1.0
+    for i in range(2):
+        x.sum().item()  # a break in every step: the loop runs as Python from its second step
+        f = lambda: x * k  # noqa: E731
+    k = 3.0
+    return f(), k
+
+
+def row_closures_then_rebind(x):
+    fns, k = [], 1.0
+    for r in list(x.unbind(0)):
+        print(r.max().item() > 0)
+        fns.append(lambda: x * k)
+    k = 3.0
+    return [f() for f in fns]
+
+
+def loop_closure_then_nonlocal_write(x):
+    k = 1.0
+    for i in range(3):
+        x.sum().item()
+        g = (x * k for _ in range(2))  # a generator expression closes over k too
+    def bump():
+        nonlocal k
+        k = k + 2.0
+    bump()
+    return list(g), k
+
+
+def loop_closure_then_del(x):
+    k = 1.0
+    for i in range(2):
+        x.sum().item()
+        f = lambda: x * k  # noqa: E731
+    del k
+    try:
+        return f()
+    except NameError as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("fn", [loop_closure_then_rebind, row_closures_then_rebind, loop_closure_then_nonlocal_write,
+                                loop_closure_then_del], ids=lambda f: f.__name__)
+def test_a_closure_made_by_a_loop_run_as_python_shares_the_frames_cell(fn):
+    """NOTE [Closures made by a loop run as Python] (break_callees.py): the closure made in the loop's later
+    steps (run as Python after the break) closed over the trampoline's cell, and the code after the loop
+    rebound k in a new cell: the closure read the old k (x * 1, eager x * 3; review revM HIGH-2)."""
+    run_differential(fn, lambda s: (torch.randn(3, 2),), fullgraph=False, seeds=(0, 1))
