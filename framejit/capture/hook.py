@@ -50,6 +50,7 @@ from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_stat
 from .carried_loops import loop_position, retrace_with_lengths
 from .resume import _ORIGIN, eager_function, layout_key, make_resume_code
 from .shapes import LAYOUT, OFFSET
+from .signal_exceptions import from_signal_handler, reraise_if_from_signal_handler
 from .user_tracebacks import clean as clean_traceback
 from torch._C import _is_tracing as jit_tracing  # NOTE [Compiled callables under the TorchScript tracer]
 
@@ -93,7 +94,8 @@ class FrameHook(TracerInterop):
             for entry in self.entries:
                 try:
                     hit = entry.guard.check(*args, **kwargs)
-                except Exception:
+                except Exception as e:
+                    reraise_if_from_signal_handler(e)  # NOTE [Signal handlers while a compiled frame runs]
                     hit = False
                 if hit:
                     try:
@@ -130,8 +132,8 @@ class FrameHook(TracerInterop):
     def _reruns(self, entry: Entry, exc: Exception, args: tuple, kwargs: dict) -> list | None:
         """`exc` raised by the entry's graph: the call reruns eagerly, global state restored (NOTE [Graph failures rerun
         eagerly]); returns the warnings the graph showed, for the rerun to drop (NOTE [Warnings of a graph that raised]).
-        Else None: the effects before the graph's ops are made (NOTE [Effects before a failing graph])."""
-        if entry.rerun is None or not entry.rerun.raised_in_graph(exc, entry.fn.__code__):
+        Else None: the effects before the graph's ops are made (NOTE [Effects before a failing graph]), as for a signal's."""
+        if entry.rerun is None or from_signal_handler(exc) or not entry.rerun.raised_in_graph(exc, entry.fn.__code__):
             if entry.on_graph_error is not None:
                 make_effects(entry, exc, args, kwargs)
             return None

@@ -34,6 +34,41 @@ def _wrapped(handler: Callable, raised: list) -> Callable:
     return run_handler
 
 
+# NOTE [Signal handlers while a compiled frame runs]: the same exception raised while an entry's guards
+# are checked, while a miss is explained, or while its graph runs must reach the caller too: not count as a
+# failed guard (a spurious miss and recompile), and not as a graph failure (NOTE [Graph failures rerun
+# eagerly]: the call would rerun eagerly and return normally, having spent the time twice). Nothing is
+# wrapped on that hot path; an `Exception` caught there is asked whether its traceback holds a frame of a
+# Python signal handler installed now (a handler runs as a call from the interrupted frame, so its frame is
+# in the traceback). KeyboardInterrupt and SystemExit are no `Exception` and pass those handlers anyway.
+def from_signal_handler(exc: BaseException) -> bool:
+    """Whether `exc` was raised by (a callee of) a Python signal handler installed now."""
+    tb = exc.__traceback__
+    if tb is None or threading.current_thread() is not threading.main_thread():
+        return False
+    codes = set()
+    for handler in _python_handlers().values():
+        for _ in range(8):  # our wrapper, functools.wraps/partial, bound methods
+            code = getattr(getattr(handler, "__func__", handler), "__code__", None) or \
+                getattr(getattr(type(handler), "__call__", None), "__code__", None)  # a callable object
+            if code is not None:
+                codes.add(code)
+            handler = getattr(handler, "__wrapped__", None) or getattr(handler, "func", None)
+            if handler is None:
+                break
+    while tb is not None and codes:
+        if tb.tb_frame.f_code in codes:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def reraise_if_from_signal_handler(e: Exception) -> None:
+    """For an `except Exception` that takes the exception for a failed guard or a failed graph."""
+    if from_signal_handler(e):
+        raise e
+
+
 def _python_handlers() -> dict:
     handlers = {}
     for signum in signal.valid_signals():

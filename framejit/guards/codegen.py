@@ -135,7 +135,8 @@ class GuardFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> bool:
         try:
             return self.check(*args, **kwargs)
-        except Exception:
+        except Exception as e:
+            _reraise_from_signal_handler(e)
             return False
 
     def bind(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -235,10 +236,18 @@ _LOOKUP_FACTS = ("CLASS_ATTR_ABSENT", "INSTANCE_ATTR_ABSENT", "MODULE_ATTR_ABSEN
 # stop there already, as these guards come first (cheapest).
 
 
+def _reraise_from_signal_handler(e: Exception) -> None:
+    """A guard that raises fails, but not when a signal handler raised (NOTE [Signal handlers while a compiled
+    frame runs] in capture/signal_exceptions.py): that exception reaches the caller."""
+    from ..capture.signal_exceptions import reraise_if_from_signal_handler
+    reraise_if_from_signal_handler(e)
+
+
 def _holds(expr: str, namespace: dict, frame_locals: dict) -> bool:
     try:
         return bool(eval(_expression_code(expr), namespace, dict(frame_locals)))
-    except Exception:
+    except Exception as e:
+        _reraise_from_signal_handler(e)
         return False
 
 
@@ -249,6 +258,7 @@ def _raised(expr: str, namespace: dict, frame_locals: dict) -> str:
     try:
         eval(_expression_code(expr), namespace, dict(frame_locals))
     except Exception as e:
+        _reraise_from_signal_handler(e)
         return f" (the check raised {type(e).__name__}: {str(e)[:120]})"
     return ""
 
@@ -259,6 +269,7 @@ def _actual(guard: Guard, namespace: dict, frame_locals: dict) -> str:
     try:
         return short_repr(eval(_expression_code(guard.actual), namespace, dict(frame_locals)))
     except Exception as e:
+        _reraise_from_signal_handler(e)
         return f"<{type(e).__name__}: {e}>"
 
 

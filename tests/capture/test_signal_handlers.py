@@ -36,3 +36,51 @@ def test_timeout_during_compilation_reaches_the_caller():
         torch.testing.assert_close(compiled(torch.full((3,), float(k))), _long_trace(torch.full((3,), float(k))))
     # the interrupted compilation may have reached the backend already (its entry was dropped): then 2 graphs
     assert backend.graph_count in (1, 2) and eager_frames() == eager  # before: 0 graphs, the frame ran eagerly
+
+
+class _SignalledBackend(CountingBackend):
+    """Runs each graph as Python; with `fire` set, SIGUSR1 arrives while the graph runs (a handler's timeout)."""
+    fire = False
+
+    def __call__(self, gm, example_inputs):
+        forward = super().__call__(gm, example_inputs)
+
+        def run(*args):
+            if self.fire:
+                signal.raise_signal(signal.SIGUSR1)  # the handler runs here, inside the graph's call
+            return forward(*args)
+        return run
+
+
+def _two_ops(x):
+    return torch.tanh(x @ x) + 1
+
+
+def test_timeout_while_the_graph_or_its_guards_run_reaches_the_caller():
+    # NOTE [Signal handlers while a compiled frame runs]. Before: the graph's TimeoutError reran the call eagerly
+    # (it returned normally); the guard's was a failed guard (a miss, a second graph, and the call returned)
+    backend = _SignalledBackend()
+    compiled = framejit.compile(_two_ops, backend=backend)
+    before, eager = signal.signal(signal.SIGUSR1, _timeout), eager_frames()
+    try:
+        for k in (1, 2, 3):
+            x = torch.full((2, 2), 0.1 * k)
+            torch.testing.assert_close(compiled(x), _two_ops(x))
+            backend.fire = True
+            with pytest.raises(TimeoutError):
+                compiled(x)
+            backend.fire = False
+        entry = compiled.entries[0]
+        check = entry.guard.check
+
+        def signalled_check(*args, **kwargs):
+            signal.raise_signal(signal.SIGUSR1)
+            return check(*args, **kwargs)
+        entry.guard.check = signalled_check
+        with pytest.raises(TimeoutError):
+            compiled(torch.ones(2, 2))
+        entry.guard.check = check
+        torch.testing.assert_close(compiled(torch.ones(2, 2)), _two_ops(torch.ones(2, 2)))
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    assert backend.graph_count == 1 and eager_frames() == eager
