@@ -18,8 +18,8 @@ call the entry's guards admit. A symbolic size is one more condition: NOTE [Trut
 
 The evaluation is refused (the break stays) when:
 - any dependency reads a graph input's data, is a submodule call, or is a node outside torch's own ops;
-- an op outside that set (one that reads an input) takes one of the evaluated tensors and may write it
-  (in-place methods, `out=`, setitem) or a view of it: the evaluated data would then not be what the graph
+- an op outside that set (one that reads an input) takes one of the evaluated tensors (or a view of one) and is
+  not known not to write it (NOTE [Ops known not to write]): the evaluated data would then not be what the graph
   computes;
 - the graph has an autocast region (its casts are not replayed here), or the tensors would be large
   (`_MAX_ELEMENTS`; eager computes them on every call, the trace once).
@@ -35,27 +35,50 @@ _MAX_ELEMENTS = 1 << 22
 _MAX_NODES = 64  # as NOTE [Ints of tensors computed from sizes] bounds its derivations: a long chain stays a break
 _UNINITIALISED = ("empty",)  # empty, empty_like, new_empty, empty_strided: their data is whatever memory held
 _STATE_WORDS = ("autocast", "grad", "seed", "inference_mode", "set_", "assert", "print", "warn")
-_INPLACE_OPERATORS = {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
-                      operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
-                      operator.ilshift, operator.irshift, operator.imatmul}
 
 
 def _name(node: torch.fx.Node) -> str:
     return node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
 
 
-def _may_write(node: torch.fx.Node) -> bool:
-    """The node may write one of its arguments (or return a view a later node writes)."""
-    if node.op not in ("call_function", "call_method") or "out" in node.kwargs:
-        return True
-    if node.target in _INPLACE_OPERATORS:
-        return True
-    name = _name(node)
-    if isinstance(node.target, torch._ops.OpOverload):
-        return node.target._schema.is_mutable
-    return (name.endswith("_") and not name.startswith("__")) or name in ("__setitem__", "__iadd__", "__isub__",
-                                                                           "__imul__", "__itruediv__", "__ior__",
-                                                                           "__iand__", "__ixor__", "set_")
+# NOTE [Ops known not to write]: an op that reads something not evaluated (an input's data) and takes one of
+# the evaluated tensors may change that tensor's data while the evaluation would not see it. Whether an op writes
+# cannot be told from its name: `F.relu(c, inplace=True)`, `F.batch_norm` (running stats), `F.embedding(max_norm=)`
+# and `c.__ipow__(2)` write, and aten::batch_norm's schema does not say so. So the rule is an allowlist: such a
+# node is accepted only when its target is one of the torch builtins, Tensor methods or operators below, none of
+# which writes an argument (no in-place form, no `inplace`/`out`); any other node refuses the evaluation. A node on
+# constants only (an in-place one too) is instead evaluated with the others, so its writes are replayed.
+_PURE_NAMES = frozenset((
+    "add", "sub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow", "neg", "abs", "sign",
+    "eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose", "isclose", "isnan", "isinf", "isfinite",
+    "logical_not", "logical_and", "logical_or", "logical_xor", "bitwise_not", "bitwise_and", "bitwise_or",
+    "bitwise_xor", "where", "masked_fill", "sum", "mean", "prod", "all", "any", "max", "min", "amax", "amin",
+    "argmax", "argmin", "cumsum", "clamp", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "softmax",
+    "log_softmax", "matmul", "mm", "bmm", "float", "double", "half", "bfloat16", "bool", "int", "long", "to",
+    "type_as", "view", "view_as", "reshape", "reshape_as", "expand", "expand_as", "unsqueeze", "squeeze",
+    "transpose", "permute", "t", "contiguous", "clone", "detach", "flatten", "narrow", "select", "triu", "tril",
+    "size", "dim", "numel", "item", "cat", "stack", "unbind", "split", "chunk", "repeat", "flip", "index_select",
+    "gather", "zeros_like", "ones_like", "full_like", "getitem", "not_", "and_", "or_", "xor", "invert", "truediv",
+    "floordiv", "mod", "matmul",
+))
+_PURE_FUNCTIONS = frozenset(
+    [getattr(torch, n) for n in _PURE_NAMES if callable(getattr(torch, n, None))] +
+    [getattr(operator, n) for n in _PURE_NAMES if callable(getattr(operator, n, None))] +
+    [getattr(torch.Tensor, n) for n in _PURE_NAMES if callable(getattr(torch.Tensor, n, None))])
+
+
+def _known_pure(node: torch.fx.Node) -> bool:
+    """NOTE [Ops known not to write]: the node writes none of its arguments."""
+    if "out" in node.kwargs or "inplace" in node.kwargs:
+        return False
+    if node.op == "call_method":
+        return isinstance(node.target, str) and node.target in _PURE_NAMES
+    if node.op != "call_function":
+        return False
+    try:
+        return node.target in _PURE_FUNCTIONS
+    except TypeError:  # an unhashable target
+        return False
 
 
 def _torch_op(node: torch.fx.Node) -> bool:
@@ -125,7 +148,7 @@ def _closed(graph: torch.fx.Graph, deps: set, last: torch.fx.Node) -> list | Non
             return [m for m in graph.nodes if m in needed]  # all of them come before `last` or are `last`
         if n in deps or not any(i in touched for i in n.all_input_nodes):
             continue
-        if _may_write(n):
+        if not _known_pure(n):  # NOTE [Ops known not to write]: evaluated with the others, or a refusal
             writer = _dependencies(n)
             if writer is None:
                 return None
@@ -235,7 +258,7 @@ def folded_truth(out, value) -> bool | None:
     if deps is None or sum(_elements(n) for n in deps) > _MAX_ELEMENTS:
         return None
     order = _closed(out.graph, deps, value.node)
-    if order is None:
+    if order is None or sum(_elements(n) for n in order) > _MAX_ELEMENTS:
         return None
     try:
         result = _evaluate(out, order)

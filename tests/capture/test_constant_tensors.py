@@ -78,3 +78,38 @@ def test_constant_truth_follows_writes_and_refuses_inputs():
         backend = run_differential(fn, zeros_or_positive, seeds=(0, 1, 0), fullgraph=False)
         assert backend.graph_count == graphs, fn.__name__
     assert run_sizes(_filled, lambda n: (torch.randn(n),), (3, 3)).graph_count == 1
+
+
+def _relu_in_place(x):
+    c = torch.tensor([-1.0, 2.0])
+    F.relu(c, inplace=True)  # a write whose name does not look in-place, on constants: evaluated with it
+    return x + 1 if c.sum() > 1.5 else x - 1
+
+
+def _dunder_ipow(x):
+    c = torch.tensor([3, 5])
+    c.__ipow__(2)
+    return x + 1 if c.sum() == 8 else x - 1
+
+
+def _running_stats_from_input(x):
+    mean, var = torch.zeros(1), torch.ones(1)
+    F.batch_norm(x.view(4, 1), mean, var, training=True, momentum=0.5)  # writes the running stats from x
+    return x + 1 if (mean == 0).all() else x - 1
+
+
+def _embedding_max_norm(x):
+    w = torch.full((2, 3), 2.0)
+    F.embedding((x > 0).long(), w, max_norm=1.0)  # renormalises the rows of w it reads, in place
+    return x + 1 if (w == 2.0).all() else x - 1
+
+
+def test_writes_by_ops_whose_names_do_not_look_in_place():
+    """NOTE [Ops known not to write]: before, each took the branch of the unwritten data (1 graph, no break)."""
+    def zeros_or_positive(seed):
+        return (torch.zeros(4) if seed == 0 else torch.rand(4) + 1,)
+
+    for fn, graphs in ((_relu_in_place, 1), (_dunder_ipow, 1), (_running_stats_from_input, 3),
+                       (_embedding_max_norm, 2)):
+        backend = run_differential(fn, zeros_or_positive, seeds=(0, 1, 0), fullgraph=False)
+        assert backend.graph_count == graphs, fn.__name__
