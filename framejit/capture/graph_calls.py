@@ -397,7 +397,7 @@ short_text = _short
 # under dynamic=True too). Under automatic dynamic a size is symbolic only once it changed between calls.
 # NOTE [Unbinds whose loops break]: nor at an unbind site (code, instruction) that no trace saw broken in a
 # loop over tensors after it (`note_loop_break`, called by every break with such a loop's iterator on the
-# frame's stack): an RNN unrolled over `x.unbind(0)` with a few lengths, nothing breaking in its loop, keeps
+# frame's stack; its steps tensors, or tuples holding one: enumerate, zip): an RNN unrolled over `x.unbind(0)` with a few lengths, nothing breaking in its loop, keeps
 # one whole graph per length, as stock (review revM HIGH-1: from the second length on the loop body ran op by
 # op). The first trace of a breaking loop (static, or symbolic before its break was seen) specialises the
 # length as before and records the site; from then on the unbind breaks.
@@ -462,6 +462,11 @@ def note_loop_break(out, stack: list) -> None:
     the unbinds this trace made as ones whose loops break."""
     from .values import IteratorValue
     sites = getattr(out, "unbind_sites", None)
-    if sites and any(isinstance(v, IteratorValue) and any(isinstance(i, TensorValue) for i in v.items)
-                     for v in stack):
+    if sites and any(isinstance(v, IteratorValue) and any(_has_tensor(i) for i in v.items) for v in stack):
         _BREAKING_SITES.update(sites)
+
+
+def _has_tensor(item: Any) -> bool:
+    """A tensor, or a tuple holding one (a step of enumerate() or zip() over rows)."""
+    return isinstance(item, TensorValue) or isinstance(item, SequenceValue) and \
+        any(isinstance(i, TensorValue) for i in item.items)

@@ -242,6 +242,13 @@ def _rows_then_closures(x):
     return [f() for f in fns]
 
 
+def _enumerated_rows(x):
+    out = []
+    for i, r in enumerate(list(x.unbind(0))):  # the loop's steps are (i, row) tuples
+        out.append(r.sum().item() * i)
+    return out
+
+
 def _rows_then_closures_after_a_print(x):
     fns = []
     for r in list(x.unbind(0)):
@@ -259,7 +266,7 @@ def test_unbind_along_a_changing_length_is_not_specialised_per_length():
     comprehension over its rows run as Python: no new graph for a new length. (A loop over the rows that never
     breaks keeps the per-length graphs: NOTE [Unbinds whose loops break], test below; lambdas with defaults
     of their own: test_closures_with_defaults_of_their_own_get_a_bounded_number_of_hooks.)"""
-    for fn in (_rows_then_closures, _rows_then_closures_after_a_print):
+    for fn in (_rows_then_closures, _rows_then_closures_after_a_print, _enumerated_rows):
         backend = CountingBackend()
         compiled = framejit.compile(fn, backend=backend)
         before, counts = eager_frames(), []
