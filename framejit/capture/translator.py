@@ -100,12 +100,12 @@ class Translator:
             return self._run(insts)
 
     def _run(self, insts) -> Value:
+        limit = self.output.__dict__.get("step_limit", MAX_TRACE_STEPS)  # NOTE [Run-ahead step budget]
         try:
             while self.return_value is None and not self.suspended:
                 self.output.steps += 1
-                if self.output.steps > MAX_TRACE_STEPS:
-                    raise Unsupported(BreakKind.TRACE_LIMIT,
-                                      f"tracing took more than {MAX_TRACE_STEPS} instructions (an unbounded loop?)")
+                if self.output.steps > limit:
+                    raise _step_limit_reached(limit)
                 if self.pc == self.stop_at:
                     return None
                 inst = insts[self.pc]
@@ -494,7 +494,7 @@ class Translator:
         escape either (returned, stored, or live at a graph break): eager code would hold a lazy generator
         object. Any of these is a graph break at the call that made the generator, which then runs in
         Python, as is an exception the generator raises. Work a consumer skips by stopping early is pure;
-        unbounded generators hit MAX_TRACE_STEPS."""
+        an endless generator is traced lazily instead (NOTE [Run-ahead step budget])."""
         side_effects = self.output.side_effects
 
         def mutated_since(version: int, touched: int) -> bool:
@@ -504,7 +504,7 @@ class Translator:
         child.yielded = []
         child.yield_state = torch_state(self.output)  # NOTE [Torch state across yields] in handlers/blocks.py
         effects = getattr(self.output, "effects_recorded", 0)  # its grad-mode sets run where eager runs them
-        returned = _run_generator_body(child, f)
+        returned = _run_within_budget(self.output, child, f)  # NOTE [Run-ahead step budget]
         # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
         # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
         # resume function it stays referenced by the call's arguments until that function returns, so
@@ -727,7 +727,40 @@ def _function_source(fn: UserFunctionValue):
     return ObjectSource(Ref(fn.fn, fn.fn.__name__ if fn.fn.__name__.isidentifier() else "fn"))
 
 
-def _run_generator_body(child, f: Any) -> Any:
+def _step_limit_reached(limit: int) -> Unsupported:
+    if limit >= MAX_TRACE_STEPS:
+        return Unsupported(BreakKind.TRACE_LIMIT,
+                           f"tracing took more than {MAX_TRACE_STEPS} instructions (an unbounded loop?)")
+    e = Unsupported(BreakKind.TRACE_LIMIT, "a generator took more instructions than its step budget "
+                    "(an endless generator?)")
+    e.step_budget = limit  # NOTE [Run-ahead step budget]: claimed by the generator that set this limit
+    return e
+
+
+# NOTE [Run-ahead step budget]: a generator run ahead of its consumer (NOTE [Eager generators]) runs to its end,
+# so an endless one (`while True: yield t + i`, drawn twice by `next`) ran until MAX_TRACE_STEPS: 500,000 steps,
+# minutes on the first call where eager is instant. Its run ahead may take RUN_AHEAD_STEPS instructions (a
+# limit on the OutputGraph, `step_limit`, read when a frame starts running, nested generators taking the
+# smaller); past that the trace gives up with the generator's code as `retry_lazy` (convert.py): the frame is
+# traced again with it lazy (NOTE [Generators driven by send]), its body stepped in the consumer's order,
+# so only what is drawn is traced. When that retry is not taken (a lazy trace of it failed before, or retries
+# are spent), it is a break at the call that made the generator, as any untraceable step of its body. A lazy
+# generator drained by a combinator (zip, enumerate, sorted: values/containers.drain_lent) may take DRAIN_STEPS,
+# past which it is a break before the call that made it (an endless one under zip: 47 s, was 189 s, at load 10).
+RUN_AHEAD_STEPS = 5_000
+
+
+def _run_within_budget(output, child, f: Any) -> Any:
+    outer = output.__dict__.get("step_limit", MAX_TRACE_STEPS)  # NOTE [Run-ahead step budget]
+    budget = min(outer, output.steps + RUN_AHEAD_STEPS)
+    output.step_limit = budget
+    try:
+        return _run_generator_body(child, f, budget if budget < outer else None)
+    finally:
+        output.step_limit = outer
+
+
+def _run_generator_body(child, f: Any, budget: int | None = None) -> Any:
     """Run the generator's body to its end (NOTE [Eager generators]); its return value. An exception it raises
     or a step that cannot be traced is a break at the call that made the generator."""
     try:
@@ -743,6 +776,8 @@ def _run_generator_body(child, f: Any) -> Any:
     except Unsupported as e:
         if getattr(e, "state_across_yield", False):  # NOTE [Torch state across yields] in handlers/blocks.py
             raise lazy_from_now(e, f.__code__)
+        if budget is not None and getattr(e, "step_budget", None) == budget:  # NOTE [Run-ahead step budget]
+            e.retry_lazy = f.__code__
         # a step of the body cannot be traced (a print in its finally): the break lands at the call
         # that made the generator, which then lives on in the resume function's arguments
         # (NOTE [Generators with finalizers])

@@ -167,3 +167,40 @@ def test_a_container_grown_from_a_generator_that_reads_it():
     run_aliased(outside_list_extended, lambda seed: (torch.randn(2), [seed, seed + 1]), min_graphs=0)
     backend = run_aliased(extend_not_read, lambda seed: (torch.randn(3) + seed,))
     assert backend.graph_count == 1
+
+
+def endless(t, log):
+    i = 0
+    while True:
+        log.append(i)
+        yield t + i
+        i += 1
+
+
+def two_of_an_endless_generator(x):
+    log = []
+    g = endless(x, log)
+    a = next(g)
+    b = next(g) * 2
+    return a + b, log
+
+
+def many_of_a_finite_generator(x):
+    return x + sum(k for k in range(80)), list(zip(range(2), (k * 3 for k in range(90))))
+
+
+def test_an_endless_generator_is_not_run_to_the_trace_limit(monkeypatch):
+    # NOTE [Run-ahead step budget]: run ahead until the trace limit, the first call took minutes; limits scaled
+    # down so that the test stays cheap (the budget reached, the frame is traced again with the generator lazy)
+    from framejit.capture import translator
+    monkeypatch.setattr(translator, "MAX_TRACE_STEPS", 20_000)
+    monkeypatch.setattr(translator, "RUN_AHEAD_STEPS", 300, raising=False)
+    backend = CountingBackend()
+    compiled = framejit.compile(two_of_an_endless_generator, backend=backend)
+    traced = framejit.stats()["frames_traced"]
+    for seed in range(3):
+        x = torch.randn(2) + seed
+        assert_same(two_of_an_endless_generator(x), compiled(x))
+    assert backend.graph_count == 1 and framejit.stats()["frames_traced"] == traced + 1
+    backend = run_aliased(many_of_a_finite_generator, lambda seed: (torch.randn(2) + seed,))
+    assert backend.graph_count == 1

@@ -306,12 +306,32 @@ def drain_lent(tx, iterables: list[Value]) -> list[list[Value]]:
     made_at = root.current.index if root.current is not None else None
     columns = []
     for value in iterables:
-        columns.append(iterate(tx, value))
+        columns.append(_drain(tx, value, iterate))
         if isinstance(value, IteratorValue):
             if made_at is None:
                 raise Unsupported(BreakKind.SIDE_EFFECT, "an iterator drawn by a combinator: it runs as Python")
             value.lent_at = made_at
     return columns
+
+
+def _drain(tx, value: Value, iterate) -> list[Value]:
+    """All items of `value`; a generator traced lazily (an endless one: NOTE [Run-ahead step budget] in
+    translator.py) may take DRAIN_STEPS instructions, past which it is a break (before the call that made it,
+    as any break while a lazy generator is live)."""
+    from ..lazy_generators import LazyGeneratorValue
+    from ..translator import MAX_TRACE_STEPS
+    if not isinstance(value, LazyGeneratorValue):
+        return iterate(tx, value)
+    out = tx.output
+    outer = out.__dict__.get("step_limit", MAX_TRACE_STEPS)
+    out.step_limit = min(outer, out.steps + DRAIN_STEPS)
+    try:
+        return iterate(tx, value)
+    finally:
+        out.step_limit = outer
+
+
+DRAIN_STEPS = 100_000
 
 
 # NOTE [Deque iterators]: a deque is a ListValue of class deque (capture/mappings.py). CPython's deque
