@@ -13,6 +13,12 @@ included) is not followed: fake tensors and the shape environment raise their ow
 data-dependent sizes, a kernel the fake mode cannot run) where eager raises nothing, and an `except
 RuntimeError` would then take a branch eager does not; those keep the path below.
 
+NOTE [RuntimeErrors raised by the user]: a RuntimeError the traced code raises itself (RAISE_VARARGS of an
+exception class or of an exception object made in the trace: `raise RuntimeError("stop")`, in this frame or a
+callee) is raised in eager too, so it is followed like a ValueError (before, `try: raise RuntimeError(...)
+except RuntimeError: ...` made the whole frame run eagerly). Fake-tensor and shape-environment RuntimeErrors
+and framejit's own errors (not UserExceptions: logged, the frame runs eagerly) are still not followed.
+
 A followed handler is speculative until its POP_EXCEPT. If anything escapes the frame from inside it (the
 handler re-raises, raises another exception, breaks the graph, or the except clause does not match), the
 trace gives up on it and raises the original exception from the raising instruction, so everything
@@ -62,8 +68,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     handler = inst.handler
     if handler is not None and getattr(e, "reraised", None) is not None:
         return _follow_reraise(tx, inst, e)  # NOTE [Exceptions re-raised from followed handlers]
-    if handler is None or not isinstance(e.exc, Exception) or isinstance(e.exc, RuntimeError) or \
-            getattr(e, "symbolic", False):
+    if handler is None or not isinstance(e.exc, Exception) or getattr(e, "symbolic", False) or \
+            isinstance(e.exc, RuntimeError) and not getattr(e, "user_raised", False):
         return False  # NOTE [Errors of ops on symbolic values] in graph_calls.py
     context = _handled_context(tx, e) if handling_anywhere(tx) else None
     if handling_anywhere(tx) and context is None:

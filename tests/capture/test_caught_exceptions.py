@@ -241,3 +241,38 @@ def test_exception_raised_while_handling_has_its_context():
     assert framejit.explain(_break_in_nested_handler)(torch.randn(2), {}).graph_break_count == 1
     with pytest.raises(framejit.Unsupported, match="KeyError is caught by a handler of _break_in_nested_handler"):
         framejit.compile(_break_in_nested_handler, backend="eager", fullgraph=True)(torch.randn(2), {})
+
+
+def _raises_runtime_error(k):
+    if k > 1:
+        raise NotImplementedError(f"k={k}")
+    raise RuntimeError("stop")
+
+
+def _runtime_errors_raised_and_caught(x, k):
+    try:
+        raise RuntimeError("stop")
+    except RuntimeError as e:
+        x = x + len(str(e))
+    try:
+        _raises_runtime_error(k)
+    except RuntimeError as e:  # NotImplementedError included
+        x = x * len(e.args[0])
+    try:
+        try:
+            raise RuntimeError("inner")
+        except ValueError:
+            x = x - 100
+    except Exception as e:
+        x = x + len(type(e).__name__)
+    return x
+
+
+def test_runtime_error_raised_by_the_user_is_followed():
+    """NOTE [RuntimeErrors raised by the user]: `try: raise RuntimeError(...) except RuntimeError:` made the whole
+    frame run eagerly (0 graphs), where a ValueError was followed; now one graph per k, no eager frame."""
+    before = eager_frames()
+    backend = run_differential(_runtime_errors_raised_and_caught,
+                               lambda seed: (torch.randn(3) + seed, seed % 3), seeds=(0, 1, 2, 3), fullgraph=True)
+    assert backend.graph_count == 3
+    assert eager_frames() == before

@@ -34,10 +34,13 @@ def raise_varargs(tx, inst):
     values = tx.popn(inst.arg)
     exc = values[0]
     if isinstance(exc, ClassValue) and issubclass(exc.obj, BaseException) and builtin_made(exc.obj):
-        raise UserException(exc.obj())
-    if isinstance(exc, ConstantValue) and isinstance(exc.value, BaseException):
-        raise UserException(exc.value)
-    raise Unsupported(BreakKind.EXCEPTION_RAISED, f"raise of {exc.describe()}")
+        e = UserException(exc.obj())
+    elif isinstance(exc, ConstantValue) and isinstance(exc.value, BaseException):
+        e = UserException(exc.value)
+    else:
+        raise Unsupported(BreakKind.EXCEPTION_RAISED, f"raise of {exc.describe()}")
+    e.user_raised = True  # NOTE [RuntimeErrors raised by the user]
+    raise e
 
 
 # NOTE [Exceptions caught while tracing]: these run only in a handler the trace followed.
