@@ -256,7 +256,8 @@ def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -
     if name == "__init__":
         _update(tx, obj, rest, kwargs)
         return ConstantValue(None)
-    if name == "__setitem__":
+    if name == "__setitem__":  # a generator that reads `obj` and was run ahead breaks (NOTE [Containers grown
+        tx.output.side_effects.bump(items)  # while drawing]: `c.update(len(c) + k for k in ...)` of a Counter)
         items.items[rest[0].as_constant()] = rest[1]
         return ConstantValue(None)
     if name == "__getitem__" and len(rest) == 1:

@@ -155,7 +155,16 @@ def mapping_attr(d: DictValue, name: str) -> Value | None:
     if name in _EXTRA_METHODS[base]:
         attr = getattr(base, name)
         return BuiltinValue(attr) if name == "fromkeys" else BoundMethodValue(BuiltinValue(attr), d)
+    if base is _OD and name in _OD_OWN:  # NOTE [Methods of OrderedDicts are OrderedDict's]
+        return BoundMethodValue(BuiltinValue(getattr(_OD, name)), d)
     return None
+
+
+# NOTE [Methods of OrderedDicts are OrderedDict's]: `od.update` (pop, setdefault, keys, ...) of an OrderedDict is
+# traced as dict's method (container_methods._dict_method), but the bound method must be OrderedDict's own: rebuilt
+# at a break (the call then runs as Python, e.g. an update drawing a generator), `dict.update(od, ...)` added the
+# keys past OrderedDict's linked order, and `od` iterated without them (review revN HIGH-3: the update was lost).
+_OD_OWN = ("keys", "values", "items", "update", "pop", "setdefault", "copy", "clear")
 
 
 def is_plain_dict_subclass(cls: type) -> bool:

@@ -160,11 +160,43 @@ def extend_not_read(x):  # the generator cannot see the fresh list: run ahead, o
     return torch.stack(y)
 
 
+def counter_update_reads_the_counter(x):  # Counter.update tallies through item stores (review revN HIGH-3)
+    import collections
+    c = collections.Counter({1: 1})
+    c.update(len(c) + k for k in range(3))  # eager {1: 2, 2: 1, 4: 1}
+    g = (len(c) + k for k in range(2))
+    c[7] = 1  # after the generator was made: it reads the new length
+    dict.__setitem__(c, 8, 1)
+    return x * sum(c), sorted(c.items()), list(g)
+
+
+def ordered_dict_update_reads_it(x):
+    import collections
+    od = collections.OrderedDict({0: 1})
+    od.update((k, len(od)) for k in range(1, 4))  # eager 1, 2, 3; the update was lost (a break rebuilt dict.update)
+    return x + len(od), list(od.items())
+
+
+def outside_ordered_dict_updated(x, od, pairs):  # drawing `pairs` breaks: the update runs as Python
+    od.update(pairs)
+    return x + len(od), list(od.items())
+
+
 def test_a_container_grown_from_a_generator_that_reads_it():
     for fn in (extend_reads_the_list, iadd_reads_the_list, deque_extendleft_reads_the_deque,
                extend_by_a_map_reading_the_list, update_reads_the_set):
         run_aliased(fn, lambda seed: (torch.randn(2) + seed,), min_graphs=0)
     run_aliased(outside_list_extended, lambda seed: (torch.randn(2), [seed, seed + 1]), min_graphs=0)
+    for fn in (counter_update_reads_the_counter, ordered_dict_update_reads_it):
+        run_aliased(fn, lambda seed: (torch.randn(2) + seed,), min_graphs=0)
+    import collections
+    compiled = framejit.compile(outside_ordered_dict_updated, backend=CountingBackend())
+    for seed in (0, 1, 2):
+        runs = [(call(torch.ones(2), od, ((k, seed) for k in range(1, seed + 2))), od) for call, od in
+                ((outside_ordered_dict_updated, collections.OrderedDict({0: seed})),
+                 (compiled, collections.OrderedDict({0: seed})))]
+        assert_same(runs[1][0], runs[0][0])
+        assert list(runs[1][1].items()) == list(runs[0][1].items())  # before: [(0, seed)], the update lost
     backend = run_aliased(extend_not_read, lambda seed: (torch.randn(3) + seed,))
     assert backend.graph_count == 1
 

@@ -93,7 +93,8 @@ def _store_item(tx, obj, key, value):
     """`obj[key] = value` (also `operator.setitem(obj, key, value)`)."""
     _read_only_mapping(obj, "assignment")
     if is_new_dict_object(obj):  # NOTE [Dict-subclass objects made while tracing]
-        if dunder(tx, obj, "__setitem__", [key, value]) is None:
+        if dunder(tx, obj, "__setitem__", [key, value]) is None:  # a generator run ahead that reads obj breaks
+            tx.output.side_effects.bump(storage(obj))  # (NOTE [Containers grown while drawing]: Counter.update)
             storage(obj).items[key.as_constant()] = value
         return
     if isinstance(obj, ListValue):
