@@ -34,6 +34,7 @@ import torch.fx
 
 _CHECK = torch._assert_async
 ENTRY_CHECK = "framejit entry check: "  # the same text as capture/entry_checks.py's ENTRY_CHECK
+SIZE_TRUTH_CHECK = ENTRY_CHECK + "a truth of sizes changed"  # capture/constant_tensors.py's check message
 
 
 def _is_entry_check(node: torch.fx.Node) -> bool:
@@ -54,12 +55,29 @@ def entry_checks(gm: torch.fx.GraphModule) -> Callable | None:
     def run(*args: Any) -> None:
         env = dict(zip(placeholders, args))
         for nodes, condition, message in steps:
-            for node in nodes:
-                values, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
-                env[node] = getattr(values[0], node.target)(*values[1:], **kwargs) if node.op == "call_method" \
-                    else node.target(*values, **kwargs)
+            try:
+                for node in nodes:
+                    values, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+                    env[node] = getattr(values[0], node.target)(*values[1:], **kwargs) if node.op == "call_method" \
+                        else node.target(*values, **kwargs)
+            except Exception as e:  # NOTE [A failing entry condition fails the check]
+                raise RuntimeError(message[0]) from e
             _CHECK(env[condition], *message)
     return run
+
+
+# NOTE [A failing entry condition fails the check]: the ops computing an entry check's condition run before any
+# of the graph's effects, and fake tracing cannot tell whether they raise (`torch.eye(n)[torch.tensor([3])]`
+# raises IndexError for n <= 3). Raised from there, the user's exception came before the graph's input writes
+# that eager makes first, and (not being a failed entry check) was not rerun (review revP HIGH-1). Any
+# exception while computing a condition is raised as the check's own failure: the call reruns eagerly, exactly
+# (nothing has run yet), and raises the user's error where eager does. The eager backend runs these conditions
+# the same way before the graph (backends/eager.py) where the graph holds a truth over symbolic sizes; the
+# graph's own copies then compute the same values and do not raise.
+def has_size_truth(gm: torch.fx.GraphModule) -> bool:
+    """The graph holds an entry check of a truth over symbolic sizes (NOTE [Truths over symbolic sizes])."""
+    return any(node.op == "call_function" and node.target is _CHECK and _is_entry_check(node) and
+               node.args[1].startswith(SIZE_TRUTH_CHECK) for node in gm.graph.nodes)
 
 
 def _condition_steps(graph: torch.fx.Graph, condition: torch.fx.Node) -> list:

@@ -6,12 +6,38 @@ keeps nothing: the graph module handed to `load` is the whole program.
 """
 from __future__ import annotations
 
+import types
+
 import torch
+
+from .checks import entry_checks, has_size_truth
+
+
+def _forward(gm: torch.fx.GraphModule):
+    """`gm.forward`; where the graph checks a truth over symbolic sizes, a method of `gm` that first computes
+    its entry conditions as checks.py does (an exception there is the check's failure, not the user's error
+    raised before the graph's input writes: NOTE [A failing entry condition fails the check])."""
+    if not has_size_truth(gm):
+        return gm.forward
+    at_entry = entry_checks(gm)
+
+    def checked_forward(self: torch.fx.GraphModule, *args):
+        at_entry(*args)  # NOTE [A failing entry condition fails the check] in checks.py
+        return self.forward(*args)
+    return types.MethodType(checked_forward, gm)  # a method of `gm`, as gm.forward is (saved_hooks.hook_aware)
+
+
+def conditions_first(gm: torch.fx.GraphModule, compiled):
+    """What a backend made of `gm`: where that is `gm.forward` itself (a custom backend that runs the graph as
+    Python), the same method as the eager backend's (NOTE [A failing entry condition fails the check])."""
+    if getattr(compiled, "__self__", None) is gm and getattr(compiled, "__func__", None) is type(gm).forward:
+        return _forward(gm)
+    return compiled
 
 
 def eager(gm: torch.fx.GraphModule, example_inputs: list):
     """Return the GraphModule's forward: the graph runs op by op, exactly as eager PyTorch would."""
-    return gm.forward
+    return _forward(gm)
 
 
 def save(compiled) -> bytes:
@@ -23,4 +49,4 @@ def load(data: bytes, gm: torch.fx.GraphModule, example_inputs=None):
     """The graph module's forward, as `eager` returns it."""
     if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(f"eager load(gm): gm must be a torch.fx.GraphModule, got {type(gm).__name__}")
-    return gm.forward
+    return _forward(gm)

@@ -55,4 +55,5 @@ def call_backend(gm: torch.fx.GraphModule, example_inputs: list, backend: Callab
         raise BackendCompilerFailed(
             f"backend {name!r} returned {type(compiled).__name__} for a graph of {frame_name}; a backend must "
             f"return a callable that takes the graph's inputs (the torch.compile backend contract)", name)
-    return compiled
+    from ..backends.eager import conditions_first
+    return conditions_first(gm, compiled)

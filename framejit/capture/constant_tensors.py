@@ -225,7 +225,9 @@ def _input_size(graph: torch.fx.Graph, size: Any, make: bool = True) -> Any:
 
 def _check_at_entry(out, order: list, value, answer: bool) -> bool:
     """NOTE [Truths over symbolic sizes]; False (nothing recorded) when a size is not one of an input's."""
-    from .entry_checks import ENTRY_CHECK
+    from .entry_checks import SIZE_TRUTH_CHECK, size_truths_kept
+    if size_truths_kept():  # NOTE [A failed truth of sizes recompiles]
+        return False
     graph = out.graph
     bases = [n for n in order if _size_node(n) and any(not _size_node(i) and i.op != "placeholder"
                                                        for i in n.all_input_nodes)]  # sizes of tensors made in the graph
@@ -244,7 +246,7 @@ def _check_at_entry(out, order: list, value, answer: bool) -> bool:
         cond.node.replace_input_with(value.node, copies[value.node])
         first.prepend(cond.node)
     check = out.record_effect(torch._assert_async, (copies.get(cond.node, cond.node),
-                                                    f"{ENTRY_CHECK}a truth of sizes changed; the call reruns eagerly"))
+                                                    f"{SIZE_TRUTH_CHECK}; the call reruns eagerly"))
     first.prepend(check)
     return True
 

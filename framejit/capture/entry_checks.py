@@ -28,6 +28,36 @@ from .breaks import BreakKind, Unsupported
 from .values import ConstantValue, TensorValue
 
 ENTRY_CHECK = "framejit entry check: "  # the same text as backends/checks.py's ENTRY_CHECK
+SIZE_TRUTH_CHECK = ENTRY_CHECK + "a truth of sizes changed"  # NOTE [Truths over symbolic sizes]
+
+
+# NOTE [A failed truth of sizes recompiles]: an entry check of a truth over symbolic sizes (NOTE [Truths over
+# symbolic sizes] in constant_tensors.py) that fails means this call's sizes give the other answer. The call
+# reruns eagerly; kept, the entry failed (and reran) every later call of such sizes, forever (review revP
+# HIGH-2: `x + 1 if torch.ones(n).sum() > 3 else x - 1`, 100 of 102 calls eager). So the frame's hook drops
+# the entry (RerunState.restore_after in requests.py) and traces that frame from then on with such truths
+# kept as breaks (`sizes_kept`): one rerun per frame, then compiled calls again. (A persisted entry loaded
+# in another process may fail once there too.)
+_KEPT = [False]
+
+
+def size_truths_kept() -> bool:
+    """The frame being traced keeps truths over symbolic sizes as breaks (NOTE [A failed truth of sizes recompiles])."""
+    return _KEPT[0]
+
+
+class sizes_kept:
+    """Trace a frame of `hook` with truths over symbolic sizes kept as breaks once one of its entries' failed
+    (NOTE [A failed truth of sizes recompiles])."""
+
+    def __init__(self, hook: Any) -> None:
+        self.kept = getattr(hook, "size_truths_kept", False)
+
+    def __enter__(self) -> None:
+        self.before, _KEPT[0] = _KEPT[0], self.kept
+
+    def __exit__(self, *exc: Any) -> None:
+        _KEPT[0] = self.before
 
 
 def entry_check(cond) -> bool:

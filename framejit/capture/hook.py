@@ -5,10 +5,9 @@ the guard functions of its entries (newest first); a hit calls that entry's func
 the frame anew, unless the recompile limit is reached: then the frame runs eagerly, and one log line
 names the function and the guard that kept failing.
 
-The per-call path is deliberately small: a loop over entries, one generated guard call each, then one
-call of the transformed function. CPython itself binds the arguments, because guard and transformed
-functions share the frame's signature. The per-call path takes no lock; misses compile under one lock
-(NOTE [Threads]).
+The per-call path is deliberately small: a loop over entries, one generated guard call each, then one call of
+the transformed function. CPython itself binds the arguments, because guard and transformed functions share
+the frame's signature. The per-call path takes no lock; misses compile under one lock (NOTE [Threads]).
 
 NOTE [Live defaults]: guard and transformed functions carry the frame function's `__defaults__` and
 `__kwdefaults__` (so CPython binds a call as it binds the user's function). A user who assigns new
@@ -41,6 +40,7 @@ from . import frame_cache
 from .breaks import DISABLED, TracerInterop, fx_tracing
 from .codegen import frame_signature
 from .convert import convert_frame
+from .entry_checks import sizes_kept
 from .module_frame import module_call
 from .numpy_scalars import numpy_scalar_text
 from .op_warnings import rerun_without, shown_before_failure
@@ -137,7 +137,7 @@ class FrameHook(TracerInterop):
             if entry.on_graph_error is not None:
                 make_effects(entry, exc, args, kwargs)
             return None
-        entry.rerun.restore()
+        entry.rerun.restore_after(exc, self, entry)  # NOTE [A failed truth of sizes recompiles]
         logs.log("eager_fallback", "a graph of %s raised at run time (%s: %.300s); this call reruns eagerly, so the "
                  "exception is raised (and handled) by the function's own code", self._name(), type(exc).__name__, exc)
         return shown_before_failure(exc)
@@ -208,7 +208,7 @@ class FrameHook(TracerInterop):
             start = time.perf_counter()
             # tracing allocates many short-lived objects too (NOTE [No GC while restoring]); NOTE [Traces leave
             # no weak references] in fake_modes.py
-            with _no_gc(), fake_modes.tracing():
+            with _no_gc(), fake_modes.tracing(), sizes_kept(self):  # NOTE [A failed truth of sizes recompiles]
                 entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
                                       self.dynamic_ints)
                 entry = retrace_with_lengths(self, entry, args, kwargs, convert_frame) or entry  # NOTE [Opaque ...

@@ -23,7 +23,7 @@ import torch
 from ..guards import GuardFunction
 from .breaks import GraphBreak
 from .codegen import graph_call_span
-from .entry_checks import ENTRY_CHECK, is_entry_check
+from .entry_checks import ENTRY_CHECK, SIZE_TRUTH_CHECK, is_entry_check
 
 STATS: dict[str, float] = {"frames_traced": 0, "frames_compiled": 0, "graphs": 0, "backend_compiles": 0,
                            "eager_entries": 0, "frames_loaded": 0, "compile_time_s": 0.0,
@@ -83,6 +83,16 @@ class RerunState:
             torch.set_autocast_dtype(device_type, dtype)
         for fn, args in self.restores:
             fn(*args)
+
+    def restore_after(self, exc: BaseException, hook: Any, entry: Entry) -> None:
+        """`restore()` before the rerun; a failed truth over symbolic sizes also drops `entry` from its frame's
+        hook, whose later traces keep such truths as breaks (NOTE [A failed truth of sizes recompiles])."""
+        self.restore()
+        if type(exc) is RuntimeError and str(exc).startswith(SIZE_TRUTH_CHECK):
+            from .hook import COMPILE_LOCK
+            with COMPILE_LOCK:  # NOTE [Threads]: entries are published copy-on-write
+                hook.size_truths_kept = True
+                hook.entries = [e for e in hook.entries if e is not entry]
 
 
 # NOTE [Recomputation stopped inside a graph]: during backward, torch's non-reentrant checkpoint reruns

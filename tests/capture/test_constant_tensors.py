@@ -1,12 +1,14 @@
 """NOTE [Tensors made from constants]: the truth of a tensor computed only from constants (a mask made in the
 forward, compared with torch.nn's causal mask) is evaluated while tracing instead of breaking the graph."""
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from torch.nn.modules.transformer import _detect_is_causal_mask
 
-from tests.helpers import logged_breaks, run_differential, run_sizes
+import framejit
+from tests.helpers import assert_same, logged_breaks, run_differential, run_sizes
 
 
 def test_torch_nn_causal_mask_detection_is_not_a_break():
@@ -113,3 +115,50 @@ def test_writes_by_ops_whose_names_do_not_look_in_place():
                        (_embedding_max_norm, 2)):
         backend = run_differential(fn, zeros_or_positive, seeds=(0, 1, 0), fullgraph=False)
         assert backend.graph_count == graphs, fn.__name__
+
+
+def _counting_reruns(monkeypatch) -> list:
+    from framejit.capture.requests import RerunState
+    reruns, restore = [], RerunState.restore
+    monkeypatch.setattr(RerunState, "restore", lambda self: (reruns.append(1), restore(self))[1])
+    return reruns
+
+
+def test_failing_truth_of_sizes_reruns_once_then_compiles_and_keeps_input_writes(monkeypatch):
+    """Review revP: HIGH-1, an op copied to the graph's start raises (IndexError for n <= 3) before the graph
+    writes its input (NOTE [A failing entry condition fails the check]); HIGH-2, a truth whose answer flips with
+    the size (traced False at n=3) reran every later call eagerly (NOTE [A failed truth of sizes recompiles])."""
+    reruns = _counting_reruns(monkeypatch)
+
+    def g(x, log):
+        n = x.size(0)
+        x.add_(1)
+        log.append(n)
+        t = torch.eye(n)[torch.tensor([3])]
+        return x * 2 if (t.sum() == 1) else x * 3
+
+    cg = framejit.compile(g, backend="eager")
+    for n in (5, 6, 7, 3, 8):
+        x, xc, log, logc = torch.zeros(n), torch.zeros(n), [], []
+        try:
+            expected, error = g(x, log), None
+        except IndexError as e:
+            expected, error = None, e
+        if error is None:
+            assert_same(cg(xc, logc), expected)
+        else:
+            with pytest.raises(IndexError):
+                cg(xc, logc)
+        assert_same(xc, x)  # written once before the error, as eager (before: x unwritten at n=3)
+        assert logc == log
+    reruns.clear()
+
+    def f(x):
+        n = x.size(0)
+        return x + 1 if torch.ones(n).sum() > 3 else x - 1
+
+    cf = framejit.compile(f, backend="eager")
+    for n in [2, 3] + [4, 5, 6, 7] * 3:
+        x = torch.randn(n)
+        assert_same(cf(x), f(x))
+    assert len(reruns) == 1  # the first call of n >= 4 only (before: 12 of 14 calls)
