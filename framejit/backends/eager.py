@@ -10,7 +10,7 @@ import types
 
 import torch
 
-from .checks import entry_checks, has_size_truth
+from .checks import CheckedGraph, entry_checks, has_size_truth
 
 
 def _forward(gm: torch.fx.GraphModule):
@@ -28,11 +28,16 @@ def _forward(gm: torch.fx.GraphModule):
 
 
 def conditions_first(gm: torch.fx.GraphModule, compiled):
-    """What a backend made of `gm`: where that is `gm.forward` itself (a custom backend that runs the graph as
-    Python), the same method as the eager backend's (NOTE [A failing entry condition fails the check])."""
-    if getattr(compiled, "__self__", None) is gm and getattr(compiled, "__func__", None) is type(gm).forward:
+    """What a backend made of `gm`, computing the entry conditions of a truth over symbolic sizes first (NOTE [A
+    failing entry condition fails the check]): `gm.forward` itself (a custom backend that runs the graph as
+    Python) as the eager backend's method; another callable that does not already (CheckedGraph, the eager
+    backend's method) wrapped in a CheckedGraph with no further checks."""
+    if not has_size_truth(gm) or isinstance(compiled, CheckedGraph) or \
+            getattr(compiled, "__self__", None) is gm and getattr(compiled, "__func__", None) is not type(gm).forward:
+        return compiled
+    if getattr(compiled, "__self__", None) is gm:
         return _forward(gm)
-    return compiled
+    return CheckedGraph(compiled, [], False, entry_checks(gm))
 
 
 def eager(gm: torch.fx.GraphModule, example_inputs: list):

@@ -137,20 +137,23 @@ def test_failing_truth_of_sizes_reruns_once_then_compiles_and_keeps_input_writes
         t = torch.eye(n)[torch.tensor([3])]
         return x * 2 if (t.sum() == 1) else x * 3
 
-    cg = framejit.compile(g, backend="eager")
-    for n in (5, 6, 7, 3, 8):
-        x, xc, log, logc = torch.zeros(n), torch.zeros(n), [], []
-        try:
-            expected, error = g(x, log), None
-        except IndexError as e:
-            expected, error = None, e
-        if error is None:
-            assert_same(cg(xc, logc), expected)
-        else:
-            with pytest.raises(IndexError):
-                cg(xc, logc)
-        assert_same(xc, x)  # written once before the error, as eager (before: x unwritten at n=3)
-        assert logc == log
+    def custom(gm, example_inputs):  # a custom backend's own callable (not gm.forward)
+        return lambda *args: gm(*args)
+
+    for cg in (framejit.compile(g, backend="eager"), framejit.compile(g, backend=custom)):
+        for n in (5, 6, 7, 3, 8):
+            x, xc, log, logc = torch.zeros(n), torch.zeros(n), [], []
+            try:
+                expected, error = g(x, log), None
+            except IndexError as e:
+                expected, error = None, e
+            if error is None:
+                assert_same(cg(xc, logc), expected)
+            else:
+                with pytest.raises(IndexError):
+                    cg(xc, logc)
+            assert_same(xc, x)  # written once before the error, as eager (before: x unwritten at n=3)
+            assert logc == log
     reruns.clear()
 
     def f(x):
