@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 
 import torch
 
@@ -291,3 +292,42 @@ def uses(tensor: torch.Tensor) -> int:
 def unwatch_all() -> None:
     """Forget every watched storage (for tests; `uses()` of a storage watched before is then -1)."""
     _USES.clear()
+
+
+# NOTE [Versions recorded inside a call, read after it]: a check made inside a graph's call that keeps a
+# version to compare at the backward (NOTE [Inputs the graph writes, saved by eager] in
+# backends/joint_outputs.py) must keep the version the tensor has when the call returns to the program. The
+# wrapper of NOTE [Version counts of written inputs] (capture/input_versions.py) sets the written inputs'
+# counters to eager's counts after the backend's call, so a version read inside it (the backend's write-back
+# bumps, eager's write once: 2 where eager has 1) never matched again and every backward raised (review revO
+# HIGH-1: a weight written under no_grad inside the function, then used). The wrapper opens a list for the
+# call (`settling`); `read_after_call(entry)` puts the check's `[k, alias, version, ...]` on it, and the wrapper,
+# after setting the counters, reads `entry[2] = entry[1]._version` again (`read_again`). Outside such a wrapper (a
+# backend that bumps as eager does) the version read inside the call stands. One list per thread.
+_SETTLING = threading.local()
+
+
+def read_after_call(entry: list) -> None:
+    """Have the wrapper of the running call read `entry[1]._version` into `entry[2]` when the call returns."""
+    pending = getattr(_SETTLING, "pending", None)
+    if pending is not None:
+        pending.append(entry)
+
+
+def settling() -> tuple:
+    """Open the list of the call about to run; returns (the list, the one open before it)."""
+    before = getattr(_SETTLING, "pending", None)
+    _SETTLING.pending = pending = []
+    return pending, before
+
+
+def settled(opened: tuple) -> list:
+    """Close the call's list (the one open before it is open again); returns the entries put on it."""
+    pending, _SETTLING.pending = opened
+    return pending
+
+
+def read_again(pending: list) -> None:
+    """After the wrapper set the counters: each entry's version as the program now sees it."""
+    for entry in pending:
+        entry[2] = entry[1]._version

@@ -14,6 +14,7 @@ import torch.utils._pytree as pytree
 
 from ..grad_mode import grad_mode
 from .. import logs
+from ..tensor_watch import read_after_call
 
 # NOTE [In-place changes of joint outputs]
 # In eager, an output of the graph that is a view of an intermediate stays tied to it: an in-place change
@@ -146,7 +147,8 @@ class OutputChecks:
             value = args[source] if isinstance(source, int) else source
             if not isinstance(value, torch.Tensor):
                 continue
-            watched = (source if isinstance(source, int) else -1, value.detach(), value._version, described, None)
+            watched = [source if isinstance(source, int) else -1, value.detach(), value._version, described, None]
+            read_after_call(watched)  # NOTE [Versions recorded inside a call, read after it]
             if sources is None:
                 everywhere.append(watched)
             for j in sources or ():
@@ -206,11 +208,15 @@ def _version_check(watched: list, what: str = "output"):
 _EAGER_VERSION_ERROR = ("one of the variables needed for gradient computation has been modified by an inplace "
                         "operation: [{kind} {shape}], which is output {index} of {name}, is at version {now}; "
                         "expected version {then} instead. {hint}")
+_EAGER_LEAF_ERROR = ("one of the variables needed for gradient computation has been modified by an inplace "
+                     "operation: [{kind} {shape}] is at version {now}; expected version {then} instead. {hint}")
 _HINTS: dict = {}
 
 
 def _eager_message(kind: str, described: tuple, ref, now, then) -> str:
     shape, name, output_nr, _ = described
+    if name is None:  # NOTE [A saved view of a written input]: a leaf
+        return _EAGER_LEAF_ERROR.format(kind=kind, shape=shape, now=now, then=then, hint=_eager_hint())
     out = ref() if ref is not None else None
     # saved as another node's input: its node now, unless still the joint's own (changed under no_grad)
     if out is not None and out.grad_fn is not None and out.grad_fn.name() not in _JOINT_NODES:
@@ -342,7 +348,7 @@ def examine(flat_gm: torch.fx.GraphModule, args: list) -> tuple:
         return None, eager_saved
     checked = [*kept, *(k for k, _ in reached_from)]
     return OutputChecks(tuple(kept), tuple(multiple_views), tuple(no_grad_views), tuple(reached_from),
-                        {k: described[storage(outs[k])][1:] for k in checked if storage(outs[k]) in described},
+                        {k: described[storage(outs[k])][1:5] for k in checked if storage(outs[k]) in described},
                         written_saved), eager_saved
 
 
@@ -378,12 +384,22 @@ def _view_kinds(outs: list, inputs: set, storage) -> tuple:
 # (None: all of them); each call then keeps their versions after the call and a check raises eager's error
 # where eager's backward would (on the joint's node, or through hooks on the outputs as in NOTE [Checks where
 # eager's backward reaches]). Cost per call: only joints with such an input pay, a detach and a hook each.
+# NOTE [A saved view of a written input]: where eager saved a view of the input as another node's input (`lin(x)`
+# saves `weight.t()` for x's gradient), the view's node at the backward is not the one that made it: the input's
+# version moved since the view was made, so autograd remakes the view's node, AsStridedBackward0, and eager's
+# error names "output 0 of AsStrided" (review revO HIGH-1's program with a user write before the backward).
+# A leaf saved itself (`x * W`) has no node: eager's error then names none ("[torch.FloatTensor [4]] is at
+# version 4; ..."), so does the check's (no name recorded).
 def _written_and_saved(written: list, differentiable: list, reach: dict, storage, described: dict) -> tuple:
     found = []
     for fake, source in written:
         reached = tuple(j for j in differentiable if storage(fake) in reach[j])
         if reached:
             words = described.get(storage(fake))
+            if words is not None and words[5] and not words[4]:  # NOTE [A saved view of a written input]
+                words = words[:2] + ("AsStrided", 0)
+            elif words is None and fake.requires_grad and fake.grad_fn is None:  # the leaf itself, saved
+                words = (None, list(fake.shape), None, None)
             found.append((source, None if len(reached) == len(differentiable) else reached,
                           words[1:4] + (True,) if words is not None else None))
     return tuple(found)
@@ -415,7 +431,8 @@ def _saved_below(root, saved_by: dict, storage, described: dict) -> set:
             for v in tensors:
                 if v.grad_fn is not None and described.get(storage(v), (-1,))[0] < order:
                     as_output = v.grad_fn._sequence_nr() == order and v.grad_fn.name() == node.name()
-                    described[storage(v)] = (order, list(v.shape), _forward_name(v.grad_fn), v.output_nr, as_output)
+                    described[storage(v)] = (order, list(v.shape), _forward_name(v.grad_fn), v.output_nr, as_output,
+                                             v._is_view())
         found |= saved_by[node]
         stack.extend(n for n, _ in node.next_functions if n is not None)
     return found

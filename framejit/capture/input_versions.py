@@ -41,6 +41,8 @@ import torch.nn.functional as F
 from torch._C._autograd import _unsafe_set_version_counter
 from torch.fx.operator_schemas import normalize_function
 
+from ..tensor_watch import read_again, settled, settling
+
 # NOTE [Writes eager does not count]: ops -> the arguments they write without a bump, when `training` is not False
 _UNCOUNTED_WRITES = {F.batch_norm: ("running_mean", "running_var"), torch.batch_norm: ("running_mean", "running_var"),
                      torch.native_batch_norm: ("running_mean", "running_var")}
@@ -72,8 +74,13 @@ class KeptVersions:
                 before = None
             if before is None:
                 return self.gm.forward(*args)  # NOTE [Written inference tensors]
-            out = self.compiled(*args)
+            opened = settling()  # NOTE [Versions recorded inside a call, read after it]
+            try:
+                out = self.compiled(*args)
+            finally:
+                pending = settled(opened)
             _unsafe_set_version_counter(written, [version + count for version, (_, count) in zip(before, writes)])
+            read_again(pending)
         for i, version in self.outputs:  # not those autograd tracks: the backend's backward may have saved them at 0
             tensor = out[i]
             if tensor._version != version and not tensor.requires_grad:

@@ -237,6 +237,39 @@ def test_an_activation_written_in_place_and_saved_for_the_backward(backend):
                 loss.backward()
             errors.append((str(info.value).split(":")[0], w.grad is None))
         assert errors[1] == errors[0]
+    # review revO HIGH-1: a weight written under no_grad in the function, then used (linear saves it): every
+    # backward raised, the version kept at the call being the backend's (2), not eager's count (1) set after it.
+    # SGD steps with changing batch sizes; the user's write of the weight before the last backward raises as eager
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
+        def clipped(x):
+            with torch.no_grad():
+                lin.weight.clamp_(-0.4, 0.4)
+            return lin(x).pow(2).sum()
+        run = framejit.compile(clipped, backend=backend) if compiled else clipped
+        steps = []
+        for seed, rows in ((0, 3), (1, 5), (2, 3)):
+            opt.zero_grad()
+            x = _leaves(seed, (rows, 4))[0]
+            loss = run(x)
+            if seed == 2:
+                with torch.no_grad():
+                    lin.weight.add_(1)
+            try:
+                loss.backward()
+                opt.step()
+                error = None
+            except RuntimeError as exc:
+                error = str(exc)
+            steps.append((loss.detach(), x.grad, lin.weight.detach().clone(), lin.bias.detach().clone(), error))
+        results.append(steps)
+    for eager, fast in zip(*results):
+        torch.testing.assert_close(fast[:4], eager[:4], **TOL)
+        assert fast[4] == eager[4]
+    assert [step[4] is None for step in results[0]] == [True, True, False]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
