@@ -133,7 +133,8 @@ def _import_locator(obj: Any) -> tuple:
     if module is None and isinstance(obj, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         module = obj.__objclass__.__module__  # a C method (`torch.Tensor.detach`): its class's module
     qualname = getattr(named, "__qualname__", None)
-    if isinstance(obj, types.BuiltinFunctionType) and module == "torch" and getattr(torch._C, obj.__name__, None) is obj:
+    if isinstance(obj, types.BuiltinFunctionType) and module == "torch" \
+            and getattr(torch._C, obj.__name__, None) is obj:
         return ("import", "torch._C", obj.__name__)  # NOTE [torch's C functions by torch._C]
     if isinstance(obj, types.BuiltinMethodType) and isinstance(obj.__self__, type) and module is None:
         try:  # a C static method of a type (`tuple.__new__`, which a namedtuple's `_make` calls): by its type
@@ -159,14 +160,11 @@ def _import_locator(obj: Any) -> tuple:
         return ("import", module, qualname)
     name = getattr(obj, "__name__", None)
     if isinstance(name, str) and name != qualname:  # torch.relu: qualname _VariableFunctionsClass.relu
-        try:
+        with contextlib.suppress(Exception):
             if resolve(("import", module, name), None) is obj:
                 return ("import", module, name)
-        except Exception:
-            pass
-    # a function reached through a descriptor: a property's getter, a classmethod's function; or the function
-    # an lru_cache wrapper wraps (NOTE [Cached functions] inlines `__wrapped__`, guarded by identity; the
-    # frame cache checks its code hash as every inlined callee's)
+    # a property's getter, a classmethod's function, or what an lru_cache wraps (NOTE [Cached functions] inlines
+    # `__wrapped__`, guarded by identity; the frame cache checks its code hash as every inlined callee's)
     for attr in ("fget", "__func__", "__wrapped__"):
         if getattr(found, attr, None) is obj:
             return ("import", module, qualname, attr)
