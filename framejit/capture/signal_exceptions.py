@@ -16,6 +16,7 @@ raises nothing behaves as before.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from typing import Callable, Iterator
@@ -41,6 +42,14 @@ def _wrapped(handler: Callable, raised: list) -> Callable:
 # wrapped on that hot path; an `Exception` caught there is asked whether its traceback holds a frame of a
 # Python signal handler installed now (a handler runs as a call from the interrupted frame, so its frame is
 # in the traceback). KeyboardInterrupt and SystemExit are no `Exception` and pass those handlers anyway.
+# NOTE [Compiled handlers]: a framejit-compiled function installed as a handler is a FrameHook, whose
+# `__call__` is the first frame of every guard or graph failure of every compiled function: taken as a handler's
+# code, every such failure looked raised by a signal handler (a guard's KeyError reached the user: review revQ
+# HIGH-1, /tmp/revQ/s6.py). framejit's own code is never a handler's code here; the user function under the hook
+# (its `__wrapped__`) still is.
+_OWN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+
+
 def from_signal_handler(exc: BaseException) -> bool:
     """Whether `exc` was raised by (a callee of) a Python signal handler installed now."""
     tb = exc.__traceback__
@@ -51,7 +60,7 @@ def from_signal_handler(exc: BaseException) -> bool:
         for _ in range(8):  # our wrapper, functools.wraps/partial, bound methods
             code = getattr(getattr(handler, "__func__", handler), "__code__", None) or \
                 getattr(getattr(type(handler), "__call__", None), "__code__", None)  # a callable object
-            if code is not None:
+            if code is not None and not code.co_filename.startswith(_OWN_DIR):  # NOTE [Compiled handlers]
                 codes.add(code)
             handler = getattr(handler, "__wrapped__", None) or getattr(handler, "func", None)
             if handler is None:

@@ -84,3 +84,35 @@ def test_timeout_while_the_graph_or_its_guards_run_reaches_the_caller():
     finally:
         signal.signal(signal.SIGUSR1, before)
     assert backend.graph_count == 1 and eager_frames() == eager
+
+
+def _key_or_minus_one(x, d):
+    return x + d["k"] if "k" in d else x - 1
+
+
+def _weight_or_x(x, o):
+    return x * o.w if hasattr(o, "w") else x
+
+
+def test_a_compiled_function_installed_as_a_handler_leaves_other_failures_alone():
+    # NOTE [Compiled handlers] (review revQ HIGH-1 of the signal-handler check): with a compiled function
+    # installed as a handler (never fired), a guard raising KeyError/AttributeError for a missing key or
+    # attribute reached the user instead of counting as a miss
+    before = signal.signal(signal.SIGUSR2, framejit.compile(lambda signum, frame: None))
+    try:
+        f = framejit.compile(_key_or_minus_one, backend=CountingBackend())
+        for d in ({"k": 1}, {"k": 2}, {}, {"j": 3}):
+            torch.testing.assert_close(f(torch.ones(2), d), _key_or_minus_one(torch.ones(2), d))
+
+        class O:
+            w = None
+        o = O()
+        o.w = 2.0
+        g = framejit.compile(_weight_or_x, backend=CountingBackend())
+        for k in range(3):
+            if k == 2:
+                del o.w
+                del O.w
+            torch.testing.assert_close(g(torch.ones(2), o), _weight_or_x(torch.ones(2), o))
+    finally:
+        signal.signal(signal.SIGUSR2, before)
