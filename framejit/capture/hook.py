@@ -28,7 +28,6 @@ import gc
 import inspect
 import re
 import sys
-import threading
 import time
 import types
 import weakref
@@ -46,7 +45,7 @@ from .numpy_scalars import numpy_scalar_text
 from .op_warnings import rerun_without, shown_before_failure
 from .graph_errors import make_effects
 from .locators import ModuleNotImported
-from .requests import STATS, CompileRequest, Entry, mutates_in_place, rerun_state
+from .requests import COMPILE_LOCK, STATS, CompileRequest, Entry, mutates_in_place, rerun_state  # NOTE [Threads]
 from .carried_loops import loop_position, retrace_with_lengths
 from .resume import _ORIGIN, eager_function, layout_key, make_resume_code
 from .shapes import LAYOUT, OFFSET
@@ -55,7 +54,6 @@ from .user_tracebacks import clean as clean_traceback
 from torch._C import _is_tracing as jit_tracing  # NOTE [Compiled callables under the TorchScript tracer]
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
-COMPILE_LOCK = threading.RLock()  # NOTE [Threads]
 FRAMES: list[dict] = []  # one row per compiled or loaded frame entry, for framejit.stats()
 
 

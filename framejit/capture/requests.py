@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 import types
 from typing import Any, Callable
 
@@ -24,6 +25,10 @@ from ..guards import GuardFunction
 from .breaks import GraphBreak
 from .codegen import graph_call_span
 from .entry_checks import ENTRY_CHECK, SIZE_TRUTH_CHECK, is_entry_check
+
+# NOTE [Threads] (hook.py): entries are published under this lock; here so that requests.py, which drops a failed
+# entry (restore_after), does not import hook.py (capture imports go one way: hook -> convert -> frame_cache)
+COMPILE_LOCK = threading.RLock()
 
 STATS: dict[str, float] = {"frames_traced": 0, "frames_compiled": 0, "graphs": 0, "backend_compiles": 0,
                            "eager_entries": 0, "frames_loaded": 0, "compile_time_s": 0.0,
@@ -89,7 +94,6 @@ class RerunState:
         hook, whose later traces keep such truths as breaks (NOTE [A failed truth of sizes recompiles])."""
         self.restore()
         if type(exc) is RuntimeError and str(exc).startswith(SIZE_TRUTH_CHECK):
-            from .hook import COMPILE_LOCK
             with COMPILE_LOCK:  # NOTE [Threads]: entries are published copy-on-write
                 hook.size_truths_kept = True
                 hook.entries = [e for e in hook.entries if e is not entry]
