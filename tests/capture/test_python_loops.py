@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import framejit
+from tests.capture.test_breaks_cells import closures_in_loop  # three closures made by a printing loop
 from tests.helpers import CountingBackend, eager_frames
 
 
@@ -323,25 +324,17 @@ def test_unbind_unpacked_into_names_stays_in_the_graph_with_dynamic_true():
         compiled(torch.randn(3), torch.randn(3, 3))
 
 
-def _three_closures_then_comprehension(x):
-    fs = []
-    for i in range(3):
-        fs.append(lambda: x * i)  # noqa: B023 - every closure sees the last i, as Python does
-        print("made", i)
-    return [f() for f in fs]
-
-
 def test_a_list_grown_by_a_breaking_loop_to_a_fixed_length_keeps_its_comprehension_captured(capsys):
     """NOTE [Lengths that change between calls] (carried_loops.py): fs has 1, 2, 3 items at the loop's
     breaks, so it is opaque, but 3 at the comprehension on every call: the comprehension is not run as Python
     (where the closures it calls ran as plain Python on 3.13: 0 graphs, the regression that reverted 17a3129);
     x's size changes, the frame's graphs follow it by automatic dynamic only."""
     backend = CountingBackend()
-    compiled = framejit.compile(_three_closures_then_comprehension, backend=backend)
+    compiled = framejit.compile(closures_in_loop, backend=backend)
     before, counts = eager_frames(), []
     for n in (3, 4, 5, 6):
         x = torch.randn(n)
-        torch.testing.assert_close(compiled(x), _three_closures_then_comprehension(x))
+        torch.testing.assert_close(compiled(x), closures_in_loop(x))
         counts.append(backend.graph_count)
     assert eager_frames() == before
     assert counts[0] == 1 and counts[-1] == counts[1] == 2, counts  # `x * i` captured; one recompile for the size
