@@ -49,7 +49,7 @@ from .requests import COMPILE_LOCK, STATS, CompileRequest, Entry, mutates_in_pla
 from .carried_loops import loop_position, retrace_with_lengths
 from .resume import _ORIGIN, eager_function, layout_key, make_resume_code
 from .shapes import LAYOUT, OFFSET
-from .signal_exceptions import from_signal_handler, reraise_if_from_signal_handler
+from ..signal_handlers import from_signal_handler, reraise_if_from_signal_handler
 from .user_tracebacks import clean as clean_traceback
 from torch._C import _is_tracing as jit_tracing  # NOTE [Compiled callables under the TorchScript tracer]
 

@@ -238,8 +238,8 @@ _LOOKUP_FACTS = ("CLASS_ATTR_ABSENT", "INSTANCE_ATTR_ABSENT", "MODULE_ATTR_ABSEN
 
 def _reraise_from_signal_handler(e: Exception) -> None:
     """A guard that raises fails, but not when a signal handler raised (NOTE [Signal handlers while a compiled
-    frame runs] in capture/signal_exceptions.py): that exception reaches the caller."""
-    from ..capture.signal_exceptions import reraise_if_from_signal_handler
+    frame runs] in signal_handlers.py): that exception reaches the caller."""
+    from ..signal_handlers import reraise_if_from_signal_handler
     reraise_if_from_signal_handler(e)
 
 
