@@ -90,7 +90,8 @@ def state_query_handler(fn: Any) -> Callable | None:
 # with a key padding mask and grad off, eager runs the nested-tensor fast path, whose output holds zeros at
 # padded positions, while the path taken under `is_compiling()` computes values there (and nn.Transformer's
 # decoder, given no memory mask, then attends to them: a different result at every position). A query asked
-# from one of these functions is a graph break, so the call runs eagerly with eager's answer.
+# from one of these functions is answered False, eager's answer, so the trace follows eager's path (it was a
+# graph break, which ran the query in Python for the same answer at the cost of one more graph per call).
 _EAGER_PATH_CODES: tuple = ()
 
 
@@ -103,11 +104,8 @@ def _eager_path_codes() -> tuple:
 
 
 def _compiling(tx, fn: Any, args: list, kwargs: dict) -> Value:
-    if getattr(tx, "code", None) in _eager_path_codes():
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL,
-                          f"{fn.__qualname__}() asked by {tx.code.co_qualname}, whose compile path computes "
-                          "different values than its eager path (NOTE [Compile-aware paths that change results])")
-    return _no_args(fn, args, kwargs, ConstantValue(True))
+    eager_path = getattr(tx, "code", None) in _eager_path_codes()  # NOTE [Compile-aware paths that change results]
+    return _no_args(fn, args, kwargs, ConstantValue(not eager_path))
 
 
 # NOTE [Zero-argument state getters]: torch has many more process-wide state getters than the queries named

@@ -1,5 +1,6 @@
 """NOTE [Compile-aware paths that change results]: library code that takes a different-valued path when
-`torch.compiler.is_compiling()` answers True runs its eager path instead (a graph break)."""
+`torch.compiler.is_compiling()` answers True runs its eager path instead (the query answers False there,
+eager's answer)."""
 import warnings
 
 import pytest

@@ -1,0 +1,84 @@
+"""torch.nn's Transformer fast paths under framejit (issue 11: real model code captured whole).
+
+nn.TransformerEncoder in eval, grad off, batch_first, with a key padding mask takes the nested-tensor fast
+path: it checks the mask is left aligned (a data-dependent answer), converts the input to a nested tensor,
+runs each layer's fused kernel on it and pads the result back (zeros at padded positions, then the final
+norm). Each test runs eagerly and compiled on fresh inputs (two calls with new values, one with a new shape)
+and checks values (padded positions included), the graphs each call runs, the frames traced and the frames
+run wholly eagerly.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import framejit
+
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+class RunCounting:
+    """A backend that counts the graphs it compiles and how often they run."""
+
+    def __init__(self) -> None:
+        self.compiled = 0
+        self.runs = 0
+
+    def __call__(self, gm, example_inputs):
+        self.compiled += 1
+        forward = gm.forward
+
+        def run(*args):
+            self.runs += 1
+            return forward(*args)
+        return run
+
+
+def _inputs(call: int, float_mask: bool = False):
+    batch, seq = ((2, 5), (2, 5), (3, 7))[call]
+    x = torch.randn(batch, seq, 8, generator=torch.Generator().manual_seed(call))
+    mask = torch.zeros(batch, seq, dtype=torch.bool)
+    mask[1, seq - 1 - call % 2:] = True  # right padding, another length on the second call
+    if float_mask:
+        mask = torch.zeros(batch, seq).masked_fill(mask, float("-inf"))
+    return x, mask
+
+
+def _encoder(layers: int = 2) -> nn.Module:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    return nn.TransformerEncoder(layer, layers, enable_nested_tensor=True, norm=nn.LayerNorm(8)).eval()
+
+
+def _run(module, calls):
+    """(outputs, [(graphs compiled, graphs run) per call], frames traced, eager-frame records)."""
+    framejit.reset()
+    backend = RunCounting()
+    compiled = framejit.compile(module, backend=backend)
+    before = framejit.stats()
+    outs, per_call = [], []
+    for x, mask in calls:
+        runs = backend.runs
+        with torch.no_grad():
+            outs.append(compiled(x, src_key_padding_mask=mask))
+        per_call.append((backend.compiled, backend.runs - runs))
+    after = framejit.stats()
+    return outs, per_call, after["frames_traced"] - before["frames_traced"], \
+        after["eager_frame_reasons"][before["eager_frames"]:]
+
+
+@pytest.mark.parametrize("float_mask", [False, True], ids=["bool_mask", "float_mask"])
+def test_encoder_nested_fast_path_matches_eager_in_few_graphs(float_mask):
+    encoder = _encoder()
+    calls = [_inputs(c, float_mask) for c in range(3)]
+    with torch.no_grad():
+        want = [encoder(x, src_key_padding_mask=m) for x, m in calls]
+    outs, per_call, traced, eager = _run(encoder, calls)
+    for i, (got, exp) in enumerate(zip(outs, want)):
+        torch.testing.assert_close(got, exp, msg=lambda m: f"call {i}: {m}")
+    assert eager == [], eager
+    # graphs: up to the left-aligned check, up to the nested tensor, the final norm (it was 4: a break at
+    # is_compiling() split the first); new values compile nothing
+    assert [runs for _, runs in per_call] == [3, 3, 3], per_call
+    assert per_call[1][0] == per_call[0][0], per_call
