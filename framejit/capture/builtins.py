@@ -22,7 +22,7 @@ from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, i
 from . import lazy_combinators
 from .lazy_generators import drain_whole
 from .values.base import MADE_ORDER
-from .values.containers import dict_iterator, drain_lent, iterates_as_tuple
+from .values.containers import dict_iterator, drain_lent, drain_zipped, iterates_as_tuple
 from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, PartialValue, SetValue,
                      TensorValue, TupleValue, Value)
 
@@ -285,7 +285,7 @@ def _enumerate(tx, args, kwargs):
 def _zip(tx, args, kwargs):
     strict = kwargs.get("strict", ConstantValue(False)).as_constant()
     watch = lazy_combinators.watch(tx, args)  # NOTE [Lazy combinators]
-    columns = drain_lent(tx, list(args))  # NOTE [Lent iterators]
+    columns = drain_zipped(tx, list(args), bool(strict))  # NOTE [Lent iterators], [Combinators over endless generators]
     if strict and len({len(c) for c in columns}) > 1:  # CPython raises once the shortest runs out, after the
         # rows before it were used, naming the argument: the loop runs as Python
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "zip(strict=True) over iterables of different lengths")

@@ -37,7 +37,9 @@ def _islice(tx, args, kwargs):
         raise UserException(TypeError("islice expected 2 to 4 arguments"))
     bounds = [_const(a, "islice") for a in args[1:]]
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
-    items, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
+    stop = bounds[0] if len(bounds) == 1 else bounds[1]  # CPython's islice draws at most `stop` items
+    count = stop if type(stop) is int and stop >= 0 else None  # NOTE [Combinators over endless generators]
+    items, = drain_lent(tx, args[:1], count)  # NOTE [Lent iterators]
     try:
         chosen = list(itertools.islice(range(len(items)), *bounds))
     except (ValueError, TypeError) as e:

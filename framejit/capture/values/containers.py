@@ -7,7 +7,7 @@ replays its final contents after the graph.
 from __future__ import annotations
 
 import collections
-
+import contextlib
 import types
 from typing import Any
 
@@ -296,9 +296,10 @@ def lent_error(iterator: IteratorValue) -> Unsupported:
     return e
 
 
-def drain_lent(tx, iterables: list[Value]) -> list[list[Value]]:
-    """The items of each argument of a lazy combinator, all at once; iterator arguments are marked lent
-    to it (NOTE [Lent iterators]). A combinator made where no root instruction is known breaks now."""
+def drain_lent(tx, iterables: list[Value], count: int | None = None) -> list[list[Value]]:
+    """The items of each argument of a lazy combinator, all at once (at most `count` of a lazy generator: NOTE
+    [Combinators over endless generators]); iterator arguments are marked lent to it (NOTE [Lent iterators]).
+    A combinator made where no root instruction is known breaks now."""
     from ..protocol import iterate
     root = tx
     while root.parent is not None:
@@ -306,7 +307,7 @@ def drain_lent(tx, iterables: list[Value]) -> list[list[Value]]:
     made_at = root.current.index if root.current is not None else None
     columns = []
     for value in iterables:
-        columns.append(_drain(tx, value, iterate))
+        columns.append(_drain(tx, value, iterate, count))
         if isinstance(value, IteratorValue):
             if made_at is None:
                 raise Unsupported(BreakKind.SIDE_EFFECT, "an iterator drawn by a combinator: it runs as Python")
@@ -314,24 +315,100 @@ def drain_lent(tx, iterables: list[Value]) -> list[list[Value]]:
     return columns
 
 
-def _drain(tx, value: Value, iterate) -> list[Value]:
-    """All items of `value`; a generator traced lazily (an endless one: NOTE [Run-ahead step budget] in
-    translator.py) may take DRAIN_STEPS instructions, past which it is a break (before the call that made it,
-    as any break while a lazy generator is live)."""
+def _drain(tx, value: Value, iterate, count: int | None = None) -> list[Value]:
+    """All items of `value` (at most `count` of a lazy generator); a generator traced lazily (an endless one:
+    NOTE [Run-ahead step budget] in translator.py) may take the run-ahead budget of instructions, past which it
+    is a break (before the call that made it, as any break while a lazy generator is live)."""
     from ..lazy_generators import LazyGeneratorValue
-    from ..translator import MAX_TRACE_STEPS
     if not isinstance(value, LazyGeneratorValue):
         return iterate(tx, value)
-    out = tx.output
-    outer = out.__dict__.get("step_limit", MAX_TRACE_STEPS)
-    out.step_limit = min(outer, out.steps + DRAIN_STEPS)
+    with _drain_budget(tx.output):
+        if count is None or value.finalizes:  # NOTE [Generators with finalizers traced lazily]: drawn whole
+            return iterate(tx, value)
+        items = []
+        while len(items) < count and (item := value.next()) is not None:
+            items.append(item)
+        return items
+
+
+@contextlib.contextmanager
+def _drain_budget(out):
+    """NOTE [Combinators over endless generators]: the drain of a lazy generator gets the run-ahead budget."""
+    from .. import translator
+    outer = out.__dict__.get("step_limit", translator.MAX_TRACE_STEPS)
+    out.step_limit = min(outer, out.steps + translator.RUN_AHEAD_STEPS)
     try:
-        return iterate(tx, value)
+        yield
     finally:
         out.step_limit = outer
 
 
-DRAIN_STEPS = 100_000
+# NOTE [Combinators over endless generators]: zip, enumerate, map and the itertools are evaluated when they are
+# made (NOTE [Lent iterators]): a lazy generator among their arguments (NOTE [Run-ahead step budget] in
+# translator.py) was drained to its end, with a budget of 100,000 instructions, so an endless one
+# (`while True: yield i; i += 1`) under `zip(gen(), rows)` or `enumerate(gen())` traced those 100,000 before
+# the break before its call (30-47 s of a first call at load 10). Now a drain gets the run-ahead budget
+# (RUN_AHEAD_STEPS) too, and draws only what CPython's combinator can draw: `zip` steps its arguments row by
+# row, in argument order, as CPython's does, so a generator zipped with a list, tuple, range, string or tensor
+# stops where the shortest of those ends (drawn once more only where it comes before that argument: the row
+# CPython starts and abandons), and the loop is unrolled into the graph as over two lists; `islice(gen, stop)`
+# draws at most `stop` items. A combinator with no such bound (`enumerate(gen())`, `map(f, gen())`, `zip` of
+# generators only) reaches the budget and breaks before the generator's call, as before, then steps as Python
+# (NOTE [Iterators stepped as Python] in carried_loops.py). A generator with finalizers is drawn whole as
+# before (a partial drain of it breaks: NOTE [Generators with finalizers traced lazily]).
+_BOUNDED_ITEMS = (list, tuple)
+
+
+def drain_zipped(tx, iterables: list[Value], strict: bool) -> list[list[Value]]:
+    """zip's columns (NOTE [Combinators over endless generators]): lazy generators drawn row by row up to the
+    shortest argument of known length; drain_lent's where there is none, or under strict=True (CPython's checks
+    draw past the shortest)."""
+    from ..lazy_generators import LazyGeneratorValue
+    from ..protocol import iterate
+    lazy = [isinstance(v, LazyGeneratorValue) and not v.finalizes and v.lent_at is None for v in iterables]
+    if strict or not any(lazy) or not all(z or _known_length(v) for z, v in zip(lazy, iterables)):
+        return drain_lent(tx, iterables)
+    made_at = _root_index(tx)
+    if made_at is None:
+        raise Unsupported(BreakKind.SIDE_EFFECT, "an iterator drawn by a combinator: it runs as Python")
+    columns = [[] if z else iterate(tx, v) for z, v in zip(lazy, iterables)]
+    shortest = min(len(c) for z, c in zip(lazy, columns) if not z)
+    with _drain_budget(tx.output):
+        _draw_rows(lazy, iterables, columns, shortest)
+    for v in iterables:
+        if isinstance(v, IteratorValue):
+            v.lent_at = made_at
+    return columns
+
+
+def _draw_rows(lazy: list[bool], iterables: list[Value], columns: list[list[Value]], shortest: int) -> None:
+    """Append to the lazy generators' columns what CPython's zip draws from them, row by row."""
+    for row in range(shortest + 1):
+        for z, v, column in zip(lazy, iterables, columns):
+            if not z and row == len(column):
+                return  # CPython's zip stops at the first argument that ends, in argument order
+            if z:
+                item = v.next()
+                if item is None:
+                    return
+                column.append(item)
+
+
+def _known_length(value: Value) -> bool:
+    """`value` is iterated without running code: a list, tuple, range, string or tensor."""
+    from .tensor import TensorValue
+    if isinstance(value, SequenceValue) and value.python_type() in _BOUNDED_ITEMS:
+        return True
+    if isinstance(value, ConstantValue) and type(value.value) in (range, tuple, str, bytes):
+        return True
+    return isinstance(value, TensorValue) and value.fake.dim() > 0
+
+
+def _root_index(tx) -> int | None:
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    return root.current.index if root.current is not None else None
 
 
 # NOTE [Deque iterators]: a deque is a ListValue of class deque (capture/mappings.py). CPython's deque
