@@ -17,11 +17,26 @@ writes is what eager's order shows (`log.append("a")`, `global N; N += 1`, `self
 Such int arithmetic (SAFE_INT_OPS in side_effects.py) cannot raise, so it is no "op" for `late`
 (SideEffects._mark), nor are elementwise tensor ops that cannot fail once traced (NOTE [Tensor ops that cannot
 fail at run time]). An effect recorded after any other op may precede or follow the failing op; it is not
-made (eager makes it only when the failing op comes later: a known gap; an attribute, global or cell stored
-both before and after the first op is not made at all). Also not made (known gaps, the old behaviour): values
-that are not such constants (a tensor, an object, a float input), a container mutated other than by a logged
-call, outside iterators, finishing calls, cells found through a source, and every effect of an entry loaded
-from the frame cache (on_graph_error is not persisted).
+made here (an attribute, global or cell stored both before and after the first op is not made at all), nor
+are values that are not such constants (a tensor, an object, a float input), a container mutated other than
+by a logged call, outside iterators, finishing calls and cells found through a source: NOTE [Effects between
+failing ops] makes such calls exact instead.
+
+NOTE [Effects between failing ops]: an effect that on_graph_error does not make is still right when no op that
+may fail at run time (`side_effects._may_fail`) follows its first write: eager then never makes it before
+raising either. Otherwise (`log.append(x.size(0))` after a node that is an op, an append between two tensor
+indexes; review revQ HIGH-2: `x.add_(1); log.append(x.size(0)); return x[torch.tensor([3])] * 2` with a size-3
+`x` raised with `log == []`, eager `[3]`) eager makes it exactly when the failing op comes later, which only
+eager can tell: `effects_need_rerun` asks handler_reruns.restore_plan to clone the inputs the graph writes (and
+save the random generators it draws from) before each call and put them back when the call raises, so the
+call reruns eagerly (NOTE [Failing graphs inside handlers], NOTE [Graph failures rerun eagerly]) and makes
+exactly eager's effects. SideEffects numbers the ops that may fail in program order as it records effects
+(`first_marks`, `last_failing_op`). The snapshot costs a copy of the written inputs per call, so it is taken
+only for such effects: one made after the graph's last op that may fail (a step counter at the end of a
+forward that writes a cache) needs none. Where the writes cannot be put back (an input autograd tracks as a
+non-leaf, inference mode, a generator of the program's own: `unrestorable`) the old behaviour stays (a known
+gap). The plan is persisted with the entry (frame_cache.Persisted.restore): an entry loaded from the frame
+cache reruns the same way, where on_graph_error is not persisted.
 """
 from __future__ import annotations
 
@@ -94,29 +109,59 @@ class _Rebuild(Reconstructor):
         self.cg.call(2 + len(leaves))
 
 
-def _early(se: SideEffects, inputs: dict) -> SideEffects | None:
-    """The effects recorded before the graph's first op whose values are plain constants."""
+def _early(se: SideEffects, inputs: dict, made: set | None = None) -> SideEffects | None:
+    """The effects recorded before the graph's first op whose values are plain constants; `made` collects their
+    keys (as SideEffects._mark names them, a container's logged call as ("op", index))."""
     def plain(v):
         return _plain(v, inputs)
+    made = set() if made is None else made
     early = SideEffects()
     for c in se.containers.values():  # a container's logged calls before the first op
-        ops = [op for k, (value, op) in enumerate(se.ops) if value is c and ("op", k) not in se.late]
-        if not ops or any(op is None or not all(map(plain, op[1])) for op in ops):
+        ops = [(k, op) for k, (value, op) in enumerate(se.ops) if value is c and ("op", k) not in se.late]
+        if not ops or any(op is None or not all(map(plain, op[1])) for _, op in ops):
             continue
         early.containers[id(c)] = c
-        early.ops += [[c, op] for op in ops]
+        early.ops += [[c, op] for _, op in ops]
+        made.update(("op", k) for k, _ in ops)
     for key, (obj, name, value) in se.attrs.items():
         if ("attr", *key) not in se.late and plain(value):
             early.attrs[key] = (obj, name, value)
+            made.add(("attr", *key))
             if key in se.raw_attrs:
                 early.raw_attrs.add(key)
     for key, entry in se.globals.items():
         if ("global", *key) not in se.late and plain(entry[2]):
             early.globals[key] = entry
+            made.add(("global", *key))
     for key, (cell, value) in se.cells.items():
         if ("cell", key) not in se.late and key not in se.cell_sources and plain(value):
             early.cells[key] = (cell, value)
+            made.add(("cell", key))
     return early if early else None
+
+
+def _symbolic_inputs(output: Any) -> dict:
+    """Placeholder node -> Source of the graph inputs that are symbolic ints."""
+    return {inp.value.node: inp.source for inp in output.inputs
+            if isinstance(getattr(inp, "value", None), SymNodeValue) and inp.source is not None}
+
+
+def effects_need_rerun(output: Any) -> bool:
+    """Some effect of the trace is made by eager before an op of the graph that may fail at run time, and
+    `on_graph_error` would not make it (NOTE [Effects between failing ops])."""
+    se = output.side_effects
+    if not se:
+        return False
+    made: set = set()
+    _early(se, _symbolic_inputs(output), made)
+    last = se.last_failing_op()
+    keys = [("op", k) for k in range(len(se.ops))]
+    keys += [("attr", *key) for key in se.attrs] + [("global", *key) for key in se.globals]
+    keys += [("cell", key) for key in se.cells] + [("item", k) for k in range(len(se.item_writes))]
+    keys += [("tensor_hook", k) for k in range(len(se.tensor_hooks))]
+    if se.finishing_calls or se._moved_iterators():
+        keys.append(("unmarked",))  # never marked: counts as made before every op
+    return any(key not in made and se.first_marks.get(key, 0) < last for key in keys)
 
 
 def on_graph_error(fn: types.FunctionType, shape: FunctionShape, output: Any, has_graph: bool,
@@ -125,8 +170,7 @@ def on_graph_error(fn: types.FunctionType, shape: FunctionShape, output: Any, ha
     graph]), or None when there are none or the entry reruns eagerly instead."""
     if not has_graph or reruns:
         return None
-    inputs = {inp.value.node: inp.source for inp in output.inputs
-              if isinstance(getattr(inp, "value", None), SymNodeValue) and inp.source is not None}
+    inputs = _symbolic_inputs(output)
     early = _early(output.side_effects, inputs)
     if early is None:
         return None
@@ -162,4 +206,4 @@ def make_effects(entry: Any, exc: BaseException, args: tuple, kwargs: dict) -> N
                  entry.fn.__code__.co_qualname, type(e).__name__, e)
 
 
-__all__ = ["graph_call_frame", "make_effects", "on_graph_error"]
+__all__ = ["effects_need_rerun", "graph_call_frame", "make_effects", "on_graph_error"]

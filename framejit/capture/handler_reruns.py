@@ -133,10 +133,13 @@ def note_effect(out, target: Any) -> None:
 
 
 def restore_plan(output) -> tuple | None:
-    """((written graph input positions), (devices drawn on)) when the graph has an op under a handler and its
-    rerun needs them put back; None otherwise."""
+    """((written graph input positions), (devices drawn on)) when the graph has an op under a handler, or
+    effects that a failing call would not make as eager does (NOTE [Effects between failing ops] in
+    graph_errors.py), and its rerun needs them put back; None otherwise."""
     if not output.__dict__.get("op_in_handler"):
-        return None
+        from .graph_errors import effects_need_rerun
+        if output.__dict__.get("unrestorable") or not effects_need_rerun(output):
+            return None
     from .input_versions import input_writes
     written = {i for i, _ in input_writes(output)}
     positions = {id(entry): i for i, entry in enumerate(output.inputs)}

@@ -85,6 +85,13 @@ def _is_op(node: Any) -> bool:
     return node.op in ("call_function", "call_method", "call_module")
 
 
+def _may_fail(node: Any) -> bool:
+    """An op of the graph that may raise at run time: any `_is_op` but an entry check (it raises before every op,
+    and the call then reruns eagerly: NOTE [Entry checks])."""
+    from .entry_checks import is_entry_check
+    return _is_op(node) and not is_entry_check(node)
+
+
 def _instance_dict(obj: Any) -> dict | None:
     from .codegen_runtime import real_instance_dict  # NOTE [Instance dicts read without user code]
     return real_instance_dict(obj)
@@ -125,6 +132,11 @@ class SideEffects:
         self.graph: Any = None
         self.late: set = set()
         self._any_op = False
+        # NOTE [Effects between failing ops] (graph_errors.py): each effect key's count of ops that may fail
+        # recorded before its first write (`first_marks`), from `_ordinals` (op node -> ordinal, in program order)
+        self.first_marks: dict[tuple, int] = {}
+        self._ordinals: dict = {}
+        self._cursor: Any = None
 
     def _mark(self, key: tuple) -> None:
         """An effect keyed `key` is recorded now: late when the graph already holds an op (a container's
@@ -134,6 +146,33 @@ class SideEffects:
         if self._any_op or self.graph is None:
             self.late.add(key)
             self.late.add(("op", len(self.ops)))
+        count = self._count_failing_ops()
+        self.first_marks.setdefault(key, count)
+        if key[0] == "container":
+            self.first_marks.setdefault(("op", len(self.ops)), count)
+
+    def _count_failing_ops(self) -> int:
+        """How many ops that may fail at run time the graph recorded so far (NOTE [Effects between failing ops]);
+        each gets its ordinal once, walking on from the last node walked."""
+        graph = self.graph
+        if graph is None:
+            return 0
+        node = self._cursor if self._cursor is not None and not self._cursor._erased else graph._root
+        node = node.next
+        while node is not graph._root:
+            if node not in self._ordinals and _may_fail(node):
+                self._ordinals[node] = len(self._ordinals) + 1
+            self._cursor, node = node, node.next
+        return len(self._ordinals)
+
+    def last_failing_op(self) -> float:
+        """The ordinal of the final graph's last op that may fail at run time (NOTE [Effects between failing
+        ops]): 0 for none, infinite for one recorded after the last effect. An effect keyed `k` has such an op
+        after its first write when this exceeds `first_marks.get(k, 0)` (an effect never marked counts as
+        written before every op)."""
+        if self.graph is None:
+            return 0
+        return max((self._ordinals.get(node, float("inf")) for node in self.graph.nodes if _may_fail(node)), default=0)
 
     def __bool__(self) -> bool:
         return bool(self.containers or self.attrs or self.globals or self.cells or self.finishing_calls or
