@@ -237,6 +237,15 @@ def _node_of(x: Any) -> Any:
     return x
 
 
+# NOTE [Loops carrying nested tensors]: an op on a strided nested tensor never enters a graph (NOTE [Nested
+# tensors stay out of graphs], values/builder.py): it breaks, marked `nested_operand` (below). A loop
+# whose body meets one (`for mod in self.layers: output = mod(output)` once nn.TransformerEncoder's fast path
+# made `output` nested) broke in every step, and its body's resume function was traced again for each loop
+# position (an iterator-position guard: one entry per layer, until the loop was stepped as Python). Such a
+# break moves to the loop's GET_ITER (or FOR_ITER, or the resume point inside the body) like a data-dependent
+# one, whatever the iterable (python_loops.moved_break, iterates_rows_at): the loop runs as Python once per
+# call, its calls through their frame hooks (each layer's forward is captured as its own frame), and the code
+# after the loop is captured again.
 def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(v, ConstantValue):
         if type(v.value).__module__ == "numpy":  # a NumPy scalar (NOTE [NumPy as torch])
@@ -260,6 +269,10 @@ def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
         return leaf(number)
     if getattr(v, "opaque_tensor", None):  # NOTE [Tensor subclasses traced as tensors]
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{v.opaque_tensor}: an op on it runs in Python")
+    if isinstance(getattr(v, "obj", None), torch.Tensor) and v.obj.is_nested:  # NOTE [Nested tensors stay out of
+        e = Unsupported(BreakKind.UNSUPPORTED_CALL, "an op on a nested tensor runs in Python")  # graphs]
+        e.nested_operand = True  # NOTE [Loops carrying nested tensors]
+        raise e
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{v.describe()} cannot be passed to a graph op")
 
 

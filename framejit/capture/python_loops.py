@@ -496,8 +496,9 @@ def moved_break(code: types.CodeType, exc: Any, symbolic: bool) -> Any:
         moved.graph_break = exc.graph_break
         moved.root_index, moved.python_loop, moved.moved_from = exc.root_index, exc.range_loop, exc
         return moved
+    every_step = getattr(exc, "kind", None) is BreakKind.DATA_DEPENDENT or getattr(exc, "nested_operand", False)
     if not isinstance(exc, Unsupported) or exc.root_index is None or getattr(exc, "python_loop", None) is not None \
-            or getattr(exc, "loop_tried", False) or (exc.kind is not BreakKind.DATA_DEPENDENT and not symbolic):
+            or getattr(exc, "loop_tried", False) or (not every_step and not symbolic):
         return None
     exc.loop_tried = True  # when the loop cannot run as Python, the break is taken where it happened
     insts = normalize(code).insts
@@ -524,12 +525,14 @@ def iterates_rows_at(stack: list, inst: Any, moved_from: Any) -> bool:
     from .sym_arith import SymRangeValue
     if not stack:
         return False
+    from .graph_break import _slot_kind
+    from .resume import ITERATOR_KINDS
+    if getattr(moved_from, "nested_operand", False):  # NOTE [Loops carrying nested tensors] in graph_calls.py
+        return inst.name in ("GET_ITER", "FOR_ITER") or any(_slot_kind(v) in ITERATOR_KINDS for v in stack)
     if moved_from.kind is not BreakKind.DATA_DEPENDENT:  # NOTE [Loops over sequences of changing length]
         return inst.name == "GET_ITER" and isinstance(stack[-1], (SymRangeValue, OpaqueSequenceValue))
     if inst.name in ("GET_ITER", "FOR_ITER"):
         return iterates_rows(stack[-1])
-    from .graph_break import _slot_kind
-    from .resume import ITERATOR_KINDS
     iterators = [v for v in stack if _slot_kind(v) in ITERATOR_KINDS]
     return bool(iterators) and iterates_rows(iterators[-1])
 

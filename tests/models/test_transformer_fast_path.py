@@ -82,3 +82,21 @@ def test_encoder_nested_fast_path_matches_eager_in_few_graphs(float_mask):
     # is_compiling() split the first); new values compile nothing
     assert [runs for _, runs in per_call] == [3, 3, 3], per_call
     assert per_call[1][0] == per_call[0][0], per_call
+
+
+# NOTE [Loops carrying nested tensors] (python_loops.py): the loop over the layers carries the nested tensor
+# from step to step, so each step broke; its resume function was traced again for each loop position (one
+# entry per layer, up to the recompile limit). The loop now runs as Python (each layer's forward through its
+# frame hook): the frames traced do not grow with the number of layers.
+def test_encoder_layer_loop_on_a_nested_tensor_is_traced_once_whatever_the_depth():
+    traced = {}
+    for layers in (1, 4):
+        encoder = _encoder(layers)
+        calls = [_inputs(c) for c in range(2)]
+        with torch.no_grad():
+            want = [encoder(x, src_key_padding_mask=m) for x, m in calls]
+        outs, per_call, traced[layers], eager = _run(encoder, calls)
+        for i, (got, exp) in enumerate(zip(outs, want)):
+            torch.testing.assert_close(got, exp, msg=lambda m: f"{layers} layers, call {i}: {m}")
+        assert eager == [] and [runs for _, runs in per_call] == [3, 3], (eager, per_call)
+    assert traced[4] == traced[1], traced
