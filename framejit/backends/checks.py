@@ -32,6 +32,8 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from ..signal_handlers import reraise_if_from_signal_handler
+
 _CHECK = torch._assert_async
 ENTRY_CHECK = "framejit entry check: "  # the same text as capture/entry_checks.py's ENTRY_CHECK
 SIZE_TRUTH_CHECK = ENTRY_CHECK + "a truth of sizes changed"  # capture/constant_tensors.py's check message
@@ -61,6 +63,7 @@ def entry_checks(gm: torch.fx.GraphModule) -> Callable | None:
                     env[node] = getattr(values[0], node.target)(*values[1:], **kwargs) if node.op == "call_method" \
                         else node.target(*values, **kwargs)
             except Exception as e:  # NOTE [A failing entry condition fails the check]
+                reraise_if_from_signal_handler(e)  # NOTE [Signal handlers while a compiled frame runs]
                 raise RuntimeError(message[0]) from e
             _CHECK(env[condition], *message)
     return run
@@ -73,7 +76,11 @@ def entry_checks(gm: torch.fx.GraphModule) -> Callable | None:
 # exception while computing a condition is raised as the check's own failure: the call reruns eagerly, exactly
 # (nothing has run yet), and raises the user's error where eager does. The eager backend runs these conditions
 # the same way before the graph (backends/eager.py) where the graph holds a truth over symbolic sizes; the
-# graph's own copies then compute the same values and do not raise.
+# graph's own copies then compute the same values and do not raise. An exception of the user's signal handler
+# (a SIGALRM timeout arriving while a condition is computed) is no failure of the condition: it reaches the
+# caller as in eager (NOTE [Signal handlers while a compiled frame runs]), where taken as a failed check it
+# reran the call eagerly (the call returned normally, having spent the time twice) and a failed truth of
+# sizes even dropped the entry (a recompile).
 def has_size_truth(gm: torch.fx.GraphModule) -> bool:
     """The graph holds an entry check of a truth over symbolic sizes (NOTE [Truths over symbolic sizes])."""
     return any(node.op == "call_function" and node.target is _CHECK and _is_entry_check(node) and

@@ -116,3 +116,42 @@ def test_a_compiled_function_installed_as_a_handler_leaves_other_failures_alone(
             torch.testing.assert_close(g(torch.ones(2), o), _weight_or_x(torch.ones(2), o))
     finally:
         signal.signal(signal.SIGUSR2, before)
+
+
+def _truth_of_sizes(x, log):
+    n = x.size(0)
+    log.append(n)
+    return x + 1 if torch.ones(n).sum() > 3 else x - 1  # an entry check at symbolic sizes
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_timeout_while_an_entry_condition_is_computed_reaches_the_caller(monkeypatch, backend):
+    # NOTE [A failing entry condition fails the check] in backends/checks.py: before, the TimeoutError became
+    # a failed entry check, so the call reran eagerly and returned normally, and the failed truth of sizes
+    # dropped the entry (a recompile on the next call)
+    from framejit.backends import checks
+    compiled = framejit.compile(_truth_of_sizes, backend=backend)
+    for n in (5, 6):
+        torch.testing.assert_close(compiled(torch.ones(n), []), _truth_of_sizes(torch.ones(n), []))
+    entries, fire, map_arg = list(compiled.entries), [], torch.fx.node.map_arg
+
+    def signalled_map_arg(*args, **kwargs):  # the signal arrives while a condition's op is computed
+        if fire:
+            fire.clear()
+            signal.raise_signal(signal.SIGUSR1)
+        return map_arg(*args, **kwargs)
+    monkeypatch.setattr(checks.torch.fx.node, "map_arg", signalled_map_arg)
+    before = signal.signal(signal.SIGUSR1, _timeout)
+    try:
+        for n in (7, 8):
+            log = []
+            fire.append(1)
+            with pytest.raises(TimeoutError):
+                compiled(torch.ones(n), log)
+            assert not fire and log in ([], [n])  # eager: the handler fired before or after the append
+            expected_log = []
+            torch.testing.assert_close(compiled(torch.ones(n), log), _truth_of_sizes(torch.ones(n), expected_log))
+            assert log == expected_log
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    assert compiled.entries == entries  # nothing dropped, nothing recompiled
