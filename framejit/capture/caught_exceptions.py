@@ -68,7 +68,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     handler = inst.handler
     if handler is not None and getattr(e, "reraised", None) is not None:
         return _follow_reraise(tx, inst, e)  # NOTE [Exceptions re-raised from followed handlers]
-    if handler is None or not isinstance(e.exc, Exception) or getattr(e, "symbolic", False) or \
+    thrown = getattr(e, "thrown_in", False)  # NOTE [Exceptions thrown into suspended generators]: GeneratorExit
+    if handler is None or not (isinstance(e.exc, Exception) or thrown) or getattr(e, "symbolic", False) or \
             isinstance(e.exc, RuntimeError) and not getattr(e, "user_raised", False):
         return False  # NOTE [Errors of ops on symbolic values] in graph_calls.py
     context = _handled_context(tx, e) if handling_anywhere(tx) else None
@@ -283,6 +284,11 @@ def _callee_entries(tx, e: UserException) -> tuple:
 def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | UserException:
     """What escapes a frame from inside followed handlers: the first handler's own exception, raised again
     from its instruction (or a graph break when a callee's handler already mutated state)."""
+    from .lazy_generators import thrown_out
+    if thrown_out(tx, raised):  # NOTE [Exceptions thrown into suspended generators]: traced to its re-raise
+        tx.handling.clear()
+        raised.escape_traced = True
+        return raised
     first = tx.handling[0] if tx.handling else raised.reraised.origin  # NOTE [Exceptions re-raised from ...]
     tx.handling.clear()
     if tx.parent is None and (isinstance(raised, Unsupported) or tx.current is not None and

@@ -9,9 +9,10 @@ body is suspended: the exception raised at the `yield` (GeneratorExit for close(
 once, and the generator has ended. So close() ends it and answers None, and throw(exc) ends it and
 raises `exc` (a class is instantiated) to the caller, where the trace follows it like any raise; later
 steps give StopIteration. A run-ahead generator's remaining items were computed by a body that changed
-nothing (NOTE [Eager generators]), so dropping them is unobservable. Kept as graph breaks: a generator
-with handlers or a `yield from` (its handlers would run), a lazy one with finalizers (NOTE [Generators
-with finalizers traced lazily]), one lent to a combinator that already drew its items (NOTE [Lent
+nothing (NOTE [Eager generators]), so dropping them is unobservable. A run-ahead generator with handlers or a
+`yield from` (its handlers would run) is traced again lazily, and a lazy one's close() and throw() raise the
+exception at its `yield` (NOTE [Exceptions thrown into suspended generators] in lazy_generators.py). Kept as
+graph breaks: one lent to a combinator that already drew its items (NOTE [Lent
 iterators]: a break where the combinator was made), a StopIteration thrown into one not ended (PEP 479
 turns it into a RuntimeError inside the frame), throw() with more than one argument or of a value not
 known while tracing, throw() of a generator that is running.
@@ -30,12 +31,25 @@ def _plain_body(code: Any) -> bool:
 
 
 def ends_quietly(gen: Value) -> bool:
-    """close() and throw() of `gen` are traced (NOTE [Generators ended by close or throw])."""
+    """close() and throw() of `gen` are traced (NOTE [Generators ended by close or throw]; a lazy one's
+    handlers: NOTE [Exceptions thrown into suspended generators] in lazy_generators.py)."""
     from .lazy_generators import LazyGeneratorValue
     if isinstance(gen, LazyGeneratorValue):
-        return not gen.finalizes and _plain_body(gen.frame.code)
+        return True
     code = getattr(gen, "gen_code", None)
     return isinstance(gen, IteratorValue) and code is not None and _plain_body(code)
+
+
+def end_method(gen: IteratorValue, name: str) -> Value:
+    """`gen.close` or `gen.throw` of an iterator value."""
+    from .lazy_generators import LazyGenMethodValue, lazy_from_now
+    if ends_quietly(gen):
+        return LazyGenMethodValue(gen, name)
+    e = Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of {gen.describe()}")
+    if getattr(gen, "gen_code", None) is None:
+        raise e
+    e.root_index = gen.made_at  # a run-ahead generator with handlers: NOTE [Exceptions thrown into suspended
+    raise lazy_from_now(e, gen.gen_code)  # generators]: traced again, lazily, where its handlers run
 
 
 def _end(gen: IteratorValue) -> None:
@@ -97,8 +111,13 @@ def throw_into(tx, gen: IteratorValue, args: list[Value], kwargs: dict[str, Valu
     ended = gen.finished if lazy else gen.exhausted
     if isinstance(exc, StopIteration) and not ended:
         raise Unsupported(BreakKind.EXCEPTION_RAISED, "StopIteration thrown into a generator (PEP 479)")
+    if lazy:
+        if gen.lent_at is not None:
+            from .values.containers import lent_error
+            raise lent_error(gen)
+        return gen.throw(exc)  # NOTE [Exceptions thrown into suspended generators] in lazy_generators.py
     _end(gen)
     raise UserException(exc)
 
 
-__all__ = ["close_generator", "ends_quietly", "thrown_exception", "throw_into"]
+__all__ = ["close_generator", "end_method", "ends_quietly", "thrown_exception", "throw_into"]

@@ -17,7 +17,8 @@ CPython's own rules are kept: a non-None value sent to a generator not started r
 generator that returns raises StopIteration(value) at the step that ends it and StopIteration() at any
 later step; an exception its body raises ends it and reaches the consumer; close() of a generator
 without handlers ends it and runs nothing. A StopIteration raised by the body (PEP 479's RuntimeError),
-a return value that is not a constant, and `throw()` are graph breaks.
+and a return value that is not a constant are graph breaks; `throw()`:
+NOTE [Exceptions thrown into suspended generators].
 
 A suspended generator cannot be rebuilt in Python, so such a value is live from its call until it ends:
 a graph break while it is live moves before the root frame's instruction that called the generator
@@ -30,6 +31,7 @@ global) is a real suspended frame: its `send` stays a graph break.
 """
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any
 
@@ -171,7 +173,10 @@ class LazyGeneratorValue(IteratorValue):
         if not self.started and not (sent.is_constant() and sent.as_constant() is None):
             raise UserException(TypeError("can't send non-None value to a just-started generator"))
         ended_now = not self.finished
-        item = self.resume(sent)
+        return self._answer(self.resume(sent), ended_now)
+
+    def _answer(self, item: Value | None, ended_now: bool) -> Value:
+        """What send() or throw() gives for a step: the item yielded, else StopIteration(return value)."""
         if item is not None:
             return item
         returned = self.frame.return_value if ended_now else None
@@ -194,6 +199,10 @@ class LazyGeneratorValue(IteratorValue):
         frame.suspended = False
         if self.finalizes:
             self._check_consumer()
+        return self._run_frame()
+
+    def _run_frame(self) -> Value | None:
+        frame = self.frame
         try:
             frame.run()
         except UserException as raised:
@@ -206,6 +215,42 @@ class LazyGeneratorValue(IteratorValue):
             return frame.yielded.pop()
         self.finished = self.done = self.exhausted = True
         return None
+
+    def throw(self, exc: BaseException) -> Value:
+        """`g.throw(exc)`: NOTE [Exceptions thrown into suspended generators]."""
+        return self._answer(self._thrown(exc), True)
+
+    def _thrown(self, exc: BaseException) -> Value | None:
+        """Resume the body with `exc` raised at the `yield` it is suspended at: the next item, or None."""
+        if not self.started or self.finished:  # CPython runs none of the body: the exception leaves at once
+            self.started = self.finished = self.exhausted = True
+            raise thrown_error(exc)
+        frame = self.frame
+        if not frame.suspended:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"throw() of the running {self.describe()}")
+        if not self.finalizes:  # no handler: the exception leaves the frame at once
+            self.finished = self.done = self.exhausted = True
+            raise thrown_error(exc)
+        if delegating(frame):  # CPython throws into the delegate of its `yield from`
+            raise self.made_here(finalizer_break(f"throw() or close() of the generator {self.name} while it "
+                                                 "delegates with `yield from`: it runs as Python"))
+        from .caught_exceptions import caught_in_frame, follow_handler
+        raised = thrown_error(exc)
+        raised.thrown_in = True
+        frame.suspended = False
+        self._check_consumer()
+        frame.thrown = exc
+        try:
+            if not follow_handler(frame, frame.current, raised):
+                if caught_in_frame(frame.program.insts, frame.current):
+                    raise self.made_here(finalizer_break(f"{type(exc).__name__} thrown into the generator "
+                                                         f"{self.name} reaches a handler the trace cannot follow: it "
+                                                         "runs as Python"))
+                self.finished = True
+                raise raised
+            return self._run_frame()
+        finally:
+            frame.thrown = None
 
     def _check_consumer(self) -> None:
         """NOTE [Generators with finalizers traced lazily]: each step is counted (a drain that drove one is
@@ -222,11 +267,21 @@ class LazyGeneratorValue(IteratorValue):
         return e
 
     def close(self) -> Value:
-        if self.finalizes and self.started and not self.finished:  # NOTE [Generators with finalizers traced
-            raise self.made_here(finalizer_break(f"close() of the suspended generator {self.name}, which has "  # lazily]
-                                                 "finalizers: it runs as Python"))
-        self.finished = self.done = True  # GeneratorExit ends it and runs nothing (not started, or no handlers)
-        return ConstantValue(None)
+        """`g.close()`: GeneratorExit thrown in (NOTE [Exceptions thrown into suspended generators])."""
+        if not self.finalizes or not self.started or self.finished:
+            self.finished = self.done = True  # GeneratorExit ends it and runs nothing (not started, or no handlers)
+            return ConstantValue(None)
+        try:
+            item = self._thrown(GeneratorExit())
+        except UserException as raised:
+            if not isinstance(raised.exc, GeneratorExit):
+                raise
+            self.done = True
+            return ConstantValue(None)
+        if item is not None:
+            raise thrown_error(RuntimeError("generator ignored GeneratorExit"))
+        returned = self.frame.return_value  # 3.13 gives the value returned on close; before, None
+        return returned if sys.version_info >= (3, 13) and returned is not None else ConstantValue(None)
 
 
 class LazyGenMethodValue(Value):
@@ -317,6 +372,42 @@ def finalizer_break(message: str) -> Unsupported:
     return e
 
 
+# NOTE [Exceptions thrown into suspended generators]: `g.throw(exc)` and `g.close()` of a lazy generator whose
+# body has handlers (`finalizes`) were graph breaks that ran the whole frame eagerly. CPython raises the
+# exception inside the frame at the `yield` it is suspended at (close(): GeneratorExit), so its try/except and
+# finally run there, and throw() answers what the body does next: the next item yielded, StopIteration(value)
+# when it returns, or the exception that leaves it. The trace does the same: the exception is raised at the
+# suspended YIELD_VALUE and the frame's handler is followed (NOTE [Exceptions caught while tracing]; a thrown
+# GeneratorExit or RuntimeError is followed too: it is raised by CPython for real, not by a fake kernel), then
+# the body runs on to its next yield or its end. close() answers None when GeneratorExit (or nothing) leaves
+# the body, raises "generator ignored GeneratorExit" when it yields, and from 3.13 on gives back the value it
+# returns. The thrown exception re-raised out of the body by a `finally` or an `except` that does not match
+# (RERAISE of the same object) leaves it as traced, not given up (thrown_out). Kept as they were: a handler the
+# trace cannot follow, or another exception raised inside one (given up: the frame runs as Python), a body
+# suspended in a `yield from` (CPython throws into the delegate: delegating), a generator that is running,
+# StopIteration thrown into one not ended (PEP 479). A generator not started, ended or with no handler runs
+# none of its body: the exception leaves at once.
+def thrown_error(exc: BaseException) -> UserException:
+    """The UserException of an exception CPython raises itself (a thrown one, close()'s RuntimeError)."""
+    raised = UserException(exc)
+    raised.user_raised = True  # NOTE [RuntimeErrors raised by the user]: not a fake kernel's
+    return raised
+
+
+def delegating(frame: Any) -> bool:
+    """The frame is suspended at the yield of a `yield from` loop (SEND right before it)."""
+    insts, at = frame.program.insts, frame.current.index if frame.current is not None else 0
+    return at > 0 and insts[at - 1].name in ("SEND", "SEND_THEN_END")
+
+
+def thrown_out(tx: Any, raised: Any) -> bool:
+    """`raised` re-raises, out of a generator frame, the exception thrown into it (NOTE [Exceptions thrown into
+    suspended generators]), and no handler of the frame that the trace did not follow covers it."""
+    thrown = getattr(tx, "thrown", None)
+    return thrown is not None and isinstance(raised, UserException) and raised.exc is thrown and \
+        not tx._handles(raised)
+
+
 def _finalizing(out) -> list:
     return [g for g in out.__dict__.get("live_lazy_generators", ()) if g.finalizes]
 
@@ -326,8 +417,19 @@ def finalizers_pending(out) -> bool:
     return any(not g.done for g in _finalizing(out))
 
 
+def closes_quietly(g: LazyGeneratorValue) -> bool:
+    """Closing `g` runs none of its code: it is suspended at a yield that no handler of its own covers (one in an
+    `except` block with no finally around it), not in a `yield from` (NOTE [Exceptions thrown into suspended
+    generators]). Dropping it then is unobservable, as for a generator without handlers."""
+    from .caught_exceptions import caught_in_frame
+    frame = g.frame
+    return frame.suspended and frame.current is not None and not delegating(frame) and \
+        not caught_in_frame(frame.program.insts, frame.current)
+
+
 def suspended_finalizers(out) -> list:
-    return [g for g in _finalizing(out) if g.started and not g.finished and g.frame.suspended]
+    return [g for g in _finalizing(out) if g.started and not g.finished and g.frame.suspended and
+            not closes_quietly(g)]
 
 
 def raised_with_suspended_finalizers(out, exc: UserException) -> None:
@@ -339,7 +441,7 @@ def raised_with_suspended_finalizers(out, exc: UserException) -> None:
 
 def check_finalizers_at_return(out) -> None:
     for g in _finalizing(out):
-        if g.started and not g.finished:
+        if g.started and not g.finished and not closes_quietly(g):
             raise g.made_here(finalizer_break(f"the generator {g.name}, which has finalizers, is still suspended "
                                               "when the frame returns: the frame runs as Python"))
 
@@ -357,4 +459,4 @@ def drain_whole(tx, value: Value) -> list[Value]:
 __all__ = ["LazyGenMethodValue", "LazyGeneratorValue", "call_lazy_gen_method", "check_finalizers_at_return",
            "drain_whole", "drives_with_send", "finalizer_break", "finalizers_pending", "lazy_gen_attr",
            "lazy_from_now", "make_lazy_generator", "raised_with_suspended_finalizers", "LazyDecisions",
-           "suspended_finalizers", "wants_lazy", "LAZY_CODES"]
+           "suspended_finalizers", "thrown_error", "thrown_out", "wants_lazy", "LAZY_CODES"]

@@ -20,14 +20,14 @@ def op(*names: str):
 
 
 _GENERATORS = "coroutines and async code are not traced; generators are run only as inlined callees"
-_EXCEPTIONS = "exception groups and the StopIteration-to-RuntimeError conversion are not traced"
+_EXCEPTIONS = "exception groups are not traced"
 UNSUPPORTED_OPCODES: dict[str, str] = {
     **{name: _GENERATORS for name in (
         "GET_AWAITABLE", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR",
         "BEFORE_ASYNC_WITH", "ASYNC_GEN_WRAP", "CLEANUP_THROW",
         "INSTRUMENTED_YIELD_VALUE", "SETUP_ANNOTATIONS", "GEN_START")},
     **{name: _EXCEPTIONS for name in (
-        "CHECK_EG_MATCH", "PREP_RERAISE_STAR", "STOPITERATION_ERROR")},
+        "CHECK_EG_MATCH", "PREP_RERAISE_STAR")},
     "IMPORT_STAR": "star imports are not allowed in functions",
     "PRINT_EXPR": "interactive-mode printing",
     "DELETE_GLOBAL": "deleting a global is a side effect",
@@ -57,4 +57,4 @@ UNSUPPORTED_OPCODES: dict[str, str] = {
 }
 
 # Registration happens on import; keep these imports after HANDLERS and op are defined.
-from . import arith, blocks, build, calls, imports, jumps, matching, stack  # noqa: E402,F401
+from . import arith, blocks, build, calls, imports, jumps, matching, pep479, stack  # noqa: E402,F401
