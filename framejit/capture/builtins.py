@@ -158,6 +158,11 @@ def _convert(kind: type):
         number = torch_number(v) if kind is not str and len(args) == 1 and not kwargs else None
         if number is not None:  # the number itself when it is of that kind already (not specialised)
             return number if number.python_type() is kind else handler(tx, [number], kwargs)
+        if len(args) == 1 and not kwargs:
+            from .changing_strings import converted  # NOTE [Strings that change between calls]
+            number = converted(tx, kind, v)
+            if number is not None:
+                return number
         from .sym_arith import convert  # NOTE [Size arithmetic stays symbolic]
         kept = convert(tx, kind, args, kwargs)
         if kept is not None:

@@ -331,10 +331,11 @@ class FrameHook(TracerInterop):
                 expected = ast.literal_eval(failure.guard.expected)
             except (ValueError, SyntaxError):
                 continue
-            if type(expected) is float:
+            if type(expected) in (float, str):  # a str: NOTE [Strings that change between calls]
                 self.dynamic_floats = self.dynamic_floats | {failure.guard.source}
-                logs.log("recompiles", "%s: the float %s changed value; it is a graph input from now on",
-                         self._name(), failure.guard.source)
+                now = "it is a graph input" if type(expected) is float else "its value is guarded only where it is read"
+                logs.log("recompiles", "%s: the %s %s changed value; %s from now on", self._name(),
+                         type(expected).__name__, failure.guard.source, now)
 
     # NOTE [Automatic dynamic]: with compile(dynamic=None) a frame is first compiled with static shapes.
     # When a later call misses because a tensor dimension has another size (the newest entry's first

@@ -198,9 +198,10 @@ def _wrap_number_or_constant(out, obj: Any, source: Source) -> Value | None:
     if type(obj) is int and (out.dynamic_ints and source.describe() in out.dynamic_ints or (
             out.dynamic is True and _is_argument(source))):
         return out.add_int_input(obj, source)  # NOTE [Dynamic ints] in capture/shapes.py
-    if type(obj) is str and out.dynamic_ints and source.describe() in out.dynamic_ints:
-        from ..carried_loops import opaque_string
-        return opaque_string(out, obj, source)  # NOTE [Strings carried across breaks]
+    if type(obj) is str and (out.dynamic_ints or out.dynamic_floats) and source.describe() in {
+            *out.dynamic_ints, *out.dynamic_floats}:  # opaque: NOTE [Strings carried across breaks]
+        from ..changing_strings import changing_string  # NOTE [Strings that change between calls]
+        return changing_string(out, obj, source)
     if type(obj) in _OPAQUE_CONTAINERS and out.dynamic_ints and source.describe() in out.dynamic_ints or \
             type(obj) in (bytearray, memoryview):  # NOTE [Mutable buffers carried across breaks]: from any source
         from ..carried_loops import opaque_sequence  # a dict or set: NOTE [Dict and set results of changing size]
