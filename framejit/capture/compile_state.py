@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import sys
+import types
 from typing import Any, Callable
 
 import torch
@@ -24,7 +25,7 @@ import torch.utils._python_dispatch
 import torch.utils._foreach_utils
 
 from .breaks import BreakKind, Unsupported
-from .values import ConstantValue, ListValue, Value
+from .values import ConstantValue, ListValue, UserFunctionValue, Value
 
 _COMPILING_NAMES = (("torch._dynamo", "is_compiling"), ("torch._dynamo.external_utils", "is_compiling"),
                     ("torch._dynamo.eval_frame", "is_compiling"))
@@ -64,6 +65,17 @@ _GUARDED: tuple[Callable[[], Any], ...] = tuple(q for q in (
 ) if q is not None)
 
 
+# NOTE [Questions to the tracing machinery]: a Python function of torch's fake-tensor and dispatch machinery
+# (`torch._subclasses.fake_tensor.is_fake(x)`, `torch.utils._python_dispatch.is_in_torch_dispatch_mode()`,
+# `torch._guards.detect_fake_mode()`) took the graph-op path like any torch function: run on the trace's fake
+# tensors inside the fake mode, its answer was the trace's (review revQ MED: `is_fake(x)` True for the user's
+# real tensor, `is_in_torch_dispatch_mode()` True; eager False). It is inlined instead, as eager runs it: its
+# `isinstance` tests and global reads answer for the program's real values (and are guarded), and what it
+# cannot answer that way (a fake mode returned, a tensor's dispatch state) is a graph break, after which it
+# runs as Python.
+_MACHINERY_MODULES = ("torch._subclasses.", "torch.utils._python_dispatch", "torch._guards")
+
+
 def state_query_handler(fn: Any) -> Callable | None:
     """The trace-time handler of a state query `fn`, or None when `fn` is not one."""
     try:
@@ -78,6 +90,9 @@ def state_query_handler(fn: Any) -> Callable | None:
             return _dispatch_mode_stack
     except TypeError:  # unhashable callables
         return None
+    if isinstance(fn, types.FunctionType) and isinstance(fn.__module__, str) and \
+            fn.__module__.startswith(_MACHINERY_MODULES):  # NOTE [Questions to the tracing machinery]
+        return lambda tx, args, kwargs: tx.inline(UserFunctionValue(fn), args, kwargs)
     for module_name, attr in _COMPILING_NAMES:
         module = sys.modules.get(module_name)
         if module is not None and getattr(module, attr, None) is fn:
