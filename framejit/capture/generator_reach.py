@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .breaks import BreakKind, Unsupported
 from .values import (BoundMethodValue, CellValue, DictValue, IteratorValue, NewObjectValue, SequenceValue,
                      SetValue, UserFunctionValue, Value)
 
@@ -59,4 +60,33 @@ def reachable_value_map(roots: list[Any]) -> dict[int, Value]:
     return seen
 
 
-__all__ = ["closure_cells", "reachable_value_map", "reachable_values"]
+def torch_state(out) -> tuple:
+    """The global torch state traced code can change and computations read (NOTE [Torch state across yields]
+    in handlers/blocks.py, NOTE [Torch state at each draw])."""
+    return out.grad_enabled, out.inference_mode, tuple(out.autocast_stack), out.__dict__.get("default_dtype")
+
+
+# NOTE [Torch state at each draw]: a generator run ahead of its consumer (NOTE [Eager generators] in
+# translator.py) ran its body when it was made, and a lazy combinator (NOTE [Lazy combinators]) called map's
+# function or a lazy generator argument's body when it was made, under the torch state of that moment; eager
+# runs them at each draw, under the consumer's state. `with torch.no_grad(): g = (x * i for i in r)` then
+# `list(g)` gave tensors without grad where eager's require it (review revR HIGH-1; also inference mode,
+# autocast, `torch.set_default_dtype` before `torch.ones(2)` in the body). Such an iterator keeps the state it
+# computed under, and its per-step check compares it with the state at each draw (the draw that ends it too:
+# eager runs the code after the last yield then): a different state breaks where it was made. A generator
+# function's is first traced again lazily (`retry_lazy`: NOTE [Generators driven by send] in
+# lazy_generators.py), its body stepped at each draw under the state then in force; a combinator (and a
+# generator whose lazy trace is not taken) runs as Python from where it was made. Drawn under the state it was
+# made under, nothing changes: it is captured as before.
+def drawn_under_other_state(out, made: tuple, what: str, made_at: int | None) -> Unsupported | None:
+    """The break for an iterator computed under torch state `made` drawn now (NOTE [Torch state at each
+    draw]), or None when the state is the same."""
+    if torch_state(out) == made:
+        return None
+    e = Unsupported(BreakKind.SIDE_EFFECT, f"{what} is drawn under other torch state (grad mode, inference mode, "
+                    "autocast, default dtype) than it computed its items under: it runs lazily")
+    e.root_index = made_at  # break where it was made
+    return e
+
+
+__all__ = ["closure_cells", "drawn_under_other_state", "reachable_value_map", "reachable_values", "torch_state"]

@@ -42,7 +42,8 @@ import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported
-from .generator_reach import closure_cells, reachable_values
+from .generator_reach import closure_cells, drawn_under_other_state, reachable_values, torch_state
+from .lazy_generators import LazyGeneratorValue
 from .values import ConstantValue, DictValue, IteratorValue, ListValue, SetValue, Value
 from .values.containers import deque_state
 
@@ -79,6 +80,16 @@ def _reads_nothing_else(fn: Value | None, items: list[list[Value]]) -> bool:
     return builtin and all(isinstance(v, ConstantValue) for column in items for v in column)
 
 
+def _computes_under_torch_state(fn: Value | None, iterables: list[Value]) -> bool:
+    """The rows were computed by code that may read torch's global state: map's function (other than a
+    builtin of the `builtins` module) or a lazy generator's body (NOTE [Torch state at each draw])."""
+    if any(isinstance(v, LazyGeneratorValue) for v in iterables):
+        return True
+    if fn is None:
+        return False
+    return not (fn.is_constant() and getattr(fn.as_constant(), "__module__", None) == "builtins")
+
+
 _NO_RECIPE = object()
 
 
@@ -103,6 +114,7 @@ class Watch:
         self.made = (side_effects.version, len(side_effects.ops), len(side_effects.touched))
         # each argument and the position its iterator starts at (NOTE [Combinators rebuilt at breaks])
         self.parts = [(v, v.index if isinstance(v, IteratorValue) else 0) for v in iterables]
+        self.state = torch_state(tx.output)  # NOTE [Torch state at each draw] in generator_reach.py
 
     def deques_changed(self) -> bool:
         return any(deque_state(d) != state for d, state in self.deques)
@@ -115,7 +127,8 @@ class Watch:
         """`result` (the rows, already computed) checked as NOTE [Lazy combinators] says; `from_end`: the rows
         are a list's items from its end (NOTE [reversed over a list])."""
         reads_state = not _reads_nothing_else(fn, list(columns))
-        if not self.needed(reads_state):
+        computes = _computes_under_torch_state(fn, [v for v, _ in self.parts])
+        if not self.needed(reads_state or computes):
             return result
         made_at = _root_index(self.tx)
         if made_at is None:
@@ -148,6 +161,10 @@ class Watch:
         def check() -> None:
             for inner in self.checks:
                 inner()
+            other_state = drawn_under_other_state(self.tx.output, self.state, f"{what}()", made_at) if computes \
+                else None
+            if other_state is not None:  # NOTE [Torch state at each draw]
+                raise other_state
             if changed():
                 e = Unsupported(BreakKind.SIDE_EFFECT, f"what {what}() reads changed while it is consumed: it "
                                 "runs lazily, as Python")

@@ -30,7 +30,6 @@ from .calls import call_value
 from .caught_exceptions import Handling, attribute_error_context, follow_handler, give_up_handlers, reraised_here
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
-from .handlers.blocks import torch_state
 from .library_substitutes import library_substitute
 from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method, made_module_site
 from .module_hooks import TRACE_TIME, plan_module_call
@@ -38,7 +37,7 @@ from .generator_ctx import break_before_generator_cms, exception_in_generator_cm
 from .lazy_generators import LazyGeneratorValue, check_finalizers_at_return, finalizer_break, finalizers_pending, \
     lazy_from_now, lazy_gen_attr, make_lazy_generator, raised_with_suspended_finalizers, wants_lazy
 from .getattribute import custom_setattr
-from .generator_reach import closure_cells as _closure_cells, reachable_values
+from .generator_reach import closure_cells as _closure_cells, drawn_under_other_state, reachable_values, torch_state
 from .stdlib import forced_break
 from .import_calls import import_break
 from .frame_locals import frame_reader_break
@@ -502,7 +501,7 @@ class Translator:
                 id(v) in reachable for v in side_effects.touched[touched:])
         start = (side_effects.version, len(side_effects.touched))
         child.yielded = []
-        child.yield_state = torch_state(self.output)  # NOTE [Torch state across yields] in handlers/blocks.py
+        child.yield_state = state = torch_state(self.output)  # NOTE [Torch state across yields] in handlers/blocks.py
         effects = getattr(self.output, "effects_recorded", 0)  # its grad-mode sets run where eager runs them
         returned = _run_within_budget(self.output, child, f)  # NOTE [Run-ahead step budget]
         # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
@@ -532,10 +531,14 @@ class Translator:
         made = (side_effects.version, len(side_effects.touched))
 
         def check() -> None:
-            if mutated_since(*made):
+            e = drawn_under_other_state(self.output, state, f"the generator {f.__qualname__}", iterator.made_at)
+            if e is not None:  # NOTE [Torch state at each draw] in generator_reach.py: traced again lazily
+                e.retry_lazy = f.__code__
+            elif mutated_since(*made):
                 e = Unsupported(BreakKind.SIDE_EFFECT, f"state mutated while the generator {f.__qualname__} is "
                                 "consumed: it runs lazily, as Python")
                 e.root_index = iterator.made_at  # break where the generator is made
+            if e is not None:
                 e.frame_eager = frame_eager  # NOTE [Generators with finalizers]
                 raise lazy_from_now(e, f.__code__) if frame_eager else e
         iterator.check = check
@@ -773,6 +776,7 @@ def _run_generator_body(child, f: Any, budget: int | None = None) -> Any:
         e = Unsupported(BreakKind.EXCEPTION_RAISED, f"the generator {f.__qualname__} raises "
                         f"{type(raised.exc).__name__}: it runs lazily, as Python")
         e.frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
+        e.retry_lazy = f.__code__  # NOTE [StopIteration leaving a generator body]: raised at the step, lazily
         raise (lazy_from_now(e, f.__code__) if e.frame_eager else e) from None
     except Unsupported as e:
         if getattr(e, "state_across_yield", False):  # NOTE [Torch state across yields] in handlers/blocks.py

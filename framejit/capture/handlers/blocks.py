@@ -6,6 +6,7 @@ from ..breaks import BreakKind, Unsupported, UserException
 from ..calls import builtin_made
 from ..caught_exceptions import call_exit, exception_types, reraised
 from ..context import enter
+from ..generator_reach import torch_state
 from ..values import ClassValue, ConstantValue
 from . import op
 
@@ -172,8 +173,3 @@ def end_send(tx, inst):
     result = tx.pop()
     tx.pop()
     tx.push(result)
-
-
-def torch_state(out) -> tuple:
-    """The torch state a with-block in the traced code can change (NOTE [Torch state across yields])."""
-    return out.grad_enabled, out.inference_mode, tuple(out.autocast_stack), out.__dict__.get("default_dtype")
