@@ -451,6 +451,10 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         raise reader
     from .stdlib import forced_break
     forced_break(fn)
+    from .nested_tensors import nested_tensor_call
+    nested = nested_tensor_call(tx, fn, args, kwargs)  # NOTE [Metadata of nested tensors]
+    if nested is not None:
+        return nested
     handler = BUILTIN_HANDLERS.get(fn) if _hashable(fn) else None
     if handler is None:
         handler = state_query_handler(fn) or GETATTRIBUTE_HANDLERS.get(fn)  # NOTE [Compile-aware library paths]

@@ -100,3 +100,31 @@ def test_encoder_layer_loop_on_a_nested_tensor_is_traced_once_whatever_the_depth
             torch.testing.assert_close(got, exp, msg=lambda m: f"{layers} layers, call {i}: {m}")
         assert eager == [] and [runs for _, runs in per_call] == [3, 3], (eager, per_call)
     assert traced[4] == traced[1], traced
+
+
+def _nested(seed: int, dims: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    parts = [torch.randn(*([2] * (dims - 2)), n, 4, generator=g) for n in (3, 2)]
+    return torch.nested.nested_tensor(parts)
+
+
+def _asks_about_a_nested_tensor(nt, x):
+    if nt.dim() == 3 and nt.is_floating_point() and not torch.overrides.has_torch_function((nt, x)):
+        return nt, x.sin() * 2
+    return nt, x.cos()
+
+
+# NOTE [Metadata of nested tensors] (capture/nested_tensors.py): dim(), is_floating_point() and the
+# __torch_function__ protocol check of a nested tensor were a break each (nn.TransformerEncoderLayer asks
+# them before its fused kernel: three breaks per layer frame); they are answered while tracing and guarded.
+def test_metadata_questions_about_a_nested_tensor_do_not_break():
+    x = torch.randn(3, 4)
+    report = framejit.explain(_asks_about_a_nested_tensor)(_nested(0), x)
+    assert report.graph_break_count == 0 and report.graph_count == 1, str(report)
+    framejit.reset()
+    compiled = framejit.compile(_asks_about_a_nested_tensor, backend=RunCounting())
+    for nt in (_nested(1), _nested(2), _nested(3, dims=4), _nested(4)):  # another dim() recompiles
+        got_nt, got = compiled(nt, x)
+        want_nt, want = _asks_about_a_nested_tensor(nt, x)
+        assert got_nt is nt
+        torch.testing.assert_close(got, want)
