@@ -40,6 +40,9 @@ def function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
         return ClassValue(type(real))
     if made_in_trace(fn):
         return _traced_function_attr(tx, fn, name)
+    stored = tx.output.side_effects.attr(real, name)
+    if stored is not None:  # NOTE [Attributes stored on functions from outside] (side_effects.py)
+        return stored
     if type(real.__dict__) is dict:  # NOTE [Reads past writes through a namespace dict]: `vars(fn)[k] = v`
         tx.output.side_effects.check_namespace_read(real.__dict__, name)
     if name in _UNSUPPORTED:

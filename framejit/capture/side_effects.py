@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 
 import operator
+import types
 from typing import Any
 
 import torch
@@ -37,7 +38,8 @@ import torch
 from .breaks import BreakKind, Unsupported
 from .lookup import is_module_default
 from .sources import AttrSource, GlobalSource
-from .values import ConstantValue, DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, TupleValue, Value
+from .values import (ConstantValue, DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, TupleValue,
+                     UserFunctionValue, Value)
 
 
 # NOTE [Stores under a dict the trace holds]: an object's `__dict__` (or a module's, or the frame's
@@ -220,6 +222,8 @@ class SideEffects:
         """`obj.name = value`; `raw`: `object.__setattr__(obj, name, value)`, past the class's own
         `__setattr__` (NOTE [Custom __setattr__] in getattribute.py), replayed the same way."""
         self.version += 1
+        if isinstance(obj, UserFunctionValue) and not raw and self._store_function_attr(obj, name, value):
+            return
         if not isinstance(obj, ObjectValue) or obj.source is None:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"assignment to the attribute {name!r} of {obj.describe()}")
         _check_plain_setattr(obj, name, value, raw)
@@ -238,6 +242,24 @@ class SideEffects:
         (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
         if held is not None:
             _store_into(held, name, value)
+
+    # NOTE [Attributes stored on functions from outside]: `f.calls += 1` on a function from outside (a counter
+    # kept on the function itself) was a graph break, so such a frame was traced twice per specialisation (its
+    # head and its resume function: 4 traces for 4 calls where stock torch.compile makes 2). A store of a name
+    # that is no slot of FunctionType and no dunder goes into the function's plain `__dict__` in CPython
+    # (functions have no `__setattr__` of their own), so it is recorded and replayed after the graph like an
+    # object's attribute (`setattr` on the function reloaded from its source); later reads in the trace see
+    # it (function_attrs.function_attr). A store into a `__dict__` the trace holds as a dict still breaks.
+    def _store_function_attr(self, fn: Value, name: str, value: Value) -> bool:
+        real = fn.fn
+        if fn.source is None or (name.startswith("__") and name.endswith("__")) or \
+                hasattr(types.FunctionType, name) or type(getattr(real, "__dict__", None)) is not dict or \
+                self._held_dict(real.__dict__) is not None:
+            return False
+        self._mark(("attr", id(real), name))
+        self.attrs[(id(real), name)] = (fn, name, value)
+        self.raw_attrs.discard((id(real), name))
+        return True
 
     def _check_no_dict_value(self, d: Any, what: str) -> None:
         """NOTE [Stores under a dict the trace holds]."""
