@@ -207,9 +207,8 @@ class LazyGeneratorValue(IteratorValue):
             frame.run()
         except UserException as raised:
             self.finished = True  # `done` stays False: a break after this moves before the call that made it
-            if isinstance(raised.exc, StopIteration):  # PEP 479: a RuntimeError, chained
-                raise self.made_here(Unsupported(BreakKind.EXCEPTION_RAISED, "StopIteration raised inside the "
-                                                 f"generator {self.name}: it runs as Python")) from None
+            if isinstance(raised.exc, StopIteration):  # NOTE [StopIteration leaving a generator body]
+                raise pep479_error(raised.exc) from None
             raise
         if frame.suspended:
             return frame.yielded.pop()
@@ -387,6 +386,18 @@ def finalizer_break(message: str) -> Unsupported:
 # suspended in a `yield from` (CPython throws into the delegate: delegating), a generator that is running,
 # StopIteration thrown into one not ended (PEP 479). A generator not started, ended or with no handler runs
 # none of its body: the exception leaves at once.
+# NOTE [StopIteration leaving a generator body]: PEP 479: a StopIteration that leaves a generator's body (`raise
+# StopIteration`, a `next(it)` of an exhausted iterator inside it) reaches the consumer as RuntimeError("generator
+# raised StopIteration"), with the StopIteration as its `__cause__` and `__context__` (CPython's
+# _PyErr_FormatFromCause). It was a graph break before the call that made the generator. The trace raises that
+# RuntimeError at the step, as eager does; its per-call rebuild makes the cause too (mappings_runtime.
+# fresh_exception), so a caught one returned or read (`e.__cause__`) is eager's.
+def pep479_error(stop: StopIteration) -> UserException:
+    error = RuntimeError("generator raised StopIteration")
+    error.__cause__ = error.__context__ = stop
+    return thrown_error(error)
+
+
 def thrown_error(exc: BaseException) -> UserException:
     """The UserException of an exception CPython raises itself (a thrown one, close()'s RuntimeError)."""
     raised = UserException(exc)

@@ -43,6 +43,8 @@ def fresh_exception(template: BaseException) -> BaseException:
     exc = cls.__new__(cls, *template.args) if isinstance(cls.__init__, types.FunctionType) else cls(*template.args)
     for name, value in getattr(template, "__dict__", {}).items():
         setattr(exc, name, value.copy() if type(value) is list else value)
+    if template.__cause__ is not None:  # NOTE [StopIteration leaving a generator body] in lazy_generators.py
+        exc.__cause__ = exc.__context__ = fresh_exception(template.__cause__)
     return exc
 
 
@@ -67,7 +69,7 @@ def fresh_exception_raised_at(template: BaseException, line: int | None, callees
     # NOTE [Exceptions raised while handling] (caught_exceptions.py): raised where no handler of the trace was
     # active, its eager context is the exception being handled around the call (a caller's except block)
     context = sys.exc_info()[1]
-    if context is not None and context is not exc:
+    if context is not None and context is not exc and exc.__cause__ is None:
         exc.__context__ = context
     return exc
 
