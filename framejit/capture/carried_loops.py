@@ -381,10 +381,30 @@ def check_dynamic_index(seq: Value, key: Value) -> None:
 _STRING_MAKERS = frozenset({"FORMAT_VALUE", "BUILD_STRING", "BINARY_OP"})
 
 
+# NOTE [Addresses are symbolic in resume functions]: `t.data_ptr()` is a graph break (it reads where the data
+# lives), and its result is handed to the resume function, whose first trace specialised it to the address of
+# that call's tensor: the next call's tensor lives elsewhere, so every resume function after one recompiled
+# once with the int symbolic (`a.data_ptr() == x.data_ptr()` for views a, b of x: 20 traces over 12 calls where
+# stock torch.compile makes 7). An address differs on nearly every call, so the result of a `data_ptr()` call
+# at a break is symbolic in its resume function from the first trace (as automatic dynamic would make it at
+# the second), and stays symbolic in the resume functions after it (NOTE [Symbols carried into resume
+# functions]); what the trace decides from it (`p == q`, `p % 16 == 0`) is guarded on the symbols. Not under
+# dynamic=False, which keeps every int static.
+def _reads_an_address(body: Any, inst, operands: list) -> bool:
+    if inst.name != "CALL" or not hasattr(body, "dynamic_ints") or \
+            getattr(getattr(body, "request", None), "dynamic", None) is False:
+        return False
+    from .values import TensorMethodValue
+    return any(type(v) is TensorMethodValue and v.name == "data_ptr" for v in operands[:2])
+
+
 def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
     """A break at `inst`, which read `operands` and leaves its result at stack slot `slot` of the resume
     function `body` (a FrameHook): a result made from a dynamic value is dynamic there from its first trace
     (NOTE [Dynamic ints formatted into strings])."""
+    if _reads_an_address(body, inst, operands):  # NOTE [Addresses are symbolic in resume functions]
+        body.dynamic_ints = body.dynamic_ints | {LocalSource(f"{STACK_PREFIX}{slot}").describe()}
+        return
     if not hasattr(body, "dynamic_ints") or inst.name == "GET_ITER" or not any(  # a loop's own iterator: NOTE
             # [Loops carried across breaks] (NOTE [Iterators over sequences of changing length])
             type(v) in (OpaqueStringValue, OpaqueSequenceValue) or _iteration_method(v) or _dynamic_scalar(v)
