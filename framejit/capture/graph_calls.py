@@ -245,7 +245,8 @@ def _node_of(x: Any) -> Any:
 # break moves to the loop's GET_ITER (or FOR_ITER, or the resume point inside the body) like a data-dependent
 # one, whatever the iterable (python_loops.moved_break, iterates_rows_at): the loop runs as Python once per
 # call, its calls through their frame hooks (each layer's forward is captured as its own frame), and the code
-# after the loop is captured again.
+# after the loop is captured again. A loop that meets one in some steps only runs as Python too: less of it
+# captured, never a different result.
 def _python_of(v: Value, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(v, ConstantValue):
         if type(v.value).__module__ == "numpy":  # a NumPy scalar (NOTE [NumPy as torch])

@@ -35,7 +35,7 @@ def nested_tensor_call(tx, fn: Any, args: list[Value], kwargs: dict) -> Value | 
     """The answer to `fn(*args)` when it asks about a nested tensor's metadata (module docstring), else None."""
     try:
         method = _METHODS.get(fn)
-        protocol = fn in _PROTOCOL
+        protocol = any(fn is p for p in _PROTOCOL)  # by identity: never a user object's __eq__
     except TypeError:  # an unhashable callable
         return None
     if method is not None and len(args) == 1 and not kwargs and is_nested_value(args[0]) \
