@@ -128,3 +128,28 @@ def test_metadata_questions_about_a_nested_tensor_do_not_break():
         want_nt, want = _asks_about_a_nested_tensor(nt, x)
         assert got_nt is nt
         torch.testing.assert_close(got, want)
+
+
+def test_encoder_switches_between_fast_and_regular_path_as_eager_does():
+    """Right padding takes the nested fast path (zeros at padded positions, then the norm), left padding the
+    regular path (values computed there): the data-dependent left-aligned check picks the path on every
+    call, as eagerly, with nothing compiled again once both paths were seen."""
+    encoder = _encoder()
+    calls = []
+    for call in range(4):
+        x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(call))
+        mask = torch.zeros(2, 5, dtype=torch.bool)
+        if call % 2:
+            mask[1, :2] = True  # left padding
+        else:
+            mask[1, 3:] = True  # right padding
+        calls.append((x, mask))
+    with torch.no_grad():
+        want = [encoder(x, src_key_padding_mask=m) for x, m in calls]
+    bias = encoder.norm.bias.detach()
+    assert torch.equal(want[0][1, 3:], bias.expand(2, 8)) and not torch.equal(want[1][1, :2], bias.expand(2, 8))
+    outs, per_call, _, eager = _run(encoder, calls)
+    for i, (got, exp) in enumerate(zip(outs, want)):
+        torch.testing.assert_close(got, exp, msg=lambda m: f"call {i}: {m}")
+    assert eager == [] and per_call[3][0] == per_call[1][0], (eager, per_call)
+    assert [runs for _, runs in per_call] == [3, 2, 3, 2], per_call
