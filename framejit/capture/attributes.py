@@ -22,7 +22,7 @@ from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import AttrSource, DictSlotSource, ObjectSource, Ref
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, DictViewValue,
-                     IteratorValue, NewObjectValue, SetValue,
+                     IteratorValue, NewObjectValue, SetValue, SymNodeValue,
                      NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, SymFloatValue, TensorMethodValue,
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
@@ -146,6 +146,8 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
     if isinstance(obj, NdarrayValue):  # NOTE [NumPy as torch]
         return ndarray_attr(tx, obj, name)
     if isinstance(obj, ConstantValue):
+        if hasattr(type(obj), "attr_in_trace") and (found := obj.attr_in_trace(name)) is not None:
+            return found  # an unread re.Match's group (NOTE [Strings that change between calls])
         if name == "obj" and getattr(obj, "attr_obj", None) is not None:
             return obj.attr_obj  # a caught AttributeError's object (NOTE [Members of caught exceptions])
         if isinstance(obj.value, enum.Enum) and not lookup.is_fixed_class(type(obj.value)):
@@ -154,7 +156,6 @@ def getattr_value(tx, obj: Value, name: str) -> Value:
         return _constant_attr(obj, name)
     if isinstance(obj, SymFloatValue):  # a float method or attribute needs the value: specialised
         return _constant_attr(ConstantValue(obj.as_constant()), name)
-    from .values.scalars import SymNodeValue
     if isinstance(obj, SymNodeValue):  # NOTE [Methods of symbolic ints]
         descriptor = getattr(obj.python_type(), name, None)
         if isinstance(descriptor, types.MethodDescriptorType):

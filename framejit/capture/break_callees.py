@@ -39,8 +39,12 @@ def modelled(fn: Any) -> bool:
     """NOTE [Modelled functions at breaks]: a Python library function framejit answers with its own handler
     (`copy.deepcopy`, `inspect.signature`, ...) breaks only where that handler refused the arguments; tracing
     its body as a frame of its own would only break again inside (at `id(x)` in deepcopy) and recompile per
-    object, so at a break it runs as plain Python, as a builtin would."""
+    object, so at a break it runs as plain Python, as a builtin would. So do the `re` module's functions
+    (`re.finditer(p, s)` over a string that changes between calls: NOTE [Strings that change between calls]):
+    traced as frames, a process whose regex cache lacks the pattern traced re's parser and compiler."""
     from .introspection import introspection_handler
+    if getattr(fn, "__module__", None) == "re":
+        return True
     try:
         return introspection_handler(fn) is not None
     except TypeError:  # an unhashable callable

@@ -35,7 +35,7 @@ from typing import Any
 
 from .. import config, fake_modes, logs
 from ..guards.codegen import Explanations as _Explanations
-from . import frame_cache
+from . import changing_strings, frame_cache
 from .breaks import DISABLED, TracerInterop, fx_tracing
 from .codegen import frame_signature
 from .convert import convert_frame
@@ -325,17 +325,18 @@ class FrameHook(TracerInterop):
         # dynamic]): an optimizer's first step creates its state and the scheduler has changed `lr` by the
         # second, so the state's guard fails first; `lr` still becomes an input then, not one call later
         for failure in explain(self.entries[0]):
-            if failure.guard.kind != "CONSTANT_MATCH" or failure.guard.source in self.dynamic_floats:
+            if failure.guard.kind != "CONSTANT_MATCH":
                 continue
             try:
                 expected = ast.literal_eval(failure.guard.expected)
             except (ValueError, SyntaxError):
                 continue
-            if type(expected) in (float, str):  # a str: NOTE [Strings that change between calls]
+            if type(expected) is str:  # NOTE [Strings that change between calls] in changing_strings.py
+                changing_strings.string_changed(self, failure.guard.source)
+            elif type(expected) is float and failure.guard.source not in self.dynamic_floats:
                 self.dynamic_floats = self.dynamic_floats | {failure.guard.source}
-                now = "it is a graph input" if type(expected) is float else "its value is guarded only where it is read"
-                logs.log("recompiles", "%s: the %s %s changed value; %s from now on", self._name(),
-                         type(expected).__name__, failure.guard.source, now)
+                logs.log("recompiles", "%s: the float %s changed value; it is a graph input from now on",
+                         self._name(), failure.guard.source)
 
     # NOTE [Automatic dynamic]: with compile(dynamic=None) a frame is first compiled with static shapes.
     # When a later call misses because a tensor dimension has another size (the newest entry's first

@@ -38,6 +38,10 @@ def regex_call(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Valu
     if name == "finditer":
         if not all(a.is_constant() for a in (*args, *kwargs.values())):
             return None
+        from .changing_strings import changes_often  # NOTE [Regular expressions over strings that change often]
+        if any(changes_often(a) for a in (*args, *kwargs.values())):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "finditer over a string that changes between calls: it "
+                              "runs as Python (the matches are carried into the loop)")
         matches = _real(fn, [a.as_constant() for a in args], {k: v.as_constant() for k, v in kwargs.items()})
         iterator = IteratorValue([ConstantValue(m) for m in matches])
         iterator.iter_type = CALLABLE_ITERATOR

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
 import torch
 
@@ -130,3 +131,34 @@ def test_strings_stay_constants_without_the_knob(monkeypatch):
     monkeypatch.setattr(config, "dynamic_floats", False)
     backend, traced, eager = _run(weighted_rows, lambda i: ([(f"n{j}", f"{i * 0.5 + j}") for j in range(3)], X))
     assert backend.graph_count == 8 and eager == 1
+
+
+def summed_numbers(s, x):
+    acc = torch.zeros_like(x)
+    for m in re.finditer(r"\d+", s):
+        acc = acc + int(m.group()) * x
+    return acc
+
+
+def tagged_numbers(s, x):
+    acc = x
+    for m in re.finditer(r"([a-z])(\d+)(!)?", s):
+        acc = acc + int(m.group(2)) * x
+        if m.group(1) == "a":  # steers control flow: guarded by value
+            acc = acc * 2
+        if m.group(3):  # an unmatched group is None: the match is read (guarded by identity)
+            acc = acc - 1
+    return acc
+
+
+def test_numbers_found_by_a_regex_in_a_changing_string():
+    # NOTE [Regular expressions over strings that change often]: before, the string was guarded by value (8
+    # traces, then the frame ran eagerly); now, once it changed 4 times, finditer over it runs as Python and the
+    # body's int(m.group()) is an int input (NOTE [Matches read where they are used])
+    backend, traced, eager = _run(summed_numbers, lambda i: (f"a{i} b{i + 3} c{2 * i + 7}", X), calls=12)
+    assert eager == 0 and traced <= 8
+
+
+def test_regex_groups_by_number_steer_and_feed_as_in_eager():
+    _, _, eager = _run(tagged_numbers, lambda i: (f"a{i} b{i + 3}{'!' if i % 3 == 0 else ''} c{2 * i + 7}", X))
+    assert eager == 0

@@ -199,7 +199,7 @@ def _wrap_number_or_constant(out, obj: Any, source: Source) -> Value | None:
             out.dynamic is True and _is_argument(source))):
         return out.add_int_input(obj, source)  # NOTE [Dynamic ints] in capture/shapes.py
     if type(obj) is str and (out.dynamic_ints or out.dynamic_floats) and source.describe() in {
-            *out.dynamic_ints, *out.dynamic_floats}:  # opaque: NOTE [Strings carried across breaks]
+            *out.dynamic_ints, *out.dynamic_floats} or type(obj) is re.Match:  # NOTE [Strings carried across breaks]
         from ..changing_strings import changing_string  # NOTE [Strings that change between calls]
         return changing_string(out, obj, source)
     if type(obj) in _OPAQUE_CONTAINERS and out.dynamic_ints and source.describe() in out.dynamic_ints or \
