@@ -34,8 +34,9 @@ exactly eager's effects. SideEffects numbers the ops that may fail in program or
 (`first_marks`, `last_failing_op`). The snapshot costs a copy of the written inputs per call, so it is taken
 only for such effects: one made after the graph's last op that may fail (a step counter at the end of a
 forward that writes a cache) needs none. Where the writes cannot be put back (an input autograd tracks as a
-non-leaf, inference mode, a generator of the program's own: `unrestorable`) the old behaviour stays (a known
-gap). The plan is persisted with the entry (frame_cache.Persisted.restore): an entry loaded from the frame
+non-leaf, inference mode, a generator of the program's own: `unrestorable`; an in-place change of sizes,
+strides or storage such as `unsqueeze_`/`resize_`, or an `out=` write: `metadata_kept`) the old behaviour stays
+(a known gap). The plan is persisted with the entry (frame_cache.Persisted.restore): an entry loaded from the frame
 cache reruns the same way, where on_graph_error is not persisted.
 """
 from __future__ import annotations
@@ -49,18 +50,22 @@ from .. import logs
 from .values import Value
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, graph_call_span, make_function
 from .side_effects import SideEffects
-from .side_effects import SAFE_INT_OPS
-from .values import ConstantValue, TupleValue
+from .side_effects import SAFE_INT_OPS, SAFE_TENSOR_METHODS, is_size_read
+from .values import ConstantValue, TensorValue, TupleValue
 from .values.scalars import SymNodeValue
 
 _PLAIN = (int, float, complex, str, bytes, bool, type(None))
 
 
 def _int_leaves(node: torch.fx.Node, leaves: dict) -> bool:
-    """`node` computes an int from placeholders by SAFE_INT_OPS and int constants; fills `leaves`."""
+    """`node` computes an int from placeholders and sizes of tensor placeholders (side_effects.is_size_read) by
+    SAFE_INT_OPS and int constants; fills `leaves`."""
     if node.op == "placeholder":
         leaves[node] = None
         return isinstance(node.meta.get("val"), (int, torch.SymInt))
+    if is_size_read(node) and isinstance(node.meta.get("val"), (int, torch.SymInt)):
+        leaves[node] = None
+        return _sizes_kept(_tensor_of(node))
     if node.op != "call_function" or node.target not in SAFE_INT_OPS or node.kwargs:
         return False
     return all(_int_leaves(a, leaves) if isinstance(a, torch.fx.Node) else type(a) is int for a in node.args)
@@ -73,8 +78,33 @@ def _plain(value: Any, inputs: dict) -> bool:
         return type(value).__name__ == "TupleValue" and all(_plain(v, inputs) for v in value.items)
     if isinstance(value, SymNodeValue) and isinstance(value.sym, torch.SymInt):
         leaves: dict = {}
-        return _int_leaves(value.node, leaves) and all(leaf in inputs for leaf in leaves)
+        return _int_leaves(value.node, leaves) and all(_tensor_of(leaf) in inputs for leaf in leaves)
     return False
+
+
+def _sizes_kept(placeholder: torch.fx.Node) -> bool:
+    """No op of the graph changes the sizes of the input `placeholder` (no `resize_`, `unsqueeze_`, `set_`, no
+    `out=` into it): a size read after the graph failed is the size eager read."""
+    for user in placeholder.users:
+        name = user.target if isinstance(user.target, str) else getattr(user.target, "__name__", "")
+        if (name.endswith("_") and not name.endswith("__") and name not in SAFE_TENSOR_METHODS) or \
+                user.kwargs.get("out") is not None:
+            return False
+    return True
+
+
+def _tensor_of(leaf: torch.fx.Node) -> torch.fx.Node:
+    """The placeholder whose Source reloads what a leaf of `_int_leaves` is computed from."""
+    while leaf.op != "placeholder":
+        leaf = leaf.args[0]
+    return leaf
+
+
+def _size_read(node: torch.fx.Node, tensor: torch.Tensor) -> int:
+    """What the size read `node` (side_effects.is_size_read) gives for `tensor`, the call's input."""
+    if node.op == "call_function":  # an item of `t.size()`
+        return tensor.size()[node.args[1]]
+    return getattr(tensor, node.target)(*node.args[1:])
 
 
 def _evaluate(node: torch.fx.Node, leaves: tuple, *values: int) -> int:
@@ -105,7 +135,14 @@ class _Rebuild(Reconstructor):
         self.cg.load_const(value.node)
         self.cg.load_const(tuple(leaves))
         for leaf in leaves:
-            self.inputs[leaf].reload(self.cg)
+            if leaf.op == "placeholder":
+                self.inputs[leaf].reload(self.cg)
+                continue
+            self.cg.push_null()  # a size of a tensor input, read again from the input
+            self.cg.load_const(_size_read)
+            self.cg.load_const(leaf)
+            self.inputs[_tensor_of(leaf)].reload(self.cg)
+            self.cg.call(2)
         self.cg.call(2 + len(leaves))
 
 
@@ -141,9 +178,27 @@ def _early(se: SideEffects, inputs: dict, made: set | None = None) -> SideEffect
 
 
 def _symbolic_inputs(output: Any) -> dict:
-    """Placeholder node -> Source of the graph inputs that are symbolic ints."""
+    """Placeholder node -> Source of the graph inputs that are symbolic ints or tensors."""
     return {inp.value.node: inp.source for inp in output.inputs
-            if isinstance(getattr(inp, "value", None), SymNodeValue) and inp.source is not None}
+            if isinstance(getattr(inp, "value", None), (SymNodeValue, TensorValue)) and inp.source is not None
+            and getattr(inp.value, "node", None) is not None}
+
+
+# in-place ops that change a tensor's sizes, strides or storage: the snapshot of RestoredOnError (values and
+# version counters) cannot put that back, so a graph holding one gets no snapshot for its effects
+_METADATA_WRITES = frozenset({"resize_", "resize_as_", "set_", "unsqueeze_", "squeeze_", "t_", "transpose_",
+                              "swapdims_", "swapaxes_", "as_strided_", "detach_", "requires_grad_"})
+
+
+def metadata_kept(output: Any) -> bool:
+    """No op of the trace's graph changes a tensor's metadata in place or writes an `out=` tensor (which may
+    resize it): a rerun from handler_reruns' snapshot starts from eager's state (NOTE [Effects between failing
+    ops])."""
+    for node in output.graph.nodes:
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if node.op in ("call_function", "call_method") and (name in _METADATA_WRITES or "out" in node.kwargs):
+            return False
+    return True
 
 
 def effects_need_rerun(output: Any) -> bool:

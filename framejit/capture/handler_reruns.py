@@ -137,8 +137,8 @@ def restore_plan(output) -> tuple | None:
     effects that a failing call would not make as eager does (NOTE [Effects between failing ops] in
     graph_errors.py), and its rerun needs them put back; None otherwise."""
     if not output.__dict__.get("op_in_handler"):
-        from .graph_errors import effects_need_rerun
-        if output.__dict__.get("unrestorable") or not effects_need_rerun(output):
+        from .graph_errors import effects_need_rerun, metadata_kept
+        if output.__dict__.get("unrestorable") or not effects_need_rerun(output) or not metadata_kept(output):
             return None
     from .input_versions import input_writes
     written = {i for i, _ in input_writes(output)}

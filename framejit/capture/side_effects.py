@@ -77,9 +77,24 @@ SAFE_TENSOR_METHODS = frozenset({"add", "add_", "sub", "sub_", "mul", "mul_", "n
                                  "sin", "cos", "exp", "tanh", "sigmoid", "relu", "abs", "detach"})
 
 
+def is_size_read(node: Any) -> bool:
+    """`t.size(d)`, `t.size()`, `t.numel()`, `t.dim()` or an item of `t.size()`, `t` a graph input: a read of
+    sizes fake tracing already made (the dim in range), which cannot raise at run time (NOTE [Effects before a
+    failing graph]: no "op"; graph_errors computes it again from the input's source)."""
+    if node.op == "call_function" and node.target is operator.getitem and not node.kwargs and \
+            len(node.args) == 2 and type(node.args[1]) is int and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+        return is_size_read(node) and node.target == "size" and len(node.args) == 1
+    return node.op == "call_method" and node.target in ("size", "numel", "dim") and not node.kwargs and \
+        isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder" and \
+        all(type(a) is int for a in node.args[1:]) and len(node.args) <= (2 if node.target == "size" else 1)
+
+
 def _is_op(node: Any) -> bool:
     if node.op == "call_function" and node.target in SAFE_INT_OPS and \
             not isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    if is_size_read(node):
         return False
     if (node.op == "call_function" and node.target in SAFE_TENSOR_FUNCTIONS or
             node.op == "call_method" and node.target in SAFE_TENSOR_METHODS) and "out" not in node.kwargs:

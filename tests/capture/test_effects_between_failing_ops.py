@@ -101,3 +101,31 @@ def test_effects_after_every_failing_op_take_no_snapshot():
         torch.testing.assert_close(actual[2], expected[2])
         assert actual[3:] == expected[3:]
     assert compiled.entries and all(entry.rerun is None for entry in compiled.entries)
+
+
+def test_size_reads_need_no_snapshot():
+    """`log.append(x.size(0))` after `x.add_(1)`: the size is read again from the input when the graph fails
+    (NOTE [Effects before a failing graph]), so no call clones `x`."""
+    compiled = framejit.compile(size_append, backend="eager")
+    for n in (6, 7, 3):
+        expected, actual = _run(size_append, n, lambda f: f), _run(None, n, lambda f: compiled)
+        assert actual[1] is expected[1] and actual[3:] == expected[3:]
+        torch.testing.assert_close(actual[2], expected[2])
+    assert all(entry.rerun is None and entry.on_graph_error is not None for entry in compiled.entries)
+
+
+def unsqueezes(x, log, d):
+    x.unsqueeze_(0)
+    a = x[0, x[0, :1].long() + 2]
+    log.append("mid")
+    return a * x[0, x[0, :1].long() + 4]
+
+
+def test_no_snapshot_rerun_after_a_change_of_sizes():
+    """A snapshot puts values back, not sizes: rerun eagerly, `unsqueeze_` would run twice (shape (1, 1, n)).
+    Such a graph keeps the replay after it (the append between the indexes is lost: a known gap)."""
+    compiled = framejit.compile(unsqueezes, backend="eager")
+    for n in (6, 7, 3, 8):
+        expected, actual = _run(unsqueezes, n, lambda f: f), _run(None, n, lambda f: compiled)
+        assert actual[1] is expected[1]
+        torch.testing.assert_close(actual[2], expected[2])
