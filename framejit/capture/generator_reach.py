@@ -63,30 +63,58 @@ def reachable_value_map(roots: list[Any]) -> dict[int, Value]:
 def torch_state(out) -> tuple:
     """The global torch state traced code can change and computations read (NOTE [Torch state across yields]
     in handlers/blocks.py, NOTE [Torch state at each draw])."""
-    return out.grad_enabled, out.inference_mode, tuple(out.autocast_stack), out.__dict__.get("default_dtype")
+    return (out.grad_enabled, out.inference_mode, tuple(out.autocast_stack), out.__dict__.get("default_dtype"),
+            out.__dict__.get("default_device"))
 
 
-# NOTE [Torch state at each draw]: a generator run ahead of its consumer (NOTE [Eager generators] in
-# translator.py) ran its body when it was made, and a lazy combinator (NOTE [Lazy combinators]) called map's
-# function or a lazy generator argument's body when it was made, under the torch state of that moment; eager
-# runs them at each draw, under the consumer's state. `with torch.no_grad(): g = (x * i for i in r)` then
-# `list(g)` gave tensors without grad where eager's require it (review revR HIGH-1; also inference mode,
-# autocast, `torch.set_default_dtype` before `torch.ones(2)` in the body). Such an iterator keeps the state it
-# computed under, and its per-step check compares it with the state at each draw (the draw that ends it too:
-# eager runs the code after the last yield then): a different state breaks where it was made. A generator
-# function's is first traced again lazily (`retry_lazy`: NOTE [Generators driven by send] in
-# lazy_generators.py), its body stepped at each draw under the state then in force; a combinator (and a
-# generator whose lazy trace is not taken) runs as Python from where it was made. Drawn under the state it was
-# made under, nothing changes: it is captured as before.
+# NOTE [Torch state at each draw]: a generator run ahead of its consumer (NOTE [Eager generators] in translator.py)
+# ran its body when it was made, and a lazy combinator (NOTE [Lazy combinators]) called map's function or a lazy
+# generator argument's body when it was made, under the torch state of that moment; eager runs them at each draw,
+# under the consumer's state. `with torch.no_grad(): g = (x * i for i in r)` then `list(g)` gave tensors without
+# grad where eager's require it (review revR HIGH-1; also inference mode, autocast, `torch.set_default_dtype` or a
+# `with torch.device(d)` block before `torch.ones(2)` in the body). Such an iterator keeps the state it computed
+# under, and its per-step check compares it with the state at each draw (the draw that ends it too: eager runs the
+# code after the last yield then): a different state breaks where it was made. A generator function's is first
+# traced again lazily (`retry_lazy`: NOTE [Generators driven by send] in lazy_generators.py), its body stepped at
+# each draw under the state then in force; a combinator (and a generator whose lazy trace is not taken) runs as
+# Python from where it was made. Drawn under the state it was made under, nothing changes: it is captured as
+# before.
 def drawn_under_other_state(out, made: tuple, what: str, made_at: int | None) -> Unsupported | None:
     """The break for an iterator computed under torch state `made` drawn now (NOTE [Torch state at each
     draw]), or None when the state is the same."""
     if torch_state(out) == made:
         return None
     e = Unsupported(BreakKind.SIDE_EFFECT, f"{what} is drawn under other torch state (grad mode, inference mode, "
-                    "autocast, default dtype) than it computed its items under: it runs lazily")
+                    "autocast, default dtype or device) than it computed its items under: it runs lazily")
     e.root_index = made_at  # break where it was made
     return e
 
 
-__all__ = ["closure_cells", "drawn_under_other_state", "reachable_value_map", "reachable_values", "torch_state"]
+def run_ahead_effects(out) -> tuple[int, int]:
+    """What a generator's run ahead is checked not to have done (see check_run_ahead_effects)."""
+    return out.__dict__.get("effects_recorded", 0), out.__dict__.get("random_draws", 0)
+
+
+# NOTE [Random draws of run-ahead generators]: a generator run ahead of its consumer (NOTE [Eager generators] in
+# translator.py) that draws from torch's random generator (`torch.rand`, a training dropout: every op
+# requests.draws_random counts, OutputGraph.random_draws) drew all its numbers when made; eager draws each
+# item's at its draw. The consumer's own draws in between (`g = (torch.rand(2) for _ in r); a = torch.rand(2);
+# list(g)`), or items never drawn (`next(g)` then `torch.rand(2)`), gave other numbers than eager's. Such a
+# generator is traced again lazily, stepped at each draw (NOTE [Generators driven by send] in
+# lazy_generators.py), so its draws and the consumer's interleave as in eager; when that retrace is not taken
+# it is a break at the call that made it. A lazy combinator whose function (or lazy generator argument) drew
+# random numbers when it was made is a break there (lazy_combinators.Watch): it runs as Python.
+def check_run_ahead_effects(out, before: tuple[int, int], f: Any, frame_eager: bool) -> None:
+    from .lazy_generators import lazy_from_now
+    effects, draws = run_ahead_effects(out)
+    if effects != before[0]:  # its grad-mode sets run where eager runs them
+        raise lazy_from_now(Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} sets torch state: "
+                                        "it runs lazily"), f.__code__)
+    if draws != before[1]:
+        e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} draws random numbers: it runs lazily")
+        e.retry_lazy, e.frame_eager = f.__code__, frame_eager
+        raise lazy_from_now(e, f.__code__) if frame_eager else e
+
+
+__all__ = ["check_run_ahead_effects", "closure_cells", "drawn_under_other_state", "reachable_value_map",
+           "reachable_values", "run_ahead_effects", "torch_state"]

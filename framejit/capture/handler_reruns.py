@@ -108,6 +108,7 @@ def note_op(out, target: Any, args: tuple, kwargs: dict, result: Any) -> None:
     unrestorable = None
     if _draws(target, args, kwargs):
         generator = kwargs.get("generator")
+        out.random_draws = out.__dict__.get("random_draws", 0) + 1  # NOTE [Random draws of run-ahead generators]
         if generator is not None and not (getattr(generator, "is_constant", lambda: False)() and
                                           generator.as_constant() is None):
             unrestorable = f"{getattr(target, '__name__', target)} draws from a generator of its own"

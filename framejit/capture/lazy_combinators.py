@@ -115,6 +115,7 @@ class Watch:
         # each argument and the position its iterator starts at (NOTE [Combinators rebuilt at breaks])
         self.parts = [(v, v.index if isinstance(v, IteratorValue) else 0) for v in iterables]
         self.state = torch_state(tx.output)  # NOTE [Torch state at each draw] in generator_reach.py
+        self.draws = tx.output.__dict__.get("random_draws", 0)  # NOTE [Random draws of run-ahead generators]
 
     def deques_changed(self) -> bool:
         return any(deque_state(d) != state for d, state in self.deques)
@@ -126,6 +127,9 @@ class Watch:
                columns: list[list[Value]] = (), extra: Any = _NO_RECIPE, from_end: bool = False) -> IteratorValue:
         """`result` (the rows, already computed) checked as NOTE [Lazy combinators] says; `from_end`: the rows
         are a list's items from its end (NOTE [reversed over a list])."""
+        if self.tx.output.__dict__.get("random_draws", 0) != self.draws:  # NOTE [Random draws of run-ahead generators]
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"{what}() drew random numbers when made, eager draws them as "
+                              "it is consumed: it runs as Python")
         reads_state = not _reads_nothing_else(fn, list(columns))
         computes = _computes_under_torch_state(fn, [v for v, _ in self.parts])
         if not self.needed(reads_state or computes):

@@ -37,7 +37,8 @@ from .generator_ctx import break_before_generator_cms, exception_in_generator_cm
 from .lazy_generators import LazyGeneratorValue, check_finalizers_at_return, finalizer_break, finalizers_pending, \
     lazy_from_now, lazy_gen_attr, make_lazy_generator, raised_with_suspended_finalizers, wants_lazy
 from .getattribute import custom_setattr
-from .generator_reach import closure_cells as _closure_cells, drawn_under_other_state, reachable_values, torch_state
+from .generator_reach import closure_cells as _closure_cells, check_run_ahead_effects, drawn_under_other_state, \
+    reachable_values, run_ahead_effects, torch_state
 from .stdlib import forced_break
 from .import_calls import import_break
 from .frame_locals import frame_reader_break
@@ -502,7 +503,7 @@ class Translator:
         start = (side_effects.version, len(side_effects.touched))
         child.yielded = []
         child.yield_state = state = torch_state(self.output)  # NOTE [Torch state across yields] in handlers/blocks.py
-        effects = getattr(self.output, "effects_recorded", 0)  # its grad-mode sets run where eager runs them
+        effects = run_ahead_effects(self.output)  # its grad-mode sets and random draws run where eager runs them
         returned = _run_within_budget(self.output, child, f)  # NOTE [Run-ahead step budget]
         # NOTE [Generators with finalizers]: a lazy generator whose body has a try/finally or with-block
         # runs that code when it is dropped (a loop's `break`, `del g`, a drained zip). Passed on to a
@@ -511,9 +512,7 @@ class Translator:
         # eagerly (also when an inlined callee made it: the callee may return it to this frame). One whose
         # run changed state is traced again lazily (NOTE [Generators with finalizers traced lazily]).
         frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
-        if getattr(self.output, "effects_recorded", 0) != effects:
-            raise lazy_from_now(Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} sets torch state: "
-                                            "it runs lazily"), f.__code__)
+        check_run_ahead_effects(self.output, effects, f, frame_eager)  # NOTE [Random draws of run-ahead generators]
         if mutated_since(*start):
             e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
                             "lazily, as Python")

@@ -237,3 +237,74 @@ def test_gradients_flow_through_items_drawn_with_grad():
 def test_onnxrt(fn):
     compiled = framejit.compile(fn, backend="onnxrt")
     run_differential(fn, leaf, seeds=(0, 1), compiled=compiled)
+
+
+def made_under_a_device_block(x):
+    with torch.device("meta"):
+        g = (torch.ones(2) for _ in range(2))
+    return [t.device.type for t in g], x * 2
+
+
+def device_steps(x):
+    with torch.device("meta"):
+        yield torch.ones(2)
+        yield torch.zeros(1)
+
+
+def consumed_inside_the_generators_device_block(x):
+    return [(t.device.type, torch.ones(1).device.type) for t in device_steps(x)], x + 1
+
+
+@pytest.mark.parametrize("fn", [made_under_a_device_block, consumed_inside_the_generators_device_block],
+                         ids=lambda f: f.__name__)
+def test_the_default_device_of_the_draw(fn):
+    run_differential(fn, leaf, seeds=(0, 1), fullgraph=True)
+
+
+def random_items_interleaved(x):
+    g = (torch.rand(2) + x.sum() for _ in range(2))
+    a = torch.rand(2)
+    return a, list(g)
+
+
+def random_item_partly_drawn(x):
+    g = (torch.rand(2) for _ in range(3))
+    first = next(g)
+    return first, torch.rand(2) + x.sum()
+
+
+def random_map(x):
+    m = map(lambda t: t + torch.rand(1), [x, x])
+    a = torch.rand(1)
+    return a, list(m)
+
+
+@pytest.mark.parametrize("fn", [random_items_interleaved, random_item_partly_drawn, random_map],
+                         ids=lambda f: f.__name__)
+def test_random_numbers_are_drawn_in_eagers_order(fn):
+    # NOTE [Random draws of run-ahead generators]: the body's draws interleave with the consumer's as in eager
+    compiled = framejit.compile(fn, backend="eager")
+    for seed in (0, 0, 1):
+        x = leaf(seed)[0]
+        torch.manual_seed(seed)
+        want = fn(x)
+        torch.manual_seed(seed)
+        got = compiled(x)
+        assert repr(got) == repr(want)
+        torch.manual_seed(seed)
+        fn(x)
+        after_eager = torch.get_rng_state()
+        torch.manual_seed(seed)
+        compiled(x)
+        assert torch.equal(torch.get_rng_state(), after_eager)
+
+
+def test_a_generator_drawing_random_numbers_is_still_captured():
+    backend = CountingBackend()
+    compiled = framejit.compile(random_items_interleaved, backend=backend, fullgraph=True)
+    x = leaf(0)[0]
+    torch.manual_seed(0)
+    want = random_items_interleaved(x)
+    torch.manual_seed(0)
+    assert repr(compiled(x)) == repr(want)
+    assert backend.graph_count == 1

@@ -123,7 +123,7 @@ def yield_value(tx, inst):
         # again lazily, stepped in the consumer's order (the mode it leaves set is then the consumer's), or
         # the frame runs eagerly.
         e = Unsupported(BreakKind.SIDE_EFFECT, "the generator yields inside a block that changes torch state "
-                        "(grad mode, inference mode, autocast, default dtype): it runs lazily")
+                        "(grad mode, inference mode, autocast, default dtype or device): it runs lazily")
         e.state_across_yield = True
         raise e
     tx.yielded.append(tx.pop())
