@@ -36,7 +36,9 @@ import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
-from .values import ConstantValue, IteratorValue, Value
+from .values import (BoundMethodValue, BuiltinValue, CellValue, ConstantValue, DictValue, IteratorValue,
+                     NewObjectValue, ObjectValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue,
+                     UserFunctionValue, Value)
 
 
 def drives_with_send(tx) -> bool:
@@ -451,10 +453,56 @@ def raised_with_suspended_finalizers(out, exc: UserException) -> None:
 
 
 def check_finalizers_at_return(out) -> None:
-    for g in _finalizing(out):
-        if g.started and not g.finished and not closes_quietly(g):
-            raise g.made_here(finalizer_break(f"the generator {g.name}, which has finalizers, is still suspended "
-                                              "when the frame returns: the frame runs as Python"))
+    pending = [g for g in _finalizing(out) if g.started and not g.finished and not closes_quietly(g)]
+    if len(pending) == 1 and dropped_at_return(out, pending[0]):
+        return close_at_return(pending[0])
+    for g in pending:
+        raise g.made_here(finalizer_break(f"the generator {g.name}, which has finalizers, is still suspended "
+                                          "when the frame returns: the frame runs as Python"))
+
+
+# NOTE [Generators closed when the frame returns]: a suspended generator with handlers that only the root
+# frame's locals hold is released when the frame returns: CPython clears the frame's locals after the return
+# value is made, the generator's refcount drops to zero and its close() runs there (GeneratorExit at its yield:
+# its `finally` and `except GeneratorExit` code), before the caller goes on. That frame ran wholly eagerly; the
+# trace now closes it there too (close_at_return), after everything else the frame did, when that is certainly
+# the point eager closes it (dropped_at_return): it was made by the root frame and a local of it still holds it;
+# it is the only generator of the trace still suspended; nothing that outlives the frame reaches it (the return
+# value, the values the replay stores: only containers, objects made here, functions, cells, tensors and
+# constants are walked, anything else is taken to hold it); its own frame does not hold it (a cycle is freed
+# later, by the collector). A close() that raises or yields (CPython prints "Exception ignored" and goes on)
+# or cannot be traced runs the frame eagerly, as before.
+_WALKED = (SequenceValue, DictValue, NewObjectValue, BoundMethodValue, UserFunctionValue, CellValue, ConstantValue,
+           TensorValue, SymFloatValue, SymNodeValue, BuiltinValue, ObjectValue)
+
+
+def _holds(roots: list, g: LazyGeneratorValue) -> bool:
+    from .generator_reach import reachable_value_map
+    reached = reachable_value_map(roots)
+    return id(g) in reached or not all(isinstance(v, _WALKED) for v in reached.values())
+
+
+def dropped_at_return(out, g: LazyGeneratorValue) -> bool:
+    root = g.frame.parent
+    if root is None or root.parent is not None or root.return_value is None or \
+            not any(v is g for v in root.locals.values()):
+        return False
+    if any(o is not g and o.started and not o.finished for o in out.__dict__.get("live_lazy_generators", ())):
+        return False
+    own = [*g.frame.locals.values(), *g.frame.cells.values(), *g.frame.stack]
+    return not _holds([root.return_value, *out.side_effects.values()], g) and not _holds(own, g)
+
+
+def close_at_return(g: LazyGeneratorValue) -> None:
+    """NOTE [Generators closed when the frame returns]."""
+    try:
+        g.close()
+    except (Unsupported, UserException) as e:
+        raise g.made_here(finalizer_break(f"closing the generator {g.name} when the frame returns ({e}) is not "
+                                          "traced: the frame runs as Python")) from None
+    if not g.finished:
+        raise g.made_here(finalizer_break(f"the generator {g.name} yields when it is closed: the frame runs as "
+                                          "Python"))
 
 
 def drain_whole(tx, value: Value) -> list[Value]:

@@ -4,8 +4,9 @@ capture/lazy_generators.py). Before, each of these made the whole frame run eage
 
 Each program runs eagerly and compiled on fresh inputs of two shapes; the result, the exception raised (type and
 message) and the log of effects (order included) must be eager's. The captured ones make one graph per shape and
-no eager frame; where eager runs code framejit does not trace (a dropped generator's `finally`, a handler that
-raises a new exception), the frame runs eagerly and still matches."""
+no eager frame, including a suspended generator dropped when the frame returns, whose close() runs then
+(NOTE [Generators closed when the frame returns]); where eager runs code framejit does not trace (a generator
+dropped before the return or kept, a handler that raises a new exception), the frame runs eagerly and matches."""
 from __future__ import annotations
 
 import sys
@@ -19,12 +20,12 @@ from tests.helpers import CountingBackend, assert_same
 LOG: list = []
 
 
-def _compare(fn, calls=4):
+def _compare(fn, calls=2):
     backend = CountingBackend()
     compiled = framejit.compile(fn, backend=backend)
     eager_before = framejit.stats()["eager_frames"]
     for call in range(calls):
-        x = torch.randn(3 + 2 * (call // 2)) + call
+        x = torch.randn(3 + 2 * call) + call
         runs = []
         for run in (fn, compiled):
             LOG.clear()
@@ -237,7 +238,33 @@ def close_ignored(t):
     return i
 
 
-CAPTURED = [throw_caught_then_exhausted, throw_not_matching, throw_class_runtime_error, throw_ends_body,
+def suspended_in_handler_with_finally(t):
+    g = logged(t)
+    a = next(g)
+    b = g.throw(ValueError)  # suspended at `yield t * 3`: the frame's return drops it and runs `finally`
+    LOG.append("returning")
+    return a + b
+
+
+def dropped_at_return_kept_in_local_list(t):
+    g = logged(t)
+    keep = [g]
+    return next(g) * len(keep)
+
+
+def finally_mutates_returned_list(t):
+    def gen(t, out):
+        try:
+            yield t + 1
+        finally:
+            out.append("closed")
+    out = []
+    g = gen(t, out)
+    return next(g), out
+
+
+CAPTURED = [suspended_in_handler_with_finally, dropped_at_return_kept_in_local_list, finally_mutates_returned_list,
+            throw_caught_then_exhausted, throw_not_matching, throw_class_runtime_error, throw_ends_body,
             return_in_finally, throw_identity, throw_not_started, throw_in_loop_body, close_runs_finally,
             close_catches_and_returns, close_reraises, close_not_caught_by_except_exception, close_ignored]
 
@@ -246,13 +273,6 @@ CAPTURED = [throw_caught_then_exhausted, throw_not_matching, throw_class_runtime
 def test_throw_and_close_traced(fn):
     graphs, eager_frames = _compare(fn)
     assert (graphs, eager_frames) == (2, 0)
-
-
-def suspended_in_handler_with_finally(t):
-    g = logged(t)
-    a = next(g)
-    b = g.throw(ValueError)  # suspended at `yield t * 3`: dropping it runs `finally`
-    return a + b
 
 
 def handler_raises_new_exception(t):
@@ -304,8 +324,44 @@ def throw_into_yield_from(t):
     return t + r
 
 
-@pytest.mark.parametrize("fn", [suspended_in_handler_with_finally, handler_raises_new_exception, handler_untraceable,
-                                throw_into_yield_from], ids=lambda f: f.__name__)
+def dropped_before_return(t):
+    g = logged(t)
+    a = next(g)
+    g = None  # eager closes it here, before the next line
+    LOG.append("after")
+    return a
+
+
+KEPT: list = []
+
+
+def stored_outside(t):
+    g = logged(t)
+    KEPT.append(g)
+    a = next(g)
+    KEPT.clear()  # released here: eager closes it before the frame returns
+    LOG.append("after")
+    return a
+
+
+def two_suspended(t):
+    g, h = logged(t), logged(t + 1)
+    return next(g) + next(h)
+
+
+def finally_raises(t):
+    def gen(t):
+        try:
+            yield t
+        finally:
+            raise ValueError("ignored by CPython")
+    g = gen(t)
+    return next(g) + 1
+
+
+@pytest.mark.parametrize("fn", [handler_raises_new_exception, handler_untraceable, throw_into_yield_from,
+                                dropped_before_return, stored_outside, two_suspended,
+                                finally_raises], ids=lambda f: f.__name__)
 def test_kept_eager_where_not_traced(fn):
     _, eager_frames = _compare(fn)
     assert eager_frames > 0
