@@ -223,7 +223,8 @@ def on_graph_error(fn: types.FunctionType, shape: FunctionShape, output: Any, ha
                    reruns: bool) -> Callable | None:
     """The function that makes the effects before the graph's first op (NOTE [Effects before a failing
     graph]), or None when there are none or the entry reruns eagerly instead."""
-    if not has_graph or reruns:
+    from .handler_reruns import snapshot_bounded  # NOTE [Bounded snapshots]: a call without one does not rerun
+    if not has_graph or reruns and not snapshot_bounded(output):
         return None
     inputs = _symbolic_inputs(output)
     early = _early(output.side_effects, inputs)

@@ -73,6 +73,8 @@ class RerunState:
         """`exc` was raised by the graph call of `code` (the transformed function)."""
         if self.entry_checks_only and not (type(exc) is RuntimeError and str(exc).startswith(ENTRY_CHECK)):
             return False
+        if getattr(exc, "framejit_unrestored", False) and not str(exc).startswith(ENTRY_CHECK):
+            return False  # NOTE [Bounded snapshots] (handler_reruns.py): the writes were not put back
         if type(exc) is _stop_recomputation() or getattr(exc, "framejit_replayed_once", False):
             return False  # NOTE [Recomputation stopped inside a graph], NOTE [Warnings of graph ops]
         start, end = graph_call_span(code)  # NOTE [Graph call span]

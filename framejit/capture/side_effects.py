@@ -103,10 +103,12 @@ def _is_op(node: Any) -> bool:
 
 
 def _may_fail(node: Any) -> bool:
-    """An op of the graph that may raise at run time: any `_is_op` but an entry check (it raises before every op,
-    and the call then reruns eagerly: NOTE [Entry checks])."""
+    """An op of the graph that may raise at run time: an `_is_op` whose success depends on tensor values (NOTE [Ops
+    that fail on values] in failing_ops.py), but not an entry check (it raises before every op, and the call then
+    reruns eagerly: NOTE [Entry checks])."""
     from .entry_checks import is_entry_check
-    return _is_op(node) and not is_entry_check(node)
+    from .failing_ops import fails_on_values
+    return _is_op(node) and not is_entry_check(node) and fails_on_values(node)
 
 
 def _instance_dict(obj: Any) -> dict | None:
