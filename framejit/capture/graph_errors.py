@@ -31,13 +31,16 @@ eager can tell: `effects_need_rerun` asks handler_reruns.restore_plan to clone t
 save the random generators it draws from) before each call and put them back when the call raises, so the
 call reruns eagerly (NOTE [Failing graphs inside handlers], NOTE [Graph failures rerun eagerly]) and makes
 exactly eager's effects. SideEffects numbers the ops that may fail in program order as it records effects
-(`first_marks`, `last_failing_op`). The snapshot costs a copy of the written inputs per call, so it is taken
-only for such effects: one made after the graph's last op that may fail (a step counter at the end of a
-forward that writes a cache) needs none. Where the writes cannot be put back (an input autograd tracks as a
-non-leaf, inference mode, a generator of the program's own: `unrestorable`; an in-place change of sizes,
-strides or storage such as `unsqueeze_`/`resize_`, or an `out=` write: `metadata_kept`) the old behaviour stays
-(a known gap). The plan is persisted with the entry (frame_cache.Persisted.restore): an entry loaded from the frame
-cache reruns the same way, where on_graph_error is not persisted.
+(`first_marks`, `last_failing_op`); draws from the `random` module, made after the graph (NOTE [Draws from the
+random module]), count as made before every op (review revS MED-1: a failing call drew nothing). The snapshot
+costs a copy of the written inputs per call, so it is taken only for such effects: one made after the graph's
+last op that may fail (a step counter at the end of a forward that writes a cache) needs none. Where the
+writes cannot be put back (an input autograd tracks as a non-leaf, inference mode, a generator of the
+program's own: `unrestorable`; an in-place change of sizes, strides or storage such as `unsqueeze_`/`resize_`,
+or an `out=` write: `metadata_kept`) the old behaviour stays (a known gap; review revS HIGH-1: the rerun
+applied `unsqueeze_` twice). The plan is persisted with the entry
+(frame_cache.Persisted.restore): an entry loaded from the frame cache reruns the same way, where on_graph_error
+is not persisted.
 """
 from __future__ import annotations
 
@@ -186,7 +189,7 @@ def _symbolic_inputs(output: Any) -> dict:
 
 # in-place ops that change a tensor's sizes, strides or storage: the snapshot of RestoredOnError (values and
 # version counters) cannot put that back, so a graph holding one gets no snapshot for its effects
-_METADATA_WRITES = frozenset({"resize_", "resize_as_", "set_", "unsqueeze_", "squeeze_", "t_", "transpose_",
+METADATA_WRITES = frozenset({"resize_", "resize_as_", "set_", "unsqueeze_", "squeeze_", "t_", "transpose_",
                               "swapdims_", "swapaxes_", "as_strided_", "detach_", "requires_grad_"})
 
 
@@ -196,7 +199,7 @@ def metadata_kept(output: Any) -> bool:
     ops])."""
     for node in output.graph.nodes:
         name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if node.op in ("call_function", "call_method") and (name in _METADATA_WRITES or "out" in node.kwargs):
+        if node.op in ("call_function", "call_method") and (name in METADATA_WRITES or "out" in node.kwargs):
             return False
     return True
 
@@ -205,7 +208,8 @@ def effects_need_rerun(output: Any) -> bool:
     """Some effect of the trace is made by eager before an op of the graph that may fail at run time, and
     `on_graph_error` would not make it (NOTE [Effects between failing ops])."""
     se = output.side_effects
-    if not se:
+    from .python_draws import has_draws  # NOTE [Draws from the random module]: made after the graph too
+    if not se and not has_draws(output):
         return False
     made: set = set()
     _early(se, _symbolic_inputs(output), made)
@@ -214,7 +218,7 @@ def effects_need_rerun(output: Any) -> bool:
     keys += [("attr", *key) for key in se.attrs] + [("global", *key) for key in se.globals]
     keys += [("cell", key) for key in se.cells] + [("item", k) for k in range(len(se.item_writes))]
     keys += [("tensor_hook", k) for k in range(len(se.tensor_hooks))]
-    if se.finishing_calls or se._moved_iterators():
+    if se.finishing_calls or se._moved_iterators() or has_draws(output):
         keys.append(("unmarked",))  # never marked: counts as made before every op
     return any(key not in made and se.first_marks.get(key, 0) < last for key in keys)
 

@@ -21,10 +21,12 @@ training graphs outside try blocks pay nothing, and no graph is split.
 What cannot be put back is a graph break where it would meet an op under a handler (whichever of the two is
 recorded second breaks before it; `_check`): entering inference mode (an aborted inference-mode block cannot
 be exited from outside the graph), an in-place write to an input that autograd tracks as a non-leaf (the
-graph's write stays in its history), a random op given its own generator or on a device other than CPU and
-CUDA. The break runs the instruction as plain Python (NOTE [Breaks inside try blocks]), where a real handler
-catches the real exception. A previous attempt (e970f2d, reverted) split the graph at every such pair, which
-made fullgraph captures of torch.func transforms (their own try/finally blocks) Unsupported.
+graph's write stays in its history), an in-place change of an input's sizes (`unsqueeze_`, `t_`, `resize_`:
+graph_errors.METADATA_WRITES; the snapshot puts values back, not sizes, so the rerun applied it twice: review
+revS HIGH-1), a random op given its own generator or on a device other than CPU and CUDA. The break runs the
+instruction as plain Python (NOTE [Breaks inside try blocks]), where a real handler catches the real
+exception. A previous attempt (e970f2d, reverted) split the graph at every such pair, which made fullgraph
+captures of torch.func transforms (their own try/finally blocks) Unsupported.
 """
 from __future__ import annotations
 
@@ -126,6 +128,10 @@ def note_input_write(out, entry: Any, target: Any) -> None:
     if fake.requires_grad and not fake.is_leaf or fake.layout is not torch.strided:
         _check(out, under_handler(out), f"in-place {getattr(target, '__name__', target)} writes "
                f"{entry.source.describe()}, a tensor autograd tracks")
+    from .graph_errors import METADATA_WRITES
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name in METADATA_WRITES:  # a snapshot puts values back, not sizes: the rerun would apply it twice
+        _check(out, under_handler(out), f"in-place {name} changes the sizes of {entry.source.describe()}")
 
 
 def note_effect(out, target: Any) -> None:

@@ -9,6 +9,8 @@ or no op fails, comparing results, exceptions, the written inputs and every Pyth
 """
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
@@ -128,4 +130,44 @@ def test_no_snapshot_rerun_after_a_change_of_sizes():
     for n in (6, 7, 3, 8):
         expected, actual = _run(unsqueezes, n, lambda f: f), _run(None, n, lambda f: compiled)
         assert actual[1] is expected[1]
+        torch.testing.assert_close(actual[2], expected[2])
+
+
+def unsqueezes_in_try(x, log, d):
+    x.unsqueeze_(0)
+    try:
+        a = x[0, x[0, :1].long() + 3]
+    except IndexError:
+        log.append("caught")
+        a = x
+    return a
+
+
+def test_handler_rerun_after_a_change_of_sizes():
+    """Review revS HIGH-1 (try path): the handler's rerun from a snapshot unsqueezed x twice (shape (1, 1, 3),
+    eager (1, 3)); such a write is unrestorable now, so the index breaks and runs where the handler catches."""
+    compiled = framejit.compile(unsqueezes_in_try, backend="eager")
+    for n in (6, 7, 3, 2):
+        expected, actual = _run(unsqueezes_in_try, n, lambda f: f), _run(None, n, lambda f: compiled)
+        assert actual[1] is expected[1] and actual[3:] == expected[3:]
+        torch.testing.assert_close(actual[2], expected[2])
+
+
+def draws_then_writes(x, log, d):
+    r = random.random()  # made after the graph (NOTE [Draws from the random module])
+    x.add_(1)
+    return x[x[:1].long() + 4] * r
+
+
+def test_draw_before_a_failing_graph():
+    """Review revS MED-1: eager draws before the failing index; the failing call drew nothing (the draws are
+    made after the graph), so the next number drawn differed."""
+    compiled = framejit.compile(draws_then_writes, backend="eager")
+    for n in (6, 7, 3, 8, 2):
+        results = []
+        for fn in (draws_then_writes, compiled):
+            random.seed(n)
+            results.append((_run(fn, n, lambda f: f), random.random()))
+        (expected, after_e), (actual, after) = results
+        assert actual[1] is expected[1] and actual[3:] == expected[3:] and after == after_e, n
         torch.testing.assert_close(actual[2], expected[2])
