@@ -362,6 +362,7 @@ def finally_raises(t):
 @pytest.mark.parametrize("fn", [handler_raises_new_exception, handler_untraceable, throw_into_yield_from,
                                 dropped_before_return, stored_outside, two_suspended,
                                 finally_raises], ids=lambda f: f.__name__)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # finally_raises: as in eager
 def test_kept_eager_where_not_traced(fn):
     _, eager_frames = _compare(fn)
     assert eager_frames > 0
