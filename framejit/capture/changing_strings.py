@@ -65,7 +65,7 @@ class ChangingStringValue(ConstantValue):
 
 class ChangingMatchValue(ConstantValue):
     """A re.Match from `source` (NOTE [Matches read where they are used]): guarded by type; its identity is
-    guarded where it is read, except by `m.group()` / `m.group(k)`, a changing string."""
+    guarded where it is read, except by `m.group(k)` (a changing string), `m.start()` and `m.end()` (int inputs)."""
 
     def __init__(self, out, obj: re.Match, source: Source) -> None:  # not ConstantValue.__init__, as above
         self.out = out
@@ -91,39 +91,46 @@ class ChangingMatchValue(ConstantValue):
         return f"Match({self.source.describe()})"
 
     def attr_in_trace(self, name: str) -> Value | None:
-        return _MatchGroup(self) if name == "group" and not self.read else None
+        return _MatchMethod(self, name) if name in ("group", "start", "end") and not self.read else None
 
 
-class _MatchGroup(Value):
-    """`m.group` of an unread ChangingMatchValue: called with no argument or 0, the whole match as a changing
-    string; any other call, or any other use, reads the match (guarded by identity)."""
+class _MatchMethod(Value):
+    """`m.group`, `m.start` or `m.end` of an unread ChangingMatchValue: `m.group(k)` (k an int or a name) a changing
+    string, `m.start()` / `m.end()` an int input (NOTE [Dynamic ints]) of source `re.Match.start(<source>)`; any
+    other call, or any other use, reads the match (guarded by identity)."""
 
-    def __init__(self, match: ChangingMatchValue) -> None:
+    def __init__(self, match: ChangingMatchValue, name: str) -> None:
         self.match = match
+        self.name = name
         self.source = None
 
     def python_type(self) -> type:
-        return type(self.match.raw.group)
+        return type(getattr(self.match.raw, self.name))
 
     def is_constant(self) -> bool:
         return True
 
     def as_constant(self) -> Any:
-        return self.match.value.group
+        return getattr(self.match.value, self.name)
 
     def describe(self) -> str:
-        return f"{self.match.describe()}.group"
+        return f"{self.match.describe()}.{self.name}"
 
     def call_in_trace(self, tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        if self.name != "group" and not args and not kwargs and not self.match.read:
+            position = getattr(self.match.raw, self.name)()
+            source = CallSource(Ref(getattr(re.Match, self.name), f"re.Match.{self.name}"), self.match.source)
+            return self.match.out.add_int_input(position, source)
         key = 0 if not args else args[0].value if len(args) == 1 and type(args[0]) is ConstantValue and \
             type(args[0].value) in (int, str) else None
-        text = _group(self.match.raw, key) if key is not None and not kwargs and not self.match.read else _MISSING
+        text = _group(self.match.raw, key) if key is not None and not kwargs and not self.match.read and \
+            self.name == "group" else _MISSING
         if type(text) is str:  # `m.group(k)` is `m[k]`: guarded by type, read where it is used
             return ChangingStringValue(self.match.out, text, ItemSource(self.match.source, key))
         if text is None:  # a group that did not take part in the match: `m[k] is None` guarded
             self.match.out.guard_constant(ItemSource(self.match.source, key), None)
             return ConstantValue(None)
-        return tx.call(tx.getattr(ConstantValue(self.match.value, self.match.source), "group"), args, kwargs)
+        return tx.call(tx.getattr(ConstantValue(self.match.value, self.match.source), self.name), args, kwargs)
 
 
 _MISSING = object()

@@ -143,7 +143,7 @@ def summed_numbers(s, x):
 def tagged_numbers(s, x):
     acc = x
     for m in re.finditer(r"([a-z])(\d+)(!)?", s):
-        acc = acc + int(m.group(2)) * x
+        acc = acc + int(m.group(2)) * x + (m.end() - m.start())  # positions: int inputs
         if m.group(1) == "a":  # steers control flow: guarded by value
             acc = acc * 2
         if m.group(3):  # an unmatched group is None: the match is read (guarded by identity)
