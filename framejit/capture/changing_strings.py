@@ -152,7 +152,8 @@ def _group(match: re.Match, key: int | str) -> Any:
 # read it not: each is a changing string with the source `<source>[k]` (a Match is immutable and `m[k]` is
 # `m.group(k)`), so `int(m.group())` is an int input (NOTE above) and the body is traced once for all matches.
 # A group that did not take part in the match is None, guarded so (`<source>[k] is None`); one the pattern
-# does not have reads the match (the real call raises IndexError).
+# does not have reads the match (the real call raises IndexError). `m.start()` and `m.end()` are int inputs
+# with the source `re.Match.start(<source>)` (NOTE [Dynamic ints]): positions change with every match.
 def changing_string(out, obj: Any, source: Source) -> Value:
     """The str `obj` at `source`, which changed between calls: opaque where it was carried into a resume function
     (NOTE [Strings carried across breaks] in carried_loops.py), else read where it is used (NOTE above); a
