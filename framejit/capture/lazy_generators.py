@@ -232,6 +232,10 @@ class LazyGeneratorValue(IteratorValue):
         if not self.finalizes:  # no handler: the exception leaves the frame at once
             self.finished = self.done = self.exhausted = True
             raise thrown_error(exc)
+        if delegating(frame) and isinstance(exc, GeneratorExit) and closes_quietly(self):
+            end_delegate(frame)  # close() closes the delegate first, then GeneratorExit leaves this frame
+            self.finished = self.done = self.exhausted = True
+            raise thrown_error(exc)
         if delegating(frame):  # CPython throws into the delegate of its `yield from`
             raise self.made_here(finalizer_break(f"throw() or close() of the generator {self.name} while it "
                                                  "delegates with `yield from`: it runs as Python"))
@@ -432,12 +436,45 @@ def finalizers_pending(out) -> bool:
 
 def closes_quietly(g: LazyGeneratorValue) -> bool:
     """Closing `g` runs none of its code: it is suspended at a yield that no handler of its own covers (one in an
-    `except` block with no finally around it), not in a `yield from` (NOTE [Exceptions thrown into suspended
-    generators]). Dropping it then is unobservable, as for a generator without handlers."""
+    `except` block with no finally around it), or in a `yield from` none covers whose delegate closes quietly
+    too (NOTE [Exceptions thrown into suspended generators]). Dropping it then is unobservable, as for a
+    generator without handlers."""
     from .caught_exceptions import caught_in_frame
     frame = g.frame
-    return frame.suspended and frame.current is not None and not delegating(frame) and \
-        not caught_in_frame(frame.program.insts, frame.current)
+    if not frame.suspended or frame.current is None:
+        return False
+    insts, at = frame.program.insts, frame.current
+    if not delegating(frame):
+        return not caught_in_frame(insts, at)
+    # 3.12+: the yield of a `yield from` is covered by the compiler's CLEANUP_THROW block, which the source's
+    # own handler covers: the SEND, the yield and that block must all be outside the source's handlers
+    region = [insts[at.index - 1], at] + ([insts[at.handler]] if at.handler is not None else [])
+    return quiet_delegate(frame) and not any(caught_in_frame(insts, i) for i in region)
+
+
+def _delegate(frame: Any) -> Value | None:
+    """The iterator a frame suspended in a `yield from` delegates to (below the yield's result)."""
+    return frame.stack[-2] if len(frame.stack) >= 2 else None
+
+
+def quiet_delegate(frame: Any) -> bool:
+    """Closing the delegate runs no code: a plain iterator, a generator whose body has no handler and no `yield
+    from`, or a lazy one without finalizers."""
+    from .generator_ends import _plain_body
+    d = _delegate(frame)
+    if isinstance(d, LazyGeneratorValue):
+        return not d.finalizes and d.lent_at is None
+    if not isinstance(d, IteratorValue) or d.lent_at is not None:
+        return False
+    code = getattr(d, "gen_code", None)
+    return code is None or _plain_body(code)
+
+
+def end_delegate(frame: Any) -> None:
+    from .generator_ends import close_generator
+    d = _delegate(frame)
+    if isinstance(d, LazyGeneratorValue) or getattr(d, "gen_code", None) is not None:
+        close_generator(d)
 
 
 def suspended_finalizers(out) -> list:

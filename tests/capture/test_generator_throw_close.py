@@ -263,7 +263,40 @@ def finally_mutates_returned_list(t):
     return next(g), out
 
 
-CAPTURED = [suspended_in_handler_with_finally, dropped_at_return_kept_in_local_list, finally_mutates_returned_list,
+def close_in_yield_from_of_plain_generator(t):
+    def sub(t):
+        yield t.sin()
+        yield t.cos()
+
+    def outer(t):
+        LOG.append("start")
+        yield from sub(t)
+        LOG.append("after sub")
+        try:
+            yield t.tan()
+        finally:
+            LOG.append("finally")
+    g = outer(t)
+    i = next(g)
+    g.close()  # closes `sub`, then GeneratorExit leaves `outer` before its try
+    LOG.append("closed")
+    return i, next(g, "ended")
+
+
+def close_in_yield_from_of_list(t):
+    def outer(t):
+        yield from [t + 1, t + 2]
+        try:
+            yield t
+        finally:
+            LOG.append("finally")
+    g = outer(t)
+    i = next(g)
+    g.close()
+    return i
+
+
+CAPTURED = [close_in_yield_from_of_plain_generator, close_in_yield_from_of_list, suspended_in_handler_with_finally, dropped_at_return_kept_in_local_list, finally_mutates_returned_list,
             throw_caught_then_exhausted, throw_not_matching, throw_class_runtime_error, throw_ends_body,
             return_in_finally, throw_identity, throw_not_started, throw_in_loop_body, close_runs_finally,
             close_catches_and_returns, close_reraises, close_not_caught_by_except_exception, close_ignored]
@@ -324,6 +357,40 @@ def throw_into_yield_from(t):
     return t + r
 
 
+def close_in_yield_from_of_generator_with_finally(t):
+    def sub(t):
+        try:
+            yield t.sin()
+        finally:
+            LOG.append("sub finally")
+
+    def outer(t):
+        yield from sub(t)
+        try:
+            yield t
+        finally:
+            LOG.append("outer finally")
+    g = outer(t)
+    i = next(g)
+    g.close()
+    return i
+
+
+def close_in_yield_from_inside_try(t):
+    def sub(t):
+        yield t.sin()
+
+    def outer(t):
+        try:
+            yield from sub(t)
+        finally:
+            LOG.append("outer finally")
+    g = outer(t)
+    i = next(g)
+    g.close()
+    return i
+
+
 def dropped_before_return(t):
     g = logged(t)
     a = next(g)
@@ -360,6 +427,7 @@ def finally_raises(t):
 
 
 @pytest.mark.parametrize("fn", [handler_raises_new_exception, handler_untraceable, throw_into_yield_from,
+                                close_in_yield_from_of_generator_with_finally, close_in_yield_from_inside_try,
                                 dropped_before_return, stored_outside, two_suspended,
                                 finally_raises], ids=lambda f: f.__name__)
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # finally_raises: as in eager
