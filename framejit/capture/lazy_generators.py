@@ -389,7 +389,8 @@ def finalizer_break(message: str) -> Unsupported:
 # returns. The thrown exception re-raised out of the body by a `finally` or an `except` that does not match
 # (RERAISE of the same object) leaves it as traced, not given up (thrown_out). Kept as they were: a handler the
 # trace cannot follow, or another exception raised inside one (given up: the frame runs as Python), a body
-# suspended in a `yield from` (CPython throws into the delegate: delegating), a generator that is running,
+# suspended in a `yield from` (CPython throws into the delegate: delegating; close() is traced only where the
+# delegate closes quietly and no handler covers the yield from: closes_quietly), a generator that is running,
 # StopIteration thrown into one not ended (PEP 479). A generator not started, ended or with no handler runs
 # none of its body: the exception leaves at once.
 # NOTE [StopIteration leaving a generator body]: PEP 479: a StopIteration that leaves a generator's body (`raise
