@@ -22,7 +22,8 @@ from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, i
 from . import lazy_combinators
 from .lazy_generators import drain_whole
 from .values.base import MADE_ORDER
-from .values.containers import dict_iterator, drain_lent, drain_zipped, iterates_as_tuple
+from .values.containers import dict_iterator, drain_lent, drain_zipped, drawn_ahead_checked, iterates_as_tuple, \
+    lent_error
 from .values import (ClassValue, ConstantValue, DictValue, IteratorValue, ListValue, PartialValue, SetValue,
                      TensorValue, TupleValue, Value)
 
@@ -254,6 +255,8 @@ def _next(tx, args, kwargs):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"next() of {it.describe()}")
     from .lazy_generators import LazyGeneratorValue
     if isinstance(it, LazyGeneratorValue):  # NOTE [Generators driven by send]: StopIteration(return value)
+        if it.lent_at is not None:  # NOTE [Lent iterators]: drawn ahead by a combinator
+            raise lent_error(it)
         try:
             return it.send(ConstantValue(None))
         except UserException as e:
@@ -283,7 +286,8 @@ def _enumerate(tx, args, kwargs):
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     rows = IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(column)])
-    return _typed(watch.finish(rows, "enumerate", per_row=True, extra=start), enumerate)  # NOTE [Combinators rebuilt at breaks]
+    rows = drawn_ahead_checked(watch.finish(rows, "enumerate", per_row=True, extra=start), args[:1])
+    return _typed(rows, enumerate)  # NOTE [Combinators rebuilt at breaks], [Lazy generators drawn ahead]
 
 
 @handles(zip)
@@ -294,8 +298,10 @@ def _zip(tx, args, kwargs):
     if strict and len({len(c) for c in columns}) > 1:  # CPython raises once the shortest runs out, after the
         # rows before it were used, naming the argument: the loop runs as Python
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "zip(strict=True) over iterables of different lengths")
-    return _typed(watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True,
-                               extra=bool(strict)), zip if not strict else None)  # NOTE [Combinators rebuilt at breaks]
+    rows = watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True,
+                        extra=bool(strict))
+    # NOTE [Combinators rebuilt at breaks], [Lazy generators drawn ahead]
+    return _typed(drawn_ahead_checked(rows, args), zip if not strict else None)
 
 
 @handles(reversed)
@@ -337,7 +343,8 @@ def _map(tx, args, kwargs):
     watch = lazy_combinators.watch(tx, iterables)  # NOTE [Lazy combinators]
     columns = drain_lent(tx, iterables)  # NOTE [Lent iterators]
     rows = _calls_made_early(tx, "map", lambda: [tx.call(fn, list(row), {}) for row in zip(*columns)])
-    return _typed(watch.finish(IteratorValue(rows), "map", per_row=True, fn=fn, columns=columns), map)
+    rows = watch.finish(IteratorValue(rows), "map", per_row=True, fn=fn, columns=columns)
+    return _typed(drawn_ahead_checked(rows, iterables), map)  # NOTE [Lazy generators drawn ahead]
 
 
 def _calls_made_early(tx, what: str, run):
@@ -381,8 +388,9 @@ def _filter(tx, args, kwargs):
                 keep.append(item)
         return keep
     predicate = None if fn.is_constant() and fn.as_constant() is None else fn
-    return _typed(watch.finish(IteratorValue(_calls_made_early(tx, "filter", run)), "filter", per_row=False,
-                        fn=predicate, columns=[column]), filter)
+    rows = watch.finish(IteratorValue(_calls_made_early(tx, "filter", run)), "filter", per_row=False,
+                        fn=predicate, columns=[column])
+    return _typed(drawn_ahead_checked(rows, [seq]), filter)  # NOTE [Lazy generators drawn ahead]
 
 
 @handles(sorted)

@@ -125,8 +125,8 @@ def _call_numpy_or_tensor_maker(tx, fn: Value, args: list[Value], kwargs: dict[s
     _UNHANDLED for every other call."""
     if isinstance(fn, NdarrayMethodValue):  # NOTE [NumPy as torch]
         return call_method(tx, fn, args, kwargs)
-    if isinstance(fn, LazyGenMethodValue):  # NOTE [Generators driven by send] in lazy_generators.py
-        return call_lazy_gen_method(tx, fn, args, kwargs)
+    if isinstance(fn, LazyGenMethodValue):  # NOTE [Generators driven by send]; [Lent iterators]: a lent one's next()
+        return call_lazy_gen_method(tx, fn, args, kwargs) if fn.gen.lent_at is None else fn.gen.next()  # breaks
     real_numpy = numpy_callable(fn)
     if real_numpy is not None:
         return call_numpy(tx, real_numpy, args, kwargs)

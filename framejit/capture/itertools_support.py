@@ -14,7 +14,7 @@ from .builtins import BUILTIN_HANDLERS, handles
 from .protocol import iterate
 from .values import ConstantValue, IteratorValue, TupleValue, Value
 from . import lazy_combinators
-from .values.containers import drain_lent
+from .values.containers import drain_lent, drawn_ahead_checked
 
 
 def _const(v: Value, what: str):
@@ -28,7 +28,7 @@ def _chain_from_iterable(tx, args, kwargs):
     groups, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     watch = lazy_combinators.watch(tx, [*args[:1], *groups])  # NOTE [Lazy combinators]
     rows = IteratorValue([item for group in groups for item in drain_lent(tx, [group])[0]])
-    return watch.finish(rows, "chain.from_iterable", per_row=False)
+    return drawn_ahead_checked(watch.finish(rows, "chain.from_iterable", per_row=False), [*args[:1], *groups])
 
 
 @handles(itertools.islice)
@@ -37,14 +37,21 @@ def _islice(tx, args, kwargs):
         raise UserException(TypeError("islice expected 2 to 4 arguments"))
     bounds = [_const(a, "islice") for a in args[1:]]
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
-    stop = bounds[0] if len(bounds) == 1 else bounds[1]  # CPython's islice draws at most `stop` items
-    count = stop if type(stop) is int and stop >= 0 else None  # NOTE [Combinators over endless generators]
-    items, = drain_lent(tx, args[:1], count)  # NOTE [Lent iterators]
     try:
-        chosen = list(itertools.islice(range(len(items)), *bounds))
+        itertools.islice((), *bounds)  # CPython checks the bounds before it draws anything
     except (ValueError, TypeError) as e:
         raise UserException(e) from None
-    return watch.finish(IteratorValue([items[i] for i in chosen]), "islice", per_row=False)
+    items, = drain_lent(tx, args[:1], _islice_draws(bounds))  # NOTE [Lent iterators]
+    chosen = list(itertools.islice(range(len(items)), *bounds))
+    rows = watch.finish(IteratorValue([items[i] for i in chosen]), "islice", per_row=False)
+    return drawn_ahead_checked(rows, args[:1])  # NOTE [Lazy generators drawn ahead]
+
+
+def _islice_draws(bounds: list) -> int | None:
+    """How many items CPython's islice may draw, at most (NOTE [Combinators over endless generators]): up to
+    `start` before it compares with `stop`; None: no bound."""
+    start, stop = (0, bounds[0]) if len(bounds) == 1 else (bounds[0] or 0, bounds[1])
+    return None if stop is None else max(operator.index(start), operator.index(stop))
 
 
 @handles(itertools.pairwise)
@@ -55,7 +62,7 @@ def _pairwise(tx, args, kwargs):
     watch = lazy_combinators.watch(tx, args[:1])
     items, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     rows = IteratorValue([TupleValue([a, b]) for a, b in zip(items, items[1:])])
-    return watch.finish(rows, "pairwise", per_row=False)
+    return drawn_ahead_checked(watch.finish(rows, "pairwise", per_row=False), args[:1])
 
 
 def _index_tuples(fn):
@@ -84,7 +91,7 @@ def _zip_longest(tx, args, kwargs):
     columns = drain_lent(tx, list(args))  # NOTE [Lent iterators]
     width = max((len(c) for c in columns), default=0)
     rows = IteratorValue([TupleValue([c[i] if i < len(c) else fill for c in columns]) for i in range(width)])
-    return watch.finish(rows, "zip_longest", per_row=True)
+    return drawn_ahead_checked(watch.finish(rows, "zip_longest", per_row=True), args)
 
 
 __all__: list[str] = []
@@ -102,7 +109,8 @@ def _starmap(tx, args, kwargs):
     watch = lazy_combinators.watch(tx, [rows])  # NOTE [Lazy combinators]
     column, = drain_lent(tx, [rows])  # NOTE [Lent iterators]
     made = _calls_made_early(tx, "starmap", lambda: [tx.call(fn, iterate(tx, row), {}) for row in column])
-    return watch.finish(IteratorValue(made), "starmap", per_row=True, fn=fn, columns=[column])
+    return drawn_ahead_checked(watch.finish(IteratorValue(made), "starmap", per_row=True, fn=fn, columns=[column]),
+                               [rows])
 
 
 # `itertools.accumulate(xs, func=operator.add, *, initial=None)`: the running totals, each `func(total, x)`
@@ -129,7 +137,8 @@ def _accumulate(tx, args, kwargs):
             out.append(item if not out else tx.call(fn, [out[-1], item], {}))
         return out
     made = _calls_made_early(tx, "accumulate", totals)
-    return watch.finish(IteratorValue(made), "accumulate", per_row=False, fn=fn, columns=[column])
+    return drawn_ahead_checked(watch.finish(IteratorValue(made), "accumulate", per_row=False, fn=fn,
+                                            columns=[column]), args[:1])
 
 
 @handles(itertools.repeat)
@@ -181,7 +190,8 @@ def _groupby(tx, args, kwargs):
     outer = IteratorValue([])
     outer.items = [TupleValue([k, _group(outer, row + 1, items, made_at)]) for row, (k, items) in enumerate(runs)]
     outer.iter_type = itertools.groupby
-    result = watch.finish(outer, "groupby", per_row=False, fn=key if keyed else None, columns=[column])
+    result = drawn_ahead_checked(watch.finish(outer, "groupby", per_row=False, fn=key if keyed else None,
+                                              columns=[column]), [iterable])
     result.made_at = made_at  # NOTE [groupby evaluated when made]
     return result
 

@@ -747,9 +747,10 @@ def _step_limit_reached(limit: int) -> Unsupported:
 # traced again with it lazy (NOTE [Generators driven by send]), its body stepped in the consumer's order,
 # so only what is drawn is traced. When that retry is not taken (a lazy trace of it failed before, or retries
 # are spent), it is a break at the call that made the generator, as any untraceable step of its body. A lazy
-# generator drained by a combinator (zip, enumerate, sorted: values/containers.drain_lent) has the same budget,
-# past which it is a break before the call that made it (NOTE [Combinators over endless generators] in
-# values/containers.py).
+# generator drained by a combinator (zip, enumerate, islice: values/containers.drain_lent) may take DRAIN_STEPS,
+# past which it is a break before the call that made it; it is drawn ahead of its consumer only as NOTE [Lazy
+# generators drawn ahead] in values/containers.py allows (zip and islice draw only what CPython's can draw:
+# NOTE [Combinators over endless generators]).
 RUN_AHEAD_STEPS = 5_000
 
 

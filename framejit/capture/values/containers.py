@@ -316,13 +316,12 @@ def drain_lent(tx, iterables: list[Value], count: int | None = None) -> list[lis
 
 
 def _drain(tx, value: Value, iterate, count: int | None = None) -> list[Value]:
-    """All items of `value` (at most `count` of a lazy generator); a generator traced lazily (an endless one:
-    NOTE [Run-ahead step budget] in translator.py) may take the run-ahead budget of instructions, past which it
-    is a break (before the call that made it, as any break while a lazy generator is live)."""
+    """All items of `value` (at most `count` of a lazy generator: NOTE [Combinators over endless generators]);
+    a lazy generator is drawn ahead of its consumer only as NOTE [Lazy generators drawn ahead] allows."""
     from ..lazy_generators import LazyGeneratorValue
     if not isinstance(value, LazyGeneratorValue):
         return iterate(tx, value)
-    with _drain_budget(tx.output):
+    with _drawing_ahead(tx, [value]):
         if count is None or value.finalizes:  # NOTE [Generators with finalizers traced lazily]: drawn whole
             return iterate(tx, value)
         items = []
@@ -331,31 +330,123 @@ def _drain(tx, value: Value, iterate, count: int | None = None) -> list[Value]:
         return items
 
 
+# NOTE [Lazy generators drawn ahead]: zip, enumerate, map, filter and the itertools are evaluated when they are
+# made (NOTE [Lent iterators]), so a lazy generator among their arguments (NOTE [Generators driven by send] in
+# lazy_generators.py: stepped in its consumer's order, with none of the run-ahead checks of NOTE [Eager
+# generators]) has its body run for every row before the loop body runs once. CPython draws one row before each
+# iteration. The two agree only when nothing can tell the order apart, the conditions of a run-ahead generator:
+# - the drawing changes nothing (SideEffects version, ops and touched values, grad-mode sets and random draws
+#   as before it) and raises nothing (an exception at a row the loop may never reach, or reach after effects of
+#   its own): else a graph break before the call that made the generator, which then runs as Python. A log the
+#   generator appends to, read by the loop body or cut short by a `break` (review revT HIGH-1: eager's
+#   [0, 1], the trace's [0, 1, 2, 3]) thus runs as Python;
+# - nothing the generator reads changes while the combinator is consumed: `drawn_check`, run before each of
+#   the combinator's steps (drawn_ahead_checked; the step that ends it too, when CPython's zip draws the
+#   generator once more), breaks there when outside state changed (SideEffects.version: stores to globals,
+#   outside objects, cells, in-place tensor ops) or a value its frame reaches (its locals, cells, stack, and
+#   those of lazy generators it holds) was mutated: `st[0] += 1` in the body of `for i, t in zip(reader(st),
+#   rows)` where `reader` yields `st[0]`;
+# - nothing else draws it (NOTE [Lent iterators]: next(g), g.send(), g.__next__(), close() and throw() of a lent
+#   lazy generator break at the combinator too, as its `next()` did).
+# Rows drawn ahead and never used (a loop left by break, return or an exception) then changed nothing.
+# Under these conditions the drain has DRAIN_STEPS (a bounded one, zip's and islice's, draws only what
+# CPython's can draw, so an endless generator does not reach it), past which it is a break before the call
+# that made the generator (NOTE [Run-ahead step budget] in translator.py).
+DRAIN_STEPS = 100_000
+
+
 @contextlib.contextmanager
-def _drain_budget(out):
-    """NOTE [Combinators over endless generators]: the drain of a lazy generator gets the run-ahead budget."""
-    from .. import translator
-    outer = out.__dict__.get("step_limit", translator.MAX_TRACE_STEPS)
-    out.step_limit = min(outer, out.steps + translator.RUN_AHEAD_STEPS)
+def _drawing_ahead(tx, gens: list[Value]):
+    """Draw the lazy generators `gens` ahead of their consumer (NOTE [Lazy generators drawn ahead])."""
+    from ..lazy_generators import finalizer_break
+    from ..translator import MAX_TRACE_STEPS
+    out = tx.output
+    before, steps = _effects(out), out.__dict__.get("finalizer_steps", 0)
+    outer = out.__dict__.get("step_limit", MAX_TRACE_STEPS)
+    out.step_limit = min(outer, out.steps + DRAIN_STEPS)
     try:
         yield
+    except UserException as e:
+        raise gens[0].made_here(Unsupported(
+            BreakKind.SIDE_EFFECT, f"the {gens[0].describe()} raises {type(e.exc).__name__} when drawn ahead by a "
+            "combinator: it runs as Python")) from None
     finally:
         out.step_limit = outer
+    if out.__dict__.get("finalizer_steps", 0) != steps:  # NOTE [Generators with finalizers traced lazily]
+        raise gens[0].made_here(finalizer_break(f"the {gens[0].describe()} drives one with finalizers and is drawn "
+                                                "ahead by a combinator: it runs as Python"))
+    if _effects(out) != before:
+        raise gens[0].made_here(Unsupported(BreakKind.SIDE_EFFECT, f"the {gens[0].describe()} has effects when "
+                                            "drawn ahead by a combinator: it runs as Python"))
+    for gen in gens:
+        gen.drawn_check = _drawn_check(out, gen)
 
 
-# NOTE [Combinators over endless generators]: zip, enumerate, map and the itertools are evaluated when they are
-# made (NOTE [Lent iterators]): a lazy generator among their arguments (NOTE [Run-ahead step budget] in
-# translator.py) was drained to its end, with a budget of 100,000 instructions, so an endless one
-# (`while True: yield i; i += 1`) under `zip(gen(), rows)` or `enumerate(gen())` traced those 100,000 before
-# the break before its call (30-47 s of a first call at load 10). Now a drain gets the run-ahead budget
-# (RUN_AHEAD_STEPS) too, and draws only what CPython's combinator can draw: `zip` steps its arguments row by
-# row, in argument order, as CPython's does, so a generator zipped with a list, tuple, range, string or tensor
-# stops where the shortest of those ends (drawn once more only where it comes before that argument: the row
-# CPython starts and abandons), and the loop is unrolled into the graph as over two lists; `islice(gen, stop)`
-# draws at most `stop` items. A combinator with no such bound (`enumerate(gen())`, `map(f, gen())`, `zip` of
-# generators only) reaches the budget and breaks before the generator's call, as before, then steps as Python
-# (NOTE [Iterators stepped as Python] in carried_loops.py). A generator with finalizers is drawn whole as
-# before (a partial drain of it breaks: NOTE [Generators with finalizers traced lazily]).
+def _effects(out) -> tuple:
+    side_effects = out.side_effects
+    return (side_effects.version, len(side_effects.ops), len(side_effects.touched),
+            out.__dict__.get("effects_recorded", 0), out.__dict__.get("random_draws", 0))
+
+
+def _drawn_check(out, gen) -> Any:
+    """Before each step of a combinator that drew `gen` ahead: nothing it reads changed since."""
+    from ..generator_reach import reachable_values
+    side_effects = out.side_effects
+    version, touched = side_effects.version, len(side_effects.touched)
+    reach = reachable_values(_frame_roots(gen))
+
+    def check() -> None:
+        if side_effects.version != version or any(id(v) in reach for v in side_effects.touched[touched:]):
+            raise gen.made_here(Unsupported(BreakKind.SIDE_EFFECT, f"what the {gen.describe()} reads changed while "
+                                            "a combinator that drew it ahead is consumed: it runs as Python"))
+    return check
+
+
+def _frame_roots(gen) -> list[Any]:
+    """The values the frames of lazy generator `gen` (and of the lazy generators they hold) reach directly."""
+    from ..lazy_generators import LazyGeneratorValue
+    roots, todo, seen = [], [gen], set()
+    while todo:
+        g = todo.pop()
+        if id(g) in seen:
+            continue
+        seen.add(id(g))
+        frame = g.frame
+        held = [*frame.locals.values(), *frame.cells.values(), *frame.stack]
+        roots.extend(held)
+        todo.extend(v for v in held if isinstance(v, LazyGeneratorValue))
+    return roots
+
+
+def drawn_ahead_checked(result: IteratorValue, iterables: list[Value]) -> IteratorValue:
+    """`result`, a combinator over `iterables`, with the `drawn_check` of each lazy generator among them run
+    before each of its steps (NOTE [Lazy generators drawn ahead])."""
+    checks = [c for v in iterables if (c := getattr(v, "drawn_check", None)) is not None]
+    if not checks:
+        return result
+    inner = result.check
+
+    def check() -> None:
+        for drawn in checks:
+            drawn()
+        if inner is not None:
+            inner()
+    result.check = check
+    return result
+
+
+# NOTE [Combinators over endless generators]: an endless lazy generator (`while True: yield i; i += 1`, made
+# lazy when its run ahead overflowed: NOTE [Run-ahead step budget] in translator.py) under `zip(gen(), rows)`
+# was drained to its end with the budget of DRAIN_STEPS, then broke before its call and stepped as Python (105,000
+# instructions traced, 6 frames). zip and islice draw only what CPython's can draw (NOTE [Lazy generators drawn
+# ahead] says when drawing ahead is allowed at all): `zip` steps its arguments row by row, in argument order, as
+# CPython's does, so a generator zipped with a list, tuple, range, string or tensor stops where the shortest of
+# those ends (drawn once more only where it comes before that argument: the row CPython starts and abandons),
+# and the loop is unrolled into the graph as over two lists; `islice(gen, [start,] stop[, step])` draws at most
+# max(start, stop) items (CPython's islice draws up to `start` before it compares with `stop`). A combinator
+# with no such bound (`enumerate(gen())`, `map(f, gen())`, `zip` of generators only) drains it whole, as before.
+# A generator with finalizers is drawn whole as before (a partial drain of it breaks: NOTE [Generators with
+# finalizers traced lazily]).
 _BOUNDED_ITEMS = (list, tuple)
 
 
@@ -366,14 +457,14 @@ def drain_zipped(tx, iterables: list[Value], strict: bool) -> list[list[Value]]:
     from ..lazy_generators import LazyGeneratorValue
     from ..protocol import iterate
     lazy = [isinstance(v, LazyGeneratorValue) and not v.finalizes and v.lent_at is None for v in iterables]
-    if strict or not any(lazy) or not all(z or _known_length(v) for z, v in zip(lazy, iterables)):
+    if strict or all(lazy) or not any(lazy) or not all(z or _known_length(v) for z, v in zip(lazy, iterables)):
         return drain_lent(tx, iterables)
     made_at = _root_index(tx)
     if made_at is None:
         raise Unsupported(BreakKind.SIDE_EFFECT, "an iterator drawn by a combinator: it runs as Python")
     columns = [[] if z else iterate(tx, v) for z, v in zip(lazy, iterables)]
     shortest = min(len(c) for z, c in zip(lazy, columns) if not z)
-    with _drain_budget(tx.output):
+    with _drawing_ahead(tx, [v for z, v in zip(lazy, iterables) if z]):
         _draw_rows(lazy, iterables, columns, shortest)
     for v in iterables:
         if isinstance(v, IteratorValue):
