@@ -4,14 +4,15 @@ NOTE [Ops that fail on values]: tracing runs every op on fake tensors, which che
 that depends on sizes, strides, dtypes and devices: broadcasting, matmul's inner sizes, a reshape's element
 count, an in-place op's overlap. What fake tensors cannot tell is what depends on the data: an index out of
 range, an integer division by zero, a singular matrix, a probability outside [0, 1], a class target out of
-range, an assert on values, and every op on a size that data decides (`nonzero`, `.item()`: unbacked
-symbols). Only such an op can raise at run time, so NOTE [Effects between failing ops] (graph_errors.py)
-counts only these as "may fail": a Python effect between two other ops cannot be on the wrong side of a
-failure, and the graph needs no snapshot of the inputs it writes (review revS HIGH-2: a hand-written Adam
-step with a Python step counter cloned its parameters and moments on every call, 20.6 -> 116.7 ms/step).
-Kept broad on purpose: any op framejit does not know (a custom op, a higher-order op, a call into a module,
-a function from outside torch) and Python number arithmetic other than `+ - *` counts as may fail. Out of
-memory can fail any op and is not counted (a known gap: eager then made effects the failed call does not).
+range, an assert on values, every op on a size that data decides (`nonzero`, `.item()`: unbacked symbols),
+and an op that warns (NOTE [Warnings of graph ops]: the "error" filter raises its warning). Only such an op
+can raise at run time, so NOTE [Effects between failing ops] (graph_errors.py) counts only these as "may
+fail": a Python effect between two other ops cannot be on the wrong side of a failure, and the graph needs no
+snapshot of the inputs it writes (review revS HIGH-2: a hand-written Adam step with a Python step counter
+cloned its parameters and moments on every call, 20.6 -> 116.7 ms/step). Kept broad on purpose: any op
+framejit does not know (a custom op, a higher-order op, a call into a module, a function from outside torch)
+and any call on Python numbers but reads of sizes and comparisons counts as may fail. Out of memory can fail
+any op and is not counted (a known gap: eager then made effects the failed call does not).
 """
 from __future__ import annotations
 
@@ -28,13 +29,22 @@ _SUBSTRINGS = ("index", "gather", "scatter", "embedding", "nll_loss", "cross_ent
                "matrix_rank", "linalg", "istft", "quantile", "segment", "assert", "check", "searchsorted",
                "local_scalar", "constrain", "sparse")
 # whole words of a name split at "_" and ".": short names a substring would over-match (relu, input)
-_WORDS = frozenset(("lu", "inv", "ldl", "qr", "det", "put", "take"))
+# (var/std: "degrees of freedom is <= 0" warns from the real kernel only, raising under the "error" filter)
+_WORDS = frozenset(("lu", "inv", "ldl", "qr", "det", "put", "take", "var", "std"))
 # integer division and powers raise on values (by zero, negative exponents); float ones never do
 _INTEGRAL_WORDS = frozenset(("div", "divide", "floordiv", "truediv", "rdiv", "rfloordiv", "rtruediv", "ifloordiv",
                              "itruediv", "mod", "rmod", "imod", "remainder", "fmod", "pow", "rpow", "ipow",
                              "lshift", "rshift", "rlshift", "rrshift", "ilshift", "irshift"))
 # targets whose result and arguments fake tracing checks fully (beyond the names above)
 _PLAIN_MODULES = ("torch", "_operator", "operator", "builtins", "math")
+
+
+# Python number results that cannot raise (reads of sizes, comparisons; SAFE_INT_OPS are no op at all): any other
+# call on numbers may (`//` or `%` by zero, `math.sqrt(-1.0)`, `int(nan)`)
+_SCALAR_SAFE = frozenset((operator.getitem, getattr, operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
+                          operator.ge, operator.not_, operator.neg, operator.pos, operator.abs, operator.truth,
+                          "size", "dim", "numel", "stride", "storage_offset", "item", "tolist", "nelement",
+                          "ndimension", "element_size", "is_contiguous", "is_floating_point", "is_complex"))
 
 
 def _name(target: Any) -> str:
@@ -89,10 +99,16 @@ def fails_on_values(node: torch.fx.Node) -> bool:
     values])."""
     if node.op not in ("call_function", "call_method", "call_module"):
         return False
-    if _foreign(node):
-        return True
+    if _foreign(node) or "op_warnings" in node.meta:
+        return True  # a warning the op shows raises under the "error" filter (NOTE [Warnings of graph ops])
     if any(_unbacked(n.meta.get("val")) for n in (node, *node.all_input_nodes)):
         return True
+    value = node.meta.get("val")
+    if isinstance(value, (int, float, complex, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        try:
+            return node.target not in _SCALAR_SAFE
+        except TypeError:  # an unhashable target
+            return True
     from .requests import draws_random
     if draws_random(node.target, node.args, node.kwargs):
         return True  # a probability or a standard deviation out of range raises (bernoulli, normal)
@@ -104,7 +120,7 @@ def fails_on_values(node: torch.fx.Node) -> bool:
     words = set(re.split(r"[_.]", name))
     if not _WORDS.isdisjoint(words):
         return True
-    return not _INTEGRAL_WORDS.isdisjoint(words) and _integral(node.meta.get("val"))
+    return not _INTEGRAL_WORDS.isdisjoint(words) and _integral(value)
 
 
 __all__ = ["fails_on_values"]

@@ -130,3 +130,30 @@ def test_snapshot_is_bounded(clones, monkeypatch, limit, copies):
             assert actual[3:5] == expected[3:5]
         else:
             assert (actual[3:5], expected[3:5]) == (([], []), ([0], ["read"]))  # the known gap, logged
+
+
+def warns_between(x, log):
+    x.add_(1)
+    a = x[x[:1].long() + 1]
+    log.append("mid")
+    return torch.nn.functional.softmax(x.reshape(1, -1)) + a  # warns (no dim): raises under the "error" filter
+
+
+def test_an_op_that_warns_may_fail():
+    """Under warnings.simplefilter("error") an op that warns raises at run time: the effect before it is made."""
+    import warnings
+    compiled = framejit.compile(warns_between, backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (6, 7, 3, 1):
+            runs = []
+            for fn in (warns_between, compiled):
+                x, log = torch.arange(float(n)), []
+                try:
+                    fn(x, log)
+                    error = None
+                except (IndexError, UserWarning) as e:
+                    error = type(e)
+                runs.append((error, x, log))
+            assert runs[1][0] is runs[0][0] and runs[1][2] == runs[0][2], n
+            torch.testing.assert_close(runs[1][1], runs[0][1])
