@@ -103,7 +103,10 @@ def run_ahead_effects(out) -> tuple[int, int]:
 # generator is traced again lazily, stepped at each draw (NOTE [Generators driven by send] in
 # lazy_generators.py), so its draws and the consumer's interleave as in eager; when that retrace is not taken
 # it is a break at the call that made it. A lazy combinator whose function (or lazy generator argument) drew
-# random numbers when it was made is a break there (lazy_combinators.Watch): it runs as Python.
+# random numbers when it was made breaks where it was made when any other draw happened before one of its steps
+# (lazy_combinators.Watch): it then runs as Python. Known gap: such a combinator left partly drawn, followed by
+# other random draws and no further step of it (`m = map(drop, xs); a = next(m); b = torch.rand(2)`), still
+# drew the items eager never draws.
 def check_run_ahead_effects(out, before: tuple[int, int], f: Any, frame_eager: bool) -> None:
     from .lazy_generators import lazy_from_now
     effects, draws = run_ahead_effects(out)

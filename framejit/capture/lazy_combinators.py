@@ -127,12 +127,11 @@ class Watch:
                columns: list[list[Value]] = (), extra: Any = _NO_RECIPE, from_end: bool = False) -> IteratorValue:
         """`result` (the rows, already computed) checked as NOTE [Lazy combinators] says; `from_end`: the rows
         are a list's items from its end (NOTE [reversed over a list])."""
-        if self.tx.output.__dict__.get("random_draws", 0) != self.draws:  # NOTE [Random draws of run-ahead generators]
-            raise Unsupported(BreakKind.SIDE_EFFECT, f"{what}() drew random numbers when made, eager draws them as "
-                              "it is consumed: it runs as Python")
+        out = self.tx.output
+        drew = out.__dict__.get("random_draws", 0)  # NOTE [Random draws of run-ahead generators]
         reads_state = not _reads_nothing_else(fn, list(columns))
         computes = _computes_under_torch_state(fn, [v for v, _ in self.parts])
-        if not self.needed(reads_state or computes):
+        if not self.needed(reads_state or computes or drew != self.draws):
             return result
         made_at = _root_index(self.tx)
         if made_at is None:
@@ -165,8 +164,11 @@ class Watch:
         def check() -> None:
             for inner in self.checks:
                 inner()
-            other_state = drawn_under_other_state(self.tx.output, self.state, f"{what}()", made_at) if computes \
-                else None
+            other_state = drawn_under_other_state(out, self.state, f"{what}()", made_at) if computes else None
+            if other_state is None and drew != self.draws and out.__dict__.get("random_draws", 0) != drew:
+                other_state = Unsupported(BreakKind.SIDE_EFFECT, f"{what}() drew random numbers when made and more "
+                                          "were drawn before this draw: it runs as Python")
+                other_state.root_index = made_at  # NOTE [Random draws of run-ahead generators]
             if other_state is not None:  # NOTE [Torch state at each draw]
                 raise other_state
             if changed():

@@ -299,12 +299,19 @@ def test_random_numbers_are_drawn_in_eagers_order(fn):
         assert torch.equal(torch.get_rng_state(), after_eager)
 
 
-def test_a_generator_drawing_random_numbers_is_still_captured():
+def dropped_at_once(x):
+    dropped = list(map(lambda t: torch.nn.functional.dropout(t, 0.5, training=True), [x, x * 2]))
+    g = (torch.nn.functional.dropout(x * i, 0.3, training=True) for i in range(2))
+    return dropped, sum(g)
+
+
+@pytest.mark.parametrize("fn", [random_items_interleaved, dropped_at_once], ids=lambda f: f.__name__)
+def test_random_numbers_drawn_by_generators_and_maps_are_still_captured(fn):
     backend = CountingBackend()
-    compiled = framejit.compile(random_items_interleaved, backend=backend, fullgraph=True)
-    x = leaf(0)[0]
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    x = torch.rand(4, requires_grad=True)
     torch.manual_seed(0)
-    want = random_items_interleaved(x)
+    want = fn(x)
     torch.manual_seed(0)
     assert repr(compiled(x)) == repr(want)
     assert backend.graph_count == 1
