@@ -18,10 +18,10 @@ import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
-from .sources import AttrSource
+from .sources import AttrSource, ObjectSource, Ref
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, DictValue, TupleValue, UserFunctionValue,
                      Value)
-from .values.builder import wrap, wrap_unguarded
+from .values.builder import wrap
 
 # Read-only or immutable-enough attributes of every function: their value is a constant of the object.
 _PLAIN = ("__name__", "__qualname__", "__module__", "__doc__")
@@ -88,10 +88,23 @@ def _register_bind() -> None:
 _register_bind()
 
 
+# NOTE [Attributes of functions reached without a source]: a function from outside that the trace holds without a
+# source (`M.forward` read through its class, whose dict guards pin the function) had its attribute reads folded
+# unguarded: `x * M.forward.scale` kept the first call's scale after `M.forward.scale = 5` (eager 5, framejit 2).
+# Reads (and the absence of a name) are guarded through the function object itself, named by identity (the path
+# that led to it is guarded where it was read), and stores on it are replayed on that object
+# (NOTE [Attributes stored on functions from outside]).
+def function_source(fn: UserFunctionValue):
+    """Where `fn`, a function from outside, is found: its source, or the object itself by identity."""
+    if fn.source is not None:
+        return fn.source
+    real = fn.fn
+    return ObjectSource(Ref(real, "fn_" + getattr(real, "__qualname__", "f").replace(".", "_").replace("<", "_")
+                            .replace(">", "_")))
+
+
 def _read(tx, fn: UserFunctionValue, name: str, value: Any) -> Value:
-    if fn.source is None:
-        return wrap_unguarded(value)
-    return wrap(tx.output, value, AttrSource(fn.source, name))
+    return wrap(tx.output, value, AttrSource(function_source(fn), name))
 
 
 # NOTE [Defaults of closures guarded by code]: a nested function with defaults (`def g(a, b=3)`,
@@ -121,10 +134,9 @@ def guard_defaults_shape(out, source, obj: types.FunctionType) -> None:
 
 
 def _guard_absent(tx, fn: UserFunctionValue, name: str) -> None:
-    if fn.source is None:
-        return
-    e = AttrSource(fn.source, "__dict__").expr(tx.output.names)
-    tx.output.add_guard("ABSENT", f"{name!r} not in {e}", fn.source, expected=f"no attribute {name}")
+    source = function_source(fn)  # NOTE [Attributes of functions reached without a source]
+    e = AttrSource(source, "__dict__").expr(tx.output.names)
+    tx.output.add_guard("ABSENT", f"{name!r} not in {e}", source, expected=f"no attribute {name}")
 
 
 # NOTE [Attributes of functions made while tracing]: decorators built with `functools.wraps` (torch.func's

@@ -28,6 +28,7 @@ is computed before the first write.
 from __future__ import annotations
 
 import collections
+import copy
 
 import operator
 import types
@@ -269,10 +270,14 @@ class SideEffects:
     # it (function_attrs.function_attr). A store into a `__dict__` the trace holds as a dict still breaks.
     def _store_function_attr(self, fn: Value, name: str, value: Value) -> bool:
         real = fn.fn
-        if fn.source is None or (name.startswith("__") and name.endswith("__")) or \
+        if (name.startswith("__") and name.endswith("__")) or \
                 hasattr(types.FunctionType, name) or type(getattr(real, "__dict__", None)) is not dict or \
                 self._held_dict(real.__dict__) is not None:
             return False
+        if fn.source is None:  # NOTE [Attributes of functions reached without a source]: stored on the object
+            from .function_attrs import function_source
+            fn = copy.copy(fn)
+            fn.source = function_source(fn)
         self._mark(("attr", id(real), name))
         self.attrs[(id(real), name)] = (fn, name, value)
         self.raw_attrs.discard((id(real), name))

@@ -54,3 +54,25 @@ def test_stores_on_a_function_as_in_eager(fn, backend):
                 assert state[key] == state_e[key], key
     if fn is counter:  # a constant first, then symbolic: one frame, two traces (before: 4 with the resume)
         assert framejit.stats()["frames_traced"] - before == 2
+
+
+class Scaled(torch.nn.Module):
+    def forward(self, x):
+        Scaled.forward.calls = getattr(Scaled.forward, "calls", 0) + 1  # reached through the class: no source
+        return x * Scaled.forward.scale + Scaled.forward.calls
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_attributes_of_a_function_reached_through_its_class(backend):
+    """NOTE [Attributes of functions reached without a source]: `Scaled.forward.scale` was read unguarded (a
+    later `Scaled.forward.scale = 5` kept computing with 2), and the counter's store was a graph break."""
+    model, compiled = Scaled(), framejit.compile(Scaled(), backend=backend)
+    vars(Scaled.forward).pop("calls", None)
+    for scale in (2.0, 2.0, 5.0, 5.0, -1.0):
+        Scaled.forward.scale = scale
+        x = torch.randn(3)
+        expected = model(x)
+        calls = Scaled.forward.calls
+        vars(Scaled.forward)["calls"] = calls - 1
+        torch.testing.assert_close(compiled(x), expected)
+        assert Scaled.forward.calls == calls
