@@ -64,6 +64,13 @@ def uses_sent_values(code: Any) -> bool:
     return False
 
 
+# NOTE [Generators that mutate state]: a generator run ahead of its consumer (NOTE [Eager generators] in
+# translator.py) whose body mutates state the consumer can see (appends to an outside list, a nonlocal, a print
+# of a logged value) was a graph break at the call that made it, so the generator and everything after ran as
+# Python. It is now traced again lazily (`retry_lazy`, as for one that raises: NOTE [StopIteration leaving a
+# generator body]): its body is stepped in the consumer's order, so its effects and the consumer's interleave
+# as in eager. Where the lazy trace cannot go on (it escapes, a break while it is live) the retry falls back to
+# that break.
 LAZY_CODES: set = set()  # (root code, generator code): NOTE [Lazy generators decided per frame]
 
 

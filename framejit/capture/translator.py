@@ -516,7 +516,7 @@ class Translator:
         if mutated_since(*start):
             e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
                             "lazily, as Python")
-            e.frame_eager = frame_eager
+            e.frame_eager, e.retry_lazy = frame_eager, f.__code__  # NOTE [Generators that mutate state]
             raise lazy_from_now(e, f.__code__) if frame_eager else e  # NOTE [Generators with finalizers traced
             # lazily] in lazy_generators.py
         iterator = IteratorValue(child.yielded)
