@@ -187,10 +187,11 @@ def _symbolic_inputs(output: Any) -> dict:
             and getattr(inp.value, "node", None) is not None}
 
 
-# in-place ops that change a tensor's sizes, strides or storage: the snapshot of RestoredOnError (values and
-# version counters) cannot put that back, so a graph holding one gets no snapshot for its effects
-METADATA_WRITES = frozenset({"resize_", "resize_as_", "set_", "unsqueeze_", "squeeze_", "t_", "transpose_",
-                              "swapdims_", "swapaxes_", "as_strided_", "detach_", "requires_grad_"})
+# in-place ops that change a tensor's storage or autograd identity: the snapshot of RestoredOnError (values,
+# version counters, sizes, strides and offset) cannot put that back, so a graph holding one gets no snapshot for
+# its effects. In-place view ops (`unsqueeze_`, `t_`, `transpose_`, `as_strided_`...) keep the storage: the
+# snapshot puts their sizes back (handler_reruns._restore; review revS HIGH-1)
+METADATA_WRITES = frozenset({"resize_", "resize_as_", "set_", "detach_", "requires_grad_"})
 
 
 def metadata_kept(output: Any) -> bool:

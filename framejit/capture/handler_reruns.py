@@ -13,7 +13,7 @@ When some op of the graph was recorded inside a handler's block in any frame of 
 kind, or a with-block other than torch's own state blocks, whose state a failing graph puts back anyway:
 `under_handler`), such a graph's rerun is made exact instead (`restore_plan`, `RestoredOnError`): before each
 call the wrapper saves the default random generators' states of the devices the graph draws on and clones the
-inputs it writes (their values and version counters); when the call raises, it puts all of them back before
+inputs it writes (their values, sizes, strides, storage offsets and version counters); when the call raises, it puts all of them back before
 the exception leaves, and the hook reruns the frame eagerly as for any other graph. Nothing is saved for a
 graph with no op under a handler (its exception propagates to a caller outside the trace, as in eager), so
 training graphs outside try blocks pay nothing, and no graph is split.
@@ -21,9 +21,9 @@ training graphs outside try blocks pay nothing, and no graph is split.
 What cannot be put back is a graph break where it would meet an op under a handler (whichever of the two is
 recorded second breaks before it; `_check`): entering inference mode (an aborted inference-mode block cannot
 be exited from outside the graph), an in-place write to an input that autograd tracks as a non-leaf (the
-graph's write stays in its history), an in-place change of an input's sizes (`unsqueeze_`, `t_`, `resize_`:
-graph_errors.METADATA_WRITES; the snapshot puts values back, not sizes, so the rerun applied it twice: review
-revS HIGH-1), a random op given its own generator or on a device other than CPU and CUDA. The break runs the
+graph's write stays in its history), an in-place change of an input's storage (`resize_`, `set_`, `detach_`:
+graph_errors.METADATA_WRITES; an in-place view op, `unsqueeze_`, `t_`, has its sizes put back with the values:
+review revS HIGH-1, the rerun applied it twice), a random op given its own generator or on a device other than CPU and CUDA. The break runs the
 instruction as plain Python (NOTE [Breaks inside try blocks]), where a real handler catches the real
 exception. A previous attempt (e970f2d, reverted) split the graph at every such pair, which made fullgraph
 captures of torch.func transforms (their own try/finally blocks) Unsupported.
@@ -130,8 +130,8 @@ def note_input_write(out, entry: Any, target: Any) -> None:
                f"{entry.source.describe()}, a tensor autograd tracks")
     from .graph_errors import METADATA_WRITES
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    if name in METADATA_WRITES:  # a snapshot puts values back, not sizes: the rerun would apply it twice
-        _check(out, under_handler(out), f"in-place {name} changes the sizes of {entry.source.describe()}")
+    if name in METADATA_WRITES:  # a snapshot cannot put a storage back: the rerun would apply it twice
+        _check(out, under_handler(out), f"in-place {name} changes the storage of {entry.source.describe()}")
 
 
 def note_effect(out, target: Any) -> None:
@@ -209,7 +209,7 @@ class RestoredOnError:
             return self._unrestored(args)
         states = [(g, g.get_state()) for g in map(_generator, self.devices)]
         with grad_mode(False):
-            saved = [(t, t.clone(), None if t.is_inference() else t._version)
+            saved = [(t, t.clone(), None if t.is_inference() else t._version, _layout(t))
                      for t in (args[i] for i in self.written)]
         try:
             return self.compiled(*args)
@@ -233,16 +233,27 @@ class RestoredOnError:
             raise
 
 
+def _layout(tensor: torch.Tensor) -> tuple:
+    return tuple(tensor.size()), tensor.stride(), tensor.storage_offset()
+
+
+def _put_back(tensor: torch.Tensor, copy: torch.Tensor, layout: tuple) -> None:
+    """Sizes, strides and offset first (an in-place view op of the graph: `unsqueeze_`, `t_`), then the values."""
+    if _layout(tensor) != layout:
+        tensor.as_strided_(*layout)
+    tensor.copy_(copy)
+
+
 def _restore(states: list, saved: list) -> None:
     for generator, state in states:
         generator.set_state(state)
     with grad_mode(False):
-        for tensor, copy, version in saved:
+        for tensor, copy, version, layout in saved:
             if tensor.is_inference():
                 with torch.inference_mode():
-                    tensor.copy_(copy)
+                    _put_back(tensor, copy, layout)
             else:
-                tensor.copy_(copy)
+                _put_back(tensor, copy, layout)
                 _unsafe_set_version_counter((tensor,), [version])
 
 

@@ -157,3 +157,71 @@ def test_an_op_that_warns_may_fail():
                 runs.append((error, x, log))
             assert runs[1][0] is runs[0][0] and runs[1][2] == runs[0][2], n
             torch.testing.assert_close(runs[1][1], runs[0][1])
+
+
+def _unsqueezed(x):
+    x.unsqueeze_(0)
+    return x[0]
+
+
+def _transposed(x):
+    x.t_()
+    return x[:, 0]
+
+
+def _swapped(x):
+    x.transpose_(0, 1).unsqueeze_(2)
+    return x[:, 0, 0]
+
+
+@pytest.mark.parametrize("view", [_unsqueezed, _transposed, _swapped], ids=lambda f: f.__name__)
+def test_in_place_view_ops_rerun_exactly(view):
+    """Review revS HIGH-1: the snapshot put values back, not sizes, so the rerun applied `unsqueeze_` twice (eager
+    (1, 3), framejit (1, 1, 3)); then such graphs took no snapshot and lost the effect between the indexes. Now
+    the sizes, strides and offset are put back with the values: the rerun makes eager's effects and shape."""
+    def fn(x, log):
+        row = view(x)
+        a = row[row[:1].long() + 1]
+        log.append(len(log))
+        return a + row[row[:1].long() + 3]
+
+    compiled = framejit.compile(fn, backend="eager")
+    for n in (6, 7, 3, 8, 2, 5):
+        runs = []
+        for f in (fn, compiled):
+            x, log = torch.arange(2.0 * n).reshape(n, 2).t().contiguous() if view is not _unsqueezed else \
+                torch.arange(float(n)), ["o"]
+            try:
+                result, error = f(x, log), None
+            except IndexError as e:
+                result, error = None, type(e)
+            runs.append((result, error, x, log))
+        (expected, actual) = runs
+        assert actual[1] is expected[1] and actual[3] == expected[3], n
+        assert (actual[2].shape, actual[2].stride()) == (expected[2].shape, expected[2].stride()), n
+        torch.testing.assert_close(actual[2], expected[2])
+        if expected[1] is None:
+            torch.testing.assert_close(actual[0], expected[0])
+
+
+def view_in_try(x, log):
+    x.t_()
+    try:
+        a = x[0, x[0, :1].long() + 3]
+    except IndexError:
+        log.append("caught")
+        a = x[0]
+    return a * 2
+
+
+def test_handler_rerun_after_an_in_place_view_op():
+    compiled = framejit.compile(view_in_try, backend="eager")
+    for n in (6, 7, 3, 8):
+        runs = []
+        for f in (view_in_try, compiled):
+            x, log = torch.arange(2.0 * n).reshape(n, 2), []
+            runs.append((f(x, log), x, log))
+        (expected, actual) = runs
+        torch.testing.assert_close(actual[0], expected[0])
+        assert actual[1].shape == expected[1].shape and actual[2] == expected[2], n
+        torch.testing.assert_close(actual[1], expected[1])
