@@ -34,11 +34,14 @@ exactly eager's effects. SideEffects numbers the ops that may fail in program or
 (`first_marks`, `last_failing_op`); draws from the `random` module, made after the graph (NOTE [Draws from the
 random module]), count as made before every op (review revS MED-1: a failing call drew nothing). The snapshot
 costs a copy of the written inputs per call, so it is taken only for such effects: one made after the graph's
-last op that may fail (a step counter at the end of a forward that writes a cache) needs none. Where the
-writes cannot be put back (an input autograd tracks as a non-leaf, inference mode, a generator of the
-program's own: `unrestorable`; an in-place change of sizes, strides or storage such as `unsqueeze_`/`resize_`,
-or an `out=` write: `metadata_kept`) the old behaviour stays (a known gap; review revS HIGH-1: the rerun
-applied `unsqueeze_` twice). The plan is persisted with the entry
+last op that may fail (a step counter at the end of a forward that writes a cache) needs none, and only ops
+whose success depends on values may fail (NOTE [Ops that fail on values] in failing_ops.py); above 4 MiB of
+written inputs a call takes none (NOTE [Bounded snapshots] in handler_reruns.py). The snapshot puts back values,
+version counters, sizes, strides and offsets (an in-place `unsqueeze_`/`t_` of an input: review revS HIGH-1, the
+rerun applied it twice). Where the writes cannot be put back (an input autograd tracks as a non-leaf,
+inference mode, a generator of the program's own: `unrestorable`; an in-place change of storage such as
+`resize_`/`set_`, or an `out=` write: `metadata_kept`) the old behaviour stays (a known gap). The plan is
+persisted with the entry
 (frame_cache.Persisted.restore): an entry loaded from the frame cache reruns the same way, where on_graph_error
 is not persisted.
 """
