@@ -51,6 +51,7 @@ import torch.utils._pytree as pytree
 
 from ..grad_mode import grad_mode
 from .. import config, fake_modes, logs
+from .state import changes_default_dtype, pin_default_dtypes, switches_grad_on
 
 # NOTE [Partition]
 # The joint graph is partitioned with torch's min-cut rematerialisation partitioner: it starts from
@@ -91,7 +92,7 @@ def needs_autograd(args, weights_require_grad: bool, grad_inside: bool = False) 
 
 
 def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | None = None, written: tuple = (),
-               eager_saved: frozenset | None = None, **kwargs):
+               eager_saved: dict | None = None, record: dict | None = None, **kwargs):
     from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
     _save_random_values(joint_module)  # NOTE [Random values are saved, never recomputed]
@@ -112,7 +113,17 @@ def _partition(joint_module, joint_inputs, *, num_fwd_outputs, config: dict | No
     fold_identity_views(forward, first=num_fwd_outputs)  # NOTE [Identity views between the halves]
     fold_identity_views(backward)
     _save_clones_of_written_inputs(forward, num_fwd_outputs, written)
+    if record is not None:  # NOTE [Inputs eager saves, checked where the joint does not] (joint_outputs.py)
+        record["saved_inputs"], record["primals"] = _saved_inputs(forward, num_fwd_outputs)
     return forward, backward
+
+
+def _saved_inputs(forward: torch.fx.GraphModule, num_fwd_outputs: int) -> tuple:
+    """(the positions of the joint inputs the forward half saves, or views of which it saves; how many inputs)."""
+    from .aliasing import is_view
+    saved = {_input_index(node, is_view) for node in forward.graph.output_node().args[0][num_fwd_outputs:]}
+    primals = sum(1 for node in forward.graph.find_nodes(op="placeholder") if node.name.startswith("primals_"))
+    return frozenset(saved - {None}), primals
 
 
 # NOTE [Inputs eager does not save stay unsaved]
@@ -414,8 +425,6 @@ class JointGraph:
                  inference: Callable | None = None, decompositions: dict | None = None,
                  partition_config: dict | None = None, lstm_layers: bool = False,
                  persistence: Persistence | None = None, lean: bool = False):
-        from .state import switches_grad_on
-
         self.gm, self.compile_fn, self.backend_name = gm, compile_fn, backend_name
         self.partition_config = partition_config  # NOTE [Partition]
         self.lstm_layers = lstm_layers  # NOTE [LSTM layers in training graphs] in recurrent.py
@@ -460,6 +469,8 @@ class JointGraph:
             elif self.lstm_layers:
                 from .recurrent import sized_workspaces
                 example_inputs = sized_workspaces(graph, example_inputs)  # NOTE [The workspace's size]
+            if changes_default_dtype(self.gm):  # NOTE [Default dtype in the lowered graph] (state.py)
+                pin_default_dtypes(graph)
             with grad_mode(False):
                 compiled = self.compile_fn(graph, list(example_inputs))
             fake_modes.forget_modes_of(graph)  # AOT autograd's mode is done (NOTE [Traces leave no weak references])
@@ -485,9 +496,11 @@ class JointGraph:
             flat_gm, rebuild = _flat_outputs(self.gm)
             flat_gm = expand_foreach(flat_gm)
             checks, eager_saved = _output_checks(flat_gm, args, self.backend_name)  # NOTE [In-place changes ...]
+            from .joint_outputs import with_saved_input_checks  # NOTE [Inputs eager saves, checked where ...]
             order = _accumulation_order(flat_gm, args)  # NOTE [Leaf gradients in eager's order]
             loaded, key = self._load(flat_gm, args)
             if loaded is not None:
+                checks = with_saved_input_checks(checks, eager_saved, {}, len(_params_buffers(flat_gm)) + len(args))
                 return _Joint(loaded, rebuild, self, getattr(loaded, "lean_parts", None) if self.lean else None,
                               checks, order, getattr(loaded, "boxed", None))
             from .recurrent import dropout_between_layers, keep_lstm_layers
@@ -495,7 +508,7 @@ class JointGraph:
             from .joint_cache import Recorder
             layers = keep_lstm_layers() if self.lstm_layers else contextlib.nullcontext()
             recorder = Recorder(key)  # also what NOTE [Lean joint calls] reads (key None: not persisted)
-            made: dict = {}
+            made, record = {}, {}  # record: what the partition saved
             params_buffers = _params_buffers(flat_gm)  # what aot_module_simplified prepends to every call
             # NOTE [No donated buffers]
             # NOTE [Patched Tensor methods while lowering], [Patched torch functions while lowering], NOTE
@@ -506,10 +519,11 @@ class JointGraph:
                 joint = aot_module_simplified(flat_gm, args, fw_compiler=self._compiler("forward", recorder, made),
                                               bw_compiler=self._compiler("backward", recorder, made),
                                               partition_fn=functools.partial(_partition, config=self.partition_config,
-                                                                           eager_saved=eager_saved),
+                                                                           eager_saved=eager_saved, record=record),
                                               decompositions=self.decompositions,
                                               keep_inference_input_mutations=keeps_input_mutations(flat_gm))
             STATS["traced"] += 1
+            checks = with_saved_input_checks(checks, eager_saved, record, len(params_buffers) + len(args))
             flags = _runtime_flags()
         except Exception as exc:
             logs.log("eager_fallback", "%s: the training graph runs eagerly: building its forward and backward "

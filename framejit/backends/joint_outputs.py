@@ -139,6 +139,12 @@ class OutputChecks:
             self._check_inputs(outs, args)
         return outs
 
+    def add_inputs(self, entries: tuple) -> None:
+        """More inputs checked as those of NOTE [Inputs the graph writes, saved by eager] (NOTE [Inputs eager
+        saves, checked where the joint does not])."""
+        self.inputs = (*self.inputs, *entries)
+        self.views = self.views or bool(entries)
+
     def _check_inputs(self, outs, args) -> None:
         """NOTE [Inputs the graph writes, saved by eager]: the written inputs' versions after the call (and AOT
         autograd's write-back) are checked on the joint's node, or where eager's backward reaches their node."""
@@ -147,7 +153,9 @@ class OutputChecks:
             value = args[source] if isinstance(source, int) else source
             if not isinstance(value, torch.Tensor):
                 continue
-            watched = [source if isinstance(source, int) else -1, value.detach(), value._version, described, None]
+            ref = weakref.ref(value) if value.grad_fn is not None and described is not None and \
+                described[1] is None else None  # NOTE [Inputs eager saves, checked where the joint does not]
+            watched = [source if isinstance(source, int) else -1, value.detach(), value._version, described, ref]
             read_after_call(watched)  # NOTE [Versions recorded inside a call, read after it]
             if sources is None:
                 everywhere.append(watched)
@@ -215,9 +223,9 @@ _HINTS: dict = {}
 
 def _eager_message(kind: str, described: tuple, ref, now, then) -> str:
     shape, name, output_nr, _ = described
-    if name is None:  # NOTE [A saved view of a written input]: a leaf
-        return _EAGER_LEAF_ERROR.format(kind=kind, shape=shape, now=now, then=then, hint=_eager_hint())
     out = ref() if ref is not None else None
+    if name is None and (out is None or out.grad_fn is None):  # NOTE [A saved view of a written input]: a leaf
+        return _EAGER_LEAF_ERROR.format(kind=kind, shape=shape, now=now, then=then, hint=_eager_hint())
     # saved as another node's input: its node now, unless still the joint's own (changed under no_grad)
     if out is not None and out.grad_fn is not None and out.grad_fn.name() not in _JOINT_NODES:
         name, output_nr = _forward_name(out.grad_fn), out.output_nr
@@ -342,8 +350,8 @@ def examine(flat_gm: torch.fx.GraphModule, args: list) -> tuple:
                     reached_from.append((k, sources))
         multiple_views, no_grad_views = _view_kinds(outs, inputs, storage)  # after the walk (rebases history)
         written_saved = _written_and_saved(written, differentiable, reach, storage, described)
-        eager_saved = frozenset(k for k, t in enumerate([*fake_state.values(), *fake_args])
-                                if isinstance(t, torch.Tensor) and storage(t) in saved)
+        eager_saved = _eager_saved_inputs([*fake_state.values(), *fake_args], [*state.values(), *range(len(args))],
+                                          {id(fake) for fake, _ in written}, differentiable, reach, storage, described)
     if not (kept or multiple_views or no_grad_views or reached_from or written_saved):
         return None, eager_saved
     checked = [*kept, *(k for k, _ in reached_from)]
@@ -393,16 +401,69 @@ def _view_kinds(outs: list, inputs: set, storage) -> tuple:
 def _written_and_saved(written: list, differentiable: list, reach: dict, storage, described: dict) -> tuple:
     found = []
     for fake, source in written:
-        reached = tuple(j for j in differentiable if storage(fake) in reach[j])
-        if reached:
-            words = described.get(storage(fake))
-            if words is not None and words[5] and not words[4]:  # NOTE [A saved view of a written input]
-                words = words[:2] + ("AsStrided", 0)
-            elif words is None and fake.requires_grad and fake.grad_fn is None:  # the leaf itself, saved
-                words = (None, list(fake.shape), None, None)
-            found.append((source, None if len(reached) == len(differentiable) else reached,
-                          words[1:4] + (True,) if words is not None else None))
+        entry = _input_entry(fake, source, differentiable, reach, storage, described, True)
+        if entry is not None:
+            found.append(entry)
     return tuple(found)
+
+
+def _input_entry(fake, source, differentiable: list, reach: dict, storage, described: dict, written: bool):
+    """(source, the outputs whose backward reaches a node saving `fake`'s storage or None for all, eager's words
+    for it) or None where no node saves it (NOTE [Inputs the graph writes, saved by eager])."""
+    reached = tuple(j for j in differentiable if storage(fake) in reach[j])
+    if not reached:
+        return None
+    words = described.get(storage(fake))
+    if words is not None and words[5] and not words[4]:  # NOTE [A saved view of a written input]
+        words = words[:2] + ("AsStrided", 0)
+    elif (words is None and fake.requires_grad and fake.grad_fn is None) or not written:  # the input itself
+        words = (None, list(fake.shape), None, None)  # (a node of an input not written: its node at the backward)
+    return (source, None if len(reached) == len(differentiable) else reached,
+            words[1:4] + (True,) if words is not None else None)
+
+
+# NOTE [Inputs eager saves, checked where the joint does not]
+# Eager's autograd saves some inputs that a joint's backward never reads: convolution's node saves its weight
+# (and input) whatever needs a gradient, native_batch_norm's saves the running statistics in train mode, while
+# the joint computes the weight's gradient without the weight and decomposes batch norm (NOTE [Batch norm in
+# training graphs]). A write of such an input between the forward and the backward (`with torch.no_grad():
+# conv.weight.mul_(0.9)`, `bn.running_mean.zero_()`) raised "one of the variables needed for gradient
+# computation has been modified by an inplace operation" in eager, where the joint trained silently on
+# (review revR MED-1/2). The fake run records every input whose storage eager's autograd saves
+# (`_eager_saved_inputs`: position in AOT autograd's order -> the entry of NOTE [Inputs the graph writes,
+# saved by eager], None for the inputs the graph writes, which that NOTE checks already); once the joint is
+# partitioned, the inputs its forward saves itself (or a view of) are dropped (autograd checks those), and the
+# others are checked on each call as written inputs are: their version after the call, compared where eager's
+# backward reaches the saving node (with_saved_input_checks). Eager's words: a leaf or a tensor
+# without a node is named by none ("[torch.FloatTensor [4]] is at version 1; expected version 0 instead"); an
+# activation passed in is named by its node at the backward (a weak reference kept per call).
+
+
+
+def with_saved_input_checks(checks, eager_saved: dict | None, record: dict, inputs: int):
+    """`checks` (made where None) also checking the inputs eager saves and the joint's forward does not (all of
+    them where the partition was not seen: a loaded joint, inputs deduplicated by AOT autograd): NOTE [Inputs
+    eager saves, checked where the joint does not]. `record`: what joint._partition saw."""
+    if not eager_saved:
+        return checks
+    joint_saved = record.get("saved_inputs", ()) if record.get("primals") == inputs else ()
+    entries = tuple(entry for k, entry in eager_saved.items() if entry is not None and k not in joint_saved)
+    if not entries:
+        return checks
+    checks = checks if checks is not None else OutputChecks((), (), ())
+    checks.add_inputs(entries)
+    return checks
+
+
+def _eager_saved_inputs(fakes: list, sources: list, written: set, differentiable: list, reach: dict, storage,
+                        described: dict) -> dict:
+    found = {}
+    for k, (fake, source) in enumerate(zip(fakes, sources)):
+        if isinstance(fake, torch.Tensor):
+            entry = _input_entry(fake, source, differentiable, reach, storage, described, id(fake) in written)
+            if entry is not None:
+                found[k] = None if id(fake) in written else entry
+    return found
 
 
 def _saved_below(root, saved_by: dict, storage, described: dict) -> set:
