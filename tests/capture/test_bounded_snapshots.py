@@ -47,7 +47,7 @@ def _adam_inputs(n, seed):
 
 def test_optimizer_step_with_a_python_counter_copies_nothing(clones):
     compiled = framejit.compile(adam_step, backend="eager")
-    for n, seed in ((4, 0), (5, 1), (6, 2)):
+    for n, seed in ((4, 0), (5, 1)):
         expected, actual = _adam_inputs(n, seed), _adam_inputs(n, seed)
         for _ in range(3):
             adam_step(*expected)
