@@ -82,3 +82,35 @@ def off_device_outputs(gm: torch.fx.GraphModule, device: torch.device) -> list[s
 
 def has_dynamic_float_input(gm: torch.fx.GraphModule) -> bool:
     return any(node.op == "placeholder" and node.meta.get("dynamic_float") for node in gm.graph.nodes)
+
+
+def changes_default_dtype(gm: torch.fx.GraphModule) -> bool:
+    """The graph calls `torch.set_default_dtype` (NOTE [Default dtype in the lowered graph])."""
+    return any(node.op == "call_function" and node.target is torch.set_default_dtype for node in gm.graph.nodes)
+
+
+# NOTE [Default dtype in the lowered graph]: `torch.set_default_dtype(d)` inside a traced region is a node
+# of the graph (NOTE [Default dtype changes], capture/state_blocks.py) that make_fx runs while tracing: it
+# leaves no node in the aten graph, and an aten factory traced after it (`aten.ones([2])`, `aten.full`,
+# `aten.arange` with float bounds) has `dtype=None`, which means the default dtype *when the node runs*.
+# Nodes that run in torch (a factory whose result feeds no ORT computation: NOTE [Copies stay in torch])
+# then ran under the caller's default dtype (red team 6: float32 where eager made float64). In a graph that
+# changes the default dtype, every op with a `dtype` argument left unset gets its traced result's dtype,
+# right after the first trace (a second one, of the aten graph, no longer runs the set_default_dtype calls).
+# The halves of a training graph (joint.py) are such aten graphs too: AOT autograd ran the calls while
+# tracing, and onnxrt and triton lowered its `aten.ones([2])` under the caller's float32 (issue 12/14:
+# a function that sets float64 inside returned float32 when its input required grad): JointGraph pins
+# both halves of a graph that changes the default dtype before handing them to the backend.
+def pin_default_dtypes(gm: torch.fx.GraphModule) -> int:
+    """Give every op of `gm` that leaves `dtype` unset its traced dtype; returns how many were pinned."""
+    pinned = 0
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        val = node.meta.get("val")
+        if schema is None or not isinstance(val, torch.Tensor) or node.kwargs.get("dtype") is not None:
+            continue
+        if any(a.name == "dtype" and a.kwarg_only for a in schema.arguments):  # ScalarType? (shown as int?)
+            node.kwargs = {**node.kwargs, "dtype": val.dtype}
+            pinned += 1
+    gm.recompile()
+    return pinned

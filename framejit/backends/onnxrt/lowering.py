@@ -28,6 +28,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ...grad_mode import grad_mode
 from ... import fake_modes
 from . import view_writes
+from ..state import changes_default_dtype, pin_default_dtypes  # NOTE [Default dtype in the lowered graph]
 from .lstm_whole import keep_lstm_whole  # NOTE [LSTM kept whole]; defines the op persisted sources call
 
 # NOTE [Weights are inputs]
@@ -255,8 +256,8 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
                                               if view_writes.calls_unfold(gm) else None)
     if plain is not None and view_writes.writes_through_unfold(plain):
         raise RuntimeError(view_writes.REASON)  # NOTE [Writes through unfold]: the graph runs eagerly
-    if any(n.op == "call_function" and n.target is torch.set_default_dtype for n in gm.graph.nodes):
-        pin_default_dtypes(lowered)  # NOTE [Default dtype in the lowered graph]: before a second trace
+    if changes_default_dtype(gm):
+        pin_default_dtypes(lowered)  # NOTE [Default dtype in the lowered graph] (state.py): before a second trace
     out_spec = spec_box[-1]
     if unfunctional or _mutates_intermediates(lowered):
         from .prims_views import as_aten_views
@@ -265,28 +266,6 @@ def lower(gm: torch.fx.GraphModule, inputs: list, translated_ops: frozenset) -> 
     if symbolic:
         drop_redundant_clones(lowered)  # NOTE [Copies of the symbolic trace]
     return Lowered(lowered, list(state.values()), names, out_spec)
-
-
-# NOTE [Default dtype in the lowered graph]: `torch.set_default_dtype(d)` inside a traced region is a node
-# of the graph (NOTE [Default dtype changes], capture/state_blocks.py) that make_fx runs while tracing: it
-# leaves no node in the aten graph, and an aten factory traced after it (`aten.ones([2])`, `aten.full`,
-# `aten.arange` with float bounds) has `dtype=None`, which means the default dtype *when the node runs*.
-# Nodes that run in torch (a factory whose result feeds no ORT computation: NOTE [Copies stay in torch])
-# then ran under the caller's default dtype (red team 6: float32 where eager made float64). In a graph that
-# changes the default dtype, every op with a `dtype` argument left unset gets its traced result's dtype,
-# right after the first trace (a second one, of the aten graph, no longer runs the set_default_dtype calls).
-def pin_default_dtypes(gm: torch.fx.GraphModule) -> int:
-    pinned = 0
-    for node in gm.graph.nodes:
-        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
-        val = node.meta.get("val")
-        if schema is None or not isinstance(val, torch.Tensor) or node.kwargs.get("dtype") is not None:
-            continue
-        if any(a.name == "dtype" and a.kwarg_only for a in schema.arguments):  # ScalarType? (shown as int?)
-            node.kwargs = {**node.kwargs, "dtype": val.dtype}
-            pinned += 1
-    gm.recompile()
-    return pinned
 
 
 # NOTE [Copies of the symbolic trace]
