@@ -51,7 +51,7 @@ import torch.utils._pytree as pytree
 
 from ..grad_mode import grad_mode
 from .. import config, fake_modes, logs
-from .state import changes_default_dtype, pin_default_dtypes, switches_grad_on
+from .state import changes_default_dtype, keep_traced_dtypes, switches_grad_on
 
 # NOTE [Partition]
 # The joint graph is partitioned with torch's min-cut rematerialisation partitioner: it starts from
@@ -470,7 +470,7 @@ class JointGraph:
                 from .recurrent import sized_workspaces
                 example_inputs = sized_workspaces(graph, example_inputs)  # NOTE [The workspace's size]
             if changes_default_dtype(self.gm):  # NOTE [Default dtype in the lowered graph] (state.py)
-                pin_default_dtypes(graph)
+                keep_traced_dtypes(graph)
             with grad_mode(False):
                 compiled = self.compile_fn(graph, list(example_inputs))
             fake_modes.forget_modes_of(graph)  # AOT autograd's mode is done (NOTE [Traces leave no weak references])

@@ -114,3 +114,66 @@ def pin_default_dtypes(gm: torch.fx.GraphModule) -> int:
             pinned += 1
     gm.recompile()
     return pinned
+
+
+# NOTE [Default dtype of promotions in joint halves]: pinning (NOTE [Default dtype in the lowered graph]) covers
+# ops with a `dtype` argument; an op that promotes an integer or bool tensor to a float reads the default dtype
+# too, with no argument to pin: `n * 1.5`, `n / 2`, `torch.sqrt(n)` or `torch.where(m, n, 0.5)` for an int `n`
+# (float64 in eager under `set_default_dtype(float64)`, float32 from onnxrt and triton, which lower a training
+# graph's halves under the caller's default). Casting the inputs would be wrong where an int or bool argument is
+# not promoted (a mask, an index), so such a node gets its default dtype back around it, as graph nodes:
+# `previous = get_default_dtype(); set_default_dtype(d); node; set_default_dtype(previous)`, which the backends'
+# make_fx runs while lowering (as in the captured graph). A node is found by running its op on meta stand-ins
+# of its inputs under another default dtype: a result dtype that changes depends on the default.
+_FLOAT_OF = {torch.complex128: torch.float64, torch.complex64: torch.float32, torch.complex32: torch.float16}
+
+
+def _reads_default_dtype(node: torch.fx.Node, val: torch.Tensor) -> bool:
+    inputs = [arg.meta.get("val") for arg in node.all_input_nodes]
+    if not all(isinstance(v, torch.Tensor) for v in inputs) or not any(
+            not (v.is_floating_point() or v.is_complex()) for v in inputs):
+        return False  # every tensor input is a float: promotion never reaches the default dtype
+
+    def stand_in(arg: torch.fx.Node):
+        v = arg.meta["val"]
+        return torch.empty((1,) * v.dim(), dtype=v.dtype, device="meta")
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), stand_in)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32 if _FLOAT_OF.get(val.dtype, val.dtype) is torch.float64 else torch.float64)
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():
+            result = node.target(*args, **kwargs)
+    except Exception:  # an op that needs real sizes: it does not promote (shape and view ops)
+        return False
+    finally:
+        torch.set_default_dtype(previous)
+    return isinstance(result, torch.Tensor) and result.dtype != val.dtype
+
+
+def keep_promotion_dtypes(gm: torch.fx.GraphModule) -> int:
+    """NOTE [Default dtype of promotions in joint halves]; returns how many nodes got their default dtype back."""
+    kept = 0
+    for node in list(gm.graph.nodes):
+        val = node.meta.get("val")
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or \
+                not isinstance(val, torch.Tensor) or not (val.is_floating_point() or val.is_complex()):
+            continue
+        if not _reads_default_dtype(node, val):
+            continue
+        with gm.graph.inserting_before(node):
+            previous = gm.graph.call_function(torch.get_default_dtype, ())
+            gm.graph.call_function(torch.set_default_dtype, (_FLOAT_OF.get(val.dtype, val.dtype),))
+        with gm.graph.inserting_after(node):
+            gm.graph.call_function(torch.set_default_dtype, (previous,))
+        kept += 1
+    if kept:
+        gm.recompile()
+    return kept
+
+
+def keep_traced_dtypes(gm: torch.fx.GraphModule) -> None:
+    """A half of a training graph that changes the default dtype, before a backend lowers it under the caller's
+    default: NOTE [Default dtype in the lowered graph] and NOTE [Default dtype of promotions in joint halves]."""
+    pin_default_dtypes(gm)
+    keep_promotion_dtypes(gm)

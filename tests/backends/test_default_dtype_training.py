@@ -24,18 +24,26 @@ def sets_float64_inside(x):
         torch.set_default_dtype(torch.float32)
 
 
+def promotes_ints_under_float64(x, n):
+    torch.set_default_dtype(torch.float64)
+    try:
+        return x * (n / 3) + torch.where(n > 1, n, 0.5), torch.sqrt(n), n * 1.5
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
 def plain_factories(x):
     return (x * torch.ones(3) + torch.arange(3.0)).sin() * torch.full((3,), 2.0), torch.get_default_dtype()
 
 
-def _run(fn, x, backward_dtype):
-    out = fn(x)
+def _run(fn, args, backward_dtype):
+    out = fn(*args)
     torch.set_default_dtype(backward_dtype)  # a backward taken under another default dtype than the call's
     sum(t.sum() for t in out if isinstance(t, torch.Tensor) and t.requires_grad).backward()
     return out
 
 
-def _check_same(fn, backend, call_dtype, backward_dtype):
+def _check_same(fn, backend, call_dtype, backward_dtype, with_ints=False):
     framejit.reset()
     compiled = framejit.compile(fn, backend=backend)
     traced = joint.STATS["traced"]
@@ -44,9 +52,10 @@ def _check_same(fn, backend, call_dtype, backward_dtype):
             torch.set_default_dtype(call_dtype)
             x = torch.randn(3, dtype=call_dtype, requires_grad=True)
             x_compiled = x.detach().clone().requires_grad_()
-            expected = _run(fn, x, backward_dtype)
+            ints = (torch.arange(3) + step,) if with_ints else ()
+            expected = _run(fn, (x, *ints), backward_dtype)
             torch.set_default_dtype(call_dtype)
-            got = _run(compiled, x_compiled, backward_dtype)
+            got = _run(compiled, (x_compiled, *ints), backward_dtype)
             for e, g in zip(expected, got, strict=True):
                 if isinstance(e, torch.Tensor):
                     assert (g.dtype, g.requires_grad) == (e.dtype, e.requires_grad), (step, e, g)
@@ -64,6 +73,13 @@ def _check_same(fn, backend, call_dtype, backward_dtype):
 def test_default_dtype_set_inside_a_training_graph(backend):
     # before: onnxrt and triton returned float32 for the ones, arange, zeros and full (eager: float64)
     _check_same(sets_float64_inside, backend, torch.float32, torch.float32)
+
+
+@pytest.mark.parametrize("backend", ["onnxrt", "triton"])
+def test_promotions_of_ints_under_a_default_dtype_set_inside(backend):
+    # before: `n / 3`, `torch.where(n > 1, n, 0.5)`, `torch.sqrt(n)`, `n * 1.5` of an int n were float32 on
+    # onnxrt and triton (NOTE [Default dtype of promotions in joint halves]), and so was x's gradient
+    _check_same(promotes_ints_under_float64, backend, torch.float32, torch.float32, with_ints=True)
 
 
 def test_default_dtype_of_the_call_and_another_at_backward():
