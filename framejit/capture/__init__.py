@@ -62,9 +62,8 @@ def disable_code(code: types.CodeType) -> None:
 def stats() -> dict[str, Any]:
     """A snapshot of the process-wide counters, the compiled or loaded frames, and the eagerly run ones."""
     from . import eager_frames
-    from .hook import FRAMES
-    from .requests import STATS
-    return {**STATS, "frames": [dict(f) for f in FRAMES], "eager_frames": eager_frames.count(),
+    from .requests import FRAMES, STATS
+    return {**STATS, "frames": list(FRAMES), "eager_frames": eager_frames.count(),
             "eager_frame_reasons": eager_frames.snapshot()}
 
 

@@ -45,7 +45,8 @@ from .numpy_scalars import numpy_scalar_text
 from .op_warnings import rerun_without, shown_before_failure
 from .graph_errors import make_effects
 from .locators import ModuleNotImported
-from .requests import COMPILE_LOCK, STATS, CompileRequest, Entry, mutates_in_place, rerun_state  # NOTE [Threads]
+from .requests import (COMPILE_LOCK, FRAMES, STATS, CompileRequest, Entry, FrameRow,  # NOTE [Threads]
+                       mutates_in_place, rerun_state)
 from .carried_loops import loop_position, retrace_with_lengths
 from .resume import _ORIGIN, eager_function, layout_key, make_resume_code
 from .shapes import LAYOUT, OFFSET
@@ -54,7 +55,6 @@ from .user_tracebacks import clean as clean_traceback
 from torch._C import _is_tracing as jit_tracing  # NOTE [Compiled callables under the TorchScript tracer]
 
 _ALL_HOOKS: "weakref.WeakSet[FrameHook]" = weakref.WeakSet()
-FRAMES: list[dict] = []  # one row per compiled or loaded frame entry, for framejit.stats()
 
 
 class FrameHook(TracerInterop):
@@ -291,20 +291,19 @@ class FrameHook(TracerInterop):
             # NOTE [Clean entries of a warm process] (kept_joints.py); an entry saved before the flag reads False
             loaded[-1].passes_arguments_only_to_graphs = bool(getattr(persisted, "clean", False))
 
-    def reset(self) -> None:
-        self.entries = []
-        self.other_codes.clear()
-        self.limit_logged = False
-        self.loaded_owners.clear()
-        self.loaded.clear()
-        self.waiting = []
+    def reset(self) -> None:  # a clean hook is left alone: reset_all runs over every live hook (2,000+ in a test run)
+        if self.entries or self.other_codes or self.limit_logged or self.loaded_owners or self.loaded or self.waiting:
+            self.entries, self.limit_logged, self.waiting = [], False, []
+            self.other_codes.clear()
+            self.loaded_owners.clear()
+            self.loaded.clear()
 
     def _record(self, graphs: int, seconds: float, cache: str) -> None:
         """One row of `framejit.stats()["frames"]` (the `framejit warm` table)."""
         code = self.fn.__code__
-        FRAMES.append({"function": code.co_qualname, "location": f"{code.co_filename}:{code.co_firstlineno}",
-                       "backend": self.request.version_key.split("[")[0], "graphs": graphs,
-                       "compile_time_s": seconds, "cache": cache})
+        FRAMES.append(FrameRow(function=code.co_qualname, location=f"{code.co_filename}:{code.co_firstlineno}",
+                               backend=self.request.version_key.split("[")[0], graphs=graphs,
+                               compile_time_s=seconds, cache=cache))
 
     def _dump(self, entry: Entry) -> None:
         from ..dump import dump_entry
