@@ -299,7 +299,7 @@ def _zip(tx, args, kwargs):
         # rows before it were used, naming the argument: the loop runs as Python
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "zip(strict=True) over iterables of different lengths")
     rows = watch.finish(IteratorValue([TupleValue(list(row)) for row in zip(*columns)]), "zip", per_row=True,
-                        extra=bool(strict))
+                        extra=bool(strict), columns=columns)
     # NOTE [Combinators rebuilt at breaks], [Lazy generators drawn ahead]
     return _typed(drawn_ahead_checked(rows, args), zip if not strict else None)
 

@@ -100,24 +100,101 @@ def run_ahead_effects(out) -> tuple[int, int]:
 # requests.draws_random counts, OutputGraph.random_draws) drew all its numbers when made; eager draws each
 # item's at its draw. The consumer's own draws in between (`g = (torch.rand(2) for _ in r); a = torch.rand(2);
 # list(g)`), or items never drawn (`next(g)` then `torch.rand(2)`), gave other numbers than eager's. Such a
-# generator is traced again lazily, stepped at each draw (NOTE [Generators driven by send] in
+# generator (only such a one: see the end of this note) is traced again lazily, stepped at each draw (NOTE [Generators driven by send] in
 # lazy_generators.py), so its draws and the consumer's interleave as in eager; when that retrace is not taken
 # it is a break at the call that made it. A lazy combinator whose function (or lazy generator argument) drew
 # random numbers when it was made breaks where it was made when any other draw happened before one of its steps
 # (lazy_combinators.Watch): it then runs as Python. Known gap: such a combinator left partly drawn, followed by
 # other random draws and no further step of it (`m = map(drop, xs); a = next(m); b = torch.rand(2)`), still
 # drew the items eager never draws.
-def check_run_ahead_effects(out, before: tuple[int, int], f: Any, frame_eager: bool) -> None:
+# A generator whose draws nothing can tell apart from eager's keeps its run ahead, one graph as before f0db2b4
+# (review revV HIGH-1/2: `for i, h in enumerate(self.blocks(x))` over training dropouts, `zip(<dropout
+# genexpr>, layers)` had become 3 graphs and raised under fullgraph=True, and each such genexpr cost a retrace):
+# `RandomRunAhead` keeps the draw count at each of its yields and at its end; it is traced lazily only when
+# (1) another random draw came after its run ahead and before one of its draws (its per-draw check, also run
+# by each step of a combinator over it), or (2) when the frame returns or breaks, eager would have drawn fewer
+# numbers from it than the run ahead did (`eager_draws`: its own position, or the rows of the zip, enumerate,
+# map or starmap that drew it; a filter, chain, accumulate, ... that ended; anything else counts as unknown).
+class RandomRunAhead:
+    """The random draws of a run-ahead generator (NOTE [Random draws of run-ahead generators])."""
+
+    def __init__(self, out, f: Any, iterator: Any, start: int, at_yields: list[int], end: int) -> None:
+        self.out, self.f, self.iterator = out, f, iterator
+        self.start, self.at_yields, self.end = start, at_yields, end
+
+    def error(self) -> Unsupported:
+        e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {self.f.__qualname__} draws random numbers in "
+                        "another order or number than eager's: it runs lazily")
+        e.retry_lazy, e.root_index = self.f.__code__, self.iterator.made_at
+        return e
+
+    def check(self) -> None:
+        """Before each draw: no other random draw since the run ahead."""
+        if self.out.__dict__.get("random_draws", 0) != self.end:
+            raise self.error()
+
+    def finished(self) -> bool:
+        """Eager drew all of the run ahead's numbers by now."""
+        k = eager_draws(self.iterator)
+        if k is None or len(self.at_yields) != len(self.iterator.items):
+            return False
+        return (self.start if k == 0 else self.at_yields[k - 1] if k <= len(self.at_yields) else self.end) == self.end
+
+
+_ENDS_ITS_ARGUMENTS = ("filter", "chain", "accumulate", "groupby", "pairwise", "zip_longest", "chain.from_iterable")
+
+
+def eager_draws(it: Any) -> int | None:
+    """How many times eager's code called next() on iterator `it` (the one that ended it counted), or None
+    when unknown (NOTE [Random draws of run-ahead generators])."""
+    consumer = getattr(it, "consumer", None)
+    if consumer is None:
+        return it.index + (1 if it.exhausted else 0)
+    result, what, position, start, lengths = consumer
+    rows = eager_draws(result)
+    if rows is None:
+        return None
+    ended = rows > len(result.items)
+    if what in ("zip", "enumerate", "map", "starmap"):  # CPython's zip order: one item per argument per row
+        full = min(rows, len(result.items))
+        if not ended:
+            return start + full
+        if lengths is None and position:
+            return None
+        first_ended = position if lengths is None else min((i for i, n in enumerate(lengths) if n == full), default=position)
+        return start + full + (1 if first_ended >= position else 0)
+    return len(it.items) + 1 if what in _ENDS_ITS_ARGUMENTS and ended else None
+
+
+def keep_random_run_ahead(out, f: Any, iterator: Any, start: int, at_yields: list[int]) -> RandomRunAhead:
+    """Keep the random draws of generator `f`'s run ahead, checked at return and breaks."""
+    record = RandomRunAhead(out, f, iterator, start, at_yields, out.__dict__.get("random_draws", 0))
+    out.__dict__.setdefault("random_run_aheads", []).append(record)
+    return record
+
+
+def check_random_run_aheads(out) -> None:
+    """When the frame returns or breaks: eager drew every number a run-ahead generator drew."""
+    for record in out.__dict__.get("random_run_aheads", ()):
+        if not record.finished():
+            raise record.error()
+
+
+def check_run_ahead_effects(out, before: tuple[int, int], f: Any, frame_eager: bool) -> bool:
+    """Whether the run ahead of generator `f` drew random numbers (kept: RandomRunAhead); raises when it set
+    torch state, or drew with finalizers."""
     from .lazy_generators import lazy_from_now
     effects, draws = run_ahead_effects(out)
     if effects != before[0]:  # its grad-mode sets run where eager runs them
         raise lazy_from_now(Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} sets torch state: "
                                         "it runs lazily"), f.__code__)
-    if draws != before[1]:
+    if draws != before[1] and frame_eager:
         e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} draws random numbers: it runs lazily")
         e.retry_lazy, e.frame_eager = f.__code__, frame_eager
-        raise lazy_from_now(e, f.__code__) if frame_eager else e
+        raise lazy_from_now(e, f.__code__)
+    return draws != before[1]
 
 
-__all__ = ["check_run_ahead_effects", "closure_cells", "drawn_under_other_state", "reachable_value_map",
-           "reachable_values", "run_ahead_effects", "torch_state"]
+__all__ = ["RandomRunAhead", "check_random_run_aheads", "check_run_ahead_effects", "closure_cells",
+           "drawn_under_other_state", "eager_draws", "keep_random_run_ahead", "reachable_value_map", "reachable_values", "run_ahead_effects",
+           "torch_state"]

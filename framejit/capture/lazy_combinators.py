@@ -120,6 +120,14 @@ class Watch:
     def deques_changed(self) -> bool:
         return any(deque_state(d) != state for d, state in self.deques)
 
+    def note_consumer(self, result: IteratorValue, what: str, columns: list[list[Value]]) -> None:
+        """Each iterator argument is drawn by `result` (generator_reach.eager_draws: NOTE [Random draws of
+        run-ahead generators])."""
+        lengths = [len(c) for c in columns] if columns else None
+        for position, (value, start) in enumerate(self.parts):
+            if isinstance(value, IteratorValue):
+                value.consumer = (result, what, position, start, lengths)
+
     def needed(self, fn_reads_state: bool) -> bool:
         return bool(self.lists or self.mappings or self.checks or fn_reads_state)
 
@@ -128,6 +136,7 @@ class Watch:
         """`result` (the rows, already computed) checked as NOTE [Lazy combinators] says; `from_end`: the rows
         are a list's items from its end (NOTE [reversed over a list])."""
         out = self.tx.output
+        self.note_consumer(result, what, columns)
         drew = out.__dict__.get("random_draws", 0)  # NOTE [Random draws of run-ahead generators]
         reads_state = not _reads_nothing_else(fn, list(columns))
         computes = _computes_under_torch_state(fn, [v for v, _ in self.parts])

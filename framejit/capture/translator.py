@@ -37,8 +37,8 @@ from .generator_ctx import break_before_generator_cms, exception_in_generator_cm
 from .lazy_generators import LazyGeneratorValue, check_finalizers_at_return, finalizer_break, finalizers_pending, \
     lazy_from_now, lazy_gen_attr, make_lazy_generator, raised_with_suspended_finalizers, wants_lazy
 from .getattribute import custom_setattr
-from .generator_reach import closure_cells as _closure_cells, check_run_ahead_effects, drawn_under_other_state, \
-    reachable_values, run_ahead_effects, torch_state
+from .generator_reach import closure_cells as _closure_cells, check_random_run_aheads, check_run_ahead_effects, \
+    drawn_under_other_state, keep_random_run_ahead, reachable_values, run_ahead_effects, torch_state
 from .stdlib import forced_break
 from .import_calls import import_break
 from .frame_locals import frame_reader_break
@@ -141,11 +141,14 @@ class Translator:
                 e.root_index = break_before_generator_cms(self.output, min(e.root_index, e.made_site))
             if self.parent is None and finalizers_pending(self.output):  # NOTE [Generators with finalizers
                 e = _frame_eager(e)  # traced lazily] in lazy_generators.py
+            if self.parent is None and isinstance(e, Unsupported) and getattr(e, "retry_lazy", None) is None:
+                check_random_run_aheads(self.output)  # NOTE [Random draws of run-ahead generators]
             raise e
         finally:
             self.output.tx_stack.pop()
         if self.parent is None and self.return_value is not None:
             check_finalizers_at_return(self.output)  # NOTE [Generators with finalizers traced lazily]
+            check_random_run_aheads(self.output)  # NOTE [Random draws of run-ahead generators]
             made_at = made_module_site(self.output, [self.return_value, *self.output.side_effects.values()])
             if made_at is not None:  # NOTE [Modules made while tracing that outlive the trace]
                 e = Unsupported(BreakKind.UNSUPPORTED_VALUE, "a module made in the compiled region is returned or "
@@ -501,7 +504,7 @@ class Translator:
             return side_effects.version != version or any(
                 id(v) in reachable for v in side_effects.touched[touched:])
         start = (side_effects.version, len(side_effects.touched))
-        child.yielded = []
+        child.yielded, child.yield_draws = [], []  # the random-draw count at each yield: RandomRunAhead
         child.yield_state = state = torch_state(self.output)  # NOTE [Torch state across yields] in handlers/blocks.py
         effects = run_ahead_effects(self.output)  # its grad-mode sets and random draws run where eager runs them
         returned = _run_within_budget(self.output, child, f)  # NOTE [Run-ahead step budget]
@@ -512,7 +515,7 @@ class Translator:
         # eagerly (also when an inlined callee made it: the callee may return it to this frame). One whose
         # run changed state is traced again lazily (NOTE [Generators with finalizers traced lazily]).
         frame_eager = has_handlers(f.__code__) or child.delegates_finalizers
-        check_run_ahead_effects(self.output, effects, f, frame_eager)  # NOTE [Random draws of run-ahead generators]
+        drew = check_run_ahead_effects(self.output, effects, f, frame_eager)  # kept below: RandomRunAhead
         if mutated_since(*start):
             e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} mutates state: it runs "
                             "lazily, as Python")
@@ -528,8 +531,10 @@ class Translator:
             root = root.parent
         iterator.made_at = root.current.index if root.current is not None else None
         made = (side_effects.version, len(side_effects.touched))
+        record = keep_random_run_ahead(self.output, f, iterator, effects[1], child.yield_draws) if drew else None
 
         def check() -> None:
+            record is not None and record.check()  # NOTE [Random draws of run-ahead generators]
             e = drawn_under_other_state(self.output, state, f"the generator {f.__qualname__}", iterator.made_at)
             if e is not None:  # NOTE [Torch state at each draw] in generator_reach.py: traced again lazily
                 e.retry_lazy = f.__code__

@@ -127,6 +127,8 @@ def yield_value(tx, inst):
         e.state_across_yield = True
         raise e
     tx.yielded.append(tx.pop())
+    if getattr(tx, "yield_draws", None) is not None:  # NOTE [Random draws of run-ahead generators]
+        tx.yield_draws.append(tx.output.__dict__.get("random_draws", 0))
     tx.push(ConstantValue(None))
     tx.suspended = tx.suspend_at_yield  # NOTE [Generator context managers]
 
