@@ -6,11 +6,22 @@ their dtypes, the default dtype after the call and the gradients equal eager's, 
 (NOTE [Default dtype in the lowered graph] in backends/state.py)."""
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
 import framejit
+from framejit import logs
 from framejit.backends import joint
+
+
+@pytest.fixture
+def fallback_log(caplog):
+    logs.set_logs("eager_fallback")
+    caplog.set_level(logging.INFO, logger="framejit")
+    yield caplog
+    logs.set_logs("")
 
 
 def sets_float64_inside(x):
@@ -76,10 +87,25 @@ def test_default_dtype_set_inside_a_training_graph(backend):
 
 
 @pytest.mark.parametrize("backend", ["onnxrt", "triton"])
-def test_promotions_of_ints_under_a_default_dtype_set_inside(backend):
+def test_promotions_of_ints_under_a_default_dtype_set_inside(backend, fallback_log):
     # before: `n / 3`, `torch.where(n > 1, n, 0.5)`, `torch.sqrt(n)`, `n * 1.5` of an int n were float32 on
-    # onnxrt and triton (NOTE [Default dtype of promotions in joint halves]), and so was x's gradient
+    # onnxrt and triton (NOTE [Default dtype of promotions in joint halves]); then onnxrt ran the halves
+    # eagerly (NOTE [Promotions under a default dtype set inside] in onnxrt/translate.py)
     _check_same(promotes_ints_under_float64, backend, torch.float32, torch.float32, with_ints=True)
+    assert not [r.getMessage() for r in fallback_log.records if "eager" in r.getMessage()]
+
+
+def test_promotions_under_a_default_dtype_set_inside_compile_on_onnxrt(fallback_log):
+    # before: correct, but the whole inference graph ran eagerly (InsertTypePromotion asserted float32)
+    framejit.reset()
+    compiled = framejit.compile(promotes_ints_under_float64, backend="onnxrt")
+    for step in range(2):
+        x, n = torch.randn(3), torch.arange(3) + step
+        for e, g in zip(promotes_ints_under_float64(x, n), compiled(x, n), strict=True):
+            assert g.dtype == e.dtype
+            torch.testing.assert_close(g, e)
+    assert torch.get_default_dtype() is torch.float32
+    assert not [r.getMessage() for r in fallback_log.records if "eager" in r.getMessage()]
 
 
 def test_default_dtype_of_the_call_and_another_at_backward():

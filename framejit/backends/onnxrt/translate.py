@@ -369,7 +369,9 @@ def insert_type_promotion(gm: torch.fx.GraphModule) -> None:
 
     def rule_unless_in_torch(node, table):
         vals = [node.meta.get("val")] + [arg.meta.get("val") for arg in node.all_input_nodes]
-        return None if reduced_on_cpu(vals) else rule_of(node, table)
+        rule = None if reduced_on_cpu(vals) else rule_of(node, table)
+        return _UnderTracedDefault(rule, vals[0].dtype) if rule is not None and isinstance(
+            vals[0], torch.Tensor) and vals[0].dtype in (torch.float32, torch.float64) else rule
     type_promotion.get_type_promotion_rule = rule_unless_in_torch
     try:
         with _quiet():
@@ -377,6 +379,29 @@ def insert_type_promotion(gm: torch.fx.GraphModule) -> None:
     finally:
         type_promotion.get_type_promotion_rule = rule_of
     _pin_arange_dtypes(gm)
+
+
+class _UnderTracedDefault:
+    """NOTE [Promotions under a default dtype set inside]: `n * 1.5` or `n / 3` of an int `n` after
+    `torch.set_default_dtype(torch.float64)` in the graph was traced as float64, but InsertTypePromotion previews
+    the promotion under the caller's default (float32) and asserts that they agree, so the whole graph ran
+    eagerly (the inference path, and the halves of NOTE [Default dtype of promotions in joint halves]). The
+    preview of a node with a float32 or float64 result runs under that dtype as the default: where the
+    promotion reads the default this is the traced one, elsewhere the default does not change the result."""
+
+    def __init__(self, rule, dtype: torch.dtype) -> None:
+        self.rule, self.dtype = rule, dtype
+
+    def __getattr__(self, name: str):
+        return getattr(self.rule, name)
+
+    def preview_type_promotion(self, args, kwargs):
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype)
+        try:
+            return self.rule.preview_type_promotion(args, kwargs)
+        finally:
+            torch.set_default_dtype(previous)
 
 
 # NOTE [arange with bounds of two types]: `torch.arange(1., n + 1)` (a class-weight vector, positions from a
