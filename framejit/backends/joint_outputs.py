@@ -79,10 +79,11 @@ class OutputChecks:
     """What a joint call does to its flat outputs (NOTE [In-place changes of joint outputs])."""
 
     __slots__ = ("saved", "multiple_views", "no_grad_views", "views", "logged", "reached_from", "checked_from",
-                 "described", "inputs")
+                 "described", "inputs", "unreached")
 
     def __init__(self, saved: tuple, multiple_views: tuple, no_grad_views: tuple, reached_from: tuple = (),
-                 described: dict | None = None, inputs: tuple = ()):
+                 described: dict | None = None, inputs: tuple = (), unreached=None):
+        self.unreached = unreached  # NOTE [Inputs no backward reaches] (joint_unreached.py)
         self.saved, self.multiple_views, self.no_grad_views = saved, multiple_views, no_grad_views
         self.inputs = inputs  # NOTE [Inputs the graph writes, saved by eager]: ((input, sources, described), ...)
         self.described = described or {}  # NOTE [Eager's words for a changed saved output]
@@ -94,7 +95,7 @@ class OutputChecks:
             for j in sources:
                 by_source.setdefault(j, []).append(k)
         self.checked_from = tuple((j, tuple(ks)) for j, ks in sorted(by_source.items()))
-        self.views = bool(multiple_views or no_grad_views or reached_from or inputs)  # work on lean calls too
+        self.views = bool(multiple_views or no_grad_views or reached_from or inputs or unreached)  # lean calls too
         self.logged = False
 
     def __call__(self, outs, versions: bool = True, args=()):
@@ -102,6 +103,8 @@ class OutputChecks:
         with `versions` (AOT autograd's callable), a check of the saved outputs' versions on the joint's
         backward node (lean calls save those outputs with the context instead) and the copies of that NOTE."""
         outs = list(outs)
+        if self.unreached is not None:  # NOTE [Inputs no backward reaches] (joint_unreached.py)
+            self.unreached.register(outs, args)
         for k in self.multiple_views:
             out = outs[k]
             if isinstance(out, torch.Tensor):
@@ -308,6 +311,7 @@ def examine(flat_gm: torch.fx.GraphModule, args: list) -> tuple:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.multiprocessing.reductions import StorageWeakRef
 
+    from .joint_unreached import gradient_edges, partial_reach
     from .torch_methods import original_api_functions, original_tensor_methods
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)  # tensor constants of the graph
@@ -322,6 +326,7 @@ def examine(flat_gm: torch.fx.GraphModule, args: list) -> tuple:
         from torch.nn.utils.stateless import _reparametrize_module
         fake_inputs = [*fake_args, *fake_state.values()]
         before = [t._version if isinstance(t, torch.Tensor) else None for t in fake_inputs]
+        edges = gradient_edges([*fake_state.values(), *fake_args])  # NOTE [Inputs no backward reaches]
         with _reparametrize_module(flat_gm, fake_state, tie_weights=True):
             outs = flat_gm.forward(*fake_args)
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -348,16 +353,18 @@ def examine(flat_gm: torch.fx.GraphModule, args: list) -> tuple:
                     kept.append(k)
                 else:
                     reached_from.append((k, sources))
-        multiple_views, no_grad_views = _view_kinds(outs, inputs, storage)  # after the walk (rebases history)
+        unreached = partial_reach(edges, outs, [(len(state) + k, t) for t, k in written if isinstance(k, int)],
+                                  len(state))
+        multiple_views, no_grad_views = _view_kinds(outs, inputs, storage)  # after the walks (rebases history)
         written_saved = _written_and_saved(written, differentiable, reach, storage, described)
         eager_saved = _eager_saved_inputs([*fake_state.values(), *fake_args], [*state.values(), *range(len(args))],
                                           {id(fake) for fake, _ in written}, differentiable, reach, storage, described)
-    if not (kept or multiple_views or no_grad_views or reached_from or written_saved):
+    if not (kept or multiple_views or no_grad_views or reached_from or written_saved or unreached):
         return None, eager_saved
     checked = [*kept, *(k for k, _ in reached_from)]
     return OutputChecks(tuple(kept), tuple(multiple_views), tuple(no_grad_views), tuple(reached_from),
                         {k: described[storage(outs[k])][1:5] for k in checked if storage(outs[k]) in described},
-                        written_saved), eager_saved
+                        written_saved, unreached), eager_saved
 
 
 def _view_kinds(outs: list, inputs: set, storage) -> tuple:

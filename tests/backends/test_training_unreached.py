@@ -1,0 +1,125 @@
+"""A backward of some outputs of a compiled function leaves `.grad` None on the inputs only other outputs
+depend on, as eager (NOTE [Inputs no backward reaches] in framejit/backends/joint_unreached.py), on onnxrt and
+triton: before, the joint's node handed them a zero gradient computed from the missing outputs' zero tangents.
+
+Each program runs eagerly and compiled from the same weights and data, 3 calls with changing sizes (the first
+call runs AOT autograd's callable, the later ones framejit's lean Function); grads (None included), values
+and optimizer steps are compared."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import framejit
+from framejit.backends import joint as joint_mod
+from framejit.backends.checks import unchecked
+
+BACKENDS = ["onnxrt", "triton"]
+TOL = dict(atol=1e-4, rtol=1e-3)
+
+
+def _grad(t):
+    return None if t is None else t.detach().clone()
+
+
+def _run(program, backend, lean: bool, backwards: int = 2) -> tuple[list, list]:
+    """(eager's observations, compiled observations) of `program(compile, observations)`; the compiled run's
+    calls ran through joints (`backwards` of them at least through the backward), lean calls included where
+    `lean`."""
+    results, compiled = [], []
+
+    def recording(gm, example_inputs):
+        compiled.append(unchecked(framejit.lookup_backend(backend)(gm, example_inputs)))
+        return compiled[-1]
+    for compile_fn in (lambda f: f, lambda f: framejit.compile(f, backend=recording)):
+        torch.manual_seed(0)
+        observed: list = []
+        program(compile_fn, observed)
+        results.append(observed)
+    joints = [c if isinstance(c, joint_mod.JointGraph) else getattr(c, "_joint", None) or getattr(c, "_training", None)
+              for c in compiled]
+    joints = [j for j in joints if j is not None]
+    assert sum(j.stats["joint_calls"] for j in joints) >= 2
+    assert sum(j.stats["backward"] for j in joints) >= backwards
+    assert (sum(j.stats["lean_joints"] for j in joints) >= 1) == lean
+    return results[0], results[1]
+
+
+def _two_losses(compile_fn, observed):
+    fn = compile_fn(lambda x, y, z: ((x * z).sum(), (y * 3).tanh().sum()))
+    for n in (3, 3, 4):
+        x, y, z = (torch.randn(n, requires_grad=True) for _ in range(3))
+        a, b = fn(x, y, z)
+        a.backward(retain_graph=True)
+        observed.append([_grad(t.grad) for t in (x, y, z)])
+        b.backward()
+        observed.append([_grad(t.grad) for t in (x, y, z)])
+        x, y, z = (torch.randn(n, requires_grad=True) for _ in range(3))
+        a, b = fn(x, y, z)
+        b.backward()
+        observed.append([_grad(t.grad) for t in (x, y, z)])
+
+
+def _two_heads_sgd(compile_fn, observed):
+    """The head no loss reached keeps grad None, so SGD with weight decay and momentum leaves it as it is."""
+    trunk, head1, head2 = nn.Linear(3, 4), nn.Linear(4, 2), nn.Linear(4, 2)
+    params = [*trunk.parameters(), *head1.parameters(), *head2.parameters()]
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.1)
+
+    def heads(x):
+        h = trunk(x).relu()
+        return head1(h).pow(2).sum(), head2(h).pow(2).sum()
+    fn = compile_fn(heads)
+    for n in (2, 2, 5):
+        opt.zero_grad()
+        a, b = fn(torch.randn(n, 3))
+        a.backward()
+        observed.append([_grad(p.grad) for p in params])
+        opt.step()
+        observed.append([p.detach().clone() for p in params])
+
+
+def _grad_allow_unused(compile_fn, observed):
+    fn = compile_fn(lambda x, y, z: ((x * z).sum(), (y * z).sum()))
+    for n in (3, 3, 4):
+        x, y, z = (torch.randn(n, requires_grad=True) for _ in range(3))
+        a, b = fn(x, y, z)
+        observed.append(list(torch.autograd.grad(a, (x, y, z), allow_unused=True, retain_graph=True)))
+        try:
+            torch.autograd.grad(b, (x, y))
+        except RuntimeError as exc:
+            observed.append(str(exc))
+
+
+def _written_input(compile_fn, observed):
+    """An activation the graph writes with grad on: its later use sends a gradient into the joint's node."""
+    def fn(h, w, v):
+        h.mul_(w)
+        return (h * 2).sum(), (v * 3).sum()
+    fn = compile_fn(fn)
+    for n in (3, 3, 4):
+        for use_h, pick in ((True, 0), (True, 1), (False, 1)):
+            raw, w, v = (torch.randn(n, requires_grad=True) for _ in range(3))
+            h = raw * 1
+            out = fn(h, w, v)[pick]
+            (out + (h * h).sum() if use_h else out).backward()
+            observed.append([_grad(t.grad) for t in (raw, w, v)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("program, lean", [(_two_losses, True), (_two_heads_sgd, True), (_grad_allow_unused, True),
+                                           (_written_input, False)])  # AOT autograd's callable on every call
+def test_inputs_no_backward_reaches_keep_grad_none(backend, program, lean):
+    eager, compiled = _run(program, backend, lean)
+    assert any(isinstance(o, list) and None in o for o in eager)  # the program does leave some grad None
+    assert len(compiled) == len(eager)
+    for e, c in zip(eager, compiled):
+        if isinstance(e, list):
+            assert [x is None for x in c] == [x is None for x in e]
+            for x, y in zip(e, c):
+                if x is not None:
+                    torch.testing.assert_close(y, x, **TOL)
+        else:
+            assert c == e
+
