@@ -80,14 +80,27 @@ def _reads_nothing_else(fn: Value | None, items: list[list[Value]]) -> bool:
     return builtin and all(isinstance(v, ConstantValue) for column in items for v in column)
 
 
-def _computes_under_torch_state(fn: Value | None, iterables: list[Value]) -> bool:
+def _computes_under_torch_state(fn: Value | None, iterables: list[Value], columns: list[list[Value]]) -> bool:
     """The rows were computed by code that may read torch's global state: map's function (other than a
-    builtin of the `builtins` module) or a lazy generator's body (NOTE [Torch state at each draw])."""
+    builtin of the `builtins` module over constant items) or a lazy generator's body (NOTE [Torch state at
+    each draw]). A builtin over a tensor or an object computes with it (`map(abs, [x])`, `starmap(pow, [(x,
+    2)])`, `map(sum, [[x, x]])`: review revV HIGH-3, their rows had no grad where eager's have)."""
     if any(isinstance(v, LazyGeneratorValue) for v in iterables):
         return True
     if fn is None:
         return False
-    return not (fn.is_constant() and getattr(fn.as_constant(), "__module__", None) == "builtins")
+    if not (fn.is_constant() and getattr(fn.as_constant(), "__module__", None) == "builtins"):
+        return True
+    return not all(_constant_item(v) for column in columns for v in column)
+
+
+def _constant_item(value: Value) -> bool:
+    """A constant, or a tuple or list of them (a starmap row, map(sum, ...)'s lists)."""
+    from .values import TupleValue
+    if isinstance(value, ConstantValue):
+        return True
+    return type(value) in (TupleValue, ListValue) and value.python_type() in (tuple, list) and \
+        all(_constant_item(v) for v in value.items)
 
 
 _NO_RECIPE = object()
@@ -139,7 +152,7 @@ class Watch:
         self.note_consumer(result, what, columns)
         drew = out.__dict__.get("random_draws", 0)  # NOTE [Random draws of run-ahead generators]
         reads_state = not _reads_nothing_else(fn, list(columns))
-        computes = _computes_under_torch_state(fn, [v for v, _ in self.parts])
+        computes = _computes_under_torch_state(fn, [v for v, _ in self.parts], list(columns))
         if not self.needed(reads_state or computes or drew != self.draws):
             return result
         made_at = _root_index(self.tx)
