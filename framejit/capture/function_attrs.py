@@ -40,6 +40,9 @@ def function_attr(tx, fn: UserFunctionValue, name: str) -> Value:
         return ClassValue(type(real))
     if made_in_trace(fn):
         return _traced_function_attr(tx, fn, name)
+    if name == "__dict__" and tx.output.side_effects.stores_on(real):  # NOTE [Attributes stored on functions
+        raise Unsupported(BreakKind.SIDE_EFFECT,  # from outside]: the real dict lacks the pending stores
+                          f"the __dict__ of {fn.describe()} read while stores to its attributes are not replayed yet")
     stored = tx.output.side_effects.attr(real, name)
     if stored is not None:  # NOTE [Attributes stored on functions from outside] (side_effects.py)
         return stored

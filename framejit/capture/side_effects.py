@@ -267,7 +267,10 @@ class SideEffects:
     # that is no slot of FunctionType and no dunder goes into the function's plain `__dict__` in CPython
     # (functions have no `__setattr__` of their own), so it is recorded and replayed after the graph like an
     # object's attribute (`setattr` on the function reloaded from its source); later reads in the trace see
-    # it (function_attrs.function_attr). A store into a `__dict__` the trace holds as a dict still breaks.
+    # it (function_attrs.function_attr). A store into a `__dict__` the trace holds as a dict still breaks, and
+    # so does a read of the function's `__dict__` (`f.__dict__`, `vars(f)`, functools.wraps copying it) while a
+    # store on it is recorded (`stores_on`): the real dict lacks the store, and a write through it would be
+    # replayed apart from the store (review revX HIGH-1).
     def _store_function_attr(self, fn: Value, name: str, value: Value) -> bool:
         real = fn.fn
         if (name.startswith("__") and name.endswith("__")) or \
@@ -334,6 +337,10 @@ class SideEffects:
         if held is not None and id(held) in self.containers:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"reading {name!r} from a namespace written through its "
                                                      "dict, replayed after the graph")
+
+    def stores_on(self, obj: Any) -> bool:
+        """Whether an attribute store on `obj` is recorded here (replayed after the graph)."""
+        return any(key[0] == id(obj) for key in self.attrs)
 
     def attr(self, obj: Any, name: str) -> Value | None:
         entry = self.attrs.get((id(obj), name))
