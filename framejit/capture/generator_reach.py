@@ -104,9 +104,9 @@ def run_ahead_effects(out) -> tuple[int, int]:
 # lazy_generators.py), so its draws and the consumer's interleave as in eager; when that retrace is not taken
 # it is a break at the call that made it. A lazy combinator whose function (or lazy generator argument) drew
 # random numbers when it was made breaks where it was made when any other draw happened before one of its steps
-# (lazy_combinators.Watch): it then runs as Python. Known gap: such a combinator left partly drawn, followed by
-# other random draws and no further step of it (`m = map(drop, xs); a = next(m); b = torch.rand(2)`), still
-# drew the items eager never draws.
+# (lazy_combinators.Watch): it then runs as Python. Such a combinator left with rows eager never computes when
+# the frame returns or breaks (`m = map(drop, xs); return next(m)`, a loop over it left by `break`, `islice` of
+# it: review revV MED-1, the RNG state after the call differed) breaks where it was made too (RandomCombinator).
 # A generator whose draws nothing can tell apart from eager's keeps its run ahead, one graph as before f0db2b4
 # (review revV HIGH-1/2: `for i, h in enumerate(self.blocks(x))` over training dropouts, `zip(<dropout
 # genexpr>, layers)` had become 3 graphs and raised under fullgraph=True, and each such genexpr cost a retrace):
@@ -173,10 +173,30 @@ def keep_random_run_ahead(out, f: Any, iterator: Any, start: int, at_yields: lis
     return record
 
 
-def check_random_run_aheads(out) -> None:
-    """When the frame returns or breaks: eager drew every number a run-ahead generator drew."""
+class RandomCombinator:
+    """A map, filter, starmap, ... whose making drew random numbers (NOTE [Random draws of run-ahead
+    generators]): left with rows eager never computes when the frame returns or breaks, it breaks where made."""
+
+    def __init__(self, result: Any, what: str) -> None:
+        self.result, self.what = result, what
+
+    def error(self) -> Unsupported:
+        e = Unsupported(BreakKind.SIDE_EFFECT, f"{self.what}() drew random numbers for rows eager does not "
+                        "compute: it runs as Python")
+        e.root_index = self.result.made_at
+        return e
+
+    def finished(self) -> bool:
+        k, n = eager_draws(self.result), len(self.result.items)  # map's function is called once per row drawn
+        return k is not None and (k >= n if self.what in ("map", "starmap", "accumulate") else k > n)
+
+
+def check_random_run_aheads(out, before: int | None = None) -> None:
+    """When the frame returns, or breaks at root instruction `before`: eager drew every number a run-ahead
+    generator or a combinator made before it drew."""
     for record in out.__dict__.get("random_run_aheads", ()):
-        if not record.finished():
+        made_at = record.error().root_index
+        if (before is None or made_at is None or made_at < before) and not record.finished():
             raise record.error()
 
 
@@ -195,6 +215,6 @@ def check_run_ahead_effects(out, before: tuple[int, int], f: Any, frame_eager: b
     return draws != before[1]
 
 
-__all__ = ["RandomRunAhead", "check_random_run_aheads", "check_run_ahead_effects", "closure_cells",
+__all__ = ["RandomCombinator", "RandomRunAhead", "check_random_run_aheads", "check_run_ahead_effects", "closure_cells",
            "drawn_under_other_state", "eager_draws", "keep_random_run_ahead", "reachable_value_map", "reachable_values", "run_ahead_effects",
            "torch_state"]

@@ -42,7 +42,7 @@ import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported
-from .generator_reach import closure_cells, drawn_under_other_state, reachable_values, torch_state
+from .generator_reach import RandomCombinator, closure_cells, drawn_under_other_state, reachable_values, torch_state
 from .lazy_generators import LazyGeneratorValue
 from .values import ConstantValue, DictValue, IteratorValue, ListValue, SetValue, Value
 from .values.containers import deque_state
@@ -133,9 +133,12 @@ class Watch:
     def deques_changed(self) -> bool:
         return any(deque_state(d) != state for d, state in self.deques)
 
-    def note_consumer(self, result: IteratorValue, what: str, columns: list[list[Value]]) -> None:
+    def note_consumer(self, result: IteratorValue, what: str, columns: list[list[Value]], drew: bool) -> None:
         """Each iterator argument is drawn by `result` (generator_reach.eager_draws: NOTE [Random draws of
-        run-ahead generators])."""
+        run-ahead generators]); `drew`: making it drew random numbers, so it must be drawn as far as eager's
+        computes its rows (RandomCombinator: review revV MED-1, `for t in map(drop, xs): break`)."""
+        if drew:
+            self.tx.output.__dict__.setdefault("random_run_aheads", []).append(RandomCombinator(result, what))
         lengths = [len(c) for c in columns] if columns else None
         for position, (value, start) in enumerate(self.parts):
             if isinstance(value, IteratorValue):
@@ -149,8 +152,8 @@ class Watch:
         """`result` (the rows, already computed) checked as NOTE [Lazy combinators] says; `from_end`: the rows
         are a list's items from its end (NOTE [reversed over a list])."""
         out = self.tx.output
-        self.note_consumer(result, what, columns)
         drew = out.__dict__.get("random_draws", 0)  # NOTE [Random draws of run-ahead generators]
+        self.note_consumer(result, what, columns, drew != self.draws)
         reads_state = not _reads_nothing_else(fn, list(columns))
         computes = _computes_under_torch_state(fn, [v for v, _ in self.parts], list(columns))
         if not self.needed(reads_state or computes or drew != self.draws):

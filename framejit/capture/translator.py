@@ -142,7 +142,7 @@ class Translator:
             if self.parent is None and finalizers_pending(self.output):  # NOTE [Generators with finalizers
                 e = _frame_eager(e)  # traced lazily] in lazy_generators.py
             if self.parent is None and isinstance(e, Unsupported) and getattr(e, "retry_lazy", None) is None:
-                check_random_run_aheads(self.output)  # NOTE [Random draws of run-ahead generators]
+                check_random_run_aheads(self.output, e.root_index)  # NOTE [Random draws of run-ahead generators]
             raise e
         finally:
             self.output.tx_stack.pop()
