@@ -51,7 +51,8 @@ def gradient_edges(fakes: list) -> list:
 
 def partial_reach(edges: list, outs: list, written: list, n_weights: int) -> "Unreached | None":
     """The sources (outputs j >= 0, written inputs -1 - position) reaching each input of `edges`, where some
-    input is reached from some but not all of them; None: none is, or the walk failed (logged).
+    input is reached from some but not all of them, and the inputs written with grad on (NOTE [Hooks added to a
+    written input after the call]); None: neither, or the walk failed (logged).
     `written`: (position, fake) of the inputs written."""
     try:
         return _partial_reach(edges, outs, written, n_weights)
@@ -76,7 +77,8 @@ def _partial_reach(edges: list, outs: list, written: list, n_weights: int) -> "U
             reach.setdefault(k, set()).add(source)
     every = {source for source, _ in roots}
     entries = tuple((k, tuple(sorted(sources))) for k, sources in sorted(reach.items()) if sources != every)
-    return Unreached(n_weights, entries) if entries else None
+    hooked = tuple(k - n_weights for k, _ in written if k >= n_weights)
+    return Unreached(n_weights, entries, hooked) if entries or hooked else None
 
 
 def _inputs_below(root, by_edge: dict) -> set:
@@ -97,15 +99,20 @@ def _inputs_below(root, by_edge: dict) -> set:
 class Unreached:
     """NOTE [Inputs no backward reaches]: ((input position, sources), ...) for a joint's inputs."""
 
-    __slots__ = ("n_weights", "entries", "logged")
+    __slots__ = ("n_weights", "entries", "written", "logged")
 
-    def __init__(self, n_weights: int, entries: tuple):
+    def __init__(self, n_weights: int, entries: tuple, written: tuple = ()):
         self.n_weights, self.entries, self.logged = n_weights, entries, False
+        self.written = written  # NOTE [Hooks added to a written input after the call]: argument positions
 
     def register(self, outs, args) -> None:
         """Hook the joint's node of this call's flat outputs `outs` (for the call's `args`)."""
         from .joint_outputs import _joint_node
         node = _joint_node(outs)
+        if self.written and node is not None:
+            watch_written_hooks(node, [(k, args[k]) for k in self.written if k < len(args)])
+        if not self.entries:
+            return
         plan = self._plan(node, outs, args) if node is not None else None
         if plan is None:
             if not self.logged:
@@ -167,3 +174,47 @@ def _post_hook(plan: list):
         return tuple(changed) if changed is not None else None
     return hook
 
+
+# NOTE [Hooks added to a written input after the call]
+# An activation the graph writes in place with grad on (`h.mul_(w)` in the graph, h computed before the
+# call) has, in eager, the in-place op's node as its grad_fn after the call: a hook registered on h then
+# (`h.register_hook`, `h.retain_grad()`) sees the gradient of h's new value, everything the backward sends
+# it (the graph's own uses of the new value included). The joint computes that gradient inside its compiled
+# backward, and after AOT autograd's write-back (`h.copy_(new)`) h's grad_fn is the copy's node, which only
+# the program's later uses of h reach: the hook never ran (or saw a part of the gradient), `h.grad` stayed
+# None, silently. Exposing that gradient means splitting the joint at the write; not done. Instead each call
+# notes the hooks of such inputs (the keys of `_backward_hooks` and `retains_grad`) after the call, and a
+# pre-hook on the joint's node raises a RuntimeError naming the input when one gained a hook or
+# retain_grad since: register them before the call, or compile with backend="eager". Coarser than eager:
+# it raises on any backward through the joint's node, also one that eager's would not take through h's new
+# value (no hook would run there). Hooks registered before the call run as in eager.
+_ADDED_HOOK = ("framejit: a {what} was added after the call to the compiled graph's argument {index} "
+               "([{kind} {shape}]), which the graph changes in place: the compiled backward computes the "
+               "gradient of its new value internally, so the {what} would not see it (NOTE [Hooks added to a "
+               "written input after the call]). Register it before the call, or compile the function with "
+               "backend=\"eager\".")
+
+
+def watch_written_hooks(node, inputs: list) -> None:
+    """NOTE [Hooks added to a written input after the call]: `inputs` ((argument position, tensor), ...) of one
+    call, whose joint's node is `node`."""
+    watched = [(k, weakref.ref(t), _hooks_of(t)) for k, t in inputs
+               if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not watched:
+        return
+
+    def check(grad_outputs):
+        for k, ref, then in watched:
+            t = ref()
+            if t is None:
+                continue
+            now = _hooks_of(t)
+            what = "tensor hook" if now[0] - then[0] else "retain_grad()" if now[1] and not then[1] else None
+            if what is not None:
+                raise RuntimeError(_ADDED_HOOK.format(what=what, index=k, kind=t.type(), shape=list(t.shape)))
+        return None
+    node.register_prehook(check)
+
+
+def _hooks_of(t) -> tuple:
+    return frozenset(t._backward_hooks or ()), t.retains_grad
