@@ -70,7 +70,11 @@ def uses_sent_values(code: Any) -> bool:
 # Python. It is now traced again lazily (`retry_lazy`, as for one that raises: NOTE [StopIteration leaving a
 # generator body]): its body is stepped in the consumer's order, so its effects and the consumer's interleave
 # as in eager. Where the lazy trace cannot go on (it escapes, a break while it is live) the retry falls back to
-# that break.
+# that break. Consumers that draw it all at once where eager may stop early or runs code of its own between the
+# draws (any, all, max/min with key=, functools.reduce, sum with an object start, itertools.chain: protocol.
+# iterate -> remaining()) break where it was made when the drawing had effects (the SideEffects/effect counts of
+# NOTE [Lazy generators drawn ahead]), as before 042e0c2 (review revY HIGH-1: `all(small(p) for p in params)`
+# with `small` logging gave [2, 5, 1, 2] where eager gives [2, 5]); list(), tuple(), f(*g) draw it whole.
 LAZY_CODES: set = set()  # (root code, generator code): NOTE [Lazy generators decided per frame]
 
 
@@ -170,12 +174,18 @@ class LazyGeneratorValue(IteratorValue):
         if self.finalizes and not whole:  # NOTE [Generators with finalizers traced lazily]
             raise self.made_here(finalizer_break(f"the generator {self.name} has finalizers and is drawn by a "
                                                  "consumer that may stop early or interleave: it runs as Python"))
+        from .values.containers import _effects
+        before = _effects(out)
         rest = []
         while (item := self.next()) is not None:
             rest.append(item)
         if not whole and (self.finalizes or out.__dict__.get("finalizer_steps", 0) != steps):
             raise self.made_here(finalizer_break(f"the generator {self.name} drives one with finalizers and is "
                                                  "drawn all at once where eager may stop early: it runs as Python"))
+        if not whole and _effects(out) != before:  # NOTE [Generators that mutate state]
+            raise self.made_here(Unsupported(BreakKind.SIDE_EFFECT, f"the generator {self.name} has effects and is "
+                                             "drawn all at once where eager may stop early or interleave: it runs "
+                                             "as Python"))
         return rest
 
     def send(self, sent: Value) -> Value:
