@@ -321,8 +321,8 @@ class OutputGraph:
         node.meta["val"] = value
         node.meta["source"] = source.describe()
         node.meta["dynamic_float"] = True  # backends/state.py
-        from .shapes import symbolic_float  # NOTE [Float relations]
-        sym = SymFloatValue(self, node, value, (), source, symbolic_float(self, value, source.expr(self.names)))
+        from .shapes import input_float_symbol  # NOTE [Float relations]
+        sym = SymFloatValue(self, node, value, (), source, input_float_symbol(self, value, source))
         sym.roots = (sym,)
         self.inputs.append(GraphInput(source, value, sym))
         return self.remember(source, sym)
@@ -346,10 +346,10 @@ class OutputGraph:
     def sym_op(self, fn: Callable, args: tuple) -> Value:
         """`fn(*args)` (arithmetic, a comparison) with a symbolic size operand: a graph node and its SymInt
         or SymBool, or a constant when the env knows the result (NOTE [Symbolic shapes])."""
-        from .shapes import sym_or_int
+        from .shapes import divisor_checked, sym_or_int
         examples = [a.sym if isinstance(a, SymNodeValue) else a.as_constant() for a in args]
         try:
-            result = sym_or_int(fn(*examples))
+            result = sym_or_int(fn(*divisor_checked(fn, examples)))
         except Exception as e:  # the user's error for these values (e.g. a division by zero)
             raise UserException(e) from None
         if not isinstance(result, (torch.SymInt, torch.SymBool)):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import operator
 import re
 import weakref
 from typing import Any
@@ -251,6 +252,23 @@ def symbolic_int(out, value: int, expr: str):
     return env.create_symintnode(symbol, hint=value, source=ShapeSource(expr))
 
 
+# NOTE [Float symbols are not NaN] (review revU HIGH): sympy treats a float symbol as a real number, so the env
+# folds `t == t`, `t <= t`, `t >= t` to True and `t != t` to False with no guard: a later NaN (`float(s)` of a
+# changing string, a NaN loss passed back in) reused the entry and took the other branch from eager's. A float
+# input with a symbol is therefore guarded `not isnan(t)` beside its type; a NaN misses, and the retrace
+# gives it no symbol (guarded by value below), so its comparisons are Python's own. Infinities need no such
+# guard: every fold of a relation of inputs and finite constants holds for them too (`inf == inf`), and
+# arithmetic on the float is the graph's own Python arithmetic, not the env's.
+def input_float_symbol(out, value: float, source):
+    """The SymFloat of a float input, guarded not NaN (NOTE [Float symbols are not NaN]), or None."""
+    e = source.expr(out.names)
+    sym = symbolic_float(out, value, e)
+    if sym is not None:
+        isnan = out.name_of(math.isnan, "isnan")
+        out.add_guard("CONSTANT_MATCH", f"not {isnan}({e})", source, expected="a float that is not NaN", actual=e)
+    return sym
+
+
 def symbolic_float(out, value: float, expr: str):
     """A SymFloat of the trace's env standing for a float input (NOTE [Float relations] in values/scalars.py),
     or None for a value that is not finite (kept exact: guarded by value)."""
@@ -260,6 +278,31 @@ def symbolic_float(out, value: float, expr: str):
     env = out.fake_mode.shape_env
     symbol = env.create_unspecified_symbol(value, source=ShapeSource(expr), dynamic_dim=DimDynamic.DYNAMIC)
     return env.create_symfloatnode(symbol, hint=value, source=ShapeSource(expr))
+
+
+# NOTE [Symbolic divisors are guarded nonzero] (review revU HIGH): the env simplifies `n // n` and `n % n` to 1
+# and 0, `n / n` to 1.0, `(n * m) // m` to n, with no guard, so a later n == 0 (a dynamic int, `int(s)` of a
+# changing string) reused the entry and returned a value where eager raises ZeroDivisionError. A symbolic
+# divisor is therefore guarded `!= 0` through the env (no guard line when the env knows it already, as for
+# sizes >= 2); when it is 0 now the env's guard reads `== 0` and the operation runs on the concrete values,
+# raising eager's error. Only a value of 0 retraces.
+DIVISIONS = (operator.floordiv, operator.mod, operator.truediv)
+
+
+def guarded_nonzero(sym: Any) -> bool:
+    """Whether the symbolic number `sym` is nonzero, the answer guarded by the env."""
+    try:
+        return bool(sym != 0)
+    except Exception:  # noqa: BLE001 - a relation the env cannot decide or guard: the caller specialises
+        return False
+
+
+def divisor_checked(fn: Any, examples: list) -> list:
+    """`examples` for `fn(*examples)`; for a division by a symbolic zero, the concrete values, so the
+    operation raises eager's ZeroDivisionError (NOTE [Symbolic divisors are guarded nonzero])."""
+    if fn in DIVISIONS and len(examples) == 2 and has_sym(examples[1]) and not guarded_nonzero(examples[1]):
+        return [concrete(e) for e in examples]
+    return examples
 
 
 def concrete(value: Any) -> Any:

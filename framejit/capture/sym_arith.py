@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from .shapes import DIVISIONS, guarded_nonzero
 from .values import ConstantValue, ListValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
 
 _INT_BINARY = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.truediv,
@@ -101,6 +102,8 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
     elif fn not in _FLOAT_BINARY and not (fn is operator.pow and ta is int and _known_positive(tx, a)) and \
             not (fn is operator.pow and ta is float and tb is int and (_nonzero(a) or _known_natural(tx, b))):
         return None
+    if fn in DIVISIONS and is_sym(b) and not guarded_nonzero(b.sym):
+        return None  # NOTE [Symbolic divisors are guarded nonzero] in shapes.py: folding raises eager's error
     return _keep(tx, fn, (a, b))
 
 

@@ -20,7 +20,8 @@ the entry (stock torch.compile's symbolic floats do the same). Only inputs thems
 (`t * 2 + 1 > 3`) would be guarded through the env's rewritten arithmetic (`2.0*t + 1.0`, or worse
 reassociated), which can round differently from the code's at the boundary, so it still specialises by
 value. `math.floor(t)`, `int(t)` and every other use specialise by value, as above. NaN and infinities
-get no symbol (guarded by value).
+get no symbol (guarded by value); a float with a symbol is guarded not NaN (NOTE [Float symbols are not NaN]
+in capture/shapes.py).
 """
 from __future__ import annotations
 
