@@ -484,7 +484,11 @@ class Translator:
         if child.code.co_flags & inspect.CO_GENERATOR:
             if wants_lazy(self, f):  # NOTE [Generators driven by send] in lazy_generators.py
                 return make_lazy_generator(self, child, f)
-            return self._run_generator(child, f, reachable_values([*args, *kwargs.values(), *_closure_cells(fn)]))
+            # values stored into outside state are reached through globals and outside objects too (review
+            # revY HIGH-2: `yield len(CFG.cur)` after `CFG.cur = []`, the loop body appending to it)
+            held_outside = self.output.side_effects.values()
+            return self._run_generator(child, f, reachable_values([*args, *kwargs.values(), *_closure_cells(fn),
+                                                                   *held_outside]))
         return child.run()
 
     def _run_generator(self, child: "Translator", f: Any, reachable: set[int]) -> IteratorValue:

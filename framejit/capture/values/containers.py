@@ -344,8 +344,10 @@ def _drain(tx, value: Value, iterate, count: int | None = None) -> list[Value]:
 #   the combinator's steps (drawn_ahead_checked; the step that ends it too, when CPython's zip draws the
 #   generator once more), breaks there when outside state changed (SideEffects.version: stores to globals,
 #   outside objects, cells, in-place tensor ops) or a value its frame reaches (its locals, cells, stack, and
-#   those of lazy generators it holds) was mutated: `st[0] += 1` in the body of `for i, t in zip(reader(st),
-#   rows)` where `reader` yields `st[0]`;
+#   those of lazy generators it holds, and the values stored into outside state, which it reads through
+#   globals and outside objects: SideEffects.values()) was mutated: `st[0] += 1` in the body of `for i, t in
+#   zip(reader(st), rows)` where `reader` yields `st[0]`; `CFG.cur.append(r)` after `CFG.cur = []` where it
+#   yields `len(CFG.cur)` (review revY HIGH-2; a run-ahead generator's reach has them too: translator.py);
 # - nothing else draws it (NOTE [Lent iterators]: next(g), g.send(), g.__next__(), close() and throw() of a lent
 #   lazy generator break at the combinator too, as its `next()` did).
 # Rows drawn ahead and never used (a loop left by break, return or an exception) then changed nothing.
@@ -393,7 +395,10 @@ def _drawn_check(out, gen) -> Any:
     from ..generator_reach import reachable_values
     side_effects = out.side_effects
     version, touched = side_effects.version, len(side_effects.touched)
-    reach = reachable_values(_frame_roots(gen))
+    # values stored into outside state (globals, attributes and items of outside objects, cells) are read by
+    # the generator through them (`yield len(CFG.cur)` after `CFG.cur = []`: review revY HIGH-2); a store made
+    # later bumps `version`
+    reach = reachable_values([*_frame_roots(gen), *side_effects.values()])
 
     def check() -> None:
         if side_effects.version != version or any(id(v) in reach for v in side_effects.touched[touched:]):
