@@ -152,6 +152,7 @@ class SideEffects:
         self.graph: Any = None
         self.late: set = set()
         self._any_op = False
+        self._targets: dict[int, str] = {}  # NOTE [Write targets bound before the writes], set by emit
         # NOTE [Effects between failing ops] (graph_errors.py): each effect key's count of ops that may fail
         # recorded before its first write (`first_marks`), from `_ordinals` (op node -> ordinal, in program order)
         self.first_marks: dict[tuple, int] = {}
@@ -432,6 +433,7 @@ class SideEffects:
             temps.append(f"___effect{len(temps)}")
             cg.store_fast(temps[-1])
         pending = iter(temps)
+        self._targets = self._bind_targets(cg)
         self._emit_container_writes(cg, pending)
         self._emit_attribute_writes(cg, pending)
         self._emit_global_and_cell_writes(cg, pending)
@@ -439,38 +441,65 @@ class SideEffects:
         self._emit_iterator_moves(cg)
         self._emit_finishing_calls(cg)
 
+    # NOTE [Write targets bound before the writes]: a write's target is reloaded from its source, a path from
+    # the frame's entry state (`G['lst'][0]`). Reloaded when its own write comes, after the containers' writes,
+    # the path may reach another object: `lst[0].calls += 1; lst[0] = f2` incremented f2, and so did
+    # `box["o"].n += 1; box["o"] = o2` on o2 (review revX HIGH-2). Every target of a container, attribute or
+    # item write is loaded into a temporary before the first write, so each write lands on the object the
+    # trace saw.
+    def _bind_targets(self, cg) -> dict[int, str]:
+        """A temporary per write target (by the identity of its value), loaded from its source."""
+        objects = [c if getattr(c, "list_object", None) is None else c.list_object
+                   for c, _, _ in self._container_writes()]
+        objects += [obj for obj, _, _ in self.attrs.values()] + [obj for obj, _, _, _ in self.item_writes]
+        targets: dict[int, str] = {}
+        for obj in objects:
+            if id(obj) not in targets and getattr(obj, "source", None) is not None:
+                targets[id(obj)] = f"___effect_target{len(targets)}"
+                obj.source.reload(cg)
+                cg.store_fast(targets[id(obj)])
+        return targets
+
+    def _load_target(self, cg, obj: Value) -> None:
+        """NOTE [Write targets bound before the writes]."""
+        temp = self._targets.get(id(obj))
+        if temp is None:
+            obj.source.reload(cg)
+        else:
+            cg.load_fast(temp)
+
     def _emit_container_writes(self, cg, pending) -> None:
         for container, method, args in self._container_writes():
             arg_temps = [next(pending) for _ in args]
             if method is not None:
-                _call_method(cg, container, method, arg_temps)
+                _call_method(cg, self, container, method, arg_temps)
             elif isinstance(container, ListValue) and container.cls is collections.deque:
-                _call_method(cg, container, "clear", [])  # NOTE [Deques from outside]: no slice assignment
-                _call_method(cg, container, "extend", arg_temps)
+                _call_method(cg, self, container, "clear", [])  # NOTE [Deques from outside]: no slice assignment
+                _call_method(cg, self, container, "extend", arg_temps)
             elif getattr(container, "list_object", None) is not None:  # NOTE [List subclasses]
-                _call_method(cg, container, "__setitem__", [None, *arg_temps])
+                _call_method(cg, self, container, "__setitem__", [None, *arg_temps])
             elif isinstance(container, ListValue):
                 cg.load_fast(arg_temps[0])
-                container.source.reload(cg)
+                self._load_target(cg, container)
                 cg.load_const(slice(None))
                 cg.emit("STORE_SUBSCR")
             else:
-                _call_method(cg, container, "clear", [])
-                _call_method(cg, container, "update", arg_temps)
+                _call_method(cg, self, container, "clear", [])
+                _call_method(cg, self, container, "update", arg_temps)
 
     def _emit_attribute_writes(self, cg, pending) -> None:
         for key, (obj, name, _) in self.attrs.items():
             if key in self.raw_attrs:  # object.__setattr__(obj, name, value)
                 cg.push_null()
                 cg.load_const(object.__setattr__)
-                obj.source.reload(cg)
+                self._load_target(cg, obj)
                 cg.load_const(name)
                 cg.load_fast(next(pending))
                 cg.call(3)
                 cg.emit("POP_TOP")
                 continue
             cg.load_fast(next(pending))
-            obj.source.reload(cg)
+            self._load_target(cg, obj)
             cg.emit("STORE_ATTR", name)
 
     def _emit_global_and_cell_writes(self, cg, pending) -> None:
@@ -501,7 +530,7 @@ class SideEffects:
             cg.push_null()
             cg.load_const(owner)
             cg.load_attr("__setitem__")
-            obj.source.reload(cg)
+            self._load_target(cg, obj)
             cg.load_const(key)
             cg.load_fast(next(pending))
             cg.call(3)
@@ -547,16 +576,16 @@ def _final_contents(c: Value) -> Value:
     return DictValue(dict(c.items))
 
 
-def _call_method(cg, container: Value, method: str, arg_temps: list[str]) -> None:
+def _call_method(cg, effects: SideEffects, container: Value, method: str, arg_temps: list[str]) -> None:
     """`container.method(*args)`, its result dropped; `list.method(obj, *args)` for the contents of a list
     object (NOTE [List subclasses]: list's own method, not its class's; a None temp is `slice(None)`)."""
     cg.push_null()
     target = getattr(container, "list_object", None)
     if target is not None:
         cg.load_const(getattr(list, method))
-        target.source.reload(cg)
+        effects._load_target(cg, target)
     else:
-        container.source.reload(cg)
+        effects._load_target(cg, container)
         cg.load_attr(method)
     for temp in arg_temps:
         if temp is None:
