@@ -443,12 +443,12 @@ def _min_max(fn: Callable):
         if len(args) > 1 and "default" in kwargs:
             raise UserException(TypeError(f"Cannot specify a default for {fn.__name__}() with multiple "
                                           "positional arguments"))
-        items = iterate(tx, args[0]) if len(args) == 1 else list(args)
+        items, drawn = _drawn_with_check(tx, args[0]) if len(args) == 1 else (list(args), _nothing)
         if not items and "default" in kwargs:
             return kwargs["default"]
         key = kwargs.get("key")
         if key is not None and not (key.is_constant() and key.as_constant() is None):
-            return _min_max_by_key(tx, fn, items, key)
+            return _min_max_by_key(tx, fn, items, key, drawn)
         from .sym_arith import min_max  # NOTE [Size arithmetic stays symbolic]
         kept = min_max(tx, fn, items)
         if kept is not None:
@@ -468,7 +468,29 @@ def _derivable(tx, v: TensorValue) -> bool:
     return v.fake.dim() == 0 and int_of(tx.output, v) is not None
 
 
-def _min_max_by_key(tx, fn: Callable, items: list[Value], key: Value) -> Value:
+def _nothing() -> None:
+    pass
+
+
+# NOTE [Consumers that call back between draws]: max/min with key=, functools.reduce and sum draw their
+# iterable at once (protocol.iterate), then run code of their own per item (the key, the function, an object's
+# __add__); CPython draws each item after the callbacks for the items before it. A generator whose reads such a
+# callback changes (`max(g(), key=lambda x: ST.append(1) or x)` where g yields len(ST): eager 2, the trace 0,
+# review of revY HIGH-1 by hfixY) must break: the generator's own check (NOTE [Eager generators], NOTE [Lazy
+# generators drawn ahead]) runs after each callback, where CPython would draw the next item.
+def _drawn_with_check(tx, iterable: Value) -> tuple[list[Value], Callable[[], None]]:
+    """The items of `iterable` and the check to run where CPython draws the next one (NOTE [Consumers that
+    call back between draws])."""
+    from .lazy_generators import LazyGeneratorValue
+    from .values.containers import _drawn_check
+    items = iterate(tx, iterable)
+    if isinstance(iterable, LazyGeneratorValue):
+        return items, _drawn_check(tx.output, iterable)
+    check = iterable.check if isinstance(iterable, IteratorValue) else None
+    return items, check if check is not None else _nothing
+
+
+def _min_max_by_key(tx, fn: Callable, items: list[Value], key: Value, drawn: Callable[[], None]) -> Value:
     """`max(items, key=f)` as CPython runs it: `f` called once per item, in order, and the first item
     whose key is strictly greater (less, for min) than the best so far replaces it. Keys must be
     constants (their comparison is then Python's own, exceptions included)."""
@@ -477,7 +499,10 @@ def _min_max_by_key(tx, fn: Callable, items: list[Value], key: Value) -> Value:
             fn([])
         except ValueError as e:  # this CPython's own message
             raise UserException(e) from None
-    keys = [tx.call(key, [item], {}) for item in items]
+    keys = []
+    for item in items:
+        keys.append(tx.call(key, [item], {}))
+        drawn()  # NOTE [Consumers that call back between draws]
     return items[_best(tx, fn, keys)]
 
 
@@ -507,8 +532,10 @@ BUILTIN_HANDLERS[max] = _min_max(max)
 @handles(sum)
 def _sum(tx, args, kwargs):
     total = args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))
-    for item in iterate(tx, args[0]):
+    items, drawn = _drawn_with_check(tx, args[0])
+    for item in items:
         total = binary(tx, operator.add, total, item)
+        drawn()  # NOTE [Consumers that call back between draws]
     return total
 
 
@@ -625,10 +652,11 @@ def _partial(tx, args, kwargs):
 
 @handles(functools.reduce)
 def _reduce(tx, args, kwargs):
-    fn, seq = args[0], iterate(tx, args[1])
+    fn, (seq, drawn) = args[0], _drawn_with_check(tx, args[1])
     acc = args[2] if len(args) > 2 else seq.pop(0)
     for item in seq:
         acc = tx.call(fn, [acc, item], {})
+        drawn()  # NOTE [Consumers that call back between draws]
     return acc
 
 
@@ -641,7 +669,9 @@ BUILTIN_HANDLERS[torch.device] = _fold(torch.device)
 @handles(itertools.chain)
 def _chain(tx, args, kwargs):
     watch = lazy_combinators.watch(tx, args)  # NOTE [Lazy combinators]
-    return watch.finish(IteratorValue([item for a in args for item in iterate(tx, a)]), "chain", per_row=False)
+    columns = drain_lent(tx, list(args))  # NOTE [Lent iterators], [Lazy generators drawn ahead]
+    rows = IteratorValue([item for column in columns for item in column])
+    return drawn_ahead_checked(watch.finish(rows, "chain", per_row=False), list(args))
 
 
 @handles(itertools.product)

@@ -100,3 +100,67 @@ def any_inplace_input(x, params):
                                 any_inplace_input])
 def test_effects_of_a_lazy_generator_in_eager_order(fn):
     _compare(fn)
+
+
+# NOTE [Consumers that call back between draws] (capture/builtins.py): the consumer's callback changes what
+# the generator reads; eager draws each item after the callbacks for the items before it.
+def reads_log_sent():
+    for _ in range(3):
+        _ = yield len(LOG)
+
+
+def reads_log():
+    for _ in range(3):
+        yield len(LOG)
+
+
+def max_key_sent(x, params):
+    return x + max(reads_log_sent(), key=lambda i: LOG.append(1) or i)
+
+
+def max_key_run_ahead(x, params):
+    return x + max(reads_log(), key=lambda i: LOG.append(1) or i)
+
+
+def reduce_sent(x, params):
+    return x + functools.reduce(lambda a, b: LOG.append(1) or a + b, reads_log_sent())
+
+
+class Logs:
+    def __init__(self, v):
+        self.v = v
+
+    def __add__(self, other):
+        LOG.append(other)
+        return Logs(self.v + other)
+
+
+def sum_logging_start(x, params):
+    return x + sum(reads_log(), Logs(0)).v
+
+
+def chain_sent(x, params):
+    out = x
+    for i in itertools.chain(reads_log_sent(), [1]):
+        LOG.append(i)
+        out = out + i
+    return out
+
+
+def chain_local_cell(x, params):
+    seen = []
+
+    def reads_seen():
+        for _ in range(3):
+            _ = yield len(seen)
+    out = x
+    for i in itertools.chain(reads_seen(), [1]):
+        seen.append(i)
+        out = out + i
+    return out
+
+
+@pytest.mark.parametrize("fn", [max_key_sent, max_key_run_ahead, reduce_sent, sum_logging_start, chain_sent,
+                                chain_local_cell])
+def test_consumer_callbacks_change_what_the_generator_reads(fn):
+    _compare(fn)
