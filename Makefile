@@ -58,13 +58,19 @@ sysdeps:
 # friends alone run everything on their interpreter.
 shard_env = $(if $(SPLIT),FRAMEJIT_TEST_SHARD=$$(echo " $(TEST_VERSIONS) " | sed 's/ $(1) .*//' | wc -w)/$(words $(TEST_VERSIONS)))
 
-test311: sysdeps $(VENV)/$(STAMP)
+# NOTE [No phony prerequisite under make test]: `make test` installs the system packages first; the suites it then
+# runs in parallel take no `sysdeps` prerequisite. With GNU make 4.3 and -j3, a goal whose phony prerequisite ends at
+# once can wait for a job slot until a sibling recursive make has ended (reproduced with a small Makefile), and in a
+# fresh-clone CI here the 3.13 suite was not running while the 3.11 and 3.12 suites ran.
+test_deps = $(if $(SPLIT),,sysdeps)
+
+test311: $(test_deps) $(VENV)/$(STAMP)
 	$(call shard_env,311) $(VENV)/bin/python -m pytest tests
 
-test312: sysdeps $(VENV312)/$(STAMP)
+test312: $(test_deps) $(VENV312)/$(STAMP)
 	$(call shard_env,312) $(VENV312)/bin/python -m pytest tests
 
-test313: sysdeps $(VENV313)/$(STAMP)
+test313: $(test_deps) $(VENV313)/$(STAMP)
 	$(call shard_env,313) $(VENV313)/bin/python -m pytest tests
 
 # The slowest suite (TEST_FIRST) gets its environment first and starts at once; the other environments are
