@@ -445,13 +445,14 @@ class SideEffects:
     # the frame's entry state (`G['lst'][0]`). Reloaded when its own write comes, after the containers' writes,
     # the path may reach another object: `lst[0].calls += 1; lst[0] = f2` incremented f2, and so did
     # `box["o"].n += 1; box["o"] = o2` on o2 (review revX HIGH-2). Every target of a container, attribute or
-    # item write is loaded into a temporary before the first write, so each write lands on the object the
-    # trace saw.
+    # item write, and every iterator moved, is loaded into a temporary before the first write, so each write
+    # lands on the object the trace saw.
     def _bind_targets(self, cg) -> dict[int, str]:
         """A temporary per write target (by the identity of its value), loaded from its source."""
         objects = [c if getattr(c, "list_object", None) is None else c.list_object
                    for c, _, _ in self._container_writes()]
         objects += [obj for obj, _, _ in self.attrs.values()] + [obj for obj, _, _, _ in self.item_writes]
+        objects += self._moved_iterators()
         targets: dict[int, str] = {}
         for obj in objects:
             if id(obj) not in targets and getattr(obj, "source", None) is not None:
@@ -547,7 +548,7 @@ class SideEffects:
             own_type = iterator.owner is None and not reverse  # a tuple or range iterator: moved by steps
             cg.push_null()
             cg.load_const(advance_iterator if own_type else move_reverse_iterator if reverse else move_list_iterator)
-            iterator.source.reload(cg)
+            self._load_target(cg, iterator)
             cg.load_const(iterator.index - iterator.start if own_type else
                           iterator.reverse_from - iterator.index if reverse else iterator.index)
             cg.load_const(iterator.exhausted)

@@ -116,11 +116,22 @@ def rebind_then_append(x):
     return x + len(l1) * 10 + len(l2)
 
 
+DATA = list(range(1, 11))
+iter_box = {}
+
+
+def swap_then_advance(x):
+    it = iter_box["a"]
+    iter_box["a"], iter_box["b"] = iter_box["b"], iter_box["a"]
+    return x + next(it)  # moves the iterator the trace read, now under "b"
+
+
 def _reset():
     fn_list[0], fn_box["f"], obj_box["o"], list_box["l"] = first, first, o1, l1
     first.calls = second.calls = o1.calls = o2.calls = 0
     l1.clear()
     l2.clear()
+    iter_box.update(a=iter(DATA), b=iter(DATA[::-1]))
 
 
 def _run_rebinding(call):
@@ -128,11 +139,13 @@ def _run_rebinding(call):
     out = []
     for n in (2, 3, 2, 4):
         result = call(torch.arange(float(n)))
-        out.append((result, first.calls, second.calls, o1.calls, o2.calls, list(l1), list(l2)))
+        iters = (iter_box["a"].__reduce__()[2], iter_box["b"].__reduce__()[2])  # their positions
+        out.append((result, first.calls, second.calls, o1.calls, o2.calls, list(l1), list(l2), iters))
     return out
 
 
-@pytest.mark.parametrize("fn", [rebind_list_item, rebind_dict_item, rebind_dict_object, rebind_then_append],
+@pytest.mark.parametrize("fn", [rebind_list_item, rebind_dict_item, rebind_dict_object, rebind_then_append,
+                                swap_then_advance],
                          ids=lambda f: f.__name__)
 def test_store_target_rebound_later_in_the_call(fn):
     expected = _run_rebinding(fn)
