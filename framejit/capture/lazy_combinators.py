@@ -164,8 +164,10 @@ class Watch:
         side_effects = self.tx.output.side_effects
         version, n_ops, n_touched = self.made
         mapping_ids = {id(m) for m in self.mappings}
-        reachable = reachable_values([*closure_cells(fn), *(v for c in columns for v in c)]) if reads_state \
-            else set()
+        # values stored into outside state are read through globals and outside objects too (review revY
+        # HIGH-2: `map(lambda r: len(CFG.cur) * r, rows)` after `CFG.cur = []`, the loop body appending to it)
+        held = [*closure_cells(fn), *(v for c in columns for v in c), *side_effects.values()]
+        reachable = reachable_values(held) if reads_state else set()
 
         def mappings_changed() -> bool:
             return bool(mapping_ids) and (any(id(op[0]) in mapping_ids for op in side_effects.ops[n_ops:])

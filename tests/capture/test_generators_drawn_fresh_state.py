@@ -125,7 +125,29 @@ def for_reads_what_it_appends(t):
     return out
 
 
-@pytest.mark.parametrize("fn", [zip_attr, islice_attr, zip_global, zip_argument_attr, islice_send_driven,
+def scaled(r):
+    return len(CFG.cur) * r
+
+
+def map_attr(t):
+    CFG.cur = []
+    out = t
+    for a in map(scaled, [1, 2, 3]):
+        CFG.cur.append(1)
+        out = out + a
+    return out
+
+
+def filter_attr(t):
+    CFG.cur = []
+    out = t
+    for a in filter(lambda r: len(CFG.cur) != 1, [1, 2, 3]):
+        CFG.cur.append(1)
+        out = out + a
+    return out
+
+
+@pytest.mark.parametrize("fn", [map_attr, filter_attr, zip_attr, islice_attr, zip_global, zip_argument_attr, islice_send_driven,
                                 zip_finite, for_finite, for_reads_what_it_appends])
 def test_generator_sees_appends_to_a_fresh_list_held_outside(fn):
     global BUF
