@@ -164,8 +164,7 @@ class Watch:
         side_effects = self.tx.output.side_effects
         version, n_ops, n_touched = self.made
         mapping_ids = {id(m) for m in self.mappings}
-        # values stored into outside state are read through globals and outside objects too (review revY
-        # HIGH-2: `map(lambda r: len(CFG.cur) * r, rows)` after `CFG.cur = []`, the loop body appending to it)
+        # with values stored into outside state, read through globals and outside objects (review revY HIGH-2)
         held = [*closure_cells(fn), *(v for c in columns for v in c), *side_effects.values()]
         reachable = reachable_values(held) if reads_state else set()
 
