@@ -190,11 +190,13 @@ def _symbolic_inputs(output: Any) -> dict:
             and getattr(inp.value, "node", None) is not None}
 
 
-# in-place ops that change a tensor's storage or autograd identity: the snapshot of RestoredOnError (values,
-# version counters, sizes, strides and offset) cannot put that back, so a graph holding one gets no snapshot for
-# its effects. In-place view ops (`unsqueeze_`, `t_`, `transpose_`, `as_strided_`...) keep the storage: the
-# snapshot puts their sizes back (handler_reruns._restore; review revS HIGH-1)
-METADATA_WRITES = frozenset({"resize_", "resize_as_", "set_", "detach_", "requires_grad_"})
+# in-place ops that change a tensor's storage, the region of it the tensor covers, or its autograd identity: the
+# snapshot of RestoredOnError (values, version counters, sizes, strides and offset of the tensor's own region)
+# cannot put that back, so a graph holding one gets no snapshot for its effects. In-place view ops that keep the
+# region (`unsqueeze_`, `t_`, `transpose_`...) are restorable: the snapshot puts their sizes back
+# (handler_reruns._restore; review revS HIGH-1). `as_strided_` may move the tensor onto storage outside the
+# region the snapshot cloned, whose writes the rerun would then make twice (review revA2 HIGH-2)
+METADATA_WRITES = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "detach_", "requires_grad_"})
 
 
 def metadata_kept(output: Any) -> bool:

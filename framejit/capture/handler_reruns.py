@@ -132,6 +132,17 @@ def note_input_write(out, entry: Any, target: Any) -> None:
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     if name in METADATA_WRITES:  # a snapshot cannot put a storage back: the rerun would apply it twice
         _check(out, under_handler(out), f"in-place {name} changes the storage of {entry.source.describe()}")
+    elif _strided_view(out):  # NOTE: the write may land outside the input's region (review revA2 HIGH-3)
+        _check(out, under_handler(out), f"in-place {name} writes {entry.source.describe()} in a graph with "
+               "as_strided views, which may reach outside the region its snapshot covers")
+
+
+def _strided_view(out) -> bool:
+    """The graph made a view with `as_strided`: a write through it may land anywhere in its base's storage,
+    outside the region that RestoredOnError clones, so a rerun from that snapshot would make it twice."""
+    return any(node.op in ("call_function", "call_method") and
+               (node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")) == "as_strided"
+               for node in out.graph.nodes)
 
 
 def note_effect(out, target: Any) -> None:
