@@ -35,26 +35,36 @@ from .values import ConstantValue, Value
 _CONVERSIONS = {float: Ref(float, "float"), int: Ref(int, "int")}
 
 
-class ChangingStringValue(ConstantValue):
-    """A str from `source` whose value changed between calls (NOTE above): guarded by type; its value is
-    guarded where it is read."""
+class _GuardedWhereRead(ConstantValue):
+    """A constant from `source` guarded by type only; `_guard` pins it the first time anything reads `value`."""
 
-    def __init__(self, out, obj: str, source: Source) -> None:  # not ConstantValue.__init__: `value` is a property
+    def __init__(self, out, obj: Any, source: Source) -> None:  # not ConstantValue.__init__: `value` is a property
         self.out = out
         self.raw = obj
         self.source = source
         self.read = False
 
+    def _guard(self) -> None:
+        raise NotImplementedError
+
     @property
     def value(self) -> Any:
         if not self.read:
             self.read = True
-            self.out.guard_constant(self.source, self.raw)
+            self._guard()
         return self.raw
 
     @value.setter
     def value(self, obj: Any) -> None:
         self.raw, self.read = obj, True
+
+
+class ChangingStringValue(_GuardedWhereRead):
+    """A str from `source` whose value changed between calls (NOTE above): guarded by type; its value is
+    guarded where it is read."""
+
+    def _guard(self) -> None:
+        self.out.guard_constant(self.source, self.raw)
 
     def python_type(self) -> type:
         return str
@@ -63,26 +73,12 @@ class ChangingStringValue(ConstantValue):
         return f"str({self.source.describe()})"
 
 
-class ChangingMatchValue(ConstantValue):
+class ChangingMatchValue(_GuardedWhereRead):
     """A re.Match from `source` (NOTE [Matches read where they are used]): guarded by type; its identity is
     guarded where it is read, except by `m.group(k)` (a changing string), `m.start()` and `m.end()` (int inputs)."""
 
-    def __init__(self, out, obj: re.Match, source: Source) -> None:  # not ConstantValue.__init__, as above
-        self.out = out
-        self.raw = obj
-        self.source = source
-        self.read = False
-
-    @property
-    def value(self) -> Any:
-        if not self.read:
-            self.read = True
-            self.out.guard_id(self.source, self.raw)
-        return self.raw
-
-    @value.setter
-    def value(self, obj: Any) -> None:
-        self.raw, self.read = obj, True
+    def _guard(self) -> None:
+        self.out.guard_id(self.source, self.raw)
 
     def python_type(self) -> type:
         return re.Match
