@@ -185,9 +185,11 @@ def _post_hook(plan: list):
 # None, silently. Exposing that gradient means splitting the joint at the write; not done. Instead each call
 # notes the hooks of such inputs (the keys of `_backward_hooks` and `retains_grad`) after the call, and a
 # pre-hook on the joint's node raises a RuntimeError naming the input when one gained a hook or
-# retain_grad since: register them before the call, or compile with backend="eager". Coarser than eager:
-# it raises on any backward through the joint's node, also one that eager's would not take through h's new
-# value (no hook would run there). Hooks registered before the call run as in eager.
+# retain_grad since: register them before the call, or compile with backend="eager". Not when the node's
+# gradients come in only through h's own new value (a backward of a later use of h alone): h's hooks ran
+# on the copy's node with all of its gradient, as in eager. Coarser than eager otherwise: it raises on a
+# backward through the graph's outputs (or another written input's new value) even where eager's would not
+# reach h's new value (no hook would run there). Hooks registered before the call run as in eager.
 _ADDED_HOOK = ("framejit: a {what} was added after the call to the compiled graph's argument {index} "
                "([{kind} {shape}]), which the graph changes in place: the compiled backward computes the "
                "gradient of its new value internally, so the {what} would not see it (NOTE [Hooks added to a "
@@ -198,15 +200,16 @@ _ADDED_HOOK = ("framejit: a {what} was added after the call to the compiled grap
 def watch_written_hooks(node, inputs: list) -> None:
     """NOTE [Hooks added to a written input after the call]: `inputs` ((argument position, tensor), ...) of one
     call, whose joint's node is `node`."""
-    watched = [(k, weakref.ref(t), _hooks_of(t)) for k, t in inputs
+    watched = [(k, weakref.ref(t), _hooks_of(t), _new_value_slots(node, t)) for k, t in inputs
                if isinstance(t, torch.Tensor) and t.requires_grad]
     if not watched:
         return
 
     def check(grad_outputs):
-        for k, ref, then in watched:
+        got = {nr for nr, g in enumerate(grad_outputs) if g is not None}
+        for k, ref, then, own in watched:
             t = ref()
-            if t is None:
+            if t is None or got <= own:  # only t's own new value: t's hooks saw all its gradient
                 continue
             now = _hooks_of(t)
             what = "tensor hook" if now[0] - then[0] else "retain_grad()" if now[1] and not then[1] else None
@@ -214,6 +217,13 @@ def watch_written_hooks(node, inputs: list) -> None:
                 raise RuntimeError(_ADDED_HOOK.format(what=what, index=k, kind=t.type(), shape=list(t.shape)))
         return None
     node.register_prehook(check)
+
+
+def _new_value_slots(node, t) -> frozenset:
+    """The output numbers of `node` through which the written input `t` gets the gradient of its new value
+    (the edges to `node` of the write-back's copy node, t's grad_fn after the call)."""
+    grad_fn = t.grad_fn
+    return frozenset(nr for n, nr in grad_fn.next_functions if n is node) if grad_fn is not None else frozenset()
 
 
 def _hooks_of(t) -> tuple:
