@@ -60,6 +60,8 @@ def _end(gen: IteratorValue) -> None:
     if isinstance(gen, LazyGeneratorValue):
         gen.finished = gen.done = gen.exhausted = True
     else:
+        if not gen.exhausted:  # NOTE [Random draws of run-ahead generators]: eager drew `index` items, not all
+            gen.ended_at = gen.index  # (review revA2 HIGH-1: a run ahead drawing random numbers closed early)
         gen.index, gen.exhausted = len(gen.items), True
 
 

@@ -115,6 +115,9 @@ def run_ahead_effects(out) -> tuple[int, int]:
 # by each step of a combinator over it), or (2) when the frame returns or breaks, eager would have drawn fewer
 # numbers from it than the run ahead did (`eager_draws`: its own position, or the rows of the zip, enumerate,
 # map or starmap that drew it; a filter, chain, accumulate, ... that ended; anything else counts as unknown).
+# A close() or throw() before its end counts the items drawn up to it (`IteratorValue.ended_at`), and a user
+# exception that leaves the frame is checked as a return (review revA2 HIGH-1/HIGH-4: `g.close()` after one
+# `next`, `contextlib.closing`, a `raise` inside a for over a dropout genexpr left eager's RNG state behind).
 class RandomRunAhead:
     """The random draws of a run-ahead generator (NOTE [Random draws of run-ahead generators])."""
 
@@ -149,6 +152,8 @@ def eager_draws(it: Any) -> int | None:
     when unknown (NOTE [Random draws of run-ahead generators])."""
     consumer = getattr(it, "consumer", None)
     if consumer is None:
+        if it.ended_at is not None:  # closed or thrown into: eager's next() calls stop there (generator_ends._end)
+            return it.ended_at
         return it.index + (1 if it.exhausted else 0)
     result, what, position, start, lengths = consumer
     rows = eager_draws(result)

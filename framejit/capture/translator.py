@@ -141,8 +141,8 @@ class Translator:
                 e.root_index = break_before_generator_cms(self.output, min(e.root_index, e.made_site))
             if self.parent is None and finalizers_pending(self.output):  # NOTE [Generators with finalizers
                 e = _frame_eager(e)  # traced lazily] in lazy_generators.py
-            if self.parent is None and isinstance(e, Unsupported) and getattr(e, "retry_lazy", None) is None:
-                check_random_run_aheads(self.output, e.root_index)  # NOTE [Random draws of run-ahead generators]
+            if self.parent is None and getattr(e, "retry_lazy", None) is None:  # a user exception ends it too
+                check_random_run_aheads(self.output, e.root_index if isinstance(e, Unsupported) else None)  # NOTE [Random draws of run-ahead generators]
             raise e
         finally:
             self.output.tx_stack.pop()

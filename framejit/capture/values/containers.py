@@ -170,6 +170,7 @@ class IteratorValue(Value):
     check: Any = None  # a generator's iterator: called before each step (NOTE [Eager generators])
     gen_code: Any = None  # a generator's iterator: the generator function's code (NOTE [Generators ended by close or throw])
     exhausted = False  # CPython's iterators stay exhausted once they stop (items appended later are not seen)
+    ended_at: int | None = None  # ended by close() or throw() before it stopped: how many items eager drew
     start: int | None = None  # a list iterator from outside: its position at entry (NOTE [Iterators from outside])
     reverse_from: int | None = None  # a reversed list iterator from outside: CPython's index at entry
     lent_at: int | None = None  # drained by a combinator made at this root instruction (NOTE [Lent iterators])
