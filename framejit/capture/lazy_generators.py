@@ -80,9 +80,46 @@ LAZY_CODES: set = set()  # (root code, generator code): NOTE [Lazy generators de
 
 def wants_lazy(tx, f: Any) -> bool:
     from .normalize import has_handlers
-    if _lazy_for_frame(tx.output, f.__code__):
+    if _lazy_for_frame(tx.output, f.__code__) or runs_code_on_close(f):
         return True
     return (drives_with_send(tx) or uses_sent_values(f.__code__)) and not has_handlers(f.__code__)
+
+
+# NOTE [Generators whose handlers run on close]: a run-ahead generator (NOTE [Eager generators]) whose normal path
+# changes nothing is taken as ended; but one suspended at a `yield` and dropped (the frame returns, `del g`, a
+# `break` out of a for loop over it) is closed by CPython, which throws GeneratorExit in: an `except
+# GeneratorExit` / `except BaseException` / bare `except:` handler, a finally or a with-block's __exit__ runs
+# then (review revW HIGH-1: `try: yield t + 1 except GeneratorExit: LOG.append("ge")` dropped after one next()
+# logged nothing). A generator with an except clause that can catch GeneratorExit is lazy from the start (NOTE
+# [Generators with finalizers traced lazily]), where the close-at-return and break rules apply. Only handlers whose every except clause names a class of
+# `Exception` (a global or builtin name, or a tuple of them) are known to stay out of close(). A finally or
+# with-block runs the same code on the normal path, where the run ahead sees what it changes (it stays run ahead).
+def runs_code_on_close(f: Any) -> bool:
+    from .normalize import is_user_handler, normalize
+    insts = normalize(f.__code__).insts
+    handlers = {inst.handler for inst in insts if inst.handler is not None and is_user_handler(insts, inst.handler)}
+    return any(not _exception_only(f, insts, h + 1) for h in handlers)
+
+
+def _exception_only(f: Any, insts: list, i: int) -> bool:
+    """The except clauses from `insts[i]` on catch only `Exception` subclasses and re-raise the rest. A finally
+    or with-block is not an except clause: its code runs on the normal path too, where the run ahead sees it."""
+    import builtins
+    while insts[i].name != "RERAISE":
+        j = i
+        while insts[j].name in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_NAME", "LOAD_DEREF", "LOAD_FAST", "BUILD_TUPLE"):
+            j += 1
+        if insts[i].name != "POP_TOP" and insts[j].name != "CHECK_EXC_MATCH":
+            return True  # a finally or with-block
+        names = [a[1] if isinstance(a, tuple) else a for a in (x.arg for x in insts[i:j] if x.name == "LOAD_GLOBAL")]
+        if insts[i].name == "POP_TOP" or len(names) != j - i - (insts[j - 1].name == "BUILD_TUPLE"):
+            return False  # a bare except, or a match not read from global names
+        for name in names:
+            cls = f.__globals__.get(name, getattr(builtins, name, None))
+            if not (isinstance(cls, type) and issubclass(cls, Exception)):
+                return False
+        i = insts[j + 1].arg  # POP_JUMP_IF_FALSE: the next clause
+    return True
 
 
 # NOTE [Lazy generators decided per frame]: a generator with finalizers runs ahead of its consumer (NOTE [Eager
