@@ -80,8 +80,10 @@ LAZY_CODES: set = set()  # (root code, generator code): NOTE [Lazy generators de
 
 def wants_lazy(tx, f: Any) -> bool:
     from .normalize import has_handlers
-    if _lazy_for_frame(tx.output, f.__code__) or runs_code_on_close(f):
+    read: list = []
+    if _lazy_for_frame(tx.output, f.__code__) or runs_code_on_close(f, read):
         return True
+    _guard_handler_names(tx.output, f, read)
     return (drives_with_send(tx) or uses_sent_values(f.__code__)) and not has_handlers(f.__code__)
 
 
@@ -91,20 +93,34 @@ def wants_lazy(tx, f: Any) -> bool:
 # GeneratorExit` / `except BaseException` / bare `except:` handler, a finally or a with-block's __exit__ runs
 # then (review revW HIGH-1: `try: yield t + 1 except GeneratorExit: LOG.append("ge")` dropped after one next()
 # logged nothing). A generator with an except clause that can catch GeneratorExit is lazy from the start (NOTE
-# [Generators with finalizers traced lazily]), where the close-at-return and break rules apply. Only handlers whose every except clause names a class of
-# `Exception` (a global or builtin name, or a tuple of them) are known to stay out of close(). A finally or
-# with-block runs the same code on the normal path, where the run ahead sees what it changes (it stays run ahead).
-def runs_code_on_close(f: Any) -> bool:
+# [Generators with finalizers traced lazily]), where the close-at-return and break rules apply. Only handlers
+# whose every except clause names a class of `Exception` (a global or builtin name, or a tuple of them) are known
+# to stay out of close(). A finally or
+# with-block runs the same code on the normal path, where the run ahead sees what it changes (it stays run ahead),
+# except what reads the exception: NOTE [Handlers that see the exception on close]. The names the except clauses
+# were resolved through are guarded when the generator runs ahead (`MyErr = GeneratorExit` later must miss).
+def runs_code_on_close(f: Any, read: list | None = None) -> bool:
     from .normalize import is_user_handler, normalize
     insts = normalize(f.__code__).insts
     handlers = {inst.handler for inst in insts if inst.handler is not None and is_user_handler(insts, inst.handler)}
-    return any(not _exception_only(f, insts, h + 1) for h in handlers)
+    return any(not _exception_only(f, insts, h + 1, [] if read is None else read) for h in sorted(handlers))
 
 
-def _exception_only(f: Any, insts: list, i: int) -> bool:
+def _guard_handler_names(out, f: Any, read: list) -> None:
+    """Guards each global or builtin name `runs_code_on_close` resolved (NOTE [Lookup facts])."""
+    from .sources import GlobalSource, ItemSource, ObjectSource, Ref
+    for name in read:
+        if name in f.__globals__:
+            out.guard_id(GlobalSource(Ref(f.__globals__, "G"), name), f.__globals__[name])
+            continue
+        g = out.name_of(f.__globals__, "G")
+        out.add_guard("BUILTIN_NOT_SHADOWED", f"{name!r} not in {g}", None, expected=f"{name} is the builtin")
+        out.guard_id(ItemSource(ObjectSource(Ref(f.__builtins__, "B")), name), f.__builtins__[name])
+
+
+def _exception_only(f: Any, insts: list, i: int, read: list) -> bool:
     """The except clauses from `insts[i]` on catch only `Exception` subclasses and re-raise the rest. A finally
     or with-block is not an except clause: its code runs on the normal path too, where the run ahead sees it."""
-    import builtins
     while insts[i].name != "RERAISE":
         j = i
         while insts[j].name in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_NAME", "LOAD_DEREF", "LOAD_FAST", "BUILD_TUPLE"):
@@ -115,11 +131,70 @@ def _exception_only(f: Any, insts: list, i: int) -> bool:
         if insts[i].name == "POP_TOP" or len(names) != j - i - (insts[j - 1].name == "BUILD_TUPLE"):
             return False  # a bare except, or a match not read from global names
         for name in names:
-            cls = f.__globals__.get(name, getattr(builtins, name, None))
+            cls = f.__globals__[name] if name in f.__globals__ else f.__builtins__.get(name)
+            read.append(name)
             if not (isinstance(cls, type) and issubclass(cls, Exception)):
                 return False
         i = insts[j + 1].arg  # POP_JUMP_IF_FALSE: the next clause
     return True
+
+
+# NOTE [Handlers that see the exception on close]: a finally or with-block of a run-ahead generator runs the same
+# code when the generator ends normally and when a suspended one is closed, except code that reads the exception
+# being handled: `sys.exc_info()` / `sys.exception()` in the finally or in a function it calls, an `__exit__`
+# written in Python that reads its exception arguments (a context manager that logs only when given one), a
+# @contextmanager whose body has handlers (close() throws GeneratorExit into it). Run ahead, that code saw no
+# exception and changed nothing; eager, dropping the generator suspended (the frame returns, `del g`, a `break`,
+# a zip that stops early), passes GeneratorExit in. Such a read marks every frame of the trace above it
+# (`reads_exception`); a generator with handlers (or one delegating to such) whose run ahead read one is traced
+# again lazily (`seen_on_close`), where NOTE [Generators with finalizers traced lazily] applies: closed where
+# eager closes it, or the frame runs eagerly. torch's own blocks (grad mode, autocast, device) ignore it.
+def note_exception_read(tx) -> None:
+    frame = tx
+    while frame is not None:
+        frame.reads_exception = True
+        frame = frame.parent
+
+
+def note_with(tx, ctx: Value) -> None:
+    """BEFORE_WITH over `ctx` (NOTE [Handlers that see the exception on close])."""
+    from .generator_ctx import GenCtxValue
+    from .normalize import has_handlers
+    if isinstance(ctx, GenCtxValue):
+        fn = getattr(ctx.func, "fn", None)
+        reads = not isinstance(fn, types.FunctionType) or has_handlers(fn.__code__)
+    elif isinstance(ctx, (ObjectValue, NewObjectValue)):
+        found = (k.__dict__["__exit__"] for k in ctx.python_type().__mro__ if "__exit__" in k.__dict__)
+        exit_fn = next(found, None)
+        reads = exit_fn is not None and (not isinstance(exit_fn, types.FunctionType) or _reads_exc_args(exit_fn))
+    else:
+        reads = False
+    if reads:
+        note_exception_read(tx)
+
+
+def _reads_exc_args(fn: types.FunctionType) -> bool:
+    import dis
+    import inspect
+    code = fn.__code__
+    params = set(code.co_varnames[1:code.co_argcount])
+    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or params & set(code.co_cellvars):
+        return True
+    for inst in dis.get_instructions(code):
+        if inst.opname.startswith(("LOAD_FAST", "STORE_FAST_LOAD_FAST")):
+            if params & set(inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)):
+                return True
+    return False
+
+
+def seen_on_close(returned: Any, child: Any, f: Any) -> Any:
+    """`returned` by a run-ahead generator's body; raises when its handlers read the exception (NOTE [Handlers
+    that see the exception on close])."""
+    from .normalize import has_handlers
+    if getattr(child, "reads_exception", False) and (has_handlers(f.__code__) or child.delegates_finalizers):
+        raise lazy_from_now(Unsupported(BreakKind.SIDE_EFFECT, f"the generator {f.__qualname__} has a handler that "
+                                        "reads the exception it is closed with: it runs lazily"), f.__code__)
+    return returned
 
 
 # NOTE [Lazy generators decided per frame]: a generator with finalizers runs ahead of its consumer (NOTE [Eager
@@ -610,4 +685,5 @@ def drain_whole(tx, value: Value) -> list[Value]:
 __all__ = ["LazyGenMethodValue", "LazyGeneratorValue", "call_lazy_gen_method", "check_finalizers_at_return",
            "drain_whole", "drives_with_send", "finalizer_break", "finalizers_pending", "lazy_gen_attr",
            "lazy_from_now", "make_lazy_generator", "raised_with_suspended_finalizers", "LazyDecisions",
-           "suspended_finalizers", "thrown_error", "thrown_out", "wants_lazy", "LAZY_CODES"]
+           "suspended_finalizers", "thrown_error", "thrown_out", "wants_lazy", "LAZY_CODES", "note_exception_read",
+           "note_with", "seen_on_close"]

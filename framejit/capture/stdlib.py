@@ -95,6 +95,8 @@ def _exc_info(tx, args: list[Value], kwargs: dict[str, Value], exception_only: b
     from .values import TupleValue
     if args or kwargs:
         raise UserException(TypeError(f"{'exception' if exception_only else 'exc_info'}() takes no arguments"))
+    from .lazy_generators import note_exception_read
+    note_exception_read(tx)  # NOTE [Handlers that see the exception on close]
     out = tx.output
     if getattr(out, "entry_exception", True) or any(t.handling for t in out.tx_stack):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sys.exc_info() while an exception is being handled")

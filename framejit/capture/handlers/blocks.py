@@ -7,13 +7,16 @@ from ..calls import builtin_made
 from ..caught_exceptions import call_exit, exception_types, reraised
 from ..context import enter
 from ..generator_reach import torch_state
+from ..lazy_generators import note_with
 from ..values import ClassValue, ConstantValue
 from . import op
 
 
 @op("BEFORE_WITH")
 def before_with(tx, inst):
-    exit_value, entered = enter(tx, tx.pop())
+    ctx = tx.pop()
+    note_with(tx, ctx)  # NOTE [Handlers that see the exception on close] in lazy_generators.py
+    exit_value, entered = enter(tx, ctx)
     tx.push(exit_value)
     tx.push(entered)
 
