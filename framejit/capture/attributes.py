@@ -132,12 +132,12 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement (it
 
 
 def getattr_value(tx, obj: Value, name: str) -> Value:
-    from .context import CloneValue, CtxValue
+    from .context import CtxValue, ctx_method
 
     if isinstance(obj, SuperValue):
         return _super_attr(tx, obj, name)
-    if isinstance(obj, CtxValue) and name == "clone":
-        return CloneValue(obj)
+    if isinstance(obj, CtxValue) and (method := ctx_method(obj, name)) is not None:
+        return method  # `ctx.clone`, `ng.__enter__` (NOTE [Torch managers entered by call])
     if isinstance(obj, TensorValue):
         return _tensor_attr(tx, obj, name)
     if getattr(obj, "opaque_tensor", None):

@@ -172,10 +172,10 @@ class Reconstructor:
         had it when the iterator was made; one changed since then still fails as eager's does
         (failing_iterator).
 
-        NOTE [One object per value]: a list, dict, set or object made while tracing may be reachable
-        from several places (a local, a bound method `r.append` on the stack, an item of another
-        container, a side effect). It is built once, into a local, and every place loads that local, so
-        a mutation through one path (the call at a graph break, the resume function) is seen by all."""
+        NOTE [One object per value]: a list, dict, set, object or context manager made while tracing may be
+        reachable from several places (a local, a bound method `r.append` or `ng.__enter__` on the stack, an
+        item of another container, a side effect). It is built once, into a local, and every place loads it,
+        so a mutation through one path (the call at a graph break, the resume function) is seen by all."""
         for value in values:
             self._preload(value, sourced, set())
 
@@ -200,6 +200,7 @@ class Reconstructor:
             return
         if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value) \
                 or isinstance(value, ConstantValue) and isinstance(value.value, BaseException) \
+                or _is_grad_manager(value) or _unentered_generator_cm(value) \
                 or isinstance(value, UserFunctionValue) and value.attrs is not None:  # made while tracing
             if isinstance(value, UserFunctionValue):
                 self._preload_cells(value)
@@ -575,10 +576,9 @@ def _unentered_generator_cm(value: Any) -> bool:
 
 
 def _is_grad_manager(value: Value) -> bool:
-    import torch
-    from .context import CtxValue
+    from .context import GRAD_CLASSES, CtxValue
     return isinstance(value, CtxValue) and value.kind in ("grad", "inference") and value.source is None and \
-        issubclass(value.cls, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.inference_mode))
+        issubclass(value.cls, GRAD_CLASSES)
 
 
 def _replayable_float(value: Any) -> bool:

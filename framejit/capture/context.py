@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import types
 from typing import Any
 
 import torch
@@ -60,6 +61,19 @@ class CtxValue(Value):
 
     def describe(self) -> str:
         return f"{self.cls.__name__}({self.mode!r})"
+
+
+def ctx_method(ctx: CtxValue, name: str) -> Value | None:
+    """`ctx.clone` (what torch's decorate_context calls), or `ng.__enter__`/`ng.__exit__` of a grad-mode
+    manager made here, which calls.py enters and exits as a with-block does (NOTE [Torch managers entered by
+    call] in generator_ctx.py); None for any other attribute."""
+    if name == "clone":
+        return CloneValue(ctx)
+    method = getattr(ctx.cls, name, None) if name in ("__enter__", "__exit__") else None
+    if ctx.kind == "grad" and ctx.source is None and isinstance(method, types.FunctionType):
+        from .values import BoundMethodValue, UserFunctionValue
+        return BoundMethodValue(UserFunctionValue(method), ctx)
+    return None
 
 
 class ExitValue(Value):

@@ -266,7 +266,10 @@ class EnteredByCall:
 # while the manager is entered it is live like a generator context manager: a graph break, an exception, or
 # the frame returning with it still entered moves before the root instruction that entered it
 # (break_before_generator_cms), where plain Python enters the real manager. Other torch managers (autocast,
-# inference mode: their exits must nest) are inlined as before.
+# inference mode: their exits must nest) are inlined as before. A frame's own `ng.__enter__()` and
+# `ng.__exit__(None, None, None)` on a grad-mode manager it made are the same calls (context.ctx_method); a
+# manager made here and rebuilt at a break is one object (NOTE [One object per value] in codegen.py), so the
+# `__enter__` run as Python and the `__exit__` in the resume function act on one manager and its `prev`.
 def call_torch_ctx_method(tx, name: str, ctx: Value, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
     from .context import enter, exit_
     if getattr(ctx, "kind", None) != "grad" or kwargs:

@@ -1,0 +1,90 @@
+"""Torch grad-mode managers entered and exited by calling `__enter__`/`__exit__` (issue 11: context managers),
+differential (eager vs compiled on fresh inputs, under both caller grad modes, tests/helpers.run_differential).
+
+NOTE [Torch managers entered by call] (framejit/capture/generator_ctx.py): `ng.__enter__()` /
+`ng.__exit__(None, None, None)` of a no_grad/enable_grad/set_grad_enabled made in the frame do what a
+with-block's entry and exit do. NOTE [One manager object across a break] (codegen.py): a manager made in
+the trace and rebuilt at a graph break is one object, so the `__enter__` run as Python and the `__exit__`
+in the resume function act on the same manager (before: two objects were built; the one exited was a fresh
+`no_grad()` whose `prev` is False, so the grad mode stayed off after the call and later results lost their
+grad_fn).
+"""
+from __future__ import annotations
+
+import torch
+
+from tests.helpers import run_differential
+
+
+def make_args(seed):
+    return (torch.randn(3 + seed, requires_grad=True),)
+
+
+def run_under_both_grad_modes(fn, *, fullgraph):
+    backends = []
+    for mode in (True, False, True):
+        with torch.set_grad_enabled(mode):
+            backends.append(run_differential(fn, make_args, fullgraph=fullgraph))
+        assert torch.is_grad_enabled()
+    return backends
+
+
+def manual_no_grad(x):
+    ng = torch.no_grad()
+    ng.__enter__()
+    y = x * 2
+    ng.__exit__(None, None, None)
+    return y, x * 3, torch.is_grad_enabled()
+
+
+def test_manual_enter_exit_is_one_graph():
+    # before: a graph break at `ng.__enter__` (attribute '__enter__' of no_grad) and at `ng.__exit__`
+    for backend in run_under_both_grad_modes(manual_no_grad, fullgraph=True):
+        assert backend.graph_count == 2  # one per call (two calls, two shapes)
+
+
+def manual_no_grad_with_break(x):
+    ng = torch.no_grad()
+    alias = ng
+    ng.__enter__()
+    y = x * 2
+    print("inside", torch.is_grad_enabled())
+    z = x * 4
+    alias.__exit__(None, None, None)
+    return y, z, x * 3, torch.is_grad_enabled()
+
+
+def test_manual_enter_exit_across_a_break_exits_the_manager_entered():
+    # before: the grad mode stayed off after the compiled call and `x * 3` had no grad_fn
+    for backend in run_under_both_grad_modes(manual_no_grad_with_break, fullgraph=False):
+        assert backend.graph_count >= 2  # the code on both sides of the print stays captured
+
+
+def manual_enable_grad_with_break(x):
+    eg = torch.enable_grad()
+    eg.__enter__()
+    print("entered")
+    y = x * 2
+    eg.__exit__(None, None, None)
+    return y, x.sin(), torch.is_grad_enabled()
+
+
+def test_manual_enable_grad_across_a_break():
+    for backend in run_under_both_grad_modes(manual_enable_grad_with_break, fullgraph=False):
+        assert backend.graph_count >= 2
+
+
+def set_grad_enabled_object_with_break(x, mode):
+    sg = torch.set_grad_enabled(mode)  # acts when made
+    y = x * 2
+    print("made")
+    sg.__exit__(None, None, None)
+    return y, x * 3, torch.is_grad_enabled()
+
+
+def test_set_grad_enabled_object_exited_after_a_break():
+    for mode in (False, True):
+        for outer in (True, False):
+            with torch.set_grad_enabled(outer):
+                run_differential(set_grad_enabled_object_with_break, lambda s: (*make_args(s), mode),
+                                 fullgraph=False)
