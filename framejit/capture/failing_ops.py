@@ -124,3 +124,31 @@ def fails_on_values(node: torch.fx.Node) -> bool:
 
 
 __all__ = ["fails_on_values"]
+
+
+# NOTE [Outside code before a failing op]: a graph that raises at run time is rerun eagerly (NOTE [Graph failures
+# rerun eagerly] in requests.py, NOTE [Effects between failing ops] in graph_errors.py), which runs again every op
+# the failed call already ran. For torch's own ops that is unobservable (the inputs they write are put back), but
+# a custom op (torch.library: a Python kernel) may have effects of its own (review revS MED-2: a custom op
+# appending to a list ran twice where eager runs it once, when an index after it in the graph was out of range).
+# So an op that may fail on values (fails_on_values) after such an op in the same graph is a graph break: the
+# graph ends before it, its custom ops run once there, and the failing op runs (and reruns) in later code. A
+# custom op that itself fails after an earlier one is not counted (each would be its own graph): known gap.
+_TORCH_NAMESPACES = frozenset(("aten", "prims", "framejit"))
+
+
+def runs_outside_code(node: torch.fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and \
+        getattr(target, "namespace", "aten") not in _TORCH_NAMESPACES
+
+
+def check_rerun_of_outside_code(output: Any, node: torch.fx.Node) -> None:
+    """The op `node` just recorded (NOTE [Outside code before a failing op])."""
+    if runs_outside_code(node):
+        output.__dict__["outside_code_ran"] = True
+    elif output.__dict__.get("outside_code_ran") and fails_on_values(node):
+        from .breaks import BreakKind, Unsupported
+        node.graph.erase_node(node)
+        raise Unsupported(BreakKind.SIDE_EFFECT, "an op that may fail at run time after a custom op in the same "
+                          "graph: a rerun would run the custom op again")

@@ -24,6 +24,7 @@ from .. import fake_modes, grad_mode
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from ..guards.plain_reads import plain_name
 from .dropout_identity import dropout_identity
+from .failing_ops import check_rerun_of_outside_code
 from .breaks import BreakKind, Unsupported, UserException
 from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
@@ -470,9 +471,9 @@ class OutputGraph:
         node = self.graph.create_node(kind, target, node_args, node_kwargs)
         if kind == "call_function" and is_whole_torch_function(target):
             guard_reads(self, target)  # NOTE [Names read by whole torch functions]
-        node.meta["val"] = result
-        node.meta["stack_trace"] = self.stack_trace()
+        node.meta.update(val=result, stack_trace=self.stack_trace())
         mark_node(self, node, kind, target)  # NOTE [Warnings of graph ops]
+        check_rerun_of_outside_code(self, node)  # NOTE [Outside code before a failing op] in failing_ops.py
         self.op_count += 1
         if result is None:
             return ConstantValue(None)  # an in-place op kept for its effect (e.g. operator.setitem)
@@ -747,11 +748,10 @@ class OutputGraph:
         self._drop_undone_grad_switches()
 
     def _drop_undone_grad_switches(self) -> None:
-        """NOTE [Grad-mode nodes]: grad-mode switches stay in the graph where the traced code switches
-        (the graph states its own grad mode, also when nothing in it requires grad; backends decide from
-        the inputs whether autograd matters: backends/state.py). Only a switch away from the mode in
-        force that the very next node switches back (`with torch.no_grad(): pass`) is dropped, as a pair:
-        together they do nothing."""
+        """NOTE [Grad-mode nodes]: grad-mode switches stay in the graph where the traced code switches (the graph
+        states its own grad mode, also when nothing in it requires grad; backends decide from the inputs whether
+        autograd matters: backends/state.py). Only a switch away from the mode in force that the very next node
+        switches back (`with torch.no_grad(): pass`) is dropped, as a pair: together they do nothing."""
         mode, erased = self.entry_grad_enabled, set()
         nodes = list(self.graph.nodes)
         for first, second in zip(nodes, nodes[1:]):
