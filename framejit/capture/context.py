@@ -389,6 +389,7 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
         out = tx.output
         if ctx.kind == "grad":
             saved = getattr(ctx, "mode_before_init", out.grad_enabled)
+            _store_prev(out, ctx, saved)
             out.set_grad_enabled(ctx.mode)
         elif ctx.kind == "inference":
             if hasattr(ctx, "grad_before"):  # an InferenceBlock sets the grad mode first
@@ -424,6 +425,21 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
         entered = gen_enter(tx, ctx)
         return GenMethodValue(ctx, "__exit__"), entered
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"with-block over {ctx.describe()}")
+
+
+# NOTE [Entering managers from outside]: `no_grad.__enter__` and `enable_grad.__enter__` store the grad mode in
+# force on the object (`self.prev`), which their `__exit__` restores and which stays on it after the block. A
+# manager from outside (an argument, a global) entered in the trace kept its old `prev` (no_grad's __init__
+# sets False; enable_grad's sets none: reading it after the call raised AttributeError); the store is
+# replayed after the graph (a finishing call on the object reloaded from its source).
+def set_prev(manager: Any, prev: bool) -> None:
+    manager.prev = prev
+
+
+def _store_prev(out, ctx: CtxValue, prev: bool) -> None:
+    if ctx.source is not None and issubclass(ctx.cls, (grad_mode.no_grad, grad_mode.enable_grad)) and \
+            ctx.cls.__enter__ in (grad_mode.no_grad.__enter__, grad_mode.enable_grad.__enter__):
+        out.side_effects.record_finishing_call(set_prev, [ctx, ConstantValue(prev)])
 
 
 def exit_(tx, exit_value: ExitValue) -> Value:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from tests.helpers import run_differential
+import framejit
+from tests.helpers import CountingBackend, assert_same, run_differential
 
 
 def make_args(seed):
@@ -88,3 +89,34 @@ def test_set_grad_enabled_object_exited_after_a_break():
             with torch.set_grad_enabled(outer):
                 run_differential(set_grad_enabled_object_with_break, lambda s: (*make_args(s), mode),
                                  fullgraph=False)
+
+
+def with_outside_manager(x, manager):
+    with manager:
+        y = x * 2
+    return y, x * 3, torch.is_grad_enabled()
+
+
+def exit_stack_outside_manager(x, manager):
+    import contextlib
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(manager)
+        y = x * 2
+    return y, x * 3
+
+
+def test_outside_manager_keeps_the_prev_its_enter_stored():
+    # NOTE [Entering managers from outside] (context.py): before, no_grad's `prev` kept its __init__ value
+    # (False) and enable_grad had none (AttributeError when read after the compiled call)
+    for program in (with_outside_manager, exit_stack_outside_manager):
+        for cls in (torch.no_grad, torch.enable_grad):
+            backend = CountingBackend()
+            compiled = framejit.compile(program, backend=backend)
+            for outer in (True, False, True):
+                eager_manager, compiled_manager = cls(), cls()
+                x = torch.randn(3, requires_grad=True)
+                with torch.set_grad_enabled(outer):
+                    assert_same(compiled(x, compiled_manager), program(x, eager_manager))
+                    assert torch.is_grad_enabled() == outer
+                assert compiled_manager.prev == eager_manager.prev == outer
+            assert backend.graph_count == 2  # one per caller grad mode
