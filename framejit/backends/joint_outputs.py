@@ -140,6 +140,8 @@ class OutputChecks:
                          list(self.saved))
         if self.inputs:
             self._check_inputs(outs, args)
+        if self.unreached is not None:  # NOTE [Hooks of outputs no backward reaches] (joint_unreached.py)
+            self.unreached.gate(outs)
         return outs
 
     def add_inputs(self, entries: tuple) -> None:

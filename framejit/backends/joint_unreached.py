@@ -28,9 +28,8 @@ from .. import logs
 # node's incoming gradients before materialisation (None where none came) and replaces the gradient of each
 # input that no source with a gradient reaches by None, as eager. The node still calls the input's next node
 # with nothing: AccumulateGrad leaves `.grad` None, but the engine calls the input's tensor hooks and
-# post-accumulate-grad hooks anyway, with None (eager does not call them at all); so an input with such hooks
-# (seen at the backward) keeps the computed zeros, as before: its hooks run with zeros rather than fail on a
-# None. Not covered (the joint's zeros stay, logged once): outputs that are views regenerated outside the
+# post-accumulate-grad hooks anyway, with None (eager does not call them at all): NOTE [Hooks of inputs no
+# backward reaches] skips those calls. Not covered (the joint's zeros stay, logged once): outputs that are views regenerated outside the
 # node, joints whose node's inputs are not the call's tensors one for one (AOT autograd deduplicated them).
 # Cost: only such joints pay, a node walk and a hook per call.
 
@@ -78,7 +77,10 @@ def _partial_reach(edges: list, outs: list, written: list, n_weights: int) -> "U
     every = {source for source, _ in roots}
     entries = tuple((k, tuple(sorted(sources))) for k, sources in sorted(reach.items()) if sources != every)
     hooked = tuple(k - n_weights for k, _ in written if k >= n_weights)
-    return Unreached(n_weights, entries, hooked) if entries or hooked else None
+    # NOTE [Hooks of outputs no backward reaches]: the outputs in the order eager's backward reaches them
+    gated = tuple(j for j, _ in sorted(((j, -r._sequence_nr()) for j, r in roots if j >= 0), key=lambda e: e[1])) \
+        if len(every) >= 2 else ()
+    return Unreached(n_weights, entries, hooked, gated) if entries or hooked or gated else None
 
 
 def _inputs_below(root, by_edge: dict) -> set:
@@ -99,11 +101,18 @@ def _inputs_below(root, by_edge: dict) -> set:
 class Unreached:
     """NOTE [Inputs no backward reaches]: ((input position, sources), ...) for a joint's inputs."""
 
-    __slots__ = ("n_weights", "entries", "written", "logged")
+    __slots__ = ("n_weights", "entries", "written", "logged", "gated")
 
-    def __init__(self, n_weights: int, entries: tuple, written: tuple = ()):
+    def __init__(self, n_weights: int, entries: tuple, written: tuple = (), gated: tuple = ()):
         self.n_weights, self.entries, self.logged = n_weights, entries, False
         self.written = written  # NOTE [Hooks added to a written input after the call]: argument positions
+        self.gated = gated  # NOTE [Hooks of outputs no backward reaches]: output positions, in eager's order
+
+    def gate(self, outs) -> None:
+        """NOTE [Hooks of outputs no backward reaches]: the final outputs `outs` of a call."""
+        if self.gated:
+            from .joint_outputs import _joint_node
+            gate_output_hooks([outs[j] for j in self.gated if j < len(outs)], _joint_node(outs))
 
     def register(self, outs, args) -> None:
         """Hook the joint's node of this call's flat outputs `outs` (for the call's `args`)."""
@@ -166,13 +175,106 @@ def _post_hook(plan: list):
         for q, nrs, ref in plan:
             if q >= len(grad_inputs) or grad_inputs[q] is None or nrs & got:
                 continue
-            value = ref() if ref is not None else None
-            if value is not None and (value._backward_hooks or value._post_accumulate_grad_hooks):
-                continue  # the engine would call them with None (eager: not at all); the zeros stay
             changed = list(grad_inputs) if changed is None else changed
             changed[q] = None
+            value = ref() if ref is not None else None
+            if value is not None:  # the engine calls its hooks with None (eager: not at all)
+                skip_hooks_once(value)
         return tuple(changed) if changed is not None else None
     return hook
+
+
+# NOTE [Hooks of inputs no backward reaches]
+# When the joint's node hands an input no gradient (NOTE [Inputs no backward reaches]), the engine still runs
+# the input's next node (its AccumulateGrad, or the node of an activation passed in) with an undefined
+# gradient, and calls the input's tensor hooks with None and a leaf's post-accumulate-grad hooks (`.grad`
+# untouched); eager never reaches the input, so never calls them. Before, such inputs kept the joint's zero
+# gradient so that hooks ran on a tensor (grad clipping by `p.register_hook(lambda g: g.clamp(-1, 1))` on a
+# two-head model: the head no loss reached got zeros, AdamW's weight decay moved it; review revZ HIGH).
+# Now they get None too, and the post-hook wraps each of the input's hooks (in its own hook dicts, in place)
+# in a one-shot wrapper: the hook's next call puts the original back and is skipped when the gradient is None
+# (a post-accumulate-grad hook: when the gradient that reached the tensor's hooks was None, seen by a
+# one-shot tensor hook of ours registered last); with a gradient (the input is also used outside the graph)
+# the original runs as in eager. A backward that raises before the input's node runs leaves the wrappers in
+# place: the next call is the wrapper's, which behaves as the hook except that a None it gets then (eager
+# calls a hook with None only where a custom Function returns None for a leaf) is not passed on.
+# Cost: only a backward that leaves such an input without a gradient pays, per hook. Not covered: hooks of
+# tensors further up an activation passed in (its history runs with undefined gradients below the joint).
+_SKIP = "_framejit_skip_none_once"
+
+
+def skip_hooks_once(t) -> None:
+    """NOTE [Hooks of inputs no backward reaches]: `t`'s hooks skip their next call when it brings None."""
+    hooks = t._backward_hooks
+    post = t._post_accumulate_grad_hooks if t.is_leaf else None
+    if hooks:
+        for key, fn in list(hooks.items()):
+            if not getattr(fn, _SKIP, False):
+                hooks[key] = _once(hooks, key, fn, None)
+    if post and not all(getattr(fn, _SKIP, False) for fn in post.values()):
+        state = [False]  # whether the gradient that reached t's tensor hooks was None
+
+        def seen(grad):
+            handle.remove()
+            state[0] = grad is None
+        handle = t.register_hook(seen)
+        for key, fn in list(post.items()):
+            if not getattr(fn, _SKIP, False):
+                post[key] = _once(post, key, fn, state)
+
+
+def _once(hooks, key, fn, state):
+    def skip(value):
+        if hooks.get(key) is skip:
+            hooks[key] = fn
+        if (value is None) if state is None else state[0]:
+            return None
+        return fn(value)
+    setattr(skip, _SKIP, True)
+    return skip
+
+
+# NOTE [Hooks of outputs no backward reaches]
+# A joint is one node for all its outputs: a hook on output b (`b.register_hook(fn)`, a tensor pre-hook of
+# the joint's node for b's slot) was called with None whenever a backward of another output ran the node
+# (`a, b = cf(x, y); b.register_hook(...); a.backward()`), where eager never reaches b's node: the user's
+# hook failed on None.clone() (review revZ MED-2). On a joint with two or more sources (outputs, new values
+# of written inputs), each call gives each output whose node is the joint's a hook of framejit's own (in the
+# dict the node calls) and then a fresh, unregistered dict as `_backward_hooks`, where the user's
+# `register_hook` puts its hooks: framejit's hook calls them in order, each with the gradient the previous
+# returned, only when the gradient is not None; `retain_grad()` (run by the engine after every tensor hook)
+# sees the result, as in eager. The node calls those hooks in the order they were registered: framejit's go in
+# the order in which eager's backward reaches the outputs' nodes (the latest made first, from the fake run of
+# NOTE [Inputs no backward reaches]), so the user's hooks of several outputs run in eager's order. Cost per call: a hook and a dict per such output (single-output joints pay
+# nothing).
+def gate_output_hooks(outs, node) -> None:
+    from collections import OrderedDict
+    if node is None:
+        return
+    for out in outs:
+        if isinstance(out, torch.Tensor) and out.grad_fn is node:
+            user = OrderedDict()
+            hooks = out._backward_hooks
+            if hooks is None:  # Tensor.register_hook's steps, without its handle
+                hooks = out._backward_hooks = {}
+                node._register_hook_dict(out)
+            hooks[_GATE] = _gate(user)
+            out._backward_hooks = user
+
+
+_GATE = object()  # framejit's key in the dict the node calls
+
+
+def _gate(user):
+    def gate(grad):
+        if grad is None or not user:
+            return None
+        for fn in list(user.values()):
+            result = fn(grad)
+            if result is not None:
+                grad = result
+        return grad
+    return gate
 
 
 # NOTE [Hooks added to a written input after the call]
