@@ -352,7 +352,7 @@ class Reconstructor:
             cg.load_const(value.fn)
         elif isinstance(value, UserFunctionValue):
             self._new_function(value)
-        elif _is_grad_manager(value):  # a torch grad-mode manager made but not entered before a break
+        elif _is_grad_manager(value):  # a torch state manager made but not entered before a break
             self._call_const(grad_mode_manager, [ConstantValue(value.cls), ConstantValue(value.mode),
                                                  ConstantValue(getattr(value, "mode_before_init", None))])
         elif _unentered_generator_cm(value):  # returned by a frame (contextlib's `helper`), not entered
@@ -576,9 +576,8 @@ def _unentered_generator_cm(value: Any) -> bool:
 
 
 def _is_grad_manager(value: Value) -> bool:
-    from .context import GRAD_CLASSES, CtxValue
-    return isinstance(value, CtxValue) and value.kind in ("grad", "inference") and value.source is None and \
-        issubclass(value.cls, GRAD_CLASSES)
+    from .context import rebuildable_manager
+    return rebuildable_manager(value)  # a torch state manager made in the trace (mappings_runtime.grad_mode_manager)
 
 
 def _replayable_float(value: Any) -> bool:

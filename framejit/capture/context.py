@@ -70,10 +70,18 @@ def ctx_method(ctx: CtxValue, name: str) -> Value | None:
     if name == "clone":
         return CloneValue(ctx)
     method = getattr(ctx.cls, name, None) if name in ("__enter__", "__exit__") else None
-    if ctx.kind == "grad" and ctx.source is None and isinstance(method, types.FunctionType):
+    if ctx.kind in ("grad", "autocast", "inference") and ctx.source is None and isinstance(method, types.FunctionType):
         from .values import BoundMethodValue, UserFunctionValue
         return BoundMethodValue(UserFunctionValue(method), ctx)
     return None
+
+
+def rebuildable_manager(value: Value) -> bool:
+    """A no_grad/enable_grad/set_grad_enabled/inference_mode/torch.autocast made in the trace, which
+    mappings_runtime.grad_mode_manager builds anew where a graph break needs it."""
+    return isinstance(value, CtxValue) and value.source is None and (
+        value.kind in ("grad", "inference") and issubclass(value.cls, GRAD_CLASSES)
+        or value.kind == "autocast" and value.cls is torch.autocast)
 
 
 class ExitValue(Value):

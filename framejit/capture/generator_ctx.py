@@ -260,33 +260,44 @@ class EnteredByCall:
 
 
 # NOTE [Torch managers entered by call]: `ExitStack.enter_context(torch.no_grad())` calls
-# `type(cm).__enter__(cm)` and later `MethodType(type(cm).__exit__, cm)(None, None, None)`. For a grad-mode
-# manager (CtxValue of kind 'grad': no_grad, enable_grad, set_grad_enabled) these do what a with-block's
-# entry and normal exit do (context.enter / exit_); the grad mode saved at entry lives only in the trace, so
-# while the manager is entered it is live like a generator context manager: a graph break, an exception, or
-# the frame returning with it still entered moves before the root instruction that entered it
-# (break_before_generator_cms), where plain Python enters the real manager. Other torch managers (autocast,
-# inference mode: their exits must nest) are inlined as before. A frame's own `ng.__enter__()` and
-# `ng.__exit__(None, None, None)` on a grad-mode manager it made are the same calls (context.ctx_method); a
-# manager made here and rebuilt at a break is one object (NOTE [One object per value] in codegen.py), so the
-# `__enter__` run as Python and the `__exit__` in the resume function act on one manager and its `prev`.
+# `type(cm).__enter__(cm)` and later `MethodType(type(cm).__exit__, cm)(None, None, None)`. For a torch state
+# manager (CtxValue of kind 'grad': no_grad, enable_grad, set_grad_enabled; 'autocast'; 'inference') these do
+# what a with-block's entry and normal exit do (context.enter / exit_); the state saved at entry lives only in
+# the trace, so while the manager is entered it is live like a generator context manager: a graph break, an
+# exception, or the frame returning with it still entered moves before the root instruction that entered it
+# (break_before_generator_cms), where plain Python enters the real manager. An autocast or inference-mode
+# exit is traced only when no block entered after it is still open (`_innermost`: their exits restore what
+# their entries saved), otherwise it is a break. A frame's own `ng.__enter__()` and `ng.__exit__(None, None,
+# None)` on a manager it made are the same calls (context.ctx_method); a manager made here and rebuilt at a
+# break is one object (NOTE [One object per value] in codegen.py), so the `__enter__` run as Python and the
+# `__exit__` in the resume function act on one manager and its `prev`.
 def call_torch_ctx_method(tx, name: str, ctx: Value, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
     from .context import enter, exit_
-    if getattr(ctx, "kind", None) != "grad" or kwargs:
+    if getattr(ctx, "kind", None) not in ("grad", "autocast", "inference") or kwargs:
         return None
     live = tx.output.__dict__.setdefault("live_generator_cms", [])
     if name == "__enter__" and not args:
         exit_value, entered = enter(tx, ctx)
         root = tx.output.tx_stack[0] if tx.output.tx_stack else None
         live.append(EnteredByCall(ctx, exit_value, root.current.index if root and root.current else None))
-        return entered
+        return ctx if ctx.kind == "autocast" else entered  # autocast.__enter__ returns the manager
     pending = [e for e in live if isinstance(e, EnteredByCall) and not e.done]
     if name != "__exit__" or not pending or pending[-1].ctx is not ctx or len(args) != 3 or \
-            not all(a.is_constant() and a.as_constant() is None for a in args):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name} of {ctx.describe()} called out of with-block order")
+            not all(a.is_constant() and a.as_constant() is None for a in args) or not _innermost(tx, pending[-1]):
+        e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name} of {ctx.describe()} called out of with-block order")
+        e.frame_eager = ctx.kind != "grad"  # a block re-entered around the exit at a break would undo it
+        raise e
     exit_(tx, pending[-1].exit_value)
     pending[-1].done = True
-    return ConstantValue(None)
+    return ConstantValue(False if ctx.kind == "autocast" else None)
+
+
+def _innermost(tx, entered: EnteredByCall) -> bool:
+    """An autocast or inference-mode manager entered by call is exited only while no block entered after it
+    is still open (their exits restore the state their entries saved: NOTE [Torch managers entered by call])."""
+    saved = entered.exit_value.saved
+    node = saved if entered.ctx.kind == "autocast" else saved[1] if entered.ctx.kind == "inference" else None
+    return node is None or bool(tx.output.open_regions) and tx.output.open_regions[-1] is node
 
 
 def call_outside_cm_method(tx, name: str, value: Value, args: list[Value], kwargs: dict[str, Value]) -> Value | None:

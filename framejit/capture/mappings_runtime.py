@@ -104,7 +104,7 @@ def made_frame(name: str, qualname: str, filename: str, firstlineno: int, module
 
 
 def grad_mode_manager(cls: type, mode: Any, prev: Any) -> Any:
-    """A `no_grad()`/`enable_grad()`/`set_grad_enabled(b)`/`inference_mode(b)` object as the traced code
+    """A `no_grad()`/`enable_grad()`/`set_grad_enabled(b)`/`inference_mode(b)`/`autocast(...)` object as the traced code
     made it. `set_grad_enabled` acted on the grad mode when it was made (the code after the break runs in
     that mode already), so it is built without running its __init__: its `prev` is the mode it saw."""
     import torch
@@ -114,6 +114,8 @@ def grad_mode_manager(cls: type, mode: Any, prev: Any) -> Any:
         return obj
     if issubclass(cls, torch.inference_mode):
         return cls(mode)
+    if cls is torch.autocast:  # mode: (device_type, dtype, enabled, cache_enabled), its positional order
+        return cls(*mode)
     return cls()
 
 

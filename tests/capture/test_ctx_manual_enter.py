@@ -120,3 +120,64 @@ def test_outside_manager_keeps_the_prev_its_enter_stored():
                     assert torch.is_grad_enabled() == outer
                 assert compiled_manager.prev == eager_manager.prev == outer
             assert backend.graph_count == 2  # one per caller grad mode
+
+
+def mm(x):
+    return torch.mm(x.view(1, -1), x.view(-1, 1))
+
+
+def manual_autocast(x):
+    ac = torch.autocast("cpu", dtype=torch.bfloat16)
+    entered = ac.__enter__()
+    y = mm(x)
+    exited = ac.__exit__(None, None, None)
+    return y, mm(x), entered is ac, exited
+
+
+def exit_stack_of_torch_managers(x):
+    import contextlib
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+        y = mm(x)
+    return y, mm(x)
+
+
+def test_autocast_entered_by_call_is_one_graph():
+    # before: the frame ran eagerly ("attribute '__enter__' of autocast", "assignment to the attribute
+    # 'prev_cache_enabled' of autocast"), so fullgraph=True raised
+    for program in (manual_autocast, exit_stack_of_torch_managers):
+        for backend in run_under_both_grad_modes(program, fullgraph=True):
+            assert backend.graph_count == 2  # one per call
+
+
+def exit_stack_of_torch_managers_with_break(x):
+    import contextlib
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.inference_mode())
+        stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+        y = mm(x) * 2
+        print("inside", torch.is_autocast_enabled("cpu"), torch.is_inference_mode_enabled())
+        z = mm(x) + 1
+    return y, z, mm(x), torch.is_inference_mode_enabled()
+
+
+def autocast_exited_inside_a_later_block(x):
+    ac = torch.autocast("cpu", dtype=torch.bfloat16)
+    ac.__enter__()
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = mm(x)
+        ac.__exit__(None, None, None)  # restores what ac saw: autocast off inside the float16 block
+        z = mm(x)
+    torch.set_autocast_enabled("cpu", False)  # the float16 block's exit turned on what ac had entered
+    return y, z, mm(x)
+
+
+def test_autocast_entered_by_call_across_a_break_and_out_of_order():
+    # before: the frames ran wholly eagerly; now the first is captured on both sides of the print and the
+    # second (an exit out of block order) still runs eagerly, with eager's dtypes
+    before = framejit.stats()["eager_frames"]
+    for backend in run_under_both_grad_modes(exit_stack_of_torch_managers_with_break, fullgraph=False):
+        assert backend.graph_count >= 2
+    assert framejit.stats()["eager_frames"] == before
+    run_under_both_grad_modes(autocast_exited_inside_a_later_block, fullgraph=False)
