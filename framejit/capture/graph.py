@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from .. import fake_modes, grad_mode
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from ..guards.plain_reads import plain_name
+from .default_dtype_compare import cast_compared_ints
 from .dropout_identity import dropout_identity
 from .failing_ops import check_rerun_of_outside_code
 from .breaks import BreakKind, Unsupported, UserException
@@ -75,12 +76,11 @@ _FAKE_ONLY_ERRORS = ("but its data is not allocated yet", "on tensor with symbol
 
 
 # NOTE [Ops without a fake kernel]: for an operator with neither a fake impl nor a Meta kernel
-# (`aten::_nested_tensor_from_mask`, which nn.TransformerEncoder's eval fast path calls), FakeTensorMode
-# raises NotImplementedError and then tries running the kernel on meta tensors as a fallback; when that
-# fallback fails too, the error it raises (for that op: "NestedTensorImpl doesn't support sizes") says
-# nothing about the user's inputs, and eager runs the op fine. Reading it as the user's exception made the
-# whole frame run eagerly; it is a graph break at the op instead, recognised by the NotImplementedError it
-# was raised while handling.
+# (`aten::_nested_tensor_from_mask`, which nn.TransformerEncoder's eval fast path calls), FakeTensorMode raises
+# NotImplementedError and then tries running the kernel on meta tensors as a fallback; when that fallback fails too, the
+# error it raises (for that op: "NestedTensorImpl doesn't support sizes") says nothing about the user's inputs, and
+# eager runs the op fine. Reading it as the user's exception made the whole frame run eagerly; it is a graph break at
+# the op instead, recognised by the NotImplementedError it was raised while handling.
 def _no_fake_kernel(error: BaseException) -> bool:
     if "There was no fake impl registered for" in str(error):  # a torch.library.custom_op without register_fake
         return True
@@ -232,9 +232,8 @@ class OutputGraph:
         self.guards.append(Guard.combine("TENSOR_MATCH", parts))
 
     def _device_check(self, e: str, device: torch.device) -> str:
-        # NOTE [Cheap device checks]: a new torch.device object is made on every `.device` read; `is_cpu`
-        # and `get_device()` (the CUDA index, -1 on CPU) are plain attribute reads and pin CPU and CUDA
-        # devices exactly.
+        # NOTE [Cheap device checks]: a new torch.device object is made on every `.device` read; `is_cpu` and
+        # `get_device()` (the CUDA index, -1 on CPU) are plain attribute reads and pin CPU and CUDA devices exactly.
         if device.type == "cpu":
             return f"{e}.is_cpu"
         if device.type == "cuda":
@@ -488,6 +487,8 @@ class OutputGraph:
     def _checked_call_args(self, kind: str, target: Any, args: tuple, kwargs: dict) -> tuple:
         """The call's (args, kwargs) after the checks made before it is recorded (symbolic floats made graph
         values, narrow int conversions, speculated checks); raises the break for calls that must run in Python."""
+        if self.__dict__.get("default_dtype") is not None:  # NOTE [Comparisons under a default dtype set inside]
+            args = cast_compared_ints(self, kind, target, args, kwargs)
         if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
             args, kwargs = self._float_args(kind, target, args, kwargs)
         from .scalar_ranges import check_converted_ints  # NOTE [Scalars converted to a narrow dtype]
@@ -700,9 +701,8 @@ class OutputGraph:
 
     def wrap_result(self, node: torch.fx.Node, result: Any) -> Value:
         if isinstance(result, torch.Tensor):
-            # NOTE [Parameters made while tracing]: `torch.nn.Parameter(t)` in the graph makes a Parameter
-            # at run time; its value answered type(p) is Tensor and isinstance(p, Parameter) False while
-            # tracing (red team 15)
+            # NOTE [Parameters made while tracing]: `torch.nn.Parameter(t)` in the graph makes a Parameter at run time;
+            # its value answered type(p) is Tensor and isinstance(p, Parameter) False while tracing (red team 15)
             return TensorValue(node, result, cls=torch.nn.Parameter if node.target is torch.nn.Parameter else torch.Tensor)
         if isinstance(result, (torch.SymInt, torch.SymBool)):  # NOTE [Symbolic shapes]
             return SymNodeValue(node, result)
