@@ -473,9 +473,10 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         python_loops.moved_break(fn.__code__, exc, symbolic)  # NOTE [Loops run as Python]
     if loop_exc is not None:
         return _break_entry(fn, shape, args, kwargs, request, loop_exc, first)
-    site = _resumable_site(fn, exc, first)
+    nested = _nested_break_entry(fn, shape, args, kwargs, request, exc, first)  # NOTE [Nested graph breaks]
+    site = None if nested is not None else _resumable_site(fn, exc, first)
     if site is None:
-        return None
+        return nested
     if getattr(first, "readers_deferred", False) and deferred_readers.break_reaches_reader(fn, site.inst.index):
         return _refused(first, "locals() can run after it")  # NOTE [Locals readers decided where they are reached]
     output = _retrace_output(first)
@@ -524,8 +525,44 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
                                (gen, compiled, cg, output_index, graphs, recorder))
 
 
+def _nested_break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
+                        exc: Unsupported | UserException, first) -> Entry | None:
+    """The entry for a frame whose break `exc` happened inside inlined calls, broken there (NOTE [Nested graph
+    breaks] in nested_breaks.py), or None to break at the root's call instead."""
+    from . import nested_breaks
+    from .nested_frames import NestedStop
+    if not nested_breaks.worth_trying(fn, exc):
+        return None
+    output = _retrace_output(first)
+    output.nest_stop = exc.nest_path
+    from .tensor_hooks import mark_result_node_reads  # NOTE [Autograd nodes of a graph's results]
+    mark_result_node_reads(exc, output)
+    tx = _root_translator(fn, args, kwargs, output)
+    try:
+        try:
+            tx.run()
+            return None  # the trace did not reach the break's frames
+        except NestedStop as stop:
+            inner = stop.tx
+        if _finalizer_suspended(output, first) or getattr(first, "readers_deferred", False):
+            return None
+        frames, site = nested_breaks.plan(fn, inner)
+        gen = nested_breaks.NestedBreakCodegen(fn, frames, site, request,
+                                               persisted_code.Recorder(_BoundHooks(request.hooks, fn)))
+        compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
+        cg = gen.emit(compiled, output_index, output.inputs)
+        transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
+    except BackendCompilerFailed:
+        raise
+    except Exception as e:  # out of scope or unsupported: the plain break at the root's call
+        logs.log("graph_breaks", "%s: no nested break (%s: %s)", fn.__code__.co_qualname, type(e).__name__, e)
+        return None
+    return _finish_break_entry(fn, shape, exc, output, request, transformed,
+                               (gen, compiled, cg, output_index, graphs, None), persist=False)
+
+
 def _finish_break_entry(fn, shape: FunctionShape, exc, output, request: CompileRequest, transformed,
-                        made: tuple) -> Entry:
+                        made: tuple, persist: bool = True) -> Entry:
     """The Entry of a frame whose break code `transformed` was generated (`made`: what _break_entry made)."""
     gen, compiled, cg, output_index, graphs, recorder = made
     _log_bytecode(fn, transformed)
@@ -537,7 +574,7 @@ def _finish_break_entry(fn, shape: FunctionShape, exc, output, request: CompileR
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
     from .kept_joints import break_entry_settles  # NOTE [Joints kept across several breaks]
     entry.passes_arguments_only_to_graphs, entry.kept_speculation = break_entry_settles(output, gen, compiled)
-    if request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
+    if persist and request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
         # break code]; NOTE [Draws from the random module]: not persisted
         _persist_break_entry(entry, fn, output, request, cg, compiled, output_index, graphs, recorder)
     return entry

@@ -2,8 +2,8 @@
 and continue in a resume function (resume.py) that enters through the frame hook.
 
 The first trace raises Unsupported at instruction `i` of the outermost frame (a break inside an inlined
-call surfaces at the outermost CALL). A second trace of the same frame stops right before `i`, with the
-stack and locals intact. The generated function then:
+call surfaces at the outermost CALL where it cannot break inside: NOTE [Nested graph breaks] in
+nested_breaks.py). A second trace of the same frame stops right before `i`, with the stack and locals intact. The generated function then:
 1. calls the compiled graph (its outputs: every tensor made by the graph that is still live),
 2. rebuilds only the stack values that instruction `i` consumes and executes `i` itself (a call to a
    user function or module goes through a FrameHook, so the callee is captured as its own frame),
@@ -527,22 +527,8 @@ class BreakCodegen:
         for position, value in enumerate(self.below):
             if callee_slot is not None and position == callee_slot[0]:
                 self._emit_hooked_callee(rebuild, *callee_slot[1:])
-            elif isinstance(value, IteratorValue) and isinstance(value.owner, ListValue):
-                rebuild.emit(value)  # the list's own iterator (NOTE [Live iteration])
-            elif isinstance(value, IteratorValue) and value.owner is not None:
-                rebuild.emit(value)  # CPython's dict or set iterator (NOTE [Live iteration])
-            elif isinstance(value, IteratorValue) and value.reverse_from is not None:
-                rebuild.emit(value)  # the caller's reversed list iterator (NOTE [Reversed iterators from outside])
-            elif isinstance(value, IteratorValue) and value.source is not None and value.made_at is None:
-                rebuild.emit(value)  # the caller's own iterator (a tuple's, a range's), moved by the replay: as a
-                # list of what it had left, an `objs = [it, print()]` held a list where eager holds `it`
-            elif isinstance(value, IteratorValue) and value.made_at is None and value.lent_at is None \
-                    and id(value) not in rebuild.preloaded:
-                rebuild.emit(ListValue(value.items[value.index:]))
-            elif isinstance(value, IteratorValue):
-                rebuild.emit(value)  # a generator's: NOTE [Eager generators]
             elif value is not NULL:
-                rebuild.emit(value)
+                emit_stack_value(rebuild, value)
         for name in temps:
             cg.load_fast(name)
         for name in rest:
@@ -749,6 +735,19 @@ def _passed_cell(cell: Any, name: str) -> bool:
     """A real cell this frame got as an argument (NOTE [Cells passed to resume functions])."""
     from .sources import LocalSource
     return isinstance(cell, RealCell) and cell.source == LocalSource(name)
+
+
+def emit_stack_value(rebuild: Reconstructor, value: Value) -> None:
+    """Load a stack value below the break's instruction for a resume function's stack argument."""
+    if isinstance(value, IteratorValue) and value.owner is None and value.reverse_from is None and \
+            not (value.source is not None and value.made_at is None) and value.made_at is None and \
+            value.lent_at is None and id(value) not in rebuild.preloaded:
+        rebuild.emit(ListValue(value.items[value.index:]))  # what the iterator has left, as a list
+    else:  # a list's, dict's or set's own iterator, a reversed one, the caller's own iterator (a tuple's, a
+        # range's, moved by the replay: as a list of what it had left, an `objs = [it, print()]` held a list
+        # where eager holds `it`), a generator's (NOTE [Live iteration], [Reversed iterators from outside],
+        # [Eager generators])
+        rebuild.emit(value)
 
 
 def _slot_kind(value: Value) -> str:

@@ -33,8 +33,16 @@ def origin(code: types.CodeType, index: int) -> tuple[types.CodeType, int]:
     """The original code object and instruction index that (code, index) stands for."""
     if code in _ORIGIN:
         original, shift = _ORIGIN[code]
+        call = _PROLOGUE_CALLS.get(code)  # NOTE [Nested graph breaks]: the prologue's call stands for the
+        if call is not None and index in (call[0], call[0] + 1):  # original call, the jump after it for
+            return original, call[1] - shift - (index == call[0])  # the instruction after that call
         return original, index - shift
     return code, index
+
+
+# nested resume code -> (canonical index of its prologue's call of the inner frames' function, of the
+# resume point): NOTE [Nested graph breaks] in nested_breaks.py
+_PROLOGUE_CALLS: dict[types.CodeType, tuple[int, int]] = {}
 
 
 def make_resume_code(code: types.CodeType, index: int, layout: tuple[str, ...],

@@ -42,6 +42,7 @@ from .generator_reach import closure_cells as _closure_cells, check_random_run_a
 from .stdlib import forced_break
 from .import_calls import import_break
 from .frame_locals import frame_reader_break
+from .nested_frames import attach_stack as _attach_stack, stop_for, stopped  # NOTE [Nested graph breaks]
 from .normalize import Inst, has_handlers, is_user_handler, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, ObjectSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
@@ -89,7 +90,7 @@ class Translator:
         self.suspend_at_yield = False  # a generator-based context manager's frame (generator_ctx.py)
         self.delegates_finalizers = False  # ... that yields from a generator with finalizers
         self.suspended = False  # ... stopped at a yield, to be resumed by run() again
-        self.stop_at: int | None = None  # root frame only: stop before this instruction (a graph break)
+        self.stop_at = stop_for(output, parent, code)  # stop before this instruction (a graph break)
         self.handling: list[Handling] = []  # NOTE [Exceptions caught while tracing]
 
     # ---- the loop -----------------------------------------------------------------------------
@@ -107,7 +108,7 @@ class Translator:
                 if self.output.steps > limit:
                     raise _step_limit_reached(limit)
                 if self.pc == self.stop_at:
-                    return None
+                    return stopped(self)
                 inst = insts[self.pc]
                 self.current = inst
                 self.pc += 1
@@ -123,10 +124,10 @@ class Translator:
                     getattr(e, "callee_break", None) is None:  # NOTE [Exceptions caught in callees]
                 e.callee_break = Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(e.exc).__name__} raised where "
                                              f"{self.code.co_qualname} has a try or with block around it")
-                _attach_stack(e.callee_break, self.user_stack())
+                _attach_stack(e.callee_break, self)
                 if not getattr(e, "escape_traced", False):  # NOTE [Handlers of callees given up]
                     e = e.callee_break
-            _attach_stack(e, self.user_stack())
+            _attach_stack(e, self)
             if isinstance(e, Unsupported) and self.output.__dict__.get("made_modules"):
                 self._note_live_made_modules(e)  # NOTE [Modules made while tracing that outlive the trace]
             if self.parent is None and getattr(e, "root_index", None) is None:
@@ -153,7 +154,7 @@ class Translator:
             if made_at is not None:  # NOTE [Modules made while tracing that outlive the trace]
                 e = Unsupported(BreakKind.UNSUPPORTED_VALUE, "a module made in the compiled region is returned or "
                                                              "stored outside it: it is made as Python")
-                _attach_stack(e, self.user_stack())
+                _attach_stack(e, self)
                 e.root_index = made_at
                 raise e
         return self.return_value
@@ -193,7 +194,8 @@ class Translator:
             from .carried_loops import check_opaque_operands
             check_opaque_operands(self, inst)
         # the stack before the instruction: a break re-runs it with these operands (_note_live_made_modules)
-        self.operands = list(self.stack) if self.output.__dict__.get("made_modules") else None
+        self.operands = list(self.stack) if self.output.__dict__.get("made_modules") or self.output.__dict__.get(
+            "nest_stop") else None
         handler(self, inst)
 
     # ---- stack and locals ---------------------------------------------------------------------
@@ -644,13 +646,6 @@ def _frame_eager(e: Exception) -> Unsupported:
                             "not ended: the frame runs as Python").with_stack(e.user_stack)
     e.frame_eager = True
     return e
-
-
-def _attach_stack(e: Exception, stack: tuple[UserFrame, ...]) -> None:
-    if isinstance(e, Unsupported):
-        e.with_stack(stack)
-    elif isinstance(e, UserException) and not e.user_stack:
-        e.user_stack = stack
 
 
 def bind_arguments(code: types.CodeType, fname: str, args: list[Value], kwargs: dict[str, Value],

@@ -376,7 +376,7 @@ CASES = [
     (wb_set_grad_enabled_call, one(3, requires_grad=True), 2), (wb_exception_inside, one(3, requires_grad=True), 0),
     (wb_autocast_print, one(4, 4), None),
     (tb_print_in_try, one(3), None), (tb_caught_exception, one(3), None), (tb_uncaught_type, one(3), None),
-    (il_callee_breaks, one(3), 4), (il_callee_item, one(3), None), (il_two_levels, one(3), None),
+    (il_callee_breaks, one(3), 2),  # nested break (NOTE [Nested graph breaks]): 4 before (il_callee_item, one(3), None), (il_two_levels, one(3), None),
     (se_global_container, one(3), None), (se_inplace_input, one(3), 1),
     (se_inplace_view_input, one(2, 3), 1), (se_nonlocal, one(3), 1),
     (ex_raise_value_error, one(3), 0), (ex_failing_assert, one(3), 0), (ex_shape_error, one(2, 3), 0),
@@ -454,7 +454,7 @@ def test_modules_with_breaks(factory):
     backend = CountingBackend()
     compiled = framejit.compile(model, backend=backend)
     run_differential(model, lambda s: (torch.randn(2, 4),), compiled=compiled, backend=backend)
-    assert backend.graph_count >= 3
+    assert backend.graph_count == 2  # up to helper's print | the rest of every frame (NOTE [Nested graph breaks])
     report = framejit.explain(model)(torch.randn(2, 4))
     assert report.graph_break_count == 1
     assert report.break_reasons[0].kind is BreakKind.UNSUPPORTED_CALL

@@ -532,27 +532,28 @@ CASES = [
     (lp_while_tensor_and_counter, lambda s: (torch.rand(3) * 3,), None),
     # .item() values differ per seed and are specialised: the count depends on the data.
     (lp_for_item_accumulate, one(3), None),
-    # cos (frame) | x*2 (lvl2) | sin, +3 (lvl3 and its resume) | -2 (lvl2 resume) | +1 (frame resume).
-    (il_two_deep, one(3), 6),
-    # As il_two_deep with one more level (lvl1: x+1 before, *5 after): 8.
-    (il_three_deep, one(3), 8),
-    # sin (frame) | x+1, a*2, b-1 (callee and its two resumes) | cos (frame resume): 5.
-    (il_callee_two_breaks, one(3), 5),
-    # Nothing before the first call; noisy's frame: x*2 (its second call hits that entry); the resume
-    # holds x*3 before the second call; its resume holds the add: 3.
-    (il_same_callee_twice, one(3), 3),
-    # cos | x*k (Scaler.apply through the hook) | y+1 (its resume) | *2 (frame resume): 4.
-    (il_method, one(3), 4),
+    # Nested breaks (NOTE [Nested graph breaks]): cos, x*2, sin (every frame up to lvl3's print) | +3, -2, +1
+    # (the rest of lvl3, lvl2 and the frame, one resume function): 2 (6 before).
+    (il_two_deep, one(3), 2),
+    # As il_two_deep with one more level (lvl1: x+1 before, *5 after): 2 (8 before).
+    (il_three_deep, one(3), 2),
+    # sin, x+1 | a*2 (the rest after the first print, up to the second) | b-1, cos: 3 (5 before).
+    (il_callee_two_breaks, one(3), 3),
+    # Nothing before noisy's first print (no graph) | the rest of noisy (x*2) and x*3, up to its second print
+    # (the nested resume function breaks nested again) | x*2 and the add: 2 (3 before).
+    (il_same_callee_twice, one(3), 2),
+    # cos, x*k (Scaler.apply inlined up to its print) | y+1, *2: 2 (4 before).
+    (il_method, one(3), 2),
     # All ops before the print in one graph, all ops after it in another.
     (lc_locals, one(3), 2),
     # x*4 before the print, box.t*box.n after it.
     (lc_dataclass_local, one(3), 2),
     # Nothing before the print; the containers' ops after it: 1.
     (lc_return_containers, one(3), 1),
-    # x*2 (pending in BUILD_LIST) | noisy's x*2 | x+1 after the call: 3.
-    (lc_stack_list, one(3), 3),
-    # sin | noisy's x*2 | *2: 3.
-    (lc_stack_tuple, one(3), 3),
+    # x*2 (pending in BUILD_LIST) | noisy's x*2 after its print and x+1, one nested resume: 2 (3 before).
+    (lc_stack_list, one(3), 2),
+    # sin | noisy's x*2 after its print and *2, one nested resume: 2 (3 before).
+    (lc_stack_tuple, one(3), 2),
     # sin | noisy's x*2; building the dict afterwards is no op: 2.
     (lc_stack_dict, one(3), 2),
     # sin | noisy's x*2; calling the namedtuple is no op: 2.
@@ -579,10 +580,10 @@ CASES = [
     (kw_user_fn, one(3), 2),
     # y*2 before the print, y+1 after it.
     (kw_print_sep_end, one(3), 2),
-    # sin | noisy_star's t*k | +1: 3.
-    (st_call, one(3), 3),
-    # cos | gather's sum and *w (after its print) | -1: 3.
-    (st_varargs_callee, one(3), 3),
+    # sin | noisy_star's t*k after its print and +1, one nested resume (f(*args, **kwargs) calls it): 2 (3 before).
+    (st_call, one(3), 2),
+    # cos | gather's sum and *w after its print, and -1, one nested resume: 2 (3 before).
+    (st_varargs_callee, one(3), 2),
     # x*1 (no_grad) ends at the first print; the resume (i=0) does y+1, z*x and x*2 (no_grad) up to the
     # second print; the resume for i=1 (guard on i / shorter iterator) does y+1, z*x: 3.
     (gm_loop_no_grad, one(3, requires_grad=True), 3),
@@ -686,14 +687,12 @@ class Stack(nn.Module):
 
 
 @pytest.mark.parametrize("flags,graphs", [
-    # layer 0 inlined (linear, relu): graph 1, ended by the call of layer 1 whose forward prints; layer
-    # 1's forward through the hook: linear | relu (2 graphs); the loop's resume: layer 2 inlined: 1.
-    ((False, True, False), 4),
-    # Nothing before layer 0's call; layer 0's forward: linear | relu; the resume inlines layer 1 until
-    # the call of layer 2: 1; layer 2's forward is Layer.forward again with another module, so its guards
-    # fail and it recompiles: linear; but the resume after its print takes only `y` (self is dead there),
-    # so layer 0's relu entry is reused; the last resume returns x without an op: 4.
-    ((True, False, True), 4),
+    # Nested breaks (NOTE [Nested graph breaks]): layer 0 and layer 1's linear, up to layer 1's print |
+    # layer 1's relu and the loop's next pass, layer 2: 2 (4 before).
+    ((False, True, False), 2),
+    # layer 0's linear, up to its print | its relu, layer 1 and layer 2's linear, up to layer 2's print (the
+    # nested resume function breaks nested again) | layer 2's relu: 3 (4 before).
+    ((True, False, True), 3),
 ], ids=["middle_layer_prints", "first_and_last_layer_print"])
 def test_modulelist_loop_with_break_in_layer(flags, graphs):
     torch.manual_seed(0)
@@ -1076,8 +1075,8 @@ MORE_CASES = [
     (mo_return_inside_no_grad, one(3, requires_grad=True), 2),
     # a.add_ before the print; b*2 after it (b aliases a and must see the update): 2.
     (mo_aliased_inputs, lambda s: (lambda t: (t, t))(torch.randn(3)), 2),
-    # Nothing before the call; kwdef's x*scale+shift after its print; +1 in the resume: 2.
-    (mo_kwonly_defaults, one(3), 2),
+    # Nothing before kwdef's print (no graph); x*scale+shift and +1 in one nested resume function: 1 (2 before).
+    (mo_kwonly_defaults, one(3), 1),
     # x*2 before the print; cat after it: 2.
     (mo_print_star_unpack, one(3), 2),
     # mean, gt before the first `if`; seed 0: x*3 (1); seed 1: gt in the false-branch resume (1), x*2

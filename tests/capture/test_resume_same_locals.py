@@ -82,12 +82,12 @@ def _pack_args(n):
 
 
 def test_a_loop_whose_body_breaks_twice_traces_each_resume_function_once():
-    # pack's graphs: the first pass in the frame (base, feat[1:]), after _sizes (view ... contiguous), after
-    # _rows (cat, flatten: the loop's enumerate steps as Python from there), the body from the loop's step
-    # (2nd pass), and after _sizes once more for `i` symbolic (it changed: NOTE [Dynamic ints]), the body
-    # from the step once more for `i` symbolic; _rows' own graph twice (its size row's offset changed);
-    # torch.tensor(lens) after the loop. Before, the 2nd pass's locals (gh, gw bound from the 1st) made a
-    # second resume function after _sizes: 9 graphs.
+    # pack's graphs, each break inside _sizes or _rows a nested one (NOTE [Nested graph breaks]): the first
+    # pass up to _sizes' tolist (base, feat[1:]), from there to _rows' tolist (view ... contiguous), from
+    # there to the next pass's tolist in _sizes (cat, flatten, the loop's step), those three resume functions
+    # once more each for `i` symbolic (it changed: NOTE [Dynamic ints]), and torch.tensor(lens) after the
+    # loop: 8 (14 frames traced before nested breaks, 8 now). Before the same-locals fix, the 2nd pass's
+    # locals (gh, gw bound from the 1st) made a second resume function after _sizes: 9 graphs.
     graphs, eager = _check(pack, _pack_args(4))
     assert eager == 0
     assert graphs == 8

@@ -1,0 +1,345 @@
+"""Nested graph breaks: a break inside inlined calls ends one graph covering every frame, runs the unsupported
+instruction with the innermost frame's state, and continues in ONE resume function for the rest of every
+frame on the inline stack.
+
+NOTE [Nested graph breaks]: without this a break inside an inlined callee ends the caller's graph at its
+call: the callee is then called through its frame hook (a graph before its break, a resume function for its
+rest) and the caller resumes after the call: 4 graphs for `outer -> inner -> print`. Here (as Dynamo's
+nested graph breaks) the trace that broke in frames F0 (the root) .. Fn (the innermost) is traced again up to
+Fn's instruction (nested_frames.py: the translator stops inside the same chain of calls), and the root's
+transformed function
+1. calls the graph (its outputs: the tensors live in any frame),
+2. runs Fn's instruction in plain Python (a CALL as graph_break.BreakCodegen emits it: user callees through
+   their hooks) inside functions that stand for F1..Fn (NOTE [Frames around a nested break's step]),
+3. returns `R0(*args of F0, *args of F1, ..., *args of Fn)`, where Rn is Fn's plain resume function after
+   the instruction (its stack below the instruction, the values it produced, its live locals), and Rk for
+   k < n is Fk's resume function after its call whose prologue, in place of loading the call's result,
+   calls R(k+1) with the arguments that follow its own. R0 alone is hooked, so the rest of all the frames
+   traces as one frame (R1..Rn are inlined): 2 graphs for the example.
+R(k+1) is a constant in Rk's code, and every Rk is made once per (code, resume point, stack layout, live
+locals, closure, inner function), so a loop that breaks in a callee on every pass reuses them: a break in
+Rk's prologue call maps back to Fk's call (resume.origin), and a break inside an inlined R(k+1) is nested
+again over the same frames.
+Scope, the rest keeps the plain break at the root's call: every frame's instruction outside try and with
+blocks, no cell variables, no zero-argument super(), each call on the path (CALL or CALL_FUNCTION_EX) a
+direct call of the next frame's function (a function, a method, a module without hooks: its result is that
+frame's return value), stack slots that are values, NULLs or iterators, an innermost instruction that is a
+call or a plain operator, and no frame reader at the break (NOTE [Breaks at calls that read frames]).
+Symbols of R0's arguments are carried as at a plain break (inherit_symbols); a CALL's result is not marked
+dynamic (carried_loops.inherit_dynamic_results names the plain resume function's slots). Such an entry is
+not persisted (the functions made here are not found in a new process): a warm process traces it again.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable
+
+import bytecode
+import torch
+from bytecode import Instr
+
+from . import emit, lifetimes, local_liveness
+from .breaks import BreakKind, Unsupported
+from .break_sites import _SIMPLE, BreakSite
+from .codegen import Codegen, FunctionShape, Reconstructor, make_function
+from .inherited_symbols import inherit_symbols
+from .graph_break import BreakCodegen, _at_line, _Constant, _slot_kind, emit_stack_value
+from .normalize import normalize, with_depth
+from .resume import _DEAD_ARGS, _ORIGIN, _PROLOGUE_CALLS, _VALUE_ARGS, STACK_PREFIX, layout_key, \
+    leading_local, make_resume_code, origin
+from .translator import RealCell
+from .values import NULL, BoundMethodValue, NNModuleValue, SequenceValue, TupleValue, UserFunctionValue
+from .values.base import LazyArg
+
+# innermost instructions run in the root's frame as they are (not one that reads its frame: a global store,
+# an import, a bare re-raise)
+_STEPS = {"CALL", "CALL_FUNCTION_EX"} | (set(_SIMPLE) - {"STORE_GLOBAL", "IMPORT_NAME", "LOAD_BUILD_CLASS",
+                                                         "DELETE_DEREF", "BEFORE_WITH", "TYPEALIAS", "TYPEVAR",
+                                                         "PARAMSPEC", "TYPEVARTUPLE", "SUBSCRIPT_GENERIC"})
+_INNER_ARG = f"{STACK_PREFIX}in"  # the arguments a nested resume function passes on (dead after its prologue)
+_RAW: dict[tuple, types.FunctionType] = {}  # plain resume functions by key: one object per key
+
+
+def refuse(reason: str) -> Unsupported:
+    return Unsupported(BreakKind.UNSUPPORTED_VALUE, f"no nested break: {reason}")
+
+
+def worth_trying(fn: types.FunctionType, exc: Exception) -> bool:
+    """`exc` left the trace of `fn` inside inlined frames, at a root instruction nothing moved."""
+    path = exc.__dict__.get("nest_path")
+    if not path or len(path) < 2 or path[0][0] is not fn.__code__ or path[0][1] != getattr(exc, "root_index", -1):
+        return False
+    moved = ("python_loop", "loop_step", "comprehension", "moved_from", "made_site", "frame_eager", "retry_lazy",
+             "callees_plain", "split_result", "callee_break", "generator_cm_break", "handler_given_up", "finalizes",
+             "frame_reader_index")
+    return not any(name in exc.__dict__ for name in moved) and all(index is not None for _, index in path)
+
+
+class Frame:
+    """One frame on the inline stack at the break: where it resumes and what it passes on."""
+
+    def __init__(self, tx: Any, index_after: int, below: list) -> None:
+        self.tx = tx
+        self.call = self.step = normalize(tx.code).insts[index_after - 1]  # the instruction it is at
+        self.code, self.target = origin(tx.code, index_after)
+        self.below = below
+        if leading_local(self.code) is not None or self.code.co_cellvars:
+            raise refuse("a frame with cell variables or zero-argument super()")
+        if not all(isinstance(c, RealCell) for c in tx.cells.values()):
+            raise refuse("a frame whose closure was made while tracing")
+        if any(_slot_kind(v) not in ("value", "null", "iter", "carried") for v in below):
+            raise refuse("a stack slot that is not a value")
+        fast = [n for n in tx.locals if not n.startswith(STACK_PREFIX)]
+        found = local_liveness.resume_locals(self.code, self.target, fast)
+        self.names = tuple(fast) if found is None else tuple(found[0])
+        self.closure = tuple(tx.cells[name].cell for name in self.code.co_freevars) if self.code.co_freevars \
+            else None
+
+    def passed(self) -> list:
+        """The locals' values in the order of `names` (Unbound for a dead, unbound one)."""
+        return [self.tx.locals[n] if n in self.tx.locals else _Constant(local_liveness.Unbound) for n in self.names]
+
+    def values(self) -> list:
+        return [v for v in self.below + self.passed() if v is not NULL and not isinstance(v, LazyArg)]
+
+
+def plan(root_fn: types.FunctionType, inner: Any) -> tuple[list[Frame], BreakSite]:
+    """The frames from the root to `inner` (the translator stopped at its instruction), checked to be in scope
+    (the module docstring), and the innermost instruction's site."""
+    chain = []
+    tx = inner
+    while tx is not None:
+        chain.append(tx)
+        tx = tx.parent
+    chain.reverse()
+    frames = []
+    for tx, child in zip(chain, chain[1:]):
+        inst = _checked(tx, tx.current.index)
+        if inst.name not in ("CALL", "CALL_FUNCTION_EX") or tx.operands is None:
+            raise refuse(f"{inst.name} calls the inner frame")
+        slots = tx.operands[len(tx.operands) - _consumed(inst):]
+        callee, _ = emit.callee_and_self(slots[0], slots[1], NULL)
+        if _callee_code(callee) is not child.code:
+            raise refuse("the call is not a direct call of the inner frame's function")
+        frames.append(Frame(tx, tx.current.index + 1, tx.operands[:len(tx.operands) - _consumed(inst)]))
+    inst = _checked(inner, inner.stop_at)
+    if inst.name not in _STEPS or inst.name == "RAISE_VARARGS" and inst.arg == 0:
+        raise refuse(f"{inst.name} at the break")
+    frames.append(Frame(inner, inst.index + 1, inner.stack[:len(inner.stack) - _consumed(inst)]))
+    return frames, BreakSite(inst, _consumed(inst))
+
+
+def _consumed(inst) -> int:
+    """The stack values the instruction reads (its callable's two slots included)."""
+    if inst.name == "CALL":
+        return inst.arg + 2
+    if inst.name == "CALL_FUNCTION_EX":
+        return 4 if inst.arg & 1 else 3
+    return _SIMPLE[inst.name](inst.arg)[0]
+
+
+def _checked(tx: Any, index: int):
+    """The instruction of `tx` at `index`, outside try and with blocks."""
+    insts = normalize(tx.code).insts
+    inst = insts[index]
+    if inst.handler is not None or with_depth(insts, inst) != 0 or tx.code.co_flags & 0x3a0:  # generators
+        raise refuse("inside a try or with block, or in a generator")
+    return inst
+
+
+def _callee_code(callee: Any) -> Any:
+    if isinstance(callee, BoundMethodValue):
+        callee = callee.func
+    if isinstance(callee, UserFunctionValue):
+        return callee.fn.__code__
+    if isinstance(callee, NNModuleValue) and not _has_hooks(callee.obj):
+        forward = type(callee.obj).forward
+        return forward.__code__ if isinstance(forward, types.FunctionType) else None
+    return None
+
+
+def _has_hooks(module: torch.nn.Module) -> bool:
+    from torch.nn.modules import module as m
+    own = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    return any(getattr(module, name, None) for name in own) or any(
+        getattr(m, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                                            "_global_backward_hooks", "_global_backward_pre_hooks"))
+
+
+def resume_functions(frames: list[Frame], produced: int, hooks: Any) -> tuple[Any, int]:
+    """The hooked R0 of NOTE [Nested graph breaks] and its number of arguments."""
+    inner_fn, inner_args = None, 0
+    for depth in range(len(frames) - 1, -1, -1):
+        frame = frames[depth]
+        kinds = tuple(_slot_kind(v) for v in frame.below)
+        layout = kinds + ("value",) * (produced if inner_fn is None else 1)
+        key = (frame.code, frame.target, layout_key(layout), frame.names, id(frame.tx.f_globals),
+               tuple(map(id, frame.closure or ())), inner_fn, inner_args)
+        made = _RAW.get(key)
+        if made is None:
+            code = make_resume_code(frame.code, frame.target, layout, frame.names)
+            if inner_fn is not None:
+                code = _calling_inner(code, frame, layout, inner_fn, inner_args)
+            made = _RAW[key] = types.FunctionType(code, frame.tx.f_globals, code.co_name, None, frame.closure)
+        inner_fn = made
+        inner_args = made.__code__.co_argcount
+    root = hooks.hooks.hooks._hook(("nested", inner_fn), inner_fn)
+    from .resume import eager_function
+    if getattr(root, "eager", None) is None:
+        root.eager = eager_function(inner_fn)
+    if local_liveness.in_loop(frames[0].code, frames[0].target):  # NOTE [Resume functions take the same locals
+        root.entry_budget = 2  # on every pass]
+    return root, inner_args
+
+
+def _calling_inner(code: types.CodeType, frame: Frame, layout: tuple, inner_fn: Any, n: int) -> types.CodeType:
+    """`code` (a resume function's) whose prologue calls `inner_fn` with its last `n` arguments in place of
+    loading the call's result from its last stack argument."""
+    result = f"{STACK_PREFIX}{len(layout) - 1}"
+    passed = [f"{_INNER_ARG}{i}" for i in range(n)]
+    bc = bytecode.Bytecode.from_code(code)
+    at = next(i for i, ins in enumerate(bc) if isinstance(ins, Instr) and ins.name == "LOAD_FAST" and ins.arg == result)
+    call = emit.call_const(inner_fn, [Instr("LOAD_FAST", name) for name in passed])
+    for ins in call:
+        ins.location = bc[at].location
+    bc[at:at + 1] = call
+    bc.argnames = [name for name in bc.argnames if name != result] + passed
+    bc.argcount = len(bc.argnames)
+    new = bc.to_code(stacksize=code.co_stacksize + n + 3, compute_exception_stack_depths=False)
+    insts = normalize(new).insts
+    jump = next(i for i in insts if i.name == "JUMP")
+    _ORIGIN[new] = (frame.code, jump.arg - frame.target)
+    _PROLOGUE_CALLS[new] = (jump.index - 1, jump.arg)
+    _VALUE_ARGS[new] = _VALUE_ARGS.get(code, frozenset()) - {result}
+    _DEAD_ARGS[new] = _DEAD_ARGS.get(code, frozenset())
+    return new
+
+
+class NestedBreakCodegen(BreakCodegen):
+    """BreakCodegen for the innermost frame of a nested break, emitted into the root's transformed function."""
+
+    def __init__(self, root_fn: types.FunctionType, frames: list[Frame], site: BreakSite, request, hooks) -> None:
+        inner = frames[-1].tx
+        where = types.SimpleNamespace(__code__=inner.code, __globals__=root_fn.__globals__)
+        super().__init__(where, site, inner, request, hooks)
+        self.frames = frames
+
+    def values(self) -> list[Any]:
+        return [v for f in self.frames for v in f.values()] + self.stack[len(self.below):] + \
+            self.tx.output.side_effects.values()
+
+    def _emit_cells(self, rebuild: Reconstructor) -> None:
+        rebuild.preload([v for f in self.frames[:-1] for v in f.values()], sourced=True)
+
+    def _emit_step(self, rebuild: Reconstructor):
+        """NOTE [Frames around a nested break's step]: the instruction runs in functions that stand for the
+        frames F1..Fn (each one's code name, file, line and globals; F(k) calls F(k+1)), so what reads the
+        stack (a warning's location and registry, logging, a traceback of what the step raises) sees eager's
+        frames; then the root returns R0's result."""
+        cg, inst = self.cg, self.site.inst
+        start = len(cg.insts)
+        operands, body = self._step_body(rebuild)
+        shim = _frame_functions(self.frames, len(operands), body)
+        cg.push_null()
+        cg.load_const(shim)
+        for value in operands:
+            rebuild.emit(value)
+        cg.call(len(operands))
+        if inst.name == "RAISE_VARARGS":
+            cg.return_value()
+            return _at_line(cg, start, self.frames[0].call)
+        produced = 1 if inst.name.startswith("CALL") else _SIMPLE[inst.name](inst.arg)[1]
+        if produced == 0:
+            cg.emit("POP_TOP")
+        hook, nargs = resume_functions(self.frames, produced, self.hooks)
+        cg.store_fast("___result0") if produced else None
+        self._load_resume_callee(hook, True, ("value",) * nargs, None, [])
+        passed: list = []  # what R0 takes, in order (None: the step's result)
+        for frame in self.frames:
+            for value in frame.below:
+                if value is not NULL:
+                    emit_stack_value(rebuild, value)
+                    passed.append(value)
+            if frame is self.frames[-1] and produced:
+                cg.load_fast("___result0")
+                passed.append(None)
+            for value in frame.passed():
+                cg.load_fast(value.name) if isinstance(value, LazyArg) else rebuild.emit(value)
+                passed.append(value)
+        names = hook.fn.__code__.co_varnames[:nargs]  # NOTE [Symbols carried into resume functions]
+        inherit_symbols(hook, {f"L['{n}']": v for n, v in zip(names, passed) if v is not None}, self.tx.output)
+        if not self.settles:  # NOTE [Arguments handed to resume functions]
+            cg.insts += lifetimes.release_marker()
+        cg.call(nargs)
+        cg.return_value()
+        return _at_line(cg, start, self.frames[0].call)
+
+    def _step_body(self, rebuild: Reconstructor) -> tuple[list, Callable[[Codegen, list[str]], None]]:
+        """The values the step's function takes, and what writes its body (given their names)."""
+        inst = self.site.inst
+        if inst.name == "CALL":
+            first, second, *args = self.top
+            callee, leading = emit.callee_and_self(first, second, NULL)
+            hooked = self._hooked(callee)
+            if hooked is not None:
+                callee, self_value = _Constant(hooked[0]), hooked[1]
+                leading = ([] if self_value is None else [self_value]) + leading
+            kw = tuple(self.tx.kw_names or ())
+
+            def call(cg: Codegen, names: list[str]) -> None:
+                cg.push_null()
+                for name in names:
+                    cg.load_fast(name)
+                cg.call(len(names) - 1, kw)
+            return [callee, *leading, *args], call
+        if inst.name == "CALL_FUNCTION_EX":
+            first, second, args, *kwargs = self.top
+            callee, _ = emit.callee_and_self(first, second, NULL)
+            hooked = self._hooked(callee)
+            if hooked is not None:
+                if not isinstance(args, SequenceValue):
+                    raise refuse("*args of unknown length")
+                callee, args = _Constant(hooked[0]), TupleValue(([] if hooked[1] is None else [hooked[1]]) +
+                                                                list(args.items))
+
+            def call_ex(cg: Codegen, names: list[str]) -> None:
+                cg.push_null()
+                cg.load_fast(names[0])
+                cg.null_after_callable()
+                for name in names[1:]:
+                    cg.load_fast(name)
+                cg.call_ex(bool(kwargs))
+            return [callee, args, *kwargs], call_ex
+
+        def simple(cg: Codegen, names: list[str]) -> None:
+            for name in names:
+                cg.load_fast(name)
+            cg.insts += emit.truth_test_prefix(inst)
+            cg.insts += [raw.copy() for raw in (*inst.merged, inst.instr)]
+            if inst.name != "RAISE_VARARGS" and not _SIMPLE[inst.name](inst.arg)[1]:
+                cg.load_const(None)
+        return list(self.top), simple
+
+
+def _frame_functions(frames: list[Frame], n: int, body: Callable[[Codegen, list[str]], None]) -> Any:
+    """F1 of NOTE [Frames around a nested break's step]: a function of `n` arguments."""
+    names = [f"___arg{i}" for i in range(n)]
+    inner = None
+    for frame in reversed(frames[1:]):
+        cg = Codegen()
+        if inner is None:
+            body(cg, names)
+        else:
+            cg.push_null()
+            cg.load_const(inner)
+            for name in names:
+                cg.load_fast(name)
+            cg.call(n)
+        if inner is not None or frame.call.name != "RAISE_VARARGS":
+            cg.return_value()
+        _at_line(cg, 0, frame.step if inner is None else frame.call)
+        code = frame.tx.code
+        shape = FunctionShape(n, 0, 0, 0, tuple(names), code.co_name, getattr(code, "co_qualname", code.co_name),
+                              code.co_filename, code.co_firstlineno)
+        inner = make_function(shape, cg, frame.tx.f_globals, None, None, suffix="step")
+    return inner

@@ -1,0 +1,276 @@
+"""Nested graph breaks (NOTE [Nested graph breaks] in nested_breaks.py): a break inside inlined calls ends one
+graph for every frame and continues in one resume function for the rest of all of them. Differential against
+eager (values, prints, exceptions, inputs), with graph counts; the parent made 4 graphs for `outer -> inner ->
+print` (one per frame and side of the break), these make 2."""
+from __future__ import annotations
+
+import traceback
+import warnings
+
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, run_differential
+
+LOG: list = []
+
+
+def _inner(x):
+    y = x.sin()
+    print("inner", y.shape)
+    return y.cos()
+
+
+def _outer(x):
+    a = x + 1
+    b = _inner(a)
+    return b * 2
+
+
+def _mid(x, k):
+    t = _inner(x * k)
+    return t - k
+
+
+def _top(x):
+    s = x.exp()
+    r = _mid(s, 3)
+    return r + s  # s lives in the root frame across the break
+
+
+def _eager_frames() -> int:
+    return framejit.stats()["eager_frames"]
+
+
+def _check(fn, make_args, graphs, seeds=(0, 1), **kw):
+    before = _eager_frames()
+    backend = run_differential(fn, make_args, fullgraph=False, seeds=seeds, **kw)
+    assert backend.graph_count == graphs
+    assert _eager_frames() == before  # no frame ran eagerly by framejit
+    return backend
+
+
+def test_depth_two_one_graph_each_side():
+    _check(_outer, lambda s: (torch.randn(3),), graphs=2)
+
+
+def test_depth_three_keeps_every_frame_local():
+    _check(_top, lambda s: (torch.randn(4),), graphs=2)
+
+
+def _side(x, out):
+    out.append(x.sum())
+    LOG.append("before")
+    print("side", len(out))
+    LOG.append("after")
+    out.append(x.mean())
+    return x * len(out)
+
+
+def _calls_side(x, out):
+    y = x - 1
+    z = _side(y, out)
+    out.append(z.max())
+    return z + y
+
+
+def test_side_effects_in_order_around_the_break():
+    LOG.clear()
+    _check(_calls_side, lambda s: (torch.randn(5), [torch.ones(1)]), graphs=2)
+    assert LOG == ["before", "after"] * 4
+
+
+def _loop_caller(x):
+    b = x
+    for i in range(3):
+        b = _inner(b) + i
+    return b
+
+
+def test_callee_breaks_in_a_loop_of_the_caller():
+    # each pass breaks in the callee: before, between passes, after (4 graphs; the parent made 5)
+    _check(_loop_caller, lambda s: (torch.randn(3),), graphs=4)
+
+
+def _twice(x):
+    a = _inner(x)
+    b = _inner(a * 3)
+    return a + b
+
+
+def test_callee_called_twice():
+    _check(_twice, lambda s: (torch.randn(2, 3),), graphs=3)
+
+
+def _raising(x, n):
+    y = x * 2
+    if n > 1:
+        raise ValueError(f"n={n}")
+    return y + 1
+
+
+def _calls_raising(x, n):
+    t = x.relu()
+    return _raising(t, n) * t
+
+
+def test_exception_raised_in_the_callee():
+    before = _eager_frames()
+    backend = CountingBackend()
+    fast = framejit.compile(_calls_raising, backend=backend)
+    x = torch.randn(3)
+    assert torch.equal(fast(x, 1), _calls_raising(x, 1))
+    for n in (2, 3):
+        try:
+            fast(x, n)
+        except ValueError as e:
+            assert str(e) == f"n={n}"
+        else:
+            raise AssertionError("no ValueError")
+    assert _eager_frames() == before
+    # the parent made 4 (the caller's part, then the callee as its own frame); now the raise ends one graph
+    assert backend.graph_count == 2 and backend.op_count(1) == 2
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.lin(x)
+        print("block", h.shape)
+        return h.relu()
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = _Block()
+        self.scale = 2.0
+
+    def helper(self, x, *, shift=1.0):
+        y = x.tanh()
+        print("helper")
+        return y + shift
+
+    def forward(self, x):
+        h = self.block(x) * self.scale
+        return self.helper(h, shift=0.5) - h
+
+
+def test_module_forward_and_method():
+    net = _Net()
+    _check(net, lambda s: (torch.randn(2, 4),), graphs=3)
+
+
+def _star(*xs, scale=2.0):
+    total = xs[0] * scale
+    print("star", len(xs))
+    return total + xs[-1]
+
+
+def _defaults(x, k=3, *, flag=True):
+    y = x * k
+    print("defaults", k, flag, sep=",")
+    return y if flag else -y
+
+
+def _calls_star(x):
+    a = _star(x, x + 1)
+    b = _defaults(a, flag=False)
+    return a + b
+
+
+def test_star_args_keywords_and_defaults():
+    _check(_calls_star, lambda s: (torch.randn(3),), graphs=3)
+
+
+def _make_closure(weight):
+    def apply(x):
+        y = x * weight
+        print("closure")
+        return y + weight
+    return apply
+
+
+_APPLY = _make_closure(torch.full((3,), 2.0))
+
+
+def _calls_closure(x):
+    return _APPLY(x - 1) * 3
+
+
+def test_closure_callee():
+    _check(_calls_closure, lambda s: (torch.randn(3),), graphs=2)
+
+
+def _shaped(x, n):
+    y = x[:n]
+    print("n", n)
+    return y.sum() + n
+
+
+def _calls_shaped(x, n):
+    return _shaped(x * 2, n) + 1
+
+
+def test_guards_recompile_on_a_changed_python_value():
+    backend = _check(_calls_shaped, lambda s: (torch.randn(6), 2 + s), graphs=4)
+    assert len(backend.graphs) == 4  # one pair per value of n
+
+
+@framejit.disable
+def _opaque(t):
+    return t.clone().add_(1)
+
+
+def _via_disabled(x, cfg):
+    y = x * cfg["k"]
+    z = _opaque(y)  # the break is the call of a disabled function, one frame down
+    return z + y
+
+
+def _passes_unread(x, cfg):
+    h = x.abs()
+    return _via_disabled(h, cfg) - h
+
+
+def test_disabled_callee_and_an_argument_passed_unread():
+    _check(_passes_unread, lambda s: (torch.randn(3), {"k": 2.0}), graphs=2)
+
+
+def _warns(x):
+    y = x * 2
+    warnings.warn("careful", UserWarning, stacklevel=2)  # names the caller's line, as eager
+    warnings.warn("here", UserWarning)
+    return y + 1
+
+
+def _calls_warns(x):
+    return _warns(x.sin()) - 1
+
+
+def _warnings_and_trace(fn, x):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn(x)
+    return [(str(w.message), w.filename, w.lineno) for w in caught]
+
+
+def test_warnings_and_tracebacks_name_the_frames_eager_has():
+    # the step runs in functions standing for the inner frames (NOTE [Frames around a nested break's step])
+    fast = framejit.compile(_calls_warns, backend="eager")
+    x = torch.randn(3)
+    for _ in range(2):
+        assert _warnings_and_trace(fast, x) == _warnings_and_trace(_calls_warns, x)
+    fast = framejit.compile(_calls_raising, backend="eager")
+    fast(x, 1)
+
+    def frames(fn):
+        try:
+            fn(x, 2)
+        except ValueError as e:
+            return [(f.name, f.lineno) for f in traceback.extract_tb(e.__traceback__)][-2:]
+    assert frames(fast) == frames(_calls_raising) == [("_calls_raising", frames(_calls_raising)[0][1]),
+                                                      ("_raising", frames(_calls_raising)[1][1])]
