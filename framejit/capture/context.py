@@ -63,14 +63,22 @@ class CtxValue(Value):
         return f"{self.cls.__name__}({self.mode!r})"
 
 
+# NOTE [Exits of outside managers]: `ac.__exit__(None, None, None)` of a torch state manager from outside that
+# the trace did not enter (the caller entered it) is an exit out of block order (generator_ctx.
+# call_torch_ctx_method): a grad-mode one is a graph break at the call, an autocast or inference-mode one too
+# unless an autocast or inference-mode block is open there: then the frame runs eagerly. Before, reading `ac.__exit__` was the break; inside an autocast block the exit then
+# ran as the step at that break, between the block's re-entry and its exit (run_in_blocks), and the block's
+# exit restored the autocast state the step had just changed: later ops in the block kept computing in the
+# block's dtype where eager computed in float32.
 def ctx_method(ctx: CtxValue, name: str) -> Value | None:
-    """`ctx.clone` (what torch's decorate_context calls), or `ng.__enter__`/`ng.__exit__` of a grad-mode
-    manager made here, which calls.py enters and exits as a with-block does (NOTE [Torch managers entered by
-    call] in generator_ctx.py); None for any other attribute."""
+    """`ctx.clone` (what torch's decorate_context calls), or `ng.__enter__`/`ng.__exit__` of a torch state
+    manager made here (and `__exit__` of one from outside), which calls.py enters and exits as a with-block
+    does (NOTE [Torch managers entered by call] in generator_ctx.py); None for any other attribute."""
     if name == "clone":
         return CloneValue(ctx)
     method = getattr(ctx.cls, name, None) if name in ("__enter__", "__exit__") else None
-    if ctx.kind in ("grad", "autocast", "inference") and ctx.source is None and isinstance(method, types.FunctionType):
+    if ctx.kind in ("grad", "autocast", "inference") and (ctx.source is None or name == "__exit__") and \
+            isinstance(method, types.FunctionType):  # an outside manager's exit: NOTE [Exits of outside managers]
         from .values import BoundMethodValue, UserFunctionValue
         return BoundMethodValue(UserFunctionValue(method), ctx)
     return None

@@ -285,8 +285,8 @@ def call_torch_ctx_method(tx, name: str, ctx: Value, args: list[Value], kwargs: 
     if name != "__exit__" or not pending or pending[-1].ctx is not ctx or len(args) != 3 or \
             not all(a.is_constant() and a.as_constant() is None for a in args) or not _innermost(tx, pending[-1]):
         e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name} of {ctx.describe()} called out of with-block order")
-        e.frame_eager = ctx.kind != "grad"  # a block re-entered around the exit at a break would undo it
-        raise e
+        e.frame_eager = ctx.kind != "grad" and bool(tx.output.open_regions)  # a block re-entered around the
+        raise e  # exit at a break would undo it (NOTE [Exits of outside managers] in context.py)
     exit_(tx, pending[-1].exit_value)
     pending[-1].done = True
     return ConstantValue(False if ctx.kind == "autocast" else None)

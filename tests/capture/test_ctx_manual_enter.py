@@ -181,3 +181,26 @@ def test_autocast_entered_by_call_across_a_break_and_out_of_order():
         assert backend.graph_count >= 2
     assert framejit.stats()["eager_frames"] == before
     run_under_both_grad_modes(autocast_exited_inside_a_later_block, fullgraph=False)
+
+
+def exit_outside_autocast_inside_a_block(x, ac):
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = mm(x)
+        ac.__exit__(None, None, None)  # the caller entered ac: autocast off inside the float16 block
+        z = mm(x)
+    torch.set_autocast_enabled("cpu", False)
+    return y, z, mm(x)
+
+
+def test_outside_autocast_exited_inside_a_block():
+    # NOTE [Exits of outside managers] (context.py): before, `z` was float16 (eager: float32)
+    compiled = framejit.compile(exit_outside_autocast_inside_a_block, backend=CountingBackend())
+    for seed in (0, 1):
+        results, x = [], make_args(seed)[0].detach()
+        for fn in (exit_outside_autocast_inside_a_block, compiled):
+            ac = torch.autocast("cpu", dtype=torch.bfloat16)
+            ac.__enter__()
+            results.append(fn(x.clone(), ac))
+            assert not torch.is_autocast_enabled("cpu")
+        assert_same(results[1], results[0])
+        assert [t.dtype for t in results[1]] == [torch.float16, torch.float32, torch.float32]
