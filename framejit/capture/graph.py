@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from .. import fake_modes, grad_mode
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from ..guards.plain_reads import plain_name
-from .default_dtype_compare import cast_compared_ints
+from .default_dtype_scalars import cast_ints_for_default
 from .dropout_identity import dropout_identity
 from .failing_ops import check_rerun_of_outside_code
 from .breaks import BreakKind, Unsupported, UserException
@@ -488,7 +488,7 @@ class OutputGraph:
         """The call's (args, kwargs) after the checks made before it is recorded (symbolic floats made graph
         values, narrow int conversions, speculated checks); raises the break for calls that must run in Python."""
         if self.__dict__.get("default_dtype") is not None:  # NOTE [Comparisons under a default dtype set inside]
-            args = cast_compared_ints(self, kind, target, args, kwargs)
+            args = cast_ints_for_default(self, kind, target, args, kwargs)
         if any(isinstance(v, SymFloatValue) for v in tree_leaves((args, kwargs), is_leaf=_is_value)):
             args, kwargs = self._float_args(kind, target, args, kwargs)
         from .scalar_ranges import check_converted_ints  # NOTE [Scalars converted to a narrow dtype]
