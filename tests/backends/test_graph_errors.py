@@ -34,3 +34,30 @@ def test_division_by_a_graph_input_raises_like_eager_and_prints_nothing(backend,
     assert compiled_out.out == eager_out.out
     x = torch.randn(5)
     torch.testing.assert_close(compiled(x, 5), scale(x, 5))  # still compiled and correct afterwards
+
+
+TABLE = torch.arange(4.0)
+
+
+def pick_rows(index):
+    return TABLE.view(2, 2)[index] * 2
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_an_index_out_of_range_in_a_compiled_graph_prints_nothing(backend, capfd):
+    """ORT's kernel failure (GatherND, index 3 of 2 rows) is raised, rerun eagerly and caught by the
+    user; ORT used to also write an error line of its own to stderr (NOTE [ORT logs nothing])."""
+    framejit.reset()
+    compiled = framejit.compile(pick_rows, backend=backend)
+    for rows in ([0, 1], [1, 0]):
+        torch.testing.assert_close(compiled(torch.tensor(rows)), pick_rows(torch.tensor(rows)))
+    capfd.readouterr()
+    outcomes = []
+    for fn in (pick_rows, compiled):
+        with pytest.raises(IndexError) as info:
+            fn(torch.tensor([0, 3]))
+        outcomes.append((str(info.value), capfd.readouterr()))
+    (eager_msg, eager_out), (compiled_msg, compiled_out) = outcomes
+    assert compiled_msg == eager_msg
+    assert compiled_out.err == eager_out.err == ""
+    torch.testing.assert_close(compiled(torch.tensor([1, 1])), pick_rows(torch.tensor([1, 1])))

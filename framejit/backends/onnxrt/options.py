@@ -180,7 +180,13 @@ def session_options(opts: OnnxrtOptions):
     if bounded:
         so.add_session_config_entry("session.intra_op.spin_duration_us", str(opts.spin_duration_us))
     so.add_session_config_entry("session.inter_op.allow_spinning", spin)
-    so.log_severity_level = 3  # errors only: ORT's warnings are about its own optimisations
+    # NOTE [ORT logs nothing]
+    # Severity 4 (fatal only). ORT's warnings are about its own optimisations, and its errors are
+    # raised as exceptions too: a kernel failing at run time (an index out of range) raises to
+    # runtime.py, the call reruns eagerly and eager's exception reaches the user, who may catch it. At
+    # severity 3 ORT also wrote an "[E:onnxruntime ... ExecuteKernel]" line to stderr that eager never
+    # prints. framejit logs the failure itself (eager_fallback).
+    so.log_severity_level = 4
     return so
 
 
