@@ -6,10 +6,13 @@ computed in it (hfixD's known gap, review revZ MED-3). Eager vs compiled on fres
 float changing between calls, inference and training graphs."""
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 
 import framejit
+from framejit import logs
 
 BIG = 16777217  # the first int float32 cannot hold: it rounds to 16777216.0
 
@@ -96,3 +99,21 @@ def test_reduced_precision_default_set_inside(backend, dtype, requires_grad):
         if requires_grad:
             assert torch.allclose(runs[1][3], runs[0][3])
         assert torch.get_default_dtype() is torch.float32
+
+
+def test_triton_compiles_constants_cast_for_a_float16_default(caplog):
+    """NOTE [Casts of literals] (backends/triton/codegen.py): `torch.ones(3) * 1.5` under a float16 default set
+    inside computes the constant 1 in float32; the kernel read `1.to(tl.float32)`, did not import, and the graph
+    ran eagerly (logged). It compiles now and gives eager's values and dtype."""
+    logs.set_logs("eager_fallback")
+    caplog.set_level(logging.INFO, logger="framejit")
+    try:
+        fn = reduced_inside(torch.float16)
+        compiled = framejit.compile(fn, backend="triton")
+        for call in range(2):
+            n, x = torch.arange(3) + call, torch.randn(3)
+            want, got = fn(x, n)[0], compiled(x, n)[0]
+            assert [(t.dtype, t.tolist()) for t in got] == [(t.dtype, t.tolist()) for t in want]
+    finally:
+        logs.set_logs("")
+    assert not [r for r in caplog.records if "compiling failed" in r.getMessage()]

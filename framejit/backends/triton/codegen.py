@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import torch
 
@@ -44,12 +45,21 @@ POINTER_TYPES = {
 # eager, 9.2e-41 became 0). A float64 value goes through float32 first, as eager's conversion does
 # (c10::BFloat16 takes a float).
 def cast_text(text: str, dtype: torch.dtype) -> str:
+    if _is_number(text):  # NOTE [Casts of literals]
+        text = f"tl.full([], {text}, {'tl.float32' if dtype.is_floating_point else 'tl.int64'})"
     if dtype != torch.bfloat16 or not _interpreting():
         return f"{text}.to({TL_DTYPES[dtype]})"
     wide = f"({text}).to(tl.float32)"
     bits = f"{wide}.to(tl.uint32, bitcast=True)"
     high = f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) >> 16)"
     return f"tl.where({wide} != {wide}, 0x7FC0, {high}).to(tl.uint16).to(tl.bfloat16, bitcast=True)"
+
+
+# NOTE [Casts of literals]: a constant operand of a cast (the `1` of `torch.ones(3)` computed in float32 for a float16
+# result, under a float16 default) was emitted as `1.to(tl.float32)`, a Python syntax error: the kernel module did
+# not import and the graph ran eagerly. A literal becomes a 0-d block of its value first.
+def _is_number(text: str) -> bool:
+    return re.fullmatch(r"-?[0-9][0-9.]*(e[+-]?[0-9]+)?", text) is not None
 
 
 def _interpreting() -> bool:
