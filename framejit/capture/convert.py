@@ -546,7 +546,7 @@ def _nested_break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, req
             inner = stop.tx
         if _finalizer_suspended(output, first) or getattr(first, "readers_deferred", False):
             return None
-        frames, site = nested_breaks.plan(fn, inner)
+        frames, site = nested_breaks.plan(fn, inner, exc)
         gen = nested_breaks.NestedBreakCodegen(fn, frames, site, request,
                                                persisted_code.Recorder(_BoundHooks(request.hooks, fn)))
         compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)

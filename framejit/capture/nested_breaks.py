@@ -21,7 +21,8 @@ locals, closure, inner function), so a loop that breaks in a callee on every pas
 Rk's prologue call maps back to Fk's call (resume.origin), and a break inside an inlined R(k+1) is nested
 again over the same frames.
 Scope, the rest keeps the plain break at the root's call: every frame's instruction outside try and with
-blocks, no cell variables, no zero-argument super(), each call on the path (CALL or CALL_FUNCTION_EX) a
+blocks, no cell variable that is empty or shared with a closure that sees it written later (NOTE [Cells
+at breaks]), no zero-argument super(), each call on the path (CALL or CALL_FUNCTION_EX) a
 direct call of the next frame's function (a function, a method, a module without hooks: its result is that
 frame's return value), stack slots that are values, NULLs or iterators, an innermost instruction that is a
 call or a plain operator, and no frame reader at the break (NOTE [Breaks at calls that read frames]).
@@ -40,15 +41,17 @@ from bytecode import Instr
 
 from . import emit, lifetimes, local_liveness
 from .breaks import BreakKind, Unsupported
+from .break_callees import shared_cells
 from .break_sites import _SIMPLE, BreakSite
 from .codegen import Codegen, FunctionShape, Reconstructor, make_function
 from .inherited_symbols import inherit_symbols
 from .graph_break import BreakCodegen, _at_line, _Constant, _slot_kind, emit_stack_value
 from .normalize import normalize, with_depth
+from .python_loops import enclosing_loop
 from .resume import _DEAD_ARGS, _ORIGIN, _PROLOGUE_CALLS, _VALUE_ARGS, STACK_PREFIX, layout_key, \
     leading_local, make_resume_code, origin
 from .translator import RealCell
-from .values import NULL, BoundMethodValue, NNModuleValue, SequenceValue, TupleValue, UserFunctionValue
+from .values import NULL, BoundMethodValue, CellValue, NNModuleValue, SequenceValue, TupleValue, UserFunctionValue
 from .values.base import LazyArg
 
 # innermost instructions run in the root's frame as they are (not one that reads its frame: a global store,
@@ -83,27 +86,43 @@ class Frame:
         self.call = self.step = normalize(tx.code).insts[index_after - 1]  # the instruction it is at
         self.code, self.target = origin(tx.code, index_after)
         self.below = below
-        if leading_local(self.code) is not None or self.code.co_cellvars:
-            raise refuse("a frame with cell variables or zero-argument super()")
-        if not all(isinstance(c, RealCell) for c in tx.cells.values()):
+        if leading_local(self.code) is not None:
+            raise refuse("a frame with zero-argument super()")
+        if not all(isinstance(tx.cells.get(n), RealCell) for n in tx.code.co_freevars):
             raise refuse("a frame whose closure was made while tracing")
         if any(_slot_kind(v) not in ("value", "null", "iter", "carried") for v in below):
             raise refuse("a stack slot that is not a value")
+        self.cell_values = _cell_values(tx, below, index_after - 1)
         fast = [n for n in tx.locals if not n.startswith(STACK_PREFIX)]
         found = local_liveness.resume_locals(self.code, self.target, fast)
-        self.names = tuple(fast) if found is None else tuple(found[0])
+        self.names = (tuple(fast) if found is None else tuple(found[0])) + tuple(self.cell_values)
         self.closure = tuple(tx.cells[name].cell for name in self.code.co_freevars) if self.code.co_freevars \
             else None
 
     def passed(self) -> list:
         """The locals' values in the order of `names` (Unbound for a dead, unbound one)."""
-        return [self.tx.locals[n] if n in self.tx.locals else _Constant(local_liveness.Unbound) for n in self.names]
+        return [self.cell_values[n] if n in self.cell_values else self.tx.locals[n] if n in self.tx.locals
+                else _Constant(local_liveness.Unbound) for n in self.names]
 
     def values(self) -> list:
         return [v for v in self.below + self.passed() if v is not NULL and not isinstance(v, LazyArg)]
 
 
-def plan(root_fn: types.FunctionType, inner: Any) -> tuple[list[Frame], BreakSite]:
+def _cell_values(tx: Any, below: list, index: int) -> dict[str, Any]:
+    """The frame's own cell variables, passed on as locals (their values: NOTE [Cells at breaks]); none may be
+    shared with a closure that sees it written later, or be empty (the resume function makes each cell anew)."""
+    own = set(tx.code.co_cellvars)
+    cells = {n: c for n, c in tx.cells.items() if n in own}
+    if not all(isinstance(c, CellValue) and c.contents is not None for c in cells.values()):
+        raise refuse("a cell variable that is empty or passed on as a cell")
+    live = below + list(tx.locals.values()) + [c.contents for c in cells.values()] + \
+        tx.output.side_effects.values()
+    if shared_cells(cells, live, normalize(tx.code).insts, index):
+        raise refuse("a cell variable shared with a closure")
+    return {n: c.contents for n, c in cells.items()}
+
+
+def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[Frame], BreakSite]:
     """The frames from the root to `inner` (the translator stopped at its instruction), checked to be in scope
     (the module docstring), and the innermost instruction's site."""
     chain = []
@@ -126,6 +145,9 @@ def plan(root_fn: types.FunctionType, inner: Any) -> tuple[list[Frame], BreakSit
     if inst.name not in _STEPS or inst.name == "RAISE_VARARGS" and inst.arg == 0:
         raise refuse(f"{inst.name} at the break")
     frames.append(Frame(inner, inst.index + 1, inner.stack[:len(inner.stack) - _consumed(inst)]))
+    if getattr(exc, "nested_operand", False) and any(  # NOTE [Loops carrying nested tensors]: such a loop runs
+            enclosing_loop(normalize(f.tx.code).insts, f.call.index) for f in frames):  # as Python instead
+        raise refuse("a loop carries a nested tensor")
     return frames, BreakSite(inst, _consumed(inst))
 
 

@@ -274,3 +274,21 @@ def test_warnings_and_tracebacks_name_the_frames_eager_has():
             return [(f.name, f.lineno) for f in traceback.extract_tb(e.__traceback__)][-2:]
     assert frames(fast) == frames(_calls_raising) == [("_calls_raising", frames(_calls_raising)[0][1]),
                                                       ("_raising", frames(_calls_raising)[1][1])]
+
+
+def _with_cells(x, k):
+    scale = k * 2
+    ok = all(v > -10 for v in (scale, k))  # a generator expression closes over `scale` (a cell variable)
+    y = x * scale
+    print("cells", ok)
+    get = lambda: scale + 1  # noqa: E731  (made after the break, over the new cell)
+    return y + get()
+
+
+def _calls_cells(x):
+    return _with_cells(x.cos(), 3) - 1
+
+
+def test_callee_with_cell_variables():
+    # the callee's cell `scale` is passed to the resume function as a value and put into a new cell there
+    _check(_calls_cells, lambda s: (torch.randn(3),), graphs=2)
