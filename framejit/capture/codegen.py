@@ -41,6 +41,7 @@ from .caught_exceptions import exception_rebuild, temporaries_cleared
 
 from . import const_keys  # noqa: F401,E402 - NOTE [Constants kept apart by type]: installed on import
 from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of, view_of_object
+from .context import rebuildable_manager
 from .values.mappings import IdentityKey, key_value, viewed_object
 from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
@@ -183,6 +184,8 @@ class Reconstructor:
         if id(value) in self.preloaded or id(value) in visiting or not isinstance(value, Value):
             return
         if value.source is not None and not (isinstance(value, TensorValue) and id(value.node) in self.output_index):
+            if sourced and isinstance(value, BoundMethodValue):  # its `__self__` too: NOTE [Reload before replay]
+                self._preload(value.self_value, sourced, visiting)
             if sourced and not isinstance(value.source, (LocalSource, ObjectSource)):
                 self._store_preloaded(value)  # a frame local or a fixed object cannot change meanwhile
             return
@@ -200,7 +203,7 @@ class Reconstructor:
             return
         if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value) \
                 or isinstance(value, ConstantValue) and isinstance(value.value, BaseException) \
-                or _is_grad_manager(value) or _unentered_generator_cm(value) \
+                or rebuildable_manager(value) or _unentered_generator_cm(value) \
                 or isinstance(value, UserFunctionValue) and value.attrs is not None:  # made while tracing
             if isinstance(value, UserFunctionValue):
                 self._preload_cells(value)
@@ -352,7 +355,7 @@ class Reconstructor:
             cg.load_const(value.fn)
         elif isinstance(value, UserFunctionValue):
             self._new_function(value)
-        elif _is_grad_manager(value):  # a torch state manager made but not entered before a break
+        elif rebuildable_manager(value):  # a torch state manager made but not entered before a break
             self._call_const(grad_mode_manager, [ConstantValue(value.cls), ConstantValue(value.mode),
                                                  ConstantValue(getattr(value, "mode_before_init", None))])
         elif _unentered_generator_cm(value):  # returned by a frame (contextlib's `helper`), not entered
@@ -573,11 +576,6 @@ def _unentered_generator_cm(value: Any) -> bool:
     managers]): rebuilt as `_GeneratorContextManager(func, args, kwds)`, which runs none of its code."""
     from .generator_ctx import GenCtxValue
     return isinstance(value, GenCtxValue) and value.frame is None and not value.done
-
-
-def _is_grad_manager(value: Value) -> bool:
-    from .context import rebuildable_manager
-    return rebuildable_manager(value)  # a torch state manager made in the trace (mappings_runtime.grad_mode_manager)
 
 
 def _replayable_float(value: Any) -> bool:

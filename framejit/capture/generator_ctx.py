@@ -156,7 +156,7 @@ def break_before_generator_cms(out, index: int | None) -> int | None:
     manager still live (not exited) then, if it was made earlier (NOTE [Generator context managers])."""
     live = [c.root_index for c in [*out.__dict__.get("live_generator_cms", ()),  # NOTE [Generators driven by
                                    *out.__dict__.get("live_lazy_generators", ())]  # send] in lazy_generators.py
-            if not c.done and c.root_index is not None]
+            if not c.done and c.root_index is not None and not _unentered_gen_cm(c)]
     return min([index, *live]) if index is not None and live else index
 
 
@@ -179,11 +179,24 @@ def exception_in_generator_cms(out, exc: UserException) -> Unsupported | None:
     return e
 
 
+# NOTE [Generator managers live from their entry]: a manager made here and not entered yet has run none of its
+# generator's code, and codegen rebuilds it as `_GeneratorContextManager(func, args, kwds)` (made once: NOTE
+# [One object per value]). So a break moves before the root instruction that *enters* it, not the one that
+# made it: `with cm(x):` breaks at its BEFORE_WITH (NOTE [Breaks at BEFORE_WITH]), and
+# `stack.enter_context(cm(x))` at the enter_context call, where nothing of the call that made it is left on
+# the stack (a break at the inner call inside an ExitStack block ran the rest of the frame as Python).
+def _unentered_gen_cm(c) -> bool:
+    return isinstance(c, GenCtxValue) and c.frame is None
+
+
 def gen_enter(tx, ctx: GenCtxValue) -> Value:
     if ctx.frame is not None:
         raise UserException(AttributeError("'_GeneratorContextManager' object has no attribute 'args'"))
     if not isinstance(ctx.func, UserFunctionValue):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a context manager over {ctx.func.describe()}")
+    root = tx.output.tx_stack[0] if tx.output.tx_stack else None
+    ctx.root_index = root.current.index if root and root.current else None  # NOTE [Generator managers live
+    # from their entry]
     frame = tx.child_frame(ctx.func, ctx.args, ctx.kwargs)
     frame.yielded, frame.suspend_at_yield = [], True
     ctx.frame = frame
