@@ -7,12 +7,12 @@ generator runs none of its code). `with cm:` (or `cm.__enter__()`) starts a tran
 stops at its first `yield` (Translator.suspend_at_yield) and binds the yielded value; the normal exit
 (`__exit__(None, None, None)`) resumes that translator with None until the generator returns, so its
 `finally:` code is traced in order with the block. A second `yield` raises contextlib's RuntimeError.
-An exception leaving the block is not modelled: the frame breaks before the manager is made
+An exception leaving the block is not modelled: the frame breaks before the manager is entered
 (NOTE [Exceptions in generator context manager blocks]). A suspended generator cannot
 be rebuilt in Python, so a graph break while such a manager is live (inside the generator, in the
-block, or anywhere before its exit) moves to the root frame's instruction that created the manager:
-the trace stops there, that call runs as plain Python and makes the real manager, and the resume
-function goes on from it (break_before_generator_cms).
+block, or anywhere before its exit) moves to the root frame's instruction that entered the manager
+(NOTE [Generator managers live from their entry]): the trace stops there, that instruction runs as plain
+Python and enters the real manager, and the resume function goes on from it (break_before_generator_cms).
 
 NOTE [Generator context managers from outside]: `with cm:` over a `contextlib._GeneratorContextManager`
 that came from outside (an argument, a global, an attribute: it has a Source) and was never entered (its
@@ -153,7 +153,8 @@ def generator_cm(tx, func: Value, args: list[Value], kwargs: dict[str, Value]) -
 
 def break_before_generator_cms(out, index: int | None) -> int | None:
     """Where the root frame breaks for an Unsupported at `index`: before the first generator context
-    manager still live (not exited) then, if it was made earlier (NOTE [Generator context managers])."""
+    manager still live (entered, not exited) then, if it was entered earlier (NOTE [Generator context
+    managers]); a lazy generator, before the instruction that made it."""
     live = [c.root_index for c in [*out.__dict__.get("live_generator_cms", ()),  # NOTE [Generators driven by
                                    *out.__dict__.get("live_lazy_generators", ())]  # send] in lazy_generators.py
             if not c.done and c.root_index is not None and not _unentered_gen_cm(c)]
@@ -163,11 +164,11 @@ def break_before_generator_cms(out, index: int | None) -> int | None:
 def exception_in_generator_cms(out, exc: UserException) -> Unsupported | None:
     """NOTE [Exceptions in generator context manager blocks]: an exception raised while a generator
     context manager made (or adopted) by the trace is live (in its block, in its generator, or between
-    its creation and its exit) would reach that generator's `except`/`finally` through `__exit__`, which
+    its entry and its exit) would reach that generator's `except`/`finally` through `__exit__`, which
     the trace does not model. Rather than running the whole frame eagerly (still so with fullgraph=True,
     where the user's exception must be raised, not a graph break), the frame breaks before the
-    root instruction that made the manager (as for a graph break there, break_before_generator_cms): the
-    code before it stays captured, and plain Python makes the real manager and raises the exception where
+    root instruction that entered the manager (as for a graph break there, break_before_generator_cms): the
+    code before it stays captured, and plain Python enters the real manager and raises the exception where
     the real generator handles it. None when no such manager is live (the exception is the frame's)."""
     index = exc.root_index
     moved = break_before_generator_cms(out, index)
