@@ -90,6 +90,8 @@ class Frame:
             raise refuse("a frame with zero-argument super()")
         if not all(isinstance(tx.cells.get(n), RealCell) for n in tx.code.co_freevars):
             raise refuse("a frame whose closure was made while tracing")
+        if any(tx.cells[n].source is not None for n in tx.code.co_freevars):
+            raise refuse("a closure guarded by its code (another function object's cells may come next)")
         if any(_slot_kind(v) not in ("value", "null", "iter", "carried") for v in below):
             raise refuse("a stack slot that is not a value")
         self.cell_values = _cell_values(tx, below, index_after - 1)
