@@ -23,7 +23,7 @@ def make_args(seed):
 
 def run_under_both_grad_modes(fn, *, fullgraph):
     backends = []
-    for mode in (True, False, True):
+    for mode in (True, False):
         with torch.set_grad_enabled(mode):
             backends.append(run_differential(fn, make_args, fullgraph=fullgraph))
         assert torch.is_grad_enabled()
