@@ -72,3 +72,20 @@ def test_exit_stack_from_outside_whose_callback_breaks():
         assert actual_exc is expected_exc is None, actual
         assert actual_out == expected_out
         assert_same(actual, expected)
+
+
+def made_before_entered_in_try(x):
+    y = x * 2
+    cm = shifted("t", y)
+    w = y.sin()  # between making the manager and entering it: the same graph as `x * 2` now
+    try:
+        with cm as z:
+            z = z.relu()
+    finally:
+        w = w + 1
+    return z + w
+
+
+def test_break_in_generator_moves_before_its_entry_not_its_creation():
+    backend = run_differential(made_before_entered_in_try, lambda seed: (torch.randn(3 + seed),), fullgraph=False)
+    assert backend.graph_count == 6  # x * 2, sin | relu | the adds, per call (before: 4 per call)
