@@ -356,7 +356,7 @@ def examine(flat_gm: torch.fx.GraphModule, args: list) -> tuple:
                 else:
                     reached_from.append((k, sources))
         unreached = partial_reach(edges, outs, [(len(state) + k, t) for t, k in written if isinstance(k, int)],
-                                  len(state))
+                                  len(state), saved_by)
         multiple_views, no_grad_views = _view_kinds(outs, inputs, storage)  # after the walks (rebases history)
         written_saved = _written_and_saved(written, differentiable, reach, storage, described)
         eager_saved = _eager_saved_inputs([*fake_state.values(), *fake_args], [*state.values(), *range(len(args))],

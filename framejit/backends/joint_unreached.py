@@ -48,20 +48,21 @@ def gradient_edges(fakes: list) -> list:
     return edges
 
 
-def partial_reach(edges: list, outs: list, written: list, n_weights: int) -> "Unreached | None":
+def partial_reach(edges: list, outs: list, written: list, n_weights: int, saved_by: dict | None = None) \
+        -> "Unreached | None":
     """The sources (outputs j >= 0, written inputs -1 - position) reaching each input of `edges`, where some
     input is reached from some but not all of them, and the inputs written with grad on (NOTE [Hooks added to a
     written input after the call]); None: neither, or the walk failed (logged).
     `written`: (position, fake) of the inputs written."""
     try:
-        return _partial_reach(edges, outs, written, n_weights)
+        return _partial_reach(edges, outs, written, n_weights, saved_by or {})
     except Exception as exc:  # the other checks of the fake run stay
         logs.log("output_code", "joint: inputs no output's backward reaches not found (%s: %s)", type(exc).__name__,
                  exc)
         return None
 
 
-def _partial_reach(edges: list, outs: list, written: list, n_weights: int) -> "Unreached | None":
+def _partial_reach(edges: list, outs: list, written: list, n_weights: int, saved_by: dict) -> "Unreached | None":
     roots = [(j, o.grad_fn) for j, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.grad_fn is not None]
     before = {k: node for k, (node, _) in edges}
     written = [(k, t) for k, t in written if t.grad_fn is not None and t.grad_fn is not before.get(k)]
@@ -80,7 +81,13 @@ def _partial_reach(edges: list, outs: list, written: list, n_weights: int) -> "U
     # NOTE [Hooks of outputs no backward reaches]: the outputs in the order eager's backward reaches them
     gated = tuple(j for j, _ in sorted(((j, -r._sequence_nr()) for j, r in roots if j >= 0), key=lambda e: e[1])) \
         if len(every) >= 2 else ()
-    return Unreached(n_weights, entries, hooked, gated) if entries or hooked or gated else None
+    if not (entries or hooked or gated):
+        return None
+    unreached = Unreached(n_weights, entries, hooked, gated)
+    if len(every) >= 2:  # NOTE [Saved tensors kept for the other outputs] (joint_kept.py)
+        from .joint_kept import saving_sets
+        unreached.saving = dict(saving_sets(roots, saved_by))
+    return unreached
 
 
 def _inputs_below(root, by_edge: dict) -> set:
@@ -101,12 +108,13 @@ def _inputs_below(root, by_edge: dict) -> set:
 class Unreached:
     """NOTE [Inputs no backward reaches]: ((input position, sources), ...) for a joint's inputs."""
 
-    __slots__ = ("n_weights", "entries", "written", "logged", "gated")
+    __slots__ = ("n_weights", "entries", "written", "logged", "gated", "saving")
 
     def __init__(self, n_weights: int, entries: tuple, written: tuple = (), gated: tuple = ()):
         self.n_weights, self.entries, self.logged = n_weights, entries, False
         self.written = written  # NOTE [Hooks added to a written input after the call]: argument positions
         self.gated = gated  # NOTE [Hooks of outputs no backward reaches]: output positions, in eager's order
+        self.saving: dict = {}  # NOTE [Saved tensors kept for the other outputs]: source -> eager's saving nodes
 
     def gate(self, outs) -> None:
         """NOTE [Hooks of outputs no backward reaches]: the final outputs `outs` of a call."""
@@ -120,6 +128,8 @@ class Unreached:
         node = _joint_node(outs)
         if self.written and node is not None:
             watch_written_hooks(node, [(k, args[k]) for k in self.written if k < len(args)])
+        if self.saving and node is not None:
+            self._watch_backwards(node, outs, args)
         if not self.entries:
             return
         plan = self._plan(node, outs, args) if node is not None else None
@@ -130,6 +140,18 @@ class Unreached:
                          "(NOTE [Inputs no backward reaches])")
             return
         node.register_hook(_post_hook(plan))
+
+    def _watch_backwards(self, node, outs, args) -> None:
+        """NOTE [Saved tensors kept for the other outputs] (joint_kept.py)."""
+        from .joint_kept import watch_backwards
+        slots = {source: self._number(source, node, outs, args) for source in self.saving}
+        if None in slots.values():
+            if not self.logged:
+                self.logged = True
+                logs.log("output_code", "joint: a source's slot not found; a backward of some outputs frees the "
+                         "saved tensors of all (NOTE [Saved tensors kept for the other outputs])")
+            return
+        watch_backwards(node, slots, self.saving)
 
     def _plan(self, node, outs, args) -> list | None:
         """[(node input index, {node output numbers}, weak reference to the input or None), ...]."""
