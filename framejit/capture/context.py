@@ -209,7 +209,25 @@ def run_in_blocks(blocks: tuple, grad: bool, fn: Any, /, *args: Any, **kwargs: A
         torch._C._set_grad_enabled(grad)
         args, kwargs = _past_this_frame(fn, args, kwargs)
         result = fn(*args, **kwargs)
+        _keep_autocast_changes(blocks)
         return torch._C.is_grad_enabled(), result
+
+
+# NOTE [Autocast changed by a step in blocks]: a step run in re-entered blocks that changes the autocast state
+# (a callee calling torch.set_autocast_enabled, an outside autocast's exit) had that change undone: the
+# autocast block's exit restored the state before it and the resume function re-entered the block with its
+# own settings, so later ops in the block kept the block's dtype where eager's had the step's. The innermost
+# autocast block of each device takes the state the step left (`__enter__` sets exactly these attributes),
+# so the resume function re-enters it in that state (its trace reads and guards them: ctx_from_object); its
+# exit restores the state from before the block, as the original block's exit would.
+def _keep_autocast_changes(blocks: tuple) -> None:
+    seen = set()
+    for block in reversed(blocks):
+        if type(block) in AUTOCAST_CLASSES and block.device not in seen:
+            seen.add(block.device)
+            block._enabled = torch.is_autocast_enabled(block.device)
+            block.fast_dtype = torch.get_autocast_dtype(block.device)
+            block._cache_enabled = torch.is_autocast_cache_enabled()
 
 
 # NOTE [Caller frames at breaks in blocks]: a step run through run_in_blocks has one more frame between it

@@ -204,3 +204,28 @@ def test_outside_autocast_exited_inside_a_block():
             assert not torch.is_autocast_enabled("cpu")
         assert_same(results[1], results[0])
         assert [t.dtype for t in results[1]] == [torch.float16, torch.float32, torch.float32]
+
+
+def switch_autocast(enabled, dtype):
+    print("switch", enabled, dtype)  # a graph break: this runs as Python inside the re-entered block
+    torch.set_autocast_enabled("cpu", enabled)
+    torch.set_autocast_dtype("cpu", dtype)
+
+
+def autocast_changed_by_a_callee_at_a_break(x, enabled, dtype):
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = mm(x)
+        switch_autocast(enabled, dtype)
+        z = mm(x)
+        with torch.no_grad():
+            w = mm(x)
+    return y, z, w, mm(x)
+
+
+def test_autocast_changed_by_a_step_at_a_break_stays_changed():
+    # NOTE [Autocast changed by a step in blocks] (context.py): before, `z` and `w` were float16 (eager:
+    # float32 when the callee turned autocast off, bfloat16 when it switched the dtype)
+    for enabled, dtype in ((False, torch.float16), (True, torch.bfloat16)):
+        for backend in run_under_both_grad_modes(
+                lambda x: autocast_changed_by_a_callee_at_a_break(x, enabled, dtype), fullgraph=False):
+            assert backend.graph_count >= 2
