@@ -115,3 +115,21 @@ def _saved_tensors(ctx):
             raise RuntimeError(_EAGER_LEAF_ERROR.format(kind=t.type(), shape=list(t.shape), now=t._version,
                                                         then=then, hint=_eager_hint()))
     return tuple(t for t, _ in kept)
+
+
+# NOTE [A backward that raises partway through a joint]
+# Not reproduced (issue 14, item 3): eager's backward that raises partway has already accumulated the gradients
+# of the leaves its engine reached before the failing node, and framejit's joint is one node that runs whole
+# or not at all. Two cases differ (/tmp/hbw5/ln2.py):
+#   - a version error on a tensor eager saved: a weight of a conv written under no_grad between the forward
+#     and the backward of conv -> tanh -> linear. Eager accumulates the linear layer's grads, then raises at
+#     ConvolutionBackward. framejit's check (NOTE [Inputs eager saves, checked where the joint does not]) raises
+#     in the joint's pre-hook, so every .grad stays None.
+#   - an output hook that raises (NOTE [Hooks of outputs no backward reaches] runs it before the node): eager
+#     has already accumulated the leaves of the outputs whose nodes come later in the forward; framejit has
+#     accumulated none.
+# The message and type of the error are eager's; only the partial .grad left behind differs. A fix would need
+# eager's engine order for the failing backward (the ready queue by sequence number, AccumulateGrad first,
+# simulated on the fake run's graph), the joint's backward run anyway, None handed to every input the order
+# reaches only after the failing node (with NOTE [Hooks of inputs no backward reaches]), and the error raised
+# once the node's children ran (an engine callback).
