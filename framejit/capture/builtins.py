@@ -9,7 +9,6 @@ import bisect
 import collections
 import functools
 import itertools
-import math
 import operator
 from typing import Any, Callable
 
@@ -19,6 +18,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .object_str import is_user_object, user_repr, user_str
 from .comparisons import compare, contains, is_same
 from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
+from .sym_arith import SYM_MATH
 from . import lazy_combinators
 from .lazy_generators import drain_whole
 from .values.base import MADE_ORDER
@@ -75,7 +75,7 @@ def _repr(tx, args, kwargs):
 
 
 def _sym_math(fn: Callable):
-    """round() and math.ceil/floor/trunc/sqrt: kept symbolic on a symbolic number, else folded."""
+    """round(), divmod() and math.ceil/floor/trunc/sqrt/cos/...: kept symbolic on a symbolic number, else folded."""
     def handler(tx, args, kwargs):
         from .sym_arith import math_call  # NOTE [Size arithmetic stays symbolic]
         kept = math_call(tx, fn, args, kwargs)
@@ -85,9 +85,7 @@ def _sym_math(fn: Callable):
     return handler
 
 
-BUILTIN_HANDLERS[round] = _sym_math(round)
-BUILTIN_HANDLERS[divmod] = _sym_math(divmod)
-for _fn in (math.ceil, math.floor, math.trunc, math.sqrt):
+for _fn in SYM_MATH:  # round, divmod, math.ceil/floor/trunc/sqrt/cos/.../prod (NOTE [Math functions of sizes])
     BUILTIN_HANDLERS[_fn] = _sym_math(_fn)
 
 

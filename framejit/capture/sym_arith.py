@@ -270,6 +270,29 @@ def convert(tx, kind: type, args: list[Value], kwargs: dict) -> Value | None:
 
 
 _MATH = {math.ceil: math.ceil, math.floor: math.floor, math.trunc: math.trunc, math.sqrt: torch._sym_sqrt}
+# NOTE [Math functions of sizes]: `math.cos(math.pi * epoch / T)` (CosineAnnealingLR's closed form, a warm-up
+# factor from a step argument), `math.log2(n)`, `math.tanh(n / 10)` of a symbolic number specialised it: one
+# compilation per value, then the frame ran eagerly (a compiled train step calling `sch.step()` recompiled
+# every step; stock torch.compile 2 graphs). They are torch's symbolic forms (torch._sym_cos, ...: what
+# torch.compile maps them to), a SymFloat node that computes `math.<fn>(float(v))` at run time, as CPython
+# does for an int or float. Where CPython raises for some values (sqrt/log2 of a number <= 0, acos/asin
+# outside [-1, 1], cosh/sinh overflowing), the domain is a guarded relation (none when the env knows it, as
+# for log2 of a size); outside it the number specialises and the fold raises eager's error. math.log/exp
+# specialise, as in stock torch.compile. `math.prod` of ints, some symbolic, is the product kept symbolic.
+_SYM_MATH = ("cos", "sin", "tan", "cosh", "sinh", "tanh", "acos", "asin", "atan", "log2")
+_MATH.update({getattr(math, n): getattr(torch, f"_sym_{n}") for n in _SYM_MATH if hasattr(torch, f"_sym_{n}")})
+_DOMAINS = {math.sqrt: ((operator.ge, 0),), math.log2: ((operator.gt, 0),),
+            math.acos: ((operator.ge, -1), (operator.le, 1)), math.asin: ((operator.ge, -1), (operator.le, 1)),
+            math.cosh: ((operator.gt, -710), (operator.lt, 710)), math.sinh: ((operator.gt, -710), (operator.lt, 710))}
+SYM_MATH = (round, divmod, math.prod, *_MATH)  # builtins.py registers these
+
+
+def _in_domain(fn: Callable, v: SymNodeValue) -> bool:
+    """`v` is inside the domain of math function `fn` (NOTE [Math functions of sizes]), guarded by the env."""
+    try:
+        return all(bool(op(v.sym, bound)) for op, bound in _DOMAINS.get(fn, ()))
+    except Exception:  # noqa: BLE001 - a relation the env cannot decide: specialise
+        return False
 
 
 # NOTE [Ints of dynamic floats]: `math.floor(t)`, `math.ceil(t)`, `math.trunc(t)`, `round(t)` and `int(t)` of a
@@ -335,15 +358,34 @@ def exact_expr(out, node, roots: dict) -> str | None:
 
 
 def math_call(tx, fn: Callable, args: list[Value], kwargs: dict) -> Value | None:
-    """`math.ceil/floor/trunc/sqrt(n)`, one-argument `round(n)` of a symbolic number; `divmod` of ints."""
+    """`math.ceil/floor/trunc/sqrt/cos/...(n)`, one-argument `round(n)` of a symbolic number; `divmod` and
+    `math.prod` of ints."""
     if fn is divmod:
         return _divmod(tx, args, kwargs)
+    if fn is math.prod:
+        return _prod(tx, args, kwargs)
     if len(args) != 1 or kwargs:
         return None
     if fn in _TO_INT and isinstance(args[0], SymFloatValue):
         return float_to_int(tx, fn, args[0])
     target = round if fn is round else _MATH.get(fn)
-    return _keep(tx, target, (args[0],)) if target is not None and is_sym(args[0]) else None
+    if target is None or not is_sym(args[0]) or not _in_domain(fn, args[0]):
+        return None
+    return _keep(tx, target, (args[0],))
+
+
+def _prod(tx, args: list[Value], kwargs: dict) -> Value | None:
+    """`math.prod(ints)` of a tuple, list or torch.Size of ints, some symbolic: `start * a * b ...` (NOTE
+    [Math functions of sizes])."""
+    from .protocol import binary as binary_op
+    if len(args) != 1 or set(kwargs) - {"start"} or type(args[0]) not in (TupleValue, ListValue):
+        return None
+    total, items = kwargs.get("start", ConstantValue(1)), args[0].items
+    if not any(is_sym(i) for i in items) or any(_number_type(i) is not int for i in (total, *items)):
+        return None
+    for item in items:
+        total = binary_op(tx, operator.mul, total, item)
+    return total
 
 
 def _divmod(tx, args: list[Value], kwargs: dict) -> Value | None:
