@@ -531,8 +531,8 @@ def _nested_break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, req
     breaks] in nested_breaks.py), or None to break at the root's call instead."""
     from . import nested_breaks
     from .nested_frames import NestedStop
-    if not nested_breaks.worth_trying(fn, exc):
-        return None
+    if not nested_breaks.worth_trying(fn, exc) or (request.artifacts is not None and config.cache_enabled):
+        return None  # NOTE [Nested breaks are not persisted] in nested_breaks.py
     output = _retrace_output(first)
     output.nest_stop = exc.nest_path
     from .tensor_hooks import mark_result_node_reads  # NOTE [Autograd nodes of a graph's results]

@@ -25,7 +25,17 @@ blocks, no cell variable that is empty or shared with a closure that sees it wri
 at breaks]), no zero-argument super(), each call on the path (CALL or CALL_FUNCTION_EX) a
 direct call of the next frame's function (a function, a method, a module without hooks: its result is that
 frame's return value), stack slots that are values, NULLs or iterators, an innermost instruction that is a
-call or a plain operator, and no frame reader at the break (NOTE [Breaks at calls that read frames]).
+call or a plain operator, no frame reader at the break (NOTE [Breaks at calls that read frames]), no
+closure guarded by its code (another object of that code, with other cells, may come next: the functions
+made here hold the cells they were made with), and no nested tensor carried by a loop on the path (NOTE
+[Loops carrying nested tensors]: that loop runs as Python).
+NOTE [Nested breaks are not persisted]: the functions made here (R1..Rn, the frame functions) are constants
+of the transformed code and of R0's that the frame cache cannot locate in a new process, so such entries are
+kept in memory only, and a warm process would trace those frames again (measured: the tests of
+tests/cache/test_warm_real_code.py, test_explain_cached.py, test_warm_class_tuples.py and test_import_calls.py
+traced 2 to 4 frames warm, 0 before). Until they are described in persisted_code (R0 by each frame's original
+code, resume point, layout, names; the frame functions by the frame's code and the step), a frame compiled
+with the persistent cache on takes the plain break, which is persisted.
 Symbols of R0's arguments are carried as at a plain break (inherit_symbols); a CALL's result is not marked
 dynamic (carried_loops.inherit_dynamic_results names the plain resume function's slots). Such an entry is
 not persisted (the functions made here are not found in a new process): a warm process traces it again.
