@@ -66,10 +66,11 @@ class CtxValue(Value):
 # NOTE [Exits of outside managers]: `ac.__exit__(None, None, None)` of a torch state manager from outside that
 # the trace did not enter (the caller entered it) is an exit out of block order (generator_ctx.
 # call_torch_ctx_method): a grad-mode one is a graph break at the call, an autocast or inference-mode one too
-# unless an autocast or inference-mode block is open there: then the frame runs eagerly. Before, reading `ac.__exit__` was the break; inside an autocast block the exit then
-# ran as the step at that break, between the block's re-entry and its exit (run_in_blocks), and the block's
-# exit restored the autocast state the step had just changed: later ops in the block kept computing in the
-# block's dtype where eager computed in float32.
+# unless an autocast or inference-mode block is open there: then the frame runs eagerly. Before, reading
+# `ac.__exit__` was the break; inside an autocast block the exit then ran as the step at that break, between
+# the block's re-entry and its exit (run_in_blocks), and the block's exit restored the autocast state the
+# step had just changed: later ops in the block kept computing in the block's dtype where eager computed in
+# float32 (NOTE [Autocast changed by a step in blocks] now keeps such changes too).
 def ctx_method(ctx: CtxValue, name: str) -> Value | None:
     """`ctx.clone` (what torch's decorate_context calls), or `ng.__enter__`/`ng.__exit__` of a torch state
     manager made here (and `__exit__` of one from outside), which calls.py enters and exits as a with-block
@@ -448,7 +449,7 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
             out.autocast_stack.append((device_type, dtype, enabled, cache))
             out.open_regions.append(node)
             saved = node
-        return ExitValue(ctx, saved), ConstantValue(None)
+        return ExitValue(ctx, saved), ctx if ctx.kind == "autocast" else ConstantValue(None)  # autocast's is self
     from .generator_ctx import adopt_outside_generator_cm
     ctx = adopt_outside_generator_cm(tx, ctx) or ctx  # NOTE [Generator context managers from outside]
     if isinstance(ctx, (ObjectValue, NewObjectValue)):

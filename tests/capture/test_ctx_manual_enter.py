@@ -229,3 +229,17 @@ def test_autocast_changed_by_a_step_at_a_break_stays_changed():
         for backend in run_under_both_grad_modes(
                 lambda x: autocast_changed_by_a_callee_at_a_break(x, enabled, dtype), fullgraph=False):
             assert backend.graph_count >= 2
+
+
+def autocast_bound_by_with(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16) as ac:
+        y = mm(x)
+    with torch.no_grad() as ng:
+        z = x * 3
+    return y, z, ac is None, type(ac).__name__, ng is None
+
+
+def test_with_autocast_binds_the_manager():
+    # before: `ac` was None (torch.autocast.__enter__ returns the manager; no_grad's returns None)
+    for backend in run_under_both_grad_modes(autocast_bound_by_with, fullgraph=True):
+        assert backend.graph_count == 2
