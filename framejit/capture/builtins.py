@@ -18,7 +18,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .object_str import is_user_object, user_repr, user_str
 from .comparisons import compare, contains, is_same
 from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
-from .sym_arith import SYM_MATH
+from .sym_arith import SYM_MATH, symbolic
 from . import lazy_combinators
 from .lazy_generators import drain_whole
 from .values.base import MADE_ORDER
@@ -398,12 +398,12 @@ def _sorted(tx, args, kwargs):
     key = kwargs.get("key")
     if key is not None and not (key.is_constant() and key.as_constant() is None):
         keys = [tx.call(key, [i], {}) for i in items]  # called once per item, in order, as CPython does
-        if not all(k.is_constant() for k in keys):
+        if not all(k.is_constant() and not symbolic(k) for k in keys):  # NOTE [Sorting by symbolic keys]
             order = sorted(range(len(items)), key=lambda i: _TracedOrder(tx, keys[i]), reverse=reverse)
             return ListValue([items[i] for i in order])
         order = sorted(range(len(items)), key=lambda i: keys[i].as_constant(), reverse=reverse)
         return ListValue([items[i] for i in order])
-    if not all(i.is_constant() for i in items):
+    if not all(i.is_constant() and not symbolic(i) for i in items):
         if any(isinstance(i, TensorValue) for i in items):
             raise Unsupported(BreakKind.DATA_DEPENDENT, "sorted() of tensors compares tensor data")
         order = sorted(range(len(items)), key=lambda i: _TracedOrder(tx, items[i]), reverse=reverse)
@@ -508,7 +508,7 @@ def _best(tx, fn: Callable, keys: list[Value]) -> int:
     """The index max()/min() keeps: the first key strictly greater (less) than the best so far, compared as
     Python compares constants, or by traced comparisons (NOTE [Sorting by traced comparisons])."""
     better = operator.gt if fn is max else operator.lt
-    constant = all(k.is_constant() for k in keys)
+    constant = all(k.is_constant() and not symbolic(k) for k in keys)  # NOTE [Sorting by symbolic keys]
     best = 0
     for i in range(1, len(keys)):
         if not constant:

@@ -597,7 +597,8 @@ def _replayable_float(value: Any) -> bool:
             continue
         if node.op != "call_function" or node.kwargs or not (
                 getattr(operator, getattr(node.target, "__name__", ""), None) is node.target
-                or getattr(math, getattr(node.target, "__name__", ""), None) is node.target):
+                or getattr(math, getattr(node.target, "__name__", ""), None) is node.target
+                or node.target in (max, min)):  # NOTE [Sorting by symbolic keys]: max/min of floats
             return False
         for arg in node.args:
             if isinstance(arg, torch.fx.Node):

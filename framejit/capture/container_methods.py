@@ -14,6 +14,7 @@ from .comparisons import contains
 from .container_slots import call_container_slot, check_method_arguments, is_container_slot
 from .protocol import (announce_before_drawing, constant_fold, extend_list, getitem, grow_while_drawing, iterate,
                        length)
+from .sym_arith import index as sym_index, symbolic
 from .values.objects import ObjectValue
 from .values.outside import OutsideDictValue, OutsideSetValue, set_has
 from .values import (ConstantValue, DictValue, DictViewValue, ListValue, SequenceValue, SetValue, TensorValue,
@@ -187,10 +188,11 @@ def _sequence_method(tx, seq: SequenceValue, name: str, args: list[Value], kwarg
     elif name == "sort" and isinstance(seq, ListValue) and not (kwargs.get("key") or ConstantValue(None)).is_constant():
         _sort_with_key(tx, seq, args, kwargs)
     elif name == "sort" and isinstance(seq, ListValue) and not args and not kwargs.keys() - {"key", "reverse"} \
-            and not seq.is_constant() and not any(isinstance(i, TensorValue) for i in seq.items):
+            and (not seq.is_constant() or symbolic(seq)) and not any(isinstance(i, TensorValue) for i in seq.items):
         _sort_traced(tx, seq, list(seq.items), list(seq.items), kwargs)  # NOTE [Sorting by traced comparisons]
     elif name in ("index", "count", "remove", "sort"):
-        return _constant_sequence_method(tx, seq, name, args, kwargs)
+        kept = sym_index(tx, seq, args, kwargs) if name == "index" else None  # NOTE [Sorting by symbolic keys]
+        return kept or _constant_sequence_method(tx, seq, name, args, kwargs)
     return ConstantValue(None)
 
 
@@ -222,7 +224,7 @@ def _sort_with_key(tx, lst: ListValue, args: list[Value], kwargs: dict[str, Valu
         lst.items[:] = saved  # as CPython leaves it when a key call raises
     if modified:
         raise Unsupported(BreakKind.SIDE_EFFECT, "the list was modified by its sort() key function")
-    if not all(k.is_constant() for k in keys):
+    if not all(k.is_constant() and not symbolic(k) for k in keys):  # NOTE [Sorting by symbolic keys]
         _sort_traced(tx, lst, saved, keys, kwargs)  # NOTE [Sorting by traced comparisons]
         return
     reverse = bool(kwargs.get("reverse", ConstantValue(False)).as_constant())

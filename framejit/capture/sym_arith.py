@@ -245,6 +245,8 @@ def length(tx, v: Value) -> Value | None:
 
 def min_max(tx, fn: Callable, items: list[Value]) -> Value | None:
     """`max(a, b, ...)`/`min` of ints, some symbolic: torch.sym_max/sym_min (an int for int inputs)."""
+    if len(items) >= 2 and any(isinstance(i, SymFloatValue) for i in items):
+        return _float_min_max(tx, fn, items)
     if len(items) < 2 or not any(is_sym(i) for i in items) or any(_number_type(i) is not int for i in items):
         return None
     pick = torch.sym_max if fn is max else torch.sym_min
@@ -253,6 +255,50 @@ def min_max(tx, fn: Callable, items: list[Value]) -> Value | None:
         result = _keep(tx, pick, (result, item))
         if result is None:
             return None
+    return result
+
+
+# NOTE [Sorting by symbolic keys]: `sorted(xs, key=lambda t: t.shape[0])`, `max(xs, key=...)`, `sorted([n, m])`,
+# `ks.index(max(ks))` with a symbolic size among the keys folded the keys as constants, which specialised the
+# size: a compilation per size, then the frame ran eagerly (stock torch.compile 2-3). Symbolic keys (sizes,
+# dynamic ints and floats, also inside tuples) now take the traced path (NOTE [Sorting by traced comparisons]
+# in builtins.py): CPython's own sort or scan asks the same comparisons in the same order as eager, and each
+# answer is a relation the env guards (`s0 < 3`), so a later call whose sizes order the items differently
+# fails a guard and retraces; ties (`<` false both ways) and stability are the algorithm's own. A float key
+# compared as a relation is a float input the env guards not NaN; a computed float specialises by value (a
+# NaN compares as in Python). `list.index(v)` of ints, some symbolic, asks `item == v` in order the same way.
+# `max()/min()` of floats, some dynamic (`max(x.tolist())`), is Python's max/min as a float node of the graph
+# (`max(max(a, b), c)` is the scan CPython does: the same item for every value, NaN included): no guard.
+def symbolic(v: Value) -> bool:
+    """`v` is a symbolic number, or a tuple or list holding one (NOTE [Sorting by symbolic keys])."""
+    if is_sym(v) or isinstance(v, SymFloatValue):
+        return True
+    return type(v) in (TupleValue, ListValue) and any(symbolic(i) for i in v.items)
+
+
+def index(tx, seq: SequenceValue, args: list[Value], kwargs: dict) -> Value | None:
+    """`seq.index(v)` of ints, some symbolic: the first item equal to `v`, each answer a guarded relation."""
+    from .breaks import UserException
+    from .comparisons import compare as compare_values
+    from .protocol import truth
+    if len(args) != 1 or kwargs or not _int_items(seq) or _number_type(args[0]) is not int or \
+            not any(is_sym(i) for i in (*seq.items, args[0])):
+        return None
+    for i, item in enumerate(seq.items):
+        if truth(tx, compare_values(tx, operator.eq, item, args[0])):
+            return ConstantValue(i)
+    raise UserException(ValueError(f"{args[0].as_constant()!r} is not in {seq.cls.__name__}"))
+
+
+def _float_min_max(tx, fn: Callable, items: list[Value]) -> Value | None:
+    """`max(a, b, ...)`/`min` of floats, some dynamic: Python's max/min as float nodes (NOTE [Sorting by
+    symbolic keys]); None when an item is no float (an int would make the result's type value-dependent)."""
+    if not any(isinstance(i, SymFloatValue) for i in items) or \
+            not all(isinstance(i, SymFloatValue) or _number_type(i) is float for i in items):
+        return None
+    result = items[0]
+    for item in items[1:]:
+        result = tx.output.float_op(fn, (result, item))
     return result
 
 
