@@ -41,7 +41,7 @@ from ..guards import COST_CONSTANT, COST_TENSOR
 from ..guards.plain_reads import is_a
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import CallSource, Ref, Source
-from .values import ConstantValue, DictValue, ListValue, SequenceValue, TensorValue, TupleValue, Value
+from .values import ConstantValue, DictValue, ListValue, SequenceValue, SymNodeValue, TensorValue, TupleValue, Value
 
 
 def _np():
@@ -358,7 +358,17 @@ def call_numpy(tx, real: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         raise Unsupported(BreakKind.UNSUPPORTED_CALL,
                           f"numpy.{getattr(real, '__name__', real)} has no torch._numpy equivalent")
     keeps = path.split(".")[-1] in _KEEP_ARRAY
-    return _record(tx, NumpyOp("func", path), args, kwargs, keeps_array=keeps, real=real)
+    sizes = real in (np.arange, np.zeros, np.ones, np.full)  # NOTE [NumPy arrays of symbolic sizes]
+    return _record(tx, NumpyOp("func", path), args, kwargs, keeps_array=keeps, real=real, sizes=sizes)
+
+
+# NOTE [NumPy arrays of symbolic sizes]: `np.arange(x.shape[0])`, `np.zeros((n, 2))` with a symbolic size or int
+# specialised it (the argument was read as a constant), so the frame compiled once per size and then ran eagerly
+# (stock torch.compile: one dynamic graph). For np.arange/zeros/ones/full, whose dtype NumPy takes from the
+# other arguments, never from an int's value (NEP 50: a Python int is a weak scalar), a symbolic int is passed
+# to the torch._numpy op as the SymInt it is (as stock passes it); the dtype oracle probes with its value now.
+# Other NumPy functions specialise it as before (np.linspace would anyway: torch._numpy makes its bounds
+# tensors, and torch.linspace of tensor bounds reads the count).
 
 
 # NOTE [NumPy calls folded under the error state]: a fold of a NumPy function or constructor on constants
@@ -508,10 +518,10 @@ def _guard_error_state(tx) -> None:
 
 
 def _record(tx, target: NumpyOp, args: list[Value], kwargs: dict[str, Value], *, keeps_array: bool,
-            real: Any = None) -> Value:
+            real: Any = None, sizes: bool = False) -> Value:
     _guard_error_state(tx)
-    graph_args = tuple(_graph_arg(tx, a) for a in args)
-    graph_kwargs = {k: _graph_arg(tx, v) for k, v in kwargs.items()}
+    graph_args = tuple(_graph_arg(tx, a, sizes) for a in args)
+    graph_kwargs = {k: _graph_arg(tx, v, sizes) for k, v in kwargs.items()}
     shared = [(t, t._version) for t in tx.output.numpy_shared]
     result = _as_numpy(tx.output.call("call_function", target, graph_args, graph_kwargs), keeps_array)
     if any(t._version != version for t, version in shared):
@@ -574,9 +584,14 @@ class _NoProbe(Exception):
 _PROBE_LIMIT = 1 << 16
 
 
+def _symbolic_int(v: Value) -> bool:
+    return isinstance(v, SymNodeValue) and isinstance(v.sym, torch.SymInt)
+
+
 def _numel(result: Value) -> int:
-    if isinstance(result, NdarrayValue):
-        return result.fake.numel()
+    if isinstance(result, NdarrayValue):  # a symbolic count by its value now, with no guard (a probe's size)
+        numel = result.fake.numel()
+        return numel.node.hint if isinstance(numel, torch.SymInt) and numel.node.hint is not None else numel
     if isinstance(result, SequenceValue):
         return sum(_numel(i) for i in result.items)
     return 0
@@ -595,6 +610,8 @@ def _probe(v: Value) -> Any:
     from .values import SliceValue
     if isinstance(v, SliceValue):
         raise _NoProbe
+    if _symbolic_int(v) and v.sym.node.hint is not None:
+        return v.sym.node.hint  # NOTE [NumPy arrays of symbolic sizes]: no guard (its value sets no dtype)
     if v.is_constant():
         return v.as_constant()
     raise _NoProbe
@@ -619,10 +636,13 @@ def _dtypes_of(x: Any) -> list | None:
     return None
 
 
-def _graph_arg(tx, v: Value) -> Value:
+def _graph_arg(tx, v: Value, sizes: bool = False) -> Value:
     """An argument as the graph op sees it: arrays as their tensors, NumPy dtypes as names, NumPy scalars
-    as 0-d arrays (they keep their dtype, unlike Python scalars)."""
+    as 0-d arrays (they keep their dtype, unlike Python scalars); a symbolic int of a size argument as itself
+    (`sizes`: NOTE [NumPy arrays of symbolic sizes])."""
     np = _np()
+    if sizes and _symbolic_int(v):
+        return v
     if isinstance(v, NdarrayValue):
         return v.tensor
     if isinstance(v, TensorValue):
@@ -632,7 +652,7 @@ def _graph_arg(tx, v: Value) -> Value:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a bound ndarray method passed to a NumPy function")
     if isinstance(v, SequenceValue):
         cls = v.cls if v.cls in (list, tuple) else tuple
-        return (ListValue if cls is list else TupleValue)([_graph_arg(tx, i) for i in v.items], cls=cls)
+        return (ListValue if cls is list else TupleValue)([_graph_arg(tx, i, sizes) for i in v.items], cls=cls)
     if isinstance(v, DictValue):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "a dict passed to a NumPy function")
     if v.is_constant():
