@@ -20,8 +20,9 @@ Invariant: a program traced over `fake_inputs` is correct for every call `bind` 
 is assumed (the frontend's own guards are not relied on, so the backend also works when called directly
 under the torch.compile contract).
 
-`is_symbolic(gm)` says whether a graph has symbolic sizes at all; graphs without them keep the
-per-signature static path of each backend.
+`is_symbolic(gm)` says whether a graph has symbolic sizes or strides at all (a view whose stride alone
+changes between calls: NOTE [Changing strides of arguments] in capture/shapes.py); graphs without them keep
+the per-signature static path of each backend.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _symbolic_value(value) -> bool:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return not _is_constant(value)
     if isinstance(value, torch.Tensor):
-        return any(isinstance(s, torch.SymInt) and not _is_constant(s) for s in value.shape)
+        return any(isinstance(s, torch.SymInt) and not _is_constant(s) for s in (*value.shape, *value.stride()))
     return False
 
 
@@ -54,7 +55,7 @@ def placeholder_vals(gm: torch.fx.GraphModule) -> list:
 
 
 def is_symbolic(gm: torch.fx.GraphModule) -> bool:
-    """Whether some placeholder of `gm` has a symbolic size or is a symbolic scalar."""
+    """Whether some placeholder of `gm` has a symbolic size or stride or is a symbolic scalar."""
     return any(_symbolic_value(v) for v in placeholder_vals(gm))
 
 

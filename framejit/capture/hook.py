@@ -49,7 +49,7 @@ from .requests import (COMPILE_LOCK, FRAMES, STATS, CompileRequest, Entry, Frame
                        mutates_in_place, rerun_state)
 from .carried_loops import loop_position, retrace_with_lengths
 from .resume import _ORIGIN, eager_function, layout_key, make_resume_code
-from .shapes import LAYOUT, OFFSET
+from .shapes import layout_marks
 from ..signal_handlers import from_signal_handler, reraise_if_from_signal_handler
 from .user_tracebacks import clean as clean_traceback
 from torch._C import _is_tracing as jit_tracing  # NOTE [Compiled callables under the TorchScript tracer]
@@ -347,8 +347,8 @@ class FrameHook(TracerInterop):
     def _mark_automatic_dynamic(self, args: tuple, kwargs: dict, explain: _Explanations) -> None:
         if self.request.dynamic is False or not config.automatic_dynamic:
             return  # dynamic=True: every size is symbolic already; an int attribute that changed becomes one
-        # NOTE [Dynamic layouts]; an offset that changed marks any frame's tensor OFFSET, a stride only a resume's
-        layout = ("TENSOR_STRIDE", "TENSOR_STORAGE_OFFSET") if self.fn.__code__ in _ORIGIN else ("TENSOR_STORAGE_OFFSET",)
+        # NOTE [Dynamic layouts], [Changing offsets of rows], [Changing strides of arguments] (in shapes.py)
+        layout = ("TENSOR_STRIDE", "TENSOR_STORAGE_OFFSET")
 
         def changed_value(failure) -> bool:  # a size, an int or a float (made an input above) that changed
             return failure.guard.kind in ("TENSOR_SHAPE", *layout) or (
@@ -377,9 +377,10 @@ class FrameHook(TracerInterop):
             # under dynamic=True only a static offset fails: a 0-dim tensor's (NOTE [Changing offsets of scalar views])
             if self.request.dynamic is True and failure.guard.kind != "TENSOR_STORAGE_OFFSET":
                 continue  # sizes and layouts: all symbolic already (a size 1, a mark_static dim stay static)
-            mark = OFFSET if failure.guard.kind == "TENSOR_STORAGE_OFFSET" else LAYOUT  # NOTE [Changing offsets of rows]
-            if failure.guard.kind in layout and mark not in self.dynamic_dims.get(source, frozenset()):
-                self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | {mark}}
+            marks = failure.guard.kind in layout and layout_marks(failure.guard.kind, failure.guard.expected,
+                                                                  failure.actual, self.fn.__code__ in _ORIGIN)
+            if marks and not marks <= self.dynamic_dims.get(source, frozenset()):
+                self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | marks}
                 logs.log("recompiles", "%s: the layout of %s changed (%s -> %s); symbolic from now on (NOTE "
                          "[Dynamic layouts])", self._name(), source, failure.guard.expected, failure.actual)
             if failure.guard.kind != "TENSOR_SHAPE":

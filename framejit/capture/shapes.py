@@ -186,7 +186,8 @@ def is_symbolic(fake: torch.Tensor) -> bool:
 # or storage offset on every call: a row `e` of `nonzero()`'s (k, 1) result, stride (k,) and offset i, in a
 # loop that breaks on every iteration. When a resume function recompiles on such a guard, the hook marks
 # the tensor LAYOUT in the frame's dynamic dims; later traces give it symbolic sizes (a size 1 stays 1),
-# strides and offset, which the shape env's guards check instead of the exact values.
+# strides and offset, which the shape env's guards check instead of the exact values. A user's frame marks
+# the changed strides alone (NOTE [Changing strides of arguments]).
 LAYOUT = -1
 
 
@@ -215,10 +216,53 @@ LAYOUT = -1
 OFFSET = -2
 
 
+# NOTE [Changing strides of arguments]: a user's frame called with views whose strides change and whose
+# sizes do not (`cell(xs[:, t], h)` over sequences of growing length: x[:, t] of a (B, T, H) tensor has
+# strides (T*H, 1) and the sizes (B, H) of every length) was traced once per stride, and ran eagerly from
+# the recompile limit on (stock torch.compile: 2 graphs). As torch's automatic dynamic strides do, the hook
+# marks each dimension whose stride alone changed, STRIDE - d (a tensor whose sizes changed too, or its
+# rank, is not marked: its sizes become symbolic and torch infers its strides from them); later traces
+# give those strides symbols of the env, every size and every other stride stays static (torch's
+# INFER_STRIDE: a stride that is a product of a size and an inner stride is that expression, others static)
+# and the offset keeps its own marking (NOTE [Changing offsets of rows]). What the trace relies on is
+# guarded through the env like sizes: `.view()`, `.is_contiguous()`, a reshape that copies or not, eager's
+# output layouts (torch's meta functions decide them from the symbols' hints and record the relations
+# used: `x.stride(0) == 4`), and the range `x.stride(0) >= 2` (0 and 1 are specialised). The resume
+# functions of NOTE [Dynamic layouts] keep their LAYOUT marking (sizes symbolic too).
+STRIDE = -3
+
+
+def layout_marks(kind: str, expected: str, actual: str | None, resume: bool) -> frozenset[int]:
+    """The marks for a failed TENSOR_STRIDE or TENSOR_STORAGE_OFFSET guard, `expected` and `actual` the
+    texts of the two values (NOTE [Dynamic layouts], NOTE [Changing strides of arguments])."""
+    if kind == "TENSOR_STORAGE_OFFSET":
+        return frozenset({OFFSET})
+    if resume:
+        return frozenset({LAYOUT})
+    old, new = re.findall(r"-?\d+", expected), re.findall(r"-?\d+", actual or "")
+    if len(old) != len(new):
+        return frozenset()
+    return frozenset(STRIDE - d for d, (a, b) in enumerate(zip(old, new)) if a != b)
+
+
+def _strided_fake(out, tensor: torch.Tensor, source, strides: list[int]) -> torch.Tensor:
+    """A fake of `tensor` with static sizes whose strides `strides` are symbols (NOTE [Changing strides of
+    arguments])."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+    context = StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.STATIC] * tensor.dim(),
+        dynamic_strides=[DimDynamic.DYNAMIC if d in strides else DimDynamic.INFER_STRIDE for d in range(tensor.dim())])
+    return out.fake_mode.from_tensor(tensor, symbolic_context=context, source=ShapeSource(source.expr(out.names)))
+
+
 def offset_view_fake(out, tensor: torch.Tensor, source, fake: torch.Tensor | None) -> torch.Tensor | None:
     """`fake` (None: static sizes and strides) as a view at a symbolic storage offset where the hook marked
-    the offset, else `fake` (NOTE [Changing offsets of scalar views], NOTE [Changing offsets of rows])."""
+    the offset, else `fake` (NOTE [Changing offsets of scalar views], NOTE [Changing offsets of rows]);
+    with static sizes, the strides the hook marked are symbols (NOTE [Changing strides of arguments])."""
     marked = out.dynamic_dims.get(source.describe(), ())
+    strides = [d for d in range(tensor.dim()) if STRIDE - d in marked]
+    if fake is None and strides and out.dynamic is None:
+        fake = _strided_fake(out, tensor, source, strides)
     if OFFSET not in marked and not (LAYOUT in marked and tensor.dim() == 0):
         return fake
     offset = symbolic_int(out, tensor.storage_offset(), f"{source.expr(out.names)}.storage_offset()")
