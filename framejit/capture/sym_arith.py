@@ -479,6 +479,9 @@ def select(tx, obj: TensorValue, key: Value) -> Value | None:
 # sizes among them is guarded by its truth and counts as a bool, as torch.compile guards it). scalar_tensor
 # converts a Python number to a dtype as torch.tensor does (truncation to ints, overflow errors). Ragged or
 # empty rows and other item types are left to the call (which specialises, and raises where eager raises).
+# NOTE [Tensors of dynamic floats]: the same for floats that are graph inputs or computed from them (NOTE [Dynamic
+# floats]): `torch.tensor([s, max(vals)])` of `vals = x.tolist()` guarded each float by value, a compilation
+# per call (stock torch.compile 2); each is a scalar_tensor node of the float, as for a symbolic float.
 def tensor_of_ints(tx, args: list[Value], kwargs: dict) -> Value | None:
     """`torch.tensor(data)` / `torch.as_tensor(data)` for a number or a (nested) sequence of numbers, some
     symbolic (NOTE [Tensors of mixed numbers])."""
@@ -489,11 +492,11 @@ def tensor_of_ints(tx, args: list[Value], kwargs: dict) -> Value | None:
     if isinstance(data, SymRangeValue):
         return _tensor_of_range(tx, data, kwargs)
     flat = _flat_numbers(data)
-    if not flat or not any(is_sym(i) for i in flat):
+    if not flat or not any(is_sym(i) or isinstance(i, SymFloatValue) for i in flat):
         return None
     dtype = kwargs["dtype"].value if "dtype" in kwargs else None
     if dtype is None:
-        kinds = {_number_type(i) or bool for i in flat}
+        kinds = {_number_type(i) or (float if isinstance(i, SymFloatValue) else bool) for i in flat}
         dtype = torch._C.get_default_dtype() if float in kinds else torch.int64 if int in kinds else torch.bool
     options = {"dtype": ConstantValue(dtype)}
     if "device" in kwargs:
@@ -506,7 +509,8 @@ def _flat_numbers(data: Value) -> list[Value] | None:
     if type(data) not in (TupleValue, ListValue):
         if isinstance(data, SymNodeValue) and isinstance(data.sym, torch.SymBool):
             return [data]  # a relation of sizes: _stacked guards its truth (the item is then a bool)
-        number = _number_type(data) or (isinstance(data, ConstantValue) and type(data.value) is bool)
+        number = _number_type(data) or (isinstance(data, ConstantValue) and type(data.value) is bool) or \
+            isinstance(data, SymFloatValue)  # a dynamic float (NOTE [Tensors of dynamic floats])
         return [data] if number else None
     rows = [_flat_numbers(i) for i in data.items]
     if not rows or any(r is None for r in rows):

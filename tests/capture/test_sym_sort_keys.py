@@ -128,3 +128,21 @@ def test_max_of_floats_with_nan_and_ties_follows_eager():
     rows = [[1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [2.0, 2.0, -1.0], [nan, 1.0, 2.0], [0.0, -0.0, -1.0], [-0.0, 0.0, -1.0],
             [1.0, 1.0, 1.0], [1.0, nan, 0.5]]
     _compiled_by(_floats_picked, [(torch.tensor(r),) for r in rows])
+
+
+def _tensor_of_floats(x):
+    vals = x.tolist()
+    s = sum(v * v for v in vals)
+    return torch.tensor([s, max(vals)]) + x[:2], torch.tensor([[min(vals), 1.5]], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tensor_of_changing_floats_compiles_twice(backend):
+    """NOTE [Tensors of dynamic floats]: each float a scalar_tensor node, rounded to the dtype as torch.tensor
+    rounds it (float32 by default, float64 asked); inf and NaN among them as eager gives them."""
+    torch.manual_seed(0)
+    calls = [(torch.randn(4),) for _ in range(8)] + [(torch.tensor([1.0, math.inf, -2.0, 0.1]),),
+                                                      (torch.tensor([math.nan, 1.0, 2.0, 3.0]),)]
+    graphs, eager = _compiled_by(_tensor_of_floats, calls[:8], backend)
+    assert (graphs, eager) == (2, 0)
+    _compiled_by(_tensor_of_floats, calls[8:], backend)
