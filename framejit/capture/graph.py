@@ -31,7 +31,7 @@ from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
                           _fake_of, _constant_check, _has_sym as _has_symbolic, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
                           mark_symbolic_error, _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
-                          _target_name, _version, check_split)
+                          _target_name, _version, check_split, checked_call)
 from .function_reads import guard_reads, is_whole_torch_function
 from .kernel_checks import check_arithmetic
 from .kernel_ints import static_kernel_ints
@@ -411,9 +411,9 @@ class OutputGraph:
         if getattr(self, "getitem_to_index", 0):
             from .getitem_mode import check_call  # NOTE [Breaks inside getitem-to-index blocks]
             check_call(self, kind, target, args)
-        if target is torch._assert_async:  # returns None: kept as a check, not dropped as a constant result
-            from .speculated_checks import user_check
-            return user_check(self, args, kwargs)
+        checked = checked_call(self, kind, target, args, kwargs)  # NOTE [Speculated checks], [istft's window check]
+        if checked is not None:
+            return checked
         if self.default_device is not None and kind == "call_function":
             from .default_device import with_device  # NOTE [Default device mode]
             kwargs = with_device(self.default_device, target, kwargs)

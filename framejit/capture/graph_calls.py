@@ -484,3 +484,15 @@ def _has_tensor(item: Any) -> bool:
     """A tensor, or a tuple holding one (a step of enumerate() or zip() over rows)."""
     return isinstance(item, TensorValue) or isinstance(item, SequenceValue) and \
         any(isinstance(i, TensorValue) for i in item.items)
+
+
+def checked_call(out, kind: str, target: Any, args: tuple, kwargs: dict) -> Value | None:
+    """The value of a call recorded with a run-time check, or None for a call recorded as usual: the user's own
+    `torch._assert_async` (NOTE [Speculated checks]); `torch.istft` (NOTE [istft's window check])."""
+    if kind == "call_function" and target is torch._assert_async:  # returns None: kept as a check, not dropped
+        from .speculated_checks import user_check  # as a constant result
+        return user_check(out, args, kwargs)
+    if (kind == "call_function" and target is torch.istft) or (kind == "call_method" and target == "istft"):
+        from .istft_check import istft_call
+        return istft_call(out, kind, target, args, kwargs)
+    return None
