@@ -294,11 +294,11 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         return ClassValue(t.python_type())
     if name in TENSOR_VALUED_ATTRS:
         return tx.output.call("call_function", getattr, (t, ConstantValue(name)), {})
-    if name == "data":  # the same memory, outside autograd: what detach() gives
-        data = _input_data(tx, t)
-        if data is not None:
-            return data
-        return tx.output.call("call_method", "detach", (t,), {})
+    if name == "data":  # the same memory, outside autograd (NOTE [Writes through the .data of inputs])
+        from .data_alias import data_of_input
+        data = data_of_input(tx, t)
+        data = _input_data(tx, t) if data is None else data
+        return tx.output.call("call_method", "detach", (t,), {}) if data is None else data
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
         return _tensor_python_attr(tx, t, name)
@@ -328,9 +328,9 @@ def _patched_tensor_method(attr) -> bool:
 # counter of its own: an in-place write through `.data` does not bump t's version (eager's manual SGD
 # `p.data.add_(...)`), where one through a detach() alias does. Traced as detach(), such a write made a later
 # backward through a graph that saved `p` raise "modified by an inplace operation" where eager does not (red
-# team 6). The `.data` of an input, while the graph wrote no input yet, is therefore read as eager reads it, from
-# its source (`x.data`): a graph input of its own, sharing t's memory, so an in-place op on either is a break
-# (NOTE [Input mutation] in graph.py) and runs as Python on the real `x.data`.
+# team 6). The `.data` of an inference input (no counter), while the graph wrote no input yet, is therefore read
+# from its source (`x.data`): a graph input of its own, sharing t's memory, so an in-place op on either is a break
+# (NOTE [Input mutation] in graph.py). Other inputs: NOTE [Writes through the .data of inputs] in data_alias.py.
 def _input_data(tx, t: TensorValue) -> Value | None:
     if t.source is None:
         return None

@@ -6,9 +6,8 @@ tensor mode. Every tensor operation runs once on fake tensors (metadata only, no
 its result's metadata; the op is then recorded as a node.
 
 NOTE [Input mutation]: after every op the version counters of the inputs' fake tensors are compared
-with their values before the op. An in-place change of an input (directly or through a view) is a
-side effect on the caller's data; until side-effect replay exists it raises Unsupported(SIDE_EFFECT),
-so the frame runs eagerly and the mutation happens exactly as in eager.
+with their values before the op; an in-place change of an input (directly, through a view or its `.data`:
+data_alias.py) stays in the graph, and backends write it back (OutputGraph._check_input_mutation).
 """
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ from .. import fake_modes, grad_mode
 from ..guards import COST_CONSTANT, COST_ID, COST_TENSOR, COST_TYPE, Guard
 from ..guards.plain_reads import plain_name
 from .default_dtype_scalars import cast_ints_for_default
+from .data_alias import check_data_outputs, check_data_writes, check_stored_data
 from .dropout_identity import dropout_identity
 from .failing_ops import check_rerun_of_outside_code
 from .breaks import BreakKind, Unsupported, UserException
@@ -46,9 +46,8 @@ from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, T
 
 
 def _fake_tensor():
-    """torch._subclasses.fake_tensor, imported on the first trace: a process whose frames all come from
-    the frame cache never pays for it (about 20 ms; FakeTensorMode's first use also
-    imports torch._dynamo.config, about 1 s)."""
+    """torch._subclasses.fake_tensor, imported on the first trace: a process whose frames all come from the frame
+    cache never pays for it (about 20 ms; FakeTensorMode's first use also imports torch._dynamo.config, about 1 s)."""
     from torch._subclasses import fake_tensor
     return fake_tensor
 
@@ -176,8 +175,7 @@ class OutputGraph:
         check = f"___type({e}) is {self.name_of(cls, cls.__name__)}"
         if is_parametrized_class(cls):  # NOTE [Parametrized classes alike]
             check = parametrized_type_check(self, f"___type({e})", cls)
-        self.add_guard("TYPE_MATCH", check, source, expected=cls.__qualname__, actual=f"___type({e})",
-                       cost=COST_TYPE)
+        self.add_guard("TYPE_MATCH", check, source, expected=cls.__qualname__, actual=f"___type({e})", cost=COST_TYPE)
 
     def guard_id(self, source: Source, obj: Any) -> None:
         e = source.expr(self.names)
@@ -220,10 +218,8 @@ class OutputGraph:
             ("TENSOR_DEVICE", self._device_check(e, t.device), str(t.device), f"{e}.device"),
             ("TENSOR_SHAPE", *shape_check, f"tuple({e}.shape)"),
             ("TENSOR_STRIDE", stride_check, str(t.stride()), f"{e}.stride()"),
-            ("TENSOR_STORAGE_OFFSET", offset_check, str(t.storage_offset()),
-             f"{e}.storage_offset()"),
-            ("TENSOR_REQUIRES_GRAD", f"{te}.requires_grad is {t.requires_grad}", str(t.requires_grad),
-             f"{te}.requires_grad"),
+            ("TENSOR_STORAGE_OFFSET", offset_check, str(t.storage_offset()), f"{e}.storage_offset()"),
+            ("TENSOR_REQUIRES_GRAD", f"{te}.requires_grad is {t.requires_grad}", str(t.requires_grad), f"{te}.requires_grad"),
             ("TENSOR_LAZY_BITS", *_lazy_bits_check(e, t)),
         ]
         where, origin = source.describe(), self.location()
@@ -420,6 +416,7 @@ class OutputGraph:
         fake_args, fake_kwargs = tree_map(_fake_of, (args, kwargs), is_leaf=_is_value)
         fakes = [t for t in tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)]
         versions = [_version(t) for t in fakes]
+        check_stored_data(self, fakes)  # NOTE [Stores to the .data of inputs]
         _check_overlapping_write(target, fake_args, fake_kwargs)
         check_mixed_norm(target, fake_args, fake_kwargs)  # NOTE [Mixed dtypes of CPU norms]
         check_split(self, target, fake_args, fake_kwargs)  # NOTE [Unbind along a symbolic length]
@@ -643,23 +640,25 @@ class OutputGraph:
                                              and any(f is entry.value.fake for f in fakes)):
                 entry.version = version
                 entry.writes += version is not None
-                storage = entry.tensor.untyped_storage().data_ptr()
-                for other in self.inputs:
-                    if other is not entry and isinstance(other.value, TensorValue) and \
-                            other.tensor.untyped_storage().data_ptr() == storage:
-                        raise Unsupported(BreakKind.SIDE_EFFECT,
-                                          f"in-place {_target_name(target)} mutates {entry.source.describe()}, "
-                                          f"which shares memory with {other.source.describe()}")
-                if self.__dict__.get("speculated_checks"):  # NOTE [Speculated checks]: a rerun must be exact
-                    raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes an input "
-                                      "after a speculated check")
-                from .handler_reruns import note_input_write  # NOTE [Failing graphs inside handlers]
-                note_input_write(self, entry, target)
-                self.mutated_inputs = True
-                if entry not in self.mutated_entries:
-                    self.mutated_entries.append(entry)
-                    self.__dict__.setdefault("first_writes", {})[id(entry)] = self._write_site()  # NOTE [Aliased
-                    # inputs written before the alias is read]
+                self.input_written(entry, target)
+        check_data_writes(self, target, fakes)  # NOTE [Writes through the .data of inputs]
+
+    def input_written(self, entry: GraphInput, target: Any) -> None:
+        """`target` wrote the graph input `entry` (its memory): checked and recorded for the write-back."""
+        storage = entry.tensor.untyped_storage().data_ptr()
+        for other in self.inputs:
+            if other is not entry and isinstance(other.value, TensorValue) and \
+                    other.tensor.untyped_storage().data_ptr() == storage:
+                raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} mutates "
+                                  f"{entry.source.describe()}, which shares memory with {other.source.describe()}")
+        if self.__dict__.get("speculated_checks"):  # NOTE [Speculated checks]: a rerun must be exact
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes an input after a speculated check")
+        from .handler_reruns import note_input_write  # NOTE [Failing graphs inside handlers]
+        note_input_write(self, entry, target)
+        self.mutated_inputs = True
+        if entry not in self.mutated_entries:
+            self.mutated_entries.append(entry)  # NOTE [Aliased inputs written before the alias is read]:
+            self.__dict__.setdefault("first_writes", {})[id(entry)] = self._write_site()
 
     def _write_site(self) -> tuple:
         """(root frame instruction index, user stack) of the instruction being traced."""
@@ -728,6 +727,7 @@ class OutputGraph:
         and inference-mode blocks still open (a break inside them) are exited, innermost first, and the
         grad mode is reset (the code after the graph re-enters them: NOTE [Breaks inside with-blocks])."""
         self.alias_guard()
+        check_data_outputs(self, values)  # NOTE [Writes through the .data of inputs]
         grad_mode = self.grad_enabled  # the tracer's view stays the mode the code reached (restore_grad_mode)
         for node in reversed(self.open_regions):
             if "restore" in node.meta:  # a block that names its restoring call (NOTE [Saved-tensors-hooks blocks])

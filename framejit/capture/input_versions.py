@@ -143,8 +143,10 @@ def input_writes(output) -> tuple[tuple[int, int], ...]:
     """(position, number of version bumps) of each graph input the traced graph wrote, including those whose
     writes eager does not count (NOTE [Writes eager does not count])."""
     uncounted = _uncounted_writes(output.graph)
-    return tuple((i, inp.writes) for i, inp in enumerate(output.inputs)
-                 if inp.writes or (i in uncounted and inp.version is not None))  # no counter: an inference tensor
+    from .data_alias import data_written  # NOTE [Writes through the .data of inputs]: their bumps, 0 included
+    through_data = data_written(output)
+    return tuple((i, inp.writes) for i, inp in enumerate(output.inputs) if inp.writes or id(inp) in through_data
+                 or (i in uncounted and inp.version is not None))  # no counter: an inference tensor
 
 
 def _uncounted_writes(graph) -> set[int]:

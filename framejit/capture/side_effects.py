@@ -316,7 +316,7 @@ class SideEffects:
         order, or raise the break when one would not show through (NOTE [Stores under a dict the trace
         holds])."""
         for key, (obj, name, stored) in self.attrs.items():
-            if _instance_dict(obj.obj) is d:
+            if isinstance(obj, ObjectValue) and _instance_dict(obj.obj) is d:  # (not a tensor's `.data`)
                 if not self._store_shows_through(obj, value, key in self.raw_attrs):
                     raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {obj.describe()} read while "
                                                              "stores to its attributes are not replayed yet")
