@@ -27,8 +27,15 @@ direct call of the next frame's function (a function, a method, a module without
 frame's return value), stack slots that are values, NULLs or iterators, an innermost instruction that is a
 call or a plain operator, no frame reader at the break (NOTE [Breaks at calls that read frames]), no
 closure guarded by its code (another object of that code, with other cells, may come next: the functions
-made here hold the cells they were made with), and no nested tensor carried by a loop on the path (NOTE
-[Loops carrying nested tensors]: that loop runs as Python).
+made here hold the cells they were made with), and no frame on the path in a loop (NOTE [Nested breaks in
+loops]; a loop carrying a nested tensor, NOTE [Loops carrying nested tensors], runs as Python).
+NOTE [Nested breaks in loops]: a frame on the path whose call (or the innermost instruction) lies in a loop
+keeps the plain break. A loop's state (the iterator, the module or tensor taken from it, the counter) would be
+arguments of the hooked R0, guarded by value, position or alias: one R0 entry per pass (range position,
+ModuleList index), the recompile limit hit and most of a model run outside graphs (review revN HIGH-2 and
+HIGH-3: a loop over 6 printing blocks ran 1 to 4 graphs per call instead of 12-14), and a loop breaking on
+every step no longer ran as Python from its second step (NOTE [Loops breaking on every step]). At the plain
+break the loop's frame resumes in its own resume function, whose loop is carried as before nested breaks.
 NOTE [Nested breaks are not persisted]: the functions made here (R1..Rn, the frame functions) are constants
 of the transformed code and of R0's that the frame cache cannot locate in a new process, so such entries are
 kept in memory only, and a warm process would trace those frames again (measured: the tests of
@@ -57,7 +64,6 @@ from .codegen import Codegen, FunctionShape, Reconstructor, make_function
 from .inherited_symbols import inherit_symbols
 from .graph_break import BreakCodegen, _at_line, _Constant, _slot_kind, emit_stack_value
 from .normalize import normalize, with_depth
-from .python_loops import enclosing_loop
 from .resume import _DEAD_ARGS, _ORIGIN, _PROLOGUE_CALLS, _VALUE_ARGS, STACK_PREFIX, layout_key, \
     leading_local, make_resume_code, origin
 from .translator import RealCell
@@ -157,9 +163,8 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
     if inst.name not in _STEPS or inst.name == "RAISE_VARARGS" and inst.arg == 0:
         raise refuse(f"{inst.name} at the break")
     frames.append(Frame(inner, inst.index + 1, inner.stack[:len(inner.stack) - _consumed(inst)]))
-    if getattr(exc, "nested_operand", False) and any(  # NOTE [Loops carrying nested tensors]: such a loop runs
-            enclosing_loop(normalize(f.tx.code).insts, f.call.index) for f in frames):  # as Python instead
-        raise refuse("a loop carries a nested tensor")
+    if any(local_liveness.in_loop(f.code, f.target) for f in frames):  # NOTE [Nested breaks in loops]
+        raise refuse("a frame on the path is in a loop")
     return frames, BreakSite(inst, _consumed(inst))
 
 
@@ -221,8 +226,6 @@ def resume_functions(frames: list[Frame], produced: int, hooks: Any) -> tuple[An
     from .resume import eager_function
     if getattr(root, "eager", None) is None:
         root.eager = eager_function(inner_fn)
-    if local_liveness.in_loop(frames[0].code, frames[0].target):  # NOTE [Resume functions take the same locals
-        root.entry_budget = 2  # on every pass]
     return root, inner_args
 
 

@@ -687,12 +687,10 @@ class Stack(nn.Module):
 
 
 @pytest.mark.parametrize("flags,graphs", [
-    # Nested breaks (NOTE [Nested graph breaks]): layer 0 and layer 1's linear, up to layer 1's print |
-    # layer 1's relu and the loop's next pass, layer 2: 2 (4 before).
-    ((False, True, False), 2),
-    # layer 0's linear, up to its print | its relu, layer 1 and layer 2's linear, up to layer 2's print (the
-    # nested resume function breaks nested again) | layer 2's relu: 3 (4 before).
-    ((True, False, True), 3),
+    # The loop iterates over modules: the plain break, not a nested one (NOTE [Nested breaks in loops]: nested
+    # ones recompiled the resume function per position of longer stacks): 4, as before nested breaks.
+    ((False, True, False), 4),
+    ((True, False, True), 4),
 ], ids=["middle_layer_prints", "first_and_last_layer_print"])
 def test_modulelist_loop_with_break_in_layer(flags, graphs):
     torch.manual_seed(0)
