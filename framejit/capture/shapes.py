@@ -619,7 +619,8 @@ def _finite(x: Any) -> bool:
         return False
 
 
-_SYMBOL = re.compile(r"\b[a-z]+\d+\b")
+_SYMBOL = re.compile(r"(?<![\w.])[a-z]+\d+\b")  # a symbol (s0, zf1), never a name after a dot (`math.log2`: NOTE
+# [Math functions of sizes] in sym_arith.py; read as a symbol, every guard of the entry was pinned by value)
 
 
 def _print(out, expr, bound: dict) -> str:

@@ -141,3 +141,14 @@ def _sqrt_below(x):
                                        (_sqrt_below, (8, 9, 3, 10, 4, 11, 12))])
 def test_outside_a_math_domain_the_compiled_call_raises_as_eager(fn, sizes):
     assert _compiled_by(lambda: _run(fn, [(torch.randn(n),) for n in sizes], "eager"))[1] == 0
+
+
+def _branch_on_log2(x):
+    return x * 2 if math.log2(x.shape[0]) > 2.5 else x - 1  # flips between 5 and 6
+
+
+def test_a_branch_on_a_log2_of_a_size_guards_the_relation():
+    """The guard `math.log2(s0) > 2.5` is printed with `log2` read as the function, not as a symbol (which pinned
+    every size of the entry: 8 compilations, then eager)."""
+    sizes = list(range(2, 14)) + [3, 12]
+    assert _compiled_by(lambda: _run(_branch_on_log2, [(torch.randn(n),) for n in sizes], "eager")) == (3, 0)
