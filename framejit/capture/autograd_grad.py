@@ -35,11 +35,10 @@ from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .function_regions import Boundary, Plan, next_region, user_backward, with_constant_outputs
 from .graph_calls import _version
-from .modules import graph_break
 from .values import ConstantValue, NewObjectValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue
 from .values.scalars import SymFloatValue
 
-_CTX_STATE = ("saved_tensors", "needs_input_grad", "fj_non_differentiable", "fj_materialize_grads")
+_CTX_STATE = ("saved_tensors", "needs_input_grad", "fj_non_differentiable", "fj_materialize_grads", "fj_dirty")
 _RESERVED = frozenset(dir(BackwardCFunction))  # the real ctx's own attributes (materialize_grads, to_save, ...)
 
 
@@ -56,7 +55,7 @@ class GradCtx:
         self.fj_materialize_grads = value
 
     def mark_dirty(self, *tensors):
-        graph_break("ctx.mark_dirty in a custom autograd Function (an input changed in place)")
+        self.fj_dirty = self.fj_dirty + tensors  # NOTE [Inputs marked dirty]
 
     def save_for_forward(self, *tensors):
         pass  # only the jvp reads them, and an apply is traced only with no dual level open (NOTE [Custom
@@ -94,11 +93,13 @@ class _Effects:
         self.versions = [(val, _version(val)) for val in (n.meta.get("val") for n in before)
                          if isinstance(val, torch.Tensor)]
 
-    def changed(self) -> bool:
+    def changed(self, dirty: tuple = ()) -> bool:
+        """Something outside changed, other than the tensors in `dirty` themselves (NOTE [Inputs marked dirty])."""
         se = self.out.side_effects
         return ((se.version - se.tensor_writes, len(se.ops), len(se.finishing_calls)) != self.start
                 or sum(entry.writes for entry in self.out.inputs) != self.writes
-                or any(_version(val) != version for val, version in self.versions))
+                or any(_version(val) != version for val, version in self.versions
+                       if not any(val is d for d in dirty)))
 
 
 def _switch(out, mode: bool, tag: str) -> None:
@@ -120,14 +121,11 @@ def call_with_grad(tx, cls: type, args: list, kwargs: dict):
     setup = None
     if cls.setup_context is not _SingleLevelFunction.setup_context:
         setup = _static(tx, cls, "setup_context")
-    for code in (forward.fn.__code__, setup.fn.__code__ if setup is not None else None):
-        if code is not None and "mark_dirty" in code.co_names:  # named here: GradCtx's break has no reason
-            raise _break(cls, "ctx.mark_dirty (its forward changes an input in place and returns it; not traced)")
     args = _bind(tx, cls, forward, setup is not None, list(args), kwargs)
     needs = tuple(isinstance(a, TensorValue) and a.fake.requires_grad for a in args)
     ctx = NewObjectValue(GradCtx, {"needs_input_grad": TupleValue([ConstantValue(n) for n in needs]),
                                    "fj_non_differentiable": TupleValue([]),
-                                   "fj_materialize_grads": ConstantValue(True)})
+                                   "fj_materialize_grads": ConstantValue(True), "fj_dirty": TupleValue([])})
     graph = out.graph
     before = set(graph.nodes)
     effects = _Effects(out, before)
@@ -137,6 +135,8 @@ def call_with_grad(tx, cls: type, args: list, kwargs: dict):
             result = _forward(tx, forward, setup, ctx, args)
         finally:
             out.set_grad_enabled(True)
+        if ctx.attrs["fj_dirty"].items:  # eager's apply bumps the version once more: NOTE [Inputs marked dirty]
+            raise _break(cls, "ctx.mark_dirty with no input that requires grad")
         if effects.changed():
             raise _break(cls, "its forward changes state outside it")
         return result
@@ -149,13 +149,14 @@ def call_with_grad(tx, cls: type, args: list, kwargs: dict):
         raise
     finally:
         _switch(out, True, "fj_function_switch")
-    if effects.changed():
+    dirty = _dirty(cls, ctx, args, result)
+    if effects.changed(dirty):
         raise _break(cls, "its forward changes state outside it")
     region = next_region()
     for node in graph.nodes:
         if node not in before and node.op in ("call_function", "call_method", "call_module"):
             node.meta["fj_function"] = region
-    plan, tensor_args, outs, extras, single, items = _plan(cls, args, result, ctx)
+    plan, tensor_args, outs, extras, single, items = _plan(cls, args, result, ctx, dirty)
     boundary = Boundary(plan, region, len(tensor_args), len(extras))
     applied = out.call("call_function", boundary, tuple([*tensor_args, *outs, *extras]), {})
     _probe(tx, cls, backward, plan, args, applied.items, extras)
@@ -201,6 +202,32 @@ def _bind(tx, cls: type, forward: UserFunctionValue, setup: bool, args: list, kw
     return slots[:end]
 
 
+# NOTE [Inputs marked dirty]: a forward that writes a tensor argument in place and calls `ctx.mark_dirty(x)` returns
+# x; eager's apply gives that very tensor (its version bumped by the write) the Function's grad_fn. The trace keeps
+# the write in the region, and CustomCall (and the boundary's fake apply) marks that argument dirty, so the output
+# is the argument object with the new history, as eager. Only where each dirty tensor is a tensor argument made in
+# this graph (writing a graph input, or a view of one, breaks as before), that the forward returns, and not a leaf
+# that requires grad (eager's apply raises: a break, and the apply run in Python raises it). Eager's apply bumps the
+# version of a dirty tensor once more (2 after one write); CustomCall's apply does too, an inlined forward (no input
+# requires grad) would not: that case breaks, as does any apply under no_grad (TracedCtx has no mark_dirty).
+def _dirty(cls: type, ctx: NewObjectValue, args: list, result) -> tuple:
+    """The fake tensors the forward marked dirty, checked (NOTE [Inputs marked dirty])."""
+    outs = [result] if isinstance(result, TensorValue) else [
+        i for i in getattr(result, "items", []) if isinstance(i, TensorValue)]
+    fakes = []
+    for value in ctx.attrs["fj_dirty"].items:
+        if not isinstance(value, TensorValue) or not any(isinstance(a, TensorValue) and a.fake is value.fake for a in args):
+            raise _break(cls, "ctx.mark_dirty of something other than a tensor argument")
+        if value.node.op == "placeholder":
+            raise _break(cls, "ctx.mark_dirty of a graph input (its forward writes it in place)")
+        if value.fake.is_leaf and value.fake.requires_grad:
+            raise _break(cls, "ctx.mark_dirty of a leaf that requires grad (eager raises)")
+        if not any(o.fake is value.fake for o in outs):
+            raise _break(cls, "ctx.mark_dirty of a tensor its forward does not return")
+        fakes.append(value.fake)
+    return tuple(fakes)
+
+
 def _forward(tx, forward, setup, ctx, args: list):
     if setup is None:
         return tx.call(forward, [ctx, *args], {})
@@ -209,7 +236,7 @@ def _forward(tx, forward, setup, ctx, args: list):
     return result
 
 
-def _plan(cls: type, args: list, result, ctx: NewObjectValue):
+def _plan(cls: type, args: list, result, ctx: NewObjectValue, dirty: tuple):
     positions = [i for i, a in enumerate(args) if isinstance(a, TensorValue)]
     tensor_args = [args[i] for i in positions]
     arg_slots = tuple(positions.index(i) if i in positions else None for i in range(len(args)))
@@ -256,7 +283,8 @@ def _plan(cls: type, args: list, result, ctx: NewObjectValue):
         raise _break(cls, "set_materialize_grads with a value not known while tracing")
     constant_outputs = tuple((k, item.as_constant()) for k, item in enumerate(items) if item is not None)
     plan = Plan(cls, arg_slots, len(outs), single, constant_outputs, tuple(saved), attrs,
-                tuple(non_differentiable), bool(materialize.as_constant()))
+                tuple(non_differentiable), bool(materialize.as_constant()),
+                tuple(k for k, a in enumerate(tensor_args) if any(a.fake is d for d in dirty)))
     return plan, tensor_args, outs, extras, single, items
 
 

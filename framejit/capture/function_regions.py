@@ -59,6 +59,7 @@ class Plan:
     attrs: tuple  # (name, ("const", value) | ("tensor", extra index))
     non_differentiable: tuple  # output indices
     materialize_grads: bool
+    dirty: tuple = ()  # indices among CustomCall's tensor inputs marked dirty (NOTE [Inputs marked dirty])
 
 
 class Boundary:
@@ -86,6 +87,7 @@ class _FakeApply(torch.autograd.Function):
     @staticmethod
     def forward(ctx, plan, outs, *args):
         ctx.mark_non_differentiable(*[outs[i] for i in plan.non_differentiable])
+        ctx.mark_dirty(*[args[i] for i in plan.dirty])
         return tuple(outs)
 
     @staticmethod
@@ -269,6 +271,7 @@ class CustomCall(torch.autograd.Function):
         ctx.fj_outputs = [(o.shape, o.dtype, o.device) for o in outs]
         ctx.mark_non_differentiable(*[outs[i] for i in plan.non_differentiable],
                                     *[e for e in extras if isinstance(e, torch.Tensor)])
+        ctx.mark_dirty(*[args[i] for i in plan.dirty])  # NOTE [Inputs marked dirty]
         ctx.set_materialize_grads(False)  # the extras' gradients are never materialised; the user's below
 
     @staticmethod
