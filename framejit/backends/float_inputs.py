@@ -142,6 +142,8 @@ class _Rewriter:
 
     def scalar_op(self, node: torch.fx.Node) -> None:
         """Float arithmetic on float inputs: the same operator on float64 0-d tensors."""
+        if node.op == "call_function" and node.target in (max, min) and len(node.args) == 2 and not node.kwargs:
+            return self.extremum(node)
         if node.op != "call_function" or node.target not in _SCALAR_OPS or node.kwargs:
             raise NotRewritable(f"{node.format_node()}: a float computed by {node.target}")
         for i, arg in enumerate(node.args):
@@ -152,6 +154,20 @@ class _Rewriter:
                 raise NotRewritable(f"{node.format_node()}: a float input with {arg!r}")
         if node.target is operator.truediv and node.args[1] == 0:
             raise NotRewritable(f"{node.format_node()}: division by zero")
+        self.scalars.add(node)
+        node.meta["val"] = self.fake(lambda: torch.empty((), dtype=torch.float64))
+
+    def extremum(self, node: torch.fx.Node) -> None:
+        """`max(a, b)`/`min(a, b)` of floats (NOTE [Sorting by symbolic keys] in capture/sym_arith.py):
+        `where(b > a, b, a)` (`<` for min) on float64 0-d tensors, CPython's own rule (`b` replaces `a` only when
+        strictly greater), so NaN and -0.0 give what Python's max/min give."""
+        a, b = node.args
+        for arg in node.args:
+            if arg not in self.scalars and type(arg) is not float:  # a float constant stays a Scalar argument
+                raise NotRewritable(f"{node.format_node()}: {node.target.__name__} of a float input and {arg!r}")
+        with self.graph.inserting_before(node):
+            better = self.new("call_function", operator.gt if node.target is max else operator.lt, (b, a))
+        node.target, node.args = torch.where, (better, b, a)
         self.scalars.add(node)
         node.meta["val"] = self.fake(lambda: torch.empty((), dtype=torch.float64))
 
