@@ -98,6 +98,15 @@ def _is_resume(code: types.CodeType) -> bool:
     return ".<resume at " in getattr(code, "co_qualname", "")
 
 
+def _user_function(code: types.CodeType) -> tuple[str, str]:
+    """(file, qualified name) of the user function a resume function's or transformed code stands for."""
+    name = getattr(code, "co_qualname", code.co_name)
+    name = name.split(".<resume at ", 1)[0]
+    while name.endswith((".<framejit>", ".<step>")):
+        name = name.rsplit(".<", 1)[0]
+    return code.co_filename, name
+
+
 def _line_of(function: types.FunctionType, text: str) -> int:
     """The line of `function`'s source that starts with `text` (its first line if none does)."""
     import inspect
@@ -164,8 +173,15 @@ def _level(frame: types.FrameType) -> Level:
 
 def _logical_caller(frame: types.FrameType, skip_file_prefixes: tuple) -> tuple[types.FrameType | None, tuple]:
     """(the user frame that called the user frame `frame` stands for, the levels of torch's module call
-    between them: NOTE [Module calls past the hook])."""
+    between them: NOTE [Module calls past the hook]).
+
+    NOTE [Resume functions called by another frame's]: a resume function's caller is the same user frame
+    (the transformed function, or an earlier resume function of it), except in a nested break
+    (nested_breaks.py): there R(k)'s prologue calls R(k+1), the resume function of the frame F(k) called,
+    so a caller standing for another user function is the logical caller. Without this a logging or
+    warnings call with stacklevel 2 in R(k+1) named the line that called the compiled function."""
     same_frame = _is_resume(frame.f_code)  # a resume function: its caller is the same user frame
+    user = _user_function(frame.f_code)
     module_call: tuple | None = None
     frame = frame.f_back
     while frame is not None:
@@ -177,6 +193,8 @@ def _logical_caller(frame: types.FrameType, skip_file_prefixes: tuple) -> tuple[
         if _is_framejit(code) or _is_internal(code) or code.co_filename.startswith(skip_file_prefixes):
             frame = frame.f_back
             continue
+        if same_frame and _user_function(code) != user:
+            return frame, module_call or ()  # NOTE [Resume functions called by another frame's]
         if same_frame:
             same_frame = _is_resume(code)
             frame = frame.f_back

@@ -23,7 +23,7 @@ again over the same frames.
 Scope, the rest keeps the plain break at the root's call: every frame's instruction outside try and with
 blocks, no cell variable that is empty or shared with a closure that sees it written later (NOTE [Cells
 at breaks]), no zero-argument super(), each call on the path (CALL or CALL_FUNCTION_EX) a
-direct call of the next frame's function (a function, a method, a module without hooks: its result is that
+direct call of the next frame's function (a function or a method, not a module: its result is that
 frame's return value), stack slots that are values, NULLs or iterators, an innermost instruction that is a
 call or a plain operator, no frame reader at the break (NOTE [Breaks at calls that read frames]), no
 closure guarded by its code (another object of that code, with other cells, may come next: the functions
@@ -36,6 +36,15 @@ ModuleList index), the recompile limit hit and most of a model run outside graph
 HIGH-3: a loop over 6 printing blocks ran 1 to 4 graphs per call instead of 12-14), and a loop breaking on
 every step no longer ran as Python from its second step (NOTE [Loops breaking on every step]). At the plain
 break the loop's frame resumes in its own resume function, whose loop is carried as before nested breaks.
+NOTE [Nested breaks below framejit's frames]: a root that is framejit's own function (ModuleCall.__call__ of
+a compiled module, which calls forward) keeps the plain break, so forward is its own frame below it:
+caller_frames names torch's module-call levels and the caller for a warning or a logging record with
+stacklevel >= 2 (NOTE [Module calls past the hook]) only where forward's caller is that code object; below
+R0 (the root's resume function) they named the compiled module's caller instead. forward's own breaks are
+nested ones again where in scope. Likewise a module call on the path (`self.inner(x)`): eager has torch's
+_wrapped_call_impl and _call_impl between the caller and forward, which the functions standing for the
+frames (and R0's inlined R1..Rn) lack: tests/capture/test_warning_levels.py failed 16 of 42 with nested
+breaks there. The plain break calls the module through its hooks' path, which names them.
 NOTE [Nested breaks are not persisted]: the functions made here (R1..Rn, the frame functions) are constants
 of the transformed code and of R0's that the frame cache cannot locate in a new process, so such entries are
 kept in memory only, and a warm process would trace those frames again (measured: the tests of
@@ -49,6 +58,7 @@ not persisted (the functions made here are not found in a new process): a warm p
 """
 from __future__ import annotations
 
+import os
 import types
 from typing import Any, Callable
 
@@ -75,6 +85,7 @@ from .values.base import LazyArg
 _STEPS = {"CALL", "CALL_FUNCTION_EX"} | (set(_SIMPLE) - {"STORE_GLOBAL", "IMPORT_NAME", "LOAD_BUILD_CLASS",
                                                          "DELETE_DEREF", "BEFORE_WITH", "TYPEALIAS", "TYPEVAR",
                                                          "PARAMSPEC", "TYPEVARTUPLE", "SUBSCRIPT_GENERIC"})
+_FRAMEJIT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _INNER_ARG = f"{STACK_PREFIX}in"  # the arguments a nested resume function passes on (dead after its prologue)
 _RAW: dict[tuple, types.FunctionType] = {}  # plain resume functions by key: one object per key
 
@@ -149,6 +160,8 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
         chain.append(tx)
         tx = tx.parent
     chain.reverse()
+    if chain[0].code.co_filename.startswith(_FRAMEJIT_DIR):  # NOTE [Nested breaks below framejit's frames]
+        raise refuse("the root is framejit's own function (a compiled module's call)")
     frames = []
     for tx, child in zip(chain, chain[1:]):
         inst = _checked(tx, tx.current.index)
@@ -158,6 +171,8 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
         callee, _ = emit.callee_and_self(slots[0], slots[1], NULL)
         if _callee_code(callee) is not child.code:
             raise refuse("the call is not a direct call of the inner frame's function")
+        if isinstance(callee, NNModuleValue):  # NOTE [Nested breaks below framejit's frames]
+            raise refuse("a module call (torch's frames of it would be missing)")
         frames.append(Frame(tx, tx.current.index + 1, tx.operands[:len(tx.operands) - _consumed(inst)]))
     inst = _checked(inner, inner.stop_at)
     if inst.name not in _STEPS or inst.name == "RAISE_VARARGS" and inst.arg == 0:
@@ -272,7 +287,10 @@ class NestedBreakCodegen(BreakCodegen):
         """NOTE [Frames around a nested break's step]: the instruction runs in functions that stand for the
         frames F1..Fn (each one's code name, file, line and globals; F(k) calls F(k+1)), so what reads the
         stack (a warning's location and registry, logging, a traceback of what the step raises) sees eager's
-        frames; then the root returns R0's result."""
+        frames; then the root returns R0's result. In a break nested again inside R0 (its frames are R1..Rn)
+        they are named as the user's functions, not as resume functions: caller_frames takes a resume
+        function's caller for the same user frame, so a `warn(stacklevel=2)` named the line that called the
+        compiled function (review revN MED-2)."""
         cg, inst = self.cg, self.site.inst
         start = len(cg.insts)
         operands, body = self._step_body(rebuild)
@@ -375,7 +393,7 @@ def _frame_functions(frames: list[Frame], n: int, body: Callable[[Codegen, list[
         if inner is not None or frame.call.name != "RAISE_VARARGS":
             cg.return_value()
         _at_line(cg, 0, frame.step if inner is None else frame.call)
-        code = frame.tx.code
+        code = frame.code  # the user's function, not R(k)'s (NOTE [Frames around a nested break's step])
         shape = FunctionShape(n, 0, 0, 0, tuple(names), code.co_name, getattr(code, "co_qualname", code.co_name),
                               code.co_filename, code.co_firstlineno)
         inner = make_function(shape, cg, frame.tx.f_globals, None, None, suffix="step")

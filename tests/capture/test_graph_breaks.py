@@ -454,7 +454,9 @@ def test_modules_with_breaks(factory):
     backend = CountingBackend()
     compiled = framejit.compile(model, backend=backend)
     run_differential(model, lambda s: (torch.randn(2, 4),), compiled=compiled, backend=backend)
-    assert backend.graph_count == 2  # up to helper's print | the rest of every frame (NOTE [Nested graph breaks])
+    # BreakingModule: up to helper's print | the rest of every frame (NOTE [Nested graph breaks]); Outer calls
+    # it as a submodule, whose call keeps the plain break (NOTE [Nested breaks below framejit's frames]): 3
+    assert backend.graph_count == (2 if factory is BreakingModule else 3)
     report = framejit.explain(model)(torch.randn(2, 4))
     assert report.graph_break_count == 1
     assert report.break_reasons[0].kind is BreakKind.UNSUPPORTED_CALL

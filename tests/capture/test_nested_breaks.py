@@ -162,8 +162,10 @@ class _Net(torch.nn.Module):
 
 
 def test_module_forward_and_method():
+    # self.block(x) is a module call: its break stays plain (NOTE [Nested breaks below framejit's frames]);
+    # the helper method's break is nested: 4 graphs
     net = _Net()
-    _check(net, lambda s: (torch.randn(2, 4),), graphs=3)
+    _check(net, lambda s: (torch.randn(2, 4),), graphs=4)
 
 
 def _star(*xs, scale=2.0):
@@ -294,6 +296,35 @@ def test_warnings_and_tracebacks_name_the_frames_eager_has():
             return [(f.name, f.lineno) for f in traceback.extract_tb(e.__traceback__)][-2:]
     assert frames(fast) == frames(_calls_raising) == [("_calls_raising", frames(_calls_raising)[0][1]),
                                                       ("_raising", frames(_calls_raising)[1][1])]
+
+
+def _warns_after_break(x):
+    y = x + 1
+    print("warns after")
+    warnings.warn("after", UserWarning, stacklevel=2)  # in the resume function of a nested break: the caller's line
+    warnings.warn("after 3", UserWarning, stacklevel=3)
+    return y
+
+
+def _calls_warns_after(x):
+    z = x * 2
+    r = _warns_after_break(z)
+    return r + z
+
+
+def _calls_calls_warns_after(x):
+    return _calls_warns_after(x) * 2
+
+
+def test_warnings_after_the_break_name_the_frames_eager_has():
+    # the warnings are a second break, nested again inside the first break's resume function; the functions
+    # standing for the frames were named as resume functions, whose caller caller_frames skips: both warnings
+    # named the line that called the compiled function
+    fast = framejit.compile(_calls_calls_warns_after, backend="eager")
+    for _ in range(3):
+        x = torch.randn(3)
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert _warnings_and_trace(fast, x) == _warnings_and_trace(_calls_calls_warns_after, x)
 
 
 def _with_cells(x, k):
