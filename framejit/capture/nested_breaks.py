@@ -175,8 +175,9 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
             raise refuse("a module call (torch's frames of it would be missing)")
         frames.append(Frame(tx, tx.current.index + 1, tx.operands[:len(tx.operands) - _consumed(inst)]))
     inst = _checked(inner, inner.stop_at)
-    if inst.name not in _STEPS or inst.name == "RAISE_VARARGS" and inst.arg == 0:
-        raise refuse(f"{inst.name} at the break")
+    if inst.name not in _STEPS or inst.name == "RAISE_VARARGS" and inst.arg == 0 or \
+            inst.name not in ("CALL", "CALL_FUNCTION_EX") and _SIMPLE[inst.name](inst.arg)[1] > 1:
+        raise refuse(f"{inst.name} at the break")  # the step function returns one value (not an unpacking's)
     frames.append(Frame(inner, inst.index + 1, inner.stack[:len(inner.stack) - _consumed(inst)]))
     if any(local_liveness.in_loop(f.code, f.target) for f in frames):  # NOTE [Nested breaks in loops]
         raise refuse("a frame on the path is in a loop")

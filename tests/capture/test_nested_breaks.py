@@ -4,6 +4,7 @@ eager (values, prints, exceptions, inputs), with graph counts; the parent made 4
 print` (one per frame and side of the break), these make 2."""
 from __future__ import annotations
 
+import array
 import contextlib
 import io
 import traceback
@@ -449,3 +450,19 @@ def test_module_loops_run_every_block_in_graphs():
             backend.runs = 0
             _same_as_eager(fn, fast, torch.randn(3))
             assert backend.runs == runs
+
+
+def _unpacks(x, a):
+    y = x - 1
+    p, q = a  # unpacking an array breaks: a step with two results
+    return y * p - q
+
+
+def _calls_unpacks(x, a):
+    return 2 * _unpacks(x, a)
+
+
+def test_an_unpacking_at_the_break_keeps_the_plain_break():
+    # the step function returns one value: the nested break's code failed to build ("negative stack size")
+    # after its graph was compiled, a backend compile wasted: 5 graphs; the plain break: 4
+    _check(_calls_unpacks, lambda s: (torch.randn(3), array.array("d", [1.0 + s, 2.0])), graphs=4)
