@@ -55,11 +55,42 @@ def _python_float(value: Any) -> bool:
     return isinstance(value, SymFloatValue) or (isinstance(value, ConstantValue) and type(value.as_constant()) is float)
 
 
+# NOTE [Clamps under a default dtype set inside]: `torch.clamp(n, min=s)` for an integral tensor `n` and a Python
+# float bound computes in the default dtype too, and converts the bound to it with eager's overflow check: under
+# a bfloat16 default eager gives bfloat16 (onnxrt, lowering under the caller's float32 default, gave float32 and
+# other values: review revB MED), under float16 with s = 16777217.0 it raises "value cannot be converted to type
+# c10::Half without overflow" (onnxrt and triton returned values). `n.to(dtype).clamp(min=s)` is eager's
+# computation, bound conversion and error included; the in-place clamp_ (an error in eager) is left alone.
+_CLAMP_NAMES = ("clamp", "clip", "clamp_min", "clamp_max")
+_CLAMPS = frozenset((*_CLAMP_NAMES, *(getattr(torch, n) for n in _CLAMP_NAMES),
+                     *(getattr(torch.Tensor, n) for n in _CLAMP_NAMES)))
+
+
+def _clamp_cast(out, dtype, target: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """`args` of a clamp of an integral tensor with a Python float bound, the tensor converted to `dtype`
+    (NOTE [Clamps under a default dtype set inside]); None for any other call."""
+    try:
+        if target not in _CLAMPS:
+            return None
+    except TypeError:  # an unhashable target
+        return None
+    if not args or len(args) > 3 or set(kwargs) - {"min", "max"} or not _integral(args[0]):
+        return None
+    if not any(_python_float(bound) for bound in (*args[1:], *kwargs.values())):
+        return None
+    return (out.call("call_method", "to", (args[0], ConstantValue(dtype)), {}), *args[1:])
+
+
 def cast_ints_for_default(out, kind: str, target: Any, args: tuple, kwargs: dict) -> tuple:
     """`args` of the call, its integral tensor operand converted to the default dtype in force where that is not
     the entry's (NOTE [Comparisons under a default dtype set inside])."""
     dtype = out.__dict__.get("default_dtype")
-    if dtype is None or dtype is torch._C.get_default_dtype() or kwargs or not args or len(args) > 2:
+    if dtype is None or dtype is torch._C.get_default_dtype():
+        return args
+    clamped = _clamp_cast(out, dtype, target, args, kwargs)
+    if clamped is not None:
+        return clamped
+    if kwargs or not args or len(args) > 2:
         return args
     try:
         kind_of = "unary" if target in _UNARY else "divide" if target in _DIVISIONS else \

@@ -497,7 +497,10 @@ def tensor_of_ints(tx, args: list[Value], kwargs: dict) -> Value | None:
     dtype = kwargs["dtype"].value if "dtype" in kwargs else None
     if dtype is None:
         kinds = {_number_type(i) or (float if isinstance(i, SymFloatValue) else bool) for i in flat}
-        dtype = torch._C.get_default_dtype() if float in kinds else torch.int64 if int in kinds else torch.bool
+        # the default in force at the call, which a set_default_dtype earlier in the trace may have changed
+        # (NOTE [Default dtype changes] in state_blocks.py): the trace does not set torch's own
+        from .state_blocks import current_default_dtype
+        dtype = current_default_dtype(tx.output) if float in kinds else torch.int64 if int in kinds else torch.bool
     options = {"dtype": ConstantValue(dtype)}
     if "device" in kwargs:
         options["device"] = kwargs["device"]
@@ -624,7 +627,8 @@ def _tensor_of_range(tx, r: SymRangeValue, kwargs: dict) -> Value | None:
         options["device"] = kwargs["device"]
     if not truth(tx, compare_values(tx, operator.gt, length, ConstantValue(0))):  # a guarded relation
         # empty: torch.tensor(range(0)) has the default dtype, as torch.tensor([]) (guarded per entry)
-        options["dtype"] = ConstantValue(torch._C.get_default_dtype() if dtype is None or dtype.value is None
+        from .state_blocks import current_default_dtype  # NOTE [Default dtype changes]
+        options["dtype"] = ConstantValue(current_default_dtype(tx.output) if dtype is None or dtype.value is None
                                          else dtype.value)
         return tx.output.call("call_function", torch.zeros, (ConstantValue(0),), options)
     values = tx.output.call("call_function", torch.arange, (length,), options)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import struct
 
 import torch
 
@@ -142,6 +143,19 @@ def _is_minus_zero(value) -> bool:
     return isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0
 
 
+# NOTE [Float64 literals]: Triton 3.8 (the Python 3.13 environment) types a float literal compared with a float64
+# block as float32: `d < 16777217.0` compared with 16777216.0 (False for d = 16777216, eager True; `clamp(min=s)`
+# of a float64 default kept 16777216), while its arithmetic kept the literal whole. A float64 literal that
+# float32 cannot hold is emitted as a float64 scalar, `tl.full([], 16777217.0, tl.float64)`.
+def _inexact_in_float32(value) -> bool:
+    if not isinstance(value, float) or not math.isfinite(value):
+        return False
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0] != value
+    except OverflowError:  # beyond float32's range
+        return True
+
+
 def literal(value) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -205,6 +219,8 @@ class KernelWriter:
             if _is_minus_zero(value.value) and value.dtype is not None and value.dtype.is_floating_point:
                 # a -0.0 made at run time: Triton 3.8's interpreter turned the literal -0.0 into +0.0
                 return f"(-tl.full([], 0.0, {TL_DTYPES[value.dtype]}))"
+            if value.dtype == torch.float64 and _inexact_in_float32(value.value):  # NOTE [Float64 literals]
+                return f"tl.full([], {literal(value.value)}, tl.float64)"
             return literal(value.value)
         if isinstance(value, Load):
             return self.emit_load(value, env, scope)

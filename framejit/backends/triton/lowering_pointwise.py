@@ -213,10 +213,47 @@ def _register_binary(op, name, result_bool=False, operand_dtype=None):
         return _pointwise(lo, node, [a, b], lambda x, y: Op(name, (x, y), dtype or x.dtype), compute)
 
 
+# NOTE [Operands of comparisons in the promoted dtype]: eager compares in the operands' promoted dtype: each
+# operand is converted to it first, a Python number as the double (or int64) it is wrapped in
+# (TensorIterator's cast on CPU, `iter.scalar_value<scalar_t>` in CUDA's compare kernels). So
+# `x.half() == 2049.0` compares with 2048.0 (2049 rounds to even in float16: True for x = 2048 and 2049),
+# `x.bfloat16() < 257.0` with 256.0, `x.int8() == 300` with 44, and a float16 operand equals 16777217.0 where
+# it is inf. The lowering computed in float32 (the compute dtype of a float16 comparison) with the number
+# unrounded, so all of those differed (review revB HIGH: under a float16 default set inside the function,
+# `n == s` for an int64 n is `n.to(float16) == s`, NOTE [Comparisons under a default dtype set inside]). A
+# Python number is now converted as eager converts it (torch's own conversion, no overflow check, as eager's),
+# and a tensor operand of another dtype goes through the promoted dtype (the same float32 step as eager's
+# c10 conversions of float64/int64 to float16/bfloat16) before the float32 comparison.
+def _in_promoted(value, promoted: torch.dtype):
+    if isinstance(value, TensorRef) or not isinstance(value, (bool, int, float)):
+        return value
+    wrapped = torch.bool if isinstance(value, bool) else torch.float64 if isinstance(value, float) else torch.int64
+    try:
+        return torch.tensor(value, dtype=wrapped).to(promoted).item()
+    except (OverflowError, RuntimeError) as e:
+        raise Unlowerable(f"comparison with {value!r}: {e}") from None
+
+
+def _register_comparison(op, name):
+    @lowering(op)
+    def lower_comparison(lo, node, a, b, **kw):
+        if kw:
+            raise Unlowerable("extra arguments")
+        promoted = _promoted(node)
+        a, b = _in_promoted(a, promoted), _in_promoted(b, promoted)
+        through = [isinstance(v, TensorRef) and v.dtype != promoted for v in (a, b)]
+
+        def fn(x, y):
+            x, y = (cast(cast(v, promoted), v.dtype) if t else v for v, t in zip((x, y), through))
+            return Op(name, (x, y), torch.bool)
+
+        return _pointwise(lo, node, [a, b], fn, compute_dtype(promoted))
+
+
 for _op, _name in ARITHMETIC.items():
     _register_binary(_op, _name)
 for _op, _name in COMPARISONS.items():
-    _register_binary(_op, _name, result_bool=True)
+    _register_comparison(_op, _name)
 for _op, _name in LOGICAL.items():
     _register_binary(_op, _name, result_bool=True, operand_dtype=torch.bool)
 
@@ -328,6 +365,10 @@ def _pow(lo, node, x, exponent):
 def _clamp(lo, node, x, min=None, max=None):
     if isinstance(min, TensorRef) or isinstance(max, TensorRef):
         raise Unlowerable("tensor bounds")
+    try:  # eager converts the bounds to x's dtype with an overflow check: its kernel raises eager's error
+        torch.empty(0, dtype=x.dtype).clamp(min=min, max=max)
+    except (RuntimeError, TypeError) as e:
+        raise Unlowerable(f"clamp bounds: {e}") from None
 
     def fn(v):  # eager's clamp is `x < lo ? lo : x`: it keeps NaN and the sign of clamp_min(-0.0, 0.0)
         if any(isinstance(bound, float) and bound != bound for bound in (min, max)):

@@ -48,7 +48,9 @@ KIND = "triton"
 # 8: run-time checks are trailing outputs of the kernels (NOTE [Run-time checks as outputs] in backends/checks.py)
 # 9: bfloat16/float16 layer_norm, gelu, their backwards and add/sub with an alpha run eager's CPU kernels (NOTE
 #    [Reduced-precision kernels kept whole on CPU], NOTE [Scalars of reduced-precision addition on CPU])
-REVISION = 9  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+# 10: comparisons convert their operands to the promoted dtype, clamp bounds that overflow the dtype run eager's
+#     kernel (NOTE [Operands of comparisons in the promoted dtype]); float64 literals (NOTE [Float64 literals])
+REVISION = 10  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:
