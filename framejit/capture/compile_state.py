@@ -84,6 +84,8 @@ def state_query_handler(fn: Any) -> Callable | None:
             if value is True:
                 return lambda tx, args, kwargs: _compiling(tx, fn, args, kwargs)
             return lambda tx, args, kwargs: _no_args(fn, args, kwargs, ConstantValue(value))
+        if fn is torch.get_autocast_dtype:
+            return _autocast_dtype_query
         if fn in _GUARDED:
             return lambda tx, args, kwargs: _guarded_query(tx, fn, args, kwargs)
         if fn is torch.utils._python_dispatch._get_current_dispatch_mode_stack:
@@ -176,6 +178,20 @@ def _guarded_query(tx, fn: Callable, args: list, kwargs: dict) -> Value:
     if type(value) is list:  # a new list per call, as eager returns
         return ListValue([ConstantValue(v) for v in value])
     return ConstantValue(value)
+
+
+# NOTE [Autocast dtype inside traced blocks]: `torch.get_autocast_dtype(dev)` inside `with torch.autocast(dev,
+# dtype=D):` answers D in eager (every autocast __enter__ sets the device's dtype). It was read from the real
+# global at trace time, the dtype from before the block, so a branch on it took the wrong path (review revC
+# HIGH-2). The innermost autocast block of that device the trace is in answers (as for a dtype-less
+# torch.autocast: context._default_autocast_dtype); outside such blocks the real answer is guarded as before.
+def _autocast_dtype_query(tx, args: list, kwargs: dict) -> Value:
+    if not kwargs and len(args) == 1 and args[0].is_constant() and type(args[0].as_constant()) is str:
+        device_type = args[0].as_constant()
+        for entered in reversed(tx.output.autocast_stack):
+            if entered[0] == device_type:
+                return ConstantValue(entered[1])
+    return _guarded_query(tx, torch.get_autocast_dtype, args, kwargs)
 
 
 def _guard_answer(tx, fn: Callable, arg_text: str, value: Any) -> None:

@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import contextlib
 
+import torch.autograd.grad_mode as grad_mode
+
 from .breaks import BreakKind, Unsupported, UserException
 from .module_hooks import TRACE_TIME
 from .sources import ItemSource
@@ -157,8 +159,22 @@ def break_before_generator_cms(out, index: int | None) -> int | None:
     managers]); a lazy generator, before the instruction that made it."""
     live = [c.root_index for c in [*out.__dict__.get("live_generator_cms", ()),  # NOTE [Generators driven by
                                    *out.__dict__.get("live_lazy_generators", ())]  # send] in lazy_generators.py
-            if not c.done and c.root_index is not None and not _unentered_gen_cm(c)]
+            if _live_at(c, index) and c.root_index is not None and not _unentered_gen_cm(c)]
     return min([index, *live]) if index is not None and live else index
+
+
+# NOTE [Traced exits re-run after a break]: the exit of a torch manager entered by call (EnteredByCall) is
+# traced, then a break or an exception is taken at or before the root instruction that ran it (the with-exit of
+# an ExitStack whose next callback breaks, a user manager's __exit__ that prints after it, a finally given up
+# when its exception leaves the frame): plain Python runs that root instruction again, so it runs the exit
+# again, on the manager codegen rebuilds (a fresh no_grad() whose prev is False, an autocast without prev) and
+# leaves grad mode or autocast wrong. Such a manager counts as live for breaks at or before `exit_root_index`,
+# so the break moves before the root instruction that entered it, where Python enters the real one.
+def _live_at(c, index: int | None) -> bool:
+    if not c.done:
+        return True
+    exited_at = getattr(c, "exit_root_index", None)
+    return exited_at is not None and (index is None or index <= exited_at)
 
 
 def exception_in_generator_cms(out, exc: UserException) -> Unsupported | None:
@@ -268,6 +284,7 @@ class EnteredByCall:
     def __init__(self, ctx: Value, exit_value: Value, root_index: int | None) -> None:
         self.ctx, self.exit_value, self.root_index = ctx, exit_value, root_index
         self.frame, self.done = exit_value, False  # entered (check_no_entered_generator_cms)
+        self.exit_root_index: int | None = None  # NOTE [Traced exits re-run after a break]
 
     def describe(self) -> str:
         return f"{self.ctx.describe()} entered by a call"
@@ -291,6 +308,12 @@ def call_torch_ctx_method(tx, name: str, ctx: Value, args: list[Value], kwargs: 
         return None
     live = tx.output.__dict__.setdefault("live_generator_cms", [])
     if name == "__enter__" and not args:
+        if ctx.kind == "inference" and any(n.target is grad_mode._enter_inference_mode
+                                           for n in tx.output.open_regions):
+            e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"__enter__ of {ctx.describe()} called inside an "
+                            "inference-mode block: it is run as Python")  # NOTE [Inference managers entered
+            e.frame_eager = True  # by call in inference blocks]
+            raise e
         exit_value, entered = enter(tx, ctx)
         root = tx.output.tx_stack[0] if tx.output.tx_stack else None
         live.append(EnteredByCall(ctx, exit_value, root.current.index if root and root.current else None))
@@ -303,9 +326,18 @@ def call_torch_ctx_method(tx, name: str, ctx: Value, args: list[Value], kwargs: 
         raise e  # exit at a break would undo it (NOTE [Exits of outside managers] in context.py)
     exit_(tx, pending[-1].exit_value)
     pending[-1].done = True
+    root = tx.output.tx_stack[0] if tx.output.tx_stack else None
+    pending[-1].exit_root_index = root.current.index if root and root.current else None
     return ConstantValue(False if ctx.kind == "autocast" else None)
 
 
+# NOTE [Inference managers entered by call in inference blocks]: `m = torch.inference_mode(False);
+# m.__enter__()` inside `with torch.inference_mode():` followed by a graph break: the break moves before the
+# `__enter__` (the manager is live), and that step runs as Python inside the re-entered inference block, whose
+# exit (and the resume function's re-entry) undo it, so the tensors made after it were inference tensors
+# where eager's are not (review revC HIGH-5). Nothing keeps such a step's inference-mode change for the rest
+# of the block (NOTE [Autocast changed by a step in blocks] does it for autocast only), so the frame runs
+# eagerly: eager's results.
 def _innermost(tx, entered: EnteredByCall) -> bool:
     """An autocast or inference-mode manager entered by call is exited only while no block entered after it
     is still open (their exits restore the state their entries saved: NOTE [Torch managers entered by call])."""
