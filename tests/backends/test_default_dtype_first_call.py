@@ -118,3 +118,16 @@ def test_tensors_of_dynamic_numbers(backend, dtype):
     empty range of a symbolic size too."""
     calls = [(torch.arange(n) + 2045, s) for n, s in ((5, 2049.0), (6, 2051.5), (3, 257.0), (7, 2.5))]
     _differential(inside(dtype, _tensors), backend, calls)
+
+
+def _factories(x, s):
+    return torch.arange(s), torch.linspace(0, s, x.shape[0]), torch.full((2,), s) * 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_factories_of_a_float(backend, dtype):
+    """triton lowered `torch.arange(s)` and `torch.linspace(0, s, n)` (`dtype=None` in the aten graph) under
+    the caller's float32 (NOTE [Default dtype in the lowered graph], now also pinned in triton's to_aten)."""
+    calls = [(torch.arange(n) + 2045, s) for n, s in ((3, 9.0), (4, 10.5), (5, 2049.0))]
+    _differential(inside(dtype, _factories), backend, calls)

@@ -67,6 +67,9 @@ def to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence) -> torch.fx.Grap
         traced = make_fx(functional, decomposition_table=decompositions, tracing_mode="fake",
                          _allow_non_fake_inputs=True)(*example_inputs)
     fake_modes.forget_modes_of(traced)  # NOTE [Traces leave no weak references] in fake_modes.py
+    from ..state import changes_default_dtype, pin_default_dtypes
+    if changes_default_dtype(gm):  # NOTE [Default dtype in the lowered graph] (state.py): `torch.arange(s)`
+        pin_default_dtypes(traced)  # and linspace under a default set inside were float32, as onnxrt's were
     traced.graph.eliminate_dead_code()
     traced.recompile()
     return traced
