@@ -210,7 +210,22 @@ def _register_binary(op, name, result_bool=False, operand_dtype=None):
             raise Unlowerable("extra arguments")
         compute = operand_dtype or (compute_dtype(_promoted(node)) if result_bool else None)
         dtype = torch.bool if result_bool else None
-        return _pointwise(lo, node, [a, b], lambda x, y: Op(name, (x, y), dtype or x.dtype), compute)
+        through = [_converted_first(node, v) for v in (a, b)]
+
+        def fn(x, y):
+            x, y = (cast(cast(v, _meta(node).dtype), v.dtype) if t else v for v, t in zip((x, y), through))
+            return Op(name, (x, y), dtype or x.dtype)
+
+        return _pointwise(lo, node, [a, b], fn, compute)
+
+
+def _converted_first(node, value) -> bool:
+    """`value` is a dimensioned tensor of another dtype than the op's float16/bfloat16 result: eager converts it
+    to the result's dtype before computing (`bfloat16 + int64`: 2045 is 2048 first; NOTE [Operands of
+    comparisons in the promoted dtype]), where the lowering computed from its float32 value."""
+    out = _meta(node)
+    return isinstance(value, TensorRef) and value.shape != () and value.dtype != out.dtype \
+        and out.dtype in (torch.float16, torch.bfloat16)
 
 
 # NOTE [Operands of comparisons in the promoted dtype]: eager compares in the operands' promoted dtype: each
@@ -324,6 +339,7 @@ def _add_sub(lo, node, a, b, alpha=1):
     if alpha == 1:
         a, b = (_reduced_cpu_scalar(node, v) for v in (a, b))
         rounded = (_rounds_0d(node, a), _rounds_0d(node, b))
+    rounded = tuple(r or _converted_first(node, v) for r, v in zip(rounded, (a, b)))
     out_dtype = _meta(node).dtype
 
     def fn(x, y):
