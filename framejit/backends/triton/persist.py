@@ -50,7 +50,9 @@ KIND = "triton"
 #    [Reduced-precision kernels kept whole on CPU], NOTE [Scalars of reduced-precision addition on CPU])
 # 10: comparisons convert their operands to the promoted dtype, clamp bounds that overflow the dtype run eager's
 #     kernel (NOTE [Operands of comparisons in the promoted dtype]); float64 literals (NOTE [Float64 literals])
-REVISION = 10  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+# 11: factories under a default dtype set inside are pinned; float16/bfloat16 arithmetic converts a dimensioned
+#     operand of another dtype to the result dtype first
+REVISION = 11  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:
