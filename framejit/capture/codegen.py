@@ -357,7 +357,8 @@ class Reconstructor:
             self._new_function(value)
         elif rebuildable_manager(value):  # a torch state manager made but not entered before a break
             self._call_const(grad_mode_manager, [ConstantValue(value.cls), ConstantValue(value.mode),
-                                                 ConstantValue(getattr(value, "mode_before_init", None))])
+                                                 ConstantValue(getattr(value, "mode_before_init", None)),
+                                                 ConstantValue(getattr(value, "entered_prev", None))])
         elif _unentered_generator_cm(value):  # returned by a frame (contextlib's `helper`), not entered
             self._call_const(contextlib._GeneratorContextManager,
                              [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])

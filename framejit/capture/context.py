@@ -472,11 +472,18 @@ def set_prev(manager: Any, prev: bool) -> None:
 
 
 def _store_prev(out, ctx: CtxValue, prev: bool) -> None:
-    if ctx.source is not None and issubclass(ctx.cls, (grad_mode.no_grad, grad_mode.enable_grad)) and \
+    if ctx.source is None:  # NOTE [Prev of managers made here]
+        ctx.entered_prev = prev
+        return
+    if issubclass(ctx.cls, (grad_mode.no_grad, grad_mode.enable_grad)) and \
             ctx.cls.__enter__ in (grad_mode.no_grad.__enter__, grad_mode.enable_grad.__enter__):
         out.side_effects.record_finishing_call(set_prev, [ctx, ConstantValue(prev)])
 
 
+# NOTE [Prev of managers made here]: `m = torch.no_grad(); m.__enter__(); ...; m.__exit__(...)` traced, then a
+# break: codegen rebuilds `m` (mappings_runtime.grad_mode_manager) for the code after it, which read `m.prev`
+# or exit `m` again as Python (review revC LOW-1). A fresh no_grad() has prev False and an enable_grad() none
+# (AttributeError); eager's `m` holds the grad mode its last __enter__ saw, so the rebuilt one gets it too.
 def exit_(tx, exit_value: ExitValue) -> Value:
     ctx, saved, out = exit_value.ctx, exit_value.saved, tx.output
     if ctx.kind == "grad":

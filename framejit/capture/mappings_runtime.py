@@ -103,7 +103,7 @@ def made_frame(name: str, qualname: str, filename: str, firstlineno: int, module
     return types.FunctionType(_made_code(name, qualname, filename, firstlineno), f_globals)().gi_frame
 
 
-def grad_mode_manager(cls: type, mode: Any, prev: Any) -> Any:
+def grad_mode_manager(cls: type, mode: Any, prev: Any, entered_prev: Any = None) -> Any:
     """A `no_grad()`/`enable_grad()`/`set_grad_enabled(b)`/`inference_mode(b)`/`autocast(...)` object as the traced code
     made it. `set_grad_enabled` acted on the grad mode when it was made (the code after the break runs in
     that mode already), so it is built without running its __init__: its `prev` is the mode it saw."""
@@ -116,7 +116,10 @@ def grad_mode_manager(cls: type, mode: Any, prev: Any) -> Any:
         return cls(mode)
     if cls is torch.autocast:  # mode: (device_type, dtype, enabled, cache_enabled), its positional order
         return cls(*mode)
-    return cls()
+    obj = cls()
+    if entered_prev is not None and cls.__enter__ in (torch.no_grad.__enter__, torch.enable_grad.__enter__):
+        obj.prev = entered_prev  # NOTE [Prev of managers made here] in context.py
+    return obj
 
 
 def dict_of_view(view: Any) -> dict:

@@ -214,3 +214,54 @@ def test_traced_exit_rerun_matches_eager(fn, capsys):
         assert got[1] == want[1], (n, got[1], want[1])
         assert got[2] == want[2]
     assert _state() == (True, False, torch.get_autocast_dtype("cpu"), False)
+
+
+def ng_prev_after_break(x):  # LOW-1: NOTE [Prev of managers made here]
+    m = torch.no_grad()
+    m.__enter__()
+    y = x * 2
+    m.__exit__(None, None, None)
+    print("b")
+    return y, torch.tensor(m.prev)
+
+
+def eg_exit_again_after_break(x):  # LOW-1
+    m = torch.enable_grad()
+    m.__enter__()
+    y = x * 2
+    m.__exit__(None, None, None)
+    print("b")
+    m.__exit__(None, None, None)
+    return y, x * 3
+
+
+def ng_exit_again_after_break(x):  # LOW-1
+    m = torch.no_grad()
+    m.__enter__()
+    y = x * 2
+    m.__exit__(None, None, None)
+    print("b")
+    torch.set_grad_enabled(False)
+    m.__exit__(None, None, None)
+    return y, x * 3
+
+
+@pytest.mark.parametrize("caller_grad", [True, False])
+@pytest.mark.parametrize("fn", [ng_prev_after_break, eg_exit_again_after_break, ng_exit_again_after_break])
+def test_rebuilt_manager_keeps_prev_of_its_traced_entry(fn, caller_grad, capsys):
+    compiled = framejit.compile(fn, backend="eager")
+    for n in (3, 4, 3):
+        results = []
+        for f in (fn, compiled):
+            torch.manual_seed(n)
+            x = torch.randn(n, requires_grad=True)
+            torch.set_grad_enabled(caller_grad)
+            try:
+                out = ("ok", [(t.detach().float(), t.dtype, t.requires_grad) for t in f(x)])
+            except Exception as e:  # noqa: BLE001 - the exception is part of the compared behaviour
+                out = ("raised", type(e).__name__, str(e))
+            results.append((out, _state(), capsys.readouterr().out))
+            torch.set_grad_enabled(True)
+        (want, want_state, want_out), (got, got_state, got_out) = results
+        _same(want, got)
+        assert (got_state, got_out) == (want_state, want_out)
