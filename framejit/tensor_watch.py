@@ -108,6 +108,23 @@ def _get_data(self):
         EPOCH[0] = next(_TICKS)
 
 
+def count_unbumped_write(tensor) -> None:
+    """A compiled call wrote `tensor` without moving its version, as eager's write through `.data` does:
+    counted as a `.data` use (NOTE [Unbumped writes of compiled calls count a use])."""
+    EPOCH[0] = next(_TICKS)
+    _count_use(tensor)
+    EPOCH[0] = next(_TICKS)
+
+
+# NOTE [Unbumped writes of compiled calls count a use]: a graph that writes an input through its `.data`
+# (`pe.data.mul_(d)`, NOTE [Writes through the .data of inputs] in capture/data_alias.py) reads `.data` inside
+# the graph (`_get_data_attr`), not through the property above, and the call leaves the input's version as
+# eager does (KeptVersions puts it back after a functionalizing backend's write-back). Nothing counted the
+# write, so onnxrt's frozen copy of that weight in another graph (a frozen EMA model) kept the old values
+# (review revD HIGH-2: 2.22, 2.22, 2.22 where eager gives 2.22, 7.00, 12.39). KeptVersions counts a use of
+# every input such a call wrote with no bump, after the call.
+
+
 def _set_data(self, value):
     EPOCH[0] = next(_TICKS)
     _count_use(self)

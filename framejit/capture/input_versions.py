@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch._C._autograd import _unsafe_set_version_counter
 from torch.fx.operator_schemas import normalize_function
 
-from ..tensor_watch import read_again, settled, settling
+from ..tensor_watch import count_unbumped_write, read_again, settled, settling
 
 # NOTE [Writes eager does not count]: ops -> the arguments they write without a bump, when `training` is not False
 _UNCOUNTED_WRITES = {F.batch_norm: ("running_mean", "running_var"), torch.batch_norm: ("running_mean", "running_var"),
@@ -81,6 +81,9 @@ class KeptVersions:
                 pending = settled(opened)
             _unsafe_set_version_counter(written, [version + count for version, (_, count) in zip(before, writes)])
             read_again(pending)
+            for tensor, (_, count) in zip(written, writes):
+                if not count:  # NOTE [Unbumped writes of compiled calls count a use] in tensor_watch.py
+                    count_unbumped_write(tensor)
         for i, version in self.outputs:  # not those autograd tracks: the backend's backward may have saved them at 0
             tensor = out[i]
             if tensor._version != version and not tensor.requires_grad:
