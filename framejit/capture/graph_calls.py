@@ -183,6 +183,31 @@ def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -
     if isinstance(written, torch.Tensor) and torch._debug_has_internal_overlap(written) == 1:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes into a tensor whose elements "
                                                  "share memory (an expanded tensor): eager's kernel decides")
+    _check_layout_read_after_write(target, fake_args)
+
+
+_LAYOUT_READS = ("stride", "storage_offset")
+
+
+def _check_layout_read_after_write(target: Any, fake_args: tuple) -> None:
+    """NOTE [Layout reads after writes]: `o.mul_(2); return o * o.stride(0)` with `o` an input whose stride
+    is symbolic (a row `x[:, t]` of growing sequences). The graph reads `o.stride()` as a node after the
+    write; a backend that functionalizes the write (triton) gives the written value its own contiguous
+    layout, so the node answered 4 where eager's `o` has stride 16, 20, ... (into values and shapes). A
+    stride or storage offset read of a tensor whose layout is symbolic and whose storage this trace wrote
+    (its version moved: an in-place op, `out=`, a write through a view) is a graph break: Python reads the
+    real tensor after the graph wrote it. A static layout folds to constants and is not affected."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", None)
+    if name not in _LAYOUT_READS or not fake_args or not isinstance(fake_args[0], torch.Tensor):
+        return
+    tensor = fake_args[0]
+    layout = (*tensor.stride(), tensor.storage_offset())
+    if not any(isinstance(s, torch.SymInt) and s.node.maybe_as_int() is None for s in layout):
+        return
+    version = getattr(tensor, "_version", None)
+    if version is None or version > 0:
+        raise Unsupported(BreakKind.SIDE_EFFECT, f"{name}() of a tensor with a symbolic layout that the graph "
+                                                 "wrote: read in Python from the written tensor")
 
 
 def _is_value(x: Any) -> bool:
