@@ -52,7 +52,9 @@ KIND = "triton"
 #     kernel (NOTE [Operands of comparisons in the promoted dtype]); float64 literals (NOTE [Float64 literals])
 # 11: factories under a default dtype set inside are pinned; float16/bfloat16 arithmetic converts a dimensioned
 #     operand of another dtype to the result dtype first
-REVISION = 11  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+# 12: a returned constant (a tensor the graph makes from constants alone) is cloned on every call (NOTE [Returned
+#     constants are fresh tensors] in wrapper.py)
+REVISION = 12  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:

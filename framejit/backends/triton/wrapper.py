@@ -147,12 +147,24 @@ class WrapperWriter:
                 body.append(self.extern_step(step, read_by_kernels))
         outputs = [self.arg(ref) for ref in graph.output_refs]
         body = self.with_frees(body, params)
+        returned = {ref.buffer for ref in graph.output_refs if isinstance(ref, TensorRef)}
+        fresh = [f"{name} = {name}.clone()" for name in graph.constants if name in returned]
+        if fresh:  # NOTE [Returned constants are fresh tensors]
+            body.insert(0, fresh)
         source = HEADER.format(summary=summary) + f'DEVICE = torch.device("{self.device}")\n\n\n'
         source += self.kernel_sources()
         source += f"\ndef call({', '.join(params + ['extra'])}):\n"
         source += "".join(f"    {line}\n" for step in body for line in step)
         source += f"    return ({''.join(o + ', ' for o in outputs)})\n"
         return source, self.extra
+
+    # NOTE [Returned constants are fresh tensors]: a tensor the graph makes from constants alone
+    # (`torch.tensor([1., 2., 3.])`, lifted by the trace into a constant the module holds) is a new tensor on
+    # every eager call; returned as the held constant, every call gave back the same object, so the caller's
+    # in-place write to one result changed all of them and the next call's (review revD HIGH-1: `p.data =
+    # torch.tensor(...)` made every parameter share one memory). A constant the graph returns, directly or
+    # through a view, is cloned at the start of the call (its views are then of the copy, as eager's are of
+    # its own new tensor).
 
     def with_frees(self, body: list, params: list) -> list:
         """Append `del` lines after each buffer's last use (never inputs, constants or outputs)."""
