@@ -82,13 +82,19 @@ def _mixed_in_code(x):
     return b + x, x - b, b * x, torch.maximum(b, x.bfloat16()), h + x, b + x.float() / 7
 
 
-@pytest.mark.parametrize("fn", [_floats_in_code, _ints_in_code, _float64_in_code, _mixed_in_code])
+def _mixed_divisions(x):
+    b = x.bfloat16() * 0 + 9024.0  # 9024 is a bfloat16
+    return b / x, x / b, torch.remainder(b, x), torch.remainder(x, b)
+
+
+@pytest.mark.parametrize("fn", [_floats_in_code, _ints_in_code, _float64_in_code, _mixed_in_code, _mixed_divisions])
 def test_triton_compares_in_the_promoted_dtype(fn, caplog):
     """The same without a default dtype: the numbers are constants of the kernel. Floats: every call was wrong;
     ints out of the narrow dtype's range: the kernel raised (`Scalar 300 is out of range for type int8`) and
     the call reran eagerly (logged); eager wraps them (300 is 44 in int8). Float64: Triton 3.8 (Python 3.13)
     compared with the literal rounded to float32 (NOTE [Float64 literals] in backends/triton/codegen.py). Mixed:
-    `bfloat16 + int64` tensors added the int64 value unrounded (eager converts 2045 to 2048 first)."""
+    `bfloat16 + int64` tensors added the int64 value unrounded (eager converts 2045 to 2048 first), and divided
+    (`int64 / bfloat16`, remainder) the same way."""
     logs.set_logs("eager_fallback")
     caplog.set_level(logging.INFO, logger="framejit")
     try:

@@ -210,13 +210,18 @@ def _register_binary(op, name, result_bool=False, operand_dtype=None):
             raise Unlowerable("extra arguments")
         compute = operand_dtype or (compute_dtype(_promoted(node)) if result_bool else None)
         dtype = torch.bool if result_bool else None
-        through = [_converted_first(node, v) for v in (a, b)]
+        return _pointwise(lo, node, [a, b], _converting(node, a, b, lambda x, y: Op(name, (x, y), dtype or x.dtype)),
+                          compute)
 
-        def fn(x, y):
-            x, y = (cast(cast(v, _meta(node).dtype), v.dtype) if t else v for v, t in zip((x, y), through))
-            return Op(name, (x, y), dtype or x.dtype)
 
-        return _pointwise(lo, node, [a, b], fn, compute)
+def _converting(node, a, b, fn):
+    """`fn` of the loaded operands, those `_converted_first` going through the result's dtype first."""
+    through = [_converted_first(node, v) for v in (a, b)]
+
+    def converted(x, y):
+        x, y = (cast(cast(v, _meta(node).dtype), v.dtype) if t else v for v, t in zip((x, y), through))
+        return fn(x, y)
+    return converted
 
 
 def _converted_first(node, value) -> bool:
@@ -355,17 +360,18 @@ def _add_sub(lo, node, a, b, alpha=1):
 @lowering(aten.div)
 def _div(lo, node, a, b, rounding_mode=None):
     if rounding_mode is None:
-        return _pointwise(lo, node, [a, b], binop("truediv"))
+        return _pointwise(lo, node, [a, b], _converting(node, a, b, binop("truediv")))
     if rounding_mode == "floor":
-        return _pointwise(lo, node, [a, b], floor_divide)
+        return _pointwise(lo, node, [a, b], _converting(node, a, b, floor_divide))
     if _meta(node).dtype.is_floating_point:
-        return _pointwise(lo, node, [a, b], lambda x, y: trunc(Op("truediv", (x, y), x.dtype)))
+        return _pointwise(lo, node, [a, b],
+                          _converting(node, a, b, lambda x, y: trunc(Op("truediv", (x, y), x.dtype))))
     return _pointwise(lo, node, [a, b], binop("truncdiv"))
 
 
 @lowering(aten.remainder)
 def _remainder(lo, node, a, b):
-    return _pointwise(lo, node, [a, b], python_remainder)
+    return _pointwise(lo, node, [a, b], _converting(node, a, b, python_remainder))
 
 
 @lowering(aten.pow.Tensor_Scalar)
