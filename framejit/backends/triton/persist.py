@@ -54,7 +54,8 @@ KIND = "triton"
 #     operand of another dtype to the result dtype first
 # 12: a returned constant (a tensor the graph makes from constants alone) is cloned on every call (NOTE [Returned
 #     constants are fresh tensors] in wrapper.py)
-REVISION = 12  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+# 13: float16/bfloat16 true division and remainder convert a dimensioned operand of another dtype first
+REVISION = 13  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:
