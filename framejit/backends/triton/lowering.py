@@ -333,6 +333,8 @@ def _out_shape(node) -> tuple:
 
 @lowering(aten.view, aten._unsafe_view, aten.reshape)
 def _view(lo, node, x: TensorRef, size):
+    if isinstance(size, torch.dtype):  # `x.view(torch.int32)` reinterprets the bits (review revE HIGH-2): the
+        raise Unlowerable("view as another dtype")  # index map below would only relabel x's values
     shape = _out_shape(node)
 
     def index(c):
