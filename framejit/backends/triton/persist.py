@@ -55,7 +55,8 @@ KIND = "triton"
 # 12: a returned constant (a tensor the graph makes from constants alone) is cloned on every call (NOTE [Returned
 #     constants are fresh tensors] in wrapper.py)
 # 13: float16/bfloat16 true division and remainder convert a dimensioned operand of another dtype first
-REVISION = 13  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+# 14: `x.view(dtype)` is an extern op (its lowering relabelled the values: review revE HIGH-2)
+REVISION = 14  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:
