@@ -10,35 +10,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-import framejit
-from framejit.backends import joint as joint_mod
-from framejit.backends.checks import unchecked
+from tests.backends.training_observe import TOL, grad_copy, run_observed
 
 BACKENDS = ["onnxrt", "triton"]
-TOL = dict(atol=1e-4, rtol=1e-3)
-
-
-def _grad(t):
-    return None if t is None else t.detach().clone()
-
-
-def _run(program, backend) -> tuple[list, list]:
-    """(eager's observations, compiled observations) of `program(compile, observations)`; the compiled run's
-    backwards ran through joints (a joint whose build fails runs eagerly, which would prove nothing)."""
-    results, compiled = [], []
-
-    def recording(gm, example_inputs):
-        compiled.append(unchecked(framejit.lookup_backend(backend)(gm, example_inputs)))
-        return compiled[-1]
-    for compile_fn in (lambda f: f, lambda f: framejit.compile(f, backend=recording)):
-        torch.manual_seed(0)
-        observed: list = []
-        program(compile_fn, observed)
-        results.append(observed)
-    joints = [c if isinstance(c, joint_mod.JointGraph) else getattr(c, "_joint", None) or getattr(c, "_training", None)
-              for c in compiled]
-    assert sum(j.stats["backward"] for j in joints if j is not None) >= 1
-    return results[0], results[1]
 
 
 def _backward(loss, observed) -> None:
@@ -60,7 +34,7 @@ def _conv_weight_written(compile_fn, observed):
             with torch.no_grad():
                 conv.weight.mul_(0.9)
         _backward(loss, observed)
-        observed += [_grad(conv.weight.grad), _grad(conv.bias.grad), conv.weight._version]
+        observed += [grad_copy(conv.weight.grad), grad_copy(conv.bias.grad), conv.weight._version]
         conv.zero_grad()
 
 
@@ -75,7 +49,7 @@ def _running_mean_written(compile_fn, observed):
             with torch.no_grad():
                 bn.running_mean.zero_()
         _backward(loss, observed)
-        observed += [_grad(lin.weight.grad), _grad(bn.weight.grad), bn.running_mean.clone(),
+        observed += [grad_copy(lin.weight.grad), grad_copy(bn.weight.grad), bn.running_mean.clone(),
                      bn.running_mean._version]
         lin.zero_grad()
         bn.zero_grad()
@@ -95,13 +69,13 @@ def _activation_written(compile_fn, observed):
         elif step == 2:
             h.add_(1)
         _backward(loss, observed)
-        observed.append(_grad(raw.grad))
+        observed.append(grad_copy(raw.grad))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("program", [_conv_weight_written, _running_mean_written, _activation_written])
 def test_a_write_of_an_input_eager_saves_raises_as_in_eager(backend, program):
-    eager, compiled = _run(program, backend)
+    eager, compiled = run_observed(program, backend, backwards=1)
     assert sum(isinstance(o, str) for o in eager) >= 1  # the program does reach eager's error
     assert len(compiled) == len(eager)
     for e, c in zip(eager, compiled):

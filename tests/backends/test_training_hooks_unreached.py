@@ -15,51 +15,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-import framejit
-from framejit.backends import joint as joint_mod
-from framejit.backends.checks import unchecked
+from tests.backends.training_observe import assert_same, grad_copy, run_observed
 
 BACKENDS = ["eager", "onnxrt", "triton"]
-TOL = dict(atol=1e-4, rtol=1e-3)
-
-
-def _grad(t):
-    return None if t is None else t.detach().clone()
-
-
-def _run(program, backend) -> tuple[list, list]:
-    """(eager's observations, compiled observations); the compiled backwards ran through joints (onnxrt, triton)."""
-    results, compiled = [], []
-
-    def recording(gm, example_inputs):
-        compiled.append(unchecked(framejit.lookup_backend(backend)(gm, example_inputs)))
-        return compiled[-1]
-    for compile_fn in (lambda f: f, lambda f: framejit.compile(f, backend=recording)):
-        torch.manual_seed(0)
-        observed: list = []
-        program(compile_fn, observed)
-        results.append(observed)
-    assert compiled
-    if backend != "eager":
-        joints = [c if isinstance(c, joint_mod.JointGraph) else getattr(c, "_joint", None)
-                  or getattr(c, "_training", None) for c in compiled]
-        joints = [j for j in joints if j is not None]
-        assert sum(j.stats["joint_calls"] for j in joints) >= 3
-        assert sum(j.stats["backward"] for j in joints) >= 3
-        assert sum(j.stats["lean_joints"] for j in joints) >= 1
-    return results[0], results[1]
-
-
-def _same(eager: list, compiled: list) -> None:
-    assert len(compiled) == len(eager)
-    for e, c in zip(eager, compiled):
-        if isinstance(e, torch.Tensor):
-            torch.testing.assert_close(c, e, **TOL)
-        elif isinstance(e, list):
-            assert isinstance(c, list) and [x is None for x in c] == [x is None for x in e]
-            _same([x for x in e if x is not None], [x for x in c if x is not None])
-        else:
-            assert c == e
 
 
 class TwoHeads(nn.Module):
@@ -83,7 +41,7 @@ def _clipping_hooks_adamw(compile_fn, observed):
     for n in (2, 2, 3):
         a, b = fn(torch.randn(n, 4))
         (a * 3).sum().backward()
-        observed.append([_grad(p.grad) for p in model.parameters()])
+        observed.append([grad_copy(p.grad) for p in model.parameters()])
         observed.append(sorted(calls))
         calls.clear()
         opt.step()
@@ -124,11 +82,11 @@ def _input_hooks_and_outside_use(compile_fn, observed):
             t.register_hook(lambda g, name=name: seen.append((name, g.clone())))
         a, b = fn(x, y, h)
         (a + (y * 5).sum()).backward(retain_graph=True)  # b.backward() below needs the graph
-        observed.append([_grad(x.grad), _grad(y.grad), _grad(w.grad)])
+        observed.append([grad_copy(x.grad), grad_copy(y.grad), grad_copy(w.grad)])
         observed.append([name for name, _ in seen])
         observed.extend(g for _, g in seen)
         b.backward()
-        observed.append([_grad(x.grad), _grad(y.grad), _grad(w.grad)])
+        observed.append([grad_copy(x.grad), grad_copy(y.grad), grad_copy(w.grad)])
         observed.append([name for name, _ in seen])
 
 
@@ -145,11 +103,11 @@ def _output_hooks(compile_fn, observed):
         a.register_hook(lambda g: seen.append(("a", g.clone())) or g * 4)
         a.retain_grad()
         a.backward(retain_graph=True)
-        observed.append([_grad(x.grad), _grad(y.grad), _grad(a.grad)])
+        observed.append([grad_copy(x.grad), grad_copy(y.grad), grad_copy(a.grad)])
         observed.append([name for name, _ in seen])
         observed.extend(g for _, g in seen)
         (b + c).backward()
-        observed.append([_grad(x.grad), _grad(y.grad)])
+        observed.append([grad_copy(x.grad), grad_copy(y.grad)])
         observed.append([name for name, _ in seen])
 
 
@@ -157,5 +115,5 @@ def _output_hooks(compile_fn, observed):
 @pytest.mark.parametrize("program", [_clipping_hooks_adamw, _post_accumulate_hooks, _input_hooks_and_outside_use,
                                      _output_hooks])
 def test_hooks_no_backward_reaches_are_not_called(backend, program):
-    eager, compiled = _run(program, backend)
-    _same(eager, compiled)
+    eager, compiled = run_observed(program, backend, joint_calls=3, backwards=3, lean=True)
+    assert_same(eager, compiled)

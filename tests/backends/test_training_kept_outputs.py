@@ -13,51 +13,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-import framejit
-from framejit.backends import joint as joint_mod
-from framejit.backends.checks import unchecked
+from tests.backends.training_observe import assert_same, grad_copy, run_observed
 
 BACKENDS = ["eager", "onnxrt", "triton"]
-TOL = dict(atol=1e-4, rtol=1e-3)
-
-
-def _grad(t):
-    return None if t is None else t.detach().clone()
-
-
-def _run(program, backend) -> tuple[list, list]:
-    """(eager's observations, compiled observations); the compiled backwards ran through joints (onnxrt, triton)."""
-    results, compiled = [], []
-
-    def recording(gm, example_inputs):
-        compiled.append(unchecked(framejit.lookup_backend(backend)(gm, example_inputs)))
-        return compiled[-1]
-    for compile_fn in (lambda f: f, lambda f: framejit.compile(f, backend=recording)):
-        torch.manual_seed(0)
-        observed: list = []
-        program(compile_fn, observed)
-        results.append(observed)
-    assert compiled
-    if backend != "eager":
-        joints = [c if isinstance(c, joint_mod.JointGraph) else getattr(c, "_joint", None)
-                  or getattr(c, "_training", None) for c in compiled]
-        joints = [j for j in joints if j is not None]
-        assert sum(j.stats["joint_calls"] for j in joints) >= 3
-        assert sum(j.stats["backward"] for j in joints) >= 3
-        assert sum(j.stats["lean_joints"] for j in joints) >= 1
-    return results[0], results[1]
-
-
-def _same(eager: list, compiled: list) -> None:
-    assert len(compiled) == len(eager)
-    for e, c in zip(eager, compiled):
-        if isinstance(e, torch.Tensor):
-            torch.testing.assert_close(c, e, **TOL)
-        elif isinstance(e, list):
-            assert isinstance(c, list) and [x is None for x in c] == [x is None for x in e]
-            _same([x for x in e if x is not None], [x for x in c if x is not None])
-        else:
-            assert c == e
 
 
 def _backward(t, observed, **kwargs) -> None:
@@ -75,10 +33,10 @@ def _disjoint_outputs(compile_fn, observed):
             x, y = torch.randn(n, requires_grad=True), torch.randn(n, requires_grad=True)
             outs = fn(x, y)
             _backward(outs[first], observed)
-            observed.append([_grad(x.grad), _grad(y.grad)])
+            observed.append([grad_copy(x.grad), grad_copy(y.grad)])
             _backward(outs[first], observed)  # eager: its sin/cos node was freed
             _backward(outs[1 - first], observed)
-            observed.append([_grad(x.grad), _grad(y.grad)])
+            observed.append([grad_copy(x.grad), grad_copy(y.grad)])
 
 
 class TwoHeads(nn.Module):
@@ -98,7 +56,7 @@ def _two_losses_adamw(compile_fn, observed):
         a, b = fn(torch.randn(n, 4), torch.randn(n, 4))
         _backward(a, observed)
         _backward(b, observed)
-        observed.append([_grad(p.grad) for p in model.parameters()])
+        observed.append([grad_copy(p.grad) for p in model.parameters()])
         opt.step()
         opt.zero_grad()
         observed.append([p.detach().clone() for p in model.parameters()])
@@ -117,7 +75,7 @@ def _shared_node(compile_fn, observed):
             a, b = fn(x, y)
             _backward(a, observed, retain_graph=retain)
             _backward(b, observed)
-            observed.append([_grad(x.grad), _grad(y.grad)])
+            observed.append([grad_copy(x.grad), grad_copy(y.grad)])
 
 
 def _input_changed_between(compile_fn, observed):
@@ -132,12 +90,12 @@ def _input_changed_between(compile_fn, observed):
                 with torch.no_grad():
                     x.add_(1)
             _backward(b, observed)
-            observed.append([_grad(x.grad), _grad(y.grad)])
+            observed.append([grad_copy(x.grad), grad_copy(y.grad)])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("program", [_disjoint_outputs, _two_losses_adamw, _shared_node, _input_changed_between])
 def test_outputs_backwarded_one_after_the_other_train_as_in_eager(backend, program):
-    eager, compiled = _run(program, backend)
-    _same(eager, compiled)
+    eager, compiled = run_observed(program, backend, joint_calls=3, backwards=3, lean=True)
+    assert_same(eager, compiled)
     assert any(isinstance(o, list) for o in eager)

@@ -11,39 +11,14 @@ import pytest
 import torch
 import torch.nn as nn
 
-import framejit
-from framejit.backends import joint as joint_mod
-from framejit.backends.checks import unchecked
+from tests.backends.training_observe import TOL, grad_copy, run_observed
 
 BACKENDS = ["onnxrt", "triton"]
-TOL = dict(atol=1e-4, rtol=1e-3)
 
 
-def _grad(t):
-    return None if t is None else t.detach().clone()
-
-
-def _run(program, backend, lean: bool, backwards: int = 2) -> tuple[list, list]:
-    """(eager's observations, compiled observations) of `program(compile, observations)`; the compiled run's
-    calls ran through joints (`backwards` of them at least through the backward), lean calls included where
-    `lean`."""
-    results, compiled = [], []
-
-    def recording(gm, example_inputs):
-        compiled.append(unchecked(framejit.lookup_backend(backend)(gm, example_inputs)))
-        return compiled[-1]
-    for compile_fn in (lambda f: f, lambda f: framejit.compile(f, backend=recording)):
-        torch.manual_seed(0)
-        observed: list = []
-        program(compile_fn, observed)
-        results.append(observed)
-    joints = [c if isinstance(c, joint_mod.JointGraph) else getattr(c, "_joint", None) or getattr(c, "_training", None)
-              for c in compiled]
-    joints = [j for j in joints if j is not None]
-    assert sum(j.stats["joint_calls"] for j in joints) >= 2
-    assert sum(j.stats["backward"] for j in joints) >= backwards
-    assert (sum(j.stats["lean_joints"] for j in joints) >= 1) == lean
-    return results[0], results[1]
+def _observed(program, backend, lean: bool, backwards: int = 2) -> tuple[list, list]:
+    """run_observed with this file's proof: two joint calls, `backwards` backwards, lean calls where `lean`."""
+    return run_observed(program, backend, joint_calls=2, backwards=backwards, lean=lean)
 
 
 def _two_losses(compile_fn, observed):
@@ -52,13 +27,13 @@ def _two_losses(compile_fn, observed):
         x, y, z = (torch.randn(n, requires_grad=True) for _ in range(3))
         a, b = fn(x, y, z)
         a.backward(retain_graph=True)
-        observed.append([_grad(t.grad) for t in (x, y, z)])
+        observed.append([grad_copy(t.grad) for t in (x, y, z)])
         b.backward()
-        observed.append([_grad(t.grad) for t in (x, y, z)])
+        observed.append([grad_copy(t.grad) for t in (x, y, z)])
         x, y, z = (torch.randn(n, requires_grad=True) for _ in range(3))
         a, b = fn(x, y, z)
         b.backward()
-        observed.append([_grad(t.grad) for t in (x, y, z)])
+        observed.append([grad_copy(t.grad) for t in (x, y, z)])
 
 
 def _two_heads_sgd(compile_fn, observed):
@@ -75,7 +50,7 @@ def _two_heads_sgd(compile_fn, observed):
         opt.zero_grad()
         a, b = fn(torch.randn(n, 3))
         a.backward()
-        observed.append([_grad(p.grad) for p in params])
+        observed.append([grad_copy(p.grad) for p in params])
         opt.step()
         observed.append([p.detach().clone() for p in params])
 
@@ -104,14 +79,14 @@ def _written_input(compile_fn, observed):
             h = raw * 1
             out = fn(h, w, v)[pick]
             (out + (h * h).sum() if use_h else out).backward()
-            observed.append([_grad(t.grad) for t in (raw, w, v)])
+            observed.append([grad_copy(t.grad) for t in (raw, w, v)])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("program, lean", [(_two_losses, True), (_two_heads_sgd, True), (_grad_allow_unused, True),
                                            (_written_input, False)])  # AOT autograd's callable on every call
 def test_inputs_no_backward_reaches_keep_grad_none(backend, program, lean):
-    eager, compiled = _run(program, backend, lean)
+    eager, compiled = _observed(program, backend, lean)
     assert any(isinstance(o, list) and None in o for o in eager)  # the program does leave some grad None
     assert len(compiled) == len(eager)
     for e, c in zip(eager, compiled):
@@ -148,13 +123,13 @@ def _hooked(compile_fn, observed, after: bool, retain: bool, later: bool = False
         except RuntimeError as exc:
             observed.append(str(exc))
             continue
-        observed.append([_grad(raw.grad), _grad(w.grad), _grad(h.grad) if retain else None, *seen])
+        observed.append([grad_copy(raw.grad), grad_copy(w.grad), grad_copy(h.grad) if retain else None, *seen])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("retain", [False, True])
 def test_a_hook_added_after_the_call_on_a_written_input_raises(backend, retain):
-    eager, compiled = _run(lambda c, o: _hooked(c, o, True, retain), backend, False, 0)
+    eager, compiled = _observed(lambda c, o: _hooked(c, o, True, retain), backend, False, 0)
     assert all(isinstance(o, list) for o in eager)
     assert all(isinstance(o, str) and "framejit: a " + ("retain_grad()" if retain else "tensor hook") +
                " was added after the call" in o and 'backend="eager"' in o for o in compiled)
@@ -166,14 +141,14 @@ def test_a_hook_added_after_the_call_on_a_written_input_raises(backend, retain):
 def test_a_hook_added_after_the_call_on_a_written_input_sees_a_later_use_as_in_eager(backend, retain):
     # only a later use of h is backwarded, not the graph's output: the gradient comes in through h's new
     # value alone, which the hook sees as in eager (before, the joint's node raised on any backward)
-    eager, compiled = _run(lambda c, o: _hooked(c, o, True, retain, later=True), backend, False)
+    eager, compiled = _observed(lambda c, o: _hooked(c, o, True, retain, later=True), backend, False)
     assert all(len(o) == 4 - retain and (o[2] is not None) == retain for o in eager)  # the hook / .grad got it
     _same(eager, compiled)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_hook_added_before_the_call_on_a_written_input_runs_as_in_eager(backend):
-    eager, compiled = _run(lambda c, o: _hooked(c, o, False, False), backend, False)
+    eager, compiled = _observed(lambda c, o: _hooked(c, o, False, False), backend, False)
     _same(eager, compiled)
 
 
