@@ -181,7 +181,23 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
     frames.append(Frame(inner, inst.index + 1, inner.stack[:len(inner.stack) - _consumed(inst)]))
     if any(local_liveness.in_loop(f.code, f.target) for f in frames):  # NOTE [Nested breaks in loops]
         raise refuse("a frame on the path is in a loop")
+    if _open_managers(inner.output, chain[0].current.index):  # NOTE [Nested breaks with open managers]
+        raise refuse("a context manager entered by a call is still open")
     return frames, BreakSite(inst, _consumed(inst))
+
+
+# NOTE [Nested breaks with open managers]: a torch manager entered by a call (`m.__enter__()`,
+# `ExitStack.enter_context`) or a @contextmanager manager entered in an inlined frame, still open at the
+# break, lives only in the trace: the plain break moves before the root instruction that entered it
+# (generator_ctx.break_before_generator_cms), but for a manager entered inside a callee that instruction is
+# the root's own call, so a nested break ran the callee's rest with a rebuilt manager never entered: its
+# `__exit__` raised AttributeError('prev') eager never raises, or left grad mode off after the call (review
+# revF HIGH-1: autocast / inference_mode entered in a middle frame). Such a break keeps the plain break,
+# which runs the root's call as Python (eager's managers).
+def _open_managers(out, root_index) -> bool:
+    from .generator_ctx import _live_at, _unentered_gen_cm
+    return any(_live_at(c, root_index) and not _unentered_gen_cm(c)
+               for c in out.__dict__.get("live_generator_cms", ()))
 
 
 def _consumed(inst) -> int:

@@ -466,3 +466,52 @@ def test_an_unpacking_at_the_break_keeps_the_plain_break():
     # the step function returns one value: the nested break's code failed to build ("negative stack size")
     # after its graph was compiled, a backend compile wasted: 5 graphs; the plain break: 4
     _check(_calls_unpacks, lambda s: (torch.randn(3), array.array("d", [1.0 + s, 2.0])), graphs=4)
+
+
+def _printing_matmul(x):
+    y = x @ x
+    print("matmul")
+    return y
+
+
+def _autocast_by_call(x):
+    m = torch.autocast("cpu", dtype=torch.bfloat16)
+    m.__enter__()
+    r = _printing_matmul(x)
+    m.__exit__(None, None, None)
+    return r
+
+
+def _inference_by_call(x):
+    m = torch.inference_mode()
+    m.__enter__()
+    r = _printing_matmul(x) + 1
+    m.__exit__(None, None, None)
+    return r
+
+
+def _exit_stack_no_grad(x):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        return _printing_matmul(x) * 2
+
+
+def _calls_through(callee):
+    def top(x):
+        return callee(x + 1) - 1
+    return top
+
+
+def test_managers_entered_by_call_in_a_callee_keep_the_plain_break():
+    # NOTE [Nested breaks with open managers] (review revF HIGH-1): a nested break ran the callee's rest with a
+    # rebuilt manager never entered: AttributeError 'prev' / '_inference_mode_context', grad mode left off
+    for callee in (_autocast_by_call, _inference_by_call, _exit_stack_no_grad):
+        top = _calls_through(callee)
+        compiled = framejit.compile(top, backend="eager")
+        for n in (2, 3, 3):
+            x = torch.randn(n, n, requires_grad=True)
+            want, got = top(x), compiled(x)
+            assert (got.dtype, got.requires_grad, got.is_inference()) == \
+                (want.dtype, want.requires_grad, want.is_inference())
+            torch.testing.assert_close(got, want)
+            assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
