@@ -88,5 +88,6 @@ def test_stride_read_before_the_write_stays_in_one_graph(backend):
         s = o.stride(0)
         o.mul_(2)
         return o * s
+    before = framejit.stats()["eager_frames"]  # process-wide: what earlier tests left counts too
     _compare(fn, [lambda n=n: (_row(n),) for n in range(3, 9)], backend)
-    assert framejit.stats()["eager_frames"] == 0
+    assert framejit.stats()["eager_frames"] == before
