@@ -32,6 +32,7 @@ import torch
 
 from .breaks import BreakKind, Unsupported
 from .graph_calls import _target_name, _version
+from .input_aliases import fake_sharers
 from .values import TensorValue, Value
 
 _DATA = torch._C._autograd._get_data_attr
@@ -49,8 +50,7 @@ def data_of_input(tx, t: TensorValue) -> Value | None:
     if t.fake is None or t.fake.is_inference():
         return None
     key = _storage_key(t.fake)
-    entries = [i for i in out.inputs if isinstance(i.value, TensorValue) and i.value.fake is not None
-               and _storage_key(i.value.fake) == key]
+    entries = fake_sharers(out, key)  # NOTE [Inputs sharing memory, indexed]
     if not entries or any(i.version is None or type(i.tensor) not in _PLAIN for i in entries):
         return None
     value = out.call("call_function", _DATA, (t,), {})

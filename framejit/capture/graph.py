@@ -33,6 +33,7 @@ from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           mark_symbolic_error, _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
                           _target_name, _version, check_split, checked_call)
 from .function_reads import guard_reads, is_whole_torch_function
+from .input_aliases import alias_guard, real_sharers, written_candidates
 from .kernel_checks import check_arithmetic
 from .kernel_ints import static_kernel_ints
 from .mixed_dtype import check_mixed_norm
@@ -197,7 +198,7 @@ class OutputGraph:
     def guard_tensor(self, source: Source, t: torch.Tensor, fake: torch.Tensor | None = None) -> None:
         """One combined guard per tensor: type, dtype, device, shape, strides, requires_grad. With a
         symbolic `fake`, only its static sizes and strides (shapes.shape_guards checks the others)."""
-        te, e = metadata_expr(self, t, source.expr(self.names))  # NOTE [Guards read subclass tensors as Tensors]
+        te, e, rg = metadata_expr(self, t, source.expr(self.names))  # NOTE [Guards read subclass tensors as Tensors]
         shape_check = (f"{e}.shape == {tuple(t.shape)!r}", str(tuple(t.shape)))
         stride_check = f"{e}.stride() == {t.stride()!r}"
         offset_check = f"{e}.storage_offset() == {t.storage_offset()}"
@@ -219,7 +220,7 @@ class OutputGraph:
             ("TENSOR_SHAPE", *shape_check, f"tuple({e}.shape)"),
             ("TENSOR_STRIDE", stride_check, str(t.stride()), f"{e}.stride()"),
             ("TENSOR_STORAGE_OFFSET", offset_check, str(t.storage_offset()), f"{e}.storage_offset()"),
-            ("TENSOR_REQUIRES_GRAD", f"{te}.requires_grad is {t.requires_grad}", str(t.requires_grad), f"{te}.requires_grad"),
+            ("TENSOR_REQUIRES_GRAD", f"{rg} is {t.requires_grad}", str(t.requires_grad), rg),
             ("TENSOR_LAZY_BITS", *_lazy_bits_check(e, t)),
         ]
         where, origin = source.describe(), self.location()
@@ -632,9 +633,7 @@ class OutputGraph:
         """NOTE [Input mutation]: an in-place op on an input stays in the graph (backends write input
         mutations back). It is only sound if no other input shares the mutated input's memory: that is
         checked now and guarded for later calls (`alias_guard`)."""
-        for entry in self.inputs:
-            if not isinstance(entry.value, TensorValue):
-                continue
+        for entry in written_candidates(self, target, fakes):  # NOTE [Inputs sharing memory, indexed]
             version = _version(entry.value.fake)
             if version != entry.version or (version is None and _inplace(target)
                                              and any(f is entry.value.fake for f in fakes)):
@@ -645,10 +644,8 @@ class OutputGraph:
 
     def input_written(self, entry: GraphInput, target: Any) -> None:
         """`target` wrote the graph input `entry` (its memory): checked and recorded for the write-back."""
-        storage = entry.tensor.untyped_storage().data_ptr()
-        for other in self.inputs:
-            if other is not entry and isinstance(other.value, TensorValue) and \
-                    other.tensor.untyped_storage().data_ptr() == storage:
+        for other in real_sharers(self, entry):  # NOTE [Inputs sharing memory, indexed]
+            if other is not entry:
                 raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} mutates "
                                   f"{entry.source.describe()}, which shares memory with {other.source.describe()}")
         if self.__dict__.get("speculated_checks"):  # NOTE [Speculated checks]: a rerun must be exact
@@ -672,23 +669,7 @@ class OutputGraph:
     # failure now names the root instruction that first wrote the mutated input, and the frame breaks there:
     # the graph before it, the write run as Python, the rest (reads of both) in the resume function.
     def alias_guard(self) -> None:
-        """After input mutations, each mutated input must share no memory with any other input, now and on
-        later calls (inputs that alias each other but are only read are fine: a view and its base)."""
-        tensors = [i for i in self.inputs if isinstance(i.value, TensorValue)]
-        for mutated in self.mutated_entries:
-            others = [i for i in tensors if i is not mutated]
-            if not others:
-                continue
-            storage = mutated.tensor.untyped_storage().data_ptr()
-            if any(i.tensor.untyped_storage().data_ptr() == storage for i in others):
-                e = Unsupported(BreakKind.SIDE_EFFECT, f"in-place write of {mutated.source.describe()}, which "
-                                "shares memory with an input read after it")
-                e.root_index, stack = self.__dict__.get("first_writes", {}).get(id(mutated), (None, ()))
-                raise e.with_stack(stack)  # NOTE [Aliased inputs written before the alias is read]
-            exprs = ", ".join(i.source.expr(self.names) for i in [mutated, *others])
-            self.add_guard("NO_ALIASING", f"___storage_apart({exprs})", None,
-                           expected=f"{mutated.source.describe()} shares no memory with another input (it is "
-                                    "mutated in place)", cost=COST_TENSOR + 1)
+        alias_guard(self)  # NOTE [One guard for the inputs written in place]
 
     def _wrap_constant_result(self, target: Any, result: Any) -> Value:
         note_folded(self)  # NOTE [Warnings of graph ops]: no node, its warnings are replayed

@@ -40,6 +40,21 @@ def _storage_apart(tensor: Any, *others: Any) -> bool:
     return all(_storage_pointer(t) != pointer for t in others)
 
 
+# NOTE [One guard for the inputs written in place]: a graph that writes inputs in place is sound only while no
+# other tensor input shares a written input's memory (NOTE [Input mutation] in capture/graph.py). That was one
+# `___storage_apart(written, *others)` guard per written input, each naming every other tensor input: a manual
+# SGD step over 400 parameters (`p.data.add_(p.grad, alpha=-lr)`) wrote 400 inputs of 800, so its guard function
+# had 400 lines of 800 arguments, took 17 s to order and compile and ~250 ms per call to check. One guard,
+# `___storages_apart(k, *written, *others)`, checks the same facts in one pass: the k written inputs' storages
+# are pairwise distinct and none is the storage of another input (the others may share memory among
+# themselves: only read, as a view and its base).
+def _storages_apart(written: int, *tensors: Any) -> bool:
+    """Each of the first `written` tensors shares memory with no other of `tensors`."""
+    pointers = [_storage_pointer(t) for t in tensors]
+    mine = set(pointers[:written])
+    return len(mine) == written and mine.isdisjoint(pointers[written:])
+
+
 def _storage_pointer(t: Any) -> int:
     """NOTE [Guards run no user code]: a tensor subclass's own `__torch_function__` would see `untyped_storage`
     (eager never calls it there: review revQ Q9), so a subclass's storage is read with subclass dispatch off."""
@@ -93,6 +108,7 @@ BASE_NAMESPACE: dict[str, Any] = {
     "___distinct_storages": _distinct_storages,
     "___distinct_objects": _distinct_objects,
     "___storage_apart": _storage_apart,
+    "___storages_apart": _storages_apart,
     "___type": type,
     "___len": len,
     "___isinstance": isinstance,
