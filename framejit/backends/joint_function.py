@@ -119,6 +119,7 @@ def lean_call(aot: dict, forward_half, backward_half, params_buffers: list, *, h
     if why is not None:
         return why
     plan = _LeanPlan(aot["fw_metadata"], aot, checked_outputs, copied_outputs)
+    plan.n_weights = len(params_buffers)  # NOTE [A joint no gradient reaches] (joint_unreached.py)
     plan.described = {plan.n_mut + k: d for k, d in described.items()}  # NOTE [Eager's words for a changed ...]
     plan.referred = tuple(m for m, d in plan.described.items() if not d[3])  # named by their node at the backward
 
@@ -170,10 +171,15 @@ def _lean_forward(plan: _LeanPlan, forward_half):
     from .joint_outputs import _same_storage as same_storage
     grad_non_leaves, copied, checked, non_diff = plan.grad_non_leaves, plan.copied, plan.checked, plan.non_diff
     vc_slice, no_vc_slice, has_no_vc = plan.vc_slice, plan.no_vc_slice, plan.has_no_vc
-    unsafe_views, n_returns = plan.unsafe_views, plan.n_returns
+    unsafe_views, n_returns, n_weights = plan.unsafe_views, plan.n_returns, plan.n_weights
     unsafe_view = torch.ops.aten._unsafe_view
+    from .joint_unreached import hooked_inputs
 
     def forward(ctx, *args):
+        ctx.set_materialize_grads(False)  # NOTE [A joint no gradient reaches] (joint_unreached.py)
+        hooked = hooked_inputs(args[n_weights:])
+        if hooked:
+            ctx.hooked = hooked
         if grad_non_leaves:  # NOTE [Double backward through lean joints] (forward runs with grad mode off)
             with grad_mode(True):
                 ctx.grad_inputs = [args[k].as_strided((0,), (1,)).clone() for k in grad_non_leaves]
@@ -216,23 +222,48 @@ class _LeanBackward(torch.autograd.Function):
         raise RuntimeError(DOUBLE_BACKWARD)
 
 
-def _lean_backward(plan: _LeanPlan, backward_half):
-    """LeanJoint.backward: AOT autograd's checks, the tangents as traced, the backward half."""
+def _tangent_maker(plan: _LeanPlan):
+    """`tangents(ctx, grads) -> list`: the backward half's tangents from the node's gradients, as traced."""
     from torch._functorch._aot_autograd.runtime_wrappers import (AOTDispatchAutograd,
                                                                    coerce_to_expected_memory_format)
     process_tangent = AOTDispatchAutograd.process_runtime_tangent
-    peek = torch._C._functorch.peek_interpreter_stack
-    check_deterministic, checked, has_no_vc = plan.check_deterministic, plan.checked, plan.has_no_vc
     survivors, formats, tangent_metas = plan.survivors, plan.formats, plan.tangent_metas
     tangent_descs, stack_traces, compile_id = plan.tangent_descs, plan.stack_traces, plan.compile_id
+
+    def tangents_of(ctx, grads) -> list:
+        tangents = []
+        for j, k in enumerate(survivors):
+            t = grads[k]
+            if t is None:  # materialised as autograd.Function does (NOTE [A joint no gradient reaches])
+                meta = ctx._input_metadata[k]
+                t = torch.zeros(meta.shape, dtype=meta.dtype, device=meta.device)
+            if type(t) is torch.Tensor:
+                t = coerce_to_expected_memory_format(t, formats[j])
+            else:  # subclasses, non-tensors: AOT autograd's own handling
+                t = process_tangent(t, tangent_metas[j], j, tangent_descs[j], compile_id,
+                                    stack_traces[j] if stack_traces else None)[0]
+            tangents.append(t)
+        return tangents
+    return tangents_of
+
+
+def _lean_backward(plan: _LeanPlan, backward_half):
+    """LeanJoint.backward: AOT autograd's checks, the tangents as traced, the backward half."""
+    peek = torch._C._functorch.peek_interpreter_stack
+    check_deterministic, checked, has_no_vc = plan.check_deterministic, plan.checked, plan.has_no_vc
     inputs_require_grad, grad_non_leaves = plan.inputs_require_grad, plan.grad_non_leaves
+    tangents_of = _tangent_maker(plan)
     from .joint_outputs import eager_words
+    from .joint_unreached import nothing_came
 
     def backward_impl(ctx, all_args):
         ctx.maybe_clear_saved_tensors()
         return tuple(backward_half(all_args))
 
     def backward(ctx, *grads):
+        if not any(g is not None for g in grads):  # NOTE [A joint no gradient reaches] (joint_unreached.py)
+            nothing_came(ctx, getattr(ctx, "hooked", ()))
+            return (None,) * len(ctx.next_functions)
         if peek() is not None:
             raise RuntimeError(_VMAP)
         if check_deterministic and torch.are_deterministic_algorithms_enabled():
@@ -248,17 +279,8 @@ def _lean_backward(plan: _LeanPlan, backward_half):
             saved = saved[:ctx.n_saved]
         if has_no_vc:
             saved = (*saved, *ctx._tensors_no_vc_check)
-        tangents = []
-        for j, k in enumerate(survivors):
-            t = grads[k]
-            if type(t) is torch.Tensor:
-                t = coerce_to_expected_memory_format(t, formats[j])
-            else:  # subclasses, non-tensors: AOT autograd's own handling
-                t = process_tangent(t, tangent_metas[j], j, tangent_descs[j], compile_id,
-                                    stack_traces[j] if stack_traces else None)[0]
-            tangents.append(t)
-        all_args = [*saved, *tangents]
-        del saved, tangents, grads
+        all_args = [*saved, *tangents_of(ctx, grads)]
+        del saved, grads
 
         def impl(double_ctx=None):
             return backward_impl(ctx, all_args)
@@ -420,13 +442,16 @@ class _Tied(torch.autograd.Function):
 
 
 def tie_double_backward(outs, args, weights) -> None:
-    """NOTE [Double backward on a signature's first call]: `outs` of AOT autograd's callable for `args`."""
+    """NOTE [Double backward on a signature's first call]: `outs` of AOT autograd's callable for `args`; and
+    the post-hook of NOTE [A joint no gradient reaches] (joint_unreached.py)."""
     from .joint_outputs import _joint_node
 
     inputs = [t for t in (*weights, *args) if isinstance(t, torch.Tensor) and t.requires_grad]
     node = _joint_node(outs) if inputs else None
     if node is None:
         return
+    from .joint_unreached import hooked_inputs, nothing_came_hook
+    node.register_hook(nothing_came_hook(node, hooked_inputs(args)))  # NOTE [A joint no gradient reaches]
     with grad_mode(True):
         held = [t if t.is_leaf else t.as_strided((0,), (1,)).clone() for t in inputs]
 

@@ -202,7 +202,65 @@ def _post_hook(plan: list):
             value = ref() if ref is not None else None
             if value is not None:  # the engine calls its hooks with None (eager: not at all)
                 skip_hooks_once(value)
+        if changed is not None:  # NOTE [A joint no gradient reaches]
+            _HANDED_NONE[0] = torch._C._current_graph_task_id()
         return tuple(changed) if changed is not None else None
+    return hook
+
+
+# NOTE [A joint no gradient reaches]
+# A joint whose node gets no gradient at all still runs when the engine reaches it: with `a, b = heads(x,
+# trunk(x))`, b using only trunk's output, `a.backward()` makes heads' node hand trunk's output None (NOTE
+# [Inputs no backward reaches]), and the engine runs trunk's node, with an undefined gradient, because it is
+# an edge of heads' node. autograd.Function materialised zeros, trunk's backward half ran on them and its
+# weights got zero `.grad` where eager's backward never reaches them (None; weight decay then stepped them).
+# So a joint's node that gets no gradient hands none on: lean calls do not materialise gradients (the
+# backward makes zeros only for the outputs without one when another has one, as autograd.Function did) and
+# return None for every input at once; AOT autograd's callable gets a post-hook that replaces its gradients
+# by None then (its backward ran on zeros). The engine then calls the hooks of the joint's leaves (tensor and
+# post-accumulate-grad hooks) with None, which eager calls only where its own backward brought None (a custom
+# Function returning None): so where framejit handed out a None in this graph task (`_HANDED_NONE`, set by the
+# post-hook of NOTE [Inputs no backward reaches]), the hooks of the joint's leaves and of its non-leaf inputs
+# that had tensor hooks at the call skip that None (`skip_hooks_once`). Not covered: hooks of tensors further
+# up such an input (an eager op's output between two joints, or a joint's own output), and hooks registered on
+# a non-leaf input after the call: the engine calls them with None (eager: not at all). Cost: lean calls, a
+# check of the gradients per backward and of the non-weight inputs' hooks per call; AOT's callable, a post-hook.
+_HANDED_NONE = [-2]  # the id of the last graph task in which framejit handed an input None
+
+
+def hooked_inputs(args) -> tuple:
+    """Weak references to the non-leaf tensors of `args` with tensor hooks (NOTE [A joint no gradient reaches])."""
+    return tuple(weakref.ref(a) for a in args if isinstance(a, torch.Tensor) and a._backward_hooks
+                 and a.grad_fn is not None)
+
+
+def nothing_came(node, hooked: tuple) -> None:
+    """NOTE [A joint no gradient reaches]: `node` got no gradient and hands none on; where framejit handed out the
+    None, the hooks of its leaves and of `hooked` (hooked_inputs' result) skip the None they get next."""
+    if _HANDED_NONE[0] != torch._C._current_graph_task_id():
+        return
+    from .joint_function import _leaf_of
+    for f, _ in node.next_functions:
+        leaf = _leaf_of(f)
+        if leaf is not None and (leaf._backward_hooks or leaf._post_accumulate_grad_hooks):
+            skip_hooks_once(leaf)
+    for ref in hooked:
+        t = ref()
+        if t is not None and t._backward_hooks:
+            skip_hooks_once(t)
+
+
+def nothing_came_hook(node, hooked: tuple):
+    """A post-hook for AOT autograd's joint node `node` (NOTE [A joint no gradient reaches])."""
+    node_ref = weakref.ref(node)
+
+    def hook(grad_inputs, grad_outputs):
+        if any(g is not None for g in grad_outputs):
+            return None
+        node = node_ref()
+        if node is not None:
+            nothing_came(node, hooked)
+        return (None,) * len(grad_inputs)
     return hook
 
 
