@@ -56,6 +56,23 @@ def cast_text(text: str, dtype: torch.dtype) -> str:
     return f"tl.where({wide} != {wide}, 0x7FC0, {high}).to(tl.uint16).to(tl.bfloat16, bitcast=True)"
 
 
+# NOTE [bfloat16 widening in the interpreter]: the interpreter's bfloat16 -> float32 conversion flushed
+# subnormals to zero (2.9e-39 * 3 gave 0.0, eager 8.8e-39; every bf16 op on values below 1.2e-38 differed), and
+# its bfloat16 `!= 0` compared the bits (-0.0 converted to True). Under the interpreter a bfloat16 value is
+# widened from its bits: the 16 bits shifted to the top of a float32, which is exact for every value.
+# NOTE [bfloat16 literals in the interpreter]: Triton 3.8's interpreter (the 3.13 environment) has no bfloat16
+# `tl.full` (`get_bf16`: every bfloat16 fill kernel, `torch.where(x > 0, x, 1.0)` included, raised), and both
+# versions' `-tl.full([], 0.0, tl.bfloat16)` stored +0.0 (`torch.full((4,), -0.0, dtype=torch.bfloat16)`). A
+# bfloat16 literal is made in float32 and cast, as every bfloat16 value is (NOTE [bfloat16 rounding in the
+# interpreter]).
+def _is_literal(text: str) -> bool:  # a number (a fill's, already its dtype's value) is widened as Triton widens it
+    return _is_number(text) or text.startswith("float(")
+
+
+def _widened_bfloat16(text: str) -> str:
+    return f"(({text}).to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)"
+
+
 # NOTE [Casts of literals]: a constant operand of a cast (the `1` of `torch.ones(3)` computed in float32 for a float16
 # result, under a float16 default) was emitted as `1.to(tl.float32)`, a Python syntax error: the kernel module did
 # not import and the graph ran eagerly. A literal becomes a 0-d block of its value first.
@@ -218,7 +235,11 @@ class KernelWriter:
         if isinstance(value, Scalar):
             if _is_minus_zero(value.value) and value.dtype is not None and value.dtype.is_floating_point:
                 # a -0.0 made at run time: Triton 3.8's interpreter turned the literal -0.0 into +0.0
-                return f"(-tl.full([], 0.0, {TL_DTYPES[value.dtype]}))"
+                if value.dtype == torch.bfloat16 and _interpreting():  # NOTE [bfloat16 literals in the interpreter]
+                    text = cast_text("(-tl.full([], 0.0, tl.float32))", value.dtype)
+                else:
+                    text = f"(-tl.full([], 0.0, {TL_DTYPES[value.dtype]}))"
+                return self.new_var(scope, ("op", text), text)
             if value.dtype == torch.float64 and _inexact_in_float32(value.value):  # NOTE [Float64 literals]
                 return f"tl.full([], {literal(value.value)}, tl.float64)"
             return literal(value.value)
@@ -226,10 +247,16 @@ class KernelWriter:
             return self.emit_load(value, env, scope)
         args = [self.emit(a, env, scope) for a in value.args]
         if value.name == "to":
+            source = args[0]
+            if value.args[0].dtype == torch.bfloat16 and _interpreting() and not _is_literal(source):
+                # NOTE [bfloat16 widening in the interpreter]
+                source = self.new_var(scope, ("op", f"widen {source}"), _widened_bfloat16(source))
+                if value.dtype == torch.float32:
+                    return source
             if value.dtype == torch.bool:
-                text = f"{args[0]} != 0"
+                text = f"{source} != 0"
             else:
-                text = cast_text(args[0], value.dtype)
+                text = cast_text(source, value.dtype)
         elif value.name in ("maximum", "minimum"):
             floating = value.dtype.is_floating_point
             text = (_EAGER_MAX if value.name == "maximum" else _EAGER_MIN) if floating else f"tl.{value.name}({{0}}, {{1}})"
@@ -311,7 +338,9 @@ class KernelWriter:
             value, coords = self.reduction_vars[node.name], natural_coords(node, self.group)
         else:
             value, coords = self.emit(node.body, env, scope), [env[f"i{k}"] for k in range(len(node.shape))]
-        if not value.startswith("tmp"):
+        if not value.startswith("tmp") and node.dtype == torch.bfloat16 and _interpreting():
+            value = cast_text(f"tl.full({block}, {value}, tl.float32)", node.dtype)  # NOTE [bfloat16 literals in
+        elif not value.startswith("tmp"):  # the interpreter]
             value = f"tl.full({block}, {value}, {TL_DTYPES[node.dtype]})"
         offset = ir.linearize(coords, node.shape)
         rendered = ir.render(offset)

@@ -315,8 +315,26 @@ def _python_value(value, dtype: torch.dtype):
     if dtype == torch.bool:
         return bool(value)
     if dtype.is_floating_point:
-        return float(value)
-    return int(value)
+        value = float(value)
+        return _as_stored(value, dtype) if dtype in (torch.float16, torch.bfloat16) else value
+    value = int(value)
+    if dtype in _NARROW_INTS and not _NARROW_INTS[dtype][0] <= value <= _NARROW_INTS[dtype][1]:
+        return _as_stored(value, dtype)
+    return value
+
+
+_NARROW_INTS = {d: (torch.iinfo(d).min, torch.iinfo(d).max) for d in (torch.int8, torch.uint8, torch.int16, torch.int32)}
+
+
+# NOTE [Literals hold their dtype's value]: a Scalar of a float16/bfloat16 or narrow integer dtype holds the
+# number that dtype stores, converted as torch converts it (round to nearest even; integers wrap). A fill's
+# value was kept whole: `torch.full((4,), 9000.0, dtype=torch.bfloat16) - 9000` used 9000.0 inside the fused
+# kernel where eager's tensor holds 9024.0 (triton -24, eager 0), `full_like(x, 0.1) * 3` multiplied 0.1
+# (float16 eager 0.2998, triton 0.3000), and `int8 + 300` emitted 300, which Triton refuses for an int8 block
+# (eager wraps it to 44). Every fill, literal and number operand goes through here (Lowerer.pointwise).
+def _as_stored(value, dtype: torch.dtype):
+    wide = torch.float64 if isinstance(value, float) else torch.int64
+    return torch.tensor(value, dtype=wide).to(dtype).item()
 
 
 def loads_of(v: Value) -> list[Load]:

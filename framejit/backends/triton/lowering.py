@@ -147,6 +147,8 @@ class Lowerer:
         values = [cast(self.load(a, coords, shape), compute) if isinstance(a, TensorRef)
                   else Scalar(ir._python_value(a, compute), compute) for a in args]
         body = cast(fn(*values), dtype)
+        if isinstance(body, Scalar):  # NOTE [Literals hold their dtype's value] (ir.py): a fill
+            body = Scalar(ir._python_value(body.value, dtype), dtype)
         return self.add(ir.PointwiseNode(self.new_name(), shape, dtype, body, origin))
 
     def load(self, ref: TensorRef, coords: Sequence, shape: Sequence) -> Load:

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .ir import Op, Scalar, cast
+from .ir import Op, Scalar, _python_value, cast
 from .lowering import TensorRef, Unlowerable, compute_dtype, lowering
 
 aten = torch.ops.aten
@@ -48,7 +48,7 @@ def where(cond, a, b):
 
 
 def lit(value, like):
-    return Scalar(value, like.dtype)
+    return Scalar(_python_value(value, like.dtype), like.dtype)  # NOTE [Literals hold their dtype's value]
 
 
 def tanh(x):
@@ -149,14 +149,53 @@ def python_remainder(a, b):
     return where(fix, Op("add", (r, b), a.dtype), r)
 
 
-def floor_divide(a, b):
+def floor_divide(a, b, step=lambda v: v):
     if a.dtype.is_floating_point:
-        return Op("floor", (Op("truediv", (a, b), a.dtype),), a.dtype)
+        return _floor_divide_float(a, b, step)
     q = Op("truncdiv", (a, b), a.dtype)
     zero = lit(0, a)
     fix = Op("and", (Op("ne", (Op("cmod", (a, b), a.dtype), zero), torch.bool),
                      Op("ne", (Op("lt", (a, zero), torch.bool), Op("lt", (b, zero), torch.bool)), torch.bool)), torch.bool)
     return where(fix, Op("sub", (q, lit(1, a)), a.dtype), q)
+
+
+# NOTE [Floor division as eager divides]: eager's floor division of floats is c10::div_floor_floating, not
+# floor(a / b): `mod = fmod(a, b); div = (a - mod) / b`, minus 1 where mod's sign differs from b's, then floor
+# with a correction above .5, a signed zero for a zero quotient and a / b for b == 0. So inf // 3 is NaN
+# (floor(inf / 3) gave inf) and 1 // 0.1 is 9.0. For float16/bfloat16 it runs in that dtype's arithmetic when
+# both operands are dimensioned tensors: every step rounds (`step`; CPU and CUDA alike: 9024 // 45 in
+# bfloat16 is 201, floor(9024 / 45) 200; 0 of 2e5 random pairs differ), and in float32 when the divisor is a
+# number or a 0-d tensor (eager's kernels read such a scalar in float32: 0 of 1e5 differ). Trunc division
+# likewise rounds the quotient to the dtype before truncating (9024 / 258 -> 35.0 -> 35, not 34) only when
+# both are dimensioned. A 0-d dividend of a dimensioned divisor matches neither form: eager's kernel runs it.
+def _floor_divide_float(a, b, step):
+    zero, one = lit(0.0, a), lit(1.0, a)
+    mod = Op("cmod", (a, b), a.dtype)
+    div = step(Op("truediv", (step(Op("sub", (a, mod), a.dtype)), b), a.dtype))
+    lt0 = (lambda v: Op("lt", (v, zero), torch.bool))
+    fix = Op("and", (Op("ne", (mod, zero), torch.bool), Op("ne", (lt0(b), lt0(mod)), torch.bool)), torch.bool)
+    div = where(fix, step(Op("sub", (div, one), a.dtype)), div)
+    floored = Op("floor", (div,), a.dtype)
+    above = Op("gt", (step(Op("sub", (div, floored), a.dtype)), lit(0.5, a)), torch.bool)
+    floored = where(above, step(Op("add", (floored, one), a.dtype)), floored)
+    quotient = step(Op("truediv", (a, b), a.dtype))
+    negative = Op("or", (lt0(quotient), lt0(Op("truediv", (one, quotient), a.dtype))), torch.bool)
+    signed_zero = where(negative, lit(-0.0, a), zero)
+    result = where(Op("ne", (div, zero), torch.bool), floored, signed_zero)
+    return where(Op("eq", (b, zero), torch.bool), quotient, result)
+
+
+def _division_step(lo, node, a, b):
+    """How a division of `node` rounds its intermediates (NOTE [Floor division as eager divides])."""
+    out = _meta(node).dtype
+    if out not in (torch.float16, torch.bfloat16):
+        return lambda v: v
+    dims = [isinstance(v, TensorRef) and v.shape != () for v in (a, b)]
+    if dims == [True, True]:
+        return lambda v: cast(cast(v, out), v.dtype)
+    if not dims[0] and dims[1]:
+        raise Unlowerable("a number or 0-d dividend of a float16/bfloat16 division with rounding")
+    return lambda v: v
 
 
 # -- registrations ------------------------------------------------------------------------------------
@@ -361,11 +400,12 @@ def _add_sub(lo, node, a, b, alpha=1):
 def _div(lo, node, a, b, rounding_mode=None):
     if rounding_mode is None:
         return _pointwise(lo, node, [a, b], _converting(node, a, b, binop("truediv")))
+    step = _division_step(lo, node, a, b) if _meta(node).dtype.is_floating_point else None
     if rounding_mode == "floor":
-        return _pointwise(lo, node, [a, b], _converting(node, a, b, floor_divide))
+        return _pointwise(lo, node, [a, b], _converting(node, a, b, lambda x, y: floor_divide(x, y, step)))
     if _meta(node).dtype.is_floating_point:
         return _pointwise(lo, node, [a, b],
-                          _converting(node, a, b, lambda x, y: trunc(Op("truediv", (x, y), x.dtype))))
+                          _converting(node, a, b, lambda x, y: trunc(step(Op("truediv", (x, y), x.dtype)))))
     return _pointwise(lo, node, [a, b], binop("truncdiv"))
 
 
@@ -416,6 +456,8 @@ def _where(lo, node, cond, a, b):
 
     if not isinstance(cond, TensorRef):
         raise Unlowerable("scalar condition")
+    for value in (a, b):
+        _fits(value, out.dtype, "where")
     return lo.pointwise([cond, a, b], out.shape, out.dtype, lambda c, x, y: fn(c, x, y), compute, "where")
 
 
@@ -447,9 +489,22 @@ def _constant_fill(lo, node, *args, **kwargs):
         value = 1 if packet in (aten.ones, aten.ones_like, aten.new_ones) else 0
     if isinstance(value, TensorRef):
         raise Unlowerable("tensor fill value")
+    _fits(value, out.dtype, "fill")
     if not (out.dtype.is_floating_point or out.dtype.is_complex):
         value = _integral_fill(value, out.dtype)
     return lo.pointwise([], out.shape, out.dtype, lambda: Scalar(value, out.dtype), out.dtype, str(node.target))
+
+
+def _fits(value, dtype: torch.dtype, what: str) -> None:
+    """Eager converts a fill's (or where's) number to `dtype` with an overflow check (`scalar_tensor(300,
+    dtype=int8)`, `full(..., 1e6, dtype=float16)` raise; -3 in uint8 wraps): what it refuses runs eager's op
+    (an extern), which raises eager's error, instead of a wrapped literal (NOTE [Literals hold their dtype's
+    value] in ir.py)."""
+    if isinstance(value, (bool, int, float)):
+        try:
+            torch.full((), value, dtype=dtype)
+        except (RuntimeError, OverflowError) as e:
+            raise Unlowerable(f"{what} with {value!r}: {e}") from None
 
 
 # NOTE [Integer fills of floats] (review revD D4): torch converts a fill's Scalar to the tensor's dtype before
