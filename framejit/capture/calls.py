@@ -25,6 +25,7 @@ from .protocol import constant_fold, hashable as _hashable
 from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, NewObjectValue, NNModuleValue,
                      ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue, Value)
 from .vmap_capture import check_functorch_call
+from .torch_function_inline import route_call
 
 # Tensor methods that read data into Python or touch state outside the graph.
 TENSOR_METHODS_UNSUPPORTED = {
@@ -91,7 +92,8 @@ def call_value(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Va
     if not _CALL_VALUE_IMPORTS_BOUND:  # NOTE [Imports of call_value]
         _bind_call_value_imports()
     result = _call_numpy_or_tensor_maker(tx, fn, args, kwargs)
-    if result is not _UNHANDLED:
+    result = route_call(tx, fn, args, kwargs) if result is _UNHANDLED else result  # NOTE [Inlined __torch_function__]
+    if result is not _UNHANDLED and result is not None:
         return result
     if isinstance(fn, UserFunctionValue):
         return _call_user_function(tx, fn, args, kwargs)
@@ -121,8 +123,7 @@ _UNHANDLED = object()
 
 
 def _call_numpy_or_tensor_maker(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Any:
-    """NumPy calls (NOTE [NumPy as torch]), a lazy generator's methods, and `torch.tensor` of symbolic ints;
-    _UNHANDLED for every other call."""
+    """NumPy calls (NOTE [NumPy as torch]), lazy generator methods, `torch.tensor` of symbolic ints; else _UNHANDLED."""
     if isinstance(fn, NdarrayMethodValue):  # NOTE [NumPy as torch]
         return call_method(tx, fn, args, kwargs)
     if isinstance(fn, LazyGenMethodValue):  # NOTE [Generators driven by send]; [Lent iterators]: a lent one's next()
@@ -388,8 +389,7 @@ def _lazy_disable_code() -> types.CodeType | None:
 
 
 def _not_a_graph_arg(value: Value) -> bool:
-    """A module, an iterator (`m.parameters()`) or a Python callable: a torch Python function given one is
-    inlined (it cannot be a graph op)."""
+    """A module, an iterator (`m.parameters()`) or a Python callable: a torch function given one is inlined."""
     from .values.containers import IteratorValue
     return isinstance(value, (NNModuleValue, IteratorValue, UserFunctionValue, BoundMethodValue, PartialValue))
 

@@ -274,7 +274,8 @@ def block_for(exit_value: "ExitValue") -> tuple[Any, tuple]:
 
 def is_ctx_class(cls: Any) -> bool:
     return isinstance(cls, type) and (issubclass(cls, GRAD_CLASSES + AUTOCAST_CLASSES) or is_profiler_class(cls)
-                                      or getitem_mode.is_mode_class(cls))
+                                      or getitem_mode.is_mode_class(cls)
+                                      or cls is torch._C.DisableTorchFunctionSubclass)
 
 
 def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxValue:
@@ -285,6 +286,9 @@ def make_ctx(tx, cls: type, args: list[Value], kwargs: dict[str, Value]) -> CtxV
         return make_profiler_ctx(cls, args, kwargs, tx)
     if getitem_mode.is_mode_class(cls) and not args and not kwargs:  # NOTE [Getitem-to-index blocks]
         return CtxValue("getitem_to_index", None, cls)
+    if cls is torch._C.DisableTorchFunctionSubclass:  # NOTE [Inlined __torch_function__]: only inside one
+        from .torch_function_inline import disabled_ctx
+        return disabled_ctx(args, kwargs, CtxValue)
     kw = {k: v.as_constant() for k, v in kwargs.items()}
     if not plain_ctx_class(cls) and cls not in DEVICE_AUTOCAST:  # NOTE [Subclasses of torch context classes]
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"context manager {cls.__name__} with its own methods")
@@ -443,6 +447,9 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
             saved = enter_saved_hooks(out, ctx.mode)
         elif ctx.kind == "getitem_to_index":  # NOTE [Getitem-to-index blocks]
             saved = getitem_mode.enter(out)
+        elif ctx.kind == "tf_subclass":  # NOTE [Inlined __torch_function__]
+            from .torch_function_inline import enter_disabled
+            saved = enter_disabled(out)
         else:
             device_type, dtype, enabled, cache = ctx.mode
             node = out.record_effect(autocast_mode._enter_autocast, (device_type, dtype, enabled, cache))
@@ -503,6 +510,9 @@ def exit_(tx, exit_value: ExitValue) -> Value:
         exit_saved_hooks(out, saved)
     elif ctx.kind == "getitem_to_index":
         getitem_mode.exit_(out, saved)
+    elif ctx.kind == "tf_subclass":
+        from .torch_function_inline import exit_disabled
+        exit_disabled(out, saved)
     else:
         out.record_effect(autocast_mode._exit_autocast, (saved,))
         out.open_regions.remove(saved)

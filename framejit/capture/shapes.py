@@ -539,6 +539,8 @@ def _occurrences(out, inp) -> list[tuple[str, Any, str]]:
     if isinstance(fake, torch.Tensor):
         if not is_symbolic(fake):
             return []
+        from .tensor_subclasses import metadata_expr  # NOTE [Guards read subclass tensors as Tensors]
+        e = metadata_expr(out, inp.tensor, e)[1]
         occ = [(f"{e}.size({d})", s, f"size of dim {d}") for d, s in enumerate(fake.shape)]
         occ += [(f"{e}.stride({d})", s, f"stride of dim {d}") for d, s in enumerate(fake.stride())]
         occ.append((f"{e}.storage_offset()", fake.storage_offset(), "storage offset"))

@@ -34,8 +34,8 @@ A subclass with its own `__torch_function__` or `__torch_dispatch__` (or a wrapp
 it is an opaque object (values/builder.py) guarded by type, and an operation on it, or a read of a Tensor
 attribute (`shape`, a method: their getters run the subclass's code), is a graph break whose reason names the
 class (`opaque_reason`); the ops run in Python, as eager runs them, and the rest of the frame stays captured.
-Its own methods and Python attributes are read as any object's. Stock Dynamo inlines a traceable custom
-`__torch_function__`; framejit does not yet (each op on such a tensor is a break).
+Its own methods and Python attributes are read as any object's. A subclass whose only departure is its own
+`__torch_function__` classmethod is traced, with that function inlined (NOTE [Inlined __torch_function__]).
 """
 from __future__ import annotations
 
@@ -118,7 +118,9 @@ _HOOKS = ("__torch_function__", "__torch_dispatch__", "__getattribute__", "__get
 def check_input_class(out, tensor: torch.Tensor, source) -> None:
     if type(tensor) in _PLAIN:
         return
-    reason = opaque_reason(type(tensor))
+    from .torch_function_inline import _STATE, inlines_torch_function
+    inlined = _STATE.making_input and inlines_torch_function(type(tensor))  # NOTE [Inlined __torch_function__]
+    reason = None if inlined else opaque_reason(type(tensor))
     if reason is not None:
         from .breaks import BreakKind, Unsupported
         out.guard_type(source, type(tensor))
@@ -132,11 +134,16 @@ def check_input_class(out, tensor: torch.Tensor, source) -> None:
 # no __torch_function__), after its exact type and the class's lookup facts have passed; the type check and
 # requires_grad read `x` (an alias made under no_grad does not require grad). Only for subclasses traced as
 # tensors (torch's own __torch_function__: the same answers).
-def metadata_expr(out, t: torch.Tensor, e: str) -> tuple[str, str]:
-    """(the expression the type guard reads, the one the metadata guards read) for tensor `t` at `e`."""
-    if type(t) in _PLAIN or opaque_reason(type(t)) is not None:
-        return e, e
-    return e, f"{out.name_of(_as_tensor, 'as_tensor')}({e})"
+def metadata_expr(out, t: torch.Tensor, e: str) -> tuple[str, str, str]:
+    """(the expression the type guard reads, the one the metadata guards read, requires_grad's) for `t` at `e`."""
+    from .torch_function_inline import inlines_torch_function, requires_grad_of
+    if type(t) in _PLAIN:
+        return e, e, f"{e}.requires_grad"
+    if inlines_torch_function(type(t)):  # NOTE [Inlined __torch_function__]: no user code in guards
+        return e, f"{out.name_of(_as_tensor, 'as_tensor')}({e})", f"{out.name_of(requires_grad_of, 'requires_grad')}({e})"
+    if opaque_reason(type(t)) is not None:
+        return e, e, f"{e}.requires_grad"
+    return e, f"{out.name_of(_as_tensor, 'as_tensor')}({e})", f"{e}.requires_grad"
 
 
 def _as_tensor(t: torch.Tensor) -> torch.Tensor:
@@ -293,7 +300,8 @@ def subclass_attr(tx, t: Any, name: str) -> Any:
                               f"{cls.__qualname__} shadows Tensor.{name}")
         if real is not None and t.source is not None and name in _TENSOR_NAMES:
             lookup.guard_not_in_instance(tx.output, t.source, real, name)
-        return None
+        from .torch_function_inline import gated_attr  # NOTE [Inlined __torch_function__]
+        return gated_attr(tx, t, name)
     entry = lookup.guard_found_on_class(tx.output, cls, name, index)
     if is_data_descriptor(attr):
         lookup.guard_entry_identity(tx.output, entry, attr)
@@ -312,6 +320,9 @@ def opaque_subclass(out, obj: torch.Tensor, source) -> Any:
     cls = type(obj)
     if cls in _PLAIN:
         return None
+    from .torch_function_inline import inlines_torch_function, make_input
+    if inlines_torch_function(cls):  # NOTE [Inlined __torch_function__]
+        return make_input(out, obj, source)
     reason = opaque_reason(cls)
     if reason is None:
         return None
@@ -346,16 +357,18 @@ def as_subclass(tx, t: Any, args: list, kwargs: dict) -> Any:
     cls = args[0].obj if len(args) == 1 and not kwargs and isinstance(args[0], ClassValue) else None
     if not (isinstance(cls, type) and issubclass(cls, torch.Tensor) and cls is not torch.nn.Parameter):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "Tensor.as_subclass of anything but a tensor class")
-    reason = opaque_reason(cls) if cls is not torch.Tensor else None
+    from .torch_function_inline import gate, inlines_torch_function, ungated
+    reason = opaque_reason(cls) if cls is not torch.Tensor and not inlines_torch_function(cls) else None
     if reason is not None:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"Tensor.as_subclass makes a {reason}")
     if cls is not torch.Tensor:
         if args[0].source is None:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, "Tensor.as_subclass of a class made while tracing")
         guard_subclass(tx.output, cls)
-    value = tx.output.call("call_function", torch.ops.aten.alias.default, (t,), {})
+    with ungated():  # eager's as_subclass runs no __torch_function__ (NOTE [Inlined __torch_function__])
+        value = tx.output.call("call_function", torch.ops.aten.alias.default, (t,), {})
     value.cls, value.wrap_grad = cls, tx.output.grad_enabled
-    return value
+    return gate(value)
 
 
 def plain_tensor(value: Any) -> Any:

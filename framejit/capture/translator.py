@@ -44,6 +44,7 @@ from .stdlib import forced_break
 from .import_calls import import_break
 from .frame_locals import frame_reader_break
 from .nested_frames import attach_stack as _attach_stack, stop_for, stopped  # NOTE [Nested graph breaks]
+from .torch_function_inline import STEPPING
 from .normalize import Inst, has_handlers, is_user_handler, normalize
 from .sources import ClosureSource, GlobalSource, ItemSource, AttrSource, LocalSource, ObjectSource, Ref
 from .values import (ConstantValue, DictValue, IteratorValue, NewObjectValue, NNModuleValue, ObjectValue,
@@ -197,7 +198,8 @@ class Translator:
         # the stack before the instruction: a break re-runs it with these operands (_note_live_made_modules)
         self.operands = list(self.stack) if self.output.__dict__.get("made_modules") or self.output.__dict__.get(
             "nest_stop") else None
-        handler(self, inst)
+        with STEPPING:  # NOTE [Inlined __torch_function__]: a gated tensor's fake is not read by an instruction
+            handler(self, inst)
 
     # ---- stack and locals ---------------------------------------------------------------------
     def push(self, value: Value) -> None:

@@ -10,36 +10,47 @@ from ..protocol import BINARY_OPS, COMPARE_OPS, binary, build_slice, getitem, it
 from ..dict_objects import base_slot_owner, dunder, is_new_dict_object, storage, store_item
 from ..values import ConstantValue, DictValue, ListValue, TensorValue
 from ..values.outside import OutsideDictValue
+from ..torch_function_inline import operator_call
 from . import op
+
+
+def _routed(tx, fn, *operands):
+    """NOTE [Inlined __torch_function__]: an operator on a tensor whose class has its own __torch_function__."""
+    return operator_call(tx, fn, list(operands))
 
 
 @op("BINARY_OP")
 def binary_op(tx, inst):
     b = tx.pop()
     a = tx.pop()
-    tx.push(binary(tx, BINARY_OPS[inst.arg.name], a, b))
+    fn = BINARY_OPS[inst.arg.name]
+    tx.push(_routed(tx, fn, a, b) or binary(tx, fn, a, b))
 
 
 @op("COMPARE_OP")
 def compare_op(tx, inst):
     b = tx.pop()
     a = tx.pop()
-    tx.push(compare(tx, COMPARE_OPS[inst.arg.name.replace("_CAST", "")], a, b))
+    fn = COMPARE_OPS[inst.arg.name.replace("_CAST", "")]
+    tx.push(_routed(tx, fn, a, b) or compare(tx, fn, a, b))
 
 
 @op("UNARY_NEGATIVE")
 def unary_negative(tx, inst):
-    tx.push(unary(tx, operator.neg, tx.pop()))
+    a = tx.pop()
+    tx.push(_routed(tx, operator.neg, a) or unary(tx, operator.neg, a))
 
 
 @op("UNARY_POSITIVE")
 def unary_positive(tx, inst):
-    tx.push(unary(tx, operator.pos, tx.pop()))
+    a = tx.pop()
+    tx.push(_routed(tx, operator.pos, a) or unary(tx, operator.pos, a))
 
 
 @op("UNARY_INVERT")
 def unary_invert(tx, inst):
-    tx.push(unary(tx, operator.invert, tx.pop()))
+    a = tx.pop()
+    tx.push(_routed(tx, operator.invert, a) or unary(tx, operator.invert, a))
 
 
 @op("UNARY_NOT")
@@ -67,7 +78,7 @@ def contains_op(tx, inst):
 def binary_subscr(tx, inst):
     key = tx.pop()
     obj = tx.pop()
-    tx.push(getitem(tx, obj, key))
+    tx.push(_routed(tx, operator.getitem, obj, key) or getitem(tx, obj, key))
 
 
 @op("BINARY_SLICE")
