@@ -366,7 +366,7 @@ class Reconstructor:
             check_rebuildable(value)
             self._call_const(make_partial, [value.func, TupleValue(list(value.args)), DictValue(dict(value.kwargs))])
         elif isinstance(value, SymFloatValue) and _replayable_float(value):
-            self._float_expression(value.node, {root.node: root for root in value.roots})
+            self._float_expression(value.node, {root.node: root for root in (*value.roots, *value.int_roots)})
         elif hasattr(type(value), "rebuild_call"):  # e.g. NOTE [Weak references made in the trace]
             self._call_const(*value.rebuild_call())
         elif hasattr(type(value), "escape_break"):  # a value with no run-time object (NOTE [vjp functions])
@@ -581,25 +581,22 @@ def _unentered_generator_cm(value: Any) -> bool:
 
 def _replayable_float(value: Any) -> bool:
     """A computed float whose node is an expression of plain calls over its input floats' placeholders
-    and number constants (NOTE [Computed floats rebuilt in Python])."""
-    import math
-    import operator
+    (and its int roots': NOTE [Symbolic ints inside dynamic floats]) and number constants (NOTE [Computed
+    floats rebuilt in Python])."""
     import torch.fx
+    from .float_parts import plain_target
     if value.source is not None or not value.roots or value.roots == (value,):
         return False
     from .sym_arith import float_inputs_unchanged  # NOTE [Sizes beside dynamic floats]
     if not float_inputs_unchanged(value.roots):
         return False
-    inputs = {root.node for root in value.roots}
+    inputs = {root.node for root in (*value.roots, *value.int_roots)}
     pending = [value.node]
     while pending:
         node = pending.pop()
         if node in inputs:
             continue
-        if node.op != "call_function" or node.kwargs or not (
-                getattr(operator, getattr(node.target, "__name__", ""), None) is node.target
-                or getattr(math, getattr(node.target, "__name__", ""), None) is node.target
-                or node.target in (max, min)):  # NOTE [Sorting by symbolic keys]: max/min of floats
+        if node.op != "call_function" or node.kwargs or not plain_target(node.target):
             return False
         for arg in node.args:
             if isinstance(arg, torch.fx.Node):
@@ -611,7 +608,7 @@ def _replayable_float(value: Any) -> bool:
 
 def _children(value: Value) -> list:
     if isinstance(value, SymFloatValue) and _replayable_float(value):
-        return list(value.roots)  # read before side effects (NOTE [Computed floats rebuilt in Python])
+        return [*value.roots, *value.int_roots]  # read before side effects (NOTE [Computed floats rebuilt in Python])
     if isinstance(value, DictViewValue):
         return [viewed_object(value)[0] if viewed_object(value) is not None else value.mapping]
     if isinstance(value, DefaultDictValue) and value.factory is not None:

@@ -56,6 +56,13 @@ def _fake_tensor():
 _BUFFER = getattr(torch.nn, "Buffer", None)
 
 
+def _specialise_operands(syms: list, int_roots: tuple) -> None:
+    for sym in syms:
+        sym.specialise()
+    for root in int_roots:
+        root.as_constant()
+
+
 class GraphInput:
     __slots__ = ("source", "tensor", "value", "version", "writes")
 
@@ -358,24 +365,27 @@ class OutputGraph:
 
     def float_op(self, fn: Callable, args: tuple) -> Value:
         """Float arithmetic with a dynamic float operand: a graph node, or a constant when the result is
-        not a float (then the operands are specialised)."""
-        examples = [a.example if isinstance(a, SymFloatValue) else a.as_constant() for a in args]
+        not a float (then the operands are specialised). An operand may be a plain expression of symbolic
+        ints (NOTE [Symbolic ints inside dynamic floats])."""
+        from .float_parts import example_of, operand_int_roots
+        examples = [example_of(a) for a in args]
         syms = [a for a in args if isinstance(a, SymFloatValue)]
+        int_roots = operand_int_roots(self, args)
         try:
             result = fn(*examples)
         except Exception as e:  # the user's error for this value: specialise, eager raises it for real
-            for sym in syms:
-                sym.specialise()
+            _specialise_operands(syms, int_roots)
             raise UserException(e) from None
         if type(result) is not float:
-            for sym in syms:
-                sym.specialise()
+            _specialise_operands(syms, int_roots)
             return ConstantValue(result)
         node = self.graph.call_function(fn, tuple(_node_of(a) for a in args))
         node.meta["val"] = result
         node.meta["stack_trace"] = self.stack_trace()
         roots = tuple(dict.fromkeys(r for sym in syms for r in sym.roots))
-        return SymFloatValue(self, node, result, roots)
+        value = SymFloatValue(self, node, result, roots)
+        value.int_roots = int_roots
+        return value
 
     def float_compare(self, fn: Callable, a: Value, b: Value) -> Value | None:
         """A comparison of float inputs (with symbols) and numbers, kept as a relation (NOTE [Float

@@ -186,9 +186,10 @@ def _symbolic_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
     if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and fn in _FLOAT_OPS:
         from .sym_arith import float_of_int  # NOTE [Symbolic ints beside dynamic floats]
         a, b = float_of_int(tx, a), float_of_int(tx, b)
-    if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and _is_number(a) and _is_number(b) \
-            and fn in _FLOAT_OPS:
-        return tx.output.float_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
+    if (isinstance(a, SymFloatValue) or isinstance(b, SymFloatValue)) and fn in _FLOAT_OPS:
+        from .float_parts import float_operand  # NOTE [Symbolic ints inside dynamic floats]
+        if float_operand(tx.output, a) and float_operand(tx.output, b):
+            return tx.output.float_op(INPLACE_TO_PLAIN.get(fn, fn), (a, b))
     return None
 
 
@@ -270,10 +271,6 @@ _SYM_COMPARE_OPS = {operator.lt, operator.le, operator.eq, operator.ne, operator
 def _is_int(v: Value) -> bool:
     return (isinstance(v, SymNodeValue) and v.python_type() is int) or (
         isinstance(v, ConstantValue) and type(v.value) is int)
-
-
-def _is_number(v: Value) -> bool:
-    return isinstance(v, SymFloatValue) or (isinstance(v, ConstantValue) and type(v.value) in (int, float))
 
 
 _SET_OPS = {operator.or_, operator.and_, operator.sub, operator.xor, operator.ior, operator.iand, operator.isub,

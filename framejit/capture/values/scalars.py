@@ -51,11 +51,15 @@ class SymFloatValue(Value):
         self.specialise()
         return self.example
 
+    int_roots: tuple = ()  # symbolic int inputs it is computed from (NOTE [Symbolic ints inside dynamic floats])
+
     def specialise(self) -> None:
         for root in self.roots:
             if not getattr(root, "specialised", False):
                 root.specialised = True
                 self.out.guard_constant(root.source, root.example)
+        for root in self.int_roots:
+            root.as_constant()  # a guard on the symbol's value (NOTE [Symbolic shapes])
 
     def describe(self) -> str:
         return f"SymFloat({self.example!r})"
