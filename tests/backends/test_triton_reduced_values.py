@@ -133,3 +133,18 @@ def test_floor_and_trunc_division_round_as_eager(dtype):
     for args in calls:
         _same(compiled(*args), fn(*args))
     _compare(fn, calls)
+
+
+# NOTE [Operands of remainder and pow in the result dtype], NOTE [bfloat16 cubes on CPU] (lowering_pointwise.py)
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+def test_remainder_fmod_and_pow_read_numbers_in_the_result_dtype(dtype):
+    def fn(x):
+        return (x % 3.3, torch.fmod(x, 3.3), x % torch.tensor(0.3, dtype=torch.float64),
+                torch.fmod(x, torch.tensor(1.1)), x.abs() ** 1.1, x ** 3, x ** -2, x ** 0.5,
+                x ** -0.5 if dtype == torch.float16 else x)  # bfloat16: eager's x ** -0.5 is not exactly rounded
+
+    edges = torch.tensor([-2.5, 3.5, 34.5, -106.0, 62.0, -math.inf, math.inf, math.nan, -0.0, 1000.5], dtype=dtype)
+    calls = [(edges,), (edges.flip(0),), (_values(dtype, 5, 10),), (_values(dtype, 6, 10),)]
+    compiled = _kernels(fn, calls[0])
+    for args in calls:
+        _same(compiled(*args), fn(*args))
