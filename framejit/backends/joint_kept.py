@@ -118,18 +118,34 @@ def _saved_tensors(ctx):
 
 
 # NOTE [A backward that raises partway through a joint]
-# Not reproduced (issue 14, item 3): eager's backward that raises partway has already accumulated the gradients
-# of the leaves its engine reached before the failing node, and framejit's joint is one node that runs whole
-# or not at all. Two cases differ (/tmp/hbw5/ln2.py):
-#   - a version error on a tensor eager saved: a weight of a conv written under no_grad between the forward
-#     and the backward of conv -> tanh -> linear. Eager accumulates the linear layer's grads, then raises at
-#     ConvolutionBackward. framejit's check (NOTE [Inputs eager saves, checked where the joint does not]) raises
-#     in the joint's pre-hook, so every .grad stays None.
-#   - an output hook that raises (NOTE [Hooks of outputs no backward reaches] runs it before the node): eager
-#     has already accumulated the leaves of the outputs whose nodes come later in the forward; framejit has
-#     accumulated none.
-# The message and type of the error are eager's; only the partial .grad left behind differs. A fix would need
-# eager's engine order for the failing backward (the ready queue by sequence number, AccumulateGrad first,
-# simulated on the fake run's graph), the joint's backward run anyway, None handed to every input the order
-# reaches only after the failing node (with NOTE [Hooks of inputs no backward reaches]), and the error raised
-# once the node's children ran (an engine callback).
+# Not reproduced (issue 14): eager's backward that raises partway has already accumulated the gradients of the
+# leaves its engine reached before the failing node, and framejit's joint is one node that runs whole or not at
+# all. The error's type and message are eager's except under anomaly mode (below); what differs is the partial
+# `.grad` left behind, and only where the raising point is inside a joint's eager graph with some of that
+# graph's leaves accumulated before it in eager's order. Surveyed (onnxrt and triton, 3 calls each, lean calls
+# and AOT autograd's callable; /tmp/hbw5/ln2.py, /tmp/hbw7/raise2.py):
+#   Same partial `.grad` as eager:
+#   - a custom autograd.Function whose backward raises, inside the compiled function (a graph break splits the
+#     joint there, so each piece is a node of its own in eager's order), below it, or between two graphs;
+#   - a tensor hook or a post-accumulate-grad hook of a leaf (a weight) that raises, on the first or the last
+#     layer (NOTE [Leaf gradients in eager's order] runs the leaves' AccumulateGrad in eager's order);
+#   - a hook on a joint's output that eager's backward reaches first (the output made last) that raises.
+#   Different (every leaf of the joint keeps `.grad` None; leaves outside it as in eager):
+#   - a version error on a tensor eager saved: a conv's weight written under no_grad between the forward and
+#     the backward of conv -> tanh -> linear. Eager accumulates the linear layer's grads, then raises at
+#     ConvolutionBackward; framejit's check (NOTE [Inputs eager saves, checked where the joint does not])
+#     raises in the joint's pre-hook;
+#   - a hook that raises on an output that eager's backward reaches after another output's leaves (`a, c =
+#     cf(x)`, a made first, a hook on a raising, `(a + c).backward()`): eager has accumulated c's leaves;
+#     the hook runs before the joint's node (NOTE [Hooks of outputs no backward reaches]);
+#   - anomaly mode (`detect_anomaly(check_nan=True)`) with a NaN made inside the graph: the error names the
+#     joint's node ("Function 'LeanJointBackward' returned nan values in its 1th output.", or
+#     'CompiledFunctionBackward' on a signature's first call) where eager names its op's node
+#     ('MulBackward0'), and the output number is the joint's; the check runs on the whole joint's gradients,
+#     before any of its leaves is accumulated, where eager has accumulated those reached before its failing
+#     node (`(x * w1).sqrt().sum() + (x * w3).sum()` with a 0 in x: eager has w3's, framejit none;
+#     raise2.py p_anomaly_nan_after_a_leaf).
+# A fix would need eager's engine order for the failing backward (the ready queue by sequence number,
+# AccumulateGrad first, simulated on the fake run's graph), the joint's backward run anyway, None handed to
+# every input the order reaches only after the failing node (with NOTE [Hooks of inputs no backward reaches]),
+# and the error raised once the node's children ran (an engine callback).
