@@ -16,7 +16,7 @@ import torch
 from .breaks import BreakKind, Unsupported, UserException
 from .dict_objects import base_slot_owner, dict_contents, dunder, is_new_dict_object, storage
 from .protocol import _SYM_COMPARE_OPS, INPLACE_TO_PLAIN, _is_int, constant_fold, truth
-from .values import (BoundMethodValue, ConstantValue, DictValue, DictViewValue, ListValue, NewObjectValue,
+from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DictValue, DictViewValue, ListValue, NewObjectValue,
                      NNModuleValue, ObjectValue, SequenceValue, SetValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, UserFunctionValue, Value)
 from .values.outside import OutsideDictValue
 
@@ -170,6 +170,18 @@ def _same_constant(tx, a: ConstantValue, b: ConstantValue) -> bool:
     return same
 
 
+def _unbound(v: Value) -> bool:
+    """A library function or method descriptor not bound to an instance: one object however it is reached (a
+    bound method is a new object at each read, so its identity is not modelled here)."""
+    import types
+    obj = getattr(v, "obj", None)
+    if not isinstance(v, BuiltinValue) or not isinstance(obj, (types.BuiltinFunctionType, types.MethodDescriptorType,
+                                                               types.WrapperDescriptorType, types.FunctionType)):
+        return False
+    return isinstance(obj, types.FunctionType) or getattr(obj, "__self__", None) is None or \
+        isinstance(obj.__self__, types.ModuleType)
+
+
 def is_same(tx, a: Value, b: Value) -> bool:
     """`a is b`."""
     if a is b:
@@ -190,6 +202,8 @@ def is_same(tx, a: Value, b: Value) -> bool:
         return same_function(tx, a, b)
     if _fresh_mutable(a) or _fresh_mutable(b):  # two equal lists made while tracing are two lists
         return False
+    if _unbound(a) and _unbound(b):  # `func is torch.Tensor.add` (NOTE [Inlined __torch_function__])
+        return a.obj is b.obj
     if a.is_constant() and b.is_constant():
         ca, cb = a.as_constant(), b.as_constant()
         if type(ca) is not type(cb) or ca != cb or _identity_is_value(ca):

@@ -426,6 +426,7 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
         return ExitValue(ctx, saved), ConstantValue(ctx.mode) if ctx.cls is torch.device else ConstantValue(None)
     if isinstance(ctx, CtxValue):
         out = tx.output
+        _note_entered(out, ctx, True)  # NOTE [One torch manager entered twice]
         if ctx.kind == "grad":
             saved = getattr(ctx, "mode_before_init", out.grad_enabled)
             _store_prev(out, ctx, saved)
@@ -491,8 +492,30 @@ def _store_prev(out, ctx: CtxValue, prev: bool) -> None:
 # break: codegen rebuilds `m` (mappings_runtime.grad_mode_manager) for the code after it, which read `m.prev`
 # or exit `m` again as Python (review revC LOW-1). A fresh no_grad() has prev False and an enable_grad() none
 # (AttributeError); eager's `m` holds the grad mode its last __enter__ saw, so the rebuilt one gets it too.
+# NOTE [One torch manager entered twice]: one no_grad/autocast/inference_mode object entered again while its
+# block is open (`with ac: ... with ac:`) overwrites what its first __enter__ saved (`prev`, autocast's dtype and
+# cache state), so the outer exit restores the state inside the outer block: eager leaves autocast on after the
+# function, or `ng.prev` True (review revC MED-2). The trace restores each block's own state, so such a frame runs
+# eagerly as a whole, as eager runs it.
+def _note_entered(out, ctx: CtxValue, entering: bool) -> None:
+    if ctx.kind not in ("grad", "inference", "autocast"):
+        return
+    key = ("source", ctx.source) if ctx.source is not None else id(ctx)
+    entered = out.__dict__.setdefault("entered_torch_managers", set())
+    if not entering:
+        entered.discard(key)
+        return
+    if key in entered:
+        e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{ctx.describe()} entered again inside its own block: runs "
+                        "eagerly (its first __enter__'s saved state is overwritten)")
+        e.frame_eager = True
+        raise e
+    entered.add(key)
+
+
 def exit_(tx, exit_value: ExitValue) -> Value:
     ctx, saved, out = exit_value.ctx, exit_value.saved, tx.output
+    _note_entered(out, ctx, False)
     if ctx.kind == "grad":
         out.set_grad_enabled(saved)
     elif ctx.kind == "inference":

@@ -273,8 +273,8 @@ def route_call(tx, fn: Value, args: list, kwargs: dict) -> Any:
     """For calls.call_value: the value of a call eager routes through an inlined __torch_function__, or None."""
     if not _STATE.live:
         return None
-    if getattr(fn, "fn", None) is _DEFAULT_TF:  # `super().__torch_function__(...)`, bound to the class
-        return default_torch_function(tx, args, kwargs)
+    if getattr(fn, "fn", None) is _DEFAULT_TF or getattr(fn, "obj", None) is _DEFAULT_TF:
+        return default_torch_function(tx, args, kwargs)  # super().__torch_function__(...), or called directly
     if _STATE.disabled:
         return None
     found = _callable_of(fn, args)

@@ -143,3 +143,26 @@ def test_replaced_torch_function_recompiles():
         assert f(x).as_subclass(torch.Tensor).tolist() == expected
     finally:
         del Flip.__torch_function__
+
+
+class Picky(torch.Tensor):
+    """Dispatches on `func` identity and calls torch's function directly (not through super())."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.add or func is torch.add:
+            LOG.append("add")
+        out = torch.Tensor.__torch_function__.__func__(cls, func, types, args, kwargs)
+        if func is torch.Tensor.sum:
+            return out.as_subclass(torch.Tensor)  # plain result for sums only
+        return out
+
+
+def _picky(x):
+    return x.add(1), torch.add(x, 2), x.sum(), x.sum(dim=1, keepdim=True), x * 3
+
+
+def test_func_identity_and_direct_default_call():
+    framejit.reset()
+    cb = _run(_picky, lambda n: (torch.randn(n, 3).as_subclass(Picky),))
+    assert 1 <= cb.graph_count <= 2  # was 0 (a break at each op; `func is ...` of builtins broke too)
