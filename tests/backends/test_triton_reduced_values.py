@@ -148,3 +148,18 @@ def test_remainder_fmod_and_pow_read_numbers_in_the_result_dtype(dtype):
     compiled = _kernels(fn, calls[0])
     for args in calls:
         _same(compiled(*args), fn(*args))
+
+
+# (floor, ceil and trunc of a bool tensor already raise while the graph is traced)
+@pytest.mark.parametrize("op", [torch.abs, torch.relu, torch.argmax, torch.argmin], ids=lambda f: f.__name__)
+def test_ops_without_a_bool_kernel_raise_as_in_eager(op):
+    def fn(mask):
+        return op(mask)
+
+    framejit.reset()
+    compiled = framejit.compile(fn, backend="triton", dynamic=False)
+    for mask in (torch.tensor([True, False, True]), torch.tensor([False, True, False])):
+        with pytest.raises((RuntimeError, NotImplementedError)) as want:
+            fn(mask)
+        with pytest.raises(type(want.value)):
+            compiled(mask)

@@ -242,11 +242,21 @@ def _float_only(x):
     return x
 
 
+# eager has no bool kernel for these (`torch.abs(mask)` raises NotImplementedError): its op runs and raises
+NO_BOOL_KERNEL = {aten.abs, aten.floor, aten.ceil, aten.trunc, aten.relu, aten.argmax, aten.argmin}
+
+
+def no_bool_kernel(op, x) -> None:
+    if isinstance(x, TensorRef) and x.dtype == torch.bool and getattr(op, "overloadpacket", op) in NO_BOOL_KERNEL:
+        raise Unlowerable(f"eager has no bool kernel for {op}")
+
+
 def _register_unary(op, build):
     @lowering(op)
     def lower_unary(lo, node, x, *rest, **kw):
         if rest or kw:
             raise Unlowerable("extra arguments")
+        no_bool_kernel(node.target, x)
         return _pointwise(lo, node, [x], build)
 
 

@@ -15,7 +15,7 @@ import torch
 from . import ir
 from .ir import Op, Scalar, cast
 from .lowering import Lowerer, TensorRef, Unlowerable, compute_dtype, lowering
-from .lowering_pointwise import lit
+from .lowering_pointwise import lit, no_bool_kernel
 
 aten = torch.ops.aten
 
@@ -94,6 +94,7 @@ def _any_all(lo, node, x, dims=None, keepdim=False):
 
 @lowering(aten.argmax, aten.argmin)
 def _argmax(lo, node, x, dim=None, keepdim=False):
+    no_bool_kernel(node.target, x)
     kind = "argmax" if node.target.overloadpacket is aten.argmax else "argmin"
     if dim is None:
         if keepdim and len(x.shape) > 0:
