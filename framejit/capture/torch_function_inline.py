@@ -510,9 +510,11 @@ def _convert(tx, value: Value, cls: type) -> Value:
         made = tx.output.call("call_function", torch.ops.aten.alias.default, (value,), {})
         made.cls, made.wrap_grad = cls, tx.output.grad_enabled
         return gate(made)
-    if type(value) in (TupleValue, ListValue):
-        items = [_convert(tx, v, cls) for v in value.items]
-        return TupleValue(items) if type(value) is TupleValue else ListValue(items)
+    if isinstance(value, (TupleValue, ListValue)) and issubclass(value.cls, (tuple, list)):
+        if value.cls not in (tuple, list) and getattr(value.cls, "__module__", None) != "torch.return_types":
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"torch's _convert of a {value.cls.__qualname__} result")
+        items = [_convert(tx, v, cls) for v in value.items]  # `type(ret)(...)`: a torch.return_types kept
+        return TupleValue(items, None, value.cls) if isinstance(value, TupleValue) else ListValue(items, None, value.cls)
     return value
 
 

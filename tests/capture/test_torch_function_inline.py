@@ -53,6 +53,11 @@ def _mixed(x, y):
     return torch.cat([x, y]), torch.stack((y, x)), y.add(x), 2 - x, -x, x < 0, x.sum(dim=0), x.twice() + 1
 
 
+def _structured(x):
+    m = x.max(0)  # a torch.return_types.max rebuilt by torch's _convert, its tensors of the class
+    return m.values, m.indices, torch.sort(x, dim=1)[0], x.unbind(1)[0], torch.chunk(x, 3, dim=1)[0]
+
+
 def _with_print(x):
     y = x + 1
     print("made", type(y).__name__)
@@ -101,6 +106,12 @@ def test_deferring_subclass_is_captured_whole(cls):
 def test_operators_lists_methods_and_keywords_as_eager_passes_them():
     framejit.reset()
     cb = _run(_mixed, _pair(Logged))
+    assert 1 <= cb.graph_count <= 2
+
+
+def test_structured_results_keep_their_type():
+    framejit.reset()
+    cb = _run(_structured, lambda n: (torch.randn(n, 3).as_subclass(Logged),))
     assert 1 <= cb.graph_count <= 2
 
 
