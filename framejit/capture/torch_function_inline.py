@@ -489,7 +489,7 @@ def default_torch_function(tx, args: list, kwargs: dict) -> Value:
             result = call_value(tx, _callable_value(fn, wrap_unguarded), list(call_args.items), kw)
         if fn in torch.overrides.get_default_nowrap_functions():
             return result
-        return _convert(tx, result, klass)
+        return _convert(tx, result, klass, [a for a in call_args.items if isinstance(a, TensorValue)])
 
 
 def _callable_value(fn: Any, wrap_unguarded) -> Value:
@@ -500,11 +500,15 @@ def _callable_value(fn: Any, wrap_unguarded) -> Value:
     return value if not value.is_constant() or isinstance(value, BuiltinValue) else BuiltinValue(fn)
 
 
-def _convert(tx, value: Value, cls: type) -> Value:
+def _convert(tx, value: Value, cls: type, args: list) -> Value:
     """torch's `_convert(ret, cls)`: a Tensor that is not a `cls` becomes `ret.as_subclass(cls)` (an alias);
-    tuples and lists are rebuilt with their items converted."""
+    tuples and lists are rebuilt with their items converted. An op that returned one of its tensor arguments
+    itself (`x.float()` of a float32 x: the fake op returns the same fake) returns that argument's value: eager's
+    ret is that object (its identity and attributes), already a `cls` or re-wrapped."""
     from .values import ListValue, TupleValue
     if isinstance(value, TensorValue):
+        same = next((a for a in args if a.fake is value.fake), None)
+        value = same if same is not None else value
         if issubclass(value.cls, cls):
             return value
         made = tx.output.call("call_function", torch.ops.aten.alias.default, (value,), {})
@@ -513,7 +517,7 @@ def _convert(tx, value: Value, cls: type) -> Value:
     if isinstance(value, (TupleValue, ListValue)) and issubclass(value.cls, (tuple, list)):
         if value.cls not in (tuple, list) and getattr(value.cls, "__module__", None) != "torch.return_types":
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"torch's _convert of a {value.cls.__qualname__} result")
-        items = [_convert(tx, v, cls) for v in value.items]  # `type(ret)(...)`: a torch.return_types kept
+        items = [_convert(tx, v, cls, args) for v in value.items]  # `type(ret)(...)`: a torch.return_types kept
         return TupleValue(items, None, value.cls) if isinstance(value, TupleValue) else ListValue(items, None, value.cls)
     return value
 

@@ -177,3 +177,23 @@ def test_func_identity_and_direct_default_call():
     framejit.reset()
     cb = _run(_picky, lambda n: (torch.randn(n, 3).as_subclass(Picky),))
     assert 1 <= cb.graph_count <= 2  # was 0 (a break at each op; `func is ...` of builtins broke too)
+
+
+def _same_object(x):
+    z = x.float()  # returns x itself in eager (already float32): its identity and attributes
+    y = x.add_(1)
+    return z, y, z is x, y is x, x.contiguous() is x
+
+
+def test_ops_returning_their_argument_return_that_object():
+    framejit.reset()
+    compiled = framejit.compile(_same_object, backend=CountingBackend())
+    for n in (2, 3, 4):
+        results = []
+        for f in (_same_object, compiled):
+            x = torch.ones(n, 3).as_subclass(Logged)
+            x.note = n
+            z, y, *flags = f(x)
+            results.append((z is x, y is x, getattr(z, "note", None), flags, type(z), z.as_subclass(torch.Tensor)))
+        assert results[0][:5] == results[1][:5]
+        torch.testing.assert_close(results[0][5], results[1][5])
