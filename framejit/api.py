@@ -417,16 +417,19 @@ def mark_dynamic(tensor: torch.Tensor, dim: int | list | tuple, *, min: int | No
     specialises the dimension, or a size outside [min, max], raises ConstraintViolationError (NOTE [Broken
     mark_dynamic contracts]); `maybe_mark_dynamic` is the marker the code may specialise."""
     _mark(tensor, dim, "_dynamo_dynamic_indices")
-    # torch's mark_dynamic makes its range set and hint overrides only with a new index set: a tensor marked
-    # here first and by torch after (library code) raised AttributeError there without them
-    for attr, empty in (("_dynamo_dynamic_range", set), ("_dynamo_hint_overrides", dict)):
-        if not hasattr(tensor, attr):
+    # NOTE [Markers torch.compile reads]: torch's own mark_dynamic records a range for EVERY marked dimension
+    # (bounds None when not given), a hint-override dict, a `_specialize_on` dict and `_has_dynamo_dim_marking`;
+    # torch.compile's builder pops the range of each marked dimension (IndexError on an empty set) and library
+    # code marking the same tensor after framejit expects the dicts. Set them the same way.
+    for attr, empty in (("_dynamo_dynamic_range", set), ("_dynamo_hint_overrides", dict), ("_specialize_on", dict)):
+        if not isinstance(getattr(tensor, attr, None), empty):
             setattr(tensor, attr, empty())
-    if min is not None or max is not None:
-        ranges = set(getattr(tensor, "_dynamo_dynamic_range", ()) or ())
-        for d in ([dim] if isinstance(dim, int) else dim):
-            ranges.add(capture.DimRange(d, min, max))
-        tensor._dynamo_dynamic_range = ranges
+    for d in ([dim] if isinstance(dim, int) else dim):
+        d %= tensor.dim() or 1
+        tensor._dynamo_dynamic_range = {r for r in tensor._dynamo_dynamic_range if getattr(r, "dim", None) != d}
+        tensor._dynamo_dynamic_range.add(capture.DimRange(d, min, max))
+        tensor._specialize_on.setdefault(d, [])
+    tensor._has_dynamo_dim_marking = True
 
 
 def maybe_mark_dynamic(tensor: torch.Tensor, dim: int | list | tuple) -> None:

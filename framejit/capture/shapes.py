@@ -142,10 +142,23 @@ def dynamic_dims(out, tensor: torch.Tensor, description: str) -> dict[int, tuple
         dims.update((d, (None, None)) for d in marked if 0 <= d < tensor.dim())  # not LAYOUT/OFFSET
     for attr in ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices"):
         dims.update((d, (None, None)) for d in (getattr(tensor, attr, ()) or ()) if d < tensor.dim())
-    for r in getattr(tensor, "_dynamo_dynamic_range", ()) or ():
-        if getattr(r, "dim", None) in dims:
-            dims[r.dim] = (getattr(r, "min", None), getattr(r, "max", None))
+    for d, bounds in marked_ranges(tensor).items():
+        if d in dims:
+            dims[d] = bounds
     return {d: r for d, r in dims.items() if d not in static}
+
+
+def marked_ranges(tensor: torch.Tensor) -> dict[int, tuple[int | None, int | None]]:
+    """The bounds of each dimension marked with a range. A dimension marked twice (framejit's marker without
+    bounds, then torch's with them: NOTE [Markers torch.compile reads] in api.py) gets the intersection."""
+    ranges: dict[int, tuple[int | None, int | None]] = {}
+    for r in getattr(tensor, "_dynamo_dynamic_range", ()) or ():
+        d, low, high = getattr(r, "dim", None), getattr(r, "min", None), getattr(r, "max", None)
+        old_low, old_high = ranges.get(d, (None, None))
+        low = old_low if low is None else low if old_low is None else max(low, old_low)
+        high = old_high if high is None else high if old_high is None else min(high, old_high)
+        ranges[d] = (low, high)
+    return ranges
 
 
 def symbolic_fake(out, tensor: torch.Tensor, expr: str, dims: dict) -> torch.Tensor:
@@ -422,8 +435,7 @@ def check_marked_dims(out) -> None:
             continue
         marked = set(getattr(inp.tensor, "_dynamo_dynamic_indices", ()) or ()) - \
             set(getattr(inp.tensor, "_dynamo_static_indices", ()) or ())
-        ranges = {getattr(r, "dim", None): (getattr(r, "min", None), getattr(r, "max", None))
-                  for r in getattr(inp.tensor, "_dynamo_dynamic_range", ()) or ()}
+        ranges = marked_ranges(inp.tensor)
         where = inp.source.describe()
         for d in sorted(d for d in marked if d < fake.dim()):
             problems += _dim_problems(env, f"{where}.size({d})", inp.tensor.size(d), fake.size(d),

@@ -47,3 +47,35 @@ def test_a_torch_marked_range_after_framejits_mark_is_enforced():
     torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
     with pytest.raises(framejit.ConstraintViolationError):
         compiled(x)
+
+
+def test_stock_torch_compile_honours_framejits_mark_and_range():
+    """hhuntD MED-4: torch.compile popped the range of every marked dimension from `_dynamo_dynamic_range`,
+    which framejit's marker left empty: IndexError on every call."""
+    counter = CountingBackend()
+    stock = torch.compile(scale, backend=counter)
+    for b in (3, 5, 7):
+        x = torch.randn(b, 4)
+        framejit.mark_dynamic(x, 0)
+        torch.testing.assert_close(stock(x), scale(x))
+    assert counter.graph_count == 1
+    torch._dynamo.reset()
+    bounded = torch.compile(scale, backend=CountingBackend())
+    x = torch.randn(80, 3)
+    framejit.mark_dynamic(x, 0, min=2, max=64)
+    with pytest.raises(Exception, match="80|range|constraint|Constraint"):
+        bounded(x)
+    torch._dynamo.reset()
+
+
+def test_a_dimension_marked_by_both_keeps_the_bounds_given():
+    """framejit's unbounded marker then torch's bounded one on the same dimension: the bounds hold whatever
+    order the marker set iterates in (both compilers read the ranges)."""
+    for _ in range(4):
+        compiled = framejit.compile(scale, backend=CountingBackend())
+        x = torch.randn(80, 3)
+        framejit.mark_dynamic(x, 0)
+        torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
+        with pytest.raises(framejit.ConstraintViolationError):
+            compiled(x)
+        framejit.reset()
