@@ -261,7 +261,10 @@ def _lean_backward(plan: _LeanPlan, backward_half):
         return tuple(backward_half(all_args))
 
     def backward(ctx, *grads):
-        if not any(g is not None for g in grads):  # NOTE [A joint no gradient reaches] (joint_unreached.py)
+        for g in grads:
+            if g is not None:
+                break
+        else:  # NOTE [A joint no gradient reaches] (joint_unreached.py)
             nothing_came(ctx, getattr(ctx, "hooked", ()))
             return (None,) * len(ctx.next_functions)
         if peek() is not None:

@@ -230,8 +230,11 @@ _HANDED_NONE = [-2]  # the id of the last graph task in which framejit handed an
 
 def hooked_inputs(args) -> tuple:
     """Weak references to the non-leaf tensors of `args` with tensor hooks (NOTE [A joint no gradient reaches])."""
-    return tuple(weakref.ref(a) for a in args if isinstance(a, torch.Tensor) and a._backward_hooks
-                 and a.grad_fn is not None)
+    found = ()
+    for a in args:
+        if isinstance(a, torch.Tensor) and a._backward_hooks and a.grad_fn is not None:
+            found += (weakref.ref(a),)
+    return found
 
 
 def nothing_came(node, hooked: tuple) -> None:
