@@ -330,11 +330,16 @@ def _probe(tx, cls: type, callable_: Any, args: list, kwargs: dict) -> tuple | N
     real_args = [_stand_in(a, values) for a in args]
     real_kwargs = {k: _stand_in(v, values) for k, v in kwargs.items()}
     del _PROBED[:]
+    import warnings
     try:
-        # an empty `**{}` reaches some C functions as an empty dict, where eager's call passes none (None)
-        callable_(*real_args, **real_kwargs) if real_kwargs else callable_(*real_args)
+        with warnings.catch_warnings(record=True) as warned:  # a warning before the check: eager warns there
+            warnings.simplefilter("always")
+            # an empty `**{}` reaches some C functions as an empty dict, where eager's call passes none (None)
+            callable_(*real_args, **real_kwargs) if real_kwargs else callable_(*real_args)
     except _Stop:
-        pass
+        if warned:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{getattr(callable_, '__qualname__', callable_)} warns "
+                              "before its __torch_function__ check") from None
     except Exception as e:  # eager would fail before (or without) calling __torch_function__
         del _PROBED[:]
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"probing {getattr(callable_, '__qualname__', callable_)} "
