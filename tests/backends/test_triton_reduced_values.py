@@ -163,3 +163,28 @@ def test_ops_without_a_bool_kernel_raise_as_in_eager(op):
             fn(mask)
         with pytest.raises(type(want.value)):
             compiled(mask)
+
+
+# NOTE [Eager's maximum on ties] (codegen.py): written with two wheres
+@pytest.mark.parametrize("dtype", REDUCED + [torch.float32], ids=str)
+def test_maximum_and_minimum_with_a_0d_tensor(dtype):
+    def fn(x, z):
+        return torch.maximum(x, z), torch.minimum(z, x), torch.maximum(z, x)
+
+    x = torch.tensor([0.1, -0.0, 0.0, math.nan, math.inf, -1.0, 0.5, 2.0], dtype=dtype)
+    calls = [(x, torch.tensor(0.5)), (x.flip(0), torch.tensor(math.nan)), (_values(dtype, 7), torch.tensor(-0.0))]
+    compiled = _kernels(fn, calls[0])
+    for args in calls:
+        _same(compiled(*args), fn(*args))
+
+
+def test_log1p_of_values_near_the_dtype_maximum():
+    def fn(x):
+        return torch.log1p(x)
+
+    for dtype in REDUCED + [torch.float32]:
+        big = torch.finfo(dtype).max
+        x = torch.tensor([big, big / 3, 1e-3, -0.5, 0.0, math.inf], dtype=dtype)
+        compiled = _kernels(fn, (x,))
+        for args in ((x,), (x.flip(0),)):
+            torch.testing.assert_close(compiled(*args), fn(*args), equal_nan=True)

@@ -95,8 +95,10 @@ def _interpreting() -> bool:
 # a looped reduction combines its accumulator with the later block): amax, amin and max.dim keep the
 # first of tied values as eager does, max()/min() of a whole tensor the last one as eager does
 # (reduce types "max_last"/"min_last"; measured on rows shorter than eager's vector loop, 32 floats).
-_EAGER_MAX = "tl.where(({1} > {0}) | ({1} != {1}), {1}, {0})"
-_EAGER_MIN = "tl.where(({1} < {0}) | ({1} != {1}), {1}, {0})"
+# (two wheres, not `(b > a) | (b != b)`: the interpreter raised TypeError on that `|` when b is a 0-d load and a
+# block, as in `torch.maximum(x, torch.tensor(0.5))`, every dtype)
+_EAGER_MAX = "tl.where({1} != {1}, {1}, tl.where({1} > {0}, {1}, {0}))"
+_EAGER_MIN = "tl.where({1} != {1}, {1}, tl.where({1} < {0}, {1}, {0}))"
 OPS = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
     "truncdiv": "{0} // {1}", "cmod": "{0} % {1}", "neg": "-{0}", "abs": "tl.abs({0})",

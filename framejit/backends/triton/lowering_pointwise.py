@@ -67,7 +67,8 @@ def log1p(x):
     # 1 + x, giving a few-ulp result from plain log/exp, which the interpreter also supports.
     u = Op("add", (lit(1.0, x), x), x.dtype)
     um1 = Op("sub", (u, lit(1.0, x)), x.dtype)
-    ratio = Op("truediv", (Op("mul", (Op("log", (u,), x.dtype), x), x.dtype), um1), x.dtype)
+    # log(u) * (x / (u - 1)): the product first overflowed for x near the dtype's max (log1p(3e38): inf, eager 88.5)
+    ratio = Op("mul", (Op("log", (u,), x.dtype), Op("truediv", (x, um1), x.dtype)), x.dtype)
     return where(Op("eq", (u, lit(1.0, x)), torch.bool), x, where(Op("eq", (u, lit(math.inf, x)), torch.bool), u, ratio))
 
 

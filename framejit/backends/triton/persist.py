@@ -56,7 +56,7 @@ KIND = "triton"
 #     constants are fresh tensors] in wrapper.py)
 # 13: float16/bfloat16 true division and remainder convert a dimensioned operand of another dtype first
 # 14: `x.view(dtype)` is an extern op (its lowering relabelled the values: review revE HIGH-2)
-REVISION = 17  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
+REVISION = 18  # (size-generic modules, NOTE [Persisted size-generic modules], add a kind: no bump needed)
 
 
 def save(compiled) -> bytes | None:
