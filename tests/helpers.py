@@ -84,6 +84,25 @@ def optimizers_as_shipped():
             cls._init_group = wrapper
 
 
+def reset_with_triton_interpreted(monkeypatch):
+    """A fixture body: framejit reset around the test, Triton's kernels run by its interpreter (CPU tensors).
+    A test module makes it its autouse fixture: `_reset = pytest.fixture(autouse=True)(reset_with_triton_interpreted)`."""
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
+    framejit.reset()
+    yield
+    framejit.reset()
+
+
+@contextlib.contextmanager
+def shifted(tag, x):
+    """A generator manager that prints its entry and exit and yields x + 1 (the context-manager tests)."""
+    print("enter", tag)
+    try:
+        yield x + 1
+    finally:
+        print("exit", tag)
+
+
 class RecordingBackend(CountingBackend):
     """Counts graphs and keeps what the named backend compiled each into."""
 

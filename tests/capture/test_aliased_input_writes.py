@@ -3,23 +3,16 @@
 eagerly as a whole, on every backend, with the values and the written tensors equal to eager's."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 import framejit
-from tests.helpers import assert_same
+from tests.helpers import assert_same, reset_with_triton_interpreted
 
 BACKENDS = ["eager", "onnxrt", "triton"]
 
 
-@pytest.fixture(autouse=True)
-def _reset(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
-    framejit.reset()
-    yield
-    framejit.reset()
+_reset = pytest.fixture(autouse=True)(reset_with_triton_interpreted)
 
 
 def base_then_element(ts, t):  # a sampling loop's schedule advanced, then its current step read

@@ -7,26 +7,19 @@ over 9 lengths on the eager, onnxrt and triton backends: values, raised errors, 
 inputs (and their bases) after the call, with the graph count and no frame run eagerly."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 import framejit
 from framejit.backends.triton.dynamic import DynamicGraph
-from tests.helpers import CountingBackend, RecordingBackend, assert_same
+from tests.helpers import CountingBackend, RecordingBackend, assert_same, reset_with_triton_interpreted
 
 BACKENDS = ["eager", "onnxrt", "triton"]
 LENGTHS = range(3, 12)
 W = torch.randn(4, 4)
 
 
-@pytest.fixture(autouse=True)
-def _reset(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
-    framejit.reset()
-    yield
-    framejit.reset()
+_reset = pytest.fixture(autouse=True)(reset_with_triton_interpreted)
 
 
 def _outcome(fn, args):

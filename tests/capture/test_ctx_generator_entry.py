@@ -15,16 +15,7 @@ import contextlib
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, call_capturing, run_differential
-
-
-@contextlib.contextmanager
-def shifted(tag, x):
-    print("enter", tag)
-    try:
-        yield x + 1
-    finally:
-        print("exit", tag)
+from tests.helpers import CountingBackend, assert_same, call_capturing, run_differential, shifted
 
 
 def exit_stack_of_generator_managers(x):

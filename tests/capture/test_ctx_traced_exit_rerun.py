@@ -16,15 +16,7 @@ import pytest
 import torch
 
 import framejit
-
-
-@contextlib.contextmanager
-def shifted(tag, x):
-    print("enter", tag)
-    try:
-        yield x + 1
-    finally:
-        print("exit", tag)
+from tests.helpers import shifted
 
 
 @contextlib.contextmanager

@@ -6,23 +6,16 @@ eager's stride is 12, 16, ...; it went into values (`o * o.stride(0)`) and shape
 Each program is compared with eager over several calls on the eager, onnxrt and triton backends."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 import framejit
-from tests.helpers import assert_same
+from tests.helpers import assert_same, reset_with_triton_interpreted
 
 BACKENDS = ["eager", "onnxrt", "triton"]
 
 
-@pytest.fixture(autouse=True)
-def _reset(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
-    framejit.reset()
-    yield
-    framejit.reset()
+_reset = pytest.fixture(autouse=True)(reset_with_triton_interpreted)
 
 
 def _row(n: int, m: int = 2):
