@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..guards import COST_TENSOR
+from ..guards.codegen import _storage_pointer
 from .breaks import BreakKind, Unsupported
 from .values import TensorValue
 
@@ -56,7 +57,7 @@ def _index(out, name: str, key_of) -> dict:
 
 
 def _real_key(entry: Any) -> int:
-    return entry.tensor.untyped_storage().data_ptr()
+    return _storage_pointer(entry.tensor)  # NOTE [Guards run no user code]: a subclass's own __torch_function__
 
 
 def real_sharers(out, entry: Any) -> list:
@@ -95,10 +96,10 @@ def alias_guard(out) -> None:
         return
     storages: dict[int, int] = {}  # NOTE [One guard for the inputs written in place]
     for i in tensors:
-        pointer = i.tensor.untyped_storage().data_ptr()
+        pointer = _storage_pointer(i.tensor)
         storages[pointer] = storages.get(pointer, 0) + 1
     for mutated in out.mutated_entries:
-        if storages[mutated.tensor.untyped_storage().data_ptr()] > 1:
+        if storages[_storage_pointer(mutated.tensor)] > 1:
             e = Unsupported(BreakKind.SIDE_EFFECT, f"in-place write of {mutated.source.describe()}, which "
                             "shares memory with an input read after it")
             e.root_index, stack = out.__dict__.get("first_writes", {}).get(id(mutated), (None, ()))

@@ -197,3 +197,15 @@ def test_ops_returning_their_argument_return_that_object():
             results.append((z is x, y is x, getattr(z, "note", None), flags, type(z), z.as_subclass(torch.Tensor)))
         assert results[0][:5] == results[1][:5]
         torch.testing.assert_close(results[0][5], results[1][5])
+
+
+def _writes_inputs(x, y):
+    x.add_(1)
+    y.as_subclass(torch.Tensor).mul_(2)  # a plain alias of the input, written
+    return x + y
+
+
+def test_inputs_written_in_place_run_no_extra_calls():
+    framejit.reset()  # the storage reads that check input aliasing ran the user's function (untyped_storage)
+    cb = _run(_writes_inputs, lambda n: (torch.randn(n, 3).as_subclass(Logged), torch.randn(n, 3).as_subclass(Logged)))
+    assert cb.graph_count >= 1
