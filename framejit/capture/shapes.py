@@ -437,8 +437,11 @@ def check_marked_dims(out) -> None:
             set(getattr(inp.tensor, "_dynamo_static_indices", ()) or ())
         ranges = marked_ranges(inp.tensor)
         where = inp.source.describe()
-        for d in sorted(d for d in marked if d < fake.dim()):
-            problems += _dim_problems(env, f"{where}.size({d})", inp.tensor.size(d), fake.size(d),
+        sizes = _arrived_sizes(inp)
+        for d in sorted(d for d in marked if d < len(sizes)):
+            plain = inp.tensor if type(inp.tensor) is torch.Tensor else inp.tensor.as_subclass(torch.Tensor)
+            size = plain.size(d)  # a subclass's own __torch_function__ does not run (eager runs none here)
+            problems += _dim_problems(env, f"{where}.size({d})", size, sizes[d],
                                       ranges.get(d, (None, None)))
     if problems:
         raise _raised_class()(
@@ -459,9 +462,10 @@ def marker_guards(out) -> list[Guard]:
         fake = getattr(inp.value, "fake", None)
         if not isinstance(fake, torch.Tensor) or not isinstance(inp.tensor, torch.Tensor):
             continue
-        kept = {d for d, size in enumerate(fake.shape) if isinstance(size, torch.SymInt)
+        sizes = _arrived_sizes(inp)
+        kept = {d for d, size in enumerate(sizes) if isinstance(size, torch.SymInt)
                 and not getattr(env.simplify(size.node.expr), "is_number", False)}
-        kept |= _marked_by_rule(inp.tensor, fake)
+        kept |= _marked_by_rule(inp.tensor, sizes)
         e = inp.source.expr(out.names)
         allowed = "{" + ", ".join(map(str, sorted(kept))) + "}"
         check = f"not getattr({e}, '_dynamo_dynamic_indices', None)"  # literals only: the frame cache keeps
@@ -473,13 +477,22 @@ def marker_guards(out) -> list[Guard]:
     return guards
 
 
-def _marked_by_rule(tensor: torch.Tensor, fake: torch.Tensor) -> set[int]:
+def _arrived_sizes(inp) -> tuple:
+    """A tensor input's sizes as it arrived (NOTE [Guards describe inputs as they arrived]): SymInts where
+    symbolic; a static input's are its real sizes."""
+    if inp.layout is not None:
+        return inp.layout[0]
+    plain = inp.tensor if type(inp.tensor) is torch.Tensor else inp.tensor.as_subclass(torch.Tensor)
+    return tuple(plain.shape)
+
+
+def _marked_by_rule(tensor: torch.Tensor, sizes: tuple) -> set[int]:
     """The strictly marked dims of the traced tensor that are 0 or 1: specialised by rule, which keeps the
     marker's contract, so a marked tensor of that size is served by the entry (torch's DYNAMIC_INDICES
     allows the traced tensor's own marked dims). Without them the entry failed its own input's marker:
     sizes 3, 0, 1, 0, 1 of a marked dim traced 0 and 1 twice each."""
     marked = getattr(tensor, "_dynamo_dynamic_indices", ()) or ()
-    return {d for d in marked if d < fake.dim() and isinstance(fake.shape[d], int) and fake.shape[d] < 2}
+    return {d for d in marked if d < len(sizes) and isinstance(sizes[d], int) and sizes[d] < 2}
 
 
 def _dim_problems(env, name: str, size: int, sym: Any, bounds: tuple) -> list[str]:
@@ -543,19 +556,27 @@ def shape_guards(out) -> list[Guard]:
         return _pinned_guards(out, inputs)
 
 
+# NOTE [Guards describe inputs as they arrived]: an in-place op of the trace may change an input's sizes or
+# strides (`torch.add(x, 1, out=out)` resizes an empty `out` to x's size, `x.unsqueeze_(0)`, `x.as_strided_(...)`),
+# and it changes the input's fake tensor in place. Guards check the input as the next call passes it, so they are
+# made from the sizes, strides and offset the fake had when the input was wrapped (`GraphInput.layout`), never
+# from the fake at the end of the trace: read there, `out`'s guard said `out.size(0) == x.size(0)` where every
+# call passes size 0, and every call recompiled until the recompile limit. An input that arrived static is
+# guarded by its tensor guard (exact sizes), whatever the trace made of it.
 def _occurrences(out, inp) -> list[tuple[str, Any, str]]:
     """(expression, SymInt or int, what) for each size, stride and the storage offset of a symbolic input."""
     e = inp.source.expr(out.names)
     value = inp.value
     fake = getattr(value, "fake", None)
     if isinstance(fake, torch.Tensor):
-        if not is_symbolic(fake):
+        if inp.layout is None:
             return []
+        sizes, strides, offset = inp.layout
         from .tensor_subclasses import metadata_expr  # NOTE [Guards read subclass tensors as Tensors]
         e = metadata_expr(out, inp.tensor, e)[1]
-        occ = [(f"{e}.size({d})", s, f"size of dim {d}") for d, s in enumerate(fake.shape)]
-        occ += [(f"{e}.stride({d})", s, f"stride of dim {d}") for d, s in enumerate(fake.stride())]
-        occ.append((f"{e}.storage_offset()", fake.storage_offset(), "storage offset"))
+        occ = [(f"{e}.size({d})", s, f"size of dim {d}") for d, s in enumerate(sizes)]
+        occ += [(f"{e}.stride({d})", s, f"stride of dim {d}") for d, s in enumerate(strides)]
+        occ.append((f"{e}.storage_offset()", offset, "storage offset"))
         return occ
     sym = getattr(value, "sym", None)
     if isinstance(sym, (torch.SymInt, torch.SymFloat)):

@@ -209,3 +209,17 @@ def test_inputs_written_in_place_run_no_extra_calls():
     framejit.reset()  # the storage reads that check input aliasing ran the user's function (untyped_storage)
     cb = _run(_writes_inputs, lambda n: (torch.randn(n, 3).as_subclass(Logged), torch.randn(n, 3).as_subclass(Logged)))
     assert cb.graph_count >= 1
+
+
+def test_marked_dynamic_input_runs_no_extra_calls():
+    framejit.reset()  # the check of strictly marked dims read x.size(d) through the user's function
+    compiled = framejit.compile(lambda x: x * 2, backend=CountingBackend())
+    for n in (2, 3):
+        x = torch.randn(n, 3).as_subclass(Logged)
+        framejit.mark_dynamic(x, 0)
+        logs = []
+        for f in (lambda t: t * 2, compiled):
+            LOG.clear()
+            f(x)
+            logs.append(list(LOG))
+        assert logs[0] == logs[1]
