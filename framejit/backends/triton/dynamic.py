@@ -121,7 +121,9 @@ def _pin_narrow_symbols(sym: symbolic.SymbolicInputs, pins: frozenset = frozense
     from torch.utils._sympy.value_ranges import ValueRanges
 
     env = sym.shape_env
-    hints = getattr(env, "backed_var_to_val", None) or env.var_to_val  # renamed in torch 2.13
+    hints = getattr(env, "backed_var_to_val", None)  # torch >= 2.13; var_to_val, its old name, warns there
+    if hints is None:
+        hints = env.var_to_val
     pinned = []
     for symbol, (lower, upper) in zip(sym.symbols, sym.ranges()):
         narrow = upper is not None and upper - max(lower or 2, 2) + 1 < 4
