@@ -139,7 +139,7 @@ class Unreached:
                 logs.log("output_code", "joint: inputs no output's backward reaches may get zero gradients "
                          "(NOTE [Inputs no backward reaches])")
             return
-        node.register_hook(_post_hook(plan))
+        node.register_hook(_post_hook(plan, weakref.ref(node)))
 
     def _watch_backwards(self, node, outs, args) -> None:
         """NOTE [Saved tensors kept for the other outputs] (joint_kept.py)."""
@@ -190,7 +190,7 @@ class Unreached:
         return next((nr for n, nr in grad_fn.next_functions if n is node), None) if grad_fn is not None else None
 
 
-def _post_hook(plan: list):
+def _post_hook(plan: list, node_ref):
     def hook(grad_inputs, grad_outputs):
         got = {nr for nr, g in enumerate(grad_outputs) if g is not None}
         changed = None
@@ -202,6 +202,9 @@ def _post_hook(plan: list):
             value = ref() if ref is not None else None
             if value is not None:  # the engine calls its hooks with None (eager: not at all)
                 skip_hooks_once(value)
+            node = node_ref()
+            if node is not None:  # and the leaves' above it, also where it is gone (NOTE [A joint no gradient ...])
+                skip_hooks_above([node.next_functions[q][0]])
         if changed is not None:  # NOTE [A joint no gradient reaches]
             _HANDED_NONE[0] = torch._C._current_graph_task_id()
         return tuple(changed) if changed is not None else None
@@ -220,11 +223,16 @@ def _post_hook(plan: list):
 # by None then (its backward ran on zeros). The engine then calls the hooks of the joint's leaves (tensor and
 # post-accumulate-grad hooks) with None, which eager calls only where its own backward brought None (a custom
 # Function returning None): so where framejit handed out a None in this graph task (`_HANDED_NONE`, set by the
-# post-hook of NOTE [Inputs no backward reaches]), the hooks of the joint's leaves and of its non-leaf inputs
-# that had tensor hooks at the call skip that None (`skip_hooks_once`). Not covered: hooks of tensors further
-# up such an input (an eager op's output between two joints, or a joint's own output), and hooks registered on
-# a non-leaf input after the call: the engine calls them with None (eager: not at all). Cost: lean calls, a
-# check of the gradients per backward and of the non-weight inputs' hooks per call; AOT's callable, a post-hook.
+# post-hook of NOTE [Inputs no backward reaches]), the hooks of the joint's non-leaf inputs that had tensor
+# hooks at the call, and of the leaves above its inputs up to the next joints' nodes (through eager ops:
+# `skip_hooks_above`), skip that None (`skip_hooks_once`; a leaf that also gets a gradient by another path
+# gets its hooks called with it, as in eager). The post-hook of NOTE [Inputs no backward reaches] does the
+# same above each non-leaf input it hands None (`z = body(x)` in eager, then `a, b = heads(x, z)` compiled,
+# `a.backward()`: body's weights' hooks were called with None). Not covered: hooks of non-leaf tensors
+# above such an input (an eager op's output between two joints, or a joint's own output), and hooks
+# registered on a non-leaf input after the call: the engine calls them with None (eager: not at all). Cost:
+# lean calls, a check of the gradients per backward and of the non-weight inputs' hooks per call; AOT's
+# callable, a post-hook; a backward that hands such a None, a walk of the nodes above up to the next joints.
 _HANDED_NONE = [-2]  # the id of the last graph task in which framejit handed an input None
 
 
@@ -242,15 +250,29 @@ def nothing_came(node, hooked: tuple) -> None:
     None, the hooks of its leaves and of `hooked` (hooked_inputs' result) skip the None they get next."""
     if _HANDED_NONE[0] != torch._C._current_graph_task_id():
         return
-    from .joint_function import _leaf_of
-    for f, _ in node.next_functions:
-        leaf = _leaf_of(f)
-        if leaf is not None and (leaf._backward_hooks or leaf._post_accumulate_grad_hooks):
-            skip_hooks_once(leaf)
+    skip_hooks_above([f for f, _ in node.next_functions])
     for ref in hooked:
         t = ref()
         if t is not None and t._backward_hooks:
             skip_hooks_once(t)
+
+
+def skip_hooks_above(nodes: list) -> None:
+    """NOTE [A joint no gradient reaches]: the hooks of the leaves at or above `nodes` (up to the next joints'
+    nodes, which skip their own) skip the None they get next."""
+    from .joint_outputs import _JOINT_NODES
+    seen, stack = set(), list(nodes)
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        leaf = getattr(node, "variable", None)
+        if leaf is not None:
+            if leaf._backward_hooks or leaf._post_accumulate_grad_hooks:
+                skip_hooks_once(leaf)
+        elif type(node).__name__ not in _JOINT_NODES:
+            stack.extend(f for f, _ in node.next_functions)
 
 
 def nothing_came_hook(node, hooked: tuple):
@@ -300,6 +322,7 @@ def skip_hooks_once(t) -> None:
         def seen(grad):
             handle.remove()
             state[0] = grad is None
+        setattr(seen, _SKIP, True)  # never wrapped itself: a second call here leaves it alone
         handle = t.register_hook(seen)
         for key, fn in list(post.items()):
             if not getattr(fn, _SKIP, False):

@@ -56,6 +56,26 @@ def _hooked_activation_into_the_trunk(compile_fn, observed):
         w0.grad = w1.grad = w2.grad = None
 
 
+def _eager_body_no_loss_reaches(compile_fn, observed):
+    """An eager body feeding the compiled heads' output no loss reaches: the body's weights keep None and their
+    tensor and post-accumulate-grad hooks are not called (eager never reaches them)."""
+    body, w, head = torch.nn.Linear(3, 3), torch.randn(3, requires_grad=True), torch.nn.Linear(3, 2)
+    weights = [*body.parameters(), w, *head.parameters()]
+    calls = []
+    for p in body.parameters():
+        p.register_hook(lambda g: calls.append(("hook", g is None)))
+    body.weight.register_post_accumulate_grad_hook(lambda p: calls.append(("post", p.grad is None)))
+    heads = compile_fn(lambda x, z: ((x * w).sum(), head(z)))
+    for n, both in ((2, False), (2, False), (3, False), (3, True)):
+        x = torch.randn(n, 3)
+        a, b = heads(x, body(x).relu())
+        (a + b.sum() if both else a).backward()
+        observed += [[grad_copy(p.grad) for p in weights], list(calls)]
+        calls.clear()
+        for p in weights:
+            p.grad = None
+
+
 def _two_outputs_one_reached(compile_fn, observed):
     """An upstream graph with two outputs, one reached: the other's gradient is made zeros, as before."""
     w1, w2, w3 = (torch.randn(3, requires_grad=True) for _ in range(3))
@@ -97,7 +117,8 @@ def _custom_function_returns_none(compile_fn, observed):
 # (program, backwards through joints): with a custom Function returning None only the first call's backward
 # (AOT autograd's callable, which compiles the backward half then) runs a backward half
 PROGRAMS = [pytest.param(program, backwards, id=program.__name__.strip("_")) for program, backwards in (
-    (_trunk_no_loss_reaches, 3), (_hooked_activation_into_the_trunk, 3), (_two_outputs_one_reached, 3),
+    (_trunk_no_loss_reaches, 3), (_hooked_activation_into_the_trunk, 3), (_eager_body_no_loss_reaches, 3),
+    (_two_outputs_one_reached, 3),
     (_custom_function_returns_none, 1))]
 
 
