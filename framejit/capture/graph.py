@@ -64,7 +64,7 @@ def _specialise_operands(syms: list, int_roots: tuple) -> None:
 
 
 class GraphInput:
-    __slots__ = ("source", "tensor", "value", "version", "writes")
+    __slots__ = ("source", "tensor", "value", "version", "writes", "layout")
 
     def __init__(self, source: Source, tensor: Any, value: Value) -> None:
         self.source = source
@@ -75,6 +75,7 @@ class GraphInput:
         # several times: SGD's `p.add_(g, alpha=-lr)` with lr a float graph input bumped it 3 times): NOTE
         # [Version counts of written inputs] in input_versions.py; inference tensors have no counter
         self.writes = 0
+        self.layout: tuple | None = None  # a symbolic tensor's sizes, strides, offset as it arrived (shapes.py)
 
 
 # Errors only a fake (or symbolic) tensor raises: a C++ kernel that reads the data of an input, such as
@@ -304,7 +305,8 @@ class OutputGraph:
         if not tensor.is_sparse:  # NOTE [Changing offsets of scalar views], NOTE [Changing offsets of rows]
             from .shapes import offset_view_fake
             fake = offset_view_fake(self, tensor, source, fake)
-        if fake is None or not is_symbolic(fake):
+        symbolic = fake is not None and is_symbolic(fake)
+        if not symbolic:
             fake = self.fake_mode.from_tensor(tensor, static_shapes=True)
             self.guard_tensor(source, tensor)
         else:
@@ -314,6 +316,8 @@ class OutputGraph:
         node.meta["source"] = source.describe()
         value = TensorValue(node, fake, source, type(tensor))
         entry = GraphInput(source, tensor, value)
+        if symbolic:  # NOTE [Guards describe inputs as they arrived] (shapes.py)
+            entry.layout = (tuple(fake.shape), tuple(fake.stride()), fake.storage_offset())
         self.inputs.append(entry)
         self._by_id[id(tensor)] = entry
         return self.remember(source, value)
