@@ -529,10 +529,10 @@ def _nested_break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, req
                         exc: Unsupported | UserException, first) -> Entry | None:
     """The entry for a frame whose break `exc` happened inside inlined calls, broken there (NOTE [Nested graph
     breaks] in nested_breaks.py), or None to break at the root's call instead."""
-    from . import nested_breaks
+    from . import nested_breaks, nested_persist
     from .nested_frames import NestedStop
-    if not nested_breaks.worth_trying(fn, exc) or (request.artifacts is not None and config.cache_enabled):
-        return None  # NOTE [Nested breaks are not persisted] in nested_breaks.py
+    if not nested_breaks.worth_trying(fn, exc):
+        return None
     output = _retrace_output(first)
     output.nest_stop = exc.nest_path
     from .tensor_hooks import mark_result_node_reads  # NOTE [Autograd nodes of a graph's results]
@@ -547,8 +547,10 @@ def _nested_break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, req
         if _finalizer_suspended(output, first) or getattr(first, "readers_deferred", False):
             return None
         frames, site = nested_breaks.plan(fn, inner, exc)
-        gen = nested_breaks.NestedBreakCodegen(fn, frames, site, request,
-                                               persisted_code.Recorder(_BoundHooks(request.hooks, fn)))
+        if request.artifacts is not None and config.cache_enabled:  # NOTE [Nested breaks persisted]
+            nested_persist.check(frames, fn)
+        recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Nested breaks persisted]
+        gen = nested_breaks.NestedBreakCodegen(fn, frames, site, request, recorder)
         compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
@@ -558,11 +560,11 @@ def _nested_break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, req
         logs.log("graph_breaks", "%s: no nested break (%s: %s)", fn.__code__.co_qualname, type(e).__name__, e)
         return None
     return _finish_break_entry(fn, shape, exc, output, request, transformed,
-                               (gen, compiled, cg, output_index, graphs, None), persist=False)
+                               (gen, compiled, cg, output_index, graphs, recorder))
 
 
 def _finish_break_entry(fn, shape: FunctionShape, exc, output, request: CompileRequest, transformed,
-                        made: tuple, persist: bool = True) -> Entry:
+                        made: tuple) -> Entry:
     """The Entry of a frame whose break code `transformed` was generated (`made`: what _break_entry made)."""
     gen, compiled, cg, output_index, graphs, recorder = made
     _log_bytecode(fn, transformed)
@@ -574,7 +576,7 @@ def _finish_break_entry(fn, shape: FunctionShape, exc, output, request: CompileR
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
     from .kept_joints import break_entry_settles  # NOTE [Joints kept across several breaks]
     entry.passes_arguments_only_to_graphs, entry.kept_speculation = break_entry_settles(output, gen, compiled)
-    if persist and request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
+    if request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
         # break code]; NOTE [Draws from the random module]: not persisted
         _persist_break_entry(entry, fn, output, request, cg, compiled, output_index, graphs, recorder)
     return entry

@@ -377,7 +377,7 @@ def _function_locator(f: types.FunctionType, fn: types.FunctionType) -> tuple:
     """An inlined function by its importable name, else by its path through closures (NOTE [Closure cells
     by path]), else by the class that holds it (NOTE [Functions by the class that holds them])."""
     try:
-        return _import_locator(f)
+        return locate(f, fn) if hasattr(f, "__framejit_nested__") else _import_locator(f)  # Rk: nested_persist.py
     except NotPersistable:
         path = closure_path(f, fn)
         if path is None and isinstance(f, types.FunctionType):

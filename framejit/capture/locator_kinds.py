@@ -62,6 +62,11 @@ def _in_class(locator, fn):  # NOTE [Functions by the class that holds them]
     return owner.__dict__[locator[2]]
 
 
+def _nested_raw(locator, fn):  # NOTE [Nested breaks persisted]
+    from .nested_persist import resolve_raw
+    return resolve_raw(locator, fn)
+
+
 def _itype(locator, fn):  # NOTE [Interpreter types by a sample]
     if locator[1] not in _interpreter_types():
         raise NotPersistable(f"no interpreter type {locator[1]}")
@@ -118,4 +123,5 @@ RESOLVERS = {
     "substitute": _substitute,
     "bound": _bound,
     "import": _imported_by_name,
+    "nested_raw": _nested_raw,  # NOTE [Nested breaks persisted] in nested_persist.py
 }

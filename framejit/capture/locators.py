@@ -49,7 +49,12 @@ def _hash_code(code: types.CodeType, digest) -> None:
 # lists its items in hash order, and str hashes differ between processes (PYTHONHASHSEED): a code hash taken
 # from the repr differed in every new process, so each entry that inlined such a function (torch.optim's
 # _accelerator_graph_capture_health_check, run by every optimizer step) was "not used" by the next process.
+# NOTE [Function constants hashed by their code]: generated code may load a function as a constant (a nested
+# break's resume function Rk calls R(k+1): NOTE [Nested breaks persisted] in nested_persist.py), whose repr
+# names its address, which differs in every process; such a constant is hashed by its code's hash.
 def _const_text(const: Any) -> str:
+    if isinstance(const, types.FunctionType):  # NOTE [Function constants hashed by their code]
+        return f"function({code_hash(const.__code__)})"
     if isinstance(const, frozenset):
         return "frozenset(" + repr(sorted(_const_text(c) for c in const)) + ")"
     if type(const) is tuple:
@@ -105,6 +110,9 @@ def locate(obj: Any, fn: types.FunctionType) -> tuple:
     if isinstance(obj, (bool, int, float, str, bytes, type(None), torch.Size)) or (
             type(obj) is tuple and all(isinstance(o, (bool, int, float, str)) for o in obj)):
         return ("value", obj)
+    if isinstance(obj, types.FunctionType) and hasattr(obj, "__framejit_nested__"):
+        from .nested_persist import describe_raw  # NOTE [Nested breaks persisted]: R1..Rn by what made them
+        return describe_raw(obj, fn)
     try:
         return _import_locator(obj)
     except NotPersistable:

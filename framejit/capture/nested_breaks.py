@@ -45,16 +45,13 @@ nested ones again where in scope. Likewise a module call on the path (`self.inne
 _wrapped_call_impl and _call_impl between the caller and forward, which the functions standing for the
 frames (and R0's inlined R1..Rn) lack: tests/capture/test_warning_levels.py failed 16 of 42 with nested
 breaks there. The plain break calls the module through its hooks' path, which names them.
-NOTE [Nested breaks are not persisted]: the functions made here (R1..Rn, the frame functions) are constants
-of the transformed code and of R0's that the frame cache cannot locate in a new process, so such entries are
-kept in memory only, and a warm process would trace those frames again (measured: the tests of
-tests/cache/test_warm_real_code.py, test_explain_cached.py, test_warm_class_tuples.py and test_import_calls.py
-traced 2 to 4 frames warm, 0 before). Until they are described in persisted_code (R0 by each frame's original
-code, resume point, layout, names; the frame functions by the frame's code and the step), a frame compiled
-with the persistent cache on takes the plain break, which is persisted.
+NOTE [Nested breaks persisted] (nested_persist.py): the functions made here (R1..Rn, R0's hook, the frame
+functions) are described by the plain data they are made from, so the entries of a nested break and of R0 are
+persisted like any other and a warm process traces none of them; a break whose functions would not be
+described (a frame below the root with a closure, globals of no module, a frame's code no locator finds) is
+taken as the plain break where the persistent cache is on (convert._nested_break_entry), which is persisted.
 Symbols of R0's arguments are carried as at a plain break (inherit_symbols); a CALL's result is not marked
-dynamic (carried_loops.inherit_dynamic_results names the plain resume function's slots). Such an entry is
-not persisted (the functions made here are not found in a new process): a warm process traces it again.
+dynamic (carried_loops.inherit_dynamic_results names the plain resume function's slots).
 """
 from __future__ import annotations
 
@@ -244,26 +241,42 @@ def resume_functions(frames: list[Frame], produced: int, hooks: Any) -> tuple[An
         frame = frames[depth]
         kinds = tuple(_slot_kind(v) for v in frame.below)
         layout = kinds + ("value",) * (produced if inner_fn is None else 1)
-        key = (frame.code, frame.target, layout_key(layout), frame.names, id(frame.tx.f_globals),
-               tuple(map(id, frame.closure or ())), inner_fn, inner_args)
-        made = _RAW.get(key)
-        if made is None:
-            code = make_resume_code(frame.code, frame.target, layout, frame.names)
-            if inner_fn is not None:
-                code = _calling_inner(code, frame, layout, inner_fn, inner_args)
-            made = _RAW[key] = types.FunctionType(code, frame.tx.f_globals, code.co_name, None, frame.closure)
-        inner_fn = made
-        inner_args = made.__code__.co_argcount
-    root = hooks.hooks.hooks._hook(("nested", inner_fn), inner_fn)
+        inner_fn = raw_resume(frame.code, frame.target, layout, frame.names, frame.tx.f_globals, frame.closure,
+                              inner_fn, inner_args)
+        inner_args = inner_fn.__code__.co_argcount
+    return hooked_root(hooks.hooks.hooks, inner_fn), inner_args
+
+
+def raw_resume(code: types.CodeType, target: int, layout: tuple, names: tuple, f_globals: dict, closure: Any,
+               inner_fn: Any, inner_args: int) -> types.FunctionType:
+    """The plain resume function Rk of NOTE [Nested graph breaks] (one object per key); it remembers what
+    made it (NOTE [Nested breaks persisted] in nested_persist.py)."""
+    key = (code, target, layout_key(layout), names, id(f_globals), tuple(map(id, closure or ())), inner_fn,
+           inner_args)
+    made = _RAW.get(key)
+    if made is None:
+        resume_code = make_resume_code(code, target, layout, names)
+        if inner_fn is not None:
+            resume_code = _calling_inner(resume_code, code, target, layout, inner_fn, inner_args)
+        made = _RAW[key] = types.FunctionType(resume_code, f_globals, resume_code.co_name, None, closure)
+        made.__framejit_nested__ = (code, target, layout, names, inner_fn, inner_args)
+    return made
+
+
+def hooked_root(hooks: Any, inner_fn: types.FunctionType) -> Any:
+    """R0 through its frame hook (`hooks`: the request's Hooks)."""
+    root = hooks._hook(("nested", inner_fn), inner_fn)
     from .resume import eager_function
     if getattr(root, "eager", None) is None:
         root.eager = eager_function(inner_fn)
-    return root, inner_args
+    root.nested_root = True  # NOTE [Nested breaks persisted] in nested_persist.py
+    return root
 
 
-def _calling_inner(code: types.CodeType, frame: Frame, layout: tuple, inner_fn: Any, n: int) -> types.CodeType:
-    """`code` (a resume function's) whose prologue calls `inner_fn` with its last `n` arguments in place of
-    loading the call's result from its last stack argument."""
+def _calling_inner(code: types.CodeType, original: types.CodeType, target: int, layout: tuple, inner_fn: Any,
+                   n: int) -> types.CodeType:
+    """`code` (a resume function's of `original` at `target`) whose prologue calls `inner_fn` with its last
+    `n` arguments in place of loading the call's result from its last stack argument."""
     result = f"{STACK_PREFIX}{len(layout) - 1}"
     passed = [f"{_INNER_ARG}{i}" for i in range(n)]
     bc = bytecode.Bytecode.from_code(code)
@@ -277,7 +290,7 @@ def _calling_inner(code: types.CodeType, frame: Frame, layout: tuple, inner_fn: 
     new = bc.to_code(stacksize=code.co_stacksize + n + 3, compute_exception_stack_depths=False)
     insts = normalize(new).insts
     jump = next(i for i in insts if i.name == "JUMP")
-    _ORIGIN[new] = (frame.code, jump.arg - frame.target)
+    _ORIGIN[new] = (original, jump.arg - target)
     _PROLOGUE_CALLS[new] = (jump.index - 1, jump.arg)
     _VALUE_ARGS[new] = _VALUE_ARGS.get(code, frozenset()) - {result}
     _DEAD_ARGS[new] = _DEAD_ARGS.get(code, frozenset())
@@ -310,8 +323,9 @@ class NestedBreakCodegen(BreakCodegen):
         compiled function (review revN MED-2)."""
         cg, inst = self.cg, self.site.inst
         start = len(cg.insts)
-        operands, body = self._step_body(rebuild)
-        shim = _frame_functions(self.frames, len(operands), body)
+        operands, spec = self._step_body(rebuild)
+        shim = frame_functions([(f.code, f.tx.f_globals, f.call.lineno) for f in self.frames[1:]], len(operands),
+                               spec, inst.name == "RAISE_VARARGS")
         cg.push_null()
         cg.load_const(shim)
         for value in operands:
@@ -346,8 +360,8 @@ class NestedBreakCodegen(BreakCodegen):
         cg.return_value()
         return _at_line(cg, start, self.frames[0].call)
 
-    def _step_body(self, rebuild: Reconstructor) -> tuple[list, Callable[[Codegen, list[str]], None]]:
-        """The values the step's function takes, and what writes its body (given their names)."""
+    def _step_body(self, rebuild: Reconstructor) -> tuple[list, tuple]:
+        """The values the step's function takes, and its body's description (`_body`)."""
         inst = self.site.inst
         if inst.name == "CALL":
             first, second, *args = self.top
@@ -356,14 +370,7 @@ class NestedBreakCodegen(BreakCodegen):
             if hooked is not None:
                 callee, self_value = _Constant(hooked[0]), hooked[1]
                 leading = ([] if self_value is None else [self_value]) + leading
-            kw = tuple(self.tx.kw_names or ())
-
-            def call(cg: Codegen, names: list[str]) -> None:
-                cg.push_null()
-                for name in names:
-                    cg.load_fast(name)
-                cg.call(len(names) - 1, kw)
-            return [callee, *leading, *args], call
+            return [callee, *leading, *args], ("call", tuple(self.tx.kw_names or ()))
         if inst.name == "CALL_FUNCTION_EX":
             first, second, args, *kwargs = self.top
             callee, _ = emit.callee_and_self(first, second, NULL)
@@ -373,45 +380,55 @@ class NestedBreakCodegen(BreakCodegen):
                     raise refuse("*args of unknown length")
                 callee, args = _Constant(hooked[0]), TupleValue(([] if hooked[1] is None else [hooked[1]]) +
                                                                 list(args.items))
+            return [callee, args, *kwargs], ("call_ex", bool(kwargs))
+        raw = (*emit.truth_test_prefix(inst), *(r.copy() for r in (*inst.merged, inst.instr)))
+        pushes_none = inst.name != "RAISE_VARARGS" and not _SIMPLE[inst.name](inst.arg)[1]
+        return list(self.top), ("simple", raw, pushes_none)
 
-            def call_ex(cg: Codegen, names: list[str]) -> None:
-                cg.push_null()
-                cg.load_fast(names[0])
+
+def _body(spec: tuple) -> Callable[[Codegen, list[str]], None]:
+    """What writes the step's body (given its arguments' names), from `_step_body`'s description: a call
+    (its keyword names), a call with *args (with **kwargs or not), or the instructions themselves."""
+    def body(cg: Codegen, names: list[str]) -> None:
+        if spec[0] != "simple":
+            cg.push_null()
+        for i, name in enumerate(names):
+            cg.load_fast(name)
+            if i == 0 and spec[0] == "call_ex":
                 cg.null_after_callable()
-                for name in names[1:]:
-                    cg.load_fast(name)
-                cg.call_ex(bool(kwargs))
-            return [callee, args, *kwargs], call_ex
-
-        def simple(cg: Codegen, names: list[str]) -> None:
-            for name in names:
-                cg.load_fast(name)
-            cg.insts += emit.truth_test_prefix(inst)
-            cg.insts += [raw.copy() for raw in (*inst.merged, inst.instr)]
-            if inst.name != "RAISE_VARARGS" and not _SIMPLE[inst.name](inst.arg)[1]:
+        if spec[0] == "call":
+            cg.call(len(names) - 1, spec[1])
+        elif spec[0] == "call_ex":
+            cg.call_ex(spec[1])
+        else:
+            cg.insts += [raw.copy() for raw in spec[1]]
+            if spec[2]:
                 cg.load_const(None)
-        return list(self.top), simple
+    return body
 
 
-def _frame_functions(frames: list[Frame], n: int, body: Callable[[Codegen, list[str]], None]) -> Any:
-    """F1 of NOTE [Frames around a nested break's step]: a function of `n` arguments."""
+def frame_functions(frames: list[tuple], n: int, spec: tuple, raises: bool) -> Any:
+    """F1 of NOTE [Frames around a nested break's step]: a function of `n` arguments; `frames` holds
+    (code, globals, line) of F1..Fn, `spec` describes the step's body (`_body`), which `raises` (a raise
+    statement) or returns a value."""
     names = [f"___arg{i}" for i in range(n)]
     inner = None
-    for frame in reversed(frames[1:]):
+    for code, f_globals, lineno in reversed(frames):
         cg = Codegen()
         if inner is None:
-            body(cg, names)
+            _body(spec)(cg, names)
         else:
             cg.push_null()
             cg.load_const(inner)
             for name in names:
                 cg.load_fast(name)
             cg.call(n)
-        if inner is not None or frame.call.name != "RAISE_VARARGS":
+        if inner is not None or not raises:
             cg.return_value()
-        _at_line(cg, 0, frame.step if inner is None else frame.call)
-        code = frame.code  # the user's function, not R(k)'s (NOTE [Frames around a nested break's step])
+        _at_line(cg, 0, types.SimpleNamespace(lineno=lineno))
+        # the user's function, not R(k)'s (NOTE [Frames around a nested break's step])
         shape = FunctionShape(n, 0, 0, 0, tuple(names), code.co_name, getattr(code, "co_qualname", code.co_name),
                               code.co_filename, code.co_firstlineno)
-        inner = make_function(shape, cg, frame.tx.f_globals, None, None, suffix="step")
+        inner = make_function(shape, cg, f_globals, None, None, suffix="step")
+    inner.__framejit_step__ = (tuple(frames), n, spec, raises)  # NOTE [Nested breaks persisted]
     return inner

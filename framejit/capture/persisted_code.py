@@ -114,6 +114,10 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
     handed = getattr(value, "__framejit_handed__", None) if isinstance(value, types.FunctionType) else None
     if handed is not None:
         return ("handed", _describe(handed[0], fn, compiled, recorder), handed[1])
+    from .nested_persist import describe
+    nested = describe(value, fn, _dynamic_state)  # NOTE [Nested breaks persisted] in nested_persist.py
+    if nested is not None:
+        return nested
     made = recorder.made.get(id(value)) if recorder is not None else None
     if made is not None:
         kind = made[0]
@@ -253,6 +257,9 @@ def _load_const(d: tuple, fn: types.FunctionType, compiled: Any, hooks) -> Any:
         return _load_resume(hooks, fn, code, *d[3:])
     if kind == "value":
         return d[1]
+    if kind in ("nested", "nested_step"):  # NOTE [Nested breaks persisted] in nested_persist.py
+        from .nested_persist import load
+        return load(d, fn, hooks, _restore_dynamic_state)
     return resolve(d[1], fn)
 
 
