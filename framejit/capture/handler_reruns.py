@@ -102,6 +102,10 @@ def _draws(target: Any, args: tuple, kwargs: dict) -> bool:
     from .speculated_checks import _plain
     if not draws_random(target):
         return False
+    # only a dropout reads its third positional argument (`training`); `torch.randint(0, 10, (n,))` and
+    # `torch.normal(0.0, 1.0, (n,))` hold their size there, and reading it as a constant pinned a symbolic size
+    if "dropout" not in (target if isinstance(target, str) else getattr(target, "__name__", "")).lower():
+        return True
     training = {k: _plain(v) for k, v in kwargs.items() if k in ("training", "train")}
     return draws_random(target, tuple(_plain(a) if i == 2 else None for i, a in enumerate(args[:3])), training)
 
