@@ -705,6 +705,8 @@ def _remembered_tensor_checks(ordered: Sequence[Guard]) -> dict[str, str]:
         grads = [p.expr for p in parts if p.kind == "TENSOR_REQUIRES_GRAD"]
         if match is None or len(grads) != 1 or not any(k in match.group(1) for k in _REMEMBERED):
             continue
+        if not grads[0].startswith(f"{match.group(1)}.requires_grad "):  # a subclass with its own
+            continue  # __torch_function__: `_version` would run it (NOTE [Guards run no user code]); checked in full
         k = len(out)
         t, memo = match.group(1), f"___memo{k}"
         held, version, inference, epoch = f"___held{k}", f"___version{k}", f"___inference{k}", EPOCH_LOCAL

@@ -223,3 +223,19 @@ def test_marked_dynamic_input_runs_no_extra_calls():
             f(x)
             logs.append(list(LOG))
         assert logs[0] == logs[1]
+
+
+class _WithBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("b", torch.ones(3).as_subclass(Logged))
+
+    def forward(self, x):
+        return x * self.b + self.b.sum()
+
+
+def test_module_buffer_of_the_class_guards_run_no_user_code():
+    framejit.reset()  # the guard of a module's tensors read is_inference() and _version through the user's function
+    module = _WithBuffer()
+    cb = _run(lambda x: module(x), lambda n: (torch.randn(n, 3),))
+    assert cb.graph_count >= 1
