@@ -475,6 +475,28 @@ def _failed_arguments(fn_code, args: tuple, failures, kind: str, accept) -> set[
     return found
 
 
+# NOTE [Bound methods of sequences of changing length]: a break inside the arguments of `select.append(...)`
+# (ViLT's visual_embed: `select.append(rows[i][torch.multinomial(...)])` in a loop stepped as Python) passes
+# the bound method to the resume function on the stack; its list is read there as `L['___stack2'].__self__`
+# and guarded by length. The list grows on every step, so that resume function recompiled per length (and
+# again on the next call, whose steps met the newest entry first) although `L['select']` itself had become
+# opaque. The owner of a bound list or tuple method whose length guard failed is opaque too, from its
+# `.__self__` source: the builder wraps it as an OpaqueSequenceValue there, and its append is a break.
+def _failed_method_owners(fn_code, args: tuple, failures, values) -> set[str]:
+    by_name = dict(zip(fn_code.co_varnames[:fn_code.co_argcount], args))
+    found = set()
+    for failure in failures:
+        source = str(failure.guard.source)
+        match = re.fullmatch(r"L\['(\w+)'\]\.__self__", source)
+        if failure.guard.kind != "LENGTH" or not match:
+            continue
+        name = match.group(1)
+        owner = getattr(by_name.get(name), "__self__", None)
+        if (not name.startswith(STACK_PREFIX) or name in values) and type(owner) in (list, tuple):
+            found.add(source)
+    return found
+
+
 def changed_strings(fn_code, args: tuple, failures) -> set[str]:
     """The str arguments of a resume function whose value guards failed in a recompile."""
     return _failed_arguments(fn_code, args, failures, "CONSTANT_MATCH", lambda name, value: type(value) is str)
@@ -705,6 +727,7 @@ def changed_lengths(fn_code, args: tuple, failures) -> set[str]:
     values = value_stack_args(fn_code)
     found = _failed_arguments(fn_code, args, failures, "LENGTH", lambda name, value:
                               (not name.startswith(STACK_PREFIX) or name in values) and type(value) in (list, tuple))
+    found |= _failed_method_owners(fn_code, args, failures, values)
     if found and not any(loop_position(str(f.guard.source)) for f in failures):
         found = found | {changes_marker(s) for s in found}
     return found

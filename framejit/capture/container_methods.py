@@ -126,6 +126,9 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
         return _set_method(tx, self_value, name, rest, kwargs)
     if owner in (dict, collections.OrderedDict):
         return _dict_method(tx, self_value, name, rest, kwargs)
+    if type(self_value).__name__ == "OpaqueSequenceValue":  # NOTE [Bound methods of sequences of changing
+        # length] in carried_loops.py: any use of it is a break, the call runs as Python
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{owner.__name__}.{name} of a sequence of changing length")
     if isinstance(self_value, ObjectValue):  # an instance of a list subclass kept as an object
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{owner.__name__}.{name} called on a "
                           f"{self_value.python_type().__name__} object")

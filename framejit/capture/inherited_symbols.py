@@ -28,9 +28,13 @@ def inherit_symbols(body: Any, slots: dict[str, Any], out: Any) -> None:
     if not hasattr(body, "dynamic_dims"):
         return
     from .carried_loops import OpaqueSequenceValue, OpaqueStringValue, _dynamic_scalar, changes_marker
-    opaque = {source for source, value in slots.items() if type(value) is OpaqueSequenceValue}
-    opaque |= {changes_marker(source) for source, value in slots.items()  # NOTE [Lengths that change between calls]
-               if type(value) is OpaqueSequenceValue and value.changes}
+    from .carried_loops import OpaqueMethodValue
+    sequences = {source: value for source, value in slots.items() if type(value) is OpaqueSequenceValue}
+    sequences.update({f"{source}.__self__": value for source, value in slots.items()  # NOTE [Bound methods of
+                      if type(value) is OpaqueMethodValue})  # sequences of changing length] in carried_loops.py
+    opaque = set(sequences)
+    opaque |= {changes_marker(source) for source, value in sequences.items()  # NOTE [Lengths that change between
+               if getattr(value, "changes", False)}  # calls]
     if not opaque <= body.dynamic_ints:  # NOTE [Comprehension results of changing length] in carried_loops.py
         body.dynamic_ints = body.dynamic_ints | opaque
     if getattr(getattr(body, "request", None), "dynamic", None) is not None:
