@@ -78,7 +78,7 @@ def written_candidates(out, target: Any, fakes: list) -> list:
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     if name in METADATA_WRITES or name.split(".")[0] in METADATA_WRITES or name == "swap_tensors":
         out.__dict__.pop("fake_storage_index", None)
-        return list(out.inputs)
+        return [i for i in out.inputs if isinstance(i.value, TensorValue)]  # not a dynamic int's or float's input
     index = _index(out, "fake_storage_index", _fake_key_of)
     picked: dict[int, Any] = {}
     for key in {_fake_key(f) for f in fakes} | {_UNKEYED}:

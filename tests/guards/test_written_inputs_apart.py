@@ -129,3 +129,23 @@ def test_a_parameters_storage_is_read_without_a_context_manager():
 
     assert _calls(check) == [("py", "_storage_pointer"), ("c", "untyped_storage"), ("c", "data_ptr"),
                              ("c", "data_ptr")]
+
+
+def _restrided(x, lr, n):
+    y = x * lr + n
+    y.as_strided_((2, 2), (2, 1))
+    return y.sum(0)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_an_op_moving_storages_with_number_inputs_compiles(dynamic):
+    """Review revG MED-1 (regression of eef350e): after `as_strided_` every input was a write candidate, the
+    dynamic float and int inputs too, which have no fake: AttributeError, the frame ran eagerly (and raised on
+    every call with fullgraph=True)."""
+    framejit.reset()
+    compiled = framejit.compile(_restrided, backend="eager", fullgraph=True, dynamic=dynamic)
+    before = framejit.stats()["eager_frames"]
+    for i in range(4):
+        x = torch.arange(4.) + i
+        torch.testing.assert_close(compiled(x, 0.5 / (i + 1), 3 + i), _restrided(x, 0.5 / (i + 1), 3 + i))
+    assert framejit.stats()["eager_frames"] == before
