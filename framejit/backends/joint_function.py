@@ -454,7 +454,7 @@ def tie_double_backward(outs, args, weights) -> None:
     if node is None:
         return
     from .joint_unreached import hooked_inputs, nothing_came_hook
-    node.register_hook(nothing_came_hook(node, hooked_inputs(args)))  # NOTE [A joint no gradient reaches]
+    nothing_came_hook(node, hooked_inputs(args))  # NOTE [A joint no gradient reaches]
     with grad_mode(True):
         held = [t if t.is_leaf else t.as_strided((0,), (1,)).clone() for t in inputs]
 

@@ -232,7 +232,13 @@ def _post_hook(plan: list, node_ref):
 # above such an input (an eager op's output between two joints, or a joint's own output), and hooks
 # registered on a non-leaf input after the call: the engine calls them with None (eager: not at all). Cost:
 # lean calls, a check of the gradients per backward and of the non-weight inputs' hooks per call; AOT's
-# callable, a post-hook; a backward that hands such a None, a walk of the nodes above up to the next joints.
+# callable, a pre-hook and a post-hook; a backward that hands such a None, a walk of the nodes above up to the
+# next joints. The engine frees the node's saved tensors after it ran in a backward without retain_graph, where
+# eager's nodes are not even reached: `a.backward(); b.backward()` on the example then raised "Trying to backward
+# through the graph a second time" where eager trains trunk. So the node's saved tensors are kept (NOTE [Saved
+# tensors kept for the other outputs], joint_kept.py, unless its watch already kept them), for the next
+# backward that brings a gradient, which reads them once (a third backward after a retain_graph=True second
+# one then raises that error where eager trains).
 _HANDED_NONE = [-2]  # the id of the last graph task in which framejit handed an input None
 
 
@@ -248,6 +254,12 @@ def hooked_inputs(args) -> tuple:
 def nothing_came(node, hooked: tuple) -> None:
     """NOTE [A joint no gradient reaches]: `node` got no gradient and hands none on; where framejit handed out the
     None, the hooks of its leaves and of `hooked` (hooked_inputs' result) skip the None they get next."""
+    keep_unreached(node)
+    skip_after_none(node, hooked)
+
+
+def skip_after_none(node, hooked: tuple) -> None:
+    """nothing_came's hooks part."""
     if _HANDED_NONE[0] != torch._C._current_graph_task_id():
         return
     skip_hooks_above([f for f, _ in node.next_functions])
@@ -275,18 +287,45 @@ def skip_hooks_above(nodes: list) -> None:
             stack.extend(f for f, _ in node.next_functions)
 
 
-def nothing_came_hook(node, hooked: tuple):
-    """A post-hook for AOT autograd's joint node `node` (NOTE [A joint no gradient reaches])."""
-    node_ref = weakref.ref(node)
+def keep_unreached(node, last: bool = True) -> None:
+    """NOTE [A joint no gradient reaches]: before the engine frees the saved tensors of `node`, which no gradient
+    reached, in a backward without retain_graph, keep them for a later backward that brings one (joint_kept);
+    `last`: read once, by the next backward that reads them."""
+    if not torch._C._autograd._get_current_graph_task_keep_graph() and node.__dict__.get("_framejit_kept") is None:
+        from .joint_kept import _keep
+        _keep(node)
+        if last and node.__dict__.get("_framejit_kept") is not None:
+            node.__dict__["_framejit_last"] = True
 
-    def hook(grad_inputs, grad_outputs):
-        if any(g is not None for g in grad_outputs):
-            return None
+
+def nothing_came_hook(node, hooked: tuple) -> None:
+    """Hooks on AOT autograd's joint node `node` (NOTE [A joint no gradient reaches]): a pre-hook keeping the
+    saved tensors and a post-hook handing None on, where no gradient came."""
+    node_ref = weakref.ref(node)
+    state = [False]  # whether the pre-hook kept the saved tensors
+
+    def pre(grad_outputs):
+        for g in grad_outputs:
+            if g is not None:
+                return None
+        node = node_ref()
+        if node is not None:  # AOT's backward, run on zeros, reads them now: read once by the next one
+            state[0] = node.__dict__.get("_framejit_kept") is None
+            keep_unreached(node, last=False)
+        return None
+
+    def post(grad_inputs, grad_outputs):
+        for g in grad_outputs:
+            if g is not None:
+                return None
         node = node_ref()
         if node is not None:
-            nothing_came(node, hooked)
+            if state[0] and node.__dict__.get("_framejit_kept") is not None:
+                node.__dict__["_framejit_last"] = True
+            skip_after_none(node, hooked)
         return (None,) * len(grad_inputs)
-    return hook
+    node.register_prehook(pre)
+    node.register_hook(post)
 
 
 # NOTE [Hooks of inputs no backward reaches]

@@ -76,6 +76,27 @@ def _eager_body_no_loss_reaches(compile_fn, observed):
             p.grad = None
 
 
+def _heads_one_after_the_other(compile_fn, observed):
+    """`a.backward(); b.backward()` without retain_graph: the first backward does not free the upstream graph's
+    saved tensors (eager never reaches it), so the second trains it; autograd.grad of a with respect to the
+    upstream weight alone raises eager's "not used" error and frees nothing either."""
+    w1, w2 = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    trunk = compile_fn(lambda x: (x * w2).tanh())
+    heads = compile_fn(lambda x, z: ((x * w1).sum(), (z * 3).sum()))
+    for n in (2, 2, 3):
+        x = torch.randn(n, 3)
+        a, b = heads(x, trunk(x))
+        a.backward()
+        observed.append([grad_copy(w1.grad), grad_copy(w2.grad)])
+        b.backward()
+        observed.append([grad_copy(w1.grad), grad_copy(w2.grad)])
+        w1.grad = w2.grad = None
+        a, b = heads(x, trunk(x))
+        with pytest.raises(RuntimeError, match="appears to not have been used"):
+            torch.autograd.grad(a, [w2])
+        observed.append(list(torch.autograd.grad(b, [w1, w2], allow_unused=True)))
+
+
 def _two_outputs_one_reached(compile_fn, observed):
     """An upstream graph with two outputs, one reached: the other's gradient is made zeros, as before."""
     w1, w2, w3 = (torch.randn(3, requires_grad=True) for _ in range(3))
@@ -118,6 +139,7 @@ def _custom_function_returns_none(compile_fn, observed):
 # (AOT autograd's callable, which compiles the backward half then) runs a backward half
 PROGRAMS = [pytest.param(program, backwards, id=program.__name__.strip("_")) for program, backwards in (
     (_trunk_no_loss_reaches, 3), (_hooked_activation_into_the_trunk, 3), (_eager_body_no_loss_reaches, 3),
+    (_heads_one_after_the_other, 3),
     (_two_outputs_one_reached, 3),
     (_custom_function_returns_none, 1))]
 
