@@ -18,8 +18,9 @@ from .breaks import BreakKind, Unsupported, UserException
 from .object_str import is_user_object, user_repr, user_str
 from .comparisons import compare, contains, is_same
 from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
-from .sym_arith import SYM_MATH, symbolic
+from .sym_arith import SYM_MATH, is_sym, symbolic
 from . import lazy_combinators
+from .folded_results import modular_pow
 from .lazy_generators import drain_whole
 from .values.base import MADE_ORDER
 from .values.containers import dict_iterator, drain_lent, drain_zipped, drawn_ahead_checked, iterates_as_tuple, \
@@ -104,7 +105,8 @@ def _abs(tx, args, kwargs):
 def _pow(tx, args, kwargs):
     if len(args) == 2 and not kwargs:
         return binary(tx, operator.pow, args[0], args[1])
-    return _fold(pow)(tx, args, kwargs)
+    kept = modular_pow(tx, *args) if len(args) == 3 and not kwargs else None  # NOTE [Math functions of symbolic ints]
+    return kept if kept is not None else _fold(pow)(tx, args, kwargs)
 
 
 @handles(len)
@@ -278,13 +280,20 @@ def _typed(result: IteratorValue, kind: type | None) -> IteratorValue:
     return result
 
 
+def _row_number(tx, i: int, start: Any) -> Value:
+    return binary(tx, operator.add, start, ConstantValue(i)) if isinstance(start, Value) else ConstantValue(i + start)
+
+
 @handles(enumerate)
 def _enumerate(tx, args, kwargs):
-    start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))).as_constant()
+    start = args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))
+    if not (is_sym(start) and isinstance(start.sym, torch.SymInt)):  # a symbolic int start (position ids
+        start = start.as_constant()  # from an offset) stays symbolic: its rows are `start + i`
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
-    rows = IteratorValue([TupleValue([ConstantValue(i + start), v]) for i, v in enumerate(column)])
-    rows = drawn_ahead_checked(watch.finish(rows, "enumerate", per_row=True, extra=start), args[:1])
+    rows = IteratorValue([TupleValue([_row_number(tx, i, start), v]) for i, v in enumerate(column)])
+    recipe = {} if isinstance(start, Value) else {"extra": start}  # symbolic: rebuilt from its rows at a break
+    rows = drawn_ahead_checked(watch.finish(rows, "enumerate", per_row=True, **recipe), args[:1])
     return _typed(rows, enumerate)  # NOTE [Combinators rebuilt at breaks], [Lazy generators drawn ahead]
 
 

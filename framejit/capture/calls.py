@@ -487,7 +487,7 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
     from .folded_results import fold_call, joined_items
     args = joined_items(tx, fn, args, kwargs)  # NOTE [Strings joined from generators]
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and _is_pure(fn):
-        return fold_call(fn, args, kwargs)  # NOTE [Folded calls on containers]
+        return fold_call(fn, args, kwargs, tx.output)  # NOTE [Folded calls on containers]
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of {_name(fn)}")
 
 

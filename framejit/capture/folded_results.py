@@ -10,6 +10,7 @@ copied, when a method reorders them (`permuted_like`).
 from __future__ import annotations
 
 import collections
+import operator
 from typing import Any, Callable
 
 from .breaks import BreakKind, Unsupported, UserException
@@ -78,10 +79,55 @@ def _parts(obj: Any, seen: set[int]) -> None:
         _parts(item, seen)
 
 
-def fold_call(fn: Callable, args: list[Value], kwargs: dict[str, Value]) -> Value:
-    """`fn(*args, **kwargs)` evaluated on the constants `args` stand for (NOTE [Folded calls on containers])."""
+# NOTE [Math functions of symbolic ints]: `math.gcd(n, 6)`, `math.factorial(n)`, `math.comb(n + 2, 2)`,
+# `math.isqrt(n)` of a symbolic int (a size, an int argument that changed) have no symbolic form (the ones that
+# do are kept symbolic: NOTE [Math functions of sizes] in sym_arith.py). Folding read n's value, which pinned
+# the entry to it: one compilation per value, then the recompile limit ran the frame eagerly (hhuntD MED-6;
+# stock torch.compile breaks the graph there: 3-4 graphs). The call is a graph break instead: it runs as Python
+# on the real int, and the resume function takes its result as an int argument, dynamic once it changes.
+# With fullgraph=True (no break by choice) it is folded, its operands specialised, as before. math.log/exp and
+# the other float functions still specialise, as in stock torch.compile.
+_INT_MATH = frozenset(("gcd", "lcm", "factorial", "comb", "perm", "isqrt"))
+
+
+def _breaks_for_symbolic_ints(out, fn: Callable, args: list[Value], kwargs: dict[str, Value]) -> None:
+    import math
+    from .sym_arith import is_sym
+    if getattr(fn, "__self__", None) is not math or fn.__name__ not in _INT_MATH or getattr(out, "fullgraph", False):
+        return
+    if any(is_sym(v) for v in (*args, *kwargs.values())):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"math.{fn.__name__}() of a symbolic int: called as "
+                                                      "Python, so the int stays symbolic")
+
+
+def modular_pow(tx, base: Value, exponent: Value, modulus: Value) -> Value | None:
+    """`pow(n, 2, 7)` of a symbolic int n: `n ** 2 % 7`, the same int for a constant exponent >= 0 and a nonzero
+    constant modulus (Python's % takes the modulus's sign, as pow does); another call with a symbolic operand is
+    a graph break (NOTE [Math functions of symbolic ints]); None: fold it."""
+    import torch
+    from .protocol import binary
+    from .sym_arith import is_sym
+    if not any(is_sym(v) for v in (base, exponent, modulus)):
+        return None
+
+    def constant_int(v: Value) -> bool:
+        return isinstance(v, ConstantValue) and type(v.value) is int
+    if is_sym(base) and isinstance(base.sym, torch.SymInt) and constant_int(exponent) and exponent.value >= 0 \
+            and constant_int(modulus) and modulus.value != 0:
+        return binary(tx, operator.mod, binary(tx, operator.pow, base, exponent), modulus)
+    if getattr(tx.output, "fullgraph", False):
+        return None
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, "pow() with a modulus of symbolic ints: called as Python, so they "
+                                                  "stay symbolic (NOTE [Math functions of symbolic ints])")
+
+
+def fold_call(fn: Callable, args: list[Value], kwargs: dict[str, Value], out=None) -> Value:
+    """`fn(*args, **kwargs)` evaluated on the constants `args` stand for (NOTE [Folded calls on containers]);
+    `out`: the OutputGraph, when a math function of a symbolic int may break (NOTE [Math functions of symbolic
+    ints])."""
     from .hash_order import note_fold
     from .protocol import constant_fold
+    _breaks_for_symbolic_ints(out, fn, args, kwargs)
     consts = [a.as_constant() for a in args]
     kwconsts = {k: v.as_constant() for k, v in kwargs.items()}
     if not _containers([*args, *kwargs.values()]):

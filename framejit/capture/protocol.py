@@ -548,7 +548,10 @@ def length(tx, v: Value) -> int:
 
 
 def getitem(tx, obj: Value, key: Value) -> Value:
-    from .sym_arith import SymRangeValue, range_getitem  # NOTE [Size arithmetic stays symbolic]
+    from .sym_arith import SymRangeValue, is_sym, range_getitem  # NOTE [Size arithmetic stays symbolic]
+    if type(obj) is ConstantValue and type(obj.value) is range and is_sym(key):  # (a SymRangeValue: below)
+        r = obj.value  # `range(0, 100, 3)[n]` (position ids): start + n * step, its bound check a relation
+        obj = SymRangeValue(ConstantValue(r.start), ConstantValue(r.stop), r.step)
     if isinstance(obj, SymRangeValue):
         kept = range_getitem(tx, obj, key)
         if kept is not None:
