@@ -36,6 +36,7 @@ from .python_draws import emit_draws, has_draws
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .requests import STATS, CompileRequest, Entry, rerun_state
+from .dynamic_misses import RaisedAtSymbolicOp, failed_trace, raising_calls_run_eagerly
 from .shapes import ConstraintViolationError, check_marked_dims
 from .signal_exceptions import raised_by_signal_handlers
 from .size_graphs import runs_as_its_own_code
@@ -105,8 +106,11 @@ def _convert_once(fn, args: tuple, kwargs: dict, request: CompileRequest, dynami
             entry = _convert(fn, shape, args, kwargs, request, output)  # NOTE [Cached calls counted as eager counts them]
     except _RetryLazy:
         raise
-    except (Unsupported, BackendCompilerFailed, ConstraintViolationError):  # NOTE [Backend failures raise] in
-        raise  # backend_call.py, NOTE [Broken mark_dynamic contracts] in shapes.py
+    except ConstraintViolationError as e:  # NOTE [Broken mark_dynamic contracts] in shapes.py
+        failed_trace(e, fn, shape, output, _guard_function)  # NOTE [A failed trace records its sizes]
+        raise
+    except (Unsupported, BackendCompilerFailed, RaisedAtSymbolicOp):  # NOTE [Backend failures raise] in
+        raise  # backend_call.py, NOTE [Calls that raise at a symbolic op] in dynamic_misses.py
     except Exception as e:  # a framejit bug: the user's program must not see it
         if request.fullgraph:
             raise Unsupported(BreakKind.INTERNAL_ERROR, f"{type(e).__name__}: {e}") from e
@@ -213,6 +217,10 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
             if entry is not None:
                 _log_break(fn, moved.graph_break)
                 return entry
+        if getattr(e, "symbolic", False) and not request.fullgraph and raising_calls_run_eagerly():
+            logs.log("eager_fallback", "%s: this call runs eagerly and leaves no entry: the traced code raised %s at "
+                     "an op on symbolic values (%s)", code.co_qualname, type(e.exc).__name__, e.exc)
+            raise RaisedAtSymbolicOp() from None  # NOTE [Calls that raise at a symbolic op] in dynamic_misses.py
         # NOTE [Exceptions raised by the traced code]: break before the root instruction that raises and let
         # plain Python raise it there (inside a try block, where the frame's exception table sees it): the
         # code before it stays captured; the frame ran wholly eagerly only where no break can be taken
@@ -666,6 +674,7 @@ class _BoundHooks:
 
 def _backend_compile(gm: torch.fx.GraphModule, output, request: CompileRequest, fn: types.FunctionType,
                      at_break: bool = False) -> Callable:
+    check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]: raised before the backend compiles a graph
     if runs_as_its_own_code(gm, rows=at_break):
         gm.runs_as_own_code = True  # read by frame_cache._persist
         return gm.forward  # NOTE [Graphs that only read sizes] / [... select rows]: not a compilation

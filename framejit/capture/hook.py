@@ -39,6 +39,7 @@ from . import changing_strings, frame_cache
 from .breaks import DISABLED, TracerInterop, fx_tracing
 from .codegen import frame_signature
 from .convert import convert_frame
+from .dynamic_misses import RaisedAtSymbolicOp, failed_traces_kept, failures_of_failed_trace, older_entry_sizes
 from .entry_checks import sizes_kept
 from .module_frame import module_call
 from .numpy_scalars import numpy_scalar_text
@@ -199,6 +200,8 @@ class FrameHook(TracerInterop):
                 self._mark_dynamic_float(args, kwargs, explain)
                 self._mark_automatic_dynamic(args, kwargs, explain)
                 self._mark_carried_values(args, kwargs, explain)
+            elif "failed_trace" in self.__dict__:  # NOTE [A failed trace records its sizes] in dynamic_misses.py
+                self._mark_automatic_dynamic(args, kwargs, _Explanations(args, kwargs))
             loaded = self._load_persisted(args, kwargs)
             if loaded is not None:
                 loaded.served = True
@@ -206,10 +209,14 @@ class FrameHook(TracerInterop):
             start = time.perf_counter()
             # tracing allocates many short-lived objects too (NOTE [No GC while restoring]); NOTE [Traces leave
             # no weak references] in fake_modes.py
-            with _no_gc(), fake_modes.tracing(), sizes_kept(self):  # NOTE [A failed truth of sizes recompiles]
-                entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
-                                      self.dynamic_ints)
-                entry = retrace_with_lengths(self, entry, args, kwargs, convert_frame) or entry  # NOTE [Opaque ...
+            try:
+                with _no_gc(), fake_modes.tracing(), sizes_kept(self), failed_traces_kept(self):  # NOTE [A failed
+                    # truth of sizes recompiles], NOTE [A failed trace records its sizes] in dynamic_misses.py
+                    entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
+                                          self.dynamic_ints)
+                    entry = retrace_with_lengths(self, entry, args, kwargs, convert_frame) or entry  # NOTE [Opaque ...
+            except RaisedAtSymbolicOp:
+                return None  # NOTE [Calls that raise at a symbolic op] in dynamic_misses.py: eagerly, this once
             if entry.routes_callees:  # NOTE [Callees of frames run eagerly] in routed_eager.py
                 from .routed_eager import routed_eager
                 entry.fn = routed_eager(entry.fn, self.request.hooks)
@@ -355,12 +362,14 @@ class FrameHook(TracerInterop):
                 failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected, sizes=True)
                                                             or failure.guard.source in self.dynamic_floats
                                                             or numpy_scalar_text(failure.guard.expected)))
-        failure = self.entries[0].guard.first_failure(*args, **kwargs)
+        failure = self.entries[0].guard.first_failure(*args, **kwargs) if self.entries else None
         failures = []
         if failure is not None and changed_value(failure):
             failures = explain(self.entries[0])
         if not any(f.guard.kind in ("TENSOR_SHAPE", *layout) for f in failures):
-            failures = failures + self._older_entry_sizes(explain, changed_value)
+            failures = failures + older_entry_sizes(self.entries, explain, changed_value)  # NOTE [Automatic
+        failures = failures + failures_of_failed_trace(self, explain)  # dynamic across entries], [A failed trace
+        # records its sizes] (a new list: `explain` keeps the one it returned)
         # every int and every size of the frame's state that changed, not only the first (as Dynamo compares
         # the whole frame state): `sizes = t.tolist()` at a break gives the resume function a list of ints
         # that change together (JetMoE's expert sizes: one recompile, not one per item); a batch size and
@@ -394,25 +403,6 @@ class FrameHook(TracerInterop):
                 self.dynamic_dims = {**self.dynamic_dims, source: self.dynamic_dims.get(source, frozenset()) | new}
                 logs.log("recompiles", "%s: size of dim %s of %s changed (%s -> %s); symbolic from now on",
                          self._name(), ", ".join(map(str, sorted(new))), source, failure.guard.expected, failure.actual)
-
-    # NOTE [Automatic dynamic across entries]: the newest entry's failure decides whether a miss is a size
-    # that changed. A frame whose entries differ in something else (a loop's resume function, one entry
-    # per position of the loop over a model's layers: nllb_moe's encoder and decoder) is often called where
-    # the newest entry is for another position: its first failure is the position (an alias guard, or the
-    # iterator's index, an int, past which no other guard of that entry is read), and the entry for this
-    # position, failing only on sizes, was not consulted. So each new size traced every position static
-    # again, until the recompile limit ran the frame eagerly. When the newest entry names no size that
-    # changed, the first older entry whose failures are all changed values (the one this call would have
-    # hit with those sizes symbolic) marks them too.
-    def _older_entry_sizes(self, explain: _Explanations, changed_value) -> list:
-        for entry in self.entries[1:]:
-            try:
-                failures = explain(entry)
-            except Exception:  # noqa: BLE001 - a signature that does not bind: not this entry
-                continue
-            if failures and all(changed_value(f) for f in failures):
-                return failures
-        return []
 
     def _mark_carried_values(self, args: tuple, kwargs: dict, explain: _Explanations) -> None:
         """A resume function that recompiles on guards of the for loop carried into it breaks at that loop's

@@ -1,0 +1,103 @@
+"""Which earlier trace a miss is compared with to find the sizes that changed (NOTE [Automatic dynamic] in hook.py).
+
+A miss compares the call with the frame's newest entry; `older_entry_sizes` consults the older ones, and
+`failed_trace` keeps a trace that raised ConstraintViolationError, which installed no entry, for the next miss.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable
+
+
+# NOTE [Automatic dynamic across entries]: the newest entry's failure decides whether a miss is a size
+# that changed. A frame whose entries differ in something else (a loop's resume function, one entry
+# per position of the loop over a model's layers: nllb_moe's encoder and decoder) is often called where
+# the newest entry is for another position: its first failure is the position (an alias guard, or the
+# iterator's index, an int, past which no other guard of that entry is read), and the entry for this
+# position, failing only on sizes, was not consulted. So each new size traced every position static
+# again, until the recompile limit ran the frame eagerly. When the newest entry names no size that
+# changed, the first older entry whose failures are all changed values (the one this call would have
+# hit with those sizes symbolic) marks them too.
+def older_entry_sizes(entries: list, explain: Callable, changed_value: Callable) -> list:
+    for entry in entries[1:]:
+        try:
+            failures = explain(entry)
+        except Exception:  # noqa: BLE001 - a signature that does not bind: not this entry
+            continue
+        if failures and all(changed_value(f) for f in failures):
+            return failures
+    return []
+
+
+# NOTE [A failed trace records its sizes]: a trace that breaks a mark_dynamic contract raises
+# ConstraintViolationError and installs no entry (NOTE [Broken mark_dynamic contracts] in shapes.py). Stock
+# torch.compile has recorded the sizes of the call in its frame state all the same, so its next call sees
+# which sizes changed and traces them symbolic: `x + y` with x's dim 0 marked and y's unmarked, of the same
+# varying size, raises on the first call (y's static size specialises x's marked dim) and then works. With
+# nothing recorded, framejit traced y static again on every call and raised forever. The failed trace's
+# guard function is kept (`failed_trace`): the next miss marks the dims and ints whose checks in it fail as
+# an entry's would (NOTE [Automatic dynamic]), then forgets it.
+def failed_trace(error: BaseException, fn: types.FunctionType, shape: Any, output: Any, guard_function: Callable):
+    """Attach to `error` an object with the `guard` of the trace that raised it (None if it cannot be built)."""
+    try:
+        error.failed_trace = types.SimpleNamespace(guard=guard_function(fn, shape, output))
+    except Exception:  # noqa: BLE001 - only a hint for the next miss: without it, that miss traces as before
+        error.failed_trace = None
+
+
+def failures_of_failed_trace(hook: Any, explain: Callable) -> list:
+    """The failures of the last call's failed trace for this call, if the last call's trace failed."""
+    failed = hook.__dict__.pop("failed_trace", None)
+    if failed is None:
+        return []
+    try:
+        return list(explain(failed))
+    except Exception:  # noqa: BLE001 - a call that does not bind as the failed one did
+        return []
+
+
+# NOTE [Calls that raise at a symbolic op]: a call whose traced op raises eager's error for its symbolic values
+# (`torch.zeros(n)` with n = -1, `x.view(n, -1)` that does not divide, `x.narrow(0, n, 2)` or `x[n]` out of range)
+# made a break entry before that op, where plain Python raises the error. Nothing the trace read said why the op
+# failed (the fake run decided from the symbols' values; NOTE [Errors of ops on symbolic values] in
+# graph_calls.py), so the entry guarded nothing about it: tried first (newest), it served every later call,
+# with a graph break and a resume function on each, instead of the entry compiled for the good sizes (a server
+# that got one bad request lost its graph for good). Such a call now installs no entry and runs eagerly this
+# once, where eager raises its own error (stock torch.compile raises at compile time and keeps its entries).
+# At most `recompile_limit` calls of a frame do so (`RaisedAtSymbolicOp`); after that the break entry is
+# made as before, so a frame that raises on every call is not traced on every call.
+class RaisedAtSymbolicOp(Exception):
+    """convert_frame's answer for such a call: run it eagerly, install no entry."""
+
+
+_RUN_EAGERLY = [False]
+
+
+def raising_calls_run_eagerly() -> bool:
+    """A call of the frame being traced that raises at a symbolic op runs eagerly (NOTE [Calls that raise at a
+    symbolic op])."""
+    return _RUN_EAGERLY[0]
+
+
+class failed_traces_kept:
+    """Around a trace of `hook`'s frame: a ConstraintViolationError carrying its failed trace leaves that trace
+    on the hook for the next miss (and not on the exception the user sees); a call that raised at a symbolic
+    op is counted (NOTE [Calls that raise at a symbolic op])."""
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+
+    def __enter__(self) -> None:
+        from .. import config
+        self.hook.__dict__.pop("failed_trace", None)  # read by the miss before this trace, or never (dynamic=False)
+        self.before = _RUN_EAGERLY[0]
+        _RUN_EAGERLY[0] = self.hook.__dict__.get("raised_at_symbolic_ops", 0) < config.recompile_limit
+
+    def __exit__(self, kind, error, tb) -> bool:
+        _RUN_EAGERLY[0] = self.before
+        failed = error.__dict__.pop("failed_trace", None) if error is not None and hasattr(error, "__dict__") else None
+        if failed is not None:
+            self.hook.failed_trace = failed
+        if isinstance(error, RaisedAtSymbolicOp):
+            self.hook.raised_at_symbolic_ops = self.hook.__dict__.get("raised_at_symbolic_ops", 0) + 1
+        return False
