@@ -20,6 +20,7 @@ from .comparisons import compare, contains, is_same
 from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
 from .sym_arith import SYM_MATH, is_sym, symbolic
 from . import lazy_combinators
+from .float_calls import float_call
 from .folded_results import modular_pow
 from .lazy_generators import drain_whole
 from .values.base import MADE_ORDER
@@ -79,7 +80,7 @@ def _sym_math(fn: Callable):
     """round(), divmod() and math.ceil/floor/trunc/sqrt/cos/...: kept symbolic on a symbolic number, else folded."""
     def handler(tx, args, kwargs):
         from .sym_arith import math_call  # NOTE [Size arithmetic stays symbolic]
-        kept = math_call(tx, fn, args, kwargs)
+        kept = math_call(tx, fn, args, kwargs) or float_call(tx.output, fn, args, kwargs)  # [Builtins of dynamic floats]
         if kept is not None:
             return kept
         return _fold(fn)(tx, args, kwargs)
@@ -165,7 +166,7 @@ def _convert(kind: type):
             if number is not None:
                 return number
         from .sym_arith import convert  # NOTE [Size arithmetic stays symbolic]
-        kept = convert(tx, kind, args, kwargs)
+        kept = convert(tx, kind, args, kwargs) or float_call(tx.output, kind, args, kwargs)
         if kept is not None:
             return kept
         if _all_const(args, kwargs):

@@ -33,7 +33,8 @@ def plain_target(target: Any) -> bool:
     Python])."""
     name = getattr(target, "__name__", "")
     return (getattr(operator, name, None) is target or getattr(math, name, None) is target
-            or target in (max, min) or target in _SYM_MATH)  # NOTE [Sorting by symbolic keys]: max/min of floats
+            or target in (max, min, round) or target in _SYM_MATH)  # max/min of floats: NOTE [Sorting by symbolic
+            # keys]; round(a, 2): NOTE [Builtins of dynamic floats]
 
 
 def int_roots(out, value: SymNodeValue) -> tuple | None:

@@ -128,6 +128,10 @@ def fold_call(fn: Callable, args: list[Value], kwargs: dict[str, Value], out=Non
     from .hash_order import note_fold
     from .protocol import constant_fold
     _breaks_for_symbolic_ints(out, fn, args, kwargs)
+    from .float_calls import float_call  # math.exp/log/... of a dynamic float: NOTE [Builtins of dynamic floats]
+    kept = float_call(out, fn, args, kwargs) if out is not None else None
+    if kept is not None:
+        return kept
     consts = [a.as_constant() for a in args]
     kwconsts = {k: v.as_constant() for k, v in kwargs.items()}
     if not _containers([*args, *kwargs.values()]):

@@ -208,7 +208,8 @@ def _repeat_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
 
 # arithmetic that keeps a dynamic float in the graph (NOTE [Dynamic floats])
 _FLOAT_OPS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow, operator.iadd, operator.isub,
-              operator.imul, operator.itruediv, operator.ipow}
+              operator.imul, operator.itruediv, operator.ipow, operator.floordiv, operator.mod, operator.ifloordiv,
+              operator.imod}  # // and %: NOTE [Builtins of dynamic floats]
 
 
 def extend_list(lst: ListValue, added: list[Value]) -> None:
@@ -296,7 +297,7 @@ def unary(tx, fn: Callable, a: Value) -> Value:
         from .tensor_operators import check_tensor_unary  # NOTE [Patched tensor operators]
         check_tensor_unary(tx, fn, a)
         return tx.output.call("call_function", fn, (a,), {})
-    if isinstance(a, SymFloatValue) and fn in (operator.neg, operator.pos):
+    if isinstance(a, SymFloatValue) and fn in (operator.neg, operator.pos, operator.abs):
         return tx.output.float_op(fn, (a,))
     if isinstance(a, SymNodeValue):
         from . import sym_arith  # NOTE [Size arithmetic stays symbolic]
@@ -359,6 +360,11 @@ def truth(tx, v: Value) -> bool:
         return _checked_len(tx.call_special_of(v, "__len__", [], {})) > 0
     if isinstance(v, SymNodeValue) and type(v.sym) in (torch.SymInt, torch.SymFloat):
         return bool(v.sym != 0)  # `if n:` guards the relation n != 0 (often known: a size >= 2), not n's value
+    if isinstance(v, SymFloatValue):
+        from .float_calls import float_truth  # NOTE [Builtins of dynamic floats]: the relation a != 0
+        kept = float_truth(tx.output, v)
+        if kept is not None:
+            return kept
     if v.is_constant():
         return bool(v.as_constant())
     from .python_draws import DrawValue

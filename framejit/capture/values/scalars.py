@@ -58,11 +58,35 @@ class SymFloatValue(Value):
             if not getattr(root, "specialised", False):
                 root.specialised = True
                 self.out.guard_constant(root.source, root.example)
+                _name_the_use(self.out, root)
         for root in self.int_roots:
             root.as_constant()  # a guard on the symbol's value (NOTE [Symbolic shapes])
 
     def describe(self) -> str:
         return f"SymFloat({self.example!r})"
+
+
+def _name_the_use(out, root: SymFloatValue) -> None:
+    """NOTE [Why a dynamic float is constant again]: a float that became a graph input because it changed
+    (NOTE [Dynamic floats]) and is then used where its value is needed (a call folded on it, a string, a
+    branch on a computed float) is guarded by value again; the recompile log said only `expected 0.7, got
+    0.3`. Its guard's expected text now says that the graph input was made constant again, and by which
+    instruction (the guard's origin names the user's line)."""
+    import dataclasses
+    guard = out.guards[-1] if out.guards else None
+    if guard is None or guard.kind != "CONSTANT_MATCH" or not out.tx_stack:
+        return
+    inst = out.tx_stack[-1].current
+    use = "" if inst is None else f" by {_instruction(inst)}"
+    out.guards[-1] = dataclasses.replace(guard, expected=f"{guard.expected} (the float {root.source.describe()} "
+                                                          f"is a graph input, made constant again{use})")
+
+
+def _instruction(inst) -> str:
+    if inst.name.startswith("CALL"):
+        return "a call"
+    arg = getattr(inst.arg, "__name__", None) or (inst.arg if isinstance(inst.arg, str) else "")
+    return f"{inst.name} {arg}".strip()
 
 
 class SymNodeValue(Value):

@@ -1,0 +1,54 @@
+"""Builtins and math functions of a dynamic float kept in the graph (NOTE [Builtins of dynamic floats]).
+
+NOTE [Builtins of dynamic floats] (hhuntD MED-3): `abs(a)`, `float(a)`, `bool(a)`, `round(a, 2)`,
+`math.cos(a)` (and the other one-float math functions), `a // 0.3` and `a % 0.3` of a float argument that had
+become a graph input (NOTE [Dynamic floats]) were folded on its value now, which specialised it again: one
+entry per value, then the recompile limit ran the frame eagerly (stock torch.compile: 2 graphs). Each is now
+a float node of the graph (OutputGraph.float_op) that calls the same Python function on the call's float at
+run time, so the value is eager's bit for bit (round-half-even of round(a, 2), floor semantics of // and % for
+negative numbers, -0.0 from abs and round are CPython's own). A call that raises for the value seen while
+tracing (math.sqrt(-1.0), math.log(0.0)) specialises it and raises eager's error, as before; a later value
+that raises raises in the graph as eager raises it (the frame reruns eagerly: NOTE [Graph failures rerun
+eagerly]). `float(a)` of a float is `a` itself. `bool(a)` is the relation `a != 0` of the float's symbol
+(NOTE [Float relations]), guarded: every value on the same side hits the entry; a computed float has no
+symbol and specialises, as before.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from .values import ConstantValue, SymFloatValue, Value
+
+# math functions of one float returning a float (CPython converts an int argument with float() first)
+_ONE_FLOAT = frozenset(getattr(math, name) for name in (
+    "acos", "acosh", "asin", "asinh", "atan", "atanh", "cbrt", "cos", "cosh", "degrees", "erf", "erfc", "exp",
+    "exp2", "expm1", "fabs", "gamma", "lgamma", "log", "log10", "log1p", "log2", "radians", "sin", "sinh",
+    "sqrt", "tan", "tanh") if hasattr(math, name))
+
+
+def float_call(out, fn: Callable, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
+    """`fn(*args)` of a dynamic float as a float node (NOTE [Builtins of dynamic floats]), or None (the
+    caller folds it, specialising the float)."""
+    if kwargs or not args or not isinstance(args[0], SymFloatValue):
+        return None
+    if fn is float and len(args) == 1:
+        return args[0]
+    if fn in _ONE_FLOAT and len(args) == 1 or fn is math.log and len(args) == 2 and _number(args[1]):
+        return out.float_op(fn, tuple(args))
+    if fn is round and len(args) == 2 and isinstance(args[1], ConstantValue) and type(args[1].value) is int:
+        return out.float_op(round, tuple(args))
+    return None
+
+
+def _number(v: Value) -> bool:
+    return isinstance(v, ConstantValue) and type(v.value) in (int, float)
+
+
+def float_truth(out, v: SymFloatValue) -> Any:
+    """`bool(a)` of a float input: the guarded relation `a != 0` (a bool), or None (specialise)."""
+    import operator
+    relation = out.float_compare(operator.ne, v, ConstantValue(0.0))
+    if relation is None:
+        return None
+    return bool(relation.as_constant())
