@@ -171,9 +171,31 @@ def _sequence_items(value: Any) -> tuple:
     return tuple(items) if type(items) in (list, tuple) else ()
 
 
+# NOTE [In-place layout ops on subclass tensors]: the boundary hands the graph `t.as_subclass(torch.Tensor)`, an
+# alias with its own TensorImpl (the same storage, its own sizes, strides and offset). An op that changes a
+# tensor's layout in place (`t_`, `unsqueeze_`, `as_strided_`, `set_`...) changes the alias in the graph, and the
+# user's subclass tensor would keep its old shape (review revH HIGH-1). Such an op on a subclass tensor is a break:
+# it runs in Python on the user's own object, as eager runs it (its own __torch_function__ included).
+_LAYOUT_IN_PLACE = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_", "resize_",
+                              "resize_as_", "as_strided_", "set_"})
+
+
+def _check_layout_write(kind: str, target: Any, args: tuple) -> None:
+    from .values.tensor import TensorValue
+    name = target if kind == "call_method" else getattr(target, "__name__", None)
+    if name not in _LAYOUT_IN_PLACE or not args:
+        return
+    self = args[0]
+    if isinstance(self, TensorValue) and is_subclass_type(self.cls):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name} changes the layout of a {self.cls.__qualname__} "
+                          f"in place (NOTE [In-place layout ops on subclass tensors])")
+
+
 def result_class(kind: str, target: Any, args: tuple, kwargs: dict) -> type | None:
     """The subclass eager's default __torch_function__ gives the results of `target(*args, **kwargs)`, or None
-    when no argument is such a subclass; a break when eager would raise TypeError (unrelated subclasses)."""
+    when no argument is such a subclass; a break when eager would raise TypeError (unrelated subclasses) or
+    when the op changes a subclass tensor's layout in place."""
+    _check_layout_write(kind, target, args)
     classes = _overloaded_classes(kind, args, kwargs)
     if not classes or target in _NO_DISPATCH:
         return None
