@@ -180,13 +180,26 @@ def _keeps_parameters(code: Any) -> bool:
     start, end = graph_call_span(code)
     if start < 0:
         return False
-    for inst in dis.get_instructions(code):
+    for inst in dis.get_instructions(_plain_constants(code)):
         if inst.offset >= end:
             break
         if ("STORE_FAST" in inst.opname or "DELETE_FAST" in inst.opname or "AND_CLEAR" in inst.opname) and \
                 not params.isdisjoint(inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)):
             return False
     return True
+
+
+# NOTE [Instructions read without constant reprs]: dis.get_instructions formats `repr()` of every constant the
+# code loads (argrepr). A transformed function holds the user's objects as constants (a module's tensors, a
+# tensor subclass whose __torch_function__ logs every call): reading its instructions ran the user's
+# __repr__ and formatted large tensors on every compile (review revH MED-1). The scan reads opcodes, offsets
+# and local names only, so it reads a copy of the code whose other constants are their indices.
+_PLAIN_CONSTANTS = (type(None), bool, int, float, str)
+
+
+def _plain_constants(code: Any) -> Any:
+    consts = tuple(c if type(c) in _PLAIN_CONSTANTS else i for i, c in enumerate(code.co_consts))
+    return code.replace(co_consts=consts)
 
 
 def _failed(hook: Any, entry: Any, exc: BaseException) -> tuple | None:
