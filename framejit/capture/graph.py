@@ -31,7 +31,7 @@ from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
                           _fake_of, _constant_check, _has_sym as _has_symbolic, _inplace, _is_none, _is_value, _lazy_bits_check, _literal_ok, _node_of, _placeholder,
                           mark_symbolic_error, _python_type_as_dtype, _refuses_sym_bool, _refuses_sym_sizes, _short, _specialise_sym_bools,
-                          _target_name, _version, check_split, checked_call)
+                          _target_name, _version, bump_foreach_writes, check_split, checked_call, eager_bumps)
 from .function_reads import guard_reads, is_whole_torch_function
 from .input_aliases import alias_guard, real_sharers, written_candidates
 from .kernel_checks import check_arithmetic
@@ -445,6 +445,7 @@ class OutputGraph:
             if _refuses_sym_sizes(e) and _is_none(kwargs.get("generator")):  # NOTE [Symbolic sizes an op refuses]
                 return self.call(kind, target, args, {k: v for k, v in kwargs.items() if k != "generator"})
             args, result = self._after_failed_fake_call(e, kind, target, args, kwargs, fake_args, fake_kwargs)
+        bump_foreach_writes(target, fake_args, fake_kwargs, fakes, versions)  # NOTE [Foreach writes bump their fakes]
         if _has_symbolic((args, kwargs)):
             written = [t for t, v in zip(fakes, versions) if _version(t) != v]
             _forget_constants(result, written, self.graph)  # NOTE [Dynamic floats fold into no constant]
@@ -651,8 +652,8 @@ class OutputGraph:
             version = _version(entry.value.fake)
             if version != entry.version or (version is None and _inplace(target)
                                              and any(f is entry.value.fake for f in fakes)):
-                entry.version = version
-                entry.writes += version is not None
+                entry.version, before = version, entry.version
+                entry.writes += 0 if version is None else eager_bumps(target, version, before)
                 self.input_written(entry, target)
         check_data_writes(self, target, fakes)  # NOTE [Writes through the .data of inputs]
 

@@ -169,6 +169,73 @@ def _op_writes(op: Any) -> bool:
         return False
 
 
+# NOTE [Foreach writes bump their fakes]: torch's in-place foreach ops (`torch._foreach_add_`, `_mul_`,
+# `_lerp_`, `_addcdiv_`, `_zero_`, `_copy_`, ...: SGD/Adam/AdamW with foreach=True) bump the version counter
+# of every tensor of their written list in eager (their autograd kernel does, once per list element), but
+# not on fake tensors (torch 2.13). Every check of input writes reads fake counters (NOTE [Input mutation],
+# [One guard for the inputs written in place], [Writes through the .data of inputs], [Version counts of
+# written inputs]), so these writes went unseen: no alias check, no NO_ALIASING guard, no write record. An
+# entry traced for distinct tensors was reused when a list held one tensor twice or a read argument was a
+# view of a written one (onnxrt and triton lost a write: eager [5,6,7,8], compiled [4,5,6,7]); SGD momentum
+# with a buffer shared between parameters drifted 0.14 from eager; writes through `.data` were not known
+# as such, and the functionalizing backends bumped `p._version` where eager does not. After the fake run,
+# the tensors of the op's written list arguments (schema alias annotation `Tensor(a!)[]`) are bumped as
+# eager bumps them, when the fake kernel bumped none. The fused steps (`_fused_adam_`, ...) bump nothing in
+# eager either; they stay breaks (NOTE [Writes that bump no version]).
+def bump_foreach_writes(target: Any, fake_args: tuple, fake_kwargs: dict, fakes: list, versions: list) -> None:
+    """After the fake run of `target`: bump the written list arguments of an in-place foreach op."""
+    places = _foreach_list_writes(target)
+    if not places:
+        return
+    written = []
+    for position, name in places:
+        arg = fake_args[position] if position < len(fake_args) else fake_kwargs.get(name)
+        if isinstance(arg, (list, tuple)):
+            written.extend(t for t in arg if isinstance(t, torch.Tensor))
+    before = {id(t): v for t, v in zip(fakes, versions)}
+    if any(before.get(id(t), 0) is None or _version(t) != before.get(id(t), 0) for t in written):
+        return  # the fake kernel bumped (or an inference tensor: written by name, `_inplace`)
+    for t in written:
+        torch.autograd.graph.increment_version(t)
+
+
+def eager_bumps(target: Any, version: int, before: int | None) -> int:
+    """How many times eager's `target` bumped a written input's counter, which went from `before` to `version` on
+    its fake: once per op (a fake kernel may bump more), but once per list element for an in-place foreach op,
+    whose fake counters are bumped as eager bumps them (a tensor twice in the list, two views of one input)."""
+    if before is None or not _foreach_list_writes(target):
+        return 1
+    return max(1, version - before)
+
+
+def _foreach_list_writes(target: Any) -> tuple[tuple[int, str], ...]:
+    """(position, name) of the `Tensor(a!)[]` arguments of an in-place foreach op (`torch._foreach_add_`, or
+    `torch.ops.aten._foreach_add_(.List)`); () for any other target."""
+    if isinstance(target, torch._ops.OpOverload):
+        name = target._schema.name.partition("::")[2]
+    elif isinstance(target, torch._ops.OpOverloadPacket):
+        name = target._qualified_op_name.partition("::")[2]
+    else:
+        name = getattr(target, "__name__", None)
+        if not isinstance(name, str) or getattr(torch, name, None) is not target:
+            return ()
+    if not (name.startswith("_foreach_") and name.endswith("_")):
+        return ()
+    return _list_writes_of(name, target._overloadname if isinstance(target, torch._ops.OpOverload) else None)
+
+
+@functools.lru_cache(maxsize=None)
+def _list_writes_of(name: str, overload: str | None) -> tuple[tuple[int, str], ...]:
+    packet = getattr(torch.ops.aten, name, None)
+    try:
+        names = [overload] if overload is not None else packet.overloads()
+        return tuple(sorted({(i, a.name) for o in names for i, a in enumerate(getattr(packet, o)._schema.arguments)
+                             if a.alias_info is not None and a.alias_info.is_write
+                             and isinstance(a.type, torch.ListType)}))
+    except Exception:  # not an aten op packet
+        return ()
+
+
 def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
     """NOTE [Overlapping writes]: eager refuses most in-place writes into a tensor whose elements share
     memory (an expanded tensor: `x.add_(1)` raises "unsupported operation: more than one element of the
