@@ -51,10 +51,15 @@ def _hash_code(code: types.CodeType, digest) -> None:
 # _accelerator_graph_capture_health_check, run by every optimizer step) was "not used" by the next process.
 # NOTE [Function constants hashed by their code]: generated code may load a function as a constant (a nested
 # break's resume function Rk calls R(k+1): NOTE [Nested breaks persisted] in nested_persist.py), whose repr
-# names its address, which differs in every process; such a constant is hashed by its code's hash.
+# names its address, which differs in every process; such a constant is hashed by its code's hash and by the
+# module its globals are (review revI HIGH-1: `moda.same` and `modb.same`, one source reading a global K that
+# differs, made resume functions of equal code hash; the root's entries for both had one key, so the second
+# ran with the first's globals, K = 2 where eager read 100, cold and warm). A module name, not a file path:
+# the same key on every machine of a fleet sharing the cache.
 def _const_text(const: Any) -> str:
     if isinstance(const, types.FunctionType):  # NOTE [Function constants hashed by their code]
-        return f"function({code_hash(const.__code__)})"
+        module = const.__globals__.get("__name__") if isinstance(const.__globals__, dict) else None
+        return f"function({module!r}, {code_hash(const.__code__)})"
     if isinstance(const, frozenset):
         return "frozenset(" + repr(sorted(_const_text(c) for c in const)) + ")"
     if type(const) is tuple:
