@@ -646,8 +646,11 @@ class Hooks:
         # breaks]) have different cells, so the cells are part of the key (by identity; the function
         # made here keeps them alive): keyed by code alone, the second object's break resumed in the
         # first object's closure, read its stale variables and replayed side effects on its objects.
+        # Its globals too (review revI HIGH-2): code objects compare equal without their file, so `same` of
+        # two modules of one source (each reading its own global K) resumed in the first module's function.
         shared_cells, cells = cells, tuple(id(cell) for cell in fn.__closure__ or ())
-        key = ("resume" if hooked else "tail", code, index, layout_key(layout), names, cells, python_loop) + \
+        key = ("resume" if hooked else "tail", code, index, layout_key(layout), names, cells, python_loop,
+               id(fn.__globals__)) + \
             ((("cells",) + shared_cells) if shared_cells else ())
         if key not in self.by_key:
             if python_loop:  # NOTE [Loops run as Python]: (FOR_ITER index, hook after the loop, its layout)
