@@ -170,9 +170,26 @@ class GuardFunction:
             frame_locals = self._bind(*args, **kwargs)
         except TypeError as e:
             return Failure(Guard("<call>", "SIGNATURE", "arguments"), str(e))
-        for guard in self.guards:
+        for i, guard in enumerate(self.guards):
             if not _holds(guard.expr, self.namespace, frame_locals):
-                return self._failure(guard, frame_locals)
+                return self._missing_key(guard, i, frame_locals) or self._failure(guard, frame_locals)
+        return None
+
+    def _missing_key(self, guard: Guard, index: int, frame_locals: dict) -> Failure | None:
+        """NOTE [Missing keys named by their dict's guard]: a check reading `kwargs['attention_mask']` may come
+        before the check of kwargs' keys (cheaper first) and raises KeyError when the key is absent; the log said
+        `INSTANCE_ATTR_ABSENT ... (the check raised KeyError)`. The failing check of that dict itself (its keys, or
+        `'m' in kw`), later in the function, is the one named, followed by the raising check (only checks of the
+        dict itself are evaluated)."""
+        raised = _raised(guard.expr, self.namespace, frame_locals)
+        if "KeyError" not in raised:
+            return None
+        for later in self.guards[index + 1:]:
+            if guard.source.startswith(later.source + "[") and \
+                    not _holds(later.expr, self.namespace, frame_locals):
+                failure = self._failure(later, frame_locals)
+                first = f" (checked before it: {guard.kind} on {guard.source}, {raised[2:-1]})"
+                return Failure(failure.guard, failure.actual + first)
         return None
 
     def _failure(self, guard: Guard, frame_locals: dict) -> Failure:
