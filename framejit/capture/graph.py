@@ -460,7 +460,7 @@ class OutputGraph:
                 check_hooked_unchanged(self)
             self.side_effects.bump()  # NOTE [Eager generators] in translator.py
             from .input_versions import note_bumps
-            note_bumps(self, fakes, versions)  # NOTE [Version counts of graph outputs]
+            note_bumps(self, fakes, versions, target)  # NOTE [Version counts of graph outputs]
         from .shapes import has_sym, sym_or_int
         if not mutated and result is None:
             _check_unbumped_write(target, mutated)  # NOTE [Writes that bump no version]

@@ -203,9 +203,14 @@ def eager_bumps(target: Any, version: int, before: int | None) -> int:
     """How many times eager's `target` bumped a written input's counter, which went from `before` to `version` on
     its fake: once per op (a fake kernel may bump more), but once per list element for an in-place foreach op,
     whose fake counters are bumped as eager bumps them (a tensor twice in the list, two views of one input)."""
-    if before is None or not _foreach_list_writes(target):
+    if before is None or not foreach_writes(target):
         return 1
     return max(1, version - before)
+
+
+def foreach_writes(target: Any) -> bool:
+    """`target` is an in-place foreach op (NOTE [Foreach writes bump their fakes])."""
+    return bool(_foreach_list_writes(target))
 
 
 def _foreach_list_writes(target: Any) -> tuple[tuple[int, str], ...]:

@@ -110,8 +110,13 @@ def _storage_key(fake) -> int:
     return fake.untyped_storage()._cdata
 
 
-def note_bumps(output, fakes: list, versions: list) -> None:
-    """After one traced op: the fakes' counters it bumped more than once (eager bumps once per op and counter)."""
+def note_bumps(output, fakes: list, versions: list, target: Any = None) -> None:
+    """After one traced op: the fakes' counters it bumped more than once (eager bumps once per op and counter,
+    but an in-place foreach op once per list element, as its fakes are bumped: NOTE [Foreach writes bump their
+    fakes] in graph_calls.py)."""
+    from .graph_calls import foreach_writes
+    if target is not None and foreach_writes(target):
+        return
     seen = set()
     for fake, before in zip(fakes, versions):
         after = None if before is None else fake._version
