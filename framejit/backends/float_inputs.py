@@ -49,7 +49,7 @@ from torch.fx.node import map_arg
 
 from .state import has_dynamic_float_input
 
-_SCALAR_OPS = {operator.add, operator.sub, operator.mul, operator.neg, operator.pos, operator.truediv}
+_SCALAR_OPS = {operator.add, operator.sub, operator.mul, operator.neg, operator.pos, operator.abs, operator.truediv}
 _TENSOR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
                      operator.iadd, operator.isub, operator.imul, operator.itruediv}
 # torch functions and Tensor methods (the in-place forms too) whose tensor operands may be the 0-d value
