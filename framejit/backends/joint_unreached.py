@@ -222,8 +222,11 @@ def _post_hook(plan: list, node_ref):
 # return None for every input at once; AOT autograd's callable gets a post-hook that replaces its gradients
 # by None then (its backward ran on zeros). The engine then calls the hooks of the joint's leaves (tensor and
 # post-accumulate-grad hooks) with None, which eager calls only where its own backward brought None (a custom
-# Function returning None): so where framejit handed out a None in this graph task (`_HANDED_NONE`, set by the
-# post-hook of NOTE [Inputs no backward reaches]), the hooks of the joint's non-leaf inputs that had tensor
+# Function returning None): so where a None framejit handed out reached the node (the walk of `skip_hooks_above`
+# from the node that handed it, which starts at the post-hook of NOTE [Inputs no backward reaches], marks the
+# joints' nodes it stops at with the graph task's id; a per-task flag dropped a custom Function's None in a
+# backward where framejit also handed one, review revJ M1; a joint reached by both kinds of None still skips,
+# where eager calls the hooks with None once), the hooks of the joint's non-leaf inputs that had tensor
 # hooks at the call, and of the leaves above its inputs up to the next joints' nodes (through eager ops:
 # `skip_hooks_above`), skip that None (`skip_hooks_once`; a leaf that also gets a gradient by another path
 # gets its hooks called with it, as in eager). The post-hook of NOTE [Inputs no backward reaches] does the
@@ -240,6 +243,7 @@ def _post_hook(plan: list, node_ref):
 # backward that brings a gradient, which reads them once (a third backward after a retain_graph=True second
 # one then raises that error where eager trains).
 _HANDED_NONE = [-2]  # the id of the last graph task in which framejit handed an input None
+_NONE_TASK = "_framejit_none_task"  # a joint node's: the graph task in which a None framejit handed out reached it
 
 
 def hooked_inputs(args) -> tuple:
@@ -259,8 +263,8 @@ def nothing_came(node, hooked: tuple) -> None:
 
 
 def skip_after_none(node, hooked: tuple) -> None:
-    """nothing_came's hooks part."""
-    if _HANDED_NONE[0] != torch._C._current_graph_task_id():
+    """nothing_came's hooks part: only where a None framejit handed out reached `node` (skip_hooks_above marked it)."""
+    if node.__dict__.get(_NONE_TASK) != torch._C._current_graph_task_id():
         return
     skip_hooks_above([f for f, _ in node.next_functions])
     for ref in hooked:
@@ -285,6 +289,8 @@ def skip_hooks_above(nodes: list) -> None:
                 skip_hooks_once(leaf)
         elif type(node).__name__ not in _JOINT_NODES:
             stack.extend(f for f, _ in node.next_functions)
+        else:  # the next joint: skips its own where it then gets no gradient at all (skip_after_none)
+            node.__dict__[_NONE_TASK] = torch._C._current_graph_task_id()
 
 
 def keep_unreached(node, last: bool = True) -> None:
@@ -353,7 +359,7 @@ def skip_hooks_once(t) -> None:
     post = t._post_accumulate_grad_hooks if t.is_leaf else None
     if hooks:
         for key, fn in list(hooks.items()):
-            if not getattr(fn, _SKIP, False):
+            if not getattr(fn, _SKIP, False) and not _group_of_all(fn):
                 hooks[key] = _once(hooks, key, fn, None)
     if post and not all(getattr(fn, _SKIP, False) for fn in post.values()):
         state = [False]  # whether the gradient that reached t's tensor hooks was None
@@ -366,6 +372,45 @@ def skip_hooks_once(t) -> None:
         for key, fn in list(post.items()):
             if not getattr(fn, _SKIP, False):
                 post[key] = _once(post, key, fn, state)
+
+
+# NOTE [Multi-grad hooks over inputs no backward reaches]
+# torch.autograd.graph.register_multi_grad_hook(tensors, fn) (mode "all") registers one inner hook per tensor;
+# on its first call in a graph task it counts the tensors' nodes the engine will run
+# (`_will_engine_execute_node`) and calls fn with the gradients (None for the others) once that many inner hooks
+# ran. A leaf framejit hands None (NOTE [Hooks of inputs no backward reaches]) still has its node run: its
+# inner hook is counted, so skipping its None call left fn never called, where eager calls it with
+# [g1, None, g3] (review revJ H1). So inner hooks are left unwrapped (they get the None and store it, as the
+# slot eager never fills), and the group's fn is wrapped once, in the closure's cell, to skip a call whose
+# gradients are all None in a graph task where framejit handed out a None: a group none of whose tensors gets
+# a gradient (all of an unreached module's weights), which eager never runs. Not covered: a group whose
+# gradients are all None in eager too (custom Functions returning None) in such a graph task is skipped.
+# Mode "any" keeps the wrapper of NOTE [Hooks of inputs no backward reaches] (eager runs it with the first
+# gradient that comes, never with None).
+_INNER_ALL = "register_multi_grad_hook.<locals>.get_inner_hook.<locals>.inner_hook"
+
+
+def _group_of_all(fn) -> bool:
+    """Whether `fn` is the inner hook of a mode "all" multi-grad hook (its group's fn now wrapped)."""
+    if getattr(fn, "__qualname__", None) != _INNER_ALL:
+        return False
+    try:
+        cell = fn.__closure__[fn.__code__.co_freevars.index("fn")]
+        user = cell.cell_contents
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return False
+    if not getattr(user, _SKIP, False):
+        cell.cell_contents = _group_fn(user)
+    return True
+
+
+def _group_fn(user):
+    def group(grads):
+        if all(g is None for g in grads) and _HANDED_NONE[0] == torch._C._current_graph_task_id():
+            return None
+        return user(grads)
+    setattr(group, _SKIP, True)
+    return group
 
 
 def _once(hooks, key, fn, state):
