@@ -241,6 +241,50 @@ def _list_writes_of(name: str, overload: str | None) -> tuple[tuple[int, str], .
         return ()
 
 
+# NOTE [Foreach lists that share memory]: eager's in-place foreach op on CPU writes its list one element after
+# the other, so element 1 reads what element 0 wrote when they share memory (`torch._foreach_copy_(ps, gs)`
+# with `gs[1] is ps[0]`, a momentum buffer shared by two parameters). A functionalizing backend computes
+# every element from the values before the op (onnxrt: 15 where eager gives 17 for `torch.ops.aten.
+# _foreach_add_.List`, which the per-element expansion of backends/foreach.py does not reach). An in-place
+# foreach op whose written element overlaps the memory of another element or of a tensor read for other
+# elements is a graph break: it runs in Python, as eager runs it. Elements of one index only read their own
+# inputs (`torch._foreach_mul_(ps, ps)` stays in the graph), as do disjoint views of one buffer.
+def _check_foreach_aliasing(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
+    places = _foreach_list_writes(target)
+    if not places:
+        return
+    written = {position for position, _ in places} | {name for _, name in places}
+    items = []  # (written, argument, index in its list or None, tensor)
+    for key, arg in [*enumerate(fake_args), *fake_kwargs.items()]:
+        for index, t in (enumerate(arg) if isinstance(arg, (list, tuple)) else [(None, arg)]):
+            if isinstance(t, torch.Tensor):
+                items.append((key in written, key, index, t))
+    by_storage: dict[int, list] = {}
+    for item in items:
+        by_storage.setdefault(item[3].untyped_storage()._cdata, []).append(item)
+    for group in by_storage.values():
+        for w, key, index, t in group:
+            if w and any((k, i) != (key, index) and (i is None or i != index) and _may_overlap(t, u)
+                         for _, k, i, u in group):
+                raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes an element that "
+                                  "shares memory with another of its arguments: it runs in Python "
+                                  "(NOTE [Foreach lists that share memory])")
+
+
+def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two tensors of one storage: their byte ranges intersect (True when a size or stride is symbolic)."""
+    ranges = []
+    for t in (a, b):
+        layout = (t.storage_offset(), *t.shape, *t.stride())
+        if any(not isinstance(v, int) for v in layout):
+            return True
+        if t.numel() == 0:
+            return False
+        start = t.storage_offset() * t.element_size()
+        ranges.append((start, start + (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()))
+    return ranges[0][0] < ranges[1][1] and ranges[1][0] < ranges[0][1]
+
+
 def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -> None:
     """NOTE [Overlapping writes]: eager refuses most in-place writes into a tensor whose elements share
     memory (an expanded tensor: `x.add_(1)` raises "unsupported operation: more than one element of the
@@ -255,6 +299,7 @@ def _check_overlapping_write(target: Any, fake_args: tuple, fake_kwargs: dict) -
     if isinstance(written, torch.Tensor) and torch._debug_has_internal_overlap(written) == 1:
         raise Unsupported(BreakKind.SIDE_EFFECT, f"in-place {_target_name(target)} writes into a tensor whose elements "
                                                  "share memory (an expanded tensor): eager's kernel decides")
+    _check_foreach_aliasing(target, fake_args, fake_kwargs)  # NOTE [Foreach lists that share memory]
     _check_layout_read_after_write(target, fake_args)
 
 
