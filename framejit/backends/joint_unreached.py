@@ -226,14 +226,21 @@ def _post_hook(plan: list, node_ref):
 # from the node that handed it, which starts at the post-hook of NOTE [Inputs no backward reaches], marks the
 # joints' nodes it stops at with the graph task's id; a per-task flag dropped a custom Function's None in a
 # backward where framejit also handed one, review revJ M1; a joint reached by both kinds of None still skips,
-# where eager calls the hooks with None once), the hooks of the joint's non-leaf inputs that had tensor
-# hooks at the call, and of the leaves above its inputs up to the next joints' nodes (through eager ops:
+# where eager calls the hooks with None once), the hooks of the joint's non-leaf inputs (with tensor
+# hooks then), and of the leaves above its inputs up to the next joints' nodes (through eager ops:
 # `skip_hooks_above`), skip that None (`skip_hooks_once`; a leaf that also gets a gradient by another path
 # gets its hooks called with it, as in eager). The post-hook of NOTE [Inputs no backward reaches] does the
 # same above each non-leaf input it hands None (`z = body(x)` in eager, then `a, b = heads(x, z)` compiled,
-# `a.backward()`: body's weights' hooks were called with None). Not covered: hooks of non-leaf tensors
-# above such an input (an eager op's output between two joints, or a joint's own output), and hooks
-# registered on a non-leaf input after the call: the engine calls them with None (eager: not at all). Cost:
+# `a.backward()`: body's weights' hooks were called with None). The joint's non-leaf inputs are noted at each
+# call (weakly), so that hooks registered on them after the call skip too. Not covered: hooks of non-leaf
+# tensors above such an input (an eager op's output between two joints, or a joint's own output): the
+# engine calls them with None (eager: not at all), so a
+# hook that assumes a tensor raises in the user's backward (`u.register_hook(lambda g: g.clamp(-1, 1))` on
+# `u = ct(x).relu() * 2` feeding `cm(u + 1)`, where no loss uses cm's output: AttributeError on None.clamp;
+# review revJ H2, open). Such hooks hang on eager nodes (the node's tensor pre-hooks), and torch gives no way
+# from a node to them, nor to the tensor (which may be gone while its hooks stay); handing zeros instead
+# (as before) calls them with zeros, still where eager does not, and gives the leaves and joints above zero
+# gradients where eager leaves None. Cost:
 # lean calls, a check of the gradients per backward and of the non-weight inputs' hooks per call; AOT's
 # callable, a pre-hook and a post-hook; a backward that hands such a None, a walk of the nodes above up to the
 # next joints. The engine frees the node's saved tensors after it ran in a backward without retain_graph, where
@@ -247,10 +254,11 @@ _NONE_TASK = "_framejit_none_task"  # a joint node's: the graph task in which a 
 
 
 def hooked_inputs(args) -> tuple:
-    """Weak references to the non-leaf tensors of `args` with tensor hooks (NOTE [A joint no gradient reaches])."""
+    """Weak references to the non-leaf tensors of `args` (NOTE [A joint no gradient reaches]): their hooks, also
+    those registered after the call, skip a None framejit hands them (review revJ H2, p_hook_after_call)."""
     found = ()
     for a in args:
-        if isinstance(a, torch.Tensor) and a._backward_hooks and a.grad_fn is not None:
+        if isinstance(a, torch.Tensor) and a.grad_fn is not None:
             found += (weakref.ref(a),)
     return found
 

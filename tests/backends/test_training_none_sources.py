@@ -94,8 +94,32 @@ def _mixed_none_sources(compile_fn, observed):
             w.grad = None
 
 
+def _hook_after_call(compile_fn, observed):
+    """A hook registered on mid's non-leaf input after mid's call; a loss that does not use mid's output leaves it
+    uncalled, as in eager (was called with None)."""
+    calls = []
+    trunk, mid, h0, h1 = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2)
+    ct, cm = compile_fn(trunk), compile_fn(mid)
+    ch = compile_fn(lambda m, h: (h0(m), h1(h)))
+    params = [p for m in (trunk, mid, h0, h1) for p in m.parameters()]
+    opt = torch.optim.AdamW(params, lr=0.1, weight_decay=0.1)
+    for used, n in (((0,), 2), ((1,), 2), ((1,), 3)):
+        t = ct(torch.randn(n, 4))
+        u = t * 3
+        m = cm(u)
+        u.register_hook(lambda g: calls.append(round(float(g.clamp(-1, 1).sum()), 3)))
+        outs = ch(m, t)
+        sum(outs[i].sum() for i in used).backward()
+        observed += [list(calls), [grad_copy(p.grad) for p in params]]
+        calls.clear()
+        opt.step()
+        opt.zero_grad()
+        observed.append([p.detach().clone() for p in params])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("program", [_multi_grad_all, _multi_grad_module_unreached, _mixed_none_sources])
+@pytest.mark.parametrize("program", [_multi_grad_all, _multi_grad_module_unreached, _mixed_none_sources,
+                                     _hook_after_call])
 def test_hooks_where_compiled_blocks_hand_none(backend, program):
     eager, compiled = run_observed(program, backend, joint_calls=6, backwards=3, lean=True)
     assert_same(eager, compiled)
