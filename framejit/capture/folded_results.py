@@ -100,6 +100,9 @@ def _breaks_for_symbolic_ints(out, fn: Callable, args: list[Value], kwargs: dict
                                                       "Python, so the int stays symbolic")
 
 
+_SMALL_EXPONENT = 64
+
+
 def modular_pow(tx, base: Value, exponent: Value, modulus: Value) -> Value | None:
     """`pow(n, 2, 7)` of a symbolic int n: `n ** 2 % 7`, the same int for a constant exponent >= 0 and a nonzero
     constant modulus (Python's % takes the modulus's sign, as pow does); another call with a symbolic operand is
@@ -112,8 +115,11 @@ def modular_pow(tx, base: Value, exponent: Value, modulus: Value) -> Value | Non
 
     def constant_int(v: Value) -> bool:
         return isinstance(v, ConstantValue) and type(v.value) is int
-    if is_sym(base) and isinstance(base.sym, torch.SymInt) and constant_int(exponent) and exponent.value >= 0 \
-            and constant_int(modulus) and modulus.value != 0:
+    # a small exponent only (review revK HIGH-1): `n ** e % m` makes the full power first, so the modular
+    # inverse idiom `pow(n, MOD - 2, MOD)` (MOD = 10**9 + 7) built a billion-bit int on every call (hung);
+    # pow itself reduces as it goes. Larger exponents take the break below, n stays symbolic.
+    if is_sym(base) and isinstance(base.sym, torch.SymInt) and constant_int(exponent) \
+            and 0 <= exponent.value <= _SMALL_EXPONENT and constant_int(modulus) and modulus.value != 0:
         return binary(tx, operator.mod, binary(tx, operator.pow, base, exponent), modulus)
     if getattr(tx.output, "fullgraph", False):
         return None

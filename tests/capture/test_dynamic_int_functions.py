@@ -44,6 +44,8 @@ CASES = {  # name: (function, graphs over VALUES)
     "enumerate_escapes": (_enumerate_escapes, 2),
     "pow_mod": (lambda x, n: x * pow(n, 2, 7), 2),
     "pow_mod_negative_modulus": (lambda x, n: x * pow(n - 5, 3, -7), 2),
+    # a large exponent (the modular inverse idiom) is a break, not `n ** e % m` (review revK HIGH-1: hung)
+    "pow_mod_large_exponent": (lambda x, n: x * (pow(n, 10**9 + 5, 10**9 + 7) % 1000), 3),
     "gcd": (lambda x, n: x * math.gcd(n, 6), 3),
     "factorial": (lambda x, n: x * math.factorial(n), 3),
     "comb": (lambda x, n: x * math.comb(n + 2, 2), 4),
