@@ -24,7 +24,7 @@ import torch.autograd.grad_mode as grad_mode
 
 from . import getitem_mode
 from .breaks import BreakKind, Unsupported, UserException
-from .sources import AttrSource, ObjectSource, Ref, Source
+from .sources import AttrSource, LocalSource, ObjectSource, Ref, Source
 from .values import ConstantValue, NewObjectValue, ObjectValue, Value
 
 GRAD_CLASSES = (grad_mode.no_grad, grad_mode.enable_grad, grad_mode.set_grad_enabled, grad_mode.inference_mode)
@@ -502,15 +502,50 @@ def _note_entered(out, ctx: CtxValue, entering: bool) -> None:
         return
     key = ("source", ctx.source) if ctx.source is not None else id(ctx)
     entered = out.__dict__.setdefault("entered_torch_managers", set())
+    outside = out.__dict__.setdefault("outside_autocast_open", set())  # NOTE [Autocast objects open outside]
     if not entering:
         entered.discard(key)
+        outside.discard(key)
         return
-    if key in entered:
-        e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{ctx.describe()} entered again inside its own block: runs "
-                        "eagerly (its first __enter__'s saved state is overwritten)")
+    if ctx.kind == "autocast" and _from_outside(ctx):
+        outside.add(key)
+    if key in entered or _maybe_open_outside(out, ctx):
+        where = "inside its own block" if key in entered else "in its own state (its block may be open outside)"
+        e = Unsupported(BreakKind.UNSUPPORTED_CALL, f"{ctx.describe()} entered again {where}: runs eagerly (its "
+                        "first __enter__'s saved state is overwritten)")
         e.frame_eager = True
         raise e
     entered.add(key)
+
+
+# NOTE [Autocast objects open outside]: the block of an autocast object read from outside (`ac` a global,
+# `self.ac`) may already be open in a caller, or since a bare `ac.__enter__()` before a break (the resume function
+# enters it again): eager's second __enter__ overwrites the saved state the caller's exit restores, which the
+# compiled frame never writes (review revH HIGH-2: f's `with ac: inner()` with inner's `with ac:` left autocast
+# off after f, the matmul after the block float32 where eager gives bfloat16). A trace cannot see a caller's open
+# block; an open block of `ac` leaves its own state in force, so entering such an object while the device's
+# autocast state (guarded at frame entry) already is the object's runs the frame eagerly: its __enter__ and
+# __exit__ then run on the object, as eager's (the caller already runs eagerly: the re-entry it inlined). A break
+# inside such a block runs the frame eagerly too (`break_in_outside_autocast`, translator.py): the resume function
+# would exit a rebuilt manager, not the object, whose saved state a callee's or a later `with ac:` overwrites.
+# Not covered: an `enabled=False` object, and a break inside the block of an object passed as an argument.
+def break_in_outside_autocast(out, e: Exception) -> bool:
+    return isinstance(e, Unsupported) and bool(out.__dict__.get("outside_autocast_open"))
+
+
+def _from_outside(ctx: CtxValue) -> bool:
+    """Read from the user's state (a global, an attribute), not an argument: a resume function's `___stack0` is
+    the block a break rebuilt, and a manager passed in is left to the frame that made it (ExitStack.enter_context
+    traced as a frame keeps its graph)."""
+    return ctx.source is not None and not isinstance(ctx.source, LocalSource)
+
+
+def _maybe_open_outside(out, ctx: CtxValue) -> bool:
+    if ctx.kind != "autocast" or ctx.source is None or not ctx.mode[2]:  # enabled=False objects: not checked
+        return False
+    device_type, dtype = ctx.mode[:2]
+    current = next(((e[1], e[2]) for e in reversed(out.autocast_stack) if e[0] == device_type), (None, False))
+    return current[1] and current[0] == dtype
 
 
 def exit_(tx, exit_value: ExitValue) -> Value:

@@ -27,6 +27,7 @@ from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .break_locations import user_frame
 from .calls import call_value
+from .context import break_in_outside_autocast
 from .data_alias import store_data
 from .caught_exceptions import Handling, attribute_error_context, follow_handler, give_up_handlers, reraised_here
 from .graph import OutputGraph
@@ -142,8 +143,8 @@ class Translator:
                         e.callee_break.root_index = break_before_generator_cms(self.output, e.root_index)
             if self.parent is None and getattr(e, "made_site", None) is not None and e.root_index is not None:
                 e.root_index = break_before_generator_cms(self.output, min(e.root_index, e.made_site))
-            if self.parent is None and finalizers_pending(self.output):  # NOTE [Generators with finalizers
-                e = _frame_eager(e)  # traced lazily] in lazy_generators.py
+            if self.parent is None and (finalizers_pending(self.output) or break_in_outside_autocast(self.output, e)):
+                e = _frame_eager(e)  # NOTE [Generators with finalizers traced lazily], [Autocast objects open outside]
             if self.parent is None and getattr(e, "retry_lazy", None) is None:  # a user exception ends it too
                 check_random_run_aheads(self.output, e.root_index if isinstance(e, Unsupported) else None)  # NOTE [Random draws of run-ahead generators]
             raise e
@@ -644,8 +645,7 @@ class Translator:
 
 
 def _frame_eager(e: Exception) -> Unsupported:
-    """A break or an exception at the root while a generator with finalizers made by the trace has not ended:
-    the frame runs eagerly (NOTE [Generators with finalizers traced lazily] in lazy_generators.py)."""
+    """A break or an exception at the root while a generator with finalizers made here has not ended: eager."""
     if isinstance(e, UserException):
         e = finalizer_break(f"{type(e.exc).__name__} raised while a generator with finalizers made here has "
                             "not ended: the frame runs as Python").with_stack(e.user_stack)
