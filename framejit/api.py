@@ -445,7 +445,7 @@ def mark_static(tensor: torch.Tensor, dim: int | list | tuple | None = None) -> 
 def _mark(tensor: torch.Tensor, dim, attr: str) -> None:
     dims = [dim] if isinstance(dim, int) else list(dim)
     for d in dims:
-        if not isinstance(d, int) or not -tensor.dim() <= d < max(tensor.dim(), 1):
+        if not isinstance(d, int) or not -tensor.dim() <= d < tensor.dim():  # none of a 0-d tensor's
             raise IndexError(f"dimension {d!r} out of range for a tensor of {tensor.dim()} dimensions")
     marked = set(getattr(tensor, attr, ()) or ())
     marked.update(d % tensor.dim() for d in dims)

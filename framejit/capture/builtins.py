@@ -21,7 +21,7 @@ from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, i
 from .sym_arith import SYM_MATH, is_sym, symbolic
 from . import lazy_combinators
 from .float_calls import float_call
-from .folded_results import modular_pow
+from .folded_results import index_of, modular_pow
 from .lazy_generators import drain_whole
 from .values.base import MADE_ORDER
 from .values.containers import dict_iterator, drain_lent, drain_zipped, drawn_ahead_checked, iterates_as_tuple, \
@@ -288,8 +288,8 @@ def _row_number(tx, i: int, start: Any) -> Value:
 @handles(enumerate)
 def _enumerate(tx, args, kwargs):
     start = args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))
-    if not (is_sym(start) and isinstance(start.sym, torch.SymInt)):  # a symbolic int start (position ids
-        start = start.as_constant()  # from an offset) stays symbolic: its rows are `start + i`
+    if not (is_sym(start) and isinstance(start.sym, torch.SymInt)):  # a symbolic int start (position ids from
+        start = index_of(start.as_constant())  # an offset) stays symbolic: rows `start + i`; eager's TypeError
     watch = lazy_combinators.watch(tx, args[:1])  # NOTE [Lazy combinators]
     column, = drain_lent(tx, args[:1])  # NOTE [Lent iterators]
     rows = IteratorValue([TupleValue([_row_number(tx, i, start), v]) for i, v in enumerate(column)])

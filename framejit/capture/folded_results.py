@@ -100,6 +100,15 @@ def _breaks_for_symbolic_ints(out, fn: Callable, args: list[Value], kwargs: dict
                                                       "Python, so the int stays symbolic")
 
 
+def index_of(value: Any) -> Any:
+    """`operator.index(value)` with eager's TypeError raised as the user's: enumerate's start (review revK MED-2:
+    `enumerate(xs, 0.5)` counted 0.5, 1.5 where eager raises TypeError)."""
+    try:
+        return operator.index(value)
+    except TypeError as e:
+        raise UserException(e) from None
+
+
 _SMALL_EXPONENT = 64
 
 

@@ -103,3 +103,16 @@ def test_math_function_breaks_only_without_fullgraph():
     """With fullgraph=True (no graph break by choice) the call is folded, as before: values right."""
     assert _run(lambda x, n: x * math.gcd(n, 6), VALUES[:3], fullgraph=True) == 3
     assert _run(lambda x, n: x * math.factorial(n), (1, 2, -1, 3)) == 3  # ValueError of -1 raised as eager
+
+
+@pytest.mark.parametrize("start", [0.5, "a", None, True, 2])
+def test_enumerate_start_is_an_index_as_in_eager(start):
+    """Review revK MED-2: `enumerate(xs, 0.5)` counted 0.5, 1.5 in compiled code where eager raises TypeError
+    ('float' object cannot be interpreted as an integer); a str or None start too. An int or bool start counts
+    as eager does."""
+    def rows(x, s):
+        return [x * i for i, _ in enumerate([x, x], s)]
+    compiled = framejit.compile(rows, backend="eager")
+    for _ in range(2):
+        x = torch.randn(2)
+        assert _same(_outcome(compiled, x, start), _outcome(rows, x, start))

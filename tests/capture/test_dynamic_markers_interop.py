@@ -79,3 +79,10 @@ def test_a_dimension_marked_by_both_keeps_the_bounds_given():
         with pytest.raises(framejit.ConstraintViolationError):
             compiled(x)
         framejit.reset()
+
+
+def test_marking_a_dimension_of_a_0d_tensor_names_the_dimension():
+    """Review revK LOW: `framejit.mark_dynamic` of a 0-d tensor raised ZeroDivisionError."""
+    with pytest.raises(IndexError, match="dimension 0 out of range for a tensor of 0 dimensions"):
+        framejit.mark_dynamic(torch.tensor(1.0), 0)
+    framejit.mark_static(torch.tensor(1.0))  # every dimension of none: nothing to mark
