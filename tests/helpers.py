@@ -375,6 +375,17 @@ def without_dropout(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+class LogRecords(logging.Handler):
+    """Keeps (pathname, lineno, funcName, message) of each record: where a `stacklevel` points."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[tuple] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.pathname, record.lineno, record.funcName, record.getMessage()))
+
+
 class _BreakRecords(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)

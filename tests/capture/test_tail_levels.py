@@ -12,17 +12,12 @@ import warnings
 import torch
 
 import framejit
+from tests.helpers import LogRecords
 
 _LOG = logging.getLogger("framejit_test_tail_levels")
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[tuple] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append((record.pathname, record.lineno, record.funcName, record.getMessage()))
+_Records = LogRecords
 
 
 def _caller(f, x):

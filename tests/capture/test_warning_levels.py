@@ -14,18 +14,12 @@ import pytest
 import torch
 
 import framejit
-from tests.helpers import CountingBackend
+from tests.helpers import CountingBackend, LogRecords
 
 _LOG = logging.getLogger("framejit_test_warning_levels")
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[tuple] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append((record.pathname, record.lineno, record.funcName, record.getMessage()))
+_Records = LogRecords
 
 
 def _caller(f, x):
