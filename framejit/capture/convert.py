@@ -23,6 +23,7 @@ from .. import config, logs
 from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .tensor_subclasses import plain_tensor, subclass_boundary
+from .torch_function_inline import fresh_trace
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import frame_reader_break, reads_own_locals
@@ -102,7 +103,8 @@ def _convert_once(fn, args: tuple, kwargs: dict, request: CompileRequest, dynami
     output.default_device = output.entry_default_device = sole_device_mode_device()
     try:
         with _quiet_fake_tensor_errors(), traced_without_mode(output.default_device), cached_calls.conversion(), \
-                _saved_hooks_held_back():  # NOTE [Saved-tensors hooks while tracing]
+                _saved_hooks_held_back(), fresh_trace():  # NOTE [Saved-tensors hooks while tracing], [Gated
+            # values counted per trace] in torch_function_inline.py
             entry = _convert(fn, shape, args, kwargs, request, output)  # NOTE [Cached calls counted as eager counts them]
     except _RetryLazy:
         raise

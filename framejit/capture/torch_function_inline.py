@@ -39,6 +39,8 @@ in the trace (a break for every tensor), iteration over such a tensor.
 """
 from __future__ import annotations
 
+import contextlib
+
 from typing import Any
 
 import torch
@@ -159,6 +161,21 @@ class Stepping:
 
 
 STEPPING = Stepping()
+
+
+# NOTE [Gated values counted per trace]: `live` (route_call's and operator_call's fast exit) counted the gated
+# values made so far in the PROCESS, so after one trace of a subclass every later trace of any function took
+# the routing path, which reads the classes of every call's arguments: later frames recompiled where they did
+# not before (a list appended per call: 6 compiles for 1) and a user's __getattribute__ saw `__class__` reads
+# (the fresh-clone CI's order-dependent failures after test_constant_reprs). Gated values live in one trace,
+# so each frame's trace starts the count at 0 (restored after: a trace inside another keeps the outer's).
+@contextlib.contextmanager
+def fresh_trace():
+    saved, _STATE.live = _STATE.live, 0
+    try:
+        yield
+    finally:
+        _STATE.live = saved
 
 
 class _Disabled:
