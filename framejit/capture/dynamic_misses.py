@@ -29,17 +29,6 @@ def older_entry_sizes(entries: list, explain: Callable, changed_value: Callable)
     return []
 
 
-# NOTE [Sizes that changed beside another miss] (hhuntD MED-5): a miss whose newest entry fails first on
-# something else (a bool attribute: a KV cache's `is_initialized` between prefill and decode) marked no size,
-# though the same entry's checks of a tensor's size fail too. In gpt2 generate() the `attention_mask` a
-# second generate passes was traced static at its decode step (size 6), then symbolic at the next one: one
-# compilation more than stock torch.compile, whose frame state marks every size that differs from the last
-# trace's, whatever else changed. The newest entry's failing size checks mark their dims too (a size of 1
-# still specialises as ever).
-def sizes_beside(failures: list) -> list:
-    return [f for f in failures if f.guard.kind == "TENSOR_SHAPE"]
-
-
 # NOTE [A failed trace records its sizes]: a trace that breaks a mark_dynamic contract raises
 # ConstraintViolationError and installs no entry (NOTE [Broken mark_dynamic contracts] in shapes.py). Stock
 # torch.compile has recorded the sizes of the call in its frame state all the same, so its next call sees

@@ -39,8 +39,7 @@ from . import changing_strings, frame_cache
 from .breaks import DISABLED, TracerInterop, fx_tracing
 from .codegen import frame_signature
 from .convert import convert_frame
-from .dynamic_misses import (RaisedAtSymbolicOp, failed_traces_kept, failures_of_failed_trace, older_entry_sizes,
-                             sizes_beside)
+from .dynamic_misses import RaisedAtSymbolicOp, failed_traces_kept, failures_of_failed_trace, older_entry_sizes
 from .entry_checks import sizes_kept
 from .module_frame import module_call
 from .numpy_scalars import numpy_scalar_text
@@ -367,8 +366,6 @@ class FrameHook(TracerInterop):
         failures = []
         if failure is not None and changed_value(failure):
             failures = explain(self.entries[0])
-        elif failure is not None:  # NOTE [Sizes that changed beside another miss] in dynamic_misses.py
-            failures = sizes_beside(explain(self.entries[0]))
         if not any(f.guard.kind in ("TENSOR_SHAPE", *layout) for f in failures):
             failures = failures + older_entry_sizes(self.entries, explain, changed_value)  # NOTE [Automatic
         failures = failures + failures_of_failed_trace(self, explain)  # dynamic across entries], [A failed trace
