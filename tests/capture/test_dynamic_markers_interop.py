@@ -68,19 +68,6 @@ def test_stock_torch_compile_honours_framejits_mark_and_range():
     torch._dynamo.reset()
 
 
-def test_a_dimension_marked_by_both_keeps_the_bounds_given():
-    """framejit's unbounded marker then torch's bounded one on the same dimension: the bounds hold whatever
-    order the marker set iterates in (both compilers read the ranges)."""
-    for _ in range(4):
-        compiled = framejit.compile(scale, backend=CountingBackend())
-        x = torch.randn(80, 3)
-        framejit.mark_dynamic(x, 0)
-        torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
-        with pytest.raises(framejit.ConstraintViolationError):
-            compiled(x)
-        framejit.reset()
-
-
 def test_marking_a_dimension_of_a_0d_tensor_names_the_dimension():
     """Review revK LOW: `framejit.mark_dynamic` of a 0-d tensor raised ZeroDivisionError."""
     with pytest.raises(IndexError, match="dimension 0 out of range for a tensor of 0 dimensions"):
