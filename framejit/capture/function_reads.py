@@ -45,7 +45,11 @@ def guard_reads(output, fn: types.FunctionType) -> None:
 
 
 def is_whole_torch_function(target: Any) -> bool:
-    return type(target) is types.FunctionType and (getattr(target, "__module__", None) or "").startswith("torch")
+    """A Python function of a torch module: by its `__module__` and by the module whose globals it runs in (a
+    user function wrapped by `functools.update_wrapper(fn, torch.mean)`, a `@implements(torch.mean)` entry of a
+    __torch_function__ table, has torch's `__module__` but runs the user's code)."""
+    return type(target) is types.FunctionType and (getattr(target, "__module__", None) or "").startswith("torch") \
+        and str(target.__globals__.get("__name__", "")).startswith("torch")
 
 
 @functools.lru_cache(maxsize=1024)

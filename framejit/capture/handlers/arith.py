@@ -86,7 +86,8 @@ def binary_slice(tx, inst):
     stop = tx.pop()
     start = tx.pop()
     obj = tx.pop()
-    tx.push(getitem(tx, obj, build_slice([start, stop])))
+    key = build_slice([start, stop])
+    tx.push(_routed(tx, operator.getitem, obj, key) or getitem(tx, obj, key))
 
 
 @op("BUILD_SLICE")

@@ -453,11 +453,11 @@ def value_key_fields(key: Any) -> tuple | None:
 
 
 def _function_key(key: Any) -> bool:
-    """A plain function, or a builtin one that is no method of an object (`torch.relu`, `math.exp`; `lst.append`
-    is not: NOTE [Functions as dict keys])."""
+    """A plain function, an unbound method of a C class (`torch.Tensor.mul`, a __torch_function__ table's key), or a
+    builtin function that is no method of an object (`torch.relu`; not `lst.append`: NOTE [Functions as dict keys])."""
     owner = getattr(key, "__self__", None)
-    return type(key) is types.FunctionType or type(key) is types.BuiltinFunctionType and \
-        (owner is None or isinstance(owner, (types.ModuleType, type)))
+    return type(key) in (types.FunctionType, types.MethodDescriptorType, types.WrapperDescriptorType) or \
+        type(key) is types.BuiltinFunctionType and (owner is None or isinstance(owner, (types.ModuleType, type)))
 
 
 # NOTE [Classes as dict keys]: registries keyed by classes or tuples of classes are common library code
