@@ -48,6 +48,8 @@ def compile(model: Callable | None = None, *, backend: str | Callable = "eager",
     if versions.unsupported_reason() is not None:  # another CPython: the model runs eagerly (versions.py)
         return versions.eager_compile(model, stacklevel=4)
     request = _make_request(backend, fullgraph, dynamic, options, mode)
+    from .backends.hook_dicts import install
+    install()  # NOTE [Hooks of activations a None reaches] (backends/hook_dicts.py): before any trace
     if model is None:
         return lambda m: _compile_one(m, request)
     return _compile_one(model, request)

@@ -284,6 +284,7 @@ def skip_after_none(node, hooked: tuple) -> None:
 def skip_hooks_above(nodes: list) -> None:
     """NOTE [A joint no gradient reaches]: the hooks of the leaves at or above `nodes` (up to the next joints'
     nodes, which skip their own) skip the None they get next."""
+    from .hook_dicts import hook_dicts
     from .joint_outputs import _JOINT_NODES
     seen, stack = set(), list(nodes)
     while stack:
@@ -295,7 +296,10 @@ def skip_hooks_above(nodes: list) -> None:
         if leaf is not None:
             if leaf._backward_hooks or leaf._post_accumulate_grad_hooks:
                 skip_hooks_once(leaf)
-        elif type(node).__name__ not in _JOINT_NODES:
+            continue
+        for hooks in hook_dicts(node):  # NOTE [Hooks of activations a None reaches] (hook_dicts.py)
+            skip_dict_once(hooks)
+        if type(node).__name__ not in _JOINT_NODES:
             stack.extend(f for f, _ in node.next_functions)
         else:  # the next joint: skips its own where it then gets no gradient at all (skip_after_none)
             node.__dict__[_NONE_TASK] = torch._C._current_graph_task_id()
@@ -363,12 +367,8 @@ _SKIP = "_framejit_skip_none_once"
 
 def skip_hooks_once(t) -> None:
     """NOTE [Hooks of inputs no backward reaches]: `t`'s hooks skip their next call when it brings None."""
-    hooks = t._backward_hooks
+    skip_dict_once(t._backward_hooks)
     post = t._post_accumulate_grad_hooks if t.is_leaf else None
-    if hooks:
-        for key, fn in list(hooks.items()):
-            if not getattr(fn, _SKIP, False) and not _group_of_all(fn):
-                hooks[key] = _once(hooks, key, fn, None)
     if post and not all(getattr(fn, _SKIP, False) for fn in post.values()):
         state = [False]  # whether the gradient that reached t's tensor hooks was None
 
@@ -380,6 +380,14 @@ def skip_hooks_once(t) -> None:
         for key, fn in list(post.items()):
             if not getattr(fn, _SKIP, False):
                 post[key] = _once(post, key, fn, state)
+
+
+def skip_dict_once(hooks) -> None:
+    """skip_hooks_once's part for the tensor hooks `hooks` (a tensor's `_backward_hooks`, or None)."""
+    if hooks:
+        for key, fn in list(hooks.items()):
+            if not getattr(fn, _SKIP, False) and not _group_of_all(fn):
+                hooks[key] = _once(hooks, key, fn, None)
 
 
 # NOTE [Multi-grad hooks over inputs no backward reaches]

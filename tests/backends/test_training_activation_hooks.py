@@ -1,0 +1,160 @@
+"""Tensor hooks on eager activations between compiled blocks that no gradient reaches (NOTE [Hooks of activations
+a None reaches] in framejit/backends/hook_dicts.py), on the eager, onnxrt and triton backends.
+
+`t = ct(x); u = t.relu() * 2; u.register_hook(h); m = cm(u + 1); outs = ch(m, t)`, ct, cm, ch compiled
+separately, and a loss of the head that does not use m: eager's backward never reaches u. The compiled heads'
+node hands m None, mid's node hands none on, and the engine still runs the eager nodes above: u's hook was
+called with None, and a grad-clipping hook (`g.clamp(-1, 1)`) raised AttributeError in the user's backward
+(review revJ H2). Each program runs eagerly and compiled from the same data, 4 steps whose losses use other
+heads; hook calls, grads (None kept) and parameters after AdamW steps are compared."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from tests.backends.training_observe import assert_same, grad_copy, run_observed
+
+BACKENDS = ["eager", "onnxrt", "triton"]
+PLAN = (((0,), 2), ((1,), 2), ((0, 1), 3), ((1,), 3))
+
+
+def _blocks(compile_fn):
+    trunk, mid, h0, h1 = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2)
+    params = [p for m in (trunk, mid, h0, h1) for p in m.parameters()]
+    return params, compile_fn(trunk), compile_fn(mid), compile_fn(lambda m, h: (h0(m), h1(h)))
+
+
+def _logged(calls, tag, clamp=False, strict=True):
+    def hook(g):
+        if g is None and not strict:  # eager's call for the output of a node reached through another output
+            calls.append((tag, None))
+            return None
+        calls.append((tag, round(float(g.sum()), 3)))  # AttributeError on None, as a user's hook
+        return g.clamp(-1, 1) if clamp else None
+    return hook
+
+
+def _train(observed, params, calls, step):
+    opt = torch.optim.AdamW(params, lr=0.1, weight_decay=0.1)
+    for used, n in PLAN:
+        outs = step(n, calls)
+        sum(outs[i].sum() for i in used).backward()
+        observed += [list(calls), [grad_copy(p.grad) for p in params]]
+        calls.clear()
+        opt.step()
+        opt.zero_grad()
+        observed.append([p.detach().clone() for p in params])
+
+
+def _clamp_between(compile_fn, observed):
+    """revJ H2: a clamping hook on u, two eager ops above mid's input."""
+    params, ct, cm, ch = _blocks(compile_fn)
+
+    def step(n, calls):
+        t = ct(torch.randn(n, 4))
+        u = t.relu() * 2
+        u.register_hook(_logged(calls, "u", clamp=True))
+        return ch(cm(u + 1), t)
+    _train(observed, params, [], step)
+
+
+def _block(t, calls):
+    u = t.tanh() * 2
+    u.register_hook(_logged(calls, "dead"))
+    w = u.sigmoid()
+    w.register_hook(_logged(calls, "w", clamp=True))
+    return w - 1
+
+
+def _gone_and_chained(compile_fn, observed):
+    """Hooks registered in a helper on activations that are gone by the backward, two levels up."""
+    params, ct, cm, ch = _blocks(compile_fn)
+
+    def step(n, calls):
+        t = ct(torch.randn(n, 4))
+        return ch(cm(_block(t, calls)), t)
+    _train(observed, params, [], step)
+
+
+def _after_call_and_parts(compile_fn, observed):
+    """Hooks on the two parts of an eager split, registered after mid's call; one part also in the loss
+    through the heads' other input."""
+    params, ct, cm, ch = _blocks(compile_fn)
+
+    def step(n, calls):
+        t = ct(torch.randn(2 * n, 4))
+        a, b = (t * 2).split(n)
+        m = cm(torch.cat([b, a]).relu())
+        a.register_hook(_logged(calls, "a", strict=False))  # eager: called with None where only b gets one
+        b.register_hook(_logged(calls, "b", clamp=True))
+        return ch(m, torch.cat([t[n:], b]))
+    _train(observed, params, [], step)
+
+
+def _multi_grad_between(compile_fn, observed):
+    """Multi-grad hooks (modes "all" and "any") over eager activations that no gradient reaches."""
+    params, ct, cm, ch = _blocks(compile_fn)
+
+    def step(n, calls):
+        t = ct(torch.randn(n, 4))
+        u, w = t.relu() * 2, t.sigmoid()
+        torch.autograd.graph.register_multi_grad_hook(
+            (u, w), lambda gs: calls.append(("all", [None if g is None else round(float(g.sum()), 3) for g in gs])))
+        torch.autograd.graph.register_multi_grad_hook(
+            (u, w), lambda g: calls.append(("any", round(float(g.sum()), 3))), mode="any")
+        return ch(cm(u + w), t)
+    _train(observed, params, [], step)
+
+
+def _grad_and_retained(compile_fn, observed):
+    """torch.autograd.grad(allow_unused=True) over u and mid's weight, then backwards with retain_graph: the
+    first misses mid (u's hook not called), the second reaches it."""
+    params, ct, cm, ch = _blocks(compile_fn)
+    calls = []
+    for n in (2, 2, 3):
+        t = ct(torch.randn(n, 4))
+        u = t.relu() * 2
+        u.register_hook(_logged(calls, "u", clamp=True))
+        a, b = ch(cm(u + 1), t)
+        got = torch.autograd.grad(b.sum(), [u, params[2], params[0]], retain_graph=True, allow_unused=True)
+        observed += [list(calls), [grad_copy(g) for g in got]]
+        b.sum().backward(retain_graph=True)
+        calls.append("---")
+        a.sum().backward()
+        observed += [list(calls), [grad_copy(p.grad) for p in params]]
+        calls.clear()
+        for p in params:
+            p.grad = None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("program", [_clamp_between, _gone_and_chained, _after_call_and_parts,
+                                     _multi_grad_between, _grad_and_retained])
+def test_activation_hooks_where_no_gradient_reaches(backend, program):
+    eager, compiled = run_observed(program, backend, joint_calls=6, backwards=3, lean=True)
+    assert_same(eager, compiled)
+
+
+def test_register_hook_read_from_the_class_is_torchs():
+    """The wrapper is a descriptor: the class entry reads as torch's function (a subclass's __torch_function__
+    gets it), and a bound call registers as before."""
+    import framejit
+    framejit.compile(lambda x: x)
+    seen = []
+
+    class Sub(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return super().__torch_function__(func, types, args, kwargs or {})
+    from framejit.backends.hook_dicts import _ORIGINAL
+    assert torch.Tensor.register_hook is _ORIGINAL and _ORIGINAL.__module__ == "torch._tensor"
+    x = torch.randn(3, requires_grad=True).as_subclass(Sub)
+    (x * 2).register_hook(lambda g: None)
+    assert any(f is torch.Tensor.register_hook for f in seen)
+    y = torch.randn(3, requires_grad=True)
+    z = y * 3
+    z.register_hook(lambda g: g * 2)
+    z.sum().backward()
+    torch.testing.assert_close(y.grad, torch.full((3,), 6.0))
