@@ -9,6 +9,8 @@ import os
 import signal
 import threading
 
+import _signal  # the handlers as set, without signal.py's enum conversions (NOTE [Checks at the recursion limit])
+
 
 # NOTE [Signal handlers while a compiled frame runs]: the same exception raised while an entry's guards
 # are checked, while a miss is explained, or while its graph runs must reach the caller too: not count as a
@@ -25,8 +27,26 @@ import threading
 _OWN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
 
 
-def from_signal_handler(exc: BaseException) -> bool:
-    """Whether `exc` was raised by (a callee of) a Python signal handler installed now."""
+# NOTE [Checks at the recursion limit]: framejit asks this while the user's exception passes a compiled frame, and
+# that frame may sit at the recursion limit: a compiled recursion 300 levels deep on 3.12, where every level costs
+# C stack (Py_C_RECURSION_LIMIT, not sys.setrecursionlimit: the call of the FrameHook object, whose `__call__` is
+# Python; about 490 levels fit under pytest, where eager's plain recursion costs none),
+# raised RecursionError in here (signal.valid_signals()'s enum conversions), which replaced the exception being
+# asked about (the graph's own RecursionError there; any exception of the user's) at every level above (the 3.12 CI's
+# test_traceback_levels failure). The question reads the
+# handlers through _signal (no enum calls), and when it still cannot be answered it answers `unknown`: True
+# where the caller then re-raises the exception unchanged (a graph's exception: no eager rerun), False where it
+# counts the exception as a failed guard or entry condition, as before signal handlers were asked about.
+def from_signal_handler(exc: BaseException, unknown: bool = True) -> bool:
+    """Whether `exc` was raised by (a callee of) a Python signal handler installed now; `unknown` where the
+    recursion limit leaves no room to tell (NOTE [Checks at the recursion limit])."""
+    try:
+        return _from_signal_handler(exc)
+    except RecursionError:
+        return unknown
+
+
+def _from_signal_handler(exc: BaseException) -> bool:
     tb = exc.__traceback__
     if tb is None or threading.current_thread() is not threading.main_thread():
         return False
@@ -49,15 +69,15 @@ def from_signal_handler(exc: BaseException) -> bool:
 
 def reraise_if_from_signal_handler(e: Exception) -> None:
     """For an `except Exception` that takes the exception for a failed guard or a failed graph."""
-    if from_signal_handler(e):
+    if from_signal_handler(e, unknown=False):
         raise e
 
 
 def python_handlers() -> dict:
     handlers = {}
-    for signum in signal.valid_signals():
+    for signum in _signal.valid_signals():
         try:
-            handler = signal.getsignal(signum)
+            handler = _signal.getsignal(signum)
         except (OSError, ValueError):
             continue
         if callable(handler) and handler is not signal.default_int_handler:
