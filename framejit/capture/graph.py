@@ -299,7 +299,7 @@ class OutputGraph:
             raise Unsupported(BreakKind.UNSUPPORTED_VALUE,
                               f"tensor with a lazy {'conjugation' if tensor.is_conj() else 'negation'} bit "
                               f"at {source.describe()} (resolve_conj()/resolve_neg() it first)")
-        from .shapes import dynamic_dims, is_symbolic, symbolic_fake  # NOTE [Symbolic shapes]
+        from .shapes import arrived_layout, dynamic_dims, is_symbolic, symbolic_fake  # NOTE [Symbolic shapes]
         dims = dynamic_dims(self, tensor, source.describe()) if tensor.dim() and not tensor.is_sparse else {}
         fake = symbolic_fake(self, tensor, source.expr(self.names), dims) if dims else None
         if not tensor.is_sparse:  # NOTE [Changing offsets of scalar views], NOTE [Changing offsets of rows]
@@ -317,7 +317,7 @@ class OutputGraph:
         value = TensorValue(node, fake, source, type(tensor))
         entry = GraphInput(source, tensor, value)
         if symbolic:  # NOTE [Guards describe inputs as they arrived] (shapes.py)
-            entry.layout = (tuple(fake.shape), tuple(fake.stride()), fake.storage_offset())
+            entry.layout = arrived_layout(fake)
         self.inputs.append(entry)
         self._by_id[id(tensor)] = entry
         return self.remember(source, value)

@@ -553,7 +553,47 @@ def shape_guards(out) -> list[Guard]:
     try:
         return _relation_guards(out, env, inputs)
     except _Unbound:
+        pass
+    based = [(i, occ + _base_occurrences(out, i)) for i, occ in inputs]  # NOTE [Symbols of a view's base]
+    try:
+        return _relation_guards(out, env, based) + _static_base_guards(out, based)
+    except _Unbound:
         return _pinned_guards(out, inputs)
+
+
+def arrived_layout(fake: torch.Tensor) -> tuple:
+    """Sizes, strides and offset of a symbolic input's fake as wrapped, and its base's (or None): NOTE [Guards
+    describe inputs as they arrived], NOTE [Symbols of a view's base]."""
+    base = fake._base
+    based = None if base is None else (tuple(base.shape), tuple(base.stride()), base.storage_offset())
+    return tuple(fake.shape), tuple(fake.stride()), fake.storage_offset(), based
+
+
+# NOTE [Symbols of a view's base]: the fake of an input that is a view (`torch.randn(3, n).t()`,
+# `torch.randn(n + 2, 3)[1:-1]`) is made as a view of a fake base whose sizes are symbols of their own (torch's
+# MetaConverter), and its storage's size is written with them. An in-place metadata op of the view
+# (`x.unsqueeze_(0)`, `x.t_()`, `as_strided_`) checks that the new view fits the storage, a guard such as
+# `12*s93 <= 4*s29*s68` whose s29, s68 no occurrence of the input names. Such guards used to fall back to
+# pinning every size by value: one entry per size, then eager at the recompile limit (review revK MED-1;
+# stock 2 compiles). The base's sizes, strides and offset are then bound to `x._base.size(d)` etc., as torch
+# gives them a source; a later call whose x is not a view fails the guard (it raises) and recompiles. They are
+# bound only when a guard needs them, so a view input's entry does not otherwise check its base.
+def _base_occurrences(out, inp) -> list[tuple[str, Any, str]]:
+    if inp.layout is None or inp.layout[3] is None or type(inp.tensor) is not torch.Tensor:
+        return []  # a subclass's base: read through its own __torch_function__, left pinned
+    sizes, strides, offset = inp.layout[3]
+    e = inp.source.expr(out.names) + "._base"
+    occ = [(f"{e}.size({d})", s, f"size of dim {d} of the base") for d, s in enumerate(sizes)]
+    occ += [(f"{e}.stride({d})", s, f"stride of dim {d} of the base") for d, s in enumerate(strides)]
+    occ.append((f"{e}.storage_offset()", offset, "storage offset of the base"))
+    return occ
+
+
+def _static_base_guards(out, inputs) -> list[Guard]:
+    """A base's static sizes: no tensor guard checks them (NOTE [Symbols of a view's base])."""
+    return [_guard(out, f"{text} == {int(sym)}", inp.source.describe(), f"{what} == {int(sym)}", text, "")
+            for inp, occ in inputs for text, sym, what in occ
+            if "._base." in text and not isinstance(sym, (torch.SymInt, torch.SymFloat))]
 
 
 # NOTE [Guards describe inputs as they arrived]: an in-place op of the trace may change an input's sizes or
@@ -571,7 +611,7 @@ def _occurrences(out, inp) -> list[tuple[str, Any, str]]:
     if isinstance(fake, torch.Tensor):
         if inp.layout is None:
             return []
-        sizes, strides, offset = inp.layout
+        sizes, strides, offset = inp.layout[:3]
         from .tensor_subclasses import metadata_expr  # NOTE [Guards read subclass tensors as Tensors]
         e = metadata_expr(out, inp.tensor, e)[1]
         occ = [(f"{e}.size({d})", s, f"size of dim {d}") for d, s in enumerate(sizes)]
