@@ -300,8 +300,9 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         data = _input_data(tx, t) if data is None else data
         return tx.output.call("call_method", "detach", (t,), {}) if data is None else data
     attr = getattr(torch.Tensor, name, None)
-    if attr is None:
-        return _tensor_python_attr(tx, t, name)
+    if attr is None:  # stored in the trace first: NOTE [Attributes stored on tensors]
+        from .tensor_attrs import stored_or
+        return stored_or(tx.output, t, name, lambda: _tensor_python_attr(tx, t, name))
     if callable(attr):
         _guard_tensor_method(tx, t, name)
         if _patched_tensor_method(attr):
@@ -359,9 +360,8 @@ def _guard_tensor_method(tx, t: TensorValue, name: str) -> None:
 
 
 def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
-    """A name torch.Tensor does not define: a Python attribute in the tensor's own `__dict__`, or absent
-    (guarded as absent: NOTE [Lookup facts]). Tensors made inside the graph have no such attributes.
-    Either way no class of the tensor's MRO has `name` (`torch.Tensor.name = f` after the first call)."""
+    """A name torch.Tensor does not define: a Python attribute in the tensor's own `__dict__`, or absent (guarded:
+    NOTE [Lookup facts]); either way no class of its MRO has `name` (`torch.Tensor.name = f` after the first call)."""
     cls = t.python_type()
     guard_tensor_getattribute(tx, cls)  # NOTE [Python attributes of tensors past a patched __getattribute__]
     lookup.guard_mro(tx.output, cls)

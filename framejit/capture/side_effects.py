@@ -39,8 +39,8 @@ import torch
 from .breaks import BreakKind, Unsupported
 from .lookup import is_module_default
 from .sources import AttrSource, GlobalSource
-from .values import (ConstantValue, DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, TupleValue,
-                     UserFunctionValue, Value)
+from .values import (ConstantValue, DictValue, ListValue, NNModuleValue, ObjectValue, SetValue, TensorValue,
+                     TupleValue, UserFunctionValue, Value)
 
 
 # NOTE [Stores under a dict the trace holds]: an object's `__dict__` (or a module's, or the frame's
@@ -417,7 +417,11 @@ class SideEffects:
         result += [v for _, v in self.cells.values()]
         result += [v for tensor, hook, _ in self.tensor_hooks for v in (tensor, hook)]
         result += [v for _, _, _, v in self.item_writes]
-        return result
+        return result + self._made_targets()  # last: no write takes their temporaries (_bind_targets loads them)
+
+    def _made_targets(self) -> list[Value]:
+        """Tensors the graph made that an attribute store writes (NOTE [Attributes stored on tensors])."""
+        return [obj for obj, _, _ in self.attrs.values() if obj.source is None and isinstance(obj, TensorValue)]
 
     def emit(self, rebuild) -> None:
         """Emit the replay with `rebuild` (a codegen.Reconstructor).
@@ -433,7 +437,7 @@ class SideEffects:
             temps.append(f"___effect{len(temps)}")
             cg.store_fast(temps[-1])
         pending = iter(temps)
-        self._targets = self._bind_targets(cg)
+        self._targets = self._bind_targets(rebuild)
         self._emit_container_writes(cg, pending)
         self._emit_attribute_writes(cg, pending)
         self._emit_global_and_cell_writes(cg, pending)
@@ -447,8 +451,10 @@ class SideEffects:
     # `box["o"].n += 1; box["o"] = o2` on o2 (review revX HIGH-2). Every target of a container, attribute or
     # item write, and every iterator moved, is loaded into a temporary before the first write, so each write
     # lands on the object the trace saw.
-    def _bind_targets(self, cg) -> dict[int, str]:
-        """A temporary per write target (by the identity of its value), loaded from its source."""
+    def _bind_targets(self, rebuild) -> dict[int, str]:
+        """A temporary per write target (by the identity of its value), loaded from its source (a tensor the
+        graph made: its graph output)."""
+        cg = rebuild.cg
         objects = [c if getattr(c, "list_object", None) is None else c.list_object
                    for c, _, _ in self._container_writes()]
         objects += [obj for obj, _, _ in self.attrs.values()] + [obj for obj, _, _, _ in self.item_writes]
@@ -458,6 +464,11 @@ class SideEffects:
             if id(obj) not in targets and getattr(obj, "source", None) is not None:
                 targets[id(obj)] = f"___effect_target{len(targets)}"
                 obj.source.reload(cg)
+                cg.store_fast(targets[id(obj)])
+        for obj in self._made_targets():
+            if id(obj) not in targets:
+                targets[id(obj)] = f"___effect_target{len(targets)}"
+                rebuild.emit(obj)
                 cg.store_fast(targets[id(obj)])
         return targets
 

@@ -314,6 +314,15 @@ def operator_call(tx, op: Any, operands: list) -> Any:
     return _dispatch(tx, cls, op, list(operands), {}, exact=False)
 
 
+def iterate_gated(tx, t: Value) -> Any:
+    """`iter(t)` of a gated tensor: torch's `Tensor.__iter__` inlined (it checks no __torch_function__ itself;
+    its `self.dim()` and `self.unbind(0)` are routed as eager calls them), or None for other tensors."""
+    if not isinstance(t, GatedTensorValue) or _STATE.disabled:
+        return None
+    from .values import UserFunctionValue
+    return tx.inline(UserFunctionValue(torch.Tensor.__iter__), [t], {})
+
+
 def _dispatch(tx, cls: type, callable_: Any, args: list, kwargs: dict, exact: bool) -> Any:
     recorded = _probe(tx, cls, callable_, args, kwargs)
     if recorded is None:
@@ -537,7 +546,8 @@ def _convert(tx, value: Value, cls: type, args: list) -> Value:
         made.cls, made.wrap_grad = cls, tx.output.grad_enabled
         return gate(made)
     if isinstance(value, (TupleValue, ListValue)) and issubclass(value.cls, (tuple, list)):
-        if value.cls not in (tuple, list) and getattr(value.cls, "__module__", None) != "torch.return_types":
+        if value.cls not in (tuple, list, torch.Size) and \
+                getattr(value.cls, "__module__", None) != "torch.return_types":
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"torch's _convert of a {value.cls.__qualname__} result")
         items = [_convert(tx, v, cls, args) for v in value.items]  # `type(ret)(...)`: a torch.return_types kept
         return TupleValue(items, None, value.cls) if isinstance(value, TupleValue) else ListValue(items, None, value.cls)

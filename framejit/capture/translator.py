@@ -28,7 +28,7 @@ from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .break_locations import user_frame
 from .calls import call_value
 from .context import break_in_outside_autocast
-from .data_alias import store_data
+from .tensor_attrs import store_on_tensor
 from .caught_exceptions import Handling, attribute_error_context, follow_handler, give_up_handlers, reraised_here
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
@@ -352,8 +352,8 @@ class Translator:
         return self.call_method_of(obj, name, args, kwargs)
 
     def store_attr(self, obj: Value, name: str, value: Value) -> None:
-        if name == "data" and store_data(self.output, obj, value):
-            return  # NOTE [Stores to the .data of inputs] in data_alias.py
+        if store_on_tensor(self.output, obj, name, value):
+            return  # NOTE [Stores to the .data of inputs] in data_alias.py, NOTE [Attributes stored on tensors]
         if isinstance(obj, DictValue) and obj.source is None and obj.cls is collections.OrderedDict:
             from .modules import store_into_new_ordered_dict  # NOTE [Attributes of OrderedDicts made while
             store_into_new_ordered_dict(self, obj, name, value)  # tracing]

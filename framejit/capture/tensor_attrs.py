@@ -1,0 +1,81 @@
+"""Python attributes stored on tensors in the trace (NOTE [Attributes stored on tensors]).
+
+NOTE [Attributes stored on tensors]: `y.tag = v` on a tensor (made by the graph, or a graph input) was a graph
+break for every tensor, so a tensor subclass whose `__torch_function__` tags its results (`out.tag =
+func.__name__`, inlined: NOTE [Inlined __torch_function__]) broke at every op, and so did user code that marks
+a tensor (`y.scale = s`). A store of a name that no class of the tensor's MRO defines (a data descriptor such as
+`grad` or `requires_grad`, a method, a `__slots__` entry: those keep their own paths or break), through a class
+whose `__setattr__` is Tensor's own, is a plain write into the tensor's instance dict: it is recorded as an
+attribute store (side_effects.attrs) replayed after the graph on the tensor itself (a graph output, loaded as
+the value it is: NOTE [Write targets bound before the writes]; an input reloaded from its source), so the
+object eager returns or keeps has the attribute. The facts it relies on are guarded: the class's `__setattr__`
+and the absence of `name` on every class of the MRO (lookup.guard_plain_store). A later read of the name in
+the same trace (`y.tag`, `getattr(y, "tag", d)`, `hasattr`) answers the stored value (`stored_attr`, called
+first by attributes._tensor_python_attr). The store is keyed by the tensor's identity in the trace: its fake
+tensor for a tensor the graph made (an in-place op, `x.float()` of a float32 x and torch's `_convert` of an
+argument return the same fake, as eager returns the same object), the real object for an input. A read of the
+tensor's whole `__dict__` (`vars(y)`) is a break as before; so is `del y.tag`.
+Cost: a tensor the graph made and tagged becomes a graph output even when nothing else keeps it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .values.base import Value
+from .values.tensor import TensorValue
+
+
+def _fake_of(t: TensorValue) -> Any:
+    """The fake tensor of `t`, read past the gate of an inlined subclass (no user code runs for it)."""
+    return t.__dict__.get("_fake", t.__dict__.get("fake"))
+
+
+def _key_object(out, t: TensorValue) -> Any:
+    """What identifies the object `t` stands for: the real tensor of an input, the fake of a tensor the graph
+    made; None when neither is known (the caller breaks)."""
+    if t.source is not None:
+        return next((i.tensor for i in out.inputs if i.value is t), None)
+    return _fake_of(t)
+
+
+def store_on_tensor(out, t: Value, name: str, value: Value) -> bool:
+    """`t.name = value` on a tensor recorded for the replay after the graph (`.data`: NOTE [Stores to the .data
+    of inputs]); False when it is not such a store (the caller takes its own path, a break)."""
+    from . import lookup
+    if not isinstance(t, TensorValue):
+        return False
+    if name == "data":
+        from .data_alias import store_data
+        return store_data(out, t, value)
+    cls = t.python_type()
+    if not isinstance(name, str) or (name.startswith("__") and name.endswith("__")) or \
+            not issubclass(cls, torch.Tensor) or lookup.mro_lookup(cls, name)[0] is not None:
+        return False
+    if lookup.mro_lookup(cls, "__setattr__")[1] is not object.__setattr__:
+        return False  # a class of the tensor defines __setattr__: NOTE [Custom __setattr__] paths or a break
+    if cls.__dictoffset__ == 0:
+        return False
+    key_object = _key_object(out, t)
+    if key_object is None:
+        return False
+    if t.source is not None and out.side_effects._held_dict(getattr(key_object, "__dict__", None)) is not None:
+        return False  # the trace holds the input's __dict__ as a dict (NOTE [Stores under a dict the trace holds])
+    lookup.guard_plain_store(out, cls, name)
+    se = out.side_effects
+    se.version += 1
+    key = (id(key_object), name)
+    se._mark(("attr",) + key)
+    se.attrs[key] = (t, name, value)  # a store again keeps its first place: the instance dict's order
+    se.raw_attrs.discard(key)
+    se.__dict__.setdefault("tensor_attr_objects", {})[id(key_object)] = key_object  # kept alive: ids stay unique
+    return True
+
+
+def stored_or(out, t: TensorValue, name: str, otherwise) -> Value:
+    """The value the trace stored under `t.name` (NOTE [Attributes stored on tensors]), else `otherwise()`."""
+    objects = out.side_effects.__dict__.get("tensor_attr_objects")
+    key_object = _key_object(out, t) if objects else None
+    entry = out.side_effects.attrs.get((id(key_object), name)) if key_object is not None else None
+    return entry[2] if entry is not None and objects.get(id(key_object)) is key_object else otherwise()
