@@ -92,9 +92,63 @@ def hook_dicts(node) -> list:
     return [hooks for ref, k in entries if k is kind and (hooks := ref()) is not None]
 
 
+# NOTE [Module backward hooks a None reaches]
+# A module called eagerly between compiled blocks (`h = ct(x); u = body2(h); outs = ch(u, h)`) with full backward
+# hooks or pre-hooks: torch's BackwardHook puts identity Functions around its inputs and outputs and registers
+# its hooks on their nodes (`grad_fn.register_hook`, torch/utils/hooks.py). Where no gradient reaches the
+# module in eager, those nodes never run; here the engine runs them with undefined gradients (NOTE [Hooks of
+# activations a None reaches]), and the user's hooks were called with None grad_output (and a zero
+# grad_input). So BackwardHook._apply_on_tensors is wrapped at `install` to register those hooks through a
+# wrapper that skips a call whose incoming gradients are all None on a node the walk of `skip_hooks_above`
+# marked in the current graph task (`mark_module_node`), and hands None on (not the zeros the identity Function
+# materialised, which the skipped hook replaced by None); a call with some gradient runs as in eager. Not
+# covered: a module whose hooks were set up before `install`; a call where the same node also gets a custom
+# Function's None in that backward (eager calls the hooks then) is skipped.
+_MODULE_NODE = "BackwardHookFunctionBackward"
+_MARK = "_framejit_none_task"  # joint_unreached._NONE_TASK
+
+
+def mark_module_node(node) -> None:
+    """NOTE [Module backward hooks a None reaches]: `node`, walked after framejit handed a None."""
+    if type(node).__name__ == _MODULE_NODE:
+        node.__dict__[_MARK] = torch._C._current_graph_task_id()
+
+
+class _Registering:
+    """A BackwardHook node seen by torch's hook setup: its `register_hook` wraps the hook."""
+
+    def __init__(self, node):
+        self._node = node
+
+    def register_hook(self, hook):
+        node_ref = weakref.ref(self._node)
+
+        def hook_unless_unreached(grad_inputs, grad_outputs):
+            node = node_ref()
+            if node is not None and node.__dict__.get(_MARK) == torch._C._current_graph_task_id() and \
+                    all(g is None for g in grad_outputs):
+                return (None,) * len(grad_inputs)  # not the zeros BackwardHookFunction materialised
+            return hook(grad_inputs, grad_outputs)
+        return self._node.register_hook(hook_unless_unreached)
+
+    def __getattr__(self, name):
+        return getattr(self._node, name)
+
+
+def _module_hooks_wrapper(original):
+    def _apply_on_tensors(self, fn, args):
+        return original(self, lambda node: fn(_Registering(node)), args)
+    _apply_on_tensors.__wrapped__ = original
+    return _apply_on_tensors
+
+
 def install() -> None:
     """NOTE [Hooks of activations a None reaches]: from now on; a no-op once done."""
     if not _INSTALLED[0]:
         _INSTALLED[0] = True
         if torch.Tensor.__dict__.get("register_hook") is _ORIGINAL:
             torch.Tensor.register_hook = _Noting()
+        from torch.utils.hooks import BackwardHook  # NOTE [Module backward hooks a None reaches]
+        original = BackwardHook.__dict__.get("_apply_on_tensors")
+        if original is not None and not hasattr(original, "__wrapped__"):
+            BackwardHook._apply_on_tensors = _module_hooks_wrapper(original)

@@ -232,15 +232,14 @@ def _post_hook(plan: list, node_ref):
 # gets its hooks called with it, as in eager). The post-hook of NOTE [Inputs no backward reaches] does the
 # same above each non-leaf input it hands None (`z = body(x)` in eager, then `a, b = heads(x, z)` compiled,
 # `a.backward()`: body's weights' hooks were called with None). The joint's non-leaf inputs are noted at each
-# call (weakly), so that hooks registered on them after the call skip too. Not covered: hooks of non-leaf
-# tensors above such an input (an eager op's output between two joints, or a joint's own output): the
-# engine calls them with None (eager: not at all), so a
-# hook that assumes a tensor raises in the user's backward (`u.register_hook(lambda g: g.clamp(-1, 1))` on
-# `u = ct(x).relu() * 2` feeding `cm(u + 1)`, where no loss uses cm's output: AttributeError on None.clamp;
-# review revJ H2, open). Such hooks hang on eager nodes (the node's tensor pre-hooks), and torch gives no way
-# from a node to them, nor to the tensor (which may be gone while its hooks stay); handing zeros instead
-# (as before) calls them with zeros, still where eager does not, and gives the leaves and joints above zero
-# gradients where eager leaves None. Cost:
+# call (weakly), so that hooks registered on them after the call skip too. Hooks of non-leaf tensors further
+# up (an eager op's output between two joints, `u.register_hook(lambda g: g.clamp(-1, 1))` on `u = ct(x).relu()
+# * 2` feeding `cm(u + 1)`, no loss using cm's output: AttributeError on None.clamp, review revJ H2) are found
+# through the hook dicts `Tensor.register_hook` noted (NOTE [Hooks of activations a None reaches], hook_dicts.py)
+# and skip too, and so do module backward hooks of eager modules there (NOTE [Module backward hooks a None
+# reaches]); what the engine does by running the nodes there stays (hook_dicts.py says what). Handing zeros
+# instead (as before) calls such hooks with zeros, still where eager does not, and gives the leaves and joints
+# above zero gradients where eager leaves None. Cost:
 # lean calls, a check of the gradients per backward and of the non-weight inputs' hooks per call; AOT's
 # callable, a pre-hook and a post-hook; a backward that hands such a None, a walk of the nodes above up to the
 # next joints. The engine frees the node's saved tensors after it ran in a backward without retain_graph, where
@@ -284,7 +283,7 @@ def skip_after_none(node, hooked: tuple) -> None:
 def skip_hooks_above(nodes: list) -> None:
     """NOTE [A joint no gradient reaches]: the hooks of the leaves at or above `nodes` (up to the next joints'
     nodes, which skip their own) skip the None they get next."""
-    from .hook_dicts import hook_dicts
+    from .hook_dicts import hook_dicts, mark_module_node
     from .joint_outputs import _JOINT_NODES
     seen, stack = set(), list(nodes)
     while stack:
@@ -299,6 +298,7 @@ def skip_hooks_above(nodes: list) -> None:
             continue
         for hooks in hook_dicts(node):  # NOTE [Hooks of activations a None reaches] (hook_dicts.py)
             skip_dict_once(hooks)
+        mark_module_node(node)  # NOTE [Module backward hooks a None reaches] (hook_dicts.py)
         if type(node).__name__ not in _JOINT_NODES:
             stack.extend(f for f, _ in node.next_functions)
         else:  # the next joint: skips its own where it then gets no gradient at all (skip_after_none)

@@ -128,8 +128,28 @@ def _grad_and_retained(compile_fn, observed):
             p.grad = None
 
 
+def _module_hooks_between(compile_fn, observed):
+    """Full backward hooks and pre-hooks of an eager module between trunk and mid (NOTE [Module backward hooks a
+    None reaches]); they were called with None grad_output and a zero grad_input."""
+    params, ct, cm, ch = _blocks(compile_fn)
+    em = nn.Linear(4, 4)
+    params += list(em.parameters())
+
+    def sums(xs):
+        return [round(float(x.sum()), 3) for x in xs]  # AttributeError on None, as a user's hook
+    em.register_full_backward_pre_hook(lambda m, go: calls.append(("pre", sums(go))))
+    em.register_full_backward_hook(lambda m, gi, go: (calls.append(("full", sums(gi), sums(go))),
+                                                      tuple(g.clamp(-1, 1) for g in gi))[1])
+    calls = []
+
+    def step(n, calls):
+        t = ct(torch.randn(n, 4))
+        return ch(cm(em(t).tanh()), t)
+    _train(observed, params, calls, step)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("program", [_clamp_between, _gone_and_chained, _after_call_and_parts,
+@pytest.mark.parametrize("program", [_module_hooks_between, _clamp_between, _gone_and_chained, _after_call_and_parts,
                                      _multi_grad_between, _grad_and_retained])
 def test_activation_hooks_where_no_gradient_reaches(backend, program):
     eager, compiled = run_observed(program, backend, joint_calls=6, backwards=3, lean=True)
