@@ -28,6 +28,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
 from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
 from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
+from .tensor_attrs import grad_source, stored_or
 from .getattribute import (custom_getattribute, guard_metaclass_getattribute, guard_tensor_getattribute,
                            inline_getattribute, instance_dict)
 from .vmap_capture import check_grad_fact
@@ -278,7 +279,7 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         if found is not None:
             return found
     if name == "grad" and _input_leaf(tx, t) is not None:
-        return wrap(tx.output, _input_leaf(tx, t).grad, AttrSource(t.source, "grad"))  # NOTE [Gradients of inputs]
+        return wrap(tx.output, _input_leaf(tx, t).grad, grad_source(t))  # NOTE [Gradients of inputs]
     if name in TENSOR_UNSUPPORTED_ATTRS:
         if name == "grad_fn":
             from .tensor_hooks import grad_fn_break  # NOTE [Autograd nodes of a graph's results]
@@ -301,7 +302,6 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         return tx.output.call("call_method", "detach", (t,), {}) if data is None else data
     attr = getattr(torch.Tensor, name, None)
     if attr is None:  # stored in the trace first: NOTE [Attributes stored on tensors]
-        from .tensor_attrs import stored_or
         return stored_or(tx.output, t, name, lambda: _tensor_python_attr(tx, t, name))
     if callable(attr):
         _guard_tensor_method(tx, t, name)

@@ -679,7 +679,8 @@ def drain_whole(tx, value: Value) -> list[Value]:
     if isinstance(value, LazyGeneratorValue):
         return value.remaining(whole=True)
     from .protocol import iterate
-    return iterate(tx, value)
+    from .torch_function_inline import length_hint_gated
+    return length_hint_gated(tx, value, iterate(tx, value))
 
 
 __all__ = ["LazyGenMethodValue", "LazyGeneratorValue", "call_lazy_gen_method", "check_finalizers_at_return",

@@ -436,6 +436,10 @@ def iterate(tx, v: Value) -> list[Value]:
     if isinstance(v, nps.NdarrayValue):  # NOTE [NumPy as torch]
         return nps.iterate(tx, v)
     if isinstance(v, TensorValue):
+        from .torch_function_inline import iterate_gated  # NOTE [Inlined __torch_function__]
+        routed = iterate_gated(tx, v)
+        if routed is not None:
+            return iterate(tx, routed)
         check_tensor_dunder(tx, v, "__iter__")  # NOTE [Patched tensor operators]
         if v.fake.dim() == 0:
             raise UserException(TypeError("iteration over a 0-d tensor"))

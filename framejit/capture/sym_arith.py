@@ -235,7 +235,12 @@ def size_numel(tx, args: list[Value], kwargs: dict) -> Value:
 
 
 def length(tx, v: Value) -> Value | None:
-    """`len(t)` of a tensor whose dim 0 is symbolic (its size) or of a symbolic range, kept symbolic."""
+    """`len(t)` of a tensor whose dim 0 is symbolic (its size) or of a symbolic range, kept symbolic; of a tensor
+    whose class has its own __torch_function__, routed through it (NOTE [Inlined __torch_function__])."""
+    from .torch_function_inline import operator_call
+    routed = operator_call(tx, len, [v]) if isinstance(v, TensorValue) else None
+    if routed is not None:
+        return routed
     if isinstance(v, TensorValue) and v.fake.dim() > 0 and isinstance(v.fake.shape[0], torch.SymInt):
         return tx.output.call("call_method", "size", (v, ConstantValue(0)), {})
     if isinstance(v, SymRangeValue):

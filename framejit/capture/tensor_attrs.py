@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from .sources import AttrSource, CallSource, Ref, Source
 from .values.base import Value
 from .values.tensor import TensorValue
 
@@ -79,3 +80,18 @@ def stored_or(out, t: TensorValue, name: str, otherwise) -> Value:
     key_object = _key_object(out, t) if objects else None
     entry = out.side_effects.attrs.get((id(key_object), name)) if key_object is not None else None
     return entry[2] if entry is not None and objects.get(id(key_object)) is key_object else otherwise()
+
+
+def _grad_read(t: torch.Tensor) -> Any:
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.grad
+
+
+def grad_source(t: TensorValue) -> Source:
+    """Where `t.grad` of an input leaf is reloaded and guarded from: `t.grad`, or for a class with its own
+    __torch_function__ (NOTE [Inlined __torch_function__]) a read with subclass dispatch off, so no guard or
+    reload calls the user's function (eager's read calls it once, inlined in the trace)."""
+    from .torch_function_inline import inlines_torch_function
+    if not inlines_torch_function(t.python_type()):
+        return AttrSource(t.source, "grad")
+    return CallSource(Ref(_grad_read, "grad_without_torch_function"), t.source)

@@ -33,9 +33,13 @@ usual inlining guards; the input is made, and its guards read it, with subclass 
 (`make_input`, `metadata_expr`), so no guard or tracing step calls the user's function, and a guard that
 subclass dispatch is on (an input first met with it off, under an outside `DisableTorchFunctionSubclass`,
 is a break: eager runs no __torch_function__ there).
-Not routed (a break): other getters (`x.grad`, `x.data`), several overloaded classes in one call, arguments
-that are not constants, tensors, symbolic ints or lists/tuples of them, attribute stores on a tensor made
-in the trace (a break for every tensor), iteration over such a tensor.
+Also routed: item stores (`x[i] = v`, `x[a:b] = v`: operator.setitem, eager's Tensor.__setitem__), `len(x)`
+(sym_arith.length), iteration (`iterate_gated`: torch's Tensor.__iter__, which checks no __torch_function__
+itself, inlined, so its `self.dim()` and `self.unbind(0)` are routed as eager calls them), and the `len(x)`
+length hint CPython asks after iter() where it draws a whole iterable (`length_hint_gated`: list(), tuple(),
+`[*x]`, `f(*x)`). Attribute stores on such tensors: NOTE [Attributes stored on tensors] (tensor_attrs.py).
+Not routed (a break): other getters (`x.grad`, `x.data`, `x.is_leaf`, `x._base`), several overloaded classes
+in one call, arguments that are not constants, tensors, symbolic ints or lists/tuples of them.
 """
 from __future__ import annotations
 
@@ -216,7 +220,7 @@ def gated_attr(tx, t: Any, name: str) -> Any:
     if attr is None or (callable(attr) and not isinstance(attr, property)):
         return None
     from .attributes import TENSOR_METADATA, TENSOR_VALUED_ATTRS
-    if name not in TENSOR_METADATA and name not in TENSOR_VALUED_ATTRS:
+    if name not in TENSOR_METADATA and name not in TENSOR_VALUED_ATTRS and not (name == "grad" and t.source is not None):
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name} of a {t.cls.__qualname__} (its getter "
                           "runs the subclass's __torch_function__)")
     if _STATE.disabled:
@@ -321,6 +325,14 @@ def iterate_gated(tx, t: Value) -> Any:
         return None
     from .values import UserFunctionValue
     return tx.inline(UserFunctionValue(torch.Tensor.__iter__), [t], {})
+
+
+def length_hint_gated(tx, t: Value, items: list) -> list:
+    """`items`, drawn at once from `t` by list(), tuple(), `[*t]` or `f(*t)`: CPython asks `len(t)` as a length
+    hint after `iter(t)` (list_extend, PySequence_Tuple), which a gated tensor's class sees too."""
+    if isinstance(t, GatedTensorValue) and not _STATE.disabled:
+        operator_call(tx, len, [t])
+    return items
 
 
 def _dispatch(tx, cls: type, callable_: Any, args: list, kwargs: dict, exact: bool) -> Any:

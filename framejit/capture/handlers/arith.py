@@ -228,7 +228,8 @@ def store_subscr(tx, inst):
     key = tx.pop()
     obj = tx.pop()
     value = tx.pop()
-    _store_item(tx, obj, key, value)
+    if not (isinstance(obj, TensorValue) and _routed(tx, operator.setitem, obj, key, value)):
+        _store_item(tx, obj, key, value)
 
 
 @op("STORE_SLICE")
@@ -237,4 +238,6 @@ def store_slice(tx, inst):
     start = tx.pop()
     obj = tx.pop()
     value = tx.pop()
-    _store_item(tx, obj, build_slice([start, stop]), value)
+    key = build_slice([start, stop])
+    if not (isinstance(obj, TensorValue) and _routed(tx, operator.setitem, obj, key, value)):
+        _store_item(tx, obj, key, value)

@@ -104,8 +104,12 @@ def get_iter(tx, inst):
 # carried_loops.py), its body a resume function that takes the row.
 def _symbolic_rows(value) -> bool:
     import torch
+    from ..torch_function_inline import ungated  # framejit's own read: no __torch_function__ runs for it
     from ..values import TensorValue
-    return isinstance(value, TensorValue) and value.fake.dim() > 0 and isinstance(value.fake.shape[0], torch.SymInt)
+    if not isinstance(value, TensorValue):
+        return False
+    with ungated():
+        return value.fake.dim() > 0 and isinstance(value.fake.shape[0], torch.SymInt)
 
 
 @op("FOR_ITER")
