@@ -83,6 +83,14 @@ class ModuleCall:
             raise
 
 
+class ResumeModuleCall(ModuleCall):
+    """A module-called resume function Rk (`hook`: the plain function) as R(k-1)'s code calls it (NOTE [Nested
+    breaks through module calls] in nested_breaks.py): where R(k-1) runs as Python its frame stands for torch's
+    levels as a ModuleCall's does; a trace of R(k-1) inlines Rk itself (handlers/stack.py LOAD_CONST), and a
+    routed eager run calls Rk through its hook in a ModuleCall (python_loops.make_call_hooked)."""
+    __slots__ = ()
+
+
 def _is_framejit(code: types.CodeType) -> bool:
     return code.co_filename.startswith(_FRAMEJIT_DIR)
 

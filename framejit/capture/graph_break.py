@@ -413,6 +413,8 @@ class BreakCodegen:
         if python_loops.comprehension_function(callee):  # NOTE [Comprehensions called at breaks]
             return self.hooks.comprehension_call(), callee
         if isinstance(callee, UserFunctionValue) and hookable(callee):
+            if getattr(callee.fn, "__framejit_module_called__", False):  # NOTE [Nested breaks through module calls]
+                return self.hooks.module_forward(callee.fn), None
             return self.hooks.function(callee.fn), None
         if isinstance(callee, BoundMethodValue) and isinstance(callee.func, UserFunctionValue) and hookable(callee.func):
             return self.hooks.function(callee.func.fn), callee.self_value

@@ -55,15 +55,22 @@ def _hash_code(code: types.CodeType, digest) -> None:
 # module its globals are (review revI HIGH-1: `moda.same` and `modb.same`, one source reading a global K that
 # differs, made resume functions of equal code hash; the root's entries for both had one key, so the second
 # ran with the first's globals, K = 2 where eager read 100, cold and warm). A module name, not a file path:
-# the same key on every machine of a fleet sharing the cache.
+# the same key on every machine of a fleet sharing the cache. A resume function reached through a module
+# call (NOTE [Nested breaks through module calls] in nested_breaks.py) is marked in its text, and so is the
+# ResumeModuleCall R(k-1)'s code calls it in: one call site calling `self.inner` in one process and
+# `self.inner.forward` in the next gave R(k-1) codes of one hash, whose entries ran without (or with)
+# torch's levels in warnings and tracebacks (review revL HIGH-2).
 def _const_text(const: Any) -> str:
     if isinstance(const, types.FunctionType):  # NOTE [Function constants hashed by their code]
         module = const.__globals__.get("__name__") if isinstance(const.__globals__, dict) else None
-        return f"function({module!r}, {code_hash(const.__code__)})"
+        called = ", module_called" if getattr(const, "__framejit_module_called__", False) else ""
+        return f"function({module!r}, {code_hash(const.__code__)}{called})"
     if isinstance(const, frozenset):
         return "frozenset(" + repr(sorted(_const_text(c) for c in const)) + ")"
     if type(const) is tuple:
         return "(" + ", ".join(_const_text(c) for c in const) + ",)"
+    if type(const).__name__ == "ResumeModuleCall":  # R(k-1)'s call of a module-called Rk (caller_frames.py)
+        return f"module_call({_const_text(const.hook)})"
     return repr(const)
 
 

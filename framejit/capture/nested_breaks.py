@@ -23,9 +23,9 @@ again over the same frames.
 Scope, the rest keeps the plain break at the root's call: every frame's instruction outside try and with
 blocks, no cell variable that is empty or shared with a closure that sees it written later (NOTE [Cells
 at breaks]), no zero-argument super(), each call on the path (CALL or CALL_FUNCTION_EX) a
-direct call of the next frame's function (a function or a method, not a module: its result is that
-frame's return value), stack slots that are values, NULLs or iterators, an innermost instruction that is a
-call or a plain operator, no frame reader at the break (NOTE [Breaks at calls that read frames]), no
+direct call of the next frame's function (a function, a method or a module without hooks: its result is
+that frame's return value; NOTE [Nested breaks through module calls]), stack slots that are values, NULLs
+or iterators, an innermost instruction that is a call or a plain operator, no frame reader at the break (NOTE [Breaks at calls that read frames]), no
 closure guarded by its code (another object of that code, with other cells, may come next: the functions
 made here hold the cells they were made with), and no frame on the path in a loop (NOTE [Nested breaks in
 loops]; a loop carrying a nested tensor, NOTE [Loops carrying nested tensors], runs as Python).
@@ -41,10 +41,23 @@ a compiled module, which calls forward) keeps the plain break, so forward is its
 caller_frames names torch's module-call levels and the caller for a warning or a logging record with
 stacklevel >= 2 (NOTE [Module calls past the hook]) only where forward's caller is that code object; below
 R0 (the root's resume function) they named the compiled module's caller instead. forward's own breaks are
-nested ones again where in scope. Likewise a module call on the path (`self.inner(x)`): eager has torch's
-_wrapped_call_impl and _call_impl between the caller and forward, which the functions standing for the
-frames (and R0's inlined R1..Rn) lack: tests/capture/test_warning_levels.py failed 16 of 42 with nested
-breaks there. The plain break calls the module through its hooks' path, which names them.
+nested ones again where in scope.
+NOTE [Nested breaks through module calls]: a module call on the path (`self.inner(x)`, a module without
+hooks: its forward is the next frame) is nested too. Eager has torch's `Module._wrapped_call_impl` and
+`_call_impl` between the caller and forward; without them a warning or logging record with stacklevel >= 2
+named the caller's line, and a traceback lacked two entries (tests/capture/test_warning_levels.py failed 16
+of 42). So the frame is marked `module_called`: (1) the functions standing for the frames around the step
+have two more, with those functions' code name, file, line of the call and module.py's globals (its warning
+registry); (2) its Rk is made (and persisted) with the mark (`__framejit_module_called__`, also in its
+cache text: NOTE [Function constants hashed by their code] in locators.py), and R(k-1)'s code calls it in a
+caller_frames.ResumeModuleCall, whose frame stands for torch's levels to warnings, logging and tracebacks
+where R(k-1) runs as Python (past the recompile limit: review revL HIGH-1, the KeyError's traceback lacked
+module.py's entries); a trace of R(k-1) inlines Rk (handlers/stack.py), a routed eager run calls it through
+its hook in a ModuleCall (python_loops.make_call_hooked); (3) a later break inside that Rk is not nested
+again: plan() refuses a module-called Rk on the path, so R(k-1)'s call of it is a plain break calling it
+through its hook in a ModuleCall (graph_break `_hooked`). Nested again, the submodule's rest was traced
+once per call site (a submodule with two breaks called twice: 16 graphs where the plain break made 11,
+review revL MED-1); Rk's own hook serves every call site, as the submodule's forward's hook did: 11.
 NOTE [Nested breaks persisted] (nested_persist.py): the functions made here (R1..Rn, R0's hook, the frame
 functions) are described by the plain data they are made from, so the entries of a nested break and of R0 are
 persisted like any other and a warm process traces none of them; a break whose functions would not be
@@ -110,6 +123,7 @@ class Frame:
         self.call = self.step = normalize(tx.code).insts[index_after - 1]  # the instruction it is at
         self.code, self.target = origin(tx.code, index_after)
         self.below = below
+        self.module_called = False  # reached through a module call (NOTE [Nested breaks through module calls])
         if leading_local(self.code) is not None:
             raise refuse("a frame with zero-argument super()")
         if not all(isinstance(tx.cells.get(n), RealCell) for n in tx.code.co_freevars):
@@ -160,6 +174,7 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
     if chain[0].code.co_filename.startswith(_FRAMEJIT_DIR):  # NOTE [Nested breaks below framejit's frames]
         raise refuse("the root is framejit's own function (a compiled module's call)")
     frames = []
+    module_calls = []
     for tx, child in zip(chain, chain[1:]):
         inst = _checked(tx, tx.current.index)
         if inst.name not in ("CALL", "CALL_FUNCTION_EX") or tx.operands is None:
@@ -168,14 +183,17 @@ def plan(root_fn: types.FunctionType, inner: Any, exc: Exception) -> tuple[list[
         callee, _ = emit.callee_and_self(slots[0], slots[1], NULL)
         if _callee_code(callee) is not child.code:
             raise refuse("the call is not a direct call of the inner frame's function")
-        if isinstance(callee, NNModuleValue):  # NOTE [Nested breaks below framejit's frames]
-            raise refuse("a module call (torch's frames of it would be missing)")
+        if isinstance(callee, UserFunctionValue) and getattr(callee.fn, "__framejit_module_called__", False):
+            raise refuse("a module-called resume function (its hook serves every call site)")
+        module_calls.append(isinstance(callee, NNModuleValue))
         frames.append(Frame(tx, tx.current.index + 1, tx.operands[:len(tx.operands) - _consumed(inst)]))
     inst = _checked(inner, inner.stop_at)
     if inst.name not in _STEPS or inst.name == "RAISE_VARARGS" and inst.arg == 0 or \
             inst.name not in ("CALL", "CALL_FUNCTION_EX") and _SIMPLE[inst.name](inst.arg)[1] > 1:
         raise refuse(f"{inst.name} at the break")  # the step function returns one value (not an unpacking's)
     frames.append(Frame(inner, inst.index + 1, inner.stack[:len(inner.stack) - _consumed(inst)]))
+    for frame, module_call in zip(frames[1:], module_calls):
+        frame.module_called = module_call
     if any(local_liveness.in_loop(f.code, f.target) for f in frames):  # NOTE [Nested breaks in loops]
         raise refuse("a frame on the path is in a loop")
     if _open_managers(inner.output, chain[0].current.index):  # NOTE [Nested breaks with open managers]
@@ -242,17 +260,18 @@ def resume_functions(frames: list[Frame], produced: int, hooks: Any) -> tuple[An
         kinds = tuple(_slot_kind(v) for v in frame.below)
         layout = kinds + ("value",) * (produced if inner_fn is None else 1)
         inner_fn = raw_resume(frame.code, frame.target, layout, frame.names, frame.tx.f_globals, frame.closure,
-                              inner_fn, inner_args)
+                              inner_fn, inner_args, frame.module_called)
         inner_args = inner_fn.__code__.co_argcount
     return hooked_root(hooks.hooks.hooks, inner_fn), inner_args
 
 
 def raw_resume(code: types.CodeType, target: int, layout: tuple, names: tuple, f_globals: dict, closure: Any,
-               inner_fn: Any, inner_args: int) -> types.FunctionType:
+               inner_fn: Any, inner_args: int, module_called: bool = False) -> types.FunctionType:
     """The plain resume function Rk of NOTE [Nested graph breaks] (one object per key); it remembers what
-    made it (NOTE [Nested breaks persisted] in nested_persist.py)."""
+    made it (NOTE [Nested breaks persisted] in nested_persist.py) and whether its frame was reached through a
+    module call (NOTE [Nested breaks through module calls])."""
     key = (code, target, layout_key(layout), names, id(f_globals), tuple(map(id, closure or ())), inner_fn,
-           inner_args)
+           inner_args, module_called)
     made = _RAW.get(key)
     if made is None:
         resume_code = make_resume_code(code, target, layout, names)
@@ -260,6 +279,7 @@ def raw_resume(code: types.CodeType, target: int, layout: tuple, names: tuple, f
             resume_code = _calling_inner(resume_code, code, target, layout, inner_fn, inner_args)
         made = _RAW[key] = types.FunctionType(resume_code, f_globals, resume_code.co_name, None, closure)
         made.__framejit_nested__ = (code, target, layout, names, inner_fn, inner_args)
+        made.__framejit_module_called__ = module_called
     return made
 
 
@@ -281,6 +301,9 @@ def _calling_inner(code: types.CodeType, original: types.CodeType, target: int, 
     passed = [f"{_INNER_ARG}{i}" for i in range(n)]
     bc = bytecode.Bytecode.from_code(code)
     at = next(i for i, ins in enumerate(bc) if isinstance(ins, Instr) and ins.name == "LOAD_FAST" and ins.arg == result)
+    if getattr(inner_fn, "__framejit_module_called__", False):  # NOTE [Nested breaks through module calls]
+        from .caller_frames import ResumeModuleCall
+        inner_fn = ResumeModuleCall(inner_fn)
     call = emit.call_const(inner_fn, [Instr("LOAD_FAST", name) for name in passed])
     for ins in call:
         ins.location = bc[at].location
@@ -324,8 +347,7 @@ class NestedBreakCodegen(BreakCodegen):
         cg, inst = self.cg, self.site.inst
         start = len(cg.insts)
         operands, spec = self._step_body(rebuild)
-        shim = frame_functions([(f.code, f.tx.f_globals, f.call.lineno) for f in self.frames[1:]], len(operands),
-                               spec, inst.name == "RAISE_VARARGS")
+        shim = frame_functions(_step_frames(self.frames[1:]), len(operands), spec, inst.name == "RAISE_VARARGS")
         cg.push_null()
         cg.load_const(shim)
         for value in operands:
@@ -384,6 +406,20 @@ class NestedBreakCodegen(BreakCodegen):
         raw = (*emit.truth_test_prefix(inst), *(r.copy() for r in (*inst.merged, inst.instr)))
         pushes_none = inst.name != "RAISE_VARARGS" and not _SIMPLE[inst.name](inst.arg)[1]
         return list(self.top), ("simple", raw, pushes_none)
+
+
+def _step_frames(frames: list[Frame]) -> list[tuple]:
+    """(code, globals, line) of the frames standing for F1..Fn around the step, with torch's two levels
+    above a frame reached through a module call (NOTE [Nested breaks through module calls])."""
+    from .caller_frames import _module_call_levels
+    out = []
+    for frame in frames:
+        if frame.module_called:
+            call_impl, wrapped = _module_call_levels()
+            out.append((torch.nn.Module._wrapped_call_impl.__code__, wrapped.globals, wrapped.lineno))
+            out.append((torch.nn.Module._call_impl.__code__, call_impl.globals, call_impl.lineno))
+        out.append((frame.code, frame.tx.f_globals, frame.call.lineno))
+    return out
 
 
 def _body(spec: tuple) -> Callable[[Codegen, list[str]], None]:

@@ -62,7 +62,8 @@ def describe_raw(f: Any, fn: Any) -> tuple | None:
     code, target, layout, names, inner, inner_args = made
     module = _module_of(f.__globals__)
     return ("nested_raw", _code_of(code, module), module, target, tuple(layout), tuple(names),
-            None if inner is None else describe_raw(inner, fn), inner_args, _own_closure(f.__closure__, fn))
+            None if inner is None else describe_raw(inner, fn), inner_args, _own_closure(f.__closure__, fn),
+            f.__framejit_module_called__)
 
 
 def _own_closure(closure: tuple | None, fn: Any) -> bool:
@@ -87,13 +88,14 @@ def check(frames: list, fn: Any) -> None:
 
 def resolve_raw(d: tuple, fn: Any) -> types.FunctionType:
     from .nested_breaks import raw_resume
-    _, found, module, target, layout, names, inner, inner_args, closure = d
+    _, found, module, target, layout, names, inner, inner_args, closure, module_called = d
     inner_fn = None if inner is None else resolve_raw(inner, fn)
     code = _code_from(found, fn)
     cells = fn.__closure__ if closure else None
     if len(cells or ()) != len(code.co_freevars):
         raise NotPersistable(f"{code.co_qualname} has other free variables than the function loading the entry")
-    return raw_resume(code, target, layout, names, _imported(module).__dict__, cells, inner_fn, inner_args)
+    return raw_resume(code, target, layout, names, _imported(module).__dict__, cells, inner_fn, inner_args,
+                      module_called)
 
 
 def describe(value: Any, fn: Any, dynamic_state) -> tuple | None:

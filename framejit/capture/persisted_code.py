@@ -121,8 +121,8 @@ def _describe(value: Any, fn: types.FunctionType, compiled: Any, recorder: Recor
     made = recorder.made.get(id(value)) if recorder is not None else None
     if made is not None:
         kind = made[0]
-        if kind in ("hook", "module_forward"):
-            return (kind, _import_locator(made[1]))
+        if kind in ("hook", "module_forward"):  # a nested break's Rk by what made it (review revI LOW-3)
+            return (kind, locate(made[1], fn) if hasattr(made[1], "__framejit_nested__") else _import_locator(made[1]))
         if kind == "resume":
             _, code, index, layout, names, hooked, successors, loop = made
             if loop is False:

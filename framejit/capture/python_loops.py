@@ -778,7 +778,7 @@ def make_call_hooked(hooks) -> Any:
     Python]): what the call in the loop body calls instead of `callable`."""
     import torch
     from .break_callees import makes_generator, names_its_caller
-    from .caller_frames import tail_callee
+    from .caller_frames import ResumeModuleCall, tail_callee
     from .routed_eager import reads_frames_below
 
     def route(target):
@@ -787,6 +787,8 @@ def make_call_hooked(hooks) -> Any:
             return callee
         if isinstance(target, torch.nn.Module):
             return _module_target(hooks, target) or target
+        if type(target) is ResumeModuleCall:  # NOTE [Nested breaks through module calls] in nested_breaks.py
+            return hooks.module_forward(target.hook)
         if isinstance(target, (types.FunctionType, types.MethodType)):
             fn = target.__func__ if isinstance(target, types.MethodType) else target
             if isinstance(fn, types.FunctionType) and not _skipped(fn.__code__) and not names_its_caller(fn) \

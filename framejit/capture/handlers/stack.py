@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import types
 
+from ..caller_frames import ResumeModuleCall
 from ..carried_loops import carried_argument, opaque_method
 from ..resume import cell_args
 from ..emit import NULL_AFTER_CALLABLE
-from ..values import NULL, CellValue, TensorValue
+from ..values import NULL, CellValue, TensorValue, UserFunctionValue
 from ..values.builder import wrap_unguarded
 from . import op
 
@@ -34,6 +35,9 @@ def swap(tx, inst):
 
 @op("LOAD_CONST")
 def load_const(tx, inst):
+    if type(inst.arg) is ResumeModuleCall:  # NOTE [Nested breaks through module calls] in nested_breaks.py:
+        tx.push(UserFunctionValue(inst.arg.hook))  # R(k-1)'s code calling a module-called Rk inlines Rk
+        return
     tx.push(wrap_unguarded(inst.arg))
 
 
