@@ -100,7 +100,8 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value:
         if result is not None:
             return result
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
-        return _tensor_binary(tx, fn, a, b)
+        from .torch_function_inline import operator_call  # NOTE [Inlined __torch_function__]: sum(), reduce()
+        return operator_call(tx, fn, [a, b]) or _tensor_binary(tx, fn, a, b)
     for rule in (_container_binary, _symbolic_binary, _repeat_binary):
         result = rule(tx, fn, a, b)
         if result is not None:

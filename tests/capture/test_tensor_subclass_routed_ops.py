@@ -1,13 +1,17 @@
 """Item stores, iteration and len() of a tensor subclass with its own __torch_function__ are routed through it
 (NOTE [Inlined __torch_function__]): `x[i] = v` / `x[a:b] = v` (STORE_SUBSCR, STORE_SLICE), `for r in x` (torch's
 Tensor.__iter__ inlined: its dim() and unbind(0) go through the user's function as in eager), `len(x)`, and the
-length hint CPython asks after iter() in list(x), tuple(x), `[*x]` and `f(*x)`; `p.grad` of an input leaf (guarded
+length hint CPython asks after iter() in list(x), tuple(x), `[*x]` and `f(*x)`, binary operators reached through
+sum() or functools.reduce; `p.grad` of an input leaf (guarded
 and reloaded with subclass dispatch off: no guard calls the user's function).
 
 Differential: eager vs framejit over calls with changing sizes, comparing values, exact types and the user
 function's log (func names, argument counts, kwargs None or not). Before: a break at each of these (runs as
 Python, /tmp/htf2/p6.py, p7.py); stock torch.compile(backend="eager") makes 3-4 graphs on the same calls.
 """
+import functools
+import operator
+
 import pytest
 import torch
 
@@ -97,7 +101,11 @@ def _zero_dim(x):
     return "no error"
 
 
-@pytest.mark.parametrize("fn", [_stores, _loops, _drawn, _zero_dim])
+def _reduced(x):
+    return sum(x), sum([x, x]), functools.reduce(operator.mul, [x, 2, x])  # protocol.binary, not BINARY_OP
+
+
+@pytest.mark.parametrize("fn", [_stores, _loops, _drawn, _zero_dim, _reduced])
 def test_routed_and_eager_equal(fn):
     framejit.reset()
     _run(fn)
