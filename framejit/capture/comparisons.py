@@ -32,6 +32,7 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
         kept = tx.output.float_compare(fn, a, b)  # NOTE [Float relations] in values/scalars.py
         if kept is not None:
             return kept
+        _computed_float_compare(tx, a, b)
     if (isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue)) and _is_int(a) and _is_int(b) \
             and fn in _SYM_COMPARE_OPS:  # a relation, guarded only if the code branches on it
         return tx.output.sym_op(fn, (a, b))
@@ -274,6 +275,19 @@ def _same_tensor(tx, a: TensorValue, b: TensorValue) -> bool:
     return False
 
 
+# NOTE [Comparisons of computed dynamic floats]: `a < best * rel_epsilon` (ReduceLROnPlateau's is_better, with the
+# loss and `best` dynamic floats) cannot be a guarded relation (NOTE [Float relations]: the env's arithmetic may
+# round otherwise than the code's), and specialising its floats pinned the entry to their values: one compilation
+# per step, then the recompile limit ran the frame eagerly. The comparison is a graph break instead (it runs as
+# Python on the real floats; the floats stay dynamic). fullgraph=True specialises, as before.
+def _computed_float_compare(tx, a: Value, b: Value) -> None:
+    if getattr(tx.output, "fullgraph", False):
+        return
+    if any(isinstance(v, SymFloatValue) and v.roots != (v,) and v.roots for v in (a, b)):
+        raise Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, "a comparison of a float computed from dynamic floats: "
+                                                          "run as Python, so the floats stay dynamic")
+
+
 def contains(tx, item: Value, container: Value) -> bool:
     from .sym_arith import SymRangeValue, range_contains  # NOTE [Size arithmetic stays symbolic]
     if isinstance(container, SymRangeValue):
@@ -283,6 +297,9 @@ def contains(tx, item: Value, container: Value) -> bool:
     if is_new_dict_object(container):
         result = dunder(tx, container, "__contains__", [item])
         return truth(tx, result) if result is not None else contains(tx, item, storage(container))
+    found = _symbolic_int_in(tx, item, container)
+    if found is not None:
+        return found
     if isinstance(container, SetValue):
         from .identity_keys import set_lookup_element  # NOTE [Sets looked up as frozensets]
         from .values.outside import set_has  # NOTE [Sets of tensors], [Sets from outside]
@@ -318,6 +335,35 @@ def contains(tx, item: Value, container: Value) -> bool:
                 return True  # CPython: `x is item or x == item` per element (an object's __eq__ runs)
         return False
     return _object_contains(tx, item, container)
+
+
+# NOTE [Symbolic ints looked up in dicts and sets]: `self.last_epoch not in self.milestones` (MultiStepLR's Counter)
+# with a symbolic int looked the int up by its value: the entry was pinned to it, one compilation per step, then
+# the recompile limit ran the frame eagerly. A dict or set whose keys are plain constants (read whole, so its keys
+# are guarded) holds the int exactly when one of its number keys equals it (CPython's hash lookup finds equal
+# numbers): each `n == k` is a guarded relation, so every value in none of the keys shares one entry. An int that
+# is already pinned, or found in a dict or set from outside (`if n not in CACHE: CACHE[n] = ...`), is looked up by
+# value as before, which guards that key only: reading all the keys guards them all, and a cache that grows
+# would miss every entry. A key of another kind never equals an int; any other key (an object with its own
+# __eq__) leaves the lookup as before.
+_NUMBER_KEYS = (int, bool, float)
+
+
+def _symbolic_int_in(tx, item: Value, container: Value) -> bool | None:
+    if not (isinstance(item, SymNodeValue) and _is_int(item)) or not isinstance(container, (DictValue, SetValue)):
+        return None
+    if isinstance(item.sym, torch.SymInt) and tx.output.fake_mode.shape_env.simplify(item.sym.node.expr).is_number:
+        return None  # already specialised (a guard pins it): looked up by value, only that key guarded
+    raw = getattr(container, "_obj", None)  # a dict or set from outside, its keys not read yet
+    if raw is not None and not container.materialized and item.sym.node.hint in raw:
+        return None  # found: pinned anyway; looked up by value, only that key guarded, not all the keys
+    keys = list(container.items)
+    if not all(type(k) in (*_NUMBER_KEYS, str, bytes, type(None), tuple) for k in keys):
+        return None
+    for k in keys:
+        if type(k) in _NUMBER_KEYS and truth(tx, compare(tx, operator.eq, item, ConstantValue(k))):
+            return True
+    return False
 
 
 def _object_contains(tx, item: Value, container: Value) -> bool:

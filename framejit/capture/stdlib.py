@@ -14,6 +14,7 @@ same tensor when it already has that type, as eager returns `t` itself); a type 
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import operator
 import sys
@@ -293,3 +294,38 @@ def _register_heapq() -> None:
 
 
 _register_heapq()
+
+
+# NOTE [Bisecting by a symbolic int]: `bisect_right(self._milestones, self.last_epoch)` (SequentialLR) with a
+# symbolic int was folded on the int's value: one compilation per step, then the recompile limit ran the frame
+# eagerly. The search over a list of number constants is run here as CPython runs it (the same midpoints, so
+# an unsorted list gives eager's answer too), each `x < a[mid]` a guarded relation: every int between the
+# same two elements shares one entry.
+def _bisect(fn):
+    fold = _fold(fn)
+
+    def handler(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        from .comparisons import compare
+        from .protocol import truth
+        from .values import ListValue, SymNodeValue, TupleValue
+        if len(args) != 2 or kwargs or not isinstance(args[1], SymNodeValue) \
+                or not isinstance(args[0], (ListValue, TupleValue)):
+            return fold(tx, args, kwargs)
+        items, x = args[0].items, args[1]
+        if not all(isinstance(i, ConstantValue) and type(i.value) in (int, float) for i in items):
+            return fold(tx, args, kwargs)
+        lo, hi = 0, len(items)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            before = compare(tx, operator.lt, x, items[mid]) if fn is bisect.bisect_right \
+                else compare(tx, operator.lt, items[mid], x)
+            if truth(tx, before) == (fn is bisect.bisect_right):
+                hi = mid
+            else:
+                lo = mid + 1
+        return ConstantValue(lo)
+    return handler
+
+
+for _fn in (bisect.bisect_left, bisect.bisect_right):
+    BUILTIN_HANDLERS[_fn] = _bisect(_fn)

@@ -100,7 +100,8 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
         if fn is operator.pow and is_sym(b) and not _known_natural(tx, a):
             return None  # NOTE [Negative bases to symbolic powers]
     elif fn not in _FLOAT_BINARY and not (fn is operator.pow and ta is int and _known_positive(tx, a)) and \
-            not (fn is operator.pow and ta is float and tb is int and (_nonzero(a) or _known_natural(tx, b))):
+            not (fn is operator.pow and ta is float and tb is int and (_nonzero(a) or _known_natural(tx, b))) and \
+            not (fn is operator.pow and ta is float and _whole_power(b)):
         return None
     if fn in DIVISIONS and is_sym(b) and not guarded_nonzero(b.sym):
         return None  # NOTE [Symbolic divisors are guarded nonzero] in shapes.py: folding raises eager's error
@@ -116,6 +117,11 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
 # raises only for a zero base with a negative exponent: kept symbolic when the base is a nonzero constant or
 # the exponent is >= 0 on every call the entry serves. A negative constant base is refused by torch (the int
 # specialises, as before); an overflow raises OverflowError in the graph's own Python pow, as eager does.
+# A float to a constant whole float power >= 0 (PolynomialLR's `(...) ** 1.0`, `** 2.0`) is real for every base.
+def _whole_power(v: Value) -> bool:
+    return isinstance(v, ConstantValue) and type(v.value) is float and v.value >= 0 and v.value.is_integer()
+
+
 def _nonzero(v: Value) -> bool:
     return isinstance(v, ConstantValue) and v.value != 0
 
