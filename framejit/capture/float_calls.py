@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import torch
+
 from .values import ConstantValue, SymFloatValue, Value
 
 # math functions of one float returning a float (CPython converts an int argument with float() first)
@@ -30,8 +32,11 @@ _ONE_FLOAT = frozenset(getattr(math, name) for name in (
 def float_call(out, fn: Callable, args: list[Value], kwargs: dict[str, Value]) -> Value | None:
     """`fn(*args)` of a dynamic float as a float node (NOTE [Builtins of dynamic floats]), or None (the
     caller folds it, specialising the float)."""
-    if kwargs or not args or not isinstance(args[0], SymFloatValue):
+    if kwargs or not args:
         return None
+    kept = _number_call(out, fn, args)
+    if kept is not None or not isinstance(args[0], SymFloatValue):
+        return kept
     if fn is float and len(args) == 1:
         return args[0]
     if fn in _ONE_FLOAT and len(args) == 1 or fn is math.log and len(args) == 2 and _number(args[1]):
@@ -39,6 +44,40 @@ def float_call(out, fn: Callable, args: list[Value], kwargs: dict[str, Value]) -
     if fn is round and len(args) == 2 and isinstance(args[1], ConstantValue) and type(args[1].value) is int:
         return out.float_op(round, tuple(args))
     return None
+
+
+# NOTE [More builtins of dynamic numbers] (issue 13): `divmod(a, 0.3)` and `math.copysign(1.0, a)` of a dynamic
+# float, and `round(n, -1)` of a symbolic int, were folded on the value: one compilation per value, then eager at
+# the recompile limit. divmod of floats is the pair of float nodes `a // b`, `a % b` (CPython computes all three
+# with the same _float_div_mod, so the values are bit for bit divmod's); a divmod that raises for the value seen
+# (a zero divisor) is folded, raising eager's own error. copysign is a float node like math.cos. round(n, d) of
+# an int is n itself for d >= 0 (CPython returns the int unchanged); a negative d rounds half to even, which has
+# no symbolic form: a graph break (the int stays symbolic), or folded with fullgraph=True.
+def _number_call(out, fn: Callable, args: list[Value]) -> Value | None:
+    import operator
+
+    from .breaks import BreakKind, Unsupported
+    from .float_parts import float_operand
+    from .values import SymNodeValue, TupleValue
+    if fn is round and len(args) == 2 and isinstance(args[0], SymNodeValue) and isinstance(args[0].sym, torch.SymInt) \
+            and isinstance(args[1], ConstantValue) and type(args[1].value) is int:
+        if args[1].value >= 0:
+            return args[0]
+        if not getattr(out, "fullgraph", False):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, "round() of a symbolic int to a negative number of "
+                                                          "digits: called as Python, so the int stays symbolic")
+        return None
+    if fn not in (divmod, math.copysign) or len(args) != 2 or not any(isinstance(a, SymFloatValue) for a in args) \
+            or not all(float_operand(out, a) for a in args):
+        return None
+    if fn is math.copysign:
+        return out.float_op(math.copysign, tuple(args))
+    from .float_parts import example_of
+    try:
+        divmod(*(example_of(a) for a in args))
+    except Exception:  # noqa: BLE001 - eager's error for this value: folded, it raises it
+        return None
+    return TupleValue([out.float_op(operator.floordiv, tuple(args)), out.float_op(operator.mod, tuple(args))])
 
 
 def _number(v: Value) -> bool:

@@ -87,7 +87,9 @@ def _parts(obj: Any, seen: set[int]) -> None:
 # on the real int, and the resume function takes its result as an int argument, dynamic once it changes.
 # With fullgraph=True (no break by choice) it is folded, its operands specialised, as before. math.log/exp and
 # the other float functions still specialise, as in stock torch.compile.
-_INT_MATH = frozenset(("gcd", "lcm", "factorial", "comb", "perm", "isqrt"))
+_INT_MATH = frozenset(("gcd", "lcm", "factorial", "comb", "perm", "isqrt", "isclose", "copysign"))
+# isclose (a bool) of a symbolic int or of a dynamic float breaks too; copysign of a dynamic float is a float node
+# (NOTE [More builtins of dynamic numbers] in float_calls.py), of symbolic ints only a break.
 
 
 def _breaks_for_symbolic_ints(out, fn: Callable, args: list[Value], kwargs: dict[str, Value]) -> None:
@@ -95,7 +97,8 @@ def _breaks_for_symbolic_ints(out, fn: Callable, args: list[Value], kwargs: dict
     from .sym_arith import is_sym
     if getattr(fn, "__self__", None) is not math or fn.__name__ not in _INT_MATH or getattr(out, "fullgraph", False):
         return
-    if any(is_sym(v) for v in (*args, *kwargs.values())):
+    from .values import SymFloatValue
+    if any(is_sym(v) or fn.__name__ == "isclose" and isinstance(v, SymFloatValue) for v in (*args, *kwargs.values())):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"math.{fn.__name__}() of a symbolic int: called as "
                                                       "Python, so the int stays symbolic")
 
