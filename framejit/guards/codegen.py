@@ -25,6 +25,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from .guard import Guard
+from .outcomes import Outcome, check, compiled, described, mentions_safe, type_now
 from .plain_reads import is_a
 
 # Helpers every guard function may use; names start with ___ so that no frame argument can shadow them.
@@ -171,60 +172,60 @@ class GuardFunction:
         except TypeError as e:
             return Failure(Guard("<call>", "SIGNATURE", "arguments"), str(e))
         for i, guard in enumerate(self.guards):
-            if not _holds(guard.expr, self.namespace, frame_locals):
-                return self._missing_key(guard, i, frame_locals) or self._failure(guard, frame_locals)
+            failed, outcome = check(guard, self.namespace, frame_locals)  # NOTE [Explanations run each check once]
+            if not outcome.held:
+                return self._missing_key(guard, i, frame_locals, outcome) or self._failure(failed, outcome, frame_locals)
         return None
 
-    def _missing_key(self, guard: Guard, index: int, frame_locals: dict) -> Failure | None:
+    def _missing_key(self, guard: Guard, index: int, frame_locals: dict, outcome: Outcome) -> Failure | None:
         """NOTE [Missing keys named by their dict's guard]: a check reading `kwargs['attention_mask']` may come
         before the check of kwargs' keys (cheaper first) and raises KeyError when the key is absent; the log said
         `INSTANCE_ATTR_ABSENT ... (the check raised KeyError)`. The failing check of that dict itself (its keys, or
         `'m' in kw`), later in the function, is the one named, followed by the raising check (only checks of the
         dict itself are evaluated)."""
-        raised = _raised(guard.expr, self.namespace, frame_locals)
-        if "KeyError" not in raised:
+        if not isinstance(outcome.error, KeyError):
             return None
+        raised = f"the check raised KeyError: {str(outcome.error)[:120]}"
         for later in self.guards[index + 1:]:
-            if guard.source.startswith(later.source + "[") and \
-                    not _holds(later.expr, self.namespace, frame_locals):
-                failure = self._failure(later, frame_locals)
-                first = f" (checked before it: {guard.kind} on {guard.source}, {raised[2:-1]})"
-                return Failure(failure.guard, failure.actual + first)
+            if guard.source.startswith(later.source + "["):
+                failed, result = check(later, self.namespace, frame_locals)
+                if not result.held:
+                    failure = self._failure(failed, result, frame_locals)
+                    first = f" (checked before it: {guard.kind} on {guard.source}, {raised})"
+                    return Failure(failure.guard, failure.actual + first)
         return None
 
-    def _failure(self, guard: Guard, frame_locals: dict) -> Failure:
-        for part in guard.parts:
-            if not _holds(part.expr, self.namespace, frame_locals):
-                return Failure(part, _actual(part, self.namespace, frame_locals) + _raised(part.expr, self.namespace,
-                                                                                          frame_locals))
-        return Failure(guard, _actual(guard, self.namespace, frame_locals) + _raised(guard.expr, self.namespace,
-                                                                                     frame_locals))
+    def _failure(self, guard: Guard, outcome: Outcome, frame_locals: dict) -> Failure:
+        return Failure(guard, described(guard, outcome, self.namespace, frame_locals))
 
     def all_failures(self, *args: Any, **kwargs: Any) -> list[Failure]:
         """Every failing guard, except those past a failed one that would read through an object no
         longer known safe to read (NOTE [Guards run no user code]): after a failed lookup fact, only
-        guards reading nothing but class dicts; after a failed pin of `P`, none reading through `P`."""
+        guards reading nothing but class dicts; after a failed pin of `P`, none reading through `P` or
+        passing it anywhere (NOTE [No user code past a failed pin])."""
         frame_locals = self._bind(*args, **kwargs)
         failures: list[Failure] = []
-        unsafe: set[str] = set()
+        unsafe: dict[str, type | None] = {}  # a pin that failed -> the type of its object now (None: unknown)
         fact_failed = False
         facts = _FactsTable()  # NOTE [Guard facts once per pass]
         for g in self.guards:
-            bases = facts[g.expr].bases
-            if any(b in unsafe for b in bases) or fact_failed and not all(self._named(b) for b in bases):
+            fact = facts[g.expr]
+            if any(b in unsafe for b in fact.bases) or fact_failed and not all(self._named(b) for b in fact.bases):
+                continue
+            if unsafe and not mentions_safe(g.expr, unsafe):  # NOTE [No user code past a failed pin]
                 continue
             if failures and g.kind == "CACHED_CALL":  # NOTE [No cached call past a failed guard]
                 continue
-            if not _holds(g.expr, self.namespace, frame_locals):
-                failures.append(self._failure(g, frame_locals))
+            failed, outcome = check(g, self.namespace, frame_locals)  # NOTE [Explanations run each check once]
+            if not outcome.held:
+                failures.append(self._failure(failed, outcome, frame_locals))
                 if g.kind == "TORCH_MODES":  # NOTE [No guard past a new torch mode]
                     break
-                subject = facts[g.expr].subject
+                subject = facts[failed.expr].subject  # a combined guard's failing part: `___type(x) is T`
                 if subject is not None:
-                    unsafe.add(subject)
+                    unsafe[subject] = type_now(failed, outcome)
                 fact_failed = fact_failed or g.kind in _LOOKUP_FACTS or ".__dict__[" in g.expr
         return failures
-
 
     def _named(self, base: str) -> bool:
         """`base` is an object of the namespace, or its `__dict__`. Not a frame argument, even one whose
@@ -280,36 +281,6 @@ def _reraise_from_signal_handler(e: Exception) -> None:
     reraise_if_from_signal_handler(e)
 
 
-def _holds(expr: str, namespace: dict, frame_locals: dict) -> bool:
-    try:
-        return bool(eval(_expression_code(expr), namespace, dict(frame_locals)))
-    except Exception as e:
-        _reraise_from_signal_handler(e)
-        return False
-
-
-def _raised(expr: str, namespace: dict, frame_locals: dict) -> str:
-    """' (the check raised E: message)' when evaluating the check raised rather than answered False: a
-    raising check counts as a miss, so the recompile log says why (a guard that can never pass otherwise
-    looks like a value that changed)."""
-    try:
-        eval(_expression_code(expr), namespace, dict(frame_locals))
-    except Exception as e:
-        _reraise_from_signal_handler(e)
-        return f" (the check raised {type(e).__name__}: {str(e)[:120]})"
-    return ""
-
-
-def _actual(guard: Guard, namespace: dict, frame_locals: dict) -> str:
-    if guard.actual is None:
-        return "a different value"
-    try:
-        return short_repr(eval(_expression_code(guard.actual), namespace, dict(frame_locals)))
-    except Exception as e:
-        _reraise_from_signal_handler(e)
-        return f"<{type(e).__name__}: {e}>"
-
-
 # NOTE [Short values in recompile logs]: a guard's actual value is written into the `recompiles` log line;
 # repr() of a tensor or of a tuple of tensors (a `past_key_values` that was None on the first call) printed
 # every element, hundreds of lines per recompile. Tensors are written as their type, shape and dtype, and
@@ -350,9 +321,7 @@ _PLAIN_REPR = (int, float, complex, str, bytes, bool, type(None), types.Function
 # of the frame one by one (all_failures, first_failure), and `eval` of a string compiles it each time;
 # the entries of one frame repeat most expressions. The code is what `eval(expr)` compiles: leading spaces
 # and tabs stripped, file "<string>", this module's compiler flags. A SyntaxError is raised (not kept).
-@functools.lru_cache(maxsize=8192)
-def _expression_code(expr: str) -> Any:
-    return compile(expr.lstrip(" \t"), "<string>", "eval")
+_expression_code = compiled
 
 
 # NOTE [Guards run no user code]: a guard reading `o.name` runs whatever `type(o)` resolves `name` to: a
