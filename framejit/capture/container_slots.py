@@ -7,9 +7,9 @@ which the trace models: `in`, `[]`, `+`, `==`, `+=`, ...). Only for an object wh
 tuple or dict: a subclass may override the operation, while `list.__getitem__(p, i)` runs list's own. A slot
 is not the operator either where the other operand is of another type: the rich comparisons answer
 NotImplemented for an operand that is not of the container's type (`[1].__eq__(1)`), concatenation raises
-TypeError (`[1].__add__({})`), repetition wants an integer (the slot's own message, not the operator's);
-an operand of a subclass (whose reflected method the
-operator would try first) is a graph break.
+TypeError (`[1].__add__({})`), repetition wants an integer (the slot's own message, not the operator's),
+`d.__or__(e)` answers NotImplemented for a non-dict `e` (`d.__ror__(e)` is `e | d`); an operand of a subclass
+(whose reflected method the operator would try first) is a graph break.
 
 NOTE [Argument errors of container methods]: `p.append()`, `p.insert(1)`, `p.pop(2, 3)`, `p.clear(1)` raise
 CPython's TypeError before anything happens; the models of these methods indexed their arguments and failed
@@ -34,14 +34,16 @@ _SLOT_OPS = {
     "__iadd__": (operator.iadd, 1), "__imul__": (operator.imul, 1),
     "__eq__": (operator.eq, 1), "__ne__": (operator.ne, 1), "__lt__": (operator.lt, 1), "__le__": (operator.le, 1),
     "__gt__": (operator.gt, 1), "__ge__": (operator.ge, 1),
+    "__or__": (operator.or_, 1), "__ror__": (operator.or_, 1), "__ior__": (operator.ior, 1),  # dict's (PEP 584)
 }
+_DICT_ONLY = ("__or__", "__ror__", "__ior__")
 _COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
 _MUTATING = {"__setitem__", "__delitem__", "__iadd__", "__imul__"}
 _READING = ("__contains__", "__getitem__", "__len__", "__iter__", "__eq__", "__ne__")
 SLOTS = {
-    list: tuple(_SLOT_OPS),
-    tuple: tuple(name for name in _SLOT_OPS if name not in _MUTATING),
-    dict: _READING + ("__setitem__", "__delitem__"),
+    list: tuple(name for name in _SLOT_OPS if name not in _DICT_ONLY),
+    tuple: tuple(name for name in _SLOT_OPS if name not in _MUTATING and name not in _DICT_ONLY),
+    dict: _READING + ("__setitem__", "__delitem__") + _DICT_ONLY,
 }
 
 
@@ -61,10 +63,12 @@ def call_container_slot(tx, owner: type, name: str, self_value: Value, args: lis
     fn, arity = _SLOT_OPS[name]
     if kwargs or len(args) != arity:
         _raise_arity_error(owner, name, args, kwargs)
-    if name in _COMPARISONS or name in ("__add__", "__mul__", "__rmul__", "__imul__"):
+    if name in _COMPARISONS or name in ("__add__", "__mul__", "__rmul__", "__imul__", "__or__", "__ror__"):
         early = _other_operand(owner, name, args[0])
         if early is not None:
             return early
+    if name == "__ror__":  # `d.__ror__(e)` is `e | d` for a dict `e` of d's type
+        return tx.call(BuiltinValue(fn), [args[0], self_value], {})
     result = tx.call(BuiltinValue(fn), [self_value, *args], {})
     if name in ("__setitem__", "__delitem__"):
         return ConstantValue(None)

@@ -19,7 +19,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .builtins import BUILTIN_HANDLERS, _dict, handles
 from .protocol import draws_lazily, grow_while_drawing, iterate
 from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictValue, DictValue, ListValue,
-                     TupleValue, Value)
+                     SetValue, TupleValue, Value)
 
 from .mappings_runtime import dict_of_view as _dict_of_view
 from .values.containers import bump_deque
@@ -147,6 +147,52 @@ def copy_mapping(d: DictValue) -> DictValue:
     return DictValue(dict(d.items), cls=d.cls if issubclass(d.cls, _OD) else dict)
 
 
+# NOTE [Dict union]: `a | b` (PEP 584) with a dict, OrderedDict or defaultdict (or a plain subclass of dict or
+# OrderedDict: the slots are inherited) on both sides runs the slot CPython's binary operator picks: the right
+# operand's reflected slot first when its type is a subclass of the left's with another slot, else the left's.
+# dict's slot makes a plain dict, OrderedDict's a copy of the left operand as the OrderedDict (sub)class, and
+# defaultdict's a defaultdict with the factory of its defaultdict operand; each is then updated with the right
+# operand, so keys keep the left's positions and take the right's values (Zamba2's `kwargs | {...}` broke the
+# graph). A non-dict operand of a type without `|` for dicts is CPython's TypeError; other operands, dict
+# subclasses with their own `__or__`/`__ror__` and mappingproxies are left to the other rules (objects: their
+# methods are inlined; otherwise a break).
+_NO_DICT_OR = (list, tuple, int, float, complex, str, bytes, bool, type(None), set, frozenset)
+
+
+def _union_kind(v: Value) -> type | None:
+    """The class whose `|` slot a dict operand has (dict, OrderedDict, defaultdict; None: not modelled)."""
+    if not isinstance(v, DictValue):
+        return None
+    cls = v.cls
+    if cls is _DD:
+        return _DD if isinstance(v, DefaultDictValue) else None
+    if cls in (dict, _OD) or is_plain_dict_subclass(cls):
+        return _OD if issubclass(cls, _OD) else dict
+    return None
+
+
+def dict_union(tx, a: Value, b: Value) -> Value | None:
+    """`a | b` with a dict on either side (NOTE [Dict union]); None: not modelled here."""
+    ka, kb = _union_kind(a), _union_kind(b)
+    if ka is None or kb is None:
+        other = b if ka is not None else a if kb is not None else None
+        if type(other) in (ConstantValue, ListValue, TupleValue, SetValue) and other.python_type() in _NO_DICT_OR:
+            raise UserException(TypeError(f"unsupported operand type(s) for |: '{a.python_type().__name__}' "
+                                          f"and '{b.python_type().__name__}'"))
+        return None
+    reflected = kb is not ka and issubclass(b.cls, a.cls)
+    kind = kb if reflected else ka
+    if kind is dict:
+        new = DictValue(dict(a.items), cls=dict)
+    elif kind is _OD:
+        new = DictValue(dict(a.items), cls=(a if ka is _OD else b).cls)
+    else:
+        new = DefaultDictValue(dict(a.items), (a if ka is _DD else b).factory)
+    from .container_methods import call_container_method
+    call_container_method(tx, dict.update, [new, b], {})
+    return new
+
+
 def mapping_attr(d: DictValue, name: str) -> Value | None:
     """Attributes of a DictValue that dict itself lacks (None: look it up as a dict's)."""
     if name == "default_factory" and isinstance(d, DefaultDictValue):
@@ -182,7 +228,7 @@ def make_dict_subclass(tx, cls: type, args: list[Value], kwargs: dict[str, Value
     return DictValue(_dict(tx, args, kwargs).items, cls=cls)
 
 
-__all__ = ["deque_attr", "deque_maxlen", "outside_deque",
+__all__ = ["deque_attr", "deque_maxlen", "outside_deque", "dict_union",
            "wrap_view", "copy_mapping", "is_plain_dict_subclass", "make_dict_subclass", "mapping_attr", "missing_item"]
 
 

@@ -140,6 +140,11 @@ def _container_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
         a.items[:] = a.items * b.as_constant()
         tx.output.side_effects.record_op(a, "__imul__", (ConstantValue(b.as_constant()),))
         return a
+    if fn is operator.or_ and (isinstance(a, DictValue) or isinstance(b, DictValue)):
+        from .mappings import dict_union  # NOTE [Dict union]
+        result = dict_union(tx, a, b)
+        if result is not None:
+            return result
     if isinstance(a, DictValue) and fn is operator.ior and a.cls in (dict, collections.OrderedDict, collections.defaultdict):
         from .container_methods import call_container_method  # `d |= other` is `d.update(other)` in place
         call_container_method(tx, dict.update, [a, b], {})

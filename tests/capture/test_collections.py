@@ -353,3 +353,82 @@ def test_partial_with_a_changed_instance_dict_is_not_rebuilt_wrongly():
         p.__dict__["k"] = 1
         return p(t), p.__dict__["k"], sorted(p.__dict__)
     run_differential(fn, _one, fullgraph=False)
+
+
+# ---- dict union (PEP 584): NOTE [Dict union] ---------------------------------------------------------------
+class OwnOr(dict):
+    def __or__(self, other):
+        return ("own-or", len(self), len(other))
+
+    def __ror__(self, other):
+        return ("own-ror", len(other), len(self))
+
+
+def _kw(seed):
+    return {"a": torch.randn(3), "c": torch.randn(3)}
+
+
+def _describe(d):
+    return d, type(d), list(d), getattr(d, "default_factory", "none")
+
+
+def test_dict_union_of_tensor_values_is_one_graph():
+    def fn(x, **kw):
+        d = kw | {"b": x * 2, "a": x}  # a keeps its position, takes the right's value
+        e = {"b": x} | collections.OrderedDict(kw)  # OrderedDict's reflected slot: an OrderedDict
+        f = collections.OrderedDict(kw) | {"q": x}
+        g = collections.defaultdict(list, kw) | {"q": x}
+        h = {"q": x} | collections.defaultdict(int, kw)  # defaultdict's reflected slot, the right's factory
+        i = collections.defaultdict(int, kw) | collections.OrderedDict(z=x)  # the left's slot: a defaultdict
+        j = PlainOrdered(kw) | {"q": x}
+        k = PlainDict(kw) | collections.OrderedDict(q=x)  # dict's slot: OrderedDict is no subclass of PlainDict
+        return [_describe(v) for v in (d, e, f, g, h, i, j, k)], g["new"], len(g)
+    assert run_differential(fn, _one, kwargs_fn=_kw).graph_count == 1
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    for n in (2, 2, 4):  # changing shapes: no break, no recompile beyond the shape change
+        x, kw = torch.randn(n), {"a": torch.randn(n), "c": torch.randn(n)}
+        torch.testing.assert_close(compiled(x, **kw)[0][0][0], fn(x, **kw)[0][0][0])
+    assert backend.graph_count == 2
+
+
+def test_dict_union_inplace_and_slots_called_directly():
+    def fn(x, **kw):
+        d = dict(kw)
+        same = d.__ior__({"b": x})
+        d |= [("z", x + 1)]
+        o = collections.OrderedDict(kw)
+        o |= {"a": x}
+        return (d, same is d, o, type(o), kw.__or__({"b": x - 1}), kw.__or__([1]), kw.__ror__({"c": 0, "q": x}),
+                dict.__or__(kw, {"k": x}), x + 1)
+    assert run_differential(fn, _one, kwargs_fn=_kw).graph_count == 1
+
+
+@pytest.mark.parametrize("other", [[1], (1,), 3, None, "s", {1}])
+def test_dict_union_with_a_non_dict_raises_as_eager(other):
+    def fn(x, **kw):
+        return x + 1, kw | other
+
+    def rfn(x, **kw):
+        return x + 1, other | kw
+    for f in (fn, rfn):
+        compiled = framejit.compile(f, backend=CountingBackend())
+        x = torch.randn(3)
+        with pytest.raises(TypeError) as eager:
+            f(x, a=x)
+        with pytest.raises(TypeError) as ours:
+            compiled(x, a=x)
+        assert str(ours.value) == str(eager.value)
+
+
+def test_dict_union_with_a_subclass_that_has_its_own_operators():
+    def fn(x, **kw):
+        own = OwnOr(kw)
+        return x * 2, own | {"b": 1}, {"b": 1, "c": 2} | own, kw | own
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend)
+    for n in (3, 3):
+        x = torch.randn(n)
+        actual, expected = compiled(x, a=x), fn(x, a=x)
+        torch.testing.assert_close(actual[0], expected[0])
+        assert actual[1:] == expected[1:]
