@@ -26,7 +26,7 @@ use_reentrant=False)` is inlined as written (it calls `checkpoint` per segment).
 graph break, so torch's own code runs, with `fn` called through its frame hook so that its body is still
 captured (NOTE [Reentrant checkpoint at a break] in hook.py): the reentrant variant (whose outputs do not require grad when no
 input does), a missing `use_reentrant` (torch warns and picks the reentrant one), a `context_fn`, and
-`debug=True`.
+`debug=True`; the break's logged reason names which (modules.disabled_reason).
 
 NOTE [Checkpointed regions]: inlining alone would give up the memory saving the user asked for (the
 graph's autograd would keep every activation of every layer, and a model that fits only with gradient
@@ -95,8 +95,11 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism
                early_stop=True, **kwargs):
     """torch.utils.checkpoint.checkpoint, non-reentrant, traced (NOTE [Activation checkpointing])."""
     from torch.utils.checkpoint import noop_context_fn
-    if use_reentrant is not False or context_fn not in (None, noop_context_fn) or debug is not False:
-        graph_break("torch.utils.checkpoint.checkpoint other than use_reentrant=False without context_fn or debug")
+    if use_reentrant is not False:  # NOTE [Activation checkpointing]: the reentrant variant runs `function` as Python
+        graph_break("torch.utils.checkpoint.checkpoint with use_reentrant=True (torch's default when unset) runs "
+                    "torch's own code, its function compiled apart; use_reentrant=False is captured in the graph")
+    if context_fn not in (None, noop_context_fn) or debug is not False:
+        graph_break("torch.utils.checkpoint.checkpoint with a context_fn or debug=True")
     kwargs.pop("preserve_rng_state", None)
     return function(*args, **kwargs)
 

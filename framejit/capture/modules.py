@@ -254,6 +254,14 @@ def graph_break(reason: str):
     raise RuntimeError(reason)
 
 
+def disabled_reason(f, args: list[Value]) -> str:
+    """Why a call of the framejit.disable'd `f` breaks: a substitute's `graph_break(reason)` logs its reason (the
+    log said only "graph_break is marked framejit.disable", not that a reentrant checkpoint was the cause)."""
+    if f is graph_break and len(args) == 1 and args[0].is_constant():
+        return str(args[0].as_constant())
+    return f"{f.__qualname__} is marked framejit.disable"
+
+
 # NOTE [RNN flat weights]: nn.LSTM/GRU/RNN keep their weights twice, as parameters and in the list
 # `_flat_weights`, and `_update_flat_weights()` resynchronises the list through weak references before
 # each forward. The substitute below instead checks, while tracing, that each list entry *is* the

@@ -33,7 +33,7 @@ from .caught_exceptions import Handling, attribute_error_context, follow_handler
 from .graph import OutputGraph
 from .handlers import HANDLERS, UNSUPPORTED_OPCODES
 from .library_substitutes import library_substitute
-from .modules import SUBSTITUTES, call_iteration_method, graph_break, is_iteration_method, made_module_site
+from .modules import SUBSTITUTES, call_iteration_method, disabled_reason, graph_break, is_iteration_method, made_module_site
 from .module_hooks import TRACE_TIME, plan_module_call
 from .generator_ctx import break_before_generator_cms, exception_in_generator_cms
 from .lazy_generators import LazyGeneratorValue, check_finalizers_at_return, finalizer_break, finalizers_pending, \
@@ -569,7 +569,7 @@ class Translator:
             if not fn.by_code:
                 lookup.guard_code(self.output, f)  # NOTE [Code replaced] in lookup.py
         if code in DISABLED:
-            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked framejit.disable")
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, disabled_reason(f, args))
         self.output.inlined_codes.add(code)  # NOTE [Disable after compiling] in hook.py
         if getattr(f, "_torchdynamo_disable", False) or _stored_disable(fn):  # torch.compiler.disable
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{f.__qualname__} is marked torch.compiler.disable")

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.utils.checkpoint as ckpt
 
 import framejit
-from tests.helpers import CountingBackend, assert_same
+from tests.helpers import CountingBackend, assert_same, logged_breaks
 
 
 def _with_linear(backend: CountingBackend) -> list:
@@ -86,3 +86,16 @@ def test_a_reentrant_checkpointed_function_and_bound_method_are_captured():
     backend, per_shape, eager_frames = _check(fn, params, [(2, 6), (4, 6)])
     assert len(_with_linear(backend)) >= 4  # both bodies, forward and recomputation, on the first shape
     assert eager_frames == 0
+
+
+def test_the_break_at_a_reentrant_checkpoint_logs_why():
+    # the log named only the substitute's helper ("graph_break is marked framejit.disable")
+    block = nn.Linear(4, 4)
+
+    def fn(x):
+        return ckpt.checkpoint(block, x + 1, use_reentrant=True) * 2
+
+    with logged_breaks() as records:
+        _check(fn, list(block.parameters()), [(2, 4)])
+    assert any("use_reentrant=True" in r for r in records), records
+    assert not any("marked framejit.disable" in r for r in records), records
