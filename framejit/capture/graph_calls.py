@@ -21,7 +21,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_leaves, tree_map
 
-from ..guards.plain_reads import is_a
+from ..guards.plain_reads import is_a, module_text
 from ..guards.same_values import has_zero, same_constant
 from .breaks import BreakKind, Unsupported, UserException
 from .values import ConstantValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, Value
@@ -516,7 +516,9 @@ _PLAIN_REPR = (int, float, complex, str, bytes, bool, type(None), types.Function
 
 
 def _short(obj: Any, depth: int = 0) -> str:
-    if type(obj) in _PLAIN_REPR or is_a(obj, enum.Enum) and type(obj).__repr__ in (enum.Enum.__repr__,
+    if type(obj) is types.ModuleType:  # its repr() may call the module's __getattr__
+        text = module_text(obj)
+    elif type(obj) in _PLAIN_REPR or is_a(obj, enum.Enum) and type(obj).__repr__ in (enum.Enum.__repr__,
                                                                                     enum.IntEnum.__repr__):
         text = repr(obj)
     elif is_a(obj, type):  # NOTE [Type facts without user code] (guards/plain_reads.py)

@@ -362,7 +362,7 @@ class FrameHook(TracerInterop):
                 failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected, sizes=True)
                                                             or failure.guard.source in self.dynamic_floats
                                                             or numpy_scalar_text(failure.guard.expected)))
-        failure = self.entries[0].guard.first_failure(*args, **kwargs) if self.entries else None
+        failure = self.entries[0].guard.miss_failure(args, kwargs) if self.entries else None
         failures = []
         if failure is not None and changed_value(failure):
             failures = explain(self.entries[0])
@@ -432,7 +432,7 @@ class FrameHook(TracerInterop):
         if logs.enabled("recompiles"):
             # every entry's first failure (newest first), as a dynamic entry older than a size-1 one may be the
             # one whose relation failed; a changed shape names its dimensions (issue 13)
-            failures = [entry.guard.first_failure(*args, **kwargs) for entry in self.entries]
+            failures = [entry.guard.miss_failure(args, kwargs) for entry in self.entries]
             first = _named_dims(failures[0]) if failures and failures[0] else "no guard failed"
             others = "".join(f"; entry {i} (older): {_named_dims(f)}" for i, f in enumerate(failures[1:], 1)
                              if f is not None)
@@ -454,7 +454,7 @@ class FrameHook(TracerInterop):
         if not self.entries:  # a limit of 0: never compile
             message = f"{self._name()} runs eagerly: the recompile limit is {config.recompile_limit}"
         else:
-            name, failure = self._name(), str(self.entries[0].guard.first_failure(*args, **kwargs))
+            name, failure = self._name(), str(self.entries[0].guard.miss_failure(args, kwargs))
             if self.fn.__code__ is module_call.__code__ and args:  # NOTE [Recompiles of compiled modules]
                 name, failure = _module_call_names(args[0], args[1:], kwargs, failure)
             message = (f"{name} hit the recompile limit ({config.recompile_limit}); it now runs "

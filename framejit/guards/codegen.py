@@ -25,8 +25,8 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from .guard import Guard
-from .outcomes import Outcome, check, compiled, described, mentions_safe, type_now
-from .plain_reads import is_a
+from .outcomes import NONE, NOT_RECORDED, Outcome, check, reach, compiled, described, mentions_safe, type_now
+from .plain_reads import is_a, module_text
 
 # Helpers every guard function may use; names start with ___ so that no frame argument can shadow them.
 def _distinct_storages(*tensors: Any) -> bool:
@@ -120,6 +120,7 @@ BASE_NAMESPACE: dict[str, Any] = {
     "___id": id,
     "___raw_attr": object.__getattribute__,  # NOTE [Raw attribute reads] in capture/sources.py
     "___list": list,
+    "___reach": reach,  # NOTE [Cached calls explained without calling them]
     "__builtins__": builtins,
 }
 
@@ -167,12 +168,17 @@ class GuardFunction:
         return self.first_failure(*args, **kwargs) is None
 
     def first_failure(self, *args: Any, **kwargs: Any) -> Failure | None:
+        return self.miss_failure(args, kwargs, recorded=False)
+
+    def miss_failure(self, args: tuple, kwargs: dict, recorded: bool = True) -> Failure | None:
+        """first_failure of a call the check function has just refused (`recorded`: its cached calls are not
+        made again, NOTE [Cached calls explained without calling them])."""
         try:
             frame_locals = self._bind(*args, **kwargs)
         except TypeError as e:
             return Failure(Guard("<call>", "SIGNATURE", "arguments"), str(e))
         for i, guard in enumerate(self.guards):
-            failed, outcome = check(guard, self.namespace, frame_locals)  # NOTE [Explanations run each check once]
+            failed, outcome = self._check(i, guard, frame_locals, recorded)  # NOTE [Explanations run each check once]
             if not outcome.held:
                 return self._missing_key(guard, i, frame_locals, outcome) or self._failure(failed, outcome, frame_locals)
         return None
@@ -195,10 +201,19 @@ class GuardFunction:
                     return Failure(failure.guard, failure.actual + first)
         return None
 
+    def _check(self, index: int, guard: Guard, frame_locals: dict, recorded: bool) -> tuple[Guard, Outcome]:
+        reached = self.namespace.get("___reached", NOT_RECORDED)[0]
+        if recorded and guard.kind == "CACHED_CALL" and reached is not None and reached >= index:
+            return guard, Outcome(reached > index, False if reached == index else NONE)
+        return check(guard, self.namespace, frame_locals)
+
     def _failure(self, guard: Guard, outcome: Outcome, frame_locals: dict) -> Failure:
         return Failure(guard, described(guard, outcome, self.namespace, frame_locals))
 
     def all_failures(self, *args: Any, **kwargs: Any) -> list[Failure]:
+        return self.miss_failures(args, kwargs, recorded=False)
+
+    def miss_failures(self, args: tuple, kwargs: dict, recorded: bool = True) -> list[Failure]:
         """Every failing guard, except those past a failed one that would read through an object no
         longer known safe to read (NOTE [Guards run no user code]): after a failed lookup fact, only
         guards reading nothing but class dicts; after a failed pin of `P`, none reading through `P` or
@@ -208,7 +223,7 @@ class GuardFunction:
         unsafe: dict[str, type | None] = {}  # a pin that failed -> the type of its object now (None: unknown)
         fact_failed = False
         facts = _FactsTable()  # NOTE [Guard facts once per pass]
-        for g in self.guards:
+        for i, g in enumerate(self.guards):
             fact = facts[g.expr]
             if any(b in unsafe for b in fact.bases) or fact_failed and not all(self._named(b) for b in fact.bases):
                 continue
@@ -216,7 +231,7 @@ class GuardFunction:
                 continue
             if failures and g.kind == "CACHED_CALL":  # NOTE [No cached call past a failed guard]
                 continue
-            failed, outcome = check(g, self.namespace, frame_locals)  # NOTE [Explanations run each check once]
+            failed, outcome = self._check(i, g, frame_locals, recorded)  # NOTE [Explanations run each check once]
             if not outcome.held:
                 failures.append(self._failure(failed, outcome, frame_locals))
                 if g.kind == "TORCH_MODES":  # NOTE [No guard past a new torch mode]
@@ -253,7 +268,7 @@ class Explanations:
     def __call__(self, entry: Any) -> list[Failure]:
         known = self.answers.get(id(entry))
         if known is None:
-            known = self.answers[id(entry)] = (entry, entry.guard.all_failures(*self.args, **self.kwargs))
+            known = self.answers[id(entry)] = (entry, entry.guard.miss_failures(self.args, self.kwargs))
         return known[1]
 
 
@@ -303,6 +318,8 @@ def short_repr(value: Any, depth: int = 0) -> str:
         pairs = list(value.items())
         items = ", ".join(f"{short_repr(k, depth + 1)}: {short_repr(v, depth + 1)}" for k, v in pairs[:8])
         text = "{" + items + (", ..." if len(pairs) > 8 else "") + "}"
+    elif type(value) is types.ModuleType:  # its repr() may call the module's __getattr__
+        text = module_text(value)
     elif is_a(value, type):
         text = type.__repr__(value)
     elif type(value) in _PLAIN_REPR or is_a(value, (torch.dtype, torch.device, torch.Size)) or \
@@ -497,6 +514,8 @@ def compile_guards(
     fn_name, bind_name = re.findall(r"^def (\w+)\(", source, re.M)[:2]
     ns = dict(BASE_NAMESPACE)
     ns.update(namespace)
+    if "___reach(" in source:  # NOTE [Cached calls explained without calling them]
+        ns["___reached"] = [None]
     memos = set(re.findall(r"\b(___memo\d+)\b", source))
     if memos:  # NOTE [Remembered tensor facts]
         from .. import tensor_watch
@@ -537,9 +556,11 @@ def _guard_source(ordered: list[Guard], params: str, name: str, facts: dict[str,
                 define(definitions[local])
                 lines.append(f"    {local} = {definitions[local]}")
 
-    for g in ordered:
+    for i, g in enumerate(ordered):
         comment = f"  # {g.source}" + (f" | {g.origin}" if g.origin else "")
         check = rewrite(remembered.get(g.expr, g.expr))
+        if g.kind == "CACHED_CALL":  # NOTE [Cached calls explained without calling them]
+            check = f"___reach(___reached, {i}) or ({check})"
         define(check)
         lines.append(f"    if not ({check}): return False{_one_line(comment)}")
     lines.append("    return True")

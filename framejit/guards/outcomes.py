@@ -19,7 +19,7 @@ from typing import Any
 from .guard import Guard
 
 ACTUAL = "___actual"  # the name the rest of a split check reads its leftmost operand from
-_NONE = object()
+NONE = object()
 
 
 @functools.lru_cache(maxsize=8192)
@@ -53,11 +53,11 @@ def _reraise(e: Exception) -> None:
 
 
 class Outcome:
-    """One evaluation of a check: whether it held, its actual value (_NONE: not known) or exception
+    """One evaluation of a check: whether it held, its actual value (NONE: not known) or exception
     (`in_actual`: raised while computing the actual value itself)."""
     __slots__ = ("held", "actual", "error", "in_actual")
 
-    def __init__(self, held: bool, actual: Any = _NONE, error: Exception | None = None, in_actual: bool = False):
+    def __init__(self, held: bool, actual: Any = NONE, error: Exception | None = None, in_actual: bool = False):
         self.held, self.actual, self.error, self.in_actual = held, actual, error, in_actual
 
 
@@ -65,17 +65,17 @@ def evaluate(guard: Guard, namespace: dict, frame_locals: dict) -> Outcome:
     """Evaluate `guard`'s own expression once (not its parts)."""
     local = dict(frame_locals)
     code = split(guard.expr, guard.actual)
-    actual = _NONE
+    actual = NONE
     try:
         if code is not None:
             actual = eval(compiled(guard.actual), namespace, local)
             local[ACTUAL] = actual
             return Outcome(bool(eval(code, namespace, local)), actual)
         value = eval(compiled(guard.expr), namespace, local)
-        return Outcome(bool(value), value if guard.actual == guard.expr else _NONE)
+        return Outcome(bool(value), value if guard.actual == guard.expr else NONE)
     except Exception as e:
         _reraise(e)
-        return Outcome(False, actual, e, in_actual=code is not None and actual is _NONE or guard.actual == guard.expr)
+        return Outcome(False, actual, e, in_actual=code is not None and actual is NONE or guard.actual == guard.expr)
 
 
 def check(guard: Guard, namespace: dict, frame_locals: dict) -> tuple[Guard, Outcome]:
@@ -94,7 +94,7 @@ def described(guard: Guard, outcome: Outcome, namespace: dict, frame_locals: dic
     from .codegen import short_repr
     if guard.actual is None:
         text = "a different value"
-    elif outcome.actual is not _NONE:
+    elif outcome.actual is not NONE:
         text = short_repr(outcome.actual)
     elif outcome.in_actual:  # computing the value raised: the check raised that
         text = f"<{type(outcome.error).__name__}: {outcome.error}>"
@@ -125,7 +125,7 @@ _CONTAINERS = frozenset({tuple, list, dict, set, frozenset})
 
 def type_now(failed: Guard, outcome: Outcome) -> type | None:
     """The type of the object of a failed pin, as the pin's own evaluation found it (None: not known)."""
-    if outcome.actual is _NONE:
+    if outcome.actual is NONE:
         return None
     if failed.expr.startswith("___type(") and failed.actual is not None and failed.actual.startswith("___type("):
         return outcome.actual if isinstance(outcome.actual, type) else None
@@ -160,3 +160,20 @@ def _mentions(expr: str) -> tuple[frozenset[str], frozenset[str]]:
                    and n.func.id == "___len" and len(n.args) == 1 and not n.keywords}
     only = frozenset(t for t, nodes in chains.items() if all(id(n) in length_args for n in nodes))
     return frozenset(chains), only
+
+
+# NOTE [Cached calls explained without calling them]: a CACHED_CALL line calls the user's lru_cache wrapper
+# (counting a hit, or running the function after a cache_clear). The check function made that call; each
+# explanation of the miss made it again (all_failures, first_failure for automatic dynamic and for the log):
+# after `helper.cache_clear()` eager counted hits=0, framejit hits=9 (hunt hhuntG2 LOW-2). The check function
+# now records the index of the last cached line it reached (`___reach(___reached, k) or CHECK`, a call only
+# on cached lines, which call a function anyway); as they come last (NOTE [Cached calls checked last] in
+# capture/cached_calls.py), a line before it held and that line failed (or raised). A miss's explanations
+# (miss_failure, miss_failures) read that record instead of calling again; first_failure and all_failures
+# (the reference evaluator) still evaluate.
+NOT_RECORDED = (None,)
+
+
+def reach(record: list, index: int) -> bool:
+    record[0] = index
+    return False

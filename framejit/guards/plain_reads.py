@@ -47,3 +47,13 @@ def runs_no_python(cls: type, name: str) -> bool:
                 isinstance(entry, property):
             return False
     return True
+
+
+def module_text(module: types.ModuleType) -> str:
+    """`repr(module)` from the module's own dict: repr() reads `__spec__`, `__loader__` and `__file__` through
+    the module's attribute lookup, which calls a PEP 562 module `__getattr__` for each one missing (a counting
+    `__getattr__` returned values off by 2 when framejit named a module: hunt hhuntG2 LOW-3)."""
+    namespace = vars(module)  # the dict slot: no attribute lookup
+    name, file = namespace.get("__name__"), namespace.get("__file__")
+    name = name if type(name) is str else "?"
+    return f"<module {name!r} from {file!r}>" if type(file) is str else f"<module {name!r}>"

@@ -101,3 +101,35 @@ def test_the_failure_text_still_says_what_raised():
     guard = compile_guards([g], "v", {})
     text = str(guard.first_failure(Raising()))
     assert "(the check raised ValueError: no)" in text and "Raising object at" in text
+
+
+def _cached_guards(log):
+    def answers(n, value):  # a CACHED_CALL check: calls the user's cached function
+        log.append(n)
+        return n * 2 == value
+    guards = [Guard("___type(v) is ___int", "TYPE_MATCH", "L['v']", actual="___type(v)")]
+    guards += [Guard(f"___answers({n}, {n * 2 if n != bad else -1})", "CACHED_CALL", f"G['h']({n})",
+                     expected="the cached answer", actual=f"___answers({n}, {n * 2 if n != bad else -1})", cost=5)
+               for n, bad in ((1, 2), (2, 2), (3, 2))]
+    return compile_guards(guards, "v", {"___int": int, "___answers": answers})
+
+
+def test_a_miss_is_explained_without_calling_cached_functions_again():
+    # before: every explanation of a miss (the automatic-dynamic first failure, all failures, the log's) called
+    # the failing cached-call check again: after `helper.cache_clear()` eager counted hits=0, framejit 9
+    from framejit.guards.codegen import Explanations
+    log = []
+    guard = _cached_guards(log)
+
+    class Entry:
+        pass
+    entry = Entry()
+    entry.guard = guard
+    assert not guard.check(1)  # the cached call with 2 answers otherwise: the check function calls 1 and 2
+    assert log == [1, 2]
+    failures = Explanations((1,), {})(entry)
+    assert [(f.guard.kind, f.guard.source, f.actual) for f in failures] == [("CACHED_CALL", "G['h'](2)", "False")]
+    assert str(guard.miss_failure((1,), {})) == str(failures[0])
+    assert log == [1, 2]  # no call made again
+    assert guard.first_failure(1).guard.source == "G['h'](2)"  # the reference evaluator still evaluates
+    assert log == [1, 2, 1, 2]
