@@ -159,8 +159,9 @@ def copy_mapping(d: DictValue) -> DictValue:
 _NO_DICT_OR = (list, tuple, int, float, complex, str, bytes, bool, type(None), set, frozenset)
 
 
-def _union_kind(v: Value) -> type | None:
-    """The class whose `|` slot a dict operand has (dict, OrderedDict, defaultdict; None: not modelled)."""
+def union_kind(v: Value) -> type | None:
+    """The class whose `|` slot a dict operand has (dict, OrderedDict, defaultdict; None: not modelled). `|=` of
+    each is `update` in place."""
     if not isinstance(v, DictValue):
         return None
     cls = v.cls
@@ -173,7 +174,7 @@ def _union_kind(v: Value) -> type | None:
 
 def dict_union(tx, a: Value, b: Value) -> Value | None:
     """`a | b` with a dict on either side (NOTE [Dict union]); None: not modelled here."""
-    ka, kb = _union_kind(a), _union_kind(b)
+    ka, kb = union_kind(a), union_kind(b)
     if ka is None or kb is None:
         other = b if ka is not None else a if kb is not None else None
         if type(other) in (ConstantValue, ListValue, TupleValue, SetValue) and other.python_type() in _NO_DICT_OR:
@@ -228,7 +229,7 @@ def make_dict_subclass(tx, cls: type, args: list[Value], kwargs: dict[str, Value
     return DictValue(_dict(tx, args, kwargs).items, cls=cls)
 
 
-__all__ = ["deque_attr", "deque_maxlen", "outside_deque", "dict_union",
+__all__ = ["deque_attr", "deque_maxlen", "outside_deque", "dict_union", "union_kind",
            "wrap_view", "copy_mapping", "is_plain_dict_subclass", "make_dict_subclass", "mapping_attr", "missing_item"]
 
 

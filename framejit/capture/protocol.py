@@ -140,15 +140,15 @@ def _container_binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
         a.items[:] = a.items * b.as_constant()
         tx.output.side_effects.record_op(a, "__imul__", (ConstantValue(b.as_constant()),))
         return a
-    if fn is operator.or_ and (isinstance(a, DictValue) or isinstance(b, DictValue)):
-        from .mappings import dict_union  # NOTE [Dict union]
-        result = dict_union(tx, a, b)
+    if fn in (operator.or_, operator.ior) and (isinstance(a, DictValue) or isinstance(b, DictValue)):
+        from .mappings import dict_union, union_kind  # NOTE [Dict union]
+        if fn is operator.ior and union_kind(a) is not None:
+            from .container_methods import call_container_method  # `d |= other` is `d.update(other)` in place
+            call_container_method(tx, dict.update, [a, b], {})
+            return a
+        result = dict_union(tx, a, b) if fn is operator.or_ else None
         if result is not None:
             return result
-    if isinstance(a, DictValue) and fn is operator.ior and a.cls in (dict, collections.OrderedDict, collections.defaultdict):
-        from .container_methods import call_container_method  # `d |= other` is `d.update(other)` in place
-        call_container_method(tx, dict.update, [a, b], {})
-        return a
     if isinstance(a, SetValue) and isinstance(b, SetValue) and fn in _SET_OPS:
         # NOTE [Set order]: the same CPython operation on sets laid out as the program's gives its layout
         from .identity_keys import known_layout, set_operand

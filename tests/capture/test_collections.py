@@ -399,7 +399,10 @@ def test_dict_union_inplace_and_slots_called_directly():
         d |= [("z", x + 1)]
         o = collections.OrderedDict(kw)
         o |= {"a": x}
-        return (d, same is d, o, type(o), kw.__or__({"b": x - 1}), kw.__or__([1]), kw.__ror__({"c": 0, "q": x}),
+        p, q = PlainDict(kw), PlainOrdered(kw)
+        p |= {"b": x}
+        q |= collections.defaultdict(int, b=x)
+        return (d, same is d, o, type(o), p, type(p), q, type(q), kw.__or__({"b": x - 1}), kw.__or__([1]), kw.__ror__({"c": 0, "q": x}),
                 dict.__or__(kw, {"k": x}), x + 1)
     assert run_differential(fn, _one, kwargs_fn=_kw).graph_count == 1
 
