@@ -395,7 +395,30 @@ def _object_contains(tx, item: Value, container: Value) -> bool:
             from .sequence_protocol import contains_by_iteration
             guard_lookup(tx.output, cls, "__contains__")
             return truth(tx, tx.inline(UserFunctionValue(contains_by_iteration), [container, item], {}))
+    from .carried_loops import CarriedIteratorValue
+    from .values.containers import IteratorValue
+    if isinstance(container, (IteratorValue, CarriedIteratorValue)):
+        return _iterator_contains(tx, item, container)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"`in` on {container.describe()}")
+
+
+# NOTE [Membership in iterators]: `item in it` of an iterator (a generator, iter(list), map/zip/filter objects,
+# a generator expression, one carried across a break) is CPython's _PySequence_IterSearch: an iterator has no
+# `__contains__`, its `__iter__` is itself, so `in` draws items until the first with `element is item or
+# element == item` and leaves the iterator after it (exhausted when none matched). It was a graph break ("`in`
+# on IteratorValue") that ran the frame's rest from there. It is the same loop a user writes, so it is traced
+# as `contains_by_iteration` inlined (NOTE [Membership by iteration]): each draw steps the iterator as a for
+# loop does (a lazy generator's body runs at its step, in eager's order), and a draw or comparison the trace
+# cannot make (a tensor compared by data, a step that must run as Python) breaks at the `in` itself, which then
+# runs as Python whole. No for loop of the user's stepped it, so its `looped` mark is kept as it was: such an
+# iterator that outlives the graph is rebuilt as one of its own type (NOTE [Iterators of their own type]).
+def _iterator_contains(tx, item: Value, container: Value) -> bool:
+    from .sequence_protocol import contains_by_iteration
+    looped = getattr(container, "looped", None)
+    found = truth(tx, tx.inline(UserFunctionValue(contains_by_iteration), [container, item], {}))
+    if looped is not None:
+        container.looped = looped
+    return found
 
 
 def _container_and_scalar(a: Value, b: Value) -> bool:
