@@ -25,6 +25,8 @@ def enum_member_attr(tx, obj: ConstantValue, name: str) -> Value:
     if index is not None and lookup.is_fixed_class(cls.__mro__[index]) and (
             name not in own or is_data_descriptor(attr)):
         lookup.guard_found_on_class(tx.output, cls, name, index)
+        if name in ("name", "value"):  # NOTE [Enum values reassigned]
+            _guard_slot(tx, source, member, f"_{name}_")
         from .attributes import _constant_attr
         return _constant_attr(obj, name)  # Enum's own name/value, object's methods
     if index is not None and is_data_descriptor(attr):
@@ -45,3 +47,28 @@ def enum_member_attr(tx, obj: ConstantValue, name: str) -> Value:
         from .attributes import _constant_attr
         return _constant_attr(obj, name)
     return class_level_attr(tx, obj, cls, name, attr, entry)
+
+
+# NOTE [Enum values reassigned]: Enum's `value` and `name` read the member's `_value_` and `_name_`, which a
+# program may reassign (`Mode.A._value_ = (4, 5)`): the folded answer was kept unguarded (hunt hhuntG2
+# LOW-4: eager 7, framejit 3). The slot is now guarded, read raw (no lookup through the enum class): by value
+# for an immutable constant (persistable, as any constant), by identity for any other object. One or two
+# cheap lines per member read (the member itself is already pinned by identity).
+_IMMUTABLE = (type(None), bool, int, float, str, bytes)
+
+
+def _guard_slot(tx, source, member, slot: str) -> None:
+    if slot not in vars(member):
+        return  # no such slot of its own: Enum's property raises or reads elsewhere; nothing to pin here
+    value = vars(member)[slot]
+    where = AttrSource(source, slot, raw=True)
+    if _immutable(value):
+        tx.output.guard_constant(where, value)
+    else:
+        tx.output.guard_id(where, value)
+
+
+def _immutable(value) -> bool:
+    if type(value) is tuple:
+        return all(_immutable(v) for v in value)
+    return type(value) in _IMMUTABLE
