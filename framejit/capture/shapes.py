@@ -237,12 +237,21 @@ OFFSET = -2
 # rank, is not marked: its sizes become symbolic and torch infers its strides from them); later traces
 # give those strides symbols of the env, every size and every other stride stays static (torch's
 # INFER_STRIDE: a stride that is a product of a size and an inner stride is that expression, others static)
-# and the offset keeps its own marking (NOTE [Changing offsets of rows]). What the trace relies on is
+# and the offset is a symbol too (NOTE [Offsets that change with strides]). What the trace relies on is
 # guarded through the env like sizes: `.view()`, `.is_contiguous()`, a reshape that copies or not, eager's
 # output layouts (torch's meta functions decide them from the symbols' hints and record the relations
 # used: `x.stride(0) == 4`), and the range `x.stride(0) >= 2` (0 and 1 are specialised). The resume
 # functions of NOTE [Dynamic layouts] keep their LAYOUT marking (sizes symbolic too).
 STRIDE = -3
+
+# NOTE [Offsets that change with strides]: a tensor guard checks strides before the offset, so a miss where both
+# changed names the strides only: a sliding-window cache's keys `full[:, :, -w:, :]` (`full` a new `torch.cat`
+# each step: strides and offset follow its length). The strides got symbols, the offset stayed guarded, and
+# the first decode step of a longer prompt (offset 128, not 16) missed again on the offset alone
+# (ModernBertDecoder's generate: a graph more than stock, which guards no offset). A tensor whose strides
+# are marked has a symbolic offset too (as NOTE [Changing offsets of rows]: unspecialised, guarded through
+# the env where the trace relies on it): a view whose strides change is a view into a buffer of changing
+# size, whose position in it changes as a rule (`xs[:, t]` too: offset t*H).
 
 
 def layout_marks(kind: str, expected: str, actual: str | None, resume: bool) -> frozenset[int]:
@@ -276,8 +285,8 @@ def offset_view_fake(out, tensor: torch.Tensor, source, fake: torch.Tensor | Non
     strides = [d for d in range(tensor.dim()) if STRIDE - d in marked]
     if fake is None and strides and out.dynamic is None:
         fake = _strided_fake(out, tensor, source, strides)
-    if OFFSET not in marked and not (LAYOUT in marked and tensor.dim() == 0):
-        return fake
+    if OFFSET not in marked and not (LAYOUT in marked and tensor.dim() == 0) and not (strides and out.dynamic is None):
+        return fake  # NOTE [Offsets that change with strides]: marked strides give the offset a symbol too
     offset = symbolic_int(out, tensor.storage_offset(), f"{source.expr(out.names)}.storage_offset()")
     if not isinstance(offset, torch.SymInt):
         return fake

@@ -153,3 +153,38 @@ def test_facts_read_from_symbolic_strides_stay_exact(backend):
     # a contiguous row (stride 4, offset 4) after them: is_contiguous() was guarded, not assumed
     rec, eager_frames = _compare(read, makers + [lambda: (torch.randn(3, 4)[1:],)] + makers[:2], backend)
     assert (rec.graph_count, eager_frames) == (3, 0)
+
+
+class _Window:
+    """A sliding-window cache layer as transformers' DynamicSlidingWindowLayer keeps it: the last key of a new
+    `torch.cat` each step, a view whose strides and offset follow the prompt's length."""
+    def __init__(self, prompt):
+        self.keys = prompt[:, :, -1:, :]
+
+
+def _decode(x, cache):
+    full = torch.cat([cache.keys, x * 2], dim=-2)
+    cache.keys = full[:, :, -1:, :]
+    return full.sum(-2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_sliding_window_cache_whose_offset_changes_with_its_strides(backend):
+    # NOTE [Offsets that change with strides]: the strides and the offset of `cache.keys` change together on the
+    # second step (only the strides were marked); a longer prompt then missed on the offset alone (before: [2, 0, 1])
+    rec = CountingBackend() if backend == "eager" else RecordingBackend(backend)
+    compiled = framejit.compile(_decode, backend=rec)
+    before, per_prompt = framejit.stats()["eager_frames"], []
+    for length in (6, 6, 9, 3):
+        prompt = torch.randn(2, 2, length, 16)
+        want_cache, got_cache = _Window(prompt.clone()), _Window(prompt.clone())
+        count = rec.graph_count
+        for _ in range(3):
+            x = torch.randn(2, 2, 1, 16)
+            assert_same(compiled(x, got_cache), _decode(x, want_cache))
+            assert_same(got_cache.keys, want_cache.keys)
+            assert (got_cache.keys.stride(), got_cache.keys.storage_offset()) == \
+                (want_cache.keys.stride(), want_cache.keys.storage_offset())
+        per_prompt.append(rec.graph_count - count)
+    assert per_prompt == [2, 0, 0, 0]
+    assert framejit.stats()["eager_frames"] == before
