@@ -28,7 +28,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
 from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
 from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
-from .tensor_attrs import grad_source, stored_or
+from .tensor_attrs import grad_source, input_of, object_method, stored_or
 from .getattribute import (custom_getattribute, guard_metaclass_getattribute, guard_tensor_getattribute,
                            inline_getattribute, instance_dict)
 from .vmap_capture import check_grad_fact
@@ -307,7 +307,7 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         _guard_tensor_method(tx, t, name)
         if _patched_tensor_method(attr):
             return BoundMethodValue(UserFunctionValue(attr), t)
-        return TensorMethodValue(t, name)
+        return object_method(t, attr) or TensorMethodValue(t, name)
     raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name}")
 
 
@@ -366,12 +366,12 @@ def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
     guard_tensor_getattribute(tx, cls)  # NOTE [Python attributes of tensors past a patched __getattribute__]
     lookup.guard_mro(tx.output, cls)
     lookup.guard_class_absent(tx.output, cls.__mro__, name)
-    real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
-    if real is not None and t.source is not None:
-        if name in real.__dict__:
-            return wrap(tx.output, real.__dict__[name], AttrSource(t.source, name))
-        lookup.guard_not_in_instance(tx.output, t.source, real, name)
-    elif t.source is not None:
+    found = input_of(tx.output, t)  # also through another name: `x.contiguous()` is x
+    if found is not None and found.value.source is not None and found.value.python_type() is cls:
+        if name in found.tensor.__dict__:
+            return wrap(tx.output, found.tensor.__dict__[name], AttrSource(found.value.source, name))
+        lookup.guard_not_in_instance(tx.output, found.value.source, found.tensor, name)
+    elif t.source is not None or found is not None:
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Python attribute {name!r} of a tensor")
     lookup.guard_class_absent(tx.output, cls.__mro__, "__getattr__")
     raise UserException(AttributeError(f"'{cls.__name__}' object has no attribute '{name}'"))

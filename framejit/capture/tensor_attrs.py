@@ -13,7 +13,13 @@ and the absence of `name` on every class of the MRO (lookup.guard_plain_store). 
 the same trace (`y.tag`, `getattr(y, "tag", d)`, `hasattr`) answers the stored value (`stored_attr`, called
 first by attributes._tensor_python_attr). The store is keyed by the tensor's identity in the trace: its fake
 tensor for a tensor the graph made (an in-place op, `x.float()` of a float32 x and torch's `_convert` of an
-argument return the same fake, as eager returns the same object), the real object for an input. A read of the
+argument return the same fake, as eager returns the same object), the real object for an input, also when it
+is reached through another name: `z = x.contiguous()`, `x.clamp_()`, `x.add_(1)` of an input give a value
+without a source over the input's very fake, and eager's `z is x`. Such a store is recorded on the input's own
+value (reloaded from its source, one entry per name, so stores through both names replay in eager's order),
+and a read through either name answers it, or the input's own attribute (guarded). Were they keyed apart
+(review revM HIGH-1), `hasattr(x, "tag")` after `z.tag = 1` answered False, and the replay of the result of
+`x.add_(1)` had no graph output to write to (MED-1). Two names whose classes differ: a break. A read of the
 tensor's whole `__dict__` (`vars(y)`) is a break as before; so is `del y.tag`.
 Cost: a tensor the graph made and tagged becomes a graph output even when nothing else keeps it.
 """
@@ -33,11 +39,27 @@ def _fake_of(t: TensorValue) -> Any:
     return t.__dict__.get("_fake", t.__dict__.get("fake"))
 
 
+def input_of(out, t: TensorValue) -> Any:
+    """The graph input `t` is (an entry of out.inputs), also through another name for it: an op that returns
+    its argument itself (`x.contiguous()`, `x.float()` of a float32 x, `x.clamp_()`) gives a source-less value
+    over the input's very fake tensor, and eager's result `is` x (NOTE [Attributes stored on tensors]). None
+    for a tensor the graph made."""
+    found = next((i for i in out.inputs if i.value is t), None)
+    if found is not None or t.source is not None:
+        return found
+    fake = _fake_of(t)
+    return next((i for i in out.inputs if isinstance(i.value, TensorValue) and _fake_of(i.value) is fake), None)
+
+
 def _key_object(out, t: TensorValue) -> Any:
-    """What identifies the object `t` stands for: the real tensor of an input, the fake of a tensor the graph
-    made; None when neither is known (the caller breaks)."""
+    """What identifies the object `t` stands for: the real tensor of an input (through any name for it), the
+    fake of a tensor the graph made; None when neither is known or the names disagree on the class (the caller
+    breaks)."""
+    found = input_of(out, t)
+    if found is not None:
+        return found.tensor if found.value.python_type() is t.python_type() else None
     if t.source is not None:
-        return next((i.tensor for i in out.inputs if i.value is t), None)
+        return None
     return _fake_of(t)
 
 
@@ -61,6 +83,11 @@ def store_on_tensor(out, t: Value, name: str, value: Value) -> bool:
     key_object = _key_object(out, t)
     if key_object is None:
         return False
+    found = input_of(out, t)
+    if found is not None and found.value is not t:
+        if found.value.source is None:
+            return False
+        t = found.value  # the input itself is the target: reloaded from its source, one entry per name
     if t.source is not None and out.side_effects._held_dict(getattr(key_object, "__dict__", None)) is not None:
         return False  # the trace holds the input's __dict__ as a dict (NOTE [Stores under a dict the trace holds])
     lookup.guard_plain_store(out, cls, name)
@@ -80,6 +107,19 @@ def stored_or(out, t: TensorValue, name: str, otherwise) -> Value:
     key_object = _key_object(out, t) if objects else None
     entry = out.side_effects.attrs.get((id(key_object), name)) if key_object is not None else None
     return entry[2] if entry is not None and objects.get(id(key_object)) is key_object else otherwise()
+
+
+# NOTE [object's methods of tensors]: `x.__setattr__("a", v)` is `object.__setattr__(x, "a", v)` (Tensor keeps
+# object's slot), but it was read as a Tensor method and called as an FX call_method on the fake tensor: the
+# store landed on the fake at trace time, the caller's tensor never got it, and a read back raised
+# AttributeError eager does not (review revM PRE-1). It is the bound builtin, whose handler records the store
+# (NOTE [Attributes stored on tensors]); `x.__delattr__("a")` likewise takes object's path (a break).
+def object_method(t: TensorValue, attr: Any) -> Value | None:
+    """`t.__setattr__` / `t.__delattr__` as object's method bound to `t`; None for any other method."""
+    if attr is object.__setattr__ or attr is object.__delattr__:
+        from .values import BoundMethodValue, BuiltinValue
+        return BoundMethodValue(BuiltinValue(attr), t)
+    return None
 
 
 def _grad_read(t: torch.Tensor) -> Any:

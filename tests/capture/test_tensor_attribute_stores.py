@@ -158,3 +158,90 @@ def test_a_parameter_marked_in_forward():
         (a, sa), (b, sb) = eager(x), compiled(x)
         torch.testing.assert_close(b, a)
         assert (sb, b.src, twin.lin.weight.seen) == (sa, a.src, eager.lin.weight.seen) == (n, "lin", n)
+
+
+def _through_contiguous(x):
+    z = x.contiguous()  # x itself, in eager as in the trace
+    z.tag = "z"
+    return hasattr(x, "tag"), x + 1
+
+
+def _overwrite_through_inplace(x):
+    x.tag = 1
+    x.clamp_(min=-100).tag = 2
+    return x.tag, x * 1
+
+
+def _interleaved_names(x):
+    z = x.float()
+    z.tag = 1
+    x.tag = 2
+    z.tag = 3
+    x.other = 4
+    return x + 1
+
+
+def _add_then_store(x):
+    x.add_(1).tag = "a"
+    x.mul_(2).tag = "m"
+    return x.tag, x.contiguous().tag, x * 1
+
+
+def _read_existing_through_another_name(x):
+    return getattr(x.contiguous(), "pre", "absent"), getattr(x.float(), "pre", "absent"), x + 1
+
+
+def _run_on(fn, make, sizes=(2, 3, 4)):
+    cb = CountingBackend()
+    compiled = framejit.compile(fn, backend=cb)
+    for n in sizes:
+        x = make(n)
+        y = x.clone()
+        y.__dict__.update(x.__dict__)
+        expected = _norm((fn(x), x))
+        got = _norm((compiled(y), y))
+        assert _same(expected, got), (expected, got)
+    return cb
+
+
+def _with_pre(n):
+    x = torch.randn(n, 3)
+    if n != 3:
+        x.pre = n
+    return x
+
+
+def test_a_store_through_another_name_of_an_input_is_a_store_on_the_input():
+    # revM HIGH-1: eager (True, ...), 2, x.__dict__ {'tag': 3, 'other': 4}; was False, 1, {'tag': 2, ...}
+    for fn in (_through_contiguous, _overwrite_through_inplace, _interleaved_names):
+        framejit.reset()
+        assert _run_on(fn, lambda n: torch.randn(n, 3)).graph_count >= 1
+        assert _breaks(fn) == 0
+
+
+def test_a_store_on_the_result_of_an_inplace_op_of_an_input():
+    # revM MED-1: was an internal error ('NoneType' object has no attribute 'reload'), the frame ran eagerly
+    framejit.reset()
+    cb = _run_on(_add_then_store, lambda n: torch.randn(n, 3))
+    assert cb.graph_count >= 1 and framejit.stats()["eager_frames"] == 0
+    assert _breaks(_add_then_store) == 0
+
+
+def test_an_existing_attribute_read_through_another_name_of_an_input():
+    # revM PRE-2: was "absent" (0 breaks); guarded, so an input without the attribute recompiles
+    framejit.reset()
+    _run_on(_read_existing_through_another_name, _with_pre, sizes=(2, 3, 4, 3, 2))
+
+
+def _setattr_method(x):
+    x.__setattr__("t3", x.shape[0])
+    y = x * 2
+    y.__setattr__("t4", 7)
+    return y, y.t4, x.t3, x.contiguous().t3
+
+
+def test_the_setattr_method_of_a_tensor_stores():
+    # revM PRE-1: the store landed on the fake tensor at trace time: x.__dict__ {} and AttributeError at `y.t4`
+    framejit.reset()
+    _run_on(_setattr_method, lambda n: torch.randn(n, 3))
+    assert _breaks(_setattr_method) == 0
