@@ -6,6 +6,7 @@ its node; `hook_dicts(node)` gives the live dicts noted for `node`.
 """
 from __future__ import annotations
 
+import functools
 import types
 import weakref
 
@@ -33,13 +34,18 @@ import torch
 # t.split(n)`) runs in eager too where another of its outputs gets a gradient, and calls a's hooks with None
 # then; a tensor hook cannot see the node's other gradients, so such hooks are left as they are (called with
 # None also where eager does not run the node). Not covered, because the engine runs the nodes: hooks
-# registered on the nodes themselves (`u.grad_fn.register_prehook`, and module full backward hooks of eager
-# modules there, which torch registers on nodes) are called with None; saved tensors of those nodes are unpacked
+# registered on C++ nodes themselves (`u.grad_fn.register_prehook`) are called with None (module hooks and
+# Python Function nodes: NOTE [Python Function nodes a None reaches]); saved tensors of C++ nodes are unpacked
 # (a non-reentrant checkpoint of an eager block there recomputes its forward) and freed without retain_graph (a
 # later backward reaching them raises "Trying to backward through the graph a second time"); hooks registered
-# before `install` or through a reference to torch's function taken before it; tensor subclasses with their own
-# register_hook. Sequence numbers count per thread: a node of another thread with the same number and type may
-# have its hooks wrapped, which skips only a None they would get next. Cost: a dict entry per non-leaf tensor's
+# before `install`, through a reference to torch's function taken before it, or through the class
+# (`torch.Tensor.register_hook(u, fn)`, a functools.partial of it: the class entry must stay torch's function,
+# review revN MED-1), which still get None; tensor subclasses with their own register_hook. The wrapper reads
+# the tensor's node and hook dict with torch functions disabled (a subclass's __torch_function__ or a mode sees
+# only the register_hook call, as before) and keeps torch's name and docstring; a RuntimeError from torch's
+# register_hook shows one more frame (hook_dicts.py). Sequence numbers count per thread: a node of another
+# thread with the same number and type may have its hooks wrapped, which skips only a None they would get next
+# in that graph task. Cost: a dict entry per non-leaf tensor's
 # first hook (dropped with its dict), and per walked node a dict lookup.
 _ORIGINAL = torch.Tensor.register_hook
 _BY_NODE: dict[int, list] = {}  # node's sequence number -> [(weak reference to a hook dict, node's type), ...]
@@ -55,10 +61,12 @@ class _Noting:
         return types.MethodType(_register_hook, tensor)
 
 
+@functools.wraps(_ORIGINAL)
 def _register_hook(self, hook):
     handle = _ORIGINAL(self, hook)
     try:
-        node, hooks = self.grad_fn, self._backward_hooks
+        with torch._C.DisableTorchFunction():  # not seen by a subclass's __torch_function__ or a mode
+            node, hooks = self.grad_fn, self._backward_hooks
         if node is not None and hooks is not None:
             _note(node, hooks)
     except Exception:  # never the user's failure: the hook is registered; only its None call is not skipped
@@ -92,52 +100,88 @@ def hook_dicts(node) -> list:
     return [hooks for ref, k in entries if k is kind and (hooks := ref()) is not None]
 
 
-# NOTE [Module backward hooks a None reaches]
-# A module called eagerly between compiled blocks (`h = ct(x); u = body2(h); outs = ch(u, h)`) with full backward
-# hooks or pre-hooks: torch's BackwardHook puts identity Functions around its inputs and outputs and registers
-# its hooks on their nodes (`grad_fn.register_hook`, torch/utils/hooks.py). Where no gradient reaches the
-# module in eager, those nodes never run; here the engine runs them with undefined gradients (NOTE [Hooks of
-# activations a None reaches]), and the user's hooks were called with None grad_output (and a zero
-# grad_input). So BackwardHook._apply_on_tensors is wrapped at `install` to register those hooks through a
-# wrapper that skips a call whose incoming gradients are all None on a node the walk of `skip_hooks_above`
-# marked in the current graph task (`mark_module_node`), and hands None on (not the zeros the identity Function
-# materialised, which the skipped hook replaced by None); a call with some gradient runs as in eager. Not
-# covered: a module whose hooks were set up before `install`; a call where the same node also gets a custom
-# Function's None in that backward (eager calls the hooks then) is skipped.
-_MODULE_NODE = "BackwardHookFunctionBackward"
+# NOTE [Python Function nodes a None reaches]
+# A node of a Python autograd.Function between compiled blocks (a user Function with the default
+# materialize_grads, a torch.library custom op's autograd, a reentrant checkpoint, torch's BackwardHookFunction
+# around a module with full backward hooks) that the engine runs with undefined gradients (NOTE [Hooks of
+# activations a None reaches]) materialised them as zeros and ran the user's backward on them: the eager layers
+# above got zero `.grad` where eager's backward never reaches them (None), and AdamW's weight decay moved them
+# (review revN HIGH-1); a reentrant checkpoint recomputed its forward and accumulated zeros in its inner backward.
+# So the walk of `skip_hooks_above` gives each such node it passes (marked with the graph task, `arm_node`) a
+# one-shot pre-hook: where all its incoming gradients are None in that graph task, the node's `apply` (which
+# PyNode looks up on the node itself) is shadowed, for that one call, by one returning None for every input:
+# the user's backward does not run, and the nodes above get undefined gradients, as eager's never run.
+# NOTE [Module backward hooks a None reaches]: torch's BackwardHook registers the module's hooks as post-hooks
+# of its BackwardHookFunctionBackward nodes, which the engine calls after `apply`: with None grad_output, and
+# torch's "Full backward hook is firing" warning where no input requires grad. `install` wraps
+# BackwardHook._apply_on_tensors only to note the BackwardHook on the nodes it sets up (at forward time; under
+# torch.compile's tracing torch's own runs), and for such a skipped call the pre-hook empties the BackwardHook's
+# hook lists and state, which a post-hook registered after torch's puts back: torch's hook, registered as it
+# is, runs unwrapped (warnings and tracebacks of every module hook are torch's; review revN MED-2) and does
+# nothing visible. Not covered: a node that also gets a None from a custom Function of the user in that
+# backward (eager runs it, on zeros) is skipped; BackwardHooks set up before `install`.
 _MARK = "_framejit_none_task"  # joint_unreached._NONE_TASK
+_ARMED = "_framejit_armed"
+_BW_HOOK = "_framejit_bw_hook"
+_QUIET = ("user_hooks", "user_pre_hooks", "input_tensors_index", "grad_outputs")
 
 
-def mark_module_node(node) -> None:
-    """NOTE [Module backward hooks a None reaches]: `node`, walked after framejit handed a None."""
-    if type(node).__name__ == _MODULE_NODE:
-        node.__dict__[_MARK] = torch._C._current_graph_task_id()
+def arm_node(node) -> None:
+    """NOTE [Python Function nodes a None reaches]: `node`, walked after framejit handed a None."""
+    if not hasattr(node, "_forward_cls"):  # a C++ node
+        return
+    node.__dict__[_MARK] = torch._C._current_graph_task_id()
+    if node.__dict__.get(_ARMED):
+        return
+    node.__dict__[_ARMED] = True
+    node_ref = weakref.ref(node)
+
+    def pre(grad_outputs):
+        handle.remove()
+        node = node_ref()
+        if node is None:
+            return None
+        node.__dict__.pop(_ARMED, None)
+        if node.__dict__.get(_MARK) == torch._C._current_graph_task_id() and all(g is None for g in grad_outputs):
+            _skip_once(node)
+        return None
+    handle = node.register_prehook(pre)
 
 
-class _Registering:
-    """A BackwardHook node seen by torch's hook setup: its `register_hook` wraps the hook."""
+def _skip_once(node) -> None:
+    n, task = len(node.needs_input_grad), torch._C._current_graph_task_id()
 
-    def __init__(self, node):
-        self._node = node
+    def apply(*grads):
+        node.__dict__.pop("apply", None)
+        if task != torch._C._current_graph_task_id():  # left by a backward that raised before the node ran
+            return type(node).apply(node, *grads)
+        return (None,) * n
+    node.__dict__["apply"] = apply
+    bw = node.__dict__.get(_BW_HOOK)
+    if bw is None:
+        return
+    saved = [getattr(bw, name) for name in _QUIET]
+    bw.user_hooks, bw.user_pre_hooks, bw.grad_outputs = [], [], None
+    if bw.input_tensors_index is None:  # not torch's warning for a call eager does not make
+        bw.input_tensors_index = ()
 
-    def register_hook(self, hook):
-        node_ref = weakref.ref(self._node)
-
-        def hook_unless_unreached(grad_inputs, grad_outputs):
-            node = node_ref()
-            if node is not None and node.__dict__.get(_MARK) == torch._C._current_graph_task_id() and \
-                    all(g is None for g in grad_outputs):
-                return (None,) * len(grad_inputs)  # not the zeros BackwardHookFunction materialised
-            return hook(grad_inputs, grad_outputs)
-        return self._node.register_hook(hook_unless_unreached)
-
-    def __getattr__(self, name):
-        return getattr(self._node, name)
+    def restore(grad_inputs, grad_outputs):
+        handle.remove()
+        for name, value in zip(_QUIET, saved):
+            setattr(bw, name, value)
+        return None
+    handle = node.register_hook(restore)
 
 
 def _module_hooks_wrapper(original):
     def _apply_on_tensors(self, fn, args):
-        return original(self, lambda node: fn(_Registering(node)), args)
+        if torch.compiler.is_compiling():
+            return original(self, fn, args)
+
+        def noting(node):
+            node.__dict__[_BW_HOOK] = self
+            return fn(node)
+        return original(self, noting, args)
     _apply_on_tensors.__wrapped__ = original
     return _apply_on_tensors
 

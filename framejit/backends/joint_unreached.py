@@ -236,8 +236,9 @@ def _post_hook(plan: list, node_ref):
 # up (an eager op's output between two joints, `u.register_hook(lambda g: g.clamp(-1, 1))` on `u = ct(x).relu()
 # * 2` feeding `cm(u + 1)`, no loss using cm's output: AttributeError on None.clamp, review revJ H2) are found
 # through the hook dicts `Tensor.register_hook` noted (NOTE [Hooks of activations a None reaches], hook_dicts.py)
-# and skip too, and so do module backward hooks of eager modules there (NOTE [Module backward hooks a None
-# reaches]); what the engine does by running the nodes there stays (hook_dicts.py says what). Handing zeros
+# and skip too, Python Function nodes there skip their backward and module backward hooks of eager modules
+# there are not called (NOTE [Python Function nodes a None reaches]); what the engine does by running the C++
+# nodes there stays (hook_dicts.py says what). Handing zeros
 # instead (as before) calls such hooks with zeros, still where eager does not, and gives the leaves and joints
 # above zero gradients where eager leaves None. Cost:
 # lean calls, a check of the gradients per backward and of the non-weight inputs' hooks per call; AOT's
@@ -283,7 +284,7 @@ def skip_after_none(node, hooked: tuple) -> None:
 def skip_hooks_above(nodes: list) -> None:
     """NOTE [A joint no gradient reaches]: the hooks of the leaves at or above `nodes` (up to the next joints'
     nodes, which skip their own) skip the None they get next."""
-    from .hook_dicts import hook_dicts, mark_module_node
+    from .hook_dicts import arm_node, hook_dicts
     from .joint_outputs import _JOINT_NODES
     seen, stack = set(), list(nodes)
     while stack:
@@ -298,8 +299,8 @@ def skip_hooks_above(nodes: list) -> None:
             continue
         for hooks in hook_dicts(node):  # NOTE [Hooks of activations a None reaches] (hook_dicts.py)
             skip_dict_once(hooks)
-        mark_module_node(node)  # NOTE [Module backward hooks a None reaches] (hook_dicts.py)
         if type(node).__name__ not in _JOINT_NODES:
+            arm_node(node)  # NOTE [Python Function nodes a None reaches] (hook_dicts.py)
             stack.extend(f for f, _ in node.next_functions)
         else:  # the next joint: skips its own where it then gets no gradient at all (skip_after_none)
             node.__dict__[_NONE_TASK] = torch._C._current_graph_task_id()
@@ -357,9 +358,10 @@ def nothing_came_hook(node, hooked: tuple) -> None:
 # in a one-shot wrapper: the hook's next call puts the original back and is skipped when the gradient is None
 # (a post-accumulate-grad hook: when the gradient that reached the tensor's hooks was None, seen by a
 # one-shot tensor hook of ours registered last); with a gradient (the input is also used outside the graph)
-# the original runs as in eager. A backward that raises before the input's node runs leaves the wrappers in
-# place: the next call is the wrapper's, which behaves as the hook except that a None it gets then (eager
-# calls a hook with None only where a custom Function returns None for a leaf) is not passed on.
+# the original runs as in eager. A wrapper acts only in the graph task that set it up: a backward that never
+# runs the node (it raised before, or autograd.grad's inputs stop above it) leaves it in place, and its next
+# call, in a later backward, runs the hook as torch would, a None included (a custom Function returning None;
+# review revN MED-3, p_c1).
 # Cost: only a backward that leaves such an input without a gradient pays, per hook. Not covered: hooks of
 # tensors further up an activation passed in (its history runs with undefined gradients below the joint).
 _SKIP = "_framejit_skip_none_once"
@@ -430,9 +432,13 @@ def _group_fn(user):
 
 
 def _once(hooks, key, fn, state):
+    task = torch._C._current_graph_task_id()
+
     def skip(value):
         if hooks.get(key) is skip:
             hooks[key] = fn
+        if task != torch._C._current_graph_task_id():  # left by the backward that set it up: as torch's
+            return fn(value)
         if (value is None) if state is None else state[0]:
             return None
         return fn(value)

@@ -15,7 +15,6 @@ import torch.nn as nn
 
 from tests.backends.training_observe import assert_same, grad_copy, run_observed
 
-BACKENDS = ["eager", "onnxrt", "triton"]
 PLAN = (((0,), 2), ((1,), 2), ((0, 1), 3), ((1,), 3))
 
 
@@ -148,12 +147,115 @@ def _module_hooks_between(compile_fn, observed):
     _train(observed, params, calls, step)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("program", [_module_hooks_between, _clamp_between, _gone_and_chained, _after_call_and_parts,
-                                     _multi_grad_between, _grad_and_retained])
+class _Twice(torch.autograd.Function):
+    """A user Function with torch's defaults (materialize_grads on)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+@torch.library.custom_op("framejit_test_hooks::scale3", mutates_args=())
+def _scale3(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+_scale3.register_fake(lambda x: torch.empty_like(x))
+_scale3.register_autograd(lambda ctx, g: g * 3, setup_context=lambda ctx, inputs, output: None)
+
+
+def _python_functions_between(compile_fn, observed):
+    """revN HIGH-1: a user Function, a reentrant checkpoint and a torch.library custom op, each above an eager
+    Linear, between trunk and mid (NOTE [Python Function nodes a None reaches]): their backwards ran on the
+    materialised zeros, the Linears got zero .grad and AdamW's weight decay moved them."""
+    from torch.utils.checkpoint import checkpoint
+    params, ct, cm, ch = _blocks(compile_fn)
+    e1, e2, e3 = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+    params += [p for m in (e1, e2, e3) for p in m.parameters()]
+
+    def block(t, calls):
+        calls.append("fwd")
+        return e2(t).relu()
+
+    def step(n, calls):
+        t = ct(torch.randn(n, 4))
+        z = _Twice.apply(e1(t))
+        z.register_hook(_logged(calls, "z"))
+        z = z + checkpoint(block, t, calls, use_reentrant=True) + _scale3(e3(t))
+        return ch(cm(z), t)
+    _train(observed, params, [], step)
+
+
+class _NoneBack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return None
+
+
+def _armed_then_other_backward(compile_fn, observed):
+    """revN MED-3 p_c1: autograd.grad over the heads' second weights sets up u's skip without running u's node;
+    a later backward brings u only a user Function's None, with which eager calls u's hook."""
+    params, ct, _, ch = _blocks(compile_fn)
+    calls = []
+    for n in (2, 3, 3):
+        t = ct(torch.randn(n, 4))
+        u = t.relu() * 2
+        u.register_hook(_logged(calls, "u", strict=False))
+        z = _NoneBack.apply(u)
+        outs = ch(u + 1, t)
+        got = torch.autograd.grad(outs[1].sum(), params[6:], retain_graph=True)
+        calls.append("--")
+        (z.sum() + t.sum()).backward()
+        observed += [list(calls), [grad_copy(g) for g in got], [grad_copy(p.grad) for p in params]]
+        calls.clear()
+        for p in params:
+            p.grad = None
+
+
+@pytest.mark.parametrize("program, backend", [
+    (_python_functions_between, "triton"), (_python_functions_between, "eager"), (_clamp_between, "onnxrt"),
+    (_module_hooks_between, "triton"), (_clamp_between, "triton"), (_gone_and_chained, "triton"),
+    (_after_call_and_parts, "triton"), (_multi_grad_between, "triton"), (_grad_and_retained, "triton"),
+    (_armed_then_other_backward, "triton")])
 def test_activation_hooks_where_no_gradient_reaches(backend, program):
+    """The joints are lean on both compiling backends (the mechanism is the backend's joint node, not its code):
+    each program on one of them, the new one also on the eager backend."""
     eager, compiled = run_observed(program, backend, joint_calls=6, backwards=3, lean=True)
     assert_same(eager, compiled)
+
+
+def test_module_hooks_of_never_compiled_modules_are_torchs():
+    """revN MED-2: after framejit.compile, a module no compiled block touches runs its hooks as torch registered
+    them: torch's warning points at the user's backward line, and a hook's traceback has no framejit frame."""
+    import sys
+    import traceback
+    import warnings
+
+    import framejit
+    framejit.compile(lambda x: x + 1)(torch.randn(2))
+    lin = nn.Linear(3, 3)
+    lin.register_full_backward_hook(lambda m, gi, go: None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        lin(torch.randn(2, 3)).sum().backward()
+    assert [(w.filename, w.lineno) for w in caught if "Full backward hook" in str(w.message)] == [(__file__, line)]
+
+    def bad(m, gi, go):
+        raise ValueError("boom")
+    lin.register_full_backward_hook(bad)
+    with pytest.raises(ValueError) as info:
+        lin(torch.randn(2, 3, requires_grad=True)).sum().backward()
+    files = [f.filename for f in traceback.extract_tb(info.tb)]
+    assert not any("framejit" in f for f in files) and files[-1] == __file__
 
 
 def test_register_hook_read_from_the_class_is_torchs():
@@ -173,6 +275,11 @@ def test_register_hook_read_from_the_class_is_torchs():
     x = torch.randn(3, requires_grad=True).as_subclass(Sub)
     (x * 2).register_hook(lambda g: None)
     assert any(f is torch.Tensor.register_hook for f in seen)
+    y = torch.randn(3, requires_grad=True).as_subclass(Sub) * 2
+    seen.clear()
+    y.register_hook(lambda g: None)  # revN LOW-1: no reads of its own through __torch_function__
+    assert seen == [torch.Tensor.register_hook]
+    assert (y.register_hook.__name__, y.register_hook.__doc__) == ("register_hook", _ORIGINAL.__doc__)
     y = torch.randn(3, requires_grad=True)
     z = y * 3
     z.register_hook(lambda g: g * 2)
