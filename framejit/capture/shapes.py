@@ -592,6 +592,12 @@ def _base_occurrences(out, inp) -> list[tuple[str, Any, str]]:
         return []  # a subclass's base: read through its own __torch_function__, left pinned
     sizes, strides, offset = inp.layout[3]
     e = inp.source.expr(out.names) + "._base"
+    if type(inp.tensor._base) is not torch.Tensor:  # NOTE [Guards read subclass tensors as Tensors]
+        # a plain view of a subclass tensor (`w.t()` of a subclass whose __torch_function__ returns plain
+        # tensors): the base's sizes are read as a Tensor's, never through the user's __torch_function__
+        # (review revP MED-1: 8 calls of it on every hit)
+        from .tensor_subclasses import _as_tensor
+        e = f"{out.name_of(_as_tensor, 'as_tensor')}({e})"
     occ = [(f"{e}.size({d})", s, f"size of dim {d} of the base") for d, s in enumerate(sizes)]
     occ += [(f"{e}.stride({d})", s, f"stride of dim {d} of the base") for d, s in enumerate(strides)]
     occ.append((f"{e}.storage_offset()", offset, "storage offset of the base"))

@@ -108,3 +108,33 @@ def test_a_plain_tensor_after_views_recompiles_and_keeps_eagers_results():
         assert (mine.shape, mine.stride(), mine.storage_offset()) == \
             (expected_in.shape, expected_in.stride(), expected_in.storage_offset())
     assert backend.graph_count <= 5
+
+
+class _Logged(torch.Tensor):
+    """A subclass whose __torch_function__ logs every call and returns plain tensors (so `w.t()` is a plain view
+    whose `_base` is the subclass tensor)."""
+    log: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.log.append(getattr(func, "__name__", str(func)))
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+def test_the_guard_reads_a_subclass_base_without_calling_its_torch_function():
+    """Review revP MED-1: the base's size/stride/offset guards read `x._base.size(d)` through the subclass's
+    __torch_function__: 8 calls of the user's function on every cache hit, where eager makes none."""
+    compiled = framejit.compile(_unsqueeze_, backend=CountingBackend())
+    for i, n in enumerate([3, 5, 7, 4, 9, 6]):
+        runs = []
+        for f in (_unsqueeze_, compiled):
+            torch.manual_seed(i)
+            x = torch.Tensor._make_subclass(_Logged, torch.randn(3, n)).t()
+            _Logged.log.clear()
+            out = f(x)
+            runs.append((out, x.shape, x.stride(), list(_Logged.log)))
+        assert_same(runs[1][0], runs[0][0])
+        assert runs[1][1:3] == runs[0][1:3]
+        if i >= 2:  # the first two calls trace (tracing reads the base's metadata through it); hits must not
+            assert runs[1][3] == runs[0][3] == [], (n, runs[1][3])
