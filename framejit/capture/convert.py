@@ -24,6 +24,7 @@ from ..guards import COST_ID, GuardFunction, compile_guards
 from .backend_call import BackendCompilerFailed, backend_name, call_backend
 from .tensor_subclasses import plain_tensor, subclass_boundary
 from .torch_function_inline import fresh_trace
+from .tensor_attrs import drop_dead_stores
 from .breaks import BreakKind, GraphBreak, Unsupported, UserException
 from .codegen import GRAPH_OUT, Codegen, FunctionShape, Reconstructor, frame_signature, make_function
 from .frame_locals import frame_reader_break, reads_own_locals
@@ -400,8 +401,9 @@ def _eager_entry(fn, shape, output, graph_break=None, user_error=None, routed=Tr
 
 def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: CompileRequest, final=None) -> Entry:
     graph_break = _tracing()[1]
-    output.hook_id_roots = [ret, *output.side_effects.values()]  # the trace returned (NOTE [Hook ids that ...])
     kept = final_values(final or {})  # NOTE [Locals of a frame in a traceback]
+    drop_dead_stores(output, [ret, *kept])  # NOTE [Stores on tensors that die in the frame]
+    output.hook_id_roots = [ret, *output.side_effects.values()]  # the trace returned (NOTE [Hook ids that ...])
     outputs = break_sites.live_tensors([ret, *output.side_effects.values(), *kept])
     graphs = []
     cg = Codegen()

@@ -21,7 +21,8 @@ and a read through either name answers it, or the input's own attribute (guarded
 (review revM HIGH-1), `hasattr(x, "tag")` after `z.tag = 1` answered False, and the replay of the result of
 `x.add_(1)` had no graph output to write to (MED-1). Two names whose classes differ: a break. A read of the
 tensor's whole `__dict__` (`vars(y)`) is a break as before; so is `del y.tag`.
-Cost: a tensor the graph made and tagged becomes a graph output even when nothing else keeps it.
+A tagged tensor the graph made is a graph output only when something after the frame can reach it
+(NOTE [Stores on tensors that die in the frame]).
 """
 from __future__ import annotations
 
@@ -120,6 +121,53 @@ def object_method(t: TensorValue, attr: Any) -> Value | None:
         from .values import BoundMethodValue, BuiltinValue
         return BoundMethodValue(BuiltinValue(attr), t)
     return None
+
+
+# NOTE [Stores on tensors that die in the frame]: each tensor the graph made and tagged was a graph output, kept
+# alive until the replay: a tagging subclass over 80 ops of 8 MB peaked at 1006 MB where eager takes 262 (review
+# revM MED-4). A store on a tensor that dies inside the frame is seen by nothing after it (reads in the trace
+# answered the stored value already), so at the frame's return its stores are dropped. Live: a tensor the return
+# value, the locals kept for a traceback or the other replayed effects reach (live_tensors), the values stored on
+# a live tensor (to a fixpoint), and, to be safe, a tensor that requires grad (its autograd graph may hold it)
+# or shares memory with a live tensor or an input (a view's `_base`). At a break the stores stay (the live
+# locals of the resume function are not walked here).
+def drop_dead_stores(out, roots: list) -> None:
+    """Drop the stores on made tensors that nothing after the frame can reach."""
+    from .break_sites import live_tensors
+    from .data_alias import _storage_key
+    se = out.side_effects
+    made = {k: e for k, e in se.attrs.items() if e[0].source is None and isinstance(e[0], TensorValue)}
+    if not made:
+        return
+    saved = dict(se.attrs)
+    for key in made:
+        del se.attrs[key]
+    try:
+        live_values = list(roots) + se.values()
+    finally:
+        se.attrs.clear()
+        se.attrs.update(saved)
+    while True:
+        fakes = [_fake_of(t) for t in live_tensors(live_values, inputs=True) if isinstance(t, TensorValue)]
+        fakes += [_fake_of(i.value) for i in out.inputs if isinstance(i.value, TensorValue)]
+        ids = {id(f) for f in fakes if f is not None}
+        storages = {_storage_key(f) for f in fakes if f is not None}
+        reached = [k for k, (t, _, _) in made.items() if id(_fake_of(t)) in ids or _kept(_fake_of(t), storages)]
+        if not reached:
+            break
+        for key in reached:
+            live_values += [made[key][0], made[key][2]]
+            del made[key]
+    for key in made:
+        del se.attrs[key]
+
+
+def _kept(fake: Any, storages: set) -> bool:
+    from .data_alias import _storage_key
+    try:
+        return fake is None or fake.requires_grad or _storage_key(fake) in storages
+    except Exception:  # noqa: BLE001 - a fake without a plain storage (sparse, nested): keep its stores
+        return True
 
 
 def _grad_read(t: torch.Tensor) -> Any:

@@ -245,3 +245,30 @@ def test_the_setattr_method_of_a_tensor_stores():
     framejit.reset()
     _run_on(_setattr_method, lambda n: torch.randn(n, 3))
     assert _breaks(_setattr_method) == 0
+
+
+def _chain(x):
+    for _ in range(6):
+        x = x * 1.5 + 1
+    return x.sum()
+
+
+def _dead_but_reachable(x):
+    y = x * 2
+    y.tag = "kept"
+    z = x * 3
+    z.friend = y  # y reaches the caller through z's attribute
+    w = x * 4
+    w.tag = "dead"
+    return z + w.sum()
+
+
+def test_stores_on_tensors_that_die_in_the_frame_are_not_graph_outputs():
+    # revM MED-4: every tagged intermediate was a graph output (13 here), kept alive until the replay
+    framejit.reset()
+    cb = _run(_chain, Tagger)
+    outputs = [n for n in cb.graphs[0].graph.nodes if n.op == "output"][0].args[0]
+    assert len(outputs) == 1
+    framejit.reset()
+    _run(_dead_but_reachable)
+    assert _breaks(_dead_but_reachable) == 0
