@@ -155,9 +155,6 @@ def live_tensors(values: list[Any], inputs: bool = False) -> list[TensorValue]:
         elif isinstance(v, IteratorValue):
             for item in [v.owner] if v.owner is not None else v.items[v.index:]:
                 visit(item)
-            if getattr(v, "recall", None) is not None:  # NOTE [Generators rebuilt by replay]: its call's
-                for item in [v.recall[0], *v.recall[1], *v.recall[2].values()]:  # function and arguments
-                    visit(item)
         elif isinstance(v, SymRangeValue):  # NOTE [Loops over symbolic ranges] in python_loops.py
             for bound in v.bounds:
                 visit(bound)

@@ -247,10 +247,8 @@ def _part_spec(value: Value, position: int) -> Value | None:
             return None  # an iterator from outside: its own position is the caller's (NOTE [Lent iterators])
         if getattr(value, "lazy", None) is not None:
             return _spec(value, position, exhausted=False)
-        if value.made_at is not None:
-            return _replay_spec(value, position, exhausted=False)  # NOTE [Generators rebuilt by replay]
-        if value.deque_of is not None:
-            return None  # a deque's (NOTE [Deque iterators])
+        if value.made_at is not None or value.deque_of is not None:
+            return None  # a generator's; a deque's (NOTE [Deque iterators])
         if isinstance(value.owner, ListValue) and value.owner.python_type() is list:
             return TupleValue([ConstantValue("at"), value.owner, ConstantValue(position)])
         if value.owner is None:  # fixed items (a tuple's, a range's iterator)
@@ -281,63 +279,14 @@ def rebuild_spec(value: IteratorValue) -> Value | None:
     """What `combinator_at` rebuilds `value` from after the graph, or None when it cannot be rebuilt
     lazily (then it breaks where it was made: NOTE [Combinators rebuilt at breaks])."""
     if getattr(value, "lazy", None) is None:
-        return _replay_spec(value, value.index, value.exhausted)
+        return None
     return _spec(value, value.index, value.exhausted)
 
 
 def spec_children(value: IteratorValue) -> list[Value]:
     """The arguments a rebuildable combinator reads (loaded before it: NOTE [One object per value])."""
     recipe = getattr(value, "lazy", None)
-    if recipe is None and getattr(value, "recall", None) is not None:
-        fn, args, kwargs = value.recall
-        return [fn, *args, *kwargs.values()]
     return [arg for arg, _ in recipe.parts] if recipe is not None else []
-
-
-# NOTE [Generators rebuilt by replay]: a generator run ahead of its consumer (NOTE [Eager generators] in
-# translator.py) that outlives the graph (returned, stored, in a zip returned, live at a break) broke at the
-# call that made it: eager code holds a lazy generator object. Its run ahead is pure: it mutated nothing, set
-# no torch state, drew no random numbers (those are traced lazily or break), had no try/with block
-# (finalizers), and `check` (run here) raises when anything it can see was mutated since it was made or the
-# torch state differs. So calling the generator function again on the same arguments after the graph and
-# stepping the new generator as often as the trace drew from it (to its end when exhausted) computes the
-# same items from the same state: a real generator at eager's position, lazy from there. `recall` (function,
-# arguments, keywords) is set where the generator function is called (remember_call), unless an argument is an
-# iterator: the run ahead drew from it (a generator expression's `.0`), so a new call would see it drained.
-def remember_call(out, iterator: IteratorValue, fn: Value, args: list, kwargs: dict) -> IteratorValue:
-    """Called by the translator with a run-ahead generator's iterator and the call that made it."""
-    drew = any(getattr(r, "iterator", None) is iterator for r in out.__dict__.get("random_run_aheads", ()))
-    if not drew and not getattr(iterator, "frame_eager", False) and not _holds_iterator([*args, *kwargs.values()]):
-        iterator.recall = (fn, list(args), dict(kwargs))
-    return iterator
-
-
-def _holds_iterator(values: list) -> bool:
-    """An argument that is (or holds) an iterator: the run ahead drew from it, so it is no longer what the
-    generator function was called with (a generator expression's `.0`)."""
-    from .carried_loops import CarriedIteratorValue
-    from .values import SequenceValue
-    for value in values:
-        if isinstance(value, (IteratorValue, CarriedIteratorValue)):
-            return True
-        if isinstance(value, SequenceValue) and _holds_iterator(list(value.items)):
-            return True
-        if isinstance(value, DictValue) and _holds_iterator(list(value.items.values())):
-            return True
-    return False
-
-
-def _replay_spec(value: IteratorValue, position: int, exhausted: bool) -> Value | None:
-    from .values import DictValue, TupleValue
-    recall = getattr(value, "recall", None)
-    if recall is None or value.ended_at is not None or value.made_at is None:
-        return None
-    if value.check is not None:
-        value.check()  # raises (a break where it was made) when state it sees changed since
-    fn, args, kwargs = recall
-    return TupleValue([ConstantValue("replay"), fn, TupleValue(list(args)),
-                       DictValue({k: v for k, v in kwargs.items()}), ConstantValue(position),
-                       ConstantValue(exhausted)])
 
 
 _END = object()
@@ -357,13 +306,6 @@ def combinator_at(spec: tuple) -> Any:
                 if next(iterator, _END) is _END:
                     break
         return iterator
-    if tag == "replay":  # NOTE [Generators rebuilt by replay]
-        _, fn, args, kwargs, position, exhausted = spec
-        generator = fn(*args, **kwargs)
-        for _ in range(position) if not exhausted else iter(int, 1):
-            if next(generator, _END) is _END:
-                break
-        return generator
     _, kind, extra, exhausted, parts = spec
     # an exhausted one stays exhausted whatever its arguments do later, as CPython's does
     iterators = [combinator_at(part) for part in parts] if not exhausted else [iter(())]
@@ -377,4 +319,4 @@ def watch(tx, iterables: list[Value]) -> Watch:
     return Watch(tx, list(iterables))
 
 
-__all__ = ["Recipe", "Watch", "combinator_at", "rebuild_spec", "remember_call", "spec_children", "watch"]
+__all__ = ["Recipe", "Watch", "combinator_at", "rebuild_spec", "spec_children", "watch"]

@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import config
 from ..guards import COST_ID
-from . import closure_cells, hash_order, lazy_combinators, lookup
+from . import closure_cells, hash_order, lookup
 from .attributes import getattr_value
 from .breaks import DISABLED, BreakKind, Unsupported, UserException, UserFrame
 from .break_locations import user_frame
@@ -495,8 +495,8 @@ class Translator:
             # values stored into outside state are reached through globals and outside objects too (review
             # revY HIGH-2: `yield len(CFG.cur)` after `CFG.cur = []`, the loop body appending to it)
             held_outside = self.output.side_effects.values()
-            reach = reachable_values([*args, *kwargs.values(), *_closure_cells(fn), *held_outside])
-            return lazy_combinators.remember_call(self.output, self._run_generator(child, f, reach), fn, args, kwargs)
+            return self._run_generator(child, f, reachable_values([*args, *kwargs.values(), *_closure_cells(fn),
+                                                                   *held_outside]))
         return child.run()
 
     def _run_generator(self, child: "Translator", f: Any, reachable: set[int]) -> IteratorValue:
