@@ -28,7 +28,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
 from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
 from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
-from .tensor_attrs import grad_source, input_of, object_method, stored_or
+from .tensor_attrs import grad_source, input_of, object_method, refuse_changed_dict, stored_or
 from .getattribute import (custom_getattribute, guard_metaclass_getattribute, guard_tensor_getattribute,
                            inline_getattribute, instance_dict)
 from .vmap_capture import check_grad_fact
@@ -354,8 +354,8 @@ def _guard_tensor_method(tx, t: TensorValue, name: str) -> None:
     tensor (`x.size = f` sets an instance attribute: methods are non-data descriptors)."""
     lookup.guard_lookup(tx.output, t.python_type(), name)
     if t.source is not None:
-        real = next((i.tensor for i in tx.output.inputs if i.value is t), None)
-        if real is not None:
+        if (real := next((i.tensor for i in tx.output.inputs if i.value is t), None)) is not None:
+            refuse_changed_dict(tx.output, real, name)  # `vars(x)["new"] = 1` shadows the method
             lookup.guard_not_in_instance(tx.output, t.source, real, name)
 
 
@@ -366,7 +366,7 @@ def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
     guard_tensor_getattribute(tx, cls)  # NOTE [Python attributes of tensors past a patched __getattribute__]
     lookup.guard_mro(tx.output, cls)
     lookup.guard_class_absent(tx.output, cls.__mro__, name)
-    found = input_of(tx.output, t)  # also through another name: `x.contiguous()` is x
+    refuse_changed_dict(tx.output, (found := input_of(tx.output, t)) and found.tensor, name)  # x.contiguous() is x
     if found is not None and found.value.source is not None and found.value.python_type() is cls:
         if name in found.tensor.__dict__:
             return wrap(tx.output, found.tensor.__dict__[name], AttrSource(found.value.source, name))

@@ -40,6 +40,16 @@ def _fake_of(t: TensorValue) -> Any:
     return t.__dict__.get("_fake", t.__dict__.get("fake"))
 
 
+def refuse_changed_dict(out, real: Any, name: str) -> None:
+    """Break at a read of `name` on the input tensor `real` when the trace holds its `__dict__` (`x.__dict__.pop(k)`,
+    `vars(x)[k] = v` earlier in the frame): the real dict is not what this point of the program sees, through `x`
+    or another name of it (`x.contiguous()`, `x.add_(1)`; review revQ HIGH-1, PRE-A)."""
+    if real is not None and out.side_effects._held_dict(real.__dict__) is not None:
+        from .breaks import BreakKind, Unsupported
+        raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of a tensor whose __dict__ the frame "
+                          "changed")
+
+
 def input_of(out, t: TensorValue) -> Any:
     """The graph input `t` is (an entry of out.inputs), also through another name for it: an op that returns
     its argument itself (`x.contiguous()`, `x.float()` of a float32 x, `x.clamp_()`) gives a source-less value

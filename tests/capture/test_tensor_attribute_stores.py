@@ -6,6 +6,7 @@ and every tensor's instance `__dict__` (results and inputs). Before: a break at 
 attribute 'tag' of Tensor(y)"), so a tagging __torch_function__ broke at every op (/tmp/htf/adv5.py, adv3
 f_tag). Stock torch.compile(backend="eager"): 2 graphs for these programs (/tmp/htf2/p4.py).
 """
+import pytest
 import torch
 
 import framejit
@@ -272,3 +273,45 @@ def test_stores_on_tensors_that_die_in_the_frame_are_not_graph_outputs():
     framejit.reset()
     _run(_dead_but_reachable)
     assert _breaks(_dead_but_reachable) == 0
+
+
+def _dict_pop_then_alias(x):
+    x.__dict__.pop("pre")
+    return hasattr(x.contiguous(), "pre"), x + 1
+
+
+def _vars_update_then_float(x):
+    vars(x).update(pre=-5)
+    return x.float().pre, x * 2
+
+
+def _dict_clear_then_inplace(x):
+    x.__dict__.clear()
+    return getattr(x.add_(1), "pre", "absent"), x
+
+
+def _dict_write_then_direct(x):
+    x.__dict__["pre"] = -1
+    return x.pre, x - 1
+
+
+def _vars_shadows_a_method(x):
+    vars(x)["new"] = 1
+    return getattr(x, "new", None), x + 2
+
+
+@pytest.mark.parametrize("fn", [_dict_pop_then_alias, _vars_update_then_float, _dict_clear_then_inplace,
+                                _dict_write_then_direct, _vars_shadows_a_method])
+def test_reads_after_the_frame_changed_the_inputs_dict_see_the_change(fn):
+    """Review revQ HIGH-1 (after f1de3b2) and PRE-A: a read through `x` or another name of it (`x.contiguous()`,
+    `x.add_(1)`) after a write into `x.__dict__` / `vars(x)` answered the dict as traced (2, 3, 4: the value the
+    attribute had when traced) where eager answers the changed dict."""
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    for n in (2, 3, 4):
+        runs = []
+        for f in (fn, compiled):
+            x = torch.full((n,), float(n))
+            x.pre = n
+            out = f(x)
+            runs.append((out[0], out[1].tolist(), dict(x.__dict__)))
+        assert runs[1] == runs[0], n
