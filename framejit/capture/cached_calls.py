@@ -113,9 +113,16 @@ def _counted_call(tx, fn: ObjectValue, args: list, kwargs: dict):
             kind, value = "raise", e
         if key is not None and memo is not None:
             memo[(key, nth)] = (fn.obj, kind, value)  # holds the wrapper: its id stays its own
-    if kind == "raise":
-        raise UserException(value)
+    if kind == "raise":  # NOTE [Cached calls that raised]
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a cached call that raised {type(value).__name__} while "
+                          "tracing (nothing is cached: every call runs the function)")
     return value, nth
+
+
+# NOTE [Cached calls that raised]: an exception is never cached, so every eager call of the wrapper runs the
+# function again, and a later call may answer (after `cache_clear()` and a change of what it reads). The trace
+# raised the exception with no guard on the call, so the entry kept answering "it raised" (review revT HIGH:
+# /tmp/revT/t/a4_lru_raise.py, eager 7.0 where framejit 0.0). Such a call is a break: it runs in Python.
 
 
 def call_cached(tx, fn: ObjectValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
