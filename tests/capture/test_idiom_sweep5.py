@@ -525,12 +525,13 @@ def test_python_data_descriptors_are_inlined_on_reads_and_stores():
             _Scaled(-1)
         except ValueError as e:
             message = str(e)
-        outside.scale = s + 1
+        outside.scale = s  # an input float, not one computed from it: a comparison of a float computed from
+        # dynamic floats is a break by design (1fc472a, NOTE in the dynamic-float comparisons), not what this tests
         return made(x) + outside(x), message, _Scaled.tagged, outside._scale, isinstance(_Scaled.scale, _Positive)
 
     backend, records = _run(f, lambda i: (torch.randn(2), i + 1.5))
     assert records == []
-    assert outside._scale == 4.5  # the last call (s = 3.5) stored s + 1 through the descriptor
+    assert outside._scale == 3.5  # the last call (s = 3.5) stored s through the descriptor
 
 
 # ---- a class statement inside a compiled function (graph_break._SIMPLE: LOAD_BUILD_CLASS) -------------------

@@ -223,8 +223,9 @@ def test_a_store_through_another_name_of_an_input_is_a_store_on_the_input():
 def test_a_store_on_the_result_of_an_inplace_op_of_an_input():
     # revM MED-1: was an internal error ('NoneType' object has no attribute 'reload'), the frame ran eagerly
     framejit.reset()
+    before = framejit.stats()["eager_frames"]  # process-wide: earlier tests' eager frames count too
     cb = _run_on(_add_then_store, lambda n: torch.randn(n, 3))
-    assert cb.graph_count >= 1 and framejit.stats()["eager_frames"] == 0
+    assert cb.graph_count >= 1 and framejit.stats()["eager_frames"] == before
     assert _breaks(_add_then_store) == 0
 
 
