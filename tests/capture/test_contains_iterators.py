@@ -10,22 +10,8 @@ from __future__ import annotations
 import torch
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, eager_frames, logged_breaks
-
-
-def _run(f, make_args, calls=3):
-    """Runs f eagerly and compiled on the same fresh arguments; returns (backend, break records)."""
-    backend = CountingBackend()
-    compiled = framejit.compile(f, backend=backend)
-    eager_before = eager_frames()
-    with logged_breaks() as records:
-        for i in range(calls):
-            torch.manual_seed(i)
-            expected = f(*make_args(i))
-            torch.manual_seed(i)
-            assert_same(compiled(*make_args(i)), expected)
-    assert eager_frames() == eager_before
-    return backend, list(records)
+from tests.capture.test_idiom_sweep5 import _run  # eager vs compiled on fresh arguments, break records
+from tests.helpers import CountingBackend, assert_same, logged_breaks
 
 
 def _tensor(i):
