@@ -383,8 +383,8 @@ def _tensor_python_attr(tx, t: TensorValue, name: str) -> Value:
 # [4, 2, 1, 1, 1, 1]). The read gives the C method bound to the symbolic value; calling it specialises then
 # (calls._call_bound_method), and at a break it is rebuilt bound to the caller's int (codegen's bound_c_method).
 def _constant_attr(obj: ConstantValue, name: str) -> Value:
-    if name == "__context__" and getattr(obj, "context", None) is not None:
-        return obj.context  # NOTE [Contexts of exceptions raised while handling]
+    if name in (known := getattr(obj, "known_members", {})):  # NOTE [Contexts of exceptions raised while handling],
+        return known[name]  # [New exceptions leaving callees' handlers] (caught_exceptions.py)
     if isinstance(obj.value, BaseException) and name in ("__traceback__", "__context__"):
         # NOTE [Exceptions caught while tracing]: an exception the trace made or caught was never raised
         # by CPython, so it has no traceback and no context where eager's has them

@@ -72,8 +72,9 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     if handler is None or not (isinstance(e.exc, Exception) or thrown) or getattr(e, "symbolic", False) or \
             isinstance(e.exc, RuntimeError) and not getattr(e, "user_raised", False):
         return False  # NOTE [Errors of ops on symbolic values] in graph_calls.py
-    context = _handled_context(tx, e) if handling_anywhere(tx) else None
-    if handling_anywhere(tx) and context is None:
+    escaped = getattr(e, "escaped_context", None)  # NOTE [New exceptions leaving callees' handlers]
+    context = _handled_context(tx, e) if handling_anywhere(tx) and escaped is None else escaped
+    if handling_anywhere(tx) and (context is None or escaped is not None):
         return False  # NOTE [Exceptions raised while handling]
     user = is_user_handler(insts, handler)
     if not user and context is None:  # a cleanup CPython runs as the exception leaves a handler: only then
@@ -89,7 +90,7 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     if line is not None:
         tx.output.frame_in_traceback = True  # NOTE [Locals of a frame in a traceback]
     caught = CaughtException(e.exc, line, _callee_entries(tx, e) if line is not None else (), getattr(e, "attr_obj", None))
-    caught.context = context
+    caught.context, caught.suppress_context = context, getattr(e, "suppress_context", False)
     if user:
         effects = tx.output.side_effects
         tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched), caught))
@@ -191,7 +192,8 @@ def exception_rebuild(value: ConstantValue) -> tuple[Any, tuple, list[Value]]:
     from .mappings_runtime import fresh_exception, fresh_exception_raised_at, fresh_exception_with_context
     if not isinstance(value, CaughtException):
         return fresh_exception, (value.value,), []
-    constants = (value.value, value.raise_line, value.callees, exception_members(value.value))
+    members = exception_members(value.value) + ((("__suppress_context__", True),) if value.suppress_context else ())
+    constants = (value.value, value.raise_line, value.callees, members)
     obj = [value.attr_obj] if value.attr_obj is not None else []
     if value.context is not None:
         return fresh_exception_with_context, constants, [value.context, *obj]
@@ -269,6 +271,15 @@ class CaughtException(ConstantValue):
         self.callees = callees
         self.attr_obj = attr_obj  # an AttributeError's `obj` (NOTE [Members of caught exceptions])
         self.context: Value | None = None  # NOTE [Contexts of exceptions raised while handling]
+        self.suppress_context = False  # raised `from None`: NOTE [New exceptions leaving callees' handlers]
+
+    @property
+    def known_members(self) -> dict[str, Value]:
+        """The members the trace knows where the template's would be wrong (attributes._constant_attr)."""
+        known = {"__context__": self.context} if self.context is not None else {}
+        if self.suppress_context:
+            known["__suppress_context__"] = ConstantValue(True)
+        return known
 
 
 def _callee_entries(tx, e: UserException) -> tuple:
@@ -289,8 +300,11 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
         tx.handling.clear()
         raised.escape_traced = True
         return raised
+    escaped = _new_exception_leaving(tx, raised)
     first = tx.handling[0] if tx.handling else raised.reraised.origin  # NOTE [Exceptions re-raised from ...]
     tx.handling.clear()
+    if escaped is not None:
+        return escaped
     if tx.parent is None and (isinstance(raised, Unsupported) or tx.current is not None and
                               caught_in_frame(tx.program.insts, tx.current)):
         first.exception.handler_given_up = _given_up_break(tx, first, raised)  # NOTE [Handlers given up in ...]
@@ -303,6 +317,42 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
     if isinstance(raised, UserException) and type(raised.exc) is type(first.exception.exc):
         first.exception.escape_traced = True  # NOTE [Handlers of callees given up]: traced to a raise of it
     return first.exception
+
+
+# NOTE [New exceptions leaving callees' handlers]: a new exception raised in an inlined callee while one of its
+# followed handlers is active and leaving the callee (`except KeyError: raise ValueError(key)`, os.environ's
+# `raise KeyError(key) from None`) was given up: the callee's handled exception was raised again from its
+# instruction, so the frame broke at the call into the callee, and where the new one had the handled one's type
+# the caller's handler took the handled object for it (review: `except KeyError as e: e.args` read the callee's
+# ('zz',), eager's ('other',)). CPython runs the handler (its side effects are eager's too) and raises the new
+# exception out of the callee with the handled one as its `__context__` (and, for `from None`, no cause and
+# `__suppress_context__` set). The trace does the same: the new exception leaves the callee (escape_traced, NOTE
+# [Handlers of callees given up]) carrying the handled CaughtException (`escaped_context`); a caller's handler
+# that catches it while nothing else is handled takes that as the context of its CaughtException, rebuilt with
+# it (fresh_exception_with_context) and read by `e.__context__` / `e.__suppress_context__`. Given up as before:
+# a cause other than None (`raise X from y`), an exception that already has a context or cause, the handled
+# exception itself (`raise e`), one that left a further callee's given-up handler, or one raised in the root
+# frame (NOTE [Handlers given up in the root frame]).
+def _new_exception_leaving(tx, raised: Unsupported | UserException) -> UserException | None:
+    if tx.parent is None or not isinstance(raised, UserException) or getattr(raised, "callee_break", None) is not None:
+        return None
+    caught = getattr(raised, "reraised", None)
+    if caught is not None:  # raised in the handler and its cleanup followed: the context is known
+        context = caught.context
+        if context is None or caught.origin_tx is not tx or raised.exc is context.value:
+            return None
+    else:
+        context = tx.handling[-1].caught if tx.handling else None
+        if context is None or raised.exc is context.value or raised.exc.__context__ is not None or \
+                raised.exc.__cause__ is not None or getattr(raised, "thrown_in", False):
+            return None
+    cause = getattr(raised, "raised_from", None)
+    if cause is not None and not (cause.is_constant() and cause.as_constant() is None):
+        return None
+    escaped = UserException(raised.exc)
+    escaped.user_raised = escaped.escape_traced = True
+    escaped.escaped_context, escaped.suppress_context = context, cause is not None
+    return escaped
 
 
 # NOTE [Handlers given up in the root frame]: when the root frame gives up a followed handler because something

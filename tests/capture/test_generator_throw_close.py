@@ -426,7 +426,12 @@ def finally_raises(t):
     return next(g) + 1
 
 
-@pytest.mark.parametrize("fn", [handler_raises_new_exception, handler_untraceable, throw_into_yield_from,
+def test_handler_raising_a_new_exception_traced():  # NOTE [New exceptions leaving callees' handlers]
+    graphs, eager_frames = _compare(handler_raises_new_exception)
+    assert (graphs, eager_frames) == (2, 0)
+
+
+@pytest.mark.parametrize("fn", [handler_untraceable, throw_into_yield_from,
                                 close_in_yield_from_of_generator_with_finally, close_in_yield_from_inside_try,
                                 dropped_before_return, stored_outside, two_suspended,
                                 finally_raises], ids=lambda f: f.__name__)

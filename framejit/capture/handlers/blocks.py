@@ -44,6 +44,8 @@ def raise_varargs(tx, inst):
     else:
         raise Unsupported(BreakKind.EXCEPTION_RAISED, f"raise of {exc.describe()}")
     e.user_raised = True  # NOTE [RuntimeErrors raised by the user]
+    if inst.arg == 2:
+        e.raised_from = values[1]  # NOTE [New exceptions leaving callees' handlers]
     raise e
 
 

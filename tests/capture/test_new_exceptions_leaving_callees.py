@@ -1,0 +1,102 @@
+"""A new exception raised in an inlined callee's handler and caught by its caller (NOTE [New exceptions leaving
+callees' handlers] in capture/caught_exceptions.py).
+
+`except KeyError: raise ValueError(key)` in a callee, or os.environ's `raise KeyError(key) from None`: before, the
+callee's handler was given up and the caller's handler took the callee's *handled* exception for the new one when
+they had the same type (`e.args` read ('zz',) where eager reads ('other',)), or the frame broke at the call. Each
+program is compared with eager on fresh inputs and mappings, with fullgraph=True (no break, one graph).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, assert_same
+
+
+def _lookup_from_none(d, key):
+    try:
+        return d[key]
+    except KeyError:
+        raise KeyError("missing " + key) from None
+
+
+def _lookup_as_value_error(d, key):
+    try:
+        return d[key]
+    except KeyError:
+        raise ValueError(key)
+
+
+def same_type_from_none(x, d, key):
+    try:
+        v = _lookup_from_none(d, key)
+    except KeyError as e:
+        return x + 1, e.args, e.__suppress_context__, repr(e.__cause__), repr(e.__context__)
+    return x * v, (), False, "", ""
+
+
+def other_type_with_context(x, d, key):
+    try:
+        v = _lookup_as_value_error(d, key)
+    except ValueError as e:
+        return x - 1, e.args, e.__suppress_context__, repr(e.__context__), e.__context__.args
+    return x * v, (), False, "", ()
+
+
+def returned_exception(x, d, key):
+    try:
+        _lookup_as_value_error(d, key)
+    except ValueError as e:
+        return x * 2, e
+    return x, None
+
+
+def _assert_same_exception(got, expected):
+    assert type(got) is type(expected) and got.args == expected.args
+    assert repr(got.__context__) == repr(expected.__context__)
+    assert got.__suppress_context__ == expected.__suppress_context__
+
+
+@pytest.mark.parametrize("fn", [same_type_from_none, other_type_with_context, returned_exception],
+                         ids=lambda f: f.__name__)
+def test_new_exception_from_a_callees_handler_equals_eager(fn):
+    backend = CountingBackend()
+    compiled = framejit.compile(fn, backend=backend, fullgraph=True)
+    for n, key in ((2, "zz"), (3, "yy"), (4, "a")):
+        x = torch.randn(n)
+        got, expected = compiled(x, {"a": 2.0}, key), fn(x, {"a": 2.0}, key)
+        if fn is returned_exception:
+            assert_same(got[0], expected[0])
+            if expected[1] is not None:
+                _assert_same_exception(got[1], expected[1])
+                assert got[1] is not compiled(x, {}, key)[1]  # a new object each call
+        else:
+            assert_same(got, expected)
+    assert backend.graph_count >= 2  # the key found, the key missing: fullgraph, no break
+
+
+def _getattr_via_dict(self, name):
+    try:
+        return self.__dict__["_" + name]
+    except KeyError:
+        raise AttributeError(name)
+
+
+class WithGetattr:
+    __getattr__ = _getattr_via_dict
+
+    def __init__(self, b):
+        self._b = b
+
+
+def hasattr_through_a_handler(x, obj):
+    return x * (2 if hasattr(obj, "b") else 3) + (1 if hasattr(obj, "c") else 0)
+
+
+def test_hasattr_over_a_getattr_raising_in_its_handler_equals_eager():
+    compiled = framejit.compile(hasattr_through_a_handler, backend="eager", fullgraph=True)
+    for n in (2, 3):
+        x, obj = torch.randn(n), WithGetattr(n)
+        assert_same(compiled(x, obj), hasattr_through_a_handler(x, obj))
