@@ -124,10 +124,12 @@ def stored_or(out, t: TensorValue, name: str, otherwise) -> Value:
 # object's slot), but it was read as a Tensor method and called as an FX call_method on the fake tensor: the
 # store landed on the fake at trace time, the caller's tensor never got it, and a read back raised
 # AttributeError eager does not (review revM PRE-1). It is the bound builtin, whose handler records the store
-# (NOTE [Attributes stored on tensors]); `x.__delattr__("a")` likewise takes object's path (a break).
+# (NOTE [Attributes stored on tensors]); `x.__delattr__("a")` likewise takes object's path (a break), and
+# `x.__getattribute__("a")` object's read (it ran on the fake, which has no stored attribute: the frame ran eagerly).
 def object_method(t: TensorValue, attr: Any) -> Value | None:
-    """`t.__setattr__` / `t.__delattr__` as object's method bound to `t`; None for any other method."""
-    if attr is object.__setattr__ or attr is object.__delattr__:
+    """`t.__setattr__` / `t.__delattr__` / `t.__getattribute__` as object's method bound to `t`; None for any
+    other method."""
+    if attr is object.__setattr__ or attr is object.__delattr__ or attr is object.__getattribute__:
         from .values import BoundMethodValue, BuiltinValue
         return BoundMethodValue(BuiltinValue(attr), t)
     return None

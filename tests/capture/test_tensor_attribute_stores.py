@@ -249,6 +249,27 @@ def test_the_setattr_method_of_a_tensor_stores():
     assert _breaks(_setattr_method) == 0
 
 
+def _getattribute_method(x):
+    y = x * 2
+    y.tag = x.shape[0]
+    try:
+        missing = x.__getattribute__("absent_attr")
+    except AttributeError as e:
+        missing = str(e)
+    return y, y.__getattribute__("tag"), getattr(x, "pre", None) and x.__getattribute__("pre"), missing, \
+        x.__getattribute__("shape")[1], x.__getattribute__("sum")()
+
+
+def test_the_getattribute_method_of_a_tensor_reads_stored_attributes():
+    # `y.__getattribute__("tag")` was read on the fake tensor, which has no stored attribute: AttributeError at
+    # trace time, and every call ran eagerly (NOTE [object's methods of tensors])
+    framejit.reset()
+    before = framejit.stats()["eager_frames"]  # process-wide: compare before/after
+    assert _run_on(_getattribute_method, _with_pre, sizes=(2, 3, 4, 3, 2)).graph_count >= 1
+    assert framejit.stats()["eager_frames"] == before
+    assert _breaks(_getattribute_method) == 0
+
+
 def _chain(x):
     for _ in range(6):
         x = x * 1.5 + 1
