@@ -73,8 +73,10 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
             isinstance(e.exc, RuntimeError) and not getattr(e, "user_raised", False):
         return False  # NOTE [Errors of ops on symbolic values] in graph_calls.py
     escaped = getattr(e, "escaped_context", None)  # NOTE [New exceptions leaving callees' handlers]
-    context = _handled_context(tx, e) if handling_anywhere(tx) and escaped is None else escaped
-    if handling_anywhere(tx) and (context is None or escaped is not None):
+    same = getattr(e, "caught_as", None)  # NOTE [Exceptions leaving generator context manager blocks]
+    handled = tx.handling[-1].caught if tx.handling else None
+    context = _handled_context(tx, e) if handling_anywhere(tx) and escaped is None and same is None else escaped
+    if handling_anywhere(tx) and (context is None and same is None or escaped is not None and escaped is not handled):
         return False  # NOTE [Exceptions raised while handling]
     user = is_user_handler(insts, handler)
     if not user and context is None:  # a cleanup CPython runs as the exception leaves a handler: only then
@@ -89,8 +91,10 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     line = inst.lineno if tx.parent is None else None  # NOTE [Tracebacks of caught exceptions]
     if line is not None:
         tx.output.frame_in_traceback = True  # NOTE [Locals of a frame in a traceback]
-    caught = CaughtException(e.exc, line, _callee_entries(tx, e) if line is not None else (), getattr(e, "attr_obj", None))
-    caught.context, caught.suppress_context = context, getattr(e, "suppress_context", False)
+    caught = same or CaughtException(e.exc, line, _callee_entries(tx, e) if line is not None else (),
+                                     getattr(e, "attr_obj", None))
+    if same is None:
+        caught.context, caught.suppress_context = context, getattr(e, "suppress_context", False)
     if user:
         effects = tx.output.side_effects
         tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched), caught))
@@ -419,9 +423,13 @@ class TracebackValue(Value):
 
 
 def traced_exit(tx, inst: Inst) -> bool:
-    """The with-block whose handler catches what `inst` raised has a Python `__exit__` of a user object."""
+    """The with-block whose handler catches what `inst` raised has a Python `__exit__` of a user object, or is a
+    generator context manager's (NOTE [Exceptions leaving generator context manager blocks] in generator_ctx.py)."""
+    from .generator_ctx import GenMethodValue
     depth = inst.handler_depth
     exit_fn = tx.stack[depth - 1] if 0 < depth <= len(tx.stack) else None
+    if isinstance(exit_fn, GenMethodValue):
+        return exit_fn.name == "__exit__" and exit_fn.ctx.frame is not None and not exit_fn.ctx.done
     return isinstance(exit_fn, BoundMethodValue) and isinstance(exit_fn.func, UserFunctionValue) and \
         isinstance(exit_fn.self_value, (ObjectValue, NewObjectValue)) and exit_fn.func.fn.__name__ == "__exit__"
 

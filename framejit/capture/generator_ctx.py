@@ -225,10 +225,12 @@ def gen_enter(tx, ctx: GenCtxValue) -> Value:
 
 
 def gen_exit(tx, ctx: GenCtxValue, args: list[Value]) -> Value:
-    if not all(a.is_constant() and a.as_constant() is None for a in args) or len(args) != 3:
-        raise Unsupported(BreakKind.EXCEPTION_RAISED, "an exception leaving a generator context manager")
     if ctx.frame is None or ctx.done:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "__exit__ of a generator context manager not entered")
+    if len(args) == 3 and exit_traced(tx, ctx, args[1]):
+        return _exit_with_exception(tx, ctx, args[1])
+    if not all(a.is_constant() and a.as_constant() is None for a in args) or len(args) != 3:
+        raise Unsupported(BreakKind.EXCEPTION_RAISED, "an exception leaving a generator context manager")
     frame = ctx.frame
     frame.suspended = False
     frame.run()
@@ -236,6 +238,60 @@ def gen_exit(tx, ctx: GenCtxValue, args: list[Value]) -> Value:
     if frame.suspended:
         raise UserException(RuntimeError("generator didn't stop"))
     return ConstantValue(False)  # NOTE: a manager exited is no longer live (break_before_generator_cms)
+
+
+# NOTE [Exceptions leaving generator context manager blocks]: an exception raised in the block of a `@contextmanager`
+# manager made or adopted here reaches contextlib's `__exit__(type, value, tb)`, which throws `value` into the
+# generator at its `yield` and answers from what the generator does: it returns (the exception suppressed: True),
+# the same exception leaves it (False: the with-block re-raises it), another one leaves it (raised out of
+# `__exit__`, with `value` as its context: NOTE [New exceptions leaving callees' handlers]). This was a break before
+# the manager's entry (NOTE [Exceptions in generator context manager blocks]), and in an inlined callee a break at
+# the call into it (fullgraph: Unsupported). The trace follows the with-block's handler (caught_exceptions.
+# traced_exit) and throws the handled exception into the suspended generator frame as a lazy generator's throw()
+# does (NOTE [Exceptions thrown into suspended generators]); the generator's handler gets the with-block's own
+# CaughtException (`caught_as`: one object, as eager's, whose origin is restored after), so `except E as e` in the
+# generator and the new exception's `__context__` are the block's exception. Kept as breaks: a generator suspended
+# in a `yield from`, a handler of the generator the trace cannot follow, a StopIteration (PEP 479), a generator
+# that yields again ("generator didn't stop after throw()"), an `__exit__` called by hand with another exception.
+def exit_traced(tx, ctx: GenCtxValue, value: Value) -> bool:
+    """`__exit__(type, value, tb)` of the entered `ctx` for the exception its with-block handles."""
+    from .lazy_generators import delegating
+    frame, handled = ctx.frame, tx.handling[-1].caught if tx.handling else None
+    return frame is not None and not ctx.done and frame.suspended and handled is not None and value is handled and \
+        not isinstance(value.value, StopIteration) and not delegating(frame)
+
+
+def _exit_with_exception(tx, ctx: GenCtxValue, value: Value) -> Value:
+    from .caught_exceptions import caught_in_frame, follow_handler
+    from .lazy_generators import thrown_error
+    frame, exc = ctx.frame, value.value
+    root = tx.output.tx_stack[0] if tx.output.tx_stack else None  # NOTE [Traced exits re-run after a break]: the
+    ctx.exit_root_index = root.current.index if root and root.current else None  # block's raise breaks before entry
+    raised = thrown_error(exc)
+    raised.thrown_in, raised.caught_as = True, value
+    saved = getattr(value, "origin", None), getattr(value, "origin_tx", None)
+    frame.suspended, frame.thrown = False, exc
+    try:
+        if not follow_handler(frame, frame.current, raised):
+            if caught_in_frame(frame.program.insts, frame.current):
+                raise Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(exc).__name__} thrown into the generator of "
+                                  f"{ctx.describe()} reaches a handler the trace cannot follow")
+            ctx.done = True
+            return ConstantValue(False)
+        try:
+            frame.run()
+        except UserException as out:
+            ctx.done = True
+            if out.exc is exc:
+                return ConstantValue(False)
+            raise
+    finally:
+        frame.thrown = None
+        value.origin, value.origin_tx = saved
+    if frame.suspended:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"the generator of {ctx.describe()} yields again after throw()")
+    ctx.done = True
+    return ConstantValue(True)
 
 
 def call_gen_method(tx, method: GenMethodValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
