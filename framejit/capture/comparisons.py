@@ -32,6 +32,10 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
         kept = tx.output.float_compare(fn, a, b)  # NOTE [Float relations] in values/scalars.py
         if kept is not None:
             return kept
+        from .float_parts import compared_floats  # NOTE [Comparisons of computed floats guarded by replay]
+        kept = compared_floats(tx.output, fn, a, b)
+        if kept is not None:
+            return kept
         _computed_float_compare(tx, a, b)
     if (isinstance(a, SymNodeValue) or isinstance(b, SymNodeValue)) and _is_int(a) and _is_int(b) \
             and fn in _SYM_COMPARE_OPS:  # a relation, guarded only if the code branches on it
@@ -279,7 +283,8 @@ def _same_tensor(tx, a: TensorValue, b: TensorValue) -> bool:
 # loss and `best` dynamic floats) cannot be a guarded relation (NOTE [Float relations]: the env's arithmetic may
 # round otherwise than the code's), and specialising its floats pinned the entry to their values: one compilation
 # per step, then the recompile limit ran the frame eagerly. The comparison is a graph break instead (it runs as
-# Python on the real floats; the floats stay dynamic). fullgraph=True specialises, as before.
+# Python on the real floats; the floats stay dynamic). fullgraph=True specialises, as before. Operands that are plain
+# expressions of sourced inputs are no longer a break: NOTE [Comparisons of computed floats guarded by replay].
 def _computed_float_compare(tx, a: Value, b: Value) -> None:
     if getattr(tx.output, "fullgraph", False):
         return

@@ -330,6 +330,8 @@ class FrameHook(TracerInterop):
         # every float that changed, not only the first failing guard's (as for ints, NOTE [Automatic
         # dynamic]): an optimizer's first step creates its state and the scheduler has changed `lr` by the
         # second, so the state's guard fails first; `lr` still becomes an input then, not one call later
+        from .float_parts import relation_missed
+        relation_missed(self, explain(self.entries[0]))  # NOTE [Outcomes of float comparisons that keep changing]
         for failure in explain(self.entries[0]):
             if failure.guard.kind != "CONSTANT_MATCH":
                 continue

@@ -25,7 +25,8 @@ SCHEDULERS = {  # name: (make, graphs at most over 12 steps; before: recompile l
     "multistep": (lambda o: S.MultiStepLR(o, milestones=[3, 7], gamma=0.5), 9),
     "sequential": (lambda o: S.SequentialLR(o, [S.LinearLR(o, start_factor=0.3, total_iters=3),
                                                 S.ExponentialLR(o, gamma=0.9)], milestones=[4]), 8),
-    "plateau": (lambda o: S.ReduceLROnPlateau(o, patience=1, factor=0.5), 10),
+    "plateau": (lambda o: S.ReduceLROnPlateau(o, patience=1, factor=0.5), 11),  # 10 when `a < best * rel_epsilon`
+    # broke on every call (NOTE [Comparisons of computed floats guarded by replay]: 27 traces -> 23, fewer breaks)
 }
 
 
