@@ -81,7 +81,7 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     user = is_user_handler(insts, handler)
     if not user and context is None:  # a cleanup CPython runs as the exception leaves a handler: only then
         return False  # NOTE [Contexts of exceptions raised while handling]
-    if user and insts[handler + 1].name == "WITH_EXCEPT_START" and not traced_exit(tx, inst) or \
+    if user and insts[handler + 1].name == "WITH_EXCEPT_START" and not traced_exit(tx, inst, e.exc) or \
             inst.name == "RAISE_VARARGS" and inst.arg == 2:
         return False  # a with-block's exit not traced; `raise X from Y`, whose cause the constant lacks
     if getattr(e, "callee_break", None) is not None and not getattr(e, "escape_traced", False):
@@ -95,6 +95,7 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
                                      getattr(e, "attr_obj", None))
     if same is None:
         caught.context, caught.suppress_context = context, getattr(e, "suppress_context", False)
+        caught.cause = getattr(e, "cause_value", None)
     if user:
         effects = tx.output.side_effects
         tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched), caught))
@@ -131,7 +132,7 @@ def _enter_handler(tx, inst: Inst, caught: CaughtException) -> bool:
 def _follow_reraise(tx, inst: Inst, e: UserException) -> bool:
     insts, handler, caught = tx.program.insts, inst.handler, e.reraised
     if is_user_handler(insts, handler):
-        if insts[handler + 1].name == "WITH_EXCEPT_START" and not traced_exit(tx, inst):
+        if insts[handler + 1].name == "WITH_EXCEPT_START" and not traced_exit(tx, inst, e.exc):
             return False
         origin = caught.origin
         tx.handling.append(Handling(origin.exception, origin.index, origin.version, origin.touched, caught))
@@ -193,12 +194,15 @@ def exception_rebuild(value: ConstantValue) -> tuple[Any, tuple, list[Value]]:
     """How the emitted code makes the exception constant `value` each call: the function, its constant
     arguments, then the values emitted after them (NOTE [Exceptions made while tracing], [Tracebacks of caught
     exceptions], [Members of caught exceptions], [Contexts of exceptions raised while handling])."""
-    from .mappings_runtime import fresh_exception, fresh_exception_raised_at, fresh_exception_with_context
+    from .mappings_runtime import fresh_exception, fresh_exception_raised_at, fresh_exception_with_cause, \
+        fresh_exception_with_context
     if not isinstance(value, CaughtException):
         return fresh_exception, (value.value,), []
     members = exception_members(value.value) + ((("__suppress_context__", True),) if value.suppress_context else ())
     constants = (value.value, value.raise_line, value.callees, members)
     obj = [value.attr_obj] if value.attr_obj is not None else []
+    if value.context is not None and value.cause is not None:
+        return fresh_exception_with_cause, constants, [value.context, value.cause, *obj]
     if value.context is not None:
         return fresh_exception_with_context, constants, [value.context, *obj]
     return fresh_exception_raised_at, constants, obj
@@ -276,11 +280,14 @@ class CaughtException(ConstantValue):
         self.attr_obj = attr_obj  # an AttributeError's `obj` (NOTE [Members of caught exceptions])
         self.context: Value | None = None  # NOTE [Contexts of exceptions raised while handling]
         self.suppress_context = False  # raised `from None`: NOTE [New exceptions leaving callees' handlers]
+        self.cause: Value | None = None  # raised `from` the handled exception: the same NOTE
 
     @property
     def known_members(self) -> dict[str, Value]:
         """The members the trace knows where the template's would be wrong (attributes._constant_attr)."""
         known = {"__context__": self.context} if self.context is not None else {}
+        if self.cause is not None:
+            known["__cause__"] = self.cause
         if self.suppress_context:
             known["__suppress_context__"] = ConstantValue(True)
         return known
@@ -333,8 +340,9 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
 # `__suppress_context__` set). The trace does the same: the new exception leaves the callee (escape_traced, NOTE
 # [Handlers of callees given up]) carrying the handled CaughtException (`escaped_context`); a caller's handler
 # that catches it while nothing else is handled takes that as the context of its CaughtException, rebuilt with
-# it (fresh_exception_with_context) and read by `e.__context__` / `e.__suppress_context__`. Given up as before:
-# a cause other than None (`raise X from y`), an exception that already has a context or cause, the handled
+# it (fresh_exception_with_context) and read by `e.__context__` / `e.__suppress_context__`; `raise X from e` of the
+# handled exception `e` itself (contextlib-style wrapping) makes it the `__cause__` too (fresh_exception_with_cause).
+# Given up as before: any other cause (`raise X from y`), an exception that already has a context or cause, the handled
 # exception itself (`raise e`), one that left a further callee's given-up handler, or one raised in the root
 # frame (NOTE [Handlers given up in the root frame]).
 def _new_exception_leaving(tx, raised: Unsupported | UserException) -> UserException | None:
@@ -351,11 +359,12 @@ def _new_exception_leaving(tx, raised: Unsupported | UserException) -> UserExcep
                 raised.exc.__cause__ is not None or getattr(raised, "thrown_in", False):
             return None
     cause = getattr(raised, "raised_from", None)
-    if cause is not None and not (cause.is_constant() and cause.as_constant() is None):
+    if cause is not None and cause is not context and not (cause.is_constant() and cause.as_constant() is None):
         return None
     escaped = UserException(raised.exc)
     escaped.user_raised = escaped.escape_traced = True
     escaped.escaped_context, escaped.suppress_context = context, cause is not None
+    escaped.cause_value = cause if cause is context else None
     return escaped
 
 
@@ -422,14 +431,15 @@ class TracebackValue(Value):
         return "Traceback(of an exception raised while tracing)"
 
 
-def traced_exit(tx, inst: Inst) -> bool:
+def traced_exit(tx, inst: Inst, exc: BaseException | None = None) -> bool:
     """The with-block whose handler catches what `inst` raised has a Python `__exit__` of a user object, or is a
     generator context manager's (NOTE [Exceptions leaving generator context manager blocks] in generator_ctx.py)."""
     from .generator_ctx import GenMethodValue
     depth = inst.handler_depth
     exit_fn = tx.stack[depth - 1] if 0 < depth <= len(tx.stack) else None
     if isinstance(exit_fn, GenMethodValue):
-        return exit_fn.name == "__exit__" and exit_fn.ctx.frame is not None and not exit_fn.ctx.done
+        from .generator_ctx import exit_followed
+        return exit_fn.name == "__exit__" and exit_followed(exit_fn.ctx, exc)
     return isinstance(exit_fn, BoundMethodValue) and isinstance(exit_fn.func, UserFunctionValue) and \
         isinstance(exit_fn.self_value, (ObjectValue, NewObjectValue)) and exit_fn.func.fn.__name__ == "__exit__"
 

@@ -253,12 +253,19 @@ def gen_exit(tx, ctx: GenCtxValue, args: list[Value]) -> Value:
 # generator and the new exception's `__context__` are the block's exception. Kept as breaks: a generator suspended
 # in a `yield from`, a handler of the generator the trace cannot follow, a StopIteration (PEP 479), a generator
 # that yields again ("generator didn't stop after throw()"), an `__exit__` called by hand with another exception.
+def exit_followed(ctx: GenCtxValue, exc: BaseException | None) -> bool:
+    """The with-block of the entered `ctx` may follow `exc` into its `__exit__` (caught_exceptions.traced_exit):
+    otherwise it leaves the block as before (NOTE [Exceptions in generator context manager blocks])."""
+    from .lazy_generators import delegating
+    frame = ctx.frame
+    return frame is not None and not ctx.done and frame.suspended and not delegating(frame) and \
+        not isinstance(exc, StopIteration)
+
+
 def exit_traced(tx, ctx: GenCtxValue, value: Value) -> bool:
     """`__exit__(type, value, tb)` of the entered `ctx` for the exception its with-block handles."""
-    from .lazy_generators import delegating
-    frame, handled = ctx.frame, tx.handling[-1].caught if tx.handling else None
-    return frame is not None and not ctx.done and frame.suspended and handled is not None and value is handled and \
-        not isinstance(value.value, StopIteration) and not delegating(frame)
+    handled = tx.handling[-1].caught if tx.handling else None
+    return handled is not None and value is handled and exit_followed(ctx, value.value)
 
 
 def _exit_with_exception(tx, ctx: GenCtxValue, value: Value) -> Value:

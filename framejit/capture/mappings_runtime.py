@@ -83,6 +83,16 @@ def fresh_exception_with_context(template: BaseException, line: int | None, call
     return exc
 
 
+def fresh_exception_with_cause(template: BaseException, line: int | None, callees: tuple, members: tuple,
+                               context: BaseException, cause: BaseException, *obj: Any) -> BaseException:
+    """fresh_exception_with_context(...) raised `from` the handled exception (NOTE [New exceptions leaving callees'
+    handlers] in caught_exceptions.py): `cause` is its `__cause__` too, which sets `__suppress_context__`."""
+    exc = fresh_exception_raised_at(template, line, callees, members, *obj, _depth=2)  # the caller's frame, not ours
+    exc.__context__ = context
+    exc.__cause__ = cause
+    return exc
+
+
 def _made():  # the code of made_frame's frames: a generator's, so its frame exists before it runs
     yield
 

@@ -50,6 +50,23 @@ def converting():
         raise ValueError("converted")
 
 
+@contextlib.contextmanager
+def wrapping():
+    try:
+        yield
+    except Exception as exc:
+        raise RuntimeError(f"caught {exc}") from exc
+
+
+def wrapped_from_the_handled_one(x, n):
+    try:
+        with wrapping():
+            x = x / n
+            raise KeyError(n)
+    except RuntimeError as e:
+        return x, e.args, repr(e.__cause__), e.__cause__ is e.__context__, e.__suppress_context__
+
+
 def suppressed(x, n):
     with suppressing(IndexError) as v:
         y = x + 1
@@ -112,7 +129,7 @@ def calls_nested(x, n):
     return nested_as_in_test_foo(x, n)
 
 
-@pytest.mark.parametrize("fn", [suppressed, not_matching, through_finally, no_handler, converted,
+@pytest.mark.parametrize("fn", [suppressed, not_matching, through_finally, no_handler, converted, wrapped_from_the_handled_one,
                                 nested_as_in_test_foo, calls_nested], ids=lambda f: f.__name__)
 def test_exception_in_a_generator_managers_block_equals_eager(fn):
     backend = CountingBackend()
@@ -143,6 +160,21 @@ def yields_after_throw(x, n):
             raise IndexError(n)
     except RuntimeError as e:
         return x + 1, str(e)
+
+
+def stop_iteration_in_the_block(x, n):
+    try:
+        with wrapping():
+            raise StopIteration(n)
+    except Exception as e:
+        return x + 1, type(e).__name__, e.args
+
+
+def test_stop_iteration_in_the_block_still_runs_as_python_under_fullgraph():  # PEP 479: not followed
+    compiled = framejit.compile(stop_iteration_in_the_block, backend="eager", fullgraph=True)
+    for n in (2, 3):
+        x = torch.randn(n)
+        assert_same(compiled(x, n), stop_iteration_in_the_block(x, n))
 
 
 def test_generator_yielding_again_after_throw_equals_eager():  # kept a break: contextlib's RuntimeError

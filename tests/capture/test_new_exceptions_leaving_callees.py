@@ -29,6 +29,21 @@ def _lookup_as_value_error(d, key):
         raise ValueError(key)
 
 
+def _lookup_wrapped(d, key):
+    try:
+        return d[key]
+    except KeyError as err:
+        raise LookupError(key) from err
+
+
+def wrapped_from_the_handled_one(x, d, key):
+    try:
+        v = _lookup_wrapped(d, key)
+    except LookupError as e:
+        return x / 2, e.args, repr(e.__cause__), e.__cause__ is e.__context__, e.__suppress_context__
+    return x * v, (), "", False, False
+
+
 def same_type_from_none(x, d, key):
     try:
         v = _lookup_from_none(d, key)
@@ -59,7 +74,8 @@ def _assert_same_exception(got, expected):
     assert got.__suppress_context__ == expected.__suppress_context__
 
 
-@pytest.mark.parametrize("fn", [same_type_from_none, other_type_with_context, returned_exception],
+@pytest.mark.parametrize("fn", [same_type_from_none, other_type_with_context, returned_exception,
+                                wrapped_from_the_handled_one],
                          ids=lambda f: f.__name__)
 def test_new_exception_from_a_callees_handler_equals_eager(fn):
     backend = CountingBackend()
