@@ -51,7 +51,7 @@ import torch.utils._pytree as pytree
 
 from ..grad_mode import grad_mode
 from .. import config, fake_modes, logs
-from .state import changes_default_dtype, keep_traced_dtypes, switches_grad_on
+from .state import changes_default_dtype, keep_traced_dtypes, refuse_eager_only, switches_grad_on
 
 # NOTE [Partition]
 # The joint graph is partitioned with torch's min-cut rematerialisation partitioner: it starts from
@@ -492,6 +492,7 @@ class JointGraph:
         from torch._functorch.aot_autograd import aot_module_simplified
 
         try:
+            refuse_eager_only(self.gm)  # NOTE [Calls that run as torch runs them] in state.py: before any fake run
             from .foreach import expand_foreach  # NOTE [Foreach expansion]: before AOT autograd traces them whole
             flat_gm, rebuild = _flat_outputs(self.gm)
             flat_gm = expand_foreach(flat_gm)

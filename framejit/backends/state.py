@@ -32,6 +32,28 @@ def switches_grad_on(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
+# NOTE [Calls that run as torch runs them]: a node whose target carries `fj_eager_only` (a reason) is a call no
+# lowering may trace: capture's reentrant checkpoint (NOTE [Reentrant checkpoint in the graph]) applies torch's
+# CheckpointFunction, whose backward rejects the torch.autograd.grad an AOT joint is traced with, and whose
+# forward warns where eager warns (a lowering's trace would warn once more, at compile time). Lowering backends
+# run such a graph eagerly (logged), with the values, gradients and warnings eager has.
+def eager_only_reason(gm: torch.fx.GraphModule) -> str | None:
+    """Why a node of `gm` must run as torch runs it, or None (NOTE [Calls that run as torch runs them])."""
+    for module in gm.modules():  # a submodule's graph too (a checkpointed region holding such a call)
+        for node in module.graph.nodes if isinstance(module, torch.fx.GraphModule) else ():
+            reason = getattr(node.target, "fj_eager_only", None) if node.op == "call_function" else None
+            if isinstance(reason, str):
+                return reason
+    return None
+
+
+def refuse_eager_only(gm: torch.fx.GraphModule) -> None:
+    """Raises RuntimeError (the reason) where a node of `gm` must run as torch runs it."""
+    reason = eager_only_reason(gm)
+    if reason is not None:
+        raise RuntimeError(reason)
+
+
 def enters_inference_mode(gm: torch.fx.GraphModule) -> bool:
     """The graph enters `torch.inference_mode()` (its outputs made inside are inference tensors)."""
     return any(node.op == "call_function" and node.target is _enter_inference_mode and node.args and node.args[0]

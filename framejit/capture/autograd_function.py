@@ -68,6 +68,8 @@ def is_function_apply(fn: Value) -> bool:
 
 def call_apply(tx, fn: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
     cls = function_class(fn)
+    from .reentrant_checkpoint import check_grad_read  # NOTE [Reentrant checkpoint in the graph]
+    check_grad_read(tx.output, f"{cls.__name__}.apply (a custom Function)")
     _no_forward_ad(tx, cls)
     if tx.output.grad_enabled:  # the grad mode at this point of the trace (with-blocks included)
         from .autograd_grad import call_with_grad  # NOTE [Custom autograd functions in the graph]

@@ -34,6 +34,7 @@ from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_com
 from . import deferred_readers
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
+from .reentrant_checkpoint import reentrant_regions
 from .python_draws import emit_draws, has_draws
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
@@ -413,6 +414,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         output.output(outputs)
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
         function_regions(gm)  # NOTE [Custom autograd functions in the graph]
+        reentrant_regions(gm)  # NOTE [Reentrant checkpoint in the graph]
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
         compiled = subclass_boundary(restoring(keep_versions(  # NOTE [Tensor subclasses traced as tensors]
@@ -619,6 +621,7 @@ def _compile_before_break(fn, gen, output, request) -> tuple:
     output.output(outputs)
     gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]
+    reentrant_regions(gm)  # NOTE [Reentrant checkpoint in the graph]
     checkpoint_regions(gm)  # NOTE [Checkpointed regions]
     compiled = subclass_boundary(restoring(keep_versions(  # NOTE [Tensor subclasses traced as tensors]
         _backend_compile(gm, output, request, fn, at_break=True), gm, input_writes(output), output.output_versions),

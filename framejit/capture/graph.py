@@ -574,6 +574,8 @@ class OutputGraph:
         """Change grad mode at this point of the graph (and in the tracer's view of it). A context manager
         records a node only where the mode changes; a raw `torch._C._set_grad_enabled(b)` call (`always`)
         records one where eager makes the call (NOTE [Grad-mode nodes])."""
+        from .reentrant_checkpoint import check_grad_read  # NOTE [Reentrant checkpoint in the graph]
+        check_grad_read(self, "a grad-mode switch")
         self.effects_recorded = getattr(self, "effects_recorded", 0) + 1  # NOTE [Torch state across yields]
         if mode != self.grad_enabled or always:
             self.record_effect(torch._C._set_grad_enabled, (mode,))

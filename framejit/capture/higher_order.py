@@ -24,9 +24,10 @@ inlines `fn` into the graph, so the graph keeps every layer; what it gives up is
 graph's autograd keeps the activations, as it does for any layer). `checkpoint_sequential(...,
 use_reentrant=False)` is inlined as written (it calls `checkpoint` per segment). Anything else stays a
 graph break, so torch's own code runs, with `fn` called through its frame hook so that its body is still
-captured (NOTE [Reentrant checkpoint at a break] in hook.py): the reentrant variant (whose outputs do not require grad when no
-input does), a missing `use_reentrant` (torch warns and picks the reentrant one), a `context_fn`, and
-`debug=True`; the break's logged reason names which (modules.disabled_reason).
+captured (NOTE [Reentrant checkpoint at a break] in hook.py): a missing `use_reentrant` (torch warns at the
+caller's line and picks the reentrant one), a `context_fn`, and `debug=True`; the break's logged reason names
+which (modules.disabled_reason). `use_reentrant=True` is traced apart (NOTE [Reentrant checkpoint in the graph]
+in reentrant_checkpoint.py): torch's reentrant autograd Function applied in the graph to the traced `fn`.
 
 NOTE [Checkpointed regions]: inlining alone would give up the memory saving the user asked for (the
 graph's autograd would keep every activation of every layer, and a model that fits only with gradient
@@ -95,9 +96,10 @@ def checkpoint(function, *args, use_reentrant=None, context_fn=None, determinism
                early_stop=True, **kwargs):
     """torch.utils.checkpoint.checkpoint, non-reentrant, traced (NOTE [Activation checkpointing])."""
     from torch.utils.checkpoint import noop_context_fn
-    if use_reentrant is not False:  # NOTE [Activation checkpointing]: the reentrant variant runs `function` as Python
-        graph_break("torch.utils.checkpoint.checkpoint with use_reentrant=True (torch's default when unset) runs "
-                    "torch's own code, its function compiled apart; use_reentrant=False is captured in the graph")
+    if use_reentrant is not False:  # NOTE [Activation checkpointing]: True is traced apart (NOTE [Reentrant
+        graph_break("torch.utils.checkpoint.checkpoint without use_reentrant (torch warns at the caller's line, "  # checkpoint in the graph])
+                    "then runs the reentrant variant) runs torch's own code, its function compiled apart; "
+                    "use_reentrant=True or False is captured in the graph")
     if context_fn not in (None, noop_context_fn) or debug is not False:
         graph_break("torch.utils.checkpoint.checkpoint with a context_fn or debug=True")
     kwargs.pop("preserve_rng_state", None)
@@ -122,6 +124,10 @@ def _checkpoint_handler(tx, args, kwargs):
     """Inline `checkpoint` and tag the nodes `fn` added (NOTE [Checkpointed regions])."""
     from .breaks import BreakKind, Unsupported
     from .values import UserFunctionValue
+    reentrant = kwargs.get("use_reentrant")
+    if reentrant is not None and reentrant.is_constant() and reentrant.as_constant() is True:
+        from .reentrant_checkpoint import call_reentrant  # NOTE [Reentrant checkpoint in the graph]
+        return call_reentrant(tx, args, kwargs)
     graph, effects = tx.output.graph, tx.output.side_effects
     before, python_effects = set(graph.nodes), effects.version - effects.tensor_writes
     result = tx.inline(UserFunctionValue(checkpoint), args, kwargs)
@@ -237,6 +243,8 @@ def _register_handlers() -> None:
         _checkpoint_sequential_handler(torch_checkpoint.checkpoint_sequential)
     from . import vmap_capture
     vmap_capture.register()  # NOTE [vmap regions]
+    from . import reentrant_checkpoint
+    reentrant_checkpoint.register()  # NOTE [Reentrant checkpoint in the graph]
     try:
         from torch._higher_order_ops.associative_scan import associative_scan as real  # imported by torch
     except ImportError:

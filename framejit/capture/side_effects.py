@@ -257,6 +257,7 @@ class SideEffects:
         self._mark(("attr", id(obj.obj), name))
         if _module_flag_store(obj, name, value):
             self.module_flag_stores += 1
+        self.attr_stores = getattr(self, "attr_stores", 0) + 1  # NOTE [Reentrant checkpoint in the graph]
         self.attrs[(id(obj.obj), name)] = (obj, name, value)
         (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
         if held is not None:

@@ -296,6 +296,9 @@ def check_functorch_call(fn: Any) -> None:
 def check_grad_fact(output, name: str) -> None:
     """NOTE [vmap regions]: in a vmap body eager's BatchedTensors answer `requires_grad` False whatever their
     batch requires (and a closure tensor answers its own), which the fakes do not tell apart: a break."""
+    if name == "requires_grad":
+        from .reentrant_checkpoint import check_grad_read  # NOTE [Reentrant checkpoint in the graph]
+        check_grad_read(output, "requires_grad")
     if name == "requires_grad" and output.__dict__.get("vmap_depth"):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.vmap/torch.func: the function reads requires_grad, "
                           "which the transform's wrapped tensors answer otherwise; the call runs as Python")

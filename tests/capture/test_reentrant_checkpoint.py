@@ -1,12 +1,15 @@
 """Reentrant activation checkpointing inside a compiled function (NOTE [Reentrant checkpoint at a break]).
 
-`torch.utils.checkpoint.checkpoint(fn, ..., use_reentrant=True)` is a graph break where torch's own checkpoint
-runs; before, `fn` then ran as plain Python, uncaptured and uncounted. Now `fn` goes through its frame hook:
-its body is captured twice (the forward under no_grad, the recomputation in backward under grad), and values,
-gradients of inputs and parameters, and dropout masks (RNG replayed) equal eager's, over two shapes.
+`torch.utils.checkpoint.checkpoint(fn, ..., use_reentrant=True)` whose `fn` has effects on Python state (or that
+does not pass `use_reentrant`) is a graph break where torch's own checkpoint runs; before, `fn` then ran as plain
+Python, uncaptured and uncounted. Now `fn` goes through its frame hook: its body is captured twice (the forward
+under no_grad, the recomputation in backward under grad), and values, gradients of inputs and parameters, and
+dropout masks (RNG replayed) equal eager's, over two shapes. Without such effects the call is captured in the
+graph (NOTE [Reentrant checkpoint in the graph]; test_reentrant_checkpoint_captured.py).
 """
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.utils.checkpoint as ckpt
@@ -51,12 +54,18 @@ def _check(fn, params, shapes):
 def test_a_reentrant_checkpointed_module_with_dropout_is_captured_with_its_gradients():
     torch.manual_seed(0)
     block = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.4), nn.Tanh())
+    calls = []
+
+    def body(t):  # an effect eager makes again in backward: the checkpoint stays a break
+        calls.append(t.shape[0])
+        return block(t)
 
     def fn(x):
-        y = ckpt.checkpoint(block, x * 2, use_reentrant=True)
+        y = ckpt.checkpoint(body, x * 2, use_reentrant=True)
         return y + 1
 
     backend, per_shape, eager_frames = _check(fn, list(block.parameters()), [(3, 8), (5, 8)])
+    assert calls == [3, 3, 3, 3, 5, 5, 5, 5]  # eager's forward and backward, then the compiled ones
     # first shape: the graph before the break, the one after it, and the block's body twice (forward under
     # no_grad, recomputation under grad); the block ran uncaptured before
     assert per_shape[0] == 4
@@ -84,7 +93,7 @@ def test_a_reentrant_checkpointed_function_and_bound_method_are_captured():
 
     params = list(lin.parameters()) + list(layer.parameters())
     backend, per_shape, eager_frames = _check(fn, params, [(2, 6), (4, 6)])
-    assert len(_with_linear(backend)) >= 4  # both bodies, forward and recomputation, on the first shape
+    assert per_shape[0] == 1  # both checkpoints in the graph (NOTE [Reentrant checkpoint in the graph])
     assert eager_frames == 0
 
 
@@ -93,9 +102,9 @@ def test_the_break_at_a_reentrant_checkpoint_logs_why():
     block = nn.Linear(4, 4)
 
     def fn(x):
-        return ckpt.checkpoint(block, x + 1, use_reentrant=True) * 2
+        return ckpt.checkpoint(block, x + 1) * 2  # no use_reentrant: torch warns at this line
 
-    with logged_breaks() as records:
+    with logged_breaks() as records, pytest.warns(UserWarning, match="use_reentrant parameter should be passed"):
         _check(fn, list(block.parameters()), [(2, 4)])
-    assert any("use_reentrant=True" in r for r in records), records
+    assert any("without use_reentrant" in r for r in records), records
     assert not any("marked framejit.disable" in r for r in records), records

@@ -491,7 +491,7 @@ class OnnxrtCompiled:
         self._joint: joint.JointGraph | None = None  # NOTE: training (backends/joint.py)
         self._weights = [t for t in list(gm.parameters()) + list(gm.buffers())]
         self._grad_inside = state.switches_grad_on(gm)  # NOTE: backends/state.py
-        self._run_eagerly = _eager_reason(gm)
+        self._run_eagerly = state.eager_only_reason(gm) or _eager_reason(gm)  # NOTE [Calls that run as torch runs them]
         self._out_layouts = output_layouts(gm)  # NOTE [Output strides follow eager] (backends/layout.py)
         self._weight_memo: _WeightMemo | None = None  # NOTE [Weights in the signature]
         self._sources = [n.meta.get("source") for n in gm.graph.nodes if n.op == "placeholder"]

@@ -185,7 +185,8 @@ def stock_counts(kind: str, model: torch.nn.Module, calls: list, live: Callable[
 
 # The tests whose references the table holds (every stock reference of these files goes through stock_counts).
 TEST_FILES = ("tests/models/hf/test_hf_models.py", "tests/models/hf/test_hf_training.py",
-              "tests/models/test_dynamic_models.py", "tests/models/hf/test_hf_generate_train.py")
+              "tests/models/test_dynamic_models.py", "tests/models/hf/test_hf_generate_train.py",
+              "tests/models/hf/test_hf_reentrant_checkpoint.py")
 TESTS = ("test_forward or test_generate_greedy or test_classification_head_training or than_stock "
          "or test_stock_table or test_generate_of_the_compiled_module or test_training_step_with_optimizer")
 
