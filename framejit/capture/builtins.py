@@ -22,7 +22,8 @@ from .sym_arith import SYM_MATH, is_sym, symbolic
 from . import lazy_combinators
 from .float_calls import float_call
 from .folded_results import index_of, modular_pow
-from .lazy_generators import drain_whole
+from .generator_ends import stop_iteration
+from .lazy_generators import LazyGeneratorValue, drain_whole
 from .values.base import MADE_ORDER
 from .values.containers import dict_iterator, drain_lent, drain_zipped, drawn_ahead_checked, iterates_as_tuple, \
     lent_error
@@ -254,7 +255,6 @@ def _next(tx, args, kwargs):
     it = args[0]
     if not isinstance(it, IteratorValue):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"next() of {it.describe()}")
-    from .lazy_generators import LazyGeneratorValue
     if isinstance(it, LazyGeneratorValue):  # NOTE [Generators driven by send]: StopIteration(return value)
         if it.lent_at is not None:  # NOTE [Lent iterators]: drawn ahead by a combinator
             raise lent_error(it)
@@ -264,11 +264,11 @@ def _next(tx, args, kwargs):
             if len(args) > 1 and isinstance(e.exc, StopIteration):
                 return args[1]
             raise
-    item = it.next()
+    ended_now, item = not it.exhausted, it.next()  # NOTE [Return values of generators run ahead]
     if item is None:
         if len(args) > 1:
             return args[1]
-        raise UserException(StopIteration())
+        raise UserException(stop_iteration(it, ended_now))
     return item
 
 

@@ -122,4 +122,25 @@ def throw_into(tx, gen: IteratorValue, args: list[Value], kwargs: dict[str, Valu
     raise UserException(exc)
 
 
-__all__ = ["close_generator", "end_method", "ends_quietly", "thrown_exception", "throw_into"]
+
+# NOTE [Return values of generators run ahead]: a generator run ahead in the trace (translator.py) is an
+# IteratorValue over its items with `return_value` what its body returned. The next() (or `it.__next__()`)
+# that ends it raises StopIteration(return value), as CPython's generator does: `except StopIteration as e`
+# sees e.value and e.args (before: always a bare StopIteration(), so e.value was None). Only that first stop
+# carries it; a later next() of the finished generator raises a bare StopIteration, as CPython's. An
+# exception is a constant (NOTE [Exceptions made while tracing]), so a return value that is not one (a
+# tensor) is a graph break where the generator was made, which then runs as Python (traced again lazily).
+def stop_iteration(it: IteratorValue, ended_now: bool) -> StopIteration:
+    returned = getattr(it, "return_value", None) if ended_now and it.ended_at is None else None
+    if returned is None or returned.is_constant() and returned.as_constant() is None:
+        return StopIteration()
+    if not returned.is_constant():
+        e = Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a generator returns {returned.describe()} to next(): "
+                        "it runs as Python")
+        e.root_index = it.made_at
+        e.retry_lazy = it.gen_code
+        raise e
+    return StopIteration(returned.as_constant())
+
+
+__all__ = ["close_generator", "end_method", "ends_quietly", "stop_iteration", "thrown_exception", "throw_into"]
