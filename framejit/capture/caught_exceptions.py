@@ -96,6 +96,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
     if same is None:
         caught.context, caught.suppress_context = context, getattr(e, "suppress_context", False)
         caught.cause = getattr(e, "cause_value", None)
+        caught.unchained = tx.output if context is None and not thrown else None  # NOTE [Contexts of exceptions
+        # raised where nothing is handled]
     if user:
         effects = tx.output.side_effects
         tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched), caught))
@@ -281,6 +283,19 @@ class CaughtException(ConstantValue):
         self.context: Value | None = None  # NOTE [Contexts of exceptions raised while handling]
         self.suppress_context = False  # raised `from None`: NOTE [New exceptions leaving callees' handlers]
         self.cause: Value | None = None  # raised `from` the handled exception: the same NOTE
+        self.unchained = None  # the trace's output when raised where no traced handler was active
+
+    def attr_in_trace(self, name: str) -> Value | None:
+        """NOTE [Contexts of exceptions raised where nothing is handled]: `e.__context__` of an exception raised
+        where no handler of the trace was active is the exception the caller handled at entry: None, guarded."""
+        out = self.unchained
+        if name != "__context__" or self.context is not None or out is None or getattr(out, "entry_exception", True):
+            return None
+        import sys
+        exc_info = out.name_of(sys.exc_info, "exc_info")
+        out.add_guard("EXCEPTION_STATE", f"{exc_info}()[1] is None", None, expected="no exception being handled",
+                      actual=f"{exc_info}()[1]")
+        return ConstantValue(None)
 
     @property
     def known_members(self) -> dict[str, Value]:
@@ -330,6 +345,14 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
     return first.exception
 
 
+# NOTE [Contexts of exceptions raised where nothing is handled]: the context of an exception raised where no handler
+# of the trace is active is the exception a caller handles at the frame's entry (NOTE [Exceptions raised while
+# handling]: the rebuilt one takes `sys.exc_info()` then), so `except E as e: e.__context__` was a graph break for
+# every caught exception (PyTorch's test_exceptions.py test_raise_set___context__, testChainingDescriptors). When
+# the caller handled nothing at entry (convert's `entry_exception`, as NOTE [sys.exc_info while tracing]) the read
+# answers None with the same EXCEPTION_STATE guard, so a call from inside a caller's `except` retraces (and breaks
+# there, as before). Not for an exception thrown into a generator (CPython chains it with the generator's state),
+# nor one the trace made and holds under another name (`te = TypeError(); raise te`: `te` is not the caught value).
 # NOTE [New exceptions leaving callees' handlers]: a new exception raised in an inlined callee while one of its
 # followed handlers is active and leaving the callee (`except KeyError: raise ValueError(key)`, os.environ's
 # `raise KeyError(key) from None`) was given up: the callee's handled exception was raised again from its
