@@ -601,8 +601,10 @@ class Hooks:
             raise
 
     # NOTE [Reentrant checkpoint at a break]: `torch.utils.checkpoint.checkpoint(fn, ...)` other than the
-    # traced non-reentrant form (NOTE [Activation checkpointing]: `use_reentrant=True` or missing, a
-    # `context_fn`, `debug=True`) is a graph break, and torch's own checkpoint runs, exactly as in eager:
+    # traced forms (NOTE [Activation checkpointing], NOTE [Reentrant checkpoint in the graph]: a missing
+    # `use_reentrant`, a `context_fn`, `debug=True`, or a reentrant `fn` whose Python effects or reads of
+    # grad mode a traced region would not repeat as eager's recomputation does) is a graph break, and
+    # torch's own checkpoint runs, exactly as in eager:
     # the reentrant autograd.Function runs `fn` under no_grad, saves the RNG state, and in backward reruns
     # `fn` under enable_grad on detached inputs (RNG restored) and back-propagates through it. Only `fn`
     # itself is handed over through its frame hook (a module through `module_call`'s, a function or bound
