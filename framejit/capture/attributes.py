@@ -282,8 +282,8 @@ def _tensor_attr(tx, t: TensorValue, name: str) -> Value:
         return wrap(tx.output, _input_leaf(tx, t).grad, grad_source(t))  # NOTE [Gradients of inputs]
     if name in TENSOR_UNSUPPORTED_ATTRS:
         if name == "grad_fn":
-            from .tensor_hooks import grad_fn_break  # NOTE [Autograd nodes of a graph's results]
-            raise grad_fn_break(t, tx.output)
+            from .tensor_hooks import grad_fn_value  # NOTE [Autograd nodes known absent or present]
+            return grad_fn_value(tx, t)
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"Tensor.{name} is state outside the graph")
     check_grad_fact(tx.output, name)  # NOTE [vmap regions]
     getter = TENSOR_METADATA.get(name)

@@ -70,6 +70,51 @@ def register_hook(tx, tensor: TensorValue, args: list[Value], kwargs: dict[str, 
     return ConstantValue(None)
 
 
+# NOTE [Autograd nodes known absent or present]: `y.grad_fn is not None` (or `is None`, `if y.grad_fn is None:`)
+# broke the graph, and the resume function then got the autograd node on its stack, which no break can pass
+# on: the whole resume frame ran eagerly (hhuntG3 MED-4). Whether a tensor has a node is known where eager's
+# answer follows from what the trace knows: a tensor that does not require grad has none (an input's
+# requires_grad is guarded; a result's is the fake's, made under the traced grad mode), and a result of the
+# graph that requires grad has one exactly when its fake has one (an op recorded under grad mode; a factory
+# with requires_grad=True is a leaf). So `y.grad_fn` of a tensor that does not require grad is None, and of a
+# result that requires grad, where the next instructions only compare it with None (LOAD_CONST None + IS_OP,
+# POP_JUMP_IF_NONE / POP_JUMP_IF_NOT_NONE), a stand-in that is not None (`_NODE`, consumed at once). Kept as
+# breaks: an input that requires grad (its is_leaf is not guarded), an input the graph wrote in place (NOTE
+# [Hooks on inputs written in place]), a tensor subclass, any other use of a node.
+class _Node:
+    def __repr__(self) -> str:
+        return "<autograd node>"
+
+
+_NODE = _Node()
+
+
+def grad_fn_value(tx, tensor: TensorValue) -> Value:
+    """`tensor.grad_fn` where eager's answer is known (NOTE [Autograd nodes known absent or present]), else the
+    break of NOTE [Autograd nodes of a graph's results]."""
+    from .tensor_subclasses import is_subclass_type
+    from .vmap_capture import check_grad_fact
+    if is_subclass_type(tensor.cls):
+        raise grad_fn_break(tensor, tx.output)
+    check_grad_fact(tx.output, "requires_grad")
+    if not tensor.fake.requires_grad:
+        return ConstantValue(None)
+    if tensor.source is not None or _written_input(tx.output, tensor) or not _compared_with_none(tx):
+        raise grad_fn_break(tensor, tx.output)
+    return ConstantValue(None if tensor.fake.grad_fn is None else _NODE)
+
+
+def _compared_with_none(tx) -> bool:
+    insts, here = tx.program.insts, tx.current
+    if here is None or here.name != "LOAD_ATTR" or here.index + 1 >= len(insts):
+        return False
+    after = insts[here.index + 1]
+    if after.name in ("POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"):
+        return True
+    return after.name == "LOAD_CONST" and after.arg is None and here.index + 2 < len(insts) and \
+        insts[here.index + 2].name == "IS_OP"
+
+
 def grad_fn_break(tensor: TensorValue, output=None) -> Unsupported:
     """The graph break at `tensor.grad_fn` (NOTE [Autograd nodes of a graph's results]): for a result of the
     graph (or an input it wrote in place: the joint's write-back gave it another node, NOTE [Hooks on inputs
