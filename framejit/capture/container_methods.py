@@ -291,6 +291,8 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
         except TypeError as e:
             raise UserException(e) from None
         raise Unsupported(BreakKind.INTERNAL_ERROR, f"set.{name} accepted {len(args)} arguments")
+    if name == "isdisjoint" and len(args) == 1 and _is_iterator(args[0]):  # NOTE [isdisjoint over an iterator]
+        return _isdisjoint_by_iteration(tx, s, args[0])
     mutates = name in _SET_MUTATORS
     if mutates:
         announce_before_drawing(tx, s, args)  # NOTE [Containers grown while drawing]
@@ -322,6 +324,23 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
                                                            "the trace cannot reproduce")
         return frozen_set_value(result) if type(result) is frozenset else SetValue(result, cls=set, exact=True)
     return ConstantValue(result)
+
+
+def _is_iterator(v: Value) -> bool:
+    from .carried_loops import CarriedIteratorValue
+    from .values.containers import IteratorValue
+    return isinstance(v, (IteratorValue, CarriedIteratorValue))
+
+
+def _isdisjoint_by_iteration(tx, s: SetValue, other: Value) -> Value:
+    from .sequence_protocol import isdisjoint_by_iteration
+    from .values import BuiltinValue, UserFunctionValue
+    looped = getattr(other, "looped", None)  # as NOTE [Membership in iterators]: no for loop of the user's
+    contains = BuiltinValue(set.__contains__ if issubclass(s.cls, set) else frozenset.__contains__)
+    result = tx.inline(UserFunctionValue(isdisjoint_by_iteration), [s, other, contains], {})
+    if looped is not None:
+        other.looped = looped
+    return result
 
 
 def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:

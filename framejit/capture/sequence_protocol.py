@@ -16,6 +16,14 @@ NOTE [Membership by iteration]: `item in obj` where the class defines no `__cont
 _PySequence_IterSearch: iterate obj (its `__iter__`, or the sequence protocol above) and answer True at the
 first element with `element is item or element == item`. `contains_by_iteration` is that loop as Python; the
 caller (protocol.contains) guards that `__contains__` stays absent from the class.
+
+NOTE [isdisjoint over an iterator]: `s.isdisjoint(other)` with an `other` that is not a set, frozenset or dict
+is CPython's set_isdisjoint loop: iterate `other`, hash each key (an unhashable one is a TypeError, also a set:
+no frozenset fallback here, unlike `in`) and answer False at the first key the set holds, leaving the iterator
+after it. `isdisjoint_by_iteration` is that loop as Python; container_methods inlines it for an iterator (a
+generator, map/zip objects) so a lazy generator's body runs at each draw, in eager's order, and stops where
+eager stops: drawing it whole was a graph break for a generator with effects. The lookup is the base's
+(`set.__contains__`), as CPython's, not a subclass's own `__contains__`.
 """
 from __future__ import annotations
 
@@ -44,4 +52,12 @@ def contains_by_iteration(obj, item):
     return False
 
 
-__all__ = ["contains_by_iteration", "sequence_iterator"]
+def isdisjoint_by_iteration(s, other, contains):
+    for key in other:
+        hash(key)
+        if contains(s, key):  # the set's own lookup, not a subclass's __contains__
+            return False
+    return True
+
+
+__all__ = ["contains_by_iteration", "isdisjoint_by_iteration", "sequence_iterator"]

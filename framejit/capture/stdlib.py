@@ -56,6 +56,17 @@ def _id(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
 
 
 BUILTIN_HANDLERS[id] = _id
+
+
+def _object_slot(fn):
+    def handler(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
+        from .user_operators import object_slot_call  # NOTE [object's comparison slots called directly]
+        return object_slot_call(tx, fn, args, kwargs)
+    return handler
+
+
+for _slot in (object.__eq__, object.__ne__, object.__lt__, object.__le__, object.__gt__, object.__ge__):
+    BUILTIN_HANDLERS[_slot] = _object_slot(_slot)
 # NOTE [Ids are per process]: the identity guard makes an answered id() sound in one process, but the frame
 # cache finds the object again in a new process by a locator (the global that binds it), where its id is
 # another number: an entry that folded `id(OBJ) % 7` into its graph computed the old process's answer. A

@@ -145,7 +145,8 @@ def _type_name(v: Value) -> str:
 # to anything but a set or frozenset, list_richcompare, tuplerichcompare, dict_richcompare to anything but
 # their own type; a class deriving collections.abc.Set compares `MySet(...) == {"a", "b"}` so). A dict
 # subclass takes part (Counter's ==, <, <= are Python); where the lookup finds dict's own C method instead,
-# that is a break.
+# that is a break. A set or frozenset subclass whose comparisons are the base's (looked up, guarded) is such a
+# plain set (`OrderedSet("abc") == SetSubclass("abc")`).
 _COMPARISONS = {operator.lt: ("__lt__", "<", operator.gt), operator.le: ("__le__", "<=", operator.ge),
                 operator.gt: ("__gt__", ">", operator.lt), operator.ge: ("__ge__", ">=", operator.le),
                 operator.eq: ("__eq__", "==", operator.eq), operator.ne: ("__ne__", "!=", operator.ne)}
@@ -165,9 +166,30 @@ def _compares(a: Value, b: Value) -> bool:
         if _compared_type(side) is None and not (isinstance(side, ConstantValue)
                                                  and type(side.value) in _COMPARED_CONSTANTS + _PLAIN_CONTAINERS) \
                 and not (isinstance(side, (SetValue, SequenceValue, DictValue))
-                         and side.python_type() in _PLAIN_CONTAINERS):
+                         and side.python_type() in _PLAIN_CONTAINERS) and _set_subclass(side) is None:
             return False
     return _compared_type(a) is not None or _compared_type(b) is not None
+
+
+_RICH = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+
+
+def _set_subclass(v: Value) -> type | None:
+    """A set or frozenset subclass that keeps the base's comparisons (set_richcompare: NotImplemented to anything
+    that is not a set or frozenset), so it compares with a user object as a plain set does (NOTE [Comparisons of
+    Python classes]); the caller guards the lookups (`_guard_set_subclasses`)."""
+    t = v.python_type() if isinstance(v, SetValue) else None
+    if t is None or t in _PLAIN_CONTAINERS or not issubclass(t, (set, frozenset)):
+        return None
+    base = set if issubclass(t, set) else frozenset
+    return t if all(lookup.mro_lookup(t, n)[1] is base.__dict__[n] for n in _RICH) else None
+
+
+def _guard_set_subclasses(tx, a: Value, b: Value) -> None:
+    for side in (a, b):
+        t = _set_subclass(side)
+        for name in _RICH if t is not None else ():
+            lookup.guard_lookup(tx.output, t, name)
 
 
 def _python_method(cls: type | None, name: str) -> bool:
@@ -199,6 +221,7 @@ def user_compare(tx, fn: Callable, a: Value, b: Value) -> Value | None:
     if fn not in _COMPARISONS or not _compares(a, b):
         return None
     name, symbol, reflected = _COMPARISONS[fn]
+    _guard_set_subclasses(tx, a, b)
     ta, tb = _compared_type(a), _compared_type(b)
     _dispatch_on_identity(tx, ta, tb)
     consulted = [(ta, name), (tb, _COMPARISONS[reflected][0])]
@@ -241,6 +264,38 @@ def user_unary(tx, fn: Callable, a: Value) -> Value | None:
     return tx.call_special_of(a, name, [], {})
 
 
+# NOTE [object's comparison slots called directly]: `object.__eq__(a, b)`, `object.__ne__(a, b)` and
+# `Cls.__ne__(a, b)` where Cls inherits object's (collections.abc.Set defines `__eq__` only) call object's own
+# methods (CPython's object_richcompare): `__eq__` answers True for the same object, else NotImplemented;
+# `__ne__` calls `type(a)`'s `__eq__` slot with (a, b) (the class's Python method, looked up and guarded,
+# inlined; object's own modelled) and inverts its truth unless it answered NotImplemented; the orderings
+# answer NotImplemented. Handled when `a` is an instance of a user class (its `__eq__` is what _compare_with
+# models); anything else stays a break. A wrong argument count raises what the real slot raises.
+_OBJECT_SLOTS = {object.__eq__: operator.eq, object.__ne__: operator.ne, object.__lt__: operator.lt,
+                 object.__le__: operator.le, object.__gt__: operator.gt, object.__ge__: operator.ge}
+
+
+def object_slot_call(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    """`object.__eq__(a, b)` and its siblings (NOTE [object's comparison slots called directly])."""
+    if len(args) != 2 or kwargs:
+        try:
+            fn(*[object()] * len(args), **{k: None for k in kwargs})
+        except TypeError as e:
+            raise UserException(e) from None
+    cls = _compared_type(args[0])
+    if len(args) != 2 or kwargs or cls is None:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"call of object.{fn.__name__} on {args[0].describe()}")
+    op = _OBJECT_SLOTS[fn]
+    if op is operator.eq:
+        from .comparisons import is_same
+        return ConstantValue(True) if is_same(tx, args[0], args[1]) else ConstantValue(NotImplemented)
+    if op is not operator.ne:
+        return ConstantValue(NotImplemented)
+    from .protocol import truth
+    equal = _compare_with(tx, operator.eq, args[0], args[1], cls)
+    return equal if _not_implemented(equal) else ConstantValue(not truth(tx, equal))
+
+
 def _dispatch_on_identity(tx, ta: type | None, tb: type | None) -> None:
     """Operator dispatch asks `ta is tb` and `issubclass(tb, ta)`: classes matched as alike would change the
     answer (NOTE [Parametrized classes alike]), so the entry matches these types by identity."""
@@ -249,4 +304,4 @@ def _dispatch_on_identity(tx, ta: type | None, tb: type | None) -> None:
         rely_on_identity(tx.output, tb)
 
 
-__all__ = ["user_binary", "user_compare", "user_unary"]
+__all__ = ["object_slot_call", "user_binary", "user_compare", "user_unary"]
