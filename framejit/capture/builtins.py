@@ -217,7 +217,7 @@ def _dict(tx, args, kwargs):
     items: dict[Any, Value] = {}
     if args:
         src = args[0]
-        from .mappings import object_mapping_items
+        from .mappings import object_mapping_items, update_pairs
         from .dict_objects import is_new_dict_object, merged_items
         mapping = None if isinstance(src, DictValue) or is_new_dict_object(src) else object_mapping_items(tx, src)
         if isinstance(src, DictValue):
@@ -227,11 +227,7 @@ def _dict(tx, args, kwargs):
         elif mapping is not None:  # NOTE [Mappings that are objects]
             items.update(mapping)
         else:
-            from .identity_keys import set_element  # a dict being built
-            from .process_ids import BUILT
-            for pair in iterate(tx, src):
-                k, v = iterate(tx, pair)
-                items[set_element(tx, k, BUILT)] = v
+            update_pairs(tx, src, items)  # NOTE [Dict update sequences]: a dict being built
     items.update(kwargs)
     return DictValue(items)
 

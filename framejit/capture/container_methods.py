@@ -375,6 +375,12 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
     return key_value(result) if name == "pop" else ConstantValue(None)
 
 
+def _keep_partial(d: DictValue, partial: dict | None, log) -> None:
+    if partial:
+        d.items.update(partial)
+        log(d, "update", (DictValue(dict(partial)),))
+
+
 def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Value:
     if not isinstance(d, DictValue):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name} on {d.describe()}")
@@ -394,7 +400,11 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
         return d.items.get(key, default)
     log = tx.output.side_effects.record_op  # NOTE [Mutation log] in side_effects.py
     if name == "update":
-        added = dict(_dict(tx, [args[0]], {}).items) if args else {}
+        try:
+            added = dict(_dict(tx, [args[0]], {}).items) if args else {}
+        except UserException as e:  # NOTE [Dict update sequences]: the pairs before the bad one stay
+            _keep_partial(d, getattr(e, "partial_items", None), log)
+            raise
         added.update(kwargs)
         d.items.update(added)
         log(d, "update", (DictValue(added),))

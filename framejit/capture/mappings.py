@@ -390,6 +390,39 @@ for _name in _DEQUE_METHODS:
     BUILTIN_HANDLERS[getattr(_DEQUE, _name)] = _deque_method(_name)
 
 
+# NOTE [Dict update sequences]: dict(seq), d.update(seq) and `d |= seq` take each element of a sequence that is not
+# a mapping as a (key, value) pair, with CPython's own errors for one that is not: any TypeError making it a
+# sequence becomes "cannot convert dictionary update sequence element #i to a sequence" and another length a
+# ValueError "dictionary update sequence element #i has length n; 2 is required" (before: `d |= [1]` raised
+# "'int' object is not iterable", and `d |= "ab"` an internal ValueError that sent the frame eagerly). CPython
+# inserts the pairs before the bad one: the error carries them (`partial_items`), which update() keeps in d.
+def update_pairs(tx, src: Value, items: dict[Any, Value]) -> None:
+    """Add the (key, value) pairs of the sequence `src` to `items`, as dict's update from a sequence does."""
+    from .identity_keys import set_element
+    from .process_ids import BUILT
+    for i, pair in enumerate(iterate(tx, src)):
+        try:
+            k, v = _update_pair(tx, pair, i)
+            items[set_element(tx, k, BUILT)] = v
+        except UserException as e:  # also an unhashable key: CPython kept the pairs before it
+            e.partial_items = items
+            raise
+
+
+def _update_pair(tx, pair: Value, i: int) -> list[Value]:
+    try:
+        parts = iterate(tx, pair)
+    except UserException as e:
+        if not isinstance(e.exc, TypeError):
+            raise
+        raise UserException(TypeError(f"cannot convert dictionary update sequence element #{i} to a sequence")) \
+            from None
+    if len(parts) != 2:
+        raise UserException(ValueError(f"dictionary update sequence element #{i} has length {len(parts)}; 2 is "
+                                       "required"))
+    return parts
+
+
 def object_mapping_items(tx, value: Value) -> dict[Any, Value] | None:
     """NOTE [Mappings that are objects]: `dict(m)`, `f(**m)` and `{**m}` for a user object `m` (e.g. a
     `collections.abc.MutableMapping` subclass) do what CPython's dict merge does for a non-dict: if `m`
