@@ -362,6 +362,8 @@ def _symbolic_int_in(tx, item: Value, container: Value) -> bool | None:
     raw = getattr(container, "_obj", None)  # a dict or set from outside, its keys not read yet
     if raw is not None and not container.materialized and item.sym.node.hint in raw:
         return None  # found: pinned anyway; looked up by value, only that key guarded, not all the keys
+    if _absent_from_outside(tx, item, container):  # NOTE [Symbolic ints absent from containers from outside]
+        return False
     keys = list(container.items)
     if not all(type(k) in (*_NUMBER_KEYS, str, bytes, type(None), tuple) for k in keys):
         return None
@@ -369,6 +371,31 @@ def _symbolic_int_in(tx, item: Value, container: Value) -> bool | None:
         if type(k) in _NUMBER_KEYS and truth(tx, compare(tx, operator.eq, item, ConstantValue(k))):
             return True
     return False
+
+
+# NOTE [Symbolic ints absent from containers from outside]: `n in CACHE` with n a symbolic int absent from a dict or
+# set from outside read all its keys (DICT_KEYS, or the set by value) to compare n with each: a cache that grows
+# between calls missed once per new key, and the recompile limit then ran the frame eagerly (stock torch.compile
+# the same). The answer depends only on whether n is in it now, so that is the guard line, `(n in CACHE) is False`,
+# with n printed as the expression of its sourced int inputs (float_parts.operand_text: the same int on every
+# call that hits): n stays symbolic and no key is read. The lookup is dict's or set's own (the type is guarded
+# exact), as a DICT_CONTAINS guard of a constant key makes it. A container the trace changed, or an n with no such
+# expression, reads the keys as before; a present n is looked up by value (above).
+def _absent_from_outside(tx, item: Value, container: Value) -> bool:
+    from ..guards import COST_TENSOR
+    from .float_parts import operand_text
+    from .values.outside import OutsideDictValue, OutsideSetValue
+    if type(container) not in (OutsideDictValue, OutsideSetValue) or container.materialized \
+            or getattr(container, "written", None) or getattr(container, "changes", None):
+        return False
+    text = operand_text(tx.output, item, {})
+    if text is None:
+        return False
+    e = container.source.expr(tx.output.names)
+    tx.output.add_guard("DICT_CONTAINS" if type(container) is OutsideDictValue else "SET_CONTAINS",
+                        f"({text} in {e}) is False", container.source, expected=f"{item.describe()} absent",
+                        actual="{" + f"{text!r}: {text}" + "}", cost=COST_TENSOR + 1)
+    return True
 
 
 def _object_contains(tx, item: Value, container: Value) -> bool:

@@ -138,7 +138,7 @@ def compared_floats(out, fn: Any, a: Any, b: Any) -> Any:
     if BREAK_RELATIONS in out.dynamic_floats:  # NOTE [Outcomes of float comparisons that keep changing]
         return None
     leaves: dict = {}
-    texts = [_operand_text(out, v, leaves) for v in (a, b)]
+    texts = [operand_text(out, v, leaves) for v in (a, b)]
     if None in texts:
         return None
     result = fn(example_of(a), example_of(b))
@@ -162,7 +162,7 @@ def _readable(out, v: Any, leaves: dict) -> str:
     return printed[0] if printed is not None else "?"
 
 
-def _operand_text(out, v: Any, leaves: dict) -> str | None:
+def operand_text(out, v: Any, leaves: dict) -> str | None:
     """`v` printed as Python source over its inputs' sources, adding those to `leaves` (node: (text, value,
     root)); None when it is not a plain expression whose replay gives its value bit for bit."""
     from .values import ConstantValue
