@@ -67,8 +67,12 @@ def _number_call(out, fn: Callable, args: list[Value]) -> Value | None:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, "round() of a symbolic int to a negative number of "
                                                           "digits: called as Python, so the int stays symbolic")
         return None
-    if fn not in (divmod, math.copysign) or len(args) != 2 or not any(isinstance(a, SymFloatValue) for a in args) \
-            or not all(float_operand(out, a) for a in args):
+    if fn not in (divmod, math.copysign) or len(args) != 2 or not any(isinstance(a, SymFloatValue) for a in args):
+        return None
+    if not all(float_operand(out, a) for a in args):
+        if any(isinstance(a, SymNodeValue) for a in args) and not getattr(out, "fullgraph", False):
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__name__}() of a dynamic float and a size: called "
+                                                          "as Python, so both stay dynamic")  # NOTE [divmod of sizes]
         return None
     if fn is math.copysign:
         return out.float_op(math.copysign, tuple(args))
@@ -80,6 +84,10 @@ def _number_call(out, fn: Callable, args: list[Value]) -> Value | None:
     return TupleValue([out.float_op(operator.floordiv, tuple(args)), out.float_op(operator.mod, tuple(args))])
 
 
+# NOTE [divmod of sizes]: `divmod(x.size(0), a)` with `a` a dynamic float: a size is no float_op operand (NOTE
+# [Symbolic ints inside dynamic floats]), and folding pinned `a`: one compilation per value, then the recompile
+# limit (review revP LOW-2). It is a graph break now: the call runs as Python, the size and the float stay dynamic
+# (math.copysign alike). fullgraph=True folds as before.
 def _number(v: Value) -> bool:
     return isinstance(v, ConstantValue) and type(v.value) in (int, float)
 
