@@ -423,6 +423,47 @@ def inherit_dynamic_results(body: Any, inst, operands: list, slot: int) -> None:
     body.dynamic_floats = body.dynamic_floats | {source}  # a float there is a graph input
 
 
+# NOTE [Results shaped by data are dynamic in resume functions]: a break at a call (or subscript) whose op's output
+# shape depends on tensor data (pack_padded_sequence's `_pack_padded_sequence`, nonzero, `x[x > 0]`: the fake
+# tensor raised DynamicOutputShapeException) hands its result to the resume function, whose first trace made its
+# sizes static: the next call's lengths recompiled it, and a packed LSTM/GRU compiled [2, 1, 2] graphs over 3 calls
+# where stock torch.compile compiles [1, 0, 1]. Such sizes change with the data on nearly every call, so dim 0 of
+# the result and of each of its first items (a PackedSequence's data, batch_sizes and indices) is symbolic in the
+# resume function from its first trace, as automatic dynamic would make it at the second. Only marks: the resume
+# function's own trace guards what it reads (0 and 1 stay static, a size it specialises is guarded). Not under
+# dynamic=False (marks are not read there).
+_SHAPED_ITEMS = 8
+
+
+def mark_shaped_by_data(body: Any, slot: int) -> None:
+    """The result at stack slot `slot` of the resume function `body` (a FrameHook) was made by an op whose output
+    shape depends on data: dim 0 of it and of its first items is symbolic there from the first trace."""
+    if not hasattr(body, "dynamic_dims"):
+        return
+    source = LocalSource(f"{STACK_PREFIX}{slot}").describe()
+    dims = dict(body.dynamic_dims)
+    for name in (source, *(f"{source}[{i}]" for i in range(_SHAPED_ITEMS))):
+        dims[name] = dims.get(name, frozenset()) | {0}
+    body.dynamic_dims = dims
+
+
+def data_break(name: str, error: Exception) -> Unsupported:
+    """The break at a kernel whose fake needed tensor data; `shaped_by_data` when its output's shape did."""
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+    err = Unsupported(BreakKind.DATA_DEPENDENT, f"{name} needs tensor data to decide ({type(error).__name__})")
+    err.shaped_by_data = isinstance(error, DynamicOutputShapeException)
+    return err
+
+
+def mark_break_result(gen: Any, body: Any, slot: int, split: bool = True) -> None:
+    """NOTE [Unbind along a symbolic length] (graph_calls.py; a call's result only) and NOTE [Results shaped by data
+    are dynamic in resume functions], for the result of the break `gen` (a BreakCodegen)."""
+    if split and getattr(gen, "split_result", False):
+        mark_opaque(body, slot)
+    if getattr(gen, "shaped_by_data", False):
+        mark_shaped_by_data(body, slot)
+
+
 def mark_opaque(body: Any, slot: int) -> None:
     """The result at stack slot `slot` of the resume function `body` (a FrameHook) is a sequence of changing
     length there from its first trace."""

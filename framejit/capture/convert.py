@@ -511,6 +511,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
         gen.split_result = getattr(exc, "split_result", False)  # NOTE [Unbind along a symbolic length]
+        gen.shaped_by_data = getattr(exc, "shaped_by_data", False)  # NOTE [Results shaped by data are dynamic ...]
         compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)

@@ -613,11 +613,11 @@ class OutputGraph:
                 run = target
                 if not kwargs:
                     from .packed_sequences import padded_rnn_rule
-                    run = padded_rnn_rule(target, args) or target  # NOTE [Padded RNN kernels with symbolic lengths]
+                    run = padded_rnn_rule(target, args, self) or target  # NOTE [Padded RNN kernels with symbolic lengths]
                 return self._fake_meta(run_held(self, target, lambda: run(*args, **kwargs), kwargs))
         except (_fake_tensor().DataDependentOutputException, _fake_tensor().DynamicOutputShapeException) as e:
-            raise Unsupported(BreakKind.DATA_DEPENDENT,
-                              f"{_target_name(target)} needs tensor data to decide ({type(e).__name__})") from None
+            from .carried_loops import data_break  # NOTE [Results shaped by data are dynamic in resume functions]
+            raise data_break(_target_name(target), e) from None
         except _fake_tensor().UnsupportedOperatorException as e:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_target_name(target)}: no fake-tensor rule for {e}") from None
         except Unsupported:

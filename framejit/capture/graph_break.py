@@ -217,8 +217,7 @@ class BreakCodegen:
             self._emit_call(rebuild)
             body = self._resume(rebuild, inst.index + 1, produced=1)
             carried_loops.inherit_dynamic_results(body, inst, self.top, len(self.below))
-            if getattr(self, "split_result", False):  # NOTE [Unbind along a symbolic length] in graph_calls.py
-                carried_loops.mark_opaque(body, len(self.below))
+            carried_loops.mark_break_result(self, body, len(self.below))  # split_result, shaped_by_data
         elif inst.name == "CALL_FUNCTION_EX":
             self._emit_call_ex(rebuild)
             self._resume(rebuild, inst.index + 1, produced=1)
@@ -246,6 +245,7 @@ class BreakCodegen:
             body = self._resume(rebuild, inst.index + 1, produced=produced)
             if produced == 1:  # NOTE [Dynamic ints formatted into strings] in carried_loops.py
                 carried_loops.inherit_dynamic_results(body, inst, self.top, len(self.below))
+                carried_loops.mark_break_result(self, body, len(self.below), split=False)  # `x[mask]`
         return _at_line(cg, step_start, inst)
 
     def _emit_load_in_blocks(self, rebuild: Reconstructor, inst: Inst) -> None:

@@ -152,7 +152,20 @@ def pad_packed_fake(out, args: tuple, kwargs: dict):
     """A function of the fake arguments making `_pad_packed_sequence`'s fake outputs, or None."""
     if kwargs or len(args) != 5 or not isinstance(args[1], TensorValue):
         return None
-    entry = _input_of(out, args[1].node)
+    return _pad_packed_rule(out, _input_of(out, args[1].node))
+
+
+def symbolic_pad_packed_rule(out, target: Any, fake_args: tuple):
+    """pad_packed_fake for `_pad_packed_sequence` called with a symbolic size (the fake kernel would pin it:
+    NOTE [Packed kernels with symbolic sizes]), or None."""
+    if target is not _VF._pad_packed_sequence or len(fake_args) != 5 or not (
+            _is_symbolic(fake_args[0]) or _is_symbolic(fake_args[1]) or isinstance(fake_args[4], torch.SymInt)):
+        return None
+    entry = next((e for e in out.inputs if isinstance(e.value, TensorValue) and e.value.fake is fake_args[1]), None)
+    return _pad_packed_rule(out, entry)
+
+
+def _pad_packed_rule(out, entry):
     if entry is None or not _unchanged_cpu_vector(out, entry):
         return None
     batch = _element_int(out, entry, 0)
@@ -177,6 +190,11 @@ def pad_packed_fake(out, args: tuple, kwargs: dict):
 # the states, the fake result is made from those shapes, laid out as the composite lays them out at small
 # concrete sizes (batch 2, length 3: the same stride order), and requires grad as the kernel's would. Only
 # for contiguous inputs and states (the layout run cannot stand for other strides).
+# NOTE [Packed kernels with symbolic sizes]: with `data` and `batch_sizes` symbolic (NOTE [Results shaped by data
+# are dynamic in resume functions] in carried_loops.py), fake tensors RAN the packed LSTM's composite, which loops
+# over batch_sizes and so pinned its length (one entry per longest sequence length; the GRU's composite raised,
+# which took packed_rnn_fake). packed_rnn_fake is the rule for every packed kernel with a symbolic size: its
+# shapes need no data.
 def _is_symbolic(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in t.shape)
 
@@ -186,12 +204,18 @@ def _contiguous(t: torch.Tensor) -> bool:
     return statically_known_true(t.is_contiguous())
 
 
-def padded_rnn_rule(target: Any, fake_args: tuple):
-    """A fake function for a padded RNN kernel called with symbolic sizes, or None."""
+def padded_rnn_rule(target: Any, fake_args: tuple, out: Any = None):
+    """A fake function for a padded RNN kernel called with symbolic sizes, or None (also for a packed kernel or
+    `_pad_packed_sequence` given a symbolic size: NOTE [Packed kernels with symbolic sizes])."""
     try:
         outputs = _RNNS.get(target)
     except TypeError:
         return None
+    if outputs is None and out is not None:
+        return symbolic_pad_packed_rule(out, target, fake_args)
+    if outputs is not None and len(fake_args) == 9 and is_packed_rnn(target, fake_args) \
+            and (_is_symbolic(fake_args[0]) or _is_symbolic(fake_args[1])):
+        return packed_rnn_fake
     if outputs is None or len(fake_args) != 9 or not isinstance(fake_args[-1], bool):
         return None
     hx = fake_args[1]
