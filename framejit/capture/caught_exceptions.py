@@ -366,11 +366,16 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
 # it (fresh_exception_with_context) and read by `e.__context__` / `e.__suppress_context__`; `raise X from e` of the
 # handled exception `e` itself (contextlib-style wrapping) makes it the `__cause__` too (fresh_exception_with_cause).
 # Given up as before: any other cause (`raise X from y`), an exception that already has a context or cause, the handled
-# exception itself (`raise e`), one that left a further callee's given-up handler, or one raised in the root
-# frame (NOTE [Handlers given up in the root frame]).
+# exception itself (`raise e`), one that left a further callee's given-up handler, one raised in the root
+# frame (NOTE [Handlers given up in the root frame]), and one that a handler of the callee the trace did not
+# follow still covers where it leaves (caught_in_frame): `raise X from e` is not followed into the cleanups
+# (follow_handler), so a `finally:` or an outer try around the except clause was skipped (hhuntG3 HIGH-0:
+# a @contextmanager generator's `finally` lost, eager ['exc', 'fin'], compiled ['exc']).
 def _new_exception_leaving(tx, raised: Unsupported | UserException) -> UserException | None:
     if tx.parent is None or not isinstance(raised, UserException) or getattr(raised, "callee_break", None) is not None:
         return None
+    if tx.current is not None and caught_in_frame(tx.program.insts, tx.current):
+        return None  # a `finally`, try or with-block of the callee that the trace did not follow would see it
     caught = getattr(raised, "reraised", None)
     if caught is not None:  # raised in the handler and its cleanup followed: the context is known
         context = caught.context

@@ -253,6 +253,9 @@ def gen_exit(tx, ctx: GenCtxValue, args: list[Value]) -> Value:
 # generator and the new exception's `__context__` are the block's exception. Kept as breaks: a generator suspended
 # in a `yield from`, a handler of the generator the trace cannot follow, a StopIteration (PEP 479), a generator
 # that yields again ("generator didn't stop after throw()"), an `__exit__` called by hand with another exception.
+# An exception leaving the generator frame past a handler the trace did not follow (`callee_break`: its `finally`
+# would have run, hhuntG3 HIGH-0) or a StopIteration the generator raises (a RuntimeError in eager, PEP 479; revX
+# H1) is a break before the manager's entry too: the block's exception reaches the real generator there.
 def exit_followed(ctx: GenCtxValue, exc: BaseException | None) -> bool:
     """The with-block of the entered `ctx` may follow `exc` into its `__exit__` (caught_exceptions.traced_exit):
     otherwise it leaves the block as before (NOTE [Exceptions in generator context manager blocks])."""
@@ -288,6 +291,9 @@ def _exit_with_exception(tx, ctx: GenCtxValue, value: Value) -> Value:
         try:
             frame.run()
         except UserException as out:
+            if getattr(out, "callee_break", None) is not None or isinstance(out.exc, StopIteration):
+                raise Unsupported(BreakKind.EXCEPTION_RAISED, f"{type(out.exc).__name__} leaves the generator of "
+                                  f"{ctx.describe()} from a handler the trace did not follow") from None
             ctx.done = True
             if out.exc is exc:
                 return ConstantValue(False)
