@@ -33,14 +33,15 @@ import torch
 # under torch.compile's tracing it is torch's method. Only nodes of one output: a node of several (`a, b =
 # t.split(n)`) runs in eager too where another of its outputs gets a gradient, and calls a's hooks with None
 # then; a tensor hook cannot see the node's other gradients, so such hooks are left as they are (called with
-# None also where eager does not run the node). Not covered, because the engine runs the nodes: hooks
-# registered on C++ nodes themselves (`u.grad_fn.register_prehook`) are called with None (module hooks and
-# Python Function nodes: NOTE [Python Function nodes a None reaches]); saved tensors of C++ nodes are unpacked
-# (a non-reentrant checkpoint of an eager block there recomputes its forward) and freed without retain_graph (a
-# later backward reaching them raises "Trying to backward through the graph a second time"); hooks registered
-# before `install`, through a reference to torch's function taken before it, or through the class
-# (`torch.Tensor.register_hook(u, fn)`, a functools.partial of it: the class entry must stay torch's function,
-# review revN MED-1), which still get None; tensor subclasses with their own register_hook. The wrapper reads
+# None also where eager does not run the node). Hooks registered on the nodes themselves
+# (`u.grad_fn.register_prehook`): NOTE [Node hooks a None reaches] (node_hooks.py); hooks registered through the
+# class (`torch.Tensor.register_hook(u, fn)`, a functools.partial of it, `super().register_hook` of a subclass,
+# a reference to torch's function taken before `install`; the class entry must stay torch's function):
+# NOTE [Hook dicts made through the class] below (review revN MED-1). Not covered, because the engine runs the
+# nodes: saved tensors of C++ nodes are unpacked (a non-reentrant checkpoint of an eager block there
+# recomputes its forward) and freed without retain_graph (a later backward reaching them raises "Trying to
+# backward through the graph a second time"); hooks registered before `install` (the first framejit.compile;
+# `import framejit` does not import torch), which still get None. The wrapper reads
 # the tensor's node and hook dict with torch functions disabled (a subclass's __torch_function__ or a mode sees
 # only the register_hook call, as before) and keeps torch's name and docstring; a RuntimeError from torch's
 # register_hook shows one more frame (hook_dicts.py). Sequence numbers count per thread: a node of another
@@ -72,6 +73,38 @@ def _register_hook(self, hook):
     except Exception:  # never the user's failure: the hook is registered; only its None call is not skipped
         pass
     return handle
+
+
+# NOTE [Hook dicts made through the class]
+# `torch.Tensor.register_hook(u, fn)` (the class spelling, a functools.partial of it, a subclass's
+# `super().register_hook`, a reference taken before `install`) runs torch's function, not the wrapper of NOTE
+# [Hooks of activations a None reaches]: the hook dict was never noted and the hook was called with None (review
+# revN MED-1). The class entry must stay torch's function, so `install` also puts a property `_backward_hooks` on
+# torch.Tensor over TensorBase's slot: torch's register_hook stores a fresh dict there before it registers it
+# with the node (`self._backward_hooks = OrderedDict()`), and the setter notes it under the tensor's node. Later
+# hooks go into that dict, so every way of registering is seen. Cost: a Python property call per read of
+# `_backward_hooks` (torch reads it per register_hook, deepcopy and pickling of tensors).
+_SLOT = torch._C.TensorBase.__dict__.get("_backward_hooks")
+
+
+def _get_hooks(self):
+    return _SLOT.__get__(self, type(self))
+
+
+def _set_hooks(self, hooks):
+    _SLOT.__set__(self, hooks)
+    if hooks is not None:
+        try:
+            with torch._C.DisableTorchFunction():
+                node = self.grad_fn
+            if node is not None:
+                _note(node, hooks)
+        except Exception:  # never the user's failure: only its None call is not skipped
+            pass
+
+
+def _del_hooks(self):
+    _SLOT.__delete__(self)
 
 
 def _note(node, hooks) -> None:
@@ -118,8 +151,9 @@ def hook_dicts(node) -> list:
 # torch.compile's tracing torch's own runs), and for such a skipped call the pre-hook empties the BackwardHook's
 # hook lists and state, which a post-hook registered after torch's puts back: torch's hook, registered as it
 # is, runs unwrapped (warnings and tracebacks of every module hook are torch's; review revN MED-2) and does
-# nothing visible. Not covered: a node that also gets a None from a custom Function of the user in that
-# backward (eager runs it, on zeros) is skipped; BackwardHooks set up before `install`.
+# nothing visible. A node that also gets a None of the user's in that backward (eager runs it, on zeros) is not
+# skipped (NOTE [Nones the user's backward sends], user_none.py). Not covered: BackwardHooks set up before
+# `install`.
 _MARK = "_framejit_none_task"  # joint_unreached._NONE_TASK
 _ARMED = "_framejit_armed"
 _BW_HOOK = "_framejit_bw_hook"
@@ -135,6 +169,7 @@ def arm_node(node) -> None:
         return
     node.__dict__[_ARMED] = True
     node_ref = weakref.ref(node)
+    from .user_none import reached
 
     def pre(grad_outputs):
         handle.remove()
@@ -142,7 +177,8 @@ def arm_node(node) -> None:
         if node is None:
             return None
         node.__dict__.pop(_ARMED, None)
-        if node.__dict__.get(_MARK) == torch._C._current_graph_task_id() and all(g is None for g in grad_outputs):
+        if node.__dict__.get(_MARK) == torch._C._current_graph_task_id() and all(g is None for g in grad_outputs) \
+                and not reached(node):  # NOTE [Nones the user's backward sends] (user_none.py): eager runs it
             _skip_once(node)
         return None
     handle = node.register_prehook(pre)
@@ -192,6 +228,12 @@ def install() -> None:
         _INSTALLED[0] = True
         if torch.Tensor.__dict__.get("register_hook") is _ORIGINAL:
             torch.Tensor.register_hook = _Noting()
+        from .user_none import install as noting_nones
+        noting_nones()  # NOTE [Nones the user's backward sends]
+        from .node_hooks import install as noting_node_hooks
+        noting_node_hooks()  # NOTE [Node hooks a None reaches]
+        if _SLOT is not None and "_backward_hooks" not in torch.Tensor.__dict__:  # NOTE [Hook dicts made ...]
+            torch.Tensor._backward_hooks = property(_get_hooks, _set_hooks, _del_hooks, doc=_SLOT.__doc__)
         from torch.utils.hooks import BackwardHook  # NOTE [Module backward hooks a None reaches]
         original = BackwardHook.__dict__.get("_apply_on_tensors")
         if original is not None and not hasattr(original, "__wrapped__"):

@@ -191,21 +191,27 @@ class Unreached:
 
 
 def _post_hook(plan: list, node_ref):
+    from .user_none import note_edges, slot_reached
+
     def hook(grad_inputs, grad_outputs):
         got = {nr for nr, g in enumerate(grad_outputs) if g is not None}
-        changed = None
+        changed, walked = None, False
         for q, nrs, ref in plan:
             if q >= len(grad_inputs) or grad_inputs[q] is None or nrs & got:
                 continue
             changed = list(grad_inputs) if changed is None else changed
             changed[q] = None
+            node = node_ref()
+            if node is not None and any(slot_reached(node, nr) for nr in nrs):
+                note_edges([node.next_functions[q]])  # eager's None: runs above (NOTE [Nones the user's ...])
+                continue
+            walked = True
             value = ref() if ref is not None else None
             if value is not None:  # the engine calls its hooks with None (eager: not at all)
                 skip_hooks_once(value)
-            node = node_ref()
             if node is not None:  # and the leaves' above it, also where it is gone (NOTE [A joint no gradient ...])
                 skip_hooks_above([node.next_functions[q][0]])
-        if changed is not None:  # NOTE [A joint no gradient reaches]
+        if walked:  # NOTE [A joint no gradient reaches]
             _HANDED_NONE[0] = torch._C._current_graph_task_id()
         return tuple(changed) if changed is not None else None
     return hook
@@ -225,10 +231,10 @@ def _post_hook(plan: list, node_ref):
 # Function returning None): so where a None framejit handed out reached the node (the walk of `skip_hooks_above`
 # from the node that handed it, which starts at the post-hook of NOTE [Inputs no backward reaches], marks the
 # joints' nodes it stops at with the graph task's id; a per-task flag dropped a custom Function's None in a
-# backward where framejit also handed one, review revJ M1; a joint reached by both kinds of None still skips,
-# where eager calls the hooks with None once), the hooks of the joint's non-leaf inputs (with tensor
-# hooks then), and of the leaves above its inputs up to the next joints' nodes (through eager ops:
-# `skip_hooks_above`), skip that None (`skip_hooks_once`; a leaf that also gets a gradient by another path
+# backward where framejit also handed one, review revJ M1; a joint, node or hook a None of the user's also
+# reaches runs as in eager: NOTE [Nones the user's backward sends], user_none.py), the hooks of the joint's
+# non-leaf inputs (with tensor hooks then), and of the leaves above its inputs up to the next joints' nodes
+# (through eager ops: `skip_hooks_above`), skip that None (`skip_hooks_once`; a leaf that also gets a gradient by another path
 # gets its hooks called with it, as in eager). The post-hook of NOTE [Inputs no backward reaches] does the
 # same above each non-leaf input it hands None (`z = body(x)` in eager, then `a, b = heads(x, z)` compiled,
 # `a.backward()`: body's weights' hooks were called with None). The joint's non-leaf inputs are noted at each
@@ -271,7 +277,12 @@ def nothing_came(node, hooked: tuple) -> None:
 
 
 def skip_after_none(node, hooked: tuple) -> None:
-    """nothing_came's hooks part: only where a None framejit handed out reached `node` (skip_hooks_above marked it)."""
+    """nothing_came's hooks part: only where a None framejit handed out reached `node` (skip_hooks_above marked it)
+    and none of the user's did (NOTE [Nones the user's backward sends]: then its inputs get eager's None)."""
+    from .user_none import joint_reached, note_edges
+    if joint_reached(node):
+        note_edges(node.next_functions)
+        return
     if node.__dict__.get(_NONE_TASK) != torch._C._current_graph_task_id():
         return
     skip_hooks_above([f for f, _ in node.next_functions])
@@ -286,6 +297,8 @@ def skip_hooks_above(nodes: list) -> None:
     nodes, which skip their own) skip the None they get next."""
     from .hook_dicts import arm_node, hook_dicts
     from .joint_outputs import _JOINT_NODES
+    from .node_hooks import walked
+    from .user_none import key_of
     seen, stack = set(), list(nodes)
     while stack:
         node = stack.pop()
@@ -298,8 +311,9 @@ def skip_hooks_above(nodes: list) -> None:
                 skip_hooks_once(leaf)
             continue
         for hooks in hook_dicts(node):  # NOTE [Hooks of activations a None reaches] (hook_dicts.py)
-            skip_dict_once(hooks)
+            skip_dict_once(hooks, key_of(node))
         if type(node).__name__ not in _JOINT_NODES:
+            walked(node)  # NOTE [Node hooks a None reaches] (node_hooks.py)
             arm_node(node)  # NOTE [Python Function nodes a None reaches] (hook_dicts.py)
             stack.extend(f for f, _ in node.next_functions)
         else:  # the next joint: skips its own where it then gets no gradient at all (skip_after_none)
@@ -369,7 +383,9 @@ _SKIP = "_framejit_skip_none_once"
 
 def skip_hooks_once(t) -> None:
     """NOTE [Hooks of inputs no backward reaches]: `t`'s hooks skip their next call when it brings None."""
-    skip_dict_once(t._backward_hooks)
+    from .user_none import key_of_tensor
+    key = key_of_tensor(t)
+    skip_dict_once(t._backward_hooks, key)
     post = t._post_accumulate_grad_hooks if t.is_leaf else None
     if post and not all(getattr(fn, _SKIP, False) for fn in post.values()):
         state = [False]  # whether the gradient that reached t's tensor hooks was None
@@ -379,17 +395,18 @@ def skip_hooks_once(t) -> None:
             state[0] = grad is None
         setattr(seen, _SKIP, True)  # never wrapped itself: a second call here leaves it alone
         handle = t.register_hook(seen)
-        for key, fn in list(post.items()):
+        for k, fn in list(post.items()):
             if not getattr(fn, _SKIP, False):
-                post[key] = _once(post, key, fn, state)
+                post[k] = _once(post, k, fn, state, key)
 
 
-def skip_dict_once(hooks) -> None:
-    """skip_hooks_once's part for the tensor hooks `hooks` (a tensor's `_backward_hooks`, or None)."""
+def skip_dict_once(hooks, node_key=None) -> None:
+    """skip_hooks_once's part for the tensor hooks `hooks` (a tensor's `_backward_hooks`, or None) that the node of
+    `node_key` (user_none.key_of's) calls."""
     if hooks:
         for key, fn in list(hooks.items()):
             if not getattr(fn, _SKIP, False) and not _group_of_all(fn):
-                hooks[key] = _once(hooks, key, fn, None)
+                hooks[key] = _once(hooks, key, fn, None, node_key)
 
 
 # NOTE [Multi-grad hooks over inputs no backward reaches]
@@ -431,7 +448,8 @@ def _group_fn(user):
     return group
 
 
-def _once(hooks, key, fn, state):
+def _once(hooks, key, fn, state, node_key=None):
+    from .user_none import reached_key
     task = torch._C._current_graph_task_id()
 
     def skip(value):
@@ -439,8 +457,8 @@ def _once(hooks, key, fn, state):
             hooks[key] = fn
         if task != torch._C._current_graph_task_id():  # left by the backward that set it up: as torch's
             return fn(value)
-        if (value is None) if state is None else state[0]:
-            return None
+        if ((value is None) if state is None else state[0]) and (node_key is None or not reached_key(node_key)):
+            return None  # (a None of the user's reaching the node too: eager calls it, NOTE [Nones the user's ...])
         return fn(value)
     setattr(skip, _SKIP, True)
     return skip

@@ -1,0 +1,196 @@
+"""A None that the user's backward sends into a compiled block's output (NOTE [Nones the user's backward sends]
+in framejit/backends/user_none.py), on the eager, onnxrt and triton backends.
+
+`t = ct(x); z = Twice.apply(em(t)); outs = ch(cm(z), t)` with ct, cm, ch compiled separately and em an eager
+Linear; the loss takes outs[0] only through a user Function whose backward returns None for it, or a reentrant
+checkpoint whose block detaches it. Eager's engine runs outs[0]'s history with undefined gradients and Twice
+materialises zeros: em gets zero `.grad` and AdamW's weight decay moves it. framejit took that None for one of
+its own (no gradient reached the joint's slot) and skipped Twice: em's `.grad` stayed None (review revR
+HIGH-R1). Steps whose loss leaves outs[0] out altogether (eager never reaches em) are mixed in."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from tests.backends.training_observe import assert_same, grad_copy, run_observed
+
+
+class _Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2.0
+
+
+class _Decline(torch.autograd.Function):
+    """a * b; its backward declines b's gradient (None)."""
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, g):
+        b, = ctx.saved_tensors
+        return g * b, None
+
+
+def _declined(a, b):
+    return _Decline.apply(a, b)
+
+
+def _checkpointed(a, b):
+    from torch.utils.checkpoint import checkpoint
+    return checkpoint(lambda p, q: p.tanh() + q.detach(), a, b, use_reentrant=True)
+
+
+def _logged(calls, tag):
+    def hook(g):
+        calls.append((tag, None if g is None else round(float(g.sum()), 3)))
+    return hook
+
+
+def _program(decline):
+    def program(compile_fn, observed):
+        trunk, mid, h0, h1, em = (nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2),
+                                  nn.Linear(4, 4))
+        params = [p for m in (trunk, mid, h0, h1, em) for p in m.parameters()]
+        ct, cm, ch = compile_fn(trunk), compile_fn(mid), compile_fn(lambda m, h: (h0(m), h1(h)))
+        opt = torch.optim.AdamW(params, lr=0.1, weight_decay=0.1)
+        calls = []
+        for n, loss in ((2, "user"), (2, "one"), (3, "user"), (3, "both"), (3, "user")):
+            t = ct(torch.randn(n, 4))
+            z = _Twice.apply(em(t))
+            z.register_hook(_logged(calls, "z"))
+            outs = ch(cm(z), t)
+            if loss == "user":  # outs[0] reached, with a None of the user's
+                total = decline(outs[1], outs[0]).sum()
+            else:  # outs[0] not reached at all (framejit's None), or with a gradient
+                total = outs[1].sum() + (outs[0].sum() if loss == "both" else 0)
+            total.backward()
+            observed += [list(calls), [grad_copy(p.grad) for p in params]]
+            calls.clear()
+            opt.step()
+            opt.zero_grad()
+            observed.append([p.detach().clone() for p in params])
+    return program
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
+@pytest.mark.parametrize("decline", [_declined, _checkpointed])
+def test_a_none_of_the_users_runs_the_layers_above_as_eager(backend, decline):
+    eager, compiled = run_observed(_program(decline), backend, joint_calls=10, backwards=5, lean=None)
+    assert_same(eager, compiled)
+
+
+def _noted(calls, tag):
+    def hook(*args):
+        grads = args[-1] if len(args) > 1 or isinstance(args[0], tuple) else args
+        calls.append((tag, [None if g is None else round(float(g.sum()), 3) for g in grads]))
+    return hook
+
+
+def _every_spelling(compile_fn, observed):
+    """Hooks registered through the class (`torch.Tensor.register_hook(u, h)`, `type(v).register_hook`, a
+    functools.partial of the class entry) and on nodes (a C++ node's and a Python Function node's pre-hooks and
+    post-hooks), between trunk and mid (NOTE [Hook dicts made through the class], NOTE [Node hooks a None
+    reaches]): eager calls none of them on the steps whose loss leaves outs[0] out; framejit called them with None
+    (a clamping hook raised AttributeError in the user's backward; review revN MED-1, revR p_x15). The steps
+    where a None of the user's reaches outs[0] call them with None in eager too."""
+    import functools
+    trunk, mid, h0, h1, em = (nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2), nn.Linear(4, 4))
+    params = [p for m in (trunk, mid, h0, h1, em) for p in m.parameters()]
+    ct, cm, ch = compile_fn(trunk), compile_fn(mid), compile_fn(lambda m, h: (h0(m), h1(h)))
+    opt = torch.optim.AdamW(params, lr=0.1, weight_decay=0.1)
+    calls = []
+    for n, loss in ((2, "one"), (2, "both"), (3, "user"), (3, "one"), (2, "zero")):
+        t = ct(torch.randn(n, 4))
+        u = em(t).relu() * 2
+        torch.Tensor.register_hook(u, _noted(calls, "u"))
+        v = u.sigmoid()
+        type(v).register_hook(v, _noted(calls, "v"))
+        w = v * 3
+        functools.partial(torch.Tensor.register_hook, w)(_noted(calls, "w"))
+        w.grad_fn.register_prehook(_noted(calls, "w-pre"))
+        w.grad_fn.register_hook(_noted(calls, "w-post"))
+        z = _Twice.apply(w + 1)
+        z.grad_fn.register_prehook(_noted(calls, "z-pre"))
+        z.grad_fn.register_hook(_noted(calls, "z-post"))
+        outs = ch(cm(z), t)
+        if loss == "user":
+            total = _Decline.apply(outs[1], outs[0]).sum()
+        else:
+            total = outs[1].sum() + (outs[0].sum() if loss == "both" else 0)
+        total.backward()
+        observed += [list(calls), [grad_copy(p.grad) for p in params]]
+        calls.clear()
+        opt.step()
+        opt.zero_grad()
+        observed.append([p.detach().clone() for p in params])
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
+def test_hooks_registered_every_way_where_no_gradient_reaches(backend):
+    eager, compiled = run_observed(_every_spelling, backend, joint_calls=10, backwards=5, lean=None)
+    assert_same(eager, compiled)
+
+
+def test_a_clamping_hook_registered_through_the_class_is_not_called_with_none():
+    """revN MED-1 p_a1: the user's backward raised AttributeError on None.clamp."""
+    def program(compile_fn, observed):
+        trunk, mid, h0, h1 = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2)
+        ct, cm, ch = compile_fn(trunk), compile_fn(mid), compile_fn(lambda m, h: (h0(m), h1(h)))
+        for n in (2, 3):
+            t = ct(torch.randn(n, 4))
+            u = t.relu() * 2
+            torch.Tensor.register_hook(u, lambda g: g.clamp(-1, 1))
+            u.grad_fn.register_prehook(lambda go: (go[0].clamp(-1, 1),))
+            ch(cm(u + 1), t)[1].sum().backward()
+            observed.append([grad_copy(p.grad) for m in (trunk, mid, h0, h1) for p in m.parameters()])
+    eager, compiled = run_observed(program, "onnxrt", joint_calls=4, backwards=2, lean=None)
+    assert_same(eager, compiled)
+
+
+def _module_hooks_and_user_none(compile_fn, observed):
+    """revN p_m9: em (module full backward hooks) feeds mid and a user Function returning None. Eager runs em's
+    output-side hook node on zeros, the Linear turns them into undefined gradients and the input-side node runs
+    the full hook with zeros; framejit's walk from the heads' None skipped the input-side node."""
+    trunk, mid, h0, h1, em = (nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2), nn.Linear(4, 4))
+    params = [p for m in (trunk, mid, h0, h1, em) for p in m.parameters()]
+    ct, cm, ch = compile_fn(trunk), compile_fn(mid), compile_fn(lambda m, h: (h0(m), h1(h)))
+    calls = []
+    em.register_full_backward_hook(lambda m, gi, go: calls.append(("full", _noted_list(gi), _noted_list(go))))
+    em.register_full_backward_pre_hook(lambda m, go: calls.append(("pre", _noted_list(go))))
+    for n, both in ((2, False), (3, True), (3, False)):
+        t = ct(torch.randn(n, 4))
+        e = em(t)
+        outs = ch(cm(e), t)
+        (outs[1].sum() + (outs[0].sum() if both else 0) + _NoneBack.apply(e).sum()).backward()
+        observed += [list(calls), [grad_copy(p.grad) for p in params]]
+        calls.clear()
+        for p in params:
+            p.grad = None
+
+
+def _noted_list(grads):
+    return [None if g is None else round(float(g.sum()), 3) for g in grads]
+
+
+class _NoneBack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return None
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt"])
+def test_module_hooks_a_none_of_the_users_reaches_run_as_eager(backend):
+    eager, compiled = run_observed(_module_hooks_and_user_none, backend, joint_calls=6, backwards=3, lean=None)
+    assert_same(eager, compiled)
