@@ -293,6 +293,8 @@ def _set_method(tx, s: Value, name: str, args: list[Value], kwargs) -> Value:
         raise Unsupported(BreakKind.INTERNAL_ERROR, f"set.{name} accepted {len(args)} arguments")
     if name == "isdisjoint" and len(args) == 1 and _is_iterator(args[0]):  # NOTE [isdisjoint over an iterator]
         return _isdisjoint_by_iteration(tx, s, args[0])
+    if name == "copy" and not args and s.cls is frozenset:
+        return s  # CPython's frozenset_copy: an exact frozenset is its own copy (`p.copy() is p`), a subclass's is new
     mutates = name in _SET_MUTATORS
     if mutates:
         announce_before_drawing(tx, s, args)  # NOTE [Containers grown while drawing]

@@ -131,3 +131,13 @@ def test_isdisjoint_without_an_argument_raises_type_error():
 
     backend, records = _run(f, lambda i: (torch.randn(i + 1), i + 1))
     assert not records
+
+
+def test_an_exact_frozenset_is_its_own_copy():
+    def f(x, text):
+        p, q = frozenset(text), _FrozenSub(text)
+        c = q.copy()
+        return x * len(p), p.copy() is p, frozenset.copy(p) is p, c is q, type(c), c == q, len(p.copy())
+
+    backend, records = _run(f, lambda i: (torch.randn(i + 1), ["abc", "xy", "q"][i]))
+    assert not records
