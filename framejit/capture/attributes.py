@@ -690,9 +690,7 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
                 from .modules import made_module_attr
                 return made_module_attr(obj, raw_dict[name])
             return wrap_unguarded(raw_dict[name])
-        # no class gains a data descriptor `name`: checked before the value guards read `o.name`, so a
-        # property added later is never run by a guard (NOTE [Guards run no user code] in guards/codegen.py)
-        lookup.guard_lookup(tx.output, cls, name)
+        lookup.guard_instance_entry(tx.output, obj.source, real, cls, name)  # NOTE [Guards run no user code]
         return wrap(tx.output, raw_dict[name], lookup.attr_source(obj.source, real, name))
     if found:
         if guarded and tx.output.side_effects.attr(real, name) is None:

@@ -255,6 +255,23 @@ def guard_not_in_instance(out, obj_source: Source | None, real: Any, name: str) 
                   expected=f"no instance attribute {name!r}", actual=f"{e}.get({name!r})", cost=COST_ID)
 
 
+# NOTE [Instance attributes past a __getattr__]: the value guard of `o.name` read from the instance dict reads
+# `o.name`; where the class has a `__getattr__`, that read runs it once `name` left the dict (`del o.foo`): the
+# user's code ran inside the guard of every entry at each miss, and again explaining it (hhuntG3 MED-1: 5 extra
+# calls per miss, its side effects changed the result). So the entry is guarded present first
+# (INSTANCE_ATTR_PRESENT, a lookup fact: cheapest, and no guard reading through `o` is explained past it).
+def guard_instance_entry(out, obj_source: Source, real: Any, cls: type, name: str) -> None:
+    """`o.name` read from the instance dict stays so: no class gains a data descriptor `name` (checked before the
+    value guards read `o.name`, so a property added later is never run by a guard: NOTE [Guards run no user
+    code] in guards/codegen.py), and `name` stays in the dict where the class has a `__getattr__`."""
+    guard_lookup(out, cls, name)
+    if mro_lookup(cls, "__getattr__")[0] is None or not isinstance(_instance_dict(real), dict):
+        return
+    e = instance_dict_source(obj_source, real).expr(out.names)
+    out.add_guard("INSTANCE_ATTR_PRESENT", f"{name!r} in {e}", obj_source, expected=f"an instance attribute "
+                  f"{name!r}", actual=f"{name!r} in {e}", cost=COST_ID)
+
+
 def instance_dict_source(obj_source: Source, real: Any) -> Source:
     """Where a guard reads the instance dict of `real`: `o.__dict__`, or, for a class that defines `__dict__`
     itself, the C getter's dict (NOTE [Instance dicts read without user code] in codegen_runtime.py)."""

@@ -272,7 +272,7 @@ class Explanations:
         return known[1]
 
 
-_LOOKUP_FACTS = ("CLASS_ATTR_ABSENT", "INSTANCE_ATTR_ABSENT", "MODULE_ATTR_ABSENT")
+_LOOKUP_FACTS = ("CLASS_ATTR_ABSENT", "INSTANCE_ATTR_ABSENT", "INSTANCE_ATTR_PRESENT", "MODULE_ATTR_ABSENT")
 
 # NOTE [No cached call past a failed guard]: a CACHED_CALL guard calls the user's lru_cache function with
 # the arguments of the trace (NOTE [Cached functions] in capture/cached_calls.py). The check function
