@@ -638,6 +638,8 @@ def _children(value: Value) -> list:
             [*(value.defaults or ()), *(value.kwdefaults or {}).values(), *value.attr_values()]
     if isinstance(value, PartialValue):
         return partial_parts(value)
+    if _unentered_generator_cm(value):  # its arguments are the frame's objects (review revX H2)
+        return [value.func, *value.args, *value.kwargs.values()]
     if isinstance(value, SetValue):
         return [key_value(k) for k in value.items if not isinstance(key_value(k), ConstantValue)]
     if isinstance(value, SymRangeValue):

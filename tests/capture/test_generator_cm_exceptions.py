@@ -349,3 +349,51 @@ def test_stop_iteration_raised_by_the_generators_handler_is_a_runtime_error():  
         actual, actual_log = _outcome(compiled, x, n)
         assert_same(actual, expected)
         assert actual_log == expected_log
+
+
+# A manager made here over an object the frame made, with a graph break in its block: the break moves before the
+# manager's entry, where the rebuilt manager's arguments (and the cells its function closes over) must be the
+# frame's own objects, not copies (review revX H2: `s is state` False, the block's and the generator's updates lost).
+@contextlib.contextmanager
+def counting(state):
+    yield state
+    state["k"] += 1
+
+
+def break_in_a_block_over_a_frame_dict(x, n):
+    state = {"k": n}
+    with counting(state) as s:
+        s["k"] += 10
+        print("break")
+        same = s is state
+        s["k"] += 100
+    return x + state["k"], same, dict(state)
+
+
+def break_in_a_closure_managers_handler(x, n):
+    seen = []
+
+    @contextlib.contextmanager
+    def cm():
+        try:
+            yield seen
+        except KeyError as e:
+            print("caught")
+            seen.append(e.args[0])
+
+    with cm() as s:
+        s.append(100)
+        raise KeyError(n)
+    return x + sum(seen), len(seen)
+
+
+@pytest.mark.parametrize("fn", [break_in_a_block_over_a_frame_dict, break_in_a_closure_managers_handler],
+                         ids=lambda f: f.__name__)
+def test_a_break_in_a_managers_block_keeps_the_frames_objects(fn, capsys):
+    compiled = framejit.compile(fn, backend="eager")
+    for n in (2, 3, 4):
+        x = torch.randn(n)
+        expected = fn(x, n)
+        eager_out = capsys.readouterr().out
+        assert_same(compiled(x, n), expected)
+        assert capsys.readouterr().out == eager_out
