@@ -20,7 +20,7 @@ from .comparisons import compare, contains, is_same
 from .protocol import BINARY_OPS, COMPARE_OPS, binary, constant_fold, getitem, iterate, length, truth, unary
 from .sym_arith import SYM_MATH, is_sym, symbolic
 from . import lazy_combinators
-from .float_calls import float_call
+from .float_calls import float_call, sum_values
 from .folded_results import index_of, modular_pow
 from .generator_ends import stop_iteration
 from .lazy_generators import LazyGeneratorValue, drain_whole
@@ -536,11 +536,8 @@ BUILTIN_HANDLERS[max] = _min_max(max)
 @handles(sum)
 def _sum(tx, args, kwargs):
     total = args[1] if len(args) > 1 else kwargs.get("start", ConstantValue(0))
-    items, drawn = _drawn_with_check(tx, args[0])
-    for item in items:
-        total = binary(tx, operator.add, total, item)
-        drawn()  # NOTE [Consumers that call back between draws]
-    return total
+    items, drawn = _drawn_with_check(tx, args[0])  # NOTE [Consumers that call back between draws]
+    return sum_values(tx, total, items, drawn, lambda a, b: binary(tx, operator.add, a, b))
 
 
 @handles(any)

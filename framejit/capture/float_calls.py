@@ -16,6 +16,7 @@ symbol and specialises, as before.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Callable
 
 import torch
@@ -99,3 +100,36 @@ def float_truth(out, v: SymFloatValue) -> Any:
     if relation is None:
         return None
     return bool(relation.as_constant())
+
+
+# NOTE [sum() of floats on 3.12+]: from CPython 3.12, builtin sum() adds a run of floats (and ints) that follows
+# an exact-float running total with compensated (Neumaier) summation, not one `+` at a time: sum([1e16, 1.0,
+# -1e16]) is 1.0 there (0.0 on 3.11 and in a chain of `+`), so an `if sum(xs) > 0.5:` took the other branch
+# (review revZ, pre-existing). Such a run is added by CPython's own sum() when its operands are constants (the
+# run's start float and items: exactly eager's algorithm, whatever the version); a run of two or more with a
+# dynamic operand breaks (the graph has no compensated sum). A run of one addition is one `+` (its compensation
+# rounds back to the same float). Ints and tensors outside such runs add one `+` at a time as before.
+COMPENSATED_SUM = sys.version_info >= (3, 12)
+
+
+def sum_values(tx, total: Value, items, drawn: Callable[[], None], add: Callable[[Value, Value], Value]) -> Value:
+    """`sum(items, total)` over traced values; `add(a, b)` is the traced `a + b`, `drawn()` runs after each draw."""
+    run: list[Value] = []
+    for item in items:
+        if COMPENSATED_SUM and total.python_type() is float and item.python_type() in (float, int, bool):
+            run.append(item)
+        else:
+            total = add(_flush(total, run, add), item)
+            run = []
+        drawn()
+    return _flush(total, run, add)
+
+
+def _flush(total: Value, run: list[Value], add: Callable[[Value, Value], Value]) -> Value:
+    if len(run) <= 1:
+        return add(total, run[0]) if run else total
+    if total.is_constant() and all(v.is_constant() for v in run):
+        return ConstantValue(sum((v.as_constant() for v in run), total.as_constant()))
+    from .breaks import BreakKind, Unsupported
+    raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sum() of two or more floats with a dynamic one: CPython 3.12+ "
+                      "adds them with compensated summation (NOTE [sum() of floats on 3.12+])")
