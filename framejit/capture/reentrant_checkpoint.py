@@ -213,9 +213,6 @@ def call_reentrant(tx, args: list, kwargs: dict):
     """The traced `checkpoint(fn, *args, use_reentrant=True, ...)` (NOTE [Reentrant checkpoint in the graph])."""
     from torch.utils.checkpoint import CheckpointFunction
     from .autograd_function import _no_forward_ad
-    from .autograd_grad import _switch
-    from .breaks import UserException
-    from .graph_calls import _version
     from .values import TensorValue
     out = tx.output
     if not args:
@@ -229,6 +226,50 @@ def call_reentrant(tx, args: list, kwargs: dict):
     if any(isinstance(a.fake, torch.Tensor) and type(a.fake) is not torch._subclasses.fake_tensor.FakeTensor
            for a in tensor_args):
         raise _break("a tensor subclass argument")
+    graph = out.graph
+    fn_args, markers = _own_arguments(graph, fn_args)
+    try:
+        return _traced(tx, function, fn_args, tensor_args, markers, preserve)
+    finally:
+        for original, marker in markers:  # NOTE [Arguments fn also reads elsewhere]
+            marker.replace_all_uses_with(original)
+            graph.erase_node(marker)
+
+
+def _argument(t):
+    """A tensor argument as `fn`'s parameter reads it, while tracing `fn` only (NOTE [Arguments fn also reads
+    elsewhere])."""
+    return t
+
+
+def _own_arguments(graph, fn_args: list) -> tuple[list, list]:
+    """NOTE [Arguments fn also reads elsewhere]: torch's recomputation detaches the arguments only where `fn`'s
+    parameters read them; a read of the same tensor from a closure (or an attribute) gets the tensor itself, with
+    its graph (a hook on it runs twice, a non-leaf's graph is back-propagated twice). While `fn` is traced, its
+    parameters read a marker node (the same fake, so `t is x` answers as eager's forward), so a region that reads
+    the argument's own node reached it another way: a break (torch's checkpoint runs at it, as eager)."""
+    import copy
+    from .values import TensorValue
+    made, markers, own = {}, [], []
+    for a in fn_args:
+        if isinstance(a, TensorValue):
+            if id(a) not in made:
+                marker = graph.call_function(_argument, (a.node,))
+                marker.meta = dict(a.node.meta)
+                markers.append((a.node, marker))
+                made[id(a)] = copy.copy(a)
+                made[id(a)].node = marker
+            a = made[id(a)]
+        own.append(a)
+    return own, markers
+
+
+def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, preserve):
+    """`call_reentrant` once each argument has its own node (NOTE [Arguments fn also reads elsewhere])."""
+    from .autograd_grad import _switch
+    from .breaks import UserException
+    from .graph_calls import _version
+    out = tx.output
     graph = out.graph
     before = set(graph.nodes)
     state = _PythonState(out.side_effects)
@@ -253,6 +294,10 @@ def call_reentrant(tx, args: list, kwargs: dict):
     outs, items, single = _outputs(result)
     made = [n for n in graph.nodes if n not in before]
     made_set = set(made)
+    originals = {original for original, _ in markers}
+    if any(read in originals for node in made for read in node.all_input_nodes):
+        raise _break("its function reads a tensor argument other than through its parameters (eager's "
+                     "recomputation detaches only the parameters)")
     if len({id(o.node) for o in outs}) != len(outs) or any(o.node not in made_set or o.node.op == "placeholder"
                                                           for o in outs):
         raise _break("its function returns a tensor it did not make, or one tensor twice")

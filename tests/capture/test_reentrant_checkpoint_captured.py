@@ -279,3 +279,50 @@ def test_nested_checkpoints_train_as_eager(modes):
         got = _train(framejit.compile(twin, backend=counting), [(3, 6), (3, 6), (5, 6)])
     _compare(got, want)
     assert counting.graph_count <= 2
+
+
+def _closure_reads(leaf: bool):
+    """x (a hooked leaf) or h = a(x) (a hooked non-leaf) passed to the checkpoint and read by `fn` from its
+    closure too: eager's recomputation detaches only the argument, so the closure read back-propagates through
+    the tensor itself (NOTE [Arguments fn also reads elsewhere])."""
+    torch.manual_seed(4)
+    block, a = nn.Linear(6, 6), nn.Linear(6, 6)
+
+    def fn(x, calls):
+        h = x if leaf else a(x)
+        if not leaf:
+            h.register_hook(lambda g: calls.append(1))
+        return ckpt.checkpoint(lambda t: torch.tanh(block(t)) * h, h, use_reentrant=True)
+    return block, a, fn
+
+
+@pytest.mark.parametrize("leaf,retain", [(True, False), (False, False), (False, True)])
+def test_an_argument_also_read_from_the_closure_back_propagates_as_eager(leaf, retain):
+    block, a, fn = _closure_reads(leaf)
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    for shape in [(3, 6), (3, 6), (5, 6)]:
+        seen = []
+        for f in (fn, compiled):
+            calls = []
+            block.zero_grad(set_to_none=True)
+            a.zero_grad(set_to_none=True)
+            x = torch.randn(*shape, generator=torch.Generator().manual_seed(shape[0])).requires_grad_()
+            if leaf:
+                x.register_hook(lambda g: calls.append(1))
+            out = f(x, calls)
+            try:
+                out.pow(2).sum().backward(retain_graph=retain)
+                error = None
+            except RuntimeError as e:
+                error = str(e).split(".")[0]
+            seen.append((out.detach(), error, len(calls), x.grad, block.weight.grad, a.weight.grad))
+        want, (out, error, n, *grads) = seen
+        assert_same(out, want[0])
+        assert (error, n) == (want[1], want[2])
+        assert error is not None or not leaf or n == 2  # eager: the argument's grad and the closure's
+        assert error == (None if leaf else "Trying to backward through the graph a second time (or directly "
+                         "access saved tensors after they have already been freed)")
+        for g, w in zip(grads, want[3:]):
+            assert (g is None) == (w is None)
+            if g is not None:
+                torch.testing.assert_close(g, w)
