@@ -32,7 +32,21 @@ tracing `fn` and guarded as any trace is:
   (an argument returned as is, a closure's tensor, one tensor twice), a result other than a tensor or a tuple
   of tensors and constants, keyword arguments torch rejects, a `preserve_rng_state` not known while tracing,
   and a missing `use_reentrant` (torch warns at the caller's line first);
-- a forward-AD dual level or a vmap around the call.
+- a forward-AD dual level or a vmap around the call;
+- a tensor argument that `fn` also reads another way (a closure, an attribute): NOTE [Arguments fn also reads
+  elsewhere].
+
+Known gap (review revY H1, not fixed): state `fn` reads that the program changes between the forward and the
+backward. Eager's recomputation runs `fn` again and reads the new state; the region runs the values of the
+trace (guarded only when the graph is called, in the forward), so the gradients of that one backward differ
+silently: a float attribute of the module set by a schedule, a global dict value, `model.eval()` before
+`backward()` with BatchNorm in the block (eval-mode statistics in eager's recomputation), and a Parameter of
+the block replaced (`m.l.weight = nn.Parameter(...)`: eager gives the new one the gradient, the region the
+old one). The next call sees the change through its guards (a recompile), so only a change made between one
+forward and its backward is missed. When the call was a break (before this capture), `fn`, compiled apart, was
+guarded again at the recomputation. A fix: keep in the ReentrantCall what the frame's guards need (the
+frame's input objects) and the original `fn` (a lambda made in the frame has no source: it would have to be
+passed in), re-check the guards in `run` and call the original `fn` when one fails.
 """
 from __future__ import annotations
 
