@@ -326,3 +326,28 @@ def test_an_argument_also_read_from_the_closure_back_propagates_as_eager(leaf, r
             assert (g is None) == (w is None)
             if g is not None:
                 torch.testing.assert_close(g, w)
+
+
+def test_a_parameter_passed_and_read_as_an_attribute_back_propagates_as_eager():
+    torch.manual_seed(5)
+    w = nn.Parameter(torch.randn(4))
+    holder = nn.Module()
+    holder.w = w
+
+    def fn(x):  # the argument is holder.w; the function reads holder.w too
+        return ckpt.checkpoint(lambda t: t * holder.w, holder.w, use_reentrant=True).sum() * x
+
+    compiled = framejit.compile(fn, backend=CountingBackend())
+    for shape in [(2, 4), (2, 4), (3, 4)]:
+        seen = []
+        for f in (fn, compiled):
+            calls = []
+            handle = w.register_hook(lambda g: calls.append(1))
+            w.grad = None
+            x = torch.randn(*shape, generator=torch.Generator().manual_seed(shape[0])).requires_grad_()
+            f(x).pow(2).sum().backward()
+            handle.remove()
+            seen.append((x.grad, w.grad.clone(), len(calls)))
+        assert_same(seen[1][0], seen[0][0])
+        torch.testing.assert_close(seen[1][1], seen[0][1])
+        assert seen[1][2] == seen[0][2] == 2  # the argument's gradient and the attribute read's, as eager
