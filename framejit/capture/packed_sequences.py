@@ -69,7 +69,13 @@ def _element_int(out, entry, index: int):
     if not -tensor.numel() <= index < tensor.numel():
         return None
     source = CallSource(Ref(int, "int"), ItemSource(entry.source, index))
-    return out.cached(source) or out.add_int_input(int(tensor[index]), source)
+    cached = out.cached(source)
+    if cached is not None:
+        return cached
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():  # the real input: under the trace's fake mode int() raised (review revAB HIGH-1)
+        value = int(tensor[index])
+    return out.add_int_input(value, source)
 
 
 def element_as_int(out, value: Any):

@@ -76,3 +76,31 @@ def test_a_boolean_mask_result_is_symbolic_in_its_resume_function():
         torch.testing.assert_close(got, expected)
     assert eager_frames() == before
     assert sum(per_call[1:]) == 0, per_call  # the resume function's first trace serves every length
+
+
+def test_packed_lstm_with_a_given_state_is_traced_once_per_batch():
+    # review revAB HIGH-1: with sizes symbolic, pad_packed_sequence read int(batch_sizes[i]) of the real input
+    # under the trace's fake mode (AssertionError): every call ran eagerly and was traced again (traced
+    # [2, 2, 2, 1, 1, 1, 1], graphs all 0)
+    torch.manual_seed(0)
+    lstm = nn.LSTM(2, 3, batch_first=True)
+
+    def hx(x, lengths, h0, c0):
+        p = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        o, h = lstm(p, (h0, c0))
+        return pad_packed_sequence(o, batch_first=True)[0], h
+
+    backend = CountingBackend()
+    compiled = framejit.compile(hx, backend=backend)
+    traced, graphs = [], []
+    with torch.no_grad():
+        for i, lengths in enumerate([[5, 3, 4], [6, 2, 4], [7, 7], [3, 5, 2, 4], [8, 1], [4, 4, 4], [2, 1, 1]]):
+            g = torch.Generator().manual_seed(i)
+            args = (torch.randn(len(lengths), max(lengths), 2, generator=g), torch.tensor(lengths),
+                    torch.randn(1, len(lengths), 3, generator=g), torch.randn(1, len(lengths), 3, generator=g))
+            start, start_graphs = framejit.stats()["frames_traced"], backend.graph_count
+            got, expected = compiled(*args), hx(*args)
+            torch.testing.assert_close(got, expected)
+            traced.append(framejit.stats()["frames_traced"] - start)
+            graphs.append(backend.graph_count - start_graphs)
+    assert sum(graphs) >= 2 and traced[3:] == [0, 0, 0, 0], (traced, graphs)
