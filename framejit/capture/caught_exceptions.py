@@ -340,8 +340,9 @@ def give_up_handlers(tx, raised: Unsupported | UserException) -> Unsupported | U
                            f"the except clause of {tx.code.co_qualname} that caught {type(first.exception.exc).__name__} "
                            f"could not be traced ({raised})")
     tx.current = tx.program.insts[first.index]
-    if isinstance(raised, UserException) and type(raised.exc) is type(first.exception.exc):
-        first.exception.escape_traced = True  # NOTE [Handlers of callees given up]: traced to a raise of it
+    # NOTE [Handlers of callees given up]: traced to a raise of it here; an inner frame's flag (a new exception that
+    # left a further callee, NOTE [New exceptions leaving callees' handlers]) does not say this handler was traced
+    first.exception.escape_traced = isinstance(raised, UserException) and type(raised.exc) is type(first.exception.exc)
     return first.exception
 
 

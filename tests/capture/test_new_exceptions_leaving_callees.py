@@ -116,3 +116,73 @@ def test_hasattr_over_a_getattr_raising_in_its_handler_equals_eager():
     for n in (2, 3):
         x, obj = torch.randn(n), WithGetattr(n)
         assert_same(compiled(x, obj), hasattr_through_a_handler(x, obj))
+
+
+def _mid_prints(d, key):
+    try:
+        return _lookup_as_value_error(d, key)
+    except ValueError as e:
+        print("mid handler", e.args)  # a graph break in the middle callee's handler
+        return -1.0
+
+
+def _mid_prints_same_type(d, key):
+    try:
+        return _lookup_from_none(d, key)
+    except KeyError as e:
+        print("mid", e.args)
+        return -1.0
+
+
+class _PrintingSuppressor:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, value, tb):
+        print("exit", typ.__name__ if typ else None)
+        return True
+
+
+def _mid_with_prints(d, key):
+    with _PrintingSuppressor():
+        return _lookup_as_value_error(d, key)
+    return -1.0
+
+
+def mid_handler_breaks(x, d, key):
+    try:
+        v = _mid_prints(d, key)
+    except ValueError:
+        return x - 100
+    return x * v
+
+
+def mid_same_type_handler_breaks(x, d, key):
+    try:
+        v = _mid_prints_same_type(d, key)
+    except KeyError:
+        return x - 100
+    return x * v
+
+
+def mid_with_exit_breaks(x, d, key):
+    try:
+        v = _mid_with_prints(d, key)
+    except ValueError:
+        return x - 100
+    return x * v
+
+
+@pytest.mark.parametrize("fn", [mid_handler_breaks, mid_same_type_handler_breaks, mid_with_exit_breaks],
+                         ids=lambda f: f.__name__)
+def test_a_middle_callees_handler_that_breaks_runs_as_eager(fn, capsys):
+    """hfixEX (revW HIGH-3): the middle callee catches the new exception but its handler (a print, an `__exit__`
+    that prints) cannot be traced: it runs as eager's, not the caller's handler (x - 100, nothing printed)."""
+    compiled = framejit.compile(fn, backend="eager")
+    for n, key in ((2, "zz"), (3, "a"), (4, "yy")):
+        x = torch.randn(n)
+        expected = fn(x, {"a": 2.0}, key)
+        eager_out = capsys.readouterr().out
+        got = compiled(x, {"a": 2.0}, key)
+        assert capsys.readouterr().out == eager_out
+        assert_same(got, expected)
