@@ -30,7 +30,7 @@ from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
 from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
 from .tensor_attrs import grad_source, input_of, object_method, refuse_changed_dict, stored_or
 from .getattribute import (custom_getattribute, guard_metaclass_getattribute, guard_tensor_getattribute,
-                           inline_getattribute, instance_dict)
+                           getattr_after_error, inline_getattribute, instance_dict)
 from .vmap_capture import check_grad_fact
 
 # Tensor attributes that are metadata: constant for a traced tensor (inputs are guarded on them).
@@ -674,8 +674,8 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
     guarded = isinstance(obj, ObjectValue) and obj.source is not None
     if found and is_data_descriptor(attr):
         entry = lookup.guard_found_on_class(tx.output, cls, name, index)
-        lookup.guard_entry_identity(tx.output, entry, attr)
-        return descriptor_attr(tx, obj, name, attr)
+        lookup.guard_entry_identity(tx.output, entry, attr)  # NOTE [__getattr__ after a getter's AttributeError]
+        return getattr_after_error(tx, obj, name, cls, default_lookup, lambda: descriptor_attr(tx, obj, name, attr))
     if isinstance(obj, NewObjectValue):
         if name == "id":
             from .hook_handles import note_id_read  # NOTE [Hook ids that never leave the trace]
@@ -696,7 +696,8 @@ def object_attr(tx, obj: Value, name: str, default_lookup: bool = False) -> Valu
         if guarded and tx.output.side_effects.attr(real, name) is None:
             lookup.guard_not_in_instance(tx.output, obj.source, real, name)
         entry = lookup.guard_found_on_class(tx.output, cls, name, index)
-        return class_level_attr(tx, obj, cls, name, attr, entry)
+        return getattr_after_error(tx, obj, name, cls, default_lookup, lambda: class_level_attr(tx, obj, cls, name,
+                                                                                                attr, entry))
     return _attr_not_found(tx, obj, name, cls, real, guarded, default_lookup)
 
 

@@ -247,3 +247,36 @@ def _object_getattribute(tx, args: list[Value], kwargs: dict) -> Value:
 
 
 HANDLERS: dict[Any, Any] = {object.__getattribute__: _object_getattribute, delattr: _delattr}
+
+
+# NOTE [__getattr__ after a getter's AttributeError]: CPython's slot_tp_getattr_hook calls `type(o).__getattr__`
+# after *any* AttributeError of the default `__getattribute__`, a property getter's or a descriptor's `__get__`'s
+# included (`@property def val(self): try: return self._d["val"] except KeyError: raise AttributeError`). The
+# trace let the getter's AttributeError leave the lookup, so hasattr / getattr with a default answered False /
+# the default where eager's `__getattr__` answered (review revW HIGH-2: True vs False, 'fallback-val' vs 'dflt').
+# Now that `__getattr__` is inlined after it (its entry guarded by identity, or its absence guarded); one that is
+# no function is a graph break. nn.Module's own `__getattr__` is left out (it raises AttributeError for any name
+# a property has: registering a parameter or submodule of that name fails), and so is object.__getattribute__
+# itself (NOTE [object.__getattribute__ calls no __getattr__]).
+def getattr_after_error(tx, obj: Value, name: str, cls: type, default_lookup: bool, read) -> Value:
+    """`read()`, a class-level attribute's value; an AttributeError it raises goes on to `cls.__getattr__`."""
+    if default_lookup:
+        return read()
+    try:
+        return read()
+    except UserException as e:
+        if not isinstance(e.exc, AttributeError):
+            raise
+        index, impl = lookup.mro_lookup(cls, "__getattr__")
+        if index is None:
+            lookup.guard_class_absent(tx.output, cls.__mro__, "__getattr__")
+            raise
+        if issubclass(cls, torch.nn.Module) and lookup.is_module_default(impl, "__getattr__"):
+            lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, "__getattr__", index),
+                                        impl)
+            raise
+        if not isinstance(impl, types.FunctionType):
+            raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{cls.__name__}.{name} raised AttributeError: "
+                                                               "__getattr__ answers") from None
+        lookup.guard_entry_identity(tx.output, lookup.guard_found_on_class(tx.output, cls, "__getattr__", index), impl)
+    return tx.call(UserFunctionValue(impl), [obj, ConstantValue(name)], {})

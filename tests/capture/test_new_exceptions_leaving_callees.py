@@ -186,3 +186,45 @@ def test_a_middle_callees_handler_that_breaks_runs_as_eager(fn, capsys):
         got = compiled(x, {"a": 2.0}, key)
         assert capsys.readouterr().out == eager_out
         assert_same(got, expected)
+
+
+class _CachedVal:
+    def __init__(self, d):
+        self._d = d
+
+    @property
+    def val(self):
+        try:
+            return self._d["val"]
+        except KeyError:
+            raise AttributeError("val missing")
+
+
+class _CachedValWithGetattr(_CachedVal):
+    def __getattr__(self, name):
+        return "fallback-" + name
+
+
+def property_then_getattr(x, obj):
+    return x + 1, hasattr(obj, "val"), getattr(obj, "val", "dflt"), obj.val
+
+
+def test_getattr_answers_after_a_property_raises_attribute_error():
+    """hfixEX (revW HIGH-2): an AttributeError of a property getter goes on to the class's `__getattr__`, as
+    CPython's slot_tp_getattr_hook does; replacing that `__getattr__` between calls is seen."""
+    compiled = framejit.compile(property_then_getattr, backend="eager")
+    for n, d in ((2, {}), (3, {"val": 4.0}), (4, {})):
+        x = torch.randn(n)
+        assert_same(compiled(x, _CachedValWithGetattr(d)), property_then_getattr(x, _CachedValWithGetattr(d)))
+    original = _CachedValWithGetattr.__getattr__
+    try:
+        _CachedValWithGetattr.__getattr__ = lambda self, name: "other-" + name
+        x = torch.randn(5)
+        assert_same(compiled(x, _CachedValWithGetattr({})), property_then_getattr(x, _CachedValWithGetattr({})))
+    finally:
+        _CachedValWithGetattr.__getattr__ = original
+    plain = framejit.compile(lambda x, o: (x * 2, hasattr(o, "val"), getattr(o, "val", "dflt")), backend="eager")
+    for n, d in ((2, {}), (3, {"val": 1.0})):
+        x = torch.randn(n)
+        o = _CachedVal(d)
+        assert_same(plain(x, o), (x * 2, hasattr(o, "val"), getattr(o, "val", "dflt")))
