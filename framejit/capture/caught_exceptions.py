@@ -102,6 +102,8 @@ def follow_handler(tx, inst: Inst, e: UserException) -> bool:
         effects = tx.output.side_effects
         tx.handling.append(Handling(e, inst.index, effects.version, len(effects.touched), caught))
     caught.origin, caught.origin_tx = tx.handling[0], tx  # NOTE [Exceptions re-raised from followed handlers]
+    if not user and same is None and tx.parent is not None:  # NOTE [New exceptions leaving callees' handlers]
+        caught.raised_stack = e.user_stack or tx.user_stack()  # where it was raised, not the cleanup's RERAISE
     return _enter_handler(tx, inst, caught)
 
 
@@ -390,7 +392,7 @@ def _new_exception_leaving(tx, raised: Unsupported | UserException) -> UserExcep
     cause = getattr(raised, "raised_from", None)
     if cause is not None and cause is not context and not (cause.is_constant() and cause.as_constant() is None):
         return None
-    escaped = UserException(raised.exc)
+    escaped = UserException(raised.exc, getattr(caught, "raised_stack", ()))  # traceback: the raising line
     escaped.user_raised = escaped.escape_traced = True
     escaped.escaped_context, escaped.suppress_context = context, cause is not None
     escaped.cause_value = cause if cause is context else None

@@ -228,3 +228,51 @@ def test_getattr_answers_after_a_property_raises_attribute_error():
         x = torch.randn(n)
         o = _CachedVal(d)
         assert_same(plain(x, o), (x * 2, hasattr(o, "val"), getattr(o, "val", "dflt")))
+
+
+def _raise_value_error(key):
+    raise ValueError("helper " + key)
+
+
+def _lookup_via_helper(d, key):
+    try:
+        return d[key]
+    except KeyError:
+        _raise_value_error(key)
+
+
+def _this_files_entries(exc):
+    import traceback
+    return [(f.name, f.lineno, f.line) for f in traceback.extract_tb(exc.__traceback__) if f.filename == __file__]
+
+
+def traceback_of_the_new_exception(x, d, key):
+    try:
+        v = _lookup_as_value_error(d, key)
+    except ValueError as e:
+        return x - 1, e
+    return x * v, None
+
+
+def traceback_through_a_helper(x, d, key):
+    try:
+        v = _lookup_via_helper(d, key)
+    except ValueError as e:
+        return x - 1, e
+    return x * v, None
+
+
+@pytest.mark.parametrize("fn", [traceback_of_the_new_exception, traceback_through_a_helper], ids=lambda f: f.__name__)
+def test_the_new_exceptions_traceback_shows_the_raising_lines(fn):
+    """hfixEX (revW HIGH-1): the callee's entry is at its `raise` line (not its `def` line) and a helper called
+    from the handler keeps its own entries."""
+    compiled = framejit.compile(fn, backend="eager")
+    for n, key in ((2, "zz"), (3, "a"), (4, "yy")):
+        x = torch.randn(n)
+        (got, got_e), (expected, expected_e) = compiled(x, {"a": 2.0}, key), fn(x, {"a": 2.0}, key)
+        assert_same(got, expected)
+        if expected_e is None:
+            assert got_e is None
+            continue
+        assert type(got_e) is type(expected_e) and got_e.args == expected_e.args
+        assert _this_files_entries(got_e) == _this_files_entries(expected_e)
