@@ -20,7 +20,8 @@ import torch
 # `torch.autograd.Function._register_hook` (the static method the node's register_hook and register_prehook
 # call on the node's first hook of each kind). `install` wraps it to note each dict it makes (weakly). Each walk
 # of `skip_hooks_above` notes the nodes it passes under the graph task (dropped by an engine callback at its
-# end) and wraps the hooks of the live noted dicts in a one-shot wrapper (put back at its next call): a call
+# end) and wraps the hooks of the live noted dicts in a one-shot wrapper (put back at its next call; a wrapper
+# left by an earlier task whose backward did not run the node is replaced, review revAA HIGH-1): a call
 # in that graph task whose node (`torch._C._current_autograd_node()`) the walk passed, whose incoming
 # gradients (a pre-hook's argument, a post-hook's second) are all None and that no None of the user's reaches
 # (NOTE [Nones the user's backward sends]) is skipped; any other call runs the hook as torch would. framejit's
@@ -74,8 +75,9 @@ def _wrap_all(task: int) -> None:
         if not hooks:
             continue
         for k, fn in list(hooks.items()):
+            fn = getattr(fn, _WRAPPED, None) or fn  # wrapped for an earlier task whose backward did not run it
             module = getattr(fn, "__module__", None) or ""
-            if getattr(fn, _WRAPPED, False) or module.startswith("framejit") or module == "torch.utils.hooks":
+            if module.startswith("framejit") or module == "torch.utils.hooks":
                 continue
             hooks[k] = _once(hooks, k, fn, task)
 
@@ -87,7 +89,7 @@ def _once(hooks, k, fn, task: int):
         if task == torch._C._current_graph_task_id() and args and _skipped(task, args[-1]):
             return None
         return fn(*args)
-    setattr(once, _WRAPPED, True)
+    setattr(once, _WRAPPED, fn)
     return once
 
 

@@ -28,12 +28,17 @@ import torch
 # graph inside it does not connect to the reached slot: these run on zeros then). A reached node or slot runs
 # as in eager: no joint skips for it, no Python Function node is skipped, no hook of a reached tensor skips
 # its None. A node reached by both a None of the user's and one of framejit's runs too (eager's engine runs it
-# with undefined gradients). The state of a graph task is dropped by a callback at its end. Not covered: a C++
+# with undefined gradients). The state of a graph task is dropped by a callback at its end; a backward that
+# raises runs no callback, so only the newest _MAX_TASKS graph tasks keep state (nested backwards, a reentrant
+# checkpoint's inside the outer one, stay below it): before, each failed backward kept its noted nodes, their
+# saved tensors and the graph above alive for good, in any program after one framejit.compile (review revAA
+# MED-1: 30 of 30 batches skipped by a raising NaN-check hook stayed alive). Not covered: a C++
 # node whose formula gives an undefined gradient for an input (no Python backward to note it). Cost: a check of
 # the returned tuple per Python Function backward; the walk only where framejit would skip.
 _ORIGINAL = [None]
 _PENDING: dict[int, list] = {}  # graph task id -> [(node, output number), ...] noted, not yet walked
 _REACHED: dict[int, set] = {}  # graph task id -> keys of nodes (and joint slots) reached
+_MAX_TASKS = 4
 
 
 def _state(task: int) -> list:
@@ -43,9 +48,10 @@ def _state(task: int) -> list:
         _REACHED[task] = set()
         try:
             torch.autograd.Variable._execution_engine.queue_callback(lambda: _drop(task))
-        except Exception:  # no callback: dropped with the oldest once there are many
-            if len(_PENDING) > 16:
-                _drop(min(_PENDING))
+        except Exception:  # no callback: dropped with the oldest below
+            pass
+        while len(_PENDING) > _MAX_TASKS:  # tasks of backwards that raised (no callback ran)
+            _drop(min(_PENDING))
     return pending
 
 
