@@ -227,16 +227,6 @@ def test_backwards_that_raise_do_not_keep_their_graphs_alive():
     assert refs[0]() is None
 
 
-class _TwiceNode(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * 2
-
-
 def _two_graphs_then_two_backwards(compile_fn):
     torch.manual_seed(0)
     trunk, mid, h0, h1, em = (nn.Linear(4, 4) for _ in range(5))
@@ -249,7 +239,7 @@ def _two_graphs_then_two_backwards(compile_fn):
 
     for n in (2, 3):
         t = ct(torch.randn(n, 4))
-        z = _TwiceNode.apply(em(t))
+        z = _Twice.apply(em(t))
         z.grad_fn.register_prehook(clamp)
         graphs.append(ch(cm(z), t))
     for outs in graphs:
