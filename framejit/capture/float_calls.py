@@ -107,7 +107,8 @@ def float_truth(out, v: SymFloatValue) -> Any:
 # -1e16]) is 1.0 there (0.0 on 3.11 and in a chain of `+`), so an `if sum(xs) > 0.5:` took the other branch
 # (review revZ, pre-existing). Such a run is added by CPython's own sum() when its operands are constants (the
 # run's start float and items: exactly eager's algorithm, whatever the version); a run of two or more with a
-# dynamic operand breaks (the graph has no compensated sum). A run of one addition is one `+` (its compensation
+# dynamic float is one float node calling CPython's sum() at run time (sum_run, as NOTE [Builtins of dynamic
+# floats]); any other dynamic operand breaks. A run of one addition is one `+` (its compensation
 # rounds back to the same float). Ints and tensors outside such runs add one `+` at a time as before.
 COMPENSATED_SUM = sys.version_info >= (3, 12)
 
@@ -119,17 +120,27 @@ def sum_values(tx, total: Value, items, drawn: Callable[[], None], add: Callable
         if COMPENSATED_SUM and total.python_type() is float and item.python_type() in (float, int, bool):
             run.append(item)
         else:
-            total = add(_flush(total, run, add), item)
+            total = add(_flush(tx.output, total, run, add), item)
             run = []
         drawn()
-    return _flush(total, run, add)
+    return _flush(tx.output, total, run, add)
 
 
-def _flush(total: Value, run: list[Value], add: Callable[[Value, Value], Value]) -> Value:
+def sum_run(start: float, *items: Any) -> float:
+    """CPython's own sum() of a run of numbers after a float (the graph's node for a run with dynamic floats)."""
+    return sum(items, start)
+
+
+def _flush(out, total: Value, run: list[Value], add: Callable[[Value, Value], Value]) -> Value:
     if len(run) <= 1:
         return add(total, run[0]) if run else total
-    if total.is_constant() and all(v.is_constant() for v in run):
-        return ConstantValue(sum((v.as_constant() for v in run), total.as_constant()))
+    from .float_parts import float_operand
+    from .values import SymNodeValue
+    if not any(isinstance(v, (SymFloatValue, SymNodeValue)) for v in (total, *run)):  # is_constant would pin them
+        if total.is_constant() and all(v.is_constant() for v in run):
+            return ConstantValue(sum((v.as_constant() for v in run), total.as_constant()))
+    elif all(float_operand(out, v) for v in (total, *run)):
+        return out.float_op(sum_run, (total, *run))  # NOTE [Builtins of dynamic floats]
     from .breaks import BreakKind, Unsupported
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sum() of two or more floats with a dynamic one: CPython 3.12+ "
                       "adds them with compensated summation (NOTE [sum() of floats on 3.12+])")
