@@ -35,11 +35,9 @@ from typing import Any, Callable
 import torch
 
 from . import capture, config, versions
-from .capture.user_tracebacks import clean as clean_traceback, stands_for_module_call
 from .backends import registry
 from .capture import (BackendCompilerFailed, CompileRequest, ConstraintViolationError, FrameHook, FramejitError,
-                      GraphBreak, Unsupported, module_call)
-from .capture.module_frame import module_forward
+                      GraphBreak, Unsupported, clean_traceback, module_call, module_forward, stands_for_module_call)
 
 
 def compile(model: Callable | None = None, *, backend: str | Callable = "eager", fullgraph: bool = False,

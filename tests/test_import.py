@@ -129,3 +129,38 @@ def test_capture_imports_go_one_way_hook_convert_frame_cache():
     assert "hook" not in _reach("convert")
     assert not {"hook", "convert"} & _reach("frame_cache")
     assert {"convert", "frame_cache"} <= _reach("hook")  # the walk sees real imports
+
+
+
+def _capture_imports_of(relpath: str) -> list[tuple[str, str]]:
+    """(module, name) of each import of the capture package in `framejit/<relpath>` (lazy ones included):
+    `from .capture import X` gives ("framejit.capture", "X"), `from .capture.hook import Y` gives
+    ("framejit.capture.hook", "Y"), `import framejit.capture.hook` gives ("framejit.capture.hook", "")."""
+    import ast
+    import pathlib
+    found = []
+    for node in ast.walk(ast.parse(pathlib.Path(REPO, "framejit", relpath).read_text())):
+        if isinstance(node, ast.ImportFrom):
+            module = ("framejit." if node.level == 1 else "") + (node.module or "")
+            if module.startswith("framejit.capture"):
+                found += [(module, a.name) for a in node.names]
+            elif module == "framejit" and node.level == 1:
+                found += [("framejit.capture", "") for a in node.names if a.name == "capture"]
+        elif isinstance(node, ast.Import):
+            found += [(a.name, "") for a in node.names if a.name.startswith("framejit.capture")]
+    return found
+
+
+def test_api_and_cli_use_only_the_capture_facade():
+    """api.py and cli.py reach the capture frontend through `framejit.capture` (its __init__ names what
+    they may use), never through a capture submodule: the facade of issue 15."""
+    import types
+    import framejit.capture as capture
+    facade = set(capture._LAZY) | {n for n, v in vars(capture).items() if not n.startswith("_")
+                                   and isinstance(v, types.FunctionType) and v.__module__ == capture.__name__}
+    for relpath in ("api.py", "cli.py"):
+        imports = _capture_imports_of(relpath)
+        assert imports, relpath  # the walk sees their real imports
+        internal = [(m, n) for m, n in imports
+                    if m != "framejit.capture" or (n and n not in facade)]
+        assert not internal, (relpath, internal)

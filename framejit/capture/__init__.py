@@ -12,6 +12,10 @@ here, and nothing else of capture's internals or module-level state is theirs to
   eagerly (NOTE [Eager frames]); `keep_hooks()`: collect the FrameHooks a block creates (`framejit explain
   SCRIPT`); `DimRange`: a marked dimension's bounds (shapes.py); `call_frame_reader_directly(hook)` /
   `uncall_directly(hook)`: NOTE [Frame readers called directly] (frame_locals.py).
+- Tracebacks and module calls: `clean_traceback(exc)` drops framejit's own frames from an exception that
+  leaves a compiled call (NOTE [Tracebacks past the hook] in user_tracebacks.py); `stands_for_module_call(code)`
+  marks a code whose frame stands for torch's module-call frames; `module_forward`: the function a compiled
+  module's `forward` attribute runs through (module_frame.py).
 
 NOTE [Light capture package]: the names are resolved on first use (PEP 562 `__getattr__`), as in
 framejit/__init__.py, so importing one submodule (`framejit.capture.normalize`, `.breaks`) does not import
@@ -30,6 +34,7 @@ _LAZY = {
     "FramejitError": ".breaks", "GraphBreak": ".breaks", "Unsupported": ".breaks",
     "BackendCompilerFailed": ".backend_call", "DimRange": ".shapes", "ConstraintViolationError": ".shapes",
     "call_frame_reader_directly": ".frame_locals", "uncall_directly": ".frame_locals",
+    "module_forward": ".module_frame", "stands_for_module_call": ".user_tracebacks",
 }
 
 
@@ -65,6 +70,12 @@ def stats() -> dict[str, Any]:
     from .requests import FRAMES, STATS
     return {**STATS, "frames": list(FRAMES), "eager_frames": eager_frames.count(),
             "eager_frame_reasons": eager_frames.snapshot()}
+
+
+def clean_traceback(exc: BaseException) -> None:
+    """Drop framejit's own frames from the traceback of an exception leaving a compiled call."""
+    from .user_tracebacks import clean
+    clean(exc)
 
 
 def eager_frame_count() -> int:
