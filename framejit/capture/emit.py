@@ -110,6 +110,12 @@ def load_closure(name: str) -> Instr:
     return Instr("LOAD_FAST" if PY313 else "LOAD_CLOSURE", CellVar(name))
 
 
+def load_fast_checked(name: str) -> Instr:
+    """A local load that raises UnboundLocalError where the local is unset (3.12+ spell the check
+    LOAD_FAST_CHECK; 3.11's LOAD_FAST always checks)."""
+    return Instr("LOAD_FAST_CHECK" if PY312 else "LOAD_FAST", name)
+
+
 def load_global(name: str, push_null: bool = False) -> Instr:
     return Instr("LOAD_GLOBAL", (push_null, name))
 

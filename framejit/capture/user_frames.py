@@ -74,11 +74,10 @@ def _user_frame_code(original: types.CodeType, names: tuple[str, ...], line: int
     slots = list(original.co_varnames) + [n for n in original.co_cellvars if n not in original.co_varnames]
     # every slot named first in the original's order (jumped over, never run), so co_varnames is the original's
     start = bytecode.Label()
-    load = "LOAD_FAST_CHECK" if emit.PY312 else "LOAD_FAST"
     body: list = [Instr("COPY_FREE_VARS", len(original.co_freevars))] if original.co_freevars else []
     body += [Instr("RESUME", 0), emit.jump_forward(start)]
     for name in slots:
-        body += [Instr(load, name), Instr("POP_TOP")]
+        body += [emit.load_fast_checked(name), Instr("POP_TOP")]
     body.append(start)
     body += [Instr("DELETE_FAST", name) for name in params if name not in names]
     body += emit.null_before_callable()
@@ -87,7 +86,7 @@ def _user_frame_code(original: types.CodeType, names: tuple[str, ...], line: int
     body += emit.null_after_callable()
     body += emit.call_const(_take, [Instr("LOAD_CONST", True)]) + [Instr("UNPACK_SEQUENCE", 2)]
     body += emit.call_ex(True)
-    body += [Instr(load, name) for name in names] + [Instr("BUILD_TUPLE", len(names)), Instr("BUILD_TUPLE", 2),
+    body += [emit.load_fast_checked(name) for name in names] + [Instr("BUILD_TUPLE", len(names)), Instr("BUILD_TUPLE", 2),
                                                      Instr("RETURN_VALUE")]
     for instr in body:
         if isinstance(instr, Instr):
