@@ -258,3 +258,36 @@ def test_a_node_hook_is_skipped_in_every_backward_that_never_reaches_it(backend)
     got = _two_graphs_then_two_backwards(lambda f: framejit.compile(f, backend=backend))
     assert got[0] == expected[0]
     assert_same([got[1]], [expected[1]])
+
+
+def _unused_second_output(compile_fn, observed):
+    """review revAA MED-2: `o1, o2 = cb(a, b)`, the loss takes o1 through a Function returning None for it and
+    leaves o2 out. Eager's engine runs o1's history (Twice above a materialises zeros: ea gets zero `.grad`),
+    never b's (eb's `.grad` stays None, b's hook is not called). framejit noted every input of cb's joint as
+    reached by the user's None: eb got zero `.grad` and AdamW's weight decay moved it. eb is compiled too on one
+    side (its joint is above b)."""
+    ea, eb, mid, other = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
+    params = [p for m in (ea, eb, mid, other) for p in m.parameters()]
+    cb = compile_fn(lambda a, b: (mid(a).tanh(), (b * 3).relu()))
+    ceb = compile_fn(eb)
+    opt = torch.optim.AdamW(params, lr=0.1, weight_decay=0.1)
+    calls = []
+    for n, loss in ((2, "user"), (3, "user"), (2, "both"), (3, "user"), (2, "user")):
+        x = torch.randn(n, 4)
+        a, b = _Twice.apply(ea(x)), _Twice.apply(ceb(x))
+        a.register_hook(_logged(calls, "a"))
+        b.register_hook(_logged(calls, "b"))
+        o1, o2 = cb(a, b)
+        total = _Decline.apply(other(x), o1).sum() + (o2.sum() if loss == "both" else 0)
+        total.backward()
+        observed += [list(calls), [grad_copy(p.grad) for p in params]]
+        calls.clear()
+        opt.step()
+        opt.zero_grad()
+        observed.append([p.detach().clone() for p in params])
+
+
+@pytest.mark.parametrize("backend", ["eager", "onnxrt", "triton"])
+def test_an_output_no_loss_uses_beside_one_a_none_of_the_users_reaches(backend):
+    eager, compiled = run_observed(_unused_second_output, backend, joint_calls=10, backwards=5, lean=None)
+    assert_same(eager, compiled)
