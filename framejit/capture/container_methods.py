@@ -11,7 +11,7 @@ from .breaks import BreakKind, Unsupported, UserException
 from .builtins import _TracedOrder, _all_const, _consts, _dict, _iter
 from .folded_results import permuted_like
 from .comparisons import contains
-from .container_slots import call_container_slot, check_method_arguments, is_container_slot
+from .container_slots import call_container_slot, check_dict_arguments, check_method_arguments, is_container_slot
 from .protocol import (announce_before_drawing, constant_fold, extend_list, getitem, grow_while_drawing, iterate,
                        length)
 from .sym_arith import index as sym_index, symbolic
@@ -110,6 +110,8 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
         return call_container_slot(tx, owner, name, self_value, rest, kwargs)
     if owner in (list, tuple):  # NOTE [Argument errors of container methods]
         check_method_arguments(owner, name, rest, kwargs)
+    if owner in (dict, collections.OrderedDict):
+        check_dict_arguments(owner, name, rest, kwargs)
     if owner in (dict, collections.OrderedDict) and is_dict_object(self_value) and name == "__setitem__":
         return store_item(tx, self_value, owner, rest, kwargs)  # NOTE [Item stores into dict objects from outside]
     if owner in (dict, collections.OrderedDict) and is_dict_object(self_value):

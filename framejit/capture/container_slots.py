@@ -17,6 +17,10 @@ inside framejit (an internal error, a graph break; under fullgraph an error eage
 arguments do not bind to the method's text signature, the real method is called on an empty container with
 placeholders (the count is checked before any value) and its TypeError is the user's exception. So is the
 IndexError of `p.pop(i)` out of range, raised by the same operation on the trace's items.
+dict and OrderedDict methods are checked the same way against the counts below (`dict.pop` and
+`dict.update` have no text signature on any version, `dict.keys` none on 3.11): `d.get()`, `d.pop()`,
+`d.setdefault()`, `d.update({}, {})`, `d.copy(1)` raise eager's TypeError; keywords the model ignores
+(`OrderedDict.pop(key=k)`, which CPython accepts) are a break.
 """
 from __future__ import annotations
 
@@ -117,3 +121,27 @@ def _raise_arity_error(owner: type, name: str, args: list, kwargs: dict) -> None
     except Exception:  # noqa: BLE001  (any other error: the count was accepted)
         pass
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{owner.__name__}.{name} with {len(args)} arguments")
+
+
+# positional counts (least, most) of the dict methods container_methods._dict_method models; True where
+# keywords are taken (update's are the items)
+_DICT_ARITY = {"get": (1, 2, False), "pop": (1, 2, False), "setdefault": (1, 2, False), "update": (0, 1, True),
+               "keys": (0, 0, False), "values": (0, 0, False), "items": (0, 0, False), "copy": (0, 0, False),
+               "clear": (0, 0, False), "__getitem__": (1, 1, False), "__contains__": (1, 1, False),
+               "__len__": (0, 0, False), "__iter__": (0, 0, False)}
+
+
+def check_dict_arguments(owner: type, name: str, args: list[Value], kwargs: dict[str, Value]) -> None:
+    """NOTE [Argument errors of container methods] for dict and OrderedDict methods."""
+    least, most, keywords = _DICT_ARITY.get(name, (0, len(args), True))
+    if least <= len(args) <= most and (keywords or not kwargs):
+        return
+    if least <= len(args) <= most:  # keywords: eager's TypeError where the method takes none, else a break
+        try:
+            getattr(owner, name)(owner(), *[0] * len(args), **{k: 0 for k in kwargs})
+        except TypeError as e:
+            raise UserException(e) from None
+        except Exception:  # noqa: BLE001  (accepted)
+            pass
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{owner.__name__}.{name} with keyword arguments")
+    _raise_arity_error(owner, name, args, kwargs)
