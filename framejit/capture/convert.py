@@ -31,7 +31,7 @@ from .frame_locals import frame_reader_break, reads_own_locals
 from .caught_exceptions import emit_final_locals, final_locals, final_values  # NOTE [Locals of a frame in a traceback]
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
 from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_comprehensions, persisted_code, python_loops
-from . import deferred_readers
+from . import deferred_readers, step_breaks
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .reentrant_checkpoint import reentrant_regions
@@ -505,7 +505,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         if comp is not None and inlined_comprehensions.body_binds_unbound(fn.__code__, comp, tx.locals):
             return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
         if site.loop is not None and comp is None and (  # NOTE [Locals first bound in a loop run as Python]
-                not python_loops.iterates_rows_at(tx.stack, site.inst, exc.moved_from) or
+                not step_breaks.loop_runs_as_python(fn.__code__, site, tx.stack, exc.moved_from) or
                 python_loops.body_binds_locals_read_after(fn.__code__, site.loop, tx.locals)):
             return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Persisted break code]

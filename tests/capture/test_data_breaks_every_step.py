@@ -1,0 +1,109 @@
+"""A loop over known items whose body breaks on a data-shaped op in every step runs as Python, its calls
+captured as their frames (NOTE [Data breaks on every step] in framejit/capture/step_breaks.py)."""
+import pytest
+import torch
+
+import framejit
+from tests.helpers import CountingBackend, eager_frames, run_differential
+
+
+class _Adapters(torch.nn.Module):
+    """HF xmod's lang_adapter: one adapter per language, applied to the rows of that language."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+        self.pre = torch.nn.Linear(4, 4)
+        self.ads = torch.nn.ModuleDict({"en": torch.nn.Linear(4, 4), "de": torch.nn.Linear(4, 4)})
+        self.seq = torch.nn.ModuleList([self.ads["en"], self.ads["de"]])
+
+    def forward(self, h, ids):
+        h = self.pre(h)
+        new = torch.zeros_like(h)
+        if self.form == "keys":
+            for i, k in enumerate(self.ads.keys()):
+                m = ids == i
+                new[m] = self.ads[k](h[m])
+        elif self.form == "modulelist":
+            for i, ad in enumerate(self.seq):
+                m = ids == i
+                new[m] = ad(h[m])
+        else:  # a tuple of ints, nonzero
+            for i in (0, 1):
+                rows = (ids == i).nonzero().squeeze(1)
+                new[rows] = self.seq[i](h[rows]) * 2
+        return new + h
+
+
+def _args(seed):
+    b = (2, 2, 3, 5)[seed]
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, 3, 4, generator=g), torch.randint(0, 2, (b,), generator=g)
+
+
+@pytest.mark.parametrize("form", ["keys", "modulelist", "tuple_nonzero"])
+def test_adapter_loop_runs_as_python(form):
+    torch.manual_seed(0)
+    model = _Adapters(form)
+    backend = CountingBackend()
+    before = eager_frames()
+    run_differential(model, _args, seeds=(0, 1, 2, 3), fullgraph=False, backend=backend,
+                     compiled=framejit.compile(model, backend=backend))
+    assert eager_frames() == before
+    # the forward before the loop, the adapters' Linear (both adapters: one frame), the code after the loop;
+    # once static, once more when the batch becomes symbolic, and the Linear's frame once more when its rows
+    # become symbolic (stepped per key before: 10 to 12)
+    assert backend.graph_count <= 7, backend.graph_count
+    # the adapters are captured: a graph holds their linear and nothing else
+    assert any([n.target for n in g.graph.nodes if n.op == "call_function"] == [torch._C._nn.linear]
+               for g in backend.graphs)
+
+
+def _once(x, xs):
+    out = x * 0
+    for i, t in enumerate(xs):
+        if i == 0:  # a break on one step only: the loop is unrolled as before
+            idx = (t > 0).nonzero().squeeze(1)
+            out = out + t[idx].sum()
+        out = out + t * 2
+    return out
+
+
+def test_break_on_one_step_keeps_the_loop_captured():
+    backend = run_differential(_once, lambda s: (torch.randn(3), [torch.randn(3) for _ in range(3)]),
+                               seeds=(0, 1, 2), fullgraph=False)
+    # `x * 0` and every step's `t * 2` are in graphs (run as Python, the steps' ops would be in none)
+    muls = [n for g in backend.graphs for n in g.graph.nodes if getattr(n.target, "__name__", "") == "mul"]
+    assert len(muls) >= 4, [g.code for g in backend.graphs]
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, h):
+        h = torch.relu(self.lin(h))
+        keep = h[h.sum(-1) > 0]  # a data-shaped op inside a callee of the loop over layers
+        return h * 2 + keep.sum()
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Layer(), _Layer()])
+
+    def forward(self, h):
+        for i, layer in enumerate(self.layers):
+            h = layer(h) + i
+        return h
+
+
+def test_break_inside_a_layer_keeps_the_layers_captured():
+    torch.manual_seed(0)
+    model = _Stack()
+    backend = CountingBackend()
+    run_differential(model, lambda s: (torch.randn(3, 4, generator=torch.Generator().manual_seed(s)),),
+                     seeds=(0, 1, 2), fullgraph=False, backend=backend,
+                     compiled=framejit.compile(model, backend=backend))
+    assert any(torch._C._nn.linear in [n.target for n in g.graph.nodes] for g in backend.graphs)
