@@ -133,8 +133,8 @@ class TransformerBlock(torch.nn.Module):
 
     def forward(self, x):
         batch, seq, width = x.shape
-        q, k, v = (t.view(batch, seq, self.heads, width // self.heads).transpose(1, 2)
-                   for t in self.qkv(self.ln1(x)).split(width, dim=2))
+        q, k, v = self.qkv(self.ln1(x)).split(width, dim=2)  # unpacked: torch.fx.symbolic_trace traces it
+        q, k, v = [t.view(batch, seq, self.heads, width // self.heads).transpose(1, 2) for t in (q, k, v)]
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(width // self.heads))
         y = (scores.softmax(-1) @ v).transpose(1, 2).contiguous().view(batch, seq, width)
         x = x + self.proj(y)

@@ -47,6 +47,8 @@ def test_block_row_is_one_fused_ort_program():
     # LayerNorm, GELU and the attention (with its QKV projection) are one ONNX node each
     assert ops["LayerNormalization"] == 2 and ops["Gelu"] == 1 and ops["Attention"] == 1, ops
     assert not {"Softmax", "Erf", "ReduceMean", "MatMul", "Sqrt"} & set(ops), ops
+    traced = torch.fx.symbolic_trace(case.model)  # the case says fx_traceable (the `--via fx` column)
+    torch.testing.assert_close(traced(x), case.model(x), rtol=0, atol=0)
 
 
 def test_contended_rows():
