@@ -82,13 +82,10 @@ def _register_hook(self, hook):
 # revN MED-1). The class entry must stay torch's function, so `install` also puts a property `_backward_hooks` on
 # torch.Tensor over TensorBase's slot: torch's register_hook stores a fresh dict there before it registers it
 # with the node (`self._backward_hooks = OrderedDict()`), and the setter notes it under the tensor's node. Later
-# hooks go into that dict, so every way of registering is seen. Cost: a Python property call per read of
-# `_backward_hooks` (torch reads it per register_hook, deepcopy and pickling of tensors).
+# hooks go into that dict, so every way of registering is seen. The getter and deleter are the slot's own (C)
+# methods: a read costs a property call, no Python frame (torch reads it per register_hook, deepcopy and pickling
+# of tensors); a set, a Python frame.
 _SLOT = torch._C.TensorBase.__dict__.get("_backward_hooks")
-
-
-def _get_hooks(self):
-    return _SLOT.__get__(self, type(self))
 
 
 def _set_hooks(self, hooks):
@@ -101,10 +98,6 @@ def _set_hooks(self, hooks):
                 _note(node, hooks)
         except Exception:  # never the user's failure: only its None call is not skipped
             pass
-
-
-def _del_hooks(self):
-    _SLOT.__delete__(self)
 
 
 def _note(node, hooks) -> None:
@@ -233,7 +226,7 @@ def install() -> None:
         from .node_hooks import install as noting_node_hooks
         noting_node_hooks()  # NOTE [Node hooks a None reaches]
         if _SLOT is not None and "_backward_hooks" not in torch.Tensor.__dict__:  # NOTE [Hook dicts made ...]
-            torch.Tensor._backward_hooks = property(_get_hooks, _set_hooks, _del_hooks, doc=_SLOT.__doc__)
+            torch.Tensor._backward_hooks = property(_SLOT.__get__, _set_hooks, _SLOT.__delete__, doc=_SLOT.__doc__)
         from torch.utils.hooks import BackwardHook  # NOTE [Module backward hooks a None reaches]
         original = BackwardHook.__dict__.get("_apply_on_tensors")
         if original is not None and not hasattr(original, "__wrapped__"):

@@ -174,9 +174,11 @@ def _lean_forward(plan: _LeanPlan, forward_half):
     unsafe_views, n_returns, n_weights = plan.unsafe_views, plan.n_returns, plan.n_weights
     unsafe_view = torch.ops.aten._unsafe_view
     from .joint_unreached import hooked_inputs
+    from .user_none import watch
 
     def forward(ctx, *args):
         ctx.set_materialize_grads(False)  # NOTE [A joint no gradient reaches] (joint_unreached.py)
+        watch(ctx)  # NOTE [Noting Nones only while a joint lives] (user_none.py)
         hooked = hooked_inputs(args[n_weights:])
         if hooked:
             ctx.hooked = hooked
@@ -454,6 +456,8 @@ def tie_double_backward(outs, args, weights) -> None:
     if node is None:
         return
     from .joint_unreached import hooked_inputs, nothing_came_hook
+    from .user_none import watch
+    watch(node)  # NOTE [Noting Nones only while a joint lives] (user_none.py)
     nothing_came_hook(node, hooked_inputs(args))  # NOTE [A joint no gradient reaches]
     with grad_mode(True):
         held = [t if t.is_leaf else t.as_strided((0,), (1,)).clone() for t in inputs]

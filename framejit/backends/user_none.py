@@ -1,10 +1,14 @@
 """Nodes a None of the user's reaches in a backward (NOTE [Nones the user's backward sends]).
 
-`install()` (from hook_dicts.install) wraps torch's BackwardCFunction.apply so that a Python Function's backward
-returning None for an input is noted; `reached(node)` / `slot_reached(node, nr)` say whether such a None (or one
+`install()` (from hook_dicts.install) makes a wrapper of torch's BackwardCFunction.apply, which `watch(node)` (from
+each joint call) puts on while a joint's node lives, so that a Python Function's backward returning None for an
+input is noted; `reached(node)` / `slot_reached(node, nr)` say whether such a None (or one
 eager's engine passes on from it) reaches the node, or a joint's output slot, in the current graph task.
 """
 from __future__ import annotations
+
+import threading
+import weakref
 
 import torch
 
@@ -17,15 +21,15 @@ import torch
 # runs b's history then, with undefined gradients through the C++ nodes, and a Python Function above
 # materialises zeros (the eager layers above get zero `.grad`, AdamW's weight decay moves them; review revR
 # HIGH-R1). A joint's node cannot tell that None on its output slot from a slot nothing reached, so such Nones
-# are noted where they are made: `install` wraps BackwardCFunction.apply (the `apply` every Python Function's
-# node inherits, which the engine calls), and a backward returning None for an input with a gradient edge
+# are noted where they are made: a wrapper of BackwardCFunction.apply (the `apply` every Python Function's
+# node inherits, which the engine calls; on while a joint lives: NOTE [Noting Nones only while a joint lives]), and a backward returning None for an input with a gradient edge
 # notes the edge under the graph task. On a query (at the time a node runs, all Nones that reach it were
 # made) the noted edges are walked down through C++ and Python nodes (eager's engine runs them all: C++ nodes
 # pass undefined gradients on, or a zero gradient that a formula turns into undefined ones, as a module's
 # BackwardHookFunction's zeros through a Linear, revN p_m9; a Python node materialises zeros), up to leaves and
 # joints' nodes (only the slot is reached; a joint that hands None on for a reached slot notes its input
-# edges in turn: `note_edges`; one that got no gradient at all notes all of them, also those that eager's
-# graph inside it does not connect to the reached slot: these run on zeros then). A reached node or slot runs
+# edges in turn, `note_edges`: those eager's graph inside it connects to a reached slot, NOTE [Inputs of a joint
+# a None of the user's reaches] in joint_unreached.py). A reached node or slot runs
 # as in eager: no joint skips for it, no Python Function node is skipped, no hook of a reached tensor skips
 # its None. A node reached by both a None of the user's and one of framejit's runs too (eager's engine runs it
 # with undefined gradients). The state of a graph task is dropped by a callback at its end; a backward that
@@ -34,7 +38,7 @@ import torch
 # saved tensors and the graph above alive for good, in any program after one framejit.compile (review revAA
 # MED-1: 30 of 30 batches skipped by a raising NaN-check hook stayed alive). Not covered: a C++
 # node whose formula gives an undefined gradient for an input (no Python backward to note it). Cost: a check of
-# the returned tuple per Python Function backward; the walk only where framejit would skip.
+# the returned tuple per Python Function backward while a joint lives; the walk only where framejit would skip.
 _ORIGINAL = [None]
 _PENDING: dict[int, list] = {}  # graph task id -> [(node, output number), ...] noted, not yet walked
 _REACHED: dict[int, set] = {}  # graph task id -> keys of nodes (and joint slots) reached
@@ -136,10 +140,20 @@ def _note_nones(node, result) -> None:
 
 
 def _noting(original):
+    current_task = torch._C._current_graph_task_id
+
     def apply(self, *args):
         result = original(self, *args)
+        if type(result) is tuple:
+            for g in result:
+                if g is None:
+                    break
+            else:
+                return result
+        elif result is not None:
+            return result
         try:
-            if torch._C._current_graph_task_id() >= 0:
+            if current_task() >= 0:
                 _note_nones(self, result)
         except Exception:  # never the user's failure: only a None not noted
             pass
@@ -149,9 +163,60 @@ def _noting(original):
     return apply
 
 
+# NOTE [Noting Nones only while a joint lives]
+# Only a backward that runs a joint's node (or a walk that starts at one) asks what a None of the user's
+# reaches, and a node is alive from the call that made it to the end of every backward through it. So the
+# wrapper of NOTE [Nones the user's backward sends] is put on BackwardCFunction.apply while some joint's node
+# made by a call lives (`watch`, from each joint call; a weak reference whose callback takes it off after the
+# last one goes), not for the whole process after the first framejit.compile: an eager-only program, or the
+# backwards of a program whose compiled graphs need no gradient, run torch's own apply (review revAA: +12-18%
+# backward on a model of 50 Linears with a Python Function and full backward hooks per layer, one framejit.compile
+# of an unrelated function before). Where a joint lives, a backward returning no None pays a type check and a
+# pass over its tuple. The wrapper is put on and taken off only where BackwardCFunction's own `apply` is
+# torch's (or ours): a wrapper of someone else's stays as it is.
+_WRAPPER = [None]
+_LIVE: dict[int, object] = {}  # id of a live joint's node -> a weak reference to it
+_LOCK = threading.RLock()  # a weak reference's callback may run in any thread, also inside `watch`
+
+
+def watch(node) -> None:
+    """NOTE [Noting Nones only while a joint lives]: `node`, a joint's node a call made now."""
+    key = id(node)
+    with _LOCK:
+        if key in _LIVE:
+            return
+        try:
+            _LIVE[key] = weakref.ref(node, lambda ref, key=key: _gone(key, ref))
+        except TypeError:  # not weakly referable: the wrapper stays from now on
+            _LIVE[key] = node
+        _sync()
+
+
+def _gone(key: int, ref) -> None:
+    with _LOCK:
+        if _LIVE.get(key) is ref:
+            del _LIVE[key]
+            _sync()
+
+
+def _sync() -> None:
+    from torch.autograd.function import BackwardCFunction
+    wrapper, original = _WRAPPER[0], _ORIGINAL[0]
+    if wrapper is None:
+        return
+    now = BackwardCFunction.__dict__.get("apply")
+    if _LIVE and now is original:
+        BackwardCFunction.apply = wrapper
+    elif not _LIVE and now is wrapper:
+        BackwardCFunction.apply = original
+
+
 def install() -> None:
+    """NOTE [Noting Nones only while a joint lives]: from now on, `watch` puts the wrapper on."""
     from torch.autograd.function import BackwardCFunction
     original = BackwardCFunction.__dict__.get("apply")
-    if original is not None and not hasattr(original, "__wrapped__"):
+    if _WRAPPER[0] is None and original is not None and not hasattr(original, "__wrapped__"):
         _ORIGINAL[0] = original
-        BackwardCFunction.apply = _noting(original)
+        with _LOCK:
+            _WRAPPER[0] = _noting(original)
+            _sync()
