@@ -26,6 +26,7 @@ from .default_dtype_scalars import cast_ints_for_default
 from .data_alias import check_data_outputs, check_data_writes, check_stored_data
 from .dropout_identity import dropout_identity
 from .failing_ops import check_rerun_of_outside_code
+from .fake_failures import internal_break
 from .breaks import BreakKind, Unsupported, UserException
 from .graph_calls import (_SYM_SIZES_REFUSED, _check_no_function_args,
                           _check_overlapping_write, _check_unbumped_write, _contains_tensor, _drop_unused_sizes,
@@ -632,9 +633,10 @@ class OutputGraph:
             if _no_fake_kernel(e):
                 raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_target_name(target)} has no fake-tensor rule and its "
                                   f"meta fallback failed ({str(e)[:120]})") from None
-            raise UserException(e) from None
-        except Exception as e:  # the user's error (bad shapes, wrong dtypes): eager raises it for real
-            raise UserException(e) from None
+            raise internal_break(_target_name(target), e) or UserException(e) from None
+        except Exception as e:  # the user's error (bad shapes, wrong dtypes): eager raises it for real, unless
+            raise internal_break(_target_name(target), e) or UserException(e) from None  # framejit's (NOTE
+            # [Internal failures under the fake mode])
 
     def _fake_meta(self, result: Any) -> Any:
         """FakeTensorMode returns `torch.tensor(data, device="meta")` as a real meta tensor, which the next
