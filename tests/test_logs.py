@@ -287,3 +287,25 @@ def test_a_guard_check_that_raises_says_so_in_the_recompile_log(handler):
         cf(torch.ones(2), {"t": 2.0})  # the guard reading d['s'] raises KeyError
     lines = [r.getMessage() for r in handler.records if r.name.endswith("recompiles")]
     assert any("the check raised KeyError" in line for line in lines), lines
+
+
+def test_a_traced_raise_that_becomes_a_break_is_logged_as_a_break_not_an_eager_frame(handler):
+    # the traced code raises at `d[k]` (KeyError): framejit breaks before that instruction, the code before it
+    # stays captured, and the log says so under graph_breaks; "runs eagerly" under eager_fallback is only for a
+    # frame that really runs wholly eagerly (hhuntHF4: the old line claimed it for a break entry)
+    def f(x, d, k):
+        y = torch.sin(x) * 2
+        return y + d[k]
+
+    logs.set_logs("graph_breaks,eager_fallback")
+    cf = framejit.compile(f, backend="eager")
+    before = framejit.stats()["eager_frames"]
+    for _ in range(2):
+        with pytest.raises(KeyError) as raised:
+            cf(torch.ones(2), {"a": 1.0}, "b")
+        assert raised.value.args == ("b",)
+    assert cf(torch.ones(3), {"b": 1.0}, "b").tolist() == (torch.sin(torch.ones(3)) * 2 + 1.0).tolist()
+    assert framejit.stats()["eager_frames"] == before
+    assert not [m for m in handler.messages("eager_fallback") if "runs eagerly" in m], handler.messages()
+    assert any("raised KeyError" in m and "break before the raising instruction" in m
+               for m in handler.messages("graph_breaks")), handler.messages()

@@ -34,7 +34,7 @@ from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_com
 from . import deferred_readers, step_breaks
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
-from .reentrant_checkpoint import reentrant_regions
+from .reentrant_checkpoint import frame_binding, reentrant_regions
 from .python_draws import emit_draws, has_draws
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
@@ -95,6 +95,7 @@ def _convert_once(fn, args: tuple, kwargs: dict, request: CompileRequest, dynami
     shape = FunctionShape.of(fn.__code__)
     output = _tracing()[0].OutputGraph()
     output.retry_lazy = retry
+    output.frame_call = (args, kwargs)  # NOTE [State changed between the forward and the backward]
     decisions.used = set()
     output.lazy_decisions = decisions
     output.dynamic_floats = dynamic_floats
@@ -228,13 +229,17 @@ def _convert(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: Compi
         # NOTE [Exceptions raised by the traced code]: break before the root instruction that raises and let
         # plain Python raise it there (inside a try block, where the frame's exception table sees it): the
         # code before it stays captured; the frame ran wholly eagerly only where no break can be taken
-        entry = _break_entry(fn, shape, args, kwargs, request, e, output) or \
-            _eager_entry(fn, shape, output, user_error=e.exc)
+        entry = _break_entry(fn, shape, args, kwargs, request, e, output)
+        if entry is not None:  # only the rest, from the raising instruction on, runs as Python
+            logs.log("graph_breaks", "%s: the traced code raised %s: %s; break before the raising instruction",
+                     code.co_qualname, type(e.exc).__name__, e.exc)
+        else:
+            entry = _eager_entry(fn, shape, output, user_error=e.exc)
+            logs.log("eager_fallback", "%s runs eagerly: the traced code raised %s: %s", code.co_qualname,
+                     type(e.exc).__name__, e.exc)
         if given_up is not None and entry.graph_break is None:
             entry.graph_break = given_up.graph_break  # counted as the frame's break
             _log_break(fn, given_up.graph_break)
-        logs.log("eager_fallback", "%s runs eagerly: the traced code raised %s: %s", code.co_qualname,
-                 type(e.exc).__name__, e.exc)
     return entry
 
 
@@ -409,17 +414,19 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     graphs = []
     cg = Codegen()
     output_index: dict[int, int] = {}
-    gm = compiled = None
+    gm = compiled = binding = None
     if outputs or output.op_count:
         output.output(outputs)
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
         function_regions(gm)  # NOTE [Custom autograd functions in the graph]
-        reentrant_regions(gm)  # NOTE [Reentrant checkpoint in the graph]
+        reentrant_regions(gm, (output, shape, fn))  # NOTE [Reentrant checkpoint in the graph]
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
         compiled = subclass_boundary(restoring(keep_versions(  # NOTE [Tensor subclasses traced as tensors]
             _backend_compile(gm, output, request, fn), gm, input_writes(output), output.output_versions),
             restore_plan(output)), output, outputs)
+        binding = frame_binding(gm)  # NOTE [State changed between the forward and the backward]
+        compiled = binding.graph(compiled) if binding is not None else compiled
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
     emit_draws(cg, output)  # NOTE [Draws from the random module]: after the graph, before anything else
@@ -435,6 +442,8 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
                   rerun=rerun_state(gm, output.mutated_inputs, restore_plan(output) is not None))
+    if binding is not None:
+        binding.guard(entry, *output.frame_call)
     entry.on_graph_error = on_graph_error(fn, shape, output, gm is not None, entry.rerun is not None)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):
         try:
