@@ -64,7 +64,7 @@ def _row(eager, fj, ind, contended):
 
 
 def test_contended_rows_stay_out_of_the_geomeans(capsys):
-    args = types.SimpleNamespace(backend="onnxrt", device="cpu", size="bench", repeats=2, block=5, clock="wall",
+    args = types.SimpleNamespace(backend="onnxrt", device="cpu", size="bench", repeats=2, block=5, block_ms=20.0, clock="wall",
                                  load_before=(1.0, 1.0, 1.0))
     bench.print_table({"quiet": _row(4.0, 2.0, 1.0, False), "busy": _row(90.0, 1.0, 30.0, True)}, args)
     out = capsys.readouterr().out
@@ -78,3 +78,26 @@ def test_default_run_times_one_thread_and_the_default():
     quick = bench.parse_args(["--quick"])
     assert (quick.models, quick.seconds, quick.repeats) == (bench.QUICK_MODELS, 0.3, 3)
     assert bench.parse_args(["--quick", "--models", "gpt"]).models == "gpt"
+
+
+def test_blocks_last_at_least_block_ms(monkeypatch):
+    """NOTE [Blocks of calls]: a column is called until its block has lasted `block_ms` (a fake clock here:
+    every read advances 1 ms), not only `block` times, before the next column's block."""
+    now = [0.0]
+
+    def fake_clock():
+        now[0] += 1e-3
+        return now[0]
+
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=fake_clock))
+    order = []
+    fns = {key: (lambda key=key: order.append(key)) for key in ("eager", "fj", "ind")}
+    bench.interleaved_medians(fns, (), seconds=0.2, device="cpu", clock=fake_clock, block=2, block_ms=10.0)
+    order = order[9:]  # the 3 warm-up calls per column
+    runs, start = [], 0
+    for k in range(1, len(order) + 1):
+        if k == len(order) or order[k] != order[start]:
+            runs.append((order[start], k - start))
+            start = k
+    assert [key for key, _ in runs[:6]] == ["eager", "fj", "ind"] * 2, runs
+    assert min(length for _, length in runs) >= 4, runs  # 10 ms of 2-3 fake ms per call, not 2 calls
