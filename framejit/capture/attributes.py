@@ -465,7 +465,8 @@ def _structseq_fields(cls: type) -> list[str]:
 
 def _container_method(obj: Value, base: type, name: str) -> Value:
     from .container_slots import is_container_slot  # NOTE [Container slots called as methods]
-    if name in CONTAINER_METHODS.get(base, ()) or is_container_slot(base, name, obj):
+    from .dict_slots import is_subclass_dict_slot as slot  # NOTE [Dict slots of subclasses]
+    if name in CONTAINER_METHODS.get(base, ()) or is_container_slot(base, name, obj) or slot(base, name, obj):
         return BoundMethodValue(BuiltinValue(getattr(base, name)), obj)
     if hasattr(base, name):
         raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"{base.__name__}.{name}")

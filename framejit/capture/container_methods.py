@@ -12,6 +12,7 @@ from .builtins import _TracedOrder, _all_const, _consts, _dict, _iter
 from .folded_results import permuted_like
 from .comparisons import contains
 from .container_slots import call_container_slot, check_dict_arguments, check_method_arguments, is_container_slot
+from .dict_slots import call_subclass_dict_slot, check_underlying_order, is_subclass_dict_slot
 from .protocol import (announce_before_drawing, constant_fold, extend_list, getitem, grow_while_drawing, iterate,
                        length)
 from .sym_arith import index as sym_index, symbolic
@@ -108,6 +109,9 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
         return call_list_method(tx, fn, self_value, rest, kwargs)
     if is_container_slot(owner, name, self_value):  # NOTE [Container slots called as methods]
         return call_container_slot(tx, owner, name, self_value, rest, kwargs)
+    if is_subclass_dict_slot(owner, name, self_value):  # NOTE [Dict slots of subclasses]
+        return call_subclass_dict_slot(tx, owner, name, self_value, rest, kwargs)
+    check_underlying_order(owner, name, self_value)
     if owner in (list, tuple):  # NOTE [Argument errors of container methods]
         check_method_arguments(owner, name, rest, kwargs)
     if owner in (dict, collections.OrderedDict):

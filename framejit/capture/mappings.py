@@ -113,6 +113,7 @@ def _move_to_end(tx, args, kwargs):
         raise UserException(KeyError(key))
     value = d.items.pop(key)
     d.items = {key: value, **d.items} if not last else {**d.items, key: value}
+    d.reordered = True  # its underlying dict keeps the old order: NOTE [Dict slots of subclasses]
     return ConstantValue(None)
 
 
@@ -133,6 +134,9 @@ def wrap_view(out, view: Any, source) -> Value:
     from .values import DictViewValue
     from .values.builder import wrap
     out.guard_type(source, type(view))
+    if type(view) in (type({}.keys()), type({}.values()), type({}.items())) and isinstance(_dict_of_view(view), _OD):
+        # dict's own view of an OrderedDict iterates its underlying dict (NOTE [Dict slots of subclasses])
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, "dict's view of an OrderedDict")
     mapping = wrap(out, _dict_of_view(view), CallSource(_DICT_OF_VIEW, source))
     if not isinstance(mapping, DictValue):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a view of {mapping.describe()}")
@@ -211,7 +215,8 @@ def mapping_attr(d: DictValue, name: str) -> Value | None:
 # traced as dict's method (container_methods._dict_method), but the bound method must be OrderedDict's own: rebuilt
 # at a break (the call then runs as Python, e.g. an update drawing a generator), `dict.update(od, ...)` added the
 # keys past OrderedDict's linked order, and `od` iterated without them (review revN HIGH-3: the update was lost).
-_OD_OWN = ("keys", "values", "items", "update", "pop", "setdefault", "copy", "clear")
+_OD_OWN = ("keys", "values", "items", "update", "pop", "setdefault", "copy", "clear", "__eq__", "__ne__", "__or__",
+          "__ior__", "__iter__")  # the slots: NOTE [Dict slots of subclasses]
 
 
 def is_plain_dict_subclass(cls: type) -> bool:
