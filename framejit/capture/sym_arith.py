@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from .float_powers import real_fractional_power
 from .shapes import DIVISIONS, guarded_nonzero
 from .values import ConstantValue, ListValue, SequenceValue, SymFloatValue, SymNodeValue, TensorValue, TupleValue, Value
 
@@ -101,8 +102,9 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
             return None  # NOTE [Negative bases to symbolic powers]
     elif fn not in _FLOAT_BINARY and not (fn is operator.pow and ta is int and _known_positive(tx, a)) and \
             not (fn is operator.pow and ta is float and tb is int and (_nonzero(a) or _known_natural(tx, b))) and \
-            not (fn is operator.pow and ta is float and _whole_power(b)):
-        return None
+            not (fn is operator.pow and ta is float and _whole_power(b)) and \
+            not (fn is operator.pow and ta is float and real_fractional_power(tx, a, b)):  # NOTE [Float bases to
+        return None  # fractional powers] in float_powers.py
     if fn in DIVISIONS and is_sym(b) and not guarded_nonzero(b.sym):
         return None  # NOTE [Symbolic divisors are guarded nonzero] in shapes.py: folding raises eager's error
     return _keep(tx, fn, (a, b))
