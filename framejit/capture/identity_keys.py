@@ -68,6 +68,9 @@ def set_element(tx, value: Value, into: Any = None) -> Any:
     real = _value_key(tx, value)
     if real is not None:  # NOTE [Frozen dataclasses as dict keys] in values/builder.py
         return real
+    made = _made_here_key(tx, value)
+    if made is not None:  # NOTE [Objects made in the trace as keys]
+        return made
     from .values import UserFunctionValue
     if isinstance(value, UserFunctionValue) and _by_identity(tx, value) and \
             value.closure is None and value.attrs is None and value.defaults is None and value.kwdefaults is None:
@@ -177,12 +180,58 @@ _MADE_HERE = object()  # a MethodKey's token for a method of a container made in
 
 
 def _tuple_key(tx, value: Value) -> TupleKey | None:
-    from .values import BoundMethodValue, TupleValue
-    if not (isinstance(value, TupleValue) and value.python_type() is tuple) or value.is_constant() or \
-            not any(isinstance(item, (BoundMethodValue, TupleValue)) for item in value.items):
+    from .values import BoundMethodValue, NewObjectValue, PartialValue, TupleValue
+    if not isinstance(value, TupleValue) or not _hashes_as_tuple(tx, value.python_type()) or \
+            value.is_constant() or not any(isinstance(item, (BoundMethodValue, TupleValue, NewObjectValue,
+                                                             PartialValue)) for item in value.items):
         return None
     keys = tuple(set_element(tx, item) for item in value.items)
-    return TupleKey(value, keys) if any(isinstance(k, (MethodKey, TupleKey)) for k in keys) else None
+    return TupleKey(value, keys) if any(isinstance(k, (MethodKey, TupleKey)) or _made_here(k) for k in keys) \
+        else None
+
+
+def _hashes_as_tuple(tx, cls: type) -> bool:
+    """tuple, or a subclass (a namedtuple) keeping tuple's __eq__ and __hash__ (guarded)."""
+    if cls is tuple:
+        return True
+    if not issubclass(cls, tuple) or cls.__eq__ is not tuple.__eq__ or cls.__hash__ is not tuple.__hash__:
+        return False
+    from .lookup import guard_lookup
+    guard_lookup(tx.output, cls, "__eq__")
+    guard_lookup(tx.output, cls, "__hash__")
+    return True
+
+
+# NOTE [Objects made in the trace as keys]: an instance of a user class made while tracing (`key =
+# CustomKey(42, "x"); d[key] = x`) whose class keeps object's __eq__ and __hash__, and a functools.partial made
+# while tracing, hash and compare by identity in CPython, and nothing from before the call can be that object.
+# Such a value is an IdentityKey whose token is its own abstract value (one NewObjectValue or PartialValue
+# stands for one object for the whole trace); the class's lookups of __eq__ and __hash__ are guarded. A tuple
+# or namedtuple holding one is a TupleKey of its items' keys, hashing and comparing as the tuple does (item
+# by item). A dict keyed so keeps insertion order (iterated exactly); a set of more than one such element
+# iterates in address order (set_items: a break). Objects from outside stay a break here.
+_MADE_KEY = "made in the trace"
+
+
+def _made_here(key: Any) -> bool:
+    return isinstance(key, IdentityKey) and type(key.token) is tuple and key.token[0] is _MADE_KEY
+
+
+def _made_here_key(tx, value: Value) -> IdentityKey | None:
+    from .values import NewObjectValue, PartialValue
+    if getattr(value, "source", None) is not None:
+        return None
+    if type(value) is PartialValue:
+        return IdentityKey(value, (_MADE_KEY, id(value)))  # the key holds value: the id stays its own
+    if not isinstance(value, NewObjectValue):
+        return None
+    cls = value.python_type()
+    if cls.__eq__ is not object.__eq__ or cls.__hash__ is not object.__hash__:
+        return None
+    from .lookup import guard_lookup
+    guard_lookup(tx.output, cls, "__eq__")
+    guard_lookup(tx.output, cls, "__hash__")
+    return IdentityKey(value, (_MADE_KEY, id(value)))  # the key holds value: the id stays its own
 
 
 def _c_method_key(tx, value: Value) -> MethodKey | None:
