@@ -53,6 +53,10 @@ def _defaultdict(tx, args, kwargs):
 
 def _fromkeys(cls: type):
     def handler(tx, args, kwargs):
+        try:  # NOTE [Argument errors of container methods]: eager's TypeError for arguments that do not bind
+            cls.fromkeys(*[()] * len(args), **dict.fromkeys(kwargs))
+        except TypeError as e:
+            raise UserException(e) from None
         if not args or len(args) > 2 or kwargs.keys() - {"value"}:
             raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__name__}.fromkeys with these arguments")
         value = args[1] if len(args) > 1 else kwargs.get("value", ConstantValue(None))

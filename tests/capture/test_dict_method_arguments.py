@@ -67,3 +67,23 @@ def test_fullgraph_raises_the_users_type_error_and_keeps_updates():
         compiled = framejit.compile(f, fullgraph=True)
         torch.testing.assert_close(compiled(x, d), f(x, expected_d))
         assert d == expected_d == {"i": i, "seen": 1}
+
+
+@pytest.mark.parametrize("cls", [dict, collections.OrderedDict, collections.defaultdict])
+def test_fromkeys_with_wrong_arguments_raises_eagers_type_error(cls):
+    calls = [lambda: cls.fromkeys(), lambda k: cls.fromkeys(k, 1, 2), lambda k: cls.fromkeys(1, k),
+             lambda k: cls.fromkeys(k, v=3)]
+
+    def f(x, k):
+        out = []
+        for call in calls:
+            try:
+                call() if call is calls[0] else call(k)
+                out.append("no error")
+            except TypeError as e:
+                out.append(str(e))
+        made = cls.fromkeys(k, len(out))
+        return x + len(made), out, made, type(made)
+
+    backend, records = _run(f, lambda i: (torch.randn(i + 2), "abc"[: i + 1]))
+    assert not records and 1 <= len(backend.graphs) <= 3
