@@ -23,6 +23,16 @@ body's calls go through their frame hooks) when
   fixed items such as `enumerate(d.keys())` that a break can rebuild: NOTE [Combinators rebuilt at breaks]).
 This is a choice of fewer graphs over more captured ops: the ops written in the loop's body itself run
 eagerly (as stock runs them), only its calls are captured.
+
+NOTE [Rows of rebuilt combinators]: a loop over rows holding tensors (NOTE [Rows zipped and enumerated] in
+python_loops.py) runs as Python on any data break in its body, but `enumerate(...)` or `zip(...)` of lists made
+by the trace carries `made_at` (the lazy combinator's call: NOTE [Combinators rebuilt at breaks]), which
+iterates_rows refused as if it were a generator's iterator. HF vilt's `for i, (v, nv, p) in
+enumerate(zip(valid_nums, non_valid_nums, pad_nums))` (p a tensor, a multinomial in either arm of `if p <= 0`)
+was stepped instead, its resume functions per step: 13 graphs on the first call where stock makes 10. A
+combinator a break can rebuild (`lazy` set) is accepted now (10 graphs), for a break of an op that needs the
+data (multinomial, nonzero, a mask index: `carried_loops.data_break`), not a branch on a tensor's value, which
+keeps the stepped form whose graphs hold the body's ops.
 """
 from __future__ import annotations
 
@@ -39,7 +49,20 @@ def loop_runs_as_python(code: Any, site: Any, stack: list, moved_from: Any) -> b
     `code`), the loop runs as Python: over a tensor's rows (python_loops.iterates_rows_at) or by the rules of
     NOTE [Data breaks on every step]."""
     from .python_loops import iterates_rows_at
-    return iterates_rows_at(stack, site.inst, moved_from) or _every_step(code, site, stack, moved_from)
+    return iterates_rows_at(stack, site.inst, moved_from) or _every_step(code, site, stack, moved_from) or \
+        _rebuilt_rows(site, stack, moved_from)
+
+
+def _rebuilt_rows(site: Any, stack: list, moved_from: Any) -> bool:
+    """NOTE [Rows of rebuilt combinators]: at the GET_ITER of an enumerate or zip a break can rebuild, over rows
+    holding tensors, for a break of an op that needs the data."""
+    from .python_loops import _row_item
+    from .values import IteratorValue
+    if "shaped_by_data" not in moved_from.__dict__ or site.inst.name != "GET_ITER" or not stack:
+        return False  # set by carried_loops.data_break only: an op's fake run needed the data
+    value = stack[-1]
+    return isinstance(value, IteratorValue) and value.owner is None and value.made_at is not None and \
+        getattr(value, "lazy", None) is not None and bool(value.items) and all(_row_item(i) for i in value.items)
 
 
 def _every_step(code: Any, site: Any, stack: list, moved_from: Any) -> bool:

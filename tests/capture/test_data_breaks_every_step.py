@@ -61,7 +61,8 @@ def test_adapter_loop_runs_as_python(form):
 
 def _once(x, xs):
     out = x * 0
-    for i, t in enumerate(xs):
+    for i in range(len(xs)):  # not rows of tensors (NOTE [Loops run as Python] runs those as Python)
+        t = xs[i]
         if i == 0:  # a break on one step only: the loop is unrolled as before
             idx = (t > 0).nonzero().squeeze(1)
             out = out + t[idx].sum()
@@ -107,3 +108,26 @@ def test_break_inside_a_layer_keeps_the_layers_captured():
                      seeds=(0, 1, 2), fullgraph=False, backend=backend,
                      compiled=framejit.compile(model, backend=backend))
     assert any(torch._C._nn.linear in [n.target for n in g.graph.nodes] for g in backend.graphs)
+
+
+def _zipped_rows(x, ts):
+    # vilt's `for i, (v, nv, p) in enumerate(zip(valid_nums, non_valid_nums, pad_nums))`: rows holding tensors,
+    # a data-shaped op in either arm of a branch (NOTE [Rows of rebuilt combinators])
+    out = x * 0
+    for i, (w, t) in enumerate(zip([1, 2, 3], ts)):
+        if i % 2 == 0:
+            r = t[t > 0]
+        else:
+            r = t[t < 0]
+        out = out + r.sum() * w
+    return out
+
+
+def test_rows_of_an_enumerated_zip_run_as_python():
+    def args(s):
+        g = torch.Generator().manual_seed(s)
+        n = (3, 3, 4, 6)[s]
+        return torch.randn(n, generator=g), [torch.randn(n, generator=g) for _ in range(3)]
+    backend = run_differential(_zipped_rows, args, seeds=(0, 1, 2, 3), fullgraph=False)
+    # before, each step's rest was a resume function recompiled per step and size (8 graphs)
+    assert backend.graph_count <= 4, backend.graph_count
