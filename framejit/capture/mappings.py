@@ -13,6 +13,7 @@ Handlers register themselves in builtins.BUILTIN_HANDLERS when this module is im
 from __future__ import annotations
 
 import collections
+import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
@@ -21,11 +22,12 @@ from .protocol import draws_lazily, grow_while_drawing, iterate
 from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictValue, DictValue, ListValue,
                      SetValue, TupleValue, Value)
 
-from .mappings_runtime import dict_of_view as _dict_of_view
+from .mappings_runtime import dict_of_view as _dict_of_view, proxied_dict as _proxied_dict
 from .values.containers import bump_deque
 from .sources import Ref as _Ref
 
 _DICT_OF_VIEW = _Ref(_dict_of_view, "dict_of_view")
+_PROXIED_DICT = _Ref(_proxied_dict, "proxied_dict")
 _OD = collections.OrderedDict
 _DD = collections.defaultdict
 # methods a DictValue of `cls` has beyond CONTAINER_METHODS[dict] (attributes.py)
@@ -145,6 +147,35 @@ def wrap_view(out, view: Any, source) -> Value:
     if not isinstance(mapping, DictValue):
         raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a view of {mapping.describe()}")
     return DictViewValue(mapping, VIEW_KINDS[type(view)])
+
+
+# NOTE [Mappingproxies]: `types.MappingProxyType(d)` (a module's read-only table, a class `__dict__`, a config
+# dict shown read-only) is a live read-only view of `d`. Read from outside it is a MappingProxyValue over the
+# value of `d` itself, reached through the proxy (`proxied_dict(p)`, guarded as any dict is) and deduplicated
+# by identity with `d` reached any other way (NOTE [Objects by identity] in graph.py): so `CFG["k"] = v;
+# RO["k"]` reads v, and `"new" in RO`, `len(RO)` see a key the trace added, as in CPython (a proxy modelled
+# as its own dict snapshot read the values from the call's start). Writes raise TypeError as CPython's do
+# (handlers/arith.py; the value's class is mappingproxy). Only over a plain dict or OrderedDict: an item read
+# of a proxied defaultdict would insert the key (NOTE [defaultdict items in guards]); a proxy over another
+# mapping is an object. A proxy made in the frame is a call the trace does not model (a break): the resume
+# function reads it as here.
+def plain_mappingproxy(obj: Any) -> bool:
+    if type(obj) is not types.MappingProxyType:
+        return False
+    from .mappings_runtime import proxied_dict
+    return type(proxied_dict(obj)) in (dict, _OD)
+
+
+def wrap_mappingproxy(out, proxy: types.MappingProxyType, source) -> Value:
+    """A mappingproxy read from outside: a live view of its dict's value (NOTE [Mappingproxies])."""
+    from .sources import CallSource
+    from .values.builder import wrap
+    from .values.mappings import MappingProxyValue
+    out.guard_type(source, types.MappingProxyType)
+    mapping = wrap(out, _proxied_dict(proxy), CallSource(_PROXIED_DICT, source))
+    if not isinstance(mapping, DictValue) or isinstance(mapping, MappingProxyValue):
+        raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"a mappingproxy of {mapping.describe()}")
+    return MappingProxyValue(mapping, source)
 
 
 def copy_mapping(d: DictValue) -> DictValue:

@@ -138,9 +138,15 @@ def dict_of_view(view: Any) -> dict:
     return gc.get_referents(view.mapping)[0]
 
 
+def proxied_dict(proxy: types.MappingProxyType) -> dict:
+    """The dict a mappingproxy shows: the one object it refers to (NOTE [Mappingproxies] in mappings.py)."""
+    import gc
+    return gc.get_referents(proxy)[0]
+
+
 VIEW_KINDS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items",
               type(collections.OrderedDict().keys()): "keys", type(collections.OrderedDict().values()): "values",
               type(collections.OrderedDict().items()): "items"}
 
 
-__all__ = ["VIEW_KINDS", "dict_of_view", "grad_mode_manager", "make_defaultdict", "view_of", "view_of_object"]
+__all__ = ["VIEW_KINDS", "dict_of_view", "grad_mode_manager", "make_defaultdict", "proxied_dict", "view_of", "view_of_object"]

@@ -691,7 +691,7 @@ def test_strict_dataclass_rejects_wrong_type_like_eager():
     run_differential(fn, _x, fullgraph=False)
 
 
-# ---- mappingproxy (NOTE [Mappingproxies] in values/builder.py) -------------------------------------------------
+# ---- mappingproxy (NOTE [Mappingproxies] in capture/mappings.py) ---------------------------------------------------
 _PROXIED = {"a": 1.5, "b": 2, "c": -1}
 _PROXY = types.MappingProxyType(_PROXIED)
 

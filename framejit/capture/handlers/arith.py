@@ -96,7 +96,7 @@ def build_slice_op(tx, inst):
 
 
 def _read_only_mapping(obj, what: str) -> None:
-    """A mappingproxy refuses writes as CPython does (NOTE [Mappingproxies] in values/builder.py)."""
+    """A mappingproxy refuses writes as CPython does (NOTE [Mappingproxies] in capture/mappings.py)."""
     if isinstance(obj, DictValue) and obj.cls is types.MappingProxyType:
         raise UserException(TypeError(f"'mappingproxy' object does not support item {what}"))
 

@@ -233,8 +233,11 @@ def _wrap_container(out, obj: Any, source: Source) -> Value | None:
     from .outside import lazy_dict, outside_dict
     if lazy_dict(obj):
         return outside_dict(out, obj, source)  # NOTE [Dicts from outside]
-    if type(obj) in (dict, collections.OrderedDict, collections.defaultdict) or _plain_mappingproxy(obj):
+    if type(obj) in (dict, collections.OrderedDict, collections.defaultdict):
         return _wrap_dict(out, obj, source)
+    from ..mappings import plain_mappingproxy, wrap_mappingproxy
+    if plain_mappingproxy(obj):
+        return wrap_mappingproxy(out, obj, source)  # NOTE [Mappingproxies] in capture/mappings.py
     from ..identity_keys import is_set_element  # NOTE [Sets of functions from outside]
     if type(obj) in (set, frozenset) and all(is_set_element(i) for i in obj):
         if type(obj) is set:
@@ -555,18 +558,6 @@ def _wrap_dict(out, obj: dict, source: Source) -> Value:
     if type(obj) is collections.OrderedDict:  # NOTE [Attributes of OrderedDicts from outside] in attributes.py
         value.real_object = obj
     return value
-
-
-# NOTE [Mappingproxies]: `types.MappingProxyType(d)` (a module's read-only table, a class `__dict__`) is a
-# live read-only view of `d`: modelled as a dict of its type, guarded like a dict through the proxy (its type,
-# its keys in order, each item read), so a change made through `d` between calls fails a guard. Writes raise
-# TypeError as CPython's do (the DictValue's class is mappingproxy). Only over a plain dict or OrderedDict:
-# an item read of a proxied defaultdict would insert the key (NOTE [defaultdict items in guards]).
-def _plain_mappingproxy(obj: Any) -> bool:
-    if type(obj) is not types.MappingProxyType:
-        return False
-    import gc
-    return any(type(r) in (dict, collections.OrderedDict) and len(r) == len(obj) for r in gc.get_referents(obj))
 
 
 def _dict_key(out, key: Any, source: Source, index: int) -> tuple[Any, Source | None]:

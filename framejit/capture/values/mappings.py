@@ -2,6 +2,8 @@
 
 - DefaultDictValue: a DictValue that also holds its `default_factory` (a Value, or None); reading a
   missing key calls the factory and stores the result (mappings.missing_item).
+- MappingProxyValue: `types.MappingProxyType(d)` read from outside: a live read-only view of the dict value of
+  `d` (NOTE [Mappingproxies] in capture/mappings.py).
 - DictViewValue: `d.keys()`, `d.values()`, `d.items()`. NOTE [Live dict views]: a view holds its dict
   value, not a copy, so a view taken before `d[k] = v` sees the new key, as in CPython. It behaves as a
   read-only tuple of its current items for iteration, `len`, `in` and truth; `==` folds on the real
@@ -14,7 +16,7 @@ import collections
 import types
 from typing import Any
 
-from .base import ConstantValue, Value
+from .base import MADE_ORDER, ConstantValue, Value
 from .containers import DictValue, TupleValue
 
 
@@ -28,6 +30,24 @@ class DefaultDictValue(DictValue):
 
     def describe(self) -> str:
         return f"defaultdict({', '.join(f'{k!r}: {v.describe()}' for k, v in self.items.items())})"
+
+
+class MappingProxyValue(DictValue):
+    """A mappingproxy over the dict value `mapping` (NOTE [Mappingproxies] in capture/mappings.py): its items
+    are the mapping's own, so a write through the dict shows through the proxy, as in CPython."""
+
+    def __init__(self, mapping: DictValue, source=None) -> None:  # no super().__init__: items are the mapping's
+        self.mapping = mapping
+        self.source = source
+        self.cls = types.MappingProxyType
+        self.serial = next(MADE_ORDER)  # NOTE [Values made in order]
+
+    @property
+    def items(self) -> dict:
+        return self.mapping.items
+
+    def describe(self) -> str:
+        return f"mappingproxy of {self.mapping.describe()}"
 
 
 class DictViewValue(TupleValue):
@@ -155,5 +175,5 @@ def key_value(key: Any, read: bool = True) -> Value:
     return ConstantValue(key)
 
 
-__all__ = ["HOOK_IDS_LIVE", "PROCESS_IDS_LIVE", "DefaultDictValue", "DictViewValue", "IdentityKey", "ValueKey", "key_value", "note_key_read",
+__all__ = ["HOOK_IDS_LIVE", "PROCESS_IDS_LIVE", "DefaultDictValue", "DictViewValue", "IdentityKey", "MappingProxyValue", "ValueKey", "key_value", "note_key_read",
            "view_type"]
