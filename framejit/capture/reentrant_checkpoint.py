@@ -36,17 +36,9 @@ tracing `fn` and guarded as any trace is:
 - a tensor argument that `fn` also reads another way (a closure, an attribute): NOTE [Arguments fn also reads
   elsewhere].
 
-Known gap (review revY H1, not fixed): state `fn` reads that the program changes between the forward and the
-backward. Eager's recomputation runs `fn` again and reads the new state; the region runs the values of the
-trace (guarded only when the graph is called, in the forward), so the gradients of that one backward differ
-silently: a float attribute of the module set by a schedule, a global dict value, `model.eval()` before
-`backward()` with BatchNorm in the block (eval-mode statistics in eager's recomputation), and a Parameter of
-the block replaced (`m.l.weight = nn.Parameter(...)`: eager gives the new one the gradient, the region the
-old one). The next call sees the change through its guards (a recompile), so only a change made between one
-forward and its backward is missed. When the call was a break (before this capture), `fn`, compiled apart, was
-guarded again at the recomputation. A fix: keep in the ReentrantCall what the frame's guards need (the
-frame's input objects) and the original `fn` (a lambda made in the frame has no source: it would have to be
-passed in), re-check the guards in `run` and call the original `fn` when one fails.
+State `fn` reads that the program changes between the forward and the backward (eager's recomputation reads
+the new state; the region has the trace's values): NOTE [State changed between the forward and the backward] in
+reentrant_recall.py checks the frame's guards again in the recomputation and runs `fn` itself where one fails.
 """
 from __future__ import annotations
 
@@ -74,8 +66,9 @@ def check_grad_read(output, what: str) -> None:
 class ReentrantBoundary:
     """The traced reentrant call before `reentrant_regions` replaces it (only run on fakes)."""
 
-    def __init__(self, region: int, n_args: int, items: tuple, single: bool, preserve: bool) -> None:
+    def __init__(self, region: int, n_args: int, items: tuple, single: bool, preserve: bool, recall=None) -> None:
         self.region, self.n_args, self.items, self.single, self.preserve = region, n_args, items, single, preserve
+        self.recall = recall  # (recipes, sources) or None: NOTE [State changed between the forward and the backward]
         self.__name__ = "reentrant_checkpoint"
 
     def __call__(self, *fakes):
@@ -96,17 +89,21 @@ class ReentrantCall:
     ("const", value); `single`: `fn` returned one tensor."""
 
     def __init__(self, region: torch.fx.GraphModule, n_args: int, items: tuple, single: bool,
-                 preserve: bool) -> None:
+                 preserve: bool, recall=None) -> None:
         self.region, self.n_args, self.items, self.single, self.preserve = region, n_args, items, single, preserve
+        self.recall = recall  # NOTE [State changed between the forward and the backward] (reentrant_recall.py)
         self.__name__ = "reentrant_checkpoint"
 
     fj_eager_only = ("it applies torch's reentrant checkpoint (CheckpointFunction), whose backward no AOT trace "
                      "can run (NOTE [Calls that run as torch runs them] in backends/state.py)")
 
-    def _function(self, rest: tuple):
-        region, items, single = self.region, self.items, self.single
+    def _function(self, rest: tuple, at_call):
+        region, items, single, recall, runs = self.region, self.items, self.single, self.recall, [0]
 
         def run(*args):  # what eager's `fn` returns, from the region's tensors
+            runs[0] += 1  # the first run is the forward's; later ones, backwards' recomputations
+            if at_call is not None and runs[0] > 1 and not recall.holds(at_call):
+                return recall.eager(at_call[1], args)  # NOTE [State changed between the forward and the backward]
             made = iter(region(*args, *rest))
             if single:
                 return next(made)
@@ -124,7 +121,8 @@ class ReentrantCall:
     def __call__(self, *inputs):
         from torch.utils.checkpoint import CheckpointFunction  # what checkpoint(use_reentrant=True) applies
         args, rest = inputs[:self.n_args], inputs[self.n_args:]
-        result = CheckpointFunction.apply(self._function(rest), self.preserve, *args)
+        at_call = self.recall.at_call() if self.recall is not None else None
+        result = CheckpointFunction.apply(self._function(rest, at_call), self.preserve, *args)
         if self.single:
             return (result,)
         return tuple(r for r, item in zip(result, self.items) if item is None)
@@ -241,13 +239,30 @@ def call_reentrant(tx, args: list, kwargs: dict):
            for a in tensor_args):
         raise _break("a tensor subclass argument")
     graph = out.graph
+    recall = _recipes(function, fn_args)
     fn_args, markers = _own_arguments(graph, fn_args)
     try:
-        return _traced(tx, function, fn_args, tensor_args, markers, preserve)
+        return _traced(tx, function, fn_args, tensor_args, markers, (preserve, recall))
     finally:
         for original, marker in markers:  # NOTE [Arguments fn also reads elsewhere]
             marker.replace_all_uses_with(original)
             graph.erase_node(marker)
+
+
+def _recipes(function, fn_args: list):
+    """(recipes of `function` and `fn_args`, their sources) or None: NOTE [State changed between the forward and
+    the backward] (reentrant_recall.py)."""
+    from .reentrant_recall import recipe
+    from .values import TensorValue
+    tensors: dict = {}
+    for a in fn_args:
+        if isinstance(a, TensorValue):
+            tensors.setdefault(id(a), len(tensors))
+    if len(tensors) != sum(isinstance(a, TensorValue) for a in fn_args):
+        return None  # a tensor passed twice: torch detaches each position apart
+    sources: list = []
+    items = tuple(recipe(v, sources, tensors) for v in (function, *fn_args))
+    return None if None in items else (items, sources)
 
 
 def _argument(t):
@@ -278,13 +293,14 @@ def _own_arguments(graph, fn_args: list) -> tuple[list, list]:
     return own, markers
 
 
-def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, preserve):
+def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, options: tuple):
     """`call_reentrant` once each argument has its own node (NOTE [Arguments fn also reads elsewhere])."""
     from .autograd_grad import _switch
     from .breaks import UserException
     from .graph_calls import _version
     out = tx.output
     graph = out.graph
+    preserve, recall = options
     before = set(graph.nodes)
     state = _PythonState(out.side_effects)
     versions = [_version(a.fake) for a in tensor_args]
@@ -320,7 +336,7 @@ def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, prese
             node.meta[_SWITCH] = region
         elif node.op in ("call_function", "call_method", "call_module"):
             node.meta.setdefault(_TAG, region)  # an inner reentrant region keeps its own number
-    boundary = ReentrantBoundary(region, len(tensor_args), items, single, bool(preserve))
+    boundary = ReentrantBoundary(region, len(tensor_args), items, single, bool(preserve), recall)
     applied = out.call("call_function", boundary, tuple([*tensor_args, *outs]), {})
     results = iter(applied.items)
     if single:
@@ -329,17 +345,27 @@ def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, prese
     return TupleValue([next(results) if item is None else ConstantValue(item[1]) for item in items])
 
 
-def reentrant_regions(gm: torch.fx.GraphModule) -> None:
-    """Replace each ReentrantBoundary node and its region by one ReentrantCall
-    (NOTE [Reentrant checkpoint in the graph])."""
+def reentrant_regions(gm: torch.fx.GraphModule, frame: tuple | None = None) -> None:
+    """Replace each ReentrantBoundary node and its region by one ReentrantCall (NOTE [Reentrant checkpoint in the
+    graph]); `frame`: (output, shape, fn) of the frame, for NOTE [State changed between the forward and the
+    backward], or None."""
     graph = gm.graph
     boundaries = [n for n in graph.nodes if n.op == "call_function" and isinstance(n.target, ReentrantBoundary)]
     if not boundaries:
         return
     for boundary in boundaries:  # graph order: an inner region is replaced before the one around it
-        _replace(gm, boundary)
+        _replace(gm, boundary, frame)
     graph.lint()
     gm.recompile()
+
+
+def frame_binding(gm: torch.fx.GraphModule):
+    """A FrameBinding where a ReentrantCall of `gm` has a Recall, else None (NOTE [State changed between the
+    forward and the backward], reentrant_recall.py)."""
+    if not any(isinstance(n.target, ReentrantCall) and n.target.recall is not None for n in gm.graph.nodes):
+        return None
+    from .reentrant_recall import FrameBinding
+    return FrameBinding()
 
 
 def _written(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -351,7 +377,7 @@ def _written(node: torch.fx.Node) -> torch.fx.Node | None:
     return None
 
 
-def _replace(gm: torch.fx.GraphModule, boundary: torch.fx.Node) -> None:
+def _replace(gm: torch.fx.GraphModule, boundary: torch.fx.Node, frame: tuple | None) -> None:
     graph = gm.graph
     target: ReentrantBoundary = boundary.target
     members = [n for n in graph.nodes if n.meta.get(_TAG) == target.region]
@@ -384,8 +410,14 @@ def _replace(gm: torch.fx.GraphModule, boundary: torch.fx.Node) -> None:
     for node in members:
         env[node] = sub.node_copy(node, lambda n: env[n])
     sub.output(tuple(env[n] for n in outs))
+    recall = None
+    if frame is not None and target.recall is not None:  # NOTE [State changed between the forward and the backward]
+        from .reentrant_recall import make_recall
+        by_node = {getattr(inp.value, "node", None): inp.source for inp in frame[0].inputs}
+        watched = [by_node[n] for n in rest if n in by_node]  # graph inputs the region reads: eager reads them again
+        recall = make_recall(*target.recall, watched, *frame)
     call = ReentrantCall(torch.fx.GraphModule(gm, sub), target.n_args, target.items, target.single,
-                         target.preserve)
+                         target.preserve, recall)
     with graph.inserting_before(boundary):
         new = graph.call_function(call, tuple([*inputs, *rest]))
         new.meta = dict(boundary.meta)

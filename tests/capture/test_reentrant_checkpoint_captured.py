@@ -351,3 +351,81 @@ def test_a_parameter_passed_and_read_as_an_attribute_back_propagates_as_eager():
         assert_same(seen[1][0], seen[0][0])
         torch.testing.assert_close(seen[1][1], seen[0][1])
         assert seen[1][2] == seen[0][2] == 2  # the argument's gradient and the attribute read's, as eager
+
+
+_STATE = {"v": 1.0}
+
+
+def _scaled_by_global(t):
+    return torch.tanh(t) * _STATE["v"]
+
+
+class _Changing(nn.Module):
+    """A block whose checkpointed function reads Python state that each step changes between the forward and the
+    backward (`case`): a scale attribute read by a lambda made in forward, a global dict value, the training flag
+    with BatchNorm in the block, a Parameter of the block replaced."""
+
+    def __init__(self, case: str) -> None:
+        super().__init__()
+        self.case, self.scale = case, 1.0
+        self.block = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 8))
+
+    def forward(self, x):
+        if self.case == "scale":
+            return ckpt.checkpoint(lambda t: self.block(t) * self.scale, x, use_reentrant=True)
+        if self.case == "global":
+            return ckpt.checkpoint(_scaled_by_global, self.block(x), use_reentrant=True)
+        return ckpt.checkpoint(self.block, x, use_reentrant=True)
+
+
+def _change_between(model, k: int, before: bool) -> None:
+    if model.case == "scale":
+        model.scale = 1.0 if before else 3.0 + k
+    elif model.case == "global":
+        _STATE["v"] = 1.0 + k if before else 10.0
+    elif model.case == "eval":
+        model.train(before)
+    elif not before:  # "param"
+        model.block[0].weight = nn.Parameter(model.block[0].weight.detach() * 2)
+
+
+def _steps_with_changes(model, shapes):
+    steps = []
+    for k, shape in enumerate(shapes):
+        _change_between(model, k, before=True)
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(k)).requires_grad_()
+        out = model(x)
+        _change_between(model, k, before=False)
+        out.pow(2).sum().backward()
+        steps.append((out.detach(), x.grad, {n: None if p.grad is None else p.grad.clone()
+                                             for n, p in model.named_parameters()},
+                      [b.clone() for b in model.buffers()]))
+        model.zero_grad(set_to_none=True)
+    return steps
+
+
+@pytest.mark.parametrize("case", ["scale", "global", "eval", "param"])
+def test_state_changed_between_the_forward_and_the_backward_is_read_by_the_recomputation(case):
+    """review revY H1: eager's recomputation calls fn again and reads the state of the backward; the captured
+    region ran the trace's values (every gradient of the block and x.grad differed, silently). Now the frame's
+    guards (and the graph inputs the region reads) are checked again in the recomputation, and fn runs as eager
+    where they changed; the call stays captured."""
+    torch.manual_seed(0)
+    model = _Changing(case)
+    twin = copy.deepcopy(model)
+    want = _steps_with_changes(model, _SHAPES)
+    counting = CountingBackend()
+    with logged_breaks() as records:
+        got = _steps_with_changes(framejit.compile(twin, backend=counting), _SHAPES)
+    assert not records, records
+    assert any(type(n.target).__name__ == "ReentrantCall" for gm in counting.graphs for n in gm.graph.nodes)
+    for (out, xg, grads, buffers), (w_out, w_xg, w_grads, w_buffers) in zip(got, want):
+        assert_same(out, w_out)
+        torch.testing.assert_close(xg, w_xg, atol=1e-6, rtol=1e-5)
+        assert grads.keys() == w_grads.keys()
+        for name, g in grads.items():
+            assert (g is None) == (w_grads[name] is None), name
+            if g is not None:
+                torch.testing.assert_close(g, w_grads[name], atol=1e-6, rtol=1e-5)
+        for a, b in zip(buffers, w_buffers):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

@@ -1,0 +1,188 @@
+"""Eager's recomputation for a captured reentrant checkpoint whose frame's guards fail in the backward (NOTE [State
+changed between the forward and the backward]).
+
+`recipe(value, ...)` (while tracing the call) says how to get `fn` or an argument again at run time; `Recall`
+(made when the entry is compiled) gets those objects from the frame's arguments at the graph call; `bind_frame`
+lets the graph's ReentrantCalls see the frame's arguments and its guards.
+"""
+from __future__ import annotations
+
+import threading
+import types
+
+import torch
+
+# NOTE [State changed between the forward and the backward]
+# Eager's CheckpointFunction keeps `fn` and its arguments from the forward and calls `fn` again in the backward:
+# the recomputation reads the Python state of that moment. A captured region runs the values of its trace,
+# guarded when the frame was called: a schedule setting a scale read by `fn`, `model.eval()` or a global changed
+# between the forward and the backward gave that backward silently different gradients (review revY H1). So
+# each ReentrantCall whose `fn` and non-tensor arguments can be got again from the frame (a source: `self.block`,
+# a closure's function, a global; a constant; a function made in the frame over such values, a bound method)
+# keeps them from the graph call (`Recall`: one generated function over the frame's parameters, as a guard
+# function is), with the frame's guard function and arguments and the frame's grad mode (`bind_frame`: the
+# entry's guard check notes the call's arguments, the graph call takes them, per thread). The recomputation first
+# checks the frame's guards again, under the frame's grad mode (it runs under enable_grad), and reads the graph
+# inputs the region reads again from their sources (a Parameter of the block replaced by one of the same shape,
+# which no guard tells apart, a float made a graph input: NOTE [Dynamic floats]): where the guards hold and
+# those are the same, the region is what `fn` would run; otherwise `fn` itself runs on torch's detached
+# arguments, as eager's recomputation, for that backward (review revY H1: a scale attribute, a global dict value,
+# `model.eval()` with BatchNorm in the block, a replaced Parameter). Not covered (the region runs, as before): a
+# `fn` or argument that cannot be got again (a function closing over a tensor made in the frame, a tensor passed
+# twice), entries loaded from the frame cache, graphs of a frame with a break (compiled before the break), a
+# reentrant call inside another's region in that region's recomputation (the outer one's check covers it), state
+# changed during the backward (a hook setting it: the guards are checked once per backward and frame call). Cost:
+# where such a call is captured, per frame call a wrapper of the guard check and of the graph call and per region
+# one call of the generated function; per backward a guard check per frame call, and per region that call again
+# where the region reads graph inputs; the frame's arguments stay alive with the region's autograd graph.
+_THREAD = threading.local()
+
+
+def recipe(value, sources: list, tensors: dict):
+    """How to get `value` again at run time: ("value", i) of `sources`, ("const", v), ("tensor", k) (the k-th
+    tensor argument, `tensors`: id -> k), ("made", ...) a function made in the frame, ("bound", f, self); None:
+    it cannot be got again."""
+    from .values import TensorValue
+    from .values.callables import BoundMethodValue, CellValue, UserFunctionValue
+    if isinstance(value, TensorValue):
+        k = tensors.get(id(value))
+        return None if k is None else ("tensor", k)
+    if getattr(value, "source", None) is not None:
+        sources.append(value.source)
+        return ("value", len(sources) - 1)
+    if value.is_constant():
+        return ("const", value.as_constant())
+    if isinstance(value, BoundMethodValue):
+        func, owner = recipe(value.func, sources, tensors), recipe(value.self_value, sources, tensors)
+        return None if func is None or owner is None else ("bound", func, owner)
+    if isinstance(value, UserFunctionValue) and not value.kwdefaults and not value.attrs:
+        cells = []
+        for cell in value.closure or ():
+            got = recipe(cell.contents, sources, tensors) if isinstance(cell, CellValue) and not cell.deleted \
+                and cell.contents is not None else None
+            if got is None:
+                return None
+            cells.append(got)
+        defaults = [recipe(d, sources, tensors) for d in value.defaults or ()]
+        if None in defaults or len(cells) != len(value.fn.__code__.co_freevars):
+            return None
+        return ("made", value.fn.__code__, value.fn.__globals__, value.fn.__name__, tuple(cells),
+                tuple(defaults) if value.defaults else None)
+    return None
+
+
+def _build(item, values: tuple, tensors: tuple):
+    kind = item[0]
+    if kind == "value":
+        return values[item[1]]
+    if kind == "const":
+        return item[1]
+    if kind == "tensor":
+        return tensors[item[1]]
+    if kind == "bound":
+        return types.MethodType(_build(item[1], values, tensors), _build(item[2], values, tensors))
+    _, code, globals_, name, cells, defaults = item
+    closure = tuple(types.CellType(_build(c, values, tensors)) for c in cells) or None
+    return types.FunctionType(code, globals_, name, None if defaults is None else
+                              tuple(_build(d, values, tensors) for d in defaults), closure)
+
+
+class Recall:
+    """`fn` and its arguments as recipes over the values one generated function `getter` reads from the frame's
+    arguments (NOTE [State changed between the forward and the backward])."""
+
+    def __init__(self, getter, items: tuple, watched: int) -> None:
+        self.getter, self.items = getter, items  # items: (fn's recipe, recipe per argument)
+        self.watched = watched  # the getter's last values: graph inputs the region reads
+
+    def at_call(self):
+        """(the frame call that runs the graph now, the getter's values) or None; the call: (the frame's guard
+        check, arguments, keywords, grad mode, {graph task: whether the guards held in it})."""
+        call = getattr(_THREAD, "call", None)
+        if call is None:
+            return None
+        try:
+            return call, self.getter(*call[1], **call[2])
+        except Exception:  # not got: the region runs in the backward, as before
+            return None
+
+    def holds(self, at_call) -> bool:
+        """Whether the region is what `fn` would run now, in a recomputation: the frame's guards hold (checked once
+        per backward for all the frame call's regions, under the frame's grad mode) and the graph inputs the region
+        reads are the same."""
+        (check, args, kwargs, grad, held), then = at_call
+        task = torch._C._current_graph_task_id()
+        ok = held.get(task)
+        if ok is None:
+            try:
+                with torch.set_grad_enabled(grad):
+                    ok = bool(check(*args, **kwargs))
+            except Exception:
+                ok = False
+            held.clear()
+            held[task] = ok
+        if not ok or not self.watched:
+            return ok
+        try:
+            now = self.getter(*args, **kwargs)
+            return not any(a is not b and (isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or bool(a != b))
+                           for a, b in zip(then[-self.watched:], now[-self.watched:]))
+        except Exception:  # not got again, or not comparable: as eager, fn runs
+            return False
+
+    def eager(self, values: tuple, tensors: tuple):
+        """eager's `fn(*args)` of the recomputation, on torch's detached tensor arguments `tensors`."""
+        built = [_build(item, values, tensors) for item in self.items]
+        return built[0](*built[1:])
+
+
+def make_recall(items: tuple, sources: list, watched: list, output, shape, fn) -> Recall | None:
+    """The Recall of a traced call (`items`, `sources`: recipe's results; `watched`: the sources of the graph inputs
+    the region reads), compiled over the frame's parameters."""
+    from ..guards.codegen import BASE_NAMESPACE
+    try:
+        exprs = [source.expr(output.names) for source in [*sources, *watched]]
+        text = f"def ___recall({shape.params_source()}):\n    return ({''.join(e + ', ' for e in exprs)})\n"
+        namespace = dict(BASE_NAMESPACE)
+        namespace.update(output.names.namespace)
+        exec(compile(text, "<framejit reentrant recall>", "exec"), namespace)
+    except Exception:  # no recall: the region runs in the backward, as before
+        return None
+    getter = namespace["___recall"]
+    getter.__defaults__, getter.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
+    return Recall(getter, items, len(watched))
+
+
+class FrameBinding:
+    """NOTE [State changed between the forward and the backward]: the entry's guard check notes each accepted
+    call's arguments (per thread), and the graph call hands them to the ReentrantCalls it runs."""
+
+    def __init__(self) -> None:
+        self.noted = threading.local()
+
+    def graph(self, compiled):
+        """The graph callable to call instead of `compiled`."""
+        noted = self.noted
+
+        def graph(*inputs):
+            call, noted.call = getattr(noted, "call", None), None
+            outer, _THREAD.call = getattr(_THREAD, "call", None), call
+            try:
+                return compiled(*inputs)
+            finally:
+                _THREAD.call = outer
+        graph.__wrapped__ = compiled
+        return graph
+
+    def guard(self, entry, args: tuple, kwargs: dict) -> None:
+        """Wrap `entry`'s guard check; `args`, `kwargs`: the call that compiled it (it runs without a check)."""
+        noted, check = self.noted, entry.guard.check
+
+        def noting(*args, **kwargs):
+            hit = check(*args, **kwargs)
+            if hit:
+                noted.call = (check, args, kwargs, torch.is_grad_enabled(), {})
+            return hit
+        noting.__wrapped__ = check
+        entry.guard.check = noting
+        noted.call = (check, args, kwargs, torch.is_grad_enabled(), {})
