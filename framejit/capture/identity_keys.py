@@ -131,15 +131,28 @@ def dict_key(tx, value: Value, into: Any = None) -> Any:
 # A module from outside (it has a source) is an IdentityKey of its identity, guarded (`is` the module the
 # trace saw); the dict from outside wraps each such key through `list(d)[i]` as it does tensor keys
 # (values/builder._dict_key), so iterating it gives the module itself, sourced. Other objects stay a break.
+# An instance of any user class (a class statement's heap type, of metaclass `type`) keeping object's __eq__ and
+# __hash__ is such a key too (`REF[self] = {}` registries keyed by plain objects); the class's lookups of both
+# are guarded where the key is made (lookup.guard_lookup), as for objects made in the trace.
+_HEAP_TYPE = 1 << 9
+
+
 def identity_hashed(obj: Any) -> bool:
     cls = type(obj)
-    return isinstance(obj, torch.nn.Module) and cls.__eq__ is object.__eq__ and cls.__hash__ is object.__hash__
+    if cls.__eq__ is not object.__eq__ or cls.__hash__ is not object.__hash__:
+        return False
+    return isinstance(obj, torch.nn.Module) or (type(cls) is type and bool(cls.__flags__ & _HEAP_TYPE)
+                                                and not isinstance(obj, (BaseException, torch.Tensor)))
 
 
 def _object_key(tx, value: Value) -> IdentityKey | None:
-    from .values import NNModuleValue
-    if not isinstance(value, NNModuleValue) or value.source is None or not identity_hashed(value.obj):
+    from .values import NNModuleValue, ObjectValue
+    if type(value) not in (NNModuleValue, ObjectValue) or value.source is None or not identity_hashed(value.obj):
         return None
+    if not isinstance(value.obj, torch.nn.Module):
+        from .lookup import guard_lookup
+        guard_lookup(tx.output, type(value.obj), "__eq__")
+        guard_lookup(tx.output, type(value.obj), "__hash__")
     tx.output.guard_id(value.source, value.obj)
     return IdentityKey(value, ("object", id(value.obj)))
 
