@@ -47,6 +47,7 @@ from .partials import check_rebuildable, make_partial, partial_parts
 from .lazy_combinators import combinator_at, rebuild_spec, spec_children
 from .sources import LocalSource, ObjectSource, safe_local, with_prologue
 from .sym_arith import SymRangeValue
+from .raising_floats import byte_spans, clean_spans, note_spans
 from .values.scalars import SymFloatValue
 
 GRAPH_OUT = "___graph_out"  # the local holding the graph's outputs
@@ -60,6 +61,7 @@ class Codegen:
         self.insts: list[Instr] = []
         self.graph_call: Instr | None = None  # the CALL of the compiled graph (NOTE [Graph call span])
         self.prologue, self.kept = [], {}  # NOTE [Referents loaded once, at entry] (sources.kept_local)
+        self.float_spans: list = []  # (first, last) of each preloaded rebuilt float: NOTE [Rebuilt floats that raise]
 
     def emit(self, name: str, arg: Any = bytecode.UNSET) -> None:
         self.insts.append(Instr(name, arg) if arg is not bytecode.UNSET else Instr(name))
@@ -190,6 +192,7 @@ class Reconstructor:
                 self._store_preloaded(value)  # a frame local or a fixed object cannot change meanwhile
             return
         visiting.add(id(value))
+        start = len(self.cg.insts)
         children = _children(value)
         for child in children:
             self._preload(child, sourced, visiting)
@@ -200,6 +203,7 @@ class Reconstructor:
             return  # rebuilt from its bounds; reading its value would specialise them
         if isinstance(value, SymFloatValue) and _replayable_float(value):
             self._store_preloaded(value)  # NOTE [Computed floats rebuilt in Python]
+            self.cg.float_spans.append((self.cg.insts[start], self.cg.insts[-1]))  # NOTE [Rebuilt floats that raise]
             return
         if isinstance(value, (ListValue, DictValue, SetValue, NewObjectValue, PartialValue)) or _numpy_value(value) \
                 or isinstance(value, ConstantValue) and isinstance(value.value, BaseException) \
@@ -486,7 +490,8 @@ class Reconstructor:
     # it is rebuilt by running the same operations on the same floats in the transformed function: the
     # value eager computes, bit for bit, with the inputs guarded by type only. It is preloaded (NOTE
     # [Reload before replay]): its inputs are read from their sources before side effects replace them
-    # (`param_group["lr"] = lr * gamma` stores into the very item `lr` was read from).
+    # (`param_group["lr"] = lr * gamma` stores into the very item `lr` was read from). One that raises for a
+    # later value (`1.0 / v` at 0.0) reruns the call eagerly: NOTE [Rebuilt floats that raise].
     def _float_expression(self, node: Any, inputs: dict) -> None:
         import torch.fx
         if node in inputs:
@@ -744,7 +749,7 @@ def make_function(shape: FunctionShape, body: Codegen, f_globals: dict, defaults
     bc.flags = bytecode.CompilerFlags.OPTIMIZED | bytecode.CompilerFlags.NEWLOCALS | shape.flags
     bc.append(Instr("RESUME", 0))
     bc.extend(lifetimes.expand_release(temporaries_cleared(with_prologue(body), shape.argnames), shape.argnames))
-    code = _assemble(bc, body.graph_call)
+    code = _assemble(bc, body.graph_call, clean_spans(body, shape.argnames))
     fn = types.FunctionType(code, f_globals, shape.name, defaults)
     fn.__kwdefaults__ = kwdefaults
     return fn
@@ -770,28 +775,18 @@ def graph_call_span(code: types.CodeType) -> tuple[int, int]:
 # and converted the concrete bytecode back to abstract and again to concrete. The code objects are the same
 # (compared field by field, nested code included, at all 1,854 assemblies of 9 capture, guard, frame-cache and
 # HF test files on 3.11, 3.12 and 3.13); make_function takes about half the time.
-def _assemble(bc: bytecode.Bytecode, graph_call: Instr | None) -> types.CodeType:
-    if graph_call is None:
+def _assemble(bc: bytecode.Bytecode, graph_call: Instr | None, float_spans: list) -> types.CodeType:
+    if graph_call is None and not float_spans:
         return bc.to_code()
     cfg = bytecode.ControlFlowGraph.from_bytecode(bc)
     stacksize = cfg.compute_stacksize(compute_exception_stack_depths=True)
     concrete = cfg.to_bytecode().to_concrete_bytecode(compute_exception_stack_depths=False)
     code = concrete.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
-    # the concrete list holds one instruction per abstract one, in order, plus CACHE entries after some
-    ordinal = next(k for k, i in enumerate(i for i in bc if isinstance(i, Instr)) if i is graph_call)
-    offset, seen, start = 0, -1, None
-    for instr in concrete:
-        if not isinstance(instr, bytecode.ConcreteInstr):
-            continue
-        if instr.name != "CACHE":
-            seen += 1
-            if seen == ordinal:
-                start = offset
-            elif seen == ordinal + 1:
-                break
-        offset += instr.size
-    _GRAPH_CALL_SPANS[id(code)] = (start, offset)
-    weakref.finalize(code, _GRAPH_CALL_SPANS.pop, id(code), None)
+    spans = byte_spans(bc, concrete, [(graph_call, graph_call)] * (graph_call is not None) + float_spans)
+    if graph_call is not None:
+        _GRAPH_CALL_SPANS[id(code)] = spans.pop(0) or (-1, -1)
+        weakref.finalize(code, _GRAPH_CALL_SPANS.pop, id(code), None)
+    note_spans(code, spans)  # NOTE [Rebuilt floats that raise]
     return code
 
 

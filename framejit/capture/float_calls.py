@@ -9,7 +9,8 @@ run time, so the value is eager's bit for bit (round-half-even of round(a, 2), f
 negative numbers, -0.0 from abs and round are CPython's own). A call that raises for the value seen while
 tracing (math.sqrt(-1.0), math.log(0.0)) specialises it and raises eager's error, as before; a later value
 that raises raises in the graph as eager raises it (the frame reruns eagerly: NOTE [Graph failures rerun
-eagerly]). `float(a)` of a float is `a` itself. `bool(a)` is the relation `a != 0` of the float's symbol
+eagerly]), or, in a frame with no graph before it, in the float rebuilt in Python (the call reruns eagerly as
+well: NOTE [Rebuilt floats that raise] in raising_floats.py). `float(a)` of a float is `a` itself. `bool(a)` is the relation `a != 0` of the float's symbol
 (NOTE [Float relations]), guarded: every value on the same side hits the entry; a computed float has no
 symbol and specialises, as before.
 """

@@ -44,6 +44,7 @@ from .entry_checks import sizes_kept
 from .module_frame import module_call
 from .numpy_scalars import numpy_scalar_text
 from .op_warnings import rerun_without, shown_before_failure
+from .raising_floats import rebuilt_float_raised
 from .graph_errors import make_effects
 from .locators import ModuleNotImported
 from .requests import (COMPILE_LOCK, FRAMES, STATS, CompileRequest, Entry, FrameRow,  # NOTE [Threads]
@@ -132,6 +133,8 @@ class FrameHook(TracerInterop):
         """`exc` raised by the entry's graph: the call reruns eagerly, global state restored (NOTE [Graph failures rerun
         eagerly]); returns the warnings the graph showed, for the rerun to drop (NOTE [Warnings of a graph that raised]).
         Else None: the effects before the graph's ops are made (NOTE [Effects before a failing graph]), as for a signal's."""
+        if rebuilt_float_raised(exc, entry.fn.__code__, self._name()):  # NOTE [Rebuilt floats that raise]
+            return []
         if entry.rerun is None or from_signal_handler(exc) or not entry.rerun.raised_in_graph(exc, entry.fn.__code__):
             if entry.on_graph_error is not None:
                 make_effects(entry, exc, args, kwargs)

@@ -205,10 +205,13 @@ def _plain_constants(code: Any) -> Any:
 def _failed(hook: Any, entry: Any, exc: BaseException) -> tuple | None:
     """(arguments, warnings shown) to rerun the frame eagerly with, when `exc` came from the entry's graph
     and the entry reruns (its early effects are made otherwise: FrameHook._reruns); None: it propagates."""
-    if entry is None or (entry.rerun is None and entry.on_graph_error is None):
+    if entry is None:
         return None
-    from .graph_errors import graph_call_frame
-    frame = graph_call_frame(entry, exc)
+    from .raising_floats import preload_frame  # NOTE [Rebuilt floats that raise]: before any store, too
+    frame = preload_frame(exc, entry.fn.__code__)
+    if frame is None and (entry.rerun is not None or entry.on_graph_error is not None):
+        from .graph_errors import graph_call_frame
+        frame = graph_call_frame(entry, exc)
     if frame is None:
         return None
     values, code = frame.f_locals, entry.fn.__code__

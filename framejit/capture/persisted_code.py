@@ -187,6 +187,7 @@ def dump_code(fn: types.FunctionType, cg: Codegen, compiled: Any, recorder: Reco
     """The persisted form of the instructions `cg` holds (raises NotPersistable)."""
 
     insts, graph_call, call = [], None, getattr(cg, "graph_call", None)
+    at = {id(inst): k for k, inst in enumerate(with_prologue(cg))}
     for inst in with_prologue(cg):  # NOTE [Referents loaded once, at entry]
         if call is not None and inst is call:
             graph_call = len(insts)
@@ -199,7 +200,9 @@ def dump_code(fn: types.FunctionType, cg: Codegen, compiled: Any, recorder: Reco
         else:
             insts.append(_instr(inst.name, _NoArg if inst.arg is bytecode.UNSET else inst.arg, inst.lineno))
     try:
-        return pickle.dumps((insts, graph_call))
+        # NOTE [Rebuilt floats that raise]: which instructions are the prologue's and the rebuilt floats'
+        floats = [(at[id(first)], at[id(last)]) for first, last in getattr(cg, "float_spans", ())]
+        return pickle.dumps((insts, graph_call, len(getattr(cg, "prologue", ())), floats))
     except Exception as e:
         raise NotPersistable(f"the transformed code cannot be pickled: {type(e).__name__}: {e}") from None
 
@@ -208,7 +211,7 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
     """A Codegen holding the persisted instructions with their constants found again (raises on failure);
     `hooks` is the request's Hooks."""
 
-    insts, graph_call = pickle.loads(data)
+    insts, graph_call, prologue, floats = pickle.loads(data)
     cg = Codegen()
     for item in insts:
         if not isinstance(item, tuple):
@@ -221,6 +224,8 @@ def load_code(fn: types.FunctionType, data: bytes, compiled: Any, hooks) -> Code
         cg.insts.append(inst)
     if graph_call is not None:
         cg.graph_call = cg.insts[graph_call]
+    cg.float_spans = [(cg.insts[first], cg.insts[last]) for first, last in floats]  # NOTE [Rebuilt floats that raise]
+    cg.prologue, cg.insts = cg.insts[:prologue], cg.insts[prologue:]
     return cg
 
 
