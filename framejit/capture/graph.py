@@ -273,15 +273,10 @@ class OutputGraph:
 
     def distinct_objects_guard(self) -> None:
         """Called once the trace is done (NOTE [Objects by identity])."""
-        if not self.side_effects or len(self._by_object) < 2:
+        from .namespace_owners import aliasing_exprs  # NOTE [Instance dicts as dicts]
+        exprs = aliasing_exprs(self) if self.side_effects else []
+        if len(exprs) < 2:
             return
-        exprs = [src.expr(self.names) for _, src, _ in self._by_object.values()]
-        if any(type(obj) is dict for obj, _, _ in self._by_object.values()):  # NOTE [Instance dicts as dicts]
-            from .values.builder import instance_dict
-            of = self.name_of(instance_dict, "instance_dict")
-            exprs += [f"{of}({src.expr(self.names)})" for obj, src, _ in list(self._by_object.values())
-                      if type(obj) is not dict and instance_dict(obj) is not None
-                      and id(instance_dict(obj)) not in self._by_object]  # not one of the trace's dicts now
         self.add_guard("NO_ALIASING", f"___distinct_objects({', '.join(exprs)})", None,
                        expected="distinct objects (the frame mutates one of them)", cost=COST_TENSOR + 1)
 

@@ -76,6 +76,9 @@ def wrap(out, obj: Any, source: Source | None) -> Value:
             if mutable:
                 out.remember_object(obj, source, value)
                 _link_instance_dict(out, obj, source, value)
+            elif isinstance(obj, (types.FunctionType, types.ModuleType)):
+                from ..namespace_owners import link_namespace_owner
+                link_namespace_owner(out, obj, source)  # NOTE [Functions and modules beside their dicts]
         return out.remember(source, value)
     return wrap_unguarded(obj)
 
@@ -98,6 +101,9 @@ def _link_instance_dict(out, obj: Any, source: Source, value: Value) -> None:
     if type(obj) is dict:
         owner = owners.get(id(obj))
         if owner is not None and owner[0] is obj:
+            if len(owner) > 2:  # a function's or module's (NOTE [Functions and modules beside their dicts])
+                from ..namespace_owners import check_owner_stores
+                check_owner_stores(out, owner[2], owner[1])
             out.side_effects.apply_pending_attrs(obj, value)  # NOTE [Stores under a dict the trace holds]
             value.instance_dict_of = owner[1]
         return
