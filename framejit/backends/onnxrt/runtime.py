@@ -65,6 +65,7 @@ _NUMPY_DTYPES = {
 # "weight" that changes every call). Freezing is on by default for inference programs; training
 # programs (backends/joint.py) never freeze (compiler.py). Not seen: see watch.py.
 _MAX_REFREEZE = 2
+_MAX_ALTERNATES = 2  # other frozen sessions a part keeps (NOTE [A session per set of weights])
 
 
 # NOTE [Weights whose storage is held elsewhere are fed]
@@ -450,6 +451,7 @@ class OrtPart(torch.nn.Module):
         """Feed the weights at `positions` on every call from now on instead of freezing them."""
         self.frozen_positions = tuple(i for i in self.frozen_positions if i not in positions)
         self.frozen_model = None  # made again for the names left (NOTE [Frozen models are cached])
+        self._alternates = None  # NOTE [A session per set of weights]
         self._fed = [(n, i) for i, n in enumerate(self.input_names) if i not in self.frozen_positions]
         self._vector_run = None
 
@@ -498,12 +500,50 @@ class OrtPart(torch.nn.Module):
     def _check_frozen(self, args) -> None:
         if self.session is not None and self._frozen_current(args):
             return
+        if self.session is not None and self._switch_session(args):
+            return
         self.refreezes += self.session is not None
         if self.refreezes > _MAX_REFREEZE:
             logs.log("output_code", "onnxrt: weights of a part changed %d times; it stops freezing them",
                      self.refreezes)
             self._stop_freezing(self.frozen_positions)
         self._make_session(args)
+
+    # NOTE [A session per set of weights]
+    # One compiled program serves every instance of a module class whose calls pass its guards (the weights
+    # are the graph's inputs), so two instances called in turn gave the part another instance's weights at
+    # every call: it rebuilt its session each time and after `_MAX_REFREEZE` rebuilds stopped freezing, which
+    # lost ORT's prepacking and constant folding (zoo lstm, 2 instances called in turn, 1 thread: 0.80x eager
+    # against 0.95-0.99x for one instance; 0.94-0.97x with this). So the part keeps up to `_MAX_ALTERNATES` other
+    # frozen sessions, each with the state that vouches for it, and switches to one whose frozen tensors are
+    # the objects now fed and which passes the same check (`_frozen_current`: versions, data pointers,
+    # `.data` uses, holders, compared copies). An alternate made for these same tensor objects that fails the
+    # check can never pass again (versions and use counts only grow) and is dropped; a new set of weights
+    # still counts a rebuild. Stopping freezing drops them all. A kept session keeps its weights alive (as the
+    # current one does) until it is dropped, also after their module is gone.
+    _SESSION_STATE = ("session", "_vector_run", "_frozen", "_copies", "_frozen_check", "_epoch", "output_names",
+                      "_holders")
+    _alternates: list | None = None
+
+    def _switch_session(self, args) -> bool:
+        """Stash the current session and take a kept one made for the fed weights (NOTE [A session per set
+        of weights]); False, the current one stashed unless its own tensors changed, when none fits."""
+        names = self._SESSION_STATE
+        ids = list(map(id, self._frozen_check[0](args)))
+        current = tuple(getattr(self, name) for name in names)
+        kept = [] if self._frozen_check[1] == ids else [current]  # its own tensors changed: never again
+        found = None
+        attributes = vars(self)  # not nn.Module.__setattr__: none of these is a module, parameter or buffer
+        for state in self._alternates or []:
+            attributes.update(zip(names, state))
+            if found is None and self._frozen_check[1] == ids:
+                if self._frozen_current(args):
+                    found = tuple(getattr(self, name) for name in names)
+                continue  # a match, or these very tensors changed and it can never serve again
+            kept.append(state)
+        self._alternates = kept[-_MAX_ALTERNATES:]
+        attributes.update(zip(names, found or current))
+        return found is not None
 
     def forward(self, *args):
         if self.device.type == "cpu":
