@@ -13,6 +13,7 @@ globals. These code objects are never marshalled.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import sys
@@ -40,7 +41,7 @@ from .stdlib import GETTERS, getter_args
 from .caught_exceptions import exception_rebuild, temporaries_cleared
 
 from . import const_keys  # noqa: F401,E402 - NOTE [Constants kept apart by type]: installed on import
-from .mappings_runtime import grad_mode_manager, make_defaultdict, view_of, view_of_object
+from .mappings_runtime import grad_mode_manager, make_defaultdict, make_reordered, view_of, view_of_object
 from .context import rebuildable_manager
 from .values.mappings import IdentityKey, key_value, viewed_object
 from .partials import check_rebuildable, make_partial, partial_parts
@@ -548,6 +549,11 @@ class Reconstructor:
         if isinstance(value, DefaultDictValue):
             factory = value.factory if value.factory is not None else ConstantValue(None)
             self._call_const(make_defaultdict, [factory, DictValue(value.items)])
+            return
+        if type(value.items) is collections.OrderedDict and list(value.items) != list(dict.keys(value.items)):
+            linked = TupleValue([key_value(k) for k in value.items])  # NOTE [Reordered OrderedDicts made ...]
+            underlying = DictValue(dict(dict.items(value.items)))  # in mappings.py
+            self._call_const(make_reordered, [ConstantValue(value.cls), underlying, linked])
             return
         if value.cls is not dict:
             cg.push_null()

@@ -23,7 +23,7 @@ from .values import BuiltinValue, ConstantValue, DefaultDictValue, DictValue, Va
 # stay breaks, and so do dict's `keys`, `values` and `items` of an OrderedDict from outside or one move_to_end
 # reordered in the trace (`reordered`, set by mappings._move_to_end): `dict.keys(od)` iterated the linked order
 # where eager iterates the underlying one, a silent wrong order. (An OrderedDict made and reordered in the
-# trace is rebuilt at the break in its linked order, losing the underlying one: still wrong, and rare.)
+# trace is rebuilt at the break with both orders: NOTE [Reordered OrderedDicts made in the trace].)
 # (`dict.__or__(od, e)` copies od through its keys(), in OrderedDict's order, as dict_merge does for a dict
 # whose type overrides iteration.)
 # A defaultdict's `__or__` is defaultdict's own (not modelled here); its eq, ne, iter and ior are dict's.

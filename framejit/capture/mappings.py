@@ -110,6 +110,13 @@ def _popitem(d: DictValue, last: bool) -> Value:
     return TupleValue([key_value(key), d.items.pop(key)])
 
 
+# NOTE [Reordered OrderedDicts made in the trace]: an OrderedDict keeps two orders: its linked list (what it
+# iterates) and its underlying dict (what dict's own keys/items/values/__iter__ read). Only move_to_end makes
+# them differ. From the first move_to_end on, the DictValue's `items` is a real OrderedDict, reordered by its
+# own move_to_end, so both orders are CPython's own through every later insert, delete and popitem; the
+# value is rebuilt (codegen._dict, as_constant) by mappings_runtime.make_reordered: the underlying order first,
+# then move_to_end in the linked order. dict's own iteration of it stays a break (dict_slots.py), which now
+# runs on an exact rebuild (it was rebuilt in its linked order: `dict.keys(od)` came back reordered).
 @handles(_OD.move_to_end)
 def _move_to_end(tx, args, kwargs):
     d = _mutable(tx, args[0])
@@ -117,8 +124,9 @@ def _move_to_end(tx, args, kwargs):
     last = (args[2] if len(args) > 2 else kwargs.get("last", ConstantValue(True))).as_constant()
     if key not in d.items:
         raise UserException(KeyError(key))
-    value = d.items.pop(key)
-    d.items = {key: value, **d.items} if not last else {**d.items, key: value}
+    if not isinstance(d.items, _OD):  # NOTE [Reordered OrderedDicts made in the trace]
+        d.items = _OD(d.items)
+    d.items.move_to_end(key, last=bool(last))
     d.reordered = True  # its underlying dict keeps the old order: NOTE [Dict slots of subclasses]
     return ConstantValue(None)
 

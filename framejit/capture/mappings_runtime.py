@@ -28,6 +28,14 @@ def view_of_object(obj: dict, ordered: bool, kind: str) -> Any:
     return getattr(collections.OrderedDict if ordered else dict, kind)(obj)
 
 
+def make_reordered(cls: type, underlying: dict, linked: tuple) -> collections.OrderedDict:
+    """An OrderedDict (subclass) whose underlying dict iterates as `underlying` and whose own order is
+    `linked` (NOTE [Reordered OrderedDicts made in the trace] in mappings.py)."""
+    od = cls(underlying)
+    for key in linked:
+        collections.OrderedDict.move_to_end(od, key)  # not a subclass's own
+    return od
+
 
 
 # NOTE [Exceptions made while tracing]: `ValueError("v")` with constant arguments is folded to a real

@@ -75,6 +75,10 @@ class DictValue(Value):
         for k in self.items:
             note_key_read(k)
         items = ((k, v.as_constant()) for k, v in self.items.items())
+        if type(self.items) is collections.OrderedDict:  # NOTE [Reordered OrderedDicts made in the trace]
+            from ..mappings_runtime import make_reordered
+            underlying = {k: self.items[k].as_constant() for k in dict.keys(self.items)}
+            return make_reordered(self.cls, underlying, tuple(self.items))
         return self.cls(dict(items)) if self.cls is types.MappingProxyType else self.cls(items)
 
     def describe(self) -> str:
