@@ -31,7 +31,7 @@ from .frame_locals import frame_reader_break, reads_own_locals
 from .caught_exceptions import emit_final_locals, final_locals, final_values  # NOTE [Locals of a frame in a traceback]
 from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph]
 from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_comprehensions, persisted_code, python_loops
-from . import deferred_readers, step_breaks
+from . import deferred_readers, made_classes, step_breaks
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .reentrant_checkpoint import frame_binding, reentrant_regions
@@ -437,7 +437,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     rebuild.emit(ret)
     emit_final_locals(cg, rebuild, fn.__code__, final or {})
     cg.return_value()
-    transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
+    transformed = _transformed(shape, cg, fn)
     _log_bytecode(fn, transformed)
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
@@ -487,6 +487,13 @@ def _finalizer_suspended(output, first) -> bool:
     return False
 
 
+def _transformed(shape: FunctionShape, cg, fn) -> types.FunctionType:
+    """The transformed function of `cg`, unless it hands out a class made per call (NOTE [Classes made per
+    call] in made_classes.py: Unsupported)."""
+    made_classes.check_code(cg)
+    return make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
+
+
 def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: CompileRequest,
                  exc: Unsupported | UserException, first) -> Entry | None:
     """The entry for a frame that breaks at `exc` (graph_break.py), or None to run it eagerly."""
@@ -523,7 +530,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         gen.shaped_by_data = getattr(exc, "shaped_by_data", False)  # NOTE [Results shaped by data are dynamic ...]
         compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
-        transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
+        transformed = _transformed(shape, cg, fn)
     except (Unsupported, UserException) as e:
         if site.loop is not None:  # the loop cannot run as Python here: break where the trace did
             return _break_entry(fn, shape, args, kwargs, request, exc.moved_from, first)
@@ -577,7 +584,7 @@ def _nested_break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, req
         gen = nested_breaks.NestedBreakCodegen(fn, frames, site, request, recorder)
         compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
-        transformed = make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
+        transformed = _transformed(shape, cg, fn)
     except BackendCompilerFailed:
         raise
     except Exception as e:  # out of scope or unsupported: the plain break at the root's call

@@ -14,6 +14,7 @@ import inspect
 import operator
 import sys
 import types
+from enum import Enum
 from typing import Any, Callable
 
 import torch
@@ -63,6 +64,9 @@ def constant_fold(fn: Callable, /, *values: Any, **kwargs: Any) -> Value:
         result = fn(*values, **kwargs)
     except Exception as e:
         raise UserException(e) from None
+    if isinstance(result, type) and isinstance(fn, type) and issubclass(type(fn), type(Enum)):  # Enum("M", names)
+        from .made_classes import note_made_class
+        note_made_class(result)  # NOTE [Classes made per call]
     return folded_value(result)  # NOTE [Mutable results of folded calls]
 
 
