@@ -93,9 +93,17 @@ def _walk(task: int) -> set:
 
 
 def key_of(node):
-    """The key under which `node` (or, for a leaf's AccumulateGrad, its tensor) is noted."""
+    """The key under which `node` (or, for a leaf's AccumulateGrad, its tensor) is noted. A joint's node
+    whose class joint_kept swapped for its keeping subclass (NOTE [Saved tensors kept for the other outputs]
+    in joint_kept.py) keeps the key of its own class: a walk that noted it before the swap (a later joint's
+    edge, walked first) and the joint's own query after it name the same node (review revAC HIGH-1/2)."""
     leaf = getattr(node, "variable", None)
-    return ("leaf", id(leaf)) if leaf is not None else (node._sequence_nr(), type(node))
+    if leaf is not None:
+        return ("leaf", id(leaf))
+    cls = type(node)
+    if cls.__dict__.get("_framejit_kept_class") is None and getattr(cls, "_framejit_kept_class", None) is cls:
+        cls = cls.__base__
+    return (node._sequence_nr(), cls)
 
 
 def key_of_tensor(t):
