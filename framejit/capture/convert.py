@@ -35,7 +35,8 @@ from . import deferred_readers, made_classes, step_breaks
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .reentrant_checkpoint import frame_binding, reentrant_regions
-from .python_draws import emit_draws, has_draws
+from .python_draws import has_draws
+from .raising_floats import floats_then_draws  # NOTE [Rebuilt floats that raise]
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
 from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .requests import STATS, CompileRequest, Entry, rerun_state
@@ -429,8 +430,8 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         compiled = binding.graph(compiled) if binding is not None else compiled
         cg.call_graph(compiled, [inp.source for inp in output.inputs])
         output_index = {id(v.node): i for i, v in enumerate(outputs)}
-    emit_draws(cg, output)  # NOTE [Draws from the random module]: after the graph, before anything else
-    rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)
+    rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)  # NOTE [Draws from the random module]
+    floats_then_draws(rebuild, [ret, *output.side_effects.values(), *kept], output, bool(output.side_effects))
     rebuild.preload([ret, *output.side_effects.values(), *kept], sourced=bool(output.side_effects))
     output.side_effects.emit(rebuild)
     graph_break.restore_grad_mode(cg, output)

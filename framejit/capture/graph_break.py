@@ -187,8 +187,8 @@ class BreakCodegen:
         self.settles = compiled if is_speculated(compiled) else None  # NOTE [Joints kept across a plain break]
         if compiled is not None:
             cg.call_graph(compiled, [inp.source for inp in inputs])
-        from .python_draws import emit_draws
-        emit_draws(cg, self.tx.output)  # NOTE [Draws from the random module]: before the reloads below
+        from .raising_floats import floats_then_draws  # NOTE [Rebuilt floats that raise]: floats before draws
+        floats_then_draws(rebuild, self.values(), self.tx.output)  # NOTE [Draws from the random module]
         live = self.stack + self._live_locals()
         # NOTE [Reload before the break's call]: a value read while tracing from a source (`a = L[0]`,
         # `g = D.get(k)`, the first item of a list read lazily: NOTE [Lists from outside]) is loaded now,

@@ -16,7 +16,8 @@ Which preloads qualify (`clean_spans`): each one's instructions are recorded by 
 float's input reloads, its operations, the store into its local: `Codegen.float_spans`), and one counts
 only while every instruction before it in the body (after the prologue of reads, NOTE [Referents loaded
 once, at entry]) is a load, a local store, a tuple or list build, or another such preload. A graph call, a
-draw of the random module, a replayed effect, a try block: the preloads after it keep raising as before.
+draw of the random module, a replayed effect, a try block: the preloads after it keep raising as before
+(the floats are preloaded before the draws, `floats_then_draws`: they never read one).
 The byte offsets of the qualifying preloads are kept per code object, as the graph call's are (NOTE [Graph
 call span] in codegen.py), and persisted with break code (persisted_code.py), so a warm process's entry
 reruns too.
@@ -119,3 +120,26 @@ def rebuilt_float_raised(exc: BaseException, code: types.CodeType, name: str) ->
 
 
 __all__ = ["byte_spans", "clean_spans", "note_spans", "preload_frame", "rebuilt_float_raised"]
+
+
+def floats_then_draws(rebuild: Any, values: list, output: Any, sourced: bool = True) -> None:
+    """Preload the replayable rebuilt floats reachable from `values`, then emit the random module's draws
+    (NOTE [Draws from the random module]). A draw is an effect: a float preloaded after it never reran, so
+    `r = random.random(); ...; 1.0 / v` at v = 0.0 raised to the caller with the effects before it lost. The
+    floats read only their sourced roots, never a draw, so they go first and stay clean spans."""
+    from .codegen import _children, _replayable_float
+    from .python_draws import emit_draws
+    from .values import Value
+    from .values.scalars import SymFloatValue
+    seen: set[int] = set()
+    pending = list(reversed(values))
+    while pending:
+        value = pending.pop()
+        if id(value) in seen or not isinstance(value, Value):
+            continue
+        seen.add(id(value))
+        if isinstance(value, SymFloatValue) and _replayable_float(value):
+            rebuild.preload([value], sourced)
+        elif value.source is None:
+            pending.extend(reversed(_children(value)))
+    emit_draws(rebuild.cg, output)
