@@ -539,6 +539,19 @@ def deque_iterator(d: ListValue) -> IteratorValue:
     return iterator
 
 
+def _viewed_dict(value: Value) -> tuple[Any, str | None]:
+    """The dict a dict view or a mappingproxy (values/mappings.py) reads, and the view's kind (None: the keys
+    of the dict itself). NOTE [Proxies iterate their dict]: `iter(proxy)` is the dict's own key iterator and
+    `proxy.items()` is a view whose `mapping` is the proxy; both read the dict under the proxy, so a write to
+    that dict while iterating raises "dictionary changed size during iteration" as in CPython."""
+    from .mappings import MappingProxyValue
+    view = getattr(value, "kind", None) if not isinstance(value, MappingProxyValue) else None
+    mapping = value if isinstance(value, MappingProxyValue) else getattr(value, "mapping", None)
+    while isinstance(mapping, MappingProxyValue):
+        mapping = mapping.mapping
+    return mapping, view
+
+
 def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     """The iterator `iter(value)` gives, `items` being what it yields (NOTE [Live iteration])."""
     if isinstance(value, ListValue) and value.cls is collections.deque:
@@ -546,9 +559,9 @@ def iterator_over(value: Value, items: list[Value]) -> IteratorValue:
     if isinstance(value, (ListValue, DictValue, SetValue)) and \
             value.python_type() in (list, dict, set, frozenset, collections.OrderedDict, collections.defaultdict):
         return IteratorValue(items, owner=value)
-    mapping = getattr(value, "mapping", None)  # a dict view (values/mappings.DictViewValue)
+    mapping, view = _viewed_dict(value)
     if isinstance(mapping, DictValue) and mapping.python_type() in (dict, collections.OrderedDict, collections.defaultdict):
-        return dict_iterator(mapping, value.kind, reverse=False)  # NOTE [Dict iterators read live]
+        return dict_iterator(mapping, view, reverse=False)  # NOTE [Dict iterators read live]
     iterator = IteratorValue(items)
     # NOTE [Iterators of their own type]: `iter(t)` of a tuple is a tuple_iterator, of a range a
     # range_iterator, of a str a str_ascii_iterator/str_iterator, ...; the trace answers `type(it)` with that
