@@ -407,14 +407,21 @@ def _sorted(tx, args, kwargs):
         if not all(k.is_constant() and not symbolic(k) for k in keys):  # NOTE [Sorting by symbolic keys]
             order = sorted(range(len(items)), key=lambda i: _TracedOrder(tx, keys[i]), reverse=reverse)
             return ListValue([items[i] for i in order])
-        order = sorted(range(len(items)), key=lambda i: keys[i].as_constant(), reverse=reverse)
+        order = _sorted_constants(range(len(items)), key=lambda i: keys[i].as_constant(), reverse=reverse)
         return ListValue([items[i] for i in order])
     if not all(i.is_constant() and not symbolic(i) for i in items):
         if any(isinstance(i, TensorValue) for i in items):
             raise Unsupported(BreakKind.DATA_DEPENDENT, "sorted() of tensors compares tensor data")
         order = sorted(range(len(items)), key=lambda i: _TracedOrder(tx, items[i]), reverse=reverse)
         return ListValue([items[i] for i in order])
-    return ListValue([ConstantValue(v) for v in sorted(_consts(items), reverse=reverse)])
+    return ListValue([ConstantValue(v) for v in _sorted_constants(_consts(items), reverse=reverse)])
+
+
+def _sorted_constants(values, **kwargs) -> list:
+    try:  # keys that do not compare (`sorted({1: 0, "b": 0})`): CPython's own TypeError, the user's (hhuntG4 LOW-5)
+        return sorted(values, **kwargs)
+    except TypeError as e:
+        raise UserException(e) from None
 
 
 class _TracedOrder:

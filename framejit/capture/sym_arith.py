@@ -743,7 +743,7 @@ def float_of_int(tx, v: Value) -> Value:
     if known is not None:
         return known
     hint = v.sym.node.hint
-    if type(hint) is not int:
+    if type(hint) is not int or abs(hint).bit_length() > 1023:  # float(10**400) overflows: the op's own (LOW-6)
         return v
     result = tx.output.add_float_input(float(hint), source)
     if size_of is not None:
