@@ -62,7 +62,7 @@ def _rebuilt_rows(site: Any, stack: list, moved_from: Any) -> bool:
         return False  # set by carried_loops.data_break only: an op's fake run needed the data
     value = stack[-1]
     return isinstance(value, IteratorValue) and value.owner is None and value.made_at is not None and \
-        getattr(value, "lazy", None) is not None and bool(value.items) and all(_row_item(i) for i in value.items)
+        _rebuilt(value) and bool(value.items) and all(_row_item(i) for i in value.items)
 
 
 def _every_step(code: Any, site: Any, stack: list, moved_from: Any) -> bool:
@@ -93,7 +93,25 @@ def _known_items(value: Any) -> bool:
     from .values import ConstantValue, IteratorValue, SequenceValue
     if isinstance(value, IteratorValue):
         return value.owner is None and bool(value.items) and value.index == 0 and \
-            (value.made_at is None or getattr(value, "lazy", None) is not None)
+            (value.made_at is None or _rebuilt(value))
     if isinstance(value, SequenceValue):
         return value.python_type() in (list, tuple) and bool(value.items)
     return isinstance(value, ConstantValue) and type(value.value) in (tuple, range) and len(value.value) > 0
+
+
+def _rebuilt(value: Any) -> bool:
+    """NOTE [Rebuilt before the backend]: the combinator `value` (made in the trace) and the arguments it drew
+    from can be rebuilt after the graph before the loop. The break code loads each argument as an object of its
+    own before the combinator (codegen's children), and an iterator a combinator drew from (`lent_at`, NOTE
+    [Lent iterators]) cannot be: `zip(reversed(range(3)), ws)` was accepted, the graph before the loop went to
+    the backend, and only then did building the break code fail and fall back to the unrolled form, one graph
+    compiled and thrown away per new input size (review revAD MED-1: 15 graphs over 5 calls, not 13)."""
+    from .lazy_combinators import rebuild_spec, spec_children
+    from .values import IteratorValue
+    if rebuild_spec(value) is None:
+        return False
+    for child in spec_children(value):
+        if isinstance(child, IteratorValue) and (
+                child.lent_at is not None if child.made_at is None else not _rebuilt(child)):
+            return False
+    return True

@@ -131,3 +131,47 @@ def test_rows_of_an_enumerated_zip_run_as_python():
     backend = run_differential(_zipped_rows, args, seeds=(0, 1, 2, 3), fullgraph=False)
     # before, each step's rest was a resume function recompiled per step and size (8 graphs)
     assert backend.graph_count <= 4, backend.graph_count
+
+
+_WEIGHTS = [torch.full((4,), 1.5), torch.full((4,), -2.0), torch.arange(4.0)]
+
+
+def _zip_over_reversed(h, ids):
+    new = torch.zeros_like(h)
+    for i, w in zip(reversed(range(3)), _WEIGHTS):
+        m = ids == i
+        new[m] = h[m] * w
+    return new
+
+
+class _RunCounting(CountingBackend):
+    """Counts how often each compiled graph runs: a graph compiled and then thrown away never does."""
+
+    def __call__(self, gm, example_inputs):
+        super().__call__(gm, example_inputs)
+        index = len(self.graphs) - 1
+        self.runs = getattr(self, "runs", []) + [0]
+
+        def run(*args):
+            self.runs[index] += 1
+            return gm.forward(*args)
+        return run
+
+
+def test_zip_over_an_iterator_it_drew_compiles_no_graph_it_throws_away():
+    """NOTE [Rebuilt before the backend] in step_breaks.py (review revAD MED-1): the zip cannot be rebuilt at
+    a break (it drew from `reversed(...)`), so the loop stays unrolled; the graph before it must not be handed
+    to the backend first and then dropped (one wasted compile per new size: 15 graphs over these 5 calls, 13
+    now)."""
+    def args(seed):
+        b = (4, 4, 6, 3, 7)[seed]
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(b, 4, generator=g), torch.randint(0, 3, (b,), generator=g)
+    backend = _RunCounting()
+    before = eager_frames()
+    run_differential(_zip_over_reversed, args, seeds=(0, 1, 2, 3, 4), fullgraph=False, backend=backend)
+    assert eager_frames() == before
+    # never run: only the first trace's graph up to the break, once per new size (the unrolled form moves the
+    # break); before, the graph before the loop was also compiled once more per new size and dropped
+    assert backend.runs.count(0) <= 2, backend.runs
+    assert backend.graph_count <= 13, backend.graph_count
