@@ -272,7 +272,10 @@ def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -
     if name == "copy" and getattr(fn, "__objclass__", None) is not dict:  # OrderedDict.copy: type(self)(self)
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} on a {obj.cls.__name__} made while tracing")
     if name in ("keys", "values", "items", "get", "update", "pop", "setdefault", "copy", "clear"):
-        return call_container_method(tx, getattr(dict, name), [items, *rest], kwargs)
+        # NOTE [OrderedDict methods of dict objects]: OrderedDict's own pop/setdefault/keys/... take other
+        # arguments (keywords) and name another class in their errors than dict's: the owner is fn's.
+        owner = collections.OrderedDict if getattr(fn, "__objclass__", None) is collections.OrderedDict else dict
+        return call_container_method(tx, getattr(owner, name), [items, *rest], kwargs)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} on a {obj.cls.__name__} made while tracing")
 
 
