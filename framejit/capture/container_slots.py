@@ -24,6 +24,7 @@ dict and OrderedDict methods are checked the same way against the counts below (
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import operator
 from typing import Any
@@ -128,11 +129,15 @@ def _raise_arity_error(owner: type, name: str, args: list, kwargs: dict) -> None
 _DICT_ARITY = {"get": (1, 2, False), "pop": (1, 2, False), "setdefault": (1, 2, False), "update": (0, 1, True),
                "keys": (0, 0, False), "values": (0, 0, False), "items": (0, 0, False), "copy": (0, 0, False),
                "clear": (0, 0, False), "__getitem__": (1, 1, False), "__contains__": (1, 1, False),
-               "__len__": (0, 0, False), "__iter__": (0, 0, False)}
+               "__len__": (0, 0, False), "__iter__": (0, 0, False), "popitem": (0, 0, False)}
 
 
 def check_dict_arguments(owner: type, name: str, args: list[Value], kwargs: dict[str, Value]) -> None:
     """NOTE [Argument errors of container methods] for dict and OrderedDict methods."""
+    if owner is collections.OrderedDict and name == "popitem":  # popitem(last=True): one, by name or position
+        if len(args) + len(kwargs) > 1 or set(kwargs) - {"last"}:
+            _raise_arity_error(owner, name, args, kwargs)
+        return
     least, most, keywords = _DICT_ARITY.get(name, (0, len(args), True))
     if least <= len(args) <= most and (keywords or not kwargs):
         return

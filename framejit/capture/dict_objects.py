@@ -267,7 +267,9 @@ def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -
     simple = {"__getitem__": lambda: getitem(tx, items, rest[0]), "__len__": lambda: ConstantValue(length(tx, items)),
               "__contains__": lambda: ConstantValue(contains(tx, rest[0], items)),
               "__iter__": lambda: IteratorValue(iterate(tx, items))}
-    if name in simple:
+    if name in simple:  # their arity as dict's (NOTE [Argument errors of container methods])
+        from .container_slots import check_dict_arguments
+        check_dict_arguments(dict, name, rest, kwargs)
         return simple[name]()
     if name == "copy" and getattr(fn, "__objclass__", None) is not dict:  # OrderedDict.copy: type(self)(self)
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} on a {obj.cls.__name__} made while tracing")

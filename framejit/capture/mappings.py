@@ -18,6 +18,7 @@ from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import BUILTIN_HANDLERS, _dict, handles
+from .container_slots import check_dict_arguments
 from .protocol import draws_lazily, grow_while_drawing, iterate
 from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictValue, DictValue, ListValue,
                      SetValue, TupleValue, Value)
@@ -91,12 +92,14 @@ def _mutable(tx, d: Value) -> DictValue:
 
 @handles(dict.popitem)
 def _dict_popitem(tx, args, kwargs):
+    check_dict_arguments(dict, "popitem", args[1:], kwargs)  # NOTE [Argument errors of container methods]
     d = _mutable(tx, args[0])
     return _popitem(d, last=True)
 
 
 @handles(_OD.popitem)
 def _od_popitem(tx, args, kwargs):
+    check_dict_arguments(_OD, "popitem", args[1:], kwargs)
     d = _mutable(tx, args[0])
     last = (args[1] if len(args) > 1 else kwargs.get("last", ConstantValue(True))).as_constant()
     return _popitem(d, last=bool(last))
