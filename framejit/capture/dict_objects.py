@@ -278,6 +278,9 @@ def call_base_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -
         # arguments (keywords) and name another class in their errors than dict's: the owner is fn's.
         owner = collections.OrderedDict if getattr(fn, "__objclass__", None) is collections.OrderedDict else dict
         return call_container_method(tx, getattr(owner, name), [items, *rest], kwargs)
+    if name == "popitem":  # a break, but arguments that do not bind raise the method's own error (not the
+        from .container_slots import check_dict_arguments  # bound method's, which names the subclass)
+        check_dict_arguments(getattr(fn, "__objclass__", dict), name, rest, kwargs)
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{fn.__qualname__} on a {obj.cls.__name__} made while tracing")
 
 

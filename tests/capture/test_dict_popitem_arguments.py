@@ -22,6 +22,11 @@ class _SD(dict):
         return 1
 
 
+class _SOD(collections.OrderedDict):
+    def own(self):
+        return 1
+
+
 CALLS = {
     "dict_popitem1": (dict, lambda d: d.popitem(1)),
     "dict_popitem_last": (dict, lambda d: d.popitem(last=False)),
@@ -32,6 +37,9 @@ CALLS = {
     "od_popitem_last": (collections.OrderedDict, lambda d: d.popitem(last=False)),
     "od_popitem_pos": (collections.OrderedDict, lambda d: d.popitem(False)),
     "dict_popitem": (dict, lambda d: d.popitem()),
+    "sub_popitem1": (_SD, lambda d: d.popitem(1)),
+    "sub_popitem_last": (_SD, lambda d: d.popitem(last=False)),
+    "odsub_popitem2": (_SOD, lambda d: d.popitem(1, 2)),
     "sub_len1": (_SD, lambda d: d.__len__(1)),
     "sub_contains0": (_SD, lambda d: d.__contains__()),
 }
