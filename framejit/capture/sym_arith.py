@@ -94,17 +94,17 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
     if ta is int and tb is int:
         if fn not in _INT_BINARY:
             return None
-        if fn is operator.pow and isinstance(b, ConstantValue) and b.value < 0 and _known_positive(tx, a):
-            return _keep(tx, fn, (a, b))  # NOTE [Negative powers of sizes]
+        if fn is operator.pow and real_fractional_power(tx, a, b, int):  # NOTE [Negative powers of sizes], [Int
+            return _keep(tx, fn, (a, b))  # bases to fractional and negative powers] in float_powers.py
         if fn in _NATURAL_RIGHT and not _known_natural(tx, b):
             return None  # a negative exponent or shift: a float or a ValueError, depending on the value
         if fn is operator.pow and is_sym(b) and not _known_natural(tx, a):
             return None  # NOTE [Negative bases to symbolic powers]
     elif fn not in _FLOAT_BINARY and not (fn is operator.pow and ta is int and _known_positive(tx, a)) and \
             not (fn is operator.pow and ta is float and tb is int and (_nonzero(a) or _known_natural(tx, b))) and \
-            not (fn is operator.pow and ta is float and _whole_power(b)) and \
-            not (fn is operator.pow and ta is float and real_fractional_power(tx, a, b)):  # NOTE [Float bases to
-        return None  # fractional powers] in float_powers.py
+            not (fn is operator.pow and _whole_power(b)) and \
+            not (fn is operator.pow and real_fractional_power(tx, a, b, ta)):  # NOTE [Float bases to fractional
+        return None  # powers], [Int bases to fractional and negative powers] in float_powers.py
     if fn in DIVISIONS and is_sym(b) and not guarded_nonzero(b.sym):
         return None  # NOTE [Symbolic divisors are guarded nonzero] in shapes.py: folding raises eager's error
     return _keep(tx, fn, (a, b))
@@ -119,7 +119,7 @@ def binary(tx, fn: Callable, a: Value, b: Value) -> Value | None:
 # raises only for a zero base with a negative exponent: kept symbolic when the base is a nonzero constant or
 # the exponent is >= 0 on every call the entry serves. A negative constant base is refused by torch (the int
 # specialises, as before); an overflow raises OverflowError in the graph's own Python pow, as eager does.
-# A float to a constant whole float power >= 0 (PolynomialLR's `(...) ** 1.0`, `** 2.0`) is real for every base.
+# A float or int to a constant whole float power >= 0 (PolynomialLR's `(...) ** 1.0`, `** 2.0`): real for any base.
 def _whole_power(v: Value) -> bool:
     return isinstance(v, ConstantValue) and type(v.value) is float and v.value >= 0 and v.value.is_integer()
 
