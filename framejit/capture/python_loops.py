@@ -177,8 +177,7 @@ def symbolic_range_loop(tx, inst: Any, iterable: Any) -> Any:
     exc = Unsupported(BreakKind.DYNAMIC_CONTROL_FLOW, f"a for loop over {iterable.describe()}, whose length is "
                       "symbolic: it runs as Python instead of unrolling, which would specialise the length "
                       "(NOTE [Loops over symbolic ranges])")
-    from .symbolic_steps import computes  # NOTE [Scans over symbolic ranges] there: such a loop steps instead
-    if tx.parent is None and not computes(insts, loop):  # in an inlined callee, the root frame breaks at the call
+    if tx.parent is None:  # in an inlined callee, the root frame breaks at the call (its own frame then loops)
         exc.root_index, exc.range_loop = inst.index, loop.index
     return exc
 

@@ -136,9 +136,7 @@ def _store_item(tx, obj, key, value):
     if isinstance(obj, TensorValue):  # in-place, like any tensor op (NOTE [Input mutation] in graph.py)
         from ..tensor_operators import check_tensor_dunder  # NOTE [Patched tensor operators]
         check_tensor_dunder(tx, obj, "__setitem__")
-        from ..symbolic_steps import store_select  # NOTE [Symbolic int indices stored to]
-        if not store_select(tx, obj, key, value):
-            tx.output.call("call_function", operator.setitem, (obj, key, value), {})
+        tx.output.call("call_function", operator.setitem, (obj, key, value), {})
         return
     from ..numpy_support import NdarrayValue, setitem
     if isinstance(obj, NdarrayValue):  # NOTE [NumPy as torch]
