@@ -15,30 +15,8 @@ import pytest
 import torch
 import torch.nn as nn
 
+from tests.backends.test_training_user_nones import _Decline, _Twice
 from tests.backends.training_observe import assert_same, run_observed
-
-
-class _Twice(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2.0
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * 2.0
-
-
-class _Decline(torch.autograd.Function):
-    """a * b; its backward declines b's gradient (None)."""
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(b)
-        return a * b
-
-    @staticmethod
-    def backward(ctx, g):
-        b, = ctx.saved_tensors
-        return g * b, None
 
 
 def _chained(between):
