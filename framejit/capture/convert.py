@@ -415,6 +415,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     graphs = []
     cg = Codegen()
     output_index: dict[int, int] = {}
+    rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)  # NOTE [Draws from the random module]
     gm = compiled = binding = None
     if outputs or output.op_count:
         output.output(outputs)
@@ -428,10 +429,9 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
             restore_plan(output)), output, outputs)
         binding = frame_binding(gm)  # NOTE [State changed between the forward and the backward]
         compiled = binding.graph(compiled) if binding is not None else compiled
-        cg.call_graph(compiled, [inp.source for inp in output.inputs])
-        output_index = {id(v.node): i for i, v in enumerate(outputs)}
-    rebuild = Reconstructor(cg, output_index, GRAPH_OUT, fn.__globals__)  # NOTE [Draws from the random module]
-    floats_then_draws(rebuild, [ret, *output.side_effects.values(), *kept], output, bool(output.side_effects))
+        output_index.update({id(v.node): i for i, v in enumerate(outputs)})
+    floats_then_draws(rebuild, [ret, *output.side_effects.values(), *kept], output, bool(output.side_effects),
+                      graph=(compiled, output.inputs))  # NOTE [Rebuilt floats that raise]: floats before the graph
     rebuild.preload([ret, *output.side_effects.values(), *kept], sourced=bool(output.side_effects))
     output.side_effects.emit(rebuild)
     graph_break.restore_grad_mode(cg, output)

@@ -185,10 +185,8 @@ class BreakCodegen:
     def emit(self, compiled: Callable | None, output_index: dict[int, int], inputs) -> Codegen:
         cg, rebuild = self.cg, Reconstructor(self.cg, output_index, GRAPH_OUT, self.fn.__globals__)
         self.settles = compiled if is_speculated(compiled) else None  # NOTE [Joints kept across a plain break]
-        if compiled is not None:
-            cg.call_graph(compiled, [inp.source for inp in inputs])
-        from .raising_floats import floats_then_draws  # NOTE [Rebuilt floats that raise]: floats before draws
-        floats_then_draws(rebuild, self.values(), self.tx.output)  # NOTE [Draws from the random module]
+        from .raising_floats import floats_then_draws  # NOTE [Rebuilt floats that raise]: floats, graph, draws
+        floats_then_draws(rebuild, self.values(), self.tx.output, graph=(compiled, inputs))
         live = self.stack + self._live_locals()
         # NOTE [Reload before the break's call]: a value read while tracing from a source (`a = L[0]`,
         # `g = D.get(k)`, the first item of a list read lazily: NOTE [Lists from outside]) is loaded now,

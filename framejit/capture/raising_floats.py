@@ -5,9 +5,11 @@ rebuilt in Python] in codegen.py) is preloaded at the top of the transformed fun
 effects and outside the user's try blocks. Its operations can raise for a later value (`1.0 / v` at v = 0.0,
 `math.log(v)` at 0.0, `math.exp(v * 1000)`, `2.5 % v`) where the traced value did not: the exception reached
 the caller, the user's `except` never ran (the "safe division" idiom `try: r = 1.0 / v except
-ZeroDivisionError: r = 0.0` raised) and the effects before it in the code (`d["k"] = v`) were lost. When a
-graph runs first, the same float ops are nodes of it and raise there (NOTE [Graph failures rerun eagerly]);
-the frames at fault have no graph before the preload. Such a preload runs before anything with an effect,
+ZeroDivisionError: r = 0.0` raised) and the effects before it in the code (`d["k"] = v`) were lost. The
+same float ops are also (dead) nodes of the frame's graph, which raised first where the graph ran first, and
+whose rerun is refused when it changed an input in place or drew from torch's generator (`x.add_(1)`,
+review revAF HIGH): the preloads now come before the graph call (`floats_then_draws`; they read only the
+frame's unchanged inputs), so they raise first. Such a preload runs before anything with an effect,
 so it is treated as a graph call that raised: the call reruns eagerly, where the user's own code raises
 and handles the exception exactly as eager does. Capture is unchanged for every value that does not raise
 (no new graph, no break), and a raising value reruns that call only: the entry stays, nothing recompiles.
@@ -17,7 +19,7 @@ float's input reloads, its operations, the store into its local: `Codegen.float_
 only while every instruction before it in the body (after the prologue of reads, NOTE [Referents loaded
 once, at entry]) is a load, a local store, a tuple or list build, or another such preload. A graph call, a
 draw of the random module, a replayed effect, a try block: the preloads after it keep raising as before
-(the floats are preloaded before the draws, `floats_then_draws`: they never read one).
+(the floats are preloaded before the graph call and the draws, `floats_then_draws`: they read neither).
 The byte offsets of the qualifying preloads are kept per code object, as the graph call's are (NOTE [Graph
 call span] in codegen.py), and persisted with break code (persisted_code.py), so a warm process's entry
 reruns too.
@@ -122,11 +124,15 @@ def rebuilt_float_raised(exc: BaseException, code: types.CodeType, name: str) ->
 __all__ = ["byte_spans", "clean_spans", "note_spans", "preload_frame", "rebuilt_float_raised"]
 
 
-def floats_then_draws(rebuild: Any, values: list, output: Any, sourced: bool = True) -> None:
-    """Preload the replayable rebuilt floats reachable from `values`, then emit the random module's draws
-    (NOTE [Draws from the random module]). A draw is an effect: a float preloaded after it never reran, so
-    `r = random.random(); ...; 1.0 / v` at v = 0.0 raised to the caller with the effects before it lost. The
-    floats read only their sourced roots, never a draw, so they go first and stay clean spans."""
+def floats_then_draws(rebuild: Any, values: list, output: Any, sourced: bool = True, graph: Any = None) -> None:
+    """Preload the replayable rebuilt floats reachable from `values`, then call the graph (`graph`: the
+    compiled graph and its inputs, or None), then emit the random module's draws (NOTE [Draws from the random
+    module]). A draw is an effect: a float preloaded after it never reran, so `r = random.random(); ...;
+    1.0 / v` at v = 0.0 raised to the caller with the effects before it lost. So is a graph that changes an
+    input in place or draws from torch's generator (`x.add_(1)`, `torch.rand(1)`): its graph-failure rerun
+    is refused, and the float, also a (dead) node of the graph, raised there to the caller. The floats read
+    only their sourced roots (unchanged by the frame: `float_inputs_unchanged`), never a draw or a graph
+    output, so they go first, raise before any effect and stay clean spans."""
     from .codegen import _children, _replayable_float
     from .python_draws import emit_draws
     from .values import Value
@@ -142,4 +148,6 @@ def floats_then_draws(rebuild: Any, values: list, output: Any, sourced: bool = T
             rebuild.preload([value], sourced)
         elif value.source is None:
             pending.extend(reversed(_children(value)))
+    if graph is not None and graph[0] is not None:
+        rebuild.cg.call_graph(graph[0], [inp.source for inp in graph[1]])
     emit_draws(rebuild.cg, output)
