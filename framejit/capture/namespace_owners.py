@@ -25,9 +25,9 @@ from .sources import Source
 def link_namespace_owner(out, obj: Any, source: Source) -> None:
     """`obj`, a function or module, was read through `source`: link its `__dict__` (see the NOTE)."""
     from .values.builder import is_library_module
-    if isinstance(obj, types.ModuleType) and is_library_module(obj):
+    if issubclass(type(obj), types.ModuleType) and is_library_module(obj):
         return
-    module = getattr(obj, "__module__", None) if isinstance(obj, types.FunctionType) else None
+    module = getattr(obj, "__module__", None) if type(obj) is types.FunctionType else None
     if type(module) is str and module.split(".")[0] in ("torch", "math", "functools", "typing", "collections",
                                                         "dataclasses", "enum", "abc", "types", "numpy"):
         return

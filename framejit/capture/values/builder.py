@@ -76,7 +76,7 @@ def wrap(out, obj: Any, source: Source | None) -> Value:
             if mutable:
                 out.remember_object(obj, source, value)
                 _link_instance_dict(out, obj, source, value)
-            elif isinstance(obj, (types.FunctionType, types.ModuleType)):
+            elif issubclass(type(obj), (types.FunctionType, types.ModuleType)):  # not isinstance: no __class__ read
                 from ..namespace_owners import link_namespace_owner
                 link_namespace_owner(out, obj, source)  # NOTE [Functions and modules beside their dicts]
         return out.remember(source, value)
