@@ -636,9 +636,6 @@ def checked_call(out, kind: str, target: Any, args: tuple, kwargs: dict) -> Valu
     if kind == "call_function" and target is torch._assert_async:  # returns None: kept as a check, not dropped
         from .speculated_checks import user_check  # as a constant result
         return user_check(out, args, kwargs)
-    if kind == "call_function" and target is torch._check_tensor_all:  # NOTE [Tensor checks speculated]
-        from .speculated_checks import tensor_all_check
-        return tensor_all_check(out, args, kwargs)
     if (kind == "call_function" and target is torch.istft) or (kind == "call_method" and target == "istft"):
         from .istft_check import istft_call
         return istft_call(out, kind, target, args, kwargs)

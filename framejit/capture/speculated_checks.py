@@ -73,26 +73,6 @@ def user_check(out, args: tuple, kwargs: dict) -> Any:
     return ConstantValue(None)
 
 
-
-# NOTE [Tensor checks speculated]: `torch._check_tensor_all(cond)` (transformers' torch_compilable_check under
-# a compiler, on `(shapes[:, 0] * shapes[:, 1]).sum() == seq_len` in every deformable-attention layer of
-# RT-DETR, Deformable DETR, Grounding DINO) reads `cond._is_all_true().item()`: a data-dependent break in every
-# layer. It is kept in the graph as `torch._assert_async(cond.all())`, as a speculated check is: when it fails
-# at run time, the call reruns eagerly and torch's own check raises its RuntimeError with its message. Only
-# for a bool tensor in a graph whose rerun is exact; otherwise the call is recorded as before (and breaks, or
-# raises eager's TypeError). A call with a message function is traced through torch's code as before.
-def tensor_all_check(out, args: tuple, kwargs: dict) -> Any:
-    """`torch._check_tensor_all(cond[, message])` as a check in the graph (NOTE above), or None."""
-    from .values import ConstantValue
-    cond = args[0] if args else kwargs.get("cond")
-    if len(args) + len(kwargs) > 2 or set(kwargs) - {"cond", "message"} or not isinstance(cond, TensorValue) or \
-            cond.fake.dtype is not torch.bool or not rerun_would_be_exact(out):
-        return None
-    every = out.call("call_function", torch.all, (cond,), {})
-    out.record_effect(torch._assert_async, (every.node,))
-    out.speculated_checks = getattr(out, "speculated_checks", 0) + 1
-    return ConstantValue(None)
-
 def check_after_speculation(out, kind: str, target: Any, args: tuple, kwargs: dict) -> None:
     """A random op after a speculated check would make the rerun inexact: a graph break before it."""
     if getattr(out, "speculated_checks", 0) and _random(target, args, kwargs):
