@@ -39,10 +39,16 @@ def link_namespace_owner(out, obj: Any, source: Source) -> None:
         return
     owners[id(d)] = (d, source, obj)
     out.__dict__.setdefault("namespace_owners", []).append((source, d))
+    mark_held_dict(out, d, source, "the dict")
+
+
+def mark_held_dict(out, d: dict, source: Source, what: str) -> None:
+    """`d`, the `__dict__` of the object at `source`, linked just now: if the trace already holds it as a dict,
+    mark that value (a write through it is a break from now on), or break if it was written through already."""
     seen = out._by_object.get(id(d))
     if seen is not None and seen[0] is d:
         if id(seen[2]) in out.side_effects.containers:
-            raise Unsupported(BreakKind.SIDE_EFFECT, f"the dict of {source.describe()} was written through a dict "
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"{what} of {source.describe()} was written through a dict "
                                                      "before its attributes were read")
         seen[2].instance_dict_of = source
 

@@ -111,12 +111,9 @@ def _link_instance_dict(out, obj: Any, source: Source, value: Value) -> None:
     if d is None:
         return
     owners[id(d)] = (d, source)
-    seen = out._by_object.get(id(d))
-    if seen is not None and seen[0] is d:
-        if id(seen[2]) in out.side_effects.containers:
-            raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {source.describe()} was written "
-                                                     "through a dict before its attributes were read")
-        seen[2].instance_dict_of = source
+    from ..namespace_owners import mark_held_dict
+    mark_held_dict(out, d, source, "the instance dict")
+
 
 
 def _symbolic_size(out, obj: torch.Size, source: Source) -> Value:
