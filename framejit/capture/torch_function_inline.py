@@ -341,9 +341,26 @@ def _dispatch(tx, cls: type, callable_: Any, args: list, kwargs: dict, exact: bo
         return None  # eager calls no __torch_function__ here (`as_subclass`)
     func, types, call_args, call_kwargs = recorded
     if exact and func is not callable_:
+        if _checks_nothing(callable_):  # NOTE [Torch functions without a __torch_function__ check]
+            from .values import UserFunctionValue
+            return tx.inline(UserFunctionValue(callable_), args, kwargs)
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{getattr(callable_, '__qualname__', callable_)} runs "
                           "code before its __torch_function__ check")
     return inline_torch_function(tx, cls, func, types, call_args, call_kwargs)
+
+
+# NOTE [Torch functions without a __torch_function__ check]: some torch Python functions never ask the
+# protocol themselves: `F.sigmoid` and `F.tanh` are `return input.sigmoid()` / `input.tanh()`, the
+# boolean_dispatch wrappers (`F.max_pool2d`) call the function they pick. Eager runs their bodies as Python,
+# and the subclass's __torch_function__ sees the ops inside (`Tensor.sigmoid`), never the function itself:
+# the probe records another `func`. Such a call used to break (fullgraph=True raised on `F.sigmoid(x)`);
+# now the body is inlined like user code, so each op in it is routed as eager routes it (or breaks). A
+# function whose code names a protocol helper (`has_torch_function*`, `handle_torch_function`) but runs
+# code before the check still breaks: inlined, its check would be asked of a traced tensor.
+def _checks_nothing(fn: Any) -> bool:
+    from .function_reads import _PROTOCOL, _code_names
+    code = getattr(fn, "__code__", None)
+    return code is not None and not (_code_names(code) & _PROTOCOL)
 
 
 # ---- probes: what eager's dispatch passes ----------------------------------------------------------------
