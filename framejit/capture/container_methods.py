@@ -384,9 +384,10 @@ def _mutate_set(tx, s: SetValue, name: str, consts: list) -> Value:
 
 
 def _keep_partial(d: DictValue, partial: dict | None, log) -> None:
-    if partial:
-        d.items.update(partial)
-        log(d, "update", (DictValue(dict(partial)),))
+    """The pairs an update stored before its bad one (none: an empty update, so the call is still logged:
+    NOTE [Reordering calls replayed on OrderedDicts from outside] in mappings.py)."""
+    d.items.update(partial or {})
+    log(d, "update", (DictValue(dict(partial or {})),))
 
 
 def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Value:

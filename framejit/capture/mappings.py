@@ -93,22 +93,30 @@ def _mutable(tx, d: Value) -> DictValue:
 @handles(dict.popitem)
 def _dict_popitem(tx, args, kwargs):
     check_dict_arguments(dict, "popitem", args[1:], kwargs)  # NOTE [Argument errors of container methods]
-    d = _mutable(tx, args[0])
-    return _popitem(d, last=True)
+    return _popitem(tx, args[0], ())
 
 
 @handles(_OD.popitem)
 def _od_popitem(tx, args, kwargs):
     check_dict_arguments(_OD, "popitem", args[1:], kwargs)
-    d = _mutable(tx, args[0])
     last = (args[1] if len(args) > 1 else kwargs.get("last", ConstantValue(True))).as_constant()
-    return _popitem(d, last=bool(last))
+    return _popitem(tx, args[0], (bool(last),))
 
 
-def _popitem(d: DictValue, last: bool) -> Value:
-    if not d.items:
-        raise UserException(KeyError("popitem(): dictionary is empty"))
-    key = next(reversed(d.items)) if last else next(iter(d.items))
+# NOTE [Reordering calls replayed on OrderedDicts from outside]: an OrderedDict from outside is modelled by
+# its linked order only (what it iterates, what its key guard checks); its underlying dict may iterate
+# otherwise (a move_to_end made before the call: an LRU cache kept in a global), and dict's own reads of it
+# are breaks (dict_slots.py). Its mutations are replayed as the calls the program made (`popitem(False)`,
+# `move_to_end(k, last)`, `od[k] = v`, ...: NOTE [Mutation log]) on the real object, whose own methods then
+# keep both orders as eager does. Replaying final contents (`clear(); update(...)`) instead rebuilt it with
+# the two orders equal: `dict.keys(od)` after the call read the linked order (review revAH HIGH). A call that
+# raises mutates nothing and records nothing, so no container is left without its calls.
+def _popitem(tx, d: Value, last: tuple) -> Value:
+    if isinstance(d, DictValue) and not d.items:
+        raise UserException(KeyError("dictionary is empty" if last else "popitem(): dictionary is empty"))
+    d = _mutable(tx, d)
+    key = next(reversed(d.items)) if not last or last[0] else next(iter(d.items))
+    tx.output.side_effects.record_op(d, "popitem", tuple(ConstantValue(a) for a in last))
     from .values.mappings import key_value
     return TupleValue([key_value(key), d.items.pop(key)])
 
@@ -122,14 +130,16 @@ def _popitem(d: DictValue, last: bool) -> Value:
 # runs on an exact rebuild (it was rebuilt in its linked order: `dict.keys(od)` came back reordered).
 @handles(_OD.move_to_end)
 def _move_to_end(tx, args, kwargs):
-    d = _mutable(tx, args[0])
     key = _key(args[1])
     last = (args[2] if len(args) > 2 else kwargs.get("last", ConstantValue(True))).as_constant()
-    if key not in d.items:
+    if isinstance(args[0], DictValue) and key not in args[0].items:
         raise UserException(KeyError(key))
+    d = _mutable(tx, args[0])
     if not isinstance(d.items, _OD):  # NOTE [Reordered OrderedDicts made in the trace]
         d.items = _OD(d.items)
     d.items.move_to_end(key, last=bool(last))
+    from .values.mappings import key_value  # NOTE [Reordering calls replayed on OrderedDicts from outside]
+    tx.output.side_effects.record_op(d, "move_to_end", (key_value(key), ConstantValue(bool(last))))
     d.reordered = True  # its underlying dict keeps the old order: NOTE [Dict slots of subclasses]
     return ConstantValue(None)
 
