@@ -85,6 +85,16 @@ def _lazy_walk(tx, fn, iterator: IteratorValue) -> IteratorValue:
     return iterator
 
 
+def store_into_module(tx, module: NNModuleValue, name: str, value: Value) -> bool:
+    """`module.name = value` for a module from outside: True when made here as a write into `_parameters`
+    (NOTE [Parameters registered in the trace]); False for the usual attribute store (checked here)."""
+    from .parameter_stores import register_parameter_store
+    if register_parameter_store(tx, module, name, value):
+        return True
+    check_marked_store(tx, module, name, value)
+    return False
+
+
 def check_marked_store(tx, module: Value, name: str, value: Value) -> None:
     """NOTE [Registering stores into modules]: Module.__setattr__ also registers a plain tensor marked
     `_is_buffer` (what `nn.Buffer(t)` returns) or `_is_param` (its isinstance checks go through

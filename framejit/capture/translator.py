@@ -395,10 +395,9 @@ class Translator:
             return
         if isinstance(obj, ObjectValue):
             lookup.guard_plain_store(self.output, type(obj.obj), name)
-        if isinstance(obj, NNModuleValue):
-            from .modules import check_marked_store
-            check_marked_store(self, obj, name, value)  # NOTE [Registering stores into modules]
-        self.output.side_effects.store_attr(obj, name, value)
+        from .modules import store_into_module  # NOTE [Registering stores into modules]
+        if not (isinstance(obj, NNModuleValue) and store_into_module(self, obj, name, value)):
+            self.output.side_effects.store_attr(obj, name, value)
 
     def _store_through_property(self, obj: Value, name: str, value: Value) -> bool:
         """NOTE [Property setters of objects from outside]: `m.temp = v` where `temp` is a property with a
