@@ -30,6 +30,7 @@ from __future__ import annotations
 import dis
 import functools
 import os
+import sys
 from typing import Any
 
 from bytecode import CellVar, FreeVar, Instr, TryBegin
@@ -58,7 +59,8 @@ def caller(hook: Any, n: int):
         made = hook._handed = {}
     fn = made.get(n)
     if fn is None:
-        fn = made[n] = _template(n)(hook, _select, _failed, clean_traceback, rerun_without, config, jit_tracing)
+        fn = made[n] = _template(n)(hook, _select, _failed, clean_traceback, rerun_without, config, jit_tracing,
+                                    sys._getframe, _PSEUDO_FILE, Bounce)
         fn.__framejit_handed__ = (hook, n)  # persisted_code describes it by these (NOTE [Persisted handed calls])
     return fn
 
@@ -76,49 +78,92 @@ def caller(hook: Any, n: int):
 _PSEUDO_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "<framejit resume call>")
 
 
+# NOTE [Tail calls bounced to a driver]: every tail call into a resume function nested one more pair of frames
+# (the plain function below and the resume function's transformed function) under the caller's, which stayed on
+# the stack until the chain returned. A loop stepped in Python (NOTE [Loops carried across breaks]) tail-calls its
+# body's resume function, which tail-calls the step's, once per iteration: 1,200 steps raised RecursionError into
+# the user's program (/tmp/revAG/deep2.py). So the plain function looks at who called it: a transformed function
+# (its caller, the call in its tail position: RETURN_VALUE follows, no handler around it) that was itself called
+# by such a plain function (a "driver", known by the pseudo file name its code carries) does not call the entry:
+# it returns a `Bounce` (the `bounced` function of the same hook and arity, and the box of arguments), which its
+# caller returns to the driver, and the driver calls `bounced(box)` in a loop. `bounced` is the same call without
+# the check, and returns a Bounce it gets to the loop, so the stack stays at driver, bounced, transformed
+# function, whatever the number of steps. The arguments stay in the box (no frame holds them), each entry's
+# graph failure is handled by its own call as before (`failed` with that hook and entry), and a Bounce never
+# reaches other code: only a driver's call of an entry's function receives one.
+class Bounce:
+    """A tail call into a resume function, handed to the driver below (NOTE above)."""
+
+    __slots__ = ("go", "box")
+
+    def __init__(self, go: Any, box: list) -> None:
+        self.go, self.box = go, box
+
+
 @functools.lru_cache(maxsize=None)
 def _template(n: int):
     names = [f"a{i}" for i in range(n)]
     params = ", ".join(names)
-    in_order = ", ".join(f"box[{n - 1 - i}]" for i in range(n))
-    lines = ["def make(hook, select, failed, clean, rerun, config, jit_tracing):",
+    lines = ["def make(hook, select, failed, clean, rerun, config, jit_tracing, getframe, pseudo, Bounce):",
              f"    def call({params}):",
              f"        box = [{', '.join(reversed(names))}]"]
     if n:
         lines.append(f"        del {params}")
-    lines += ["        try:",
-              "            f, entries = hook.fn, hook.entries",
-              "            entry = entries[0] if entries and not config.disable and f.__code__ is hook.code and \\",
-              "                f.__defaults__ is hook.defaults[0] and f.__kwdefaults__ is hook.defaults[1] and \\",
-              "                not jit_tracing() else None",
-              "            del f, entries",
-              "            fn = None",
-              "            if entry is not None and (entry.rerun is None and entry.on_graph_error is None or \\",
-              "                                      entry.__dict__.get('_args_in_frame')):",
-              "                try:",
-              f"                    hit = entry.guard.check({in_order})",
-              "                except Exception:",
-              "                    hit = False",
-              "                fn = entry.fn if hit else None",
-              "                skip = 1",
-              "            else:",
-              "                skip = 0",
-              "            if fn is None:",
-              "                entry, fn = select(hook, box, skip)",
-              "            try:",
-              f"                return fn({', '.join(['box.pop()'] * n)})",
-              "            except Exception as e:",
-              "                failure = failed(hook, entry, e)",
-              "                if failure is None:",
-              "                    raise",
-              "            return rerun(failure[1], hook.eager, failure[0], {})",
-              "        except BaseException as e:",
-              "            clean(e)",
-              "            raise",
-              "    return call"]
+    lines += ["        up = getframe(1)",
+              "        if up.f_back is not None and up.f_back.f_code.co_filename == pseudo and \\",
+              "                not up.f_code.co_exceptiontable:",
+              "            del up",
+              "            return Bounce(bounced, box)",
+              "        del up"]
+    lines += _entry_call_lines(n, ["                result = fn(%s)" % ", ".join(["box.pop()"] * n)],
+                               ["            else:",
+                                "                del fn, entry",
+                                "                while type(result) is Bounce:",
+                                "                    go, box = result.go, result.box",
+                                "                    result = go(box)",
+                                "                return result"])
+    lines += ["    def bounced(box):"]
+    lines += _entry_call_lines(n, ["                return fn(%s)" % ", ".join(["box.pop()"] * n)], [])
+    lines += ["    return call"]
     namespace: dict = {}
     exec(compile("\n".join(lines) + "\n", _PSEUDO_FILE, "exec"), namespace)  # noqa: S102 - fixed template
     return namespace["make"]
+
+
+def _entry_call_lines(n: int, call: list, after: list) -> list:
+    """The body of the plain function: pick the entry (NOTE [The handed call's hit path]), call it with the
+    arguments popped from `box` (`call`, then `after` as the try's else), rerun eagerly when its graph failed."""
+    in_order = ", ".join(f"box[{n - 1 - i}]" for i in range(n))
+    return ["        try:",
+            "            f, entries = hook.fn, hook.entries",
+            "            entry = entries[0] if entries and not config.disable and f.__code__ is hook.code and \\",
+            "                f.__defaults__ is hook.defaults[0] and f.__kwdefaults__ is hook.defaults[1] and \\",
+            "                not jit_tracing() else None",
+            "            del f, entries",
+            "            fn = None",
+            "            if entry is not None and (entry.rerun is None and entry.on_graph_error is None or \\",
+            "                                      entry.__dict__.get('_args_in_frame')):",
+            "                try:",
+            f"                    hit = entry.guard.check({in_order})",
+            "                except Exception:",
+            "                    hit = False",
+            "                fn = entry.fn if hit else None",
+            "                skip = 1",
+            "            else:",
+            "                skip = 0",
+            "            if fn is None:",
+            "                entry, fn = select(hook, box, skip)",
+            "            try:",
+            *call,
+            "            except Exception as e:",
+            "                failure = failed(hook, entry, e)",
+            "                if failure is None:",
+            "                    raise",
+            *after,
+            "            return rerun(failure[1], hook.eager, failure[0], {})",
+            "        except BaseException as e:",
+            "            clean(e)",
+            "            raise"]
 
 
 def _select(hook: Any, box: list, skip: int = 0) -> tuple:
