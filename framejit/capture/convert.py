@@ -529,7 +529,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         gen = graph_break.BreakCodegen(fn, site, tx, request, recorder)
         gen.split_result = getattr(exc, "split_result", False)  # NOTE [Unbind along a symbolic length]
         gen.shaped_by_data = getattr(exc, "shaped_by_data", False)  # NOTE [Results shaped by data are dynamic ...]
-        compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
+        compiled, output_index, graphs = _compile_before_break(fn, shape, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = _transformed(shape, cg, fn)
     except (Unsupported, UserException) as e:
@@ -583,7 +583,7 @@ def _nested_break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, req
             nested_persist.check(frames, fn)
         recorder = persisted_code.Recorder(_BoundHooks(request.hooks, fn))  # NOTE [Nested breaks persisted]
         gen = nested_breaks.NestedBreakCodegen(fn, frames, site, request, recorder)
-        compiled, output_index, graphs = _compile_before_break(fn, gen, output, request)
+        compiled, output_index, graphs = _compile_before_break(fn, shape, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = _transformed(shape, cg, fn)
     except BackendCompilerFailed:
@@ -606,6 +606,8 @@ def _finish_break_entry(fn, shape: FunctionShape, exc, output, request: CompileR
                   rerun=rerun_state(graphs[0] if graphs else None, output.mutated_inputs,
                                     restore_plan(output) is not None))
     entry.on_graph_error = on_graph_error(fn, shape, output, bool(graphs), entry.rerun is not None)
+    if output.__dict__.get("reentrant_binding") is not None:  # NOTE [State changed between the forward and the ...]
+        output.reentrant_binding.guard(entry, *output.frame_call)
     from .kept_joints import break_entry_settles  # NOTE [Joints kept across several breaks]
     entry.passes_arguments_only_to_graphs, entry.kept_speculation = break_entry_settles(output, gen, compiled)
     if request.artifacts is not None and config.cache_enabled and not has_draws(output):  # NOTE [Persisted
@@ -628,7 +630,7 @@ def _resumable_site(fn, exc: Unsupported | UserException, first):
     return site
 
 
-def _compile_before_break(fn, gen, output, request) -> tuple:
+def _compile_before_break(fn, shape: FunctionShape, gen, output, request) -> tuple:
     """The graph of the trace up to the break, outputting the tensors live there, compiled by the backend:
     (compiled or None when there is nothing to run, {id(node): output index}, [the GraphModule] or [])."""
     outputs = break_sites.live_tensors(gen.values())
@@ -639,17 +641,21 @@ def _compile_before_break(fn, gen, output, request) -> tuple:
     output.output(outputs)
     gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]
-    reentrant_regions(gm)  # NOTE [Reentrant checkpoint in the graph]
+    reentrant_regions(gm, (output, shape, fn))  # NOTE [Reentrant checkpoint in the graph]
     checkpoint_regions(gm)  # NOTE [Checkpointed regions]
     compiled = subclass_boundary(restoring(keep_versions(  # NOTE [Tensor subclasses traced as tensors]
         _backend_compile(gm, output, request, fn, at_break=True), gm, input_writes(output), output.output_versions),
         restore_plan(output)), output, outputs)
+    output.reentrant_binding = frame_binding(gm)  # NOTE [State changed between the forward and the backward]
+    if output.reentrant_binding is not None:
+        compiled = output.reentrant_binding.graph(compiled)
     return compiled, {id(v.node): i for i, v in enumerate(outputs)}, [gm]
 
 
 def _retrace_output(first):
     """A fresh OutputGraph for tracing a frame again up to its break, with the first trace's settings."""
     output = _tracing()[0].OutputGraph()
+    output.frame_call = first.frame_call  # NOTE [State changed between the forward and the backward]
     output.dynamic_floats = first.dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
     output.fullgraph, output.entry_exception = first.fullgraph, first.entry_exception

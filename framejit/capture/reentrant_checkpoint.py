@@ -66,13 +66,15 @@ def check_grad_read(output, what: str) -> None:
 class ReentrantBoundary:
     """The traced reentrant call before `reentrant_regions` replaces it (only run on fakes)."""
 
-    def __init__(self, region: int, n_args: int, items: tuple, single: bool, preserve: bool, recall=None) -> None:
+    def __init__(self, region: int, n_args: int, items: tuple, single: bool, preserve: bool, recall: tuple) -> None:
         self.region, self.n_args, self.items, self.single, self.preserve = region, n_args, items, single, preserve
-        self.recall = recall  # (recipes, sources) or None: NOTE [State changed between the forward and the backward]
+        self.recall = recall  # (recipes, sources): NOTE [State changed between the forward and the backward]
+        self.n_outs = sum(item is None for item in items)  # then the nodes the recipes hold (reentrant_recall.py)
         self.__name__ = "reentrant_checkpoint"
 
     def __call__(self, *fakes):
         from .function_regions import _FakeApply
+        fakes = fakes[:self.n_args + self.n_outs]
         if not all(isinstance(f, torch._subclasses.fake_tensor.FakeTensor) for f in fakes):
             raise RuntimeError("framejit: a reentrant checkpoint boundary ran outside tracing")
         plan = types.SimpleNamespace(non_differentiable=(), dirty=())
@@ -86,24 +88,26 @@ class ReentrantCall:
     """A graph node's target: `CheckpointFunction.apply` of the traced region. Its inputs are the checkpoint's
     tensor arguments (`n_args`, what torch saves and detaches), then the other values the region reads; it
     returns the region's tensor results. `items` is the structure `fn` returned: None for a tensor, else
-    ("const", value); `single`: `fn` returned one tensor."""
+    ("const", value); `single`: `fn` returned one tensor; the last `n_held` inputs are the values `recall`'s recipes
+    hold (the region does not read them)."""
 
     def __init__(self, region: torch.fx.GraphModule, n_args: int, items: tuple, single: bool,
-                 preserve: bool, recall=None) -> None:
+                 preserve: bool, recall=None, n_held: int = 0) -> None:
         self.region, self.n_args, self.items, self.single, self.preserve = region, n_args, items, single, preserve
         self.recall = recall  # NOTE [State changed between the forward and the backward] (reentrant_recall.py)
+        self.n_held = n_held
         self.__name__ = "reentrant_checkpoint"
 
     fj_eager_only = ("it applies torch's reentrant checkpoint (CheckpointFunction), whose backward no AOT trace "
                      "can run (NOTE [Calls that run as torch runs them] in backends/state.py)")
 
-    def _function(self, rest: tuple, at_call):
+    def _function(self, rest: tuple, held: tuple, at_call):
         region, items, single, recall, runs = self.region, self.items, self.single, self.recall, [0]
 
         def run(*args):  # what eager's `fn` returns, from the region's tensors
             runs[0] += 1  # the first run is the forward's; later ones, backwards' recomputations
             if at_call is not None and runs[0] > 1 and not recall.holds(at_call):
-                return recall.eager(at_call[1], args)  # NOTE [State changed between the forward and the backward]
+                return recall.eager(at_call[1], held, args)  # NOTE [State changed between the forward and the ...]
             made = iter(region(*args, *rest))
             if single:
                 return next(made)
@@ -116,21 +120,24 @@ class ReentrantCall:
     # the entry in memory only (NotPersistable).
     def __reduce__(self):
         from .frame_cache import dump_graph
-        return _loaded_call, (dump_graph(self.region), self.n_args, self.items, self.single, self.preserve)
+        return _loaded_call, (dump_graph(self.region), self.n_args, self.items, self.single, self.preserve,
+                              self.n_held)
 
     def __call__(self, *inputs):
         from torch.utils.checkpoint import CheckpointFunction  # what checkpoint(use_reentrant=True) applies
-        args, rest = inputs[:self.n_args], inputs[self.n_args:]
+        end = len(inputs) - self.n_held
+        args, rest, held = inputs[:self.n_args], inputs[self.n_args:end], inputs[end:]
         at_call = self.recall.at_call() if self.recall is not None else None
-        result = CheckpointFunction.apply(self._function(rest, at_call), self.preserve, *args)
+        result = CheckpointFunction.apply(self._function(rest, held, at_call), self.preserve, *args)
         if self.single:
             return (result,)
         return tuple(r for r, item in zip(result, self.items) if item is None)
 
 
-def _loaded_call(region: bytes, n_args: int, items: tuple, single: bool, preserve: bool) -> ReentrantCall:
+def _loaded_call(region: bytes, n_args: int, items: tuple, single: bool, preserve: bool,
+                 n_held: int = 0) -> ReentrantCall:
     from .frame_cache import load_graph  # NOTE [Persisted reentrant checkpoints]
-    return ReentrantCall(load_graph(region), n_args, items, single, preserve)
+    return ReentrantCall(load_graph(region), n_args, items, single, preserve, None, n_held)
 
 
 def _options(kwargs: dict):
@@ -249,20 +256,25 @@ def call_reentrant(tx, args: list, kwargs: dict):
             graph.erase_node(marker)
 
 
-def _recipes(function, fn_args: list):
-    """(recipes of `function` and `fn_args`, their sources) or None: NOTE [State changed between the forward and
-    the backward] (reentrant_recall.py)."""
+def _recipes(function, fn_args: list) -> tuple:
+    """(recipes of `function` and `fn_args`, their sources, the graph nodes they hold): NOTE [State changed between
+    the forward and the backward] (reentrant_recall.py). A break where one cannot be got again."""
     from .reentrant_recall import recipe
     from .values import TensorValue
-    tensors: dict = {}
-    for a in fn_args:
-        if isinstance(a, TensorValue):
-            tensors.setdefault(id(a), len(tensors))
-    if len(tensors) != sum(isinstance(a, TensorValue) for a in fn_args):
-        return None  # a tensor passed twice: torch detaches each position apart
     sources: list = []
-    items = tuple(recipe(v, sources, tensors) for v in (function, *fn_args))
-    return None if None in items else (items, sources)
+    nodes: list = []
+    items, k = [recipe(function, sources, nodes)], 0
+    for a in fn_args:  # a tensor argument: torch's detached one at its position (one passed twice: each apart)
+        if isinstance(a, TensorValue):
+            items.append(("tensor", k))
+            k += 1
+        else:
+            items.append(recipe(a, sources, nodes))
+    if None in items:
+        what = "its function" if items[0] is None else f"its argument {items.index(None)}"
+        raise _break(f"{what} cannot be got again for the recomputation in backward, which eager's reads from the "
+                     "state of that moment (NOTE [State changed between the forward and the backward])")
+    return tuple(items), sources, nodes
 
 
 def _argument(t):
@@ -336,8 +348,9 @@ def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, optio
             node.meta[_SWITCH] = region
         elif node.op in ("call_function", "call_method", "call_module"):
             node.meta.setdefault(_TAG, region)  # an inner reentrant region keeps its own number
-    boundary = ReentrantBoundary(region, len(tensor_args), items, single, bool(preserve), recall)
-    applied = out.call("call_function", boundary, tuple([*tensor_args, *outs]), {})
+    boundary = ReentrantBoundary(region, len(tensor_args), items, single, bool(preserve), recall[:2])
+    held = recall[2]  # the values the recipes hold: NOTE [State changed between the forward and the backward]
+    applied = out.call("call_function", boundary, tuple([*tensor_args, *outs, *held]), {})
     results = iter(applied.items)
     if single:
         return next(results)
@@ -393,7 +406,9 @@ def _replace(gm: torch.fx.GraphModule, boundary: torch.fx.Node, frame: tuple | N
             raise RuntimeError("framejit: a reentrant checkpoint's traced function is read outside it")
         for user in outside:
             user.replace_input_with(node, written)
-    tensor_args, outs = list(boundary.args[:target.n_args]), list(boundary.args[target.n_args:])
+    n_args, n_outs = target.n_args, target.n_outs
+    tensor_args, outs = list(boundary.args[:n_args]), list(boundary.args[n_args:n_args + n_outs])
+    held = list(boundary.args[n_args + n_outs:])  # NOTE [State changed between the forward and the backward]
     inputs = list(tensor_args)
     rest = []
     for node in members:
@@ -411,15 +426,15 @@ def _replace(gm: torch.fx.GraphModule, boundary: torch.fx.Node, frame: tuple | N
         env[node] = sub.node_copy(node, lambda n: env[n])
     sub.output(tuple(env[n] for n in outs))
     recall = None
-    if frame is not None and target.recall is not None:  # NOTE [State changed between the forward and the backward]
+    if frame is not None:  # NOTE [State changed between the forward and the backward]
         from .reentrant_recall import make_recall
         by_node = {getattr(inp.value, "node", None): inp.source for inp in frame[0].inputs}
         watched = [by_node[n] for n in rest if n in by_node]  # graph inputs the region reads: eager reads them again
         recall = make_recall(*target.recall, watched, *frame)
-    call = ReentrantCall(torch.fx.GraphModule(gm, sub), target.n_args, target.items, target.single,
-                         target.preserve, recall)
+    call = ReentrantCall(torch.fx.GraphModule(gm, sub), n_args, target.items, target.single,
+                         target.preserve, recall, len(held))
     with graph.inserting_before(boundary):
-        new = graph.call_function(call, tuple([*inputs, *rest]))
+        new = graph.call_function(call, tuple([*inputs, *rest, *held]))
         new.meta = dict(boundary.meta)
     boundary.replace_all_uses_with(new)
     graph.erase_node(boundary)

@@ -7,6 +7,7 @@ lets the graph's ReentrantCalls see the frame's arguments and its guards.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import types
 
@@ -27,51 +28,107 @@ import torch
 # which no guard tells apart, a float made a graph input: NOTE [Dynamic floats]): where the guards hold and
 # those are the same, the region is what `fn` would run; otherwise `fn` itself runs on torch's detached
 # arguments, as eager's recomputation, for that backward (review revY H1: a scale attribute, a global dict value,
-# `model.eval()` with BatchNorm in the block, a replaced Parameter). Not covered (the region runs, as before): a
-# `fn` or argument that cannot be got again (a function closing over a tensor made in the frame, a tensor passed
-# twice), entries loaded from the frame cache, graphs of a frame with a break (compiled before the break), a
-# reentrant call inside another's region in that region's recomputation (the outer one's check covers it), state
-# changed during the backward (a hook setting it: the guards are checked once per backward and frame call). Cost:
-# where such a call is captured, per frame call a wrapper of the guard check and of the graph call and per region
-# one call of the generated function; per backward a guard check per frame call, and per region that call again
-# where the region reads graph inputs; the frame's arguments stay alive with the region's autograd graph.
+# `model.eval()` with BatchNorm in the block, a replaced Parameter). Every kind of `fn` has a recipe (review revAF
+# HIGH): a function, a bound method, a module, a functools.partial (transformers' `partial(forward, self,
+# **kwargs)`), a function made in the frame (its real cells themselves, its other cells as they hold now), tuples
+# of such values; a tensor (or symbolic size) of the trace that is not one of the tensor arguments (a closure's
+# `h = x.sin()`, HF's position_embeddings) is held by the graph call as an extra input of the ReentrantCall (the
+# region does not read it), and each tensor argument is torch's detached one at its position (one tensor passed
+# twice: two). A `fn` or argument with no recipe (an object made in the frame) is a break: torch's checkpoint runs
+# there with the real objects. Graphs compiled before a break are bound as the frame's one is. Not covered (the
+# region runs, as before): entries loaded from the frame cache, a reentrant call inside another's region in that
+# region's recomputation (the outer one's check covers it), state changed during the backward (a hook setting it:
+# the guards are checked once per backward and frame call). Cost: where such a call is captured, per frame call a
+# wrapper of the guard check and of the graph call and per region one call of the generated function; per backward
+# a guard check per frame call, and per region that call again where the region reads graph inputs; the frame's
+# arguments and the held values stay alive with the region's autograd graph.
 _THREAD = threading.local()
 
 
-def recipe(value, sources: list, tensors: dict):
-    """How to get `value` again at run time: ("value", i) of `sources`, ("const", v), ("tensor", k) (the k-th
-    tensor argument, `tensors`: id -> k), ("made", ...) a function made in the frame, ("bound", f, self); None:
-    it cannot be got again."""
-    from .values import TensorValue
-    from .values.callables import BoundMethodValue, CellValue, UserFunctionValue
-    if isinstance(value, TensorValue):
-        k = tensors.get(id(value))
-        return None if k is None else ("tensor", k)
+def recipe(value, sources: list, nodes: list):
+    """How to get `value` again at run time: ("value", i) of `sources`, ("const", v), ("node", j) (the j-th of
+    `nodes`: a tensor or symbolic number of the trace, which the graph call holds), ("made", ...) a function made in
+    the frame, ("bound", f, self), ("partial", f, args, keywords), ("tuple", items); None: it cannot be got again."""
+    from .sources import LocalSource
+    from .values import TensorValue, TupleValue
+    from .values.base import LazyArg
+    from .values.callables import BoundMethodValue, PartialValue, UserFunctionValue
+    from .values.scalars import SymFloatValue, SymNodeValue
+    if isinstance(value, (TensorValue, SymNodeValue, SymFloatValue)):
+        node = getattr(value, "node", None)
+        if not isinstance(node, torch.fx.Node):
+            return None
+        known = [v.node for v in nodes]
+        if node not in known:
+            nodes.append(value)
+            known.append(node)
+        return ("node", known.index(node))
+    if isinstance(value, LazyArg):  # a root frame argument not read yet
+        value = _Sourced(LocalSource(value.name))
     if getattr(value, "source", None) is not None:
         sources.append(value.source)
         return ("value", len(sources) - 1)
     if value.is_constant():
         return ("const", value.as_constant())
+    if isinstance(value, TupleValue) and value.python_type() is tuple:
+        items = tuple(recipe(v, sources, nodes) for v in value.items)
+        return None if None in items else ("tuple", items)
     if isinstance(value, BoundMethodValue):
-        func, owner = recipe(value.func, sources, tensors), recipe(value.self_value, sources, tensors)
+        func, owner = recipe(value.func, sources, nodes), recipe(value.self_value, sources, nodes)
         return None if func is None or owner is None else ("bound", func, owner)
+    if isinstance(value, PartialValue):
+        return _partial(value, sources, nodes)
+    if isinstance(value, UserFunctionValue) and value.attrs is None and value.closure is None:
+        return ("const", value.fn)  # a function from outside, reached through guarded objects (a class's method)
     if isinstance(value, UserFunctionValue) and not value.kwdefaults and not value.attrs:
-        cells = []
-        for cell in value.closure or ():
-            got = recipe(cell.contents, sources, tensors) if isinstance(cell, CellValue) and not cell.deleted \
-                and cell.contents is not None else None
-            if got is None:
-                return None
-            cells.append(got)
-        defaults = [recipe(d, sources, tensors) for d in value.defaults or ()]
-        if None in defaults or len(cells) != len(value.fn.__code__.co_freevars):
-            return None
-        return ("made", value.fn.__code__, value.fn.__globals__, value.fn.__name__, tuple(cells),
-                tuple(defaults) if value.defaults else None)
+        return _made(value, sources, nodes)
     return None
 
 
-def _build(item, values: tuple, tensors: tuple):
+def _partial(value, sources: list, nodes: list):
+    """A functools.partial made in the frame (HF's `partial(forward, self, **kwargs)`), as `recipe`."""
+    if value.keywords is not None:
+        return None
+    func = recipe(value.func, sources, nodes)
+    args = tuple(recipe(v, sources, nodes) for v in value.args)
+    keywords = tuple((k, recipe(v, sources, nodes)) for k, v in value.kwargs.items())
+    if func is None or None in args or any(r is None for _, r in keywords):
+        return None
+    return ("partial", func, args, keywords)
+
+
+def _made(value, sources: list, nodes: list):
+    """A function made in the frame: its code over cells `recipe` gets again (a real cell itself, eager's function
+    closing over it reads it in the backward; a cell of the trace as it holds its value now) and defaults."""
+    from .translator import RealCell
+    from .values.callables import CellValue
+    cells = []
+    for cell in value.closure or ():
+        got = None
+        if isinstance(cell, RealCell):  # the same cell object every call (its function guarded) or got by source
+            got = ("const", cell.cell) if cell.source is None else recipe(_Sourced(cell.source), sources, nodes)
+            got = got and ("real", got)
+        elif isinstance(cell, CellValue) and not cell.deleted and cell.contents is not None:
+            got = recipe(cell.contents, sources, nodes)
+            got = got and ("fresh", got)
+        if got is None:
+            return None
+        cells.append(got)
+    defaults = [recipe(d, sources, nodes) for d in value.defaults or ()]
+    if None in defaults or len(cells) != len(value.fn.__code__.co_freevars):
+        return None
+    return ("made", value.fn.__code__, value.fn.__globals__, value.fn.__name__, tuple(cells),
+            tuple(defaults) if value.defaults else None)
+
+
+class _Sourced:
+    """A real cell got by its source, as `recipe` takes values."""
+
+    def __init__(self, source) -> None:
+        self.source = source
+
+
+def _build(item, values: tuple, held: tuple, tensors: tuple):
     kind = item[0]
     if kind == "value":
         return values[item[1]]
@@ -79,12 +136,21 @@ def _build(item, values: tuple, tensors: tuple):
         return item[1]
     if kind == "tensor":
         return tensors[item[1]]
+    if kind == "node":
+        return held[item[1]]
+    if kind == "tuple":
+        return tuple(_build(i, values, held, tensors) for i in item[1])
     if kind == "bound":
-        return types.MethodType(_build(item[1], values, tensors), _build(item[2], values, tensors))
+        return types.MethodType(_build(item[1], values, held, tensors), _build(item[2], values, held, tensors))
+    if kind == "partial":
+        return functools.partial(_build(item[1], values, held, tensors),
+                                 *[_build(i, values, held, tensors) for i in item[2]],
+                                 **{k: _build(i, values, held, tensors) for k, i in item[3]})
     _, code, globals_, name, cells, defaults = item
-    closure = tuple(types.CellType(_build(c, values, tensors)) for c in cells) or None
+    closure = tuple(_build(c[1], values, held, tensors) if c[0] == "real" else
+                    types.CellType(_build(c[1], values, held, tensors)) for c in cells) or None
     return types.FunctionType(code, globals_, name, None if defaults is None else
-                              tuple(_build(d, values, tensors) for d in defaults), closure)
+                              tuple(_build(d, values, held, tensors) for d in defaults), closure)
 
 
 class Recall:
@@ -130,9 +196,10 @@ class Recall:
         except Exception:  # not got again, or not comparable: as eager, fn runs
             return False
 
-    def eager(self, values: tuple, tensors: tuple):
-        """eager's `fn(*args)` of the recomputation, on torch's detached tensor arguments `tensors`."""
-        built = [_build(item, values, tensors) for item in self.items]
+    def eager(self, values: tuple, held: tuple, tensors: tuple):
+        """eager's `fn(*args)` of the recomputation, on torch's detached tensor arguments `tensors` (`held`: the
+        graph call's values of the recipes' nodes)."""
+        built = [_build(item, values, held, tensors) for item in self.items]
         return built[0](*built[1:])
 
 

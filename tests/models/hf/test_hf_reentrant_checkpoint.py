@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -68,3 +69,46 @@ def test_reentrant_gradient_checkpointing_trains_in_no_more_graphs_than_stock(na
     assert harness.eager_frame_count() == before, harness.eager_frame_reasons()
     assert 1 <= backend.graph_count <= stock.graph_count, (backend.graph_count, stock.graph_count)
     assert backend.graph_count == 1  # was 3: a break at every layer's checkpoint (stock: 5)
+
+
+def _attention_scalings(model) -> list:
+    return [m for m in model.modules() if isinstance(getattr(m, "scaling", None), float)]
+
+
+def _steps_with_scaling_changed(target, model, calls) -> list:
+    """3 steps; each attention's `scaling` (read by the checkpointed layer's forward) changes between the forward
+    and the backward, which eager's recomputation reads."""
+    steps = []
+    for seed, kwargs in zip(_SEEDS, calls):
+        for attention in _attention_scalings(model):
+            attention.scaling = 0.25
+        torch.manual_seed(seed)
+        loss = target(**kwargs).loss
+        for attention in _attention_scalings(model):
+            attention.scaling = 0.5 + seed
+        loss.backward()
+        steps.append({"loss": loss.detach(), "grads": {n: p.grad.clone() for n, p in model.named_parameters()
+                                                       if p.grad is not None}})
+        model.zero_grad(set_to_none=True)
+    return steps
+
+
+def test_state_changed_between_the_forward_and_the_backward_is_read_by_the_layers_recomputation():
+    """transformers checkpoints `partial(forward, self, **kwargs)` (position_embeddings a tuple of tensors made in
+    the frame): at the parent that call had no recall and the captured region recomputed with the forward's
+    scaling (gradients off by up to 0.06); now the layer's forward runs again in the backward, as eager's
+    (NOTE [State changed between the forward and the backward]), still in one graph."""
+    build, make_inputs, _ = training_variant(catalog.get("llama"))
+    calls = [make_inputs(seed) for seed in _SEEDS]
+    eager = _model(build)
+    assert len(_attention_scalings(eager)) == 2
+    want = _steps_with_scaling_changed(eager, eager, calls)
+    backend = CountingBackend()
+    model = _model(build)
+    got = _steps_with_scaling_changed(framejit.compile(model, backend=backend), model, calls)
+    for g, w in zip(got, want):
+        assert_steps_close(g, w)
+    assert backend.graph_count == 1
+    recalls = [n.target.recall for gm in backend.graphs for n in gm.graph.nodes
+               if type(n.target).__name__ == "ReentrantCall"]
+    assert len(recalls) == 2 and None not in recalls
