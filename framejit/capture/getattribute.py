@@ -183,6 +183,9 @@ def _overrides_dict(cls: type) -> bool:
 
 def _delattr(tx, args: list[Value], kwargs: dict) -> Value:
     """`delattr(obj, name)` for an object made while tracing whose class keeps object.__delattr__."""
+    if not kwargs and len(args) == 2 and isinstance(args[0], ObjectValue) and args[1].is_constant():
+        from .attribute_deletes import delete_outside_attr  # NOTE [Attribute deletes on objects from outside]
+        return delete_outside_attr(tx, args[0], args[1].as_constant())
     if kwargs or len(args) != 2 or not isinstance(args[0], NewObjectValue) or not args[1].is_constant():
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, "delattr of an object from outside")
     obj, name = args[0], args[1].as_constant()

@@ -125,6 +125,7 @@ class SideEffects:
         self.containers: dict[int, Value] = {}
         self.attrs: dict[tuple[int, str], tuple[Value, str, Value]] = {}
         self.raw_attrs: set[tuple[int, str]] = set()  # stores made by object.__setattr__ (NOTE [Custom __setattr__])
+        self.deleted_attrs: set[tuple[int, str]] = set()  # NOTE [Attribute deletes on objects from outside]
         self.globals: dict[tuple[int, str], tuple[dict, str, Value]] = {}
         self.cells: dict[int, tuple[Any, Value]] = {}
         self.cell_sources: dict[int, Any] = {}  # where a cell is found at run time, when not by identity
@@ -260,6 +261,7 @@ class SideEffects:
         self.attr_stores = getattr(self, "attr_stores", 0) + 1  # NOTE [Reentrant checkpoint in the graph]
         self.attrs[(id(obj.obj), name)] = (obj, name, value)
         (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
+        self.deleted_attrs.discard((id(obj.obj), name))
         if held is not None:
             _store_into(held, name, value)
 
@@ -318,7 +320,7 @@ class SideEffects:
         holds])."""
         for key, (obj, name, stored) in self.attrs.items():
             if isinstance(obj, ObjectValue) and _instance_dict(obj.obj) is d:  # (not a tensor's `.data`)
-                if not self._store_shows_through(obj, value, key in self.raw_attrs):
+                if key in self.deleted_attrs or not self._store_shows_through(obj, value, key in self.raw_attrs):
                     raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {obj.describe()} read while "
                                                              "stores to its attributes are not replayed yet")
                 _store_into(value, name, stored)
@@ -344,7 +346,19 @@ class SideEffects:
         """Whether an attribute store on `obj` is recorded here (replayed after the graph)."""
         return any(key[0] == id(obj) for key in self.attrs)
 
+    def delete_attr(self, obj: ObjectValue, name: str) -> None:
+        """`del obj.name`, checked by attribute_deletes (NOTE [Attribute deletes on objects from outside]):
+        replayed after the graph in the attribute writes' order; a later read of the name breaks."""
+        self.version += 1
+        key = (id(obj.obj), name)
+        self._mark(("attr", *key))
+        self.attrs[key] = (obj, name, ConstantValue(None))  # the value is not written (DELETE_ATTR)
+        self.raw_attrs.discard(key)
+        self.deleted_attrs.add(key)
+
     def attr(self, obj: Any, name: str) -> Value | None:
+        if (id(obj), name) in self.deleted_attrs:
+            raise Unsupported(BreakKind.SIDE_EFFECT, f"reading {name!r} after its delete, replayed after the graph")
         entry = self.attrs.get((id(obj), name))
         return entry[2] if entry is not None else None
 
@@ -502,6 +516,11 @@ class SideEffects:
 
     def _emit_attribute_writes(self, cg, pending) -> None:
         for key, (obj, name, _) in self.attrs.items():
+            if key in self.deleted_attrs:  # NOTE [Attribute deletes on objects from outside]
+                next(pending)
+                self._load_target(cg, obj)
+                cg.emit("DELETE_ATTR", name)
+                continue
             if key in self.raw_attrs:  # object.__setattr__(obj, name, value)
                 cg.push_null()
                 cg.load_const(object.__setattr__)

@@ -208,8 +208,15 @@ def store_attr(tx, inst):
 
 @op("DELETE_ATTR")
 def delete_attr(tx, inst):
-    """`del obj.name` runs as plain Python at a graph break (its rest is captured by a resume function)."""
+    """`del obj.name`: recorded for an object from outside where it is a plain instance-dict delete (NOTE
+    [Attribute deletes on objects from outside]); else it runs as plain Python at a graph break."""
     from ..breaks import BreakKind, Unsupported
+    from ..values import ObjectValue
+    if isinstance(tx.peek(), ObjectValue) and tx.peek().source is not None:
+        from ..attribute_deletes import delete_outside_attr
+        delete_outside_attr(tx, tx.peek(), inst.arg)
+        tx.pop()
+        return
     raise Unsupported(BreakKind.SIDE_EFFECT, f"deleting the attribute {inst.arg!r} of {tx.peek().describe()}")
 
 
