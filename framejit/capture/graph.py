@@ -273,7 +273,11 @@ class OutputGraph:
 
     def distinct_objects_guard(self) -> None:
         """Called once the trace is done (NOTE [Objects by identity])."""
-        from .namespace_owners import aliasing_exprs  # NOTE [Instance dicts as dicts]
+        from .namespace_owners import aliasing_exprs, module_tables_guard  # NOTE [Instance dicts as dicts]
+        tables = module_tables_guard(self) if self.side_effects else None  # NOTE [Module tables beside the ...]
+        if tables is not None:
+            self.add_guard("NO_ALIASING", tables, None, expected="no module table is one of the trace's dicts",
+                           cost=COST_TENSOR + 1)
         exprs = aliasing_exprs(self) if self.side_effects else []
         if len(exprs) < 2:
             return

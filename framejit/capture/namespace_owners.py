@@ -15,8 +15,12 @@ process, and never written by the trace.
 """
 from __future__ import annotations
 
+import collections
+import functools
 import types
 from typing import Any
+
+import torch
 
 from .breaks import BreakKind, Unsupported
 from .sources import Source
@@ -77,3 +81,48 @@ def aliasing_exprs(out) -> list[str]:
               if type(obj) is not dict and instance_dict(obj) is not None and id(instance_dict(obj)) not in by_object]
     return exprs + [f"{of}({src.expr(out.names)})" for src, d in out.__dict__.get("namespace_owners", ())
                     if id(d) not in by_object]
+
+
+# NOTE [Module tables beside the trace's dicts]: an nn.Module keeps its parameters, buffers, children and hooks
+# in dicts (and a set) of its instance dict (`_parameters`, `_buffers`, `_modules`, `_forward_hooks`, ...: its
+# tables), which the trace reads through sources (`m._buffers['buf']`, DictSlotSource; the hook dicts' key
+# guards), not as dict values. A dict the trace holds (an argument `bufs`, an attribute) that is a table when
+# traced is linked to it by identity (attributes.traced_slot reads the module's entries through the held
+# value; module_hooks._written reads a hook dict the trace wrote through it), but on a later call the two
+# could differ, or a trace made while `bufs` was an unrelated dict serve a call passing `m._buffers`:
+# `bufs["buf"] = t; return m.buf + 1` read the old buffer (eager 7, framejit 1: review revAH HIGH),
+# `mods["lin"] = Identity()` then `m.lin(x)` called the old Linear, a hook put in through `hooks` ran on a call
+# where `hooks` was another dict. When the trace has side effects and holds a dict or set, a guard
+# (`codegen_runtime.tables_as_traced`) pins each table of the trace's modules to be the held object it was
+# when traced, or none of them (as distinct_objects_guard pins the instance dicts apart).
+_HELD_KINDS = (dict, collections.OrderedDict, set)
+
+
+@functools.cache
+def module_tables() -> tuple[tuple[str, type], ...]:
+    """The names and types of the dicts and sets nn.Module.__init__ puts in a module's instance dict."""
+    return tuple((k, type(v)) for k, v in vars(torch.nn.Module()).items() if type(v) in _HELD_KINDS)
+
+
+def module_tables_guard(out) -> str | None:
+    """The guard expression of NOTE [Module tables beside the trace's dicts], or None when none is needed."""
+    from .codegen_runtime import dict_overridden, real_instance_dict, tables_as_traced
+    entries = list(out._by_object.values())
+    held = [(obj, src) for obj, src, _ in entries if type(obj) in _HELD_KINDS]
+    kinds = {type(obj) for obj, _ in held}
+    names = tuple(name for name, kind in module_tables() if kind in kinds)  # a table only aliases its own type
+    modules = [(obj, src) for obj, src, _ in entries if issubclass(type(obj), torch.nn.Module)]
+    if not names or not modules:
+        return None
+    index = {id(obj): i for i, (obj, _) in enumerate(held)}
+    plain, exact = [], []
+    for module, src in modules:
+        d = real_instance_dict(module) or {}
+        pins = tuple((n, index.get(id(d.get(n)), -1)) for n in names)
+        if dict_overridden(type(module)) or any(i >= 0 for _, i in pins):  # (the module's type is guarded)
+            exact.append(f"({src.expr(out.names)}, {pins!r})")
+        else:
+            plain.append(src.expr(out.names))
+    helds = "".join(f"{src.expr(out.names)}, " for _, src in held)
+    return (f"{out.name_of(tables_as_traced, 'tables_as_traced')}(({helds}), {names!r}, "
+            f"({''.join(e + ', ' for e in plain)}), ({''.join(e + ', ' for e in exact)}))")
