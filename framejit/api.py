@@ -310,7 +310,9 @@ def stats() -> dict[str, Any]:
     wholly eagerly and `eager_frame_reasons` lists them ({function, location, reason}; NOTE [Eager frames]);
     `graphs_own_code` counts graphs a training backend compiled that run as their own code instead, because the
     program may observe their results' autograd state (a graph ending at a break that passes on a tensor that
-    requires grad, a hook on a result: NOTE [Autograd state observed after a break])."""
+    requires grad, a hook on a result: NOTE [Autograd state observed after a break]); `python_loops` counts the
+    for loops compiled code runs as Python, whose bodies' own operations run outside any graph, and
+    `python_loop_reasons` lists them ({function, location, reason}; NOTE [Loop bodies run outside graphs])."""
     return capture.stats()
 
 

@@ -66,10 +66,11 @@ def disable_code(code: types.CodeType) -> None:
 
 def stats() -> dict[str, Any]:
     """A snapshot of the process-wide counters, the compiled or loaded frames, and the eagerly run ones."""
-    from . import eager_frames
+    from . import eager_frames, python_loop_records
     from .requests import FRAMES, STATS
     return {**STATS, "frames": list(FRAMES), "eager_frames": eager_frames.count(),
-            "eager_frame_reasons": eager_frames.snapshot()}
+            "eager_frame_reasons": eager_frames.snapshot(), "python_loops": python_loop_records.count(),
+            "python_loop_reasons": python_loop_records.snapshot()}
 
 
 def clean_traceback(exc: BaseException) -> None:

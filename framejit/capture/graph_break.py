@@ -47,7 +47,8 @@ from bytecode import Instr, Label
 from .breaks import BreakKind, Unsupported
 from .context import ExitOnError, ExitValue, block_for, run_in_blocks
 from .frame_locals import emit_user_frame_call
-from . import block_loops, carried_loops, emit, inlined_comprehensions, lifetimes, local_liveness, python_loops
+from . import block_loops, carried_loops, emit, inlined_comprehensions, lifetimes, local_liveness, python_loops, \
+    python_loop_records
 from .codegen import GRAPH_OUT, Codegen, Reconstructor
 from .codegen_runtime import delete_cell, new_cell
 from .normalize import Inst, jump_targets, normalize
@@ -614,7 +615,8 @@ class BreakCodegen:
         else:  # NOTE [Loops over sequences of changing length]: what is opaque at the loop stays so after it
             hook.dynamic_ints = hook.dynamic_ints | {f"L['{n}']" for n in names if n in self.tx.locals and
                                                      type(self._local(n)) is carried_loops.OpaqueSequenceValue}
-        return origin(self.fn.__code__, loop.index)[1], hook, layout
+        python_loop_records.record(*origin(self.fn.__code__, loop.index), self._over_symbolic_range())  # NOTE [Loop
+        return origin(self.fn.__code__, loop.index)[1], hook, layout  # bodies run outside graphs] there
 
     def _over_symbolic_range(self) -> bool:
         """The break is at the GET_ITER of a range whose length is symbolic (a comprehension over it runs as
