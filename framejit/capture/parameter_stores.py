@@ -17,7 +17,9 @@ read in the trace goes through the dict as the trace left it (NOTE [Module slots
   False: read through the trace, which guards the absence (instance dict, class, every slot), so a later
   call where the name exists retraces; register_parameter's KeyError for a class attribute is eager's;
 - torch's global parameter-registration hooks are empty (guarded): they would run, and may replace the value.
-Otherwise the store breaks as before. A Parameter replacing a registered one is not covered (still a break).
+A Parameter replacing a registered one (`self.w = nn.Parameter(self.w.detach() * 2)`) is the same dict write
+(register_parameter asks no hasattr for a registered name): made so while the trace has not taken `_parameters`
+as a dict, the name's presence guarded. Otherwise the store breaks as before.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import torch
 from torch.nn.modules import module as _torch_module
 
 from .breaks import UserException
+from . import lookup
 from .lookup import is_module_default
 from .values import ConstantValue, NNModuleValue, Value
 
@@ -51,16 +54,39 @@ def register_parameter_store(tx, module: NNModuleValue, name: str, value: Value)
         return False
     if _torch_module._global_parameter_registration_hooks:
         return False
-    try:
-        tx.getattr(module, name)  # hasattr(module, name), its absence guarded
-        return False
-    except UserException as e:
-        if not isinstance(e.exc, AttributeError):
+    if name in params:  # a replacement: register_parameter asks no hasattr then
+        if not _replaceable(tx, module, name):
             return False
+    elif not _absent(tx, module, name):
+        return False
     _guard_no_registration_hooks(tx)
     _guard_not_in(tx, module, name, "_non_persistent_buffers_set")
     from .handlers.arith import _store_item
     _store_item(tx, tx.getattr(module, "_parameters"), ConstantValue(name), value)
+    return True
+
+
+def _absent(tx, module: NNModuleValue, name: str) -> bool:
+    """`hasattr(module, name)` is False, read through the trace (its absence guarded)."""
+    try:
+        tx.getattr(module, name)
+        return False
+    except UserException as e:
+        return isinstance(e.exc, AttributeError)
+
+
+def _replaceable(tx, module: NNModuleValue, name: str) -> bool:
+    """`name` is a registered parameter and the trace has not taken `_parameters` as a dict (whose view, not
+    the real dict, would decide); guarded with the other slots and the instance dict staying without it."""
+    from .attributes import traced_slot
+    if traced_slot(tx, module, "_parameters") is not None:
+        return False
+    e = f"{module.source.expr(tx.output.names)}._parameters"
+    tx.output.add_guard("MODULE_ATTR_PRESENT", f"{name!r} in {e}", module.source, expected=f"a parameter {name!r}",
+                        actual=f"{name!r} in {e}")
+    lookup.guard_not_in_instance(tx.output, module.source, module.obj, name)
+    for slot in ("_buffers", "_modules"):
+        _guard_not_in(tx, module, name, slot)
     return True
 
 

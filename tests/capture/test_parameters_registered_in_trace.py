@@ -106,3 +106,31 @@ def test_a_registration_hook_added_later_runs_as_in_eager():
             assert seen[middle:] == seen[start:middle] == ["bias", "w"]
     finally:
         handle.remove()
+
+
+class Doubling(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        old = self.w
+        self.w = torch.nn.Parameter(self.w.detach() * 2)
+        return (x * self.w).sum() + old.sum()
+
+
+def test_a_parameter_replaced_in_the_graph_is_the_one_later_reads_see():
+    backend = CountingBackend()
+    eager, mod, compiled = _twins(Doubling, backend=backend, fullgraph=True)
+    for _ in range(3):
+        before, eager_before = mod.w, eager.w
+        x = torch.randn(2, 3)
+        e, c = eager(x), compiled(x)
+        torch.testing.assert_close(c, e)
+        e.backward()
+        c.backward()
+        assert mod.w is not before and type(mod.w) is torch.nn.Parameter and list(mod._parameters) == ["w"]
+        torch.testing.assert_close(mod.w, eager.w)
+        torch.testing.assert_close(mod.w.grad, eager.w.grad)
+        torch.testing.assert_close(before.grad, eager_before.grad)  # the old parameter's own use
+    assert backend.graph_count == 1
