@@ -315,18 +315,20 @@ def _generic_get_dict() -> Any:
     return _GET_DICT[0]
 
 
-def tables_as_traced(held: tuple, names: tuple, modules: tuple, exact: tuple = ()) -> bool:
+def tables_as_traced(held: tuple, names: tuple, modules: tuple, exact: tuple = (), shared: tuple = ()) -> bool:
     """NOTE [Module tables beside the trace's dicts] (namespace_owners.py): no table `names` of `modules` (whose
-    classes read `__dict__` from its getset) is one of the `held` objects, and per `(module, ((name, index),
-    ...))` of `exact` the table `name` is `held[index]`, or for an index of -1 none of them. No code of the
-    modules' classes runs."""
+    classes read `__dict__` from its getset) is one of the `held` objects; per `(module, pins)` of `exact`, and
+    for the `shared` pins of torch.nn.modules.module's globals (the global hook dicts), each `(name, index)`
+    table is `held[index]`, or for an index of -1 none of them. No code of the modules' classes runs."""
     ids = set(map(id, held))
     dicts = list(map(object.__getattribute__, modules, itertools.repeat("__dict__")))  # C loops: a model's
     for name in names:  # hundreds of modules cost ~0.25 us each
         if not ids.isdisjoint(map(id, map(dict.get, dicts, itertools.repeat(name)))):
             return False
-    for module, pins in exact:
-        d = real_instance_dict(module)
+    pinned = [(real_instance_dict(module), pins) for module, pins in exact]
+    if shared:
+        pinned.append((vars(sys.modules["torch.nn.modules.module"]), shared))
+    for d, pins in pinned:
         if d is None:
             return False
         for name, index in pins:

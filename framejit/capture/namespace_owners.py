@@ -93,8 +93,10 @@ def aliasing_exprs(out) -> list[str]:
 # `bufs["buf"] = t; return m.buf + 1` read the old buffer (eager 7, framejit 1: review revAH HIGH),
 # `mods["lin"] = Identity()` then `m.lin(x)` called the old Linear, a hook put in through `hooks` ran on a call
 # where `hooks` was another dict. When the trace has side effects and holds a dict or set, a guard
-# (`codegen_runtime.tables_as_traced`) pins each table of the trace's modules to be the held object it was
-# when traced, or none of them (as distinct_objects_guard pins the instance dicts apart).
+# (`codegen_runtime.tables_as_traced`) pins each table of the trace's modules, and each global hook dict of
+# torch.nn.modules.module (read by every module call), to be the held object it was when traced, or none of
+# them (as distinct_objects_guard pins the instance dicts apart). Only tables of a held object's type are
+# checked: nn.Module makes each table once, of one type.
 _HELD_KINDS = (dict, collections.OrderedDict, set)
 
 
@@ -102,6 +104,13 @@ _HELD_KINDS = (dict, collections.OrderedDict, set)
 def module_tables() -> tuple[tuple[str, type], ...]:
     """The names and types of the dicts and sets nn.Module.__init__ puts in a module's instance dict."""
     return tuple((k, type(v)) for k, v in vars(torch.nn.Module()).items() if type(v) in _HELD_KINDS)
+
+
+@functools.cache
+def shared_tables() -> tuple[tuple[str, type], ...]:
+    """The names and types of torch.nn.modules.module's global hook dicts (read when a module is called)."""
+    from torch.nn.modules import module as nn_module
+    return tuple((k, type(v)) for k, v in vars(nn_module).items() if k.startswith("_global_") and type(v) in _HELD_KINDS)
 
 
 def module_tables_guard(out) -> str | None:
@@ -123,6 +132,8 @@ def module_tables_guard(out) -> str | None:
             exact.append(f"({src.expr(out.names)}, {pins!r})")
         else:
             plain.append(src.expr(out.names))
+    from torch.nn.modules import module as nn_module
+    shared = tuple((n, index.get(id(vars(nn_module)[n]), -1)) for n, kind in shared_tables() if kind in kinds)
     helds = "".join(f"{src.expr(out.names)}, " for _, src in held)
     return (f"{out.name_of(tables_as_traced, 'tables_as_traced')}(({helds}), {names!r}, "
-            f"({''.join(e + ', ' for e in plain)}), ({''.join(e + ', ' for e in exact)}))")
+            f"({''.join(e + ', ' for e in plain)}), ({''.join(e + ', ' for e in exact)}), {shared!r})")

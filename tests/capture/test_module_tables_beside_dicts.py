@@ -118,3 +118,26 @@ def test_an_unrelated_dict_written_beside_a_model_keeps_one_graph():
         assert torch.equal(f(x, m, expected), compiled(x, m, stats))
         assert stats.keys() == expected.keys() and all(torch.equal(stats[k], expected[k]) for k in stats)
     assert backend.graph_count == 2  # the first call (no "first" yet), then every later call
+
+
+def test_a_global_forward_hook_put_in_through_the_global_hooks_dict():
+    from torch.nn.modules import module as nn_module
+    shared = nn_module._global_forward_hooks
+
+    def f(x, m, hooks):
+        hooks[987654] = lambda mod, inp, out: out * 100
+        out = m(x)
+        hooks.pop(987654)
+        return out
+
+    compiled = framejit.compile(f)
+    try:
+        for i in range(4):
+            outs = []
+            for call in (f, compiled):
+                torch.manual_seed(0)
+                m = torch.nn.Linear(2, 2)
+                outs.append(call(torch.full((2,), float(i + 1)), m, shared if i % 2 == 0 else type(shared)()).tolist())
+            assert outs[0] == outs[1], (i, outs)
+    finally:
+        shared.pop(987654, None)
