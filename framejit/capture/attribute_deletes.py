@@ -15,7 +15,9 @@ Where the delete is exactly `del obj.__dict__[name]` in eager it is now recorded
   `__dict__` as a dict value (it would not see the delete).
 A later read of the name in the same trace (`obj.name`, `hasattr`, `getattr(obj, name, d)`, the instance
 dict) is a break, so the replay deletes it first and Python answers (the class attribute it may now reach,
-Module.__getattr__, AttributeError). Any other delete is still a break.
+Module.__getattr__, AttributeError). A registered parameter, buffer or submodule of a module with torch's own
+__delattr__ (`del self.w`) is deleted by that __delattr__ inlined: a `del` from the trace's view of the slot
+dict, replayed after the graph (NOTE [Module slots written while tracing]). Any other delete is still a break.
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ def delete_outside_attr(tx, obj: Value, name: Any) -> Value:
     if impl is not object.__delattr__ and not (is_module and lookup.is_module_default(impl, "__delattr__")):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"delattr on a {cls.__name__} with its own __delattr__")
     d = real.__dict__ if type(getattr(real, "__dict__", None)) is dict else None
+    if is_module and d is not None and impl is not object.__delattr__ and name not in d and \
+            any(name in (d.get(slot) or {}) for slot in _SLOTS):
+        return _delete_registered(tx, obj, name, index, impl)
     _, attr = lookup.mro_lookup(cls, name)
     se = tx.output.side_effects
     if d is None or name not in d or _takes_delete(attr) or \
@@ -63,6 +68,16 @@ def delete_outside_attr(tx, obj: Value, name: Any) -> Value:
                           cost=COST_ID)
     se.delete_attr(obj, name)
     return ConstantValue(None)
+
+
+def _delete_registered(tx, module: ObjectValue, name: str, index: Any, impl: Any) -> Value:
+    """`del module.name` for a registered parameter, buffer or submodule: torch's Module.__delattr__ (pinned
+    by identity) inlined, so its `del self._parameters[name]` (or _buffers, _modules) is a write into the
+    trace's view of that dict, replayed after the graph (NOTE [Module slots written while tracing])."""
+    from .values import UserFunctionValue
+    out = tx.output
+    lookup.guard_entry_identity(out, lookup.guard_found_on_class(out, type(module.obj), "__delattr__", index), impl)
+    return tx.inline(UserFunctionValue(impl), [module, ConstantValue(name)], {})
 
 
 def _takes_delete(attr: Any) -> bool:

@@ -127,3 +127,34 @@ def test_del_of_an_object_attribute_and_a_missing_one_raises_as_eager():
             compiled(Config.__new__(Config), torch.ones(1))
         assert str(error.value) == str(eager_error.value)
     assert seen == [1]
+
+
+class Registered(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+        self.register_buffer("b", torch.ones(3), persistent=False)
+        self.sub = torch.nn.Linear(3, 3)
+
+    def forward(self, x, name):
+        if name in self._parameters or name in self._buffers or name in self._modules:
+            y = getattr(self, name)(x) if name == "sub" else x * getattr(self, name)
+            delattr(self, name)
+            return y, hasattr(self, name)
+        return x, None
+
+
+@pytest.mark.parametrize("name", ["w", "b", "sub"])
+def test_del_of_a_registered_parameter_buffer_or_submodule(name):
+    eager = Registered()
+    mod = Registered()
+    mod.load_state_dict(eager.state_dict())
+    compiled = framejit.compile(mod, backend="eager", fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(3)
+        e, c = eager(x, name), compiled(x, name)
+        torch.testing.assert_close(c[0], e[0])
+        assert c[1] == e[1]
+        assert list(mod._parameters) == list(eager._parameters) and list(mod._buffers) == list(eager._buffers)
+        assert list(mod._modules) == list(eager._modules)
+        assert mod._non_persistent_buffers_set == eager._non_persistent_buffers_set
