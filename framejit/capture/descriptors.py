@@ -158,7 +158,9 @@ def class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None
         return wrap_unguarded(attr.__func__)
     if isinstance(attr, classmethod):
         return BoundMethodValue(wrap_unguarded(attr.__func__), ClassValue(cls))
-    if isinstance(attr, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
+    if isinstance(attr, types.BuiltinFunctionType):  # `abs`, `torch.relu`, `print` have no __get__, so
+        return wrap_unguarded(attr)  # CPython never binds them: `obj.m` is the function itself
+    if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         return BoundMethodValue(BuiltinValue(attr), obj)
     if type(attr) is _LRU_WRAPPER and entry is not None:  # a cached method, e.g. transformers'
         lookup.guard_entry_identity(tx.output, entry, attr)  # `Logger.warning_once` (NOTE [Cached functions])
