@@ -78,7 +78,8 @@ def register_hook(tx, tensor: TensorValue, args: list[Value], kwargs: dict[str, 
 # graph that requires grad has one exactly when its fake has one (an op recorded under grad mode; a factory
 # with requires_grad=True is a leaf). So `y.grad_fn` of a tensor that does not require grad is None, and of a
 # result that requires grad, where the next instructions only compare it with None (LOAD_CONST None + IS_OP,
-# POP_JUMP_IF_NONE / POP_JUMP_IF_NOT_NONE), a stand-in that is not None (`_NODE`, consumed at once). Kept as
+# POP_JUMP_IF_NONE / POP_JUMP_IF_NOT_NONE) or test its truth (`if p.grad_fn:`, as Module.register_parameter
+# does; a node is always truthy), a stand-in that is not None (`_NODE`, consumed at once). Kept as
 # breaks: an input that requires grad (its is_leaf is not guarded), an input the graph wrote in place (NOTE
 # [Hooks on inputs written in place]), a tensor subclass, any other use of a node.
 class _Node:
@@ -109,8 +110,8 @@ def _compared_with_none(tx) -> bool:
     if here is None or here.name != "LOAD_ATTR" or here.index + 1 >= len(insts):
         return False
     after = insts[here.index + 1]
-    if after.name in ("POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"):
-        return True
+    if after.name in ("POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE", "POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE"):
+        return True  # (an autograd node is always truthy: no __bool__, no __len__)
     return after.name == "LOAD_CONST" and after.arg is None and here.index + 2 < len(insts) and \
         insts[here.index + 2].name == "IS_OP"
 

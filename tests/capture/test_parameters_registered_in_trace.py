@@ -134,3 +134,38 @@ def test_a_parameter_replaced_in_the_graph_is_the_one_later_reads_see():
         torch.testing.assert_close(mod.w.grad, eager.w.grad)
         torch.testing.assert_close(before.grad, eager_before.grad)  # the old parameter's own use
     assert backend.graph_count == 1
+
+
+class Registering(torch.nn.Module):
+    def forward(self, x):
+        if getattr(self, "w", None) is None:  # register_parameter tests `if param.grad_fn:`
+            self.register_parameter("w", torch.nn.Parameter(torch.full((x.shape[-1],), 0.5)))
+        return (x * self.w).sum()
+
+
+def test_register_parameter_called_in_the_graph():
+    backend = CountingBackend()
+    eager, mod, compiled = _twins(Registering, backend=backend, fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        e, c = eager(x), compiled(x)
+        torch.testing.assert_close(c, e)
+        e.backward()
+        c.backward()
+        assert type(mod.w) is torch.nn.Parameter and list(mod._parameters) == ["w"]
+        torch.testing.assert_close(mod.w.grad, eager.w.grad)
+    assert backend.graph_count == 2
+
+
+def _by_node(x):
+    y = x * 2
+    if y.grad_fn:
+        return y + 1
+    return y - 1
+
+
+def test_the_truth_of_a_results_grad_fn_follows_requires_grad():
+    compiled = framejit.compile(_by_node, backend="eager", fullgraph=True)
+    for requires_grad in (True, False, True):
+        x = torch.randn(3, requires_grad=requires_grad)
+        torch.testing.assert_close(compiled(x), _by_node(x))
