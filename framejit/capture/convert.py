@@ -41,6 +41,7 @@ from .input_versions import input_writes, keep_versions  # NOTE [Version counts 
 from .handler_reruns import restore_plan, restoring  # NOTE [Failing graphs inside handlers]
 from .requests import STATS, CompileRequest, Entry, rerun_state
 from .dynamic_misses import RaisedAtSymbolicOp, failed_trace, raising_calls_run_eagerly
+from .deep_traces import raise_if_too_deep
 from .shapes import ConstraintViolationError, check_marked_dims
 from .signal_exceptions import raised_by_signal_handlers
 from .size_graphs import runs_as_its_own_code
@@ -120,6 +121,7 @@ def _convert_once(fn, args: tuple, kwargs: dict, request: CompileRequest, dynami
     except Exception as e:  # a framejit bug: the user's program must not see it
         if request.fullgraph:
             raise Unsupported(BreakKind.INTERNAL_ERROR, f"{type(e).__name__}: {e}") from e
+        raise_if_too_deep(e, fn.__code__.co_qualname)  # NOTE [Traces out of stack] in deep_traces.py
         logs.log("eager_fallback", "%s runs eagerly after an internal error: %s",
                  fn.__code__.co_qualname, "".join(traceback.format_exception(e)[-3:]).strip())
         entry = _eager_entry(fn, shape, output, graph_break=GraphBreak(BreakKind.INTERNAL_ERROR, f"{type(e).__name__}: {e}"))
