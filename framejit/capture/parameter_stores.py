@@ -42,6 +42,8 @@ def register_parameter_store(tx, module: NNModuleValue, name: str, value: Value)
         return False
     if not (isinstance(kind, type) and issubclass(kind, torch.nn.Parameter)) or module.source is None:
         return False
+    if not _made_leaf(value):  # eager's register_parameter raises for a non-leaf: left to the usual path
+        return False
     cls = type(m)
     params = m.__dict__.get("_parameters")
     if type(params) is not dict or not isinstance(name, str) or not name or "." in name or \
@@ -64,6 +66,14 @@ def register_parameter_store(tx, module: NNModuleValue, name: str, value: Value)
     from .handlers.arith import _store_item
     _store_item(tx, tx.getattr(module, "_parameters"), ConstantValue(name), value)
     return True
+
+
+def _made_leaf(value: Value) -> bool:
+    """A Parameter made by the traced code whose fake tensor has no grad_fn (`nn.Parameter(t)` detaches).
+    One from outside is not taken: its leafness is not a guarded fact (a `t.as_subclass(Parameter)` of a
+    tensor with a grad_fn is a non-leaf Parameter, which register_parameter refuses)."""
+    fake = getattr(value, "fake", None)
+    return getattr(value, "source", None) is None and isinstance(fake, torch.Tensor) and fake.grad_fn is None
 
 
 def _absent(tx, module: NNModuleValue, name: str) -> bool:
