@@ -35,6 +35,7 @@ from . import deferred_readers, made_classes, step_breaks
 from .function_regions import function_regions
 from .higher_order import checkpoint_regions
 from .reentrant_checkpoint import frame_binding, reentrant_regions
+from .reentrant_recall import RetraceWithBreak
 from .python_draws import has_draws
 from .raising_floats import floats_then_draws  # NOTE [Rebuilt floats that raise]
 from .input_versions import input_writes, keep_versions  # NOTE [Version counts of written inputs]
@@ -76,7 +77,7 @@ def convert_frame(fn: types.FunctionType, args: tuple, kwargs: dict, request: Co
             try:
                 entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, decisions)
                 break
-            except _RetryLazy:
+            except (_RetryLazy, RetraceWithBreak):  # NOTE [Cells written after the call] in reentrant_recall.py
                 continue
         else:
             entry = _convert_once(fn, args, kwargs, request, dynamic_floats, dynamic_dims, dynamic_ints, decisions,
@@ -111,7 +112,7 @@ def _convert_once(fn, args: tuple, kwargs: dict, request: CompileRequest, dynami
                 _saved_hooks_held_back(), fresh_trace():  # NOTE [Saved-tensors hooks while tracing], [Gated
             # values counted per trace] in torch_function_inline.py
             entry = _convert(fn, shape, args, kwargs, request, output)  # NOTE [Cached calls counted as eager counts them]
-    except _RetryLazy:
+    except (_RetryLazy, RetraceWithBreak):
         raise
     except ConstraintViolationError as e:  # NOTE [Broken mark_dynamic contracts] in shapes.py
         failed_trace(e, fn, shape, output, _guard_function)  # NOTE [A failed trace records its sizes]
@@ -423,7 +424,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
         output.output(outputs)
         gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
         function_regions(gm)  # NOTE [Custom autograd functions in the graph]
-        reentrant_regions(gm, (output, shape, fn))  # NOTE [Reentrant checkpoint in the graph]
+        reentrant_regions(gm, (output, shape, fn, False))  # NOTE [Reentrant checkpoint in the graph]
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
         graphs.append(gm)
         compiled = subclass_boundary(restoring(keep_versions(  # NOTE [Tensor subclasses traced as tensors]
@@ -545,7 +546,7 @@ def _break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, request: C
         logs.log("eager_fallback", "%s: no graph break taken (%s); the frame runs eagerly", fn.__code__.co_qualname, e)
         first.no_break_reason = str(getattr(e, "graph_break", None) or e).split("\n")[0]  # NOTE [Eager frames]
         return None
-    except BackendCompilerFailed:
+    except (BackendCompilerFailed, RetraceWithBreak):
         raise
     except Exception as e:  # an internal error while generating the break: run the frame eagerly
         if site.loop is not None:  # NOTE [Loops run as Python]: break where the trace did instead
@@ -588,7 +589,7 @@ def _nested_break_entry(fn, shape: FunctionShape, args: tuple, kwargs: dict, req
         compiled, output_index, graphs = _compile_before_break(fn, shape, gen, output, request)
         cg = gen.emit(compiled, output_index, output.inputs)
         transformed = _transformed(shape, cg, fn)
-    except BackendCompilerFailed:
+    except (BackendCompilerFailed, RetraceWithBreak):
         raise
     except Exception as e:  # out of scope or unsupported: the plain break at the root's call
         logs.log("graph_breaks", "%s: no nested break (%s: %s)", fn.__code__.co_qualname, type(e).__name__, e)
@@ -643,7 +644,7 @@ def _compile_before_break(fn, shape: FunctionShape, gen, output, request) -> tup
     output.output(outputs)
     gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]
-    reentrant_regions(gm, (output, shape, fn))  # NOTE [Reentrant checkpoint in the graph]
+    reentrant_regions(gm, (output, shape, fn, True))  # NOTE [Reentrant checkpoint in the graph]
     checkpoint_regions(gm)  # NOTE [Checkpointed regions]
     compiled = subclass_boundary(restoring(keep_versions(  # NOTE [Tensor subclasses traced as tensors]
         _backend_compile(gm, output, request, fn, at_break=True), gm, input_writes(output), output.output_versions),
@@ -658,6 +659,7 @@ def _retrace_output(first):
     """A fresh OutputGraph for tracing a frame again up to its break, with the first trace's settings."""
     output = _tracing()[0].OutputGraph()
     output.frame_call = first.frame_call  # NOTE [State changed between the forward and the backward]
+    output.retry_lazy = getattr(first, "retry_lazy", False)  # NOTE [Cells written after the call]
     output.dynamic_floats = first.dynamic_floats
     output.dynamic, output.dynamic_dims, output.dynamic_ints = first.dynamic, first.dynamic_dims, first.dynamic_ints
     output.fullgraph, output.entry_exception = first.fullgraph, first.entry_exception

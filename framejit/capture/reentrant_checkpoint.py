@@ -68,7 +68,7 @@ class ReentrantBoundary:
 
     def __init__(self, region: int, n_args: int, items: tuple, single: bool, preserve: bool, recall: tuple) -> None:
         self.region, self.n_args, self.items, self.single, self.preserve = region, n_args, items, single, preserve
-        self.recall = recall  # (recipes, sources): NOTE [State changed between the forward and the backward]
+        self.recall = recall  # (recipes, Got, key): NOTE [State changed between the forward and the backward]
         self.n_outs = sum(item is None for item in items)  # then the nodes the recipes hold (reentrant_recall.py)
         self.__name__ = "reentrant_checkpoint"
 
@@ -246,7 +246,7 @@ def call_reentrant(tx, args: list, kwargs: dict):
            for a in tensor_args):
         raise _break("a tensor subclass argument")
     graph = out.graph
-    recall = _recipes(function, fn_args)
+    recall = _recipes(tx, function, fn_args)
     fn_args, markers = _own_arguments(graph, fn_args)
     try:
         return _traced(tx, function, fn_args, tensor_args, markers, (preserve, recall))
@@ -256,25 +256,35 @@ def call_reentrant(tx, args: list, kwargs: dict):
             graph.erase_node(marker)
 
 
-def _recipes(function, fn_args: list) -> tuple:
-    """(recipes of `function` and `fn_args`, their sources, the graph nodes they hold): NOTE [State changed between
-    the forward and the backward] (reentrant_recall.py). A break where one cannot be got again."""
-    from .reentrant_recall import recipe
+def _recipes(tx, function, fn_args: list) -> tuple:
+    """(recipes of `function` and `fn_args`, what they read (reentrant_recall.Got), where the call is): NOTE [State
+    changed between the forward and the backward] (reentrant_recall.py). A break where one cannot be got again, or
+    where an earlier trace found a cell `fn` closes over written after the call (NOTE [Cells written after the
+    call])."""
+    from .reentrant_recall import Got, breaks_here, recipe
     from .values import TensorValue
-    sources: list = []
-    nodes: list = []
-    items, k = [recipe(function, sources, nodes)], 0
+    key = (tx.code, tx.current.index if tx.current is not None else -1)
+    if breaks_here(tx.output, key):
+        raise _break("a closure variable its function reads is written after the call, and eager's recomputation "
+                     "in backward reads it then (NOTE [Cells written after the call])")
+    got = Got()
+    items, k = [recipe(function, got)], 0
     for a in fn_args:  # a tensor argument: torch's detached one at its position (one passed twice: each apart)
         if isinstance(a, TensorValue):
             items.append(("tensor", k))
             k += 1
         else:
-            items.append(recipe(a, sources, nodes))
+            items.append(recipe(a, got))
     if None in items:
         what = "its function" if items[0] is None else f"its argument {items.index(None)}"
         raise _break(f"{what} cannot be got again for the recomputation in backward, which eager's reads from the "
                      "state of that moment (NOTE [State changed between the forward and the backward])")
-    return tuple(items), sources, nodes
+    from .reentrant_recall import stored_after
+    root = (tx.output.__dict__.get("tx_stack") or [tx])[0]
+    names = {id(cell): name for name, cell in root.cells.items()}  # the root frame's own cells
+    later = stored_after(root) if got.cells else set()
+    got.cells = [(cell, held, names.get(id(cell)), names.get(id(cell)) in later) for cell, held in got.cells]
+    return tuple(items), got, key
 
 
 def _argument(t):
@@ -348,8 +358,8 @@ def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, optio
             node.meta[_SWITCH] = region
         elif node.op in ("call_function", "call_method", "call_module"):
             node.meta.setdefault(_TAG, region)  # an inner reentrant region keeps its own number
-    boundary = ReentrantBoundary(region, len(tensor_args), items, single, bool(preserve), recall[:2])
-    held = recall[2]  # the values the recipes hold: NOTE [State changed between the forward and the backward]
+    boundary = ReentrantBoundary(region, len(tensor_args), items, single, bool(preserve), recall)
+    held = recall[1].nodes  # the values the recipes hold: NOTE [State changed between the forward and the backward]
     applied = out.call("call_function", boundary, tuple([*tensor_args, *outs, *held]), {})
     results = iter(applied.items)
     if single:
@@ -360,7 +370,8 @@ def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, optio
 
 def reentrant_regions(gm: torch.fx.GraphModule, frame: tuple | None = None) -> None:
     """Replace each ReentrantBoundary node and its region by one ReentrantCall (NOTE [Reentrant checkpoint in the
-    graph]); `frame`: (output, shape, fn) of the frame, for NOTE [State changed between the forward and the
+    graph]); `frame`: (output, shape, fn, whether the graph is the one before a break) of the frame, for NOTE [State
+    changed between the forward and the
     backward], or None."""
     graph = gm.graph
     boundaries = [n for n in graph.nodes if n.op == "call_function" and isinstance(n.target, ReentrantBoundary)]

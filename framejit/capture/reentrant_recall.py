@@ -30,13 +30,14 @@ import torch
 # arguments, as eager's recomputation, for that backward (review revY H1: a scale attribute, a global dict value,
 # `model.eval()` with BatchNorm in the block, a replaced Parameter). Every kind of `fn` has a recipe (review revAF
 # HIGH): a function, a bound method, a module, a functools.partial (transformers' `partial(forward, self,
-# **kwargs)`), a function made in the frame (its real cells themselves, its other cells as they hold now), tuples
-# of such values; a tensor (or symbolic size) of the trace that is not one of the tensor arguments (a closure's
+# **kwargs)`), a function made in the frame (its real cells themselves, its other cells as they hold at the call:
+# NOTE [Cells written after the call]), tuples of such values; a tensor (or symbolic size) of the trace that is not one of the tensor arguments (a closure's
 # `h = x.sin()`, HF's position_embeddings) is held by the graph call as an extra input of the ReentrantCall (the
 # region does not read it), and each tensor argument is torch's detached one at its position (one tensor passed
 # twice: two). A `fn` or argument with no recipe (an object made in the frame) is a break: torch's checkpoint runs
-# there with the real objects. Graphs compiled before a break are bound as the frame's one is. Not covered (the
-# region runs, as before): entries loaded from the frame cache, a reentrant call inside another's region in that
+# there with the real objects; so is a call whose getter cannot be made (the frame is traced again). Graphs
+# compiled before a break are bound as the frame's one is. Not covered (the region runs, as before): entries loaded
+# from the frame cache, a getter that raises at the graph call, a reentrant call inside another's region in that
 # region's recomputation (the outer one's check covers it), state changed during the backward (a hook setting it:
 # the guards are checked once per backward and frame call). Cost: where such a call is captured, per frame call a
 # wrapper of the guard check and of the graph call and per region one call of the generated function; per backward
@@ -45,10 +46,22 @@ import torch
 _THREAD = threading.local()
 
 
-def recipe(value, sources: list, nodes: list):
-    """How to get `value` again at run time: ("value", i) of `sources`, ("const", v), ("node", j) (the j-th of
-    `nodes`: a tensor or symbolic number of the trace, which the graph call holds), ("made", ...) a function made in
-    the frame, ("bound", f, self), ("partial", f, args, keywords), ("tuple", items); None: it cannot be got again."""
+class Got:
+    """What the recipes of one call read: `sources` (got by the generated getter), `nodes` (values of the trace the
+    graph call holds) and `cells` (cells of the trace a made function closes over, with what they held at the call,
+    and their name in the root frame or None)."""
+
+    def __init__(self) -> None:
+        self.sources: list = []
+        self.nodes: list = []
+        self.cells: list = []
+
+
+def recipe(value, got: Got):
+    """How to get `value` again at run time: ("value", i) of `got.sources`, ("const", v), ("node", j) (the j-th of
+    `got.nodes`: a tensor or symbolic number of the trace, which the graph call holds), ("made", ...) a function
+    made in the frame, ("bound", f, self), ("partial", f, args, keywords), ("tuple", items); None: it cannot be
+    got again."""
     from .sources import LocalSource
     from .values import TensorValue, TupleValue
     from .values.base import LazyArg
@@ -58,63 +71,65 @@ def recipe(value, sources: list, nodes: list):
         node = getattr(value, "node", None)
         if not isinstance(node, torch.fx.Node):
             return None
-        known = [v.node for v in nodes]
+        known = [v.node for v in got.nodes]
         if node not in known:
-            nodes.append(value)
+            got.nodes.append(value)
             known.append(node)
         return ("node", known.index(node))
     if isinstance(value, LazyArg):  # a root frame argument not read yet
         value = _Sourced(LocalSource(value.name))
     if getattr(value, "source", None) is not None:
-        sources.append(value.source)
-        return ("value", len(sources) - 1)
+        got.sources.append(value.source)
+        return ("value", len(got.sources) - 1)
     if value.is_constant():
         return ("const", value.as_constant())
     if isinstance(value, TupleValue) and value.python_type() is tuple:
-        items = tuple(recipe(v, sources, nodes) for v in value.items)
+        items = tuple(recipe(v, got) for v in value.items)
         return None if None in items else ("tuple", items)
     if isinstance(value, BoundMethodValue):
-        func, owner = recipe(value.func, sources, nodes), recipe(value.self_value, sources, nodes)
+        func, owner = recipe(value.func, got), recipe(value.self_value, got)
         return None if func is None or owner is None else ("bound", func, owner)
     if isinstance(value, PartialValue):
-        return _partial(value, sources, nodes)
+        return _partial(value, got)
     if isinstance(value, UserFunctionValue) and value.attrs is None and value.closure is None:
         return ("const", value.fn)  # a function from outside, reached through guarded objects (a class's method)
     if isinstance(value, UserFunctionValue) and not value.kwdefaults and not value.attrs:
-        return _made(value, sources, nodes)
+        return _made(value, got)
     return None
 
 
-def _partial(value, sources: list, nodes: list):
+def _partial(value, got: Got):
     """A functools.partial made in the frame (HF's `partial(forward, self, **kwargs)`), as `recipe`."""
     if value.keywords is not None:
         return None
-    func = recipe(value.func, sources, nodes)
-    args = tuple(recipe(v, sources, nodes) for v in value.args)
-    keywords = tuple((k, recipe(v, sources, nodes)) for k, v in value.kwargs.items())
+    func = recipe(value.func, got)
+    args = tuple(recipe(v, got) for v in value.args)
+    keywords = tuple((k, recipe(v, got)) for k, v in value.kwargs.items())
     if func is None or None in args or any(r is None for _, r in keywords):
         return None
     return ("partial", func, args, keywords)
 
 
-def _made(value, sources: list, nodes: list):
+def _made(value, got: Got):
     """A function made in the frame: its code over cells `recipe` gets again (a real cell itself, eager's function
-    closing over it reads it in the backward; a cell of the trace as it holds its value now) and defaults."""
+    closing over it reads it in the backward; a cell of the trace as it holds its value at the call: NOTE [Cells
+    written after the call]) and defaults."""
     from .translator import RealCell
     from .values.callables import CellValue
     cells = []
     for cell in value.closure or ():
-        got = None
+        item = None
         if isinstance(cell, RealCell):  # the same cell object every call (its function guarded) or got by source
-            got = ("const", cell.cell) if cell.source is None else recipe(_Sourced(cell.source), sources, nodes)
-            got = got and ("real", got)
+            item = ("const", cell.cell) if cell.source is None else recipe(_Sourced(cell.source), got)
+            item = item and ("real", item)
         elif isinstance(cell, CellValue) and not cell.deleted and cell.contents is not None:
-            got = recipe(cell.contents, sources, nodes)
-            got = got and ("fresh", got)
-        if got is None:
+            item = recipe(cell.contents, got)
+            item = item and ("fresh", item)
+            got.cells.append((cell, cell.contents))
+        if item is None:
             return None
-        cells.append(got)
-    defaults = [recipe(d, sources, nodes) for d in value.defaults or ()]
+        cells.append(item)
+    defaults = [recipe(d, got) for d in value.defaults or ()]
     if None in defaults or len(cells) != len(value.fn.__code__.co_freevars):
         return None
     return ("made", value.fn.__code__, value.fn.__globals__, value.fn.__name__, tuple(cells),
@@ -203,21 +218,87 @@ class Recall:
         return built[0](*built[1:])
 
 
-def make_recall(items: tuple, sources: list, watched: list, output, shape, fn) -> Recall | None:
-    """The Recall of a traced call (`items`, `sources`: recipe's results; `watched`: the sources of the graph inputs
-    the region reads), compiled over the frame's parameters."""
+def make_recall(items: tuple, got: Got, key: tuple, watched: list, output, shape, fn, at_break: bool) -> Recall:
+    """The Recall of a traced call (`items`, `got`: recipe's results; `key`: where the call is; `watched`: the
+    sources of the graph inputs the region reads), compiled over the frame's parameters; `at_break`: the graph is
+    the one before a break. RetraceWithBreak where it cannot be (NOTE [Cells written after the call])."""
     from ..guards.codegen import BASE_NAMESPACE
-    try:
-        exprs = [source.expr(output.names) for source in [*sources, *watched]]
-        text = f"def ___recall({shape.params_source()}):\n    return ({''.join(e + ', ' for e in exprs)})\n"
-        namespace = dict(BASE_NAMESPACE)
-        namespace.update(output.names.namespace)
-        exec(compile(text, "<framejit reentrant recall>", "exec"), namespace)
-    except Exception:  # no recall: the region runs in the backward, as before
-        return None
+    why = "a closure variable of its function is written after the call" if _written_after(got.cells, fn.__code__,
+                                                                                           at_break) else None
+    if why is None:
+        try:
+            exprs = [source.expr(output.names) for source in [*got.sources, *watched]]
+            text = f"def ___recall({shape.params_source()}):\n    return ({''.join(e + ', ' for e in exprs)})\n"
+            namespace = dict(BASE_NAMESPACE)
+            namespace.update(output.names.namespace)
+            exec(compile(text, "<framejit reentrant recall>", "exec"), namespace)
+        except Exception as e:
+            why = f"its recall could not be made ({type(e).__name__}: {e})"
+    if why is not None:
+        retrace(output, key, why)
     getter = namespace["___recall"]
     getter.__defaults__, getter.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
     return Recall(getter, items, len(watched))
+
+
+# NOTE [Cells written after the call]: eager's `fn` made in the frame (a lambda) closes over the frame's cells, and
+# its recomputation reads what they hold in the backward; the region, and a recipe's fresh cell, hold what they
+# held at the call. Where a cell `fn` closes over holds another value when the trace ends (`s = s * 3` after the
+# call; the variable of a loop over layers, which eager's recomputations all read as the last layer), may be
+# written after a break (a STORE_DEREF or DELETE_DEREF of it in the root's code, a cell of an inlined frame), or
+# written by a function of the root's code through `nonlocal`, the frame is traced again with that call a break
+# (`RetraceWithBreak`; the calls are kept in the frame's LazyDecisions across its traces): torch's checkpoint runs
+# there with the real function and cells. The same where the getter cannot be made. On the last of the frame's
+# traces the frame runs eagerly instead (an internal error, logged).
+class RetraceWithBreak(Exception):
+    """Trace the frame again: a reentrant call (`output.lazy_decisions.reentrant_breaks`) is a break."""
+
+
+def breaks_here(output, key: tuple) -> bool:
+    """Whether the reentrant call at `key` (code, instruction index) is a break in this trace."""
+    return key in getattr(getattr(output, "lazy_decisions", None), "reentrant_breaks", ())
+
+
+def retrace(output, key: tuple, why: str):
+    decisions = getattr(output, "lazy_decisions", None)
+    if decisions is None or not getattr(output, "retry_lazy", False) or breaks_here(output, key):
+        raise RuntimeError(f"framejit: a reentrant checkpoint's recomputation cannot be as eager's: {why}")
+    if not hasattr(decisions, "reentrant_breaks"):
+        decisions.reentrant_breaks = set()
+    decisions.reentrant_breaks.add(key)
+    raise RetraceWithBreak(why)
+
+
+def _written_after(cells: list, code, at_break: bool) -> bool:
+    from .sources import LocalSource
+    from .values.base import LazyArg
+    for cell, held, name, later in cells:
+        same = cell.contents is held or isinstance(held, LazyArg) and \
+            getattr(cell.contents, "source", None) == LocalSource(held.name)  # the argument, read since
+        if cell.deleted or not same or (at_break and (name is None or later)):
+            return True
+        if name is not None and _nested_writes(code, name):
+            return True
+    return False
+
+
+def stored_after(tx) -> set:
+    """The cells the frame of translator `tx` may write after its current instruction: a STORE_DEREF or
+    DELETE_DEREF after it, or anywhere where a loop holds it."""
+    insts, at = tx.program.insts, tx.current.index if tx.current is not None else 0
+    looped = any("JUMP" in i.name and isinstance(i.arg, int) and i.arg <= at <= i.index for i in insts)
+    return {i.arg for i in insts if i.name in ("STORE_DEREF", "DELETE_DEREF") and (looped or i.index > at)}
+
+
+def _writes(code, name: str) -> bool:
+    import dis
+    return any(i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval == name for i in dis.get_instructions(code))
+
+
+def _nested_writes(code, name: str) -> bool:
+    """Whether a function made by `code` (or one made inside it) writes `name` through its closure."""
+    return any(isinstance(c, types.CodeType) and name in c.co_freevars and (_writes(c, name) or _nested_writes(c, name))
+               for c in code.co_consts)
 
 
 class FrameBinding:
