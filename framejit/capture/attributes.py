@@ -26,7 +26,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, SymFloatValue, TensorMethodValue,
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
-from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
+from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor, plain_property_fn
 from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
 from .tensor_attrs import grad_source, input_of, object_method, refuse_changed_dict, stored_or
 from .getattribute import (custom_getattribute, guard_metaclass_getattribute, guard_tensor_getattribute,
@@ -102,9 +102,9 @@ def _super_attr(tx, sup: SuperValue, name: str) -> Value:
             if isinstance(attr, (types.WrapperDescriptorType, types.MethodDescriptorType)):
                 lookup.guard_entry_identity(tx.output, entry, attr)
                 return BoundMethodValue(BuiltinValue(attr), sup.self_value)
-            if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
+            if (fget := plain_property_fn(tx, attr, "__get__")) is not None:  # NOTE [Property subclasses]
                 lookup.guard_entry_identity(tx.output, entry, attr)
-                return tx.call(UserFunctionValue(attr.fget), [sup.self_value], {})
+                return tx.call(UserFunctionValue(fget), [sup.self_value], {})
             return class_level_attr(tx, sup.self_value, owner, name, attr, entry)
     lookup.guard_mro(tx.output, owner)  # NOTE [MRO guarded]
     lookup.guard_class_absent(tx.output, mro[start:], name)

@@ -32,9 +32,30 @@ def _pybind_field(obj: Value, attr: Any) -> bool:
             and type(type(obj.obj)).__name__ == "pybind11_type" and (type(attr.fget).__name__ == "instancemethod" or isinstance(attr.fget, types.BuiltinFunctionType)))
 
 
+# NOTE [Property subclasses]: a `property` subclass may override `__get__`/`__set__` (the `classproperty`
+# idiom, scaling or logging properties); CPython then calls the override, not fget/fset. Every read and store
+# through a property called fget/fset directly (`o.w` gave fget's 1 where eager's `__get__` doubles it to 2).
+# Only a property whose method is property's own is modelled through fget/fset (for a subclass, that lookup
+# is guarded); the others are Python data descriptors (NOTE [Data descriptors written in Python]).
+def plain_property_fn(tx, attr: Any, method: str) -> types.FunctionType | None:
+    """The Python fget (`method` "__get__") or fset ("__set__") CPython calls for the property `attr`, or None
+    when attr is no property with that function, or its class overrides `method`."""
+    if not isinstance(attr, property):
+        return None
+    fn = vars(property)["fget" if method == "__get__" else "fset"].__get__(attr)
+    if not isinstance(fn, types.FunctionType):
+        return None
+    if type(attr) is not property:
+        if lookup.mro_lookup(type(attr), method)[1] is not vars(property)[method]:
+            return None
+        lookup.guard_lookup(tx.output, type(attr), method)
+    return fn
+
+
 def descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
-    if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
-        return getter_call(tx, UserFunctionValue(attr.fget), [obj])
+    fget = plain_property_fn(tx, attr, "__get__")
+    if fget is not None:
+        return getter_call(tx, UserFunctionValue(fget), [obj])
     if isinstance(attr, (types.MemberDescriptorType, types.GetSetDescriptorType)) and isinstance(obj, ObjectValue):
         try:
             value = attr.__get__(obj.obj, type(obj.obj))

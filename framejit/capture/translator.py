@@ -410,14 +410,15 @@ class Translator:
         if not isinstance(obj, ObjectValue) or obj.source is None:
             return False
         import torch
+        from .descriptors import plain_property_fn, python_data_descriptor  # NOTE [Property subclasses]
         cls = type(obj.obj)
         index, attr = lookup.mro_lookup(cls, name)
-        if getattr(cls, "__setattr__", None) is object.__setattr__ and not isinstance(attr, property) and \
+        fset = plain_property_fn(self, attr, "__set__")
+        if getattr(cls, "__setattr__", None) is object.__setattr__ and fset is None and \
                 isinstance(lookup.mro_lookup(type(attr), "__set__")[1], types.FunctionType):
-            from .descriptors import python_data_descriptor  # NOTE [Data descriptors written in Python]
             lookup.guard_entry_identity(self.output, lookup.guard_found_on_class(self.output, cls, name, index), attr)
             return python_data_descriptor(self, obj, attr, "__set__", [value]) is not None
-        if not (isinstance(attr, property) and isinstance(attr.fset, types.FunctionType)) or \
+        if fset is None or \
                 not (getattr(cls, "__setattr__", None) is object.__setattr__ or
                      lookup.is_module_default(getattr(cls, "__setattr__", None), "__setattr__")):
             return False
@@ -426,7 +427,7 @@ class Translator:
                 any(name in (obj.obj.__dict__.get(d) or {}) for d in ("_parameters", "_buffers", "_modules"))):
             return False
         lookup.guard_entry_identity(self.output, lookup.guard_found_on_class(self.output, cls, name, index), attr)
-        self.call(UserFunctionValue(attr.fset), [obj, value], {})
+        self.call(UserFunctionValue(fset), [obj, value], {})
         return True
 
     def _store_through_class(self, obj: Value, name: str, value: Value) -> bool:
@@ -443,10 +444,10 @@ class Translator:
         if isinstance(attr, types.MemberDescriptorType):
             return False  # a __slots__ entry: stored in `attrs`, read back from there (attributes.py)
         if attr is not None and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")):
-            if isinstance(attr, property) and isinstance(attr.fset, types.FunctionType):
-                self.call(UserFunctionValue(attr.fset), [obj, value], {})
+            from .descriptors import plain_property_fn, python_data_descriptor  # NOTE [Property subclasses]
+            if (fset := plain_property_fn(self, attr, "__set__")) is not None:
+                self.call(UserFunctionValue(fset), [obj, value], {})
                 return True
-            from .descriptors import python_data_descriptor  # NOTE [Data descriptors written in Python]
             if python_data_descriptor(self, obj, attr, "__set__", [value]) is not None:
                 return True
             raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE,
