@@ -320,10 +320,13 @@ class SideEffects:
         holds])."""
         for key, (obj, name, stored) in self.attrs.items():
             if isinstance(obj, ObjectValue) and _instance_dict(obj.obj) is d:  # (not a tensor's `.data`)
-                if key in self.deleted_attrs or not self._store_shows_through(obj, value, key in self.raw_attrs):
+                if not self._store_shows_through(obj, value, key in self.raw_attrs):
                     raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {obj.describe()} read while "
                                                              "stores to its attributes are not replayed yet")
-                _store_into(value, name, stored)
+                if key in self.deleted_attrs:  # NOTE [Attribute deletes on objects from outside]
+                    value.items = {k: v for k, v in value.items.items() if k != name}
+                else:
+                    _store_into(value, name, stored)
 
     def check_dict_read(self, d: dict) -> None:
         """NOTE [Stores under a buffer's name]: the trace reads the real dict `d` (wraps it, or walks it):

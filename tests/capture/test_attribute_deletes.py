@@ -158,3 +158,24 @@ def test_del_of_a_registered_parameter_buffer_or_submodule(name):
         assert list(mod._parameters) == list(eager._parameters) and list(mod._buffers) == list(eager._buffers)
         assert list(mod._modules) == list(eager._modules)
         assert mod._non_persistent_buffers_set == eager._non_persistent_buffers_set
+
+
+class Pair:
+    def __init__(self):
+        self.a = 3
+        self.b = 5
+
+
+def _drop_then_count(obj, x):
+    del obj.a
+    return x * len(obj.__dict__), sorted(vars(obj)), "a" in obj.__dict__
+
+
+def test_the_instance_dict_read_after_a_delete_lacks_the_name():
+    compiled = framejit.compile(_drop_then_count, backend="eager", fullgraph=True)
+    for _ in range(3):
+        eager_obj, obj = Pair(), Pair()
+        x = torch.randn(2)
+        e, c = _drop_then_count(eager_obj, x), compiled(obj, x)
+        torch.testing.assert_close(c[0], e[0])
+        assert c[1:] == e[1:] and vars(obj) == vars(eager_obj) == {"b": 5}
