@@ -463,7 +463,7 @@ def call_builtin(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Va
         return handler(tx, args, kwargs)
     check_functorch_call(fn)  # NOTE [functorch state]
     if is_container_method(fn):
-        return call_container_method(tx, fn, args, kwargs)
+        return call_container_method(tx, fn, args, kwargs, explicit=True)
     if _hashable(fn) and fn in TORCH_FUNCTIONS_UNSUPPORTED:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{_name(fn)} changes or reads state outside the graph")
     if _sets_backend_state(fn) or _reads_as_a_state_change(fn, args, kwargs):

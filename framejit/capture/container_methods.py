@@ -12,7 +12,7 @@ from .builtins import _TracedOrder, _all_const, _consts, _dict, _iter
 from .folded_results import permuted_like
 from .comparisons import contains
 from .container_slots import call_container_slot, check_dict_arguments, check_method_arguments, is_container_slot
-from .dict_slots import call_subclass_dict_slot, check_underlying_order, is_subclass_dict_slot
+from .dict_slots import call_subclass_dict_slot, check_dict_write, check_underlying_order, is_subclass_dict_slot
 from .protocol import (announce_before_drawing, constant_fold, extend_list, getitem, grow_while_drawing, iterate,
                        length)
 from .sym_arith import index as sym_index, symbolic
@@ -100,7 +100,8 @@ def is_container_method(fn: Any) -> bool:
     return getattr(fn, "__objclass__", None) in _CONTAINER_METHOD_OWNERS
 
 
-def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value]) -> Value:
+def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Value], explicit: bool = False) -> Value:
+    """`fn(*args, **kwargs)`; `explicit`: the program's own call (not one the translator makes for an operator)."""
     from .dict_objects import dict_contents, is_dict_object, own_missing, store_item
     from .list_objects import call_list_method, is_list_object
     owner, name = fn.__objclass__, fn.__name__
@@ -116,6 +117,8 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
         check_method_arguments(owner, name, rest, kwargs)
     if owner in (dict, collections.OrderedDict):
         check_dict_arguments(owner, name, rest, kwargs)
+    if explicit:  # (after eager's TypeError for arguments that do not bind)
+        check_dict_write(owner, name, self_value)  # NOTE [dict's own writes to OrderedDicts]
     if owner in (dict, collections.OrderedDict) and is_dict_object(self_value) and name == "__setitem__":
         return store_item(tx, self_value, owner, rest, kwargs)  # NOTE [Item stores into dict objects from outside]
     if owner in (dict, collections.OrderedDict) and is_dict_object(self_value):

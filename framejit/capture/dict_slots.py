@@ -58,6 +58,29 @@ def check_underlying_order(owner: type, name: str, d: Value) -> None:
                                                       "underlying dict, which move_to_end does not change)")
 
 
+# NOTE [dict's own writes to OrderedDicts]: `dict.pop(od, k)` (popitem, setdefault, update, clear), called as
+# dict's method on an OrderedDict, changes its underlying dict and not its linked list, as `dict.__setitem__`
+# does (NOTE [OrderedDicts out of order] in values/builder.py): eager's `dict.popitem(od)` takes the last key
+# of the underlying order, and every one of them leaves `list(od)` holding (or missing) keys its table does
+# not. They were traced as OrderedDict's own methods (the linked order's last key, both orders kept): a break,
+# where Python makes the call and the resume function reads the OrderedDict as it is left. OrderedDict's own
+# methods (`od.pop(k)`) come here with OrderedDict as their owner and are traced.
+_DICT_WRITES = ("pop", "popitem", "setdefault", "update", "clear")
+
+
+def check_dict_write(owner: type, name: str, d: Value) -> None:
+    """NOTE [dict's own writes to OrderedDicts]: the explicit call `dict.<name>(d, ...)`."""
+    if owner is not dict or name not in _DICT_WRITES:
+        return
+    try:
+        ordered = issubclass(d.python_type(), _OD)
+    except Unsupported:
+        return
+    if ordered:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name} of an OrderedDict (it changes the underlying "
+                                                      "dict past the OrderedDict's own order)")
+
+
 def call_subclass_dict_slot(tx, owner: type, name: str, d: DictValue, args: list[Value],
                             kwargs: dict[str, Value]) -> Value:
     from .container_slots import _raise_arity_error

@@ -19,6 +19,7 @@ from typing import Any
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import BUILTIN_HANDLERS, _dict, handles
 from .container_slots import check_dict_arguments
+from .dict_slots import check_dict_write
 from .protocol import draws_lazily, grow_while_drawing, iterate
 from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictValue, DictValue, ListValue,
                      SetValue, TupleValue, Value)
@@ -93,6 +94,7 @@ def _mutable(tx, d: Value) -> DictValue:
 @handles(dict.popitem)
 def _dict_popitem(tx, args, kwargs):
     check_dict_arguments(dict, "popitem", args[1:], kwargs)  # NOTE [Argument errors of container methods]
+    check_dict_write(dict, "popitem", args[0])  # NOTE [dict's own writes to OrderedDicts]
     return _popitem(tx, args[0], ())
 
 

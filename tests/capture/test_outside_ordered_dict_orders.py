@@ -169,3 +169,60 @@ def test_popitem_of_an_empty_ordered_dict_raises_its_own_message():
         x = torch.randn(2)
         assert f(x, _make(i), {"a": 1})[1] == compiled(x, _make(i), {"a": 1})[1] == \
             ["'dictionary is empty'", "'popitem(): dictionary is empty'"]
+
+
+def _state(od):
+    try:
+        linked = list(od)
+    except KeyError as e:  # an OrderedDict left out of order by dict's own method
+        linked = repr(e)
+    return linked, list(dict.keys(od))
+
+
+_DICT_WRITES = {"popitem": lambda od: dict.popitem(od), "pop": lambda od: dict.pop(od, "a"),
+                "setdefault": lambda od: dict.setdefault(od, "n", 1), "update": lambda od: dict.update(od, {"n": 1}),
+                "clear": lambda od: dict.clear(od)}
+
+
+def test_dicts_own_writes_to_an_ordered_dict_run_as_python():
+    # NOTE [dict's own writes to OrderedDicts]: they change the underlying dict, not the linked list
+    for name, write in _DICT_WRITES.items():
+        def outside(x, od):
+            y = x + 1
+            return y, write(od), y * 2
+
+        def inside(x, reorder):
+            od = _OD(a=1, b=2, c=3)
+            if reorder:
+                od.move_to_end("a")
+            y = x + 1
+            return y, write(od), _state(od)
+
+        for fn, make in ((outside, lambda i: _make(i)), (inside, lambda i: bool(i % 2))):
+            compiled = framejit.compile(fn)
+            for i in range(3):
+                x, a, b = torch.randn(2), make(i), make(i)
+                expected, got = fn(x, a), compiled(x, b)
+                assert expected[1:2] + expected[3:] == got[1:2] + got[3:], (name, i, expected, got)
+                if fn is outside:
+                    assert _state(a) == _state(b), (name, i)
+
+
+def test_ordered_dicts_own_methods_stay_in_one_graph():
+    def f(x, od):
+        y = x + 1
+        od.pop("a")
+        od.setdefault("n", 1)
+        od.update(m=2)
+        k = od.popitem(last=False)
+        od.move_to_end("n", last=False)
+        od.clear()
+        return y * 2, k
+
+    backend = CountingBackend()
+    compiled = framejit.compile(f, backend=backend)
+    for i in range(3):
+        x, a, b = torch.randn(2), _make(i), _make(i)
+        assert f(x, a)[1] == compiled(x, b)[1]
+        assert _orders(a) == _orders(b)
+    assert backend.graph_count == 2  # calls 0 and 1 differ in the linked order; no break
