@@ -34,6 +34,7 @@ from .base import ConstantValue, Value
 from .callables import BoundMethodValue, BuiltinValue, PartialValue, TensorMethodValue, UserFunctionValue
 from .containers import DictValue, ListValue, SetValue, TupleValue
 from .objects import ClassValue, NNModuleValue, ObjectValue, PyModuleValue
+from .plain_bases import plain_namedtuple
 from .iterator_wrap import (_LIST_ITERATOR, _LIST_REVERSE_ITERATOR, _SEQUENCE_ITERATORS, _wrap_list_iterator,
                             _wrap_list_reverse_iterator, _wrap_sequence_iterator)
 
@@ -231,7 +232,7 @@ def _wrap_number_or_constant(out, obj: Any, source: Source) -> Value | None:
 
 def _wrap_container(out, obj: Any, source: Source) -> Value | None:
     """Lists, tuples, namedtuples, dicts and sets read from outside (None: none of them)."""
-    if isinstance(obj, (tuple, list)) and type(obj) in (tuple, list) or _is_namedtuple(obj):
+    if isinstance(obj, (tuple, list)) and type(obj) in (tuple, list) or plain_namedtuple(out, obj):
         return _wrap_sequence(out, obj, source)
     from .outside import lazy_dict, outside_dict
     if lazy_dict(obj):
@@ -293,8 +294,8 @@ def _wrap_callable_or_object(out, obj: Any, source: Source) -> Value:
         out.guard_id(source, obj)
         rely_on_identity(out, obj)  # NOTE [Parametrized classes alike]
         return ClassValue(obj, source)
-    if isinstance(obj, functools.partial):
-        return _wrap_partial(out, obj, source)
+    if type(obj) is functools.partial:  # a subclass may have its own __call__: an object (NOTE [Subclasses
+        return _wrap_partial(out, obj, source)  # modelled as their base])
     from ..carried_loops import opaque_iterator
     if (stepped := opaque_iterator(out, obj, source)) is not None:  # NOTE [Iterators stepped as Python]
         return stepped
@@ -632,10 +633,6 @@ def wrap_unguarded(obj: Any) -> Value:
     if is_numpy_constant(obj):  # NumPy scalars, dtypes, finfo/iinfo (NOTE [NumPy as torch])
         return ConstantValue(obj)
     raise Unsupported(BreakKind.UNSUPPORTED_VALUE, f"cannot model the object {type(obj).__name__}")
-
-
-def _is_namedtuple(obj: Any) -> bool:
-    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
 
 
 # NOTE [Compiled optimizer steps]: torch.optim's functions and methods are Python over lists of tensors,
