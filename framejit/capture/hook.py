@@ -368,9 +368,9 @@ class FrameHook(TracerInterop):
                                                             or failure.guard.source in self.dynamic_floats
                                                             or numpy_scalar_text(failure.guard.expected)))
         failure = self.entries[0].guard.miss_failure(args, kwargs) if self.entries else None
-        failures = []
-        if failure is not None and changed_value(failure):
-            failures = explain(self.entries[0])
+        # every guard of the newest entry, whichever failed first (a flag flipping with a counter that
+        # changes: the counter is symbolic from this recompile on, as Dynamo compares the whole frame state)
+        failures = explain(self.entries[0]) if failure is not None else []
         if not any(f.guard.kind in ("TENSOR_SHAPE", *layout) for f in failures):
             failures = failures + older_entry_sizes(self.entries, explain, changed_value)  # NOTE [Automatic
         failures = failures + failures_of_failed_trace(self, explain)  # dynamic across entries], [A failed trace
