@@ -93,3 +93,23 @@ def test_stepped_loop_raising_midway_raises_eagers_exception_from_deep_steps():
             assert outcome[0][1] == outcome[1][1]
         else:
             torch.testing.assert_close(outcome[1][1], outcome[0][1])
+
+
+def _counted(x, n):
+    acc = x[0] * 0
+    i = 0
+    while i < n:  # the break's resume function continues the while loop: a tail call per step
+        acc = acc * 0.9 + x[i]
+        print(i, end=",", file=_OUT)
+        i += 1
+    return acc
+
+
+def test_while_loop_breaking_every_step_runs_past_the_recursion_limit():
+    torch.manual_seed(0)
+    compiled = framejit.compile(_counted, backend="eager")
+    before = eager_frames()
+    for n in (_long(), 10, _long() + 50):
+        x = torch.randn(n, 2)
+        _both(_counted, compiled, lambda: (x, n))
+    assert eager_frames() == before
