@@ -117,9 +117,16 @@ class ReentrantCall:
     # NOTE [Persisted reentrant checkpoints]: a graph calling a ReentrantCall is saved by the frame cache with
     # the call as plain data, the region node by node (frame_cache.dump_graph, as NOTE [Persisted transform
     # regions] saves a vmap body), and made again on load; anything in the region that does not pickle keeps
-    # the entry in memory only (NotPersistable).
+    # the entry in memory only (NotPersistable). So does a call with a Recall (NOTE [State changed between the
+    # forward and the backward]): its getter, recipes and the frame binding are made while tracing only, and a
+    # loaded call without them recomputed with the forward's state where it changed before the backward
+    # (`model.eval()` between them: silently other gradients).
     def __reduce__(self):
         from .frame_cache import dump_graph
+        if self.recall is not None:  # NOTE [Persisted reentrant checkpoints]
+            from .locators import NotPersistable
+            raise NotPersistable("a reentrant checkpoint's recall is not persisted (NOTE [State changed between the "
+                                 "forward and the backward]): a loaded entry would recompute with the forward's state")
         return _loaded_call, (dump_graph(self.region), self.n_args, self.items, self.single, self.preserve,
                               self.n_held)
 
