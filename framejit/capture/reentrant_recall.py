@@ -36,10 +36,11 @@ import torch
 # region does not read it), and each tensor argument is torch's detached one at its position (one tensor passed
 # twice: two). A `fn` or argument with no recipe (an object made in the frame) is a break: torch's checkpoint runs
 # there with the real objects; so is a call whose getter cannot be made (the frame is traced again). Graphs
-# compiled before a break are bound as the frame's one is. Not covered (the region runs, as before): entries loaded
-# from the frame cache, a getter that raises at the graph call, a reentrant call inside another's region in that
-# region's recomputation (the outer one's check covers it), state changed during the backward (a hook setting it:
-# the guards are checked once per backward and frame call). Cost: where such a call is captured, per frame call a
+# compiled before a break are bound as the frame's one is; a frame entry holding such a call is not persisted
+# (NOTE [Persisted reentrant checkpoints]). Not covered (the region runs, as before): a getter that raises at the
+# graph call, a reentrant call inside another's region in that region's recomputation (the outer one's check
+# covers it), state changed during the backward (a hook setting it: the guards are checked once per backward and
+# frame call). Cost: where such a call is captured, per frame call a
 # wrapper of the guard check and of the graph call and per region one call of the generated function; per backward
 # a guard check per frame call, and per region that call again where the region reads graph inputs; the frame's
 # arguments and the held values stay alive with the region's autograd graph.
