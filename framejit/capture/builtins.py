@@ -72,7 +72,7 @@ def _range(tx, args, kwargs):
 
 @handles(repr)
 def _repr(tx, args, kwargs):
-    if len(args) == 1 and not kwargs and is_user_object(args[0]):
+    if len(args) == 1 and not kwargs and is_user_object(args[0], tx, "__repr__"):
         return user_repr(tx, args[0])  # NOTE [Strings of user objects]
     return _fold(repr)(tx, args, kwargs)
 
@@ -152,7 +152,7 @@ def _convert(kind: type):
                 if element is not None:
                     return element
             raise Unsupported(BreakKind.DATA_DEPENDENT, f"{kind.__name__}() of a tensor reads its data")
-        if kind is str and len(args) == 1 and not kwargs and is_user_object(v):
+        if kind is str and len(args) == 1 and not kwargs and is_user_object(v, tx, "__str__"):
             return user_str(tx, v)  # NOTE [Strings of user objects]
         if kind is str and len(args) == 1 and not kwargs:
             from .carried_loops import check_dynamic_format

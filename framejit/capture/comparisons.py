@@ -45,6 +45,9 @@ def compare(tx, fn: Callable, a: Value, b: Value) -> Value:
         kept = sym_arith.compare(tx, fn, a, b) or sym_arith.compare_sequences(tx, fn, a, b)
         if kept is not None:
             return kept
+    from .enum_attributes import enum_compare  # NOTE [Dunders of enum members]
+    if (kept := enum_compare(tx, fn, a, b)) is not None:
+        return kept
     if a.is_constant() and b.is_constant():
         return constant_fold(fn, a.as_constant(), b.as_constant())
     from .list_objects import list_compare

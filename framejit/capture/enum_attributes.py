@@ -1,11 +1,15 @@
 """Attributes of members of user Enums (NOTE [Attributes of enum members]); split from attributes.py."""
 from __future__ import annotations
 
+import enum
+import operator
+import types
+
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor
 from .sources import AttrSource, ObjectSource, Ref
-from .values import ConstantValue, Value
+from .values import ConstantValue, UserFunctionValue, Value
 from .values.builder import wrap
 
 
@@ -72,3 +76,51 @@ def _immutable(value) -> bool:
     if type(value) is tuple:
         return all(_immutable(v) for v in value)
     return type(value) in _IMMUTABLE
+
+
+# NOTE [Dunders of enum members]: a member of a user Enum is a constant, and str()/format/bool/len/== of a
+# constant were folded by running the real dunder at trace time: a `__str__` or `__bool__` the enum defines
+# reading a global dict (`"M-" + self.name + G["suffix"]`) kept its first answer (eager 'M-A!', framejit
+# 'M-A'). Where the enum's class defines the dunder in Python (not Enum's own: the enum module copies its
+# functions into the class), it is inlined like any user object's, or a break where that is not modelled;
+# the lookup is guarded, so a dunder added to the class later recompiles.
+_COMPARED = {operator.eq: ("__eq__", "__eq__"), operator.ne: ("__ne__", "__ne__"), operator.lt: ("__lt__", "__gt__"),
+             operator.le: ("__le__", "__ge__"), operator.gt: ("__gt__", "__lt__"), operator.ge: ("__ge__", "__le__")}
+
+
+def user_enum_member(v: Value) -> bool:
+    return isinstance(v, ConstantValue) and isinstance(v.value, enum.Enum) and \
+        not lookup.is_fixed_class(type(v.value))
+
+
+def enum_dunder(tx, v: Value, name: str) -> types.FunctionType | None:
+    """The Python `name` the user Enum of the member `v` defines (its lookup guarded), or None: a constant
+    (folded as before) or a dunder that is Enum's own or a builtin mixin's."""
+    if not user_enum_member(v):
+        return None
+    cls = type(v.value)
+    index, impl = lookup.mro_lookup(cls, name)
+    lookup.guard_lookup(tx.output, cls, name)
+    if index is None or lookup.is_fixed_class(cls.__mro__[index]) or getattr(impl, "__module__", None) == "enum":
+        return None
+    if not isinstance(impl, types.FunctionType):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{name} of the enum {cls.__name__} ({type(impl).__name__})")
+    return impl
+
+
+def enum_compare(tx, fn, a: Value, b: Value) -> Value | None:
+    """`a <op> b` where a user Enum member defines the comparison: the left one's inlined, a reflected or
+    `__ne__`-through-`__eq__` one a break; None where no member defines one (folded as before)."""
+    names = _COMPARED.get(fn)
+    if names is None or not (user_enum_member(a) or user_enum_member(b)):
+        return None
+    impl = enum_dunder(tx, a, names[0])
+    if impl is not None:
+        result = tx.inline(UserFunctionValue(impl), [a, b], {})
+        if result.is_constant() and result.as_constant() is NotImplemented:
+            raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{names[0]} of an enum returned NotImplemented")
+        return result
+    if enum_dunder(tx, b, names[1]) is not None or fn is operator.ne and (
+            enum_dunder(tx, a, "__eq__") is not None or enum_dunder(tx, b, "__eq__") is not None):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"a reflected comparison of a user enum ({fn.__name__})")
+    return None

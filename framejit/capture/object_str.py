@@ -12,6 +12,7 @@ object's text, an exception's).
 """
 from __future__ import annotations
 
+import enum
 import types
 
 from . import lookup
@@ -19,16 +20,30 @@ from .breaks import BreakKind, Unsupported, UserException
 from .values import ConstantValue, NewObjectValue, NNModuleValue, ObjectValue, UserFunctionValue, Value
 
 
-def is_user_object(value: Value) -> bool:
-    """An instance of a user class (made while tracing, or from outside with a source), not a module."""
+def is_user_object(value: Value, tx=None, *dunders: str) -> bool:
+    """An instance of a user class (made while tracing, or from outside with a source), not a module; or a
+    member of a user Enum whose class defines one of `dunders` in Python (NOTE [Dunders of enum members])."""
     if isinstance(value, NewObjectValue):
         return True
+    if tx is not None and isinstance(value, ConstantValue) and isinstance(value.value, enum.Enum):
+        from .enum_attributes import enum_dunder
+        return any(enum_dunder(tx, value, name) is not None for name in dunders)
     return isinstance(value, ObjectValue) and not isinstance(value, NNModuleValue) and value.source is not None \
         and not isinstance(value.obj, type)
 
 
 def _cls(value: Value) -> type:
+    if isinstance(value, ConstantValue):
+        return type(value.value)  # an enum member (is_user_object)
     return value.cls if isinstance(value, NewObjectValue) else type(value.obj)
+
+
+def _enum_format_is_str(tx, value: Value) -> bool:
+    """Enum's own `__format__` of a member of a plain (not mixed-in) user Enum: `format(str(self), spec)`."""
+    if not isinstance(value, ConstantValue):
+        return False
+    lookup.guard_lookup(tx.output, _cls(value), "__format__")
+    return lookup.mro_lookup(_cls(value), "__format__")[1] is enum.Enum.__format__ and _cls(value)._member_type_ is object
 
 
 def _method(tx, cls: type, name: str) -> types.FunctionType | None:
@@ -77,6 +92,8 @@ def user_format(tx, value: Value, conversion: int, spec: str) -> Value:
         text = user_repr(tx, value)
     elif conversion == 3:
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"ascii() of a {_cls(value).__name__}")
+    elif conversion == 0 and _enum_format_is_str(tx, value):
+        text = user_str(tx, value)
     elif conversion == 1 or _method(tx, _cls(value), "__format__") is None:
         if spec and conversion == 0:  # object.__format__ rejects a non-empty spec
             raise UserException(TypeError(f"unsupported format string passed to {_cls(value).__name__}.__format__"))

@@ -346,6 +346,8 @@ def truth(tx, v: Value) -> bool:
     if isinstance(v, NdarrayValue):
         raise Unsupported(BreakKind.DATA_DEPENDENT, "the truth value of an ndarray depends on its data")
     if isinstance(v, ConstantValue):
+        if isinstance(v.value, Enum) and (kept := _enum_truth(tx, v)) is not None:
+            return kept  # NOTE [Dunders of enum members]
         try:
             return bool(v.value)
         except Exception as e:
@@ -393,6 +395,17 @@ def truth(tx, v: Value) -> bool:
 # `__bool__` must return a bool (TypeError otherwise, even for 1), `__len__` an integer (through __index__)
 # that is >= 0 (ValueError) and fits a Py_ssize_t (OverflowError). The traced call's result is checked the
 # same way; a result whose value is not known while tracing (a tensor) keeps the old behaviour (a break).
+def _enum_truth(tx, v: ConstantValue) -> bool | None:
+    """The truth of a user Enum's member by its own Python `__bool__`, else `__len__`; None: neither."""
+    from . import lookup
+    from .enum_attributes import enum_dunder
+    if (impl := enum_dunder(tx, v, "__bool__")) is not None:
+        return _checked_bool(tx, tx.inline(UserFunctionValue(impl), [v], {}))
+    if lookup.mro_lookup(type(v.value), "__bool__")[0] is None and (impl := enum_dunder(tx, v, "__len__")):
+        return _checked_len(tx.inline(UserFunctionValue(impl), [v], {})) > 0
+    return None
+
+
 def _checked_bool(tx, result: Value) -> bool:
     if result.is_constant():
         value = result.as_constant()
@@ -539,6 +552,10 @@ def length(tx, v: Value) -> int:
     if isinstance(v, (DictValue, SetValue)):
         return len(v.items)
     if isinstance(v, ConstantValue):
+        if isinstance(v.value, Enum):  # NOTE [Dunders of enum members]
+            from .enum_attributes import enum_dunder
+            if (impl := enum_dunder(tx, v, "__len__")) is not None:
+                return _checked_len(tx.inline(UserFunctionValue(impl), [v], {}))
         try:
             return len(v.value)
         except Exception as e:

@@ -145,7 +145,7 @@ def format_value(tx, inst):
     spec = tx.pop().as_constant() if flags & 0x04 else ""
     value = tx.pop()
     from ..object_str import is_user_object, user_format
-    if is_user_object(value):  # NOTE [Strings of user objects]
+    if is_user_object(value, tx, "__format__", "__str__", "__repr__"):  # NOTE [Strings of user objects]
         tx.push(user_format(tx, value, flags & 0x03, spec))
         return
     if not value.is_constant():
