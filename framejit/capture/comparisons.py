@@ -413,8 +413,8 @@ def _object_contains(tx, item: Value, container: Value) -> bool:
         if replaced(tx, container.obj, "__contains__"):  # NOTE [Other modules' container methods]
             return truth(tx, tx.call_special_of(container, "__contains__", [item], {}))
         if isinstance(container.obj, torch.nn.ModuleDict):
-            tx.guard_module_keys(container)
-            return item.as_constant() in container.obj._modules
+            from .module_protocol import module_contains  # NOTE [Child tables written in the frame]
+            return module_contains(tx, container, item.as_constant())
     from .list_objects import keeps_list_slot, list_contents
     if keeps_list_slot(tx, container, "__contains__"):  # NOTE [List subclasses]
         return contains(tx, item, list_contents(tx.output, container))

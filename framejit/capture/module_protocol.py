@@ -23,7 +23,7 @@ import torch
 from . import lookup
 from .breaks import BreakKind, Unsupported, UserException
 from .sources import DictSlotSource
-from .values import ConstantValue, NNModuleValue, TupleValue, Value
+from .values import ConstantValue, DictValue, NNModuleValue, TupleValue, Value
 from .values.builder import wrap
 
 CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.ParameterList)
@@ -80,19 +80,79 @@ def module_truth(tx, v) -> bool:
     return True
 
 
+# NOTE [Child tables written in the frame]: `ml.append(m)`, `ml.insert(i, m)`, `ml.extend(ms)`, `del ml[i]`,
+# `seq[i] = m`, `mdict[k] = m`, `m._modules[k] = m` and `setattr(m, k, sub)` write the module's `_modules` dict
+# (or, in `__delitem__`, store a new one into `m._modules`) through the trace's value of it; the real dict
+# is only written when the side effects are replayed after the graph. Iteration, `len()`, indexing and `in`
+# of a container read that value then (the container's children as the frame left them: an appended child
+# is called by `for c in ml` and by Sequential's forward, `ml[-1]` is the new last child), not the real
+# dict guarded at the start of the frame (review revAJ HIGH: the old children were run). The key guard of
+# the real dict still stands for the entry. Module walks (children(), named_modules(), ...) break instead.
+def written_children(tx, v: NNModuleValue) -> DictValue | None:
+    """The trace's value of `v`'s `_modules` when the frame wrote it (NOTE [Child tables written in the
+    frame]), else None: the real dict is what the program sees."""
+    effects = tx.output.side_effects
+    table = effects.attr(v.obj, "_modules")  # `self._modules = OrderedDict(...)` (Sequential.__delitem__)
+    if table is None:
+        table = effects.written_dict(v.obj.__dict__.get("_modules"))
+    if table is None:
+        return None
+    if not isinstance(table, DictValue) or not all(type(k) is str for k in table.items):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"the children of a {type(v.obj).__name__} written "
+                                                      "into a table the trace does not model")
+    return table
+
+
+def _child_names(tx, v: NNModuleValue) -> tuple[list[str], DictValue | None]:
+    tx.guard_module_keys(v)  # a key added or removed after the first call (red team, issue 12)
+    table = written_children(tx, v)
+    return (list(table.items) if table is not None else list(v.obj._modules)), table
+
+
+def _child(tx, v: NNModuleValue, table: DictValue | None, name: str) -> Value:
+    return table.items[name] if table is not None else tx.getattr(v, name)
+
+
 def module_children(tx, v: NNModuleValue) -> list[Value]:
     mod = v.obj
     if isinstance(mod, torch.nn.ModuleDict):
-        tx.guard_module_keys(v)  # a key added or removed after the first call (red team, issue 12)
-        return [ConstantValue(k) for k in mod._modules]
+        return [ConstantValue(k) for k in _child_names(tx, v)[0]]
     if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
-        tx.guard_module_keys(v)
+        names, table = _child_names(tx, v)
+        if table is not None:
+            return list(table.items.values())
         return [wrap(tx.output, child, DictSlotSource(v.source, "_modules", name)) if v.source else
                 NNModuleValue(child) for name, child in mod._modules.items()]
     if isinstance(mod, torch.nn.ParameterList):
         guard_parameter_list_length(tx, v)
         return [tx.getattr(v, str(i)) for i in range(len(mod))]
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"iteration over a {type(mod).__name__}")
+
+
+def module_length(tx, v: NNModuleValue) -> int:
+    """`len()` of a module container (torch's own `__len__`)."""
+    if isinstance(v.obj, torch.nn.ParameterList):
+        tx.guard_module_keys(v)
+        guard_parameter_list_length(tx, v)
+        return len(v.obj)
+    return len(_child_names(tx, v)[0])
+
+
+def module_contains(tx, v: NNModuleValue, key: Any) -> bool:
+    """`key in mdict` of a ModuleDict (torch's own `__contains__`)."""
+    try:
+        return key in dict.fromkeys(_child_names(tx, v)[0])
+    except TypeError as e:  # an unhashable key, as the dict raises it
+        raise UserException(e) from None
+
+
+def check_walk(tx, v: NNModuleValue) -> None:
+    """A module walk (children(), named_modules(), ...) reads the real `_modules` of each module it visits:
+    a break when the frame wrote one (NOTE [Child tables written in the frame]); at the break the writes
+    are replayed, and the rest of the frame walks the real children."""
+    if written_children(tx, v) is not None:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"walking the children of a {type(v.obj).__name__} "
+                                                      "written while tracing")
 
 
 def guard_parameter_list_length(tx, v: NNModuleValue) -> None:
@@ -108,19 +168,18 @@ def guard_parameter_list_length(tx, v: NNModuleValue) -> None:
 def module_getitem(tx, v: NNModuleValue, key: Any) -> Value:
     mod = v.obj
     if isinstance(mod, torch.nn.ModuleDict):
-        tx.guard_module_keys(v)
-        return tx.getattr(v, key) if key in mod._modules else _raise(KeyError(key))
+        names, table = _child_names(tx, v)
+        return _child(tx, v, table, key) if key in names else _raise(KeyError(key))
     if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
-        tx.guard_module_keys(v)
-        names = list(mod._modules)
+        names, table = _child_names(tx, v)
         if isinstance(key, slice):
-            children = [tx.getattr(v, n) for n in names[key]]
+            children = [_child(tx, v, table, n) for n in names[key]]
             return ModuleSliceValue(children, isinstance(mod, torch.nn.Sequential))
         try:
             name = names[operator.index(key)]
         except Exception as e:
             raise UserException(e) from None
-        return tx.getattr(v, name)
+        return _child(tx, v, table, name)
     if isinstance(mod, torch.nn.ParameterList):
         guard_parameter_list_length(tx, v)
         return tx.getattr(v, str(operator.index(key) % len(mod)))

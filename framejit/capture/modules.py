@@ -18,6 +18,7 @@ from torch.nn.modules.rnn import RNNBase
 
 from ..guards import COST_TENSOR
 from .breaks import BreakKind, Unsupported, UserException
+from .module_protocol import check_walk
 from .sources import DictSlotSource
 from .values import ConstantValue, IteratorValue, NNModuleValue, TupleValue, UserFunctionValue, Value
 from .values.builder import wrap
@@ -160,6 +161,7 @@ def _walk(tx, root: NNModuleValue, options: dict, slot: str):
     modules = [("", root)]
     distinct: list = []  # NOTE [Walks that skip duplicates]
     if slot == "children":
+        check_walk(tx, root)  # NOTE [Child tables written in the frame]
         tx.guard_module_keys(root)
         for name, child in root.obj._modules.items():
             if child is not None and id(child) not in seen:
@@ -229,6 +231,7 @@ def _all_modules(tx, root: NNModuleValue, unique: bool = True) -> list[tuple[str
         if unique:
             seen.add(id(value.obj))
         result.append((path, value))
+        check_walk(tx, value)  # NOTE [Child tables written in the frame]
         tx.guard_module_keys(value)
         for name, child in value.obj._modules.items():
             if child is not None:

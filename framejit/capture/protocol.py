@@ -28,7 +28,7 @@ from .values import (ConstantValue, DictValue, DictViewValue, IteratorValue, Lis
 from .values.outside import OutsideDictValue, OutsideListValue
 from .dict_objects import dunder, is_new_dict_object, storage
 from .folded_results import folded_value
-from .module_protocol import guard_parameter_list_length, module_children, module_getitem
+from .module_protocol import module_children, module_getitem, module_length
 
 BINARY_OPS: dict[str, Callable] = {
     "ADD": operator.add, "SUBTRACT": operator.sub, "MULTIPLY": operator.mul, "TRUE_DIVIDE": operator.truediv,
@@ -573,10 +573,7 @@ def length(tx, v: Value) -> int:
         return tx.call_special_of(v, "__len__", [], {}).as_constant()
     if isinstance(v, NNModuleValue) and isinstance(v.obj, (torch.nn.Sequential, torch.nn.ModuleList,
                                                            torch.nn.ModuleDict, torch.nn.ParameterList)):
-        tx.guard_module_keys(v)
-        if isinstance(v.obj, torch.nn.ParameterList):
-            guard_parameter_list_length(tx, v)
-        return len(v.obj)
+        return module_length(tx, v)  # NOTE [Child tables written in the frame]
     if isinstance(v, (ObjectValue, NewObjectValue)) and hasattr(v.python_type(), "__len__"):
         return _checked_len(tx.call_special_of(v, "__len__", [], {}))
     if isinstance(v, IteratorValue):
