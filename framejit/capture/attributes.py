@@ -26,7 +26,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, SymFloatValue, TensorMethodValue,
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
-from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor, plain_property_fn
+from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor, method_kind, plain_property_fn
 from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
 from .tensor_attrs import grad_source, input_of, object_method, refuse_changed_dict, stored_or
 from .getattribute import (custom_getattribute, guard_metaclass_getattribute, guard_tensor_getattribute,
@@ -121,10 +121,10 @@ def _super_class_attr(tx, sup: SuperValue, entry, attr: Any, name: str) -> Value
     """`super()._make(...)` in a classmethod (3.11; 3.12 has LOAD_SUPER_ATTR): super's second argument is the
     class itself, so the lookup walks that class's MRO and a classmethod found there binds to it (a
     staticmethod to nothing). Other descriptors reached this way are not modelled (a break)."""
-    if isinstance(attr, (classmethod, staticmethod)) and isinstance(attr.__func__, types.FunctionType):
+    if (kind := method_kind(tx, attr)) is not None and isinstance(attr.__func__, types.FunctionType):
         lookup.guard_entry_identity(tx.output, entry, attr)
         func = UserFunctionValue(attr.__func__)
-        return BoundMethodValue(func, sup.self_value) if isinstance(attr, classmethod) else func
+        return BoundMethodValue(func, sup.self_value) if kind is classmethod else func
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"super().{name} of a class ({type(attr).__name__})")
 
 
@@ -587,11 +587,11 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
         return _guarded_or_plain(tx, obj, name, value)
     _guard_no_metaclass_descriptor(tx, type(cls), name)
     entry = lookup.guard_found_on_class(tx.output, cls, name, index)
-    if isinstance(attr, (staticmethod, classmethod, types.FunctionType)):
+    if (kind := method_kind(tx, attr, refuse=True)) is not None or isinstance(attr, types.FunctionType):
         lookup.guard_entry_identity(tx.output, entry, attr)
-    if isinstance(attr, staticmethod):
+    if kind is staticmethod:
         return wrap_unguarded(attr.__func__)
-    if isinstance(attr, classmethod):
+    if kind is classmethod:
         return BoundMethodValue(wrap_unguarded(attr.__func__), obj)
     if isinstance(attr, types.FunctionType):
         return UserFunctionValue(attr)

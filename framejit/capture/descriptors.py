@@ -52,6 +52,22 @@ def plain_property_fn(tx, attr: Any, method: str) -> types.FunctionType | None:
     return fn
 
 
+def method_kind(tx, attr: Any, refuse: bool = False) -> type | None:
+    """staticmethod or classmethod when `attr` is one whose `__get__` is that type's own (for a subclass, that
+    lookup guarded; NOTE [Property subclasses]), else None; `refuse`: a subclass overriding it is a break."""
+    for kind in (staticmethod, classmethod):
+        if type(attr) is kind:
+            return kind
+        if isinstance(attr, kind):
+            if lookup.mro_lookup(type(attr), "__get__")[1] is not vars(kind)["__get__"]:
+                if refuse:
+                    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"a {type(attr).__name__} read from its class")
+                return None
+            lookup.guard_lookup(tx.output, type(attr), "__get__")
+            return kind
+    return None
+
+
 def descriptor_attr(tx, obj: Value, name: str, attr: Any) -> Value:
     fget = plain_property_fn(tx, attr, "__get__")
     if fget is not None:
@@ -170,14 +186,15 @@ def _python_descriptor_get(tx, obj: Value, cls: type, name: str, attr: Any, entr
 def class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None) -> Value:
     """A non-data class attribute; `entry` is the source of the owner's raw dict entry (None for fixed
     classes), guarded here by identity, or by value for plain data (NOTE [Lookup facts])."""
-    if isinstance(attr, (types.FunctionType, staticmethod, classmethod, types.BuiltinFunctionType,
-                         types.MethodDescriptorType, types.WrapperDescriptorType)):
+    kind = method_kind(tx, attr)  # a subclass overriding __get__: a Python descriptor (below)
+    if kind is not None or isinstance(attr, (types.FunctionType, types.BuiltinFunctionType,
+                                             types.MethodDescriptorType, types.WrapperDescriptorType)):
         lookup.guard_entry_identity(tx.output, entry, attr)
     if isinstance(attr, types.FunctionType):
         return BoundMethodValue(UserFunctionValue(attr), obj)
-    if isinstance(attr, staticmethod):
+    if kind is staticmethod:
         return wrap_unguarded(attr.__func__)
-    if isinstance(attr, classmethod):
+    if kind is classmethod:
         return BoundMethodValue(wrap_unguarded(attr.__func__), ClassValue(cls))
     if isinstance(attr, types.BuiltinFunctionType):  # `abs`, `torch.relu`, `print` have no __get__, so
         return wrap_unguarded(attr)  # CPython never binds them: `obj.m` is the function itself

@@ -113,3 +113,64 @@ def test_get_override_added_to_a_plain_subclass_between_calls():
     finally:
         del plainsub.__get__
     assert torch.equal(compiled(x, A()), _get(x, A()))
+
+
+class mystatic(staticmethod):
+    def __get__(self, obj, cls=None):
+        return lambda *a: ("mystatic", len(a), LOG[-1] if LOG else None)
+
+
+class myclass(classmethod):
+    def __get__(self, obj, cls=None):
+        return lambda *a: ("myclass", len(a))
+
+
+class plainstatic(staticmethod):
+    pass
+
+
+class K:
+    @mystatic
+    def s(v):
+        return v
+
+    @myclass
+    def c(cls, v):
+        return v
+
+    @plainstatic
+    def p(v):
+        return v * 3
+
+
+def _methods(x, o):
+    return o.s(1), o.c(2), o.p(4), K.p(5), x + 1
+
+
+def _class_methods(x):
+    return K.s(1), K.c(2), x + 1
+
+
+def test_staticmethod_and_classmethod_subclasses_overriding_get():
+    compiled = framejit.compile(_methods, backend="eager")
+    compiled_class = framejit.compile(_class_methods, backend="eager")
+    for tag in ("a", "b", "c"):
+        LOG.append(tag)
+        x = torch.randn(2)
+        got, want = compiled(x, K()), _methods(x, K())
+        assert got[:4] == want[:4] == (("mystatic", 1, tag), ("myclass", 1), 12, 15) and torch.equal(got[4], want[4])
+        got, want = compiled_class(x), _class_methods(x)
+        assert got[:2] == want[:2] and got[0] == ("mystatic", 1, tag) and torch.equal(got[2], want[2])
+    LOG.clear()
+
+
+def test_get_override_added_to_a_plain_staticmethod_subclass_between_calls():
+    compiled = framejit.compile(_methods, backend="eager")
+    x = torch.randn(2)
+    assert compiled(x, K())[2] == _methods(x, K())[2] == 12
+    plainstatic.__get__ = lambda self, obj, cls=None: (lambda v: -v)
+    try:
+        assert compiled(x, K())[2:4] == _methods(x, K())[2:4] == (-4, -5)
+    finally:
+        del plainstatic.__get__
+    assert compiled(x, K())[2] == 12
