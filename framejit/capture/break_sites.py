@@ -168,6 +168,9 @@ def live_tensors(values: list[Any], inputs: bool = False) -> list[TensorValue]:
                 visit(key_value(key))
         elif isinstance(v, TensorMethodValue):
             visit(v.tensor)
+        elif hasattr(type(v), "rebuild_call"):  # rebuilt by a call of its parts (NOTE [Slices rebuilt at breaks])
+            for item in v.rebuild_call()[1]:
+                visit(item)
         elif isinstance(v, (NdarrayValue, NdarrayMethodValue)):  # NOTE [NumPy as torch]
             for item in numpy_children(v):
                 visit(item)

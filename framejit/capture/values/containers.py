@@ -142,6 +142,13 @@ class SliceValue(Value):
     def as_constant(self) -> Any:
         return slice(*(p.as_constant() for p in self.parts))
 
+    def rebuild_call(self) -> tuple:
+        """NOTE [Slices rebuilt at breaks]: `slice(start, stop, step)` from its parts after the graph (codegen's
+        `emit`). A slice bounded by a tensor (`x[:n]`, `n = (x > 0).sum()`) live at the data-dependent break
+        its getitem takes (on the stack for BINARY_SUBSCR) could not be rebuilt, and the frame ran wholly
+        eagerly; its parts are rebuilt like any value (a graph output, a symbolic int, a constant)."""
+        return slice, list(self.parts)
+
 
 # NOTE [Slices from outside]: a slice is immutable; one passed in (`x[sl]` with `sl` an argument or an
 # attribute, a slice live at a break) is a SliceValue whose parts are read through `.start`, `.stop`, `.step`
