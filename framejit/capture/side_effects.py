@@ -252,7 +252,7 @@ class SideEffects:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"a store under the buffer name {name!r} while the trace "
                                                      "holds the module's _buffers")
         held = self._held_dict(_instance_dict(obj.obj))
-        if held is not None and not self._store_shows_through(obj, held, raw):
+        if held is not None and not self._store_shows_through(obj, held, raw, name, value):
             raise Unsupported(BreakKind.SIDE_EFFECT, f"a store to the attribute {name!r} of {obj.describe()}, "
                                                      "whose dict the trace holds as a dict")
         self._mark(("attr", id(obj.obj), name))
@@ -306,13 +306,36 @@ class SideEffects:
         seen = self.by_object.get(id(d)) if d is not None else None
         return seen[2] if seen is not None and seen[0] is d else None
 
-    def _store_shows_through(self, obj: ObjectValue, held: Value, raw: bool) -> bool:
+    def _store_shows_through(self, obj: ObjectValue, held: Value, raw: bool, name: str, value: Value) -> bool:
         """Whether the store `obj.name = value` (already checked by _check_plain_setattr) is, in CPython,
         `obj.__dict__[name] = value` into the plain dict `held` models (NOTE [Stores under a dict the trace
         holds])."""
-        plain = raw or getattr(type(obj.obj), "__setattr__", None) is object.__setattr__
-        return (plain and not isinstance(obj, NNModuleValue) and isinstance(held, DictValue) and held.cls is dict
-                and id(held) not in self.containers)
+        if not (isinstance(held, DictValue) and held.cls is dict and id(held) not in self.containers):
+            return False
+        if isinstance(obj, NNModuleValue):
+            return not raw and self._plain_module_store(obj.obj, name, value)
+        return raw or getattr(type(obj.obj), "__setattr__", None) is object.__setattr__
+
+    def _plain_module_store(self, module: torch.nn.Module, name: str, value: Value) -> bool:
+        """NOTE [Module stores into a held instance dict]: nn.Module.__setattr__ (the class's own, checked by
+        _check_plain_setattr, which also breaks on a Parameter or a module stored, and on a parameter's or
+        submodule's name) files `value` in `_buffers` when the name is a buffer's (or the value a
+        `torch.nn.Buffer`), and otherwise makes the plain `__dict__[name] = value`. So a store of a name that
+        is in none of the module's tables, as the trace has them (the real table, or the trace's view of one
+        it wrote: `register_buffer` before the store), of a value that is no tensor from outside (which
+        could be marked a Buffer), shows through the instance dict the trace holds. transformers'
+        dynamic-NTK RoPE stores `self.attention_scaling` and then calls `register_buffer`, which reads
+        `"_buffers" not in self.__dict__`, and stores `self.max_seq_len_cached` after it: two breaks."""
+        if isinstance(value, TensorValue) and value.source is not None:
+            return False
+        for table in ("_parameters", "_buffers", "_modules"):
+            real = module.__dict__.get(table)
+            if not isinstance(real, dict) or name in real:
+                return False
+            seen = self._held_dict(real)
+            if seen is not None and (seen.has(name) if hasattr(seen, "has") else name in seen.items):
+                return False
+        return True
 
     def apply_pending_attrs(self, d: dict, value: Value) -> None:
         """`value` newly wraps the instance dict `d`: make the attribute stores recorded into it, in their
@@ -320,7 +343,8 @@ class SideEffects:
         holds])."""
         for key, (obj, name, stored) in self.attrs.items():
             if isinstance(obj, ObjectValue) and _instance_dict(obj.obj) is d:  # (not a tensor's `.data`)
-                if not self._store_shows_through(obj, value, key in self.raw_attrs):
+                if key in self.deleted_attrs and isinstance(obj, NNModuleValue) or \
+                        not self._store_shows_through(obj, value, key in self.raw_attrs, name, stored):
                     raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {obj.describe()} read while "
                                                              "stores to its attributes are not replayed yet")
                 if key in self.deleted_attrs:  # NOTE [Attribute deletes on objects from outside]
