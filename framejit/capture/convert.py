@@ -441,7 +441,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     rebuild.emit(ret)
     emit_final_locals(cg, rebuild, fn.__code__, final or {})
     cg.return_value()
-    transformed = _transformed(shape, cg, fn)
+    transformed = _transformed(shape, cg, fn, remake=True)
     _log_bytecode(fn, transformed)
     check_marked_dims(output)  # NOTE [Broken mark_dynamic contracts]
     entry = Entry(_guard_function(fn, shape, output), transformed, graphs, backend_outputs=output.backend_outputs,
@@ -491,10 +491,10 @@ def _finalizer_suspended(output, first) -> bool:
     return False
 
 
-def _transformed(shape: FunctionShape, cg, fn) -> types.FunctionType:
+def _transformed(shape: FunctionShape, cg, fn, remake: bool = False) -> types.FunctionType:
     """The transformed function of `cg`, unless it hands out a class made per call (NOTE [Classes made per
-    call] in made_classes.py: Unsupported)."""
-    made_classes.check_code(cg)
+    call] in made_classes.py: Unsupported; `remake`: made again at entry where it can be)."""
+    made_classes.check_code(cg, remake)
     return make_function(shape, cg, fn.__globals__, fn.__defaults__, fn.__kwdefaults__)
 
 

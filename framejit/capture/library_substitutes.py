@@ -186,7 +186,7 @@ def call_pure(tx, fn: types.FunctionType, args: list, kwargs: dict):
         raise UserException(e) from None
     if fn is collections.namedtuple:
         from .made_classes import note_made_class
-        note_made_class(result)  # NOTE [Classes made per call]
+        note_made_class(result, fn, real_args, real_kwargs)  # NOTE [Classes made per call]
     if (fn.__module__, fn.__qualname__) in _RE_FUNCTIONS:
         from .folded_results import folded_value  # a new list of strings from re.split/findall
         return folded_value(result)
