@@ -26,7 +26,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      NNModuleValue, ObjectValue, PartialValue, PyModuleValue, SequenceValue, SymFloatValue, TensorMethodValue,
                      TensorValue, UserFunctionValue, Value)
 from .values.builder import instance_dict as instance_dict_of, is_library_module, wrap, wrap_unguarded
-from .descriptors import class_level_attr, descriptor_attr, is_data_descriptor, method_kind, plain_property_fn
+from .descriptors import class_data, class_level_attr, descriptor_attr, is_data_descriptor, method_kind, plain_property_fn
 from .tensor_subclasses import is_subclass_type, opaque_attr_check, subclass_attr
 from .tensor_attrs import grad_source, input_of, object_method, refuse_changed_dict, stored_or
 from .getattribute import (custom_getattribute, guard_metaclass_getattribute, guard_tensor_getattribute,
@@ -596,7 +596,7 @@ def _class_attr(tx, obj: ClassValue, name: str) -> Value:
     if isinstance(attr, types.FunctionType):
         return UserFunctionValue(attr)
     if entry is not None and not hasattr(type(attr), "__get__"):
-        return wrap(tx.output, attr, entry)  # plain class data, read raw from the owner's dict
+        return class_data(tx, attr, entry)  # plain class data, read raw from the owner's dict
     if name == "__dict__" and obj.source is None and not lookup.is_fixed_class(cls):
         # NOTE [Class names guarded], for the class's dict: `len(type(o).__dict__)`, `"k" in type(o).__dict__`
         # were folded from an unguarded snapshot; read through the class itself, the proxy is guarded

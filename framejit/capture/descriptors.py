@@ -156,7 +156,10 @@ def getter_call(tx, fn: Value, args: list[Value]) -> Value:
 # NOTE [A descriptor's kind is guarded]: whether a class attribute is a data descriptor (its type has `__set__`
 # or `__delete__`) decides whether it wins over the instance dict. Only the method called was guarded, so
 # after `del Field.__set__` and `a.__dict__["v"] = 9` the entry kept calling Field.__get__ (3 where eager reads
-# 9; red team h12red3). The descriptor type's `__set__` and `__delete__` lookups are guarded too.
+# 9; red team h12red3). The descriptor type's `__set__` and `__delete__` lookups are guarded too. Likewise a
+# class attribute that is an object of a user class with no `__get__` (a `__set__`-only descriptor, a plain
+# config object) is read as itself: its type's `__get__` is guarded absent, so one added later is called
+# (hhuntG5 MED-1: eager 3 from the new `__get__`, framejit kept returning the object).
 def _guard_descriptor_kind(tx, attr: Any) -> None:
     for method in ("__set__", "__delete__"):
         lookup.guard_lookup(tx.output, type(attr), method)
@@ -209,7 +212,7 @@ def class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None
     if hasattr(type(attr), "__get__") and not isinstance(attr, (type, int, float, str, bool, tuple)):
         return _python_descriptor_get(tx, obj, cls, name, attr, entry)
     if entry is not None:
-        return wrap(tx.output, attr, entry)
+        return class_data(tx, attr, entry)
     index, _ = lookup.mro_lookup(cls, name)
     if index is not None and (type(attr) in (dict, list) or _plain_object(attr)):
         # NOTE [Library class data]: a library class's dict or plain object (torch.distributions'
@@ -220,6 +223,14 @@ def class_level_attr(tx, obj: Value, cls: type, name: str, attr: Any, entry=None
         if not lookup.is_immutable_class(owner):
             return wrap(tx.output, attr, lookup.entry_source(owner, name))
     return wrap_unguarded(attr)
+
+
+def class_data(tx, attr: Any, entry) -> Value:
+    """A class attribute that is no descriptor, read through its entry; an object of a user class stays no
+    descriptor (its type's `__get__` guarded absent: NOTE [A descriptor's kind is guarded])."""
+    if not lookup.is_fixed_class(type(attr)):
+        lookup.guard_lookup(tx.output, type(attr), "__get__")
+    return wrap(tx.output, attr, entry)
 
 
 def _plain_object(attr: Any) -> bool:
