@@ -128,6 +128,14 @@ def _checkpoint_handler(tx, args, kwargs):
     if reentrant is not None and reentrant.is_constant() and reentrant.as_constant() is True:
         from .reentrant_checkpoint import call_reentrant  # NOTE [Reentrant checkpoint in the graph]
         return call_reentrant(tx, args, kwargs)
+    context_fn = kwargs.get("context_fn")
+    if context_fn is not None and not _no_context(context_fn):
+        # NOTE [Checkpoint context functions]: decided here on the value, not by `context_fn not in (None,
+        # noop_context_fn)` in the traced substitute, which compared a functools.partial (selective activation
+        # checkpointing's create_selective_checkpoint_contexts) by `==` and broke with "comparison eq of
+        # Constant(None) and PartialValue" instead of this reason
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "torch.utils.checkpoint.checkpoint with a context_fn or "
+                                                      "debug=True")
     graph, effects = tx.output.graph, tx.output.side_effects
     before, python_effects = set(graph.nodes), effects.version - effects.tensor_writes
     result = tx.inline(UserFunctionValue(checkpoint), args, kwargs)
@@ -139,6 +147,13 @@ def _checkpoint_handler(tx, args, kwargs):
         if node not in before and node.op in ("call_function", "call_method", "call_module"):
             node.meta["fj_checkpoint"] = _REGIONS[0]  # an enclosing checkpoint retags its inner ones
     return result
+
+
+def _no_context(value) -> bool:
+    """`context_fn` given as None or torch's own noop_context_fn."""
+    from torch.utils.checkpoint import noop_context_fn
+    from .values import ConstantValue
+    return isinstance(value, ConstantValue) and value.value is None or getattr(value, "obj", None) is noop_context_fn
 
 
 # NOTE [Non-reentrant recomputation runs eagerly]: at a break (NOTE [Reentrant checkpoint at a break] in
