@@ -461,13 +461,26 @@ def enter(tx, ctx: Value) -> tuple[Value, Value]:
     from .generator_ctx import adopt_outside_generator_cm
     ctx = adopt_outside_generator_cm(tx, ctx) or ctx  # NOTE [Generator context managers from outside]
     if isinstance(ctx, (ObjectValue, NewObjectValue)):
-        exit_fn = tx.getattr(ctx, "__exit__")
-        return exit_fn, tx.call_method_of(ctx, "__enter__", [], {})
+        return _exit_method(tx, ctx), tx.call_special_of(ctx, "__enter__", [], {})
     from .generator_ctx import GenCtxValue, GenMethodValue, gen_enter
     if isinstance(ctx, GenCtxValue):  # NOTE [Generator context managers]
         entered = gen_enter(tx, ctx)
         return GenMethodValue(ctx, "__exit__"), entered
     raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"with-block over {ctx.describe()}")
+
+
+# NOTE [Managers' methods looked up on the class]: `with o:` looks `__enter__`/`__exit__` up on type(o) only
+# (CPython's special method lookup), so instance attributes of those names (mock-style patching) are ignored.
+# The trace called the instance's (hhuntG5 HIGH-6: eager 6 and the class's log, framejit 60 and the
+# instance's). `__enter__` is now called as a special method (translator.call_special_of) and a Python
+# `__exit__` is the class's function bound to the manager; other `__exit__`s are read as before.
+def _exit_method(tx, ctx: Value) -> Value:
+    from . import lookup
+    from .values import BoundMethodValue, ClassValue
+    cls = ctx.python_type()
+    if isinstance(lookup.mro_lookup(cls, "__exit__")[1], types.FunctionType):
+        return BoundMethodValue(tx.getattr(ClassValue(cls), "__exit__"), ctx)
+    return tx.getattr(ctx, "__exit__")
 
 
 # NOTE [Entering managers from outside]: `no_grad.__enter__` and `enable_grad.__enter__` store the grad mode in
