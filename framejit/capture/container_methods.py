@@ -11,7 +11,8 @@ from .breaks import BreakKind, Unsupported, UserException
 from .builtins import _TracedOrder, _all_const, _consts, _dict, _iter
 from .folded_results import permuted_like
 from .comparisons import contains
-from .container_slots import call_container_slot, check_dict_arguments, check_method_arguments, is_container_slot
+from .container_slots import (call_container_slot, check_dict_arguments, check_method_arguments, check_receiver,
+                              is_container_slot)
 from .dict_slots import call_subclass_dict_slot, check_dict_write, check_underlying_order, is_subclass_dict_slot
 from .protocol import (announce_before_drawing, constant_fold, extend_list, getitem, grow_while_drawing, iterate,
                        length)
@@ -106,6 +107,7 @@ def call_container_method(tx, fn: Any, args: list[Value], kwargs: dict[str, Valu
     from .list_objects import call_list_method, is_list_object
     owner, name = fn.__objclass__, fn.__name__
     self_value, rest = args[0], args[1:]
+    check_receiver(fn, self_value, explicit)  # NOTE [Receivers of unbound container methods]
     if owner is list and is_list_object(self_value):  # NOTE [List subclasses]
         return call_list_method(tx, fn, self_value, rest, kwargs)
     if is_container_slot(owner, name, self_value):  # NOTE [Container slots called as methods]
@@ -393,12 +395,16 @@ def _keep_partial(d: DictValue, partial: dict | None, log) -> None:
     log(d, "update", (DictValue(dict(partial or {})),))
 
 
+# NOTE [Calls that raise announce nothing]: pop and setdefault announce their mutation only once the key
+# is hashable and (pop without a default) present: an announcement left without its call (a caught
+# `od.pop("zz")`, `od.setdefault([1])`) made the replay rewrite the whole container (`clear(); update()`),
+# which reorders an OrderedDict from outside whose dict order differs from its own (review revAJ MED-1).
 def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Value:
     if not isinstance(d, DictValue):
         raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"dict.{name} on {d.describe()}")
     if name == "update":
         announce_before_drawing(tx, d, args)  # NOTE [Containers grown while drawing]
-    if name in ("update", "pop", "setdefault", "clear"):
+    if name in ("update", "clear"):
         tx.output.side_effects.mutate_container(d)
     if name in ("keys", "values", "items"):
         return DictViewValue(d, name)  # NOTE [Live dict views]
@@ -423,16 +429,18 @@ def _dict_method(tx, d: DictValue, name: str, args: list[Value], kwargs) -> Valu
         return ConstantValue(None)
     if name == "pop":
         key = dict_key(tx, args[0], d)
+        if key not in d.items and len(args) < 2:
+            raise UserException(KeyError(key))
+        tx.output.side_effects.mutate_container(d)
         if key in d.items:
             log(d, "pop", (ConstantValue(key),))
             return d.items.pop(key)
-        if len(args) > 1:
-            log(d, "pop", (ConstantValue(key), args[1]))
-            return args[1]
-        raise UserException(KeyError(key))
+        log(d, "pop", (ConstantValue(key), args[1]))
+        return args[1]
     if name == "setdefault":
         key = dict_key(tx, args[0], d)
         default = args[1] if len(args) > 1 else ConstantValue(None)
+        tx.output.side_effects.mutate_container(d)
         log(d, "setdefault", (ConstantValue(key), default))
         return d.items.setdefault(key, default)
     if name == "copy":

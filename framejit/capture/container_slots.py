@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import inspect
 import operator
+import types
 from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
@@ -130,6 +131,37 @@ _DICT_ARITY = {"get": (1, 2, False), "pop": (1, 2, False), "setdefault": (1, 2, 
                "keys": (0, 0, False), "values": (0, 0, False), "items": (0, 0, False), "copy": (0, 0, False),
                "clear": (0, 0, False), "__getitem__": (1, 1, False), "__contains__": (1, 1, False),
                "__len__": (0, 0, False), "__iter__": (0, 0, False), "popitem": (0, 0, False)}
+
+
+# NOTE [Receivers of unbound container methods]: `dict.popitem(proxy)`, `dict.pop(proxy, k)` on a
+# mappingproxy, `OrderedDict.move_to_end(plain_dict, k)`, `set.union(frozen)`: CPython's method descriptor
+# checks its first argument's type and raises TypeError. The trace modelled the call on the value as if it
+# were the owner's instance: a mappingproxy's DictValue was mutated, and the replay after the graph raised
+# AttributeError outside the user's `try` (review revAJ MED-2). The check runs before any other.
+def check_receiver(fn: Any, self_value: Value, explicit: bool = True) -> None:
+    """For the program's own call of the method descriptor `fn` (not `explicit`: the translator's call, which
+    may pass a dict object's contents, dict_objects.dict_contents)."""
+    if not explicit:
+        return
+    owner, name = fn.__objclass__, fn.__name__
+    try:
+        cls = self_value.python_type()
+    except Unsupported:
+        return
+    if issubclass(cls, owner) or (cls is types.MappingProxyType and hasattr(cls, name)):
+        return  # (a mappingproxy's own readers, `proxy.get(k)`, are modelled by dict's: attributes._dict_attr)
+    if isinstance(fn, types.WrapperDescriptorType):  # a slot wrapper (`dict.__setitem__`): its own message
+        raise UserException(TypeError(f"descriptor '{name}' requires a '{_tp_name(owner)}' object but received a "
+                                      f"'{_tp_name(cls)}'"))
+    raise UserException(TypeError(f"descriptor '{name}' for '{_tp_name(owner)}' objects doesn't apply to a "
+                                  f"'{_tp_name(cls)}' object"))
+
+
+def _tp_name(cls: type) -> str:
+    """CPython's `tp_name` of a class, as its messages name it: a static type's includes its module."""
+    if cls.__flags__ & (1 << 9) or cls.__module__ == "builtins":  # Py_TPFLAGS_HEAPTYPE: a class statement's
+        return cls.__name__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def check_dict_arguments(owner: type, name: str, args: list[Value], kwargs: dict[str, Value]) -> None:

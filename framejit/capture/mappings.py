@@ -18,7 +18,7 @@ from typing import Any
 
 from .breaks import BreakKind, Unsupported, UserException
 from .builtins import BUILTIN_HANDLERS, _dict, handles
-from .container_slots import check_dict_arguments
+from .container_slots import check_dict_arguments, check_receiver
 from .dict_slots import check_dict_write
 from .protocol import draws_lazily, grow_while_drawing, iterate
 from .values import (BoundMethodValue, BuiltinValue, ConstantValue, DefaultDictValue, DictValue, ListValue,
@@ -93,6 +93,7 @@ def _mutable(tx, d: Value) -> DictValue:
 
 @handles(dict.popitem)
 def _dict_popitem(tx, args, kwargs):
+    check_receiver(dict.popitem, args[0])  # NOTE [Receivers of unbound container methods]
     check_dict_arguments(dict, "popitem", args[1:], kwargs)  # NOTE [Argument errors of container methods]
     check_dict_write(dict, "popitem", args[0])  # NOTE [dict's own writes to OrderedDicts]
     return _popitem(tx, args[0], ())
@@ -100,6 +101,7 @@ def _dict_popitem(tx, args, kwargs):
 
 @handles(_OD.popitem)
 def _od_popitem(tx, args, kwargs):
+    check_receiver(_OD.popitem, args[0])  # NOTE [Receivers of unbound container methods]
     check_dict_arguments(_OD, "popitem", args[1:], kwargs)
     last = (args[1] if len(args) > 1 else kwargs.get("last", ConstantValue(True))).as_constant()
     return _popitem(tx, args[0], (bool(last),))
@@ -132,6 +134,13 @@ def _popitem(tx, d: Value, last: tuple) -> Value:
 # runs on an exact rebuild (it was rebuilt in its linked order: `dict.keys(od)` came back reordered).
 @handles(_OD.move_to_end)
 def _move_to_end(tx, args, kwargs):
+    check_receiver(_OD.move_to_end, args[0])  # NOTE [Receivers of unbound container methods]
+    try:  # move_to_end(key, last=True): eager's TypeError for arguments that do not bind
+        _OD.move_to_end(_OD({0: 0}), *[0, True][:len(args) - 1], *[True] * (len(args) - 3), **dict.fromkeys(kwargs))
+    except TypeError as e:
+        raise UserException(e) from None
+    if len(args) < 2:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "OrderedDict.move_to_end with the key by name")
     key = _key(args[1])
     last = (args[2] if len(args) > 2 else kwargs.get("last", ConstantValue(True))).as_constant()
     if isinstance(args[0], DictValue) and key not in args[0].items:
