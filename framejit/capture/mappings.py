@@ -211,8 +211,11 @@ def wrap_mappingproxy(out, proxy: types.MappingProxyType, source) -> Value:
 
 
 def copy_mapping(d: DictValue) -> DictValue:
-    """`d.copy()`: an OrderedDict (subclass) copies as its own class, a defaultdict with its factory,
-    anything else (dict subclasses, mappingproxy) as a plain dict, as CPython does."""
+    """`d.copy()`: an OrderedDict (subclass) copies as its own class, a defaultdict with its factory, a
+    mappingproxy as its mapping does, anything else (dict subclasses) as a plain dict, as CPython does."""
+    from .values.mappings import MappingProxyValue
+    if isinstance(d, MappingProxyValue):  # `proxy.copy()` is its mapping's copy(): an OrderedDict's is one
+        return copy_mapping(d.mapping)
     if isinstance(d, DefaultDictValue):
         return DefaultDictValue(dict(d.items), d.factory)
     return DictValue(dict(d.items), cls=d.cls if issubclass(d.cls, _OD) else dict)
@@ -245,6 +248,10 @@ def union_kind(v: Value) -> type | None:
 
 def dict_union(tx, a: Value, b: Value) -> Value | None:
     """`a | b` with a dict on either side (NOTE [Dict union]); None: not modelled here."""
+    from .values.mappings import MappingProxyValue
+    inner = [v.mapping if isinstance(v, MappingProxyValue) else v for v in (a, b)]
+    if (inner[0] is not a or inner[1] is not b) and union_kind(inner[0]) and union_kind(inner[1]):
+        return dict_union(tx, *inner)  # a mappingproxy's `|` is its mapping's (`proxy | d`, `d | proxy`)
     ka, kb = union_kind(a), union_kind(b)
     if ka is None or kb is None:
         other = b if ka is not None else a if kb is not None else None
