@@ -747,10 +747,10 @@ def _guard_namedtuple_construction(tx, cls: type) -> types.FunctionType | None:
     _, new = lookup.mro_lookup(cls, "__new__")
     generated = generated_namedtuple_new(cls)  # not merely found on a class with _fields: a __new__ assigned to
     own = None if generated else getattr(new, "__func__", None)  # the namedtuple itself is its own
+    from .values.plain_bases import plain_namedtuple_class  # NOTE [Subclasses modelled as their base]
     if not (generated or isinstance(own, types.FunctionType)) or type(cls).__call__ is not type.__call__ or \
-            lookup.mro_lookup(cls, "__init__")[1] is not object.__init__:
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}(...): a namedtuple class with its own "
-                                                      "__init__ or metaclass __call__ runs as Python")
+            lookup.mro_lookup(cls, "__init__")[1] is not object.__init__ or not plain_namedtuple_class(tx.output, cls):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"{cls.__qualname__}(...): own __init__/tuple methods, or metaclass __call__")
     lookup.guard_lookup(tx.output, type(cls), "__call__")
     lookup.guard_lookup(tx.output, cls, "__init__")
     if generated:  # NOTE [Generated namedtuple __new__] in guards/codegen.py: persistable, unlike its identity

@@ -111,3 +111,17 @@ def test_plain_namedtuple_one_graph_and_method_added_later():
     Later.__iter__ = lambda self: iter((30, 40))
     (got, got_list), (want, want_list) = compiled(x, Later(1, 2)), _unpack(x, Later(1, 2))
     assert torch.equal(got, want) and got_list == want_list == [30, 40]
+
+
+def _made_in_trace(x):
+    n = Iter2(1, 2)
+    a, b = n
+    return x + a + b + n[0], list(n)
+
+
+def test_namedtuple_subclass_made_while_tracing_runs_its_overrides():
+    compiled = framejit.compile(_made_in_trace, backend="eager")
+    for n in (2, 3, 4):
+        x = torch.randn(n)
+        (got, got_list), (want, want_list) = compiled(x), _made_in_trace(x)
+        assert torch.equal(got, want) and torch.allclose(got, x + 65) and got_list == want_list == [7, 8]

@@ -17,13 +17,17 @@ _TUPLE_METHODS = ("__iter__", "__getitem__", "__len__", "__contains__", "__add__
 
 def plain_namedtuple(out, obj: Any) -> bool:
     """A namedtuple whose classes before tuple define none of tuple's methods (guarded absent)."""
-    if not (isinstance(obj, tuple) and hasattr(type(obj), "_fields")):
-        return False
-    own = type(obj).__mro__[:type(obj).__mro__.index(tuple)]
+    return isinstance(obj, tuple) and hasattr(type(obj), "_fields") and plain_namedtuple_class(out, type(obj))
+
+
+def plain_namedtuple_class(out, cls: type) -> bool:
+    """No class of the namedtuple class `cls` before tuple defines one of tuple's methods (guarded absent); a
+    class made while tracing (a call of it) is modelled as a namedtuple only then."""
+    own = cls.__mro__[:cls.__mro__.index(tuple)]
     if any(name in vars(klass) for klass in own for name in _TUPLE_METHODS):
         return False
     from ..lookup import guard_class_absent, guard_mro
-    guard_mro(out, type(obj))
+    guard_mro(out, cls)
     for name in _TUPLE_METHODS:
         guard_class_absent(out, own, name)
     return True
