@@ -18,6 +18,14 @@ dict) is a break, so the replay deletes it first and Python answers (the class a
 Module.__getattr__, AttributeError). A registered parameter, buffer or submodule of a module with torch's own
 __delattr__ (`del self.w`) is deleted by that __delattr__ inlined: a `del` from the trace's view of the slot
 dict, replayed after the graph (NOTE [Module slots written while tracing]). Any other delete is still a break.
+A finalizer (`__del__`, a weakref callback) that the delete runs is run by the replay, after the replayed
+container writes the frame made later (review revAL MED-1: known, not handled).
+
+NOTE [Stores after a delete of the same name]: `del o.a; o.a = v` leaves `a` at the END of the instance dict in
+eager. The store used to overwrite the recorded delete in place, so the replay stored `a` at its old position
+(review revAL HIGH-1). Such a store (side_effects.store_attr) now moves the key to the end of the recorded
+writes and marks it `readded_attrs`: the replay is DELETE_ATTR then the store, the trace's view of the dict
+(apply_pending_attrs) drops the name and appends it, and graph_errors does not make it as an early effect.
 """
 from __future__ import annotations
 

@@ -167,7 +167,7 @@ def _early(se: SideEffects, inputs: dict, made: set | None = None) -> SideEffect
         early.ops += [[c, op] for _, op in ops]
         made.update(("op", k) for k, _ in ops)
     for key, (obj, name, value) in se.attrs.items():
-        if ("attr", *key) not in se.late and plain(value) and key not in se.deleted_attrs:
+        if ("attr", *key) not in se.late and plain(value) and key not in se.deleted_attrs | se.readded_attrs:
             early.attrs[key] = (obj, name, value)
             made.add(("attr", *key))
             if key in se.raw_attrs:

@@ -126,6 +126,7 @@ class SideEffects:
         self.attrs: dict[tuple[int, str], tuple[Value, str, Value]] = {}
         self.raw_attrs: set[tuple[int, str]] = set()  # stores made by object.__setattr__ (NOTE [Custom __setattr__])
         self.deleted_attrs: set[tuple[int, str]] = set()  # NOTE [Attribute deletes on objects from outside]
+        self.readded_attrs: set[tuple[int, str]] = set()  # NOTE [Stores after a delete of the same name]
         self.globals: dict[tuple[int, str], tuple[dict, str, Value]] = {}
         self.cells: dict[int, tuple[Any, Value]] = {}
         self.cell_sources: dict[int, Any] = {}  # where a cell is found at run time, when not by identity
@@ -259,9 +260,13 @@ class SideEffects:
         if _module_flag_store(obj, name, value):
             self.module_flag_stores += 1
         self.attr_stores = getattr(self, "attr_stores", 0) + 1  # NOTE [Reentrant checkpoint in the graph]
-        self.attrs[(id(obj.obj), name)] = (obj, name, value)
-        (self.raw_attrs.add if raw else self.raw_attrs.discard)((id(obj.obj), name))
-        self.deleted_attrs.discard((id(obj.obj), name))
+        key = (id(obj.obj), name)
+        if key in self.deleted_attrs:  # NOTE [Stores after a delete of the same name]
+            del self.attrs[key]
+            self.deleted_attrs.discard(key)
+            self.readded_attrs.add(key)
+        self.attrs[key] = (obj, name, value)
+        (self.raw_attrs.add if raw else self.raw_attrs.discard)(key)
         if held is not None:
             _store_into(held, name, value)
 
@@ -343,13 +348,14 @@ class SideEffects:
         holds])."""
         for key, (obj, name, stored) in self.attrs.items():
             if isinstance(obj, ObjectValue) and _instance_dict(obj.obj) is d:  # (not a tensor's `.data`)
-                if key in self.deleted_attrs and isinstance(obj, NNModuleValue) or \
+                deleted = key in self.deleted_attrs or key in self.readded_attrs
+                if deleted and isinstance(obj, NNModuleValue) or \
                         not self._store_shows_through(obj, value, key in self.raw_attrs, name, stored):
                     raise Unsupported(BreakKind.SIDE_EFFECT, f"the instance dict of {obj.describe()} read while "
                                                              "stores to its attributes are not replayed yet")
-                if key in self.deleted_attrs:  # NOTE [Attribute deletes on objects from outside]
+                if deleted:  # NOTE [Attribute deletes on objects from outside]
                     value.items = {k: v for k, v in value.items.items() if k != name}
-                else:
+                if key not in self.deleted_attrs:
                     _store_into(value, name, stored)
 
     def check_dict_read(self, d: dict) -> None:
@@ -548,6 +554,9 @@ class SideEffects:
                 self._load_target(cg, obj)
                 cg.emit("DELETE_ATTR", name)
                 continue
+            if key in self.readded_attrs:  # NOTE [Stores after a delete of the same name]: then the store
+                self._load_target(cg, obj)
+                cg.emit("DELETE_ATTR", name)
             if key in self.raw_attrs:  # object.__setattr__(obj, name, value)
                 cg.push_null()
                 cg.load_const(object.__setattr__)
