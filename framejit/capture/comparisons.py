@@ -308,6 +308,7 @@ def contains(tx, item: Value, container: Value) -> bool:
     found = _symbolic_int_in(tx, item, container)
     if found is not None:
         return found
+    from .enum_attributes import user_enum_member  # NOTE [Dunders of enum members]
     if isinstance(container, SetValue):
         from .identity_keys import set_lookup_element  # NOTE [Sets looked up as frozensets]
         from .values.outside import set_has  # NOTE [Sets of tensors], [Sets from outside]
@@ -328,8 +329,8 @@ def contains(tx, item: Value, container: Value) -> bool:
                 if truth(tx, compare(tx, operator.eq, x, item)):  # `n in (3, 4)`: relations guarded, not n
                     return True
                 continue
-            if x.is_constant() and item.is_constant():
-                if x.as_constant() == item.as_constant():
+            if x.is_constant() and item.is_constant() and not (user_enum_member(x) or user_enum_member(item)):
+                if x.as_constant() == item.as_constant():  # (an enum's own __eq__ is inlined below)
                     return True
                 if isinstance(x, ConstantValue) and isinstance(item, ConstantValue):
                     if is_same(tx, x, item):  # a NaN found by identity (NOTE [Identity of constants])

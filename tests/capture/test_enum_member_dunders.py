@@ -93,3 +93,19 @@ def test_plain_enum_folds_in_one_graph_and_sees_a_dunder_added_later():
         assert got[:2] == want[:2] == ("S", "S") and torch.equal(got[2], want[2]) and torch.equal(got[2], x - 1)
     finally:
         del Plain.__str__, Plain.__bool__
+
+
+def _membership(x, m):
+    return 3 in [m], m in (1, 2), Plain.C in [m, Plain.C], x + 1
+
+
+def test_membership_runs_the_enum_eq():
+    compiled = framejit.compile(_membership, backend="eager")
+    try:
+        for on in (True, False, True):
+            G["on"] = on
+            x = torch.randn(2)
+            got, want = compiled(x, Mode.A), _membership(x, Mode.A)
+            assert got[:3] == want[:3] == (on, on, True) and torch.equal(got[3], want[3])
+    finally:
+        G["on"] = True
