@@ -5,6 +5,8 @@ A miss compares the call with the frame's newest entry; `older_entry_sizes` cons
 """
 from __future__ import annotations
 
+import ast
+
 import types
 from typing import Any, Callable
 
@@ -101,3 +103,15 @@ class failed_traces_kept:
         if isinstance(error, RaisedAtSymbolicOp):
             self.hook.raised_at_symbolic_ops = self.hook.__dict__.get("raised_at_symbolic_ops", 0) + 1
         return False
+
+
+def other_literal(actual: Any) -> bool:
+    """A changed int's source now holds a literal that is no int or size (`seq[1]` was 3, is [3, 4] or 'b'):
+    it is not made a symbol (as one, the list would be read as an opaque sequence)."""
+    text = str(actual)
+    if text.startswith("torch.Size(["):
+        return False
+    try:
+        return type(ast.literal_eval(text)) is not int
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False  # not a literal (a NumPy scalar's `<float64 object at ...>`): decided by its expected value

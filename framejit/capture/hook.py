@@ -39,7 +39,8 @@ from . import changing_strings, frame_cache
 from .breaks import DISABLED, TracerInterop, fx_tracing
 from .codegen import frame_signature
 from .convert import convert_frame
-from .dynamic_misses import RaisedAtSymbolicOp, failed_traces_kept, failures_of_failed_trace, older_entry_sizes
+from .dynamic_misses import (RaisedAtSymbolicOp, failed_traces_kept, failures_of_failed_trace, older_entry_sizes,
+                             other_literal)
 from .entry_checks import sizes_kept
 from .module_frame import module_call
 from .numpy_scalars import numpy_scalar_text
@@ -368,9 +369,7 @@ class FrameHook(TracerInterop):
                                                             or failure.guard.source in self.dynamic_floats
                                                             or numpy_scalar_text(failure.guard.expected)))
         failure = self.entries[0].guard.miss_failure(args, kwargs) if self.entries else None
-        # every guard of the newest entry, whichever failed first (a flag flipping with a counter that
-        # changes: the counter is symbolic from this recompile on, as Dynamo compares the whole frame state)
-        failures = explain(self.entries[0]) if failure is not None else []
+        failures = explain(self.entries[0]) if failure is not None else []  # whichever failed first
         if not any(f.guard.kind in ("TENSOR_SHAPE", *layout) for f in failures):
             failures = failures + older_entry_sizes(self.entries, explain, changed_value)  # NOTE [Automatic
         failures = failures + failures_of_failed_trace(self, explain)  # dynamic across entries], [A failed trace
@@ -383,7 +382,8 @@ class FrameHook(TracerInterop):
             source = failure.guard.source
             if failure.guard.kind == "CONSTANT_MATCH" and source not in self.dynamic_ints and (
                     _int_text(failure.guard.expected, sizes=True) or numpy_scalar_text(failure.guard.expected)) \
-                    and not loop_position(source):  # NOTE [Loop positions are no symbols] in carried_loops.py
+                    and not other_literal(failure.actual) and not loop_position(source):  # NOTE [Loop positions
+                # are no symbols] in carried_loops.py
                 self.dynamic_ints = self.dynamic_ints | {source}  # NOTE [Dynamic NumPy scalars]
                 logs.log("recompiles", "%s: the %s %s changed value; it is symbolic from now on", self._name(),
                          "int" if _int_text(failure.guard.expected) else "torch.Size" if _int_text(
