@@ -51,6 +51,7 @@ def test_groups_of_several_dtypes_in_cpp_order():
         return total, order, [k for k in plain], [len(v[1]) for v in plain.values()]
 
     framejit.reset()
+    eager_before = framejit.stats()["eager_frames"]  # process-wide: other tests' frames count too
     backend = CountingBackend()
     compiled = framejit.compile(f, backend=backend)
     f64, f32, i64, bf = torch.float64, torch.float32, torch.int64, torch.bfloat16
@@ -62,7 +63,7 @@ def test_groups_of_several_dtypes_in_cpp_order():
         expected, got = f(ws, ps, []), compiled(ws2, ps2, [])
         assert _plain(expected) == _plain(got), dtypes
         assert _plain(ws) == _plain(ws2), dtypes
-    assert framejit.stats()["eager_frames"] == 0
+    assert framejit.stats()["eager_frames"] == eager_before
     # one graph per dtype sequence and size specialisation, no breaks (the grouping was a break: 2 graphs each)
     assert backend.graph_count <= 4, backend.graph_count
 
@@ -80,6 +81,7 @@ def test_ema_of_a_model_with_batchnorm():
 
     (m1, e1), (m2, e2) = build(), build()
     framejit.reset()
+    eager_before = framejit.stats()["eager_frames"]  # process-wide: other tests' frames count too
     backend = CountingBackend()
     compiled = framejit.compile(step, backend=backend)
     per_call = []
@@ -90,5 +92,5 @@ def test_ema_of_a_model_with_batchnorm():
         per_call.append(backend.graph_count - before)
         assert _plain(e1.state_dict()) == _plain(e2.state_dict()) or all(
             torch.allclose(a.float(), b.float()) for a, b in zip(e1.state_dict().values(), e2.state_dict().values()))
-    assert framejit.stats()["eager_frames"] == 0
+    assert framejit.stats()["eager_frames"] == eager_before
     assert sum(per_call) <= 6, per_call
