@@ -343,11 +343,15 @@ def test_instance_norm_with_running_stats_is_evaluated_in_ort_under_no_grad():
         for (name, value), expected in zip(fast_model.state_dict().items(), model.state_dict().values()):
             torch.testing.assert_close(value, expected, **TOL, msg=lambda m: f"step {step} {name}: {m}")
     assert_backward_in_backend(recording)
+    # the no_grad calls' entry: batch 3 after training on batch 2, so its batch size is symbolic (automatic
+    # dynamic reads every guard of the newest entry at a recompile, here grad mode and the size): the sizes it
+    # computes are read in torch and passed to ORT
     inference = [row for compiled in recording.compiled for row in compiled.summary()
-                 if row["signature"][0][1] == torch.Size([3, 2, 6, 6])]
+                 if row["signature"][0][1] != torch.Size([2, 2, 6, 6])]
     assert inference and not any(row["eager_graph"] for row in inference), inference
     for row in inference:
-        assert {why.split()[0] for why in row["eager_nodes"].values() if why not in QUIET_REASONS} == {"aten::copy_"}
+        kinds = {why.split()[0] for why in row["eager_nodes"].values() if why not in QUIET_REASONS}
+        assert "aten::copy_" in kinds and kinds <= {"aten::copy_", "computes"}, row["eager_nodes"]
 
 
 # ---- onnxrt: NOTE [Flash attention as math in training graphs] -------------------------------------------------
