@@ -151,6 +151,15 @@ def assert_same(actual: Any, expected: Any, *, rtol: float | None = None, atol: 
         assert actual == expected, f"{actual!r} != {expected!r}"
 
 
+def assert_same_grads(grads: dict, expected: dict, *, atol: float = 1e-6, rtol: float = 1e-5) -> None:
+    """Gradients by name: the same names, None where the reference has None, close values elsewhere."""
+    assert grads.keys() == expected.keys()
+    for name, g in grads.items():
+        assert (g is None) == (expected[name] is None), name
+        if g is not None:
+            torch.testing.assert_close(g, expected[name], atol=atol, rtol=rtol)
+
+
 def clone_args(args: Any) -> Any:
     """A deep copy of the inputs (tensors cloned with their requires_grad), so both runs start equal."""
     def clone(x):

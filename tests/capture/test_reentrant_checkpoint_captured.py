@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.utils.checkpoint as ckpt
 
 import framejit
-from tests.helpers import CountingBackend, assert_same, logged_breaks
+from tests.helpers import CountingBackend, assert_same, assert_same_grads, logged_breaks
 
 _SHAPES = [(4, 8), (4, 8), (6, 8)]
 
@@ -422,10 +422,6 @@ def test_state_changed_between_the_forward_and_the_backward_is_read_by_the_recom
     for (out, xg, grads, buffers), (w_out, w_xg, w_grads, w_buffers) in zip(got, want):
         assert_same(out, w_out)
         torch.testing.assert_close(xg, w_xg, atol=1e-6, rtol=1e-5)
-        assert grads.keys() == w_grads.keys()
-        for name, g in grads.items():
-            assert (g is None) == (w_grads[name] is None), name
-            if g is not None:
-                torch.testing.assert_close(g, w_grads[name], atol=1e-6, rtol=1e-5)
+        assert_same_grads(grads, w_grads)
         for a, b in zip(buffers, w_buffers):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
