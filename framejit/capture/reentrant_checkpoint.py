@@ -38,7 +38,9 @@ tracing `fn` and guarded as any trace is:
 
 State `fn` reads that the program changes between the forward and the backward (eager's recomputation reads
 the new state; the region has the trace's values): NOTE [State changed between the forward and the backward] in
-reentrant_recall.py checks the frame's guards again in the recomputation and runs `fn` itself where one fails.
+reentrant_recall.py checks the frame's guards again in the recomputation and runs `fn` itself where one fails;
+state the frame itself stores around the call: NOTE [State the frame writes around a reentrant call] in
+reentrant_reads.py.
 """
 from __future__ import annotations
 
@@ -272,8 +274,9 @@ def _recipes(tx, function, fn_args: list) -> tuple:
     from .values import TensorValue
     key = (tx.code, tx.current.index if tx.current is not None else -1)
     if breaks_here(tx.output, key):
-        raise _break("a closure variable its function reads is written after the call, and eager's recomputation "
-                     "in backward reads it then (NOTE [Cells written after the call])")
+        raise _break("a closure variable or a value made in the frame that its function reads is written after the "
+                     "call, and eager's recomputation in backward reads it then (NOTE [Cells written after the call], "
+                     "NOTE [State the frame writes around a reentrant call])")
     got = Got()
     items, k = [recipe(function, got)], 0
     for a in fn_args:  # a tensor argument: torch's detached one at its position (one passed twice: each apart)
@@ -327,6 +330,7 @@ def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, optio
     from .autograd_grad import _switch
     from .breaks import UserException
     from .graph_calls import _version
+    from .reentrant_reads import traced, tracing
     out = tx.output
     graph = out.graph
     preserve, recall = options
@@ -338,11 +342,13 @@ def _traced(tx, function, fn_args: list, tensor_args: list, markers: list, optio
     if grad:  # an inner reentrant call (grad already off) switches nothing
         _switch(out, False, _SWITCH)
     out.reentrant_depth = out.__dict__.get("reentrant_depth", 0) + 1
+    outer = tracing(out.side_effects)  # NOTE [State the frame writes around a reentrant call]
     try:
         result = tx.call(function, fn_args, {})
     except UserException:  # eager raises it from the forward: the call runs as Python at a break
         raise _break("its function raises while traced") from None
     finally:
+        recall[1].reads = traced(out.side_effects, outer)
         out.reentrant_depth -= 1
         if grad:
             _switch(out, True, _SWITCH)

@@ -56,6 +56,7 @@ class Got:
         self.sources: list = []
         self.nodes: list = []
         self.cells: list = []
+        self.reads = None  # reentrant_reads.RegionReads: NOTE [State the frame writes around a reentrant call]
 
 
 def recipe(value, got: Got):
@@ -173,9 +174,12 @@ class Recall:
     """`fn` and its arguments as recipes over the values one generated function `getter` reads from the frame's
     arguments (NOTE [State changed between the forward and the backward])."""
 
-    def __init__(self, getter, items: tuple, watched: int) -> None:
+    def __init__(self, getter, items: tuple, watched: int, reads: tuple = (None, [], 0)) -> None:
         self.getter, self.items = getter, items  # items: (fn's recipe, recipe per argument)
         self.watched = watched  # the getter's last values: graph inputs the region reads
+        # NOTE [State the frame writes around a reentrant call]: why `fn` always runs again, or the checks of the
+        # stores the region read (the getter's values from `first` on: the owners of the attribute checks)
+        self.stale, self.checks, self.first = reads
 
     def at_call(self):
         """(the frame call that runs the graph now, the getter's values) or None; the call: (the frame's guard
@@ -190,8 +194,12 @@ class Recall:
 
     def holds(self, at_call) -> bool:
         """Whether the region is what `fn` would run now, in a recomputation: the frame's guards hold (checked once
-        per backward for all the frame call's regions, under the frame's grad mode) and the graph inputs the region
-        reads are the same."""
+        per backward for all the frame call's regions, under the frame's grad mode), the graph inputs the region
+        reads are the same, and so are the stores of the frame it read (NOTE [State the frame writes around a
+        reentrant call])."""
+        if self.stale is not None:  # NOTE [State the frame writes around a reentrant call]
+            return False
+        from .reentrant_reads import holds as reads_hold
         (check, args, kwargs, grad, held), then = at_call
         task = torch._C._current_graph_task_id()
         ok = held.get(task)
@@ -203,12 +211,15 @@ class Recall:
                 ok = False
             held.clear()
             held[task] = ok
-        if not ok or not self.watched:
+        if not ok or not self.watched and not self.checks:
             return ok
         try:
             now = self.getter(*args, **kwargs)
-            return not any(a is not b and (isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or bool(a != b))
-                           for a, b in zip(then[-self.watched:], now[-self.watched:]))
+            if self.checks and not reads_hold(self.checks, now[self.first:]):
+                return False  # a store the region read holds another value now
+            return not self.watched or not any(
+                a is not b and (isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or bool(a != b))
+                for a, b in zip(then[-self.watched:], now[-self.watched:]))
         except Exception:  # not got again, or not comparable: as eager, fn runs
             return False
 
@@ -224,11 +235,17 @@ def make_recall(items: tuple, got: Got, key: tuple, watched: list, output, shape
     sources of the graph inputs the region reads), compiled over the frame's parameters; `at_break`: the graph is
     the one before a break. RetraceWithBreak where it cannot be (NOTE [Cells written after the call])."""
     from ..guards.codegen import BASE_NAMESPACE
+    stale, checks = (got.reads.stale, got.reads.checks) if got.reads is not None else (None, [])
+    checks = [] if stale is not None else checks  # NOTE [State the frame writes around a reentrant call]
+    owners = [c[1] for c in checks if c[0] == "attr"]
     why = "a closure variable of its function is written after the call" if _written_after(got.cells, fn.__code__,
                                                                                            at_break) else None
+    if why is None and got.reads is not None and got.reads.written_after(output.side_effects, at_break):
+        why = "a value made in the frame that its function reads is written after the call (NOTE [State the " \
+              "frame writes around a reentrant call])"
     if why is None:
         try:
-            exprs = [source.expr(output.names) for source in [*got.sources, *watched]]
+            exprs = [source.expr(output.names) for source in [*got.sources, *owners, *watched]]
             text = f"def ___recall({shape.params_source()}):\n    return ({''.join(e + ', ' for e in exprs)})\n"
             namespace = dict(BASE_NAMESPACE)
             namespace.update(output.names.namespace)
@@ -239,7 +256,7 @@ def make_recall(items: tuple, got: Got, key: tuple, watched: list, output, shape
         retrace(output, key, why)
     getter = namespace["___recall"]
     getter.__defaults__, getter.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
-    return Recall(getter, items, len(watched))
+    return Recall(getter, items, len(watched), (stale, checks, len(got.sources)))
 
 
 # NOTE [Cells written after the call]: eager's `fn` made in the frame (a lambda) closes over the frame's cells, and

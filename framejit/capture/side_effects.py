@@ -160,6 +160,7 @@ class SideEffects:
         self.first_marks: dict[tuple, int] = {}
         self._ordinals: dict = {}
         self._cursor: Any = None
+        self.region_reads: Any = None  # NOTE [State the frame writes around a reentrant call] (reentrant_reads.py)
 
     def _mark(self, key: tuple) -> None:
         """An effect keyed `key` is recorded now: late when the graph already holds an op (a container's
@@ -393,6 +394,8 @@ class SideEffects:
         if (id(obj), name) in self.deleted_attrs:
             raise Unsupported(BreakKind.SIDE_EFFECT, f"reading {name!r} after its delete, replayed after the graph")
         entry = self.attrs.get((id(obj), name))
+        if entry is not None and self.region_reads is not None:
+            self.region_reads.read("attrs", (id(obj), name), entry)
         return entry[2] if entry is not None else None
 
     def record_finishing_call(self, function: Any, objects: list[Value], walks_unchanged: bool = False) -> None:
@@ -428,6 +431,8 @@ class SideEffects:
 
     def global_value(self, f_globals: dict, name: str) -> Value | None:
         entry = self.globals.get((id(f_globals), name))
+        if entry is not None and self.region_reads is not None:
+            self.region_reads.read("globals", (id(f_globals), name), entry)
         return entry[2] if entry is not None else None
 
     def store_cell(self, cell: Any, value: Value, source: Any = None) -> None:
@@ -441,6 +446,8 @@ class SideEffects:
 
     def cell_value(self, cell: Any) -> Value | None:
         entry = self.cells.get(id(cell))
+        if entry is not None and self.region_reads is not None:
+            self.region_reads.read("cells", id(cell), entry)
         return entry[1] if entry is not None else None
 
     # ---- replay -------------------------------------------------------------------------------

@@ -205,15 +205,15 @@ class Translator:
     # ---- stack and locals ---------------------------------------------------------------------
     def push(self, value: Value) -> None:
         self.stack.append(value)
+        if self.output.side_effects.region_reads is not None:  # NOTE [State the frame writes around a reentrant
+            self.output.side_effects.region_reads.saw(value)  # call] (reentrant_reads.py)
 
     def pop(self) -> Value:
         return self.stack.pop()
 
     def popn(self, n: int) -> list[Value]:
-        if n == 0:
-            return []
-        values = self.stack[-n:]
-        del self.stack[-n:]
+        values = self.stack[len(self.stack) - n:]
+        del self.stack[len(self.stack) - n:]
         return values
 
     def peek(self, depth: int = 1) -> Value:

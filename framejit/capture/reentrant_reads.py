@@ -1,0 +1,148 @@
+"""What a traced reentrant checkpoint region reads of the state its own frame writes (NOTE [State the frame writes
+around a reentrant call])."""
+from __future__ import annotations
+
+from .values.base import ConstantValue
+
+# NOTE [State the frame writes around a reentrant call]: the recall (NOTE [State changed between the forward and
+# the backward] in reentrant_recall.py) checks the frame's guards again in the backward. They describe the state at
+# the frame's entry, which is what the region read only where the frame stored none of it before the call: `old =
+# b.scale; b.scale = 3 * old; y = checkpoint(b, x); b.scale = old`, `b.eval(); checkpoint(b, x); b.train()`, `with
+# flag(True): checkpoint(fn, x)` or a global or closure variable set and restored around the call gave a region
+# traced with the stored value and guards that hold again once it is restored, so the backward recomputed with
+# 3 * old (eval, the flag) where eager's reads old (train, the flag reset) (issue 12/14); a store the frame never
+# read first (`b.scale = 2.0` before the call) had no guard at all, so a change before the backward was missed. And
+# a value made in the frame and written after the call (`cfg = {"k": 2}; checkpoint(lambda t: t * cfg["k"], x);
+# cfg["k"] = 5`) is described by no guard. So while the region is traced (`RegionReads`, on
+# `output.side_effects.region_reads`):
+# - a read of an attribute, global or closure cell the frame stored before the call (SideEffects.attr,
+#   global_value, cell_value return the stored value; not a store the region made itself) of a plain constant is
+#   a check: the recomputation runs the region only where the store holds that value then (the attribute read
+#   from the instance dict of the object the getter gets from the frame's arguments, as guards read it; a global
+#   from its dict; a cell's contents), else `fn` itself, as where a guard fails. A read of any other stored value
+#   (a tensor, a made object, a symbolic float), of a cell found through a source, or a load of a container from
+#   outside the frame wrote before the call (the values the translator pushes) makes the recall stale: every
+#   recomputation runs `fn`, which reads the state then, as eager's;
+# - a list, dict, set or object made in the frame before the call that the region loads is noted, and where the
+#   trace writes it after the call (SideEffects.touched), or the graph ends in a break while the region read one,
+#   the frame is traced again with the call a break (make_recall; NOTE [Cells written after the call]): the recipe
+#   of such a value is what it held at the call, so even `fn` could not read the later value.
+# Stores the region does not read (transformers' `compiling` flags on its modules) change nothing, and the ones it
+# reads that the backward finds as they were (kernels' CompileableContextVar: `uses_global_var` and `global_var`,
+# set and reset by the first layer's forward and read by the next layers') keep the regions: llama with reentrant
+# checkpointing stays one graph with every recomputation its region. Not covered: state the region reads only
+# inside a handler (a module's hook dicts read by its call, never pushed), attributes stored on tensors, and state
+# written after a break by code the trace never saw where no guard covers it.
+
+
+class RegionReads:
+    """The writes recorded before a region began, and the values made before it that it loads."""
+
+    def __init__(self, effects) -> None:
+        from .values.base import MADE_ORDER
+        self.effects = effects
+        self.attrs = dict(effects.attrs)
+        self.globals = dict(effects.globals)
+        self.cells = dict(effects.cells)
+        self.containers = set(effects.containers) | set(effects.written_dict_objects)
+        self.first_new = next(MADE_ORDER)
+        self.made: dict[int, object] = {}
+        self.stale: str | None = None  # why its recomputation always runs `fn` itself, if it does
+        self.checks: list = []  # (kind, source or owner, name, the constant the region read): current()
+        self.keys: set = set()
+        self.end = 0  # len(effects.touched) when the region's trace ended
+
+    def read(self, table: str, key, entry) -> None:
+        """The region reads `entry`, the frame's store under `key` in `effects.<table>`: where the frame made it
+        before the region, a check of it (a plain constant), else stale."""
+        if self.stale is not None or entry is None or getattr(self, table).get(key) is not entry or \
+                (table, key) in self.keys:
+            return
+        self.keys.add((table, key))
+        stored = entry[-1]
+        if not isinstance(stored, ConstantValue) or type(stored.value) not in _PLAIN:
+            self.stale = f"its function reads {_what(table, entry)}, which the frame stored before the call"
+        elif table == "attrs" and getattr(entry[0], "source", None) is not None:
+            self.checks.append(("attr", entry[0].source, entry[1], stored.value))
+        elif table == "globals":
+            self.checks.append(("global", entry[0], entry[1], stored.value))
+        elif table == "cells" and key not in self.effects.cell_sources:
+            self.checks.append(("cell", entry[0], None, stored.value))
+        else:
+            self.stale = f"its function reads {_what(table, entry)}, which the frame stored before the call"
+
+    def saw(self, value) -> None:
+        """The translator pushed `value` in the region."""
+        if getattr(value, "source", None) is not None:
+            obj = getattr(value, "obj", None)
+            if self.stale is None and (id(value) in self.containers or obj is not None and id(obj) in self.containers):
+                self.stale = f"its function reads {value.describe()}, which the frame wrote before the call"
+        elif getattr(value, "serial", self.first_new) < self.first_new and _mutable(value):
+            self.made[id(value)] = value
+
+    def written_after(self, effects, at_break: bool) -> bool:
+        """Whether a value made before the region that it loads is written after it, or may be after a break."""
+        if not self.made:
+            return False
+        return at_break or any(id(v) in self.made for v in effects.touched[self.end:])
+
+
+_PLAIN = (type(None), bool, int, float, str)
+_MISSING = object()
+
+
+def current(kind: str, owner, name):
+    """What a check's store holds now: the instance dict's entry (read as guards read it, no user code), the
+    global, the cell's contents."""
+    from .codegen_runtime import real_instance_dict
+    if kind == "attr":
+        return (real_instance_dict(owner) or {}).get(name, _MISSING)
+    if kind == "global":
+        return owner.get(name, _MISSING)
+    try:
+        return owner.cell_contents
+    except ValueError:
+        return _MISSING
+
+
+def holds(checks: list, owners: tuple) -> bool:
+    """Whether every check's store holds what the region read (`owners`: the getter's values of the "attr" checks'
+    sources, in order)."""
+    owners = iter(owners)
+    for kind, owner, name, expected in checks:
+        now = current(kind, next(owners) if kind == "attr" else owner, name)
+        if type(now) is not type(expected) or now != expected:
+            return False
+    return True
+
+
+def _mutable(value) -> bool:
+    from .values import DictValue, ListValue, SetValue
+    from .values.objects import NewObjectValue
+    return isinstance(value, (ListValue, DictValue, NewObjectValue)) or isinstance(value, SetValue) and \
+        value.frozen is None and issubclass(value.python_type(), set)
+
+
+def _what(table: str, entry) -> str:
+    if table == "attrs":
+        return f"the attribute {entry[1]!r} of {entry[0].describe()}"
+    if table == "globals":
+        return f"the global {entry[1]!r}"
+    return "a closure variable"
+
+
+def tracing(effects) -> RegionReads | None:
+    """Install a RegionReads for a region traced now; returns the one it replaces (an outer region's)."""
+    outer, effects.region_reads = effects.region_reads, RegionReads(effects)
+    return outer
+
+
+def traced(effects, outer: RegionReads | None) -> RegionReads:
+    """The region's RegionReads once its trace ended; `outer`'s again (it loaded what the region loaded)."""
+    reads, effects.region_reads = effects.region_reads, outer
+    reads.end = len(effects.touched)
+    if outer is not None:
+        outer.stale = outer.stale or reads.stale or (reads.checks and "an inner reentrant call reads state the "
+                                                                      "frame stored before the call")
+        outer.made.update((k, v) for k, v in reads.made.items() if v.serial < outer.first_new)
+    return reads
