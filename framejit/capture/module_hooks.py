@@ -390,6 +390,8 @@ def trace_hooks_of(tx, args: list[Value], kwargs: dict[str, Value]) -> Value:
 def _written(tx, table: Any) -> DictValue | None:
     """The trace's value of the hook dict `table` when the trace wrote into it (replayed after the graph)."""
     held = tx.output.side_effects.written_dict(table) if isinstance(table, dict) else None
+    if held is not None and tx.output.side_effects.region_reads is not None:
+        tx.output.side_effects.region_reads.saw(held)  # NOTE [State the frame writes around a reentrant call]
     return held if isinstance(held, DictValue) else None
 
 

@@ -31,8 +31,10 @@ from .values.base import ConstantValue
 # reads that the backward finds as they were (kernels' CompileableContextVar: `uses_global_var` and `global_var`,
 # set and reset by the first layer's forward and read by the next layers') keep the regions: llama with reentrant
 # checkpointing stays one graph with every recomputation its region. Not covered: state the region reads only
-# inside a handler (a module's hook dicts read by its call, never pushed), attributes stored on tensors, and state
-# written after a break by code the trace never saw where no guard covers it.
+# only inside a handler other than a module call's hooks (module_hooks._written: the hook dicts the frame wrote
+# before the call, `h = b.register_forward_hook(f); checkpoint(b, x); h.remove()`, make it stale, as do
+# attributes stored on tensors, tensor_attrs.stored_or), and state written after a break by code the trace never
+# saw where no guard covers it.
 
 
 class RegionReads:
@@ -52,15 +54,15 @@ class RegionReads:
         self.keys: set = set()
         self.end = 0  # len(effects.touched) when the region's trace ended
 
-    def read(self, table: str, key, entry) -> None:
+    def read(self, table: str, key, entry, checkable: bool = True) -> None:
         """The region reads `entry`, the frame's store under `key` in `effects.<table>`: where the frame made it
-        before the region, a check of it (a plain constant), else stale."""
+        before the region, a check of it (a plain constant, `checkable`), else stale."""
         if self.stale is not None or entry is None or getattr(self, table).get(key) is not entry or \
                 (table, key) in self.keys:
             return
         self.keys.add((table, key))
         stored = entry[-1]
-        if not isinstance(stored, ConstantValue) or type(stored.value) not in _PLAIN:
+        if not checkable or not isinstance(stored, ConstantValue) or type(stored.value) not in _PLAIN:
             self.stale = f"its function reads {_what(table, entry)}, which the frame stored before the call"
         elif table == "attrs" and getattr(entry[0], "source", None) is not None:
             self.checks.append(("attr", entry[0].source, entry[1], stored.value))

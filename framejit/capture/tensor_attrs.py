@@ -117,7 +117,11 @@ def stored_or(out, t: TensorValue, name: str, otherwise) -> Value:
     objects = out.side_effects.__dict__.get("tensor_attr_objects")
     key_object = _key_object(out, t) if objects else None
     entry = out.side_effects.attrs.get((id(key_object), name)) if key_object is not None else None
-    return entry[2] if entry is not None and objects.get(id(key_object)) is key_object else otherwise()
+    if entry is None or objects.get(id(key_object)) is not key_object:
+        return otherwise()
+    if out.side_effects.region_reads is not None:  # NOTE [State the frame writes around a reentrant call]
+        out.side_effects.region_reads.read("attrs", (id(key_object), name), entry, checkable=False)
+    return entry[2]
 
 
 # NOTE [object's methods of tensors]: `x.__setattr__("a", v)` is `object.__setattr__(x, "a", v)` (Tensor keeps

@@ -3,7 +3,7 @@
 
 Eager's `checkpoint(fn, x, use_reentrant=True)` calls `fn` again in the backward, reading the state of that moment:
 after the frame restored what it set for the call (`self.b.scale = 3 * old` ... `self.b.scale = old`,
-`b.eval()` ... `b.train()`, a context manager's flag), or wrote after it. The recall's check compared only the
+`b.eval()` ... `b.train()`, a context manager's flag, a hook registered and removed), or wrote after it. The recall's check compared only the
 frame's guards, which describe the state at entry and so held again once the frame restored it: the backward ran
 the region traced with the state of the call, with silently different gradients (issue 12/14). Each program runs
 3 calls, eager against framejit, with the state changed between calls and the shapes changing, and compares the
@@ -107,11 +107,22 @@ class _Model(nn.Module):
             y = ckpt.checkpoint(lambda t: self.lin(t) * _SCALE, x, use_reentrant=True)
             _SCALE = 1.0
             return y
+        if c == "forward_hook_registered_and_removed":
+            handle = self.b.register_forward_hook(lambda m, i, o: o * 2)
+            y = ckpt.checkpoint(self.b, x, use_reentrant=True)
+            handle.remove()
+            return y
+        if c == "pre_hook_registered_and_removed":
+            handle = self.b.register_forward_pre_hook(lambda m, i: (i[0] * 3,))
+            y = ckpt.checkpoint(self.b, x, use_reentrant=True)
+            handle.remove()
+            return y
         return _CELL_RUN(self.lin, x)  # "closure_cell_set_and_restored"
 
 
 _CASES = ["set_and_restore", "eval_then_train", "context_manager_flag", "dict_made_written_after",
-          "stored_then_changed_by_the_caller", "global_set_and_restored", "closure_cell_set_and_restored"]
+          "stored_then_changed_by_the_caller", "global_set_and_restored", "closure_cell_set_and_restored",
+          "forward_hook_registered_and_removed", "pre_hook_registered_and_removed"]
 
 
 def _steps(model, case: str) -> list:
@@ -143,7 +154,8 @@ def _recalls(backend: CountingBackend) -> list:
 @pytest.mark.parametrize("case", _CASES)
 def test_state_the_frame_writes_around_the_call_is_read_by_the_recomputation_as_in_eager(case):
     """At the parent every case recomputed with the state of the call: x.grad off by up to 6.8 (set_and_restore,
-    stored_then_changed_by_the_caller), 4.0 (eval_then_train), 22.0 (context_manager_flag), 13.2 (the others)."""
+    stored_then_changed_by_the_caller), 4.0 (eval_then_train), 22.0 (context_manager_flag), 13.2 (dict, global,
+    cell); the hook cases ran the hook in the backward, which eager's recomputation no longer calls."""
     torch.manual_seed(0)
     model = _Model(case)
     twin = copy.deepcopy(model)
