@@ -131,6 +131,7 @@ def break_site(code: types.CodeType, exc: Unsupported | UserException) -> BreakS
 
 
 def live_tensors(values: list[Any], inputs: bool = False) -> list[TensorValue]:
+    from .unstarted_generators import live_parts
     from .values.outside import OutsideDictValue, OutsideListValue, OutsideSetValue
     """Tensors made by the graph that `values` hold (graph outputs), in first-seen order; with `inputs`, the
     graph's inputs among them too."""
@@ -152,8 +153,8 @@ def live_tensors(values: list[Any], inputs: bool = False) -> list[TensorValue]:
         elif isinstance(v, NewObjectValue):
             for item in v.attrs.values():
                 visit(item)
-        elif isinstance(v, IteratorValue):
-            for item in [v.owner] if v.owner is not None else v.items[v.index:]:
+        elif isinstance(v, IteratorValue):  # an unstarted generator's call too (NOTE [Unstarted generators rebuilt
+            for item in [v.owner] if v.owner is not None else [*v.items[v.index:], *live_parts(v)]:  # by their call])
                 visit(item)
         elif isinstance(v, SymRangeValue):  # NOTE [Loops over symbolic ranges] in python_loops.py
             for bound in v.bounds:

@@ -26,6 +26,7 @@ from .values import (BoundMethodValue, BuiltinValue, ClassValue, ConstantValue, 
                      ObjectValue, PartialValue, TensorMethodValue, TensorValue, TupleValue, UserFunctionValue, Value)
 from .vmap_capture import check_functorch_call
 from .torch_function_inline import route_call
+from .unstarted_generators import inline_noting_generators
 
 # Tensor methods that read data into Python or touch state outside the graph.
 TENSOR_METHODS_UNSUPPORTED = {
@@ -180,7 +181,7 @@ def _call_user_function(tx, fn: UserFunctionValue, args: list[Value], kwargs: di
             return called
     if args and abc_method_handler(BoundMethodValue(fn, args[0])) is not None:  # NOTE [Mapping mixins]
         return abc_method_handler(BoundMethodValue(fn, args[0]))(tx, args[1:], kwargs)  # `k in o`
-    return tx.inline(fn, args, kwargs)
+    return inline_noting_generators(tx, fn, args, kwargs)  # NOTE [Unstarted generators rebuilt by their call]
 
 
 def _call_bound_method(tx, fn: BoundMethodValue, args: list[Value], kwargs: dict[str, Value]) -> Value:
@@ -524,9 +525,8 @@ def _is_graph_op(fn: Any) -> bool:
 # NOTE [TorchScript functions are not graph ops]: a function made by torch.jit.trace is a torch.jit.ScriptFunction
 # whose module is torch's, so it was recorded as a call_function node; FX names a node after its target's
 # __name__, which a traced ScriptFunction lacks: an AttributeError inside framejit, and the whole frame ran
-# eagerly (under fullgraph: an internal error). Its call is a graph break now: the graphs before and after it
-# are captured, and it runs as TorchScript, as in eager. A torch.jit.script function has a __name__ and stays
-# a node of the graph, as before.
+# eagerly (under fullgraph: an internal error). Its call is a graph break now: the graphs before and after it are
+# captured, and it runs as TorchScript, as in eager. A torch.jit.script function has a __name__ and stays a node.
 def _is_pure(fn: Any) -> bool:
     """Library functions safe to evaluate at trace time on constants (math, operator, str methods...)."""
     module = getattr(fn, "__module__", None)

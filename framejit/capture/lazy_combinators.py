@@ -44,6 +44,7 @@ from typing import Any
 from .breaks import BreakKind, Unsupported
 from .generator_reach import RandomCombinator, closure_cells, drawn_under_other_state, reachable_values, torch_state
 from .lazy_generators import LazyGeneratorValue
+from .unstarted_generators import call_parts, call_spec, first_row_part
 from .values import ConstantValue, DictValue, IteratorValue, ListValue, SetValue, Value
 from .values.containers import deque_state
 
@@ -247,6 +248,8 @@ def _part_spec(value: Value, position: int) -> Value | None:
             return None  # an iterator from outside: its own position is the caller's (NOTE [Lent iterators])
         if getattr(value, "lazy", None) is not None:
             return _spec(value, position, exhausted=False)
+        if first_row_part(value, position) is not None:  # NOTE [Unstarted generators rebuilt by their call]
+            return first_row_part(value, position)
         if value.made_at is not None or value.deque_of is not None:
             return None  # a generator's; a deque's (NOTE [Deque iterators])
         if isinstance(value.owner, ListValue) and value.owner.python_type() is list:
@@ -279,14 +282,18 @@ def rebuild_spec(value: IteratorValue) -> Value | None:
     """What `combinator_at` rebuilds `value` from after the graph, or None when it cannot be rebuilt
     lazily (then it breaks where it was made: NOTE [Combinators rebuilt at breaks])."""
     if getattr(value, "lazy", None) is None:
-        return None
+        return call_spec(value)  # NOTE [Unstarted generators rebuilt by their call]
     return _spec(value, value.index, value.exhausted)
 
 
 def spec_children(value: IteratorValue) -> list[Value]:
     """The arguments a rebuildable combinator reads (loaded before it: NOTE [One object per value])."""
     recipe = getattr(value, "lazy", None)
-    return [arg for arg, _ in recipe.parts] if recipe is not None else []
+    if recipe is None:
+        return call_parts(value)  # NOTE [Unstarted generators rebuilt by their call]
+    rows = 0 if value.exhausted else value.index  # a generator drawn from by no row: its call's parts instead
+    return [part for arg, start in recipe.parts
+            for part in (call_parts(arg, True) if first_row_part(arg, start + rows) is not None else [arg])]
 
 
 _END = object()
@@ -296,6 +303,9 @@ _SETSTATE_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))), typ
 def combinator_at(spec: tuple) -> Any:
     """Runtime: the lazy CPython object `spec` (from rebuild_spec) describes."""
     tag = spec[0]
+    if tag == "call":  # NOTE [Unstarted generators rebuilt by their call]
+        _, fn, args, kwargs = spec
+        return fn(*args, **kwargs)
     if tag == "at":
         _, iterable, position = spec
         iterator = iter(iterable)

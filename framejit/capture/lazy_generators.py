@@ -330,7 +330,8 @@ class LazyGeneratorValue(IteratorValue):
         frame.suspended = False
         if self.finalizes:
             self._check_consumer()
-        return self._run_frame()
+        from .unstarted_generators import watched_step
+        return watched_step(self, self._run_frame)  # NOTE [Unstarted generators rebuilt by their call]
 
     def _run_frame(self) -> Value | None:
         frame = self.frame

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
+import math
 import types
 from typing import Any
 
@@ -161,6 +163,36 @@ def outside_slice(out, obj: slice, source) -> SliceValue:
     return SliceValue(*(wrap(out, getattr(obj, p), AttrSource(source, p)) for p in ("start", "stop", "step")))
 
 
+# NOTE [Iterators stepped by a generator's run ahead]: a generator made in the trace can be rebuilt after the graph by
+# calling its function again only if its run ahead (or its steps) left what it was called with as it was: a
+# generator expression's argument is an iterator, which the run ahead drains (NOTE [Unstarted generators rebuilt by
+# their call] in unstarted_generators.py). Each IteratorValue has a `serial` (the order in which they were made);
+# `watch_steps` runs a part of the trace and answers the smallest serial of an iterator stepped meanwhile (-1 for
+# an iterator from outside, whose position is the caller's), so that an iterator older than the call is seen.
+_SERIALS = itertools.count()
+_STEPPED = [math.inf]
+
+
+def note_step(iterator: Any) -> None:
+    serial = -1 if getattr(iterator, "source", None) is not None else getattr(iterator, "serial", -1)
+    if serial < _STEPPED[0]:
+        _STEPPED[0] = serial
+
+
+def next_serial() -> int:
+    return next(_SERIALS)
+
+
+def watch_steps(run: Any) -> tuple[Any, float]:
+    """`run()`, and the smallest serial of an iterator stepped while it ran (math.inf: none)."""
+    outer, _STEPPED[0] = _STEPPED[0], math.inf
+    try:
+        result = run()
+    finally:
+        stepped, _STEPPED[0] = _STEPPED[0], min(outer, _STEPPED[0])
+    return result, stepped
+
+
 class IteratorValue(Value):
     """An iterator over a known list of values (range, list, tuple, dict keys, zip, enumerate, ...).
 
@@ -174,6 +206,7 @@ class IteratorValue(Value):
         self.owner = owner
         self.items = owner.items if isinstance(owner, ListValue) else list(items)
         self.index = 0
+        self.serial = next(_SERIALS)  # NOTE [Iterators stepped by a generator's run ahead]
         if owner is not None and not isinstance(owner, ListValue):
             self.keys = list(owner.items)
 
@@ -198,6 +231,7 @@ class IteratorValue(Value):
         if self.lent_at is not None:
             raise lent_error(self)
         self.check_deque()
+        note_step(self)
         if self.exhausted:
             return None
         if self.owner is not None and not isinstance(self.owner, ListValue):
@@ -252,6 +286,7 @@ class IteratorValue(Value):
         if self.lent_at is not None:
             raise lent_error(self)
         self.check_deque()
+        note_step(self)
         if self.exhausted:
             return []
         if self.owner is not None and not isinstance(self.owner, ListValue):

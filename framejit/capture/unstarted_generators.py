@@ -1,0 +1,106 @@
+"""Generators made in the compiled region and never started, rebuilt after the graph by calling their function.
+
+NOTE [Unstarted generators rebuilt by their call]: a generator made in the trace is run ahead (NOTE [Eager
+generators] in translator.py) or traced lazily (NOTE [Generators driven by send]); one that outlives the graph
+(returned, stored, inside a returned `zip`) broke where it was made (codegen.escaped_generator), as a suspended
+generator cannot be rebuilt in Python. So `return whoo(t)`, `return (whoo(t), whoo(t + 1)), y` and `return
+zip(range(3), whoo(t))` ran as Python from the call on, and raised under fullgraph=True where stock Dynamo
+captures them (PyTorch's test_generator.py test_return_generator, test_return_tuple_generator, test_zip_generator,
+test_zip_subgenerator). A generator nothing has drawn from is no suspended frame: CPython's object only holds the
+function's bound arguments, and its body runs at the first draw, after the graph, in the state of that moment, as
+in eager. Such a one is rebuilt by calling its function again with the same argument values
+(`inline_noting_generators` keeps the call; `call_spec` is the recipe lazy_combinators.combinator_at calls after
+the graph; the arguments are graph outputs: break_sites.live_tensors); the run ahead's yields stay unused graph
+values. That holds only if the run ahead left what the call reaches as it was: its mutations of containers,
+objects, cells and globals already make it lazy (NOTE [Generators that mutate state]), but it also steps
+iterators, and a generator expression's argument is one: a run ahead that stepped an iterator made before the call
+or one from outside (NOTE [Iterators stepped by a generator's run ahead] in values/containers.py) keeps the break,
+as does a lazy one whose steps (a zip's draws) did. Kept as before too: a generator drawn from by the consumer (a
+suspended frame; `next(g)` then `return g`), exhausted, closed, lent to a consumer other than a combinator at its
+first row (`lent_at`), one whose body has handlers (NOTE [Generators with finalizers]) or whose run ahead drew
+random numbers (RandomRunAhead decides), and generators called through anything but a plain call of the function
+(bound methods, `functools.partial`, ...).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from .lazy_generators import LazyGeneratorValue
+from .values import ConstantValue, DictValue, IteratorValue, TupleValue, UserFunctionValue, Value
+from .values.containers import _effects, next_serial, watch_steps
+
+
+def inline_noting_generators(tx: Any, fn: UserFunctionValue, args: list, kwargs: dict) -> Value:
+    """`fn(*args, **kwargs)` inlined; a generator it makes keeps the call, when its run ahead stepped no iterator
+    made before the call or from outside (NOTE [Iterators stepped by a generator's run ahead])."""
+    if not fn.fn.__code__.co_flags & inspect.CO_GENERATOR:
+        return tx.inline(fn, args, kwargs)
+    start = next_serial()
+    result, stepped = watch_steps(lambda: tx.inline(fn, args, kwargs))
+    code = result.frame.code if isinstance(result, LazyGeneratorValue) else getattr(result, "gen_code", None)
+    if isinstance(result, IteratorValue) and code is fn.fn.__code__ and "gen_call" not in result.__dict__ \
+            and getattr(result, "made_at", None) is not None and result.index == 0 and not result.exhausted \
+            and stepped >= start:
+        result.gen_call, result.gen_out, result.call_serial = (fn, list(args), dict(kwargs)), tx.output, start
+    return result
+
+
+def watched_step(gen: LazyGeneratorValue, run: Any) -> Value | None:
+    """One step of a lazy generator; one that stepped an older iterator or had effects is no longer rebuilt by
+    its call as an argument of a combinator (`drawn_ok`)."""
+    before = _effects(gen.frame.output)
+    item, stepped = watch_steps(run)
+    if stepped < getattr(gen, "call_serial", -1) or _effects(gen.frame.output) != before:
+        gen.steps_changed = True
+    return item
+
+
+def _rebuildable(value: IteratorValue, drawn_ok: bool) -> bool:
+    """`value` has a recorded call and eager's generator was never started: nothing was drawn from it, or (with
+    `drawn_ok`, for an argument of a combinator at its first row) only the combinator's own run ahead drew."""
+    if getattr(value, "gen_call", None) is None or value.ended_at is not None or value.looped:
+        return False
+    if not drawn_ok and (value.index != 0 or value.exhausted or value.lent_at is not None):
+        return False
+    if getattr(value, "frame_eager", False) or getattr(value, "finalizes", False):
+        return False
+    if isinstance(value, LazyGeneratorValue) and (value.started or value.finished) and \
+            (not drawn_ok or getattr(value, "steps_changed", False)):
+        return False  # a lazy one whose steps ran in the trace (a combinator's: only steps that changed nothing)
+    records = value.gen_out.__dict__.get("random_run_aheads", ())
+    return not any(getattr(r, "iterator", None) is value for r in records)
+
+
+def call_parts(value: Value, drawn_ok: bool = False) -> list[Value]:
+    """The function and arguments an unstarted generator is rebuilt from ([] when it is not rebuilt)."""
+    if not isinstance(value, IteratorValue) or not _rebuildable(value, drawn_ok):
+        return []
+    fn, args, kwargs = value.gen_call
+    return [fn, *args, *kwargs.values()]
+
+
+def call_spec(value: Value, drawn_ok: bool = False) -> Value | None:
+    """The recipe combinator_at rebuilds an unstarted generator from, or None."""
+    if not call_parts(value, drawn_ok):
+        return None
+    fn, args, kwargs = value.gen_call
+    return TupleValue([ConstantValue("call"), fn, TupleValue(list(args)), DictValue(dict(kwargs))])
+
+
+def first_row_part(arg: Value, position: int) -> Value | None:
+    """A combinator's argument that is a generator it has drawn no row from, rebuilt by its call, or None."""
+    if isinstance(arg, IteratorValue) and arg.made_at is not None and position == 0:
+        return call_spec(arg, drawn_ok=True)
+    return None
+
+
+def live_parts(value: IteratorValue) -> list[Value]:
+    """What a generator's recorded call and a combinator's arguments hold (graph outputs they may need)."""
+    call = getattr(value, "gen_call", None)
+    recipe = getattr(value, "lazy", None)
+    return ([call[0], *call[1], *call[2].values()] if call is not None else []) + \
+        ([arg for arg, _ in recipe.parts] if recipe is not None else [])
+
+
+__all__ = ["call_parts", "call_spec", "first_row_part", "inline_noting_generators", "live_parts", "watched_step"]
