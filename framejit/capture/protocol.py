@@ -254,8 +254,22 @@ def grow_while_drawing(tx, iterable: Value, add: Callable[[list[Value]], None]) 
     if not draws_lazily(iterable):
         add(iterate(tx, iterable))
         return
-    while (item := iterable.next()) is not None:
+    while (item := _draw_retrying_lazily(iterable)) is not None:
         add([item])
+
+
+def _draw_retrying_lazily(iterable: Value) -> Value | None:
+    """The next item of a generator run ahead, whose check after an add finds what it reads changed: the frame is
+    traced again with the generator lazy (`retry_lazy`), resumed after each add as in eager (before: the break
+    where it was made, the container grown by Python; PyTorch's test_generator.py test_list_extend)."""
+    try:
+        return iterable.next()
+    except Unsupported as e:
+        code = getattr(iterable, "gen_code", None)
+        if code is not None and getattr(e, "retry_lazy", None) is None and \
+                getattr(e, "root_index", None) == iterable.made_at is not None:
+            e.retry_lazy = code
+        raise
 
 
 def announce_before_drawing(tx, container: Value, operands: list[Value]) -> None:
