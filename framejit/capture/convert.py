@@ -33,6 +33,7 @@ from .graph_errors import on_graph_error  # NOTE [Effects before a failing graph
 from . import break_sites, cached_calls, closure_cells, frame_cache, inlined_comprehensions, persisted_code, python_loops
 from . import deferred_readers, made_classes, step_breaks
 from .function_regions import function_regions
+from .flex import graph_root  # NOTE [Flex attention in the graph]
 from .higher_order import checkpoint_regions
 from .reentrant_checkpoint import frame_binding, reentrant_regions
 from .reentrant_recall import RetraceWithBreak
@@ -422,7 +423,7 @@ def _compile_entry(fn, shape: FunctionShape, output, ret: Value, request: Compil
     gm = compiled = binding = None
     if outputs or output.op_count:
         output.output(outputs)
-        gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
+        gm = torch.fx.GraphModule(graph_root(output), output.graph)
         function_regions(gm)  # NOTE [Custom autograd functions in the graph]
         reentrant_regions(gm, (output, shape, fn, False))  # NOTE [Reentrant checkpoint in the graph]
         checkpoint_regions(gm)  # NOTE [Checkpointed regions]
@@ -642,7 +643,7 @@ def _compile_before_break(fn, shape: FunctionShape, gen, output, request) -> tup
     from .tensor_hooks import mark_results_across_break  # NOTE [Autograd state observed after a break]
     mark_results_across_break(output, outputs, gen)
     output.output(outputs)
-    gm = torch.fx.GraphModule(torch.nn.Module(), output.graph)
+    gm = torch.fx.GraphModule(graph_root(output), output.graph)
     function_regions(gm)  # NOTE [Custom autograd functions in the graph]
     reentrant_regions(gm, (output, shape, fn, True))  # NOTE [Reentrant checkpoint in the graph]
     checkpoint_regions(gm)  # NOTE [Checkpointed regions]

@@ -94,7 +94,12 @@ def subscript(tx, obj: TensorValue, key: Value) -> Value | None:
                                                           "TransformGetItemToIndex")
         return None
     indices = [leaf if isinstance(leaf, TensorValue) else _index_tensor(tx, obj, leaf) for leaf in leaves]
-    return tx.output.call("call_function", torch.ops.aten.index.Tensor, (obj, ListValue(indices)), {})
+    result = tx.output.call("call_function", torch.ops.aten.index.Tensor, (obj, ListValue(indices)), {})
+    # the subscript as written, for a traced flex_attention mod (NOTE [Subscripts in flex_attention mods])
+    container = None if not _nested(key) else type(key.value) if isinstance(key, ConstantValue) else key.python_type()
+    result.node.meta["fj_subscript"] = (container, [None if isinstance(leaf, TensorValue) else leaf.value
+                                                    for leaf in leaves])
+    return result
 
 
 def _leaves(key: Value) -> list:

@@ -260,6 +260,8 @@ def _register_handlers() -> None:
     vmap_capture.register()  # NOTE [vmap regions]
     from . import reentrant_checkpoint
     reentrant_checkpoint.register()  # NOTE [Reentrant checkpoint in the graph]
+    from . import flex
+    flex.register()  # NOTE [Flex attention in the graph]
     try:
         from torch._higher_order_ops.associative_scan import associative_scan as real  # imported by torch
     except ImportError:
