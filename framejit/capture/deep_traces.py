@@ -41,4 +41,25 @@ def raise_if_too_deep(exc: BaseException, name: str) -> None:
         raise TooDeepToTrace() from None
 
 
-__all__ = ["TooDeepToTrace", "deep_stack", "raise_if_too_deep"]
+# NOTE [Bookkeeping at the recursion limit]: the hook's own work around a call, deep in the user's recursion, can
+# run out of stack where the user's code did not: the miss path's recompile explanation and marks (`ast.dump` of
+# a guard), the lookup of an entry that failed (FrameHook._reruns, lifetimes._failed: is the exception the
+# graph's?). Its RecursionError then replaced the user's exception (a ValueError raised 924 levels down came
+# out as RecursionError; eager raises the ValueError up to 995 levels) or ended a call eager completes. Neither
+# is the user's: FrameHook._find_or_compile puts back what the miss marked or installed and runs the call
+# eagerly, this once (`out_of_stack`); the failure lookups answer "not the graph's", so the user's exception
+# propagates unchanged. Each catches in the frame that called the bookkeeping, which the user's code already
+# reached, so the handler itself has stack. Frames the hook adds to every level (its `__call__`) still count
+# against the limit: a recursion that fits eager's stack with fewer spare frames than those raises
+# RecursionError compiled.
+def out_of_stack(name) -> None:
+    """The miss path ran out of stack (NOTE above): logged where the stack allows; None, run eagerly."""
+    try:
+        logs.log("eager_fallback", "%s: framejit's bookkeeping ran out of stack deep in a recursion; this call runs "
+                 "eagerly, nothing is installed (NOTE [Bookkeeping at the recursion limit])", name())
+    except RecursionError:
+        pass
+    return None
+
+
+__all__ = ["TooDeepToTrace", "deep_stack", "out_of_stack", "raise_if_too_deep"]

@@ -25,8 +25,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import gc
-import inspect
-import re
 import sys
 import time
 import types
@@ -39,6 +37,7 @@ from . import changing_strings, frame_cache
 from .breaks import DISABLED, TracerInterop, fx_tracing
 from .codegen import frame_signature
 from .convert import convert_frame
+from .deep_traces import out_of_stack
 from .dynamic_misses import (RaisedAtSymbolicOp, failed_traces_kept, failures_of_failed_trace, older_entry_sizes,
                              other_literal)
 from .entry_checks import sizes_kept
@@ -46,6 +45,7 @@ from .module_frame import module_call
 from .numpy_scalars import numpy_scalar_text
 from .op_warnings import rerun_without, shown_before_failure
 from .raising_floats import rebuilt_float_raised
+from .recompile_text import dims, int_text, module_call_names, named_dims
 from .graph_errors import make_effects
 from .locators import ModuleNotImported
 from .requests import (COMPILE_LOCK, FRAMES, STATS, CompileRequest, Entry, FrameRow,  # NOTE [Threads]
@@ -133,7 +133,15 @@ class FrameHook(TracerInterop):
     def _reruns(self, entry: Entry, exc: Exception, args: tuple, kwargs: dict) -> list | None:
         """`exc` raised by the entry's graph: the call reruns eagerly, global state restored (NOTE [Graph failures rerun
         eagerly]); returns the warnings the graph showed, for the rerun to drop (NOTE [Warnings of a graph that raised]).
-        Else None: the effects before the graph's ops are made (NOTE [Effects before a failing graph]), as for a signal's."""
+        Else None: the effects before the graph's ops are made (NOTE [Effects before a failing graph]), as for a signal's.
+        None too where this bookkeeping runs out of stack: `exc` propagates unchanged (NOTE [Bookkeeping at the
+        recursion limit] in deep_traces.py)."""
+        try:
+            return self._graph_reruns(entry, exc, args, kwargs)
+        except RecursionError:
+            return None
+
+    def _graph_reruns(self, entry: Entry, exc: Exception, args: tuple, kwargs: dict) -> list | None:
         if rebuilt_float_raised(exc, entry.fn.__code__, self._name()):  # NOTE [Rebuilt floats that raise]
             return []
         if entry.rerun is None or from_signal_handler(exc) or not entry.rerun.raised_in_graph(exc, entry.fn.__code__):
@@ -182,56 +190,69 @@ class FrameHook(TracerInterop):
     # made (NOTE [Mutation log] in side_effects.py), each as atomic as in eager, so a concurrent call's
     # append is never overwritten by a replay of a stale final state.
     def _find_or_compile(self, args: tuple, kwargs: dict) -> Entry | None:
-        """The entry to run this call with, compiled if needed; None: run the function eagerly."""
-        with COMPILE_LOCK:
-            for entry in self.entries:
-                if _accepts(entry, args, kwargs):
-                    entry.served = True
-                    return entry
-            # NOTE [Resume functions take the same locals on every pass]: a loop body's serves two functions' calls
-            if self._traced_entries() >= config.recompile_limit * getattr(self, "entry_budget", 1):
-                # entries waiting for an import are still loaded here (NOTE [Loaded entries and the limit])
-                loaded = self._load_persisted(args, kwargs) if _binds(self.fn, args, kwargs) else None
-                if loaded is not None:
-                    loaded.served = True
-                    return loaded
-                self._log_limit(args, kwargs)
-                return None
-            if not _binds(self.fn, args, kwargs):
-                return None  # eager raises CPython's own TypeError for the bad call
-            if self.entries:
-                self._log_recompile(args, kwargs, explain := _Explanations(args, kwargs))  # NOTE [One explanation per miss]
-                self._mark_dynamic_float(args, kwargs, explain)
-                self._mark_automatic_dynamic(args, kwargs, explain)
-                self._mark_carried_values(args, kwargs, explain)
-            elif "failed_trace" in self.__dict__:  # NOTE [A failed trace records its sizes] in dynamic_misses.py
-                self._mark_automatic_dynamic(args, kwargs, _Explanations(args, kwargs))
-            loaded = self._load_persisted(args, kwargs)
+        """The entry to run this call with, compiled if needed; None: run the function eagerly (also, this once,
+        where framejit's own bookkeeping ran out of stack: NOTE [Bookkeeping at the recursion limit])."""
+        try:
+            with COMPILE_LOCK:
+                saved = self.__dict__.copy()
+                try:
+                    return self._entry_for(args, kwargs)
+                except RecursionError:  # whatever the miss marked or installed is put back
+                    self.__dict__.clear()
+                    self.__dict__.update(saved)
+                    raise
+        except RecursionError:
+            return out_of_stack(self._name)
+
+    def _entry_for(self, args: tuple, kwargs: dict) -> Entry | None:
+        for entry in self.entries:
+            if _accepts(entry, args, kwargs):
+                entry.served = True
+                return entry
+        # NOTE [Resume functions take the same locals on every pass]: a loop body's serves two functions' calls
+        if self._traced_entries() >= config.recompile_limit * getattr(self, "entry_budget", 1):
+            # entries waiting for an import are still loaded here (NOTE [Loaded entries and the limit])
+            loaded = self._load_persisted(args, kwargs) if _binds(self.fn, args, kwargs) else None
             if loaded is not None:
                 loaded.served = True
                 return loaded
-            start = time.perf_counter()
-            # tracing allocates many short-lived objects too (NOTE [No GC while restoring]); NOTE [Traces leave
-            # no weak references] in fake_modes.py
-            try:
-                with _no_gc(), fake_modes.tracing(), sizes_kept(self), failed_traces_kept(self):  # NOTE [A failed
-                    # truth of sizes recompiles], NOTE [A failed trace records its sizes] in dynamic_misses.py
-                    entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
-                                          self.dynamic_ints)
-                    entry = retrace_with_lengths(self, entry, args, kwargs, convert_frame) or entry  # NOTE [Opaque ...
-            except RaisedAtSymbolicOp:
-                return None  # NOTE [Calls that raise at a symbolic op] in dynamic_misses.py: eagerly, this once
-            if entry.routes_callees:  # NOTE [Callees of frames run eagerly] in routed_eager.py
-                from .routed_eager import routed_eager
-                entry.fn = routed_eager(entry.fn, self.request.hooks)
-            self._record(len(entry.graphs), time.perf_counter() - start, "miss")
-            if config.dump_dir:
-                self._dump(entry)
-            self.entries = [entry, *self.entries]
-            entry.served = True
-            if entry.persisted is not None:
-                frame_cache.save(self.fn, args, entry.persisted, self.request)
-            return entry
+            self._log_limit(args, kwargs)
+            return None
+        if not _binds(self.fn, args, kwargs):
+            return None  # eager raises CPython's own TypeError for the bad call
+        if self.entries:
+            self._log_recompile(args, kwargs, explain := _Explanations(args, kwargs))  # NOTE [One explanation per miss]
+            self._mark_dynamic_float(args, kwargs, explain)
+            self._mark_automatic_dynamic(args, kwargs, explain)
+            self._mark_carried_values(args, kwargs, explain)
+        elif "failed_trace" in self.__dict__:  # NOTE [A failed trace records its sizes] in dynamic_misses.py
+            self._mark_automatic_dynamic(args, kwargs, _Explanations(args, kwargs))
+        loaded = self._load_persisted(args, kwargs)
+        if loaded is not None:
+            loaded.served = True
+            return loaded
+        start = time.perf_counter()
+        # tracing allocates many short-lived objects too (NOTE [No GC while restoring]); NOTE [Traces leave
+        # no weak references] in fake_modes.py
+        try:
+            with _no_gc(), fake_modes.tracing(), sizes_kept(self), failed_traces_kept(self):  # NOTE [A failed
+                # truth of sizes recompiles], NOTE [A failed trace records its sizes] in dynamic_misses.py
+                entry = convert_frame(self.fn, args, kwargs, self.request, self.dynamic_floats, self.dynamic_dims,
+                                      self.dynamic_ints)
+                entry = retrace_with_lengths(self, entry, args, kwargs, convert_frame) or entry  # NOTE [Opaque ...
+        except RaisedAtSymbolicOp:
+            return None  # NOTE [Calls that raise at a symbolic op] in dynamic_misses.py: eagerly, this once
+        if entry.routes_callees:  # NOTE [Callees of frames run eagerly] in routed_eager.py
+            from .routed_eager import routed_eager
+            entry.fn = routed_eager(entry.fn, self.request.hooks)
+        self._record(len(entry.graphs), time.perf_counter() - start, "miss")
+        if config.dump_dir:
+            self._dump(entry)
+        self.entries = [entry, *self.entries]
+        entry.served = True
+        if entry.persisted is not None:
+            frame_cache.save(self.fn, args, entry.persisted, self.request)
+        return entry
 
     # NOTE [Loaded entries and the limit]: the recompile limit bounds the traces a frame makes. Entries
     # loaded from the frame cache were traced elsewhere (another process, another function object of the
@@ -365,7 +386,7 @@ class FrameHook(TracerInterop):
 
         def changed_value(failure) -> bool:  # a size, an int or a float (made an input above) that changed
             return failure.guard.kind in ("TENSOR_SHAPE", *layout) or (
-                failure.guard.kind == "CONSTANT_MATCH" and (_int_text(failure.guard.expected, sizes=True)
+                failure.guard.kind == "CONSTANT_MATCH" and (int_text(failure.guard.expected, sizes=True)
                                                             or failure.guard.source in self.dynamic_floats
                                                             or numpy_scalar_text(failure.guard.expected)))
         failure = self.entries[0].guard.miss_failure(args, kwargs) if self.entries else None
@@ -381,12 +402,12 @@ class FrameHook(TracerInterop):
         for failure in failures:
             source = failure.guard.source
             if failure.guard.kind == "CONSTANT_MATCH" and source not in self.dynamic_ints and (
-                    _int_text(failure.guard.expected, sizes=True) or numpy_scalar_text(failure.guard.expected)) \
+                    int_text(failure.guard.expected, sizes=True) or numpy_scalar_text(failure.guard.expected)) \
                     and not other_literal(failure.actual) and not loop_position(source):  # NOTE [Loop positions
                 # are no symbols] in carried_loops.py
                 self.dynamic_ints = self.dynamic_ints | {source}  # NOTE [Dynamic NumPy scalars]
                 logs.log("recompiles", "%s: the %s %s changed value; it is symbolic from now on", self._name(),
-                         "int" if _int_text(failure.guard.expected) else "torch.Size" if _int_text(
+                         "int" if int_text(failure.guard.expected) else "torch.Size" if int_text(
                              failure.guard.expected, sizes=True) else "NumPy scalar", source)
             # under dynamic=True only a static offset fails: a 0-dim tensor's (NOTE [Changing offsets of scalar views])
             if self.request.dynamic is True and failure.guard.kind != "TENSOR_STORAGE_OFFSET":
@@ -399,7 +420,7 @@ class FrameHook(TracerInterop):
                          "[Dynamic layouts])", self._name(), source, failure.guard.expected, failure.actual)
             if failure.guard.kind != "TENSOR_SHAPE":
                 continue
-            expected, actual = _dims(failure.guard.expected), _dims(failure.actual)
+            expected, actual = dims(failure.guard.expected), dims(failure.actual)
             if len(expected) != len(actual):
                 continue  # another rank: a new static entry
             changed = {d for d, (a, b) in enumerate(zip(expected, actual)) if a.isdigit() and a != b}
@@ -438,12 +459,12 @@ class FrameHook(TracerInterop):
             # every entry's first failure (newest first), as a dynamic entry older than a size-1 one may be the
             # one whose relation failed; a changed shape names its dimensions (issue 13)
             failures = [entry.guard.miss_failure(args, kwargs) for entry in self.entries]
-            first = _named_dims(failures[0]) if failures and failures[0] else "no guard failed"
-            others = "".join(f"; entry {i} (older): {_named_dims(f)}" for i, f in enumerate(failures[1:], 1)
+            first = named_dims(failures[0]) if failures and failures[0] else "no guard failed"
+            others = "".join(f"; entry {i} (older): {named_dims(f)}" for i, f in enumerate(failures[1:], 1)
                              if f is not None)
             name, text = self._name(), first + others
             if self.fn.__code__ is module_call.__code__ and args:
-                name, text = _module_call_names(args[0], args[1:], kwargs, text)
+                name, text = module_call_names(args[0], args[1:], kwargs, text)
             logs.log("recompiles", "recompiling %s: %s", name, text)
         if logs.enabled("recompiles_verbose"):
             for i, entry in enumerate(self.entries):
@@ -461,7 +482,7 @@ class FrameHook(TracerInterop):
         else:
             name, failure = self._name(), str(self.entries[0].guard.miss_failure(args, kwargs))
             if self.fn.__code__ is module_call.__code__ and args:  # NOTE [Recompiles of compiled modules]
-                name, failure = _module_call_names(args[0], args[1:], kwargs, failure)
+                name, failure = module_call_names(args[0], args[1:], kwargs, failure)
             message = (f"{name} hit the recompile limit ({config.recompile_limit}); it now runs "
                        f"eagerly. Last failing guard: {failure}")
         logs.log("recompiles", "%s", message)
@@ -684,69 +705,6 @@ def _no_gc():
     finally:
         if enabled:
             gc.enable()
-
-
-def _int_text(text: str, sizes: bool = False) -> bool:
-    """`text` (a guard's expected value) is an int literal (not a bool), or with `sizes` a torch.Size (a
-    shape carried into a resume function: NOTE [Dynamic ints] in shapes.py)."""
-    if sizes and text.startswith("torch.Size(["):
-        text = text[len("torch.Size("):-1]
-        try:
-            return all(type(v) is int for v in ast.literal_eval(text))
-        except (ValueError, SyntaxError, TypeError):
-            return False
-    try:
-        return type(ast.literal_eval(text)) is int
-    except (ValueError, SyntaxError):
-        return False
-
-
-def _module_call_names(module: Any, args: tuple, kwargs: dict, text: str) -> tuple[str, str]:
-    """NOTE [Recompiles of compiled modules]: a compiled module's calls run through `module_call(module,
-    *args, **kwargs)`, so its guards name `L['args'][1]` and the frame is framejit's own wrapper. The
-    recompile log names the module's forward and its parameters instead: `L['args'][i]` becomes the
-    forward's i-th positional parameter (`L['offset']`), `L['kwargs']['k']` becomes `L['k']`,
-    `L['module']` becomes `L['self']`, `L['args']`/`L['kwargs']` name the positional/keyword arguments, and
-    a location inside module_frame.py is dropped."""
-    forward = getattr(type(module), "forward", None)
-    code = getattr(forward, "__code__", None)
-    if code is None:
-        return f"{type(module).__qualname__}.forward", text
-    names = list(code.co_varnames[1:code.co_argcount])  # after self
-    star = code.co_varnames[code.co_argcount + code.co_kwonlyargcount] if code.co_flags & inspect.CO_VARARGS else None
-
-    def positional(match: re.Match) -> str:
-        i = int(match.group(1))
-        if i < len(names):
-            return f"L[{names[i]!r}]"
-        return f"L[{star!r}][{i - len(names)}]" if star else match.group(0)
-
-    text = re.sub(r"L\['args'\]\[(\d+)\]", positional, text)
-    text = re.sub(r"L\['kwargs'\]\[('[^']*')\]", r"L[\1]", text)
-    text = re.sub(r"L\['kwargs'\](?!\[)", "the keyword arguments", text)
-    text = re.sub(r"L\['args'\](?!\[)", "the positional arguments", text)
-    text = text.replace("L['module']", "L['self']")
-    text = re.sub(r" \(from [^()]*module_frame\.py:\d+: return module\(\*args, \*\*kwargs\)\)", "", text)
-    name = f"{type(module).__qualname__}.forward ({code.co_filename}:{code.co_firstlineno})"
-    return name, text
-
-
-def _named_dims(failure) -> str:
-    """A failure as the recompile log shows it: a tensor shape check names the dimensions that differ."""
-    text = str(failure)
-    if failure.guard.kind == "TENSOR_SHAPE":
-        expected, actual = _dims(failure.guard.expected), _dims(failure.actual)
-        if len(expected) != len(actual):
-            return f"{text}; rank {len(expected)} -> {len(actual)}"
-        changed = [f"dim {d}: {a} -> {b}" for d, (a, b) in enumerate(zip(expected, actual)) if a != b]
-        if changed:
-            return f"{text}; size of {', '.join(changed)}"
-    return text
-
-
-def _dims(shape_text: str) -> list[str]:
-    """The dimensions of a shape as text, `(s0, 3)` -> ['s0', '3']."""
-    return re.findall(r"[^(),\s]+", shape_text.replace("torch.Size", ""))
 
 
 def _accepts(entry: Entry, args: tuple, kwargs: dict) -> bool:

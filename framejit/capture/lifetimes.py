@@ -249,7 +249,15 @@ def _plain_constants(code: Any) -> Any:
 
 def _failed(hook: Any, entry: Any, exc: BaseException) -> tuple | None:
     """(arguments, warnings shown) to rerun the frame eagerly with, when `exc` came from the entry's graph
-    and the entry reruns (its early effects are made otherwise: FrameHook._reruns); None: it propagates."""
+    and the entry reruns (its early effects are made otherwise: FrameHook._reruns); None: it propagates (also
+    where this lookup runs out of stack: NOTE [Bookkeeping at the recursion limit] in deep_traces.py)."""
+    try:
+        return _failed_graph(hook, entry, exc)
+    except RecursionError:
+        return None
+
+
+def _failed_graph(hook: Any, entry: Any, exc: BaseException) -> tuple | None:
     if entry is None:
         return None
     from .raising_floats import preload_frame  # NOTE [Rebuilt floats that raise]: before any store, too
