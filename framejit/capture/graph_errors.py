@@ -38,7 +38,7 @@ last op that may fail (a step counter at the end of a forward that writes a cach
 whose success depends on values may fail (NOTE [Ops that fail on values] in failing_ops.py); above 4 MiB of
 written inputs a call takes none (NOTE [Bounded snapshots] in handler_reruns.py). The snapshot puts back values,
 version counters, sizes, strides and offsets (an in-place `unsqueeze_`/`t_` of an input: review revS HIGH-1, the
-rerun applied it twice). Where the writes cannot be put back (an input autograd tracks as a non-leaf,
+rerun applied it twice). Where the writes cannot be put back (a view autograd tracks: NOTE [Rewound histories],
 inference mode, a generator of the program's own: `unrestorable`; an in-place change of storage such as
 `resize_`/`set_`, or an `out=` write: `metadata_kept`) the old behaviour stays (a known gap). The plan is
 persisted with the entry

@@ -20,13 +20,31 @@ training graphs outside try blocks pay nothing, and no graph is split.
 
 What cannot be put back is a graph break where it would meet an op under a handler (whichever of the two is
 recorded second breaks before it; `_check`): entering inference mode (an aborted inference-mode block cannot
-be exited from outside the graph), an in-place write to an input that autograd tracks as a non-leaf (the
-graph's write stays in its history), an in-place change of an input's storage (`resize_`, `set_`, `detach_`:
+be exited from outside the graph), an in-place write to a view that autograd tracks (its base's history
+changes too: NOTE [Rewound histories]), an in-place change of an input's storage (`resize_`, `set_`, `detach_`:
 graph_errors.METADATA_WRITES; an in-place view op, `unsqueeze_`, `t_`, has its sizes put back with the values:
 review revS HIGH-1, the rerun applied it twice), a random op given its own generator or on a device other than CPU and CUDA. The break runs the
 instruction as plain Python (NOTE [Breaks inside try blocks]), where a real handler catches the real
 exception. A previous attempt (e970f2d, reverted) split the graph at every such pair, which made fullgraph
 captures of torch.func transforms (their own try/finally blocks) Unsupported.
+
+NOTE [Rewound histories]: an input that autograd tracks as a non-leaf (a StaticCache's keys after the first
+step, `h = w * 2`), or one the graph's write makes tracked (a zero cache written with projected keys), gets the
+graph's write in its autograd history, which putting its values back does not undo: the rerun then wrote on
+top of it (hhuntHF6 MED-1: that write broke every decode step of a StaticCache loop under grad mode, 11 graphs
+where stock torch.compile has 3). A failed in-place op changes neither the history nor the version counter
+(autograd rebases the history after the kernel returns), so a call whose history is as before the call needs
+only its values back; when the history did change (a later op failed), `_rewind` detaches the tensor and copies
+its saved values back through a clone taken before the call with autograd on, so gradients reach exactly the
+history before the call (the failed write's node is cut off: nothing reached only through it gets a
+gradient) and the rerun writes on that, as eager writes once. What stays different is the chain's shape:
+`grad_fn.next_functions` shows a CopyBackwards and a CloneBackward before the earlier history. A view (its
+base changes too) or a tensor that retains its grad cannot be rewound. A view traced as one breaks as before;
+a view that autograd tracks, traced as no view (view-ness is not guarded), fails the call's entry check before
+any op (NOTE [Entry checks]: the call reruns eagerly, exactly). A view that only the failed call made tracked
+(a zero buffer's slice written with projected keys) and a tensor that retains its grad get their values back
+only, as before: the failed write stays in their history, where the gradient it gets is zero (a known gap,
+logged on `eager_fallback`).
 """
 from __future__ import annotations
 
@@ -129,9 +147,9 @@ def note_op(out, target: Any, args: tuple, kwargs: dict, result: Any) -> None:
 def note_input_write(out, entry: Any, target: Any) -> None:
     """An op wrote the graph input `entry` (OutputGraph._check_input_mutation)."""
     fake = entry.value.fake
-    if fake.requires_grad and not fake.is_leaf or fake.layout is not torch.strided:
-        _check(out, under_handler(out), f"in-place {getattr(target, '__name__', target)} writes "
-               f"{entry.source.describe()}, a tensor autograd tracks")
+    if fake.requires_grad and not fake.is_leaf and fake._is_view() or fake.layout is not torch.strided:
+        _check(out, under_handler(out), f"in-place {getattr(target, '__name__', target)} writes "  # NOTE [Rewound
+               f"{entry.source.describe()}, a view or a sparse tensor that autograd tracks")  # histories]
     from .graph_errors import METADATA_WRITES
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     if name in METADATA_WRITES:  # a snapshot cannot put a storage back: the rerun would apply it twice
@@ -222,10 +240,12 @@ class RestoredOnError:
     def __call__(self, *args: Any) -> Any:
         if self.limit is not None and sum(args[i].nbytes for i in self.written) > self.limit:
             return self._unrestored(args)
+        written = [args[i] for i in self.written]
+        if any(t.requires_grad and t._is_view() for t in written):  # NOTE [Rewound histories]
+            from .entry_checks import ENTRY_CHECK
+            raise RuntimeError(ENTRY_CHECK + "a written input that autograd tracks is a view")
         states = [(g, g.get_state()) for g in map(_generator, self.devices)]
-        with grad_mode(False):
-            saved = [(t, t.clone(), None if t.is_inference() else t._version, _layout(t))
-                     for t in (args[i] for i in self.written)]
+        saved = list(map(_saved, written))
         try:
             return self.compiled(*args)
         except Exception:
@@ -241,11 +261,54 @@ class RestoredOnError:
         try:
             return self.compiled(*args)
         except Exception as e:
-            try:
-                e.framejit_unrestored = True
-            except AttributeError:  # an exception without attributes reruns as before (a known gap)
-                pass
+            _mark_unrestored(e)
             raise
+
+
+def _mark_unrestored(e: Exception) -> None:
+    """The hook does not rerun the call that raised `e` (RerunState.raised_in_graph)."""
+    try:
+        e.framejit_unrestored = True
+    except AttributeError:  # an exception without attributes reruns as before (a known gap)
+        pass
+
+
+def _saved(tensor: torch.Tensor) -> tuple:
+    """(tensor, its values, version, layout, requires_grad, grad_fn) before a call; the values of a tensor with a
+    history are cloned with autograd on, so that `_rewind` can link the tensor back to it."""
+    if tensor.is_inference():
+        with grad_mode(False):
+            return tensor, tensor.clone(), None, _layout(tensor), False, None
+    history = tensor.grad_fn
+    with grad_mode(history is not None):
+        copy = tensor.clone()
+    return tensor, copy, tensor._version, _layout(tensor), tensor.requires_grad, history
+
+
+def _history_changed(entry: tuple) -> bool:
+    tensor, _, version, _, requires_grad, history = entry
+    return version is not None and (tensor.requires_grad != requires_grad or tensor.grad_fn is not history)
+
+
+def _rewindable(entry: tuple) -> bool:
+    """NOTE [Rewound histories]: `_rewind` can put the history back: not a view, not retaining its grad, and
+    before the call either a non-leaf or a leaf without grad."""
+    tensor, requires_grad, history = entry[0], entry[4], entry[5]
+    if not tensor._is_view() and not tensor.retains_grad and (history is not None or not requires_grad):
+        return True
+    logs.log("eager_fallback", "a graph that raised wrote into the autograd history of a view or of a tensor that "
+             "retains its grad: its values are put back for the rerun, the failed write stays in its history")
+    return False
+
+
+def _rewind(tensor: torch.Tensor, copy: torch.Tensor, layout: tuple, history: Any) -> None:
+    """NOTE [Rewound histories]: cut the failed call's writes off the tensor's history, values and layout back."""
+    tensor.detach_()
+    with grad_mode(False):
+        if _layout(tensor) != layout:
+            tensor.as_strided_(*layout)
+    with grad_mode(history is not None):  # `copy` carries the history before the call (a CloneBackward)
+        tensor.copy_(copy)
 
 
 def _layout(tensor: torch.Tensor) -> tuple:
@@ -262,14 +325,18 @@ def _put_back(tensor: torch.Tensor, copy: torch.Tensor, layout: tuple) -> None:
 def _restore(states: list, saved: list) -> None:
     for generator, state in states:
         generator.set_state(state)
-    with grad_mode(False):
-        for tensor, copy, version, layout in saved:
-            if tensor.is_inference():
-                with torch.inference_mode():
-                    _put_back(tensor, copy, layout)
-            else:
+    for entry in saved:
+        tensor, copy, version, layout, _, history = entry
+        if tensor.is_inference():
+            with torch.inference_mode():
                 _put_back(tensor, copy, layout)
-                _unsafe_set_version_counter((tensor,), [version])
+            continue
+        if _history_changed(entry) and _rewindable(entry):
+            _rewind(tensor, copy, layout, history)
+        else:
+            with grad_mode(False):
+                _put_back(tensor, copy, layout)
+        _unsafe_set_version_counter((tensor,), [version])
 
 
 def restoring(compiled: Callable, plan: tuple | None) -> Callable:

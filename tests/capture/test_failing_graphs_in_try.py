@@ -212,11 +212,12 @@ def written_tracked_input(x, idx, h):
         return h * 3
 
 
-def test_a_written_input_autograd_tracks_breaks_and_keeps_eager_gradients():
-    """`h` is a non-leaf that requires grad: its write cannot be put back (it stays in autograd's history), so
-    the graph breaks before it; gradients through the written `h` are eager's."""
+def test_a_written_input_autograd_tracks_stays_in_one_graph_with_eager_gradients():
+    """`h` is a non-leaf that requires grad: a failed call's write is cut off its history before the rerun (NOTE
+    [Rewound histories]), so the graph keeps the write (it broke before it); gradients through `h` are eager's."""
     framejit.reset()
-    compiled = framejit.compile(written_tracked_input, backend="eager")
+    backend = CountingBackend()
+    compiled = framejit.compile(written_tracked_input, backend=backend)
     w = torch.randn(1, requires_grad=True)
     for idx in (torch.tensor([1]), torch.tensor([9]), torch.tensor([2]), torch.tensor([7])):
         grads, values = [], []
@@ -228,6 +229,7 @@ def test_a_written_input_autograd_tracks_breaks_and_keeps_eager_gradients():
             values.append(out.detach())
             grads.append(w.grad.clone())
         assert torch.allclose(values[0], values[1]) and torch.allclose(grads[0], grads[1]), (idx, values, grads)
+    assert backend.graph_count == 1
 
 
 def plain_try(x, idx, buf, log):
