@@ -224,10 +224,10 @@ def _namespace_or_object_attr(tx, obj: Value, name: str) -> Value:
         return obj.parts[("start", "stop", "step").index(name)]
     if isinstance(obj, IteratorValue) and name in ("__iter__", "__next__"):  # `it.__next__()` is next(it)
         return BoundMethodValue(BuiltinValue(iter if name == "__iter__" else next), obj)
+    from .generator_ends import end_method, method_value_attr  # NOTE [Generators ended by close or throw]
     if isinstance(obj, IteratorValue) and name in ("close", "throw"):
-        from .generator_ends import end_method  # NOTE [Generators ended by close or throw]
         return end_method(obj, name)
-    raise Unsupported(BreakKind.UNSUPPORTED_ATTRIBUTE, f"attribute {name!r} of {obj.describe()}")
+    return method_value_attr(obj, name)  # NOTE [Names of generator methods], or a break
 
 
 _BOUND_C = (types.BuiltinMethodType, types.MethodWrapperType)
