@@ -109,13 +109,21 @@ def _exc_info(tx, args: list[Value], kwargs: dict[str, Value], exception_only: b
         raise UserException(TypeError(f"{'exception' if exception_only else 'exc_info'}() takes no arguments"))
     from .lazy_generators import note_exception_read
     note_exception_read(tx)  # NOTE [Handlers that see the exception on close]
+    if not no_exception_handled(tx):
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sys.exc_info() while an exception is being handled")
+    return ConstantValue(None) if exception_only else TupleValue([ConstantValue(None)] * 3)
+
+
+def no_exception_handled(tx) -> bool:
+    """No exception is being handled, here or in a caller (guarded at entry); False when one may be. Also read by
+    a bare `raise` (NOTE [Bare raise with no exception handled] in handlers/blocks.py)."""
     out = tx.output
     if getattr(out, "entry_exception", True) or any(t.handling for t in out.tx_stack):
-        raise Unsupported(BreakKind.UNSUPPORTED_CALL, "sys.exc_info() while an exception is being handled")
+        return False
     name = out.name_of(sys.exc_info, "exc_info")
     out.add_guard("EXCEPTION_STATE", f"{name}()[1] is None", None, expected="no exception being handled",
                   actual=f"{name}()[1]")
-    return ConstantValue(None) if exception_only else TupleValue([ConstantValue(None)] * 3)
+    return True
 
 
 BUILTIN_HANDLERS[sys.exc_info] = _exc_info

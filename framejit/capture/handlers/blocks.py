@@ -8,6 +8,7 @@ from ..caught_exceptions import call_exit, exception_types, reraised
 from ..context import enter
 from ..generator_reach import torch_state
 from ..lazy_generators import note_with
+from ..stdlib import no_exception_handled
 from ..values import ClassValue, ConstantValue
 from . import op
 
@@ -26,12 +27,21 @@ def load_assertion_error(tx, inst):
     tx.push(ClassValue(AssertionError))
 
 
+# NOTE [Bare raise with no exception handled]: a bare `raise` where no exception is being handled, neither in the
+# traced code (no handler of any frame of the trace is being followed) nor by the caller at entry (the guard of NOTE
+# [sys.exc_info while tracing] in stdlib.py), raises CPython's RuntimeError("No active exception to reraise"). It was
+# a break (fullgraph=True raised; PyTorch's test_generator.py test_pep479_exception_stack_balanced on 3.11, after a
+# generator's StopIteration became the RuntimeError its caller caught). A call from inside a caller's `except`
+# fails the guard and retraces, where the `raise` is the break as before.
 @op("RAISE_VARARGS")
 def raise_varargs(tx, inst):
     """Raising is the user's exception: a try around it in the trace catches it (NOTE [Exceptions caught
     while tracing]); otherwise the frame lets CPython raise it for real."""
     if inst.arg == 0:
         caught = tx.handling[-1].caught if tx.handling else None
+        if caught is None and not tx.handling and no_exception_handled(tx):
+            raise UserException(RuntimeError("No active exception to reraise"))  # NOTE [Bare raise with no
+            # exception handled]
         if caught is None:
             raise Unsupported(BreakKind.EXCEPTION_RAISED, "bare `raise` re-raises an exception being handled")
         raise reraised(tx, caught, caught.value)  # NOTE [Exceptions re-raised from followed handlers]
