@@ -213,6 +213,36 @@ def _group(outer: IteratorValue, drawn: int, items: list[Value], made_at: int) -
     return group
 
 
+# NOTE [tee evaluated when made]: `a, b = itertools.tee(it, n)` was a break (PyTorch's test_generator.py
+# test_deep_tee_buffer_no_recursion_error). As the other combinators (NOTE [Lazy combinators]) it is evaluated when
+# made: the argument is drained at once (an iterator is lent to it: NOTE [Lent iterators]) and each of the n copies
+# is an iterator over those items with a position of its own, as CPython's copies share one buffer. The copies get
+# the combinator's checks (what it read changed before a draw: the break where it was made) and `made_at`, so a
+# copy that outlives the graph is that break too (CPython's _tee objects cannot be rebuilt over given items).
+@handles(itertools.tee)
+def _tee(tx, args, kwargs):
+    if kwargs or not 1 <= len(args) <= 2:
+        raise UserException(TypeError(f"tee expected 1 or 2 arguments, got {len(args) + len(kwargs)}"))
+    n = _const(args[1], "tee") if len(args) == 2 else 2
+    if type(n) is not int:
+        raise Unsupported(BreakKind.UNSUPPORTED_CALL, f"itertools.tee with n of type {type(n).__name__}")
+    if n < 0:
+        raise UserException(ValueError("n must be >= 0"))
+    made_at = lazy_combinators._root_index(tx)
+    if made_at is None:
+        raise Unsupported(BreakKind.SIDE_EFFECT, "tee() where no instruction made it: it runs as Python")
+    watch = lazy_combinators.watch(tx, args[:1])
+    items, = drain_lent(tx, args[:1])
+    first = drawn_ahead_checked(watch.finish(IteratorValue(list(items)), "tee", per_row=False), args[:1])
+    copies = [first] + [IteratorValue(list(items)) for _ in range(n - 1)]
+    for copy in copies:
+        copy.iter_type, copy.made_at, copy.check = _TEE, made_at, first.check
+    return TupleValue(copies[:n])
+
+
+_TEE = type(itertools.tee(())[0])
+
+
 # NOTE [itertools objects of their own type]: the handlers above (and builtins.py's chain and product) evaluate
 # the combinator at once into an IteratorValue, which answered type() and isinstance() as a list_iterator
 # (`type(itertools.chain(a, b))` was list_iterator in a graph without a break, chain with one). Each result now
