@@ -16,6 +16,14 @@ under the caller's backend and options.
 - a compiled module: its generated class is guarded (TYPE_MATCH, as for any module) and the call is the
   original module's call, read as `compiled._orig_mod` (the class attribute), hooks and all. The compiled
   class's `forward` (NOTE [The forward of a compiled module]) is a FrameHook call as well.
+
+NOTE [torch.compile'd functions called while tracing]: `compiled_flex = torch.compile(flex_attention)` at
+a module's top level, called from a traced frame (flex_attention's documented usage), inlined torch's
+`compile_wrapper`, which broke at `set_eval_frame`: the call ran as Python, outside the graphs. Eager runs the
+original function (compiled by torch, the same values); stock torch.compile inlines it (the wrapper's
+`_torchdynamo_inline`). So does framejit: the wrapper is guarded by identity and the function read is its
+`_torchdynamo_inline` attribute, when that is the original callable itself (not a wrapper torch made for
+error_on_graph_break) and the wrapper is not one of torch.compiler.disable (whose function must run as Python).
 """
 from __future__ import annotations
 
@@ -25,6 +33,17 @@ from typing import Any
 from .sources import AttrSource
 from .values import NNModuleValue, ObjectValue
 from .values.base import Value
+
+
+def torch_compiled_original(out, obj: Any, source) -> Value | None:
+    """The function a torch.compile wrapper `obj` compiles, read through it; else None."""
+    inline = obj.__dict__.get("_torchdynamo_inline")
+    if inline is None or inline is not obj.__dict__.get("_torchdynamo_orig_callable") or \
+            obj.__dict__.get("_torchdynamo_disable") or not callable(inline):
+        return None
+    from .values.builder import wrap
+    out.guard_id(source, obj)
+    return wrap(out, inline, AttrSource(source, "_torchdynamo_inline"))
 
 
 def compiled_function(tx, fn: Value) -> Value | None:

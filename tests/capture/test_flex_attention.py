@@ -94,6 +94,13 @@ def with_aux(q, k, v):
     return out, aux.lse, aux.max_scores
 
 
+compiled_flex = torch.compile(flex_attention, backend="eager")  # the documented usage (inductor there)
+
+
+def through_torch_compile(q, k, v, bias):
+    return compiled_flex(q, k, v, score_mod=lambda score, b, h, q_idx, kv_idx: score + bias[q_idx])
+
+
 def _check(fn, make_args, graphs: int = 1, **compile_kwargs) -> CountingBackend:
     eager_before = framejit.stats()["eager_frames"]
     backend = CountingBackend()
@@ -117,6 +124,12 @@ def test_bias_table_changes_between_calls():
     """The closed-over table is an input of the graph (a new table each call, the same graph)."""
     backend = _check(bias_table, lambda seed: (*_qkv(16), torch.randn(HEADS, 16) * (seed + 1)))
     assert len(backend.example_inputs[0]) == 4
+
+
+def test_torch_compiled_flex_attention_called_from_the_frame():
+    """NOTE [torch.compile'd functions called while tracing]: the wrapper's original is inlined (stock too);
+    before, the trace broke at torch's set_eval_frame and the attention ran outside the graphs (0 graphs)."""
+    _check(through_torch_compile, lambda seed: (*_qkv(16), torch.randn(16) * seed))
 
 
 def test_document_mask_reads_a_tensor():

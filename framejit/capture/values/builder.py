@@ -363,6 +363,9 @@ def _wrap_bound_or_builtin(out, obj: Any, source: Source) -> Value | None:
 
 
 def _wrap_function(out, obj: types.FunctionType, source: Source) -> Value:
+    from ..compiled_callees import torch_compiled_original  # NOTE [torch.compile'd functions called while tracing]
+    if (original := torch_compiled_original(out, obj, source)) is not None:
+        return original
     if obj.__closure__ or "<" in obj.__qualname__:
         # NOTE [Closures guarded by code]: a nested function is often made anew on every call (a lambda
         # built by the caller, a closure rebuilt after a graph break); guarded by its code and globals,
