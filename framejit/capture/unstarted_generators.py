@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from .breaks import BreakKind, Unsupported
 from .lazy_generators import LazyGeneratorValue
 from .values import ConstantValue, DictValue, IteratorValue, TupleValue, UserFunctionValue, Value
 from .values.containers import _effects, next_serial, watch_steps
@@ -39,6 +40,12 @@ def inline_noting_generators(tx: Any, fn: UserFunctionValue, args: list, kwargs:
     start = next_serial()
     result, stepped = watch_steps(lambda: tx.inline(fn, args, kwargs))
     code = result.frame.code if isinstance(result, LazyGeneratorValue) else getattr(result, "gen_code", None)
+    if stepped == -1 and code is fn.fn.__code__ and not isinstance(result, LazyGeneratorValue) and \
+            getattr(result, "made_at", None) is not None:  # NOTE [Run aheads that step an iterator from outside]
+        e = Unsupported(BreakKind.SIDE_EFFECT, f"the generator {fn.fn.__qualname__} draws from an iterator from "
+                        "outside: it runs lazily")
+        e.retry_lazy, e.root_index = code, result.made_at
+        raise e
     if isinstance(result, IteratorValue) and code is fn.fn.__code__ and "gen_call" not in result.__dict__ \
             and getattr(result, "made_at", None) is not None and result.index == 0 and not result.exhausted \
             and stepped >= start:
@@ -46,6 +53,12 @@ def inline_noting_generators(tx: Any, fn: UserFunctionValue, args: list, kwargs:
     return result
 
 
+# NOTE [Run aheads that step an iterator from outside]: how far the trace advanced an iterator from outside is
+# replayed on the caller's object (NOTE [Iterators from outside]). A generator run ahead at its call drew all of
+# such an iterator then, so one dropped unstarted (`g = gen(); return x + 1` with gen reading a global iterator)
+# left it drained where eager leaves it untouched, and one drawn partly left it further on than eager. A run ahead
+# that stepped an iterator from outside is traced again lazily (`retry_lazy`, as NOTE [Generators that mutate
+# state]): its steps, and so the iterator's, follow the consumer's draws as in eager.
 def watched_step(gen: LazyGeneratorValue, run: Any) -> Value | None:
     """One step of a lazy generator; one that stepped an older iterator or had effects is no longer rebuilt by
     its call as an argument of a combinator (`drawn_ok`)."""
